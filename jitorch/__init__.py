@@ -1,0 +1,54 @@
+"""jitorch: a PyTorch-style tensor library and JIT compiler in Python.
+
+    import jitorch as jt
+    x = jt.arange(6.0).view(2, 3)
+    y = (x * 2).sum(dim=1)
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from .runtime import dtypes as _dtypes
+from .runtime.dtypes import (  # noqa: F401
+    bool, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64, dtype,
+    promote_types, result_type as _result_type, get_default_dtype, set_default_dtype, can_cast, finfo, iinfo,
+)
+from .runtime.device import device  # noqa: F401
+from .tensor import Tensor, Size  # noqa: F401
+from . import ops as _ops
+from .ops import registry as _registry
+
+float = _dtypes.float32
+double = _dtypes.float64
+half = _dtypes.float16
+long = _dtypes.int64
+int = _dtypes.int32
+short = _dtypes.int16
+
+_registry.install(Tensor)
+globals().update({k: v for k, v in _registry.FUNCTIONS.items() if not k.startswith("_")})
+
+from .tensor import _install_operators  # noqa: E402
+
+_install_operators(_registry.FUNCTIONS)
+
+from .ops.creation import tensor, as_tensor, from_numpy  # noqa: E402,F401
+from .ops.random_ops import manual_seed, seed, initial_seed, Generator, default_generator  # noqa: E402,F401
+from .api import *  # noqa: E402,F401,F403
+from . import cuda  # noqa: E402,F401
+
+
+def result_type(tensor1, tensor2):
+    """The dtype an op on ``tensor1`` and ``tensor2`` (tensors or numbers) returns."""
+    return _result_type(tensor1, tensor2)
+
+
+def is_tensor(obj):
+    """True if ``obj`` is a jitorch Tensor."""
+    return isinstance(obj, Tensor)
+
+
+def numel(input):
+    """Number of elements of ``input``."""
+    return input.numel()

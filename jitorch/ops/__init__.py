@@ -1,0 +1,6 @@
+"""The op library: importing this package declares every op in the registry."""
+
+from . import registry  # noqa: F401
+from . import (  # noqa: F401
+    creation, pointwise, reductions, views, linalg, shape_ops, indexing, random_ops, casts,
+)

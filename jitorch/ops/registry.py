@@ -1,0 +1,578 @@
+"""The op registry: every op is declared once here, through `defop`.
+
+An `OpDef` holds one schema and everything that derives from it:
+
+* ``meta(*args) -> TensorSpec | tuple[TensorSpec, ...]``: output shapes, dtypes,
+  device and the errors for bad input. It reads only ``shape``, ``dtype``,
+  ``device`` (and strides for views) of its tensor arguments, so eager calls,
+  the tracer and the IR verifier all use it.
+* ``kernels[device_type](spec, *args)``: the eager kernel. On CPU it receives
+  NumPy views in place of tensors and returns NumPy arrays.
+* ``view(*args)`` for view ops instead of a kernel: the stride transform
+  ``-> (shape, strides, offset)`` that makes a view without copying.
+* ``attrs``: what later layers attach (scalar lowering, derivative rule, ...).
+
+From the schema the registry generates the public functional form
+(``jitorch.add``), the Tensor method (``x.add``), the in-place method
+(``x.add_``) and the ``out=`` keyword. Overloads sharing one public name
+(``max``, ``max.dim``, ``max.other``) are resolved by argument types.
+"""
+
+from __future__ import annotations
+
+import builtins
+import operator
+from collections import namedtuple
+from numbers import Number
+
+import numpy as np
+
+from ..runtime import dtypes as _dt
+from ..runtime.device import to_device
+from .schema import parse_schema
+
+OPS: dict = {}          # full name ("max.dim") -> OpDef
+PUBLIC: dict = {}       # public name ("max") -> [OpDef, ...] in resolution order
+FUNCTIONS: dict = {}    # public functional forms, exported by jitorch/__init__
+METHODS: dict = {}      # Tensor methods, installed on Tensor
+
+Tensor = None  # set by jitorch.tensor to break the import cycle
+
+
+class TensorSpec:
+    """What the meta rule says about one output: shape, dtype, device."""
+
+    __slots__ = ("shape", "dtype", "device", "compute")
+
+    def __init__(self, shape, dtype, device, compute=None):
+        self.shape = shape
+        self.dtype = dtype
+        self.device = device
+        self.compute = compute  # dtype pointwise kernels compute in (float32 for halves)
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    def __eq__(self, other):
+        return (isinstance(other, TensorSpec) and self.shape == other.shape
+                and self.dtype is other.dtype and self.device == other.device)
+
+    def __repr__(self):
+        return f"TensorSpec({list(self.shape)}, {self.dtype}, {self.device})"
+
+
+class OpDef:
+    """One op: its schema, meta rule, kernels and variants."""
+
+    def __init__(self, schema, *, meta, kind, kernels, view, variants, doc, method_name, attrs):
+        self.schema = schema
+        self.name = schema.full_name
+        self.public_name = schema.name
+        self.kind = kind
+        self.meta = meta
+        self.kernels = kernels
+        self.view = view
+        self.variants = frozenset(variants)
+        self.doc = doc
+        self.method_name = method_name or schema.name
+        self.attrs = dict(attrs)
+        self.tensor_args = tuple(
+            (i, a.list) for i, a in enumerate(schema.args) if a.type == "Tensor"
+        )
+        self.converters = tuple(
+            (i, _converter(self, a)) for i, a in enumerate(schema.args)
+        )
+        names_in = [a.name for a in schema.args]
+        # "Tensor options" (torch's TensorOptions): a requires_grad argument applies to the result.
+        self.requires_grad_index = names_in.index("requires_grad") if "requires_grad" in names_in else None
+        self.returns_tensor = all(r.type == "Tensor" for r in schema.returns)
+        names = [r.name for r in schema.returns]
+        self.result_type = None
+        if len(schema.returns) > 1 and all(names):
+            self.result_type = namedtuple(f"{schema.name}_result", names)
+            self.result_type.__module__ = "jitorch.return_types"
+
+    def __repr__(self):
+        return f"<op {self.schema}>"
+
+    def __call__(self, *args):
+        """Run the op on arguments already in schema order (the interpreter's entry)."""
+        return call(self, args)
+
+
+# Argument conversion ------------------------------------------------------
+
+def _bad_arg(op, arg, value, expected):
+    pos = op.schema.args.index(arg) + 1
+    raise TypeError(
+        f"{op.public_name}(): argument '{arg.name}' (position {pos}) must be {expected}, "
+        f"not {type(value).__name__}"
+    )
+
+
+def _to_int(op, arg, v):
+    if builtins.type(v) is int:
+        return v
+    if isinstance(v, (builtins.bool, float)) or (Tensor is not None and isinstance(v, Tensor) and v.dtype.is_floating_point):
+        _bad_arg(op, arg, v, "int")
+    try:
+        return operator.index(v)
+    except TypeError:
+        _bad_arg(op, arg, v, "int")
+
+
+def _converter(op, arg):
+    """A function that checks and normalises one argument, or None."""
+    typ = arg.type
+
+    def optional(fn):
+        if not arg.optional:
+            return fn
+        return lambda v: None if v is None else fn(v)
+
+    if typ == "Tensor":
+        wrapped_ok = op.kind == "pointwise"
+
+        def check_tensor(v):
+            if isinstance(v, Tensor) or (wrapped_ok and isinstance(v, Number) and not isinstance(v, complex)):
+                return v
+            if isinstance(v, np.generic) and wrapped_ok:
+                return v.item()
+            _bad_arg(op, arg, v, "Tensor")
+
+        if arg.list:
+            def check_list(v):
+                if isinstance(v, Tensor) or not isinstance(v, (list, tuple)):
+                    _bad_arg(op, arg, v, "tuple of Tensors")
+                return tuple(check_tensor(t) for t in v)
+            return optional(check_list)
+        return optional(check_tensor)
+    if typ == "int" and (arg.list or arg.varargs):
+        def int_list(v):
+            if isinstance(v, (list, tuple)):
+                return tuple(_to_int(op, arg, x) for x in v)
+            if Tensor is not None and isinstance(v, Tensor) and v.ndim == 1:
+                return tuple(int(x) for x in v.tolist())
+            return (_to_int(op, arg, v),)
+        return optional(int_list)
+    if typ == "int":
+        return optional(lambda v: _to_int(op, arg, v))
+    if typ == "float":
+        def to_float(v):
+            if isinstance(v, (builtins.bool, str)) or not isinstance(v, (Number, np.generic)) and not (
+                    Tensor is not None and isinstance(v, Tensor)):
+                _bad_arg(op, arg, v, "float")
+            return float(v)
+        return optional(to_float)
+    if typ == "bool":
+        def to_bool(v):
+            if not isinstance(v, (builtins.bool, np.bool_)):
+                _bad_arg(op, arg, v, "bool")
+            return builtins.bool(v)
+        return optional(to_bool)
+    if typ == "Scalar":
+        def to_scalar(v):
+            if isinstance(v, (Number, np.generic)) and not isinstance(v, complex):
+                return v.item() if isinstance(v, np.generic) else v
+            if Tensor is not None and isinstance(v, Tensor) and v.numel() == 1:
+                return v.item()
+            _bad_arg(op, arg, v, "Number")
+        return optional(to_scalar)
+    if typ == "ScalarType":
+        def to_dtype(v):
+            try:
+                return _dt.to_dtype(v)
+            except TypeError:
+                _bad_arg(op, arg, v, "jitorch.dtype")
+        return optional(to_dtype)
+    if typ == "Device":
+        return optional(to_device)
+    if typ == "str":
+        def to_str(v):
+            if not isinstance(v, str):
+                _bad_arg(op, arg, v, "str")
+            return v
+        return optional(to_str)
+    return None
+
+
+def convert_args(op, args):
+    out = list(args)
+    for i, conv in op.converters:
+        if conv is not None:
+            out[i] = conv(out[i])
+    return out
+
+
+# Execution ----------------------------------------------------------------
+
+# Hooks run before eager execution; tracing and autograd install theirs here.
+# Each is called as hook(op, args) and returns NotImplemented to pass.
+DISPATCH_HOOKS: list = []
+
+
+def _tensors_of(op, args):
+    for i, is_list in op.tensor_args:
+        v = args[i]
+        if v is None:
+            continue
+        if is_list:
+            yield from (t for t in v if isinstance(t, Tensor))
+        elif isinstance(v, Tensor):
+            yield v
+
+
+def check_same_device(op, args):
+    """torch's rule: all tensor arguments on one device (0-dim CPU tensors excepted)."""
+    first = None
+    for t in _tensors_of(op, args):
+        d = t.device
+        if first is None:
+            first = d
+        elif d != first:
+            if d.type == "cpu" and t.ndim == 0 or first.type == "cpu" and not t.ndim:
+                continue
+            raise RuntimeError(
+                f"Expected all tensors to be on the same device, but found at least two devices, "
+                f"{first} and {d}! (when checking arguments for {op.public_name})"
+            )
+    return first
+
+
+def call(op, args, out=None):
+    """Run ``op`` on arguments in schema order; write into ``out`` if given."""
+    args = convert_args(op, args)
+    check_same_device(op, args)
+    for hook in DISPATCH_HOOKS:
+        r = hook(op, args, out)
+        if r is not NotImplemented:
+            return r
+    result = execute(op, args)
+    if op.requires_grad_index is not None and args[op.requires_grad_index]:
+        result.requires_grad_(True)
+    if out is not None:
+        return write_out(op, out, result)
+    return result
+
+
+def execute(op, args):
+    """Eager execution: the view transform, or meta rule then device kernel."""
+    if op.view is not None:
+        return _make_views(op, args)
+    spec = op.meta(*args)
+    device = _spec_device(spec)
+    if device.type == "meta":
+        return _wrap_meta(op, spec)
+    kernel = op.kernels.get(device.type)
+    if kernel is None:
+        if device.type == "cuda":
+            from ..runtime.cuda_stub import no_cuda
+            no_cuda()
+        raise NotImplementedError(f"{op.name} has no kernel for device {device}")
+    vals = list(args)
+    for i, is_list in op.tensor_args:
+        v = vals[i]
+        if is_list:
+            if v is not None:
+                vals[i] = [t._array() if isinstance(t, Tensor) else t for t in v]
+        elif v.__class__ is Tensor:
+            vals[i] = v._array()
+    raw = kernel(spec, *vals)
+    return _wrap(op, spec, raw)
+
+
+def _spec_device(spec):
+    if spec.__class__ is TensorSpec:
+        return spec.device
+    if isinstance(spec, tuple):
+        for s in spec:
+            if isinstance(s, TensorSpec):
+                return s.device
+        if spec and isinstance(spec[0], tuple):
+            return _spec_device(spec[0])
+    if isinstance(spec, list) and spec:
+        return spec[0].device
+    return to_device("cpu")
+
+
+def _wrap_one(op, spec, raw):
+    if raw.__class__ is not np.ndarray:
+        raw = np.asarray(raw)
+    npd = spec.dtype.np
+    if raw.dtype != npd:
+        raw = raw.astype(npd)
+    if raw.shape != spec.shape:
+        raise AssertionError(
+            f"internal error in {op.name}: kernel gave shape {raw.shape}, meta rule said {spec.shape}"
+        )
+    return Tensor._from_array(raw, spec.dtype)
+
+
+def _wrap(op, spec, raw):
+    if spec.__class__ is TensorSpec:
+        return _wrap_one(op, spec, raw)
+    if spec is None:
+        return raw
+    if isinstance(spec, list):
+        return [_wrap_one(op, s, r) for s, r in zip(spec, raw)]
+    out = tuple(_wrap_one(op, s, r) if isinstance(s, TensorSpec) else r for s, r in zip(spec, raw))
+    return op.result_type(*out) if op.result_type else out
+
+
+def _wrap_meta(op, spec):
+    def one(s):
+        return Tensor._empty(s.shape, s.dtype, s.device)
+    if spec.__class__ is TensorSpec:
+        return one(spec)
+    if isinstance(spec, list):
+        return [one(s) for s in spec]
+    out = tuple(one(s) for s in spec)
+    return op.result_type(*out) if op.result_type else out
+
+
+def _make_views(op, args):
+    geo = op.view(*args)
+    base = args[0]
+    if isinstance(geo, list):
+        return tuple(Tensor._view_of(base, *g) for g in geo)
+    return Tensor._view_of(base, *geo)
+
+
+def check_inplace(op, self, spec):
+    """An in-place or out= result must keep the target's shape and castable dtype."""
+    if spec.shape != self.shape:
+        raise RuntimeError(
+            f"output with shape {list(self.shape)} doesn't match the broadcast shape {list(spec.shape)}"
+            f" (in {op.public_name}_)"
+        )
+    if not _dt.can_cast(spec.dtype, self.dtype):
+        raise RuntimeError(
+            f"result type {scalar_name(spec.dtype)} can't be cast to the desired output type "
+            f"{scalar_name(self.dtype)}"
+        )
+
+
+def call_inplace(op, args):
+    """``x.op_(...)``: compute, check, then write into ``x`` (or retarget a view)."""
+    args = convert_args(op, args)
+    check_same_device(op, args)
+    self = args[0]
+    for hook in DISPATCH_HOOKS:
+        r = hook(op, args, self, inplace=True) if getattr(hook, "handles_inplace", False) else NotImplemented
+        if r is not NotImplemented:
+            return r
+    if op.view is not None:
+        shape, strides, offset = op.view(*args)
+        self._set_geometry(shape, strides, offset)
+        return self
+    spec = op.meta(*args)
+    check_inplace(op, self, spec)
+    result = execute(op, args)
+    self._write(result)
+    return self
+
+
+def write_out(op, out, result):
+    """Write a result into the ``out=`` tensor(s), resizing them as torch does."""
+    if isinstance(result, tuple):
+        if not isinstance(out, (tuple, list)) or len(out) != len(result):
+            raise TypeError(f"{op.public_name}(): out must be a tuple of {len(result)} tensors")
+        for o, r in zip(out, result):
+            write_out(op, o, r)
+        return op.result_type(*out) if op.result_type else tuple(out)
+    if not isinstance(out, Tensor):
+        raise TypeError(f"{op.public_name}(): argument 'out' must be Tensor, not {type(out).__name__}")
+    if out.device != result.device:
+        raise RuntimeError(
+            f"Expected out tensor to have device {result.device}, but got {out.device} instead"
+        )
+    if not _dt.can_cast(result.dtype, out.dtype):
+        raise RuntimeError(
+            f"result type {scalar_name(result.dtype)} can't be cast to the desired output type "
+            f"{scalar_name(out.dtype)}"
+        )
+    if out.shape != result.shape:
+        if out.numel() != 0:
+            import warnings
+            warnings.warn(
+                f"An output with one or more elements was resized since it had shape {list(out.shape)}, "
+                f"which does not match the required output shape {list(result.shape)}.",
+                UserWarning, stacklevel=4,
+            )
+        out._resize(result.shape)
+    out._write(result)
+    return out
+
+
+_SCALAR_NAMES = {
+    "bool": "Bool", "uint8": "Byte", "int8": "Char", "int16": "Short", "int32": "Int", "int64": "Long",
+    "float16": "Half", "bfloat16": "BFloat16", "float32": "Float", "float64": "Double",
+}
+
+
+def scalar_name(d):
+    """torch's C++ name of a dtype, as its error messages use it ("Float", "Long")."""
+    return _SCALAR_NAMES[d.name]
+
+
+# Declaration --------------------------------------------------------------
+
+def defop(schema, *, meta=None, kind="other", cpu=None, view=None, variants=("function", "method"),
+          method_name=None, kernels=None, doc=None, **attrs):
+    """Declare an op. Returns the OpDef; `install` later generates its variants."""
+    s = parse_schema(schema)
+    if s.full_name in OPS:
+        raise ValueError(f"op {s.full_name} declared twice")
+    ks = dict(kernels or {})
+    if cpu is not None:
+        ks["cpu"] = cpu
+    if view is not None and meta is None:
+        meta = _view_meta(view)
+    if meta is None:
+        raise ValueError(f"op {s.full_name} needs a meta rule")
+    op = OpDef(s, meta=meta, kind=kind, kernels=ks, view=view, variants=variants, doc=doc,
+               method_name=method_name, attrs=attrs)
+    OPS[op.name] = op
+    PUBLIC.setdefault(s.name, []).append(op)
+    return op
+
+
+def _view_meta(view):
+    def meta(*args):
+        geo = view(*args)
+        base = args[0]
+        if isinstance(geo, list):
+            return [TensorSpec(g[0], base.dtype, base.device) for g in geo]
+        return TensorSpec(geo[0], base.dtype, base.device)
+    return meta
+
+
+# Generation of the public variants ------------------------------------------
+
+def _param_list(schema, with_out, drop_first=False):
+    parts = []
+    star = False
+    for i, a in enumerate(schema.args):
+        if a.varargs:
+            parts.append(f"*{a.name}")
+            star = True
+            continue
+        if a.kwarg_only and not star:
+            parts.append("*")
+            star = True
+        parts.append(a.name + (f"=_D[{i}]" if a.has_default else ""))
+    if with_out:
+        if not star:
+            parts.append("*")
+        parts.append("out=None")
+    return ", ".join(parts)
+
+
+def _varargs_fixup(schema):
+    """Code that turns ``*size`` into a tuple, accepting one sequence too."""
+    lines = []
+    for a in schema.args:
+        if a.varargs:
+            lines.append(
+                f"    if len({a.name}) == 1 and not isinstance({a.name}[0], _int):\n"
+                f"        {a.name} = {a.name}[0]"
+            )
+    return "\n".join(lines)
+
+
+def _generate(op, kind):
+    """Source of one generated variant: 'function' (with out=), 'method' or 'inplace'."""
+    s = op.schema
+    with_out = kind == "function" and "out" in op.variants
+    params = _param_list(s, with_out)
+    argnames = ", ".join(a.name for a in s.args) + ("," if len(s.args) == 1 else "")
+    fix = _varargs_fixup(s)
+    if kind == "inplace":
+        body = f"    return _call_inplace(_op, ({argnames}))"
+    elif with_out:
+        body = f"    return _call(_op, ({argnames}), out)"
+    else:
+        body = f"    return _call(_op, ({argnames}))"
+    name = op.public_name + ("_" if kind == "inplace" else "")
+    src = f"def {name}({params}):\n" + (fix + "\n" if fix else "") + body + "\n"
+    env = {"_call": call, "_call_inplace": call_inplace, "_op": op, "_int": (int, np.integer),
+           "_D": [a.default if a.has_default else None for a in s.args]}
+    exec(compile(src, f"<jitorch op {op.name}>", "exec"), env)
+    fn = env[name]
+    fn.__doc__ = (op.doc or "") + f"\n\nSchema: ``{s}``"
+    fn.__qualname__ = name
+    fn.__module__ = "jitorch"
+    fn._op = op
+    return fn
+
+
+def _overloaded(name, fns, ops):
+    """One callable over several overloads: the first that binds and type-checks wins."""
+
+    def resolve(*args, **kwargs):
+        errors = []
+        for fn, op in zip(fns, ops):
+            try:
+                bound = _bind(op, fn, args, kwargs)
+            except TypeError as e:
+                errors.append(e)
+                continue
+            return fn(*args, **kwargs) if bound else None
+        got = ", ".join(type(a).__name__ for a in args)
+        expected = "\n".join(f" * {op.schema}" for op in ops)
+        raise TypeError(f"{name}() received an invalid combination of arguments - got ({got}), "
+                        f"but expected one of:\n{expected}")
+
+    resolve.__name__ = resolve.__qualname__ = name
+    resolve.__doc__ = "\n\n".join((op.doc or "") + f"\n\nSchema: ``{op.schema}``" for op in ops)
+    resolve._ops = ops
+    return resolve
+
+
+def _bind(op, fn, args, kwargs):
+    """Check that args fit ``op``'s schema strictly (a Tensor is a Tensor, an int an int)."""
+    import inspect
+    sig = _signatures.get(fn)
+    if sig is None:
+        sig = _signatures[fn] = inspect.signature(fn)
+    ba = sig.bind(*args, **kwargs)
+    for a in op.schema.args:
+        if a.name not in ba.arguments or a.varargs:
+            continue
+        v = ba.arguments[a.name]
+        if v is None and a.optional:
+            continue
+        if a.type == "Tensor" and not a.list and not isinstance(v, Tensor):
+            raise TypeError(a.name)
+        if a.type == "int" and not a.list and not (isinstance(v, (int, np.integer)) and not isinstance(v, builtins.bool)):
+            raise TypeError(a.name)
+        if a.type == "int" and a.list and not isinstance(v, (int, np.integer, list, tuple)):
+            raise TypeError(a.name)
+        if a.type in ("Scalar", "float") and not isinstance(v, (Number, np.generic)):
+            raise TypeError(a.name)
+        if a.type == "bool" and not isinstance(v, (builtins.bool, np.bool_)):
+            raise TypeError(a.name)
+    return True
+
+
+_signatures: dict = {}
+
+
+def install(tensor_cls):
+    """Generate every op's variants; install methods on ``tensor_cls``."""
+    global Tensor
+    Tensor = tensor_cls
+    FUNCTIONS.clear()
+    METHODS.clear()
+    for name, ops in PUBLIC.items():
+        for kind, table in (("function", FUNCTIONS), ("method", METHODS), ("inplace", METHODS)):
+            chosen = [op for op in ops if kind in op.variants]
+            if not chosen:
+                continue
+            fns = [_generate(op, kind) for op in chosen]
+            key = (chosen[0].method_name if kind != "function" else name) + ("_" if kind == "inplace" else "")
+            table[key] = fns[0] if len(fns) == 1 else _overloaded(key, fns, chosen)
+    for key, fn in METHODS.items():
+        if key not in tensor_cls.__dict__:
+            setattr(tensor_cls, key, fn)

@@ -1,0 +1,138 @@
+"""Op schemas in PyTorch's native_functions.yaml notation.
+
+    add(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor
+    max.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)
+    view(Tensor self, int... size) -> Tensor
+
+Argument types: ``Tensor``, ``Tensor[]``, ``Scalar``, ``int``, ``int[]``,
+``int...`` (a size given as varargs or one sequence), ``float``, ``bool``,
+``str``, ``ScalarType``, ``Device``, ``Generator``, ``Any``; a ``?`` suffix
+allows None. A parsed schema drives argument binding, the checks of argument
+types, and later the IR's printed form.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+
+_ARG = re.compile(r"^\s*([A-Za-z]+)(\[\]|\.\.\.)?(\?)?\s+([A-Za-z_][A-Za-z_0-9]*)\s*(?:=\s*(.+?))?\s*$")
+_SCHEMA = re.compile(r"^\s*([A-Za-z_][A-Za-z_0-9]*)(?:\.([A-Za-z_0-9]+))?\s*\((.*)\)\s*->\s*(.+?)\s*$")
+_BASE_TYPES = {"Tensor", "Scalar", "int", "float", "bool", "str", "ScalarType", "Device", "Generator", "Any"}
+_NO_DEFAULT = object()
+
+
+@dataclass(frozen=True)
+class Arg:
+    name: str
+    type: str          # base type, e.g. "Tensor" or "int"
+    list: bool = False  # Tensor[] / int[]
+    varargs: bool = False  # int...
+    optional: bool = False
+    kwarg_only: bool = False
+    default: object = _NO_DEFAULT
+
+    @property
+    def has_default(self):
+        return self.default is not _NO_DEFAULT
+
+    def type_str(self):
+        return self.type + ("[]" if self.list else "...") * (self.list or self.varargs) + "?" * self.optional
+
+
+@dataclass(frozen=True)
+class Return:
+    type: str
+    name: str | None = None
+    list: bool = False
+
+
+@dataclass
+class Schema:
+    name: str
+    overload: str
+    args: tuple
+    returns: tuple
+    text: str = ""
+    positional: tuple = field(default=(), repr=False)
+
+    @property
+    def full_name(self):
+        return f"{self.name}.{self.overload}" if self.overload else self.name
+
+    def arg(self, name):
+        for a in self.args:
+            if a.name == name:
+                return a
+        raise KeyError(name)
+
+    def __str__(self):
+        return self.text
+
+
+def _split_top(text, sep=","):
+    parts, depth, cur = [], 0, []
+    for ch in text:
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+        if ch == sep and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    if "".join(cur).strip():
+        parts.append("".join(cur))
+    return parts
+
+
+def _parse_default(text, arg_type):
+    if text == "None":
+        return None
+    if text in ("True", "False"):
+        return text == "True"
+    if arg_type == "str":
+        return ast.literal_eval(text) if text[0] in "\"'" else text
+    value = ast.literal_eval(text)
+    if isinstance(value, list):
+        value = tuple(value)
+    return value
+
+
+def parse_schema(text: str) -> Schema:
+    """Parse one schema line; raise ValueError naming the fragment that is wrong."""
+    m = _SCHEMA.match(text)
+    if not m:
+        raise ValueError(f"bad schema: {text!r}")
+    name, overload, arg_text, ret_text = m.groups()
+    args = []
+    kwarg_only = False
+    for piece in _split_top(arg_text):
+        piece = piece.strip()
+        if piece == "*":
+            kwarg_only = True
+            continue
+        am = _ARG.match(piece)
+        if not am or am.group(1) not in _BASE_TYPES:
+            raise ValueError(f"bad argument {piece!r} in schema {text!r}")
+        typ, suffix, opt, aname, default = am.groups()
+        args.append(Arg(
+            name=aname, type=typ, list=suffix == "[]", varargs=suffix == "...",
+            optional=bool(opt), kwarg_only=kwarg_only,
+            default=_NO_DEFAULT if default is None else _parse_default(default, typ),
+        ))
+    ret_text = ret_text.strip()
+    if ret_text.startswith("(") and ret_text.endswith(")"):
+        ret_pieces = _split_top(ret_text[1:-1])
+    else:
+        ret_pieces = [ret_text]
+    returns = []
+    for piece in ret_pieces:
+        bits = piece.split()
+        typ = bits[0]
+        is_list = typ.endswith("[]")
+        returns.append(Return(type=typ.rstrip("[]"), name=bits[1] if len(bits) > 1 else None, list=is_list))
+    return Schema(name=name, overload=overload or "", args=tuple(args), returns=tuple(returns), text=text.strip(),
+                  positional=tuple(a for a in args if not a.kwarg_only))

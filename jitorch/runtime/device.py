@@ -1,0 +1,87 @@
+"""Devices: ``cpu``, ``cuda[:N]`` and ``meta`` (shapes and dtypes with no data)."""
+
+from __future__ import annotations
+
+import builtins
+
+_TYPES = ("cpu", "cuda", "meta")
+
+
+class device:
+    """A device, parsed and compared like ``torch.device``.
+
+    ``device("cuda:1")``, ``device("cuda", 1)`` and ``device(other_device)`` all work.
+    """
+
+    __slots__ = ("type", "index")
+
+    def __init__(self, type, index=None):
+        if isinstance(type, device):
+            if index is not None:
+                raise TypeError("device(): index must not be given with a device object")
+            self.type, self.index = type.type, type.index
+            return
+        if isinstance(type, int) and not isinstance(type, bool):
+            type, index = "cuda", type
+        if not isinstance(type, str):
+            raise TypeError(f"device() expected a string or int, got {builtins.type(type).__name__}")
+        text = type.strip()
+        kind, sep, idx = text.partition(":")
+        if kind not in _TYPES:
+            raise RuntimeError(
+                f"Expected one of {', '.join(_TYPES)} device type at start of device string: {type}"
+            )
+        if sep:
+            if index is not None:
+                raise RuntimeError(f"type (string) must not include an index because index was passed explicitly: {type}")
+            if not idx.isdigit():
+                raise RuntimeError(f"Invalid device string: '{type}'")
+            index = int(idx)
+        if index is not None:
+            if not isinstance(index, int) or index < 0:
+                raise RuntimeError(f"Device index must not be negative, got {index}")
+            if kind == "cpu" and index != 0:
+                raise RuntimeError(f"CPU device index must be -1 or zero, got {index}")
+        self.type, self.index = kind, index
+
+    def __eq__(self, other):
+        if isinstance(other, str):
+            try:
+                other = device(other)
+            except RuntimeError:
+                return False
+        if not isinstance(other, device):
+            return NotImplemented
+        return self.type == other.type and self.index == other.index
+
+    def __hash__(self):
+        return hash((self.type, self.index))
+
+    def __str__(self):
+        return self.type if self.index is None else f"{self.type}:{self.index}"
+
+    def __repr__(self):
+        if self.index is None:
+            return f"device(type='{self.type}')"
+        return f"device(type='{self.type}', index={self.index})"
+
+    def __reduce__(self):
+        return (device, (self.type, self.index))
+
+
+CPU = device("cpu")
+META = device("meta")
+
+_cache: dict = {}
+
+
+def to_device(d) -> device:
+    """Normalise ``None`` (cpu), strings, ints and devices to a device object."""
+    if d is None:
+        return CPU
+    if d.__class__ is device:
+        return d
+    found = _cache.get(d)
+    if found is None:
+        found = _cache[d] = device(d)
+    return found

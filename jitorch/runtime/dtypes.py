@@ -1,0 +1,259 @@
+"""Data types and PyTorch's type promotion rules.
+
+A `dtype` names an element type and knows its NumPy storage type. bfloat16 has
+no NumPy type of its own; ml_dtypes (kept by the JAX team) supplies one, so
+storage, casts and `.numpy()` treat it like every other dtype.
+
+Promotion follows torch: `promote_types` is the lattice of two dtypes, and
+`result_type` weighs its operands in three priority classes (tensors with
+dimensions, zero-dim tensors, Python scalars), where a lower class only changes
+the result when it belongs to a higher category (bool < integer < floating).
+"""
+
+from __future__ import annotations
+
+import builtins
+
+import ml_dtypes
+import numpy as np
+
+__all__ = [
+    "dtype", "bool", "uint8", "int8", "int16", "int32", "int64", "float16",
+    "bfloat16", "float32", "float64", "promote_types", "result_type",
+    "get_default_dtype", "set_default_dtype", "can_cast", "from_numpy_dtype",
+]
+
+
+class dtype:
+    """An element type, printed as ``jitorch.float32``."""
+
+    __slots__ = ("name", "itemsize", "is_floating_point", "is_signed", "np", "kind", "_rank")
+
+    def __init__(self, name, np_type, kind, rank):
+        self.name = name
+        self.np = np.dtype(np_type)
+        self.itemsize = self.np.itemsize
+        self.kind = kind  # "b" bool, "u"/"i" integers, "f" floating
+        self.is_floating_point = kind == "f"
+        self.is_signed = kind in "if"
+        self._rank = rank
+
+    @property
+    def is_complex(self):
+        return False
+
+    def to_real(self):
+        return self
+
+    def __repr__(self):
+        return "jitorch." + self.name
+
+    def __reduce__(self):
+        return (_by_name, (self.name,))
+
+
+def _by_name(name):
+    return _NAMES[name]
+
+
+bool = dtype("bool", np.bool_, "b", 0)
+uint8 = dtype("uint8", np.uint8, "u", 1)
+int8 = dtype("int8", np.int8, "i", 2)
+int16 = dtype("int16", np.int16, "i", 3)
+int32 = dtype("int32", np.int32, "i", 4)
+int64 = dtype("int64", np.int64, "i", 5)
+float16 = dtype("float16", np.float16, "f", 6)
+bfloat16 = dtype("bfloat16", ml_dtypes.bfloat16, "f", 7)
+float32 = dtype("float32", np.float32, "f", 8)
+float64 = dtype("float64", np.float64, "f", 9)
+
+ALL = (bool, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64)
+INTEGRAL = (uint8, int8, int16, int32, int64)
+FLOATING = (float16, bfloat16, float32, float64)
+_NAMES = {d.name: d for d in ALL}
+_FROM_NP = {d.np: d for d in ALL}
+
+# torch's aliases, exported from the jitorch namespace.
+ALIASES = {
+    "float": float32, "double": float64, "half": float16, "long": int64,
+    "int": int32, "short": int16,
+}
+
+
+def _promote_pair(a, b):
+    if a is b:
+        return a
+    if a is bool:
+        return b
+    if b is bool:
+        return a
+    if a.kind == "f" and b.kind == "f":
+        if {a, b} == {float16, bfloat16}:
+            return float32
+        return a if a.itemsize > b.itemsize else b
+    if a.kind == "f":
+        return a
+    if b.kind == "f":
+        return b
+    if a.kind == b.kind:
+        return a if a.itemsize > b.itemsize else b
+    u, s = (a, b) if a.kind == "u" else (b, a)
+    return s if s.itemsize > u.itemsize else int16
+
+
+_PROMOTE = {(a, b): _promote_pair(a, b) for a in ALL for b in ALL}
+
+
+def promote_types(type1: dtype, type2: dtype) -> dtype:
+    """The smallest dtype both arguments convert to without losing category."""
+    return _PROMOTE[type1, type2]
+
+
+_default_dtype = float32
+
+
+def get_default_dtype() -> dtype:
+    """The floating dtype given to Python floats and new float tensors."""
+    return _default_dtype
+
+
+def set_default_dtype(d: dtype) -> None:
+    """Set the default floating dtype (float16, bfloat16, float32 or float64)."""
+    global _default_dtype
+    if not isinstance(d, dtype) or not d.is_floating_point:
+        raise TypeError(f"only floating-point types are supported as the default type, got {d}")
+    _default_dtype = d
+    _scalar_cache.clear()
+
+
+def _category(d):
+    if d is None:
+        return -1
+    return {"b": 0, "u": 1, "i": 1, "f": 2}[d.kind]
+
+
+def _combine(higher, lower):
+    """torch's combine_categories: a lower-priority dtype only counts if it
+    belongs to a higher category (or the higher one is bool)."""
+    if higher is None:
+        return lower
+    if lower is None:
+        return higher
+    if higher.kind == "f":
+        return higher
+    if higher is bool or lower.kind == "f":
+        return _PROMOTE[higher, lower]
+    return higher
+
+
+def scalar_dtype(value) -> dtype:
+    """The dtype a Python scalar takes as a wrapped number."""
+    t = type(value)
+    if t is builtins.bool or t is np.bool_:
+        return bool
+    if t is builtins.int or isinstance(value, (np.integer,)):
+        return int64
+    if t is builtins.float or isinstance(value, np.floating):
+        return _default_dtype
+    raise TypeError(f"expected a Python number, got {t.__name__}")
+
+
+_scalar_cache: dict = {}
+
+
+def result_type(*operands) -> dtype:
+    """The dtype torch gives an op over ``operands`` (tensors and Python numbers)."""
+    dim = zero = wrapped = None
+    for x in operands:
+        d = getattr(x, "dtype", None)
+        if isinstance(d, dtype):
+            if x.ndim == 0:
+                zero = d if zero is None else _PROMOTE[zero, d]
+            else:
+                dim = d if dim is None else _PROMOTE[dim, d]
+        elif isinstance(x, dtype):
+            dim = x if dim is None else _PROMOTE[dim, x]
+        else:
+            d = scalar_dtype(x)
+            wrapped = d if wrapped is None else _PROMOTE[wrapped, d]
+    out = _combine(dim, _combine(zero, wrapped))
+    if out is None:
+        raise TypeError("result_type() needs at least one tensor or number")
+    return out
+
+
+def can_cast(from_: dtype, to: dtype) -> builtins.bool:
+    """torch.can_cast: whether an in-place or ``out=`` result of ``from_`` may be
+    written into ``to`` (no float to integral, no non-bool to bool)."""
+    if from_.kind == "f" and to.kind != "f":
+        return False
+    if from_ is not bool and to is bool:
+        return False
+    return True
+
+
+def from_numpy_dtype(npd) -> dtype:
+    """The jitorch dtype of a NumPy dtype, or TypeError if there is none."""
+    try:
+        return _FROM_NP[np.dtype(npd)]
+    except (KeyError, TypeError):
+        raise TypeError(
+            f"can't convert np.ndarray of type {np.dtype(npd)}. The only supported types are: "
+            "float64, float32, float16, bfloat16, int64, int32, int16, int8, uint8, and bool."
+        ) from None
+
+
+def to_dtype(d) -> dtype:
+    """Accept a jitorch dtype, a NumPy dtype or a Python type (``float``, ``int``, ``bool``)."""
+    if isinstance(d, dtype):
+        return d
+    if d is builtins.float:
+        return float64
+    if d is builtins.int:
+        return int64
+    if d is builtins.bool:
+        return bool
+    if isinstance(d, str) and d in _NAMES:
+        return _NAMES[d]
+    return from_numpy_dtype(d)
+
+
+def iinfo_range(d: dtype):
+    info = np.iinfo(d.np)
+    return int(info.min), int(info.max)
+
+
+class finfo:
+    """torch.finfo: limits of a floating dtype."""
+
+    def __init__(self, type=None):
+        type = _default_dtype if type is None else type
+        if not type.is_floating_point:
+            raise TypeError(f"torch.finfo() requires a floating point input type, got {type}")
+        info = ml_dtypes.finfo(type.np)
+        self.dtype = type.name
+        self.bits = type.itemsize * 8
+        self.eps = float(info.eps)
+        self.max = float(info.max)
+        self.min = float(info.min)
+        self.tiny = self.smallest_normal = float(info.tiny)
+        self.resolution = float(info.resolution)
+
+    def __repr__(self):
+        return f"finfo(resolution={self.resolution}, min={self.min}, max={self.max}, eps={self.eps}, tiny={self.tiny}, dtype={self.dtype})"
+
+
+class iinfo:
+    """torch.iinfo: limits of an integer dtype."""
+
+    def __init__(self, type):
+        if type.is_floating_point:
+            raise TypeError(f"torch.iinfo() requires an integer input type, got {type}")
+        info = np.iinfo(type.np) if type is not bool else None
+        self.dtype = type.name
+        self.bits = type.itemsize * 8
+        self.min = int(info.min) if info else 0
+        self.max = int(info.max) if info else 1
+
+    def __repr__(self):
+        return f"iinfo(min={self.min}, max={self.max}, dtype={self.dtype})"

@@ -1,0 +1,76 @@
+"""Storage: one flat buffer, its dtype, its device, and a version counter.
+
+On CPU the buffer is a 1-D NumPy array; every tensor on it is a strided view.
+A ``meta`` storage has a size and no data. The version counter counts in-place
+writes; every view of the storage shares it, and autograd compares it with the
+version it saw when it saved a tensor.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .device import CPU, META
+
+
+class Storage:
+    __slots__ = ("data", "dtype", "device", "size", "_version", "__weakref__")
+
+    def __init__(self, data, dtype, device=CPU, size=None):
+        self.data = data
+        self.dtype = dtype
+        self.device = device
+        self.size = len(data) if data is not None else size
+        self._version = 0
+
+    @classmethod
+    def empty(cls, n, dtype, device=CPU):
+        if device.type == "meta":
+            return cls(None, dtype, device, n)
+        if device.type == "cpu":
+            return cls(np.empty(n, dtype.np), dtype, device)
+        from .cuda_stub import no_cuda
+
+        no_cuda()
+
+    def nbytes(self):
+        return self.size * self.dtype.itemsize
+
+    def data_ptr(self):
+        if self.data is None:
+            return 0
+        return self.data.__array_interface__["data"][0]
+
+    def __len__(self):
+        return self.size
+
+    def __repr__(self):
+        return f"Storage(size={self.size}, dtype={self.dtype}, device='{self.device}')"
+
+
+def storage_of_array(arr):
+    """Wrap a NumPy array without copying: (storage array, offset, element strides).
+
+    Works for any array whose strides are non-negative multiples of its item
+    size; otherwise returns None and the caller copies.
+    """
+    item = arr.itemsize
+    strides = arr.strides
+    if arr.flags.c_contiguous:
+        return arr.reshape(-1), 0, _contiguous(arr.shape)
+    if any(s < 0 or s % item for s in strides):
+        return None
+    if arr.size == 0:
+        return np.empty(0, arr.dtype), 0, _contiguous(arr.shape)
+    span = 1 + sum((n - 1) * s for n, s in zip(arr.shape, strides)) // item
+    flat = np.lib.stride_tricks.as_strided(arr, shape=(span,), strides=(item,))
+    return flat, 0, tuple(s // item for s in strides)
+
+
+def _contiguous(shape):
+    from .strided import contiguous_strides
+
+    return contiguous_strides(shape)
+
+
+__all__ = ["Storage", "storage_of_array", "META"]

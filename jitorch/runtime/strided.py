@@ -1,0 +1,153 @@
+"""Index maths of the strided layout: every view op is one of these functions.
+
+Shapes and strides are tuples of ints, strides counted in elements. Nothing
+here touches data, so eager views, the tracer's meta rules and the compiler's
+view folding all share it.
+"""
+
+from __future__ import annotations
+
+from math import prod
+
+
+def contiguous_strides(shape):
+    strides = []
+    acc = 1
+    for n in reversed(shape):
+        strides.append(acc)
+        acc *= max(n, 1)
+    return tuple(reversed(strides))
+
+
+def is_contiguous(shape, strides):
+    """torch's rule: dims of size 1 may have any stride; empty tensors are contiguous."""
+    expected = 1
+    for n, s in zip(reversed(shape), reversed(strides)):
+        if n == 0:
+            return True
+        if n != 1:
+            if s != expected:
+                return False
+            expected *= n
+    return True
+
+
+def is_non_overlapping_and_dense(shape, strides):
+    """True when the elements fill a block of memory exactly once (any order)."""
+    dims = sorted((s, n) for n, s in zip(shape, strides) if n != 1)
+    expected = 1
+    for s, n in dims:
+        if n == 0:
+            return True
+        if s != expected:
+            return False
+        expected *= n
+    return True
+
+
+def wrap_dim(dim, ndim):
+    """Normalise a possibly negative dim, with torch's IndexError when out of range."""
+    try:
+        dim = dim.__index__()
+    except AttributeError:
+        raise TypeError(f"dim must be an int, got {type(dim).__name__}") from None
+    lo, hi = (-1, 0) if ndim == 0 else (-ndim, ndim - 1)
+    if dim < lo or dim > hi:
+        raise IndexError(f"Dimension out of range (expected to be in range of [{lo}, {hi}], but got {dim})")
+    return dim + ndim if dim < 0 else dim
+
+
+def wrap_dims(dims, ndim):
+    """Normalise a dim list; a repeated dim is a RuntimeError, as in torch."""
+    out = tuple(wrap_dim(d, ndim) for d in dims)
+    if len(set(out)) != len(out):
+        for d in out:
+            if out.count(d) > 1:
+                raise RuntimeError(f"dim {d} appears multiple times in the list of dims")
+    return out
+
+
+def broadcast_shapes(*shapes):
+    """The shape all arguments broadcast to, or torch's RuntimeError naming the sizes."""
+    if len(shapes) == 2:
+        a, b = shapes
+        if a == b:
+            return a
+    ndim = max((len(s) for s in shapes), default=0)
+    out = [1] * ndim
+    for shape in shapes:
+        off = ndim - len(shape)
+        for i in range(len(shape) - 1, -1, -1):
+            n = shape[i]
+            j = off + i
+            m = out[j]
+            if m == n or n == 1:
+                continue
+            if m == 1:
+                out[j] = n
+            else:
+                raise RuntimeError(
+                    f"The size of tensor a ({m}) must match the size of tensor b ({n}) "
+                    f"at non-singleton dimension {j}"
+                )
+    return tuple(out)
+
+
+def infer_size(shape, numel):
+    """Resolve one -1 in a requested shape against ``numel``."""
+    shape = list(shape)
+    infer = None
+    known = 1
+    for i, n in enumerate(shape):
+        if n == -1:
+            if infer is not None:
+                raise RuntimeError("only one dimension can be inferred")
+            infer = i
+        elif n < 0:
+            raise RuntimeError(f"invalid shape dimension {n}")
+        else:
+            known *= n
+    if infer is not None:
+        if known == 0 or numel % known:
+            raise RuntimeError(f"shape '{list_str(shape)}' is invalid for input of size {numel}")
+        shape[infer] = numel // known
+    elif known != numel:
+        raise RuntimeError(f"shape '{list_str(shape)}' is invalid for input of size {numel}")
+    return tuple(shape)
+
+
+def list_str(shape):
+    return "[" + ", ".join(str(n) for n in shape) + "]"
+
+
+def view_strides(shape, strides, new_shape):
+    """Strides that view ``shape``/``strides`` as ``new_shape`` without a copy,
+    or None when no such view exists (torch's computeStride)."""
+    numel = prod(shape)
+    if numel == 0:
+        return contiguous_strides(new_shape)
+    new_strides = [0] * len(new_shape)
+    view_d = len(new_shape) - 1
+    chunk_base_stride = strides[-1] if strides else 1
+    tensor_numel = 1
+    view_numel = 1
+    for tensor_d in range(len(shape) - 1, -1, -1):
+        tensor_numel *= shape[tensor_d]
+        if tensor_d == 0 or (shape[tensor_d - 1] != 1 and strides[tensor_d - 1] != tensor_numel * chunk_base_stride):
+            while view_d >= 0 and (view_numel < tensor_numel or new_shape[view_d] == 1):
+                new_strides[view_d] = view_numel * chunk_base_stride
+                view_numel *= new_shape[view_d]
+                view_d -= 1
+            if view_numel != tensor_numel:
+                return None
+            if tensor_d > 0:
+                chunk_base_stride = strides[tensor_d - 1]
+                tensor_numel = 1
+                view_numel = 1
+    if view_d != -1:
+        return None
+    return tuple(new_strides)
+
+
+def numel(shape):
+    return prod(shape)

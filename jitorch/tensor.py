@@ -1,0 +1,550 @@
+"""Tensor: a strided view on a Storage, plus autograd fields.
+
+A tensor is ``storage + shape + strides (elements) + offset``; its dtype and
+device are the storage's. Every op method is generated from the op registry
+(`jitorch.ops.registry.install`); what is written here is the data model, the
+NumPy bridge and the Python protocol.
+"""
+
+from __future__ import annotations
+
+import builtins
+import operator
+
+import numpy as np
+
+from .runtime import dtypes as _dt
+from .runtime.device import CPU, to_device
+from .runtime.storage import Storage, storage_of_array
+from .runtime.strided import contiguous_strides, is_contiguous, wrap_dim
+
+
+class Size(tuple):
+    """torch.Size: a tuple of ints that prints as ``jitorch.Size([2, 3])``."""
+
+    __slots__ = ()
+
+    def numel(self):
+        n = 1
+        for s in self:
+            n *= s
+        return n
+
+    def __repr__(self):
+        return f"jitorch.Size({list(self)})"
+
+    def __getitem__(self, item):
+        r = tuple.__getitem__(self, item)
+        return Size(r) if isinstance(item, slice) else r
+
+    def __add__(self, other):
+        return Size(tuple(self) + tuple(other))
+
+
+class Tensor:
+    """An n-dimensional strided array, PyTorch style."""
+
+    __slots__ = ("_storage", "_shape", "_stride", "_offset", "_arr", "dtype", "device",
+                 "_requires_grad", "grad", "grad_fn", "_base", "_meta", "__weakref__", "__dict__")
+
+    __array_priority__ = 1000  # numpy defers reflected operators to us
+
+    # Construction ---------------------------------------------------------
+
+    @classmethod
+    def _make(cls, storage, shape, strides, offset, arr=None):
+        t = object.__new__(cls)
+        t._storage = storage
+        t._shape = shape if shape.__class__ is Size else Size(shape)
+        t._stride = strides
+        t._offset = offset
+        t._arr = arr
+        t.dtype = storage.dtype
+        t.device = storage.device
+        t._requires_grad = False
+        t.grad = None
+        t.grad_fn = None
+        t._base = None
+        return t
+
+    @classmethod
+    def _from_array(cls, arr, dtype=None):
+        """Wrap a NumPy array without copying where its strides allow."""
+        if dtype is None:
+            dtype = _dt.from_numpy_dtype(arr.dtype)
+        if arr.flags.c_contiguous:
+            flat = arr.reshape(-1)
+            return cls._make(Storage(flat, dtype), arr.shape, contiguous_strides(arr.shape), 0, arr)
+        found = storage_of_array(arr)
+        if found is None:
+            arr = np.ascontiguousarray(arr)
+            return cls._from_array(arr, dtype)
+        flat, offset, strides = found
+        return cls._make(Storage(flat, dtype), arr.shape, strides, offset, arr)
+
+    @classmethod
+    def _empty(cls, shape, dtype, device=CPU):
+        n = 1
+        for s in shape:
+            n *= s
+        storage = Storage.empty(n, dtype, device)
+        return cls._make(storage, tuple(shape), contiguous_strides(shape), 0)
+
+    @classmethod
+    def _view_of(cls, base, shape, strides, offset):
+        t = cls._make(base._storage, shape, strides, offset)
+        t._base = base if base._base is None else base._base
+        return t
+
+    def _set_geometry(self, shape, strides, offset):
+        self._shape = Size(shape)
+        self._stride = tuple(strides)
+        self._offset = offset
+        self._arr = None
+
+    def _resize(self, shape):
+        fresh = Tensor._empty(shape, self.dtype, self.device)
+        self._storage = fresh._storage
+        self._set_geometry(fresh._shape, fresh._stride, 0)
+
+    # The NumPy view ----------------------------------------------------------
+
+    def _array(self):
+        """The NumPy view of this tensor's elements (shares memory; cached)."""
+        arr = self._arr
+        if arr is None:
+            st = self._storage
+            if st.data is None:
+                raise NotImplementedError(
+                    f"Cannot access the data of a tensor on device '{self.device}'"
+                )
+            item = st.dtype.itemsize
+            if st.size == 0 or 0 in self._shape:
+                arr = np.empty(self._shape, st.data.dtype)
+            else:
+                arr = np.ndarray(self._shape, st.data.dtype, buffer=st.data, offset=self._offset * item,
+                                 strides=tuple(s * item for s in self._stride))
+            self._arr = arr
+        return arr
+
+    def _write(self, value):
+        """Copy a tensor or array into this tensor's elements, casting; bumps the version."""
+        src = value._array() if isinstance(value, Tensor) else value
+        np.copyto(self._array(), src, casting="unsafe")
+        self._storage._version += 1
+
+    def _bump_version(self):
+        self._storage._version += 1
+
+    # Metadata -------------------------------------------------------------------
+
+    @property
+    def shape(self):
+        return self._shape
+
+    def size(self, dim=None):
+        """The shape, or the size of one dim."""
+        if dim is None:
+            return self._shape
+        return self._shape[wrap_dim(dim, len(self._shape))]
+
+    def stride(self, dim=None):
+        """Strides in elements, or the stride of one dim."""
+        if dim is None:
+            return self._stride
+        return self._stride[wrap_dim(dim, len(self._shape))]
+
+    def storage_offset(self):
+        return self._offset
+
+    @property
+    def ndim(self):
+        return len(self._shape)
+
+    def dim(self):
+        return len(self._shape)
+
+    ndimension = dim
+
+    def numel(self):
+        n = 1
+        for s in self._shape:
+            n *= s
+        return n
+
+    nelement = numel
+
+    def element_size(self):
+        return self.dtype.itemsize
+
+    @property
+    def itemsize(self):
+        return self.dtype.itemsize
+
+    @property
+    def nbytes(self):
+        return self.numel() * self.dtype.itemsize
+
+    def is_contiguous(self, memory_format=None):
+        return is_contiguous(self._shape, self._stride)
+
+    def data_ptr(self):
+        return self._storage.data_ptr() + self._offset * self.dtype.itemsize
+
+    def untyped_storage(self):
+        return self._storage
+
+    def is_floating_point(self):
+        return self.dtype.is_floating_point
+
+    def is_complex(self):
+        return False
+
+    def is_signed(self):
+        return self.dtype.is_signed
+
+    @property
+    def is_cuda(self):
+        return self.device.type == "cuda"
+
+    @property
+    def is_cpu(self):
+        return self.device.type == "cpu"
+
+    @property
+    def is_meta(self):
+        return self.device.type == "meta"
+
+    @property
+    def _version(self):
+        return self._storage._version
+
+    def get_device(self):
+        return -1 if self.device.type == "cpu" else (self.device.index or 0)
+
+    @property
+    def layout(self):
+        return "strided"
+
+    # Autograd fields (the engine arrives with the autograd layer) ------------------
+
+    @property
+    def requires_grad(self):
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, flag):
+        self.requires_grad_(flag)
+
+    def requires_grad_(self, requires_grad=True):
+        """Mark this tensor as needing gradients (floating dtypes only)."""
+        if requires_grad and not self.dtype.is_floating_point:
+            raise RuntimeError("only Tensors of floating point and complex dtype can require gradients")
+        if not requires_grad and self.grad_fn is not None:
+            raise RuntimeError(
+                "you can only change requires_grad flags of leaf variables. If you want to use a computed "
+                "variable in a subgraph that doesn't require differentiation use var_no_grad = var.detach()."
+            )
+        self._requires_grad = builtins.bool(requires_grad)
+        return self
+
+    @property
+    def is_leaf(self):
+        return self.grad_fn is None
+
+    # NumPy and Python values ---------------------------------------------------
+
+    def numpy(self, *, force=False):
+        """A NumPy array sharing this tensor's memory (CPU only)."""
+        if self._requires_grad and not force:
+            raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
+        if self.device.type != "cpu":
+            raise TypeError(
+                f"can't convert {self.device.type} device type tensor to numpy. "
+                "Use Tensor.cpu() to copy the tensor to host memory first."
+            )
+        return self._array()
+
+    def __array__(self, dtype=None, copy=None):
+        arr = self.numpy(force=True)
+        if dtype is not None:
+            return arr.astype(dtype, copy=False)
+        return arr
+
+    def item(self):
+        """The single value of a one-element tensor as a Python number."""
+        n = self.numel()
+        if n != 1:
+            raise RuntimeError(f"a Tensor with {n} elements cannot be converted to Scalar")
+        return self._array().reshape(()).item() if self.dtype is not _dt.bfloat16 else float(
+            self._array().reshape(()).astype(np.float32))
+
+    def tolist(self):
+        """Nested Python lists of the values (a Python number for 0-d tensors)."""
+        arr = self._array()
+        if self.dtype is _dt.bfloat16 or self.dtype is _dt.float16:
+            arr = arr.astype(np.float32)
+        return arr.tolist()
+
+    def _scalar_value(self, what):
+        n = self.numel()
+        if n != 1:
+            raise RuntimeError(f"a Tensor with {n} elements cannot be converted to Scalar")
+        return self.item()
+
+    def __bool__(self):
+        n = self.numel()
+        if n != 1:
+            raise RuntimeError(f"Boolean value of Tensor with more than one value is ambiguous" if n > 1
+                               else "Boolean value of Tensor with no values is ambiguous")
+        return builtins.bool(self.item())
+
+    def __int__(self):
+        return int(self._scalar_value("int"))
+
+    def __float__(self):
+        return float(self._scalar_value("float"))
+
+    def __index__(self):
+        if self.dtype.is_floating_point or self.numel() != 1:
+            raise TypeError("only integer tensors of a single element can be converted to an index")
+        return int(self.item())
+
+    def __len__(self):
+        if not self._shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self._shape[0]
+
+    def __iter__(self):
+        if not self._shape:
+            raise TypeError("iteration over a 0-d tensor")
+        return iter(self.unbind(0))
+
+    def __hash__(self):
+        return id(self)
+
+    def __repr__(self):
+        from ._tensor_str import tensor_repr
+        return tensor_repr(self)
+
+    def __format__(self, spec):
+        if self.ndim == 0:
+            return format(self.item(), spec)
+        return object.__format__(self, spec)
+
+    def __reduce_ex__(self, protocol):
+        return (_rebuild, (self.tolist() if self.device.type != "meta" else None, self.dtype, self._shape))
+
+    # Copies and conversion ------------------------------------------------------
+
+    def to(self, *args, **kwargs):
+        """Cast and/or move: ``to(dtype)``, ``to(device)``, ``to(device, dtype)``, ``to(other)``."""
+        dtype = kwargs.pop("dtype", None)
+        device = kwargs.pop("device", None)
+        copy = kwargs.pop("copy", False)
+        kwargs.pop("non_blocking", None)
+        kwargs.pop("memory_format", None)
+        if kwargs:
+            raise TypeError(f"to() got an unexpected keyword argument '{next(iter(kwargs))}'")
+        for a in args:
+            if isinstance(a, Tensor):
+                dtype, device = a.dtype, a.device
+            elif isinstance(a, _dt.dtype):
+                dtype = a
+            elif isinstance(a, (str, _device_cls(), int)) and not isinstance(a, builtins.bool):
+                device = a
+            elif a is None:
+                continue
+            else:
+                raise TypeError(f"to() received an invalid combination of arguments - got {type(a).__name__}")
+        dtype = self.dtype if dtype is None else _dt.to_dtype(dtype)
+        device = self.device if device is None else to_device(device)
+        if dtype is self.dtype and device == self.device and not copy:
+            return self
+        from .ops import registry
+        return registry.FUNCTIONS["_to_copy"](self, dtype=dtype, device=device)
+
+    def type(self, dtype=None):
+        """The type name, or a cast to ``dtype``."""
+        if dtype is None:
+            return f"jitorch.{_TYPE_NAMES[self.dtype.name]}"
+        return self.to(_dt.to_dtype(dtype))
+
+    def float(self):
+        return self.to(_dt.float32)
+
+    def double(self):
+        return self.to(_dt.float64)
+
+    def half(self):
+        return self.to(_dt.float16)
+
+    def bfloat16(self):
+        return self.to(_dt.bfloat16)
+
+    def int(self):
+        return self.to(_dt.int32)
+
+    def long(self):
+        return self.to(_dt.int64)
+
+    def short(self):
+        return self.to(_dt.int16)
+
+    def char(self):
+        return self.to(_dt.int8)
+
+    def byte(self):
+        return self.to(_dt.uint8)
+
+    def bool(self):
+        return self.to(_dt.bool)
+
+    def cpu(self):
+        return self.to("cpu")
+
+    def cuda(self, device=None, non_blocking=False):
+        return self.to("cuda" if device is None else device)
+
+    def type_as(self, other):
+        return self.to(other.dtype)
+
+    def new_tensor(self, data, dtype=None, device=None, requires_grad=False):
+        from .ops.creation import tensor
+        return tensor(data, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad)
+
+    def detach(self):
+        """A view of the same data, cut from the autograd graph."""
+        t = Tensor._view_of(self, self._shape, self._stride, self._offset)
+        return t
+
+    def detach_(self):
+        self.grad_fn = None
+        self._requires_grad = False
+        return self
+
+    # Indexing --------------------------------------------------------------------
+
+    def __getitem__(self, index):
+        from .ops.indexing import getitem
+        return getitem(self, index)
+
+    def __setitem__(self, index, value):
+        from .ops.indexing import setitem
+        setitem(self, index, value)
+
+    @property
+    def T(self):
+        if self.ndim > 2:
+            import warnings
+            warnings.warn("The use of `x.T` on tensors of dimension other than 2 to reverse their shape is "
+                          "deprecated", UserWarning, stacklevel=2)
+        return self.permute(*range(self.ndim - 1, -1, -1))
+
+    @property
+    def mT(self):
+        if self.ndim < 2:
+            raise RuntimeError(f"tensor.mT is only supported on matrices or batches of matrices. Got {self.ndim}-D tensor.")
+        return self.transpose(-2, -1)
+
+    @property
+    def H(self):
+        return self.T
+
+    @property
+    def mH(self):
+        return self.mT
+
+    @property
+    def data(self):
+        return self.detach()
+
+    @data.setter
+    def data(self, other):
+        self._storage = other._storage
+        self._set_geometry(other._shape, other._stride, other._offset)
+        self.dtype = other.dtype
+        self.device = other.device
+
+
+_TYPE_NAMES = {
+    "bool": "BoolTensor", "uint8": "ByteTensor", "int8": "CharTensor", "int16": "ShortTensor",
+    "int32": "IntTensor", "int64": "LongTensor", "float16": "HalfTensor", "bfloat16": "BFloat16Tensor",
+    "float32": "FloatTensor", "float64": "DoubleTensor",
+}
+
+
+def _device_cls():
+    from .runtime.device import device
+    return device
+
+
+def _rebuild(values, dtype, shape):
+    from .ops.creation import tensor
+    if values is None:
+        return Tensor._empty(shape, dtype, to_device("meta"))
+    return tensor(values, dtype=dtype)
+
+
+# Python operators, each the registry op of the same meaning.
+_BINARY = {
+    "add": "add", "sub": "sub", "mul": "mul", "truediv": "div", "floordiv": "floor_divide",
+    "mod": "remainder", "pow": "pow", "matmul": "matmul", "and": "bitwise_and", "or": "bitwise_or",
+    "xor": "bitwise_xor", "lshift": "bitwise_left_shift", "rshift": "bitwise_right_shift",
+}
+_COMPARE = {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge"}
+_UNARY = {"neg": "neg", "abs": "abs", "invert": "bitwise_not"}
+
+
+def _install_operators(functions):
+    def forward(fname):
+        def op(self, other):
+            try:
+                return functions[fname](self, other)
+            except TypeError:
+                if isinstance(other, (Tensor, builtins.int, builtins.float, builtins.bool, np.generic)):
+                    raise
+                return NotImplemented
+        return op
+
+    def reflected(fname):
+        def op(self, other):
+            if fname == "matmul":
+                return functions[fname](_as_tensor_like(other, self), self)
+            try:
+                return functions[fname](_as_tensor_like(other, self) if fname in _NEEDS_TENSOR_LHS else other, self)
+            except TypeError:
+                return NotImplemented
+        return op
+
+    def inplace(fname):
+        def op(self, other):
+            return getattr(self, fname + "_")(other)
+        return op
+
+    for dunder, fname in _BINARY.items():
+        if fname not in functions:
+            continue
+        setattr(Tensor, f"__{dunder}__", forward(fname))
+        setattr(Tensor, f"__r{dunder}__", reflected(fname))
+        if dunder != "matmul" and hasattr(Tensor, fname + "_"):
+            setattr(Tensor, f"__i{dunder}__", inplace(fname))
+    for dunder, fname in _COMPARE.items():
+        if fname in functions:
+            setattr(Tensor, f"__{dunder}__", forward(fname))
+    for dunder, fname in _UNARY.items():
+        if fname in functions:
+            setattr(Tensor, f"__{dunder}__", (lambda f: lambda self: functions[f](self))(fname))
+    Tensor.__pos__ = lambda self: self
+
+
+# Ops whose left operand must be a tensor in our kernels (bit shifts of a Python int by a tensor).
+_NEEDS_TENSOR_LHS = {"bitwise_left_shift", "bitwise_right_shift"}
+
+
+def _as_tensor_like(value, like):
+    if isinstance(value, Tensor):
+        return value
+    from .ops.creation import tensor
+    return tensor(value, device=like.device) if not isinstance(value, (builtins.int, builtins.float, builtins.bool)) else \
+        tensor(value, dtype=_dt.result_type(value), device=like.device)
