@@ -1,0 +1,88 @@
+"""Shared test helpers: tensors in every layout with their NumPy twin, comparisons.
+
+`tensor_and_array(arr, layout)` builds a jitorch tensor whose elements equal a
+NumPy array but whose memory layout varies: contiguous, transposed, sliced with
+steps, expanded with stride 0, or an offset view into a larger storage.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import strategies as st
+
+import jitorch as jt
+
+FLOAT_DTYPES = [jt.float16, jt.bfloat16, jt.float32, jt.float64]
+INT_DTYPES = [jt.uint8, jt.int8, jt.int16, jt.int32, jt.int64]
+ALL_DTYPES = [jt.bool] + INT_DTYPES + FLOAT_DTYPES
+LAYOUTS = ["contiguous", "transposed", "strided", "expanded", "offset"]
+
+
+def shapes(min_dims=0, max_dims=4, min_side=0, max_side=5):
+    """Shapes including 0-d, empty dims and size-1 dims."""
+    return st.lists(st.integers(min_side, max_side), min_size=min_dims, max_size=max_dims).map(tuple)
+
+
+def random_array(shape, dtype, rng, low=-10, high=10):
+    """A NumPy array of ``shape`` holding values representable in ``dtype``."""
+    if dtype is jt.bool:
+        return rng.random(shape) < 0.5
+    if not dtype.is_floating_point:
+        lo, hi = (0, 20) if dtype is jt.uint8 else (low, high)
+        return rng.integers(lo, hi, size=shape).astype(dtype.np)
+    return rng.uniform(low, high, size=shape).astype(dtype.np)
+
+
+def tensor_and_array(arr, layout="contiguous"):
+    """(tensor, expected values): a jitorch tensor built from ``arr`` in ``layout``.
+
+    "expanded" broadcasts the first slice of ``arr`` along dim 0 (stride 0), so
+    its expected values differ from ``arr``; the other layouts keep the values.
+    """
+    arr = np.asarray(arr)
+    dtype = jt.runtime.dtypes.from_numpy_dtype(arr.dtype)
+    if layout == "contiguous" or arr.ndim == 0:
+        return jt.tensor(arr, dtype=dtype), arr
+    if layout == "transposed":
+        base = jt.tensor(np.ascontiguousarray(np.swapaxes(arr, 0, -1)), dtype=dtype)
+        return base.transpose(0, -1), arr
+    if layout == "strided":
+        big = np.zeros(tuple(2 * n for n in arr.shape), dtype=arr.dtype)
+        big[tuple(slice(None, None, 2) for _ in arr.shape)] = arr
+        return jt.tensor(big, dtype=dtype)[tuple(slice(None, None, 2) for _ in arr.shape)], arr
+    if layout == "expanded":
+        if arr.shape[0] == 0:
+            return jt.tensor(arr, dtype=dtype), arr
+        first = np.ascontiguousarray(arr[:1])
+        return jt.tensor(first, dtype=dtype).expand(*arr.shape), np.broadcast_to(first, arr.shape).copy()
+    if layout == "offset":
+        flat = np.concatenate([np.zeros(3, arr.dtype), arr.reshape(-1)])
+        return jt.tensor(flat, dtype=dtype)[3:].view(*arr.shape), arr
+    raise ValueError(layout)
+
+
+def to_numpy(t):
+    """Values of a tensor as a NumPy array (bfloat16 and float16 widened to float32)."""
+    a = np.asarray(t._array())
+    if t.dtype in (jt.bfloat16, jt.float16):
+        a = a.astype(np.float32)
+    return a
+
+
+def assert_close(actual, expected, dtype=None, rtol=None, atol=None, equal_nan=True):
+    """Compare a tensor's values with NumPy's, with tolerances by dtype."""
+    dtype = dtype or actual.dtype
+    tol = {jt.float16: (1e-3, 1e-3), jt.bfloat16: (1e-2, 1e-2), jt.float32: (1.3e-6, 1e-5),
+           jt.float64: (1e-7, 1e-7)}.get(dtype, (0, 0))
+    rtol = tol[0] if rtol is None else rtol
+    atol = tol[1] if atol is None else atol
+    got = to_numpy(actual)
+    exp = np.asarray(expected)
+    assert got.shape == exp.shape, f"shape {got.shape} != {exp.shape}"
+    if dtype.is_floating_point:
+        np.testing.assert_allclose(got.astype(np.float64), exp.astype(np.float64), rtol=rtol, atol=atol,
+                                   equal_nan=equal_nan)
+    else:
+        np.testing.assert_array_equal(got, exp)
+
+
