@@ -90,7 +90,7 @@ class OpDef:
         names = [r.name for r in schema.returns]
         self.result_type = None
         if len(schema.returns) > 1 and all(names):
-            self.result_type = namedtuple(f"{schema.name}_result", names)
+            self.result_type = namedtuple(schema.name, names)
             self.result_type.__module__ = "jitorch.return_types"
 
     def __repr__(self):
