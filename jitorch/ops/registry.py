@@ -10,6 +10,9 @@ An `OpDef` holds one schema and everything that derives from it:
   NumPy views in place of tensors and returns NumPy arrays.
 * ``view(*args)`` for view ops instead of a kernel: the stride transform
   ``-> (shape, strides, offset)`` that makes a view without copying.
+* ``composite(*args)`` for ops defined by other ops (``reshape`` is a view or
+  a copy then a view): the body runs on the public API, so tracing records its
+  parts and autograd differentiates them; such an op needs no meta or kernel.
 * ``attrs``: what later layers attach (scalar lowering, derivative rule, ...).
 
 From the schema the registry generates the public functional form
@@ -65,7 +68,7 @@ class TensorSpec:
 class OpDef:
     """One op: its schema, meta rule, kernels and variants."""
 
-    def __init__(self, schema, *, meta, kind, kernels, view, variants, doc, method_name, attrs):
+    def __init__(self, schema, *, meta, kind, kernels, view, composite, variants, doc, method_name, attrs):
         self.schema = schema
         self.name = schema.full_name
         self.public_name = schema.name
@@ -73,6 +76,7 @@ class OpDef:
         self.meta = meta
         self.kernels = kernels
         self.view = view
+        self.composite = composite
         self.variants = frozenset(variants)
         self.doc = doc
         self.method_name = method_name or schema.name
@@ -145,6 +149,8 @@ def _converter(op, arg):
             def check_list(v):
                 if isinstance(v, Tensor) or not isinstance(v, (list, tuple)):
                     _bad_arg(op, arg, v, "tuple of Tensors")
+                if arg.elem_optional:
+                    return tuple(None if t is None else check_tensor(t) for t in v)
                 return tuple(check_tensor(t) for t in v)
             return optional(check_list)
         return optional(check_tensor)
@@ -244,6 +250,9 @@ def call(op, args, out=None):
     """Run ``op`` on arguments in schema order; write into ``out`` if given."""
     args = convert_args(op, args)
     check_same_device(op, args)
+    if op.composite is not None:
+        result = op.composite(*args)
+        return result if out is None else write_out(op, out, result)
     for hook in DISPATCH_HOOKS:
         r = hook(op, args, out)
         if r is not NotImplemented:
@@ -302,11 +311,16 @@ def _wrap_one(op, spec, raw):
     npd = spec.dtype.np
     if raw.dtype != npd:
         raw = raw.astype(npd)
-    if raw.shape != spec.shape:
+    if raw.shape != spec.shape and not _matches_unknown(raw.shape, spec.shape):
         raise AssertionError(
             f"internal error in {op.name}: kernel gave shape {raw.shape}, meta rule said {spec.shape}"
         )
     return Tensor._from_array(raw, spec.dtype)
+
+
+def _matches_unknown(shape, spec_shape):
+    """Data-dependent ops (``nonzero``) give None for dims only their data decides."""
+    return len(shape) == len(spec_shape) and all(s is None or s == n for n, s in zip(shape, spec_shape))
 
 
 def _wrap(op, spec, raw):
@@ -366,9 +380,12 @@ def call_inplace(op, args):
         shape, strides, offset = op.view(*args)
         self._set_geometry(shape, strides, offset)
         return self
-    spec = op.meta(*args)
-    check_inplace(op, self, spec)
-    result = execute(op, args)
+    if op.composite is not None:
+        result = op.composite(*args)
+        check_inplace(op, self, result)
+    else:
+        check_inplace(op, self, op.meta(*args))
+        result = execute(op, args)
     self._write(result)
     return self
 
@@ -418,9 +435,13 @@ def scalar_name(d):
 
 # Declaration --------------------------------------------------------------
 
-def defop(schema, *, meta=None, kind="other", cpu=None, view=None, variants=("function", "method"),
-          method_name=None, kernels=None, doc=None, **attrs):
-    """Declare an op. Returns the OpDef; `install` later generates its variants."""
+def defop(schema, *, meta=None, kind="other", cpu=None, view=None, composite=None,
+          variants=("function", "method"), method_name=None, kernels=None, doc=None, **attrs):
+    """Declare an op. Returns the OpDef; `install` later generates its variants.
+
+    A meta rule may give ``None`` for an output dim that only the data decides
+    (``nonzero``); the tracer refuses such ops, eager runs them.
+    """
     s = parse_schema(schema)
     if s.full_name in OPS:
         raise ValueError(f"op {s.full_name} declared twice")
@@ -429,9 +450,9 @@ def defop(schema, *, meta=None, kind="other", cpu=None, view=None, variants=("fu
         ks["cpu"] = cpu
     if view is not None and meta is None:
         meta = _view_meta(view)
-    if meta is None:
+    if meta is None and composite is None:
         raise ValueError(f"op {s.full_name} needs a meta rule")
-    op = OpDef(s, meta=meta, kind=kind, kernels=ks, view=view, variants=variants, doc=doc,
+    op = OpDef(s, meta=meta, kind=kind, kernels=ks, view=view, composite=composite, variants=variants, doc=doc,
                method_name=method_name, attrs=attrs)
     OPS[op.name] = op
     PUBLIC.setdefault(s.name, []).append(op)

@@ -7,7 +7,7 @@
 Argument types: ``Tensor``, ``Tensor[]``, ``Scalar``, ``int``, ``int[]``,
 ``int...`` (a size given as varargs or one sequence), ``float``, ``bool``,
 ``str``, ``ScalarType``, ``Device``, ``Generator``, ``Any``; a ``?`` suffix
-allows None. A parsed schema drives argument binding, the checks of argument
+allows None (``Tensor?[]``: a list whose items may be None). A parsed schema drives argument binding, the checks of argument
 types, and later the IR's printed form.
 """
 
@@ -17,7 +17,7 @@ import ast
 import re
 from dataclasses import dataclass, field
 
-_ARG = re.compile(r"^\s*([A-Za-z]+)(\[\]|\.\.\.)?(\?)?\s+([A-Za-z_][A-Za-z_0-9]*)\s*(?:=\s*(.+?))?\s*$")
+_ARG = re.compile(r"^\s*([A-Za-z]+)(\?(?=\[\]))?(\[\]|\.\.\.)?(\?)?\s+([A-Za-z_][A-Za-z_0-9]*)\s*(?:=\s*(.+?))?\s*$")
 _SCHEMA = re.compile(r"^\s*([A-Za-z_][A-Za-z_0-9]*)(?:\.([A-Za-z_0-9]+))?\s*\((.*)\)\s*->\s*(.+?)\s*$")
 _BASE_TYPES = {"Tensor", "Scalar", "int", "float", "bool", "str", "ScalarType", "Device", "Generator", "Any"}
 _NO_DEFAULT = object()
@@ -30,6 +30,7 @@ class Arg:
     list: bool = False  # Tensor[] / int[]
     varargs: bool = False  # int...
     optional: bool = False
+    elem_optional: bool = False  # Tensor?[]: a list whose items may be None
     kwarg_only: bool = False
     default: object = _NO_DEFAULT
 
@@ -38,7 +39,8 @@ class Arg:
         return self.default is not _NO_DEFAULT
 
     def type_str(self):
-        return self.type + ("[]" if self.list else "...") * (self.list or self.varargs) + "?" * self.optional
+        return (self.type + "?" * self.elem_optional + ("[]" if self.list else "...") * (self.list or self.varargs)
+                + "?" * self.optional)
 
 
 @dataclass(frozen=True)
@@ -117,10 +119,10 @@ def parse_schema(text: str) -> Schema:
         am = _ARG.match(piece)
         if not am or am.group(1) not in _BASE_TYPES:
             raise ValueError(f"bad argument {piece!r} in schema {text!r}")
-        typ, suffix, opt, aname, default = am.groups()
+        typ, elem_opt, suffix, opt, aname, default = am.groups()
         args.append(Arg(
             name=aname, type=typ, list=suffix == "[]", varargs=suffix == "...",
-            optional=bool(opt), kwarg_only=kwarg_only,
+            optional=bool(opt), elem_optional=bool(elem_opt), kwarg_only=kwarg_only,
             default=_NO_DEFAULT if default is None else _parse_default(default, typ),
         ))
     ret_text = ret_text.strip()
