@@ -17,6 +17,7 @@ from .runtime import dtypes as _dt
 from .runtime.device import CPU, to_device
 from .runtime.storage import Storage, storage_of_array
 from .runtime.strided import contiguous_strides, is_contiguous, wrap_dim
+from .ops.registry import contiguous_strides_cached
 
 
 class Size(tuple):
@@ -44,8 +45,14 @@ class Size(tuple):
 class Tensor:
     """An n-dimensional strided array, PyTorch style."""
 
-    __slots__ = ("_storage", "_shape", "_stride", "_offset", "_arr", "dtype", "device",
-                 "_requires_grad", "grad", "grad_fn", "_base", "_meta", "__weakref__", "__dict__")
+    # Fields every tensor sets are slots; the autograd fields, rarely set, are
+    # class defaults overridden in the instance dict, which keeps creation cheap.
+    __slots__ = ("_storage", "_shape", "_stride", "_offset", "_arr", "dtype", "device", "__weakref__", "__dict__")
+
+    _requires_grad = False
+    grad = None
+    grad_fn = None
+    _base = None
 
     __array_priority__ = 1000  # numpy defers reflected operators to us
 
@@ -55,16 +62,12 @@ class Tensor:
     def _make(cls, storage, shape, strides, offset, arr=None):
         t = object.__new__(cls)
         t._storage = storage
-        t._shape = shape if shape.__class__ is Size else Size(shape)
+        t._shape = shape
         t._stride = strides
         t._offset = offset
         t._arr = arr
         t.dtype = storage.dtype
         t.device = storage.device
-        t._requires_grad = False
-        t.grad = None
-        t.grad_fn = None
-        t._base = None
         return t
 
     @classmethod
@@ -74,7 +77,7 @@ class Tensor:
             dtype = _dt.from_numpy_dtype(arr.dtype)
         if arr.flags.c_contiguous:
             flat = arr.reshape(-1)
-            return cls._make(Storage(flat, dtype), arr.shape, contiguous_strides(arr.shape), 0, arr)
+            return cls._make(Storage(flat, dtype), arr.shape, contiguous_strides_cached(arr.shape), 0, arr)
         found = storage_of_array(arr)
         if found is None:
             arr = np.ascontiguousarray(arr)
@@ -97,7 +100,7 @@ class Tensor:
         return t
 
     def _set_geometry(self, shape, strides, offset):
-        self._shape = Size(shape)
+        self._shape = tuple(shape)
         self._stride = tuple(strides)
         self._offset = offset
         self._arr = None
@@ -140,12 +143,12 @@ class Tensor:
 
     @property
     def shape(self):
-        return self._shape
+        return Size(self._shape)
 
     def size(self, dim=None):
         """The shape, or the size of one dim."""
         if dim is None:
-            return self._shape
+            return Size(self._shape)
         return self._shape[wrap_dim(dim, len(self._shape))]
 
     def stride(self, dim=None):

@@ -5,15 +5,29 @@ operands to the compute dtype, apply the formula, cast to the result dtype)
 are generic; an op supplies only its schema, promotion kind and formula.
 The formula receives operands as NumPy arrays in the compute dtype (Python
 numbers stay numbers) followed by the op's other arguments in schema order.
+
+Floating-point warnings from formulas (log(0), 0/0) are silenced by a warnings
+filter on jitorch's modules rather than `np.errstate`, which costs more than
+the whole add of two small arrays; torch does not warn either.
+
+Each op also gets a fast path for the commonest eager call: operands of one
+dtype (or a tensor and a Python number of its kind) where NumPy's own dtype
+and broadcasting rules give torch's answer; anything else takes the general
+path through the meta rule.
 """
 
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 
 from ..runtime import dtypes as _dt
 from . import meta as M
+from . import registry
 from .registry import defop
+
+warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"jitorch(\.|$)")
 
 _INT_RANGE = {d.np: _dt.iinfo_range(d) for d in _dt.INTEGRAL}
 
@@ -27,7 +41,7 @@ def _scalar_in(value, compute_np):
 
 
 def defpointwise(schema, formula, promotion=M.DEFAULT, *, variants=("function", "method", "inplace", "out"),
-                 errstate=True, check=None, **attrs):
+                 check=None, **attrs):
     """Declare a pointwise op. ``check(spec, *args)`` may raise for bad values or dtypes."""
     op = defop(schema, meta=lambda *a: None, kind="pointwise", variants=variants, **attrs)
     positions = tuple(i for i, _ in op.tensor_args)
@@ -50,12 +64,95 @@ def defpointwise(schema, formula, promotion=M.DEFAULT, *, variants=("function", 
             else:
                 vals.append(_scalar_in(a, c))
         rest = [args[i] for i in others]
-        if errstate:
-            with np.errstate(all="ignore"):
-                return formula(*vals, *rest)
         return formula(*vals, *rest)
 
     op.meta = meta
     op.kernels["cpu"] = kernel
+    if check is None:
+        op.fast = _fast_path(formula, promotion, positions, others)
     op.attrs.setdefault("promotion", promotion)
     return op
+
+
+# dtype kinds whose results NumPy computes exactly as torch does, per promotion kind
+_FAST_KINDS = {M.DEFAULT: "biuf", M.INT_TO_FLOAT: "f", M.ALWAYS_BOOL: "biuf", M.KEEP_INT: "biu"}
+_HALVES = (_dt.float16, _dt.bfloat16)
+
+
+def _fast_path(formula, promotion, positions, others):
+    """``fast(args) -> Tensor | None``: the result, or None to take the general path.
+
+    Specialised by arity and written flat: it runs on every small eager op,
+    where each extra Python call is a measurable share of the op's latency.
+    """
+    kinds = _FAST_KINDS[promotion]
+    always_bool = promotion == M.ALWAYS_BOOL
+    Storage = registry.Storage
+    contiguous = registry.CONTIGUOUS_STRIDES
+    cpu = registry.to_device("cpu")
+    n = len(positions)
+    if positions != tuple(range(n)) or n not in (1, 2):
+        return None
+    rest = n < len(others) + n  # the op has arguments besides its operands
+
+    def finish(r, dtype):
+        if dtype.kind not in kinds or dtype in _HALVES:
+            return None
+        out = _dt.bool if always_bool else dtype
+        if r.__class__ is not np.ndarray:
+            r = np.asarray(r)
+        if r.dtype != out.np:
+            return None
+        shape = r.shape
+        strides = contiguous.get(shape)
+        if strides is None or not r.flags.c_contiguous:
+            return registry.Tensor._from_array(r, out)
+        return registry.Tensor._make(Storage(r.reshape(-1), out), shape, strides, 0, r)
+
+    def fast1(args):
+        x = args[0]
+        if x.__class__ is not registry.Tensor or x._requires_grad or x.device is not cpu:
+            return None
+        xa = x._arr
+        r = formula(x._array() if xa is None else xa, *args[1:]) if rest else formula(
+            x._array() if xa is None else xa)
+        return finish(r, x.dtype)
+
+    def fast2(args):
+        Tensor = registry.Tensor
+        x = args[0]
+        y = args[1]
+        if x.__class__ is Tensor:
+            if x._requires_grad or x.device is not cpu:
+                return None
+            dtype = x.dtype
+            xa = x._arr
+            if xa is None:
+                xa = x._array()
+            if y.__class__ is Tensor:
+                if y._requires_grad or y.dtype is not dtype or y.device is not cpu:
+                    return None
+                ya = y._arr
+                if ya is None:
+                    ya = y._array()
+            elif (y.__class__ is float and dtype.kind == "f") or y.__class__ is int:
+                ya = y
+            else:
+                return None
+        elif y.__class__ is Tensor and ((x.__class__ is float and y.dtype.kind == "f") or x.__class__ is int):
+            if y._requires_grad or y.device is not cpu:
+                return None
+            dtype = y.dtype
+            xa = x
+            ya = y._arr
+            if ya is None:
+                ya = y._array()
+        else:
+            return None
+        try:
+            r = formula(xa, ya, *args[2:]) if rest else formula(xa, ya)
+        except (ValueError, OverflowError, TypeError):
+            return None
+        return finish(r, dtype)
+
+    return fast1 if n == 1 else fast2

@@ -32,6 +32,8 @@ import numpy as np
 
 from ..runtime import dtypes as _dt
 from ..runtime.device import to_device
+from ..runtime.storage import Storage  # noqa: F401  (used by fast paths)
+from ..runtime.strided import contiguous_strides
 from .schema import parse_schema
 
 OPS: dict = {}          # full name ("max.dim") -> OpDef
@@ -77,6 +79,7 @@ class OpDef:
         self.kernels = kernels
         self.view = view
         self.composite = composite
+        self.fast = None  # optional fast(args) -> result | None for common eager calls
         self.variants = frozenset(variants)
         self.doc = doc
         self.method_name = method_name or schema.name
@@ -246,8 +249,25 @@ def check_same_device(op, args):
     return first
 
 
+# Contiguous strides of shapes seen so far; hot paths look them up instead of computing.
+CONTIGUOUS_STRIDES: dict = {}
+
+
+def contiguous_strides_cached(shape):
+    strides = CONTIGUOUS_STRIDES.get(shape)
+    if strides is None:
+        if len(CONTIGUOUS_STRIDES) > 4096:
+            CONTIGUOUS_STRIDES.clear()
+        strides = CONTIGUOUS_STRIDES[shape] = contiguous_strides(shape)
+    return strides
+
+
 def call(op, args, out=None):
     """Run ``op`` on arguments in schema order; write into ``out`` if given."""
+    if op.fast is not None and out is None and not DISPATCH_HOOKS:
+        result = op.fast(args)
+        if result is not None:
+            return result
     args = convert_args(op, args)
     check_same_device(op, args)
     if op.composite is not None:

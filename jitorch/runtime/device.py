@@ -76,12 +76,18 @@ _cache: dict = {}
 
 
 def to_device(d) -> device:
-    """Normalise ``None`` (cpu), strings, ints and devices to a device object."""
+    """Normalise ``None`` (cpu), strings, ints and devices to the one canonical
+    device object of each kind, so hot paths may compare devices with ``is``."""
     if d is None:
         return CPU
-    if d.__class__ is device:
-        return d
-    found = _cache.get(d)
+    key = (d.type, d.index) if d.__class__ is device else d
+    found = _cache.get(key)
     if found is None:
-        found = _cache[d] = device(d)
+        found = device(d)
+        found = _cache.setdefault((found.type, found.index), found)
+        _cache[key] = found
     return found
+
+
+_cache[("cpu", None)] = CPU
+_cache[("meta", None)] = META
