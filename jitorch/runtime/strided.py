@@ -51,10 +51,10 @@ def wrap_dim(dim, ndim):
         dim = dim.__index__()
     except AttributeError:
         raise TypeError(f"dim must be an int, got {type(dim).__name__}") from None
-    lo, hi = (-1, 0) if ndim == 0 else (-ndim, ndim - 1)
-    if dim < lo or dim > hi:
-        raise IndexError(f"Dimension out of range (expected to be in range of [{lo}, {hi}], but got {dim})")
-    return dim + ndim if dim < 0 else dim
+    n = max(ndim, 1)  # a 0-d tensor accepts dims 0 and -1, as torch does
+    if dim < -n or dim >= n:
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got {dim})")
+    return dim + n if dim < 0 else dim
 
 
 def wrap_dims(dims, ndim):
