@@ -6,10 +6,6 @@ are generic; an op supplies only its schema, promotion kind and formula.
 The formula receives operands as NumPy arrays in the compute dtype (Python
 numbers stay numbers) followed by the op's other arguments in schema order.
 
-Floating-point warnings from formulas (log(0), 0/0) are silenced by a warnings
-filter on jitorch's modules rather than `np.errstate`, which costs more than
-the whole add of two small arrays; torch does not warn either.
-
 Each op also gets a fast path for the commonest eager call: operands of one
 dtype (or a tensor and a Python number of its kind) where NumPy's own dtype
 and broadcasting rules give torch's answer; anything else takes the general
@@ -18,16 +14,13 @@ path through the meta rule.
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 
 from ..runtime import dtypes as _dt
+from ..runtime import fp_errors
 from . import meta as M
 from . import registry
 from .registry import defop
-
-warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"jitorch(\.|$)")
 
 _INT_RANGE = {d.np: _dt.iinfo_range(d) for d in _dt.INTEGRAL}
 
@@ -95,13 +88,15 @@ def _fast_path(formula, promotion, positions, others):
         return None
     rest = n < len(others) + n  # the op has arguments besides its operands
 
+    fast_dtypes = frozenset(d for d in _dt.ALL if d.kind in kinds and d not in _HALVES)
+
     def finish(r, dtype):
-        if dtype.kind not in kinds or dtype in _HALVES:
+        if dtype not in fast_dtypes:
             return None
         out = _dt.bool if always_bool else dtype
         if r.__class__ is not np.ndarray:
             r = np.asarray(r)
-        if r.dtype != out.np:
+        if r.dtype is not out.np:  # builtin NumPy dtypes are singletons; a miss only costs the slow path
             return None
         shape = r.shape
         strides = contiguous.get(shape)
@@ -114,8 +109,13 @@ def _fast_path(formula, promotion, positions, others):
         if x.__class__ is not registry.Tensor or x._requires_grad or x.device is not cpu:
             return None
         xa = x._arr
-        r = formula(x._array() if xa is None else xa, *args[1:]) if rest else formula(
-            x._array() if xa is None else xa)
+        if xa is None:
+            xa = x._array()
+        token = fp_errors.enter()
+        try:
+            r = formula(xa, *args[1:]) if rest else formula(xa)
+        finally:
+            fp_errors.leave(token)
         return finish(r, x.dtype)
 
     def fast2(args):
@@ -149,10 +149,13 @@ def _fast_path(formula, promotion, positions, others):
                 ya = y._array()
         else:
             return None
+        token = fp_errors.enter()
         try:
             r = formula(xa, ya, *args[2:]) if rest else formula(xa, ya)
         except (ValueError, OverflowError, TypeError):
             return None
+        finally:
+            fp_errors.leave(token)
         return finish(r, dtype)
 
     return fast1 if n == 1 else fast2

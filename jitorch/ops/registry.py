@@ -31,6 +31,7 @@ from numbers import Number
 import numpy as np
 
 from ..runtime import dtypes as _dt
+from ..runtime import fp_errors
 from ..runtime.device import to_device
 from ..runtime.storage import Storage  # noqa: F401  (used by fast paths)
 from ..runtime.strided import contiguous_strides
@@ -85,7 +86,7 @@ class OpDef:
         self.method_name = method_name or schema.name
         self.attrs = dict(attrs)
         self.tensor_args = tuple(
-            (i, a.list) for i, a in enumerate(schema.args) if a.type == "Tensor"
+            (i, a.list or a.varargs) for i, a in enumerate(schema.args) if a.type == "Tensor"
         )
         self.converters = tuple(
             (i, _converter(self, a)) for i, a in enumerate(schema.args)
@@ -148,7 +149,7 @@ def _converter(op, arg):
                 return v.item()
             _bad_arg(op, arg, v, "Tensor")
 
-        if arg.list:
+        if arg.list or arg.varargs:
             def check_list(v):
                 if isinstance(v, Tensor) or not isinstance(v, (list, tuple)):
                     _bad_arg(op, arg, v, "tuple of Tensors")
@@ -264,10 +265,6 @@ def contiguous_strides_cached(shape):
 
 def call(op, args, out=None):
     """Run ``op`` on arguments in schema order; write into ``out`` if given."""
-    if op.fast is not None and out is None and not DISPATCH_HOOKS:
-        result = op.fast(args)
-        if result is not None:
-            return result
     args = convert_args(op, args)
     check_same_device(op, args)
     if op.composite is not None:
@@ -307,7 +304,11 @@ def execute(op, args):
                 vals[i] = [t._array() if isinstance(t, Tensor) else t for t in v]
         elif v.__class__ is Tensor:
             vals[i] = v._array()
-    raw = kernel(spec, *vals)
+    token = fp_errors.enter()
+    try:
+        raw = kernel(spec, *vals)
+    finally:
+        fp_errors.leave(token)
     return _wrap(op, spec, raw)
 
 
@@ -515,8 +516,11 @@ def _varargs_fixup(schema):
     lines = []
     for a in schema.args:
         if a.varargs:
+            # ``*tensors`` takes one list of tensors too; ``*size`` one sequence of ints
+            one_seq = (f"isinstance({a.name}[0], _seq)" if a.type == "Tensor"
+                       else f"not isinstance({a.name}[0], _int)")
             lines.append(
-                f"    if len({a.name}) == 1 and not isinstance({a.name}[0], _int):\n"
+                f"    if len({a.name}) == 1 and {one_seq}:\n"
                 f"        {a.name} = {a.name}[0]"
             )
     return "\n".join(lines)
@@ -531,13 +535,17 @@ def _generate(op, kind):
     fix = _varargs_fixup(s)
     if kind == "inplace":
         body = f"    return _call_inplace(_op, ({argnames}))"
-    elif with_out:
-        body = f"    return _call(_op, ({argnames}), out)"
     else:
-        body = f"    return _call(_op, ({argnames}))"
+        # The fast path is tried here rather than in `call` to spare small ops a frame.
+        fast = f"    if not _hooks{' and out is None' * with_out}:\n" \
+               f"        r = _fast(({argnames}))\n" \
+               f"        if r is not None:\n" \
+               f"            return r\n" if op.fast is not None else ""
+        body = fast + f"    return _call(_op, ({argnames}){', out' * with_out})"
     name = op.public_name + ("_" if kind == "inplace" else "")
     src = f"def {name}({params}):\n" + (fix + "\n" if fix else "") + body + "\n"
-    env = {"_call": call, "_call_inplace": call_inplace, "_op": op, "_int": (int, np.integer),
+    env = {"_call": call, "_call_inplace": call_inplace, "_op": op, "_int": (int, np.integer), "_seq": (list, tuple),
+           "_fast": op.fast, "_hooks": DISPATCH_HOOKS,
            "_D": [a.default if a.has_default else None for a in s.args]}
     exec(compile(src, f"<jitorch op {op.name}>", "exec"), env)
     fn = env[name]

@@ -1,0 +1,156 @@
+"""The op registry: schemas, generated variants, argument checks, out=/in-place rules, fast path."""
+
+import inspect
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import jitorch as jt
+from jitorch.ops import registry
+from jitorch.ops.schema import parse_schema
+from tests.support import ALL_DTYPES, random_array, to_numpy
+
+
+def test_schema_round_trips_its_text():
+    text = "sum(Tensor self, int[]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor"
+    s = parse_schema(text)
+    assert str(s) == text
+    assert [a.name for a in s.args] == ["self", "dim", "keepdim", "dtype"]
+    assert s.arg("dtype").kwarg_only and s.arg("dim").optional and s.arg("dim").list
+
+
+def test_schema_errors_name_the_fragment():
+    with pytest.raises(ValueError, match="bad argument 'Tensr x'"):
+        parse_schema("f(Tensr x) -> Tensor")
+
+
+def test_generated_signature_follows_schema():
+    sig = inspect.signature(jt.add)
+    assert list(sig.parameters) == ["self", "other", "alpha", "out"]
+    assert sig.parameters["alpha"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert "Schema: ``add(" in jt.add.__doc__
+
+
+def test_every_public_op_is_documented_and_has_variants():
+    for name, ops in registry.PUBLIC.items():
+        for op in ops:
+            assert op.doc, f"{op.name} has no doc"
+            assert op.meta is not None or op.composite is not None, op.name
+            if "function" in op.variants and not name.startswith("_"):
+                assert hasattr(jt, name), name
+            if "method" in op.variants:
+                assert hasattr(jt.Tensor, op.method_name), name
+            if "inplace" in op.variants:
+                assert hasattr(jt.Tensor, op.method_name + "_"), name
+
+
+def test_wrong_argument_type_names_op_argument_and_position():
+    with pytest.raises(TypeError, match=r"add\(\): argument 'other' \(position 2\) must be Tensor, not str"):
+        jt.add(jt.ones(2), "a")
+    with pytest.raises(TypeError, match=r"sum\(\): argument 'keepdim' \(position 3\) must be bool, not int"):
+        jt.ones(2).sum(0, 1)
+
+
+def test_out_resizes_casts_and_checks():
+    a = jt.ones(2, 3)
+    out = jt.empty(0, dtype=jt.float64)
+    r = jt.add(a, a, out=out)
+    assert r is out and out.shape == (2, 3) and out.dtype is jt.float64
+    np.testing.assert_array_equal(out.numpy(), 2.0)
+    wrong = jt.zeros(4)
+    with pytest.warns(UserWarning, match="was resized"):
+        jt.add(a, a, out=wrong)
+    assert wrong.shape == (2, 3)
+    ints = jt.zeros(2, 3, dtype=jt.int64)
+    before = ints.numpy().copy()
+    with pytest.raises(RuntimeError, match="result type Float can't be cast to the desired output type Long"):
+        jt.add(a, a, out=ints)
+    np.testing.assert_array_equal(ints.numpy(), before)
+
+
+def test_inplace_checks_shape_and_dtype_before_writing():
+    x = jt.zeros(3)
+    with pytest.raises(RuntimeError, match=r"output with shape \[3\] doesn't match the broadcast shape \[2, 3\]"):
+        x.add_(jt.ones(2, 3))
+    i = jt.zeros(3, dtype=jt.int64)
+    with pytest.raises(RuntimeError, match="result type Float can't be cast to the desired output type Long"):
+        i.add_(0.5)
+    assert x._version == 0 and i._version == 0
+    x.add_(1)
+    assert x._version == 1
+
+
+def test_mixed_devices_raise_before_computing():
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device, but found at least two "
+                                           "devices, cpu and meta"):
+        jt.add(jt.ones(2), jt.ones(2, device="meta"))
+
+
+def test_cuda_tensors_say_cuda_is_unavailable():
+    with pytest.raises(RuntimeError, match="CUDA is not available"):
+        jt.zeros(2, device="cuda")
+
+
+def test_meta_device_runs_meta_rules_only():
+    m = jt.ones(2, 3, device="meta")
+    r = (m * 2).sum(1)
+    assert r.device == jt.device("meta") and r.shape == (2,) and r.dtype is jt.float32
+    with pytest.raises(RuntimeError, match="must match"):
+        m + jt.ones(4, device="meta")
+
+
+def test_varargs_sizes_accept_ints_or_one_sequence():
+    assert jt.zeros(2, 3).shape == jt.zeros((2, 3)).shape == jt.zeros([2, 3]).shape == (2, 3)
+    x = jt.zeros(6)
+    assert x.view(2, 3).shape == x.view((2, 3)).shape == (2, 3)
+
+
+def test_overloads_resolve_by_argument_types():
+    ops = registry.PUBLIC.get("max")
+    if not ops or len(ops) < 2:
+        pytest.skip("max has a single overload in this build")
+    x = jt.tensor([[1.0, 5.0], [3.0, 2.0]])
+    assert jt.max(x).item() == 5.0
+    assert jt.max(x, 1).indices.tolist() == [1, 0]
+    with pytest.raises(TypeError, match="received an invalid combination of arguments"):
+        jt.max(x, "a")
+
+
+@given(st.sampled_from(ALL_DTYPES), st.sampled_from(ALL_DTYPES), st.sampled_from([(3,), (2, 3), ()]),
+       st.sampled_from(["add", "mul", "eq"]))
+def test_fast_path_agrees_with_general_path(da, db, shape, name):
+    rng = np.random.default_rng(1)
+    a = jt.tensor(random_array(shape, da, rng), dtype=da)
+    b = jt.tensor(random_array((3,) if shape else (), db, rng), dtype=db)
+    op = registry.OPS[name]
+    args = (a, b, 1) if name == "add" else (a, b)
+    general = registry.execute(op, registry.convert_args(op, args))
+    fast = op.fast(args) if op.fast else None
+    got = getattr(jt, name)(a, b)
+    assert got.dtype is general.dtype and got.shape == general.shape
+    np.testing.assert_array_equal(to_numpy(got), to_numpy(general))
+    if fast is not None:
+        assert fast.dtype is general.dtype
+
+
+def test_scalar_operands_take_torch_promotion():
+    assert (jt.tensor([1, 2], dtype=jt.int32) + 2.5).dtype is jt.float32
+    assert (jt.tensor([250], dtype=jt.uint8) + 10).tolist() == [4]
+    assert (jt.tensor([1.0], dtype=jt.float16) * 3).dtype is jt.float16
+
+
+def test_kernel_results_never_alias_inputs():
+    x = jt.ones(4)
+    for r in (x + 0, x * 1, jt.exp(x), x.sum()):
+        assert r.untyped_storage() is not x.untyped_storage()
+
+
+def test_floating_point_errors_neither_warn_nor_raise():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert jt.exp(jt.tensor([1000.0])).tolist() == [float("inf")]
+        assert jt.exp(jt.tensor([1000.0], dtype=jt.float16)).tolist() == [float("inf")]
+        assert np.isnan((jt.tensor([float("inf")]) - float("inf")).item())
