@@ -1,36 +1,512 @@
-"""Reductions over dims: sums, means, extremes, statistics, scans and softmax."""
+"""Reductions over dims: sums, means, extremes, statistics, norms, scans and softmax.
+
+Most reductions share one shape: wrap ``dim`` (None or () means every dim),
+pick the result dtype and the dtype to compute in, cast the input, call a NumPy
+reduction with ``axis``/``keepdims``. Those are rows of the `_REDUCTIONS`
+table; the families with other shapes (index results, (values, indices)
+pairs, scans, softmax, moments, norms) are small tables of their own.
+"""
 
 from __future__ import annotations
+
+import math
+import warnings
+from collections import namedtuple
+from numbers import Number
 
 import numpy as np
 
 from ..runtime import dtypes as _dt
-from .meta import reduced_shape, reduction_dims
-from .registry import TensorSpec, defop
+from .meta import opmath, reduced_shape, reduction_dims, wrap_dim
+from .registry import FUNCTIONS, OPS, TensorSpec, defop, scalar_name
+
+_ALL_FORMS = ("function", "method", "out")
 
 
-def _sum_dtype(x, dtype):
-    if dtype is not None:
-        return dtype
-    return _dt.int64 if not x.dtype.is_floating_point else x.dtype
-
-
-def _sum_meta(x, dim, keepdim, dtype):
-    dims = reduction_dims(x, dim)
-    return TensorSpec(reduced_shape(x.shape, dims, keepdim), _sum_dtype(x, dtype), x.device)
-
+# Dims ---------------------------------------------------------------------
 
 def _axis(x, dim):
-    if dim is None or len(dim) == 0:
-        return None
-    return tuple(d % x.ndim for d in dim) if x.ndim else None
+    """NumPy's ``axis`` for a dim argument: None when every dim is reduced."""
+    dims = reduction_dims(x, dim)
+    return dims if dims and x.ndim else None
 
 
-def _sum_cpu(spec, x, dim, keepdim, dtype):
-    acc = np.float32 if spec.dtype in (_dt.float16, _dt.bfloat16) else spec.dtype.np
-    return np.sum(x, axis=_axis(x, dim), keepdims=keepdim, dtype=acc)
+def _count(shape, axis):
+    """How many elements each output element reduces over."""
+    return math.prod(shape if axis is None else (shape[d] for d in axis))
 
 
-defop("sum(Tensor self, int[]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor",
-      meta=_sum_meta, cpu=_sum_cpu, kind="reduction", variants=("function", "method", "out"),
-      doc="Sum over ``dim`` (all dims by default); integers and bools sum as int64.")
+def _check_nonempty(name, x, dims, error=RuntimeError, hint=" Specify the reduction dim with the 'dim' argument."):
+    """Reductions without an identity (max, argmax, ...) refuse empty reductions, as torch does."""
+    if not dims:
+        if math.prod(x.shape) == 0:
+            raise error(f"{name}(): Expected reduction dim to be specified for input.numel() == 0.{hint}")
+        return
+    for d in dims:
+        if x.ndim and x.shape[d] == 0:
+            raise IndexError(f"{name}(): Expected reduction dim {d} to have non-zero size.")
+
+
+# Dtype rules: (op name, input, dtype argument) -> (result dtype, compute dtype) ----
+
+def _accumulated(name, x, dtype):
+    """sum, prod, cumsum: integers and bools accumulate as int64; ``dtype=`` casts the input first."""
+    out = dtype or (x.dtype if x.dtype.is_floating_point else _dt.int64)
+    return out, opmath(out)
+
+
+def _same(name, x, dtype):
+    return x.dtype, opmath(x.dtype)
+
+
+def _floating_mean(name, x, dtype):
+    if dtype is not None and not dtype.is_floating_point:
+        raise RuntimeError(f"{name}(): could not infer output dtype. Optional dtype must be either a floating point "
+                           f"or complex dtype. Got: {scalar_name(dtype)}")
+    if dtype is None and not x.dtype.is_floating_point:
+        raise RuntimeError(f"{name}(): could not infer output dtype. Input dtype must be either a floating point "
+                           f"or complex dtype. Got: {scalar_name(x.dtype)}")
+    out = dtype or x.dtype
+    return out, opmath(out)
+
+
+def _floating_nanmean(name, x, dtype):
+    if not x.dtype.is_floating_point:
+        raise RuntimeError(f"{name}(): expected input to have floating point or complex dtype but got "
+                           f"{scalar_name(x.dtype)}")
+    return _floating_mean(name, x, dtype)
+
+
+def _logical(name, x, dtype):
+    """all/any return bool, except that uint8 input keeps uint8 (torch's legacy rule)."""
+    return (_dt.uint8 if x.dtype is _dt.uint8 else _dt.bool), opmath(x.dtype)
+
+
+def _counted(name, x, dtype):
+    return _dt.int64, opmath(x.dtype)
+
+
+def _int_to_float(name, x, dtype):
+    out = x.dtype if x.dtype.is_floating_point else _dt.get_default_dtype()
+    return out, opmath(out)
+
+
+# NumPy reductions in the compute dtype: fn(a, axis=, keepdims=) ------------------
+
+def _mean(a, axis, keepdims):
+    return np.sum(a, axis=axis, keepdims=keepdims) / _count(a.shape, axis)
+
+
+def _nanmean(a, axis, keepdims):
+    return np.nansum(a, axis=axis, keepdims=keepdims) / np.sum(~np.isnan(a), axis=axis, keepdims=keepdims)
+
+
+def _logsumexp(a, axis, keepdims):
+    # Shift by the finite max only: rows of -inf stay -inf, rows holding +inf give +inf.
+    m = np.max(a, axis=axis, keepdims=True, initial=-np.inf)
+    m = np.where(np.isfinite(m), m, 0)
+    out = np.log(np.sum(np.exp(a - m), axis=axis, keepdims=True)) + m
+    return out if keepdims else np.squeeze(out, axis)
+
+
+# The table ----------------------------------------------------------------------
+
+_Reduction = namedtuple("_Reduction", "schema dtype_rule fn nonempty doc variants", defaults=(_ALL_FORMS,))
+_DIMS = "int[]? dim=None, bool keepdim=False"
+_DIMS_DTYPE = f"{_DIMS}, *, ScalarType? dtype=None"
+
+_REDUCTIONS = (
+    _Reduction(f"sum(Tensor self, {_DIMS_DTYPE}) -> Tensor", _accumulated, np.sum, False,
+               "Sum over ``dim`` (all dims by default); integers and bools sum as int64."),
+    _Reduction(f"nansum(Tensor self, {_DIMS_DTYPE}) -> Tensor", _accumulated, np.nansum, False,
+               "Sum over ``dim`` treating NaN as zero."),
+    _Reduction("prod(Tensor self, int? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor",
+               _accumulated, np.prod, False, "Product over one dim (all by default); integers multiply as int64."),
+    _Reduction(f"mean(Tensor self, {_DIMS_DTYPE}) -> Tensor", _floating_mean, _mean, False,
+               "Mean over ``dim`` of a floating tensor (or of any tensor with a floating ``dtype=``)."),
+    _Reduction(f"nanmean(Tensor self, {_DIMS_DTYPE}) -> Tensor", _floating_nanmean, _nanmean, False,
+               "Mean over ``dim`` of the values that are not NaN."),
+    _Reduction("amax(Tensor self, int[] dim=[], bool keepdim=False) -> Tensor", _same, np.max, True,
+               "Maximum over ``dim`` (all dims by default); NaN propagates."),
+    _Reduction("amin(Tensor self, int[] dim=[], bool keepdim=False) -> Tensor", _same, np.min, True,
+               "Minimum over ``dim`` (all dims by default); NaN propagates."),
+    _Reduction("max(Tensor self) -> Tensor", _same, np.max, True,
+               "The largest element as a 0-d tensor; NaN propagates."),
+    _Reduction("min(Tensor self) -> Tensor", _same, np.min, True,
+               "The smallest element as a 0-d tensor; NaN propagates."),
+    _Reduction(f"all(Tensor self, {_DIMS}) -> Tensor", _logical, np.all, False,
+               "Whether every element over ``dim`` is nonzero (bool; uint8 for uint8 input)."),
+    _Reduction(f"any(Tensor self, {_DIMS}) -> Tensor", _logical, np.any, False,
+               "Whether some element over ``dim`` is nonzero (bool; uint8 for uint8 input)."),
+    _Reduction("count_nonzero(Tensor self, int[]? dim=None) -> Tensor", _counted, np.count_nonzero, False,
+               "Number of nonzero elements over ``dim`` (int64).", ("function", "method")),
+    _Reduction("logsumexp(Tensor self, int[] dim, bool keepdim=False) -> Tensor", _int_to_float, _logsumexp, False,
+               "``log(sum(exp(x)))`` over ``dim``, computed without overflow; integers give the default float."),
+)
+
+
+def _reduction_meta(name, dtype_rule, nonempty):
+    def meta(x, dim=None, keepdim=False, dtype=None):
+        dims = reduction_dims(x, dim)
+        out, compute = dtype_rule(name, x, dtype)
+        if nonempty:
+            _check_nonempty(name, x, dims)
+        return TensorSpec(reduced_shape(x.shape, dims, keepdim), out, x.device, compute)
+    return meta
+
+
+def _reduction_kernel(fn):
+    def kernel(spec, x, dim=None, keepdim=False, dtype=None):
+        a = x.astype(spec.compute.np, copy=False)
+        with np.errstate(all="ignore"):
+            return fn(a, axis=_axis(x, dim), keepdims=keepdim)
+    return kernel
+
+
+for _r in _REDUCTIONS:
+    _name = _r.schema.split("(", 1)[0]
+    defop(_r.schema, meta=_reduction_meta(_name, _r.dtype_rule, _r.nonempty), cpu=_reduction_kernel(_r.fn),
+          kind="reduction", variants=_r.variants, doc=_r.doc)
+
+
+# Index choices: argmax/argmin, and (values, indices) from max/min/median over one dim ----
+
+def _argmax(a, axis):
+    return np.argmax(a, axis=axis, keepdims=True)  # the first NaN wins, as in torch
+
+
+def _argmin(a, axis):
+    return np.argmin(a, axis=axis, keepdims=True)
+
+
+def _median_index(a, axis):
+    """Index of the lower median along ``axis`` (keepdims); a row holding NaN picks its first NaN."""
+    k = (a.shape[axis] - 1) // 2
+    idx = np.take(np.argsort(a, axis=axis, kind="stable"), [k], axis=axis)
+    if a.dtype.kind == "f":
+        nan = np.isnan(a)
+        idx = np.where(nan.any(axis=axis, keepdims=True), np.argmax(nan, axis=axis, keepdims=True), idx)
+    return idx
+
+
+def _index_meta(name):
+    def meta(x, dim, keepdim):
+        if x.dtype is _dt.bool:
+            raise RuntimeError(f"{name}(): does not support bool input")
+        if dim is None:
+            _check_nonempty(name, x, (), IndexError, hint="")
+            return TensorSpec((1,) * x.ndim if keepdim else (), _dt.int64, x.device, opmath(x.dtype))
+        d = wrap_dim(dim, x.ndim)
+        _check_nonempty(name, x, (d,))
+        return TensorSpec(reduced_shape(x.shape, (d,), keepdim), _dt.int64, x.device, opmath(x.dtype))
+    return meta
+
+
+def _index_kernel(pick):
+    def kernel(spec, x, dim, keepdim):
+        a = x.astype(spec.compute.np, copy=False)
+        if dim is None or x.ndim == 0:
+            return pick(a.reshape(-1), 0).reshape(spec.shape)
+        d = wrap_dim(dim, x.ndim)
+        idx = pick(a, d)
+        return idx if keepdim else np.squeeze(idx, d)
+    return kernel
+
+
+def _unsupported_bool(kernel_name):
+    def check(x):
+        if x.dtype is _dt.bool:
+            raise NotImplementedError(f"\"{kernel_name}\" not implemented for 'Bool'")
+    return check
+
+
+def _select_meta(name, check):
+    def meta(x, dim, keepdim):
+        check(x)
+        d = wrap_dim(dim, x.ndim)
+        _check_nonempty(name, x, (d,))
+        shape = reduced_shape(x.shape, (d,), keepdim)
+        return TensorSpec(shape, x.dtype, x.device, opmath(x.dtype)), TensorSpec(shape, _dt.int64, x.device)
+    return meta
+
+
+def _select_kernel(pick):
+    def kernel(spec, x, dim, keepdim):
+        a = x.astype(spec[0].compute.np, copy=False)
+        if x.ndim == 0:
+            return np.array(a), np.zeros((), np.int64)
+        d = wrap_dim(dim, x.ndim)
+        idx = pick(a, d)
+        values = np.take_along_axis(a, idx, axis=d)
+        return (values, idx) if keepdim else (np.squeeze(values, d), np.squeeze(idx, d))
+    return kernel
+
+
+def _no_check(x):
+    return None
+
+
+for _name, _pick in (("argmax", _argmax), ("argmin", _argmin)):
+    defop(f"{_name}(Tensor self, int? dim=None, bool keepdim=False) -> Tensor", meta=_index_meta(_name),
+          cpu=_index_kernel(_pick), kind="reduction", variants=_ALL_FORMS,
+          doc=f"Index of the {_name[3:]}imum over ``dim`` (over the flattened input by default); "
+              "the first one on ties, the first NaN if any.")
+
+for _name, _pick, _check, _what in (
+        ("max", _argmax, _no_check, "maximum"),
+        ("min", _argmin, _no_check, "minimum"),
+        ("median", _median_index, _unsupported_bool("median_out"), "lower median")):
+    defop(f"{_name}.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)",
+          meta=_select_meta(_name, _check), cpu=_select_kernel(_pick), kind="reduction", variants=_ALL_FORMS,
+          doc=f"The {_what} over ``dim`` and its index, as a ``(values, indices)`` namedtuple.")
+
+
+def _median_meta(x):
+    _unsupported_bool("median_cpu")(x)
+    return TensorSpec((), x.dtype, x.device, opmath(x.dtype))
+
+
+def _median_cpu(spec, x):
+    a = x.astype(spec.compute.np, copy=False).reshape(-1)
+    if a.size == 0:
+        # torch leaves the integer case unspecified; NaN is its answer for floats.
+        return np.array(np.nan if spec.dtype.is_floating_point else 0)
+    return a[_median_index(a, 0)].reshape(())
+
+
+defop("median(Tensor self) -> Tensor", meta=_median_meta, cpu=_median_cpu, kind="reduction",
+      variants=("function", "method"),
+      doc="The lower median of all elements (NaN if any element is NaN, or if there are none).")
+
+
+def _elementwise(fname):
+    def composite(x, other):
+        return FUNCTIONS[fname](x, other)
+    return composite
+
+
+for _name, _pointwise in (("max", "maximum"), ("min", "minimum")):
+    defop(f"{_name}.other(Tensor self, Tensor other) -> Tensor", composite=_elementwise(_pointwise),
+          variants=_ALL_FORMS, doc=f"The elementwise {_pointwise} of two tensors (``jitorch.{_pointwise}``).")
+
+
+# Moments: std and var with torch's three overloads, std_mean and var_mean --------------
+
+def _moment_meta(name):
+    def meta(x, dim, correction, keepdim):
+        if not x.dtype.is_floating_point:
+            raise RuntimeError("std and var only support floating point and complex dtypes")
+        n = _count(x.shape, _axis(x, dim))
+        if n - (1 if correction is None else correction) <= 0:
+            warnings.warn(f"{name}(): degrees of freedom is <= 0. Correction should be strictly less than the "
+                          "reduction factor (input numel divided by output numel).", UserWarning, stacklevel=2)
+        shape = reduced_shape(x.shape, reduction_dims(x, dim), keepdim)
+        return TensorSpec(shape, x.dtype, x.device, opmath(x.dtype))
+    return meta
+
+
+def _moment_kernel(root):
+    def kernel(spec, x, dim, correction, keepdim):
+        a = x.astype(spec.compute.np, copy=False)
+        axis = _axis(x, dim)
+        n = _count(a.shape, axis)
+        dof = max(n - (1 if correction is None else correction), 0)
+        with np.errstate(all="ignore"):
+            dev = a - np.sum(a, axis=axis, keepdims=True) / n
+            var = np.sum(dev * dev, axis=axis, keepdims=keepdim) / dof
+            return np.sqrt(var) if root else var
+    return kernel
+
+
+# torch's overloads, in resolution order: arguments after self -> (dim, correction, keepdim).
+_MOMENT_FORMS = (
+    ("", "bool unbiased=True", lambda unbiased: (None, int(unbiased), False)),
+    (".dim", "int[]? dim, bool unbiased=True, bool keepdim=False",
+     lambda dim, unbiased, keepdim: (dim, int(unbiased), keepdim)),
+    (".correction", "int[]? dim=None, *, Scalar? correction=None, bool keepdim=False",
+     lambda dim, correction, keepdim: (dim, correction, keepdim)),
+)
+
+
+def _legacy_moment(name, canonical):
+    def composite(x, *rest):
+        return OPS[f"{name}.correction"](x, *canonical(*rest))
+    return composite
+
+
+def _moment_with_mean(name, canonical):
+    def composite(x, *rest):
+        if not x.dtype.is_floating_point:
+            raise RuntimeError(f"{name}_mean only support floating point and complex dtypes")
+        dim, correction, keepdim = canonical(*rest)
+        return OPS[f"{name}.correction"](x, dim, correction, keepdim), OPS["mean"](x, dim, keepdim, None)
+    return composite
+
+
+for _name, _what in (("std", "Standard deviation"), ("var", "Variance")):
+    _doc = (f"{_what} over ``dim`` dividing by ``N - correction`` (``unbiased=True`` is correction 1); "
+            "half types compute in float32.")
+    for _suffix, _args, _canonical in _MOMENT_FORMS:
+        _schema = f"{_name}{_suffix}(Tensor self, {_args}) -> Tensor"
+        if _suffix == ".correction":
+            defop(_schema, meta=_moment_meta(_name), cpu=_moment_kernel(_name == "std"), kind="reduction",
+                  variants=_ALL_FORMS, doc=_doc)
+        else:
+            defop(_schema, composite=_legacy_moment(_name, _canonical), variants=_ALL_FORMS, doc=_doc)
+    for _suffix, _args, _canonical in _MOMENT_FORMS:
+        defop(f"{_name}_mean{_suffix}(Tensor self, {_args}) -> (Tensor, Tensor)",
+              composite=_moment_with_mean(_name, _canonical), variants=("function",),
+              doc=f"``({_name}, mean)`` over ``dim`` in one call.")
+
+
+# Norms ---------------------------------------------------------------------------
+
+def _norm_order(p, dim):
+    """The vector order torch.norm uses for ``p``, or "matrix" when it calls linalg.matrix_norm."""
+    if isinstance(p, str):
+        return 2.0 if p == "fro" and (dim is None or len(dim) <= 2) else "matrix"
+    if p is None:
+        return 2.0
+    if not isinstance(p, Number) or isinstance(p, complex):
+        raise TypeError(f"norm(): argument 'p' must be a Number or str, not {type(p).__name__}")
+    return float(p)
+
+
+def _norm_dtype(kind, x, dtype):
+    if not x.dtype.is_floating_point:
+        raise RuntimeError(f"linalg.{kind}_norm: Expected a floating point or complex tensor as input. "
+                           f"Got {scalar_name(x.dtype)}")
+    if dtype is not None and _dt.promote_types(x.dtype, dtype) is not dtype:
+        raise RuntimeError(f"linalg.{kind}_norm: the dtype of the input ({scalar_name(x.dtype)}) should be "
+                           f"convertible without narrowing to the specified dtype ({scalar_name(dtype)})")
+    out = dtype or x.dtype
+    return out, opmath(out)
+
+
+def _matrix_dims(x, p, dim):
+    if x.ndim < 2:
+        raise RuntimeError("linalg.matrix_norm: The input tensor A must have at least 2 dimensions.")
+    dims = tuple(range(x.ndim)) if dim is None else reduction_dims(x, dim)
+    if len(dims) != 2:
+        raise RuntimeError(f"linalg.matrix_norm: dim must be a 2-tuple. Got {' '.join(map(str, dims))}")
+    if p != "nuc":
+        raise RuntimeError(f"linalg.matrix_norm: Order {p} not supported.")
+    return dims
+
+
+def _norm_meta(x, p, dim, keepdim, dtype):
+    order = _norm_order(p, dim)
+    if order == "matrix":
+        out, compute = _norm_dtype("matrix", x, dtype)
+        dims = _matrix_dims(x, p, dim)
+    else:
+        out, compute = _norm_dtype("vector", x, dtype)
+        dims = reduction_dims(x, dim)
+        if order < 0 or order == math.inf:
+            _check_vector_norm_nonempty(x, dims, order)
+    return TensorSpec(reduced_shape(x.shape, dims, keepdim), out, x.device, compute)
+
+
+def _check_vector_norm_nonempty(x, dims, order):
+    what = f"the {order:g} norm on"
+    if not dims and math.prod(x.shape) == 0:
+        raise RuntimeError(f"linalg.vector_norm cannot compute {what} an empty tensor because the operation "
+                           "does not have an identity")
+    for d in dims:
+        if x.ndim and x.shape[d] == 0:
+            raise RuntimeError(f"linalg.vector_norm cannot compute {what} the dimension {d} because this "
+                               "dimension is empty and the operation does not have an identity")
+
+
+def _vector_norm(a, order, axis, keepdims):
+    m = np.abs(a)
+    if order == math.inf:
+        return np.max(m, axis=axis, keepdims=keepdims)
+    if order == -math.inf:
+        return np.min(m, axis=axis, keepdims=keepdims)
+    if order == 0:
+        return np.asarray(np.count_nonzero(m, axis=axis, keepdims=keepdims), m.dtype)
+    if order == 1:
+        return np.sum(m, axis=axis, keepdims=keepdims)
+    return np.sum(m ** order, axis=axis, keepdims=keepdims) ** (1 / order)
+
+
+def _nuclear_norm(a, dims, keepdims):
+    s = np.linalg.svd(np.moveaxis(a, dims, (-2, -1)), compute_uv=False).sum(-1)
+    return np.expand_dims(s, dims) if keepdims else s
+
+
+def _norm_cpu(spec, x, p, dim, keepdim, dtype):
+    a = x.astype(spec.dtype.np, copy=False).astype(spec.compute.np, copy=False)
+    order = _norm_order(p, dim)
+    with np.errstate(all="ignore"):
+        if order == "matrix":
+            return _nuclear_norm(a, _matrix_dims(x, p, dim), keepdim)
+        return _vector_norm(a, order, _axis(x, dim), keepdim)
+
+
+defop("norm(Tensor self, Any p=\"fro\", int[]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor",
+      meta=_norm_meta, cpu=_norm_cpu, kind="reduction", variants=_ALL_FORMS,
+      doc="The ``p``-norm over ``dim`` as torch.norm: a number ``p`` (incl. inf, -inf, 0) or 'fro' is the vector "
+          "norm of the elements over ``dim`` (all by default); 'nuc' the nuclear norm over two dims.")
+
+
+# Scans and softmax: one dim, the input's shape -------------------------------------
+
+def _scan_meta(name):
+    def meta(x, dim, dtype):
+        wrap_dim(dim, x.ndim)
+        out, compute = _accumulated(name, x, dtype)
+        return TensorSpec(x.shape, out, x.device, compute)
+    return meta
+
+
+def _scan_kernel(fn):
+    def kernel(spec, x, dim, dtype):
+        a = x.astype(spec.dtype.np, copy=False).astype(spec.compute.np, copy=False)
+        if x.ndim == 0:
+            return np.array(a)
+        return fn(a, axis=wrap_dim(dim, x.ndim))
+    return kernel
+
+
+for _name, _fn, _what in (("cumsum", np.cumsum, "sums"), ("cumprod", np.cumprod, "products")):
+    defop(f"{_name}(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor", meta=_scan_meta(_name),
+          cpu=_scan_kernel(_fn), kind="scan", variants=("function", "method", "inplace", "out"),
+          doc=f"Cumulative {_what} along ``dim``; integers and bools accumulate as int64.")
+
+
+def _softmax(a, axis):
+    e = np.exp(a - np.max(a, axis=axis, keepdims=True, initial=-np.inf))
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def _log_softmax(a, axis):
+    shifted = a - np.max(a, axis=axis, keepdims=True, initial=-np.inf)
+    return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
+
+
+def _softmax_meta(name):
+    def meta(x, dim, dtype):
+        d = wrap_dim(dim, x.ndim)
+        out = dtype or x.dtype
+        if not out.is_floating_point:
+            kernel = f"{name}_lastdim_kernel_impl" if d == x.ndim - 1 else f"{name}_kernel_impl"
+            raise NotImplementedError(f"\"{kernel}\" not implemented for '{scalar_name(out)}'")
+        return TensorSpec(x.shape, out, x.device, opmath(out))
+    return meta
+
+
+def _softmax_kernel(fn):
+    def kernel(spec, x, dim, dtype):
+        a = x.astype(spec.dtype.np, copy=False).astype(spec.compute.np, copy=False)
+        with np.errstate(all="ignore"):
+            return fn(a, wrap_dim(dim, x.ndim) if x.ndim else None)
+    return kernel
+
+
+for _name, _fn, _what in (("softmax", _softmax, "``exp(x) / sum(exp(x))``"),
+                          ("log_softmax", _log_softmax, "``x - logsumexp(x)``")):
+    defop(f"{_name}(Tensor self, int dim, ScalarType? dtype=None) -> Tensor", meta=_softmax_meta(_name),
+          cpu=_softmax_kernel(_fn), kind="softmax", variants=_ALL_FORMS,
+          doc=f"{_what} along ``dim``, shifted by the max for stability; ``dtype=`` casts the input first.")

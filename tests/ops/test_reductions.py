@@ -1,0 +1,454 @@
+"""Reductions, scans and softmax against NumPy: values, dtypes, shapes, layouts, errors."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import jitorch as jt
+from jitorch.ops import registry
+from tests.support import FLOAT_DTYPES, INT_DTYPES, LAYOUTS, assert_close, random_array, shapes, tensor_and_array
+
+INF = math.inf
+NAN = math.nan
+NUMERIC = [jt.bool] + INT_DTYPES + FLOAT_DTYPES
+NO_BOOL = INT_DTYPES + FLOAT_DTYPES
+EPS = {jt.float16: 1e-3, jt.bfloat16: 8e-3, jt.float32: 2e-6, jt.float64: 1e-12}
+
+
+def accumulated(d):
+    return d if d.is_floating_point else jt.int64
+
+
+def logical(d):
+    return jt.uint8 if d is jt.uint8 else jt.bool
+
+
+def to_float(d):
+    return d if d.is_floating_point else jt.float32
+
+
+def same(d):
+    return d
+
+
+def int64(d):
+    return jt.int64
+
+
+# NumPy references: (values widened to float64/int64, axis, keepdims) -> expected -------------
+
+def ref_logsumexp(a, axis, kd):
+    return np.log(np.sum(np.exp(a), axis=axis, keepdims=kd))
+
+
+def ref_norm(p):
+    def ref(a, axis, kd):
+        m = np.abs(a)
+        if p == INF:
+            return np.max(m, axis=axis, keepdims=kd)
+        if p == -INF:
+            return np.min(m, axis=axis, keepdims=kd)
+        if p == 0:
+            return np.count_nonzero(m, axis=axis, keepdims=kd).astype(np.float64)
+        return np.sum(m ** p, axis=axis, keepdims=kd) ** (1 / p)
+    return ref
+
+
+def ref_moment(fn, correction):
+    return lambda a, axis, kd: fn(a, axis=axis, ddof=correction, keepdims=kd)
+
+
+def ref_scan(fn):
+    return lambda a, axis, kd: a.copy() if a.ndim == 0 else fn(a, axis=axis)
+
+
+def ref_softmax(a, axis, kd):
+    if a.size == 0:
+        return a.copy()
+    e = np.exp(a - np.max(a, axis=axis, keepdims=True))
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def ref_log_softmax(a, axis, kd):
+    return np.log(ref_softmax(a, axis, kd))
+
+
+def ref_lower_median(a, axis, kd):
+    return np.quantile(a, 0.5, axis=axis, method="lower", keepdims=kd)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One op against its NumPy reference.
+
+    ``dims``: "many" (None, int or tuple), "many!" (int or tuple: dim is required), "one?" (None or int),
+    "one" (an int), "scan" (an int, no keepdim). ``pair``: the op returns (values, indices).
+    ``nonempty``: an empty reduction raises (tested in test_errors). ``small``: values near 1, so that
+    long products neither overflow nor lose every digit.
+    """
+
+    name: str
+    ref: Callable
+    dtypes: list
+    result: Callable = same
+    dims: str = "many"
+    keepdim: bool = True
+    kwargs: dict = field(default_factory=dict)
+    nonempty: bool = False
+    method: bool = True
+    pair: str = ""  # "first": indices must be the first extreme; "any": any index holding the value
+    small: bool = False
+    id: str = ""
+
+    def __str__(self):
+        return self.id or self.name
+
+
+CASES = [
+    Case("sum", lambda a, ax, kd: np.sum(a, axis=ax, keepdims=kd), NUMERIC, accumulated),
+    Case("nansum", lambda a, ax, kd: np.nansum(a, axis=ax, keepdims=kd), NUMERIC, accumulated),
+    Case("prod", lambda a, ax, kd: np.prod(a, axis=ax, keepdims=kd), NUMERIC, accumulated, dims="one?", small=True),
+    Case("mean", lambda a, ax, kd: np.mean(a, axis=ax, keepdims=kd), FLOAT_DTYPES),
+    Case("nanmean", lambda a, ax, kd: np.nanmean(a, axis=ax, keepdims=kd), FLOAT_DTYPES),
+    Case("amax", lambda a, ax, kd: np.max(a, axis=ax, keepdims=kd), NUMERIC, nonempty=True),
+    Case("amin", lambda a, ax, kd: np.min(a, axis=ax, keepdims=kd), NUMERIC, nonempty=True),
+    Case("all", lambda a, ax, kd: np.all(a, axis=ax, keepdims=kd), NUMERIC, logical),
+    Case("any", lambda a, ax, kd: np.any(a, axis=ax, keepdims=kd), NUMERIC, logical),
+    Case("count_nonzero", lambda a, ax, kd: np.count_nonzero(a, axis=ax), NUMERIC, int64, keepdim=False),
+    Case("logsumexp", ref_logsumexp, NUMERIC, to_float, dims="many!"),
+    Case("std", ref_moment(np.std, 1), FLOAT_DTYPES),
+    Case("var", ref_moment(np.var, 1), FLOAT_DTYPES),
+    Case("std", ref_moment(np.std, 0), FLOAT_DTYPES, kwargs={"correction": 0}, id="std-correction0"),
+    Case("var", ref_moment(np.var, 2.5), FLOAT_DTYPES, kwargs={"correction": 2.5}, id="var-correction2.5"),
+    Case("var", ref_moment(np.var, 0), FLOAT_DTYPES, kwargs={"unbiased": False}, dims="many!",
+         id="var-unbiased"),
+    Case("std_mean", lambda a, ax, kd: (np.std(a, axis=ax, ddof=1, keepdims=kd), np.mean(a, axis=ax, keepdims=kd)),
+         FLOAT_DTYPES, method=False),
+    Case("var_mean", lambda a, ax, kd: (np.var(a, axis=ax, ddof=0, keepdims=kd), np.mean(a, axis=ax, keepdims=kd)),
+         FLOAT_DTYPES, kwargs={"correction": 0}, method=False),
+    *[Case("norm", ref_norm(p), FLOAT_DTYPES, kwargs={"p": p}, nonempty=p < 0 or p == INF, id=f"norm-p{p}")
+      for p in (2, 1, 3, 0.5, 0, INF, -INF, -1)],
+    Case("norm", ref_norm(2), FLOAT_DTYPES, kwargs={"p": "fro"}, id="norm-fro", dims="one?"),
+    Case("argmax", lambda a, ax, kd: np.argmax(a, axis=ax, keepdims=kd), NO_BOOL, int64, dims="one?", nonempty=True),
+    Case("argmin", lambda a, ax, kd: np.argmin(a, axis=ax, keepdims=kd), NO_BOOL, int64, dims="one?", nonempty=True),
+    Case("max", lambda a, ax, kd: np.max(a, axis=ax, keepdims=kd), NUMERIC, dims="one", pair="first",
+         nonempty=True, id="max.dim"),
+    Case("min", lambda a, ax, kd: np.min(a, axis=ax, keepdims=kd), NUMERIC, dims="one", pair="first",
+         nonempty=True, id="min.dim"),
+    Case("median", ref_lower_median, NO_BOOL, dims="one", pair="any", nonempty=True, id="median.dim"),
+    Case("cumsum", ref_scan(np.cumsum), NUMERIC, accumulated, dims="scan"),
+    Case("cumprod", ref_scan(np.cumprod), NUMERIC, accumulated, dims="scan", small=True),
+    Case("softmax", ref_softmax, FLOAT_DTYPES, dims="scan"),
+    Case("log_softmax", ref_log_softmax, FLOAT_DTYPES, dims="scan"),
+]
+
+
+# Drawing inputs -----------------------------------------------------------------------------
+
+@st.composite
+def dims_for(draw, kind, ndim):
+    """A dim argument of ``kind`` for an ``ndim``-d input (0-d inputs take 0 or -1)."""
+    lo, hi = (-1, 0) if ndim == 0 else (-ndim, ndim - 1)
+    one = st.integers(lo, hi)
+    if kind in ("one", "scan"):
+        return draw(one)
+    if kind == "one?":
+        return draw(st.none() | one)
+    distinct = st.lists(st.integers(0, max(ndim, 1) - 1), unique=True, max_size=max(ndim, 1),
+                        min_size=1 if kind == "many!" else 0)
+    negated = distinct.flatmap(lambda ds: st.tuples(*[st.sampled_from([d, d - max(ndim, 1)]) for d in ds]))
+    choices = one | negated
+    return draw(choices if kind == "many!" else st.none() | choices)
+
+
+def numpy_axis(dim, ndim):
+    """The dim argument as NumPy's axis: None for all dims, non-negative otherwise."""
+    if dim is None or ndim == 0 or dim == ():
+        return None
+    if isinstance(dim, int):
+        return dim % ndim
+    return tuple(d % ndim for d in dim)
+
+
+def widen(arr, dtype):
+    """Exact values in float64 (floats) or int64 (integers and bools) for the reference."""
+    return arr.astype(np.float64 if dtype.is_floating_point else np.int64)
+
+
+def make_values(shape, dtype, small, rng):
+    if small and dtype.is_floating_point:
+        return rng.choice(np.array([-1, -0.5, 0, 0.5, 1, 0.75], dtype=np.float32), size=shape).astype(dtype.np)
+    return random_array(shape, dtype, rng)
+
+
+def tolerance(dtype, a, case):
+    """Accumulating ops err by about eps times the sum of magnitudes; others by eps times the largest."""
+    eps = EPS[dtype]
+    mags = np.abs(a[np.isfinite(a)]) if a.size else np.zeros(1)
+    scale = max(1.0, float(mags.sum() if case.name in ("sum", "nansum", "cumsum") else mags.max(initial=0)))
+    if case.name in ("std", "var", "std_mean", "var_mean"):
+        scale = scale * scale
+    return 4 * eps, 4 * eps * scale
+
+
+def call(case, t, dim, keepdim, as_method):
+    kwargs = dict(case.kwargs)
+    if dim is not None:
+        kwargs["dim"] = dim
+    if case.keepdim and case.dims != "scan":
+        kwargs["keepdim"] = keepdim
+    return getattr(t, case.name)(**kwargs) if as_method else getattr(jt, case.name)(t, **kwargs)
+
+
+def check_values(got, expected, dtype, a, case):
+    assert got.dtype is dtype, f"{case}: dtype {got.dtype} != {dtype}"
+    expected = np.asarray(expected)
+    if dtype.is_floating_point:
+        rtol, atol = tolerance(dtype, a, case)
+        assert_close(got, expected, rtol=rtol, atol=atol)
+    else:
+        assert_close(got, expected.astype(dtype.np))
+
+
+def reduces_empty(shape, axis):
+    if axis is None:
+        return math.prod(shape) == 0
+    return any(shape[d] == 0 for d in ((axis,) if isinstance(axis, int) else axis))
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning", "ignore::UserWarning")
+@pytest.mark.parametrize("case", CASES, ids=str)
+@given(data=st.data())
+def test_matches_numpy(case, data):
+    dtype = data.draw(st.sampled_from(case.dtypes), label="dtype")
+    shape = data.draw(shapes(max_dims=3, max_side=4), label="shape")
+    layout = data.draw(st.sampled_from(LAYOUTS), label="layout")
+    dim = data.draw(dims_for(case.dims, len(shape)), label="dim")
+    keepdim = data.draw(st.booleans(), label="keepdim")
+    as_method = case.method and data.draw(st.booleans(), label="method")
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**16), label="seed"))
+    arr = make_values(shape, dtype, case.small, rng)
+    if dtype.is_floating_point and arr.size and data.draw(st.booleans(), label="nan"):
+        arr.reshape(-1)[rng.integers(arr.size)] = NAN
+    t, arr = tensor_and_array(arr, layout)
+    axis = numpy_axis(dim, len(shape))
+    if case.nonempty and reduces_empty(shape, axis):
+        return  # no identity: test_errors checks the error
+    a = widen(arr, dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = call(case, t, dim, keepdim, as_method)
+        expected = case.ref(a, axis, keepdim)
+    result = case.result(dtype)
+    if case.pair:
+        assert type(got).__name__ == case.name and got._fields == ("values", "indices")
+        check_values(got.values, expected, result, a, case)
+        assert got.indices.dtype is jt.int64 and got.indices.shape == got.values.shape
+        idx = got.indices.numpy()
+        if a.ndim:
+            picked = np.take_along_axis(a, idx if keepdim else np.expand_dims(idx, axis), axis)
+            assert_close(got.values, picked if keepdim else np.squeeze(picked, axis), rtol=0, atol=0)
+        if case.pair == "first" and a.ndim:
+            first = np.argmax if case.name == "max" else np.argmin
+            np.testing.assert_array_equal(idx, first(a, axis, keepdims=keepdim))
+    elif isinstance(expected, tuple):
+        assert isinstance(got, tuple) and len(got) == len(expected)
+        for g, e in zip(got, expected):
+            check_values(g, e, result, a, case)
+    else:
+        check_values(got, expected, result, a, case)
+
+
+# Forms of the arguments ------------------------------------------------------------------
+
+X = np.array([[1.0, 2.0, 4.0], [3.0, -1.0, 0.5]])
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("call, ref", [
+    (lambda x: x.std(0), np.std(X, 0, ddof=1)),
+    (lambda x: x.std(unbiased=False), np.std(X)),
+    (lambda x: x.std(True), np.std(X, ddof=1)),
+    (lambda x: x.std(1, False, True), np.std(X, 1, keepdims=True)),
+    (lambda x: x.var(1, correction=0), np.var(X, 1)),
+    (lambda x: x.var((0, 1), keepdim=True, correction=2), np.var(X, ddof=2, keepdims=True)),
+    (lambda x: jt.var(x, dim=-1, unbiased=True, keepdim=False), np.var(X, -1, ddof=1)),
+    (lambda x: x.std(0, correction=5), np.full(3, np.inf)),
+    (lambda x: jt.std_mean(x, 0)[0], np.std(X, 0, ddof=1)),
+    (lambda x: jt.var_mean(x, False)[1], np.mean(X)),
+    (lambda x: x.sum(()), np.sum(X)),
+    (lambda x: x.amax(()), np.max(X)),
+    (lambda x: x.sum([0, 1], True), np.sum(X, keepdims=True)),
+    (lambda x: x.max(), np.max(X)),
+    (lambda x: jt.min(x), np.min(X)),
+    (lambda x: x.median(), np.float64(1.0)),
+    (lambda x: x.prod(1), np.prod(X, 1)),
+    (lambda x: x.argmax(keepdim=True), np.array([[2]])),
+    (lambda x: x.norm(), np.linalg.norm(X)),
+    (lambda x: x.norm(1, 1, True), np.abs(X).sum(1, keepdims=True)),
+    (lambda x: x.norm("fro", (0, 1)), np.linalg.norm(X)),
+    (lambda x: x.norm("nuc"), np.linalg.norm(X, "nuc")),
+    (lambda x: jt.norm(x, p="nuc", keepdim=True), np.linalg.norm(X, "nuc").reshape(1, 1)),
+    (lambda x: x.norm(dtype=jt.float64), np.linalg.norm(X)),
+    (lambda x: x.logsumexp((0, 1)), np.log(np.exp(X).sum())),
+    (lambda x: x.softmax(-1, jt.float64), np.exp(X) / np.exp(X).sum(-1, keepdims=True)),
+    (lambda x: x.cumsum(1, dtype=jt.int64), np.cumsum(X.astype(np.int64), 1)),
+    (lambda x: x.sum(dtype=jt.int64), np.sum(X.astype(np.int64))),
+    (lambda x: x.count_nonzero((0, 1)), np.int64(6)),
+])
+def test_argument_forms(call, ref):
+    got = call(jt.tensor(X, dtype=jt.float32))
+    assert_close(got, ref, rtol=1e-6, atol=1e-6)
+
+
+def test_max_min_median_return_namedtuples():
+    x = jt.tensor([[3.0, 7.0, 7.0], [2.0, 2.0, 9.0]])
+    r = jt.max(x, 1, True)
+    assert type(r).__name__ == "max" and type(r).__module__ == "jitorch.return_types"
+    values, indices = r
+    assert values.tolist() == [[7.0], [9.0]] and indices.tolist() == [[1], [2]] and r.indices is indices
+    assert x.min(dim=0).indices.tolist() == [1, 1, 0]
+    assert x.median(1).values.tolist() == [7.0, 2.0]
+
+
+def test_out_variants_write_and_resize():
+    x = jt.tensor(X, dtype=jt.float32)
+    out = jt.empty(0)
+    assert jt.sum(x, 1, out=out) is out and out.tolist() == [7.0, 2.5]
+    values, indices = jt.empty(0), jt.empty(0, dtype=jt.int64)
+    r = jt.max(x, 0, out=(values, indices))
+    assert type(r).__name__ == "max" and r.values is values
+    assert values.tolist() == [3.0, 2.0, 4.0] and indices.tolist() == [1, 0, 0]
+    wide = jt.empty(2, 3, dtype=jt.float64)
+    jt.cumsum(x, 0, out=wide)
+    np.testing.assert_array_equal(wide.numpy(), np.cumsum(X, 0))
+    ints = jt.zeros(2, dtype=jt.int64)
+    with pytest.raises(RuntimeError, match="result type Float can't be cast to the desired output type Long"):
+        jt.mean(x, 1, out=ints)
+    assert ints.tolist() == [0, 0]
+
+
+def test_cumsum_in_place_keeps_dtype():
+    x = jt.tensor([1, 2, 3], dtype=jt.int32)
+    assert x.cumsum_(0) is x and x.dtype is jt.int32 and x.tolist() == [1, 3, 6]
+
+
+def test_half_precision_accumulates_in_float32():
+    big = jt.tensor([60000.0, 60000.0, 60000.0], dtype=jt.float16)
+    assert big.mean().dtype is jt.float16 and big.mean().item() == 60000.0
+    assert big.std().item() == 0.0 and big.var().dtype is jt.float16
+    assert jt.tensor([60000.0, -60000.0], dtype=jt.bfloat16).sum().item() == 0.0
+
+
+def test_numerically_stable_exponentials():
+    x = jt.tensor([[1000.0, 1000.0], [-INF, -INF], [INF, 1.0], [-1000.0, -1000.0]])
+    np.testing.assert_allclose(jt.logsumexp(x, 1).numpy(), [1000 + np.log(2), -INF, INF, -1000 + np.log(2)])
+    sm = jt.softmax(x, 1).numpy()
+    np.testing.assert_allclose(sm[[0, 3]], 0.5)
+    assert np.isnan(sm[1]).all() and np.isnan(sm[2]).all()
+    ls = jt.log_softmax(jt.tensor([-INF, 0.0, 1000.0]), 0).numpy()
+    np.testing.assert_allclose(ls, [-INF, -1000.0, 0.0])
+
+
+def test_nan_propagates_through_extremes():
+    x = jt.tensor([1.0, NAN, 5.0, NAN])
+    assert math.isnan(x.max().item()) and math.isnan(x.amin().item())
+    assert x.argmax().item() == 1 and x.argmin().item() == 1
+    assert x.max(0).indices.item() == 1 and math.isnan(x.median().item())
+    assert x.nansum().item() == 6.0 and x.nanmean().item() == 3.0
+
+
+def test_empty_reductions_take_the_identity():
+    e = jt.zeros(0, 3)
+    assert e.sum().item() == 0 and e.prod().item() == 1 and math.isnan(e.mean().item())
+    assert e.sum(0).tolist() == [0, 0, 0] and e.all().item() is True and e.any().item() is False
+    assert jt.logsumexp(e, 0).tolist() == [-INF] * 3 and e.norm().item() == 0.0
+    assert e.max(1).values.shape == (0,) and e.amax(1).shape == (0,) and e.argmax(1).shape == (0,)
+
+
+def test_zero_dim_inputs_accept_dim_0_and_minus_1():
+    z = jt.tensor(2.5)
+    assert z.sum(0).shape == () and z.amax(-1, True).shape == () and z.argmax(0).item() == 0
+    assert z.max(0).values.item() == 2.5 and z.cumsum(-1).item() == 2.5 and z.softmax(0).item() == 1.0
+
+
+@pytest.mark.skipif("maximum" not in registry.FUNCTIONS, reason="jitorch.maximum is not declared yet")
+def test_max_of_two_tensors_is_the_elementwise_maximum():
+    a, b = jt.tensor([1.0, 5.0, NAN]), jt.tensor([3, 2, 0])
+    np.testing.assert_array_equal(jt.max(a, b).numpy(), [3.0, 5.0, NAN])
+    np.testing.assert_array_equal(a.min(b).numpy(), [1.0, 2.0, NAN])
+
+
+# Errors ------------------------------------------------------------------------------------
+
+F = jt.tensor(X, dtype=jt.float32)
+I = jt.tensor([[1, 2], [3, 4]])
+E = jt.zeros(0, 3)
+SPECIFY = "Specify the reduction dim with the 'dim' argument"
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("fn, error, message", [
+    (lambda: I.mean(), RuntimeError, r"mean\(\): could not infer output dtype. Input dtype must be either a floating "
+                                     r"point or complex dtype. Got: Long"),
+    (lambda: F.mean(dtype=jt.int32), RuntimeError, r"Optional dtype must be either a floating point or complex dtype. "
+                                                   r"Got: Int"),
+    (lambda: I.nanmean(), RuntimeError, r"nanmean\(\): expected input to have floating point or complex dtype but got "
+                                        r"Long"),
+    (lambda: I.std(), RuntimeError, "std and var only support floating point and complex dtypes"),
+    (lambda: I.var(0, correction=0), RuntimeError, "std and var only support floating point and complex dtypes"),
+    (lambda: jt.var_mean(I), RuntimeError, "var_mean only support floating point and complex dtypes"),
+    (lambda: E.max(), RuntimeError, rf"max\(\): Expected reduction dim to be specified for input.numel\(\) == 0. "
+                                    rf"{SPECIFY}"),
+    (lambda: E.amin(), RuntimeError, rf"amin\(\): Expected reduction dim to be specified .* {SPECIFY}"),
+    (lambda: E.max(0), IndexError, r"max\(\): Expected reduction dim 0 to have non-zero size"),
+    (lambda: E.amax((1, 0)), IndexError, r"amax\(\): Expected reduction dim 0 to have non-zero size"),
+    (lambda: E.argmin(), IndexError, r"argmin\(\): Expected reduction dim to be specified for input.numel\(\) == 0"),
+    (lambda: E.argmax(0), IndexError, r"argmax\(\): Expected reduction dim 0 to have non-zero size"),
+    (lambda: E.median(0), IndexError, r"median\(\): Expected reduction dim 0 to have non-zero size"),
+    (lambda: F.sum(2), IndexError, r"Dimension out of range \(expected to be in range of \[-2, 1\], but got 2\)"),
+    (lambda: F.amax(-3), IndexError, r"expected to be in range of \[-2, 1\], but got -3"),
+    (lambda: F.max(2), IndexError, r"expected to be in range of \[-2, 1\], but got 2"),
+    (lambda: F.cumsum(5), IndexError, r"expected to be in range of \[-2, 1\], but got 5"),
+    (lambda: jt.tensor(1.0).softmax(1), IndexError, r"expected to be in range of \[-1, 0\], but got 1"),
+    (lambda: F.sum((0, -2)), RuntimeError, "dim 0 appears multiple times in the list of dims"),
+    (lambda: F.std((1, 1)), RuntimeError, "dim 1 appears multiple times in the list of dims"),
+    (lambda: jt.tensor(1.0).all((0, -1)), RuntimeError, "dim 0 appears multiple times in the list of dims"),
+    (lambda: I.softmax(0), NotImplementedError, "\"softmax_kernel_impl\" not implemented for 'Long'"),
+    (lambda: I.log_softmax(-1), NotImplementedError, "\"log_softmax_lastdim_kernel_impl\" not implemented for 'Long'"),
+    (lambda: F.softmax(0, jt.int32), NotImplementedError, "not implemented for 'Int'"),
+    (lambda: I.bool().argmax(), RuntimeError, r"argmax\(\): does not support bool input"),
+    (lambda: I.bool().median(0), NotImplementedError, "\"median_out\" not implemented for 'Bool'"),
+    (lambda: I.norm(), RuntimeError, "linalg.vector_norm: Expected a floating point or complex tensor as input. "
+                                     "Got Long"),
+    (lambda: F.norm(dtype=jt.float16), RuntimeError, r"the dtype of the input \(Float\) should be convertible without "
+                                                     r"narrowing to the specified dtype \(Half\)"),
+    (lambda: E.norm(INF), RuntimeError, "cannot compute the inf norm on an empty tensor because the operation does "
+                                        "not have an identity"),
+    (lambda: E.norm(-1, 0), RuntimeError, "cannot compute the -1 norm on the dimension 0"),
+    (lambda: jt.ones(3).norm("nuc"), RuntimeError, "linalg.matrix_norm: The input tensor A must have at least 2 "
+                                                   "dimensions"),
+    (lambda: jt.ones(2, 2, 2).norm("fro", (0, 1, 2)), RuntimeError, "linalg.matrix_norm: dim must be a 2-tuple. "
+                                                                     "Got 0 1 2"),
+    (lambda: F.norm("abc"), RuntimeError, "linalg.matrix_norm: Order abc not supported"),
+    (lambda: F.prod((0, 1)), TypeError, r"prod\(\): argument 'dim' \(position 2\) must be int, not tuple"),
+    (lambda: F.max(keepdim=True), TypeError, r"max\(\) received an invalid combination of arguments"),
+    (lambda: jt.logsumexp(F), TypeError, "dim"),
+    (lambda: F.cumsum(), TypeError, "dim"),
+])
+def test_errors(fn, error, message):
+    with pytest.raises(error, match=message):
+        fn()
+
+
+def test_degrees_of_freedom_warning():
+    with pytest.warns(UserWarning, match=r"std\(\): degrees of freedom is <= 0"):
+        assert math.isnan(jt.tensor([1.0]).std().item())
