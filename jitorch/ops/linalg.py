@@ -1,1 +1,561 @@
-"""(filled in below)"""
+"""Matrix products: matmul (and ``@``), mm, bmm, mv, dot, outer, addmm, baddbmm, einsum.
+
+Kernels hand the operands to NumPy's matmul as they are: NumPy passes
+transposed operands to BLAS without copying, so a float32 or float64 product
+costs what ``np.matmul`` costs. Half types compute in float32. Integer
+products wrap like torch's; bool products raise like torch's CPU kernels.
+
+Each meta rule checks in torch's order (shapes, then dtypes, then dtypes
+without a kernel) and raises torch's messages, naming the operation torch
+dispatches to: ``matmul`` of a vector and a matrix fails as ``mm`` would.
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+from functools import lru_cache
+from math import prod
+
+import numpy as np
+
+from ..runtime import dtypes as _dt
+from ..runtime.device import CPU
+from ..runtime.strided import broadcast_shapes, contiguous_strides, list_str
+from . import registry
+from .meta import opmath
+from .registry import TensorSpec, defop, scalar_name
+
+# C++ element type names, as mm's dtype error prints them.
+_CPP_NAMES = {
+    _dt.bool: "bool", _dt.uint8: "unsigned char", _dt.int8: "signed char", _dt.int16: "short int",
+    _dt.int32: "int", _dt.int64: "long int", _dt.float16: "c10::Half", _dt.bfloat16: "c10::BFloat16",
+    _dt.float32: "float", _dt.float64: "double",
+}
+
+
+def _no_kernel(kernel, dtype, work=True):
+    """torch has no bool kernels; an empty product never reaches one (but ``dot`` always does)."""
+    if dtype is _dt.bool and work:
+        raise NotImplementedError(f"\"{kernel}\" not implemented for 'Bool'")
+
+
+# The checks of torch's four product kernels, on shapes and dtypes ------------
+
+def _check_mm(s1, s2, d1, d2):
+    """mat1 (n, k) @ mat2 (k, m)."""
+    if s1[1] != s2[0]:
+        raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({s1[0]}x{s1[1]} and {s2[0]}x{s2[1]})")
+    _check_mm_dtypes(d1, d2, s1[0] * s1[1] * s2[1])
+
+
+def _check_mm_dtypes(d1, d2, work):
+    if d1 is not d2:
+        raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: {_CPP_NAMES[d1]} != {_CPP_NAMES[d2]}")
+    _no_kernel("addmm_impl_cpu_", d1, work)
+
+
+def _check_mv(s1, s2, d1, d2):
+    """mat (n, k) @ vec (k,)."""
+    if s1[1] != s2[0]:
+        raise RuntimeError(f"size mismatch, got input ({s1[0]}), mat ({s1[0]}x{s1[1]}), vec ({s2[0]})")
+    if d1 is not d2:
+        m, v = scalar_name(d1), scalar_name(d2)
+        raise RuntimeError(f"addmv input tensors must have the same dtype, but got {v}, {m}, and {v}")
+    _no_kernel("addmv_impl_cpu", d1, s1[0] * s1[1])
+
+
+def _check_dot(s1, s2, d1, d2):
+    """vec (k,) . vec (k,)."""
+    if d1 is not d2:
+        raise RuntimeError(
+            f"dot : expected both vectors to have same dtype, but found {scalar_name(d1)} and {scalar_name(d2)}")
+    if s1[0] != s2[0]:
+        raise RuntimeError(
+            f"inconsistent tensor size, expected tensor [{s1[0]}] and src [{s2[0]}] to have the same number of "
+            f"elements, but got {s1[0]} and {s2[0]} elements respectively")
+    _no_kernel("dot", d1)
+
+
+def _check_bmm(s1, s2, d1, d2):
+    """batch1 (b, n, k) @ batch2 (b, k, m); returns the result dtype."""
+    if s2[0] != s1[0] or s2[1] != s1[2]:
+        raise RuntimeError(
+            f"Expected size for first two dimensions of batch2 tensor to be: [{s1[0]}, {s1[2]}] but got: "
+            f"[{s2[0]}, {s2[1]}].")
+    return _check_bmm_dtypes(d1, d2, s1[0], s1[1], s1[2], s2[2])
+
+
+def _check_bmm_dtypes(d1, d2, b, n, k, m):
+    """The dtype checks of torch's bmm kernels, and the result dtype (batch2's).
+    An empty product reaches no kernel, so it checks nothing; small matrices
+    (n*k*m < 400) take a loop kernel, larger ones BLAS (float, double) or
+    per-matrix mm, each wording its errors its own way."""
+    if b * n * m == 0 or k == 0:
+        return d2
+    if n * k * m < 400:
+        _no_kernel("bmm", d1)
+        if d1 is not d2:
+            raise RuntimeError(f"expected scalar type {scalar_name(d1)} but found {scalar_name(d2)}")
+    elif d2 in _BLAS_DTYPES:
+        if d1 is not d2:
+            raise RuntimeError(f"expected scalar type {scalar_name(d2)} but found {scalar_name(d1)}")
+    else:
+        _check_mm_dtypes(d1, d2, True)
+    return d2
+
+
+def _require_ndim(t, ndim, message):
+    if t.ndim != ndim:
+        raise RuntimeError(message.format(ndim=t.ndim))
+
+
+# Meta rules -----------------------------------------------------------------------
+
+def _mm_meta(a, b):
+    _require_ndim(a, 2, "self must be a matrix")
+    _require_ndim(b, 2, "mat2 must be a matrix")
+    _check_mm(a.shape, b.shape, a.dtype, b.dtype)
+    return TensorSpec((a.shape[0], b.shape[1]), a.dtype, a.device)
+
+
+def _bmm_meta(a, b):
+    _require_ndim(a, 3, "batch1 must be a 3D tensor")
+    _require_ndim(b, 3, "batch2 must be a 3D tensor")
+    dtype = _check_bmm(a.shape, b.shape, a.dtype, b.dtype)
+    return TensorSpec((a.shape[0], a.shape[1], b.shape[2]), dtype, a.device)
+
+
+def _mv_meta(a, b):
+    if a.ndim == 0:
+        raise IndexError("Dimension specified as 0 but tensor has no dimensions")
+    if a.ndim != 2 or b.ndim != 1:
+        raise RuntimeError(f"vector + matrix @ vector expected, got 1, {a.ndim}, {b.ndim}")
+    _check_mv(a.shape, b.shape, a.dtype, b.dtype)
+    return TensorSpec((a.shape[0],), a.dtype, a.device)
+
+
+def _dot_meta(a, b):
+    if a.ndim != 1 or b.ndim != 1:
+        raise RuntimeError(f"1D tensors expected, but got {a.ndim}D and {b.ndim}D tensors")
+    _check_dot(a.shape, b.shape, a.dtype, b.dtype)
+    return TensorSpec((), a.dtype, a.device)
+
+
+def _folds(t, transpose):
+    """Whether torch.matmul folds the batch dims of ``t`` (of ``t.mT`` with
+    ``transpose``) into the rows of one matrix: when that needs no copy, or
+    ``t`` is empty. Values do not depend on it, torch's errors do."""
+    shape = list(t.shape)
+    if prod(shape) == 0:
+        return True
+    strides = list(getattr(t, "_stride", None) or contiguous_strides(shape))
+    if transpose:
+        shape[-2:], strides[-2:] = shape[:-3:-1], strides[:-3:-1]
+    return all(strides[i] == strides[i + 1] * shape[i + 1] for i in range(len(shape) - 2))
+
+
+def _matmul_meta(a, b):
+    """torch.matmul's cases: dot, mv, mm, a batch folded into the rows of mm/mv, or
+    broadcast batches of bmm; each fails with the message of the kernel it uses."""
+    sa, sb = tuple(a.shape), tuple(b.shape)
+    da, db = len(sa), len(sb)
+    if da == 0 or db == 0:
+        raise RuntimeError(f"both arguments to matmul need to be at least 1D, but they are {da}D and {db}D")
+    if da <= 2 and db <= 2:
+        if da == 1 and db == 1:
+            _check_dot(sa, sb, a.dtype, b.dtype)
+        elif db == 1:
+            _check_mv(sa, sb, a.dtype, b.dtype)
+        else:
+            _check_mm(sa if da == 2 else (1, sa[0]), sb, a.dtype, b.dtype)
+        batch = ()
+    elif db <= 2 and _folds(a, False):
+        (_check_mv if db == 1 else _check_mm)((prod(sa[:-1]), sa[-1]), sb, a.dtype, b.dtype)
+        batch = sa[:-2]
+    elif da == 1 and _folds(b, True):
+        _check_mv((prod(sb[:-2]) * sb[-1], sb[-2]), sa, b.dtype, a.dtype)
+        batch = sb[:-2]
+    else:
+        batch = broadcast_shapes(sa[:-2], sb[:-2])
+        k2, m = (sb[-2], sb[-1]) if db >= 2 else (sb[0], 1)
+        _check_bmm((prod(batch), sa[-2] if da >= 2 else 1, sa[-1]), (prod(batch), k2, m), a.dtype, b.dtype)
+    shape = batch + sa[-2:-1] * (da >= 2) + sb[-1:] * (db >= 2)
+    # the dtypes agree unless the product is empty; then torch gives the second one
+    return TensorSpec(shape, b.dtype, a.device)
+
+
+def _product(a, b):
+    if a.ndim >= 3 and b.ndim <= 2 and a.flags.c_contiguous:
+        # one BLAS call over all rows rather than one per matrix of the batch
+        rows = np.matmul(a.reshape(prod(a.shape[:-1]), a.shape[-1]), b)
+        return rows.reshape(a.shape[:-1] + b.shape[1:])
+    return np.matmul(a, b)
+
+
+def _matmul_cpu(spec, a, b):
+    c = opmath(spec.dtype).np
+    if a.dtype != c:
+        a = a.astype(c)
+    if b.dtype != c:
+        b = b.astype(c)
+    return _product(a, b)
+
+
+_BLAS_DTYPES = (_dt.float32, _dt.float64)
+# dtypes whose products NumPy computes in the dtype itself, as torch does
+_FAST_DTYPES = _BLAS_DTYPES + _dt.INTEGRAL
+
+
+def _fast_path(ndims):
+    """``fast(args)``: the common eager call without the dispatcher (CPU tensors of
+    one such dtype, no autograd, shapes NumPy accepts: its product rules are
+    torch's), or None for the general path and its errors. ``ndims`` pins the
+    operands' dims for mm, bmm, mv and dot, which do not broadcast."""
+    def fast(args):
+        a, b = args
+        Tensor = registry.Tensor
+        if a.__class__ is not Tensor or b.__class__ is not Tensor:
+            return None
+        dtype = a.dtype
+        sa, sb = a._shape, b._shape
+        if (b.dtype is not dtype or dtype not in _FAST_DTYPES or a._requires_grad or b._requires_grad
+                or a.device is not CPU or b.device is not CPU or not sa or not sb):
+            return None
+        if ndims is not None and ((len(sa), len(sb)) != ndims or sa[:-2] != sb[:-2]):
+            return None
+        try:
+            r = _product(a._array(), b._array())
+        except ValueError:
+            return None
+        return Tensor._from_array(np.asarray(r), dtype)
+    return fast
+
+
+_PRODUCTS = [
+    ("matmul(Tensor self, Tensor other) -> Tensor", _matmul_meta, None,
+     "Matrix product with torch's rules: 1-D operands act as vectors (their dim is removed from the result), "
+     "N-D operands as batches of matrices whose batch dims broadcast. Also ``a @ b``."),
+    ("mm(Tensor self, Tensor mat2) -> Tensor", _mm_meta, (2, 2), "Product of two matrices."),
+    ("bmm(Tensor self, Tensor mat2) -> Tensor", _bmm_meta, (3, 3),
+     "Products of two batches of matrices, (b, n, k) @ (b, k, m)."),
+    ("mv(Tensor self, Tensor vec) -> Tensor", _mv_meta, (2, 1), "Product of a matrix and a vector."),
+    ("dot(Tensor self, Tensor tensor) -> Tensor", _dot_meta, (1, 1), "Dot product of two 1-D tensors of one dtype."),
+    ("vdot(Tensor self, Tensor other) -> Tensor", _dot_meta, (1, 1), "Dot product (``dot`` for real tensors)."),
+]
+for _schema, _meta, _ndims, _doc in _PRODUCTS:
+    defop(_schema, meta=_meta, cpu=_matmul_cpu, kind="matmul", variants=("function", "method", "out"),
+          doc=_doc).fast = _fast_path(_ndims)
+
+
+# outer: a broadcast product --------------------------------------------------------
+
+def _outer(self, vec2):
+    for name, v in (("self", self), ("vec2", vec2)):
+        if v.ndim != 1:
+            raise RuntimeError(f"outer: Expected 1-D argument {name}, but got {v.ndim}-D")
+    return self.view(self.shape[0], 1).mul(vec2)
+
+
+for _name in ("outer", "ger"):
+    defop(f"{_name}(Tensor self, Tensor vec2) -> Tensor", composite=_outer, variants=("function", "method", "out"),
+          doc="Outer product of two vectors, ``self[i] * vec2[j]``, with type promotion.")
+
+
+# addmm, baddbmm: beta * input + alpha * product ----------------------------------
+
+def _check_expand(inp, target):
+    """``input`` must broadcast to the product's shape (torch's expand messages)."""
+    shape = inp.shape
+    if len(shape) > len(target):
+        raise RuntimeError(
+            f"expand(torch.{scalar_name(inp.dtype)}Tensor{{{list_str(shape)}}}, size={list_str(target)}): the "
+            f"number of sizes provided ({len(target)}) must be greater or equal to the number of dimensions in the "
+            f"tensor ({len(shape)})")
+    for i in range(1, len(shape) + 1):
+        if shape[-i] != 1 and shape[-i] != target[-i]:
+            raise RuntimeError(
+                f"The expanded size of the tensor ({target[-i]}) must match the existing size ({shape[-i]}) at "
+                f"non-singleton dimension {len(target) - i}.  Target sizes: {list_str(target)}.  "
+                f"Tensor sizes: {list_str(shape)}")
+
+
+def _addmm_meta(inp, m1, m2, beta, alpha):
+    _require_ndim(m1, 2, "mat1 must be a matrix, got {ndim}-D tensor")
+    _require_ndim(m2, 2, "mat2 must be a matrix, got {ndim}-D tensor")
+    _check_mm(m1.shape, m2.shape, m1.dtype, m2.dtype)
+    shape = (m1.shape[0], m2.shape[1])
+    _check_expand(inp, shape)
+    if inp.dtype is not m2.dtype:
+        raise RuntimeError(f"self and mat2 must have the same dtype, but got {scalar_name(inp.dtype)} and "
+                           f"{scalar_name(m2.dtype)}")
+    return TensorSpec(shape, inp.dtype, inp.device)
+
+
+def _baddbmm_meta(inp, b1, b2, beta, alpha):
+    _require_ndim(b1, 3, "batch1 must be a 3D tensor")
+    _require_ndim(b2, 3, "batch2 must be a 3D tensor")
+    shape = (b1.shape[0], b1.shape[1], b2.shape[2])
+    _check_expand(inp, shape)
+    if inp.dtype is not b1.dtype or inp.dtype is not b2.dtype:
+        raise RuntimeError(f"Input dtypes must be the same, got: input {_CPP_NAMES[inp.dtype]}, batch1: "
+                           f"{_CPP_NAMES[b1.dtype]}, batch2: {_CPP_NAMES[b2.dtype]}")
+    _check_bmm(b1.shape, b2.shape, b1.dtype, b2.dtype)
+    return TensorSpec(shape, inp.dtype, inp.device)
+
+
+def _addmm_cpu(spec, inp, m1, m2, beta, alpha):
+    out = _matmul_cpu(spec, m1, m2)
+    if not spec.dtype.is_floating_point:
+        beta, alpha = int(beta), int(alpha)  # torch truncates the scalars to the integer type
+    if alpha != 1:
+        out = np.multiply(out, _wrapped(alpha, out.dtype), dtype=out.dtype, casting="unsafe")
+    if beta == 0:
+        return out  # torch ignores input then, NaNs included
+    scaled = inp.astype(out.dtype) if beta == 1 else np.multiply(inp, _wrapped(beta, out.dtype), dtype=out.dtype,
+                                                                 casting="unsafe")
+    return np.add(out, scaled, out=out)
+
+
+def _wrapped(value, dtype):
+    """A Python scalar in ``dtype``, wrapping out-of-range integers as a C cast does."""
+    return np.array(value).astype(dtype)
+
+
+_SCALED = "Scalar beta=1, Scalar alpha=1"
+defop(f"addmm(Tensor self, Tensor mat1, Tensor mat2, *, {_SCALED}) -> Tensor", meta=_addmm_meta, cpu=_addmm_cpu,
+      kind="matmul", variants=("function", "method", "inplace", "out"),
+      doc="``beta * self + alpha * (mat1 @ mat2)``; ``self`` broadcasts to the product and is ignored when "
+          "``beta`` is 0.")
+defop(f"baddbmm(Tensor self, Tensor batch1, Tensor batch2, *, {_SCALED}) -> Tensor", meta=_baddbmm_meta,
+      cpu=_addmm_cpu, kind="matmul", variants=("function", "method", "inplace", "out"),
+      doc="``beta * self + alpha * bmm(batch1, batch2)``; ``self`` broadcasts to the product.")
+
+
+# einsum --------------------------------------------------------------------------
+
+# Labels are ints: letters in torch's order (A-Z then a-z), then one per ellipsis dim.
+_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+_ELLIPSIS = len(_LETTERS)
+
+
+def _einsum_error(message):
+    raise RuntimeError("einsum(): " + message)
+
+
+def _label(ch, index):
+    """The label of a subscript letter, or torch's error naming its index in the equation."""
+    if ch not in _LETTERS:
+        _einsum_error(f"invalid subscript given at index {index} in the equation string, subscripts must be in "
+                      "[a-zA-Z]")
+    return _LETTERS.index(ch)
+
+
+def _parse_operands(lhs, n_ops):
+    """Per operand: its labels, with None where its ellipsis stands."""
+    ops = [[]]
+    i = 0
+    while i < len(lhs):
+        ch = lhs[i]
+        cur = ops[-1]
+        if ch == ".":
+            if None in cur:
+                _einsum_error(f"found '.' for operand {len(ops) - 1} for which an ellipsis was already found")
+            if lhs[i:i + 3] != "...":
+                _einsum_error(f"found '.' for operand {len(ops) - 1} that is not part of any ellipsis")
+            cur.append(None)
+            i += 2
+        elif ch == ",":
+            if len(ops) == n_ops:
+                _einsum_error("fewer operands were provided than specified in the equation")
+            ops.append([])
+        elif ch != " ":
+            cur.append(_label(ch, i))
+        i += 1
+    if len(ops) < n_ops:
+        _einsum_error("more operands were provided than specified in the equation")
+    return ops
+
+
+def _parse_output(rhs, start, seen):
+    """Output labels, None where the ellipsis stands; ``start`` is the index of ``rhs`` in the equation."""
+    out = []
+    i = 0
+    while i < len(rhs):
+        ch = rhs[i]
+        if ch == ".":
+            if None in out:
+                _einsum_error("found '.' for output but an ellipsis (...) was already found")
+            if rhs[i:i + 3] != "...":
+                _einsum_error("found '.' for output that is not part of any ellipsis (...)")
+            out.append(None)
+            i += 2
+        elif ch != " ":
+            label = _label(ch, start + i)
+            if label in out:
+                _einsum_error(f"output subscript {ch} appears more than once in the output")
+            if label not in seen:
+                _einsum_error(f"output subscript {ch} does not appear in the equation for any input operand")
+            out.append(label)
+        i += 1
+    return out
+
+
+def _expand_ellipsis(labels, ndim, index):
+    """Replace an operand's ellipsis by labels for its dims, aligned to the right
+    of the widest ellipsis (label _ELLIPSIS + k for the k-th dim from the right)."""
+    n = len(labels) - (None in labels)
+    if None not in labels:
+        if n != ndim:
+            _einsum_error(f"the number of subscripts in the equation ({n}) does not match the number of dimensions "
+                          f"({ndim}) for operand {index} and no ellipsis was given")
+        return labels
+    if n > ndim:
+        _einsum_error(f"the number of subscripts in the equation ({n}) is more than the number of dimensions "
+                      f"({ndim}) for operand {index}")
+    at = labels.index(None)
+    covered = ndim - n
+    return labels[:at] + [_ELLIPSIS + covered - 1 - k for k in range(covered)] + labels[at + 1:]
+
+
+def _label_sizes(operands, shapes):
+    """Size of every label: repeats within an operand must agree, sizes across operands broadcast."""
+    sizes = {}
+    for i, (labels, shape) in enumerate(zip(operands, shapes)):
+        own = {}
+        for pos, (label, n) in enumerate(zip(labels, shape)):
+            if label in own and own[label] != n:
+                _einsum_error(f"subscript {_LETTERS[label]} is repeated for operand {i} but the sizes don't match, "
+                              f"{n} != {own[label]}")
+            own[label] = n
+            seen = sizes.get(label)
+            if seen is None or seen == 1:
+                sizes[label] = n
+            elif n != 1 and n != seen:
+                if label >= _ELLIPSIS:
+                    _einsum_error(f"dimension {pos} covered by ellipsis in operand {i}has size {n} which does not "
+                                  f"broadcast with previously seen ellipsis with size {seen} for the respective "
+                                  "dimension")
+                _einsum_error(f"subscript {_LETTERS[label]} has size {n} for operand {i} which does not broadcast "
+                              f"with previously seen size {seen}")
+    return sizes
+
+
+# labels per operand and of the output, output shape, and NumPy's sublist form of the
+# call: per operand (the shape it broadcasts to, its labels renumbered 0..51), output labels
+_Plan = namedtuple("_Plan", "operands out shape numpy_operands numpy_out")
+
+
+@lru_cache(maxsize=1024)
+def _einsum_plan(equation, shapes):
+    """Operand labels, output labels, label sizes and output shape of an equation
+    over operands of ``shapes`` (cached: a model calls einsum with few equations)."""
+    if not shapes:
+        raise ValueError("einsum(): must specify the equation string and at least one operand, or at least one "
+                         "operand and its subscripts list")
+    lhs, arrow, rhs = equation.partition("->")
+    parsed = _parse_operands(lhs, len(shapes))
+    operands = [_expand_ellipsis(labels, len(shape), i) for i, (labels, shape) in enumerate(zip(parsed, shapes))]
+    ell = sorted({x for labels in operands for x in labels if x >= _ELLIPSIS}, reverse=True)
+    if arrow:
+        out = _parse_output(rhs, len(lhs) + 2, {x for labels in parsed for x in labels})
+        if None in out:
+            at = out.index(None)
+            out[at:at + 1] = ell
+    else:
+        counts = {}
+        for labels in operands:
+            for x in labels:
+                counts[x] = counts.get(x, 0) + 1
+        out = ell + sorted(x for x, n in counts.items() if n == 1 and x < _ELLIPSIS)
+    sizes = _label_sizes(operands, shapes)
+    used = {x: k for k, x in enumerate(sorted({x for labels in operands for x in labels}))}
+    numpy_operands = tuple((tuple(sizes[x] for x in labels), [used[x] for x in labels]) for labels in operands)
+    return _Plan(tuple(map(tuple, operands)), tuple(out), tuple(sizes[x] for x in out), numpy_operands,
+                 [used[x] for x in out])
+
+
+def _sum_dtype(d):
+    return d if d.is_floating_point else _dt.int64
+
+
+@lru_cache(maxsize=1024)
+def _einsum_dtype(operands, out, shapes, dtypes):
+    """The result dtype, from a replay on shapes of torch's schedule: operands
+    contract left to right; a summed label whose size is not 1 in just one
+    operand is summed there first (integers sum as int64); summed labels the
+    pair shares go through bmm (one dtype, no bool, unless the product is
+    empty); a pair without any multiplies with type promotion."""
+    ops = [(dict(zip(labels, shape)), d) for labels, shape, d in zip(operands, shapes, dtypes)]
+    summed = {x for labels in operands for x in labels} - set(out)
+    if len(ops) == 1:
+        return _sum_dtype(dtypes[0]) if summed else dtypes[0]
+    # torch's dim order: the output, then ellipsis dims, then letters
+    order = list(out) + sorted(summed, key=lambda x: (x < _ELLIPSIS, -x if x >= _ELLIPSIS else x))
+    counts = {x: sum(sizes.get(x, 1) != 1 for sizes, _ in ops) for x in summed}
+    a, da = ops[0]
+    for b, db in ops[1:]:
+        a, b = dict(a), dict(b)
+        shared = []
+        for x in summed:
+            in_a, in_b = a.get(x, 1) != 1, b.get(x, 1) != 1
+            if in_a and in_b:
+                counts[x] -= 1
+                if counts[x] == 1:
+                    shared.append(x)
+                    counts[x] = 0
+            elif counts[x] == 1 and (in_a or in_b):
+                counts[x] = 0
+                if in_a:
+                    a[x], da = 1, _sum_dtype(da)
+                else:
+                    b[x], db = 1, _sum_dtype(db)
+        merged = {x: n if b.get(x, 1) == 1 else b[x] for x, n in a.items()}
+        merged.update((x, n) for x, n in b.items() if x not in a)
+        if shared:
+            # bmm of (both, a only, shared) by (both, shared, rest), as torch lays them out
+            kept = [x for x in order if x not in shared]
+            both = [x for x in kept if a.get(x, 1) != 1 and b.get(x, 1) != 1]
+            only_a = [x for x in kept if a.get(x, 1) != 1 and b.get(x, 1) == 1]
+            rest = [x for x in kept if a.get(x, 1) == 1]
+            n, m = prod(a[x] for x in only_a), prod(b.get(x, 1) for x in rest)
+            if only_a and rest and order.index(rest[-1]) < order.index(only_a[0]):
+                da, db, n, m = db, da, m, n  # torch swaps them to write the output in order
+            da = _check_bmm_dtypes(da, db, prod(a[x] for x in both), n, prod(a[x] for x in shared), m)
+            merged.update((x, 1) for x in shared)
+        else:
+            da = _dt.promote_types(da, db)
+        a = merged
+    return da
+
+
+def _einsum_meta(equation, tensors):
+    shapes = tuple(tuple(t.shape) for t in tensors)
+    plan = _einsum_plan(equation, shapes)
+    dtype = _einsum_dtype(plan.operands, plan.out, shapes, tuple(t.dtype for t in tensors))
+    return TensorSpec(plan.shape, dtype, tensors[0].device)
+
+
+# Below this many elements NumPy's C loop beats planning a BLAS contraction.
+_EINSUM_BLAS_MIN = 4096
+
+
+def _einsum_cpu(spec, equation, arrays):
+    plan = _einsum_plan(equation, tuple(a.shape for a in arrays))
+    c = opmath(spec.dtype).np
+    args = []
+    for a, (full, labels) in zip(arrays, plan.numpy_operands):
+        a = a if a.dtype == c else a.astype(c)
+        # size-1 dims broadcast against their label's size, as in torch
+        args += [a if a.shape == full else np.broadcast_to(a, full), labels]
+    big = len(arrays) > 1 and max(a.size for a in arrays) >= _EINSUM_BLAS_MIN
+    r = np.einsum(*args, plan.numpy_out, optimize=big)
+    if any(np.may_share_memory(r, a) for a in arrays):
+        r = r.copy()  # a pure transpose or diagonal comes back as a view
+    return r
+
+
+defop("einsum(str equation, Tensor... tensors) -> Tensor", meta=_einsum_meta, cpu=_einsum_cpu, kind="matmul",
+      variants=("function",),
+      doc="Einstein summation: ``einsum('ij,jk->ik', a, b)`` or ``einsum('ij,jk->ik', [a, b])``. Labels are "
+          "letters; ``...`` stands for broadcast dims; without ``->`` the output holds the labels seen once, "
+          "sorted, after the ellipsis dims.")

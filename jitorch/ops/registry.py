@@ -234,7 +234,10 @@ def _tensors_of(op, args):
 
 
 def check_same_device(op, args):
-    """torch's rule: all tensor arguments on one device (0-dim CPU tensors excepted)."""
+    """torch's rule: all tensor arguments on one device (0-dim CPU tensors excepted),
+    unless the op moves data between devices (``cross_device=True``, as ``copy_``)."""
+    if op.attrs.get("cross_device"):
+        return None
     first = None
     for t in _tensors_of(op, args):
         d = t.device
@@ -497,7 +500,8 @@ def _param_list(schema, with_out, drop_first=False):
     star = False
     for i, a in enumerate(schema.args):
         if a.varargs:
-            parts.append(f"*{a.name}")
+            # ``zeros(2, 3)``, ``zeros((2, 3))`` or ``zeros(size=(2, 3))``
+            parts.append(f"*_{a.name}, {a.name}=None")
             star = True
             continue
         if a.kwarg_only and not star:
@@ -520,8 +524,12 @@ def _varargs_fixup(schema):
             one_seq = (f"isinstance({a.name}[0], _seq)" if a.type == "Tensor"
                        else f"not isinstance({a.name}[0], _int)")
             lines.append(
-                f"    if len({a.name}) == 1 and {one_seq}:\n"
-                f"        {a.name} = {a.name}[0]"
+                f"    if {a.name} is None:\n"
+                f"        {a.name} = _{a.name}\n"
+                f"        if len({a.name}) == 1 and {one_seq}:\n"
+                f"            {a.name} = {a.name}[0]\n"
+                f"    elif _{a.name}:\n"
+                f"        raise TypeError(\"{schema.name}() got multiple values for argument '{a.name}'\")"
             )
     return "\n".join(lines)
 

@@ -1,1 +1,356 @@
-"""(filled in below)"""
+"""Ops that rearrange or replicate elements: cat and stacking, flip, roll, repeat,
+tril/triu, sorting and selection (sort, argsort, topk, kthvalue).
+
+Stacking and flipping variants are composites over ``cat``/``flip``/``view``;
+the rest are NumPy kernels that return fresh arrays.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..runtime import dtypes as _dt
+from ..runtime.strided import list_str, wrap_dim, wrap_dims
+from .meta import reduced_shape
+from .registry import TensorSpec, defop
+
+
+def _api():
+    """The public namespace, for composites (it is built from this registry, so imported late)."""
+    import jitorch
+    return jitorch
+
+
+def _require_tensors(op_name, tensors):
+    if not tensors:
+        raise RuntimeError(f"{op_name} expects a non-empty TensorList")
+
+
+# cat and its stacking relatives ---------------------------------------------------
+
+def _is_legacy_empty(t):
+    """torch still skips 1-D tensors of shape [0] in cat, whatever the other shapes."""
+    return t.shape == (0,)
+
+
+def _cat_meta(tensors, dim):
+    if not tensors:
+        raise ValueError("torch.cat(): expected a non-empty list of Tensors")
+    for i, t in enumerate(tensors):
+        if t.ndim == 0:
+            raise RuntimeError(f"zero-dimensional tensor (at position {i}) cannot be concatenated")
+    dtype = tensors[0].dtype
+    for t in tensors[1:]:
+        dtype = _dt.promote_types(dtype, t.dtype)
+    kept = [(i, t) for i, t in enumerate(tensors) if not _is_legacy_empty(t)]
+    if not kept:
+        return TensorSpec((0,), dtype, tensors[0].device)
+    ref = kept[0][1].shape
+    d = wrap_dim(dim, len(ref))
+    total = 0
+    for i, t in kept:
+        shape = t.shape
+        if len(shape) != len(ref):
+            raise RuntimeError(f"Tensors must have same number of dimensions: got {len(ref)} and {len(shape)}")
+        for k, (n, m) in enumerate(zip(ref, shape)):
+            if k != d and n != m:
+                raise RuntimeError(f"Sizes of tensors must match except in dimension {d}. Expected size {n} but got "
+                                   f"size {m} for tensor number {i} in the list.")
+        total += shape[d]
+    return TensorSpec(tuple(ref[:d]) + (total,) + tuple(ref[d + 1:]), dtype, tensors[0].device)
+
+
+def _cat_cpu(spec, arrays, dim):
+    kept = [a for a in arrays if a.shape != (0,)]
+    if not kept:
+        return np.empty((0,), spec.dtype.np)
+    return np.concatenate(kept, axis=dim % kept[0].ndim, dtype=spec.dtype.np, casting="unsafe")
+
+
+for _name in ("cat", "concat", "concatenate"):
+    defop(f"{_name}(Tensor[] tensors, int dim=0) -> Tensor", meta=_cat_meta, cpu=_cat_cpu, kind="shape",
+          variants=("function", "out"),
+          doc="Join tensors along an existing dim ``dim``; dtypes promote, other sizes must match. "
+              "1-D empty tensors are skipped.")
+
+
+def _stack(tensors, dim):
+    if not tensors:
+        raise RuntimeError("stack expects a non-empty TensorList")
+    first = tuple(tensors[0].shape)
+    for i, t in enumerate(tensors[1:], 1):
+        if tuple(t.shape) != first:
+            raise RuntimeError(f"stack expects each tensor to be equal size, but got {list_str(first)} at entry 0 "
+                               f"and {list_str(t.shape)} at entry {i}")
+    d = wrap_dim(dim, len(first) + 1)
+    return _api().cat([t.unsqueeze(d) for t in tensors], d)
+
+
+defop("stack(Tensor[] tensors, int dim=0) -> Tensor", composite=_stack, kind="shape", variants=("function", "out"),
+      doc="Join tensors of one shape along a new dim ``dim``.")
+
+
+def _at_least(t, ndim):
+    """``t`` viewed with at least ``ndim`` dims, as torch.atleast_{1,2,3}d does: a
+    scalar becomes (1, ...), a vector a row (1, n) or (1, n, 1), a matrix (m, n, 1)."""
+    shape = tuple(t.shape)
+    if len(shape) >= ndim:
+        return t
+    if not shape:
+        return t.view((1,) * ndim)
+    if len(shape) == 1:
+        return t.view((1,) + shape + (1,) * (ndim - 2))
+    return t.view(shape + (1,))
+
+
+def _stacker(name, ndim, dim, vector_dim=None):
+    """cat along ``dim`` after ``atleast_{ndim}d``; along ``vector_dim`` when the inputs are vectors."""
+    def composite(tensors):
+        _require_tensors(name, tensors)
+        ts = [_at_least(t, ndim) for t in tensors]
+        return _api().cat(ts, vector_dim if vector_dim is not None and ts[0].ndim == 1 else dim)
+    return composite
+
+
+def _column_stack(tensors):
+    _require_tensors("column_stack", tensors)
+    ts = [t.view(t.numel(), 1) if t.ndim <= 1 else t for t in tensors]
+    return _api().cat(ts, 1)
+
+
+_STACKERS = [
+    ("hstack", _stacker("hstack", 1, 1, vector_dim=0), "Join tensors column-wise: along dim 1, or dim 0 for vectors."),
+    ("vstack", _stacker("vstack", 2, 0), "Join tensors row-wise (vectors become rows) along dim 0."),
+    ("row_stack", _stacker("vstack", 2, 0), "Alias of ``vstack``."),
+    ("dstack", _stacker("dstack", 3, 2), "Join tensors depth-wise along dim 2 (after ``atleast_3d``)."),
+    ("column_stack", _column_stack, "Join tensors as columns: vectors and scalars become (n, 1) columns."),
+]
+for _name, _fn, _doc in _STACKERS:
+    defop(f"{_name}(Tensor[] tensors) -> Tensor", composite=_fn, kind="shape", variants=("function", "out"), doc=_doc)
+
+
+# flip, roll --------------------------------------------------------------------------
+
+def _flip_meta(x, dims):
+    wrap_dims(dims, x.ndim)
+    return TensorSpec(x.shape, x.dtype, x.device)
+
+
+def _flip_cpu(spec, x, dims):
+    flipped = {d % x.ndim for d in dims} if x.ndim else set()
+    return x[tuple(slice(None, None, -1) if d in flipped else slice(None) for d in range(x.ndim))].copy()
+
+
+defop("flip(Tensor self, int[] dims) -> Tensor", meta=_flip_meta, cpu=_flip_cpu, kind="shape",
+      variants=("function", "method", "out"), doc="A copy with the order of elements reversed along ``dims``.")
+
+
+def _flipper(min_ndim, dim):
+    def composite(self):
+        if self.ndim < min_ndim:
+            raise RuntimeError(f"Input must be >= {min_ndim}-d.")
+        return self.flip([dim])
+    return composite
+
+
+defop("fliplr(Tensor self) -> Tensor", composite=_flipper(2, 1), kind="shape", variants=("function", "method", "out"),
+      doc="Reverse the columns (dim 1).")
+defop("flipud(Tensor self) -> Tensor", composite=_flipper(1, 0), kind="shape", variants=("function", "method", "out"),
+      doc="Reverse the rows (dim 0).")
+
+
+def _roll_meta(x, shifts, dims):
+    if not shifts:
+        raise RuntimeError("`shifts` required")
+    if len(shifts) != len(dims) and (dims or len(shifts) != 1):
+        raise RuntimeError(f"shifts and dimensions must align. shifts: {len(shifts)}, dims:{len(dims)}")
+    if dims and x.ndim == 0:
+        raise IndexError(f"Dimension specified as {dims[0]} but tensor has no dimensions")
+    for d in dims:
+        wrap_dim(d, x.ndim)
+    return TensorSpec(x.shape, x.dtype, x.device)
+
+
+def _roll_cpu(spec, x, shifts, dims):
+    if not dims:
+        return np.roll(x, shifts[0])
+    return np.roll(x, shifts, axis=tuple(d % x.ndim for d in dims))
+
+
+defop("roll(Tensor self, int[] shifts, int[] dims=()) -> Tensor", meta=_roll_meta, cpu=_roll_cpu, kind="shape",
+      variants=("function", "method", "out"),
+      doc="Shift elements circularly by ``shifts`` along ``dims``; without dims, over the flattened tensor.")
+
+
+# repeat, tile, repeat_interleave ------------------------------------------------------
+
+def _repeat_meta(x, repeats):
+    if len(repeats) < x.ndim:
+        raise RuntimeError("Number of dimensions of repeat dims can not be smaller than number of dimensions of tensor")
+    padded = (1,) * (len(repeats) - x.ndim) + tuple(x.shape)
+    shape = tuple(n * r for n, r in zip(padded, repeats))
+    for n in shape:
+        if n < 0:
+            raise RuntimeError(f"Trying to create tensor with negative dimension {n}: {list_str(shape)}")
+    return TensorSpec(shape, x.dtype, x.device)
+
+
+def _repeat_cpu(spec, x, repeats):
+    return np.tile(x.reshape((1,) * (len(repeats) - x.ndim) + x.shape), repeats)
+
+
+defop("repeat(Tensor self, int... repeats) -> Tensor", meta=_repeat_meta, cpu=_repeat_cpu, kind="shape",
+      variants=("method",), doc="Tile the tensor ``repeats[i]`` times along each dim (leading new dims allowed).")
+
+
+def _tile(self, dims):
+    return self.repeat((1,) * (self.ndim - len(dims)) + tuple(dims))
+
+
+defop("tile(Tensor self, int[] dims) -> Tensor", composite=_tile, kind="shape", variants=("function", "method"),
+      doc="``repeat`` where missing leading repeats count as 1.")
+
+
+def _interleave_meta(x, repeats, dim, output_size):
+    if repeats < 0:
+        raise RuntimeError("Repeats must be non-negative")
+    if dim is None:
+        return TensorSpec((x.numel() * repeats,), x.dtype, x.device)
+    if x.ndim == 0:
+        raise IndexError(f"Dimension specified as {dim} but tensor has no dimensions")
+    d = wrap_dim(dim, x.ndim)
+    shape = tuple(x.shape)
+    return TensorSpec(shape[:d] + (shape[d] * repeats,) + shape[d + 1:], x.dtype, x.device)
+
+
+def _interleave_cpu(spec, x, repeats, dim, output_size):
+    return np.repeat(x, repeats, axis=None if dim is None else dim % x.ndim)
+
+
+defop("repeat_interleave(Tensor self, int repeats, int? dim=None, *, int? output_size=None) -> Tensor",
+      meta=_interleave_meta, cpu=_interleave_cpu, kind="shape", variants=("function", "method"),
+      doc="Repeat each element ``repeats`` times along ``dim`` (over the flattened tensor by default).")
+
+
+# tril, triu ------------------------------------------------------------------------------
+
+def _triangle(name, fn):
+    def meta(x, diagonal):
+        if x.ndim < 2:
+            raise RuntimeError(f"{name}: input tensor must have at least 2 dimensions")
+        return TensorSpec(x.shape, x.dtype, x.device)
+
+    defop(f"{name}(Tensor self, int diagonal=0) -> Tensor", meta=meta, cpu=lambda spec, x, k: fn(x, k), kind="shape",
+          variants=("function", "method", "inplace", "out"),
+          doc=f"The {'lower' if name == 'tril' else 'upper'} triangle of the last two dims (from the ``diagonal``-th "
+              "diagonal; 0 is the main one, positive above it), zero elsewhere.")
+
+
+_triangle("tril", np.tril)
+_triangle("triu", np.triu)
+
+
+# sort and selection ----------------------------------------------------------------------
+
+_HALVES = (_dt.float16.np, _dt.bfloat16.np)
+
+
+def _sort_key(x):
+    """Half types sort through float32: the same order, with NumPy's fast sorts."""
+    return x.astype(np.float32) if x.dtype in _HALVES else x
+
+
+def _argsort(x, axis, descending):
+    """Stable order along ``axis``: NaN last ascending, first descending, like torch;
+    equal elements keep their order in both directions."""
+    key = _sort_key(x)
+    if not descending:
+        return np.argsort(key, axis=axis, kind="stable")
+    n = key.shape[axis]
+    # a stable ascending sort of the reversed data, reversed, keeps ties in their original order
+    order = np.argsort(np.flip(key, axis), axis=axis, kind="stable")
+    return (n - 1) - np.flip(order, axis)
+
+
+def _sorted(x, dim, descending):
+    """(values, indices) sorted along ``dim``; a 0-d tensor is its own sort."""
+    if x.ndim == 0:
+        return x.copy(), np.zeros((), np.int64)
+    axis = dim % x.ndim
+    order = _argsort(x, axis, descending)
+    return np.take_along_axis(x, order, axis), order
+
+
+def _sort_meta(x, dim, descending, stable):
+    wrap_dim(dim, x.ndim)
+    return TensorSpec(x.shape, x.dtype, x.device), TensorSpec(x.shape, _dt.int64, x.device)
+
+
+def _sort_cpu(spec, x, dim, descending, stable):
+    return _sorted(x, dim, descending)
+
+
+defop("sort(Tensor self, int dim=-1, bool descending=False, *, bool? stable=False) -> (Tensor values, Tensor indices)",
+      meta=_sort_meta, cpu=_sort_cpu, kind="sort", variants=("function", "method", "out"),
+      doc="Sorted values along ``dim`` and their indices. NaN sorts as the largest value; the order is stable.")
+
+
+def _argsort_composite(self, dim, descending, stable):
+    return self.sort(dim, descending, stable=stable).indices
+
+
+defop("argsort(Tensor self, int dim=-1, bool descending=False, *, bool stable=False) -> Tensor",
+      composite=_argsort_composite, kind="sort", variants=("function", "method"),
+      doc="The indices that sort ``self`` along ``dim`` (``sort(...).indices``).")
+
+
+def _topk_meta(x, k, dim, largest, sorted):
+    d = wrap_dim(dim, x.ndim)
+    n = x.shape[d] if x.ndim else 1
+    if k < 0 or k > n:
+        raise RuntimeError("selected index k out of range")
+    if x.dtype is _dt.bool:
+        raise RuntimeError("topk does not support bool dtypes on CPU")
+    shape = tuple(x.shape)
+    shape = shape[:d] + (k,) + shape[d + 1:] if x.ndim else ()
+    return TensorSpec(shape, x.dtype, x.device), TensorSpec(shape, _dt.int64, x.device)
+
+
+def _topk_cpu(spec, x, k, dim, largest, sorted):
+    values, order = _sorted(x, dim, largest)
+    if x.ndim == 0:
+        return values, order
+    first_k = range(k)
+    return np.take(values, first_k, axis=dim), np.take(order, first_k, axis=dim)
+
+
+defop("topk(Tensor self, int k, int dim=-1, bool largest=True, bool sorted=True) -> (Tensor values, Tensor indices)",
+      meta=_topk_meta, cpu=_topk_cpu, kind="sort", variants=("function", "method", "out"),
+      doc="The ``k`` largest (or smallest) elements along ``dim`` and their indices, in sorted order; NaN counts "
+          "as the largest value.")
+
+
+def _kthvalue_meta(x, k, dim, keepdim):
+    d = wrap_dim(dim, x.ndim)
+    n = x.shape[d] if x.ndim else 1
+    if n == 0:
+        raise IndexError(f"kthvalue(): Expected reduction dim {d} to have non-zero size.")
+    if k < 1 or k > n:
+        raise RuntimeError(f"kthvalue(): selected number k out of range for dimension {d}")
+    if x.dtype is _dt.bool and x.ndim:  # torch selects from a 0-d tensor without its kernel
+        raise NotImplementedError("\"kthvalue_cpu\" not implemented for 'Bool'")
+    shape = reduced_shape(tuple(x.shape), (d,) if x.ndim else (), keepdim)
+    return TensorSpec(shape, x.dtype, x.device), TensorSpec(shape, _dt.int64, x.device)
+
+
+def _kthvalue_cpu(spec, x, k, dim, keepdim):
+    values, order = _sorted(x, dim, False)
+    if x.ndim == 0:
+        return values, order
+    kth = [k - 1] if keepdim else k - 1
+    return np.take(values, kth, axis=dim), np.take(order, kth, axis=dim)
+
+
+defop("kthvalue(Tensor self, int k, int dim=-1, bool keepdim=False) -> (Tensor values, Tensor indices)",
+      meta=_kthvalue_meta, cpu=_kthvalue_cpu, kind="sort", variants=("function", "method", "out"),
+      doc="The ``k``-th smallest element along ``dim`` (1-based) and its index; NaN counts as the largest value.")

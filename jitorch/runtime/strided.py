@@ -124,7 +124,8 @@ def view_strides(shape, strides, new_shape):
     """Strides that view ``shape``/``strides`` as ``new_shape`` without a copy,
     or None when no such view exists (torch's computeStride)."""
     numel = prod(shape)
-    if numel == 0:
+    if numel == 0 or not shape:
+        # empty tensors, and 0-d ones (one element): any contiguous layout is a view
         return contiguous_strides(new_shape)
     new_strides = [0] * len(new_shape)
     view_d = len(new_shape) - 1

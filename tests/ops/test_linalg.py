@@ -1,0 +1,391 @@
+"""Matrix products and einsum against NumPy: values, dtypes, shapes, layouts, out=, errors."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import jitorch as jt
+from tests.support import FLOAT_DTYPES, INT_DTYPES, LAYOUTS, assert_close, tensor_and_array
+
+NUMERIC = INT_DTYPES + FLOAT_DTYPES  # bool products raise, as in torch
+
+
+def small_values(shape, dtype, seed):
+    """Integer values in [-4, 4] ([0, 4] unsigned): products are exact in float32/float64,
+    so any difference from NumPy is a bug, not rounding."""
+    rng = np.random.default_rng(seed)
+    low = 0 if dtype is jt.uint8 else -4
+    return rng.integers(low, 5, size=shape).astype(dtype.np)
+
+
+def wide(a):
+    """Values widened to the type NumPy references compute in."""
+    return a.astype(np.float64 if a.dtype.kind not in "iub" else np.int64)
+
+
+def expected_in(values, dtype):
+    """A wide reference cast to ``dtype``; integers wrap as torch's do."""
+    return np.asarray(values).astype(dtype.np if dtype not in (jt.float16, jt.bfloat16) else np.float64)
+
+
+def make(shape, dtype, layout, seed):
+    return tensor_and_array(small_values(shape, dtype, seed), layout)
+
+
+@st.composite
+def matmul_shapes(draw, da, db):
+    """Shapes of a ``da``-D and a ``db``-D operand, with broadcasting batch dims (some of size 1)."""
+    n, k, m = draw(st.integers(0, 4)), draw(st.integers(0, 4)), draw(st.integers(0, 4))
+    batch = (draw(st.integers(0, 3)), draw(st.integers(0, 3)))
+
+    def side(ndim, core):
+        dims = batch[2 - max(ndim - 2, 0):]
+        return tuple(1 if draw(st.booleans()) else x for x in dims) + core
+
+    return side(da, (n, k) if da >= 2 else (k,)), side(db, (k, m) if db >= 2 else (k,))
+
+
+# matmul and its fixed-rank relatives ---------------------------------------------------
+
+@pytest.mark.parametrize("da", [1, 2, 3, 4])
+@pytest.mark.parametrize("db", [1, 2, 3, 4])
+@given(st.data(), st.sampled_from(NUMERIC), st.sampled_from(LAYOUTS), st.sampled_from(LAYOUTS),
+       st.integers(0, 2 ** 16))
+def test_matmul_matches_numpy(da, db, data, dtype, layout_a, layout_b, seed):
+    sa, sb = data.draw(matmul_shapes(da, db))
+    (ta, a), (tb, b) = make(sa, dtype, layout_a, seed), make(sb, dtype, layout_b, seed + 1)
+    result = jt.matmul(ta, tb)
+    assert result.dtype is dtype
+    assert_close(result, expected_in(np.matmul(wide(a), wide(b)), dtype))
+
+
+PRODUCTS = {  # op -> shapes of its operands from (batch, n, k, m)
+    "mm": lambda b, n, k, m: ((n, k), (k, m)),
+    "bmm": lambda b, n, k, m: ((b, n, k), (b, k, m)),
+    "mv": lambda b, n, k, m: ((n, k), (k,)),
+    "dot": lambda b, n, k, m: ((k,), (k,)),
+    "vdot": lambda b, n, k, m: ((k,), (k,)),
+}
+
+
+@pytest.mark.parametrize("op", PRODUCTS)
+@given(st.lists(st.integers(0, 4), min_size=4, max_size=4), st.sampled_from(NUMERIC), st.sampled_from(LAYOUTS),
+       st.sampled_from(LAYOUTS), st.integers(0, 2 ** 16))
+def test_fixed_rank_products_match_numpy(op, sizes, dtype, layout_a, layout_b, seed):
+    sa, sb = PRODUCTS[op](*sizes)
+    (ta, a), (tb, b) = make(sa, dtype, layout_a, seed), make(sb, dtype, layout_b, seed + 1)
+    for result in (getattr(jt, op)(ta, tb), getattr(ta, op)(tb)):
+        assert result.dtype is dtype
+        assert_close(result, expected_in(np.matmul(wide(a), wide(b)), dtype))
+
+
+def test_matmul_operator_and_method():
+    a = np.arange(6.0, dtype=np.float32).reshape(2, 3)
+    b = np.arange(12.0, dtype=np.float32).reshape(3, 4)
+    ta, tb = jt.tensor(a), jt.tensor(b)
+    for result in (ta @ tb, ta.matmul(tb), jt.matmul(ta, tb)):
+        assert_close(result, a @ b)
+    with pytest.raises(TypeError):
+        ta @ 3
+
+
+def test_integer_products_wrap_like_torch():
+    a = jt.full((2, 3), 100, dtype=jt.uint8)
+    b = jt.ones(3, 2, dtype=jt.uint8)
+    assert (a @ b).tolist() == [[44, 44], [44, 44]]  # 300 mod 256
+    assert jt.dot(jt.full((3,), 100, dtype=jt.int8), jt.ones(3, dtype=jt.int8)).item() == 44
+
+
+@pytest.mark.parametrize("op, sa, sb", [
+    ("matmul", (2, 3, 4), (4, 5)), ("mm", (2, 3), (3, 4)), ("bmm", (2, 3, 4), (2, 4, 5)),
+    ("mv", (2, 3), (3,)), ("dot", (3,), (3,)),
+])
+def test_out_resizes_and_returns_out(op, sa, sb):
+    (ta, a), (tb, b) = make(sa, jt.float32, "contiguous", 1), make(sb, jt.float32, "contiguous", 2)
+    out = jt.empty(0)
+    result = getattr(jt, op)(ta, tb, out=out)
+    assert result is out
+    assert_close(out, np.matmul(a, b))
+
+
+def test_float_products_hand_the_tensors_memory_to_numpy(monkeypatch):
+    """A large float32 product must cost what np.matmul costs: no copy on the way,
+    transposed operands included (BLAS reads them as they are)."""
+    a, b = jt.ones(64, 32), jt.ones(32, 16)
+    seen = []
+    real = np.matmul
+
+    def spy(x, y, *args, **kwargs):
+        seen.append((x, y))
+        return real(x, y, *args, **kwargs)
+
+    monkeypatch.setattr(np, "matmul", spy)
+    calls = [(a, b, lambda: a @ b), (a, b, lambda: jt.mm(a, b)), (a, a, lambda: a.transpose(0, 1) @ a)]
+    for x, y, call in calls:
+        seen.clear()
+        call()
+        assert len(seen) == 1
+        assert np.shares_memory(seen[0][0], x._array()) and np.shares_memory(seen[0][1], y._array())
+
+
+def test_half_types_compute_in_float32_and_keep_their_dtype():
+    a = np.full((4, 300), 0.1, dtype=np.float32)
+    for dtype in (jt.float16, jt.bfloat16):
+        ta = jt.tensor(a).to(dtype)
+        result = ta @ ta.transpose(0, 1)
+        assert result.dtype is dtype
+        # float32 accumulation: each entry is 300 * x**2 rounded once to the half type
+        x = float(jt.tensor(a[0, 0]).to(dtype).item())
+        assert_close(result, np.full((4, 4), 300 * x * x), rtol=1e-2, atol=0)
+
+
+def test_bool_products_raise_unless_empty():
+    t = jt.ones(2, 3, dtype=jt.bool)
+    with pytest.raises(NotImplementedError, match=re.escape("\"addmm_impl_cpu_\" not implemented for 'Bool'")):
+        t @ t.transpose(0, 1)
+    with pytest.raises(NotImplementedError, match=re.escape("\"dot\" not implemented for 'Bool'")):
+        jt.dot(t[0], t[0])
+    # torch skips its kernels for empty products, so these work
+    assert jt.mm(jt.ones(0, 3, dtype=jt.bool), jt.ones(3, 4, dtype=jt.bool)).shape == (0, 4)
+    assert jt.bmm(jt.ones(1, 2, 0, dtype=jt.bool), jt.ones(1, 0, 4, dtype=jt.bool)).tolist() == [[[False] * 4] * 2]
+
+
+def test_empty_bmm_of_two_dtypes_takes_the_second():
+    assert jt.bmm(jt.ones(1, 2, 0), jt.ones(1, 0, 4, dtype=jt.float64)).dtype is jt.float64
+
+
+def _t(*shape, dtype=jt.float32):
+    return jt.ones(*shape, dtype=dtype)
+
+
+D = jt.float64
+PRODUCT_ERRORS = [
+    (lambda: jt.mm(_t(2, 3), _t(4, 5)), RuntimeError, "mat1 and mat2 shapes cannot be multiplied (2x3 and 4x5)"),
+    (lambda: jt.matmul(_t(3), _t(4, 5)), RuntimeError, "mat1 and mat2 shapes cannot be multiplied (1x3 and 4x5)"),
+    (lambda: jt.matmul(_t(2, 3), _t(4)), RuntimeError, "size mismatch, got input (2), mat (2x3), vec (4)"),
+    (lambda: jt.matmul(_t(2, 2, 3), _t(4)), RuntimeError, "size mismatch, got input (4), mat (4x3), vec (4)"),
+    (lambda: jt.matmul(_t(2, 2, 3), _t(2, 4, 5)), RuntimeError,
+     "Expected size for first two dimensions of batch2 tensor to be: [2, 3] but got: [2, 4]."),
+    (lambda: jt.matmul(_t(2, 2, 3), _t(3, 3, 5)), RuntimeError,
+     "The size of tensor a (2) must match the size of tensor b (3) at non-singleton dimension 0"),
+    (lambda: jt.matmul(_t(), _t(3)), RuntimeError,
+     "both arguments to matmul need to be at least 1D, but they are 0D and 1D"),
+    (lambda: jt.matmul(_t(3), _t(4)), RuntimeError,
+     "inconsistent tensor size, expected tensor [3] and src [4] to have the same number of elements, but got 3 "
+     "and 4 elements respectively"),
+    (lambda: jt.bmm(_t(2, 2, 3), _t(2, 4, 5)), RuntimeError,
+     "Expected size for first two dimensions of batch2 tensor to be: [2, 3] but got: [2, 4]."),
+    (lambda: jt.mm(_t(3), _t(3, 3)), RuntimeError, "self must be a matrix"),
+    (lambda: jt.mm(_t(2, 3), _t(3)), RuntimeError, "mat2 must be a matrix"),
+    (lambda: jt.bmm(_t(2, 3), _t(2, 3, 5)), RuntimeError, "batch1 must be a 3D tensor"),
+    (lambda: jt.mv(_t(2, 3), _t(3, 1)), RuntimeError, "vector + matrix @ vector expected, got 1, 2, 2"),
+    (lambda: jt.dot(_t(3, 1), _t(3)), RuntimeError, "1D tensors expected, but got 2D and 1D tensors"),
+    (lambda: jt.mm(_t(2, 3), _t(3, 3, dtype=D)), RuntimeError,
+     "expected m1 and m2 to have the same dtype, but got: float != double"),
+    (lambda: jt.matmul(_t(2, 3, dtype=jt.int64), _t(3, 3)), RuntimeError,
+     "expected m1 and m2 to have the same dtype, but got: long int != float"),
+    (lambda: jt.mm(_t(2, 3, dtype=jt.float16), _t(3, 3)), RuntimeError,
+     "expected m1 and m2 to have the same dtype, but got: c10::Half != float"),
+    (lambda: jt.matmul(_t(2, 3), _t(3, dtype=D)), RuntimeError,
+     "addmv input tensors must have the same dtype, but got Double, Float, and Double"),
+    (lambda: jt.dot(_t(3), _t(3, dtype=D)), RuntimeError,
+     "dot : expected both vectors to have same dtype, but found Float and Double"),
+    (lambda: jt.bmm(_t(2, 2, 3), _t(2, 3, 5, dtype=D)), RuntimeError, "expected scalar type Float but found Double"),
+    # larger matrices take torch's BLAS or per-matrix kernels, which word it otherwise
+    (lambda: jt.bmm(_t(2, 20, 20), _t(2, 20, 20, dtype=D)), RuntimeError,
+     "expected scalar type Double but found Float"),
+    (lambda: jt.bmm(_t(2, 20, 20), _t(2, 20, 20, dtype=jt.int64)), RuntimeError,
+     "expected m1 and m2 to have the same dtype, but got: float != long int"),
+    (lambda: jt.mv(_t(2, 3, dtype=jt.bool), _t(3, dtype=jt.bool)), NotImplementedError,
+     "\"addmv_impl_cpu\" not implemented for 'Bool'"),
+    (lambda: jt.bmm(_t(1, 2, 3, dtype=jt.bool), _t(1, 3, 2, dtype=jt.bool)), NotImplementedError,
+     "\"bmm\" not implemented for 'Bool'"),
+    (lambda: jt.outer(_t(2, 3), _t(3)), RuntimeError, "outer: Expected 1-D argument self, but got 2-D"),
+    (lambda: jt.outer(_t(2), _t(3, 1)), RuntimeError, "outer: Expected 1-D argument vec2, but got 2-D"),
+    (lambda: jt.addmm(_t(2, 2), _t(2, 4), _t(4, 3)), RuntimeError,
+     "The expanded size of the tensor (3) must match the existing size (2) at non-singleton dimension 1.  "
+     "Target sizes: [2, 3].  Tensor sizes: [2, 2]"),
+    (lambda: jt.addmm(_t(2, 1, 3), _t(2, 4), _t(4, 3)), RuntimeError,
+     "expand(torch.FloatTensor{[2, 1, 3]}, size=[2, 3]): the number of sizes provided (2) must be greater or "
+     "equal to the number of dimensions in the tensor (3)"),
+    (lambda: jt.addmm(_t(3, dtype=D), _t(2, 4), _t(4, 3)), RuntimeError,
+     "self and mat2 must have the same dtype, but got Double and Float"),
+    (lambda: jt.addmm(_t(3), _t(2, 4), _t(3)), RuntimeError, "mat2 must be a matrix, got 1-D tensor"),
+    (lambda: jt.baddbmm(_t(2, 3, dtype=D), _t(5, 2, 4), _t(5, 4, 3)), RuntimeError,
+     "Input dtypes must be the same, got: input double, batch1: float, batch2: float"),
+    (lambda: jt.baddbmm(_t(2, 2, 3), _t(5, 2, 4), _t(5, 4, 3)), RuntimeError,
+     "The expanded size of the tensor (5) must match the existing size (2) at non-singleton dimension 0.  "
+     "Target sizes: [5, 2, 3].  Tensor sizes: [2, 2, 3]"),
+]
+
+
+@pytest.mark.parametrize("call, exc, message", PRODUCT_ERRORS)
+def test_product_errors(call, exc, message):
+    with pytest.raises(exc, match=re.escape(message)):
+        call()
+
+
+# outer, addmm, baddbmm -----------------------------------------------------------------
+
+@pytest.mark.parametrize("op", ["outer", "ger"])
+@given(st.integers(0, 4), st.integers(0, 4), st.sampled_from([jt.bool] + NUMERIC),
+       st.sampled_from([jt.bool] + NUMERIC), st.integers(0, 2 ** 16))
+def test_outer_promotes_like_mul(op, n, m, da, db, seed):
+    (ta, a), (tb, b) = make((n,), da, "strided", seed), make((m,), db, "contiguous", seed + 1)
+    result = getattr(jt, op)(ta, tb)
+    dtype = jt.promote_types(da, db)
+    assert result.dtype is dtype
+    assert_close(result, expected_in(np.multiply.outer(wide(a), wide(b)), dtype))
+
+
+@given(st.integers(0, 3), st.integers(0, 3), st.integers(0, 3), st.integers(0, 5), st.sampled_from(NUMERIC),
+       st.sampled_from([(1, 1), (2, 3), (0, -1)]), st.integers(0, 2 ** 16))
+def test_addmm_and_baddbmm_match_numpy(n, k, m, which_input, dtype, scales, seed):
+    beta, alpha = scales
+    input_shape = [(), (1,), (m,), (1, 1), (n, m), (n, 1)][which_input]  # all broadcast to (n, m)
+    (ti, i), (t1, m1), (t2, m2) = (make(s, dtype, "contiguous", seed + j)
+                                   for j, s in enumerate([input_shape, (2, n, k), (2, k, m)]))
+    expected = beta * wide(i) + alpha * np.matmul(wide(m1), wide(m2))
+    assert_close(jt.baddbmm(ti, t1, t2, beta=beta, alpha=alpha), expected_in(expected, dtype))
+    expected = beta * wide(i) + alpha * np.matmul(wide(m1[0]), wide(m2[0]))
+    assert_close(jt.addmm(ti, t1[0], t2[0], beta=beta, alpha=alpha), expected_in(expected, dtype))
+
+
+def test_addmm_with_beta_zero_ignores_input_and_inplace_writes():
+    nan_input = jt.full((3,), float("nan"))
+    result = jt.addmm(nan_input, jt.ones(2, 4), jt.ones(4, 3), beta=0)
+    assert result.tolist() == [[4.0] * 3] * 2
+    target = jt.ones(2, 3)
+    assert target.addmm_(jt.ones(2, 4), jt.ones(4, 3), alpha=2) is target
+    assert target.tolist() == [[9.0] * 3] * 2
+
+
+def test_integer_addmm_truncates_float_scalars_like_torch():
+    ones = jt.ones(3, dtype=jt.int64)
+    result = jt.addmm(ones, jt.ones(2, 4, dtype=jt.int64), jt.ones(4, 3, dtype=jt.int64), beta=0.5, alpha=2.5)
+    assert result.tolist() == [[8] * 3] * 2
+
+
+# einsum ---------------------------------------------------------------------------------
+
+EQUATIONS = [
+    ("ij,jk->ik", [(2, 3), (3, 4)]), ("ij,jk", [(2, 3), (3, 4)]), ("ij,jk->ki", [(2, 3), (3, 4)]),
+    ("bij,bjk->bik", [(2, 2, 3), (2, 3, 4)]), ("bhqd,bhkd->bhqk", [(2, 2, 3, 4), (2, 2, 5, 4)]),
+    ("ij->ji", [(2, 3)]), ("ji", [(2, 3)]), ("Ba", [(2, 3)]), ("ii", [(3, 3)]), ("ii->i", [(3, 3)]),
+    ("ij->", [(2, 3)]), ("ij->j", [(2, 3)]), ("i,j->ij", [(3,), (4,)]), ("i,i->", [(3,), (3,)]), ("i,i", [(3,), (3,)]),
+    ("ij,ij->ij", [(2, 3), (2, 3)]), ("ij,ij->ij", [(2, 3), (1, 3)]), ("ij,j->i", [(2, 3), (3,)]),
+    ("ij,kl->", [(2, 3), (3, 4)]), ("ii,ij->j", [(3, 3), (3, 2)]), ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 5)]),
+    ("...ij,...jk->...ik", [(2, 1, 3, 4), (5, 4, 2)]), ("...ij,...jk", [(2, 1, 3, 4), (5, 4, 2)]),
+    ("...ii->...i", [(2, 3, 3)]), ("i...->...", [(2, 3)]), ("...", [(2, 3)]), ("a...b->b...a", [(2, 3, 4, 5)]),
+    ("i j , j k -> i k", [(2, 3), (3, 4)]), ("->", [()]), ("", [()]), ("ij,jk->ik", [(0, 3), (3, 4)]),
+    ("ij,jk->ik", [(2, 0), (0, 4)]), ("ij->", [(0, 3)]),
+]
+
+
+@pytest.mark.parametrize("equation, shapes", EQUATIONS)
+@given(st.sampled_from([jt.float32, jt.float64, jt.int64, jt.float16]), st.sampled_from(LAYOUTS),
+       st.integers(0, 2 ** 16))
+def test_einsum_matches_numpy(equation, shapes, dtype, layout, seed):
+    pairs = [make(s, dtype, layout, seed + i) for i, s in enumerate(shapes)]
+    tensors, arrays = [t for t, _ in pairs], [wide(a) for _, a in pairs]
+    expected = expected_in(np.einsum(equation, *arrays), dtype)
+    for result in (jt.einsum(equation, *tensors), jt.einsum(equation, tensors)):
+        assert result.dtype is dtype
+        assert_close(result, expected)
+
+
+@pytest.mark.parametrize("equation, shape", [("ij->ji", (2, 3)), ("ij->ij", (2, 3)), ("ii->i", (3, 3))])
+def test_einsum_result_owns_its_memory(equation, shape):
+    """NumPy answers transposes and diagonals with views; a result must not alias its input."""
+    x = jt.ones(*shape)
+    assert not np.shares_memory(jt.einsum(equation, x)._array(), x._array())
+
+
+def test_einsum_meta_rule_needs_no_data():
+    a, b = jt.empty(2, 1, 3, 4, device="meta"), jt.empty(5, 4, 2, device="meta")
+    result = jt.einsum("...ij,...jk->...ik", a, b)
+    assert result.device.type == "meta" and result.shape == (2, 5, 3, 2)
+
+
+# (equation, shapes, dtypes, result dtype): torch's schedule sums labels private to one
+# operand first (integers sum as int64), then contracts with bmm or a promoting product.
+EINSUM_DTYPES = [
+    ("ij->", [(2, 3)], [jt.int8], jt.int64),
+    ("ij->i", [(2, 3)], [jt.bool], jt.int64),
+    ("ii->i", [(3, 3)], [jt.bool], jt.bool),
+    ("i,j->ij", [(3,), (4,)], [jt.float32, jt.float64], jt.float64),
+    ("i,j->ij", [(3,), (4,)], [jt.bool, jt.bool], jt.bool),
+    ("ij,kl->", [(2, 3), (3, 4)], [jt.int8, jt.int8], jt.int64),
+    ("ij,kl->ij", [(2, 3), (3, 4)], [jt.float32, jt.float64], jt.float64),
+    ("ij,k->k", [(2, 3), (3,)], [jt.int8, jt.int8], jt.int64),
+    ("ij,jk->ik", [(2, 1), (3, 4)], [jt.bool, jt.bool], jt.int64),
+    ("ij,jk->ik", [(0, 3), (3, 4)], [jt.float32, jt.float64], jt.float64),
+    ("ij,jk->ik", [(2, 3), (3, 4)], [jt.int8, jt.int8], jt.int8),
+]
+
+
+@pytest.mark.parametrize("equation, shapes, dtypes, dtype", EINSUM_DTYPES)
+def test_einsum_result_dtype_follows_torch(equation, shapes, dtypes, dtype):
+    pairs = [make(s, d, "contiguous", i) for i, (s, d) in enumerate(zip(shapes, dtypes))]
+    result = jt.einsum(equation, *[t for t, _ in pairs])
+    assert result.dtype is dtype
+    assert_close(result, expected_in(np.einsum(equation, *[wide(a) for _, a in pairs]), dtype))
+
+
+def _einsum(equation, *shapes, dtypes=None):
+    dtypes = dtypes or [jt.float32] * len(shapes)
+    return lambda: jt.einsum(equation, *[jt.ones(*s, dtype=d) for s, d in zip(shapes, dtypes)])
+
+
+EINSUM_ERRORS = [
+    (_einsum("ij,jk->ik", (2, 3), (3, 4), dtypes=[jt.float32, jt.float64]), RuntimeError,
+     "expected scalar type Float but found Double"),
+    (_einsum("ij,j->", (2, 3), (3,), dtypes=[jt.int8, jt.int8]), RuntimeError,
+     "expected scalar type Long but found Char"),
+    (_einsum("ij,jk->ik", (2, 3), (3, 4), dtypes=[jt.bool, jt.bool]), NotImplementedError,
+     "\"bmm\" not implemented for 'Bool'"),
+    (_einsum("ij,jk->ik", (2, 3)), RuntimeError,
+     "einsum(): fewer operands were provided than specified in the equation"),
+    (_einsum("ij->ik", (2, 3), (3, 4)), RuntimeError,
+     "einsum(): more operands were provided than specified in the equation"),
+    (_einsum("ij,jk->ik", (2, 3, 1), (3, 4)), RuntimeError,
+     "einsum(): the number of subscripts in the equation (2) does not match the number of dimensions (3) for "
+     "operand 0 and no ellipsis was given"),
+    (_einsum("...ij", (3,)), RuntimeError,
+     "einsum(): the number of subscripts in the equation (2) is more than the number of dimensions (1) for operand 0"),
+    (_einsum("ij,jk->il", (2, 3), (3, 4)), RuntimeError,
+     "einsum(): output subscript l does not appear in the equation for any input operand"),
+    (_einsum("ij,jk->iik", (2, 3), (3, 4)), RuntimeError,
+     "einsum(): output subscript i appears more than once in the output"),
+    (_einsum("i1,jk->ik", (2, 3), (3, 4)), RuntimeError,
+     "einsum(): invalid subscript given at index 1 in the equation string, subscripts must be in [a-zA-Z]"),
+    (_einsum("ij->ij->", (2, 3)), RuntimeError,
+     "einsum(): invalid subscript given at index 6 in the equation string, subscripts must be in [a-zA-Z]"),
+    (_einsum("ii->i", (2, 3)), RuntimeError,
+     "einsum(): subscript i is repeated for operand 0 but the sizes don't match, 3 != 2"),
+    (_einsum("ij,jk->ik", (2, 3), (4, 4)), RuntimeError,
+     "einsum(): subscript j has size 4 for operand 1 which does not broadcast with previously seen size 3"),
+    (_einsum("...ij,...jk->...ik", (2, 3, 3, 4), (5, 4, 2)), RuntimeError,
+     "einsum(): dimension 0 covered by ellipsis in operand 1has size 5 which does not broadcast with previously "
+     "seen ellipsis with size 3 for the respective dimension"),
+    (_einsum("ij,jk->i.k", (2, 3), (3, 4)), RuntimeError,
+     "einsum(): found '.' for output that is not part of any ellipsis (...)"),
+    (_einsum("...i->......", (2, 3)), RuntimeError,
+     "einsum(): found '.' for output but an ellipsis (...) was already found"),
+    (_einsum("ij.,jk->ik", (2, 3), (3, 4)), RuntimeError,
+     "einsum(): found '.' for operand 0 that is not part of any ellipsis"),
+    (_einsum("...i...,jk->ik", (2, 3), (3, 4)), RuntimeError,
+     "einsum(): found '.' for operand 0 for which an ellipsis was already found"),
+    (_einsum("ij"), ValueError, "einsum(): must specify the equation string and at least one operand"),
+]
+
+
+@pytest.mark.parametrize("call, exc, message", EINSUM_ERRORS)
+def test_einsum_errors(call, exc, message):
+    with pytest.raises(exc, match=re.escape(message)):
+        call()
