@@ -132,8 +132,9 @@ class Tensor:
 
     def _write(self, value):
         """Copy a tensor or array into this tensor's elements, casting; bumps the version."""
-        src = value._array() if isinstance(value, Tensor) else value
-        np.copyto(self._array(), src, casting="unsafe")
+        if self._storage.data is not None:  # a meta tensor has no elements to write
+            src = value._array() if isinstance(value, Tensor) else value
+            np.copyto(self._array(), src, casting="unsafe")
         self._storage._version += 1
 
     def _bump_version(self):
@@ -149,13 +150,19 @@ class Tensor:
         """The shape, or the size of one dim."""
         if dim is None:
             return Size(self._shape)
-        return self._shape[wrap_dim(dim, len(self._shape))]
+        return self._shape[self._own_dim(dim)]
 
     def stride(self, dim=None):
         """Strides in elements, or the stride of one dim."""
         if dim is None:
             return self._stride
-        return self._stride[wrap_dim(dim, len(self._shape))]
+        return self._stride[self._own_dim(dim)]
+
+    def _own_dim(self, dim):
+        """``dim`` wrapped to index this tensor's sizes (a 0-d tensor has none)."""
+        if not self._shape:
+            raise IndexError(f"Dimension specified as {dim} but tensor has no dimensions")
+        return wrap_dim(dim, len(self._shape))
 
     def storage_offset(self):
         return self._offset
@@ -290,9 +297,8 @@ class Tensor:
         return arr.tolist()
 
     def _scalar_value(self, what):
-        n = self.numel()
-        if n != 1:
-            raise RuntimeError(f"a Tensor with {n} elements cannot be converted to Scalar")
+        if self.numel() != 1:
+            raise ValueError("only one element tensors can be converted to Python scalars")
         return self.item()
 
     def __bool__(self):
@@ -349,17 +355,21 @@ class Tensor:
         kwargs.pop("memory_format", None)
         if kwargs:
             raise TypeError(f"to() got an unexpected keyword argument '{next(iter(kwargs))}'")
+        flags = []  # positional (non_blocking, copy) after the target, as torch allows
         for a in args:
             if isinstance(a, Tensor):
                 dtype, device = a.dtype, a.device
             elif isinstance(a, _dt.dtype):
                 dtype = a
-            elif isinstance(a, (str, _device_cls(), int)) and not isinstance(a, builtins.bool):
+            elif isinstance(a, builtins.bool):
+                flags.append(a)
+            elif isinstance(a, (str, _device_cls(), int)):
                 device = a
             elif a is None:
                 continue
             else:
                 raise TypeError(f"to() received an invalid combination of arguments - got {type(a).__name__}")
+        copy = copy or flags[1:2] == [True]
         dtype = self.dtype if dtype is None else _dt.to_dtype(dtype)
         device = self.device if device is None else to_device(device)
         if dtype is self.dtype and device == self.device and not copy:
@@ -371,6 +381,8 @@ class Tensor:
         """The type name, or a cast to ``dtype``."""
         if dtype is None:
             return f"jitorch.{_TYPE_NAMES[self.dtype.name]}"
+        if isinstance(dtype, str) and dtype.rpartition(".")[2] in _TYPE_NAMES_INV:  # "jitorch.DoubleTensor"
+            dtype = _TYPE_NAMES_INV[dtype.rpartition(".")[2]]
         return self.to(_dt.to_dtype(dtype))
 
     def float(self):
@@ -475,6 +487,7 @@ _TYPE_NAMES = {
     "int32": "IntTensor", "int64": "LongTensor", "float16": "HalfTensor", "bfloat16": "BFloat16Tensor",
     "float32": "FloatTensor", "float64": "DoubleTensor",
 }
+_TYPE_NAMES_INV = {v: k for k, v in _TYPE_NAMES.items()}
 
 
 def _device_cls():
@@ -491,12 +504,12 @@ def _rebuild(values, dtype, shape):
 
 # Python operators, each the registry op of the same meaning.
 _BINARY = {
-    "add": "add", "sub": "sub", "mul": "mul", "truediv": "div", "floordiv": "floor_divide",
+    "add": "add", "sub": "sub", "mul": "mul", "truediv": "true_divide", "floordiv": "floor_divide",
     "mod": "remainder", "pow": "pow", "matmul": "matmul", "and": "bitwise_and", "or": "bitwise_or",
     "xor": "bitwise_xor", "lshift": "bitwise_left_shift", "rshift": "bitwise_right_shift",
 }
 _COMPARE = {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge"}
-_UNARY = {"neg": "neg", "abs": "abs", "invert": "bitwise_not"}
+_UNARY = {"neg": "neg", "abs": "abs"}
 
 
 def _install_operators(functions):
@@ -515,7 +528,7 @@ def _install_operators(functions):
             if fname == "matmul":
                 return functions[fname](_as_tensor_like(other, self), self)
             try:
-                return functions[fname](_as_tensor_like(other, self) if fname in _NEEDS_TENSOR_LHS else other, self)
+                return functions[fname](other, self)
             except TypeError:
                 return NotImplemented
         return op
@@ -538,11 +551,20 @@ def _install_operators(functions):
     for dunder, fname in _UNARY.items():
         if fname in functions:
             setattr(Tensor, f"__{dunder}__", (lambda f: lambda self: functions[f](self))(fname))
-    Tensor.__pos__ = lambda self: self
+    Tensor.__invert__ = _invert
+    Tensor.__pos__ = _pos
 
 
-# Ops whose left operand must be a tensor in our kernels (bit shifts of a Python int by a tensor).
-_NEEDS_TENSOR_LHS = {"bitwise_left_shift", "bitwise_right_shift"}
+def _invert(self):
+    if self.dtype.is_floating_point:
+        raise TypeError("~ (operator.invert) is only implemented on integer and Boolean-type tensors")
+    return self.bitwise_not()
+
+
+def _pos(self):
+    if self.dtype is _dt.bool:
+        raise RuntimeError("The `+` operator, on a bool tensor is not supported.")
+    return self
 
 
 def _as_tensor_like(value, like):

@@ -1,4 +1,8 @@
-"""Casts and copies between dtypes and devices."""
+"""Casts and copies between dtypes and devices.
+
+Casts follow C's conversions, as torch's do: floats truncate toward zero into
+integers, integers wrap into narrower ones, anything non-zero becomes True.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,10 @@ from .registry import TensorSpec, defop
 
 
 def _to_copy_meta(x, dtype, device):
-    return TensorSpec(x.shape, dtype or x.dtype, to_device(device) if device is not None else x.device)
+    device = x.device if device is None else to_device(device)
+    if x.device.type == "meta" and device.type != "meta":
+        raise NotImplementedError("Cannot copy out of meta tensor; no data!")
+    return TensorSpec(x.shape, dtype or x.dtype, device)
 
 
 def _to_copy_cpu(spec, x, dtype, device):

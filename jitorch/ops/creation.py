@@ -1,98 +1,276 @@
-"""Creation ops: tensors from Python data, from NumPy, and filled or ranged tensors."""
+"""Creation ops: tensors from Python data and NumPy, filled, ranged and identity
+tensors, and the in-place writers ``fill_``, ``zero_`` and ``copy_``.
+
+``tensor``, ``as_tensor`` and ``from_numpy`` take arbitrary Python data, so they
+are plain functions; every other op here is declared in the registry, with a
+meta rule that reads only sizes, dtypes, devices and Python scalars.
+"""
 
 from __future__ import annotations
 
 import builtins
 import math
+import warnings
 
 import numpy as np
 
 from ..runtime import dtypes as _dt
 from ..runtime.device import to_device
+from ..runtime.strided import broadcast_shapes
 from . import registry
-from .registry import TensorSpec, defop
+from .registry import TensorSpec, defop, scalar_name
 
-_OPTIONS = "ScalarType? dtype=None, Device? device=None, bool requires_grad=False"
+# torch's "tensor options" keywords of every factory
+OPTIONS = "ScalarType? dtype=None, Device? device=None, bool requires_grad=False"
+
+# The C++ type names torch's checked scalar conversions print.
+C_TYPE_NAMES = {
+    "bool": "bool", "uint8": "uint8_t", "int8": "int8_t", "int16": "int16_t", "int32": "int",
+    "int64": "int64_t", "float16": "c10::Half", "bfloat16": "c10::BFloat16", "float32": "float",
+    "float64": "double",
+}
 
 
-def _infer_dtype(arr, data):
-    if arr.dtype == np.bool_:
+def scalar_overflows(value, dtype):
+    """torch's ``overflows``: whether a Python number does not fit ``dtype``.
+
+    Unsigned integers accept negative integers down to ``-max`` (they wrap);
+    floats overflow only when finite and beyond the dtype's range.
+    """
+    if dtype is _dt.bool:
+        return False
+    if dtype.is_floating_point:
+        return math.isfinite(value) and abs(value) > _dt.finfo(dtype).max
+    lo, hi = _dt.iinfo_range(dtype)
+    if isinstance(value, float):
+        return not lo <= value <= hi  # NaN fails too
+    return not (-hi if dtype.kind == "u" else lo) <= value <= hi
+
+
+def check_scalar_fits(value, dtype):
+    """RuntimeError, worded as torch's, when ``value`` overflows ``dtype``."""
+    if scalar_overflows(value, dtype):
+        raise RuntimeError(f"value cannot be converted to type {C_TYPE_NAMES[dtype.name]} without overflow")
+
+
+def scalar_dtype_of(*values):
+    """The dtype of a factory given Python numbers: bool, int64, or the default float."""
+    if all(isinstance(v, (builtins.bool, np.bool_)) for v in values):
         return _dt.bool
-    if arr.dtype.kind in "iu":
-        if isinstance(data, np.ndarray):
-            return _dt.from_numpy_dtype(arr.dtype)
-        return _dt.int64
-    if arr.dtype.kind == "f":
-        if isinstance(data, np.ndarray) or isinstance(data, np.generic):
-            return _dt.from_numpy_dtype(arr.dtype)
+    if any(isinstance(v, (float, np.floating)) for v in values):
         return _dt.get_default_dtype()
-    if arr.dtype.kind == "O":
-        raise TypeError(f"Could not infer dtype of {type(data).__name__}: nested sequences must be rectangular "
-                        "and hold only numbers")
-    return _dt.from_numpy_dtype(arr.dtype)
+    return _dt.int64
 
 
-def _to_numpy(data):
+# tensor(): nested Python data -----------------------------------------------------
+
+_PY_SCALARS = {builtins.bool: _dt.bool, int: _dt.int64}
+_PY_NUMBERS = frozenset((builtins.bool, int, float))  # leaves handled a whole list at a time
+
+
+def _is_sequence(x):
+    return isinstance(x, (list, tuple, range)) or (isinstance(x, np.ndarray) and x.ndim > 0)
+
+
+def _sizes(data):
+    """The shape, read from the first element at each depth (torch's compute_sizes)."""
+    sizes = []
+    seq = data
+    while _is_sequence(seq):
+        if isinstance(seq, np.ndarray):
+            return sizes + list(seq.shape)
+        sizes.append(len(seq))
+        if not len(seq):
+            break
+        seq = seq[0]
+        if isinstance(seq, str):
+            raise ValueError("too many dimensions 'str'")
+    return sizes
+
+
+def _scalar_dtype(x):
+    """The dtype torch infers for one element of the data."""
+    t = type(x)
+    if t is float:
+        return _dt.get_default_dtype()
+    found = _PY_SCALARS.get(t)
+    if found is not None:
+        return found
     Tensor = registry.Tensor
-    if isinstance(data, Tensor):
-        return data._array(), data.dtype
-    if isinstance(data, (list, tuple)) and any(isinstance(x, Tensor) for x in _flat_first(data)):
-        data = _tensors_to_lists(data)
-    if isinstance(data, (str, bytes, dict, set)) or data is None:
-        raise TypeError(f"new(): invalid data type '{type(data).__name__}'")
-    try:
-        arr = np.asarray(data)
-    except ValueError as e:
-        raise ValueError(f"expected sequence of equal-length sequences ({e})") from None
-    if arr.dtype.kind == "c":
+    if isinstance(x, Tensor):
+        return x.dtype
+    if isinstance(x, (np.bool_, np.integer, np.floating)):
+        return _dt.from_numpy_dtype(x.dtype)
+    if isinstance(x, (complex, np.complexfloating)):
         raise TypeError("complex tensors are not supported by jitorch")
-    return arr, _infer_dtype(arr, data)
+    if isinstance(x, (str, bytes)):
+        raise TypeError(f"new(): invalid data type '{t.__name__}'")
+    raise RuntimeError(f"Could not infer dtype of {t.__name__}")
 
 
-def _flat_first(data):
-    while isinstance(data, (list, tuple)) and data:
-        yield from data
+def _infer_dtype(data):
+    """torch's infer_scalar_type: the promotion of every element's dtype; an
+    empty sequence counts as the default float."""
+    if isinstance(data, np.ndarray):
+        return _dt.from_numpy_dtype(data.dtype)
+    if not _is_sequence(data):
+        return _scalar_dtype(data)
+    if not len(data):
+        return _dt.get_default_dtype()
+    kinds = set(map(type, data))
+    if kinds <= _PY_NUMBERS:
+        # the common leaf: Python numbers only, decided by their types at once
+        return _dt.get_default_dtype() if float in kinds else _dt.int64 if int in kinds else _dt.bool
+    out = None
+    for x in data:
+        d = _infer_dtype(x)
+        out = d if out is None else _dt.promote_types(out, d)
+    return out
+
+
+def _check_structure(seq, sizes, dim, dtype):
+    """Every sequence at depth ``dim`` has length ``sizes[dim]``; the leaves are scalars."""
+    if dim == len(sizes):
+        if _is_sequence(seq):
+            name = type(seq).__name__
+            raise TypeError(f"must be real number, not {name}" if dtype.is_floating_point
+                            else f"'{name}' object cannot be interpreted as an integer")
         return
+    if not _is_sequence(seq):
+        raise TypeError("not a sequence")
+    if isinstance(seq, np.ndarray) and seq.shape == tuple(sizes[dim:]):
+        return
+    if len(seq) != sizes[dim]:
+        raise ValueError(f"expected sequence of length {sizes[dim]} at dim {dim} (got {len(seq)})")
+    if dim + 1 == len(sizes) and set(map(type, seq)) <= _PY_NUMBERS:
+        return
+    for x in seq:
+        _check_structure(x, sizes, dim + 1, dtype)
 
 
-def _tensors_to_lists(data):
+def _element_value(t):
+    """A tensor inside a list counts as one scalar, as in torch."""
+    if t.numel() != 1:
+        if t.dtype.is_floating_point:
+            raise ValueError("only one element tensors can be converted to Python scalars")
+        raise TypeError("only integer tensors of a single element can be converted to an index")
+    return t.item()
+
+
+def _tensors_to_values(data):
     Tensor = registry.Tensor
     if isinstance(data, Tensor):
-        return data.tolist()
+        return _element_value(data)
     if isinstance(data, (list, tuple)):
-        return [_tensors_to_lists(x) for x in data]
+        return [_tensors_to_values(x) for x in data]
     return data
 
 
+def _has_tensor(data):
+    if isinstance(data, registry.Tensor):
+        return True
+    if not isinstance(data, (list, tuple)) or set(map(type, data)) <= _PY_NUMBERS:
+        return False
+    return any(_has_tensor(x) for x in data)
+
+
+_WIDE = {"b": np.bool_, "u": np.int64, "i": np.int64, "f": np.float64}
+
+
+def _array_from_python(data, dtype, inferred):
+    """The values of nested Python data as a NumPy array of ``dtype``, with torch's
+    overflow check of integer targets."""
+    if _has_tensor(data):
+        data = _tensors_to_values(data)
+    try:
+        wide = np.array(data, dtype=_WIDE[inferred.kind])
+    except OverflowError:
+        raise ValueError("Overflow when unpacking long long") from None
+    if dtype.kind in "iu" and wide.size:
+        lo, hi = _dt.iinfo_range(dtype)
+        if wide.dtype.kind == "f":
+            bad = not (np.all(wide >= lo) and np.all(wide <= hi))
+        else:
+            bad = not (np.all(wide >= (-hi if dtype.kind == "u" else lo)) and np.all(wide <= hi))
+        if bad:
+            raise RuntimeError(f"value cannot be converted to type {dtype.name} without overflow")
+    return wide.astype(dtype.np, order="C")
+
+
+def _to_array(data, dtype):
+    """(array, dtype) of any data ``tensor()`` accepts; ``dtype`` None means inferred."""
+    Tensor = registry.Tensor
+    if isinstance(data, Tensor):
+        warnings.warn(
+            "To copy construct from a tensor, it is recommended to use sourceTensor.detach().clone() or "
+            "sourceTensor.detach().clone().requires_grad_(True), rather than jitorch.tensor(sourceTensor).",
+            UserWarning, stacklevel=3)
+        dtype = dtype or data.dtype
+        return None if data.device.type == "meta" else data._array().astype(dtype.np, order="C"), data.shape, dtype
+    if isinstance(data, (np.ndarray, np.generic)):
+        arr = np.asarray(data)
+        dtype = dtype or _dt.from_numpy_dtype(arr.dtype)
+        return arr.astype(dtype.np, order="C"), arr.shape, dtype
+    if isinstance(data, (str, bytes)):
+        raise TypeError(f"new(): invalid data type '{type(data).__name__}'")
+    sizes = _sizes(data)
+    inferred = _infer_dtype(data)
+    dtype = dtype or inferred
+    if not math.prod(sizes):  # nothing to store, so torch checks no further
+        return np.zeros(sizes, dtype.np), tuple(sizes), dtype
+    _check_structure(data, sizes, 0, dtype)
+    return _array_from_python(data, dtype, inferred), tuple(sizes), dtype
+
+
 def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=False):
-    """A new tensor holding a copy of ``data`` (nested lists, numbers, NumPy arrays, tensors)."""
-    arr, inferred = _to_numpy(data)
-    dtype = inferred if dtype is None else _dt.to_dtype(dtype)
+    """A new tensor holding a copy of ``data``: nested lists or tuples of numbers
+    (and one-element tensors), NumPy arrays and scalars, or a tensor.
+
+    The dtype is inferred as torch does: bools give bool, ints int64, any float the
+    default dtype, NumPy data keeps its dtype, and mixed elements promote.
+    """
+    dtype = None if dtype is None else _dt.to_dtype(dtype)
+    if device is None and isinstance(data, registry.Tensor):
+        device = data.device
     device = to_device(device)
-    arr = np.array(arr, dtype=dtype.np, copy=True, order="C")
-    t = registry.Tensor._from_array(arr, dtype)
-    if device.type != "cpu":
-        t = t.to(device)
+    with np.errstate(all="ignore"):
+        arr, shape, dtype = _to_array(data, dtype)
+    if requires_grad and not dtype.is_floating_point:
+        raise RuntimeError("Only Tensors of floating point and complex dtype can require gradients")
+    if device.type == "meta":
+        t = registry.Tensor._empty(shape, dtype, device)
+    elif arr is None:
+        raise NotImplementedError("Cannot copy out of meta tensor; no data!")
+    elif device.type == "cpu":
+        t = registry.Tensor._from_array(arr, dtype)
+    else:
+        from ..runtime.cuda_stub import no_cuda
+        no_cuda()
     if requires_grad:
         t.requires_grad_(True)
     return t
 
 
 def as_tensor(data, dtype=None, device=None):
-    """Like ``tensor`` but shares memory with a tensor or NumPy array when it can."""
+    """Like ``tensor`` but shares memory with a tensor or NumPy array when dtype
+    and device already match."""
     Tensor = registry.Tensor
+    dtype = None if dtype is None else _dt.to_dtype(dtype)
     if isinstance(data, Tensor):
-        return data.to(dtype=dtype if dtype is not None else data.dtype, device=device or data.device)
-    if isinstance(data, np.ndarray) and (dtype is None or _dt.to_dtype(dtype).np == data.dtype) and \
-            to_device(device).type == "cpu":
+        return data.to(dtype=dtype or data.dtype, device=device or data.device)
+    if isinstance(data, np.ndarray) and (dtype is None or dtype.np == data.dtype) and \
+            to_device(device).type == "cpu" and all(s >= 0 for s in data.strides):
         return from_numpy(data)
     return tensor(data, dtype=dtype, device=device)
 
 
 def from_numpy(ndarray):
-    """A tensor sharing memory with ``ndarray`` (writes show in both)."""
+    """A tensor sharing memory with ``ndarray``: writes to either show in both."""
     if not isinstance(ndarray, np.ndarray):
         raise TypeError(f"expected np.ndarray (got {type(ndarray).__name__})")
+    if not ndarray.dtype.isnative:
+        raise ValueError("given numpy array has byte order different from the native byte order. "
+                         "Conversion between byte orders is currently not supported.")
     dtype = _dt.from_numpy_dtype(ndarray.dtype)
     if any(s < 0 for s in ndarray.strides):
         raise ValueError("At least one stride in the given numpy array is negative, and tensors with negative "
@@ -104,52 +282,263 @@ def from_numpy(ndarray):
     return registry.Tensor._from_array(ndarray, dtype)
 
 
-def _size_meta(size, dtype, device, default=None):
+# Sized factories: zeros, ones, empty, full and their _like / new_ forms --------------
+
+def check_size(size):
     for n in size:
         if n < 0:
             raise RuntimeError(f"Trying to create tensor with negative dimension {n}: {list(size)}")
-    return TensorSpec(tuple(size), dtype or default or _dt.get_default_dtype(), to_device(device))
+    return tuple(size)
 
 
-def _fill_value_dtype(value):
-    return _dt.scalar_dtype(value)
+def _zeros_meta(size, dtype, device, requires_grad):
+    if to_device(device).type != "meta" and any(n < 0 for n in size):
+        raise RuntimeError("zeros: Dimension size must be non-negative.")  # torch's own wording for zeros
+    return sized_spec(size, dtype, device)
 
 
-defop(f"zeros(int... size, *, {_OPTIONS}) -> Tensor",
-      meta=lambda size, dtype, device, rg: _size_meta(size, dtype, device),
-      cpu=lambda spec, *a: np.zeros(spec.shape, spec.dtype.np), kind="creation", variants=("function",),
-      doc="A tensor of zeros of the given size.")
-defop(f"ones(int... size, *, {_OPTIONS}) -> Tensor",
-      meta=lambda size, dtype, device, rg: _size_meta(size, dtype, device),
-      cpu=lambda spec, *a: np.ones(spec.shape, spec.dtype.np), kind="creation", variants=("function",),
-      doc="A tensor of ones of the given size.")
-defop(f"empty(int... size, *, {_OPTIONS}) -> Tensor",
-      meta=lambda size, dtype, device, rg: _size_meta(size, dtype, device),
-      cpu=lambda spec, *a: np.empty(spec.shape, spec.dtype.np), kind="creation", variants=("function",),
-      doc="An uninitialised tensor of the given size.")
-defop(f"full(int[] size, Scalar fill_value, *, {_OPTIONS}) -> Tensor",
-      meta=lambda size, v, dtype, device, rg: _size_meta(size, dtype, device, _fill_value_dtype(v)),
-      cpu=lambda spec, size, v, *a: np.full(spec.shape, v, spec.dtype.np), kind="creation",
-      variants=("function",), doc="A tensor of the given size filled with ``fill_value``.")
+def sized_spec(size, dtype, device, default=None):
+    """The spec of a factory output: ``dtype`` or ``default`` or the default float."""
+    return TensorSpec(check_size(size), dtype or default or _dt.get_default_dtype(), to_device(device))
 
 
-def _like_meta(default_fill=None):
-    def meta(x, *rest):
-        dtype, device = rest[-3], rest[-2]
-        return TensorSpec(x.shape, dtype or x.dtype, to_device(device) if device is not None else x.device)
-    return meta
+def like_spec(x, dtype, device):
+    """The spec of a ``_like`` output: ``x``'s shape, its dtype and device unless given."""
+    return TensorSpec(x.shape, dtype or x.dtype, x.device if device is None else to_device(device))
 
 
-_LIKE = "ScalarType? dtype=None, Device? device=None, bool requires_grad=False"
-defop(f"zeros_like(Tensor input, *, {_LIKE}) -> Tensor", meta=_like_meta(),
-      cpu=lambda spec, x, *a: np.zeros(spec.shape, spec.dtype.np), kind="creation", variants=("function",),
-      doc="Zeros with the shape (and by default dtype and device) of ``input``.")
-defop(f"ones_like(Tensor input, *, {_LIKE}) -> Tensor", meta=_like_meta(),
-      cpu=lambda spec, x, *a: np.ones(spec.shape, spec.dtype.np), kind="creation", variants=("function",),
-      doc="Ones with the shape (and by default dtype and device) of ``input``.")
-defop(f"empty_like(Tensor input, *, {_LIKE}) -> Tensor", meta=_like_meta(),
-      cpu=lambda spec, x, *a: np.empty(spec.shape, spec.dtype.np), kind="creation", variants=("function",),
-      doc="An uninitialised tensor with the shape of ``input``.")
-defop(f"full_like(Tensor input, Scalar fill_value, *, {_LIKE}) -> Tensor", meta=_like_meta(),
-      cpu=lambda spec, x, v, *a: np.full(spec.shape, v, spec.dtype.np), kind="creation", variants=("function",),
-      doc="A tensor with the shape of ``input`` filled with ``fill_value``.")
+def _new_spec(x, size, dtype, device):
+    return TensorSpec(check_size(size), dtype or x.dtype, x.device if device is None else to_device(device))
+
+
+def _filler(value):
+    """Kernels of a constant factory: sized (``zeros``), like (``zeros_like``, keeping
+    the input's memory order as torch's preserve_format does)."""
+    if value is None:
+        return (lambda spec, *a: np.empty(spec.shape, spec.dtype.np),
+                lambda spec, x, *a: np.empty_like(x, dtype=spec.dtype.np))
+    return (lambda spec, *a: np.full(spec.shape, value, spec.dtype.np),
+            lambda spec, x, *a: np.full_like(x, value, dtype=spec.dtype.np))
+
+
+for _name, _value, _what in (("zeros", 0, "zeros"), ("ones", 1, "ones"), ("empty", None, "uninitialised values")):
+    _sized_cpu, _like_cpu = _filler(_value)
+    defop(f"{_name}(int... size, *, {OPTIONS}) -> Tensor",
+          meta=_zeros_meta if _name == "zeros" else lambda size, dtype, device, rg: sized_spec(size, dtype, device),
+          cpu=_sized_cpu, kind="creation", variants=("function",),
+          doc=f"A tensor of {_what} of the given size (default float dtype unless ``dtype``).")
+    defop(f"{_name}_like(Tensor input, *, {OPTIONS}) -> Tensor",
+          meta=lambda x, dtype, device, rg: like_spec(x, dtype, device),
+          cpu=_like_cpu, kind="creation", variants=("function",),
+          doc=f"A tensor of {_what} with the shape, dtype and device of ``input`` unless given.")
+    defop(f"new_{_name}(Tensor self, int... size, *, {OPTIONS}) -> Tensor",
+          meta=lambda x, size, dtype, device, rg: _new_spec(x, size, dtype, device),
+          cpu=_sized_cpu, kind="creation", variants=("method",),
+          doc=f"A tensor of {_what} of the given size, with ``self``'s dtype and device unless given.")
+del _name, _value, _what, _sized_cpu, _like_cpu
+
+
+def _full_value(spec, value):
+    """``value`` as one element of the output dtype (floats truncate into integers)."""
+    return np.array(value).astype(spec.dtype.np)
+
+
+def _checked(spec, value):
+    """``spec``, once the fill value is known to fit its dtype."""
+    check_scalar_fits(value, spec.dtype)
+    return spec
+
+
+defop(f"full(int[] size, Scalar fill_value, *, {OPTIONS}) -> Tensor",
+      meta=lambda size, v, dtype, device, rg: _checked(sized_spec(size, dtype, device, scalar_dtype_of(v)), v),
+      cpu=lambda spec, size, v, *a: np.full(spec.shape, _full_value(spec, v)), kind="creation",
+      variants=("function",),
+      doc="A tensor of the given size filled with ``fill_value``; the dtype follows the value "
+          "(bool, int64 or the default float) unless given.")
+defop(f"full_like(Tensor input, Scalar fill_value, *, {OPTIONS}) -> Tensor",
+      meta=lambda x, v, dtype, device, rg: _checked(like_spec(x, dtype, device), v),
+      cpu=lambda spec, x, v, *a: np.full_like(x, _full_value(spec, v), dtype=spec.dtype.np), kind="creation",
+      variants=("function",),
+      doc="A tensor with the shape (and dtype, device) of ``input`` filled with ``fill_value``.")
+defop(f"new_full(Tensor self, int[] size, Scalar fill_value, *, {OPTIONS}) -> Tensor",
+      meta=lambda x, size, v, dtype, device, rg: _checked(_new_spec(x, size, dtype, device), v),
+      cpu=lambda spec, x, size, v, *a: np.full(spec.shape, _full_value(spec, v)), kind="creation",
+      variants=("method",), doc="A tensor of the given size filled with ``fill_value``, with ``self``'s dtype "
+                                "and device unless given.")
+
+
+# Ranges --------------------------------------------------------------------------
+
+def _not_implemented(op_name, dtype):
+    return NotImplementedError(f'"{op_name}" not implemented for \'{scalar_name(dtype)}\'')
+
+
+def c_num(x):
+    """A number as C++ streams print it in torch's messages (``0``, ``-1``, ``1.5``, ``inf``, ``3e+38``)."""
+    return f"{x:g}" if isinstance(x, float) else str(x)
+
+
+def _arange_plan(start, end, step, dtype):
+    """(length, first value, step) of ``arange`` as torch computes them: integer
+    dtypes truncate the bounds and step first; int64 counts in integers."""
+    if float(step) == 0:
+        raise RuntimeError("step must be nonzero")
+    integral = not dtype.is_floating_point
+    if integral:
+        for v in (start, end, step):
+            if not math.isfinite(v):
+                raise RuntimeError(f"unsupported range: {c_num(float(start))} -> {c_num(float(end))}")
+        xstart, xend, xstep = int(start), int(end), int(step)
+        if xstep == 0:
+            raise ValueError("step must be nonzero")
+    else:
+        xstart, xend, xstep = float(start), float(end), float(step)
+        if not (math.isfinite(xstart) and math.isfinite(xend)):
+            raise RuntimeError(f"unsupported range: {c_num(xstart)} -> {c_num(xend)}")
+    if not (xstep > 0 and xend >= xstart or xstep < 0 and xend <= xstart):
+        raise RuntimeError("upper bound and lower bound inconsistent with step sign")
+    if dtype is _dt.int64:
+        sign = 1 if xstep > 0 else -1
+        length = -((xend - xstart + xstep - sign) // -xstep)
+    else:
+        length = (float(end) - float(start)) / float(step)
+        if not 0 <= length <= 2 ** 63 - 1:
+            raise RuntimeError("invalid size, possible overflow?")
+        length = math.ceil(length)
+    return length, xstart, xstep
+
+
+def _arange_meta(start, end, step, dtype, device, rg):
+    if end is None:
+        start, end = 0, start
+    dtype = dtype or scalar_dtype_of(start, end, step)
+    if dtype is _dt.bool:
+        raise _not_implemented("arange_cpu", dtype)
+    length = _arange_plan(start, end, step, dtype)[0]
+    return TensorSpec((length,), dtype, to_device(device))
+
+
+def _arange_cpu(spec, start, end, step, *rest):
+    if end is None:
+        start, end = 0, start
+    length, xstart, xstep = _arange_plan(start, end, step, spec.dtype)
+    if not spec.dtype.is_floating_point:
+        return xstart + xstep * np.arange(length, dtype=np.int64)
+    return xstart + xstep * np.arange(length, dtype=np.float64)
+
+
+defop(f"arange(Scalar start=0, Scalar? end=None, Scalar step=1, *, {OPTIONS}) -> Tensor",
+      meta=_arange_meta, cpu=_arange_cpu, kind="creation", variants=("function",),
+      doc="Values from ``start`` (0 when only one bound is given) up to ``end`` (excluded) by ``step``: "
+          "int64 when every argument is an integer, else the default float dtype.")
+
+
+def _steps_meta(op_name, start, end, steps, dtype, device):
+    dtype = dtype or _dt.get_default_dtype()
+    if steps < 0:
+        raise RuntimeError("number of steps must be non-negative")
+    if dtype is _dt.bool:
+        raise _not_implemented(f"{op_name}_cpu", dtype)
+    check_scalar_fits(start, dtype)
+    check_scalar_fits(end, dtype)
+    return TensorSpec((steps,), dtype, to_device(device))
+
+
+def _lin_values(start, end, steps, dtype, exponents=False):
+    """``steps`` evenly spaced values, computed from both ends as torch does (the
+    first half from ``start``, the rest from ``end``): floating dtypes in their
+    own arithmetic, integer dtypes in float64 from the bounds cast to the dtype.
+    As ``logspace`` exponents of a half type, the sums are kept in float32."""
+    if dtype.is_floating_point:
+        t = dtype.np.type
+    else:
+        t = np.float64
+        start, end = (int(np.array(math.trunc(v)).astype(dtype.np)) for v in (start, end))
+    first, last = t(start), t(end)
+    if steps == 1:
+        return np.full(1, first)
+    step = (last - first) / t(steps - 1)
+    idx = np.arange(steps)
+    up, down = step * idx.astype(t), step * (steps - 1 - idx).astype(t)
+    if exponents and dtype in (_dt.float16, _dt.bfloat16):
+        first, last, up, down = np.float32(first), np.float32(last), up.astype(np.float32), down.astype(np.float32)
+    return np.where(idx < steps // 2, first + up, last - down)
+
+
+defop(f"linspace(Scalar start, Scalar end, int steps, *, {OPTIONS}) -> Tensor",
+      meta=lambda start, end, steps, dtype, device, rg: _steps_meta("linspace", start, end, steps, dtype, device),
+      cpu=lambda spec, start, end, steps, *a: _lin_values(start, end, steps, spec.dtype), kind="creation",
+      variants=("function",), doc="``steps`` evenly spaced values from ``start`` to ``end`` (both included).")
+def _logspace(base, exponents):
+    """``base ** exponents``, in float32 for the half types as torch computes them."""
+    t = np.float64 if exponents.dtype == np.float64 else np.float32
+    return np.power(t(base), exponents.astype(t))
+
+
+defop(f"logspace(Scalar start, Scalar end, int steps, float base=10.0, *, {OPTIONS}) -> Tensor",
+      meta=lambda start, end, steps, base, dtype, device, rg: _steps_meta("logspace", start, end, steps, dtype, device),
+      cpu=lambda spec, start, end, steps, base, *a: _logspace(base, _lin_values(start, end, steps, spec.dtype, True)),
+      kind="creation", variants=("function",),
+      doc="``base`` raised to ``steps`` evenly spaced exponents from ``start`` to ``end``.")
+
+
+def _eye_meta(n, m, dtype, device):
+    if n < 0:
+        raise RuntimeError(f"n must be greater or equal to 0, got {n}")
+    if m < 0:
+        raise RuntimeError(f"m must be greater or equal to 0, got {m}")
+    return TensorSpec((n, m), dtype or _dt.get_default_dtype(), to_device(device))
+
+
+defop(f"eye(int n, *, {OPTIONS}) -> Tensor",
+      meta=lambda n, dtype, device, rg: _eye_meta(n, n, dtype, device),
+      cpu=lambda spec, *a: np.eye(*spec.shape, dtype=spec.dtype.np), kind="creation", variants=("function",),
+      doc="The ``n`` by ``n`` identity matrix.")
+defop(f"eye.m(int n, int m, *, {OPTIONS}) -> Tensor",
+      meta=lambda n, m, dtype, device, rg: _eye_meta(n, m, dtype, device),
+      cpu=lambda spec, *a: np.eye(*spec.shape, dtype=spec.dtype.np), kind="creation", variants=("function",),
+      doc="An ``n`` by ``m`` matrix with ones on the diagonal.")
+
+
+# In-place writers: fill_, zero_, copy_ -------------------------------------------------
+
+def _same_spec(x):
+    return TensorSpec(x.shape, x.dtype, x.device)
+
+
+def _fill_scalar_meta(x, value):
+    check_scalar_fits(value, x.dtype)
+    return _same_spec(x)
+
+
+def _fill_tensor_meta(x, value):
+    if value.ndim:
+        raise RuntimeError(f"fill_ only supports 0-dimension value tensor but got tensor with {value.ndim} "
+                           "dimensions.")
+    return _same_spec(x)
+
+
+_FILL_DOC = "A tensor like ``self`` filled with ``value`` (cast to ``self``'s dtype); ``fill_`` writes in place."
+defop("fill.Scalar(Tensor self, Scalar value) -> Tensor", meta=_fill_scalar_meta,
+      cpu=lambda spec, x, v: np.full(spec.shape, _full_value(spec, v)), kind="creation",
+      variants=("function", "inplace"), doc=_FILL_DOC)
+defop("fill.Tensor(Tensor self, Tensor value) -> Tensor", meta=_fill_tensor_meta,
+      cpu=lambda spec, x, v: np.full(spec.shape, v.astype(spec.dtype.np)), kind="creation",
+      variants=("function", "inplace"), doc=_FILL_DOC)
+defop("zero(Tensor self) -> Tensor", meta=_same_spec, cpu=lambda spec, x: np.zeros(spec.shape, spec.dtype.np),
+      kind="creation", variants=("inplace",), doc="``x.zero_()`` fills ``x`` with zeros in place.")
+
+
+def _copy_meta(x, src, non_blocking):
+    if src.device.type == "meta" and x.device.type != "meta":
+        raise NotImplementedError("Cannot copy out of meta tensor; no data!")
+    shape = broadcast_shapes(x.shape, src.shape)
+    if shape != x.shape:
+        raise RuntimeError(f"output with shape {list(x.shape)} doesn't match the broadcast shape {list(shape)}")
+    return _same_spec(x)
+
+
+defop("copy(Tensor self, Tensor src, bool non_blocking=False) -> Tensor", meta=_copy_meta,
+      cpu=lambda spec, x, src, nb: np.broadcast_to(src, spec.shape).astype(spec.dtype.np), kind="creation",
+      variants=("inplace",), cross_device=True,
+      doc="``x.copy_(src)`` writes ``src`` (broadcast to ``x``'s shape, cast to its dtype) into ``x``.")

@@ -49,7 +49,8 @@ def pointwise_meta(op_name, promotion, operands):
         out = common if common.is_floating_point else _dt.get_default_dtype()
         return TensorSpec(shape, out, device, opmath(out))
     if promotion == ALWAYS_BOOL:
-        return TensorSpec(shape, _dt.bool, device, opmath(common))
+        # compared in the common dtype itself, halves included: exact, and operands round to it as in torch
+        return TensorSpec(shape, _dt.bool, device, common)
     if promotion == KEEP_INT:
         if common.is_floating_point:
             raise RuntimeError(f'"{op_name}_cpu" not implemented for \'{scalar_name(common)}\'')
