@@ -1,3 +1,754 @@
-"""Indexing: ``__getitem__``/``__setitem__`` and the index ops (gather, scatter, ...)."""
+"""Indexing: ``x[index]``, ``x[index] = value`` and the index ops (gather, scatter, ...).
+
+``x[index]`` follows torch's order: the basic parts of the index (ints,
+slices, None, Ellipsis) build a view with ``select``, ``slice`` and
+``unsqueeze``, so it shares storage; the advanced parts (integer or bool
+tensors, lists, Python bools) are then applied by the ``index`` op, which
+copies. Its placement rule is NumPy's: the dims of the broadcast index tensors
+replace the indexed dims where those are adjacent, and go first otherwise.
+Because ints are applied as views first, ``x[:, [0, 1], :, 0]`` keeps the
+indexed dim in place where NumPy (for which the int is an advanced index too)
+would move it first. ``x[index] = value`` writes through the same view, with
+``copy_`` or, for advanced indices, ``index_put_``.
+"""
 
 from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from math import prod
+
+import numpy as np
+
+from ..runtime import dtypes as _dt
+from ..runtime.strided import broadcast_shapes, is_non_overlapping_and_dense, list_str, wrap_dim
+from . import registry
+from . import creation
+from .creation import check_scalar_fits
+from .meta import opmath
+from .registry import OPS, TensorSpec, defop, scalar_name
+from .views import _type_str
+
+_INDEX_DTYPES = (_dt.int64, _dt.int32, _dt.uint8, _dt.bool)
+_MASK_DTYPES = (_dt.uint8, _dt.bool)
+_INT64_RANGE = _dt.iinfo_range(_dt.int64)
+
+
+def _op(name, *args):
+    """Call a registry op by name, with every argument of its schema."""
+    return registry.call(OPS[name], args)
+
+
+# Reading an index expression -----------------------------------------------------
+
+def _index_items(index):
+    """The index as a tuple of items; a short list holding slices, lists, tensors,
+    None or Ellipsis counts as a tuple (NumPy's old rule, which torch keeps)."""
+    if isinstance(index, tuple):
+        return index
+    if (isinstance(index, Sequence) and not isinstance(index, str) and len(index) < 32
+            and any(isinstance(i, (Sequence, np.ndarray, slice, registry.Tensor)) or i is None or i is Ellipsis
+                    for i in index)):
+        warnings.warn("Using a non-tuple sequence for multidimensional indexing is deprecated; use x[tuple(seq)] "
+                      "instead of x[seq].", UserWarning, stacklevel=4)
+        return tuple(index)
+    return (index,)
+
+
+def _type_name(value):
+    t = type(value)
+    return t.__name__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__name__}"
+
+
+def _tensor_item(t):
+    """A tensor index: 0-d integers act as ints, 0-d bools as Python bools, byte masks as bool masks."""
+    if t.ndim == 0 and t.dtype in _MASK_DTYPES:
+        return bool(t.item())
+    if t.ndim == 0 and t.dtype in _dt.INTEGRAL:
+        return int(t.item())
+    if t.dtype is _dt.uint8:
+        warnings.warn("indexing with dtype jitorch.uint8 is now deprecated, please use a dtype jitorch.bool "
+                      "instead.", UserWarning, stacklevel=5)
+        return t.to(_dt.bool)
+    return t
+
+
+def _normalize_item(item):
+    """One index item as an int, bool, slice, None, Ellipsis or index tensor."""
+    if item is None or item is Ellipsis or isinstance(item, (slice, bool)):
+        return item
+    if isinstance(item, (int, np.integer)):
+        return int(item)
+    if isinstance(item, registry.Tensor):
+        return _tensor_item(item)
+    if isinstance(item, (Sequence, np.ndarray)):
+        t = creation.tensor(item)  # lists of numbers index as int64 (floats truncated), lists of bools as masks
+        return _tensor_item(t if t.dtype in _MASK_DTYPES else t.to(_dt.int64))
+    raise IndexError("only integers, slices (`:`), ellipsis (`...`), None and long or byte Variables are valid "
+                     f"indices (got {_type_name(item)})")
+
+
+def _dims_taken(item):
+    if isinstance(item, registry.Tensor):
+        return item.ndim if item.dtype is _dt.bool else 1
+    return 0 if item is None or item is Ellipsis or isinstance(item, bool) else 1
+
+
+def _slice_bound(v):
+    try:
+        return None if v is None else v.__index__()
+    except AttributeError:
+        raise TypeError("slice indices must be integers or None or have an __index__ method") from None
+
+
+def _apply_basic(x, items):
+    """(view, indices): the view of ``x`` the basic items select, and the advanced
+    indices still to apply to it (``index`` op format), or None when there are none."""
+    if x.ndim == 0 and len(items) == 1 and isinstance(items[0], int) and not isinstance(items[0], bool):
+        raise IndexError("invalid index of a 0-dim tensor. Use `tensor.item()` in Python or `tensor.item<T>()` in "
+                         "C++ to convert a 0-dim tensor to a number")
+    if sum(i is Ellipsis for i in items) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    taken = sum(_dims_taken(i) for i in items)
+    if taken > x.ndim:
+        raise IndexError(f"too many indices for tensor of dimension {x.ndim}")
+    result, dim, real = x, 0, 0  # real: the dim torch's error messages count
+    indices, covered = [], 0     # advanced indices and how many dims of ``result`` they span
+
+    def record(t):
+        nonlocal covered, dim
+        indices.extend([None] * (dim - covered))
+        indices.append(t)
+        width = t.ndim if t.dtype is _dt.bool else 1
+        covered = dim + width
+        dim += width
+
+    for item in items:
+        if item is Ellipsis:
+            dim += x.ndim - taken
+            real += x.ndim - taken
+            continue
+        real += 1
+        if item is None:
+            result = _op("unsqueeze", result, dim)
+            dim += 1
+        elif isinstance(item, bool):
+            result = _op("unsqueeze", result, dim)
+            record(registry.Tensor._from_array(np.zeros(int(item), np.int64)))
+        elif isinstance(item, int):
+            n = result.shape[dim]
+            if not -n <= item < n:
+                raise IndexError(f"index {item} is out of bounds for dimension {real - 1} with size {n}")
+            result = _op("select", result, dim, item)
+        elif isinstance(item, slice):
+            if item.step == 0:
+                raise ValueError("slice step cannot be zero")
+            start, stop, step = _slice_bound(item.start), _slice_bound(item.stop), _slice_bound(item.step)
+            if (start, stop, step) not in ((None, None, None), (None, None, 1)):  # ``:`` keeps the dim as is
+                result = _op("slice", result, dim, start, stop, 1 if step is None else step)
+            dim += 1
+        else:
+            record(item)
+    if result is x and not indices:  # x[...] is still a new view
+        result = _op("alias", x)
+    return result, (indices or None)
+
+
+def getitem(x, index):
+    """``x[index]``: a view for basic indices, a copy once advanced indices take part."""
+    view, indices = _apply_basic(x, [_normalize_item(i) for i in _index_items(index)])
+    return view if indices is None else _op("index", view, indices)
+
+
+def _value_tensor(target, value):
+    """The value of ``x[i] = value`` as a tensor; Python numbers take ``target``'s dtype."""
+    if isinstance(value, registry.Tensor):
+        return value
+    if not isinstance(value, (bool, int, float, np.bool_, np.integer, np.floating)):
+        raise TypeError(f"can't assign a {_type_name(value)} to a {_type_str(target)}")
+    if isinstance(value, (int, np.integer)) and not _INT64_RANGE[0] <= value <= _INT64_RANGE[1]:
+        raise ValueError("Overflow when unpacking long long")
+    if target.dtype not in (_dt.float16, _dt.bfloat16):  # torch lets halves overflow to inf here
+        check_scalar_fits(value, target.dtype)
+    return registry.Tensor._from_array(np.asarray(value).astype(target.dtype.np), target.dtype)
+
+
+def _check_overlap(dst, src, allow_full):
+    """torch's check that a write does not read memory it writes (when it can tell)."""
+    if dst.untyped_storage() is not src.untyped_storage() or not dst.numel() or not src.numel():
+        return
+    dense = is_non_overlapping_and_dense
+    if not (dense(dst.shape, dst._stride) and dense(src.shape, src._stride)):
+        return
+    a, b = (dst._offset, dst._offset + dst.numel()), (src._offset, src._offset + src.numel())
+    if a == b and dst._stride == src._stride and allow_full:
+        return
+    if a[0] < b[1] and b[0] < a[1]:
+        raise RuntimeError("unsupported operation: some elements of the input tensor and the written-to tensor "
+                           "refer to a single memory location. Please clone() the tensor before performing the "
+                           "operation.")
+
+
+def setitem(x, index, value):
+    """``x[index] = value``: ``value`` broadcast (and cast, for basic indices) into the indexed elements."""
+    value = _value_tensor(x, value)
+    if index is False:  # selects nothing; torch returns before writing
+        return
+    view, indices = _apply_basic(x, [_normalize_item(i) for i in _index_items(index)])
+    ones = next((i for i, n in enumerate(value.shape) if n != 1), value.ndim)
+    if ones:  # torch drops leading size-1 dims of the value
+        value = value.squeeze(tuple(range(ones)))
+    if indices is None:
+        value = value.expand(view.shape)
+        _check_overlap(view, value, allow_full=True)
+        view.copy_(value)
+    else:
+        _check_overlap(view, value, allow_full=False)
+        view.index_put_(indices, value, False)
+
+
+# The index op and index_put ----------------------------------------------------------
+
+def _index_entries(x, indices):
+    """Check advanced indices against ``x``; their shapes, one per dim they index
+    (None for a dim not indexed; a mask gives one entry of unknown size per dim)."""
+    if len(indices) > x.ndim:
+        raise IndexError(f"too many indices for tensor of dimension {x.ndim} (got {len(indices)})")
+    entries = []
+    for t in indices:
+        if t is None:
+            entries.append(None)
+            continue
+        if t.dtype not in _INDEX_DTYPES:
+            raise IndexError("tensors used as indices must be long, int, byte or bool tensors")
+        if t.dtype in _MASK_DTYPES:
+            d = len(entries)
+            for j, n in enumerate(t.shape):
+                if d + j >= x.ndim or n != x.shape[d + j]:
+                    raise IndexError(f"The shape of the mask {list_str(t.shape)} at index {j} does not match the "
+                                     f"shape of the indexed tensor {list_str(x.shape)} at index {d + j}")
+            entries.extend([(None,)] * t.ndim)
+        else:
+            entries.append(tuple(t.shape))
+    if len(entries) > x.ndim:
+        raise IndexError(f"too many indices for tensor of dimension {x.ndim} (got {len(entries)})")
+    if all(e is None for e in entries):
+        raise IndexError("at least one index must be provided")
+    return entries
+
+
+def _broadcast_index_shapes(shapes):
+    """The broadcast shape of index tensors; None where a mask's size is not known yet."""
+    ndim = max(len(s) for s in shapes)
+    out = [1] * ndim
+    unknown = any(None in s for s in shapes)
+    for s in shapes:
+        for j, n in enumerate(s, ndim - len(s)):
+            m = out[j]
+            if n == 1 or m == n:
+                continue
+            if m == 1:
+                out[j] = n
+            elif n is None or m is None or unknown:
+                out[j] = None
+            else:
+                raise IndexError("shape mismatch: indexing tensors could not be broadcast together with shapes "
+                                 + ", ".join(list_str(s) for s in shapes))
+    return tuple(out)
+
+
+def _index_shape(shape, entries):
+    """The shape of ``x[indices]``: broadcast index dims in place of adjacent indexed dims, else first."""
+    pos = [i for i, e in enumerate(entries) if e is not None]
+    b = _broadcast_index_shapes([entries[i] for i in pos])
+    if pos[-1] - pos[0] == len(pos) - 1:
+        return tuple(shape[:pos[0]]) + b + tuple(shape[pos[-1] + 1:])
+    return b + tuple(n for i, n in enumerate(shape) if i not in pos)
+
+
+def _first_out_of_range(idx, n, negative=True):
+    """The first value of ``idx`` outside ``[-n, n)`` (``[0, n)`` without ``negative``), or None."""
+    bad = (idx < (-n if negative else 0)) | (idx >= n)
+    return int(idx[bad].flat[0]) if bad.any() else None
+
+
+def _numpy_key(shape, indices):
+    """(NumPy index, result shape) of ``indices`` (arrays): masks become their nonzero
+    positions; raises torch's errors for broadcasting and out-of-range values."""
+    key = []
+    for a in indices:
+        if a is None:
+            key.append(slice(None))
+        elif a.dtype == np.bool_ or a.dtype == np.uint8:
+            key.extend(np.nonzero(a))
+        else:
+            key.append(a)
+    target = _index_shape(shape, [None if isinstance(k, slice) else k.shape for k in key])
+    arrays = [(d, k) for d, k in enumerate(key) if not isinstance(k, slice)]
+    for ordinal, (d, k) in enumerate(arrays):
+        bad = _first_out_of_range(k, shape[d])
+        if bad is not None:
+            raise IndexError(f"index {bad} is out of bounds for dimension {ordinal} with size {shape[d]}")
+    return tuple(key), target
+
+
+def _index_meta(x, indices):
+    return TensorSpec(_index_shape(x.shape, _index_entries(x, indices)), x.dtype, x.device)
+
+
+def _index_cpu(spec, x, indices):
+    return x[_numpy_key(x.shape, indices)[0]]
+
+
+def _check_values_fit(values_shape, target):
+    fits = len(values_shape) <= len(target) and all(
+        v == 1 or t is None or v == t for v, t in zip(reversed(values_shape), reversed(target)))
+    if not fits:
+        raise RuntimeError(f"shape mismatch: value tensor of shape {list_str(values_shape)} cannot be broadcast to "
+                           f"indexing result of shape {list_str(target)}")
+
+
+def _index_put_meta(x, indices, values, accumulate):
+    if values.dtype is not x.dtype:
+        raise RuntimeError(f"Index put requires the source and destination dtypes match, got "
+                           f"{scalar_name(x.dtype)} for the destination and {scalar_name(values.dtype)} for the "
+                           f"source.")
+    _check_values_fit(values.shape, _index_shape(x.shape, _index_entries(x, indices)))
+    return TensorSpec(x.shape, x.dtype, x.device)
+
+
+def _index_put_cpu(spec, x, indices, values, accumulate):
+    key, target = _numpy_key(x.shape, indices)
+    _check_values_fit(values.shape, target)
+    out = x.copy()
+    if accumulate:
+        np.add.at(out, key, np.broadcast_to(values, target))
+    else:
+        out[key] = values
+    return out
+
+
+defop("index(Tensor self, Tensor?[] indices) -> Tensor", meta=_index_meta, cpu=_index_cpu, kind="index",
+      variants=(), doc="``self`` indexed by integer or bool tensors, one per dim (None: the whole dim); a copy.")
+defop("index_put(Tensor self, Tensor?[] indices, Tensor values, bool accumulate=False) -> Tensor",
+      meta=_index_put_meta, cpu=_index_put_cpu, kind="index", variants=("function", "method", "inplace"),
+      doc="``self`` with ``values`` (broadcast) written at ``self[indices]``, or added there with ``accumulate``.")
+
+
+# gather and scatter ----------------------------------------------------------------
+
+def _nonempty(shape):
+    """torch treats a 0-d tensor as 1-d of size 1 in gather and scatter."""
+    return tuple(shape) or (1,)
+
+
+def _gather_meta(x, dim, index, sparse_grad):
+    d = wrap_dim(dim, x.ndim)
+    if index.dtype not in (_dt.int64, _dt.int32):
+        raise RuntimeError("gather(): Expected dtype int32/int64 for index")
+    xs, ids = _nonempty(x.shape), _nonempty(index.shape)
+    if len(ids) != len(xs):
+        raise RuntimeError("Index tensor must have the same number of dimensions as input tensor")
+    for i, (n, m) in enumerate(zip(ids, xs)):
+        if i != d and n > m:
+            raise RuntimeError(f"Size does not match at dimension {i} expected index {list_str(index.shape)} to be "
+                               f"no larger than self {list_str(x.shape)} apart from dimension {d}")
+    return TensorSpec(tuple(index.shape), x.dtype, x.device)
+
+
+def _check_dim_indices(idx, n, d):
+    bad = _first_out_of_range(idx, n, negative=False)
+    if bad is not None:
+        raise RuntimeError(f"index {bad} is out of bounds for dimension {d} with size {n}")
+
+
+def _gather_cpu(spec, x, dim, index, sparse_grad):
+    d = wrap_dim(dim, x.ndim)
+    x1, idx = x.reshape(_nonempty(x.shape)), index.reshape(_nonempty(index.shape))
+    _check_dim_indices(idx, x1.shape[d], d)
+    part = x1[tuple(slice(None) if i == d else slice(0, n) for i, n in enumerate(idx.shape))]
+    return np.take_along_axis(part, idx.astype(np.intp), axis=d).reshape(spec.shape)
+
+
+defop("gather(Tensor self, int dim, Tensor index, *, bool sparse_grad=False) -> Tensor", meta=_gather_meta,
+      cpu=_gather_cpu, kind="index", variants=("function", "method", "out"),
+      doc="``out[i][j] = self[index[i][j]][j]`` along ``dim`` (for 2-d, dim 0); ``index`` has ``self``'s ndim.")
+
+_SCATTER_REDUCES = ("add", "multiply")
+_SCATTER_REDUCE_REDUCES = ("sum", "prod", "mean", "amax", "amin")
+
+
+def _scatter_checks(x, dim, index, src, reduce=None, allowed=_SCATTER_REDUCES):
+    """The checks of every scatter: dtypes, dims, sizes, and the reduction's name."""
+    d = wrap_dim(dim, x.ndim)
+    if index.dtype not in (_dt.int64, _dt.int32):
+        raise RuntimeError("scatter(): Expected dtype int32/int64 for index")
+    if src is not None and src.dtype is not x.dtype:
+        raise RuntimeError("scatter(): Expected self.dtype to be equal to src.dtype")
+    xs, ids = _nonempty(x.shape), _nonempty(index.shape)
+    ss = None if src is None else _nonempty(src.shape)
+    if len(ids) != len(xs):
+        raise RuntimeError("Index tensor must have the same number of dimensions as self tensor")
+    if ss is not None and len(ss) != len(xs):
+        raise RuntimeError("Index tensor must have the same number of dimensions as src tensor")
+    too_big = any(i != d and n > m for i, (n, m) in enumerate(zip(ids, xs))) or (
+        ss is not None and any(n > m for n, m in zip(ids, ss)))
+    if too_big and index.ndim and 0 not in index.shape:
+        tail = "" if src is None else f" and to be no larger size than src {list_str(src.shape)}"
+        raise RuntimeError(f"Expected index {list_str(index.shape)} to be no larger than self {list_str(x.shape)} "
+                           f"apart from dimension {d}{tail}")
+    if reduce is not None and reduce not in allowed:
+        if allowed is _SCATTER_REDUCES:
+            raise RuntimeError("reduce argument must be either add or multiply.")
+        raise RuntimeError(f"reduce argument must be either sum, prod, mean, amax or amin, got {reduce}")
+    return TensorSpec(x.shape, x.dtype, x.device)
+
+
+def _compute_copy(x):
+    """A row-major >= 1-d copy of ``x`` in its compute dtype (float32 for the halves)."""
+    return np.array(x.reshape(_nonempty(x.shape)), dtype=opmath(_dt.from_numpy_dtype(x.dtype)).np, order="C")
+
+
+def _scatter_target(x, dim, index):
+    """(self as a >= 1-d copy in its compute dtype, the coordinates ``index`` writes to, their shape)."""
+    d = wrap_dim(dim, x.ndim)
+    out = _compute_copy(x)
+    idx = index.reshape(_nonempty(index.shape))
+    _check_dim_indices(idx, out.shape[d], d)
+    coords = list(np.indices(idx.shape, sparse=True))
+    coords[d] = idx
+    return out, tuple(coords), idx.shape
+
+
+def _src_values(src, index):
+    s = src.reshape(_nonempty(src.shape))
+    return s[tuple(slice(0, n) for n in _nonempty(index.shape))]
+
+
+_UFUNCS = {"add": np.add, "multiply": np.multiply, "sum": np.add, "prod": np.multiply, "amax": np.maximum,
+           "amin": np.minimum}
+
+
+def _scatter_into(spec, x, dim, index, values, reduce):
+    out, coords, shape = _scatter_target(x, dim, index)
+    values = np.broadcast_to(np.asarray(values).astype(out.dtype), shape)
+    if reduce is None:
+        out[coords] = values
+    else:
+        _UFUNCS[reduce].at(out, coords, values)
+    return out.reshape(spec.shape)
+
+
+defop("scatter(Tensor self, int dim, Tensor index, Tensor src, *, str? reduce=None) -> Tensor",
+      meta=lambda x, dim, index, src, reduce: _scatter_checks(x, dim, index, src, reduce),
+      cpu=lambda spec, x, dim, index, src, reduce: _scatter_into(spec, x, dim, index, _src_values(src, index), reduce),
+      kind="index", variants=("function", "method", "inplace", "out"),
+      doc="``self`` with ``src[i][j]`` written at ``index[i][j]`` along ``dim`` (added or multiplied with ``reduce``).")
+defop("scatter.value(Tensor self, int dim, Tensor index, Scalar value, *, str? reduce=None) -> Tensor",
+      meta=lambda x, dim, index, value, reduce: _scatter_checks(x, dim, index, None, reduce),
+      cpu=lambda spec, x, dim, index, value, reduce: _scatter_into(spec, x, dim, index, value, reduce),
+      kind="index", variants=("function", "method", "inplace", "out"),
+      doc="``self`` with ``value`` written at the positions ``index`` gives along ``dim``.")
+defop("scatter_add(Tensor self, int dim, Tensor index, Tensor src) -> Tensor",
+      meta=lambda x, dim, index, src: _scatter_checks(x, dim, index, src),
+      cpu=lambda spec, x, dim, index, src: _scatter_into(spec, x, dim, index, _src_values(src, index), "add"),
+      kind="index", variants=("function", "method", "inplace", "out"),
+      doc="``self`` with ``src[i][j]`` added at ``index[i][j]`` along ``dim`` (repeated indices accumulate).")
+
+
+def _scatter_reduce_cpu(spec, x, dim, index, src, reduce, include_self):
+    out, coords, _ = _scatter_target(x, dim, index)
+    values = _src_values(src, index).astype(out.dtype)
+    if reduce == "mean":
+        count = np.zeros(out.shape, np.int64) + include_self
+        np.add.at(count, coords, 1)
+    if not include_self:
+        out[coords] = _reduce_identity(reduce, out.dtype)
+    _UFUNCS["sum" if reduce == "mean" else reduce].at(out, coords, values)
+    if reduce == "mean":
+        hit = count > 0
+        out[hit] = out[hit] // count[hit] if out.dtype.kind in "iub" else out[hit] / count[hit]
+    return out.reshape(spec.shape)
+
+
+def _reduce_identity(reduce, npd):
+    if reduce in ("sum", "mean"):
+        return 0
+    if reduce == "prod":
+        return 1
+    lo, hi = (-np.inf, np.inf) if npd.kind == "f" else (np.iinfo(npd).min, np.iinfo(npd).max)
+    return lo if reduce == "amax" else hi
+
+
+defop("scatter_reduce(Tensor self, int dim, Tensor index, Tensor src, str reduce, *, bool include_self=True) -> Tensor",
+      meta=lambda x, dim, index, src, reduce, inc: _scatter_checks(x, dim, index, src, reduce, _SCATTER_REDUCE_REDUCES),
+      cpu=_scatter_reduce_cpu, kind="index", variants=("function", "method", "inplace", "out"),
+      doc="``self`` with ``src`` reduced (sum, prod, mean, amax, amin) into the positions ``index`` gives "
+          "along ``dim``; ``include_self`` counts ``self``'s values in the reduction.")
+
+
+# Index ops along one dim -----------------------------------------------------------
+
+def _along(a, d):
+    """``a`` (>= 1-d) with dim ``d`` first, so that ``_along(a, d)[idx]`` indexes dim ``d`` (a view)."""
+    return np.moveaxis(a.reshape(_nonempty(a.shape)), d, 0)
+
+
+def _index_select_meta(x, dim, index):
+    d = wrap_dim(dim, x.ndim)
+    if index.dtype not in (_dt.int64, _dt.int32):
+        raise RuntimeError("index_select(): Expected dtype int32 or int64 for index")
+    if index.ndim > 1:
+        raise IndexError("index_select(): Index is supposed to be a vector")
+    n = 1 if index.ndim == 0 else index.shape[0]
+    shape = () if x.ndim == 0 else tuple(x.shape[:d]) + (n,) + tuple(x.shape[d + 1:])
+    return TensorSpec(shape, x.dtype, x.device)
+
+
+def _index_select_cpu(spec, x, dim, index):
+    d = wrap_dim(dim, x.ndim)
+    idx = index.reshape(-1)
+    bad = _first_out_of_range(idx, x.shape[d] if x.ndim else 1, negative=False)
+    if bad is not None and x.ndim == 0:
+        raise IndexError("index out of range in self")
+    if bad is not None:
+        raise RuntimeError(f"INDICES element is out of DATA bounds, id={bad} axis_dim={x.shape[d]}")
+    return np.take(x.reshape(_nonempty(x.shape)), idx, axis=d).reshape(spec.shape)
+
+
+defop("index_select(Tensor self, int dim, Tensor index) -> Tensor", meta=_index_select_meta,
+      cpu=_index_select_cpu, kind="index", variants=("function", "method", "out"),
+      doc="The entries of ``self`` at positions ``index`` (a vector) along ``dim``; a copy.")
+
+
+def _sliced_shape(shape, d):
+    return tuple(n for i, n in enumerate(shape) if i != d)
+
+
+def _index_add_meta(x, dim, index, source, alpha):
+    d = wrap_dim(dim, x.ndim)
+    if index.ndim > 1:
+        raise IndexError(f"index_add_(): Index is supposed to be a vector, but got dim: {index.ndim} with type: "
+                         f"{scalar_name(index.dtype)} and size: {list_str(index.shape)}")
+    if index.dtype not in (_dt.int64, _dt.int32):
+        raise RuntimeError(f"index_add_(): Expected dtype int32/int64 for index but got: {scalar_name(index.dtype)}")
+    if source.dtype is not x.dtype:
+        raise RuntimeError(f"index_add_(): self ({scalar_name(x.dtype)}) and source ({scalar_name(source.dtype)}) "
+                           "must have the same scalar type")
+    n, ns = prod(index.shape), (source.shape[d] if source.ndim else 1)
+    if n != ns:
+        raise RuntimeError(f"index_add_(): Number of indices ({n}) should be equal to source.size(dim): ({ns}), "
+                           f"for dim: {d}")
+    if source.ndim != x.ndim or _sliced_shape(source.shape, d) != _sliced_shape(x.shape, d):
+        raise RuntimeError("source tensor shape must match self tensor shape, excluding the specified dimension. "
+                           f"Got self.shape = {list_str(x.shape)} source.shape = {list_str(source.shape)}")
+    return TensorSpec(x.shape, x.dtype, x.device)
+
+
+def _dim_index(index, d, n):
+    idx = index.reshape(-1)
+    _check_dim_indices(idx, n, d)
+    return idx
+
+
+def _index_add_cpu(spec, x, dim, index, source, alpha):
+    d = wrap_dim(dim, x.ndim)
+    out = _compute_copy(x)
+    idx = _dim_index(index, d, out.shape[d])
+    values = _along(source.astype(out.dtype), d) * np.asarray(alpha).astype(out.dtype)
+    np.add.at(_along(out, d), idx, values)
+    return out.reshape(spec.shape)
+
+
+defop("index_add(Tensor self, int dim, Tensor index, Tensor source, *, Scalar alpha=1) -> Tensor",
+      meta=_index_add_meta, cpu=_index_add_cpu, kind="index", variants=("function", "method", "inplace", "out"),
+      doc="``self`` with ``alpha * source`` added at positions ``index`` along ``dim`` (repeats accumulate).")
+
+
+def _index_fill_meta(x, dim, index, value):
+    wrap_dim(dim, x.ndim)
+    if index.dtype is not _dt.int64:
+        raise IndexError("index_fill_(): Expected dtype int64 for index.")
+    if index.ndim > 1:
+        raise RuntimeError("Index has to be a vector/scalar")
+    _check_fill_value("index_fill_", x, value)
+    return TensorSpec(x.shape, x.dtype, x.device)
+
+
+def _check_fill_value(op_name, x, value):
+    """A fill value is a Python number that fits ``x``'s dtype, or a 0-d tensor."""
+    if isinstance(value, registry.Tensor):
+        if value.ndim:
+            raise RuntimeError(f"{op_name} only supports a 0-dimensional value tensor, but got tensor with "
+                               f"{value.ndim} dimension(s).")
+    else:
+        check_scalar_fits(value, x.dtype)
+
+
+def _index_fill_cpu(spec, x, dim, index, value):
+    d = wrap_dim(dim, x.ndim)
+    out = x.reshape(_nonempty(x.shape)).copy()
+    idx = index.reshape(-1)
+    bad = _first_out_of_range(idx, out.shape[d])
+    if bad is not None:
+        raise IndexError(f"index {bad} is out of bounds for dimension {d} with size {out.shape[d]}")
+    _along(out, d)[idx] = value
+    return out.reshape(spec.shape)
+
+
+_INDEX_FILL_DOC = "``self`` with the entries at positions ``index`` along ``dim`` set to ``value``."
+defop("index_fill(Tensor self, int dim, Tensor index, Scalar value) -> Tensor", meta=_index_fill_meta,
+      cpu=_index_fill_cpu, kind="index", variants=("function", "method", "inplace"), doc=_INDEX_FILL_DOC)
+defop("index_fill.Tensor(Tensor self, int dim, Tensor index, Tensor value) -> Tensor", meta=_index_fill_meta,
+      cpu=_index_fill_cpu, kind="index", variants=("function", "method", "inplace"), doc=_INDEX_FILL_DOC)
+
+
+def _index_copy_meta(x, dim, index, source):
+    d = wrap_dim(dim, x.ndim)
+    if index.ndim > 1:
+        raise IndexError(f"index_copy_(): Index should have dimension 1 or 0 (got {index.ndim})")
+    if index.dtype is not _dt.int64:
+        raise RuntimeError(f"index_copy_(): Expected a long tensor for index, but got {scalar_name(index.dtype)}")
+    if source.dtype is not x.dtype:
+        raise RuntimeError(f"index_copy_(): self and source expected to have the same dtype, but got (self) "
+                           f"{scalar_name(x.dtype)} and (source) {scalar_name(source.dtype)}")
+    n, ns = prod(index.shape), (source.shape[d] if source.ndim else 1)
+    if n != ns:
+        raise IndexError(f"index_copy_(): Number of indices ({n}) should be equal to source.size(dim) ({ns})")
+    if source.ndim and x.ndim and source.ndim != x.ndim:
+        raise IndexError(f"index_copy_(): When source and destination are not scalars, their dimensionality must "
+                         f"match. Source dimensionality ({source.ndim}), destination dimensionality ({x.ndim})")
+    if source.ndim and x.ndim and _sliced_shape(source.shape, d) != _sliced_shape(x.shape, d):
+        raise RuntimeError(
+            f"index_copy_(): Source/destination tensor must have same slice shapes. Destination slice shape: "
+            f"{' '.join(map(str, _sliced_shape(x.shape, d)))} at dimension {d} and source slice shape: "
+            f"{' '.join(map(str, _sliced_shape(source.shape, d)))} at dimension 0.")
+    return TensorSpec(x.shape, x.dtype, x.device)
+
+
+def _index_copy_cpu(spec, x, dim, index, source):
+    d = wrap_dim(dim, x.ndim)
+    out = x.reshape(_nonempty(x.shape)).copy()
+    idx = index.reshape(-1)
+    bad = _first_out_of_range(idx, out.shape[d], negative=False)
+    if bad is not None:
+        raise IndexError(f"index_copy_(): index {bad} is out of bounds for dimension {d} with size {out.shape[d]}")
+    _along(out, d)[idx] = _along(source, d)
+    return out.reshape(spec.shape)
+
+
+defop("index_copy(Tensor self, int dim, Tensor index, Tensor source) -> Tensor", meta=_index_copy_meta,
+      cpu=_index_copy_cpu, kind="index", variants=("function", "method", "inplace"),
+      doc="``self`` with the slices of ``source`` along ``dim`` written at positions ``index``.")
+
+
+# Masks and flat indices -------------------------------------------------------------
+
+# The C++ names torch's mask errors print.
+_MASK_TYPE_NAMES = {"uint8": "unsigned char", "int8": "signed char", "int16": "short int", "int32": "int",
+                    "int64": "long int", "float16": "c10::Half", "bfloat16": "c10::BFloat16", "float32": "float",
+                    "float64": "double"}
+
+
+def _masked_fill_meta(x, mask, value):
+    if mask.dtype is not _dt.bool:
+        raise RuntimeError(f"masked_fill_ only supports boolean masks, but got mask with dtype "
+                           f"{_MASK_TYPE_NAMES[mask.dtype.name]}")
+    _check_fill_value("masked_fill_", x, value)
+    return TensorSpec(broadcast_shapes(x.shape, mask.shape), x.dtype, x.device)
+
+
+def _masked_fill_cpu(spec, x, mask, value):
+    out = np.array(np.broadcast_to(x, spec.shape))
+    out[np.broadcast_to(mask, spec.shape)] = value
+    return out
+
+
+_MASKED_FILL_DOC = "``self`` (broadcast with ``mask``) with ``value`` where ``mask`` is True."
+defop("masked_fill(Tensor self, Tensor mask, Scalar value) -> Tensor", meta=_masked_fill_meta,
+      cpu=_masked_fill_cpu, kind="index", variants=("function", "method", "inplace"), doc=_MASKED_FILL_DOC)
+defop("masked_fill.Tensor(Tensor self, Tensor mask, Tensor value) -> Tensor", meta=_masked_fill_meta,
+      cpu=_masked_fill_cpu, kind="index", variants=("function", "method", "inplace"), doc=_MASKED_FILL_DOC)
+
+
+def _masked_select_meta(x, mask):
+    if mask.dtype is not _dt.bool:
+        raise RuntimeError("masked_select: expected BoolTensor for mask")
+    broadcast_shapes(x.shape, mask.shape)
+    return TensorSpec((None,), x.dtype, x.device)
+
+
+def _masked_select_cpu(spec, x, mask):
+    shape = np.broadcast_shapes(x.shape, mask.shape)
+    return np.broadcast_to(x, shape)[np.broadcast_to(mask, shape)]
+
+
+defop("masked_select(Tensor self, Tensor mask) -> Tensor", meta=_masked_select_meta, cpu=_masked_select_cpu,
+      kind="index", variants=("function", "method", "out"),
+      doc="The 1-d tensor of the entries of ``self`` (broadcast with ``mask``) where ``mask`` is True.")
+
+defop("argwhere(Tensor self) -> Tensor", meta=lambda x: TensorSpec((None, x.ndim), _dt.int64, x.device),
+      cpu=lambda spec, x: np.argwhere(x != 0), kind="index",
+      doc="The indices of the nonzero entries of ``self``, one row each: shape ``(count, self.ndim)``.")
+
+
+def _nonzero(x, as_tuple):
+    if not as_tuple:
+        return x.argwhere()
+    return (x.reshape(1) if x.ndim == 0 else x).argwhere().unbind(1)
+
+
+defop("nonzero(Tensor self, *, bool as_tuple=False) -> Any", composite=_nonzero,
+      doc="``argwhere(self)``, or with ``as_tuple`` one 1-d index tensor per dim (a 0-d input counts as 1-d).")
+
+
+def _flat_bounds(idx, n):
+    bad = _first_out_of_range(idx, n)
+    if bad is not None:
+        raise IndexError(f"out of range: tried to access index {bad} on a tensor of {n} elements.")
+
+
+def _take_meta(x, index):
+    if index.dtype is not _dt.int64:
+        raise RuntimeError(f"take(): Expected a long tensor for index, but got {scalar_name(index.dtype)}")
+    return TensorSpec(tuple(index.shape), x.dtype, x.device)
+
+
+def _take_cpu(spec, x, index):
+    if x.size == 0 and index.size:
+        raise IndexError("take(): tried to take from an empty tensor")
+    _flat_bounds(index, x.size)
+    return np.take(x.reshape(-1), index)
+
+
+defop("take(Tensor self, Tensor index) -> Tensor", meta=_take_meta, cpu=_take_cpu, kind="index",
+      variants=("function", "method", "out"),
+      doc="The entries of ``self``, read as a flat (row-major) tensor, at ``index``; the result has its shape.")
+
+
+def _put_meta(x, index, source, accumulate):
+    if index.dtype is not _dt.int64:
+        raise RuntimeError(f"put_(): Expected a long tensor for index, but got {scalar_name(index.dtype)}")
+    if source.dtype is not x.dtype:
+        raise RuntimeError(f"put_(): self and source expected to have the same dtype, but got self.dtype = "
+                           f"{scalar_name(x.dtype)} and source.dtype = {scalar_name(source.dtype)}")
+    if prod(source.shape) != prod(index.shape):
+        raise IndexError(f"put_(): Expected source and index to have the same number of elements, but got "
+                         f"source.numel() = {prod(source.shape)}, index.numel() = {prod(index.shape)}")
+    return TensorSpec(x.shape, x.dtype, x.device)
+
+
+def _put_cpu(spec, x, index, source, accumulate):
+    out = _compute_copy(x)
+    flat, idx = out.reshape(-1), index.reshape(-1)
+    _flat_bounds(idx, flat.size)
+    if accumulate:
+        np.add.at(flat, idx, source.reshape(-1).astype(out.dtype))
+    else:
+        flat[idx] = source.reshape(-1)
+    return out.reshape(spec.shape)
+
+
+defop("put(Tensor self, Tensor index, Tensor source, bool accumulate=False) -> Tensor", meta=_put_meta,
+      cpu=_put_cpu, kind="index", variants=("function", "method", "inplace"),
+      doc="``self`` with ``source`` written (or added, with ``accumulate``) at flat (row-major) positions ``index``.")

@@ -1,31 +1,611 @@
-"""Pointwise ops: arithmetic, math functions, comparisons and logic.
+"""Pointwise ops: arithmetic, math functions, rounding, comparisons and logic.
 
-Each op is one `defpointwise` line: schema, NumPy formula, promotion kind.
+Families of ops are tables declared by one loop each; a row names an op and
+its aliases ("ne not_equal") and gives its NumPy formula. Formulas are plain
+NumPy ufuncs where NumPy computes what torch does, and small functions where
+it does not: signed zeros of ``remainder``, ties of ``maximum``, the sign of
+NaN, integer division by zero, shifts past the bit width, integer powers with
+negative exponents, and ``erf`` (NumPy has none).
+
+Checks (``check=``) raise torch's errors from dtypes and arguments before
+anything is computed; the only data-dependent error is integer division by
+zero, raised by the formula before it returns.
 """
 
 from __future__ import annotations
 
+import math
+import warnings
+from numbers import Number
+
 import numpy as np
 
+from ..runtime import dtypes as _dt
+from . import registry
 from .meta import ALWAYS_BOOL, DEFAULT, INT_TO_FLOAT, KEEP_INT
 from .pointwise_base import defpointwise
+from .registry import defop, scalar_name
 
+ALL = ("function", "method", "inplace", "out")
+NO_INPLACE = ("function", "method", "out")
+QUERY = ("function", "method")
+
+UNARY = "(Tensor self) -> Tensor"
+BINARY = "(Tensor self, Tensor other) -> Tensor"
+
+
+def _declare(names, signature, formula, promotion, doc, **kwargs):
+    """Declare ``formula`` under each of ``names`` ("clamp clip": an op and its aliases)."""
+    for name in names.split():
+        defpointwise(name + signature, formula, promotion, doc=doc, **kwargs)
+
+
+# Checks ---------------------------------------------------------------------------
+
+def _unsupported(kernel, kinds):
+    """A check: torch has no ``kernel`` for result dtypes of these kinds ("b", "iu", "f")."""
+    def check(spec, *args):
+        if spec.dtype.kind in kinds:
+            raise NotImplementedError(f"\"{kernel}\" not implemented for '{scalar_name(spec.dtype)}'")
+    return check
+
+
+def _is_bool(x):
+    return x.__class__ is bool or getattr(x, "dtype", None) is _dt.bool
+
+
+def _require_tensor(op_name, position, name, value):
+    if isinstance(value, Number):
+        raise TypeError(f"{op_name}(): argument '{name}' (position {position}) must be Tensor, "
+                        f"not {type(value).__name__}")
+
+
+# C++ names torch's messages give dtypes: of its checked casts, and of its type metadata
+_CAST_NAMES = {"bool": "bool", "uint8": "uint8_t", "int8": "int8_t", "int16": "int16_t", "int32": "int",
+               "int64": "int64_t", "float16": "c10::Half", "bfloat16": "c10::BFloat16", "float32": "float",
+               "float64": "double"}
+_META_NAMES = {**_CAST_NAMES, "uint8": "unsigned char", "int8": "signed char", "int16": "short int",
+               "int64": "long int"}
+
+
+def _check_fits(value, dtype):
+    """torch's checked conversion of a Python number to the dtype an op computes in."""
+    if dtype.kind in "iu" and value.__class__ is int:
+        lo, hi = _dt.iinfo_range(dtype)
+        fits = lo <= value <= hi
+    elif dtype.kind == "f" and dtype is not _dt.float64 and value.__class__ is not bool:
+        fits = not math.isfinite(value) or abs(value) <= _dt.finfo(dtype).max
+    else:
+        return
+    if not fits:
+        raise RuntimeError(f"value cannot be converted to type {_CAST_NAMES[dtype.name]} without overflow")
+
+
+def _check_alpha(spec, a, b, alpha):
+    if alpha.__class__ is int and alpha == 1:  # the default, valid for every dtype
+        return
+    if alpha.__class__ is bool:
+        if spec.dtype is not _dt.bool:
+            raise RuntimeError("Boolean alpha only supported for Boolean results.")
+    elif isinstance(alpha, float) and not spec.dtype.is_floating_point:
+        raise RuntimeError("For integral input tensors, argument alpha must not be a floating point number.")
+    else:
+        _check_fits(alpha, spec.dtype)
+
+
+def _check_sub(spec, a, b, alpha):
+    bools = _is_bool(a) + _is_bool(b)
+    if bools == 2:
+        raise RuntimeError("Subtraction, the `-` operator, with two bool tensors is not supported. "
+                           "Use the `^` or `logical_xor()` operator instead.")
+    if bools:
+        raise RuntimeError("Subtraction, the `-` operator, with a bool tensor is not supported. "
+                           "If you are trying to invert a mask, use the `~` or `logical_not()` operator instead.")
+    _check_alpha(spec, a, b, alpha)
+
+
+def _check_neg(spec, x):
+    if spec.dtype is _dt.bool:
+        raise RuntimeError("Negation, the `-` operator, on a bool tensor is not supported. If you are trying to "
+                           "invert a mask, use the `~` or `logical_not()` operator instead.")
+
+
+def _check_relu(spec, x):
+    if spec.dtype is _dt.bool:
+        raise RuntimeError("Boolean inputs not supported for relu")
+
+
+def _check_pow(spec, base, exponent):
+    if spec.dtype is _dt.bool:
+        raise NotImplementedError("\"pow\" not implemented for 'Bool'")
+    if (exponent.__class__ is int and exponent < 0 and not isinstance(base, Number)
+            and not base.dtype.is_floating_point):
+        raise RuntimeError("Integers to negative integer powers are not allowed.")
+
+
+def _check_round(spec, x, decimals):
+    if spec.dtype.kind == "b" or (decimals != 0 and spec.dtype.kind in "iu"):
+        kernel = "round_vml_cpu" if decimals == 0 else "round_cpu"
+        raise NotImplementedError(f"\"{kernel}\" not implemented for '{scalar_name(spec.dtype)}'")
+
+
+def _check_clamp(spec, x, lo, hi):
+    if lo is None and hi is None:
+        raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
+    numbers = [isinstance(v, Number) for v in (lo, hi) if v is not None]
+    if spec.dtype is _dt.bool and (any(numbers) or len(numbers) == 2):
+        which = "" if len(numbers) == 2 else ("min_" if hi is None else "max_")
+        kernel = f"clamp_{which}scalar_cpu" if all(numbers) else "clamp_cpu"
+        raise NotImplementedError(f"\"{kernel}\" not implemented for 'Bool'")
+    for v in (lo, hi):
+        if isinstance(v, Number):
+            _check_fits(v, spec.dtype)
+
+
+def _check_lerp(spec, start, end, weight):
+    _require_tensor("lerp", 1, "input", start)
+    _require_tensor("lerp", 2, "end", end)
+    if not start.dtype.is_floating_point:
+        kernel = "lerp_kernel_scalar" if isinstance(weight, Number) else "lerp_kernel_tensor"
+        raise NotImplementedError(f"\"{kernel}\" not implemented for '{scalar_name(start.dtype)}'")
+    for name, x in (("end", end), ("weight", weight)):
+        if not isinstance(x, Number) and x.dtype is not start.dtype:
+            raise RuntimeError(f"expected dtype {_META_NAMES[start.dtype.name]} for `{name}` but got dtype "
+                               f"{_META_NAMES[x.dtype.name]}")
+
+
+def _check_where(spec, condition, a, b):
+    _require_tensor("where", 1, "condition", condition)
+    if condition.dtype is _dt.uint8:
+        warnings.warn("where received a uint8 condition tensor. This behavior is deprecated and will be removed "
+                      "in a future version of PyTorch. Use a boolean condition instead.", UserWarning, stacklevel=5)
+    elif condition.dtype is not _dt.bool:
+        raise RuntimeError("where expected condition to be a boolean tensor, but got a tensor with dtype "
+                           f"{scalar_name(condition.dtype)}")
+
+
+def _check_isclose_args(op_name, a, b, rtol, atol):
+    _require_tensor(op_name, 1, "input", a)
+    _require_tensor(op_name, 2, "other", b)
+    if a.dtype is not b.dtype:
+        raise RuntimeError(f"{scalar_name(a.dtype)} did not match {scalar_name(b.dtype)}")
+    for name, tol in (("rtol", rtol), ("atol", atol)):
+        if tol < 0:
+            raise RuntimeError(f"{name} must be greater than or equal to zero, but got {tol:g}")
+
+
+def _check_isclose(spec, a, b, rtol, atol, equal_nan):
+    _check_isclose_args("isclose", a, b, rtol, atol)
+
+
+# Formula helpers --------------------------------------------------------------------
+
+def _dtype_of(a, b):
+    """The compute dtype of a binary formula (one operand may be a Python number)."""
+    return (a if a.__class__ is np.ndarray else b).dtype
+
+
+def _nonzero_divisor(b):
+    """torch raises for integer division by zero; NumPy would give 0 with a warning."""
+    if not (b.all() if b.__class__ is np.ndarray else b):
+        raise RuntimeError("ZeroDivisionError")
+
+
+def _alpha_times(b, alpha, like):
+    """``alpha * b`` in the compute dtype; a Python number ``b`` multiplies as that dtype, wrapping."""
+    if b.__class__ is not np.ndarray:
+        b = np.array(b, like.dtype)
+    return np.multiply(b, alpha)
+
+
+# Arithmetic -----------------------------------------------------------------------
 
 def _add(a, b, alpha):
-    return np.add(a, b if alpha == 1 else np.multiply(b, alpha))
+    return np.add(a, b) if alpha == 1 else np.add(a, _alpha_times(b, alpha, a))
 
 
 def _sub(a, b, alpha):
-    return np.subtract(a, b if alpha == 1 else np.multiply(b, alpha))
+    return np.subtract(a, b) if alpha == 1 else np.subtract(a, _alpha_times(b, alpha, a))
 
 
-defpointwise("add(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor", _add, DEFAULT,
-             doc="``self + alpha * other``, broadcasting, with torch's type promotion.")
-defpointwise("sub(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor", _sub, DEFAULT,
-             doc="``self - alpha * other``.")
-defpointwise("mul(Tensor self, Tensor other) -> Tensor", np.multiply, DEFAULT, doc="Elementwise product.")
-defpointwise("exp(Tensor self) -> Tensor", np.exp, INT_TO_FLOAT, doc="Elementwise ``e**x``.")
-defpointwise("neg(Tensor self) -> Tensor", np.negative, DEFAULT, doc="Elementwise ``-x``.")
-defpointwise("eq(Tensor self, Tensor other) -> Tensor", np.equal, ALWAYS_BOOL, doc="Elementwise ``==``.")
-defpointwise("bitwise_and(Tensor self, Tensor other) -> Tensor", np.bitwise_and, KEEP_INT,
-             doc="Elementwise AND of integers or bools.")
+def _rsub(a, b, alpha):
+    return _sub(b, a, alpha)
+
+
+def _floor_divide(a, b):
+    if _dtype_of(a, b).kind in "iu":
+        _nonzero_divisor(b)
+    return np.floor_divide(a, b)
+
+
+def _div_trunc(a, b):
+    if _dtype_of(a, b).kind in "iu":
+        _nonzero_divisor(b)
+        q = np.floor_divide(a, b)
+        # floor and truncation differ by one when the signs differ and the division is inexact
+        return q + ((np.remainder(a, b) != 0) & (np.less(a, 0) != np.less(b, 0)))
+    return np.trunc(np.true_divide(a, b))
+
+
+def _remainder(a, b):
+    if _dtype_of(a, b).kind in "iu":
+        _nonzero_divisor(b)
+        return np.remainder(a, b)
+    # torch adds the divisor to fmod's result; a zero keeps the dividend's sign (NumPy gives it the divisor's)
+    m = np.fmod(a, b)
+    return np.where((m != 0) & ((m < 0) != np.less(b, 0)), m + b, m)
+
+
+def _fmod(a, b):
+    if _dtype_of(a, b).kind in "iu":
+        _nonzero_divisor(b)
+    return np.fmod(a, b)
+
+
+def _pow(a, b):
+    if b.__class__ is np.ndarray and b.dtype.kind in "iu":
+        negative = b < 0
+        if negative.any():
+            # an integer to a negative power is 0, except 1 and -1 (whose powers only need the parity)
+            r = np.power(a, np.where(negative, b & 1, b))
+            return np.where(negative & (np.abs(a) != 1), 0, r)
+    return np.power(a, b)
+
+
+def _sign(x):
+    if x.dtype == np.bool_:
+        return x.copy()
+    # torch's sign is (0 < x) - (x < 0): NaN and -0.0 give 0
+    return np.subtract(x > 0, x < 0, dtype=x.dtype)
+
+
+def _maximum(a, b):
+    # On ties (-0.0 and 0.0) torch returns its first operand, NumPy its second.
+    return np.maximum(b, a)
+
+
+def _minimum(a, b):
+    return np.minimum(b, a)
+
+
+def _relu(x):
+    return np.maximum(0, x)  # -0.0 stays -0.0, as in torch
+
+
+def _clamp(x, lo, hi):
+    # maximum/minimum propagate NaN from either side, as torch's clamp does
+    if lo is not None:
+        x = np.maximum(lo, x)
+    if hi is not None:
+        x = np.minimum(hi, x)
+    return x
+
+
+def _lerp(start, end, weight):
+    diff = end - start
+    # torch's two forms, each exact at its own end: start + w * d for |w| < 0.5, end - (1 - w) * d beyond
+    if weight.__class__ is not np.ndarray:
+        return start + weight * diff if abs(weight) < 0.5 else end - diff * (1 - weight)
+    return np.where(np.abs(weight) < 0.5, start + weight * diff, end - diff * (1 - weight))
+
+
+# Arithmetic ops: (names, signature, formula, promotion, variants, check, doc)
+_ALPHA = "(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor"
+_ARITHMETIC = (
+    ("add", _ALPHA, _add, DEFAULT, ALL, _check_alpha,
+     "``self + alpha * other``, broadcasting, with torch's type promotion."),
+    ("sub subtract", _ALPHA, _sub, DEFAULT, ALL, _check_sub,
+     "``self - alpha * other``; bool tensors cannot be subtracted."),
+    ("rsub", _ALPHA, _rsub, DEFAULT, ("function",), _check_sub,
+     "``other - alpha * self``."),
+    ("mul multiply", BINARY, np.multiply, DEFAULT, ALL, None, "Elementwise product."),
+    ("true_divide", BINARY, np.true_divide, INT_TO_FLOAT, ALL, None,
+     "True division; integers and bools give the default float dtype."),
+    ("floor_divide", BINARY, _floor_divide, DEFAULT, ALL, _unsupported("div_floor_cpu", "b"),
+     "Division rounded down (``//``); integer division by zero raises."),
+    ("_div_trunc", BINARY, _div_trunc, DEFAULT, ("function",), _unsupported("div_trunc_cpu", "b"),
+     "Division rounded toward zero (``div(..., rounding_mode='trunc')``)."),
+    ("remainder", BINARY, _remainder, DEFAULT, ALL, _unsupported("remainder_cpu", "b"),
+     "Python's modulus (``%``): the result takes the sign of the divisor."),
+    ("fmod", BINARY, _fmod, DEFAULT, ALL, _unsupported("fmod_cpu", "b"),
+     "C's fmod: the remainder takes the sign of the dividend."),
+    ("pow", "(Tensor self, Tensor exponent) -> Tensor", _pow, DEFAULT, ALL, _check_pow,
+     "``self ** exponent``; either may be a Python number. Integers to negative integer powers give 0 "
+     "(1 and -1 excepted), but a negative Python int exponent of an integer tensor raises."),
+    ("neg negative", UNARY, np.negative, DEFAULT, ALL, _check_neg, "Elementwise ``-x``."),
+    ("abs absolute", UNARY, np.absolute, DEFAULT, ALL, _unsupported("abs_cpu", "b"), "Absolute value."),
+    ("sign sgn", UNARY, _sign, DEFAULT, ALL, None, "-1, 0 or 1 by the sign of each element (0 for NaN)."),
+    ("maximum", BINARY, _maximum, DEFAULT, NO_INPLACE, None, "Elementwise maximum; NaN propagates."),
+    ("minimum", BINARY, _minimum, DEFAULT, NO_INPLACE, None, "Elementwise minimum; NaN propagates."),
+    ("relu", UNARY, _relu, DEFAULT, ("function", "method", "inplace"), _check_relu, "``max(x, 0)``."),
+    ("hypot", BINARY, np.hypot, DEFAULT, ALL, _unsupported("hypot_cpu", "biu"),
+     "``sqrt(self**2 + other**2)`` without overflow; floating dtypes only."),
+    ("logaddexp", BINARY, np.logaddexp, DEFAULT, NO_INPLACE, _unsupported("logaddexp_cpu", "biu"),
+     "``log(exp(self) + exp(other))`` without overflow; floating dtypes only."),
+    ("atan2 arctan2", BINARY, np.arctan2, INT_TO_FLOAT, ALL, None,
+     "Angle of the point ``(other, self)``, in the quadrant of the signs."),
+    ("lerp", "(Tensor self, Tensor end, Tensor weight) -> Tensor", _lerp, DEFAULT, ALL, _check_lerp,
+     "``self + weight * (end - self)``; ``weight`` is a number or a tensor of the same dtype."),
+    ("clamp clip", "(Tensor self, Tensor? min=None, Tensor? max=None) -> Tensor", _clamp, DEFAULT, ALL,
+     _check_clamp, "``min(max(self, min), max)``; bounds are numbers or tensors, one of them may be None."),
+    ("clamp_min", "(Tensor self, Tensor min) -> Tensor", lambda x, lo: _clamp(x, lo, None), DEFAULT, ALL,
+     lambda spec, x, lo: _check_clamp(spec, x, lo, None), "``max(self, min)``."),
+    ("clamp_max", "(Tensor self, Tensor max) -> Tensor", lambda x, hi: _clamp(x, None, hi), DEFAULT, ALL,
+     lambda spec, x, hi: _check_clamp(spec, x, None, hi), "``min(self, max)``."),
+)
+for _names, _signature, _formula, _promotion, _variants, _check, _doc in _ARITHMETIC:
+    _declare(_names, _signature, _formula, _promotion, _doc, variants=_variants, check=_check)
+
+
+_DIV_MODES = {None: "true_divide", "trunc": "_div_trunc", "floor": "floor_divide"}
+
+
+def _div(self, other, rounding_mode):
+    fn = _DIV_MODES.get(rounding_mode)
+    if fn is None:
+        raise RuntimeError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found "
+                           f"'{rounding_mode}'")
+    return registry.FUNCTIONS[fn](self, other)
+
+
+for _name in ("div", "divide"):
+    defop(f"{_name}(Tensor self, Tensor other, *, str? rounding_mode=None) -> Tensor", composite=_div,
+          kind="pointwise", variants=ALL,
+          doc="Division: true division (integers give floats), or rounded by ``rounding_mode`` "
+              "('trunc' toward zero, 'floor' down) in the promoted dtype.")
+
+defop("square(Tensor self) -> Tensor", composite=lambda x: registry.FUNCTIONS["pow"](x, 2), kind="pointwise",
+      variants=ALL, doc="``self ** 2`` (bools square to int64, as ``pow(x, 2)``).")
+
+
+# Math functions -----------------------------------------------------------------------
+
+# W. J. Cody, "Rational Chebyshev approximations for the error function", Math. Comp. 23 (1969),
+# with the coefficients of his CALERF routine: erf(x) = x R1(x^2) for |x| <= 0.46875;
+# erfc(x) = exp(-x^2) R2(x) up to 4 and exp(-x^2) (1/sqrt(pi) - R3(1/x^2)/x^2) / x beyond.
+_ERF_A = (3.16112374387056560e00, 1.13864154151050156e02, 3.77485237685302021e02,
+          3.20937758913846947e03, 1.85777706184603153e-1)
+_ERF_B = (2.36012909523441209e01, 2.44024637934444173e02, 1.28261652607737228e03, 2.84423683343917062e03)
+_ERFC_C = (5.64188496988670089e-1, 8.88314979438837594e00, 6.61191906371416295e01, 2.98635138197400131e02,
+           8.81952221241769090e02, 1.71204761263407058e03, 2.05107837782607147e03, 1.23033935479799725e03,
+           2.15311535474403846e-8)
+_ERFC_D = (1.57449261107098347e01, 1.17693950891312499e02, 5.37181101862009858e02, 1.62138957456669019e03,
+           3.29079923573345963e03, 4.36261909014324716e03, 3.43936767414372164e03, 1.23033935480374942e03)
+_ERFC_P = (3.05326634961232344e-1, 3.60344899949804439e-1, 1.25781726111229246e-1, 1.60837851487422766e-2,
+           6.58749161529837803e-4, 1.63153871373020978e-2)
+_ERFC_Q = (2.56852019228982242e00, 1.87295284992346725e00, 5.27905102951428412e-1, 6.05183413124413191e-2,
+           2.33520497626869185e-3)
+_ERF_SMALL = 0.46875
+_ERFC_ZERO = 28.0  # erfc(x) is below the smallest float64 beyond this
+_RSQRT_PI = 0.56418958354775628695
+
+
+def _rational(z, num, den):
+    """Cody's ratio of polynomials in ``z``: ``num[-1]`` leads, ``den`` is monic."""
+    n = num[-1] * z
+    d = z
+    for a, b in zip(num[:len(den) - 1], den[:-1]):
+        n = (n + a) * z
+        d = (d + b) * z
+    return (n + num[len(den) - 1]) / (d + den[-1])
+
+
+def _cody(x):
+    """``(|x| <= 0.46875, erf(x) there, erfc(|x|) elsewhere)``.
+
+    float64 inputs are evaluated in extended precision where the platform has it
+    (x86: within 1 ulp of the true value; 4-5 ulp in plain float64).
+    """
+    x = np.asarray(x, np.longdouble if x.dtype == np.float64 else np.float64)
+    y = np.abs(x)
+    small = y <= _ERF_SMALL
+    erf_small = x * _rational(y * y, _ERF_A, _ERF_B)
+    mid = _rational(y, _ERFC_C, _ERFC_D)
+    inv = 1 / (y * y)
+    far = (_RSQRT_PI - inv * _rational(inv, _ERFC_P, _ERFC_Q)) / y
+    # exp(-y*y) as exp(-r*r) exp(-(y-r)(y+r)) with r = y cut to 1/16ths: r*r is exact and the rest is
+    # small, so the rounding of y*y does not reach the result
+    r = np.trunc(y * 16) / 16
+    tail = np.exp(-r * r) * np.exp(-(y - r) * (y + r)) * np.where(y <= 4, mid, far)
+    return small, erf_small, np.where(y >= _ERFC_ZERO, 0, tail)
+
+
+def _erf(x):
+    small, erf_small, tail = _cody(x)
+    return np.where(small, erf_small, np.copysign(0.5 - tail + 0.5, x)).astype(x.dtype)
+
+
+def _erfc(x):
+    small, erf_small, tail = _cody(x)
+    return np.where(small, 1 - erf_small, np.where(x < 0, 2 - tail, tail)).astype(x.dtype)
+
+
+def _sigmoid(x):
+    return np.reciprocal(np.exp(-x) + 1)  # exp overflows to inf for very negative x: 1/inf is the right 0
+
+
+def _rsqrt(x):
+    return np.reciprocal(np.sqrt(x))
+
+
+_FLOAT_MATH = (
+    ("exp", np.exp, "``e ** x``"),
+    ("exp2", np.exp2, "``2 ** x``"),
+    ("expm1", np.expm1, "``e ** x - 1``, accurate near 0"),
+    ("log", np.log, "natural logarithm"),
+    ("log2", np.log2, "base-2 logarithm"),
+    ("log10", np.log10, "base-10 logarithm"),
+    ("log1p", np.log1p, "``log(1 + x)``, accurate near 0"),
+    ("sqrt", np.sqrt, "square root"),
+    ("rsqrt", _rsqrt, "``1 / sqrt(x)``"),
+    ("reciprocal", np.reciprocal, "``1 / x``"),
+    ("sin", np.sin, "sine"),
+    ("cos", np.cos, "cosine"),
+    ("tan", np.tan, "tangent"),
+    ("asin arcsin", np.arcsin, "inverse sine"),
+    ("acos arccos", np.arccos, "inverse cosine"),
+    ("atan arctan", np.arctan, "inverse tangent"),
+    ("sinh", np.sinh, "hyperbolic sine"),
+    ("cosh", np.cosh, "hyperbolic cosine"),
+    ("tanh", np.tanh, "hyperbolic tangent"),
+    ("asinh arcsinh", np.arcsinh, "inverse hyperbolic sine"),
+    ("acosh arccosh", np.arccosh, "inverse hyperbolic cosine"),
+    ("atanh arctanh", np.arctanh, "inverse hyperbolic tangent"),
+    ("sigmoid", _sigmoid, "logistic function ``1 / (1 + e ** -x)``"),
+    ("erf", _erf, "error function"),
+    ("erfc", _erfc, "complementary error function ``1 - erf(x)``, accurate where erf(x) is near 1"),
+)
+for _names, _formula, _what in _FLOAT_MATH:
+    _declare(_names, UNARY, _formula, INT_TO_FLOAT, f"Elementwise {_what}; integers give the default float dtype.")
+
+
+# Rounding ----------------------------------------------------------------------------
+
+def _keeping_integers(fn):
+    """A rounding formula that leaves integers as they are (as a copy: kernels never return inputs)."""
+    def formula(x, *args):
+        return x.copy() if x.dtype.kind in "iu" else fn(x, *args)
+    return formula
+
+
+def _round(x, decimals):
+    if decimals == 0:
+        return np.rint(x)  # halves to even, like torch
+    # torch scales by 10**|decimals| in the compute dtype (so large scales overflow to inf as in torch)
+    scale = x.dtype.type(10.0 ** abs(decimals))
+    return np.rint(x * scale) / scale if decimals > 0 else np.rint(x / scale) * scale
+
+
+def _frac(x):
+    return x - np.trunc(x)
+
+
+_ROUNDING = (
+    ("floor", np.floor, "Round down; integers are returned unchanged."),
+    ("ceil", np.ceil, "Round up; integers are returned unchanged."),
+    ("trunc fix", np.trunc, "Round toward zero; integers are returned unchanged."),
+)
+for _names, _formula, _doc in _ROUNDING:
+    _declare(_names, UNARY, _keeping_integers(_formula), DEFAULT, _doc,
+             check=_unsupported(f"{_names.split()[0]}_vml_cpu", "b"))
+defpointwise("round(Tensor self, *, int decimals=0) -> Tensor", _keeping_integers(_round), DEFAULT,
+             check=_check_round, doc="Round half to even, to ``decimals`` decimal places (negative: tens, "
+                                     "hundreds...); integers are returned unchanged.")
+defpointwise("frac" + UNARY, _frac, DEFAULT, check=_unsupported("frac_cpu", "biu"),
+             doc="Fractional part ``x - trunc(x)``, with the sign of ``x``; floating dtypes only.")
+
+
+# Comparisons, predicates and logic -------------------------------------------------------
+
+_COMPARISONS = (
+    ("eq", np.equal, "``==``"),
+    ("ne not_equal", np.not_equal, "``!=``"),
+    ("lt less", np.less, "``<``"),
+    ("le less_equal", np.less_equal, "``<=``"),
+    ("gt greater", np.greater, "``>``"),
+    ("ge greater_equal", np.greater_equal, "``>=``"),
+)
+for _names, _formula, _what in _COMPARISONS:
+    _declare(_names, BINARY, _formula, ALWAYS_BOOL, f"Elementwise {_what} in the promoted dtype, as a bool tensor.")
+
+for _name, _formula, _what in (("logical_and", np.logical_and, "AND"), ("logical_or", np.logical_or, "OR"),
+                               ("logical_xor", np.logical_xor, "XOR")):
+    _declare(_name, BINARY, _formula, ALWAYS_BOOL,
+             f"Elementwise logical {_what} of the truth values (nonzero is True), as a bool tensor.")
+_declare("logical_not", UNARY, np.logical_not, ALWAYS_BOOL, "Elementwise logical NOT (zero is True).")
+
+for _name, _formula, _what in (("isnan", np.isnan, "is NaN"), ("isinf", np.isinf, "is +inf or -inf"),
+                               ("isfinite", np.isfinite, "is neither NaN nor infinite")):
+    _declare(_name, UNARY, _formula, ALWAYS_BOOL, f"Whether each element {_what} (integers always finite).",
+             variants=QUERY)
+
+
+# Bitwise ---------------------------------------------------------------------------------
+
+def _bits(a, b):
+    d = _dtype_of(a, b)
+    return d.itemsize * 8, d.kind == "i"
+
+
+def _shift_count(b, limit, negative):
+    """The count given to NumPy (which leaves counts past the width to the CPU): at most ``limit``,
+    ``negative`` for negative counts."""
+    if b.__class__ is int:
+        return negative if b < 0 else min(b, limit)
+    return np.where(b < 0, negative, np.minimum(b, limit))
+
+
+def _left_shift(a, b):
+    bits, _ = _bits(a, b)
+    # torch: counts that are negative or reach the width give 0
+    return np.where(np.less(b, 0) | np.greater_equal(b, bits), 0, np.left_shift(a, _shift_count(b, bits - 1, 0)))
+
+
+def _right_shift(a, b):
+    bits, signed = _bits(a, b)
+    if signed:
+        # torch: negative or too-large counts shift by width - 1 (giving 0 or -1 by the sign)
+        return np.right_shift(a, _shift_count(b, bits - 1, bits - 1))
+    return np.where(np.greater_equal(b, bits), 0, np.right_shift(a, _shift_count(b, bits - 1, 0)))
+
+
+for _name, _formula, _what in (("bitwise_and", np.bitwise_and, "AND"), ("bitwise_or", np.bitwise_or, "OR"),
+                               ("bitwise_xor", np.bitwise_xor, "XOR")):
+    _declare(_name, BINARY, _formula, KEEP_INT, f"Elementwise bitwise {_what} of integers or bools.")
+_declare("bitwise_not", UNARY, np.invert, KEEP_INT, "Elementwise bitwise NOT (logical NOT for bools).")
+_declare("bitwise_left_shift", BINARY, _left_shift, DEFAULT,
+         "``self << other`` on integers; counts that are negative or reach the bit width give 0.",
+         check=_unsupported("lshift_cpu", "bf"))
+_declare("bitwise_right_shift", BINARY, _right_shift, DEFAULT,
+         "``self >> other`` on integers, arithmetic for signed dtypes; counts outside the bit width "
+         "shift everything out.", check=_unsupported("rshift_cpu", "bf"))
+
+
+# Selection and closeness --------------------------------------------------------------------
+
+def _where_formula(condition, a, b):
+    return np.where(condition, a, b)
+
+
+_WHERE_DOC = "``self`` where ``condition`` (a bool tensor) is True, else ``other``; numbers broadcast too."
+defpointwise("where.self(Tensor condition, Tensor self, Tensor other) -> Tensor", _where_formula, DEFAULT,
+             variants=("function", "out"), check=_check_where, doc=_WHERE_DOC)
+# The method binds ``self``, which is not the first argument: ``x.where(condition, y)``.
+defpointwise("where.method(Tensor self, Tensor condition, Tensor other) -> Tensor",
+             lambda a, condition, b: np.where(condition, a, b), DEFAULT, variants=("method",),
+             check=lambda spec, a, condition, b: _check_where(spec, condition, a, b), doc=_WHERE_DOC)
+
+
+def _isclose(a, b, rtol, atol, equal_nan):
+    integral = a.dtype.kind in "biu"  # (bfloat16's NumPy kind is "V")
+    close = np.equal(a, b)
+    if equal_nan and not integral:
+        close |= np.isnan(a) & np.isnan(b)
+    if rtol == 0 and atol == 0:
+        return close
+    if integral:  # torch measures the error of integers and bools in the default float dtype
+        default = _dt.get_default_dtype().np
+        a, b = a.astype(default), b.astype(default)
+    error = np.abs(a - b)
+    return close | (np.isfinite(error) & (error <= atol + np.abs(rtol * b)))
+
+
+_CLOSE = "(Tensor self, Tensor other, float rtol=1e-05, float atol=1e-08, bool equal_nan=False)"
+defpointwise(f"isclose{_CLOSE} -> Tensor", _isclose, ALWAYS_BOOL, variants=QUERY, check=_check_isclose,
+             doc="Whether ``|self - other| <= atol + rtol * |other|`` elementwise (or equal; NaNs equal with "
+                 "``equal_nan``); both tensors of one dtype.")
+
+
+def _allclose(a, b, rtol, atol, equal_nan):
+    _check_isclose_args("allclose", a, b, rtol, atol)
+    return bool(a.isclose(b, rtol, atol, equal_nan).numpy().all())
+
+
+def _equal(a, b):
+    return a.shape == b.shape and bool(a.eq(b).numpy().all())
+
+
+defop(f"allclose{_CLOSE} -> bool", composite=_allclose,
+      doc="Whether ``isclose`` holds for every element (shapes broadcast), as a Python bool.")
+defop("equal(Tensor self, Tensor other) -> bool", composite=_equal,
+      doc="Whether both tensors have the same shape and equal elements (in the promoted dtype).")

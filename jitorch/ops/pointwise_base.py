@@ -23,13 +23,17 @@ from . import registry
 from .registry import defop
 
 _INT_RANGE = {d.np: _dt.iinfo_range(d) for d in _dt.INTEGRAL}
+_HALF_NP = (_dt.float16.np, _dt.bfloat16.np)
 
 
 def _scalar_in(value, compute_np):
-    """A Python number as the compute dtype sees it: integers wrap like torch's casts."""
+    """A Python number as the compute dtype sees it: integers wrap like torch's casts; a half type
+    rounds it (NumPy would compare a bfloat16 array with a Python float in float32)."""
     rng = _INT_RANGE.get(compute_np)
     if rng is not None and value.__class__ is int and not (rng[0] <= value <= rng[1]):
         return np.array(value).astype(compute_np)[()]
+    if compute_np in _HALF_NP:
+        return compute_np.type(value)
     return value
 
 
@@ -42,7 +46,8 @@ def defpointwise(schema, formula, promotion=M.DEFAULT, *, variants=("function", 
     others = tuple(i for i in range(len(op.schema.args)) if i not in positions)
 
     def meta(*args):
-        spec = M.pointwise_meta(name, promotion, [args[i] for i in positions])
+        # an optional operand (``Tensor? min``) left as None takes no part
+        spec = M.pointwise_meta(name, promotion, [args[i] for i in positions if args[i] is not None])
         if check is not None:
             check(spec, *args)
         return spec
@@ -61,8 +66,7 @@ def defpointwise(schema, formula, promotion=M.DEFAULT, *, variants=("function", 
 
     op.meta = meta
     op.kernels["cpu"] = kernel
-    if check is None:
-        op.fast = _fast_path(formula, promotion, positions, others)
+    op.fast = _fast_path(formula, promotion, positions, others, check)
     op.attrs.setdefault("promotion", promotion)
     return op
 
@@ -72,8 +76,11 @@ _FAST_KINDS = {M.DEFAULT: "biuf", M.INT_TO_FLOAT: "f", M.ALWAYS_BOOL: "biuf", M.
 _HALVES = (_dt.float16, _dt.bfloat16)
 
 
-def _fast_path(formula, promotion, positions, others):
+def _fast_path(formula, promotion, positions, others, check):
     """``fast(args) -> Tensor | None``: the result, or None to take the general path.
+
+    The op's ``check`` runs first, given the spec of the result (shape None: a check reads dtypes) and the
+    arguments as the caller passed them; NumPy scalars and the like then fail the dtype test of `finish`.
 
     Specialised by arity and written flat: it runs on every small eager op,
     where each extra Python call is a measurable share of the op's latency.
@@ -89,10 +96,13 @@ def _fast_path(formula, promotion, positions, others):
     rest = n < len(others) + n  # the op has arguments besides its operands
 
     fast_dtypes = frozenset(d for d in _dt.ALL if d.kind in kinds and d not in _HALVES)
+    # Python ints a tensor's dtype holds; others take the general path: torch wraps them to the dtype
+    # (NumPy would compare them exactly), and with a bool tensor they promote to int64
+    int_limits = {d: _dt.iinfo_range(d) for d in _dt.INTEGRAL}
+    int_limits[_dt.bool] = (1, 0)
+    specs = {d: registry.TensorSpec(None, _dt.bool if always_bool else d, cpu, d) for d in fast_dtypes}
 
     def finish(r, dtype):
-        if dtype not in fast_dtypes:
-            return None
         out = _dt.bool if always_bool else dtype
         if r.__class__ is not np.ndarray:
             r = np.asarray(r)
@@ -106,8 +116,11 @@ def _fast_path(formula, promotion, positions, others):
 
     def fast1(args):
         x = args[0]
-        if x.__class__ is not registry.Tensor or x._requires_grad or x.device is not cpu:
+        if (x.__class__ is not registry.Tensor or x._requires_grad or x.device is not cpu
+                or x.dtype not in fast_dtypes):
             return None
+        if check is not None:
+            check(specs[x.dtype], *args)
         xa = x._arr
         if xa is None:
             xa = x._array()
@@ -149,6 +162,15 @@ def _fast_path(formula, promotion, positions, others):
                 ya = y._array()
         else:
             return None
+        if dtype not in fast_dtypes:  # before computing: a formula need not handle dtypes its op rejects
+            return None
+        limits = int_limits.get(dtype)
+        if limits is not None:
+            n = y if x.__class__ is Tensor else x
+            if n.__class__ is int and not limits[0] <= n <= limits[1]:
+                return None
+        if check is not None:
+            check(specs[dtype], *args)
         token = fp_errors.enter()
         try:
             r = formula(xa, ya, *args[2:]) if rest else formula(xa, ya)

@@ -1,13 +1,55 @@
-"""View ops: each is a stride transform ``(args) -> (shape, strides, offset)``; none copies."""
+"""View ops: each is a stride transform ``(args) -> (shape, strides, offset)``; none copies.
+
+A view shares its base's storage, and so its version counter: writing through
+a view changes the base. Ops that are views only when the strides allow one
+(``reshape``, ``flatten``, ``contiguous``) are composites: a view, or a
+``clone`` then a view. ``clone`` itself is the one copying op here.
+"""
 
 from __future__ import annotations
 
-from ..runtime.strided import infer_size, list_str, view_strides, wrap_dim, wrap_dims
-from .registry import defop
+from math import prod
 
+import numpy as np
+
+from ..runtime.strided import (contiguous_strides, infer_size, is_contiguous, is_non_overlapping_and_dense,
+                               list_str, view_strides, wrap_dim, wrap_dims)
+from .registry import TensorSpec, defop, scalar_name
+
+
+class memory_format:
+    """torch.memory_format: how ``clone`` and ``contiguous`` lay out a copy."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name):
+        self.name = name
+
+    def __repr__(self):
+        return "jitorch." + self.name
+
+
+preserve_format = memory_format("preserve_format")
+contiguous_format = memory_format("contiguous_format")
+
+
+def _check_memory_format(op_name, fmt, allowed):
+    if fmt is not None and not isinstance(fmt, memory_format):
+        raise TypeError(f"{op_name}(): argument 'memory_format' must be jitorch.memory_format, "
+                        f"not {type(fmt).__name__}")
+    if fmt is not None and fmt not in allowed:
+        raise RuntimeError(f"{fmt.name.split('_')[0]} memory format is unsupported by the {op_name} operator")
+
+
+def _type_str(x):
+    """torch's legacy type name of a tensor ("jitorch.FloatTensor"), as its error messages use it."""
+    return f"jitorch.{scalar_name(x.dtype)}Tensor"
+
+
+# Reshaping ------------------------------------------------------------------
 
 def _view(x, size):
-    shape = infer_size(size, x.numel())
+    shape = infer_size(size, prod(x.shape))
     strides = view_strides(x.shape, x._stride, shape)
     if strides is None:
         raise RuntimeError(
@@ -17,20 +59,62 @@ def _view(x, size):
     return shape, strides, x._offset
 
 
+def _view_as(x, other):
+    return _view(x, other.shape)
+
+
+def _reshape(x, shape):
+    shape = infer_size(shape, prod(x.shape))
+    if view_strides(x.shape, x._stride, shape) is None:
+        x = x.clone(memory_format=contiguous_format)
+    return x.view(shape)
+
+
+def _reshape_as(x, other):
+    return x.reshape(other.shape)
+
+
+def _flatten(x, start_dim, end_dim):
+    if x.ndim == 0:
+        return x.reshape(1)
+    start, end = wrap_dim(start_dim, x.ndim), wrap_dim(end_dim, x.ndim)
+    if start > end:
+        raise RuntimeError("flatten() has invalid args: start_dim cannot come after end_dim")
+    if start == end:
+        return x
+    shape = x.shape
+    return x.reshape(tuple(shape[:start]) + (prod(shape[start:end + 1]),) + tuple(shape[end + 1:]))
+
+
+def _unflatten(x, dim, sizes):
+    if x.ndim == 0:
+        raise IndexError("Dimension specified as 0 but tensor has no dimensions")
+    d = wrap_dim(dim, x.ndim)
+    if not sizes:
+        raise RuntimeError("unflatten: sizes must be non-empty")
+    n = x.shape[d]
+    known = prod(s for s in sizes if s != -1)
+    if (-1 not in sizes and known != n) or (-1 in sizes and (known == 0 or n % known)):
+        raise RuntimeError(f"unflatten: Provided sizes {list_str(sizes)} don't multiply up to the size of dim {d} "
+                           f"({n}) in the input tensor")
+    sizes = infer_size(sizes, n)
+    return _view(x, tuple(x.shape[:d]) + sizes + tuple(x.shape[d + 1:]))
+
+
+# Reordering dims ------------------------------------------------------------------
+
 def _permute(x, dims):
     if len(dims) != x.ndim:
         raise RuntimeError(
-            f"permute(sparse_coo): number of dimensions in the tensor input does not match the length of the "
-            f"desired ordering of dimensions i.e. input.dim() = {x.ndim} is not equal to len(dims) = {len(dims)}"
-            .replace("(sparse_coo)", "")
+            f"permute(): number of dimensions in the tensor input does not match the length of the desired "
+            f"ordering of dimensions i.e. input.dim() = {x.ndim} is not equal to len(dims) = {len(dims)}"
         )
     dims = wrap_dims(dims, x.ndim)
     return tuple(x.shape[d] for d in dims), tuple(x._stride[d] for d in dims), x._offset
 
 
 def _transpose(x, dim0, dim1):
-    n = max(x.ndim, 1)
-    d0, d1 = wrap_dim(dim0, n), wrap_dim(dim1, n)
+    d0, d1 = wrap_dim(dim0, x.ndim), wrap_dim(dim1, x.ndim)
     if x.ndim == 0:
         return (), (), x._offset
     shape, strides = list(x.shape), list(x._stride)
@@ -39,11 +123,382 @@ def _transpose(x, dim0, dim1):
     return tuple(shape), tuple(strides), x._offset
 
 
-defop("view(Tensor self, int... size) -> Tensor", view=_view, kind="view",
-      doc="A view with another shape; RuntimeError if the strides do not allow one.")
-defop("permute(Tensor self, int... dims) -> Tensor", view=_permute, kind="view",
-      doc="A view with the dims reordered.")
-defop("transpose(Tensor self, int dim0, int dim1) -> Tensor", view=_transpose, kind="view",
-      variants=("function", "method", "inplace"), doc="A view with two dims swapped.")
+def _t(x):
+    if x.ndim > 2:
+        raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {x.ndim}D")
+    return _transpose(x, 0, x.ndim - 1 if x.ndim else 0)
 
-__all__ = ["list_str"]
+
+def _movedim(x, source, destination):
+    if len(source) != len(destination):
+        raise RuntimeError(
+            f"movedim: Invalid source or destination dims: source ({list_str(source)} dims) should contain the "
+            f"same number of dims as destination ({list_str(destination)} dims)"
+        )
+    src = tuple(wrap_dim(d, x.ndim) for d in source)
+    dst = tuple(wrap_dim(d, x.ndim) for d in destination)
+    for name, given, dims in (("source", source, src), ("destination", destination, dst)):
+        if len(set(dims)) != len(dims):
+            raise RuntimeError(f"movedim: repeated dim in `{name}` ({list_str(given)})")
+    order = [None] * x.ndim
+    for s, d in zip(src, dst):
+        order[d] = s
+    rest = iter(d for d in range(x.ndim) if d not in src)
+    order = [next(rest) if o is None else o for o in order]
+    return _permute(x, order)
+
+
+# Adding and removing dims ---------------------------------------------------------
+
+def _squeeze(x, dim):
+    dims = range(x.ndim) if dim is None else wrap_dims(dim, x.ndim)
+    keep = [i for i in range(x.ndim) if not (i in dims and x.shape[i] == 1)]
+    return tuple(x.shape[i] for i in keep), tuple(x._stride[i] for i in keep), x._offset
+
+
+def _unsqueeze(x, dim):
+    d = wrap_dim(dim, x.ndim + 1)
+    stride = x.shape[d] * x._stride[d] if d < x.ndim else 1
+    return (tuple(x.shape[:d]) + (1,) + tuple(x.shape[d:]), tuple(x._stride[:d]) + (stride,) + tuple(x._stride[d:]),
+            x._offset)
+
+
+def _expand(x, size, implicit=False):
+    if len(size) < x.ndim:
+        raise RuntimeError(
+            f"expand({_type_str(x)}{{{list_str(x.shape)}}}, size={list_str(size)}): the number of sizes provided "
+            f"({len(size)}) must be greater or equal to the number of dimensions in the tensor ({x.ndim})"
+        )
+    lead = len(size) - x.ndim
+    shape, strides = list(size), [0] * len(size)
+    for i, n in enumerate(size):
+        if i < lead:
+            if n < 0:
+                raise RuntimeError(f"The expanded size of the tensor ({n}) isn't allowed in a leading, "
+                                   f"non-existing dimension {i}")
+            continue
+        have = x.shape[i - lead]
+        if n == -1:
+            shape[i] = n = have
+        if n < 0:
+            raise RuntimeError(f"expand: invalid size {n} at dimension {i} (sizes are non-negative, or -1 to keep "
+                               f"a dim).  Target sizes: {list_str(size)}.  Tensor sizes: {list_str(x.shape)}")
+        if have == n:
+            strides[i] = x._stride[i - lead]
+        elif have != 1:
+            raise RuntimeError(
+                f"The expanded size of the tensor ({n}) must match the existing size ({have}) at non-singleton "
+                f"dimension {i}.  Target sizes: {list_str(size)}.  Tensor sizes: {list_str(x.shape)}"
+            )
+    return tuple(shape), tuple(strides), x._offset
+
+
+def _expand_as(x, other):
+    return _expand(x, other.shape)
+
+
+def _broadcast_to(x, size):
+    return _expand(x, size)
+
+
+# Taking parts ---------------------------------------------------------------------
+
+def _dim_of(x, dim, op_name):
+    if x.ndim == 0:
+        raise RuntimeError(f"{op_name}() cannot be applied to a 0-dim tensor.")
+    return wrap_dim(dim, x.ndim)
+
+
+def _part(x, d, start, length, step=1):
+    """The view keeping ``length`` elements of dim ``d`` from ``start`` every ``step``."""
+    shape, strides = list(x.shape), list(x._stride)
+    shape[d] = length
+    strides[d] *= step
+    return tuple(shape), tuple(strides), x._offset + start * x._stride[d]
+
+
+def _narrow(x, dim, start, length):
+    d = _dim_of(x, dim, "narrow")
+    n = x.shape[d]
+    if not -n <= start <= n:
+        raise IndexError(f"start out of range (expected to be in range of [{-n}, {n}], but got {start})")
+    if start < 0:
+        start += n
+    if length < 0:
+        raise RuntimeError("narrow(): length must be non-negative.")
+    if start + length > n:
+        raise RuntimeError(f"start ({start}) + length ({length}) exceeds dimension size ({n}).")
+    return _part(x, d, start, length)
+
+
+def _slice(x, dim, start, end, step):
+    if x.ndim == 0:
+        raise IndexError("slice() cannot be applied to a 0-dim tensor.")
+    if step <= 0:
+        raise ValueError("step must be greater than zero")
+    d = wrap_dim(dim, x.ndim)
+    n = x.shape[d]
+    start = 0 if start is None else start + n if start < 0 else start
+    end = n if end is None else end + n if end < 0 else end
+    start = min(max(start, 0), n)
+    end = min(max(end, start), n)
+    return _part(x, d, start, (end - start + step - 1) // step, step)
+
+
+def _select_geometry(x, d, index):
+    return (tuple(x.shape[:d]) + tuple(x.shape[d + 1:]), tuple(x._stride[:d]) + tuple(x._stride[d + 1:]),
+            x._offset + index * x._stride[d])
+
+
+def _select(x, dim, index):
+    if x.ndim == 0:
+        raise IndexError("select() cannot be applied to a 0-dim tensor.")
+    d = wrap_dim(dim, x.ndim)
+    n = x.shape[d]
+    if not -n <= index < n:
+        raise IndexError(f"select(): index {index} out of range for tensor of size {list_str(x.shape)} "
+                         f"at dimension {d}")
+    return _select_geometry(x, d, index + n if index < 0 else index)
+
+
+def _unbind(x, dim):
+    if x.ndim == 0:
+        raise IndexError("Dimension specified as 0 but tensor has no dimensions")
+    d = wrap_dim(dim, x.ndim)
+    return [_select_geometry(x, d, i) for i in range(x.shape[d])]
+
+
+def _split_parts(x, d, sizes):
+    parts, start = [], 0
+    for n in sizes:
+        parts.append(_part(x, d, start, n))
+        start += n
+    return parts
+
+
+def _split(x, split_size, dim):
+    if x.ndim == 0:
+        raise RuntimeError("split expects at least a 1-dimensional tensor")
+    if split_size < 0:
+        raise RuntimeError(f"split expects split_size be non-negative, but got split_size={split_size}")
+    d = wrap_dim(dim, x.ndim)
+    n = x.shape[d]
+    if split_size == 0 and n != 0:
+        raise RuntimeError(f"split_size can only be 0 if dimension size is 0, but got dimension size of {n}")
+    count = max(-(-n // split_size), 1) if split_size else 1
+    return _split_parts(x, d, [min(split_size, n - i * split_size) for i in range(count)])
+
+
+def _split_with_sizes(x, split_sizes, dim):
+    if x.ndim == 0:
+        raise RuntimeError("split expects at least a 1-dimensional tensor")
+    d = wrap_dim(dim, x.ndim)
+    n = x.shape[d]
+    if any(s < 0 for s in split_sizes):
+        raise RuntimeError(f"split_with_sizes expects split_sizes have only non-negative entries, but got "
+                           f"split_sizes={list_str(split_sizes)}")
+    if sum(split_sizes) != n:
+        raise RuntimeError(f"split_with_sizes expects split_sizes to sum exactly to {n} (input tensor's size at "
+                           f"dimension {d}), but got split_sizes={list_str(split_sizes)}")
+    return _split_parts(x, d, split_sizes)
+
+
+def _chunk(x, chunks, dim):
+    if x.ndim == 0:
+        raise RuntimeError("chunk expects at least a 1-dimensional tensor")
+    if chunks <= 0:
+        raise RuntimeError(f"chunk expects `chunks` to be greater than 0, got: {chunks}")
+    d = wrap_dim(dim, x.ndim)
+    n = x.shape[d]
+    if n == 0:  # torch gives ``chunks`` empty pieces rather than one
+        return _split_parts(x, d, [0] * chunks)
+    return _split(x, -(-n // chunks), d)
+
+
+def _diagonal(x, offset, dim1, dim2):
+    d1, d2 = wrap_dim(dim1, x.ndim), wrap_dim(dim2, x.ndim)
+    if d1 == d2:
+        raise RuntimeError(f"diagonal dimensions cannot be identical {dim1}, {dim2}")
+    if offset >= 0:
+        n = max(min(x.shape[d1], x.shape[d2] - offset), 0)
+        start = offset * x._stride[d2]
+    else:
+        n = max(min(x.shape[d1] + offset, x.shape[d2]), 0)
+        start = -offset * x._stride[d1]
+    keep = [i for i in range(x.ndim) if i not in (d1, d2)]
+    shape = tuple(x.shape[i] for i in keep) + (n,)
+    strides = tuple(x._stride[i] for i in keep) + (x._stride[d1] + x._stride[d2],)
+    return shape, strides, x._offset + (start if n else 0)
+
+
+def _unfold(x, dimension, size, step):
+    d = wrap_dim(dimension, x.ndim)
+    n = x.shape[d] if x.ndim else 1
+    stride = x._stride[d] if x.ndim else 1
+    if size > n:
+        raise RuntimeError(f"maximum size for tensor at dimension {d} is {n} but size is {size}")
+    if size < 0:
+        raise RuntimeError(f"size is {size} but must be >= 0")
+    if step <= 0:
+        raise RuntimeError(f"step is {step} but must be > 0")
+    shape, strides = list(x.shape), list(x._stride)
+    if x.ndim:
+        shape[d] = (n - size) // step + 1
+        strides[d] = step * stride
+    return tuple(shape) + (size,), tuple(strides) + (stride,), x._offset
+
+
+def _as_strided(x, size, stride, storage_offset=None):
+    offset = x._offset if storage_offset is None else storage_offset
+    if len(size) != len(stride):
+        raise RuntimeError("mismatch in length of strides and shape")
+    if any(s < 0 for s in stride):
+        raise RuntimeError(f"as_strided: Negative strides are not supported at the moment, got strides: "
+                           f"{list_str(stride)}")
+    if any(n < 0 for n in size):
+        raise RuntimeError(f"Trying to create tensor with negative dimension {min(size)}: {list_str(size)}")
+    if offset < 0:
+        raise RuntimeError(f"Tensor: invalid storage offset {offset}")
+    item = x.dtype.itemsize
+    need = 0 if 0 in size else (offset + 1 + sum((n - 1) * s for n, s in zip(size, stride))) * item
+    have = x.untyped_storage().nbytes()
+    if need > have:
+        raise RuntimeError(f"setStorage: sizes {list_str(size)}, strides {list_str(stride)}, storage offset "
+                           f"{offset}, and itemsize {item} requiring a storage size of {need} are out of bounds "
+                           f"for storage of size {have}")
+    return tuple(size), tuple(stride), offset
+
+
+def _alias(x):
+    return tuple(x.shape), x._stride, x._offset
+
+
+# Copies ---------------------------------------------------------------------------
+
+def dense_strides(shape, strides):
+    """Dense strides keeping the order of ``strides`` (torch's infer_dense_strides).
+
+    Dims are sorted innermost first by stride, then size; a stride-0 dim keeps
+    its place relative to the others, as in a contiguous tensor.
+    """
+    ndim = len(shape)
+    perm = list(range(ndim - 1, -1, -1))
+
+    def should_swap(a, b):
+        sa, sb = strides[a], strides[b]
+        if sa == 0 or sb == 0:
+            return 0
+        if sa != sb:
+            return 1 if sa > sb else -1
+        return 1 if shape[a] > shape[b] else 0
+
+    for i in range(1, ndim):
+        j = i
+        for k in range(i - 1, -1, -1):
+            c = should_swap(perm[k], perm[j])
+            if c > 0:
+                perm[k], perm[j] = perm[j], perm[k]
+                j = k
+            elif c < 0:
+                break
+    out, acc = [0] * ndim, 1
+    for d in perm:
+        out[d] = acc
+        acc *= max(shape[d], 1)
+    return tuple(out)
+
+
+def _clone_meta(x, fmt):
+    _check_memory_format("clone", fmt, (preserve_format, contiguous_format))
+    return TensorSpec(x.shape, x.dtype, x.device)
+
+
+def _clone_cpu(spec, x, fmt):
+    item = x.itemsize
+    shape, strides = x.shape, tuple(s // item for s in x.strides)
+    if fmt is contiguous_format:
+        strides = contiguous_strides(shape)
+    elif not is_non_overlapping_and_dense(shape, strides):
+        strides = dense_strides(shape, strides)
+    span = 1 + sum((n - 1) * s for n, s in zip(shape, strides)) if 0 not in shape else 0
+    out = np.lib.stride_tricks.as_strided(np.empty(span, x.dtype), shape, tuple(s * item for s in strides))
+    out[...] = x
+    return out
+
+
+def _contiguous(x, fmt):
+    _check_memory_format("contiguous", fmt, (contiguous_format,))
+    return x if is_contiguous(x.shape, x._stride) else x.clone(memory_format=contiguous_format)
+
+
+defop("clone(Tensor self, *, Any? memory_format=None) -> Tensor", meta=_clone_meta, cpu=_clone_cpu, kind="copy",
+      doc="A copy of ``self`` in new memory; keeps a dense layout's strides (``preserve_format``), otherwise "
+          "its dims' order, or is contiguous with ``memory_format=contiguous_format``.")
+defop("contiguous(Tensor self, *, Any? memory_format=None) -> Tensor", composite=_contiguous, variants=("method",),
+      doc="``self`` if it is contiguous, else a contiguous copy.")
+defop("reshape(Tensor self, int... shape) -> Tensor", composite=_reshape,
+      doc="``self`` with another shape: a view when the strides allow one, else a contiguous copy.")
+defop("reshape_as(Tensor self, Tensor other) -> Tensor", composite=_reshape_as, variants=("method",),
+      doc="``self.reshape(other.shape)``.")
+defop("flatten(Tensor self, int start_dim=0, int end_dim=-1) -> Tensor", composite=_flatten,
+      doc="``self`` with dims ``start_dim..end_dim`` merged into one (a view when the strides allow).")
+
+# (schema, view transform, variants, doc); the rest of every declaration is the same.
+_VIEWS = [
+    ("view(Tensor self, int... size) -> Tensor", _view, ("method",),
+     "A view with another shape; RuntimeError if the strides do not allow one."),
+    ("view_as(Tensor self, Tensor other) -> Tensor", _view_as, ("method",), "``self.view(other.shape)``."),
+    ("unflatten(Tensor self, int dim, int[] sizes) -> Tensor", _unflatten, ("function", "method"),
+     "A view with dim ``dim`` split into ``sizes`` (one may be -1)."),
+    ("permute(Tensor self, int... dims) -> Tensor", _permute, ("function", "method"),
+     "A view with the dims reordered."),
+    ("transpose(Tensor self, int dim0, int dim1) -> Tensor", _transpose, ("function", "method", "inplace"),
+     "A view with two dims swapped."),
+    ("swapaxes(Tensor self, int axis0, int axis1) -> Tensor", _transpose, ("function", "method", "inplace"),
+     "Alias of ``transpose``."),
+    ("swapdims(Tensor self, int dim0, int dim1) -> Tensor", _transpose, ("function", "method", "inplace"),
+     "Alias of ``transpose``."),
+    ("t(Tensor self) -> Tensor", _t, ("function", "method", "inplace"),
+     "The transpose of a matrix; 0-d and 1-d tensors are returned as they are (as a view)."),
+    ("movedim(Tensor self, int[] source, int[] destination) -> Tensor", _movedim, ("function", "method"),
+     "A view with dims ``source`` moved to positions ``destination``, the others keeping their order."),
+    ("moveaxis(Tensor self, int[] source, int[] destination) -> Tensor", _movedim, ("function", "method"),
+     "Alias of ``movedim``."),
+    ("squeeze(Tensor self, int[]? dim=None) -> Tensor", _squeeze, ("function", "method", "inplace"),
+     "A view without the size-1 dims (all of them, or those among ``dim``)."),
+    ("unsqueeze(Tensor self, int dim) -> Tensor", _unsqueeze, ("function", "method", "inplace"),
+     "A view with a size-1 dim inserted at ``dim``."),
+    ("expand(Tensor self, int... size, *, bool implicit=False) -> Tensor", _expand, ("method",),
+     "A view broadcasting size-1 dims to ``size`` (stride 0); -1 keeps a dim's size."),
+    ("expand_as(Tensor self, Tensor other) -> Tensor", _expand_as, ("method",), "``self.expand(other.shape)``."),
+    ("broadcast_to(Tensor self, int[] size) -> Tensor", _broadcast_to, ("function", "method"),
+     "``self.expand(size)``."),
+    ("narrow(Tensor self, int dim, int start, int length) -> Tensor", _narrow, ("function", "method"),
+     "A view of ``length`` elements of dim ``dim`` from ``start`` (which may be negative)."),
+    ("slice(Tensor self, int dim=0, int? start=None, int? end=None, int step=1) -> Tensor", _slice, (),
+     "A view of ``start:end:step`` along ``dim``, bounds clamped like Python slices (what indexing uses)."),
+    ("select(Tensor self, int dim, int index) -> Tensor", _select, ("function", "method"),
+     "A view of one index along ``dim``, without that dim."),
+    ("unbind(Tensor self, int dim=0) -> Tensor[]", _unbind, ("function", "method"),
+     "The slices along ``dim``, as a tuple of views."),
+    ("split(Tensor self, int split_size, int dim=0) -> Tensor[]", _split, ("function", "method"),
+     "Views of ``split_size`` elements along ``dim`` (the last may be smaller)."),
+    ("split.sizes(Tensor self, int[] split_size, int dim=0) -> Tensor[]", _split_with_sizes, ("function", "method"),
+     "Views of the given sizes along ``dim``; they must sum to its size."),
+    ("split_with_sizes(Tensor self, int[] split_sizes, int dim=0) -> Tensor[]", _split_with_sizes,
+     ("function", "method"), "Views of the given sizes along ``dim``; they must sum to its size."),
+    ("chunk(Tensor self, int chunks, int dim=0) -> Tensor[]", _chunk, ("function", "method"),
+     "At most ``chunks`` views of equal size (the last may be smaller) along ``dim``."),
+    ("diagonal(Tensor self, int offset=0, int dim1=0, int dim2=1) -> Tensor", _diagonal, ("function", "method"),
+     "A view of the diagonal of dims ``dim1`` and ``dim2`` (shifted by ``offset``), as the last dim."),
+    ("unfold(Tensor self, int dimension, int size, int step) -> Tensor", _unfold, ("method",),
+     "A view of all windows of ``size`` elements every ``step`` along ``dimension``, as a new last dim."),
+    ("as_strided(Tensor self, int[] size, int[] stride, int? storage_offset=None) -> Tensor", _as_strided,
+     ("function", "method", "inplace"), "A view with the given sizes, strides and storage offset."),
+    ("alias(Tensor self) -> Tensor", _alias, (), "A view of the whole of ``self`` (what ``x[...]`` gives)."),
+]
+
+for _schema, _fn, _variants, _doc in _VIEWS:
+    defop(_schema, view=_fn, kind="view", variants=_variants, doc=_doc)
+
+__all__ = ["memory_format", "preserve_format", "contiguous_format", "dense_strides"]
