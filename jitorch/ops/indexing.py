@@ -21,6 +21,7 @@ from math import prod
 import numpy as np
 
 from ..runtime import dtypes as _dt
+from ..runtime import fp_errors
 from ..runtime.strided import broadcast_shapes, is_non_overlapping_and_dense, list_str, wrap_dim
 from . import registry
 from . import creation
@@ -170,7 +171,12 @@ def _value_tensor(target, value):
         raise ValueError("Overflow when unpacking long long")
     if target.dtype not in (_dt.float16, _dt.bfloat16):  # torch lets halves overflow to inf here
         check_scalar_fits(value, target.dtype)
-    return registry.Tensor._from_array(np.asarray(value).astype(target.dtype.np), target.dtype)
+    token = fp_errors.enter()
+    try:
+        arr = np.asarray(value).astype(target.dtype.np)
+    finally:
+        fp_errors.leave(token)
+    return registry.Tensor._from_array(arr, target.dtype)
 
 
 def _check_overlap(dst, src, allow_full):
