@@ -47,7 +47,8 @@ class Tensor:
 
     # Fields every tensor sets are slots; the autograd fields, rarely set, are
     # class defaults overridden in the instance dict, which keeps creation cheap.
-    __slots__ = ("_storage", "_shape", "_stride", "_offset", "_arr", "dtype", "device", "__weakref__", "__dict__")
+    __slots__ = ("_storage", "_shape", "_size", "_stride", "_offset", "_arr", "dtype", "device", "__weakref__",
+                 "__dict__")
 
     _requires_grad = False
     grad = None
@@ -63,6 +64,7 @@ class Tensor:
         t = object.__new__(cls)
         t._storage = storage
         t._shape = shape
+        t._size = None
         t._stride = strides
         t._offset = offset
         t._arr = arr
@@ -101,6 +103,7 @@ class Tensor:
 
     def _set_geometry(self, shape, strides, offset):
         self._shape = tuple(shape)
+        self._size = None
         self._stride = tuple(strides)
         self._offset = offset
         self._arr = None
@@ -144,12 +147,15 @@ class Tensor:
 
     @property
     def shape(self):
-        return Size(self._shape)
+        size = self._size  # the Size is made on first use: most tensors never show theirs
+        if size is None:
+            size = self._size = Size(self._shape)
+        return size
 
     def size(self, dim=None):
         """The shape, or the size of one dim."""
         if dim is None:
-            return Size(self._shape)
+            return self.shape
         return self._shape[self._own_dim(dim)]
 
     def stride(self, dim=None):

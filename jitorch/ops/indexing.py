@@ -83,6 +83,9 @@ def _normalize_item(item):
     if isinstance(item, registry.Tensor):
         return _tensor_item(item)
     if isinstance(item, (Sequence, np.ndarray)):
+        arr = np.asarray(item) if not isinstance(item, np.ndarray) or item.dtype.kind in "biu" else None
+        if arr is not None and arr.dtype.kind in "iu" and arr.size:
+            return registry.Tensor._from_array(arr.astype(np.int64))
         t = creation.tensor(item)  # lists of numbers index as int64 (floats truncated), lists of bools as masks
         return _tensor_item(t if t.dtype in _MASK_DTYPES else t.to(_dt.int64))
     raise IndexError("only integers, slices (`:`), ellipsis (`...`), None and long or byte Variables are valid "
@@ -157,6 +160,8 @@ def _apply_basic(x, items):
 
 def getitem(x, index):
     """``x[index]``: a view for basic indices, a copy once advanced indices take part."""
+    if index.__class__ is int and x._shape and -x._shape[0] <= index < x._shape[0]:
+        return _op("select", x, 0, index)  # x[i], the commonest index, skips the parsing below
     view, indices = _apply_basic(x, [_normalize_item(i) for i in _index_items(index)])
     return view if indices is None else _op("index", view, indices)
 
@@ -197,6 +202,7 @@ def _check_overlap(dst, src, allow_full):
 
 def setitem(x, index, value):
     """``x[index] = value``: ``value`` broadcast (and cast, for basic indices) into the indexed elements."""
+    number = not isinstance(value, registry.Tensor)
     value = _value_tensor(x, value)
     if index is False:  # selects nothing; torch returns before writing
         return
@@ -204,7 +210,9 @@ def setitem(x, index, value):
     ones = next((i for i, n in enumerate(value.shape) if n != 1), value.ndim)
     if ones:  # torch drops leading size-1 dims of the value
         value = value.squeeze(tuple(range(ones)))
-    if indices is None:
+    if indices is None and number:
+        view.fill_(value)  # a number: one fill, no broadcast copy
+    elif indices is None:
         value = value.expand(view.shape)
         _check_overlap(view, value, allow_full=True)
         view.copy_(value)

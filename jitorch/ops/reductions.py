@@ -116,27 +116,27 @@ _DIMS = "int[]? dim=None, bool keepdim=False"
 _DIMS_DTYPE = f"{_DIMS}, *, ScalarType? dtype=None"
 
 _REDUCTIONS = (
-    _Reduction(f"sum(Tensor self, {_DIMS_DTYPE}) -> Tensor", _accumulated, np.sum, False,
+    _Reduction(f"sum(Tensor self, {_DIMS_DTYPE}) -> Tensor", _accumulated, np.add.reduce, False,
                "Sum over ``dim`` (all dims by default); integers and bools sum as int64."),
     _Reduction(f"nansum(Tensor self, {_DIMS_DTYPE}) -> Tensor", _accumulated, np.nansum, False,
                "Sum over ``dim`` treating NaN as zero."),
     _Reduction("prod(Tensor self, int? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor",
-               _accumulated, np.prod, False, "Product over one dim (all by default); integers multiply as int64."),
+               _accumulated, np.multiply.reduce, False, "Product over one dim (all by default); integers multiply as int64."),
     _Reduction(f"mean(Tensor self, {_DIMS_DTYPE}) -> Tensor", _floating_mean, _mean, False,
                "Mean over ``dim`` of a floating tensor (or of any tensor with a floating ``dtype=``)."),
     _Reduction(f"nanmean(Tensor self, {_DIMS_DTYPE}) -> Tensor", _floating_nanmean, _nanmean, False,
                "Mean over ``dim`` of the values that are not NaN."),
-    _Reduction("amax(Tensor self, int[] dim=[], bool keepdim=False) -> Tensor", _same, np.max, True,
+    _Reduction("amax(Tensor self, int[] dim=[], bool keepdim=False) -> Tensor", _same, np.maximum.reduce, True,
                "Maximum over ``dim`` (all dims by default); NaN propagates."),
-    _Reduction("amin(Tensor self, int[] dim=[], bool keepdim=False) -> Tensor", _same, np.min, True,
+    _Reduction("amin(Tensor self, int[] dim=[], bool keepdim=False) -> Tensor", _same, np.minimum.reduce, True,
                "Minimum over ``dim`` (all dims by default); NaN propagates."),
     _Reduction("max(Tensor self) -> Tensor", _same, np.max, True,
                "The largest element as a 0-d tensor; NaN propagates."),
     _Reduction("min(Tensor self) -> Tensor", _same, np.min, True,
                "The smallest element as a 0-d tensor; NaN propagates."),
-    _Reduction(f"all(Tensor self, {_DIMS}) -> Tensor", _logical, np.all, False,
+    _Reduction(f"all(Tensor self, {_DIMS}) -> Tensor", _logical, np.logical_and.reduce, False,
                "Whether every element over ``dim`` is nonzero (bool; uint8 for uint8 input)."),
-    _Reduction(f"any(Tensor self, {_DIMS}) -> Tensor", _logical, np.any, False,
+    _Reduction(f"any(Tensor self, {_DIMS}) -> Tensor", _logical, np.logical_or.reduce, False,
                "Whether some element over ``dim`` is nonzero (bool; uint8 for uint8 input)."),
     _Reduction("count_nonzero(Tensor self, int[]? dim=None) -> Tensor", _counted, np.count_nonzero, False,
                "Number of nonzero elements over ``dim`` (int64).", ("function", "method")),
@@ -158,8 +158,7 @@ def _reduction_meta(name, dtype_rule, nonempty):
 def _reduction_kernel(fn):
     def kernel(spec, x, dim=None, keepdim=False, dtype=None):
         a = x.astype(spec.compute.np, copy=False)
-        with np.errstate(all="ignore"):
-            return fn(a, axis=_axis(x, dim), keepdims=keepdim)
+        return fn(a, axis=_axis(x, dim), keepdims=keepdim)
     return kernel
 
 
@@ -311,10 +310,9 @@ def _moment_kernel(root):
         axis = _axis(x, dim)
         n = _count(a.shape, axis)
         dof = max(n - (1 if correction is None else correction), 0)
-        with np.errstate(all="ignore"):
-            dev = a - np.sum(a, axis=axis, keepdims=True) / n
-            var = np.sum(dev * dev, axis=axis, keepdims=keepdim) / dof
-            return np.sqrt(var) if root else var
+        dev = a - np.sum(a, axis=axis, keepdims=True) / n
+        var = np.sum(dev * dev, axis=axis, keepdims=keepdim) / dof
+        return np.sqrt(var) if root else var
     return kernel
 
 
@@ -439,10 +437,9 @@ def _nuclear_norm(a, dims, keepdims):
 def _norm_cpu(spec, x, p, dim, keepdim, dtype):
     a = x.astype(spec.dtype.np, copy=False).astype(spec.compute.np, copy=False)
     order = _norm_order(p, dim)
-    with np.errstate(all="ignore"):
-        if order == "matrix":
-            return _nuclear_norm(a, _matrix_dims(x, p, dim), keepdim)
-        return _vector_norm(a, order, _axis(x, dim), keepdim)
+    if order == "matrix":
+        return _nuclear_norm(a, _matrix_dims(x, p, dim), keepdim)
+    return _vector_norm(a, order, _axis(x, dim), keepdim)
 
 
 defop("norm(Tensor self, Any p=\"fro\", int[]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor",
@@ -500,8 +497,7 @@ def _softmax_meta(name):
 def _softmax_kernel(fn):
     def kernel(spec, x, dim, dtype):
         a = x.astype(spec.dtype.np, copy=False).astype(spec.compute.np, copy=False)
-        with np.errstate(all="ignore"):
-            return fn(a, wrap_dim(dim, x.ndim) if x.ndim else None)
+        return fn(a, wrap_dim(dim, x.ndim) if x.ndim else None)
     return kernel
 
 

@@ -91,6 +91,9 @@ class OpDef:
         self.converters = tuple(
             (i, _converter(self, a)) for i, a in enumerate(schema.args)
         )
+        self.convert = _make_converter(self)
+        # only ops with several tensor arguments need the same-device check
+        self.multi_tensor = len(self.tensor_args) > 1 or any(is_list for _, is_list in self.tensor_args)
         names_in = [a.name for a in schema.args]
         # "Tensor options" (torch's TensorOptions): a requires_grad argument applies to the result.
         self.requires_grad_index = names_in.index("requires_grad") if "requires_grad" in names_in else None
@@ -207,12 +210,41 @@ def _converter(op, arg):
     return None
 
 
-def convert_args(op, args):
-    out = list(args)
+# Classes an argument may already have, per schema type, so that its converter can be skipped.
+_ALREADY = {"Tensor": ("_Tensor",), "int": ("int",), "bool": ("bool",), "float": ("float",),
+            "Scalar": ("int", "float", "bool"), "ScalarType": ("_dtype",), "str": ("str",)}
+_CONVERT_ENVS: list = []  # generated converters' globals, given the Tensor class by `install`
+
+
+def _make_converter(op):
+    """Generate ``convert(args) -> list``: each argument's converter, skipped when
+    the value already has its normal form (the common case, checked inline)."""
+    lines = ["def convert(args):", "    a = list(args)"]
+    env = {"_Tensor": Tensor, "_dtype": _dt.dtype}
     for i, conv in op.converters:
-        if conv is not None:
-            out[i] = conv(out[i])
-    return out
+        if conv is None:
+            continue
+        arg = op.schema.args[i]
+        already = [] if arg.list or arg.varargs else list(_ALREADY.get(arg.type, ()))
+        if arg.type == "Tensor" and op.kind == "pointwise" and not arg.list:
+            already += ["int", "float"]
+        skip = [f"v.__class__ is {c}" for c in already] + ["v is None"] * arg.optional
+        env[f"_c{i}"] = conv
+        lines.append(f"    v = a[{i}]")
+        if skip:
+            lines.append(f"    if not ({' or '.join(skip)}):")
+            lines.append(f"        a[{i}] = _c{i}(v)")
+        else:
+            lines.append(f"    a[{i}] = _c{i}(v)")
+    lines.append("    return a")
+    exec(compile("\n".join(lines) + "\n", f"<jitorch convert {op.name}>", "exec"), env)
+    _CONVERT_ENVS.append(env)
+    return env["convert"]
+
+
+def convert_args(op, args):
+    """Check and normalise arguments in schema order (TypeError naming a bad one)."""
+    return op.convert(args)
 
 
 # Execution ----------------------------------------------------------------
@@ -268,8 +300,9 @@ def contiguous_strides_cached(shape):
 
 def call(op, args, out=None):
     """Run ``op`` on arguments in schema order; write into ``out`` if given."""
-    args = convert_args(op, args)
-    check_same_device(op, args)
+    args = op.convert(args)
+    if op.multi_tensor:
+        check_same_device(op, args)
     if op.composite is not None:
         result = op.composite(*args)
         return result if out is None else write_out(op, out, result)
@@ -393,8 +426,9 @@ def check_inplace(op, self, spec):
 
 def call_inplace(op, args):
     """``x.op_(...)``: compute, check, then write into ``x`` (or retarget a view)."""
-    args = convert_args(op, args)
-    check_same_device(op, args)
+    args = op.convert(args)
+    if op.multi_tensor:
+        check_same_device(op, args)
     self = args[0]
     for hook in DISPATCH_HOOKS:
         r = hook(op, args, self, inplace=True) if getattr(hook, "handles_inplace", False) else NotImplemented
@@ -534,14 +568,20 @@ def _varargs_fixup(schema):
     return "\n".join(lines)
 
 
-def _generate(op, kind):
-    """Source of one generated variant: 'function' (with out=), 'method' or 'inplace'."""
+def _generate(op, kind, binder=False):
+    """Generate one variant: 'function' (with out=), 'method' or 'inplace'.
+
+    With ``binder=True``, a function of the same signature that returns
+    ``(args in schema order, out)`` instead of running the op (overload resolution).
+    """
     s = op.schema
     with_out = kind == "function" and "out" in op.variants
     params = _param_list(s, with_out)
     argnames = ", ".join(a.name for a in s.args) + ("," if len(s.args) == 1 else "")
     fix = _varargs_fixup(s)
-    if kind == "inplace":
+    if binder:
+        body = f"    return ({argnames}), {'out' if with_out else 'None'}"
+    elif kind == "inplace":
         body = f"    return _call_inplace(_op, ({argnames}))"
     else:
         # The fast path is tried here rather than in `call` to spare small ops a frame.
@@ -564,18 +604,46 @@ def _generate(op, kind):
     return fn
 
 
-def _overloaded(name, fns, ops):
+def _is_int(v):
+    return isinstance(v, (int, np.integer)) and not isinstance(v, builtins.bool)
+
+
+def _strict_checks(op):
+    """(index, predicate) pairs: an overload matches only values of exactly its types
+    (a Tensor is a Tensor, an int an int), so ``max(x, 1)`` and ``max(x, y)`` differ."""
+    checks = []
+    for i, a in enumerate(op.schema.args):
+        if a.varargs:
+            continue
+        if a.type == "Tensor" and not a.list:
+            pred = lambda v: isinstance(v, Tensor)  # noqa: E731
+        elif a.type == "int":
+            pred = (lambda v: _is_int(v) or isinstance(v, (list, tuple))) if a.list else _is_int
+        elif a.type in ("Scalar", "float"):
+            pred = lambda v: isinstance(v, (Number, np.generic))  # noqa: E731
+        elif a.type == "bool":
+            pred = lambda v: isinstance(v, (builtins.bool, np.bool_))  # noqa: E731
+        else:
+            continue
+        if a.optional:
+            pred = (lambda p: lambda v: v is None or p(v))(pred)
+        checks.append((i, pred))
+    return tuple(checks)
+
+
+def _overloaded(name, ops, kind):
     """One callable over several overloads: the first that binds and type-checks wins."""
+    entries = [(_generate(op, kind, binder=True), _strict_checks(op), op) for op in ops]
+    inplace = kind == "inplace"
 
     def resolve(*args, **kwargs):
-        errors = []
-        for fn, op in zip(fns, ops):
+        for bind, checks, op in entries:
             try:
-                bound = _bind(op, fn, args, kwargs)
-            except TypeError as e:
-                errors.append(e)
+                bound, out = bind(*args, **kwargs)
+            except TypeError:
                 continue
-            return fn(*args, **kwargs) if bound else None
+            if all(pred(bound[i]) for i, pred in checks):
+                return call_inplace(op, bound) if inplace else call(op, bound, out)
         got = ", ".join(type(a).__name__ for a in args)
         expected = "\n".join(f" * {op.schema}" for op in ops)
         raise TypeError(f"{name}() received an invalid combination of arguments - got ({got}), "
@@ -587,39 +655,12 @@ def _overloaded(name, fns, ops):
     return resolve
 
 
-def _bind(op, fn, args, kwargs):
-    """Check that args fit ``op``'s schema strictly (a Tensor is a Tensor, an int an int)."""
-    import inspect
-    sig = _signatures.get(fn)
-    if sig is None:
-        sig = _signatures[fn] = inspect.signature(fn)
-    ba = sig.bind(*args, **kwargs)
-    for a in op.schema.args:
-        if a.name not in ba.arguments or a.varargs:
-            continue
-        v = ba.arguments[a.name]
-        if v is None and a.optional:
-            continue
-        if a.type == "Tensor" and not a.list and not isinstance(v, Tensor):
-            raise TypeError(a.name)
-        if a.type == "int" and not a.list and not (isinstance(v, (int, np.integer)) and not isinstance(v, builtins.bool)):
-            raise TypeError(a.name)
-        if a.type == "int" and a.list and not isinstance(v, (int, np.integer, list, tuple)):
-            raise TypeError(a.name)
-        if a.type in ("Scalar", "float") and not isinstance(v, (Number, np.generic)):
-            raise TypeError(a.name)
-        if a.type == "bool" and not isinstance(v, (builtins.bool, np.bool_)):
-            raise TypeError(a.name)
-    return True
-
-
-_signatures: dict = {}
-
-
 def install(tensor_cls):
     """Generate every op's variants; install methods on ``tensor_cls``."""
     global Tensor
     Tensor = tensor_cls
+    for env in _CONVERT_ENVS:
+        env["_Tensor"] = tensor_cls
     FUNCTIONS.clear()
     METHODS.clear()
     for name, ops in PUBLIC.items():
@@ -627,9 +668,8 @@ def install(tensor_cls):
             chosen = [op for op in ops if kind in op.variants]
             if not chosen:
                 continue
-            fns = [_generate(op, kind) for op in chosen]
             key = (chosen[0].method_name if kind != "function" else name) + ("_" if kind == "inplace" else "")
-            table[key] = fns[0] if len(fns) == 1 else _overloaded(key, fns, chosen)
+            table[key] = _generate(chosen[0], kind) if len(chosen) == 1 else _overloaded(key, chosen, kind)
     for key, fn in METHODS.items():
         if key not in tensor_cls.__dict__:
             setattr(tensor_cls, key, fn)

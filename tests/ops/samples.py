@@ -1,0 +1,639 @@
+"""Sample inputs for every registered op, in the spirit of PyTorch's OpInfo.
+
+``SAMPLES[op.name](rng, dtype=jitorch.float32)`` gives a list of `Sample`s:
+valid arguments for the op, in schema order (a positional prefix, then keyword
+arguments by schema name). `bind` completes one into the full schema-ordered
+tuple with the schema's defaults, ready for ``registry.call(op, args)`` or
+``op(*args)``. ``dtype`` is the dtype of every floating tensor a builder makes
+(ask for float64 to gradcheck); integer and bool tensors keep their dtypes, and
+`Sample.dtypes` says which dtypes a sample holds.
+
+Together the samples of an op cover, where the op allows them: a
+non-contiguous input (transposed, sliced with steps, offset or expanded), a
+broadcast or size-1 case, a 0-d or empty case, and an integer or bool dtype.
+Random ops get a seeded `jitorch.Generator`; `Sample.clone` copies its state
+along with the tensors, so two clones give identical draws.
+
+Pointwise ops are sampled from their schema (operand count, promotion kind)
+and a small table of value domains (`DOMAINS`); every other op has a short
+hand-written builder below.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+import jitorch as jt
+from jitorch.ops import registry
+from jitorch.ops.meta import ALWAYS_BOOL, KEEP_INT
+from tests.support import tensor_and_array
+
+# Ops whose results are uninitialised memory: only their shapes and dtypes can be compared.
+VALUES_UNDEFINED = frozenset({"empty", "empty_like", "new_empty"})
+
+
+@dataclass
+class Sample:
+    """Arguments of one call: a positional prefix in schema order, the rest by schema name."""
+
+    args: tuple
+    kwargs: dict = field(default_factory=dict)
+
+    def values(self):
+        """Every argument value, lists and tuples flattened one level (where tensors may sit)."""
+        for v in (*self.args, *self.kwargs.values()):
+            if isinstance(v, (list, tuple)):
+                yield from v
+            else:
+                yield v
+
+    def tensors(self):
+        """The tensors among the arguments, in order."""
+        return [v for v in self.values() if isinstance(v, jt.Tensor)]
+
+    def dtypes(self):
+        """The set of dtypes of the sample's tensors."""
+        return {t.dtype for t in self.tensors()}
+
+    def map(self, fn):
+        """A sample with ``fn`` applied to every tensor and generator (inside lists too)."""
+        def one(v):
+            if isinstance(v, (jt.Tensor, jt.Generator)):
+                return fn(v)
+            if isinstance(v, (list, tuple)):
+                return type(v)(one(x) for x in v)
+            return v
+        return Sample(tuple(one(v) for v in self.args), {k: one(v) for k, v in self.kwargs.items()})
+
+    def clone(self):
+        """A deep copy: tensors with the same values and geometry in new storage, generators in the same state."""
+        return self.map(lambda v: copy_generator(v) if isinstance(v, jt.Generator) else copy_layout(v))
+
+    def to_meta(self):
+        """The sample on the meta device: tensors keep shapes, strides and offsets; generators are kept."""
+        return self.map(lambda v: copy_layout(v, "meta") if isinstance(v, jt.Tensor) else v)
+
+    def __repr__(self):
+        def show(v):
+            if isinstance(v, jt.Tensor):
+                return f"T{list(v.shape)}:{v.dtype.name}@{v.stride()}+{v.storage_offset()}"
+            if isinstance(v, (list, tuple)):
+                return "[" + ", ".join(show(x) for x in v) + "]"
+            if isinstance(v, jt.Generator):
+                return "Generator"
+            return repr(v)
+        parts = [show(a) for a in self.args] + [f"{k}={show(v)}" for k, v in self.kwargs.items()]
+        return f"Sample({', '.join(parts)})"
+
+
+def copy_layout(t, device=None):
+    """A copy of ``t`` in new storage of the same size, with the same shape, strides and offset."""
+    n = len(t.untyped_storage())
+    base = jt.empty(n, dtype=t.dtype, device=device or t.device)
+    if base.device.type != "meta":
+        base.copy_(t.as_strided((n,), (1,), 0))
+    return base.as_strided(t.shape, t.stride(), t.storage_offset())
+
+
+def copy_generator(g):
+    return jt.Generator().set_state(g.get_state())
+
+
+def bind(op, sample):
+    """The sample's arguments as the full schema-ordered tuple, defaults filled in."""
+    args = list(sample.args)
+    schema_args = op.schema.args
+    if len(args) > len(schema_args):
+        raise TypeError(f"{op.name}: {len(args)} positional arguments for {len(schema_args)} parameters")
+    unknown = set(sample.kwargs) - {a.name for a in schema_args[len(args):]}
+    if unknown:
+        raise TypeError(f"{op.name}: unexpected keyword arguments {sorted(unknown)}")
+    for a in schema_args[len(args):]:
+        if a.name in sample.kwargs:
+            args.append(sample.kwargs[a.name])
+        elif a.has_default:
+            args.append(a.default)
+        else:
+            raise TypeError(f"{op.name}: sample gives no value for '{a.name}'")
+    return tuple(args)
+
+
+# Tensor makers ------------------------------------------------------------------------------
+
+class Maker:
+    """Random tensors for one builder call: floating ones in ``dtype``, integer and bool ones as asked."""
+
+    def __init__(self, rng, dtype):
+        self.rng = rng
+        self.dtype = dtype
+
+    def _array(self, shape, dtype, low, high, nonzero):
+        rng = self.rng
+        if dtype is jt.bool:
+            return rng.random(shape) < 0.5
+        if dtype.is_floating_point:
+            if nonzero:  # magnitudes at least 0.5, either sign
+                return (rng.uniform(0.5, max(abs(low), abs(high)), shape) * rng.choice([-1, 1], shape)).astype(
+                    dtype.np)
+            return rng.uniform(low, high, shape).astype(dtype.np)
+        lo, hi = round(low), round(high)
+        if dtype is jt.uint8:
+            lo = max(lo, 0)
+        values = rng.integers(lo, hi + 1, shape)
+        if nonzero:
+            values = np.where(values == 0, 1, values)
+        return values.astype(dtype.np)
+
+    def t(self, shape, dtype=None, layout="contiguous", low=-3.0, high=3.0, nonzero=False):
+        """A tensor of ``shape`` (floating ``self.dtype`` by default) in ``layout`` (tests/support.py)."""
+        dtype = dtype or self.dtype
+        return tensor_and_array(self._array(shape, dtype, low, high, nonzero), layout)[0]
+
+    def f(self, shape, layout="contiguous", **kw):
+        return self.t(shape, None, layout, **kw)
+
+    def i(self, shape, layout="contiguous", dtype=jt.int32, **kw):
+        return self.t(shape, dtype, layout, **kw)
+
+    def b(self, shape, layout="contiguous"):
+        return self.t(shape, jt.bool, layout)
+
+    def idx(self, shape, n, dtype=jt.int64):
+        """Indices in ``[0, n)``."""
+        return jt.tensor(self.rng.integers(0, n, shape), dtype=dtype)
+
+    def distinct(self, k, n):
+        """``k`` distinct indices in ``[0, n)`` (writes through them are deterministic)."""
+        return jt.tensor(self.rng.permutation(n)[:k], dtype=jt.int64)
+
+    def rows(self, shape, n):
+        """An index of ``shape`` whose last dim holds distinct values in ``[0, n)`` (a scatter without clashes)."""
+        rows = [self.rng.permutation(n)[:shape[-1]] for _ in range(math.prod(shape[:-1]))]
+        return jt.tensor(np.array(rows, dtype=np.int64).reshape(shape))
+
+    def prob(self, shape, layout="contiguous"):
+        return self.f(shape, layout, low=0.0, high=1.0)
+
+    def gen(self):
+        return jt.Generator().manual_seed(int(self.rng.integers(2 ** 31)))
+
+    # the tensors most builders start from
+    def mat(self):
+        """(3, 4), transposed."""
+        return self.f((3, 4), "transposed")
+
+    def cube(self):
+        """(2, 3, 4), sliced with steps."""
+        return self.f((2, 3, 4), "strided")
+
+    def scalar(self):
+        return self.f(())
+
+
+def S(*args, **kwargs):
+    return Sample(args, kwargs)
+
+
+# Pointwise ops: samples from the schema and a domain -------------------------------------------
+
+@dataclass(frozen=True)
+class Domain:
+    """The values a pointwise op is sampled on."""
+
+    kinds: str | None = None        # dtype kinds: "f" floating, "i" integer, "b" bool; None: by promotion
+    ranges: tuple = ((-3.0, 3.0),)  # (low, high) per operand; the last one applies to the rest
+    nonzero: bool = False           # operands after the first stay away from zero (divisors)
+    scalar: float | None = 2.5      # the Python number given as the last operand (None: never a number)
+    bools: tuple = ()               # operand positions that are always bool (where's condition)
+    same_dtype: bool = False        # the integer sample uses one dtype for every operand
+    kwargs: tuple = ()              # extra keyword arguments, one more sample each
+    extra: object = None            # Maker -> [Sample]: samples the generic ones do not cover
+
+
+_KINDS = {KEEP_INT: "ib", ALWAYS_BOOL: "fib"}
+_POSITIVE = Domain(ranges=((0.25, 4.0),))
+_UNIT = Domain(ranges=((-0.9, 0.9),))
+_DIVISION = Domain(nonzero=True)
+_WITH_BOOL = Domain(kinds="fib")
+_FLOAT_ONLY = Domain(kinds="f")
+_ALPHA = Domain(kwargs=({"alpha": 2},))
+_SHIFT = Domain(kinds="i", ranges=((-8, 8), (0, 7)))
+_CLAMP = Domain(extra=lambda m: [S(m.mat(), None, 0.5), S(m.f((3, 4)), -0.5), S(m.i((2, 3)), max=2)])
+
+
+def _domains(*rows):
+    """{name: domain} from rows of ("name alias ...", domain)."""
+    return {name: domain for names, domain in rows for name in names.split()}
+
+
+DOMAINS = _domains(
+    ("log log2 log10 sqrt rsqrt reciprocal", _POSITIVE),
+    ("log1p", Domain(ranges=((-0.5, 3.0),))),
+    ("asin arcsin acos arccos atanh arctanh", _UNIT),
+    ("acosh arccosh", Domain(ranges=((1.0, 4.0),))),
+    ("tan", Domain(ranges=((-1.2, 1.2),))),
+    ("pow", Domain(ranges=((0.25, 2.0), (-2.0, 2.0)))),
+    ("true_divide floor_divide remainder fmod _div_trunc", _DIVISION),
+    ("div divide", Domain(nonzero=True, kwargs=({"rounding_mode": "trunc"}, {"rounding_mode": "floor"}))),
+    ("add", Domain(kinds="fib", kwargs=({"alpha": 2},))),
+    ("sub subtract rsub", _ALPHA),
+    ("mul multiply maximum minimum sign sgn", _WITH_BOOL),
+    ("max.other min.other", Domain(kinds="fib", scalar=None)),  # torch.max(x, 2.5) is a TypeError too
+    ("hypot logaddexp frac", _FLOAT_ONLY),
+    ("lerp", Domain(kinds="f", scalar=0.3)),
+    ("bitwise_left_shift bitwise_right_shift", _SHIFT),
+    ("where.self", Domain(kinds="fib", bools=(0,))),
+    ("where.method", Domain(kinds="fib", bools=(1,))),
+    ("isclose", Domain(kinds="fib", scalar=None, same_dtype=True,
+                       kwargs=({"rtol": 0.1, "atol": 0.5, "equal_nan": True},))),
+    ("round", Domain(kwargs=({"decimals": 1},))),
+    ("clamp clip", _CLAMP),
+)
+
+# Composites that are pointwise in all but name.
+POINTWISE_LIKE = ("max.other", "min.other")
+
+
+def _pointwise_samples(op, domain, m):
+    n = len(op.tensor_args)
+    kinds = domain.kinds or _KINDS.get(op.attrs.get("promotion"), "fi")
+    main = m.dtype if "f" in kinds else jt.int64 if "i" in kinds else jt.bool
+
+    def operands(shapes, dtypes, layouts=()):
+        out = []
+        for i, shape in enumerate(shapes):
+            if shape is None:  # a Python number
+                out.append(int(domain.scalar) if main.kind in "iu" else domain.scalar)
+                continue
+            low, high = domain.ranges[min(i, len(domain.ranges) - 1)]
+            dtype = jt.bool if i in domain.bools else dtypes[min(i, len(dtypes) - 1)]
+            layout = layouts[i] if i < len(layouts) else "contiguous"
+            out.append(m.t(shape, dtype, layout, low, high, nonzero=domain.nonzero and i > 0))
+        return S(*out)
+
+    rest = n - 1
+    samples = [operands([(3, 4)] * n, [main], ["transposed"])]
+    if n == 1:
+        samples += [operands([()], [main]), operands([(0, 3)], [main], ["strided"])]
+    else:
+        samples += [operands([(3, 1)] + [(1, 4)] * rest, [main], ["strided"]),
+                    operands([(2, 3, 4)] + [(3, 4)] * rest, [main], ["contiguous", "expanded"]),
+                    operands([(0, 4)] + [()] * rest, [main])]
+        if domain.scalar is not None:
+            samples.append(operands([(2, 3)] + [(3,)] * (rest - 1) + [None], [main], ["offset"]))
+    if "i" in kinds:
+        samples.append(operands([(2, 3)] + [(3,)] * rest, [jt.int64] if domain.same_dtype else [jt.int32, jt.int64],
+                                ["strided"]))
+    if "b" in kinds:
+        samples.append(operands([(2, 3)] * n, [jt.bool]))
+    for kw in domain.kwargs:
+        s = operands([(3, 4)] * n, [main])
+        samples.append(Sample(s.args, dict(kw)))
+    if domain.extra is not None:
+        samples += domain.extra(m)
+    return samples
+
+
+# Hand-written builders ------------------------------------------------------------------------
+# Each takes a Maker ``m`` and returns a list of samples; rows name an op and its aliases.
+
+def _reduce_dims(m, keepdim=True):
+    """Reductions over ``int[]? dim``: all dims, two dims kept, a 0-d input, integers over one dim, empty."""
+    return [S(m.mat()), S(m.cube(), (0, -1), keepdim) if keepdim else S(m.cube(), (0, -1)), S(m.scalar()),
+            S(m.i((2, 3)), (1,)), S(m.f((0, 3)), (1,))]
+
+
+def _reduce_float_dims(m):
+    """Means: floating inputs only (``mean`` also takes integers with a floating ``dtype=``)."""
+    return [S(m.mat()), S(m.cube(), (0, -1), True), S(m.scalar()), S(m.f((0, 3)), (1,), dtype=jt.float64)]
+
+
+def _reduce_one_dim(m):
+    """Reductions over ``int? dim``."""
+    return [S(m.mat()), S(m.cube(), 1, True), S(m.scalar()), S(m.i((2, 3)), 0)]
+
+
+def _values_indices(m):
+    """(values, indices) over a required dim."""
+    return [S(m.mat(), 1), S(m.cube(), 0, True), S(m.scalar(), 0), S(m.i((2, 3)), -1)]
+
+
+def _scan(m):
+    return [S(m.mat(), 1), S(m.cube(), -1), S(m.scalar(), 0), S(m.f((0, 3)), 0), S(m.i((2, 3)), 0, dtype=jt.int64)]
+
+
+def _softmax(m):
+    return [S(m.mat(), 1), S(m.cube(), 0), S(m.scalar(), 0), S(m.f((0, 3)), 1), S(m.i((2, 3)), 1, dtype=m.dtype)]
+
+
+def _moments_legacy(m):
+    return [S(m.mat()), S(m.cube(), False), S(m.f((5,), "offset")), S(m.scalar(), False)]
+
+
+def _moments_dim(m):
+    return [S(m.mat(), (1,)), S(m.cube(), (0, 2), False, True), S(m.f((4,)), None)]
+
+
+def _moments_correction(m):
+    return [S(m.mat()), S(m.cube(), (0, 2), correction=0, keepdim=True), S(m.f((5,)), correction=2),
+            S(m.scalar(), correction=0)]
+
+
+def _sorting(m):
+    return [S(m.mat()), S(m.cube(), 0, True), S(m.i((5,)), stable=True), S(m.scalar()), S(m.f((0, 3)))]
+
+
+def _k_of(m):
+    """topk / kthvalue: (self, k, dim, ...)."""
+    return [S(m.mat(), 2), S(m.cube(), 1, 0, False), S(m.i((6,)), 3), S(m.scalar(), 1)]
+
+
+def _transpose(m):
+    return [S(m.mat(), 0, 1), S(m.cube(), -1, 0), S(m.scalar(), 0, -1), S(m.i((2, 3)), 1, 1)]
+
+
+def _movedim(m):
+    return [S(m.cube(), 0, 2), S(m.f((2, 3, 4), "transposed"), (0, 1), (-1, 0)), S(m.scalar(), (), ())]
+
+
+def _split_sizes(m):
+    return [S(m.f((5, 4), "transposed"), (2, 3)), S(m.cube(), (1, 3), -1), S(m.i((3,)), (0, 3))]
+
+
+def _like(m):
+    """``*_like`` factories."""
+    return [S(m.mat()), S(m.i((2, 3), "strided"), dtype=m.dtype), S(m.scalar(), dtype=jt.int64)]
+
+
+def _sized(m):
+    """Factories from ``int... size``."""
+    return [S((2, 3)), S((), dtype=jt.int32), S((0, 4), dtype=m.dtype)]
+
+
+def _new_sized(m):
+    return [S(m.mat(), (2,)), S(m.i((2, 3)), (), dtype=m.dtype), S(m.scalar(), (0, 2))]
+
+
+def _cat(m):
+    return [S([m.mat(), m.f((2, 4))]), S([m.cube(), m.i((2, 3, 1))], -1), S([m.f((0,)), m.f((3,), "strided")]),
+            S([m.f((2,))])]
+
+
+def _stacker(m):
+    """hstack, vstack, dstack, column_stack: matrices, vectors (mixed dtypes), scalars."""
+    return [S([m.f((2, 3)), m.mat().t()[:2]]), S([m.f((3,)), m.i((3,))]), S([m.scalar(), m.scalar()])]
+
+
+def _triangle(m):
+    return [S(m.mat()), S(m.cube(), 1), S(m.i((3, 3)), -1), S(m.f((0, 3)))]
+
+
+def _dot(m):
+    return [S(m.f((4,), "strided"), m.f((4,))), S(m.i((3,)), m.i((3,))), S(m.f((0,)), m.f((0,)))]
+
+
+def _outer(m):
+    return [S(m.f((3,), "strided"), m.f((4,))), S(m.i((2,)), m.f((3,))), S(m.f((0,)), m.f((2,)))]
+
+
+def _close(m):
+    x = m.mat()
+    return [S(x, x.clone()), S(m.f((3,)), m.f((3,)), 0.1, 2.0, True), S(m.i((2, 3)), m.i((2, 3)))]
+
+
+def _equal(m):
+    x = m.mat()
+    return [S(x, x.clone()), S(m.f((3,)), m.f((2, 3))), S(m.i((3,)), m.i((3,), dtype=jt.int64))]
+
+
+def _random_fill(*extra):
+    """In-place random initialisers: default arguments, then ``extra`` on a 0-d tensor."""
+    return lambda m: [S(m.mat(), generator=m.gen()), S(m.scalar(), *extra, generator=m.gen())]
+
+
+def _rows(*rows):
+    return {name: builder for names, builder in rows for name in names.split()}
+
+
+HAND_WRITTEN = _rows(
+    # reductions, scans, softmax, sorting
+    ("sum nansum", lambda m: _reduce_dims(m) + [S(m.i((2, 3)), (0,), dtype=jt.int64)]),
+    ("mean", lambda m: _reduce_float_dims(m) + [S(m.i((2, 3)), (1,), dtype=m.dtype)]),
+    ("nanmean", _reduce_float_dims),
+    ("amax amin", _reduce_dims),
+    ("all any", lambda m: [S(m.b((3, 4), "transposed")), S(m.cube(), (0, -1), True), S(m.i((2, 3), dtype=jt.uint8),
+                                                                                         (1,)),
+                           S(m.f((0, 3)), (1,))]),
+    ("count_nonzero", lambda m: _reduce_dims(m, keepdim=False)),
+    ("logsumexp", lambda m: [S(m.mat(), (1,)), S(m.cube(), (0, -1), True), S(m.f((0, 3)), (1,)),
+                             S(m.i((2, 3)), (1,))]),
+    ("prod argmax argmin", _reduce_one_dim),
+    ("max min", lambda m: [S(m.mat()), S(m.scalar()), S(m.i((2, 3), "transposed")), S(m.b((3,)))]),
+    ("median", lambda m: [S(m.mat()), S(m.scalar()), S(m.i((2, 3)))]),
+    ("max.dim min.dim median.dim", _values_indices),
+    ("std var std_mean var_mean", _moments_legacy),
+    ("std.dim var.dim std_mean.dim var_mean.dim", _moments_dim),
+    ("std.correction var.correction std_mean.correction var_mean.correction", _moments_correction),
+    ("norm", lambda m: [S(m.mat()), S(m.cube(), 1, (0, 2), True), S(m.scalar(), 2), S(m.f((2, 3)), math.inf, (1,)),
+                        S(m.f((3, 4)), "nuc"), S(m.f((0, 3)), 0, dtype=jt.float64)]),
+    ("cumsum cumprod", _scan),
+    ("softmax log_softmax", _softmax),
+    ("sort argsort", _sorting),
+    ("topk kthvalue", _k_of),
+    # views
+    ("alias", lambda m: [S(m.mat()), S(m.scalar())]),
+    ("as_strided", lambda m: [S(m.f((3, 4)), (2, 2), (1, 2)), S(m.mat(), (2, 3), (3, 1), 1),
+                              S(m.i((4,)), (), (), 2)]),
+    ("broadcast_to expand", lambda m: [S(m.f((3, 1), "strided"), (2, 3, 4)), S(m.scalar(), (2,)),
+                                       S(m.i((1, 3)), (4, -1))]),
+    ("expand_as", lambda m: [S(m.f((3, 1), "strided"), m.f((2, 3, 4))), S(m.scalar(), m.i((2,)))]),
+    ("chunk", lambda m: [S(m.f((5, 4), "transposed"), 2), S(m.cube(), 3, -1), S(m.f((0, 3)), 2), S(m.i((6,)), 4)]),
+    ("diagonal", lambda m: [S(m.mat()), S(m.cube(), 1, 0, 2), S(m.f((3, 3)), -1), S(m.i((2, 3)), 5)]),
+    ("movedim moveaxis", _movedim),
+    ("narrow", lambda m: [S(m.mat(), 1, 1, 2), S(m.cube(), 0, -1, 1), S(m.i((5,)), 0, 0, 0)]),
+    ("permute", lambda m: [S(m.cube(), (2, 0, 1)), S(m.mat(), (-1, 0)), S(m.scalar(), ())]),
+    ("select", lambda m: [S(m.mat(), 1, 2), S(m.cube(), 0, -1), S(m.i((3,)), 0, 1)]),
+    ("slice", lambda m: [S(m.mat(), 1, 1, 3), S(m.cube(), 0, None, None, 2), S(m.i((5,)), 0, -3, 100)]),
+    ("split", lambda m: [S(m.f((5, 4), "transposed"), 2), S(m.cube(), 3, -1), S(m.i((0,)), 1)]),
+    ("split.sizes split_with_sizes", _split_sizes),
+    ("squeeze", lambda m: [S(m.f((3, 1, 2), "transposed")), S(m.f((1, 3, 1), "strided"), (0, 2)), S(m.scalar()),
+                           S(m.i((1,)), 0)]),
+    ("transpose swapaxes swapdims", _transpose),
+    ("t", lambda m: [S(m.mat()), S(m.f((3,), "strided")), S(m.scalar()), S(m.i((2, 3)))]),
+    ("unbind", lambda m: [S(m.mat()), S(m.cube(), -1), S(m.i((0, 3)), 1)]),
+    ("unflatten", lambda m: [S(m.mat(), 1, (2, -1)), S(m.cube(), -1, (2, 2)), S(m.i((6,)), 0, (2, 3))]),
+    ("unfold", lambda m: [S(m.mat(), 1, 2, 1), S(m.cube(), 0, 2, 2), S(m.scalar(), 0, 1, 1), S(m.i((5,)), 0, 3, 2)]),
+    ("unsqueeze", lambda m: [S(m.mat(), 0), S(m.cube(), -1), S(m.scalar(), 0), S(m.i((2,)), 1)]),
+    ("view", lambda m: [S(m.mat(), (3, 2, 2)), S(m.f((2, 3, 4)), (6, -1)), S(m.scalar(), (1,)),
+                        S(m.i((0, 3)), (3, 0))]),
+    ("view_as", lambda m: [S(m.f((2, 6)), m.f((3, 4))), S(m.mat(), m.i((3, 2, 2)))]),
+    ("reshape", lambda m: [S(m.mat(), (12,)), S(m.f((2, 3, 4)), (4, -1)), S(m.scalar(), (1, 1)),
+                           S(m.i((0, 3)), (-1,))]),
+    ("reshape_as", lambda m: [S(m.mat(), m.f((12,))), S(m.f((2, 3)), m.i((3, 2)))]),
+    ("flatten", lambda m: [S(m.mat()), S(m.cube(), 1), S(m.scalar()), S(m.i((2, 3, 4)), 0, 1)]),
+    ("contiguous", lambda m: [S(m.mat()), S(m.f((3, 4))), S(m.i((2, 3), "strided"))]),
+    ("clone", lambda m: [S(m.mat()), S(m.cube()), S(m.f((2, 3), "transposed"), memory_format=jt.contiguous_format),
+                         S(m.i((3,)))]),
+    ("_to_copy", lambda m: [S(m.mat(), dtype=jt.float64), S(m.i((2, 3), "strided"), dtype=m.dtype),
+                            S(m.scalar(), device="cpu"), S(m.b((3,)), dtype=jt.int64)]),
+    # creation
+    ("arange", lambda m: [S(5), S(1, 4, 0.5), S(0, 10, 3, dtype=jt.int32), S(10, 0, -2.5, dtype=m.dtype), S(0)]),
+    ("zeros ones empty", _sized),
+    ("zeros_like ones_like empty_like", _like),
+    ("new_zeros new_ones new_empty", _new_sized),
+    ("eye", lambda m: [S(3), S(0, dtype=jt.int32)]),
+    ("eye.m", lambda m: [S(2, 4), S(3, 1, dtype=m.dtype)]),
+    ("full", lambda m: [S((2, 3), 1.5), S((), 7), S((0, 2), True), S((2,), 3, dtype=m.dtype)]),
+    ("full_like", lambda m: [S(m.mat(), 2.5), S(m.i((2, 3)), 7), S(m.scalar(), 1, dtype=jt.int64)]),
+    ("new_full", lambda m: [S(m.mat(), (2, 3), 1.5), S(m.i((2,)), (0,), 7)]),
+    ("linspace", lambda m: [S(0, 1, 5), S(-2, 2, 4, dtype=m.dtype), S(0, 10, 6, dtype=jt.int32), S(1, 1, 0)]),
+    ("logspace", lambda m: [S(0, 2, 3), S(-1, 1, 5, 2.0, dtype=m.dtype), S(0, 3, 4, dtype=jt.int64)]),
+    ("fill.Scalar", lambda m: [S(m.mat(), 2.5), S(m.i((2, 3), "strided"), 7), S(m.scalar(), True)]),
+    ("fill.Tensor", lambda m: [S(m.mat(), m.scalar()), S(m.i((2, 3)), m.scalar())]),
+    ("zero", lambda m: [S(m.mat()), S(m.i((2, 3), "strided")), S(m.f((0, 2)))]),
+    ("copy", lambda m: [S(m.mat(), m.f((4,))), S(m.i((2, 3)), m.f((2, 3), "transposed")), S(m.scalar(), m.scalar())]),
+    # indexing
+    ("argwhere nonzero", lambda m: [S(m.i((3, 4), "transposed", low=-1, high=1)), S(m.b((2, 3))), S(m.scalar()),
+                                    S(m.f((0, 3)))]),
+    ("gather", lambda m: [S(m.mat(), 1, m.idx((3, 2), 4)), S(m.cube(), 0, m.idx((1, 3, 4), 2)),
+                          S(m.i((3,)), 0, m.idx((5,), 3)), S(m.scalar(), 0, m.idx((), 1))]),
+    ("index", lambda m: [S(m.mat(), [m.idx((2,), 3)]), S(m.cube(), [None, m.idx((2, 2), 3), m.idx((2,), 4)]),
+                         S(m.f((2, 3)), [m.b((2, 3))]), S(m.i((4,)), [m.idx((), 4, jt.int32)])]),
+    ("index_put", lambda m: [S(m.mat(), [m.distinct(2, 3)], m.f((4,))),
+                             S(m.cube(), [None, m.distinct(2, 3)], m.f((2, 4))),
+                             S(m.f((2, 3)), [m.b((2, 3))], m.scalar()),
+                             S(m.i((5,)), [m.idx((3,), 5)], m.i((3,)), True)]),
+    ("index_select", lambda m: [S(m.mat(), 1, m.idx((5,), 4)), S(m.cube(), 0, m.idx((), 2)),
+                                S(m.i((3,)), 0, m.idx((2,), 3, jt.int32))]),
+    ("index_add", lambda m: [S(m.mat(), 1, m.idx((5,), 4), m.f((3, 5))),
+                             S(m.cube(), 0, m.idx((2,), 2), m.f((2, 3, 4)), alpha=2),
+                             S(m.i((5,)), 0, m.idx((3,), 5), m.i((3,)))]),
+    ("index_copy", lambda m: [S(m.mat(), 1, m.distinct(2, 4), m.f((3, 2))),
+                              S(m.i((5,)), 0, m.distinct(2, 5), m.i((2,)))]),
+    ("index_fill", lambda m: [S(m.mat(), 1, m.idx((2,), 4), -1.5), S(m.i((5,)), 0, m.idx((), 5), 7)]),
+    ("index_fill.Tensor", lambda m: [S(m.mat(), 1, m.idx((2,), 4), m.scalar()),
+                                     S(m.i((5,)), 0, m.idx((), 5), m.i(()))]),
+    ("masked_fill", lambda m: [S(m.mat(), m.b((3, 4)), 0.5), S(m.cube(), m.b((4,)), -1),
+                               S(m.i((3, 1)), m.b((1, 4)), 7), S(m.scalar(), m.b(()), 2)]),
+    ("masked_fill.Tensor", lambda m: [S(m.mat(), m.b((3, 4)), m.scalar()), S(m.i((2, 3)), m.b((3,)), m.i(()))]),
+    ("masked_select", lambda m: [S(m.mat(), m.b((3, 4))), S(m.cube(), m.b((4,))), S(m.i((3, 1)), m.b((1, 4))),
+                                 S(m.scalar(), m.b(()))]),
+    ("put", lambda m: [S(m.mat(), m.distinct(3, 12), m.f((3,))), S(m.i((2, 3)), m.idx((2, 2), 6), m.i((2, 2)), True)]),
+    ("scatter", lambda m: [S(m.mat(), 1, m.rows((3, 2), 4), m.f((3, 4))),
+                           S(m.cube(), 0, m.idx((2, 2, 3), 2), m.cube(), reduce="add"),
+                           S(m.i((5,)), 0, m.idx((3,), 5), m.i((4,)), reduce="multiply")]),
+    ("scatter.value", lambda m: [S(m.mat(), 1, m.rows((3, 2), 4), 2.5), S(m.i((5,)), 0, m.idx((3,), 5), 7,
+                                                                          reduce="add")]),
+    ("scatter_add", lambda m: [S(m.mat(), 1, m.idx((3, 5), 4), m.f((3, 5))), S(m.i((5,)), 0, m.idx((3,), 5), m.i((4,))),
+                               S(m.scalar(), 0, m.idx((), 1), m.scalar())]),
+    ("scatter_reduce", lambda m: [S(m.mat(), 1, m.idx((3, 5), 4), m.f((3, 5)), "sum"),
+                                  S(m.cube(), 0, m.idx((2, 2, 3), 2), m.cube(), "amax", include_self=False),
+                                  S(m.i((5,)), 0, m.idx((4,), 5), m.i((4,)), "mean"),
+                                  S(m.f((2, 3)), 1, m.idx((2, 3), 3), m.f((2, 3)), "prod")]),
+    ("take", lambda m: [S(m.mat(), m.idx((2, 3), 12)), S(m.i((5,)), m.idx((), 5)), S(m.f((0,)), m.idx((0,), 1))]),
+    # shape ops
+    ("cat concat concatenate", _cat),
+    ("stack", lambda m: [S([m.mat(), m.f((3, 4))]), S([m.scalar(), m.scalar()]), S([m.i((2, 3)), m.i((2, 3))], -1)]),
+    ("hstack vstack row_stack dstack column_stack", _stacker),
+    ("flip", lambda m: [S(m.mat(), (0,)), S(m.cube(), (0, -1)), S(m.scalar(), ()), S(m.i((3,)), (0,))]),
+    ("fliplr", lambda m: [S(m.mat()), S(m.cube())]),
+    ("flipud", lambda m: [S(m.mat()), S(m.f((3,), "strided")), S(m.i((2, 2)))]),
+    ("roll", lambda m: [S(m.mat(), 1), S(m.cube(), (1, -2), (0, 2)), S(m.i((5,)), 7), S(m.scalar(), 1)]),
+    ("repeat", lambda m: [S(m.mat(), (2, 1)), S(m.scalar(), (2, 3)), S(m.i((3,)), (2, 0, 2))]),
+    ("tile", lambda m: [S(m.mat(), (2,)), S(m.f((3,)), (2, 2)), S(m.i((2, 3)), ())]),
+    ("repeat_interleave", lambda m: [S(m.mat(), 2), S(m.cube(), 3, 1), S(m.i((3,)), 0, 0), S(m.scalar(), 2)]),
+    ("tril triu", _triangle),
+    # linear algebra
+    ("mm", lambda m: [S(m.mat(), m.f((4, 2))), S(m.i((2, 3)), m.i((3, 2), "transposed")), S(m.f((0, 3)), m.f((3, 2)))]),
+    ("bmm", lambda m: [S(m.cube(), m.f((2, 4, 2))), S(m.i((2, 2, 3)), m.i((2, 3, 1)))]),
+    ("mv", lambda m: [S(m.mat(), m.f((4,), "strided")), S(m.i((2, 3)), m.i((3,)))]),
+    ("dot vdot", _dot),
+    ("matmul", lambda m: [S(m.mat(), m.f((4, 2))), S(m.f((4,)), m.f((2, 4, 3))), S(m.cube(), m.f((4,))),
+                          S(m.i((2, 3)), m.i((3, 2)))]),
+    ("addmm", lambda m: [S(m.f((3, 2)), m.mat(), m.f((4, 2))), S(m.f((2,)), m.f((3, 4)), m.f((4, 2)), beta=0.5, alpha=2),
+                         S(m.i((2, 2)), m.i((2, 3)), m.i((3, 2)), beta=2)]),
+    ("baddbmm", lambda m: [S(m.f((2, 3, 2)), m.cube(), m.f((2, 4, 2))),
+                           S(m.f((2,)), m.f((2, 3, 4)), m.f((2, 4, 2)), alpha=0.5)]),
+    ("einsum", lambda m: [S("ij,jk->ik", [m.mat(), m.f((4, 2))]), S("bij->bji", [m.cube()]),
+                          S("i,i", [m.f((3,)), m.f((3,))]), S("...j,j->...", [m.i((2, 3)), m.i((3,))])]),
+    ("outer ger", _outer),
+    ("allclose", _close),
+    ("equal", _equal),
+    # random
+    ("rand randn", lambda m: [S((2, 3), generator=m.gen()), S((), generator=m.gen(), dtype=m.dtype),
+                              S((0, 2), generator=m.gen())]),
+    ("rand_like randn_like", lambda m: [S(m.mat(), generator=m.gen()), S(m.scalar(), generator=m.gen(),
+                                                                          dtype=jt.float64)]),
+    ("randint", lambda m: [S(10, (2, 3), generator=m.gen()), S(3, (), generator=m.gen(), dtype=jt.int32)]),
+    ("randint.low", lambda m: [S(-5, 5, (4,), generator=m.gen()), S(0, 2, (2, 2), generator=m.gen(), dtype=m.dtype)]),
+    ("randint_like", lambda m: [S(m.mat(), 10, generator=m.gen()), S(m.i((3,)), 5, generator=m.gen())]),
+    ("randint_like.low", lambda m: [S(m.mat(), -3, 3, generator=m.gen()), S(m.i((3,)), 1, 4, generator=m.gen())]),
+    ("randperm", lambda m: [S(5, generator=m.gen()), S(0, generator=m.gen()), S(4, generator=m.gen(), dtype=jt.int32)]),
+    ("normal.Tensor_Tensor", lambda m: [S(m.mat(), m.f((4,), low=0.1, high=2.0), generator=m.gen()),
+                                        S(m.scalar(), m.f((2,), low=0.1, high=2.0), generator=m.gen())]),
+    ("normal.Tensor_float", lambda m: [S(m.mat(), 0.5, generator=m.gen()), S(m.scalar(), generator=m.gen())]),
+    ("normal.float_Tensor", lambda m: [S(1.0, m.f((2, 3), "transposed", low=0.1, high=2.0), generator=m.gen()),
+                                       S(-2.0, m.f((), low=0.1, high=2.0), generator=m.gen())]),
+    ("normal.float_float", lambda m: [S(0.0, 1.0, (2, 3), generator=m.gen()),
+                                      S(1.0, 2.0, (), generator=m.gen(), dtype=m.dtype)]),
+    ("bernoulli", lambda m: [S(m.prob((3, 4), "transposed"), generator=m.gen()), S(m.prob(()), generator=m.gen())]),
+    ("bernoulli.p", lambda m: [S(m.mat(), 0.3, generator=m.gen()), S(m.i((3,)), 0.5, generator=m.gen())]),
+    ("bernoulli.Tensor_", lambda m: [S(m.mat(), m.prob((3, 4)), generator=m.gen()),
+                                     S(m.f((2, 3)), m.prob((3,)), generator=m.gen())]),
+    ("bernoulli.float_", lambda m: [S(m.mat(), generator=m.gen()), S(m.i((3,)), 0.2, generator=m.gen())]),
+    ("multinomial", lambda m: [S(m.prob((4,), "strided"), 2, generator=m.gen()),
+                               S(m.prob((2, 5)), 3, True, generator=m.gen())]),
+    ("normal.inplace", _random_fill(1.0, 2.0)),
+    ("uniform", _random_fill(-2.0, 3.0)),
+    ("exponential", _random_fill(2.0)),
+    ("random", lambda m: [S(m.mat(), generator=m.gen()), S(m.i((3,)), generator=m.gen())]),
+    ("random.from_to", lambda m: [S(m.mat(), 0, 10, generator=m.gen()), S(m.i((3,)), -5, None, generator=m.gen())]),
+    ("random.to", lambda m: [S(m.mat(), 10, generator=m.gen()), S(m.i((3,)), 3, generator=m.gen())]),
+)
+
+
+# The database -------------------------------------------------------------------------------
+
+def _pointwise_builder(name, domain):
+    return lambda m: _pointwise_samples(registry.OPS[name], domain, m)
+
+
+def _builders():
+    out = {}
+    for name, op in registry.OPS.items():
+        if op.kind == "pointwise" or name in POINTWISE_LIKE:
+            out[name] = _pointwise_builder(name, DOMAINS.get(name, Domain()))
+    overlap = set(out) & set(HAND_WRITTEN)
+    if overlap:
+        raise ValueError(f"ops both generated and hand-written: {sorted(overlap)}")
+    out.update(HAND_WRITTEN)
+    return out
+
+
+def _with_maker(build):
+    def builder(rng, dtype=jt.float32):
+        return list(build(Maker(rng, dtype)))
+    return builder
+
+
+# op full name -> builder(rng, dtype=jitorch.float32) -> [Sample]
+SAMPLES = {name: _with_maker(build) for name, build in _builders().items()}
+
+
+def samples(op, dtype=jt.float32, seed=0):
+    """The samples of ``op`` (an OpDef or its full name), floating tensors in ``dtype``; reproducible by ``seed``."""
+    name = op if isinstance(op, str) else op.name
+    return SAMPLES[name](np.random.default_rng(seed), dtype)
+
+
+def missing_ops():
+    """Registered ops without samples."""
+    return sorted(set(registry.OPS) - set(SAMPLES))
+
+
+def unknown_ops():
+    """Sample builders naming no registered op (a renamed or removed op)."""
+    return sorted(set(SAMPLES) - set(registry.OPS))
