@@ -318,11 +318,12 @@ def call(op, args, out=None):
     return result
 
 
-def execute(op, args):
-    """Eager execution: the view transform, or meta rule then device kernel."""
+def execute(op, args, spec=None):
+    """Eager execution: the view transform, or meta rule (unless given) then device kernel."""
     if op.view is not None:
         return _make_views(op, args)
-    spec = op.meta(*args)
+    if spec is None:
+        spec = op.meta(*args)
     device = _spec_device(spec)
     if device.type == "meta":
         return _wrap_meta(op, spec)
@@ -393,6 +394,10 @@ def _wrap(op, spec, raw):
 
 def _wrap_meta(op, spec):
     def one(s):
+        if None in s.shape:
+            raise NotImplementedError(
+                f"{op.name}: the output shape depends on the data, which tensors on device 'meta' do not have"
+            )
         return Tensor._empty(s.shape, s.dtype, s.device)
     if spec.__class__ is TensorSpec:
         return one(spec)
@@ -426,6 +431,12 @@ def check_inplace(op, self, spec):
 
 def call_inplace(op, args):
     """``x.op_(...)``: compute, check, then write into ``x`` (or retarget a view)."""
+    if op.fast is not None and not DISPATCH_HOOKS:
+        result = op.fast(args)
+        if result is not None:
+            check_inplace(op, args[0], result)
+            args[0]._write(result)
+            return args[0]
     args = op.convert(args)
     if op.multi_tensor:
         check_same_device(op, args)
@@ -442,8 +453,9 @@ def call_inplace(op, args):
         result = op.composite(*args)
         check_inplace(op, self, result)
     else:
-        check_inplace(op, self, op.meta(*args))
-        result = execute(op, args)
+        spec = op.meta(*args)
+        check_inplace(op, self, spec)
+        result = execute(op, args, spec)
     self._write(result)
     return self
 
