@@ -158,11 +158,16 @@ def _apply_basic(x, items):
     return result, (indices or None)
 
 
+def _split_index(x, index):
+    """(view, advanced indices or None): the view the basic part of ``index`` selects."""
+    if index.__class__ is int and x._shape and -x._shape[0] <= index < x._shape[0]:
+        return _op("select", x, 0, index), None  # x[i], the commonest index, skips the parsing
+    return _apply_basic(x, [_normalize_item(i) for i in _index_items(index)])
+
+
 def getitem(x, index):
     """``x[index]``: a view for basic indices, a copy once advanced indices take part."""
-    if index.__class__ is int and x._shape and -x._shape[0] <= index < x._shape[0]:
-        return _op("select", x, 0, index)  # x[i], the commonest index, skips the parsing below
-    view, indices = _apply_basic(x, [_normalize_item(i) for i in _index_items(index)])
+    view, indices = _split_index(x, index)
     return view if indices is None else _op("index", view, indices)
 
 
@@ -206,12 +211,12 @@ def setitem(x, index, value):
     value = _value_tensor(x, value)
     if index is False:  # selects nothing; torch returns before writing
         return
-    view, indices = _apply_basic(x, [_normalize_item(i) for i in _index_items(index)])
+    view, indices = _split_index(x, index)
     ones = next((i for i, n in enumerate(value.shape) if n != 1), value.ndim)
     if ones:  # torch drops leading size-1 dims of the value
         value = value.squeeze(tuple(range(ones)))
     if indices is None and number:
-        view.fill_(value)  # a number: one fill, no broadcast copy
+        registry.call_inplace(OPS["fill.Tensor"], (view, value))  # a number: one fill, no broadcast copy
     elif indices is None:
         value = value.expand(view.shape)
         _check_overlap(view, value, allow_full=True)

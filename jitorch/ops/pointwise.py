@@ -25,6 +25,7 @@ from . import registry
 from .meta import ALWAYS_BOOL, DEFAULT, INT_TO_FLOAT, KEEP_INT
 from .pointwise_base import defpointwise
 from .registry import defop, scalar_name
+from .schema import parse_schema
 
 ALL = ("function", "method", "inplace", "out")
 NO_INPLACE = ("function", "method", "out")
@@ -34,10 +35,11 @@ UNARY = "(Tensor self) -> Tensor"
 BINARY = "(Tensor self, Tensor other) -> Tensor"
 
 
-def _declare(names, signature, formula, promotion, doc, **kwargs):
+def _declare(names, signature, formula, promotion, doc, check=None, **kwargs):
     """Declare ``formula`` under each of ``names`` ("clamp clip": an op and its aliases)."""
     for name in names.split():
-        defpointwise(name + signature, formula, promotion, doc=doc, **kwargs)
+        defpointwise(name + signature, formula, promotion, doc=doc, check=_operand_kinds(name, signature, check),
+                     **kwargs)
 
 
 # Checks ---------------------------------------------------------------------------
@@ -79,6 +81,46 @@ def _check_fits(value, dtype):
         return
     if not fits:
         raise RuntimeError(f"value cannot be converted to type {_CAST_NAMES[dtype.name]} without overflow")
+
+
+def _by_name(*rows):
+    return {name: value for names, value in rows for name in names.split()}
+
+
+# Operand positions that torch takes only as tensors: it has no Scalar overload there.
+_TENSORS_ONLY = _by_name(
+    ("atan2 arctan2 hypot logaddexp maximum minimum logical_and logical_or logical_xor", (0, 1)),
+    ("rsub fmod clamp clip clamp_min clamp_max eq ne not_equal lt less le less_equal gt greater ge greater_equal",
+     (0,)),
+)
+_TORCH_ARG_NAMES = {"self": "input"}  # what torch's argument errors call ``self``
+
+
+def _check_bound_kinds(op_name, x, lo, hi):
+    """torch's clamp has a Tensor overload and a Number one: the bounds may not mix."""
+    if lo is not None and hi is not None and isinstance(lo, Number) != isinstance(hi, Number):
+        got = ", ".join(type(v).__name__ if isinstance(v, Number) else "Tensor" for v in (x, lo, hi))
+        raise TypeError(f"{op_name}() received an invalid combination of arguments - got ({got}), but expected one "
+                        f"of:\n * (Tensor input, Tensor min = None, Tensor max = None, *, Tensor out = None)\n"
+                        f" * (Tensor input, Number min = None, Number max = None, *, Tensor out = None)")
+
+
+def _operand_kinds(op_name, signature, check):
+    """``check`` preceded by torch's TypeErrors for Python numbers where it takes only tensors."""
+    tensors = _TENSORS_ONLY.get(op_name, ())
+    if not tensors:
+        return check
+    names = [a.name for a in parse_schema(op_name + signature).args]
+    bounds = op_name in ("clamp", "clip")
+
+    def checked(spec, *args):
+        for i in tensors:
+            _require_tensor(op_name, i + 1, _TORCH_ARG_NAMES.get(names[i], names[i]), args[i])
+        if bounds:
+            _check_bound_kinds(op_name, *args)
+        if check is not None:
+            check(spec, *args)
+    return checked
 
 
 def _check_alpha(spec, a, b, alpha):
@@ -569,11 +611,7 @@ def _where_formula(condition, a, b):
 
 _WHERE_DOC = "``self`` where ``condition`` (a bool tensor) is True, else ``other``; numbers broadcast too."
 defpointwise("where.self(Tensor condition, Tensor self, Tensor other) -> Tensor", _where_formula, DEFAULT,
-             variants=("function", "out"), check=_check_where, doc=_WHERE_DOC)
-# The method binds ``self``, which is not the first argument: ``x.where(condition, y)``.
-defpointwise("where.method(Tensor self, Tensor condition, Tensor other) -> Tensor",
-             lambda a, condition, b: np.where(condition, a, b), DEFAULT, variants=("method",),
-             check=lambda spec, a, condition, b: _check_where(spec, condition, a, b), doc=_WHERE_DOC)
+             variants=("function", "method", "out"), check=_check_where, doc=_WHERE_DOC)
 
 
 def _isclose(a, b, rtol, atol, equal_nan):

@@ -541,10 +541,16 @@ def _view_meta(view):
 
 # Generation of the public variants ------------------------------------------
 
-def _param_list(schema, with_out, drop_first=False):
+def _param_list(schema, with_out, self_first=False):
+    """The Python parameter list of a generated variant. Methods bind the schema
+    argument named ``self`` first, wherever the schema has it (``where(condition,
+    self, other)`` gives ``x.where(condition, other)``)."""
     parts = []
     star = False
-    for i, a in enumerate(schema.args):
+    order = list(enumerate(schema.args))
+    if self_first:
+        order.sort(key=lambda ia: ia[1].name != "self")
+    for i, a in order:
         if a.varargs:
             # ``zeros(2, 3)``, ``zeros((2, 3))`` or ``zeros(size=(2, 3))``
             parts.append(f"*_{a.name}, {a.name}=None")
@@ -588,7 +594,7 @@ def _generate(op, kind, binder=False):
     """
     s = op.schema
     with_out = kind == "function" and "out" in op.variants
-    params = _param_list(s, with_out)
+    params = _param_list(s, with_out, self_first=kind != "function")
     argnames = ", ".join(a.name for a in s.args) + ("," if len(s.args) == 1 else "")
     fix = _varargs_fixup(s)
     if binder:
