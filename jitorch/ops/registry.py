@@ -68,6 +68,19 @@ class TensorSpec:
         return f"TensorSpec({list(self.shape)}, {self.dtype}, {self.device})"
 
 
+def _return_type(name, fields):
+    """A namedtuple printed like torch's ``torch.return_types.max(values=..., indices=...)``."""
+    base = namedtuple(name, fields)
+
+    def __repr__(self):
+        body = ",\n".join(f"{f}={v!r}" for f, v in zip(fields, self))
+        return f"jitorch.return_types.{name}(\n{body})"
+
+    cls = type(name, (base,), {"__slots__": (), "__repr__": __repr__})
+    cls.__module__ = "jitorch.return_types"
+    return cls
+
+
 class OpDef:
     """One op: its schema, meta rule, kernels and variants."""
 
@@ -101,8 +114,7 @@ class OpDef:
         names = [r.name for r in schema.returns]
         self.result_type = None
         if len(schema.returns) > 1 and all(names):
-            self.result_type = namedtuple(schema.name, names)
-            self.result_type.__module__ = "jitorch.return_types"
+            self.result_type = _return_type(schema.name, names)
 
     def __repr__(self):
         return f"<op {self.schema}>"

@@ -354,3 +354,41 @@ def _kthvalue_cpu(spec, x, k, dim, keepdim):
 defop("kthvalue(Tensor self, int k, int dim=-1, bool keepdim=False) -> (Tensor values, Tensor indices)",
       meta=_kthvalue_meta, cpu=_kthvalue_cpu, kind="sort", variants=("function", "method", "out"),
       doc="The ``k``-th smallest element along ``dim`` (1-based) and its index; NaN counts as the largest value.")
+
+
+# unique: the output size depends on the data --------------------------------------------
+
+def _unique_meta(x, sorted, return_inverse, return_counts, dim):
+    if dim is not None:
+        d = wrap_dim(dim, x.ndim)
+        values = tuple(None if i == d else n for i, n in enumerate(x.shape))
+        inverse = (x.shape[d],)
+    else:
+        values, inverse = (None,), x.shape
+    return (TensorSpec(values, x.dtype, x.device), TensorSpec(inverse, _dt.int64, x.device),
+            TensorSpec((None,), _dt.int64, x.device))
+
+
+def _unique_cpu(spec, x, sorted, return_inverse, return_counts, dim):
+    axis = None if dim is None else wrap_dim(dim, x.ndim)
+    values, inverse, counts = np.unique(x, return_inverse=True, return_counts=True, axis=axis)
+    return values, inverse.reshape(spec[1].shape), counts
+
+
+defop("_unique(Tensor self, bool sorted=True, bool return_inverse=False, bool return_counts=False, int? dim=None) "
+      "-> (Tensor values, Tensor inverse, Tensor counts)",
+      meta=_unique_meta, cpu=_unique_cpu, kind="sort", variants=("function",),
+      doc="The sorted distinct values (slices along ``dim``), the index of each input element's value, and counts.")
+
+
+def _unique(x, sorted=True, return_inverse=False, return_counts=False, dim=None):
+    from . import registry
+    values, inverse, counts = registry.FUNCTIONS["_unique"](x, sorted, return_inverse, return_counts, dim)
+    extra = (inverse,) * return_inverse + (counts,) * return_counts
+    return (values, *extra) if extra else values
+
+
+defop("unique(Tensor self, bool sorted=True, bool return_inverse=False, bool return_counts=False, int? dim=None) "
+      "-> Any", composite=_unique, kind="sort",
+      doc="Distinct values, sorted; with ``return_inverse``/``return_counts`` also the inverse indices and counts "
+          "(a tuple, as torch returns).")

@@ -332,3 +332,24 @@ def test_meta_rules_need_no_data(call):
     result = call(jt.empty(2, 3, device="meta"))
     assert result.device.type == "meta"
     assert result.shape == expected.shape and result.dtype is expected.dtype
+
+
+@given(st.lists(st.integers(-3, 3), max_size=12), st.booleans(), st.booleans())
+def test_unique_matches_numpy(values, inverse, counts):
+    x = jt.tensor(values, dtype=jt.int64)
+    got = jt.unique(x, return_inverse=inverse, return_counts=counts)
+    exp_values, exp_inverse, exp_counts = np.unique(np.array(values, dtype=np.int64), return_inverse=True,
+                                                    return_counts=True)
+    expected = (exp_values,) + (exp_inverse,) * inverse + (exp_counts,) * counts
+    got = got if isinstance(got, tuple) else (got,)
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        np.testing.assert_array_equal(g.numpy(), e)
+        assert g.dtype is jt.int64
+
+
+def test_unique_along_a_dim_and_on_meta():
+    m = jt.tensor([[1, 2], [1, 2], [3, 4]])
+    assert m.unique(dim=0).tolist() == [[1, 2], [3, 4]]
+    with pytest.raises(NotImplementedError, match="depends on the data"):
+        jt.unique(jt.ones(3, device="meta"))
