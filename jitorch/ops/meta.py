@@ -53,7 +53,7 @@ def pointwise_meta(op_name, promotion, operands):
         return TensorSpec(shape, _dt.bool, device, common)
     if promotion == KEEP_INT:
         if common.is_floating_point:
-            raise RuntimeError(f'"{op_name}_cpu" not implemented for \'{scalar_name(common)}\'')
+            raise NotImplementedError(f'"{op_name}_cpu" not implemented for \'{scalar_name(common)}\'')
         return TensorSpec(shape, common, device, common)
     raise ValueError(f"unknown promotion kind {promotion}")
 

@@ -397,6 +397,8 @@ def _norm_meta(x, p, dim, keepdim, dtype):
     if order == "matrix":
         out, compute = _norm_dtype("matrix", x, dtype)
         dims = _matrix_dims(x, p, dim)
+        if x.dtype in (_dt.float16, _dt.bfloat16):  # torch's SVD has no half kernels
+            raise RuntimeError(f"linalg.matrix_norm: Low precision dtypes not supported. Got {scalar_name(x.dtype)}")
     else:
         out, compute = _norm_dtype("vector", x, dtype)
         dims = reduction_dims(x, dim)

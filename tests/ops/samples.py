@@ -99,6 +99,7 @@ def copy_layout(t, device=None):
 
 
 def copy_generator(g):
+    """A generator in the state of ``g``: it draws what ``g`` would draw next."""
     return jt.Generator().set_state(g.get_state())
 
 
@@ -119,6 +120,15 @@ def bind(op, sample):
         else:
             raise TypeError(f"{op.name}: sample gives no value for '{a.name}'")
     return tuple(args)
+
+
+def method_call(op, sample):
+    """``(self, args, kwargs)`` of the sample as a method call: the tensor a method binds (the schema argument
+    named ``self``, else the first) and the other arguments (``where(condition, self, other)`` is
+    ``self.where(condition, other)``)."""
+    names = [a.name for a in op.schema.args]
+    i = names.index("self") if "self" in names else 0
+    return sample.args[i], sample.args[:i] + sample.args[i + 1:], sample.kwargs
 
 
 # Tensor makers ------------------------------------------------------------------------------
@@ -194,6 +204,7 @@ class Maker:
 
 
 def S(*args, **kwargs):
+    """``Sample(args, kwargs)``, written as the call it stands for."""
     return Sample(args, kwargs)
 
 
@@ -213,44 +224,40 @@ class Domain:
     extra: object = None            # Maker -> [Sample]: samples the generic ones do not cover
 
 
-_KINDS = {KEEP_INT: "ib", ALWAYS_BOOL: "fib"}
-_POSITIVE = Domain(ranges=((0.25, 4.0),))
-_UNIT = Domain(ranges=((-0.9, 0.9),))
-_DIVISION = Domain(nonzero=True)
-_WITH_BOOL = Domain(kinds="fib")
-_FLOAT_ONLY = Domain(kinds="f")
-_ALPHA = Domain(kwargs=({"alpha": 2},))
-_SHIFT = Domain(kinds="i", ranges=((-8, 8), (0, 7)))
-_CLAMP = Domain(extra=lambda m: [S(m.mat(), None, 0.5), S(m.f((3, 4)), -0.5), S(m.i((2, 3)), max=2)])
+_KINDS = {KEEP_INT: "ib", ALWAYS_BOOL: "fib"}  # dtype kinds by promotion kind; "fi" otherwise
 
 
-def _domains(*rows):
-    """{name: domain} from rows of ("name alias ...", domain)."""
-    return {name: domain for names, domain in rows for name in names.split()}
+def _by_names(*rows):
+    """{name: value} from rows of ("name alias ...", value)."""
+    return {name: value for names, value in rows for name in names.split()}
 
 
-DOMAINS = _domains(
-    ("log log2 log10 sqrt rsqrt reciprocal", _POSITIVE),
+DOMAINS = _by_names(
+    ("log log2 log10 sqrt rsqrt reciprocal", Domain(ranges=((0.25, 4.0),))),
     ("log1p", Domain(ranges=((-0.5, 3.0),))),
-    ("asin arcsin acos arccos atanh arctanh", _UNIT),
+    ("asin arcsin acos arccos atanh arctanh", Domain(ranges=((-0.9, 0.9),))),
     ("acosh arccosh", Domain(ranges=((1.0, 4.0),))),
     ("tan", Domain(ranges=((-1.2, 1.2),))),
     ("pow", Domain(ranges=((0.25, 2.0), (-2.0, 2.0)))),
-    ("true_divide floor_divide remainder fmod _div_trunc", _DIVISION),
+    ("true_divide floor_divide remainder fmod _div_trunc", Domain(nonzero=True)),
     ("div divide", Domain(nonzero=True, kwargs=({"rounding_mode": "trunc"}, {"rounding_mode": "floor"}))),
     ("add", Domain(kinds="fib", kwargs=({"alpha": 2},))),
-    ("sub subtract rsub", _ALPHA),
-    ("mul multiply maximum minimum sign sgn", _WITH_BOOL),
-    ("max.other min.other", Domain(kinds="fib", scalar=None)),  # torch.max(x, 2.5) is a TypeError too
-    ("hypot logaddexp frac", _FLOAT_ONLY),
+    ("sub subtract rsub", Domain(kwargs=({"alpha": 2},))),
+    ("mul multiply sign sgn", Domain(kinds="fib")),
+    # torch has no Scalar overload for these operands
+    ("maximum minimum max.other min.other logical_and logical_or logical_xor", Domain(kinds="fib", scalar=None)),
+    ("atan2 arctan2", Domain(scalar=None)),
+    ("hypot logaddexp", Domain(kinds="f", scalar=None)),
+    ("frac", Domain(kinds="f")),
     ("lerp", Domain(kinds="f", scalar=0.3)),
-    ("bitwise_left_shift bitwise_right_shift", _SHIFT),
+    ("bitwise_left_shift bitwise_right_shift", Domain(kinds="i", ranges=((-8, 8), (0, 7)))),
     ("where.self", Domain(kinds="fib", bools=(0,))),
-    ("where.method", Domain(kinds="fib", bools=(1,))),
     ("isclose", Domain(kinds="fib", scalar=None, same_dtype=True,
                        kwargs=({"rtol": 0.1, "atol": 0.5, "equal_nan": True},))),
     ("round", Domain(kwargs=({"decimals": 1},))),
-    ("clamp clip", _CLAMP),
+    # bounds are two tensors or two numbers (torch's two overloads), either may be None
+    ("clamp clip", Domain(scalar=None, extra=lambda m: [S(m.mat(), None, 0.5), S(m.f((3, 4)), -0.5, 0.5),
+                                                        S(m.i((2, 3)), max=2)])),
 )
 
 # Composites that are pointwise in all but name.
@@ -258,6 +265,8 @@ POINTWISE_LIKE = ("max.other", "min.other")
 
 
 def _pointwise_samples(op, domain, m):
+    """Same shapes (the first operand transposed), broadcasting, empty with 0-d, a Python number last,
+    integers (mixed widths, stride 0) and bools where the op takes them, then the domain's extras."""
     n = len(op.tensor_args)
     kinds = domain.kinds or _KINDS.get(op.attrs.get("promotion"), "fi")
     main = m.dtype if "f" in kinds else jt.int64 if "i" in kinds else jt.bool
@@ -280,13 +289,12 @@ def _pointwise_samples(op, domain, m):
         samples += [operands([()], [main]), operands([(0, 3)], [main], ["strided"])]
     else:
         samples += [operands([(3, 1)] + [(1, 4)] * rest, [main], ["strided"]),
-                    operands([(2, 3, 4)] + [(3, 4)] * rest, [main], ["contiguous", "expanded"]),
                     operands([(0, 4)] + [()] * rest, [main])]
         if domain.scalar is not None:
             samples.append(operands([(2, 3)] + [(3,)] * (rest - 1) + [None], [main], ["offset"]))
     if "i" in kinds:
-        samples.append(operands([(2, 3)] + [(3,)] * rest, [jt.int64] if domain.same_dtype else [jt.int32, jt.int64],
-                                ["strided"]))
+        samples.append(operands([(2, 3)] * n, [jt.int64] if domain.same_dtype else [jt.int32, jt.int64],
+                                ["strided"] + ["expanded"] * rest))
     if "b" in kinds:
         samples.append(operands([(2, 3)] * n, [jt.bool]))
     for kw in domain.kwargs:
@@ -300,9 +308,9 @@ def _pointwise_samples(op, domain, m):
 # Hand-written builders ------------------------------------------------------------------------
 # Each takes a Maker ``m`` and returns a list of samples; rows name an op and its aliases.
 
-def _reduce_dims(m, keepdim=True):
+def _reduce_dims(m, has_keepdim=True):
     """Reductions over ``int[]? dim``: all dims, two dims kept, a 0-d input, integers over one dim, empty."""
-    return [S(m.mat()), S(m.cube(), (0, -1), keepdim) if keepdim else S(m.cube(), (0, -1)), S(m.scalar()),
+    return [S(m.mat()), S(m.cube(), (0, -1), *[True] * has_keepdim), S(m.scalar()),
             S(m.i((2, 3)), (1,)), S(m.f((0, 3)), (1,))]
 
 
@@ -414,11 +422,7 @@ def _random_fill(*extra):
     return lambda m: [S(m.mat(), generator=m.gen()), S(m.scalar(), *extra, generator=m.gen())]
 
 
-def _rows(*rows):
-    return {name: builder for names, builder in rows for name in names.split()}
-
-
-HAND_WRITTEN = _rows(
+HAND_WRITTEN = _by_names(
     # reductions, scans, softmax, sorting
     ("sum nansum", lambda m: _reduce_dims(m) + [S(m.i((2, 3)), (0,), dtype=jt.int64)]),
     ("mean", lambda m: _reduce_float_dims(m) + [S(m.i((2, 3)), (1,), dtype=m.dtype)]),
@@ -427,7 +431,7 @@ HAND_WRITTEN = _rows(
     ("all any", lambda m: [S(m.b((3, 4), "transposed")), S(m.cube(), (0, -1), True), S(m.i((2, 3), dtype=jt.uint8),
                                                                                          (1,)),
                            S(m.f((0, 3)), (1,))]),
-    ("count_nonzero", lambda m: _reduce_dims(m, keepdim=False)),
+    ("count_nonzero", lambda m: _reduce_dims(m, has_keepdim=False)),
     ("logsumexp", lambda m: [S(m.mat(), (1,)), S(m.cube(), (0, -1), True), S(m.f((0, 3)), (1,)),
                              S(m.i((2, 3)), (1,))]),
     ("prod argmax argmin", _reduce_one_dim),
@@ -438,11 +442,16 @@ HAND_WRITTEN = _rows(
     ("std.dim var.dim std_mean.dim var_mean.dim", _moments_dim),
     ("std.correction var.correction std_mean.correction var_mean.correction", _moments_correction),
     ("norm", lambda m: [S(m.mat()), S(m.cube(), 1, (0, 2), True), S(m.scalar(), 2), S(m.f((2, 3)), math.inf, (1,)),
-                        S(m.f((3, 4)), "nuc"), S(m.f((0, 3)), 0, dtype=jt.float64)]),
+                        S(m.f((0, 3)), 0, dtype=jt.float64)]
+     + [S(m.f((3, 4)), "nuc")] * (m.dtype not in (jt.float16, jt.bfloat16))),  # no half SVD in torch
     ("cumsum cumprod", _scan),
     ("softmax log_softmax", _softmax),
     ("sort argsort", _sorting),
     ("topk kthvalue", _k_of),
+    ("unique _unique", lambda m: [S(m.i((3, 4), "transposed", low=-2, high=2)),
+                                  S(m.f((5,), "strided"), True, True, True),
+                                  S(m.i((3, 2), low=0, high=1), True, True, True, 0),
+                                  S(m.scalar(), return_inverse=True), S(m.f((0, 3)))]),
     # views
     ("alias", lambda m: [S(m.mat()), S(m.scalar())]),
     ("as_strided", lambda m: [S(m.f((3, 4)), (2, 2), (1, 2)), S(m.mat(), (2, 3), (3, 1), 1),
@@ -553,7 +562,8 @@ HAND_WRITTEN = _rows(
     ("dot vdot", _dot),
     ("matmul", lambda m: [S(m.mat(), m.f((4, 2))), S(m.f((4,)), m.f((2, 4, 3))), S(m.cube(), m.f((4,))),
                           S(m.i((2, 3)), m.i((3, 2)))]),
-    ("addmm", lambda m: [S(m.f((3, 2)), m.mat(), m.f((4, 2))), S(m.f((2,)), m.f((3, 4)), m.f((4, 2)), beta=0.5, alpha=2),
+    ("addmm", lambda m: [S(m.f((3, 2)), m.mat(), m.f((4, 2))),
+                         S(m.f((2,)), m.f((3, 4)), m.f((4, 2)), beta=0.5, alpha=2),
                          S(m.i((2, 2)), m.i((2, 3)), m.i((3, 2)), beta=2)]),
     ("baddbmm", lambda m: [S(m.f((2, 3, 2)), m.cube(), m.f((2, 4, 2))),
                            S(m.f((2,)), m.f((2, 3, 4)), m.f((2, 4, 2)), alpha=0.5)]),

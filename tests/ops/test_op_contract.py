@@ -19,7 +19,7 @@ import pytest
 
 import jitorch as jt
 from jitorch.ops import registry
-from tests.ops.samples import SAMPLES, VALUES_UNDEFINED, bind, missing_ops, samples, unknown_ops
+from tests.ops.samples import SAMPLES, VALUES_UNDEFINED, bind, method_call, missing_ops, samples, unknown_ops
 from tests.support import to_numpy
 
 # A sample that warns (a deprecated or degenerate input) is a bad sample.
@@ -27,8 +27,14 @@ pytestmark = pytest.mark.filterwarnings("error")
 
 OPS = sorted(registry.OPS)
 
+
+def ops_with(predicate):
+    """The ops a contract applies to (parametrising over just those, rather than skipping the rest)."""
+    return [name for name in OPS if predicate(registry.OPS[name])]
+
+
 # Composites whose output size depends on the data, whose meta run must refuse as torch's meta tensors do.
-DATA_DEPENDENT_COMPOSITES = {"nonzero"}
+DATA_DEPENDENT_COMPOSITES = {"nonzero", "unique"}
 
 _ULPS = {jt.float16: 1e-3, jt.bfloat16: 8e-3, jt.float32: 1e-6, jt.float64: 1e-13}
 
@@ -114,11 +120,10 @@ def _assert_spec_matches(what, specs, eager):
         assert s.dtype is e.dtype, f"{what}: output {i}: meta dtype {s.dtype}, eager {e.dtype}"
 
 
-@pytest.mark.parametrize("name", OPS)
+# A Python value computed from the data (``equal``, ``allclose``) has no meta form.
+@pytest.mark.parametrize("name", ops_with(lambda op: op.schema.returns[0].type in ("Tensor", "Any")))
 def test_meta_matches_eager(name):
     op = registry.OPS[name]
-    if op.schema.returns[0].type not in ("Tensor", "Any"):
-        pytest.skip("a Python value computed from the data has no meta form")
     for i, s in enumerate(cases(name)):
         what = f"{name} sample {i} {s}"
         eager = outputs(run(op, s))
@@ -172,12 +177,10 @@ def test_functional_call_leaves_inputs_alone(name):
 
 # Generated variants ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", OPS)
+@pytest.mark.parametrize("name", ops_with(lambda op: {"function", "method"} & op.variants))
 def test_function_and_method_match_registry(name):
     op = registry.OPS[name]
     forms = [f for f in ("function", "method") if f in op.variants]
-    if not forms:
-        pytest.skip("no function or method variant")
     values = name not in VALUES_UNDEFINED
     for i, s in enumerate(cases(name)):
         expected = run(op, s)
@@ -186,16 +189,14 @@ def test_function_and_method_match_registry(name):
             got = registry.FUNCTIONS[op.public_name](*c.args, **c.kwargs)
             assert_same(got, expected, f"{name} sample {i} {s}: jitorch.{op.public_name}", values)
         if "method" in forms:
-            c = s.clone()
-            got = getattr(c.args[0], op.method_name)(*c.args[1:], **c.kwargs)
+            x, args, kwargs = method_call(op, s.clone())
+            got = getattr(x, op.method_name)(*args, **kwargs)
             assert_same(got, expected, f"{name} sample {i} {s}: Tensor.{op.method_name}", values)
 
 
-@pytest.mark.parametrize("name", OPS)
+@pytest.mark.parametrize("name", ops_with(lambda op: "out" in op.variants))
 def test_out_variant(name):
     op = registry.OPS[name]
-    if "out" not in op.variants:
-        pytest.skip("no out= variant")
     for i, s in enumerate(cases(name)):
         what = f"{name} sample {i} {s}: out="
         expected = run(op, s)
@@ -212,28 +213,25 @@ def _fits(result, target):
     return result.shape == target.shape and jt.can_cast(result.dtype, target.dtype)
 
 
-@pytest.mark.parametrize("name", OPS)
+@pytest.mark.parametrize("name", ops_with(lambda op: "inplace" in op.variants))
 def test_inplace_variant(name):
     op = registry.OPS[name]
-    if "inplace" not in op.variants:
-        pytest.skip("no in-place variant")
     for i, s in enumerate(cases(name)):
         what = f"{name} sample {i} {s}: {op.method_name}_"
         expected = run(op, s)
-        c = s.clone()
-        x = c.args[0]
+        x, args, kwargs = method_call(op, s.clone())
         method = getattr(x, op.method_name + "_")
         if op.view is not None:  # an in-place view op retargets the tensor
-            assert method(*c.args[1:], **c.kwargs) is x, f"{what} did not return self"
+            assert method(*args, **kwargs) is x, f"{what} did not return self"
             assert (x.shape, x.stride(), x.storage_offset()) == \
                 (expected.shape, expected.stride(), expected.storage_offset()), f"{what}: geometry"
             continue
         version, data = x._version, x.untyped_storage().data.tobytes()
         if not _fits(expected, x):
             with pytest.raises(RuntimeError):
-                method(*c.args[1:], **c.kwargs)
+                method(*args, **kwargs)
             assert (x._version, x.untyped_storage().data.tobytes()) == (version, data), f"{what} wrote before raising"
             continue
-        assert method(*c.args[1:], **c.kwargs) is x, f"{what} did not return self"
+        assert method(*args, **kwargs) is x, f"{what} did not return self"
         assert x._version > version, f"{what} did not bump the version counter"
         assert_same(x, expected.to(x.dtype), what, name not in VALUES_UNDEFINED)

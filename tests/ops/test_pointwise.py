@@ -24,11 +24,13 @@ HALVES = (jt.float16, jt.bfloat16)
 # kind: the result dtype ("float": integers give the default float, "same": the promoted dtype, "bool").
 # exact: the reference runs in the op's compute dtype (rounding and division, where float64 could round
 # a quotient differently); otherwise in float64. nonzero: the second operand avoids 0 (integer division).
-Op = namedtuple("Op", "names ref low high dtypes kind exact nonzero kwargs")
+# tensors_only: torch takes no Python number as an operand (no Scalar overload).
+Op = namedtuple("Op", "names ref low high dtypes kind exact nonzero tensors_only kwargs")
 
 
-def op(names, ref, low=-10, high=10, dtypes=ALL_DTYPES, kind="same", exact=False, nonzero=False, **kwargs):
-    return Op(names, ref, low, high, dtypes, kind, exact, nonzero, kwargs)
+def op(names, ref, low=-10, high=10, dtypes=ALL_DTYPES, kind="same", exact=False, nonzero=False, tensors_only=False,
+       **kwargs):
+    return Op(names, ref, low, high, dtypes, kind, exact, nonzero, tensors_only, kwargs)
 
 
 def _ints_unchanged(fn):
@@ -124,20 +126,20 @@ BINARY = [
     op("remainder", np.remainder, 0.5, 10, dtypes=NOBOOL, exact=True, nonzero=True),
     op("fmod", np.fmod, 0.5, 10, dtypes=NOBOOL, exact=True, nonzero=True),
     op("pow", _int_pow, 0, 3, dtypes=NOBOOL),
-    op("atan2 arctan2", np.arctan2, kind="float"),
-    op("hypot", np.hypot, dtypes=FLOAT_DTYPES),
-    op("logaddexp", np.logaddexp, dtypes=FLOAT_DTYPES),
-    op("maximum", np.maximum),
-    op("minimum", np.minimum),
+    op("atan2 arctan2", np.arctan2, kind="float", tensors_only=True),
+    op("hypot", np.hypot, dtypes=FLOAT_DTYPES, tensors_only=True),
+    op("logaddexp", np.logaddexp, dtypes=FLOAT_DTYPES, tensors_only=True),
+    op("maximum", np.maximum, tensors_only=True),
+    op("minimum", np.minimum, tensors_only=True),
     op("eq", np.equal, kind="bool"),
     op("ne not_equal", np.not_equal, kind="bool"),
     op("lt less", np.less, kind="bool"),
     op("le less_equal", np.less_equal, kind="bool"),
     op("gt greater", np.greater, kind="bool"),
     op("ge greater_equal", np.greater_equal, kind="bool"),
-    op("logical_and", np.logical_and, kind="bool"),
-    op("logical_or", np.logical_or, kind="bool"),
-    op("logical_xor", np.logical_xor, kind="bool"),
+    op("logical_and", np.logical_and, kind="bool", tensors_only=True),
+    op("logical_or", np.logical_or, kind="bool", tensors_only=True),
+    op("logical_xor", np.logical_xor, kind="bool", tensors_only=True),
     op("bitwise_and", np.bitwise_and, dtypes=INTEGRAL),
     op("bitwise_or", np.bitwise_or, dtypes=INTEGRAL),
     op("bitwise_xor", np.bitwise_xor, dtypes=INTEGRAL),
@@ -219,7 +221,7 @@ def binary_operands(draw, spec):
                                                     max_side=4), label="shapes").input_shapes
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1), label="seed"))
     a, va = tensor_and_array(values(sa, da, rng), draw(st.sampled_from(LAYOUTS), label="layout a"))
-    if draw(st.booleans(), label="scalar b"):
+    if not spec.tensors_only and draw(st.booleans(), label="scalar b"):
         vb = values((), db, rng, spec.low, spec.high, spec.nonzero).item()
         return a, vb, va, vb
     b, vb = tensor_and_array(values(sb, db, rng, spec.low, spec.high, spec.nonzero),
@@ -286,6 +288,10 @@ def test_clamp_matches_numpy(dtype, lo_kind, hi_kind, shapes, layout, seed):
         return jt.tensor(v), v
     lo, vlo = bound(lo_kind, slo) if lo_kind else (None, None)
     hi, vhi = bound(hi_kind, shi) if hi_kind else (None, None)
+    if {lo_kind, hi_kind} == {"num", "tensor"}:  # torch's clamp overloads take two numbers or two tensors
+        with pytest.raises(TypeError, match=r"clamp\(\) received an invalid combination of arguments - got \(Tensor, "):
+            jt.clamp(x, lo, hi)
+        return
     common = result_type_of(*[v for v in (x, lo, hi) if v is not None])
     cast = compute_np(common, True)
     expected = vx.astype(cast)
@@ -502,8 +508,8 @@ INPLACE = [  # (method, its arguments)
     ("remainder_", (0.7,)), ("fmod_", (0.7,)), ("pow_", (2,)), ("neg_", ()), ("abs_", ()), ("sign_", ()),
     ("square_", ()), ("exp_", ()), ("sqrt_", ()), ("sigmoid_", ()), ("erf_", ()), ("floor_", ()), ("round_", ()),
     ("frac_", ()), ("clamp_", (0.2, 0.5)), ("clip_", (None, 0.5)), ("lerp_", (jt.tensor(1.0), 0.3)),
-    ("hypot_", (1.0,)), ("atan2_", (1.0,)), ("relu_", ()), ("eq_", (0.5,)), ("lt_", (0.5,)),
-    ("logical_and_", (0,)), ("logical_not_", ()),
+    ("hypot_", (jt.tensor(1.0),)), ("atan2_", (jt.tensor(1.0),)), ("relu_", ()), ("eq_", (0.5,)), ("lt_", (0.5,)),
+    ("logical_and_", (jt.tensor(0),)), ("logical_not_", ()),
 ]
 
 
@@ -583,8 +589,9 @@ def test_python_operators_are_the_registry_ops(py_op, py_iop, name, dtype):
     x = jt.tensor([3, 5, 6], dtype=dtype)
     y = jt.tensor([2, 1, 3], dtype=dtype)
     s = 2 if name in _BITWISE else (2 if dtype is jt.int64 else 1.5)
-    for got, want in ((py_op(x, y), fn(x, y)), (py_op(x, s), fn(x, s)), (py_op(s, x), fn(s, x)),
-                      (py_op(np.int64(2), x), fn(2, x))):
+    # reflected: a number on the left counts as a wrapped number (comparisons take no number there)
+    for got, want in ((py_op(x, y), fn(x, y)), (py_op(x, s), fn(x, s)), (py_op(s, x), fn(jt.tensor(s), x)),
+                      (py_op(np.int64(2), x), fn(jt.tensor(2), x))):
         assert got.dtype is want.dtype and got.shape == want.shape
         np.testing.assert_array_equal(got.numpy(), want.numpy())
     if py_iop is None:
@@ -666,8 +673,9 @@ ERRORS = [
     (lambda: jt.fmod(_b, _b), NotImplementedError, "\"fmod_cpu\" not implemented for 'Bool'"),
     (lambda: jt.hypot(_i, _i), NotImplementedError, "\"hypot_cpu\" not implemented for 'Long'"),
     (lambda: jt.logaddexp(_b, _b), NotImplementedError, "\"logaddexp_cpu\" not implemented for 'Bool'"),
-    (lambda: _f & _f, RuntimeError, "\"bitwise_and_cpu\" not implemented for 'Float'"),
-    (lambda: jt.bitwise_not(_f), RuntimeError, "\"bitwise_not_cpu\" not implemented for 'Float'"),
+    (lambda: _f & _f, NotImplementedError, "\"bitwise_and_cpu\" not implemented for 'Float'"),
+    (lambda: jt.bitwise_not(_f), NotImplementedError, "\"bitwise_not_cpu\" not implemented for 'Float'"),
+    (lambda: _i | 1.5, NotImplementedError, "\"bitwise_or_cpu\" not implemented for 'Float'"),
     (lambda: ~_f, TypeError, r"~ \(operator.invert\) is only implemented on integer and Boolean-type tensors"),
     (lambda: +_b, RuntimeError, r"The `\+` operator, on a bool tensor is not supported."),
     (lambda: _f << 1, NotImplementedError, "\"lshift_cpu\" not implemented for 'Float'"),
@@ -692,6 +700,15 @@ ERRORS = [
      r"The size of tensor a \(2\) must match the size of tensor b \(3\) at non-singleton dimension 0"),
     (lambda: jt.isclose(_f, _f.double()), RuntimeError, "Float did not match Double"),
     (lambda: jt.isclose(_f, 1.0), TypeError, "must be Tensor, not float"),
+    (lambda: jt.atan2(_f, 2.5), TypeError, r"atan2\(\): argument 'other' \(position 2\) must be Tensor, not float"),
+    (lambda: jt.maximum(2, _i), TypeError, r"maximum\(\): argument 'input' \(position 1\) must be Tensor, not int"),
+    (lambda: _f.hypot_(1.0), TypeError, r"hypot\(\): argument 'other' \(position 2\) must be Tensor, not float"),
+    (lambda: jt.logical_and(_b, True), TypeError, r"argument 'other' \(position 2\) must be Tensor, not bool"),
+    (lambda: jt.eq(2, _i), TypeError, r"eq\(\): argument 'input' \(position 1\) must be Tensor, not int"),
+    (lambda: jt.fmod(2.5, _f), TypeError, r"argument 'input' \(position 1\) must be Tensor, not float"),
+    (lambda: jt.clamp_min(1, _i), TypeError, r"argument 'input' \(position 1\) must be Tensor, not int"),
+    (lambda: jt.clip(_f, _f, 2.5), TypeError,
+     r"clip\(\) received an invalid combination of arguments - got \(Tensor, Tensor, float\)"),
     (lambda: jt.isclose(_f, _f, rtol=-0.5), RuntimeError, "rtol must be greater than or equal to zero, but got -0.5"),
     (lambda: jt.allclose(_f, _f, atol=-1), RuntimeError, "atol must be greater than or equal to zero, but got -1"),
     (lambda: jt.allclose(_i, _f), RuntimeError, "Long did not match Float"),

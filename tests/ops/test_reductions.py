@@ -439,6 +439,8 @@ SPECIFY = "Specify the reduction dim with the 'dim' argument"
     (lambda: jt.ones(2, 2, 2).norm("fro", (0, 1, 2)), RuntimeError, "linalg.matrix_norm: dim must be a 2-tuple. "
                                                                      "Got 0 1 2"),
     (lambda: F.norm("abc"), RuntimeError, "linalg.matrix_norm: Order abc not supported"),
+    (lambda: jt.ones(2, 3, dtype=jt.float16).norm("nuc", dtype=jt.float32), RuntimeError,
+     "linalg.matrix_norm: Low precision dtypes not supported. Got Half"),
     (lambda: F.prod((0, 1)), TypeError, r"prod\(\): argument 'dim' \(position 2\) must be int, not tuple"),
     (lambda: F.max(keepdim=True), TypeError, r"max\(\) received an invalid combination of arguments"),
     (lambda: jt.logsumexp(F), TypeError, "dim"),
