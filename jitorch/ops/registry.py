@@ -427,8 +427,19 @@ def _make_views(op, args):
     return Tensor._view_of(base, *geo)
 
 
+def check_no_internal_overlap(t):
+    """torch's refusal to write into a tensor whose elements share memory (an expanded one)."""
+    for n, st in zip(t.shape, t._stride):
+        if st == 0 and n > 1:
+            raise RuntimeError(
+                "unsupported operation: more than one element of the written-to tensor refers to a single memory "
+                "location. Please clone() the tensor before performing the operation."
+            )
+
+
 def check_inplace(op, self, spec):
     """An in-place or out= result must keep the target's shape and castable dtype."""
+    check_no_internal_overlap(self)
     if spec.shape != self.shape:
         raise RuntimeError(
             f"output with shape {list(self.shape)} doesn't match the broadcast shape {list(spec.shape)}"
@@ -491,6 +502,7 @@ def write_out(op, out, result):
             f"result type {scalar_name(result.dtype)} can't be cast to the desired output type "
             f"{scalar_name(out.dtype)}"
         )
+    check_no_internal_overlap(out)
     if out.shape != result.shape:
         if out.numel() != 0:
             import warnings

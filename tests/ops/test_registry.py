@@ -154,3 +154,12 @@ def test_floating_point_errors_neither_warn_nor_raise():
         assert jt.exp(jt.tensor([1000.0])).tolist() == [float("inf")]
         assert jt.exp(jt.tensor([1000.0], dtype=jt.float16)).tolist() == [float("inf")]
         assert np.isnan((jt.tensor([float("inf")]) - float("inf")).item())
+
+
+def test_writes_into_self_overlapping_tensors_raise():
+    x = jt.zeros(1).expand(3)
+    with pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
+        x.add_(1)
+    with pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
+        jt.add(jt.ones(3), 1, out=x)
+    assert x.tolist() == [0.0, 0.0, 0.0]
