@@ -78,8 +78,7 @@ class Tensor:
         if dtype is None:
             dtype = _dt.from_numpy_dtype(arr.dtype)
         if arr.flags.c_contiguous:
-            flat = arr.reshape(-1)
-            return cls._make(Storage(flat, dtype), arr.shape, contiguous_strides_cached(arr.shape), 0, arr)
+            return cls._make(Storage(arr, dtype), arr.shape, contiguous_strides_cached(arr.shape), 0, arr)
         found = storage_of_array(arr)
         if found is None:
             arr = np.ascontiguousarray(arr)
@@ -520,9 +519,11 @@ _UNARY = {"neg": "neg", "abs": "abs"}
 
 def _install_operators(functions):
     def forward(fname):
+        fn = functions[fname]
+
         def op(self, other):
             try:
-                return functions[fname](self, other)
+                return fn(self, other)
             except TypeError:
                 if isinstance(other, (Tensor, builtins.int, builtins.float, builtins.bool, np.generic)):
                     raise

@@ -375,8 +375,11 @@ _ARITHMETIC = (
     ("clamp_max", "(Tensor self, Tensor max) -> Tensor", lambda x, hi: _clamp(x, None, hi), DEFAULT, ALL,
      lambda spec, x, hi: _check_clamp(spec, x, None, hi), "``min(self, max)``."),
 )
+# NumPy's ufunc for the ops whose formula reduces to it at the default alpha (the fast path calls it directly)
+_PLAIN = {"add": np.add, "sub": np.subtract}
 for _names, _signature, _formula, _promotion, _variants, _check, _doc in _ARITHMETIC:
-    _declare(_names, _signature, _formula, _promotion, _doc, variants=_variants, check=_check)
+    _declare(_names, _signature, _formula, _promotion, _doc, variants=_variants, check=_check,
+             plain=_PLAIN.get(_names.split()[0]))
 
 
 _DIV_MODES = {None: "true_divide", "trunc": "_div_trunc", "floor": "floor_divide"}

@@ -38,8 +38,10 @@ def _scalar_in(value, compute_np):
 
 
 def defpointwise(schema, formula, promotion=M.DEFAULT, *, variants=("function", "method", "inplace", "out"),
-                 check=None, **attrs):
-    """Declare a pointwise op. ``check(spec, *args)`` may raise for bad values or dtypes."""
+                 check=None, plain=None, **attrs):
+    """Declare a pointwise op. ``check(spec, *args)`` may raise for bad values or dtypes. ``plain``
+    is a NumPy function equal to ``formula`` when the op's other arguments have their defaults
+    (``np.add`` for ``add`` at alpha=1): the fast path calls it without the formula's frame."""
     op = defop(schema, meta=lambda *a: None, kind="pointwise", variants=variants, **attrs)
     positions = tuple(i for i, _ in op.tensor_args)
     name = op.public_name
@@ -66,7 +68,8 @@ def defpointwise(schema, formula, promotion=M.DEFAULT, *, variants=("function", 
 
     op.meta = meta
     op.kernels["cpu"] = kernel
-    op.fast = _fast_path(formula, promotion, positions, others, check)
+    defaults = tuple(op.schema.args[i].default for i in others)
+    op.fast = _fast_path(formula, promotion, positions, others, check, plain, defaults)
     op.attrs.setdefault("promotion", promotion)
     return op
 
@@ -76,7 +79,7 @@ _FAST_KINDS = {M.DEFAULT: "biuf", M.INT_TO_FLOAT: "f", M.ALWAYS_BOOL: "biuf", M.
 _HALVES = (_dt.float16, _dt.bfloat16)
 
 
-def _fast_path(formula, promotion, positions, others, check):
+def _fast_path(formula, promotion, positions, others, check, plain, defaults):
     """``fast(args) -> Tensor | None``: the result, or None to take the general path.
 
     The op's ``check`` runs first, given the spec of the result (shape None: a check reads dtypes) and the
@@ -112,7 +115,7 @@ def _fast_path(formula, promotion, positions, others, check):
         strides = contiguous.get(shape)
         if strides is None or not r.flags.c_contiguous:
             return registry.Tensor._from_array(r, out)
-        return registry.Tensor._make(Storage(r.reshape(-1), out), shape, strides, 0, r)
+        return registry.Tensor._make(Storage(r, out), shape, strides, 0, r)
 
     def fast1(args):
         x = args[0]
@@ -173,7 +176,12 @@ def _fast_path(formula, promotion, positions, others, check):
             check(specs[dtype], *args)
         token = fp_errors.enter()
         try:
-            r = formula(xa, ya, *args[2:]) if rest else formula(xa, ya)
+            if not rest:
+                r = formula(xa, ya)
+            elif plain is not None and args[2:] == defaults:
+                r = plain(xa, ya)
+            else:
+                r = formula(xa, ya, *args[2:])
         except (ValueError, OverflowError, TypeError):
             return None
         finally:

@@ -14,14 +14,24 @@ from .device import CPU, META
 
 
 class Storage:
-    __slots__ = ("data", "dtype", "device", "size", "_version", "__weakref__")
+    """A flat buffer. ``data`` may be given as any C-contiguous array: it is
+    flattened on first use, which spares short-lived results the reshape."""
+
+    __slots__ = ("_data", "dtype", "device", "size", "_version", "__weakref__")
 
     def __init__(self, data, dtype, device=CPU, size=None):
-        self.data = data
+        self._data = data
         self.dtype = dtype
         self.device = device
-        self.size = len(data) if data is not None else size
+        self.size = data.size if data is not None else size
         self._version = 0
+
+    @property
+    def data(self):
+        d = self._data
+        if d is not None and d.ndim != 1:
+            d = self._data = d.reshape(-1)
+        return d
 
     @classmethod
     def empty(cls, n, dtype, device=CPU):
