@@ -502,3 +502,31 @@ for _schema, _fn, _variants, _doc in _VIEWS:
     defop(_schema, view=_fn, kind="view", variants=_variants, doc=_doc)
 
 __all__ = ["memory_format", "preserve_format", "contiguous_format", "dense_strides"]
+
+
+# Scatter into a view: how the tracer records an in-place write through a view ------------
+
+def _as_strided_scatter_meta(x, src, size, stride, storage_offset):
+    size, stride, offset = _as_strided(x, size, stride, storage_offset)
+    if tuple(src.shape) != size:
+        raise RuntimeError(f"expected src to have a size equal to the slice of self. src size = {list_str(src.shape)}"
+                           f", slice size = {list_str(size)}")
+    if src.dtype is not x.dtype:
+        raise RuntimeError(f"expected src and self to have the same dtype, got {src.dtype} and {x.dtype}")
+    return TensorSpec(tuple(x.shape), x.dtype, x.device)
+
+
+def _as_strided_scatter_cpu(spec, x, src, size, stride, storage_offset):
+    out = np.array(x, order="C", copy=True)
+    flat = out.reshape(-1)
+    offset = 0 if storage_offset is None else storage_offset
+    item = flat.itemsize
+    region = np.lib.stride_tricks.as_strided(flat[offset:], tuple(size), tuple(s * item for s in stride))
+    region[...] = src
+    return out
+
+
+defop("as_strided_scatter(Tensor self, Tensor src, int[] size, int[] stride, int? storage_offset=None) -> Tensor",
+      meta=_as_strided_scatter_meta, cpu=_as_strided_scatter_cpu, kind="other", variants=("function",),
+      doc="A copy of ``self`` (read as a contiguous tensor) whose elements at the strided view "
+          "``as_strided(size, stride, storage_offset)`` are replaced by ``src``.")

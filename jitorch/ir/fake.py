@@ -1,0 +1,33 @@
+"""Fake tensors: real `Tensor` objects with a shape, dtype, device and strides but no data.
+
+Meta rules read only geometry, so a fake tensor lets the verifier re-run an
+op's meta rule on a node's input types, and lets the tracer run user code
+whose ops record nodes instead of computing. A fake tensor's storage has no
+buffer; reading its values raises.
+"""
+
+from __future__ import annotations
+
+from math import prod
+
+from ..runtime.storage import Storage
+from ..runtime.strided import contiguous_strides
+from ..tensor import Tensor
+
+
+def fake_tensor(shape, dtype, device, strides=None, offset=0, storage_size=None):
+    """A data-less tensor; compact (contiguous, offset 0) unless strides are given."""
+    shape = tuple(shape)
+    strides = contiguous_strides(shape) if strides is None else tuple(strides)
+    if storage_size is None:
+        storage_size = prod(shape)
+    return Tensor._make(Storage(None, dtype, device, storage_size), shape, strides, offset)
+
+
+def fake_of_type(type):
+    """The compact fake tensor of an IR value's type."""
+    return fake_tensor(type.shape, type.dtype, type.device)
+
+
+def is_fake(t):
+    return isinstance(t, Tensor) and t._storage.data is None and t.device.type != "meta"

@@ -1,0 +1,209 @@
+"""The SSA graph: values with tensor types, op nodes, constants and outputs.
+
+A `Graph` is a function of its `inputs` (placeholder values). Its body is a
+list of `Node`s in definition order; each node names a registry op and holds
+that op's arguments in schema order, where tensors are `Value`s (lists of them
+for ``Tensor[]``) and everything else is a plain Python literal (ints, floats,
+bools, None, strings, tuples, dtypes, devices). A node defines one value per
+tensor result of its op. Captured tensors are `constants`: values defined by
+name and bound to a tensor that is read at call time, so a later in-place
+change to it is seen. The graph returns `outputs`, a pytree (tuples, lists and
+dicts) of values and Python literals, and may write new values back into
+inputs (`mutations`): in-place ops on inputs are recorded functionally.
+
+Values are logical tensors (shape, dtype, device): the IR is functional and
+has no aliasing. View ops read their input as a compact tensor (contiguous,
+offset 0); ``as_strided`` and ``as_strided_scatter`` address that layout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..runtime import dtypes as _dt
+from ..runtime.device import device as _device_cls
+
+DTYPE_CODES = {
+    "bool": "bool", "uint8": "u8", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
+    "float16": "f16", "bfloat16": "bf16", "float32": "f32", "float64": "f64",
+}
+CODE_DTYPES = {code: getattr(_dt, name) for name, code in DTYPE_CODES.items()}
+
+
+@dataclass(frozen=True)
+class TensorType:
+    """The type of a value: shape, dtype and device (``f32[64, 128]``, ``i64[]@cuda:0``)."""
+
+    shape: tuple
+    dtype: _dt.dtype
+    device: _device_cls
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    def __str__(self):
+        text = f"{DTYPE_CODES[self.dtype.name]}[{', '.join(str(n) for n in self.shape)}]"
+        return text if self.device.type == "cpu" else f"{text}@{self.device}"
+
+
+class Value:
+    """One SSA value: defined once (by an input, a constant or a node output)."""
+
+    __slots__ = ("name", "type", "node", "index", "requires_grad")
+
+    def __init__(self, name, type, node=None, index=0, requires_grad=False):
+        self.name = name
+        self.type = type
+        self.node = node      # the defining Node, or None for inputs and constants
+        self.index = index    # which output of ``node``
+        self.requires_grad = requires_grad
+
+    def __repr__(self):
+        return f"%{self.name}"
+
+
+class Node:
+    """One op application: ``outputs = op(*args)`` with args in schema order."""
+
+    __slots__ = ("op", "args", "outputs")
+
+    def __init__(self, op, args, outputs=()):
+        self.op = op
+        self.args = tuple(args)
+        self.outputs = list(outputs)
+
+    def input_values(self):
+        """The values this node reads, in argument order."""
+        return [v for v in iter_values(self.args)]
+
+    def __repr__(self):
+        return f"<node {', '.join(map(repr, self.outputs))} = {self.op.name}>"
+
+
+def iter_values(args):
+    """Every Value inside an argument list (nested lists and tuples included)."""
+    for a in args:
+        if isinstance(a, Value):
+            yield a
+        elif isinstance(a, (list, tuple)):
+            yield from iter_values(a)
+
+
+class Graph:
+    """A traced program: inputs, constants, nodes, outputs and input mutations."""
+
+    def __init__(self):
+        self.inputs: list = []          # placeholder Values, in call order
+        self.constants: dict = {}       # name -> Value
+        self.constant_tensors: dict = {}  # name -> the captured tensor (read at call time)
+        self.nodes: list = []
+        self.outputs = None             # pytree of Values and literals
+        self.mutations: list = []       # (input Value, Value written back into it)
+        self._next_id = 0
+        self._names: set = set()
+
+    # Building ---------------------------------------------------------------------
+
+    def _fresh(self, hint=None):
+        if hint is not None:
+            name = hint
+            k = 1
+            while name in self._names:
+                name = f"{hint}_{k}"
+                k += 1
+        else:
+            while str(self._next_id) in self._names:
+                self._next_id += 1
+            name = str(self._next_id)
+            self._next_id += 1
+        self._names.add(name)
+        return name
+
+    def add_input(self, type, name=None, requires_grad=False):
+        value = Value(self._fresh(name or "input"), type, requires_grad=requires_grad)
+        self.inputs.append(value)
+        return value
+
+    def add_constant(self, name, tensor, type):
+        value = Value(self._fresh(name), type)
+        self.constants[value.name] = value
+        self.constant_tensors[value.name] = tensor
+        return value
+
+    def add_node(self, op, args, types, names=None):
+        """Append ``op(*args)``; returns the node, whose outputs have ``types``."""
+        node = Node(op, args)
+        for i, t in enumerate(types):
+            node.outputs.append(Value(self._fresh(names[i] if names else None), t, node, i))
+        self.nodes.append(node)
+        return node
+
+    # Reading ----------------------------------------------------------------------
+
+    def output_values(self):
+        from ..utils.pytree import tree_leaves
+        return [v for v in tree_leaves(self.outputs) if isinstance(v, Value)]
+
+    def values(self):
+        """Every value in definition order: inputs, constants, node outputs."""
+        yield from self.inputs
+        yield from self.constants.values()
+        for node in self.nodes:
+            yield from node.outputs
+
+    def __str__(self):
+        from .printer import print_graph
+        return print_graph(self)
+
+    def __repr__(self):
+        return f"<Graph {len(self.inputs)} inputs, {len(self.nodes)} nodes>"
+
+    def __eq__(self, other):
+        from .printer import print_graph
+        return isinstance(other, Graph) and print_graph(self, canonical=True) == print_graph(other, canonical=True)
+
+    __hash__ = None
+
+    def to_networkx(self):
+        """The dataflow as a networkx.DiGraph: one vertex per node, input and constant."""
+        import networkx as nx
+        g = nx.DiGraph()
+        for v in self.inputs:
+            g.add_node(v.name, kind="input", type=str(v.type))
+        for name, v in self.constants.items():
+            g.add_node(name, kind="constant", type=str(v.type))
+        for i, node in enumerate(self.nodes):
+            key = _node_key(node)
+            g.add_node(key, kind="op", op=node.op.name, type=", ".join(str(o.type) for o in node.outputs))
+            for v in node.input_values():
+                g.add_edge(_def_key(v), key)
+        g.add_node("output", kind="output")
+        for v in self.output_values():
+            g.add_edge(_def_key(v), "output")
+        for target, v in self.mutations:
+            g.add_edge(_def_key(v), "output")
+        return g
+
+    def to_dot(self):
+        """Graphviz text of the dataflow (render with ``dot -Tsvg``)."""
+        g = self.to_networkx()
+        lines = ["digraph jitorch {", "  node [shape=box, fontname=monospace];"]
+        for key, attrs in g.nodes(data=True):
+            label = attrs.get("op", attrs["kind"]) if attrs["kind"] == "op" else key
+            if attrs.get("type"):
+                label += "\\n" + attrs["type"]
+            style = {"input": ", style=rounded", "constant": ", style=dashed", "output": ", shape=oval"}
+            lines.append(f'  "{key}" [label="{label}"{style.get(attrs["kind"], "")}];')
+        for a, b in g.edges:
+            lines.append(f'  "{a}" -> "{b}";')
+        lines.append("}")
+        return "\n".join(lines)
+
+
+def _node_key(node):
+    return ",".join(o.name for o in node.outputs) or f"node{id(node)}"
+
+
+def _def_key(value):
+    return _node_key(value.node) if value.node is not None else value.name

@@ -1,0 +1,1 @@
+"""Utilities shared across jitorch (pytrees)."""
