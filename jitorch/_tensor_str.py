@@ -203,7 +203,7 @@ def tensor_repr(t):
         suffixes.append(f"device='{t.device}'")
     default = _dt.get_default_dtype()
     size = f"size={tuple(t.shape)}"
-    if t.device.type == "meta":
+    if t._storage.data is None:  # meta, or a tensor being traced: no values to show
         suffixes.append(size)
         if t.dtype is not default:
             suffixes.append(f"dtype={t.dtype}")

@@ -120,9 +120,7 @@ class Tensor:
         if arr is None:
             st = self._storage
             if st.data is None:
-                raise NotImplementedError(
-                    f"Cannot access the data of a tensor on device '{self.device}'"
-                )
+                raise st.no_data_error(self)
             item = st.dtype.itemsize
             if st.size == 0 or 0 in self._shape:
                 arr = np.empty(self._shape, st.data.dtype)

@@ -18,6 +18,7 @@ offset 0); ``as_strided`` and ``as_strided_scatter`` address that layout.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from ..runtime import dtypes as _dt
@@ -100,6 +101,7 @@ class Graph:
         self.nodes: list = []
         self.outputs = None             # pytree of Values and literals
         self.mutations: list = []       # (input Value, Value written back into it)
+        self.objects: dict = {}         # name -> a non-tensor object an op uses (a Generator), printed @name
         self._next_id = 0
         self._names: set = set()
 
@@ -107,7 +109,8 @@ class Graph:
 
     def _fresh(self, hint=None):
         if hint is not None:
-            name = hint
+            # names print as %name, which the parser reads back if made of letters, digits, '_' and '.'
+            hint = name = re.sub(r"[^A-Za-z0-9_.]", "_", hint) or "_"
             k = 1
             while name in self._names:
                 name = f"{hint}_{k}"
@@ -130,6 +133,19 @@ class Graph:
         self.constants[value.name] = value
         self.constant_tensors[value.name] = tensor
         return value
+
+    def add_object(self, obj, hint="g"):
+        """Register an object (a Generator) the graph's ops use; returns its name."""
+        for name, known in self.objects.items():
+            if known is obj:
+                return name
+        name = hint
+        k = 0
+        while name in self.objects:
+            k += 1
+            name = f"{hint}{k}"
+        self.objects[name] = obj
+        return name
 
     def add_node(self, op, args, types, names=None):
         """Append ``op(*args)``; returns the node, whose outputs have ``types``."""

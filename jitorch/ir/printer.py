@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import math
 
+from ..ops.random_ops import Generator
+from ..ops.views import memory_format
 from ..runtime import dtypes as _dt
 from ..runtime.device import device as _device_cls
 from .graph import DTYPE_CODES, Value
@@ -42,6 +44,10 @@ def format_literal(v, names):
         return DTYPE_CODES[v.name]
     if isinstance(v, _device_cls):
         return f"device({str(v)!r})"
+    if isinstance(v, memory_format):
+        return v.name
+    if isinstance(v, Generator):
+        return "@" + names[v]
     if isinstance(v, (list, tuple)):
         inner = ", ".join(format_literal(x, names) for x in v)
         return f"[{inner}]"
@@ -91,6 +97,7 @@ def print_graph(graph, canonical=False):
         names = {v: f"v{i}" for i, v in enumerate(graph.values())}
     else:
         names = {v: v.name for v in graph.values()}
+    names.update({obj: name for name, obj in graph.objects.items()})
     header = ", ".join(
         f"%{names[v]}: {v.type}" + (" requires_grad" if v.requires_grad else "") for v in graph.inputs
     )

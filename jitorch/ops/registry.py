@@ -261,8 +261,11 @@ def convert_args(op, args):
 
 # Execution ----------------------------------------------------------------
 
-# Hooks run before eager execution; tracing and autograd install theirs here.
-# Each is called as hook(op, args) and returns NotImplemented to pass.
+# Hooks that take over dispatch (the tracer installs one; autograd will too). Each is
+# an object with ``call(op, args, out)`` and ``call_inplace(op, args)`` that return
+# NotImplemented to pass the call on. Composite ops run their bodies before the
+# hooks see them, so hooks see only primitive ops. While any hook is installed,
+# the eager fast paths are off.
 DISPATCH_HOOKS: list = []
 
 
@@ -319,7 +322,7 @@ def call(op, args, out=None):
         result = op.composite(*args)
         return result if out is None else write_out(op, out, result)
     for hook in DISPATCH_HOOKS:
-        r = hook(op, args, out)
+        r = hook.call(op, args, out)
         if r is not NotImplemented:
             return r
     result = execute(op, args)
@@ -465,7 +468,7 @@ def call_inplace(op, args):
         check_same_device(op, args)
     self = args[0]
     for hook in DISPATCH_HOOKS:
-        r = hook(op, args, self, inplace=True) if getattr(hook, "handles_inplace", False) else NotImplemented
+        r = hook.call_inplace(op, args)
         if r is not NotImplemented:
             return r
     if op.view is not None:

@@ -43,6 +43,10 @@ class Storage:
 
         no_cuda()
 
+    def no_data_error(self, tensor):
+        """The error for reading the elements of a storage that has none."""
+        return NotImplementedError(f"Cannot access the data of a tensor on device '{tensor.device}'")
+
     def nbytes(self):
         return self.size * self.dtype.itemsize
 

@@ -1,0 +1,76 @@
+"""The reference interpreter: runs a graph node by node with the eager kernels.
+
+It is the oracle every compiled result is compared with, so it does nothing
+clever. Every node reads its tensor arguments compact (contiguous, offset 0,
+a storage of exactly its elements; a copy where they are not), as the IR reads
+values: view ops and ``as_strided_scatter`` then address the layout the IR
+means, whatever the strides of the caller's tensors. Results are what the
+kernels give: a returned input is that input, and a view may share memory
+with an input.
+"""
+
+from __future__ import annotations
+
+from ..ops import registry
+from ..ops.views import contiguous_format
+from ..tensor import Tensor
+from ..utils.pytree import tree_map
+from .graph import TensorType, Value
+
+
+def interpret(graph, inputs, constants=None):
+    """Run ``graph`` on ``inputs`` (tensors for ``graph.inputs``, in order).
+
+    ``constants`` maps constant names to tensors; by default the graph's own
+    ``constant_tensors``, read now, so in-place changes made to them since
+    tracing are seen. Returns ``(outputs, mutations)``: the output pytree with
+    values replaced by tensors (literals kept), and a list of ``(target Value,
+    tensor)`` that the caller writes back into the inputs and constants.
+    Raises ValueError if an input or constant does not match its type.
+    """
+    inputs = list(inputs)
+    if len(inputs) != len(graph.inputs):
+        raise ValueError(f"the graph takes {len(graph.inputs)} inputs, got {len(inputs)}")
+    tensors = graph.constant_tensors if constants is None else constants
+    env = {}
+    for v, t in zip(graph.inputs, inputs):
+        env[v] = _checked(f"input %{v.name}", v, t)
+    for name, v in graph.constants.items():
+        if name not in tensors:
+            raise ValueError(f"no tensor for constant {name!r}")
+        env[v] = _checked(f"constant {name!r}", v, tensors[name])
+    for node in graph.nodes:
+        result = registry.call(node.op, _arguments(node.args, env))
+        results = [result] if isinstance(result, Tensor) else list(result)
+        for v, t in zip(node.outputs, results, strict=True):
+            env[v] = t
+    outputs = tree_map(lambda x: env[x] if isinstance(x, Value) else x, graph.outputs)
+    return outputs, [(target, env[v]) for target, v in graph.mutations]
+
+
+def _checked(what, v, t):
+    """``t``, checked against the type of the input or constant ``v`` it is bound to."""
+    if not isinstance(t, Tensor):
+        raise ValueError(f"{what} must be a tensor of type {v.type}, not {type(t).__name__}")
+    got = TensorType(tuple(t.shape), t.dtype, t.device)
+    if got != v.type:
+        raise ValueError(f"{what} must be a tensor of type {v.type}, got {got}")
+    return t
+
+
+def _compact(t):
+    """``t`` if it is compact, else a compact copy."""
+    if t.is_contiguous() and t.storage_offset() == 0 and len(t.untyped_storage()) == t.numel():
+        return t
+    return t.clone(memory_format=contiguous_format)
+
+
+def _arguments(args, env):
+    """A node's arguments with values replaced by their tensors, compact (inside lists too)."""
+    def one(a):
+        if isinstance(a, Value):
+            return _compact(env[a])
+        if isinstance(a, (list, tuple)):
+            return type(a)(one(x) for x in a)
+        return a
+    return [one(a) for a in args]

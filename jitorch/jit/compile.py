@@ -1,0 +1,225 @@
+"""`jitorch.compile`: trace on the first call, reuse the graph while its guards hold.
+
+A call's guard key is the structure of its arguments plus, per leaf, the
+tensor's shape, dtype, device, contiguity and ``requires_grad``, or the Python
+value itself. A key seen before reuses its cache entry; a new key traces
+again, up to `config.recompile_limit` entries, after which the function warns
+once and runs eagerly. A function that cannot be traced runs eagerly with one
+warning (``fullgraph=False``, the default) or raises (``fullgraph=True``).
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from dataclasses import dataclass, field
+
+from ..tensor import Tensor
+from ..utils.pytree import tree_flatten
+from . import logs
+from .errors import TraceError
+from .tracer import trace_with_inputs
+
+
+class config:
+    """Settings of `jitorch.compile`."""
+
+    recompile_limit = 8  # cache entries per compiled function, as torch's cache_size_limit
+
+
+BACKENDS = ("interpreter",)
+
+
+def _leaf_guard(leaf):
+    if isinstance(leaf, Tensor):
+        return ("tensor", tuple(leaf.shape), leaf.dtype, leaf.device, leaf.is_contiguous(), leaf.requires_grad)
+    try:
+        hash(leaf)
+    except TypeError:
+        return ("object", type(leaf), id(leaf))
+    return ("value", type(leaf), leaf)
+
+
+def guard_key(args, kwargs):
+    """What a cached graph assumes about a call's arguments, as a hashable key."""
+    leaves, spec = tree_flatten((args, kwargs))
+    return (spec,) + tuple(_leaf_guard(leaf) for leaf in leaves)
+
+
+def describe_guards(key, names):
+    """The guards of a key, one readable line per argument leaf."""
+    lines = []
+    for name, guard in zip(names, key[1:]):
+        if guard[0] == "tensor":
+            _, shape, dtype, device, contiguous, requires_grad = guard
+            lines.append(f"{name}: Tensor shape={list(shape)} dtype={dtype} device={device} "
+                         f"{'contiguous' if contiguous else 'non-contiguous'} requires_grad={requires_grad}")
+        elif guard[0] == "value":
+            lines.append(f"{name} == {guard[2]!r} ({guard[1].__name__})")
+        else:
+            lines.append(f"{name} is the same {guard[1].__name__} object")
+    return lines
+
+
+def guard_difference(old, new, names):
+    """Why ``new`` misses the entry keyed ``old``: the first guard that differs."""
+    if old[0] != new[0]:
+        return "the structure of the arguments changed"
+    fields = ("kind", "shape", "dtype", "device", "contiguity", "requires_grad")
+    for name, a, b in zip(names, old[1:], new[1:]):
+        if a == b:
+            continue
+        if a[0] == b[0] == "tensor":
+            which = next(f for f, x, y in zip(fields, a, b) if x != y)
+            return f"{which} of {name} changed from {_show(a[fields.index(which)])} to {_show(b[fields.index(which)])}"
+        return f"{name} changed from {_show(a[-1])} to {_show(b[-1])}"
+    return "the guards differ"
+
+
+def _show(v):
+    return list(v) if isinstance(v, tuple) else v
+
+
+@dataclass
+class CacheEntry:
+    """One traced specialisation: its graph, or why it runs eagerly."""
+
+    key: tuple
+    names: list
+    graph: object = None
+    eager_reason: str = None
+    calls: int = field(default=0)
+
+    def guards(self):
+        return describe_guards(self.key, self.names)
+
+
+class CompiledFunction:
+    """``fn`` compiled: call it like ``fn``; `lower` shows what it compiles to."""
+
+    def __init__(self, fn, *, fullgraph=False, dynamic=None, backend="interpreter"):
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown backend {backend!r}: expected one of {', '.join(BACKENDS)}")
+        self.fn = fn
+        self.fullgraph = fullgraph
+        self.dynamic = dynamic
+        self.backend = backend
+        self.cache: dict = {}
+        self._warned_limit = False
+        self.name = getattr(fn, "__name__", type(fn).__name__)
+        functools.update_wrapper(self, fn, updated=())
+
+    def __get__(self, obj, objtype=None):
+        """As a method decorator: bind to the instance, with a cache per instance."""
+        if obj is None:
+            return self
+        bound = obj.__dict__.get(self._attr_name)
+        if bound is None:
+            bound = CompiledFunction(self.fn.__get__(obj, objtype), fullgraph=self.fullgraph,
+                                     dynamic=self.dynamic, backend=self.backend)
+            obj.__dict__[self._attr_name] = bound
+        return bound
+
+    @property
+    def _attr_name(self):
+        return f"_jitorch_compiled_{id(self)}"
+
+    def __call__(self, *args, **kwargs):
+        entry = self._entry(args, kwargs)
+        if entry is None:
+            return self.fn(*args, **kwargs)
+        entry.calls += 1
+        if entry.graph is None:
+            return self.fn(*args, **kwargs)
+        return run_graph(entry.graph, args, kwargs)
+
+    def _entry(self, args, kwargs, trace_new=True):
+        key = guard_key(args, kwargs)
+        entry = self.cache.get(key)
+        if entry is not None or not trace_new:
+            return entry
+        from .tracer import input_names
+        names = input_names(self.fn, args, kwargs)
+        if self.cache:
+            nearest = next(reversed(self.cache.values()))
+            logs.log("recompiles", "retracing %s: %s", self.name, guard_difference(nearest.key, key, names))
+        if len(self.cache) >= config.recompile_limit:
+            if not self._warned_limit:
+                warnings.warn(f"jitorch.compile: {self.name} was retraced {config.recompile_limit} times "
+                              f"(jitorch.jit.compile.config.recompile_limit); running it eagerly from now on for "
+                              f"new argument kinds", UserWarning, stacklevel=3)
+                self._warned_limit = True
+            logs.log("recompiles", "%s: recompile limit reached, running eagerly", self.name)
+            return None
+        entry = CacheEntry(key, names)
+        try:
+            entry.graph = self._trace(args, kwargs)
+        except TraceError as e:
+            if self.fullgraph:
+                raise
+            entry.eager_reason = str(e)
+            warnings.warn(f"jitorch.compile: running {self.name} eagerly: {e}", UserWarning, stacklevel=3)
+            logs.log("recompiles", "%s runs eagerly: %s", self.name, e)
+        self.cache[key] = entry
+        logs.log("guards", "guards of %s entry %d:\n  %s", self.name, len(self.cache),
+                 "\n  ".join(entry.guards()))
+        return entry
+
+    def _trace(self, args, kwargs):
+        graph, _ = trace_with_inputs(self.fn, args, kwargs)
+        logs.log("graph", "traced %s:\n%s", self.name, graph)
+        return graph
+
+    def lower(self, *args, **kwargs):
+        """What a call with these arguments compiles to (traces without running)."""
+        entry = self._entry(args, kwargs)
+        if entry is None or entry.graph is None:
+            reason = entry.eager_reason if entry is not None else "the recompile limit was reached"
+            raise TraceError(f"{self.name} does not compile for these arguments: {reason}")
+        return Lowered(entry.graph, entry.guards(), self.backend)
+
+
+@dataclass
+class Lowered:
+    """The stages of one compiled specialisation (``.graph`` now; later issues add kernels)."""
+
+    graph: object
+    guards: list
+    backend: str
+
+    def text(self):
+        """The traced graph's text form."""
+        return str(self.graph)
+
+
+def run_graph(graph, args, kwargs):
+    """Run a traced graph on a call's arguments; write input mutations back."""
+    from ..ir.interpreter import interpret
+    leaves, _ = tree_flatten((args, kwargs))
+    inputs = [leaf for leaf in leaves if isinstance(leaf, Tensor)]
+    outputs, mutations = interpret(graph, inputs)
+    by_input = dict(zip(graph.inputs, inputs))
+    for target, value in mutations:
+        real = by_input.get(target)
+        if real is None:
+            real = graph.constant_tensors[target.name]
+        real._write(value)
+    return outputs
+
+
+def compile(fn=None, *, fullgraph=False, dynamic=None, backend="interpreter", mode=None, options=None):
+    """Compile ``fn``: ``@jitorch.compile``, ``@jitorch.compile(fullgraph=True)`` or ``jitorch.compile(fn)``.
+
+    The first call traces ``fn`` into a graph (see `jitorch.jit.trace`); later
+    calls with arguments of the same kinds reuse it. ``fullgraph=True`` raises
+    `TraceError` where the function cannot be traced instead of running it
+    eagerly. ``dynamic`` is accepted for torch compatibility; shapes are
+    specialised either way. ``backend="interpreter"`` runs graphs with the
+    reference interpreter.
+    """
+    if fn is None:
+        return functools.partial(compile, fullgraph=fullgraph, dynamic=dynamic, backend=backend, mode=mode,
+                                 options=options)
+    if not callable(fn):
+        raise TypeError(f"jitorch.compile expected a callable, got {type(fn).__name__}")
+    return CompiledFunction(fn, fullgraph=fullgraph, dynamic=dynamic, backend=backend)

@@ -1,0 +1,59 @@
+"""`jitorch.explain`: what compiling a function for some arguments does, in words."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from .compile import CompiledFunction, compile
+
+
+class Explanation:
+    """A printable report: the traced graph, its guards, the cache, or why it runs eagerly."""
+
+    def __init__(self, name, entry, cache, reused):
+        self.name = name
+        self.graph = entry.graph if entry is not None else None
+        self.guards = entry.guards() if entry is not None else []
+        self.eager_reason = entry.eager_reason if entry is not None else "the recompile limit was reached"
+        self.cache_entries = len(cache)
+        self.reused = reused
+
+    @property
+    def compiles(self):
+        return self.graph is not None
+
+    def __str__(self):
+        lines = [f"jitorch.explain({self.name})"]
+        if self.graph is None:
+            lines.append(f"  runs eagerly: {self.eager_reason}")
+        else:
+            g = self.graph
+            ops = Counter(node.op.name for node in g.nodes)
+            lines.append(f"  traced: {len(g.inputs)} inputs, {len(g.constants)} constants, {len(g.nodes)} nodes "
+                         f"({', '.join(f'{n} x{c}' if c > 1 else n for n, c in ops.most_common())})")
+            if g.mutations:
+                lines.append(f"  writes back into: {', '.join('%' + t.name for t, _ in g.mutations)}")
+        lines.append(f"  cache: {self.cache_entries} entr{'y' if self.cache_entries == 1 else 'ies'}; "
+                     f"{'these arguments reuse one' if self.reused else 'these arguments were traced now'}")
+        if self.guards:
+            lines.append("  guards:")
+            lines.extend(f"    {g}" for g in self.guards)
+        if self.graph is not None:
+            lines.append("  graph:")
+            lines.extend(f"    {line}" for line in str(self.graph).splitlines())
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+
+def explain(fn, *args, **kwargs):
+    """Report what ``jitorch.compile(fn)`` does for these arguments: the traced graph,
+    its guards and cache entries, or why the function would run eagerly. Nothing runs."""
+    compiled = fn if isinstance(fn, CompiledFunction) else compile(fn)
+    from .compile import guard_key
+    reused = guard_key(args, kwargs) in compiled.cache
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        entry = compiled._entry(args, kwargs)
+    return Explanation(compiled.name, entry, compiled.cache, reused)

@@ -1,0 +1,347 @@
+"""Tracing: run a function on fake tensors and record the ops it calls into a Graph.
+
+The tracer installs itself as a dispatch hook (`registry.DISPATCH_HOOKS`), so
+every registry op, called as a function, a method, an operator or from inside a
+composite, records a node instead of computing. Inputs become fake tensors
+(shape, dtype, device, no data); captured real tensors become named constants
+the first time an op uses them; reading data in Python (``bool(t)``,
+``t.item()``) raises `TraceError` naming the user's line.
+
+In-place ops are recorded functionally. Each fake storage holds the current
+value of its whole (compact) base tensor and a version counter. A fake tensor
+caches the value it last read with the version it read it at; when the
+storage's version has moved on (something wrote through another view), the
+tensor re-reads itself from the base with ``as_strided``. An in-place op on the
+base replaces the base value; on a view it scatters the new values into the
+base with ``as_strided_scatter``. Inputs and constants whose storage was
+written get a mutation entry: the new value is written back after each call.
+"""
+
+from __future__ import annotations
+
+import inspect
+from math import prod
+
+from ..ir.graph import Graph, TensorType
+from ..ops import registry
+from ..ops.random_ops import Generator
+from ..runtime.storage import Storage
+from ..runtime.strided import contiguous_strides
+from ..tensor import Tensor
+from ..utils.pytree import tree_flatten, tree_unflatten
+from .errors import TraceError, describe_call, trace_error, user_frame, where
+
+_LITERALS = (type(None), bool, int, float, str)
+
+
+
+class TraceStorage(Storage):
+    """The storage of fake tensors: the current value of its base, no data."""
+
+    __slots__ = ("tracer", "value", "base_shape", "origin", "initial_version", "compact")
+
+    def __init__(self, tracer, value, origin=None, compact=True):
+        t = value.type
+        super().__init__(None, t.dtype, t.device, prod(t.shape))
+        self.tracer = tracer
+        self.value = value          # the Value holding the whole base tensor now
+        self.base_shape = t.shape
+        self.origin = origin        # the input or constant Value this storage came from, if any
+        self.initial_version = 0
+        self.compact = compact      # False for an input whose real storage has another layout
+
+    def no_data_error(self, tensor):
+        frame, reader = user_frame(2)
+        what = describe_call(reader)
+        return TraceError(
+            f"{what} on a traced tensor at {where(frame)}: it needs the tensor's values, which do not exist "
+            "while tracing. Python control flow or conversions that depend on tensor data cannot be compiled; "
+            "use tensor ops (jitorch.where, masks) instead, or let jitorch.compile run the function eagerly"
+        )
+
+
+class Tracer:
+    """Records the ops a function calls; `trace` drives it."""
+
+    def __init__(self, fn=None):
+        self.graph = Graph()
+        self.fn = fn
+        self.lifted: dict = {}     # id(real tensor) -> (real tensor, its fake)
+        self.watched: list = []    # storages of inputs and constants, checked for writes at the end
+
+    # Fake tensors -----------------------------------------------------------------
+
+    def new_fake(self, value, origin=None, requires_grad=False, compact=True):
+        storage = TraceStorage(self, value, origin, compact)
+        shape = value.type.shape
+        t = Tensor._make(storage, shape, contiguous_strides(shape), 0)
+        t._trace_value = (value, 0)
+        if requires_grad:
+            t._requires_grad = True
+        if origin is not None:
+            self.watched.append(storage)
+        return t
+
+    def is_ours(self, t):
+        st = t._storage
+        return isinstance(st, TraceStorage) and st.tracer is self
+
+    def fake(self, t):
+        """The fake tensor standing for ``t``: itself, or the constant a real tensor becomes."""
+        if self.is_ours(t):
+            return t
+        if isinstance(t._storage, TraceStorage):
+            raise TraceError("a tensor from another trace was used in this one")
+        entry = self.lifted.get(id(t))
+        if entry is None:
+            if t._storage.data is None:
+                raise TraceError(f"a tensor on device '{t.device}' with no data was captured by a traced function")
+            name = self.name_for(t)
+            value = self.graph.add_constant(name, t, TensorType(tuple(t.shape), t.dtype, t.device))
+            entry = self.lifted[id(t)] = (t, self.new_fake(value, origin=value, requires_grad=t.requires_grad,
+                                                           compact=_is_compact(t)))
+        return entry[1]
+
+    def name_for(self, t):
+        """A readable constant name: the variable that holds ``t`` in the traced function, if any."""
+        fn = getattr(self.fn, "__func__", self.fn)
+        code = getattr(fn, "__code__", None)
+        if code is not None:
+            cells = zip(code.co_freevars, fn.__closure__ or ())
+            for name, cell in cells:
+                try:
+                    if cell.cell_contents is t:
+                        return name
+                except ValueError:
+                    continue
+            for name, value in getattr(fn, "__globals__", {}).items():
+                if value is t:
+                    return name
+        owner = getattr(self.fn, "__self__", None) or (self.fn if not inspect.isfunction(self.fn) else None)
+        if owner is not None:
+            for name, value in vars(owner).items() if hasattr(owner, "__dict__") else ():
+                if value is t:
+                    return name
+        return "c"
+
+    def value_of(self, t):
+        """The Value holding ``t``'s elements now (re-read from its base if written since)."""
+        t = self.fake(t)
+        st = t._storage
+        cached = t.__dict__.get("_trace_value")
+        if cached is not None and cached[1] == st._version:
+            return cached[0]
+        if t._shape == st.base_shape and t._offset == 0 and t._stride == contiguous_strides(st.base_shape):
+            value = st.value
+        else:
+            value = self.add(registry.OPS["as_strided"], (st.value, t._shape, t._stride, t._offset),
+                             [TensorType(tuple(t._shape), t.dtype, t.device)])[0]
+        t._trace_value = (value, st._version)
+        return value
+
+    # Recording ----------------------------------------------------------------------
+
+    def add(self, op, args, types):
+        return self.graph.add_node(op, args, types).outputs
+
+    def node_args(self, op, args):
+        """The op's arguments with tensors replaced by Values (and checked to be literals otherwise)."""
+        out = []
+        for a in args:
+            if isinstance(a, Tensor):
+                out.append(self.value_of(a))
+            elif isinstance(a, Generator):
+                self.graph.add_object(a)
+                out.append(a)
+            elif isinstance(a, (list, tuple)) and any(isinstance(x, Tensor) for x in a):
+                out.append([self.value_of(x) if isinstance(x, Tensor) else x for x in a])
+            else:
+                out.append(a)
+        return out
+
+    def fake_args(self, op, args):
+        out = list(args)
+        for i, is_list in op.tensor_args:
+            v = out[i]
+            if is_list and v is not None:
+                out[i] = [self.fake(x) if isinstance(x, Tensor) else x for x in v]
+            elif isinstance(v, Tensor):
+                out[i] = self.fake(v)
+        return out
+
+    def record(self, op, args):
+        """Record ``op(*args)``; returns fake results shaped as eager returns them."""
+        args = self.fake_args(op, args)
+        if op.view is not None:
+            return self.record_view(op, args)
+        spec = op.meta(*args)
+        specs = [spec] if isinstance(spec, registry.TensorSpec) else spec
+        if specs is None or not all(isinstance(s, registry.TensorSpec) for s in specs):
+            raise trace_error(op.public_name, "it returns a Python value computed from tensor data, "
+                              "which does not exist while tracing")
+        if any(n is None for s in specs for n in s.shape):
+            raise trace_error(op.public_name, "the size of its result depends on the tensors' values, "
+                              "so it cannot be part of a graph of fixed shapes")
+        outputs = self.add(op, self.node_args(op, args),
+                           [TensorType(tuple(s.shape), s.dtype, s.device) for s in specs])
+        fakes = [self.new_fake(v) for v in outputs]
+        if op.requires_grad_index is not None and args[op.requires_grad_index]:
+            fakes[0]._requires_grad = True
+        if isinstance(spec, registry.TensorSpec):
+            return fakes[0]
+        if isinstance(spec, list):
+            return fakes
+        return op.result_type(*fakes) if op.result_type else tuple(fakes)
+
+    def record_view(self, op, args):
+        """A view op: a node for readability and later view folding, and a fake view
+        sharing the base's storage, so writes through either are seen by both."""
+        geo = op.view(*args)
+        base = args[0]
+        geos = geo if isinstance(geo, list) else [geo]
+        node_args = self.node_args(op, args)
+        if op.public_name == "as_strided":
+            # as_strided addresses the storage, not the tensor it is called on: read the whole base
+            st = base._storage
+            if not st.compact:
+                raise trace_error("as_strided", "it addresses the storage of an input that is not contiguous, and "
+                                  "a graph sees its inputs as contiguous tensors")
+            node_args[0] = st.value
+        outputs = self.add(op, node_args, [TensorType(tuple(g[0]), base.dtype, base.device) for g in geos])
+        views = []
+        for g, v in zip(geos, outputs):
+            t = Tensor._view_of(base, *g)
+            t._trace_value = (v, base._storage._version)
+            views.append(t)
+        return views if isinstance(geo, list) else views[0]
+
+    def write(self, target, result):
+        """Write ``result``'s values into the fake ``target`` (an in-place op), functionally."""
+        target = self.fake(target)
+        value = self.value_of(result)
+        if result.dtype is not target.dtype:
+            value = self.add(registry.OPS["_to_copy"], (value, target.dtype, None),
+                             [TensorType(tuple(target._shape), target.dtype, target.device)])[0]
+        st = target._storage
+        if target._shape == st.base_shape and target._offset == 0 and \
+                target._stride == contiguous_strides(st.base_shape):
+            st.value = value
+        else:
+            st.value = self.add(registry.OPS["as_strided_scatter"],
+                                (st.value, value, target._shape, target._stride, target._offset),
+                                [st.value.type])[0]
+        st._version += 1
+        target._trace_value = (value, st._version)
+
+    # The dispatch hook ------------------------------------------------------------------
+
+    def call(self, op, args, out):
+        result = self.record(op, args)
+        if out is None:
+            return result
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        results = result if isinstance(result, (tuple, list)) else (result,)
+        for o, r in zip(outs, results):
+            registry.check_inplace(op, self.fake(o), r)
+            self.write(o, r)
+        return out
+
+    def call_inplace(self, op, args):
+        target = args[0]
+        fake = self.fake(target)
+        if op.view is not None:  # ``t_()``, ``squeeze_()``: the tensor becomes a view of itself
+            args = self.fake_args(op, args)
+            view = self.record_view(op, args)
+            fake._set_geometry(view._shape, view._stride, view._offset)
+            fake._trace_value = view._trace_value
+            return target
+        result = op.composite(*args) if op.composite is not None else self.record(op, args)
+        registry.check_inplace(op, fake, result)
+        self.write(fake, result)
+        return target
+
+    # Driving -------------------------------------------------------------------------------
+
+    def __enter__(self):
+        registry.DISPATCH_HOOKS.insert(0, self)
+        return self
+
+    def __exit__(self, *exc):
+        registry.DISPATCH_HOOKS.remove(self)
+
+    def output(self, result):
+        """Set the graph's outputs from the function's result, and its mutations."""
+        leaves, spec = tree_flatten(result)
+        values = []
+        for leaf in leaves:
+            if isinstance(leaf, Tensor):
+                values.append(self.value_of(leaf))
+            elif isinstance(leaf, _LITERALS):
+                values.append(leaf)
+            else:
+                raise TraceError(f"the traced function returned a {type(leaf).__name__}, which a graph cannot "
+                                 "hold (outputs are tensors, numbers, strings and None in tuples, lists and dicts)")
+        self.graph.outputs = tree_unflatten(values, spec)
+        for st in self.watched:
+            if st._version != st.initial_version:
+                self.graph.mutations.append((st.origin, st.value))
+        return self.graph
+
+
+def _is_compact(t):
+    """Whether ``t`` fills its storage exactly, contiguously from offset 0 (as graph values are)."""
+    return t.is_contiguous() and t._offset == 0 and t._storage.size == t.numel()
+
+
+def input_names(fn, args, kwargs):
+    """A name per flattened argument leaf: ``x``, ``xs_0``, ``cfg_lr`` (from the signature when it binds)."""
+    try:
+        bound = inspect.signature(fn).bind(*args, **kwargs)
+        named = list(bound.arguments.items())
+    except (TypeError, ValueError):
+        named = [(f"arg{i}", a) for i, a in enumerate(args)] + list(kwargs.items())
+    names = []
+    for name, value in named:
+        leaves, spec = tree_flatten(value)
+        if spec.kind == "leaf":
+            names.append(name)
+        else:
+            names.extend(f"{name}_{i}" for i in range(len(leaves)))
+    return names
+
+
+def trace(fn, *args, **kwargs):
+    """Trace ``fn(*args, **kwargs)`` into a `Graph`; tensors in ``args``/``kwargs`` become its inputs.
+
+    Python control flow is specialised to the example arguments; reading tensor
+    data in Python raises `TraceError`.
+    """
+    graph, _ = trace_with_inputs(fn, args, kwargs)
+    return graph
+
+
+def trace_with_inputs(fn, args, kwargs):
+    """(graph, flat list of the real input tensors in graph-input order)."""
+    tracer = Tracer(fn)
+    leaves, spec = tree_flatten((args, kwargs))
+    names = input_names(fn, args, kwargs)
+    if len(names) != len(leaves):
+        names = [f"arg{i}" for i in range(len(leaves))]
+    fake_leaves, inputs = [], []
+    for name, leaf in zip(names, leaves):
+        if isinstance(leaf, Tensor):
+            value = tracer.graph.add_input(TensorType(tuple(leaf.shape), leaf.dtype, leaf.device), name,
+                                           requires_grad=leaf.requires_grad)
+            fake_leaves.append(tracer.new_fake(value, origin=value, requires_grad=leaf.requires_grad,
+                                               compact=_is_compact(leaf)))
+            inputs.append(leaf)
+        else:
+            fake_leaves.append(leaf)
+    fargs, fkwargs = tree_unflatten(fake_leaves, spec)
+    with tracer:
+        result = fn(*fargs, **fkwargs)
+        graph = tracer.output(result)
+    return graph, inputs
+
+
+__all__ = ["Tracer", "TraceError", "trace", "trace_with_inputs"]
