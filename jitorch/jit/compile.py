@@ -199,10 +199,11 @@ def run_graph(graph, args, kwargs):
     inputs = [leaf for leaf in leaves if isinstance(leaf, Tensor)]
     outputs, mutations = interpret(graph, inputs)
     by_input = dict(zip(graph.inputs, inputs))
-    for target, value in mutations:
-        real = by_input.get(target)
-        if real is None:
-            real = graph.constant_tensors[target.name]
+    targets = [by_input.get(t) if t in by_input else graph.constant_tensors[t.name] for t, _ in mutations]
+    storages = {id(t.untyped_storage()) for t in targets}
+    # a written value may be another target's own tensor (w.copy_(x) with x written too): read all first
+    values = [v.clone() if id(v.untyped_storage()) in storages else v for _, v in mutations]
+    for real, value in zip(targets, values):
         real._write(value)
     return outputs
 

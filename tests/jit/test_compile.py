@@ -181,3 +181,18 @@ def test_logs_show_graphs_guards_and_recompiles(caplog):
         assert "retracing <lambda>: shape of x changed from [2] to [3]" in text
     finally:
         jt.jit.logs.set_logs("")
+
+
+def test_write_backs_read_every_value_before_writing():
+    @jt.compile
+    def swap(a, b):
+        old = a.clone()
+        a.copy_(b)
+        b.copy_(old)
+        return a.sum()
+
+    a, b = jt.zeros(2), jt.ones(2)
+    swap(a, b)
+    assert a.tolist() == [1.0, 1.0] and b.tolist() == [0.0, 0.0]
+    swap(a, b)
+    assert a.tolist() == [0.0, 0.0] and b.tolist() == [1.0, 1.0]
