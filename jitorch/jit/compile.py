@@ -27,7 +27,8 @@ class config:
     recompile_limit = 8  # cache entries per compiled function, as torch's cache_size_limit
 
 
-BACKENDS = ("interpreter",)
+# "llvm": fused kernels compiled with llvmlite (the default); "interpreter": the reference interpreter.
+BACKENDS = ("llvm", "interpreter")
 
 
 def _leaf_guard(leaf):
@@ -89,6 +90,7 @@ class CacheEntry:
     graph: object = None
     eager_reason: str = None
     calls: int = field(default=0)
+    executable: object = None
 
     def guards(self):
         return describe_guards(self.key, self.names)
@@ -97,7 +99,7 @@ class CacheEntry:
 class CompiledFunction:
     """``fn`` compiled: call it like ``fn``; `lower` shows what it compiles to."""
 
-    def __init__(self, fn, *, fullgraph=False, dynamic=None, backend="interpreter"):
+    def __init__(self, fn, *, fullgraph=False, dynamic=None, backend="llvm"):
         if backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r}: expected one of {', '.join(BACKENDS)}")
         self.fn = fn
@@ -131,7 +133,16 @@ class CompiledFunction:
         entry.calls += 1
         if entry.graph is None:
             return self.fn(*args, **kwargs)
-        return run_graph(entry.graph, args, kwargs)
+        return run_graph(entry.graph, args, kwargs, self._executable(entry))
+
+    def _executable(self, entry):
+        """The entry's compiled graph (built on first use), or None for the interpreter."""
+        if self.backend == "interpreter":
+            return None
+        if entry.executable is None:
+            from ..codegen.executor import CompiledGraph, kernel_cache
+            entry.executable = CompiledGraph(entry.graph, kernel_cache())
+        return entry.executable
 
     def _entry(self, args, kwargs, trace_new=True):
         key = guard_key(args, kwargs)
@@ -176,28 +187,69 @@ class CompiledFunction:
         if entry is None or entry.graph is None:
             reason = entry.eager_reason if entry is not None else "the recompile limit was reached"
             raise TraceError(f"{self.name} does not compile for these arguments: {reason}")
-        return Lowered(entry.graph, entry.guards(), self.backend)
+        executable = self._executable(entry)
+        return Lowered(entry.graph, entry.guards(), self.backend, executable)
 
 
 @dataclass
 class Lowered:
-    """The stages of one compiled specialisation (``.graph`` now; later issues add kernels)."""
+    """The stages of one compiled specialisation: the traced graph, the optimised graph
+    and its kernels in launch order (each with ``.ops``, ``.llvm_ir`` and ``.asm``)."""
 
     graph: object
     guards: list
     backend: str
+    executable: object = None
+
+    @property
+    def optimized_graph(self):
+        return self.executable.graph if self.executable is not None else self.graph
+
+    @property
+    def kernels(self):
+        return [] if self.executable is None else [LoweredKernel(k) for k in self.executable.kernels]
+
+    @property
+    def steps(self):
+        """Every step in launch order: kernels and the ops that run eagerly."""
+        return [] if self.executable is None else list(self.executable.steps)
 
     def text(self):
         """The traced graph's text form."""
         return str(self.graph)
 
 
-def run_graph(graph, args, kwargs):
-    """Run a traced graph on a call's arguments; write input mutations back."""
+class LoweredKernel:
+    """One kernel: the ops it fused, its optimised LLVM IR and its assembly."""
+
+    def __init__(self, kernel):
+        self.name = kernel.name
+        self.ops = kernel.ops
+        self._kernel = kernel
+
+    @property
+    def llvm_ir(self):
+        if self._kernel.llvm_ir is None:
+            from ..codegen.cpu import optimise
+            self._kernel.llvm_ir = str(optimise(self._kernel.source.llvm_ir))
+        return self._kernel.llvm_ir
+
+    @property
+    def asm(self):
+        from ..codegen.cpu import assembly
+        return assembly(self._kernel.source)
+
+    def __repr__(self):
+        return f"<kernel {self.name}: {', '.join(self.ops)}>"
+
+
+def run_graph(graph, args, kwargs, executable=None):
+    """Run a traced graph (compiled, or with the interpreter) on a call's arguments; write
+    input mutations back."""
     from ..ir.interpreter import interpret
     leaves, _ = tree_flatten((args, kwargs))
     inputs = [leaf for leaf in leaves if isinstance(leaf, Tensor)]
-    outputs, mutations = interpret(graph, inputs)
+    outputs, mutations = executable(inputs) if executable is not None else interpret(graph, inputs)
     by_input = dict(zip(graph.inputs, inputs))
     targets = [by_input.get(t) if t in by_input else graph.constant_tensors[t.name] for t, _ in mutations]
     storages = {id(t.untyped_storage()) for t in targets}
@@ -208,15 +260,15 @@ def run_graph(graph, args, kwargs):
     return outputs
 
 
-def compile(fn=None, *, fullgraph=False, dynamic=None, backend="interpreter", mode=None, options=None):
+def compile(fn=None, *, fullgraph=False, dynamic=None, backend="llvm", mode=None, options=None):
     """Compile ``fn``: ``@jitorch.compile``, ``@jitorch.compile(fullgraph=True)`` or ``jitorch.compile(fn)``.
 
     The first call traces ``fn`` into a graph (see `jitorch.jit.trace`); later
     calls with arguments of the same kinds reuse it. ``fullgraph=True`` raises
     `TraceError` where the function cannot be traced instead of running it
     eagerly. ``dynamic`` is accepted for torch compatibility; shapes are
-    specialised either way. ``backend="interpreter"`` runs graphs with the
-    reference interpreter.
+    specialised either way. ``backend="llvm"`` (the default) runs fused kernels
+    compiled with llvmlite; ``backend="interpreter"`` the reference interpreter.
     """
     if fn is None:
         return functools.partial(compile, fullgraph=fullgraph, dynamic=dynamic, backend=backend, mode=mode,

@@ -1,0 +1,167 @@
+"""The scalar emitter: typed LLVM values and the operations scalar lowerings use.
+
+A `Scalar` is an LLVM value with the jitorch dtype it holds. The emitter wraps
+an llvmlite IRBuilder with dtype-aware arithmetic, casts and comparisons, so a
+lowering reads like the NumPy formula it mirrors: ``e.mul(a, b)``,
+``e.math("exp", a)``, ``e.select(c, a, b)``. Float arithmetic is plain IEEE
+(no fast-math flags): a fused kernel gives the eager result bit for bit
+wherever NumPy's result is correctly rounded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llvmlite import ir
+
+from ..runtime import dtypes as _dt
+
+I1 = ir.IntType(1)
+I8 = ir.IntType(8)
+I64 = ir.IntType(64)
+F32 = ir.FloatType()
+F64 = ir.DoubleType()
+
+_LLVM = {
+    "bool": I8, "uint8": I8, "int8": I8, "int16": ir.IntType(16), "int32": ir.IntType(32), "int64": I64,
+    "float32": F32, "float64": F64,
+}
+
+
+def llvm_type(dtype):
+    """The LLVM type a dtype is stored as (bool as i8)."""
+    return _LLVM[dtype.name]
+
+
+@dataclass
+class Scalar:
+    """An LLVM value holding one element of ``dtype`` (bools as i1 while computing)."""
+
+    value: object
+    dtype: object
+
+
+class Emitter:
+    """Dtype-aware scalar operations on an IRBuilder."""
+
+    def __init__(self, builder):
+        self.b = builder
+
+    # Constants and casts -----------------------------------------------------------
+
+    def const(self, value, dtype):
+        if dtype is _dt.bool:
+            return Scalar(ir.Constant(I1, int(bool(value))), dtype)
+        if dtype.is_floating_point:
+            return Scalar(ir.Constant(llvm_type(dtype), float(value)), dtype)
+        return Scalar(ir.Constant(llvm_type(dtype), int(value)), dtype)
+
+    def load(self, ptr, dtype):
+        v = self.b.load(ptr)
+        if dtype is _dt.bool:
+            v = self.b.icmp_unsigned("!=", v, ir.Constant(I8, 0))
+        return Scalar(v, dtype)
+
+    def store(self, s, ptr):
+        v = s.value
+        if s.dtype is _dt.bool:
+            v = self.b.zext(v, I8)
+        self.b.store(v, ptr)
+
+    def cast(self, s, dtype):
+        """Convert like NumPy's astype (float to int truncates toward zero)."""
+        src, b = s.dtype, self.b
+        if src is dtype:
+            return s
+        v = s.value
+        if dtype is _dt.bool:
+            if src.is_floating_point:
+                return Scalar(b.fcmp_unordered("!=", v, ir.Constant(v.type, 0.0)), dtype)
+            return Scalar(b.icmp_unsigned("!=", v, ir.Constant(v.type, 0)), dtype)
+        t = llvm_type(dtype)
+        if src is _dt.bool:
+            return Scalar(b.uitofp(v, t) if dtype.is_floating_point else b.zext(v, t), dtype)
+        if src.is_floating_point and dtype.is_floating_point:
+            return Scalar(b.fpext(v, t) if dtype.itemsize > src.itemsize else b.fptrunc(v, t), dtype)
+        if src.is_floating_point:
+            return Scalar(b.fptosi(v, t) if dtype.is_signed else b.fptoui(v, t), dtype)
+        if dtype.is_floating_point:
+            return Scalar(b.sitofp(v, t) if src.is_signed else b.uitofp(v, t), dtype)
+        if dtype.itemsize == src.itemsize:
+            return Scalar(v, dtype)
+        if dtype.itemsize < src.itemsize:
+            return Scalar(b.trunc(v, t), dtype)
+        return Scalar(b.sext(v, t) if src.is_signed else b.zext(v, t), dtype)
+
+    # Arithmetic --------------------------------------------------------------------
+
+    def _binary(self, fop, iop, a, b):
+        if a.dtype.is_floating_point:
+            return Scalar(getattr(self.b, fop)(a.value, b.value), a.dtype)
+        return Scalar(getattr(self.b, iop)(a.value, b.value), a.dtype)
+
+    def add(self, a, b):
+        if a.dtype is _dt.bool:
+            return Scalar(self.b.or_(a.value, b.value), a.dtype)
+        return self._binary("fadd", "add", a, b)
+
+    def sub(self, a, b):
+        return self._binary("fsub", "sub", a, b)
+
+    def mul(self, a, b):
+        if a.dtype is _dt.bool:
+            return Scalar(self.b.and_(a.value, b.value), a.dtype)
+        return self._binary("fmul", "mul", a, b)
+
+    def div(self, a, b):
+        return Scalar(self.b.fdiv(a.value, b.value), a.dtype)
+
+    def neg(self, a):
+        if a.dtype.is_floating_point:
+            return Scalar(self.b.fneg(a.value), a.dtype)
+        return Scalar(self.b.sub(ir.Constant(a.value.type, 0), a.value), a.dtype)
+
+    def intrinsic(self, name, *args):
+        """A call of an allow-listed LLVM intrinsic, overloaded on the first argument's type."""
+        if name not in ALLOWED_INTRINSICS:
+            raise ValueError(f"intrinsic {name} is not allowed")
+        t = args[0].value.type
+        fn = self.b.module.declare_intrinsic(name, [t])
+        return Scalar(self.b.call(fn, [a.value for a in args]), args[0].dtype)
+
+    def math(self, name, *args):
+        from . import mathlib
+        return Scalar(mathlib.emit(self.b, name, *[a.value for a in args]), args[0].dtype)
+
+    # Comparisons and selection ----------------------------------------------------------
+
+    def compare(self, op, a, b):
+        """``a op b`` as a bool: ordered for floats (NaN compares false) except ``!=``."""
+        if a.dtype.is_floating_point:
+            v = self.b.fcmp_unordered(op, a.value, b.value) if op == "!=" else self.b.fcmp_ordered(op, a.value, b.value)
+        elif a.dtype.is_signed:
+            v = self.b.icmp_signed(op, a.value, b.value)
+        else:
+            v = self.b.icmp_unsigned(op, a.value, b.value)
+        return Scalar(v, _dt.bool)
+
+    def isnan(self, a):
+        if not a.dtype.is_floating_point:
+            return self.const(False, _dt.bool)
+        return Scalar(self.b.fcmp_unordered("uno", a.value, a.value), _dt.bool)
+
+    def select(self, c, a, b):
+        return Scalar(self.b.select(c.value, a.value, b.value), a.dtype)
+
+    def logical(self, op, a, b):
+        return Scalar(getattr(self.b, op)(a.value, b.value), _dt.bool)
+
+    def bitwise(self, op, a, b):
+        return Scalar(getattr(self.b, op)(a.value, b.value), a.dtype)
+
+
+# Intrinsics known to lower on every target jitorch emits for (see LLVM-NOTES).
+ALLOWED_INTRINSICS = frozenset({
+    "llvm.fma", "llvm.fabs", "llvm.floor", "llvm.ceil", "llvm.trunc", "llvm.rint", "llvm.nearbyint",
+    "llvm.copysign", "llvm.sqrt", "llvm.minnum", "llvm.maxnum",
+})

@@ -1,0 +1,128 @@
+"""Running a compiled graph: its kernels and external ops in order, with fresh outputs.
+
+`CompiledGraph(graph)` optimises the graph, partitions it into fusion groups
+and compiles each pointwise or reduction group to a CPU kernel. Groups the
+code generator cannot lower (matmul, sorting, indexing, half types, ...) run
+their nodes with the eager kernels, as the interpreter does. Every call
+allocates fresh output buffers, so two calls never return the same memory.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import warnings
+
+import numpy as np
+
+from ..ir.graph import Value
+from ..jit import logs
+from ..ops import registry
+from ..tensor import Tensor
+from ..utils.pytree import tree_map
+from . import cpu
+from .kernel import CompileError, build
+
+
+def _compact(t):
+    """A tensor with ``t``'s values that fills its own storage contiguously (``t`` if it does)."""
+    if t.is_contiguous() and t._offset == 0 and t._storage.size == t.numel():
+        return t
+    return t.contiguous() if not t.is_contiguous() else t.clone()
+
+
+def _address(arr):
+    return arr.__array_interface__["data"][0]
+
+
+class KernelStep:
+    """One compiled kernel: reads its input values, writes fresh buffers for its outputs."""
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+        self.inputs = kernel.source.inputs
+        self.outputs = kernel.source.outputs
+        self.args_type = ctypes.c_void_p * (len(self.inputs) + len(self.outputs))
+
+    def run(self, env):
+        arrays = [env[v]._array() for v in self.inputs]
+        outs = [np.empty(v.type.shape, v.type.dtype.np) for v in self.outputs]
+        self.kernel(self.args_type(*[_address(a) for a in arrays + outs]))
+        for v, a in zip(self.outputs, outs):
+            env[v] = Tensor._from_array(a, v.type.dtype)
+
+    def __repr__(self):
+        return repr(self.kernel)
+
+
+class EagerStep:
+    """Nodes run with the eager kernels (what the code generator does not lower)."""
+
+    def __init__(self, nodes, reason):
+        self.nodes = nodes
+        self.reason = reason
+
+    def run(self, env):
+        for node in self.nodes:
+            args = [_substitute(a, env, node.op.view is not None) for a in node.args]
+            result = registry.call(node.op, args)
+            results = list(result) if isinstance(result, (tuple, list)) else [result]
+            for v, r in zip(node.outputs, results):
+                env[v] = r
+
+    def __repr__(self):
+        return f"<eager {' '.join(n.op.name for n in self.nodes)}>"
+
+
+def _substitute(arg, env, compact):
+    if isinstance(arg, Value):
+        t = env[arg]
+        return _compact(t) if compact else t
+    if isinstance(arg, (list, tuple)) and any(isinstance(a, Value) for a in arg):
+        return type(arg)(_substitute(a, env, compact) for a in arg)
+    return arg
+
+
+class CompiledGraph:
+    """A graph's groups as kernels and eager steps, ready to run on input tensors."""
+
+    def __init__(self, graph, cache=None):
+        from ..ir.passes import optimize
+        from ..ir.passes.fusion import fuse
+        self.graph = optimize(graph)
+        self.groups = fuse(self.graph)
+        self.steps = []
+        self.kernels = []
+        for i, group in enumerate(self.groups):
+            if group.kind in ("pointwise", "reduction"):
+                try:
+                    kernel = cpu.compile_kernel(build(group, f"jitorch_k{i}_{group.kind}"), cache)
+                except CompileError as e:
+                    logs.log("codegen", "group %d runs eagerly: %s", i, e)
+                    self.steps.append(EagerStep(group.nodes, str(e)))
+                    continue
+                self.kernels.append(kernel)
+                self.steps.append(KernelStep(kernel))
+            else:
+                self.steps.append(EagerStep(group.nodes, group.kind))
+
+    def __call__(self, inputs):
+        """(outputs pytree, mutations) on ``inputs`` (flat list in graph-input order)."""
+        g = self.graph
+        env = {v: _compact(t) for v, t in zip(g.inputs, inputs)}
+        for name, v in g.constants.items():
+            env[v] = _compact(g.constant_tensors[name])
+        for step in self.steps:
+            step.run(env)
+        outputs = tree_map(lambda leaf: env[leaf] if isinstance(leaf, Value) else leaf, g.outputs)
+        mutations = [(target, env[value]) for target, value in g.mutations]
+        return outputs, mutations
+
+
+def kernel_cache():
+    """The process's disk cache of object code (None when caching is off)."""
+    from .cache import KernelCache
+    try:
+        return KernelCache()
+    except OSError as e:  # pragma: no cover - the cache itself turns off on unwritable folders
+        warnings.warn(f"jitorch: kernel disk cache disabled: {e}")
+        return None

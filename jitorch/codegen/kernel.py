@@ -1,0 +1,373 @@
+"""The kernel builder: a fused group of graph nodes becomes one LLVM function.
+
+Every buffer a kernel touches is compact (C-contiguous, offset 0), so index
+maths is static: each input is read through an affine map from the iteration
+index (its strides, broadcast dims at stride 0, folded view ops composed in),
+and each output is written contiguously. Adjacent dims that every access
+steps through contiguously are merged, so the common case is one flat loop.
+
+A pointwise kernel loops over its output's shape. A reduction kernel loops
+over the kept dims outside and the reduced dims inside, accumulating the
+pointwise prologue, then computes its epilogue at the kept index.
+
+The generated function is ``kernel(i64 start, i64 end, T* noalias ...)``
+over the outermost loop, so a target can split that loop into chunks; an
+``entry(i8** buffers, i64 start, i64 end)`` wrapper unpacks the buffers for
+one cheap call from Python.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import prod
+
+import numpy as np
+from llvmlite import ir
+
+from ..ir.fake import fake_tensor
+from ..ir.graph import Value
+from ..runtime import dtypes as _dt
+from ..runtime.strided import contiguous_strides
+from . import lowering
+from .emitter import I64, Emitter, Scalar, llvm_type
+
+
+class CompileError(RuntimeError):
+    """jitorch cannot compile this op or dtype (it names which); the call may run eagerly instead."""
+
+
+@dataclass
+class KernelSource:
+    """What the builder made of a group: its LLVM IR and how to call it."""
+
+    name: str
+    kind: str
+    ops: list
+    inputs: list            # Values read, in buffer order
+    outputs: list           # Values written, after the inputs
+    outer: int              # trip count of the outermost loop (what a target splits)
+    work: int               # elements of work, for the threading decision
+    llvm_ir: str = ""
+    module: object = field(default=None, repr=False)
+
+
+def _broadcast_strides(strides, shape, space):
+    """``strides`` of a tensor of ``shape`` seen over the iteration ``space`` (right-aligned)."""
+    out = [0] * len(space)
+    off = len(space) - len(shape)
+    for i, (n, s) in enumerate(zip(shape, strides)):
+        if n != 1:
+            out[off + i] = s
+    return out
+
+
+def _collapse(space, accesses):
+    """Merge adjacent dims every access steps through contiguously; drop size-1 dims.
+    Returns (new space, new stride lists)."""
+    dims = [d for d, n in enumerate(space) if n != 1]
+    groups = []
+    for d in dims:
+        if groups:
+            last = groups[-1][-1]
+            if all(a[last] == a[d] * space[d] for a in accesses):
+                groups[-1].append(d)
+                continue
+        groups.append([d])
+    new_space = [prod(space[d] for d in g) for g in groups]
+    new_accesses = [[a[g[-1]] for g in groups] for a in accesses]
+    return new_space, new_accesses
+
+
+class _Builder:
+    """Shared machinery: buffers, geometry of leaves, evaluation of node expressions."""
+
+    def __init__(self, group, name):
+        self.group = group
+        self.name = name
+        self.geometry = {}     # Value -> (root Value, shape, strides, offset): readable leaves
+        for v in group.inputs:
+            self.geometry[v] = (v, v.type.shape, contiguous_strides(v.type.shape), 0)
+        self.computed = []     # nodes evaluated by expression
+        for node in group.nodes:
+            if node.op.view is not None:
+                self._fold_view(node)
+            else:
+                self.computed.append(node)
+        self.roots = list(dict.fromkeys(g[0] for g in self.geometry.values()))
+
+    def _fold_view(self, node):
+        src = node.args[0]
+        if src not in self.geometry:
+            raise CompileError(f"{node.op.name}: a view of a value computed in the same kernel")
+        root, shape, strides, offset = self.geometry[src]
+        fake = fake_tensor(shape, src.type.dtype, src.type.device, strides, offset, max(1, prod(root.type.shape)))
+        geo = node.op.view(fake, *node.args[1:])
+        for out, (s, st, o) in zip(node.outputs, geo if isinstance(geo, list) else [geo]):
+            self.geometry[out] = (root, tuple(s), tuple(st), o)
+
+    # Emission ---------------------------------------------------------------------------
+
+    def start_module(self, buffers):
+        import llvmlite.binding as llvm
+        module = ir.Module(name=self.name)
+        module.triple = llvm.get_process_triple()
+        ptrs = [llvm_type(v.type.dtype).as_pointer() for v in buffers]
+        kty = ir.FunctionType(ir.VoidType(), [I64, I64] + ptrs)
+        kernel = ir.Function(module, kty, self.name + "_body")
+        kernel.linkage = "internal"
+        kernel.attributes.add("alwaysinline")
+        for arg in kernel.args[2:]:
+            arg.add_attribute("noalias")
+        entry = ir.Function(module, ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer().as_pointer(), I64,
+                                                                     I64]), self.name)
+        b = ir.IRBuilder(entry.append_basic_block("entry"))
+        args = [b.bitcast(b.load(b.gep(entry.args[0], [I64(i)])), p) for i, p in enumerate(ptrs)]
+        b.call(kernel, [entry.args[1], entry.args[2]] + args)
+        b.ret_void()
+        return module, kernel
+
+    def loops(self, b, sizes, body, start=None, end=None):
+        """Nested counted loops over ``sizes`` (the first from start to end); ``body(b, indices)``."""
+        def nest(level, indices):
+            lo = start if level == 0 and start is not None else I64(0)
+            hi = end if level == 0 and end is not None else I64(sizes[level])
+            func = b.function
+            head = func.append_basic_block(f"l{level}")
+            loop = func.append_basic_block(f"l{level}.body")
+            done = func.append_basic_block(f"l{level}.end")
+            pre = b.block
+            b.branch(head)
+            b.position_at_end(head)
+            i = b.phi(I64)
+            i.add_incoming(lo, pre)
+            b.cbranch(b.icmp_signed("<", i, hi), loop, done)
+            b.position_at_end(loop)
+            if level + 1 < len(sizes):
+                nest(level + 1, indices + [i])
+            else:
+                body(b, indices + [i])
+            nxt = b.add(i, I64(1))
+            i.add_incoming(nxt, b.block)
+            b.branch(head)
+            b.position_at_end(done)
+        if sizes:
+            nest(0, [])
+        else:
+            body(b, [])
+
+    @staticmethod
+    def offset(b, indices, strides, base):
+        off = I64(base)
+        for i, s in zip(indices, strides):
+            if s:
+                off = b.add(off, b.mul(i, I64(s)))
+        return off
+
+    def evaluate(self, e, value, memo, load):
+        """The Scalar of ``value`` at the current index: a load for leaves, a lowering for nodes."""
+        if value in memo:
+            return memo[value]
+        if value in self.geometry:
+            result = load(value)
+        else:
+            result = self.lower_node(e, value.node, memo, load)[value.index]
+        memo[value] = result
+        return result
+
+    def lower_node(self, e, node, memo, load):
+        op = node.op
+        out_dtype = node.outputs[0].type.dtype
+        if op.name in lowering.CAST_OPS:
+            return [e.cast(self.evaluate(e, node.args[0], memo, load), out_dtype)]
+        fakes = [fake_tensor(a.type.shape, a.type.dtype, a.type.device) if isinstance(a, Value) else a
+                 for a in node.args]
+        spec = op.meta(*fakes)
+        compute = spec.compute or out_dtype
+        positions = {i for i, _ in op.tensor_args}
+        operands, rest = [], []
+        for i, a in enumerate(node.args):
+            if i not in positions:
+                rest.append(a)
+            elif a is None:
+                operands.append(None)
+            elif isinstance(a, Value):
+                operands.append(e.cast(self.evaluate(e, a, memo, load), compute))
+            else:
+                literal = np.array(a).astype(compute.np).item()
+                operands.append(e.const(literal, compute))
+        result = lowering.POINTWISE[op.name](e, *operands, *rest)
+        return [e.cast(result, out_dtype)]
+
+
+def build_pointwise(group, name):
+    """A pointwise group's kernel: one loop nest over its output shape."""
+    bld = _Builder(group, name)
+    outputs = list(group.outputs)
+    space = tuple(outputs[0].type.shape)
+    for out in outputs:
+        if tuple(out.type.shape) != space:
+            raise CompileError(f"pointwise group with outputs of shapes {space} and {out.type.shape}")
+    leaves = [v for v in bld.geometry if _used(v, bld)]
+    reads = [_broadcast_strides(bld.geometry[v][2], bld.geometry[v][1], space) for v in leaves]
+    write = list(contiguous_strides(space))
+    sizes, collapsed = _collapse(list(space), reads + [write])
+    leaf_strides = dict(zip(leaves, collapsed[:len(leaves)]))
+    out_strides = collapsed[-1]
+    buffers = bld.roots + outputs
+    module, kernel = bld.start_module(buffers)
+    ptr = dict(zip(buffers, kernel.args[2:]))
+    b = ir.IRBuilder(kernel.append_basic_block("entry"))
+    e = Emitter(b)
+
+    def body(b, idx):
+        def load(v):
+            root, _, _, offset = bld.geometry[v]
+            return e.load(b.gep(ptr[root], [bld.offset(b, idx, leaf_strides[v], offset)]), v.type.dtype)
+        memo = {}
+        for out in outputs:
+            s = bld.evaluate(e, out, memo, load)
+            e.store(s, b.gep(ptr[out], [bld.offset(b, idx, out_strides, 0)]))
+
+    bld.loops(b, sizes, body, kernel.args[0], kernel.args[1])
+    b.ret_void()
+    return KernelSource(name, "pointwise", [n.op.name for n in group.nodes], bld.roots, outputs,
+                        sizes[0] if sizes else 1, prod(space), str(module), module)
+
+
+def _used(value, bld):
+    """Whether a leaf is read by a computed node or is itself an output."""
+    from ..ir.graph import iter_values
+    return any(value in list(iter_values(n.args)) for n in bld.computed) or value in bld.group.outputs
+
+
+def build_reduction(group, name):
+    """A reduction group's kernel: kept dims outside, reduced dims inside, then the epilogue."""
+    bld = _Builder(group, name)
+    red = next(n for n in bld.computed if n.op.name in lowering.REDUCTION_OPS)
+    x = red.args[0]
+    in_shape = tuple(x.type.shape)
+    dims = red.args[1] if len(red.args) > 1 else None
+    if red.op.name in ("max", "min"):
+        dims = None
+    if isinstance(dims, int):
+        dims = (dims,)
+    reduced = sorted({d % len(in_shape) for d in dims}) if dims else list(range(len(in_shape)))
+    kept = [d for d in range(len(in_shape)) if d not in reduced]
+    keepdim = bool(red.args[2]) if red.op.name not in ("max", "min") and len(red.args) > 2 else False
+    out_value = red.outputs[0]
+    out_shape = tuple(out_value.type.shape)
+    prologue = set(_upstream(red, bld))
+    epilogue = [n for n in bld.computed if n is not red and n not in prologue]
+
+    inner_leaves = [v for v in bld.geometry if any(v in list(_args(n)) for n in prologue | {red})]
+    outer_leaves = [v for v in bld.geometry if any(v in list(_args(n)) for n in epilogue) or
+                    v in group.outputs]
+    order = kept + reduced
+
+    def over_input(v):
+        g = bld.geometry[v]
+        s = _broadcast_strides(g[2], g[1], in_shape)
+        return [s[d] for d in order]
+
+    def over_output(v):
+        g = bld.geometry[v]
+        s = _broadcast_strides(g[2], g[1], out_shape)
+        return [s[i] for i, d in enumerate(kept)] if not keepdim else [s[d] for d in kept]
+
+    kept_sizes = [in_shape[d] for d in kept]
+    red_sizes = [in_shape[d] for d in reduced]
+    outputs = list(group.outputs)
+    for out in outputs:
+        if tuple(out.type.shape) != out_shape:
+            raise CompileError(f"reduction group output {out.type} is not over the reduction's output "
+                               f"{list(out_shape)}")
+    out_write = contiguous_strides(tuple(kept_sizes))
+    # merge dims separately inside the kept part and the reduced part
+    inner_acc = [over_input(v) for v in inner_leaves]
+    k_sizes, k_strides = _collapse(kept_sizes, [a[:len(kept)] for a in inner_acc] +
+                                   [over_output(v) for v in outer_leaves] + [list(out_write)])
+    r_sizes, r_strides = _collapse(red_sizes, [a[len(kept):] for a in inner_acc])
+    n_inner = len(inner_leaves)
+    inner_kept = dict(zip(inner_leaves, k_strides[:n_inner]))
+    inner_red = dict(zip(inner_leaves, r_strides))
+    outer_strides = dict(zip(outer_leaves, k_strides[n_inner:n_inner + len(outer_leaves)]))
+    write = k_strides[-1]
+
+    buffers = bld.roots + outputs
+    module, kernel = bld.start_module(buffers)
+    ptr = dict(zip(buffers, kernel.args[2:]))
+    b = ir.IRBuilder(kernel.append_basic_block("entry"))
+    e = Emitter(b)
+    identity, combine, finish = lowering.REDUCTIONS[red.op.name]
+    fakes = [fake_tensor(a.type.shape, a.type.dtype, a.type.device) if isinstance(a, Value) else a
+             for a in red.args]
+    spec = red.op.meta(*fakes)
+    acc_dtype = spec.compute or out_value.type.dtype
+    count = prod(red_sizes)
+
+    acc = b.alloca(llvm_type(acc_dtype))  # in the entry block, where mem2reg promotes it
+    if identity in (float("inf"), float("-inf")) and not acc_dtype.is_floating_point:
+        lo, hi = (0, 1) if acc_dtype.kind == "b" else _dt.iinfo_range(acc_dtype)
+        identity = hi if identity > 0 else lo
+
+    def kept_body(b, kidx):
+        b.store(e.const(identity, acc_dtype).value, acc)
+
+        def red_body(b, ridx):
+            def load(v):
+                root, _, _, offset = bld.geometry[v]
+                off = bld.offset(b, kidx + ridx, list(inner_kept[v]) + list(inner_red[v]), offset)
+                return e.load(b.gep(ptr[root], [off]), v.type.dtype)
+            memo = {}
+            item = e.cast(bld.evaluate(e, x, memo, load), acc_dtype)
+            current = Scalar(b.load(acc), acc_dtype)
+            b.store(combine(e, current, item).value, acc)
+
+        bld.loops(b, r_sizes, red_body)
+        total = Scalar(b.load(acc), acc_dtype)
+        if finish is not None:
+            total = finish(e, total, count)
+
+        def load_outer(v):
+            root, _, _, offset = bld.geometry[v]
+            return e.load(b.gep(ptr[root], [bld.offset(b, kidx, outer_strides[v], offset)]), v.type.dtype)
+        memo = {out_value: e.cast(total, out_value.type.dtype)}
+        for out in outputs:
+            s = bld.evaluate(e, out, memo, load_outer)
+            e.store(s, b.gep(ptr[out], [bld.offset(b, kidx, write, 0)]))
+
+    bld.loops(b, k_sizes, kept_body, kernel.args[0] if k_sizes else None, kernel.args[1] if k_sizes else None)
+    b.ret_void()
+    return KernelSource(name, "reduction", [n.op.name for n in group.nodes], bld.roots, outputs,
+                        k_sizes[0] if k_sizes else 1, prod(in_shape), str(module), module)
+
+
+def _args(node):
+    from ..ir.graph import iter_values
+    return iter_values(node.args)
+
+
+def _upstream(node, bld):
+    """The computed nodes a node depends on, inside the group."""
+    seen, stack = set(), [node]
+    computed = set(bld.computed)
+    while stack:
+        n = stack.pop()
+        for v in _args(n):
+            p = v.node
+            if p is not None and p in computed and p not in seen and v not in bld.geometry:
+                seen.add(p)
+                stack.append(p)
+    return seen
+
+
+def build(group, name):
+    """The kernel source of a fusion group (CompileError if it has no kernel form)."""
+    if group.kind == "pointwise":
+        return build_pointwise(group, name)
+    if group.kind == "reduction":
+        return build_reduction(group, name)
+    raise CompileError(f"a {group.kind} group has no kernel")
+
+
+__all__ = ["CompileError", "KernelSource", "build", "build_pointwise", "build_reduction"]
