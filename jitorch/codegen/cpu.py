@@ -15,10 +15,8 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-import llvmlite
 import llvmlite.binding as llvm
 
-from .. import __version__
 from ..jit import logs
 
 _lock = threading.Lock()
@@ -118,7 +116,7 @@ def compile_kernel(source, cache=None):
     """Machine code for a kernel source, from memory, the disk cache, or LLVM."""
     from .cache import cache_key
     s = _init()
-    key = cache_key(source.llvm_ir, target_id(), __version__, llvmlite.__version__)
+    key = cache_key(source.llvm_ir, target_id())  # the key adds jitorch's and llvmlite's versions
     hit = _memory.get(key)
     if hit is not None:
         return CompiledKernel(source, *hit)

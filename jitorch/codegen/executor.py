@@ -10,7 +10,6 @@ allocates fresh output buffers, so two calls never return the same memory.
 from __future__ import annotations
 
 import ctypes
-import warnings
 
 import numpy as np
 
@@ -119,10 +118,6 @@ class CompiledGraph:
 
 
 def kernel_cache():
-    """The process's disk cache of object code (None when caching is off)."""
-    from .cache import KernelCache
-    try:
-        return KernelCache()
-    except OSError as e:  # pragma: no cover - the cache itself turns off on unwritable folders
-        warnings.warn(f"jitorch: kernel disk cache disabled: {e}")
-        return None
+    """The process's kernel cache (memory in front of the disk folder)."""
+    from .cache import default_cache
+    return default_cache()

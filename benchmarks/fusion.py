@@ -1,0 +1,211 @@
+"""Fused, compiled kernels against the systems a user would otherwise reach for.
+
+    python benchmarks/fusion.py [--quick]
+
+One table, every system timed in the same run (median of several repeats),
+float32 throughout: a tanh-approximation GELU and a 10-op chain over three
+inputs (16M elements each), `sum` of 16M, a row softmax of 4096x4096, and an
+MLP forward (batch 256, 784-256-128-10). Systems: jitorch compiled, jitorch
+eager, NumPy, numexpr with 1 and all threads, torch eager and torch.compile
+(the last three when installed: `pip install -e ".[bench]"`). The memory
+bandwidth ceiling (a large copy) is measured in the same run and each
+streaming case is shown as a fraction of it. Then the per-call overhead of a
+compiled one-op function, and compile times: the first call in a fresh
+process, cold and with a warm disk cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import jitorch as jt  # noqa: E402
+
+try:
+    import numexpr
+except ImportError:
+    numexpr = None
+try:
+    import torch
+except ImportError:
+    torch = None
+
+
+def median_time(fn, repeat):
+    fn()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def gelu(x):
+    return 0.5 * x * (1 + (0.7978845608 * (x + 0.044715 * x * x * x)).tanh())
+
+
+def chain(a, b, c):
+    return ((a * b + c) * 0.5 - a / (b * b + 1) + (c - a) * (b + 2)).abs() * 0.25
+
+
+def mlp(x, w1, b1, w2, b2, w3, b3):
+    h = (x @ w1 + b1).relu()
+    h = (h @ w2 + b2).relu()
+    return h @ w3 + b3
+
+
+def softmax_rows(x):
+    return x.softmax(dim=-1)
+
+
+def np_gelu(x):
+    return 0.5 * x * (1 + np.tanh(np.float32(0.7978845608) * (x + np.float32(0.044715) * x * x * x)))
+
+
+def np_chain(a, b, c):
+    return np.abs((a * b + c) * np.float32(0.5) - a / (b * b + 1) + (c - a) * (b + 2)) * np.float32(0.25)
+
+
+def np_softmax(x):
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def np_mlp(x, w1, b1, w2, b2, w3, b3):
+    h = np.maximum(x @ w1 + b1, 0)
+    h = np.maximum(h @ w2 + b2, 0)
+    return h @ w3 + b3
+
+
+NE_GELU = "0.5 * x * (1 + tanh(0.7978845608 * (x + 0.044715 * x * x * x)))"
+NE_CHAIN = "abs((a * b + c) * 0.5 - a / (b * b + 1) + (c - a) * (b + 2)) * 0.25"
+
+
+def cases(quick):
+    rng = np.random.default_rng(0)
+    n = 1 << (22 if quick else 24)
+    x = rng.standard_normal(n, dtype=np.float32)
+    a, b, c = (rng.standard_normal(n, dtype=np.float32) for _ in range(3))
+    m = 1024 if quick else 4096
+    s = rng.standard_normal((m, m), dtype=np.float32)
+    mlp_args = [rng.standard_normal(shape, dtype=np.float32) * 0.05 for shape in
+                ((256, 784), (784, 256), (256,), (256, 128), (128,), (128, 10), (10,))]
+    label = f"{n >> 20}M"
+    return [
+        (f"GELU, {label}", (x,), gelu, np_gelu, ("numexpr", NE_GELU, {"x": x}), 2 * x.nbytes),
+        (f"10-op chain, 3x{label}", (a, b, c), chain, np_chain, ("numexpr", NE_CHAIN, {"a": a, "b": b, "c": c}),
+         4 * a.nbytes),
+        (f"sum, {label}", (x,), lambda t: t.sum(), lambda t: t.sum(), ("numexpr", "sum(x)", {"x": x}), x.nbytes),
+        (f"softmax rows {m}x{m}", (s,), softmax_rows, np_softmax, None, 2 * s.nbytes),
+        ("MLP fwd 256x784", tuple(mlp_args), mlp, np_mlp, None, None),
+    ]
+
+
+def copy_ceiling(quick):
+    """Bytes per second of a large copy (read + write), the streaming ceiling."""
+    src = np.ones(1 << (24 if quick else 26), dtype=np.float32)
+    dst = np.empty_like(src)
+    t = median_time(lambda: np.copyto(dst, src), 5)
+    return 2 * src.nbytes / t
+
+
+def run_systems(case, repeat):
+    label, arrays, fn, np_fn, ne, nbytes = case
+    tensors = [jt.from_numpy(a) for a in arrays]
+    compiled = jt.compile(fn)
+    times = {
+        "jitorch compiled": median_time(lambda: compiled(*tensors), repeat),
+        "jitorch eager": median_time(lambda: fn(*tensors), repeat),
+        "numpy": median_time(lambda: np_fn(*arrays), repeat),
+    }
+    if numexpr is not None and ne is not None:
+        _, expr, env = ne
+        for threads in (1, os.cpu_count() or 1):
+            numexpr.set_num_threads(threads)
+            times[f"numexpr {threads}t"] = median_time(lambda: numexpr.evaluate(expr, local_dict=env), repeat)
+    if torch is not None:
+        tt = [torch.from_numpy(a) for a in arrays]
+        times["torch eager"] = median_time(lambda: fn(*tt), repeat)
+        try:
+            tc = torch.compile(fn)
+            times["torch.compile"] = median_time(lambda: tc(*tt), repeat)
+        except Exception as e:  # noqa: BLE001 - torch.compile needs a C++ toolchain; report and go on
+            print(f"  (torch.compile failed on {label}: {type(e).__name__})")
+    return times
+
+
+def call_overhead(repeat):
+    x = jt.ones(1)
+    f = jt.compile(lambda t: t + 1)
+    f(x)
+    n = 2000
+    out = {"jitorch compiled": median_time(lambda: [f(x) for _ in range(n)], repeat) / n}
+    if torch is not None:
+        tx = torch.ones(1)
+        try:
+            g = torch.compile(lambda t: t + 1)
+            g(tx)
+            out["torch.compile"] = median_time(lambda: [g(tx) for _ in range(n)], repeat) / n
+        except Exception:  # noqa: BLE001
+            pass
+    return out
+
+
+COMPILE_SNIPPET = """
+import time, numpy as np, jitorch as jt
+x = jt.from_numpy(np.ones(1 << 20, dtype=np.float32))
+def gelu(x):
+    return 0.5 * x * (1 + (0.7978845608 * (x + 0.044715 * x * x * x)).tanh())
+f = jt.compile(gelu)
+t0 = time.perf_counter(); f(x); print(time.perf_counter() - t0)
+"""
+
+
+def compile_times():
+    """First call of a compiled GELU in a fresh process: cold, then with the disk cache warm."""
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, JITORCH_CACHE_DIR=cache, PYTHONPATH=os.path.join(os.path.dirname(__file__), ".."))
+        runs = [float(subprocess.run([sys.executable, "-c", COMPILE_SNIPPET], env=env, capture_output=True,
+                                     text=True, check=True).stdout) for _ in range(2)]
+    return runs
+
+
+def fmt(s):
+    if s is None:
+        return "-"
+    return f"{s * 1e3:.2f} ms" if s >= 1e-3 else f"{s * 1e6:.1f} us"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats")
+    args = parser.parse_args(argv)
+    repeat = 3 if args.quick else 7
+    ceiling = copy_ceiling(args.quick)
+    print(f"copy bandwidth ceiling: {ceiling / 1e9:.1f} GB/s")
+    for case in cases(args.quick):
+        label, nbytes = case[0], case[5]
+        times = run_systems(case, repeat)
+        jc = times["jitorch compiled"]
+        print(f"\n{label}")
+        for system, t in times.items():
+            frac = f"  {nbytes / t / ceiling:5.0%} of ceiling" if nbytes else ""
+            print(f"  {system:<18} {fmt(t):>10}   jitorch compiled is {t / jc:5.2f}x faster{frac}")
+    print("\nper-call overhead of a compiled one-op function (1 element)")
+    for system, t in call_overhead(repeat).items():
+        print(f"  {system:<18} {fmt(t):>10}")
+    cold, warm = compile_times()
+    print(f"\nfirst call of compiled GELU in a fresh process: cold {fmt(cold)}, warm disk cache {fmt(warm)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+"""Constant folding: nodes computed only from creation ops (``zeros``, ``arange``, ``full``...)
+and other folded nodes run now with the eager kernels and become graph constants.
+
+Graph inputs and existing constants are never folded: a captured tensor is read
+at call time and may change between calls. Random ops are never folded (each
+call draws anew). Results larger than `MAX_NUMEL` elements stay computed at run
+time, and so do the creation ops themselves (making ``zeros`` costs no more than
+reading a constant), which dead code elimination removes once unused.
+"""
+
+from __future__ import annotations
+
+from math import prod
+
+from ...ops import registry
+from ...ops.views import contiguous_format
+from ...tensor import Tensor
+from ..graph import TensorType, Value
+from .rewrite import Rewriter, graph_pass, has_effects, substitute
+
+MAX_NUMEL = 4096
+
+
+def _evaluate(node, known):
+    """The node's results as compact tensors of its output types, or None where eager fails
+    (the error is left to the call that runs the node)."""
+    args = substitute(node.args, known.__getitem__)
+    try:
+        result = registry.call(node.op, args)
+    except Exception:  # whatever eager raises, it raises at run time, not while compiling
+        return None
+    results = [result] if isinstance(result, Tensor) else list(result)
+    if len(results) != len(node.outputs):
+        return None
+    # fresh compact copies: a view's result shares memory with its input
+    results = [t.clone(memory_format=contiguous_format) for t in results]
+    if any(TensorType(tuple(t.shape), t.dtype, t.device) != o.type for t, o in zip(results, node.outputs)):
+        return None
+    return results
+
+
+def _foldable(node, known):
+    return (not has_effects(node)
+            and all(v in known for v in node.input_values())
+            and all(prod(o.type.shape) <= MAX_NUMEL for o in node.outputs))
+
+
+@graph_pass("fold", "folded %d nodes into constants")
+def run(graph):
+    """Replace nodes whose value is known now by constants holding it."""
+    rw = Rewriter(graph)
+    known: dict = {}  # Value -> its tensor, for creation results, folded results and their constants
+    folded = 0
+    for node in graph.nodes:
+        rw.update_args(node)
+        if not _foldable(node, known):
+            continue
+        results = _evaluate(node, known)
+        if results is None:
+            continue
+        known.update(zip(node.outputs, results))
+        # a creation op stays as it is; a returned value stays computed (a constant would be
+        # handed back by every call, the same tensor each time)
+        if not node.input_values() or any(o in rw.returned for o in node.outputs):
+            continue
+        constants = [graph.add_constant(f"fold_{o.name}", t, o.type) for o, t in zip(node.outputs, results)]
+        known.update(zip(constants, results))
+        rw.replace_node(node, constants)
+        folded += 1
+    rw.finish()
+    return folded

@@ -1,0 +1,52 @@
+"""The pass manager: runs the optimisation passes over a graph until nothing changes."""
+
+from __future__ import annotations
+
+import os
+
+from ...jit import logs
+from ..verifier import VerifyError, verify as verify_graph
+from . import cse, dce, fold, simplify
+
+# simplify and fold expose duplicates and dead nodes, which cse and dce then remove
+DEFAULT_PASSES = (simplify.run, fold.run, cse.run, dce.run)
+MAX_ROUNDS = 4
+
+
+def debug_enabled():
+    """Whether ``JITORCH_DEBUG`` is set to something other than empty, 0, false, no or off."""
+    return os.environ.get("JITORCH_DEBUG", "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def _describe(run_pass, count):
+    name = getattr(run_pass, "pass_name", run_pass.__name__)
+    return f"{name}: {getattr(run_pass, 'message', '%d rewrites') % count}"
+
+
+def optimize(graph, passes=DEFAULT_PASSES, verify=None):
+    """Optimise ``graph`` in place and return it.
+
+    Runs ``passes`` (functions ``run(graph) -> number of rewrites``) in order,
+    and the whole sequence again while any pass rewrote something (at most
+    `MAX_ROUNDS` times). With ``verify`` (default: the ``JITORCH_DEBUG``
+    environment variable) the graph is verified after each pass, so a broken
+    rewrite raises `jitorch.ir.VerifyError` naming it. Each pass that changed
+    something logs one line under ``JITORCH_LOGS=passes``.
+    """
+    if verify is None:
+        verify = debug_enabled()
+    for _ in range(MAX_ROUNDS):
+        changed = False
+        for run_pass in passes:
+            count = run_pass(graph)
+            if verify:
+                try:
+                    verify_graph(graph)
+                except VerifyError as e:
+                    raise VerifyError(f"after {_describe(run_pass, count)}: {e}") from e
+            if count:
+                changed = True
+                logs.log("passes", "%s", _describe(run_pass, count))
+        if not changed:
+            break
+    return graph

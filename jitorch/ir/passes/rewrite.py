@@ -1,0 +1,91 @@
+"""What the passes share: the pass decorator, effects, and `Rewriter`, which replaces values
+across a graph in one sweep without changing what a call's outputs alias."""
+
+from __future__ import annotations
+
+from ...utils.pytree import tree_map
+from ..graph import Value
+
+
+def graph_pass(name, message):
+    """Mark ``run(graph) -> int`` as the pass ``name``; the pass manager logs
+    ``f"{name}: {message % count}"`` when it rewrites anything."""
+    def mark(run):
+        run.pass_name = name
+        run.message = message
+        return run
+    return mark
+
+
+def has_effects(node):
+    """Whether running ``node`` matters beyond its outputs: a random op advances its
+    generator, so removing, merging or folding it would change later draws."""
+    return node.op.kind == "random"
+
+
+def substitute(args, resolve):
+    """``args`` with every Value ``v`` replaced by ``resolve(v)``, inside lists and tuples too."""
+    def one(a):
+        if isinstance(a, Value):
+            return resolve(a)
+        if isinstance(a, (list, tuple)):
+            return type(a)(one(x) for x in a)
+        return a
+    return tuple(one(a) for a in args)
+
+
+class Rewriter:
+    """Replaces node outputs by other values, for a pass that sweeps the nodes once in order.
+
+    Call `update_args` on each node before inspecting it (its arguments then name
+    the replacements made so far), `replace_node` to drop a node for values
+    defined before it, and `finish` at the end to rewrite the graph's outputs and
+    mutation values and remove the dropped nodes. Mutation targets are never
+    touched.
+
+    A call's outputs must alias what eager's would: each output is a fresh tensor,
+    apart from inputs and constants returned as themselves. So a returned value is
+    never replaced by an input, a constant (a folded one would be handed back by
+    every call) or a value the graph already returns elsewhere (``return x * 1,
+    x`` must not give the same tensor twice); `can_replace` says so.
+    """
+
+    def __init__(self, graph):
+        self.graph = graph
+        self.replaced: dict = {}   # Value -> the Value that now stands for it
+        self.dropped: set = set()  # nodes to remove, by identity
+        self.returned = set(graph.output_values())
+
+    def resolve(self, v):
+        while v in self.replaced:
+            v = self.replaced[v]
+        return v
+
+    def update_args(self, node):
+        node.args = substitute(node.args, self.resolve)
+
+    def can_replace(self, old, new):
+        if old.type != new.type:
+            return False
+        new = self.resolve(new)
+        return old not in self.returned or not (new.node is None or new in self.returned)
+
+    def replace_node(self, node, values):
+        """Drop ``node`` for ``values`` (one per output), if every replacement is allowed; returns whether done."""
+        pairs = list(zip(node.outputs, values, strict=True))
+        if has_effects(node) or not all(self.can_replace(old, new) for old, new in pairs):
+            return False
+        for old, new in pairs:
+            new = self.resolve(new)
+            self.replaced[old] = new
+            if old in self.returned:
+                self.returned.discard(old)
+                self.returned.add(new)
+        self.dropped.add(node)
+        return True
+
+    def finish(self):
+        g = self.graph
+        g.nodes = [n for n in g.nodes if n not in self.dropped]
+        g.outputs = tree_map(lambda x: self.resolve(x) if isinstance(x, Value) else x, g.outputs)
+        g.mutations = [(target, self.resolve(v)) for target, v in g.mutations]

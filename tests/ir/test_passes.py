@@ -1,0 +1,495 @@
+"""The optimisation passes: each pass on small graphs (what it rewrote and what it must leave),
+the pass manager (rounds, verification, logs), exactness on NaN, infinities and signed zeros,
+and random graphs that optimise to valid graphs computing exactly what the originals compute."""
+
+from __future__ import annotations
+
+import logging
+import textwrap
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+import jitorch as jt
+from jitorch.ir import VerifyError, interpret, parse, verify
+from jitorch.ir.passes import DEFAULT_PASSES, cse, dce, fold, optimize, simplify
+from jitorch.ir.passes.manager import MAX_ROUNDS
+from jitorch.jit import trace
+from jitorch.utils.pytree import tree_flatten
+from tests.ir.graphs import graphs
+from tests.ops.samples import VALUES_UNDEFINED
+from tests.support import to_numpy
+
+
+def graph_of(text):
+    return parse(textwrap.dedent(text).strip())
+
+
+def text(text):
+    return textwrap.dedent(text).strip()
+
+
+def ops(graph):
+    return [node.op.name for node in graph.nodes]
+
+
+def bits(a):
+    """The bytes of an array's values: equal bits, so NaN equals NaN and -0.0 differs from 0.0."""
+    return np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+
+
+def assert_same_tensor(got, expected, what):
+    assert (got.shape, got.dtype) == (expected.shape, expected.dtype), what
+    assert np.array_equal(bits(to_numpy(got)), bits(to_numpy(expected))), \
+        f"{what}: {to_numpy(got)} != {to_numpy(expected)}"
+
+
+def run(graph, inputs):
+    """``interpret`` with every tensor result copied (a result may be an input itself),
+    the generators of the graph restored afterwards so that a second run draws the same."""
+    states = {name: g.get_state() for name, g in graph.objects.items()}
+    outputs, mutations = interpret(graph, inputs)
+    for name, state in states.items():
+        graph.objects[name].set_state(state)
+    leaves, spec = tree_flatten(outputs)
+    copy = [t.clone() if isinstance(t, jt.Tensor) else t for t in leaves]
+    return copy, spec, [(target, t.clone()) for target, t in mutations]
+
+
+def assert_runs_the_same(graph, inputs, optimised_with=DEFAULT_PASSES):
+    """Optimise ``graph`` (verifying after every pass) and check it computes exactly what it did,
+    returns inputs and constants only where it did, and never returns one tensor twice more
+    than it did."""
+    before = str(graph)
+    leaves, spec, mutations = run(graph, inputs)
+    returned = tree_flatten(graph.outputs)[0]
+    optimize(graph, optimised_with, verify=True)
+    what = f"\n{before}\noptimised to\n{graph}"
+    got, got_spec, got_mutations = run(graph, inputs)
+    assert got_spec == spec, what
+    for old, new, e, g in zip(returned, tree_flatten(graph.outputs)[0], leaves, got):
+        if isinstance(e, jt.Tensor):
+            assert_same_tensor(g, e, what)
+            assert new.node is not None or new is old, f"%{old.name} now returns %{new.name}{what}"
+        else:
+            assert g == e or g != g and e != e, what
+    new_leaves = tree_flatten(graph.outputs)[0]
+    for i, a in enumerate(new_leaves):
+        for j, b in enumerate(new_leaves):
+            if a is b and hasattr(a, "node"):
+                assert returned[i] is returned[j], f"outputs {i} and {j} are now one tensor{what}"
+    assert [t for t, _ in got_mutations] == [t for t, _ in mutations], what
+    for (_, g), (_, e) in zip(got_mutations, mutations):
+        assert_same_tensor(g, e, what)
+
+
+# Dead code elimination ------------------------------------------------------------------------
+
+def test_dce_removes_unused_nodes_and_constants_but_not_inputs():
+    g = graph_of("""
+        graph(%x: f32[3], %unused: f32[3]):
+          %w : f32[3] = constant['w']
+          %c : f32[3] = constant['c']
+          %0 : f32[3] = mul(%x, %w)
+          %1 : f32[3] = exp(%0)
+          %2 : f32[3] = add(%x, %c)
+          return %2
+    """)
+    assert dce.run(g) == 3
+    assert str(g) == text("""
+        graph(%x: f32[3], %unused: f32[3]):
+          %c : f32[3] = constant['c']
+          %2 : f32[3] = add(%x, %c)
+          return %2
+    """)
+    assert list(g.constant_tensors) == ["c"]
+
+
+def test_dce_keeps_random_ops_and_what_mutations_use():
+    g = graph_of("""
+        graph(%x: f32[3]):
+          %w : f32[3] = constant['w']
+          %0 : f32[3] = rand(size=[3], generator=@g)
+          %1 : f32[3] = exp(%0)
+          %2 : f32[3] = neg(%x)
+          %w <- %2
+          %x <- %x
+          return None
+    """)
+    assert dce.run(g) == 2  # exp(rand) and the write-back of x into itself
+    assert ops(g) == ["rand", "neg"] and g.mutations == [(g.constants["w"], g.nodes[1].outputs[0])]
+
+
+def test_dce_keeps_a_written_constant_nothing_reads():
+    g = graph_of("""
+        graph(%x: f32[3]):
+          %w : f32[3] = constant['w']
+          %w <- %x
+          return None
+    """)
+    assert dce.run(g) == 0 and list(g.constants) == ["w"]
+
+
+# Common subexpressions ------------------------------------------------------------------------
+
+def test_cse_merges_repeated_nodes_and_replaces_uses_everywhere():
+    g = graph_of("""
+        graph(%x: f32[3], %y: f32[3]):
+          %0 : f32[3] = exp(%x)
+          %1 : f32[3] = exp(%x)
+          %2 : f32[6] = cat([%0, %1])
+          %3 : f32[6] = cat([%0, %1])
+          %4 : f32[3] = add(%x, %1, alpha=2)
+          %5 : f32[3] = add(%x, %0, alpha=2)
+          %y <- %5
+          return {'a': [%2], 'b': %4}
+    """)
+    assert cse.run(g) == 3
+    assert str(g) == text("""
+        graph(%x: f32[3], %y: f32[3]):
+          %0 : f32[3] = exp(%x)
+          %2 : f32[6] = cat([%0, %0])
+          %4 : f32[3] = add(%x, %0, alpha=2)
+          %y <- %4
+          return {'a': [%2], 'b': %4}
+    """)
+
+
+def test_cse_merges_multi_output_nodes():
+    g = graph_of("""
+        graph(%x: f32[2, 3]):
+          %0 : f32[2], %1 : i64[2] = max.dim(%x, dim=1)
+          %2 : f32[2], %3 : i64[2] = max.dim(%x, dim=1)
+          %4 : f32[2] = mul(%0, %2)
+          %5 : i64[2] = add(%1, %3)
+          return (%4, %5)
+    """)
+    assert cse.run(g) == 1
+    assert [v.name for v in g.nodes[1].args] == ["0", "0"] and [v.name for v in g.nodes[2].args[:2]] == ["1", "1"]
+
+
+@pytest.mark.parametrize("a, b", [("1", "1.0"), ("1", "True"), ("0.0", "-0.0"), ("2", "3"), ("1.0", "inf")])
+def test_cse_tells_literals_apart_by_type_and_value(a, b):
+    g = graph_of(f"""
+        graph(%x: f32[3]):
+          %0 : f32[3] = mul(%x, {a})
+          %1 : f32[3] = mul(%x, {b})
+          %2 : f32[3] = add(%0, %1)
+          return %2
+    """)
+    assert cse.run(g) == 0
+
+
+def test_cse_merges_equal_nan_literals():
+    g = graph_of("""
+        graph(%x: f32[3]):
+          %0 : f32[3] = add(%x, nan)
+          %1 : f32[3] = add(%x, nan)
+          %2 : f32[3] = mul(%0, %1)
+          return %2
+    """)
+    assert cse.run(g) == 1
+
+
+def test_cse_never_merges_random_ops():
+    g = graph_of("""
+        graph(%x: f32[3]):
+          %0 : f32[3] = rand(size=[3], generator=@g)
+          %1 : f32[3] = rand(size=[3], generator=@g)
+          %2 : f32[3] = add(%0, %1)
+          return %2
+    """)
+    assert cse.run(g) == 0
+
+
+def test_cse_keeps_two_returned_values_apart():
+    """Eager returns two tensors; the optimised graph must not return one tensor twice."""
+    g = trace(lambda x: (x.exp(), x.exp(), x.exp() + 1), jt.ones(3))
+    assert cse.run(g) == 1
+    assert str(g) == text("""
+        graph(%x: f32[3]):
+          %0 : f32[3] = exp(%x)
+          %1 : f32[3] = exp(%x)
+          %3 : f32[3] = add(%0, 1)
+          return (%0, %1, %3)
+    """)
+
+
+# Constant folding -----------------------------------------------------------------------------
+
+W = jt.tensor([1.0, 2.0, 3.0])
+GENERATOR = jt.Generator().manual_seed(0)
+
+
+def test_fold_computes_from_creation_ops_now():
+    g = trace(lambda x: x + (jt.arange(3.0) * 2).exp(), jt.ones(3))
+    assert fold.run(g) == 2 and dce.run(g) == 2  # arange, and the constant of arange * 2
+    assert str(g) == text("""
+        graph(%x: f32[3]):
+          %fold_2 : f32[3] = constant['fold_2']
+          %3 : f32[3] = add(%x, %fold_2)
+          return %3
+    """)
+    expected = np.exp(np.arange(3.0, dtype=np.float32) * 2)
+    np.testing.assert_array_equal(to_numpy(g.constant_tensors["fold_2"]), expected)
+    assert g.constant_tensors["fold_2"].is_contiguous()
+
+
+def test_fold_of_a_view_holds_a_compact_copy():
+    g = trace(lambda x: x + jt.arange(6.0).reshape(2, 3).t().exp(), jt.ones(3, 2))
+    optimize(g)
+    assert ops(g) == ["add"]
+    (folded,) = [t for name, t in g.constant_tensors.items()]
+    assert folded.is_contiguous() and folded.storage_offset() == 0 and len(folded.untyped_storage()) == 6
+
+
+@pytest.mark.parametrize("fn, kept", [
+    (lambda x: x * 2 + 1, ["mul", "add"]),                                        # inputs
+    (lambda x: x + W * 2, ["mul", "add"]),                                        # constants are read per call
+    (lambda x: x + jt.rand(3, generator=GENERATOR) * 2, ["rand", "mul", "add"]),  # each call draws anew
+    (lambda x: x + jt.arange(5000.0).sum(), ["arange", "sum", "add"]),             # too large
+    (lambda x: (x, jt.arange(3.0) * 2), ["arange", "mul"]),                        # returned: a fresh tensor per call
+    (lambda x: x + jt.arange(3) // 0, ["arange", "floor_divide", "add"]),           # eager raises: left to the call
+], ids=["input", "constant", "random", "large", "returned", "raises"])
+def test_fold_leaves(fn, kept):
+    g = trace(fn, jt.ones(3))
+    optimize(g, verify=True)
+    assert ops(g) == kept
+
+
+def test_folded_graph_still_reads_constants_at_call_time():
+    w = jt.tensor([1.0, 2.0, 3.0])
+    g = trace(lambda x: x + w * jt.arange(3.0).exp(), jt.ones(3))
+    optimize(g, verify=True)
+    assert ops(g) == ["mul", "add"]
+    w.mul_(2)
+    (out,), _, _ = run(g, [jt.zeros(3)])
+    np.testing.assert_allclose(to_numpy(out), 2 * np.array([1, 2, 3]) * np.exp(np.arange(3.0)), rtol=1e-6)
+
+
+# Algebraic simplification ---------------------------------------------------------------------
+
+F32 = jt.ones(6)
+I32 = jt.ones(6, dtype=jt.int32)
+BOOL = jt.ones(6, dtype=jt.bool)
+
+
+def then(y):
+    """A use of ``y`` that no pass removes, so that ``y`` itself is no returned value."""
+    return y.reshape(2, 3)
+
+
+@pytest.mark.parametrize("fn, x, left", [
+    (lambda x: then(x * 1), F32, []),
+    (lambda x: then(1 * x), F32, []),
+    (lambda x: then(x * 1.0), F32, []),
+    (lambda x: then(x / 1), F32, []),
+    (lambda x: then(x - 0), F32, []),
+    (lambda x: then(x - 0.0), F32, []),
+    (lambda x: then(x ** 1), F32, []),
+    (lambda x: then(-(-x)), F32, []),
+    (lambda x: then(x.clone()), F32, []),
+    (lambda x: then(x.view(6).expand(6)), F32, []),
+    (lambda x: then(x + 0), I32, []),
+    (lambda x: then(0 + x), I32, []),
+    (lambda x: then(x * 1), I32, []),
+    (lambda x: then(x * True), BOOL, []),
+    (lambda x: then(x ** 2), F32, ["mul"]),
+    (lambda x: then(x ** 2), I32, ["mul"]),
+    # never exact or never the same type
+    (lambda x: then(x + 0), F32, ["add"]),          # -0.0 + 0 is +0.0
+    (lambda x: then(x - (-0.0)), F32, ["sub"]),     # -0.0 - -0.0 is +0.0
+    (lambda x: then(x.sub(0, alpha=-1)), F32, ["sub"]),
+    (lambda x: then(x * 1.0), I32, ["mul"]),        # a float result
+    (lambda x: then(x / 1), I32, ["true_divide"]),
+    (lambda x: then(x * 1), BOOL, ["mul"]),         # an int64 result
+    (lambda x: then(x ** 2), BOOL, ["pow"]),
+    (lambda x: then(x * 2), F32, ["mul"]),
+    (lambda x: then(-x), F32, ["neg"]),
+    (lambda x: then(x.view(2, 3).t().reshape(6)), F32, ["view", "t", "view"]),  # the copy goes: values are logical
+])
+def test_simplify(fn, x, left):
+    g = trace(fn, x)
+    before = ops(g)
+    optimize(g, [simplify.run, dce.run], verify=True)
+    assert ops(g)[:-1] == left, f"{before} -> {ops(g)}"
+
+
+def test_simplify_replaces_to_copy_to_its_own_type():
+    g = graph_of("""
+        graph(%x: f32[3]):
+          %0 : f32[3] = _to_copy(%x, dtype=f32)
+          %1 : f64[3] = _to_copy(%0, dtype=f64)
+          %2 : f64[3] = _to_copy(%1, device=device('cpu'))
+          %3 : f64[3] = exp(%2)
+          return %3
+    """)
+    assert simplify.run(g) == 2
+    assert ops(g) == ["_to_copy", "exp"] and g.nodes[0].args[0] is g.inputs[0]
+
+
+def test_simplify_leaves_returned_values_fresh():
+    """``return x * 1`` must not return the input itself, nor ``return y, y * 1`` one tensor twice."""
+    def f(x):
+        y = x.exp()
+        return x * 1, -(-x), y, y * 1
+    g = trace(f, jt.ones(3))
+    assert simplify.run(g) == 0
+
+
+def test_simplify_never_replaces_mutation_targets():
+    def f(x, w):
+        w.copy_(x * 1)
+        x.mul_(1)
+        return None
+    g = trace(f, jt.ones(3), jt.ones(3))
+    optimize(g, verify=True)
+    assert str(g) == text("""
+        graph(%x: f32[3], %w: f32[3]):
+          %w <- %x
+          return None
+    """)
+
+
+SPECIAL = [0.0, -0.0, float("nan"), float("inf"), -float("inf"), 1.5, -2.0, 1e-40, 3e38]
+
+
+def test_signed_zeros_nan_and_infinities_survive():
+    def f(x):
+        return [then(y) for y in (x + 0, x * 1, 1 * x, x - 0, x / 1, x ** 1, x ** 2, -(-x), x.clone())]
+    for dtype in (jt.float16, jt.bfloat16, jt.float32, jt.float64):
+        x = jt.tensor(SPECIAL[:6], dtype=dtype)
+        expected = f(x)
+        g = trace(f, x)
+        optimize(g, verify=True)
+        assert ops(g).count("view") == 9 and len(g.nodes) == 11  # only x + 0 and x ** 2 (as x * x) stay
+        (got,), _, _ = run(g, [x])
+        for i, (gt, e) in enumerate(zip(got, expected)):
+            assert_same_tensor(gt, e, f"{dtype} case {i}")
+
+
+@pytest.mark.parametrize("dtype", sorted(simplify.SQUARE_AS_PRODUCT, key=str))
+def test_square_as_product_is_exact_in_eager(dtype):
+    """``pow(x, 2)`` is rewritten into ``mul(x, x)`` only for dtypes where eager gives the same bits:
+    every value of the 16-bit floats, special and random values of the others."""
+    if dtype in (jt.float16, jt.bfloat16):
+        storage_dtype = np.float16 if dtype == jt.float16 else ml_dtypes.bfloat16
+        x = jt.tensor(np.arange(2 ** 16, dtype=np.uint16).view(storage_dtype), dtype=dtype)
+    elif dtype.is_floating_point:
+        rng = np.random.default_rng(0)
+        values = np.concatenate([SPECIAL, rng.standard_normal(1000) * 10.0 ** rng.integers(-40, 40, 1000)])
+        x = jt.tensor(values, dtype=dtype)
+    else:
+        info = np.iinfo(str(dtype).removeprefix("jitorch."))
+        x = jt.tensor(np.linspace(info.min, info.max, 1001).astype(np.int64).astype(info.dtype), dtype=dtype)
+    assert_same_tensor(x ** 2, x * x, str(dtype))
+
+
+# The pass manager -----------------------------------------------------------------------------
+
+def test_optimize_repeats_until_nothing_changes_and_logs(caplog):
+    g = trace(lambda x: (x.exp() * 1 + x.exp() * 1 + jt.ones(3) * 2).exp(), jt.ones(3))
+    with caplog.at_level(logging.INFO, logger="jitorch.passes"):
+        assert optimize(g) is g
+    assert str(g) == text("""
+        graph(%x: f32[3]):
+          %fold_7 : f32[3] = constant['fold_7']
+          %0 : f32[3] = exp(%x)
+          %4 : f32[3] = add(%0, %0)
+          %8 : f32[3] = add(%4, %fold_7)
+          %9 : f32[3] = exp(%8)
+          return %9
+    """)
+    assert [r.getMessage() for r in caplog.records if r.name == "jitorch.passes"] == [
+        "simplify: rewrote 2 nodes", "fold: folded 1 nodes into constants", "cse: merged 1 nodes",
+        "dce: removed 1 nodes, constants and write-backs",
+    ]
+
+
+def test_optimize_stops_after_a_few_rounds():
+    calls = []
+
+    def busy(graph):
+        calls.append(1)
+        return 1
+    optimize(trace(lambda x: x, jt.ones(1)), [busy])
+    assert len(calls) == MAX_ROUNDS
+
+
+def broken(graph):
+    """A pass that breaks the graph: its output no longer has its type."""
+    graph.nodes[0].outputs[0].type = graph.inputs[0].type.__class__((7,), jt.float32, jt.device("cpu"))
+    return 1
+
+
+@pytest.mark.parametrize("env, verify, raises", [
+    (None, None, False), ("1", None, True), ("0", None, False), (None, True, True), ("1", False, False),
+])
+def test_optimize_verifies_after_each_pass_in_debug_mode(monkeypatch, env, verify, raises):
+    if env is None:
+        monkeypatch.delenv("JITORCH_DEBUG", raising=False)
+    else:
+        monkeypatch.setenv("JITORCH_DEBUG", env)
+    g = trace(lambda x: x.exp(), jt.ones(3))
+    if raises:
+        with pytest.raises(VerifyError, match=r"after broken: 1 rewrites: .*meta rule of exp gives f32\[3\]"):
+            optimize(g, [broken], verify=verify)
+    else:
+        optimize(g, [broken], verify=verify)
+
+
+# Random graphs --------------------------------------------------------------------------------
+
+@given(graphs(runnable=True))
+def test_random_graphs_optimise_to_the_same_results(case):
+    graph, inputs = case
+    assume(not any(node.op.name in VALUES_UNDEFINED for node in graph.nodes))
+    assert_runs_the_same(graph, inputs)
+
+
+DTYPES = [jt.float16, jt.float32, jt.float64, jt.int32, jt.int64]
+UNARY = [
+    lambda a: a * 1, lambda a: 1.0 * a, lambda a: a + 0, lambda a: 0 + a, lambda a: a - 0, lambda a: a - 0.0,
+    lambda a: a - (-0.0), lambda a: a / 1, lambda a: a ** 1, lambda a: a ** 2, lambda a: a ** 2.0, lambda a: -a,
+    lambda a: -(-a), lambda a: a.clone(), lambda a: a.to(jt.float64), lambda a: a.view(-1).view(a.shape),
+    lambda a: a.expand(a.shape), lambda a: a.abs(), lambda a: a * 2,
+    lambda a: a + jt.arange(a.shape[-1]) * 2, lambda a: a * jt.ones(a.shape[-1]).exp(),
+    lambda a: a + jt.rand(a.shape[-1], generator=GENERATOR),
+]
+BINARY = [lambda a, b: a + b, lambda a, b: a * b, lambda a, b: jt.maximum(a, b), lambda a, b: jt.where(a > b, a, b)]
+
+
+@st.composite
+def programs(draw):
+    """``(fn, inputs)``: a chain of ops that the passes rewrite (identities, duplicates, constants
+    to fold, random draws), on inputs holding NaN, infinities and signed zeros, with some results
+    returned (some twice, some inputs) and some written back into the inputs."""
+    dtype = draw(st.sampled_from(DTYPES))
+    values = np.array(draw(st.lists(st.sampled_from(SPECIAL), min_size=6, max_size=6))).reshape(2, 3)
+    if not dtype.is_floating_point:
+        values = np.nan_to_num(values, posinf=7, neginf=-7).astype(np.int64)
+    inputs = [jt.tensor(values, dtype=dtype), jt.tensor(values[::-1].copy(), dtype=dtype)]
+    steps = draw(st.lists(st.tuples(st.integers(0, len(UNARY) + len(BINARY) - 1), st.integers(0, 99),
+                                    st.integers(0, 99)), min_size=1, max_size=8))
+    returned = draw(st.lists(st.integers(0, 99), max_size=4))
+    write_back = draw(st.booleans())
+
+    def fn(x, y):
+        seen = [x, y]
+        for k, i, j in steps:
+            a, b = seen[i % len(seen)], seen[j % len(seen)]
+            seen.append(UNARY[k](a) if k < len(UNARY) else BINARY[k - len(UNARY)](a, b))
+        if write_back:
+            x.copy_(seen[-1])
+        return tuple(seen[i % len(seen)] for i in returned)
+    return fn, inputs
+
+
+@given(programs())
+def test_traced_programs_optimise_to_the_same_results(program):
+    fn, inputs = program
+    graph = trace(fn, *inputs)
+    assert_runs_the_same(graph, inputs)
