@@ -30,7 +30,11 @@ def _compact(t):
 
 
 def _address(arr):
-    return arr.__array_interface__["data"][0]
+    """A fresh writable array's address; ``c_char.from_buffer`` is the cheapest way to it."""
+    try:
+        return ctypes.addressof(ctypes.c_char.from_buffer(arr))
+    except (TypeError, ValueError):  # empty arrays
+        return arr.__array_interface__["data"][0]
 
 
 class KernelStep:
@@ -43,9 +47,10 @@ class KernelStep:
         self.args_type = ctypes.c_void_p * (len(self.inputs) + len(self.outputs))
 
     def run(self, env):
-        arrays = [env[v]._array() for v in self.inputs]
         outs = [np.empty(v.type.shape, v.type.dtype.np) for v in self.outputs]
-        self.kernel(self.args_type(*[_address(a) for a in arrays + outs]))
+        # inputs are compact (offset 0): their address is their storage's, which is cached
+        self.kernel(self.args_type(*[env[v]._storage.data_ptr() for v in self.inputs],
+                                   *[_address(a) for a in outs]))
         for v, a in zip(self.outputs, outs):
             env[v] = Tensor._from_array(a, v.type.dtype)
 
@@ -106,15 +111,32 @@ class CompiledGraph:
 
     def __call__(self, inputs):
         """(outputs pytree, mutations) on ``inputs`` (flat list in graph-input order)."""
+        env = self._execute(inputs)
+        mutations = [(target, env[value]) for target, value in self.graph.mutations]
+        return self._outputs(env), mutations
+
+    def run(self, inputs):
+        """The outputs on ``inputs``, with in-place results written back into inputs and constants."""
+        env = self._execute(inputs)
+        if self.graph.mutations:
+            from ..jit.compile import write_back
+            write_back(self.graph, inputs, [(t, env[v]) for t, v in self.graph.mutations])
+        return self._outputs(env)
+
+    def _execute(self, inputs):
         g = self.graph
         env = {v: _compact(t) for v, t in zip(g.inputs, inputs)}
         for name, v in g.constants.items():
             env[v] = _compact(g.constant_tensors[name])
         for step in self.steps:
             step.run(env)
-        outputs = tree_map(lambda leaf: env[leaf] if isinstance(leaf, Value) else leaf, g.outputs)
-        mutations = [(target, env[value]) for target, value in g.mutations]
-        return outputs, mutations
+        return env
+
+    def _outputs(self, env):
+        out = self.graph.outputs
+        if isinstance(out, Value):
+            return env[out]
+        return tree_map(lambda leaf: env[leaf] if isinstance(leaf, Value) else leaf, out)
 
 
 def kernel_cache():

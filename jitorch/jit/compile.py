@@ -47,6 +47,16 @@ def guard_key(args, kwargs):
     return (spec,) + tuple(_leaf_guard(leaf) for leaf in leaves)
 
 
+def _tensor_args_key(args):
+    """The guard key of a call whose arguments are all tensors, flat; None otherwise."""
+    key = []
+    for a in args:
+        if a.__class__ is not Tensor:
+            return None
+        key.append((a._shape, a.dtype, a.device, a.is_contiguous(), a._requires_grad))
+    return tuple(key)
+
+
 def describe_guards(key, names):
     """The guards of a key, one readable line per argument leaf."""
     lines = []
@@ -107,6 +117,7 @@ class CompiledFunction:
         self.dynamic = dynamic
         self.backend = backend
         self.cache: dict = {}
+        self._fast: dict = {}  # flat keys of all-tensor positional calls -> compiled entries
         self._warned_limit = False
         self.name = getattr(fn, "__name__", type(fn).__name__)
         functools.update_wrapper(self, fn, updated=())
@@ -127,13 +138,24 @@ class CompiledFunction:
         return f"_jitorch_compiled_{id(self)}"
 
     def __call__(self, *args, **kwargs):
+        if not kwargs:
+            # the common call, positional tensors only: a flat guard key and no pytree work
+            key = _tensor_args_key(args)
+            if key is not None:
+                entry = self._fast.get(key)
+                if entry is not None:
+                    entry.calls += 1
+                    return entry.executable.run(args)
         entry = self._entry(args, kwargs)
         if entry is None:
             return self.fn(*args, **kwargs)
         entry.calls += 1
         if entry.graph is None:
             return self.fn(*args, **kwargs)
-        return run_graph(entry.graph, args, kwargs, self._executable(entry))
+        executable = self._executable(entry)
+        if executable is not None and not kwargs and _tensor_args_key(args) is not None:
+            self._fast[_tensor_args_key(args)] = entry
+        return run_graph(entry.graph, args, kwargs, executable)
 
     def _executable(self, entry):
         """The entry's compiled graph (built on first use), or None for the interpreter."""
@@ -249,7 +271,15 @@ def run_graph(graph, args, kwargs, executable=None):
     from ..ir.interpreter import interpret
     leaves, _ = tree_flatten((args, kwargs))
     inputs = [leaf for leaf in leaves if isinstance(leaf, Tensor)]
-    outputs, mutations = executable(inputs) if executable is not None else interpret(graph, inputs)
+    if executable is not None:
+        return executable.run(inputs)
+    outputs, mutations = interpret(graph, inputs)
+    write_back(graph, inputs, mutations)
+    return outputs
+
+
+def write_back(graph, inputs, mutations):
+    """Write the values of in-place ops on inputs and constants back into them."""
     by_input = dict(zip(graph.inputs, inputs))
     targets = [by_input.get(t) if t in by_input else graph.constant_tensors[t.name] for t, _ in mutations]
     storages = {id(t.untyped_storage()) for t in targets}
@@ -257,7 +287,6 @@ def run_graph(graph, args, kwargs, executable=None):
     values = [v.clone() if id(v.untyped_storage()) in storages else v for _, v in mutations]
     for real, value in zip(targets, values):
         real._write(value)
-    return outputs
 
 
 def compile(fn=None, *, fullgraph=False, dynamic=None, backend="llvm", mode=None, options=None):

@@ -17,7 +17,7 @@ class Storage:
     """A flat buffer. ``data`` may be given as any C-contiguous array: it is
     flattened on first use, which spares short-lived results the reshape."""
 
-    __slots__ = ("_data", "dtype", "device", "size", "_version", "__weakref__")
+    __slots__ = ("_data", "dtype", "device", "size", "_version", "_ptr", "__weakref__")
 
     def __init__(self, data, dtype, device=CPU, size=None):
         self._data = data
@@ -25,6 +25,7 @@ class Storage:
         self.device = device
         self.size = data.size if data is not None else size
         self._version = 0
+        self._ptr = None
 
     @property
     def data(self):
@@ -51,9 +52,12 @@ class Storage:
         return self.size * self.dtype.itemsize
 
     def data_ptr(self):
-        if self.data is None:
-            return 0
-        return self.data.__array_interface__["data"][0]
+        """The buffer's address (cached: a storage's buffer never moves)."""
+        ptr = self._ptr
+        if ptr is None:
+            data = self.data
+            ptr = self._ptr = 0 if data is None else data.__array_interface__["data"][0]
+        return ptr
 
     def __len__(self):
         return self.size
