@@ -95,23 +95,24 @@ class Emitter:
 
     # Arithmetic --------------------------------------------------------------------
 
-    def _binary(self, fop, iop, a, b):
+    def _binary(self, fop, iop, a, b, flags=()):
         if a.dtype.is_floating_point:
-            return Scalar(getattr(self.b, fop)(a.value, b.value), a.dtype)
+            return Scalar(getattr(self.b, fop)(a.value, b.value, flags=flags), a.dtype)
         return Scalar(getattr(self.b, iop)(a.value, b.value), a.dtype)
 
-    def add(self, a, b):
+    def add(self, a, b, reassociate=False):
+        """``a + b``; ``reassociate`` lets LLVM reorder a float sum (reductions: it vectorises them)."""
         if a.dtype is _dt.bool:
             return Scalar(self.b.or_(a.value, b.value), a.dtype)
-        return self._binary("fadd", "add", a, b)
+        return self._binary("fadd", "add", a, b, ("reassoc",) if reassociate else ())
 
     def sub(self, a, b):
         return self._binary("fsub", "sub", a, b)
 
-    def mul(self, a, b):
+    def mul(self, a, b, reassociate=False):
         if a.dtype is _dt.bool:
             return Scalar(self.b.and_(a.value, b.value), a.dtype)
-        return self._binary("fmul", "mul", a, b)
+        return self._binary("fmul", "mul", a, b, ("reassoc",) if reassociate else ())
 
     def div(self, a, b):
         return Scalar(self.b.fdiv(a.value, b.value), a.dtype)

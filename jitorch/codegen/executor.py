@@ -19,7 +19,7 @@ from ..ops import registry
 from ..tensor import Tensor
 from ..utils.pytree import tree_map
 from . import cpu
-from .kernel import CompileError, build
+from .kernel import CompileError, build, is_row_softmax
 
 
 def _compact(t):
@@ -97,7 +97,8 @@ class CompiledGraph:
         self.steps = []
         self.kernels = []
         for i, group in enumerate(self.groups):
-            if group.kind in ("pointwise", "reduction"):
+            if group.kind in ("pointwise", "reduction") or (
+                    len(group.nodes) == 1 and is_row_softmax(group.nodes[0])):
                 try:
                     kernel = cpu.compile_kernel(build(group, f"jitorch_k{i}_{group.kind}"), cache)
                 except CompileError as e:

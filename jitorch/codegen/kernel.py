@@ -311,7 +311,7 @@ def build_reduction(group, name):
         identity = hi if identity > 0 else lo
 
     def kept_body(b, kidx):
-        b.store(e.const(identity, acc_dtype).value, acc)
+        e.store(e.const(identity, acc_dtype), acc)
 
         def red_body(b, ridx):
             def load(v):
@@ -320,11 +320,10 @@ def build_reduction(group, name):
                 return e.load(b.gep(ptr[root], [off]), v.type.dtype)
             memo = {}
             item = e.cast(bld.evaluate(e, x, memo, load), acc_dtype)
-            current = Scalar(b.load(acc), acc_dtype)
-            b.store(combine(e, current, item).value, acc)
+            e.store(combine(e, e.load(acc, acc_dtype), item), acc)
 
         bld.loops(b, r_sizes, red_body)
-        total = Scalar(b.load(acc), acc_dtype)
+        total = e.load(acc, acc_dtype)
         if finish is not None:
             total = finish(e, total, count)
 
@@ -361,12 +360,73 @@ def _upstream(node, bld):
     return seen
 
 
+SOFTMAX_OPS = ("softmax", "log_softmax")
+
+
+def is_row_softmax(node):
+    """softmax/log_softmax over the last dim of a float32/float64 tensor, in its own dtype."""
+    if node.op.name not in SOFTMAX_OPS or not lowering._math_available():
+        return False
+    x, dim, dtype = node.args
+    t = x.type
+    return t.ndim >= 1 and dim % t.ndim == t.ndim - 1 and dtype in (None, t.dtype) and \
+        t.dtype in (_dt.float32, _dt.float64) and t.shape[-1] > 0
+
+
+def build_softmax(group, name):
+    """Row softmax in one kernel: per row, a max pass, a pass writing exp(x - max) and summing
+    it, and a pass normalising in place (the row stays in cache between passes)."""
+    node = group.nodes[0]
+    x = node.args[0]
+    dtype = x.type.dtype
+    cols = x.type.shape[-1]
+    rows = prod(x.type.shape[:-1])
+    out = node.outputs[0]
+    bld = _Builder(group, name)
+    module, kernel = bld.start_module([x, out])
+    src, dst = kernel.args[2:]
+    b = ir.IRBuilder(kernel.append_basic_block("entry"))
+    e = Emitter(b)
+    t = llvm_type(dtype)
+    m_slot, s_slot = b.alloca(t), b.alloca(t)
+    log = node.op.name == "log_softmax"
+
+    def row(b, ridx):
+        base = b.mul(ridx[0], I64(cols))
+        at = lambda p, j: b.gep(p, [b.add(base, j[0])])  # noqa: E731
+        b.store(ir.Constant(t, float("-inf")), m_slot)
+        bld.loops(b, [cols], lambda b, j: b.store(
+            e.intrinsic("llvm.maxnum", Scalar(b.load(m_slot), dtype), e.load(at(src, j), dtype)).value, m_slot))
+        m = Scalar(b.load(m_slot), dtype)
+        b.store(ir.Constant(t, 0.0), s_slot)
+
+        def exp_pass(b, j):
+            shifted = e.sub(e.load(at(src, j), dtype), m)
+            ex = e.math("exp", shifted)
+            if not log:
+                e.store(ex, at(dst, j))
+            b.store(e.add(Scalar(b.load(s_slot), dtype), ex, reassociate=True).value, s_slot)
+        bld.loops(b, [cols], exp_pass)
+        total = Scalar(b.load(s_slot), dtype)
+        if log:
+            shift = e.add(m, e.math("log", total))
+            bld.loops(b, [cols], lambda b, j: e.store(e.sub(e.load(at(src, j), dtype), shift), at(dst, j)))
+        else:
+            bld.loops(b, [cols], lambda b, j: e.store(e.div(e.load(at(dst, j), dtype), total), at(dst, j)))
+
+    bld.loops(b, [rows], row, kernel.args[0], kernel.args[1])
+    b.ret_void()
+    return KernelSource(name, "softmax", [node.op.name], [x], [out], rows, rows * cols, str(module), module)
+
+
 def build(group, name):
     """The kernel source of a fusion group (CompileError if it has no kernel form)."""
     if group.kind == "pointwise":
         return build_pointwise(group, name)
     if group.kind == "reduction":
         return build_reduction(group, name)
+    if len(group.nodes) == 1 and is_row_softmax(group.nodes[0]):
+        return build_softmax(group, name)
     raise CompileError(f"a {group.kind} group has no kernel")
 
 

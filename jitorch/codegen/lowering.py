@@ -174,11 +174,13 @@ POINTWISE_OPS = frozenset(POINTWISE)
 MATH_OPS = frozenset({"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "tanh",
                       "erf", "erfc", "pow", "sigmoid"})
 
-# reduction -> (identity, combine(e, acc, x), finish(e, acc, count) or None)
+# reduction -> (identity, combine(e, acc, x), finish(e, acc, count) or None). Sums and products may
+# reassociate, as every other library's do: the order of a float sum is not part of its meaning.
 REDUCTIONS = {
-    "sum": (0, lambda e, acc, x: e.add(acc, x), None),
-    "mean": (0, lambda e, acc, x: e.add(acc, x), lambda e, acc, n: e.div(acc, e.const(n, acc.dtype))),
-    "prod": (1, lambda e, acc, x: e.mul(acc, x), None),
+    "sum": (0, lambda e, acc, x: e.add(acc, x, reassociate=True), None),
+    "mean": (0, lambda e, acc, x: e.add(acc, x, reassociate=True),
+             lambda e, acc, n: e.div(acc, e.const(n, acc.dtype))),
+    "prod": (1, lambda e, acc, x: e.mul(acc, x, reassociate=True), None),
     "amax": (float("-inf"), lambda e, acc, x: _maximum(e, x, acc), None),
     "amin": (float("inf"), lambda e, acc, x: _minimum(e, x, acc), None),
     "max": (float("-inf"), lambda e, acc, x: _maximum(e, x, acc), None),

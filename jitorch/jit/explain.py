@@ -10,8 +10,10 @@ from .compile import CompiledFunction, compile
 class Explanation:
     """A printable report: the traced graph, its guards, the cache, or why it runs eagerly."""
 
-    def __init__(self, name, entry, cache, reused):
+    def __init__(self, name, entry, cache, reused, executable=None):
         self.name = name
+        self.steps = list(executable.steps) if executable is not None else []
+        self.kernel_cache = _cache_info() if executable is not None else None
         self.graph = entry.graph if entry is not None else None
         self.guards = entry.guards() if entry is not None else []
         self.eager_reason = entry.eager_reason if entry is not None else "the recompile limit was reached"
@@ -38,6 +40,18 @@ class Explanation:
         if self.guards:
             lines.append("  guards:")
             lines.extend(f"    {g}" for g in self.guards)
+        if self.steps:
+            kernels = [st for st in self.steps if hasattr(st, "kernel")]
+            lines.append(f"  kernels: {len(kernels)}, in launch order with the eager ops between them:")
+            for st in self.steps:
+                if hasattr(st, "kernel"):
+                    lines.append(f"    kernel {st.kernel.name} ({st.kernel.source.kind}): {', '.join(st.kernel.ops)}")
+                else:
+                    lines.append(f"    eager: {', '.join(n.op.name for n in st.nodes)} ({st.reason})")
+        if self.kernel_cache is not None:
+            c = self.kernel_cache
+            lines.append(f"  kernel cache: {c.memory_hits} memory hits, {c.disk_hits} disk hits, {c.misses} "
+                         f"compiled; {c.entries} entries on disk in {c.directory}")
         if self.graph is not None:
             lines.append("  graph:")
             lines.extend(f"    {line}" for line in str(self.graph).splitlines())
@@ -56,4 +70,10 @@ def explain(fn, *args, **kwargs):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         entry = compiled._entry(args, kwargs)
-    return Explanation(compiled.name, entry, compiled.cache, reused)
+    executable = compiled._executable(entry) if entry is not None and entry.graph is not None else None
+    return Explanation(compiled.name, entry, compiled.cache, reused, executable)
+
+
+def _cache_info():
+    from ..codegen.cache import default_cache
+    return default_cache().info()

@@ -1,0 +1,163 @@
+"""The llvm backend end to end: compiled results equal eager, kernels fuse what they should."""
+
+import os
+import subprocess
+import sys
+import zlib
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import jitorch as jt
+from jitorch.jit import TraceError
+from jitorch.ops import registry
+from tests.jit.test_trace_ops import addresses_a_strided_storage, flat, split_tensors
+from tests.ops.samples import SAMPLES, VALUES_UNDEFINED, bind, samples
+from tests.support import random_array, tensor_and_array
+
+# Float results of kernels that use the math library differ from NumPy's by a few ulps.
+TOLERANCE = {jt.float32: 2e-6, jt.float64: 1e-13, jt.float16: 1e-3, jt.bfloat16: 1e-2}
+
+
+def assert_matches(got, expected, what=""):
+    got, expected = flat(got), flat(expected)
+    assert len(got) == len(expected), what
+    for g, e in zip(got, expected):
+        if not isinstance(e, jt.Tensor):
+            assert g == e, what
+            continue
+        assert g.shape == e.shape and g.dtype is e.dtype, f"{what}: {g.shape} {g.dtype} vs {e.shape} {e.dtype}"
+        tol = TOLERANCE.get(e.dtype, 0)
+        a, b = np.asarray(g._array()), np.asarray(e._array())
+        if tol:
+            np.testing.assert_allclose(a.astype(np.float64), b.astype(np.float64), rtol=tol, atol=tol,
+                                       equal_nan=True, err_msg=what)
+        else:
+            np.testing.assert_array_equal(a, b, err_msg=what)
+
+
+@pytest.mark.parametrize("name", sorted(registry.OPS))
+def test_every_op_compiled_alone_equals_eager(name):
+    op = registry.OPS[name]
+    for i, sample in enumerate(samples(name, seed=zlib.crc32(name.encode()))):
+        what = f"{name} sample {i} {sample}"
+        eager_sample = sample.clone()
+        args = bind(op, sample.clone())
+        if addresses_a_strided_storage(op, args):
+            continue
+        tensors, rebuild = split_tensors(args)
+        compiled = jt.compile(lambda *ts: registry.call(op, rebuild(ts)), fullgraph=True)
+        jt.manual_seed(i)
+        try:
+            got = compiled(*tensors)
+        except TraceError:
+            continue  # data-dependent: test_trace_ops checks that these are the right ops
+        jt.manual_seed(i)
+        expected = registry.call(op, bind(op, eager_sample))
+        if name in VALUES_UNDEFINED:
+            continue
+        assert_matches(got, expected, what)
+
+
+CHAINS = {
+    "gelu": lambda x, y, z: 0.5 * x * (1 + (0.7978845608 * (x + 0.044715 * x * x * x)).tanh()),
+    "ten_ops": lambda x, y, z: ((x * y + z) * 0.5 - x / (y * y + 1) + (z - x) * (y + 2)).abs() * 0.25,
+    "blend": lambda x, y, z: x * (1 - z) + y * z,
+    "where_compare": lambda x, y, z: jt.where(x > y, x - y, z * 2).clamp(-3, 3),
+    "reduce_prologue": lambda x, y, z: (x * y + z).sum(-1),
+    "reduce_epilogue": lambda x, y, z: (x - y).amax(0, keepdim=True) * 2 + 1,
+    "mean_var": lambda x, y, z: ((x - x.mean(-1, keepdim=True)) ** 2).mean(-1),
+    "softmax": lambda x, y, z: (x * 2).softmax(-1),
+    "log_softmax": lambda x, y, z: x.log_softmax(-1) + y,
+    "views": lambda x, y, z: x.t() * y.t() + z.t(),
+    "cast": lambda x, y, z: (x > 0).to(x.dtype) * y + z.to(jt.float64),
+}
+
+
+@given(st.sampled_from(sorted(CHAINS)), st.sampled_from([(1, 1), (3, 5), (4, 17), (2, 0)]),
+       st.sampled_from(["contiguous", "transposed", "strided", "expanded", "offset"]),
+       st.sampled_from([jt.float32, jt.float64]))
+def test_fused_chains_equal_eager(name, shape, layout, dtype):
+    rng = np.random.default_rng(0)
+    fn = CHAINS[name]
+    x, _ = tensor_and_array(random_array(shape, dtype, rng), layout)
+    y, z = (jt.tensor(random_array(shape, dtype, rng)) for _ in range(2))
+    if name == "views":
+        y, z = y.t().contiguous().t(), z
+    try:
+        expected = fn(x, y, z)
+    except RuntimeError:
+        return  # the chain is not defined on this shape (e.g. a view of an empty shape), eager says so too
+    assert_matches(jt.compile(fn)(x, y, z), expected, name)
+
+
+@pytest.mark.parametrize("dtype", [jt.int32, jt.int64, jt.uint8, jt.bool])
+def test_integer_and_bool_kernels(dtype):
+    rng = np.random.default_rng(1)
+    a, b = (jt.tensor(random_array((6, 7), dtype, rng)) for _ in range(2))
+    fn = lambda a, b: ((a & b) | (a ^ b), a.max(), (a > b) & (b >= a)) if dtype is jt.bool else \
+        (a * b + a - b, (a * 2).sum(1), jt.maximum(a, b), a == b)  # noqa: E731
+    assert_matches(jt.compile(fn)(a, b), fn(a, b), str(dtype))
+
+
+def kernels_of(fn, *args):
+    return jt.compile(fn).lower(*args).kernels
+
+
+def test_kernel_counts_of_known_functions():
+    x = jt.randn(64, 128)
+    gelu = kernels_of(CHAINS["gelu"], x, x, x)
+    assert len(gelu) == 1 and "tanh" in gelu[0].ops
+    assert len(kernels_of(lambda a, b: (a * b).sum(), x, x)) == 1
+    assert len(kernels_of(lambda a: a.softmax(-1), x)) <= 2
+    assert len(kernels_of(CHAINS["ten_ops"], x, x, x)) == 1
+    w = jt.randn(128)
+    assert len(kernels_of(lambda a, b, w: a * (1 - w) + b * w, x, x, w)) == 1
+
+
+def test_external_ops_split_kernels_and_still_match():
+    x, w, b = jt.randn(8, 16), jt.randn(16, 4), jt.randn(4)
+    low = jt.compile(lambda x, w, b: (x @ w + b).relu()).lower(x, w, b)
+    assert [k.ops for k in low.kernels] == [["add", "relu"]]
+    assert any("matmul" in repr(step) for step in low.steps)
+    assert_matches(jt.compile(lambda x, w, b: (x @ w + b).relu())(x, w, b), (x @ w + b).relu())
+
+
+def test_lowered_kernels_expose_ir_and_assembly():
+    k = kernels_of(lambda a: (a * 2 + 1).exp(), jt.ones(1024))[0]
+    assert "define" in k.llvm_ir and ("<8 x float>" in k.llvm_ir or "<16 x float>" in k.llvm_ir)
+    assert "ret" in k.asm
+
+
+def test_outputs_are_fresh_and_never_alias_inputs():
+    f = jt.compile(lambda a: a * 1)
+    x = jt.ones(4)
+    r1, r2 = f(x), f(x)
+    assert r1.untyped_storage() is not r2.untyped_storage()
+    assert r1.untyped_storage() is not x.untyped_storage()
+
+
+def test_explain_lists_kernels_and_their_ops():
+    text = str(jt.explain(lambda a, b: (a * b).sum(1), jt.ones(4, 4), jt.ones(4, 4)))
+    assert "kernels: 1" in text and "mul, sum" in text
+
+
+SNIPPET = """
+import jitorch as jt
+f = jt.compile(lambda x: (x * 3 + 1).relu())
+print(f(jt.arange(-2.0, 2.0)).tolist())
+"""
+
+
+def test_disk_cache_serves_a_second_process(tmp_path):
+    env = dict(os.environ, JITORCH_CACHE_DIR=str(tmp_path), JITORCH_LOGS="codegen")
+    first = subprocess.run([sys.executable, "-c", SNIPPET], env=env, capture_output=True, text=True, check=True)
+    second = subprocess.run([sys.executable, "-c", SNIPPET], env=env, capture_output=True, text=True, check=True)
+    assert "compiled" in first.stderr and "from the disk cache" in second.stderr
+    assert first.stdout == second.stdout == "[0.0, 0.0, 1.0, 4.0]\n"
+    for entry in tmp_path.rglob("*.jitk"):
+        entry.write_bytes(entry.read_bytes()[:20])  # corrupt every entry: the next process rebuilds
+    third = subprocess.run([sys.executable, "-c", SNIPPET], env=env, capture_output=True, text=True, check=True)
+    assert "compiled" in third.stderr and third.stdout == first.stdout
