@@ -358,10 +358,9 @@ def execute(op, args, spec=None):
             vals[i] = v._array()
     token = fp_errors.enter()
     try:
-        raw = kernel(spec, *vals)
+        return _wrap(op, spec, kernel(spec, *vals))  # the cast to a half type may overflow, silently
     finally:
         fp_errors.leave(token)
-    return _wrap(op, spec, raw)
 
 
 def _spec_device(spec):

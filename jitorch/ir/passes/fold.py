@@ -15,7 +15,7 @@ from math import prod
 from ...ops import registry
 from ...ops.views import contiguous_format
 from ...tensor import Tensor
-from ..graph import TensorType, Value
+from ..graph import TensorType
 from .rewrite import Rewriter, graph_pass, has_effects, substitute
 
 MAX_NUMEL = 4096
@@ -59,8 +59,8 @@ def run(graph):
         if results is None:
             continue
         known.update(zip(node.outputs, results))
-        # a creation op stays as it is; a returned value stays computed (a constant would be
-        # handed back by every call, the same tensor each time)
+        # a node of literals alone (a creation op) stays; so does a returned value (as a
+        # constant, every call would hand back the same tensor)
         if not node.input_values() or any(o in rw.returned for o in node.outputs):
             continue
         constants = [graph.add_constant(f"fold_{o.name}", t, o.type) for o, t in zip(node.outputs, results)]

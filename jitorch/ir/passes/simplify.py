@@ -1,13 +1,13 @@
 """Algebraic simplification: rewrites that give bit-identical results for every input,
 NaN, infinities and signed zeros included, and keep the node's type.
 
-    x * 1, 1 * x, x / 1, x ** 1, x - 0     -> x
-    x + 0, 0 + x                           -> x   (integer and bool results only:
-                                                   -0.0 + 0 is +0.0)
-    -(-x)                                  -> x
-    alias(x), clone(x), x.to(own dtype), views and reshapes to x's own shape -> x
-    copy(self, src) of src's own type                                 -> src
-    x ** 2                                 -> x * x   (dtypes where eager gives the same bits)
+    x * 1, 1 * x, x / 1, x ** 1, x - 0       -> x
+    x + 0, 0 + x                             -> x      (integer and bool results only:
+                                                        -0.0 + 0 is +0.0)
+    -(-x)                                    -> x
+    alias, clone, _to_copy, views, reshapes  -> x      (when x has the result's type)
+    copy(self, src)                          -> src    (when src has the result's type)
+    x ** 2                                   -> x * x  (dtypes where eager gives the same bits)
 
 A rewrite to ``x`` applies only when ``x`` has the node's type: ``x * 1.0`` on
 an integer ``x`` is a float tensor and stays.
