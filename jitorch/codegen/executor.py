@@ -10,6 +10,7 @@ allocates fresh output buffers, so two calls never return the same memory.
 from __future__ import annotations
 
 import ctypes
+import warnings
 
 import numpy as np
 
@@ -104,6 +105,11 @@ class CompiledGraph:
                 except CompileError as e:
                     logs.log("codegen", "group %d runs eagerly: %s", i, e)
                     self.steps.append(EagerStep(group.nodes, str(e)))
+                    continue
+                except RuntimeError as e:  # LLVM refused the module: a jitorch bug, but the call can still run
+                    warnings.warn(f"jitorch: kernel for {', '.join(n.op.name for n in group.nodes)} failed to "
+                                  f"compile ({e}); running these ops eagerly", RuntimeWarning, stacklevel=2)
+                    self.steps.append(EagerStep(group.nodes, f"LLVM error: {e}"))
                     continue
                 self.kernels.append(kernel)
                 self.steps.append(KernelStep(kernel))
