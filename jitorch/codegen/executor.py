@@ -14,7 +14,7 @@ import warnings
 
 import numpy as np
 
-from ..ir.graph import Value
+from ..ir.graph import Value, iter_values
 from ..jit import logs
 from ..ops import registry
 from ..tensor import Tensor
@@ -46,9 +46,14 @@ class KernelStep:
         self.inputs = kernel.source.inputs
         self.outputs = kernel.source.outputs
         self.args_type = ctypes.c_void_p * (len(self.inputs) + len(self.outputs))
+        self.pooled = set()  # outputs whose buffers come from the graph's pool (see CompiledGraph._plan)
 
-    def run(self, env):
-        outs = [np.empty(v.type.shape, v.type.dtype.np) for v in self.outputs]
+    def reads(self):
+        return self.inputs
+
+    def run(self, env, pool):
+        outs = [_take(pool, v) if v in self.pooled else np.empty(v.type.shape, v.type.dtype.np)
+                for v in self.outputs]
         # inputs are compact (offset 0): their address is their storage's, which is cached
         self.kernel(self.args_type(*[env[v]._storage.data_ptr() for v in self.inputs],
                                    *[_address(a) for a in outs]))
@@ -66,7 +71,10 @@ class EagerStep:
         self.nodes = nodes
         self.reason = reason
 
-    def run(self, env):
+    def reads(self):
+        return [v for node in self.nodes for v in iter_values(node.args)]
+
+    def run(self, env, pool):
         for node in self.nodes:
             args = [_substitute(a, env, node.op.view is not None) for a in node.args]
             result = registry.call(node.op, args)
@@ -76,6 +84,12 @@ class EagerStep:
 
     def __repr__(self):
         return f"<eager {' '.join(n.op.name for n in self.nodes)}>"
+
+
+def _take(pool, value):
+    """A buffer for ``value`` from the pool (reused across calls: no page faults), else a new one."""
+    free = pool.get((value.type.shape, value.type.dtype))
+    return free.pop() if free else np.empty(value.type.shape, value.type.dtype.np)
 
 
 def _substitute(arg, env, compact):
@@ -115,6 +129,28 @@ class CompiledGraph:
                 self.steps.append(KernelStep(kernel))
             else:
                 self.steps.append(EagerStep(group.nodes, group.kind))
+        self.pool: dict = {}
+        self.release = self._plan()
+
+    def _plan(self):
+        """Buffer planning: an intermediate that only kernels read (kernels never alias) goes back
+        to the pool after its last reader, for later kernels of this call and for the next calls.
+        Returns, per step, the values whose buffers are free after it."""
+        readers = {}
+        for j, step in enumerate(self.steps):
+            for v in step.reads():
+                readers.setdefault(v, []).append(j)
+        escaping = set(self.graph.output_values()) | {v for _, v in self.graph.mutations}
+        release = [[] for _ in self.steps]
+        for step in self.steps:
+            if not isinstance(step, KernelStep):
+                continue
+            for v in step.outputs:
+                uses = readers.get(v, [])
+                if v not in escaping and uses and all(isinstance(self.steps[u], KernelStep) for u in uses):
+                    step.pooled.add(v)
+                    release[max(uses)].append(v)
+        return release
 
     def __call__(self, inputs):
         """(outputs pytree, mutations) on ``inputs`` (flat list in graph-input order)."""
@@ -135,8 +171,11 @@ class CompiledGraph:
         env = {v: _compact(t) for v, t in zip(g.inputs, inputs)}
         for name, v in g.constants.items():
             env[v] = _compact(g.constant_tensors[name])
-        for step in self.steps:
-            step.run(env)
+        pool = self.pool
+        for step, free in zip(self.steps, self.release):
+            step.run(env, pool)
+            for v in free:
+                pool.setdefault((v.type.shape, v.type.dtype), []).append(env.pop(v)._array())
         return env
 
     def _outputs(self, env):
