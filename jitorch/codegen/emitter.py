@@ -22,9 +22,14 @@ I64 = ir.IntType(64)
 F32 = ir.FloatType()
 F64 = ir.DoubleType()
 
+I16 = ir.IntType(16)
+I32 = ir.IntType(32)
+
+# bfloat16 is stored and carried as its 16 bits; conversions are integer maths (exact, and no
+# runtime library calls, which the JIT does not link). float16 uses LLVM's half type (F16C).
 _LLVM = {
-    "bool": I8, "uint8": I8, "int8": I8, "int16": ir.IntType(16), "int32": ir.IntType(32), "int64": I64,
-    "float32": F32, "float64": F64,
+    "bool": I8, "uint8": I8, "int8": I8, "int16": I16, "int32": I32, "int64": I64,
+    "float16": ir.HalfType(), "bfloat16": I16, "float32": F32, "float64": F64,
 }
 
 
@@ -73,6 +78,12 @@ class Emitter:
         src, b = s.dtype, self.b
         if src is dtype:
             return s
+        if src is _dt.bfloat16:
+            s, src = self._from_bfloat16(s), _dt.float32
+            if dtype is _dt.float32:
+                return s
+        if dtype is _dt.bfloat16:
+            return self._to_bfloat16(self.cast(s, _dt.float32))
         v = s.value
         if dtype is _dt.bool:
             if src.is_floating_point:
@@ -92,6 +103,21 @@ class Emitter:
         if dtype.itemsize < src.itemsize:
             return Scalar(b.trunc(v, t), dtype)
         return Scalar(b.sext(v, t) if src.is_signed else b.zext(v, t), dtype)
+
+    def _from_bfloat16(self, s):
+        """bfloat16 bits to float32: the bits are the float's top half."""
+        b = self.b
+        return Scalar(b.bitcast(b.shl(b.zext(s.value, I32), ir.Constant(I32, 16)), F32), _dt.float32)
+
+    def _to_bfloat16(self, s):
+        """float32 to bfloat16 bits, rounding to nearest even (as ml_dtypes and torch); NaN stays NaN."""
+        b = self.b
+        bits = b.bitcast(s.value, I32)
+        odd = b.and_(b.lshr(bits, ir.Constant(I32, 16)), ir.Constant(I32, 1))
+        rounded = b.lshr(b.add(bits, b.add(ir.Constant(I32, 0x7FFF), odd)), ir.Constant(I32, 16))
+        nan = b.fcmp_unordered("uno", s.value, s.value)
+        quiet = b.or_(b.lshr(bits, ir.Constant(I32, 16)), ir.Constant(I32, 0x40))
+        return Scalar(b.trunc(b.select(nan, quiet, rounded), I16), _dt.bfloat16)
 
     # Arithmetic --------------------------------------------------------------------
 
