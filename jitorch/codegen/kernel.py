@@ -251,7 +251,7 @@ def build_reduction(group, name):
         dims = None
     if isinstance(dims, int):
         dims = (dims,)
-    reduced = sorted({d % len(in_shape) for d in dims}) if dims else list(range(len(in_shape)))
+    reduced = sorted({d % len(in_shape) for d in dims}) if dims and in_shape else list(range(len(in_shape)))
     kept = [d for d in range(len(in_shape)) if d not in reduced]
     keepdim = bool(red.args[2]) if red.op.name not in ("max", "min") and len(red.args) > 2 else False
     out_value = red.outputs[0]
@@ -277,20 +277,27 @@ def build_reduction(group, name):
     kept_sizes = [in_shape[d] for d in kept]
     red_sizes = [in_shape[d] for d in reduced]
     outputs = list(group.outputs)
+    # prologue values needed outside (softmax's exp(x - max)) are written inside the reduction loop
+    pro_outs = [o for o in outputs if o.node in prologue]
     for out in outputs:
-        if tuple(out.type.shape) != out_shape:
-            raise CompileError(f"reduction group output {out.type} is not over the reduction's output "
-                               f"{list(out_shape)}")
+        space = in_shape if out in pro_outs else out_shape
+        if tuple(out.type.shape) != space:
+            raise CompileError(f"reduction group output {out.type} is not over {list(space)}")
     out_write = contiguous_strides(tuple(kept_sizes))
+    in_write = contiguous_strides(in_shape)
+    pro_write = [in_write[d] for d in order]
     # merge dims separately inside the kept part and the reduced part
-    inner_acc = [over_input(v) for v in inner_leaves]
+    inner_acc = [over_input(v) for v in inner_leaves] + [pro_write] * len(pro_outs)
     k_sizes, k_strides = _collapse(kept_sizes, [a[:len(kept)] for a in inner_acc] +
                                    [over_output(v) for v in outer_leaves] + [list(out_write)])
     r_sizes, r_strides = _collapse(red_sizes, [a[len(kept):] for a in inner_acc])
     n_inner = len(inner_leaves)
     inner_kept = dict(zip(inner_leaves, k_strides[:n_inner]))
     inner_red = dict(zip(inner_leaves, r_strides))
-    outer_strides = dict(zip(outer_leaves, k_strides[n_inner:n_inner + len(outer_leaves)]))
+    n_acc = len(inner_acc)
+    pro_kept = k_strides[n_inner] if pro_outs else None
+    pro_red = r_strides[n_inner] if pro_outs else None
+    outer_strides = dict(zip(outer_leaves, k_strides[n_acc:n_acc + len(outer_leaves)]))
     write = k_strides[-1]
 
     buffers = bld.roots + outputs
@@ -321,6 +328,9 @@ def build_reduction(group, name):
             memo = {}
             item = e.cast(bld.evaluate(e, x, memo, load), acc_dtype)
             e.store(combine(e, e.load(acc, acc_dtype), item), acc)
+            for out in pro_outs:
+                off = bld.offset(b, kidx + ridx, list(pro_kept) + list(pro_red), 0)
+                e.store(bld.evaluate(e, out, memo, load), b.gep(ptr[out], [off]))
 
         bld.loops(b, r_sizes, red_body)
         total = e.load(acc, acc_dtype)
@@ -332,6 +342,8 @@ def build_reduction(group, name):
             return e.load(b.gep(ptr[root], [bld.offset(b, kidx, outer_strides[v], offset)]), v.type.dtype)
         memo = {out_value: e.cast(total, out_value.type.dtype)}
         for out in outputs:
+            if out in pro_outs:
+                continue
             s = bld.evaluate(e, out, memo, load_outer)
             e.store(s, b.gep(ptr[out], [bld.offset(b, kidx, write, 0)]))
 

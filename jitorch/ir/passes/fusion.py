@@ -9,29 +9,31 @@ comes from `jitorch.codegen.lowering.kind_of`:
   over a smaller shape that broadcasts to the space (``1 - w`` in
   ``a*(1-w) + b*w``) joins as long as its value is needed only inside;
 * a reduction absorbs its pointwise prologue (the nodes it depends on, over
-  its input shape, or broadcasting to it) and an epilogue over its output
+  its input shape or broadcasting to it) and an epilogue over its output
   shape; its kernel visits every input element once, so the prologue may also
   write values other groups need (``e`` in a softmax);
-* a view of a value that comes from outside the group (or of such a view)
-  folds into the group that consumes it as index maths; a view of a value
-  computed in the group would need a buffer, so it goes to a later group;
-  a view nobody can fold is a ``"view"`` group (a compact copy);
+* a view of a value from outside the group (or of such a view) folds into the
+  group that consumes it as index maths; a view of a value computed in the
+  group would need that value in memory, so it starts a later group; a view
+  nobody can fold is a ``"view"`` group (a compact copy);
 * every other node (matmul, sort, indexing, anything the code generator
   cannot lower) is an ``"external"`` group of its own.
 
 Groups grow by merging, most valuable first: producer and consumer over the
 same space, then reductions with their prologue and epilogue, then any other
-legal producer-consumer pair (broadcast inputs), then siblings that read a
-common value over the same space. A merge is legal when the merged group
-still has one kernel form (`_Partition.legal`) and the graph of groups stays
-acyclic.
+legal producer-consumer pair (broadcast inputs), then siblings over one space
+that read a common value. A merge happens when the merged group still has one
+kernel form (`_Partition.union_form`) and the graph of groups stays acyclic
+(checked against a topological order of the groups kept up to date, so a merge
+costs time in proportion to the groups between the two, not to the graph).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import networkx as nx
+import heapq
+
 import numpy as np
 
 from ...codegen.lowering import kind_of
@@ -60,7 +62,9 @@ class Group:
     @property
     def reduction(self):
         """The reduction node of a reduction group, else None."""
-        return next((n for n in self.nodes if self.kind == "reduction" and kind_of(n) == "reduction"), None)
+        if self.kind != "reduction":
+            return None
+        return next(n for n in self.nodes if kind_of(n) == "reduction")
 
     def __str__(self):
         return f"{self.kind}[{', '.join(map(str, self.shape))}]: {', '.join(n.op.name for n in self.nodes)}"
@@ -81,13 +85,99 @@ def fuse(graph, prologue_outputs=True):
     return groups
 
 
+def _shape(value):
+    return tuple(value.type.shape)
+
+
 def _broadcasts_to(shape, space):
     """Whether ``shape`` broadcasts to ``space`` (right-aligned, size-1 dims stretch)."""
     return len(shape) <= len(space) and all(a in (1, b) for a, b in zip(reversed(shape), reversed(space)))
 
 
+def _broadcast(a, b):
+    """The broadcast of two shapes (either may be None: no shape), or False if they do not broadcast."""
+    if a is None or b is None:
+        return a if b is None else b
+    try:
+        return tuple(np.broadcast_shapes(a, b))
+    except ValueError:
+        return False
+
+
+class _Cluster:
+    """A group being grown: its nodes and a summary that makes merging it cheap."""
+
+    __slots__ = ("first", "nodes", "reduction", "external", "pointwise", "escaping", "space")
+
+    def __init__(self, node, kind):
+        self.first = node                    # its node of lowest graph order
+        self.nodes = {node}
+        self.reduction = node if kind == "reduction" else None
+        self.external = kind == "external"
+        # the broadcast of its pointwise values' shapes (None: no pointwise node, or a reduction group)
+        self.pointwise = _shape(node.outputs[0]) if kind == "pointwise" else None
+        self.escaping = set()                # values needed outside it
+        self.space = None                    # iteration space (None: none common to its outputs)
+
+    @property
+    def kind(self):
+        if self.external:
+            return "external"
+        if self.reduction is not None:
+            return "reduction"
+        return "view" if self.pointwise is None else "pointwise"
+
+
+class _Dag:
+    """The graph of clusters: a minimal directed graph. (networkx would do, but importing it costs
+    about 150 ms, which every first compile in a process would pay.)"""
+
+    def __init__(self):
+        self.succ, self.pred = {}, {}
+
+    def add_nodes_from(self, nodes):
+        for n in nodes:
+            self.succ.setdefault(n, {})
+            self.pred.setdefault(n, {})
+
+    def add_edges_from(self, edges):
+        for a, b in edges:
+            self.add_nodes_from((a, b))
+            self.succ[a][b] = None
+            self.pred[b][a] = None
+
+    def successors(self, n):
+        return iter(self.succ[n])
+
+    def predecessors(self, n):
+        return iter(self.pred[n])
+
+    def remove_node(self, n):
+        for s in self.succ.pop(n):
+            del self.pred[s][n]
+        for p in self.pred.pop(n):
+            del self.succ[p][n]
+
+    def topological_order(self, key):
+        """Kahn's algorithm, taking the ready node of smallest ``key`` first (deterministic)."""
+        indegree = {n: len(p) for n, p in self.pred.items()}
+        ready = [(key(n), i, n) for i, n in enumerate(self.succ) if not indegree[n]]
+        heapq.heapify(ready)
+        counter = len(ready)
+        order = []
+        while ready:
+            _, _, n = heapq.heappop(ready)
+            order.append(n)
+            for s in self.succ[n]:
+                indegree[s] -= 1
+                if not indegree[s]:
+                    counter += 1
+                    heapq.heappush(ready, (key(s), counter, s))
+        return order
+
+
 class _Partition:
-    """The groups being grown: members per group and the graph of groups (networkx)."""
+    """The clusters being grown, and the graph of clusters in a topological order."""
 
     def __init__(self, graph, prologue_outputs):
         self.prologue_outputs = prologue_outputs
@@ -99,44 +189,44 @@ class _Partition:
                 self.users.setdefault(v, []).append(n)
         # values needed whatever the partition: graph outputs and values written back into inputs
         self.sinks = set(graph.output_values()) | {v for _, v in graph.mutations}
-        self.owner = {n: n for n in graph.nodes}   # node -> its group's key (its first node)
-        self.members = {n: {n} for n in graph.nodes}
-        self.dag = nx.DiGraph()   # the graph of groups, one vertex per key
-        self.dag.add_nodes_from(graph.nodes)
-        self.dag.add_edges_from((v.node, n) for v, users in self.users.items() if v.node is not None
-                                for n in users)
+        self.owner = {}
+        for n in graph.nodes:
+            c = self.owner[n] = _Cluster(n, self.kind[n])
+            c.escaping = {v for v in n.outputs if self.escapes(v, c.nodes.__contains__)}
+            c.space = self.single_space(c)
+        self.topo = [self.owner[n] for n in graph.nodes]
+        self.pos = {c: i for i, c in enumerate(self.topo)}
+        self.dag = _Dag()
+        self.dag.add_nodes_from(self.topo)
+        self.dag.add_edges_from((self.owner[v.node], self.owner[u]) for v, users in self.users.items()
+                                if v.node is not None for u in users)
 
-    # The shape of a group -------------------------------------------------------------------
+    def escapes(self, value, inside):
+        """Whether ``value`` is needed where ``inside(node)`` is false."""
+        return value in self.sinks or not all(inside(u) for u in self.users.get(value, ()))
 
-    def escapes(self, value, nodes):
-        """Whether ``value`` is needed outside the node set ``nodes``."""
-        return value in self.sinks or any(u not in nodes for u in self.users.get(value, ()))
-
-    def fits(self, part, space, nodes):
-        """Whether the nodes ``part`` of ``nodes`` can run over ``space``: values needed outside
-        are exactly that shape, computed ones broadcast to it (view outputs read nothing themselves)."""
-        for n in part:
-            for v in n.outputs:
-                if self.escapes(v, nodes):
-                    if tuple(v.type.shape) != tuple(space):
-                        return False
-                elif self.kind[n] == "pointwise" and not _broadcasts_to(v.type.shape, space):
-                    return False
-        return True
-
-    def space(self, nodes):
-        """The iteration space of a group without reduction: the shape of its outputs
-        (of all its values broadcast together if none is needed outside), or None if it has none."""
-        shapes = {tuple(v.type.shape) for n in nodes for v in n.outputs if self.escapes(v, nodes)}
-        if not shapes:
-            try:
-                shapes = {np.broadcast_shapes(*(tuple(v.type.shape) for n in nodes for v in n.outputs))}
-            except ValueError:
-                return None
-        if len(shapes) != 1:
+    def single_space(self, c):
+        """The iteration space of a one-node cluster (None for an external call)."""
+        if c.external:
             return None
-        (space,) = shapes
-        return space if self.fits(nodes, space, nodes) else None
+        if c.reduction is not None:
+            return _shape(c.reduction.args[0])
+        form = self.pointwise_form(c.escaping, c.pointwise)
+        return form[2] if form else None
+
+    # Kernel forms ------------------------------------------------------------------------------
+
+    @staticmethod
+    def pointwise_form(escaping, pointwise):
+        """(escaping, pointwise shape, space) of a group without reduction, or None if it has no
+        kernel form: the values it writes must share one shape that its computed values broadcast to."""
+        shapes = {_shape(v) for v in escaping}
+        if pointwise is False or len(shapes) > 1:
+            return None
+        space = shapes.pop() if shapes else pointwise
+        if pointwise is not None and not _broadcasts_to(pointwise, space):
+            return None
+        return escaping, pointwise, space
 
     @staticmethod
     def prologue(red, nodes):
@@ -149,94 +239,119 @@ class _Partition:
                     stack.append(v.node)
         return found
 
-    def legal(self, nodes):
-        """Whether the node set ``nodes`` has a kernel form (acyclicity is checked apart)."""
-        kinds = [self.kind[n] for n in nodes]
-        if "external" in kinds or kinds.count("reduction") > 1:
-            return False
-        for n in nodes:
-            if self.kind[n] == "view" and any(v.node in nodes and self.kind[v.node] != "view"
-                                              for v in n.input_values()):
-                return False  # a view of a value computed in the kernel would need that value stored
-        red = next((n for n in nodes if self.kind[n] == "reduction"), None)
-        if red is None:
-            return self.space(nodes) is not None
+    def reduction_form(self, red, nodes, escaping):
+        """(escaping, None, space) of a group with reduction ``red``, or None if it has no kernel form.
+
+        The prologue (what ``red`` depends on) runs over the reduction's input, the rest (the
+        epilogue) over its output after the reduction loop, where prologue values are gone."""
         pro = self.prologue(red, nodes)
-        epi = nodes - pro - {red}
-        if any(v.node in pro for n in epi for v in n.input_values()):
-            return False  # the epilogue runs after the reduction loop, where prologue values are gone
-        if not self.prologue_outputs and any(self.escapes(v, nodes) for n in pro for v in n.outputs):
-            return False
-        return self.fits(pro, red.args[0].type.shape, nodes) and self.fits(epi | {red}, red.outputs[0].type.shape,
-                                                                           nodes)
+        in_space, out_space = _shape(red.args[0]), _shape(red.outputs[0])
+        if not self.prologue_outputs and any(v.node in pro for v in escaping):
+            return None
+        for n in nodes:
+            space = in_space if n in pro else out_space
+            for v in n.outputs:
+                if v in escaping:
+                    if _shape(v) != space:
+                        return None
+                elif self.kind[n] == "pointwise" and not _broadcasts_to(_shape(v), space):
+                    return None
+                if n in pro and any(u in nodes and u is not red and u not in pro for u in self.users.get(v, ())):
+                    return None  # a prologue value read by the epilogue
+        return escaping, None, in_space
 
-    # Merging -------------------------------------------------------------------------------------
+    def union_form(self, a, b):
+        """The (escaping, pointwise shape, space) of clusters ``a`` and ``b`` merged, or None if
+        the merged group would have no kernel form (acyclicity is checked apart)."""
+        if a.external or b.external or (a.reduction is not None and b.reduction is not None):
+            return None
+        for x, y in ((a, b), (b, a)):
+            for v in x.escaping:
+                if self.kind[v.node] != "view" and any(u in y.nodes and self.kind[u] == "view"
+                                                      for u in self.users.get(v, ())):
+                    return None  # a view of a value computed in the kernel would need it in memory
 
-    def closes_cycle(self, a, b):
-        """Whether merging groups ``a`` and ``b`` would make the graph of groups cyclic: a path
-        between them through a third group."""
-        for src, dst in ((a, b), (b, a)):
-            starts = [s for s in self.dag.successors(src) if s is not dst]
-            seen = set(starts)
-            while starts:
-                g = starts.pop()
-                if g is dst:
-                    return True
-                for s in self.dag.successors(g):
-                    if s not in seen:
-                        seen.add(s)
-                        starts.append(s)
-        return False
+        def inside(n):
+            return n in a.nodes or n in b.nodes
+
+        escaping = {v for v in a.escaping | b.escaping if self.escapes(v, inside)}
+        red = a.reduction or b.reduction
+        if red is None:
+            return self.pointwise_form(escaping, _broadcast(a.pointwise, b.pointwise))
+        return self.reduction_form(red, a.nodes | b.nodes, escaping)
+
+    # Merging ---------------------------------------------------------------------------------------
+
+    def descendants_between(self, p, q):
+        """The clusters after ``p`` and before ``q`` in the topological order that ``p`` reaches, or
+        None if ``p`` reaches ``q`` through one of them (merging them would close a cycle)."""
+        limit = self.pos[q]
+        stack = [s for s in self.dag.successors(p) if s is not q and self.pos[s] < limit]
+        found = set(stack)
+        while stack:
+            s = stack.pop()
+            for t in self.dag.successors(s):
+                if t is q:
+                    return None
+                if t not in found and self.pos[t] < limit:
+                    found.add(t)
+                    stack.append(t)
+        return found
 
     def try_merge(self, a, b):
-        """Merge groups ``a`` and ``b`` if legal; returns whether it did."""
+        """Merge clusters ``a`` and ``b`` if legal; returns whether it did."""
         if a is b:
             return False
-        nodes = self.members[a] | self.members[b]
-        if not self.legal(nodes) or self.closes_cycle(a, b):
+        form = self.union_form(a, b)
+        if form is None:
             return False
-        if self.order[b] < self.order[a]:
-            a, b = b, a
-        nx.contracted_nodes(self.dag, a, b, self_loops=False, copy=False)
-        for n in self.members.pop(b):
-            self.owner[n] = a
-        self.members[a] = nodes
+        p, q = (a, b) if self.pos[a] < self.pos[b] else (b, a)
+        after = self.descendants_between(p, q)
+        if after is None:
+            return False
+        keep, gone = (a, b) if len(a.nodes) >= len(b.nodes) else (b, a)
+        # The topological order stays valid with the merged cluster where q was and p's descendants
+        # after it; Nones fill the freed slots so that later positions hold.
+        i, j = self.pos[p], self.pos[q]
+        between = [c for c in self.topo[i + 1:j] if c is not None]
+        new = [c for c in between if c not in after] + [keep] + [c for c in between if c in after]
+        self.topo[i:j + 1] = [None] * (j + 1 - i - len(new)) + new
+        del self.pos[gone]
+        for k in range(j + 1 - len(new), j + 1):
+            self.pos[self.topo[k]] = k
+        self.dag.add_edges_from([(s, keep) for s in self.dag.predecessors(gone) if s is not keep])
+        self.dag.add_edges_from([(keep, s) for s in self.dag.successors(gone) if s is not keep])
+        self.dag.remove_node(gone)
+        for n in gone.nodes:
+            self.owner[n] = keep
+        keep.nodes |= gone.nodes
+        keep.first = min(keep.first, gone.first, key=self.order.__getitem__)
+        keep.reduction = keep.reduction or gone.reduction
+        keep.escaping, keep.pointwise, keep.space = form
         return True
 
-    def group_kind(self, key):
-        kinds = {self.kind[n] for n in self.members[key]}
-        for kind in ("external", "reduction", "pointwise"):
-            if kind in kinds:
-                return kind
-        return "view"
-
     def same_space(self, a, b):
-        """Both groups pointwise or views over one space."""
-        if not {self.group_kind(a), self.group_kind(b)} <= {"pointwise", "view"}:
-            return False
-        sa = self.space(self.members[a])
-        return sa is not None and sa == self.space(self.members[b])
+        """Both clusters pointwise or views over one space."""
+        return a.kind in ("pointwise", "view") and b.kind in ("pointwise", "view") and \
+            a.space is not None and a.space == b.space
 
-    def one_reduction(self, a, b):
-        return (self.group_kind(a) == "reduction") != (self.group_kind(b) == "reduction")
+    @staticmethod
+    def one_reduction(a, b):
+        return (a.reduction is None) != (b.reduction is None)
 
-    def edges(self):
-        """(producer group, consumer group) of every dataflow edge, consumers in graph order."""
+    def merge_edges(self, wanted):
+        """Try to merge producer and consumer clusters of every dataflow edge for which ``wanted``."""
+        merged = False
         for n in self.order:
             for v in n.input_values():
                 if v.node is not None:
-                    yield self.owner[v.node], self.owner[n]
-
-    def merge_edges(self, wanted):
-        merged = False
-        for a, b in self.edges():
-            if a is not b and self.group_kind(a) != "external" and self.group_kind(b) != "external" \
-                    and wanted(a, b):
-                merged |= self.try_merge(a, b)
+                    a, b = self.owner[v.node], self.owner[n]
+                    if a is not b and wanted(a, b):
+                        merged |= self.try_merge(a, b)
         return merged
 
     def merge_siblings(self):
-        """Merge pointwise groups over one space that read a common value (one kernel, several outputs)."""
+        """Merge clusters over one space that read a common value (one kernel, several outputs)."""
         merged = False
         for users in self.users.values():
             for i, u in enumerate(users):
@@ -256,22 +371,18 @@ class _Partition:
 
     # Result ----------------------------------------------------------------------------------------
 
-    def group(self, key):
-        nodes = sorted(self.members[key], key=self.order.__getitem__)
-        members = self.members[key]
-        inputs = list(dict.fromkeys(v for n in nodes for v in n.input_values() if v.node not in members))
-        outputs = [v for n in nodes for v in n.outputs if self.escapes(v, members)]
-        kind = self.group_kind(key)
-        shape = self.space(members) if kind in ("pointwise", "view") else None
-        if kind == "reduction":
-            shape = next(n for n in nodes if self.kind[n] == "reduction").args[0].type.shape
-        elif shape is None:  # an external call, or one view with outputs of several shapes
-            shape = nodes[0].outputs[0].type.shape if nodes[0].outputs else ()
-        return Group(kind, nodes, inputs, outputs, tuple(shape))
+    def group(self, c):
+        nodes = sorted(c.nodes, key=self.order.__getitem__)
+        inputs = list(dict.fromkeys(v for n in nodes for v in n.input_values() if v.node not in c.nodes))
+        outputs = [v for n in nodes for v in n.outputs if v in c.escaping]
+        shape = c.space
+        if shape is None:  # an external call, or one view with outputs of several shapes
+            shape = _shape(nodes[0].outputs[0]) if nodes[0].outputs else ()
+        return Group(c.kind, nodes, inputs, outputs, shape)
 
     def groups(self):
-        order = nx.lexicographical_topological_sort(self.dag, key=self.order.__getitem__)
-        return [self.group(key) for key in order]
+        order = self.dag.topological_order(key=lambda c: self.order[c.first])
+        return [self.group(c) for c in order]
 
 
 __all__ = ["Group", "fuse"]
