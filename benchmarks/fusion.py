@@ -185,26 +185,32 @@ def fmt(s):
     return f"{s * 1e3:.2f} ms" if s >= 1e-3 else f"{s * 1e6:.1f} us"
 
 
+SYSTEMS = ("jitorch compiled", "jitorch eager", "numpy", "numexpr 1t", f"numexpr {os.cpu_count() or 1}t",
+           "torch eager", "torch.compile")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats")
     args = parser.parse_args(argv)
     repeat = 3 if args.quick else 7
     ceiling = copy_ceiling(args.quick)
-    print(f"copy bandwidth ceiling: {ceiling / 1e9:.1f} GB/s")
-    for case in cases(args.quick):
-        label, nbytes = case[0], case[5]
-        times = run_systems(case, repeat)
+    rows = [(case[0], case[5], run_systems(case, repeat)) for case in cases(args.quick)]
+    systems = [s for s in SYSTEMS if any(s in times for _, _, times in rows)]
+    print(f"median times; (Nx) = that system's time / jitorch compiled's; copy ceiling {ceiling / 1e9:.1f} GB/s")
+    header = f"{'case':<24}" + "".join(f"{s:>22}" for s in systems) + f"{'jt of ceiling':>15}"
+    print(header)
+    print("-" * len(header))
+    for label, nbytes, times in rows:
         jc = times["jitorch compiled"]
-        print(f"\n{label}")
-        for system, t in times.items():
-            frac = f"  {nbytes / t / ceiling:5.0%} of ceiling" if nbytes else ""
-            print(f"  {system:<18} {fmt(t):>10}   jitorch compiled is {t / jc:5.2f}x faster{frac}")
-    print("\nper-call overhead of a compiled one-op function (1 element)")
-    for system, t in call_overhead(repeat).items():
-        print(f"  {system:<18} {fmt(t):>10}")
+        cells = "".join(f"{(fmt(times[s]) + f' ({times[s] / jc:.2f}x)') if s in times else '-':>22}" for s in systems)
+        frac = f"{nbytes / jc / ceiling:.0%}" if nbytes else "-"
+        print(f"{label:<24}{cells}{frac:>15}")
+    overhead = call_overhead(repeat)
+    print("\nper-call overhead of a compiled one-op function (1 element): " +
+          ", ".join(f"{s} {fmt(t)}" for s, t in overhead.items()))
     cold, warm = compile_times()
-    print(f"\nfirst call of compiled GELU in a fresh process: cold {fmt(cold)}, warm disk cache {fmt(warm)}")
+    print(f"first call of a compiled GELU in a fresh process: cold {fmt(cold)}, with the disk cache warm {fmt(warm)}")
 
 
 if __name__ == "__main__":

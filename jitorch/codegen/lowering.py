@@ -55,11 +55,6 @@ def _clamp(e, x, lo, hi):
     return x
 
 
-def _sigmoid(e, x):
-    one = e.const(1, x.dtype)
-    return e.div(one, e.add(e.math("exp", e.neg(x)), one))
-
-
 def _rounding(intrinsic):
     def lower(e, x, *rest):
         return e.intrinsic(intrinsic, x) if x.dtype.is_floating_point else x
@@ -150,7 +145,6 @@ POINTWISE = {
     "clamp_max": lambda e, x, hi: _clamp(e, x, None, hi),
     "sqrt": lambda e, x: e.intrinsic("llvm.sqrt", x),
     "rsqrt": lambda e, x: e.div(e.const(1, x.dtype), e.intrinsic("llvm.sqrt", x)),
-    "sigmoid": _sigmoid,
     "floor": _rounding("llvm.floor"), "ceil": _rounding("llvm.ceil"), "trunc": _rounding("llvm.trunc"),
     "fix": _rounding("llvm.trunc"), "round": _round, "frac": _frac, "lerp": _lerp,
     "where.self": lambda e, c, a, b: e.select(_truthy(e, c), a, b),
@@ -164,14 +158,19 @@ POINTWISE = {
     "isnan": lambda e, x: e.isnan(x), "isinf": _isinf, "isfinite": _isfinite,
 }
 for _name in ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "tanh", "erf",
-              "erfc"):
+              "erfc", "sigmoid", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh"):
     POINTWISE[_name] = _math(_name)
+for _alias, _name in (("arcsin", "asin"), ("arccos", "acos"), ("arctan", "atan"), ("arcsinh", "asinh"),
+                      ("arccosh", "acosh"), ("arctanh", "atanh")):
+    POINTWISE[_alias] = _math(_name)
 POINTWISE["pow"] = lambda e, a, b: e.math("pow", a, b)
+POINTWISE["atan2"] = POINTWISE["arctan2"] = lambda e, a, b: e.math("atan2", a, b)
 POINTWISE_OPS = frozenset(POINTWISE)
 
 # Ops whose lowering needs the math library (only lowered once it provides them).
 MATH_OPS = frozenset({"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "tanh",
-                      "erf", "erfc", "pow", "sigmoid"})
+                      "erf", "erfc", "pow", "sigmoid", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh",
+                      "atanh", "arcsin", "arccos", "arctan", "arcsinh", "arccosh", "arctanh", "atan2", "arctan2"})
 
 # reduction -> (identity, combine(e, acc, x), finish(e, acc, count) or None). Sums and products may
 # reassociate, as every other library's do: the order of a float sum is not part of its meaning.
