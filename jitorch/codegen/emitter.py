@@ -153,7 +153,7 @@ class Emitter:
         if name not in ALLOWED_INTRINSICS:
             raise ValueError(f"intrinsic {name} is not allowed")
         t = args[0].value.type
-        fn = self.b.module.declare_intrinsic(name, [t])
+        fn = self.b.module.declare_intrinsic(name, [t], ir.FunctionType(t, [t] * len(args)))
         return Scalar(self.b.call(fn, [a.value for a in args]), args[0].dtype)
 
     def math(self, name, *args):

@@ -17,6 +17,7 @@ import numpy as np
 from ..ir.graph import Value, iter_values
 from ..jit import logs
 from ..ops import registry
+from ..runtime import allocator
 from ..tensor import Tensor
 from ..utils.pytree import tree_map
 from . import cpu
@@ -52,13 +53,21 @@ class KernelStep:
         return self.inputs
 
     def run(self, env, pool):
-        outs = [_take(pool, v) if v in self.pooled else np.empty(v.type.shape, v.type.dtype.np)
-                for v in self.outputs]
+        outs, bufs = [], []
+        for v in self.outputs:
+            if v in self.pooled:
+                outs.append(_take(pool, v))
+                bufs.append(None)
+            else:  # a buffer that may leave the call: from the caching allocator
+                a, buf = allocator.empty(v.type.shape, v.type.dtype.np)
+                outs.append(a)
+                bufs.append(buf)
         # inputs are compact (offset 0): their address is their storage's, which is cached
         self.kernel(self.args_type(*[env[v]._storage.data_ptr() for v in self.inputs],
                                    *[_address(a) for a in outs]))
-        for v, a in zip(self.outputs, outs):
-            env[v] = Tensor._from_array(a, v.type.dtype)
+        for v, a, buf in zip(self.outputs, outs, bufs):
+            t = env[v] = Tensor._from_array(a, v.type.dtype)
+            allocator.track(t._storage, buf)
 
     def __repr__(self):
         return repr(self.kernel)
