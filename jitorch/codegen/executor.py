@@ -53,6 +53,9 @@ class KernelStep:
         return self.inputs
 
     def run(self, env, pool):
+        split = self.kernel.source.split
+        if split is not None:
+            return self._run_split(env, split)
         outs, bufs = [], []
         for v in self.outputs:
             if v in self.pooled:
@@ -69,8 +72,25 @@ class KernelStep:
             t = env[v] = Tensor._from_array(a, v.type.dtype)
             allocator.track(t._storage, buf)
 
+    def _run_split(self, env, split):
+        """A full reduction computed in parts: combine the partial results here."""
+        parts, name, count, acc_dtype = split
+        partials = np.empty(parts, acc_dtype.np)
+        self.kernel(self.args_type(*[env[v]._storage.data_ptr() for v in self.inputs], _address(partials)))
+        total = _COMBINE[name](partials)
+        if name == "mean":
+            total = total / acc_dtype.np.type(count)
+        (out,) = self.outputs
+        env[out] = Tensor._from_array(np.asarray(total).astype(out.type.dtype.np).reshape(out.type.shape),
+                                      out.type.dtype)
+
     def __repr__(self):
         return repr(self.kernel)
+
+
+# How the parts of a split full reduction combine (NaN propagates through max and min, as in the kernel).
+_COMBINE = {"sum": np.add.reduce, "mean": np.add.reduce, "prod": np.multiply.reduce, "amax": np.maximum.reduce,
+            "amin": np.minimum.reduce, "max": np.maximum.reduce, "min": np.minimum.reduce}
 
 
 class EagerStep:

@@ -49,6 +49,7 @@ class KernelSource:
     work: int               # elements of work, for the threading decision
     llvm_ir: str = ""
     module: object = field(default=None, repr=False)
+    split: tuple = None     # a full reduction in parts: (parts, reduction name, count); see build_reduction
 
 
 def _broadcast_strides(strides, shape, space):
@@ -347,10 +348,44 @@ def build_reduction(group, name):
             s = bld.evaluate(e, out, memo, load_outer)
             e.store(s, b.gep(ptr[out], [bld.offset(b, kidx, write, 0)]))
 
+    n = prod(in_shape)
+    ops = [nd.op.name for nd in group.nodes]
+    if not k_sizes and len(r_sizes) == 1 and n >= SPLIT_MIN_WORK and not epilogue and not pro_outs \
+            and outputs == [out_value] and red.op.name in SPLITTABLE:
+        # A full reduction of a large contiguous input: PARTS partial results, each over a slice,
+        # that threads compute apart and the caller combines. PARTS is fixed, so the result does
+        # not depend on the number of threads.
+        step = -(-n // PARTS)
+
+        def part_body(b, pidx):
+            e.store(e.const(identity, acc_dtype), acc)
+            lo = b.mul(pidx[0], I64(step))
+            hi = b.select(b.icmp_signed("<", b.add(lo, I64(step)), I64(n)), b.add(lo, I64(step)), I64(n))
+
+            def item_body(b, ridx):
+                def load(v):
+                    root, _, _, offset = bld.geometry[v]
+                    return e.load(b.gep(ptr[root], [bld.offset(b, ridx, inner_red[v], offset)]), v.type.dtype)
+                e.store(combine(e, e.load(acc, acc_dtype), e.cast(bld.evaluate(e, x, {}, load), acc_dtype)), acc)
+
+            bld.loops(b, [n], item_body, lo, hi)
+            e.store(e.load(acc, acc_dtype), b.gep(b.bitcast(ptr[out_value], llvm_type(acc_dtype).as_pointer()),
+                                                  [pidx[0]]))
+
+        bld.loops(b, [PARTS], part_body, kernel.args[0], kernel.args[1])
+        b.ret_void()
+        return KernelSource(name, "reduction", ops, bld.roots, outputs, PARTS, n, str(module), module,
+                            split=(PARTS, red.op.name, n, acc_dtype))
     bld.loops(b, k_sizes, kept_body, kernel.args[0] if k_sizes else None, kernel.args[1] if k_sizes else None)
     b.ret_void()
-    return KernelSource(name, "reduction", [n.op.name for n in group.nodes], bld.roots, outputs,
-                        k_sizes[0] if k_sizes else 1, prod(in_shape), str(module), module)
+    return KernelSource(name, "reduction", ops, bld.roots, outputs, k_sizes[0] if k_sizes else 1, n, str(module),
+                        module)
+
+
+# Full reductions at least this large are computed in PARTS slices (in parallel), then combined.
+SPLIT_MIN_WORK = 1 << 18
+PARTS = 16
+SPLITTABLE = ("sum", "mean", "prod", "amax", "amin", "max", "min")
 
 
 def _args(node):
