@@ -15,12 +15,14 @@ import warnings
 import numpy as np
 
 from ..ir.graph import Value, iter_values
+from ..ir.passes import optimize
+from ..ir.passes.fusion import fuse
 from ..jit import logs
 from ..ops import registry
 from ..runtime import allocator
 from ..tensor import Tensor
 from ..utils.pytree import tree_map
-from . import cpu
+from . import cpu, mathlib  # noqa: F401  (mathlib: loaded with the backend, not on the first call)
 from .kernel import CompileError, build, is_row_softmax
 
 
@@ -134,8 +136,6 @@ class CompiledGraph:
     """A graph's groups as kernels and eager steps, ready to run on input tensors."""
 
     def __init__(self, graph, cache=None):
-        from ..ir.passes import optimize
-        from ..ir.passes.fusion import fuse
         self.graph = optimize(graph)
         self.groups = fuse(self.graph)
         self.steps = []

@@ -112,6 +112,10 @@ class CompiledFunction:
     def __init__(self, fn, *, fullgraph=False, dynamic=None, backend="llvm"):
         if backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r}: expected one of {', '.join(BACKENDS)}")
+        if backend == "llvm":
+            # Load the code generator (llvmlite, the math library) now, when compilation is asked
+            # for, rather than inside the first call, whose latency users watch.
+            from ..codegen import executor  # noqa: F401
         self.fn = fn
         self.fullgraph = fullgraph
         self.dynamic = dynamic
