@@ -41,6 +41,7 @@ from . import cuda  # noqa: E402,F401
 from . import jit  # noqa: E402,F401
 from .jit import compile  # noqa: E402,F401
 from .jit.explain import explain  # noqa: E402,F401
+from .codegen.errors import CompileError  # noqa: E402,F401
 
 
 def result_type(tensor1, tensor2):

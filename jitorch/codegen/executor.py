@@ -20,6 +20,8 @@ from ..ir.passes.fusion import fuse
 from ..jit import logs
 from ..ops import registry
 from ..runtime import allocator
+from ..runtime.storage import Storage
+from ..runtime.strided import contiguous_strides
 from ..tensor import Tensor
 from ..utils.pytree import tree_map
 from . import cpu, mathlib  # noqa: F401  (mathlib: loaded with the backend, not on the first call)
@@ -28,7 +30,7 @@ from .kernel import CompileError, build, is_row_softmax
 
 def _compact(t):
     """A tensor with ``t``'s values that fills its own storage contiguously (``t`` if it does)."""
-    if t.is_contiguous() and t._offset == 0 and t._storage.size == t.numel():
+    if t._offset == 0 and t._storage.size == t.numel() and t.is_contiguous():
         return t
     return t.contiguous() if not t.is_contiguous() else t.clone()
 
@@ -50,6 +52,7 @@ class KernelStep:
         self.outputs = kernel.source.outputs
         self.args_type = ctypes.c_void_p * (len(self.inputs) + len(self.outputs))
         self.pooled = set()  # outputs whose buffers come from the graph's pool (see CompiledGraph._plan)
+        self.strides = [contiguous_strides(v.type.shape) for v in self.outputs]
 
     def reads(self):
         return self.inputs
@@ -70,9 +73,10 @@ class KernelStep:
         # inputs are compact (offset 0): their address is their storage's, which is cached
         self.kernel(self.args_type(*[env[v]._storage.data_ptr() for v in self.inputs],
                                    *[_address(a) for a in outs]))
-        for v, a, buf in zip(self.outputs, outs, bufs):
-            t = env[v] = Tensor._from_array(a, v.type.dtype)
-            allocator.track(t._storage, buf)
+        for v, a, buf, strides in zip(self.outputs, outs, bufs, self.strides):
+            t = env[v] = Tensor._make(Storage(a, v.type.dtype), v.type.shape, strides, 0, a)  # fresh and compact
+            if buf is not None:
+                allocator.track(t._storage, buf)
 
     def _run_split(self, env, split):
         """A full reduction computed in parts: combine the partial results here."""

@@ -29,11 +29,8 @@ from ..ir.graph import Value
 from ..runtime import dtypes as _dt
 from ..runtime.strided import contiguous_strides
 from . import lowering
+from .errors import CompileError
 from .emitter import I64, Emitter, Scalar, llvm_type
-
-
-class CompileError(RuntimeError):
-    """jitorch cannot compile this op or dtype (it names which); the call may run eagerly instead."""
 
 
 @dataclass
