@@ -105,6 +105,12 @@ class _Builder:
 
     # Emission ---------------------------------------------------------------------------
 
+    def begin(self, buffers):
+        """(module, kernel function, buffer -> pointer argument, builder, emitter) of a new kernel."""
+        module, kernel = self.start_module(buffers)
+        b = ir.IRBuilder(kernel.append_basic_block("entry"))
+        return module, kernel, dict(zip(buffers, kernel.args[2:])), b, Emitter(b)
+
     def start_module(self, buffers):
         import llvmlite.binding as llvm
         module = ir.Module(name=self.name)
@@ -177,9 +183,7 @@ class _Builder:
         out_dtype = node.outputs[0].type.dtype
         if op.name in lowering.CAST_OPS:
             return [e.cast(self.evaluate(e, node.args[0], memo, load), out_dtype)]
-        fakes = [fake_tensor(a.type.shape, a.type.dtype, a.type.device) if isinstance(a, Value) else a
-                 for a in node.args]
-        spec = op.meta(*fakes)
+        spec = _meta_of(node)
         compute = spec.compute or out_dtype
         positions = {i for i, _ in op.tensor_args}
         operands, rest = [], []
@@ -211,11 +215,7 @@ def build_pointwise(group, name):
     sizes, collapsed = _collapse(list(space), reads + [write])
     leaf_strides = dict(zip(leaves, collapsed[:len(leaves)]))
     out_strides = collapsed[-1]
-    buffers = bld.roots + outputs
-    module, kernel = bld.start_module(buffers)
-    ptr = dict(zip(buffers, kernel.args[2:]))
-    b = ir.IRBuilder(kernel.append_basic_block("entry"))
-    e = Emitter(b)
+    module, kernel, ptr, b, e = bld.begin(bld.roots + outputs)
 
     def body(b, idx):
         def load(v):
@@ -298,15 +298,9 @@ def build_reduction(group, name):
     outer_strides = dict(zip(outer_leaves, k_strides[n_acc:n_acc + len(outer_leaves)]))
     write = k_strides[-1]
 
-    buffers = bld.roots + outputs
-    module, kernel = bld.start_module(buffers)
-    ptr = dict(zip(buffers, kernel.args[2:]))
-    b = ir.IRBuilder(kernel.append_basic_block("entry"))
-    e = Emitter(b)
+    module, kernel, ptr, b, e = bld.begin(bld.roots + outputs)
     identity, combine, finish = lowering.REDUCTIONS[red.op.name]
-    fakes = [fake_tensor(a.type.shape, a.type.dtype, a.type.device) if isinstance(a, Value) else a
-             for a in red.args]
-    spec = red.op.meta(*fakes)
+    spec = _meta_of(red)
     acc_dtype = spec.compute or out_value.type.dtype
     count = prod(red_sizes)
 
@@ -385,6 +379,12 @@ PARTS = 16
 SPLITTABLE = ("sum", "mean", "prod", "amax", "amin", "max", "min")
 
 
+def _meta_of(node):
+    """The node's meta spec on compact fake inputs (its compute dtype is what the kernel uses)."""
+    return node.op.meta(*[fake_tensor(a.type.shape, a.type.dtype, a.type.device) if isinstance(a, Value) else a
+                          for a in node.args])
+
+
 def _args(node):
     from ..ir.graph import iter_values
     return iter_values(node.args)
@@ -427,10 +427,8 @@ def build_softmax(group, name):
     rows = prod(x.type.shape[:-1])
     out = node.outputs[0]
     bld = _Builder(group, name)
-    module, kernel = bld.start_module([x, out])
-    src, dst = kernel.args[2:]
-    b = ir.IRBuilder(kernel.append_basic_block("entry"))
-    e = Emitter(b)
+    module, kernel, ptr, b, e = bld.begin([x, out])
+    src, dst = ptr[x], ptr[out]
     t = llvm_type(dtype)
     m_slot, s_slot = b.alloca(t), b.alloca(t)
     log = node.op.name == "log_softmax"
