@@ -38,6 +38,8 @@ from .ops.random_ops import manual_seed, seed, initial_seed, Generator, default_
 from ._tensor_str import set_printoptions  # noqa: E402,F401
 from .api import *  # noqa: E402,F401,F403
 from . import cuda  # noqa: E402,F401
+from . import autograd  # noqa: E402,F401
+from .autograd import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled  # noqa: E402,F401
 from . import jit  # noqa: E402,F401
 from .jit import compile  # noqa: E402,F401
 from .jit.explain import explain  # noqa: E402,F401

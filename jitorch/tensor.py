@@ -265,6 +265,52 @@ class Tensor:
     def is_leaf(self):
         return self.grad_fn is None
 
+    def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+        """Accumulate the gradient of this tensor into the ``.grad`` of the leaves it depends on."""
+        from .autograd import backward
+        backward(self, gradient, retain_graph, create_graph, inputs)
+
+    def register_hook(self, hook):
+        """Call ``hook(grad)`` with this tensor's gradient during backward (it may return a new one)."""
+        if not self._requires_grad:
+            raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+        if self.grad_fn is None:
+            self.__dict__.setdefault("_hooks", []).append(hook)
+        else:
+            self.grad_fn.hooks.setdefault(getattr(self, "_output_nr", 0), []).append(hook)
+        return hook
+
+    def retain_grad(self):
+        """Keep this non-leaf tensor's gradient in ``.grad`` after backward."""
+        if self.grad_fn is None or self.__dict__.get("_retains_grad"):
+            return
+        import weakref
+        ref = weakref.ref(self)
+
+        def keep(g):
+            t = ref()
+            if t is not None:
+                t.grad = g.detach() if t.grad is None else t.grad + g.detach()
+        self._retains_grad = True
+        self.register_hook(keep)
+
+    @property
+    def retains_grad(self):
+        return bool(self.__dict__.get("_retains_grad"))
+
+    def _history_copy(self, copy_data=True):
+        """A tensor with this one's autograd history and (a copy of) its values: what an in-place
+        op's backward sees as its input, once the op has overwritten this tensor."""
+        t = Tensor._from_array(self._array().copy(), self.dtype) if copy_data else Tensor._view_of(
+            self, self._shape, self._stride, self._offset)
+        t.grad_fn = self.grad_fn
+        t._requires_grad = self._requires_grad
+        if "_output_nr" in self.__dict__:
+            t._output_nr = self._output_nr
+        if self.grad_fn is None and self._requires_grad:
+            t._accumulator = self.__dict__.get("_accumulator") or _accumulator_of(self)
+        return t
+
     # NumPy and Python values ---------------------------------------------------
 
     def numpy(self, *, force=False):
@@ -483,6 +529,11 @@ class Tensor:
         self._set_geometry(other._shape, other._stride, other._offset)
         self.dtype = other.dtype
         self.device = other.device
+
+
+def _accumulator_of(t):
+    from .autograd.engine import gradient_edge
+    return gradient_edge(t)
 
 
 _TYPE_NAMES = {

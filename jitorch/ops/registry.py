@@ -268,6 +268,10 @@ def convert_args(op, args):
 # the eager fast paths are off.
 DISPATCH_HOOKS: list = []
 
+# The autograd engine (jitorch.autograd.engine), once imported: records a backward node for
+# ops on tensors that require grad. The eager fast paths refuse such tensors, so they land here.
+AUTOGRAD = None
+
 
 def _tensors_of(op, args):
     for i, is_list in op.tensor_args:
@@ -326,6 +330,11 @@ def call(op, args, out=None):
         if r is not NotImplemented:
             return r
     result = execute(op, args)
+    if AUTOGRAD is not None and AUTOGRAD.needs_grad(op, args):
+        if out is not None:
+            raise RuntimeError(f"{op.public_name}(): functions with out=... arguments don't support automatic "
+                               "differentiation, but one of the arguments requires grad.")
+        result = AUTOGRAD.record(op, args, result)
     if op.requires_grad_index is not None and args[op.requires_grad_index]:
         result.requires_grad_(True)
     if out is not None:
@@ -470,18 +479,24 @@ def call_inplace(op, args):
         r = hook.call_inplace(op, args)
         if r is not NotImplemented:
             return r
+    before = None
+    if AUTOGRAD is not None and AUTOGRAD.needs_grad(op, args):
+        AUTOGRAD.check_inplace_allowed(self)
+        before = self._history_copy(copy_data=op.view is None)
     if op.view is not None:
         shape, strides, offset = op.view(*args)
         self._set_geometry(shape, strides, offset)
-        return self
-    if op.composite is not None:
-        result = op.composite(*args)
-        check_inplace(op, self, result)
     else:
-        spec = op.meta(*args)
-        check_inplace(op, self, spec)
-        result = execute(op, args, spec)
-    self._write(result)
+        if op.composite is not None:
+            result = op.composite(*args)
+            check_inplace(op, self, result)
+        else:
+            spec = op.meta(*args)
+            check_inplace(op, self, spec)
+            result = execute(op, args, spec)
+        self._write(result)
+    if before is not None:
+        AUTOGRAD.record_inplace(op, before, args, self)
     return self
 
 

@@ -1,0 +1,274 @@
+"""The autograd engine: recording backward nodes as ops run, and running them.
+
+Every registry op on tensors that require grad records one `Node` (its
+``grad_fn``) holding the op's arguments and result and the version counters
+of the tensors among them. ``backward`` walks the nodes from the outputs in
+reverse topological order, calls each op's derivative rule (jitorch ops, so
+``create_graph=True`` records the backward too), sums each gradient down to
+its input's shape, and accumulates into the ``.grad`` of leaves. Saved
+tensors are dropped after use unless ``retain_graph``.
+"""
+
+from __future__ import annotations
+
+from ..ops import registry
+from .grad_mode import enable_grad, is_grad_enabled, no_grad
+from .rule import NONDIFFERENTIABLE, RULES, Args
+
+
+class Node:
+    """A backward function: ``grad_fn`` of an op's outputs."""
+
+    __slots__ = ("op", "args", "versions", "out", "next_functions", "input_specs", "freed", "hooks", "__weakref__")
+
+    def __init__(self, op, args, out, next_functions, input_specs):
+        self.op = op
+        self.args = args
+        self.out = out
+        self.versions = [(t, t._version) for t in _saved_tensors(args, out)]
+        self.next_functions = next_functions  # per tensor input: (Node or AccumulateGrad or None, 0)
+        self.input_specs = input_specs        # per tensor input: (schema position, list index, shape, dtype)
+        self.freed = False
+        self.hooks = {}                       # output index -> [hook(grad) -> grad or None] (register_hook)
+
+    def name(self):
+        base = "".join(p.capitalize() for p in self.op.public_name.strip("_").split("_"))
+        return f"{base}Backward0"
+
+    def __repr__(self):
+        return f"<{self.name()} object>"
+
+
+class AccumulateGrad:
+    """The node of a leaf: sums incoming gradients into ``variable.grad``."""
+
+    __slots__ = ("variable", "next_functions", "__weakref__")
+
+    def __init__(self, variable):
+        self.variable = variable
+        self.next_functions = ()
+
+    def name(self):
+        return "AccumulateGrad"
+
+    def __repr__(self):
+        return "<AccumulateGrad object>"
+
+
+def _saved_tensors(args, out):
+    Tensor = registry.Tensor
+    for a in args:
+        if isinstance(a, Tensor):
+            yield a
+        elif isinstance(a, (list, tuple)):
+            yield from (x for x in a if isinstance(x, Tensor))
+    yield from (o for o in (out if isinstance(out, (list, tuple)) else (out,)) if isinstance(o, Tensor))
+
+
+def gradient_edge(t):
+    """Where a gradient for ``t`` goes: its grad_fn, or the leaf's AccumulateGrad."""
+    if t.grad_fn is not None:
+        return t.grad_fn
+    acc = t.__dict__.get("_accumulator")
+    if acc is None:
+        acc = t._accumulator = AccumulateGrad(t)
+    return acc
+
+
+def _tensor_inputs(op, args):
+    """(schema position, list index or None, tensor) of every tensor argument."""
+    Tensor = registry.Tensor
+    for i, is_list in op.tensor_args:
+        v = args[i]
+        if is_list and v is not None:
+            for j, t in enumerate(v):
+                if isinstance(t, Tensor):
+                    yield i, j, t
+        elif isinstance(v, Tensor):
+            yield i, None, v
+
+
+def needs_grad(op, args):
+    """Whether a call records a node: grad mode on and some tensor argument requires grad."""
+    if not is_grad_enabled():
+        return False
+    return any(t._requires_grad for _, _, t in _tensor_inputs(op, args))
+
+
+def record(op, args, result):
+    """Attach a backward node to ``result`` (called after an op ran on tensors requiring grad)."""
+    outs = list(result) if isinstance(result, (tuple, list)) else [result]
+    Tensor = registry.Tensor
+    floating = [o for o in outs if isinstance(o, Tensor) and o.dtype.is_floating_point]
+    if not floating or op.name in NONDIFFERENTIABLE:
+        return result
+    inputs = list(_tensor_inputs(op, args))
+    edges = tuple((gradient_edge(t), getattr(t, "_output_nr", 0)) if t._requires_grad else (None, 0)
+                  for _, _, t in inputs)
+    specs = tuple((i, j, tuple(t.shape), t.dtype) for i, j, t in inputs)
+    node = Node(op, list(args), result, edges, specs)
+    for k, o in enumerate(outs):
+        if isinstance(o, Tensor) and o.dtype.is_floating_point:
+            o.grad_fn = node
+            o._requires_grad = True
+            o._output_nr = k
+    return result
+
+
+def record_inplace(op, before, args, target):
+    """``target`` was written in place by ``op``: its history becomes the op's node, whose
+    ``self`` input is ``before`` (a copy of target's old value with target's old history)."""
+    record(op, [before] + list(args[1:]), target)
+
+
+def check_inplace_allowed(target):
+    if target._requires_grad and target.grad_fn is None and is_grad_enabled():
+        raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
+
+
+# Running backward -----------------------------------------------------------------------------
+
+def sum_to(grad, shape, dtype):
+    """``grad`` summed over the dims it was broadcast along, to ``shape``, in ``dtype``."""
+    if tuple(grad.shape) != tuple(shape):
+        lead = grad.ndim - len(shape)
+        dims = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(shape)
+                                           if n == 1 and grad.shape[lead + i] != 1)
+        if dims:
+            grad = grad.sum(dims, keepdim=True)
+        if lead:
+            grad = grad.reshape(shape)
+        elif tuple(grad.shape) != tuple(shape):
+            grad = grad.reshape(shape)
+    if grad.dtype is not dtype:
+        grad = grad.to(dtype)
+    return grad
+
+
+def _graph(roots):
+    """Every node reachable from ``roots`` and how many edges point at each."""
+    deps, seen, stack = {}, set(), list(roots)
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        for nxt, _ in n.next_functions:
+            if nxt is not None:
+                deps[id(nxt)] = deps.get(id(nxt), 0) + 1
+                stack.append(nxt)
+    return deps
+
+
+def _call_rule(node, grads, create_graph):
+    Tensor = registry.Tensor
+    if node.freed:
+        raise RuntimeError(
+            "Trying to backward through the graph a second time (or directly access saved tensors after they "
+            "have already been freed). Saved intermediate values of the graph are freed when you call "
+            ".backward() or autograd.grad(). Specify retain_graph=True if you need to backward through the "
+            "graph a second time or if you need to access saved tensors after calling backward."
+        )
+    for t, version in node.versions:
+        if t._version != version:
+            raise RuntimeError(
+                f"one of the variables needed for gradient computation has been modified by an inplace "
+                f"operation: [{t.dtype}{list(t.shape)}], which is output 0 of {node.name()}, is at version "
+                f"{t._version}; expected version {version} instead."
+            )
+    rule = RULES.get(node.op.name)
+    if rule is None:
+        raise NotImplementedError(f"the derivative for '{node.op.name}' is not implemented")
+    outs = node.out if isinstance(node.out, (tuple, list)) else None
+    if outs is None:
+        g = grads[0]
+    else:
+        g = tuple(grads.get(k) if grads.get(k) is not None else
+                  (registry.FUNCTIONS["zeros_like"](o) if isinstance(o, Tensor) else None)
+                  for k, o in enumerate(outs))
+    with (enable_grad() if create_graph else no_grad()):
+        result = rule.backward(g, Args(node.op.schema, node.args), node.out)
+    names = [a.name for a in node.op.schema.args]
+    out = []
+    for (pos, j, shape, dtype) in node.input_specs:
+        got = result.get(names[pos])
+        if j is not None and got is not None:
+            got = got[j]
+        if got is not None:
+            with (enable_grad() if create_graph else no_grad()):
+                got = sum_to(got, shape, dtype)
+        out.append(got)
+    return out
+
+
+def run_backward(roots, root_grads, retain_graph=False, create_graph=False, capture=None, accumulate=True):
+    """Propagate ``root_grads`` from ``roots`` (tensors). ``capture``: tensors whose gradient to return
+    (autograd.grad) instead of accumulating into leaves."""
+    Tensor = registry.Tensor
+    start = []
+    for i, (t, g) in enumerate(zip(roots, root_grads)):
+        if not t._requires_grad:
+            raise RuntimeError(f"element {i} of tensors does not require grad and does not have a grad_fn")
+        start.append((gradient_edge(t), getattr(t, "_output_nr", 0), g))
+    deps = _graph([n for n, _, _ in start])
+    pending = {}      # id(node) -> {output index: grad}
+    nodes = {}
+    for n, k, g in start:
+        slot = pending.setdefault(id(n), {})
+        slot[k] = g if k not in slot else slot[k] + g
+        nodes[id(n)] = n
+    captured = {}
+    wanted = {id(gradient_edge(t)): t for t in capture} if capture is not None else None
+    ready = [n for n, _, _ in start if deps.get(id(n), 0) == 0]
+    done = set()
+    while ready:
+        node = ready.pop()
+        if id(node) in done:
+            continue
+        done.add(id(node))
+        grads = pending.pop(id(node), {})
+        if isinstance(node, AccumulateGrad):
+            g = grads.get(0)
+            if wanted is not None:
+                if id(node) in wanted and g is not None:
+                    captured[id(node)] = g
+            elif g is not None and accumulate:
+                _accumulate(node.variable, g, create_graph)
+            continue
+        for k, hooks in node.hooks.items():
+            for hook in hooks:
+                if grads.get(k) is not None:
+                    new = hook(grads[k])
+                    if new is not None:
+                        grads[k] = new
+        if wanted is not None and id(node) in wanted:
+            captured[id(node)] = grads.get(getattr(wanted[id(node)], "_output_nr", 0))
+        input_grads = _call_rule(node, grads, create_graph)
+        if not retain_graph:
+            node.freed = True
+            node.args = None
+            node.versions = ()
+        for (nxt, k), g in zip(node.next_functions, input_grads):
+            if nxt is None:
+                continue
+            if g is not None:
+                slot = pending.setdefault(id(nxt), {})
+                slot[k] = g if k not in slot else slot[k] + g
+            nodes[id(nxt)] = nxt
+            deps[id(nxt)] -= 1
+            if deps[id(nxt)] == 0:
+                ready.append(nxt)
+    return captured
+
+
+def _accumulate(leaf, g, create_graph):
+    for hook in leaf.__dict__.get("_hooks", ()):
+        new = hook(g)
+        if new is not None:
+            g = new
+    if not create_graph:
+        g = g.detach()
+    if leaf.grad is None:
+        leaf.grad = g.clone() if not create_graph else g
+    else:
+        leaf.grad = leaf.grad + g

@@ -1,0 +1,78 @@
+"""Grad mode: whether ops record their derivative graph (thread-local, as torch's)."""
+
+from __future__ import annotations
+
+import functools
+import threading
+
+_state = threading.local()
+
+
+def is_grad_enabled() -> bool:
+    """Whether ops on tensors that require grad record a backward graph."""
+    return getattr(_state, "enabled", True)
+
+
+def _set(flag):
+    _state.enabled = bool(flag)
+
+
+class _Mode:
+    """A context manager and decorator that sets grad mode for its extent."""
+
+    flag = True
+
+    def __enter__(self):
+        self._prev = is_grad_enabled()
+        _set(self.flag)
+        return self
+
+    def __exit__(self, *exc):
+        _set(self._prev)
+
+    def __call__(self, fn):
+        @functools.wraps(fn)
+        def wrapped(*args, **kwargs):
+            with type(self)():
+                return fn(*args, **kwargs)
+        return wrapped
+
+
+class no_grad(_Mode):
+    """Ops inside record no backward graph (``with jitorch.no_grad():`` or ``@jitorch.no_grad()``)."""
+
+    flag = False
+
+
+class enable_grad(_Mode):
+    """Ops inside record their backward graph again, even within ``no_grad``."""
+
+    flag = True
+
+
+class inference_mode(no_grad):
+    """Like ``no_grad`` (jitorch keeps no extra inference-only state)."""
+
+    def __init__(self, mode=True):
+        self.flag = not mode
+
+
+class set_grad_enabled(_Mode):
+    """Set grad mode: as a function call, a context manager or a decorator."""
+
+    def __init__(self, mode):
+        self.flag = bool(mode)
+        self._prev = is_grad_enabled()
+        _set(self.flag)
+
+    def __enter__(self):
+        return self
+
+    def __call__(self, fn):
+        _set(self._prev)
+
+        @functools.wraps(fn)
+        def wrapped(*args, **kwargs):
+            with set_grad_enabled(self.flag):
+                return fn(*args, **kwargs)
+        return wrapped

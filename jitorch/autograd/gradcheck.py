@@ -1,0 +1,104 @@
+"""gradcheck and gradgradcheck: analytical gradients against float64 finite differences.
+
+Same signature and tolerances as torch.autograd.gradcheck: for every input
+that requires grad and every output, the Jacobian from the backward pass
+(one ``grad`` call per output element) must match central differences with
+step ``eps`` within ``atol + rtol * |numerical|``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ops import registry
+from ..utils.pytree import tree_leaves
+from .functional import grad
+from .grad_mode import no_grad
+
+
+class GradcheckError(RuntimeError):
+    """Raised by gradcheck when analytical and numerical gradients differ."""
+
+
+def _outputs(fn, inputs):
+    return [o for o in tree_leaves(fn(*inputs)) if isinstance(o, registry.Tensor) and o.dtype.is_floating_point]
+
+
+def _numerical(fn, inputs, i, eps):
+    """d(outputs)/d(inputs[i]) by central differences: a list (per output) of (out numel, in numel) arrays."""
+    x = inputs[i]
+    flat = x.detach()
+    n = x.numel()
+    columns = []
+    with no_grad():
+        for k in range(n):
+            idx = np.unravel_index(k, tuple(x.shape)) if x.ndim else ()
+            orig = flat[idx].item() if x.ndim else flat.item()
+            flat[idx] = orig + eps
+            plus = [o.detach().double().reshape(-1).numpy().copy() for o in _outputs(fn, inputs)]
+            flat[idx] = orig - eps
+            minus = [o.detach().double().reshape(-1).numpy().copy() for o in _outputs(fn, inputs)]
+            flat[idx] = orig
+            columns.append([(p - m) / (2 * eps) for p, m in zip(plus, minus)])
+    n_out = len(_outputs(fn, inputs))
+    return [np.stack([c[j] for c in columns], axis=1) if columns else np.zeros((0, 0)) for j in range(n_out)]
+
+
+def _analytical(fn, inputs, i):
+    outs = _outputs(fn, inputs)
+    result = []
+    for out in outs:
+        rows = []
+        flat_n = out.numel()
+        for k in range(flat_n):
+            seed = registry.FUNCTIONS["zeros_like"](out)
+            seed.reshape(-1)[k] = 1.0
+            (g,) = grad(out, inputs[i], grad_outputs=seed, retain_graph=True, allow_unused=True)
+            rows.append(np.zeros(inputs[i].numel()) if g is None else g.double().reshape(-1).numpy().copy())
+        result.append(np.stack(rows) if rows else np.zeros((0, inputs[i].numel())))
+    return result
+
+
+def gradcheck(func, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=True, **ignored):
+    """Check ``func``'s gradients at ``inputs`` (a tensor or tuple) against finite differences."""
+    inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+    for i, x in enumerate(inputs):
+        if not (isinstance(x, registry.Tensor) and x.requires_grad):
+            continue
+        if x.dtype.name != "float64":
+            import warnings
+            warnings.warn("Input #%d requires gradient and is not a double precision floating point. "
+                          "This check will likely fail if all the inputs are not of double precision floating "
+                          "point." % i, UserWarning, stacklevel=2)
+        numerical = _numerical(func, inputs, i, eps)
+        analytical = _analytical(func, inputs, i)
+        for j, (a, n) in enumerate(zip(analytical, numerical)):
+            if a.shape != n.shape or not np.allclose(a, n, rtol=rtol, atol=atol, equal_nan=True):
+                if not raise_exception:
+                    return False
+                raise GradcheckError(f"Jacobian mismatch for output {j} with respect to input {i},\n"
+                                     f"numerical:{n}\nanalytical:{a}\n")
+    return True
+
+
+def gradgradcheck(func, inputs, grad_outputs=None, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=True,
+                  **ignored):
+    """Check the second derivatives of ``func``: gradcheck of its vector-Jacobian product."""
+    inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+    diff = [i for i, x in enumerate(inputs) if isinstance(x, registry.Tensor) and x.requires_grad]
+    outs = _outputs(func, inputs)
+    if grad_outputs is None:
+        rng = np.random.default_rng(0)
+        grad_outputs = [registry.Tensor._from_array(rng.standard_normal(tuple(o.shape)).astype(np.float64))
+                        for o in outs]
+    grad_outputs = [g.detach().requires_grad_() for g in grad_outputs]
+
+    def vjp(*args):
+        xs, gs = args[:len(inputs)], args[len(inputs):]
+        results = _outputs(func, xs)
+        gs_used = [g.to(r.dtype) for g, r in zip(gs, results)]
+        grads = grad(results, [xs[i] for i in diff], grad_outputs=gs_used, create_graph=True, allow_unused=True)
+        return tuple(g for g in grads if g is not None)
+
+    return gradcheck(vjp, inputs + tuple(grad_outputs), eps=eps, atol=atol, rtol=rtol,
+                     raise_exception=raise_exception)

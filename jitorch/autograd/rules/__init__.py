@@ -1,0 +1,1 @@
+"""Derivative rules, one module per family of ops."""
