@@ -6,11 +6,12 @@ that require grad attaches a backward node to its result.
 
 from ..ops import registry
 from . import engine, rules  # noqa: F401  (rules: declares every op's derivative)
+from .function import Function, FunctionCtx
 from .functional import backward, grad
 from .grad_mode import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
 from .gradcheck import GradcheckError, gradcheck, gradgradcheck
 
 registry.AUTOGRAD = engine
 
-__all__ = ["backward", "grad", "enable_grad", "inference_mode", "is_grad_enabled", "no_grad", "set_grad_enabled",
+__all__ = ["Function", "FunctionCtx", "backward", "grad", "enable_grad", "inference_mode", "is_grad_enabled", "no_grad", "set_grad_enabled",
            "gradcheck", "gradgradcheck", "GradcheckError"]

@@ -35,6 +35,15 @@ class Node:
         base = "".join(p.capitalize() for p in self.op.public_name.strip("_").split("_"))
         return f"{base}Backward0"
 
+    def apply(self, grads, create_graph):
+        """The gradients of this node's tensor inputs, given its outputs' gradients."""
+        return _call_rule(self, grads, create_graph)
+
+    def release(self):
+        self.freed = True
+        self.args = None
+        self.versions = ()
+
     def __repr__(self):
         return f"<{self.name()} object>"
 
@@ -243,11 +252,9 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, capt
                         grads[k] = new
         if wanted is not None and id(node) in wanted:
             captured[id(node)] = grads.get(getattr(wanted[id(node)], "_output_nr", 0))
-        input_grads = _call_rule(node, grads, create_graph)
+        input_grads = node.apply(grads, create_graph)
         if not retain_graph:
-            node.freed = True
-            node.args = None
-            node.versions = ()
+            node.release()
         for (nxt, k), g in zip(node.next_functions, input_grads):
             if nxt is None:
                 continue

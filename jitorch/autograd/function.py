@@ -1,0 +1,113 @@
+"""Custom differentiable functions: ``class Square(jitorch.autograd.Function)`` with static
+``forward(ctx, ...)`` and ``backward(ctx, *grads)``, applied with ``Square.apply(x)``."""
+
+from __future__ import annotations
+
+from ..ops import registry
+from .engine import gradient_edge, sum_to
+from .grad_mode import enable_grad, is_grad_enabled, no_grad
+
+
+class FunctionCtx:
+    """What ``forward`` leaves for ``backward``: saved tensors (version-checked) and flags."""
+
+    def __init__(self, needs_input_grad):
+        self.needs_input_grad = needs_input_grad
+        self._saved = ()
+        self._versions = ()
+        self.non_differentiable = set()
+        self.materialize_grads = True
+
+    def save_for_backward(self, *tensors):
+        self._saved = tensors
+        self._versions = tuple(t._version if t is not None else None for t in tensors)
+
+    @property
+    def saved_tensors(self):
+        if self._saved is None:
+            raise RuntimeError("Trying to backward through the graph a second time (or directly access saved "
+                               "tensors after they have already been freed). Specify retain_graph=True if you "
+                               "need to backward through the graph a second time.")
+        for t, v in zip(self._saved, self._versions):
+            if t is not None and t._version != v:
+                raise RuntimeError(f"one of the variables needed for gradient computation has been modified by "
+                                   f"an inplace operation: [{t.dtype}{list(t.shape)}] is at version {t._version}; "
+                                   f"expected version {v} instead.")
+        return self._saved
+
+    def mark_non_differentiable(self, *tensors):
+        self.non_differentiable.update(id(t) for t in tensors)
+
+    def set_materialize_grads(self, value):
+        self.materialize_grads = bool(value)
+
+
+class FunctionNode:
+    """The backward node of one ``Function.apply`` call."""
+
+    def __init__(self, cls, ctx, inputs, outputs):
+        self.cls = cls
+        self.ctx = ctx
+        self.inputs = inputs          # (position among apply's args, tensor shape, dtype) per tensor arg
+        self.outputs = outputs
+        self.next_functions = tuple((gradient_edge(t), getattr(t, "_output_nr", 0)) if t.requires_grad
+                                    else (None, 0) for _, t in inputs)
+        self.hooks = {}
+        self.freed = False
+
+    def name(self):
+        return f"{self.cls.__name__}Backward"
+
+    def apply(self, grads, create_graph):
+        if self.freed:
+            raise RuntimeError("Trying to backward through the graph a second time; specify retain_graph=True.")
+        gs = []
+        for k, o in enumerate(self.outputs):
+            g = grads.get(k)
+            if g is None and self.ctx.materialize_grads:
+                g = registry.FUNCTIONS["zeros_like"](o)
+            gs.append(g)
+        with (enable_grad() if create_graph else no_grad()):
+            result = self.cls.backward(self.ctx, *gs)
+        result = result if isinstance(result, tuple) else (result,)
+        out = []
+        for pos, t in self.inputs:
+            g = result[pos] if pos < len(result) else None
+            out.append(None if g is None else sum_to(g, tuple(t.shape), t.dtype))
+        return out
+
+    def release(self):
+        self.freed = True
+        self.ctx._saved = None
+
+
+class Function:
+    """Base class of custom autograd functions (torch.autograd.Function's protocol)."""
+
+    @staticmethod
+    def forward(ctx, *args, **kwargs):
+        raise NotImplementedError("a Function subclass must define forward(ctx, ...)")
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        raise NotImplementedError("a Function subclass must define backward(ctx, *grad_outputs)")
+
+    @classmethod
+    def apply(cls, *args):
+        Tensor = registry.Tensor
+        needs = tuple(isinstance(a, Tensor) and a.requires_grad for a in args)
+        ctx = FunctionCtx(needs)
+        with no_grad():
+            result = cls.forward(ctx, *args)
+        if not (is_grad_enabled() and any(needs)):
+            return result
+        outs = list(result) if isinstance(result, tuple) else [result]
+        tensors = [(i, a) for i, a in enumerate(args) if isinstance(a, Tensor)]
+        fresh = [o if not any(o is a for a in args) else o.view_as(o) for o in outs]
+        node = FunctionNode(cls, ctx, tensors, fresh)
+        for k, o in enumerate(fresh):
+            if isinstance(o, Tensor) and o.dtype.is_floating_point and id(o) not in ctx.non_differentiable:
+                o.grad_fn = node
+                o._requires_grad = True
+                o._output_nr = k
+        return tuple(fresh) if isinstance(result, tuple) else fresh[0]
