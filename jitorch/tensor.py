@@ -285,14 +285,8 @@ class Tensor:
         if self.grad_fn is None or self.__dict__.get("_retains_grad"):
             return
         import weakref
-        ref = weakref.ref(self)
-
-        def keep(g):
-            t = ref()
-            if t is not None:
-                t.grad = g.detach() if t.grad is None else t.grad + g.detach()
         self._retains_grad = True
-        self.register_hook(keep)
+        self.grad_fn.retained[getattr(self, "_output_nr", 0)] = weakref.ref(self)
 
     @property
     def retains_grad(self):

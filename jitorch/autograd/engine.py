@@ -19,13 +19,15 @@ from .rule import NONDIFFERENTIABLE, RULES, Args
 class Node:
     """A backward function: ``grad_fn`` of an op's outputs."""
 
-    __slots__ = ("op", "args", "versions", "out", "next_functions", "input_specs", "freed", "hooks", "__weakref__")
+    __slots__ = ("op", "args", "versions", "out", "next_functions", "input_specs", "freed", "hooks", "retained",
+                 "__weakref__")
 
     def __init__(self, op, args, out, next_functions, input_specs):
         self.op = op
         self.args = args
         self.out = out
         self.versions = [(t, t._version) for t in _saved_tensors(args, out)]
+        self.retained = {}                    # output index -> weakref of a tensor that retains its grad
         self.next_functions = next_functions  # per tensor input: (Node or AccumulateGrad or None, 0)
         self.input_specs = input_specs        # per tensor input: (schema position, list index, shape, dtype)
         self.freed = False
@@ -71,7 +73,8 @@ def _saved_tensors(args, out):
             yield a
         elif isinstance(a, (list, tuple)):
             yield from (x for x in a if isinstance(x, Tensor))
-    yield from (o for o in (out if isinstance(out, (list, tuple)) else (out,)) if isinstance(o, Tensor))
+    if out is not None:
+        yield from (o for o in (out if isinstance(out, (list, tuple)) else (out,)) if isinstance(o, Tensor))
 
 
 def gradient_edge(t):
@@ -126,7 +129,18 @@ def record(op, args, result):
 
 def record_inplace(op, before, args, target):
     """``target`` was written in place by ``op``: its history becomes the op's node, whose
-    ``self`` input is ``before`` (a copy of target's old value with target's old history)."""
+    ``self`` input is ``before`` (a copy of target's old value with target's old history).
+
+    The node that produced ``target`` may have saved it as its output (exp's formula reads
+    its result): it now reads ``before``, which holds the values it produced."""
+    old = before.grad_fn
+    if isinstance(old, Node) and old.out is not None:
+        if old.out is target:
+            old.out = before
+        elif isinstance(old.out, (tuple, list)) and any(o is target for o in old.out):
+            items = [before if o is target else o for o in old.out]
+            old.out = type(old.out)(*items) if hasattr(old.out, "_fields") else type(old.out)(items)
+        old.versions = [(before, before._version) if t is target else (t, v) for t, v in old.versions]
     record(op, [before] + list(args[1:]), target)
 
 
@@ -250,6 +264,11 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, capt
                     new = hook(grads[k])
                     if new is not None:
                         grads[k] = new
+        for k, ref in node.retained.items():  # after the hooks, as torch does
+            t = ref()
+            if t is not None and grads.get(k) is not None:
+                g = grads[k].detach()
+                t.grad = g if t.grad is None else t.grad + g
         if wanted is not None and id(node) in wanted:
             captured[id(node)] = grads.get(getattr(wanted[id(node)], "_output_nr", 0))
         input_grads = node.apply(grads, create_graph)

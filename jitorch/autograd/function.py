@@ -53,6 +53,7 @@ class FunctionNode:
         self.next_functions = tuple((gradient_edge(t), getattr(t, "_output_nr", 0)) if t.requires_grad
                                     else (None, 0) for _, t in inputs)
         self.hooks = {}
+        self.retained = {}
         self.freed = False
 
     def name(self):

@@ -13,7 +13,7 @@ import numpy as np
 from ..ops import registry
 from ..utils.pytree import tree_leaves
 from .functional import grad
-from .grad_mode import no_grad
+from .grad_mode import enable_grad, no_grad
 
 
 class GradcheckError(RuntimeError):
@@ -40,18 +40,23 @@ def _numerical(fn, inputs, i, eps):
             minus = [o.detach().double().reshape(-1).numpy().copy() for o in _outputs(fn, inputs)]
             flat[idx] = orig
             columns.append([(p - m) / (2 * eps) for p, m in zip(plus, minus)])
-    n_out = len(_outputs(fn, inputs))
-    return [np.stack([c[j] for c in columns], axis=1) if columns else np.zeros((0, 0)) for j in range(n_out)]
+    outs = _outputs(fn, inputs)
+    return [np.stack([c[j] for c in columns], axis=1) if columns else np.zeros((o.numel(), 0))
+            for j, o in enumerate(outs)]
 
 
 def _analytical(fn, inputs, i):
     outs = _outputs(fn, inputs)
     result = []
     for out in outs:
+        if not out.requires_grad:  # as in torch, an output cut from the graph has a zero Jacobian
+            result.append(np.zeros((out.numel(), inputs[i].numel())))
+            continue
         rows = []
         flat_n = out.numel()
         for k in range(flat_n):
-            seed = registry.FUNCTIONS["zeros_like"](out)
+            # contiguous, so that writing through reshape(-1) reaches it (zeros_like keeps a view's strides)
+            seed = registry.FUNCTIONS["zeros"](tuple(out.shape), dtype=out.dtype, device=out.device)
             seed.reshape(-1)[k] = 1.0
             (g,) = grad(out, inputs[i], grad_outputs=seed, retain_graph=True, allow_unused=True)
             rows.append(np.zeros(inputs[i].numel()) if g is None else g.double().reshape(-1).numpy().copy())
@@ -95,9 +100,11 @@ def gradgradcheck(func, inputs, grad_outputs=None, *, eps=1e-6, atol=1e-5, rtol=
 
     def vjp(*args):
         xs, gs = args[:len(inputs)], args[len(inputs):]
-        results = _outputs(func, xs)
-        gs_used = [g.to(r.dtype) for g, r in zip(gs, results)]
-        grads = grad(results, [xs[i] for i in diff], grad_outputs=gs_used, create_graph=True, allow_unused=True)
+        with enable_grad():  # the numerical side calls vjp under no_grad; it needs its graph anyway
+            results = _outputs(func, xs)
+            gs_used = [g.to(r.dtype) for g, r in zip(gs, results)]
+            grads = grad(results, [xs[i] for i in diff], grad_outputs=gs_used, create_graph=True,
+                         allow_unused=True)
         return tuple(g for g in grads if g is not None)
 
     return gradcheck(vjp, inputs + tuple(grad_outputs), eps=eps, atol=atol, rtol=rtol,

@@ -1,0 +1,62 @@
+"""Pieces shared by the derivative rules: per-argument formulas and un-reducing a gradient."""
+
+from __future__ import annotations
+
+import jitorch as jt
+from jitorch.ops import registry
+from jitorch.ops.meta import reduction_dims
+
+from ..rule import defgrad
+
+
+def declare(names, rule):
+    """``defgrad`` of one rule under an op's name and its aliases ("abs absolute")."""
+    for name in names.split():
+        defgrad(name, rule)
+
+
+def wanted(value):
+    """Whether an argument gets a gradient: a tensor that requires grad (as torch's ``needs_input_grad``).
+
+    Python numbers, integer tensors and constants get none, so their formulas never run.
+    """
+    return isinstance(value, registry.Tensor) and value.requires_grad
+
+
+def per_input(**formulas):
+    """A rule from one formula ``f(g, a, out)`` per argument name; each runs only when its argument is `wanted`."""
+    def backward(g, a, out):
+        return {name: f(g, a, out) for name, f in formulas.items() if wanted(getattr(a, name))}
+    return backward
+
+
+def zeros(shape, like):
+    """Zeros of ``shape`` in ``like``'s dtype and device, made from the shape alone (no op on ``like``
+    is recorded, so a backward formula using them differentiates again)."""
+    return jt.zeros(tuple(shape), dtype=like.dtype, device=like.device)
+
+
+def zero_grad(*names):
+    """The rule of an op whose gradient torch defines as zero (rounding, sign) for arguments ``names``."""
+    return per_input(**{name: (lambda g, a, out: zeros(g.shape, g)) for name in names})
+
+
+def reduced_dims(x, dim):
+    """The dims a reduction of ``x`` over ``dim`` removes (None and () mean every dim; a 0-d input has none)."""
+    if x.ndim == 0:
+        return ()
+    return tuple(sorted(reduction_dims(x, dim))) or tuple(range(x.ndim))
+
+
+def unreduce(t, x, dim, keepdim):
+    """``t``, a result of reducing ``x`` over ``dim``, with the reduced dims back as size 1 (its keepdim form)."""
+    if keepdim:
+        return t
+    for d in reduced_dims(x, dim):
+        t = t.unsqueeze(d)
+    return t
+
+
+def expand_reduced(g, x, dim, keepdim):
+    """The gradient ``g`` of a reduction of ``x`` over ``dim``, broadcast back to ``x``'s shape."""
+    return unreduce(g, x, dim, keepdim).expand(x.shape)

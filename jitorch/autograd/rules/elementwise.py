@@ -1,0 +1,169 @@
+"""Derivative rules of the pointwise ops (jitorch/ops/pointwise.py), after PyTorch's derivatives.yaml.
+
+Formulas see ``g`` (the output's gradient), ``a`` (the arguments by schema
+name; a Python number stays a number) and ``out``, and may give gradients of
+the broadcast shape: the engine sums them down to each input. Each formula
+runs only for an argument that requires grad (`common.per_input`). Rows name
+an op and its aliases ("abs absolute"), as jitorch/ops/pointwise.py does.
+
+Where a function has no derivative at a point, the value is torch's: ``relu``
+passes nothing at 0, ``abs`` gives 0 at 0 (``sign``), ``maximum``/``minimum``
+split ties half and half, ``clamp`` passes the gradient at its bounds.
+Rounding, ``sign`` and the rounded divisions have torch's zero gradient.
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Number
+
+import jitorch as jt
+
+from ..rule import nondifferentiable
+from .common import declare, per_input, zero_grad, zeros
+
+_LN2 = math.log(2.0)
+_LN10 = math.log(10.0)
+_TWO_OVER_SQRT_PI = 2 / math.sqrt(math.pi)
+
+
+def _times(g, c):
+    """``g * c`` for a Python number ``c``, without an op for alpha's usual values 1 and -1."""
+    return g if c == 1 else -g if c == -1 else g * c
+
+
+# Unary ops: (names, d(g, x, out)) ------------------------------------------------------------
+
+_UNARY = (
+    ("abs absolute", lambda g, x, y: g * x.sign()),
+    ("neg negative", lambda g, x, y: -g),
+    ("exp", lambda g, x, y: g * y),
+    ("exp2", lambda g, x, y: g * y * _LN2),
+    ("expm1", lambda g, x, y: g * (y + 1)),
+    ("log", lambda g, x, y: g / x),
+    ("log2", lambda g, x, y: g / (x * _LN2)),
+    ("log10", lambda g, x, y: g / (x * _LN10)),
+    ("log1p", lambda g, x, y: g / (x + 1)),
+    ("sqrt", lambda g, x, y: g / (2 * y)),
+    ("rsqrt", lambda g, x, y: -0.5 * g * y.pow(3)),
+    ("reciprocal", lambda g, x, y: -g * (y * y)),
+    ("sin", lambda g, x, y: g * x.cos()),
+    ("cos", lambda g, x, y: g * -x.sin()),
+    ("tan", lambda g, x, y: g * (1 + y * y)),
+    ("asin arcsin", lambda g, x, y: g * (1 - x * x).rsqrt()),
+    ("acos arccos", lambda g, x, y: g * -(1 - x * x).rsqrt()),
+    ("atan arctan", lambda g, x, y: g / (x * x + 1)),
+    ("sinh", lambda g, x, y: g * x.cosh()),
+    ("cosh", lambda g, x, y: g * x.sinh()),
+    ("tanh", lambda g, x, y: g * (1 - y * y)),
+    ("asinh arcsinh", lambda g, x, y: g * (x * x + 1).rsqrt()),
+    ("acosh arccosh", lambda g, x, y: g * (x * x - 1).rsqrt()),
+    ("atanh arctanh", lambda g, x, y: g / (1 - x * x)),
+    ("sigmoid", lambda g, x, y: g * (1 - y) * y),
+    ("erf", lambda g, x, y: g * (-x * x).exp() * _TWO_OVER_SQRT_PI),
+    ("erfc", lambda g, x, y: g * (-x * x).exp() * -_TWO_OVER_SQRT_PI),
+    ("relu", lambda g, x, y: jt.where(y <= 0, 0, g)),  # NaN passes, as torch's threshold_backward
+    ("frac", lambda g, x, y: g),
+)
+for _names, _d in _UNARY:
+    declare(_names, per_input(self=lambda g, a, out, d=_d: d(g, a.self, out)))
+
+declare("floor ceil trunc fix round sign sgn", zero_grad("self"))
+declare("floor_divide _div_trunc", zero_grad("self", "other"))  # torch's div(rounding_mode=...) is flat
+
+
+# Binary and ternary ops --------------------------------------------------------------------------
+
+def _pow_self(g, a, out):
+    """``g * e * self ** (e - 1)``, and 0 where the exponent is 0 (even at self = 0)."""
+    e = a.exponent
+    if isinstance(e, Number):
+        return zeros(g.shape, g) if e == 0 else g * (e * a.self.pow(e - 1))
+    return jt.where(e == 0, 0, g * (e * a.self.pow(e - 1)))
+
+
+def _pow_exponent(g, a, out):
+    """``g * out * log(self)``, and 0 where self is 0 and the exponent non-negative (torch's convention)."""
+    base, e = a.self, a.exponent
+    if isinstance(base, Number):
+        if base == 0:
+            return jt.where(e >= 0, 0, g * (out * -math.inf))
+        return g * (out * (math.log(base) if base > 0 else math.nan))
+    return jt.where((base == 0) & (e >= 0), 0, g * (out * base.log()))
+
+
+def _extreme(g, x, other, loses):
+    """maximum/minimum's gradient for ``x``: all of ``g`` where it won, half on a tie, none where it ``loses``."""
+    return jt.where(loses, 0, jt.where(x == other, g / 2, g))
+
+
+def _atan2_scale(a):
+    return (a.self * a.self + a.other * a.other).reciprocal()
+
+
+def _clamp_self(g, a):
+    """The gradient passes where ``min <= self <= max`` (the bounds included), as in torch."""
+    keep = None
+    if a.min is not None:
+        keep = a.self >= a.min
+    if a.max is not None:
+        below = a.self <= a.max
+        keep = below if keep is None else keep & below
+    return jt.where(keep, g, 0)
+
+
+def _clamp_min(g, a):
+    """A tensor ``min`` gets the gradient where it was taken: ``self < min``, unless ``max`` wins (``max <= min``)."""
+    taken = a.self < a.min
+    if a.max is not None:
+        taken = taken & (a.min < a.max)
+    return jt.where(taken, g, 0)
+
+
+def _clamp_max(g, a):
+    """A tensor ``max`` gets the gradient where ``self > max``, and everywhere it is below ``min`` (it wins then)."""
+    taken = a.self > a.max
+    if a.min is not None:
+        taken = taken | (a.max < a.min)
+    return jt.where(taken, g, 0)
+
+
+declare("add", per_input(self=lambda g, a, out: g, other=lambda g, a, out: _times(g, a.alpha)))
+declare("sub subtract", per_input(self=lambda g, a, out: g, other=lambda g, a, out: _times(g, -a.alpha)))
+declare("rsub", per_input(self=lambda g, a, out: _times(g, -a.alpha), other=lambda g, a, out: g))
+declare("mul multiply", per_input(self=lambda g, a, out: g * a.other, other=lambda g, a, out: g * a.self))
+declare("true_divide", per_input(self=lambda g, a, out: g / a.other,
+                                 other=lambda g, a, out: -g * (a.self / a.other / a.other)))
+declare("remainder", per_input(self=lambda g, a, out: g,
+                               other=lambda g, a, out: -g * jt.floor_divide(a.self, a.other)))
+declare("fmod", per_input(self=lambda g, a, out: g,
+                          other=lambda g, a, out: -g * jt.div(a.self, a.other, rounding_mode="trunc")))
+declare("pow", per_input(self=_pow_self, exponent=_pow_exponent))
+declare("maximum", per_input(self=lambda g, a, out: _extreme(g, a.self, a.other, a.self < a.other),
+                             other=lambda g, a, out: _extreme(g, a.other, a.self, a.other < a.self)))
+declare("minimum", per_input(self=lambda g, a, out: _extreme(g, a.self, a.other, a.self > a.other),
+                             other=lambda g, a, out: _extreme(g, a.other, a.self, a.other > a.self)))
+declare("hypot", per_input(self=lambda g, a, out: g * a.self / out, other=lambda g, a, out: g * a.other / out))
+declare("logaddexp", per_input(self=lambda g, a, out: g / (1 + (a.other - a.self).exp()),
+                               other=lambda g, a, out: g / (1 + (a.self - a.other).exp())))
+declare("atan2 arctan2", per_input(self=lambda g, a, out: g * a.other * _atan2_scale(a),
+                                   other=lambda g, a, out: -g * a.self * _atan2_scale(a)))
+declare("lerp", per_input(self=lambda g, a, out: g * (1 - a.weight), end=lambda g, a, out: g * a.weight,
+                          weight=lambda g, a, out: g * (a.end - a.self)))
+declare("clamp clip", per_input(self=lambda g, a, out: _clamp_self(g, a), min=lambda g, a, out: _clamp_min(g, a),
+                                max=lambda g, a, out: _clamp_max(g, a)))
+declare("clamp_min", per_input(self=lambda g, a, out: jt.where(a.self >= a.min, g, 0),
+                               min=lambda g, a, out: jt.where(a.self < a.min, g, 0)))
+declare("clamp_max", per_input(self=lambda g, a, out: jt.where(a.self <= a.max, g, 0),
+                               max=lambda g, a, out: jt.where(a.self > a.max, g, 0)))
+declare("where.self", per_input(self=lambda g, a, out: jt.where(a.condition, g, 0),
+                                other=lambda g, a, out: jt.where(a.condition, 0, g)))
+
+
+# Bool and integer results ----------------------------------------------------------------------
+
+nondifferentiable(
+    "eq", "ne", "not_equal", "lt", "less", "le", "less_equal", "gt", "greater", "ge", "greater_equal", "isclose",
+    "logical_and", "logical_or", "logical_xor", "logical_not", "isnan", "isinf", "isfinite",
+    "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "bitwise_left_shift", "bitwise_right_shift",
+)

@@ -1,0 +1,213 @@
+"""Derivative rules of reductions, scans and softmax (jitorch/ops/reductions.py), after PyTorch's derivatives.yaml.
+
+A reduction's gradient goes back to the input's shape here (`common.expand_reduced`):
+the engine only sums gradients down, never broadcasts them up. Choices where
+the derivative is not unique are torch's: ``amax``/``amin`` and the full
+``max``/``min``/``median`` split the gradient evenly among the elements equal
+to the result; ``max.dim``, ``min.dim`` and ``median.dim`` give it all to the
+element their index chose; ``norm`` and ``std`` give 0 where the result is 0.
+``prod`` and ``cumprod`` never divide by the input, so zeros in it are exact.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jitorch as jt
+from jitorch.ops.meta import wrap_dim
+from jitorch.ops.reductions import _norm_order
+
+from ..rule import nondifferentiable
+from .common import declare, expand_reduced, per_input, reduced_dims, unreduce, zeros
+
+
+def _count(x, dim):
+    """How many elements of ``x`` each result of a reduction over ``dim`` covers."""
+    return math.prod(x.shape[d] for d in reduced_dims(x, dim))
+
+
+# Sums and means ----------------------------------------------------------------------------------
+
+def _nanmean(g, a, out):
+    x = a.self
+    counted = x.isnan().logical_not().sum(a.dim, keepdim=True)
+    return jt.where(x.isnan(), 0, expand_reduced(g, x, a.dim, a.keepdim) / counted)
+
+
+declare("sum", per_input(self=lambda g, a, out: expand_reduced(g, a.self, a.dim, a.keepdim)))
+declare("nansum", per_input(self=lambda g, a, out: jt.where(a.self.isnan(), 0,
+                                                              expand_reduced(g, a.self, a.dim, a.keepdim))))
+declare("mean", per_input(self=lambda g, a, out: expand_reduced(g, a.self, a.dim, a.keepdim)
+                          / _count(a.self, a.dim)))
+declare("nanmean", per_input(self=_nanmean))
+
+
+# Products: exclusive cumulative products, no division ----------------------------------------------
+
+def _shifted(x, dim, by, fill):
+    """``x`` moved ``|by|`` places along ``dim``, toward the end (``by > 0``) or the front; ``fill`` where it left."""
+    n = x.shape[dim]
+    k = min(abs(by), n)
+    kept = x.narrow(dim, 0, n - k) if by > 0 else x.narrow(dim, k, n - k)
+    pad = jt.full([k if i == dim else n for i, n in enumerate(x.shape)], fill, dtype=x.dtype, device=x.device)
+    return jt.cat([pad, kept] if by > 0 else [kept, pad], dim)
+
+
+def _exclusive_cumprod(x, dim):
+    """``[1, x0, x0*x1, ...]`` along ``dim``."""
+    return _shifted(x, dim, 1, 1).cumprod(dim)
+
+
+def _products_of_others(x, dim):
+    """Each element's product of the other elements along ``dim`` (torch's prod_safe_zeros_backward)."""
+    return _exclusive_cumprod(x, dim) * _exclusive_cumprod(x.flip(dim), dim).flip(dim)
+
+
+def _prod(g, a, out):
+    x = a.self
+    if x.ndim == 0:
+        return g
+    if a.dim is None:
+        return g * _products_of_others(x.reshape(-1), 0).reshape(x.shape)
+    return unreduce(g, x, a.dim, a.keepdim) * _products_of_others(x, wrap_dim(a.dim, x.ndim))
+
+
+def _cumprod(g, a, out):
+    """``grad_i = sum over k >= i of g_k * prod(x_j, j <= k, j != i) = E_i * S_i``.
+
+    E is the exclusive cumulative product and S solves ``S_i = g_i + x_(i+1) S_(i+1)``,
+    found by doubling: after a step of ``span``, ``total_i`` sums the terms k in
+    ``[i, i + 2 span)`` and ``factor_i`` is the product of ``x`` over ``(i, i + 2 span]``.
+    That is log2(n) steps of shifts, products and sums, with no division (exact at
+    zeros, unlike ``cumsum(g * out) / x``) and differentiable again.
+    """
+    x = a.self
+    if x.ndim == 0:
+        return g
+    d = wrap_dim(a.dim, x.ndim)
+    n = x.shape[d]
+    total, factor = g, _shifted(x, d, -1, 0)
+    span = 1
+    while span < n:
+        total = total + factor * _shifted(total, d, -span, 0)
+        if 2 * span < n:
+            factor = factor * _shifted(factor, d, -span, 0)
+        span *= 2
+    return _exclusive_cumprod(x, d) * total
+
+
+def _cumsum(g, a, out):
+    if a.self.ndim == 0:
+        return g
+    d = wrap_dim(a.dim, a.self.ndim)
+    return g.flip(d).cumsum(d).flip(d)
+
+
+declare("prod", per_input(self=_prod))
+declare("cumprod", per_input(self=_cumprod))
+declare("cumsum", per_input(self=_cumsum))
+
+
+# Extremes, medians and order statistics --------------------------------------------------------------
+
+def _evenly(g, mask, dim):
+    """``g`` shared evenly among the True elements of ``mask`` in each reduced slice (torch's tie rule)."""
+    return mask * (g / mask.sum(dim, keepdim=True))
+
+
+def _amax(g, a, out):
+    x = a.self
+    return _evenly(unreduce(g, x, a.dim, a.keepdim), x == unreduce(out, x, a.dim, a.keepdim), a.dim)
+
+
+def _whole(g, a, out):
+    """max(), min(), median() of every element: ties (NaN ties with NaN) share the gradient evenly."""
+    x = a.self
+    return _evenly(g, (x == out) | (x.isnan() & out.isnan()), None)
+
+
+def _selected(g, a, out):
+    """The values' gradient, all to the element the indices chose along ``dim`` (torch's value_selecting_reduction)."""
+    x = a.self
+    values, indices = g[0], out[1]
+    if x.ndim == 0:
+        return values
+    d = wrap_dim(a.dim, x.ndim)
+    if not a.keepdim:
+        values, indices = values.unsqueeze(d), indices.unsqueeze(d)
+    positions = jt.arange(x.shape[d], device=x.device).reshape([-1 if i == d else 1 for i in range(x.ndim)])
+    return jt.where(positions == indices, values, 0)
+
+
+declare("amax amin", per_input(self=_amax))
+declare("max min median", per_input(self=_whole))
+declare("max.dim min.dim median.dim", per_input(self=_selected))
+
+
+# Log-sum-exp and softmax ------------------------------------------------------------------------------
+
+def _logsumexp(g, a, out):
+    x = a.self
+    return unreduce(g, x, a.dim, a.keepdim) * (x - unreduce(out, x, a.dim, a.keepdim)).exp()
+
+
+declare("logsumexp", per_input(self=_logsumexp))
+declare("softmax", per_input(self=lambda g, a, out: out * (g - (g * out).sum(a.dim, keepdim=True))))
+declare("log_softmax", per_input(self=lambda g, a, out: g - out.exp() * g.sum(a.dim, keepdim=True)))
+
+
+# Moments and norms ------------------------------------------------------------------------------------
+
+def _over_nonzero(t, d):
+    """``t / d``, and 0 where ``d`` is 0 (torch's masked_fill), dividing by 1 there so that the
+    gradient of this expression stays finite too."""
+    zero = d == 0
+    return jt.where(zero, 0, t / jt.where(zero, 1, d))
+
+def _var(g, a, out):
+    """``2 (x - mean) / (N - correction)``; with no degrees of freedom left, torch's inf (NaN where x is the mean)."""
+    x = a.self
+    centered = x - x.mean(a.dim, keepdim=True)
+    g = unreduce(g, x, a.dim, a.keepdim)
+    dof = _count(x, a.dim) - (1 if a.correction is None else a.correction)
+    if dof <= 0:
+        return g * jt.where(centered == 0, math.nan, math.inf)
+    return (2.0 / dof) * g * centered
+
+
+def _std(g, a, out):
+    return _var(_over_nonzero(g, out * 2), a, out)
+
+
+def _norm(g, a, out):
+    """torch's norm_backward, by the vector order ``p``; the gradient is 0 where the norm is 0."""
+    x = a.self
+    p = _norm_order(a.p, a.dim)
+    if p == "matrix":
+        raise NotImplementedError(f"the derivative for 'norm' with p={a.p!r} is not implemented")
+    g, norm = unreduce(g, x, a.dim, a.keepdim), unreduce(out, x, a.dim, a.keepdim)
+    if p == 0:
+        return zeros(x.shape, g)
+    if p == 1:
+        return x.sign() * g
+    if p == 2:
+        return g * _over_nonzero(x, norm)
+    if math.isinf(p):
+        magnitude = x.abs()
+        return x.sign() * _evenly(g, (magnitude == norm) | magnitude.isnan(), a.dim)
+    if p < 1:
+        return x.sign() * jt.where(x == 0, 0, x.abs().pow(p - 1)) * g * norm.pow(1 - p)
+    scale = _over_nonzero(g, norm.pow(p - 1))
+    if p < 2:
+        return x.sign() * x.abs().pow(p - 1) * scale
+    return x * x.abs().pow(p - 2) * scale
+
+
+declare("var.correction", per_input(self=_var))
+declare("std.correction", per_input(self=_std))
+declare("norm", per_input(self=_norm))
+
+
+# Index and bool results -----------------------------------------------------------------------------
+
+nondifferentiable("argmax", "argmin", "count_nonzero", "all", "any")

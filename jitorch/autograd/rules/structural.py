@@ -1,0 +1,440 @@
+"""Derivative rules of the structural ops: views, shape ops, products, indexing, casts and copies.
+
+Formulas follow PyTorch's ``derivatives.yaml`` and are written with registry
+ops only, so that backward graphs can themselves be differentiated and traced.
+Views that pick a part of their input send the gradient back by scattering it
+into zeros (``as_strided_scatter`` on a fresh, compact tensor, whose geometry
+the same view op computes); views whose elements may repeat (``unfold``, an
+overlapping ``as_strided``) accumulate it with ``index_add`` instead.
+"""
+
+from __future__ import annotations
+
+import jitorch
+from jitorch.autograd.rule import defgrad, nondifferentiable
+from jitorch.autograd.rules.common import per_input, wanted
+from jitorch.ops.linalg import _LETTERS, _einsum_plan
+from jitorch.ops.registry import OPS
+from jitorch.runtime.strided import broadcast_shapes, wrap_dim
+
+# Helpers --------------------------------------------------------------------------------
+
+
+def sum_to(g, shape):
+    """``g`` summed down to ``shape`` (which ``g``'s shape is a broadcast of)."""
+    shape = tuple(shape)
+    lead = g.ndim - len(shape)
+    if lead:
+        g = g.sum(tuple(range(lead)))
+    dims = tuple(i for i, n in enumerate(shape) if n == 1 and g.shape[i] != 1)
+    return g.sum(dims, keepdim=True) if dims else g
+
+
+def _scaled(t, factor):
+    return t if factor == 1 else t * factor
+
+
+def _cast_like(g, ref):
+    """``g`` in ``ref``'s dtype and on its device."""
+    if g.dtype is ref.dtype and g.device == ref.device:
+        return g
+    return OPS["_to_copy"](g, ref.dtype, ref.device)
+
+
+def _into_zeros(g, shape, view):
+    """Zeros of ``shape`` holding ``g`` at the elements that ``view`` (a view op
+    selecting each element at most once) picks from a tensor of that shape."""
+    zeros = g.new_zeros(tuple(shape))
+    part = view(zeros)
+    return jitorch.as_strided_scatter(zeros, g, tuple(part.shape), part.stride(), part.storage_offset())
+
+
+def _accumulate_view(g, shape, view):
+    """Zeros of ``shape`` with ``g`` added at the elements that ``view`` picks, an
+    element picked several times (overlapping windows) receiving every share."""
+    n = 1
+    for s in shape:
+        n *= s
+    positions = view(jitorch.arange(n, device=g.device).view(tuple(shape)))
+    return g.new_zeros(n).index_add(0, positions.reshape(-1), g.reshape(-1)).view(tuple(shape))
+
+
+def _compact(t):
+    """``t`` contiguous at offset 0, as ``as_strided`` on a graph value expects it."""
+    if t.is_contiguous() and t.storage_offset() == 0:
+        return t
+    return t.clone(memory_format=jitorch.contiguous_format)
+
+
+def _region(t, shape):
+    """The leading ``shape`` block of ``t`` (what a scatter reads from a larger ``src``)."""
+    if tuple(t.shape) == tuple(shape):
+        return t
+    return t[tuple(slice(0, n) for n in shape)]
+
+
+def _pad_to(g, shape):
+    """``g`` in the leading block of zeros of ``shape`` (the inverse of `_region`)."""
+    if tuple(g.shape) == tuple(shape):
+        return g
+    return _into_zeros(g, shape, lambda z: _region(z, g.shape))
+
+
+def _span(size, stride, offset):
+    """One past the last storage element a geometry reaches (0 when it has no elements)."""
+    if 0 in size:
+        return 0
+    return offset + sum((n - 1) * s for n, s in zip(size, stride)) + 1
+
+
+def _overlaps(size, stride):
+    """Whether two elements of a geometry may share a storage element."""
+    extent = 1
+    for n, s in sorted(((n, s) for n, s in zip(size, stride) if n > 1), key=lambda ns: ns[1]):
+        if s < extent:
+            return True
+        extent = s * (n - 1) + extent
+    return False
+
+
+def _self(fn):
+    """The rule of an op with one differentiable argument, ``self``: ``fn(g, a)``."""
+    return lambda g, a, out: {"self": fn(g, a)}
+
+
+def _each_wanted(tensors, fn):
+    """``fn(k)`` for the tensors of a list argument that require grad, None for the others."""
+    return [fn(k) if wanted(t) else None for k, t in enumerate(tensors)]
+
+
+def _declare(names, rule):
+    for name in names.split():
+        defgrad(name, rule)
+
+
+# Views -----------------------------------------------------------------------------------
+
+def _permute(g, a):
+    n = a.self.ndim
+    dims = [d % n for d in a.dims] if n else []
+    return g.permute(sorted(range(n), key=lambda i: dims[i]))
+
+
+def _part(name):
+    """Views that pick each element at most once: the gradient fills their place in zeros."""
+    op = OPS[name]
+
+    def grad(g, a):
+        rest = [getattr(a, arg.name) for arg in op.schema.args[1:]]
+        return _into_zeros(g, a.self.shape, lambda z: op(z, *rest))
+    return grad
+
+
+def _unfold(g, a):
+    return _accumulate_view(g, a.self.shape, lambda p: p.unfold(a.dimension, a.size, a.step))
+
+
+def _as_strided(g, a):
+    """as_strided addresses the storage: the gradient goes through a storage-sized
+    buffer, then is read back with the input's own geometry."""
+    x = a.self
+    offset = x.storage_offset() if a.storage_offset is None else a.storage_offset
+    size, stride = tuple(a.size), tuple(a.stride)
+    n = max(_span(x.shape, x.stride(), x.storage_offset()), _span(size, stride, offset))
+    if _overlaps(size, stride):
+        positions = jitorch.arange(n, device=g.device).as_strided(size, stride, offset)
+        flat = g.new_zeros(n).index_add(0, positions.reshape(-1), g.reshape(-1))
+    else:
+        flat = jitorch.as_strided_scatter(g.new_zeros(n), g, size, stride, offset)
+    return flat.as_strided(tuple(x.shape), x.stride(), x.storage_offset())
+
+
+def _joined(join):
+    """Views giving a list of parts: the parts' gradients joined back along ``dim``."""
+    def grad(g, a):
+        if not g:  # unbind of an empty dim
+            return a.self.new_zeros(a.self.shape)
+        return join(list(g), wrap_dim(a.dim, a.self.ndim))
+    return grad
+
+
+_declare("view view_as unflatten squeeze unsqueeze", _self(lambda g, a: g.reshape(a.self.shape)))
+_declare("alias clone", _self(lambda g, a: g))
+_declare("permute", _self(_permute))
+_declare("transpose swapdims", _self(lambda g, a: g.transpose(a.dim0, a.dim1)))
+_declare("swapaxes", _self(lambda g, a: g.transpose(a.axis0, a.axis1)))
+_declare("t", _self(lambda g, a: g.t()))
+_declare("movedim moveaxis", _self(lambda g, a: g.movedim(a.destination, a.source)))
+_declare("expand expand_as broadcast_to", _self(lambda g, a: sum_to(g, a.self.shape)))
+for _name in ("narrow", "slice", "select", "diagonal"):
+    defgrad(_name, _self(_part(_name)))
+_declare("unbind", _self(_joined(jitorch.stack)))
+_declare("split split.sizes split_with_sizes chunk", _self(_joined(jitorch.cat)))
+defgrad("unfold", _self(_unfold))
+defgrad("as_strided", _self(_as_strided))
+defgrad("as_strided_scatter", per_input(
+    self=lambda g, a, out: jitorch.as_strided_scatter(g, g.new_zeros(tuple(a.size)), a.size, a.stride,
+                                                      a.storage_offset or 0),
+    src=lambda g, a, out: _compact(g).as_strided(a.size, a.stride, a.storage_offset or 0)))
+
+
+# Shape ops -------------------------------------------------------------------------------
+
+def _cat(g, a, out):
+    d = wrap_dim(a.dim, out.ndim)
+    starts, start = [], 0
+    for t in a.tensors:
+        starts.append(start)
+        if tuple(t.shape) != (0,):  # cat skips 1-D empty tensors whatever the other shapes
+            start += t.shape[d]
+
+    def part(k):
+        t = a.tensors[k]
+        return g.new_zeros((0,)) if tuple(t.shape) == (0,) else g.narrow(d, starts[k], t.shape[d])
+    return {"tensors": _each_wanted(a.tensors, part)}
+
+
+def _repeat(g, a):
+    """Each output dim is (repeat, size) folded; summing the repeat halves undoes it."""
+    x, repeats = a.self, tuple(a.repeats)
+    padded = (1,) * (len(repeats) - x.ndim) + tuple(x.shape)
+    folded = [n for pair in zip(repeats, padded) for n in pair]
+    if not folded:
+        return g
+    return g.reshape(folded).sum(tuple(range(0, len(folded), 2))).reshape(x.shape)
+
+
+def _repeat_interleave(g, a):
+    x, r = a.self, a.repeats
+    if a.dim is None:
+        return g.reshape(x.numel(), r).sum(1).reshape(x.shape)
+    d = wrap_dim(a.dim, x.ndim)
+    shape = tuple(x.shape)
+    return g.reshape(shape[:d] + (shape[d], r) + shape[d + 1:]).sum(d + 1)
+
+
+def _selected(keepdim_arg=None):
+    """Values picked along ``dim`` at the indices (sort, topk, kthvalue): their
+    gradient is scattered back there."""
+    def rule(g, a, out):
+        x, dim, gv, indices = a.self, a.dim, g[0], out[1]
+        if keepdim_arg is not None and not getattr(a, keepdim_arg) and x.ndim:
+            d = wrap_dim(dim, x.ndim)
+            gv, indices = gv.unsqueeze(d), indices.unsqueeze(d)
+        return {"self": gv.new_zeros(x.shape).scatter(dim, indices, gv)}
+    return rule
+
+
+_declare("cat concat concatenate", _cat)
+defgrad("flip", _self(lambda g, a: g.flip(a.dims)))
+defgrad("roll", _self(lambda g, a: g.roll([-s for s in a.shifts], a.dims)))
+defgrad("repeat", _self(_repeat))
+defgrad("repeat_interleave", _self(_repeat_interleave))
+defgrad("tril", _self(lambda g, a: g.tril(a.diagonal)))
+defgrad("triu", _self(lambda g, a: g.triu(a.diagonal)))
+_declare("sort topk", _selected())
+defgrad("kthvalue", _selected("keepdim"))
+
+
+# Products --------------------------------------------------------------------------------
+
+def _as_matrices(g, a):
+    """(self, other, g) of a matmul with vectors made matrices: a row on the left, a column on the right."""
+    x, y = a.self, a.other
+    gm = g.unsqueeze(-2) if x.ndim == 1 else g
+    return (x.unsqueeze(0) if x.ndim == 1 else x, y.unsqueeze(-1) if y.ndim == 1 else y,
+            gm.unsqueeze(-1) if y.ndim == 1 else gm)
+
+
+def _matmul_self(g, a, out):
+    if a.self.ndim == 1 and a.other.ndim == 1:
+        return g * a.other
+    xm, ym, gm = _as_matrices(g, a)
+    return sum_to(gm.matmul(ym.transpose(-2, -1)), xm.shape).reshape(a.self.shape)
+
+
+def _matmul_other(g, a, out):
+    if a.self.ndim == 1 and a.other.ndim == 1:
+        return g * a.self
+    xm, ym, gm = _as_matrices(g, a)
+    if xm.ndim > 2 and ym.ndim == 2:
+        # one product over all rows of the batch rather than one per matrix, then a sum
+        gy = xm.reshape(-1, xm.shape[-1]).t().matmul(gm.reshape(-1, gm.shape[-1]))
+    else:
+        gy = sum_to(xm.transpose(-2, -1).matmul(gm), ym.shape)
+    return gy.reshape(a.other.shape)
+
+
+def _einsum(g, a, out):
+    """Operand i's gradient is the einsum of ``g`` with the other operands onto
+    i's labels; labels summed in i alone broadcast back, size-1 (broadcast) dims
+    sum back, and a label repeated in i (a diagonal) is written into zeros."""
+    tensors = a.tensors
+    plan = _einsum_plan(a.equation, tuple(tuple(t.shape) for t in tensors))
+    letter = {x: _LETTERS[k] for k, x in enumerate(sorted({x for labels in plan.operands for x in labels}))}
+
+    def grad(i):
+        labels, t = plan.operands[i], tensors[i]
+        others = [(plan.out, g)] + [(plan.operands[j], tensors[j]) for j in range(len(tensors)) if j != i]
+        seen = {x for ls, _ in others for x in ls}
+        unique = list(dict.fromkeys(labels))
+        kept = [x for x in unique if x in seen]
+        lhs = ",".join("".join(letter[x] for x in ls) for ls, _ in others)
+        gi = jitorch.einsum(f"{lhs}->{''.join(letter[x] for x in kept)}", [v for _, v in others])
+        size = dict(zip(labels, t.shape))
+        for pos, x in enumerate(unique):
+            if x not in seen:
+                gi = gi.unsqueeze(pos)
+        gi = sum_to(gi.expand(tuple(-1 if x in seen else size[x] for x in unique)), [size[x] for x in unique])
+        if len(unique) == len(labels):
+            return gi
+        zeros = g.new_zeros(tuple(t.shape))
+        strides = [sum(st for y, st in zip(labels, zeros.stride()) if y == x) for x in unique]
+        return jitorch.as_strided_scatter(zeros, gi, tuple(gi.shape), strides, 0)
+    return {"tensors": _each_wanted(tensors, grad)}
+
+
+defgrad("matmul", per_input(self=_matmul_self, other=_matmul_other))
+defgrad("mm", per_input(self=lambda g, a, out: g.mm(a.mat2.t()), mat2=lambda g, a, out: a.self.t().mm(g)))
+defgrad("bmm", per_input(self=lambda g, a, out: g.bmm(a.mat2.transpose(1, 2)),
+                         mat2=lambda g, a, out: a.self.transpose(1, 2).bmm(g)))
+defgrad("mv", per_input(self=lambda g, a, out: g.outer(a.vec), vec=lambda g, a, out: a.self.t().mv(g)))
+defgrad("dot", per_input(self=lambda g, a, out: g * a.tensor, tensor=lambda g, a, out: g * a.self))
+defgrad("vdot", per_input(self=lambda g, a, out: g * a.other, other=lambda g, a, out: g * a.self))
+defgrad("addmm", per_input(self=lambda g, a, out: sum_to(_scaled(g, a.beta), a.self.shape),
+                           mat1=lambda g, a, out: _scaled(g.mm(a.mat2.t()), a.alpha),
+                           mat2=lambda g, a, out: _scaled(a.mat1.t().mm(g), a.alpha)))
+defgrad("baddbmm", per_input(self=lambda g, a, out: sum_to(_scaled(g, a.beta), a.self.shape),
+                             batch1=lambda g, a, out: _scaled(g.bmm(a.batch2.transpose(1, 2)), a.alpha),
+                             batch2=lambda g, a, out: _scaled(a.batch1.transpose(1, 2).bmm(g), a.alpha)))
+defgrad("einsum", _einsum)
+
+
+# Indexing --------------------------------------------------------------------------------
+
+def _masked_select(g, a, out):
+    """``g`` put back where the (broadcast) mask is True, in row-major order."""
+    shape = broadcast_shapes(tuple(a.self.shape), tuple(a.mask.shape))
+    mask = a.mask.expand(shape).reshape(-1)
+    return {"self": sum_to(g.new_zeros(mask.shape).index_put([mask], g, False).reshape(shape), a.self.shape)}
+
+
+def _index_fill_value(g, a, out):
+    """The sum of ``g`` over the filled elements (each once, however often ``index`` names it)."""
+    filled = jitorch.zeros(a.self.shape, dtype=jitorch.bool, device=g.device).index_fill(a.dim, a.index, True)
+    return g.masked_fill(filled.logical_not(), 0).sum()
+
+
+def _scattered(g, a, out):
+    """``g`` where a scatter left ``self``'s values (overwritten elements get no gradient)."""
+    return g.scatter(a.dim, a.index, 0)
+
+
+def _gathered(g, a, out):
+    """``src``'s gradient in a scatter: ``g`` read where each element went (zeros beyond ``index``)."""
+    return _pad_to(g.gather(a.dim, a.index), a.src.shape)
+
+
+def _scatter(g, a, out):
+    """``scatter`` overwrites; with ``reduce`` it is ``scatter_reduce`` including ``self``."""
+    if a.reduce is not None:
+        reduce = "sum" if a.reduce == "add" else "prod"
+        return _scatter_reduced(g, a.self, a.dim, a.index, a.src, reduce, True, out)
+    return per_input(self=_scattered, src=_gathered)(g, a, out)
+
+
+def _scatter_value(g, a, out):
+    if a.reduce is None:
+        return {"self": _scattered(g, a, out)}
+    # a written element was multiplied by value (or had it added) once per write
+    return {"self": g if a.reduce == "add" else g.scatter(a.dim, a.index, a.value, reduce="multiply")}
+
+
+def _scatter_reduced(g, x, dim, index, src, reduce, include_self, out):
+    """torch's scatter_reduce_backward; ``src`` beyond ``index``'s shape gets zeros."""
+    s = _region(src, index.shape) if index.ndim == src.ndim else src
+    if reduce == "sum":
+        gx, gs = g, g.gather(dim, index)
+    elif reduce == "mean":
+        count = (jitorch.ones_like(g) if include_self else jitorch.zeros_like(g)).scatter_add(
+            dim, index, jitorch.ones_like(s))
+        gx = g / count.masked_fill(count == 0, 1)
+        gs = gx.gather(dim, index)
+    elif reduce == "prod":
+        gx, gs = _scatter_prod(g, x, dim, index, s, include_self, out)
+    else:  # amax, amin: shared evenly among the elements equal to the result
+        x_is = x == out
+        if not include_self:
+            x_is = x_is.scatter(dim, index, False)
+        s_is = s == out.gather(dim, index)
+        share = g / x_is.to(g.dtype).scatter_add(dim, index, s_is.to(g.dtype))
+        gx = share.masked_fill(x_is.logical_not(), 0)
+        gs = share.gather(dim, index).masked_fill(s_is.logical_not(), 0)
+    grads = {}
+    if wanted(x):
+        grads["self"] = gx if include_self else gx.scatter(dim, index, 0)
+    if wanted(src):
+        grads["src"] = _pad_to(gs, src.shape)
+    return grads
+
+
+def _scatter_prod(g, x, dim, index, s, include_self, out):
+    """Products over the elements other than the one differentiated, computed
+    without dividing by zero: zeros are replaced by one in a second reduction."""
+    masked_x = x.masked_fill(x == 0, 1)
+    gx = g * masked_x.scatter_reduce(dim, index, s, "prod", include_self=include_self) / masked_x
+    s_zero = s == 0
+    zeros_per_target = g.new_zeros(x.shape).scatter_add(dim, index, s_zero.to(g.dtype)).gather(dim, index)
+    single_zero = s_zero.logical_and(zeros_per_target == 1)
+    without_it = x.scatter_reduce(dim, index, s.masked_fill(single_zero, 1), "prod", include_self=include_self)
+    gs = jitorch.where(single_zero, (g * without_it).gather(dim, index),
+                       (g * out).gather(dim, index) / s.masked_fill(s_zero, 1))
+    return gx, gs
+
+
+defgrad("index", _self(lambda g, a: g.new_zeros(a.self.shape).index_put(a.indices, g, True)))
+defgrad("index_put", per_input(
+    self=lambda g, a, out: g if a.accumulate else g.index_put(a.indices, g.new_zeros(()), False),
+    values=lambda g, a, out: sum_to(OPS["index"](g, a.indices), a.values.shape)))
+defgrad("gather", _self(lambda g, a: g.new_zeros(a.self.shape).scatter_add(a.dim, a.index, g)))
+defgrad("scatter", _scatter)
+defgrad("scatter.value", _scatter_value)
+defgrad("scatter_add", per_input(self=lambda g, a, out: g, src=_gathered))
+defgrad("scatter_reduce", lambda g, a, out: _scatter_reduced(g, a.self, a.dim, a.index, a.src, a.reduce,
+                                                             a.include_self, out))
+defgrad("index_select", _self(lambda g, a: g.new_zeros(a.self.shape).index_add(a.dim, a.index, g)))
+defgrad("index_add", per_input(
+    self=lambda g, a, out: g,
+    source=lambda g, a, out: _scaled(g.index_select(a.dim, a.index).reshape(a.source.shape), a.alpha)))
+defgrad("index_copy", per_input(
+    self=lambda g, a, out: g.index_fill(a.dim, a.index, 0),
+    source=lambda g, a, out: g.index_select(a.dim, a.index).reshape(a.source.shape)))
+_declare("index_fill index_fill.Tensor", per_input(self=lambda g, a, out: g.index_fill(a.dim, a.index, 0),
+                                                   value=_index_fill_value))
+_declare("masked_fill masked_fill.Tensor", per_input(
+    self=lambda g, a, out: sum_to(g.masked_fill(a.mask, 0), a.self.shape),
+    value=lambda g, a, out: g.masked_fill(a.mask.logical_not(), 0).sum()))
+defgrad("masked_select", _masked_select)
+defgrad("take", _self(lambda g, a: g.new_zeros(a.self.shape).put(a.index, g, True)))
+defgrad("put", per_input(
+    self=lambda g, a, out: g if a.accumulate else g.put(a.index, jitorch.zeros_like(a.source), False),
+    source=lambda g, a, out: g.take(a.index).reshape(a.source.shape)))
+
+
+# Casts, copies, fills ----------------------------------------------------------------------
+
+def _overwritten(g, a, out):
+    """``self``'s gradient in an op that overwrites it: zeros, as torch gives."""
+    return jitorch.zeros_like(g)
+
+
+defgrad("_to_copy", _self(lambda g, a: _cast_like(g, a.self)))
+defgrad("copy", per_input(self=_overwritten, src=lambda g, a, out: _cast_like(sum_to(g, a.src.shape), a.src)))
+_declare("fill.Scalar zero", per_input(self=_overwritten))
+defgrad("fill.Tensor", per_input(self=_overwritten, value=lambda g, a, out: g.sum()))
+
+# Index and count outputs only; _unique's values have no derivative in torch either.
+nondifferentiable("argwhere", "_unique")
+# Factories that read only a tensor's shape, dtype and device (their results never require grad).
+nondifferentiable("zeros_like", "ones_like", "empty_like", "full_like", "rand_like", "randn_like", "randint_like",
+                  "randint_like.low", "new_zeros", "new_ones", "new_empty", "new_full")

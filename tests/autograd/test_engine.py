@@ -1,0 +1,199 @@
+"""Engine semantics, as PyTorch's: accumulation, graphs freed or retained, higher order, hooks,
+grad modes, leaf rules, version-counter errors, custom Functions, and an MLP against NumPy."""
+
+import numpy as np
+import pytest
+
+import jitorch as jt
+from jitorch.autograd import Function, gradcheck, gradgradcheck
+
+
+def leaf(values, dtype=jt.float64):
+    return jt.tensor(values, dtype=dtype, requires_grad=True)
+
+
+def test_leaf_flags_and_grad_fn_names():
+    x = leaf([1.0, 2.0])
+    y = x * 3
+    assert x.is_leaf and not y.is_leaf and y.requires_grad
+    assert y.grad_fn.name() == "MulBackward0"
+    assert y.grad_fn.next_functions[0][0].name() == "AccumulateGrad"
+    assert "grad_fn=<MulBackward0>" in repr(y)
+
+
+def test_gradients_accumulate_across_backward_calls():
+    x = leaf([1.0, 2.0])
+    (x * x).sum().backward()
+    (x * 3).sum().backward()
+    assert x.grad.tolist() == [5.0, 7.0]
+
+
+def test_broadcast_gradients_sum_back_to_input_shapes():
+    a = leaf([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    b = leaf([10.0, 20.0, 30.0])
+    (a * b).sum().backward()
+    assert b.grad.tolist() == [5.0, 7.0, 9.0]
+    assert a.grad.tolist() == [[10.0, 20.0, 30.0]] * 2
+
+
+def test_second_backward_without_retain_graph_raises():
+    x = leaf([1.0, 2.0])
+    y = (x.exp() * 2).sum()
+    y.backward(retain_graph=True)
+    y.backward()
+    with pytest.raises(RuntimeError, match="Trying to backward through the graph a second time"):
+        y.backward()
+
+
+def test_backward_of_a_non_scalar_needs_a_gradient():
+    x = leaf([1.0, 2.0])
+    with pytest.raises(RuntimeError, match="grad can be implicitly created only for scalar outputs"):
+        (x * 2).backward()
+    (x * 2).backward(jt.tensor([1.0, 10.0], dtype=jt.float64))
+    assert x.grad.tolist() == [2.0, 20.0]
+
+
+def test_higher_order_gradients_with_create_graph():
+    x = leaf([2.0])
+    (g,) = jt.autograd.grad((x ** 3).sum(), x, create_graph=True)
+    assert g.tolist() == [12.0]
+    (gg,) = jt.autograd.grad(g.sum(), x)
+    assert gg.tolist() == [12.0]
+
+
+def test_autograd_grad_leaves_dot_grad_alone_and_allow_unused():
+    x, y = leaf([1.0]), leaf([2.0])
+    (gx,) = jt.autograd.grad((x * 5).sum(), x)
+    assert gx.tolist() == [5.0] and x.grad is None
+    with pytest.raises(RuntimeError, match="appears to not have been used"):
+        jt.autograd.grad((x * 5).sum(), [x, y])
+    assert jt.autograd.grad((x * 5).sum(), [x, y], allow_unused=True)[1] is None
+
+
+def test_hooks_and_retain_grad():
+    x = leaf([1.0, 2.0])
+    x.register_hook(lambda g: g * 10)
+    y = x * 2
+    y.retain_grad()
+    y.register_hook(lambda g: g + 1)
+    y.sum().backward()
+    assert y.grad.tolist() == [2.0, 2.0]
+    assert x.grad.tolist() == [40.0, 40.0]
+
+
+def test_grad_modes():
+    x = leaf([1.0])
+    with jt.no_grad():
+        assert not (x * 2).requires_grad
+        with jt.enable_grad():
+            assert (x * 2).requires_grad
+    assert (x * 2).requires_grad
+
+    @jt.no_grad()
+    def f(t):
+        return t * 2
+
+    assert not f(x).requires_grad
+    jt.set_grad_enabled(False)
+    assert not (x * 2).requires_grad
+    jt.set_grad_enabled(True)
+    with jt.inference_mode():
+        assert not (x * 2).requires_grad
+    assert jt.is_grad_enabled()
+
+
+def test_inplace_rules():
+    x = leaf([1.0, 2.0])
+    with pytest.raises(RuntimeError, match="a leaf Variable that requires grad is being used in an in-place"):
+        x.add_(1)
+    y = x * 1
+    y.mul_(3)  # in-place on a non-leaf rebases its history
+    assert y.grad_fn.name() == "MulBackward0"
+    y.sum().backward()
+    assert x.grad.tolist() == [3.0, 3.0]
+
+
+def test_a_saved_tensor_modified_in_place_raises_naming_versions():
+    x = leaf([1.0, 2.0])
+    e = x.exp()
+    z = e * 1
+    e.add_(1)
+    with pytest.raises(RuntimeError, match=r"modified by an inplace operation.*is at version 1; expected version 0"):
+        z.sum().backward()
+
+
+def test_detach_and_requires_grad_rules():
+    x = leaf([1.0])
+    assert not x.detach().requires_grad
+    with pytest.raises(RuntimeError, match="only Tensors of floating point"):
+        jt.tensor([1]).requires_grad_()
+    with pytest.raises(RuntimeError, match="you can only change requires_grad flags of leaf variables"):
+        (x * 2).requires_grad_(False)
+    with pytest.raises(RuntimeError, match="out=... arguments don't support automatic differentiation"):
+        jt.mul(x, 2, out=jt.empty(1, dtype=jt.float64))
+
+
+class Cube(Function):
+    @staticmethod
+    def forward(ctx, x, scale):
+        ctx.save_for_backward(x)
+        ctx.scale = scale
+        return x * x * x * scale
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * 3 * x * x * ctx.scale, None
+
+
+def test_custom_function():
+    x = leaf([1.0, 2.0])
+    y = Cube.apply(x, 2.0)
+    assert y.grad_fn.name() == "CubeBackward"
+    y.sum().backward()
+    assert x.grad.tolist() == [6.0, 24.0]
+    assert gradcheck(lambda t: Cube.apply(t, 0.5), (leaf([0.3, -1.2]),))
+
+
+def test_gradcheck_and_gradgradcheck_catch_a_wrong_rule():
+    assert gradcheck(lambda a, b: (a * b).exp().sum(), (leaf([0.1, 0.2]), leaf([0.3, -0.4])))
+    assert gradgradcheck(lambda a: (a * a * a).sum(), (leaf([0.1, -0.7]),))
+
+    class Wrong(Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 3
+
+    with pytest.raises(jt.autograd.GradcheckError, match="Jacobian mismatch"):
+        gradcheck(Wrong.apply, (leaf([1.0]),))
+    assert gradcheck(Wrong.apply, (leaf([1.0]),), raise_exception=False) is False
+
+
+def test_mlp_gradients_equal_a_hand_derived_numpy_backward():
+    rng = np.random.default_rng(0)
+    xn = rng.standard_normal((8, 5))
+    w1n, w2n = rng.standard_normal((5, 7)), rng.standard_normal((7, 3))
+    labels = rng.integers(0, 3, 8)
+    x = jt.tensor(xn)
+    w1, w2 = leaf(w1n), leaf(w2n)
+    h = (x @ w1).relu()
+    logits = h @ w2
+    loss = -logits.log_softmax(-1)[jt.arange(8), jt.tensor(labels)].mean()
+    loss.backward()
+    # NumPy: softmax cross-entropy and ReLU MLP, derived by hand
+    hn = np.maximum(xn @ w1n, 0)
+    z = hn @ w2n
+    p = np.exp(z - z.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    dz = p.copy()
+    dz[np.arange(8), labels] -= 1
+    dz /= 8
+    dw2 = hn.T @ dz
+    dh = dz @ w2n.T * (xn @ w1n > 0)
+    dw1 = xn.T @ dh
+    np.testing.assert_allclose(w2.grad.numpy(), dw2, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(w1.grad.numpy(), dw1, rtol=1e-10, atol=1e-12)

@@ -1,0 +1,217 @@
+"""Derivative rules of the pointwise, reduction, scan and softmax ops.
+
+gradcheck and gradgradcheck over every sample of every differentiable op of
+these families (tests/ops/samples.py: broadcasting, transposed, strided and
+offset inputs, 0-d and empty ones, Python numbers as operands); torch's
+conventions where the derivative is not unique (ties, zeros, bounds) against
+values computed with NumPy; and the rule table's coverage of the families.
+"""
+
+import math
+
+import numpy as np
+import pytest
+
+import jitorch as jt
+from jitorch.autograd import gradcheck, gradgradcheck
+from jitorch.autograd.rule import NONDIFFERENTIABLE, RULES, Args
+from jitorch.ops import registry
+from tests.ops.samples import bind, samples
+
+FAMILIES = ("pointwise", "reduction", "scan", "softmax")
+PRIMITIVES = sorted(n for n, op in registry.OPS.items() if op.kind in FAMILIES and op.composite is None)
+DIFFERENTIABLE = [n for n in PRIMITIVES if n not in NONDIFFERENTIABLE]
+# torch defines their gradient as zero: a constant, so there is no second derivative to check
+ZERO_GRADIENT = ("floor", "ceil", "trunc", "fix", "round", "sign", "sgn", "floor_divide", "_div_trunc")
+
+
+def leaf(values, dtype=jt.float64):
+    return jt.tensor(values, dtype=dtype, requires_grad=True)
+
+
+def _as_leaf(t):
+    """``t`` as a leaf requiring grad, keeping its layout; stride-0 (expanded) tensors are copied, since
+    finite differences cannot perturb one of their elements alone."""
+    overlapping = any(s == 0 and n > 1 for n, s in zip(t.shape, t.stride()))
+    return (t.clone() if overlapping else t.detach()).requires_grad_()
+
+
+def _cases(name):
+    """(function of the sample's floating tensors, those tensors as leaves) for each sample that has some."""
+    op = registry.OPS[name]
+    for sample in samples(op, dtype=jt.float64):
+        args = bind(op, sample)
+        if name == "norm" and args[1] == "nuc":
+            continue  # no derivative (see test_nuclear_norm_has_no_derivative)
+        positions = [i for i, v in enumerate(args) if isinstance(v, jt.Tensor) and v.dtype.is_floating_point]
+        if not positions:
+            continue
+
+        def fn(*xs, args=args, positions=positions):
+            full = list(args)
+            for i, x in zip(positions, xs):
+                full[i] = x
+            return registry.call(op, tuple(full))
+        yield fn, [_as_leaf(args[i]) for i in positions]
+
+
+# The table ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", PRIMITIVES)
+def test_each_op_has_a_rule_or_is_declared_nondifferentiable(name):
+    assert (name in RULES) != (name in NONDIFFERENTIABLE)
+
+
+@pytest.mark.parametrize("name", sorted(n for n in PRIMITIVES if n in NONDIFFERENTIABLE))
+def test_nondifferentiable_ops_give_results_that_do_not_require_grad(name):
+    for fn, inputs in _cases(name):
+        out = fn(*inputs)
+        for o in out if isinstance(out, tuple) else (out,):
+            assert not o.dtype.is_floating_point and not o.requires_grad
+
+
+def test_a_rule_computes_only_the_gradients_of_arguments_that_require_grad():
+    x, y = leaf([1.0, 2.0]), jt.tensor([3.0, 4.0], dtype=jt.float64)
+    out = x * y
+    op = registry.OPS["mul"]
+    grads = RULES["mul"].backward(jt.ones_like(out), Args(op.schema, (x, y)), out)
+    assert set(grads) == {"self"} and grads["self"].tolist() == [3.0, 4.0]
+    grads = RULES["where.self"].backward(jt.ones_like(out), Args(registry.OPS["where.self"].schema,
+                                                                 (x > 1, x, 2.0)), out)
+    assert set(grads) == {"self"}  # nothing for the condition or a Python number
+
+
+# gradcheck over the samples --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", DIFFERENTIABLE)
+def test_gradcheck(name):
+    for fn, inputs in _cases(name):
+        assert gradcheck(fn, inputs)
+
+
+@pytest.mark.parametrize("name", [n for n in DIFFERENTIABLE if n not in ZERO_GRADIENT])
+def test_gradgradcheck(name):
+    for fn, inputs in _cases(name):
+        assert gradgradcheck(fn, inputs)
+
+
+@pytest.mark.parametrize("name", ZERO_GRADIENT)
+def test_zero_gradients_are_constants(name):
+    for fn, inputs in _cases(name):
+        out = fn(*inputs)
+        grads = jt.autograd.grad(out, inputs, jt.ones(out.shape, dtype=out.dtype), create_graph=True)
+        for x, g in zip(inputs, grads):
+            assert g.shape == x.shape and not g.requires_grad and not np.asarray(g).any()
+
+
+# torch's conventions ----------------------------------------------------------------------------------
+
+ZEROS = np.array([[2.0, 0.0, 3.0, 4.0], [0.0, 0.0, 5.0, 1.0], [1.5, 2.0, -1.0, 0.0], [2.0, 3.0, 0.5, -2.0]])
+
+
+def _products_of_others(row):
+    return np.array([np.prod(np.delete(row, i)) for i in range(len(row))])
+
+
+def _cumprod_grad(row, g):
+    """sum over k >= i of g_k * prod(row[j] for j <= k, j != i)."""
+    n = len(row)
+    return np.array([sum(g[k] * np.prod(np.delete(row[:k + 1], i)) for k in range(i, n)) for i in range(n)])
+
+
+def test_prod_gradient_is_exact_at_zeros():
+    w = np.array([1.0, -2.0, 0.5, 3.0])
+    x = leaf(ZEROS)
+    (x.prod(1) * jt.tensor(w)).sum().backward()
+    np.testing.assert_allclose(np.asarray(x.grad), w[:, None] * np.stack([_products_of_others(r) for r in ZEROS]))
+    row = leaf(ZEROS[2])
+    row.prod().backward()
+    np.testing.assert_allclose(np.asarray(row.grad), _products_of_others(ZEROS[2]))
+
+
+def test_cumprod_gradient_is_exact_at_zeros():
+    g = np.random.default_rng(0).standard_normal(ZEROS.shape)
+    for dim in (0, 1):
+        x = leaf(ZEROS)
+        (x.cumprod(dim) * jt.tensor(g)).sum().backward()
+        expected = np.stack([_cumprod_grad(r, gr) for r, gr in zip(np.moveaxis(ZEROS, dim, 0).T,
+                                                                    np.moveaxis(g, dim, 0).T)])
+        np.testing.assert_allclose(np.asarray(x.grad), expected if dim == 1 else expected.T)
+
+
+@pytest.mark.parametrize("fn", [lambda x: x.prod(1), lambda x: x.prod(), lambda x: x.cumprod(1),
+                                lambda x: x.cumprod(0)])
+def test_products_differentiate_twice_at_zeros(fn):
+    assert gradgradcheck(fn, [leaf(ZEROS)])
+
+
+def _grad(fn, *xs):
+    return [np.asarray(g) for g in jt.autograd.grad(fn(*xs).sum(), xs)]
+
+
+def test_ties_among_extremes_share_the_gradient_evenly():
+    x = leaf([[1.0, 3.0, 3.0], [2.0, 2.0, 2.0]])
+    (g,) = _grad(lambda x: x.amax(1), x)
+    np.testing.assert_allclose(g, [[0, 0.5, 0.5], [1 / 3] * 3])
+    (g,) = _grad(lambda x: x.amin(), x)
+    np.testing.assert_allclose(g, [[1, 0, 0], [0, 0, 0]])
+    (g,) = _grad(lambda x: x.max(), x)
+    np.testing.assert_allclose(g, [[0, 0.5, 0.5], [0, 0, 0]])
+    (g,) = _grad(lambda x: x.max(), leaf([1.0, math.nan, math.nan]))
+    np.testing.assert_allclose(g, [0, 0.5, 0.5])  # NaN is the maximum, shared by both NaNs
+    (g,) = _grad(lambda x: x.median(), leaf([2.0, 1.0, 2.0, 3.0]))
+    np.testing.assert_allclose(g, [0.5, 0, 0.5, 0])
+
+
+def test_extremes_over_a_dim_give_the_gradient_to_the_chosen_index():
+    x = leaf([[1.0, 3.0, 3.0], [2.0, 0.0, 2.0]])
+    (g,) = _grad(lambda x: x.max(1).values, x)
+    np.testing.assert_allclose(g, [[0, 1, 0], [1, 0, 0]])
+    (g,) = _grad(lambda x: x.min(0, keepdim=True).values, x)
+    np.testing.assert_allclose(g, [[1, 0, 0], [0, 1, 1]])
+
+
+def test_maximum_and_minimum_split_ties_in_half():
+    a, b = leaf([1.0, 2.0, 3.0]), leaf([1.0, 3.0, 2.0])
+    ga, gb = _grad(jt.maximum, a, b)
+    np.testing.assert_allclose(ga, [0.5, 0, 1])
+    np.testing.assert_allclose(gb, [0.5, 1, 0])
+    ga, gb = _grad(jt.minimum, a, b)
+    np.testing.assert_allclose(ga, [0.5, 1, 0])
+    np.testing.assert_allclose(gb, [0.5, 0, 1])
+
+
+def test_kinks_take_torchs_values():
+    x = leaf([-1.0, 0.0, 0.5, 1.0, 2.0])
+    np.testing.assert_allclose(_grad(lambda x: x.clamp(0, 1), x)[0], [0, 1, 1, 1, 0])  # bounds included
+    np.testing.assert_allclose(_grad(jt.relu, x)[0], [0, 0, 1, 1, 1])
+    np.testing.assert_allclose(_grad(jt.abs, x)[0], [-1, 0, 1, 1, 1])
+    lo, hi = leaf([0.0, 0.0, 1.0, 0.0, 3.0]), leaf([1.0, 1.0, 2.0, 1.0, 2.5])
+    gx, glo, ghi = _grad(lambda x, lo, hi: x.clamp(lo, hi), x, lo, hi)
+    np.testing.assert_allclose(gx, [0, 1, 0, 1, 0])
+    np.testing.assert_allclose(glo, [1, 0, 1, 0, 0])
+    np.testing.assert_allclose(ghi, [0, 0, 0, 0, 1])  # max < min: max wins everywhere
+
+
+def test_pow_at_a_zero_base_and_a_zero_exponent():
+    x, e = leaf([0.0, 0.0, 2.0, 0.0]), leaf([2.0, 0.0, -1.0, -1.0])
+    gx, ge = _grad(jt.pow, x, e)
+    np.testing.assert_allclose(gx, [0, 0, -0.25, -math.inf])
+    np.testing.assert_allclose(ge, [0, 0, 0.5 * math.log(2), -math.inf])
+    e = leaf([0.0, 1.5])
+    np.testing.assert_allclose(_grad(lambda e: 0 ** e, e)[0], [0, 0])
+    np.testing.assert_allclose(_grad(lambda e: 2 ** e, e)[0], np.exp2([0.0, 1.5]) * math.log(2))
+    np.testing.assert_allclose(_grad(lambda x: x ** 0, leaf([0.0, 3.0]))[0], [0, 0])
+
+
+def test_norms_and_deviations_of_zero_have_zero_gradients():
+    zero = leaf([[0.0, 0.0], [1.0, 1.0]])
+    for fn in (lambda x: x.norm(dim=1), lambda x: x.norm(3, dim=1), lambda x: x.std(1)):
+        (g,) = _grad(fn, zero)
+        assert np.isfinite(g).all() and not g[0].any()
+
+
+def test_nuclear_norm_has_no_derivative():
+    x = leaf(np.eye(3))
+    with pytest.raises(NotImplementedError, match="derivative for 'norm' with p='nuc' is not implemented"):
+        x.norm("nuc").backward()

@@ -1,0 +1,261 @@
+"""Derivative rules of the structural ops (views, shape ops, products, indexing, sorting, casts, copies).
+
+Every rule is gradchecked (float64 central differences) on the op's samples
+(tests/ops/samples.py: non-contiguous, broadcast, 0-d and empty inputs) and on
+extra cases for the tricky formulas (matmul broadcasting, einsum diagonals,
+overlapping as_strided, scatter_reduce). Rules must not depend on the layout
+of the incoming gradient, and must trace into a graph that the interpreter
+runs to the eager values (so that compiled backward passes work).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import jitorch as jt
+import jitorch.autograd.rules.structural  # noqa: F401  (declares the rules tested here)
+from jitorch.autograd import gradcheck, gradgradcheck, no_grad
+from jitorch.autograd.rule import NONDIFFERENTIABLE, RULES, Args
+from jitorch.ir.interpreter import interpret
+from jitorch.jit import TraceError
+from jitorch.jit.tracer import trace_with_inputs
+from jitorch.ops.registry import OPS
+from jitorch.utils.pytree import tree_leaves
+from tests.ops.samples import bind, samples
+from tests.support import tensor_and_array
+
+FAMILIES = ("view", "shape", "matmul", "index", "sort", "cast", "copy", "other")
+WRITERS = ("copy", "fill.Scalar", "fill.Tensor", "zero")  # creation-kind ops that take a tensor to overwrite
+STRUCTURAL = sorted(n for n, op in OPS.items()
+                    if op.composite is None and (op.kind in FAMILIES or n in WRITERS))
+DIFFERENTIABLE = [n for n in STRUCTURAL if n not in NONDIFFERENTIABLE]
+
+
+def _floating(v):
+    return isinstance(v, jt.Tensor) and v.dtype.is_floating_point
+
+
+def _tensor_slots(op, args):
+    """(position, list index or None) of every floating tensor among ``args``."""
+    for i, is_list in op.tensor_args:
+        v = args[i]
+        if is_list and v is not None:
+            yield from ((i, j) for j, t in enumerate(v) if _floating(t))
+        elif _floating(v):
+            yield i, None
+
+
+def _with(args, slots, tensors):
+    """``args`` with the tensors at ``slots`` replaced."""
+    args = [list(a) if isinstance(a, tuple) else a for a in args]
+    for (i, j), t in zip(slots, tensors):
+        if j is None:
+            args[i] = t
+        else:
+            args[i][j] = t
+    return tuple(tuple(a) if isinstance(a, list) else a for a in args)
+
+
+def _differentiable_samples(name):
+    """(op, args, slots) of the float64 samples of ``name`` with floating inputs and outputs;
+    the floating inputs require grad."""
+    op = OPS[name]
+    found = []
+    for s in samples(op, jt.float64):
+        args = bind(op, s)
+        slots = list(_tensor_slots(op, args))
+        with no_grad():
+            outs = tree_leaves(op(*args))
+        if not slots or not any(_floating(o) for o in outs):
+            continue
+        leaves = [(args[i] if j is None else args[i][j]).detach().requires_grad_() for i, j in slots]
+        found.append((op, _with(args, slots, leaves), slots))
+    return found
+
+
+def _float_outputs(result):
+    return tuple(o for o in tree_leaves(result) if _floating(o))
+
+
+def _check(fn, inputs):
+    """First and second derivatives against finite differences (the rules' own ops must have rules too)."""
+    assert gradcheck(fn, inputs)
+    assert gradgradcheck(fn, inputs)
+
+
+def _check_sample(op, args, slots):
+    leaves = [args[i] if j is None else args[i][j] for i, j in slots]
+    _check(lambda *ts: _float_outputs(op(*_with(args, slots, ts))), tuple(leaves))
+
+
+def test_every_structural_op_has_a_rule_or_is_declared_nondifferentiable():
+    missing = [n for n in STRUCTURAL if n not in RULES and n not in NONDIFFERENTIABLE]
+    assert not missing, f"structural ops without a derivative rule: {missing}"
+
+
+@pytest.mark.parametrize("name", DIFFERENTIABLE)
+def test_gradients_on_samples(name):
+    cases = _differentiable_samples(name)
+    assert cases, f"{name}: no sample with floating inputs and outputs"
+    for op, args, slots in cases:
+        _check_sample(op, args, slots)
+
+
+def _leaf(shape, layout="contiguous", seed=0, low=-2.0, high=2.0):
+    arr = np.random.default_rng(seed).uniform(low, high, shape)
+    return tensor_and_array(arr, layout)[0].requires_grad_()
+
+
+MATMUL_SHAPES = [((3,), (3,)), ((3,), (3, 2)), ((2, 3), (3,)), ((4,), (2, 4, 3)), ((2, 2, 3), (3,)),
+                 ((2, 3, 4), (4, 2)), ((3, 4), (2, 4, 2)), ((2, 1, 3, 4), (5, 4, 2)), ((1, 2, 3), (4, 1, 3, 2))]
+
+
+@pytest.mark.parametrize("shapes", MATMUL_SHAPES, ids=str)
+def test_matmul_gradients_sum_broadcast_batches_back(shapes):
+    a, b = (_leaf(s, "transposed" if len(s) > 1 else "strided", seed=k) for k, s in enumerate(shapes))
+    _check(jt.matmul, (a, b))
+
+
+EINSUMS = [("ii->i", [(3, 3)]), ("ii->", [(3, 3)]), ("ij->", [(2, 3)]), ("iij->ji", [(2, 2, 3)]),
+           ("i,j->ij", [(2,), (3,)]), ("bij,bjk->bik", [(2, 2, 3), (2, 3, 2)]), ("ij,jk", [(2, 3), (3, 4)]),
+           ("...ij,...jk->...ik", [(1, 2, 3), (2, 3, 2)]), ("ij,ij->i", [(2, 3), (1, 3)]),
+           ("ii,i->i", [(3, 3), (3,)])]
+
+
+@pytest.mark.parametrize("equation,shapes", EINSUMS, ids=[e for e, _ in EINSUMS])
+def test_einsum_gradients(equation, shapes):
+    tensors = [_leaf(s, "transposed" if len(s) > 1 else "contiguous", seed=k) for k, s in enumerate(shapes)]
+    _check(lambda *ts: jt.einsum(equation, *ts), tuple(tensors))
+
+
+AS_STRIDED = [("contiguous", (3, 3), (1, 1), 0),   # overlapping windows
+              ("contiguous", (2, 2), (0, 1), 1),   # a repeated row
+              ("offset", (2, 3), (3, 1), 4),       # an input that starts inside its storage
+              ("transposed", (2, 2), (1, 3), 1)]   # an input whose storage order differs from its own
+
+
+@pytest.mark.parametrize("layout,size,stride,offset", AS_STRIDED)
+def test_as_strided_gradients_follow_the_storage(layout, size, stride, offset):
+    x = _leaf((3, 4), layout)
+    _check(lambda t: t.as_strided(size, stride, offset), (x,))
+
+
+@pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
+@pytest.mark.parametrize("include_self", [True, False])
+def test_scatter_reduce_gradients(reduce, include_self):
+    x = _leaf((3, 4), "transposed", low=0.5)
+    src = _leaf((3, 5), seed=1, low=0.5)
+    index = jt.tensor([[0, 1, 0, 3, 1], [2, 2, 2, 0, 1], [3, 3, 0, 0, 0]])
+    _check(lambda s, v: s.scatter_reduce(1, index, v, reduce, include_self=include_self), (x, src))
+
+
+def test_scatter_reduce_prod_with_zeros_in_src():
+    x = _leaf((2, 3), seed=2, low=0.5)
+    src = jt.tensor([[0.0, 2.0, 0.0, 1.5], [0.0, 3.0, 0.5, 2.0]], dtype=jt.float64, requires_grad=True)
+    index = jt.tensor([[0, 1, 2, 2], [1, 1, 0, 2]])  # row 0: one zero per target; row 1: a single zero
+    _check(lambda s, v: s.scatter_reduce(1, index, v, "prod"), (x, src))
+
+
+def test_scatter_with_reduce_and_larger_src():
+    x = _leaf((3, 4), seed=3)
+    src = _leaf((4, 5), "strided", seed=4)
+    index = jt.tensor([[0, 1], [2, 2], [3, 0]])
+    for reduce in ("add", "multiply"):
+        _check(lambda s, v: s.scatter(1, index, v, reduce=reduce), (x, src))
+    _check(lambda s: s.scatter(1, index, 1.5, reduce="multiply"), (x,))
+
+
+def test_to_copy_gives_the_gradient_in_the_input_dtype():
+    x = jt.tensor([1.0, 2.0], dtype=jt.float32, requires_grad=True)
+    (x.to(jt.float64) * jt.tensor([3.0, 4.0], dtype=jt.float64)).sum().backward()
+    assert x.grad.dtype is jt.float32 and x.grad.tolist() == [3.0, 4.0]
+
+
+def test_overwriting_ops_pass_zeros_to_self_and_the_gradient_to_src():
+    x = jt.tensor([[1.0, 2.0], [3.0, 4.0]], dtype=jt.float64, requires_grad=True)
+    src = jt.tensor([5.0, 6.0], dtype=jt.float64, requires_grad=True)
+    y = OPS["copy"](x, src, False)  # the functional form of x.copy_(src)
+    (y * jt.tensor([[1.0, 2.0], [3.0, 4.0]], dtype=jt.float64)).sum().backward()
+    assert x.grad.tolist() == [[0.0, 0.0], [0.0, 0.0]]
+    assert src.grad.tolist() == [4.0, 6.0]
+
+
+# The incoming gradient's layout and tracing ------------------------------------------------
+
+def _rule_inputs(op, args, seed=0):
+    """(eager output, a random gradient for it, the same gradient in a strided layout)."""
+    rng = np.random.default_rng(seed)
+    with no_grad():
+        out = op(*args)
+
+    def one(o):
+        if not isinstance(o, jt.Tensor):
+            return o, o
+        if not o.dtype.is_floating_point:
+            return jt.zeros_like(o), jt.zeros_like(o)
+        arr = rng.standard_normal(tuple(o.shape))
+        return tensor_and_array(arr)[0], tensor_and_array(arr, "strided")[0]
+
+    if isinstance(out, jt.Tensor):
+        g, strided = one(out)
+    else:
+        pairs = [one(o) for o in out]
+        g, strided = tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)
+    return out, g, strided
+
+
+def _run_rule(op, g, args, out):
+    """The rule called as the engine calls it: on the arguments as the op received them."""
+    with no_grad():
+        return RULES[op.name].backward(g, Args(op.schema, op.convert(args)), out)
+
+
+def _assert_same(got, expected):
+    got, expected = tree_leaves(got), tree_leaves(expected)
+    assert len(got) == len(expected)
+    for a, b in zip(got, expected):
+        assert (a is None) == (b is None)
+        if a is not None:
+            assert tuple(a.shape) == tuple(b.shape)
+            np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", DIFFERENTIABLE)
+def test_rules_do_not_depend_on_the_layout_of_the_gradient(name):
+    for op, args, _ in _differentiable_samples(name):
+        out, g, strided = _rule_inputs(op, args)
+        _assert_same(_run_rule(op, strided, args, out), _run_rule(op, g, args, out))
+
+
+def _indexes_with_mask(op, args):
+    """Whether an index argument (``Tensor?[] indices``) holds a bool mask."""
+    return any(a.name == "indices" and any(t is not None and t.dtype is jt.bool for t in v)
+               for a, v in zip(op.schema.args, args))
+
+
+def _traces(fn, *args):
+    try:
+        return trace_with_inputs(fn, args, {})
+    except TraceError:
+        return None
+
+
+@pytest.mark.parametrize("name", DIFFERENTIABLE)
+def test_rules_trace_to_graphs_that_give_the_eager_gradients(name):
+    for op, args, _ in _differentiable_samples(name):
+        if _traces(lambda *a: op(*a), *args) is None:
+            continue  # the forward itself cannot be traced (data-dependent shapes, storage-addressing)
+        out, g, _ = _rule_inputs(op, args)
+
+        def backward(g, *args):
+            with no_grad():
+                return RULES[op.name].backward(g, Args(op.schema, op.convert(args)), op(*args))
+
+        if _indexes_with_mask(op, args):  # x[mask] has a data-dependent size: the tracer must say so
+            with pytest.raises(TraceError, match="depends on the tensors' values"):
+                trace_with_inputs(backward, (g, *args), {})
+            continue
+        graph, inputs = trace_with_inputs(backward, (g, *args), {})
+        got, _ = interpret(graph, inputs)
+        _assert_same(got, _run_rule(op, g, args, out))
