@@ -1,0 +1,17 @@
+"""Every primitive op that takes tensors has a derivative rule or is declared non-differentiable."""
+
+import jitorch  # noqa: F401  (declares every op and rule)
+from jitorch.autograd.rule import NONDIFFERENTIABLE, RULES
+from jitorch.ops import registry
+
+
+def test_every_differentiable_op_has_a_rule():
+    missing = sorted(name for name, op in registry.OPS.items()
+                     if op.composite is None and op.tensor_args and name not in RULES and
+                     name not in NONDIFFERENTIABLE)
+    assert not missing, f"ops with tensor inputs but no derivative rule (jitorch/autograd/rules/): {missing}"
+
+
+def test_rules_name_registered_ops_only():
+    assert not sorted(set(RULES) - set(registry.OPS)), "a rule names an op that does not exist"
+    assert not sorted(set(RULES) & NONDIFFERENTIABLE), "an op is both differentiable and not"
