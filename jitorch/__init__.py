@@ -41,6 +41,7 @@ from . import cuda  # noqa: E402,F401
 from . import autograd  # noqa: E402,F401
 from .autograd import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled  # noqa: E402,F401
 from . import jit  # noqa: E402,F401
+from . import func  # noqa: E402,F401
 from .jit import compile  # noqa: E402,F401
 from .jit.explain import explain  # noqa: E402,F401
 from .codegen.errors import CompileError  # noqa: E402,F401

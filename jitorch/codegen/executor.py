@@ -18,6 +18,7 @@ from ..ir.graph import Value, iter_values
 from ..ir.passes import optimize
 from ..ir.passes.fusion import fuse
 from ..jit import logs
+from ..jit.compile import set_grads, write_back
 from ..ops import registry
 from ..runtime import allocator
 from ..runtime.storage import Storage
@@ -195,9 +196,8 @@ class CompiledGraph:
         """The outputs on ``inputs``, with in-place results written back into inputs and constants."""
         env = self._execute(inputs)
         if self.graph.mutations:
-            from ..jit.compile import write_back
             write_back(self.graph, inputs, [(t, env[v]) for t, v in self.graph.mutations])
-        return self._outputs(env)
+        return set_grads(self.graph, inputs, self._outputs(env))
 
     def _execute(self, inputs):
         g = self.graph

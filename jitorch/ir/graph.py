@@ -102,6 +102,8 @@ class Graph:
         self.outputs = None             # pytree of Values and literals
         self.mutations: list = []       # (input Value, Value written back into it)
         self.objects: dict = {}         # name -> a non-tensor object an op uses (a Generator), printed @name
+        # inputs whose .grad a traced backward() set: the graph returns (result, [their new grads])
+        self.grad_targets: list = []
         self._next_id = 0
         self._names: set = set()
 

@@ -14,6 +14,7 @@ import functools
 import warnings
 from dataclasses import dataclass, field
 
+from ..autograd.grad_mode import is_grad_enabled
 from ..tensor import Tensor
 from ..utils.pytree import tree_flatten
 from . import logs
@@ -33,7 +34,8 @@ BACKENDS = ("llvm", "interpreter")
 
 def _leaf_guard(leaf):
     if isinstance(leaf, Tensor):
-        return ("tensor", tuple(leaf.shape), leaf.dtype, leaf.device, leaf.is_contiguous(), leaf.requires_grad)
+        return ("tensor", tuple(leaf.shape), leaf.dtype, leaf.device, leaf.is_contiguous(), leaf.requires_grad,
+                leaf.requires_grad and leaf.grad is None)
     try:
         hash(leaf)
     except TypeError:
@@ -42,29 +44,32 @@ def _leaf_guard(leaf):
 
 
 def guard_key(args, kwargs):
-    """What a cached graph assumes about a call's arguments, as a hashable key."""
+    """What a cached graph assumes about a call's arguments (and grad mode), as a hashable key."""
     leaves, spec = tree_flatten((args, kwargs))
-    return (spec,) + tuple(_leaf_guard(leaf) for leaf in leaves)
+    return (spec, is_grad_enabled()) + tuple(_leaf_guard(leaf) for leaf in leaves)
 
 
 def _tensor_args_key(args):
     """The guard key of a call whose arguments are all tensors, flat; None otherwise."""
-    key = []
+    key = [is_grad_enabled()]
     for a in args:
         if a.__class__ is not Tensor:
             return None
-        key.append((a._shape, a.dtype, a.device, a.is_contiguous(), a._requires_grad))
+        key.append((a._shape, a.dtype, a.device, a.is_contiguous(), a._requires_grad,
+                    a._requires_grad and a.grad is None))
     return tuple(key)
 
 
 def describe_guards(key, names):
     """The guards of a key, one readable line per argument leaf."""
     lines = []
-    for name, guard in zip(names, key[1:]):
+    lines.append(f"grad mode: {'enabled' if key[1] else 'disabled'}")
+    for name, guard in zip(names, key[2:]):
         if guard[0] == "tensor":
-            _, shape, dtype, device, contiguous, requires_grad = guard
+            _, shape, dtype, device, contiguous, requires_grad, no_grad_yet = guard
             lines.append(f"{name}: Tensor shape={list(shape)} dtype={dtype} device={device} "
-                         f"{'contiguous' if contiguous else 'non-contiguous'} requires_grad={requires_grad}")
+                         f"{'contiguous' if contiguous else 'non-contiguous'} requires_grad={requires_grad}"
+                         + (" grad=None" if no_grad_yet else ""))
         elif guard[0] == "value":
             lines.append(f"{name} == {guard[2]!r} ({guard[1].__name__})")
         else:
@@ -76,8 +81,10 @@ def guard_difference(old, new, names):
     """Why ``new`` misses the entry keyed ``old``: the first guard that differs."""
     if old[0] != new[0]:
         return "the structure of the arguments changed"
-    fields = ("kind", "shape", "dtype", "device", "contiguity", "requires_grad")
-    for name, a, b in zip(names, old[1:], new[1:]):
+    if old[1] != new[1]:
+        return f"grad mode changed to {'enabled' if new[1] else 'disabled'}"
+    fields = ("kind", "shape", "dtype", "device", "contiguity", "requires_grad", ".grad being None")
+    for name, a, b in zip(names, old[2:], new[2:]):
         if a == b:
             continue
         if a[0] == b[0] == "tensor":
@@ -279,7 +286,17 @@ def run_graph(graph, args, kwargs, executable=None):
         return executable.run(inputs)
     outputs, mutations = interpret(graph, inputs)
     write_back(graph, inputs, mutations)
-    return outputs
+    return set_grads(graph, inputs, outputs)
+
+
+def set_grads(graph, inputs, outputs):
+    """A traced backward() set inputs' .grad: set the real ones; the user's result is returned."""
+    if not graph.grad_targets:
+        return outputs
+    result, grads = outputs
+    for i, g in zip(graph.grad_targets, grads):
+        inputs[i].grad = g
+    return result
 
 
 def write_back(graph, inputs, mutations):

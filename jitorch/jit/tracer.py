@@ -237,6 +237,11 @@ class Tracer:
 
     def call(self, op, args, out):
         result = self.record(op, args)
+        autograd = registry.AUTOGRAD
+        if autograd is not None and autograd.needs_grad(op, args):
+            # the backward graph of traced ops is built too: a backward() inside the traced
+            # function then records its gradient ops into this same graph
+            autograd.record(op, self.fake_args(op, args), result)
         if out is None:
             return result
         outs = out if isinstance(out, (tuple, list)) else (out,)
@@ -249,6 +254,26 @@ class Tracer:
     def call_inplace(self, op, args):
         target = args[0]
         fake = self.fake(target)
+        autograd = registry.AUTOGRAD
+        before = None
+        if autograd is not None and autograd.needs_grad(op, args):
+            autograd.check_inplace_allowed(fake)
+            before = self.history_copy(fake)
+        result = self._inplace(op, args, target, fake)
+        if before is not None:
+            autograd.record_inplace(op, before, self.fake_args(op, args), fake)
+        return result
+
+    def history_copy(self, fake):
+        """A fake tensor with ``fake``'s current value and autograd history (what an in-place
+        op's backward reads as its input)."""
+        t = self.new_fake(self.value_of(fake), requires_grad=fake._requires_grad)
+        t.grad_fn = fake.grad_fn
+        if "_output_nr" in fake.__dict__:
+            t._output_nr = fake._output_nr
+        return t
+
+    def _inplace(self, op, args, target, fake):
         if op.view is not None:  # ``t_()``, ``squeeze_()``: the tensor becomes a view of itself
             args = self.fake_args(op, args)
             view = self.record_view(op, args)
@@ -338,9 +363,19 @@ def trace_with_inputs(fn, args, kwargs):
         else:
             fake_leaves.append(leaf)
     fargs, fkwargs = tree_unflatten(fake_leaves, spec)
+    fakes = [f for f in fake_leaves if isinstance(f, Tensor)]
     with tracer:
+        initial = [tracer.fake(real.grad) if real.requires_grad and real.grad is not None else None
+                   for real in inputs]
+        for f, g in zip(fakes, initial):
+            f.grad = g
         result = fn(*fargs, **fkwargs)
+        # a backward() inside fn accumulated into inputs' .grad: the graph returns those too
+        targets = [i for i, (f, g) in enumerate(zip(fakes, initial)) if f.grad is not g]
+        if targets:
+            result = (result, [fakes[i].grad for i in targets])
         graph = tracer.output(result)
+        graph.grad_targets = targets
     return graph, inputs
 
 

@@ -1,0 +1,82 @@
+"""Tracing follows backward: one joint forward-and-backward graph, fused and compiled, equal to eager."""
+
+import numpy as np
+
+import jitorch as jt
+
+
+def mlp_loss(w1, w2, x, y):
+    h = (x @ w1).tanh()
+    return ((h @ w2 - y) ** 2).mean()
+
+
+def params(seed=0):
+    jt.manual_seed(seed)
+    return jt.randn(6, 8, requires_grad=True), jt.randn(8, 3, requires_grad=True), jt.randn(5, 6), jt.randn(5, 3)
+
+
+def test_compiled_step_with_backward_and_update_equals_eager():
+    def step(w1, w2, x, y):
+        loss = mlp_loss(w1, w2, x, y)
+        loss.backward()
+        with jt.no_grad():
+            w1.sub_(0.1 * w1.grad)
+            w2.sub_(0.1 * w2.grad)
+            w1.grad = None
+            w2.grad = None
+        return loss
+
+    compiled = jt.compile(step)
+    a, b = params(), params()
+    for _ in range(3):
+        lc, le = compiled(*a[:2], *a[2:]), step(*b[:2], *b[2:])
+        np.testing.assert_allclose(lc.item(), le.item(), rtol=1e-6)
+    np.testing.assert_allclose(a[0].detach().numpy(), b[0].detach().numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(a[1].detach().numpy(), b[1].detach().numpy(), rtol=1e-5, atol=1e-6)
+    assert len(compiled.cache) == 1
+
+
+def test_backward_inside_a_compiled_function_sets_grads_and_accumulates():
+    compiled = jt.compile(lambda w1, w2, x, y: mlp_loss(w1, w2, x, y).backward())
+    w1, w2, x, y = params()
+    compiled(w1, w2, x, y)
+    first = w1.grad.clone()
+    mlp_loss(w1.detach().requires_grad_(), w2, x, y)  # eager reference below
+    e1, e2 = w1.detach().clone().requires_grad_(), w2.detach().clone().requires_grad_()
+    mlp_loss(e1, e2, x, y).backward()
+    np.testing.assert_allclose(first.numpy(), e1.grad.numpy(), rtol=1e-5, atol=1e-7)
+    compiled(w1, w2, x, y)  # .grad is no longer None: a new specialisation accumulates into it
+    np.testing.assert_allclose(w1.grad.numpy(), 2 * e1.grad.numpy(), rtol=1e-5, atol=1e-7)
+    assert len(compiled.cache) == 2
+
+
+def test_func_grad_compiles_and_fuses_across_the_backward():
+    dloss = jt.func.grad(mlp_loss, argnums=(0, 1))
+    w1, w2, x, y = params()
+    eager = dloss(w1, w2, x, y)
+    compiled = jt.compile(dloss)
+    got = compiled(w1, w2, x, y)
+    for g, e in zip(got, eager):
+        np.testing.assert_allclose(g.numpy(), e.numpy(), rtol=1e-5, atol=1e-7)
+    kernels = compiled.lower(w1, w2, x, y).kernels
+    # tanh's forward and the backward ops reading its result fuse into one kernel
+    assert any("tanh" in k.ops and "mul" in k.ops for k in kernels)
+    assert len(kernels) < len(compiled.lower(w1, w2, x, y).graph.nodes)
+
+
+def test_value_and_grad_with_aux():
+    def f(w, x):
+        out = x @ w
+        return out.sum(), out.shape[0]
+
+    (value, aux), g = jt.func.value_and_grad(f, has_aux=True)(jt.ones(2, 2), jt.ones(3, 2))
+    assert value.item() == 12.0 and aux == 3 and g.tolist() == [[3.0, 3.0], [3.0, 3.0]]
+
+
+def test_grad_mode_is_a_guard():
+    f = jt.compile(lambda x: x * 2)
+    x = jt.ones(2, requires_grad=True)
+    f(x)
+    with jt.no_grad():
+        f(x)
+    assert len(f.cache) == 2
