@@ -108,6 +108,7 @@ class CacheEntry:
     eager_reason: str = None
     calls: int = field(default=0)
     executable: object = None
+    backward: object = None  # the compiled vector-Jacobian product, for calls that need a backward
 
     def guards(self):
         return describe_guards(self.key, self.names)
@@ -164,9 +165,29 @@ class CompiledFunction:
         if entry.graph is None:
             return self.fn(*args, **kwargs)
         executable = self._executable(entry)
+        if self._differentiable(entry, args, kwargs):
+            return self._call_with_backward(entry, args)
         if executable is not None and not kwargs and _tensor_args_key(args) is not None:
             self._fast[_tensor_args_key(args)] = entry
         return run_graph(entry.graph, args, kwargs, executable)
+
+    def _differentiable(self, entry, args, kwargs):
+        """Whether this call's outputs must carry a backward node: inputs that require grad,
+        grad mode on, and a function that returns tensors rather than calling backward() itself."""
+        return (is_grad_enabled() and not kwargs and not entry.graph.grad_targets and not entry.graph.mutations
+                and any(isinstance(a, Tensor) and a.requires_grad for a in args)
+                and all(isinstance(a, Tensor) for a in args))
+
+    def _call_with_backward(self, entry, args):
+        """Run the compiled forward as one autograd node whose backward is itself compiled:
+        the vector-Jacobian product of ``fn``, traced and compiled on its first use."""
+        from .differentiable import CompiledCall
+        if entry.backward is None:
+            entry.backward = compile(_vjp_of(self.fn, len(args)), backend=self.backend)
+        return CompiledCall.apply(self, entry, *args)
+
+    def _run_interpreted(self, entry, inputs):
+        return run_graph(entry.graph, tuple(inputs), {}, None)
 
     def _executable(self, entry):
         """The entry's compiled graph (built on first use), or None for the interpreter."""
@@ -308,6 +329,23 @@ def write_back(graph, inputs, mutations):
     values = [v.clone() if id(v.untyped_storage()) in storages else v for _, v in mutations]
     for real, value in zip(targets, values):
         real._write(value)
+
+
+def _vjp_of(fn, n):
+    """``vjp(*inputs, *grad_outputs) -> gradients of fn's outputs w.r.t. the inputs that require grad``."""
+    from ..autograd.functional import grad
+    from ..autograd.grad_mode import enable_grad
+
+    def vjp(*args):
+        inputs, grads = args[:n], args[n:]
+        with enable_grad():
+            outs = fn(*inputs)
+            outs = outs if isinstance(outs, tuple) else (outs,)
+            wanted = [t for t in inputs if t.requires_grad]
+            pairs = [(o, g) for o, g in zip(outs, grads) if o.requires_grad]
+            return grad([o for o, _ in pairs], wanted, grad_outputs=[g for _, g in pairs], allow_unused=True,
+                        materialize_grads=True)
+    return vjp
 
 
 def compile(fn=None, *, fullgraph=False, dynamic=None, backend="llvm", mode=None, options=None):

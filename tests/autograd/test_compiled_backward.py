@@ -80,3 +80,18 @@ def test_grad_mode_is_a_guard():
     with jt.no_grad():
         f(x)
     assert len(f.cache) == 2
+
+
+def test_backward_through_a_compiled_call_uses_a_compiled_vjp():
+    f = jt.compile(lambda x, w: ((x @ w).tanh() * 2).sum(1))
+    w1, w2, x, _ = params()
+    w = jt.randn(8, 4, requires_grad=True)
+    h = jt.randn(5, 8)
+    out = f(h, w)
+    assert out.grad_fn.name() == "CompiledCallBackward"
+    out.sum().backward()
+    reference = w.detach().clone().requires_grad_()
+    ((h @ reference).tanh() * 2).sum(1).sum().backward()
+    np.testing.assert_allclose(w.grad.numpy(), reference.grad.numpy(), rtol=1e-5, atol=1e-6)
+    entry = next(iter(f.cache.values()))
+    assert entry.backward is not None and entry.backward.cache  # the vjp was compiled and ran
