@@ -104,6 +104,7 @@ class Graph:
         self.objects: dict = {}         # name -> a non-tensor object an op uses (a Generator), printed @name
         # inputs whose .grad a traced backward() set: the graph returns (result, [their new grads])
         self.grad_targets: list = []
+        self.outputs_require_grad = False  # set by the tracer
         self._next_id = 0
         self._names: set = set()
 

@@ -174,7 +174,8 @@ class CompiledFunction:
     def _differentiable(self, entry, args, kwargs):
         """Whether this call's outputs must carry a backward node: inputs that require grad,
         grad mode on, and a function that returns tensors rather than calling backward() itself."""
-        return (is_grad_enabled() and not kwargs and not entry.graph.grad_targets and not entry.graph.mutations
+        return (is_grad_enabled() and not kwargs and entry.graph.outputs_require_grad
+                and not entry.graph.grad_targets and not entry.graph.mutations
                 and any(isinstance(a, Tensor) and a.requires_grad for a in args)
                 and all(isinstance(a, Tensor) for a in args))
 

@@ -307,6 +307,9 @@ class Tracer:
                 raise TraceError(f"the traced function returned a {type(leaf).__name__}, which a graph cannot "
                                  "hold (outputs are tensors, numbers, strings and None in tuples, lists and dicts)")
         self.graph.outputs = tree_unflatten(values, spec)
+        # whether any output depends differentiably on inputs that require grad (then a compiled
+        # call must give its outputs a backward node)
+        self.graph.outputs_require_grad = any(isinstance(leaf, Tensor) and leaf.requires_grad for leaf in leaves)
         for st in self.watched:
             if st._version != st.initial_version:
                 self.graph.mutations.append((st.origin, st.value))
