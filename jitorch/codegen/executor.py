@@ -14,6 +14,7 @@ import warnings
 
 import numpy as np
 
+from ..autograd.grad_mode import no_grad
 from ..ir.graph import Value, iter_values
 from ..ir.passes import optimize
 from ..ir.passes.fusion import fuse
@@ -205,10 +206,12 @@ class CompiledGraph:
         for name, v in g.constants.items():
             env[v] = _compact(g.constant_tensors[name])
         pool = self.pool
-        for step, free in zip(self.steps, self.release):
-            step.run(env, pool)
-            for v in free:
-                pool.setdefault((v.type.shape, v.type.dtype), []).append(env.pop(v)._array())
+        # the graph already holds any backward it needs: its eager steps must not record another
+        with no_grad():
+            for step, free in zip(self.steps, self.release):
+                step.run(env, pool)
+                for v in free:
+                    pool.setdefault((v.type.shape, v.type.dtype), []).append(env.pop(v)._array())
         return env
 
     def _outputs(self, env):

@@ -11,6 +11,7 @@ with an input.
 
 from __future__ import annotations
 
+from ..autograd.grad_mode import no_grad
 from ..ops import registry
 from ..ops.views import contiguous_format
 from ..tensor import Tensor
@@ -39,11 +40,12 @@ def interpret(graph, inputs, constants=None):
         if name not in tensors:
             raise ValueError(f"no tensor for constant {name!r}")
         env[v] = _checked(f"constant {name!r}", v, tensors[name])
-    for node in graph.nodes:
-        result = registry.call(node.op, _arguments(node.args, env))
-        results = [result] if isinstance(result, Tensor) else list(result)
-        for v, t in zip(node.outputs, results, strict=True):
-            env[v] = t
+    with no_grad():  # a graph's backward, if it has one, is in its nodes: running them records none
+        for node in graph.nodes:
+            result = registry.call(node.op, _arguments(node.args, env))
+            results = [result] if isinstance(result, Tensor) else list(result)
+            for v, t in zip(node.outputs, results, strict=True):
+                env[v] = t
     outputs = tree_map(lambda x: env[x] if isinstance(x, Value) else x, graph.outputs)
     return outputs, [(target, env[v]) for target, v in graph.mutations]
 
