@@ -18,16 +18,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(__file__))
 import jitorch as jt  # noqa: E402
+from timing import median_time  # noqa: E402
 
 try:
     import numexpr
@@ -37,16 +37,6 @@ try:
     import torch
 except ImportError:
     torch = None
-
-
-def median_time(fn, repeat):
-    fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def gelu(x):

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(__file__))
 import jitorch as jt  # noqa: E402
+from timing import median_time  # noqa: E402
 
 try:
     import torch
@@ -83,17 +83,6 @@ def numpy_step(params, x, onehot):
     return loss
 
 
-def timed(fn, repeat):
-    fn()
-    fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
@@ -108,20 +97,20 @@ def main(argv=None):
     step = make_step(jt)
     p_eager, p_comp = jt_params(), jt_params()
     xt, ot = jt.from_numpy(x), jt.from_numpy(onehot)
-    results["jitorch eager"] = timed(lambda: step(*p_eager, xt, ot), repeat)
+    results["jitorch eager"] = median_time(lambda: step(*p_eager, xt, ot), repeat, warmup=2)
     compiled = jt.compile(step)
-    results["jitorch compiled"] = timed(lambda: compiled(*p_comp, xt, ot), repeat)
+    results["jitorch compiled"] = median_time(lambda: compiled(*p_comp, xt, ot), repeat, warmup=2)
     np_params = [a.copy() for pair in zip(ws, bs) for a in pair]
-    results["numpy hand-written"] = timed(lambda: numpy_step(np_params, x, onehot), repeat)
+    results["numpy hand-written"] = median_time(lambda: numpy_step(np_params, x, onehot), repeat, warmup=2)
     if torch is not None:
         tstep = make_step(torch)
         tp = [torch.tensor(a, requires_grad=True) for pair in zip(ws, bs) for a in pair]
         tx, to = torch.from_numpy(x), torch.from_numpy(onehot)
-        results["torch eager"] = timed(lambda: tstep(*tp, tx, to), repeat)
+        results["torch eager"] = median_time(lambda: tstep(*tp, tx, to), repeat, warmup=2)
         try:
             tc = torch.compile(tstep)
             tp2 = [torch.tensor(a, requires_grad=True) for pair in zip(ws, bs) for a in pair]
-            results["torch.compile"] = timed(lambda: tc(*tp2, tx, to), repeat)
+            results["torch.compile"] = median_time(lambda: tc(*tp2, tx, to), repeat, warmup=2)
         except Exception as e:  # noqa: BLE001 - report and go on
             print(f"(torch.compile failed: {type(e).__name__}: {e})")
     ref = results["jitorch compiled"]
