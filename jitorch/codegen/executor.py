@@ -114,7 +114,8 @@ class EagerStep:
     def run(self, env, pool):
         for node in self.nodes:
             args = [_substitute(a, env, node.op.view is not None) for a in node.args]
-            result = registry.call(node.op, args)
+            # a graph node's arguments were checked when it was traced: skip to the eager kernel
+            result = registry.execute(node.op, args)
             results = list(result) if isinstance(result, (tuple, list)) else [result]
             for v, r in zip(node.outputs, results):
                 env[v] = r

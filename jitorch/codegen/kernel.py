@@ -341,6 +341,39 @@ def build_reduction(group, name):
 
     n = prod(in_shape)
     ops = [nd.op.name for nd in group.nodes]
+    if kept and reduced and kept[-1] == len(in_shape) - 1 and in_shape[-1] > 1 and not epilogue \
+            and out_value in outputs and acc_dtype is out_value.type.dtype:
+        # The input's innermost dim is kept (a sum over rows, as a bias gradient is): accumulate in
+        # the output buffer with the kept dims innermost, so the loop runs along memory and vectorises.
+        out_ptr = ptr[out_value]
+
+        def at(b, kidx):
+            return b.gep(out_ptr, [bld.offset(b, kidx, write, 0)])
+
+        def init(b, kidx):
+            e.store(e.const(identity, acc_dtype), at(b, kidx))
+
+        def accumulate(b, ridx):
+            def step(b, kidx):
+                def load(v):
+                    root, _, _, offset = bld.geometry[v]
+                    off = bld.offset(b, kidx + ridx, list(inner_kept[v]) + list(inner_red[v]), offset)
+                    return e.load(b.gep(ptr[root], [off]), v.type.dtype)
+                memo = {}
+                item = e.cast(bld.evaluate(e, x, memo, load), acc_dtype)
+                e.store(combine(e, e.load(at(b, kidx), acc_dtype), item), at(b, kidx))
+                for po in pro_outs:
+                    off = bld.offset(b, kidx + ridx, list(pro_kept) + list(pro_red), 0)
+                    e.store(bld.evaluate(e, po, memo, load), b.gep(ptr[po], [off]))
+            bld.loops(b, k_sizes, step, kernel.args[0], kernel.args[1])
+
+        bld.loops(b, k_sizes, init, kernel.args[0], kernel.args[1])
+        bld.loops(b, r_sizes, accumulate)
+        if finish is not None:
+            bld.loops(b, k_sizes, lambda b, kidx: e.store(finish(e, e.load(at(b, kidx), acc_dtype), count),
+                                                          at(b, kidx)), kernel.args[0], kernel.args[1])
+        b.ret_void()
+        return KernelSource(name, "reduction", ops, bld.roots, outputs, k_sizes[0], n, str(module), module)
     if not k_sizes and len(r_sizes) == 1 and n >= SPLIT_MIN_WORK and not epilogue and not pro_outs \
             and outputs == [out_value] and red.op.name in SPLITTABLE:
         # A full reduction of a large contiguous input: PARTS partial results, each over a slice,

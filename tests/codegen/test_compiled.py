@@ -174,3 +174,16 @@ def test_large_full_reductions_split_in_parts_match_eager(name, monkeypatch):
     monkeypatch.setenv("JITORCH_NUM_THREADS", "1")
     assert_matches(got, getattr(x, name)(), name)
     assert got.item() == f(x).item() or np.isnan(got.item())  # the same parts whatever the threads
+
+
+@pytest.mark.parametrize("name", ["sum", "mean", "amax", "amin", "prod"])
+def test_reductions_over_leading_dims_with_prologue_outputs(name):
+    x = jt.randn(33, 7, 16, dtype=jt.float64)
+
+    def fn(t):
+        d = jt.where(t > 0, t * 2, t / 3)
+        return getattr(d, name)(0), d
+
+    compiled = jt.compile(fn)
+    assert len(compiled.lower(x).kernels) == 1
+    assert_matches(compiled(x), fn(x), name)
