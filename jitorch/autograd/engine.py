@@ -26,7 +26,8 @@ class Node:
         self.op = op
         self.args = args
         self.out = out
-        self.versions = [(t, t._version) for t in _saved_tensors(args, out)]
+        # a view's backward reads only geometry, so writes through it or its base are no error
+        self.versions = [] if op.view is not None else [(t, t._version) for t in _saved_tensors(args, out)]
         self.retained = {}                    # output index -> weakref of a tensor that retains its grad
         self.next_functions = next_functions  # per tensor input: (Node or AccumulateGrad or None, 0)
         self.input_specs = input_specs        # per tensor input: (schema position, list index, shape, dtype)
@@ -142,6 +143,36 @@ def record_inplace(op, before, args, target):
             old.out = type(old.out)(*items) if hasattr(old.out, "_fields") else type(old.out)(items)
         old.versions = [(before, before._version) if t is target else (t, v) for t, v in old.versions]
     record(op, [before] + list(args[1:]), target)
+
+
+def prepare_inplace(op, target):
+    """Before an in-place op on ``target`` that needs grad: check it is allowed and copy what the
+    backward will need: ``target``'s old value and history and, for a view written through, its
+    base's (the write changes the base too, as torch's CopySlices records)."""
+    check_inplace_allowed(target)
+    base = target._base
+    base_before = None
+    if base is not None and op.view is None:
+        if base._requires_grad and base.grad_fn is None:
+            raise RuntimeError("a view of a leaf Variable that requires grad is being used in an in-place "
+                               "operation.")
+        if not (base.is_contiguous() and base._offset == 0 and base._storage.size == base.numel()):
+            raise RuntimeError("jitorch autograd: an in-place operation through a view of a tensor that does not "
+                               "fill its storage contiguously is not supported; clone() the base first")
+        base_before = base._history_copy(copy_data=True)
+    return target._history_copy(copy_data=op.view is None), base_before
+
+
+def finish_inplace(op, state, args, target):
+    """After the in-place op: ``target``'s history becomes the op's node; a base written through
+    the view gets an as_strided_scatter node that puts the view's new values into its old ones."""
+    before, base_before = state
+    record_inplace(op, before, args, target)
+    if base_before is not None:
+        base = target._base
+        scatter = registry.OPS["as_strided_scatter"]
+        record_inplace(scatter, base_before,
+                       [base, target, tuple(target.shape), target._stride, target._offset], base)
 
 
 def check_inplace_allowed(target):

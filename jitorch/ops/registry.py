@@ -481,8 +481,7 @@ def call_inplace(op, args):
             return r
     before = None
     if AUTOGRAD is not None and AUTOGRAD.needs_grad(op, args):
-        AUTOGRAD.check_inplace_allowed(self)
-        before = self._history_copy(copy_data=op.view is None)
+        before = AUTOGRAD.prepare_inplace(op, self)
     if op.view is not None:
         shape, strides, offset = op.view(*args)
         self._set_geometry(shape, strides, offset)
@@ -496,7 +495,7 @@ def call_inplace(op, args):
             result = execute(op, args, spec)
         self._write(result)
     if before is not None:
-        AUTOGRAD.record_inplace(op, before, args, self)
+        AUTOGRAD.finish_inplace(op, before, args, self)
     return self
 
 

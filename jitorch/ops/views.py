@@ -507,7 +507,10 @@ __all__ = ["memory_format", "preserve_format", "contiguous_format", "dense_strid
 # Scatter into a view: how the tracer records an in-place write through a view ------------
 
 def _as_strided_scatter_meta(x, src, size, stride, storage_offset):
-    size, stride, offset = _as_strided(x, size, stride, storage_offset)
+    # ``self`` is read as a contiguous tensor (the IR's compact layout), whatever its strides: the
+    # view must fit in its elements, not in its storage
+    from ..ir.fake import fake_tensor
+    size, stride, offset = _as_strided(fake_tensor(x.shape, x.dtype, x.device), size, stride, storage_offset)
     if tuple(src.shape) != size:
         raise RuntimeError(f"expected src to have a size equal to the slice of self. src size = {list_str(src.shape)}"
                            f", slice size = {list_str(size)}")

@@ -197,3 +197,24 @@ def test_mlp_gradients_equal_a_hand_derived_numpy_backward():
     dw1 = xn.T @ dh
     np.testing.assert_allclose(w2.grad.numpy(), dw2, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(w1.grad.numpy(), dw1, rtol=1e-10, atol=1e-12)
+
+
+def test_inplace_through_a_view_updates_the_base_history():
+    x = leaf([1.0, 2.0, 3.0])
+    y = x * 1
+    y[0:2].mul_(2)
+    y.sum().backward()
+    assert x.grad.tolist() == [2.0, 2.0, 1.0]
+    assert y.grad_fn.name() == "AsStridedScatterBackward0"
+    x.grad = None
+    z = x * 2
+    z[1] = 0.0  # index assignment is an in-place write through a view
+    z.sum().backward()
+    assert x.grad.tolist() == [2.0, 0.0, 2.0]
+
+
+def test_inplace_on_a_view_of_a_leaf_raises():
+    x = leaf([1.0, 2.0])
+    with pytest.raises(RuntimeError, match="a view of a leaf Variable that requires grad is being used in an "
+                                           "in-place operation"):
+        x[0].mul_(2)
