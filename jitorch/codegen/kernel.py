@@ -309,22 +309,22 @@ def build_reduction(group, name):
         lo, hi = (0, 1) if acc_dtype.kind == "b" else _dt.iinfo_range(acc_dtype)
         identity = hi if identity > 0 else lo
 
+    def reduce_item(b, kidx, ridx, slot):
+        """Fold the prologue's value at (kidx, ridx) into ``slot``; write the prologue's outputs there."""
+        def load(v):
+            root, _, _, offset = bld.geometry[v]
+            off = bld.offset(b, kidx + ridx, list(inner_kept[v]) + list(inner_red[v]), offset)
+            return e.load(b.gep(ptr[root], [off]), v.type.dtype)
+        memo = {}
+        item = e.cast(bld.evaluate(e, x, memo, load), acc_dtype)
+        e.store(combine(e, e.load(slot, acc_dtype), item), slot)
+        for out in pro_outs:
+            off = bld.offset(b, kidx + ridx, list(pro_kept) + list(pro_red), 0)
+            e.store(bld.evaluate(e, out, memo, load), b.gep(ptr[out], [off]))
+
     def kept_body(b, kidx):
         e.store(e.const(identity, acc_dtype), acc)
-
-        def red_body(b, ridx):
-            def load(v):
-                root, _, _, offset = bld.geometry[v]
-                off = bld.offset(b, kidx + ridx, list(inner_kept[v]) + list(inner_red[v]), offset)
-                return e.load(b.gep(ptr[root], [off]), v.type.dtype)
-            memo = {}
-            item = e.cast(bld.evaluate(e, x, memo, load), acc_dtype)
-            e.store(combine(e, e.load(acc, acc_dtype), item), acc)
-            for out in pro_outs:
-                off = bld.offset(b, kidx + ridx, list(pro_kept) + list(pro_red), 0)
-                e.store(bld.evaluate(e, out, memo, load), b.gep(ptr[out], [off]))
-
-        bld.loops(b, r_sizes, red_body)
+        bld.loops(b, r_sizes, lambda b, ridx: reduce_item(b, kidx, ridx, acc))
         total = e.load(acc, acc_dtype)
         if finish is not None:
             total = finish(e, total, count)
@@ -354,18 +354,8 @@ def build_reduction(group, name):
             e.store(e.const(identity, acc_dtype), at(b, kidx))
 
         def accumulate(b, ridx):
-            def step(b, kidx):
-                def load(v):
-                    root, _, _, offset = bld.geometry[v]
-                    off = bld.offset(b, kidx + ridx, list(inner_kept[v]) + list(inner_red[v]), offset)
-                    return e.load(b.gep(ptr[root], [off]), v.type.dtype)
-                memo = {}
-                item = e.cast(bld.evaluate(e, x, memo, load), acc_dtype)
-                e.store(combine(e, e.load(at(b, kidx), acc_dtype), item), at(b, kidx))
-                for po in pro_outs:
-                    off = bld.offset(b, kidx + ridx, list(pro_kept) + list(pro_red), 0)
-                    e.store(bld.evaluate(e, po, memo, load), b.gep(ptr[po], [off]))
-            bld.loops(b, k_sizes, step, kernel.args[0], kernel.args[1])
+            bld.loops(b, k_sizes, lambda b, kidx: reduce_item(b, kidx, ridx, at(b, kidx)),
+                      kernel.args[0], kernel.args[1])
 
         bld.loops(b, k_sizes, init, kernel.args[0], kernel.args[1])
         bld.loops(b, r_sizes, accumulate)
