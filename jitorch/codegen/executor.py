@@ -1,10 +1,25 @@
-"""Running a compiled graph: its kernels and external ops in order, with fresh outputs.
+"""Running a compiled graph: its kernels and external ops in order, over a planned arena.
 
 `CompiledGraph(graph)` optimises the graph, partitions it into fusion groups
 and compiles each pointwise or reduction group to a CPU kernel. Groups the
 code generator cannot lower (matmul, sorting, indexing, half types, ...) run
-their nodes with the eager kernels, as the interpreter does. Every call
-allocates fresh output buffers, so two calls never return the same memory.
+their nodes with the eager kernels, as the interpreter does.
+
+Memory is planned once, when the graph is built (see `_plan`):
+
+* an intermediate that never leaves the call lives in an *arena* buffer owned
+  by the compiled graph; values whose lifetimes do not overlap share a buffer,
+  and every kernel's argument array is built once per arena, so a call only
+  patches the addresses of its inputs and of its escaping outputs;
+* an output, a value written back into an input, or anything a view of it may
+  reach gets fresh memory per call, so two calls never return the same memory;
+* an in-place update of an input (``p.sub_(lr * g)`` in a training step)
+  whose old value nothing reads afterwards is computed straight into the
+  input's memory by its pointwise kernel, instead of into a fresh buffer that
+  is then copied back.
+
+A call takes a free arena (a new one when another thread holds them all), so
+concurrent calls of one compiled graph never share buffers.
 """
 
 from __future__ import annotations
@@ -22,6 +37,7 @@ from ..jit import logs
 from ..jit.compile import set_grads, write_back
 from ..ops import registry
 from ..runtime import allocator
+from ..runtime import dtypes as _dt
 from ..runtime.storage import Storage
 from ..runtime.strided import contiguous_strides
 from ..tensor import Tensor
@@ -45,40 +61,58 @@ def _address(arr):
         return arr.__array_interface__["data"][0]
 
 
-class KernelStep:
-    """One compiled kernel: reads its input values, writes fresh buffers for its outputs."""
+def _wrap(arr, value):
+    """A tensor over a fresh, compact array holding ``value``."""
+    return Tensor._make(Storage(arr, value.type.dtype), value.type.shape, contiguous_strides(value.type.shape), 0, arr)
 
-    def __init__(self, kernel):
+
+def _fresh(value):
+    """Fresh memory for a value that leaves the call (from the caching allocator)."""
+    arr, buf = allocator.empty(value.type.shape, value.type.dtype.np)
+    t = _wrap(arr, value)
+    allocator.track(t._storage, buf)
+    return t
+
+
+class KernelStep:
+    """One compiled kernel: reads its input values, writes its outputs (arena, fresh or in place)."""
+
+    def __init__(self, kernel, nodes):
         self.kernel = kernel
+        self.nodes = nodes
         self.inputs = kernel.source.inputs
         self.outputs = kernel.source.outputs
         self.args_type = ctypes.c_void_p * (len(self.inputs) + len(self.outputs))
-        self.pooled = set()  # outputs whose buffers come from the graph's pool (see CompiledGraph._plan)
-        self.strides = [contiguous_strides(v.type.shape) for v in self.outputs]
+        # filled in by the plan: which arguments change per call
+        self.dynamic_inputs = []   # (argument index, value)
+        self.fresh_outputs = []    # (argument index, value)
+        self.inplace_outputs = []  # (argument index, value, the input value whose memory it takes)
 
     def reads(self):
         return self.inputs
 
-    def run(self, env, pool):
+    def writes(self):
+        return self.outputs
+
+    def bind(self, arena):
+        """This kernel's argument array over ``arena``'s buffers (per-call slots left empty)."""
+        return self.args_type(*[arena.address(v) for v in (*self.inputs, *self.outputs)])
+
+    def run(self, env, arena, inplace):
         split = self.kernel.source.split
         if split is not None:
             return self._run_split(env, split)
-        outs, bufs = [], []
-        for v in self.outputs:
-            if v in self.pooled:
-                outs.append(_take(pool, v))
-                bufs.append(None)
-            else:  # a buffer that may leave the call: from the caching allocator
-                a, buf = allocator.empty(v.type.shape, v.type.dtype.np)
-                outs.append(a)
-                bufs.append(buf)
-        # inputs are compact (offset 0): their address is their storage's, which is cached
-        self.kernel(self.args_type(*[env[v]._storage.data_ptr() for v in self.inputs],
-                                   *[_address(a) for a in outs]))
-        for v, a, buf, strides in zip(self.outputs, outs, bufs, self.strides):
-            t = env[v] = Tensor._make(Storage(a, v.type.dtype), v.type.shape, strides, 0, a)  # fresh and compact
-            if buf is not None:
-                allocator.track(t._storage, buf)
+        args = arena.args[self]
+        for i, v in self.dynamic_inputs:
+            # inputs are compact (offset 0): their address is their storage's, which is cached
+            args[i] = env[v]._storage.data_ptr()
+        for i, v in self.fresh_outputs:
+            t = env[v] = _fresh(v)
+            args[i] = t._storage.data_ptr()
+        for i, v, target in self.inplace_outputs:
+            t = env[v] = env[target] if inplace else _fresh(v)
+            args[i] = t._storage.data_ptr()
+        self.kernel(args)
 
     def _run_split(self, env, split):
         """A full reduction computed in parts: combine the partial results here."""
@@ -101,6 +135,22 @@ _COMBINE = {"sum": np.add.reduce, "mean": np.add.reduce, "prod": np.multiply.red
             "amin": np.minimum.reduce, "max": np.maximum.reduce, "min": np.minimum.reduce}
 
 
+def _matrices(node):
+    """Whether a product node multiplies two matrices of its output's BLAS dtype."""
+    out = node.outputs[0].type
+    return out.dtype in (_dt.float32, _dt.float64) and all(
+        isinstance(a, Value) and len(a.type.shape) == 2 and a.type.dtype == out.dtype for a in node.args)
+
+
+def _matmul_into(arrays, out):
+    np.matmul(*arrays, out=out)
+
+
+# Eager ops that can write an arena buffer directly, skipping a fresh result and its wrapper:
+# name -> (whether a node qualifies, the writer).
+_WRITERS_INTO = {"matmul": (_matrices, _matmul_into), "mm": (_matrices, _matmul_into)}
+
+
 class EagerStep:
     """Nodes run with the eager kernels (what the code generator does not lower)."""
 
@@ -111,8 +161,19 @@ class EagerStep:
     def reads(self):
         return [v for node in self.nodes for v in iter_values(node.args)]
 
-    def run(self, env, pool):
+    def writes(self):
+        return [v for node in self.nodes for v in node.outputs]
+
+    def writers(self):
+        """Outputs this step can write into an arena buffer."""
+        return [n.outputs[0] for n in self.nodes if n.op.name in _WRITERS_INTO and _WRITERS_INTO[n.op.name][0](n)]
+
+    def run(self, env, arena, inplace):
         for node in self.nodes:
+            out = node.outputs[0]
+            if out in arena.tensors:  # the plan checked that this node has a writer
+                _WRITERS_INTO[node.op.name][1]([env[a]._array() for a in node.args], arena.tensors[out]._array())
+                continue
             args = [_substitute(a, env, node.op.view is not None) for a in node.args]
             # a graph node's arguments were checked when it was traced: skip to the eager kernel
             result = registry.execute(node.op, args)
@@ -124,12 +185,6 @@ class EagerStep:
         return f"<eager {' '.join(n.op.name for n in self.nodes)}>"
 
 
-def _take(pool, value):
-    """A buffer for ``value`` from the pool (reused across calls: no page faults), else a new one."""
-    free = pool.get((value.type.shape, value.type.dtype))
-    return free.pop() if free else np.empty(value.type.shape, value.type.dtype.np)
-
-
 def _substitute(arg, env, compact):
     if isinstance(arg, Value):
         t = env[arg]
@@ -139,19 +194,129 @@ def _substitute(arg, env, compact):
     return arg
 
 
-class CompiledGraph:
-    """A graph's groups as kernels and eager steps, ready to run on input tensors."""
+class Arena:
+    """The buffers of one in-flight call: one flat byte array per slot of the plan."""
 
-    def __init__(self, graph, cache=None):
+    def __init__(self, plan, steps):
+        self.buffers = [np.empty(nbytes, np.uint8) for nbytes in plan.slot_bytes]
+        self.tensors = {v: _wrap(self.buffers[slot][:v.type.dtype.itemsize * _numel(v)]
+                                 .view(v.type.dtype.np).reshape(v.type.shape), v)
+                        for v, slot in plan.slots.items()}
+        self.args = {s: s.bind(self) for s in steps if isinstance(s, KernelStep)}
+
+    def address(self, value):
+        t = self.tensors.get(value)
+        return None if t is None else t._storage.data_ptr()
+
+
+def _numel(v):
+    n = 1
+    for d in v.type.shape:
+        n *= d
+    return n
+
+
+class Plan:
+    """Where each value of a compiled graph lives; see the module docstring."""
+
+    def __init__(self, graph, steps):
+        self.slots = {}          # value -> arena slot
+        self.slot_bytes = []     # per slot: its size
+        self.inplace = {}        # mutated value -> the input or constant value whose memory it reuses
+        root, last_use, escaping = self._lifetimes(graph, steps)
+        inputs = set(graph.inputs) | set(graph.constants.values())
+        mutated = {value: target for target, value in graph.mutations}
+        for j, step in enumerate(steps):
+            if isinstance(step, KernelStep) and step.kernel.source.kind == "pointwise":
+                for v in step.outputs:
+                    target = mutated.get(v)
+                    if target is not None and self._can_update_in_place(step, j, v, target, root, last_use,
+                                                                         escaping):
+                        self.inplace[v] = target
+        arena_candidates = set()
+        for step in steps:
+            if isinstance(step, KernelStep) and step.kernel.source.split is None:
+                arena_candidates.update(step.outputs)
+            elif isinstance(step, EagerStep):
+                arena_candidates.update(step.writers())
+        free, ends = {}, {}
+        for j, step in enumerate(steps):
+            for v in step.writes():
+                if (v in arena_candidates and root.get(v, v) is v and v not in escaping and v not in self.inplace
+                        and v not in inputs and last_use.get(v) is not None):
+                    nbytes = _numel(v) * v.type.dtype.itemsize
+                    pool = free.get(nbytes)
+                    slot = pool.pop() if pool else None
+                    if slot is None:
+                        slot = len(self.slot_bytes)
+                        self.slot_bytes.append(nbytes)
+                    self.slots[v] = slot
+                    ends.setdefault(last_use[v], []).append(v)
+            for v in ends.pop(j, []):
+                slot = self.slots[v]
+                free.setdefault(self.slot_bytes[slot], []).append(slot)
+        for step in steps:
+            if isinstance(step, KernelStep):
+                args = (*step.inputs, *step.outputs)
+                step.dynamic_inputs = [(i, v) for i, v in enumerate(step.inputs) if v not in self.slots]
+                step.fresh_outputs = [(i, v) for i, v in enumerate(args) if i >= len(step.inputs)
+                                      and v not in self.slots and v not in self.inplace]
+                step.inplace_outputs = [(i, v, self.inplace[v]) for i, v in enumerate(args)
+                                        if i >= len(step.inputs) and v in self.inplace]
+
+    @staticmethod
+    def _lifetimes(graph, steps):
+        """Per value: the value whose memory it shares (views), the last step reading that memory,
+        and the set of values that leave the call (through outputs, mutations or their views)."""
+        root = {}
+        for step in steps:
+            if isinstance(step, EagerStep):
+                for node in step.nodes:
+                    if node.op.view is not None:
+                        base = next(iter_values(node.args))
+                        for v in node.outputs:
+                            root[v] = root.get(base, base)
+        last_use = {}
+        for j, step in enumerate(steps):
+            for v in step.reads():
+                last_use[root.get(v, v)] = j
+        leaving = set(graph.output_values()) | {v for _, v in graph.mutations}
+        escaping = leaving | {root[v] for v in leaving if v in root}
+        return root, last_use, escaping
+
+    @staticmethod
+    def _can_update_in_place(step, j, value, target, root, last_use, escaping):
+        """Whether the kernel of step ``j`` may write ``value`` into ``target``'s memory: it reads
+        ``target`` only elementwise at the position it writes (through no view), and no later step
+        reads ``target`` or a view of it."""
+        shape = value.type.shape
+        if target.type.shape != shape or target.type.dtype != value.type.dtype or target in escaping:
+            return False
+        if any(v.type.shape != shape for v in step.outputs) or last_use.get(target, -1) > j:
+            return False
+        if any(root.get(v) is target for v in step.inputs):
+            return False
+        readers = [n for n in step.nodes if any(a is target for a in iter_values(n.args))]
+        return all(n.op.kind == "pointwise" for n in readers)
+
+
+class CompiledGraph:
+    """A graph's groups as kernels and eager steps, ready to run on input tensors.
+
+    ``device`` ("cpu" or "cuda") picks the code generator; by default, the device of the
+    graph's inputs."""
+
+    def __init__(self, graph, cache=None, device=None):
         self.graph = optimize(graph)
         self.groups = fuse(self.graph)
         self.steps = []
         self.kernels = []
+        target, compile_kernel, step_type = _backend(device or _device_of(self.graph))
         for i, group in enumerate(self.groups):
             if group.kind in ("pointwise", "reduction") or (
                     len(group.nodes) == 1 and is_row_softmax(group.nodes[0])):
                 try:
-                    kernel = cpu.compile_kernel(build(group, f"jitorch_k{i}_{group.kind}"), cache)
+                    kernel = compile_kernel(build(group, f"jitorch_k{i}_{group.kind}", target), cache)
                 except CompileError as e:
                     logs.log("codegen", "group %d runs eagerly: %s", i, e)
                     self.steps.append(EagerStep(group.nodes, str(e)))
@@ -162,31 +327,13 @@ class CompiledGraph:
                     self.steps.append(EagerStep(group.nodes, f"LLVM error: {e}"))
                     continue
                 self.kernels.append(kernel)
-                self.steps.append(KernelStep(kernel))
+                self.steps.append(step_type(kernel, group.nodes))
             else:
                 self.steps.append(EagerStep(group.nodes, group.kind))
-        self.pool: dict = {}
-        self.release = self._plan()
-
-    def _plan(self):
-        """Buffer planning: an intermediate that only kernels read (kernels never alias) goes back
-        to the pool after its last reader, for later kernels of this call and for the next calls.
-        Returns, per step, the values whose buffers are free after it."""
-        readers = {}
-        for j, step in enumerate(self.steps):
-            for v in step.reads():
-                readers.setdefault(v, []).append(j)
-        escaping = set(self.graph.output_values()) | {v for _, v in self.graph.mutations}
-        release = [[] for _ in self.steps]
-        for step in self.steps:
-            if not isinstance(step, KernelStep):
-                continue
-            for v in step.outputs:
-                uses = readers.get(v, [])
-                if v not in escaping and uses and all(isinstance(self.steps[u], KernelStep) for u in uses):
-                    step.pooled.add(v)
-                    release[max(uses)].append(v)
-        return release
+        self.plan = Plan(self.graph, self.steps)
+        self._arenas = []
+        self._inplace_targets = {self.plan.inplace[v] for v in self.plan.inplace}
+        self._input_index = {v: i for i, v in enumerate(self.graph.inputs)}
 
     def __call__(self, inputs):
         """(outputs pytree, mutations) on ``inputs`` (flat list in graph-input order)."""
@@ -197,29 +344,61 @@ class CompiledGraph:
     def run(self, inputs):
         """The outputs on ``inputs``, with in-place results written back into inputs and constants."""
         env = self._execute(inputs)
-        if self.graph.mutations:
-            write_back(self.graph, inputs, [(t, env[v]) for t, v in self.graph.mutations])
-        return set_grads(self.graph, inputs, self._outputs(env))
+        g = self.graph
+        if g.mutations:
+            pending = []
+            for target, value in g.mutations:
+                real = inputs[self._input_index[target]] if target in self._input_index else \
+                    g.constant_tensors[target.name]
+                if env[value] is real:  # computed in place
+                    real._bump_version()
+                else:
+                    pending.append((target, env[value]))
+            if pending:
+                write_back(g, inputs, pending)
+        return set_grads(g, inputs, self._outputs(env))
 
     def _execute(self, inputs):
         g = self.graph
         env = {v: _compact(t) for v, t in zip(g.inputs, inputs)}
         for name, v in g.constants.items():
             env[v] = _compact(g.constant_tensors[name])
-        pool = self.pool
-        # the graph already holds any backward it needs: its eager steps must not record another
-        with no_grad():
-            for step, free in zip(self.steps, self.release):
-                step.run(env, pool)
-                for v in free:
-                    pool.setdefault((v.type.shape, v.type.dtype), []).append(env.pop(v)._array())
+        # in place only into memory no other input shares (f(w, w) must not see w change midway)
+        inplace = not self._inplace_targets or self._unshared(env)
+        arena = self._arenas.pop() if self._arenas else Arena(self.plan, self.steps)
+        try:
+            env.update(arena.tensors)
+            # the graph already holds any backward it needs: its eager steps must not record another
+            with no_grad():
+                for step in self.steps:
+                    step.run(env, arena, inplace)
+        finally:
+            self._arenas.append(arena)
         return env
+
+    def _unshared(self, env):
+        storages = [id(t._storage) for t in env.values()]
+        return len(set(storages)) == len(storages)
 
     def _outputs(self, env):
         out = self.graph.outputs
         if isinstance(out, Value):
             return env[out]
         return tree_map(lambda leaf: env[leaf] if isinstance(leaf, Value) else leaf, out)
+
+
+def _device_of(graph):
+    """"cuda" when the graph reads CUDA tensors, else "cpu"."""
+    return "cuda" if any(v.type.device.type == "cuda" for v in graph.inputs) else "cpu"
+
+
+def _backend(device):
+    """(kernel builder target, kernel compiler, step class) of a device type."""
+    if str(device).startswith("cuda"):
+        from ..runtime.cuda_graph import CudaKernelStep
+        from .nvptx import NVPTX, compile_kernel
+        return NVPTX, compile_kernel, CudaKernelStep
+    return None, cpu.compile_kernel, KernelStep
 
 
 def kernel_cache():

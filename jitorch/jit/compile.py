@@ -60,6 +60,12 @@ def _tensor_args_key(args):
     return tuple(key)
 
 
+def _inputs_alias(leaves):
+    """Whether two tensor arguments share memory."""
+    storages = [id(a._storage) for a in leaves if isinstance(a, Tensor)]
+    return len(set(storages)) != len(storages)
+
+
 def describe_guards(key, names):
     """The guards of a key, one readable line per argument leaf."""
     lines = []
@@ -155,7 +161,7 @@ class CompiledFunction:
             key = _tensor_args_key(args)
             if key is not None:
                 entry = self._fast.get(key)
-                if entry is not None:
+                if entry is not None and not (entry.graph.mutations and _inputs_alias(args)):
                     entry.calls += 1
                     return entry.executable.run(args)
         entry = self._entry(args, kwargs)
@@ -163,6 +169,11 @@ class CompiledFunction:
             return self.fn(*args, **kwargs)
         entry.calls += 1
         if entry.graph is None:
+            return self.fn(*args, **kwargs)
+        if entry.graph.mutations and _inputs_alias(tree_flatten((args, kwargs))[0]):
+            # the graph treats its inputs as separate memory: a write through one would be missed by another
+            logs.log("recompiles", "%s runs eagerly: inputs share memory and the function writes into one",
+                     self.name)
             return self.fn(*args, **kwargs)
         executable = self._executable(entry)
         if self._differentiable(entry, args, kwargs):
@@ -190,10 +201,14 @@ class CompiledFunction:
     def _run_interpreted(self, entry, inputs):
         return run_graph(entry.graph, tuple(inputs), {}, None)
 
-    def _executable(self, entry):
-        """The entry's compiled graph (built on first use), or None for the interpreter."""
+    def _executable(self, entry, device=None):
+        """The entry's compiled graph (built on first use), or None for the interpreter. An explicit
+        ``device`` builds (uncached) the graph's kernels for that device instead of its inputs'."""
         if self.backend == "interpreter":
             return None
+        if device is not None:
+            from ..codegen.executor import CompiledGraph, kernel_cache
+            return CompiledGraph(entry.graph, kernel_cache(), device=device)
         if entry.executable is None:
             from ..codegen.executor import CompiledGraph, kernel_cache
             entry.executable = CompiledGraph(entry.graph, kernel_cache())
@@ -236,13 +251,14 @@ class CompiledFunction:
         logs.log("graph", "traced %s:\n%s", self.name, graph)
         return graph
 
-    def lower(self, *args, **kwargs):
-        """What a call with these arguments compiles to (traces without running)."""
+    def lower(self, *args, device=None, **kwargs):
+        """What a call with these arguments compiles to (traces without running). ``device="cuda"``
+        shows the CUDA kernels (PTX as ``.asm``) of the same graph, on any machine."""
         entry = self._entry(args, kwargs)
         if entry is None or entry.graph is None:
             reason = entry.eager_reason if entry is not None else "the recompile limit was reached"
             raise TraceError(f"{self.name} does not compile for these arguments: {reason}")
-        executable = self._executable(entry)
+        executable = self._executable(entry, device)
         return Lowered(entry.graph, entry.guards(), self.backend, executable)
 
 
@@ -291,6 +307,8 @@ class LoweredKernel:
 
     @property
     def asm(self):
+        if self._kernel.asm is not None:  # targets that keep their assembly (PTX)
+            return self._kernel.asm
         from ..codegen.cpu import assembly
         return assembly(self._kernel.source)
 

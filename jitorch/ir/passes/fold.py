@@ -20,11 +20,17 @@ from .rewrite import Rewriter, graph_pass, has_effects, substitute
 
 MAX_NUMEL = 4096
 
+# Creation ops that read only the type of their tensor input, never its values: ``ones_like(loss)``
+# in a traced backward folds although ``loss`` is computed at run time.
+TYPE_ONLY = {"zeros_like", "ones_like", "empty_like", "full_like", "new_zeros", "new_ones", "new_empty", "new_full",
+             "fill.Scalar", "zero"}
+
 
 def _evaluate(node, known):
     """The node's results as compact tensors of its output types, or None where eager fails
     (the error is left to the call that runs the node)."""
-    args = substitute(node.args, known.__getitem__)
+    args = substitute(node.args, lambda v: known[v] if v in known else Tensor._empty(v.type.shape, v.type.dtype,
+                                                                                      v.type.device))
     try:
         result = registry.call(node.op, args)
     except Exception:  # whatever eager raises, it raises at run time, not while compiling
@@ -41,7 +47,7 @@ def _evaluate(node, known):
 
 def _foldable(node, known):
     return (not has_effects(node)
-            and all(v in known for v in node.input_values())
+            and (node.op.name in TYPE_ONLY or all(v in known for v in node.input_values()))
             and all(prod(o.type.shape) <= MAX_NUMEL for o in node.outputs))
 
 

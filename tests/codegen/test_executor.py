@@ -1,0 +1,144 @@
+"""The executor's memory plan: arena buffers for intermediates, in-place updates of inputs,
+fresh memory for everything that leaves a call."""
+
+import threading
+
+import numpy as np
+
+import jitorch as jt
+from jitorch.codegen.executor import EagerStep, KernelStep
+
+
+def executable(fn, *args):
+    return jt.compile(fn).lower(*args).executable
+
+
+def mlp_step(w1, w2, x):
+    h = (x @ w1).tanh()
+    loss = (h @ w2).square().mean()
+    loss.backward()
+    with jt.no_grad():
+        w1.sub_(0.1 * w1.grad)
+        w2.sub_(0.1 * w2.grad)
+        w1.grad = w2.grad = None
+    return loss
+
+
+def params():
+    g = jt.Generator().manual_seed(0)
+    return [jt.randn(6, 5, generator=g, requires_grad=True), jt.randn(5, 3, generator=g, requires_grad=True),
+            jt.randn(4, 6, generator=g)]
+
+
+def test_intermediates_share_arena_slots_and_matmuls_write_into_them():
+    ex = executable(mlp_step, *params())
+    plan = ex.plan
+    assert plan.slots, "no intermediate was planned into the arena"
+    assert len(plan.slot_bytes) < len(plan.slots), "values with disjoint lifetimes should share slots"
+    matmul_outputs = [n.outputs[0] for s in ex.steps if isinstance(s, EagerStep) for n in s.nodes
+                      if n.op.name == "matmul"]
+    assert any(v in plan.slots for v in matmul_outputs)
+    escaping = set(ex.graph.output_values()) | {v for _, v in ex.graph.mutations}
+    assert not escaping & set(plan.slots)
+
+
+def test_parameter_updates_are_computed_in_place_and_equal_eager():
+    eager, compiled = params(), params()
+    step = jt.compile(mlp_step)
+    ex = step.lower(*compiled).executable
+    assert len(ex.plan.inplace) == 2  # both parameter updates write straight into the parameters
+    ptrs = [p.untyped_storage().data_ptr() for p in compiled[:2]]
+    versions = [p._version for p in compiled[:2]]
+    for _ in range(3):
+        np.testing.assert_allclose(step(*compiled).item(), mlp_step(*eager).item(), rtol=1e-5)
+    for a, b in zip(eager[:2], compiled[:2]):
+        np.testing.assert_allclose(b.detach().numpy(), a.detach().numpy(), rtol=1e-5, atol=1e-6)
+    assert [p.untyped_storage().data_ptr() for p in compiled[:2]] == ptrs
+    assert all(p._version > v for p, v in zip(compiled[:2], versions))
+
+
+def test_update_stays_out_of_place_when_the_old_value_is_read_later():
+    def f(w, g):
+        w.sub_(g)
+        return w * 0 + (w + 1)  # reads the new value only: may be in place
+
+    def g_(w, g):
+        old = w * 2
+        w.sub_(g)
+        return old + w  # `old` is computed before: still in place
+
+    def h(w, g):
+        new = w - g
+        w.copy_(new)
+        return w.sum() + (new * w).sum()
+
+    for fn in (f, g_, h):
+        a, b = jt.arange(6.0).reshape(2, 3), jt.ones(2, 3)
+        a2 = a.clone()
+        expected = fn(a2, b)
+        got = jt.compile(fn)(a, b)
+        np.testing.assert_allclose(got.numpy(), expected.numpy())
+        np.testing.assert_allclose(a.numpy(), a2.numpy())
+
+
+def test_transposed_update_is_not_in_place():
+    def f(w):
+        w.copy_(w.t() * 2)
+        return w
+
+    w, w2 = jt.arange(9.0).reshape(3, 3), jt.arange(9.0).reshape(3, 3)
+    jt.compile(f)(w)
+    f(w2)
+    np.testing.assert_array_equal(w.numpy(), w2.numpy())
+
+
+def test_aliased_inputs_of_a_mutating_function_run_eagerly():
+    def f(w, v):
+        w.mul_(2)
+        return v + 0  # v is the same tensor as w: must see the update, as in eager
+
+    w = jt.arange(4.0)
+    w2 = jt.arange(4.0)
+    got = jt.compile(f)(w, w)
+    expected = f(w2, w2)
+    np.testing.assert_array_equal(got.numpy(), expected.numpy())
+    np.testing.assert_array_equal(w.numpy(), w2.numpy())
+
+
+def test_outputs_are_fresh_per_call_while_intermediates_reuse_the_arena():
+    f = jt.compile(lambda x: ((x * 2).exp() @ x).relu())
+    x = jt.randn(8, 8)
+    r1, r2 = f(x), f(x)
+    assert r1.untyped_storage() is not r2.untyped_storage()
+    np.testing.assert_array_equal(r1.numpy(), r2.numpy())
+
+
+def test_concurrent_calls_use_separate_arenas():
+    f = jt.compile(lambda x: ((x * 3).tanh() @ x.t()).sum(1))
+    xs = [jt.randn(64, 64) for _ in range(4)]
+    expected = [((x * 3).tanh() @ x.t()).sum(1).numpy() for x in xs]
+    f(xs[0])
+    results = {}
+
+    def work(i):
+        for _ in range(20):
+            results[i] = f(xs[i]).numpy()
+            np.testing.assert_allclose(results[i], expected[i], rtol=1e-5, atol=1e-5)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == [0, 1, 2, 3]
+    assert len(f.lower(xs[0]).executable._arenas) >= 1
+
+
+def test_kernel_steps_patch_only_per_call_arguments():
+    ex = executable(lambda x: (x.exp() + 1).sin() @ x, jt.randn(4, 4))
+    kernels = [s for s in ex.steps if isinstance(s, KernelStep)]
+    assert kernels
+    for s in kernels:
+        patched = {i for i, _ in s.dynamic_inputs} | {i for i, _ in s.fresh_outputs}
+        fixed = [v for v in (*s.inputs, *s.outputs) if v in ex.plan.slots]
+        assert len(patched) + len(fixed) + len(s.inplace_outputs) == len(s.inputs) + len(s.outputs)
