@@ -609,7 +609,23 @@ _declare("bitwise_right_shift", BINARY, _right_shift, DEFAULT,
 # Selection and closeness --------------------------------------------------------------------
 
 def _where_formula(condition, a, b):
-    return np.where(condition, a, b)
+    cond = condition if condition.dtype == np.bool_ else condition != 0
+    a, b = np.asarray(a), np.asarray(b)
+    shape = np.broadcast_shapes(cond.shape, a.shape, b.shape)
+    if a.dtype != b.dtype or a.dtype.itemsize not in (1, 2, 4, 8) or math.prod(shape) < _SELECT_MIN:
+        return np.where(cond, a, b)
+    # np.where branches per element, slow on an unpredictable mask (a ReLU's); select bits instead:
+    # keep = all ones where cond is False, and out = a ^ ((a ^ b) & keep)
+    u = np.dtype(f"u{a.dtype.itemsize}")
+    keep = cond.astype(u)
+    np.subtract(keep, u.type(1), out=keep)
+    bits_a = a.view(u)
+    out = np.bitwise_and(np.bitwise_xor(bits_a, b.view(u)), keep)
+    np.bitwise_xor(out, bits_a, out=out)
+    return out.view(a.dtype)
+
+
+_SELECT_MIN = 1024
 
 
 _WHERE_DOC = "``self`` where ``condition`` (a bool tensor) is True, else ``other``; numbers broadcast too."

@@ -753,3 +753,16 @@ def test_half_dtypes_compute_in_float32(dtype):
     assert r.dtype is dtype and r.tolist() == [500.0]  # 300 ** 2 overflows float16
     r = jt.lerp(jt.tensor([32768.0], dtype=dtype), jt.tensor([-32768.0], dtype=dtype), 0.75)
     assert r.dtype is dtype and r.tolist() == [-16384.0]  # end - start overflows float16
+
+
+@pytest.mark.parametrize("dtype", [jt.float32, jt.float64, jt.int16, jt.uint8, jt.bool, jt.bfloat16])
+def test_where_on_large_broadcast_operands_selects_bits_exactly(dtype):
+    rng = np.random.default_rng(3)
+    cond = rng.random((7, 1, 300)) > 0.5
+    a = (rng.standard_normal((1, 5, 300)) * 100).astype(dtype.np)
+    b = (rng.standard_normal((7, 5, 1)) * 100).astype(dtype.np)
+    if dtype.is_floating_point:
+        a[0, 0, :3] = [np.nan, -0.0, np.inf]
+    got = jt.where(jt.from_numpy(cond), jt.from_numpy(a), jt.from_numpy(b))
+    assert got.dtype is dtype and got.shape == (7, 5, 300)
+    np.testing.assert_array_equal(got.numpy().view(np.uint8), np.where(cond, a, b).view(np.uint8))
