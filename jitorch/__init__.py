@@ -42,9 +42,13 @@ from . import autograd  # noqa: E402,F401
 from .autograd import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled  # noqa: E402,F401
 from . import jit  # noqa: E402,F401
 from . import func  # noqa: E402,F401
+from . import nn  # noqa: E402,F401
 from .jit import compile  # noqa: E402,F401
 from .jit.explain import explain  # noqa: E402,F401
+from . import compiler  # noqa: E402,F401
 from .codegen.errors import CompileError  # noqa: E402,F401
+from .serialization import save, load  # noqa: E402,F401
+from . import export  # noqa: E402,F401  (a callable package: jitorch.export(fn, args))
 
 
 def result_type(tensor1, tensor2):

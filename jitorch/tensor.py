@@ -42,6 +42,10 @@ class Size(tuple):
         return Size(tuple(self) + tuple(other))
 
 
+# Objects told before a tensor's .grad is assigned (a tracer, while it records).
+GRAD_WATCHERS: list = []
+
+
 class Tensor:
     """An n-dimensional strided array, PyTorch style."""
 
@@ -51,7 +55,21 @@ class Tensor:
                  "__dict__")
 
     _requires_grad = False
-    grad = None
+    @property
+    def grad(self):
+        """The gradient accumulated by backward() into this leaf (None until then)."""
+        return self.__dict__.get("_grad")
+
+    @grad.setter
+    def grad(self, value):
+        if GRAD_WATCHERS:  # a tracer records which tensors' .grad the traced code set (see jit.tracer)
+            for watcher in GRAD_WATCHERS:
+                watcher.grad_assigned(self)
+        self.__dict__["_grad"] = value
+
+    @grad.deleter
+    def grad(self):
+        self.grad = None
     grad_fn = None
     _base = None
 

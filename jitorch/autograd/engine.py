@@ -302,7 +302,10 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, capt
                 t.grad = g if t.grad is None else t.grad + g
         if wanted is not None and id(node) in wanted:
             captured[id(node)] = grads.get(getattr(wanted[id(node)], "_output_nr", 0))
-        input_grads = node.apply(grads, create_graph)
+        if any(g is not None for g in grads.values()):
+            input_grads = node.apply(grads, create_graph)
+        else:  # reachable, but the rules upstream gave it no gradient (expand_as's ``other``): nothing to pass on
+            input_grads = [None] * len(node.next_functions)
         if not retain_graph:
             node.release()
         for (nxt, k), g in zip(node.next_functions, input_grads):

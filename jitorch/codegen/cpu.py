@@ -141,6 +141,11 @@ def compile_kernel(source, cache=None):
     return CompiledKernel(source, *entry)
 
 
+def emit_object(source):
+    """Object code of a kernel source for this host, as `compile_kernel` makes and caches it."""
+    return _init()["tm_obj"].emit_object(optimise(source.llvm_ir))
+
+
 def assembly(source):
     """The target assembly of a kernel source (for `.lower().kernels[i].asm`)."""
     s = _init()

@@ -34,7 +34,7 @@ from ..ir.graph import Value, iter_values
 from ..ir.passes import optimize
 from ..ir.passes.fusion import fuse
 from ..jit import logs
-from ..jit.compile import set_grads, write_back
+from ..jit.compile import refresh_captured_grads, set_grads, write_back
 from ..ops import registry
 from ..runtime import allocator
 from ..runtime import dtypes as _dt
@@ -87,6 +87,7 @@ class KernelStep:
         self.dynamic_inputs = []   # (argument index, value)
         self.fresh_outputs = []    # (argument index, value)
         self.inplace_outputs = []  # (argument index, value, the input value whose memory it takes)
+        self.eager_made = set()    # inputs computed by eager steps
 
     def reads(self):
         return self.inputs
@@ -104,8 +105,12 @@ class KernelStep:
             return self._run_split(env, split)
         args = arena.args[self]
         for i, v in self.dynamic_inputs:
-            # inputs are compact (offset 0): their address is their storage's, which is cached
-            args[i] = env[v]._storage.data_ptr()
+            # graph inputs and kernel outputs are compact (offset 0): their address is their storage's,
+            # which is cached; what an eager step made (a view) may need compacting first
+            t = env[v]
+            if v in self.eager_made:
+                t = env[v] = _compact(t)
+            args[i] = t._storage.data_ptr()
         for i, v in self.fresh_outputs:
             t = env[v] = _fresh(v)
             args[i] = t._storage.data_ptr()
@@ -226,12 +231,17 @@ class Plan:
         root, last_use, escaping = self._lifetimes(graph, steps)
         inputs = set(graph.inputs) | set(graph.constants.values())
         mutated = {value: target for target, value in graph.mutations}
+        # a value that also leaves the call another way (returned, as a .grad, or written into a
+        # second target) must keep memory of its own
+        shared_values = {}
+        for v in [value for _, value in graph.mutations] + list(graph.output_values()):
+            shared_values[v] = shared_values.get(v, 0) + 1
         for j, step in enumerate(steps):
             if isinstance(step, KernelStep) and step.kernel.source.kind == "pointwise":
                 for v in step.outputs:
                     target = mutated.get(v)
-                    if target is not None and self._can_update_in_place(step, j, v, target, root, last_use,
-                                                                         escaping):
+                    if target is not None and shared_values.get(v, 0) == 1 and self._can_update_in_place(
+                            step, j, v, target, root, last_use, escaping):
                         self.inplace[v] = target
         arena_candidates = set()
         for step in steps:
@@ -255,8 +265,10 @@ class Plan:
             for v in ends.pop(j, []):
                 slot = self.slots[v]
                 free.setdefault(self.slot_bytes[slot], []).append(slot)
+        eager_made = {v for step in steps if isinstance(step, EagerStep) for v in step.writes()}
         for step in steps:
             if isinstance(step, KernelStep):
+                step.eager_made = eager_made & set(step.inputs)
                 args = (*step.inputs, *step.outputs)
                 step.dynamic_inputs = [(i, v) for i, v in enumerate(step.inputs) if v not in self.slots]
                 step.fresh_outputs = [(i, v) for i, v in enumerate(args) if i >= len(step.inputs)
@@ -360,6 +372,8 @@ class CompiledGraph:
 
     def _execute(self, inputs):
         g = self.graph
+        if g.grad_constants:
+            refresh_captured_grads(g)
         env = {v: _compact(t) for v, t in zip(g.inputs, inputs)}
         for name, v in g.constants.items():
             env[v] = _compact(g.constant_tensors[name])

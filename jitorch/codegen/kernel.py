@@ -31,6 +31,7 @@ from ..runtime.strided import contiguous_strides
 from . import lowering
 from .errors import CompileError
 from .emitter import I64, Emitter, Scalar, llvm_type
+from .target import CPU
 
 
 @dataclass
@@ -47,6 +48,7 @@ class KernelSource:
     llvm_ir: str = ""
     module: object = field(default=None, repr=False)
     split: tuple = None     # a full reduction in parts: (parts, reduction name, count); see build_reduction
+    mode: str = "thread"    # "thread": outer iterations are independent; "block": each one is a reduction
 
 
 def _broadcast_strides(strides, shape, space):
@@ -79,9 +81,10 @@ def _collapse(space, accesses):
 class _Builder:
     """Shared machinery: buffers, geometry of leaves, evaluation of node expressions."""
 
-    def __init__(self, group, name):
+    def __init__(self, group, name, target=None):
         self.group = group
         self.name = name
+        self.target = target or CPU
         self.geometry = {}     # Value -> (root Value, shape, strides, offset): readable leaves
         for v in group.inputs:
             self.geometry[v] = (v, v.type.shape, contiguous_strides(v.type.shape), 0)
@@ -112,9 +115,8 @@ class _Builder:
         return module, kernel, dict(zip(buffers, kernel.args[2:])), b, Emitter(b)
 
     def start_module(self, buffers):
-        import llvmlite.binding as llvm
         module = ir.Module(name=self.name)
-        module.triple = llvm.get_process_triple()
+        module.triple = self.target.triple
         ptrs = [llvm_type(v.type.dtype).as_pointer() for v in buffers]
         kty = ir.FunctionType(ir.VoidType(), [I64, I64] + ptrs)
         kernel = ir.Function(module, kty, self.name + "_body")
@@ -122,13 +124,15 @@ class _Builder:
         kernel.attributes.add("alwaysinline")
         for arg in kernel.args[2:]:
             arg.add_attribute("noalias")
-        entry = ir.Function(module, ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer().as_pointer(), I64,
-                                                                     I64]), self.name)
-        b = ir.IRBuilder(entry.append_basic_block("entry"))
-        args = [b.bitcast(b.load(b.gep(entry.args[0], [I64(i)])), p) for i, p in enumerate(ptrs)]
-        b.call(kernel, [entry.args[1], entry.args[2]] + args)
-        b.ret_void()
         return module, kernel
+
+    def finish(self, b, kernel, source, mode="thread"):
+        """Close the kernel body, add the target's entry, and fill ``source``'s IR."""
+        b.ret_void()
+        module = kernel.module
+        self.target.add_entry(module, kernel, source.inputs + source.outputs, source.outer, mode)
+        source.llvm_ir, source.module, source.mode = str(module), module, mode
+        return source
 
     def loops(self, b, sizes, body, start=None, end=None):
         """Nested counted loops over ``sizes`` (the first from start to end); ``body(b, indices)``."""
@@ -201,9 +205,9 @@ class _Builder:
         return [e.cast(result, out_dtype)]
 
 
-def build_pointwise(group, name):
+def build_pointwise(group, name, target=None):
     """A pointwise group's kernel: one loop nest over its output shape."""
-    bld = _Builder(group, name)
+    bld = _Builder(group, name, target)
     outputs = list(group.outputs)
     space = tuple(outputs[0].type.shape)
     for out in outputs:
@@ -226,10 +230,9 @@ def build_pointwise(group, name):
             s = bld.evaluate(e, out, memo, load)
             e.store(s, b.gep(ptr[out], [bld.offset(b, idx, out_strides, 0)]))
 
-    bld.loops(b, sizes, body, kernel.args[0], kernel.args[1])
-    b.ret_void()
-    return KernelSource(name, "pointwise", [n.op.name for n in group.nodes], bld.roots, outputs,
-                        sizes[0] if sizes else 1, prod(space), str(module), module)
+    bld.target.map_loops(bld, b, sizes, body, kernel.args[0], kernel.args[1])
+    return bld.finish(b, kernel, KernelSource(name, "pointwise", [n.op.name for n in group.nodes], bld.roots,
+                                              outputs, bld.target.outer(sizes), prod(space)))
 
 
 def _used(value, bld):
@@ -238,9 +241,9 @@ def _used(value, bld):
     return any(value in list(iter_values(n.args)) for n in bld.computed) or value in bld.group.outputs
 
 
-def build_reduction(group, name):
+def build_reduction(group, name, target=None):
     """A reduction group's kernel: kept dims outside, reduced dims inside, then the epilogue."""
-    bld = _Builder(group, name)
+    bld = _Builder(group, name, target)
     red = next(n for n in bld.computed if n.op.name in lowering.REDUCTION_OPS)
     x = red.args[0]
     in_shape = tuple(x.type.shape)
@@ -324,7 +327,8 @@ def build_reduction(group, name):
 
     def kept_body(b, kidx):
         e.store(e.const(identity, acc_dtype), acc)
-        bld.loops(b, r_sizes, lambda b, ridx: reduce_item(b, kidx, ridx, acc))
+        bld.target.reduce_loops(bld, b, e, r_sizes, lambda b, ridx, slot: reduce_item(b, kidx, ridx, slot), acc,
+                                acc_dtype, combine, identity)
         total = e.load(acc, acc_dtype)
         if finish is not None:
             total = finish(e, total, count)
@@ -354,51 +358,50 @@ def build_reduction(group, name):
             e.store(e.const(identity, acc_dtype), at(b, kidx))
 
         def accumulate(b, ridx):
-            bld.loops(b, k_sizes, lambda b, kidx: reduce_item(b, kidx, ridx, at(b, kidx)),
-                      kernel.args[0], kernel.args[1])
+            bld.target.map_loops(bld, b, k_sizes, lambda b, kidx: reduce_item(b, kidx, ridx, at(b, kidx)),
+                                 kernel.args[0], kernel.args[1])
 
-        bld.loops(b, k_sizes, init, kernel.args[0], kernel.args[1])
+        bld.target.map_loops(bld, b, k_sizes, init, kernel.args[0], kernel.args[1])
         bld.loops(b, r_sizes, accumulate)
         if finish is not None:
-            bld.loops(b, k_sizes, lambda b, kidx: e.store(finish(e, e.load(at(b, kidx), acc_dtype), count),
-                                                          at(b, kidx)), kernel.args[0], kernel.args[1])
-        b.ret_void()
-        return KernelSource(name, "reduction", ops, bld.roots, outputs, k_sizes[0], n, str(module), module)
+            bld.target.map_loops(bld, b, k_sizes, lambda b, kidx: e.store(
+                finish(e, e.load(at(b, kidx), acc_dtype), count), at(b, kidx)), kernel.args[0], kernel.args[1])
+        return bld.finish(b, kernel, KernelSource(name, "reduction", ops, bld.roots, outputs,
+                                                  bld.target.outer(k_sizes), n))
     if not k_sizes and len(r_sizes) == 1 and n >= SPLIT_MIN_WORK and not epilogue and not pro_outs \
             and outputs == [out_value] and red.op.name in SPLITTABLE:
-        # A full reduction of a large contiguous input: PARTS partial results, each over a slice,
-        # that threads compute apart and the caller combines. PARTS is fixed, so the result does
+        # A full reduction of a large contiguous input: partial results, each over a slice, that
+        # threads compute apart and the caller combines. Their count is fixed, so the result does
         # not depend on the number of threads.
-        step = -(-n // PARTS)
+        parts = bld.target.split_parts
+        step = -(-n // parts)
 
         def part_body(b, pidx):
             e.store(e.const(identity, acc_dtype), acc)
             lo = b.mul(pidx[0], I64(step))
             hi = b.select(b.icmp_signed("<", b.add(lo, I64(step)), I64(n)), b.add(lo, I64(step)), I64(n))
 
-            def item_body(b, ridx):
+            def item_body(b, ridx, slot):
                 def load(v):
                     root, _, _, offset = bld.geometry[v]
                     return e.load(b.gep(ptr[root], [bld.offset(b, ridx, inner_red[v], offset)]), v.type.dtype)
-                e.store(combine(e, e.load(acc, acc_dtype), e.cast(bld.evaluate(e, x, {}, load), acc_dtype)), acc)
+                e.store(combine(e, e.load(slot, acc_dtype), e.cast(bld.evaluate(e, x, {}, load), acc_dtype)), slot)
 
-            bld.loops(b, [n], item_body, lo, hi)
+            bld.target.reduce_loops(bld, b, e, [n], item_body, acc, acc_dtype, combine, identity, lo, hi)
             e.store(e.load(acc, acc_dtype), b.gep(b.bitcast(ptr[out_value], llvm_type(acc_dtype).as_pointer()),
                                                   [pidx[0]]))
 
-        bld.loops(b, [PARTS], part_body, kernel.args[0], kernel.args[1])
-        b.ret_void()
-        return KernelSource(name, "reduction", ops, bld.roots, outputs, PARTS, n, str(module), module,
-                            split=(PARTS, red.op.name, n, acc_dtype))
+        bld.loops(b, [parts], part_body, kernel.args[0], kernel.args[1])
+        return bld.finish(b, kernel, KernelSource(name, "reduction", ops, bld.roots, outputs, parts, n,
+                                                  split=(parts, red.op.name, n, acc_dtype)), "block")
     bld.loops(b, k_sizes, kept_body, kernel.args[0] if k_sizes else None, kernel.args[1] if k_sizes else None)
-    b.ret_void()
-    return KernelSource(name, "reduction", ops, bld.roots, outputs, k_sizes[0] if k_sizes else 1, n, str(module),
-                        module)
+    return bld.finish(b, kernel, KernelSource(name, "reduction", ops, bld.roots, outputs,
+                                              k_sizes[0] if k_sizes else 1, n), "block")
 
 
-# Full reductions at least this large are computed in PARTS slices (in parallel), then combined.
+# Full reductions at least this large are computed in the target's split_parts slices (in parallel),
+# then combined.
 SPLIT_MIN_WORK = 1 << 18
-PARTS = 16
 SPLITTABLE = ("sum", "mean", "prod", "amax", "amin", "max", "min")
 
 
@@ -440,7 +443,7 @@ def is_row_softmax(node):
         t.dtype in (_dt.float32, _dt.float64) and t.shape[-1] > 0
 
 
-def build_softmax(group, name):
+def build_softmax(group, name, target=None):
     """Row softmax in one kernel: per row, a max pass, a pass writing exp(x - max) and summing
     it, and a pass normalising in place (the row stays in cache between passes)."""
     node = group.nodes[0]
@@ -449,49 +452,57 @@ def build_softmax(group, name):
     cols = x.type.shape[-1]
     rows = prod(x.type.shape[:-1])
     out = node.outputs[0]
-    bld = _Builder(group, name)
+    bld = _Builder(group, name, target)
     module, kernel, ptr, b, e = bld.begin([x, out])
     src, dst = ptr[x], ptr[out]
     t = llvm_type(dtype)
     m_slot, s_slot = b.alloca(t), b.alloca(t)
     log = node.op.name == "log_softmax"
 
+    target = bld.target
+    maxnum = lambda e, p, q: e.intrinsic("llvm.maxnum", p, q)  # noqa: E731
+    add = lambda e, p, q: e.add(p, q, reassociate=True)  # noqa: E731
+
     def row(b, ridx):
         base = b.mul(ridx[0], I64(cols))
         at = lambda p, j: b.gep(p, [b.add(base, j[0])])  # noqa: E731
         b.store(ir.Constant(t, float("-inf")), m_slot)
-        bld.loops(b, [cols], lambda b, j: b.store(
-            e.intrinsic("llvm.maxnum", Scalar(b.load(m_slot), dtype), e.load(at(src, j), dtype)).value, m_slot))
+        target.reduce_loops(bld, b, e, [cols], lambda b, j, slot: b.store(
+            maxnum(e, Scalar(b.load(slot), dtype), e.load(at(src, j), dtype)).value, slot), m_slot, dtype, maxnum,
+            float("-inf"))
         m = Scalar(b.load(m_slot), dtype)
         b.store(ir.Constant(t, 0.0), s_slot)
 
-        def exp_pass(b, j):
+        def exp_pass(b, j, slot):
             shifted = e.sub(e.load(at(src, j), dtype), m)
             ex = e.math("exp", shifted)
             if not log:
                 e.store(ex, at(dst, j))
-            b.store(e.add(Scalar(b.load(s_slot), dtype), ex, reassociate=True).value, s_slot)
-        bld.loops(b, [cols], exp_pass)
+            b.store(add(e, Scalar(b.load(slot), dtype), ex).value, slot)
+        target.reduce_loops(bld, b, e, [cols], exp_pass, s_slot, dtype, add, 0.0)
         total = Scalar(b.load(s_slot), dtype)
         if log:
             shift = e.add(m, e.math("log", total))
-            bld.loops(b, [cols], lambda b, j: e.store(e.sub(e.load(at(src, j), dtype), shift), at(dst, j)))
+            target.map_loops(bld, b, [cols], lambda b, j: e.store(e.sub(e.load(at(src, j), dtype), shift),
+                                                                   at(dst, j)))
         else:
-            bld.loops(b, [cols], lambda b, j: e.store(e.div(e.load(at(dst, j), dtype), total), at(dst, j)))
+            target.map_loops(bld, b, [cols], lambda b, j: e.store(e.div(e.load(at(dst, j), dtype), total),
+                                                                   at(dst, j)))
 
     bld.loops(b, [rows], row, kernel.args[0], kernel.args[1])
-    b.ret_void()
-    return KernelSource(name, "softmax", [node.op.name], [x], [out], rows, rows * cols, str(module), module)
+    return bld.finish(b, kernel, KernelSource(name, "softmax", [node.op.name], [x], [out], rows, rows * cols),
+                      "block")
 
 
-def build(group, name):
-    """The kernel source of a fusion group (CompileError if it has no kernel form)."""
+def build(group, name, target=None):
+    """The kernel source of a fusion group for ``target`` (default the CPU; CompileError if it has
+    no kernel form)."""
     if group.kind == "pointwise":
-        return build_pointwise(group, name)
+        return build_pointwise(group, name, target)
     if group.kind == "reduction":
-        return build_reduction(group, name)
+        return build_reduction(group, name, target)
     if len(group.nodes) == 1 and is_row_softmax(group.nodes[0]):
-        return build_softmax(group, name)
+        return build_softmax(group, name, target)
     raise CompileError(f"a {group.kind} group has no kernel")
 
 

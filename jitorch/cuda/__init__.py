@@ -1,12 +1,214 @@
-"""jitorch.cuda: CUDA device queries. The CUDA runtime arrives with the CUDA layer;
-until then no device is ever available and CUDA tensors raise a clear RuntimeError."""
+"""jitorch.cuda: devices, streams, events and memory statistics, as ``torch.cuda``.
+
+Importing this package loads nothing of CUDA: the driver is initialised by the
+first query that needs it. Without a driver or a device, `is_available()` is
+False, `device_count()` is 0, the memory statistics are 0 (as torch reports
+them then), and everything that needs a device raises a RuntimeError saying
+CUDA is unavailable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+
+
+class _LazyDriver:
+    """jitorch.runtime.cuda_driver, imported by the first CUDA call rather than by ``import jitorch``."""
+
+    def __getattr__(self, name):
+        from ..runtime import cuda_driver
+        return getattr(cuda_driver, name)
+
+
+_driver = _LazyDriver()
+_local = threading.local()
 
 
 def is_available() -> bool:
-    """Whether a CUDA device can be used (False until the CUDA runtime exists)."""
-    return False
+    """Whether a CUDA driver and at least one device can be used."""
+    return _driver.available()
 
 
 def device_count() -> int:
     """Number of usable CUDA devices."""
-    return 0
+    return _driver.device_count()
+
+
+def _index(device):
+    if device is None:
+        return 0
+    if isinstance(device, int):
+        return device
+    from ..runtime.device import device as _device
+    return _device(device).index or 0
+
+
+def get_device_name(device=None) -> str:
+    """The name of a device (default device 0)."""
+    return _driver.device_name(_index(device))
+
+
+def synchronize(device=None) -> None:
+    """Wait for all work queued on the device."""
+    _driver.activate(_index(device))
+    _driver.synchronize()
+
+
+class Stream:
+    """A CUDA stream: kernels and copies queued on it run in order."""
+
+    def __init__(self, device=None, priority=0, _handle=None):
+        self.device_index = _index(device)
+        if _handle is None:
+            drv = _driver.require()
+            _driver.activate(self.device_index)
+            _handle = _driver.check(drv.cuStreamCreateWithPriority(drv.CUstream_flags.CU_STREAM_NON_BLOCKING,
+                                                                   priority))
+        self.handle = _handle
+
+    def synchronize(self):
+        """Wait for the work queued on this stream."""
+        _driver.synchronize_stream(self.handle)
+
+    def query(self):
+        """Whether the stream's work has finished."""
+        drv = _driver.require()
+        err = drv.cuStreamQuery(self.handle)[0]
+        return err == drv.CUresult.CUDA_SUCCESS
+
+    def wait_event(self, event):
+        _driver.check(_driver.require().cuStreamWaitEvent(self.handle, event.handle, 0))
+
+    def record_event(self, event=None):
+        event = event or Event()
+        event.record(self)
+        return event
+
+    def __eq__(self, other):
+        return isinstance(other, Stream) and int(self.handle) == int(other.handle)
+
+    def __hash__(self):
+        return hash(int(self.handle))
+
+    def __repr__(self):
+        return f"<jitorch.cuda.Stream device=cuda:{self.device_index} cuda_stream={int(self.handle):#x}>"
+
+
+def _stack():
+    if not hasattr(_local, "streams"):
+        _local.streams = []
+    return _local.streams
+
+
+def default_stream(device=None) -> Stream:
+    """The device's legacy default stream."""
+    _driver.require()
+    return Stream(device, _handle=0)
+
+
+def current_stream(device=None) -> Stream:
+    """The stream launches go to: the innermost `stream()` context's, else the default stream."""
+    streams = _stack()
+    return streams[-1] if streams else default_stream(device)
+
+
+@contextlib.contextmanager
+def stream(s):
+    """Queue work on ``s`` inside the block (``None`` leaves the current stream)."""
+    if s is None:
+        yield
+        return
+    streams = _stack()
+    streams.append(s)
+    try:
+        yield
+    finally:
+        streams.pop()
+
+
+class Event:
+    """A marker in a stream; ``enable_timing=True`` lets `elapsed_time` measure between two."""
+
+    def __init__(self, enable_timing=False, blocking=False, interprocess=False):
+        drv = _driver.require()
+        _driver.activate(0)
+        flags = 0 if enable_timing else int(drv.CUevent_flags.CU_EVENT_DISABLE_TIMING)
+        if blocking:
+            flags |= int(drv.CUevent_flags.CU_EVENT_BLOCKING_SYNC)
+        self.enable_timing = enable_timing
+        self.handle = _driver.check(drv.cuEventCreate(flags))
+
+    def record(self, stream=None):
+        """Mark the current point of ``stream`` (default: the current stream)."""
+        stream = stream or current_stream()
+        _driver.check(_driver.require().cuEventRecord(self.handle, stream.handle))
+
+    def synchronize(self):
+        _driver.check(_driver.require().cuEventSynchronize(self.handle))
+
+    def query(self):
+        drv = _driver.require()
+        return drv.cuEventQuery(self.handle)[0] == drv.CUresult.CUDA_SUCCESS
+
+    def elapsed_time(self, end):
+        """Milliseconds from this event to ``end`` (both recorded, both with timing)."""
+        if not (self.enable_timing and end.enable_timing):
+            raise RuntimeError("Both events must be created with argument 'enable_timing=True'.")
+        return _driver.check(_driver.require().cuEventElapsedTime(self.handle, end.handle))
+
+
+def _allocator(device=None):
+    """The device's caching allocator, or None without CUDA (statistics then read 0)."""
+    if not is_available():
+        return None
+    from ..runtime.cuda_graph import allocator
+    return allocator(_index(device))
+
+
+def memory_allocated(device=None) -> int:
+    """Bytes of device memory held by tensors (block sizes, rounded to 512)."""
+    a = _allocator(device)
+    return 0 if a is None else a.memory_allocated()
+
+
+def max_memory_allocated(device=None) -> int:
+    """The peak of `memory_allocated`."""
+    a = _allocator(device)
+    return 0 if a is None else a.max_memory_allocated()
+
+
+def memory_reserved(device=None) -> int:
+    """Bytes the caching allocator holds from the driver."""
+    a = _allocator(device)
+    return 0 if a is None else a.memory_reserved()
+
+
+def max_memory_reserved(device=None) -> int:
+    a = _allocator(device)
+    return 0 if a is None else a.max_memory_reserved()
+
+
+def reset_peak_memory_stats(device=None) -> None:
+    a = _allocator(device)
+    if a is not None:
+        a.reset_peak_memory_stats()
+
+
+def empty_cache() -> None:
+    """Give cached, unused device memory back to the driver."""
+    a = _allocator()
+    if a is not None:
+        a.empty_cache()
+
+
+def memory_stats(device=None) -> dict:
+    """The allocator's counters (``"allocated_bytes.all.current"``, ...); empty without CUDA."""
+    a = _allocator(device)
+    return {} if a is None else a.memory_stats()
+
+
+__all__ = ["Event", "Stream", "current_stream", "default_stream", "device_count", "empty_cache",
+           "get_device_name", "is_available", "max_memory_allocated", "max_memory_reserved", "memory_allocated",
+           "memory_reserved", "memory_stats", "reset_peak_memory_stats", "stream", "synchronize"]

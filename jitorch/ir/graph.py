@@ -102,9 +102,13 @@ class Graph:
         self.outputs = None             # pytree of Values and literals
         self.mutations: list = []       # (input Value, Value written back into it)
         self.objects: dict = {}         # name -> a non-tensor object an op uses (a Generator), printed @name
-        # inputs whose .grad a traced backward() set: the graph returns (result, [their new grads])
+        # set by the tracer: tensors whose .grad a traced backward() sets (input indices, constant
+        # names), with the gradients as the second output
         self.grad_targets: list = []
-        self.outputs_require_grad = False  # set by the tracer
+        self.outputs_require_grad = False
+        self.grad_constants: dict = {}   # constant name -> the constant whose current .grad it is
+        self.python_guards: list = []    # zero-argument checks of Python state the trace assumed
+        self.one_shot = False            # valid for one call only (it initialised Python state)
         self._next_id = 0
         self._names: set = set()
 

@@ -119,6 +119,12 @@ class CacheEntry:
     def guards(self):
         return describe_guards(self.key, self.names)
 
+    def reusable(self, args):
+        """Whether this entry's graph may run on ``args`` as they are (the fast path's checks
+        beyond the argument key)."""
+        g = self.graph
+        return not (g.mutations and _inputs_alias(args)) and (not g.python_guards or python_guards_hold(g))
+
 
 class CompiledFunction:
     """``fn`` compiled: call it like ``fn``; `lower` shows what it compiles to."""
@@ -161,15 +167,23 @@ class CompiledFunction:
             key = _tensor_args_key(args)
             if key is not None:
                 entry = self._fast.get(key)
-                if entry is not None and not (entry.graph.mutations and _inputs_alias(args)):
+                if entry is not None and entry.reusable(args):
                     entry.calls += 1
                     return entry.executable.run(args)
         entry = self._entry(args, kwargs)
+        if entry is not None and entry.graph is not None and not python_guards_hold(entry.graph):
+            failed = next(c for c in entry.graph.python_guards if not c())
+            logs.log("recompiles", "retracing %s: no longer true: %s", self.name, failed.__doc__ or failed)
+            self._forget(entry)
+            entry = self._entry(args, kwargs)
         if entry is None:
             return self.fn(*args, **kwargs)
         entry.calls += 1
         if entry.graph is None:
             return self.fn(*args, **kwargs)
+        if entry.graph.one_shot:
+            # the trace initialised Python state (an optimizer's buffers): the next call traces anew
+            self._forget(entry)
         if entry.graph.mutations and _inputs_alias(tree_flatten((args, kwargs))[0]):
             # the graph treats its inputs as separate memory: a write through one would be missed by another
             logs.log("recompiles", "%s runs eagerly: inputs share memory and the function writes into one",
@@ -178,9 +192,15 @@ class CompiledFunction:
         executable = self._executable(entry)
         if self._differentiable(entry, args, kwargs):
             return self._call_with_backward(entry, args)
-        if executable is not None and not kwargs and _tensor_args_key(args) is not None:
+        if executable is not None and not kwargs and _tensor_args_key(args) is not None and not entry.graph.one_shot:
             self._fast[_tensor_args_key(args)] = entry
         return run_graph(entry.graph, args, kwargs, executable)
+
+    def _forget(self, entry):
+        """Drop a cache entry whose graph no longer fits the function's state."""
+        self.cache.pop(entry.key, None)
+        for k in [k for k, e in self._fast.items() if e is entry]:
+            del self._fast[k]
 
     def _differentiable(self, entry, args, kwargs):
         """Whether this call's outputs must carry a backward node: inputs that require grad,
@@ -324,19 +344,35 @@ def run_graph(graph, args, kwargs, executable=None):
     inputs = [leaf for leaf in leaves if isinstance(leaf, Tensor)]
     if executable is not None:
         return executable.run(inputs)
+    refresh_captured_grads(graph)
     outputs, mutations = interpret(graph, inputs)
     write_back(graph, inputs, mutations)
     return set_grads(graph, inputs, outputs)
 
 
 def set_grads(graph, inputs, outputs):
-    """A traced backward() set inputs' .grad: set the real ones; the user's result is returned."""
+    """A traced backward() set inputs' or captured parameters' .grad: set the real ones; the user's
+    result is returned."""
     if not graph.grad_targets:
         return outputs
     result, grads = outputs
-    for i, g in zip(graph.grad_targets, grads):
-        inputs[i].grad = g
+    for target, g in zip(graph.grad_targets, grads):
+        owner = inputs[target] if isinstance(target, int) else graph.constant_tensors[target]
+        owner.grad = g
     return result
+
+
+def refresh_captured_grads(graph):
+    """Point the graph's ``p.grad`` constants at the parameters' current ``.grad`` tensors."""
+    tensors = graph.constant_tensors
+    for name, owner in graph.grad_constants.items():
+        tensors[name] = tensors[owner].grad
+
+
+def python_guards_hold(graph):
+    """Whether the Python state the trace assumed (captured ``.grad`` being None, an optimizer's
+    learning rate, see `jitorch.compiler.guard`) still holds."""
+    return all(check() for check in graph.python_guards)
 
 
 def write_back(graph, inputs, mutations):

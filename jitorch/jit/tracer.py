@@ -27,7 +27,7 @@ from ..ops import registry
 from ..ops.random_ops import Generator
 from ..runtime.storage import Storage
 from ..runtime.strided import contiguous_strides
-from ..tensor import Tensor
+from ..tensor import GRAD_WATCHERS, Tensor
 from ..utils.pytree import tree_flatten, tree_unflatten
 from .errors import TraceError, describe_call, trace_error, user_frame, where
 
@@ -68,6 +68,9 @@ class Tracer:
         self.fn = fn
         self.lifted: dict = {}     # id(real tensor) -> (real tensor, its fake)
         self.watched: list = []    # storages of inputs and constants, checked for writes at the end
+        self.grad_owners: list = []  # (real tensor, constant name, its .grad before the trace)
+        self.one_shot = False      # see jitorch.compiler.eager_state
+        self.python_guards: list = []  # see jitorch.compiler.guard
 
     # Fake tensors -----------------------------------------------------------------
 
@@ -100,7 +103,37 @@ class Tracer:
             value = self.graph.add_constant(name, t, TensorType(tuple(t.shape), t.dtype, t.device))
             entry = self.lifted[id(t)] = (t, self.new_fake(value, origin=value, requires_grad=t.requires_grad,
                                                            compact=_is_compact(t)))
+            if t.requires_grad:
+                self.own_grad(t, value.name, entry[1])
         return entry[1]
+
+    def own_grad(self, real, name, fake):
+        """A captured tensor that requires grad (a module's parameter): a backward() in the trace
+        accumulates into the real tensor's ``.grad``, where the traced code reads it (``p.grad``);
+        its ``.grad`` holds fakes until the trace ends, and the graph re-reads an existing ``.grad``
+        from the tensor at each call."""
+        from ..autograd.engine import AccumulateGrad
+        fake._accumulator = AccumulateGrad(real)
+        before = real.grad
+        self.grad_owners.append((real, name, before))
+        if before is not None:
+            value = self.graph.add_constant(f"{name}_grad", before, TensorType(tuple(before.shape), before.dtype,
+                                                                            before.device))
+            self.graph.grad_constants[value.name] = name
+            grad_fake = self.new_fake(value, origin=value, compact=_is_compact(before))
+            self.lifted[id(before)] = (before, grad_fake)
+            real.grad = grad_fake
+
+    def finish_grads(self):
+        """Restore captured tensors' ``.grad``; returns (constant name, final fake or None) for those
+        the traced code changed."""
+        changed = []
+        for real, name, before in self.grad_owners:
+            after = real.grad
+            real.grad = before
+            if after is not before and not (before is not None and after is self.lifted[id(before)][1]):
+                changed.append((name, after))
+        return changed
 
     def name_for(self, t):
         """A readable constant name: the variable that holds ``t`` in the traced function, if any."""
@@ -287,12 +320,20 @@ class Tracer:
 
     # Driving -------------------------------------------------------------------------------
 
+    def grad_assigned(self, t):
+        """Before traced code sets a captured tensor's ``.grad`` (``opt.zero_grad()``): own it now,
+        so the graph knows its ``.grad`` from before the call."""
+        if not self.is_ours(t) and not isinstance(t._storage, TraceStorage) and t.requires_grad:
+            self.fake(t)
+
     def __enter__(self):
         registry.DISPATCH_HOOKS.insert(0, self)
+        GRAD_WATCHERS.append(self)
         return self
 
     def __exit__(self, *exc):
         registry.DISPATCH_HOOKS.remove(self)
+        GRAD_WATCHERS.remove(self)
 
     def output(self, result):
         """Set the graph's outputs from the function's result, and its mutations."""
@@ -314,6 +355,26 @@ class Tracer:
             if st._version != st.initial_version:
                 self.graph.mutations.append((st.origin, st.value))
         return self.graph
+
+
+def _grad_is_none_guard(tensor, was_none):
+    """A graph traced with a captured parameter's ``.grad`` None (or not) fits only calls where it still is."""
+    import weakref
+    ref = weakref.ref(tensor)
+
+    def check():
+        t = ref()
+        return t is not None and (t.grad is None) == was_none
+    check.__doc__ = f"the captured tensor's .grad is {'None' if was_none else 'a tensor'}"
+    return check
+
+
+def current_tracer():
+    """The tracer recording now, or None."""
+    for hook in registry.DISPATCH_HOOKS:
+        if isinstance(hook, Tracer):
+            return hook
+    return None
 
 
 def _is_compact(t):
@@ -368,17 +429,25 @@ def trace_with_inputs(fn, args, kwargs):
     fargs, fkwargs = tree_unflatten(fake_leaves, spec)
     fakes = [f for f in fake_leaves if isinstance(f, Tensor)]
     with tracer:
-        initial = [tracer.fake(real.grad) if real.requires_grad and real.grad is not None else None
-                   for real in inputs]
-        for f, g in zip(fakes, initial):
-            f.grad = g
-        result = fn(*fargs, **fkwargs)
-        # a backward() inside fn accumulated into inputs' .grad: the graph returns those too
+        try:
+            initial = [tracer.fake(real.grad) if real.requires_grad and real.grad is not None else None
+                       for real in inputs]
+            for f, g in zip(fakes, initial):
+                f.grad = g
+            result = fn(*fargs, **fkwargs)
+        finally:
+            captured = tracer.finish_grads()
+        # a backward() inside fn set inputs' or captured parameters' .grad: the graph returns those too
         targets = [i for i, (f, g) in enumerate(zip(fakes, initial)) if f.grad is not g]
+        grads = [fakes[i].grad for i in targets] + [g for _, g in captured]
+        targets += [name for name, _ in captured]
         if targets:
-            result = (result, [fakes[i].grad for i in targets])
+            result = (result, grads)
         graph = tracer.output(result)
         graph.grad_targets = targets
+        graph.python_guards = tracer.python_guards + [_grad_is_none_guard(real, before is None)
+                                                      for real, _, before in tracer.grad_owners]
+        graph.one_shot = tracer.one_shot
     return graph, inputs
 
 

@@ -363,7 +363,7 @@ def execute(op, args, spec=None):
         if is_list:
             if v is not None:
                 vals[i] = [t._array() if isinstance(t, Tensor) else t for t in v]
-        elif v.__class__ is Tensor:
+        elif isinstance(v, Tensor):  # subclasses too (nn.Parameter)
             vals[i] = v._array()
     token = fp_errors.enter()
     try:

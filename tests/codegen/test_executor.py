@@ -142,3 +142,21 @@ def test_kernel_steps_patch_only_per_call_arguments():
         patched = {i for i, _ in s.dynamic_inputs} | {i for i, _ in s.fresh_outputs}
         fixed = [v for v in (*s.inputs, *s.outputs) if v in ex.plan.slots]
         assert len(patched) + len(fixed) + len(s.inplace_outputs) == len(s.inputs) + len(s.outputs)
+
+
+def test_a_value_both_returned_and_written_into_an_input_keeps_its_own_memory():
+    def f(buf, g):
+        buf.copy_(g * 2)
+        return g * 2  # the same value as the one written into buf (CSE merges them)
+
+    buf, g = jt.zeros(5), jt.arange(5.0)
+    out = jt.compile(f)(buf, g)
+    assert out.untyped_storage() is not buf.untyped_storage()
+    buf.add_(1)
+    np.testing.assert_array_equal(out.numpy(), np.arange(5.0) * 2)
+
+
+def test_kernels_reading_views_made_by_eager_steps_see_them_compacted():
+    x = jt.arange(12.0).reshape(3, 4)
+    f = lambda x: x.t() - x.t().sum(-1, keepdim=True)  # noqa: E731
+    np.testing.assert_array_equal(jt.compile(f)(x).numpy(), f(x).numpy())

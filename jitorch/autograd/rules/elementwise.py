@@ -132,8 +132,17 @@ declare("add", per_input(self=lambda g, a, out: g, other=lambda g, a, out: _time
 declare("sub subtract", per_input(self=lambda g, a, out: g, other=lambda g, a, out: _times(g, -a.alpha)))
 declare("rsub", per_input(self=lambda g, a, out: _times(g, -a.alpha), other=lambda g, a, out: g))
 declare("mul multiply", per_input(self=lambda g, a, out: g * a.other, other=lambda g, a, out: g * a.self))
-declare("true_divide", per_input(self=lambda g, a, out: g / a.other,
-                                 other=lambda g, a, out: -g * (a.self / a.other / a.other)))
+def _divided(formula):
+    """A formula of ``div``: the true quotient's, or torch's zero where a ``rounding_mode`` made it flat."""
+    return lambda g, a, out: formula(g, a, out) if a.rounding_mode is None else zeros(g.shape, g)
+
+
+_QUOTIENT = {"self": lambda g, a, out: g / a.other, "other": lambda g, a, out: -g * (a.self / a.other / a.other)}
+declare("true_divide", per_input(**_QUOTIENT))
+# Composites whose in-place form (``div_``, ``square_``) records one node of the op itself: out of place,
+# their parts record instead.
+declare("div divide", per_input(**{name: _divided(f) for name, f in _QUOTIENT.items()}))
+declare("square", per_input(self=lambda g, a, out: g * (2 * a.self)))
 declare("remainder", per_input(self=lambda g, a, out: g,
                                other=lambda g, a, out: -g * jt.floor_divide(a.self, a.other)))
 declare("fmod", per_input(self=lambda g, a, out: g,

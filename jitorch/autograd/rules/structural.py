@@ -134,19 +134,30 @@ def _unfold(g, a):
     return _accumulate_view(g, a.self.shape, lambda p: p.unfold(a.dimension, a.size, a.step))
 
 
+def _storage_counts(n, size, stride, offset, device):
+    """How many elements of the geometry ``(size, stride, offset)`` read each of ``n`` storage elements."""
+    positions = jitorch.arange(n, device=device).as_strided(size, stride, offset).reshape(-1)
+    return jitorch.zeros(n, device=device).index_add(0, positions, jitorch.ones(positions.shape, device=device))
+
+
 def _as_strided(g, a):
     """as_strided addresses the storage: the gradient goes through a storage-sized
-    buffer, then is read back with the input's own geometry."""
+    buffer, then is read back with the input's own geometry. Where that geometry
+    reads a storage element several times (an expanded input), each reading gets
+    an equal share, so that the shares sum to the element's gradient (as torch)."""
     x = a.self
     offset = x.storage_offset() if a.storage_offset is None else a.storage_offset
     size, stride = tuple(a.size), tuple(a.stride)
-    n = max(_span(x.shape, x.stride(), x.storage_offset()), _span(size, stride, offset))
+    geometry = (tuple(x.shape), x.stride(), x.storage_offset())
+    n = max(_span(*geometry), _span(size, stride, offset))
     if _overlaps(size, stride):
         positions = jitorch.arange(n, device=g.device).as_strided(size, stride, offset)
         flat = g.new_zeros(n).index_add(0, positions.reshape(-1), g.reshape(-1))
     else:
         flat = jitorch.as_strided_scatter(g.new_zeros(n), g, size, stride, offset)
-    return flat.as_strided(tuple(x.shape), x.stride(), x.storage_offset())
+    if _overlaps(*geometry[:2]):
+        flat = flat / _storage_counts(n, *geometry, g.device).clamp_min(1).to(g.dtype)
+    return flat.as_strided(*geometry)
 
 
 def _joined(join):
@@ -268,7 +279,7 @@ def _matmul_other(g, a, out):
 def _einsum(g, a, out):
     """Operand i's gradient is the einsum of ``g`` with the other operands onto
     i's labels; labels summed in i alone broadcast back, size-1 (broadcast) dims
-    sum back, and a label repeated in i (a diagonal) is written into zeros."""
+    broadcast up or sum back, and a label repeated in i (a diagonal) is written into zeros."""
     tensors = a.tensors
     plan = _einsum_plan(a.equation, tuple(tuple(t.shape) for t in tensors))
     letter = {x: _LETTERS[k] for k, x in enumerate(sorted({x for labels in plan.operands for x in labels}))}
@@ -285,7 +296,9 @@ def _einsum(g, a, out):
         for pos, x in enumerate(unique):
             if x not in seen:
                 gi = gi.unsqueeze(pos)
-        gi = sum_to(gi.expand(tuple(-1 if x in seen else size[x] for x in unique)), [size[x] for x in unique])
+        # size-1 dims broadcast both ways: up to the operand's size, or summed down to its size 1
+        gi = gi.expand(tuple(max(n, size[x]) for n, x in zip(gi.shape, unique)))
+        gi = sum_to(gi, [size[x] for x in unique])
         if len(unique) == len(labels):
             return gi
         zeros = g.new_zeros(tuple(t.shape))

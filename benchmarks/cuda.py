@@ -1,0 +1,67 @@
+"""CUDA benchmark: device copy bandwidth as the ceiling; fused GELU, the 10-op chain, row softmax and
+sum as fractions of it; tiled matmul 4096 in TFLOP/s. Prints "no CUDA device" and exits 0 without one.
+
+Kernels are timed with CUDA events (median of 20 launches) on device buffers of 64M float32 elements.
+"""
+
+import statistics
+import sys
+
+import numpy as np
+
+import jitorch as jt
+
+N = 1 << 26
+CASES = {
+    "gelu": (lambda t: 0.5 * t * (1 + (0.7978845608 * (t + 0.044715 * t ** 3)).tanh()), (N,), 2),
+    "ten_ops": (lambda t: ((t * t + t) * 0.5 - t / (t * t + 1) + (t - 1) * (t + 2)).abs() * 0.25, (N,), 2),
+    "softmax": (lambda t: t.softmax(-1), (N // 4096, 4096), 2),
+    "sum": (lambda t: t.sum(), (N,), 1),
+}
+
+
+def _time(launch, repeat=20):
+    times = []
+    for _ in range(repeat):
+        start, end = jt.cuda.Event(enable_timing=True), jt.cuda.Event(enable_timing=True)
+        start.record()
+        launch()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return statistics.median(times)
+
+
+def main():
+    if not jt.cuda.is_available():
+        print("no CUDA device")
+        return 0
+    from jitorch.codegen.nvptx.matmul import matmul_kernel
+    from jitorch.runtime import cuda_driver as d
+    nbytes = N * 4
+    src, dst = d.malloc(nbytes), d.malloc(nbytes)
+    d.copy_to_device(src, np.random.default_rng(0).standard_normal(N).astype(np.float32))
+    stream = jt.cuda.current_stream().handle
+    copy = 2 * nbytes / _time(lambda: d.copy_on_device(dst, src, nbytes, stream))
+    rows = [("d2d copy", f"{copy / 1e9:.0f} GB/s", "1.00")]
+    sms = d.attribute("MULTIPROCESSOR_COUNT")
+    for name, (fn, shape, passes) in CASES.items():
+        (k,) = jt.compile(fn).lower(jt.empty(*shape), device="cuda").executable.kernels
+        f, (blocks, threads) = d.function(k.asm, k.name), k.grid(sms)
+        out = dst if k.source.split is None else d.malloc(k.source.split[0] * 4)
+        seconds = _time(lambda: d.launch(f, blocks, threads, [src, out], stream))
+        bw = passes * nbytes / seconds
+        rows.append((name, f"{bw / 1e9:.0f} GB/s", f"{bw / copy:.2f}"))
+    m = 4096
+    k = matmul_kernel((m, m), (m, m), jt.float32)
+    f = d.function(k.asm, k.name)
+    seconds = _time(lambda: d.launch(f, k.grid()[0], k.grid()[1], [src, src, dst], stream), repeat=5)
+    rows.append(("matmul 4096 f32", f"{2 * m ** 3 / seconds / 1e12:.1f} TFLOP/s", "-"))
+    print(f"{'case':<18}{'throughput':>16}{'of copy':>10}   ({d.device_name()})")
+    for r in rows:
+        print(f"{r[0]:<18}{r[1]:>16}{r[2]:>10}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""The ``jitorch`` command: ``jitorch inspect FILE`` and ``jitorch run FILE --input x=a.npy --output out.npy``.
+
+Subcommands register in `SUBCOMMANDS` (name -> (help, add_arguments, run)).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+
+
+def _inspect_arguments(p):
+    p.add_argument("file", help="an exported program (jitorch.export(...).save(FILE))")
+
+
+def _inspect(args, out):
+    from .export import load
+    program = load(args.file)
+    print(f"file: {args.file}", file=out)
+    print("signature:", file=out)
+    for line in program.signature.describe():
+        print("  " + line, file=out)
+    print(f"constants: {len(program.constants)}", file=out)
+    for name, t in program.constants.items():
+        print(f"  {name}: {list(t.shape)} {t.dtype}", file=out)
+    print("graph:", file=out)
+    print(program.graph, file=out)
+    print("artifacts:", file=out)
+    for note in program.artifact_notes or ["none (kernels are compiled from the graph when loaded)"]:
+        print("  " + note, file=out)
+    return 0
+
+
+def _run_arguments(p):
+    p.add_argument("file", help="an exported program")
+    p.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
+                   help="an input tensor by its name in the signature (repeat for each input)")
+    p.add_argument("--output", action="append", default=[], metavar="FILE.npy",
+                   help="where to write each tensor output, in the signature's order (repeat)")
+
+
+def _run(args, out):
+    from .export import load
+    from .ops.creation import from_numpy
+    from .utils.pytree import tree_flatten, tree_unflatten
+    program = load(args.file)
+    given = {}
+    for item in args.input:
+        name, sep, path = item.partition("=")
+        if not sep:
+            raise ValueError(f"--input takes NAME=FILE.npy, got {item!r}")
+        given[name] = from_numpy(np.load(path, allow_pickle=False))
+    sig = program.signature
+    wanted = [leaf.name for leaf in sig.tensor_inputs()]
+    if set(given) != set(wanted):
+        raise ValueError(f"the program takes inputs {wanted}; --input gave {sorted(given)}")
+    leaves = [given[leaf.name] if leaf.kind == "tensor" else leaf.value for leaf in sig.inputs.leaves]
+    call_args, call_kwargs = tree_unflatten(leaves, sig.inputs.tree)
+    result = program(*call_args, **call_kwargs)
+    tensors = [leaf for leaf in tree_flatten(result)[0] if hasattr(leaf, "numpy")]
+    if len(args.output) != len(tensors):
+        raise ValueError(f"the program returns {len(tensors)} tensors; give one --output per tensor "
+                         f"(got {len(args.output)})")
+    for path, t in zip(args.output, tensors):
+        np.save(path, t.detach().numpy(), allow_pickle=False)
+        print(f"wrote {path}: {list(t.shape)} {t.dtype}", file=out)
+    return 0
+
+
+SUBCOMMANDS = {
+    "inspect": ("print an exported program's signature, graph and artifacts", _inspect_arguments, _inspect),
+    "run": ("run an exported program on .npy inputs", _run_arguments, _run),
+}
+
+
+def parser():
+    """The argument parser, one subparser per entry of `SUBCOMMANDS`."""
+    p = argparse.ArgumentParser(prog="jitorch", description="jitorch command line tools")
+    sub = p.add_subparsers(dest="command", required=True)
+    for name, (help, add_arguments, _) in SUBCOMMANDS.items():
+        add_arguments(sub.add_parser(name, help=help, description=help))
+    return p
+
+
+def main(argv=None, out=None):
+    """Entry point of the ``jitorch`` console script; returns the exit status."""
+    out = out or sys.stdout
+    args = parser().parse_args(argv)
+    from .export import ExportError
+    try:
+        return SUBCOMMANDS[args.command][2](args, out)
+    except (ExportError, OSError, TypeError, ValueError) as e:
+        print(f"jitorch {args.command}: error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

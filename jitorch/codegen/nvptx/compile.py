@@ -1,0 +1,127 @@
+"""PTX for kernel sources: verify, check intrinsics, optimise (O3) and emit with LLVM's NVPTX backend.
+
+LLVM aborts the process on what NVPTX cannot select (``llvm.exp`` and friends,
+see shared/LLVM-NOTES.md), so every module is checked against `ALLOWED`
+before it reaches the backend: anything else is a `CompileError`. PTX is
+cached in memory and on disk (the kernel cache), keyed by the kernel's LLVM
+IR and the target, so a second process skips LLVM.
+
+The PTX targets ``sm_80`` with PTX ISA 7.0, which every driver since CUDA 11.0
+loads; the driver compiles it for the GPU at hand (``sm_80`` and newer).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+
+from ...jit import logs
+from ..errors import CompileError
+from ..mathlib import ALLOWED_INTRINSICS as _MATH
+from .target import BLOCK, TRIPLE
+
+SM = "sm_80"
+PTX_ISA = "+ptx70"
+# LLVM intrinsics the NVPTX backend selects for every type jitorch kernels use.
+ALLOWED = _MATH | {"llvm.nvvm.read.ptx.sreg.", "llvm.nvvm.barrier0", "llvm.nvvm.shfl.sync.bfly.i32",
+                   "llvm.memcpy", "llvm.memset", "llvm.lifetime", "llvm.smax", "llvm.smin", "llvm.umax",
+                   "llvm.umin", "llvm.abs"}
+_DECLARE = re.compile(r"^declare[^@]*@\"?(llvm\.[\w.$]+)", re.M)
+_lock = threading.Lock()
+_state: dict = {}
+_memory: dict = {}
+
+
+def _machine():
+    if not _state:
+        import llvmlite.binding as llvm
+        llvm.initialize_all_targets()
+        llvm.initialize_all_asmprinters()
+        target = llvm.Target.from_triple(TRIPLE)
+        _state["tm"] = target.create_target_machine(cpu=SM, features=PTX_ISA, opt=3)
+    return _state["tm"]
+
+
+def target_id():
+    """What, besides the IR, decides the PTX: part of every cache key."""
+    return f"{TRIPLE}|{SM}|{PTX_ISA}"
+
+
+def check_intrinsics(module_text):
+    """CompileError for a declared LLVM intrinsic outside `ALLOWED` (it could abort the process)."""
+    for name in _DECLARE.findall(module_text):
+        if not any(name == a or name.startswith(a + ".") or (a.endswith(".") and name.startswith(a))
+                   for a in ALLOWED):
+            raise CompileError(f"intrinsic {name} has no NVPTX lowering jitorch allows")
+
+
+def optimise(module_text):
+    """The verified, O3-optimised llvmlite module of a kernel's IR for NVPTX."""
+    import llvmlite.binding as llvm
+    check_intrinsics(module_text)
+    tm = _machine()
+    mod = llvm.parse_assembly(module_text)
+    mod.triple = TRIPLE
+    mod.data_layout = str(tm.target_data)
+    mod.verify()
+    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
+    return mod
+
+
+def ptx_of(module_text, name, cache=None):
+    """The PTX of a kernel module, from memory, the disk cache, or LLVM."""
+    from ..cache import cache_key
+    key = cache_key(module_text, target_id())
+    ptx = _memory.get(key)
+    if ptx is not None:
+        return ptx
+    with _lock:
+        data = cache.get(key) if cache is not None else None
+        if data is None:
+            data = _machine().emit_assembly(optimise(module_text)).encode()
+            if cache is not None:
+                cache.put(key, data)
+            logs.log("codegen", "compiled %s to PTX", name)
+        ptx = _memory[key] = data.decode()
+    return ptx
+
+
+class PtxKernel:
+    """A kernel as PTX, with what a launch needs: its entry name, buffers and grid shape."""
+
+    def __init__(self, source, ptx):
+        self.source = source
+        self.name = source.name
+        self.ops = source.ops
+        self.asm = ptx
+        self.outer = source.outer
+        self.mode = source.mode
+        self._llvm_ir = None
+
+    @property
+    def llvm_ir(self):
+        """The optimised LLVM IR (computed on first use)."""
+        if self._llvm_ir is None:
+            with _lock:
+                self._llvm_ir = str(optimise(self.source.llvm_ir))
+        return self._llvm_ir
+
+    def grid(self, multiprocessors=132):
+        """(blocks, threads per block) for a device with this many multiprocessors: every outer
+        iteration gets a thread (or a block), up to 32 resident blocks per multiprocessor, beyond
+        which the grid-stride loop takes over."""
+        items = -(-self.outer // BLOCK) if self.mode == "thread" else self.outer
+        return max(1, min(items, 32 * multiprocessors)), BLOCK
+
+    def __repr__(self):
+        return f"<cuda kernel {self.name}: {' '.join(self.ops)}>"
+
+
+def compile_kernel(source, cache=None):
+    """A `PtxKernel` for a kernel source built with the NVPTX target."""
+    try:
+        return PtxKernel(source, ptx_of(source.llvm_ir, source.name, cache))
+    except RuntimeError as e:  # LLVM refused a module that passed the checks: say which kernel
+        raise CompileError(f"NVPTX code generation failed for {source.name}: {e}") from e

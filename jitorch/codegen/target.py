@@ -1,0 +1,61 @@
+"""Code generation targets: what differs between the CPU and a GPU when one kernel builder emits both.
+
+The kernel builder (kernel.py) decides what a kernel computes; a target decides
+how its iteration space is split and how the kernel is entered:
+
+- ``triple``: the LLVM target triple of the module;
+- ``map_loops(bld, b, sizes, body, start, end)``: a loop nest over ``sizes``
+  whose outermost ``[start, end)`` part this call covers, with no cross-iteration
+  state (pointwise maps, the passes that only write);
+- ``reduce_loops(bld, b, e, sizes, item, slot, dtype, combine, identity, start, end)``:
+  ``item(b, indices, slot)`` folded into ``slot`` over every index of ``sizes``;
+  on the CPU one thread runs them all, on a GPU a block shares them and combines;
+- ``outer(sizes)``: the trip count of what ``map_loops`` splits;
+- ``add_entry(module, body, buffers, outer, mode)``: the function a caller launches,
+  where ``mode`` is ``"thread"`` (outer iterations are independent items) or
+  ``"block"`` (each outer iteration is a cooperative reduction);
+- ``split_parts``: into how many partial results a large full reduction is cut.
+
+`CPU` is the host target: a plain loop nest over a chunk of the outer loop,
+entered through ``entry(i8** buffers, i64 start, i64 end)``.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+I64 = ir.IntType(64)
+
+
+class CpuTarget:
+    """The host CPU: the outer loop is cut in chunks that threads run (see cpu.py)."""
+
+    name = "cpu"
+    split_parts = 16
+
+    @property
+    def triple(self):
+        import llvmlite.binding as llvm
+        return llvm.get_process_triple()
+
+    def outer(self, sizes):
+        return sizes[0] if sizes else 1
+
+    def map_loops(self, bld, b, sizes, body, start=None, end=None):
+        bld.loops(b, sizes, body, start, end)
+
+    def reduce_loops(self, bld, b, e, sizes, item, slot, dtype, combine, identity, start=None, end=None):
+        bld.loops(b, sizes, lambda b, idx: item(b, idx, slot), start, end)
+
+    def add_entry(self, module, body, buffers, outer, mode):
+        """``entry(i8** buffers, i64 start, i64 end)``: unpacks the buffers for one cheap ctypes call."""
+        ptrs = [a.type for a in body.args[2:]]
+        entry = ir.Function(module, ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer().as_pointer(), I64,
+                                                                     I64]), module.name)
+        b = ir.IRBuilder(entry.append_basic_block("entry"))
+        args = [b.bitcast(b.load(b.gep(entry.args[0], [I64(i)])), p) for i, p in enumerate(ptrs)]
+        b.call(body, [entry.args[1], entry.args[2]] + args)
+        b.ret_void()
+
+
+CPU = CpuTarget()

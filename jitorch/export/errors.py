@@ -1,0 +1,11 @@
+"""The error of exporting and loading."""
+
+from __future__ import annotations
+
+
+class ExportError(RuntimeError):
+    """A function that cannot be exported, or a file that is not a loadable exported program.
+
+    The message says what is wrong: the op, the dim, the member of the file,
+    what was expected and what was found.
+    """

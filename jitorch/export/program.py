@@ -1,0 +1,212 @@
+"""`ExportedProgram`: a traced graph with its signature and constants, callable, savable, loadable."""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+
+from ..ir.printer import print_graph
+from ..runtime import dtypes as _dt
+from ..tensor import Tensor
+from ..utils.pytree import tree_flatten, tree_unflatten
+from . import archive, artifacts
+from .dynamic import Param, apply_params
+from .errors import ExportError
+from .graphs import copy_graph, graph_from_text, retype
+from .signature import Signature
+
+# Specialisations (one per set of symbolic sizes) kept compiled per program.
+MAX_SPECIALISATIONS = 8
+
+
+class ExportedProgram:
+    """An exported function: ``.graph`` (its IR), ``.signature``, ``.constants`` (parameters,
+    buffers and captured tensors by name), callable like the function, savable with `save`.
+
+    Calls check their inputs against the signature (TypeError or ValueError
+    naming the input), run the compiled graph, and write in-place updates back
+    into the inputs and into ``.constants``. Outputs carry no autograd history.
+    """
+
+    def __init__(self, graph, signature, constants, params=(), cpu_objects=None, artifact_notes=()):
+        self.graph = graph
+        self.signature = signature
+        self.constants = constants
+        self.params = list(params)
+        self._cpu_objects = cpu_objects  # object code from a file, by kernel key
+        self.artifact_notes = list(artifact_notes)
+        self._compiled = OrderedDict()
+        self._artifact_cache = None
+
+    # Calling ------------------------------------------------------------------------------
+
+    def __call__(self, *args, **kwargs):
+        tensors, sizes = self.signature.bind(args, kwargs)
+        result = self.specialise(sizes).run(tensors)
+        # the graph's text has no namedtuples: give the outputs the signature's structure
+        return tree_unflatten(tree_flatten(result)[0], self.signature.outputs.tree)
+
+    def specialise(self, sizes=None):
+        """The compiled graph for symbolic dims at ``sizes`` (name -> size; the example sizes by default)."""
+        full = {name: d.example for name, d in self.signature.dims.items()}
+        full.update(sizes or {})
+        key = tuple(sorted(full.items()))
+        compiled = self._compiled.get(key)
+        if compiled is None:
+            compiled = self._compile(self._graph_at(full), example=all(
+                full[n] == d.example for n, d in self.signature.dims.items()))
+            self._compiled[key] = compiled
+            if len(self._compiled) > MAX_SPECIALISATIONS:
+                self._compiled.popitem(last=False)
+        else:
+            self._compiled.move_to_end(key)
+        return compiled
+
+    def _graph_at(self, sizes):
+        graph = copy_graph(self.graph)
+        # the same tensors, so write-backs land in this program's constants; a dict of its own,
+        # since constant folding adds entries
+        graph.constant_tensors = dict(self.constants)
+        if all(sizes[n] == d.example for n, d in self.signature.dims.items()):
+            return graph
+        for value, spec in zip(graph.inputs, self.signature.tensor_inputs()):
+            shape = tuple(sizes[n] if isinstance(n, str) else n for n in spec.shape)
+            value.type = type(value.type)(shape, value.type.dtype, value.type.device)
+        apply_params(graph, self.params, sizes)
+        retype(graph)
+        return graph
+
+    def _compile(self, graph, example):
+        from ..codegen.executor import CompiledGraph, kernel_cache
+        cache = kernel_cache()
+        if example and self._cpu_objects is not None:
+            cache = self._artifact_cache = artifacts.ArtifactCache(self._cpu_objects)
+        return CompiledGraph(graph, cache)
+
+    @property
+    def artifact_stats(self):
+        """How many kernels of the example specialisation came from the file's object code and how
+        many were rebuilt from the IR (None for a program that was not loaded, or not yet called)."""
+        c = self._artifact_cache
+        return None if c is None else {"used": c.used, "rebuilt": c.rebuilt}
+
+    def module(self):
+        """A callable object running this program (``forward`` too), as torch's ``ep.module()``."""
+        return ExportedModule(self)
+
+    # Files --------------------------------------------------------------------------------
+
+    def save(self, path_or_file, artifacts_for=("cpu",)):
+        """Write this program to one file (see docs/export-format.md); ``artifacts_for=()`` leaves
+        out compiled code, which loading then rebuilds from the IR."""
+        if isinstance(path_or_file, (str, os.PathLike)):
+            path_or_file = os.fspath(path_or_file)
+        constants = []
+        for i, (name, t) in enumerate(self.constants.items()):
+            arr = t.detach().contiguous().numpy()
+            if t.dtype is _dt.bfloat16:
+                arr = arr.view("uint16")
+            constants.append(({"name": name, "member": f"constants/{i}.npy", "dtype": t.dtype.name,
+                               "shape": list(t.shape)}, arr))
+        records = [artifacts.cpu_artifacts(self.specialise())] if "cpu" in artifacts_for else []
+        archive.write(path_or_file, self.manifest(constants, records), print_graph(self.graph),
+                      constants, records)
+
+    def manifest(self, constants=(), records=()):
+        """The manifest's content, member hashes aside."""
+        from .. import __version__
+        return {
+            "format": archive.FORMAT, "format_version": archive.FORMAT_VERSION, "jitorch_version": __version__,
+            "signature": self.signature.to_json(),
+            "graph": {"member": archive.GRAPH, "grad_targets": list(self.graph.grad_targets),
+                      "outputs_require_grad": bool(self.graph.outputs_require_grad)},
+            "dynamic": {"params": [p.to_json() for p in self.params]},
+            "constants": [record for record, _ in constants],
+            "artifacts": [record for record, _ in records],
+        }
+
+    def to_c_library(self, out_dir, name):
+        """Write ``lib<name>.so`` and ``<name>.h`` into ``out_dir`` (see `jitorch.export.clib`)."""
+        from .clib import build_c_library
+        return build_c_library(self, out_dir, name)
+
+    def __repr__(self):
+        return "ExportedProgram(\n  " + "\n  ".join(self.signature.describe()) + "\n)"
+
+
+class ExportedModule:
+    """``ExportedProgram.module()``: call it, or its ``forward``, like the exported module."""
+
+    def __init__(self, program):
+        self.program = program
+
+    def forward(self, *args, **kwargs):
+        return self.program(*args, **kwargs)
+
+    __call__ = forward
+
+    def named_buffers(self):
+        """The program's constants (parameters, buffers and captured tensors), by name."""
+        return iter(self.program.constants.items())
+
+
+def load(path_or_file):
+    """Read an exported program (a path or a binary file object); ExportError for a damaged,
+    foreign or newer file. Runs no code from the file."""
+    from ..ops.creation import from_numpy
+    if isinstance(path_or_file, (str, os.PathLike)):
+        path_or_file = os.fspath(path_or_file)
+    contents = archive.read(path_or_file)
+    m = contents.manifest
+    signature = Signature.from_json(m.get("signature"))
+    graph_info = m.get("graph")
+    if not isinstance(graph_info, dict):
+        raise ExportError("manifest.json has no 'graph' entry")
+    constants = {}
+    for record in m.get("constants", []):
+        arr = contents.constants[record["name"]]
+        dtype = _dt.bfloat16 if record["dtype"] == "bfloat16" else None
+        t = from_numpy(arr.copy()) if dtype is None else Tensor._from_array(arr.view(_dt.bfloat16.np).copy(), dtype)
+        constants[record["name"]] = t
+    graph = graph_from_text(contents.graph_text, constants, _int_list(graph_info.get("grad_targets", [])),
+                            graph_info.get("outputs_require_grad") is True)
+    _check_against_graph(signature, graph)
+    dynamic_info = m.get("dynamic", {})
+    params = [Param.from_json(p, signature.dims) for p in (dynamic_info.get("params", [])
+                                                            if isinstance(dynamic_info, dict) else [])]
+    _check_params(graph, params, signature)
+    records = [(artifacts.check_record(r), objs) for r, objs in contents.artifacts]
+    objects, notes = artifacts.matching_objects(records)
+    return ExportedProgram(graph, signature, constants, params, objects, notes)
+
+
+def _int_list(value):
+    if not isinstance(value, list) or not all(type(i) is int for i in value):
+        raise ExportError(f"manifest.json: grad_targets must be a list of ints, found {value!r}")
+    return value
+
+
+def _check_against_graph(signature, graph):
+    """The signature must describe the graph: one tensor input per graph input, of its type."""
+    specs = signature.tensor_inputs()
+    if len(specs) != len(graph.inputs):
+        raise ExportError(f"the signature lists {len(specs)} tensor inputs, the graph takes {len(graph.inputs)}")
+    for spec, v in zip(specs, graph.inputs):
+        shape = tuple(signature.dims[n].example if isinstance(n, str) else n for n in spec.shape)
+        if (shape, spec.dtype, spec.device) != (v.type.shape, v.type.dtype, v.type.device):
+            raise ExportError(f"input {spec.name!r} is {spec.shape_text()} {spec.dtype} in the signature, but the "
+                              f"graph's input %{v.name} is {v.type}")
+    outputs = graph.outputs[0] if graph.grad_targets else graph.outputs
+    n = len(tree_flatten(outputs)[0])
+    if n != len(signature.outputs.leaves):
+        raise ExportError(f"the signature lists {len(signature.outputs.leaves)} outputs, the graph returns {n}")
+
+
+def _check_params(graph, params, signature):
+    """Each symbolic parameter must point at a literal holding its value at the example sizes."""
+    example = {n: d.example for n, d in signature.dims.items()}
+    probe = copy_graph(graph)
+    before = [n.args for n in probe.nodes]
+    apply_params(probe, params, example)
+    if [n.args for n in probe.nodes] != before:
+        raise ExportError("a symbolic parameter does not match the graph's literal at the example sizes")

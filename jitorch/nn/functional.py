@@ -1,0 +1,961 @@
+"""``jitorch.nn.functional``: layers, activations and losses as functions, with torch's signatures.
+
+Every function is a composition of registry ops, so autograd differentiates it,
+the tracer records it and the compiler fuses it with no code of its own here.
+Convolutions and pools gather their windows as strided slices of a padded input
+stacked along a new dim (im2col): each slice is a plain view, so the backward
+pass scatters into zeros instead of accumulating element by element.
+
+Checks that need tensor values (a class index out of range, BCE inputs outside
+[0, 1]) run only when the tensors hold data: while tracing they are skipped and
+the ops' own bounds checks apply when the compiled graph runs.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+
+import jitorch as jt
+
+__all__ = [
+    "linear", "bilinear", "conv1d", "conv2d", "conv3d", "pad", "max_pool1d", "max_pool2d", "avg_pool1d",
+    "avg_pool2d", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "batch_norm", "layer_norm", "embedding",
+    "dropout", "relu", "relu_", "gelu", "silu", "tanh", "sigmoid", "softmax", "log_softmax", "leaky_relu",
+    "logsigmoid", "softplus", "elu", "hardtanh", "relu6", "hardsigmoid", "hardswish", "mish", "softsign", "glu",
+    "softmin", "normalize", "cosine_similarity", "one_hot", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss",
+    "kl_div", "cross_entropy", "nll_loss",
+    "binary_cross_entropy", "binary_cross_entropy_with_logits", "scaled_dot_product_attention",
+]
+
+
+# Argument helpers ---------------------------------------------------------------------------------
+
+def _tuple(value, n):
+    """An int or a sequence of ints as an n-tuple (torch's ``_ntuple``; a 1-sequence repeats)."""
+    if isinstance(value, int):
+        return (value,) * n
+    value = tuple(value)
+    return value * n if len(value) == 1 else value
+
+
+def _has_data(t):
+    """Whether ``t`` holds values (False for the fake tensors of a trace)."""
+    return t._storage.data is not None
+
+
+def _sizes(shape):
+    return "x".join(str(n) for n in shape)
+
+
+# Linear layers -------------------------------------------------------------------------------------
+
+def linear(input, weight, bias=None):
+    """``input @ weight.T + bias``."""
+    out = jt.matmul(input, weight.t() if weight.ndim == 2 else weight)
+    return out if bias is None else out + bias
+
+
+def bilinear(input1, input2, weight, bias=None):
+    """``y_o = x1 W_o x2 + b_o`` over the last dims of ``input1`` and ``input2``."""
+    for k, x in ((1, input1), (2, input2)):
+        if x.shape[-1] != weight.shape[k]:
+            raise RuntimeError(f"bilinear(): input{k} size does not match weight size: got {x.shape[-1]} "
+                               f"but expected {weight.shape[k]}")
+    out = jt.einsum("...i,oij,...j->...o", input1, weight, input2)
+    return out if bias is None else out + bias
+
+
+# Padding ---------------------------------------------------------------------------------------------
+
+def _index_pad(x, dim, left, right, mode):
+    """``x`` padded along ``dim`` by gathering each output position's source index."""
+    n = x.shape[dim]
+    pos = np.arange(-left, n + right)
+    if mode == "replicate":
+        src = np.clip(pos, 0, n - 1)
+    elif mode == "circular":
+        src = pos % n
+    else:  # reflect: mirror about the edge elements, which are not repeated
+        period = 2 * (n - 1)
+        src = np.abs(pos) % period if period else np.zeros_like(pos)
+        src = np.where(src >= n, period - src, src)
+    return x.index_select(dim, jt.tensor(src, dtype=jt.int64, device=x.device))
+
+
+def _constant_pad(x, pad, value):
+    for k in range(len(pad) // 2):
+        dim = x.ndim - 1 - k
+        left, right = pad[2 * k], pad[2 * k + 1]
+        if left < 0:
+            x = x.narrow(dim, -left, x.shape[dim] + left)
+        if right < 0:
+            x = x.narrow(dim, 0, x.shape[dim] + right)
+        parts = []
+        for width in (max(left, 0), max(right, 0)):
+            shape = list(x.shape)
+            shape[dim] = width
+            parts.append(jt.full(shape, value, dtype=x.dtype, device=x.device) if width else None)
+        if parts[0] is not None or parts[1] is not None:
+            x = jt.cat([p for p in (parts[0], x, parts[1]) if p is not None], dim)
+    return x
+
+
+def pad(input, pad, mode="constant", value=None):
+    """Pad the last ``len(pad) // 2`` dims: ``pad = (last_left, last_right, prev_left, ...)``.
+
+    ``mode`` is 'constant' (with ``value``, default 0; negative widths crop), 'reflect',
+    'replicate' or 'circular' (these pad the last 1-3 dims of a batched or unbatched input).
+    """
+    pad = tuple(pad)
+    if len(pad) % 2:
+        raise RuntimeError("Padding length must be divisible by 2")
+    if len(pad) // 2 > input.ndim:
+        raise RuntimeError("Padding length should be less than or equal to two times the input dimension but got "
+                           f"padding length {len(pad)} and input of dimension {input.ndim}")
+    if mode == "constant":
+        return _constant_pad(input, pad, 0 if value is None else value)
+    if mode not in ("reflect", "replicate", "circular"):
+        raise NotImplementedError(f"Unrecognised padding mode {mode}")
+    if value is not None and value != 0:
+        raise RuntimeError(f'Padding mode "{mode}" doesn\'t take in value argument')
+    k = len(pad) // 2
+    if k not in (1, 2, 3) or input.ndim not in (k + 1, k + 2):
+        raise NotImplementedError(
+            f"Padding size {len(pad)} is not supported for {input.ndim}D input tensor.\n"
+            "Supported combinations for non-constant padding:\n"
+            "  - 2D or 3D input: padding size = 2 (pads last dimension)\n"
+            "  - 3D or 4D input: padding size = 4 (pads last 2 dimensions)\n"
+            "  - 4D or 5D input: padding size = 6 (pads last 3 dimensions)")
+    x = input
+    for i in range(k):
+        dim = x.ndim - 1 - i
+        left, right = pad[2 * i], pad[2 * i + 1]
+        n = x.shape[dim]
+        if mode == "reflect" and (left >= n or right >= n):
+            raise RuntimeError(f"Argument #4: Padding size should be less than the corresponding input dimension, "
+                               f"but got: padding ({left}, {right}) at dimension {dim} of input {list(input.shape)}")
+        if mode == "circular" and (left > n or right > n):
+            raise RuntimeError("Padding value causes wrapping around more than once.")
+        x = _index_pad(x, dim, left, right, mode)
+    return x
+
+
+# Sliding windows ---------------------------------------------------------------------------------------
+
+def _patches(x, kernel, stride, dilation, out, dim):
+    """The windows of the trailing ``len(kernel)`` dims of ``x`` (already padded), stacked along ``dim``.
+
+    Result: ``x``'s shape with its trailing dims replaced by the output positions ``out`` and a new
+    dim of the kernel positions (row-major) at ``dim``. Each kernel position is one strided slice of ``x``.
+    """
+    slices = []
+    for offsets in np.ndindex(*kernel):
+        index = [Ellipsis]
+        for o, s, d, n in zip(offsets, stride, dilation, out):
+            start = o * d
+            index.append(slice(start, start + s * (n - 1) + 1, s))
+        slices.append(x[tuple(index)])
+    return jt.stack(slices, dim)
+
+
+def _check_spatial(value, n, what):
+    if len(value) != n:
+        raise RuntimeError(f"expected {what} to be a single integer value or a list of {n} values to match the "
+                           f"convolution dimensions, but got {what}={list(value)}")
+
+
+# Convolutions ------------------------------------------------------------------------------------------------
+
+def _conv_padding(padding, nd, kernel, stride, dilation):
+    """Per dim (left, right) padding from an int, a tuple or torch's 'valid' / 'same'."""
+    if isinstance(padding, str):
+        if padding == "valid":
+            return [(0, 0)] * nd
+        if padding != "same":
+            raise RuntimeError(f"Invalid padding string: '{padding}'")
+        if any(s != 1 for s in stride):
+            raise RuntimeError("padding='same' is not supported for strided convolutions")
+        totals = [d * (k - 1) for k, d in zip(kernel, dilation)]
+        return [(t // 2, t - t // 2) for t in totals]
+    padding = _tuple(padding, nd)
+    _check_spatial(padding, nd, "padding")
+    if any(p < 0 for p in padding):
+        raise RuntimeError("negative padding is not supported")
+    return [(p, p) for p in padding]
+
+
+def _check_conv(input, weight, bias, groups, nd, name):
+    if input.ndim not in (nd + 1, nd + 2):
+        raise RuntimeError(f"Expected {nd + 1}D (unbatched) or {nd + 2}D (batched) input to {name}, but got input "
+                           f"of size: {list(input.shape)}")
+    if input.dtype is not weight.dtype:
+        raise RuntimeError(f"expected scalar type {_type_name(input.dtype)} but found {_type_name(weight.dtype)}")
+    if groups <= 0:
+        raise RuntimeError("non-positive groups is not supported")
+    out_channels = weight.shape[0]
+    if out_channels % groups:
+        raise RuntimeError(f"Given groups={groups}, expected weight to be divisible by {groups} at dimension 0, but "
+                           f"got weight of size [{list(weight.shape)}] instead")
+    channels = input.shape[1] if input.ndim == nd + 2 else input.shape[0]
+    if channels != weight.shape[1] * groups:
+        shape = list(input.shape) if input.ndim == nd + 2 else [1] + list(input.shape)
+        raise RuntimeError(f"Given groups={groups}, weight of size {list(weight.shape)}, expected input{shape} to have "
+                           f"{weight.shape[1] * groups} channels, but got {channels} channels instead")
+    if bias is not None and (bias.ndim != 1 or bias.shape[0] != out_channels):
+        raise RuntimeError(f"Given weight of size {list(weight.shape)}, expected bias to be 1-dimensional with "
+                           f"{out_channels} elements, but got bias of size {list(bias.shape)} instead")
+
+
+_TYPE_NAMES = {"float32": "Float", "float64": "Double", "float16": "Half", "bfloat16": "BFloat16", "int64": "Long",
+               "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte", "bool": "Bool"}
+
+
+def _type_name(dtype):
+    """torch's scalar type name (Float, Double, Half, BFloat16, Long, ...)."""
+    return _TYPE_NAMES[str(dtype).split(".")[-1]]
+
+
+def _conv(input, weight, bias, stride, padding, dilation, groups, nd):
+    name = f"conv{nd}d"
+    _check_conv(input, weight, bias, groups, nd, name)
+    spatial = weight.ndim - 2
+    stride, dilation = _tuple(stride, nd), _tuple(dilation, nd)
+    _check_spatial(stride, spatial, "stride")
+    _check_spatial(dilation, spatial, "dilation")
+    if any(s <= 0 for s in stride):
+        raise RuntimeError("non-positive stride is not supported")
+    if any(d <= 0 for d in dilation):
+        raise RuntimeError("dilation should be greater than zero")
+    kernel = tuple(weight.shape[2:])
+    pads = _conv_padding(padding, nd, kernel, stride, dilation)
+    unbatched = input.ndim == nd + 1
+    x = input.unsqueeze(0) if unbatched else input
+    padded = [n + l + r for n, (l, r) in zip(x.shape[2:], pads)]
+    spans = [d * (k - 1) + 1 for k, d in zip(kernel, dilation)]
+    if any(s > p for s, p in zip(spans, padded)):
+        raise RuntimeError(f"Calculated padded input size per channel: ({' x '.join(map(str, padded))}). Kernel size: "
+                           f"({' x '.join(map(str, spans))}). Kernel size can't be greater than actual input size")
+    if any(l or r for l, r in pads):
+        x = pad(x, [w for l, r in reversed(pads) for w in (l, r)])
+    out = [(p - s) // st + 1 for p, s, st in zip(padded, spans, stride)]
+    n, c = x.shape[0], x.shape[1]
+    k = math.prod(kernel)
+    # (N, C, K, *out) -> (N, G, C/G * K, L): contiguous, so these reshapes are views
+    cols = _patches(x, kernel, stride, dilation, out, 2).reshape(n, groups, (c // groups) * k, -1)
+    w = weight.reshape(groups, weight.shape[0] // groups, -1)
+    y = jt.matmul(w, cols).reshape(n, weight.shape[0], *out)
+    if bias is not None:
+        y = y + bias.reshape(-1, *([1] * nd))
+    return y.squeeze(0) if unbatched else y
+
+
+def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """1-D convolution (cross-correlation) of ``(N, C, L)`` or ``(C, L)`` input with ``(O, C/groups, K)`` weight."""
+    return _conv(input, weight, bias, stride, padding, dilation, groups, 1)
+
+
+def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """2-D convolution (cross-correlation) of ``(N, C, H, W)`` or ``(C, H, W)`` input with
+    ``(O, C/groups, kH, kW)`` weight; ``padding`` may be an int, a pair, 'valid' or 'same'."""
+    return _conv(input, weight, bias, stride, padding, dilation, groups, 2)
+
+
+def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """3-D convolution of ``(N, C, D, H, W)`` or ``(C, D, H, W)`` input."""
+    return _conv(input, weight, bias, stride, padding, dilation, groups, 3)
+
+
+# Pooling ----------------------------------------------------------------------------------------------------
+
+def _pool_out(n, k, s, p, d, ceil_mode):
+    """torch's pooling_output_shape: the last window must start inside the input or the left padding."""
+    out = (n + 2 * p - d * (k - 1) - 1 + (s - 1 if ceil_mode else 0)) // s + 1
+    if ceil_mode and (out - 1) * s >= n + p:
+        out -= 1
+    return out
+
+
+class _Pool:
+    """The geometry of a pooling call over the trailing ``nd`` dims of ``input`` (checked as torch)."""
+
+    def __init__(self, input, nd, kernel_size, stride, padding, dilation, ceil_mode):
+        if input.ndim not in (nd + 1, nd + 2) or 0 in input.shape[-nd - 1:]:
+            raise RuntimeError(f"non-empty {nd + 1}D or {nd + 2}D (batch mode) tensor expected for input")
+        self.kernel = _tuple(kernel_size, nd)
+        self.stride = self.kernel if stride is None or stride == [] or stride == () else _tuple(stride, nd)
+        self.padding, self.dilation = _tuple(padding, nd), _tuple(dilation, nd)
+        if any(s <= 0 for s in self.stride):
+            raise RuntimeError(f"stride should be greater than zero, but got stride: {list(self.stride)}")
+        if any(d <= 0 for d in self.dilation):
+            raise RuntimeError(f"dilation should be greater than zero, but got dilation: {list(self.dilation)}")
+        for k, p, d in zip(self.kernel, self.padding, self.dilation):
+            if p < 0 or p > ((k - 1) * d + 1) // 2:
+                raise RuntimeError(f"pad should be at most half of effective kernel size, but got pad={p}, "
+                                   f"kernel_size={k} and dilation={d}")
+        self.size = tuple(input.shape[-nd:])
+        self.out = tuple(_pool_out(n, k, s, p, d, ceil_mode) for n, k, s, p, d in
+                         zip(self.size, self.kernel, self.stride, self.padding, self.dilation))
+        if any(o <= 0 for o in self.out):
+            lead = input.shape[-nd - 1]
+            raise RuntimeError(f"Given input size: ({_sizes((lead,) + self.size)}). Calculated output size: "
+                               f"({_sizes((lead,) + self.out)}). Output size is too small")
+
+    def windows(self, x, fill):
+        """``x`` padded with ``fill`` (and on the right as far as ceil_mode's last window reaches),
+        its windows stacked along a new last dim: ``(*lead, *out, K)``."""
+        widths = []
+        for n, k, s, p, d, o in zip(self.size, self.kernel, self.stride, self.padding, self.dilation, self.out):
+            reach = (o - 1) * s + d * (k - 1) + 1
+            widths.append((p, max(reach - n - p, p)))
+        if any(l or r for l, r in widths):
+            x = _constant_pad(x, [w for l, r in reversed(widths) for w in (l, r)], fill)
+        return _patches(x, self.kernel, self.stride, self.dilation, self.out, x.ndim)
+
+
+def _lowest(dtype):
+    return -math.inf if dtype.is_floating_point else jt.iinfo(dtype).min
+
+
+def _max_pool(input, nd, kernel_size, stride, padding, dilation, ceil_mode, return_indices):
+    geo = _Pool(input, nd, kernel_size, stride, padding, dilation, ceil_mode)
+    values, argmax = geo.windows(input, _lowest(input.dtype)).max(-1)
+    if not return_indices:
+        return values
+    # the flat index into the input's trailing dims of each window's chosen element
+    flat = None
+    rest = argmax
+    for i in reversed(range(nd)):
+        k, s, p, d = geo.kernel[i], geo.stride[i], geo.padding[i], geo.dilation[i]
+        offset = rest % k
+        rest = rest // k
+        start = jt.arange(geo.out[i], device=input.device).reshape([-1] + [1] * (nd - 1 - i)) * s - p
+        coord = start + offset * d
+        stride_in = math.prod(geo.size[i + 1:])
+        flat = coord * stride_in if flat is None else flat + coord * stride_in
+    return values, flat
+
+
+def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    """Max over sliding windows of the last dim of ``(N, C, L)`` or ``(C, L)`` input."""
+    return _max_pool(input, 1, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+
+
+def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    """Max over sliding windows of the last two dims (padding counts as -inf); with
+    ``return_indices`` also the flat ``h * W + w`` index of each maximum, as torch."""
+    return _max_pool(input, 2, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+
+
+def _avg_divisor(geo, count_include_pad):
+    """Per output position, what torch's avg_pool divides the window sum by (a number when uniform)."""
+    counts = []
+    for n, k, s, p, o in zip(geo.size, geo.kernel, geo.stride, geo.padding, geo.out):
+        start = np.arange(o) * s - p
+        end = np.minimum(start + k, n + p)
+        counts.append(end - start if count_include_pad else np.minimum(end, n) - np.maximum(start, 0))
+    divisor = counts[0]
+    for c in counts[1:]:
+        divisor = np.multiply.outer(divisor, c)
+    if (divisor == divisor.flat[0]).all():
+        return int(divisor.flat[0])
+    return divisor
+
+
+def _avg_pool(input, nd, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    geo = _Pool(input, nd, kernel_size, stride, padding, 1, ceil_mode)
+    if divisor_override is not None and divisor_override == 0:
+        raise RuntimeError("divisor must be not zero")
+    total = geo.windows(input, 0).sum(-1)
+    divisor = divisor_override or _avg_divisor(geo, count_include_pad)
+    if not isinstance(divisor, int):
+        divisor = jt.tensor(divisor, dtype=total.dtype, device=total.device)
+    return total / divisor
+
+
+def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
+    """Mean over sliding windows of the last dim."""
+    return _avg_pool(input, 1, kernel_size, stride, padding, ceil_mode, count_include_pad, None)
+
+
+def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+               divisor_override=None):
+    """Mean over sliding windows of the last two dims (zero padding, counted unless ``count_include_pad=False``;
+    ``divisor_override`` replaces the window size)."""
+    return _avg_pool(input, 2, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+
+
+def _adaptive_matrix(n, out, like):
+    """``(out, n)`` averaging weights: output i averages ``[floor(i n / out), ceil((i + 1) n / out))``."""
+    m = np.zeros((out, n))
+    for i in range(out):
+        start, end = (i * n) // out, -((-(i + 1) * n) // out)
+        m[i, start:end] = 1.0 / (end - start)
+    return jt.tensor(m, dtype=like.dtype, device=like.device)
+
+
+def _adaptive_avg_pool(input, output_size, nd, name):
+    if input.ndim not in (nd + 1, nd + 2):
+        raise RuntimeError(f"{name}(): Expected {nd + 1}D or {nd + 2}D tensor, but got {list(input.shape)}")
+    output_size = _tuple(output_size, nd) if output_size is not None else (None,) * nd
+    out = input
+    for i, size in enumerate(output_size):
+        dim = input.ndim - nd + i
+        n = input.shape[dim]
+        size = n if size is None else size
+        m = _adaptive_matrix(n, size, input)
+        # contract the dim with the weights, then put the new dim back in its place
+        out = jt.matmul(out.movedim(dim, -1), m.t()).movedim(-1, dim)
+    return out
+
+
+def adaptive_avg_pool1d(input, output_size):
+    """Average pooling of the last dim to ``output_size`` positions, as torch splits it."""
+    return _adaptive_avg_pool(input, output_size, 1, "adaptive_avg_pool1d")
+
+
+def adaptive_avg_pool2d(input, output_size):
+    """Average pooling of the last two dims to ``output_size`` (an int or a pair; None keeps a dim)."""
+    return _adaptive_avg_pool(input, output_size, 2, "adaptive_avg_pool2d")
+
+
+# Normalisation and embedding ------------------------------------------------------------------------------
+
+def _channel_view(t, ndim):
+    """A per-channel ``(C,)`` tensor shaped to broadcast over dim 1 of an ``ndim``-d input."""
+    return t.reshape([-1] + [1] * (ndim - 2))
+
+
+def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
+    """Normalise over every dim but the channel dim 1. In training, batch statistics are used and the
+    running ones (if given) move toward them by ``momentum``, the variance unbiased, in place."""
+    if input.ndim < 2:
+        raise ValueError(f"Expected 2D or higher input (got {input.ndim}D input)")
+    channels = input.shape[1]
+    for name, t in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight),
+                    ("bias", bias)):
+        if t is not None and t.numel() != channels:
+            raise RuntimeError(f"{name} should contain {channels} elements not {t.numel()}")
+    dims = [0] + list(range(2, input.ndim))
+    count = input.numel() // max(channels, 1)
+    if training:
+        if count <= 1:
+            raise ValueError(f"Expected more than 1 value per channel when training, got input size {input.shape!r}")
+        var, mean = jt.var_mean(input, dims, correction=0)
+        if running_mean is not None or running_var is not None:
+            with jt.no_grad():
+                if running_mean is not None:
+                    running_mean.mul_(1 - momentum).add_(mean.detach() * momentum)
+                if running_var is not None:
+                    running_var.mul_(1 - momentum).add_(var.detach() * (momentum * count / (count - 1)))
+    else:
+        for name, t in (("running_mean", running_mean), ("running_var", running_var)):
+            if t is None:
+                raise RuntimeError(f"{name} must be defined in evaluation mode")
+        mean, var = running_mean, running_var
+    out = (input - _channel_view(mean, input.ndim)) * _channel_view((var + eps).rsqrt(), input.ndim)
+    if weight is not None:
+        out = out * _channel_view(weight, input.ndim)
+    if bias is not None:
+        out = out + _channel_view(bias, input.ndim)
+    return out
+
+
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """Normalise over the trailing dims ``normalized_shape`` (biased variance), then scale and shift."""
+    normalized_shape = _tuple(normalized_shape, 1)
+    k = len(normalized_shape)
+    if tuple(input.shape[input.ndim - k:]) != normalized_shape or input.ndim < k:
+        raise RuntimeError(f"Given normalized_shape={list(normalized_shape)}, expected input with shape "
+                           f"[*, {', '.join(map(str, normalized_shape))}], but got input of size{list(input.shape)}")
+    dims = list(range(input.ndim - k, input.ndim))
+    var, mean = jt.var_mean(input, dims, correction=0, keepdim=True)
+    out = (input - mean) * (var + eps).rsqrt()
+    if weight is not None:
+        out = out * weight
+    if bias is not None:
+        out = out + bias
+    return out
+
+
+def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False, sparse=False):
+    """Rows of ``weight`` picked by the integer ``input``; the ``padding_idx`` row gets no gradient,
+    ``max_norm`` renormalises the picked rows in place, ``scale_grad_by_freq`` divides each row's
+    gradient by how often the batch picks it."""
+    if input.dtype not in (jt.int64, jt.int32):
+        raise RuntimeError("Expected tensor for argument #1 'indices' to have one of the following scalar types: "
+                           f"Long, Int; but got jitorch.{_type_name(input.dtype)}Tensor instead "
+                           "(while checking arguments for embedding)")
+    if sparse:
+        raise RuntimeError("embedding(sparse=True): jitorch has no sparse tensors; use sparse=False")
+    rows = weight.shape[0]
+    if padding_idx is not None:
+        if not -rows <= padding_idx < rows:
+            raise AssertionError("Padding_idx must be within num_embeddings")
+        padding_idx %= rows
+    flat = input.reshape(-1)
+    if _has_data(flat) and flat.numel() and (int(flat.min()) < 0 or int(flat.max()) >= rows):
+        raise IndexError("index out of range in self")
+    if max_norm is not None:
+        with jt.no_grad():
+            picked = weight.index_select(0, flat)
+            norms = picked.norm(norm_type, 1, True)
+            scale = jt.where(norms > max_norm, max_norm / (norms + 1e-7), 1.0)
+            weight.index_copy_(0, flat, picked * scale)
+    out = weight.index_select(0, flat)
+    if scale_grad_by_freq:
+        counts = jt.zeros(rows, dtype=weight.dtype, device=weight.device).index_add(
+            0, flat, jt.ones(flat.shape, dtype=weight.dtype, device=weight.device))
+        kept = out.detach()
+        out = kept + (out - kept) / counts.index_select(0, flat).unsqueeze(1)
+    if padding_idx is not None:
+        out = jt.where((flat == padding_idx).unsqueeze(1), out.detach(), out)
+    return out.reshape(*input.shape, weight.shape[1])
+
+
+# Dropout and activations ----------------------------------------------------------------------------------
+
+def dropout(input, p=0.5, training=True, inplace=False):
+    """In training, zero each element with probability ``p`` (jitorch's generator) and scale the rest
+    by ``1 / (1 - p)``; otherwise the input unchanged."""
+    if p < 0.0 or p > 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if not training or p == 0.0:
+        return input
+    if p == 1.0:
+        noise = jt.zeros((), dtype=input.dtype, device=input.device)
+    else:
+        noise = jt.empty_like(input).bernoulli_(1 - p).div_(1 - p)
+    return input.mul_(noise) if inplace else input * noise
+
+
+def relu(input, inplace=False):
+    """``max(x, 0)``."""
+    return input.relu_() if inplace else input.relu()
+
+
+def relu_(input):
+    """In-place `relu`."""
+    return input.relu_()
+
+
+def gelu(input, approximate="none"):
+    """``x Phi(x)`` with the normal CDF exact (``erf``) or by torch's tanh approximation."""
+    if approximate == "none":
+        return input * 0.5 * (1.0 + (input * (1.0 / math.sqrt(2.0))).erf())
+    if approximate == "tanh":
+        inner = math.sqrt(2.0 / math.pi) * (input + 0.044715 * input * input * input)
+        return 0.5 * input * (1.0 + inner.tanh())
+    raise RuntimeError("approximate argument must be either none or tanh.")
+
+
+def silu(input, inplace=False):
+    """``x * sigmoid(x)``."""
+    return input.mul_(input.sigmoid()) if inplace else input * input.sigmoid()
+
+
+def tanh(input):
+    """Elementwise hyperbolic tangent."""
+    return input.tanh()
+
+
+def sigmoid(input):
+    """Elementwise ``1 / (1 + exp(-x))``."""
+    return input.sigmoid()
+
+
+def leaky_relu(input, negative_slope=0.01, inplace=False):
+    """``x`` where positive, ``negative_slope * x`` elsewhere."""
+    factor = jt.where(input > 0, 1.0, negative_slope).to(input.dtype)
+    return input.mul_(factor) if inplace else input * factor
+
+
+def logsigmoid(input):
+    """``log(sigmoid(x))`` without overflow: ``min(x, 0) - log1p(exp(-|x|))``.
+
+    ``min(x, 0)`` is written ``(x - |x|) / 2`` so that the gradient at 0 is torch's 1/2.
+    """
+    magnitude = input.abs()
+    return 0.5 * (input - magnitude) - (-magnitude).exp().log1p()
+
+
+def softplus(input, beta=1.0, threshold=20.0):
+    """``log(1 + exp(beta x)) / beta``, and ``x`` itself where ``beta x > threshold``."""
+    scaled = input * beta
+    return jt.where(scaled > threshold, input, -logsigmoid(-scaled) / beta)
+
+
+def elu(input, alpha=1.0, inplace=False):
+    """``x`` where positive, ``alpha (exp(x) - 1)`` elsewhere."""
+    out = jt.where(input > 0, input, alpha * input.expm1())
+    return input.copy_(out) if inplace else out
+
+
+def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
+    """``x`` clamped to ``[min_val, max_val]``; the gradient is 0 outside the open interval, as torch."""
+    if min_val > max_val:
+        raise ValueError("min_val cannot be greater than max_val")
+    out = jt.where(input <= min_val, min_val, jt.where(input >= max_val, max_val, input)).to(input.dtype)
+    return input.copy_(out) if inplace else out
+
+
+def relu6(input, inplace=False):
+    """``min(max(x, 0), 6)``."""
+    return hardtanh(input, 0.0, 6.0, inplace)
+
+
+def hardsigmoid(input, inplace=False):
+    """``relu6(x + 3) / 6``."""
+    out = hardtanh(input + 3.0, 0.0, 6.0) / 6.0
+    return input.copy_(out) if inplace else out
+
+
+def hardswish(input, inplace=False):
+    """``x * relu6(x + 3) / 6``."""
+    out = input * hardsigmoid(input)
+    return input.copy_(out) if inplace else out
+
+
+def mish(input, inplace=False):
+    """``x * tanh(softplus(x))``."""
+    out = input * (-logsigmoid(-input)).tanh()
+    return input.copy_(out) if inplace else out
+
+
+def softsign(input):
+    """``x / (1 + |x|)``."""
+    return input / (1.0 + input.abs())
+
+
+def glu(input, dim=-1):
+    """The gated linear unit: ``a * sigmoid(b)`` for the two halves ``a, b`` of ``input`` along ``dim``."""
+    if input.ndim == 0:
+        raise RuntimeError("glu does not support scalars because halving size must be even")
+    d = dim % input.ndim
+    if input.shape[d] % 2:
+        raise RuntimeError(f"Halving dimension must be even, but dimension {d} is size {input.shape[d]}")
+    a, b = input.chunk(2, d)
+    return a * b.sigmoid()
+
+
+def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
+    """``x / max(||x||_p, eps)`` along ``dim``."""
+    result = input / input.norm(p, dim, True).clamp_min(eps)
+    return result if out is None else out.copy_(result)
+
+
+def cosine_similarity(x1, x2, dim=1, eps=1e-8):
+    """``sum(x1 * x2) / (max(||x1||, eps) * max(||x2||, eps))`` along ``dim``, the inputs broadcast."""
+    n1 = x1.norm(2, dim, True).clamp_min(eps)
+    n2 = x2.norm(2, dim, True).clamp_min(eps)
+    return ((x1 / n1) * (x2 / n2)).sum(dim)
+
+
+def _softmax_dim(name, ndim, dim):
+    if dim is not None:
+        return dim
+    warnings.warn(f"Implicit dimension choice for {name} has been deprecated. Change the call to include dim=X "
+                  "as an argument.", stacklevel=3)
+    return 0 if ndim in (0, 1, 3) else 1
+
+
+def softmax(input, dim=None, _stacklevel=3, dtype=None):
+    """``exp(x) / sum(exp(x))`` along ``dim`` (torch's implicit choice, with its warning, when None)."""
+    return jt.softmax(input, _softmax_dim("softmax", input.ndim, dim), dtype=dtype)
+
+
+def softmin(input, dim=None, _stacklevel=3, dtype=None):
+    """``softmax(-x)`` along ``dim``."""
+    return jt.softmax(-input, _softmax_dim("softmin", input.ndim, dim), dtype=dtype)
+
+
+def log_softmax(input, dim=None, _stacklevel=3, dtype=None):
+    """``x - logsumexp(x)`` along ``dim``."""
+    return jt.log_softmax(input, _softmax_dim("log_softmax", input.ndim, dim), dtype=dtype)
+
+
+def one_hot(tensor, num_classes=-1):
+    """Int64 one-hot encoding along a new last dim of ``num_classes`` (max + 1 when -1)."""
+    if tensor.dtype is not jt.int64:
+        raise RuntimeError("one_hot is only applicable to index tensor of type LongTensor.")
+    if num_classes == -1:
+        if tensor.numel() == 0:
+            raise RuntimeError("Can not infer total number of classes from empty tensor.")
+        num_classes = int(tensor.max()) + 1
+    if _has_data(tensor) and tensor.numel():
+        if int(tensor.min()) < 0:
+            raise RuntimeError("Class values must be non-negative.")
+        if int(tensor.max()) >= num_classes:
+            raise RuntimeError("Class values must be smaller than num_classes.")
+    return (tensor.unsqueeze(-1) == jt.arange(num_classes, device=tensor.device)).long()
+
+
+# Losses ------------------------------------------------------------------------------------------------------
+
+def _reduction(size_average, reduce, reduction):
+    """The reduction string, from torch's deprecated ``size_average``/``reduce`` when either is given."""
+    if size_average is not None or reduce is not None:
+        size_average = True if size_average is None else size_average
+        reduce = True if reduce is None else reduce
+        reduction = "mean" if size_average and reduce else "sum" if reduce else "none"
+        warnings.warn(f"size_average and reduce args will be deprecated, please use reduction='{reduction}' "
+                      "instead.", stacklevel=3)
+    if reduction not in ("none", "mean", "sum"):
+        raise ValueError(f"{reduction} is not a valid value for reduction")
+    return reduction
+
+
+def _reduce(loss, reduction):
+    if reduction == "mean":
+        return loss.mean()
+    return loss.sum() if reduction == "sum" else loss
+
+
+def _pointwise_loss(input, target, reduction, weight, elementwise, mean_over_weights=True):
+    if target.shape != input.shape:
+        warnings.warn(f"Using a target size ({target.shape!r}) that is different to the input size "
+                      f"({input.shape!r}). This will likely lead to incorrect results due to broadcasting. "
+                      "Please ensure they have the same size.", stacklevel=3)
+    loss = elementwise(input - target)
+    if weight is None:
+        return _reduce(loss, reduction)
+    if weight.shape != input.shape:
+        raise ValueError("Weights and input must have the same size.")
+    loss = loss * weight
+    if reduction == "mean" and mean_over_weights:
+        return loss.sum() / weight.sum()
+    return _reduce(loss, reduction)
+
+
+def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
+    """Squared error ``(x - y)^2``, reduced (a weighted mean divides by ``weight.sum()``)."""
+    return _pointwise_loss(input, target, _reduction(size_average, reduce, reduction), weight, jt.square)
+
+
+def l1_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
+    """Absolute error ``|x - y|``, reduced."""
+    return _pointwise_loss(input, target, _reduction(size_average, reduce, reduction), weight, jt.abs)
+
+
+def _huber(delta):
+    """Elementwise Huber of a difference: quadratic inside ``|d| < delta``, linear outside."""
+    def elementwise(d):
+        magnitude = d.abs()
+        return jt.where(magnitude < delta, 0.5 * d * d, delta * (magnitude - 0.5 * delta))
+    return elementwise
+
+
+def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):
+    """``0.5 d^2 / beta`` where ``|d| < beta``, ``|d| - 0.5 beta`` elsewhere (plain L1 when ``beta`` is 0)."""
+    if beta < 0:
+        raise RuntimeError("smooth_l1_loss does not support negative values for beta.")
+    elementwise = jt.abs if beta == 0 else (lambda d: _huber(beta)(d) / beta)
+    return _pointwise_loss(input, target, _reduction(size_average, reduce, reduction), None, elementwise)
+
+
+def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
+    """``0.5 d^2`` where ``|d| < delta``, ``delta (|d| - 0.5 delta)`` elsewhere; a weighted 'mean' is the
+    plain mean of the weighted losses, as torch."""
+    return _pointwise_loss(input, target, _reduction(None, None, reduction), weight, _huber(delta),
+                           mean_over_weights=False)
+
+
+def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_target=False):
+    """``target * (log(target) - input)`` for log-probabilities ``input`` (0 where ``target`` is 0);
+    'batchmean' divides the sum by the batch size, 'mean' (with torch's warning) by every element."""
+    if reduction == "batchmean":
+        if size_average is not None or reduce is not None:
+            reduction = _reduction(size_average, reduce, "mean")
+    else:
+        reduction = _reduction(size_average, reduce, reduction)
+    if reduction == "mean":
+        warnings.warn("reduction: 'mean' divides the total loss by both the batch size and the support size."
+                      "'batchmean' divides only by the batch size, and aligns with the KL div math definition."
+                      "'mean' will be changed to behave the same as 'batchmean' in the next major release.",
+                      stacklevel=2)
+    if log_target:
+        loss = target.exp() * (target - input)
+    else:
+        nonzero = target != 0
+        # log of 1 where the target is 0, so that the gradient there stays finite
+        loss = jt.where(nonzero, target * (jt.where(nonzero, target, 1.0).log() - input), 0.0)
+    if reduction == "batchmean":
+        return loss.sum() / input.shape[0] if input.ndim else loss.sum()
+    return _reduce(loss, reduction)
+
+
+def _check_class_weight(weight, classes):
+    if weight is not None and (weight.ndim != 1 or weight.shape[0] != classes):
+        raise RuntimeError(f"weight tensor should be defined either for all {classes} classes or no classes but got "
+                           f"weight tensor of shape: {list(weight.shape)}")
+
+
+def _check_targets(input, target):
+    """torch's nll_loss shape and dtype checks of class-index targets."""
+    if input.ndim < 1:
+        raise ValueError(f"Expected 1 or more dimensions (got {input.ndim})")
+    if target.dtype not in (jt.int64, jt.uint8):
+        raise RuntimeError(f"expected target dtype to be Long or Byte, but got {_type_name(target.dtype)}")
+    if input.ndim <= 2:
+        if target.ndim > 1:
+            raise RuntimeError("0D or 1D target tensor expected, multi-target not supported")
+        if input.ndim == 2 and target.ndim == 1 and input.shape[0] != target.shape[0]:
+            raise ValueError(f"Expected input batch_size ({input.shape[0]}) to match target batch_size "
+                             f"({target.shape[0]}).")
+        if input.ndim == 1 and target.ndim != 0:
+            raise RuntimeError(f"Expected target size [], got {list(target.shape)}")
+        return
+    expected = [input.shape[0]] + list(input.shape[2:])
+    if list(target.shape) != expected:
+        raise RuntimeError(f"Expected target size {expected}, got {list(target.shape)}")
+
+
+def _picked_weights(target, weight, ignore_index, classes, dtype):
+    """Per target, its class weight (1 without weights) and 0 where ignored; and the safe targets
+    (ignored ones replaced by class 0), checked to be in range when they hold data."""
+    ignored = target == ignore_index
+    safe = jt.where(ignored, 0, target)
+    if _has_data(target) and target.numel():
+        bad = (safe < 0) | (safe >= classes)
+        if bool(bad.any()):
+            raise IndexError(f"Target {int(target[bad].reshape(-1)[0])} is out of bounds.")
+    if weight is None:
+        picked = ignored.logical_not().to(dtype)
+    else:
+        picked = jt.where(ignored, 0, weight.index_select(0, safe.reshape(-1)).reshape(safe.shape))
+    return safe, picked
+
+
+def _class_last(input):
+    """``input`` (``(C,)``, ``(N, C)`` or ``(N, C, d1, ...)``) with the class dim last."""
+    return input if input.ndim == 1 else input.movedim(1, -1)
+
+
+def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean"):
+    """``-weight[t] * input[t]`` per target class ``t`` (class dim 1); 'mean' divides by the summed
+    weights of the targets that are not ``ignore_index``."""
+    reduction = _reduction(size_average, reduce, reduction)
+    _check_targets(input, target)
+    classes = input.shape[0] if input.ndim == 1 else input.shape[1]
+    _check_class_weight(weight, classes)
+    safe, picked = _picked_weights(target, weight, ignore_index, classes, input.dtype)
+    logp = _class_last(input).gather(-1, safe.unsqueeze(-1)).squeeze(-1)
+    loss = -(logp * picked)
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return loss.sum()
+    return loss.sum() / picked.sum()
+
+
+def _class_shape(t, input):
+    """A ``(C,)`` tensor shaped to broadcast along ``input``'s class dim."""
+    return t if input.ndim == 1 else t.reshape([-1] + [1] * (input.ndim - 2))
+
+
+def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean",
+                  label_smoothing=0.0):
+    """``nll_loss(log_softmax(input, class dim))`` for class-index targets, or the cross entropy with
+    class probabilities when ``target`` has ``input``'s shape; ``label_smoothing`` mixes the target
+    with the uniform distribution, as torch."""
+    reduction = _reduction(size_average, reduce, reduction)
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise RuntimeError(f"label_smoothing must be between 0.0 and 1.0. Got: {label_smoothing}")
+    class_dim = 0 if input.ndim == 1 else 1
+    classes = input.shape[class_dim] if input.ndim else 0
+    logp = log_softmax(input, class_dim)
+    if target.shape == input.shape and target.dtype.is_floating_point:
+        _check_class_weight(weight, classes)
+        if label_smoothing > 0:
+            target = target * (1 - label_smoothing) + label_smoothing / classes
+        terms = logp * target
+        if weight is not None:
+            terms = terms * _class_shape(weight, input)
+        loss = -terms.sum(class_dim)
+        if reduction == "mean":
+            return loss.sum() / (input.numel() // classes) if input.numel() else loss.sum() * math.nan
+        return _reduce(loss, reduction)
+    nll = nll_loss(logp, target, weight, None, ignore_index, None, reduction)
+    if label_smoothing == 0:
+        return nll
+    _, picked = _picked_weights(target, weight, ignore_index, classes, input.dtype)
+    terms = logp if weight is None else logp * _class_shape(weight, input)
+    smooth = jt.where(target == ignore_index, 0, -terms.sum(class_dim))
+    if reduction == "mean":
+        smooth = smooth.sum() / picked.sum()
+    else:
+        smooth = _reduce(smooth, reduction)
+    return (1 - label_smoothing) * nll + smooth * (label_smoothing / classes)
+
+
+def _check_same_size(input, target, message):
+    if target.shape != input.shape:
+        raise ValueError(message.format(target=repr(target.shape), input=repr(input.shape)))
+
+
+def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None, reduction="mean"):
+    """``-w (y log x + (1 - y) log(1 - x))`` for probabilities ``x``, each log clamped at -100 as torch."""
+    reduction = _reduction(size_average, reduce, reduction)
+    _check_same_size(input, target, "Using a target size ({target}) that is different to the input size ({input}) "
+                                    "is deprecated. Please ensure they have the same size.")
+    if _has_data(input) and input.numel() and bool(((input < 0) | (input > 1)).any()):
+        raise RuntimeError("all elements of input should be between 0 and 1")
+    loss = -(target * input.log().clamp_min(-100) + (1 - target) * (1 - input).log().clamp_min(-100))
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss, reduction)
+
+
+def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None, reduce=None, reduction="mean",
+                                     pos_weight=None):
+    """``binary_cross_entropy(sigmoid(x), y)`` computed stably from the logits ``x``;
+    ``pos_weight`` weighs the positive term per class."""
+    reduction = _reduction(size_average, reduce, reduction)
+    _check_same_size(input, target, "Target size ({target}) must be the same as input size ({input})")
+    log_sig = logsigmoid(input)
+    if pos_weight is None:
+        loss = (1 - target) * input - log_sig
+    else:
+        loss = (1 - target) * input - ((pos_weight - 1) * target + 1) * log_sig
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss, reduction)
+
+
+# Attention ------------------------------------------------------------------------------------------------------
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                                 enable_gqa=False):
+    """``softmax(q k^T * scale + mask) v`` over the last two dims, as torch's reference implementation.
+
+    A bool ``attn_mask`` is True where attention is allowed, a float one is added; ``is_causal``
+    allows each query only the keys at or before it. Rows with every key masked give zeros
+    (torch's safe softmax). ``dropout_p`` always applies, as in torch.
+    """
+    if is_causal and attn_mask is not None:
+        raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be set when is_causal=True")
+    L, S = query.shape[-2], key.shape[-2]
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
+    if enable_gqa:
+        key = key.repeat_interleave(query.shape[-3] // key.shape[-3], -3)
+        value = value.repeat_interleave(query.shape[-3] // value.shape[-3], -3)
+    scores = jt.matmul(query, key.transpose(-2, -1)) * scale
+    allowed = None
+    if is_causal:
+        allowed = jt.ones((L, S), dtype=jt.bool, device=query.device).tril()
+    elif attn_mask is not None and attn_mask.dtype is jt.bool:
+        allowed = attn_mask
+    elif attn_mask is not None:
+        scores = scores + attn_mask
+    if allowed is not None:
+        scores = scores.masked_fill(allowed.logical_not(), -math.inf)
+    if allowed is not None or attn_mask is not None:
+        empty = (scores == -math.inf).all(-1, keepdim=True)
+        weights = jt.where(empty, 0.0, jt.softmax(jt.where(empty, 0.0, scores), -1))
+    else:
+        weights = jt.softmax(scores, -1)
+    if dropout_p > 0.0:
+        weights = dropout(weights, dropout_p, training=True)
+    return jt.matmul(weights, value)

@@ -1,0 +1,573 @@
+"""``Module``: the base class of layers, with torch's registration, traversal, state and hooks."""
+
+from __future__ import annotations
+
+import itertools
+import weakref
+from collections import OrderedDict, namedtuple
+from collections.abc import Mapping
+
+from ...autograd.grad_mode import no_grad
+from ...runtime import dtypes as _dt
+from ...runtime.device import device as _device
+from ...tensor import Tensor
+from ..parameter import Parameter
+
+
+def typename(obj):
+    """torch.typename: a tensor's type string, else the qualified name of ``obj``'s class."""
+    if isinstance(obj, Tensor):
+        return obj.type()
+    cls = obj if isinstance(obj, type) else type(obj)
+    module = cls.__module__
+    return cls.__qualname__ if module in (None, "builtins") else f"{module}.{cls.__qualname__}"
+
+
+class _IncompatibleKeys(namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])):
+    """What ``load_state_dict`` returns: the keys it missed and the keys it did not use."""
+
+    __slots__ = ()
+
+    def __repr__(self):
+        if not self.missing_keys and not self.unexpected_keys:
+            return "<All keys matched successfully>"
+        return super().__repr__()
+
+    __str__ = __repr__
+
+
+class RemovableHandle:
+    """A handle to a registered hook: ``remove()`` unregisters it (also usable as a context manager)."""
+
+    _next_id = itertools.count()
+
+    def __init__(self, hooks_dict):
+        self.hooks_dict_ref = weakref.ref(hooks_dict)
+        self.id = next(RemovableHandle._next_id)
+
+    def remove(self):
+        """Unregister the hook (a no-op when it is already gone)."""
+        hooks = self.hooks_dict_ref()
+        if hooks is not None:
+            hooks.pop(self.id, None)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.remove()
+
+
+def _addindent(s, num_spaces):
+    """Indent every line of ``s`` but the first by ``num_spaces``: how torch nests child reprs."""
+    lines = s.split("\n")
+    if len(lines) == 1:
+        return s
+    pad = " " * num_spaces
+    return lines[0] + "\n" + "\n".join(pad + line for line in lines[1:])
+
+
+def _check_member_name(kind, name, module, table):
+    """The checks torch applies to a new parameter/buffer name (TypeError/KeyError)."""
+    if not isinstance(name, str):
+        raise TypeError(f"{kind} name should be a string. Got {typename(name)}")
+    if "." in name:
+        raise KeyError(f"{kind} name can't contain \".\"")
+    if name == "":
+        raise KeyError(f"{kind} name can't be empty string \"\"")
+    if hasattr(module, name) and name not in table:
+        raise KeyError(f"attribute '{name}' already exists")
+
+
+def _quoted(keys):
+    return ", ".join(f'"{k}"' for k in keys)
+
+
+def _parse_to(args, kwargs):
+    """(device, dtype) from ``Module.to``'s torch-style arguments."""
+    device = kwargs.pop("device", None)
+    dtype = kwargs.pop("dtype", None)
+    kwargs.pop("non_blocking", None)
+    kwargs.pop("memory_format", None)
+    if kwargs:
+        raise TypeError(f"to() got an unexpected keyword argument '{next(iter(kwargs))}'")
+    for a in args:
+        if isinstance(a, Tensor):
+            device, dtype = a.device, a.dtype
+        elif isinstance(a, _dt.dtype):
+            dtype = a
+        elif isinstance(a, (str, int, _device)) and not isinstance(a, bool):
+            device = a
+        elif not isinstance(a, bool) and a is not None:
+            raise TypeError(f"to() received an invalid combination of arguments - got ({typename(a)})")
+    if dtype is not None:
+        dtype = _dt.to_dtype(dtype)
+        if not dtype.is_floating_point:
+            raise TypeError("nn.Module.to only accepts floating point or complex dtypes, "
+                            f"but got desired dtype={dtype}")
+    return device, dtype
+
+
+class Module:
+    """Base class for all neural network modules, as ``torch.nn.Module``.
+
+    Assigning a Parameter, a Module or (for a registered name) a buffer tensor to an
+    attribute registers it; ``module(*args)`` runs the forward pre-hooks, ``forward`` and
+    the forward hooks.
+    """
+
+    training: bool
+
+    def __init__(self, *args, **kwargs):
+        if args or kwargs:
+            got = len(args) + 1
+            raise TypeError(f"Module.__init__() takes 1 positional argument but {got} were given" if args else
+                            f"Module.__init__() got an unexpected keyword argument '{next(iter(kwargs))}'")
+        setattr_ = object.__setattr__
+        setattr_(self, "training", True)
+        setattr_(self, "_parameters", {})
+        setattr_(self, "_buffers", {})
+        setattr_(self, "_non_persistent_buffers_set", set())
+        setattr_(self, "_modules", {})
+        setattr_(self, "_forward_pre_hooks", OrderedDict())
+        setattr_(self, "_forward_hooks", OrderedDict())
+
+    def forward(self, *args, **kwargs):
+        """The computation of this module; subclasses define it."""
+        raise NotImplementedError(f'Module [{type(self).__name__}] is missing the required "forward" function')
+
+    # Registration -------------------------------------------------------------------------------
+
+    def register_buffer(self, name, tensor, persistent=True):
+        """Add a tensor that is state but not a parameter (e.g. BatchNorm's running mean);
+        ``persistent=False`` keeps it out of ``state_dict``."""
+        if "_buffers" not in self.__dict__:
+            raise AttributeError("cannot assign buffer before Module.__init__() call")
+        _check_member_name("buffer", name, self, self._buffers)
+        if tensor is not None and not isinstance(tensor, Tensor):
+            raise TypeError(f"cannot assign '{typename(tensor)}' object to buffer '{name}' "
+                            "(jitorch Tensor or None required)")
+        self._buffers[name] = tensor
+        if persistent:
+            self._non_persistent_buffers_set.discard(name)
+        else:
+            self._non_persistent_buffers_set.add(name)
+
+    def register_parameter(self, name, param):
+        """Add a Parameter (or None) under ``name``."""
+        if "_parameters" not in self.__dict__:
+            raise AttributeError("cannot assign parameter before Module.__init__() call")
+        _check_member_name("parameter", name, self, self._parameters)
+        if param is not None and not isinstance(param, Parameter):
+            raise TypeError(f"cannot assign '{typename(param)}' object to parameter '{name}' "
+                            "(jitorch.nn.Parameter or None required)")
+        if param is not None and param.grad_fn is not None:
+            raise ValueError(
+                f"Cannot assign non-leaf Tensor to parameter '{name}'. Model parameters must be created "
+                f"explicitly. To express '{name}' as a function of another Tensor, compute the value in "
+                "the forward() method.")
+        self._parameters[name] = param
+
+    def add_module(self, name, module):
+        """Add a child module (or None) under ``name``."""
+        if module is not None and not isinstance(module, Module):
+            raise TypeError(f"{typename(module)} is not a Module subclass")
+        if not isinstance(name, str):
+            raise TypeError(f"module name should be a string. Got {typename(name)}")
+        if hasattr(self, name) and name not in self._modules:
+            raise KeyError(f"attribute '{name}' already exists")
+        if "." in name:
+            raise KeyError(f"module name can't contain \".\", got: {name}")
+        if name == "":
+            raise KeyError("module name can't be empty string \"\"")
+        self._modules[name] = module
+
+    register_module = add_module
+
+    def get_submodule(self, target):
+        """The submodule at the dotted path ``target`` ("" is this module)."""
+        mod = self
+        for item in target.split(".") if target else ():
+            if item not in mod._modules:
+                raise AttributeError(f"{mod._get_name()} has no attribute `{item}`")
+            mod = mod._modules[item]
+        return mod
+
+    # Attribute protocol ---------------------------------------------------------------------------
+
+    def __getattr__(self, name):
+        d = self.__dict__
+        for table in ("_parameters", "_buffers", "_modules"):
+            members = d.get(table)
+            if members is not None and name in members:
+                return members[name]
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
+    def __setattr__(self, name, value):
+        d = self.__dict__
+        params = d.get("_parameters")
+        if isinstance(value, Parameter):
+            if params is None:
+                raise AttributeError("cannot assign parameters before Module.__init__() call")
+            self._forget(name, keep="_parameters")
+            self.register_parameter(name, value)
+            return
+        if params is not None and name in params:
+            if value is not None:
+                raise TypeError(f"cannot assign '{typename(value)}' as parameter '{name}' "
+                                "(jitorch.nn.Parameter or None expected)")
+            self.register_parameter(name, value)
+            return
+        modules = d.get("_modules")
+        if isinstance(value, Module):
+            if modules is None:
+                raise AttributeError("cannot assign module before Module.__init__() call")
+            self._forget(name, keep="_modules")
+            modules[name] = value
+            return
+        if modules is not None and name in modules:
+            if value is not None:
+                raise TypeError(f"cannot assign '{typename(value)}' as child module '{name}' "
+                                "(jitorch.nn.Module or None expected)")
+            modules[name] = value
+            return
+        buffers = d.get("_buffers")
+        if buffers is not None and name in buffers:
+            if value is not None and not isinstance(value, Tensor):
+                raise TypeError(f"cannot assign '{typename(value)}' as buffer '{name}' "
+                                "(jitorch.Tensor or None expected)")
+            buffers[name] = value
+            return
+        object.__setattr__(self, name, value)
+
+    def _forget(self, name, keep):
+        """Drop ``name`` from the other tables before it is registered in ``keep`` (where it
+        keeps its place, so reassigning a member does not reorder it)."""
+        d = self.__dict__
+        d.pop(name, None)
+        for table in ("_parameters", "_buffers", "_modules"):
+            if table != keep:
+                d[table].pop(name, None)
+        d["_non_persistent_buffers_set"].discard(name)
+
+    def __delattr__(self, name):
+        for table in ("_parameters", "_buffers", "_modules"):
+            members = self.__dict__[table]
+            if name in members:
+                del members[name]
+                self._non_persistent_buffers_set.discard(name)
+                return
+        object.__delattr__(self, name)
+
+    def __dir__(self):
+        keys = list(object.__dir__(self)) + list(self._parameters) + list(self._modules) + list(self._buffers)
+        return sorted(k for k in set(keys) if not k[0].isdigit())
+
+    # Traversal -------------------------------------------------------------------------------------
+
+    def named_modules(self, memo=None, prefix="", remove_duplicate=True):
+        """(qualified name, module) for this module and all below it, depth first."""
+        if memo is None:
+            memo = set()
+        if remove_duplicate:
+            if self in memo:
+                return
+            memo.add(self)
+        yield prefix, self
+        for name, module in self._modules.items():
+            if module is None:
+                continue
+            sub = prefix + ("." if prefix else "") + name
+            yield from module.named_modules(memo, sub, remove_duplicate)
+
+    def modules(self):
+        """This module and every module below it."""
+        for _, module in self.named_modules():
+            yield module
+
+    def named_children(self):
+        """(name, module) for each direct child (each module once)."""
+        seen = set()
+        for name, module in self._modules.items():
+            if module is not None and module not in seen:
+                seen.add(module)
+                yield name, module
+
+    def children(self):
+        """The direct child modules."""
+        for _, module in self.named_children():
+            yield module
+
+    def _named_members(self, table, prefix, recurse, remove_duplicate):
+        modules = self.named_modules(prefix=prefix, remove_duplicate=remove_duplicate) if recurse else [(prefix, self)]
+        seen = set()
+        for mod_prefix, module in modules:
+            for name, value in module.__dict__[table].items():
+                if value is None or (remove_duplicate and id(value) in seen):
+                    continue
+                if remove_duplicate:
+                    seen.add(id(value))
+                yield (mod_prefix + "." if mod_prefix else "") + name, value
+
+    def named_parameters(self, prefix="", recurse=True, remove_duplicate=True):
+        """(qualified name, parameter) pairs; shared parameters once unless ``remove_duplicate=False``."""
+        yield from self._named_members("_parameters", prefix, recurse, remove_duplicate)
+
+    def parameters(self, recurse=True):
+        """The parameters of this module (and, with ``recurse``, of all below it)."""
+        for _, p in self.named_parameters(recurse=recurse):
+            yield p
+
+    def named_buffers(self, prefix="", recurse=True, remove_duplicate=True):
+        """(qualified name, buffer) pairs."""
+        yield from self._named_members("_buffers", prefix, recurse, remove_duplicate)
+
+    def buffers(self, recurse=True):
+        """The buffers of this module (and, with ``recurse``, of all below it)."""
+        for _, b in self.named_buffers(recurse=recurse):
+            yield b
+
+    # State --------------------------------------------------------------------------------------------
+
+    def state_dict(self, *, destination=None, prefix="", keep_vars=False):
+        """An OrderedDict of parameters and persistent buffers by qualified name (detached unless
+        ``keep_vars``)."""
+        if destination is None:
+            destination = OrderedDict()
+        for name, p in self._parameters.items():
+            if p is not None:
+                destination[prefix + name] = p if keep_vars else p.detach()
+        for name, b in self._buffers.items():
+            if b is not None and name not in self._non_persistent_buffers_set:
+                destination[prefix + name] = b if keep_vars else b.detach()
+        for name, module in self._modules.items():
+            if module is not None:
+                module.state_dict(destination=destination, prefix=prefix + name + ".", keep_vars=keep_vars)
+        return destination
+
+    def _local_state(self):
+        persistent = {k: v for k, v in self._buffers.items() if k not in self._non_persistent_buffers_set}
+        return {k: v for k, v in itertools.chain(self._parameters.items(), persistent.items()) if v is not None}
+
+    def _match_state(self, state_dict, prefix, missing, unexpected, errors, copies):
+        """Pair this module's tensors with their entries (recursing), noting torch's mismatches."""
+        local = self._local_state()
+        for name, target in local.items():
+            key = prefix + name
+            if key not in state_dict:
+                missing.append(key)
+                continue
+            source = state_dict[key]
+            if not isinstance(source, Tensor):
+                errors.append(f'While copying the parameter named "{key}", expected jitorch.Tensor or Tensor-like '
+                              f"object from checkpoint but received {type(source)}")
+            elif target.ndim == 0 and source.shape == (1,):  # torch's allowance for old 1-element checkpoints
+                copies.append((self, name, target, source.reshape(())))
+            elif source.shape != target.shape:
+                errors.append(f"size mismatch for {key}: copying a param with shape {source.shape} from checkpoint, "
+                              f"the shape in current model is {target.shape}.")
+            else:
+                copies.append((self, name, target, source))
+        for key in state_dict:
+            if not key.startswith(prefix):
+                continue
+            head, dot, _ = key[len(prefix):].partition(".")
+            if (dot and head not in self._modules) or (not dot and head not in local):
+                unexpected.append(key)
+        for name, module in self._modules.items():
+            if module is not None:
+                module._match_state(state_dict, prefix + name + ".", missing, unexpected, errors, copies)
+
+    def load_state_dict(self, state_dict, strict=True, assign=False):
+        """Copy parameters and buffers from ``state_dict``; returns (missing_keys, unexpected_keys).
+
+        Raises RuntimeError with torch's message for a shape mismatch, or for missing or
+        unexpected keys when ``strict``; nothing is copied when it raises.
+        """
+        if not isinstance(state_dict, Mapping):
+            raise TypeError(f"Expected state_dict to be dict-like, got {type(state_dict)}.")
+        missing, unexpected, errors, copies = [], [], [], []
+        self._match_state(state_dict, "", missing, unexpected, errors, copies)
+        if strict:
+            if unexpected:
+                errors.insert(0, f"Unexpected key(s) in state_dict: {_quoted(unexpected)}. ")
+            if missing:
+                errors.insert(0, f"Missing key(s) in state_dict: {_quoted(missing)}. ")
+        if errors:
+            details = "\n\t".join(errors)
+            raise RuntimeError(f"Error(s) in loading state_dict for {self._get_name()}:\n\t{details}")
+        with no_grad():
+            for module, name, target, source in copies:
+                if not assign:
+                    target.copy_(source)
+                elif isinstance(target, Parameter):
+                    setattr(module, name, Parameter(source, requires_grad=target.requires_grad))
+                else:
+                    module._buffers[name] = source
+        return _IncompatibleKeys(missing, unexpected)
+
+    # Modes and conversions ------------------------------------------------------------------------
+
+    def train(self, mode=True):
+        """Set training mode on this module and all below it; returns self."""
+        if not isinstance(mode, bool):
+            raise ValueError("training mode is expected to be boolean")
+        self.training = mode
+        for module in self.children():
+            module.train(mode)
+        return self
+
+    def eval(self):
+        """``train(False)``: dropout off, batch norm on running statistics."""
+        return self.train(False)
+
+    def requires_grad_(self, requires_grad=True):
+        """Set ``requires_grad`` on every parameter; returns self."""
+        for p in self.parameters():
+            p.requires_grad_(requires_grad)
+        return self
+
+    def zero_grad(self, set_to_none=True):
+        """Reset every parameter's gradient: to None (default) or to zeros."""
+        for p in self.parameters():
+            if p.grad is None:
+                continue
+            if set_to_none:
+                p.grad = None
+            else:
+                if p.grad.grad_fn is not None:
+                    p.grad.detach_()
+                else:
+                    p.grad.requires_grad_(False)
+                p.grad.zero_()
+
+    def apply(self, fn):
+        """Call ``fn`` on every submodule (children first) and then on this module; returns self."""
+        for module in self.children():
+            module.apply(fn)
+        fn(self)
+        return self
+
+    def _apply(self, fn):
+        """Replace every parameter's (and gradient's) data and every buffer by ``fn`` of it,
+        keeping the Parameter objects, so optimisers holding them stay valid."""
+        for module in self.children():
+            module._apply(fn)
+        with no_grad():
+            for p in self._parameters.values():
+                if p is None:
+                    continue
+                p.data = fn(p)
+                if p.grad is not None:
+                    p.grad = fn(p.grad)
+            for name, b in self._buffers.items():
+                if b is not None:
+                    self._buffers[name] = fn(b)
+        return self
+
+    def to(self, *args, **kwargs):
+        """Move and/or cast parameters and buffers: ``to(device)``, ``to(dtype)``, ``to(device, dtype)``,
+        ``to(tensor)``; a dtype casts floating tensors only."""
+        device, dtype = _parse_to(args, dict(kwargs))
+
+        def convert(t):
+            return t.to(device=device, dtype=dtype if t.is_floating_point() else None)
+        return self._apply(convert)
+
+    def _cast_floats(self, dtype):
+        return self._apply(lambda t: t.to(dtype) if t.is_floating_point() else t)
+
+    def float(self):
+        """Cast floating parameters and buffers to float32."""
+        return self._cast_floats(_dt.float32)
+
+    def double(self):
+        """Cast floating parameters and buffers to float64."""
+        return self._cast_floats(_dt.float64)
+
+    def half(self):
+        """Cast floating parameters and buffers to float16."""
+        return self._cast_floats(_dt.float16)
+
+    def bfloat16(self):
+        """Cast floating parameters and buffers to bfloat16."""
+        return self._cast_floats(_dt.bfloat16)
+
+    def type(self, dst_type):
+        """Cast every parameter and buffer to ``dst_type``."""
+        return self._apply(lambda t: t.type(dst_type))
+
+    def cpu(self):
+        """Move parameters and buffers to the CPU."""
+        return self._apply(lambda t: t.cpu())
+
+    def cuda(self, device=None):
+        """Move parameters and buffers to a CUDA device."""
+        return self._apply(lambda t: t.cuda(device))
+
+    # Calls and hooks ---------------------------------------------------------------------------------
+
+    def register_forward_pre_hook(self, hook, *, prepend=False, with_kwargs=False):
+        """Call ``hook(module, args)`` (or ``hook(module, args, kwargs)``) before forward; a non-None
+        result replaces the arguments. Returns a handle whose ``remove()`` unregisters it."""
+        return self._add_hook(self._forward_pre_hooks, hook, prepend, with_kwargs)
+
+    def register_forward_hook(self, hook, *, prepend=False, with_kwargs=False):
+        """Call ``hook(module, args, output)`` (or ``hook(module, args, kwargs, output)``) after
+        forward; a non-None result replaces the output. Returns a removable handle."""
+        return self._add_hook(self._forward_hooks, hook, prepend, with_kwargs)
+
+    @staticmethod
+    def _add_hook(hooks, hook, prepend, with_kwargs):
+        handle = RemovableHandle(hooks)
+        hooks[handle.id] = (hook, with_kwargs)
+        if prepend:
+            hooks.move_to_end(handle.id, last=False)
+        return handle
+
+    def _call_with_hooks(self, args, kwargs):
+        for hook, with_kwargs in list(self._forward_pre_hooks.values()):
+            if with_kwargs:
+                result = hook(self, args, kwargs)
+                if result is not None:
+                    if not (isinstance(result, tuple) and len(result) == 2):
+                        raise RuntimeError("forward pre-hook must return None or a tuple of (new_args, new_kwargs), "
+                                           f"but got {result}.")
+                    args, kwargs = result
+            else:
+                result = hook(self, args)
+                if result is not None:
+                    args = result if isinstance(result, tuple) else (result,)
+        output = self.forward(*args, **kwargs)
+        for hook, with_kwargs in list(self._forward_hooks.values()):
+            result = hook(self, args, kwargs, output) if with_kwargs else hook(self, args, output)
+            if result is not None:
+                output = result
+        return output
+
+    def __call__(self, *args, **kwargs):
+        if self._forward_pre_hooks or self._forward_hooks:
+            return self._call_with_hooks(args, kwargs)
+        return self.forward(*args, **kwargs)
+
+    # Printing ---------------------------------------------------------------------------------------
+
+    def _get_name(self):
+        return type(self).__name__
+
+    def extra_repr(self):
+        """The layer's settings shown inside its repr's parentheses; layers override it."""
+        return ""
+
+    def __repr__(self):
+        extra = self.extra_repr()
+        extra_lines = extra.split("\n") if extra else []
+        child_lines = [f"({key}): " + _addindent(repr(module), 2) for key, module in self._modules.items()]
+        lines = extra_lines + child_lines
+        body = ""
+        if lines:
+            if len(extra_lines) == 1 and not child_lines:
+                body = extra_lines[0]
+            else:
+                body = "\n  " + "\n  ".join(lines) + "\n"
+        return f"{self._get_name()}({body})"

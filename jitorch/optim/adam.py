@@ -1,0 +1,81 @@
+"""Adam and AdamW (``torch.optim.Adam``, ``torch.optim.AdamW``)."""
+
+from __future__ import annotations
+
+from .. import compiler, float32, float64, zeros_like
+from .. import tensor as _tensor
+from .optimizer import Optimizer, _check_nonnegative, _check_unsupported
+
+__all__ = ["Adam", "AdamW"]
+
+
+class Adam(Optimizer):
+    """Adam, step for step as ``torch.optim.Adam`` (``amsgrad``, ``maximize``, decoupled decay for AdamW).
+
+    Per parameter: ``m = lerp(m, g, 1 - beta1)``, ``v = beta2 * v + (1 -
+    beta2) * g * g``, ``p -= lr / (1 - beta1**t) * m / (sqrt(v) / sqrt(1 -
+    beta2**t) + eps)`` with ``v`` replaced by its running maximum under
+    ``amsgrad``. ``state["step"]`` is a 0-d float32 tensor and the bias
+    corrections are computed from it with tensor ops (in float64, as torch's
+    Python-float arithmetic), so a traced step needs no tensor value in Python.
+    """
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0, amsgrad=False, *,
+                 foreach=None, maximize=False, capturable=False, differentiable=False, fused=None,
+                 decoupled_weight_decay=False):
+        _check_nonnegative(lr=lr, eps=eps)
+        for i, beta in enumerate(betas):
+            if not 0.0 <= beta < 1.0:
+                raise ValueError(f"Invalid beta parameter at index {i}: {beta}")
+        _check_nonnegative(weight_decay=weight_decay)
+        _check_unsupported(foreach, fused, differentiable)
+        defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
+                        maximize=maximize, foreach=foreach, capturable=capturable, differentiable=differentiable,
+                        fused=fused, decoupled_weight_decay=decoupled_weight_decay)
+        super().__init__(params, defaults)
+
+    def _init_state(self, p, amsgrad):
+        state = self.state[p]
+        if not state:
+            with compiler.eager_state():  # real tensors even when the step is traced
+                state["step"] = _tensor(0.0, dtype=float32)
+                state["exp_avg"] = zeros_like(p)
+                state["exp_avg_sq"] = zeros_like(p)
+                if amsgrad:
+                    state["max_exp_avg_sq"] = zeros_like(p)
+        return state
+
+    def _update(self, group, params):
+        lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
+        weight_decay, amsgrad = group["weight_decay"], group["amsgrad"]
+        for p in params:
+            state = self._init_state(p, amsgrad)
+            grad = -p.grad if group["maximize"] else p.grad
+            step = self._step_counter(p).to(float64)
+            if weight_decay != 0:
+                if group["decoupled_weight_decay"]:
+                    p.mul_(1 - lr * weight_decay)
+                else:
+                    grad = grad.add(p, alpha=weight_decay)
+            exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+            exp_avg.lerp_(grad, 1 - beta1)
+            exp_avg_sq.mul_(beta2).add_(grad * grad, alpha=1 - beta2)
+            step_size = lr / (1 - beta1 ** step)
+            bias_correction2_sqrt = (1 - beta2 ** step).sqrt()
+            if amsgrad:
+                second = state["max_exp_avg_sq"]
+                second.copy_(second.maximum(exp_avg_sq))
+            else:
+                second = exp_avg_sq
+            denom = (second.sqrt() / bias_correction2_sqrt).add_(eps)
+            p.sub_((exp_avg / denom).mul_(step_size))
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay (``p *= 1 - lr * weight_decay`` before the update), as ``torch.optim.AdamW``."""
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, amsgrad=False, *,
+                 maximize=False, foreach=None, capturable=False, differentiable=False, fused=None):
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, foreach=foreach, maximize=maximize,
+                         capturable=capturable, differentiable=differentiable, fused=fused,
+                         decoupled_weight_decay=True)

@@ -1,0 +1,210 @@
+"""The ``Optimizer`` base class: parameter groups, per-parameter state, state dicts.
+
+Built-in optimizers define ``_update(group, params)``, the in-place update of
+one group's parameters that have a gradient, and inherit ``step``; a user's
+subclass may override ``step`` instead, as in torch. Updates are written with jitorch's
+in-place tensor ops and never read tensor values into Python, so a training
+step that calls ``optimizer.step()`` can be traced by ``jitorch.compile``.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import defaultdict
+from itertools import chain
+
+from ..autograd import enable_grad, no_grad
+from ..tensor import Tensor
+
+__all__ = ["Optimizer"]
+
+
+def _typename(obj):
+    if isinstance(obj, Tensor):
+        return "jitorch.Tensor"
+    return f"{type(obj).__module__}.{type(obj).__qualname__}"
+
+
+def _check_nonnegative(**values):
+    """Raise torch's ValueError for the first hyper-parameter below zero."""
+    labels = {"lr": "learning rate", "eps": "epsilon value", "momentum": "momentum value",
+              "weight_decay": "weight_decay value", "alpha": "alpha value"}
+    for name, value in values.items():
+        if not 0.0 <= value:
+            raise ValueError(f"Invalid {labels[name]}: {value}")
+
+
+def _check_unsupported(foreach, fused, differentiable):
+    """jitorch has one implementation per optimizer; these torch flags select others."""
+    if differentiable:
+        raise ValueError("differentiable=True is not supported by jitorch optimizers")
+    if fused and foreach:
+        raise RuntimeError("`fused` and `foreach` cannot be `True` together.")
+
+
+class Optimizer:
+    """Base class of all optimizers, as ``torch.optim.Optimizer``.
+
+    ``params`` is an iterable of tensors, of ``(name, tensor)`` pairs, or of
+    dicts each holding ``"params"`` and that group's own options; options a
+    group leaves out take the values in ``defaults``.
+    """
+
+    def __init__(self, params, defaults):
+        if isinstance(params, Tensor):
+            raise TypeError("params argument given to the optimizer should be an iterable of Tensors or dicts, "
+                            f"but got {_typename(params)}")
+        self.defaults = defaults
+        self.state = defaultdict(dict)
+        self.param_groups = []
+        groups = list(params)
+        if not groups:
+            raise ValueError("optimizer got an empty parameter list")
+        if not isinstance(groups[0], dict):
+            groups = [{"params": groups}]
+        for group in groups:
+            self.add_param_group(group)
+
+    def __repr__(self):
+        lines = [f"{type(self).__name__} ("]
+        for i, group in enumerate(self.param_groups):
+            lines.append(f"Parameter Group {i}")
+            lines.extend(f"    {key}: {group[key]}" for key in sorted(group) if key != "params")
+        return "\n".join(lines) + "\n)"
+
+    def add_param_group(self, param_group):
+        """Add a group of parameters (a dict with ``"params"`` and optional options)."""
+        if not isinstance(param_group, dict):
+            raise TypeError(f"param_group must be a dict, but got {type(param_group)}")
+        params = param_group["params"]
+        if isinstance(params, Tensor):
+            params = [params]
+        elif isinstance(params, set):
+            raise TypeError("optimizer parameters need to be organized in ordered collections, but the ordering "
+                            "of tensors in sets will change between runs. Please use a list instead.")
+        params = list(params)
+        names = [p[0] for p in params if isinstance(p, tuple)]
+        param_group["params"] = [p[1] if isinstance(p, tuple) else p for p in params]
+        if names:
+            if len(names) != len(params):
+                raise ValueError("all optimizer params should be with/without names. Some param names are missing")
+            param_group["param_names"] = names
+        for p in param_group["params"]:
+            if not isinstance(p, Tensor):
+                raise TypeError(f"optimizer can only optimize Tensors, but one of the params is {_typename(p)}")
+            if not (p.is_leaf or p.retains_grad):
+                raise ValueError("can't optimize a non-leaf Tensor")
+        for name, default in self.defaults.items():
+            param_group.setdefault(name, default)
+        seen = set()
+        for group in self.param_groups:
+            seen.update(id(p) for p in group["params"])
+            if ("param_names" in param_group) != ("param_names" in group):
+                kind = "with names" if "param_names" in param_group else "without names"
+                raise ValueError("all optimizer param groups should be with/without names. "
+                                 f"cannot add param group {kind} to the optimizer")
+        if any(id(p) in seen for p in param_group["params"]):
+            raise ValueError("some parameters appear in more than one parameter group")
+        self.param_groups.append(param_group)
+
+    def zero_grad(self, set_to_none=True):
+        """Reset the gradients: to None (default) or, with ``set_to_none=False``, to zeros."""
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if set_to_none:
+                    p.grad = None
+                else:
+                    if p.grad.grad_fn is not None:
+                        p.grad.detach_()
+                    else:
+                        p.grad.requires_grad_(False)
+                    p.grad.zero_()
+
+    def step(self, closure=None):
+        """Update every parameter that has a gradient; ``closure`` re-evaluates and returns the loss."""
+        loss = None
+        if closure is not None:
+            with enable_grad():
+                loss = closure()
+        update = getattr(self, "_update", None)
+        if update is None:
+            raise NotImplementedError(f"{type(self).__name__} must override step() or define _update(group, params)")
+        with no_grad():
+            for group in self.param_groups:
+                _guard_hyperparameters(group)
+                params = [p for p in group["params"] if p.grad is not None]
+                if params:
+                    update(group, params)
+        return loss
+
+    def _step_counter(self, p):
+        """The parameter's ``state["step"]`` (a 0-d float32 tensor, as torch keeps it), incremented."""
+        state = self.state[p]
+        step = state["step"]
+        step.add_(1)
+        return step
+
+    # State dicts ---------------------------------------------------------------------
+
+    def state_dict(self):
+        """The optimizer's state: ``{"state": {index: {...}}, "param_groups": [{..., "params": [indices]}]}``.
+
+        State tensors are returned by reference, as torch does; save or clone
+        them to keep a snapshot.
+        """
+        index = {}
+        groups = []
+        for group in self.param_groups:
+            packed = {k: v for k, v in group.items() if k != "params"}
+            for p in group["params"]:
+                index.setdefault(id(p), len(index))
+            packed["params"] = [index[id(p)] for p in group["params"]]
+            groups.append(packed)
+        state = {(index[id(k)] if isinstance(k, Tensor) else k): v for k, v in self.state.items()}
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict):
+        """Load a state dict from ``state_dict()``; groups must match this optimizer's in number and sizes."""
+        saved_groups = copy.deepcopy(state_dict["param_groups"])
+        if len(self.param_groups) != len(saved_groups):
+            raise ValueError("loaded state dict has a different number of parameter groups")
+        if any(len(g["params"]) != len(s["params"]) for g, s in zip(self.param_groups, saved_groups)):
+            raise ValueError("loaded state dict contains a parameter group that doesn't match the size of "
+                             "optimizer's group")
+        id_map = dict(zip(chain.from_iterable(g["params"] for g in saved_groups),
+                          chain.from_iterable(g["params"] for g in self.param_groups)))
+        state = defaultdict(dict)
+        for key, value in state_dict["state"].items():
+            if key in id_map:
+                param = id_map[key]
+                state[param] = {k: _cast_state(param, k, v) for k, v in value.items()}
+            else:
+                state[key] = value
+        for group, saved in zip(self.param_groups, saved_groups):
+            saved["params"] = group["params"]
+            if "param_names" in group and "param_names" not in saved:
+                saved["param_names"] = group["param_names"]
+        self.state = state
+        self.param_groups = saved_groups
+
+
+def _cast_state(param, key, value):
+    """A loaded state value as torch casts it: floating state takes the parameter's dtype and device; the
+    step counter stays as saved."""
+    if not isinstance(value, Tensor) or key == "step":
+        return value
+    if param.is_floating_point():
+        return value.to(dtype=param.dtype, device=param.device)
+    return value.to(device=param.device)
+
+
+def _guard_hyperparameters(group):
+    """A traced step bakes the group's numbers (lr, betas...) into its graph: a scheduler that
+    changes them must make the compiled step trace again."""
+    from .. import compiler
+    if compiler.is_compiling():
+        traced = {k: v for k, v in group.items() if k != "params"}
+        compiler.guard(lambda: all(group.get(k) == v for k, v in traced.items()),
+                       "the optimizer's hyperparameters (lr, momentum, ...) are unchanged")

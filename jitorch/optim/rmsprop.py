@@ -1,0 +1,65 @@
+"""RMSprop (``torch.optim.RMSprop``)."""
+
+from __future__ import annotations
+
+from .. import compiler, float32, zeros_like
+from .. import tensor as _tensor
+from .optimizer import Optimizer, _check_nonnegative, _check_unsupported
+
+__all__ = ["RMSprop"]
+
+
+class RMSprop(Optimizer):
+    """RMSprop, step for step as ``torch.optim.RMSprop``.
+
+    Per parameter: ``v = alpha * v + (1 - alpha) * g * g``; centered, ``a =
+    lerp(a, g, 1 - alpha)`` and the denominator is ``sqrt(v - a * a) + eps``,
+    else ``sqrt(v) + eps``; with momentum ``buf = momentum * buf + g / denom``
+    and ``p -= lr * buf``, else ``p -= lr * g / denom``.
+    """
+
+    def __init__(self, params, lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0, momentum=0, centered=False,
+                 capturable=False, foreach=None, maximize=False, differentiable=False):
+        _check_nonnegative(lr=lr, eps=eps, momentum=momentum, weight_decay=weight_decay, alpha=alpha)
+        _check_unsupported(foreach, None, differentiable)
+        defaults = dict(lr=lr, momentum=momentum, alpha=alpha, eps=eps, centered=centered,
+                        weight_decay=weight_decay, capturable=capturable, foreach=foreach, maximize=maximize,
+                        differentiable=differentiable)
+        super().__init__(params, defaults)
+
+    def _init_state(self, p, group):
+        state = self.state[p]
+        if not state:
+            with compiler.eager_state():  # real tensors even when the step is traced
+                state["step"] = _tensor(0.0, dtype=float32)
+                state["square_avg"] = zeros_like(p)
+                if group["momentum"] > 0:
+                    state["momentum_buffer"] = zeros_like(p)
+                if group["centered"]:
+                    state["grad_avg"] = zeros_like(p)
+        return state
+
+    def _update(self, group, params):
+        lr, alpha, eps = group["lr"], group["alpha"], group["eps"]
+        weight_decay, momentum = group["weight_decay"], group["momentum"]
+        for p in params:
+            state = self._init_state(p, group)
+            self._step_counter(p)
+            grad = -p.grad if group["maximize"] else p.grad
+            if weight_decay != 0:
+                grad = grad.add(p, alpha=weight_decay)
+            square_avg = state["square_avg"]
+            square_avg.mul_(alpha).add_(grad * grad, alpha=1 - alpha)
+            if group["centered"]:
+                grad_avg = state["grad_avg"]
+                grad_avg.lerp_(grad, 1 - alpha)
+                avg = (square_avg - grad_avg * grad_avg).sqrt_()
+            else:
+                avg = square_avg.sqrt()
+            avg.add_(eps)
+            if momentum > 0:
+                buf = state["momentum_buffer"]
+                buf.mul_(momentum).add_(grad / avg)
+                p.add_(buf, alpha=-lr)
+            else:
+                p.add_(grad / avg, alpha=-lr)

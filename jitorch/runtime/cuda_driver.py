@@ -1,0 +1,185 @@
+"""The CUDA driver API through cuda-python, loaded and initialised on first use.
+
+Nothing here runs at ``import jitorch``: the first CUDA query imports
+``cuda.bindings.driver`` and calls ``cuInit``. With no driver library
+(cuda-pathfinder's ``DynamicLibNotFoundError``), no bindings, or no device,
+`available()` is False and `require()` raises the RuntimeError CUDA tensor
+creation gives. Modules are loaded from PTX once per device and kept; launches
+and asynchronous copies go to a stream (the current one by default).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+
+from .cuda_stub import no_cuda
+
+_lock = threading.RLock()
+_state: dict = {}
+
+
+def _driver():
+    """The initialised ``cuda.bindings.driver`` module, or None (reason kept in _state)."""
+    if "ok" not in _state:
+        with _lock:
+            if "ok" not in _state:
+                _state.update(_initialise())
+    return _state.get("driver") if _state["ok"] else None
+
+
+def _initialise():
+    try:
+        from cuda.bindings import driver
+    except ImportError as e:
+        return {"ok": False, "reason": f"cuda-python is not installed ({e})"}
+    try:
+        (err,) = driver.cuInit(0)
+    except Exception as e:  # DynamicLibNotFoundError from cuda.pathfinder: no libcuda on this machine
+        return {"ok": False, "reason": f"no CUDA driver ({type(e).__name__}: {e})"}
+    if err != driver.CUresult.CUDA_SUCCESS:
+        return {"ok": False, "reason": f"cuInit failed: {err.name}"}
+    err, count = driver.cuDeviceGetCount()
+    if err != driver.CUresult.CUDA_SUCCESS or count == 0:
+        return {"ok": False, "reason": "no CUDA device"}
+    return {"ok": True, "driver": driver, "count": count, "contexts": {}, "modules": {}}
+
+
+def available():
+    """Whether a driver and at least one device are present."""
+    return _driver() is not None
+
+
+def unavailable_reason():
+    _driver()
+    return _state.get("reason", "")
+
+
+def require():
+    """The driver module, or the RuntimeError saying CUDA is unavailable."""
+    drv = _driver()
+    if drv is None:
+        no_cuda()
+    return drv
+
+
+def check(result):
+    """Unpack a cuda-python ``(CUresult, *values)`` tuple, raising RuntimeError on an error."""
+    drv = require()
+    err, *values = result if isinstance(result, tuple) else (result,)
+    if err != drv.CUresult.CUDA_SUCCESS:
+        _, text = drv.cuGetErrorString(err)
+        raise RuntimeError(f"CUDA error: {err.name}: {text.decode() if isinstance(text, bytes) else text}")
+    return values[0] if len(values) == 1 else tuple(values) if values else None
+
+
+def device_count():
+    return _state["count"] if available() else 0
+
+
+def _device(index):
+    count = device_count()
+    if not 0 <= index < count:
+        raise RuntimeError(f"CUDA error: invalid device ordinal {index} (device_count() is {count})")
+    return check(require().cuDeviceGet(index))
+
+
+def device_name(index=0):
+    name = check(require().cuDeviceGetName(256, _device(index)))
+    return name.split(b"\0", 1)[0].decode()
+
+
+def attribute(name, index=0):
+    """A device attribute by its CU_DEVICE_ATTRIBUTE_ suffix (``"MULTIPROCESSOR_COUNT"``)."""
+    drv = require()
+    attr = getattr(drv.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{name}")
+    return check(drv.cuDeviceGetAttribute(attr, _device(index)))
+
+
+def activate(index=0):
+    """Make device ``index``'s primary context current on this thread (retained once per process)."""
+    drv = require()
+    ctx = _state["contexts"].get(index)
+    if ctx is None:
+        with _lock:
+            ctx = _state["contexts"].get(index)
+            if ctx is None:
+                ctx = _state["contexts"][index] = check(drv.cuDevicePrimaryCtxRetain(_device(index)))
+    check(drv.cuCtxSetCurrent(ctx))
+    return ctx
+
+
+def function(ptx, name, index=0):
+    """The kernel ``name`` of a PTX module, loaded on device ``index`` once and kept."""
+    key = (index, ptx, name)
+    fn = _state["modules"].get(key) if available() else None
+    if fn is None:
+        drv = require()
+        activate(index)
+        with _lock:
+            module = check(drv.cuModuleLoadData(ptx.encode() + b"\0"))
+            fn = _state["modules"][key] = check(drv.cuModuleGetFunction(module, name.encode()))
+    return fn
+
+
+def launch(fn, grid, block, pointers, stream=0, shared_bytes=0):
+    """Launch ``fn`` asynchronously on ``stream`` with device pointers as its arguments."""
+    grid = tuple(grid) + (1,) * (3 - len(grid)) if isinstance(grid, tuple) else (grid, 1, 1)
+    params = (tuple(pointers), tuple(ctypes.c_void_p for _ in pointers))
+    check(require().cuLaunchKernel(fn, *grid, block, 1, 1, shared_bytes, stream, params, 0))
+
+
+def malloc(nbytes):
+    drv = require()
+    err, ptr = drv.cuMemAlloc(nbytes)
+    if err == drv.CUresult.CUDA_ERROR_OUT_OF_MEMORY:
+        raise MemoryError(f"cuMemAlloc({nbytes}) is out of memory")
+    check((err,))
+    return int(ptr)
+
+
+def free(address):
+    check(require().cuMemFree(address))
+
+
+def copy_to_device(dst, host, stream=0, non_blocking=False):
+    """Copy a C-contiguous NumPy array's bytes to device address ``dst``."""
+    drv = require()
+    src = host.__array_interface__["data"][0]
+    if non_blocking:
+        check(drv.cuMemcpyHtoDAsync(dst, src, host.nbytes, stream))
+    else:
+        check(drv.cuMemcpyHtoD(dst, src, host.nbytes))
+
+
+def copy_to_host(host, src, stream=0, non_blocking=False):
+    """Copy ``host.nbytes`` bytes from device address ``src`` into a C-contiguous NumPy array."""
+    drv = require()
+    dst = host.__array_interface__["data"][0]
+    if non_blocking:
+        check(drv.cuMemcpyDtoHAsync(dst, src, host.nbytes, stream))
+    else:
+        synchronize_stream(stream)
+        check(drv.cuMemcpyDtoH(dst, src, host.nbytes))
+
+
+def copy_on_device(dst, src, nbytes, stream=0):
+    check(require().cuMemcpyDtoDAsync(dst, src, nbytes, stream))
+
+
+def synchronize_stream(stream=0):
+    check(require().cuStreamSynchronize(stream))
+
+
+def synchronize():
+    check(require().cuCtxSynchronize())
+
+
+class DriverMemory:
+    """The caching allocator's backend on the real driver."""
+
+    def malloc(self, nbytes):
+        return malloc(nbytes)
+
+    def free(self, address):
+        free(address)

@@ -1,0 +1,413 @@
+"""``jitorch.save`` / ``jitorch.load``: tensors and nested containers in a zip archive, without pickle.
+
+The archive holds ``manifest.json``::
+
+    {"format": "jitorch.save", "version": 1,
+     "storages": {"0": {"dtype": "float32", "size": 12, "device": "cpu"}, ...},
+     "structure": <the object as a JSON tree>}
+
+and one ``data/<key>.npy`` member per tensor storage (the whole flat buffer,
+bfloat16 stored as its uint16 bits; ``meta`` storages have none). Tensors in the tree reference a storage
+with their shape, strides and offset, so views that share a storage are
+saved once and come back sharing it. Containers are tagged so that lists,
+tuples, dicts with non-string keys and OrderedDicts keep their type.
+
+Reading never runs code: JSON and ``np.load(..., allow_pickle=False)`` only,
+and every member is checked against the manifest. The zip's CRC-32 check
+catches damaged members; any damage is reported as ``SerializationError``
+(a ``RuntimeError``). An archive whose manifest says ``"jitorch.export"`` is
+an exported program and is loaded by ``jitorch.export.load``.
+"""
+
+from __future__ import annotations
+
+import collections
+import io
+import json
+import math
+import os
+import struct
+import zipfile
+import zlib
+
+import numpy as np
+
+from .runtime import dtypes as _dtypes
+from .runtime.device import device as _device
+from .runtime.storage import Storage
+from .tensor import Size, Tensor
+
+__all__ = ["save", "load", "SerializationError"]
+
+FORMAT = "jitorch.save"
+VERSION = 1
+MANIFEST = "manifest.json"
+EXPORT_FORMAT = "jitorch.export"
+
+# Errors the zip, zlib, npy and JSON readers raise on damaged input.
+_READ_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, KeyError, struct.error,
+                NotImplementedError, UnicodeDecodeError, OverflowError)
+# zipfile also raises RuntimeError, for a member whose damaged flags say "encrypted".
+_ZIP_ERRORS = _READ_ERRORS + (RuntimeError,)
+
+
+class SerializationError(RuntimeError):
+    """A file that ``jitorch.load`` cannot read: not a jitorch archive, damaged, or from a newer version."""
+
+
+def _storage_np_dtype(dtype):
+    # .npy has no bfloat16: its bits travel as uint16.
+    return np.dtype(np.uint16) if dtype is _dtypes.bfloat16 else np.dtype(dtype.np)
+
+
+# Saving ---------------------------------------------------------------------------------------
+
+class _Writer:
+    """Encodes an object tree into JSON, collecting the storages of the tensors it meets."""
+
+    def __init__(self):
+        self.storages = {}     # id(storage) -> (key, storage)
+        self._active = set()   # ids of the containers being encoded, to refuse cycles
+
+    def encode(self, obj):
+        if obj is None or isinstance(obj, (bool, str)):
+            return obj
+        if isinstance(obj, int):
+            return obj
+        if isinstance(obj, float):
+            return obj if math.isfinite(obj) else {"type": "float", "value": repr(obj)}
+        if isinstance(obj, Tensor):
+            return self._tensor(obj)
+        if isinstance(obj, _dtypes.dtype):
+            return {"type": "dtype", "name": obj.name}
+        if isinstance(obj, _device):
+            return {"type": "device", "name": str(obj)}
+        if isinstance(obj, Size):
+            return {"type": "Size", "items": list(obj)}
+        if isinstance(obj, (list, tuple, dict)):
+            return self._container(obj)
+        raise TypeError(f"jitorch.save cannot save an object of type {type(obj).__module__}.{type(obj).__qualname__}: "
+                        "only tensors, numbers, strings, None, bools, dtypes, devices and lists, tuples and "
+                        "dicts of them are supported")
+
+    def _container(self, obj):
+        if id(obj) in self._active:
+            raise ValueError(f"jitorch.save cannot save a {type(obj).__name__} that contains itself")
+        self._active.add(id(obj))
+        try:
+            if isinstance(obj, dict):
+                kind = "OrderedDict" if isinstance(obj, collections.OrderedDict) else "dict"
+                if type(obj) not in (dict, collections.OrderedDict):
+                    raise TypeError(f"jitorch.save cannot save a dict subclass {type(obj).__qualname__}")
+                return {"type": kind, "items": [[self.encode(k), self.encode(v)] for k, v in obj.items()]}
+            if type(obj) not in (list, tuple):
+                raise TypeError(f"jitorch.save cannot save a {type(obj).__qualname__} (a {type(obj).__base__.__name__} "
+                                "subclass); convert it to a plain list, tuple or dict")
+            return {"type": type(obj).__name__, "items": [self.encode(v) for v in obj]}
+        finally:
+            self._active.discard(id(obj))
+
+    def _tensor(self, t):
+        storage = t._storage
+        entry = self.storages.get(id(storage))
+        if entry is None:
+            entry = self.storages[id(storage)] = (str(len(self.storages)), storage)
+        record = {"type": "tensor", "storage": entry[0], "shape": list(t.shape), "stride": list(t._stride),
+                  "offset": t._offset, "requires_grad": t.requires_grad}
+        if type(t) is not Tensor:
+            record["class"] = type(t).__name__
+        return record
+
+    def storage_table(self):
+        return {key: {"dtype": st.dtype.name, "size": st.size, "device": str(st.device)}
+                for key, st in self.storages.values()}
+
+
+def _storage_array(storage):
+    """The storage's elements as a flat host array in its .npy dtype."""
+    if storage.device.type == "cpu":
+        flat = storage.data
+    else:
+        flat = Tensor._make(storage, (storage.size,), (1,), 0).cpu()._array()
+    return np.ascontiguousarray(flat).view(_storage_np_dtype(storage.dtype))
+
+
+def save(obj, f):
+    """Save ``obj`` (tensors, numbers, strings, None, bools and lists/tuples/dicts of them) to ``f``.
+
+    ``f`` is a path or a binary file object opened for writing. The format is
+    described in ``jitorch/serialization.py``; no pickle is involved.
+    """
+    writer = _Writer()
+    manifest = {"format": FORMAT, "version": VERSION, "structure": writer.encode(obj)}
+    manifest["storages"] = writer.storage_table()
+    if isinstance(f, (str, os.PathLike)):
+        with open(f, "wb") as fh:
+            _write_archive(fh, manifest, writer)
+    else:
+        _write_archive(f, manifest, writer)
+
+
+def _write_archive(fh, manifest, writer):
+    with zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_STORED) as z:
+        z.writestr(MANIFEST, json.dumps(manifest, allow_nan=False))
+        for key, storage in writer.storages.values():
+            if storage.device.type == "meta":  # shapes and dtypes only: nothing to write
+                continue
+            buf = io.BytesIO()
+            np.save(buf, _storage_array(storage), allow_pickle=False)
+            z.writestr(f"data/{key}.npy", buf.getvalue())
+
+
+# Loading --------------------------------------------------------------------------------------
+
+def _bad(what):
+    return SerializationError(f"jitorch.load: {what}")
+
+
+def _expect(cond, what):
+    if not cond:
+        raise _bad(f"bad manifest: {what}")
+
+
+def _hashable(x):
+    try:
+        hash(x)
+    except TypeError:
+        return False
+    return True
+
+
+def _is_int(x, low=0):
+    return isinstance(x, int) and not isinstance(x, bool) and x >= low
+
+
+class _Reader:
+    """Decodes the manifest's tree, loading each storage once from its .npy member."""
+
+    def __init__(self, zf, manifest, map_location):
+        self.zf = zf
+        self.table = manifest.get("storages")
+        _expect(isinstance(self.table, dict), "'storages' must be an object")
+        self.map_location = map_location
+        self.loaded = {}
+
+    def decode(self, node):
+        if node is None or isinstance(node, (bool, int, str)):
+            return node
+        if isinstance(node, float):
+            return node
+        _expect(isinstance(node, dict) and isinstance(node.get("type"), str),
+                f"expected a value or a tagged object, found {str(node)[:80]!r}")
+        kind = node["type"]
+        decoder = _DECODERS.get(kind)
+        _expect(decoder is not None, f"unknown object type {kind!r}")
+        return decoder(self, node)
+
+    def _items(self, node):
+        items = node.get("items")
+        _expect(isinstance(items, list), f"{node['type']} needs a list of 'items'")
+        return items
+
+    def decode_sequence(self, node):
+        items = [self.decode(v) for v in self._items(node)]
+        return {"list": list, "tuple": tuple, "Size": Size}[node["type"]](items)
+
+    def decode_mapping(self, node):
+        out = collections.OrderedDict() if node["type"] == "OrderedDict" else {}
+        for pair in self._items(node):
+            _expect(isinstance(pair, list) and len(pair) == 2, "dict items must be [key, value] pairs")
+            key = self.decode(pair[0])
+            _expect(not isinstance(key, Tensor) and _hashable(key), f"unusable dict key {str(key)[:80]!r}")
+            out[key] = self.decode(pair[1])
+        return out
+
+    def decode_float(self, node):
+        value = node.get("value")
+        _expect(value in ("nan", "inf", "-inf"), f"bad float {value!r}")
+        return float(value)
+
+    def decode_dtype(self, node):
+        dtype = _dtypes._NAMES.get(node.get("name"))
+        _expect(dtype is not None, f"unknown dtype {node.get('name')!r}")
+        return dtype
+
+    def decode_device(self, node):
+        try:
+            return _device(node.get("name"))
+        except (RuntimeError, TypeError) as e:
+            raise _bad(f"bad manifest: bad device {node.get('name')!r}") from e
+
+    def decode_tensor(self, node):
+        key = node.get("storage")
+        storage = self.storage(key)
+        shape, stride, offset = node.get("shape"), node.get("stride"), node.get("offset")
+        _expect(isinstance(shape, list) and isinstance(stride, list) and len(shape) == len(stride)
+                and all(_is_int(n) for n in shape) and all(_is_int(s) for s in stride) and _is_int(offset),
+                f"tensor of storage {key!r} needs non-negative integer shape, stride (of equal length) and offset")
+        if math.prod(shape):
+            end = offset + sum((n - 1) * s for n, s in zip(shape, stride))
+            _expect(end < storage.size, f"tensor of shape {shape} with stride {stride} and offset {offset} reaches "
+                                        f"past the end of storage {key!r} of {storage.size} elements")
+        t = Tensor._make(storage, tuple(shape), tuple(stride), offset)
+        requires_grad = node.get("requires_grad")
+        _expect(isinstance(requires_grad, bool), "a tensor's 'requires_grad' must be true or false")
+        _expect(not requires_grad or storage.dtype.is_floating_point,
+                f"a {storage.dtype} tensor cannot require grad")
+        if node.get("class") == "Parameter":
+            from .nn.parameter import Parameter
+            return Parameter(t, requires_grad=requires_grad)
+        return t.requires_grad_(requires_grad)
+
+    def storage(self, key):
+        """Storage ``key``, read once and then shared by every tensor that views it."""
+        if key in self.loaded:
+            return self.loaded[key]
+        entry = self.table.get(key) if isinstance(key, str) else None
+        _expect(isinstance(entry, dict), f"tensor references unknown storage {key!r}")
+        dtype = _dtypes._NAMES.get(entry.get("dtype"))
+        size = entry.get("size")
+        _expect(dtype is not None, f"storage {key!r} has unknown dtype {entry.get('dtype')!r}")
+        _expect(_is_int(size), f"storage {key!r} needs a non-negative integer size")
+        try:
+            saved_device = _device(entry.get("device", "cpu"))
+        except (RuntimeError, TypeError) as e:
+            raise _bad(f"bad manifest: storage {key!r} has a bad device {entry.get('device')!r}") from e
+        if saved_device.type == "meta":
+            self.loaded[key] = Storage.empty(size, dtype, saved_device)
+            return self.loaded[key]
+        arr = self._member_array(key, dtype, size)
+        flat = Tensor._from_array(arr.view(dtype.np) if dtype is _dtypes.bfloat16 else arr, dtype)
+        target = _map_device(saved_device, self.map_location)
+        if target.type != "cpu":
+            flat = _to_device(flat, target)
+        self.loaded[key] = flat._storage
+        return flat._storage
+
+    def _member_array(self, key, dtype, size):
+        name = f"data/{key}.npy"
+        raw = _zip_read(self.zf, name, f"member {name!r} listed in the manifest is missing from the archive")
+        try:
+            arr = np.load(io.BytesIO(raw), allow_pickle=False)
+        except _READ_ERRORS as e:
+            raise _bad(f"member {name!r} is not a valid .npy array ({e})") from None
+        want = _storage_np_dtype(dtype)
+        if arr.dtype != want or arr.shape != (size,):
+            raise _bad(f"member {name!r} holds a {arr.dtype} array of shape {arr.shape}, but the manifest says "
+                       f"{dtype.name} with {size} elements")
+        return arr
+
+
+_DECODERS = {
+    "list": _Reader.decode_sequence, "tuple": _Reader.decode_sequence, "Size": _Reader.decode_sequence,
+    "dict": _Reader.decode_mapping, "OrderedDict": _Reader.decode_mapping,
+    "float": _Reader.decode_float, "dtype": _Reader.decode_dtype, "device": _Reader.decode_device,
+    "tensor": _Reader.decode_tensor,
+}
+
+
+def _map_device(saved, map_location):
+    """Where a storage saved on ``saved`` goes under ``map_location`` (None, a device, a str or a dict)."""
+    if map_location is None:
+        return saved
+    if isinstance(map_location, dict):
+        mapped = map_location.get(str(saved))
+        return saved if mapped is None else _device(mapped)
+    if callable(map_location):
+        raise TypeError("jitorch.load: map_location must be None, a device, a string or a dict, not a function")
+    return _device(map_location)
+
+
+def _to_device(flat, target):
+    if target.type == "cuda":
+        from . import cuda
+        if not cuda.is_available():
+            raise RuntimeError("Attempting to deserialize object on a CUDA device but jitorch.cuda.is_available() is "
+                               "False. If you are running on a CPU-only machine, please use jitorch.load with "
+                               "map_location=jitorch.device('cpu') to map your storages to the CPU.")
+    return flat.to(target)
+
+
+def _open_archive(f):
+    try:
+        return zipfile.ZipFile(f, "r")
+    except _ZIP_ERRORS as e:
+        raise _bad(f"not a jitorch file (not a readable zip archive: {e})") from None
+
+
+def _zip_read(zf, name, missing):
+    """The bytes of member ``name`` (its CRC checked); ``missing`` is the message when it is absent."""
+    try:
+        return zf.read(name)
+    except KeyError:
+        raise _bad(missing) from None
+    except _ZIP_ERRORS as e:
+        raise _bad(f"damaged archive: member {name!r} cannot be read ({type(e).__name__}: {e})") from None
+
+
+def _read_manifest(zf):
+    raw = _zip_read(zf, MANIFEST, f"not a jitorch file (the archive has no {MANIFEST})")
+    try:
+        manifest = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise _bad(f"bad manifest: {MANIFEST} is not valid JSON ({e})") from None
+    _expect(isinstance(manifest, dict), f"{MANIFEST} must hold a JSON object")
+    return manifest
+
+
+def _check_version(manifest):
+    fmt = manifest.get("format")
+    if fmt != FORMAT:
+        raise _bad(f"unknown format {fmt!r} (expected {FORMAT!r} or {EXPORT_FORMAT!r})")
+    version = manifest.get("version")
+    _expect(_is_int(version, 1), f"'version' must be a positive integer, found {version!r}")
+    if version > VERSION:
+        raise _bad(f"the file has format version {version}, newer than this jitorch reads ({VERSION}); "
+                   "upgrade jitorch")
+    _expect("structure" in manifest, "no 'structure'")
+
+
+def _load_export(f):
+    try:
+        from . import export
+    except ImportError as e:
+        raise SerializationError(f"jitorch.load: this file is an exported program, but export support is missing "
+                                 f"({e})") from None
+    if not isinstance(f, (str, os.PathLike)):
+        f.seek(0)
+    return export.load(f)
+
+
+def load(f, map_location=None, pickle_module=None, *, weights_only=True, mmap=None, **pickle_load_args):
+    """Load an object saved by ``jitorch.save`` (or an exported program) from a path or binary file object.
+
+    ``map_location`` moves storages: a device or string for all of them, or a
+    dict mapping saved device names to new ones. ``weights_only`` is always
+    in effect whatever its value (nothing but data is ever read);
+    ``pickle_module`` must be None; ``mmap`` is accepted and the file is read
+    into memory.
+    """
+    if pickle_module is not None or pickle_load_args:
+        raise TypeError("jitorch.load reads no pickle: pickle_module and pickle load arguments are not accepted")
+    if isinstance(f, (str, os.PathLike)):
+        with open(f, "rb") as fh:
+            kind, value = _load_from(fh, map_location)
+    else:
+        kind, value = _load_from(f, map_location)
+    return _load_export(f) if kind == "export" else value
+
+
+def _load_from(fh, map_location):
+    with _open_archive(fh) as zf:
+        try:
+            manifest = _read_manifest(zf)
+            if manifest.get("format") == EXPORT_FORMAT:
+                return "export", None
+            _check_version(manifest)
+            return "object", _Reader(zf, manifest, map_location).decode(manifest["structure"])
+        except SerializationError:
+            raise
+        except RecursionError:
+            raise _bad("bad manifest: the structure is nested too deeply") from None
+        except _READ_ERRORS as e:
+            raise _bad(f"damaged archive ({type(e).__name__}: {e})") from None

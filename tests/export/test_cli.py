@@ -1,0 +1,60 @@
+"""The ``jitorch`` command: ``inspect`` and ``run``."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from jitorch.cli import main
+
+from .helpers import ROOT
+
+
+def test_inspect_prints_signature_graph_and_artifacts(saved):
+    out = io.StringIO()
+    assert main(["inspect", str(saved[0])], out=out) == 0
+    text = out.getvalue()
+    assert "x: Tensor [5, 4] jitorch.float32 cpu" in text
+    assert "%0 : f32[5, 3] = matmul(%x, %w)" in text
+    assert "2 kernels, used" in text and "w: [4, 3] jitorch.float32" in text
+
+
+def test_run_writes_outputs(saved, tmp_path):
+    path, args, expected = saved
+    np.save(tmp_path / "x.npy", args[0].numpy())
+    np.save(tmp_path / "y.npy", args[1].numpy())
+    outs = [str(tmp_path / "h.npy"), str(tmp_path / "s.npy")]
+    assert main(["run", str(path), "--input", f"x={tmp_path / 'x.npy'}", "--input", f"y={tmp_path / 'y.npy'}",
+                 "--output", outs[0], "--output", outs[1]], out=io.StringIO()) == 0
+    for o, e in zip(outs, expected):
+        np.testing.assert_allclose(np.load(o), e, rtol=1e-6)
+
+
+def test_run_with_missing_input_fails_with_message(saved, tmp_path, capsys):
+    np.save(tmp_path / "x.npy", saved[1][0].numpy())
+    assert main(["run", str(saved[0]), "--input", f"x={tmp_path / 'x.npy'}"], out=io.StringIO()) == 1
+    assert "the program takes inputs ['x', 'y']; --input gave ['x']" in capsys.readouterr().err
+
+
+def test_inspect_of_a_bad_file(tmp_path, capsys):
+    (tmp_path / "bad.jtx").write_bytes(b"nope")
+    assert main(["inspect", str(tmp_path / "bad.jtx")], out=io.StringIO()) == 1
+    assert "not a jitorch export file" in capsys.readouterr().err
+
+
+def test_unknown_subcommand_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["frobnicate"])
+    assert e.value.code == 2 and "invalid choice: 'frobnicate'" in capsys.readouterr().err
+
+
+def test_module_entry_point(saved, tmp_path):
+    done = subprocess.run([sys.executable, "-m", "jitorch.cli", "inspect", str(saved[0])], cwd=tmp_path,
+                          capture_output=True, text=True, env={"PYTHONPATH": ROOT, "PATH": "/usr/bin:/bin",
+                               "JITORCH_CACHE_DIR": str(tmp_path / "cache")})
+    assert done.returncode == 0, done.stderr
+    assert "signature:" in done.stdout

@@ -1,0 +1,231 @@
+"""Export, save and load: functions, modules, pytrees, dynamic dims, artifacts, training steps."""
+
+from __future__ import annotations
+
+import io
+import zipfile
+
+import numpy as np
+import pytest
+
+import jitorch as jt
+from jitorch.export import Dim, ExportedProgram, ExportError
+
+from .helpers import rewrite, run_python, small_program
+
+
+def _np(tree):
+    return [t.numpy() if isinstance(t, jt.Tensor) else t for t in jt.utils.pytree.tree_leaves(tree)]
+
+
+def _assert_same(a, b, rtol=1e-5):
+    la, lb = _np(a), _np(b)
+    assert len(la) == len(lb)
+    for x, y in zip(la, lb):
+        np.testing.assert_allclose(x, y, rtol=rtol, atol=1e-6)
+
+
+def test_export_is_callable_package():
+    assert callable(jt.export) and jt.export.ExportedProgram is ExportedProgram
+    assert jt.export.load and jt.export.ExportError is ExportError
+
+
+def test_function_round_trip_in_memory_and_file_object(tmp_path):
+    f, args, ep = small_program()
+    _assert_same(ep(*args), f(*args))
+    buf = io.BytesIO()
+    ep.save(buf)
+    buf.seek(0)
+    back = jt.export.load(buf)
+    _assert_same(back(*args), f(*args))
+    assert str(back.graph) == str(ep.graph)
+    assert set(back.constants) == {"w"}
+    with zipfile.ZipFile(io.BytesIO(buf.getvalue())) as z:
+        assert z.read("manifest.json").startswith(b"{")
+        assert "graph.txt" in z.namelist() and "constants/0.npy" in z.namelist()
+
+
+def test_fresh_process_without_source(saved, tmp_path):
+    path, args, expected = saved
+    np.save(tmp_path / "x.npy", args[0].numpy())
+    np.save(tmp_path / "y.npy", args[1].numpy())
+    for i, e in enumerate(expected):
+        np.save(tmp_path / f"e{i}.npy", e)
+    out = run_python(
+        "import numpy as np, jitorch as jt\n"
+        f"p = jt.export.load({str(path)!r})\n"
+        "h, s = p(jt.from_numpy(np.load('x.npy')), jt.from_numpy(np.load('y.npy')))\n"
+        "assert np.allclose(h.numpy(), np.load('e0.npy')) and np.allclose(s.numpy(), np.load('e1.npy'))\n"
+        "print(p.artifact_stats)\n", tmp_path)
+    assert out.strip() == "{'used': 2, 'rebuilt': 0}"
+
+
+def test_artifacts_removed_are_rebuilt(saved, tmp_path):
+    path, args, _ = saved
+    bare = rewrite(path, tmp_path / "bare.jtx", manifest=lambda m: dict(m, artifacts=[]))
+    out = run_python(
+        "import jitorch as jt\n"
+        f"p = jt.export.load({str(bare)!r})\n"
+        "p(jt.ones(5, 4), jt.ones(3))\n"
+        "print(p.artifact_stats)\n", tmp_path)
+    assert out.strip() == "{'used': 0, 'rebuilt': 2}"
+
+
+def test_save_without_artifacts(tmp_path):
+    _, args, ep = small_program()
+    ep.save(tmp_path / "p.jtx", artifacts_for=())
+    with zipfile.ZipFile(tmp_path / "p.jtx") as z:
+        assert not [n for n in z.namelist() if n.startswith("artifacts/")]
+    _assert_same(jt.export.load(tmp_path / "p.jtx")(*args), ep(*args))
+
+
+class _Linear:
+    """A duck-typed module: named_parameters/named_buffers/forward, as jitorch.nn.Module has."""
+
+    def __init__(self):
+        self.weight = jt.tensor(np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4))
+        self.bias = jt.tensor(np.array([0.1, 0.2, 0.3], dtype=np.float32))
+        self.steps = jt.zeros(1)
+
+    def named_parameters(self):
+        return iter([("lin.weight", self.weight), ("lin.bias", self.bias)])
+
+    def named_buffers(self):
+        return iter([("steps", self.steps)])
+
+    def forward(self, x):
+        self.steps.add_(1)
+        return x @ self.weight.t() + self.bias
+
+    __call__ = forward
+
+
+def test_module_parameters_become_named_constants(tmp_path):
+    m = _Linear()
+    x = jt.randn(2, 4)
+    ep = jt.export(m, (x,))
+    assert set(ep.constants) == {"lin.weight", "lin.bias", "steps"}
+    ep.save(tmp_path / "m.jtx")
+    back = jt.export.load(tmp_path / "m.jtx")
+    np.testing.assert_allclose(back.module()(x).numpy(), x.numpy() @ m.weight.numpy().T + m.bias.numpy(), rtol=1e-5)
+    back(x)
+    assert back.constants["steps"].numpy().tolist() == [2.0]  # the buffer update is the program's state
+
+
+def test_pytree_inputs_and_outputs(tmp_path):
+    def f(batch, scale=2.0):
+        a, b = batch["pair"]
+        return {"sum": (a + b) * scale, "parts": [a.neg(), (b, b.abs())]}
+    batch = {"pair": (jt.randn(3), jt.randn(3))}
+    ep = jt.export(f, (batch,), {"scale": 3.0})
+    ep.save(tmp_path / "t.jtx")
+    back = jt.export.load(tmp_path / "t.jtx")
+    got = back(batch, scale=3.0)
+    assert set(got) == {"sum", "parts"} and isinstance(got["parts"][1], tuple)
+    _assert_same(got, f(batch, scale=3.0))
+    with pytest.raises(ValueError, match="input 'scale' was 3.0 when the program was exported"):
+        back(batch, scale=4.0)
+
+
+def test_namedtuple_output_comes_back_with_fields(tmp_path):
+    ep = jt.export(lambda x: x.max(dim=0), (jt.randn(3, 2),))
+    ep.save(tmp_path / "n.jtx")
+    out = jt.export.load(tmp_path / "n.jtx")(jt.tensor([[1.0, 5.0], [3.0, 2.0], [0.0, 0.0]]))
+    assert out.values.tolist() == [3.0, 5.0] and out.indices.tolist() == [1, 0]
+
+
+def _flatten_rows(x, y):
+    return (x.view(x.shape[0], 2, 2).sum(dim=2) * y).mean(dim=1)
+
+
+@pytest.fixture
+def dynamic_program(tmp_path):
+    batch = Dim("batch", min=2, max=16)
+    ep = jt.export(_flatten_rows, (jt.randn(5, 4), jt.randn(5, 1)), dynamic_shapes={"x": {0: batch}, "y": (batch, None)})
+    ep.save(tmp_path / "d.jtx")
+    return jt.export.load(tmp_path / "d.jtx")
+
+
+@pytest.mark.parametrize("n", [2, 5, 11, 16])
+def test_dynamic_dim_within_range(dynamic_program, n):
+    x, y = jt.randn(n, 4), jt.randn(n, 1)
+    _assert_same(dynamic_program(x, y), _flatten_rows(x, y))
+    assert dynamic_program.signature.inputs.leaves[0].shape == ("batch", 4)
+
+
+def test_dynamic_dim_outside_range(dynamic_program):
+    with pytest.raises(ValueError, match=r"dim 0 \(batch\) is 17, outside its range \[2, 16\]"):
+        dynamic_program(jt.randn(17, 4), jt.randn(17, 1))
+
+
+def test_dynamic_dim_shared_between_inputs(dynamic_program):
+    with pytest.raises(ValueError, match=r"batch\) is 4, but batch is 3 in an earlier input"):
+        dynamic_program(jt.randn(3, 4), jt.randn(4, 1))
+
+
+def test_fixed_dim_checked(dynamic_program):
+    with pytest.raises(ValueError, match=r"must have shape \[batch, 4\], got \[3, 5\]: dim 1 is fixed at 4"):
+        dynamic_program(jt.randn(3, 5), jt.randn(3, 1))
+
+
+def test_wrong_dtype_and_structure():
+    _, args, ep = small_program()
+    with pytest.raises(ValueError, match="input 'x' must have dtype jitorch.float32, got jitorch.float64"):
+        ep(args[0].double(), args[1])
+    with pytest.raises(TypeError, match="inputs structured as"):
+        ep(args[0])
+    with pytest.raises(TypeError, match="input 'y' must be a Tensor, got float"):
+        ep(args[0], 1.0)
+
+
+def test_dim_that_cannot_be_symbolic():
+    def f(x):
+        return x.sum() if x.shape[0] == 5 else x.sum(dim=0).sum()
+    with pytest.raises(ExportError, match="gave a graph of 2 nodes instead of 1: the function's Python code depends on the size of 'n'"):
+        jt.export(f, (jt.randn(5, 4),), dynamic_shapes={"x": {0: Dim("n")}})
+
+
+def test_size_entering_non_linearly_is_refused():
+    def f(x):
+        return x * (1.0 / x.shape[0])
+    with pytest.raises(ExportError, match="enters an argument of mul non-linearly"):
+        jt.export(f, (jt.randn(5, 4),), dynamic_shapes={"x": {0: Dim("n")}})
+
+
+def test_example_outside_dim_range():
+    with pytest.raises(ExportError, match=r"size 5, outside the range \[6, 9\]"):
+        jt.export(lambda x: x + 1, (jt.randn(5),), dynamic_shapes={"x": {0: Dim("n", min=6, max=9)}})
+
+
+def _sgd_step(w, x, y):
+    loss = ((x @ w - y) ** 2).mean()
+    loss.backward()
+    with jt.no_grad():
+        w.sub_(0.1 * w.grad)
+    return loss
+
+
+def test_training_step_exports_with_dynamic_batch(tmp_path):
+    rng = np.random.default_rng(0)
+    w0 = rng.standard_normal((4, 2)).astype(np.float32)
+    batch = Dim("batch", max=64)
+    ep = jt.export(_sgd_step, (jt.tensor(w0).requires_grad_(), jt.randn(5, 4), jt.randn(5, 2)),
+                   dynamic_shapes={"x": {0: batch}, "y": {0: batch}})
+    ep.save(tmp_path / "step.jtx")
+    back = jt.export.load(tmp_path / "step.jtx")
+    for n in (5, 9):
+        x = jt.tensor(rng.standard_normal((n, 4)).astype(np.float32))
+        y = jt.tensor(rng.standard_normal((n, 2)).astype(np.float32))
+        wa, wb = jt.tensor(w0).requires_grad_(), jt.tensor(w0).requires_grad_()
+        la, lb = back(wa, x, y), _sgd_step(wb, x, y)
+        np.testing.assert_allclose(la.numpy(), lb.detach().numpy(), rtol=1e-5)
+        np.testing.assert_allclose(wa.detach().numpy(), wb.detach().numpy(), rtol=1e-5)
+        np.testing.assert_allclose(wa.grad.numpy(), wb.grad.numpy(), rtol=1e-5)
+
+
+def test_jitorch_load_gives_the_exported_program(saved):
+    path, args, expected = saved
+    program = jt.load(path)
+    assert isinstance(program, ExportedProgram)
+    for got, e in zip(program(*args), expected):
+        np.testing.assert_allclose(got.numpy(), e, rtol=1e-6)
