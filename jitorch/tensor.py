@@ -58,13 +58,16 @@ class Tensor:
     @property
     def grad(self):
         """The gradient accumulated by backward() into this leaf (None until then)."""
+        if GRAD_WATCHERS:  # a tracer records which tensors' .grad the traced code uses (see jit.tracer)
+            for watcher in GRAD_WATCHERS:
+                watcher.grad_touched(self)
         return self.__dict__.get("_grad")
 
     @grad.setter
     def grad(self, value):
-        if GRAD_WATCHERS:  # a tracer records which tensors' .grad the traced code set (see jit.tracer)
+        if GRAD_WATCHERS:
             for watcher in GRAD_WATCHERS:
-                watcher.grad_assigned(self)
+                watcher.grad_touched(self)
         self.__dict__["_grad"] = value
 
     @grad.deleter

@@ -143,6 +143,7 @@ class CompiledFunction:
         self.cache: dict = {}
         self._fast: dict = {}  # flat keys of all-tensor positional calls -> compiled entries
         self._warned_limit = False
+        self.discard_mutations = False  # a compiled backward recomputes the forward but must not redo its writes
         self.name = getattr(fn, "__name__", type(fn).__name__)
         functools.update_wrapper(self, fn, updated=())
 
@@ -203,20 +204,29 @@ class CompiledFunction:
             del self._fast[k]
 
     def _differentiable(self, entry, args, kwargs):
-        """Whether this call's outputs must carry a backward node: inputs that require grad,
-        grad mode on, and a function that returns tensors rather than calling backward() itself."""
-        return (is_grad_enabled() and not kwargs and entry.graph.outputs_require_grad
-                and not entry.graph.grad_targets and not entry.graph.mutations
-                and any(isinstance(a, Tensor) and a.requires_grad for a in args)
-                and all(isinstance(a, Tensor) for a in args))
+        """Whether this call's outputs must carry a backward node: grad mode on, outputs that depend
+        on inputs or captured parameters that require grad, and a function that returns tensors
+        rather than calling backward() itself. In-place updates are allowed only of tensors that
+        do not require grad (a batch norm's running statistics)."""
+        g = entry.graph
+        if not (is_grad_enabled() and not kwargs and g.outputs_require_grad and not g.grad_targets
+                and all(isinstance(a, Tensor) for a in args)):
+            return False
+        by_input = dict(zip(g.inputs, args))
+        return not any((by_input[t] if t in by_input else g.constant_tensors[t.name]).requires_grad
+                       for t, _ in g.mutations)
 
     def _call_with_backward(self, entry, args):
         """Run the compiled forward as one autograd node whose backward is itself compiled:
-        the vector-Jacobian product of ``fn``, traced and compiled on its first use."""
+        the vector-Jacobian product of ``fn`` with respect to the inputs and the captured
+        parameters that require grad, traced and compiled on its first use."""
         from .differentiable import CompiledCall
+        params = captured_parameters(entry.graph)
         if entry.backward is None:
-            entry.backward = compile(_vjp_of(self.fn, len(args)), backend=self.backend)
-        return CompiledCall.apply(self, entry, *args)
+            entry.backward = compile(_vjp_of(self.fn, len(args), params), backend=self.backend)
+            # the forward already made the call's in-place updates; the backward recomputes, never rewrites
+            entry.backward.discard_mutations = True
+        return CompiledCall.apply(self, entry, len(args), *args, *params)
 
     def _run_interpreted(self, entry, inputs):
         return run_graph(entry.graph, tuple(inputs), {}, None)
@@ -268,6 +278,8 @@ class CompiledFunction:
 
     def _trace(self, args, kwargs):
         graph, _ = trace_with_inputs(self.fn, args, kwargs)
+        if self.discard_mutations:
+            graph.mutations.clear()
         logs.log("graph", "traced %s:\n%s", self.name, graph)
         return graph
 
@@ -386,8 +398,14 @@ def write_back(graph, inputs, mutations):
         real._write(value)
 
 
-def _vjp_of(fn, n):
-    """``vjp(*inputs, *grad_outputs) -> gradients of fn's outputs w.r.t. the inputs that require grad``."""
+def captured_parameters(graph):
+    """The captured tensors a graph reads that require grad (a module's parameters)."""
+    return [t for t in graph.constant_tensors.values() if t.requires_grad]
+
+
+def _vjp_of(fn, n, params=()):
+    """``vjp(*inputs, *grad_outputs) -> gradients of fn's outputs w.r.t. the inputs that require grad,
+    then w.r.t. ``params`` (tensors ``fn`` captures)``."""
     from ..autograd.functional import grad
     from ..autograd.grad_mode import enable_grad
 
@@ -396,7 +414,7 @@ def _vjp_of(fn, n):
         with enable_grad():
             outs = fn(*inputs)
             outs = outs if isinstance(outs, tuple) else (outs,)
-            wanted = [t for t in inputs if t.requires_grad]
+            wanted = [t for t in inputs if t.requires_grad] + list(params)
             pairs = [(o, g) for o, g in zip(outs, grads) if o.requires_grad]
             return grad([o for o, _ in pairs], wanted, grad_outputs=[g for _, g in pairs], allow_unused=True,
                         materialize_grads=True)
@@ -418,4 +436,8 @@ def compile(fn=None, *, fullgraph=False, dynamic=None, backend="llvm", mode=None
                                  options=options)
     if not callable(fn):
         raise TypeError(f"jitorch.compile expected a callable, got {type(fn).__name__}")
+    from ..nn.modules.module import Module
+    if isinstance(fn, Module):
+        from .compiled_module import OptimizedModule
+        return OptimizedModule(fn, fullgraph=fullgraph, dynamic=dynamic, backend=backend)
     return CompiledFunction(fn, fullgraph=fullgraph, dynamic=dynamic, backend=backend)

@@ -8,15 +8,18 @@ from ..autograd.grad_mode import no_grad
 
 
 class CompiledCall(Function):
-    """``CompiledCall.apply(compiled, entry, *inputs)``: the node a compiled call records."""
+    """``CompiledCall.apply(compiled, entry, n, *inputs, *params)``: the node a compiled call records.
+    The graph runs on the ``n`` inputs; ``params`` (captured tensors that require grad) are passed
+    so that the node has edges to them and receives their gradients."""
 
     @staticmethod
-    def forward(ctx, compiled, entry, *inputs):
+    def forward(ctx, compiled, entry, n, *tensors):
         ctx.entry = entry
-        ctx.save_for_backward(*inputs)
-        out = entry.executable.run(list(inputs)) if entry.executable is not None else compiled._run_interpreted(
+        ctx.n = n
+        ctx.save_for_backward(*tensors[:n])
+        inputs = list(tensors[:n])
+        return entry.executable.run(inputs) if entry.executable is not None else compiled._run_interpreted(
             entry, inputs)
-        return out
 
     @staticmethod
     def backward(ctx, *grads):
@@ -26,7 +29,8 @@ class CompiledCall(Function):
                               for t in inputs]
         gs = ctx.entry.backward(*inputs_for_vjp, *[g.contiguous() for g in grads])
         it = iter(gs)
-        return (None, None) + tuple(next(it) if t.requires_grad else None for t in inputs)
+        input_grads = tuple(next(it) if t.requires_grad else None for t in inputs)
+        return (None, None, None) + input_grads + tuple(it)
 
 
 __all__ = ["CompiledCall"]

@@ -68,8 +68,9 @@ class Tracer:
         self.fn = fn
         self.lifted: dict = {}     # id(real tensor) -> (real tensor, its fake)
         self.watched: list = []    # storages of inputs and constants, checked for writes at the end
-        self.grad_owners: list = []  # (real tensor, constant name, its .grad before the trace)
+        self.grad_owners: dict = {}  # id -> [real tensor, constant name, .grad before the trace, touched]
         self.one_shot = False      # see jitorch.compiler.eager_state
+        self.real_inputs = set()   # ids of the call's tensors (they have fakes of their own)
         self.python_guards: list = []  # see jitorch.compiler.guard
 
     # Fake tensors -----------------------------------------------------------------
@@ -109,31 +110,43 @@ class Tracer:
 
     def own_grad(self, real, name, fake):
         """A captured tensor that requires grad (a module's parameter): a backward() in the trace
-        accumulates into the real tensor's ``.grad``, where the traced code reads it (``p.grad``);
-        its ``.grad`` holds fakes until the trace ends, and the graph re-reads an existing ``.grad``
+        accumulates into the real tensor's ``.grad``, where the traced code reads it (``p.grad``).
+        Its ``.grad`` holds fakes until the trace ends, and the graph re-reads an existing ``.grad``
         from the tensor at each call."""
-        from ..autograd.engine import AccumulateGrad
-        fake._accumulator = AccumulateGrad(real)
-        before = real.grad
-        self.grad_owners.append((real, name, before))
+        from ..autograd.engine import gradient_edge
+        fake._accumulator = gradient_edge(real)  # one leaf node for both: autograd.grad(..., real) finds it
+        before = real.__dict__.get("_grad")
+        self.grad_owners[id(real)] = [real, name, before, False]
         if before is not None:
             value = self.graph.add_constant(f"{name}_grad", before, TensorType(tuple(before.shape), before.dtype,
                                                                             before.device))
             self.graph.grad_constants[value.name] = name
             grad_fake = self.new_fake(value, origin=value, compact=_is_compact(before))
             self.lifted[id(before)] = (before, grad_fake)
-            real.grad = grad_fake
+            real.__dict__["_grad"] = grad_fake
+
+    def grad_touched(self, t):
+        """Traced code reads or sets a captured tensor's ``.grad`` (``p.grad``, ``opt.zero_grad()``,
+        a backward() accumulating): the graph then depends on it. Owning the tensor now also
+        records its ``.grad`` from before the call."""
+        if (self.is_ours(t) or isinstance(t._storage, TraceStorage) or not t.requires_grad
+                or id(t) in self.real_inputs):
+            return
+        self.fake(t)
+        self.grad_owners[id(t)][3] = True
 
     def finish_grads(self):
         """Restore captured tensors' ``.grad``; returns (constant name, final fake or None) for those
-        the traced code changed."""
-        changed = []
-        for real, name, before in self.grad_owners:
-            after = real.grad
-            real.grad = before
+        the traced code changed, and guards for those it touched."""
+        changed, guards = [], []
+        for real, name, before, touched in self.grad_owners.values():
+            after = real.__dict__.get("_grad")
+            real.__dict__["_grad"] = before
             if after is not before and not (before is not None and after is self.lifted[id(before)][1]):
                 changed.append((name, after))
-        return changed
+            if touched:
+                guards.append(_grad_is_none_guard(real, before is None))
+        return changed, guards
 
     def name_for(self, t):
         """A readable constant name: the variable that holds ``t`` in the traced function, if any."""
@@ -320,12 +333,6 @@ class Tracer:
 
     # Driving -------------------------------------------------------------------------------
 
-    def grad_assigned(self, t):
-        """Before traced code sets a captured tensor's ``.grad`` (``opt.zero_grad()``): own it now,
-        so the graph knows its ``.grad`` from before the call."""
-        if not self.is_ours(t) and not isinstance(t._storage, TraceStorage) and t.requires_grad:
-            self.fake(t)
-
     def __enter__(self):
         registry.DISPATCH_HOOKS.insert(0, self)
         GRAD_WATCHERS.append(self)
@@ -428,6 +435,7 @@ def trace_with_inputs(fn, args, kwargs):
             fake_leaves.append(leaf)
     fargs, fkwargs = tree_unflatten(fake_leaves, spec)
     fakes = [f for f in fake_leaves if isinstance(f, Tensor)]
+    tracer.real_inputs = {id(t) for t in inputs}
     with tracer:
         try:
             initial = [tracer.fake(real.grad) if real.requires_grad and real.grad is not None else None
@@ -436,7 +444,7 @@ def trace_with_inputs(fn, args, kwargs):
                 f.grad = g
             result = fn(*fargs, **fkwargs)
         finally:
-            captured = tracer.finish_grads()
+            captured, grad_guards = tracer.finish_grads()
         # a backward() inside fn set inputs' or captured parameters' .grad: the graph returns those too
         targets = [i for i, (f, g) in enumerate(zip(fakes, initial)) if f.grad is not g]
         grads = [fakes[i].grad for i in targets] + [g for _, g in captured]
@@ -445,8 +453,7 @@ def trace_with_inputs(fn, args, kwargs):
             result = (result, grads)
         graph = tracer.output(result)
         graph.grad_targets = targets
-        graph.python_guards = tracer.python_guards + [_grad_is_none_guard(real, before is None)
-                                                      for real, _, before in tracer.grad_owners]
+        graph.python_guards = tracer.python_guards + grad_guards
         graph.one_shot = tracer.one_shot
     return graph, inputs
 
