@@ -1,4 +1,5 @@
-"""The ``jitorch`` command: ``jitorch inspect FILE`` and ``jitorch run FILE --input x=a.npy --output out.npy``.
+"""The ``jitorch`` command: ``jitorch demo``, ``jitorch inspect FILE`` and
+``jitorch run FILE --input x=a.npy --output out.npy``.
 
 Subcommands register in `SUBCOMMANDS` (name -> (help, add_arguments, run)).
 """
@@ -69,7 +70,17 @@ def _run(args, out):
     return 0
 
 
+def _demo_arguments(p):
+    p.add_argument("options", nargs="*", help="the demo's own options: jitorch demo --help lists them")
+
+
+def _demo(argv, out):
+    from .demo import main as demo_main
+    return demo_main(argv)
+
+
 SUBCOMMANDS = {
+    "demo": ("train a digit classifier eagerly and compiled, export it and reload it", _demo_arguments, _demo),
     "inspect": ("print an exported program's signature, graph and artifacts", _inspect_arguments, _inspect),
     "run": ("run an exported program on .npy inputs", _run_arguments, _run),
 }
@@ -87,6 +98,9 @@ def parser():
 def main(argv=None, out=None):
     """Entry point of the ``jitorch`` console script; returns the exit status."""
     out = out or sys.stdout
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["demo"]:  # the demo parses its own options
+        return _demo(argv[1:], out)
     args = parser().parse_args(argv)
     from .export import ExportError
     try:
