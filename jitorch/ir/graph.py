@@ -106,7 +106,7 @@ class Graph:
         # names), with the gradients as the second output
         self.grad_targets: list = []
         self.outputs_require_grad = False
-        self.grad_constants: dict = {}   # constant name -> the constant whose current .grad it is
+        self.grad_constants: dict = {}   # constant name -> the tensor whose current .grad it is
         self.python_guards: list = []    # zero-argument checks of Python state the trace assumed
         self.one_shot = False            # valid for one call only (it initialised Python state)
         self._next_id = 0

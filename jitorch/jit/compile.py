@@ -378,7 +378,8 @@ def refresh_captured_grads(graph):
     """Point the graph's ``p.grad`` constants at the parameters' current ``.grad`` tensors."""
     tensors = graph.constant_tensors
     for name, owner in graph.grad_constants.items():
-        tensors[name] = tensors[owner].grad
+        if name in tensors:  # (unless optimisation found it unused)
+            tensors[name] = owner.__dict__.get("_grad")
 
 
 def python_guards_hold(graph):

@@ -98,7 +98,7 @@ class Tracer:
             raise TraceError("a tensor from another trace was used in this one")
         entry = self.lifted.get(id(t))
         if entry is None:
-            if t._storage.data is None:
+            if t._storage.data is None and not t._storage.on_device:
                 raise TraceError(f"a tensor on device '{t.device}' with no data was captured by a traced function")
             name = self.name_for(t)
             value = self.graph.add_constant(name, t, TensorType(tuple(t.shape), t.dtype, t.device))
@@ -120,7 +120,7 @@ class Tracer:
         if before is not None:
             value = self.graph.add_constant(f"{name}_grad", before, TensorType(tuple(before.shape), before.dtype,
                                                                             before.device))
-            self.graph.grad_constants[value.name] = name
+            self.graph.grad_constants[value.name] = real
             grad_fake = self.new_fake(value, origin=value, compact=_is_compact(before))
             self.lifted[id(before)] = (before, grad_fake)
             real.__dict__["_grad"] = grad_fake
@@ -371,7 +371,7 @@ def _grad_is_none_guard(tensor, was_none):
 
     def check():
         t = ref()
-        return t is not None and (t.grad is None) == was_none
+        return t is not None and (t.__dict__.get("_grad") is None) == was_none
     check.__doc__ = f"the captured tensor's .grad is {'None' if was_none else 'a tensor'}"
     return check
 
