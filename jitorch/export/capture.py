@@ -32,6 +32,9 @@ def export(fn, args, kwargs=None, dynamic_shapes=None):
     target = _forward_of(fn)
     per_leaf = dynamic.leaf_dims(target, args, kwargs, dynamic_shapes)
     base = _trace(fn, args, kwargs)
+    if base.one_shot:
+        raise ExportError("the function created persistent state while it was traced (an optimizer's buffers on "
+                          "its first step): call it once before exporting, so the exported graph is the steady one")
     check_generators(base)
     rename_constants(base, _module_tensor_names(fn))
     leaves, tree = tree_flatten((args, kwargs))
@@ -145,6 +148,7 @@ def _retrace(fn, leaves, tree, where, sizes, label):
     except Exception as e:  # any failure at the other size means the dim is not free
         raise ExportError(f"dim {label} cannot be symbolic: tracing with size {sizes} failed: "
                           f"{type(e).__name__}: {e}") from None
+    rename_constants(graph, _module_tensor_names(fn))  # as the base trace, so their constants compare equal
     return graph
 
 

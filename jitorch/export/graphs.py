@@ -28,9 +28,9 @@ def graph_from_text(text, constants, grad_targets=(), outputs_require_grad=False
     bind_generators(graph)
     graph.grad_targets = list(grad_targets)
     graph.outputs_require_grad = outputs_require_grad
-    for i in graph.grad_targets:
-        if type(i) is not int or not 0 <= i < len(graph.inputs):
-            raise ExportError(f"grad target {i!r} is not an input of the graph")
+    for i in graph.grad_targets:  # an input's index, or a captured parameter's constant name
+        if not ((type(i) is int and 0 <= i < len(graph.inputs)) or (type(i) is str and i in constants)):
+            raise ExportError(f"grad target {i!r} is neither an input nor a constant of the graph")
     try:
         verify(graph)
     except VerifyError as e:

@@ -168,7 +168,7 @@ def load(path_or_file):
         dtype = _dt.bfloat16 if record["dtype"] == "bfloat16" else None
         t = from_numpy(arr.copy()) if dtype is None else Tensor._from_array(arr.view(_dt.bfloat16.np).copy(), dtype)
         constants[record["name"]] = t
-    graph = graph_from_text(contents.graph_text, constants, _int_list(graph_info.get("grad_targets", [])),
+    graph = graph_from_text(contents.graph_text, constants, _grad_targets(graph_info.get("grad_targets", [])),
                             graph_info.get("outputs_require_grad") is True)
     _check_against_graph(signature, graph)
     dynamic_info = m.get("dynamic", {})
@@ -180,9 +180,10 @@ def load(path_or_file):
     return ExportedProgram(graph, signature, constants, params, objects, notes)
 
 
-def _int_list(value):
-    if not isinstance(value, list) or not all(type(i) is int for i in value):
-        raise ExportError(f"manifest.json: grad_targets must be a list of ints, found {value!r}")
+def _grad_targets(value):
+    if not isinstance(value, list) or not all(type(i) in (int, str) for i in value):
+        raise ExportError(f"manifest.json: grad_targets must be a list of input indices and constant names, "
+                          f"found {value!r}")
     return value
 
 

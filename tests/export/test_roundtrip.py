@@ -163,6 +163,14 @@ def test_dynamic_dim_shared_between_inputs(dynamic_program):
         dynamic_program(jt.randn(3, 4), jt.randn(4, 1))
 
 
+def test_module_with_dynamic_dim_keeps_parameter_names():
+    m = _Linear()
+    ep = jt.export(m, (jt.randn(5, 4),), dynamic_shapes={"x": {0: Dim("batch", max=64)}})
+    assert set(ep.constants) == {"lin.weight", "lin.bias", "steps"}
+    x = jt.randn(9, 4)
+    np.testing.assert_allclose(ep(x).numpy(), x.numpy() @ m.weight.numpy().T + m.bias.numpy(), rtol=1e-5)
+
+
 def test_fixed_dim_checked(dynamic_program):
     with pytest.raises(ValueError, match=r"must have shape \[batch, 4\], got \[3, 5\]: dim 1 is fixed at 4"):
         dynamic_program(jt.randn(3, 5), jt.randn(3, 1))
@@ -229,3 +237,37 @@ def test_jitorch_load_gives_the_exported_program(saved):
     assert isinstance(program, ExportedProgram)
     for got, e in zip(program(*args), expected):
         np.testing.assert_allclose(got.numpy(), e, rtol=1e-6)
+
+
+def _module_step(seed=0):
+    jt.manual_seed(seed)
+    model = jt.nn.Sequential(jt.nn.Linear(4, 8), jt.nn.Tanh(), jt.nn.Linear(8, 3))
+    opt = jt.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+    def step(x, y):
+        opt.zero_grad()
+        loss = jt.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+    return model, opt, step
+
+
+def test_a_module_training_step_exports_after_its_first_call(tmp_path):
+    x, y = jt.randn(6, 4), jt.tensor([0, 1, 2, 0, 1, 2])
+    model, _, step = _module_step()
+    with pytest.raises(ExportError, match="call it once before exporting"):
+        jt.export(step, (x, y))
+    step(x, y)  # the optimizer makes its momentum buffers
+    program = jt.export(step, (x, y))
+    program.save(tmp_path / "step.jtx")
+    loaded = jt.load(tmp_path / "step.jtx")
+    ref_model, _, ref_step = _module_step()
+    ref_step(x, y)
+    for _ in range(3):
+        np.testing.assert_allclose(loaded(x, y).item(), ref_step(x, y).item(), rtol=1e-5)
+    # the exported program updates its own copies of the parameters (and momentum buffers)
+    constants = [t.numpy() for t in loaded.constants.values()]
+    for p in ref_model.parameters():
+        assert any(c.shape == p.shape and np.allclose(c, p.detach().numpy(), rtol=1e-5, atol=1e-6)
+                   for c in constants)
