@@ -65,3 +65,20 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
                                    "Set allow_unused=True if this is the desired behavior.")
         result.append(g)
     return tuple(result)
+
+
+def zero_grad_(params, set_to_none=True):
+    """Reset the ``.grad`` of ``params``: to None (default) or, keeping the tensors, to zeros
+    (detached from any graph first, as torch's ``Module.zero_grad`` and ``Optimizer.zero_grad``)."""
+    for p in params:
+        grad = p.grad
+        if grad is None:
+            continue
+        if set_to_none:
+            p.grad = None
+            continue
+        if grad.grad_fn is not None:
+            grad.detach_()
+        else:
+            grad.requires_grad_(False)
+        grad.zero_()

@@ -14,6 +14,7 @@ from collections import defaultdict
 from itertools import chain
 
 from ..autograd import enable_grad, no_grad
+from ..autograd.functional import zero_grad_
 from ..tensor import Tensor
 
 __all__ = ["Optimizer"]
@@ -109,18 +110,7 @@ class Optimizer:
 
     def zero_grad(self, set_to_none=True):
         """Reset the gradients: to None (default) or, with ``set_to_none=False``, to zeros."""
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                if set_to_none:
-                    p.grad = None
-                else:
-                    if p.grad.grad_fn is not None:
-                        p.grad.detach_()
-                    else:
-                        p.grad.requires_grad_(False)
-                    p.grad.zero_()
+        zero_grad_((p for group in self.param_groups for p in group["params"]), set_to_none)
 
     def step(self, closure=None):
         """Update every parameter that has a gradient; ``closure`` re-evaluates and returns the loss."""

@@ -7,7 +7,9 @@ import weakref
 from collections import OrderedDict, namedtuple
 from collections.abc import Mapping
 
+from ...autograd.functional import zero_grad_
 from ...autograd.grad_mode import no_grad
+from ...compiler import guard, is_compiling
 from ...runtime import dtypes as _dt
 from ...runtime.device import device as _device
 from ...tensor import Tensor
@@ -81,6 +83,13 @@ def _check_member_name(kind, name, module, table):
 
 def _quoted(keys):
     return ", ".join(f'"{k}"' for k in keys)
+
+
+def _guard_training_mode(module):
+    """A traced call is specialised to ``module.training`` (Dropout, BatchNorm's statistics): make the
+    graph valid only in that mode, so that ``train()``/``eval()`` between compiled calls traces again."""
+    mode = module.training
+    guard(lambda: module.training == mode, f"{module._get_name()}.training is {mode}")
 
 
 def _parse_to(args, kwargs):
@@ -429,17 +438,7 @@ class Module:
 
     def zero_grad(self, set_to_none=True):
         """Reset every parameter's gradient: to None (default) or to zeros."""
-        for p in self.parameters():
-            if p.grad is None:
-                continue
-            if set_to_none:
-                p.grad = None
-            else:
-                if p.grad.grad_fn is not None:
-                    p.grad.detach_()
-                else:
-                    p.grad.requires_grad_(False)
-                p.grad.zero_()
+        zero_grad_(self.parameters(), set_to_none)
 
     def apply(self, fn):
         """Call ``fn`` on every submodule (children first) and then on this module; returns self."""
@@ -546,6 +545,8 @@ class Module:
         return output
 
     def __call__(self, *args, **kwargs):
+        if is_compiling():
+            _guard_training_mode(self)
         if self._forward_pre_hooks or self._forward_hooks:
             return self._call_with_hooks(args, kwargs)
         return self.forward(*args, **kwargs)
