@@ -34,6 +34,23 @@ from .emitter import I64, Emitter, Scalar, llvm_type
 from .target import CPU
 
 
+def counted_loop(b, lo, hi, step, body, name="l"):
+    """``for (i = lo; i < hi; i += step) body(b, i)`` over i64 values, as basic blocks."""
+    func = b.function
+    head, loop, done = (func.append_basic_block(name + suffix) for suffix in ("", ".body", ".end"))
+    pre = b.block
+    b.branch(head)
+    b.position_at_end(head)
+    i = b.phi(I64)
+    i.add_incoming(lo, pre)
+    b.cbranch(b.icmp_signed("<", i, hi), loop, done)
+    b.position_at_end(loop)
+    body(b, i)
+    i.add_incoming(b.add(i, step), b.block)
+    b.branch(head)
+    b.position_at_end(done)
+
+
 @dataclass
 class KernelSource:
     """What the builder made of a group: its LLVM IR and how to call it."""
@@ -139,25 +156,13 @@ class _Builder:
         def nest(level, indices):
             lo = start if level == 0 and start is not None else I64(0)
             hi = end if level == 0 and end is not None else I64(sizes[level])
-            func = b.function
-            head = func.append_basic_block(f"l{level}")
-            loop = func.append_basic_block(f"l{level}.body")
-            done = func.append_basic_block(f"l{level}.end")
-            pre = b.block
-            b.branch(head)
-            b.position_at_end(head)
-            i = b.phi(I64)
-            i.add_incoming(lo, pre)
-            b.cbranch(b.icmp_signed("<", i, hi), loop, done)
-            b.position_at_end(loop)
-            if level + 1 < len(sizes):
-                nest(level + 1, indices + [i])
-            else:
-                body(b, indices + [i])
-            nxt = b.add(i, I64(1))
-            i.add_incoming(nxt, b.block)
-            b.branch(head)
-            b.position_at_end(done)
+
+            def inner(b, i):
+                if level + 1 < len(sizes):
+                    nest(level + 1, indices + [i])
+                else:
+                    body(b, indices + [i])
+            counted_loop(b, lo, hi, I64(1), inner, f"l{level}")
         if sizes:
             nest(0, [])
         else:

@@ -21,6 +21,7 @@ from math import prod
 from llvmlite import ir
 
 from ..emitter import Scalar
+from ..kernel import counted_loop
 
 I1 = ir.IntType(1)
 I32 = ir.IntType(32)
@@ -47,20 +48,8 @@ def barrier(b):
 
 
 def strided_loop(b, lo, hi, step, body):
-    """``for (i = lo; i < hi; i += step) body(b, i)`` with i64 values."""
-    func = b.function
-    head, loop, done = (func.append_basic_block(s) for s in ("sl", "sl.body", "sl.end"))
-    pre = b.block
-    b.branch(head)
-    b.position_at_end(head)
-    i = b.phi(I64)
-    i.add_incoming(lo, pre)
-    b.cbranch(b.icmp_signed("<", i, hi), loop, done)
-    b.position_at_end(loop)
-    body(b, i)
-    i.add_incoming(b.add(i, step), b.block)
-    b.branch(head)
-    b.position_at_end(done)
+    """``for (i = lo; i < hi; i += step) body(b, i)`` with i64 values (a grid- or block-stride loop)."""
+    counted_loop(b, lo, hi, step, body, "sl")
 
 
 def unflatten(b, flat, sizes):
