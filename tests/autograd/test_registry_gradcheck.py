@@ -1,0 +1,269 @@
+"""gradcheck and gradgradcheck of every differentiable registry op.
+
+One parametrised test over the ops with a derivative rule (jitorch/autograd/rule.py)
+and the composite ops whose results carry a gradient (their parts have rules).
+Each op runs, in float64, on its samples (tests/ops/samples.py) and on
+variants of them, each kind once per op, on the first sample that allows it:
+
+- layouts: every floating input rebuilt transposed, sliced with steps, at an
+  offset in a larger storage, or expanded with stride 0 (the leaf is then the
+  compact tensor and the function expands it, since finite differences cannot
+  move one element of a stride-0 tensor alone);
+- broadcasting: one floating input shrunk to a size-1 leading dim or to 0-d,
+  kept where the op accepts it and gives outputs of the same shapes (so the op
+  broadcast it);
+- one input at a time: only that floating input requires grad, so rules that
+  compute each argument's gradient alone are exercised;
+- in place: ``op_`` writing into a view of a fresh base (once per choice of
+  the op's other arguments, as ``div_``'s rounding modes), so that the rule
+  reads the old value of ``self`` and the base's history takes the write.
+
+An alias (``sub``/``subtract``: one rule, schema and doc) gets its samples
+only. Only floating tensors get ``requires_grad``; integer and bool tensors
+(indices, masks) and Python numbers stay constants. Sample values keep away
+from the points where an op has no derivative (kinks, ties, jumps), so no op
+is skipped; the few calls whose derivative torch does not implement either
+must raise NotImplementedError at backward.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+import jitorch as jt
+from jitorch.autograd import gradcheck, gradgradcheck, no_grad
+from jitorch.autograd.rule import NONDIFFERENTIABLE, RULES
+from jitorch.ops import registry
+from jitorch.utils.pytree import tree_leaves
+from tests.ops.samples import SAMPLES, bind, samples
+from tests.support import tensor_and_array
+
+LAYOUTS = ("transposed", "strided", "offset", "expanded")
+# The errors an op raises for arguments it does not accept (a variant the op does not take is dropped).
+REFUSALS = (RuntimeError, IndexError, ValueError, TypeError)
+
+
+def _no_derivative(op, args):
+    """Calls whose gradient is not implemented, as in torch: the nuclear norm needs an SVD's."""
+    return op.name == "norm" and args[1] == "nuc"
+
+
+def _floating(v):
+    return isinstance(v, jt.Tensor) and v.dtype.is_floating_point
+
+
+def _slots(op, args):
+    """(position, list index or None) of every floating tensor among the schema-ordered ``args``."""
+    for i, is_list in op.tensor_args:
+        v = args[i]
+        if is_list and v is not None:
+            yield from ((i, j) for j, t in enumerate(v) if _floating(t))
+        elif _floating(v):
+            yield i, None
+
+
+def _get(args, slot):
+    i, j = slot
+    return args[i] if j is None else args[i][j]
+
+
+def _with(args, slots, tensors):
+    """``args`` with the tensors at ``slots`` replaced (lists and tuples rebuilt as they were)."""
+    args = [list(a) if isinstance(a, tuple) else a for a in args]
+    for (i, j), t in zip(slots, tensors):
+        if j is None:
+            args[i] = t
+        else:
+            args[i] = list(args[i])
+            args[i][j] = t
+    return tuple(tuple(a) if isinstance(a, list) else a for a in args)
+
+
+def _leaf(t):
+    """(leaf, shape): ``t`` itself as a leaf, or, where ``t`` repeats elements with stride 0, its compact
+    part as the leaf and ``t``'s shape to expand it back to."""
+    repeated = [d for d, (n, s) in enumerate(zip(t.shape, t.stride())) if s == 0 and n > 1]
+    if not repeated:
+        return t.detach().requires_grad_(), None
+    compact = t
+    for d in repeated:
+        compact = compact.narrow(d, 0, 1)
+    return compact.detach().requires_grad_(), tuple(t.shape)
+
+
+@dataclass
+class Case:
+    """One call of ``op`` whose floating inputs at ``slots`` are rebuilt from leaves."""
+
+    label: str
+    op: object
+    args: tuple     # schema-ordered arguments
+    slots: list     # the floating inputs that require grad
+    leaves: list
+    shapes: list    # per slot: the shape the leaf is expanded to, or None
+    in_place: bool = False
+
+    def __call__(self, *xs):
+        inputs = [x if shape is None else x.expand(shape) for x, shape in zip(xs, self.shapes)]
+        args = _with(self.args, self.slots, inputs)
+        if not self.in_place:
+            return registry.call(self.op, args)
+        # written through a view of a fresh base: the op's node and the base's as_strided_scatter node;
+        # a view op (``transpose_``) writes nothing and changes the view's geometry instead
+        base = args[0].clone(memory_format=jt.contiguous_format)
+        target = registry.call_inplace(self.op, (base.view(base.shape),) + args[1:])
+        return base if self.op.view is None else target
+
+    def __repr__(self):
+        return f"{self.op.name} [{self.label}] slots={self.slots} inputs=" + ", ".join(
+            f"{list(x.shape)}@{x.stride()}+{x.storage_offset()}" for x in self.leaves)
+
+
+def _case(label, op, args, slots, in_place=False):
+    made = [_leaf(_get(args, s)) for s in slots]
+    return Case(label, op, args, list(slots), [leaf for leaf, _ in made], [shape for _, shape in made], in_place)
+
+
+def _float_output_shapes(op, args):
+    """The shapes of the op's floating outputs on ``args``, or None where it refuses them or has none."""
+    try:
+        with no_grad():
+            outs = [o for o in tree_leaves(registry.call(op, args)) if _floating(o)]
+    except REFUSALS:
+        return None
+    return [tuple(o.shape) for o in outs] or None
+
+
+def _relaid(t, layout):
+    """``t``'s values (for "expanded": its first slice repeated) in new storage laid out as ``layout``."""
+    return tensor_and_array(np.array(t.detach().numpy()), layout)[0]
+
+
+def _shrunk(t):
+    """Smaller inputs that broadcast to ``t``'s shape: (name, tensor)."""
+    if t.ndim == 0 or t.numel() == 0:
+        return []
+    first = np.ascontiguousarray(t.detach().numpy()[:1])
+    return [(name, jt.tensor(values, dtype=t.dtype)) for name, values in (("size-1", first),
+                                                                        ("0-d", first.reshape(-1)[0]))]
+
+
+def _layout_variants(op, args, slots):
+    for layout in LAYOUTS:
+        relaid = [_relaid(_get(args, s), layout) for s in slots]
+        moved = any(r.stride() != _get(args, s).stride() or r.storage_offset() != _get(args, s).storage_offset()
+                    for r, s in zip(relaid, slots))
+        new = _with(args, slots, relaid)
+        if moved and _float_output_shapes(op, new) is not None:
+            yield _case(layout, op, new, slots)
+
+
+def _broadcast_variants(op, args, slots, shapes):
+    if sum(isinstance(v, jt.Tensor) for v in tree_leaves(args)) < 2:  # nothing to broadcast against
+        return
+    for k, slot in enumerate(slots):
+        for form, small in _shrunk(_get(args, slot)):
+            new = _with(args, [slot], [small])
+            if _float_output_shapes(op, new) == shapes:
+                yield _case(f"broadcast input {k} to {form}", op, new, slots)
+
+
+def _alone_variants(op, args, slots):
+    if len(slots) > 1:
+        for k, slot in enumerate(slots):
+            yield _case(f"only input {k} requires grad", op, args, [slot])
+
+
+def _in_place_variants(op, args, slots):
+    """``op_`` on the sample, once per choice of its other arguments (``div_``'s rounding modes)."""
+    if "inplace" in op.variants and (0, None) in slots:
+        options = [repr(v) for v in args[1:] if not any(isinstance(t, jt.Tensor) for t in tree_leaves(v))]
+        case = _case(f"in place ({', '.join(options)})", op, args, slots, in_place=True)
+        try:
+            with no_grad():
+                case(*case.leaves)
+        except REFUSALS:  # the result does not fit in self (a broadcast, a type promotion)
+            return
+        yield case
+
+
+def _alias_key(name):
+    op = registry.OPS[name]
+    definition = RULES[name].backward if name in RULES else op.composite
+    return id(definition), op.doc, tuple((a.name, a.type, a.default) for a in op.schema.args)
+
+
+@functools.cache
+def _is_alias(name):
+    """One op under a second name (``subtract`` for ``sub``): the same rule or composite, schema and doc as an
+    op whose name sorts first. Its variants would check the same rule on the same layouts again."""
+    key = _alias_key(name)
+    return any(_alias_key(m) == key for m in registry.OPS if m < name and (m in RULES or registry.OPS[m].composite))
+
+
+def _tracks(case):
+    """Whether some floating output of the case requires grad (a variant may leave it none: ``reshape_as``
+    with only ``other`` requiring grad)."""
+    return any(_floating(o) and o.requires_grad for o in tree_leaves(case(*case.leaves)))
+
+
+def _cases(name):
+    """(case, has a derivative) for every sample of ``name`` with floating inputs and outputs, then each kind
+    of variant once, on the first sample that allows it."""
+    op = registry.OPS[name]
+    done = set()
+    for n, sample in enumerate(samples(op, dtype=jt.float64)):
+        args = bind(op, sample)
+        slots = list(_slots(op, args))
+        shapes = _float_output_shapes(op, args)
+        if not slots or shapes is None:
+            continue
+        case = _case(f"sample {n}", op, args, slots)
+        if _no_derivative(op, args):
+            yield case, False
+            continue
+        if name not in RULES and not _tracks(case):  # a composite's parts may cut the graph (unique)
+            continue
+        yield case, True
+        if _is_alias(name):
+            continue
+        for case in (*_layout_variants(op, args, slots), *_broadcast_variants(op, args, slots, shapes),
+                     *_alone_variants(op, args, slots), *_in_place_variants(op, args, slots)):
+            if case.label not in done and _tracks(case):
+                done.add(case.label)
+                case.label = f"sample {n}, {case.label}"
+                yield case, True
+
+
+def _differentiable(name):
+    """Has a derivative rule, or is a composite whose results carry a gradient on some sample (a composite
+    without samples is left to tests/ops/test_op_contract.py, which asks for them)."""
+    if name in RULES:
+        return True
+    return (registry.OPS[name].composite is not None and name not in NONDIFFERENTIABLE and name in SAMPLES
+            and next(_cases(name), None) is not None)
+
+
+NAMES = sorted(n for n in registry.OPS if _differentiable(n))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_gradcheck_and_gradgradcheck(name):
+    assert name in SAMPLES, f"{name} has a derivative rule but no samples in tests/ops/samples.py"
+    cases = list(_cases(name))
+    assert any(has for _, has in cases), f"{name}: no sample with floating inputs and outputs"
+    for case, has_derivative in cases:
+        if not has_derivative:
+            with pytest.raises(NotImplementedError, match="the derivative for '.*' .*is not implemented"):
+                gradcheck(case, case.leaves)
+            continue
+        try:
+            assert gradcheck(case, case.leaves)
+            assert gradgradcheck(case, case.leaves)
+        except Exception as e:
+            e.add_note(f"in {case!r}")
+            raise
