@@ -143,7 +143,7 @@ _COMBINE = {"sum": np.add.reduce, "mean": np.add.reduce, "prod": np.multiply.red
 def _matrices(node):
     """Whether a product node multiplies two matrices of its output's BLAS dtype."""
     out = node.outputs[0].type
-    return out.dtype in (_dt.float32, _dt.float64) and all(
+    return out.dtype in (_dt.float32, _dt.float64) and out.device.type == "cpu" and all(
         isinstance(a, Value) and len(a.type.shape) == 2 and a.type.dtype == out.dtype for a in node.args)
 
 
@@ -221,6 +221,20 @@ def _numel(v):
     return n
 
 
+def _feeding_reductions(nodes):
+    """The nodes of a reduction group that the reduction reads (its prologue), itself included."""
+    producer = {v: n for n in nodes for v in n.outputs}
+    todo = [n for n in nodes if n.op.kind == "reduction"]
+    seen = set()
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        todo.extend(producer[a] for a in iter_values(n.args) if a in producer)
+    return seen
+
+
 class Plan:
     """Where each value of a compiled graph lives; see the module docstring."""
 
@@ -237,7 +251,8 @@ class Plan:
         for v in [value for _, value in graph.mutations] + list(graph.output_values()):
             shared_values[v] = shared_values.get(v, 0) + 1
         for j, step in enumerate(steps):
-            if isinstance(step, KernelStep) and step.kernel.source.kind == "pointwise":
+            if isinstance(step, KernelStep) and step.kernel.source.kind in ("pointwise", "reduction") \
+                    and step.kernel.source.split is None:
                 for v in step.outputs:
                     target = mutated.get(v)
                     if target is not None and shared_values.get(v, 0) == 1 and self._can_update_in_place(
@@ -299,17 +314,21 @@ class Plan:
     @staticmethod
     def _can_update_in_place(step, j, value, target, root, last_use, escaping):
         """Whether the kernel of step ``j`` may write ``value`` into ``target``'s memory: it reads
-        ``target`` only elementwise at the position it writes (through no view), and no later step
-        reads ``target`` or a view of it."""
+        ``target`` only elementwise at the position it writes, through no view (in a reduction
+        kernel: only after the reduction, in its epilogue), and no later step reads ``target`` or a
+        view of it."""
         shape = value.type.shape
         if target.type.shape != shape or target.type.dtype != value.type.dtype or target in escaping:
             return False
-        if any(v.type.shape != shape for v in step.outputs) or last_use.get(target, -1) > j:
-            return False
-        if any(root.get(v) is target for v in step.inputs):
+        if last_use.get(target, -1) > j or any(root.get(v) is target for v in step.inputs):
             return False
         readers = [n for n in step.nodes if any(a is target for a in iter_values(n.args))]
-        return all(n.op.kind == "pointwise" for n in readers)
+        if not all(n.op.kind == "pointwise" and n.outputs[0].type.shape == shape for n in readers):
+            return False
+        if step.kernel.source.kind == "pointwise":
+            # one iteration space: another output of a larger shape would revisit written positions
+            return all(v.type.shape == shape for v in step.outputs)
+        return not set(readers) & _feeding_reductions(step.nodes)
 
 
 class CompiledGraph:

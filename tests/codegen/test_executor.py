@@ -160,3 +160,21 @@ def test_kernels_reading_views_made_by_eager_steps_see_them_compacted():
     x = jt.arange(12.0).reshape(3, 4)
     f = lambda x: x.t() - x.t().sum(-1, keepdim=True)  # noqa: E731
     np.testing.assert_array_equal(jt.compile(f)(x).numpy(), f(x).numpy())
+
+
+def test_reduction_epilogues_update_in_place_only_when_the_prologue_does_not_read_the_target():
+    def epilogue_only(b, x):
+        b.mul_(0.5).add_(x.sum(0))  # b is read after the reduction: in place
+        return b.sum()
+
+    def prologue_reads(b, x):
+        b.sub_((x * b).sum(-1))  # every output reads all of b: not in place
+        return b.sum()
+
+    for fn, in_place in ((epilogue_only, True), (prologue_reads, False)):
+        b, x = jt.arange(5.0), jt.randn(5, 5)
+        b2 = b.clone()
+        ex = executable(fn, b.clone(), x)
+        assert bool(ex.plan.inplace) is in_place, fn.__name__
+        np.testing.assert_allclose(jt.compile(fn)(b, x).item(), fn(b2, x).item(), rtol=1e-5)
+        np.testing.assert_allclose(b.numpy(), b2.numpy(), rtol=1e-6)
