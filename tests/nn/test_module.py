@@ -335,3 +335,15 @@ def test_deepcopy_is_independent():
     twin.fc1.weight.data.fill_(0)
     assert not np.all(net.fc1.weight.detach().numpy() == 0)
     assert isinstance(twin.fc1.weight, Parameter)
+
+
+def test_a_compiled_function_calling_a_module_traces_again_after_eval():
+    jt.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4), nn.Dropout(0.5))
+    forward = jt.compile(lambda x: net(x))
+    x = jt.randn(8, 4)
+    forward(x)
+    net.eval()
+    with jt.no_grad():
+        expected = net(x)
+    np.testing.assert_allclose(forward(x).detach().numpy(), expected.numpy(), rtol=1e-6)
