@@ -7,9 +7,13 @@ import os
 import shutil
 import tempfile
 
-import numpy as np
-import pytest
-from hypothesis import HealthCheck, settings
+# pytest -n 2 runs a worker per core: BLAS threads of their own would oversubscribe the cores, and
+# OpenBLAS's spinning threads then make a small matmul a hundred times slower. Set before NumPy loads.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
 
 
 # Compiled kernels go to a cache of the test session's own, not the user's ~/.cache/jitorch.

@@ -119,7 +119,10 @@ class _Builder:
             raise CompileError(f"{node.op.name}: a view of a value computed in the same kernel")
         root, shape, strides, offset = self.geometry[src]
         fake = fake_tensor(shape, src.type.dtype, src.type.device, strides, offset, max(1, prod(root.type.shape)))
-        geo = node.op.view(fake, *node.args[1:])
+        try:
+            geo = node.op.view(fake, *node.args[1:])
+        except RuntimeError as e:  # a reshape of a strided value: its elements need a copy first
+            raise CompileError(f"{node.op.name} of a {list(shape)} value with strides {list(strides)}: {e}") from None
         for out, (s, st, o) in zip(node.outputs, geo if isinstance(geo, list) else [geo]):
             self.geometry[out] = (root, tuple(s), tuple(st), o)
 

@@ -178,3 +178,10 @@ def test_reduction_epilogues_update_in_place_only_when_the_prologue_does_not_rea
         assert bool(ex.plan.inplace) is in_place, fn.__name__
         np.testing.assert_allclose(jt.compile(fn)(b, x).item(), fn(b2, x).item(), rtol=1e-5)
         np.testing.assert_allclose(b.numpy(), b2.numpy(), rtol=1e-6)
+
+
+def test_a_reshape_of_a_transposed_value_runs_without_warning(recwarn):
+    f = lambda x: x.transpose(0, 1).reshape(8, 8).sum(0)  # noqa: E731
+    x = jt.randn(2, 4, 8)
+    np.testing.assert_allclose(jt.compile(f)(x).numpy(), f(x).numpy(), rtol=1e-6, atol=1e-6)
+    assert not [w for w in recwarn if "failed to compile" in str(w.message)]
