@@ -161,7 +161,7 @@ def _nested_str(arr, indent, summarize, formatter):
 
 def _values(t):
     """The elements as NumPy will format them: half types widened to float32."""
-    arr = np.asarray(t._array())
+    arr = np.asarray(t._host_array())
     if t.dtype in (_dt.float16, _dt.bfloat16):
         arr = arr.astype(np.float32)
     return arr
@@ -203,7 +203,7 @@ def tensor_repr(t):
         suffixes.append(f"device='{t.device}'")
     default = _dt.get_default_dtype()
     size = f"size={tuple(t.shape)}"
-    if t._storage.data is None:  # meta, or a tensor being traced: no values to show
+    if t._storage.data is None and not t._storage.on_device:  # meta, or a tensor being traced: no values
         suffixes.append(size)
         if t.dtype is not default:
             suffixes.append(f"dtype={t.dtype}")

@@ -60,14 +60,14 @@ class Tensor:
         """The gradient accumulated by backward() into this leaf (None until then)."""
         if GRAD_WATCHERS:  # a tracer records which tensors' .grad the traced code uses (see jit.tracer)
             for watcher in GRAD_WATCHERS:
-                watcher.grad_touched(self)
+                watcher.grad_touched(self, True)
         return self.__dict__.get("_grad")
 
     @grad.setter
     def grad(self, value):
         if GRAD_WATCHERS:
             for watcher in GRAD_WATCHERS:
-                watcher.grad_touched(self)
+                watcher.grad_touched(self, False)
         self.__dict__["_grad"] = value
 
     @grad.deleter
@@ -153,10 +153,21 @@ class Tensor:
 
     def _write(self, value):
         """Copy a tensor or array into this tensor's elements, casting; bumps the version."""
-        if self._storage.data is not None:  # a meta tensor has no elements to write
-            src = value._array() if isinstance(value, Tensor) else value
+        if self._storage.on_device:
+            from .runtime.cuda_tensor import write
+            write(self, value)
+        elif self._storage.data is not None:  # a meta tensor has no elements to write
+            src = value._host_array() if isinstance(value, Tensor) else value
             np.copyto(self._array(), src, casting="unsafe")
         self._storage._version += 1
+
+    def _host_array(self):
+        """The elements as a NumPy array: the view itself on CPU, a host copy of a CUDA tensor's
+        (which waits for the work queued on the device)."""
+        if self._storage.on_device:
+            from .runtime.cuda_tensor import download
+            return download(self)
+        return self._array()
 
     def _bump_version(self):
         self._storage._version += 1
@@ -316,8 +327,13 @@ class Tensor:
     def _history_copy(self, copy_data=True):
         """A tensor with this one's autograd history and (a copy of) its values: what an in-place
         op's backward sees as its input, once the op has overwritten this tensor."""
-        t = Tensor._from_array(self._array().copy(), self.dtype) if copy_data else Tensor._view_of(
-            self, self._shape, self._stride, self._offset)
+        if not copy_data:
+            t = Tensor._view_of(self, self._shape, self._stride, self._offset)
+        elif self._storage.on_device:
+            from .runtime.cuda_tensor import copy_values
+            t = copy_values(self)
+        else:
+            t = Tensor._from_array(self._array().copy(), self.dtype)
         t.grad_fn = self.grad_fn
         t._requires_grad = self._requires_grad
         if "_output_nr" in self.__dict__:
@@ -334,7 +350,7 @@ class Tensor:
             raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
         if self.device.type != "cpu":
             raise TypeError(
-                f"can't convert {self.device.type} device type tensor to numpy. "
+                f"can't convert {self.device} device type tensor to numpy. "
                 "Use Tensor.cpu() to copy the tensor to host memory first."
             )
         return self._array()
@@ -350,12 +366,12 @@ class Tensor:
         n = self.numel()
         if n != 1:
             raise RuntimeError(f"a Tensor with {n} elements cannot be converted to Scalar")
-        return self._array().reshape(()).item() if self.dtype is not _dt.bfloat16 else float(
-            self._array().reshape(()).astype(np.float32))
+        arr = self._host_array().reshape(())
+        return arr.item() if self.dtype is not _dt.bfloat16 else float(arr.astype(np.float32))
 
     def tolist(self):
         """Nested Python lists of the values (a Python number for 0-d tensors)."""
-        arr = self._array()
+        arr = self._host_array()
         if self.dtype is _dt.bfloat16 or self.dtype is _dt.float16:
             arr = arr.astype(np.float32)
         return arr.tolist()
@@ -415,7 +431,7 @@ class Tensor:
         dtype = kwargs.pop("dtype", None)
         device = kwargs.pop("device", None)
         copy = kwargs.pop("copy", False)
-        kwargs.pop("non_blocking", None)
+        non_blocking = kwargs.pop("non_blocking", False)
         kwargs.pop("memory_format", None)
         if kwargs:
             raise TypeError(f"to() got an unexpected keyword argument '{next(iter(kwargs))}'")
@@ -434,11 +450,19 @@ class Tensor:
             else:
                 raise TypeError(f"to() received an invalid combination of arguments - got {type(a).__name__}")
         copy = copy or flags[1:2] == [True]
+        non_blocking = non_blocking or flags[:1] == [True]
         dtype = self.dtype if dtype is None else _dt.to_dtype(dtype)
         device = self.device if device is None else to_device(device)
+        if device.type == "cuda":
+            from .runtime.cuda_tensor import canonical
+            device = canonical(device)  # "cuda" is the current device, cuda:0
         if dtype is self.dtype and device == self.device and not copy:
             return self
         from .ops import registry
+        if non_blocking and device != self.device:
+            from .runtime.cuda_tensor import non_blocking as queued
+            with queued():
+                return registry.FUNCTIONS["_to_copy"](self, dtype=dtype, device=device)
         return registry.FUNCTIONS["_to_copy"](self, dtype=dtype, device=device)
 
     def type(self, dtype=None):
@@ -483,7 +507,8 @@ class Tensor:
         return self.to("cpu")
 
     def cuda(self, device=None, non_blocking=False):
-        return self.to("cuda" if device is None else device)
+        """A copy on a CUDA device (``self`` when already there)."""
+        return self.to("cuda" if device is None else device, non_blocking=non_blocking)
 
     def type_as(self, other):
         return self.to(other.dtype)

@@ -11,6 +11,8 @@ tensors are dropped after use unless ``retain_graph``.
 
 from __future__ import annotations
 
+import sys
+
 from ..ops import registry
 from .grad_mode import enable_grad, is_grad_enabled, no_grad
 from .rule import NONDIFFERENTIABLE, RULES, Args
@@ -22,12 +24,12 @@ class Node:
     __slots__ = ("op", "args", "versions", "out", "next_functions", "input_specs", "freed", "hooks", "retained",
                  "__weakref__")
 
-    def __init__(self, op, args, out, next_functions, input_specs):
+    def __init__(self, op, args, out, next_functions, input_specs, saved):
         self.op = op
         self.args = args
         self.out = out
         # a view's backward reads only geometry, so writes through it or its base are no error
-        self.versions = [] if op.view is not None else [(t, t._version) for t in _saved_tensors(args, out)]
+        self.versions = [] if op.view is not None else [(t, t._storage._version) for t in saved]
         self.retained = {}                    # output index -> weakref of a tensor that retains its grad
         self.next_functions = next_functions  # per tensor input: (Node or AccumulateGrad or None, 0)
         self.input_specs = input_specs        # per tensor input: (schema position, list index, shape, dtype)
@@ -67,17 +69,6 @@ class AccumulateGrad:
         return "<AccumulateGrad object>"
 
 
-def _saved_tensors(args, out):
-    Tensor = registry.Tensor
-    for a in args:
-        if isinstance(a, Tensor):
-            yield a
-        elif isinstance(a, (list, tuple)):
-            yield from (x for x in a if isinstance(x, Tensor))
-    if out is not None:
-        yield from (o for o in (out if isinstance(out, (list, tuple)) else (out,)) if isinstance(o, Tensor))
-
-
 def gradient_edge(t):
     """Where a gradient for ``t`` goes: its grad_fn, or the leaf's AccumulateGrad."""
     if t.grad_fn is not None:
@@ -105,26 +96,45 @@ def needs_grad(op, args):
     """Whether a call records a node: grad mode on and some tensor argument requires grad."""
     if not is_grad_enabled():
         return False
+    if op.tensor_positions is not None:
+        Tensor = registry.Tensor
+        for i in op.tensor_positions:
+            t = args[i]
+            if t._requires_grad if t.__class__ is Tensor else isinstance(t, Tensor) and t._requires_grad:
+                return True
+        return False
     return any(t._requires_grad for _, _, t in _tensor_inputs(op, args))
 
 
 def record(op, args, result):
     """Attach a backward node to ``result`` (called after an op ran on tensors requiring grad)."""
-    outs = list(result) if isinstance(result, (tuple, list)) else [result]
     Tensor = registry.Tensor
-    floating = [o for o in outs if isinstance(o, Tensor) and o.dtype.is_floating_point]
-    if not floating or op.name in NONDIFFERENTIABLE:
+    if op.name in NONDIFFERENTIABLE:
         return result
-    inputs = list(_tensor_inputs(op, args))
-    edges = tuple((gradient_edge(t), getattr(t, "_output_nr", 0)) if t._requires_grad else (None, 0)
-                  for _, _, t in inputs)
-    specs = tuple((i, j, tuple(t.shape), t.dtype) for i, j, t in inputs)
-    node = Node(op, list(args), result, edges, specs)
-    for k, o in enumerate(outs):
+    if isinstance(result, Tensor):
+        if not result.dtype.is_floating_point:
+            return result
+        outs = (result,)
+    else:
+        outs = tuple(result)
+        if not any(isinstance(o, Tensor) and o.dtype.is_floating_point for o in outs):
+            return result
+    edges, specs, saved = [], [], []
+    positions = op.tensor_positions
+    for i, j, t in (_tensor_inputs(op, args) if positions is None else
+                    ((i, None, args[i]) for i in positions if isinstance(args[i], Tensor))):
+        edges.append((gradient_edge(t), getattr(t, "_output_nr", 0)) if t._requires_grad else (None, 0))
+        specs.append((i, j, t._shape, t.dtype))
+        saved.append(t)
+    saved.extend(o for o in outs if isinstance(o, Tensor))
+    node = Node(op, args if args.__class__ is list else list(args), result, tuple(edges), tuple(specs), saved)
+    k = 0
+    for o in outs:
         if isinstance(o, Tensor) and o.dtype.is_floating_point:
             o.grad_fn = node
             o._requires_grad = True
             o._output_nr = k
+        k += 1
     return result
 
 
@@ -184,15 +194,14 @@ def check_inplace_allowed(target):
 
 def sum_to(grad, shape, dtype):
     """``grad`` summed over the dims it was broadcast along, to ``shape``, in ``dtype``."""
-    if tuple(grad.shape) != tuple(shape):
-        lead = grad.ndim - len(shape)
-        dims = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(shape)
-                                           if n == 1 and grad.shape[lead + i] != 1)
+    shape = tuple(shape)
+    have = tuple(grad.shape)
+    if have != shape:
+        lead = len(have) - len(shape)
+        dims = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(shape) if n == 1 and have[lead + i] != 1)
         if dims:
             grad = grad.sum(dims, keepdim=True)
-        if lead:
-            grad = grad.reshape(shape)
-        elif tuple(grad.shape) != tuple(shape):
+        if lead or tuple(grad.shape) != shape:
             grad = grad.reshape(shape)
     if grad.dtype is not dtype:
         grad = grad.to(dtype)
@@ -215,6 +224,8 @@ def _graph(roots):
 
 
 def _call_rule(node, grads, create_graph):
+    """The rule of ``node``'s op on its outputs' gradients: per tensor input, its gradient summed
+    down to the input's shape and dtype (or None). Runs in the grad mode the caller set."""
     Tensor = registry.Tensor
     if node.freed:
         raise RuntimeError(
@@ -230,9 +241,10 @@ def _call_rule(node, grads, create_graph):
                 f"operation: [{t.dtype}{list(t.shape)}], which is output 0 of {node.name()}, is at version "
                 f"{t._version}; expected version {version} instead."
             )
-    rule = RULES.get(node.op.name)
+    op = node.op
+    rule = RULES.get(op.name)
     if rule is None:
-        raise NotImplementedError(f"the derivative for '{node.op.name}' is not implemented")
+        raise NotImplementedError(f"the derivative for '{op.name}' is not implemented")
     outs = node.out if isinstance(node.out, (tuple, list)) else None
     if outs is None:
         g = grads[0]
@@ -240,25 +252,44 @@ def _call_rule(node, grads, create_graph):
         g = tuple(grads.get(k) if grads.get(k) is not None else
                   (registry.FUNCTIONS["zeros_like"](o) if isinstance(o, Tensor) else None)
                   for k, o in enumerate(outs))
-    with (enable_grad() if create_graph else no_grad()):
-        result = rule.backward(g, Args(node.op.schema, node.args), node.out)
-    names = [a.name for a in node.op.schema.args]
+    result = rule.backward(g, Args(op.schema, node.args, op.arg_names), node.out)
+    names = op.arg_names
     out = []
     for (pos, j, shape, dtype) in node.input_specs:
         got = result.get(names[pos])
         if j is not None and got is not None:
             got = got[j]
-        if got is not None:
-            with (enable_grad() if create_graph else no_grad()):
-                got = sum_to(got, shape, dtype)
+        if got is not None and (got._shape != shape or got.dtype is not dtype):
+            got = sum_to(got, shape, dtype)
         out.append(got)
     return out
 
 
+class _Holder:
+    __slots__ = ("value",)
+
+
+def _refcount_extras():
+    """How many references ``sys.getrefcount`` counts beyond the holders of an object held by a
+    local variable, and by an attribute (the call's own, which differ between Python versions)."""
+    local = object()
+    holder = _Holder()
+    holder.value = object()
+    return sys.getrefcount(local) - 1, sys.getrefcount(holder.value) - 1
+
+
+_LOCAL_EXTRA, _ATTR_EXTRA = _refcount_extras()
+
+
 def run_backward(roots, root_grads, retain_graph=False, create_graph=False, capture=None, accumulate=True):
     """Propagate ``root_grads`` from ``roots`` (tensors). ``capture``: tensors whose gradient to return
-    (autograd.grad) instead of accumulating into leaves."""
-    Tensor = registry.Tensor
+    (autograd.grad) instead of accumulating into leaves. The rules and hooks run with grad mode
+    set to ``create_graph``, as in torch's engine."""
+    with (enable_grad() if create_graph else no_grad()):
+        return _run(roots, root_grads, retain_graph, create_graph, capture, accumulate)
+
+
+def _run(roots, root_grads, retain_graph, create_graph, capture, accumulate):
     start = []
     for i, (t, g) in enumerate(zip(roots, root_grads)):
         if not t._requires_grad:
@@ -266,14 +297,15 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, capt
         start.append((gradient_edge(t), getattr(t, "_output_nr", 0), g))
     deps = _graph([n for n, _, _ in start])
     pending = {}      # id(node) -> {output index: grad}
-    nodes = {}
     for n, k, g in start:
         slot = pending.setdefault(id(n), {})
         slot[k] = g if k not in slot else slot[k] + g
-        nodes[id(n)] = n
     captured = {}
     wanted = {id(gradient_edge(t)): t for t in capture} if capture is not None else None
-    ready = [n for n, _, _ in start if deps.get(id(n), 0) == 0]
+    # a gradient nothing else holds may become a leaf's .grad as it is; while tracing, the tracer owns .grad
+    steal = not create_graph and not registry.DISPATCH_HOOKS
+    ready = [gradient_edge(t) for t in roots]
+    ready = [n for n in ready if deps.get(id(n), 0) == 0]
     done = set()
     while ready:
         node = ready.pop()
@@ -281,13 +313,14 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, capt
             continue
         done.add(id(node))
         grads = pending.pop(id(node), {})
-        if isinstance(node, AccumulateGrad):
-            g = grads.get(0)
+        if node.__class__ is AccumulateGrad:
+            g = grads.pop(0, None)
             if wanted is not None:
                 if id(node) in wanted and g is not None:
                     captured[id(node)] = g
             elif g is not None and accumulate:
-                _accumulate(node.variable, g, create_graph)
+                owned = steal and sys.getrefcount(g) == 1 + _LOCAL_EXTRA  # (before the call holds it too)
+                _accumulate(node.variable, g, create_graph, owned)
             continue
         for k, hooks in node.hooks.items():
             for hook in hooks:
@@ -306,6 +339,7 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, capt
             input_grads = node.apply(grads, create_graph)
         else:  # reachable, but the rules upstream gave it no gradient (expand_as's ``other``): nothing to pass on
             input_grads = [None] * len(node.next_functions)
+        grads = g = None
         if not retain_graph:
             node.release()
         for (nxt, k), g in zip(node.next_functions, input_grads):
@@ -314,21 +348,45 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, capt
             if g is not None:
                 slot = pending.setdefault(id(nxt), {})
                 slot[k] = g if k not in slot else slot[k] + g
-            nodes[id(nxt)] = nxt
             deps[id(nxt)] -= 1
             if deps[id(nxt)] == 0:
                 ready.append(nxt)
+        input_grads = g = None
     return captured
 
 
-def _accumulate(leaf, g, create_graph):
+def _accumulate(leaf, g, create_graph, owned=False):
+    """Add ``g`` into ``leaf.grad``. As torch's AccumulateGrad, a first gradient that nothing else
+    holds (``owned``: the caller's reference to ``g`` is the only one) becomes ``.grad`` without a copy."""
     for hook in leaf.__dict__.get("_hooks", ()):
         new = hook(g)
         if new is not None:
-            g = new
-    if not create_graph:
-        g = g.detach()
+            g, owned = new, False
+    if create_graph:
+        leaf.grad = g if leaf.grad is None else leaf.grad + g
+        return
     if leaf.grad is None:
-        leaf.grad = g.clone() if not create_graph else g
+        stolen = _stolen(g) if owned else None
+        leaf.grad = stolen if stolen is not None else g.detach().clone()
     else:
-        leaf.grad = leaf.grad + g
+        leaf.grad = leaf.grad + g.detach()
+
+
+def _stolen(g):
+    """``g`` as a new tensor without history on its memory, when ``g`` and a base of it that
+    nothing else holds are the only tensors on that memory (else None)."""
+    if (g.__class__ is not registry.Tensor or g.grad_fn is not None or g._requires_grad or g._offset
+            or g.device.type != "cpu" or not g.is_contiguous()):
+        return None
+    if g._storage.size != g.numel():
+        return None
+    # (counted before any local variable holds them)
+    if g._base is None:
+        holders = 1
+    elif sys.getrefcount(g._base) == 1 + _ATTR_EXTRA:
+        holders = 2
+    else:
+        return None
+    if sys.getrefcount(g._storage) != holders + _ATTR_EXTRA:
+        return None
+    return registry.Tensor._make(g._storage, g._shape, g._stride, 0, g._arr)

@@ -32,8 +32,11 @@ class Args:
 
     __slots__ = ("_values",)
 
-    def __init__(self, schema, values):
-        object.__setattr__(self, "_values", dict(zip((x.name for x in schema.args), values)))
+    def __init__(self, schema, values, names=None):
+        """``names``: the schema's argument names, when the caller has them at hand (``OpDef.arg_names``)."""
+        if names is None:
+            names = [x.name for x in schema.args]
+        object.__setattr__(self, "_values", dict(zip(names, values)))
 
     def __getattr__(self, name):
         try:

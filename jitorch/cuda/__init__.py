@@ -13,7 +13,6 @@ import contextlib
 import threading
 
 
-
 class _LazyDriver:
     """jitorch.runtime.cuda_driver, imported by the first CUDA call rather than by ``import jitorch``."""
 
@@ -161,10 +160,11 @@ class Event:
 
 def _allocator(device=None):
     """The device's caching allocator, or None without CUDA (statistics then read 0)."""
-    if not is_available():
+    from ..runtime import cuda_backend
+    backend = cuda_backend.current()
+    if not backend.available():
         return None
-    from ..runtime.cuda_graph import allocator
-    return allocator(_index(device))
+    return backend.allocator(_index(device))
 
 
 def memory_allocated(device=None) -> int:

@@ -4,8 +4,14 @@ Always: every kernel kind the CUDA backend generates (pointwise, fused chains,
 reductions over each dim and full, softmax, matmul) is assembled by ptxas for
 sm_80 and sm_90. With a GPU also: the allocator on the real driver, streams
 and events, compiled kernels run on device buffers against the CPU results,
-and a device-to-device copy bandwidth measurement. Prints one summary table;
-exits 1 when a check fails, 0 otherwise (also without a GPU).
+CUDA tensors (transfers, writes, memory returned to the pool), every registry
+op on CUDA tensors against the CPU (with the sample inputs of the test suite,
+when run from a checkout), a compiled graph and autograd on CUDA tensors, and a
+device-to-device copy bandwidth measurement. Prints one summary table; exits 1
+when a check fails, 0 otherwise (also without a GPU).
+
+The tensor checks (`check_tensors`, `check_registry_ops`, `check_graph_and_autograd`)
+use only the backend interface, so the test suite also runs them on its fake device.
 """
 
 from __future__ import annotations
@@ -98,6 +104,105 @@ def check_kernels():
     return not failed, f"{len(cases) + 1} kernels vs CPU" + (f"; wrong: {failed}" if failed else "")
 
 
+def check_tensors():
+    """Transfers both ways (blocking or not), strided writes, and memory back in the pool at once."""
+    x = np.arange(24, dtype=np.float32).reshape(4, 6)
+    c = jt.tensor(x).to("cuda", non_blocking=True)
+    problems = []
+    if not np.array_equal(c.cpu().numpy(), x) or not np.array_equal(c[1:, ::2].t().cpu().numpy(), x[1:, ::2].T):
+        problems.append("round trip")
+    c[:, 1] = -1.0
+    c.t()[0].copy_(jt.arange(4.0))
+    expected = x.copy()
+    expected[:, 1] = -1
+    expected[:, 0] = np.arange(4)
+    if c.tolist() != expected.tolist():
+        problems.append("strided writes")
+    before = jt.cuda.memory_allocated()
+    t = jt.empty(1 << 20, device="cuda")
+    grown = jt.cuda.memory_allocated() - before
+    del t
+    if grown != 4 << 20 or jt.cuda.memory_allocated() != before:
+        problems.append("memory not returned to the pool")
+    return not problems, "transfers, writes, allocator" + (f"; wrong: {problems}" if problems else "")
+
+
+def _leaves(r):
+    if isinstance(r, (list, tuple)):
+        return [x for item in r for x in _leaves(item)]
+    return [r]
+
+
+def _outcome(call):
+    try:
+        return call()
+    except Exception as e:  # the same error type on both devices is part of the comparison
+        return e
+
+
+def registry_op_mismatches():
+    """Each registry op's first test sample (layout included) on CUDA against the CPU: a list of
+    (op, what differs). Needs the test suite's samples (``tests.ops.samples``, a checkout)."""
+    import zlib
+    from tests.ops.samples import VALUES_UNDEFINED, bind, copy_generator, copy_layout, samples
+    from ..ops import registry
+    mismatches = []
+    for name in sorted(registry.OPS):
+        op = registry.OPS[name]
+        sample = samples(name, seed=zlib.crc32(name.encode()))[0]
+        moved = sample.map(lambda v: copy_generator(v) if isinstance(v, jt.Generator) else copy_layout(v, "cuda"))
+        if not moved.tensors() and any(a.name == "device" for a in op.schema.args):
+            moved.kwargs["device"] = "cuda"
+        want = _outcome(lambda: registry.call(op, bind(op, sample.clone())))
+        got = _outcome(lambda: registry.call(op, bind(op, moved)))
+        if isinstance(want, Exception) or isinstance(got, Exception):
+            if type(want) is not type(got):
+                mismatches.append((name, f"{want!r} vs {got!r}"))
+            continue
+        for w, g in zip(_leaves(want), _leaves(got)):
+            if not isinstance(w, jt.Tensor):
+                if w != g and w == w:
+                    mismatches.append((name, f"{w!r} vs {g!r}"))
+            elif g.device.type != "cuda" or g.shape != w.shape or g.dtype != w.dtype:
+                mismatches.append((name, f"{g.device} {list(g.shape)} {g.dtype}"))
+            elif name not in VALUES_UNDEFINED and not np.allclose(g.cpu().numpy().astype(np.float64),
+                                                                   w.numpy().astype(np.float64), rtol=1e-4,
+                                                                   atol=1e-5, equal_nan=True):
+                mismatches.append((name, "values"))
+    return mismatches
+
+
+def check_registry_ops():
+    try:
+        bad = registry_op_mismatches()
+    except ImportError:
+        return True, "skipped: run from a checkout for the test suite's samples"
+    from ..ops import registry
+    return not bad, f"{len(registry.OPS)} ops vs CPU" + (f"; wrong: {bad[:8]}" if bad else "")
+
+
+def check_graph_and_autograd():
+    """A compiled (fused) graph and a backward pass on CUDA tensors against the CPU."""
+    rng = np.random.default_rng(0)
+    x_np, w_np = rng.standard_normal((64, 48)).astype(np.float32), rng.standard_normal((48, 32)).astype(np.float32)
+
+    def fn(x, w):
+        h = (x @ w).relu()
+        return h.sum(0), (h * 0.1 + 1).exp().softmax(-1)
+
+    results = {}
+    for device in ("cpu", "cuda"):
+        x = jt.tensor(x_np, device=device)
+        w = jt.tensor(w_np, device=device, requires_grad=True)
+        compiled = jt.compile(fn)(x, w.detach())
+        loss = (x @ w).tanh().pow(2).mean()
+        loss.backward()
+        results[device] = [t.detach().cpu().numpy() for t in (*compiled, loss, w.grad)]
+    bad = [name for name, a, b in zip(("sum", "softmax", "loss", "grad"), results["cpu"], results["cuda"])
+           if not np.allclose(a, b, rtol=1e-4, atol=1e-5)]
+    return not bad, "fused graph, backward" + (f"; wrong: {bad}" if bad else "")
+
+
 def check_streams_and_bandwidth():
     from ..runtime import cuda_driver as d
     n = 1 << 28
@@ -121,6 +226,8 @@ def main():
     gpu = jt.cuda.is_available()
     if gpu:
         for name, check in (("allocator (driver)", check_allocator), ("kernels vs CPU", check_kernels),
+                            ("CUDA tensors", check_tensors), ("registry ops vs CPU", check_registry_ops),
+                            ("graph and autograd", check_graph_and_autograd),
                             ("streams, events, bandwidth", check_streams_and_bandwidth)):
             t = time.perf_counter()
             try:

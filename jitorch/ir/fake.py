@@ -30,4 +30,4 @@ def fake_of_type(type):
 
 
 def is_fake(t):
-    return isinstance(t, Tensor) and t._storage.data is None and t.device.type != "meta"
+    return isinstance(t, Tensor) and t._storage.data is None and t.device.type != "meta" and not t._storage.on_device

@@ -111,21 +111,13 @@ class Tracer:
     def own_grad(self, real, name, fake):
         """A captured tensor that requires grad (a module's parameter): a backward() in the trace
         accumulates into the real tensor's ``.grad``, where the traced code reads it (``p.grad``).
-        Its ``.grad`` holds fakes until the trace ends, and the graph re-reads an existing ``.grad``
-        from the tensor at each call."""
+        Its ``.grad`` holds fakes until the trace ends; an existing ``.grad`` the traced code reads
+        becomes a constant that the graph re-reads from the tensor at each call."""
         from ..autograd.engine import gradient_edge
         fake._accumulator = gradient_edge(real)  # one leaf node for both: autograd.grad(..., real) finds it
-        before = real.__dict__.get("_grad")
-        self.grad_owners[id(real)] = [real, name, before, False]
-        if before is not None:
-            value = self.graph.add_constant(f"{name}_grad", before, TensorType(tuple(before.shape), before.dtype,
-                                                                            before.device))
-            self.graph.grad_constants[value.name] = real
-            grad_fake = self.new_fake(value, origin=value, compact=_is_compact(before))
-            self.lifted[id(before)] = (before, grad_fake)
-            real.__dict__["_grad"] = grad_fake
+        self.grad_owners[id(real)] = [real, name, real.__dict__.get("_grad"), False]
 
-    def grad_touched(self, t):
+    def grad_touched(self, t, reading):
         """Traced code reads or sets a captured tensor's ``.grad`` (``p.grad``, ``opt.zero_grad()``,
         a backward() accumulating): the graph then depends on it. Owning the tensor now also
         records its ``.grad`` from before the call."""
@@ -133,7 +125,16 @@ class Tracer:
                 or id(t) in self.real_inputs):
             return
         self.fake(t)
-        self.grad_owners[id(t)][3] = True
+        owner = self.grad_owners[id(t)]
+        owner[3] = True
+        before = owner[2]
+        if reading and before is not None and t.__dict__.get("_grad") is before:
+            value = self.graph.add_constant(f"{owner[1]}_grad", before,
+                                            TensorType(tuple(before.shape), before.dtype, before.device))
+            self.graph.grad_constants[value.name] = t
+            grad_fake = self.new_fake(value, origin=value, compact=_is_compact(before))
+            self.lifted[id(before)] = (before, grad_fake)
+            t.__dict__["_grad"] = grad_fake
 
     def finish_grads(self):
         """Restore captured tensors' ``.grad``; returns (constant name, final fake or None) for those
@@ -142,7 +143,9 @@ class Tracer:
         for real, name, before, touched in self.grad_owners.values():
             after = real.__dict__.get("_grad")
             real.__dict__["_grad"] = before
-            if after is not before and not (before is not None and after is self.lifted[id(before)][1]):
+            unchanged = after is before or (before is not None and id(before) in self.lifted
+                                            and after is self.lifted[id(before)][1])
+            if not unchanged:
                 changed.append((name, after))
             if touched:
                 guards.append(_grad_is_none_guard(real, before is None))

@@ -43,7 +43,7 @@ def _tuple(value, n):
 
 def _has_data(t):
     """Whether ``t`` holds values (False for the fake tensors of a trace)."""
-    return t._storage.data is not None
+    return t._storage.data is not None or t._storage.on_device
 
 
 def _sizes(shape):

@@ -22,5 +22,5 @@ def _to_copy_cpu(spec, x, dtype, device):
 
 
 defop("_to_copy(Tensor self, *, ScalarType? dtype=None, Device? device=None) -> Tensor",
-      meta=_to_copy_meta, cpu=_to_copy_cpu, kind="cast", variants=("function",),
+      meta=_to_copy_meta, cpu=_to_copy_cpu, kind="cast", variants=("function",), cross_device=True,
       doc="A copy of ``self`` with another dtype and/or device (what ``Tensor.to`` calls).")

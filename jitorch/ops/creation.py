@@ -206,7 +206,7 @@ def _to_array(data, dtype):
             "sourceTensor.detach().clone().requires_grad_(True), rather than jitorch.tensor(sourceTensor).",
             UserWarning, stacklevel=3)
         dtype = dtype or data.dtype
-        return None if data.device.type == "meta" else data._array().astype(dtype.np, order="C"), data.shape, dtype
+        return None if data.device.type == "meta" else data._host_array().astype(dtype.np, order="C"), data.shape, dtype
     if isinstance(data, (np.ndarray, np.generic)):
         arr = np.asarray(data)
         dtype = dtype or _dt.from_numpy_dtype(arr.dtype)
@@ -244,8 +244,8 @@ def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=Fal
     elif device.type == "cpu":
         t = registry.Tensor._from_array(arr, dtype)
     else:
-        from ..runtime.cuda_stub import no_cuda
-        no_cuda()
+        from ..runtime.cuda_tensor import upload
+        t = upload(arr, dtype, device)
     if requires_grad:
         t.requires_grad_(True)
     return t

@@ -206,20 +206,23 @@ _BLAS_DTYPES = (_dt.float32, _dt.float64)
 _FAST_DTYPES = _BLAS_DTYPES + _dt.INTEGRAL
 
 
-def _fast_path(ndims):
-    """``fast(args)``: the common eager call without the dispatcher (CPU tensors of
-    one such dtype, no autograd, shapes NumPy accepts: its product rules are
-    torch's), or None for the general path and its errors. ``ndims`` pins the
-    operands' dims for mm, bmm, mv and dot, which do not broadcast."""
-    def fast(args):
+def _fast_path(op, ndims):
+    """``fast(args, record=True)``: the common eager call without the dispatcher (CPU tensors
+    of one such dtype, shapes NumPy accepts: its product rules are torch's; the backward node
+    recorded as `registry.record_fast` says), or None for the general path and its errors.
+    ``ndims`` pins the operands' dims for mm, bmm, mv and dot, which do not broadcast."""
+    def fast(args, record=True):
         a, b = args
         Tensor = registry.Tensor
-        if a.__class__ is not Tensor or b.__class__ is not Tensor:
+        if not isinstance(a, Tensor) or not isinstance(b, Tensor):
             return None
         dtype = a.dtype
         sa, sb = a._shape, b._shape
-        if (b.dtype is not dtype or dtype not in _FAST_DTYPES or a._requires_grad or b._requires_grad
-                or a.device is not CPU or b.device is not CPU or not sa or not sb):
+        if (b.dtype is not dtype or dtype not in _FAST_DTYPES or a.device is not CPU or b.device is not CPU
+                or not sa or not sb):
+            return None
+        grad = (a._requires_grad or b._requires_grad) and registry.records_grad()
+        if grad and not record:
             return None
         if ndims is not None and ((len(sa), len(sb)) != ndims or sa[:-2] != sb[:-2]):
             return None
@@ -227,7 +230,8 @@ def _fast_path(ndims):
             r = _product(a._array(), b._array())
         except ValueError:
             return None
-        return Tensor._from_array(np.asarray(r), dtype)
+        r = Tensor._from_array(np.asarray(r), dtype)
+        return registry.record_fast(op, args, r) if grad else r
     return fast
 
 
@@ -243,8 +247,9 @@ _PRODUCTS = [
     ("vdot(Tensor self, Tensor other) -> Tensor", _dot_meta, (1, 1), "Dot product (``dot`` for real tensors)."),
 ]
 for _schema, _meta, _ndims, _doc in _PRODUCTS:
-    defop(_schema, meta=_meta, cpu=_matmul_cpu, kind="matmul", variants=("function", "method", "out"),
-          doc=_doc).fast = _fast_path(_ndims)
+    _op = defop(_schema, meta=_meta, cpu=_matmul_cpu, kind="matmul", variants=("function", "method", "out"),
+                doc=_doc)
+    _op.fast = _fast_path(_op, _ndims)
 
 
 # outer: a broadcast product --------------------------------------------------------

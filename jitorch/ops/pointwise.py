@@ -250,6 +250,14 @@ def _sub(a, b, alpha):
     return np.subtract(a, b) if alpha == 1 else np.subtract(a, _alpha_times(b, alpha, a))
 
 
+def _add_into(a, b, alpha, out):
+    np.add(a, b if alpha == 1 else _alpha_times(b, alpha, a), out=out)
+
+
+def _sub_into(a, b, alpha, out):
+    np.subtract(a, b if alpha == 1 else _alpha_times(b, alpha, a), out=out)
+
+
 def _rsub(a, b, alpha):
     return _sub(b, a, alpha)
 
@@ -377,9 +385,10 @@ _ARITHMETIC = (
 )
 # NumPy's ufunc for the ops whose formula reduces to it at the default alpha (the fast path calls it directly)
 _PLAIN = {"add": np.add, "sub": np.subtract}
+_INTO = {"add": _add_into, "sub": _sub_into}
 for _names, _signature, _formula, _promotion, _variants, _check, _doc in _ARITHMETIC:
     _declare(_names, _signature, _formula, _promotion, _doc, variants=_variants, check=_check,
-             plain=_PLAIN.get(_names.split()[0]))
+             plain=_PLAIN.get(_names.split()[0]), into=_INTO.get(_names.split()[0]))
 
 
 _DIV_MODES = {None: "true_divide", "trunc": "_div_trunc", "floor": "floor_divide"}
@@ -610,6 +619,12 @@ _declare("bitwise_right_shift", BINARY, _right_shift, DEFAULT,
 
 def _where_formula(condition, a, b):
     cond = condition if condition.dtype == np.bool_ else condition != 0
+    # a Python number (already in the compute dtype's range) takes the other operand's dtype: as a
+    # 0-d array of its own dtype it would promote (where(y <= 0, 0, g) in float64, then a cast)
+    if a.__class__ is not np.ndarray and b.__class__ is np.ndarray:
+        a = np.asarray(a, b.dtype)
+    elif b.__class__ is not np.ndarray and a.__class__ is np.ndarray:
+        b = np.asarray(b, a.dtype)
     a, b = np.asarray(a), np.asarray(b)
     shape = np.broadcast_shapes(cond.shape, a.shape, b.shape)
     if a.dtype != b.dtype or a.dtype.itemsize not in (1, 2, 4, 8) or math.prod(shape) < _SELECT_MIN:
@@ -620,6 +635,8 @@ def _where_formula(condition, a, b):
     keep = cond.astype(u)
     np.subtract(keep, u.type(1), out=keep)
     bits_a = a.view(u)
+    if a.ndim == 0 and not bits_a:  # selecting zeros (ReLU's backward): out = b & keep
+        return np.bitwise_and(b.view(u), keep).view(a.dtype)
     out = np.bitwise_and(np.bitwise_xor(bits_a, b.view(u)), keep)
     np.bitwise_xor(out, bits_a, out=out)
     return out.view(a.dtype)
@@ -630,7 +647,7 @@ _SELECT_MIN = 1024
 
 _WHERE_DOC = "``self`` where ``condition`` (a bool tensor) is True, else ``other``; numbers broadcast too."
 defpointwise("where.self(Tensor condition, Tensor self, Tensor other) -> Tensor", _where_formula, DEFAULT,
-             variants=("function", "method", "out"), check=_check_where, doc=_WHERE_DOC)
+             variants=("function", "method", "out"), check=_check_where, uncast=("condition",), doc=_WHERE_DOC)
 
 
 def _isclose(a, b, rtol, atol, equal_nan):
@@ -655,11 +672,11 @@ defpointwise(f"isclose{_CLOSE} -> Tensor", _isclose, ALWAYS_BOOL, variants=QUERY
 
 def _allclose(a, b, rtol, atol, equal_nan):
     _check_isclose_args("allclose", a, b, rtol, atol)
-    return bool(a.isclose(b, rtol, atol, equal_nan).numpy().all())
+    return bool(a.isclose(b, rtol, atol, equal_nan)._host_array().all())
 
 
 def _equal(a, b):
-    return a.shape == b.shape and bool(a.eq(b).numpy().all())
+    return a.shape == b.shape and bool(a.eq(b)._host_array().all())
 
 
 defop(f"allclose{_CLOSE} -> bool", composite=_allclose,

@@ -38,12 +38,16 @@ def _scalar_in(value, compute_np):
 
 
 def defpointwise(schema, formula, promotion=M.DEFAULT, *, variants=("function", "method", "inplace", "out"),
-                 check=None, plain=None, **attrs):
+                 check=None, plain=None, into=None, uncast=(), **attrs):
     """Declare a pointwise op. ``check(spec, *args)`` may raise for bad values or dtypes. ``plain``
     is a NumPy function equal to ``formula`` when the op's other arguments have their defaults
-    (``np.add`` for ``add`` at alpha=1): the fast path calls it without the formula's frame."""
+    (``np.add`` for ``add`` at alpha=1): the fast path calls it without the formula's frame.
+    ``into(*operands, *others, out=array)`` computes the formula into ``out`` (a NumPy ufunc
+    formula does so itself): the in-place variant then writes straight into the tensor.
+    ``uncast`` names operands the formula receives in their own dtype (``where``'s condition)."""
     op = defop(schema, meta=lambda *a: None, kind="pointwise", variants=variants, **attrs)
     positions = tuple(i for i, _ in op.tensor_args)
+    keep = frozenset(i for i, a in enumerate(op.schema.args) if a.name in uncast)
     name = op.public_name
     others = tuple(i for i in range(len(op.schema.args)) if i not in positions)
 
@@ -60,7 +64,7 @@ def defpointwise(schema, formula, promotion=M.DEFAULT, *, variants=("function", 
         for i in positions:
             a = args[i]
             if a.__class__ is np.ndarray:
-                vals.append(a if a.dtype == c else a.astype(c))
+                vals.append(a if a.dtype == c or i in keep else a.astype(c))
             else:
                 vals.append(_scalar_in(a, c))
         rest = [args[i] for i in others]
@@ -69,7 +73,9 @@ def defpointwise(schema, formula, promotion=M.DEFAULT, *, variants=("function", 
     op.meta = meta
     op.kernels["cpu"] = kernel
     defaults = tuple(op.schema.args[i].default for i in others)
-    op.fast = _fast_path(formula, promotion, positions, others, check, plain, defaults)
+    if into is None and isinstance(formula, np.ufunc):
+        into = formula
+    op.fast, op.fast_into = _fast_path(op, formula, promotion, positions, others, check, plain, defaults, into)
     op.attrs.setdefault("promotion", promotion)
     return op
 
@@ -79,23 +85,34 @@ _FAST_KINDS = {M.DEFAULT: "biuf", M.INT_TO_FLOAT: "f", M.ALWAYS_BOOL: "biuf", M.
 _HALVES = (_dt.float16, _dt.bfloat16)
 
 
-def _fast_path(formula, promotion, positions, others, check, plain, defaults):
-    """``fast(args) -> Tensor | None``: the result, or None to take the general path.
+def _fast_path(op, formula, promotion, positions, others, check, plain, defaults, into):
+    """``(fast, fast_into)`` for the commonest eager calls, or ``(None, None)``.
+
+    ``fast(args, record=True) -> Tensor | None``: the result, or None to take the general path.
+    On tensors that require grad in grad mode the result gets its backward node
+    (`registry.record_fast`), or, with ``record=False`` (an in-place call, which records
+    otherwise), the general path is taken.
+
+    ``fast_into(args) -> bool``: ``x.op_(...)`` computed straight into ``x`` (no temporary and
+    copy), when the result has ``x``'s dtype and shape; False to take the general path, which
+    raises the errors. None for ops without ``into``.
 
     The op's ``check`` runs first, given the spec of the result (shape None: a check reads dtypes) and the
     arguments as the caller passed them; NumPy scalars and the like then fail the dtype test of `finish`.
 
-    Specialised by arity and written flat: it runs on every small eager op,
-    where each extra Python call is a measurable share of the op's latency.
+    Written flat: it runs on every small eager op, where each extra Python call is a measurable
+    share of the op's latency.
     """
     kinds = _FAST_KINDS[promotion]
     always_bool = promotion == M.ALWAYS_BOOL
     Storage = registry.Storage
+    records_grad = registry.records_grad
+    record_fast = registry.record_fast
     contiguous = registry.CONTIGUOUS_STRIDES
     cpu = registry.to_device("cpu")
     n = len(positions)
     if positions != tuple(range(n)) or n not in (1, 2):
-        return None
+        return None, None
     rest = n < len(others) + n  # the op has arguments besides its operands
 
     fast_dtypes = frozenset(d for d in _dt.ALL if d.kind in kinds and d not in _HALVES)
@@ -117,75 +134,104 @@ def _fast_path(formula, promotion, positions, others, check, plain, defaults):
             return registry.Tensor._from_array(r, out)
         return registry.Tensor._make(Storage(r, out), shape, strides, 0, r)
 
-    def fast1(args):
-        x = args[0]
-        if (x.__class__ is not registry.Tensor or x._requires_grad or x.device is not cpu
-                or x.dtype not in fast_dtypes):
-            return None
-        if check is not None:
-            check(specs[x.dtype], *args)
-        xa = x._arr
-        if xa is None:
-            xa = x._array()
-        token = fp_errors.enter()
-        try:
-            r = formula(xa, *args[1:]) if rest else formula(xa)
-        finally:
-            fp_errors.leave(token)
-        return finish(r, x.dtype)
-
-    def fast2(args):
+    def operands(args):
+        """(dtype, operand arrays or numbers, whether a tensor requires grad in grad mode) when NumPy's
+        rules give torch's result, else None. Operands: one tensor, two of one dtype, or a tensor and
+        a Python number of its kind (an int its dtype holds)."""
         Tensor = registry.Tensor
         x = args[0]
-        y = args[1]
-        if x.__class__ is Tensor:
-            if x._requires_grad or x.device is not cpu:
+        if n == 1:
+            if not isinstance(x, Tensor) or x.device is not cpu:
                 return None
             dtype = x.dtype
             xa = x._arr
-            if xa is None:
-                xa = x._array()
-            if y.__class__ is Tensor:
-                if y._requires_grad or y.dtype is not dtype or y.device is not cpu:
+            vals = (xa if xa is not None else x._array(),)
+            grad = x._requires_grad
+        else:
+            y = args[1]
+            if isinstance(x, Tensor):
+                if x.device is not cpu:
                     return None
+                dtype = x.dtype
+                grad = x._requires_grad
+                xa = x._arr
+                if xa is None:
+                    xa = x._array()
+                if isinstance(y, Tensor):
+                    if y.dtype is not dtype or y.device is not cpu:
+                        return None
+                    grad = grad or y._requires_grad
+                    ya = y._arr
+                    if ya is None:
+                        ya = y._array()
+                elif (y.__class__ is float and dtype.kind == "f") or y.__class__ is int:
+                    ya = y
+                else:
+                    return None
+            elif isinstance(y, Tensor) and ((x.__class__ is float and y.dtype.kind == "f") or x.__class__ is int):
+                if y.device is not cpu:
+                    return None
+                dtype = y.dtype
+                grad = y._requires_grad
+                xa = x
                 ya = y._arr
                 if ya is None:
                     ya = y._array()
-            elif (y.__class__ is float and dtype.kind == "f") or y.__class__ is int:
-                ya = y
             else:
                 return None
-        elif y.__class__ is Tensor and ((x.__class__ is float and y.dtype.kind == "f") or x.__class__ is int):
-            if y._requires_grad or y.device is not cpu:
-                return None
-            dtype = y.dtype
-            xa = x
-            ya = y._arr
-            if ya is None:
-                ya = y._array()
-        else:
-            return None
+            limits = int_limits.get(dtype)
+            if limits is not None:
+                number = x if x.__class__ is int else y
+                if number.__class__ is int and not limits[0] <= number <= limits[1]:
+                    return None
+            vals = (xa, ya)
         if dtype not in fast_dtypes:  # before computing: a formula need not handle dtypes its op rejects
             return None
-        limits = int_limits.get(dtype)
-        if limits is not None:
-            n = y if x.__class__ is Tensor else x
-            if n.__class__ is int and not limits[0] <= n <= limits[1]:
-                return None
+        return dtype, vals, grad and records_grad()
+
+    def fast(args, record=True):
+        got = operands(args)
+        if got is None:
+            return None
+        dtype, vals, grad = got
+        if grad and not record:
+            return None
         if check is not None:
             check(specs[dtype], *args)
         token = fp_errors.enter()
         try:
             if not rest:
-                r = formula(xa, ya)
-            elif plain is not None and args[2:] == defaults:
-                r = plain(xa, ya)
+                r = formula(*vals)
+            elif plain is not None and args[n:] == defaults:
+                r = plain(*vals)
             else:
-                r = formula(xa, ya, *args[2:])
+                r = formula(*vals, *args[n:])
         except (ValueError, OverflowError, TypeError):
             return None
         finally:
             fp_errors.leave(token)
-        return finish(r, dtype)
+        r = finish(r, dtype)
+        return record_fast(op, args, r) if grad and r is not None else r
 
-    return fast1 if n == 1 else fast2
+    def fast_into(args):
+        got = operands(args)
+        if got is None or got[2] or always_bool:
+            return False
+        dtype, vals, _ = got
+        x = args[0]
+        out = vals[0]
+        if out.__class__ is not np.ndarray or 0 in x._stride:  # a number, or maybe an expanded tensor
+            return False
+        if check is not None:
+            check(specs[dtype], *args)
+        token = fp_errors.enter()
+        try:
+            into(*vals, *args[n:], out=out)
+        except (ValueError, TypeError):  # NumPy checks broadcasting and casting before it writes
+            return False
+        finally:
+            fp_errors.leave(token)
+        x._storage._version += 1
+        return True
+
+    return fast, (fast_into if into is not None else None)

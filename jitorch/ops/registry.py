@@ -93,7 +93,10 @@ class OpDef:
         self.kernels = kernels
         self.view = view
         self.composite = composite
-        self.fast = None  # optional fast(args) -> result | None for common eager calls
+        # optional fast(args, record=True) -> result | None for common eager calls; on tensors that require
+        # grad in grad mode it records the backward node (`record_fast`), or gives None if not ``record``
+        self.fast = None
+        self.fast_into = None  # optional fast_into(args) -> bool: an in-place call computed straight into self
         self.variants = frozenset(variants)
         self.doc = doc
         self.method_name = method_name or schema.name
@@ -101,13 +104,18 @@ class OpDef:
         self.tensor_args = tuple(
             (i, a.list or a.varargs) for i, a in enumerate(schema.args) if a.type == "Tensor"
         )
+        # the positions of the tensor arguments when none is a list (hot paths loop over these), else None
+        self.tensor_positions = (None if any(is_list for _, is_list in self.tensor_args)
+                                 else tuple(i for i, _ in self.tensor_args))
         self.converters = tuple(
             (i, _converter(self, a)) for i, a in enumerate(schema.args)
         )
         self.convert = _make_converter(self)
         # only ops with several tensor arguments need the same-device check
         self.multi_tensor = len(self.tensor_args) > 1 or any(is_list for _, is_list in self.tensor_args)
+        self.cross_device = bool(attrs.get("cross_device"))  # moves data between devices (copy_, .to)
         names_in = [a.name for a in schema.args]
+        self.arg_names = tuple(names_in)
         # "Tensor options" (torch's TensorOptions): a requires_grad argument applies to the result.
         self.requires_grad_index = names_in.index("requires_grad") if "requires_grad" in names_in else None
         self.returns_tensor = all(r.type == "Tensor" for r in schema.returns)
@@ -269,8 +277,22 @@ def convert_args(op, args):
 DISPATCH_HOOKS: list = []
 
 # The autograd engine (jitorch.autograd.engine), once imported: records a backward node for
-# ops on tensors that require grad. The eager fast paths refuse such tensors, so they land here.
+# ops on tensors that require grad. The eager fast paths refuse such tensors while grad mode is on
+# (`records_grad`), so they land here.
 AUTOGRAD = None
+
+
+def record_fast(op, args, result):
+    """The backward node of a fast path's ``result`` on tensors that require grad (in grad mode),
+    as `call` records it: over the arguments in their normal form."""
+    return AUTOGRAD.record(op, op.convert(args), result)
+
+
+def records_grad():
+    """Whether an op on a tensor that requires grad records a backward node now (grad mode on).
+    Fast paths ask only when such a tensor comes: under ``no_grad`` (a backward pass, an optimizer
+    step) they serve it like any other."""
+    return AUTOGRAD is not None and AUTOGRAD.is_grad_enabled()
 
 
 def _tensors_of(op, args):
@@ -351,11 +373,13 @@ def execute(op, args, spec=None):
     device = _spec_device(spec)
     if device.type == "meta":
         return _wrap_meta(op, spec)
+    # CUDA tensors are in device memory: ops on them (or making them, or copying from them) run there
+    if device.type == "cuda" or ((op.cross_device or spec.__class__ is not TensorSpec) and any(
+            t._storage.on_device for t in _tensors_of(op, args))):
+        from ..runtime import cuda_tensor
+        return cuda_tensor.execute(op, args, spec)
     kernel = op.kernels.get(device.type)
     if kernel is None:
-        if device.type == "cuda":
-            from ..runtime.cuda_stub import no_cuda
-            no_cuda()
         raise NotImplementedError(f"{op.name} has no kernel for device {device}")
     vals = list(args)
     for i, is_list in op.tensor_args:
@@ -466,7 +490,9 @@ def check_inplace(op, self, spec):
 def call_inplace(op, args):
     """``x.op_(...)``: compute, check, then write into ``x`` (or retarget a view)."""
     if op.fast is not None and not DISPATCH_HOOKS:
-        result = op.fast(args)
+        if op.fast_into is not None and op.fast_into(args):
+            return args[0]
+        result = op.fast(args, False)
         if result is not None:
             check_inplace(op, args[0], result)
             args[0]._write(result)

@@ -74,20 +74,27 @@ for _name in ("cat", "concat", "concatenate"):
               "1-D empty tensors are skipped.")
 
 
-def _stack(tensors, dim):
+def _stack_meta(tensors, dim):
     if not tensors:
         raise RuntimeError("stack expects a non-empty TensorList")
     first = tuple(tensors[0].shape)
+    dtype = tensors[0].dtype
     for i, t in enumerate(tensors[1:], 1):
         if tuple(t.shape) != first:
             raise RuntimeError(f"stack expects each tensor to be equal size, but got {list_str(first)} at entry 0 "
                                f"and {list_str(t.shape)} at entry {i}")
+        dtype = _dt.promote_types(dtype, t.dtype)
     d = wrap_dim(dim, len(first) + 1)
-    return _api().cat([t.unsqueeze(d) for t in tensors], d)
+    return TensorSpec(first[:d] + (len(tensors),) + first[d:], dtype, tensors[0].device)
 
 
-defop("stack(Tensor[] tensors, int dim=0) -> Tensor", composite=_stack, kind="shape", variants=("function", "out"),
-      doc="Join tensors of one shape along a new dim ``dim``.")
+def _stack_cpu(spec, arrays, dim):
+    # one NumPy call: stacking a DataLoader batch of many small samples costs one dispatch, not one per sample
+    return np.stack(arrays, axis=wrap_dim(dim, arrays[0].ndim + 1), dtype=spec.dtype.np, casting="unsafe")
+
+
+defop("stack(Tensor[] tensors, int dim=0) -> Tensor", meta=_stack_meta, cpu=_stack_cpu, kind="shape",
+      variants=("function", "out"), doc="Join tensors of one shape along a new dim ``dim``; dtypes promote.")
 
 
 def _at_least(t, ndim):

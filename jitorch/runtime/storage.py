@@ -18,6 +18,7 @@ class Storage:
     flattened on first use, which spares short-lived results the reshape."""
 
     __slots__ = ("_data", "dtype", "device", "size", "_version", "_ptr", "__weakref__")
+    on_device = False  # elements in device memory (a CUDA storage), not in a host array
 
     def __init__(self, data, dtype, device=CPU, size=None):
         self._data = data
@@ -40,9 +41,9 @@ class Storage:
             return cls(None, dtype, device, n)
         if device.type == "cpu":
             return cls(np.empty(n, dtype.np), dtype, device)
-        from .cuda_stub import no_cuda
+        from .cuda_tensor import empty_storage
 
-        no_cuda()
+        return empty_storage(n, dtype, device)
 
     def no_data_error(self, tensor):
         """The error for reading the elements of a storage that has none."""

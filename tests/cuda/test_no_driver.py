@@ -25,8 +25,11 @@ def test_memory_statistics_read_zero_as_in_torch():
 @pytest.mark.parametrize("make", [
     lambda: jt.zeros(2, device="cuda"), lambda: jt.ones(2).cuda(), lambda: jt.ones(2).to("cuda"),
     lambda: jt.tensor([1.0], device="cuda:0"), lambda: jt.empty(3, device=jt.device("cuda")),
-    lambda: jt.randn(2, device="cuda"),
-], ids=["zeros", "cuda", "to", "tensor", "empty", "randn"])
+    lambda: jt.randn(2, device="cuda"), lambda: jt.zeros_like(jt.ones(2), device="cuda"),
+    lambda: jt.ones(2).to("cuda", non_blocking=True), lambda: jt.ones(2).new_full((2,), 1.0, device="cuda"),
+    lambda: jt.arange(3, device="cuda"), lambda: jt.ones(2).cuda(0),
+], ids=["zeros", "cuda", "to", "tensor", "empty", "randn", "zeros_like", "to_non_blocking", "new_full", "arange",
+        "cuda_index"])
 def test_creating_a_cuda_tensor_raises(make):
     with pytest.raises(RuntimeError, match=NO_CUDA):
         make()

@@ -237,6 +237,7 @@ def _selected(keepdim_arg=None):
 
 
 _declare("cat concat concatenate", _cat)
+_declare("stack", lambda g, a, out: {"tensors": _each_wanted(a.tensors, lambda k: g.select(wrap_dim(a.dim, g.ndim), k))})
 defgrad("flip", _self(lambda g, a: g.flip(a.dims)))
 defgrad("roll", _self(lambda g, a: g.roll([-s for s in a.shifts], a.dims)))
 defgrad("repeat", _self(_repeat))

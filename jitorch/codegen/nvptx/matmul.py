@@ -56,12 +56,13 @@ def _batch_strides(shape, matrix, space):
 
 
 class MatmulKernel:
-    """A generated matmul: its PTX (``asm``), LLVM IR, output shape and launch grid."""
+    """A generated matmul: its PTX (``asm``), LLVM IR, operand and output shapes, dtype and launch grid."""
 
-    def __init__(self, name, out_shape, grid, llvm_ir, ptx):
+    def __init__(self, name, shapes, dtype, grid, llvm_ir, ptx):
         self.name = name
         self.ops = ["matmul"]
-        self.out_shape = out_shape
+        self.a_shape, self.b_shape, self.out_shape = shapes
+        self.dtype = dtype
         self.grid3 = grid
         self.llvm_ir = llvm_ir
         self.asm = ptx
@@ -92,7 +93,8 @@ def matmul_kernel(a_shape, b_shape, dtype, cache=None):
     grid = (-(-n // TILE), -(-m // TILE), max(1, prod(batch)))
     if grid[2] > 65535:
         raise CompileError(f"matmul kernel: {grid[2]} batch matrices exceed the grid's 65535 z-blocks")
-    return MatmulKernel(name, batch + (m, n), grid, text, ptx_of(text, name, cache))
+    return MatmulKernel(name, (tuple(a_shape), tuple(b_shape), batch + (m, n)), dtype, grid, text,
+                        ptx_of(text, name, cache))
 
 
 def _shared(module, name):

@@ -1,0 +1,103 @@
+"""The device a CUDA tensor lives on, behind one small interface.
+
+Everything CUDA tensors need from a device goes through a *backend*:
+
+- ``available()``, ``require()`` (RuntimeError saying why CUDA cannot be used),
+  ``device_count()``;
+- ``allocator(index)``: the device's caching allocator (blocks of device memory);
+- ``upload(address, host, non_blocking)`` / ``download(host, address, non_blocking)``:
+  copies between a C-contiguous NumPy array and device memory on the current stream;
+- ``device_copy(dst, src, nbytes)``: a copy within device memory;
+- ``launch(kernel, pointers, index)``: a generated kernel (`PtxKernel` or
+  `MatmulKernel`) on device pointers, asynchronously on the current stream;
+- ``synchronize()``: wait for the current stream.
+
+`DriverBackend` is the real one (cuda-python, see cuda_driver); tests install a
+`jitorch.runtime.cuda_fake.FakeBackend` (host memory) with `use_backend`, so the
+logic above the interface runs on machines without a GPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+from . import cuda_driver
+
+_lock = threading.Lock()
+
+
+class DriverBackend:
+    """CUDA devices through the driver API; allocators are made on first use per device."""
+
+    name = "driver"
+
+    def __init__(self):
+        self._allocators = {}
+
+    def available(self):
+        return cuda_driver.available()
+
+    def require(self):
+        cuda_driver.require()
+
+    def device_count(self):
+        return cuda_driver.device_count()
+
+    def allocator(self, index=0):
+        alloc = self._allocators.get(index)
+        if alloc is None:
+            from .cuda_allocator import CachingAllocator
+            cuda_driver.activate(index)
+            with _lock:
+                alloc = self._allocators.setdefault(index, CachingAllocator(cuda_driver.DriverMemory()))
+        return alloc
+
+    def stream(self):
+        from ..cuda import current_stream
+        return current_stream().handle
+
+    def upload(self, address, host, non_blocking=False):
+        # always queued on the current stream, so it stays ordered with the kernels there (a synchronous
+        # cuMemcpyHtoD would not wait for a non-blocking stream's work); from pageable memory the driver
+        # stages the bytes before returning, so ``host`` may go at once
+        if host.nbytes:
+            stream = self.stream()
+            cuda_driver.copy_to_device(address, host, stream, non_blocking=True)
+            if not non_blocking:
+                cuda_driver.synchronize_stream(stream)
+
+    def download(self, host, address, non_blocking=False):
+        if host.nbytes:
+            cuda_driver.copy_to_host(host, address, self.stream(), non_blocking)
+
+    def device_copy(self, dst, src, nbytes):
+        if nbytes:
+            cuda_driver.copy_on_device(dst, src, nbytes, self.stream())
+
+    def launch(self, kernel, pointers, index=0):
+        fn = cuda_driver.function(kernel.asm, kernel.name, index)
+        blocks, threads = kernel.grid(cuda_driver.attribute("MULTIPROCESSOR_COUNT", index))
+        cuda_driver.launch(fn, blocks, threads, pointers, self.stream())
+
+    def synchronize(self):
+        cuda_driver.synchronize_stream(self.stream())
+
+
+_driver_backend = DriverBackend()
+_installed: list = []
+
+
+def current():
+    """The backend in use: the innermost `use_backend`'s, else the driver."""
+    return _installed[-1] if _installed else _driver_backend
+
+
+@contextlib.contextmanager
+def use_backend(backend):
+    """Run CUDA tensors on ``backend`` inside the block (tests: a fake device in host memory)."""
+    _installed.append(backend)
+    try:
+        yield backend
+    finally:
+        _installed.remove(backend)

@@ -1,0 +1,202 @@
+"""A fake CUDA device in host memory, behind the backend interface of cuda_backend.
+
+`FakeBackend` lets everything above the interface (storage, caching allocator,
+transfers, writes, dispatch, compiled CUDA steps, autograd on CUDA tensors) run
+on a machine without a GPU:
+
+- device memory is host memory in segments the allocator asks for; every copy
+  and launch checks that the addresses it touches lie inside live segments, so
+  an out-of-bounds access is an error rather than silent corruption;
+- each copy and launch is recorded (``copies``, ``launches``: which kernel, on
+  which pointers, with which grid), for tests of the dispatch decisions;
+- a launch is *emulated*: the kernel's graph values are evaluated with the CPU
+  kernels on the device buffers, as the generated code would compute them (a
+  split full reduction writes the partial result of each slice; a tiled matmul
+  multiplies in float32). The PTX itself is not run: ptxas checks it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import ctypes
+from dataclasses import dataclass
+
+import numpy as np
+
+from .cuda_allocator import CachingAllocator
+
+
+class FakeMemory:
+    """Host buffers handed out as device segments (``malloc(n) -> address``, ``free(address)``)."""
+
+    def __init__(self, capacity=1 << 34):
+        self.capacity = capacity
+        self.segments = {}   # address -> uint8 buffer
+        self._starts = []
+
+    def malloc(self, nbytes):
+        if sum(b.nbytes for b in self.segments.values()) + nbytes > self.capacity:
+            raise MemoryError(f"fake device out of memory ({nbytes} bytes requested)")
+        buf = np.zeros(max(nbytes, 1), np.uint8)
+        address = buf.__array_interface__["data"][0]
+        self.segments[address] = buf
+        bisect.insort(self._starts, address)
+        return address
+
+    def free(self, address):
+        del self.segments[address]
+        self._starts.remove(address)
+
+    def check(self, address, nbytes):
+        """ValueError unless ``[address, address + nbytes)`` lies in one live segment."""
+        if not nbytes:
+            return
+        i = bisect.bisect_right(self._starts, address) - 1
+        if i < 0 or address + nbytes > self._starts[i] + self.segments[self._starts[i]].nbytes:
+            raise ValueError(f"fake device: {nbytes} bytes at {address:#x} are outside device memory")
+
+    def array(self, address, shape, dtype):
+        """A NumPy view of device memory holding a C-contiguous array."""
+        n = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        self.check(address, n)
+        if not n:
+            return np.empty(shape, dtype)
+        return np.frombuffer((ctypes.c_char * n).from_address(address), dtype).reshape(shape)
+
+
+@dataclass
+class Launch:
+    """One recorded kernel launch."""
+
+    name: str
+    ops: list
+    pointers: list
+    grid: tuple
+    device: int
+
+
+class FakeBackend:
+    """A fake device (``devices`` of them) with host memory; see the module docstring."""
+
+    name = "fake"
+    multiprocessors = 132
+
+    def __init__(self, devices=1, emulate=True):
+        self.memory = FakeMemory()
+        self.devices = devices
+        self.emulate = emulate
+        self.launches: list = []
+        self.copies: list = []   # (kind "htod" | "dtoh" | "dtod", bytes, non_blocking)
+        self._allocators = {}
+
+    def available(self):
+        return True
+
+    def require(self):
+        return None
+
+    def device_count(self):
+        return self.devices
+
+    def allocator(self, index=0):
+        if index not in self._allocators:
+            self._allocators[index] = CachingAllocator(self.memory)
+        return self._allocators[index]
+
+    def stream(self):
+        return 0
+
+    def upload(self, address, host, non_blocking=False):
+        self.memory.check(address, host.nbytes)
+        ctypes.memmove(address, host.__array_interface__["data"][0], host.nbytes)
+        self.copies.append(("htod", host.nbytes, non_blocking))
+
+    def download(self, host, address, non_blocking=False):
+        self.memory.check(address, host.nbytes)
+        ctypes.memmove(host.__array_interface__["data"][0], address, host.nbytes)
+        self.copies.append(("dtoh", host.nbytes, non_blocking))
+
+    def device_copy(self, dst, src, nbytes):
+        self.memory.check(src, nbytes)
+        self.memory.check(dst, nbytes)
+        ctypes.memmove(dst, src, nbytes)
+        self.copies.append(("dtod", nbytes, False))
+
+    def launch(self, kernel, pointers, index=0):
+        self.launches.append(Launch(kernel.name, list(kernel.ops), list(pointers),
+                                    kernel.grid(self.multiprocessors), index))
+        if self.emulate:
+            (_matmul if kernel.ops == ["matmul"] else _graph_kernel)(self.memory, kernel, pointers)
+
+    def synchronize(self):
+        return None
+
+
+def _matmul(memory, kernel, pointers):
+    a = memory.array(pointers[0], kernel.a_shape, kernel.dtype.np)
+    b = memory.array(pointers[1], kernel.b_shape, kernel.dtype.np)
+    out = memory.array(pointers[2], kernel.out_shape, kernel.dtype.np)
+    out[...] = np.matmul(a.astype(np.float32), b.astype(np.float32)).astype(kernel.dtype.np)
+
+
+def _graph_kernel(memory, kernel, pointers):
+    """Evaluate the kernel's output values from its input buffers with the CPU kernels."""
+    from ..ops import registry
+    from ..tensor import Tensor
+    source = kernel.source
+    env = {v: Tensor._from_array(memory.array(p, v.type.shape, v.type.dtype.np).copy(), v.type.dtype)
+           for v, p in zip(source.inputs, pointers)}
+
+    def value(v):
+        if v not in env:
+            node = v.node
+            args = [_substitute(a, value) for a in node.args]
+            result = registry.execute(node.op, args)
+            results = list(result) if isinstance(result, (tuple, list)) else [result]
+            for out, r in zip(node.outputs, results):
+                env[out] = r
+        return env[v]
+
+    outs = pointers[len(source.inputs):]
+    if source.split is not None:
+        (out,) = source.outputs
+        parts, name, count, acc_dtype = source.split
+        partial = memory.array(outs[0], (parts,), acc_dtype.np)
+        partial[...] = _partials(value(out.node.args[0])._array().reshape(-1), parts, name, acc_dtype.np)
+        return
+    for v, p in zip(source.outputs, outs):
+        memory.array(p, v.type.shape, v.type.dtype.np)[...] = value(v)._array()
+
+
+def _substitute(arg, value):
+    from ..ir.graph import Value
+    if isinstance(arg, Value):
+        return value(arg)
+    if isinstance(arg, (list, tuple)) and any(isinstance(a, Value) for a in arg):
+        return type(arg)(_substitute(a, value) for a in arg)
+    return arg
+
+
+_PARTS = {"sum": np.add, "mean": np.add, "prod": np.multiply, "amax": np.maximum, "max": np.maximum,
+          "amin": np.minimum, "min": np.minimum}
+
+
+def _partials(flat, parts, name, acc):
+    """Each of ``parts`` equal slices of ``flat`` reduced in the accumulator dtype, as the split kernel does."""
+    ufunc = _PARTS[name]
+    step = -(-flat.size // parts)
+    values = flat.astype(acc)
+    return np.array([ufunc.reduce(values[p * step:(p + 1) * step]) if p * step < flat.size else _identity(name, acc)
+                     for p in range(parts)], acc)
+
+
+def _identity(name, acc):
+    if name in ("sum", "mean"):
+        return 0
+    if name == "prod":
+        return 1
+    if np.dtype(acc).kind == "f":
+        lowest, highest = -np.inf, np.inf
+    else:
+        lowest, highest = np.iinfo(acc).min, np.iinfo(acc).max
+    return lowest if name in ("amax", "max") else highest

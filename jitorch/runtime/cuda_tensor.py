@@ -1,0 +1,422 @@
+"""CUDA tensors: device storage, transfers, writes, and eager ops on the device.
+
+A CUDA tensor is an ordinary `Tensor` over a `CudaStorage`: a storage with no
+host array whose address is a block of the device's caching allocator. The
+block goes back to its pool when the storage dies, that is when the last tensor
+(or view) using it is gone.
+
+Eager ops on CUDA tensors (`execute`, called by the registry when an op's
+result or input lives on a CUDA device) run, in order of preference:
+
+1. **transfers** (``_to_copy`` across devices, ``copy_`` from or to the host):
+   host-device copies on the current stream;
+2. **matmul, mm, bmm** of float32/float16 operands: the generated tiled kernel;
+3. **a kernel generated from the op's one-op graph**: the graph is built as the
+   tracer would record it (a non-contiguous tensor enters as its storage span
+   seen through ``as_strided``, which the kernel builder folds into index
+   maths), fused, and compiled for NVPTX; it is cached per op, argument kinds
+   (shape, strides when not contiguous, dtype), scalar arguments and device;
+4. otherwise (sorting, indexing with data-dependent sizes, random numbers,
+   float64 matmul, creation ops, ...): **on the host**: the tensor arguments are
+   copied to the host, the op's CPU kernel runs, and the results are copied
+   back. This synchronises the stream; its results are exactly the CPU ones.
+
+Everything device-specific goes through the current backend (cuda_backend),
+so the logic here runs on a fake device in tests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+import numpy as np
+
+from . import cuda_backend
+from .cuda_allocator import track
+from .device import CPU, to_device
+from .storage import Storage
+from .strided import contiguous_strides, is_contiguous
+
+_local = threading.local()
+_KERNELS: dict = {}     # one-op graph key -> (kernel, group, graph inputs, outputs) or None (runs on host)
+_MATMULS: dict = {}     # (a shape, b shape, dtype) -> MatmulKernel
+MATMUL_OPS = ("matmul", "mm", "bmm")
+
+
+class CudaStorage(Storage):
+    """Device memory: ``size`` elements at ``data_ptr()``, a block of ``allocator``."""
+
+    __slots__ = ()
+    on_device = True
+
+    def no_data_error(self, tensor):
+        return RuntimeError(f"the elements of a tensor on {tensor.device} are in device memory: copy them to the "
+                            "host with .cpu() first")
+
+
+# Devices and memory -----------------------------------------------------------------------
+
+def canonical(device):
+    """``device`` with its index (``cuda`` is ``cuda:0``), checked against the devices present."""
+    backend = cuda_backend.current()
+    backend.require()
+    index = device.index or 0
+    count = backend.device_count()
+    if index >= count:
+        raise RuntimeError(f"CUDA error: invalid device ordinal (device {index} requested, device_count() is "
+                           f"{count})")
+    return to_device(f"cuda:{index}")
+
+
+def empty_storage(n, dtype, device):
+    """A storage of ``n`` elements on a CUDA device, from its caching allocator (on the current stream's pool)."""
+    device = canonical(device)
+    backend = cuda_backend.current()
+    alloc = backend.allocator(device.index)
+    block = alloc.malloc(n * dtype.itemsize, int(backend.stream()))
+    storage = CudaStorage(None, dtype, device, n)
+    storage._ptr = block.address
+    track(storage, alloc, block)
+    return storage
+
+
+def empty(shape, dtype, device):
+    """A compact, uninitialised CUDA tensor."""
+    from ..tensor import Tensor
+    shape = tuple(shape)
+    storage = empty_storage(int(np.prod(shape, dtype=np.int64)), dtype, device)
+    return Tensor._make(storage, shape, contiguous_strides(shape), 0)
+
+
+def address(t):
+    """The device address of ``t``'s first element."""
+    return t._storage.data_ptr() + t._offset * t.dtype.itemsize
+
+
+def _span(shape, strides):
+    """Elements from a view's first to its last element (0 for an empty view)."""
+    if 0 in shape:
+        return 0
+    return 1 + sum((n - 1) * s for n, s in zip(shape, strides))
+
+
+# Transfers --------------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def non_blocking(flag=True):
+    """Copies between host and device inside the block are queued on the stream without waiting."""
+    before = getattr(_local, "non_blocking", False)
+    _local.non_blocking = flag
+    try:
+        yield
+    finally:
+        _local.non_blocking = before
+
+
+def _asynchronous():
+    return getattr(_local, "non_blocking", False)
+
+
+def upload(array, dtype, device):
+    """A CUDA tensor holding a NumPy array's values (cast to ``dtype``)."""
+    host = np.asarray(array).astype(dtype.np, order="C", copy=False)
+    t = empty(host.shape, dtype, device)
+    cuda_backend.current().upload(t._storage.data_ptr(), host, _asynchronous())
+    return t
+
+
+def download(t):
+    """A NumPy array with the values of CUDA tensor ``t`` (any strides): its span comes to the host,
+    then NumPy takes the view. Waits for the copy unless inside `non_blocking`."""
+    span = _span(t._shape, t._stride)
+    host = np.empty(span, t.dtype.np)
+    if span:
+        cuda_backend.current().download(host, address(t), _asynchronous())
+    if is_contiguous(t._shape, t._stride):
+        return host[:t.numel()].reshape(t._shape)
+    item = t.dtype.itemsize
+    return np.lib.stride_tricks.as_strided(host, t._shape, tuple(s * item for s in t._stride)).copy()
+
+
+def host_array(t):
+    """``t``'s values on the host: its own NumPy view on CPU, a copy of a CUDA tensor's."""
+    return download(t) if t._storage.on_device else t._array()
+
+
+def write(dst, src):
+    """Write ``src`` (a tensor on any device, or a NumPy array) into CUDA tensor ``dst``, broadcast to its
+    shape and cast to its dtype. A contiguous ``dst`` is one copy; a strided one is rewritten through the
+    host (its span comes back, takes the values, and goes out again)."""
+    backend = cuda_backend.current()
+    from ..tensor import Tensor
+    if isinstance(src, Tensor) and src._storage.on_device:
+        if not is_contiguous(dst._shape, dst._stride):
+            return _write_strided(dst, download(src))
+        if src.dtype is not dst.dtype or src._shape != dst._shape or not is_contiguous(src._shape, src._stride):
+            from ..autograd.grad_mode import no_grad
+            with no_grad():
+                src = src.to(dst.dtype).expand(dst._shape).contiguous()
+        return backend.device_copy(address(dst), address(src), dst.numel() * dst.dtype.itemsize)
+    values = src._array() if isinstance(src, Tensor) else src
+    if not is_contiguous(dst._shape, dst._stride):
+        return _write_strided(dst, values)
+    host = np.broadcast_to(values, dst._shape).astype(dst.dtype.np, order="C")
+    backend.upload(address(dst), host, _asynchronous())
+
+
+def _write_strided(dst, values):
+    span = _span(dst._shape, dst._stride)
+    if not span:
+        return
+    backend = cuda_backend.current()
+    host = np.empty(span, dst.dtype.np)
+    backend.download(host, address(dst))
+    item = dst.dtype.itemsize
+    view = np.lib.stride_tricks.as_strided(host, dst._shape, tuple(s * item for s in dst._stride))
+    np.copyto(view, np.broadcast_to(values, dst._shape), casting="unsafe")
+    backend.upload(address(dst), host)
+
+
+def copy_values(t):
+    """A compact copy of CUDA tensor ``t``'s values, with no autograd history."""
+    from ..ops.registry import TensorSpec
+    return _cast(t, TensorSpec(t._shape, t.dtype, t.device))
+
+
+def _to_copy(op, spec, args):
+    """``x.to(dtype, device)`` with a CUDA tensor on either side."""
+    x, dtype, device = args
+    target = spec.device
+    if x.device.type == "cuda" and target.type == "cuda" and canonical(target) == x.device:
+        return _cast(x, spec)
+    if target.type == "cuda":
+        return upload(host_array(x), spec.dtype, target)
+    from ..tensor import Tensor
+    return Tensor._from_array(download(x).astype(spec.dtype.np, order="C", copy=False), spec.dtype)
+
+
+def _copy(op, spec, args):
+    """The value ``self.copy_(src)`` writes: ``src`` broadcast and cast, on ``self``'s device."""
+    self, src, flag = args
+    with non_blocking(flag or _asynchronous()):
+        if self.device.type == "cpu":
+            from ..tensor import Tensor
+            values = np.broadcast_to(download(src), spec.shape).astype(spec.dtype.np, order="C")
+            return Tensor._from_array(values, spec.dtype)
+        if src.device.type != "cuda" or src.device != self.device:
+            return upload(np.broadcast_to(host_array(src), spec.shape), spec.dtype, self.device)
+    return _cast(src.expand(spec.shape), spec)
+
+
+def _clone(op, spec, args):
+    return _cast(args[0], spec)
+
+
+def _cast(x, spec):
+    """A compact copy of CUDA tensor ``x`` (any strides) in ``spec``'s dtype: the ``_to_copy`` kernel."""
+    from ..ops.registry import OPS
+    return _run(OPS["_to_copy"], (x, spec.dtype, None), spec, x.device)
+
+
+_TRANSFERS = {"_to_copy": _to_copy, "copy": _copy, "clone": _clone}
+
+
+# Eager dispatch ---------------------------------------------------------------------------
+
+def execute(op, args, spec):
+    """Run ``op`` eagerly where its CUDA tensors live (see the module docstring for how)."""
+    transfer = _TRANSFERS.get(op.name)
+    if transfer is not None:
+        return transfer(op, spec, args)
+    device = _device_of(op, args, spec)
+    args = _lift_cpu_scalars(op, args, device)
+    if op.name in MATMUL_OPS:
+        result = _matmul(op, args, spec)
+        if result is not NotImplemented:
+            return result
+    return _run(op, args, spec, device)
+
+
+def _device_of(op, args, spec):
+    from ..ops.registry import _spec_device, _tensors_of
+    device = _spec_device(spec) if spec is not None else None
+    if device is None or device.type != "cuda":
+        device = next(t.device for t in _tensors_of(op, args) if t.device.type == "cuda")
+    return canonical(device)
+
+
+def _lift_cpu_scalars(op, args, device):
+    """0-dim CPU tensors (which torch lets join CUDA operands) as 0-dim tensors on ``device``."""
+    from ..tensor import Tensor
+    out = list(args)
+    for i, is_list in op.tensor_args:
+        v = out[i]
+        if isinstance(v, Tensor) and v.device.type == "cpu" and not v._shape:
+            out[i] = upload(v._array(), v.dtype, device)
+        elif is_list and v is not None:
+            out[i] = [upload(t._array(), t.dtype, device) if isinstance(t, Tensor) and t.device.type == "cpu"
+                      and not t._shape else t for t in v]
+    return out
+
+
+def _run(op, args, spec, device):
+    """The op through its one-op graph's kernel, else on the host."""
+    entry = _kernel_for(op, args, spec, device)
+    if entry is None:
+        return on_host(op, args, device)
+    kernel, group, inputs, outputs = entry
+    from .cuda_graph import CudaKernelStep
+    env = dict(zip(inputs, _graph_tensors(op, args)))
+    CudaKernelStep(kernel, group.nodes).run(env, None, False)
+    results = [env[v] for v in outputs]
+    from ..ops.registry import TensorSpec
+    if spec.__class__ is TensorSpec:
+        return results[0]
+    if isinstance(spec, list):
+        return results
+    return op.result_type(*results) if op.result_type else tuple(results)
+
+
+def _graph_tensors(op, args):
+    from ..tensor import Tensor
+    for a in args:
+        if isinstance(a, Tensor):
+            yield a
+        elif isinstance(a, (list, tuple)):
+            yield from (t for t in a if isinstance(t, Tensor))
+
+
+def _literal_key(a):
+    from ..tensor import Tensor
+    if isinstance(a, Tensor):
+        return ("T", a._shape, None if is_contiguous(a._shape, a._stride) else a._stride, a.dtype)
+    if isinstance(a, (list, tuple)):
+        return (type(a).__name__,) + tuple(_literal_key(x) for x in a)
+    if isinstance(a, float):
+        return ("f", repr(a))  # -0.0 and 0.0 make different kernels
+    return (type(a).__name__, a)
+
+
+def _kernel_for(op, args, spec, device):
+    """The cached (kernel, group, graph inputs, graph outputs) of ``op`` on these arguments, or None
+    when the op has no kernel on the device (it runs on the host)."""
+    from ..tensor import Tensor
+    if any(t.numel() == 0 for t in _graph_tensors(op, args)):
+        return None  # nothing to launch: the host computes the (empty or identity-filled) result
+    try:
+        key = (op.name, device.index, tuple(_literal_key(a) for a in args))
+        hash(key)
+    except TypeError:  # an argument that cannot key a cache (a Generator's state, ...): no kernel
+        return None
+    if key not in _KERNELS:
+        if len(_KERNELS) > 4096:  # a bound for programs of ever new shapes (PTX stays cached on disk)
+            _KERNELS.clear()
+        _KERNELS[key] = _build(op, args, spec, device, Tensor)
+    return _KERNELS[key]
+
+
+def _build(op, args, spec, device, Tensor):
+    from ..codegen.cache import default_cache
+    from ..codegen.errors import CompileError
+    from ..codegen.kernel import build, is_row_softmax
+    from ..codegen.nvptx import NVPTX, compile_kernel
+    from ..ir.graph import Graph, TensorType
+    from ..ir.passes.fusion import fuse
+    from ..ops.registry import OPS, TensorSpec
+    specs = [spec] if spec.__class__ is TensorSpec else list(spec) if isinstance(spec, (tuple, list)) else [None]
+    if not all(isinstance(s, TensorSpec) and None not in s.shape for s in specs):
+        return None
+    g = Graph()
+    inputs = []
+
+    def value(t):
+        if is_contiguous(t._shape, t._stride):
+            v = g.add_input(TensorType(t._shape, t.dtype, device))
+            inputs.append(v)
+            return v
+        span = g.add_input(TensorType((_span(t._shape, t._stride),), t.dtype, device))
+        inputs.append(span)
+        return g.add_node(OPS["as_strided"], (span, t._shape, t._stride, 0),
+                          [TensorType(t._shape, t.dtype, device)]).outputs[0]
+
+    node_args = []
+    for a in args:
+        if isinstance(a, Tensor):
+            node_args.append(value(a))
+        elif isinstance(a, (list, tuple)) and any(isinstance(x, Tensor) for x in a):
+            node_args.append([value(x) if isinstance(x, Tensor) else x for x in a])
+        else:
+            node_args.append(a)
+    node = g.add_node(op, node_args, [TensorType(tuple(s.shape), s.dtype, device) for s in specs])
+    g.outputs = node.outputs[0] if len(node.outputs) == 1 else tuple(node.outputs)
+    groups = fuse(g)
+    if len(groups) != 1 or node not in groups[0].nodes:
+        return None
+    group = groups[0]
+    if group.kind not in ("pointwise", "reduction") and not (len(group.nodes) == 1 and is_row_softmax(node)):
+        return None
+    try:
+        kernel = compile_kernel(build(group, f"jitorch_eager_{op.name.replace('.', '_')}", NVPTX), default_cache())
+    except CompileError:
+        return None
+    return kernel, group, inputs, list(node.outputs)
+
+
+def on_host(op, args, device):
+    """``op`` computed by its CPU kernel on host copies of its arguments; tensor results go to ``device``."""
+    from ..ops import registry
+    from ..tensor import Tensor
+
+    def to_host(a, arg):
+        if isinstance(a, Tensor):
+            return Tensor._from_array(download(a), a.dtype) if a._storage.on_device else a
+        if isinstance(a, (list, tuple)):
+            return type(a)(to_host(x, arg) for x in a)
+        if arg.type == "Device" and a is not None:
+            return CPU
+        return a
+
+    host_args = [to_host(a, arg) for a, arg in zip(args, op.schema.args)]
+    result = registry.execute(op, host_args)
+
+    def back(r):
+        if isinstance(r, Tensor):
+            return upload(r._array(), r.dtype, device)
+        if isinstance(r, list):
+            return [back(x) for x in r]
+        if isinstance(r, tuple):
+            items = [back(x) for x in r]
+            return type(r)(*items) if hasattr(r, "_fields") else tuple(items)
+        return r
+    return back(result)
+
+
+# Matrix products ----------------------------------------------------------------------------
+
+def _matmul(op, args, spec):
+    """``matmul``/``mm``/``bmm`` through the tiled kernel (float32 and float16, non-empty), else
+    NotImplemented. 1-D operands of matmul act as a row or a column, as on the CPU."""
+    from ..codegen.errors import CompileError
+    from ..codegen.nvptx.matmul import DTYPES, matmul_kernel
+    a, b = args
+    if a.dtype not in DTYPES or b.dtype is not a.dtype or not a.ndim or not b.ndim or \
+            0 in a._shape or 0 in b._shape or a.ndim + b.ndim < 3:
+        return NotImplemented
+    a2 = a.unsqueeze(0) if a.ndim == 1 else a
+    b2 = b.unsqueeze(-1) if b.ndim == 1 else b
+    a2, b2 = (t if t.is_contiguous() else t.contiguous() for t in (a2, b2))
+    key = (a2._shape, b2._shape, a.dtype)
+    kernel = _MATMULS.get(key)
+    if kernel is None:
+        try:
+            kernel = _MATMULS[key] = matmul_kernel(a2._shape, b2._shape, a.dtype)
+        except CompileError:  # more batch matrices than one grid holds
+            return NotImplemented
+    out = empty(kernel.out_shape, a.dtype, a.device)
+    cuda_backend.current().launch(kernel, [address(a2), address(b2), address(out)], a.device.index)
+    if a.ndim == 1:
+        out = out.squeeze(-2)
+    if b.ndim == 1:
+        out = out.squeeze(-1)
+    return out

@@ -1,0 +1,107 @@
+"""Gradient accumulation into leaves, as torch's AccumulateGrad: a gradient nothing else holds
+becomes ``.grad`` without a copy; one that something else can still see is copied."""
+
+import numpy as np
+import pytest
+
+import jitorch as jt
+
+
+def leaf(values):
+    return jt.tensor(values, dtype=jt.float64, requires_grad=True)
+
+
+def _no_clone(monkeypatch):
+    def refuse(self, *args, **kwargs):
+        raise AssertionError("the engine copied a gradient nothing else holds")
+    monkeypatch.setattr(jt.Tensor, "clone", refuse)
+
+
+def test_a_fresh_gradient_becomes_grad_without_a_copy(monkeypatch):
+    w = leaf([[1.0, 2.0], [3.0, 4.0]])
+    b = leaf([1.0, 1.0])
+    x = jt.tensor([[1.0, 0.0], [0.0, 2.0], [1.0, 1.0]], dtype=jt.float64)
+    _no_clone(monkeypatch)
+    (x @ w + b).relu().sum().backward()
+    np.testing.assert_array_equal(w.grad.numpy(), x.numpy().T @ np.ones((3, 2)))
+    assert b.grad.tolist() == [3.0, 3.0]
+    assert w.grad.grad_fn is None and not w.grad.requires_grad and w.grad._base is None
+
+
+def test_one_gradient_for_two_leaves_gives_each_its_own_memory():
+    a, b = leaf([1.0, 2.0]), leaf([3.0, 4.0])
+    (a + b).sum().backward()
+    a.grad.mul_(10)
+    assert b.grad.tolist() == [1.0, 1.0] and a.grad.tolist() == [10.0, 10.0]
+
+
+def test_a_gradient_a_view_shares_with_another_leaf_is_copied():
+    x, w = leaf([[1.0, 2.0]]), leaf([5.0, 6.0])
+    (x.view(-1) + w).sum().backward()
+    w.grad.add_(1)
+    assert x.grad.tolist() == [[1.0, 1.0]] and w.grad.tolist() == [2.0, 2.0]
+
+
+def test_a_retained_gradient_and_a_leaf_gradient_do_not_share_memory():
+    x = leaf([1.0, 2.0])
+    y = x * 1.0
+    y.retain_grad()
+    z = y + 0.0
+    z.sum().backward()
+    x.grad.mul_(7)
+    assert y.grad.tolist() == [1.0, 1.0]
+
+
+def test_the_gradient_a_caller_passes_is_copied():
+    x = leaf([1.0, 2.0])
+    g = jt.tensor([3.0, 4.0], dtype=jt.float64)
+    x.backward(g)
+    g.mul_(0)
+    assert x.grad.tolist() == [3.0, 4.0]
+
+
+def test_a_gradient_a_hook_keeps_is_copied():
+    x = leaf([1.0, 2.0])
+    seen = []
+    y = x + 0.0  # passes its gradient on as it is
+    y.register_hook(lambda g: seen.append(g))
+    (y * jt.tensor([2.0, 3.0], dtype=jt.float64)).sum().backward()
+    seen[0].mul_(0)
+    assert x.grad.tolist() == [2.0, 3.0]
+
+
+def test_a_leaf_hook_result_is_copied():
+    x = leaf([1.0, 2.0])
+    kept = jt.tensor([5.0, 5.0], dtype=jt.float64)
+    x.register_hook(lambda g: kept)
+    (x * 3.0).sum().backward()
+    kept.mul_(0)
+    assert x.grad.tolist() == [5.0, 5.0]
+
+
+def test_gradients_add_to_an_existing_grad():
+    x = leaf([1.0, 2.0])
+    (x * 2.0).sum().backward()
+    first = x.grad
+    (x * 3.0).sum().backward()
+    assert x.grad.tolist() == [5.0, 5.0] and first.tolist() == [2.0, 2.0]
+
+
+def test_with_create_graph_the_grad_keeps_its_history():
+    x = leaf([2.0])
+    (x ** 3).sum().backward(create_graph=True)
+    assert x.grad.requires_grad and x.grad.tolist() == [12.0]
+    (gg,) = jt.autograd.grad(x.grad.sum(), x)
+    assert gg.tolist() == [12.0]
+
+
+@pytest.mark.parametrize("mode", [jt.no_grad, jt.enable_grad])
+def test_backward_runs_its_rules_in_the_mode_create_graph_sets(mode):
+    x = leaf([1.0, 2.0])
+    seen = []
+    y = x * 2.0
+    y.register_hook(lambda g: seen.append(jt.is_grad_enabled()))
+    loss = y.sum()
+    with mode():
+        loss.backward()
+    assert seen == [False] and jt.is_grad_enabled()

@@ -1,0 +1,14 @@
+"""Fixtures for CUDA tests: a fake device in host memory (jitorch.runtime.cuda_fake)."""
+
+import pytest
+
+from jitorch.runtime.cuda_backend import use_backend
+from jitorch.runtime.cuda_fake import FakeBackend
+
+
+@pytest.fixture
+def fake():
+    """CUDA tensors on a fake device for the test's duration; ``fake.launches`` and ``fake.copies`` record
+    what the real device would have been asked to do."""
+    with use_backend(FakeBackend()) as backend:
+        yield backend

@@ -1,0 +1,186 @@
+"""Eager ops, compiled graphs and autograd on CUDA tensors, on a fake device.
+
+The fake device records every launch and emulates it with the CPU kernels, so
+these tests check which kernel each op gets (its one-op graph's, the tiled
+matmul, or none: the host), with which pointers, and that results, gradients
+and compiled calls agree with the CPU. The PTX of the kernels made here is
+assembled with ptxas.
+"""
+
+import numpy as np
+import pytest
+
+import jitorch as jt
+from jitorch.cuda import selftest
+from jitorch.runtime import cuda_tensor
+from tests.cuda.test_ptx import assert_assembles
+
+
+def test_a_pointwise_op_launches_its_one_op_kernel_on_the_operands(fake):
+    x, y = jt.ones(3, 4, device="cuda"), jt.arange(4.0, device="cuda")
+    out = x.add(y, alpha=2)
+    (launch,) = fake.launches
+    assert launch.ops == ["add"] and launch.grid == (1, 256)
+    assert launch.pointers == [x.data_ptr(), y.data_ptr(), out.data_ptr()]
+    np.testing.assert_array_equal(out.cpu().numpy(), 1 + 2 * np.arange(4.0) * np.ones((3, 1)))
+
+
+def test_kernels_are_cached_per_shape_dtype_and_scalar(fake):
+    x, y, d = jt.ones(5, device="cuda"), jt.zeros(5, device="cuda"), jt.ones(5, dtype=jt.float64, device="cuda")
+    x * 2.0
+    size = len(cuda_tensor._KERNELS)
+    x * 2.0
+    y * 2.0
+    assert len(cuda_tensor._KERNELS) == size
+    x * -0.0
+    d * 2.0
+    assert len(cuda_tensor._KERNELS) == size + 2
+
+
+def test_a_strided_operand_is_read_in_place_by_the_kernel(fake):
+    base = jt.arange(12.0).reshape(3, 4).cuda()
+    view = base[:, 1:].t()
+    fake.copies.clear()
+    out = view.exp()
+    assert [launch.ops for launch in fake.launches[-1:]] == [["as_strided", "exp"]] and fake.copies == []
+    assert fake.launches[-1].pointers[0] == base.data_ptr() + 4  # the view's first element
+    np.testing.assert_allclose(out.cpu().numpy(), np.exp(np.arange(12.0).reshape(3, 4)[:, 1:].T), rtol=1e-6)
+
+
+def test_reductions_and_softmax_get_block_kernels(fake):
+    x = jt.tensor(np.random.default_rng(1).standard_normal((6, 50)).astype(np.float32), device="cuda")
+    s, m = x.sum(-1), x.softmax(-1)
+    assert [launch.ops for launch in fake.launches[-2:]] == [["sum"], ["softmax"]]
+    host = x.cpu().numpy()
+    np.testing.assert_allclose(s.cpu().numpy(), host.sum(-1), rtol=1e-5, atol=1e-5)
+    e = np.exp(host - host.max(-1, keepdims=True))
+    np.testing.assert_allclose(m.cpu().numpy(), e / e.sum(-1, keepdims=True), rtol=1e-5)
+
+
+def test_a_large_full_reduction_combines_its_partial_results(fake):
+    values = np.random.default_rng(2).standard_normal(1 << 18).astype(np.float32)
+    x = jt.tensor(values, device="cuda")
+    assert x.amax().item() == values.max()
+    assert fake.launches[-1].grid == (512, 256)
+    np.testing.assert_allclose(x.mean().item(), values.astype(np.float64).mean(), atol=1e-5)
+
+
+def test_matmul_uses_the_tiled_kernel_with_batch_broadcasting(fake):
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((2, 5, 7)).astype(np.float32), rng.standard_normal((7, 3)).astype(np.float32)
+    out = jt.tensor(a, device="cuda") @ jt.tensor(b, device="cuda")
+    assert fake.launches[-1].name.startswith("jitorch_matmul_2x5x7_7x3") and out.shape == (2, 5, 3)
+    np.testing.assert_allclose(out.cpu().numpy(), a @ b, rtol=1e-5, atol=1e-5)
+    v = jt.tensor(b[:, 0], device="cuda")
+    np.testing.assert_allclose((jt.tensor(a[0], device="cuda") @ v).cpu().numpy(), a[0] @ b[:, 0], rtol=1e-5)
+
+
+def test_ops_without_a_kernel_run_on_the_host(fake):
+    x = jt.tensor([3.0, 1.0, 2.0], device="cuda")
+    fake.launches.clear()
+    fake.copies.clear()
+    values, indices = x.sort()
+    assert [kind for kind, _, _ in fake.copies] == ["dtoh", "htod", "htod"]
+    assert fake.launches == [] and values.device.type == "cuda" and indices.tolist() == [1, 2, 0]
+    d = jt.ones(2, 2, dtype=jt.float64, device="cuda") @ jt.ones(2, 2, dtype=jt.float64, device="cuda")
+    assert d.tolist() == [[2.0, 2.0]] * 2 and fake.launches == []  # float64 products: on the host
+    assert x.nonzero().device.type == "cuda"
+
+
+def test_every_registry_op_on_cuda_matches_the_cpu(fake):
+    """Each op's first sample, with its layout (strides, offsets), on the fake device against the CPU."""
+    assert selftest.registry_op_mismatches() == []
+
+
+@pytest.mark.parametrize("check", [selftest.check_tensors, selftest.check_graph_and_autograd],
+                         ids=["tensors", "graph_and_autograd"])
+def test_the_selftests_tensor_checks_pass_on_the_fake_device(fake, check):
+    ok, detail = check()
+    assert ok, detail
+
+
+def test_the_eager_kernels_assemble_for_sm_80_and_sm_90(fake):
+    """One-op kernels reading strided views, casts, block reductions and the matmul (the registry's
+    contiguous one-op kernels are assembled by test_ptx)."""
+    known = set(cuda_tensor._KERNELS) | set(cuda_tensor._MATMULS)
+    x = jt.tensor(np.linspace(-2, 2, 24, dtype=np.float32).reshape(4, 6), device="cuda")
+    (x.t()[1:] * 3).tanh().sum(0).amax()
+    x[:, ::2].to(jt.float16).to(jt.int32) // 2
+    x.softmax(-1) @ x.t().contiguous()
+    made = [entry[0] for key, entry in cuda_tensor._KERNELS.items() if key not in known and entry is not None]
+    made += [k for key, k in cuda_tensor._MATMULS.items() if key not in known]
+    assert len(made) >= 8
+    assert_assembles(made)
+
+
+def test_autograd_on_cuda_tensors_matches_the_cpu(fake):
+    rng = np.random.default_rng(4)
+    x_np, w_np = rng.standard_normal((5, 3)), rng.standard_normal((3, 2))
+    grads = []
+    for device in ("cpu", "cuda"):
+        x = jt.tensor(x_np, dtype=jt.float32, device=device)
+        w = jt.tensor(w_np, dtype=jt.float32, device=device, requires_grad=True)
+        loss = ((x @ w).tanh() * jt.arange(2.0, device=device)).softmax(-1).log().mean()
+        loss.backward()
+        assert w.grad.device.type == device
+        grads.append(w.grad.cpu().numpy())
+    np.testing.assert_allclose(grads[1], grads[0], rtol=1e-5, atol=1e-6)
+
+
+def test_in_place_ops_on_cuda_keep_their_gradients(fake):
+    grads = []
+    for device in ("cpu", "cuda"):
+        x = jt.arange(4.0, device=device, requires_grad=True)
+        y = x * 2
+        y.add_(1).exp_()
+        y[1:3].mul_(3)
+        y.sum().backward()
+        grads.append(x.grad.cpu().numpy())
+    np.testing.assert_allclose(grads[1], grads[0], rtol=1e-6)
+
+
+def test_tensor_of_a_cuda_tensor_copies_it_on_its_device(fake):
+    c = jt.tensor([1.0, 2.0], device="cuda")
+    with pytest.warns(UserWarning, match="To copy construct from a tensor"):
+        copy = jt.tensor(c)
+    assert copy.device == c.device and copy.data_ptr() != c.data_ptr() and copy.tolist() == [1.0, 2.0]
+
+
+def test_gradients_cross_devices_through_to(fake):
+    w = jt.ones(3, requires_grad=True)
+    (w.cuda() * jt.arange(3.0, device="cuda")).sum().backward()
+    assert w.grad.device.type == "cpu" and w.grad.tolist() == [0.0, 1.0, 2.0]
+
+
+def test_compiled_graphs_on_cuda_inputs_run_their_kernels(fake):
+    rng = np.random.default_rng(5)
+    x_np, w_np = rng.standard_normal((8, 6)).astype(np.float32), rng.standard_normal((6, 4)).astype(np.float32)
+
+    def fn(x, w):
+        h = (x @ w).relu()
+        return h.sum(0), (h * 3 + 1).exp().softmax(-1)
+
+    compiled = jt.compile(fn)
+    x, w = jt.tensor(x_np, device="cuda"), jt.tensor(w_np, device="cuda")
+    fake.launches.clear()
+    outs = compiled(x, w)
+    # the fused groups of the CPU backend, each one launch (no eager op, no copy through the host)
+    assert [launch.ops for launch in fake.launches] == [["matmul"], ["relu", "mul", "add", "exp"], ["sum"],
+                                                        ["softmax"]]
+    for got, want in zip(outs, fn(jt.tensor(x_np), jt.tensor(w_np))):
+        assert got.device.type == "cuda"
+        np.testing.assert_allclose(got.cpu().numpy(), want.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_a_compiled_training_step_on_cuda(fake):
+    w = jt.zeros(3, device="cuda", requires_grad=True)
+    x, y = jt.ones(4, 3, device="cuda"), jt.full((4,), 2.0, device="cuda")
+
+    @jt.compile
+    def step(x, y):
+        loss = ((x @ w - y) ** 2).mean()
+        loss.backward()
+        return loss
+
+    assert step(x, y).item() == pytest.approx(4.0)
+    assert w.grad.device.type == "cuda" and w.grad.tolist() == pytest.approx([-4.0] * 3)

@@ -1,0 +1,135 @@
+"""The eager shortcuts of pointwise ops: in-place ops written straight into their tensor, fast paths
+that serve tensors requiring grad (recording the backward node in grad mode), and where()'s bit select."""
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import jitorch as jt
+from tests.support import LAYOUTS, random_array, tensor_and_array
+
+FAST_DTYPES = [jt.bool, jt.uint8, jt.int8, jt.int16, jt.int32, jt.int64, jt.float32, jt.float64]
+# (in-place method, NumPy formula with torch's alpha): ops whose in-place form writes into its tensor
+INPLACE = {
+    "add_": lambda a, b, alpha: a + alpha * b,
+    "sub_": lambda a, b, alpha: a - alpha * b,
+    "mul_": lambda a, b, alpha: a * b,
+}
+
+
+def _other(draw, dtype, shape, rng):
+    """A second operand of ``dtype``: a tensor broadcasting to ``shape`` or a Python number."""
+    kind = draw(st.sampled_from(["tensor", "row", "number"]))
+    if kind == "number":
+        return (float(rng.integers(-3, 4)) / 2 if dtype.is_floating_point else int(rng.integers(0, 3)))
+    other_shape = shape[1:] if kind == "row" else shape
+    return jt.tensor(random_array(other_shape, dtype, rng), dtype=dtype)
+
+
+@given(data=st.data(), name=st.sampled_from(sorted(INPLACE)), dtype=st.sampled_from(FAST_DTYPES[2:]),
+       layout=st.sampled_from([lay for lay in LAYOUTS if lay != "expanded"]),
+       shape=st.lists(st.integers(1, 4), min_size=1, max_size=3).map(tuple), seed=st.integers(0, 2**16))
+def test_inplace_ops_write_into_their_tensor(data, name, dtype, layout, shape, seed):
+    rng = np.random.default_rng(seed)
+    x, expected = tensor_and_array(random_array(shape, dtype, rng), layout)
+    other = _other(data.draw, dtype, shape, rng)
+    alpha = data.draw(st.sampled_from([1, 2])) if name != "mul_" else 1
+    kwargs = {"alpha": alpha} if name != "mul_" else {}
+    ptr, version = x.data_ptr(), x._version
+    b = other.numpy() if isinstance(other, jt.Tensor) else other
+    want = INPLACE[name](expected.astype(np.float64), np.asarray(b, np.float64), alpha)
+    assert getattr(x, name)(other, **kwargs) is x
+    assert x.data_ptr() == ptr and x._version == version + 1
+    np.testing.assert_allclose(x.numpy().astype(np.float64), want.astype(dtype.np), rtol=1e-6)
+
+
+def test_inplace_ufunc_op_writes_into_its_tensor():
+    x = jt.tensor([0.0, 1.0])
+    ptr = x.data_ptr()
+    x.exp_()
+    assert x.data_ptr() == ptr
+    np.testing.assert_allclose(x.numpy(), np.exp([0.0, 1.0], dtype=np.float32))
+
+
+def test_inplace_result_that_does_not_fit_its_tensor_raises():
+    x = jt.ones(3)
+    with pytest.raises(RuntimeError, match=r"output with shape \[3\] doesn't match the broadcast shape \[2, 3\]"):
+        x.add_(jt.ones(2, 3))
+    assert x.tolist() == [1.0, 1.0, 1.0]
+
+
+def test_inplace_float_result_into_an_integer_tensor_raises():
+    x = jt.tensor([1, 2])
+    with pytest.raises(RuntimeError, match="result type Float can't be cast to the desired output type Long"):
+        x.add_(0.5)
+
+
+def test_inplace_into_an_expanded_tensor_raises():
+    x = jt.ones(1).expand(3)
+    with pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
+        x.sub_(1.0)
+
+
+def test_inplace_on_a_leaf_that_requires_grad_raises_in_grad_mode_only():
+    w = jt.ones(2, requires_grad=True)
+    with pytest.raises(RuntimeError, match="a leaf Variable that requires grad is being used in an in-place"):
+        w.sub_(jt.ones(2))
+    with jt.no_grad():
+        w.sub_(jt.ones(2), alpha=0.5)
+    assert w.tolist() == [0.5, 0.5] and w.grad_fn is None and w.requires_grad
+
+
+def test_inplace_op_on_a_non_leaf_records_its_node():
+    w = jt.ones(2, requires_grad=True)
+    y = w * 2
+    y.add_(jt.ones(2), alpha=3)
+    assert y.grad_fn.name() == "AddBackward0"
+    y.sum().backward()
+    assert w.grad.tolist() == [2.0, 2.0]
+
+
+def test_fast_results_on_tensors_requiring_grad_record_their_node():
+    w = jt.tensor([1.0, -2.0], requires_grad=True)
+    x = jt.tensor([3.0, 4.0])
+    y = (w * x + 1.0).relu()
+    assert [y.grad_fn.name(), y.grad_fn.next_functions[0][0].name()] == ["ReluBackward0", "AddBackward0"]
+    y.sum().backward()
+    assert w.grad.tolist() == [3.0, 0.0]
+
+
+def test_fast_results_under_no_grad_do_not_require_grad():
+    w = jt.ones(2, requires_grad=True)
+    with jt.no_grad():
+        y = w * 2 + w
+    assert not y.requires_grad and y.grad_fn is None and y.tolist() == [3.0, 3.0]
+
+
+def test_parameters_take_the_fast_paths_and_record():
+    p = jt.nn.Parameter(jt.tensor([[1.0, 2.0]]))
+    y = (p @ jt.tensor([[3.0], [4.0]])) * 2.0
+    assert type(y) is jt.Tensor and y.grad_fn.name() == "MulBackward0"
+    y.sum().backward()
+    assert p.grad.tolist() == [[6.0, 8.0]]
+
+
+@pytest.mark.parametrize("selected", [0, 0.0, -0.0, 2.5])
+@pytest.mark.parametrize("dtype", [jt.float32, jt.float64, jt.int32])
+def test_where_with_a_number_keeps_the_tensors_dtype(selected, dtype, rng):
+    g = jt.tensor(random_array((40, 40), dtype, rng), dtype=dtype)
+    cond = jt.tensor(rng.random((40, 40)) < 0.5)
+    if not dtype.is_floating_point:
+        selected = int(selected)
+    for args in ((cond, selected, g), (cond, g, selected)):
+        got = jt.where(*args)
+        want = np.where(*[a.numpy() if isinstance(a, jt.Tensor) else a for a in args]).astype(dtype.np)
+        assert got.dtype is dtype
+        assert got.numpy().tobytes() == want.tobytes()  # bit for bit: -0.0 stays -0.0
+
+
+def test_where_takes_a_uint8_condition_with_a_warning(rng):
+    g = jt.tensor(rng.standard_normal((40, 40)), dtype=jt.float32)
+    mask = rng.random((40, 40)) < 0.5
+    with pytest.warns(UserWarning, match="where received a uint8 condition tensor"):
+        got = jt.where(jt.tensor(mask.astype(np.uint8)), g, 0.0)
+    assert got.numpy().tobytes() == np.where(mask, g.numpy(), np.float32(0)).tobytes()
