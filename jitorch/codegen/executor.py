@@ -30,6 +30,7 @@ import warnings
 import numpy as np
 
 from ..autograd.grad_mode import no_grad
+from ..ir.fake import fake_tensor
 from ..ir.graph import Value, iter_values
 from ..ir.passes import optimize
 from ..ir.passes.fusion import fuse
@@ -162,6 +163,8 @@ class EagerStep:
     def __init__(self, nodes, reason):
         self.nodes = nodes
         self.reason = reason
+        # a view of a compact value has a geometry known now: at run time it is a tensor header only
+        self.geometry = {n: _static_view(n) for n in nodes if n.op.view is not None and len(n.outputs) == 1}
 
     def reads(self):
         return [v for node in self.nodes for v in iter_values(node.args)]
@@ -179,6 +182,12 @@ class EagerStep:
             if out in arena.tensors:  # the plan checked that this node has a writer
                 _WRITERS_INTO[node.op.name][1]([env[a]._array() for a in node.args], arena.tensors[out]._array())
                 continue
+            geo = self.geometry.get(node)
+            if geo is not None:
+                base = env[node.args[0]]
+                if base._offset == 0 and base._stride == geo[3]:  # compact, as the graph's values are
+                    env[out] = Tensor._view_of(base, *geo[:3])
+                    continue
             args = [_substitute(a, env, node.op.view is not None) for a in node.args]
             # a graph node's arguments were checked when it was traced: skip to the eager kernel
             result = registry.execute(node.op, args)
@@ -188,6 +197,19 @@ class EagerStep:
 
     def __repr__(self):
         return f"<eager {' '.join(n.op.name for n in self.nodes)}>"
+
+
+def _static_view(node):
+    """(shape, strides, offset, the base's compact strides) of a view node over a compact base, or None."""
+    base = node.args[0]
+    if not isinstance(base, Value) or any(isinstance(a, Value) for a in iter_values(node.args[1:])):
+        return None
+    compact = contiguous_strides(base.type.shape)
+    geo = node.op.view(fake_tensor(base.type.shape, base.type.dtype, base.type.device), *node.args[1:])
+    if isinstance(geo, list):
+        return None
+    shape, strides, offset = geo
+    return tuple(shape), tuple(strides), offset, compact
 
 
 def _substitute(arg, env, compact):
