@@ -101,10 +101,10 @@ def gradgradcheck(func, inputs, grad_outputs=None, *, eps=1e-6, atol=1e-5, rtol=
     def vjp(*args):
         xs, gs = args[:len(inputs)], args[len(inputs):]
         with enable_grad():  # the numerical side calls vjp under no_grad; it needs its graph anyway
-            results = _outputs(func, xs)
-            gs_used = [g.to(r.dtype) for g, r in zip(gs, results)]
-            grads = grad(results, [xs[i] for i in diff], grad_outputs=gs_used, create_graph=True,
-                         allow_unused=True)
+            # outputs cut from the graph (no input they depend on requires grad) take no part, as in torch
+            pairs = [(r, g.to(r.dtype)) for r, g in zip(_outputs(func, xs), gs) if r.requires_grad]
+            grads = grad([r for r, _ in pairs], [xs[i] for i in diff], grad_outputs=[g for _, g in pairs],
+                         create_graph=True, allow_unused=True)
         return tuple(g for g in grads if g is not None)
 
     return gradcheck(vjp, inputs + tuple(grad_outputs), eps=eps, atol=atol, rtol=rtol,

@@ -12,8 +12,8 @@ from math import prod
 
 import numpy as np
 
-from ..runtime.strided import (contiguous_strides, infer_size, is_contiguous, is_non_overlapping_and_dense,
-                               list_str, view_strides, wrap_dim, wrap_dims)
+from ..runtime.strided import (broadcast_shapes, contiguous_strides, infer_size, is_contiguous,
+                               is_non_overlapping_and_dense, list_str, view_strides, wrap_dim, wrap_dims)
 from .registry import TensorSpec, defop, scalar_name
 
 
@@ -199,6 +199,15 @@ def _expand_as(x, other):
 
 def _broadcast_to(x, size):
     return _expand(x, size)
+
+
+def _broadcast_tensors(tensors):
+    shape = broadcast_shapes(*(tuple(t.shape) for t in tensors))
+    return tuple(t.expand(shape) for t in tensors)
+
+
+defop("broadcast_tensors(Tensor... tensors) -> Tensor[]", composite=_broadcast_tensors, kind="view",
+      variants=("function",), doc="Views of all ``tensors`` expanded to their common broadcast shape.")
 
 
 # Taking parts ---------------------------------------------------------------------

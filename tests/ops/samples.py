@@ -462,6 +462,8 @@ HAND_WRITTEN = _by_names(
     ("broadcast_to expand", lambda m: [S(m.f((3, 1), "strided"), (2, 3, 4)), S(m.scalar(), (2,)),
                                        S(m.i((1, 3)), (4, -1))]),
     ("expand_as", lambda m: [S(m.f((3, 1), "strided"), m.f((2, 3, 4))), S(m.scalar(), m.i((2,)))]),
+    ("broadcast_tensors", lambda m: [S([m.f((3, 1), "strided"), m.f((2, 1, 4)), m.scalar()]),
+                                     S([m.i((2,))])]),
     ("chunk", lambda m: [S(m.f((5, 4), "transposed"), 2), S(m.cube(), 3, -1), S(m.f((0, 3)), 2), S(m.i((6,)), 4)]),
     ("diagonal", lambda m: [S(m.mat()), S(m.cube(), 1, 0, 2), S(m.f((3, 3)), -1), S(m.i((2, 3)), 5)]),
     ("movedim moveaxis", _movedim),

@@ -377,3 +377,13 @@ def test_slice_op_clamps_like_python_slices():
         r = jt.ops.registry.call(slice_op, (x, 0, start, end, step))
         np.testing.assert_array_equal(r.numpy(), x.numpy()[start:end:step])
         assert r.untyped_storage() is x.untyped_storage()
+
+
+def test_broadcast_tensors_and_shapes():
+    a, b = jt.arange(3.0).reshape(3, 1), jt.zeros(4)
+    x, y = jt.broadcast_tensors(a, b)
+    assert x.shape == y.shape == (3, 4) and x._stride == (1, 0) and x.untyped_storage() is a.untyped_storage()
+    np.testing.assert_array_equal(x.numpy(), np.broadcast_to(a.numpy(), (3, 4)))
+    assert jt.broadcast_shapes((2, 1), (3,), 3) == jt.Size([2, 3])
+    with pytest.raises(RuntimeError, match=r"size of tensor a \(2\) must match the size of tensor b \(3\)"):
+        jt.broadcast_tensors(jt.ones(2), jt.ones(3))
