@@ -25,7 +25,7 @@ def _inspect(args, out):
         print("  " + line, file=out)
     print(f"constants: {len(program.constants)}", file=out)
     for name, t in program.constants.items():
-        print(f"  {name}: {list(t.shape)} {t.dtype}", file=out)
+        print(f"  {name}: {list(t.shape)} {t.dtype} {t.device}", file=out)
     print("graph:", file=out)
     print(program.graph, file=out)
     print("artifacts:", file=out)
@@ -57,7 +57,9 @@ def _run(args, out):
     wanted = [leaf.name for leaf in sig.tensor_inputs()]
     if set(given) != set(wanted):
         raise ValueError(f"the program takes inputs {wanted}; --input gave {sorted(given)}")
-    leaves = [given[leaf.name] if leaf.kind == "tensor" else leaf.value for leaf in sig.inputs.leaves]
+    # .npy files hold host arrays: each goes to the device its input lives on
+    leaves = [given[leaf.name].to(leaf.device) if leaf.kind == "tensor" else leaf.value
+              for leaf in sig.inputs.leaves]
     call_args, call_kwargs = tree_unflatten(leaves, sig.inputs.tree)
     result = program(*call_args, **call_kwargs)
     tensors = [leaf for leaf in tree_flatten(result)[0] if hasattr(leaf, "numpy")]
@@ -65,7 +67,7 @@ def _run(args, out):
         raise ValueError(f"the program returns {len(tensors)} tensors; give one --output per tensor "
                          f"(got {len(args.output)})")
     for path, t in zip(args.output, tensors):
-        np.save(path, t.detach().numpy(), allow_pickle=False)
+        np.save(path, t.detach().cpu().numpy(), allow_pickle=False)
         print(f"wrote {path}: {list(t.shape)} {t.dtype}", file=out)
     return 0
 
@@ -105,7 +107,7 @@ def main(argv=None, out=None):
     from .export import ExportError
     try:
         return SUBCOMMANDS[args.command][2](args, out)
-    except (ExportError, OSError, TypeError, ValueError) as e:
+    except (ExportError, OSError, TypeError, ValueError, RuntimeError) as e:  # RuntimeError: no CUDA, say
         print(f"jitorch {args.command}: error: {e}", file=sys.stderr)
         return 1
 

@@ -1,11 +1,16 @@
-"""Per-target compiled artifacts: the CPU object code of each kernel, reused on a matching machine.
+"""Per-target compiled artifacts: each kernel's CPU object code or CUDA PTX, reused where it matches.
 
-A kernel's object code is named by the kernel cache's key, a hash of its LLVM
-IR, the target (triple, CPU, features) and the versions of jitorch and
-llvmlite. On load the graph is compiled again from the IR; for every kernel
-whose key is in the file, LLVM is skipped and the stored object code is linked
-instead, so code built for another machine or toolchain is never used: its
-keys do not match and those kernels are rebuilt.
+A kernel's artifact is named by the kernel cache's key, a hash of its LLVM IR,
+the target (triple, CPU and features; for CUDA the SM and PTX ISA, which
+LLVM's NVPTX target takes as its CPU and features) and the versions of jitorch
+and llvmlite. On load the graph is compiled again from the IR; for every
+kernel whose key is in the file, LLVM is skipped and the stored code is used
+instead (object code linked, PTX handed to the driver), so code built for
+another machine, target or toolchain is never used: its keys do not match and
+those kernels are rebuilt.
+
+Each kernel goes into the record of the target it was compiled for: a program
+on CUDA inputs has PTX kernels, one on CPU inputs object code.
 """
 
 from __future__ import annotations
@@ -15,6 +20,9 @@ import re
 from .errors import ExportError
 
 _KEY = re.compile(r"[0-9a-f]{64}")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,200}")
+# What a record must match, field by field, to be used on this machine.
+_MATCHED = ("kind", "triple", "cpu", "features", "toolchain")
 
 
 def host_target():
@@ -28,23 +36,66 @@ def host_target():
             "features": llvm.get_host_cpu_features().flatten(), "toolchain": list(_toolchain())}
 
 
-def cpu_artifacts(compiled):
-    """(target record, {key: object bytes}) for the kernels of a `CompiledGraph`."""
+def cuda_target():
+    """The CUDA target this jitorch generates PTX for (the same on every machine, GPU or not): the
+    NVPTX triple, the SM as ``cpu``, the PTX ISA as ``features`` (LLVM's names), the toolchain."""
+    from ..codegen.cache import _toolchain
+    from ..codegen.nvptx.compile import PTX_ISA, SM
+    from ..codegen.nvptx.target import TRIPLE
+    return {"kind": "cuda", "triple": TRIPLE, "cpu": SM, "features": PTX_ISA, "toolchain": list(_toolchain())}
+
+
+def _cpu_artifact(kernel):
     from ..codegen import cpu
     from ..codegen.cache import cache_key, default_cache
-    objects, kernels = {}, []
-    for k in compiled.kernels:
-        key = cache_key(k.source.llvm_ir, cpu.target_id())
-        if key in objects:
-            continue
-        obj = default_cache().get(key)
-        objects[key] = obj if obj is not None else cpu.emit_object(k.source)
-        kernels.append({"name": k.name, "key": key, "member": f"artifacts/cpu/{key}.o"})
-    return dict(host_target(), kernels=kernels), objects
+    key = cache_key(kernel.source.llvm_ir, cpu.target_id())
+    obj = default_cache().get(key)
+    return key, obj if obj is not None else cpu.emit_object(kernel.source)
 
 
-def check_record(record):
-    """A target record from a file, checked enough to be shown and matched."""
+def _cuda_artifact(kernel):
+    from ..codegen.cache import cache_key
+    from ..codegen.nvptx.compile import target_id
+    # the PTX cache holds exactly these bytes under this key
+    return cache_key(kernel.source.llvm_ir, target_id()), kernel.asm.encode()
+
+
+# target kind -> (its record's target fields, (key, bytes) of a kernel, member suffix)
+TARGETS = {"cpu": (host_target, _cpu_artifact, "o"), "cuda": (cuda_target, _cuda_artifact, "ptx")}
+
+
+def kernel_target(kernel):
+    """The target kind a compiled kernel was built for."""
+    from ..codegen.nvptx import PtxKernel
+    return "cuda" if isinstance(kernel, PtxKernel) else "cpu"
+
+
+def target_records(compiled, targets):
+    """[(target record, {key: bytes})] for the kernels of a `CompiledGraph`, one record per target kind
+    in ``targets`` that has kernels; ValueError for a kind that is not a target."""
+    targets = (targets,) if isinstance(targets, str) else tuple(targets)
+    for kind in targets:
+        if kind not in TARGETS:
+            raise ValueError(f"artifacts_for: unknown target {kind!r}; the targets are {', '.join(map(repr, TARGETS))}")
+    records = []
+    for kind in dict.fromkeys(targets):
+        describe, artifact, suffix = TARGETS[kind]
+        data, kernels = {}, []
+        for k in compiled.kernels:
+            if kernel_target(k) != kind:
+                continue
+            key, blob = artifact(k)
+            if key not in data:
+                data[key] = blob
+                kernels.append({"name": k.name, "key": key, "member": f"artifacts/{kind}/{key}.{suffix}"})
+        if kernels:
+            records.append((dict(describe(), kernels=kernels), data))
+    return records
+
+
+def check_record(record, data):
+    """A target record from a file and its members (key -> bytes), checked enough to be shown and
+    matched; PTX must be text declaring the record's SM and each kernel's entry."""
     kernels = record.get("kernels")
     if not isinstance(kernels, list) or not all(isinstance(k, dict) and isinstance(k.get("key"), str)
                                                and _KEY.fullmatch(k["key"]) for k in kernels):
@@ -52,12 +103,30 @@ def check_record(record):
     for field in ("kind", "triple", "cpu", "features"):
         if not isinstance(record.get(field), str):
             raise ExportError(f"an artifact record has no {field!r}")
+    if record["kind"] == "cuda":
+        for k in kernels:
+            _check_ptx(record, k, data[k["key"]])
     return record
 
 
+def _check_ptx(record, kernel, ptx):
+    name = kernel.get("name")
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise ExportError(f"a CUDA kernel record has a bad entry name: {name!r}")
+    where = f"PTX member {kernel.get('member')!r} (kernel {name})"
+    if not ptx.isascii():
+        raise ExportError(f"{where} is not ASCII text")
+    text = ptx.decode("ascii")
+    if not re.search(rf"^\s*\.target\s+{re.escape(record['cpu'])}\b", text, re.M):
+        raise ExportError(f"{where} does not declare .target {record['cpu']}, the SM of its record")
+    if not re.search(rf"\.entry\s+{name}\s*\(", text):
+        raise ExportError(f"{where} has no .entry {name}")
+
+
 class ArtifactCache:
-    """The kernel cache seen through a file's artifacts: `get` serves their object code first, then
-    the process's cache; counts how many kernels came from the file and how many were rebuilt."""
+    """The kernel cache seen through a file's artifacts: `get` serves their object code or PTX
+    first, then the process's cache; counts how many kernels came from the file and how many were
+    rebuilt."""
 
     def __init__(self, objects):
         from ..codegen.cache import default_cache
@@ -79,14 +148,17 @@ class ArtifactCache:
 
 
 def matching_objects(records):
-    """The object code of the records made for this machine and toolchain (key -> bytes), and a line
-    per record saying whether it matches."""
-    host = host_target()
+    """The code of the records made for this machine's targets and this toolchain (key -> bytes), and
+    a line per record saying whether it matches."""
+    here = {}
     objects, notes = {}, []
     for record, objs in records:
-        same = all(record.get(f) == host[f] for f in ("kind", "triple", "cpu", "features", "toolchain"))
-        notes.append(f"{record.get('kind')} {record.get('triple')} {record.get('cpu')}: "
-                     f"{len(objs)} kernels, {'used' if same else 'not this machine: rebuilt from the IR'}")
+        kind = record.get("kind")
+        if kind in TARGETS and kind not in here:
+            here[kind] = TARGETS[kind][0]()
+        same = kind in here and all(record.get(f) == here[kind][f] for f in _MATCHED)
+        notes.append(f"{kind} {record.get('triple')} {record.get('cpu')}: {len(objs)} kernels, "
+                     f"{'used' if same else 'built for another target or toolchain: rebuilt from the IR'}")
         if same:
             objects.update(objs)
     return objects, notes

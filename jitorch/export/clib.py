@@ -57,6 +57,10 @@ def build_c_library(program, out_dir, name):
     if program.signature.dims:
         raise ExportError(f"the C library is built for fixed shapes, but dims {sorted(program.signature.dims)} "
                           "are symbolic; export again without dynamic_shapes")
+    devices = sorted({str(leaf.device) for leaf in program.signature.tensor_inputs()} - {"cpu"})
+    if devices:
+        raise ExportError(f"the C library runs on the CPU, but the program takes inputs on {', '.join(devices)}; "
+                          "export it with CPU tensors")
     cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if cc is None:
         raise ExportError("no C compiler (cc, gcc or clang) on PATH to build the library")

@@ -7,6 +7,7 @@ from collections import OrderedDict
 
 from ..ir.printer import print_graph
 from ..runtime import dtypes as _dt
+from ..runtime.device import to_device
 from ..tensor import Tensor
 from ..utils.pytree import tree_flatten, tree_unflatten
 from . import archive, artifacts
@@ -28,12 +29,12 @@ class ExportedProgram:
     into the inputs and into ``.constants``. Outputs carry no autograd history.
     """
 
-    def __init__(self, graph, signature, constants, params=(), cpu_objects=None, artifact_notes=()):
+    def __init__(self, graph, signature, constants, params=(), objects=None, artifact_notes=()):
         self.graph = graph
         self.signature = signature
         self.constants = constants
         self.params = list(params)
-        self._cpu_objects = cpu_objects  # object code from a file, by kernel key
+        self._objects = objects  # object code and PTX from a file, by kernel key
         self.artifact_notes = list(artifact_notes)
         self._compiled = OrderedDict()
         self._artifact_cache = None
@@ -79,14 +80,14 @@ class ExportedProgram:
     def _compile(self, graph, example):
         from ..codegen.executor import CompiledGraph, kernel_cache
         cache = kernel_cache()
-        if example and self._cpu_objects is not None:
-            cache = self._artifact_cache = artifacts.ArtifactCache(self._cpu_objects)
+        if example and self._objects is not None:
+            cache = self._artifact_cache = artifacts.ArtifactCache(self._objects)
         return CompiledGraph(graph, cache)
 
     @property
     def artifact_stats(self):
-        """How many kernels of the example specialisation came from the file's object code and how
-        many were rebuilt from the IR (None for a program that was not loaded, or not yet called)."""
+        """How many kernels of the example specialisation came from the file's object code or PTX and
+        how many were rebuilt from the IR (None for a program that was not loaded, or not yet called)."""
         c = self._artifact_cache
         return None if c is None else {"used": c.used, "rebuilt": c.rebuilt}
 
@@ -96,19 +97,21 @@ class ExportedProgram:
 
     # Files --------------------------------------------------------------------------------
 
-    def save(self, path_or_file, artifacts_for=("cpu",)):
-        """Write this program to one file (see docs/export-format.md); ``artifacts_for=()`` leaves
-        out compiled code, which loading then rebuilds from the IR."""
+    def save(self, path_or_file, artifacts_for=("cpu", "cuda")):
+        """Write this program to one file (see docs/export-format.md) with the compiled code of its
+        kernels for the targets in ``artifacts_for`` ("cpu": object code, "cuda": PTX; a program has
+        kernels for the device of its inputs only); ``artifacts_for=()`` leaves out compiled code,
+        which loading then rebuilds from the IR."""
         if isinstance(path_or_file, (str, os.PathLike)):
             path_or_file = os.fspath(path_or_file)
         constants = []
         for i, (name, t) in enumerate(self.constants.items()):
-            arr = t.detach().contiguous().numpy()
+            arr = t.detach().cpu().contiguous().numpy()
             if t.dtype is _dt.bfloat16:
                 arr = arr.view("uint16")
             constants.append(({"name": name, "member": f"constants/{i}.npy", "dtype": t.dtype.name,
-                               "shape": list(t.shape)}, arr))
-        records = [artifacts.cpu_artifacts(self.specialise())] if "cpu" in artifacts_for else []
+                               "shape": list(t.shape), "device": str(t.device)}, arr))
+        records = artifacts.target_records(self.specialise(), artifacts_for)
         archive.write(path_or_file, self.manifest(constants, records), print_graph(self.graph),
                       constants, records)
 
@@ -162,12 +165,15 @@ def load(path_or_file):
     graph_info = m.get("graph")
     if not isinstance(graph_info, dict):
         raise ExportError("manifest.json has no 'graph' entry")
+    records = [(artifacts.check_record(r, objs), objs) for r, objs in contents.artifacts]
     constants = {}
     for record in m.get("constants", []):
+        device = _constant_device(record)
         arr = contents.constants[record["name"]]
         dtype = _dt.bfloat16 if record["dtype"] == "bfloat16" else None
         t = from_numpy(arr.copy()) if dtype is None else Tensor._from_array(arr.view(_dt.bfloat16.np).copy(), dtype)
-        constants[record["name"]] = t
+        # a CUDA program's constants go to its device, so loading one needs CUDA (as in torch)
+        constants[record["name"]] = t if device.type == "cpu" else t.to(device)
     graph = graph_from_text(contents.graph_text, constants, _grad_targets(graph_info.get("grad_targets", [])),
                             graph_info.get("outputs_require_grad") is True)
     _check_against_graph(signature, graph)
@@ -175,9 +181,20 @@ def load(path_or_file):
     params = [Param.from_json(p, signature.dims) for p in (dynamic_info.get("params", [])
                                                             if isinstance(dynamic_info, dict) else [])]
     _check_params(graph, params, signature)
-    records = [(artifacts.check_record(r), objs) for r, objs in contents.artifacts]
     objects, notes = artifacts.matching_objects(records)
     return ExportedProgram(graph, signature, constants, params, objects, notes)
+
+
+def _constant_device(record):
+    """The device a constant lives on (files older than CUDA support record none: the CPU)."""
+    name = record.get("device", "cpu")
+    try:
+        device = to_device(name) if isinstance(name, str) else None
+    except (RuntimeError, ValueError, TypeError):  # what device() raises for a malformed string
+        device = None
+    if device is None or device.type not in ("cpu", "cuda"):
+        raise ExportError(f"constant {record.get('name')!r}: bad device {name!r} (cpu or cuda:N)")
+    return device
 
 
 def _grad_targets(value):

@@ -15,15 +15,16 @@ import jitorch as jt
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def small_program():
-    """A function with a captured weight, its example inputs and the program exported from it."""
-    w = jt.tensor(np.arange(12, dtype=np.float32).reshape(4, 3) / 10)
+def small_program(device="cpu"):
+    """A function with a captured weight, its example inputs and the program exported from it, all
+    on ``device``; two kernels (relu + add, exp + sum) besides the matmul."""
+    w = jt.tensor(np.arange(12, dtype=np.float32).reshape(4, 3) / 10, device=device)
 
     def f(x, y):
         return (x @ w).relu() + y, x.exp().sum(dim=1)
 
-    x = jt.tensor(np.linspace(-1, 1, 20, dtype=np.float32).reshape(5, 4))
-    y = jt.tensor(np.array([0.5, -1.0, 2.0], dtype=np.float32))
+    x = jt.tensor(np.linspace(-1, 1, 20, dtype=np.float32).reshape(5, 4), device=device)
+    y = jt.tensor(np.array([0.5, -1.0, 2.0], dtype=np.float32), device=device)
     return f, (x, y), jt.export(f, (x, y))
 
 
