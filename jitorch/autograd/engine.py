@@ -47,6 +47,7 @@ class Node:
     def release(self):
         self.freed = True
         self.args = None
+        self.out = None  # the output holds this node (grad_fn): let the pair go without the cyclic GC
         self.versions = ()
 
     def __repr__(self):
@@ -71,12 +72,30 @@ class AccumulateGrad:
 
 def gradient_edge(t):
     """Where a gradient for ``t`` goes: its grad_fn, or the leaf's AccumulateGrad."""
-    if t.grad_fn is not None:
-        return t.grad_fn
+    fn = t.grad_fn
+    if fn is not None:
+        seen = t.__dict__.get("_view_version")
+        if seen is not None and seen != t._storage._version:
+            return _refresh_view_history(t)
+        return fn
     acc = t.__dict__.get("_accumulator")
     if acc is None:
         acc = t._accumulator = AccumulateGrad(t)
     return acc
+
+
+def _refresh_view_history(view):
+    """A view whose memory was written since its history was recorded (an in-place op on its base
+    or on another view of it) reads its values from the base's new history, as torch regenerates
+    a view's grad_fn: an ``as_strided`` of the base as it is now."""
+    from .grad_mode import enable_grad
+    base = view._base
+    with enable_grad():
+        fresh = registry.call(registry.OPS["as_strided"], [base, tuple(view._shape), view._stride, view._offset])
+    view.grad_fn = fresh.grad_fn
+    view._output_nr = 0
+    view._view_version = view._storage._version
+    return view.grad_fn
 
 
 def _tensor_inputs(op, args):
@@ -119,21 +138,25 @@ def record(op, args, result):
         outs = tuple(result)
         if not any(isinstance(o, Tensor) and o.dtype.is_floating_point for o in outs):
             return result
-    edges, specs, saved = [], [], []
     positions = op.tensor_positions
-    for i, j, t in (_tensor_inputs(op, args) if positions is None else
-                    ((i, None, args[i]) for i in positions if isinstance(args[i], Tensor))):
-        edges.append((gradient_edge(t), getattr(t, "_output_nr", 0)) if t._requires_grad else (None, 0))
-        specs.append((i, j, t._shape, t.dtype))
-        saved.append(t)
-    saved.extend(o for o in outs if isinstance(o, Tensor))
-    node = Node(op, args if args.__class__ is list else list(args), result, tuple(edges), tuple(specs), saved)
+    if positions is not None:  # no tensor lists: the common case
+        inputs = [(i, None, args[i]) for i in positions if isinstance(args[i], Tensor)]
+    else:
+        inputs = list(_tensor_inputs(op, args))
+    edges = tuple([(gradient_edge(t), getattr(t, "_output_nr", 0)) if t._requires_grad else (None, 0)
+                   for _, _, t in inputs])
+    specs = tuple([(i, j, t._shape, t.dtype) for i, j, t in inputs])
+    saved = [t for _, _, t in inputs]
+    saved.extend([o for o in outs if isinstance(o, Tensor)])
+    node = Node(op, args if args.__class__ is list else list(args), result, edges, specs, saved)
     k = 0
     for o in outs:
         if isinstance(o, Tensor) and o.dtype.is_floating_point:
             o.grad_fn = node
             o._requires_grad = True
             o._output_nr = k
+            if op.view is not None:  # a write into its memory after now makes this history stale
+                o._view_version = o._storage._version
         k += 1
     return result
 
@@ -178,6 +201,8 @@ def finish_inplace(op, state, args, target):
     the view gets an as_strided_scatter node that puts the view's new values into its old ones."""
     before, base_before = state
     record_inplace(op, before, args, target)
+    if op.view is None and target._base is not None:
+        target._view_version = target._storage._version  # its history is current: other views' is not
     if base_before is not None:
         base = target._base
         scatter = registry.OPS["as_strided_scatter"]
@@ -200,8 +225,9 @@ def sum_to(grad, shape, dtype):
         lead = len(have) - len(shape)
         dims = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(shape) if n == 1 and have[lead + i] != 1)
         if dims:
-            grad = grad.sum(dims, keepdim=True)
-        if lead or tuple(grad.shape) != shape:
+            grad = grad.sum(dims, keepdim=True)  # contiguous: its dims can be dropped by a view
+            grad = grad.view(shape) if tuple(grad.shape) != shape else grad
+        elif lead or tuple(grad.shape) != shape:
             grad = grad.reshape(shape)
     if grad.dtype is not dtype:
         grad = grad.to(dtype)
@@ -209,16 +235,16 @@ def sum_to(grad, shape, dtype):
 
 
 def _graph(roots):
-    """Every node reachable from ``roots`` and how many edges point at each."""
+    """How many edges point at each node reachable from ``roots`` (nodes hash by identity)."""
     deps, seen, stack = {}, set(), list(roots)
     while stack:
         n = stack.pop()
-        if id(n) in seen:
+        if n in seen:
             continue
-        seen.add(id(n))
+        seen.add(n)
         for nxt, _ in n.next_functions:
             if nxt is not None:
-                deps[id(nxt)] = deps.get(id(nxt), 0) + 1
+                deps[nxt] = deps.get(nxt, 0) + 1
                 stack.append(nxt)
     return deps
 
@@ -296,45 +322,46 @@ def _run(roots, root_grads, retain_graph, create_graph, capture, accumulate):
             raise RuntimeError(f"element {i} of tensors does not require grad and does not have a grad_fn")
         start.append((gradient_edge(t), getattr(t, "_output_nr", 0), g))
     deps = _graph([n for n, _, _ in start])
-    pending = {}      # id(node) -> {output index: grad}
+    pending = {}      # node -> {output index: grad}
     for n, k, g in start:
-        slot = pending.setdefault(id(n), {})
+        slot = pending.setdefault(n, {})
         slot[k] = g if k not in slot else slot[k] + g
     captured = {}
-    wanted = {id(gradient_edge(t)): t for t in capture} if capture is not None else None
+    wanted = {gradient_edge(t): t for t in capture} if capture is not None else None
     # a gradient nothing else holds may become a leaf's .grad as it is; while tracing, the tracer owns .grad
     steal = not create_graph and not registry.DISPATCH_HOOKS
-    ready = [gradient_edge(t) for t in roots]
-    ready = [n for n in ready if deps.get(id(n), 0) == 0]
+    ready = [n for n, _, _ in start if n not in deps]
     done = set()
     while ready:
         node = ready.pop()
-        if id(node) in done:
+        if node in done:
             continue
-        done.add(id(node))
-        grads = pending.pop(id(node), {})
+        done.add(node)
+        grads = pending.pop(node, {})
         if node.__class__ is AccumulateGrad:
             g = grads.pop(0, None)
             if wanted is not None:
-                if id(node) in wanted and g is not None:
+                if node in wanted and g is not None:
                     captured[id(node)] = g
             elif g is not None and accumulate:
                 owned = steal and sys.getrefcount(g) == 1 + _LOCAL_EXTRA  # (before the call holds it too)
                 _accumulate(node.variable, g, create_graph, owned)
             continue
-        for k, hooks in node.hooks.items():
-            for hook in hooks:
-                if grads.get(k) is not None:
-                    new = hook(grads[k])
-                    if new is not None:
-                        grads[k] = new
-        for k, ref in node.retained.items():  # after the hooks, as torch does
-            t = ref()
-            if t is not None and grads.get(k) is not None:
-                g = grads[k].detach()
-                t.grad = g if t.grad is None else t.grad + g
-        if wanted is not None and id(node) in wanted:
-            captured[id(node)] = grads.get(getattr(wanted[id(node)], "_output_nr", 0))
+        if node.hooks:
+            for k, hooks in node.hooks.items():
+                for hook in hooks:
+                    if grads.get(k) is not None:
+                        new = hook(grads[k])
+                        if new is not None:
+                            grads[k] = new
+        if node.retained:
+            for k, ref in node.retained.items():  # after the hooks, as torch does
+                t = ref()
+                if t is not None and grads.get(k) is not None:
+                    g = grads[k].detach()
+                    t.grad = g if t.grad is None else t.grad + g
+        if wanted is not None and node in wanted:
+            captured[id(node)] = grads.get(getattr(wanted[node], "_output_nr", 0))
         if any(g is not None for g in grads.values()):
             input_grads = node.apply(grads, create_graph)
         else:  # reachable, but the rules upstream gave it no gradient (expand_as's ``other``): nothing to pass on
@@ -346,10 +373,14 @@ def _run(roots, root_grads, retain_graph, create_graph, capture, accumulate):
             if nxt is None:
                 continue
             if g is not None:
-                slot = pending.setdefault(id(nxt), {})
-                slot[k] = g if k not in slot else slot[k] + g
-            deps[id(nxt)] -= 1
-            if deps[id(nxt)] == 0:
+                slot = pending.get(nxt)
+                if slot is None:
+                    pending[nxt] = {k: g}
+                else:
+                    slot[k] = g if k not in slot else slot[k] + g
+            left = deps[nxt] - 1
+            deps[nxt] = left
+            if not left:
                 ready.append(nxt)
         input_grads = g = None
     return captured
@@ -358,10 +389,13 @@ def _run(roots, root_grads, retain_graph, create_graph, capture, accumulate):
 def _accumulate(leaf, g, create_graph, owned=False):
     """Add ``g`` into ``leaf.grad``. As torch's AccumulateGrad, a first gradient that nothing else
     holds (``owned``: the caller's reference to ``g`` is the only one) becomes ``.grad`` without a copy."""
-    for hook in leaf.__dict__.get("_hooks", ()):
-        new = hook(g)
-        if new is not None:
-            g, owned = new, False
+    hooks = leaf.__dict__.get("_hooks")
+    if hooks:
+        owned = False  # a hook may keep the gradient it sees
+        for hook in hooks:
+            new = hook(g)
+            if new is not None:
+                g = new
     if create_graph:
         leaf.grad = g if leaf.grad is None else leaf.grad + g
         return
@@ -374,7 +408,8 @@ def _accumulate(leaf, g, create_graph, owned=False):
 
 def _stolen(g):
     """``g`` as a new tensor without history on its memory, when ``g`` and a base of it that
-    nothing else holds are the only tensors on that memory (else None)."""
+    nothing else holds are the only tensors on that memory and no NumPy array outside them views
+    it (a hook may have kept ``g.numpy()``), else None."""
     if (g.__class__ is not registry.Tensor or g.grad_fn is not None or g._requires_grad or g._offset
             or g.device.type != "cpu" or not g.is_contiguous()):
         return None
@@ -388,5 +423,13 @@ def _stolen(g):
     else:
         return None
     if sys.getrefcount(g._storage) != holders + _ATTR_EXTRA:
+        return None
+    base = g._base
+    memory = g._storage._data
+    if memory.base is not None or not (g._arr is None or g._arr is memory) or not (
+            base is None or base._arr is None or base._arr is memory):
+        return None  # NumPy views on the memory, whose holders are unknown
+    slots = 1 + (g._arr is memory) + (base is not None and base._arr is memory)  # the storage's, the tensors'
+    if sys.getrefcount(memory) != slots + 1 + _LOCAL_EXTRA:
         return None
     return registry.Tensor._make(g._storage, g._shape, g._stride, 0, g._arr)

@@ -5,12 +5,16 @@ from __future__ import annotations
 import functools
 import threading
 
-_state = threading.local()
+class _State(threading.local):
+    enabled = True  # each thread starts in grad mode (a class default: reading it needs no fallback)
+
+
+_state = _State()
 
 
 def is_grad_enabled() -> bool:
     """Whether ops on tensors that require grad record a backward graph."""
-    return getattr(_state, "enabled", True)
+    return _state.enabled
 
 
 def _set(flag):

@@ -28,18 +28,10 @@ def nondifferentiable(*names):
 
 
 class Args:
-    """An op's arguments by schema name: ``a.self``, ``a.dim``."""
-
-    __slots__ = ("_values",)
+    """An op's arguments by schema name: ``a.self``, ``a.dim`` (plain attributes: rules read them often)."""
 
     def __init__(self, schema, values, names=None):
         """``names``: the schema's argument names, when the caller has them at hand (``OpDef.arg_names``)."""
         if names is None:
             names = [x.name for x in schema.args]
-        object.__setattr__(self, "_values", dict(zip(names, values)))
-
-    def __getattr__(self, name):
-        try:
-            return self._values[name]
-        except KeyError:
-            raise AttributeError(name) from None
+        self.__dict__.update(zip(names, values))

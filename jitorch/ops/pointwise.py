@@ -204,6 +204,9 @@ def _check_where(spec, condition, a, b):
     elif condition.dtype is not _dt.bool:
         raise RuntimeError("where expected condition to be a boolean tensor, but got a tensor with dtype "
                            f"{scalar_name(condition.dtype)}")
+    for v in (a, b):
+        if isinstance(v, Number):
+            _check_fits(v, spec.dtype)
 
 
 def _check_isclose_args(op_name, a, b, rtol, atol):

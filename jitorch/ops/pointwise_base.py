@@ -75,7 +75,8 @@ def defpointwise(schema, formula, promotion=M.DEFAULT, *, variants=("function", 
     defaults = tuple(op.schema.args[i].default for i in others)
     if into is None and isinstance(formula, np.ufunc):
         into = formula
-    op.fast, op.fast_into = _fast_path(op, formula, promotion, positions, others, check, plain, defaults, into)
+    op.fast, op.fast_into = _fast_path(op, formula, promotion, positions, others, check, plain, defaults, into,
+                                       masked=keep == {0})
     op.attrs.setdefault("promotion", promotion)
     return op
 
@@ -85,8 +86,9 @@ _FAST_KINDS = {M.DEFAULT: "biuf", M.INT_TO_FLOAT: "f", M.ALWAYS_BOOL: "biuf", M.
 _HALVES = (_dt.float16, _dt.bfloat16)
 
 
-def _fast_path(op, formula, promotion, positions, others, check, plain, defaults, into):
-    """``(fast, fast_into)`` for the commonest eager calls, or ``(None, None)``.
+def _fast_path(op, formula, promotion, positions, others, check, plain, defaults, into, masked=False):
+    """``(fast, fast_into)`` for the commonest eager calls, or ``(None, None)``. ``masked``: the first
+    operand is a mask the formula takes as it is (``where``'s condition), served when it is a bool tensor.
 
     ``fast(args, record=True) -> Tensor | None``: the result, or None to take the general path.
     On tensors that require grad in grad mode the result gets its backward node
@@ -111,7 +113,8 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
     contiguous = registry.CONTIGUOUS_STRIDES
     cpu = registry.to_device("cpu")
     n = len(positions)
-    if positions != tuple(range(n)) or n not in (1, 2):
+    first = 1 if masked else 0  # the first operand whose dtype the result follows
+    if positions != tuple(range(n)) or n - first not in (1, 2):
         return None, None
     rest = n < len(others) + n  # the op has arguments besides its operands
 
@@ -137,10 +140,10 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
     def operands(args):
         """(dtype, operand arrays or numbers, whether a tensor requires grad in grad mode) when NumPy's
         rules give torch's result, else None. Operands: one tensor, two of one dtype, or a tensor and
-        a Python number of its kind (an int its dtype holds)."""
+        a Python number of its kind (an int its dtype holds), after a bool tensor if ``masked``."""
         Tensor = registry.Tensor
-        x = args[0]
-        if n == 1:
+        x = args[first]
+        if n == first + 1:
             if not isinstance(x, Tensor) or x.device is not cpu:
                 return None
             dtype = x.dtype
@@ -148,7 +151,7 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
             vals = (xa if xa is not None else x._array(),)
             grad = x._requires_grad
         else:
-            y = args[1]
+            y = args[first + 1]
             if isinstance(x, Tensor):
                 if x.device is not cpu:
                     return None
@@ -187,6 +190,11 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
             vals = (xa, ya)
         if dtype not in fast_dtypes:  # before computing: a formula need not handle dtypes its op rejects
             return None
+        if masked:
+            mask = args[0]
+            if not isinstance(mask, Tensor) or mask.dtype is not _dt.bool or mask.device is not cpu:
+                return None
+            vals = (mask._arr if mask._arr is not None else mask._array(),) + vals
         return dtype, vals, grad and records_grad()
 
     def fast(args, record=True):
@@ -234,4 +242,4 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
         x._storage._version += 1
         return True
 
-    return fast, (fast_into if into is not None else None)
+    return fast, (fast_into if into is not None and not masked else None)

@@ -17,6 +17,9 @@ from numbers import Number
 import numpy as np
 
 from ..runtime import dtypes as _dt
+from ..runtime import fp_errors
+from ..runtime.device import CPU
+from . import registry
 from .meta import opmath, reduced_shape, reduction_dims, wrap_dim
 from .registry import FUNCTIONS, OPS, TensorSpec, defop, scalar_name
 
@@ -162,10 +165,64 @@ def _reduction_kernel(fn):
     return kernel
 
 
+# Rules under which a float32/float64 input gives a result of its own dtype, computed in it (nanmean's
+# NumPy formula divides by an integer count array, which NumPy promotes to float64: not worth a fast path)
+_KEEPS_FLOAT = (_accumulated, _floating_mean)
+_FAST_DTYPES = (_dt.float32, _dt.float64)
+
+
+def _fast_axis(dim, ndim):
+    """NumPy's ``axis`` for a dim argument of Python ints within range and without repeats
+    (None: every dim), or False for anything else (the general path raises the errors)."""
+    if dim is None:
+        return None
+    if dim.__class__ is int:
+        dim = (dim,)
+    elif dim.__class__ is not tuple and dim.__class__ is not list:
+        return False
+    axis = []
+    for d in dim:
+        if d.__class__ is not int or not -ndim <= d < ndim:
+            return False
+        axis.append(d % ndim)
+    if len(set(axis)) != len(axis):
+        return False
+    return tuple(axis) or None
+
+
+def _reduction_fast(op, fn):
+    """``fast(args, record=True)``: a float reduction over dims given as Python ints, without the
+    general path's conversion and meta rule; None for anything else (`registry.OpDef.fast`)."""
+    def fast(args, record=True):
+        x, dim, keepdim, dtype = args
+        if (not isinstance(x, registry.Tensor) or x.device is not CPU or x.dtype not in _FAST_DTYPES
+                or dtype is not None or keepdim.__class__ is not bool):
+            return None
+        axis = _fast_axis(dim, len(x._shape))
+        if axis is False:
+            return None
+        grad = x._requires_grad and registry.records_grad()
+        if grad and not record:
+            return None
+        a = x._arr if x._arr is not None else x._array()
+        token = fp_errors.enter()
+        try:
+            r = np.asarray(fn(a, axis=axis, keepdims=keepdim))
+        finally:
+            fp_errors.leave(token)
+        if r.dtype != a.dtype:
+            return None
+        result = registry.Tensor._from_array(r, x.dtype)
+        return registry.record_fast(op, args, result) if grad else result
+    return fast
+
+
 for _r in _REDUCTIONS:
     _name = _r.schema.split("(", 1)[0]
-    defop(_r.schema, meta=_reduction_meta(_name, _r.dtype_rule, _r.nonempty), cpu=_reduction_kernel(_r.fn),
-          kind="reduction", variants=_r.variants, doc=_r.doc)
+    _op = defop(_r.schema, meta=_reduction_meta(_name, _r.dtype_rule, _r.nonempty), cpu=_reduction_kernel(_r.fn),
+                kind="reduction", variants=_r.variants, doc=_r.doc)
+    if _r.dtype_rule in _KEEPS_FLOAT and not _r.nonempty and _r.schema.startswith(_name + "(Tensor self, int[]?"):
+        _op.fast = _reduction_fast(_op, _r.fn)
 
 
 # Index choices: argmax/argmin, and (values, indices) from max/min/median over one dim ----
@@ -482,7 +539,8 @@ def _softmax(a, axis):
 
 def _log_softmax(a, axis):
     shifted = a - np.max(a, axis=axis, keepdims=True, initial=-np.inf)
-    return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
+    norm = np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
+    return np.subtract(shifted, norm, out=shifted) if shifted.ndim else shifted - norm  # (0-d: a NumPy scalar)
 
 
 def _softmax_meta(name):
@@ -503,8 +561,33 @@ def _softmax_kernel(fn):
     return kernel
 
 
+def _softmax_fast(op, fn):
+    """``fast(args, record=True)``: softmax of a float tensor along a dim given as a Python int, without the
+    general path's conversion and meta rule; None for anything else (`registry.OpDef.fast`)."""
+    def fast(args, record=True):
+        x, dim, dtype = args
+        if (not isinstance(x, registry.Tensor) or x.device is not CPU or x.dtype not in _FAST_DTYPES
+                or dtype is not None or not x._shape):
+            return None
+        axis = _fast_axis(dim, len(x._shape))
+        if not axis or len(axis) != 1 or dim.__class__ is not int:
+            return None
+        grad = x._requires_grad and registry.records_grad()
+        if grad and not record:
+            return None
+        token = fp_errors.enter()
+        try:
+            r = fn(x._arr if x._arr is not None else x._array(), axis[0])
+        finally:
+            fp_errors.leave(token)
+        result = registry.Tensor._from_array(r, x.dtype)
+        return registry.record_fast(op, args, result) if grad else result
+    return fast
+
+
 for _name, _fn, _what in (("softmax", _softmax, "``exp(x) / sum(exp(x))``"),
                           ("log_softmax", _log_softmax, "``x - logsumexp(x)``")):
-    defop(f"{_name}(Tensor self, int dim, ScalarType? dtype=None) -> Tensor", meta=_softmax_meta(_name),
-          cpu=_softmax_kernel(_fn), kind="softmax", variants=_ALL_FORMS,
-          doc=f"{_what} along ``dim``, shifted by the max for stability; ``dtype=`` casts the input first.")
+    _op = defop(f"{_name}(Tensor self, int dim, ScalarType? dtype=None) -> Tensor", meta=_softmax_meta(_name),
+                cpu=_softmax_kernel(_fn), kind="softmax", variants=_ALL_FORMS,
+                doc=f"{_what} along ``dim``, shifted by the max for stability; ``dtype=`` casts the input first.")
+    _op.fast = _softmax_fast(_op, _fn)

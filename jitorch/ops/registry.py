@@ -184,7 +184,10 @@ def _converter(op, arg):
     if typ == "int" and (arg.list or arg.varargs):
         def int_list(v):
             if isinstance(v, (list, tuple)):
-                return tuple(_to_int(op, arg, x) for x in v)
+                for x in v:
+                    if x.__class__ is not int:
+                        return tuple(_to_int(op, arg, x) for x in v)
+                return tuple(v)
             if Tensor is not None and isinstance(v, Tensor) and v.ndim == 1:
                 return tuple(int(x) for x in v.tolist())
             return (_to_int(op, arg, v),)
@@ -652,6 +655,29 @@ def _varargs_fixup(schema):
     return "\n".join(lines)
 
 
+def _view_fast(op):
+    """``fast(args)`` of a view op with one tensor argument: the view made without the general
+    path's steps (a view has no kernel, and its backward node only when grad mode records it).
+    None for other ops."""
+    if op.view is None or op.composite is not None or op.multi_tensor:
+        return None
+
+    def fast(args):
+        x = args[0]
+        if not isinstance(x, Tensor):
+            return None
+        args = op.convert(args)
+        geo = op.view(*args)
+        if geo.__class__ is list:
+            result = tuple(Tensor._view_of(x, *g) for g in geo)
+        else:
+            result = Tensor._view_of(x, *geo)
+        if x._requires_grad and records_grad():
+            return AUTOGRAD.record(op, args, result)
+        return result
+    return fast
+
+
 def _generate(op, kind, binder=False):
     """Generate one variant: 'function' (with out=), 'method' or 'inplace'.
 
@@ -663,21 +689,23 @@ def _generate(op, kind, binder=False):
     params = _param_list(s, with_out, self_first=kind != "function")
     argnames = ", ".join(a.name for a in s.args) + ("," if len(s.args) == 1 else "")
     fix = _varargs_fixup(s)
+    fast_path = None
     if binder:
         body = f"    return ({argnames}), {'out' if with_out else 'None'}"
     elif kind == "inplace":
         body = f"    return _call_inplace(_op, ({argnames}))"
     else:
         # The fast path is tried here rather than in `call` to spare small ops a frame.
+        fast_path = op.fast if op.fast is not None else _view_fast(op)
         fast = f"    if not _hooks{' and out is None' * with_out}:\n" \
                f"        r = _fast(({argnames}))\n" \
                f"        if r is not None:\n" \
-               f"            return r\n" if op.fast is not None else ""
+               f"            return r\n" if fast_path is not None else ""
         body = fast + f"    return _call(_op, ({argnames}){', out' * with_out})"
     name = op.public_name + ("_" if kind == "inplace" else "")
     src = f"def {name}({params}):\n" + (fix + "\n" if fix else "") + body + "\n"
     env = {"_call": call, "_call_inplace": call_inplace, "_op": op, "_int": (int, np.integer), "_seq": (list, tuple),
-           "_fast": op.fast, "_hooks": DISPATCH_HOOKS,
+           "_fast": fast_path, "_hooks": DISPATCH_HOOKS,
            "_D": [a.default if a.has_default else None for a in s.args]}
     exec(compile(src, f"<jitorch op {op.name}>", "exec"), env)
     fn = env[name]

@@ -218,3 +218,23 @@ def test_inplace_on_a_view_of_a_leaf_raises():
     with pytest.raises(RuntimeError, match="a view of a leaf Variable that requires grad is being used in an "
                                            "in-place operation"):
         x[0].mul_(2)
+
+
+def test_a_view_taken_before_an_in_place_write_to_its_base_sees_the_new_history():
+    # torch regenerates such a view's grad_fn from the base's current history
+    x = jt.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    c = x.clone()
+    b = c[:2]
+    c.mul_(3)
+    b.sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [3.0, 3.0, 0.0])
+
+
+def test_a_write_through_one_view_reaches_the_history_of_another():
+    x = jt.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    c = x.clone()
+    b, d = c[:2], c[1:]
+    d.mul_(2)
+    (b * b).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [2.0, 16.0, 0.0])
+    assert b.grad_fn.name().startswith("AsStrided")

@@ -70,6 +70,25 @@ def test_a_gradient_a_hook_keeps_is_copied():
     assert x.grad.tolist() == [2.0, 3.0]
 
 
+def test_a_gradient_whose_memory_a_hook_keeps_as_an_array_is_copied():
+    x = leaf([1.0, 2.0])
+    arrays = []
+    y = x + 0.0  # passes its gradient on as it is
+    y.register_hook(lambda g: arrays.append(g.numpy()))
+    (y * jt.tensor([2.0, 3.0], dtype=jt.float64)).sum().backward()
+    arrays[0][:] = 0
+    assert x.grad.tolist() == [2.0, 3.0]
+
+
+def test_a_gradient_a_leaf_hook_keeps_is_copied():
+    x = leaf([1.0, 2.0])
+    seen = []
+    x.register_hook(seen.append)
+    (x * 3.0).sum().backward()
+    seen[0].mul_(0)
+    assert x.grad.tolist() == [3.0, 3.0]
+
+
 def test_a_leaf_hook_result_is_copied():
     x = leaf([1.0, 2.0])
     kept = jt.tensor([5.0, 5.0], dtype=jt.float64)
@@ -105,3 +124,16 @@ def test_backward_runs_its_rules_in_the_mode_create_graph_sets(mode):
     with mode():
         loss.backward()
     assert seen == [False] and jt.is_grad_enabled()
+
+
+def test_a_weight_used_transposed_gets_a_contiguous_gradient_without_a_copy(monkeypatch):
+    rng = np.random.default_rng(0)
+    x = jt.tensor(rng.standard_normal((5, 4)))
+    w = jt.tensor(rng.standard_normal((3, 4)), requires_grad=True)
+    v = jt.tensor(rng.standard_normal((4, 2)), requires_grad=True)
+    _no_clone(monkeypatch)
+    (x @ w.t()).sum().backward()
+    (v.t() @ x.t()).sum().backward()
+    assert w.grad.is_contiguous() and v.grad.is_contiguous()
+    np.testing.assert_allclose(w.grad.numpy(), np.ones((3, 5)) @ x.numpy())
+    np.testing.assert_allclose(v.grad.numpy(), (np.ones((2, 5)) @ x.numpy()).T)

@@ -133,3 +133,19 @@ def test_where_takes_a_uint8_condition_with_a_warning(rng):
     with pytest.warns(UserWarning, match="where received a uint8 condition tensor"):
         got = jt.where(jt.tensor(mask.astype(np.uint8)), g, 0.0)
     assert got.numpy().tobytes() == np.where(mask, g.numpy(), np.float32(0)).tobytes()
+
+
+@pytest.mark.parametrize("dtype, value, name", [(jt.int8, 300, "int8_t"), (jt.int8, -129, "int8_t"),
+                                                (jt.uint8, 256, "uint8_t"), (jt.float32, 1e40, "float")])
+def test_where_with_a_number_its_dtype_cannot_hold_raises(dtype, value, name):
+    cond = jt.tensor([True, False])
+    with pytest.raises(RuntimeError, match=f"value cannot be converted to type {name} without overflow"):
+        jt.where(cond, jt.ones(2, dtype=dtype), value)
+
+
+def test_where_on_a_tensor_requiring_grad_records_its_node():
+    g = jt.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    y = jt.where(jt.tensor([True, False, True]), g, 0.5)
+    assert y.grad_fn.name() == "WhereBackward0" and y.tolist() == [1.0, 0.5, 3.0]
+    y.sum().backward()
+    assert g.grad.tolist() == [1.0, 0.0, 1.0]

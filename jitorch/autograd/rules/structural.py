@@ -258,11 +258,20 @@ def _as_matrices(g, a):
             gm.unsqueeze(-1) if y.ndim == 1 else gm)
 
 
+def _column_major(t):
+    """Whether a matrix is a transposed contiguous one (``w.t()``): its gradient is computed in that
+    layout, as torch's mm backward does, so that the leaf's gradient is contiguous again."""
+    return t.ndim == 2 and t.stride(0) == 1 and t.stride(1) == t.shape[0] and t.shape[0] > 1
+
+
 def _matmul_self(g, a, out):
     if a.self.ndim == 1 and a.other.ndim == 1:
         return g * a.other
     xm, ym, gm = _as_matrices(g, a)
-    return sum_to(gm.matmul(ym.transpose(-2, -1)), xm.shape).reshape(a.self.shape)
+    if _column_major(a.self) and ym.ndim == 2:
+        return ym.matmul(gm.transpose(-2, -1)).transpose(-2, -1)
+    gx = sum_to(gm.matmul(ym.transpose(-2, -1)), xm.shape)
+    return gx if a.self.ndim > 1 else gx.reshape(a.self.shape)  # a vector's row back to a vector
 
 
 def _matmul_other(g, a, out):
@@ -272,9 +281,11 @@ def _matmul_other(g, a, out):
     if xm.ndim > 2 and ym.ndim == 2:
         # one product over all rows of the batch rather than one per matrix, then a sum
         gy = xm.reshape(-1, xm.shape[-1]).t().matmul(gm.reshape(-1, gm.shape[-1]))
+    elif _column_major(a.other) and xm.ndim == 2:
+        return gm.transpose(-2, -1).matmul(xm).transpose(-2, -1)
     else:
         gy = sum_to(xm.transpose(-2, -1).matmul(gm), ym.shape)
-    return gy.reshape(a.other.shape)
+    return gy if a.other.ndim > 1 else gy.reshape(a.other.shape)  # a vector's column back to a vector
 
 
 def _einsum(g, a, out):

@@ -1,0 +1,95 @@
+"""The eager shortcut of float sums and means over dims given as Python ints: NumPy's values,
+torch's shapes and errors, and the backward node when the input requires grad."""
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import jitorch as jt
+from tests.support import random_array, tensor_and_array
+
+REFS = {"sum": np.sum, "mean": np.mean, "nansum": np.nansum}
+
+
+@st.composite
+def reduction_case(draw):
+    shape = tuple(draw(st.lists(st.integers(1, 4), min_size=0, max_size=3)))
+    nd = len(shape)
+    if nd == 0:
+        dim = None
+    else:
+        dims = draw(st.lists(st.integers(-nd, nd - 1), max_size=nd, unique_by=lambda d: d % nd))
+        dim = draw(st.sampled_from([None, tuple(dims), list(dims)] + ([dims[0]] if dims else [])))
+    return shape, dim, draw(st.booleans())
+
+
+@given(case=reduction_case(), name=st.sampled_from(sorted(REFS)), dtype=st.sampled_from([jt.float32, jt.float64]),
+       layout=st.sampled_from(["contiguous", "transposed", "strided", "offset"]), seed=st.integers(0, 2**16))
+def test_float_reductions_match_numpy(case, name, dtype, layout, seed):
+    shape, dim, keepdim = case
+    x, expected = tensor_and_array(random_array(shape, dtype, np.random.default_rng(seed)), layout)
+    got = getattr(x, name)(dim, keepdim=keepdim)
+    axis = None if dim is None or (not isinstance(dim, int) and not dim) else (
+        tuple(d % len(shape) for d in dim) if not isinstance(dim, int) else dim)
+    want = np.asarray(REFS[name](expected.astype(np.float64), axis=axis, keepdims=keepdim))
+    assert got.dtype is dtype and tuple(got.shape) == want.shape
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_dim_out_of_range_raises():
+    with pytest.raises(IndexError, match=r"Dimension out of range \(expected to be in range of \[-2, 1\], but got 2\)"):
+        jt.ones(2, 3).sum(2)
+
+
+def test_a_repeated_dim_raises():
+    with pytest.raises(RuntimeError, match="dim 1 appears multiple times in the list of dims"):
+        jt.ones(2, 3).mean((1, -1))
+
+
+def test_an_integer_sum_still_accumulates_as_int64():
+    assert jt.tensor([1, 2], dtype=jt.int32).sum(0).dtype is jt.int64
+
+
+def test_a_reduction_of_a_tensor_requiring_grad_records_its_node():
+    x = jt.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    y = x.sum(0)
+    assert y.grad_fn.name() == "SumBackward0"
+    (y * jt.tensor([1.0, 10.0])).sum().backward()
+    assert x.grad.tolist() == [[1.0, 10.0], [1.0, 10.0]]
+    with jt.no_grad():
+        assert x.mean(-1).grad_fn is None
+
+
+def _log_softmax_ref(a, axis):
+    shifted = a - a.max(axis=axis, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=axis, keepdims=True))
+
+
+@given(shape=st.lists(st.integers(1, 4), min_size=1, max_size=3).map(tuple), data=st.data(),
+       dtype=st.sampled_from([jt.float32, jt.float64]), log=st.booleans(), seed=st.integers(0, 2**16))
+def test_softmax_along_a_dim_matches_numpy(shape, data, dtype, log, seed):
+    dim = data.draw(st.integers(-len(shape), len(shape) - 1))
+    a = random_array(shape, dtype, np.random.default_rng(seed))
+    got = getattr(jt.tensor(a), "log_softmax" if log else "softmax")(dim)
+    want = _log_softmax_ref(a.astype(np.float64), dim)
+    assert got.dtype is dtype and tuple(got.shape) == shape
+    np.testing.assert_allclose(got.numpy(), want if log else np.exp(want), rtol=1e-5, atol=1e-6)
+
+
+def test_softmax_of_a_0d_tensor():
+    assert jt.tensor(2.0).log_softmax(0).item() == 0.0 and jt.tensor(2.0).softmax(-1).item() == 1.0
+
+
+def test_softmax_along_a_dim_out_of_range_raises():
+    with pytest.raises(IndexError, match=r"Dimension out of range \(expected to be in range of \[-1, 0\], but got 1\)"):
+        jt.ones(2).softmax(1)
+
+
+def test_log_softmax_of_a_tensor_requiring_grad_records_its_node():
+    x = jt.tensor([[1.0, 2.0, 3.0]], dtype=jt.float64, requires_grad=True)
+    y = x.log_softmax(-1)
+    assert y.grad_fn.name() == "LogSoftmaxBackward0"
+    y[0, 0].backward()
+    p = np.exp(_log_softmax_ref(np.array([[1.0, 2.0, 3.0]]), -1))
+    np.testing.assert_allclose(x.grad.numpy(), np.array([[1.0, 0.0, 0.0]]) - p)
