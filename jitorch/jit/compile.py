@@ -117,7 +117,10 @@ class CacheEntry:
     backward: object = None  # the compiled vector-Jacobian product, for calls that need a backward
 
     def guards(self):
-        return describe_guards(self.key, self.names)
+        lines = describe_guards(self.key, self.names)
+        if self.graph is not None:  # what the trace assumed of Python state (see jitorch.compiler.guard)
+            lines += [f"python state: {check.__doc__ or check}" for check in self.graph.python_guards]
+        return lines
 
     def reusable(self, args):
         """Whether this entry's graph may run on ``args`` as they are (the fast path's checks

@@ -148,30 +148,50 @@ class Tracer:
             if not unchanged:
                 changed.append((name, after))
             if touched:
-                guards.append(_grad_is_none_guard(real, before is None))
+                guards.append(_grad_is_none_guard(real, name, before is None))
         return changed, guards
 
     def name_for(self, t):
-        """A readable constant name: the variable that holds ``t`` in the traced function, if any."""
+        """A readable constant name: the variable that holds ``t`` in the traced function, or
+        ``model.0.weight`` for a parameter or buffer of a module it holds; ``c`` otherwise."""
+        for name, value in self._visible_objects():
+            if value is t:
+                return name
+        for name, value in self._visible_objects():
+            for method in ("named_parameters", "named_buffers"):
+                named = getattr(value, method, None) if not isinstance(value, Tensor) else None
+                if callable(named):
+                    for qualified, p in named():
+                        if p is t:
+                            return f"{name}.{qualified}" if name != "self" else qualified
+            state = getattr(value, "state", None)  # an optimizer: its per-parameter buffers
+            if isinstance(state, dict) and not isinstance(value, Tensor):
+                for i, per_param in enumerate(state.values()):
+                    for key, held in per_param.items() if isinstance(per_param, dict) else ():
+                        if held is t:
+                            return f"{name}.{key}_{i}"
+        return "c"
+
+    def _visible_objects(self):
+        """(name, object) the traced function reaches directly: closure cells, the globals its code
+        names, and the attributes of the object it is bound to (or is: a module)."""
         fn = getattr(self.fn, "__func__", self.fn)
         code = getattr(fn, "__code__", None)
         if code is not None:
-            cells = zip(code.co_freevars, fn.__closure__ or ())
-            for name, cell in cells:
+            for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
                 try:
-                    if cell.cell_contents is t:
-                        return name
+                    yield name, cell.cell_contents
                 except ValueError:
                     continue
-            for name, value in getattr(fn, "__globals__", {}).items():
-                if value is t:
-                    return name
+            module_globals = getattr(fn, "__globals__", {})
+            for name in code.co_names:
+                if name in module_globals:
+                    yield name, module_globals[name]
         owner = getattr(self.fn, "__self__", None) or (self.fn if not inspect.isfunction(self.fn) else None)
         if owner is not None:
+            yield "self", owner
             for name, value in vars(owner).items() if hasattr(owner, "__dict__") else ():
-                if value is t:
-                    return name
-        return "c"
+                yield name, value
 
     def value_of(self, t):
         """The Value holding ``t``'s elements now (re-read from its base if written since)."""
@@ -367,7 +387,7 @@ class Tracer:
         return self.graph
 
 
-def _grad_is_none_guard(tensor, was_none):
+def _grad_is_none_guard(tensor, name, was_none):
     """A graph traced with a captured parameter's ``.grad`` None (or not) fits only calls where it still is."""
     import weakref
     ref = weakref.ref(tensor)
@@ -375,7 +395,7 @@ def _grad_is_none_guard(tensor, was_none):
     def check():
         t = ref()
         return t is not None and (t.__dict__.get("_grad") is None) == was_none
-    check.__doc__ = f"the captured tensor's .grad is {'None' if was_none else 'a tensor'}"
+    check.__doc__ = f"{name}.grad is {'None' if was_none else 'a tensor'}"
     return check
 
 
