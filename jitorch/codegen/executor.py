@@ -86,7 +86,7 @@ class KernelStep:
         self.args_type = ctypes.c_void_p * (len(self.inputs) + len(self.outputs))
         # filled in by the plan: which arguments change per call
         self.dynamic_inputs = []   # (argument index, value)
-        self.fresh_outputs = []    # (argument index, value)
+        self.fresh_outputs = []    # (argument index, value, its strides)
         self.inplace_outputs = []  # (argument index, value, the input value whose memory it takes)
         self.eager_made = set()    # inputs computed by eager steps
 
@@ -112,9 +112,12 @@ class KernelStep:
             if v in self.eager_made:
                 t = env[v] = _compact(t)
             args[i] = t._storage.data_ptr()
-        for i, v in self.fresh_outputs:
-            t = env[v] = _fresh(v)
-            args[i] = t._storage.data_ptr()
+        for i, v, strides in self.fresh_outputs:
+            arr, buf = allocator.empty(v.type.shape, v.type.dtype.np)
+            t = env[v] = Tensor._make(Storage(arr, v.type.dtype), v.type.shape, strides, 0, arr)
+            if buf is not None:
+                allocator.track(t._storage, buf)
+            args[i] = _address(arr)
         for i, v, target in self.inplace_outputs:
             t = env[v] = env[target] if inplace else _fresh(v)
             args[i] = t._storage.data_ptr()
@@ -308,8 +311,8 @@ class Plan:
                 step.eager_made = eager_made & set(step.inputs)
                 args = (*step.inputs, *step.outputs)
                 step.dynamic_inputs = [(i, v) for i, v in enumerate(step.inputs) if v not in self.slots]
-                step.fresh_outputs = [(i, v) for i, v in enumerate(args) if i >= len(step.inputs)
-                                      and v not in self.slots and v not in self.inplace]
+                step.fresh_outputs = [(i, v, contiguous_strides(v.type.shape)) for i, v in enumerate(args)
+                                      if i >= len(step.inputs) and v not in self.slots and v not in self.inplace]
                 step.inplace_outputs = [(i, v, self.inplace[v]) for i, v in enumerate(args)
                                         if i >= len(step.inputs) and v in self.inplace]
 
@@ -387,6 +390,7 @@ class CompiledGraph:
         self._arenas = []
         self._inplace_targets = {self.plan.inplace[v] for v in self.plan.inplace}
         self._input_index = {v: i for i, v in enumerate(self.graph.inputs)}
+        self._eager_steps = any(isinstance(step, EagerStep) for step in self.steps)
 
     def __call__(self, inputs):
         """(outputs pytree, mutations) on ``inputs`` (flat list in graph-input order)."""
@@ -423,8 +427,12 @@ class CompiledGraph:
         arena = self._arenas.pop() if self._arenas else Arena(self.plan, self.steps)
         try:
             env.update(arena.tensors)
-            # the graph already holds any backward it needs: its eager steps must not record another
-            with no_grad():
+            if self._eager_steps:
+                # the graph already holds any backward it needs: its eager steps must not record another
+                with no_grad():
+                    for step in self.steps:
+                        step.run(env, arena, inplace)
+            else:
                 for step in self.steps:
                     step.run(env, arena, inplace)
         finally:

@@ -139,7 +139,7 @@ def test_kernel_steps_patch_only_per_call_arguments():
     kernels = [s for s in ex.steps if isinstance(s, KernelStep)]
     assert kernels
     for s in kernels:
-        patched = {i for i, _ in s.dynamic_inputs} | {i for i, _ in s.fresh_outputs}
+        patched = {i for i, _ in s.dynamic_inputs} | {i for i, _, _ in s.fresh_outputs}
         fixed = [v for v in (*s.inputs, *s.outputs) if v in ex.plan.slots]
         assert len(patched) + len(fixed) + len(s.inplace_outputs) == len(s.inputs) + len(s.outputs)
 
