@@ -39,6 +39,7 @@ from jitorch.autograd import gradcheck, gradgradcheck, no_grad
 from jitorch.autograd.rule import NONDIFFERENTIABLE, RULES
 from jitorch.ops import registry
 from jitorch.utils.pytree import tree_leaves
+from tests.autograd.slots import floating, tensor_slots
 from tests.ops.samples import SAMPLES, bind, samples
 from tests.support import tensor_and_array
 
@@ -50,20 +51,6 @@ REFUSALS = (RuntimeError, IndexError, ValueError, TypeError)
 def _no_derivative(op, args):
     """Calls whose gradient is not implemented, as in torch: the nuclear norm needs an SVD's."""
     return op.name == "norm" and args[1] == "nuc"
-
-
-def _floating(v):
-    return isinstance(v, jt.Tensor) and v.dtype.is_floating_point
-
-
-def _slots(op, args):
-    """(position, list index or None) of every floating tensor among the schema-ordered ``args``."""
-    for i, is_list in op.tensor_args:
-        v = args[i]
-        if is_list and v is not None:
-            yield from ((i, j) for j, t in enumerate(v) if _floating(t))
-        elif _floating(v):
-            yield i, None
 
 
 def _get(args, slot):
@@ -132,7 +119,7 @@ def _float_output_shapes(op, args):
     """The shapes of the op's floating outputs on ``args``, or None where it refuses them or has none."""
     try:
         with no_grad():
-            outs = [o for o in tree_leaves(registry.call(op, args)) if _floating(o)]
+            outs = [o for o in tree_leaves(registry.call(op, args)) if floating(o)]
     except REFUSALS:
         return None
     return [tuple(o.shape) for o in outs] or None
@@ -208,7 +195,7 @@ def _is_alias(name):
 def _tracks(case):
     """Whether some floating output of the case requires grad (a variant may leave it none: ``reshape_as``
     with only ``other`` requiring grad)."""
-    return any(_floating(o) and o.requires_grad for o in tree_leaves(case(*case.leaves)))
+    return any(floating(o) and o.requires_grad for o in tree_leaves(case(*case.leaves)))
 
 
 def _cases(name):
@@ -218,7 +205,7 @@ def _cases(name):
     done = set()
     for n, sample in enumerate(samples(op, dtype=jt.float64)):
         args = bind(op, sample)
-        slots = list(_slots(op, args))
+        slots = list(tensor_slots(op, args))
         shapes = _float_output_shapes(op, args)
         if not slots or shapes is None:
             continue

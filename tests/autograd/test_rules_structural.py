@@ -22,6 +22,7 @@ from jitorch.jit import TraceError
 from jitorch.jit.tracer import trace_with_inputs
 from jitorch.ops.registry import OPS
 from jitorch.utils.pytree import tree_leaves
+from tests.autograd.slots import floating, tensor_slots
 from tests.ops.samples import bind, samples
 from tests.support import tensor_and_array
 
@@ -30,20 +31,6 @@ WRITERS = ("copy", "fill.Scalar", "fill.Tensor", "zero")  # creation-kind ops th
 STRUCTURAL = sorted(n for n, op in OPS.items()
                     if op.composite is None and (op.kind in FAMILIES or n in WRITERS))
 DIFFERENTIABLE = [n for n in STRUCTURAL if n not in NONDIFFERENTIABLE]
-
-
-def _floating(v):
-    return isinstance(v, jt.Tensor) and v.dtype.is_floating_point
-
-
-def _tensor_slots(op, args):
-    """(position, list index or None) of every floating tensor among ``args``."""
-    for i, is_list in op.tensor_args:
-        v = args[i]
-        if is_list and v is not None:
-            yield from ((i, j) for j, t in enumerate(v) if _floating(t))
-        elif _floating(v):
-            yield i, None
 
 
 def _with(args, slots, tensors):
@@ -64,10 +51,10 @@ def _differentiable_samples(name):
     found = []
     for s in samples(op, jt.float64):
         args = bind(op, s)
-        slots = list(_tensor_slots(op, args))
+        slots = list(tensor_slots(op, args))
         with no_grad():
             outs = tree_leaves(op(*args))
-        if not slots or not any(_floating(o) for o in outs):
+        if not slots or not any(floating(o) for o in outs):
             continue
         leaves = [(args[i] if j is None else args[i][j]).detach().requires_grad_() for i, j in slots]
         found.append((op, _with(args, slots, leaves), slots))
@@ -75,7 +62,7 @@ def _differentiable_samples(name):
 
 
 def _float_outputs(result):
-    return tuple(o for o in tree_leaves(result) if _floating(o))
+    return tuple(o for o in tree_leaves(result) if floating(o))
 
 
 def _check(fn, inputs):
