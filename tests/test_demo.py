@@ -30,3 +30,13 @@ def test_demo_learns_compiles_exports_and_reloads(tmp_path):
 def test_demo_rejects_a_single_epoch():
     done = run_demo("--epochs", "1")
     assert done.returncode == 2 and "at least 2" in done.stderr
+
+
+def test_the_jitorch_command_passes_its_options_to_the_demo(capsys):
+    import pytest
+
+    from jitorch.cli import main
+    with pytest.raises(SystemExit) as exit_info:
+        main(["demo", "--epochs", "1"])
+    assert exit_info.value.code == 2
+    assert "at least 2" in capsys.readouterr().err
