@@ -5,6 +5,10 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
+from jitorch.cli import main
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
@@ -33,9 +37,6 @@ def test_demo_rejects_a_single_epoch():
 
 
 def test_the_jitorch_command_passes_its_options_to_the_demo(capsys):
-    import pytest
-
-    from jitorch.cli import main
     with pytest.raises(SystemExit) as exit_info:
         main(["demo", "--epochs", "1"])
     assert exit_info.value.code == 2
