@@ -402,6 +402,8 @@ def _accumulate(leaf, g, create_graph, owned=False):
     if leaf.grad is None:
         stolen = _stolen(g) if owned else None
         leaf.grad = stolen if stolen is not None else g.detach().clone()
+    elif not is_grad_enabled():
+        leaf.grad.add_(g.detach())  # in place, as torch's AccumulateGrad: references to .grad see the sum
     else:
         leaf.grad = leaf.grad + g.detach()
 
