@@ -9,7 +9,10 @@ The archive holds ``manifest.json``::
 and one ``data/<key>.npy`` member per tensor storage (the whole flat buffer,
 bfloat16 stored as its uint16 bits; ``meta`` storages have none). Tensors in the tree reference a storage
 with their shape, strides and offset, so views that share a storage are
-saved once and come back sharing it. Containers are tagged so that lists,
+saved once and come back sharing it. A tensor object met again is saved as
+``{"type": "tensor_ref", "index": i}``, the i-th tensor record in encoding
+(depth-first) order, and loads as that same object, as pickle's memo makes
+torch.load do. Containers are tagged so that lists,
 tuples, dicts with non-string keys and OrderedDicts keep their type.
 
 Reading never runs code: JSON and ``np.load(..., allow_pickle=False)`` only,
@@ -67,6 +70,7 @@ class _Writer:
 
     def __init__(self):
         self.storages = {}     # id(storage) -> (key, storage)
+        self.tensors = {}      # id(tensor) -> its record's index, so a repeated tensor loads as one object
         self._active = set()   # ids of the containers being encoded, to refuse cycles
 
     def encode(self, obj):
@@ -108,6 +112,9 @@ class _Writer:
             self._active.discard(id(obj))
 
     def _tensor(self, t):
+        if id(t) in self.tensors:
+            return {"type": "tensor_ref", "index": self.tensors[id(t)]}
+        self.tensors[id(t)] = len(self.tensors)
         storage = t._storage
         entry = self.storages.get(id(storage))
         if entry is None:
@@ -191,6 +198,7 @@ class _Reader:
         _expect(isinstance(self.table, dict), "'storages' must be an object")
         self.map_location = map_location
         self.loaded = {}
+        self.tensors = []  # decoded tensor records in order, for tensor_ref
 
     def decode(self, node):
         if node is None or isinstance(node, (bool, int, str)):
@@ -256,8 +264,17 @@ class _Reader:
                 f"a {storage.dtype} tensor cannot require grad")
         if node.get("class") == "Parameter":
             from .nn.parameter import Parameter
-            return Parameter(t, requires_grad=requires_grad)
-        return t.requires_grad_(requires_grad)
+            t = Parameter(t, requires_grad=requires_grad)
+        else:
+            t.requires_grad_(requires_grad)
+        self.tensors.append(t)
+        return t
+
+    def decode_tensor_ref(self, node):
+        index = node.get("index")
+        _expect(_is_int(index) and index < len(self.tensors),
+                f"tensor_ref index {index!r} does not name an earlier tensor")
+        return self.tensors[index]
 
     def storage(self, key):
         """Storage ``key``, read once and then shared by every tensor that views it."""
@@ -302,7 +319,7 @@ _DECODERS = {
     "list": _Reader.decode_sequence, "tuple": _Reader.decode_sequence, "Size": _Reader.decode_sequence,
     "dict": _Reader.decode_mapping, "OrderedDict": _Reader.decode_mapping,
     "float": _Reader.decode_float, "dtype": _Reader.decode_dtype, "device": _Reader.decode_device,
-    "tensor": _Reader.decode_tensor,
+    "tensor": _Reader.decode_tensor, "tensor_ref": _Reader.decode_tensor_ref,
 }
 
 

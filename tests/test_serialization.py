@@ -91,6 +91,18 @@ def test_views_share_storage_after_load():
     assert back["row"][0].tolist() == -1.0 and back["t"][0, 2].tolist() == -1.0
 
 
+def test_a_tensor_saved_twice_loads_as_one_object():
+    # torch.load's pickle memo gives back one object for one saved object (tied weights, a list [p, p])
+    from jitorch.nn.parameter import Parameter
+
+    x, w = jt.arange(3.0), Parameter(jt.ones(2))
+    back = _round_trip({"a": [x, w], "b": (x, {"w": w}), "view": x[1:]})
+    assert back["a"][0] is back["b"][0] and back["a"][1] is back["b"][1]["w"]
+    assert isinstance(back["a"][1], Parameter) and back["view"] is not back["a"][0]
+    back["a"][0][1] = 7.0
+    assert back["view"].tolist() == [7.0, 2.0]
+
+
 def test_storage_written_once():
     base = jt.zeros(1000)
     with zipfile.ZipFile(io.BytesIO(_bytes([base, base[10:], base.view(10, 100)]))) as z:
@@ -261,6 +273,10 @@ BAD_FILES = [
      "reaches past the end of storage '0' of 2 elements"),
     ("bad requires_grad", _archive(_manifest(_tensor_node(requires_grad="yes"), _F32), _F32_MEMBER),
      "'requires_grad' must be true or false"),
+    ("ref before tensor", _archive(_manifest({"type": "tensor_ref", "index": 0})),
+     "tensor_ref index 0 does not name an earlier tensor"),
+    ("bad ref", _archive(_manifest({"type": "list", "items": [_tensor_node(), {"type": "tensor_ref", "index": 1}]},
+                                   _F32), _F32_MEMBER), "tensor_ref index 1 does not name an earlier tensor"),
     ("int requires grad", _archive(_manifest(_tensor_node(requires_grad=True), {"0": {"dtype": "int64", "size": 2}}),
                                    {"data/0.npy": _npy(np.zeros(2, np.int64))}),
      "a jitorch.int64 tensor cannot require grad"),

@@ -396,10 +396,23 @@ def _adaptive_matrix(n, out, like):
     return jt.tensor(m, dtype=like.dtype, device=like.device)
 
 
+def _adaptive_sizes(output_size, nd, name):
+    """torch's ``output_size``: one int (or None) for every dim, or exactly ``nd`` of them (None keeps a dim)."""
+    sizes = (output_size,) * nd if output_size is None or isinstance(output_size, int) else tuple(output_size)
+    if len(sizes) != nd:
+        if nd == 1:
+            raise RuntimeError(f"{name}() argument 'output_size' should contain one int (got {len(sizes)})")
+        raise RuntimeError(f"{name}: output_size must be {nd}")
+    if any(s is not None and s < 0 for s in sizes):
+        raise RuntimeError(f"{name}: elements of output_size must be greater than or equal to 0 but received "
+                           f"{{{', '.join(map(str, sizes))}}}")
+    return sizes
+
+
 def _adaptive_avg_pool(input, output_size, nd, name):
     if input.ndim not in (nd + 1, nd + 2):
         raise RuntimeError(f"{name}(): Expected {nd + 1}D or {nd + 2}D tensor, but got {list(input.shape)}")
-    output_size = _tuple(output_size, nd) if output_size is not None else (None,) * nd
+    output_size = _adaptive_sizes(output_size, nd, name)
     out = input
     for i, size in enumerate(output_size):
         dim = input.ndim - nd + i
@@ -758,6 +771,8 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mea
 def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
     """``0.5 d^2`` where ``|d| < delta``, ``delta (|d| - 0.5 delta)`` elsewhere; a weighted 'mean' is the
     plain mean of the weighted losses, as torch."""
+    if delta <= 0:
+        raise RuntimeError("huber_loss does not support non-positive values for delta.")
     return _pointwise_loss(input, target, _reduction(None, None, reduction), weight, _huber(delta),
                            mean_over_weights=False)
 
@@ -793,7 +808,8 @@ def _check_class_weight(weight, classes):
 
 
 def _check_targets(input, target):
-    """torch's nll_loss shape and dtype checks of class-index targets."""
+    """torch's nll_loss shape and dtype checks of class-index targets; returns the target, a (1,) one
+    of a (C,) input read as the 0-d class index, as torch."""
     if input.ndim < 1:
         raise ValueError(f"Expected 1 or more dimensions (got {input.ndim})")
     if target.dtype not in (jt.int64, jt.uint8):
@@ -801,15 +817,19 @@ def _check_targets(input, target):
     if input.ndim <= 2:
         if target.ndim > 1:
             raise RuntimeError("0D or 1D target tensor expected, multi-target not supported")
-        if input.ndim == 2 and target.ndim == 1 and input.shape[0] != target.shape[0]:
+        batch = target.shape[0] if target.ndim else 0  # torch counts a 0-d target as batch size 0
+        if input.ndim == 2 and input.shape[0] != batch:
             raise ValueError(f"Expected input batch_size ({input.shape[0]}) to match target batch_size "
-                             f"({target.shape[0]}).")
-        if input.ndim == 1 and target.ndim != 0:
-            raise RuntimeError(f"Expected target size [], got {list(target.shape)}")
-        return
+                             f"({batch}).")
+        if input.ndim == 1 and target.ndim:
+            if batch != 1:
+                raise ValueError(f"For 1D input, 1D target must have size 1, but got target size: {batch}")
+            return target.reshape(())
+        return target
     expected = [input.shape[0]] + list(input.shape[2:])
     if list(target.shape) != expected:
         raise RuntimeError(f"Expected target size {expected}, got {list(target.shape)}")
+    return target
 
 
 def _picked_weights(target, weight, ignore_index, classes, dtype):
@@ -837,7 +857,7 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
     """``-weight[t] * input[t]`` per target class ``t`` (class dim 1); 'mean' divides by the summed
     weights of the targets that are not ``ignore_index``."""
     reduction = _reduction(size_average, reduce, reduction)
-    _check_targets(input, target)
+    target = _check_targets(input, target)
     classes = input.shape[0] if input.ndim == 1 else input.shape[1]
     _check_class_weight(weight, classes)
     safe, picked = _picked_weights(target, weight, ignore_index, classes, input.dtype)
@@ -877,6 +897,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
         if reduction == "mean":
             return loss.sum() / (input.numel() // classes) if input.numel() else loss.sum() * math.nan
         return _reduce(loss, reduction)
+    target = _check_targets(input, target)
     nll = nll_loss(logp, target, weight, None, ignore_index, None, reduction)
     if label_smoothing == 0:
         return nll

@@ -106,6 +106,16 @@ def test_nll_loss_mean_of_only_ignored_targets_is_nan(rng):
     assert np.isnan(F.nll_loss(t64(rng.standard_normal((2, 3))), jt.tensor([-100, -100])).item())
 
 
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+def test_unbatched_input_takes_a_one_element_target(rng, reduction):
+    # torch reads a (1,) target of a (C,) input as its 0-d class index: a 0-d loss, whatever the reduction
+    x = rng.standard_normal(4)
+    logp = x - np.log(np.exp(x).sum())
+    for loss, expected in ((F.nll_loss(jt.tensor(x), jt.tensor([2]), reduction=reduction), -x[2]),
+                           (F.cross_entropy(jt.tensor(x), jt.tensor([2]), reduction=reduction), -logp[2])):
+        assert loss.shape == () and np.isclose(loss.item(), expected)
+
+
 def test_legacy_size_average_and_reduce_warn_and_choose_the_reduction(rng):
     x, y = rng.standard_normal(4), rng.standard_normal(4)
     with pytest.warns(UserWarning, match="size_average and reduce args will be deprecated"):

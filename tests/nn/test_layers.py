@@ -265,6 +265,18 @@ def test_batch_norm_state_dict_keys():
                                                                 "num_batches_tracked"]
 
 
+
+def test_batch_norm_loads_a_state_dict_without_its_batch_counter():
+    # torch fills a missing num_batches_tracked (checkpoints older than the counter) with the current one
+    net = nn.Sequential(nn.Linear(2, 3), nn.BatchNorm1d(3))
+    net[1].num_batches_tracked.fill_(4)
+    state = {k: v.clone() + 1 for k, v in net.state_dict().items() if not k.endswith("num_batches_tracked")}
+    assert tuple(net.load_state_dict(state)) == ([], [])
+    assert net[1].num_batches_tracked.item() == 4 and net[1].running_var.tolist() == [2.0, 2.0, 2.0]
+    assert "1.num_batches_tracked" not in state
+    with pytest.raises(RuntimeError, match=r'Missing key\(s\) in state_dict: "1.running_mean"'):
+        net.load_state_dict({k: v for k, v in state.items() if k != "1.running_mean"})
+
 @pytest.mark.parametrize("layer, x_shape, message", [
     (nn.BatchNorm1d(3), (2, 3, 4, 5), r"expected 2D or 3D input \(got 4D input\)"),
     (nn.BatchNorm2d(3), (2, 3), r"expected 4D input \(got 2D input\)"),

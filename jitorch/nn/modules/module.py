@@ -395,6 +395,7 @@ class Module:
         """
         if not isinstance(state_dict, Mapping):
             raise TypeError(f"Expected state_dict to be dict-like, got {type(state_dict)}.")
+        state_dict = OrderedDict(state_dict)  # a module may fill in entries old checkpoints lack
         missing, unexpected, errors, copies = [], [], [], []
         self._match_state(state_dict, "", missing, unexpected, errors, copies)
         if strict:

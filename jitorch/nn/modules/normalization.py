@@ -78,6 +78,14 @@ class _BatchNorm(Module):
                             self.running_var if pass_running else None, self.weight, self.bias,
                             use_batch_stats, factor, self.eps)
 
+    def _match_state(self, state_dict, prefix, *rest):
+        # torch upgrades checkpoints without the counter (its version 1) by keeping the current one;
+        # jitorch's state dicts carry no version, so any dict may be such a checkpoint
+        key = prefix + "num_batches_tracked"
+        if self.track_running_stats and key not in state_dict:
+            state_dict[key] = self.num_batches_tracked
+        super()._match_state(state_dict, prefix, *rest)
+
     def extra_repr(self):
         return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
                 f"bias={self.bias is not None}, track_running_stats={self.track_running_stats}")

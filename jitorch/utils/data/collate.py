@@ -53,7 +53,8 @@ def default_collate(batch):
 
     Tensors and NumPy arrays stack along a new dim 0; Python floats become a
     float64 tensor, ints (and bools) an int64 (bool) tensor, NumPy scalars a
-    tensor of their dtype; strings stay as they are. Tuples give lists.
+    tensor of their dtype; strings stay as they are (a tuple of them when they are one field of
+    sequence samples, as torch). Tuples give lists.
     """
     elem = batch[0]
     if isinstance(elem, Tensor):
@@ -73,12 +74,13 @@ def default_collate(batch):
     if isinstance(elem, collections.abc.Mapping):
         return _rebuild_mapping(elem, {key: default_collate([d[key] for d in batch]) for key in elem})
     if _is_namedtuple(elem):
-        return type(elem)(*(default_collate(list(samples)) for samples in zip(*batch)))
+        return type(elem)(*(default_collate(samples) for samples in zip(*batch)))
     if isinstance(elem, collections.abc.Sequence):
         size = len(elem)
         if any(len(sample) != size for sample in batch):
             raise RuntimeError("each element in list of batch should be of equal size")
-        return _rebuild_sequence(elem, [default_collate(list(samples)) for samples in zip(*batch)])
+        # each field's samples stay the tuple zip makes: torch hands strings back as that tuple
+        return _rebuild_sequence(elem, [default_collate(samples) for samples in zip(*batch)])
     raise TypeError(_ERROR.format(type(elem)))
 
 

@@ -100,6 +100,15 @@ def test_collate_tuples_give_lists_and_keep_container_types():
     assert nested[0].tolist() == [[0.0], [1.0]] and nested[1]["k"].tolist() == [1, 2]
 
 
+def test_collate_string_fields_of_sequences_stay_tuples():
+    # torch: the strings of one field come back as the tuple zip(*batch) made
+    batch = default_collate([(1, "a"), (2, "b")])
+    assert batch[0].tolist() == [1, 2] and batch[1] == ("a", "b")
+    Pair = collections.namedtuple("Pair", "n name")
+    assert default_collate([Pair(1, "x"), Pair(2, "y")]).name == ("x", "y")
+    assert default_collate([["p", 1], ["q", 2]])[0] == ("p", "q")
+
+
 def test_collate_unequal_lists():
     with pytest.raises(RuntimeError, match="each element in list of batch should be of equal size"):
         default_collate([[1, 2], [3]])
