@@ -3,8 +3,9 @@
 A call's guard key is the structure of its arguments plus, per leaf, the
 tensor's shape, dtype, device, contiguity and ``requires_grad``, or the Python
 value itself. A key seen before reuses its cache entry; a new key traces
-again, up to `config.recompile_limit` entries, after which the function warns
-once and runs eagerly. A function that cannot be traced runs eagerly with one
+again, up to `config.recompile_limit` entries (counting those dropped because
+the Python state they assumed changed), after which the function warns once
+and runs eagerly. A function that cannot be traced runs eagerly with one
 warning (``fullgraph=False``, the default) or raises (``fullgraph=True``).
 """
 
@@ -16,7 +17,8 @@ from dataclasses import dataclass, field
 
 from ..autograd.grad_mode import is_grad_enabled
 from ..tensor import Tensor
-from ..utils.pytree import tree_flatten
+from ..ir.graph import Value
+from ..utils.pytree import tree_flatten, tree_unflatten
 from . import logs
 from .errors import TraceError
 from .tracer import trace_with_inputs
@@ -60,10 +62,11 @@ def _tensor_args_key(args):
     return tuple(key)
 
 
-def _inputs_alias(leaves):
-    """Whether two tensor arguments share memory."""
+def _inputs_alias(leaves, graph):
+    """Whether two tensor arguments, or an argument and a tensor the graph captured, share memory."""
     storages = [id(a._storage) for a in leaves if isinstance(a, Tensor)]
-    return len(set(storages)) != len(storages)
+    captured = {id(t._storage) for t in graph.constant_tensors.values() if isinstance(t, Tensor)}
+    return len(set(storages)) != len(storages) or not captured.isdisjoint(storages)
 
 
 def describe_guards(key, names):
@@ -126,7 +129,7 @@ class CacheEntry:
         """Whether this entry's graph may run on ``args`` as they are (the fast path's checks
         beyond the argument key)."""
         g = self.graph
-        return not (g.mutations and _inputs_alias(args)) and (not g.python_guards or python_guards_hold(g))
+        return not (g.mutations and _inputs_alias(args, g)) and (not g.python_guards or python_guards_hold(g))
 
 
 class CompiledFunction:
@@ -146,6 +149,7 @@ class CompiledFunction:
         self.cache: dict = {}
         self._fast: dict = {}  # flat keys of all-tensor positional calls -> compiled entries
         self._warned_limit = False
+        self._stale = 0  # entries dropped because Python state changed: they count toward the limit
         self.discard_mutations = False  # a compiled backward recomputes the forward but must not redo its writes
         self.name = getattr(fn, "__name__", type(fn).__name__)
         functools.update_wrapper(self, fn, updated=())
@@ -179,6 +183,7 @@ class CompiledFunction:
             failed = next(c for c in entry.graph.python_guards if not c())
             logs.log("recompiles", "retracing %s: no longer true: %s", self.name, failed.__doc__ or failed)
             self._forget(entry)
+            self._stale += 1
             entry = self._entry(args, kwargs)
         if entry is None:
             return self.fn(*args, **kwargs)
@@ -188,14 +193,15 @@ class CompiledFunction:
         if entry.graph.one_shot:
             # the trace initialised Python state (an optimizer's buffers): the next call traces anew
             self._forget(entry)
-        if entry.graph.mutations and _inputs_alias(tree_flatten((args, kwargs))[0]):
-            # the graph treats its inputs as separate memory: a write through one would be missed by another
+        if entry.graph.mutations and _inputs_alias(tree_flatten((args, kwargs))[0], entry.graph):
+            # the graph treats its inputs and captured tensors as separate memory: a write through one
+            # would be missed by another
             logs.log("recompiles", "%s runs eagerly: inputs share memory and the function writes into one",
                      self.name)
             return self.fn(*args, **kwargs)
         executable = self._executable(entry)
         if self._differentiable(entry, args, kwargs):
-            return self._call_with_backward(entry, args)
+            return self._call_with_backward(entry, args, kwargs)
         if executable is not None and not kwargs and _tensor_args_key(args) is not None and not entry.graph.one_shot:
             self._fast[_tensor_args_key(args)] = entry
         return run_graph(entry.graph, args, kwargs, executable)
@@ -212,24 +218,29 @@ class CompiledFunction:
         rather than calling backward() itself. In-place updates are allowed only of tensors that
         do not require grad (a batch norm's running statistics)."""
         g = entry.graph
-        if not (is_grad_enabled() and not kwargs and g.outputs_require_grad and not g.grad_targets
-                and all(isinstance(a, Tensor) for a in args)):
+        if not (is_grad_enabled() and g.outputs_require_grad and not g.grad_targets):
             return False
-        by_input = dict(zip(g.inputs, args))
+        by_input = dict(zip(g.inputs, _tensor_leaves(args, kwargs)))
         return not any((by_input[t] if t in by_input else g.constant_tensors[t.name]).requires_grad
                        for t, _ in g.mutations)
 
-    def _call_with_backward(self, entry, args):
+    def _call_with_backward(self, entry, args, kwargs):
         """Run the compiled forward as one autograd node whose backward is itself compiled:
-        the vector-Jacobian product of ``fn`` with respect to the inputs and the captured
-        parameters that require grad, traced and compiled on its first use."""
+        the vector-Jacobian product of ``fn`` with respect to the tensor arguments and the captured
+        parameters that require grad, traced and compiled on its first use. The node takes and
+        gives tensors only: the call's other arguments are fixed by the entry's guards, and the
+        outputs' structure (and their non-tensor leaves) by its graph."""
         from .differentiable import CompiledCall
         params = captured_parameters(entry.graph)
+        inputs = _tensor_leaves(args, kwargs)
         if entry.backward is None:
-            entry.backward = compile(_vjp_of(self.fn, len(args), params), backend=self.backend)
+            entry.backward = compile(_vjp_of(self.fn, args, kwargs, params), backend=self.backend)
             # the forward already made the call's in-place updates; the backward recomputes, never rewrites
             entry.backward.discard_mutations = True
-        return CompiledCall.apply(self, entry, len(args), *args, *params)
+        tensors = iter(CompiledCall.apply(self, entry, len(inputs), *inputs, *params))
+        out_leaves, out_spec = tree_flatten(entry.graph.outputs)
+        return tree_unflatten([next(tensors) if isinstance(leaf, Value) else leaf for leaf in out_leaves],
+                              out_spec)
 
     def _run_interpreted(self, entry, inputs):
         return run_graph(entry.graph, tuple(inputs), {}, None)
@@ -257,7 +268,7 @@ class CompiledFunction:
         if self.cache:
             nearest = next(reversed(self.cache.values()))
             logs.log("recompiles", "retracing %s: %s", self.name, guard_difference(nearest.key, key, names))
-        if len(self.cache) >= config.recompile_limit:
+        if len(self.cache) + self._stale >= config.recompile_limit:
             if not self._warned_limit:
                 warnings.warn(f"jitorch.compile: {self.name} was retraced {config.recompile_limit} times "
                               f"(jitorch.jit.compile.config.recompile_limit); running it eagerly from now on for "
@@ -407,17 +418,30 @@ def captured_parameters(graph):
     return [t for t in graph.constant_tensors.values() if t.requires_grad]
 
 
-def _vjp_of(fn, n, params=()):
-    """``vjp(*inputs, *grad_outputs) -> gradients of fn's outputs w.r.t. the inputs that require grad,
-    then w.r.t. ``params`` (tensors ``fn`` captures)``."""
+def _tensor_leaves(args, kwargs):
+    """The tensors of a call's arguments, in graph-input order."""
+    return [leaf for leaf in tree_flatten((args, kwargs))[0] if isinstance(leaf, Tensor)]
+
+
+def _vjp_of(fn, args, kwargs, params=()):
+    """``vjp(*inputs, *grad_outputs) -> gradients of fn's tensor outputs w.r.t. the inputs that require
+    grad, then w.r.t. ``params`` (tensors ``fn`` captures)``: ``inputs`` are the tensors of a call
+    ``fn(*args, **kwargs)``, whose other leaves stay as they are (only those are kept, not the
+    call's tensors)."""
     from ..autograd.functional import grad
     from ..autograd.grad_mode import enable_grad
 
-    def vjp(*args):
-        inputs, grads = args[:n], args[n:]
+    leaves, spec = tree_flatten((args, kwargs))
+    is_tensor = [isinstance(leaf, Tensor) for leaf in leaves]
+    others = [None if t else leaf for t, leaf in zip(is_tensor, leaves)]
+    n = sum(is_tensor)
+
+    def vjp(*vjp_args):
+        inputs, grads = vjp_args[:n], vjp_args[n:]
+        it = iter(inputs)
+        call_args, call_kwargs = tree_unflatten([next(it) if t else o for t, o in zip(is_tensor, others)], spec)
         with enable_grad():
-            outs = fn(*inputs)
-            outs = outs if isinstance(outs, tuple) else (outs,)
+            outs = [o for o in tree_flatten(fn(*call_args, **call_kwargs))[0] if isinstance(o, Tensor)]
             wanted = [t for t in inputs if t.requires_grad] + list(params)
             pairs = [(o, g) for o, g in zip(outs, grads) if o.requires_grad]
             return grad([o for o, _ in pairs], wanted, grad_outputs=[g for _, g in pairs], allow_unused=True,

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from ..autograd.function import Function
 from ..autograd.grad_mode import no_grad
+from ..tensor import Tensor
+from ..utils.pytree import tree_flatten
 
 
 class CompiledCall(Function):
-    """``CompiledCall.apply(compiled, entry, n, *inputs, *params)``: the node a compiled call records.
-    The graph runs on the ``n`` inputs; ``params`` (captured tensors that require grad) are passed
-    so that the node has edges to them and receives their gradients."""
+    """``CompiledCall.apply(compiled, entry, n, *inputs, *params) -> the output tensors``: the node a
+    compiled call records. The graph runs on the ``n`` inputs; ``params`` (captured tensors that
+    require grad) are passed so that the node has edges to them and receives their gradients."""
 
     @staticmethod
     def forward(ctx, compiled, entry, n, *tensors):
@@ -18,8 +20,10 @@ class CompiledCall(Function):
         ctx.n = n
         ctx.save_for_backward(*tensors[:n])
         inputs = list(tensors[:n])
-        return entry.executable.run(inputs) if entry.executable is not None else compiled._run_interpreted(
+        result = entry.executable.run(inputs) if entry.executable is not None else compiled._run_interpreted(
             entry, inputs)
+        # the outputs' tensors (the caller puts them back into the graph's output structure)
+        return tuple(leaf for leaf in tree_flatten(result)[0] if isinstance(leaf, Tensor))
 
     @staticmethod
     def backward(ctx, *grads):

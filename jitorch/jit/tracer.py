@@ -20,6 +20,7 @@ written get a mutation entry: the new value is written back after each call.
 from __future__ import annotations
 
 import inspect
+import threading
 from math import prod
 
 from ..ir.graph import Graph, TensorType
@@ -72,6 +73,8 @@ class Tracer:
         self.one_shot = False      # see jitorch.compiler.eager_state
         self.real_inputs = set()   # ids of the call's tensors (they have fakes of their own)
         self.python_guards: list = []  # see jitorch.compiler.guard
+        # the dispatch hooks and grad watchers are process-wide: other threads' ops stay eager
+        self.thread = threading.get_ident()
 
     # Fake tensors -----------------------------------------------------------------
 
@@ -122,7 +125,7 @@ class Tracer:
         a backward() accumulating): the graph then depends on it. Owning the tensor now also
         records its ``.grad`` from before the call."""
         if (self.is_ours(t) or isinstance(t._storage, TraceStorage) or not t.requires_grad
-                or id(t) in self.real_inputs):
+                or id(t) in self.real_inputs or threading.get_ident() != self.thread):
             return
         self.fake(t)
         owner = self.grad_owners[id(t)]
@@ -305,6 +308,8 @@ class Tracer:
     # The dispatch hook ------------------------------------------------------------------
 
     def call(self, op, args, out):
+        if threading.get_ident() != self.thread:
+            return NotImplemented
         result = self.record(op, args)
         autograd = registry.AUTOGRAD
         if autograd is not None and autograd.needs_grad(op, args):
@@ -321,6 +326,8 @@ class Tracer:
         return out
 
     def call_inplace(self, op, args):
+        if threading.get_ident() != self.thread:
+            return NotImplemented
         target = args[0]
         fake = self.fake(target)
         autograd = registry.AUTOGRAD
@@ -384,7 +391,21 @@ class Tracer:
         for st in self.watched:
             if st._version != st.initial_version:
                 self.graph.mutations.append((st.origin, st.value))
+        self.check_captured_aliasing()
         return self.graph
+
+    def check_captured_aliasing(self):
+        """Captured tensors are separate graph values: a write through one would be missed by another
+        over the same memory (a parameter and a view of it), so such a function cannot be compiled."""
+        written = {target for target, _ in self.graph.mutations}
+        by_storage = {}
+        for real, fake in self.lifted.values():
+            by_storage.setdefault(id(real._storage), []).append(fake._storage.origin)
+        for origins in by_storage.values():
+            if len(origins) > 1 and written.intersection(origins):
+                names = " and ".join(sorted(v.name for v in origins))
+                raise TraceError(f"the captured tensors {names} share memory and the function writes into "
+                                 "one of them; a graph would not see the write through the other")
 
 
 def _grad_is_none_guard(tensor, name, was_none):
@@ -399,10 +420,26 @@ def _grad_is_none_guard(tensor, name, was_none):
     return check
 
 
+def _requires_grad_guard(graph):
+    """A graph is specialised to which captured tensors require grad (what its backward reaches, which
+    gradients a compiled call gives): freezing or unfreezing a parameter must trace again."""
+    tensors = [t for name, t in graph.constant_tensors.items()
+               if name not in graph.grad_constants and isinstance(t, Tensor) and t.dtype.is_floating_point]
+    if not tensors:
+        return []
+    flags = [t._requires_grad for t in tensors]
+
+    def check():
+        return [t._requires_grad for t in tensors] == flags
+    check.__doc__ = "captured tensors' requires_grad flags are unchanged"
+    return [check]
+
+
 def current_tracer():
-    """The tracer recording now, or None."""
+    """The tracer recording now in this thread, or None."""
+    me = threading.get_ident()
     for hook in registry.DISPATCH_HOOKS:
-        if isinstance(hook, Tracer):
+        if isinstance(hook, Tracer) and hook.thread == me:
             return hook
     return None
 
@@ -476,7 +513,7 @@ def trace_with_inputs(fn, args, kwargs):
             result = (result, grads)
         graph = tracer.output(result)
         graph.grad_targets = targets
-        graph.python_guards = tracer.python_guards + grad_guards
+        graph.python_guards = tracer.python_guards + grad_guards + _requires_grad_guard(graph)
         graph.one_shot = tracer.one_shot
     return graph, inputs
 

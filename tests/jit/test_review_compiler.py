@@ -1,0 +1,195 @@
+"""Review of the compiler's Python-state handling: adversarial cases where a compiled call must
+equal eager (aliasing with captured tensors, keyword arguments of compiled modules, tracing while
+other threads run eagerly, Python state that keeps changing)."""
+
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import jitorch as jt
+from jitorch import nn
+
+
+def test_an_input_that_is_a_mutated_captured_tensor_runs_as_eager():
+    def make():
+        w = jt.ones(3)
+
+        def f(x):
+            w.add_(x)
+            return x * 2
+        return w, f
+
+    w_eager, f_eager = make()
+    w_comp, f_comp = make()
+    f_comp = jt.compile(f_comp)
+    for _ in range(2):
+        np.testing.assert_array_equal(f_comp(w_comp).numpy(), f_eager(w_eager).numpy())
+        np.testing.assert_array_equal(w_comp.numpy(), w_eager.numpy())
+
+
+def test_an_input_viewing_a_mutated_captured_tensor_sees_the_write():
+    def make():
+        w = jt.ones(2, 3)
+
+        def f(x):
+            w.mul_(2)
+            return x + 1
+        return w, f
+
+    w_eager, f_eager = make()
+    w_comp, f_comp = make()
+    f_comp = jt.compile(f_comp)
+    # traced and cached on separate memory first
+    np.testing.assert_array_equal(f_comp(jt.zeros(3)).numpy(), f_eager(jt.zeros(3)).numpy())
+    for _ in range(2):
+        np.testing.assert_array_equal(f_comp(w_comp[0]).numpy(), f_eager(w_eager[0]).numpy())
+        np.testing.assert_array_equal(w_comp.numpy(), w_eager.numpy())
+
+
+def test_eager_ops_in_another_thread_are_not_traced():
+    errors, stop = [], threading.Event()
+    a = jt.arange(10.)
+
+    def eager_worker():
+        while not stop.is_set():
+            try:
+                float((a * 2 + 1).sum())
+            except Exception as e:  # a trace in the main thread took over this thread's ops
+                errors.append(e)
+                return
+
+    def f(x):
+        for _ in range(30):
+            x = x * 1.01 + 0.1
+        return x
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    worker = threading.Thread(target=eager_worker)
+    worker.start()
+    try:
+        for n in range(1, 16):
+            jt.compile(f, backend="interpreter")(jt.ones(n))
+    finally:
+        stop.set()
+        worker.join()
+        sys.setswitchinterval(interval)
+    assert errors == []
+
+
+class Scaled(nn.Module):
+    """A module whose forward takes keyword and non-tensor arguments and returns a dict."""
+
+    def __init__(self):
+        super().__init__()
+        jt.manual_seed(0)
+        self.lin = nn.Linear(4, 3)
+
+    def forward(self, x, scale=1.0, mask=None):
+        y = self.lin(x) * scale
+        if mask is not None:
+            y = y * mask
+        return {"y": y, "n": 3, "pair": [y.sum(), None]}
+
+
+def _grads_of_a_call(module, call):
+    module.zero_grad()
+    out = call(module)
+    (out["y"].square().sum() + out["pair"][0]).backward()
+    return [p.grad.numpy().copy() for p in module.parameters()], out
+
+
+@pytest.mark.parametrize("call", [
+    lambda m: m(jt.ones(2, 4), scale=2.0),
+    lambda m: m(jt.ones(2, 4), mask=jt.full((2, 3), 0.5)),
+    lambda m: m(jt.ones(2, 4), 3.0, None),
+], ids=["float-kwarg", "tensor-kwarg", "positional-non-tensors"])
+def test_a_compiled_module_called_with_keywords_or_numbers_differentiates_its_parameters(call):
+    eager, model = Scaled(), Scaled()
+    compiled = jt.compile(model)
+    for _ in range(2):
+        expected, eager_out = _grads_of_a_call(eager, call)
+        got, out = _grads_of_a_call(compiled, call)
+        assert out["n"] == 3 and out["pair"][1] is None
+        assert out["y"].grad_fn is not None
+        np.testing.assert_allclose(out["y"].detach().numpy(), eager_out["y"].detach().numpy(), rtol=1e-6)
+        for g, e in zip(got, expected):
+            np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-6)
+
+
+def test_a_compiled_call_differentiates_a_tensor_keyword_argument():
+    def f(x, *, w):
+        return (x * w).sin(), x.cos()
+
+    x, w = jt.randn(5, requires_grad=True), jt.randn(5, requires_grad=True)
+    a, b = jt.compile(f)(x, w=w)
+    (a.sum() + b.sum()).backward()
+    gx, gw = x.grad.numpy().copy(), w.grad.numpy().copy()
+    x.grad = w.grad = None
+    a, b = f(x, w=w)
+    (a.sum() + b.sum()).backward()
+    np.testing.assert_allclose(gx, x.grad.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(gw, w.grad.numpy(), rtol=1e-6)
+
+
+def _mlp():
+    jt.manual_seed(0)
+    return nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
+
+
+@pytest.mark.parametrize("trainable_after", [False, True], ids=["freeze", "unfreeze"])
+def test_freezing_or_unfreezing_a_parameter_after_a_compiled_call_retraces(trainable_after):
+    eager, model = _mlp(), _mlp()
+    compiled = jt.compile(model)
+    x = jt.randn(5, 3)
+    for flag in (not trainable_after, trainable_after):
+        for m in (eager, model):
+            m.zero_grad()
+            m[0].weight.requires_grad_(flag)
+        compiled(x).square().sum().backward()
+        eager(x).square().sum().backward()
+        for p, q in zip(model.parameters(), eager.parameters()):
+            assert (p.grad is None) == (q.grad is None)
+            if q.grad is not None:
+                np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_python_state_that_changes_every_call_stops_retracing_at_the_recompile_limit(monkeypatch):
+    monkeypatch.setattr(jt.jit.config, "recompile_limit", 3)
+    scale = {"value": 1.0}
+    traces = []
+
+    def f(x):
+        if jt.compiler.is_compiling():
+            traces.append(scale["value"])
+            seen = scale["value"]
+            jt.compiler.guard(lambda: scale["value"] == seen, "the scale is unchanged")
+        return x * scale["value"]
+
+    compiled = jt.compile(f)
+    with pytest.warns(UserWarning, match="retraced 3 times"):
+        for step in range(8):
+            scale["value"] = float(step)
+            assert compiled(jt.ones(2)).tolist() == [float(step)] * 2
+    assert len(traces) == 3
+
+
+def _base_and_view():
+    w = jt.zeros(2, 3)
+    return w, w[0]
+
+
+@pytest.mark.parametrize("body", [
+    lambda w, wv, x: (w.add_(x), wv * 2)[1],
+    lambda w, wv, x: (wv.add_(x[0]), w * 2)[1],
+], ids=["write-base-read-view", "write-view-read-base"])
+def test_captured_tensors_sharing_memory_see_each_others_writes(body):
+    (w_e, wv_e), (w_c, wv_c) = _base_and_view(), _base_and_view()
+    compiled = jt.compile(lambda x: body(w_c, wv_c, x))
+    with pytest.warns(UserWarning, match="captured tensors .* share memory"):  # runs eagerly
+        for _ in range(2):
+            x = jt.ones(2, 3)
+            np.testing.assert_array_equal(compiled(x).numpy(), body(w_e, wv_e, x).numpy())
+            np.testing.assert_array_equal(w_c.numpy(), w_e.numpy())
