@@ -33,7 +33,7 @@ from ..autograd.grad_mode import no_grad
 from ..ir.fake import fake_tensor
 from ..ir.graph import Value, iter_values
 from ..ir.passes import optimize
-from ..ir.passes.fusion import fuse
+from ..ir.passes.fusion import Group, fuse
 from ..jit import logs
 from ..jit.compile import refresh_captured_grads, set_grads, write_back
 from ..ops import registry
@@ -45,6 +45,7 @@ from ..tensor import Tensor
 from ..utils.pytree import tree_map
 from . import cpu, mathlib  # noqa: F401  (mathlib: loaded with the backend, not on the first call)
 from .kernel import CompileError, build, is_row_softmax
+from .lowering import kind_of
 
 
 def _compact(t):
@@ -356,6 +357,14 @@ class Plan:
         return not set(readers) & _feeding_reductions(step.nodes)
 
 
+def _alone(node):
+    """A fusion group of one node (what a refused group splits into)."""
+    kind = kind_of(node)
+    values = [a for a in node.input_values()]
+    shape = tuple(values[0].type.shape) if kind == "reduction" else tuple(node.outputs[0].type.shape)
+    return Group(kind, [node], list(dict.fromkeys(values)), list(node.outputs), shape)
+
+
 class CompiledGraph:
     """A graph's groups as kernels and eager steps, ready to run on input tensors.
 
@@ -367,30 +376,45 @@ class CompiledGraph:
         self.groups = fuse(self.graph)
         self.steps = []
         self.kernels = []
-        target, compile_kernel, step_type = _backend(device or _device_of(self.graph))
+        self._backend = _backend(device or _device_of(self.graph))
+        self._cache = cache
         for i, group in enumerate(self.groups):
-            if group.kind in ("pointwise", "reduction") or (
-                    len(group.nodes) == 1 and is_row_softmax(group.nodes[0])):
-                try:
-                    kernel = compile_kernel(build(group, f"jitorch_k{i}_{group.kind}", target), cache)
-                except CompileError as e:
-                    logs.log("codegen", "group %d runs eagerly: %s", i, e)
-                    self.steps.append(EagerStep(group.nodes, str(e)))
-                    continue
-                except RuntimeError as e:  # LLVM refused the module: a jitorch bug, but the call can still run
-                    warnings.warn(f"jitorch: kernel for {', '.join(n.op.name for n in group.nodes)} failed to "
-                                  f"compile ({e}); running these ops eagerly", RuntimeWarning, stacklevel=2)
-                    self.steps.append(EagerStep(group.nodes, f"LLVM error: {e}"))
-                    continue
-                self.kernels.append(kernel)
-                self.steps.append(step_type(kernel, group.nodes))
-            else:
-                self.steps.append(EagerStep(group.nodes, group.kind))
+            self._lower(group, f"jitorch_k{i}", split=True)
         self.plan = Plan(self.graph, self.steps)
         self._arenas = []
         self._inplace_targets = {self.plan.inplace[v] for v in self.plan.inplace}
         self._input_index = {v: i for i, v in enumerate(self.graph.inputs)}
         self._eager_steps = any(isinstance(step, EagerStep) for step in self.steps)
+
+    def _lower(self, group, name, split):
+        """Append the steps of one fusion group: a kernel, or eager steps for what the code
+        generator does not lower. A group the kernel builder refuses as a whole (a reduction with
+        an output of another shape, a reshape of a strided value) is ``split`` into one group per
+        node, so that most of it still runs compiled."""
+        target, compile_kernel, step_type = self._backend
+        lowered = group.kind in ("pointwise", "reduction") or (
+            len(group.nodes) == 1 and is_row_softmax(group.nodes[0]))
+        if not lowered:
+            self.steps.append(EagerStep(group.nodes, group.kind))
+            return
+        try:
+            kernel = compile_kernel(build(group, f"{name}_{group.kind}", target), self._cache)
+        except CompileError as e:
+            if split and len(group.nodes) > 1:
+                logs.log("codegen", "%s: the group is split into one group per node: %s", name, e)
+                for j, node in enumerate(group.nodes):
+                    self._lower(_alone(node), f"{name}_{j}", split=False)
+                return
+            logs.log("codegen", "%s runs eagerly: %s", name, e)
+            self.steps.append(EagerStep(group.nodes, str(e)))
+            return
+        except RuntimeError as e:  # LLVM refused the module: a jitorch bug, but the call can still run
+            warnings.warn(f"jitorch: kernel for {', '.join(n.op.name for n in group.nodes)} failed to "
+                          f"compile ({e}); running these ops eagerly", RuntimeWarning, stacklevel=3)
+            self.steps.append(EagerStep(group.nodes, f"LLVM error: {e}"))
+            return
+        self.kernels.append(kernel)
+        self.steps.append(step_type(kernel, group.nodes))
 
     def __call__(self, inputs):
         """(outputs pytree, mutations) on ``inputs`` (flat list in graph-input order)."""
