@@ -25,8 +25,8 @@ __all__ = [
     "avg_pool2d", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "batch_norm", "layer_norm", "embedding",
     "dropout", "relu", "relu_", "gelu", "silu", "tanh", "sigmoid", "softmax", "log_softmax", "leaky_relu",
     "logsigmoid", "softplus", "elu", "hardtanh", "relu6", "hardsigmoid", "hardswish", "mish", "softsign", "glu",
-    "softmin", "normalize", "cosine_similarity", "one_hot", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss",
-    "kl_div", "cross_entropy", "nll_loss",
+    "softmin", "normalize", "cosine_similarity", "pairwise_distance", "one_hot", "mse_loss", "l1_loss",
+    "smooth_l1_loss", "huber_loss", "kl_div", "cross_entropy", "nll_loss",
     "binary_cross_entropy", "binary_cross_entropy_with_logits", "scaled_dot_product_attention",
 ]
 
@@ -661,9 +661,16 @@ def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
 
 def cosine_similarity(x1, x2, dim=1, eps=1e-8):
     """``sum(x1 * x2) / (max(||x1||, eps) * max(||x2||, eps))`` along ``dim``, the inputs broadcast."""
+    # Broadcast before taking norms: ``dim`` indexes the broadcast shape, not a smaller input's own.
+    x1, x2 = jt.broadcast_tensors(x1, x2)
     n1 = x1.norm(2, dim, True).clamp_min(eps)
     n2 = x2.norm(2, dim, True).clamp_min(eps)
     return ((x1 / n1) * (x2 / n2)).sum(dim)
+
+
+def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
+    """``||x1 - x2 + eps||_p`` over the last dim of the broadcast inputs (``eps`` keeps negative ``p`` finite)."""
+    return (x1 - x2 + eps).norm(p, max(x1.ndim, x2.ndim) - 1, keepdim)
 
 
 def _softmax_dim(name, ndim, dim):

@@ -5,7 +5,10 @@ from __future__ import annotations
 import math
 import warnings
 
+import numpy as np
+
 from ..autograd.grad_mode import no_grad
+from ..ops.registry import FUNCTIONS as _FUNCTIONS
 from ..runtime.dtypes import float64
 
 _LINEAR_FNS = ("linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d")
@@ -163,3 +166,53 @@ def trunc_normal_(tensor, mean=0.0, std=1.0, a=-2.0, b=2.0, generator=None):
         u.uniform_(2 * lo - 1, 2 * hi - 1, generator=generator)
         values = _erfinv(u) * (std * math.sqrt(2.0)) + mean
         return tensor.copy_(values.clamp(min=a, max=b))
+
+
+def orthogonal_(tensor, gain=1, generator=None):
+    """Fill ``tensor`` (2+ dims, trailing dims flattened) with a (semi-)orthogonal matrix times ``gain``:
+    the Q of a standard normal matrix's QR, its columns' signs set by diag(R) so that Q is uniform (Haar)."""
+    if tensor.dim() < 2:
+        raise ValueError("Only tensors with 2 or more dimensions are supported")
+    if tensor.numel() == 0:
+        return tensor
+    rows = tensor.size(0)
+    cols = tensor.numel() // rows
+    with no_grad():
+        flattened = tensor.new_empty((rows, cols)).normal_(0, 1, generator=generator)
+        # jitorch has no QR op; init runs on concrete values, so the host's LAPACK does it.
+        a = flattened.cpu().numpy()
+        if rows < cols:
+            a = a.T
+        q, r = np.linalg.qr(a)
+        q = q * np.sign(np.diag(r))
+        if rows < cols:
+            q = q.T
+        tensor.copy_(tensor.new_tensor(np.ascontiguousarray(q)).reshape(tuple(tensor.shape)))
+        return tensor.mul_(gain)
+
+
+def eye_(tensor):
+    """Fill the 2-D ``tensor`` with the identity matrix (ones on the main diagonal)."""
+    if tensor.dim() != 2:
+        raise ValueError("Only tensors with 2 dimensions are supported")
+    with no_grad():
+        return tensor.copy_(_FUNCTIONS["eye"](*tensor.shape, dtype=tensor.dtype))
+
+
+def dirac_(tensor, groups=1):
+    """Fill the 3/4/5-D convolution weight ``tensor`` with a Dirac delta per (group, channel) pair, so the
+    convolution passes as many input channels through unchanged as it has outputs per group."""
+    dims = tensor.dim()
+    if dims not in (3, 4, 5):
+        raise ValueError("Only tensors with 3, 4, or 5 dimensions are supported")
+    sizes = tuple(tensor.shape)
+    if sizes[0] % groups != 0:
+        raise ValueError("dim 0 must be divisible by groups")
+    per_group = sizes[0] // groups
+    centre = tuple(s // 2 for s in sizes[2:])
+    delta = np.zeros(sizes)
+    for g in range(groups):
+        for d in range(min(per_group, sizes[1])):
+            delta[(g * per_group + d, d, *centre)] = 1
+    with no_grad():
+        return tensor.copy_(tensor.new_tensor(delta))

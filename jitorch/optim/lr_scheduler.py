@@ -15,7 +15,8 @@ from collections import Counter
 
 from .optimizer import Optimizer
 
-__all__ = ["LRScheduler", "LambdaLR", "StepLR", "MultiStepLR", "ExponentialLR", "CosineAnnealingLR", "LinearLR"]
+__all__ = ["LRScheduler", "LambdaLR", "StepLR", "MultiStepLR", "ExponentialLR", "CosineAnnealingLR", "LinearLR",
+           "ConstantLR", "PolynomialLR", "SequentialLR", "OneCycleLR", "ReduceLROnPlateau"]
 
 _EPOCH_DEPRECATION = ("The epoch parameter in `scheduler.step()` was not necessary and is being deprecated where "
                       "possible. Please use `scheduler.step()` to step the scheduler.")
@@ -38,10 +39,16 @@ class LRScheduler:
                                    "scheduler with last_epoch >= 0.")
         self.base_lrs = [group["initial_lr"] for group in optimizer.param_groups]
         self.last_epoch = last_epoch
+        self._initial_step()
+
+    def _initial_step(self):
+        """The step a constructor takes (``get_lr`` sees ``_is_initial``); SequentialLR replays it."""
         self._step_count = 0
         self._is_initial = True
-        self.step()
-        self._is_initial = False
+        try:
+            self.step()
+        finally:
+            self._is_initial = False
 
     def state_dict(self):
         """Every attribute but the optimizer."""
@@ -61,11 +68,15 @@ class LRScheduler:
     def step(self, epoch=None):
         """Advance one epoch (or jump to ``epoch``, closed form) and set each group's ``lr``."""
         self._step_count += 1
+        if epoch is not None:
+            warnings.warn(_EPOCH_DEPRECATION, UserWarning, stacklevel=2)
+        self._update_lr(epoch)
+
+    def _update_lr(self, epoch=None):
         if epoch is None:
             self.last_epoch += 1
             values = self.get_lr()
         else:
-            warnings.warn(_EPOCH_DEPRECATION, UserWarning, stacklevel=2)
             self.last_epoch = epoch
             closed = getattr(self, "_get_closed_form_lr", None)
             values = closed() if closed is not None else self.get_lr()
@@ -209,3 +220,324 @@ class LinearLR(LRScheduler):
         span = self.end_factor - self.start_factor
         return [base * (self.start_factor + span * min(self.total_iters, self.last_epoch) / self.total_iters)
                 for base in self.base_lrs]
+
+
+class ConstantLR(LRScheduler):
+    """Scale the lr by ``factor`` until epoch ``total_iters``, then restore it."""
+
+    def __init__(self, optimizer, factor=1.0 / 3, total_iters=5, last_epoch=-1):
+        if factor > 1.0 or factor < 0:
+            raise ValueError("Constant multiplicative factor expected to be between 0 and 1.")
+        self.factor = factor
+        self.total_iters = total_iters
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        if self.last_epoch == 0:
+            return [lr * self.factor for lr in self._group_lrs()]
+        if self.last_epoch != self.total_iters:
+            return self._group_lrs()
+        return [lr * (1.0 / self.factor) for lr in self._group_lrs()]
+
+    def _get_closed_form_lr(self):
+        return [base * (self.factor + (self.last_epoch >= self.total_iters) * (1 - self.factor))
+                for base in self.base_lrs]
+
+
+class PolynomialLR(LRScheduler):
+    """``lr = initial_lr * (1 - epoch / total_iters) ** power`` until ``total_iters``, then constant."""
+
+    def __init__(self, optimizer, total_iters=5, power=1.0, last_epoch=-1):
+        self.total_iters = total_iters
+        self.power = power
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        if self._is_initial or self.last_epoch > self.total_iters:
+            return self._group_lrs()
+        t, n = self.last_epoch, self.total_iters
+        decay = ((1.0 - t / n) / (1.0 - (t - 1) / n)) ** self.power
+        return [lr * decay for lr in self._group_lrs()]
+
+    def _get_closed_form_lr(self):
+        return [base * (1.0 - min(self.total_iters, self.last_epoch) / self.total_iters) ** self.power
+                for base in self.base_lrs]
+
+
+class SequentialLR(LRScheduler):
+    """Run ``schedulers[i]`` between ``milestones[i-1]`` and ``milestones[i]``; each one restarts from
+    epoch 0 (its closed form) at its milestone."""
+
+    def __init__(self, optimizer, schedulers, milestones, last_epoch=-1):
+        name = type(self).__name__
+        if len(schedulers) < 1:
+            raise ValueError(f"{name} expects at least one scheduler, but got no scheduler.")
+        for i, scheduler in enumerate(schedulers):
+            if not hasattr(scheduler, "optimizer"):
+                raise TypeError(f"{name} at index {i} should have `optimizer` as its attribute.")
+            if isinstance(scheduler, ReduceLROnPlateau):
+                raise ValueError(f"{name} does not support `ReduceLROnPlateau` scheduler as it requires additional "
+                                 "kwargs to be specified when calling `step`, but got one at index "
+                                 f"{i} in the given schedulers sequence.")
+            if optimizer != scheduler.optimizer:
+                raise ValueError(f"{name} expects all schedulers to belong to the same optimizer, but got scheduler "
+                                 f"{type(scheduler).__name__} at index {i} has {scheduler.optimizer}, which is "
+                                 f"different from {type(optimizer).__name__}.")
+        if len(milestones) != len(schedulers) - 1:
+            raise ValueError("Sequential Schedulers expects number of schedulers provided to be one more than the "
+                             f"number of milestone points, but got number of schedulers {len(schedulers)} and the "
+                             f"number of milestones to be equal to {len(milestones)}")
+        self._schedulers = schedulers
+        self._milestones = milestones
+        self.last_epoch = last_epoch + 1
+        self.optimizer = optimizer
+        # The wrapped schedulers each took their initial step on construction: undo them all, then redo
+        # only the first one's.
+        for group in optimizer.param_groups:
+            group["lr"] = group["initial_lr"]
+        self._undo_initial_steps(self)
+        first = self._schedulers[bisect_right(self._milestones, 0)]
+        first._initial_step()
+        self._last_lr = first.get_last_lr()
+
+    @classmethod
+    def _undo_initial_steps(cls, scheduler):
+        """Step ``last_epoch`` back once in every scheduler nested in ``scheduler``."""
+        if hasattr(scheduler, "_schedulers"):
+            for inner in scheduler._schedulers:
+                cls._undo_initial_steps(inner)
+        elif hasattr(scheduler, "last_epoch"):
+            scheduler.last_epoch -= 1
+
+    def step(self):
+        """Advance one epoch in the scheduler whose interval holds it."""
+        self.last_epoch += 1
+        idx = bisect_right(self._milestones, self.last_epoch)
+        scheduler = self._schedulers[idx]
+        if idx > 0 and self._milestones[idx - 1] == self.last_epoch:
+            scheduler._update_lr(0)
+        else:
+            scheduler.step()
+        self._last_lr = scheduler.get_last_lr()
+
+    def state_dict(self):
+        """Attributes but the optimizer, with each wrapped scheduler's own state dict."""
+        state = {k: v for k, v in self.__dict__.items() if k not in ("optimizer", "_schedulers")}
+        state["_schedulers"] = [s.state_dict() for s in self._schedulers]
+        return state
+
+    def load_state_dict(self, state_dict):
+        """Restore attributes and each wrapped scheduler's state."""
+        state = dict(state_dict)
+        inner = state.pop("_schedulers")
+        self.__dict__.update(state)
+        for scheduler, saved in zip(self._schedulers, inner):
+            scheduler.load_state_dict(saved)
+
+
+def _per_group(name, optimizer, value):
+    """``value`` repeated for every param group, or the list given (one per group)."""
+    if isinstance(value, (list, tuple)):
+        if len(value) != len(optimizer.param_groups):
+            raise ValueError(f"{name} must have the same length as optimizer.param_groups. {name} has {len(value)} "
+                             f"values, param_groups has {len(optimizer.param_groups)}.")
+        return list(value)
+    return [value] * len(optimizer.param_groups)
+
+
+def _positive_int(name, value):
+    if not isinstance(value, int) or value <= 0:
+        raise ValueError(f"Expected positive integer {name}, but got {value}")
+    return value
+
+
+class OneCycleLR(LRScheduler):
+    """The 1cycle policy: the lr warms from ``max_lr / div_factor`` to ``max_lr`` over ``pct_start`` of
+    ``total_steps`` then anneals to ``initial_lr / final_div_factor`` (``three_phase``: back to the
+    initial lr first); momentum (SGD) or beta1 (Adam) cycles inversely when ``cycle_momentum``."""
+
+    def __init__(self, optimizer, max_lr, total_steps=None, epochs=None, steps_per_epoch=None, pct_start=0.3,
+                 anneal_strategy="cos", cycle_momentum=True, base_momentum=0.85, max_momentum=0.95,
+                 div_factor=25.0, final_div_factor=1e4, three_phase=False, last_epoch=-1):
+        if not isinstance(optimizer, Optimizer):
+            raise TypeError(f"{type(optimizer).__name__} is not an Optimizer")
+        self.optimizer = optimizer
+        if total_steps is not None:
+            if not isinstance(total_steps, int) or total_steps <= 0:
+                raise ValueError(f"Expected positive integer total_steps, but got {total_steps}")
+            self.total_steps = total_steps
+        elif epochs is not None and steps_per_epoch is not None:
+            self.total_steps = _positive_int("epochs", epochs) * _positive_int("steps_per_epoch", steps_per_epoch)
+        else:
+            raise ValueError("You must define either total_steps OR (epochs AND steps_per_epoch)")
+        self._schedule_phases = self._phases(pct_start, three_phase)
+        if pct_start < 0 or pct_start > 1 or not isinstance(pct_start, float):
+            raise ValueError(f"Expected float between 0 and 1 pct_start, but got {pct_start}")
+        if anneal_strategy not in ("cos", "linear"):
+            raise ValueError(f"anneal_strategy must be one of 'cos' or 'linear', instead got {anneal_strategy}")
+        self._anneal_func_type = anneal_strategy
+        max_lrs = _per_group("max_lr", optimizer, max_lr)
+        if last_epoch == -1:
+            for group, top in zip(optimizer.param_groups, max_lrs):
+                group["initial_lr"] = top / div_factor
+                group["max_lr"] = top
+                group["min_lr"] = group["initial_lr"] / final_div_factor
+        self.cycle_momentum = cycle_momentum
+        if cycle_momentum:
+            if "momentum" not in optimizer.defaults and "betas" not in optimizer.defaults:
+                raise ValueError("optimizer must support momentum or beta1 with `cycle_momentum` option enabled")
+            self.use_beta1 = "betas" in optimizer.defaults
+            highs = _per_group("max_momentum", optimizer, max_momentum)
+            lows = _per_group("base_momentum", optimizer, base_momentum)
+            if last_epoch == -1:
+                for high, low, group in zip(highs, lows, optimizer.param_groups):
+                    self._set_momentum(group, high)
+                    group["max_momentum"] = high
+                    group["base_momentum"] = low
+        super().__init__(optimizer, last_epoch)
+
+    def _phases(self, pct_start, three_phase):
+        """Each phase: the step it ends at and the group keys of its start/end lr and momentum."""
+        warm_end = float(pct_start * self.total_steps) - 1
+        last = self.total_steps - 1
+        if three_phase:
+            return [
+                {"end_step": warm_end, "start_lr": "initial_lr", "end_lr": "max_lr",
+                 "start_momentum": "max_momentum", "end_momentum": "base_momentum"},
+                {"end_step": float(2 * pct_start * self.total_steps) - 2, "start_lr": "max_lr",
+                 "end_lr": "initial_lr", "start_momentum": "base_momentum", "end_momentum": "max_momentum"},
+                {"end_step": last, "start_lr": "initial_lr", "end_lr": "min_lr",
+                 "start_momentum": "max_momentum", "end_momentum": "max_momentum"},
+            ]
+        return [
+            {"end_step": warm_end, "start_lr": "initial_lr", "end_lr": "max_lr",
+             "start_momentum": "max_momentum", "end_momentum": "base_momentum"},
+            {"end_step": last, "start_lr": "max_lr", "end_lr": "min_lr",
+             "start_momentum": "base_momentum", "end_momentum": "max_momentum"},
+        ]
+
+    def _set_momentum(self, group, value):
+        if self.use_beta1:
+            group["betas"] = (value, *group["betas"][1:])
+        else:
+            group["momentum"] = value
+
+    def _anneal(self, start, end, pct):
+        if self._anneal_func_type == "cos":
+            return end + (start - end) / 2.0 * (math.cos(math.pi * pct) + 1)
+        return (end - start) * pct + start
+
+    def get_lr(self):
+        step = self.last_epoch
+        if step > self.total_steps:
+            raise ValueError(f"Tried to step {step} times. The specified number of total steps is {self.total_steps}")
+        lrs = []
+        for group in self.optimizer.param_groups:
+            start_step = 0.0
+            for i, phase in enumerate(self._schedule_phases):
+                if step <= phase["end_step"] or i == len(self._schedule_phases) - 1:
+                    pct = (step - start_step) / (phase["end_step"] - start_step)
+                    break
+                start_step = phase["end_step"]
+            lrs.append(self._anneal(group[phase["start_lr"]], group[phase["end_lr"]], pct))
+            if self.cycle_momentum:
+                self._set_momentum(group, self._anneal(group[phase["start_momentum"]],
+                                                       group[phase["end_momentum"]], pct))
+        return lrs
+
+
+class ReduceLROnPlateau(LRScheduler):
+    """Multiply the lr by ``factor`` (not below ``min_lr``) once ``metrics`` passed to ``step`` has not
+    improved by ``threshold`` (relative or absolute) for more than ``patience`` epochs, then wait
+    ``cooldown`` epochs before counting again; changes smaller than ``eps`` are skipped."""
+
+    def __init__(self, optimizer, mode="min", factor=0.1, patience=10, threshold=1e-4, threshold_mode="rel",
+                 cooldown=0, min_lr=0, eps=1e-8):
+        if factor >= 1.0:
+            raise ValueError("Factor should be < 1.0.")
+        self.factor = factor
+        if not isinstance(optimizer, Optimizer):
+            raise TypeError(f"{type(optimizer).__name__} is not an Optimizer")
+        self.optimizer = optimizer
+        if isinstance(min_lr, (list, tuple)):
+            if len(min_lr) != len(optimizer.param_groups):
+                raise ValueError(f"expected {len(optimizer.param_groups)} min_lrs, got {len(min_lr)}")
+            self.default_min_lr = None
+            self.min_lrs = list(min_lr)
+        else:
+            self.default_min_lr = min_lr
+            self.min_lrs = [min_lr] * len(optimizer.param_groups)
+        self.patience = patience
+        self.cooldown = cooldown
+        self.eps = eps
+        self.last_epoch = 0
+        self._last_lr = self._group_lrs()
+        self._init_is_better(mode, threshold, threshold_mode)
+        self._reset()
+
+    def _reset(self):
+        self.best = self.mode_worse
+        self.cooldown_counter = 0
+        self.num_bad_epochs = 0
+
+    @property
+    def in_cooldown(self):
+        """Whether the scheduler is still waiting out the cooldown after a reduction."""
+        return self.cooldown_counter > 0
+
+    def step(self, metrics, epoch=None):
+        """Record this epoch's ``metrics`` (a number or a one-element tensor) and reduce the lr on a plateau."""
+        current = float(metrics)
+        if epoch is None:
+            epoch = self.last_epoch + 1
+        else:
+            warnings.warn(_EPOCH_DEPRECATION, UserWarning, stacklevel=2)
+        self.last_epoch = epoch
+        if self._is_better(current, self.best):
+            self.best = current
+            self.num_bad_epochs = 0
+        else:
+            self.num_bad_epochs += 1
+        if self.in_cooldown:
+            self.cooldown_counter -= 1
+            self.num_bad_epochs = 0  # bad epochs during the cooldown do not count
+        if self.num_bad_epochs > self.patience:
+            self._reduce_lr()
+            self.cooldown_counter = self.cooldown
+            self.num_bad_epochs = 0
+        self._last_lr = self._group_lrs()
+
+    def _reduce_lr(self):
+        groups = self.optimizer.param_groups
+        if len(groups) != len(self.min_lrs):
+            if self.default_min_lr is None:
+                raise RuntimeError(f"The number of param groups in the `optimizer` ({len(groups)}) differs from when "
+                                   f"`ReduceLROnPlateau` was initialized ({len(self.min_lrs)}), usually due to a new "
+                                   "param group being added to the optimizer. Please modify the `min_lrs` field to "
+                                   "match the length of the `optimizer` param groups.")
+            self.min_lrs = [self.default_min_lr] * len(groups)
+        for group, min_lr in zip(groups, self.min_lrs):
+            old = float(group["lr"])
+            new = max(old * self.factor, min_lr)
+            if old - new > self.eps:
+                group["lr"] = new
+
+    def _is_better(self, a, best):
+        if self.mode == "min":
+            return a < best * (1.0 - self.threshold) if self.threshold_mode == "rel" else a < best - self.threshold
+        return a > best * (self.threshold + 1.0) if self.threshold_mode == "rel" else a > best + self.threshold
+
+    def _init_is_better(self, mode, threshold, threshold_mode):
+        if mode not in {"min", "max"}:
+            raise ValueError("mode " + mode + " is unknown!")
+        if threshold_mode not in {"rel", "abs"}:
+            raise ValueError("threshold mode " + threshold_mode + " is unknown!")
+        self.mode_worse = math.inf if mode == "min" else -math.inf
+        self.mode = mode
+        self.threshold = threshold
+        self.threshold_mode = threshold_mode
+
+    def load_state_dict(self, state_dict):
+        """Restore the attributes saved by ``state_dict()``."""
+        self.__dict__.update(state_dict)
+        self._init_is_better(self.mode, self.threshold, self.threshold_mode)

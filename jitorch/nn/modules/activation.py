@@ -1,37 +1,61 @@
-"""Activation modules: ReLU, GELU, SiLU, Tanh, Sigmoid, Softmax, LogSoftmax, LeakyReLU."""
+"""Activation modules, each a thin wrapper over its ``jitorch.nn.functional`` function."""
 
 from __future__ import annotations
+
+import warnings
 
 from ._functional import F
 from .module import Module
 
 
-class ReLU(Module):
+class _InplaceActivation(Module):
+    """``F.<_function>(input, inplace=self.inplace)``; ``_shows_inplace`` is False for the modules
+    whose torch repr never mentions ``inplace`` (Hardsigmoid, Hardswish)."""
+
+    _function = None
+    _shows_inplace = True
+
+    def __init__(self, inplace=False):
+        super().__init__()
+        self.inplace = inplace
+
+    def forward(self, input):
+        return getattr(F, self._function)(input, inplace=self.inplace)
+
+    def extra_repr(self):
+        return "inplace=True" if self.inplace and self._shows_inplace else ""
+
+
+class ReLU(_InplaceActivation):
     """``max(x, 0)``."""
 
-    def __init__(self, inplace=False):
-        super().__init__()
-        self.inplace = inplace
-
-    def forward(self, input):
-        return F.relu(input, inplace=self.inplace)
-
-    def extra_repr(self):
-        return "inplace=True" if self.inplace else ""
+    _function = "relu"
 
 
-class SiLU(Module):
+class SiLU(_InplaceActivation):
     """``x * sigmoid(x)``."""
 
-    def __init__(self, inplace=False):
-        super().__init__()
-        self.inplace = inplace
+    _function = "silu"
 
-    def forward(self, input):
-        return F.silu(input, inplace=self.inplace)
 
-    def extra_repr(self):
-        return "inplace=True" if self.inplace else ""
+class Mish(_InplaceActivation):
+    """``x * tanh(softplus(x))``."""
+
+    _function = "mish"
+
+
+class Hardsigmoid(_InplaceActivation):
+    """``relu6(x + 3) / 6``."""
+
+    _function = "hardsigmoid"
+    _shows_inplace = False
+
+
+class Hardswish(_InplaceActivation):
+    """``x * relu6(x + 3) / 6``."""
+
+    _function = "hardswish"
+    _shows_inplace = False
 
 
 class GELU(Module):
@@ -63,6 +87,72 @@ class LeakyReLU(Module):
         return f"negative_slope={self.negative_slope}" + (", inplace=True" if self.inplace else "")
 
 
+class ELU(Module):
+    """``x`` where positive, ``alpha * (exp(x) - 1)`` elsewhere."""
+
+    def __init__(self, alpha=1.0, inplace=False):
+        super().__init__()
+        self.alpha = alpha
+        self.inplace = inplace
+
+    def forward(self, input):
+        return F.elu(input, self.alpha, self.inplace)
+
+    def extra_repr(self):
+        return f"alpha={self.alpha}" + (", inplace=True" if self.inplace else "")
+
+
+def _renamed(old, new, value, default):
+    """torch's FutureWarning for Hardtanh's deprecated ``min_value``/``max_value`` keywords."""
+    if value is None:
+        return default
+    warnings.warn(f"keyword argument `{old}` is deprecated and renamed to `{new}`", FutureWarning, stacklevel=3)
+    return value
+
+
+class Hardtanh(Module):
+    """``x`` clamped to ``[min_val, max_val]``."""
+
+    def __init__(self, min_val=-1.0, max_val=1.0, inplace=False, min_value=None, max_value=None):
+        super().__init__()
+        self.min_val = _renamed("min_value", "min_val", min_value, min_val)
+        self.max_val = _renamed("max_value", "max_val", max_value, max_val)
+        self.inplace = inplace
+        if self.max_val <= self.min_val:
+            raise AssertionError(f"max_val ({self.max_val}) must be greater than min_val ({self.min_val})")
+
+    def forward(self, input):
+        return F.hardtanh(input, self.min_val, self.max_val, self.inplace)
+
+    def extra_repr(self):
+        return f"min_val={self.min_val}, max_val={self.max_val}" + (", inplace=True" if self.inplace else "")
+
+
+class ReLU6(Hardtanh):
+    """``min(max(x, 0), 6)``: a Hardtanh over ``[0, 6]``, as in torch."""
+
+    def __init__(self, inplace=False):
+        super().__init__(0.0, 6.0, inplace)
+
+    def extra_repr(self):
+        return "inplace=True" if self.inplace else ""
+
+
+class Softplus(Module):
+    """``log(1 + exp(beta x)) / beta``, linear where ``beta x > threshold``."""
+
+    def __init__(self, beta=1.0, threshold=20.0):
+        super().__init__()
+        self.beta = beta
+        self.threshold = threshold
+
+    def forward(self, input):
+        return F.softplus(input, self.beta, self.threshold)
+
+    def extra_repr(self):
+        return f"beta={self.beta}, threshold={self.threshold}"
+
+
 class Tanh(Module):
     """Hyperbolic tangent."""
 
@@ -77,29 +167,58 @@ class Sigmoid(Module):
         return input.sigmoid()
 
 
-class Softmax(Module):
+class LogSigmoid(Module):
+    """``log(sigmoid(x))``, computed without overflow."""
+
+    def forward(self, input):
+        return F.logsigmoid(input)
+
+
+class Softsign(Module):
+    """``x / (1 + |x|)``."""
+
+    def forward(self, input):
+        return F.softsign(input)
+
+
+class _DimActivation(Module):
+    """``F.<_function>(input, self.dim)``, printed as ``dim=...``."""
+
+    _function = None
+
+    def __init__(self, dim=None):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, input):
+        return getattr(F, self._function)(input, self.dim)
+
+    def extra_repr(self):
+        return f"dim={self.dim}"
+
+
+class Softmax(_DimActivation):
     """Softmax along ``dim``."""
 
-    def __init__(self, dim=None):
-        super().__init__()
-        self.dim = dim
-
-    def forward(self, input):
-        return F.softmax(input, self.dim)
-
-    def extra_repr(self):
-        return f"dim={self.dim}"
+    _function = "softmax"
 
 
-class LogSoftmax(Module):
+class Softmin(_DimActivation):
+    """``softmax(-x)`` along ``dim``."""
+
+    _function = "softmin"
+
+
+class LogSoftmax(_DimActivation):
     """Log of the softmax along ``dim``, computed stably."""
 
-    def __init__(self, dim=None):
-        super().__init__()
-        self.dim = dim
+    _function = "log_softmax"
 
-    def forward(self, input):
-        return F.log_softmax(input, self.dim)
 
-    def extra_repr(self):
-        return f"dim={self.dim}"
+class GLU(_DimActivation):
+    """Gated linear unit ``a * sigmoid(b)`` of the halves ``a, b`` of the input along ``dim``."""
+
+    _function = "glu"
+
+    def __init__(self, dim=-1):
+        super().__init__(dim)

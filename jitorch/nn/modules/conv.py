@@ -1,4 +1,4 @@
-"""Conv1d and Conv2d (stride, padding incl. 'same'/'valid', dilation, groups, padding_mode)."""
+"""Conv1d, Conv2d and Conv3d (stride, padding incl. 'same'/'valid', dilation, groups, padding_mode)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from .. import init
 from ..parameter import Parameter
 from ._functional import F
 from .module import Module
-from .utils import _pair, _single, factory
+from .utils import _pair, _single, _triple, factory
 
 _PADDING_STRINGS = {"same", "valid"}
 _PADDING_MODES = {"zeros", "reflect", "replicate", "circular"}
@@ -119,3 +119,10 @@ class Conv2d(_ConvNd):
 
     _ntuple = staticmethod(_pair)
     _conv = "conv2d"
+
+
+class Conv3d(_ConvNd):
+    """3-D convolution over (N, C_in, D, H, W) or (C_in, D, H, W) inputs; weight (C_out, C_in/groups, kd, kh, kw)."""
+
+    _ntuple = staticmethod(_triple)
+    _conv = "conv3d"

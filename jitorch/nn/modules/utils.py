@@ -24,3 +24,4 @@ def _ntuple(n):
 
 _single = _ntuple(1)
 _pair = _ntuple(2)
+_triple = _ntuple(3)
