@@ -25,6 +25,7 @@ concurrent calls of one compiled graph never share buffers.
 from __future__ import annotations
 
 import ctypes
+from math import prod
 import warnings
 
 import numpy as np
@@ -89,6 +90,7 @@ class KernelStep:
         self.dynamic_inputs = []   # (argument index, value)
         self.fresh_outputs = []    # (argument index, value, its strides)
         self.inplace_outputs = []  # (argument index, value, the input value whose memory it takes)
+        self.inplace_kernel = None  # the kernel built knowing those outputs share their input's pointer
         self.eager_made = set()    # inputs computed by eager steps
 
     def reads(self):
@@ -122,7 +124,7 @@ class KernelStep:
         for i, v, target in self.inplace_outputs:
             t = env[v] = env[target] if inplace else _fresh(v)
             args[i] = t._storage.data_ptr()
-        self.kernel(args)
+        (self.inplace_kernel if inplace and self.inplace_kernel is not None else self.kernel)(args)
 
     def _run_split(self, env, split):
         """A full reduction computed in parts: combine the partial results here."""
@@ -168,7 +170,7 @@ class EagerStep:
         self.nodes = nodes
         self.reason = reason
         # a view of a compact value has a geometry known now: at run time it is a tensor header only
-        self.geometry = {n: _static_view(n) for n in nodes if n.op.view is not None and len(n.outputs) == 1}
+        self.geometry = {}  # filled by the plan: see _static_views
 
     def reads(self):
         return [v for node in self.nodes for v in iter_values(node.args)]
@@ -188,9 +190,10 @@ class EagerStep:
                 continue
             geo = self.geometry.get(node)
             if geo is not None:
-                base = env[node.args[0]]
-                if base._offset == 0 and base._stride == geo[3]:  # compact, as the graph's values are
-                    env[out] = Tensor._view_of(base, *geo[:3])
+                root, shape, strides, offset, compact = geo
+                base = env[root]
+                if base._offset == 0 and base._stride == compact:  # compact, as the graph's values are
+                    env[out] = Tensor._view_of(base, shape, strides, offset)
                     continue
             args = [_substitute(a, env, node.op.view is not None) for a in node.args]
             # a graph node's arguments were checked when it was traced: skip to the eager kernel
@@ -203,17 +206,31 @@ class EagerStep:
         return f"<eager {' '.join(n.op.name for n in self.nodes)}>"
 
 
-def _static_view(node):
-    """(shape, strides, offset, the base's compact strides) of a view node over a compact base, or None."""
-    base = node.args[0]
-    if not isinstance(base, Value) or any(isinstance(a, Value) for a in iter_values(node.args[1:])):
-        return None
-    compact = contiguous_strides(base.type.shape)
-    geo = node.op.view(fake_tensor(base.type.shape, base.type.dtype, base.type.device), *node.args[1:])
-    if isinstance(geo, list):
-        return None
-    shape, strides, offset = geo
-    return tuple(shape), tuple(strides), offset, compact
+def _static_views(nodes, by_value):
+    """Per view node of an eager step: (root value, shape, strides, offset, the root's compact
+    strides), its geometry over the value its chain of views starts from, known before any call
+    (a chain such as ``t`` then ``transpose`` composes, across steps through ``by_value``; the
+    root is compact at run time)."""
+    geometry = {}
+    for node in nodes:
+        base = node.args[0] if node.args else None
+        if (node.op.view is None or len(node.outputs) != 1 or not isinstance(base, Value)
+                or any(isinstance(a, Value) for a in iter_values(node.args[1:]))):
+            continue
+        root, shape, strides, offset = by_value.get(base, (base, base.type.shape,
+                                                            contiguous_strides(base.type.shape), 0))
+        fake = fake_tensor(shape, base.type.dtype, base.type.device, strides, offset,
+                           max(1, prod(root.type.shape)))
+        try:
+            geo = node.op.view(fake, *node.args[1:])
+        except RuntimeError:  # a view the strided layout does not allow: the eager kernel copies
+            continue
+        if isinstance(geo, list):
+            continue
+        shape, strides, offset = tuple(geo[0]), tuple(geo[1]), geo[2]
+        by_value[node.outputs[0]] = (root, shape, strides, offset)
+        geometry[node] = (root, shape, strides, offset, contiguous_strides(root.type.shape))
+    return geometry
 
 
 def _substitute(arg, env, compact):
@@ -306,6 +323,10 @@ class Plan:
             for v in ends.pop(j, []):
                 slot = self.slots[v]
                 free.setdefault(self.slot_bytes[slot], []).append(slot)
+        views = {}
+        for step in steps:
+            if isinstance(step, EagerStep):
+                step.geometry = _static_views(step.nodes, views)
         eager_made = {v for step in steps if isinstance(step, EagerStep) for v in step.writes()}
         for step in steps:
             if isinstance(step, KernelStep):
@@ -381,6 +402,7 @@ class CompiledGraph:
         for i, group in enumerate(self.groups):
             self._lower(group, f"jitorch_k{i}", split=True)
         self.plan = Plan(self.graph, self.steps)
+        self._build_inplace_kernels()
         self._arenas = []
         self._inplace_targets = {self.plan.inplace[v] for v in self.plan.inplace}
         self._input_index = {v: i for i, v in enumerate(self.graph.inputs)}
@@ -414,7 +436,21 @@ class CompiledGraph:
             self.steps.append(EagerStep(group.nodes, f"LLVM error: {e}"))
             return
         self.kernels.append(kernel)
-        self.steps.append(step_type(kernel, group.nodes))
+        step = step_type(kernel, group.nodes)
+        step.group, step.name = group, f"{name}_{group.kind}"
+        self.steps.append(step)
+
+    def _build_inplace_kernels(self):
+        """For each step the plan computes in place, a kernel whose in-place outputs use their
+        input's pointer: with two pointers LLVM must assume the arrays may overlap, and its runtime
+        overlap check sends the identical arrays to the scalar loop."""
+        target, compile_kernel, _ = self._backend
+        for step in self.steps:
+            if type(step) is not KernelStep or not step.inplace_outputs:
+                continue
+            aliases = {v: t for _, v, t in step.inplace_outputs if t in step.inputs}
+            if aliases:
+                step.inplace_kernel = compile_kernel(build(step.group, step.name, target, aliases), self._cache)
 
     def __call__(self, inputs):
         """(outputs pytree, mutations) on ``inputs`` (flat list in graph-input order)."""

@@ -98,10 +98,13 @@ def _collapse(space, accesses):
 class _Builder:
     """Shared machinery: buffers, geometry of leaves, evaluation of node expressions."""
 
-    def __init__(self, group, name, target=None):
+    def __init__(self, group, name, target=None, aliases=None):
         self.group = group
         self.name = name
         self.target = target or CPU
+        # output -> input whose buffer it is written into (an in-place update): one pointer for both,
+        # so LLVM sees a load and a store at the same address, not two arrays that may overlap
+        self.aliases = aliases or {}
         self.geometry = {}     # Value -> (root Value, shape, strides, offset): readable leaves
         for v in group.inputs:
             self.geometry[v] = (v, v.type.shape, contiguous_strides(v.type.shape), 0)
@@ -132,7 +135,10 @@ class _Builder:
         """(module, kernel function, buffer -> pointer argument, builder, emitter) of a new kernel."""
         module, kernel = self.start_module(buffers)
         b = ir.IRBuilder(kernel.append_basic_block("entry"))
-        return module, kernel, dict(zip(buffers, kernel.args[2:])), b, Emitter(b)
+        ptr = dict(zip(buffers, kernel.args[2:]))
+        for out, source in self.aliases.items():
+            ptr[out] = ptr[source]
+        return module, kernel, ptr, b, Emitter(b)
 
     def start_module(self, buffers):
         module = ir.Module(name=self.name)
@@ -213,9 +219,9 @@ class _Builder:
         return [e.cast(result, out_dtype)]
 
 
-def build_pointwise(group, name, target=None):
+def build_pointwise(group, name, target=None, aliases=None):
     """A pointwise group's kernel: one loop nest over its output shape."""
-    bld = _Builder(group, name, target)
+    bld = _Builder(group, name, target, aliases)
     outputs = list(group.outputs)
     space = tuple(outputs[0].type.shape)
     for out in outputs:
@@ -249,9 +255,9 @@ def _used(value, bld):
     return any(value in list(iter_values(n.args)) for n in bld.computed) or value in bld.group.outputs
 
 
-def build_reduction(group, name, target=None):
+def build_reduction(group, name, target=None, aliases=None):
     """A reduction group's kernel: kept dims outside, reduced dims inside, then the epilogue."""
-    bld = _Builder(group, name, target)
+    bld = _Builder(group, name, target, aliases)
     red = next(n for n in bld.computed if n.op.name in lowering.REDUCTION_OPS)
     x = red.args[0]
     in_shape = tuple(x.type.shape)
@@ -451,7 +457,7 @@ def is_row_softmax(node):
         t.dtype in (_dt.float32, _dt.float64) and t.shape[-1] > 0
 
 
-def build_softmax(group, name, target=None):
+def build_softmax(group, name, target=None, aliases=None):
     """Row softmax in one kernel: per row, a max pass, a pass writing exp(x - max) and summing
     it, and a pass normalising in place (the row stays in cache between passes)."""
     node = group.nodes[0]
@@ -460,7 +466,7 @@ def build_softmax(group, name, target=None):
     cols = x.type.shape[-1]
     rows = prod(x.type.shape[:-1])
     out = node.outputs[0]
-    bld = _Builder(group, name, target)
+    bld = _Builder(group, name, target, aliases)
     module, kernel, ptr, b, e = bld.begin([x, out])
     src, dst = ptr[x], ptr[out]
     t = llvm_type(dtype)
@@ -502,15 +508,15 @@ def build_softmax(group, name, target=None):
                       "block")
 
 
-def build(group, name, target=None):
+def build(group, name, target=None, aliases=None):
     """The kernel source of a fusion group for ``target`` (default the CPU; CompileError if it has
-    no kernel form)."""
+    no kernel form). ``aliases``: output -> input it is computed into, in place."""
     if group.kind == "pointwise":
-        return build_pointwise(group, name, target)
+        return build_pointwise(group, name, target, aliases)
     if group.kind == "reduction":
-        return build_reduction(group, name, target)
+        return build_reduction(group, name, target, aliases)
     if len(group.nodes) == 1 and is_row_softmax(group.nodes[0]):
-        return build_softmax(group, name, target)
+        return build_softmax(group, name, target, aliases)
     raise CompileError(f"a {group.kind} group has no kernel")
 
 
