@@ -71,11 +71,11 @@ def zero_grad_(params, set_to_none=True):
     """Reset the ``.grad`` of ``params``: to None (default) or, keeping the tensors, to zeros
     (detached from any graph first, as torch's ``Module.zero_grad`` and ``Optimizer.zero_grad``)."""
     for p in params:
+        if set_to_none:  # (without reading .grad: a traced step then does not depend on it)
+            p.grad = None
+            continue
         grad = p.grad
         if grad is None:
-            continue
-        if set_to_none:
-            p.grad = None
             continue
         if grad.grad_fn is not None:
             grad.detach_()

@@ -36,7 +36,7 @@ from ..ir.graph import Value, iter_values
 from ..ir.passes import optimize
 from ..ir.passes.fusion import Group, fuse
 from ..jit import logs
-from ..jit.compile import refresh_captured_grads, set_grads, write_back
+from ..jit.compile import refresh_captured_state, set_grads, write_back
 from ..ops import registry
 from ..runtime import allocator
 from ..runtime import dtypes as _dt
@@ -477,8 +477,8 @@ class CompiledGraph:
 
     def _execute(self, inputs):
         g = self.graph
-        if g.grad_constants:
-            refresh_captured_grads(g)
+        if g.grad_constants or g.refreshers:
+            refresh_captured_state(g)
         env = {v: _compact(t) for v, t in zip(g.inputs, inputs)}
         for name, v in g.constants.items():
             env[v] = _compact(g.constant_tensors[name])

@@ -51,7 +51,8 @@ def write(path_or_file, manifest, graph_text, constants, artifacts):
     members = {GRAPH: graph_text.encode("utf-8")}
     for record, arr in constants:
         buf = io.BytesIO()
-        np.save(buf, np.ascontiguousarray(arr), allow_pickle=False)
+        # (not np.ascontiguousarray: it turns a 0-d array into a 1-d one)
+        np.save(buf, arr if arr.flags.c_contiguous else arr.copy(order="C"), allow_pickle=False)
         members[record["member"]] = buf.getvalue()
     for record, objects in artifacts:
         for kernel in record["kernels"]:

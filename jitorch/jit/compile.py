@@ -370,7 +370,7 @@ def run_graph(graph, args, kwargs, executable=None):
     inputs = [leaf for leaf in leaves if isinstance(leaf, Tensor)]
     if executable is not None:
         return executable.run(inputs)
-    refresh_captured_grads(graph)
+    refresh_captured_state(graph)
     outputs, mutations = interpret(graph, inputs)
     write_back(graph, inputs, mutations)
     return set_grads(graph, inputs, outputs)
@@ -388,8 +388,11 @@ def set_grads(graph, inputs, outputs):
     return result
 
 
-def refresh_captured_grads(graph):
-    """Point the graph's ``p.grad`` constants at the parameters' current ``.grad`` tensors."""
+def refresh_captured_state(graph):
+    """Before a call: point the graph's ``p.grad`` constants at the parameters' current ``.grad``
+    tensors, and give captured scalars their current values (`jitorch.compiler.dynamic_scalar`)."""
+    for refresh in graph.refreshers:
+        refresh()
     tensors = graph.constant_tensors
     for name, owner in graph.grad_constants.items():
         if name in tensors:  # (unless optimisation found it unused)

@@ -73,6 +73,7 @@ class Tracer:
         self.one_shot = False      # see jitorch.compiler.eager_state
         self.real_inputs = set()   # ids of the call's tensors (they have fakes of their own)
         self.python_guards: list = []  # see jitorch.compiler.guard
+        self.refreshers: list = []     # see jitorch.compiler.dynamic_scalar
         # the dispatch hooks and grad watchers are process-wide: other threads' ops stay eager
         self.thread = threading.get_ident()
 
@@ -515,6 +516,7 @@ def trace_with_inputs(fn, args, kwargs):
         graph.grad_targets = targets
         graph.python_guards = tracer.python_guards + grad_guards + _requires_grad_guard(graph)
         graph.one_shot = tracer.one_shot
+        graph.refreshers = tracer.refreshers
     return graph, inputs
 
 

@@ -15,6 +15,7 @@ from itertools import chain
 
 from ..autograd import enable_grad, no_grad
 from ..autograd.functional import zero_grad_
+from ..runtime.dtypes import float32
 from ..tensor import Tensor
 
 __all__ = ["Optimizer"]
@@ -123,10 +124,9 @@ class Optimizer:
             raise NotImplementedError(f"{type(self).__name__} must override step() or define _update(group, params)")
         with no_grad():
             for group in self.param_groups:
-                _guard_hyperparameters(group)
                 params = [p for p in group["params"] if p.grad is not None]
                 if params:
-                    update(group, params)
+                    update(_as_traced(group), params)
         return loss
 
     def _step_counter(self, p):
@@ -190,11 +190,23 @@ def _cast_state(param, key, value):
     return value.to(device=param.device)
 
 
-def _guard_hyperparameters(group):
-    """A traced step bakes the group's numbers (lr, betas...) into its graph: a scheduler that
-    changes them must make the compiled step trace again."""
+def _as_traced(group):
+    """The group as a traced step sees it. Its learning rate becomes a captured scalar that the
+    compiled step re-reads at every call, so a scheduler changing it needs no new trace; the
+    other numbers (betas, momentum...) are baked into the graph, which stays valid only while
+    they are unchanged. Outside a trace: the group itself."""
     from .. import compiler
-    if compiler.is_compiling():
-        traced = {k: v for k, v in group.items() if k != "params"}
-        compiler.guard(lambda: all(group.get(k) == v for k, v in traced.items()),
-                       "the optimizer's hyperparameters (lr, momentum, ...) are unchanged")
+    if not compiler.is_compiling():
+        return group
+    traced = {k: v for k, v in group.items() if k not in ("params", "lr")}
+    compiler.guard(lambda: all(group.get(k) == v for k, v in traced.items()),
+                   "the optimizer's hyperparameters (momentum, betas, ...) are unchanged")
+    return dict(group, lr=compiler.dynamic_scalar(lambda: group["lr"], dtype=float32))
+
+
+def step_down(p, update, lr):
+    """``p -= lr * update``, in place: ``lr`` a number, or a 0-d tensor in a traced step."""
+    if isinstance(lr, Tensor):
+        p.sub_(update * lr)
+    else:
+        p.add_(update, alpha=-lr)

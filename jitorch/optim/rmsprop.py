@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .. import compiler, float32, zeros_like
 from .. import tensor as _tensor
-from .optimizer import Optimizer, _check_nonnegative, _check_unsupported
+from .optimizer import Optimizer, _check_nonnegative, _check_unsupported, step_down
 
 __all__ = ["RMSprop"]
 
@@ -60,6 +60,6 @@ class RMSprop(Optimizer):
             if momentum > 0:
                 buf = state["momentum_buffer"]
                 buf.mul_(momentum).add_(grad / avg)
-                p.add_(buf, alpha=-lr)
+                step_down(p, buf, lr)
             else:
-                p.add_(grad / avg, alpha=-lr)
+                step_down(p, grad / avg, lr)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .. import compiler, zeros_like
-from .optimizer import Optimizer, _check_nonnegative, _check_unsupported
+from .optimizer import Optimizer, _check_nonnegative, _check_unsupported, step_down
 
 __all__ = ["SGD"]
 
@@ -47,4 +47,4 @@ class SGD(Optimizer):
                 else:
                     buf.mul_(momentum).add_(grad, alpha=1 - dampening)
                 grad = grad.add(buf, alpha=momentum) if nesterov else buf
-            p.add_(grad, alpha=-lr)
+            step_down(p, grad, lr)

@@ -271,3 +271,12 @@ def test_a_module_training_step_exports_after_its_first_call(tmp_path):
     for p in ref_model.parameters():
         assert any(c.shape == p.shape and np.allclose(c, p.detach().numpy(), rtol=1e-5, atol=1e-6)
                    for c in constants)
+
+
+def test_a_zero_dim_constant_round_trips(tmp_path):
+    scale = jt.tensor(0.5)
+    program = jt.export(lambda x: x * scale, (jt.ones(3),))
+    program.save(tmp_path / "scaled.jtx")
+    loaded = jt.load(tmp_path / "scaled.jtx")
+    assert next(iter(loaded.constants.values())).shape == ()
+    np.testing.assert_array_equal(loaded(jt.ones(3)).numpy(), [0.5, 0.5, 0.5])
