@@ -378,7 +378,12 @@ def run_graph(graph, args, kwargs, executable=None):
 
 def set_grads(graph, inputs, outputs):
     """A traced backward() set inputs' or captured parameters' .grad: set the real ones; the user's
-    result is returned."""
+    result is returned, with the inputs and captured tensors it returned as themselves."""
+    if graph.output_aliases:
+        leaves, spec = tree_flatten(outputs)
+        for k, owner in graph.output_aliases.items():
+            leaves[k] = inputs[owner] if isinstance(owner, int) else graph.constant_tensors[owner]
+        outputs = tree_unflatten(leaves, spec)
     if not graph.grad_targets:
         return outputs
     result, grads = outputs

@@ -72,6 +72,7 @@ class Tracer:
         self.grad_owners: dict = {}  # id -> [real tensor, constant name, .grad before the trace, touched]
         self.one_shot = False      # see jitorch.compiler.eager_state
         self.real_inputs = set()   # ids of the call's tensors (they have fakes of their own)
+        self.input_fakes: list = []  # the fakes standing for the call's tensors, in graph-input order
         self.python_guards: list = []  # see jitorch.compiler.guard
         self.refreshers: list = []     # see jitorch.compiler.dynamic_scalar
         # the dispatch hooks and grad watchers are process-wide: other threads' ops stay eager
@@ -386,6 +387,7 @@ class Tracer:
                 raise TraceError(f"the traced function returned a {type(leaf).__name__}, which a graph cannot "
                                  "hold (outputs are tensors, numbers, strings and None in tuples, lists and dicts)")
         self.graph.outputs = tree_unflatten(values, spec)
+        self.graph.output_aliases = self.output_aliases(leaves)
         # whether any output depends differentiably on inputs that require grad (then a compiled
         # call must give its outputs a backward node)
         self.graph.outputs_require_grad = any(isinstance(leaf, Tensor) and leaf.requires_grad for leaf in leaves)
@@ -394,6 +396,23 @@ class Tracer:
                 self.graph.mutations.append((st.origin, st.value))
         self.check_captured_aliasing()
         return self.graph
+
+    def output_aliases(self, leaves):
+        """Output leaves that are an input or captured tensor itself (``x.add_(1); return x``):
+        leaf index -> input index or constant name. A call returns the real tensor there, as
+        eager does, rather than a new tensor with its values."""
+        owners = {id(f): i for i, f in enumerate(self.input_fakes)}
+        for real, fake in self.lifted.values():  # traced code holds the real tensor itself
+            if fake._storage.origin is not None:
+                owners[id(real)] = owners[id(fake)] = fake._storage.origin.name
+        aliases = {}
+        for k, leaf in enumerate(leaves):
+            owner = owners.get(id(leaf))
+            if owner is not None:
+                st = self.fake(leaf)._storage
+                if tuple(leaf._shape) == tuple(st.base_shape) and leaf._offset == 0:
+                    aliases[k] = owner
+        return aliases
 
     def check_captured_aliasing(self):
         """Captured tensors are separate graph values: a write through one would be missed by another
@@ -497,6 +516,7 @@ def trace_with_inputs(fn, args, kwargs):
     fargs, fkwargs = tree_unflatten(fake_leaves, spec)
     fakes = [f for f in fake_leaves if isinstance(f, Tensor)]
     tracer.real_inputs = {id(t) for t in inputs}
+    tracer.input_fakes = fakes
     with tracer:
         try:
             initial = [tracer.fake(real.grad) if real.requires_grad and real.grad is not None else None

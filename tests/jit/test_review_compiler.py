@@ -193,3 +193,26 @@ def test_captured_tensors_sharing_memory_see_each_others_writes(body):
             x = jt.ones(2, 3)
             np.testing.assert_array_equal(compiled(x).numpy(), body(w_e, wv_e, x).numpy())
             np.testing.assert_array_equal(w_c.numpy(), w_e.numpy())
+
+
+def test_a_returned_input_or_captured_tensor_is_the_tensor_itself():
+    def scale(x):
+        x.mul_(2)
+        return x
+
+    x = jt.arange(3.0)
+    assert jt.compile(scale)(x) is x
+    np.testing.assert_array_equal(x.numpy(), [0.0, 2.0, 4.0])
+    transposed = jt.arange(6.0).reshape(2, 3).t()  # not compact: the graph works on a copy
+    assert jt.compile(scale)(transposed) is transposed
+
+    w = jt.ones(2)
+
+    def bump(z):
+        w.add_(z)
+        return w, z * 1
+
+    got, other = jt.compile(bump)(jt.ones(2))
+    assert got is w and other is not w
+    np.testing.assert_array_equal(w.numpy(), [2.0, 2.0])
+    assert jt.compile(lambda x: x.t())(jt.ones(2, 3)).shape == (3, 2)  # a view is a new tensor
