@@ -150,6 +150,7 @@ class CompiledFunction:
         self._fast: dict = {}  # flat keys of all-tensor positional calls -> compiled entries
         self._warned_limit = False
         self._stale = 0  # entries dropped because Python state changed: they count toward the limit
+        self._shelved: dict = {}  # guard key -> those entries, reused when their state comes back
         self.discard_mutations = False  # a compiled backward recomputes the forward but must not redo its writes
         self.name = getattr(fn, "__name__", type(fn).__name__)
         functools.update_wrapper(self, fn, updated=())
@@ -180,11 +181,7 @@ class CompiledFunction:
                     return entry.executable.run(args)
         entry = self._entry(args, kwargs)
         if entry is not None and entry.graph is not None and not python_guards_hold(entry.graph):
-            failed = next(c for c in entry.graph.python_guards if not c())
-            logs.log("recompiles", "retracing %s: no longer true: %s", self.name, failed.__doc__ or failed)
-            self._forget(entry)
-            self._stale += 1
-            entry = self._entry(args, kwargs)
+            entry = self._switch(entry, args, kwargs)
         if entry is None:
             return self.fn(*args, **kwargs)
         entry.calls += 1
@@ -205,6 +202,25 @@ class CompiledFunction:
         if executable is not None and not kwargs and _tensor_args_key(args) is not None and not entry.graph.one_shot:
             self._fast[_tensor_args_key(args)] = entry
         return run_graph(entry.graph, args, kwargs, executable)
+
+    def _switch(self, entry, args, kwargs):
+        """The entry for a call whose Python state no longer fits ``entry``'s graph (a module back in
+        training mode, changed momentum): an earlier graph whose assumptions hold again, or a new
+        trace. ``entry`` is shelved for when its state comes back."""
+        failed = next(c for c in entry.graph.python_guards if not c())
+        self._forget(entry)
+        shelf = self._shelved.setdefault(entry.key, [])
+        revived = next((e for e in shelf if python_guards_hold(e.graph)), None)
+        shelf.append(entry)
+        if revived is not None:
+            shelf.remove(revived)
+            self.cache[entry.key] = revived
+            logs.log("recompiles", "%s: reusing an earlier graph: no longer true: %s", self.name,
+                     failed.__doc__ or failed)
+            return revived
+        logs.log("recompiles", "retracing %s: no longer true: %s", self.name, failed.__doc__ or failed)
+        self._stale += 1
+        return self._entry(args, kwargs)
 
     def _forget(self, entry):
         """Drop a cache entry whose graph no longer fits the function's state."""

@@ -216,3 +216,21 @@ def test_a_returned_input_or_captured_tensor_is_the_tensor_itself():
     assert got is w and other is not w
     np.testing.assert_array_equal(w.numpy(), [2.0, 2.0])
     assert jt.compile(lambda x: x.t())(jt.ones(2, 3)).shape == (3, 2)  # a view is a new tensor
+
+
+def test_a_graph_is_reused_when_the_python_state_it_assumed_comes_back():
+    jt.manual_seed(0)
+    net = jt.nn.Sequential(jt.nn.Linear(4, 4), jt.nn.Dropout(0.5))
+    forward = jt.compile(lambda x: net(x))
+    x = jt.randn(3, 4)
+    graphs = set()
+    with jt.no_grad():  # one guard key: only the modules' training flags change
+        for _ in range(6):  # train/eval flips: more than the recompile limit allows traces
+            net.train()
+            forward(x)
+            graphs.update(id(e.graph) for e in forward.cache.values())
+            net.eval()
+            np.testing.assert_allclose(forward(x).numpy(), net(x).numpy(), rtol=1e-6)
+            graphs.update(id(e.graph) for e in forward.cache.values())
+    assert len(graphs) == 2  # one graph per mode, each reused at every flip
+    assert forward._stale == 1
