@@ -66,13 +66,20 @@ def test_compiled_step_equals_eager_over_several_steps(name):
             np.testing.assert_allclose(s_comp[k].numpy(), s_eager[k].numpy(), rtol=2e-5, atol=2e-6)
 
 
-def test_the_steady_graph_updates_parameters_in_place_in_fused_kernels():
+def steady_sgd_step():
+    """(parameters, optimizer, compiled step, x, y) after two calls: the optimizer's state made and
+    the steady graph cached."""
     ps = make_params()
     opt = optim.SGD(ps, lr=0.1, momentum=0.9)
     compiled = jt.compile(make_step(ps, opt))
     x, y = data()
     compiled(x, y)
     compiled(x, y)
+    return ps, opt, compiled, x, y
+
+
+def test_the_steady_graph_updates_parameters_in_place_in_fused_kernels():
+    ps, _, compiled, x, y = steady_sgd_step()
     low = compiled.lower(x, y)
     targets = {t.name for t, _ in low.optimized_graph.mutations}
     assert {"w1", "b1", "w2"} <= targets and len(targets) == 6  # three parameters, three momentum buffers
@@ -102,12 +109,7 @@ def test_a_scheduler_changing_the_learning_rate_needs_no_new_trace(name):
 
 
 def test_other_hyperparameters_are_guarded():
-    ps = make_params()
-    opt = optim.SGD(ps, lr=0.1, momentum=0.9)
-    compiled = jt.compile(make_step(ps, opt))
-    x, y = data()
-    compiled(x, y)
-    compiled(x, y)
+    _, opt, compiled, x, y = steady_sgd_step()
     before = next(iter(compiled.cache.values())).graph
     opt.param_groups[0]["momentum"] = 0.5
     compiled(x, y)
