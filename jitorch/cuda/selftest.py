@@ -2,7 +2,9 @@
 
 Always: every kernel kind the CUDA backend generates (pointwise, fused chains,
 reductions over each dim and full, softmax, matmul) is assembled by ptxas for
-sm_80 and sm_90. With a GPU also: the allocator on the real driver, streams
+sm_80 and sm_90. Without a GPU (or with ``--emulate``), the kernel and tensor
+checks below run on a fake device whose launches execute the kernels' own
+code on the host (`jitorch.codegen.nvptx.emulator`). With a GPU: the allocator on the real driver, streams
 and events, compiled kernels run on device buffers against the CPU results,
 CUDA tensors (transfers, writes, memory returned to the pool), every registry
 op on CUDA tensors against the CPU (with the sample inputs of the test suite,
@@ -57,29 +59,17 @@ def check_allocator():
 
 
 def _run_kernel(kernel, arrays, out_shapes, dtypes):
-    """Run a PtxKernel on host arrays: copy in, launch, copy out."""
-    from ..runtime import cuda_driver as d
-    fn = d.function(kernel.asm, kernel.name)
-    ptrs, outs = [], []
-    for a in arrays:
-        p = d.malloc(max(a.nbytes, 1))
-        d.copy_to_device(p, np.ascontiguousarray(a))
-        ptrs.append(p)
-    for shape, dt in zip(out_shapes, dtypes):
-        outs.append(np.empty(shape, dt))
-        ptrs.append(d.malloc(max(outs[-1].nbytes, 1)))
-    blocks, threads = kernel.grid(d.attribute("MULTIPROCESSOR_COUNT"))
-    d.launch(fn, blocks, threads, ptrs)
-    d.synchronize()
-    for o, p in zip(outs, ptrs[len(arrays):]):
-        d.copy_to_host(o, p)
-    for p in ptrs:
-        d.free(p)
-    return outs
+    """Run a kernel on host arrays through the current backend: copy in, launch, copy out."""
+    from ..runtime import cuda_backend
+    ins = [jt.tensor(np.ascontiguousarray(a), device="cuda") for a in arrays]
+    outs = [jt.empty(shape, dtype=jt.tensor(np.zeros((), dt)).dtype, device="cuda") for shape, dt in
+            zip(out_shapes, dtypes)]
+    cuda_backend.current().launch(kernel, [t.data_ptr() for t in ins + outs], 0)
+    return [t.cpu().numpy() for t in outs]
 
 
 def check_kernels():
-    """Compiled kernels on the GPU against the CPU's results."""
+    """Compiled kernels, launched directly, against the CPU's results."""
     rng = np.random.default_rng(0)
     x = rng.standard_normal((300, 257)).astype(np.float32)
     cases = {"gelu": lambda t: 0.5 * t * (1 + (0.7978845608 * (t + 0.044715 * t ** 3)).tanh()),
@@ -221,26 +211,47 @@ def check_streams_and_bandwidth():
     return ms > 0, f"device copy {2 * n * 10 / ms / 1e6:.0f} GB/s (read + write)"
 
 
-def main():
+def main(argv=None):
+    """Run the checks and print their table; 0 when all pass. With ``--emulate``, or with no GPU, the kernel
+    and tensor checks run on the host's kernel emulator (a fake device running the kernels' own code)."""
+    import argparse
+    parser = argparse.ArgumentParser(prog="python -m jitorch.cuda.selftest", description=__doc__.split("\n")[0])
+    parser.add_argument("--emulate", action="store_true", help="run the kernels on the host emulator even "
+                        "when a GPU is present")
+    args = parser.parse_args(argv)
     rows = [("ptxas sm_80/sm_90",) + check_ptxas()]
-    gpu = jt.cuda.is_available()
-    if gpu:
-        for name, check in (("allocator (driver)", check_allocator), ("kernels vs CPU", check_kernels),
-                            ("CUDA tensors", check_tensors), ("registry ops vs CPU", check_registry_ops),
-                            ("graph and autograd", check_graph_and_autograd),
-                            ("streams, events, bandwidth", check_streams_and_bandwidth)):
-            t = time.perf_counter()
-            try:
-                ok, detail = check()
-            except Exception as e:  # a failed check is a row of the table, not the end of the run
-                ok, detail = False, f"{type(e).__name__}: {e}"
-            rows.append((name, ok, f"{detail} ({time.perf_counter() - t:.1f} s)"))
+    tensor_checks = (("kernels vs CPU", check_kernels), ("CUDA tensors", check_tensors),
+                     ("registry ops vs CPU", check_registry_ops), ("graph and autograd", check_graph_and_autograd))
+    if jt.cuda.is_available() and not args.emulate:
+        rows += _run_checks((("allocator (driver)", check_allocator),) + tensor_checks +
+                            (("streams, events, bandwidth", check_streams_and_bandwidth),))
     else:
-        print("no CUDA GPU available: running the checks that need none")
+        from ..codegen.nvptx import emulator
+        from ..runtime.cuda_backend import use_backend
+        from ..runtime.cuda_fake import FakeBackend
+        if not emulator.available():
+            print("no CUDA GPU and no kernel emulator on this host: running the checks that need neither")
+        else:
+            print("no CUDA GPU in use: the kernels run on the host emulator (their NVPTX IR, one thread per "
+                  "CUDA thread)")
+            with use_backend(FakeBackend(emulate="ptx")):
+                rows += _run_checks(tuple((f"{name} (emulated)", check) for name, check in tensor_checks))
     width = max(len(r[0]) for r in rows)
     for name, ok, detail in rows:
         print(f"{name:<{width}}  {'ok  ' if ok else 'FAIL'}  {detail}")
     return 0 if all(ok for _, ok, _ in rows) else 1
+
+
+def _run_checks(checks):
+    rows = []
+    for name, check in checks:
+        t = time.perf_counter()
+        try:
+            ok, detail = check()
+        except Exception as e:  # a failed check is a row of the table, not the end of the run
+            ok, detail = False, f"{type(e).__name__}: {e}"
+        rows.append((name, ok, f"{detail} ({time.perf_counter() - t:.1f} s)"))
+    return rows
 
 
 if __name__ == "__main__":

@@ -9,10 +9,12 @@ on a machine without a GPU:
   an out-of-bounds access is an error rather than silent corruption;
 - each copy and launch is recorded (``copies``, ``launches``: which kernel, on
   which pointers, with which grid), for tests of the dispatch decisions;
-- a launch is *emulated*: the kernel's graph values are evaluated with the CPU
-  kernels on the device buffers, as the generated code would compute them (a
-  split full reduction writes the partial result of each slice; a tiled matmul
-  multiplies in float32). The PTX itself is not run: ptxas checks it.
+- a launch runs the kernel's own code: its optimised NVPTX IR, retargeted to the
+  host by the kernel emulator (`jitorch.codegen.nvptx.emulator`), with a thread
+  per CUDA thread, so grid-stride loops, shuffles, shared memory and barriers
+  are exercised as on a device. Where the host cannot emulate (no POSIX thread
+  barriers), the kernel's graph values are evaluated with the CPU kernels
+  instead, as the generated code would compute them (``emulate="graph"``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..codegen.nvptx import emulator
 from .cuda_allocator import CachingAllocator
 
 
@@ -76,14 +79,19 @@ class Launch:
 
 
 class FakeBackend:
-    """A fake device (``devices`` of them) with host memory; see the module docstring."""
+    """A fake device (``devices`` of them) with host memory; see the module docstring.
+
+    ``emulate``: ``"ptx"`` runs each launched kernel's code on the host emulator (the default where the host
+    has one), ``"graph"`` computes its outputs with the CPU kernels, ``None`` only records launches."""
 
     name = "fake"
     multiprocessors = 132
 
-    def __init__(self, devices=1, emulate=True):
+    def __init__(self, devices=1, emulate="default"):
         self.memory = FakeMemory()
         self.devices = devices
+        if emulate == "default":
+            emulate = "ptx" if emulator.available() else "graph"
         self.emulate = emulate
         self.launches: list = []
         self.copies: list = []   # (kind "htod" | "dtoh" | "dtod", bytes, non_blocking)
@@ -125,7 +133,11 @@ class FakeBackend:
     def launch(self, kernel, pointers, index=0):
         self.launches.append(Launch(kernel.name, list(kernel.ops), list(pointers),
                                     kernel.grid(self.multiprocessors), index))
-        if self.emulate:
+        if self.emulate == "ptx":
+            for p in pointers:
+                self.memory.check(p, 1)
+            emulator.launch(kernel, pointers, self.multiprocessors)
+        elif self.emulate == "graph":
             (_matmul if kernel.ops == ["matmul"] else _graph_kernel)(self.memory, kernel, pointers)
 
     def synchronize(self):

@@ -6,11 +6,9 @@ compiled graph's CUDA steps run on the real driver or on a test's fake device.
 
 from __future__ import annotations
 
-import numpy as np
-
 from . import cuda_backend
 from .cuda_tensor import address as _address
-from .cuda_tensor import empty, upload
+from .cuda_tensor import empty
 
 
 class CudaKernelStep:
@@ -46,15 +44,32 @@ class CudaKernelStep:
             env[v] = t
 
     def _combine(self, env, split, partial, device):
-        """A full reduction's per-block partial results, combined on the host (a few hundred values)."""
-        from ..codegen.executor import _COMBINE
-        from .cuda_tensor import download
+        """A full reduction's per-block partial results, combined on the device by a second kernel (one block:
+        no copy to the host, so the stream keeps going)."""
         parts, name, count, acc_dtype = split
-        total = _COMBINE[name](download(partial))
-        if name == "mean":
-            total = total / acc_dtype.np.type(count)
         (out,) = self.outputs
-        env[out] = upload(np.asarray(total).reshape(out.type.shape), out.type.dtype, device)
+        env[out] = _combiner(name, count, out.type.dtype)(partial).reshape(out.type.shape)
 
     def __repr__(self):
         return repr(self.kernel)
+
+
+_COMBINERS: dict = {}
+
+
+def _combiner(name, count, dtype):
+    """A compiled function that reduces the partial results of a split ``name`` over ``count`` elements to the
+    result in ``dtype``: one fused kernel (the reduction, a mean's division, the cast), as the CPU executor
+    combines them on the host."""
+    key = (name, count, dtype)
+    fn = _COMBINERS.get(key)
+    if fn is None:
+        from ..jit.compile import compile as jit_compile
+
+        def combine(partial):
+            total = getattr(partial, "sum" if name == "mean" else name)()
+            if name == "mean":
+                total = total / count
+            return total.to(dtype)
+        fn = _COMBINERS[key] = jit_compile(combine)
+    return fn

@@ -391,4 +391,5 @@ def test_one_cache_shared_by_threads(tmp_path):
         t.join()
     assert all(KernelCache(tmp_path).get(key) == key.encode() for key in keys)
     info = cache.info()
-    assert info.memory_hits + info.misses == 4 * len(keys)
+    # a get that misses memory while another thread writes the entry finds it on disk
+    assert info.memory_hits + info.disk_hits + info.misses == 4 * len(keys)

@@ -57,12 +57,18 @@ def test_reductions_and_softmax_get_block_kernels(fake):
     np.testing.assert_allclose(m.cpu().numpy(), e / e.sum(-1, keepdims=True), rtol=1e-5)
 
 
-def test_a_large_full_reduction_combines_its_partial_results(fake):
+def test_a_large_full_reduction_combines_its_partial_results_on_the_device(fake):
     values = np.random.default_rng(2).standard_normal(1 << 18).astype(np.float32)
     x = jt.tensor(values, device="cuda")
-    assert x.amax().item() == values.max()
-    assert fake.launches[-1].grid == (512, 256)
-    np.testing.assert_allclose(x.mean().item(), values.astype(np.float64).mean(), atol=1e-5)
+    fake.launches.clear()
+    fake.copies.clear()
+    top = x.amax()
+    assert [launch.grid for launch in fake.launches] == [(512, 256), (1, 256)] and fake.copies == []
+    assert fake.launches[1].ops == ["amax"]
+    assert top.item() == values.max()
+    mean = x.half().mean()
+    assert fake.launches[-1].ops == ["sum", "true_divide", "_to_copy"] and mean.dtype == jt.float16
+    np.testing.assert_allclose(mean.item(), values.astype(np.float16).astype(np.float64).mean(), atol=1e-3)
 
 
 def test_matmul_uses_the_tiled_kernel_with_batch_broadcasting(fake):

@@ -1,7 +1,9 @@
 """Without a CUDA driver: jitorch works, reports no CUDA, and every CUDA request says why."""
 
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -53,7 +55,13 @@ def test_import_loads_no_cuda_bindings():
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
 
 
-def test_selftest_runs_the_ptxas_checks_and_exits_0():
-    done = subprocess.run([sys.executable, "-m", "jitorch.cuda.selftest"], capture_output=True, text=True)
+def test_selftest_without_a_gpu_runs_ptxas_and_the_emulated_checks_and_exits_0():
+    done = subprocess.run([sys.executable, "-m", "jitorch.cuda.selftest"], capture_output=True, text=True,
+                          cwd=Path(__file__).parents[2])
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "no CUDA GPU available" in done.stdout and "ptxas sm_80/sm_90  ok" in done.stdout
+    assert "the kernels run on the host emulator" in done.stdout
+    rows = {line.split("  ")[0].strip(): line for line in done.stdout.splitlines()[1:]}
+    assert set(rows) == {"ptxas sm_80/sm_90", "kernels vs CPU (emulated)", "CUDA tensors (emulated)",
+                         "registry ops vs CPU (emulated)", "graph and autograd (emulated)"}
+    assert all(" ok " in line for line in rows.values()), done.stdout
+    assert re.search(r"\b\d{3} ops vs CPU", rows["registry ops vs CPU (emulated)"])

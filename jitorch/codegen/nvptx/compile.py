@@ -70,6 +70,12 @@ def optimise(module_text):
     return mod
 
 
+def optimised_text(module_text):
+    """The optimised LLVM IR of a kernel module as text (what its PTX is emitted from)."""
+    with _lock:
+        return str(optimise(module_text))
+
+
 def ptx_of(module_text, name, cache=None):
     """The PTX of a kernel module, from memory, the disk cache, or LLVM."""
     from ..cache import cache_key
@@ -104,8 +110,7 @@ class PtxKernel:
     def llvm_ir(self):
         """The optimised LLVM IR (computed on first use)."""
         if self._llvm_ir is None:
-            with _lock:
-                self._llvm_ir = str(optimise(self.source.llvm_ir))
+            self._llvm_ir = optimised_text(self.source.llvm_ir)
         return self._llvm_ir
 
     def grid(self, multiprocessors=132):

@@ -24,7 +24,7 @@ from ...runtime import dtypes as _dt
 from ...runtime.strided import contiguous_strides
 from ..emitter import llvm_type
 from ..errors import CompileError
-from .compile import ptx_of
+from .compile import optimised_text, ptx_of
 from .target import I32, I64, SHARED, TRIPLE, _sreg, barrier, strided_loop, unflatten
 
 TILE = 64
@@ -58,15 +58,23 @@ def _batch_strides(shape, matrix, space):
 class MatmulKernel:
     """A generated matmul: its PTX (``asm``), LLVM IR, operand and output shapes, dtype and launch grid."""
 
-    def __init__(self, name, shapes, dtype, grid, llvm_ir, ptx):
+    def __init__(self, name, shapes, dtype, grid, source_ir, ptx):
         self.name = name
         self.ops = ["matmul"]
         self.a_shape, self.b_shape, self.out_shape = shapes
         self.dtype = dtype
         self.grid3 = grid
-        self.llvm_ir = llvm_ir
+        self.source_ir = source_ir
         self.asm = ptx
         self.mode = "tiles"
+        self._llvm_ir = None
+
+    @property
+    def llvm_ir(self):
+        """The optimised LLVM IR the PTX is emitted from (computed on first use)."""
+        if self._llvm_ir is None:
+            self._llvm_ir = optimised_text(self.source_ir)
+        return self._llvm_ir
 
     def grid(self, multiprocessors=None):
         """((blocks x, y, z), threads per block)."""
