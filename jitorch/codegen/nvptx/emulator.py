@@ -31,6 +31,7 @@ import threading
 import numpy as np
 from llvmlite import ir
 
+from ..errors import CompileError
 from ..kernel import counted_loop
 
 SREGS = [f"{r}.{a}" for r in ("tid", "ntid", "ctaid", "nctaid") for a in "xyz"]
@@ -103,7 +104,7 @@ def host_ir(nvptx_ir):
         text = pattern.sub(replacement, text)
     unknown = sorted(set(_NVVM.findall(text)))
     if unknown:
-        raise NotImplementedError(f"kernel emulator: no host version of {', '.join(unknown)}")
+        raise CompileError(f"kernel emulator: no host version of {', '.join(unknown)}")
     return text
 
 

@@ -1,0 +1,159 @@
+"""The kernel emulator: CUDA kernels' own NVPTX IR run on the host, a thread per CUDA thread.
+
+The emulator's primitives are checked on hand-written kernels (special
+registers, shuffles, a barrier some threads skip); then the generated kernels
+(fused pointwise chains, reductions over any dim, softmax rows, the tiled
+matmul) run on the fake device for shapes, layouts and dtypes drawn by
+hypothesis, against the CPU.
+"""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from llvmlite import ir
+
+import jitorch as jt
+from jitorch.codegen.errors import CompileError
+from jitorch.codegen.nvptx import emulator
+from jitorch.codegen.nvptx.compile import optimised_text
+from jitorch.runtime.cuda_backend import use_backend
+from jitorch.runtime.cuda_fake import FakeBackend
+from jitorch.codegen.nvptx.target import I64, TRIPLE, _sreg, barrier, shuffle_xor
+from tests import support
+from tests.ops.samples import copy_layout
+from tests.support import tensor_and_array
+
+pytestmark = pytest.mark.skipif(not emulator.available(), reason="the kernel emulator needs POSIX thread barriers")
+
+
+def hand_written(name, body):
+    """The optimised NVPTX IR of ``kernel(i64* out)`` whose body is ``body(builder, out)``."""
+    module = ir.Module(name=name)
+    module.triple = TRIPLE
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [I64.as_pointer()]), name)
+    fn.calling_convention = "ptx_kernel"
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    body(b, fn.args[0])
+    b.ret_void()
+    return optimised_text(str(module))
+
+
+def test_special_registers_give_each_thread_its_place_in_a_3d_grid():
+    def body(b, out):
+        flat = b.add(b.mul(b.add(b.mul(_sreg(b, "ctaid.z"), _sreg(b, "nctaid.y")), _sreg(b, "ctaid.y")),
+                           _sreg(b, "nctaid.x")), _sreg(b, "ctaid.x"))
+        b.store(b.add(b.mul(_sreg(b, "ntid.x"), I64(1000)), _sreg(b, "tid.x")),
+                b.gep(out, [b.add(b.mul(flat, _sreg(b, "ntid.x")), _sreg(b, "tid.x"))]))
+    kernel = emulator.EmulatedKernel("sregs", hand_written("sregs", body))
+    out = np.full(2 * 3 * 4 * 64, -1, np.int64)
+    kernel([out.ctypes.data], (2, 3, 4), 64)
+    np.testing.assert_array_equal(out.reshape(24, 64), 64 * 1000 + np.arange(64)[None, :].repeat(24, 0))
+    assert kernel.serial  # no barrier, no shuffle: the threads run one after the other
+
+
+def test_butterfly_shuffles_exchange_values_within_each_warp():
+    def body(b, out):
+        tid = _sreg(b, "tid.x")
+        got = shuffle_xor(b, b.mul(tid, I64(3)), 5)  # an i64 travels as two 32-bit words
+        b.store(got, b.gep(out, [tid]))
+    kernel = emulator.EmulatedKernel("shuffle", hand_written("shuffle", body))
+    out = np.zeros(128, np.int64)
+    kernel([out.ctypes.data], (1,), 128)
+    np.testing.assert_array_equal(out, 3 * (np.arange(128) ^ 5))
+    assert not kernel.serial
+
+
+def test_a_barrier_that_some_threads_skip_is_an_error_not_a_hang():
+    def body(b, out):
+        tid = _sreg(b, "tid.x")
+        with b.if_then(b.icmp_unsigned("<", tid, I64(5))):
+            barrier(b)
+        b.store(tid, b.gep(out, [tid]))
+    kernel = emulator.EmulatedKernel("divergent", hand_written("divergent", body))
+    out = np.zeros(64, np.int64)
+    with pytest.raises(RuntimeError, match="did not finish within 0.5 s: some threads wait on a barrier"):
+        kernel([out.ctypes.data], (1,), 64, timeout=0.5)
+
+
+def test_unknown_gpu_intrinsics_are_refused():
+    text = "declare i32 @llvm.nvvm.read.ptx.sreg.laneid()\n"
+    with pytest.raises(CompileError, match="no host version of @llvm.nvvm.read.ptx.sreg.laneid"):
+        emulator.host_ir(text)
+
+
+def test_a_launch_checks_its_pointer_count():
+    kernel = emulator.EmulatedKernel("sregs2", hand_written("sregs2", lambda b, out: None))
+    with pytest.raises(ValueError, match="takes 1 pointers, got 2"):
+        kernel([0, 0], (1,), 32)
+
+
+DTYPES = (jt.float32, jt.float16, jt.int32)
+
+
+def fake_device():
+    """A fresh fake device per generated example (hypothesis reuses function-scoped fixtures)."""
+    return use_backend(FakeBackend(emulate="ptx"))
+
+
+def on_both(fake, fn, arr, layout):
+    """``fn`` eagerly on a CPU tensor of ``arr`` in ``layout``, and compiled on the fake device's copy of it
+    (same strides and offset); only the compiled call's launches stay recorded."""
+    x, _ = tensor_and_array(arr, layout)
+    on_device = copy_layout(x, "cuda")
+    fake.launches.clear()
+    return fn(x), jt.compile(fn)(on_device)
+
+
+def shapes(max_side=40):
+    return support.shapes(min_dims=1, max_dims=3, min_side=1, max_side=max_side)
+
+
+@settings(max_examples=12)
+@given(shape=shapes(), layout=st.sampled_from(support.LAYOUTS), dtype=st.sampled_from(DTYPES),
+       seed=st.integers(0, 99))
+def test_fused_pointwise_chains_match_the_cpu(shape, layout, dtype, seed):
+    with fake_device() as fake:
+        values = support.random_array(shape, dtype, np.random.default_rng(seed), -3, 3)
+        cpu, cuda = on_both(fake, lambda t: ((t * 2 - 1).abs() + t).clamp(-4, 4) * (t > 0), values, layout)
+        *copies, launch = fake.launches  # a graph's inputs are made compact first
+        assert launch.ops == ["mul", "sub", "abs", "add", "clamp", "gt", "mul"]
+        assert all(c.ops[-1] == "_to_copy" for c in copies) and len(copies) <= 1
+        np.testing.assert_array_equal(cuda.cpu().numpy(), cpu.numpy())
+
+
+@settings(max_examples=10)
+@given(shape=shapes(), layout=st.sampled_from(support.LAYOUTS), data=st.data())
+def test_reductions_over_any_dim_match_the_cpu(shape, layout, data):
+    with fake_device() as fake:
+        dim = data.draw(st.integers(-len(shape), len(shape) - 1))
+        keepdim = data.draw(st.booleans())
+        name = data.draw(st.sampled_from(["sum", "mean", "amax", "amin", "prod"]))
+        values = np.random.default_rng(len(shape)).uniform(-0.5, 0.5, shape).astype(np.float32)
+        cpu, cuda = on_both(fake, lambda t: getattr(t.exp(), name)(dim, keepdim=keepdim), values, layout)
+        assert cuda.shape == cpu.shape and name in fake.launches[-1].ops
+        np.testing.assert_allclose(cuda.cpu().numpy(), cpu.numpy(), rtol=2e-5)
+
+
+@settings(max_examples=8)
+@given(rows=st.integers(1, 5), cols=st.integers(1, 700), log=st.booleans())
+def test_softmax_rows_of_any_length_match_the_cpu(rows, cols, log):
+    with fake_device() as fake:
+        values = np.random.default_rng(cols).standard_normal((rows, cols)).astype(np.float32) * 4
+        cpu, cuda = on_both(fake, lambda t: t.log_softmax(-1) if log else t.softmax(-1), values, "contiguous")
+        np.testing.assert_allclose(cuda.cpu().numpy(), cpu.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@settings(max_examples=8)
+@given(m=st.integers(1, 70), n=st.integers(1, 70), k=st.integers(1, 40), batch=st.sampled_from([(), (2,), (2, 1)]),
+       half=st.booleans())
+def test_the_tiled_matmul_matches_the_cpu_at_tile_edges(m, n, k, batch, half):
+    with fake_device() as fake:
+        rng = np.random.default_rng(m * n * k)
+        a, b = rng.standard_normal(batch + (m, k)), rng.standard_normal((k, n))
+        dtype = jt.float16 if half else jt.float32
+        out = (jt.tensor(a, dtype=dtype, device="cuda") @ jt.tensor(b, dtype=dtype, device="cuda")).cpu()
+        assert fake.launches[-1].name.startswith("jitorch_matmul")
+        expected = np.matmul(a.astype(dtype.np).astype(np.float32), b.astype(dtype.np).astype(np.float32))
+        np.testing.assert_allclose(out.numpy().astype(np.float32), expected.astype(dtype.np), rtol=2e-3 if half else 1e-5,
+                                   atol=2e-2 if half else 1e-5)
