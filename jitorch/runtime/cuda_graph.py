@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from . import cuda_backend
 from .cuda_tensor import address as _address
-from .cuda_tensor import empty
+from .cuda_tensor import canonical, empty, non_blocking, upload
 
 
 class CudaKernelStep:
@@ -29,13 +29,14 @@ class CudaKernelStep:
     def run(self, env, arena, inplace):
         """Launch on the inputs in ``env`` (compact, or views whose address is their first element)."""
         backend = cuda_backend.current()
-        device = env[self.inputs[0]].device if self.inputs else self.outputs[0].type.device
+        device = canonical(self.outputs[0].type.device)
         split = self.kernel.source.split
         if split is None:
             outs = [empty(v.type.shape, v.type.dtype, device) for v in self.outputs]
         else:
             outs = [empty((split[0],), split[3], device)]
-        pointers = [_address(env[v]) for v in self.inputs] + [_address(t) for t in outs]
+        ins = [_on_device(env[v], device) for v in self.inputs]
+        pointers = [_address(t) for t in ins + outs]
         backend.launch(self.kernel, pointers, device.index or 0)
         if split is not None:
             self._combine(env, split, outs[0], device)
@@ -52,6 +53,16 @@ class CudaKernelStep:
 
     def __repr__(self):
         return repr(self.kernel)
+
+
+def _on_device(t, device):
+    """A kernel operand in device memory: a 0-d CPU tensor (torch lets one join CUDA operands; an optimizer's
+    learning rate in a compiled step is one) is copied up, queued on the stream like the launch; its block
+    returns to the stream's pool when the copy is dropped, after the kernel in stream order."""
+    if t._storage.on_device:
+        return t
+    with non_blocking():
+        return upload(t._array(), t.dtype, device)
 
 
 _COMBINERS: dict = {}
