@@ -329,11 +329,11 @@ for _name, _value, _what in (("zeros", 0, "zeros"), ("ones", 1, "ones"), ("empty
           doc=f"A tensor of {_what} of the given size (default float dtype unless ``dtype``).")
     defop(f"{_name}_like(Tensor input, *, {OPTIONS}) -> Tensor",
           meta=lambda x, dtype, device, rg: like_spec(x, dtype, device),
-          cpu=_like_cpu, kind="creation", variants=("function",),
+          cpu=_like_cpu, kind="creation", variants=("function",), cross_device=True,
           doc=f"A tensor of {_what} with the shape, dtype and device of ``input`` unless given.")
     defop(f"new_{_name}(Tensor self, int... size, *, {OPTIONS}) -> Tensor",
           meta=lambda x, size, dtype, device, rg: _new_spec(x, size, dtype, device),
-          cpu=_sized_cpu, kind="creation", variants=("method",),
+          cpu=_sized_cpu, kind="creation", variants=("method",), cross_device=True,
           doc=f"A tensor of {_what} of the given size, with ``self``'s dtype and device unless given.")
 del _name, _value, _what, _sized_cpu, _like_cpu
 
@@ -358,12 +358,12 @@ defop(f"full(int[] size, Scalar fill_value, *, {OPTIONS}) -> Tensor",
 defop(f"full_like(Tensor input, Scalar fill_value, *, {OPTIONS}) -> Tensor",
       meta=lambda x, v, dtype, device, rg: _checked(like_spec(x, dtype, device), v),
       cpu=lambda spec, x, v, *a: np.full_like(x, _full_value(spec, v), dtype=spec.dtype.np), kind="creation",
-      variants=("function",),
+      variants=("function",), cross_device=True,
       doc="A tensor with the shape (and dtype, device) of ``input`` filled with ``fill_value``.")
 defop(f"new_full(Tensor self, int[] size, Scalar fill_value, *, {OPTIONS}) -> Tensor",
       meta=lambda x, size, v, dtype, device, rg: _checked(_new_spec(x, size, dtype, device), v),
       cpu=lambda spec, x, size, v, *a: np.full(spec.shape, _full_value(spec, v)), kind="creation",
-      variants=("method",), doc="A tensor of the given size filled with ``fill_value``, with ``self``'s dtype "
+      variants=("method",), cross_device=True, doc="A tensor of the given size filled with ``fill_value``, with ``self``'s dtype "
                                 "and device unless given.")
 
 

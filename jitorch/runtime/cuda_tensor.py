@@ -10,7 +10,8 @@ result or input lives on a CUDA device) run, in order of preference:
 
 1. **transfers** (``_to_copy`` across devices, ``copy_`` from or to the host):
    host-device copies on the current stream;
-2. **matmul, mm, bmm** of float32/float16 operands: the generated tiled kernel;
+2. **matmul, mm, bmm** of float32/float16 operands: the generated tiled kernel, reading the operands in
+   place whatever their strides;
 3. **a kernel generated from the op's one-op graph**: the graph is built as the
    tracer would record it (a non-contiguous tensor enters as its storage span
    seen through ``as_strided``, which the kernel builder folds into index
@@ -40,7 +41,7 @@ from .strided import contiguous_strides, is_contiguous
 
 _local = threading.local()
 _KERNELS: dict = {}     # one-op graph key -> (kernel, group, graph inputs, outputs) or None (runs on host)
-_MATMULS: dict = {}     # (a shape, b shape, dtype) -> MatmulKernel
+_MATMULS: dict = {}     # (a shape, a strides, b shape, b strides, dtype) -> MatmulKernel (operands read in place)
 MATMUL_OPS = ("matmul", "mm", "bmm")
 
 
@@ -222,6 +223,53 @@ def _cast(x, spec):
 _TRANSFERS = {"_to_copy": _to_copy, "copy": _copy, "clone": _clone}
 
 
+# Constant factories -----------------------------------------------------------------------
+
+# zeros, ones, empty and full, sized, ``_like`` and ``new_``: made in device memory, never on the host
+FACTORIES = frozenset(f"{prefix}{name}{suffix}" for name in ("zeros", "ones", "empty", "full")
+                      for prefix, suffix in (("", ""), ("", "_like"), ("new_", "")))
+_FILL = {"zeros": 0, "ones": 1, "empty": None}
+
+
+def _create(op, spec, args):
+    """A constant factory's result: device memory from the allocator, then filled on the device; on the CPU
+    when asked (``zeros_like(cuda_tensor, device="cpu")``: only the input's layout is used)."""
+    from ..ops.creation import _full_value
+    from ..ops.views import dense_strides
+    from ..tensor import Tensor
+    names = [a.name for a in op.schema.args]
+    source = args[0] if isinstance(args[0], Tensor) else None  # a _like or new_ op's tensor: its layout
+    if spec.device.type != "cuda":
+        from ..ops import registry
+        stand_in = Tensor._make(Storage(np.empty(_span(source._shape, source._stride), source.dtype.np), source.dtype),
+                                source._shape, source._stride, 0)
+        return registry.execute(op, [stand_in] + list(args[1:]), spec)
+    base = op.name.removeprefix("new_").removesuffix("_like")
+    value = args[names.index("fill_value")] if base == "full" else _FILL[base]
+    like = op.name.endswith("_like")
+    strides = dense_strides(source._shape, source._stride) if like else contiguous_strides(spec.shape)
+    t = Tensor._make(empty_storage(int(np.prod(spec.shape, dtype=np.int64)), spec.dtype, spec.device),
+                     tuple(spec.shape), tuple(strides), 0)
+    if value is not None:
+        fill(t, _full_value(spec, value.item() if isinstance(value, Tensor) else value))
+    return t
+
+
+def fill(t, element):
+    """Write ``element`` (a NumPy scalar of ``t``'s dtype) over all of compact CUDA tensor ``t``'s storage:
+    one element goes up, then device copies double the filled prefix (log2(n) copies, all on the stream)."""
+    backend = cuda_backend.current()
+    n, item, start = t._storage.size, t.dtype.itemsize, t._storage.data_ptr()
+    if not n:
+        return
+    backend.upload(start, np.full(1, element, t.dtype.np), True)
+    done = 1
+    while done < n:
+        count = min(done, n - done)
+        backend.device_copy(start + done * item, start, count * item)
+        done += count
+
+
 # Eager dispatch ---------------------------------------------------------------------------
 
 def execute(op, args, spec):
@@ -229,6 +277,8 @@ def execute(op, args, spec):
     transfer = _TRANSFERS.get(op.name)
     if transfer is not None:
         return transfer(op, spec, args)
+    if op.name in FACTORIES:
+        return _create(op, spec, args)
     device = _device_of(op, args, spec)
     args = _lift_cpu_scalars(op, args, device)
     if op.name in MATMUL_OPS:
@@ -380,9 +430,11 @@ def on_host(op, args, device):
     host_args = [to_host(a, arg) for a, arg in zip(args, op.schema.args)]
     result = registry.execute(op, host_args)
 
+    # Fresh host results need not be waited for: the driver stages pageable memory before returning.
     def back(r):
         if isinstance(r, Tensor):
-            return upload(r._array(), r.dtype, device)
+            with non_blocking():
+                return upload(r._array(), r.dtype, device)
         if isinstance(r, list):
             return [back(x) for x in r]
         if isinstance(r, tuple):
@@ -405,12 +457,14 @@ def _matmul(op, args, spec):
         return NotImplemented
     a2 = a.unsqueeze(0) if a.ndim == 1 else a
     b2 = b.unsqueeze(-1) if b.ndim == 1 else b
-    a2, b2 = (t if t.is_contiguous() else t.contiguous() for t in (a2, b2))
-    key = (a2._shape, b2._shape, a.dtype)
+    key = (a2._shape, a2._stride, b2._shape, b2._stride, a.dtype)
     kernel = _MATMULS.get(key)
     if kernel is None:
+        if len(_MATMULS) > 4096:  # as for _KERNELS
+            _MATMULS.clear()
         try:
-            kernel = _MATMULS[key] = matmul_kernel(a2._shape, b2._shape, a.dtype)
+            kernel = _MATMULS[key] = matmul_kernel(a2._shape, b2._shape, a.dtype, a_strides=a2._stride,
+                                                   b_strides=b2._stride)
         except CompileError:  # more batch matrices than one grid holds
             return NotImplemented
     out = empty(kernel.out_shape, a.dtype, a.device)

@@ -190,3 +190,36 @@ def test_a_compiled_training_step_on_cuda(fake):
 
     assert step(x, y).item() == pytest.approx(4.0)
     assert w.grad.device.type == "cuda" and w.grad.tolist() == pytest.approx([-4.0] * 3)
+
+
+FACTORIES = {"zeros": (lambda x: jt.zeros(300, 7, device=x.device), True),
+             "ones_like": (lambda x: jt.ones_like(x), True),
+             "new_full": (lambda x: x.new_full((5, 3), -2.5), True),
+             "full_int": (lambda x: jt.full((9,), 7, device=x.device), True),
+             "zeros_like_transposed": (lambda x: jt.zeros_like(x.t()), True),
+             "empty_like_transposed": (lambda x: jt.empty_like(x.t()), False),
+             "new_empty": (lambda x: x.new_empty(0), False)}
+
+
+@pytest.mark.parametrize("name", sorted(FACTORIES))
+def test_constant_factories_fill_device_memory_without_host_arrays(fake, name):
+    make, filled = FACTORIES[name]
+    x = jt.tensor(np.arange(12.0, dtype=np.float32).reshape(3, 4), device="cuda")
+    fake.copies.clear()
+    t = make(x)
+    # one element goes up (queued), device copies do the rest; empty needs neither
+    assert all(kind == "dtod" or (kind, n, non_blocking) == ("htod", t.dtype.itemsize, True)
+               for kind, n, non_blocking in fake.copies)
+    assert filled or not fake.copies
+    expected = make(x.cpu())
+    assert (t.device.type, t.shape, t.stride(), t.dtype) == ("cuda", expected.shape, expected.stride(), expected.dtype)
+    if filled:
+        np.testing.assert_array_equal(t.cpu().numpy(), expected.numpy())
+
+
+def test_factories_from_a_cuda_tensor_can_make_cpu_tensors(fake):
+    x = jt.ones(3, 4, device="cuda")
+    for t in (jt.zeros_like(x, device="cpu"), x.new_full((2,), 3.0, device="cpu"), jt.empty_like(x.t(), device="cpu")):
+        assert t.device.type == "cpu"
+    assert jt.zeros_like(x, device="cpu").tolist() == [[0.0] * 4] * 3
+    assert jt.full((4,), 2.7, dtype=jt.int32, device="cuda").tolist() == [2] * 4

@@ -144,16 +144,21 @@ def test_softmax_rows_of_any_length_match_the_cpu(rows, cols, log):
         np.testing.assert_allclose(cuda.cpu().numpy(), cpu.numpy(), rtol=1e-5, atol=1e-6)
 
 
-@settings(max_examples=8)
+@settings(max_examples=10)
 @given(m=st.integers(1, 70), n=st.integers(1, 70), k=st.integers(1, 40), batch=st.sampled_from([(), (2,), (2, 1)]),
-       half=st.booleans())
-def test_the_tiled_matmul_matches_the_cpu_at_tile_edges(m, n, k, batch, half):
+       half=st.booleans(), a_layout=st.sampled_from(support.LAYOUTS), b_layout=st.sampled_from(support.LAYOUTS))
+def test_the_tiled_matmul_reads_any_layout_and_matches_the_cpu_at_tile_edges(m, n, k, batch, half, a_layout,
+                                                                            b_layout):
+    rng = np.random.default_rng(m * n * k)
+    dtype = jt.float16 if half else jt.float32
+    a, a_values = tensor_and_array(rng.standard_normal(batch + (m, k)).astype(dtype.np), a_layout)
+    b, b_values = tensor_and_array(rng.standard_normal((k, n)).astype(dtype.np), b_layout)
     with fake_device() as fake:
-        rng = np.random.default_rng(m * n * k)
-        a, b = rng.standard_normal(batch + (m, k)), rng.standard_normal((k, n))
-        dtype = jt.float16 if half else jt.float32
-        out = (jt.tensor(a, dtype=dtype, device="cuda") @ jt.tensor(b, dtype=dtype, device="cuda")).cpu()
-        assert fake.launches[-1].name.startswith("jitorch_matmul")
-        expected = np.matmul(a.astype(dtype.np).astype(np.float32), b.astype(dtype.np).astype(np.float32))
-        np.testing.assert_allclose(out.numpy().astype(np.float32), expected.astype(dtype.np), rtol=2e-3 if half else 1e-5,
-                                   atol=2e-2 if half else 1e-5)
+        a_cuda, b_cuda = copy_layout(a, "cuda"), copy_layout(b, "cuda")
+        fake.launches.clear()
+        out = (a_cuda @ b_cuda).cpu()
+        (launch,) = fake.launches  # no copy to make the operands compact
+        assert launch.name.startswith("jitorch_matmul")
+    expected = np.matmul(a_values.astype(np.float32), b_values.astype(np.float32)).astype(dtype.np)
+    np.testing.assert_allclose(out.numpy().astype(np.float32), expected, rtol=2e-3 if half else 1e-5,
+                               atol=2e-2 if half else 1e-5)

@@ -9,9 +9,12 @@ zero-filled past the matrix edges, synchronises, and accumulates with fused
 multiply-adds in float32. float16 inputs are widened to float32 when staged,
 and the result is rounded to the inputs' dtype once, at the end.
 
-Shapes are static: the batch index (``blockIdx.z``) is split over the output's
-batch dims and each operand's batch offset uses its own strides, with 0 for a
-broadcast dim, exactly as `matmul` broadcasts on the CPU.
+Shapes and strides are static: the batch index (``blockIdx.z``) is split over
+the output's batch dims and each operand's batch offset uses its own strides,
+with 0 for a broadcast dim, exactly as `matmul` broadcasts on the CPU. Operands
+are read in place with any strides (a transposed weight needs no copy); each
+tile is staged with consecutive threads on the operand's unit-stride dim, so
+the loads stay coalesced whichever way round a matrix is stored.
 """
 
 from __future__ import annotations
@@ -49,10 +52,10 @@ def _broadcast_batch(a_batch, b_batch):
     return tuple(out), a, b
 
 
-def _batch_strides(shape, matrix, space):
+def _batch_strides(shape, strides, space):
     """Element strides of an operand's batch dims over the broadcast batch ``space`` (0 where broadcast)."""
-    strides = contiguous_strides(tuple(shape) + matrix)[:len(shape)]
-    return [0 if n == 1 else s for n, s in zip(shape, strides)]
+    pad = len(space) - len(shape)
+    return [0 if n == 1 else s for n, s in zip((1,) * pad + tuple(shape), (0,) * pad + tuple(strides))]
 
 
 class MatmulKernel:
@@ -84,9 +87,9 @@ class MatmulKernel:
         return f"<cuda kernel {self.name}: matmul {list(self.out_shape)}>"
 
 
-def matmul_kernel(a_shape, b_shape, dtype, cache=None):
-    """The tiled kernel for ``a @ b`` with compact operands of at least 2 dims and ``dtype``
-    float32 or float16 (float32 accumulation either way)."""
+def matmul_kernel(a_shape, b_shape, dtype, cache=None, a_strides=None, b_strides=None):
+    """The tiled kernel for ``a @ b`` with operands of at least 2 dims (element ``a_strides``/``b_strides``,
+    compact by default) and ``dtype`` float32 or float16 (float32 accumulation either way)."""
     if dtype not in DTYPES:
         raise CompileError(f"matmul kernel: dtype {dtype} is not float32 or float16")
     if len(a_shape) < 2 or len(b_shape) < 2:
@@ -94,10 +97,14 @@ def matmul_kernel(a_shape, b_shape, dtype, cache=None):
     (m, k), (k2, n) = a_shape[-2:], b_shape[-2:]
     if k != k2:
         raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({m}x{k} and {k2}x{n})")
-    batch, a_b, b_b = _broadcast_batch(a_shape[:-2], b_shape[:-2])
-    name = f"jitorch_matmul_{'x'.join(map(str, a_shape))}_{'x'.join(map(str, b_shape))}_{dtype.name}"
-    text = str(_module(name, batch, _batch_strides(a_b, (m, k), batch), _batch_strides(b_b, (k, n), batch),
-                       m, n, k, llvm_type(dtype)))
+    batch, _, _ = _broadcast_batch(a_shape[:-2], b_shape[:-2])
+    compact = contiguous_strides(tuple(a_shape)), contiguous_strides(tuple(b_shape))
+    a_strides, b_strides = (compact[i] if s is None else tuple(s) for i, s in enumerate((a_strides, b_strides)))
+    layout = "" if (a_strides, b_strides) == compact else "_s" + "x".join(map(str, a_strides + b_strides))
+    name = f"jitorch_matmul_{'x'.join(map(str, a_shape))}_{'x'.join(map(str, b_shape))}{layout}_{dtype.name}"
+    operands = (_batch_strides(a_shape[:-2], a_strides[:-2], batch), a_strides[-2:],
+                _batch_strides(b_shape[:-2], b_strides[:-2], batch), b_strides[-2:])
+    text = str(_module(name, batch, operands, m, n, k, llvm_type(dtype)))
     grid = (-(-n // TILE), -(-m // TILE), max(1, prod(batch)))
     if grid[2] > 65535:
         raise CompileError(f"matmul kernel: {grid[2]} batch matrices exceed the grid's 65535 z-blocks")
@@ -113,7 +120,16 @@ def _shared(module, name):
     return g
 
 
-def _module(name, batch, a_strides, b_strides, m, n, k, t):
+def _tile_coordinates(b, idx, rows, cols, unit_rows):
+    """(row, col) of the ``idx``-th element of a ``rows x cols`` tile, numbered along the operand's
+    unit-stride dim (columns unless ``unit_rows``) so that neighbouring threads read neighbouring words."""
+    if unit_rows:
+        return b.urem(idx, I64(rows)), b.udiv(idx, I64(rows))
+    return b.udiv(idx, I64(cols)), b.urem(idx, I64(cols))
+
+
+def _module(name, batch, operands, m, n, k, t):
+    a_batch, (a_rs, a_cs), b_batch, (b_rs, b_cs) = operands
     module = ir.Module(name=name)
     module.triple = TRIPLE
     ptr = t.as_pointer()
@@ -134,8 +150,8 @@ def _module(name, batch, a_strides, b_strides, m, n, k, t):
     row0 = b.mul(_sreg(b, "ctaid.y"), I64(TILE))
     z = _sreg(b, "ctaid.z")
     zi = unflatten(b, z, list(batch)) if batch else []
-    a_base = sum_offsets(b, zi, a_strides)
-    b_base = sum_offsets(b, zi, b_strides)
+    a_base = sum_offsets(b, zi, a_batch)
+    b_base = sum_offsets(b, zi, b_batch)
     c_base = b.mul(z, I64(m * n))
 
     def load(base_ptr, off, ok):
@@ -153,17 +169,17 @@ def _module(name, batch, a_strides, b_strides, m, n, k, t):
     def tile_step(b_, k0):
         for part in range(TILE * DEPTH // THREADS):
             idx = b.add(tid, I64(THREADS * part))
-            # A tile: m-major, k fastest (consecutive threads read consecutive k)
-            mm, kk = b.udiv(idx, I64(DEPTH)), b.urem(idx, I64(DEPTH))
+            # the A tile (TILE rows of m, DEPTH of k), stored transposed
+            mm, kk = _tile_coordinates(b, idx, TILE, DEPTH, a_rs == 1 and a_cs != 1)
             r, kg = b.add(row0, mm), b.add(k0, kk)
             ok = b.and_(b.icmp_unsigned("<", r, I64(m)), b.icmp_unsigned("<", kg, I64(k)))
-            va = load(a, b.add(a_base, b.add(b.mul(r, I64(k)), kg)), ok)
+            va = load(a, b.add(a_base, b.add(b.mul(r, I64(a_rs)), b.mul(kg, I64(a_cs)))), ok)
             b.store(va, smem(a_s, b.add(b.mul(kk, I64(TILE)), mm)))
-            # B tile: k-major, n fastest (coalesced)
-            kb, nn = b.udiv(idx, I64(TILE)), b.urem(idx, I64(TILE))
+            # the B tile (DEPTH rows of k, TILE of n)
+            kb, nn = _tile_coordinates(b, idx, DEPTH, TILE, b_rs == 1 and b_cs != 1)
             kg2, cn = b.add(k0, kb), b.add(col0, nn)
             ok2 = b.and_(b.icmp_unsigned("<", kg2, I64(k)), b.icmp_unsigned("<", cn, I64(n)))
-            vb = load(bm, b.add(b_base, b.add(b.mul(kg2, I64(n)), cn)), ok2)
+            vb = load(bm, b.add(b_base, b.add(b.mul(kg2, I64(b_rs)), b.mul(cn, I64(b_cs)))), ok2)
             b.store(vb, smem(b_s, b.add(b.mul(kb, I64(TILE)), nn)))
         barrier(b)
         for kk in range(DEPTH):
