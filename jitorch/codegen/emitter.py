@@ -186,9 +186,131 @@ class Emitter:
     def bitwise(self, op, a, b):
         return Scalar(getattr(self.b, op)(a.value, b.value), a.dtype)
 
+    # Integer division, remainders and shifts -------------------------------------------------
+
+    def int_divmod(self, a, b):
+        """C's ``(a / b, a % b)`` on integers (quotient toward zero), made total as NumPy makes it:
+        ``b == 0`` gives ``(0, 0)`` and ``b == -1`` gives ``(-a, 0)`` (wrapping), where the hardware
+        would trap. The division runs by a safe divisor, so no lane of a vector traps either."""
+        zero, one = self.const(0, a.dtype), self.const(1, a.dtype)
+        by_zero = self.compare("==", b, zero)
+        bad = by_zero
+        if a.dtype.is_signed:
+            by_minus_one = self.compare("==", b, self.const(-1, a.dtype))
+            bad = self.logical("or_", by_zero, by_minus_one)
+        safe = self.select(bad, one, b).value
+        div, rem = (self.b.sdiv, self.b.srem) if a.dtype.is_signed else (self.b.udiv, self.b.urem)
+        q = Scalar(div(a.value, safe), a.dtype)
+        if a.dtype.is_signed:
+            q = self.select(by_minus_one, self.neg(a), q)
+        return self.select(by_zero, zero, q), self.select(bad, zero, Scalar(rem(a.value, safe), a.dtype))
+
+    def shift_left(self, a, n):
+        """``a << n``; counts that are negative or reach the bit width give 0 (LLVM leaves them undefined)."""
+        inside = self._count_inside(a, n)
+        count = self.select(inside, n, self.const(0, n.dtype))
+        return self.select(inside, Scalar(self.b.shl(a.value, count.value), a.dtype), self.const(0, a.dtype))
+
+    def shift_right(self, a, n):
+        """``a >> n``, arithmetic for signed integers. Counts outside the bit width shift everything out:
+        a signed value shifts by width - 1 (giving 0 or -1), an unsigned one becomes 0."""
+        inside = self._count_inside(a, n)
+        if a.dtype.is_signed:
+            count = self.select(inside, n, self.const(a.dtype.itemsize * 8 - 1, n.dtype))
+            return Scalar(self.b.ashr(a.value, count.value), a.dtype)
+        count = self.select(inside, n, self.const(0, n.dtype))
+        return self.select(inside, Scalar(self.b.lshr(a.value, count.value), a.dtype), self.const(0, a.dtype))
+
+    def _count_inside(self, a, n):
+        """Whether shift count ``n`` is in [0, width): one unsigned compare (negative counts are huge)."""
+        width = ir.Constant(n.value.type, a.dtype.itemsize * 8)
+        return Scalar(self.b.icmp_unsigned("<", n.value, width), _dt.bool)
+
+    def fmod(self, a, b):
+        """C's ``fmod`` of two floats, exact (the remainder of floats always is): a call of the
+        module's definition for the type (see `_fmod_function`)."""
+        return Scalar(self.b.call(_fmod_function(self.b.module, a.value.type), [a.value, b.value]), a.dtype)
+
 
 # Intrinsics known to lower on every target jitorch emits for (see LLVM-NOTES).
 ALLOWED_INTRINSICS = frozenset({
     "llvm.fma", "llvm.fabs", "llvm.floor", "llvm.ceil", "llvm.trunc", "llvm.rint", "llvm.nearbyint",
     "llvm.copysign", "llvm.sqrt", "llvm.minnum", "llvm.maxnum",
 })
+
+
+def _fmod_function(module, t):
+    """The module's ``jitorch.fmod.<type>(x, y)``, defined on first use: C's fmod without libm, which
+    NVPTX lacks (LLVM's ``frem`` becomes ``x - trunc(x / y) * y`` there, wrong once the quotient has
+    more bits than the significand).
+
+    Long division on the significands as integers: with ``|x| = mx * 2**ex`` and ``|y| = my * 2**ey``
+    (``ex >= ey``), ``fmod(|x|, |y|) = (mx * 2**(ex - ey) mod my) * 2**ey``; the exponent difference is
+    shifted in a few bits at a time so that ``r << s`` fits 64 bits, and the result, an integer below
+    ``my``, converts back exactly. NaN, an infinite ``x`` or a zero ``y`` give NaN; ``|x| < |y|`` gives ``x``.
+    """
+    name = f"jitorch.fmod.{t.intrinsic_name}"
+    fn = module.globals.get(name)
+    if fn is not None:
+        return fn
+    fn = ir.Function(module, ir.FunctionType(t, [t, t]), name)
+    fn.linkage = "internal"
+    fn.attributes.add("alwaysinline")
+    fn.attributes.add("nounwind")
+    double = isinstance(t, ir.DoubleType)
+    mant, bias = (52, 1023) if double else (23, 127)
+    it = I64 if double else I32
+    step = 63 - mant  # bits shifted in per division: the remainder (< 2**(mant+1)) times 2**step fits 64 bits
+    x, y = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    quick, slow, head, body, done = (fn.append_basic_block(n) for n in ("quick", "slow", "head", "body", "done"))
+    absmask, inf_bits = it((1 << (it.width - 1)) - 1), it(((2 * bias + 1) << mant))
+    bx, by = b.and_(b.bitcast(x, it), absmask), b.and_(b.bitcast(y, it), absmask)
+    invalid = b.or_(b.or_(b.icmp_unsigned("==", by, it(0)), b.icmp_unsigned(">=", bx, inf_bits)),
+                    b.icmp_unsigned(">", by, inf_bits))
+    b.cbranch(b.or_(invalid, b.icmp_unsigned("<", bx, by)), quick, slow)
+
+    b.position_at_end(quick)
+    xy = b.fmul(x, y)  # NaN from a NaN input (kept), inf * y, or 0 * x: then xy / xy is NaN
+    b.ret(b.select(invalid, b.fdiv(xy, xy), x))
+
+    b.position_at_end(slow)
+
+    def significand(bits):
+        """(integer significand, exponent >= 1) as i64: a subnormal has exponent 1 and no implicit bit."""
+        bits = b.zext(bits, I64) if it is not I64 else bits
+        e = b.lshr(bits, I64(mant))
+        normal = b.icmp_unsigned("!=", e, I64(0))
+        frac = b.and_(bits, I64((1 << mant) - 1))
+        return b.select(normal, b.or_(frac, I64(1 << mant)), frac), b.select(normal, e, I64(1))
+
+    mx, ex = significand(bx)
+    my, ey = significand(by)
+    first, shifts = b.urem(mx, my), b.sub(ex, ey)
+    b.branch(head)
+
+    b.position_at_end(head)
+    r, left = b.phi(I64), b.phi(I64)
+    r.add_incoming(first, slow)
+    left.add_incoming(shifts, slow)
+    b.cbranch(b.icmp_signed(">", left, I64(0)), body, done)
+
+    b.position_at_end(body)
+    s = b.select(b.icmp_signed("<", left, I64(step)), left, I64(step))
+    r.add_incoming(b.urem(b.shl(r, s), my), body)
+    left.add_incoming(b.sub(left, s), body)
+    b.branch(head)
+
+    b.position_at_end(done)
+    # r * 2**k with k = ey - bias - mant; 2**k is subnormal for small ey: scale by 2**(k + mant + 1),
+    # a normal power, then by 2**-(mant + 1), exact since the result is a multiple of 2**k
+    k = b.sub(ey, I64(bias + mant))
+    low = b.icmp_signed("<", k, I64(1 - bias))
+    k = b.select(low, b.add(k, I64(mant + 1)), k)
+    power_bits = b.shl(b.add(k, I64(bias)), I64(mant))
+    power = b.bitcast(b.trunc(power_bits, it) if it is not I64 else power_bits, t)
+    tail = b.select(low, ir.Constant(t, 2.0 ** -(mant + 1)), ir.Constant(t, 1.0))
+    magnitude = b.fmul(b.fmul(b.uitofp(r, t), power), tail)
+    copysign = module.declare_intrinsic("llvm.copysign", [t], ir.FunctionType(t, [t, t]))
+    b.ret(b.call(copysign, [magnitude, x]))
+    return fn

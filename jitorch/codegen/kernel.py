@@ -316,9 +316,11 @@ def build_reduction(group, name, target=None, aliases=None):
     write = k_strides[-1]
 
     module, kernel, ptr, b, e = bld.begin(bld.roots + outputs)
-    identity, combine, finish = lowering.REDUCTIONS[red.op.name]
+    reduction = lowering.REDUCTIONS[red.op.name]
+    identity, combine, finish = reduction.identity, reduction.combine, reduction.finish
     spec = _meta_of(red)
-    acc_dtype = spec.compute or out_value.type.dtype
+    compute = spec.compute or out_value.type.dtype
+    acc_dtype = reduction.accumulator(compute, out_value.type.dtype)
     count = prod(red_sizes)
 
     acc = b.alloca(llvm_type(acc_dtype))  # in the entry block, where mem2reg promotes it
@@ -333,7 +335,7 @@ def build_reduction(group, name, target=None, aliases=None):
             off = bld.offset(b, kidx + ridx, list(inner_kept[v]) + list(inner_red[v]), offset)
             return e.load(b.gep(ptr[root], [off]), v.type.dtype)
         memo = {}
-        item = e.cast(bld.evaluate(e, x, memo, load), acc_dtype)
+        item = reduction.enter(e, bld.evaluate(e, x, memo, load), compute, acc_dtype)
         e.store(combine(e, e.load(slot, acc_dtype), item), slot)
         for out in pro_outs:
             off = bld.offset(b, kidx + ridx, list(pro_kept) + list(pro_red), 0)
@@ -399,7 +401,8 @@ def build_reduction(group, name, target=None, aliases=None):
                 def load(v):
                     root, _, _, offset = bld.geometry[v]
                     return e.load(b.gep(ptr[root], [bld.offset(b, ridx, inner_red[v], offset)]), v.type.dtype)
-                e.store(combine(e, e.load(slot, acc_dtype), e.cast(bld.evaluate(e, x, {}, load), acc_dtype)), slot)
+                item = reduction.enter(e, bld.evaluate(e, x, {}, load), compute, acc_dtype)
+                e.store(combine(e, e.load(slot, acc_dtype), item), slot)
 
             bld.target.reduce_loops(bld, b, e, [n], item_body, acc, acc_dtype, combine, identity, lo, hi)
             e.store(e.load(acc, acc_dtype), b.gep(b.bitcast(ptr[out_value], llvm_type(acc_dtype).as_pointer()),

@@ -1,14 +1,21 @@
 """Which graph nodes the code generator can lower, and how: scalar lowerings per op.
 
 The fusion pass asks `can_lower(node)`; the kernel builder asks `POINTWISE`
-and `REDUCTIONS` for each node's scalar expression. Each lowering mirrors the
+and `REDUCTIONS` (a `Reduction` each) for each node's scalar expression. Each lowering mirrors the
 eager formula of its op in jitorch/ops/pointwise.py (NumPy's semantics for
 NaN, signed zeros and ties), since compiled results are checked against eager.
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
 from ..runtime import dtypes as _dt
+from .emitter import Scalar
 
 # Element dtypes kernels handle (half types are computed in float32, as eager does).
 DTYPES = frozenset(_dt.ALL)
@@ -131,6 +138,164 @@ def _relu(e, x):
     return _maximum(e, e.const(0, x.dtype), x)
 
 
+def _sign_differs(e, r, b):
+    """Whether a nonzero remainder ``r`` and the divisor ``b`` have opposite signs (NaN ``r`` counts as
+    nonzero, as in C's ``if (mod)``): where Python's modulus and floor division step away from C's."""
+    zero = e.const(0, r.dtype)
+    return e.logical("and_", e.compare("!=", r, zero), e.logical("xor", e.compare("<", r, zero),
+                                                                  e.compare("<", b, zero)))
+
+
+def _fmod(e, a, b):
+    return e.fmod(a, b) if a.dtype.is_floating_point else e.int_divmod(a, b)[1]
+
+
+def _remainder(e, a, b):
+    # torch's rule (eager's formula): fmod's result plus the divisor where their signs differ
+    m = _fmod(e, a, b)
+    return e.select(_sign_differs(e, m, b), e.add(m, b), m)
+
+
+def _floor_divide(e, a, b):
+    if not a.dtype.is_floating_point:
+        q, r = e.int_divmod(a, b)
+        return e.sub(q, e.cast(_sign_differs(e, r, b), q.dtype))
+    # NumPy's npy_floor_divide: (a - fmod(a, b)) / b, stepped down where Python's modulus differs from
+    # fmod's, snapped to the nearest integer; a zero takes the sign of a / b, and b == 0 gives a / b
+    zero, one = e.const(0, a.dtype), e.const(1, a.dtype)
+    quotient = e.div(a, b)
+    mod = e.fmod(a, b)
+    div = e.div(e.sub(a, mod), b)
+    div = e.select(_sign_differs(e, mod, b), e.sub(div, one), div)
+    down = e.intrinsic("llvm.floor", div)
+    down = e.select(e.compare(">", e.sub(div, down), e.const(0.5, a.dtype)), e.add(down, one), down)
+    result = e.select(e.compare("!=", div, zero), down, e.intrinsic("llvm.copysign", zero, quotient))
+    return e.select(e.compare("==", b, zero), quotient, result)
+
+
+def _div_trunc(e, a, b):
+    if a.dtype.is_floating_point:
+        return e.intrinsic("llvm.trunc", e.div(a, b))
+    return e.int_divmod(a, b)[0]
+
+
+_LN2 = math.log(2.0)
+
+
+def _logaddexp(e, a, b):
+    """NumPy's npy_logaddexp: equal arguments (infinities of one sign) give ``a + log 2``; otherwise the
+    larger plus ``log1p(exp(-|a - b|))``; NaN in gives NaN."""
+    d = e.sub(a, b)
+    a_larger = e.compare(">", d, e.const(0, a.dtype))
+    big = e.select(a_larger, a, b)
+    tail = e.math("log1p", e.math("exp", e.neg(_abs(e, d))))
+    result = e.select(e.logical("or_", a_larger, e.compare("<=", d, e.const(0, a.dtype))), e.add(big, tail), d)
+    return e.select(e.compare("==", a, b), e.add(a, e.const(_LN2, a.dtype)), result)
+
+
+def _hypot(e, a, b):
+    """libm's hypot, as NumPy calls it: an infinity gives inf even beside NaN; float32 is computed in
+    float64 (glibc's hypotf); float64 by glibc's scaled FMA kernel (Borges, 2019)."""
+    x, y = _abs(e, a), _abs(e, b)
+    inf = e.const(float("inf"), a.dtype)
+    if a.dtype is _dt.float32:
+        wx, wy = e.cast(x, _dt.float64), e.cast(y, _dt.float64)
+        h = e.cast(e.intrinsic("llvm.sqrt", e.add(e.mul(wx, wx), e.mul(wy, wy))), a.dtype)
+    else:
+        h = _hypot64(e, x, y)
+    either_inf = e.logical("or_", e.compare("==", x, inf), e.compare("==", y, inf))
+    return e.select(either_inf, inf, h)
+
+
+def _hypot64(e, x, y):
+    """glibc's __hypot for finite or NaN ``|x|, |y|``: order them, scale huge or tiny ones by 2**-600 or
+    2**600, one FMA-corrected square root; a negligible smaller term gives ``ax + ay``."""
+    c = lambda v: e.const(v, x.dtype)  # noqa: E731
+    x_smaller = e.compare("<", x, y)
+    ax, ay = e.select(x_smaller, y, x), e.select(x_smaller, x, y)
+    huge, tiny = e.compare(">", ax, c(2.0 ** 511)), e.compare("<", ay, c(2.0 ** -511))
+    scale = e.select(huge, c(2.0 ** -600), e.select(tiny, c(2.0 ** 600), c(1.0)))
+    sx, sy = e.mul(ax, scale), e.mul(ay, scale)
+    t1, t2 = e.add(sy, sy), e.sub(sx, sy)
+    square = e.select(e.compare(">=", t1, sx), e.intrinsic("llvm.fma", t1, sx, e.mul(t2, t2)),
+                      e.intrinsic("llvm.fma", sx, sx, e.mul(sy, sy)))
+    h = e.div(e.intrinsic("llvm.sqrt", square), scale)
+    negligible = e.compare("<=", ay, e.mul(ax, c(2.0 ** -54)))
+    return e.select(negligible, e.add(ax, ay), h)
+
+
+def _shift(direction):
+    def lower(e, a, n):
+        return e.shift_left(a, n) if direction == "left" else e.shift_right(a, n)
+    return lower
+
+
+_HALVES = (_dt.float16, _dt.bfloat16)
+
+
+def _isclose(e, a, b, rtol, atol, equal_nan):
+    """Eager's formula, each operation rounded as NumPy rounds it: integers and bools are measured in the
+    default float dtype; float16 arithmetic rounds every step to float16; bfloat16 (ml_dtypes) rounds
+    ``a - b`` to bfloat16 but takes Python floats into float32."""
+    dtype = a.dtype if a.dtype.is_floating_point else _dt.get_default_dtype()
+    work = _dt.float32 if dtype in _HALVES else dtype
+    if a.dtype in _HALVES:  # compared and computed in float32, which holds them exactly
+        a, b = e.cast(a, work), e.cast(b, work)
+    close = e.compare("==", a, b)
+    if equal_nan and a.dtype.is_floating_point:
+        close = e.logical("or_", close, e.logical("and_", e.isnan(a), e.isnan(b)))
+    if rtol == 0 and atol == 0:
+        return close
+    scalars = _dt.float32 if dtype is _dt.bfloat16 else dtype  # the dtype Python floats round to
+
+    def rounded(s, to=dtype):
+        return e.cast(e.cast(s, to), work) if to in _HALVES else s
+
+    def number(v):
+        return rounded(e.const(np.array(v).astype(scalars.np).item(), work), scalars)
+
+    a, b = e.cast(a, work), e.cast(b, work)
+    error = rounded(_abs(e, rounded(e.sub(a, b))))
+    bound = rounded(e.add(number(atol), rounded(_abs(e, rounded(e.mul(number(rtol), b), scalars)), scalars)),
+                    scalars)
+    within = e.logical("and_", _isfinite(e, error), e.compare("<=", error, bound))
+    return e.logical("or_", close, within)
+
+
+def _stored(dtype, value):
+    """A Python fill value as eager's fill converts it (``np.array(value).astype``)."""
+    return np.array(value).astype(dtype.np)
+
+
+def _assigned(dtype, value):
+    """A Python fill value as eager's masked_fill stores it (NumPy item assignment)."""
+    out = np.zeros(1, dtype.np)
+    out[np.ones(1, bool)] = value
+    return out[0]
+
+
+# op -> how eager converts its Python fill value to the tensor's dtype
+FILL_VALUES = {"fill.Scalar": _stored, "masked_fill": _assigned}
+
+
+def _constant(e, ndarray_value, dtype):
+    """An exact constant of ``dtype`` (bfloat16 through float32, which holds every bfloat16 exactly)."""
+    if dtype is _dt.bfloat16:
+        return e.cast(e.const(float(ndarray_value), _dt.float32), dtype)
+    return e.const(ndarray_value.item(), dtype)
+
+
+def _fill(e, x, value):
+    if isinstance(value, Scalar):
+        return value  # a 0-d tensor, already converted to x's dtype
+    return _constant(e, _stored(x.dtype, value), x.dtype)
+
+
+def _masked_fill(e, x, mask, value):
+    fill = value if isinstance(value, Scalar) else _constant(e, _assigned(x.dtype, value), x.dtype)
+    return e.select(_truthy(e, mask), fill, x)
+
+
 # op name -> lowering(e, *operands in compute dtype, *other args) -> Scalar in the compute dtype
 POINTWISE = {
     "add": _add, "sub": _sub, "subtract": _sub, "rsub": lambda e, a, b, alpha: _sub(e, b, a, alpha),
@@ -155,6 +320,11 @@ POINTWISE = {
     "bitwise_and": _bitwise("and_"), "bitwise_or": _bitwise("or_"), "bitwise_xor": _bitwise("xor"),
     "bitwise_not": _bitwise_not,
     "isnan": lambda e, x: e.isnan(x), "isinf": _isinf, "isfinite": _isfinite,
+    "floor_divide": _floor_divide, "_div_trunc": _div_trunc, "remainder": _remainder, "fmod": _fmod,
+    "hypot": _hypot, "logaddexp": _logaddexp, "isclose": _isclose,
+    "bitwise_left_shift": _shift("left"), "bitwise_right_shift": _shift("right"),
+    "fill.Scalar": _fill, "fill.Tensor": _fill, "zero": lambda e, x: _fill(e, x, 0),
+    "masked_fill": _masked_fill, "masked_fill.Tensor": _masked_fill,
 }
 for _name in ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "tanh", "erf",
               "erfc", "sigmoid", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh"):
@@ -169,19 +339,58 @@ POINTWISE_OPS = frozenset(POINTWISE)
 # Ops whose lowering needs the math library (only lowered once it provides them).
 MATH_OPS = frozenset({"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "tanh",
                       "erf", "erfc", "pow", "sigmoid", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh",
-                      "atanh", "arcsin", "arccos", "arctan", "arcsinh", "arccosh", "arctanh", "atan2", "arctan2"})
+                      "atanh", "arcsin", "arccos", "arctan", "arcsinh", "arccosh", "arctanh", "atan2", "arctan2",
+                      "logaddexp"})
 
-# reduction -> (identity, combine(e, acc, x), finish(e, acc, count) or None). Sums and products may
-# reassociate, as every other library's do: the order of a float sum is not part of its meaning.
+
+@dataclass(frozen=True)
+class Reduction:
+    """How a reduction lowers: ``identity``, ``combine(e, acc, x)`` and ``finish(e, acc, count)`` (or
+    None). ``item(e, x)`` maps each element (in the op's compute dtype) as it enters the accumulator
+    (None: the element itself); the accumulator has the compute dtype, or the result dtype if ``counts``."""
+
+    identity: object
+    combine: Callable
+    finish: Callable = None
+    item: Callable = None
+    counts: bool = False
+
+    def accumulator(self, compute, result):
+        """The dtype the reduction accumulates in."""
+        return result if self.counts else compute
+
+    def enter(self, e, x, compute, acc):
+        """Element ``x`` (of any dtype) as it is combined into an accumulator of dtype ``acc``."""
+        x = e.cast(x, compute)
+        return e.cast(x if self.item is None else self.item(e, x), acc)
+
+
+def _add_all(e, acc, x):
+    return e.add(acc, x, reassociate=True)
+
+
+def _truth_combine(op):
+    """all/any: the accumulator holds a truth value in its own dtype (bool, uint8 or a float). On a bool
+    accumulator the operation is bitwise, so it holds whether bools are carried as i1 or as their i8."""
+    def combine(e, acc, x):
+        return e.cast(e.logical(op, _truthy(e, acc), _truthy(e, x)), acc.dtype)
+    return combine
+
+
+# Sums and products may reassociate, as every other library's do: the order of a float sum is not part
+# of its meaning.
 REDUCTIONS = {
-    "sum": (0, lambda e, acc, x: e.add(acc, x, reassociate=True), None),
-    "mean": (0, lambda e, acc, x: e.add(acc, x, reassociate=True),
-             lambda e, acc, n: e.div(acc, e.const(n, acc.dtype))),
-    "prod": (1, lambda e, acc, x: e.mul(acc, x, reassociate=True), None),
-    "amax": (float("-inf"), lambda e, acc, x: _maximum(e, x, acc), None),
-    "amin": (float("inf"), lambda e, acc, x: _minimum(e, x, acc), None),
-    "max": (float("-inf"), lambda e, acc, x: _maximum(e, x, acc), None),
-    "min": (float("inf"), lambda e, acc, x: _minimum(e, x, acc), None),
+    "sum": Reduction(0, _add_all),
+    "nansum": Reduction(0, _add_all, item=lambda e, x: e.select(e.isnan(x), e.const(0, x.dtype), x)),
+    "mean": Reduction(0, _add_all, lambda e, acc, n: e.div(acc, e.const(n, acc.dtype))),
+    "prod": Reduction(1, lambda e, acc, x: e.mul(acc, x, reassociate=True)),
+    "amax": Reduction(float("-inf"), lambda e, acc, x: _maximum(e, x, acc)),
+    "amin": Reduction(float("inf"), lambda e, acc, x: _minimum(e, x, acc)),
+    "max": Reduction(float("-inf"), lambda e, acc, x: _maximum(e, x, acc)),
+    "min": Reduction(float("inf"), lambda e, acc, x: _minimum(e, x, acc)),
+    "all": Reduction(1, _truth_combine("and_")),
+    "any": Reduction(0, _truth_combine("or_")),
+    "count_nonzero": Reduction(0, _add_all, item=_truthy, counts=True),
 }
 REDUCTION_OPS = frozenset(REDUCTIONS)
 
@@ -202,6 +411,36 @@ def _math_available():
     return True
 
 
+# Integer division by zero raises in eager, which a kernel cannot: integer divisions lower only by a
+# nonzero Python number.
+DIVISIONS = frozenset({"floor_divide", "_div_trunc", "remainder", "fmod"})
+# Fills by a 0-d tensor, converted to the filled tensor's dtype.
+TENSOR_FILLS = frozenset({"fill.Tensor", "masked_fill.Tensor"})
+
+
+def _integer_divisor_known_nonzero(node):
+    from ..ir.graph import Value
+    dtype, divisor = node.outputs[0].type.dtype, node.args[1]
+    if dtype.is_floating_point:
+        return True
+    return not isinstance(divisor, Value) and np.array(divisor).astype(dtype.np).item() != 0
+
+
+def _fill_value_converts(node):
+    """Whether eager converts the Python fill value (else eager raises, and the op stays eager's)."""
+    try:
+        FILL_VALUES[node.op.name](node.outputs[0].type.dtype, node.args[-1])
+    except (OverflowError, ValueError, TypeError):
+        return False
+    return True
+
+
+def _float_into_integers(src, dst):
+    """A float converted to an integer dtype: NaN, infinities and out-of-range values give what the
+    platform's conversion gives (LLVM leaves them undefined), so such fills stay eager's."""
+    return src.is_floating_point and not dst.is_floating_point and dst is not _dt.bool
+
+
 def can_lower(node):
     """Whether the code generator can put ``node`` in a kernel (else it runs as an external op)."""
     name = node.op.name
@@ -211,8 +450,14 @@ def can_lower(node):
         return node.args[2] is None or node.args[2] == node.args[0].type.device
     if name in REDUCTION_OPS:
         dtype = node.outputs[0].type.dtype
-        return dtype.is_floating_point or name in ("sum", "prod", "amax", "amin", "max", "min")
+        return dtype.is_floating_point or name != "mean"
     if name not in POINTWISE_OPS:
+        return False
+    if name in DIVISIONS and not _integer_divisor_known_nonzero(node):
+        return False
+    if name in FILL_VALUES and not _fill_value_converts(node):
+        return False
+    if name in TENSOR_FILLS and _float_into_integers(node.args[-1].type.dtype, node.outputs[0].type.dtype):
         return False
     if name in MATH_OPS and not _math_available():
         return False

@@ -158,3 +158,213 @@ def test_unsupported_groups_raise_compile_error():
     graph = trace(lambda x: (x + 1).t() * 2, jt.ones(2, 3))
     with pytest.raises(CompileError, match="a view of a value computed in the same kernel"):
         build(whole_graph(graph), "k")
+
+
+# Ops with NumPy's integer and IEEE corner cases, compiled through jitorch.compile: each must fuse into a
+# kernel and give eager's result exactly (floats bit for bit, signed zeros and NaN included).
+
+FUNCTIONS = jt.ops.registry.FUNCTIONS
+FLOATS = [jt.float32, jt.float64, jt.float16, jt.bfloat16]
+INTEGERS = [jt.int8, jt.int16, jt.int32, jt.int64, jt.uint8]
+EDGE_FLOATS = [0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 3.0, -3.0, 7.5, 0.1, 1.1, 2.0 ** 53, 1e38, -1e38, 1e308, 1e-300,
+               3e-39, 1e-45, 5e-324, 65504.0, 6e-8, np.inf, -np.inf, np.nan]
+
+
+def fused_result(fn, *args, ops):
+    """``fn(*args)`` compiled, after checking that each of ``ops`` runs inside a generated kernel."""
+    compiled_fn = jt.compile(fn)
+    in_kernels = {op for kernel in compiled_fn.lower(*args).kernels for op in kernel.ops}
+    assert set(ops) <= in_kernels, f"{ops} not all fused: kernels hold {in_kernels}"
+    return compiled_fn(*args)
+
+
+def kernel_ops(fn, *args):
+    return {op for kernel in jt.compile(fn).lower(*args).kernels for op in kernel.ops}
+
+
+def assert_identical(got, expected):
+    """Same dtype, shape and values; floats also agree in the sign of zeros, NaN matches NaN."""
+    assert got.dtype is expected.dtype and got.shape == expected.shape
+    g, e = to_numpy(got), to_numpy(expected)
+    np.testing.assert_array_equal(g, e)
+    if g.dtype.kind == "f":
+        np.testing.assert_array_equal(np.signbit(g) | np.isnan(g), np.signbit(e) | np.isnan(e))
+
+
+def edge_pairs(dtype, rng, random=2000):
+    """(a, b): every pair of edge values of ``dtype``, then random pairs over many magnitudes."""
+    s = np.array(EDGE_FLOATS).astype(dtype.np)
+    a, b = (g.ravel() for g in np.meshgrid(s, s))
+    r = rng.standard_normal((2, random)) * 10.0 ** rng.integers(-8, 8, (2, random))
+    return jt.tensor(np.concatenate([a, r[0].astype(dtype.np)])), jt.tensor(np.concatenate([b, r[1].astype(dtype.np)]))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("name", ["floor_divide", "_div_trunc", "remainder", "fmod"])
+def test_float_division_family_is_exact(name, dtype, rng):
+    a, b = edge_pairs(dtype, rng)
+    fn = FUNCTIONS[name]
+    assert_identical(fused_result(lambda x, y: fn(x, y), a, b, ops=[name]), fn(a, b))
+
+
+def integer_edges(dtype, rng):
+    info = np.iinfo(dtype.np)
+    edges = [info.min, info.min + 1, info.max, 0, 1, 2, 7, 100] + ([-1, -2, -7, -100] if info.min else [])
+    return jt.tensor(np.concatenate([edges, rng.integers(info.min, info.max, 200, endpoint=True)]).astype(dtype.np))
+
+
+@pytest.mark.parametrize("dtype", INTEGERS)
+@pytest.mark.parametrize("name", ["floor_divide", "_div_trunc", "remainder", "fmod"])
+def test_integer_division_family_by_a_number_fuses(name, dtype, rng):
+    x = integer_edges(dtype, rng)
+    fn = FUNCTIONS[name]
+    for divisor in ([-1, -2, -7, 1, 3, 100, 300] if dtype.is_signed else [1, 3, 100, 255, 300]):
+        assert_identical(fused_result(lambda t: fn(t, divisor), x, ops=[name]), fn(x, divisor))
+
+
+@pytest.mark.parametrize("name", ["floor_divide", "_div_trunc", "remainder", "fmod"])
+def test_integer_division_that_may_be_by_zero_stays_eager(name):
+    # eager raises on an integer zero divisor; a kernel could not, so these do not lower
+    fn = FUNCTIONS[name]
+    x = jt.tensor([7, -7, 3], dtype=jt.int32)
+    assert name not in kernel_ops(lambda t, d: fn(t, d), x, x)
+    assert name not in kernel_ops(lambda t: fn(t, 256), x.to(jt.uint8))  # 256 wraps to 0 in uint8
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        jt.compile(lambda t, d: fn(t, d))(x, jt.tensor([1, 0, 1], dtype=jt.int32))
+
+
+@given(st.sampled_from(INTEGERS), st.sampled_from(["bitwise_left_shift", "bitwise_right_shift"]),
+       st.integers(0, 2 ** 32 - 1))
+def test_shifts_by_counts_in_and_out_of_range(dtype, name, seed):
+    rng = np.random.default_rng(seed)
+    x = integer_edges(dtype, rng)
+    bits = dtype.itemsize * 8
+    low = -bits - 3 if dtype.is_signed else 0
+    counts = jt.tensor(rng.integers(low, min(bits + 3, np.iinfo(dtype.np).max), x.shape[0]).astype(dtype.np))
+    fn = FUNCTIONS[name]
+    assert_identical(fused_result(lambda t, n: fn(t, n), x, counts, ops=[name]), fn(x, counts))
+    count = int(rng.integers(0, bits))
+    assert_identical(fused_result(lambda t: fn(t, count), x, ops=[name]), fn(x, count))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("name", ["hypot", "logaddexp"])
+def test_hypot_and_logaddexp_match_numpy(name, dtype, rng):
+    a, b = edge_pairs(dtype, rng)
+    fn = FUNCTIONS[name]
+    got, expected = fused_result(lambda x, y: fn(x, y), a, b, ops=[name]), fn(a, b)
+    g, e = to_numpy(got).astype(np.float64), to_numpy(expected).astype(np.float64)
+    # a few ulps of the larger operand: logaddexp cancels to small results that keep only that accuracy
+    eps = np.finfo(np.float32 if dtype is not jt.float64 else np.float64).eps
+    scale = np.maximum(np.maximum(np.abs(to_numpy(a)), np.abs(to_numpy(b))).astype(np.float64), np.abs(e))
+    same = (g == e) | (np.isnan(g) & np.isnan(e)) | (np.abs(g - e) <= 4 * eps * scale)
+    assert same.all(), list(zip(to_numpy(a)[~same], to_numpy(b)[~same], g[~same], e[~same]))[:5]
+
+
+@given(st.sampled_from(FLOATS + INTEGERS + [jt.bool]), st.sampled_from([(1e-5, 1e-8), (0.1, 0.5), (0.0, 0.0),
+                                                                        (0.0, 1e-7), (1e-3, 0.0), (0.25, 2.0)]),
+       st.booleans(), st.integers(0, 2 ** 32 - 1))
+def test_isclose_rounds_as_numpy_does(dtype, tolerances, equal_nan, seed):
+    rng = np.random.default_rng(seed)
+    rtol, atol = tolerances
+    a = special_floats((40,), dtype, rng) if dtype.is_floating_point else random_array((40,), dtype, rng)
+    # b near the boundary |a - b| = atol + rtol * |b|, on both sides
+    wide = a.astype(np.float64)
+    near = wide + (atol + rtol * np.abs(wide)) * rng.choice([-1.01, -1.0, -0.99, 0.99, 1.0, 1.01], a.shape)
+    if dtype.is_floating_point:
+        b = near.astype(dtype.np)
+    else:
+        info = np.iinfo(np.uint8 if dtype is jt.bool else dtype.np)
+        b = np.clip(np.rint(near), info.min, 1 if dtype is jt.bool else info.max).astype(dtype.np)
+    x, y = jt.tensor(a), jt.tensor(b)
+    got = fused_result(lambda p, q: jt.isclose(p, q, rtol, atol, equal_nan), x, y, ops=["isclose"])
+    assert_identical(got, jt.isclose(x, y, rtol, atol, equal_nan))
+
+
+ALL_DTYPES = FLOATS + INTEGERS + [jt.bool]
+
+
+def fill_values(dtype):
+    if dtype is jt.bool:
+        return [True, 0]
+    return [1, True, -2.5, 1e-30, 0.1] if dtype.is_floating_point else [1, True, 7]
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_masked_fill_fill_and_zero_fuse_with_their_neighbours(dtype, rng):
+    x = jt.tensor(random_array((3, 4), dtype, rng))
+    mask = jt.tensor(rng.random(4) < 0.5)  # broadcasts over x's rows
+    for value in fill_values(dtype):
+        assert_identical(fused_result(lambda t, m: t.masked_fill(m, value).clone(), x, mask, ops=["masked_fill"]),
+                         x.masked_fill(mask, value))
+
+        def refill(t):
+            u = t.clone()
+            u.fill_(value)
+            return u
+        assert_identical(fused_result(refill, x, ops=["fill.Scalar"]), refill(x))
+
+    def zeroed(t, m):
+        u = t.masked_fill(m, 1)
+        u.zero_()
+        return u
+    assert_identical(fused_result(zeroed, x, mask, ops=["zero"]), zeroed(x, mask))
+
+
+@pytest.mark.parametrize("value_dtype", [jt.float64, jt.float32, jt.int64, jt.bool])
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_fills_by_a_0d_tensor(dtype, value_dtype):
+    x = jt.tensor(np.arange(-6, 6).reshape(3, 4) % (2 if dtype is jt.bool else 12)).to(dtype)
+    mask = jt.tensor([[True], [False], [True]])
+    value = jt.tensor(-2.75 if value_dtype.is_floating_point else 3).to(value_dtype)
+
+    def refill(t, v):
+        u = t.clone()
+        u.fill_(v)
+        return u
+    fills = (("masked_fill.Tensor", lambda t, v: t.masked_fill(mask, v)), ("fill.Tensor", refill))
+    for name, fn in fills:
+        if value_dtype.is_floating_point and not dtype.is_floating_point and dtype is not jt.bool:
+            # a float converted to an integer is undefined for NaN and out-of-range values: eager's op
+            assert name not in kernel_ops(fn, x, value)
+            assert_identical(jt.compile(fn)(x, value), fn(x, value))
+        else:
+            assert_identical(fused_result(fn, x, value, ops=[name]), fn(x, value))
+
+
+REDUCTION_DIMS = [None, 0, -1, (0, 2), (0, 1, 2)]
+SUM_TOLERANCES = {jt.float32: 1e-6, jt.float64: 1e-14, jt.float16: 1e-3, jt.bfloat16: 1e-2}
+
+
+def reduce_fn(name, dims, keepdim):
+    """``name`` over ``dims``, in a kernel with a prologue (``t * 2``) and an epilogue (``+ 1`` or ``^ True``)."""
+    kwargs = {} if dims is None else {"dim": dims}
+    if keepdim and name != "count_nonzero":
+        kwargs["keepdim"] = True
+
+    def fn(t):
+        r = getattr(jt, name)(t * 2 if t.dtype is not jt.bool else t, **kwargs)
+        return r ^ True if r.dtype is jt.bool else r + 1
+    return fn
+
+
+@given(st.sampled_from(["all", "any", "count_nonzero", "nansum"]), st.sampled_from(ALL_DTYPES),
+       st.sampled_from(REDUCTION_DIMS), st.booleans(), st.sampled_from([(3, 4, 5), (1, 6, 1), (2, 0, 3), (40, 3, 33)]),
+       st.sampled_from(["contiguous", "transposed", "strided"]))
+def test_logical_counting_and_nan_reductions(name, dtype, dims, keepdim, shape, layout):
+    if name == "nansum" and dtype is jt.bool:
+        return  # bools sum through an int64 cast, not nansum's own path
+    rng = np.random.default_rng(len(shape) + shape[0])
+    arr = special_floats(shape, dtype, rng) if dtype.is_floating_point else random_array(shape, dtype, rng)
+    arr.reshape(-1)[::3] = 0  # zeros and truth values in every row
+    x, _ = tensor_and_array(arr, layout)
+    fn = reduce_fn(name, dims, keepdim)
+    got, expected = fused_result(fn, x, ops=[name]), fn(x)
+    if name == "nansum" and dtype.is_floating_point:  # sums reassociate: ulps, not bits
+        values = np.abs(to_numpy(x))
+        largest = float(np.max(values, where=np.isfinite(values), initial=0))
+        tol = SUM_TOLERANCES[dtype] * max(1.0, largest * max(shape))
+        np.testing.assert_allclose(to_numpy(got), to_numpy(expected), rtol=tol, atol=tol)
+        assert got.dtype is expected.dtype
+    else:
+        assert_identical(got, expected)
