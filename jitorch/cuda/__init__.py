@@ -50,9 +50,11 @@ def get_device_name(device=None) -> str:
 
 
 def synchronize(device=None) -> None:
-    """Wait for all work queued on the device."""
+    """Wait for all work queued on the device; raises the error a kernel reported (an index out of range)."""
+    from ..runtime import cuda_errors
     _driver.activate(_index(device))
     _driver.synchronize()
+    cuda_errors.check(_index(device))
 
 
 class Stream:

@@ -138,7 +138,8 @@ class FakeBackend:
                 self.memory.check(p, 1)
             emulator.launch(kernel, pointers, self.multiprocessors)
         elif self.emulate == "graph":
-            (_matmul if kernel.ops == ["matmul"] else _graph_kernel)(self.memory, kernel, pointers)
+            evaluate = _matmul if kernel.ops == ["matmul"] else _indexing if hasattr(kernel, "spec") else _graph_kernel
+            evaluate(self.memory, kernel, pointers)
 
     def synchronize(self):
         return None
@@ -149,6 +150,27 @@ def _matmul(memory, kernel, pointers):
     b = memory.array(pointers[1], kernel.b_shape, kernel.dtype.np)
     out = memory.array(pointers[2], kernel.out_shape, kernel.dtype.np)
     out[...] = np.matmul(a.astype(np.float32), b.astype(np.float32)).astype(kernel.dtype.np)
+
+
+def _indexing(memory, kernel, pointers):
+    """An indexing kernel's reads or adds with NumPy over strided views of device memory; an index out of
+    range is skipped (read as zero) but not reported."""
+    op, space, dim, size, index, target, source, alpha = kernel.spec
+
+    def strided(address, dtype, strides):
+        flat = memory.array(address, (1 + sum((n - 1) * s for n, s in zip(space, strides)),), dtype.np)
+        return np.lib.stride_tricks.as_strided(flat, space, [s * flat.itemsize for s in strides])
+
+    at = strided(pointers[0 if source else 1], index[0], index[1]).astype(np.int64)
+    inside = (at >= 0) & (at < size)
+    points = list(np.indices(space))
+    points[dim] = np.where(inside, at, 0)
+    offsets = sum(p * s for p, s in zip(points, target[1]))
+    followed = memory.array(pointers[2 if source else 0], (int(offsets.max()) + 1,), target[0].np)
+    if source is None:
+        memory.array(pointers[2], space, target[0].np)[...] = np.where(inside, followed[offsets], 0)
+    else:
+        np.add.at(followed, offsets[inside], (strided(pointers[1], source[0], source[1]) * alpha)[inside])
 
 
 def _graph_kernel(memory, kernel, pointers):

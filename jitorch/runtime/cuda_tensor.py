@@ -42,7 +42,9 @@ from .strided import contiguous_strides, is_contiguous
 _local = threading.local()
 _KERNELS: dict = {}     # one-op graph key -> (kernel, group, graph inputs, outputs) or None (runs on host)
 _MATMULS: dict = {}     # (a shape, a strides, b shape, b strides, dtype) -> MatmulKernel (operands read in place)
+_INDEXERS: dict = {}    # the arguments of index_kernel -> IndexKernel
 MATMUL_OPS = ("matmul", "mm", "bmm")
+INDEXING_OPS = ("gather", "index_select", "scatter_add", "index_add")
 
 
 class CudaStorage(Storage):
@@ -134,6 +136,9 @@ def download(t):
     host = np.empty(span, t.dtype.np)
     if span:
         cuda_backend.current().download(host, address(t), _asynchronous())
+        if not _asynchronous():
+            from . import cuda_errors
+            cuda_errors.check(t.device.index)
     if is_contiguous(t._shape, t._stride):
         return host[:t.numel()].reshape(t._shape)
     item = t.dtype.itemsize
@@ -281,8 +286,9 @@ def execute(op, args, spec):
         return _create(op, spec, args)
     device = _device_of(op, args, spec)
     args = _lift_cpu_scalars(op, args, device)
-    if op.name in MATMUL_OPS:
-        result = _matmul(op, args, spec)
+    special = _matmul if op.name in MATMUL_OPS else _indexing if op.name in INDEXING_OPS else None
+    if special is not None:
+        result = special(op, args, spec)
         if result is not NotImplemented:
             return result
     return _run(op, args, spec, device)
@@ -359,11 +365,17 @@ def _kernel_for(op, args, spec, device):
         hash(key)
     except TypeError:  # an argument that cannot key a cache (a Generator's state, ...): no kernel
         return None
-    if key not in _KERNELS:
-        if len(_KERNELS) > 4096:  # a bound for programs of ever new shapes (PTX stays cached on disk)
-            _KERNELS.clear()
-        _KERNELS[key] = _build(op, args, spec, device, Tensor)
-    return _KERNELS[key]
+    return _cached(_KERNELS, key, lambda: _build(op, args, spec, device, Tensor))
+
+
+def _cached(table, key, make):
+    """``table[key]``, made on first use; a table grows to 4096 entries at most (programs of ever new
+    shapes; the PTX stays cached on disk)."""
+    if key not in table:
+        if len(table) > 4096:
+            table.clear()
+        table[key] = make()
+    return table[key]
 
 
 def _build(op, args, spec, device, Tensor):
@@ -458,19 +470,56 @@ def _matmul(op, args, spec):
     a2 = a.unsqueeze(0) if a.ndim == 1 else a
     b2 = b.unsqueeze(-1) if b.ndim == 1 else b
     key = (a2._shape, a2._stride, b2._shape, b2._stride, a.dtype)
-    kernel = _MATMULS.get(key)
-    if kernel is None:
-        if len(_MATMULS) > 4096:  # as for _KERNELS
-            _MATMULS.clear()
-        try:
-            kernel = _MATMULS[key] = matmul_kernel(a2._shape, b2._shape, a.dtype, a_strides=a2._stride,
-                                                   b_strides=b2._stride)
-        except CompileError:  # more batch matrices than one grid holds
-            return NotImplemented
+    try:
+        kernel = _cached(_MATMULS, key, lambda: matmul_kernel(a2._shape, b2._shape, a.dtype, a_strides=a2._stride,
+                                                              b_strides=b2._stride))
+    except CompileError:  # more batch matrices than one grid holds
+        return NotImplemented
     out = empty(kernel.out_shape, a.dtype, a.device)
     cuda_backend.current().launch(kernel, [address(a2), address(b2), address(out)], a.device.index)
     if a.ndim == 1:
         out = out.squeeze(-2)
     if b.ndim == 1:
         out = out.squeeze(-1)
+    return out
+
+
+# Indexing ---------------------------------------------------------------------------------
+
+def _indexing(op, args, spec):
+    """gather, index_select, scatter_add and index_add through their generated kernels (see
+    codegen/nvptx/indexing.py), reading every operand in place; NotImplemented for what they do not cover
+    (0-dim or empty operands, other index or element dtypes, a fractional alpha on integers)."""
+    from ..codegen.errors import CompileError
+    from ..codegen.nvptx.indexing import ATOMIC_DTYPES, INDEX_DTYPES, index_kernel
+    from . import cuda_errors
+    self, dim, index = args[0], args[1], args[2]
+    adds = op.name in ("scatter_add", "index_add")
+    source = args[3] if adds else None
+    tensors = [self, index] + ([source] if adds else [])
+    if not self.ndim or any(not t.numel() or t.device != self.device for t in tensors) or \
+            index.dtype not in INDEX_DTYPES or (adds and self.dtype not in ATOMIC_DTYPES):
+        return NotImplemented
+    dim = dim % self.ndim
+    alpha = args[4] if op.name == "index_add" else 1
+    if not self.dtype.is_floating_point and alpha != int(alpha):
+        return NotImplemented
+    alpha = float(alpha) if self.dtype.is_floating_point else int(alpha)
+    vector = op.name in ("index_select", "index_add")  # a 1-D index along dim
+    if vector and index.ndim != 1 or not vector and index.ndim != self.ndim:
+        return NotImplemented
+    space = tuple(source._shape if op.name == "index_add" else index._shape if not vector else spec.shape)
+    index_strides = tuple(index._stride[0] if d == dim else 0 for d in range(len(space))) if vector \
+        else index._stride
+    out = _cast(self, spec) if adds else empty(spec.shape, spec.dtype, self.device)
+    target_strides = out._stride if adds else self._stride
+    key = (op.name, space, dim, self._shape[dim], (index.dtype, index_strides), (self.dtype, target_strides),
+           (source.dtype, source._stride) if adds else None, alpha)
+    try:
+        kernel = _cached(_INDEXERS, key, lambda: index_kernel(*key[:7], alpha=alpha))
+    except CompileError:
+        return NotImplemented
+    pointers = [address(index), address(source), address(out)] if adds else \
+        [address(self), address(index), address(out)]
+    cuda_backend.current().launch(kernel, pointers + [cuda_errors.word(self.device)], self.device.index)
     return out

@@ -1,0 +1,71 @@
+"""Errors that kernels find in their data, reported at the next synchronisation.
+
+Kernels that can meet bad data (an index outside its dim) take the device's *error word* as their last
+pointer: two int64 in device memory, zero while nothing went wrong. The first thread to meet a bad value
+claims the word with a code naming the op, the dim and its size, and stores the value next to it. After
+such a launch the device is marked, and its next blocking download (``.item()``, ``.cpu()``, ...) or
+``jitorch.cuda.synchronize()`` reads the word back, clears it and raises the RuntimeError the CPU raises
+for that op. This is when torch reports a device-side assert too, but here the device stays usable.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+
+from . import cuda_backend
+
+OPS = ("gather", "index_select", "scatter_add", "index_add")
+_words: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # backend -> {device index: CUDA tensor}
+_marked: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # backend -> device indices to read back
+
+
+def error_code(op, dim, size):
+    """The code a kernel of ``op`` over a dim ``dim`` of ``size`` writes (op, dim and size packed)."""
+    return 1 + OPS.index(op) + (dim << 4) + (size << 12)
+
+
+def message(code, value):
+    """The CPU's message for the error a kernel reported."""
+    op, dim, size = OPS[(code & 15) - 1], (code >> 4) & 255, code >> 12
+    if op == "index_select":
+        return f"INDICES element is out of DATA bounds, id={value} axis_dim={size}"
+    return f"index {value} is out of bounds for dimension {dim} with size {size}"
+
+
+def word(device):
+    """The device address of ``device``'s error word, which the launch about to happen may write: the
+    device is marked for a read back at the next synchronisation."""
+    from .cuda_tensor import empty, fill
+    backend = cuda_backend.current()
+    words = _words.setdefault(backend, {})
+    t = words.get(device.index)
+    if t is None:
+        t = words[device.index] = empty((2,), _int64(), device)
+        fill(t, np.int64(0))
+    _marked.setdefault(backend, set()).add(device.index)
+    return t.data_ptr()
+
+
+def check(index=None):
+    """Raise the error a kernel reported on device ``index`` (every marked device by default) since the last
+    check, clearing it; call only where the stream has been waited for."""
+    backend = cuda_backend.current()
+    marked = _marked.get(backend)
+    if not marked:
+        return
+    for i in sorted(marked) if index is None else [index] if index in marked else []:
+        marked.discard(i)
+        t = _words[backend][i]
+        host = np.zeros(2, np.int64)
+        backend.download(host, t.data_ptr())
+        if host[0]:
+            backend.upload(t.data_ptr(), np.zeros(2, np.int64))
+            raise RuntimeError(f"{message(int(host[0]), int(host[1]))} (found by a kernel on cuda:{i}; errors in "
+                               "CUDA kernels are reported at the next synchronization)")
+
+
+def _int64():
+    from . import dtypes
+    return dtypes.int64
