@@ -138,7 +138,8 @@ class FakeBackend:
                 self.memory.check(p, 1)
             emulator.launch(kernel, pointers, self.multiprocessors)
         elif self.emulate == "graph":
-            evaluate = _matmul if kernel.ops == ["matmul"] else _indexing if hasattr(kernel, "spec") else _graph_kernel
+            evaluate = _matmul if kernel.ops == ["matmul"] else _strided_copy if kernel.ops == ["copy"] else \
+                _indexing if hasattr(kernel, "spec") else _graph_kernel
             evaluate(self.memory, kernel, pointers)
 
     def synchronize(self):
@@ -152,14 +153,29 @@ def _matmul(memory, kernel, pointers):
     out[...] = np.matmul(a.astype(np.float32), b.astype(np.float32)).astype(kernel.dtype.np)
 
 
+def _strided(memory, address, dtype, shape, strides):
+    """A NumPy view of device memory from ``address`` with element ``strides`` (negative ones read backwards)
+    over ``shape``."""
+    low = sum(min(0, (n - 1) * s) for n, s in zip(shape, strides))
+    high = sum(max(0, (n - 1) * s) for n, s in zip(shape, strides))
+    item = np.dtype(dtype.np).itemsize
+    flat = memory.array(address + low * item, (high - low + 1,), dtype.np)
+    return np.lib.stride_tricks.as_strided(flat[-low:], shape, [s * item for s in strides])
+
+
+def _strided_copy(memory, kernel, pointers):
+    _, shape, (dst_dtype, dst_strides), (src_dtype, src_strides) = kernel.spec
+    values = _strided(memory, pointers[0], src_dtype, shape, src_strides).astype(dst_dtype.np)
+    np.copyto(_strided(memory, pointers[1], dst_dtype, shape, dst_strides), values)
+
+
 def _indexing(memory, kernel, pointers):
     """An indexing kernel's reads or adds with NumPy over strided views of device memory; an index out of
     range is skipped (read as zero) but not reported."""
     op, space, dim, size, index, target, source, alpha = kernel.spec
 
     def strided(address, dtype, strides):
-        flat = memory.array(address, (1 + sum((n - 1) * s for n, s in zip(space, strides)),), dtype.np)
-        return np.lib.stride_tricks.as_strided(flat, space, [s * flat.itemsize for s in strides])
+        return _strided(memory, address, dtype, space, strides)
 
     at = strided(pointers[0 if source else 1], index[0], index[1]).astype(np.int64)
     inside = (at >= 0) & (at < size)

@@ -37,14 +37,16 @@ from . import cuda_backend
 from .cuda_allocator import track
 from .device import CPU, to_device
 from .storage import Storage
-from .strided import contiguous_strides, is_contiguous
+from .strided import contiguous_strides, is_contiguous, wrap_dim
 
 _local = threading.local()
 _KERNELS: dict = {}     # one-op graph key -> (kernel, group, graph inputs, outputs) or None (runs on host)
 _MATMULS: dict = {}     # (a shape, a strides, b shape, b strides, dtype) -> MatmulKernel (operands read in place)
-_INDEXERS: dict = {}    # the arguments of index_kernel -> IndexKernel
-MATMUL_OPS = ("matmul", "mm", "bmm")
+_INDEXERS: dict = {}    # the arguments of index_kernel -> its LoopKernel
+_COPIES: dict = {}      # (shape, dst dtype and strides, src dtype and strides) -> strided copy LoopKernel
+MATMUL_OPS = ("matmul", "mm", "bmm", "mv", "dot", "vdot")
 INDEXING_OPS = ("gather", "index_select", "scatter_add", "index_add")
+JOIN_OPS = ("cat", "concat", "concatenate", "stack")
 
 
 class CudaStorage(Storage):
@@ -152,36 +154,41 @@ def host_array(t):
 
 def write(dst, src):
     """Write ``src`` (a tensor on any device, or a NumPy array) into CUDA tensor ``dst``, broadcast to its
-    shape and cast to its dtype. A contiguous ``dst`` is one copy; a strided one is rewritten through the
-    host (its span comes back, takes the values, and goes out again)."""
-    backend = cuda_backend.current()
+    shape and cast to its dtype, on the device: one device copy where both are the same compact run,
+    else the strided copy kernel, which reads ``src`` and writes ``dst`` in place (host values go up
+    first, at their own size)."""
     from ..tensor import Tensor
-    if isinstance(src, Tensor) and src._storage.on_device:
-        if not is_contiguous(dst._shape, dst._stride):
-            return _write_strided(dst, download(src))
-        if src.dtype is not dst.dtype or src._shape != dst._shape or not is_contiguous(src._shape, src._stride):
-            from ..autograd.grad_mode import no_grad
-            with no_grad():
-                src = src.to(dst.dtype).expand(dst._shape).contiguous()
-        return backend.device_copy(address(dst), address(src), dst.numel() * dst.dtype.itemsize)
-    values = src._array() if isinstance(src, Tensor) else src
-    if not is_contiguous(dst._shape, dst._stride):
-        return _write_strided(dst, values)
-    host = np.broadcast_to(values, dst._shape).astype(dst.dtype.np, order="C")
-    backend.upload(address(dst), host, _asynchronous())
-
-
-def _write_strided(dst, values):
-    span = _span(dst._shape, dst._stride)
-    if not span:
+    if not dst.numel():
         return
     backend = cuda_backend.current()
-    host = np.empty(span, dst.dtype.np)
-    backend.download(host, address(dst))
-    item = dst.dtype.itemsize
-    view = np.lib.stride_tricks.as_strided(host, dst._shape, tuple(s * item for s in dst._stride))
-    np.copyto(view, np.broadcast_to(values, dst._shape), casting="unsafe")
-    backend.upload(address(dst), host)
+    if not (isinstance(src, Tensor) and src._storage.on_device):
+        values = np.asarray(src._array() if isinstance(src, Tensor) else src)
+        if values.shape == dst._shape and is_contiguous(dst._shape, dst._stride):
+            return backend.upload(address(dst), values.astype(dst.dtype.np, order="C"), _asynchronous())
+        src = upload(values, dst.dtype, dst.device)
+    elif src.device != dst.device:
+        src = upload(download(src), src.dtype, dst.device)
+    elif src._storage is dst._storage:
+        src = copy_values(src)  # the same memory: read all of it before writing any
+    if src.dtype is dst.dtype and src._shape == dst._shape and is_contiguous(dst._shape, dst._stride) and \
+            is_contiguous(src._shape, src._stride):
+        return backend.device_copy(address(dst), address(src), dst.numel() * dst.dtype.itemsize)
+    _copy_into(dst, address(src), src.dtype, _broadcast_strides(src, dst._shape))
+
+
+def _copy_into(dst, src_address, src_dtype, src_strides):
+    """The strided copy kernel: ``dst[p] = src[p]`` where ``src`` starts at ``src_address`` with element
+    ``src_strides`` over ``dst``'s shape (0 to broadcast, negative to read backwards)."""
+    from ..codegen.nvptx.copy import copy_kernel
+    key = (dst._shape, (dst.dtype, dst._stride), (src_dtype, tuple(src_strides)))
+    kernel = _cached(_COPIES, key, lambda: copy_kernel(*key))
+    cuda_backend.current().launch(kernel, [src_address, address(dst)], dst.device.index)
+
+
+def _broadcast_strides(t, shape):
+    """``t``'s element strides over ``shape``, which it broadcasts to (0 along the dims it repeats)."""
+    pad = len(shape) - t.ndim
+    return (0,) * pad + tuple(0 if n == 1 and m != 1 else s for n, m, s in zip(t._shape, shape[pad:], t._stride))
 
 
 def copy_values(t):
@@ -286,7 +293,7 @@ def execute(op, args, spec):
         return _create(op, spec, args)
     device = _device_of(op, args, spec)
     args = _lift_cpu_scalars(op, args, device)
-    special = _matmul if op.name in MATMUL_OPS else _indexing if op.name in INDEXING_OPS else None
+    special = _SPECIAL.get(op.name)
     if special is not None:
         result = special(op, args, spec)
         if result is not NotImplemented:
@@ -303,8 +310,14 @@ def _device_of(op, args, spec):
 
 
 def _lift_cpu_scalars(op, args, device):
-    """0-dim CPU tensors (which torch lets join CUDA operands) as 0-dim tensors on ``device``."""
+    """0-dim CPU tensors (which torch lets join CUDA operands) as 0-dim tensors on ``device`` (queued: the
+    driver has staged the element when the copy returns)."""
     from ..tensor import Tensor
+    with non_blocking():
+        return _lifted(op, args, device, Tensor)
+
+
+def _lifted(op, args, device, Tensor):
     out = list(args)
     for i, is_list in op.tensor_args:
         v = out[i]
@@ -459,13 +472,13 @@ def on_host(op, args, device):
 # Matrix products ----------------------------------------------------------------------------
 
 def _matmul(op, args, spec):
-    """``matmul``/``mm``/``bmm`` through the tiled kernel (float32 and float16, non-empty), else
-    NotImplemented. 1-D operands of matmul act as a row or a column, as on the CPU."""
+    """``matmul``/``mm``/``bmm``/``mv``/``dot`` through the tiled kernel (float32 and float16, non-empty),
+    else NotImplemented. 1-D operands act as a row or a column, as on the CPU."""
     from ..codegen.errors import CompileError
     from ..codegen.nvptx.matmul import DTYPES, matmul_kernel
     a, b = args
-    if a.dtype not in DTYPES or b.dtype is not a.dtype or not a.ndim or not b.ndim or \
-            0 in a._shape or 0 in b._shape or a.ndim + b.ndim < 3:
+    if a.dtype not in DTYPES or b.dtype is not a.dtype or not a.ndim or not b.ndim or 0 in a._shape or \
+            0 in b._shape:
         return NotImplemented
     a2 = a.unsqueeze(0) if a.ndim == 1 else a
     b2 = b.unsqueeze(-1) if b.ndim == 1 else b
@@ -523,3 +536,91 @@ def _indexing(op, args, spec):
         [address(self), address(index), address(out)]
     cuda_backend.current().launch(kernel, pointers + [cuda_errors.word(self.device)], self.device.index)
     return out
+
+
+# Joining ----------------------------------------------------------------------------------
+
+def _join(op, args, spec):
+    """cat and stack: each input written into its slice of the result by `write` (a device copy or the
+    strided copy kernel), cast to the promoted dtype on the way; 1-D empty inputs skipped, as torch does."""
+    tensors, dim = args
+    if any(t.device != tensors[0].device or t.device.type != "cuda" for t in tensors):
+        return NotImplemented
+    out = empty(spec.shape, spec.dtype, spec.device)
+    if op.name == "stack":
+        d = wrap_dim(dim, len(spec.shape))
+        for i, t in enumerate(tensors):
+            write(out.select(d, i), t)
+        return out
+    kept = [t for t in tensors if t._shape != (0,)]
+    start = 0
+    for t in kept:
+        d = wrap_dim(dim, t.ndim)
+        write(out.narrow(d, start, t._shape[d]), t)
+        start += t._shape[d]
+    return out
+
+
+def _scaled_product(op, args, spec):
+    """addmm and baddbmm: ``beta * self + alpha * product`` as the CPU computes it (the product through the
+    tiled kernel, then the scalings; ``self`` ignored, NaNs included, when beta is 0)."""
+    from ..autograd.grad_mode import no_grad
+    inp, m1, m2, beta, alpha = args
+    product = _matmul(op, (m1, m2), spec)
+    if product is NotImplemented:
+        return NotImplemented
+    with no_grad():
+        out = product if alpha == 1 else product.mul(alpha)
+        return out if beta == 0 else out.add(inp if beta == 1 else inp.mul(beta))
+
+
+def _repeat(op, args, spec):
+    """``x.repeat(*reps)``: the result seen as (r0, n0, r1, n1, ...) takes ``x`` broadcast over the r's,
+    in one strided copy."""
+    from ..autograd.grad_mode import no_grad
+    x, reps = args
+    out = empty(spec.shape, spec.dtype, x.device)
+    if out.numel():
+        sizes = (1,) * (len(reps) - x.ndim) + x._shape
+        with no_grad():
+            write(out.view(tuple(v for r, n in zip(reps, sizes) for v in (r, n))),
+                  x.reshape(tuple(v for n in sizes for v in (1, n))))
+    return out
+
+
+def _roll(op, args, spec):
+    """``x.roll(shifts, dims)``: per rolled dim, its two pieces copied to their new places (a flattened
+    roll when no dims are given, as torch does)."""
+    from ..autograd.grad_mode import no_grad
+    x, shifts, dims = args
+    with no_grad():
+        if not dims:
+            return _roll(op, (x.reshape(-1), shifts, (0,)), spec).view(x._shape)
+        current = x
+        for shift, d in zip(shifts, dims):
+            d = wrap_dim(d, x.ndim)
+            n = x._shape[d]
+            shift = shift % n if n else 0
+            if shift:
+                out = empty(current._shape, current.dtype, current.device)
+                write(out.narrow(d, shift, n - shift), current.narrow(d, 0, n - shift))
+                write(out.narrow(d, 0, shift), current.narrow(d, n - shift, shift))
+                current = out
+    return current if current is not x else copy_values(x)
+
+
+def _flip(op, args, spec):
+    """``x.flip(dims)``: one strided copy reading ``x`` backwards along the flipped dims."""
+    x, dims = args
+    flipped = {wrap_dim(d, x.ndim) for d in dims}
+    out = empty(spec.shape, spec.dtype, x.device)
+    if out.numel():
+        last = sum((x._shape[d] - 1) * x._stride[d] for d in flipped)
+        _copy_into(out, address(x) + last * x.dtype.itemsize, x.dtype,
+                   [-s if d in flipped else s for d, s in enumerate(x._stride)])
+    return out
+
+
+_SPECIAL = {**dict.fromkeys(MATMUL_OPS, _matmul), **dict.fromkeys(INDEXING_OPS, _indexing),
+            **dict.fromkeys(JOIN_OPS, _join), "addmm": _scaled_product, "baddbmm": _scaled_product,
+            "repeat": _repeat, "roll": _roll, "flip": _flip}

@@ -20,49 +20,19 @@ RuntimeError there, as torch reports device-side errors late; unlike torch, the 
 
 from __future__ import annotations
 
-from math import prod
-
 from llvmlite import ir
 
 from ...runtime import dtypes as _dt
 from ...runtime.cuda_errors import error_code
 from ..emitter import llvm_type
 from ..errors import CompileError
-from .compile import optimised_text, ptx_of
-from .target import BLOCK, I64, TRIPLE, _sreg, strided_loop, unflatten
+from .compile import ptx_of
+from .loop_kernel import LoopKernel, grid_stride, offset, symbol
+from .target import I64, TRIPLE
 
 # Element types atomic adds exist for on every GPU jitorch targets (sm_80 and newer).
 ATOMIC_DTYPES = (_dt.float32, _dt.float64, _dt.int32, _dt.int64)
 INDEX_DTYPES = (_dt.int64, _dt.int32)
-
-
-class IndexKernel:
-    """A generated indexing kernel: its PTX (``asm``), LLVM IR and launch grid."""
-
-    def __init__(self, name, op, spec, source_ir, ptx):
-        self.name = name
-        self.ops = [op]
-        self.spec = spec  # index_kernel's arguments
-        self.space = spec[1]
-        self.source_ir = source_ir
-        self.asm = ptx
-        self.mode = "thread"
-        self._llvm_ir = None
-
-    @property
-    def llvm_ir(self):
-        """The optimised LLVM IR the PTX is emitted from (computed on first use)."""
-        if self._llvm_ir is None:
-            self._llvm_ir = optimised_text(self.source_ir)
-        return self._llvm_ir
-
-    def grid(self, multiprocessors=132):
-        """(blocks, threads per block): a thread per point of the loop space, up to 32 blocks per
-        multiprocessor (the grid-stride loop does the rest)."""
-        return max(1, min(-(-prod(self.space) // BLOCK), 32 * multiprocessors)), BLOCK
-
-    def __repr__(self):
-        return f"<cuda kernel {self.name}: {self.ops[0]}>"
 
 
 def index_kernel(op, space, dim, size, index, target, source=None, alpha=1, cache=None):
@@ -79,10 +49,10 @@ def index_kernel(op, space, dim, size, index, target, source=None, alpha=1, cach
     if adds and dtype not in ATOMIC_DTYPES:
         raise CompileError(f"{op} kernel: no atomic add for {dtype}")
     layout = "_".join("x".join(map(str, s)) for s in (space, index[1], target[1]) + ((source[1],) if adds else ()))
-    name = f"jitorch_{op}_d{dim}_{layout}_{dtype.name}_{index[0].name}"
+    name = symbol(f"jitorch_{op}_d{dim}_{layout}_{dtype.name}_{index[0].name}")
     text = str(_module(name, adds, space, dim, size, index, target, source, alpha, error_code(op, dim, size)))
     spec = (op, tuple(space), dim, size, index, target, source, alpha)
-    return IndexKernel(name, op, spec, text, ptx_of(text, name, cache))
+    return LoopKernel(name, op, spec, text, ptx_of(text, name, cache))
 
 
 def _module(name, adds, space, dim, size, index, target, source, alpha, code):
@@ -100,18 +70,8 @@ def _module(name, adds, space, dim, size, index, target, source, alpha, code):
         x_ptr, idx_ptr, out_ptr, err = fn.args
     floating = target[0].is_floating_point
     b = ir.IRBuilder(fn.append_basic_block("entry"))
-    first = b.add(b.mul(_sreg(b, "ctaid.x"), _sreg(b, "ntid.x")), _sreg(b, "tid.x"))
-    step = b.mul(_sreg(b, "nctaid.x"), _sreg(b, "ntid.x"))
 
-    def offset(b, point, strides, skip=None):
-        off = I64(0)
-        for d, (i, s) in enumerate(zip(point, strides)):
-            if s and d != skip:
-                off = b.add(off, b.mul(i, I64(s)))
-        return off
-
-    def body(b, flat):
-        point = unflatten(b, flat, list(space))
+    def body(b, flat, point):
         at = b.load(b.gep(idx_ptr, [offset(b, point, index[1])]))
         at = at if it == I64 else b.sext(at, I64)
         inside = b.and_(b.icmp_signed(">=", at, I64(0)), b.icmp_signed("<", at, I64(size)))
@@ -135,7 +95,7 @@ def _module(name, adds, space, dim, size, index, target, source, alpha, code):
                 _report(b, err, code, at)
         b.store(b.load(slot), b.gep(out_ptr, [flat]))
 
-    strided_loop(b, first, I64(prod(space)), step, body)
+    grid_stride(b, space, body)
     b.ret_void()
     return module
 

@@ -1,0 +1,65 @@
+"""Kernels written directly rather than built from a graph: one grid-stride loop over a static space.
+
+`LoopKernel` carries what a launch and the fake device need (name, op, arguments, PTX, grid); `grid_stride`
+and `offset` are the loop and the index maths that the indexing and copy kernels share, `symbol` their
+names.
+"""
+
+from __future__ import annotations
+
+import re
+from math import prod
+
+from .compile import optimised_text
+from .target import BLOCK, I64, _sreg, strided_loop, unflatten
+
+
+class LoopKernel:
+    """A generated kernel over the points of ``spec[1]`` (its loop space): PTX (``asm``), LLVM IR, grid."""
+
+    def __init__(self, name, op, spec, source_ir, ptx):
+        self.name = name
+        self.ops = [op]
+        self.spec = spec  # the arguments the kernel was generated from
+        self.space = tuple(spec[1])
+        self.source_ir = source_ir
+        self.asm = ptx
+        self.mode = "thread"
+        self._llvm_ir = None
+
+    @property
+    def llvm_ir(self):
+        """The optimised LLVM IR the PTX is emitted from (computed on first use)."""
+        if self._llvm_ir is None:
+            self._llvm_ir = optimised_text(self.source_ir)
+        return self._llvm_ir
+
+    def grid(self, multiprocessors=132):
+        """(blocks, threads per block): a thread per point, up to 32 blocks per multiprocessor (the
+        grid-stride loop does the rest)."""
+        return max(1, min(-(-prod(self.space) // BLOCK), 32 * multiprocessors)), BLOCK
+
+    def __repr__(self):
+        return f"<cuda kernel {self.name}: {self.ops[0]}>"
+
+
+def symbol(text):
+    """``text`` as a kernel name NVPTX accepts: a minus sign becomes ``m``, any other character outside
+    ``[A-Za-z0-9_]`` an underscore (LLVM aborts the process on others)."""
+    return re.sub(r"\W", "_", text.replace("-", "m"))
+
+
+def grid_stride(b, space, body):
+    """``body(b, flat, point)`` for every point of ``space``, spread over the grid's threads."""
+    first = b.add(b.mul(_sreg(b, "ctaid.x"), _sreg(b, "ntid.x")), _sreg(b, "tid.x"))
+    step = b.mul(_sreg(b, "nctaid.x"), _sreg(b, "ntid.x"))
+    strided_loop(b, first, I64(prod(space)), step, lambda b, flat: body(b, flat, unflatten(b, flat, list(space))))
+
+
+def offset(b, point, strides, skip=None):
+    """``sum(point[d] * strides[d])`` over the dims other than ``skip`` (constant strides)."""
+    off = I64(0)
+    for d, (i, s) in enumerate(zip(point, strides)):
+        if s and d != skip:
+            off = b.add(off, b.mul(i, I64(s)))
+    return off

@@ -1,0 +1,87 @@
+"""Writes and layout ops on CUDA tensors run on the device: writes into strided views (setitem, copy_, in-place
+ops), cat and stack, repeat, roll and flip through the strided copy kernel or device copies, and the
+matrix-product family through the tiled matmul; against the CPU, on the fake device running the kernels."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import jitorch as jt
+from jitorch.runtime.cuda_backend import use_backend
+from jitorch.runtime.cuda_fake import FakeBackend
+from tests import support
+from tests.ops.samples import copy_layout
+from tests.support import tensor_and_array
+
+
+def on_device_and_host(fn, *tensors):
+    """``fn`` on CUDA copies of ``tensors`` (same layouts) and on the tensors; the device never waits."""
+    with use_backend(FakeBackend(emulate="ptx")) as fake:
+        moved = [copy_layout(t, "cuda") for t in tensors]
+        fake.copies.clear()
+        got = fn(*moved)
+        assert not [c for c in fake.copies if c[0] == "dtoh" or (c[0] == "htod" and not c[2])]
+        got = got.cpu()
+    want = fn(*tensors)
+    assert (got.shape, got.dtype) == (want.shape, want.dtype)
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def arrays(draw, min_dims=1):
+    shape = draw(support.shapes(min_dims=min_dims, max_dims=3, min_side=1, max_side=6))
+    dtype = draw(st.sampled_from([jt.float32, jt.int64, jt.float16, jt.bool]))
+    rng = np.random.default_rng(draw(st.integers(0, 99)))
+    t, _ = tensor_and_array(support.random_array(shape, dtype, rng), draw(st.sampled_from(support.LAYOUTS)))
+    return t
+
+
+@settings(max_examples=15)
+@given(data=st.data())
+def test_writes_into_strided_views_stay_on_the_device(data):
+    x = arrays(data.draw, min_dims=2)
+    value = data.draw(st.sampled_from([-1, 2.5, True]))
+
+    def fn(t):
+        t = t.clone()
+        t[:, ::2] = value
+        t.transpose(0, 1)[0] = t.transpose(0, 1)[-1] * 1  # a column, read in place and written in place
+        if t.dtype is not jt.bool:
+            t.transpose(0, 1)[1:].add_(1)
+        return t
+    on_device_and_host(fn, x)
+
+
+@settings(max_examples=12)
+@given(data=st.data(), op=st.sampled_from(["cat", "stack"]))
+def test_cat_and_stack_write_each_input_into_its_slice(data, op):
+    x = arrays(data.draw)
+    dim = data.draw(st.integers(-x.ndim, x.ndim - 1))
+    other = x.to(jt.float64) if data.draw(st.booleans()) else x  # promotion on the way
+    on_device_and_host(lambda a, b: getattr(jt, op)([a, b, a], dim), x, other)
+
+
+@settings(max_examples=12)
+@given(data=st.data())
+def test_repeat_roll_and_flip_are_strided_copies(data):
+    x = arrays(data.draw)
+    reps = data.draw(st.lists(st.integers(1, 3), min_size=x.ndim, max_size=x.ndim + 1))
+    dims = data.draw(st.lists(st.integers(0, x.ndim - 1), max_size=x.ndim, unique=True))
+    shifts = data.draw(st.lists(st.integers(-7, 7), min_size=len(dims), max_size=len(dims)))
+    on_device_and_host(lambda t: t.repeat(*reps), x)
+    on_device_and_host(lambda t: t.roll(shifts or 3, dims), x)
+    on_device_and_host(lambda t: t.flip(dims), x)
+
+
+@pytest.mark.parametrize("name, fn", [
+    ("mv", lambda a, b, v: a.mv(v)), ("dot", lambda a, b, v: v.dot(v)), ("vdot", lambda a, b, v: jt.vdot(v, v)),
+    ("addmm", lambda a, b, v: jt.addmm(v[:2], a.t(), b, beta=0.5, alpha=2)),
+    ("addmm beta 0", lambda a, b, v: jt.addmm(a.t() @ b * float("nan"), a.t(), b, beta=0)),
+    ("baddbmm", lambda a, b, v: jt.baddbmm(v[:2], a.t().expand(3, 4, 5), b.expand(3, 5, 2), alpha=-1))])
+def test_the_matrix_product_family_uses_the_tiled_kernel(name, fn):
+    rng = np.random.default_rng(0)
+    a, b, v = (jt.tensor(rng.standard_normal(s).astype(np.float32)) for s in ((5, 4), (5, 2), (4,)))
+    with use_backend(FakeBackend(emulate="ptx")) as fake:
+        got = fn(a.cuda(), b.cuda(), v.cuda()).cpu()
+        assert any(launch.ops == ["matmul"] for launch in fake.launches)
+    np.testing.assert_allclose(got.numpy(), fn(a, b, v).numpy(), rtol=1e-5, atol=1e-5)
