@@ -44,6 +44,7 @@ _KERNELS: dict = {}     # one-op graph key -> (kernel, group, graph inputs, outp
 _MATMULS: dict = {}     # (a shape, a strides, b shape, b strides, dtype) -> MatmulKernel (operands read in place)
 _INDEXERS: dict = {}    # the arguments of index_kernel -> its LoopKernel
 _COPIES: dict = {}      # (shape, dst dtype and strides, src dtype and strides) -> strided copy LoopKernel
+_SCANS: dict = {}       # the arguments of scan_kernel -> its LoopKernel
 MATMUL_OPS = ("matmul", "mm", "bmm", "mv", "dot", "vdot")
 INDEXING_OPS = ("gather", "index_select", "scatter_add", "index_add")
 JOIN_OPS = ("cat", "concat", "concatenate", "stack")
@@ -621,6 +622,58 @@ def _flip(op, args, spec):
     return out
 
 
+def _scan(op, args, spec):
+    """cumsum and cumprod through the generated scan (a thread walks each line in order, as the CPU does)."""
+    from ..codegen.nvptx.scan import scan_kernel
+    x, dim = args[0], args[1]
+    if not x.ndim or not x.numel():
+        return NotImplemented
+    d = wrap_dim(dim, x.ndim)
+    key = (op.name, x._shape, d, (x.dtype, x._stride), spec.dtype, spec.compute or spec.dtype)
+    kernel = _cached(_SCANS, key, lambda: scan_kernel(*key))
+    out = empty(spec.shape, spec.dtype, x.device)
+    cuda_backend.current().launch(kernel, [address(x), address(out)], x.device.index)
+    return out
+
+
+def _arg_reduction(op, args, spec):
+    """argmax, argmin, max.dim and min.dim through the generated line walk (first extreme, NaN beyond all);
+    a full argmax/argmin walks the flattened tensor."""
+    from ..autograd.grad_mode import no_grad
+    from ..codegen.nvptx.scan import arg_kernel
+    x, dim = args[0], args[1]
+    if not x.numel() or x.dtype.name == "bool":
+        return NotImplemented
+    with no_grad():
+        line = x.reshape(-1) if dim is None or not x.ndim else x
+    d = 0 if dim is None or not x.ndim else wrap_dim(dim, x.ndim)
+    key = (op.name, line._shape, d, (line.dtype, line._stride))
+    kernel = _cached(_SCANS, key, lambda: arg_kernel(*key))
+    specs = list(spec) if isinstance(spec, tuple) else [spec]
+    outs = [empty(s.shape, s.dtype, x.device) for s in specs]
+    cuda_backend.current().launch(kernel, [address(line)] + [address(t) for t in outs], x.device.index)
+    return outs[0] if len(outs) == 1 else op.result_type(*outs)
+
+
+def _softmax(op, args, spec):
+    """softmax and log_softmax over any dim of a float32/float64 tensor: the row kernel over compact rows,
+    with the dim moved last (and back) by strided copies when it is not."""
+    from ..autograd.grad_mode import no_grad
+    from ..ops.registry import TensorSpec
+    x, dim, dtype = args
+    if not x.ndim or not x.numel() or dtype not in (None, x.dtype) or x.dtype.name not in ("float32", "float64"):
+        return NotImplemented
+    d, last = wrap_dim(dim, x.ndim), x.ndim - 1
+    with no_grad():
+        rows = x.transpose(d, last)
+        if not rows.is_contiguous():
+            rows = copy_values(rows)
+        out = _run(op, (rows, -1, None), TensorSpec(rows._shape, x.dtype, x.device), x.device)
+        return out if d == last else copy_values(out.transpose(d, last))
+
+
 _SPECIAL = {**dict.fromkeys(MATMUL_OPS, _matmul), **dict.fromkeys(INDEXING_OPS, _indexing),
             **dict.fromkeys(JOIN_OPS, _join), "addmm": _scaled_product, "baddbmm": _scaled_product,
-            "repeat": _repeat, "roll": _roll, "flip": _flip}
+            "repeat": _repeat, "roll": _roll, "flip": _flip, "cumsum": _scan, "cumprod": _scan,
+            "softmax": _softmax, "log_softmax": _softmax, **dict.fromkeys(("argmax", "argmin", "max.dim",
+                                                                            "min.dim"), _arg_reduction)}

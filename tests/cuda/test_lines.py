@@ -1,0 +1,86 @@
+"""Ops that walk lines on CUDA tensors: cumsum/cumprod and argmax/argmin/max/min over a dim (a thread per line,
+in order: the CPU's results bit for bit), and softmax/log_softmax over any dim (the row kernel, the dim moved
+last by strided copies); on the fake device running the kernels, against the CPU. Every directly written
+kernel made by the CUDA tests of this file is assembled with ptxas."""
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import jitorch as jt
+from jitorch.runtime import cuda_tensor
+from jitorch.runtime.cuda_backend import use_backend
+from jitorch.runtime.cuda_fake import FakeBackend
+from tests import support
+from tests.cuda.test_ptx import assert_assembles
+from tests.ops.samples import copy_layout
+from tests.support import tensor_and_array
+
+
+def drawn_tensor(draw, dtypes):
+    shape = draw(support.shapes(min_dims=1, max_dims=3, min_side=1, max_side=7))
+    dtype = draw(st.sampled_from(dtypes))
+    values = support.random_array(shape, dtype, np.random.default_rng(draw(st.integers(0, 99))), -3, 3)
+    if dtype.is_floating_point and draw(st.booleans()):
+        values.flat[draw(st.integers(0, values.size - 1))] = np.nan
+    t, _ = tensor_and_array(values, draw(st.sampled_from(support.LAYOUTS)))
+    return t, draw(st.integers(-len(shape), len(shape) - 1))
+
+
+def both(fn, x, exact=True):
+    with use_backend(FakeBackend(emulate="ptx")) as fake:
+        got = fn(copy_layout(x, "cuda"))
+        ops = [launch.ops for launch in fake.launches]
+        got = [t.cpu() for t in (got if isinstance(got, tuple) else (got,))]
+    want = fn(x)
+    want = list(want) if isinstance(want, tuple) else [want]
+    for g, w in zip(got, want):
+        assert (g.shape, g.dtype) == (w.shape, w.dtype)
+        if exact:
+            np.testing.assert_array_equal(g.numpy(), w.numpy())
+        else:
+            np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-5, atol=1e-6)
+    return ops
+
+
+@settings(max_examples=15)
+@given(data=st.data(), op=st.sampled_from(["cumsum", "cumprod"]))
+def test_scans_match_the_cpu_bit_for_bit(data, op):
+    x, dim = drawn_tensor(data.draw, [jt.float32, jt.float16, jt.int32, jt.bool])
+    dtype = data.draw(st.sampled_from([None, jt.float64, jt.int64]))
+    assert [op] in both(lambda t: getattr(t, op)(dim, dtype=dtype), x)
+
+
+@settings(max_examples=15)
+@given(data=st.data(), op=st.sampled_from(["argmax", "argmin", "max", "min"]), keepdim=st.booleans(),
+       full=st.booleans())
+def test_arg_reductions_keep_the_first_extreme_and_nan(data, op, keepdim, full):
+    x, dim = drawn_tensor(data.draw, [jt.float32, jt.float64, jt.int64])
+    if op in ("max", "min"):
+        ops = both(lambda t: getattr(t, op)(dim, keepdim=keepdim), x)
+        assert [op + ".dim"] in ops
+    else:
+        ops = both(lambda t: getattr(t, op)(None if full else dim, keepdim=keepdim), x)
+        assert [op] in ops
+
+
+@settings(max_examples=10)
+@given(data=st.data(), log=st.booleans())
+def test_softmax_over_any_dim(data, log):
+    x, dim = drawn_tensor(data.draw, [jt.float32, jt.float64])
+    ops = both(lambda t: t.log_softmax(dim) if log else t.softmax(dim), x, exact=False)
+    assert ["log_softmax" if log else "softmax"] in ops
+
+
+def test_the_directly_written_kernels_assemble(fake):
+    x = jt.arange(24.0, device="cuda").reshape(2, 3, 4)
+    index = jt.tensor([[0, 2]], device="cuda")
+    for make in (lambda: x.transpose(0, 2).cumsum(1), lambda: x.argmax(1), lambda: x.min(0),
+                 lambda: x.flip((0, 2)), lambda: x.gather(2, index.expand(2, 3, 2)),
+                 lambda: x.scatter_add(2, index.expand(2, 3, 2), x[..., :2]),
+                 lambda: x.index_add(1, index[0], x[:, :2], alpha=2), lambda: x.transpose(0, 1).repeat(1, 2, 1)):
+        make()
+    kernels = [k for table in (cuda_tensor._INDEXERS, cuda_tensor._COPIES, cuda_tensor._SCANS) for k in table.values()]
+    assert {k.ops[0] for k in kernels} >= {"cumsum", "argmax", "min.dim", "copy", "gather", "scatter_add",
+                                           "index_add"}
+    assert_assembles(kernels)
