@@ -37,7 +37,8 @@ def message(code, value):
 def word(device):
     """The device address of ``device``'s error word, which the launch about to happen may write: the
     device is marked for a read back at the next synchronisation."""
-    from .cuda_tensor import empty, fill
+    from .cuda_ops import fill
+    from .cuda_tensor import empty
     backend = cuda_backend.current()
     words = _words.setdefault(backend, {})
     t = words.get(device.index)

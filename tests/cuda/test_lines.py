@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import jitorch as jt
-from jitorch.runtime import cuda_tensor
+from jitorch.runtime import cuda_ops, cuda_tensor
 from jitorch.runtime.cuda_backend import use_backend
 from jitorch.runtime.cuda_fake import FakeBackend
 from tests import support
@@ -80,7 +80,8 @@ def test_the_directly_written_kernels_assemble(fake):
                  lambda: x.scatter_add(2, index.expand(2, 3, 2), x[..., :2]),
                  lambda: x.index_add(1, index[0], x[:, :2], alpha=2), lambda: x.transpose(0, 1).repeat(1, 2, 1)):
         make()
-    kernels = [k for table in (cuda_tensor._INDEXERS, cuda_tensor._COPIES, cuda_tensor._SCANS) for k in table.values()]
+    tables = (cuda_ops._INDEXERS, cuda_tensor._COPIES, cuda_ops._SCANS)
+    kernels = [k for table in tables for k in table.values()]
     assert {k.ops[0] for k in kernels} >= {"cumsum", "argmax", "min.dim", "copy", "gather", "scatter_add",
                                            "index_add"}
     assert_assembles(kernels)

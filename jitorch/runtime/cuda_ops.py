@@ -1,0 +1,280 @@
+"""CUDA implementations of ops that are not a one-op graph's kernel: constant factories filled on the device,
+and ops with generated kernels of their own (matrix products, indexing, scans and arg-reductions) or made
+of device copies and other ops (joins, repeat, roll, flip, softmax over any dim).
+
+Each implementation takes ``(op, args, spec)`` with the op's arguments already on one device and returns
+its result, or NotImplemented for cases it does not cover, which `cuda_tensor.execute` then runs through
+the op's one-op graph kernel or on the host.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import cuda_backend
+from .cuda_tensor import (Storage, _cached, _cast, _copy_into, _run, _span, address, copy_values, empty,
+                          empty_storage, write)
+from .strided import contiguous_strides, wrap_dim
+
+_MATMULS: dict = {}     # (a shape, a strides, b shape, b strides, dtype) -> MatmulKernel (operands read in place)
+_INDEXERS: dict = {}    # the arguments of index_kernel -> its LoopKernel
+_SCANS: dict = {}       # the arguments of scan_kernel or arg_kernel -> its LoopKernel
+MATMUL_OPS = ("matmul", "mm", "bmm", "mv", "dot", "vdot")
+INDEXING_OPS = ("gather", "index_select", "scatter_add", "index_add")
+JOIN_OPS = ("cat", "concat", "concatenate", "stack")
+
+
+# Constant factories -----------------------------------------------------------------------
+
+# zeros, ones, empty and full, sized, ``_like`` and ``new_``: made in device memory, never on the host
+FACTORIES = frozenset(f"{prefix}{name}{suffix}" for name in ("zeros", "ones", "empty", "full")
+                      for prefix, suffix in (("", ""), ("", "_like"), ("new_", "")))
+_FILL = {"zeros": 0, "ones": 1, "empty": None}
+
+
+def create(op, args, spec):
+    """A constant factory's result: device memory from the allocator, then filled on the device; on the CPU
+    when asked (``zeros_like(cuda_tensor, device="cpu")``: only the input's layout is used)."""
+    from ..ops.creation import _full_value
+    from ..ops.views import dense_strides
+    from ..tensor import Tensor
+    names = [a.name for a in op.schema.args]
+    source = args[0] if isinstance(args[0], Tensor) else None  # a _like or new_ op's tensor: its layout
+    if spec.device.type != "cuda":
+        from ..ops import registry
+        stand_in = Tensor._make(Storage(np.empty(_span(source._shape, source._stride), source.dtype.np), source.dtype),
+                                source._shape, source._stride, 0)
+        return registry.execute(op, [stand_in] + list(args[1:]), spec)
+    base = op.name.removeprefix("new_").removesuffix("_like")
+    value = args[names.index("fill_value")] if base == "full" else _FILL[base]
+    like = op.name.endswith("_like")
+    strides = dense_strides(source._shape, source._stride) if like else contiguous_strides(spec.shape)
+    t = Tensor._make(empty_storage(int(np.prod(spec.shape, dtype=np.int64)), spec.dtype, spec.device),
+                     tuple(spec.shape), tuple(strides), 0)
+    if value is not None:
+        fill(t, _full_value(spec, value.item() if isinstance(value, Tensor) else value))
+    return t
+
+
+def fill(t, element):
+    """Write ``element`` (a NumPy scalar of ``t``'s dtype) over all of compact CUDA tensor ``t``'s storage:
+    one element goes up, then device copies double the filled prefix (log2(n) copies, all on the stream)."""
+    backend = cuda_backend.current()
+    n, item, start = t._storage.size, t.dtype.itemsize, t._storage.data_ptr()
+    if not n:
+        return
+    backend.upload(start, np.full(1, element, t.dtype.np), True)
+    done = 1
+    while done < n:
+        count = min(done, n - done)
+        backend.device_copy(start + done * item, start, count * item)
+        done += count
+
+
+# Matrix products ----------------------------------------------------------------------------
+
+def _matmul(op, args, spec):
+    """``matmul``/``mm``/``bmm``/``mv``/``dot`` through the tiled kernel (float32 and float16, non-empty),
+    else NotImplemented. 1-D operands act as a row or a column, as on the CPU."""
+    from ..codegen.errors import CompileError
+    from ..codegen.nvptx.matmul import DTYPES, matmul_kernel
+    a, b = args
+    if a.dtype not in DTYPES or b.dtype is not a.dtype or not a.ndim or not b.ndim or 0 in a._shape or \
+            0 in b._shape:
+        return NotImplemented
+    a2 = a.unsqueeze(0) if a.ndim == 1 else a
+    b2 = b.unsqueeze(-1) if b.ndim == 1 else b
+    key = (a2._shape, a2._stride, b2._shape, b2._stride, a.dtype)
+    try:
+        kernel = _cached(_MATMULS, key, lambda: matmul_kernel(a2._shape, b2._shape, a.dtype, a_strides=a2._stride,
+                                                              b_strides=b2._stride))
+    except CompileError:  # more batch matrices than one grid holds
+        return NotImplemented
+    out = empty(kernel.out_shape, a.dtype, a.device)
+    cuda_backend.current().launch(kernel, [address(a2), address(b2), address(out)], a.device.index)
+    if a.ndim == 1:
+        out = out.squeeze(-2)
+    if b.ndim == 1:
+        out = out.squeeze(-1)
+    return out
+
+
+# Indexing ---------------------------------------------------------------------------------
+
+def _indexing(op, args, spec):
+    """gather, index_select, scatter_add and index_add through their generated kernels (see
+    codegen/nvptx/indexing.py), reading every operand in place; NotImplemented for what they do not cover
+    (0-dim or empty operands, other index or element dtypes, a fractional alpha on integers)."""
+    from ..codegen.errors import CompileError
+    from ..codegen.nvptx.indexing import ATOMIC_DTYPES, INDEX_DTYPES, index_kernel
+    from . import cuda_errors
+    self, dim, index = args[0], args[1], args[2]
+    adds = op.name in ("scatter_add", "index_add")
+    source = args[3] if adds else None
+    tensors = [self, index] + ([source] if adds else [])
+    if not self.ndim or any(not t.numel() or t.device != self.device for t in tensors) or \
+            index.dtype not in INDEX_DTYPES or (adds and self.dtype not in ATOMIC_DTYPES):
+        return NotImplemented
+    dim = dim % self.ndim
+    alpha = args[4] if op.name == "index_add" else 1
+    if not self.dtype.is_floating_point and alpha != int(alpha):
+        return NotImplemented
+    alpha = float(alpha) if self.dtype.is_floating_point else int(alpha)
+    vector = op.name in ("index_select", "index_add")  # a 1-D index along dim
+    if vector and index.ndim != 1 or not vector and index.ndim != self.ndim:
+        return NotImplemented
+    space = tuple(source._shape if op.name == "index_add" else index._shape if not vector else spec.shape)
+    index_strides = tuple(index._stride[0] if d == dim else 0 for d in range(len(space))) if vector \
+        else index._stride
+    out = _cast(self, spec) if adds else empty(spec.shape, spec.dtype, self.device)
+    target_strides = out._stride if adds else self._stride
+    key = (op.name, space, dim, self._shape[dim], (index.dtype, index_strides), (self.dtype, target_strides),
+           (source.dtype, source._stride) if adds else None, alpha)
+    try:
+        kernel = _cached(_INDEXERS, key, lambda: index_kernel(*key[:7], alpha=alpha))
+    except CompileError:
+        return NotImplemented
+    pointers = [address(index), address(source), address(out)] if adds else \
+        [address(self), address(index), address(out)]
+    cuda_backend.current().launch(kernel, pointers + [cuda_errors.word(self.device)], self.device.index)
+    return out
+
+
+# Joining ----------------------------------------------------------------------------------
+
+def _join(op, args, spec):
+    """cat and stack: each input written into its slice of the result by `write` (a device copy or the
+    strided copy kernel), cast to the promoted dtype on the way; 1-D empty inputs skipped, as torch does."""
+    tensors, dim = args
+    if any(t.device != tensors[0].device or t.device.type != "cuda" for t in tensors):
+        return NotImplemented
+    out = empty(spec.shape, spec.dtype, spec.device)
+    if op.name == "stack":
+        d = wrap_dim(dim, len(spec.shape))
+        for i, t in enumerate(tensors):
+            write(out.select(d, i), t)
+        return out
+    kept = [t for t in tensors if t._shape != (0,)]
+    start = 0
+    for t in kept:
+        d = wrap_dim(dim, t.ndim)
+        write(out.narrow(d, start, t._shape[d]), t)
+        start += t._shape[d]
+    return out
+
+
+def _scaled_product(op, args, spec):
+    """addmm and baddbmm: ``beta * self + alpha * product`` as the CPU computes it (the product through the
+    tiled kernel, then the scalings; ``self`` ignored, NaNs included, when beta is 0)."""
+    from ..autograd.grad_mode import no_grad
+    inp, m1, m2, beta, alpha = args
+    product = _matmul(op, (m1, m2), spec)
+    if product is NotImplemented:
+        return NotImplemented
+    with no_grad():
+        out = product if alpha == 1 else product.mul(alpha)
+        return out if beta == 0 else out.add(inp if beta == 1 else inp.mul(beta))
+
+
+def _repeat(op, args, spec):
+    """``x.repeat(*reps)``: the result seen as (r0, n0, r1, n1, ...) takes ``x`` broadcast over the r's,
+    in one strided copy."""
+    from ..autograd.grad_mode import no_grad
+    x, reps = args
+    out = empty(spec.shape, spec.dtype, x.device)
+    if out.numel():
+        sizes = (1,) * (len(reps) - x.ndim) + x._shape
+        with no_grad():
+            write(out.view(tuple(v for r, n in zip(reps, sizes) for v in (r, n))),
+                  x.reshape(tuple(v for n in sizes for v in (1, n))))
+    return out
+
+
+def _roll(op, args, spec):
+    """``x.roll(shifts, dims)``: per rolled dim, its two pieces copied to their new places (a flattened
+    roll when no dims are given, as torch does)."""
+    from ..autograd.grad_mode import no_grad
+    x, shifts, dims = args
+    with no_grad():
+        if not dims:
+            return _roll(op, (x.reshape(-1), shifts, (0,)), spec).view(x._shape)
+        current = x
+        for shift, d in zip(shifts, dims):
+            d = wrap_dim(d, x.ndim)
+            n = x._shape[d]
+            shift = shift % n if n else 0
+            if shift:
+                out = empty(current._shape, current.dtype, current.device)
+                write(out.narrow(d, shift, n - shift), current.narrow(d, 0, n - shift))
+                write(out.narrow(d, 0, shift), current.narrow(d, n - shift, shift))
+                current = out
+    return current if current is not x else copy_values(x)
+
+
+def _flip(op, args, spec):
+    """``x.flip(dims)``: one strided copy reading ``x`` backwards along the flipped dims."""
+    x, dims = args
+    flipped = {wrap_dim(d, x.ndim) for d in dims}
+    out = empty(spec.shape, spec.dtype, x.device)
+    if out.numel():
+        last = sum((x._shape[d] - 1) * x._stride[d] for d in flipped)
+        _copy_into(out, address(x) + last * x.dtype.itemsize, x.dtype,
+                   [-s if d in flipped else s for d, s in enumerate(x._stride)])
+    return out
+
+
+def _scan(op, args, spec):
+    """cumsum and cumprod through the generated scan (a thread walks each line in order, as the CPU does)."""
+    from ..codegen.nvptx.scan import scan_kernel
+    x, dim = args[0], args[1]
+    if not x.ndim or not x.numel():
+        return NotImplemented
+    d = wrap_dim(dim, x.ndim)
+    key = (op.name, x._shape, d, (x.dtype, x._stride), spec.dtype, spec.compute or spec.dtype)
+    kernel = _cached(_SCANS, key, lambda: scan_kernel(*key))
+    out = empty(spec.shape, spec.dtype, x.device)
+    cuda_backend.current().launch(kernel, [address(x), address(out)], x.device.index)
+    return out
+
+
+def _arg_reduction(op, args, spec):
+    """argmax, argmin, max.dim and min.dim through the generated line walk (first extreme, NaN beyond all);
+    a full argmax/argmin walks the flattened tensor."""
+    from ..autograd.grad_mode import no_grad
+    from ..codegen.nvptx.scan import arg_kernel
+    x, dim = args[0], args[1]
+    if not x.numel() or x.dtype.name == "bool":
+        return NotImplemented
+    with no_grad():
+        line = x.reshape(-1) if dim is None or not x.ndim else x
+    d = 0 if dim is None or not x.ndim else wrap_dim(dim, x.ndim)
+    key = (op.name, line._shape, d, (line.dtype, line._stride))
+    kernel = _cached(_SCANS, key, lambda: arg_kernel(*key))
+    specs = list(spec) if isinstance(spec, tuple) else [spec]
+    outs = [empty(s.shape, s.dtype, x.device) for s in specs]
+    cuda_backend.current().launch(kernel, [address(line)] + [address(t) for t in outs], x.device.index)
+    return outs[0] if len(outs) == 1 else op.result_type(*outs)
+
+
+def _softmax(op, args, spec):
+    """softmax and log_softmax over any dim of a float32/float64 tensor: the row kernel over compact rows,
+    with the dim moved last (and back) by strided copies when it is not."""
+    from ..autograd.grad_mode import no_grad
+    from ..ops.registry import TensorSpec
+    x, dim, dtype = args
+    if not x.ndim or not x.numel() or dtype not in (None, x.dtype) or x.dtype.name not in ("float32", "float64"):
+        return NotImplemented
+    d, last = wrap_dim(dim, x.ndim), x.ndim - 1
+    with no_grad():
+        rows = x.transpose(d, last)
+        if not rows.is_contiguous():
+            rows = copy_values(rows)
+        out = _run(op, (rows, -1, None), TensorSpec(rows._shape, x.dtype, x.device), x.device)
+        return out if d == last else copy_values(out.transpose(d, last))
+
+
+IMPLEMENTATIONS = {**dict.fromkeys(MATMUL_OPS, _matmul), **dict.fromkeys(INDEXING_OPS, _indexing),
+            **dict.fromkeys(JOIN_OPS, _join), "addmm": _scaled_product, "baddbmm": _scaled_product,
+            "repeat": _repeat, "roll": _roll, "flip": _flip, "cumsum": _scan, "cumprod": _scan,
+            "softmax": _softmax, "log_softmax": _softmax, **dict.fromkeys(("argmax", "argmin", "max.dim",
+                                                                            "min.dim"), _arg_reduction)}
