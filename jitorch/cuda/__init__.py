@@ -51,9 +51,8 @@ def get_device_name(device=None) -> str:
 
 def synchronize(device=None) -> None:
     """Wait for all work queued on the device; raises the error a kernel reported (an index out of range)."""
-    from ..runtime import cuda_errors
-    _driver.activate(_index(device))
-    _driver.synchronize()
+    from ..runtime import cuda_backend, cuda_errors
+    cuda_backend.current().synchronize_device(_index(device))
     cuda_errors.check(_index(device))
 
 

@@ -6,7 +6,10 @@ integers, integers wrap into narrower ones, anything non-zero becomes True.
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..runtime.device import to_device
+from .creation import dense_like
 from .registry import TensorSpec, defop
 
 
@@ -18,7 +21,9 @@ def _to_copy_meta(x, dtype, device):
 
 
 def _to_copy_cpu(spec, x, dtype, device):
-    return x.astype(spec.dtype.np, copy=True)
+    out = dense_like(x, spec.dtype.np)  # torch's preserve_format (NumPy's order "K" differs when expanded)
+    np.copyto(out, x, casting="unsafe")
+    return out
 
 
 defop("_to_copy(Tensor self, *, ScalarType? dtype=None, Device? device=None) -> Tensor",

@@ -316,9 +316,21 @@ def _filler(value):
     the input's memory order as torch's preserve_format does)."""
     if value is None:
         return (lambda spec, *a: np.empty(spec.shape, spec.dtype.np),
-                lambda spec, x, *a: np.empty_like(x, dtype=spec.dtype.np))
+                lambda spec, x, *a: dense_like(x, spec.dtype.np))
     return (lambda spec, *a: np.full(spec.shape, value, spec.dtype.np),
-            lambda spec, x, *a: np.full_like(x, value, dtype=spec.dtype.np))
+            lambda spec, x, *a: dense_like(x, spec.dtype.np, value))
+
+
+def dense_like(x, dtype, value=None):
+    """A fresh array shaped like array ``x`` (``value`` everywhere, or uninitialised), laid out as torch's
+    preserve_format: dense strides in the order of ``x``'s (infer_dense_strides; NumPy's order "K" differs
+    for expanded inputs)."""
+    from .views import dense_strides
+    n = int(np.prod(x.shape, dtype=np.int64))
+    flat = np.empty(n, dtype) if value is None else np.full(n, value, dtype)
+    item = flat.itemsize
+    strides = dense_strides(x.shape, [s // x.itemsize for s in x.strides])
+    return np.lib.stride_tricks.as_strided(flat, x.shape, [s * item for s in strides])
 
 
 for _name, _value, _what in (("zeros", 0, "zeros"), ("ones", 1, "ones"), ("empty", None, "uninitialised values")):
@@ -357,7 +369,7 @@ defop(f"full(int[] size, Scalar fill_value, *, {OPTIONS}) -> Tensor",
           "(bool, int64 or the default float) unless given.")
 defop(f"full_like(Tensor input, Scalar fill_value, *, {OPTIONS}) -> Tensor",
       meta=lambda x, v, dtype, device, rg: _checked(like_spec(x, dtype, device), v),
-      cpu=lambda spec, x, v, *a: np.full_like(x, _full_value(spec, v), dtype=spec.dtype.np), kind="creation",
+      cpu=lambda spec, x, v, *a: dense_like(x, spec.dtype.np, _full_value(spec, v)), kind="creation",
       variants=("function",), cross_device=True,
       doc="A tensor with the shape (and dtype, device) of ``input`` filled with ``fill_value``.")
 defop(f"new_full(Tensor self, int[] size, Scalar fill_value, *, {OPTIONS}) -> Tensor",

@@ -10,7 +10,7 @@ Everything CUDA tensors need from a device goes through a *backend*:
 - ``device_copy(dst, src, nbytes)``: a copy within device memory;
 - ``launch(kernel, pointers, index)``: a generated kernel (`PtxKernel` or
   `MatmulKernel`) on device pointers, asynchronously on the current stream;
-- ``synchronize()``: wait for the current stream.
+- ``synchronize()``: wait for the current stream; ``synchronize_device(index)``: for all of a device's work.
 
 `DriverBackend` is the real one (cuda-python, see cuda_driver); tests install a
 `jitorch.runtime.cuda_fake.FakeBackend` (host memory) with `use_backend`, so the
@@ -82,6 +82,10 @@ class DriverBackend:
 
     def synchronize(self):
         cuda_driver.synchronize_stream(self.stream())
+
+    def synchronize_device(self, index=0):
+        cuda_driver.activate(index)
+        cuda_driver.synchronize()
 
 
 _driver_backend = DriverBackend()

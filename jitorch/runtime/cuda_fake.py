@@ -27,6 +27,7 @@ import numpy as np
 
 from ..codegen.nvptx import emulator
 from .cuda_allocator import CachingAllocator
+from .cuda_errors import error_code
 
 
 class FakeMemory:
@@ -145,6 +146,9 @@ class FakeBackend:
     def synchronize(self):
         return None
 
+    def synchronize_device(self, index=0):
+        return None
+
 
 def _matmul(memory, kernel, pointers):
     a = memory.array(pointers[0], kernel.a_shape, kernel.dtype.np)
@@ -171,7 +175,8 @@ def _strided_copy(memory, kernel, pointers):
 
 def _indexing(memory, kernel, pointers):
     """An indexing kernel's reads or adds with NumPy over strided views of device memory; an index out of
-    range is skipped (read as zero) but not reported."""
+    range is skipped (read as zero) and, as the kernel does, claims the error word (its last pointer) unless an
+    earlier error holds it, so that it is raised at the next synchronisation."""
     op, space, dim, size, index, target, source, alpha = kernel.spec
 
     def strided(address, dtype, strides):
@@ -179,6 +184,9 @@ def _indexing(memory, kernel, pointers):
 
     at = strided(pointers[0 if source else 1], index[0], index[1]).astype(np.int64)
     inside = (at >= 0) & (at < size)
+    word = memory.array(pointers[3], (2,), np.int64)
+    if not inside.all() and not word[0]:
+        word[...] = error_code(op, dim, size), at[~inside][0]  # the first bad index in the loop's order
     points = list(np.indices(space))
     points[dim] = np.where(inside, at, 0)
     offsets = sum(p * s for p, s in zip(points, target[1]))

@@ -188,20 +188,30 @@ def _broadcast_strides(t, shape):
 
 def copy_values(t):
     """A compact copy of CUDA tensor ``t``'s values, with no autograd history."""
-    from ..ops.registry import TensorSpec
-    return _cast(t, TensorSpec(t._shape, t.dtype, t.device))
+    out = empty(t._shape, t.dtype, t.device)
+    write(out, t)
+    return out
 
 
 def _to_copy(op, spec, args):
-    """``x.to(dtype, device)`` with a CUDA tensor on either side."""
+    """``x.to(dtype, device)`` with a CUDA tensor on either side, laid out as torch's preserve_format."""
+    from ..tensor import Tensor
     x, dtype, device = args
     target = spec.device
     if x.device.type == "cuda" and target.type == "cuda" and canonical(target) == x.device:
         return _cast(x, spec)
-    if target.type == "cuda":
-        return upload(host_array(x), spec.dtype, target)
-    from ..tensor import Tensor
-    return Tensor._from_array(download(x).astype(spec.dtype.np, order="C", copy=False), spec.dtype)
+    strides = _preserved_strides(x)
+    n = int(np.prod(x._shape, dtype=np.int64))
+    flat = np.empty(n, spec.dtype.np)
+    item = flat.itemsize
+    np.copyto(np.lib.stride_tricks.as_strided(flat, x._shape, tuple(s * item for s in strides)), host_array(x),
+              casting="unsafe")
+    if target.type != "cuda":
+        return Tensor._make(Storage(flat, spec.dtype), x._shape, strides, 0)
+    out = Tensor._make(empty_storage(n, spec.dtype, target), x._shape, strides, 0)
+    if n:
+        cuda_backend.current().upload(out._storage.data_ptr(), flat, _asynchronous())
+    return out
 
 
 def _copy(op, spec, args):
@@ -218,13 +228,25 @@ def _copy(op, spec, args):
 
 
 def _clone(op, spec, args):
-    return _cast(args[0], spec)
+    """``x.clone(memory_format=)``: preserve_format by default, compact for contiguous_format."""
+    from ..ops.views import contiguous_format
+    x, memory_format = args
+    return copy_values(x) if memory_format is contiguous_format else _cast(x, spec)
 
 
 def _cast(x, spec):
-    """A compact copy of CUDA tensor ``x`` (any strides) in ``spec``'s dtype: the ``_to_copy`` kernel."""
-    from ..ops.registry import OPS
-    return _run(OPS["_to_copy"], (x, spec.dtype, None), spec, x.device)
+    """A copy of CUDA tensor ``x`` in ``spec``'s dtype, laid out as torch's preserve_format (dense strides in
+    ``x``'s order), by `write`."""
+    from ..tensor import Tensor
+    out = Tensor._make(empty_storage(int(np.prod(x._shape, dtype=np.int64)), spec.dtype, x.device), x._shape,
+                       _preserved_strides(x), 0)
+    write(out, x)
+    return out
+
+
+def _preserved_strides(t):
+    from ..ops.views import dense_strides
+    return tuple(dense_strides(t._shape, t._stride))
 
 
 _TRANSFERS = {"_to_copy": _to_copy, "copy": _copy, "clone": _clone}

@@ -85,3 +85,16 @@ def test_the_matrix_product_family_uses_the_tiled_kernel(name, fn):
         got = fn(a.cuda(), b.cuda(), v.cuda()).cpu()
         assert any(launch.ops == ["matmul"] for launch in fake.launches)
     np.testing.assert_allclose(got.numpy(), fn(a, b, v).numpy(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("layout", ["transposed", "expanded", "strided", "offset"])
+def test_copies_between_and_on_devices_keep_torchs_preserve_format_layout(fake, layout):
+    """``.cuda()``, ``.cpu()``, ``.to(dtype)`` and ``clone()`` lay a copy out as torch does (dense strides in
+    the source's order), on either device; ``clone(memory_format=contiguous_format)`` is compact."""
+    x, values = tensor_and_array(np.arange(24.0, dtype=np.float32).reshape(2, 3, 4), layout)
+    on_device = x.cuda()
+    for cpu, cuda in ((x.clone(), on_device), (x.to(jt.float64), on_device.to(jt.float64)),
+                      (x.clone(), on_device.clone()), (x.clone(), on_device.cpu())):
+        assert cuda.stride() == cpu.stride()
+        np.testing.assert_array_equal(cuda.cpu().numpy(), values)
+    assert on_device.clone(memory_format=jt.contiguous_format).is_contiguous()

@@ -108,13 +108,13 @@ def test_the_selftests_tensor_checks_pass_on_the_fake_device(fake, check):
 def test_the_eager_kernels_assemble_for_sm_80_and_sm_90(fake):
     """One-op kernels reading strided views, casts, block reductions and the matmul (the registry's
     contiguous one-op kernels are assembled by test_ptx)."""
-    known = set(cuda_tensor._KERNELS) | set(cuda_ops._MATMULS)
+    known = set(cuda_tensor._KERNELS) | set(cuda_ops._MATMULS) | set(cuda_tensor._COPIES)
     x = jt.tensor(np.linspace(-2, 2, 24, dtype=np.float32).reshape(4, 6), device="cuda")
     (x.t()[1:] * 3).tanh().sum(0).amax()
     x[:, ::2].to(jt.float16).to(jt.int32) // 2
     x.softmax(-1) @ x.t().contiguous()
     made = [entry[0] for key, entry in cuda_tensor._KERNELS.items() if key not in known and entry is not None]
-    made += [k for key, k in cuda_ops._MATMULS.items() if key not in known]
+    made += [k for table in (cuda_ops._MATMULS, cuda_tensor._COPIES) for key, k in table.items() if key not in known]
     assert len(made) >= 8
     assert_assembles(made)
 

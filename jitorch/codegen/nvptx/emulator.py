@@ -17,8 +17,9 @@ thread, so divergence, barriers and shuffles behave as they do on a device:
 
 Machine code comes from llvmlite's JIT with no IR optimisation of its own, so
 what runs is what NVPTX was given. A block whose threads do not all reach a
-barrier hangs on a GPU; here it raises after a timeout. Linux only (pthread
-barriers); `available()` says whether this host has them. A launch of 256
+barrier hangs on a GPU; here it raises once all its threads have been waiting
+(or done) for a timeout, while a launch that is merely slow is waited for.
+Linux only (pthread barriers); `available()` says whether this host has them. A launch of 256
 threads costs a few milliseconds, so this is for tests on small shapes.
 """
 
@@ -27,6 +28,7 @@ from __future__ import annotations
 import ctypes
 import re
 import threading
+import time
 
 import numpy as np
 from llvmlite import ir
@@ -36,9 +38,10 @@ from ..kernel import counted_loop
 
 SREGS = [f"{r}.{a}" for r in ("tid", "ntid", "ctaid", "nctaid") for a in "xyz"]
 # The per-thread context: the 12 special registers, then the block's shuffle buffer, warp barriers, block
-# barrier (``__syncthreads``), end-of-block barrier, the kernel's arguments, and how many threads it runs
-# one after the other (0: just itself).
-SHUFFLE_BUFFER, WARP_BARRIERS, BLOCK_BARRIER, END_BARRIER, ARGUMENTS, SERIAL, CONTEXT_WORDS = range(12, 19)
+# barrier (``__syncthreads``), end-of-block barrier, the kernel's arguments, how many threads it runs
+# one after the other (0: just itself), and the launch's progress counters (see `_stuck`).
+SHUFFLE_BUFFER, WARP_BARRIERS, BLOCK_BARRIER, END_BARRIER, ARGUMENTS, SERIAL, PROGRESS, CONTEXT_WORDS = range(12, 20)
+WAITING, PASSED = 0, 1  # the progress counters: threads waiting on a barrier or done, waits that returned
 BARRIER_BYTES = 128  # room for a pthread_barrier_t (32 bytes on glibc x86-64 and aarch64)
 WARP = 32
 TIMEOUT_S = 60.0
@@ -128,6 +131,17 @@ def _runtime_module(kernel_name, n_args, key):
     def pointer(b, ctx, i):
         return b.inttoptr(word(b, ctx, i), PTR)
 
+    def count(b, ctx, counter, delta):
+        progress = b.inttoptr(word(b, ctx, PROGRESS), word_ptr)
+        b.atomic_rmw("add", b.gep(progress, [I64(counter)]), I64(delta), "seq_cst")
+
+    def counted_wait(b, ctx, barrier):
+        """``pthread_barrier_wait``, counted: the host tells a block stuck on a barrier from a slow one."""
+        count(b, ctx, WAITING, 1)
+        b.call(wait, [barrier])
+        count(b, ctx, WAITING, -1)
+        count(b, ctx, PASSED, 1)
+
     for i, reg in enumerate(SREGS):
         fn = ir.Function(m, ir.FunctionType(I32, []), "jitorch_emu_sreg_" + reg.replace(".", "_"))
         b = ir.IRBuilder(fn.append_basic_block())
@@ -136,7 +150,8 @@ def _runtime_module(kernel_name, n_args, key):
     for name, params in (("jitorch_emu_barrier0", []), ("jitorch_emu_barrier_all", [I32])):
         fn = ir.Function(m, ir.FunctionType(ir.VoidType(), params), name)
         b = ir.IRBuilder(fn.append_basic_block())
-        b.call(wait, [pointer(b, context(b), BLOCK_BARRIER)])
+        ctx = context(b)
+        counted_wait(b, ctx, pointer(b, ctx, BLOCK_BARRIER))
         b.ret_void()
 
     fn = ir.Function(m, ir.FunctionType(I32, [I32] * 4), "jitorch_emu_shfl_bfly")
@@ -147,10 +162,10 @@ def _runtime_module(kernel_name, n_args, key):
     buffer = b.bitcast(pointer(b, ctx, SHUFFLE_BUFFER), I32.as_pointer())
     b.store(value, b.gep(buffer, [tid]))
     warp_barrier = b.gep(pointer(b, ctx, WARP_BARRIERS), [b.mul(b.lshr(tid, I64(5)), I64(BARRIER_BYTES))])
-    b.call(wait, [warp_barrier])
+    counted_wait(b, ctx, warp_barrier)
     source = b.xor(tid, b.zext(lane_mask, I64))  # the lane mask is below 32: the same warp
     result = b.load(b.gep(buffer, [source]))
-    b.call(wait, [warp_barrier])  # nobody overwrites the buffer before every lane has read it
+    counted_wait(b, ctx, warp_barrier)  # nobody overwrites the buffer before every lane has read it
     b.ret(result)
 
     kernel = ir.Function(m, ir.FunctionType(ir.VoidType(), [PTR] * n_args), kernel_name)
@@ -176,7 +191,7 @@ def _runtime_module(kernel_name, n_args, key):
                 b.call(kernel, args)
                 # The next block may reuse shared memory once this one is done. A barrier of its own: a thread
                 # that skips a __syncthreads must not be taken for one that reached it.
-                b.call(wait, [end_barrier])
+                counted_wait(b, ctx, end_barrier)
             with one_by_one:
                 def one_thread(b, t):
                     b.store(t, b.gep(ctx, [I64(0)]))
@@ -184,6 +199,7 @@ def _runtime_module(kernel_name, n_args, key):
                 counted_loop(b, I64(0), serial, I64(1), one_thread, "serial")
 
     over("z", over("y", over("x", one_block)))(b)
+    count(b, ctx, WAITING, 1)  # done: as still as a thread that waits forever
     b.ret(ir.Constant(PTR, None))
 
     create = ir.Function(m, ir.FunctionType(I32, [PTR, PTR, PTR, PTR]), "pthread_create")
@@ -260,14 +276,18 @@ class EmulatedKernel:
             contexts[:, END_BARRIER] = end_barrier
             args = (ctypes.c_void_p * max(1, len(pointers)))(*pointers)
             contexts[:, ARGUMENTS] = ctypes.addressof(args)
+            progress = np.zeros(2, np.int64)
+            contexts[:, PROGRESS] = progress.ctypes.data
             handles = np.zeros(threads, np.uint64)
             failed = []
             waiter = threading.Thread(target=lambda: failed.append(
                 self._launch(contexts.ctypes.data, threads, handles.ctypes.data)), daemon=True)
             waiter.start()
             waiter.join(timeout)
+            while waiter.is_alive() and not _stuck(progress, threads):
+                waiter.join(timeout)  # slow, not stuck: its threads run on, writing into the caller's memory
             if waiter.is_alive() or failed[0]:
-                _hung.append((contexts, shuffles, barriers, args, handles))  # stuck threads still use them
+                _hung.append((contexts, shuffles, barriers, args, handles, progress))  # stuck threads still use them
                 if failed:
                     raise RuntimeError(f"kernel emulator: could not start {failed[0]} of {threads} threads")
                 raise RuntimeError(f"kernel {self.name} did not finish within {timeout:g} s: some threads wait on "
@@ -277,6 +297,18 @@ class EmulatedKernel:
 
     def __repr__(self):
         return f"<emulated kernel {self.name}>"
+
+
+def _stuck(progress, threads, pause=0.1):
+    """Whether a launch's ``threads`` all wait on a barrier or are done, and stay so with no wait returning
+    over ``pause`` seconds: a block some of whose threads skipped a barrier, which never ends. A launch that is
+    merely slow must not be given up on: its threads would go on writing into memory its caller frees after
+    the error. (Right after the last thread of a block arrives, all wait for a moment: hence the pause.)"""
+    passed = int(progress[PASSED])
+    if progress[WAITING] != threads:
+        return False
+    time.sleep(pause)
+    return progress[WAITING] == threads and progress[PASSED] == passed
 
 
 def emulated(kernel):
