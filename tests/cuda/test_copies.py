@@ -98,3 +98,10 @@ def test_copies_between_and_on_devices_keep_torchs_preserve_format_layout(fake, 
         assert cuda.stride() == cpu.stride()
         np.testing.assert_array_equal(cuda.cpu().numpy(), values)
     assert on_device.clone(memory_format=jt.contiguous_format).is_contiguous()
+
+
+def test_like_factories_lay_out_an_expanded_input_alike_on_both_devices(fake):
+    x = jt.ones(2, 3).t().expand(2, 3, 2)
+    assert jt.zeros_like(x.cuda()).stride() == (6, 1, 3)  # torch's strides
+    assert jt.zeros_like(x).stride() == (6, 1, 3)
+    assert jt.empty_like(x.cuda(), device="cpu").stride() == (6, 1, 3)

@@ -7,6 +7,8 @@ matmul) run on the fake device for shapes, layouts and dtypes drawn by
 hypothesis, against the CPU.
 """
 
+import time
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -15,11 +17,12 @@ from llvmlite import ir
 
 import jitorch as jt
 from jitorch.codegen.errors import CompileError
+from jitorch.codegen.kernel import counted_loop
 from jitorch.codegen.nvptx import emulator
 from jitorch.codegen.nvptx.compile import optimised_text
+from jitorch.codegen.nvptx.target import I64, TRIPLE, _sreg, barrier, shuffle_xor
 from jitorch.runtime.cuda_backend import use_backend
 from jitorch.runtime.cuda_fake import FakeBackend
-from jitorch.codegen.nvptx.target import I64, TRIPLE, _sreg, barrier, shuffle_xor
 from tests import support
 from tests.ops.samples import copy_layout
 from tests.support import tensor_and_array
@@ -74,6 +77,55 @@ def test_a_barrier_that_some_threads_skip_is_an_error_not_a_hang():
     out = np.zeros(64, np.int64)
     with pytest.raises(RuntimeError, match="did not finish within 0.5 s: some threads wait on a barrier"):
         kernel([out.ctypes.data], (1,), 64, timeout=0.5)
+
+
+def _slow_kernel(name, iterations):
+    """``out[tid] = f(iterations)`` after ``iterations`` steps of an LCG (no closed form: it stays slow), then
+    a barrier: every thread of the block reaches it, late."""
+    module = ir.Module(name=name)
+    module.triple = TRIPLE
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [I64.as_pointer()]), name)
+    fn.calling_convention = "ptx_kernel"
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    acc = b.alloca(I64)
+    b.store(I64(1), acc)
+    counted_loop(b, I64(0), I64(iterations), I64(1),
+                 lambda b, i: b.store(b.add(b.mul(b.load(acc), I64(6364136223846793005)), I64(1442695040888963407)),
+                                      acc), "lcg")
+    barrier(b)
+    b.store(b.load(acc), b.gep(fn.args[0], [_sreg(b, "tid.x")]))
+    b.ret_void()
+    return emulator.EmulatedKernel(name, optimised_text(str(module)))
+
+
+def test_a_slow_launch_is_waited_for_not_abandoned_as_hung():
+    """A launch longer than the timeout whose threads all still make progress is not a hang: raising then would
+    leave its threads running, writing into memory the caller frees after the error."""
+    kernel = _slow_kernel("review_slow", 20_000_000)
+    want = np.zeros(64, np.int64)
+    kernel([want.ctypes.data], (1,), 64)
+    assert len(set(want.tolist())) == 1
+    got = np.zeros(64, np.int64)
+    kernel([got.ctypes.data], (1,), 64, timeout=0.01)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_a_block_stuck_on_a_barrier_still_raises():
+    """The other side: threads that will never meet again are reported (after the timeout), not waited for."""
+    module = ir.Module(name="review_skip")
+    module.triple = TRIPLE
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [I64.as_pointer()]), "review_skip")
+    fn.calling_convention = "ptx_kernel"
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    with b.if_then(b.icmp_unsigned("<", _sreg(b, "tid.x"), I64(32))):
+        barrier(b)
+    b.ret_void()
+    kernel = emulator.EmulatedKernel("review_skip", optimised_text(str(module)))
+    out = np.zeros(1, np.int64)
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match="did not finish"):
+        kernel([out.ctypes.data], (1,), 64, timeout=0.2)
+    assert time.monotonic() - start < 5
 
 
 def test_unknown_gpu_intrinsics_are_refused():

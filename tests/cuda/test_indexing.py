@@ -146,3 +146,27 @@ def test_the_graph_evaluation_of_the_fake_device_agrees_with_the_kernels():
                                                       xc.index_add(1, ic[0], xc[:, :5], alpha=2))])
     for a, b in zip(*results):
         np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+def test_the_graph_emulating_fake_device_reports_an_index_out_of_range():
+    """Where the host has no thread barriers the fake device evaluates indexing kernels with NumPy: an index out
+    of range must still reach the error word, or gather silently reads zeros there."""
+    x = jt.arange(6.).reshape(2, 3)
+    with use_backend(FakeBackend(emulate="graph")):
+        got = x.cuda().gather(1, jt.tensor([[0, 2], [1, 3]]).cuda())
+        with pytest.raises(RuntimeError, match="index 3 is out of bounds for dimension 1 with size 3"):
+            got.cpu()
+        # reported once; the device stays usable
+        np.testing.assert_array_equal(got.cpu().numpy(), [[0., 2.], [4., 0.]])
+        y = jt.zeros(3).cuda().index_add(0, jt.tensor([0, -1]).cuda(), jt.ones(2).cuda())
+        with pytest.raises(RuntimeError, match="index -1 is out of bounds for dimension 0 with size 3"):
+            y.cpu()
+        assert x.cuda().index_select(0, jt.tensor([1]).cuda()).cpu().tolist() == [[3., 4., 5.]]
+
+
+def test_synchronize_reports_a_kernel_error_on_the_fake_device(fake):
+    x = jt.arange(6.).reshape(2, 3).cuda()
+    x.gather(1, jt.tensor([[5]]).cuda())
+    with pytest.raises(RuntimeError, match="index 5 is out of bounds"):
+        jt.cuda.synchronize()
+    jt.cuda.synchronize()  # cleared: the device is usable
