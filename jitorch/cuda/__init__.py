@@ -25,14 +25,34 @@ _driver = _LazyDriver()
 _local = threading.local()
 
 
+def _backend():
+    from ..runtime import cuda_backend
+    return cuda_backend.current()
+
+
 def is_available() -> bool:
-    """Whether a CUDA driver and at least one device can be used."""
-    return _driver.available()
+    """Whether a CUDA driver and at least one device can be used (always inside `emulated`)."""
+    return _backend().available()
 
 
 def device_count() -> int:
     """Number of usable CUDA devices."""
-    return _driver.device_count()
+    return _backend().device_count()
+
+
+@contextlib.contextmanager
+def emulated(devices=1):
+    """Inside the block, CUDA tensors live in host memory and every kernel launch runs the generated kernel's
+    own code (its NVPTX IR, retargeted to the host, a thread per CUDA thread): CUDA programs run, slowly, on a
+    machine without a GPU, with the results a GPU would give. Streams and events still need the driver.
+
+    >>> with jitorch.cuda.emulated():
+    ...     y = jitorch.ones(3, device="cuda").cumsum(0).cpu()
+    """
+    from ..runtime.cuda_backend import use_backend
+    from ..runtime.cuda_fake import FakeBackend
+    with use_backend(FakeBackend(devices)):
+        yield
 
 
 def _index(device):
@@ -46,7 +66,7 @@ def _index(device):
 
 def get_device_name(device=None) -> str:
     """The name of a device (default device 0)."""
-    return _driver.device_name(_index(device))
+    return _backend().device_name(_index(device))
 
 
 def synchronize(device=None) -> None:

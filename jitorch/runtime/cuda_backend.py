@@ -3,7 +3,7 @@
 Everything CUDA tensors need from a device goes through a *backend*:
 
 - ``available()``, ``require()`` (RuntimeError saying why CUDA cannot be used),
-  ``device_count()``;
+  ``device_count()``, ``device_name(index)``;
 - ``allocator(index)``: the device's caching allocator (blocks of device memory);
 - ``upload(address, host, non_blocking)`` / ``download(host, address, non_blocking)``:
   copies between a C-contiguous NumPy array and device memory on the current stream;
@@ -43,6 +43,9 @@ class DriverBackend:
 
     def device_count(self):
         return cuda_driver.device_count()
+
+    def device_name(self, index=0):
+        return cuda_driver.device_name(index)
 
     def allocator(self, index=0):
         alloc = self._allocators.get(index)

@@ -107,6 +107,9 @@ class FakeBackend:
     def device_count(self):
         return self.devices
 
+    def device_name(self, index=0):
+        return "jitorch kernel emulator" if self.emulate == "ptx" else "jitorch fake device"
+
     def allocator(self, index=0):
         if index not in self._allocators:
             self._allocators[index] = CachingAllocator(self.memory)
