@@ -256,6 +256,34 @@ def _arg_reduction(op, args, spec):
     return outs[0] if len(outs) == 1 else op.result_type(*outs)
 
 
+def _as_strided_scatter(op, args, spec):
+    """A compact copy of ``self`` with ``src`` written through the strided view of it (conv's input gradient
+    is made of these)."""
+    x, src, size, stride, storage_offset = args
+    out = copy_values(x)
+    if src.numel():
+        write(out.as_strided(size, stride, storage_offset or 0), src)
+    return out
+
+
+def _triangle(op, args, spec):
+    """tril/triu: ``x`` where the column minus the row is on the kept side of ``diagonal``, else zero."""
+    from ..autograd.grad_mode import no_grad
+    x, diagonal = args
+    if x.ndim < 2 or not x.numel():
+        return NotImplemented
+    rows, cols = x._shape[-2:]
+    with no_grad():
+        offsets = _arange(cols, x.device) - _arange(rows, x.device).unsqueeze(-1)  # (rows, cols): j - i
+        keep = offsets <= diagonal if op.name == "tril" else offsets >= diagonal
+        return x.where(keep, x.new_zeros(()))
+
+
+def _arange(n, device):
+    from .. import arange
+    return arange(n, device=device)
+
+
 def _softmax(op, args, spec):
     """softmax and log_softmax over any dim of a float32/float64 tensor: the row kernel over compact rows,
     with the dim moved last (and back) by strided copies when it is not."""
@@ -276,5 +304,6 @@ def _softmax(op, args, spec):
 IMPLEMENTATIONS = {**dict.fromkeys(MATMUL_OPS, _matmul), **dict.fromkeys(INDEXING_OPS, _indexing),
             **dict.fromkeys(JOIN_OPS, _join), "addmm": _scaled_product, "baddbmm": _scaled_product,
             "repeat": _repeat, "roll": _roll, "flip": _flip, "cumsum": _scan, "cumprod": _scan,
-            "softmax": _softmax, "log_softmax": _softmax, **dict.fromkeys(("argmax", "argmin", "max.dim",
+            "softmax": _softmax, "log_softmax": _softmax, "as_strided_scatter": _as_strided_scatter,
+            "tril": _triangle, "triu": _triangle, **dict.fromkeys(("argmax", "argmin", "max.dim",
                                                                             "min.dim"), _arg_reduction)}

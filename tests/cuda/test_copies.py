@@ -105,3 +105,13 @@ def test_like_factories_lay_out_an_expanded_input_alike_on_both_devices(fake):
     assert jt.zeros_like(x.cuda()).stride() == (6, 1, 3)  # torch's strides
     assert jt.zeros_like(x).stride() == (6, 1, 3)
     assert jt.empty_like(x.cuda(), device="cpu").stride() == (6, 1, 3)
+
+
+@pytest.mark.parametrize("fn", [lambda t: t.tril(), lambda t: t.triu(1), lambda t: t[0].t().tril(-1),
+                                lambda t: (t > 0).triu(-2),
+                                lambda t: jt.as_strided_scatter(t, t[0, :2, :2] * 2, (2, 2), (4, 1), 1),
+                                lambda t: jt.as_strided_scatter(t.transpose(0, 2), t[0, 0, :3], (3,), (2,), 0)],
+                         ids=["tril", "triu", "tril_transposed", "triu_bool", "as_strided_scatter",
+                              "as_strided_scatter_transposed"])
+def test_triangles_and_strided_scatters_run_on_the_device(fn):
+    on_device_and_host(fn, jt.tensor(np.random.default_rng(1).standard_normal((2, 3, 4)).astype(np.float32)))
