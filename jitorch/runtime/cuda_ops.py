@@ -284,6 +284,25 @@ def _arange(n, device):
     return arange(n, device=device)
 
 
+def _moment(op, args, spec):
+    """var and std with a correction, as the CPU computes them: the mean, the squared deviations' sum over
+    the degrees of freedom (at least 0), the root for std; in the compute dtype, each step a kernel."""
+    from ..autograd.grad_mode import no_grad
+    from ..ops.reductions import _axis, _count
+    x, dim, correction, keepdim = args
+    if not x.ndim or not x.numel():
+        return NotImplemented
+    axis = _axis(x, dim)
+    dims = tuple(range(x.ndim)) if axis is None else tuple(axis)
+    n = _count(x._shape, axis)
+    dof = max(n - (1 if correction is None else correction), 0)
+    with no_grad():
+        a = x.to(spec.compute or spec.dtype)
+        deviation = a - a.sum(dims, keepdim=True) / n
+        out = (deviation * deviation).sum(dims, keepdim=keepdim) / dof
+        return (out.sqrt() if op.name.startswith("std") else out).to(spec.dtype)
+
+
 def _softmax(op, args, spec):
     """softmax and log_softmax over any dim of a float32/float64 tensor: the row kernel over compact rows,
     with the dim moved last (and back) by strided copies when it is not."""
@@ -305,5 +324,5 @@ IMPLEMENTATIONS = {**dict.fromkeys(MATMUL_OPS, _matmul), **dict.fromkeys(INDEXIN
             **dict.fromkeys(JOIN_OPS, _join), "addmm": _scaled_product, "baddbmm": _scaled_product,
             "repeat": _repeat, "roll": _roll, "flip": _flip, "cumsum": _scan, "cumprod": _scan,
             "softmax": _softmax, "log_softmax": _softmax, "as_strided_scatter": _as_strided_scatter,
-            "tril": _triangle, "triu": _triangle, **dict.fromkeys(("argmax", "argmin", "max.dim",
+            "tril": _triangle, "triu": _triangle, "var.correction": _moment, "std.correction": _moment, **dict.fromkeys(("argmax", "argmin", "max.dim",
                                                                             "min.dim"), _arg_reduction)}

@@ -115,3 +115,12 @@ def test_like_factories_lay_out_an_expanded_input_alike_on_both_devices(fake):
                               "as_strided_scatter_transposed"])
 def test_triangles_and_strided_scatters_run_on_the_device(fn):
     on_device_and_host(fn, jt.tensor(np.random.default_rng(1).standard_normal((2, 3, 4)).astype(np.float32)))
+
+
+@settings(max_examples=12)
+@given(data=st.data(), op=st.sampled_from(["var", "std"]), correction=st.sampled_from([None, 0, 1, 2]),
+       keepdim=st.booleans())
+def test_moments_match_the_cpu(data, op, correction, keepdim):
+    x = arrays(data.draw).float()
+    dim = data.draw(st.sampled_from([None, 0, -1, (0, -1)]))
+    on_device_and_host(lambda t: getattr(t, op)(dim, correction=correction, keepdim=keepdim), x)
