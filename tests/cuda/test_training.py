@@ -13,8 +13,8 @@ OPTIMIZERS = {"sgd": lambda p: jt.optim.SGD(p, lr=0.1, momentum=0.9),
               "adamw": lambda p: jt.optim.AdamW(p, lr=0.01, weight_decay=0.1)}
 
 
-def train(device, optimizer, compiled, steps=3):
-    """Losses and final parameters of ``steps`` steps on a fixed batch."""
+def training_step(device, optimizer, compiled):
+    """A step of an MLP on a fixed batch (compiled or eager), with its model, optimizer and batch."""
     jt.manual_seed(0)
     model = nn.Sequential(nn.Linear(12, 16), nn.ReLU(), nn.Linear(16, 4)).to(device)
     opt = OPTIMIZERS[optimizer](model.parameters())
@@ -29,8 +29,13 @@ def train(device, optimizer, compiled, steps=3):
         opt.step()
         return loss
 
-    run = jt.compile(step) if compiled else step
-    losses = [run(x, y).item() for _ in range(steps)]
+    return (jt.compile(step) if compiled else step), model, opt, (x, y)
+
+
+def train(device, optimizer, compiled, steps=3):
+    """Losses and final parameters of ``steps`` steps."""
+    step, model, opt, batch = training_step(device, optimizer, compiled)
+    losses = [step(*batch).item() for _ in range(steps)]
     params = list(model.parameters())
     state = [t for s in opt.state.values() for t in s.values() if isinstance(t, jt.Tensor) and t.ndim]
     assert all(t.device.type == device for t in params + state)
@@ -51,24 +56,12 @@ def test_a_compiled_step_runs_on_the_device_without_waiting_for_it(fake):
     """Cross-entropy's gather and its backward's scatter_add are kernels too: a steady step copies nothing to
     the host and waits for nothing. The optimizer's learning rate, a 0-d CPU tensor re-read every call,
     goes up to the kernels that read it without waiting."""
-    jt.manual_seed(0)
-    model = nn.Sequential(nn.Linear(12, 16), nn.ReLU(), nn.Linear(16, 4)).to("cuda")
-    opt = jt.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    x, y = jt.randn(8, 12, device="cuda"), jt.randint(0, 4, (8,), device="cuda")
-
-    @jt.compile
-    def step(x, y):
-        opt.zero_grad()
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        return loss
-
+    step, _, _, batch = training_step("cuda", "sgd", compiled=True)
     for _ in range(3):
-        step(x, y)
+        step(*batch)
     fake.copies.clear()
     fake.launches.clear()
-    step(x, y)
+    step(*batch)
     assert {kind for kind, _, _ in fake.copies} == {"htod", "dtod"}
     assert all(non_blocking and n == 4 for kind, n, non_blocking in fake.copies if kind == "htod")
     ops = [op for launch in fake.launches for op in launch.ops]

@@ -94,24 +94,32 @@ def ptx_of(module_text, name, cache=None):
     return ptx
 
 
-class PtxKernel:
-    """A kernel as PTX, with what a launch needs: its entry name, buffers and grid shape."""
+class GeneratedKernel:
+    """What every CUDA kernel object shares: its LLVM IR as generated (``source_ir``) and, computed on first
+    use, the optimised IR its PTX is emitted from (``llvm_ir``: what `.lower()` shows and the emulator runs)."""
+
+    source_ir: str
+    _llvm_ir = None
+
+    @property
+    def llvm_ir(self):
+        if self._llvm_ir is None:
+            self._llvm_ir = optimised_text(self.source_ir)
+        return self._llvm_ir
+
+
+class PtxKernel(GeneratedKernel):
+    """A kernel built from a fused group, as PTX, with what a launch needs: its entry name, buffers and grid
+    shape."""
 
     def __init__(self, source, ptx):
         self.source = source
+        self.source_ir = source.llvm_ir
         self.name = source.name
         self.ops = source.ops
         self.asm = ptx
         self.outer = source.outer
         self.mode = source.mode
-        self._llvm_ir = None
-
-    @property
-    def llvm_ir(self):
-        """The optimised LLVM IR (computed on first use)."""
-        if self._llvm_ir is None:
-            self._llvm_ir = optimised_text(self.source.llvm_ir)
-        return self._llvm_ir
 
     def grid(self, multiprocessors=132):
         """(blocks, threads per block) for a device with this many multiprocessors: every outer

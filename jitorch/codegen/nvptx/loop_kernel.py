@@ -10,11 +10,11 @@ from __future__ import annotations
 import re
 from math import prod
 
-from .compile import optimised_text
+from .compile import GeneratedKernel
 from .target import BLOCK, I64, _sreg, strided_loop, unflatten
 
 
-class LoopKernel:
+class LoopKernel(GeneratedKernel):
     """A generated kernel over the points of ``spec[1]`` (its loop space): PTX (``asm``), LLVM IR, grid."""
 
     def __init__(self, name, op, spec, source_ir, ptx):
@@ -25,14 +25,6 @@ class LoopKernel:
         self.source_ir = source_ir
         self.asm = ptx
         self.mode = "thread"
-        self._llvm_ir = None
-
-    @property
-    def llvm_ir(self):
-        """The optimised LLVM IR the PTX is emitted from (computed on first use)."""
-        if self._llvm_ir is None:
-            self._llvm_ir = optimised_text(self.source_ir)
-        return self._llvm_ir
 
     def grid(self, multiprocessors=132):
         """(blocks, threads per block): a thread per point, up to 32 blocks per multiprocessor (the

@@ -27,7 +27,7 @@ from ...runtime import dtypes as _dt
 from ...runtime.strided import contiguous_strides
 from ..emitter import llvm_type
 from ..errors import CompileError
-from .compile import optimised_text, ptx_of
+from .compile import GeneratedKernel, ptx_of
 from .target import I32, I64, SHARED, TRIPLE, _sreg, barrier, strided_loop, unflatten
 
 TILE = 64
@@ -58,7 +58,7 @@ def _batch_strides(shape, strides, space):
     return [0 if n == 1 else s for n, s in zip((1,) * pad + tuple(shape), (0,) * pad + tuple(strides))]
 
 
-class MatmulKernel:
+class MatmulKernel(GeneratedKernel):
     """A generated matmul: its PTX (``asm``), LLVM IR, operand and output shapes, dtype and launch grid."""
 
     def __init__(self, name, shapes, dtype, grid, source_ir, ptx):
@@ -70,14 +70,6 @@ class MatmulKernel:
         self.source_ir = source_ir
         self.asm = ptx
         self.mode = "tiles"
-        self._llvm_ir = None
-
-    @property
-    def llvm_ir(self):
-        """The optimised LLVM IR the PTX is emitted from (computed on first use)."""
-        if self._llvm_ir is None:
-            self._llvm_ir = optimised_text(self.source_ir)
-        return self._llvm_ir
 
     def grid(self, multiprocessors=None):
         """((blocks x, y, z), threads per block)."""
