@@ -303,6 +303,33 @@ def _moment(op, args, spec):
         return (out.sqrt() if op.name.startswith("std") else out).to(spec.dtype)
 
 
+def _norm(op, args, spec):
+    """Vector norms over ``dim`` as the CPU computes them (``|x|`` in the compute dtype, then the max, min,
+    count of nonzeros, sum, or the ``p``-th root of the sum of ``p``-th powers); the nuclear norm stays on
+    the host."""
+    import math
+
+    from ..autograd.grad_mode import no_grad
+    from ..ops.reductions import _axis, _norm_order
+    x, p, dim, keepdim, dtype = args
+    order = _norm_order(p, dim)
+    if order == "matrix" or not x.ndim or not x.numel():
+        return NotImplemented
+    axis = _axis(x, dim)
+    dims = tuple(range(x.ndim)) if axis is None else tuple(axis)
+    with no_grad():
+        m = x.to(spec.dtype).to(spec.compute or spec.dtype).abs()
+        if order in (math.inf, -math.inf):
+            out = m.amax(dims, keepdim) if order > 0 else m.amin(dims, keepdim)
+        elif order == 0:
+            out = (m != 0).sum(dims, keepdim=keepdim).to(m.dtype)
+        elif order == 1:
+            out = m.sum(dims, keepdim=keepdim)
+        else:
+            out = (m ** order).sum(dims, keepdim=keepdim) ** (1 / order)
+        return out.to(spec.dtype)
+
+
 def _softmax(op, args, spec):
     """softmax and log_softmax over any dim of a float32/float64 tensor: the row kernel over compact rows,
     with the dim moved last (and back) by strided copies when it is not."""
@@ -324,5 +351,6 @@ IMPLEMENTATIONS = {**dict.fromkeys(MATMUL_OPS, _matmul), **dict.fromkeys(INDEXIN
             **dict.fromkeys(JOIN_OPS, _join), "addmm": _scaled_product, "baddbmm": _scaled_product,
             "repeat": _repeat, "roll": _roll, "flip": _flip, "cumsum": _scan, "cumprod": _scan,
             "softmax": _softmax, "log_softmax": _softmax, "as_strided_scatter": _as_strided_scatter,
-            "tril": _triangle, "triu": _triangle, "var.correction": _moment, "std.correction": _moment, **dict.fromkeys(("argmax", "argmin", "max.dim",
+            "tril": _triangle, "triu": _triangle, "var.correction": _moment, "std.correction": _moment,
+            "norm": _norm, **dict.fromkeys(("argmax", "argmin", "max.dim",
                                                                             "min.dim"), _arg_reduction)}

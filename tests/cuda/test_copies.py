@@ -124,3 +124,11 @@ def test_moments_match_the_cpu(data, op, correction, keepdim):
     x = arrays(data.draw).float()
     dim = data.draw(st.sampled_from([None, 0, -1, (0, -1)]))
     on_device_and_host(lambda t: getattr(t, op)(dim, correction=correction, keepdim=keepdim), x)
+
+
+@settings(max_examples=12)
+@given(data=st.data(), p=st.sampled_from(["fro", 2, 1, 3.5, 0, float("inf"), -float("inf")]), keepdim=st.booleans())
+def test_vector_norms_match_the_cpu(data, p, keepdim):
+    x = arrays(data.draw).float()
+    dim = data.draw(st.sampled_from([None, 0, -1]))
+    on_device_and_host(lambda t: t.norm(p, dim, keepdim=keepdim), x)
