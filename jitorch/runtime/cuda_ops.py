@@ -330,6 +330,29 @@ def _norm(op, args, spec):
         return out.to(spec.dtype)
 
 
+def _log_sum_exp_or_nan_mean(op, args, spec):
+    """logsumexp (shifted by the finite max, so rows of -inf stay -inf and +inf gives +inf) and nanmean
+    (the NaN-free sum over the NaN-free count), in the compute dtype, as the CPU computes them."""
+    from ..autograd.grad_mode import no_grad
+    from ..ops.reductions import _axis
+    x, dim, keepdim = args[:3]
+    if not x.ndim or not x.numel():
+        return NotImplemented
+    axis = _axis(x, dim)
+    dims = tuple(range(x.ndim)) if axis is None else tuple(axis)
+    with no_grad():
+        a = x.to(spec.compute or spec.dtype)
+        if op.name == "nanmean":
+            out = a.nansum(dims, keepdim=keepdim) / (~a.isnan()).sum(dims, keepdim=keepdim)
+        else:
+            top = a.amax(dims, keepdim=True)
+            top = top.where(top.isfinite(), top.new_zeros(()))
+            out = (a - top).exp().sum(dims, keepdim=True).log() + top
+            if not keepdim:
+                out = out.squeeze(dims)
+        return out.to(spec.dtype)
+
+
 def _softmax(op, args, spec):
     """softmax and log_softmax over any dim of a float32/float64 tensor: the row kernel over compact rows,
     with the dim moved last (and back) by strided copies when it is not."""
@@ -352,5 +375,5 @@ IMPLEMENTATIONS = {**dict.fromkeys(MATMUL_OPS, _matmul), **dict.fromkeys(INDEXIN
             "repeat": _repeat, "roll": _roll, "flip": _flip, "cumsum": _scan, "cumprod": _scan,
             "softmax": _softmax, "log_softmax": _softmax, "as_strided_scatter": _as_strided_scatter,
             "tril": _triangle, "triu": _triangle, "var.correction": _moment, "std.correction": _moment,
-            "norm": _norm, **dict.fromkeys(("argmax", "argmin", "max.dim",
+            "norm": _norm, "logsumexp": _log_sum_exp_or_nan_mean, "nanmean": _log_sum_exp_or_nan_mean, **dict.fromkeys(("argmax", "argmin", "max.dim",
                                                                             "min.dim"), _arg_reduction)}

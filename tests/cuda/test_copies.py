@@ -132,3 +132,13 @@ def test_vector_norms_match_the_cpu(data, p, keepdim):
     x = arrays(data.draw).float()
     dim = data.draw(st.sampled_from([None, 0, -1]))
     on_device_and_host(lambda t: t.norm(p, dim, keepdim=keepdim), x)
+
+
+@settings(max_examples=12)
+@given(data=st.data(), op=st.sampled_from(["logsumexp", "nanmean"]), keepdim=st.booleans(),
+       special=st.sampled_from([0.0, float("nan"), float("inf"), -float("inf")]))
+def test_logsumexp_and_nanmean_match_the_cpu(data, op, keepdim, special):
+    x = arrays(data.draw).float().clone()
+    x[(0,) * x.ndim] = special
+    dim = data.draw(st.sampled_from([0, -1] if op == "logsumexp" else [None, 0, -1]))
+    on_device_and_host(lambda t: getattr(t, op)(dim, keepdim=keepdim), x)
