@@ -16,7 +16,8 @@ import numpy as np
 
 from . import cuda_backend
 
-OPS = ("gather", "index_select", "scatter_add", "index_add")
+OPS = ("gather", "index_select", "scatter_add", "index_add", "index", "take", "scatter", "scatter.value",
+       "index_copy", "index_fill", "put", "put_accumulate")
 _words: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # backend -> {device index: CUDA tensor}
 _marked: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # backend -> device indices to read back
 
@@ -31,7 +32,12 @@ def message(code, value):
     op, dim, size = OPS[(code & 15) - 1], (code >> 4) & 255, code >> 12
     if op == "index_select":
         return f"INDICES element is out of DATA bounds, id={value} axis_dim={size}"
-    return f"index {value} is out of bounds for dimension {dim} with size {size}"
+    if op in ("take", "put", "put_accumulate"):
+        return f"out of range: tried to access index {value} on a tensor of {size} elements."
+    prefix = "index_copy_(): " if op == "index_copy" else ""
+    if op == "index":
+        dim = 0  # x[..., idx]: torch numbers the index tensors, and the kernels take one
+    return f"{prefix}index {value} is out of bounds for dimension {dim} with size {size}"
 
 
 def word(device):

@@ -177,27 +177,36 @@ def _strided_copy(memory, kernel, pointers):
 
 
 def _indexing(memory, kernel, pointers):
-    """An indexing kernel's reads or adds with NumPy over strided views of device memory; an index out of
-    range is skipped (read as zero) and, as the kernel does, claims the error word (its last pointer) unless an
-    earlier error holds it, so that it is raised at the next synchronisation."""
-    op, space, dim, size, index, target, source, alpha = kernel.spec
+    """An indexing kernel's reads, stores or adds with NumPy over strided views of device memory; an index
+    out of range is skipped (read as zero) and, as the kernel does, claims the error word (its last pointer)
+    unless an earlier error holds it, so that it is raised at the next synchronisation."""
+    from ..codegen.nvptx.indexing import FORMS
+    op, space, dim, size, index, target, source, alpha, value = kernel.spec
+    form = FORMS[op]
+    reads = form.mode == "read"
 
     def strided(address, dtype, strides):
         return _strided(memory, address, dtype, space, strides)
 
-    at = strided(pointers[0 if source else 1], index[0], index[1]).astype(np.int64)
+    given = strided(pointers[1 if reads else 0], index[0], index[1]).astype(np.int64)
+    at = np.where(given < 0, given + size, given) if form.wraps else given
     inside = (at >= 0) & (at < size)
-    word = memory.array(pointers[3], (2,), np.int64)
+    word = memory.array(pointers[-1], (2,), np.int64)
     if not inside.all() and not word[0]:
-        word[...] = error_code(op, dim, size), at[~inside][0]  # the first bad index in the loop's order
+        word[...] = error_code(op, dim, size), given[~inside][0]  # the first bad index in the loop's order
     points = list(np.indices(space))
     points[dim] = np.where(inside, at, 0)
     offsets = sum(p * s for p, s in zip(points, target[1]))
-    followed = memory.array(pointers[2 if source else 0], (int(offsets.max()) + 1,), target[0].np)
-    if source is None:
+    followed = memory.array(pointers[0 if reads else -2], (int(offsets.max()) + 1,), target[0].np)
+    if reads:
         memory.array(pointers[2], space, target[0].np)[...] = np.where(inside, followed[offsets], 0)
+        return
+    values = np.broadcast_to(np.array(value, target[0].np), space) if value is not None else \
+        strided(pointers[1], source[0], source[1])
+    if form.mode == "store":
+        followed[offsets[inside]] = values[inside]
     else:
-        np.add.at(followed, offsets[inside], (strided(pointers[1], source[0], source[1]) * alpha)[inside])
+        np.add.at(followed, offsets[inside], (values * alpha)[inside])
 
 
 def _graph_kernel(memory, kernel, pointers):

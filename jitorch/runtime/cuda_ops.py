@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import cuda_backend
-from .cuda_tensor import (Storage, _cached, _cast, _copy_into, _run, _span, address, copy_values, empty,
+from .cuda_tensor import (Storage, _cached, _copy_into, _run, _span, address, copy_values, empty,
                           empty_storage, write)
 from .strided import contiguous_strides, wrap_dim
 
@@ -20,7 +20,8 @@ _MATMULS: dict = {}     # (a shape, a strides, b shape, b strides, dtype) -> Mat
 _INDEXERS: dict = {}    # the arguments of index_kernel -> its LoopKernel
 _SCANS: dict = {}       # the arguments of scan_kernel or arg_kernel -> its LoopKernel
 MATMUL_OPS = ("matmul", "mm", "bmm", "mv", "dot", "vdot")
-INDEXING_OPS = ("gather", "index_select", "scatter_add", "index_add")
+INDEXING_OPS = ("gather", "index_select", "index", "take", "scatter", "scatter.value", "scatter_add", "index_add",
+                "index_copy", "index_fill", "index_fill.Tensor", "put")
 JOIN_OPS = ("cat", "concat", "concatenate", "stack")
 
 
@@ -101,43 +102,88 @@ def _matmul(op, args, spec):
 
 # Indexing ---------------------------------------------------------------------------------
 
+def _arguments(op, args):
+    """(kernel op, self, dim, index, source, alpha, value, whether the index is 1-D along dim) of an indexing
+    op's call; None for calls the kernels do not take (a reduce= mode, an index that is not one tensor)."""
+    name = op.name
+    if name == "index":
+        self, indices = args
+        picked = [(d, t) for d, t in enumerate(indices) if t is not None]
+        if len(picked) != 1 or picked[0][1].ndim != 1:
+            return None
+        return "index", self, picked[0][0], picked[0][1], None, 1, None, True
+    if name in ("take", "put"):
+        self, index = args[0], args[1]
+        accumulate = name == "put" and args[3]
+        return ("put_accumulate" if accumulate else name), self, 0, index, (args[2] if name == "put" else None), \
+            1, None, True
+    self, dim, index = args[:3]
+    rest = args[3:]
+    if name in ("scatter", "scatter.value") and rest[-1] is not None:
+        return None
+    source = rest[0] if name in ("scatter", "scatter_add", "index_add", "index_copy") else None
+    value = rest[0] if name in ("scatter.value", "index_fill", "index_fill.Tensor") else None
+    if value is not None and hasattr(value, "_shape"):
+        return None  # a 0-d tensor value: the one-op graph's fill
+    kernel_op = "index_fill" if name.startswith("index_fill") else name
+    return kernel_op, self, dim, index, source, (rest[1] if name == "index_add" else 1), value, \
+        name in ("index_select", "index_add", "index_copy", "index_fill")
+
+
 def _indexing(op, args, spec):
-    """gather, index_select, scatter_add and index_add through their generated kernels (see
-    codegen/nvptx/indexing.py), reading every operand in place; NotImplemented for what they do not cover
-    (0-dim or empty operands, other index or element dtypes, a fractional alpha on integers)."""
+    """The ops that follow indices held in a tensor, through the generated kernels of
+    codegen/nvptx/indexing.py, every operand read in place (take and put see ``self`` flattened);
+    NotImplemented for what they do not cover (0-dim or empty operands, other index dtypes, atomic adds on
+    small integers, a fractional alpha on integers, reduce= modes, several or boolean index tensors)."""
+    from ..autograd.grad_mode import no_grad
     from ..codegen.errors import CompileError
-    from ..codegen.nvptx.indexing import ATOMIC_DTYPES, INDEX_DTYPES, index_kernel
+    from ..codegen.nvptx.indexing import ATOMIC_DTYPES, FORMS, INDEX_DTYPES, index_kernel
     from . import cuda_errors
-    self, dim, index = args[0], args[1], args[2]
-    adds = op.name in ("scatter_add", "index_add")
-    source = args[3] if adds else None
-    tensors = [self, index] + ([source] if adds else [])
-    if not self.ndim or any(not t.numel() or t.device != self.device for t in tensors) or \
-            index.dtype not in INDEX_DTYPES or (adds and self.dtype not in ATOMIC_DTYPES):
+    parsed = _arguments(op, args)
+    if parsed is None:
         return NotImplemented
-    dim = dim % self.ndim
-    alpha = args[4] if op.name == "index_add" else 1
-    if not self.dtype.is_floating_point and alpha != int(alpha):
+    kernel_op, self, dim, index, source, alpha, value, vector = parsed
+    form = FORMS[kernel_op]
+    tensors = [self, index] + ([source] if source is not None else [])
+    if not self.ndim or any(not t.numel() or t.device != self.device for t in tensors) or \
+            index.dtype not in INDEX_DTYPES or (form.mode == "add" and self.dtype not in ATOMIC_DTYPES) or \
+            (not self.dtype.is_floating_point and alpha != int(alpha)):
         return NotImplemented
     alpha = float(alpha) if self.dtype.is_floating_point else int(alpha)
-    vector = op.name in ("index_select", "index_add")  # a 1-D index along dim
-    if vector and index.ndim != 1 or not vector and index.ndim != self.ndim:
-        return NotImplemented
-    space = tuple(source._shape if op.name == "index_add" else index._shape if not vector else spec.shape)
+    if value is not None:
+        value = np.array(value).astype(self.dtype.np).item()
+    flat = kernel_op in ("take", "put", "put_accumulate")
+    with no_grad():
+        if flat:  # the flattened self, and take's index and put's source as vectors
+            self = (copy_values(self) if form.mode != "read" else self.contiguous()).view(-1)
+            index = index.reshape(-1)
+            source = source.reshape(-1) if source is not None else None
+        dim = dim % self.ndim
+        if vector and index.ndim != 1 or not vector and index.ndim != self.ndim:
+            return NotImplemented
+        if form.mode == "read":
+            out = empty(index._shape if flat or not vector else spec.shape, self.dtype, self.device)
+        else:
+            out = self if flat else copy_values(self)  # compact, as the CPU's result
+    if form.mode == "read" or not vector:
+        space = out._shape if form.mode == "read" else index._shape  # scatter's source may be larger
+    else:
+        space = source._shape if source is not None else out._shape[:dim] + index._shape + out._shape[dim + 1:]
     index_strides = tuple(index._stride[0] if d == dim else 0 for d in range(len(space))) if vector \
         else index._stride
-    out = _cast(self, spec) if adds else empty(spec.shape, spec.dtype, self.device)
-    target_strides = out._stride if adds else self._stride
-    key = (op.name, space, dim, self._shape[dim], (index.dtype, index_strides), (self.dtype, target_strides),
-           (source.dtype, source._stride) if adds else None, alpha)
+    target = (self.dtype, self._stride if form.mode == "read" else out._stride)
+    key = (kernel_op, tuple(space), dim, self._shape[dim], (index.dtype, index_strides), target,
+           (source.dtype, source._stride) if source is not None else None, alpha, value)
     try:
-        kernel = _cached(_INDEXERS, key, lambda: index_kernel(*key[:7], alpha=alpha))
+        kernel = _cached(_INDEXERS, key, lambda: index_kernel(*key))
     except CompileError:
         return NotImplemented
-    pointers = [address(index), address(source), address(out)] if adds else \
-        [address(self), address(index), address(out)]
+    if form.mode == "read":
+        pointers = [address(self), address(index), address(out)]
+    else:
+        pointers = [address(index)] + ([address(source)] if source is not None else []) + [address(out)]
     cuda_backend.current().launch(kernel, pointers + [cuda_errors.word(self.device)], self.device.index)
-    return out
+    return out.view(spec.shape) if flat else out
 
 
 # Joining ----------------------------------------------------------------------------------

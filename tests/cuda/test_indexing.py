@@ -51,7 +51,8 @@ def check(fn, *args):
         assert all(kind == "dtod" or kind == "htod" and non_blocking and n == 8 for kind, n, non_blocking in fake.copies)
         result = got.cpu()
     want = fn(*args)
-    assert launched[-1] == [fn.__name__] and result.dtype == want.dtype and result.shape == want.shape
+    assert launched[-1] == [fn.__name__.replace("_value", ".value")]
+    assert result.dtype == want.dtype and result.shape == want.shape
     np.testing.assert_allclose(result.numpy(), want.numpy(), rtol=1e-6)
 
 
@@ -101,6 +102,81 @@ def test_index_add_scales_and_adds_rows(data, alpha):
     check(index_add, x, dim, index, source, alpha)
 
 
+def unique_index(draw, n, shape, dim):
+    """An index of ``shape`` whose entries along ``dim`` never repeat (stores into one element twice leave
+    which one lands undefined on a GPU), drawn from ``range(n)``."""
+    rng = np.random.default_rng(draw(st.integers(0, 99)))
+    lines = np.moveaxis(np.zeros(shape, np.int64), dim, -1)
+    for point in np.ndindex(lines.shape[:-1]):
+        lines[point] = rng.permutation(n)[:lines.shape[-1]]
+    return jt.tensor(np.moveaxis(lines, -1, dim).copy())
+
+
+@settings(max_examples=12)
+@given(data=st.data(), fill=st.booleans())
+def test_scatter_stores_each_source_element_or_the_value(data, fill):
+    x, dim, _ = case(data.draw, vector=False)
+    shape = tuple(min(n, 3) for n in x.shape)
+    index = unique_index(data.draw, x.shape[dim], shape[:dim] + (min(shape[dim], x.shape[dim]),) + shape[dim + 1:],
+                         dim)
+    if fill:
+        check(scatter_value, x, dim, index, 5)
+    else:
+        # a source larger than the index: only its index-shaped corner is read
+        check(scatter, x, dim, index, jt.arange(float(x.numel())).reshape(x.shape).to(x.dtype))
+
+
+@settings(max_examples=12)
+@given(data=st.data(), op=st.sampled_from(["index_copy", "index_fill", "index", "take", "put"]))
+def test_vector_indexed_stores_and_reads(data, op):
+    x, dim, _ = case(data.draw, vector=True)
+    n = x.shape[dim]
+    positions = unique_index(data.draw, n, (data.draw(st.integers(1, n)),), 0)
+    wrapped = positions - n * data.draw(st.integers(0, 1))  # negative indices, where the op takes them
+    if op == "index_copy":
+        shape = list(x.shape)
+        shape[dim] = positions.shape[0]
+        check(index_copy, x, dim, positions, jt.arange(float(np.prod(shape))).reshape(shape).to(x.dtype))
+    elif op == "index_fill":
+        check(index_fill, x, dim, wrapped, -2)
+    elif op == "index":
+        check(index, x, dim, wrapped)
+    else:
+        flat = unique_index(data.draw, x.numel(), (min(x.numel(), 5),), 0) - x.numel() * data.draw(st.integers(0, 1))
+        if op == "take":
+            check(take, x, flat)
+        else:
+            check(put, x, flat, jt.arange(float(flat.numel())).to(x.dtype))
+
+
+def scatter(x, dim, index, src):
+    return x.scatter(dim, index, src)
+
+
+def scatter_value(x, dim, index, value):
+    return x.scatter(dim, index, value)
+
+
+def index_copy(x, dim, index, source):
+    return x.index_copy(dim, index, source)
+
+
+def index_fill(x, dim, index, value):
+    return x.index_fill(dim, index, value)
+
+
+def index(x, dim, at):
+    return x[(slice(None),) * dim + (at,)]
+
+
+def take(x, at):
+    return x.take(at)
+
+
+def put(x, at, source):
+    return x.put(at, source)
+
+
 @pytest.mark.parametrize("op, make, message", [
     ("gather", lambda x: x.gather(1, jt.tensor([[0, 9]], device=x.device)),
      "index 9 is out of bounds for dimension 1 with size 4"),
@@ -112,10 +188,17 @@ def test_index_add_scales_and_adds_rows(data, alpha):
      "index 4 is out of bounds for dimension 1 with size 4"),
     ("index_add", lambda x: x.index_add(0, jt.tensor([5], device=x.device), jt.ones(1, 4, device=x.device)),
      "index 5 is out of bounds for dimension 0 with size 3"),
+    ("index", lambda x: x[:, jt.tensor([-5], device=x.device)], "index -5 is out of bounds for dimension 0 with size 4"),
+    ("index_copy", lambda x: x.index_copy(0, jt.tensor([3], device=x.device), jt.ones(1, 4, device=x.device)),
+     "index_copy_\\(\\): index 3 is out of bounds for dimension 0 with size 3"),
+    ("take", lambda x: x.take(jt.tensor([12], device=x.device)),
+     r"out of range: tried to access index 12 on a tensor of 12 elements\."),
+    ("scatter.value", lambda x: x.scatter(1, jt.tensor([[4]], device=x.device), 1.0),
+     "index 4 is out of bounds for dimension 1 with size 4"),
 ])
 def test_an_index_out_of_range_raises_the_cpu_message_at_the_next_synchronization(fake, op, make, message):
     x = jt.zeros(3, 4, device="cuda")
-    with pytest.raises(RuntimeError, match=message):
+    with pytest.raises((RuntimeError, IndexError), match=message):
         make(x.cpu())  # the CPU's message, at once
     result = make(x)  # queued: the kernel records the error
     assert fake.launches[-1].ops == [op]
@@ -141,9 +224,14 @@ def test_the_graph_evaluation_of_the_fake_device_agrees_with_the_kernels():
     for mode in ("ptx", "graph"):
         with use_backend(FakeBackend(emulate=mode)):
             xc, ic = x.cuda(), index.cuda()
+            positions = jt.tensor([5, -6, 2], device="cuda")  # no repeats: stores land the same way everywhere
             results.append([t.cpu().numpy() for t in (xc.gather(1, ic), xc.t().index_select(0, ic[0]),
                                                       xc.scatter_add(1, ic, xc[:3, :5]),
-                                                      xc.index_add(1, ic[0], xc[:, :5], alpha=2))])
+                                                      xc.index_add(1, ic[0], xc[:, :5], alpha=2),
+                                                      xc[:, positions], xc.take(positions),
+                                                      xc.index_fill(1, positions, 3.0),
+                                                      xc.put(positions, xc[0, :3], accumulate=True),
+                                                      xc.scatter(1, positions[0::2].expand(4, 2), 1.5))])
     for a, b in zip(*results):
         np.testing.assert_allclose(a, b, rtol=1e-12)
 
@@ -170,3 +258,13 @@ def test_synchronize_reports_a_kernel_error_on_the_fake_device(fake):
     with pytest.raises(RuntimeError, match="index 5 is out of bounds"):
         jt.cuda.synchronize()
     jt.cuda.synchronize()  # cleared: the device is usable
+
+
+def test_lists_and_cpu_index_tensors_index_a_cuda_tensor_as_in_torch(fake):
+    x = jt.arange(12.0).reshape(3, 4)
+    c = x.cuda()
+    assert c[:, [0, 2]].cpu().tolist() == x[:, [0, 2]].tolist()
+    assert c[jt.tensor([2, -1])].cpu().tolist() == x[jt.tensor([2, -1])].tolist()
+    c[[0, 1]] = 5.0
+    x[[0, 1]] = 5.0
+    assert c.cpu().tolist() == x.tolist()

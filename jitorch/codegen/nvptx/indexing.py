@@ -1,30 +1,37 @@
-"""Generated CUDA kernels for ops that follow positions held in a tensor: gather and index_select (reads),
-scatter_add and index_add (atomic adds).
+"""Generated CUDA kernels for ops that follow positions held in a tensor: reads (gather, index_select,
+``x[idx]``, take), stores (scatter, index_copy, index_fill, put) and atomic adds (scatter_add, index_add,
+put with accumulate).
 
 Each kernel is a grid-stride loop over its *loop space* (the output for reads, the index or source for
-adds). At every point it loads one index, checks it against the size of the indexed dim and follows it:
+stores and adds). At every point it loads one index, checks it against the size of the indexed dim and
+follows it:
 
 - ``out[p] = x[p with p[dim] = index[p']]`` for reads;
-- ``out[p with p[dim] = index[p']] += alpha * src[p]`` for adds, as atomic adds (several points may add
-  into one element: like torch's CUDA kernels, float sums then depend on the order the adds land in).
+- ``out[p with p[dim] = index[p']] = src[p]`` (or a constant) for stores: where two points store into one
+  element, which one lands is not defined, as in torch's CUDA kernels;
+- ``out[p with p[dim] = index[p']] += alpha * src[p]`` for adds, as atomic adds (float sums then depend on
+  the order the adds land in, as torch's do).
 
-``p'`` is the point itself for gather and scatter_add, and ``p[dim]`` alone for index_select and index_add
-(a 1-D index): both are strides of the index over the loop space, with zeros where it does not vary.
-Shapes and strides are static, so index maths is division by constants, as in every other kernel.
+``p'`` is the point itself for gather and scatter, and ``p[dim]`` alone for the ops with a 1-D index: both
+are strides of the index over the loop space, with zeros where it does not vary. Shapes and strides are
+static, so index maths is division by constants, as in every other kernel.
 
-An index outside ``[0, size)`` is not followed: the thread leaves a read's element zero, skips an add, and
-claims the device's error word (`jitorch.runtime.cuda_errors`) with a code that says which op, dim and size
-and the index it saw. The host reads the word at the next synchronisation and raises the CPU's
-RuntimeError there, as torch reports device-side errors late; unlike torch, the device stays usable.
+An index outside ``[0, size)`` (after wrapping negative ones, for the ops that allow them) is not followed:
+the thread leaves a read's element zero or skips a store, and claims the device's error word
+(`jitorch.runtime.cuda_errors`) with a code that says which op, dim and size and the index it saw. The host
+reads the word at the next synchronisation and raises the CPU's error message there, as torch reports
+device-side errors late; unlike torch, the device stays usable.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from llvmlite import ir
 
 from ...runtime import dtypes as _dt
 from ...runtime.cuda_errors import error_code
-from ..emitter import llvm_type
+from ..emitter import Emitter, llvm_type
 from ..errors import CompileError
 from .compile import ptx_of
 from .loop_kernel import LoopKernel, grid_stride, offset, symbol
@@ -35,65 +42,94 @@ ATOMIC_DTYPES = (_dt.float32, _dt.float64, _dt.int32, _dt.int64)
 INDEX_DTYPES = (_dt.int64, _dt.int32)
 
 
-def index_kernel(op, space, dim, size, index, target, source=None, alpha=1, cache=None):
-    """The kernel of ``op`` (gather, index_select, scatter_add or index_add) over the loop ``space``.
+@dataclass(frozen=True)
+class Form:
+    """How an op follows its indices: ``mode`` "read" (out[p] = x[followed]), "store" (out[followed] = a
+    source element or a constant) or "add" (an atomic add); ``wraps``: negative indices count from the end
+    (x[idx], take, index_fill), as on the CPU."""
+
+    mode: str
+    wraps: bool = False
+
+
+FORMS = {"gather": Form("read"), "index_select": Form("read"), "index": Form("read", wraps=True),
+         "take": Form("read", wraps=True), "scatter": Form("store"), "scatter.value": Form("store"),
+         "index_copy": Form("store"), "index_fill": Form("store", wraps=True), "put": Form("store", wraps=True),
+         "scatter_add": Form("add"), "index_add": Form("add"), "put_accumulate": Form("add", wraps=True)}
+
+
+def index_kernel(op, space, dim, size, index, target, source=None, alpha=1, value=None, cache=None):
+    """The kernel of ``op`` (a key of `FORMS`) over the loop ``space``.
 
     ``index``, ``target``, ``source``: (dtype, strides over the loop space, 0 where they do not vary) of the
-    index, the indexed tensor (its stride along ``dim`` is the one the index multiplies) and, for adds, the
-    added values. Reads take pointers (x, index, out, error word); adds (index, source, out, error word).
+    index, the indexed tensor (its stride along ``dim`` is the one the index multiplies) and the stored or
+    added values; a fill stores the constant ``value`` instead, adds scale by ``alpha``. Pointers: reads
+    (x, index, out, error word); stores and adds (index, source, out, error word), or (index, out, error
+    word) for a fill.
     """
-    adds = op in ("scatter_add", "index_add")
+    form = FORMS[op]
     dtype = target[0]
     if index[0] not in INDEX_DTYPES:
         raise CompileError(f"{op} kernel: index dtype {index[0]} is not int64 or int32")
-    if adds and dtype not in ATOMIC_DTYPES:
+    if form.mode == "add" and dtype not in ATOMIC_DTYPES:
         raise CompileError(f"{op} kernel: no atomic add for {dtype}")
-    layout = "_".join("x".join(map(str, s)) for s in (space, index[1], target[1]) + ((source[1],) if adds else ()))
-    name = symbol(f"jitorch_{op}_d{dim}_{layout}_{dtype.name}_{index[0].name}")
-    text = str(_module(name, adds, space, dim, size, index, target, source, alpha, error_code(op, dim, size)))
-    spec = (op, tuple(space), dim, size, index, target, source, alpha)
+    layout = "_".join("x".join(map(str, s)) for s in (space, index[1], target[1]) + ((source[1],) if source else ()))
+    name = symbol(f"jitorch_{op}_d{dim}_{layout}_{dtype.name}_{index[0].name}" +
+                  ("" if value is None else f"_v{value!r}"))
+    text = str(_module(name, form, space, dim, size, index, target, source, alpha, value,
+                       error_code(op, dim, size)))
+    spec = (op, tuple(space), dim, size, index, target, source, alpha, value)
     return LoopKernel(name, op, spec, text, ptx_of(text, name, cache))
 
 
-def _module(name, adds, space, dim, size, index, target, source, alpha, code):
+def _module(name, form, space, dim, size, index, target, source, alpha, value, code):
     module = ir.Module(name=name)
     module.triple = TRIPLE
     t = llvm_type(target[0])
     it = llvm_type(index[0])
-    data = [t.as_pointer(), it.as_pointer(), t.as_pointer()] if not adds else \
-        [it.as_pointer(), t.as_pointer(), t.as_pointer()]
+    if form.mode == "read":
+        data = [t.as_pointer(), it.as_pointer(), t.as_pointer()]
+    else:
+        data = [it.as_pointer()] + ([t.as_pointer()] if value is None else []) + [t.as_pointer()]
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), data + [I64.as_pointer()]), name)
     fn.calling_convention = "ptx_kernel"
-    if adds:
+    if form.mode == "read":
+        x_ptr, idx_ptr, out_ptr, err = fn.args
+    elif value is None:
         idx_ptr, src_ptr, out_ptr, err = fn.args
     else:
-        x_ptr, idx_ptr, out_ptr, err = fn.args
+        idx_ptr, out_ptr, err = fn.args
+    e = Emitter(ir.IRBuilder(fn.append_basic_block("entry")))
+    b = e.b
     floating = target[0].is_floating_point
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
 
     def body(b, flat, point):
-        at = b.load(b.gep(idx_ptr, [offset(b, point, index[1])]))
-        at = at if it == I64 else b.sext(at, I64)
+        given = b.load(b.gep(idx_ptr, [offset(b, point, index[1])]))
+        given = given if it == I64 else b.sext(given, I64)
+        at = b.select(b.icmp_signed("<", given, I64(0)), b.add(given, I64(size)), given) if form.wraps else given
         inside = b.and_(b.icmp_signed(">=", at, I64(0)), b.icmp_signed("<", at, I64(size)))
-        followed = b.add(offset(b, point, target[1], skip=dim), b.mul(at, I64(target[1][dim])))
-        if adds:
-            with b.if_else(inside) as (then, otherwise):
-                with then:
-                    value = b.load(b.gep(src_ptr, [offset(b, point, source[1])]))
-                    if alpha != 1:
-                        value = (b.fmul if floating else b.mul)(value, ir.Constant(t, alpha))
-                    b.atomic_rmw("fadd" if floating else "add", b.gep(out_ptr, [followed]), value, "monotonic")
-                with otherwise:
-                    _report(b, err, code, at)
-            return
-        slot = b.alloca(t)
-        b.store(ir.Constant(t, 0), slot)
+        followed = b.gep(out_ptr if form.mode != "read" else x_ptr,
+                         [b.add(offset(b, point, target[1], skip=dim), b.mul(at, I64(target[1][dim])))])
+        if form.mode == "read":
+            slot = b.alloca(t)
+            b.store(ir.Constant(t, 0), slot)
         with b.if_else(inside) as (then, otherwise):
             with then:
-                b.store(b.load(b.gep(x_ptr, [followed])), slot)
+                if form.mode == "read":
+                    b.store(b.load(followed), slot)
+                else:
+                    stored = e.const(value, target[0]) if value is not None else \
+                        e.load(b.gep(src_ptr, [offset(b, point, source[1])]), target[0])
+                    if form.mode == "store":
+                        e.store(stored, followed)
+                    else:
+                        scaled = stored.value if alpha == 1 else \
+                            (b.fmul if floating else b.mul)(stored.value, ir.Constant(t, alpha))
+                        b.atomic_rmw("fadd" if floating else "add", followed, scaled, "monotonic")
             with otherwise:
-                _report(b, err, code, at)
-        b.store(b.load(slot), b.gep(out_ptr, [flat]))
+                _report(b, err, code, given)
+        if form.mode == "read":
+            b.store(b.load(slot), b.gep(out_ptr, [flat]))
 
     grid_stride(b, space, body)
     b.ret_void()
