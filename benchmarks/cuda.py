@@ -12,12 +12,17 @@ import numpy as np
 import jitorch as jt
 
 N = 1 << 26
-CASES = {
-    "gelu": (lambda t: 0.5 * t * (1 + (0.7978845608 * (t + 0.044715 * t ** 3)).tanh()), (N,), 2),
-    "ten_ops": (lambda t: ((t * t + t) * 0.5 - t / (t * t + 1) + (t - 1) * (t + 2)).abs() * 0.25, (N,), 2),
-    "softmax": (lambda t: t.softmax(-1), (N // 4096, 4096), 2),
-    "sum": (lambda t: t.sum(), (N,), 1),
-}
+MATMUL = 4096
+
+
+def cases(n):
+    """name -> (function, input shape, passes over the ``n`` float32 elements) for buffers of ``n`` elements."""
+    return {
+        "gelu": (lambda t: 0.5 * t * (1 + (0.7978845608 * (t + 0.044715 * t ** 3)).tanh()), (n,), 2),
+        "ten_ops": (lambda t: ((t * t + t) * 0.5 - t / (t * t + 1) + (t - 1) * (t + 2)).abs() * 0.25, (n,), 2),
+        "softmax": (lambda t: t.softmax(-1), (n // 4096, 4096), 2),
+        "sum": (lambda t: t.sum(), (n,), 1),
+    }
 
 
 def _time(launch, repeat=20):
@@ -32,31 +37,38 @@ def _time(launch, repeat=20):
     return statistics.median(times)
 
 
-def main():
+def main(n=N, m=MATMUL, repeat=20):
+    """Print the table for buffers of ``n`` float32 elements (a multiple of 4096) and an ``m`` x ``m`` matmul
+    (``m * m <= n``); the tests run it at small sizes on a fake driver."""
     if not jt.cuda.is_available():
         print("no CUDA device")
         return 0
     from jitorch.codegen.nvptx.matmul import matmul_kernel
     from jitorch.runtime import cuda_driver as d
-    nbytes = N * 4
+    nbytes = n * 4
     src, dst = d.malloc(nbytes), d.malloc(nbytes)
-    d.copy_to_device(src, np.random.default_rng(0).standard_normal(N).astype(np.float32))
+    d.copy_to_device(src, np.random.default_rng(0).standard_normal(n).astype(np.float32))
     stream = jt.cuda.current_stream().handle
-    copy = 2 * nbytes / _time(lambda: d.copy_on_device(dst, src, nbytes, stream))
+    copy = 2 * nbytes / _time(lambda: d.copy_on_device(dst, src, nbytes, stream), repeat)
     rows = [("d2d copy", f"{copy / 1e9:.0f} GB/s", "1.00")]
     sms = d.attribute("MULTIPROCESSOR_COUNT")
-    for name, (fn, shape, passes) in CASES.items():
+    partials = []
+    for name, (fn, shape, passes) in cases(n).items():
         (k,) = jt.compile(fn).lower(jt.empty(*shape), device="cuda").executable.kernels
         f, (blocks, threads) = d.function(k.asm, k.name), k.grid(sms)
         out = dst if k.source.split is None else d.malloc(k.source.split[0] * 4)
-        seconds = _time(lambda: d.launch(f, blocks, threads, [src, out], stream))
+        if out != dst:
+            partials.append(out)
+        seconds = _time(lambda: d.launch(f, blocks, threads, [src, out], stream), repeat)
         bw = passes * nbytes / seconds
         rows.append((name, f"{bw / 1e9:.0f} GB/s", f"{bw / copy:.2f}"))
-    m = 4096
     k = matmul_kernel((m, m), (m, m), jt.float32)
-    f = d.function(k.asm, k.name)
-    seconds = _time(lambda: d.launch(f, k.grid()[0], k.grid()[1], [src, src, dst], stream), repeat=5)
-    rows.append(("matmul 4096 f32", f"{2 * m ** 3 / seconds / 1e12:.1f} TFLOP/s", "-"))
+    f, (blocks, threads) = d.function(k.asm, k.name), k.grid()
+    seconds = _time(lambda: d.launch(f, blocks, threads, [src, src, dst], stream), max(1, repeat // 4))
+    rows.append((f"matmul {m} f32", f"{2 * m ** 3 / seconds / 1e12:.1f} TFLOP/s", "-"))
+    d.synchronize()
+    for address in [src, dst] + partials:
+        d.free(address)
     print(f"{'case':<18}{'throughput':>16}{'of copy':>10}   ({d.device_name()})")
     for r in rows:
         print(f"{r[0]:<18}{r[1]:>16}{r[2]:>10}")

@@ -94,9 +94,7 @@ class Stream:
 
     def query(self):
         """Whether the stream's work has finished."""
-        drv = _driver.require()
-        err = drv.cuStreamQuery(self.handle)[0]
-        return err == drv.CUresult.CUDA_SUCCESS
+        return _done(_driver.require().cuStreamQuery(self.handle))
 
     def wait_event(self, event):
         _driver.check(_driver.require().cuStreamWaitEvent(self.handle, event.handle, 0))
@@ -114,6 +112,16 @@ class Stream:
 
     def __repr__(self):
         return f"<jitorch.cuda.Stream device=cuda:{self.device_index} cuda_stream={int(self.handle):#x}>"
+
+
+def _done(result):
+    """A stream or event query's answer: NOT_READY is False; any other error (a kernel that failed, a bad
+    handle) raises rather than reading as work still running."""
+    drv = _driver.require()
+    if result[0] == drv.CUresult.CUDA_ERROR_NOT_READY:
+        return False
+    _driver.check(result)
+    return True
 
 
 def _stack():
@@ -169,8 +177,8 @@ class Event:
         _driver.check(_driver.require().cuEventSynchronize(self.handle))
 
     def query(self):
-        drv = _driver.require()
-        return drv.cuEventQuery(self.handle)[0] == drv.CUresult.CUDA_SUCCESS
+        """Whether the work before the event's record has finished."""
+        return _done(_driver.require().cuEventQuery(self.handle))
 
     def elapsed_time(self, end):
         """Milliseconds from this event to ``end`` (both recorded, both with timing)."""

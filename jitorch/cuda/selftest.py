@@ -193,9 +193,9 @@ def check_graph_and_autograd():
     return not bad, "fused graph, backward" + (f"; wrong: {bad}" if bad else "")
 
 
-def check_streams_and_bandwidth():
+def check_streams_and_bandwidth(n=1 << 28):
+    """Ten copies of ``n`` bytes within device memory on a new stream, timed by events on that stream."""
     from ..runtime import cuda_driver as d
-    n = 1 << 28
     src, dst = d.malloc(n), d.malloc(n)
     s = jt.cuda.Stream()
     start, end = jt.cuda.Event(enable_timing=True), jt.cuda.Event(enable_timing=True)

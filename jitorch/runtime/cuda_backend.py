@@ -51,9 +51,8 @@ class DriverBackend:
         alloc = self._allocators.get(index)
         if alloc is None:
             from .cuda_allocator import CachingAllocator
-            cuda_driver.activate(index)
             with _lock:
-                alloc = self._allocators.setdefault(index, CachingAllocator(cuda_driver.DriverMemory()))
+                alloc = self._allocators.setdefault(index, CachingAllocator(cuda_driver.DriverMemory(index)))
         return alloc
 
     def stream(self):
@@ -81,6 +80,9 @@ class DriverBackend:
     def launch(self, kernel, pointers, index=0):
         fn = cuda_driver.function(kernel.asm, kernel.name, index)
         blocks, threads = kernel.grid(cuda_driver.attribute("MULTIPROCESSOR_COUNT", index))
+        # the function belongs to device ``index``'s context, which must be current here (another device's
+        # may be, after an allocation there)
+        cuda_driver.activate(index)
         cuda_driver.launch(fn, blocks, threads, pointers, self.stream())
 
     def synchronize(self):

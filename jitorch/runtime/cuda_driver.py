@@ -6,6 +6,11 @@ Nothing here runs at ``import jitorch``: the first CUDA query imports
 `available()` is False and `require()` raises the RuntimeError CUDA tensor
 creation gives. Modules are loaded from PTX once per device and kept; launches
 and asynchronous copies go to a stream (the current one by default).
+
+A CUDA context is current per thread: every call here that needs one makes
+device 0's primary context current on a thread that has none yet, so CUDA work
+from a new thread (or a script that allocates before anything else) does not
+fail with CUDA_ERROR_INVALID_CONTEXT.
 """
 
 from __future__ import annotations
@@ -17,6 +22,14 @@ from .cuda_stub import no_cuda
 
 _lock = threading.RLock()
 _state: dict = {}
+_local = threading.local()   # .ctx: the primary context this thread made current
+
+
+def _bindings():
+    """The ``cuda.bindings.driver`` module (ImportError without cuda-python). The one place the bindings are
+    obtained: tests put a fake driver (tests/cuda/fake_driver.py) in its place."""
+    from cuda.bindings import driver
+    return driver
 
 
 def _driver():
@@ -30,7 +43,7 @@ def _driver():
 
 def _initialise():
     try:
-        from cuda.bindings import driver
+        driver = _bindings()
     except ImportError as e:
         return {"ok": False, "reason": f"cuda-python is not installed ({e})"}
     try:
@@ -42,7 +55,7 @@ def _initialise():
     err, count = driver.cuDeviceGetCount()
     if err != driver.CUresult.CUDA_SUCCESS or count == 0:
         return {"ok": False, "reason": "no CUDA device"}
-    return {"ok": True, "driver": driver, "count": count, "contexts": {}, "modules": {}}
+    return {"ok": True, "driver": driver, "count": count, "contexts": {}, "modules": {}, "attributes": {}}
 
 
 def available():
@@ -90,14 +103,20 @@ def device_name(index=0):
 
 
 def attribute(name, index=0):
-    """A device attribute by its CU_DEVICE_ATTRIBUTE_ suffix (``"MULTIPROCESSOR_COUNT"``)."""
+    """A device attribute by its CU_DEVICE_ATTRIBUTE_ suffix (``"MULTIPROCESSOR_COUNT"``), asked once: every
+    launch needs the multiprocessor count, and attributes do not change."""
     drv = require()
-    attr = getattr(drv.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{name}")
-    return check(drv.cuDeviceGetAttribute(attr, _device(index)))
+    key = (name, index)
+    value = _state["attributes"].get(key)
+    if value is None:
+        attr = getattr(drv.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{name}")
+        value = _state["attributes"][key] = check(drv.cuDeviceGetAttribute(attr, _device(index)))
+    return value
 
 
 def activate(index=0):
-    """Make device ``index``'s primary context current on this thread (retained once per process)."""
+    """Make device ``index``'s primary context current on this thread (retained once per process); a call
+    for the device already current on this thread costs no driver call."""
     drv = require()
     ctx = _state["contexts"].get(index)
     if ctx is None:
@@ -105,8 +124,19 @@ def activate(index=0):
             ctx = _state["contexts"].get(index)
             if ctx is None:
                 ctx = _state["contexts"][index] = check(drv.cuDevicePrimaryCtxRetain(_device(index)))
-    check(drv.cuCtxSetCurrent(ctx))
+    if getattr(_local, "ctx", None) is not ctx:
+        check(drv.cuCtxSetCurrent(ctx))
+        _local.ctx = ctx
     return ctx
+
+
+def _context():
+    """The driver module, with a context current on this thread (device 0's if the thread had none)."""
+    drv = require()
+    current = getattr(_local, "ctx", None)
+    if not any(current is ctx for ctx in _state["contexts"].values()):
+        activate(0)
+    return drv
 
 
 def function(ptx, name, index=0):
@@ -125,12 +155,14 @@ def function(ptx, name, index=0):
 def launch(fn, grid, block, pointers, stream=0, shared_bytes=0):
     """Launch ``fn`` asynchronously on ``stream`` with device pointers as its arguments."""
     grid = tuple(grid) + (1,) * (3 - len(grid)) if isinstance(grid, tuple) else (grid, 1, 1)
-    params = (tuple(pointers), tuple(ctypes.c_void_p for _ in pointers))
-    check(require().cuLaunchKernel(fn, *grid, block, 1, 1, shared_bytes, stream, params, 0))
+    # cuda-python packs a c_void_p parameter only from a Python int (a NumPy integer is a TypeError, and a
+    # CUdeviceptr would pass the address of its own storage), so every pointer becomes an int here
+    params = (tuple(int(p) for p in pointers), tuple(ctypes.c_void_p for _ in pointers))
+    check(_context().cuLaunchKernel(fn, *grid, block, 1, 1, shared_bytes, stream, params, 0))
 
 
 def malloc(nbytes):
-    drv = require()
+    drv = _context()
     err, ptr = drv.cuMemAlloc(nbytes)
     if err == drv.CUresult.CUDA_ERROR_OUT_OF_MEMORY:
         raise MemoryError(f"cuMemAlloc({nbytes}) is out of memory")
@@ -139,12 +171,12 @@ def malloc(nbytes):
 
 
 def free(address):
-    check(require().cuMemFree(address))
+    check(_context().cuMemFree(address))
 
 
 def copy_to_device(dst, host, stream=0, non_blocking=False):
     """Copy a C-contiguous NumPy array's bytes to device address ``dst``."""
-    drv = require()
+    drv = _context()
     src = host.__array_interface__["data"][0]
     if non_blocking:
         check(drv.cuMemcpyHtoDAsync(dst, src, host.nbytes, stream))
@@ -154,7 +186,7 @@ def copy_to_device(dst, host, stream=0, non_blocking=False):
 
 def copy_to_host(host, src, stream=0, non_blocking=False):
     """Copy ``host.nbytes`` bytes from device address ``src`` into a C-contiguous NumPy array."""
-    drv = require()
+    drv = _context()
     dst = host.__array_interface__["data"][0]
     if non_blocking:
         check(drv.cuMemcpyDtoHAsync(dst, src, host.nbytes, stream))
@@ -164,21 +196,26 @@ def copy_to_host(host, src, stream=0, non_blocking=False):
 
 
 def copy_on_device(dst, src, nbytes, stream=0):
-    check(require().cuMemcpyDtoDAsync(dst, src, nbytes, stream))
+    check(_context().cuMemcpyDtoDAsync(dst, src, nbytes, stream))
 
 
 def synchronize_stream(stream=0):
-    check(require().cuStreamSynchronize(stream))
+    check(_context().cuStreamSynchronize(stream))
 
 
 def synchronize():
-    check(require().cuCtxSynchronize())
+    check(_context().cuCtxSynchronize())
 
 
 class DriverMemory:
-    """The caching allocator's backend on the real driver."""
+    """The caching allocator's backend on the real driver, for device ``index``: cuMemAlloc allocates on the
+    device of the calling thread's current context, so that device's context is made current first."""
+
+    def __init__(self, index=0):
+        self.index = index
 
     def malloc(self, nbytes):
+        activate(self.index)
         return malloc(nbytes)
 
     def free(self, address):
