@@ -17,7 +17,7 @@ import numpy as np
 from . import cuda_backend
 
 OPS = ("gather", "index_select", "scatter_add", "index_add", "index", "take", "scatter", "scatter.value",
-       "index_copy", "index_fill", "put", "put_accumulate")
+       "index_copy", "index_fill", "put", "put_accumulate", "index_put", "index_put_accumulate")
 _words: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # backend -> {device index: CUDA tensor}
 _marked: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # backend -> device indices to read back
 
@@ -35,7 +35,7 @@ def message(code, value):
     if op in ("take", "put", "put_accumulate"):
         return f"out of range: tried to access index {value} on a tensor of {size} elements."
     prefix = "index_copy_(): " if op == "index_copy" else ""
-    if op == "index":
+    if op.startswith("index_put") or op == "index":
         dim = 0  # x[..., idx]: torch numbers the index tensors, and the kernels take one
     return f"{prefix}index {value} is out of bounds for dimension {dim} with size {size}"
 

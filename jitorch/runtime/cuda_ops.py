@@ -21,7 +21,7 @@ _INDEXERS: dict = {}    # the arguments of index_kernel -> its LoopKernel
 _SCANS: dict = {}       # the arguments of scan_kernel or arg_kernel -> its LoopKernel
 MATMUL_OPS = ("matmul", "mm", "bmm", "mv", "dot", "vdot")
 INDEXING_OPS = ("gather", "index_select", "index", "take", "scatter", "scatter.value", "scatter_add", "index_add",
-                "index_copy", "index_fill", "index_fill.Tensor", "put")
+                "index_copy", "index_fill", "index_fill.Tensor", "put", "index_put")
 JOIN_OPS = ("cat", "concat", "concatenate", "stack")
 
 
@@ -106,12 +106,18 @@ def _arguments(op, args):
     """(kernel op, self, dim, index, source, alpha, value, whether the index is 1-D along dim) of an indexing
     op's call; None for calls the kernels do not take (a reduce= mode, an index that is not one tensor)."""
     name = op.name
-    if name == "index":
-        self, indices = args
+    if name in ("index", "index_put"):
+        self, indices = args[:2]
         picked = [(d, t) for d, t in enumerate(indices) if t is not None]
-        if len(picked) != 1 or picked[0][1].ndim != 1:
+        if len(picked) != 1 or picked[0][1].ndim != 1 or picked[0][1].dtype.name == "bool":
             return None
-        return "index", self, picked[0][0], picked[0][1], None, 1, None, True
+        (dim, at), = picked
+        if name == "index":
+            return "index", self, dim, at, None, 1, None, True
+        values, accumulate = args[2:]
+        shape = self._shape[:dim] + at._shape + self._shape[dim + 1:]
+        source = values.to(self.dtype).expand(shape)  # a view: broadcast dims read with stride 0
+        return ("index_put_accumulate" if accumulate else "index_put"), self, dim, at, source, 1, None, True
     if name in ("take", "put"):
         self, index = args[0], args[1]
         accumulate = name == "put" and args[3]

@@ -51,7 +51,7 @@ def check(fn, *args):
         assert all(kind == "dtod" or kind == "htod" and non_blocking and n == 8 for kind, n, non_blocking in fake.copies)
         result = got.cpu()
     want = fn(*args)
-    assert launched[-1] == [fn.__name__.replace("_value", ".value")]
+    assert launched[-1] in ([fn.__name__.replace("_value", ".value")], [fn.__name__ + "_accumulate"])
     assert result.dtype == want.dtype and result.shape == want.shape
     np.testing.assert_allclose(result.numpy(), want.numpy(), rtol=1e-6)
 
@@ -195,6 +195,8 @@ def put(x, at, source):
      r"out of range: tried to access index 12 on a tensor of 12 elements\."),
     ("scatter.value", lambda x: x.scatter(1, jt.tensor([[4]], device=x.device), 1.0),
      "index 4 is out of bounds for dimension 1 with size 4"),
+    ("index_put", lambda x: x.index_put((None, jt.tensor([4], device=x.device)), jt.tensor(1.0, device=x.device)),
+     "index 4 is out of bounds for dimension 0 with size 4"),
 ])
 def test_an_index_out_of_range_raises_the_cpu_message_at_the_next_synchronization(fake, op, make, message):
     x = jt.zeros(3, 4, device="cuda")
@@ -268,3 +270,20 @@ def test_lists_and_cpu_index_tensors_index_a_cuda_tensor_as_in_torch(fake):
     c[[0, 1]] = 5.0
     x[[0, 1]] = 5.0
     assert c.cpu().tolist() == x.tolist()
+
+
+@settings(max_examples=12)
+@given(data=st.data(), accumulate=st.booleans())
+def test_index_put_stores_or_adds_broadcast_values(data, accumulate):
+    x, dim, _ = case(data.draw, vector=True)
+    n = x.shape[dim]
+    positions = unique_index(data.draw, n, (data.draw(st.integers(1, n)),), 0) - n * data.draw(st.integers(0, 1))
+    if accumulate:
+        positions = positions.repeat(2)  # repeated positions add up
+    shape = list(x.shape)
+    shape[dim] = positions.shape[0]
+    values = jt.arange(float(np.prod(shape[dim:]))).reshape(shape[dim:]).to(x.dtype)  # broadcast over dims < dim
+
+    def index_put(t, at, v):
+        return t.index_put((None,) * dim + (at,), v, accumulate=accumulate)
+    check(index_put, x, positions, values)

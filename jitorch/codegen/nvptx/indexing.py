@@ -1,6 +1,6 @@
 """Generated CUDA kernels for ops that follow positions held in a tensor: reads (gather, index_select,
-``x[idx]``, take), stores (scatter, index_copy, index_fill, put) and atomic adds (scatter_add, index_add,
-put with accumulate).
+``x[idx]``, take), stores (scatter, index_copy, index_fill, put, ``x[idx] = v``) and atomic adds
+(scatter_add, index_add, put and index_put with accumulate).
 
 Each kernel is a grid-stride loop over its *loop space* (the output for reads, the index or source for
 stores and adds). At every point it loads one index, checks it against the size of the indexed dim and
@@ -55,7 +55,8 @@ class Form:
 FORMS = {"gather": Form("read"), "index_select": Form("read"), "index": Form("read", wraps=True),
          "take": Form("read", wraps=True), "scatter": Form("store"), "scatter.value": Form("store"),
          "index_copy": Form("store"), "index_fill": Form("store", wraps=True), "put": Form("store", wraps=True),
-         "scatter_add": Form("add"), "index_add": Form("add"), "put_accumulate": Form("add", wraps=True)}
+         "scatter_add": Form("add"), "index_add": Form("add"), "put_accumulate": Form("add", wraps=True),
+         "index_put": Form("store", wraps=True), "index_put_accumulate": Form("add", wraps=True)}
 
 
 def index_kernel(op, space, dim, size, index, target, source=None, alpha=1, value=None, cache=None):
