@@ -157,33 +157,47 @@ def stream(s):
 
 
 class Event:
-    """A marker in a stream; ``enable_timing=True`` lets `elapsed_time` measure between two."""
+    """A marker in a stream; ``enable_timing=True`` lets `elapsed_time` measure between two. As in torch, the
+    driver's event is made at the first `record`, on the recording stream's device."""
 
     def __init__(self, enable_timing=False, blocking=False, interprocess=False):
-        drv = _driver.require()
-        _driver.activate(0)
-        flags = 0 if enable_timing else int(drv.CUevent_flags.CU_EVENT_DISABLE_TIMING)
-        if blocking:
-            flags |= int(drv.CUevent_flags.CU_EVENT_BLOCKING_SYNC)
+        _driver.require()  # without CUDA, making one raises at once, as in torch
         self.enable_timing = enable_timing
-        self.handle = _driver.check(drv.cuEventCreate(flags))
+        self.blocking = blocking
+        self.handle = None
+        self.device_index = None
 
     def record(self, stream=None):
         """Mark the current point of ``stream`` (default: the current stream)."""
         stream = stream or current_stream()
-        _driver.check(_driver.require().cuEventRecord(self.handle, stream.handle))
+        drv = _driver.require()
+        if self.handle is None:
+            _driver.activate(stream.device_index)
+            flags = 0 if self.enable_timing else int(drv.CUevent_flags.CU_EVENT_DISABLE_TIMING)
+            if self.blocking:
+                flags |= int(drv.CUevent_flags.CU_EVENT_BLOCKING_SYNC)
+            self.handle = _driver.check(drv.cuEventCreate(flags))
+            self.device_index = stream.device_index
+        elif stream.device_index != self.device_index:
+            raise RuntimeError(f"Event device cuda:{self.device_index} does not match recording stream's device "
+                               f"cuda:{stream.device_index}.")
+        _driver.check(drv.cuEventRecord(self.handle, stream.handle))
 
     def synchronize(self):
-        _driver.check(_driver.require().cuEventSynchronize(self.handle))
+        """Wait for the work before the event's record (nothing to wait for before one)."""
+        if self.handle is not None:
+            _driver.check(_driver.require().cuEventSynchronize(self.handle))
 
     def query(self):
-        """Whether the work before the event's record has finished."""
-        return _done(_driver.require().cuEventQuery(self.handle))
+        """Whether the work before the event's record has finished (True before a record, as in torch)."""
+        return self.handle is None or _done(_driver.require().cuEventQuery(self.handle))
 
     def elapsed_time(self, end):
         """Milliseconds from this event to ``end`` (both recorded, both with timing)."""
         if not (self.enable_timing and end.enable_timing):
             raise RuntimeError("Both events must be created with argument 'enable_timing=True'.")
+        if self.handle is None or end.handle is None:
+            raise RuntimeError("Both events must be recorded before calculating elapsed time.")
         return _driver.check(_driver.require().cuEventElapsedTime(self.handle, end.handle))
 
 

@@ -172,3 +172,15 @@ def test_an_index_error_found_by_a_kernel_is_raised_at_the_next_synchronization(
         jt.cuda.synchronize()
     assert x.index_select(0, jt.tensor([5, 1], device="cuda")).tolist() == [5.0, 1.0]
     del y
+
+
+def test_an_event_is_made_on_its_first_recording_streams_device(monkeypatch):
+    fake_driver.install(monkeypatch, devices=2)
+    event = jt.cuda.Event(enable_timing=True)
+    assert event.query() and event.handle is None  # nothing recorded: nothing to wait for, as in torch
+    with pytest.raises(RuntimeError, match="Both events must be recorded"):
+        event.elapsed_time(jt.cuda.Event(enable_timing=True))
+    event.record(jt.cuda.Stream(device=1))
+    assert event.device_index == 1
+    with pytest.raises(RuntimeError, match="Event device cuda:1 does not match recording stream's device cuda:0"):
+        event.record(jt.cuda.current_stream())
