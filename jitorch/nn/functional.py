@@ -149,16 +149,18 @@ def _patches(x, kernel, stride, dilation, out, dim):
     """The windows of the trailing ``len(kernel)`` dims of ``x`` (already padded), stacked along ``dim``.
 
     Result: ``x``'s shape with its trailing dims replaced by the output positions ``out`` and a new
-    dim of the kernel positions (row-major) at ``dim``. Each kernel position is one strided slice of ``x``.
+    dim of the kernel positions (row-major) at ``dim``. All windows are one strided view of ``x``
+    (``as_strided``), copied once by the reshape that merges the kernel positions: the backward is one
+    accumulation of the overlapping windows' gradients, not a scatter into zeros per kernel position.
     """
-    slices = []
-    for offsets in np.ndindex(*kernel):
-        index = [Ellipsis]
-        for o, s, d, n in zip(offsets, stride, dilation, out):
-            start = o * d
-            index.append(slice(start, start + s * (n - 1) + 1, s))
-        slices.append(x[tuple(index)])
-    return jt.stack(slices, dim)
+    nd = len(kernel)
+    steps = x.stride()[-nd:]
+    windows = tuple(x.shape[:-nd]) + tuple(out)
+    window_strides = tuple(x.stride()[:-nd]) + tuple(t * s for t, s in zip(stride, steps))
+    offsets = tuple(d * s for d, s in zip(dilation, steps))
+    view = x.as_strided(windows[:dim] + tuple(kernel) + windows[dim:],
+                        window_strides[:dim] + offsets + window_strides[dim:], x.storage_offset())
+    return view.reshape(windows[:dim] + (math.prod(kernel),) + windows[dim:])
 
 
 def _check_spatial(value, n, what):
