@@ -1,7 +1,9 @@
 """CUDA benchmark: device copy bandwidth as the ceiling; fused GELU, the 10-op chain, row softmax and
-sum as fractions of it; tiled matmul 4096 in TFLOP/s. Prints "no CUDA device" and exits 0 without one.
+sum as fractions of it; tiled matmul 4096 in TFLOP/s; and, where torch with CUDA is installed, torch (eager)
+on the same cases and GPU. Prints "no CUDA device" and exits 0 without one.
 
-Kernels are timed with CUDA events (median of 20 launches) on device buffers of 64M float32 elements.
+Kernels are timed with CUDA events (median of 20 launches) on device buffers of 64M float32 elements. The
+sum's row times its first pass (partial results per block); the pass that combines them reads 512 values.
 """
 
 import statistics
@@ -69,10 +71,48 @@ def main(n=N, m=MATMUL, repeat=20):
     d.synchronize()
     for address in [src, dst] + partials:
         d.free(address)
-    print(f"{'case':<18}{'throughput':>16}{'of copy':>10}   ({d.device_name()})")
-    for r in rows:
-        print(f"{r[0]:<18}{r[1]:>16}{r[2]:>10}")
+    try:
+        theirs = _torch_throughput(n, m, repeat)
+    except Exception as e:  # the comparison failing must not lose jitorch's own figures
+        print(f"torch comparison failed: {type(e).__name__}: {e}")
+        theirs = {}
+    print(f"{'case':<18}{'throughput':>16}{'of copy':>10}{'torch eager':>16}   ({d.device_name()})")
+    for name, *r in rows:
+        key = name.split()[0]
+        other = "-" if key not in theirs else (f"{theirs[key] / 1e12:.1f} TFLOP/s" if key == "matmul" else
+                                              f"{theirs[key] / 1e9:.0f} GB/s")
+        print(f"{name:<18}{r[0]:>16}{r[1]:>10}{other:>16}")
     return 0
+
+
+def _torch_throughput(n, m, repeat):
+    """torch's (eager) bytes per second on the same cases and GPU, and its matmul FLOP/s; empty when torch
+    or its CUDA is not installed."""
+    try:
+        import torch
+    except ImportError:
+        return {}
+    if not torch.cuda.is_available():
+        return {}
+
+    def seconds(launch):
+        launch()
+        times = []
+        for _ in range(repeat):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            launch()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+        return statistics.median(times)
+
+    x = torch.randn(n, device="cuda")
+    out = {name: passes * n * 4 / seconds(lambda: fn(x.reshape(shape))) for name, (fn, shape, passes) in
+           cases(n).items()}
+    a = torch.randn(m, m, device="cuda")
+    out["matmul"] = 2 * m ** 3 / seconds(lambda: a @ a)
+    return out
 
 
 if __name__ == "__main__":
