@@ -405,6 +405,42 @@ def _log_sum_exp_or_nan_mean(op, args, spec):
         return out.to(spec.dtype)
 
 
+def _sort(op, args, spec):
+    """sort, topk and kthvalue through the generated bitonic sort (lines of up to MAX_LINE elements; stable,
+    NaN last ascending and first descending, as the CPU), topk and kthvalue reading the first k of it."""
+    from ..autograd.grad_mode import no_grad
+    from ..codegen.nvptx.sort import MAX_LINE, sort_kernel
+    from ..ops.registry import OPS
+    x = args[0]
+    if op.name == "sort":
+        dim, descending = args[1], args[2]
+    elif op.name == "topk":
+        dim, descending = args[2], args[3]
+    else:
+        dim, descending = args[2], False
+    if not x.ndim or not x.numel() or x.dtype.name == "bool" or x._shape[wrap_dim(dim, x.ndim)] > MAX_LINE:
+        return NotImplemented
+    d = wrap_dim(dim, x.ndim)
+    key = (x._shape, d, (x.dtype, x._stride), bool(descending))
+    kernel = _cached(_SCANS, key, lambda: sort_kernel(*key))
+    values, indices = empty(x._shape, x.dtype, x.device), empty(x._shape, _int64(), x.device)
+    cuda_backend.current().launch(kernel, [address(x), address(values), address(indices)], x.device.index)
+    if op.name == "sort":
+        return op.result_type(values, indices)
+    with no_grad():
+        if op.name == "topk":
+            k = args[1]
+            return op.result_type(copy_values(values.narrow(d, 0, k)), copy_values(indices.narrow(d, 0, k)))
+        k, keepdim = args[1], args[3]
+        pick = (lambda t: t.narrow(d, k - 1, 1)) if keepdim else (lambda t: t.select(d, k - 1))
+        return OPS["kthvalue"].result_type(copy_values(pick(values)), copy_values(pick(indices)))
+
+
+def _int64():
+    from . import dtypes
+    return dtypes.int64
+
+
 def _softmax(op, args, spec):
     """softmax and log_softmax over any dim of a float32/float64 tensor: the row kernel over compact rows,
     with the dim moved last (and back) by strided copies when it is not."""
@@ -427,5 +463,6 @@ IMPLEMENTATIONS = {**dict.fromkeys(MATMUL_OPS, _matmul), **dict.fromkeys(INDEXIN
             "repeat": _repeat, "roll": _roll, "flip": _flip, "cumsum": _scan, "cumprod": _scan,
             "softmax": _softmax, "log_softmax": _softmax, "as_strided_scatter": _as_strided_scatter,
             "tril": _triangle, "triu": _triangle, "var.correction": _moment, "std.correction": _moment,
-            "norm": _norm, "logsumexp": _log_sum_exp_or_nan_mean, "nanmean": _log_sum_exp_or_nan_mean, **dict.fromkeys(("argmax", "argmin", "max.dim",
+            "norm": _norm, "logsumexp": _log_sum_exp_or_nan_mean, "nanmean": _log_sum_exp_or_nan_mean,
+            "sort": _sort, "topk": _sort, "kthvalue": _sort, **dict.fromkeys(("argmax", "argmin", "max.dim",
                                                                             "min.dim"), _arg_reduction)}

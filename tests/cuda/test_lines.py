@@ -1,6 +1,6 @@
 """Ops that walk lines on CUDA tensors: cumsum/cumprod and argmax/argmin/max/min over a dim (a thread per line,
-in order: the CPU's results bit for bit), and softmax/log_softmax over any dim (the row kernel, the dim moved
-last by strided copies); on the fake device running the kernels, against the CPU. Every directly written
+in order: the CPU's results bit for bit), sort/topk/kthvalue (a bitonic network per line, the CPU's stable
+order), and softmax/log_softmax over any dim (the row kernel, the dim moved last by strided copies); on the fake device running the kernels, against the CPU. Every directly written
 kernel made by the CUDA tests of this file is assembled with ptxas."""
 
 import numpy as np
@@ -72,16 +72,48 @@ def test_softmax_over_any_dim(data, log):
     assert ["log_softmax" if log else "softmax"] in ops
 
 
+def repeated_values(draw):
+    """A tensor whose values repeat (ties must keep their order) and may hold NaN, in a drawn layout."""
+    shape = draw(support.shapes(min_dims=1, max_dims=3, min_side=1, max_side=9))
+    dtype = draw(st.sampled_from([jt.float32, jt.float16, jt.float64, jt.int32, jt.int64]))
+    values = np.random.default_rng(draw(st.integers(0, 99))).integers(-3, 3, shape).astype(dtype.np)
+    if dtype.is_floating_point and draw(st.booleans()):
+        values.flat[:: max(1, values.size // 3)] = np.nan
+    t, _ = tensor_and_array(values, draw(st.sampled_from(support.LAYOUTS)))
+    return t, draw(st.integers(-len(shape), len(shape) - 1))
+
+
+@settings(max_examples=15)
+@given(data=st.data(), descending=st.booleans())
+def test_sort_topk_and_kthvalue_give_the_cpus_stable_order(data, descending):
+    x, dim = repeated_values(data.draw)
+    n = x.shape[dim]
+    assert ["sort"] in both(lambda t: t.sort(dim, descending), x)
+    k = data.draw(st.integers(1, n))
+    both(lambda t: t.topk(k, dim, largest=descending), x)
+    both(lambda t: t.kthvalue(k, dim, keepdim=descending), x)
+
+
+def test_lines_longer_than_shared_memory_holds_sort_on_the_host(fake, monkeypatch):
+    from jitorch.codegen.nvptx import sort
+    monkeypatch.setattr(sort, "MAX_LINE", 4)
+    x = jt.tensor([3.0, 1.0, 2.0, 5.0, 4.0])
+    fake.launches.clear()
+    assert x.cuda().sort().values.cpu().tolist() == [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert all(launch.ops != ["sort"] for launch in fake.launches)
+
+
 def test_the_directly_written_kernels_assemble(fake):
     x = jt.arange(24.0, device="cuda").reshape(2, 3, 4)
     index = jt.tensor([[0, 2]], device="cuda")
     for make in (lambda: x.transpose(0, 2).cumsum(1), lambda: x.argmax(1), lambda: x.min(0),
                  lambda: x.flip((0, 2)), lambda: x.gather(2, index.expand(2, 3, 2)),
                  lambda: x.scatter_add(2, index.expand(2, 3, 2), x[..., :2]),
-                 lambda: x.index_add(1, index[0], x[:, :2], alpha=2), lambda: x.transpose(0, 1).repeat(1, 2, 1)):
+                 lambda: x.index_add(1, index[0], x[:, :2], alpha=2), lambda: x.transpose(0, 1).repeat(1, 2, 1),
+                 lambda: x.transpose(1, 2).sort(1, descending=True)):
         make()
     tables = (cuda_ops._INDEXERS, cuda_tensor._COPIES, cuda_ops._SCANS)
     kernels = [k for table in tables for k in table.values()]
     assert {k.ops[0] for k in kernels} >= {"cumsum", "argmax", "min.dim", "copy", "gather", "scatter_add",
-                                           "index_add"}
+                                           "index_add", "sort"}
     assert_assembles(kernels)

@@ -15,21 +15,23 @@ from .target import BLOCK, I64, _sreg, strided_loop, unflatten
 
 
 class LoopKernel(GeneratedKernel):
-    """A generated kernel over the points of ``spec[1]`` (its loop space): PTX (``asm``), LLVM IR, grid."""
+    """A generated kernel over the points of ``spec[1]`` (its loop space): PTX (``asm``), LLVM IR, grid.
+    ``mode`` "thread" gives each point a thread, "block" a block."""
 
-    def __init__(self, name, op, spec, source_ir, ptx):
+    def __init__(self, name, op, spec, source_ir, ptx, mode="thread"):
         self.name = name
         self.ops = [op]
         self.spec = spec  # the arguments the kernel was generated from
         self.space = tuple(spec[1])
         self.source_ir = source_ir
         self.asm = ptx
-        self.mode = "thread"
+        self.mode = mode
 
     def grid(self, multiprocessors=132):
-        """(blocks, threads per block): a thread per point, up to 32 blocks per multiprocessor (the
-        grid-stride loop does the rest)."""
-        return max(1, min(-(-prod(self.space) // BLOCK), 32 * multiprocessors)), BLOCK
+        """(blocks, threads per block): a thread (or a block) per point, up to 32 blocks per multiprocessor
+        (the grid-stride loop does the rest)."""
+        points = prod(self.space)
+        return max(1, min(points if self.mode == "block" else -(-points // BLOCK), 32 * multiprocessors)), BLOCK
 
     def __repr__(self):
         return f"<cuda kernel {self.name}: {self.ops[0]}>"

@@ -1,0 +1,128 @@
+"""A generated sort for CUDA: a bitonic network per line, in shared memory.
+
+Each block sorts one line along ``dim`` at a time (a grid-stride loop over lines). The line is loaded into
+shared memory with each element's position, padded to a power of two, and sorted by a bitonic network
+whose stages are unrolled at generation time, with a barrier after each. Elements compare by the CPU's
+order exactly: NaN after every number (before, descending), and equal elements by their position, which
+makes the network stable, as ``sort`` is on the CPU. Lines of up to `MAX_LINE` elements fit in shared
+memory; longer ones are sorted on the host.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from ...runtime import dtypes as _dt
+from ...runtime.strided import contiguous_strides
+from ..emitter import Emitter, llvm_type
+from .compile import ptx_of
+from .loop_kernel import LoopKernel, offset, symbol
+from .target import I32, I64, SHARED, TRIPLE, _sreg, barrier, strided_loop, unflatten
+
+MAX_LINE = 2048
+
+
+def sort_kernel(shape, dim, src, descending, cache=None):
+    """The kernel sorting ``shape`` along ``dim``; ``src`` is (dtype, element strides). Pointers: (src,
+    values, indices), both outputs compact."""
+    dtype = src[0]
+    n = shape[dim]
+    width = 2
+    while width < n:
+        width *= 2
+    lines = tuple(s for d, s in enumerate(shape) if d != dim)
+    out_strides = contiguous_strides(tuple(shape))
+    line_src = [s for d, s in enumerate(src[1]) if d != dim]
+    line_out = [s for d, s in enumerate(out_strides) if d != dim]
+    name = symbol(f"jitorch_sort_d{dim}_{'x'.join(map(str, shape))}_{'x'.join(map(str, src[1]))}_{dtype.name}"
+                  f"{'_desc' if descending else ''}")
+    module = ir.Module(name=name)
+    module.triple = TRIPLE
+    t = llvm_type(dtype)
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [t.as_pointer(), t.as_pointer(), I64.as_pointer()]),
+                     name)
+    fn.calling_convention = "ptx_kernel"
+    src_ptr, values_ptr, indices_ptr = fn.args
+    keys, positions = _shared(module, "jitorch.sort.keys", t, width), _shared(module, "jitorch.sort.at", I64, width)
+    e = Emitter(ir.IRBuilder(fn.append_basic_block("entry")))
+    b = e.b
+    compared = _dt.float32 if dtype in (_dt.float16, _dt.bfloat16) else dtype
+    tid, threads = _sreg(b, "tid.x"), _sreg(b, "ntid.x")
+
+    def key(b, i):
+        return e.cast(e.load(b.gep(keys, [I32(0), i]), dtype), compared)
+
+    def at(b, i):
+        return b.load(b.gep(positions, [I32(0), i]))
+
+    def before(a, ia, c, ic):
+        """Whether element (a, ia) comes before (c, ic): real elements before padding, then the CPU's order."""
+        pad_a, pad_c = b.icmp_signed(">=", ia, I64(n)), b.icmp_signed(">=", ic, I64(n))
+        earlier = b.icmp_signed("<", ia, ic)
+        nan_a, nan_c = e.isnan(a).value, e.isnan(c).value
+        both_nan = b.and_(nan_a, nan_c)
+        equal = b.or_(e.compare("==", a, c).value, both_nan)
+        if descending:
+            ahead = b.or_(e.compare(">", a, c).value, b.and_(nan_a, b.not_(nan_c)))
+        else:
+            ahead = b.or_(e.compare("<", a, c).value, b.and_(nan_c, b.not_(nan_a)))
+        real = b.or_(ahead, b.and_(equal, earlier))
+        return b.select(b.icmp_unsigned("!=", pad_a, pad_c), pad_c, b.select(pad_a, earlier, real))
+
+    def one_line(b, line):
+        point = unflatten(b, line, list(lines))
+        src_base, out_base = offset(b, point, line_src), offset(b, point, line_out)
+
+        def load(b, i):
+            b.store(i, b.gep(positions, [I32(0), i]))
+            with b.if_then(b.icmp_signed("<", i, I64(n))):
+                value = b.load(b.gep(src_ptr, [b.add(src_base, b.mul(i, I64(src[1][dim])))]))
+                b.store(value, b.gep(keys, [I32(0), i]))
+        strided_loop(b, tid, I64(width), threads, load)
+        barrier(b)
+        k = 2
+        while k <= width:
+            j = k // 2
+            while j:
+                def exchange(b, i, k=k, j=j):
+                    partner = b.xor(i, I64(j))
+                    with b.if_then(b.icmp_unsigned(">", partner, i)):
+                        a, c = key(b, i), key(b, partner)
+                        ia, ic = at(b, i), at(b, partner)
+                        rising = b.icmp_unsigned("==", b.and_(i, I64(k)), I64(0))
+                        swap = b.select(rising, before(c, ic, a, ia), before(a, ia, c, ic))
+                        with b.if_then(swap):
+                            for table in (keys, positions):
+                                here, there = b.gep(table, [I32(0), i]), b.gep(table, [I32(0), partner])
+                                first, second = b.load(here), b.load(there)
+                                b.store(second, here)
+                                b.store(first, there)
+                strided_loop(b, tid, I64(width), threads, exchange)
+                barrier(b)
+                j //= 2
+            k *= 2
+
+        def store(b, i):
+            place = b.add(out_base, b.mul(i, I64(out_strides[dim])))
+            b.store(b.load(b.gep(keys, [I32(0), i])), b.gep(values_ptr, [place]))
+            b.store(at(b, i), b.gep(indices_ptr, [place]))
+        strided_loop(b, tid, I64(n), threads, store)
+        barrier(b)  # the next line reuses shared memory
+
+    count = 1
+    for s in lines:
+        count *= s
+    strided_loop(b, _sreg(b, "ctaid.x"), I64(count), _sreg(b, "nctaid.x"), one_line)
+    b.ret_void()
+    text = str(module)
+    return LoopKernel(name, "sort", ("sort", lines, dim, tuple(shape), src, descending), text,
+                      ptx_of(text, name, cache), mode="block")
+
+
+def _shared(module, name, element, count):
+    g = ir.GlobalVariable(module, ir.ArrayType(element, count), name, addrspace=SHARED)
+    g.linkage = "internal"
+    g.align = 8
+    g.initializer = ir.Constant(g.value_type, ir.Undefined)
+    return g
+
