@@ -412,10 +412,15 @@ def _sort(op, args, spec):
     from ..codegen.nvptx.sort import MAX_LINE, sort_kernel
     from ..ops.registry import OPS
     x = args[0]
+    if op.name == "median":
+        with no_grad():
+            return _median(x.reshape(-1), 0, False)[0] if x.numel() and x.dtype.name != "bool" else NotImplemented
     if op.name == "sort":
         dim, descending = args[1], args[2]
     elif op.name == "topk":
         dim, descending = args[2], args[3]
+    elif op.name == "median.dim":
+        dim, descending = args[1], False
     else:
         dim, descending = args[2], False
     if not x.ndim or not x.numel() or x.dtype.name == "bool" or x._shape[wrap_dim(dim, x.ndim)] > MAX_LINE:
@@ -428,12 +433,30 @@ def _sort(op, args, spec):
     if op.name == "sort":
         return op.result_type(values, indices)
     with no_grad():
+        if op.name == "median.dim":
+            return op.result_type(*_median(x, d, args[2], values, indices))
         if op.name == "topk":
             k = args[1]
             return op.result_type(copy_values(values.narrow(d, 0, k)), copy_values(indices.narrow(d, 0, k)))
         k, keepdim = args[1], args[3]
         pick = (lambda t: t.narrow(d, k - 1, 1)) if keepdim else (lambda t: t.select(d, k - 1))
         return OPS["kthvalue"].result_type(copy_values(pick(values)), copy_values(pick(indices)))
+
+
+def _median(x, d, keepdim, values=None, indices=None):
+    """The lower median along ``d`` as the CPU picks it: the ((n - 1) // 2)-th of the stable ascending sort,
+    or, in a line holding NaN, its first NaN (the first of the NaNs, which the sort puts last in order)."""
+    from ..ops.registry import OPS
+    if values is None:
+        values, indices = x.sort(d)
+    n = x._shape[d]
+    nans = x.isnan().sum(d, keepdim=True) if x.dtype.is_floating_point else None
+    at = (n - 1) // 2 if nans is None else (n - nans).where(nans > 0, (n - 1) // 2)
+    if nans is None:
+        pick = (lambda t: t.narrow(d, at, 1)) if keepdim else (lambda t: t.select(d, at))
+        return copy_values(pick(values)), copy_values(pick(indices))
+    picked = [t.gather(d, at) for t in (values, indices)]
+    return tuple(t if keepdim else t.squeeze(d) for t in picked)
 
 
 def _int64():
@@ -464,5 +487,5 @@ IMPLEMENTATIONS = {**dict.fromkeys(MATMUL_OPS, _matmul), **dict.fromkeys(INDEXIN
             "softmax": _softmax, "log_softmax": _softmax, "as_strided_scatter": _as_strided_scatter,
             "tril": _triangle, "triu": _triangle, "var.correction": _moment, "std.correction": _moment,
             "norm": _norm, "logsumexp": _log_sum_exp_or_nan_mean, "nanmean": _log_sum_exp_or_nan_mean,
-            "sort": _sort, "topk": _sort, "kthvalue": _sort, **dict.fromkeys(("argmax", "argmin", "max.dim",
+            "sort": _sort, "topk": _sort, "kthvalue": _sort, "median": _sort, "median.dim": _sort, **dict.fromkeys(("argmax", "argmin", "max.dim",
                                                                             "min.dim"), _arg_reduction)}

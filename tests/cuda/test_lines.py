@@ -1,6 +1,6 @@
 """Ops that walk lines on CUDA tensors: cumsum/cumprod and argmax/argmin/max/min over a dim (a thread per line,
-in order: the CPU's results bit for bit), sort/topk/kthvalue (a bitonic network per line, the CPU's stable
-order), and softmax/log_softmax over any dim (the row kernel, the dim moved last by strided copies); on the fake device running the kernels, against the CPU. Every directly written
+in order: the CPU's results bit for bit), sort/topk/kthvalue/median (a bitonic network per line, the CPU's
+stable order), and softmax/log_softmax over any dim (the row kernel, the dim moved last by strided copies); on the fake device running the kernels, against the CPU. Every directly written
 kernel made by the CUDA tests of this file is assembled with ptxas."""
 
 import numpy as np
@@ -83,15 +83,17 @@ def repeated_values(draw):
     return t, draw(st.integers(-len(shape), len(shape) - 1))
 
 
-@settings(max_examples=15)
+@settings(max_examples=8)
 @given(data=st.data(), descending=st.booleans())
-def test_sort_topk_and_kthvalue_give_the_cpus_stable_order(data, descending):
+def test_sort_topk_kthvalue_and_median_give_the_cpus_stable_order(data, descending):
     x, dim = repeated_values(data.draw)
     n = x.shape[dim]
     assert ["sort"] in both(lambda t: t.sort(dim, descending), x)
     k = data.draw(st.integers(1, n))
     both(lambda t: t.topk(k, dim, largest=descending), x)
     both(lambda t: t.kthvalue(k, dim, keepdim=descending), x)
+    both(lambda t: t.median(dim, keepdim=descending), x)  # the lower median; a line with NaN picks its first
+    both(lambda t: t.median(), x)
 
 
 def test_lines_longer_than_shared_memory_holds_sort_on_the_host(fake, monkeypatch):
