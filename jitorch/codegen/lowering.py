@@ -195,7 +195,7 @@ def _logaddexp(e, a, b):
 
 def _hypot(e, a, b):
     """libm's hypot, as NumPy calls it: an infinity gives inf even beside NaN; float32 is computed in
-    float64 (glibc's hypotf); float64 by glibc's scaled FMA kernel (Borges, 2019)."""
+    float64 (glibc's hypotf); float64 by glibc's scaled kernel (Borges, 2019)."""
     x, y = _abs(e, a), _abs(e, b)
     inf = e.const(float("inf"), a.dtype)
     if a.dtype is _dt.float32:
@@ -209,19 +209,47 @@ def _hypot(e, a, b):
 
 def _hypot64(e, x, y):
     """glibc's __hypot for finite or NaN ``|x|, |y|``: order them, scale huge or tiny ones by 2**-600 or
-    2**600, one FMA-corrected square root; a negligible smaller term gives ``ax + ay``."""
+    2**600, one corrected square root (`_hypot_kernel`); a negligible smaller term gives ``ax + ay``."""
     c = lambda v: e.const(v, x.dtype)  # noqa: E731
     x_smaller = e.compare("<", x, y)
     ax, ay = e.select(x_smaller, y, x), e.select(x_smaller, x, y)
     huge, tiny = e.compare(">", ax, c(2.0 ** 511)), e.compare("<", ay, c(2.0 ** -511))
     scale = e.select(huge, c(2.0 ** -600), e.select(tiny, c(2.0 ** 600), c(1.0)))
-    sx, sy = e.mul(ax, scale), e.mul(ay, scale)
-    t1, t2 = e.add(sy, sy), e.sub(sx, sy)
-    square = e.select(e.compare(">=", t1, sx), e.intrinsic("llvm.fma", t1, sx, e.mul(t2, t2)),
-                      e.intrinsic("llvm.fma", sx, sx, e.mul(sy, sy)))
-    h = e.div(e.intrinsic("llvm.sqrt", square), scale)
-    negligible = e.compare("<=", ay, e.mul(ax, c(2.0 ** -54)))
+    kernel = _hypot_kernel_fma if _LIBM_HYPOT_FMA else _hypot_kernel
+    h = e.div(kernel(e, e.mul(ax, scale), e.mul(ay, scale)), scale)
+    # negligible as glibc tests it: a tiny ay by ``ax >= ay * 2**54``, exact where ``ax * 2**-54``
+    # would round into the subnormals (ax = 1.01 * 2**-1021 beside ay = 2**-1074 is not negligible)
+    tiny = e.logical("and_", tiny, e.compare("<=", ax, c(2.0 ** 511)))
+    negligible = e.select(tiny, e.compare(">=", ax, e.mul(ay, c(2.0 ** 54))),
+                          e.compare("<=", ay, e.mul(ax, c(2.0 ** -54))))
     return e.select(negligible, e.add(ax, ay), h)
+
+
+def _hypot_kernel_fma(e, ax, ay):
+    """glibc's kernel where libm is built with FMA (``__FP_FAST_FMA``: AArch64, POWER)."""
+    t1, t2 = e.add(ay, ay), e.sub(ax, ay)
+    return e.intrinsic("llvm.sqrt", e.select(e.compare(">=", t1, ax), e.intrinsic("llvm.fma", t1, ax, e.mul(t2, t2)),
+                                             e.intrinsic("llvm.fma", ax, ax, e.mul(ay, ay))))
+
+
+def _hypot_kernel(e, ax, ay):
+    """glibc's kernel without FMA (x86-64's build): ``sqrt(ax² + ay²)`` corrected by one Newton step on
+    its rounding errors."""
+    c = lambda v: e.const(v, ax.dtype)  # noqa: E731
+    h = e.intrinsic("llvm.sqrt", e.add(e.mul(ax, ax), e.mul(ay, ay)))
+    near = e.compare("<=", h, e.mul(c(2.0), ay))
+    d_near, d_far = e.sub(h, ay), e.sub(h, ax)
+    t1_near = e.mul(ax, e.sub(e.mul(c(2.0), d_near), ax))
+    t2_near = e.mul(e.sub(d_near, e.mul(c(2.0), e.sub(ax, ay))), d_near)
+    t1_far = e.mul(e.mul(c(2.0), d_far), e.sub(ax, e.mul(c(2.0), ay)))
+    t2_far = e.add(e.mul(e.sub(e.mul(c(4.0), d_far), ay), ay), e.mul(d_far, d_far))
+    t1, t2 = e.select(near, t1_near, t1_far), e.select(near, t2_near, t2_far)
+    return e.sub(h, e.div(e.add(t1, t2), e.mul(c(2.0), h)))
+
+
+# The two kernels round differently in about one case in eight with operands of similar size; eager is
+# NumPy, which calls the host's libm: a pair on which they differ tells which one it has.
+_LIBM_HYPOT_FMA = float(np.hypot(18.17280756673385, 18.177153600510024)) == 25.703304220937696
 
 
 def _shift(direction):
@@ -437,7 +465,7 @@ def _fill_value_converts(node):
 
 def _float_into_integers(src, dst):
     """A float converted to an integer dtype: NaN, infinities and out-of-range values give what the
-    platform's conversion gives (LLVM leaves them undefined), so such fills stay eager's."""
+    platform's conversion gives (LLVM leaves them undefined), so such fills and sums stay eager's."""
     return src.is_floating_point and not dst.is_floating_point and dst is not _dt.bool
 
 
@@ -450,6 +478,10 @@ def can_lower(node):
         return node.args[2] is None or node.args[2] == node.args[0].type.device
     if name in REDUCTION_OPS:
         dtype = node.outputs[0].type.dtype
+        # a float input summed with an integer ``dtype=`` converts each element (count_nonzero counts
+        # truth values instead): NaN and out-of-range elements would be poison, so such sums stay eager's
+        if _float_into_integers(node.args[0].type.dtype, dtype) and not REDUCTIONS[name].counts:
+            return False
         return dtype.is_floating_point or name != "mean"
     if name not in POINTWISE_OPS:
         return False

@@ -1,0 +1,58 @@
+"""Review of the division, hypot, shift, fill and logical-reduction lowerings: cases where a fused kernel
+gave something other than eager's (NumPy's) result. Each test states the case it pins down."""
+
+import numpy as np
+import pytest
+
+import jitorch as jt
+from tests.codegen.test_kernels import assert_identical, fused_result
+
+
+def wide_float64_pairs(rng, n=4000):
+    """|x|, |y| of similar size (where hypot's two glibc kernels round differently), over the whole
+    exponent range, and tiny or huge ones (glibc's scaled branches and negligible-term tests)."""
+    a = rng.standard_normal(n) * 10
+    close = a * (1 + rng.standard_normal(n) * 1e-3)
+    wide = rng.standard_normal((2, n)) * 2.0 ** rng.integers(-1074, 1023, (2, n))
+    tiny = rng.standard_normal((2, n)) * 2.0 ** rng.integers(-1074, -480, (2, n))
+    huge = rng.standard_normal((2, n)) * 2.0 ** rng.integers(480, 1023, (2, n))
+    x = np.concatenate([a, wide[0], tiny[0], huge[0], tiny[0]])
+    y = np.concatenate([close, wide[1], tiny[1], huge[1], huge[1]])
+    return jt.tensor(x), jt.tensor(y)
+
+
+def test_float64_hypot_is_bit_exact(rng):
+    # The kernel used glibc's FMA variant while NumPy's hypot (x86-64 glibc) runs the variant without
+    # FMA: about one pair in eight of similar size was one ulp off.
+    x, y = wide_float64_pairs(rng)
+    # and a tiny pair that glibc does not take as negligible (|y| * 2**54 > |x|) though |x| * 2**-54
+    # rounds (subnormal) up to |y|: ax + ay was one ulp above
+    x, y = jt.cat([x, jt.tensor([float.fromhex("0x1.03382f1f69d31p-1021")])]), jt.cat([y, jt.tensor([5e-324])])
+    expected = jt.hypot(x, y)
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(expected.numpy(), np.hypot(x.numpy(), y.numpy()))
+    assert_identical(fused_result(lambda p, q: jt.hypot(p, q) * 1, x, y, ops=["hypot"]), expected)
+
+
+def test_float64_hypot_is_bit_exact_on_cuda(rng):
+    x, y = wide_float64_pairs(rng, n=300)
+    with jt.cuda.emulated():
+        got = jt.compile(lambda p, q: jt.hypot(p, q))(x.cuda(), y.cuda()).cpu()
+    assert_identical(got, jt.hypot(x, y))
+
+
+
+@pytest.mark.parametrize("name", ["nansum", "sum"])
+def test_float_sums_into_an_integer_dtype_stay_eager(name):
+    # each element is converted to int16 before it is summed: NaN, inf and 3e38 converted by LLVM's
+    # fptosi are poison, and the vectorised loop and its scalar tail gave different garbage
+    row = np.array([0.0, -0.0, 1, -1, 2.5, -2.5, 7, -7, np.inf, -np.inf, np.nan, 1e-40, 3e38, 65504, 1e-7, 0.1])
+    x = jt.tensor(np.resize(row, (5, 12)))
+
+    def fn(t):
+        return getattr(jt, name)(t, 1, dtype=jt.int16)
+    compiled = jt.compile(fn)
+    assert name not in {op for kernel in compiled.lower(x).kernels for op in kernel.ops}
+    assert_identical(compiled(x), fn(x))
+    # count_nonzero of floats counts truth values, no conversion: it still fuses
+    assert_identical(fused_result(lambda t: jt.count_nonzero(t, 1), x, ops=["count_nonzero"]), jt.count_nonzero(x, 1))
