@@ -1,5 +1,5 @@
-"""Review of the division, hypot, shift, fill and logical-reduction lowerings: cases where a fused kernel
-gave something other than eager's (NumPy's) result. Each test states the case it pins down."""
+"""Exactness of the division, hypot, shift, fill and logical-reduction lowerings: cases where a fused kernel
+once gave something other than eager's (NumPy's) result. Each test states the case it pins down."""
 
 import numpy as np
 import pytest
