@@ -25,6 +25,20 @@ F64 = ir.DoubleType()
 I16 = ir.IntType(16)
 I32 = ir.IntType(32)
 
+
+def _host_float_to_integer():
+    """How the host's C casts (which NumPy's astype uses) turn NaN and out-of-range floats into integers:
+    "x86" (cvttss2si: the smallest integer) or "saturating" (AArch64's fcvtzs: clamped, NaN to 0)."""
+    import warnings
+
+    import numpy as np
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return "x86" if np.array([np.nan], np.float32).astype(np.int32)[0] == -2 ** 31 else "saturating"
+
+
+FLOAT_TO_INTEGER = _host_float_to_integer()
+
 # bfloat16 is stored and carried as its 16 bits; conversions are integer maths (exact, and no
 # runtime library calls, which the JIT does not link). float16 uses LLVM's half type (F16C).
 _LLVM = {
@@ -95,7 +109,7 @@ class Emitter:
         if src.is_floating_point and dtype.is_floating_point:
             return Scalar(b.fpext(v, t) if dtype.itemsize > src.itemsize else b.fptrunc(v, t), dtype)
         if src.is_floating_point:
-            return Scalar(b.fptosi(v, t) if dtype.is_signed else b.fptoui(v, t), dtype)
+            return self._float_to_integer(s, dtype)
         if dtype.is_floating_point:
             return Scalar(b.sitofp(v, t) if src.is_signed else b.uitofp(v, t), dtype)
         if dtype.itemsize == src.itemsize:
@@ -103,6 +117,31 @@ class Emitter:
         if dtype.itemsize < src.itemsize:
             return Scalar(b.trunc(v, t), dtype)
         return Scalar(b.sext(v, t) if src.is_signed else b.zext(v, t), dtype)
+
+    def _float_to_integer(self, s, dtype):
+        """A float as the host's NumPy converts it to an integer dtype: a C cast through a 32-bit integer
+        (64-bit for int64), then truncated. In range that is truncation toward zero; NaN and out-of-range
+        values give what the host's conversion instruction gives (`FLOAT_TO_INTEGER`), never LLVM's
+        undefined result, so every kernel, vectorised or not, CPU or GPU, agrees with eager."""
+        b = self.b
+        if s.dtype.itemsize < 4:  # halves widen exactly
+            s = self.cast(s, _dt.float32)
+        v, f = s.value, s.value.type
+        wide = I64 if dtype is _dt.int64 else I32
+        bits = wide.width
+        low, high = ir.Constant(f, -2.0 ** (bits - 1)), ir.Constant(f, 2.0 ** (bits - 1))
+        inside = b.and_(b.fcmp_ordered(">=", v, low), b.fcmp_ordered("<", v, high))
+        converted = b.fptosi(b.select(inside, v, ir.Constant(f, 0.0)), wide)
+        smallest, largest = ir.Constant(wide, -2 ** (bits - 1)), ir.Constant(wide, 2 ** (bits - 1) - 1)
+        if FLOAT_TO_INTEGER == "x86":
+            outside = smallest
+        else:
+            nan = b.fcmp_unordered("uno", v, v)
+            outside = b.select(nan, ir.Constant(wide, 0), b.select(b.fcmp_ordered("<", v, ir.Constant(f, 0.0)),
+                                                                     smallest, largest))
+        result = b.select(inside, converted, outside)
+        t = llvm_type(dtype)
+        return Scalar(result if t == wide else b.trunc(result, t), dtype)
 
     def _from_bfloat16(self, s):
         """bfloat16 bits to float32: the bits are the float's top half."""

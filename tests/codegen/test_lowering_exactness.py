@@ -56,3 +56,26 @@ def test_float_sums_into_an_integer_dtype_stay_eager(name):
     assert_identical(compiled(x), fn(x))
     # count_nonzero of floats counts truth values, no conversion: it still fuses
     assert_identical(fused_result(lambda t: jt.count_nonzero(t, 1), x, ops=["count_nonzero"]), jt.count_nonzero(x, 1))
+
+
+SPECIAL_FLOATS = [np.nan, np.inf, -np.inf, 1e10, -1e10, 3.7, -3.7, 40000.0, 70000.5, -70000.5, 3e9, -3e9,
+                  2147483520.0, -2147483648.0, 300.0, -300.0, -0.0]
+
+
+@pytest.mark.parametrize("source", [jt.float16, jt.float32, jt.float64], ids=str)
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_float_to_integer_casts_give_eagers_values_for_nan_and_out_of_range(source, device):
+    """LLVM leaves these conversions undefined (its vectorised and scalar code once disagreed within one
+    tensor); kernels now convert as the host's NumPy does, on the CPU and on CUDA."""
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        x = jt.tensor(np.tile(np.array(SPECIAL_FLOATS).astype(source.np), 20))
+        for dtype in (jt.uint8, jt.int8, jt.int16, jt.int32, jt.int64):
+            eager = x.to(dtype).numpy()
+            if device == "cpu":
+                compiled = jt.compile(lambda t: (t * 1).to(dtype))(x).numpy()
+            else:
+                with jt.cuda.emulated():
+                    compiled = jt.compile(lambda t: (t * 1).to(dtype))(x.cuda()).cpu().numpy()
+            np.testing.assert_array_equal(compiled, eager, err_msg=f"{source} -> {dtype}")
