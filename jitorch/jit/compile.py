@@ -16,6 +16,7 @@ import warnings
 from dataclasses import dataclass, field
 
 from ..autograd.grad_mode import is_grad_enabled
+from ..runtime.dtypes import get_default_dtype
 from ..tensor import Tensor
 from ..ir.graph import Value
 from ..utils.pytree import tree_flatten, tree_unflatten
@@ -45,15 +46,22 @@ def _leaf_guard(leaf):
     return ("value", type(leaf), leaf)
 
 
+def _modes():
+    """The global state a trace depends on: grad mode, and the default dtype (Python numbers and factories
+    take it)."""
+    return is_grad_enabled(), get_default_dtype()
+
+
 def guard_key(args, kwargs):
-    """What a cached graph assumes about a call's arguments (and grad mode), as a hashable key."""
+    """What a cached graph assumes about a call's arguments (and grad mode, the default dtype), as a
+    hashable key."""
     leaves, spec = tree_flatten((args, kwargs))
-    return (spec, is_grad_enabled()) + tuple(_leaf_guard(leaf) for leaf in leaves)
+    return (spec, _modes()) + tuple(_leaf_guard(leaf) for leaf in leaves)
 
 
 def _tensor_args_key(args):
     """The guard key of a call whose arguments are all tensors, flat; None otherwise."""
-    key = [is_grad_enabled()]
+    key = [_modes()]
     for a in args:
         if a.__class__ is not Tensor:
             return None
@@ -72,7 +80,8 @@ def _inputs_alias(leaves, graph):
 def describe_guards(key, names):
     """The guards of a key, one readable line per argument leaf."""
     lines = []
-    lines.append(f"grad mode: {'enabled' if key[1] else 'disabled'}")
+    lines.append(f"grad mode: {'enabled' if key[1][0] else 'disabled'}")
+    lines.append(f"default dtype: {key[1][1]}")
     for name, guard in zip(names, key[2:]):
         if guard[0] == "tensor":
             _, shape, dtype, device, contiguous, requires_grad, no_grad_yet = guard
@@ -90,8 +99,10 @@ def guard_difference(old, new, names):
     """Why ``new`` misses the entry keyed ``old``: the first guard that differs."""
     if old[0] != new[0]:
         return "the structure of the arguments changed"
-    if old[1] != new[1]:
-        return f"grad mode changed to {'enabled' if new[1] else 'disabled'}"
+    if old[1][0] != new[1][0]:
+        return f"grad mode changed to {'enabled' if new[1][0] else 'disabled'}"
+    if old[1][1] != new[1][1]:
+        return f"the default dtype changed from {old[1][1]} to {new[1][1]}"
     fields = ("kind", "shape", "dtype", "device", "contiguity", "requires_grad", ".grad being None")
     for name, a, b in zip(names, old[2:], new[2:]):
         if a == b:

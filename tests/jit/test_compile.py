@@ -85,6 +85,20 @@ def test_python_scalars_are_guarded_by_value():
     assert fn.runs == 2
 
 
+def test_the_default_dtype_is_guarded():
+    fn = counting(lambda x: x + 1.5 * jt.ones(2))
+    f = jt.compile(fn)
+    x = jt.ones(2, dtype=jt.int64)
+    assert f(x).dtype == jt.float32
+    jt.set_default_dtype(jt.float64)
+    try:
+        assert f(x).dtype == jt.float64  # not the float32 graph traced before
+    finally:
+        jt.set_default_dtype(jt.float32)
+    assert f(x).dtype == jt.float32 and fn.runs == 2
+    assert "default dtype: jitorch.float32" in str(jt.explain(f, x))
+
+
 def test_recompile_limit_warns_once_then_runs_eagerly(monkeypatch):
     monkeypatch.setattr(jt.jit.config, "recompile_limit", 2)
     fn = counting(lambda x: x + 1)
