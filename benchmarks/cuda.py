@@ -27,10 +27,13 @@ def cases(n):
     }
 
 
-def _time(launch, repeat=20):
+def _time(launch, repeat=20, event=None):
+    """Median seconds of ``launch`` between two CUDA events (``event``: the event class, jitorch's by
+    default; torch's for the comparison)."""
+    event = event or jt.cuda.Event
     times = []
     for _ in range(repeat):
-        start, end = jt.cuda.Event(enable_timing=True), jt.cuda.Event(enable_timing=True)
+        start, end = event(enable_timing=True), event(enable_timing=True)
         start.record()
         launch()
         end.record()
@@ -96,16 +99,8 @@ def _torch_throughput(n, m, repeat):
         return {}
 
     def seconds(launch):
-        launch()
-        times = []
-        for _ in range(repeat):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            launch()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / 1e3)
-        return statistics.median(times)
+        launch()  # torch's first call of an op loads its kernel
+        return _time(launch, repeat, torch.cuda.Event)
 
     x = torch.randn(n, device="cuda")
     out = {name: passes * n * 4 / seconds(lambda: fn(x.reshape(shape))) for name, (fn, shape, passes) in

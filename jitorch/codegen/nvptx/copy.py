@@ -12,8 +12,7 @@ from llvmlite import ir
 
 from ..emitter import Emitter, llvm_type
 from .compile import ptx_of
-from .loop_kernel import LoopKernel, grid_stride, offset, symbol
-from .target import TRIPLE
+from .loop_kernel import LoopKernel, entry, grid_stride, offset, symbol
 
 
 def copy_kernel(shape, dst, src, cache=None):
@@ -21,11 +20,7 @@ def copy_kernel(shape, dst, src, cache=None):
     Pointers: (src, dst), each at its first element."""
     layout = "_".join("x".join(map(str, s)) for s in (shape, dst[1], src[1]))
     name = symbol(f"jitorch_copy_{layout}_{src[0].name}_to_{dst[0].name}")
-    module = ir.Module(name=name)
-    module.triple = TRIPLE
-    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [llvm_type(src[0]).as_pointer(),
-                                                            llvm_type(dst[0]).as_pointer()]), name)
-    fn.calling_convention = "ptx_kernel"
+    module, fn = entry(name, [llvm_type(src[0]).as_pointer(), llvm_type(dst[0]).as_pointer()])
     src_ptr, dst_ptr = fn.args
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     e = Emitter(b)

@@ -34,8 +34,8 @@ from ...runtime.cuda_errors import error_code
 from ..emitter import Emitter, llvm_type
 from ..errors import CompileError
 from .compile import ptx_of
-from .loop_kernel import LoopKernel, grid_stride, offset, symbol
-from .target import I64, TRIPLE
+from .loop_kernel import LoopKernel, entry, grid_stride, offset, symbol
+from .target import I64
 
 # Element types atomic adds exist for on every GPU jitorch targets (sm_80 and newer).
 ATOMIC_DTYPES = (_dt.float32, _dt.float64, _dt.int32, _dt.int64)
@@ -84,16 +84,13 @@ def index_kernel(op, space, dim, size, index, target, source=None, alpha=1, valu
 
 
 def _module(name, form, space, dim, size, index, target, source, alpha, value, code):
-    module = ir.Module(name=name)
-    module.triple = TRIPLE
     t = llvm_type(target[0])
     it = llvm_type(index[0])
     if form.mode == "read":
         data = [t.as_pointer(), it.as_pointer(), t.as_pointer()]
     else:
         data = [it.as_pointer()] + ([t.as_pointer()] if value is None else []) + [t.as_pointer()]
-    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), data + [I64.as_pointer()]), name)
-    fn.calling_convention = "ptx_kernel"
+    module, fn = entry(name, data + [I64.as_pointer()])
     if form.mode == "read":
         x_ptr, idx_ptr, out_ptr, err = fn.args
     elif value is None:

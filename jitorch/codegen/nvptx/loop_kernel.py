@@ -10,8 +10,10 @@ from __future__ import annotations
 import re
 from math import prod
 
+from llvmlite import ir
+
 from .compile import GeneratedKernel
-from .target import BLOCK, I64, _sreg, strided_loop, unflatten
+from .target import BLOCK, I64, TRIPLE, _sreg, strided_loop, unflatten
 
 
 class LoopKernel(GeneratedKernel):
@@ -41,6 +43,22 @@ def symbol(text):
     """``text`` as a kernel name NVPTX accepts: a minus sign becomes ``m``, any other character outside
     ``[A-Za-z0-9_]`` an underscore (LLVM aborts the process on others)."""
     return re.sub(r"\W", "_", text.replace("-", "m"))
+
+
+def entry(name, params):
+    """A module holding kernel ``name`` taking ``params`` (LLVM types): (module, function)."""
+    module = ir.Module(name=name)
+    module.triple = TRIPLE
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), params), name)
+    fn.calling_convention = "ptx_kernel"
+    return module, fn
+
+
+def lines_of(shape, dim, *strides):
+    """The lines along ``dim`` of ``shape``: the sizes of the other dims, then each of ``strides`` without
+    its ``dim`` entry (a line's start is their dot product with a point of the other dims)."""
+    return (tuple(n for d, n in enumerate(shape) if d != dim),) + tuple(
+        [s for d, s in enumerate(st) if d != dim] for st in strides)
 
 
 def grid_stride(b, space, body):

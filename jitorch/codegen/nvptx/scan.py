@@ -17,8 +17,8 @@ from ...runtime.strided import contiguous_strides
 from ..emitter import Emitter, llvm_type
 from ..kernel import counted_loop
 from .compile import ptx_of
-from .loop_kernel import LoopKernel, grid_stride, offset, symbol
-from .target import I64, TRIPLE
+from .loop_kernel import LoopKernel, entry, grid_stride, lines_of, offset, symbol
+from .target import I64
 
 _COMBINE = {"cumsum": (0, "add"), "cumprod": (1, "mul")}
 
@@ -27,17 +27,11 @@ def scan_kernel(op, shape, dim, src, out_dtype, compute, cache=None):
     """The kernel of ``op`` (cumsum or cumprod) along ``dim`` of ``shape``; ``src`` is (dtype, element
     strides). Pointers: (src, out), the output compact."""
     identity, combine = _COMBINE[op]
-    lines = tuple(n for d, n in enumerate(shape) if d != dim)
     out_strides = contiguous_strides(tuple(shape))
-    line_src = [s for d, s in enumerate(src[1]) if d != dim]
-    line_out = [s for d, s in enumerate(out_strides) if d != dim]
+    lines, line_src, line_out = lines_of(shape, dim, src[1], out_strides)
     name = symbol(f"jitorch_{op}_d{dim}_{'x'.join(map(str, shape))}_{'x'.join(map(str, src[1]))}_"
                   f"{src[0].name}_{out_dtype.name}")
-    module = ir.Module(name=name)
-    module.triple = TRIPLE
-    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [llvm_type(src[0]).as_pointer(),
-                                                            llvm_type(out_dtype).as_pointer()]), name)
-    fn.calling_convention = "ptx_kernel"
+    module, fn = entry(name, [llvm_type(src[0]).as_pointer(), llvm_type(out_dtype).as_pointer()])
     src_ptr, out_ptr = fn.args
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     e = Emitter(b)
@@ -66,15 +60,10 @@ def arg_kernel(op, shape, dim, src, cache=None):
     torch's rule). Pointers: (src, indices) or, for max.dim/min.dim, (src, values, indices), compact."""
     largest = op in ("argmax", "max.dim")
     with_values = op.endswith(".dim")
-    lines = tuple(n for d, n in enumerate(shape) if d != dim)
-    line_src = [s for d, s in enumerate(src[1]) if d != dim]
+    lines, line_src = lines_of(shape, dim, src[1])
     name = symbol(f"jitorch_{op}_d{dim}_{'x'.join(map(str, shape))}_{'x'.join(map(str, src[1]))}_{src[0].name}")
-    module = ir.Module(name=name)
-    module.triple = TRIPLE
     t = llvm_type(src[0])
-    outs = ([t.as_pointer()] if with_values else []) + [I64.as_pointer()]
-    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [t.as_pointer()] + outs), name)
-    fn.calling_convention = "ptx_kernel"
+    module, fn = entry(name, [t.as_pointer()] + ([t.as_pointer()] if with_values else []) + [I64.as_pointer()])
     src_ptr, *out_ptrs = fn.args
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     e = Emitter(b)

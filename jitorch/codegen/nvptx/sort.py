@@ -16,8 +16,8 @@ from ...runtime import dtypes as _dt
 from ...runtime.strided import contiguous_strides
 from ..emitter import Emitter, llvm_type
 from .compile import ptx_of
-from .loop_kernel import LoopKernel, offset, symbol
-from .target import I32, I64, SHARED, TRIPLE, _sreg, barrier, strided_loop, unflatten
+from .loop_kernel import LoopKernel, entry, lines_of, offset, symbol
+from .target import I32, I64, SHARED, _sreg, barrier, strided_loop, unflatten
 
 MAX_LINE = 2048
 
@@ -30,18 +30,12 @@ def sort_kernel(shape, dim, src, descending, cache=None):
     width = 2
     while width < n:
         width *= 2
-    lines = tuple(s for d, s in enumerate(shape) if d != dim)
     out_strides = contiguous_strides(tuple(shape))
-    line_src = [s for d, s in enumerate(src[1]) if d != dim]
-    line_out = [s for d, s in enumerate(out_strides) if d != dim]
+    lines, line_src, line_out = lines_of(shape, dim, src[1], out_strides)
     name = symbol(f"jitorch_sort_d{dim}_{'x'.join(map(str, shape))}_{'x'.join(map(str, src[1]))}_{dtype.name}"
                   f"{'_desc' if descending else ''}")
-    module = ir.Module(name=name)
-    module.triple = TRIPLE
     t = llvm_type(dtype)
-    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [t.as_pointer(), t.as_pointer(), I64.as_pointer()]),
-                     name)
-    fn.calling_convention = "ptx_kernel"
+    module, fn = entry(name, [t.as_pointer(), t.as_pointer(), I64.as_pointer()])
     src_ptr, values_ptr, indices_ptr = fn.args
     keys, positions = _shared(module, "jitorch.sort.keys", t, width), _shared(module, "jitorch.sort.at", I64, width)
     e = Emitter(ir.IRBuilder(fn.append_basic_block("entry")))
