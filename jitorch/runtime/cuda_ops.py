@@ -459,6 +459,55 @@ def _median(x, d, keepdim, values=None, indices=None):
     return tuple(t if keepdim else t.squeeze(d) for t in picked)
 
 
+def _einsum(op, args, spec):
+    """einsum of one or two operands without repeated labels in an operand: labels only one side has and
+    the output lacks are summed first, then the two operands are permuted to (batch, kept, contracted) and
+    (batch, contracted, kept), multiplied by the tiled matmul (float32, float16) and permuted to the output's
+    order; one operand is a sum and a permutation. Diagonals and three or more operands stay on the host."""
+    from ..autograd.grad_mode import no_grad
+    from ..ops.linalg import _einsum_plan
+    equation, tensors = args
+    tensors = list(tensors)
+    plan = _einsum_plan(equation, tuple(t._shape for t in tensors))
+    if len(tensors) > 2 or any(len(set(labels)) != len(labels) for labels in plan.operands) or \
+            spec.dtype.name not in ("float32", "float16") or not all(t.numel() for t in tensors):
+        return NotImplemented
+    sizes = dict(zip(plan.out, plan.shape))
+    for labels, (full, _) in zip(plan.operands, plan.numpy_operands):
+        sizes.update(zip(labels, full))
+    with no_grad():
+        operands = []
+        for t, labels, (full, _) in zip(tensors, plan.operands, plan.numpy_operands):
+            t = t.to(spec.dtype).expand(full)
+            others = set().union(*(set(o) for o in plan.operands if o is not labels)) if len(tensors) > 1 else set()
+            alone = [d for d, x in enumerate(labels) if x not in plan.out and x not in others]
+            if alone:  # a label only this operand has and the output drops: sum it now
+                t = t.sum(alone)
+                labels = tuple(x for d, x in enumerate(labels) if d not in alone)
+            operands.append((t, labels))
+        if len(operands) == 1:
+            t, labels = operands[0]
+            return t.permute([labels.index(x) for x in plan.out]).contiguous() if labels else t.clone()
+        (a, la), (b, lb) = operands
+        batch = [x for x in plan.out if x in la and x in lb]
+        left = [x for x in la if x not in lb]
+        right = [x for x in lb if x not in la]
+        contracted = [x for x in la if x in lb and x not in plan.out]
+
+        def count(labels):
+            n = 1
+            for x in labels:
+                n *= sizes[x]
+            return n
+        a = a.permute([la.index(x) for x in batch + left + contracted]).reshape(
+            count(batch), count(left), count(contracted))
+        b = b.permute([lb.index(x) for x in batch + contracted + right]).reshape(
+            count(batch), count(contracted), count(right))
+        product = (a @ b).reshape(tuple(sizes[x] for x in batch + left + right))
+        order = batch + left + right
+        return product.permute([order.index(x) for x in plan.out]).contiguous()
+
+
 def _int64():
     from . import dtypes
     return dtypes.int64
@@ -487,5 +536,6 @@ IMPLEMENTATIONS = {**dict.fromkeys(MATMUL_OPS, _matmul), **dict.fromkeys(INDEXIN
             "softmax": _softmax, "log_softmax": _softmax, "as_strided_scatter": _as_strided_scatter,
             "tril": _triangle, "triu": _triangle, "var.correction": _moment, "std.correction": _moment,
             "norm": _norm, "logsumexp": _log_sum_exp_or_nan_mean, "nanmean": _log_sum_exp_or_nan_mean,
-            "sort": _sort, "topk": _sort, "kthvalue": _sort, "median": _sort, "median.dim": _sort, **dict.fromkeys(("argmax", "argmin", "max.dim",
+            "sort": _sort, "topk": _sort, "kthvalue": _sort, "median": _sort, "median.dim": _sort,
+            "einsum": _einsum, **dict.fromkeys(("argmax", "argmin", "max.dim",
                                                                             "min.dim"), _arg_reduction)}

@@ -142,3 +142,20 @@ def test_logsumexp_and_nanmean_match_the_cpu(data, op, keepdim, special):
     x[(0,) * x.ndim] = special
     dim = data.draw(st.sampled_from([0, -1] if op == "logsumexp" else [None, 0, -1]))
     on_device_and_host(lambda t: getattr(t, op)(dim, keepdim=keepdim), x)
+
+
+@pytest.mark.parametrize("equation, shapes", [
+    ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]), ("ij,jk", [(3, 4), (4, 5)]), ("i,i->", [(5,), (5,)]),
+    ("i,j->ij", [(3,), (4,)]), ("bhqd,bhkd->bhqk", [(2, 2, 3, 4), (2, 2, 5, 4)]), ("ij->ji", [(3, 4)]),
+    ("ij->", [(3, 4)]), ("ijk,k->ij", [(2, 3, 4), (4,)]), ("ab,cd->ac", [(2, 3), (4, 5)]),
+    ("...ij,...jk", [(2, 3, 4), (4, 5)]), ("bij,jk->bik", [(1, 3, 4), (4, 5)]), ("ii->i", [(3, 3)])])
+def test_einsum_is_a_permuted_matmul_on_the_device(equation, shapes):
+    rng = np.random.default_rng(len(equation))
+    tensors = [jt.tensor(rng.standard_normal(s).astype(np.float32)) for s in shapes]
+    with use_backend(FakeBackend(emulate="ptx")) as fake:
+        got = jt.einsum(equation, *[t.cuda() for t in tensors]).cpu()
+        if len(shapes) == 2:
+            assert ["matmul"] in [launch.ops for launch in fake.launches]
+    want = jt.einsum(equation, *tensors)
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-5)
