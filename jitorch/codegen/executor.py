@@ -46,6 +46,7 @@ from ..tensor import Tensor
 from ..utils.pytree import tree_map
 from . import cpu, mathlib  # noqa: F401  (mathlib: loaded with the backend, not on the first call)
 from .kernel import CompileError, build, is_row_softmax
+from .straightline import Source
 from .lowering import kind_of
 
 
@@ -103,32 +104,50 @@ class KernelStep:
         """This kernel's argument array over ``arena``'s buffers (per-call slots left empty)."""
         return self.args_type(*[arena.address(v) for v in (*self.inputs, *self.outputs)])
 
-    def run(self, env, arena, inplace):
+    def emit(self, src, indent):
+        """This step's lines of the generated call (see `straightline`): its argument array patched
+        with the addresses that change per call, then the kernel."""
         split = self.kernel.source.split
         if split is not None:
-            return self._run_split(env, split)
-        args = arena.args[self]
+            src.emit(f"{src.name(self, 'step')}._run_split(env)", indent)
+            return
+        src.emit(f"a = arena.args[{src.name(self, 'step')}]", indent)
         for i, v in self.dynamic_inputs:
             # graph inputs and kernel outputs are compact (offset 0): their address is their storage's,
             # which is cached; what an eager step made (a view) may need compacting first
-            t = env[v]
+            value = src.name(v, "v")
             if v in self.eager_made:
-                t = env[v] = _compact(t)
-            args[i] = t._storage.data_ptr()
+                src.emit(f"env[{value}] = t = _compact(env[{value}])", indent)
+                src.emit(f"a[{i}] = t._storage.data_ptr()", indent)
+            else:
+                src.emit(f"a[{i}] = env[{value}]._storage.data_ptr()", indent)
         for i, v, strides in self.fresh_outputs:
-            arr, buf = allocator.empty(v.type.shape, v.type.dtype.np)
-            t = env[v] = Tensor._make(Storage(arr, v.type.dtype), v.type.shape, strides, 0, arr)
-            if buf is not None:
-                allocator.track(t._storage, buf)
-            args[i] = _address(arr)
+            shape, dtype = v.type.shape, v.type.dtype
+            nbytes = _numel(v) * dtype.itemsize
+            made = f"_make(_Storage(arr, {src.name(dtype, 'dt')}), {shape!r}, {strides!r}, 0, arr)"
+            if nbytes < allocator.MIN_BYTES:  # small: the pool would not keep it
+                src.emit(f"arr = _np_empty({shape!r}, {src.name(dtype.np, 'np')})", indent)
+                src.emit(f"env[{src.name(v, 'v')}] = {made}", indent)
+            else:
+                src.emit(f"arr, buf = _pool_empty({shape!r}, {src.name(dtype.np, 'np')})", indent)
+                src.emit(f"env[{src.name(v, 'v')}] = t = {made}", indent)
+                src.emit("_track(t._storage, buf)", indent)
+            src.emit(f"a[{i}] = _address(arr)", indent)
         for i, v, target in self.inplace_outputs:
-            t = env[v] = env[target] if inplace else _fresh(v)
-            args[i] = t._storage.data_ptr()
-        (self.inplace_kernel if inplace and self.inplace_kernel is not None else self.kernel)(args)
+            value = src.name(v, "v")
+            src.emit(f"env[{value}] = t = env[{src.name(target, 'v')}] if inplace else _fresh({value})", indent)
+            src.emit(f"a[{i}] = t._storage.data_ptr()", indent)
+        if self.inplace_kernel is not None:
+            src.emit("if inplace:", indent)
+            _emit_call(src, self.inplace_kernel, indent + 1)
+            src.emit("else:", indent)
+            _emit_call(src, self.kernel, indent + 1)
+        else:
+            _emit_call(src, self.kernel, indent)
 
-    def _run_split(self, env, split):
+    def _run_split(self, env):
         """A full reduction computed in parts: combine the partial results here."""
-        parts, name, count, acc_dtype = split
+        parts, name, count, acc_dtype = self.kernel.source.split
         partials = np.empty(parts, acc_dtype.np)
         self.kernel(self.args_type(*[env[v]._storage.data_ptr() for v in self.inputs], _address(partials)))
         total = _COMBINE[name](partials)
@@ -140,6 +159,15 @@ class KernelStep:
 
     def __repr__(self):
         return repr(self.kernel)
+
+
+def _emit_call(src, kernel, indent):
+    """A CPU kernel's call on the argument array ``a``: straight into its machine code when it
+    never splits its loop across threads."""
+    if kernel.parallel:
+        src.emit(f"{src.name(kernel, 'kernel')}(a)", indent)
+    else:
+        src.emit(f"{src.name(kernel.fn, 'fn')}(a, 0, {kernel.outer})", indent)
 
 
 # How the parts of a split full reduction combine (NaN propagates through max and min, as in the kernel).
@@ -407,6 +435,7 @@ class CompiledGraph:
         self._inplace_targets = {self.plan.inplace[v] for v in self.plan.inplace}
         self._input_index = {v: i for i, v in enumerate(self.graph.inputs)}
         self._eager_steps = any(isinstance(step, EagerStep) for step in self.steps)
+        self._execute, self._run, self.source = self._generate()
 
     def _lower(self, group, name, split):
         """Append the steps of one fusion group: a kernel, or eager steps for what the code
@@ -460,44 +489,92 @@ class CompiledGraph:
 
     def run(self, inputs):
         """The outputs on ``inputs``, with in-place results written back into inputs and constants."""
-        env = self._execute(inputs)
+        return self._run(inputs)
+
+    def _finish(self, inputs, env):
+        """The end of a call that wrote into inputs or constants: the writes not made in place,
+        then the outputs."""
         g = self.graph
-        if g.mutations:
-            pending = []
-            for target, value in g.mutations:
-                real = inputs[self._input_index[target]] if target in self._input_index else \
-                    g.constant_tensors[target.name]
-                if env[value] is real:  # computed in place
-                    real._bump_version()
-                else:
-                    pending.append((target, env[value]))
-            if pending:
-                write_back(g, inputs, pending)
+        pending = []
+        for target, value in g.mutations:
+            real = inputs[self._input_index[target]] if target in self._input_index else \
+                g.constant_tensors[target.name]
+            if env[value] is real:  # computed in place
+                real._bump_version()
+            else:
+                pending.append((target, env[value]))
+        if pending:
+            write_back(g, inputs, pending)
         return set_grads(g, inputs, self._outputs(env))
 
-    def _execute(self, inputs):
+    def _outputs_source(self, src):
+        """An expression of the call's outputs over ``env``."""
+        def show(leaf):
+            if isinstance(leaf, Value):
+                return f"env[{src.name(leaf, 'v')}]"
+            if isinstance(leaf, (tuple, list)) and type(leaf) in (tuple, list):
+                items = ", ".join(show(x) for x in leaf) + ("," if len(leaf) == 1 and type(leaf) is tuple else "")
+                return f"({items})" if type(leaf) is tuple else f"[{items}]"
+            if leaf is None or isinstance(leaf, (bool, int, float, str)):
+                return repr(leaf)
+            return f"_outputs(env)"
+        text = show(self.graph.outputs)
+        return "_outputs(env)" if "_outputs(env)" in text else text
+
+    def _generate(self):
+        """The call as straight-line Python (see `straightline`): inputs and captured tensors bound,
+        then each step's lines, over an arena of this graph's. Two functions share that body:
+        ``execute`` returns the values of the call (a dict by graph value), ``run`` the outputs,
+        after writing back what the graph changed in its inputs."""
         g = self.graph
+        src = Source()
+        src.namespace.update(_np_empty=np.empty, _pool_empty=allocator.empty, _track=allocator.track,
+                             _make=Tensor._make, _Storage=Storage, _address=_address, _compact=_compact,
+                             _fresh=_fresh, _no_grad=no_grad, _refresh=refresh_captured_state,
+                             _arenas=self._arenas, _Arena=Arena, _plan=self.plan, _steps=self.steps,
+                             _graph=g, _constants=g.constant_tensors, _unshared=self._unshared,
+                             _outputs=self._outputs, _finish=self._finish, _set_grads=set_grads)
         if g.grad_constants or g.refreshers:
-            refresh_captured_state(g)
-        env = {v: _compact(t) for v, t in zip(g.inputs, inputs)}
+            src.emit("_refresh(_graph)")
+        src.emit("env = {}")
+        for i, v in enumerate(g.inputs):
+            # the guards made the input contiguous; compact as well unless it is a view into more memory
+            src.emit(f"t = inputs[{i}]")
+            src.emit(f"env[{src.name(v, 'v')}] = t if t._offset == 0 and t._storage.size == {_numel(v)} "
+                     f"and t._stride == {contiguous_strides(v.type.shape)!r} else _compact(t)")
         for name, v in g.constants.items():
-            env[v] = _compact(g.constant_tensors[name])
+            src.emit(f"env[{src.name(v, 'v')}] = _compact(_constants[{name!r}])")
         # in place only into memory no other input shares (f(w, w) must not see w change midway)
-        inplace = not self._inplace_targets or self._unshared(env)
-        arena = self._arenas.pop() if self._arenas else Arena(self.plan, self.steps)
-        try:
-            env.update(arena.tensors)
-            if self._eager_steps:
-                # the graph already holds any backward it needs: its eager steps must not record another
-                with no_grad():
-                    for step in self.steps:
-                        step.run(env, arena, inplace)
+        src.emit(f"inplace = {'_unshared(env)' if self._inplace_targets else 'True'}")
+        src.emit("arena = _arenas.pop() if _arenas else _Arena(_plan, _steps)")
+        src.emit("try:")
+        if self.plan.slots:
+            src.emit("env.update(arena.tensors)", 2)
+        indent = 2
+        if self._eager_steps:
+            # the graph already holds any backward it needs: its eager steps must not record another
+            src.emit("with _no_grad():", 2)
+            indent = 3
+        for step in self.steps:
+            emit = getattr(step, "emit", None)
+            if emit is not None:
+                emit(src, indent)
             else:
-                for step in self.steps:
-                    step.run(env, arena, inplace)
-        finally:
-            self._arenas.append(arena)
-        return env
+                src.emit(f"{src.name(step, 'step')}.run(env, arena, inplace)", indent)
+        if not self.steps:
+            src.emit("pass", indent)
+        src.emit("finally:")
+        src.emit("_arenas.append(arena)", 2)
+        execute, _ = src.function("execute", "inputs", ["return env"])
+        if g.mutations:
+            tail = "return _finish(inputs, env)"
+        elif g.output_aliases or g.grad_targets:
+            tail = "return _set_grads(_graph, inputs, _outputs(env))"
+        else:
+            tail = f"return {self._outputs_source(src)}"
+        run, text = src.function("run", "inputs", [tail])
+        logs.log("codegen", "the call of a compiled graph, generated:\n%s", text)
+        return execute, run, text
 
     def _unshared(self, env):
         storages = [id(t._storage) for t in env.values()]

@@ -16,7 +16,9 @@ import warnings
 from dataclasses import dataclass, field
 
 from ..autograd.grad_mode import is_grad_enabled
+from ..ops.registry import contiguous_strides_cached
 from ..runtime.dtypes import get_default_dtype
+from ..runtime.strided import is_contiguous
 from ..tensor import Tensor
 from ..ir.graph import Value
 from ..utils.pytree import tree_flatten, tree_unflatten
@@ -60,13 +62,17 @@ def guard_key(args, kwargs):
 
 
 def _tensor_args_key(args):
-    """The guard key of a call whose arguments are all tensors, flat; None otherwise."""
+    """The guard key of a call whose arguments are all tensors, flat; None otherwise. (Its own
+    shape, not `guard_key`'s: it is built on every call, so it takes what is cheap to read and to
+    hash, the device as its type and index.)"""
     key = [_modes()]
     for a in args:
         if a.__class__ is not Tensor:
             return None
-        key.append((a._shape, a.dtype, a.device, a.is_contiguous(), a._requires_grad,
-                    a._requires_grad and a.grad is None))
+        shape, strides, device, requires_grad = a._shape, a._stride, a.device, a._requires_grad
+        key.append((shape, a.dtype, device.type, device.index,
+                    strides == contiguous_strides_cached(shape) or is_contiguous(shape, strides),
+                    requires_grad, requires_grad and a.grad is None))
     return tuple(key)
 
 

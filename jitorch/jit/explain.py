@@ -13,6 +13,7 @@ class Explanation:
     def __init__(self, name, entry, cache, reused, executable=None):
         self.name = name
         self.steps = list(executable.steps) if executable is not None else []
+        self.call_source = getattr(executable, "source", None)  # the generated Python of a call
         self.kernel_cache = _cache_info() if executable is not None else None
         self.graph = entry.graph if entry is not None else None
         self.guards = entry.guards() if entry is not None else []
@@ -48,6 +49,9 @@ class Explanation:
                     lines.append(f"    kernel {st.kernel.name} ({st.kernel.source.kind}): {', '.join(st.kernel.ops)}")
                 else:
                     lines.append(f"    eager: {', '.join(n.op.name for n in st.nodes)} ({st.reason})")
+        if self.call_source is not None:
+            lines.append(f"  a call runs {self.call_source.count(chr(10))} lines of generated Python "
+                         "(.call_source; JITORCH_LOGS=codegen prints them)")
         if self.kernel_cache is not None:
             c = self.kernel_cache
             lines.append(f"  kernel cache: {c.memory_hits} memory hits, {c.disk_hits} disk hits, {c.misses} "

@@ -190,3 +190,33 @@ def test_a_group_the_builder_refuses_is_split_and_still_compiles_its_reduction(r
     assert not [w for w in recwarn if "failed to compile" in str(w.message)]
     kernels = jt.compile(f).lower(x).kernels
     assert [k.ops for k in kernels] == [["sum"]]
+
+
+def test_a_call_is_generated_straight_line_python_that_calls_the_machine_code():
+    fn = jt.compile(lambda a: (a + 1).exp())
+    x = jt.arange(6.0).reshape(2, 3)
+    ex = fn.lower(x).executable
+    src = ex.source
+    (step,) = ex.steps
+    assert isinstance(step, KernelStep) and not step.kernel.parallel
+    # no walk over steps or outputs at call time: the kernel's entry point, then the one output
+    assert ".run(" not in src and f"(a, 0, {step.kernel.outer})" in src
+    assert src.rstrip().splitlines()[-1].strip().startswith("return env[")
+    np.testing.assert_allclose(fn(x).numpy(), (x + 1).exp().numpy(), rtol=1e-6)
+    assert "generated Python" in str(jt.explain(fn, x))
+
+
+def test_inputs_that_are_views_into_more_memory_are_compacted_by_the_generated_call():
+    fn = jt.compile(lambda a, b: a * 2 + b)
+    base = jt.arange(12.0)
+    a, b = base[2:8], base[:6]  # contiguous, with an offset, over a larger storage
+    np.testing.assert_array_equal(fn(a, b).numpy(), (a * 2 + b).numpy())
+    np.testing.assert_array_equal(fn(jt.ones(6), jt.zeros(6)).numpy(), np.full(6, 2.0))
+
+
+def test_eager_steps_and_in_place_updates_appear_in_the_generated_call():
+    ex = executable(mlp_step, *params())
+    assert any(isinstance(s, EagerStep) for s in ex.steps)
+    assert "with _no_grad():" in ex.source and ".run(env, arena, inplace)" in ex.source
+    assert "if inplace:" in ex.source  # the parameter updates' kernels, in place or not by the call's inputs
+    assert ex.source.rstrip().endswith("return _finish(inputs, env)")
