@@ -443,7 +443,7 @@ class CompiledGraph:
         an output of another shape, a reshape of a strided value) is ``split`` into one group per
         node, so that most of it still runs compiled."""
         target, compile_kernel, step_type = self._backend
-        lowered = group.kind in ("pointwise", "reduction") or (
+        lowered = group.kind in ("pointwise", "reduction", "view") or (
             len(group.nodes) == 1 and is_row_softmax(group.nodes[0]))
         if not lowered:
             self.steps.append(EagerStep(group.nodes, group.kind))
@@ -451,6 +451,9 @@ class CompiledGraph:
         try:
             kernel = compile_kernel(build(group, f"{name}_{group.kind}", target), self._cache)
         except CompileError as e:
+            if group.kind == "view":  # views that need no copy: tensor headers, made by an eager step
+                self.steps.append(EagerStep(group.nodes, group.kind))
+                return
             if split and len(group.nodes) > 1:
                 logs.log("codegen", "%s: the group is split into one group per node: %s", name, e)
                 for j, node in enumerate(group.nodes):

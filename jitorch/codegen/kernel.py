@@ -18,14 +18,14 @@ one cheap call from Python.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from math import prod
 
 import numpy as np
 from llvmlite import ir
 
 from ..ir.fake import fake_tensor
-from ..ir.graph import Value
+from ..ir.graph import Value, iter_values
 from ..runtime import dtypes as _dt
 from ..runtime.strided import contiguous_strides
 from . import lowering
@@ -247,6 +247,40 @@ def build_pointwise(group, name, target=None, aliases=None):
     bld.target.map_loops(bld, b, sizes, body, kernel.args[0], kernel.args[1])
     return bld.finish(b, kernel, KernelSource(name, "pointwise", [n.op.name for n in group.nodes], bld.roots,
                                               outputs, bld.target.outer(sizes), prod(space)))
+
+
+def build_copy(group, name, target=None, aliases=None):
+    """A view group whose last view needs its elements copied (a reshape of a strided value: a
+    convolution's windows, merged): one loop nest over the copied value's shape, reading through
+    the views folded before it, writing compactly, which is the reshape's result in row-major order.
+    A group of views that all fold needs no kernel (CompileError: its steps are tensor headers)."""
+    *views, last = group.nodes
+    if group.outputs != last.outputs[:1] or last.op.view is None:
+        raise CompileError("a view group with outputs other than its last view's")
+    if any(isinstance(a, Value) for n in group.nodes for a in iter_values(n.args[1:])):
+        raise CompileError("a view whose geometry depends on another tensor")
+    out = last.outputs[0]
+    bld = _Builder(replace(group, nodes=views), name, target, aliases)
+    src = last.args[0]
+    if src not in bld.geometry:
+        raise CompileError(f"{last.op.name} of a value the group does not read")
+    root, space, strides, offset = bld.geometry[src]
+    try:
+        bld._fold_view(last)
+    except CompileError:
+        pass
+    else:
+        raise CompileError("a view group whose views all fold: nothing to copy")
+    sizes, (read, write) = _collapse(list(space), [list(strides), list(contiguous_strides(space))])
+    module, kernel, ptr, b, e = bld.begin([root, out])
+
+    def body(b, idx):
+        value = e.load(b.gep(ptr[root], [bld.offset(b, idx, read, offset)]), src.type.dtype)
+        e.store(value, b.gep(ptr[out], [bld.offset(b, idx, write, 0)]))
+
+    bld.target.map_loops(bld, b, sizes, body, kernel.args[0], kernel.args[1])
+    return bld.finish(b, kernel, KernelSource(name, "pointwise", [n.op.name for n in group.nodes], [root], [out],
+                                              bld.target.outer(sizes), prod(space)))
 
 
 def _used(value, bld):
@@ -518,9 +552,11 @@ def build(group, name, target=None, aliases=None):
         return build_pointwise(group, name, target, aliases)
     if group.kind == "reduction":
         return build_reduction(group, name, target, aliases)
+    if group.kind == "view":
+        return build_copy(group, name, target, aliases)
     if len(group.nodes) == 1 and is_row_softmax(group.nodes[0]):
         return build_softmax(group, name, target, aliases)
     raise CompileError(f"a {group.kind} group has no kernel")
 
 
-__all__ = ["CompileError", "KernelSource", "build", "build_pointwise", "build_reduction"]
+__all__ = ["CompileError", "KernelSource", "build", "build_copy", "build_pointwise", "build_reduction"]

@@ -187,3 +187,31 @@ def test_reductions_over_leading_dims_with_prologue_outputs(name):
     compiled = jt.compile(fn)
     assert len(compiled.lower(x).kernels) == 1
     assert_matches(compiled(x), fn(x), name)
+
+
+def windows_matmul(x, w):
+    """A convolution's shape of work: the overlapping windows of ``x`` (one strided view), merged by a
+    reshape, which must copy them, then a product."""
+    n, c, h, wd = x.shape
+    cols = x.as_strided((n, c, 3, 3, h - 2, wd - 2), (c * h * wd, h * wd, wd, 1, wd, 1)).reshape(n, c * 9, -1)
+    return w @ cols
+
+
+@given(n=st.integers(1, 3), c=st.integers(1, 3), h=st.integers(3, 7), dtype=st.sampled_from([jt.float32, jt.float64]))
+def test_a_reshape_that_must_copy_a_strided_view_is_a_copy_kernel(n, c, h, dtype):
+    rng = np.random.default_rng(h)
+    x = jt.from_numpy(random_array((n, c, h, h + 1), dtype, rng))
+    w = jt.from_numpy(random_array((2, c * 9), dtype, rng))
+    fn = jt.compile(windows_matmul)
+    low = fn.lower(x, w)
+    (copy,) = low.kernels
+    assert copy.ops[0] == "as_strided" and len(copy.ops) == 2 and "_view" in copy.name
+    assert_matches(fn(x, w), windows_matmul(x, w))
+
+
+def test_views_that_need_no_copy_stay_tensor_headers():
+    fn = jt.compile(lambda x, w: x.t()[1:] @ w)
+    x, w = jt.randn(4, 3), jt.randn(4, 2)
+    low = fn.lower(x, w)
+    assert low.kernels == [] and "eager: t, slice" in str(jt.explain(fn, x, w)).replace("slice.Tensor", "slice")
+    assert_matches(fn(x, w), x.t()[1:] @ w)

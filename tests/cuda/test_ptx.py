@@ -151,3 +151,10 @@ def test_intrinsics_outside_the_allowlist_are_refused_before_llvm():
     with pytest.raises(CompileError, match="llvm.exp.f32 has no NVPTX lowering"):
         check_intrinsics("declare float @llvm.exp.f32(float)\n")
     check_intrinsics("declare float @llvm.fma.f32(float, float, float)\ndeclare i32 @llvm.nvvm.read.ptx.sreg.tid.x()")
+
+
+def test_copy_kernels_of_strided_views_assemble():
+    from tests.codegen.test_compiled import windows_matmul
+    kernels = cuda_kernels(windows_matmul, jt.randn(2, 3, 6, 6), jt.randn(4, 27))
+    assert [k.ops[0] for k in kernels] == ["as_strided"]
+    assert_assembles(kernels)
