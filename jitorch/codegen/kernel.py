@@ -250,27 +250,37 @@ def build_pointwise(group, name, target=None, aliases=None):
 
 
 def build_copy(group, name, target=None, aliases=None):
-    """A view group whose last view needs its elements copied (a reshape of a strided value: a
+    """A view group in which one view needs its elements copied (a reshape of a strided value: a
     convolution's windows, merged): one loop nest over the copied value's shape, reading through
     the views folded before it, writing compactly, which is the reshape's result in row-major order.
-    A group of views that all fold needs no kernel (CompileError: its steps are tensor headers)."""
-    *views, last = group.nodes
-    if group.outputs != last.outputs[:1] or last.op.view is None:
+    Views after it must leave that memory as it is (reshapes of it). A group of views that all fold
+    needs no kernel (CompileError: its steps are tensor headers)."""
+    last = group.nodes[-1]
+    if group.outputs != last.outputs[:1] or any(n.op.view is None or len(n.outputs) != 1 for n in group.nodes):
         raise CompileError("a view group with outputs other than its last view's")
     if any(isinstance(a, Value) for n in group.nodes for a in iter_values(n.args[1:])):
         raise CompileError("a view whose geometry depends on another tensor")
-    out = last.outputs[0]
-    bld = _Builder(replace(group, nodes=views), name, target, aliases)
-    src = last.args[0]
-    if src not in bld.geometry:
-        raise CompileError(f"{last.op.name} of a value the group does not read")
-    root, space, strides, offset = bld.geometry[src]
-    try:
-        bld._fold_view(last)
-    except CompileError:
-        pass
-    else:
+    bld = _Builder(replace(group, nodes=[]), name, target, aliases)
+    copying = None
+    for node in group.nodes:
+        if node.args[0] not in bld.geometry:
+            raise CompileError(f"{node.op.name} of a value the group does not read")
+        if copying is not None:
+            bld._fold_view(node)
+            continue
+        try:
+            bld._fold_view(node)
+        except CompileError:
+            copying = node
+            copied = node.outputs[0]
+            bld.geometry[copied] = (copied, copied.type.shape, contiguous_strides(copied.type.shape), 0)
+    if copying is None:
         raise CompileError("a view group whose views all fold: nothing to copy")
+    out = last.outputs[0]
+    if bld.geometry[out][0] is not copied or bld.geometry[out][2:] != (contiguous_strides(out.type.shape), 0):
+        raise CompileError(f"{last.op.name} after a copy: the result is not the copy's memory")
+    src = copying.args[0]
+    root, space, strides, offset = bld.geometry[src]
     sizes, (read, write) = _collapse(list(space), [list(strides), list(contiguous_strides(space))])
     module, kernel, ptr, b, e = bld.begin([root, out])
 
