@@ -1,6 +1,9 @@
 """CUDA implementations of ops that are not a one-op graph's kernel: constant factories filled on the device,
-and ops with generated kernels of their own (matrix products, indexing, scans and arg-reductions) or made
-of device copies and other ops (joins, repeat, roll, flip, softmax over any dim).
+factories computed there from a formula (arange, eye, linspace, logspace), ops with generated kernels of
+their own (matrix products, indexing and scatter_reduce, scans and arg-reductions, sorts and their merge
+passes) or made of device copies and other ops (joins, repeat, repeat_interleave, roll, flip, softmax over
+any dim), and the ops whose result size depends on the data (masked_select, argwhere, unique): a device
+scan, one read-back of the count, then scatters.
 
 Each implementation takes ``(op, args, spec)`` with the op's arguments already on one device and returns
 its result, or NotImplemented for cases it does not cover, which `cuda_tensor.execute` then runs through
@@ -13,12 +16,13 @@ import numpy as np
 
 from . import cuda_backend
 from .cuda_tensor import (Storage, _cached, _copy_into, _run, _span, address, copy_values, empty,
-                          empty_storage, write)
+                          empty_storage, non_blocking, upload, write)
 from .strided import contiguous_strides, wrap_dim
 
 _MATMULS: dict = {}     # (a shape, a strides, b shape, b strides, dtype) -> MatmulKernel (operands read in place)
 _INDEXERS: dict = {}    # the arguments of index_kernel -> its LoopKernel
 _SCANS: dict = {}       # the arguments of scan_kernel or arg_kernel -> its LoopKernel
+_FORMULAS: dict = {}    # (factory op, dtype) -> its FactoryKernel (sizes and bounds are launch parameters)
 MATMUL_OPS = ("matmul", "mm", "bmm", "mv", "dot", "vdot")
 INDEXING_OPS = ("gather", "index_select", "index", "take", "scatter", "scatter.value", "scatter_add", "index_add",
                 "index_copy", "index_fill", "index_fill.Tensor", "put", "index_put")
@@ -70,6 +74,58 @@ def fill(t, element):
         count = min(done, n - done)
         backend.device_copy(start + done * item, start, count * item)
         done += count
+
+
+def _formula_factory(op, args, spec):
+    """arange, eye, linspace and logspace computed on the device (codegen/nvptx/factories.py) from a few
+    parameters the host works out as the CPU does; NotImplemented for integer bounds beyond int64."""
+    from ..codegen.nvptx.factories import PARAMETERS, factory_kernel
+    base = op.name.split(".")[0]
+    named = dict(zip((a.name for a in op.schema.args), args))
+    count = int(np.prod(spec.shape, dtype=np.int64))
+    words = _factory_parameters(base, named, spec, count)
+    if words is None:
+        return NotImplemented
+    out = empty(spec.shape, spec.dtype, spec.device)
+    if count:
+        kernel = _cached(_FORMULAS, (base, spec.dtype), lambda: factory_kernel(base, spec.dtype))
+        with non_blocking():
+            parameters = upload(np.array(words + [0] * (PARAMETERS - len(words)), np.int64), _int64(), spec.device)
+        cuda_backend.current().launch(kernel.sized(count), [address(parameters), address(out)], out.device.index)
+    return out
+
+
+def _factory_parameters(base, named, spec, count):
+    """The parameter words of ``base``'s factory kernel (see factories.py), floats as float64 bits."""
+    import math
+
+    from ..ops.creation import _arange_plan
+    from ..codegen.nvptx.factories import step_types
+    dtype = spec.dtype
+
+    def bits(v):
+        return int(np.float64(v).view(np.int64))
+    if base == "eye":
+        return [count, spec.shape[1]]
+    if base == "arange":
+        start, end = (0, named["start"]) if named["end"] is None else (named["start"], named["end"])
+        _, first, step = _arange_plan(start, end, named["step"], dtype)
+        if dtype.is_floating_point:
+            return [count, 0, bits(first), bits(step)]
+        return [count, 0, first, step] if all(-2 ** 63 <= v < 2 ** 63 for v in (first, step)) else None
+    step_t = step_types(base, dtype)[0]
+    t = step_t.np.type
+    start, end, steps = named["start"], named["end"], named["steps"]
+    if not dtype.is_floating_point:  # the bounds cast to the dtype first, as the CPU does
+        start, end = (int(np.array(math.trunc(v)).astype(dtype.np)) for v in (start, end))
+    first, last = t(start), t(end)
+    with np.errstate(all="ignore"):
+        step = (last - first) / t(steps - 1) if steps > 1 else t(-0.0)  # one point: first + -0.0 is first
+    words = [count, steps // 2 if steps > 1 else 1, bits(first), bits(last), bits(step)]
+    if base == "logspace":
+        words.append(bits(np.float64(named["base"]) if step_types(base, dtype)[1] is _float64() else
+                          np.float32(named["base"])))
+    return words
 
 
 # Matrix products ----------------------------------------------------------------------------
@@ -129,11 +185,15 @@ def _arguments(op, args):
         return None
     source = rest[0] if name in ("scatter", "scatter_add", "index_add", "index_copy") else None
     value = rest[0] if name in ("scatter.value", "index_fill", "index_fill.Tensor") else None
-    if value is not None and hasattr(value, "_shape"):
-        return None  # a 0-d tensor value: the one-op graph's fill
+    if value is not None and hasattr(value, "_shape"):  # a 0-d tensor: stored as a source read with stride 0
+        if not self.ndim or index.ndim != 1:
+            return None
+        d = wrap_dim(dim, self.ndim)
+        source = value.to(self.dtype).expand(self._shape[:d] + index._shape + self._shape[d + 1:])
+        value = None
     kernel_op = "index_fill" if name.startswith("index_fill") else name
     return kernel_op, self, dim, index, source, (rest[1] if name == "index_add" else 1), value, \
-        name in ("index_select", "index_add", "index_copy", "index_fill")
+        kernel_op in ("index_select", "index_add", "index_copy", "index_fill")
 
 
 def _indexing(op, args, spec):
@@ -192,6 +252,124 @@ def _indexing(op, args, spec):
     return out.view(spec.shape) if flat else out
 
 
+def _scatter_reduce(op, args, spec):
+    """scatter_reduce as the CPU computes it, on the device: ``self`` copied in the CPU's compute dtype (wider
+    still for integers without atomics: int32, whose sums and products wrap to the same low bits), the
+    reduction's identity stored at the indexed positions unless ``include_self``, every ``src`` element
+    combined into its place by the reduce kernel (codegen/nvptx/indexing.py), then for mean the division by
+    the count (a scatter_add of ones; floor division for integers, as NumPy's ``//``). Float sums and
+    products land in the order the atomics do, so they may differ from the CPU's in the last bits."""
+    from ..autograd.grad_mode import no_grad
+    from ..codegen.nvptx.indexing import ATOMIC_DTYPES, INDEX_DTYPES, index_kernel, mean_kernel
+    from ..ops.indexing import _reduce_identity
+    from ..ops.meta import opmath
+    from . import cuda_errors, dtypes
+    x, dim, index, src, reduce, include_self = args
+    if not x.ndim or index.ndim != x.ndim or src.ndim != x.ndim or not index.numel() or \
+            x.dtype is dtypes.bool or index.dtype not in INDEX_DTYPES or \
+            any(t.device != x.device for t in (index, src)):
+        return NotImplemented
+    wide = opmath(x.dtype)
+    wide = wide if wide in ATOMIC_DTYPES else dtypes.int32
+    d = wrap_dim(dim, x.ndim)
+    with no_grad():
+        out = empty(x._shape, wide, x.device)
+        write(out, x)
+        if not include_self:
+            out = out.scatter(d, index, np.array(_reduce_identity(reduce, x.dtype.np)).item())
+        values = src.to(wide)
+        kernel_op = f"scatter_reduce_{'sum' if reduce == 'mean' else reduce}"
+        key = (kernel_op, index._shape, d, x._shape[d], (index.dtype, index._stride), (wide, out._stride),
+               (wide, values._stride))
+        kernel = _cached(_INDEXERS, key, lambda: index_kernel(*key))
+        cuda_backend.current().launch(kernel, [address(index), address(values), address(out),
+                                               cuda_errors.word(x.device)], x.device.index)
+        if reduce != "mean":
+            return out.to(spec.dtype)
+        count = x.new_full(x._shape, int(include_self), dtype=dtypes.int64).scatter_add(
+            d, index, x.new_ones((), dtype=dtypes.int64).expand(index._shape))
+        if not x.dtype.is_floating_point:  # the sum wrapped to the dtype, as the CPU's in place, then divided
+            out = out.to(x.dtype).to(dtypes.int64)
+        key = ("scatter_mean", out.numel(), out.dtype)
+        kernel = _cached(_INDEXERS, key, lambda: mean_kernel(*key[1:]))
+        cuda_backend.current().launch(kernel, [address(count), address(out)], x.device.index)
+        return out.to(spec.dtype)
+
+
+# Data-dependent sizes: a device scan, one read-back of the count, a scatter -------------------------
+
+def _positions(flags):
+    """(the place of each element of 1-d bool CUDA tensor ``flags`` in a compacted result: its rank among
+    the selected ones, or ``count``, one slot past the end, for the others; ``count``; the ranks, the
+    number of selected elements up to each one less one). The ranks are a device cumsum; ``count`` is its
+    last element, read back (the one synchronisation, as torch's)."""
+    from . import dtypes
+    ranks = flags.to(dtypes.int64).cumsum(0) - 1
+    count = int(ranks[-1].item()) + 1
+    return ranks.where(flags, count), count, ranks
+
+
+def _compacted(values, at, count, dim=0):
+    """``values`` (along ``dim``) placed at ``at`` by the scatter kernel into a result with one spare slot
+    that takes the unselected ones; the first ``count``."""
+    shape = values._shape[:dim] + (count + 1,) + values._shape[dim + 1:]
+    return empty(shape, values.dtype, values.device).scatter(dim, at, values).narrow(dim, 0, count)
+
+
+def _masked_select(op, args, spec):
+    """The entries of ``self`` where ``mask`` (both broadcast) is True, in row-major order: their places from
+    `_positions`, then one scatter."""
+    from ..autograd.grad_mode import no_grad
+    from .strided import broadcast_shapes
+    x, mask = args
+    shape = broadcast_shapes(x._shape, mask._shape)
+    if 0 in shape:
+        return empty((0,), x.dtype, x.device)
+    with no_grad():
+        at, count, _ = _positions(mask.expand(shape).reshape(-1))
+        return _compacted(x.expand(shape).reshape(-1), at, count)
+
+
+def _argwhere(op, args, spec):
+    """The indices of ``self``'s nonzero entries, a row each in row-major order: the coordinates of every
+    element (from a device arange), placed by `_positions` with one scatter."""
+    from ..autograd.grad_mode import no_grad
+    from .. import stack
+    x, = args
+    if not x.ndim or not x.numel():
+        return NotImplemented
+    with no_grad():
+        at, count, _ = _positions((x != 0).reshape(-1))
+        flat = _arange(x.numel(), x.device)
+        strides = contiguous_strides(x._shape)
+        coordinates = stack([flat.div(s, rounding_mode="floor").remainder(n) for s, n in zip(strides, x._shape)], 1)
+        return _compacted(coordinates, at.unsqueeze(1).expand(coordinates._shape), count)
+
+
+def _unique(op, args, spec):
+    """``unique`` of the flattened tensor as NumPy's (sorted; NaNs count as one value, last): a stable device
+    sort, a flag where each run of equal values starts, their ranks by a device cumsum (one read-back of the
+    count), then scatters: each run's first value to its rank, each element's rank to its place in the input
+    (the inverse), and ones added at the ranks (the counts). Unique slices along a dim stay on the host."""
+    from ..autograd.grad_mode import no_grad
+    from . import dtypes
+    x, _, _, _, dim = args
+    if dim is not None or not x.numel():
+        return NotImplemented
+    with no_grad():
+        key = x.reshape(-1)
+        values, order = (key.to(dtypes.uint8) if x.dtype is dtypes.bool else key).sort()
+        starts = x.new_ones(key._shape, dtype=dtypes.bool)
+        if key.numel() > 1:
+            after, before = values[1:], values[:-1]
+            write(starts[1:], (after != before) & ~(after.isnan() & before.isnan()))
+        at, count, rank = _positions(starts)
+        inverse = empty(key._shape, dtypes.int64, x.device).scatter(0, order, rank).view(x._shape)
+        counts = x.new_zeros((count,), dtype=dtypes.int64).scatter_add(
+            0, rank, x.new_ones((), dtype=dtypes.int64).expand(key._shape))
+        return op.result_type(_compacted(values, at, count).to(x.dtype), inverse, counts)
+
+
 # Joining ----------------------------------------------------------------------------------
 
 def _join(op, args, spec):
@@ -242,6 +420,21 @@ def _repeat(op, args, spec):
     return out
 
 
+def _repeat_interleave(op, args, spec):
+    """``x.repeat_interleave(r, dim)``: the result seen as (..., n, r, ...) takes ``x`` broadcast over the
+    r's, in one strided copy (the flattened ``x`` when no dim is given)."""
+    from ..autograd.grad_mode import no_grad
+    x, repeats, dim = args[:3]
+    out = empty(spec.shape, spec.dtype, x.device)
+    if out.numel():
+        with no_grad():
+            line = x.reshape(-1) if dim is None else x
+            d = 0 if dim is None else wrap_dim(dim, x.ndim)
+            shape = line._shape
+            write(out.view(shape[:d] + (shape[d], repeats) + shape[d + 1:]), line.unsqueeze(d + 1))
+    return out
+
+
 def _roll(op, args, spec):
     """``x.roll(shifts, dims)``: per rolled dim, its two pieces copied to their new places (a flattened
     roll when no dims are given, as torch does)."""
@@ -276,17 +469,45 @@ def _flip(op, args, spec):
 
 
 def _scan(op, args, spec):
-    """cumsum and cumprod through the generated scan (a thread walks each line in order, as the CPU does)."""
+    """cumsum and cumprod through the generated scan: a thread walks each line in order, as the CPU does, or,
+    for a few long lines, the chunked walk (codegen/nvptx/scan.py: exact for integers, float sums
+    reassociated)."""
     from ..codegen.nvptx.scan import scan_kernel
     x, dim = args[0], args[1]
     if not x.ndim or not x.numel():
         return NotImplemented
     d = wrap_dim(dim, x.ndim)
-    key = (op.name, x._shape, d, (x.dtype, x._stride), spec.dtype, spec.compute or spec.dtype)
-    kernel = _cached(_SCANS, key, lambda: scan_kernel(*key))
     out = empty(spec.shape, spec.dtype, x.device)
+    types = (spec.dtype, spec.compute or spec.dtype)
+    chunk = _chunk(x, d)
+    if chunk:
+        totals = _chunked(op.name, "totals", x, d, types, chunk, [address(x)], types[1])
+        _chunked(op.name, "carries", x, d, types, chunk, [address(totals)])
+        _chunked(op.name, "prefixes", x, d, types, chunk, [address(x), address(totals), address(out)])
+        return out
+    key = (op.name, x._shape, d, (x.dtype, x._stride), *types)
+    kernel = _cached(_SCANS, key, lambda: scan_kernel(*key))
     cuda_backend.current().launch(kernel, [address(x), address(out)], x.device.index)
     return out
+
+
+def _chunk(x, d):
+    """The chunk length of the chunked walk along ``d``, or 0 where a thread per line serves (short lines,
+    or enough of them to fill the device)."""
+    from ..codegen.nvptx import scan
+    n = x._shape[d]
+    return scan.chunk_of(n) if n > scan.LONG_LINE and x.numel() // n < scan.FEW_LINES else 0
+
+
+def _chunked(name, phase, x, d, types, chunk, pointers, *made):
+    """Launch ``phase`` of the chunked walk of ``name`` over ``x`` along ``d`` with ``pointers`` followed by
+    new compact buffers over (lines, chunks) of the dtypes ``made``, which it returns."""
+    from ..codegen.nvptx.scan import chunked_kernel
+    key = (name, phase, x._shape, d, (x.dtype, x._stride), types, chunk)
+    kernel = _cached(_SCANS, key, lambda: chunked_kernel(*key))
+    buffers = [empty(kernel.space, dtype, x.device) for dtype in made]
+    cuda_backend.current().launch(kernel, pointers + [address(t) for t in buffers], x.device.index)
+    return buffers[0] if len(buffers) == 1 else buffers
 
 
 def _arg_reduction(op, args, spec):
@@ -300,11 +521,17 @@ def _arg_reduction(op, args, spec):
     with no_grad():
         line = x.reshape(-1) if dim is None or not x.ndim else x
     d = 0 if dim is None or not x.ndim else wrap_dim(dim, x.ndim)
-    key = (op.name, line._shape, d, (line.dtype, line._stride))
-    kernel = _cached(_SCANS, key, lambda: arg_kernel(*key))
     specs = list(spec) if isinstance(spec, tuple) else [spec]
     outs = [empty(s.shape, s.dtype, x.device) for s in specs]
-    cuda_backend.current().launch(kernel, [address(line)] + [address(t) for t in outs], x.device.index)
+    chunk = _chunk(line, d)
+    if chunk:  # each chunk's first extreme, then the first of those
+        values, positions = _chunked(op.name, "extremes", line, d, None, chunk, [address(line)], x.dtype, _int64())
+        _chunked(op.name, "pick", line, d, None, chunk, [address(values), address(positions)] +
+                 [address(t) for t in outs])
+    else:
+        key = (op.name, line._shape, d, (line.dtype, line._stride))
+        kernel = _cached(_SCANS, key, lambda: arg_kernel(*key))
+        cuda_backend.current().launch(kernel, [address(line)] + [address(t) for t in outs], x.device.index)
     return outs[0] if len(outs) == 1 else op.result_type(*outs)
 
 
@@ -406,9 +633,11 @@ def _log_sum_exp_or_nan_mean(op, args, spec):
 
 
 def _sort(op, args, spec):
-    """sort, topk and kthvalue through the generated bitonic sort (lines of up to MAX_LINE elements; stable,
-    NaN last ascending and first descending, as the CPU), topk and kthvalue reading the first k of it."""
+    """sort, topk and kthvalue through the generated bitonic sort (stable, NaN last ascending and first
+    descending, as the CPU), topk and kthvalue reading the first k of it. Lines longer than MAX_LINE are
+    sorted in runs of MAX_LINE, then merged pairwise by the merge passes (codegen/nvptx/merge.py)."""
     from ..autograd.grad_mode import no_grad
+    from ..codegen.nvptx.merge import merge_kernel
     from ..codegen.nvptx.sort import MAX_LINE, sort_kernel
     from ..ops.registry import OPS
     x = args[0]
@@ -423,13 +652,23 @@ def _sort(op, args, spec):
         dim, descending = args[1], False
     else:
         dim, descending = args[2], False
-    if not x.ndim or not x.numel() or x.dtype.name == "bool" or x._shape[wrap_dim(dim, x.ndim)] > MAX_LINE:
+    if not x.ndim or not x.numel() or x.dtype.name == "bool":
         return NotImplemented
     d = wrap_dim(dim, x.ndim)
-    key = (x._shape, d, (x.dtype, x._stride), bool(descending))
+    n = x._shape[d]
+    key = (x._shape, d, (x.dtype, x._stride), bool(descending), MAX_LINE if n > MAX_LINE else None)
     kernel = _cached(_SCANS, key, lambda: sort_kernel(*key))
     values, indices = empty(x._shape, x.dtype, x.device), empty(x._shape, _int64(), x.device)
-    cuda_backend.current().launch(kernel, [address(x), address(values), address(indices)], x.device.index)
+    backend = cuda_backend.current()
+    backend.launch(kernel, [address(x), address(values), address(indices)], x.device.index)
+    width = MAX_LINE
+    while width < n:
+        merge = _cached(_SCANS, ("merge", x._shape, d, x.dtype, width, bool(descending)),
+                        lambda: merge_kernel(x._shape, d, x.dtype, width, bool(descending)))
+        merged = empty(x._shape, x.dtype, x.device), empty(x._shape, _int64(), x.device)
+        backend.launch(merge, [address(t) for t in (values, indices) + merged], x.device.index)
+        values, indices = merged
+        width *= 2
     if op.name == "sort":
         return op.result_type(values, indices)
     with no_grad():
@@ -513,6 +752,11 @@ def _int64():
     return dtypes.int64
 
 
+def _float64():
+    from . import dtypes
+    return dtypes.float64
+
+
 def _softmax(op, args, spec):
     """softmax and log_softmax over any dim of a float32/float64 tensor: the row kernel over compact rows,
     with the dim moved last (and back) by strided copies when it is not."""
@@ -530,12 +774,14 @@ def _softmax(op, args, spec):
         return out if d == last else copy_values(out.transpose(d, last))
 
 
-IMPLEMENTATIONS = {**dict.fromkeys(MATMUL_OPS, _matmul), **dict.fromkeys(INDEXING_OPS, _indexing),
-            **dict.fromkeys(JOIN_OPS, _join), "addmm": _scaled_product, "baddbmm": _scaled_product,
-            "repeat": _repeat, "roll": _roll, "flip": _flip, "cumsum": _scan, "cumprod": _scan,
-            "softmax": _softmax, "log_softmax": _softmax, "as_strided_scatter": _as_strided_scatter,
-            "tril": _triangle, "triu": _triangle, "var.correction": _moment, "std.correction": _moment,
-            "norm": _norm, "logsumexp": _log_sum_exp_or_nan_mean, "nanmean": _log_sum_exp_or_nan_mean,
-            "sort": _sort, "topk": _sort, "kthvalue": _sort, "median": _sort, "median.dim": _sort,
-            "einsum": _einsum, **dict.fromkeys(("argmax", "argmin", "max.dim",
-                                                                            "min.dim"), _arg_reduction)}
+IMPLEMENTATIONS = {
+    **dict.fromkeys(MATMUL_OPS, _matmul), **dict.fromkeys(INDEXING_OPS, _indexing), **dict.fromkeys(JOIN_OPS, _join),
+    "addmm": _scaled_product, "baddbmm": _scaled_product, "scatter_reduce": _scatter_reduce,
+    "masked_select": _masked_select, "argwhere": _argwhere, "_unique": _unique, "repeat": _repeat,
+    "repeat_interleave": _repeat_interleave, "roll": _roll, "flip": _flip, "cumsum": _scan, "cumprod": _scan,
+    "softmax": _softmax, "log_softmax": _softmax, "as_strided_scatter": _as_strided_scatter,
+    "tril": _triangle, "triu": _triangle, "var.correction": _moment, "std.correction": _moment,
+    "norm": _norm, "logsumexp": _log_sum_exp_or_nan_mean, "nanmean": _log_sum_exp_or_nan_mean,
+    "sort": _sort, "topk": _sort, "kthvalue": _sort, "median": _sort, "median.dim": _sort, "einsum": _einsum,
+    **dict.fromkeys(("arange", "eye", "eye.m", "linspace", "logspace"), _formula_factory),
+    **dict.fromkeys(("argmax", "argmin", "max.dim", "min.dim"), _arg_reduction)}

@@ -10,17 +10,19 @@ result or input lives on a CUDA device) run, in order of preference:
 
 1. **transfers** (``_to_copy`` across devices, ``copy_`` from or to the host):
    host-device copies on the current stream;
-2. **matmul, mm, bmm** of float32/float16 operands: the generated tiled kernel, reading the operands in
-   place whatever their strides;
-3. **a kernel generated from the op's one-op graph**: the graph is built as the
+2. **factories** (zeros, full, arange, eye, linspace, ...): filled or computed on the device;
+3. **a directly written kernel** (`cuda_ops.IMPLEMENTATIONS`): the tiled matmul family, indexing,
+   copies, joins, scans, sorts and merges, scatter_reduce, data-dependent selections (one read-back
+   of the count, as torch), moments, ...;
+4. **a kernel generated from the op's one-op graph**: the graph is built as the
    tracer would record it (a non-contiguous tensor enters as its storage span
    seen through ``as_strided``, which the kernel builder folds into index
    maths), fused, and compiled for NVPTX; it is cached per op, argument kinds
    (shape, strides when not contiguous, dtype), scalar arguments and device;
-4. otherwise (sorting, indexing with data-dependent sizes, random numbers,
-   float64 matmul, creation ops, ...): **on the host**: the tensor arguments are
-   copied to the host, the op's CPU kernel runs, and the results are copied
-   back. This synchronises the stream; its results are exactly the CPU ones.
+5. otherwise (random numbers, drawn from the CPU generator's stream so that a seed gives the same
+   numbers on both devices; float64 products; unique over a dim; ...): **on the host**: the tensor
+   arguments are copied to the host, the op's CPU kernel runs, and the results are copied back.
+   This synchronises the stream; its results are exactly the CPU ones.
 
 Everything device-specific goes through the current backend (cuda_backend),
 so the logic here runs on a fake device in tests.

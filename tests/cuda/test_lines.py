@@ -1,13 +1,15 @@
 """Ops that walk lines on CUDA tensors: cumsum/cumprod and argmax/argmin/max/min over a dim (a thread per line,
-in order: the CPU's results bit for bit), sort/topk/kthvalue/median (a bitonic network per line, the CPU's
-stable order), and softmax/log_softmax over any dim (the row kernel, the dim moved last by strided copies); on the fake device running the kernels, against the CPU. Every directly written
+in order: the CPU's results bit for bit; few long lines in chunks), sort/topk/kthvalue/median (a bitonic
+network per line, the CPU's stable order), and softmax/log_softmax over any dim (the row kernel, the dim moved last by strided copies); on the fake device running the kernels, against the CPU. Every directly written
 kernel made by the CUDA tests of this file is assembled with ptxas."""
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import jitorch as jt
+from jitorch.codegen.nvptx import scan
 from jitorch.runtime import cuda_ops, cuda_tensor
 from jitorch.runtime.cuda_backend import use_backend
 from jitorch.runtime.cuda_fake import FakeBackend
@@ -27,10 +29,12 @@ def drawn_tensor(draw, dtypes):
     return t, draw(st.integers(-len(shape), len(shape) - 1))
 
 
-def both(fn, x, exact=True):
+def both(fn, x, exact=True, names=False):
+    """``fn`` on a CUDA copy of ``x`` (emulated) against the CPU: the ops launched (their kernel names if
+    ``names``)."""
     with use_backend(FakeBackend(emulate="ptx")) as fake:
         got = fn(copy_layout(x, "cuda"))
-        ops = [launch.ops for launch in fake.launches]
+        ops = [launch.name if names else launch.ops for launch in fake.launches]
         got = [t.cpu() for t in (got if isinstance(got, tuple) else (got,))]
     want = fn(x)
     want = list(want) if isinstance(want, tuple) else [want]
@@ -62,6 +66,32 @@ def test_arg_reductions_keep_the_first_extreme_and_nan(data, op, keepdim, full):
     else:
         ops = both(lambda t: getattr(t, op)(None if full else dim, keepdim=keepdim), x)
         assert [op] in ops
+
+
+@settings(max_examples=8, deadline=None)
+@given(data=st.data(), op=st.sampled_from(["cumsum", "cumprod", "argmax", "argmin", "max", "min"]))
+def test_few_long_lines_walk_in_chunks(data, op):
+    """Lines of more than LONG_LINE (made 40 here) in chunks of 32: integers and arg-reductions exactly as
+    the CPU, float sums reassociated (within rounding)."""
+    n = data.draw(st.integers(41, 300))
+    shape = data.draw(st.sampled_from([(n,), (2, n), (n, 3)]))
+    dtype = data.draw(st.sampled_from([jt.float32, jt.int64, jt.int32] if op.startswith("cum") else
+                                      [jt.float32, jt.float64, jt.int64, jt.float16]))
+    rng = np.random.default_rng(data.draw(st.integers(0, 99)))
+    values = (rng.integers(-1, 3, shape) if op == "cumprod" else rng.integers(-50, 50, shape)).astype(dtype.np)
+    if dtype.is_floating_point and op.startswith("cum"):
+        values = values * np.float32(1.1)
+    if dtype.is_floating_point and not op.startswith("cum") and data.draw(st.booleans()):
+        values.flat[rng.integers(0, values.size, 2)] = np.nan
+    x, _ = tensor_and_array(values.astype(dtype.np), data.draw(st.sampled_from(support.LAYOUTS)))
+    dim = shape.index(n)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(scan, "LONG_LINE", 40)
+        launches = both(lambda t: getattr(t, op)(dim), x, exact=not (op.startswith("cum") and dtype.is_floating_point),
+                        names=True)
+    phases = ("totals", "carries", "prefixes") if op.startswith("cum") else ("extremes", "pick")
+    assert [name for name in launches if any(p in name for p in phases)] and \
+        all(any(f"_{p}_" in name for name in launches) for p in phases)
 
 
 @settings(max_examples=10)
@@ -96,26 +126,21 @@ def test_sort_topk_kthvalue_and_median_give_the_cpus_stable_order(data, descendi
     both(lambda t: t.median(), x)
 
 
-def test_lines_longer_than_shared_memory_holds_sort_on_the_host(fake, monkeypatch):
-    from jitorch.codegen.nvptx import sort
-    monkeypatch.setattr(sort, "MAX_LINE", 4)
-    x = jt.tensor([3.0, 1.0, 2.0, 5.0, 4.0])
-    fake.launches.clear()
-    assert x.cuda().sort().values.cpu().tolist() == [1.0, 2.0, 3.0, 4.0, 5.0]
-    assert all(launch.ops != ["sort"] for launch in fake.launches)
-
-
-def test_the_directly_written_kernels_assemble(fake):
+def test_the_directly_written_kernels_assemble(fake, monkeypatch):
+    monkeypatch.setattr(scan, "LONG_LINE", 8)
     x = jt.arange(24.0, device="cuda").reshape(2, 3, 4)
     index = jt.tensor([[0, 2]], device="cuda")
     for make in (lambda: x.transpose(0, 2).cumsum(1), lambda: x.argmax(1), lambda: x.min(0),
                  lambda: x.flip((0, 2)), lambda: x.gather(2, index.expand(2, 3, 2)),
                  lambda: x.scatter_add(2, index.expand(2, 3, 2), x[..., :2]),
                  lambda: x.index_add(1, index[0], x[:, :2], alpha=2), lambda: x.transpose(0, 1).repeat(1, 2, 1),
-                 lambda: x.transpose(1, 2).sort(1, descending=True)):
+                 lambda: x.transpose(1, 2).sort(1, descending=True), lambda: x.reshape(-1).cumsum(0),
+                 lambda: x.reshape(-1).max(0)):
         make()
     tables = (cuda_ops._INDEXERS, cuda_tensor._COPIES, cuda_ops._SCANS)
     kernels = [k for table in tables for k in table.values()]
-    assert {k.ops[0] for k in kernels} >= {"cumsum", "argmax", "min.dim", "copy", "gather", "scatter_add",
-                                           "index_add", "sort"}
+    assert {k.ops[0] for k in kernels} >= {"cumsum", "argmax", "min.dim", "max.dim", "copy", "gather",
+                                           "scatter_add", "index_add", "sort"}
+    assert {k.spec[2] for k in kernels if k.ops[0] in ("cumsum", "max.dim")} >= {"totals", "carries", "prefixes",
+                                                                               "extremes", "pick"}
     assert_assembles(kernels)

@@ -3,9 +3,10 @@
 Each block sorts one line along ``dim`` at a time (a grid-stride loop over lines). The line is loaded into
 shared memory with each element's position, padded to a power of two, and sorted by a bitonic network
 whose stages are unrolled at generation time, with a barrier after each. Elements compare by the CPU's
-order exactly: NaN after every number (before, descending), and equal elements by their position, which
-makes the network stable, as ``sort`` is on the CPU. Lines of up to `MAX_LINE` elements fit in shared
-memory; longer ones are sorted on the host.
+order exactly (`comes_before`): NaN after every number (before, descending), and equal elements by their
+position, which makes the network stable, as ``sort`` is on the CPU. Lines of up to `MAX_LINE` elements fit
+in shared memory; a longer line is sorted in runs of `MAX_LINE` (``run``: a block per run), which the merge
+passes of merge.py then join.
 """
 
 from __future__ import annotations
@@ -22,25 +23,48 @@ from .target import I32, I64, SHARED, _sreg, barrier, strided_loop, unflatten
 MAX_LINE = 2048
 
 
-def sort_kernel(shape, dim, src, descending, cache=None):
-    """The kernel sorting ``shape`` along ``dim``; ``src`` is (dtype, element strides). Pointers: (src,
-    values, indices), both outputs compact."""
+def comes_before(e, a, ia, c, ic, descending):
+    """Whether element ``a`` at position ``ia`` comes before ``c`` at ``ic`` (i64 positions) in the CPU's
+    stable order: ascending with NaN last, or descending with NaN first; equal values (and NaNs) by
+    position."""
+    b = e.b
+    earlier = b.icmp_signed("<", ia, ic)
+    nan_a, nan_c = e.isnan(a).value, e.isnan(c).value
+    equal = b.or_(e.compare("==", a, c).value, b.and_(nan_a, nan_c))
+    if descending:
+        ahead = b.or_(e.compare(">", a, c).value, b.and_(nan_a, b.not_(nan_c)))
+    else:
+        ahead = b.or_(e.compare("<", a, c).value, b.and_(nan_c, b.not_(nan_a)))
+    return b.or_(ahead, b.and_(equal, earlier))
+
+
+def compared_dtype(dtype):
+    """The dtype sort keys compare in (the halves widen to float32, exactly)."""
+    return _dt.float32 if dtype in (_dt.float16, _dt.bfloat16) else dtype
+
+
+def sort_kernel(shape, dim, src, descending, run=None, cache=None):
+    """The kernel sorting ``shape`` along ``dim``; ``src`` is (dtype, element strides). With ``run``, each line
+    is sorted in runs of that many elements (the last one shorter), each run on its own. Pointers: (src,
+    values, indices), both outputs compact, the indices positions in the whole line."""
     dtype = src[0]
     n = shape[dim]
+    run = min(run or n, n)
+    runs = -(-n // run)
     width = 2
-    while width < n:
+    while width < run:
         width *= 2
     out_strides = contiguous_strides(tuple(shape))
     lines, line_src, line_out = lines_of(shape, dim, src[1], out_strides)
     name = symbol(f"jitorch_sort_d{dim}_{'x'.join(map(str, shape))}_{'x'.join(map(str, src[1]))}_{dtype.name}"
-                  f"{'_desc' if descending else ''}")
+                  f"{'_desc' if descending else ''}{f'_r{run}' if runs > 1 else ''}")
     t = llvm_type(dtype)
     module, fn = entry(name, [t.as_pointer(), t.as_pointer(), I64.as_pointer()])
     src_ptr, values_ptr, indices_ptr = fn.args
     keys, positions = _shared(module, "jitorch.sort.keys", t, width), _shared(module, "jitorch.sort.at", I64, width)
     e = Emitter(ir.IRBuilder(fn.append_basic_block("entry")))
     b = e.b
-    compared = _dt.float32 if dtype in (_dt.float16, _dt.bfloat16) else dtype
+    compared = compared_dtype(dtype)
     tid, threads = _sreg(b, "tid.x"), _sreg(b, "ntid.x")
 
     def key(b, i):
@@ -49,27 +73,24 @@ def sort_kernel(shape, dim, src, descending, cache=None):
     def at(b, i):
         return b.load(b.gep(positions, [I32(0), i]))
 
-    def before(a, ia, c, ic):
-        """Whether element (a, ia) comes before (c, ic): real elements before padding, then the CPU's order."""
-        pad_a, pad_c = b.icmp_signed(">=", ia, I64(n)), b.icmp_signed(">=", ic, I64(n))
-        earlier = b.icmp_signed("<", ia, ic)
-        nan_a, nan_c = e.isnan(a).value, e.isnan(c).value
-        both_nan = b.and_(nan_a, nan_c)
-        equal = b.or_(e.compare("==", a, c).value, both_nan)
-        if descending:
-            ahead = b.or_(e.compare(">", a, c).value, b.and_(nan_a, b.not_(nan_c)))
-        else:
-            ahead = b.or_(e.compare("<", a, c).value, b.and_(nan_c, b.not_(nan_a)))
-        real = b.or_(ahead, b.and_(equal, earlier))
-        return b.select(b.icmp_unsigned("!=", pad_a, pad_c), pad_c, b.select(pad_a, earlier, real))
+    def one_line(b, item):
+        point = unflatten(b, b.udiv(item, I64(runs)), list(lines))
+        start = b.mul(b.urem(item, I64(runs)), I64(run))
+        length = b.select(b.icmp_signed("<", b.sub(I64(n), start), I64(run)), b.sub(I64(n), start), I64(run))
+        src_base = b.add(offset(b, point, line_src), b.mul(start, I64(src[1][dim])))
+        out_base = b.add(offset(b, point, line_out), b.mul(start, I64(out_strides[dim])))
 
-    def one_line(b, line):
-        point = unflatten(b, line, list(lines))
-        src_base, out_base = offset(b, point, line_src), offset(b, point, line_out)
+        def before(a, ia, c, ic):
+            """Whether element (a, ia) comes before (c, ic): real elements before padding, then the CPU's
+            order."""
+            pad_a, pad_c = b.icmp_signed(">=", ia, length), b.icmp_signed(">=", ic, length)
+            real = comes_before(e, a, ia, c, ic, descending)
+            return b.select(b.icmp_unsigned("!=", pad_a, pad_c), pad_c, b.select(pad_a, b.icmp_signed("<", ia, ic),
+                                                                                 real))
 
         def load(b, i):
             b.store(i, b.gep(positions, [I32(0), i]))
-            with b.if_then(b.icmp_signed("<", i, I64(n))):
+            with b.if_then(b.icmp_signed("<", i, length)):
                 value = b.load(b.gep(src_ptr, [b.add(src_base, b.mul(i, I64(src[1][dim])))]))
                 b.store(value, b.gep(keys, [I32(0), i]))
         strided_loop(b, tid, I64(width), threads, load)
@@ -99,17 +120,17 @@ def sort_kernel(shape, dim, src, descending, cache=None):
         def store(b, i):
             place = b.add(out_base, b.mul(i, I64(out_strides[dim])))
             b.store(b.load(b.gep(keys, [I32(0), i])), b.gep(values_ptr, [place]))
-            b.store(at(b, i), b.gep(indices_ptr, [place]))
-        strided_loop(b, tid, I64(n), threads, store)
+            b.store(b.add(start, at(b, i)), b.gep(indices_ptr, [place]))
+        strided_loop(b, tid, length, threads, store)
         barrier(b)  # the next line reuses shared memory
 
-    count = 1
+    count = runs
     for s in lines:
         count *= s
     strided_loop(b, _sreg(b, "ctaid.x"), I64(count), _sreg(b, "nctaid.x"), one_line)
     b.ret_void()
     text = str(module)
-    return LoopKernel(name, "sort", ("sort", lines, dim, tuple(shape), src, descending), text,
+    return LoopKernel(name, "sort", ("sort", (count,), dim, tuple(shape), src, descending, run), text,
                       ptx_of(text, name, cache), mode="block")
 
 
