@@ -303,14 +303,34 @@ class Tensor:
         backward(self, gradient, retain_graph, create_graph, inputs)
 
     def register_hook(self, hook):
-        """Call ``hook(grad)`` with this tensor's gradient during backward (it may return a new one)."""
+        """Call ``hook(grad)`` with this tensor's gradient during backward; a tensor it returns
+        replaces the gradient. Returns a handle whose ``remove()`` unregisters it."""
+        from collections import OrderedDict
+        from .autograd.hooks import add_hook
+        self._check_hook_target("register_hook")
+        if self.grad_fn is None:
+            hooks = self.__dict__.setdefault("_hooks", OrderedDict())
+        else:
+            hooks = self.grad_fn.hooks.setdefault(getattr(self, "_output_nr", 0), OrderedDict())
+        return add_hook(hooks, hook)
+
+    def register_post_accumulate_grad_hook(self, hook):
+        """Call ``hook(tensor)`` on this leaf after backward accumulated its ``.grad`` (not for
+        ``autograd.grad``); the hook returns None. Returns a removable handle."""
+        from collections import OrderedDict
+        from .autograd.hooks import add_hook
+        self._check_hook_target("register_post_accumulate_grad_hook")
+        if self.grad_fn is not None:
+            raise RuntimeError("post accumulate grad hooks cannot be registered on non-leaf tensors")
+        return add_hook(self.__dict__.setdefault("_post_accumulate_grad_hooks", OrderedDict()), hook)
+
+    def _check_hook_target(self, method):
         if not self._requires_grad:
             raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
-        if self.grad_fn is None:
-            self.__dict__.setdefault("_hooks", []).append(hook)
-        else:
-            self.grad_fn.hooks.setdefault(getattr(self, "_output_nr", 0), []).append(hook)
-        return hook
+        from .jit.tracer import current_tracer
+        tracer = current_tracer()
+        if tracer is not None:
+            tracer.hook_registered(self, method)
 
     def retain_grad(self):
         """Keep this non-leaf tensor's gradient in ``.grad`` after backward."""

@@ -6,23 +6,51 @@ of the tensors among them. ``backward`` walks the nodes from the outputs in
 reverse topological order, calls each op's derivative rule (jitorch ops, so
 ``create_graph=True`` records the backward too), sums each gradient down to
 its input's shape, and accumulates into the ``.grad`` of leaves. Saved
-tensors are dropped after use unless ``retain_graph``.
+tensors are dropped after use unless ``retain_graph``. Hooks run where torch's
+engine runs them: tensor hooks and ``retain_grad`` on a node's incoming
+gradients, then the node's pre-hooks, its rule, its post-hooks; a leaf's
+hooks before accumulation and its post-accumulate-grad hooks after. A backward
+that captures gradients (``autograd.grad``, ``backward(inputs=...)``) runs only
+the nodes on a path to what it captures.
 """
 
 from __future__ import annotations
 
 import sys
+from collections import OrderedDict
 
 from ..ops import registry
 from .grad_mode import enable_grad, is_grad_enabled, no_grad
+from .hooks import add_hook
 from .rule import NONDIFFERENTIABLE, RULES, Args
 
 
-class Node:
+class NodeHooks:
+    """Hooks on a backward node as a whole (torch's ``grad_fn.register_prehook`` and
+    ``grad_fn.register_hook``), shared by op nodes and custom Function nodes."""
+
+    __slots__ = ()
+
+    def register_prehook(self, hook):
+        """Call ``hook(grad_outputs)`` before this node runs: a tuple per output, None where no
+        gradient arrived; a returned tuple of the same length replaces them."""
+        if self.pre_hooks is None:
+            self.pre_hooks = OrderedDict()
+        return add_hook(self.pre_hooks, hook)
+
+    def register_hook(self, hook):
+        """Call ``hook(grad_inputs, grad_outputs)`` after this node ran: a returned tuple replaces
+        the gradients it passes on to its inputs."""
+        if self.post_hooks is None:
+            self.post_hooks = OrderedDict()
+        return add_hook(self.post_hooks, hook)
+
+
+class Node(NodeHooks):
     """A backward function: ``grad_fn`` of an op's outputs."""
 
     __slots__ = ("op", "args", "versions", "out", "next_functions", "input_specs", "freed", "hooks", "retained",
-                 "__weakref__")
+                 "pre_hooks", "post_hooks", "__weakref__")
 
     def __init__(self, op, args, out, next_functions, input_specs, saved):
         self.op = op
@@ -34,11 +62,18 @@ class Node:
         self.next_functions = next_functions  # per tensor input: (Node or AccumulateGrad or None, 0)
         self.input_specs = input_specs        # per tensor input: (schema position, list index, shape, dtype)
         self.freed = False
-        self.hooks = {}                       # output index -> [hook(grad) -> grad or None] (register_hook)
+        self.hooks = {}                       # output index -> {id: hook(grad) -> grad or None} (register_hook)
+        self.pre_hooks = None
+        self.post_hooks = None
 
     def name(self):
         base = "".join(p.capitalize() for p in self.op.public_name.strip("_").split("_"))
         return f"{base}Backward0"
+
+    @property
+    def num_outputs(self):
+        out = self.out
+        return len(out) if isinstance(out, (tuple, list)) else 1
 
     def apply(self, grads, create_graph):
         """The gradients of this node's tensor inputs, given its outputs' gradients."""
@@ -89,6 +124,8 @@ def _refresh_view_history(view):
     or on another view of it) reads its values from the base's new history, as torch regenerates
     a view's grad_fn: an ``as_strided`` of the base as it is now."""
     from .grad_mode import enable_grad
+    if "_custom_function_view" in view.__dict__:
+        raise RuntimeError(_custom_view_message(view, "its base or another view of its base has been"))
     base = view._base
     with enable_grad():
         fresh = registry.call(registry.OPS["as_strided"], [base, tuple(view._shape), view._stride, view._offset])
@@ -157,6 +194,8 @@ def record(op, args, result):
             o._output_nr = k
             if op.view is not None:  # a write into its memory after now makes this history stale
                 o._view_version = o._storage._version
+                if "_custom_function_view" in args[0].__dict__:
+                    o._custom_function_view = True
         k += 1
     return result
 
@@ -213,6 +252,82 @@ def finish_inplace(op, state, args, target):
 def check_inplace_allowed(target):
     if target._requires_grad and target.grad_fn is None and is_grad_enabled():
         raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
+    if "_custom_function_view" in target.__dict__ and is_grad_enabled():
+        raise RuntimeError(_custom_view_message(target, "is being"))
+
+
+def _custom_view_message(view, modified):
+    """torch's error for writing into an input a custom Function returned as it is (or a view of it)."""
+    name = view.grad_fn.name()
+    name = name[:-len("Backward0")] if name.endswith("Backward0") else name.removesuffix("Backward")
+    return (f"Output {getattr(view, '_output_nr', 0)} of {name} is a view and {modified} modified inplace. "
+            "This view was created inside a custom Function (or because an input was returned as-is) and the "
+            "autograd logic to handle view+inplace would override the custom backward associated with the custom "
+            "Function, leading to incorrect gradients. This behavior is forbidden. You can fix this by cloning "
+            "the output of the custom Function.")
+
+
+# Hooks ----------------------------------------------------------------------------------------
+
+def _hook_name(hook):
+    return getattr(hook, "__name__", type(hook).__name__)
+
+
+def _check_hook_grad(hook, old, new):
+    """torch's checks of a gradient ``new`` that a hook returned in place of ``old``."""
+    if old is None:
+        raise RuntimeError("can't replace a None gradient with a non-None value")
+    if not isinstance(new, registry.Tensor):
+        raise TypeError(f"expected Variable, but hook returned '{type(new).__name__}'")
+    if new.dtype is not old.dtype or new.device.type != old.device.type:
+        raise RuntimeError(f"hook '{_hook_name(hook)}' has changed the type of value "
+                           f"(was {old.type()} got {new.type()})")
+    if tuple(new.shape) != tuple(old.shape):
+        raise RuntimeError(f"hook '{_hook_name(hook)}' has changed the size of value")
+
+
+def _run_tensor_hooks(hooks, grad):
+    """``grad`` through a tensor's ``register_hook`` hooks, each of which may replace it."""
+    for hook in tuple(hooks.values()):  # (a hook may remove itself)
+        new = hook(grad)
+        if new is not None:
+            _check_hook_grad(hook, grad, new)
+            grad = new
+    return grad
+
+
+def _run_tuple_hooks(hooks, grads, *extra):
+    """``grads`` (a tuple) through node hooks called as ``hook(grads, *extra)``, each of which may
+    return a tuple of the same length to replace them."""
+    for hook in tuple(hooks.values()):
+        new = hook(grads, *extra)
+        if new is None:
+            continue
+        if not isinstance(new, tuple):
+            raise TypeError(f"expected tuple, but hook returned '{type(new).__name__}'")
+        if len(new) != len(grads):
+            raise RuntimeError(f"hook '{_hook_name(hook)}' has returned an incorrect number of values "
+                               f"(got {len(new)}, but expected {len(grads)})")
+        for old, g in zip(grads, new):
+            if g is not None:
+                _check_hook_grad(hook, old, g)
+        grads = new
+    return grads
+
+
+def _run_pre_hooks(node, grads):
+    """The gradients of ``node``'s outputs (output index -> gradient) after its pre-hooks."""
+    values = _run_tuple_hooks(node.pre_hooks, tuple(grads.get(k) for k in range(node.num_outputs)))
+    return {k: g for k, g in enumerate(values) if g is not None}
+
+
+def _run_post_hooks(node, input_grads, grads):
+    """The gradients ``node`` passes to its inputs after its post-hooks. An op node's hooks see
+    None for inputs that do not require grad (its rule may have computed one), as torch's do."""
+    if isinstance(node, Node):
+        input_grads = [g if nxt is not None else None for (nxt, _), g in zip(node.next_functions, input_grads)]
+    outputs = tuple(grads.get(k) for k in range(node.num_outputs))
+    return list(_run_tuple_hooks(node.post_hooks, tuple(input_grads), outputs))
 
 
 # Running backward -----------------------------------------------------------------------------
@@ -247,6 +362,22 @@ def _graph(roots):
                 deps[nxt] = deps.get(nxt, 0) + 1
                 stack.append(nxt)
     return deps
+
+
+def _needed(roots, wanted):
+    """The nodes reachable from ``roots`` through which a gradient reaches a ``wanted`` node (all a
+    backward that captures gradients has to run)."""
+    needed = {}
+    stack = [(n, False) for n in roots]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:  # its successors are settled (the graph is acyclic)
+            needed[node] = any(nxt is not None and (nxt in wanted or needed[nxt]) for nxt, _ in node.next_functions)
+        elif node not in needed:
+            needed[node] = False
+            stack.append((node, True))
+            stack.extend((nxt, False) for nxt, _ in node.next_functions if nxt is not None and nxt not in needed)
+    return {node for node, yes in needed.items() if yes}
 
 
 def _call_rule(node, grads, create_graph):
@@ -328,6 +459,7 @@ def _run(roots, root_grads, retain_graph, create_graph, capture, accumulate):
         slot[k] = g if k not in slot else slot[k] + g
     captured = {}
     wanted = {gradient_edge(t): t for t in capture} if capture is not None else None
+    needed = _needed([n for n, _, _ in start], wanted) if wanted is not None else None
     # a gradient nothing else holds may become a leaf's .grad as it is; while tracing, the tracer owns .grad
     steal = not create_graph and not registry.DISPATCH_HOOKS
     ready = [n for n, _, _ in start if n not in deps]
@@ -337,6 +469,8 @@ def _run(roots, root_grads, retain_graph, create_graph, capture, accumulate):
         if node in done:
             continue
         done.add(node)
+        if needed is not None and node not in needed and node not in wanted:
+            continue  # no gradient autograd.grad asks for depends on it: as torch, it does not run
         grads = pending.pop(node, {})
         if node.__class__ is AccumulateGrad:
             g = grads.pop(0, None)
@@ -349,11 +483,8 @@ def _run(roots, root_grads, retain_graph, create_graph, capture, accumulate):
             continue
         if node.hooks:
             for k, hooks in node.hooks.items():
-                for hook in hooks:
-                    if grads.get(k) is not None:
-                        new = hook(grads[k])
-                        if new is not None:
-                            grads[k] = new
+                if grads.get(k) is not None:
+                    grads[k] = _run_tensor_hooks(hooks, grads[k])
         if node.retained:
             for k, ref in node.retained.items():  # after the hooks, as torch does
                 t = ref()
@@ -362,10 +493,16 @@ def _run(roots, root_grads, retain_graph, create_graph, capture, accumulate):
                     t.grad = g if t.grad is None else t.grad + g
         if wanted is not None and node in wanted:
             captured[id(node)] = grads.get(getattr(wanted[node], "_output_nr", 0))
+            if node not in needed:
+                continue
+        if node.pre_hooks:  # after tensor hooks, retain_grad and capture, as torch's engine
+            grads = _run_pre_hooks(node, grads)
         if any(g is not None for g in grads.values()):
             input_grads = node.apply(grads, create_graph)
         else:  # reachable, but the rules upstream gave it no gradient (expand_as's ``other``): nothing to pass on
             input_grads = [None] * len(node.next_functions)
+        if node.post_hooks:
+            input_grads = _run_post_hooks(node, input_grads, grads)
         grads = g = None
         if not retain_graph:
             node.release()
@@ -392,20 +529,21 @@ def _accumulate(leaf, g, create_graph, owned=False):
     hooks = leaf.__dict__.get("_hooks")
     if hooks:
         owned = False  # a hook may keep the gradient it sees
-        for hook in hooks:
-            new = hook(g)
-            if new is not None:
-                g = new
+        g = _run_tensor_hooks(hooks, g)
     if create_graph:
         leaf.grad = g if leaf.grad is None else leaf.grad + g
-        return
-    if leaf.grad is None:
+    elif leaf.grad is None:
         stolen = _stolen(g) if owned else None
         leaf.grad = stolen if stolen is not None else g.detach().clone()
     elif not is_grad_enabled():
         leaf.grad.add_(g.detach())  # in place, as torch's AccumulateGrad: references to .grad see the sum
     else:
         leaf.grad = leaf.grad + g.detach()
+    post = leaf.__dict__.get("_post_accumulate_grad_hooks")
+    if post:
+        for hook in tuple(post.values()):
+            if hook(leaf) is not None:
+                raise RuntimeError("Tensor post accumulate grad hooks should return None.")
 
 
 def _stolen(g):

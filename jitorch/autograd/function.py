@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from ..ops import registry
-from .engine import gradient_edge, sum_to
+from .engine import NodeHooks, gradient_edge, sum_to
 from .grad_mode import enable_grad, is_grad_enabled, no_grad
 
 
@@ -42,7 +42,7 @@ class FunctionCtx:
         self.materialize_grads = bool(value)
 
 
-class FunctionNode:
+class FunctionNode(NodeHooks):
     """The backward node of one ``Function.apply`` call."""
 
     def __init__(self, cls, ctx, inputs, outputs):
@@ -54,10 +54,16 @@ class FunctionNode:
                                     else (None, 0) for _, t in inputs)
         self.hooks = {}
         self.retained = {}
+        self.pre_hooks = None
+        self.post_hooks = None
         self.freed = False
 
     def name(self):
         return f"{self.cls.__name__}Backward"
+
+    @property
+    def num_outputs(self):
+        return len(self.outputs)
 
     def apply(self, grads, create_graph):
         if self.freed:
@@ -104,11 +110,16 @@ class Function:
             return result
         outs = list(result) if isinstance(result, tuple) else [result]
         tensors = [(i, a) for i, a in enumerate(args) if isinstance(a, Tensor)]
-        fresh = [o if not any(o is a for a in args) else o.view_as(o) for o in outs]
+        returned = {id(o) for o in outs if any(o is a for a in args)}
+        fresh = [o.view_as(o) if id(o) in returned else o for o in outs]
         node = FunctionNode(cls, ctx, tensors, fresh)
         for k, o in enumerate(fresh):
-            if isinstance(o, Tensor) and o.dtype.is_floating_point and id(o) not in ctx.non_differentiable:
+            if isinstance(o, Tensor) and o.dtype.is_floating_point and id(outs[k]) not in ctx.non_differentiable:
                 o.grad_fn = node
                 o._requires_grad = True
                 o._output_nr = k
+                if id(outs[k]) in returned:
+                    # a view of an input whose history is this node: writing into its memory would
+                    # need view+inplace history that bypasses the custom backward, which torch forbids
+                    o._custom_function_view = True
         return tuple(fresh) if isinstance(result, tuple) else fresh[0]

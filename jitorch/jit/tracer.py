@@ -144,7 +144,7 @@ class Tracer:
     def finish_grads(self):
         """Restore captured tensors' ``.grad``; returns (constant name, final fake or None) for those
         the traced code changed, and guards for those it touched."""
-        changed, guards = [], []
+        changed, guards, accumulated = [], [], []
         for real, name, before, touched in self.grad_owners.values():
             after = real.__dict__.get("_grad")
             real.__dict__["_grad"] = before
@@ -154,7 +154,22 @@ class Tracer:
                 changed.append((name, after))
             if touched:
                 guards.append(_grad_is_none_guard(real, name, before is None))
+                accumulated.append(real)
+        if accumulated:
+            guards.append(_leaf_hooks_guard(accumulated))
         return changed, guards
+
+    def hook_registered(self, t, method):
+        """Traced code registers a hook on ``t``. On a tensor the trace made, the hook runs in the
+        traced backward and each call's tensor is new, as in eager. An input or a captured tensor
+        outlives the call: eager adds a hook to it at every call, which a graph cannot repeat."""
+        if threading.get_ident() != self.thread:
+            return
+        if self.is_ours(t) and (t.grad_fn is not None or t._storage.origin is None):
+            return
+        raise trace_error(method, "it adds a hook to a tensor that outlives the call (an input or a tensor the "
+                          "function captures), which a graph cannot repeat at each call; register the hook "
+                          "once, outside the compiled function")
 
     def name_for(self, t):
         """A readable constant name: the variable that holds ``t`` in the traced function, or
@@ -437,6 +452,20 @@ def _grad_is_none_guard(tensor, name, was_none):
         t = ref()
         return t is not None and (t.__dict__.get("_grad") is None) == was_none
     check.__doc__ = f"{name}.grad is {'None' if was_none else 'a tensor'}"
+    return check
+
+
+def _leaf_hooks_guard(tensors):
+    """A traced backward ran the ``register_hook`` and post-accumulate-grad hooks of the captured
+    leaves it accumulated into (a parameter's): adding or removing one must trace again."""
+    def hooks_of(t):
+        d = t.__dict__
+        return tuple(d.get("_hooks") or ()), tuple(d.get("_post_accumulate_grad_hooks") or ())
+    seen = [hooks_of(t) for t in tensors]
+
+    def check():
+        return [hooks_of(t) for t in tensors] == seen
+    check.__doc__ = "the hooks of captured tensors the traced backward accumulated into are unchanged"
     return check
 
 

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import itertools
-import weakref
+import warnings
 from collections import OrderedDict, namedtuple
 from collections.abc import Mapping
 
 from ...autograd.functional import zero_grad_
 from ...autograd.grad_mode import no_grad
+from ...autograd.hooks import add_hook, user_stacklevel
 from ...compiler import guard, is_compiling
+from ...jit.errors import trace_error
 from ...runtime import dtypes as _dt
 from ...runtime.device import device as _device
 from ...tensor import Tensor
 from ..parameter import Parameter
+from .hooks import BackwardHook
 
 
 def typename(obj):
@@ -36,28 +39,6 @@ class _IncompatibleKeys(namedtuple("IncompatibleKeys", ["missing_keys", "unexpec
         return super().__repr__()
 
     __str__ = __repr__
-
-
-class RemovableHandle:
-    """A handle to a registered hook: ``remove()`` unregisters it (also usable as a context manager)."""
-
-    _next_id = itertools.count()
-
-    def __init__(self, hooks_dict):
-        self.hooks_dict_ref = weakref.ref(hooks_dict)
-        self.id = next(RemovableHandle._next_id)
-
-    def remove(self):
-        """Unregister the hook (a no-op when it is already gone)."""
-        hooks = self.hooks_dict_ref()
-        if hooks is not None:
-            hooks.pop(self.id, None)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.remove()
 
 
 def _addindent(s, num_spaces):
@@ -85,11 +66,26 @@ def _quoted(keys):
     return ", ".join(f'"{k}"' for k in keys)
 
 
-def _guard_training_mode(module):
-    """A traced call is specialised to ``module.training`` (Dropout, BatchNorm's statistics): make the
-    graph valid only in that mode, so that ``train()``/``eval()`` between compiled calls traces again."""
+def _hook_tables(module):
+    """The ids of ``module``'s hooks in each table, or None when it has none (the common case, checked
+    cheaply)."""
+    d = module.__dict__
+    pre, post, backward_pre, backward = (d["_forward_pre_hooks"], d["_forward_hooks"], d["_backward_pre_hooks"],
+                                         d["_backward_hooks"])
+    if not (pre or post or backward_pre or backward):
+        return None
+    return tuple(pre), tuple(post), tuple(backward_pre), tuple(backward)
+
+
+def _guard_call_state(module):
+    """A traced call is specialised to ``module.training`` (Dropout, BatchNorm's statistics) and to the
+    hooks it ran (forward hooks ran in the trace, backward hooks are in its backward): make the graph
+    valid only while both stay, so that ``train()``/``eval()`` or a hook added or removed between
+    compiled calls traces again."""
     mode = module.training
-    guard(lambda: module.training == mode, f"{module._get_name()}.training is {mode}")
+    hooks = _hook_tables(module)
+    guard(lambda: module.training == mode and _hook_tables(module) == hooks,
+          f"{module._get_name()}.training is {mode} and its hooks are unchanged")
 
 
 def _parse_to(args, kwargs):
@@ -140,6 +136,8 @@ class Module:
         setattr_(self, "_modules", {})
         setattr_(self, "_forward_pre_hooks", OrderedDict())
         setattr_(self, "_forward_hooks", OrderedDict())
+        setattr_(self, "_backward_pre_hooks", OrderedDict())
+        setattr_(self, "_backward_hooks", OrderedDict())
 
     def forward(self, *args, **kwargs):
         """The computation of this module; subclasses define it."""
@@ -191,16 +189,59 @@ class Module:
             raise KeyError("module name can't be empty string \"\"")
         self._modules[name] = module
 
-    register_module = add_module
+    def register_module(self, name, module):
+        """Alias for `add_module`."""
+        self.add_module(name, module)
 
     def get_submodule(self, target):
-        """The submodule at the dotted path ``target`` ("" is this module)."""
+        """The submodule at the dotted path ``target`` ("" is this module); AttributeError naming
+        the step of the path that is missing or not a Module."""
         mod = self
         for item in target.split(".") if target else ():
-            if item not in mod._modules:
+            if not hasattr(mod, item):
                 raise AttributeError(f"{mod._get_name()} has no attribute `{item}`")
-            mod = mod._modules[item]
+            mod = getattr(mod, item)
+            if not isinstance(mod, Module):
+                raise AttributeError(f"`{item}` is not an nn.Module")
         return mod
+
+    def set_submodule(self, target, module, strict=False):
+        """Put ``module`` at the dotted path ``target``, replacing the module there or (unless
+        ``strict``) adding it to an existing parent."""
+        if target == "":
+            raise ValueError("Cannot set the submodule without a target name!")
+        if not isinstance(module, Module):
+            raise ValueError(f"`module` is not an nn.Module, found {type(module)}")
+        parent_path, _, name = target.rpartition(".")
+        parent = self.get_submodule(parent_path)
+        if not hasattr(parent, name):
+            if strict:
+                raise AttributeError(f"{parent._get_name()} has no attribute `{name}`")
+        elif not isinstance(getattr(parent, name), Module):
+            raise AttributeError(f"`{name}` is not an nn.Module")
+        setattr(parent, name, module)
+
+    def _get_member(self, target):
+        """(owning module, attribute name, value) of the dotted path ``target``."""
+        module_path, _, name = target.rpartition(".")
+        mod = self.get_submodule(module_path)
+        if not hasattr(mod, name):
+            raise AttributeError(f"{mod._get_name()} has no attribute `{name}`")
+        return mod, name, getattr(mod, name)
+
+    def get_parameter(self, target):
+        """The parameter at the dotted path ``target`` (``"encoder.0.weight"``)."""
+        _, name, param = self._get_member(target)
+        if not isinstance(param, Parameter):
+            raise AttributeError(f"`{name}` is not an nn.Parameter")
+        return param
+
+    def get_buffer(self, target):
+        """The buffer at the dotted path ``target`` (``"bn.running_mean"``)."""
+        mod, name, buffer = self._get_member(target)
+        if name not in mod._buffers:
+            raise AttributeError(f"`{name}` is not a buffer")
+        return buffer
 
     # Attribute protocol ---------------------------------------------------------------------------
 
@@ -510,20 +551,42 @@ class Module:
     def register_forward_pre_hook(self, hook, *, prepend=False, with_kwargs=False):
         """Call ``hook(module, args)`` (or ``hook(module, args, kwargs)``) before forward; a non-None
         result replaces the arguments. Returns a handle whose ``remove()`` unregisters it."""
-        return self._add_hook(self._forward_pre_hooks, hook, prepend, with_kwargs)
+        return self._add_hook(self._forward_pre_hooks, (hook, with_kwargs), prepend, "register_forward_pre_hook")
 
     def register_forward_hook(self, hook, *, prepend=False, with_kwargs=False):
         """Call ``hook(module, args, output)`` (or ``hook(module, args, kwargs, output)``) after
         forward; a non-None result replaces the output. Returns a removable handle."""
-        return self._add_hook(self._forward_hooks, hook, prepend, with_kwargs)
+        return self._add_hook(self._forward_hooks, (hook, with_kwargs), prepend, "register_forward_hook")
+
+    def register_full_backward_pre_hook(self, hook, prepend=False):
+        """Call ``hook(module, grad_output)`` when the gradients of this module's outputs are known,
+        before its inputs' are computed; a returned tuple (one entry per output) replaces them.
+
+        Modifying the module's inputs or outputs in place is then an error, as in torch (they pass
+        through an identity autograd Function). Returns a removable handle."""
+        return self._add_hook(self._backward_pre_hooks, hook, prepend, "register_full_backward_pre_hook")
+
+    def register_full_backward_hook(self, hook, prepend=False):
+        """Call ``hook(module, grad_input, grad_output)`` once per backward through a call of this
+        module, when the gradients of its inputs are computed; a returned tuple (one entry per
+        positional input) replaces ``grad_input``. Entries are None for non-tensor arguments and
+        outputs; with no input requiring grad, ``grad_input`` is all None and the hook fires (with a
+        warning) when ``grad_output`` is known.
+
+        Modifying the module's inputs or outputs in place is then an error, as in torch. Returns a
+        removable handle.
+
+        In a function compiled with ``jitorch.compile`` the hook runs while tracing, as forward hooks
+        do: the ops it calls become part of the compiled backward, its other Python effects happen
+        once, and reading tensor values (``.item()``) makes the function run eagerly."""
+        return self._add_hook(self._backward_hooks, hook, prepend, "register_full_backward_hook")
 
     @staticmethod
-    def _add_hook(hooks, hook, prepend, with_kwargs):
-        handle = RemovableHandle(hooks)
-        hooks[handle.id] = (hook, with_kwargs)
-        if prepend:
-            hooks.move_to_end(handle.id, last=False)
-        return handle
+    def _add_hook(hooks, entry, prepend, method):
+        if is_compiling():
+            raise trace_error(method, "it adds a hook to a module, which a graph cannot repeat at each call; "
+                              "register the hook once, outside the compiled function")
+        return add_hook(hooks, entry, prepend)
 
     def _call_with_hooks(self, args, kwargs):
         for hook, with_kwargs in list(self._forward_pre_hooks.values()):
@@ -538,17 +601,27 @@ class Module:
                 result = hook(self, args)
                 if result is not None:
                     args = result if isinstance(result, tuple) else (result,)
+        backward_hook = None
+        if self._backward_hooks or self._backward_pre_hooks:
+            backward_hook = BackwardHook(self, list(self._backward_hooks.values()),
+                                         list(self._backward_pre_hooks.values()))
+            args = backward_hook.setup_input_hook(args)
         output = self.forward(*args, **kwargs)
         for hook, with_kwargs in list(self._forward_hooks.values()):
             result = hook(self, args, kwargs, output) if with_kwargs else hook(self, args, output)
             if result is not None:
                 output = result
+        if backward_hook is not None:
+            if not isinstance(output, (Tensor, tuple)):
+                warnings.warn("For backward hooks to be called, module output should be a Tensor or a tuple of "
+                              f"Tensors but received {type(output)}", stacklevel=user_stacklevel())
+            output = backward_hook.setup_output_hook(output)
         return output
 
     def __call__(self, *args, **kwargs):
         if is_compiling():
-            _guard_training_mode(self)
-        if self._forward_pre_hooks or self._forward_hooks:
+            _guard_call_state(self)
+        if self._forward_pre_hooks or self._forward_hooks or self._backward_hooks or self._backward_pre_hooks:
             return self._call_with_hooks(args, kwargs)
         return self.forward(*args, **kwargs)
 
