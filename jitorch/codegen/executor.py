@@ -435,7 +435,8 @@ class CompiledGraph:
         self._inplace_targets = {self.plan.inplace[v] for v in self.plan.inplace}
         self._input_index = {v: i for i, v in enumerate(self.graph.inputs)}
         self._eager_steps = any(isinstance(step, EagerStep) for step in self.steps)
-        self._execute, self._run, self.source = self._generate()
+        # run(inputs): the outputs, with in-place results written back into inputs and constants
+        self._execute, self.run, self.source = self._generate()
 
     def _lower(self, group, name, split):
         """Append the steps of one fusion group: a kernel, or eager steps for what the code
@@ -489,10 +490,6 @@ class CompiledGraph:
         env = self._execute(inputs)
         mutations = [(target, env[value]) for target, value in self.graph.mutations]
         return self._outputs(env), mutations
-
-    def run(self, inputs):
-        """The outputs on ``inputs``, with in-place results written back into inputs and constants."""
-        return self._run(inputs)
 
     def _finish(self, inputs, env):
         """The end of a call that wrote into inputs or constants: the writes not made in place,

@@ -15,8 +15,10 @@ import functools
 import warnings
 from dataclasses import dataclass, field
 
+from ..autograd import grad_mode as _grad_mode
 from ..autograd.grad_mode import is_grad_enabled
 from ..ops.registry import contiguous_strides_cached
+from ..runtime import dtypes as _dtypes
 from ..runtime.dtypes import get_default_dtype
 from ..runtime.strided import is_contiguous
 from ..tensor import Tensor
@@ -65,7 +67,7 @@ def _tensor_args_key(args):
     """The guard key of a call whose arguments are all tensors, flat; None otherwise. (Its own
     shape, not `guard_key`'s: it is built on every call, so it takes what is cheap to read and to
     hash, the device as its type and index.)"""
-    key = [_modes()]
+    key = [(_grad_mode._state.enabled, _dtypes._default_dtype)]  # _modes(), without its two calls
     for a in args:
         if a.__class__ is not Tensor:
             return None
@@ -135,6 +137,7 @@ class CacheEntry:
     calls: int = field(default=0)
     executable: object = None
     backward: object = None  # the compiled vector-Jacobian product, for calls that need a backward
+    plain: bool = False  # a graph without writes or Python-state guards: `reusable` always holds
 
     def guards(self):
         lines = describe_guards(self.key, self.names)
@@ -193,7 +196,7 @@ class CompiledFunction:
             key = _tensor_args_key(args)
             if key is not None:
                 entry = self._fast.get(key)
-                if entry is not None and entry.reusable(args):
+                if entry is not None and (entry.plain or entry.reusable(args)):
                     entry.calls += 1
                     return entry.executable.run(args)
         entry = self._entry(args, kwargs)
@@ -217,6 +220,7 @@ class CompiledFunction:
         if self._differentiable(entry, args, kwargs):
             return self._call_with_backward(entry, args, kwargs)
         if executable is not None and not kwargs and _tensor_args_key(args) is not None and not entry.graph.one_shot:
+            entry.plain = not entry.graph.mutations and not entry.graph.python_guards
             self._fast[_tensor_args_key(args)] = entry
         return run_graph(entry.graph, args, kwargs, executable)
 
