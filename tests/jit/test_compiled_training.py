@@ -149,3 +149,17 @@ def test_a_compiled_step_never_leaves_fake_tensors_in_python_state():
     for p in ps:
         assert p.grad is not None
         p.grad.numpy()
+
+
+def test_grads_of_parameters_whose_values_the_backward_never_reads_are_still_set():
+    # every gradient here is zero whatever the weight is: optimisation drops the weight from the graph,
+    # but the call must still set its .grad
+    def step(x):
+        y = net(x) * 0
+        y.sum().backward()
+        return net.bias.grad
+
+    net = jt.nn.Linear(3, 2)
+    x = jt.randn(4, 3)
+    got = jt.compile(step)(x)
+    assert got.tolist() == [0.0, 0.0] and net.weight.grad.tolist() == [[0.0] * 3] * 2

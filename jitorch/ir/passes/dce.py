@@ -1,5 +1,5 @@
-"""Dead code elimination: nodes whose outputs nothing uses, constants nothing reads, and
-write-backs of a value into itself."""
+"""Dead code elimination: nodes whose outputs nothing uses, constants nothing reads (unless the
+call sets their .grad or returns them), and write-backs of a value into itself."""
 
 from __future__ import annotations
 
@@ -15,6 +15,10 @@ def run(graph):
     live = set(graph.output_values())
     live.update(v for _, v in graph.mutations)
     live.update(target for target, _ in graph.mutations)
+    # captured tensors the call hands back or sets the .grad of, by name: needed whatever reads them
+    owners = [t for t in graph.grad_targets if isinstance(t, str)]
+    owners += [o for o in graph.output_aliases.values() if isinstance(o, str)]
+    live.update(graph.constants[name] for name in owners if name in graph.constants)
     kept = []
     for node in reversed(graph.nodes):
         if has_effects(node) or any(o in live for o in node.outputs):
