@@ -74,7 +74,7 @@ def _tensor_args_key(args):
         shape, strides, device, requires_grad = a._shape, a._stride, a.device, a._requires_grad
         key.append((shape, a.dtype, device.type, device.index,
                     strides == contiguous_strides_cached(shape) or is_contiguous(shape, strides),
-                    requires_grad, requires_grad and a.grad is None))
+                    requires_grad, requires_grad and a.grad is None, requires_grad and _has_hooks(a)))
     return tuple(key)
 
 
@@ -206,6 +206,10 @@ class CompiledFunction:
             return self.fn(*args, **kwargs)
         entry.calls += 1
         if entry.graph is None:
+            return self.fn(*args, **kwargs)
+        if _unseen_input_hooks(entry.graph, args, kwargs):
+            logs.log("recompiles", "%s runs eagerly: an input whose .grad it sets has hooks, which its trace "
+                     "did not run", self.name)
             return self.fn(*args, **kwargs)
         if entry.graph.one_shot:
             # the trace initialised Python state (an optimizer's buffers): the next call traces anew
@@ -461,6 +465,21 @@ def write_back(graph, inputs, mutations):
 def captured_parameters(graph):
     """The captured tensors a graph reads that require grad (a module's parameters)."""
     return [t for t in graph.constant_tensors.values() if t.requires_grad]
+
+
+def _has_hooks(t):
+    d = t.__dict__
+    return bool(d.get("_hooks") or d.get("_post_accumulate_grad_hooks"))
+
+
+def _unseen_input_hooks(graph, args, kwargs):
+    """Whether an input whose .grad the traced backward sets carries hooks: the trace ran on a stand-in
+    without them (a captured tensor's hooks are traced, and guarded, instead)."""
+    targets = [t for t in graph.grad_targets if isinstance(t, int)]
+    if not targets:
+        return False
+    inputs = _tensor_leaves(args, kwargs)
+    return any(_has_hooks(inputs[t]) for t in targets)
 
 
 def _tensor_leaves(args, kwargs):

@@ -163,3 +163,21 @@ def test_grads_of_parameters_whose_values_the_backward_never_reads_are_still_set
     x = jt.randn(4, 3)
     got = jt.compile(step)(x)
     assert got.tolist() == [0.0, 0.0] and net.weight.grad.tolist() == [[0.0] * 3] * 2
+
+
+def test_hooks_on_an_input_whose_grad_the_step_sets_run_as_in_eager():
+    def step(w, x):
+        loss = (x @ w).sum()
+        loss.backward()
+        return loss
+
+    results = []
+    for fn in (step, jt.compile(step)):
+        seen = []
+        w, x = jt.ones(3, 2, requires_grad=True), jt.arange(12.0).reshape(4, 3)
+        fn(w, x)  # traced without hooks
+        w.grad = None
+        w.register_hook(lambda g: seen.append(1) or g * 2)
+        fn(w, x)
+        results.append((seen, w.grad.tolist()))
+    assert results[0] == results[1] and results[0][0] == [1]
