@@ -302,3 +302,9 @@ def test_set_submodule_and_register_module():
     assert list(net._modules) == ["0", "1", "head"]
     with pytest.raises(TypeError, match="int is not a Module subclass"):
         net.register_module("bad", 3)
+
+
+def test_handles_are_importable_from_torch_utils_hooks_path():
+    from jitorch.utils.hooks import RemovableHandle
+    handle = jt.nn.Linear(2, 2).register_full_backward_hook(lambda m, gi, go: None)
+    assert isinstance(handle, RemovableHandle)
