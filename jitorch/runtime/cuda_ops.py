@@ -276,7 +276,9 @@ def _scatter_reduce(op, args, spec):
         out = empty(x._shape, wide, x.device)
         write(out, x)
         if not include_self:
-            out = out.scatter(d, index, np.array(_reduce_identity(reduce, x.dtype.np)).item())
+            # the copy's identity: an infinity for the halves too (ml_dtypes' bfloat16 is no NumPy float kind);
+            # for widened integers any value beyond theirs serves, as every indexed place gets a src element
+            out = out.scatter(d, index, np.array(_reduce_identity(reduce, wide.np)).item())
         values = src.to(wide)
         kernel_op = f"scatter_reduce_{'sum' if reduce == 'mean' else reduce}"
         key = (kernel_op, index._shape, d, x._shape[d], (index.dtype, index._stride), (wide, out._stride),

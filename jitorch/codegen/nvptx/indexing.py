@@ -14,8 +14,9 @@ follows it:
 - ``out[followed] = combine(out[followed], src[p])`` for scatter_reduce's reductions: sum as an atomic add,
   amax and amin of integers as atomic max and min, and where no atomic exists (products, a float's max
   and min) a compare-and-swap loop on the element's bits. A float max or min keeps a NaN as NumPy's
-  ``maximum.at`` does (``old if old >= v or old is NaN else v``); products and float sums depend on the
-  order the updates land in.
+  ``maximum.at`` does (``old if old >= v or old is NaN else v``, as torch's); products and float sums depend
+  on the order the updates land in, and so does which of 0.0 and -0.0 a max or min keeps (NumPy 2's
+  ``maximum.at`` itself keeps the old one for float16 and takes the new one for float32 and float64).
 
 ``p'`` is the point itself for gather and scatter, and ``p[dim]`` alone for the ops with a 1-D index: both
 are strides of the index over the loop space, with zeros where it does not vary. Shapes and strides are
@@ -202,7 +203,7 @@ def _combine(e, combine, at, value):
     current = Scalar(b.bitcast(current_bits, value.value.type) if floating else current_bits, value.dtype)
     if combine == "prod":
         updated = e.mul(current, value)
-    else:  # NumPy's maximum/minimum with the old value first: it stays if it wins a tie or is NaN
+    else:  # maximum/minimum with the old value first: it stays if it wins a tie (torch's rule) or is NaN
         keeps = e.logical("or_", e.compare(">=" if combine == "amax" else "<=", current, value), e.isnan(current))
         updated = e.select(keeps, current, value)
     new_bits = b.bitcast(updated.value, bits) if floating else updated.value

@@ -29,6 +29,7 @@ from ..emitter import Emitter, llvm_type
 from ..kernel import counted_loop
 from .compile import ptx_of
 from .loop_kernel import LoopKernel, entry, grid_stride, lines_of, offset, symbol
+from .sort import compared_dtype
 from .target import I64
 
 _COMBINE = {"cumsum": (0, "add"), "cumprod": (1, "mul")}
@@ -221,6 +222,9 @@ def chunked_kernel(op, phase, shape, dim, src, out_dtype, chunk, cache=None):
 def _beyond(e, op, value, current):
     """Whether ``value`` replaces ``current`` as the extreme of ``op`` walking in order: strictly beyond it,
     or a NaN where ``current`` is none (the first NaN wins, as on the CPU)."""
+    # bfloat16 values are the bits of an i16, which float comparisons reject: compare the float32s they widen
+    # to exactly (the halves as well, harmlessly)
+    value, current = (e.cast(v, compared_dtype(v.dtype)) for v in (value, current))
     beyond = e.compare(">" if op in ("argmax", "max.dim") else "<", value, current)
     if value.dtype.is_floating_point:
         beyond = e.logical("or_", beyond, e.logical("and_", e.isnan(value), e.logical(
