@@ -510,7 +510,6 @@ _VIEWS = [
 for _schema, _fn, _variants, _doc in _VIEWS:
     defop(_schema, view=_fn, kind="view", variants=_variants, doc=_doc)
 
-__all__ = ["memory_format", "preserve_format", "contiguous_format", "dense_strides"]
 
 
 # Scatter into a view: how the tracer records an in-place write through a view ------------
@@ -542,3 +541,60 @@ defop("as_strided_scatter(Tensor self, Tensor src, int[] size, int[] stride, int
       meta=_as_strided_scatter_meta, cpu=_as_strided_scatter_cpu, kind="other", variants=("function",),
       doc="A copy of ``self`` (read as a contiguous tensor) whose elements at the strided view "
           "``as_strided(size, stride, storage_offset)`` are replaced by ``src``.")
+
+
+def _as_strided_add_meta(x, src, size, stride, storage_offset):
+    if x.ndim != 1:
+        raise RuntimeError(f"_as_strided_add: expected a 1-D self (a storage's elements), got {list_str(x.shape)}")
+    return _as_strided_scatter_meta(x, src, size, stride, storage_offset)
+
+
+def _looped_dims(size, stride):
+    """Dims to loop over so that the rest address distinct elements: the smallest first (a window's
+    kernel positions), until what is left does not overlap."""
+    from ..autograd.rules.structural import _overlaps
+    looped = []
+    for d in sorted(range(len(size)), key=lambda d: size[d]):
+        rest = [e for e in range(len(size)) if e not in looped]
+        if not _overlaps([size[e] for e in rest], [stride[e] for e in rest]):
+            break
+        looped.append(d)
+    return looped
+
+
+def _as_strided_add_cpu(spec, x, src, size, stride, storage_offset):
+    out = np.array(x, copy=True)
+    if 0 in tuple(size):
+        return out
+    offset = 0 if storage_offset is None else storage_offset
+    size, stride = list(size), list(stride)
+    # a dim of stride 0 reads one element repeatedly: its sum lands there once
+    repeated = tuple(d for d, (n, s) in enumerate(zip(size, stride)) if s == 0 and n > 1)
+    if repeated:
+        src = src.sum(axis=repeated, keepdims=True, dtype=src.dtype)
+        for d in repeated:
+            size[d] = 1
+    looped = _looped_dims(size, stride)
+    rest = [d for d in range(len(size)) if d not in looped]
+    item = out.itemsize
+    view_size, view_strides = tuple(size[d] for d in rest), tuple(stride[d] * item for d in rest)
+    # each iteration adds into distinct elements: one vectorised add (np.add.at would visit every element
+    # alone)
+    for where in np.ndindex(*(size[d] for d in looped)):
+        base = offset + sum(i * stride[d] for i, d in zip(where, looped))
+        region = np.lib.stride_tricks.as_strided(out[base:], view_size, view_strides)
+        pick = [slice(None)] * len(size)
+        for i, d in zip(where, looped):
+            pick[d] = i
+        region += src[tuple(pick)]
+    return out
+
+
+defop("_as_strided_add(Tensor self, Tensor src, int[] size, int[] stride, int? storage_offset=None) -> Tensor",
+      meta=_as_strided_add_meta, cpu=_as_strided_add_cpu, kind="other", variants=("function",),
+      doc="A copy of the 1-D ``self`` with ``src`` added at the elements of the strided view ``as_strided(size, "
+          "stride, storage_offset)``; an element the view reaches several times (overlapping windows) gets "
+          "every share. The backward of an overlapping ``as_strided``.")
+
+
+__all__ = ["memory_format", "preserve_format", "contiguous_format", "dense_strides"]

@@ -547,6 +547,17 @@ def _as_strided_scatter(op, args, spec):
     return out
 
 
+def _as_strided_add(op, args, spec):
+    """``self`` with ``src`` added through the strided view of it, every share of an element the view reaches
+    several times (the backward of overlapping windows): the view's storage positions, then index_add's atomic
+    adds."""
+    from .. import arange
+    x, src, size, stride, storage_offset = args
+    with no_grad():
+        positions = arange(x.shape[0], device=x.device).as_strided(size, stride, storage_offset or 0)
+        return x.index_add(0, positions.reshape(-1), src.reshape(-1))
+
+
 def _triangle(op, args, spec):
     """tril/triu: ``x`` where the column minus the row is on the kept side of ``diagonal``, else zero."""
     from ..autograd.grad_mode import no_grad
@@ -782,6 +793,7 @@ IMPLEMENTATIONS = {
     "masked_select": _masked_select, "argwhere": _argwhere, "_unique": _unique, "repeat": _repeat,
     "repeat_interleave": _repeat_interleave, "roll": _roll, "flip": _flip, "cumsum": _scan, "cumprod": _scan,
     "softmax": _softmax, "log_softmax": _softmax, "as_strided_scatter": _as_strided_scatter,
+    "_as_strided_add": _as_strided_add,
     "tril": _triangle, "triu": _triangle, "var.correction": _moment, "std.correction": _moment,
     "norm": _norm, "logsumexp": _log_sum_exp_or_nan_mean, "nanmean": _log_sum_exp_or_nan_mean,
     "sort": _sort, "topk": _sort, "kthvalue": _sort, "median": _sort, "median.dim": _sort, "einsum": _einsum,

@@ -459,6 +459,10 @@ HAND_WRITTEN = _by_names(
     ("as_strided_scatter", lambda m: [S(m.f((3, 4)), m.f((3,)), (3,), (5,), 0),
                                       S(m.f((3, 4), "transposed"), m.f((2, 2)), (2, 2), (1, 4), 1),
                                       S(m.i((4,)), m.i(()), (), (), 2)]),
+    # overlapping windows (each element reached several times), a stride-0 dim, a strided source
+    ("_as_strided_add", lambda m: [S(m.f((12,)), m.f((2, 3, 3)), (2, 3, 3), (4, 1, 1), 1),
+                                   S(m.f((6,)), m.f((3, 4), "transposed"), (3, 4), (1, 0), 2),
+                                   S(m.i((5,)), m.i((2, 2)), (2, 2), (1, 1), 0)]),
     ("broadcast_to expand", lambda m: [S(m.f((3, 1), "strided"), (2, 3, 4)), S(m.scalar(), (2,)),
                                        S(m.i((1, 3)), (4, -1))]),
     ("expand_as", lambda m: [S(m.f((3, 1), "strided"), m.f((2, 3, 4))), S(m.scalar(), m.i((2,)))]),

@@ -55,8 +55,15 @@ def _accumulate_view(g, shape, view):
     n = 1
     for s in shape:
         n *= s
-    positions = view(jitorch.arange(n, device=g.device).view(tuple(shape)))
-    return g.new_zeros(n).index_add(0, positions.reshape(-1), g.reshape(-1)).view(tuple(shape))
+    geometry = view(jitorch.empty(tuple(shape), device="meta"))
+    return _add_into_storage(g.new_zeros(n), g, tuple(geometry.shape), geometry.stride(),
+                             geometry.storage_offset()).view(tuple(shape))
+
+
+def _add_into_storage(flat, g, size, stride, offset):
+    """``flat`` with ``g`` added at the elements of the geometry (every share of an element reached
+    several times)."""
+    return OPS["_as_strided_add"](flat, _compact(g), size, stride, offset)
 
 
 def _compact(t):
@@ -136,8 +143,7 @@ def _unfold(g, a):
 
 def _storage_counts(n, size, stride, offset, device):
     """How many elements of the geometry ``(size, stride, offset)`` read each of ``n`` storage elements."""
-    positions = jitorch.arange(n, device=device).as_strided(size, stride, offset).reshape(-1)
-    return jitorch.zeros(n, device=device).index_add(0, positions, jitorch.ones(positions.shape, device=device))
+    return _add_into_storage(jitorch.zeros(n, device=device), jitorch.ones(size, device=device), size, stride, offset)
 
 
 def _as_strided(g, a):
@@ -151,8 +157,7 @@ def _as_strided(g, a):
     geometry = (tuple(x.shape), x.stride(), x.storage_offset())
     n = max(_span(*geometry), _span(size, stride, offset))
     if _overlaps(size, stride):
-        positions = jitorch.arange(n, device=g.device).as_strided(size, stride, offset)
-        flat = g.new_zeros(n).index_add(0, positions.reshape(-1), g.reshape(-1))
+        flat = _add_into_storage(g.new_zeros(n), g, size, stride, offset)
     else:
         flat = jitorch.as_strided_scatter(g.new_zeros(n), g, size, stride, offset)
     if _overlaps(*geometry[:2]):
@@ -183,6 +188,9 @@ _declare("unbind", _self(_joined(jitorch.stack)))
 _declare("split split.sizes split_with_sizes chunk", _self(_joined(jitorch.cat)))
 defgrad("unfold", _self(_unfold))
 defgrad("as_strided", _self(_as_strided))
+defgrad("_as_strided_add", per_input(
+    self=lambda g, a, out: g,
+    src=lambda g, a, out: _compact(g).as_strided(a.size, a.stride, a.storage_offset or 0)))
 defgrad("as_strided_scatter", per_input(
     self=lambda g, a, out: jitorch.as_strided_scatter(g, g.new_zeros(tuple(a.size)), a.size, a.stride,
                                                       a.storage_offset or 0),
