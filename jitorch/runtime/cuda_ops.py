@@ -552,6 +552,7 @@ def _as_strided_add(op, args, spec):
     several times (the backward of overlapping windows): the view's storage positions, then index_add's atomic
     adds."""
     from .. import arange
+    from ..autograd.grad_mode import no_grad
     x, src, size, stride, storage_offset = args
     with no_grad():
         positions = arange(x.shape[0], device=x.device).as_strided(size, stride, storage_offset or 0)
