@@ -6,10 +6,11 @@ import os
 
 from ...jit import logs
 from ..verifier import VerifyError, verify as verify_graph
-from . import cse, dce, fold, simplify
+from . import cse, dce, decompose, fold, simplify
 
+# decompose first, so the other passes clean up after it (the variance's mean merges with var_mean's);
 # simplify and fold expose duplicates and dead nodes, which cse and dce then remove
-DEFAULT_PASSES = (simplify.run, fold.run, cse.run, dce.run)
+DEFAULT_PASSES = (decompose.run, simplify.run, fold.run, cse.run, dce.run)
 MAX_ROUNDS = 4
 
 

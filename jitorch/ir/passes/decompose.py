@@ -1,0 +1,175 @@
+"""Decompositions: composite reductions the code generator cannot lower, rewritten into ops it can.
+
+A node the code generator cannot put in a kernel runs as an eager step, a break
+in fusion and a NumPy call of its own. Several such reductions are compositions
+of ops that do lower (as in PyTorch's ``torch._decomp``, which Inductor applies
+before lowering):
+
+    var.correction, std.correction   mean, sub, mul, sum, div (and sqrt)
+    nanmean                          nansum / the number of elements that are not NaN
+    logsumexp                        amax, where, sub, exp, sum, log, add
+    norm (vector orders)             abs, amax / amin / sum (mul, pow, sqrt)
+
+Each decomposition is ordinary jitorch code, run by a `Tracer` on fake tensors
+standing for the node's input values, so the nodes it records are built by the
+ops' own meta rules; they replace the node where it stood. A node is rewritten
+only when every node of its decomposition lowers and the results have the
+node's types; otherwise (and where a decomposition returns None: a matrix
+norm, a logsumexp over no elements) the node stays as it is.
+
+Numerics: each decomposition follows its eager kernel's formula in
+jitorch/ops/reductions.py step by step, in the same compute dtype (float32 for
+the half types, cast back at the end). The variance is eager's two passes: the
+mean, then the sum of squared deviations from it, divided by
+``max(N - correction, 0)`` (so ``correction >= N`` gives inf or NaN as eager
+does). Compiled sums add in another order than NumPy's pairwise sums, so
+results agree with eager to the rounding of a reassociated sum, not bit for bit.
+The interpreter backend runs the traced graph unoptimised, with the eager
+kernels themselves.
+"""
+
+from __future__ import annotations
+
+from math import inf, prod
+
+from ...codegen.lowering import can_lower, kind_of
+from ...jit.tracer import Tracer
+from ...ops.meta import opmath, reduced_shape, reduction_dims
+from ...ops.reductions import _norm_order
+from ...runtime import dtypes as _dt
+from .rewrite import Rewriter, graph_pass, substitute
+
+# op name -> fn(*args) with the node's arguments in schema order (tensors as fakes), returning its
+# results as tensors, or None where the decomposition does not apply
+DECOMPOSITIONS: dict = {}
+
+
+def decomposition(*names):
+    """Register the decorated function as the decomposition of the ops ``names``."""
+    def register(fn):
+        for name in names:
+            DECOMPOSITIONS[name] = fn
+        return fn
+    return register
+
+
+def _count(x, dims):
+    """How many elements each result element reduces over (eager's count: every element of a 0-d
+    tensor or when ``dims`` is empty)."""
+    return prod(x.shape[d] for d in dims) if dims and x.ndim else prod(x.shape)
+
+
+def _as_kept(t, x, dims):
+    """``t``, a reduction of ``x`` over ``dims``, viewed with the reduced dims kept as size 1."""
+    return t.view(reduced_shape(x.shape, dims, True))
+
+
+def _variance(x, dim, correction, keepdim):
+    """var.correction in the compute dtype."""
+    dims = reduction_dims(x, dim)
+    dof = max(_count(x, dims) - (1 if correction is None else correction), 0)
+    a = x.to(opmath(x.dtype))
+    # the mean as a reduction of its own with keepdim as asked: var_mean's mean is then the same node
+    # (common subexpressions merge them) and one reduction serves both
+    deviation = a - _as_kept(a.mean(dim, keepdim=keepdim), x, dims)
+    return (deviation * deviation).sum(dim, keepdim=keepdim) / dof
+
+
+@decomposition("var.correction")
+def _var(x, dim, correction, keepdim):
+    return _variance(x, dim, correction, keepdim).to(x.dtype)
+
+
+@decomposition("std.correction")
+def _std(x, dim, correction, keepdim):
+    return _variance(x, dim, correction, keepdim).sqrt().to(x.dtype)
+
+
+@decomposition("nanmean")
+def _nanmean(x, dim, keepdim, dtype):
+    out = dtype or x.dtype
+    a = x.to(opmath(out))
+    # eager divides the sum by an integer count array, which NumPy promotes to float64: so does this
+    total = a.nansum(dim, keepdim=keepdim).to(_dt.float64)
+    count = a.isnan().logical_not().sum(dim, keepdim=keepdim, dtype=_dt.float64)
+    return (total / count).to(out)
+
+
+@decomposition("logsumexp")
+def _logsumexp(x, dim, keepdim):
+    dims = reduction_dims(x, dim)
+    if _count(x, dims) == 0:
+        return None  # eager's maximum starts from -inf; amax has no identity and refuses
+    out = x.dtype if x.dtype.is_floating_point else _dt.get_default_dtype()
+    a = x.to(opmath(out))
+    # shift by the finite maximum only: rows of -inf stay -inf, rows holding +inf give +inf
+    m = a.amax(list(dims), keepdim=True)
+    m = m.where(m.isfinite(), 0.0)
+    total = (a - m).exp().sum(dim, keepdim=keepdim)
+    return (total.log() + m.view(total.shape)).to(out)
+
+
+@decomposition("norm")
+def _norm(x, p, dim, keepdim, dtype):
+    order = _norm_order(p, dim)
+    if order == "matrix":
+        return None
+    out = dtype or x.dtype
+    a = x.to(out).to(opmath(out))
+    dims = list(reduction_dims(x, dim))
+    if order == inf:
+        r = a.abs().amax(dims, keepdim=keepdim)
+    elif order == -inf:
+        r = a.abs().amin(dims, keepdim=keepdim)
+    elif order == 0:
+        r = a.ne(0).sum(dims, keepdim=keepdim, dtype=a.dtype)
+    elif order == 1:
+        r = a.abs().sum(dims, keepdim=keepdim)
+    elif order == 2:
+        r = (a * a).sum(dims, keepdim=keepdim).sqrt()
+    else:
+        r = (a.abs() ** order).sum(dims, keepdim=keepdim) ** (1 / order)
+    return r.to(out)
+
+
+def _trace(graph, node, decompose):
+    """The nodes and result values of ``decompose`` on ``node``'s arguments, named in ``graph``;
+    None where the decomposition does not apply or does not lower as a whole."""
+    tracer = Tracer()
+    args = substitute(node.args, tracer.new_fake)
+    with tracer:
+        result = decompose(*args)
+        if result is None:
+            return None
+        results = list(result) if isinstance(result, (tuple, list)) else [result]
+        values = [tracer.value_of(t) for t in results]
+    nodes = tracer.graph.nodes
+    if ([v.type for v in values] != [o.type for o in node.outputs] or tracer.graph.constants
+            or any(kind_of(n) == "external" for n in nodes)):
+        return None
+    for n in nodes:
+        for v in n.outputs:
+            v.name = graph._fresh()
+    return nodes, values
+
+
+@graph_pass("decompose", "decomposed %d nodes")
+def run(graph):
+    """Replace each node the code generator cannot lower by its decomposition, where that lowers."""
+    rw = Rewriter(graph)
+    nodes = []
+    decomposed = 0
+    for node in graph.nodes:
+        rw.update_args(node)
+        decompose = DECOMPOSITIONS.get(node.op.name)
+        traced = _trace(graph, node, decompose) if decompose is not None and not can_lower(node) else None
+        if traced is not None and rw.replace_node(node, traced[1]):
+            nodes.extend(traced[0])
+            decomposed += 1
+        nodes.append(node)
+    graph.nodes = nodes
+    rw.finish()
+    return decomposed
+
+
+__all__ = ["DECOMPOSITIONS", "decomposition", "run"]
