@@ -378,8 +378,12 @@ def _unique_meta(x, sorted, return_inverse, return_counts, dim):
 
 def _unique_cpu(spec, x, sorted, return_inverse, return_counts, dim):
     axis = None if dim is None else wrap_dim(dim, x.ndim)
-    values, inverse, counts = np.unique(x, return_inverse=True, return_counts=True, axis=axis)
-    return values, inverse.reshape(spec[1].shape), counts
+    # NumPy cannot sort ml_dtypes' half types by value: their float32 values sort the same
+    keys = x.astype(np.float32) if x.dtype.kind == "V" else x
+    # each NaN is a value of its own, as in torch (NumPy merges them by default)
+    values, inverse, counts = np.unique(keys, return_inverse=True, return_counts=True, axis=axis,
+                                        **({} if axis is not None else {"equal_nan": False}))
+    return values.astype(x.dtype), inverse.reshape(spec[1].shape), counts
 
 
 defop("_unique(Tensor self, bool sorted=True, bool return_inverse=False, bool return_counts=False, int? dim=None) "

@@ -349,7 +349,7 @@ def _argwhere(op, args, spec):
 
 
 def _unique(op, args, spec):
-    """``unique`` of the flattened tensor as NumPy's (sorted; NaNs count as one value, last): a stable device
+    """``unique`` of the flattened tensor as torch's (sorted; each NaN a value of its own, last): a stable device
     sort, a flag where each run of equal values starts, their ranks by a device cumsum (one read-back of the
     count), then scatters: each run's first value to its rank, each element's rank to its place in the input
     (the inverse), and ones added at the ranks (the counts). Unique slices along a dim stay on the host."""
@@ -364,7 +364,7 @@ def _unique(op, args, spec):
         starts = x.new_ones(key._shape, dtype=dtypes.bool)
         if key.numel() > 1:
             after, before = values[1:], values[:-1]
-            write(starts[1:], (after != before) & ~(after.isnan() & before.isnan()))
+            write(starts[1:], after != before)
         at, count, rank = _positions(starts)
         inverse = empty(key._shape, dtypes.int64, x.device).scatter(0, order, rank).view(x._shape)
         counts = x.new_zeros((count,), dtype=dtypes.int64).scatter_add(

@@ -353,3 +353,13 @@ def test_unique_along_a_dim_and_on_meta():
     assert m.unique(dim=0).tolist() == [[1, 2], [3, 4]]
     with pytest.raises(NotImplementedError, match="depends on the data"):
         jt.unique(jt.ones(3, device="meta"))
+
+
+@pytest.mark.parametrize("dtype", [jt.float32, jt.float64, jt.float16, jt.bfloat16])
+def test_unique_keeps_each_nan_and_sorts_the_half_types(dtype):
+    # torch: every NaN is a value of its own, after the numbers; NumPy would merge them, and cannot sort
+    # ml_dtypes' bfloat16 by value
+    x = jt.tensor([1, float("nan"), -3, 2, float("nan"), 0, 1], dtype=dtype)
+    values, inverse, counts = x.unique(return_inverse=True, return_counts=True)
+    assert values.dtype is dtype and str(values.tolist()) == "[-3.0, 0.0, 1.0, 2.0, nan, nan]"
+    assert inverse.tolist() == [2, 4, 0, 3, 5, 1, 2] and counts.tolist() == [1, 1, 2, 1, 1, 1]
