@@ -203,6 +203,8 @@ class _Builder:
             return [e.cast(self.evaluate(e, node.args[0], memo, load), out_dtype)]
         spec = _meta_of(node)
         compute = spec.compute or out_dtype
+        if compute is _dt.bfloat16:  # kernels carry bfloat16 as its bits: comparisons and tests read float32
+            compute = _dt.float32
         positions = {i for i, _ in op.tensor_args}
         operands, rest = [], []
         for i, a in enumerate(node.args):

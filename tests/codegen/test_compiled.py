@@ -215,3 +215,16 @@ def test_views_that_need_no_copy_stay_tensor_headers():
     low = fn.lower(x, w)
     assert low.kernels == [] and "eager: t, slice" in str(jt.explain(fn, x, w)).replace("slice.Tensor", "slice")
     assert_matches(fn(x, w), x.t()[1:] @ w)
+
+
+@pytest.mark.filterwarnings("error")
+def test_bfloat16_comparisons_and_classifications_compile():
+    # kernels carry bfloat16 as its bits: a comparison must read the float32 it widens to
+    x = jt.tensor([1.0, float("nan"), 2.0, float("inf"), -float("inf"), 0.5], dtype=jt.bfloat16)
+
+    def f(a):
+        return (a != a.flip(0)) | a.isnan(), a.isinf(), a.isfinite(), a > 1, a.where(a > 1, a * 0)
+    fn = jt.compile(f)
+    (kernel,) = fn.lower(x).kernels
+    assert {"ne", "isnan", "isinf", "isfinite", "gt"} <= set(kernel.ops)
+    assert_matches(fn(x), f(x))
