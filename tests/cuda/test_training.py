@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 import jitorch as jt
-import jitorch.nn.functional as F
 from jitorch import nn
+from tests.support import classifier_step
 
 OPTIMIZERS = {"sgd": lambda p: jt.optim.SGD(p, lr=0.1, momentum=0.9),
               "adam": lambda p: jt.optim.Adam(p, lr=0.01),
@@ -22,13 +22,7 @@ def training_step(device, optimizer, compiled):
     x = jt.tensor(rng.standard_normal((8, 12)).astype(np.float32), device=device)
     y = jt.tensor(rng.integers(0, 4, 8), device=device)
 
-    def step(x, y):
-        opt.zero_grad()
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        return loss
-
+    step = classifier_step(model, opt)
     return (jt.compile(step) if compiled else step), model, opt, (x, y)
 
 

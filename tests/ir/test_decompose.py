@@ -22,10 +22,9 @@ from jitorch.export import Dim
 from jitorch.ir import interpret, parse, verify
 from jitorch.ir.passes import decompose, optimize
 from jitorch.jit import trace
-from jitorch.nn import functional as F
 from jitorch.utils.pytree import tree_flatten
 from tests.codegen.test_compiled import assert_matches
-from tests.support import random_array, shapes, to_numpy
+from tests.support import classifier_step, random_array, shapes, to_numpy
 
 # name -> (the op as traced code: fn(x, dim, keepdim, extra), strategy of ``extra``): a correction, a
 # dtype or an order
@@ -204,16 +203,7 @@ def test_compiled_training_step_with_batch_norm_equals_eager():
     eager_opt = jt.optim.SGD(eager_model.parameters(), lr=0.05, momentum=0.9)
     opt = jt.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
 
-    def make(m, o):
-        def step(x, y):
-            o.zero_grad()
-            loss = F.cross_entropy(m(x), y)
-            loss.backward()
-            o.step()
-            return loss
-        return step
-
-    eager, compiled = make(eager_model, eager_opt), jt.compile(make(model, opt))
+    eager, compiled = classifier_step(eager_model, eager_opt), jt.compile(classifier_step(model, opt))
     x, y = bn_batch()
     for _ in range(4):
         close(compiled(x, y), eager(x, y))

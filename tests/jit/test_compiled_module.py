@@ -6,6 +6,7 @@ import numpy as np
 import jitorch as jt
 from jitorch import nn
 from jitorch.nn import functional as F
+from tests.support import classifier_step
 
 
 def cnn():
@@ -74,16 +75,7 @@ def test_a_training_step_over_a_module_and_optimizer_compiles_into_one_graph():
     eager_opt = jt.optim.SGD(eager_model.parameters(), lr=0.05, momentum=0.9)
     opt = jt.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
 
-    def make(m, o):
-        def step(x, y):
-            o.zero_grad()
-            loss = F.cross_entropy(m(x), y)
-            loss.backward()
-            o.step()
-            return loss
-        return step
-
-    eager, compiled = make(eager_model, eager_opt), jt.compile(make(model, opt), fullgraph=True)
+    eager, compiled = classifier_step(eager_model, eager_opt), jt.compile(classifier_step(model, opt), fullgraph=True)
     x, y = batch()
     for _ in range(4):
         np.testing.assert_allclose(compiled(x, y).item(), eager(x, y).item(), rtol=1e-5)
