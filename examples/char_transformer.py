@@ -50,16 +50,16 @@ class CharTransformer(nn.Module):
     def forward(self, idx):
         length = idx.shape[1]
         # True above the diagonal: position i may not attend to the positions after it
-        causal_mask = torch.triu(torch.ones(length, length, dtype=torch.bool), diagonal=1)
-        x = self.token(idx) + self.position(torch.arange(length))
+        causal_mask = torch.triu(torch.ones(length, length, dtype=torch.bool, device=idx.device), diagonal=1)
+        x = self.token(idx) + self.position(torch.arange(length, device=idx.device))
         for block in self.blocks:
             x = block(x, causal_mask)
         return self.head(self.norm(x))
 
 
-def generate(model, prompt, length, stoi, itos, context):
+def generate(model, prompt, length, stoi, itos, context, device="cpu"):
     """Extend `prompt` greedily by `length` characters (eager: the input grows each step)."""
-    idx = torch.tensor([[stoi[c] for c in prompt]])
+    idx = torch.tensor([[stoi[c] for c in prompt]], device=device)
     model.eval()
     with torch.no_grad():
         for _ in range(length):
@@ -77,21 +77,22 @@ def main():
     parser.add_argument("--dim", type=int, default=64)
     parser.add_argument("--layers", type=int, default=1)
     parser.add_argument("--lr", type=float, default=1e-2)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
 
     torch.manual_seed(0)
     chars = sorted(set(TEXT))
     stoi, itos = {c: i for i, c in enumerate(chars)}, dict(enumerate(chars))
-    data = torch.tensor([stoi[c] for c in TEXT])
+    data = torch.tensor([stoi[c] for c in TEXT], device=args.device)
     print(f"text: {len(TEXT)} characters, vocabulary of {len(chars)}")
 
     def batch():
         """Random windows of the text; each target is its input shifted by one character."""
-        starts = torch.randint(0, len(data) - args.context - 1, (args.batch_size, 1))
-        offsets = starts + torch.arange(args.context)
+        starts = torch.randint(0, len(data) - args.context - 1, (args.batch_size, 1), device=args.device)
+        offsets = starts + torch.arange(args.context, device=args.device)
         return data[offsets], data[offsets + 1]
 
-    model = CharTransformer(len(chars), args.context, args.dim, layers=args.layers)
+    model = CharTransformer(len(chars), args.context, args.dim, layers=args.layers).to(args.device)
     print(f"model: {sum(p.numel() for p in model.parameters())} parameters")
     loss_fn = nn.CrossEntropyLoss()
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
@@ -114,7 +115,7 @@ def main():
           f"(the first traces twice, as AdamW makes its state, and compiles)")
 
     prompt = "The PyTorch paper"
-    print(f"greedy sample: {generate(model, prompt, 60, stoi, itos, args.context)!r}")
+    print(f"greedy sample: {generate(model, prompt, 60, stoi, itos, args.context, args.device)!r}")
     print(f"final loss: {loss.item():.4f}")
 
 

@@ -2,6 +2,7 @@
 
     python examples/train_cnn.py                 # defaults finish in a few seconds
     python examples/train_cnn.py --epochs 4 --images 4096
+    python examples/train_cnn.py --device cuda   # the default where a GPU is present
 
 Each 16x16 image holds one bright bar, horizontal, vertical or diagonal, at a random place, under noise.
 The network (Conv2d, BatchNorm2d, ReLU, MaxPool2d, AdaptiveAvgPool2d, Linear) learns the orientation;
@@ -65,6 +66,7 @@ def main():
     parser.add_argument("--images", type=int, default=1024, help="training images")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
 
     torch.manual_seed(0)
@@ -73,7 +75,8 @@ def main():
     loader = DataLoader(TensorDataset(train_x, train_y), batch_size=args.batch_size, shuffle=True,
                         drop_last=True, generator=torch.Generator().manual_seed(3))
 
-    model = BarNet()
+    test_x, test_y = test_x.to(args.device), test_y.to(args.device)
+    model = BarNet().to(args.device)
     print(model)
     print(f"parameters: {sum(p.numel() for p in model.parameters())}")
     loss_fn = nn.CrossEntropyLoss()
@@ -92,6 +95,7 @@ def main():
         losses, times = [], []
         for images, labels in loader:
             start = time.perf_counter()
+            images, labels = images.to(args.device), labels.to(args.device)
             losses.append(train_step(images, labels).item())
             times.append(time.perf_counter() - start)
         # the first call of the first epoch traces twice (SGD makes its momentum buffers) and compiles

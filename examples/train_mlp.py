@@ -43,9 +43,10 @@ def make_model(hidden=64, classes=3):
 def accuracy(model, subset):
     """Fraction of a random_split part classified correctly, evaluated in one batch without autograd."""
     x, y = subset.dataset[subset.indices]
+    device = next(model.parameters()).device
     model.eval()
     with torch.no_grad():
-        correct = (model(x).argmax(dim=1) == y).float().mean().item()
+        correct = (model(x.to(device)).argmax(dim=1) == y.to(device)).float().mean().item()
     model.train()
     return correct
 
@@ -56,6 +57,7 @@ def main():
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--points", type=int, default=400, help="points per class")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
 
     torch.manual_seed(0)
@@ -66,7 +68,7 @@ def main():
                         generator=torch.Generator().manual_seed(1))
     print(f"data: {len(train_set)} training and {len(test_set)} test points, 3 spiral arms")
 
-    model = make_model()
+    model = make_model().to(args.device)
     print(model)
     loss_fn = nn.CrossEntropyLoss()
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
@@ -88,6 +90,7 @@ def main():
         step = train_step if mode == "eager" else compiled_step
         losses = []
         for inputs, targets in loader:
+            inputs, targets = inputs.to(args.device), targets.to(args.device)
             start = time.perf_counter()
             loss = step(inputs, targets)
             step_times[mode].append(time.perf_counter() - start)
@@ -110,9 +113,9 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "mlp.pt")
         torch.save(model.state_dict(), path)
-        fresh = make_model()
+        fresh = make_model().to(args.device)
         fresh.load_state_dict(torch.load(path))
-    test_x, _ = test_set.dataset[test_set.indices]
+    test_x = test_set.dataset[test_set.indices][0].to(args.device)
     model.eval()
     fresh.eval()
     with torch.no_grad():
