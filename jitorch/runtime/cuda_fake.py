@@ -142,15 +142,29 @@ class FakeBackend:
                 self.memory.check(p, 1)
             emulator.launch(kernel, pointers, self.multiprocessors)
         elif self.emulate == "graph":
-            evaluate = _matmul if kernel.ops == ["matmul"] else _strided_copy if kernel.ops == ["copy"] else \
-                _indexing if hasattr(kernel, "spec") else _graph_kernel
-            evaluate(self.memory, kernel, pointers)
+            _evaluator(kernel)(self.memory, kernel, pointers)
 
     def synchronize(self):
         return None
 
     def synchronize_device(self, index=0):
         return None
+
+
+def _evaluator(kernel):
+    """How the graph mode computes a launch of ``kernel`` with NumPy: fused graph kernels, matmuls, strided
+    copies and indexing kernels; the other directly written kernels (scans, sorts, merges, factories) only
+    run on the emulator."""
+    from ..codegen.nvptx.compile import PtxKernel
+    from ..codegen.nvptx.indexing import FORMS
+    if isinstance(kernel, PtxKernel):
+        return _graph_kernel
+    if kernel.ops in (["matmul"], ["copy"]):
+        return _matmul if kernel.ops == ["matmul"] else _strided_copy
+    if getattr(kernel, "spec", (None,))[0] in FORMS:
+        return _indexing
+    raise RuntimeError(f"the fake device's graph mode cannot run kernel {kernel.name}: it runs on the kernel "
+                       "emulator only, which needs POSIX thread barriers")
 
 
 def _matmul(memory, kernel, pointers):

@@ -287,3 +287,10 @@ def test_index_put_stores_or_adds_broadcast_values(data, accumulate):
     def index_put(t, at, v):
         return t.index_put((None,) * dim + (at,), v, accumulate=accumulate)
     check(index_put, x, positions, values)
+
+
+def test_the_graph_emulating_fake_device_refuses_kernels_it_cannot_evaluate():
+    # a sort kernel read as an indexing kernel would give garbage: it must say it needs the emulator
+    with use_backend(FakeBackend(emulate="graph")):
+        with pytest.raises(RuntimeError, match="runs on the kernel emulator only"):
+            jt.tensor([3.0, 1.0, 2.0]).cuda().sort()
