@@ -11,6 +11,8 @@ import pytest
 import jitorch as jt
 from jitorch.export import Dim, ExportedProgram, ExportError
 
+from tests.support import classifier_step
+
 from .helpers import rewrite, run_python, small_program
 
 
@@ -243,14 +245,7 @@ def _module_step(seed=0):
     jt.manual_seed(seed)
     model = jt.nn.Sequential(jt.nn.Linear(4, 8), jt.nn.Tanh(), jt.nn.Linear(8, 3))
     opt = jt.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-
-    def step(x, y):
-        opt.zero_grad()
-        loss = jt.nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        return loss
-    return model, opt, step
+    return model, opt, classifier_step(model, opt)
 
 
 def test_a_module_training_step_exports_after_its_first_call(tmp_path):
