@@ -10,7 +10,6 @@ import pytest
 
 import jitorch as jt
 from jitorch.export import Dim, ExportedProgram, ExportError
-
 from tests.support import classifier_step
 
 from .helpers import rewrite, run_python, small_program
