@@ -515,9 +515,9 @@ class CompiledGraph:
             if isinstance(leaf, (tuple, list)) and type(leaf) in (tuple, list):
                 items = ", ".join(show(x) for x in leaf) + ("," if len(leaf) == 1 and type(leaf) is tuple else "")
                 return f"({items})" if type(leaf) is tuple else f"[{items}]"
-            if leaf is None or isinstance(leaf, (bool, int, float, str)):
-                return repr(leaf)
-            return f"_outputs(env)"
+            if leaf is None or isinstance(leaf, (bool, int, float, complex, str)):
+                return src.name(leaf, "c")  # bound, not printed: repr(nan) is no Python expression
+            return "_outputs(env)"
         text = show(self.graph.outputs)
         return "_outputs(env)" if "_outputs(env)" in text else text
 

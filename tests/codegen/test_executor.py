@@ -220,3 +220,16 @@ def test_eager_steps_and_in_place_updates_appear_in_the_generated_call():
     assert "with _no_grad():" in ex.source and ".run(env, arena, inplace)" in ex.source
     assert "if inplace:" in ex.source  # the parameter updates' kernels, in place or not by the call's inputs
     assert ex.source.rstrip().endswith("return _finish(inputs, env)")
+
+
+def test_the_generated_call_returns_python_values_as_eager_does():
+    def f(x):
+        return x + 1, float("nan"), float("inf"), -0.0, None, "a", [x * 2, 3], {"k": x.exp()}
+    fn = jt.compile(f)
+    x = jt.ones(2)
+    for _ in range(2):
+        got, want = fn(x), f(x)
+        assert repr(got[1:6]) == repr(want[1:6]) and got[6][1] == 3
+        np.testing.assert_array_equal(got[0].numpy(), want[0].numpy())
+        np.testing.assert_array_equal(got[6][0].numpy(), want[6][0].numpy())
+        np.testing.assert_allclose(got[7]["k"].numpy(), want[7]["k"].numpy(), rtol=1e-6)
