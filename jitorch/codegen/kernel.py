@@ -8,7 +8,9 @@ steps through contiguously are merged, so the common case is one flat loop.
 
 A pointwise kernel loops over its output's shape. A reduction kernel loops
 over the kept dims outside and the reduced dims inside, accumulating the
-pointwise prologue, then computes its epilogue at the kept index.
+pointwise prologue, then computes its epilogue at the kept index; where the
+input's innermost dim is kept, it reduces a chunk of kept elements at a time
+with the reduced dims outside, so its inner loop runs along memory.
 
 The generated function is ``kernel(i64 start, i64 end, T* noalias ...)``
 over the outermost loop, so a target can split that loop into chunks; an
@@ -302,7 +304,8 @@ def _used(value, bld):
 
 
 def build_reduction(group, name, target=None, aliases=None):
-    """A reduction group's kernel: kept dims outside, reduced dims inside, then the epilogue."""
+    """A reduction group's kernel: kept dims outside, reduced dims inside, then the epilogue (or, when
+    the innermost input dim is kept, a chunk of kept elements reduced with the reduced dims outside)."""
     bld = _Builder(group, name, target, aliases)
     red = next(n for n in bld.computed if n.op.name in lowering.REDUCTION_OPS)
     x = red.args[0]
@@ -363,16 +366,14 @@ def build_reduction(group, name, target=None, aliases=None):
 
     module, kernel, ptr, b, e = bld.begin(bld.roots + outputs)
     reduction = lowering.REDUCTIONS[red.op.name]
-    identity, combine, finish = reduction.identity, reduction.combine, reduction.finish
+    combine, finish = reduction.combine, reduction.finish
     spec = _meta_of(red)
     compute = spec.compute or out_value.type.dtype
     acc_dtype = reduction.accumulator(compute, out_value.type.dtype)
     count = prod(red_sizes)
 
     acc = b.alloca(llvm_type(acc_dtype))  # in the entry block, where mem2reg promotes it
-    if identity in (float("inf"), float("-inf")) and not acc_dtype.is_floating_point:
-        lo, hi = (0, 1) if acc_dtype.kind == "b" else _dt.iinfo_range(acc_dtype)
-        identity = hi if identity > 0 else lo
+    identity = reduction.start(e, compute, acc_dtype)
 
     def reduce_item(b, kidx, ridx, slot):
         """Fold the prologue's value at (kidx, ridx) into ``slot``; write the prologue's outputs there."""
@@ -387,11 +388,10 @@ def build_reduction(group, name, target=None, aliases=None):
             off = bld.offset(b, kidx + ridx, list(pro_kept) + list(pro_red), 0)
             e.store(bld.evaluate(e, out, memo, load), b.gep(ptr[out], [off]))
 
-    def kept_body(b, kidx):
-        e.store(e.const(identity, acc_dtype), acc)
-        bld.target.reduce_loops(bld, b, e, r_sizes, lambda b, ridx, slot: reduce_item(b, kidx, ridx, slot), acc,
-                                acc_dtype, combine, identity)
-        total = e.load(acc, acc_dtype)
+    def results(b, kidx, slot):
+        """The reduction's result at kept index ``kidx``, from its accumulator in ``slot``, and every
+        value computed from it there (the epilogue), stored."""
+        total = reduction.leave(e, e.load(slot, acc_dtype), compute)
         if finish is not None:
             total = finish(e, total, count)
 
@@ -405,29 +405,40 @@ def build_reduction(group, name, target=None, aliases=None):
             s = bld.evaluate(e, out, memo, load_outer)
             e.store(s, b.gep(ptr[out], [bld.offset(b, kidx, write, 0)]))
 
+    def kept_body(b, kidx):
+        e.store(identity, acc)
+        bld.target.reduce_loops(bld, b, e, r_sizes, lambda b, ridx, slot: reduce_item(b, kidx, ridx, slot), acc,
+                                acc_dtype, combine, identity)
+        results(b, kidx, acc)
+
     n = prod(in_shape)
     ops = [nd.op.name for nd in group.nodes]
-    if kept and reduced and kept[-1] == len(in_shape) - 1 and in_shape[-1] > 1 and not epilogue \
-            and out_value in outputs and acc_dtype is out_value.type.dtype:
-        # The input's innermost dim is kept (a sum over rows, as a bias gradient is): accumulate in
-        # the output buffer with the kept dims innermost, so the loop runs along memory and vectorises.
-        out_ptr = ptr[out_value]
+    # kept elements in one unit of the target's outer loop (the CPU's: a row of the first kept dim)
+    per_unit = max(1, prod(k_sizes) // max(1, bld.target.outer(k_sizes)))
+    slots = max(1, KEPT_CHUNK_BYTES.get(bld.target.name, 0) // acc_dtype.itemsize)
+    if kept and reduced and kept[-1] == len(in_shape) - 1 and in_shape[-1] > 1 \
+            and per_unit * acc_dtype.itemsize <= KEPT_CHUNK_MAX_BYTES:
+        # The input's innermost dim is kept (a sum over rows, as a bias gradient is): the accumulators
+        # of a chunk of kept elements (whole units of the outer loop) lie in a stack array, and the
+        # reduced dims loop outside the kept ones, so the innermost loop runs along memory and
+        # vectorises; then the epilogue, one pass over the chunk's accumulators.
+        units = max(1, slots // per_unit)
+        buf = acc if units * per_unit == 1 else b.alloca(llvm_type(acc_dtype), size=units * per_unit)
 
-        def at(b, kidx):
-            return b.gep(out_ptr, [bld.offset(b, kidx, write, 0)])
+        def chunk(b, lo):
+            hi = b.select(b.icmp_signed("<", b.add(lo, I64(units)), kernel.args[1]), b.add(lo, I64(units)),
+                          kernel.args[1])
+            first = b.mul(lo, I64(per_unit))
 
-        def init(b, kidx):
-            e.store(e.const(identity, acc_dtype), at(b, kidx))
+            def at(b, kidx):
+                return buf if buf is acc else b.gep(buf, [b.sub(bld.offset(b, kidx, write, 0), first)])
 
-        def accumulate(b, ridx):
-            bld.target.map_loops(bld, b, k_sizes, lambda b, kidx: reduce_item(b, kidx, ridx, at(b, kidx)),
-                                 kernel.args[0], kernel.args[1])
+            bld.target.map_loops(bld, b, k_sizes, lambda b, kidx: e.store(identity, at(b, kidx)), lo, hi)
+            bld.loops(b, r_sizes, lambda b, ridx: bld.target.map_loops(
+                bld, b, k_sizes, lambda b, kidx: reduce_item(b, kidx, ridx, at(b, kidx)), lo, hi))
+            bld.target.map_loops(bld, b, k_sizes, lambda b, kidx: results(b, kidx, at(b, kidx)), lo, hi)
 
-        bld.target.map_loops(bld, b, k_sizes, init, kernel.args[0], kernel.args[1])
-        bld.loops(b, r_sizes, accumulate)
-        if finish is not None:
-            bld.target.map_loops(bld, b, k_sizes, lambda b, kidx: e.store(
-                finish(e, e.load(at(b, kidx), acc_dtype), count), at(b, kidx)), kernel.args[0], kernel.args[1])
+        counted_loop(b, kernel.args[0], kernel.args[1], I64(units), chunk, "chunk")
         return bld.finish(b, kernel, KernelSource(name, "reduction", ops, bld.roots, outputs,
                                                   bld.target.outer(k_sizes), n))
     if not k_sizes and len(r_sizes) == 1 and n >= SPLIT_MIN_WORK and not epilogue and not pro_outs \
@@ -439,7 +450,7 @@ def build_reduction(group, name, target=None, aliases=None):
         step = -(-n // parts)
 
         def part_body(b, pidx):
-            e.store(e.const(identity, acc_dtype), acc)
+            e.store(identity, acc)
             lo = b.mul(pidx[0], I64(step))
             hi = b.select(b.icmp_signed("<", b.add(lo, I64(step)), I64(n)), b.add(lo, I64(step)), I64(n))
 
@@ -451,12 +462,12 @@ def build_reduction(group, name, target=None, aliases=None):
                 e.store(combine(e, e.load(slot, acc_dtype), item), slot)
 
             bld.target.reduce_loops(bld, b, e, [n], item_body, acc, acc_dtype, combine, identity, lo, hi)
-            e.store(e.load(acc, acc_dtype), b.gep(b.bitcast(ptr[out_value], llvm_type(acc_dtype).as_pointer()),
-                                                  [pidx[0]]))
+            partial = reduction.leave(e, e.load(acc, acc_dtype), compute)
+            e.store(partial, b.gep(b.bitcast(ptr[out_value], llvm_type(compute).as_pointer()), [pidx[0]]))
 
         bld.loops(b, [parts], part_body, kernel.args[0], kernel.args[1])
         return bld.finish(b, kernel, KernelSource(name, "reduction", ops, bld.roots, outputs, parts, n,
-                                                  split=(parts, red.op.name, n, acc_dtype)), "block")
+                                                  split=(parts, red.op.name, n, compute)), "block")
     bld.loops(b, k_sizes, kept_body, kernel.args[0] if k_sizes else None, kernel.args[1] if k_sizes else None)
     return bld.finish(b, kernel, KernelSource(name, "reduction", ops, bld.roots, outputs,
                                               k_sizes[0] if k_sizes else 1, n), "block")
@@ -466,6 +477,13 @@ def build_reduction(group, name, target=None, aliases=None):
 # then combined.
 SPLIT_MIN_WORK = 1 << 18
 SPLITTABLE = ("sum", "mean", "prod", "amax", "amin", "max", "min")
+# Bytes of accumulators a thread keeps for a reduction whose innermost input dim is kept, by target:
+# on the CPU, a chunk of kept elements small enough to stay in the L1 cache beside the rows streaming
+# through it; elsewhere one accumulator, in a register (a GPU thread's chunk is one kept element).
+KEPT_CHUNK_BYTES = {"cpu": 8192}
+# A chunk holds at least one unit of the outer loop (the inner kept dims), on the stack up to this size;
+# beyond it the kept dims loop outside the reduced ones.
+KEPT_CHUNK_MAX_BYTES = 1 << 17
 
 
 def _meta_of(node):
@@ -519,21 +537,26 @@ def build_softmax(group, name, target=None, aliases=None):
     module, kernel, ptr, b, e = bld.begin([x, out])
     src, dst = ptr[x], ptr[out]
     t = llvm_type(dtype)
-    m_slot, s_slot = b.alloca(t), b.alloca(t)
+    # the row's max as a keyed reduction (see lowering.Reduction): it vectorises where a float max does not
+    amax = lowering.REDUCTIONS["amax"]
+    key = amax.accumulator(dtype, dtype)
+    m_slot, s_slot = b.alloca(llvm_type(key)), b.alloca(t)
+    lowest = amax.start(e, dtype, key)
     log = node.op.name == "log_softmax"
 
     target = bld.target
-    maxnum = lambda e, p, q: e.intrinsic("llvm.maxnum", p, q)  # noqa: E731
     add = lambda e, p, q: e.add(p, q, reassociate=True)  # noqa: E731
 
     def row(b, ridx):
         base = b.mul(ridx[0], I64(cols))
         at = lambda p, j: b.gep(p, [b.add(base, j[0])])  # noqa: E731
-        b.store(ir.Constant(t, float("-inf")), m_slot)
-        target.reduce_loops(bld, b, e, [cols], lambda b, j, slot: b.store(
-            maxnum(e, Scalar(b.load(slot), dtype), e.load(at(src, j), dtype)).value, slot), m_slot, dtype, maxnum,
-            float("-inf"))
-        m = Scalar(b.load(m_slot), dtype)
+
+        def max_item(b, j, slot):
+            item = amax.enter(e, e.load(at(src, j), dtype), dtype, key)
+            e.store(amax.combine(e, e.load(slot, key), item), slot)
+        e.store(lowest, m_slot)
+        target.reduce_loops(bld, b, e, [cols], max_item, m_slot, key, amax.combine, lowest)
+        m = amax.leave(e, e.load(m_slot, key), dtype)
         b.store(ir.Constant(t, 0.0), s_slot)
 
         def exp_pass(b, j, slot):

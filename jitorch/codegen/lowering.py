@@ -15,7 +15,7 @@ from typing import Callable
 import numpy as np
 
 from ..runtime import dtypes as _dt
-from .emitter import Scalar
+from .emitter import Scalar, llvm_type
 
 # Element dtypes kernels handle (half types are computed in float32, as eager does).
 DTYPES = frozenset(_dt.ALL)
@@ -375,22 +375,68 @@ MATH_OPS = frozenset({"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "
 class Reduction:
     """How a reduction lowers: ``identity``, ``combine(e, acc, x)`` and ``finish(e, acc, count)`` (or
     None). ``item(e, x)`` maps each element (in the op's compute dtype) as it enters the accumulator
-    (None: the element itself); the accumulator has the compute dtype, or the result dtype if ``counts``."""
+    (None: the element itself); the accumulator has the compute dtype, or the result dtype if ``counts``.
+    ``keyed``: float elements are accumulated as their ordered integer keys (`_float_key`), so that the
+    combine is an integer max or min, a reduction LLVM's loop vectoriser recognises on every version;
+    the float compare-and-select that keeps NaN vectorises only under no-NaN flags, with which a NaN
+    would be poison. ``leave`` turns the accumulator back into the compute dtype."""
 
     identity: object
     combine: Callable
     finish: Callable = None
     item: Callable = None
     counts: bool = False
+    keyed: bool = False
 
     def accumulator(self, compute, result):
         """The dtype the reduction accumulates in."""
-        return result if self.counts else compute
+        dtype = result if self.counts else compute
+        return _KEYS[dtype] if self.keyed and dtype in _KEYS else dtype
 
     def enter(self, e, x, compute, acc):
         """Element ``x`` (of any dtype) as it is combined into an accumulator of dtype ``acc``."""
         x = e.cast(x, compute)
-        return e.cast(x if self.item is None else self.item(e, x), acc)
+        x = x if self.item is None else self.item(e, x)
+        if self.keyed and compute in _KEYS:
+            return _float_key(e, x, acc, nan_high=self.identity < 0)
+        return e.cast(x, acc)
+
+    def leave(self, e, acc, compute):
+        """The accumulated value in the compute dtype (what ``finish`` and the epilogue see)."""
+        return _float_of_key(e, acc, compute) if self.keyed and compute in _KEYS else acc
+
+    def start(self, e, compute, acc):
+        """The identity as the accumulator holds it: an integer max or min starts at its dtype's lowest
+        or highest value, a keyed one at the key of -inf or inf."""
+        identity = self.identity
+        if identity in (float("inf"), float("-inf")) and not compute.is_floating_point:
+            lo, hi = (0, 1) if compute.kind == "b" else _dt.iinfo_range(compute)
+            identity = hi if identity > 0 else lo
+        return self.enter(e, e.const(identity, compute), compute, acc)
+
+
+# A float's bits read as a signed integer, the magnitude bits flipped where the sign is set, order the
+# floats as the integers: -inf < ... < -0.0 < 0.0 < ... < inf (NaN outside, set by `_float_key`).
+_KEYS = {_dt.float32: _dt.int32, _dt.float64: _dt.int64}
+
+
+def _flip_negative(e, bits):
+    """``bits`` with every bit but the sign inverted where the sign is set: its own inverse."""
+    sign = e.b.ashr(bits.value, e.const(bits.dtype.itemsize * 8 - 1, bits.dtype).value)
+    return Scalar(e.b.xor(bits.value, e.b.lshr(sign, e.const(1, bits.dtype).value)), bits.dtype)
+
+
+def _float_key(e, x, key_dtype, nan_high):
+    """The ordered integer key of float ``x``; NaN is the highest key if ``nan_high``, else the lowest,
+    so that it wins a max (or a min) whatever else is reduced, as NumPy's NaN propagates."""
+    key = _flip_negative(e, Scalar(e.b.bitcast(x.value, llvm_type(key_dtype)), key_dtype))
+    lo, hi = _dt.iinfo_range(key_dtype)
+    return e.select(e.isnan(x), e.const(hi if nan_high else lo, key_dtype), key)
+
+
+def _float_of_key(e, key, dtype):
+    """The float whose key is ``key`` (the two NaN keys give NaNs)."""
+    return Scalar(e.b.bitcast(_flip_negative(e, key).value, llvm_type(dtype)), dtype)
 
 
 def _add_all(e, acc, x):
@@ -412,10 +458,10 @@ REDUCTIONS = {
     "nansum": Reduction(0, _add_all, item=lambda e, x: e.select(e.isnan(x), e.const(0, x.dtype), x)),
     "mean": Reduction(0, _add_all, lambda e, acc, n: e.div(acc, e.const(n, acc.dtype))),
     "prod": Reduction(1, lambda e, acc, x: e.mul(acc, x, reassociate=True)),
-    "amax": Reduction(float("-inf"), lambda e, acc, x: _maximum(e, x, acc)),
-    "amin": Reduction(float("inf"), lambda e, acc, x: _minimum(e, x, acc)),
-    "max": Reduction(float("-inf"), lambda e, acc, x: _maximum(e, x, acc)),
-    "min": Reduction(float("inf"), lambda e, acc, x: _minimum(e, x, acc)),
+    "amax": Reduction(float("-inf"), lambda e, acc, x: _maximum(e, x, acc), keyed=True),
+    "amin": Reduction(float("inf"), lambda e, acc, x: _minimum(e, x, acc), keyed=True),
+    "max": Reduction(float("-inf"), lambda e, acc, x: _maximum(e, x, acc), keyed=True),
+    "min": Reduction(float("inf"), lambda e, acc, x: _minimum(e, x, acc), keyed=True),
     "all": Reduction(1, _truth_combine("and_")),
     "any": Reduction(0, _truth_combine("or_")),
     "count_nonzero": Reduction(0, _add_all, item=_truthy, counts=True),

@@ -1,0 +1,197 @@
+"""Two reduction kernel shapes that once ran at a fraction of the machine's speed, pinned down.
+
+- Float max and min reductions accumulate ordered integer keys (lowering.Reduction.keyed), an integer
+  max that LLVM's loop vectoriser recognises; the float compare-and-select chain did not vectorise.
+  NaN must still win (either sign), infinities and zeros order as NumPy's do.
+- A reduction whose innermost input dim is kept accumulates a chunk of kept elements in a stack array,
+  the reduced dims looping outside, whether or not an epilogue follows; an epilogue used to send the
+  kernel back to one column at a time, five times slower.
+
+Values are checked against eager (NumPy); the kernels are checked for what the compiler made of them.
+"""
+
+import re
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import jitorch as jt
+from jitorch.codegen import kernel as kernel_module
+from tests.codegen.test_kernels import fused_result
+
+SPECIALS = [np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 1e-45, -5e-324, 3e38, -3e38, 1e308, 65504.0]
+FLOATS = [jt.float32, jt.float64, jt.float16, jt.bfloat16]
+
+
+def special_arrays(dtype, shape):
+    """Arrays of ``shape`` whose elements are drawn from the special floats and ordinary numbers."""
+    values = st.one_of(st.sampled_from(SPECIALS), st.floats(-1e6, 1e6, width=32))
+    n = int(np.prod(shape))
+    return st.lists(values, min_size=n, max_size=n).map(
+        lambda v: np.array(v, dtype=np.float64).astype(dtype.np).reshape(shape))
+
+
+SHAPES = st.lists(st.integers(1, 9), min_size=0, max_size=3).map(tuple)
+
+
+def reductions_of(shape):
+    """(name, reduction) pairs over every dim, every dim set and the whole of a tensor of ``shape``."""
+    fns = [("max", lambda t: t.max()), ("min", lambda t: t.min()), ("amax", lambda t: t.amax()),
+           ("amin", lambda t: t.amin())]
+    for d in range(len(shape)):
+        fns += [("amax", lambda t, d=d: t.amax(d)), ("amin", lambda t, d=d: t.amin(d, keepdim=True))]
+    if len(shape) == 3:
+        fns += [("amax", lambda t: t.amax((0, 2))), ("amin", lambda t: t.amin((0, 1)) * 2)]
+    return fns
+
+
+@given(data=st.data(), shape=SHAPES, dtype=st.sampled_from(FLOATS))
+def test_float_max_and_min_match_eager_with_nan_infinities_and_zeros(data, shape, dtype):
+    x = jt.tensor(data.draw(special_arrays(dtype, shape)), dtype=dtype)
+    for name, fn in reductions_of(shape):
+        # assert_array_equal takes -0.0 == 0.0: which zero wins a tie is not specified by NumPy either
+        np.testing.assert_array_equal(fused_result(fn, x, ops=[name]).numpy(), fn(x).numpy())
+
+
+@given(data=st.data(), shape=SHAPES.filter(lambda s: len(s) > 0),
+       dtype=st.sampled_from([jt.int8, jt.uint8, jt.int32, jt.int64, jt.bool]))
+def test_integer_max_and_min_match_eager_at_the_extremes(data, shape, dtype):
+    lo, hi = (0, 1) if dtype is jt.bool else (np.iinfo(dtype.np).min, np.iinfo(dtype.np).max)
+    n = int(np.prod(shape))
+    values = data.draw(st.lists(st.one_of(st.sampled_from([lo, hi, 0]), st.integers(lo, hi)), min_size=n, max_size=n))
+    x = jt.tensor(np.array(values).astype(dtype.np).reshape(shape), dtype=dtype)
+    for name, fn in reductions_of(shape):
+        np.testing.assert_array_equal(fused_result(fn, x, ops=[name]).numpy(), fn(x).numpy())
+
+
+def test_a_nan_anywhere_wins_in_every_position(rng):
+    # NaN of either sign at each position of a vectorised row (main loop, remainder, first and last)
+    for dtype in (jt.float32, jt.float64):
+        base = rng.standard_normal((37, 45)).astype(dtype.np)
+        for j in (0, 7, 8, 31, 44):
+            a = base.copy()
+            a[j % 37, j] = np.nan if j % 2 else -np.nan
+            x = jt.tensor(a)
+            for fn in (lambda t: t.amax(1), lambda t: t.amin(0), lambda t: t.max(), lambda t: t.amax(0) + 1):
+                np.testing.assert_array_equal(jt.compile(fn)(x).numpy(), fn(x).numpy())
+
+
+def max_loops(ir_text, bits):
+    """The vectorised integer max/min operations of a kernel's optimised IR on ``bits``-bit keys."""
+    return re.findall(rf"llvm\.[su](?:max|min)\.v\d+i{bits}|icmp s[gl]t <\d+ x i{bits}>", ir_text)
+
+
+@pytest.mark.parametrize("dtype, bits", [(jt.float32, 32), (jt.float64, 64)])
+def test_float_max_reductions_and_softmax_vectorise(dtype, bits):
+    x = jt.randn(64, 300, dtype=dtype)
+    for fn in (lambda t: t.amax(1), lambda t: t.amin(), lambda t: t.softmax(-1), lambda t: t.log_softmax(-1),
+               lambda t: t.logsumexp(1)):
+        kernels = jt.compile(fn).lower(x).kernels
+        assert any(max_loops(k.llvm_ir, bits) for k in kernels), [k.ops for k in kernels]
+
+
+def test_reductions_with_an_epilogue_keep_the_kept_dim_innermost():
+    x = jt.randn(512, 512)
+    for fn, ops in ((lambda t: t.sum(0) * 2, ["sum", "mul"]), (lambda t: t.mean(0), ["mean"]),
+                    (lambda t: t.amax(0) + 1, ["amax", "add"])):
+        (k,) = jt.compile(fn).lower(x).kernels
+        assert k.ops == ops
+        # the chunk's accumulators in a stack array, updated and finished by vector instructions
+        assert re.search(r"alloca \[\d+ x (float|i32)\]", k.llvm_ir), k.llvm_ir
+        assert re.search(r"store <\d+ x (float|i32)>", k.llvm_ir)
+
+
+def _two_results(m, u):
+    """The reduction's value and a value of its epilogue, both leaving the kernel."""
+    return m > u, m
+
+
+SLOTS = kernel_module.KEPT_CHUNK_BYTES["cpu"] // 8        # float64 accumulators in a chunk
+STACK_LIMIT = kernel_module.KEPT_CHUNK_MAX_BYTES // 8
+
+
+@pytest.mark.parametrize("shape, dims", [
+    ((5, 2 * SLOTS + 3), 0),                 # more kept elements than one chunk holds
+    ((30, 4, SLOTS // 10), 1),               # several rows of the outer kept dim per chunk, three chunks
+    ((2, 3, 2 * SLOTS + 1), 1),              # a row of the outer kept dim bigger than a chunk: one per chunk
+    ((2, 2, STACK_LIMIT + 1), 1),            # bigger than a stack array may be: kept dims outside instead
+    ((6, 4, 5), (0, 1)),
+])
+def test_leading_dim_reductions_with_epilogues_match_eager(shape, dims):
+    x = jt.randn(*shape, dtype=jt.float64)
+    y = jt.randn(*shape[-1:], dtype=jt.float64)
+    fns = [lambda t, u: (t.sum(dims) * 2 - u,), lambda t, u: ((t * t).mean(dims).sqrt(),),
+           lambda t, u: (t.amax(dims) + u,), lambda t, u: _two_results(t.amin(dims), u)]
+    for fn in fns:
+        compiled = jt.compile(fn)
+        assert len(compiled.lower(x, y).kernels) == 1
+        for got, expected in zip(compiled(x, y), fn(x, y)):
+            np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_threads_split_kept_chunks_without_changing_results(monkeypatch):
+    # thread chunks (half the columns each) do not fall on the kernel's own chunks of kept elements;
+    # each kept element is still reduced in the same order
+    x = jt.randn(64, 5000)
+    compiled = jt.compile(lambda t: t.sum(0) * 2)
+    assert compiled.lower(x).kernels[0]._kernel.parallel
+    monkeypatch.setenv("JITORCH_NUM_THREADS", "2")
+    two = compiled(x)
+    monkeypatch.setenv("JITORCH_NUM_THREADS", "1")
+    np.testing.assert_array_equal(two.numpy(), compiled(x).numpy())
+    np.testing.assert_allclose(two.numpy(), (x.sum(0) * 2).numpy(), rtol=1e-5, atol=1e-4)
+
+
+def test_integer_and_narrow_results_of_a_kept_dim_reduction():
+    # accumulators wider than the result (int8 sums in int64, float16 in float32) and a bool epilogue
+    x8 = jt.tensor(np.arange(-60, 60, dtype=np.int8).reshape(8, 15))
+    h = jt.randn(40, 33).half()
+    for fn, t in ((lambda t: t.sum(0), x8), (lambda t: t.sum(0) > 3, x8), (lambda t: t.amax(0) - 1, x8),
+                  (lambda t: t.mean(0) * 2, h), (lambda t: t.amax(0) * 2, h)):
+        got, expected = jt.compile(fn)(t), fn(t)
+        np.testing.assert_allclose(got.numpy().astype(np.float64), expected.numpy().astype(np.float64), rtol=2e-3)
+
+
+def test_empty_kept_or_reduced_dims():
+    for shape, fn in (((0, 5), lambda t: t.amax(1)), ((0, 5), lambda t: t.sum(0) * 2), ((4, 0), lambda t: t.sum(0) + 1),
+                      ((0, 5), lambda t: t.mean(1) * 2), ((3, 0, 4), lambda t: t.sum(1) - 1)):
+        x = jt.ones(*shape)
+        got, expected = jt.compile(fn)(x), fn(x)
+        assert got.shape == expected.shape
+        np.testing.assert_array_equal(got.numpy(), expected.numpy())
+
+
+def test_in_place_update_from_a_leading_dim_sum():
+    # the bias update of SGD: the epilogue reads the parameter and writes it in place
+    g = jt.randn(64, 300)
+    p = jt.randn(300)
+    q = p.clone()
+
+    def step(p, g):
+        p.sub_(0.1 * g.sum(0))
+        return p
+    jt.compile(step)(p, g)
+    step(q, g)
+    np.testing.assert_allclose(p.numpy(), q.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_cuda_kept_dim_reductions_keep_their_accumulator_in_a_register():
+    x = jt.randn(64, 300)
+    for fn in (lambda t: t.sum(0) * 2, lambda t: t.reshape(8, 8, 300).sum(1) + 1, lambda t: t.amax(0)):
+        (k,) = jt.compile(fn, fullgraph=True).lower(x, device="cuda").executable.kernels
+        assert k.mode == "thread" and ".local" not in k.asm  # no per-thread stack array
+
+
+def test_cuda_max_min_and_epilogues_match_eager_on_the_emulated_device(rng):
+    a = rng.standard_normal((33, 70)).astype(np.float32)
+    a[3, 5], a[20, 69] = np.nan, -np.inf
+    x = jt.tensor(a)
+    fns = (lambda t: t.amax(1), lambda t: t.amin(0), lambda t: t.max(), lambda t: t.sum(0) * 2,
+           lambda t: t.amax(0) + 1, lambda t: t.softmax(-1))
+    with jt.cuda.emulated():
+        got = [jt.compile(fn)(x.cuda()).cpu() for fn in fns]
+    for fn, g in zip(fns, got):
+        # float32 sums add in another order on the device
+        np.testing.assert_allclose(g.numpy(), fn(x).numpy(), rtol=1e-5, atol=1e-5, equal_nan=True)
