@@ -96,6 +96,8 @@ def cases(quick):
          4 * a.nbytes),
         (f"sum, {label}", (x,), lambda t: t.sum(), lambda t: t.sum(), ("numexpr", "sum(x)", {"x": x}), x.nbytes),
         (f"softmax rows {m}x{m}", (s,), softmax_rows, np_softmax, None, 2 * s.nbytes),
+        (f"row max {m}x{m}", (s,), lambda t: t.amax(1), lambda t: t.max(axis=1), None, s.nbytes),
+        (f"column sum * 2 {m}x{m}", (s,), lambda t: t.sum(0) * 2, lambda t: t.sum(axis=0) * 2, None, s.nbytes),
         ("MLP fwd 256x784", tuple(mlp_args), mlp, np_mlp, None, None),
     ]
 
