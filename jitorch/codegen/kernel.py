@@ -415,7 +415,7 @@ def build_reduction(group, name, target=None, aliases=None):
     ops = [nd.op.name for nd in group.nodes]
     # kept elements in one unit of the target's outer loop (the CPU's: a row of the first kept dim)
     per_unit = max(1, prod(k_sizes) // max(1, bld.target.outer(k_sizes)))
-    slots = max(1, KEPT_CHUNK_BYTES.get(bld.target.name, 0) // acc_dtype.itemsize)
+    slots = max(1, bld.target.kept_chunk_bytes // acc_dtype.itemsize)
     if kept and reduced and kept[-1] == len(in_shape) - 1 and in_shape[-1] > 1 \
             and per_unit * acc_dtype.itemsize <= KEPT_CHUNK_MAX_BYTES:
         # The input's innermost dim is kept (a sum over rows, as a bias gradient is): the accumulators
@@ -478,9 +478,6 @@ def build_reduction(group, name, target=None, aliases=None):
 SPLIT_MIN_WORK = 1 << 18
 SPLITTABLE = ("sum", "mean", "prod", "amax", "amin", "max", "min")
 # Bytes of accumulators a thread keeps for a reduction whose innermost input dim is kept, by target:
-# on the CPU, a chunk of kept elements small enough to stay in the L1 cache beside the rows streaming
-# through it; elsewhere one accumulator, in a register (a GPU thread's chunk is one kept element).
-KEPT_CHUNK_BYTES = {"cpu": 8192}
 # A chunk holds at least one unit of the outer loop (the inner kept dims), on the stack up to this size;
 # beyond it the kept dims loop outside the reduced ones.
 KEPT_CHUNK_MAX_BYTES = 1 << 17

@@ -32,6 +32,9 @@ class CpuTarget:
 
     name = "cpu"
     split_parts = 16
+    # a reduction keeping the inner dim accumulates this many bytes of kept elements at a time: small
+    # enough to stay in the L1 cache beside the rows streaming through it
+    kept_chunk_bytes = 8192
 
     @property
     def triple(self):

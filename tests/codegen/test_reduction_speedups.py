@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 import jitorch as jt
 from jitorch.codegen import kernel as kernel_module
+from jitorch.codegen.target import CpuTarget
 from tests.codegen.test_kernels import fused_result
 
 SPECIALS = [np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 1e-45, -5e-324, 3e38, -3e38, 1e308, 65504.0]
@@ -108,7 +109,7 @@ def _two_results(m, u):
     return m > u, m
 
 
-SLOTS = kernel_module.KEPT_CHUNK_BYTES["cpu"] // 8        # float64 accumulators in a chunk
+SLOTS = CpuTarget.kept_chunk_bytes // 8        # float64 accumulators in a chunk
 STACK_LIMIT = kernel_module.KEPT_CHUNK_MAX_BYTES // 8
 
 
