@@ -19,6 +19,7 @@ import warnings
 import numpy as np
 
 import jitorch as jt
+from jitorch.ops.registry import OPS as _OPS
 
 __all__ = [
     "linear", "bilinear", "conv1d", "conv2d", "conv3d", "pad", "max_pool1d", "max_pool2d", "avg_pool1d",
@@ -28,6 +29,8 @@ __all__ = [
     "softmin", "normalize", "cosine_similarity", "pairwise_distance", "one_hot", "mse_loss", "l1_loss",
     "smooth_l1_loss", "huber_loss", "kl_div", "cross_entropy", "nll_loss",
     "binary_cross_entropy", "binary_cross_entropy_with_logits", "scaled_dot_product_attention",
+    "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "group_norm", "instance_norm", "interpolate",
+    "pixel_shuffle", "pixel_unshuffle", "dropout1d", "dropout2d",
 ]
 
 
@@ -189,7 +192,8 @@ def _conv_padding(padding, nd, kernel, stride, dilation):
     return [(p, p) for p in padding]
 
 
-def _check_conv(input, weight, bias, groups, nd, name):
+def _check_conv(input, weight, bias, groups, nd, name, transposed=False):
+    """torch's argument checks of a convolution; a transposed one's weight is (C_in, C_out/groups, *k)."""
     if input.ndim not in (nd + 1, nd + 2):
         raise RuntimeError(f"Expected {nd + 1}D (unbatched) or {nd + 2}D (batched) input to {name}, but got input "
                            f"of size: {list(input.shape)}")
@@ -197,17 +201,21 @@ def _check_conv(input, weight, bias, groups, nd, name):
         raise RuntimeError(f"expected scalar type {_type_name(input.dtype)} but found {_type_name(weight.dtype)}")
     if groups <= 0:
         raise RuntimeError("non-positive groups is not supported")
-    out_channels = weight.shape[0]
-    if out_channels % groups:
+    if weight.shape[0] % groups:
         raise RuntimeError(f"Given groups={groups}, expected weight to be divisible by {groups} at dimension 0, but "
                            f"got weight of size [{list(weight.shape)}] instead")
+    if transposed:
+        in_channels, out_channels, given = weight.shape[0], weight.shape[1] * groups, "Given transposed=1, "
+    else:
+        in_channels, out_channels, given = weight.shape[1] * groups, weight.shape[0], f"Given groups={groups}, "
     channels = input.shape[1] if input.ndim == nd + 2 else input.shape[0]
-    if channels != weight.shape[1] * groups:
+    if channels != in_channels:
         shape = list(input.shape) if input.ndim == nd + 2 else [1] + list(input.shape)
-        raise RuntimeError(f"Given groups={groups}, weight of size {list(weight.shape)}, expected input{shape} to have "
-                           f"{weight.shape[1] * groups} channels, but got {channels} channels instead")
+        raise RuntimeError(f"{given}weight of size {list(weight.shape)}, expected input{shape} to have "
+                           f"{in_channels} channels, but got {channels} channels instead")
     if bias is not None and (bias.ndim != 1 or bias.shape[0] != out_channels):
-        raise RuntimeError(f"Given weight of size {list(weight.shape)}, expected bias to be 1-dimensional with "
+        prefix = given if transposed else "Given "
+        raise RuntimeError(f"{prefix}weight of size {list(weight.shape)}, expected bias to be 1-dimensional with "
                            f"{out_channels} elements, but got bias of size {list(bias.shape)} instead")
 
 
@@ -220,9 +228,8 @@ def _type_name(dtype):
     return _TYPE_NAMES[str(dtype).split(".")[-1]]
 
 
-def _conv(input, weight, bias, stride, padding, dilation, groups, nd):
-    name = f"conv{nd}d"
-    _check_conv(input, weight, bias, groups, nd, name)
+def _conv_steps(weight, stride, dilation, nd):
+    """``stride`` and ``dilation`` as checked n-tuples."""
     spatial = weight.ndim - 2
     stride, dilation = _tuple(stride, nd), _tuple(dilation, nd)
     _check_spatial(stride, spatial, "stride")
@@ -231,6 +238,13 @@ def _conv(input, weight, bias, stride, padding, dilation, groups, nd):
         raise RuntimeError("non-positive stride is not supported")
     if any(d <= 0 for d in dilation):
         raise RuntimeError("dilation should be greater than zero")
+    return stride, dilation
+
+
+def _conv(input, weight, bias, stride, padding, dilation, groups, nd):
+    name = f"conv{nd}d"
+    _check_conv(input, weight, bias, groups, nd, name)
+    stride, dilation = _conv_steps(weight, stride, dilation, nd)
     kernel = tuple(weight.shape[2:])
     pads = _conv_padding(padding, nd, kernel, stride, dilation)
     unbatched = input.ndim == nd + 1
@@ -268,6 +282,87 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
 def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """3-D convolution of ``(N, C, D, H, W)`` or ``(C, D, H, W)`` input."""
     return _conv(input, weight, bias, stride, padding, dilation, groups, 3)
+
+
+# Transposed convolutions ---------------------------------------------------------------------------------------
+
+def _as_2d_at_least(values, fill):
+    """Per-dim values as torch's messages show them: a 1-d convolution runs as a 2-d one of height 1."""
+    return (fill, *values) if len(values) == 1 else tuple(values)
+
+
+def _conv_transpose(input, weight, bias, stride, padding, output_padding, groups, dilation, nd):
+    """The gradient of ``conv{nd}d`` with respect to its input, as a layer.
+
+    Each input position scatters ``weight``'s kernel (times its value) into the output window it would be
+    read from: one matmul gives every position's kernel-sized contribution, and one ``_as_strided_add``
+    accumulates them through the overlapping windows of the (uncropped) output, as the backward of the
+    strided window view of ``_patches`` does; ``padding`` then crops the border.
+    """
+    name = f"conv_transpose{nd}d"
+    if isinstance(padding, str):
+        raise TypeError(f"{name}(): argument 'padding' must be tuple of ints, not str")
+    _check_conv(input, weight, bias, groups, nd, name, transposed=True)
+    stride, dilation = _conv_steps(weight, stride, dilation, nd)
+    padding, output_padding = _tuple(padding, nd), _tuple(output_padding, nd)
+    _check_spatial(padding, nd, "padding")
+    _check_spatial(output_padding, nd, "output_padding")
+    if any(p < 0 for p in padding):
+        raise RuntimeError("negative padding is not supported")
+    if any(p < 0 for p in output_padding):
+        raise RuntimeError("negative output_padding is not supported")
+    if any(o >= s and o >= d for o, s, d in zip(output_padding, stride, dilation)):
+        axes = ("depth", "height", "width")[-max(nd, 2):]
+        parts = [f"{what}_{axis}: {v}" for what, values in (("output_padding", _as_2d_at_least(output_padding, 0)),
+                                                             ("stride", _as_2d_at_least(stride, 1)),
+                                                             ("dilation", _as_2d_at_least(dilation, 1)))
+                 for axis, v in zip(axes, values)]
+        raise RuntimeError(f"output padding must be smaller than either stride or dilation, but got {' '.join(parts)}")
+    unbatched = input.ndim == nd + 1
+    x = input.unsqueeze(0) if unbatched else input
+    kernel, sizes = tuple(weight.shape[2:]), tuple(x.shape[2:])
+    full = [(n - 1) * s + d * (k - 1) + 1 + o
+            for n, s, d, k, o in zip(sizes, stride, dilation, kernel, output_padding)]
+    out = [f - 2 * p for f, p in zip(full, padding)]
+    if any(o <= 0 for o in out):
+        raise RuntimeError(f"Given input size per channel: ({' x '.join(map(str, _as_2d_at_least(sizes, 1)))}). "
+                           f"Calculated output size per channel: ({' x '.join(map(str, _as_2d_at_least(out, 1)))}). "
+                           "Output size is too small")
+    n, c_in, c_out = x.shape[0], x.shape[1], weight.shape[1] * groups
+    # (G, C_out/G * K, C_in/G) @ (N, G, C_in/G, L) -> (N, G, C_out/G * K, L), laid out as (N, C_out, *k, *in)
+    w = weight.reshape(groups, c_in // groups, -1).transpose(1, 2)
+    cols = jt.matmul(w, x.reshape(n, groups, c_in // groups, math.prod(sizes)))
+    # the window view of a contiguous (N, C_out, *full) output: kernel offsets step by dilation, input positions
+    # by stride (the geometry ``_patches`` reads a convolution's windows with)
+    steps = [math.prod(full[i + 1:]) for i in range(nd)]
+    area = math.prod(full)
+    geometry = (n, c_out, *kernel, *sizes)
+    strides = (c_out * area, area, *(d * t for d, t in zip(dilation, steps)), *(s * t for s, t in zip(stride, steps)))
+    flat = jt.zeros(n * c_out * area, dtype=x.dtype, device=x.device)
+    y = _OPS["_as_strided_add"](flat, cols.reshape(geometry), geometry, strides, 0).view(n, c_out, *full)
+    for dim, p in enumerate(padding, 2):
+        if p:
+            y = y.narrow(dim, p, y.shape[dim] - 2 * p)
+    if bias is not None:
+        y = y + bias.reshape(-1, *([1] * nd))
+    return y.squeeze(0) if unbatched else y
+
+
+def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    """1-D transposed convolution of ``(N, C_in, L)`` or ``(C_in, L)`` input with ``(C_in, C_out/groups, K)``
+    weight; the output length is ``(L - 1) * stride - 2 * padding + dilation * (K - 1) + output_padding + 1``."""
+    return _conv_transpose(input, weight, bias, stride, padding, output_padding, groups, dilation, 1)
+
+
+def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    """2-D transposed convolution ("deconvolution") of ``(N, C_in, H, W)`` or ``(C_in, H, W)`` input with
+    ``(C_in, C_out/groups, kH, kW)`` weight: the gradient of ``conv2d`` with respect to its input."""
+    return _conv_transpose(input, weight, bias, stride, padding, output_padding, groups, dilation, 2)
+
+
+def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    """3-D transposed convolution of ``(N, C_in, D, H, W)`` or ``(C_in, D, H, W)`` input."""
+    return _conv_transpose(input, weight, bias, stride, padding, output_padding, groups, dilation, 3)
 
 
 # Pooling ----------------------------------------------------------------------------------------------------
@@ -436,6 +531,144 @@ def adaptive_avg_pool2d(input, output_size):
     return _adaptive_avg_pool(input, output_size, 2, "adaptive_avg_pool2d")
 
 
+# Resampling --------------------------------------------------------------------------------------------------
+
+_INTERPOLATE_MODES = "nearest | linear | bilinear | bicubic | trilinear | lanczos | area | nearest-exact"
+_LINEAR_MODES = {"linear": 3, "bilinear": 4, "trilinear": 5}
+
+
+def _interpolate_geometry(input, size, scale_factor, recompute_scale_factor):
+    """torch's output sizes, and the scales the source coordinates use (None: ``in / out``)."""
+    nd = input.ndim - 2
+    spatial = list(input.shape[2:])
+    if size is not None and scale_factor is not None:
+        raise ValueError("only one of size or scale_factor should be defined")
+    if size is not None:
+        if recompute_scale_factor:
+            raise ValueError("recompute_scale_factor is not meaningful with an explicit size.")
+        if not isinstance(size, int):
+            if len(size) != nd:
+                raise ValueError("Input and output must have the same number of spatial dimensions, but got input "
+                                 f"with spatial dimensions of {spatial} and output size of {size}. Please provide "
+                                 "input tensor in (N, C, d1, d2, ...,dK) format and output size in (o1, o2, ...,oK) "
+                                 "format.")
+        return list(_tuple(size, nd)), [None] * nd
+    if scale_factor is None:
+        raise ValueError("either size or scale_factor should be defined")
+    if isinstance(scale_factor, (int, float)):
+        scales = [float(scale_factor)] * nd
+    else:
+        if len(scale_factor) != nd:
+            raise ValueError("Input and scale_factor must have the same number of spatial dimensions, but got input "
+                             f"with spatial dimensions of {spatial} and scale_factor of shape {scale_factor}. Please "
+                             "provide input tensor in (N, C, d1, d2, ...,dK) format and scale_factor in (s1, s2, "
+                             "...,sK) format.")
+        scales = [float(f) for f in scale_factor]
+    sizes = [math.floor(n * f) for n, f in zip(spatial, scales)]
+    return sizes, [None] * nd if recompute_scale_factor else scales
+
+
+def _nearest_index(n, out, scale, exact):
+    """torch's nearest source index of each output position (in float32, as its kernels compute it)."""
+    step = np.float32(1.0 / scale) if scale else np.float32(n) / np.float32(out)
+    offset = np.float32(0.5) if exact else np.float32(0.0)
+    return np.minimum(np.floor((np.arange(out, dtype=np.float32) + offset) * step).astype(np.int64), n - 1)
+
+
+def _linear_source(n, out, scale, align_corners):
+    """torch's two source indices and weights of each output position of a linear resampling."""
+    dst = np.arange(out, dtype=np.float64)
+    if align_corners:
+        src = dst * ((n - 1) / (out - 1) if out > 1 else 0.0)
+    else:
+        step = 1.0 / scale if scale else n / out
+        src = np.maximum(step * (dst + 0.5) - 0.5, 0.0)
+    low = src.astype(np.int64)
+    high = low + (low < n - 1)
+    frac = np.minimum(src - low, 1.0)
+    return low, high, 1.0 - frac, frac
+
+
+def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None,
+                recompute_scale_factor=None, antialias=False):
+    """Resample the spatial dims of ``(N, C, *)`` input to ``size``, or to ``floor(in * scale_factor)``.
+
+    ``mode`` 'nearest' / 'nearest-exact' pick a source element, 'linear' / 'bilinear' / 'trilinear' (3-, 4-,
+    5-D input) blend the two nearest along each dim in turn (``align_corners`` maps the corner pixels'
+    centres onto each other), 'area' averages as ``adaptive_avg_pool``. Each dim is an ``index_select``
+    (and a weighted sum): autograd and the compiler need nothing of their own.
+    """
+    if mode not in ("nearest", "nearest-exact", "area", *_LINEAR_MODES):
+        if mode in ("bicubic", "lanczos"):
+            raise NotImplementedError(f"interpolate: jitorch does not implement mode='{mode}'")
+        raise NotImplementedError(f"Input Error: Only 3D, 4D and 5D input Tensors supported (got {input.ndim}D) for "
+                                  f"the modes: {_INTERPOLATE_MODES} (got {mode})")
+    if align_corners is not None and mode not in _LINEAR_MODES:
+        raise ValueError("align_corners option can only be set with the interpolating modes: "
+                         "linear | bilinear | bicubic | trilinear")
+    if antialias:
+        raise NotImplementedError("interpolate: jitorch does not implement antialias=True")
+    if input.ndim not in (3, 4, 5):
+        raise NotImplementedError(f"Input Error: Only 3D, 4D and 5D input Tensors supported (got {input.ndim}D) for "
+                                  f"the modes: {_INTERPOLATE_MODES} (got {mode})")
+    if mode in _LINEAR_MODES and input.ndim != _LINEAR_MODES[mode]:
+        raise NotImplementedError(f"Got {input.ndim}D input, but {mode} mode needs {_LINEAR_MODES[mode]}D input")
+    sizes, scales = _interpolate_geometry(input, size, scale_factor, recompute_scale_factor)
+    if mode == "area":
+        return _adaptive_avg_pool(input, sizes, input.ndim - 2, f"adaptive_avg_pool{input.ndim - 2}d")
+    out = input
+    for dim, (n, m, scale) in enumerate(zip(input.shape[2:], sizes, scales), 2):
+        if mode in _LINEAR_MODES:
+            low, high, w_low, w_high = _linear_source(n, m, scale, bool(align_corners))
+            shape = [m] + [1] * (input.ndim - 1 - dim)
+            weights = [jt.tensor(w.reshape(shape), dtype=input.dtype, device=input.device) for w in (w_low, w_high)]
+            out = (out.index_select(dim, jt.tensor(low, device=input.device)) * weights[0]
+                   + out.index_select(dim, jt.tensor(high, device=input.device)) * weights[1])
+        else:
+            index = _nearest_index(n, m, scale, mode == "nearest-exact")
+            out = out.index_select(dim, jt.tensor(index, device=input.device))
+    return out
+
+
+def pixel_shuffle(input, upscale_factor):
+    """``(*, C r^2, H, W)`` to ``(*, C, H r, W r)``: each group of ``r^2`` channels becomes an ``r x r`` block."""
+    r = upscale_factor
+    if input.ndim < 3:
+        raise RuntimeError(f"pixel_shuffle expects input to have at least 3 dimensions, but got input with "
+                           f"{input.ndim} dimension(s)")
+    if r <= 0:
+        raise RuntimeError(f"pixel_shuffle expects a positive upscale_factor, but got {r}")
+    *batch, c, h, w = input.shape
+    if c % (r * r):
+        raise RuntimeError("pixel_shuffle expects its input's 'channel' dimension to be divisible by the square of "
+                           f"upscale_factor, but input.size(-3)={c} is not divisible by {r * r}")
+    b = len(batch)
+    x = input.reshape(*batch, c // (r * r), r, r, h, w)
+    # (*, C, r, r, H, W) -> (*, C, H, r, W, r)
+    x = x.permute(*range(b), b, b + 3, b + 1, b + 4, b + 2)
+    return x.reshape(*batch, c // (r * r), h * r, w * r)
+
+
+def pixel_unshuffle(input, downscale_factor):
+    """``(*, C, H r, W r)`` to ``(*, C r^2, H, W)``, the inverse of ``pixel_shuffle``."""
+    r = downscale_factor
+    if input.ndim < 3:
+        raise RuntimeError(f"pixel_unshuffle expects input to have at least 3 dimensions, but got input with "
+                           f"{input.ndim} dimension(s)")
+    if r <= 0:
+        raise RuntimeError(f"pixel_unshuffle expects a positive downscale_factor, but got {r}")
+    *batch, c, h, w = input.shape
+    for name, n, d in (("height", h, -2), ("width", w, -1)):
+        if n % r:
+            raise RuntimeError(f"pixel_unshuffle expects {name} to be divisible by downscale_factor, but "
+                               f"input.size({d})={n} is not divisible by {r}")
+    b = len(batch)
+    x = input.reshape(*batch, c, h // r, r, w // r, r)
+    # (*, C, H, r, W, r) -> (*, C, r, r, H, W)
+    x = x.permute(*range(b), b, b + 2, b + 4, b + 1, b + 3)
+    return x.reshape(*batch, c * r * r, h // r, w // r)
+
+
 # Normalisation and embedding ------------------------------------------------------------------------------
 
 def _channel_view(t, ndim):
@@ -471,11 +704,65 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
                 raise RuntimeError(f"{name} must be defined in evaluation mode")
         mean, var = running_mean, running_var
     out = (input - _channel_view(mean, input.ndim)) * _channel_view((var + eps).rsqrt(), input.ndim)
+    return _channel_affine(out, weight, bias)
+
+
+def _channel_affine(out, weight, bias):
+    """``out * weight + bias`` with per-channel ``(C,)`` parameters (either may be None)."""
     if weight is not None:
-        out = out * _channel_view(weight, input.ndim)
+        out = out * _channel_view(weight, out.ndim)
     if bias is not None:
-        out = out + _channel_view(bias, input.ndim)
+        out = out + _channel_view(bias, out.ndim)
     return out
+
+
+def _group_normalize(input, groups, eps):
+    """``input`` (N, C, *) normalised over each sample's groups of ``C / groups`` channels (biased variance).
+
+    Returns the normalised tensor and the ``(N, groups)`` mean and variance. Group norm, and instance norm
+    (a group per channel), differ only in ``groups``.
+    """
+    n = input.shape[0]
+    x = input.reshape(n, groups, math.prod(input.shape[1:]) // groups)
+    var, mean = jt.var_mean(x, 2, correction=0, keepdim=True)
+    out = ((x - mean) * (var + eps).rsqrt()).reshape(input.shape)
+    return out, mean.squeeze(2), var.squeeze(2)
+
+
+def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
+    """Normalise ``(N, C, *)`` input over each sample's ``num_groups`` groups of consecutive channels (biased
+    variance), then scale and shift per channel."""
+    if input.ndim < 2:
+        raise RuntimeError(f"Expected at least 2 dimensions for input tensor but received {input.ndim}")
+    channels = input.shape[1]
+    if channels % num_groups:
+        raise RuntimeError("Expected number of channels in input to be divisible by num_groups, but got input of "
+                           f"shape {list(input.shape)} and num_groups={num_groups}")
+    for what, t in (("weight", weight), ("bias", bias)):
+        if t is not None and (t.ndim != 1 or t.numel() != channels):
+            raise RuntimeError(f"Expected {what} to be a vector of size equal to the number of channels in input, "
+                               f"but got {what} of shape {list(t.shape)} and input of shape {list(input.shape)}")
+    return _channel_affine(_group_normalize(input, num_groups, eps)[0], weight, bias)
+
+
+def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None, use_input_stats=True,
+                  momentum=0.1, eps=1e-5):
+    """Normalise each channel of each sample of ``(N, C, *)`` input over its spatial dims, then scale and shift
+    per channel. With ``use_input_stats`` the running statistics (if given) move toward the batch's average
+    instance statistics by ``momentum`` (the variance unbiased), in place; otherwise they normalise."""
+    if (running_mean is None) != (running_var is None):
+        raise ValueError("running_mean and running_var must either both be None or neither be None")
+    if not use_input_stats:
+        return batch_norm(input, running_mean, running_var, weight, bias, False, momentum, eps)
+    count = math.prod(input.shape[2:])
+    if input.ndim < 2 or count <= 1:
+        raise ValueError(f"Expected more than 1 spatial element when training, got input size {input.shape!r}")
+    out, mean, var = _group_normalize(input, input.shape[1], eps)
+    if running_mean is not None:
+        with jt.no_grad():
+            running_mean.mul_(1 - momentum).add_(mean.detach().mean(0) * momentum)
+            running_var.mul_(1 - momentum).add_(var.detach().mean(0) * (momentum * count / (count - 1)))
+    return _channel_affine(out, weight, bias)
 
 
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
@@ -535,6 +822,12 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
 def dropout(input, p=0.5, training=True, inplace=False):
     """In training, zero each element with probability ``p`` (jitorch's generator) and scale the rest
     by ``1 / (1 - p)``; otherwise the input unchanged."""
+    return _dropout(input, p, training, inplace, input.shape)
+
+
+def _dropout(input, p, training, inplace, noise_shape):
+    """``input`` times a scaled Bernoulli mask of ``noise_shape`` (broadcast over ``input``): one draw per
+    element for dropout, one per channel for channel (feature) dropout."""
     if p < 0.0 or p > 1.0:
         raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
     if not training or p == 0.0:
@@ -542,8 +835,45 @@ def dropout(input, p=0.5, training=True, inplace=False):
     if p == 1.0:
         noise = jt.zeros((), dtype=input.dtype, device=input.device)
     else:
-        noise = jt.empty_like(input).bernoulli_(1 - p).div_(1 - p)
+        noise = jt.empty(tuple(noise_shape), dtype=input.dtype, device=input.device).bernoulli_(1 - p).div_(1 - p)
     return input.mul_(noise) if inplace else input * noise
+
+
+def _feature_dropout(input, p, training, inplace):
+    """Zero whole channels (dim 1) of ``(N, C, *)`` input, each with probability ``p``."""
+    return _dropout(input, p, training, inplace, (*input.shape[:2], *([1] * (input.ndim - 2))))
+
+
+def dropout1d(input, p=0.5, training=True, inplace=False):
+    """In training, zero each channel of ``(N, C, L)`` or ``(C, L)`` input with probability ``p`` and scale
+    the rest by ``1 / (1 - p)``."""
+    if input.ndim not in (2, 3):
+        raise RuntimeError(f"dropout1d: Expected 2D or 3D input, but received a {input.ndim}D input. Note that "
+                           "dropout1d exists to provide channel-wise dropout on inputs with 1 spatial dimension, a "
+                           "channel dimension, and an optional batch dimension (i.e. 2D or 3D inputs).")
+    if input.ndim == 2:
+        out = _feature_dropout(input.unsqueeze(0), p, training, inplace)
+        # in place, the unsqueezed view already wrote through to ``input``
+        return input if inplace else out.squeeze(0)
+    return _feature_dropout(input, p, training, inplace)
+
+
+def dropout2d(input, p=0.5, training=True, inplace=False):
+    """In training, zero each channel of ``(N, C, H, W)`` input with probability ``p`` and scale the rest by
+    ``1 / (1 - p)``. A 3-D input is read as ``(N, C, L)``, with torch's warning."""
+    if input.ndim not in (3, 4):
+        warnings.warn(f"dropout2d: Received a {input.ndim}-D input to dropout2d, which is deprecated and will "
+                      "result in an error in a future release. To retain the behavior and silence this warning, "
+                      "please use dropout instead. Note that dropout2d exists to provide channel-wise dropout on "
+                      "inputs with 2 spatial dimensions, a channel dimension, and an optional batch dimension (i.e. "
+                      "3D or 4D inputs).", stacklevel=2)
+    if input.ndim == 3:
+        warnings.warn("dropout2d: Received a 3D input to dropout2d and assuming that channel-wise 1D dropout "
+                      "behavior is desired - input is interpreted as shape (N, C, L), where C is the channel dim. "
+                      "This behavior will change in a future release to interpret the input as one without a batch "
+                      "dimension, i.e. shape (C, H, W). To maintain the 1D channel-wise dropout behavior, please "
+                      "switch to using dropout1d instead.", stacklevel=2)
+    return _feature_dropout(input, p, training, inplace)
 
 
 def relu(input, inplace=False):

@@ -6,20 +6,26 @@ from .activation import (
 )
 from .attention import MultiheadAttention
 from .container import ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
-from .conv import Conv1d, Conv2d, Conv3d
+from .conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
 from .distance import CosineSimilarity, PairwiseDistance
-from .dropout import Dropout
+from .dropout import Dropout, Dropout1d, Dropout2d
 from .flatten import Flatten, Unflatten
 from .linear import Bilinear, Identity, Linear
 from .loss import (
     BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss, KLDivLoss, L1Loss, MSELoss, NLLLoss, SmoothL1Loss,
 )
 from .module import Module
-from .normalization import BatchNorm1d, BatchNorm2d, LayerNorm
+from .normalization import (
+    BatchNorm1d, BatchNorm2d, GroupNorm, InstanceNorm1d, InstanceNorm2d, InstanceNorm3d, LayerNorm,
+)
 from .pooling import AdaptiveAvgPool1d, AdaptiveAvgPool2d, AvgPool1d, AvgPool2d, MaxPool1d, MaxPool2d
+from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
 from .sparse import Embedding
+from .upsampling import PixelShuffle, PixelUnshuffle, Upsample
 
 __all__ = [
+    "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d", "Dropout1d", "Dropout2d", "GroupNorm", "InstanceNorm1d",
+    "InstanceNorm2d", "InstanceNorm3d", "Upsample", "PixelShuffle", "PixelUnshuffle",
     "Module", "Sequential", "ModuleList", "ModuleDict", "ParameterList", "ParameterDict",
     "Identity", "Linear", "Bilinear", "Conv1d", "Conv2d", "Conv3d", "MaxPool1d", "MaxPool2d", "AvgPool1d",
     "AvgPool2d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d",
@@ -29,4 +35,5 @@ __all__ = [
     "CosineSimilarity", "PairwiseDistance",
     "MSELoss", "L1Loss", "SmoothL1Loss", "HuberLoss", "KLDivLoss", "CrossEntropyLoss", "NLLLoss", "BCELoss",
     "BCEWithLogitsLoss",
+    "RNNBase", "RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell",
 ]

@@ -1,4 +1,5 @@
-"""Conv1d, Conv2d and Conv3d (stride, padding incl. 'same'/'valid', dilation, groups, padding_mode)."""
+"""Conv1d, Conv2d and Conv3d (stride, padding incl. 'same'/'valid', dilation, groups, padding_mode), and their
+transposes ConvTranspose1d, ConvTranspose2d and ConvTranspose3d."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ class _ConvNd(Module):
 
     _ntuple = None
     _conv = None
+    _transposed = False  # a transposed convolution's weight is (C_in, C_out/groups, *k)
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1,
                  bias=True, padding_mode="zeros", device=None, dtype=None):
@@ -46,12 +48,13 @@ class _ConvNd(Module):
         self.stride = stride
         self.padding = padding
         self.dilation = dilation
-        self.transposed = False
+        self.transposed = self._transposed
         self.output_padding = ntuple(0)
         self.groups = groups
         self.padding_mode = padding_mode
         self._reversed_padding_repeated_twice = self._reversed_padding()
-        self.weight = Parameter(factory("empty", (out_channels, in_channels // groups, *kernel_size), device, dtype))
+        outer, inner = (in_channels, out_channels) if self._transposed else (out_channels, in_channels)
+        self.weight = Parameter(factory("empty", (outer, inner // groups, *kernel_size), device, dtype))
         if bias:
             self.bias = Parameter(factory("empty", (out_channels,), device, dtype))
         else:
@@ -126,3 +129,65 @@ class Conv3d(_ConvNd):
 
     _ntuple = staticmethod(_triple)
     _conv = "conv3d"
+
+
+class _ConvTransposeNd(_ConvNd):
+    """The transposed convolutions: torch's argument order (output_padding before groups, dilation after
+    bias), zero padding only, and ``forward(input, output_size)`` choosing the output padding."""
+
+    _transposed = True
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, output_padding=0, groups=1,
+                 bias=True, dilation=1, padding_mode="zeros", device=None, dtype=None):
+        if padding_mode != "zeros":
+            raise ValueError(f'Only "zeros" padding mode is supported for {type(self).__name__}')
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
+                         padding_mode, device, dtype)
+        self.output_padding = type(self)._ntuple(output_padding)
+
+    def _output_padding(self, input, output_size):
+        """The output padding giving ``output_size`` (the trailing spatial sizes are used), checked to lie
+        between the smallest output and that plus ``stride - 1``."""
+        if output_size is None:
+            return self.output_padding
+        nd = len(self.kernel_size)
+        non_spatial = 2 if input.dim() == nd + 2 else 1
+        output_size = list(output_size)
+        if len(output_size) == non_spatial + nd:
+            output_size = output_size[non_spatial:]
+        if len(output_size) != nd:
+            raise ValueError(f"ConvTranspose{nd}D: for {input.dim()}D input, output_size must have {nd} or "
+                             f"{non_spatial + nd} elements (got {len(output_size)})")
+        min_sizes = [(input.shape[d + non_spatial] - 1) * self.stride[d] - 2 * self.padding[d]
+                     + self.dilation[d] * (self.kernel_size[d] - 1) + 1 for d in range(nd)]
+        max_sizes = [m + s - 1 for m, s in zip(min_sizes, self.stride)]
+        if any(not lo <= n <= hi for n, lo, hi in zip(output_size, min_sizes, max_sizes)):
+            raise ValueError(f"requested an output size of {output_size}, but valid sizes range from {min_sizes} to "
+                             f"{max_sizes} (for an input of {input.shape[2:]})")
+        return tuple(n - lo for n, lo in zip(output_size, min_sizes))
+
+    def forward(self, input, output_size=None):
+        output_padding = self._output_padding(input, output_size)
+        return getattr(F, type(self)._conv)(input, self.weight, self.bias, self.stride, self.padding, output_padding,
+                                            self.groups, self.dilation)
+
+
+class ConvTranspose1d(_ConvTransposeNd):
+    """1-D transposed convolution over (N, C_in, L) or (C_in, L) inputs; weight (C_in, C_out/groups, k)."""
+
+    _ntuple = staticmethod(_single)
+    _conv = "conv_transpose1d"
+
+
+class ConvTranspose2d(_ConvTransposeNd):
+    """2-D transposed convolution over (N, C_in, H, W) or (C_in, H, W) inputs; weight (C_in, C_out/groups, kh, kw)."""
+
+    _ntuple = staticmethod(_pair)
+    _conv = "conv_transpose2d"
+
+
+class ConvTranspose3d(_ConvTransposeNd):
+    """3-D transposed convolution over (N, C_in, D, H, W) or (C_in, D, H, W) inputs."""
+
+    _ntuple = staticmethod(_triple)
+    _conv = "conv_transpose3d"

@@ -1,4 +1,4 @@
-"""Dropout."""
+"""Dropout, and the channel dropouts Dropout1d and Dropout2d."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from ._functional import F
 from .module import Module
 
 
-class Dropout(Module):
-    """In training, zero each element with probability ``p`` and scale the rest by 1/(1-p)."""
+class _DropoutNd(Module):
+    """The dropout probability ``p`` (checked) and ``inplace`` flag every dropout holds."""
 
     def __init__(self, p=0.5, inplace=False):
         super().__init__()
@@ -16,8 +16,28 @@ class Dropout(Module):
         self.p = p
         self.inplace = inplace
 
+    def extra_repr(self):
+        return f"p={self.p}, inplace={self.inplace}"
+
+
+class Dropout(_DropoutNd):
+    """In training, zero each element with probability ``p`` and scale the rest by 1/(1-p)."""
+
     def forward(self, input):
         return F.dropout(input, self.p, self.training, self.inplace)
 
-    def extra_repr(self):
-        return f"p={self.p}, inplace={self.inplace}"
+
+class Dropout1d(_DropoutNd):
+    """In training, zero whole channels of (N, C, L) or (C, L) inputs with probability ``p``, scaling the rest
+    by 1/(1-p)."""
+
+    def forward(self, input):
+        return F.dropout1d(input, self.p, self.training, self.inplace)
+
+
+class Dropout2d(_DropoutNd):
+    """In training, zero whole channels of (N, C, H, W) inputs with probability ``p``, scaling the rest by
+    1/(1-p)."""
+
+    def forward(self, input):
+        return F.dropout2d(input, self.p, self.training, self.inplace)

@@ -1,8 +1,9 @@
-"""BatchNorm1d, BatchNorm2d (with running statistics) and LayerNorm."""
+"""BatchNorm1d, BatchNorm2d (with running statistics), InstanceNorm1d/2d/3d, GroupNorm and LayerNorm."""
 
 from __future__ import annotations
 
 import numbers
+import warnings
 
 from ...runtime import dtypes as _dt
 from .. import init
@@ -103,6 +104,96 @@ class BatchNorm2d(_BatchNorm):
 
     _dims = (4,)
     _expected = "4D"
+
+
+class _InstanceNorm(_BatchNorm):
+    """Instance normalisation: each channel of each sample over its spatial dims. torch's defaults: no affine
+    parameters and no running statistics; with them, eval mode normalises by the running ones."""
+
+    _no_batch_dim = 0  # the dims of an unbatched input
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=False, track_running_stats=False, device=None,
+                 dtype=None, *, bias=True):
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, device, dtype, bias=bias)
+
+    def forward(self, input):
+        self._check_input_dim(input)
+        feature_dim = input.dim() - self._no_batch_dim
+        if input.shape[feature_dim] != self.num_features:
+            if self.affine:
+                raise ValueError(f"expected input's size at dim={feature_dim} to match num_features "
+                                 f"({self.num_features}), but got: {input.shape[feature_dim]}.")
+            warnings.warn(f"input's size at dim={feature_dim} does not match num_features. You can silence this "
+                          "warning by not passing in num_features, which is not used because affine=False",
+                          stacklevel=2)
+        unbatched = input.dim() == self._no_batch_dim
+        x = input.unsqueeze(0) if unbatched else input
+        out = F.instance_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
+                              self.training or not self.track_running_stats,
+                              0.0 if self.momentum is None else self.momentum, self.eps)
+        return out.squeeze(0) if unbatched else out
+
+
+class InstanceNorm1d(_InstanceNorm):
+    """Instance norm over (N, C, L) or (C, L) inputs."""
+
+    _dims = (2, 3)
+    _expected = "2D or 3D"
+    _no_batch_dim = 2
+
+
+class InstanceNorm2d(_InstanceNorm):
+    """Instance norm over (N, C, H, W) or (C, H, W) inputs."""
+
+    _dims = (3, 4)
+    _expected = "3D or 4D"
+    _no_batch_dim = 3
+
+
+class InstanceNorm3d(_InstanceNorm):
+    """Instance norm over (N, C, D, H, W) or (C, D, H, W) inputs."""
+
+    _dims = (4, 5)
+    _expected = "4D or 5D"
+    _no_batch_dim = 4
+
+
+class GroupNorm(Module):
+    """Normalise each sample over ``num_groups`` groups of consecutive channels, then scale and shift per
+    channel."""
+
+    def __init__(self, num_groups, num_channels, eps=1e-5, affine=True, device=None, dtype=None, *, bias=True):
+        super().__init__()
+        if num_channels % num_groups:
+            raise ValueError(f"num_channels ({num_channels}) must be divisible by num_groups ({num_groups})")
+        self.num_groups = num_groups
+        self.num_channels = num_channels
+        self.eps = eps
+        self.affine = affine
+        if affine:
+            self.weight = Parameter(factory("empty", (num_channels,), device, dtype))
+            if bias:
+                self.bias = Parameter(factory("empty", (num_channels,), device, dtype))
+            else:
+                self.register_parameter("bias", None)
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        """Weight 1 and bias 0."""
+        if self.affine:
+            init.ones_(self.weight)
+            if self.bias is not None:
+                init.zeros_(self.bias)
+
+    def forward(self, input):
+        return F.group_norm(input, self.num_groups, self.weight, self.bias, self.eps)
+
+    def extra_repr(self):
+        return (f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}, "
+                f"bias={self.bias is not None}")
 
 
 class LayerNorm(Module):
