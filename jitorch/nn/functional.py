@@ -1299,6 +1299,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     L, S = query.shape[-2], key.shape[-2]
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
     if enable_gqa:
+        if query.shape[-3] % key.shape[-3] or query.shape[-3] % value.shape[-3]:
+            raise RuntimeError("Number of heads in key and value must divide the number of heads in query")
         key = key.repeat_interleave(query.shape[-3] // key.shape[-3], -3)
         value = value.repeat_interleave(query.shape[-3] // value.shape[-3], -3)
     scores = jt.matmul(query, key.transpose(-2, -1)) * scale
