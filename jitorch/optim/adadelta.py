@@ -1,0 +1,53 @@
+"""Adadelta (``torch.optim.Adadelta``)."""
+
+from __future__ import annotations
+
+from .. import compiler, float32, zeros_like
+from .. import tensor as _tensor
+from .optimizer import Optimizer, _check_nonnegative, _check_unsupported, step_down
+
+__all__ = ["Adadelta"]
+
+
+class Adadelta(Optimizer):
+    """Adadelta, step for step as ``torch.optim.Adadelta``.
+
+    Per parameter: ``v = rho * v + (1 - rho) * g * g``, ``d = sqrt(u + eps) /
+    sqrt(v + eps) * g``, ``u = rho * u + (1 - rho) * d * d`` and ``p -= lr * d``
+    (``v`` is the state's ``square_avg``, ``u`` its ``acc_delta``).
+    """
+
+    def __init__(self, params, lr=1.0, rho=0.9, eps=1e-6, weight_decay=0, foreach=None, *, capturable=False,
+                 maximize=False, differentiable=False):
+        _check_nonnegative(lr=lr)
+        if not 0.0 <= rho <= 1.0:
+            raise ValueError(f"Invalid rho value: {rho}")
+        _check_nonnegative(eps=eps, weight_decay=weight_decay)
+        _check_unsupported(foreach, None, differentiable)
+        defaults = dict(lr=lr, rho=rho, eps=eps, weight_decay=weight_decay, maximize=maximize, capturable=capturable,
+                        foreach=foreach, differentiable=differentiable)
+        super().__init__(params, defaults)
+
+    def _init_state(self, p):
+        state = self.state[p]
+        if not state:
+            with compiler.eager_state():  # real tensors even when the step is traced
+                state["step"] = _tensor(0.0, dtype=float32)
+                state["square_avg"] = zeros_like(p)
+                state["acc_delta"] = zeros_like(p)
+        return state
+
+    def _update(self, group, params):
+        lr, rho, eps, weight_decay = group["lr"], group["rho"], group["eps"], group["weight_decay"]
+        for p in params:
+            state = self._init_state(p)
+            self._step_counter(p)
+            grad = -p.grad if group["maximize"] else p.grad
+            if weight_decay != 0:
+                grad = grad.add(p, alpha=weight_decay)
+            square_avg, acc_delta = state["square_avg"], state["acc_delta"]
+            square_avg.mul_(rho).add_(grad * grad, alpha=1 - rho)
+            std = square_avg.add(eps).sqrt_()
+            delta = acc_delta.add(eps).sqrt_().div_(std).mul_(grad)
+            acc_delta.mul_(rho).add_(delta * delta, alpha=1 - rho)
+            step_down(p, delta, lr)

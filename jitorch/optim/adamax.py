@@ -1,0 +1,57 @@
+"""Adamax (``torch.optim.Adamax``), and the check of ``betas`` the Adam variants share."""
+
+from __future__ import annotations
+
+from .. import compiler, float32, float64, zeros_like
+from .. import tensor as _tensor
+from .optimizer import Optimizer, _check_nonnegative, _check_unsupported
+
+__all__ = ["Adamax"]
+
+
+def _check_betas(betas):
+    """Raise torch's ValueError for the first of ``betas`` outside [0, 1)."""
+    for i, beta in enumerate(betas):
+        if not 0.0 <= beta < 1.0:
+            raise ValueError(f"Invalid beta parameter at index {i}: {beta}")
+
+
+class Adamax(Optimizer):
+    """Adamax (Adam with the infinity norm), step for step as ``torch.optim.Adamax``.
+
+    Per parameter: ``m = lerp(m, g, 1 - beta1)``, ``u = max(beta2 * u, |g| +
+    eps)``, ``p -= lr / (1 - beta1**t) * m / u``.
+    """
+
+    def __init__(self, params, lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0, foreach=None, *,
+                 maximize=False, differentiable=False, capturable=False):
+        _check_nonnegative(lr=lr, eps=eps)
+        _check_betas(betas)
+        _check_nonnegative(weight_decay=weight_decay)
+        _check_unsupported(foreach, None, differentiable)
+        defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, foreach=foreach,
+                        maximize=maximize, differentiable=differentiable, capturable=capturable)
+        super().__init__(params, defaults)
+
+    def _init_state(self, p):
+        state = self.state[p]
+        if not state:
+            with compiler.eager_state():  # real tensors even when the step is traced
+                state["step"] = _tensor(0.0, dtype=float32)
+                state["exp_avg"] = zeros_like(p)
+                state["exp_inf"] = zeros_like(p)
+        return state
+
+    def _update(self, group, params):
+        lr, (beta1, beta2), eps, weight_decay = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+        for p in params:
+            state = self._init_state(p)
+            step = self._step_counter(p).to(float64)
+            grad = -p.grad if group["maximize"] else p.grad
+            if weight_decay != 0:
+                grad = grad.add(p, alpha=weight_decay)
+            exp_avg, exp_inf = state["exp_avg"], state["exp_inf"]
+            exp_avg.lerp_(grad, 1 - beta1)
+            exp_inf.copy_(exp_inf.mul_(beta2).maximum(grad.abs().add_(eps)))
+            clr = lr / (1 - beta1 ** step)
+            p.sub_((exp_avg / exp_inf).mul_(clr))
