@@ -45,7 +45,7 @@ from ..runtime.strided import contiguous_strides
 from ..tensor import Tensor
 from ..utils.pytree import tree_map
 from . import cpu, mathlib  # noqa: F401  (mathlib: loaded with the backend, not on the first call)
-from .kernel import CompileError, build, is_row_softmax
+from .kernel import CompileError, build, composes, is_row_softmax
 from .straightline import Source
 from .lowering import kind_of
 
@@ -247,6 +247,8 @@ def _static_views(nodes, by_value):
             continue
         root, shape, strides, offset = by_value.get(base, (base, base.type.shape,
                                                             contiguous_strides(base.type.shape), 0))
+        if not composes(node, shape, strides, offset):  # the eager kernel runs on the compacted input
+            continue
         fake = fake_tensor(shape, base.type.dtype, base.type.device, strides, offset,
                            max(1, prod(root.type.shape)))
         try:

@@ -97,6 +97,17 @@ def _collapse(space, accesses):
     return new_space, new_accesses
 
 
+# Views whose result, where they cannot be a view, is their input's elements copied in row-major order.
+RESHAPES = frozenset({"view", "unflatten"})
+
+
+def composes(node, shape, strides, offset):
+    """Whether view ``node`` may compose with its input's geometry (``shape``, ``strides``, ``offset`` over a
+    root buffer): ``as_strided`` of a graph value addresses the value's elements in row-major order (the IR's
+    compact layout), which are its root's only when the geometry is compact."""
+    return node.op.name != "as_strided" or (tuple(strides) == contiguous_strides(tuple(shape)) and offset == 0)
+
+
 class _Builder:
     """Shared machinery: buffers, geometry of leaves, evaluation of node expressions."""
 
@@ -123,6 +134,9 @@ class _Builder:
         if src not in self.geometry:
             raise CompileError(f"{node.op.name}: a view of a value computed in the same kernel")
         root, shape, strides, offset = self.geometry[src]
+        if not composes(node, shape, strides, offset):
+            raise CompileError(f"as_strided of a {list(shape)} value with strides {list(strides)}: it addresses "
+                               "the value's elements in order, which are not its root's")
         fake = fake_tensor(shape, src.type.dtype, src.type.device, strides, offset, max(1, prod(root.type.shape)))
         try:
             geo = node.op.view(fake, *node.args[1:])
@@ -275,6 +289,8 @@ def build_copy(group, name, target=None, aliases=None):
         try:
             bld._fold_view(node)
         except CompileError:
+            if node.op.name not in RESHAPES:  # only a reshape's result is the row-major copy of its input
+                raise
             copying = node
             copied = node.outputs[0]
             bld.geometry[copied] = (copied, copied.type.shape, contiguous_strides(copied.type.shape), 0)
