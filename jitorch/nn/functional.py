@@ -19,7 +19,7 @@ import warnings
 import numpy as np
 
 import jitorch as jt
-from jitorch.ops.registry import OPS as _OPS
+from jitorch.ops.registry import OPS as _OPS, scalar_name
 
 __all__ = [
     "linear", "bilinear", "conv1d", "conv2d", "conv3d", "pad", "max_pool1d", "max_pool2d", "avg_pool1d",
@@ -31,6 +31,8 @@ __all__ = [
     "binary_cross_entropy", "binary_cross_entropy_with_logits", "scaled_dot_product_attention",
     "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "group_norm", "instance_norm", "interpolate",
     "pixel_shuffle", "pixel_unshuffle", "dropout1d", "dropout2d",
+    "margin_ranking_loss", "hinge_embedding_loss", "soft_margin_loss", "multilabel_soft_margin_loss",
+    "cosine_embedding_loss", "triplet_margin_loss", "poisson_nll_loss", "gaussian_nll_loss", "multi_margin_loss",
 ]
 
 
@@ -568,6 +570,21 @@ def _interpolate_geometry(input, size, scale_factor, recompute_scale_factor):
     return sizes, [None] * nd if recompute_scale_factor else scales
 
 
+def _check_blendable(input, mode):
+    """torch's refusal of integer and bool input to the modes that weigh source elements (their weights,
+    cast to the input's dtype, would be 0 or 1), named by the kernel torch refuses it in."""
+    if input.dtype.is_floating_point:
+        return
+    if mode == "bilinear" and input.dtype == jt.uint8:
+        # torch has a rounding uint8 kernel for this one case
+        raise NotImplementedError("interpolate: jitorch does not implement mode='bilinear' for uint8 input")
+    if mode == "area":
+        kernel = "adaptive_avg_pool3d_cpu" if input.ndim == 5 else "adaptive_avg_pool2d"
+    else:
+        kernel = "upsample_bilinear2d_channels_last" if mode == "bilinear" else "compute_indices_weights_linear"
+    raise NotImplementedError(f"\"{kernel}\" not implemented for '{scalar_name(input.dtype)}'")
+
+
 def _nearest_index(n, out, scale, exact):
     """torch's nearest source index of each output position (in float32, as its kernels compute it)."""
     step = np.float32(1.0 / scale) if scale else np.float32(n) / np.float32(out)
@@ -614,6 +631,15 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
     if mode in _LINEAR_MODES and input.ndim != _LINEAR_MODES[mode]:
         raise NotImplementedError(f"Got {input.ndim}D input, but {mode} mode needs {_LINEAR_MODES[mode]}D input")
     sizes, scales = _interpolate_geometry(input, size, scale_factor, recompute_scale_factor)
+    if mode != "area" and min(*input.shape[2:], *sizes) <= 0:
+        # torch's upsample kernels' check ('area' pools adaptively, which allows an empty output)
+        axes = ("D", "H", "W")[-len(sizes):]
+        shown = [", ".join(f"{a}: {n}" for a, n in zip(axes, dims)) for dims in (input.shape[2:], sizes)]
+        joint = " and" if len(sizes) == 1 else ""  # torch's 1-D message alone says "and output"
+        raise RuntimeError(f"Input and output sizes should be greater than 0, but got input ({shown[0]}){joint} "
+                           f"output ({shown[1]})")
+    if mode in _LINEAR_MODES or mode == "area":
+        _check_blendable(input, mode)  # in the kernels, after torch's checks of the sizes
     if mode == "area":
         return _adaptive_avg_pool(input, sizes, input.ndim - 2, f"adaptive_avg_pool{input.ndim - 2}d")
     out = input
@@ -841,6 +867,9 @@ def _dropout(input, p, training, inplace, noise_shape):
 
 def _feature_dropout(input, p, training, inplace):
     """Zero whole channels (dim 1) of ``(N, C, *)`` input, each with probability ``p``."""
+    # torch checks this only when it would draw a mask: it returns first for p 0 or 1, eval and empty input
+    if input.ndim < 2 and training and 0.0 < p < 1.0 and input.numel() > 0:
+        raise RuntimeError("Feature dropout requires at least 2 dimensions in the input")
     return _dropout(input, p, training, inplace, (*input.shape[:2], *([1] * (input.ndim - 2))))
 
 
@@ -1282,6 +1311,171 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
     if weight is not None:
         loss = loss * weight
     return _reduce(loss, reduction)
+
+
+# More losses: ranking, margins, embeddings, Poisson and Gaussian likelihoods -----------------------------------
+
+def _reduction_not_valid(size_average, reduce, reduction):
+    """The reduction for the losses torch writes in Python (multilabel soft margin, Gaussian NLL), whose
+    bad-reduction error reads '... is not valid' rather than the native '... is not a valid value ...'."""
+    if size_average is not None or reduce is not None:
+        return _reduction(size_average, reduce, "mean")
+    if reduction not in ("none", "mean", "sum"):
+        raise ValueError(f"{reduction} is not valid")
+    return reduction
+
+
+def margin_ranking_loss(input1, input2, target, margin=0, size_average=None, reduce=None, reduction="mean"):
+    """``max(0, -y (x1 - x2) + margin)``: ``y = 1`` asks ``x1`` to rank above ``x2``, ``y = -1`` below."""
+    reduction = _reduction(size_average, reduce, reduction)
+    if input1.ndim != input2.ndim or input1.ndim != target.ndim:
+        raise RuntimeError("margin_ranking_loss : All input tensors should have same dimension but got sizes: "
+                           f"input1: {input1.shape}, input2: {input2.shape}, target: {target.shape} ")
+    return _reduce((-target * (input1 - input2) + margin).clamp_min(0), reduction)
+
+
+def hinge_embedding_loss(input, target, margin=1.0, size_average=None, reduce=None, reduction="mean"):
+    """``x`` where ``y = 1`` and ``max(0, margin - x)`` where ``y = -1``; as torch, a target that is
+    neither contributes both terms."""
+    reduction = _reduction(size_average, reduce, reduction)
+    loss = jt.where(target != 1, (margin - input).clamp_min(0), 0.0) + jt.where(target != -1, input, 0.0)
+    return _reduce(loss, reduction)
+
+
+def soft_margin_loss(input, target, size_average=None, reduce=None, reduction="mean"):
+    """Two-class logistic loss ``log(1 + exp(-y x))``, computed as ``-logsigmoid(y x)`` so it cannot overflow."""
+    reduction = _reduction(size_average, reduce, reduction)
+    return _reduce(-logsigmoid(target * input), reduction)
+
+
+def multilabel_soft_margin_loss(input, target, weight=None, size_average=None, reduce=None, reduction="mean"):
+    """Per sample, the mean over the classes (last dim) of the logistic losses of ``target`` in {0, 1}."""
+    reduction = _reduction_not_valid(size_average, reduce, reduction)
+    loss = -(target * logsigmoid(input) + (1 - target) * logsigmoid(-input))
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss.sum(input.ndim - 1) / input.shape[-1], reduction)
+
+
+def cosine_embedding_loss(input1, input2, target, margin=0, size_average=None, reduce=None, reduction="mean"):
+    """``1 - cos(x1, x2)`` where ``y = 1`` and ``max(0, cos(x1, x2) - margin)`` where ``y = -1`` (0 for
+    other targets); the cosine is over dim 1 of ``(N, D)`` inputs, or dim 0 of ``(D,)`` ones with a 0-d target."""
+    reduction = _reduction(size_average, reduce, reduction)
+    if target.ndim > 1:
+        raise RuntimeError("0D or 1D target tensor expected, multi-target not supported")
+    dim = target.ndim
+    if input1.ndim != dim + 1 or input2.ndim != dim + 1:
+        raise RuntimeError(f"{dim}D target tensor expects {dim + 1}D input tensors, but found inputs with sizes "
+                           f"{list(input1.shape)} and {list(input2.shape)}.")
+    # torch adds this epsilon to each squared magnitude, so that zero vectors give cos 0 and not NaN
+    eps = 1e-12
+    denom = (((input1 * input1).sum(dim) + eps) * ((input2 * input2).sum(dim) + eps)).sqrt()
+    cos = (input1 * input2).sum(dim) / denom
+    loss = jt.where(target == 1, 1 - cos, 0.0) + jt.where(target == -1, (cos - margin).clamp_min(0), 0.0)
+    return _reduce(loss, reduction)
+
+
+def triplet_margin_loss(anchor, positive, negative, margin=1.0, p=2, eps=1e-6, swap=False, size_average=None,
+                        reduce=None, reduction="mean"):
+    """``max(0, margin + d(a, p) - d(a, n))`` with ``d`` the ``pairwise_distance`` of order ``p``; ``swap``
+    uses ``min(d(a, n), d(p, n))`` for the negative distance (Balntas et al.)."""
+    reduction = _reduction(size_average, reduce, reduction)
+    if margin <= 0:
+        raise ValueError(f"margin must be greater than 0, got {margin}")
+    if not anchor.ndim == positive.ndim == negative.ndim:
+        raise RuntimeError("The anchor, positive, and negative tensors are expected to have the same number of "
+                           f"dimensions, but got: anchor {anchor.ndim}D, positive {positive.ndim}D, and negative "
+                           f"{negative.ndim}D inputs")
+    dist_pos = pairwise_distance(anchor, positive, p, eps)
+    dist_neg = pairwise_distance(anchor, negative, p, eps)
+    if swap:
+        dist_neg = jt.minimum(dist_neg, pairwise_distance(positive, negative, p, eps))
+    return _reduce((margin + dist_pos - dist_neg).clamp_min(0), reduction)
+
+
+def poisson_nll_loss(input, target, log_input=True, full=False, size_average=None, eps=1e-8, reduce=None,
+                     reduction="mean"):
+    """Poisson negative log likelihood: ``exp(x) - y x`` for a log rate ``x`` (``log_input``), else
+    ``x - y log(x + eps)``; ``full`` adds Stirling's ``y log y - y + log(2 pi y) / 2`` where ``y > 1``."""
+    reduction = _reduction(size_average, reduce, reduction)
+    if log_input:
+        loss = input.exp() - target * input
+    else:
+        loss = input - target * (input + eps).log()
+    if full:
+        big = target > 1
+        # Stirling's term on 2 where it is masked off, so that its gradient there stays finite
+        safe = jt.where(big, target, 2.0)
+        stirling = safe * safe.log() - safe + 0.5 * (2 * math.pi * safe).log()
+        loss = loss + jt.where(big, stirling, 0.0)
+    return _reduce(loss, reduction)
+
+
+def gaussian_nll_loss(input, target, var, full=False, eps=1e-6, reduction="mean"):
+    """Gaussian negative log likelihood ``(log(max(var, eps)) + (x - y)^2 / max(var, eps)) / 2`` (plus
+    ``log(2 pi) / 2`` when ``full``). ``var`` is a float, ``input``'s shape, that shape less its last dim,
+    or that shape with exactly one dim of 1; as torch, the clamp at ``eps`` passes gradients through."""
+    if isinstance(var, (int, float)):
+        if var < 0:
+            raise ValueError("var has negative entry/entries")
+        var = var * jt.ones_like(input)
+    elif _has_data(var) and var.numel() and bool((var < 0).any()):
+        raise ValueError("var has negative entry/entries")
+    if var.shape != input.shape:
+        if input.shape[:-1] == var.shape:
+            var = var.unsqueeze(-1)
+        elif not (input.ndim == var.ndim and sum(v for i, v in zip(input.shape, var.shape) if i != v) == 1):
+            raise ValueError("var is of incorrect size")
+    reduction = _reduction_not_valid(None, None, reduction)
+    # torch clamps a clone under no_grad: the value is clamped, the gradient flows as if it were not
+    var = var + (var.clamp_min(eps) - var).detach()
+    loss = 0.5 * (var.log() + (input - target) ** 2 / var)
+    if full:
+        loss = loss + 0.5 * math.log(2 * math.pi)
+    return _reduce(loss, reduction)
+
+
+def _check_multi_margin(input, target, weight):
+    """torch's multi_margin_loss shape and dtype checks; returns (samples, classes)."""
+    if not ((input.ndim == 2 and input.shape[1]) or (input.ndim == 1 and input.shape[0]) or input.ndim == 0):
+        raise RuntimeError(f"Expected non-empty vector or matrix with optional 0-dim batch size, but got: "
+                           f"{list(input.shape)}")
+    samples = input.shape[0] if input.ndim == 2 else 1
+    classes = input.shape[-1] if input.ndim else 1
+    if target.ndim > 1 or target.numel() != samples:
+        raise RuntimeError("multi_margin_loss: target tensor should be 1-D with size equal to the number of input "
+                           f"samples (batch size). Expected target size [{samples}], but got {list(target.shape)}. "
+                           f"Input has shape {list(input.shape)}.")
+    if target.dtype is not jt.int64:
+        raise RuntimeError(f"expected scalar type Long but found {_type_name(target.dtype)}")
+    if weight is not None and weight.numel() != classes:
+        raise RuntimeError(f"inconsistent weight size, expected {classes} but got {list(weight.shape)}")
+    if _has_data(target) and target.numel() and bool(((target < 0) | (target >= classes)).any()):
+        raise RuntimeError("target out of range")
+    return samples, classes
+
+
+def multi_margin_loss(input, target, p=1, margin=1.0, weight=None, size_average=None, reduce=None,
+                      reduction="mean"):
+    """Multi-class hinge loss: per sample with class ``y``, ``sum_{i != y} w[y] max(0, margin - x[y] + x[i])^p``
+    divided by the number of classes; ``p`` is 1 or 2."""
+    reduction = _reduction(size_average, reduce, reduction)
+    if p != 1 and p != 2:
+        raise ValueError("only p == 1 and p == 2 supported")
+    if weight is not None and weight.ndim != 1:
+        raise ValueError("weight must be one-dimensional")
+    samples, classes = _check_multi_margin(input, target, weight)
+    x = input.reshape(samples, classes)
+    y = target.reshape(samples, 1)
+    hinge = (margin - x.gather(1, y) + x).clamp_min(0)
+    if p == 2:
+        hinge = hinge * hinge
+    if weight is not None:
+        hinge = hinge * weight.index_select(0, y.reshape(-1)).unsqueeze(1)
+    hinge = jt.where(jt.arange(classes, device=input.device) == y, 0.0, hinge)
+    loss = hinge.sum(1) / classes
+    # A (C,) or 0-d input gives one loss, shaped as its target
+    return _reduce(loss if input.ndim == 2 else loss.reshape(target.shape), reduction)
 
 
 # Attention ------------------------------------------------------------------------------------------------------

@@ -364,6 +364,9 @@ class RNNBase(Module):
             if tuple(h.shape) != size:
                 label = f"hidden[{k}] size" if lstm else "hidden size"
                 raise RuntimeError(f"Expected {label} {size}, got {list(h.shape)}")
+        # torch's kernels check this after the shapes; the loop would have no step to stack
+        if input.size(1 if self.batch_first else 0) == 0:
+            raise RuntimeError("Expected sequence length to be larger than 0 in RNN")
         output, states = self._run(input, hx)
         if not is_batched:
             output = output.squeeze(batch_dim)
