@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from .. import compiler, float32, zeros_like
-from .. import tensor as _tensor
 from .optimizer import Optimizer, _check_nonnegative, _check_unsupported, step_down
 
 __all__ = ["Adadelta"]
@@ -28,19 +26,10 @@ class Adadelta(Optimizer):
                         foreach=foreach, differentiable=differentiable)
         super().__init__(params, defaults)
 
-    def _init_state(self, p):
-        state = self.state[p]
-        if not state:
-            with compiler.eager_state():  # real tensors even when the step is traced
-                state["step"] = _tensor(0.0, dtype=float32)
-                state["square_avg"] = zeros_like(p)
-                state["acc_delta"] = zeros_like(p)
-        return state
-
     def _update(self, group, params):
         lr, rho, eps, weight_decay = group["lr"], group["rho"], group["eps"], group["weight_decay"]
         for p in params:
-            state = self._init_state(p)
+            state = self._lazy_state(p, ["square_avg", "acc_delta"])
             self._step_counter(p)
             grad = -p.grad if group["maximize"] else p.grad
             if weight_decay != 0:

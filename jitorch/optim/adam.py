@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from .. import compiler, float32, float64, zeros_like
-from .. import tensor as _tensor
+from .. import float64
 from .optimizer import Optimizer, _check_nonnegative, _check_unsupported
 
 __all__ = ["Adam", "AdamW"]
@@ -34,22 +33,11 @@ class Adam(Optimizer):
                         fused=fused, decoupled_weight_decay=decoupled_weight_decay)
         super().__init__(params, defaults)
 
-    def _init_state(self, p, amsgrad):
-        state = self.state[p]
-        if not state:
-            with compiler.eager_state():  # real tensors even when the step is traced
-                state["step"] = _tensor(0.0, dtype=float32)
-                state["exp_avg"] = zeros_like(p)
-                state["exp_avg_sq"] = zeros_like(p)
-                if amsgrad:
-                    state["max_exp_avg_sq"] = zeros_like(p)
-        return state
-
     def _update(self, group, params):
         lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
         weight_decay, amsgrad = group["weight_decay"], group["amsgrad"]
         for p in params:
-            state = self._init_state(p, amsgrad)
+            state = self._lazy_state(p, ["exp_avg", "exp_avg_sq"] + ["max_exp_avg_sq"] * amsgrad)
             grad = -p.grad if group["maximize"] else p.grad
             step = self._step_counter(p).to(float64)
             if weight_decay != 0:

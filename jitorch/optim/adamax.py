@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from .. import compiler, float32, float64, zeros_like
-from .. import tensor as _tensor
+from .. import float64
 from .optimizer import Optimizer, _check_nonnegative, _check_unsupported
 
 __all__ = ["Adamax"]
@@ -33,19 +32,10 @@ class Adamax(Optimizer):
                         maximize=maximize, differentiable=differentiable, capturable=capturable)
         super().__init__(params, defaults)
 
-    def _init_state(self, p):
-        state = self.state[p]
-        if not state:
-            with compiler.eager_state():  # real tensors even when the step is traced
-                state["step"] = _tensor(0.0, dtype=float32)
-                state["exp_avg"] = zeros_like(p)
-                state["exp_inf"] = zeros_like(p)
-        return state
-
     def _update(self, group, params):
         lr, (beta1, beta2), eps, weight_decay = group["lr"], group["betas"], group["eps"], group["weight_decay"]
         for p in params:
-            state = self._init_state(p)
+            state = self._lazy_state(p, ["exp_avg", "exp_inf"])
             step = self._step_counter(p).to(float64)
             grad = -p.grad if group["maximize"] else p.grad
             if weight_decay != 0:

@@ -129,6 +129,21 @@ class Optimizer:
                     update(_as_traced(group), params)
         return loss
 
+    def _lazy_state(self, p, buffers, scalars=()):
+        """``self.state[p]``, made at the parameter's first step as torch makes it: a 0-d float32
+        ``step``, then the 0-d float32 ``scalars`` (name, initial value), then a zero tensor like ``p``
+        per name in ``buffers``; real tensors even when the step is being traced."""
+        state = self.state[p]
+        if not state:
+            from .. import compiler, tensor, zeros_like
+            with compiler.eager_state():
+                state["step"] = tensor(0.0, dtype=float32)
+                for name, value in scalars:
+                    state[name] = tensor(value, dtype=float32)
+                for name in buffers:
+                    state[name] = zeros_like(p)
+        return state
+
     def _step_counter(self, p):
         """The parameter's ``state["step"]`` (a 0-d float32 tensor, as torch keeps it), incremented."""
         state = self.state[p]

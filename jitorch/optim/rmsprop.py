@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from .. import compiler, float32, zeros_like
-from .. import tensor as _tensor
 from .optimizer import Optimizer, _check_nonnegative, _check_unsupported, step_down
 
 __all__ = ["RMSprop"]
@@ -27,23 +25,12 @@ class RMSprop(Optimizer):
                         differentiable=differentiable)
         super().__init__(params, defaults)
 
-    def _init_state(self, p, group):
-        state = self.state[p]
-        if not state:
-            with compiler.eager_state():  # real tensors even when the step is traced
-                state["step"] = _tensor(0.0, dtype=float32)
-                state["square_avg"] = zeros_like(p)
-                if group["momentum"] > 0:
-                    state["momentum_buffer"] = zeros_like(p)
-                if group["centered"]:
-                    state["grad_avg"] = zeros_like(p)
-        return state
-
     def _update(self, group, params):
         lr, alpha, eps = group["lr"], group["alpha"], group["eps"]
         weight_decay, momentum = group["weight_decay"], group["momentum"]
         for p in params:
-            state = self._init_state(p, group)
+            state = self._lazy_state(p, ["square_avg"] + ["momentum_buffer"] * (group["momentum"] > 0)
+                                     + ["grad_avg"] * group["centered"])
             self._step_counter(p)
             grad = -p.grad if group["maximize"] else p.grad
             if weight_decay != 0:
