@@ -158,6 +158,20 @@ class InstanceNorm3d(_InstanceNorm):
     _no_batch_dim = 4
 
 
+def _elementwise_affine(module, enabled, shape, bias, device, dtype):
+    """A normalisation's ``weight`` and ``bias`` of ``shape`` (each None where disabled, as torch registers
+    them)."""
+    module.register_parameter("weight", Parameter(factory("empty", shape, device, dtype)) if enabled else None)
+    module.register_parameter("bias", Parameter(factory("empty", shape, device, dtype)) if enabled and bias else None)
+
+
+def _reset_affine(module):
+    if module.weight is not None:
+        init.ones_(module.weight)
+    if module.bias is not None:
+        init.zeros_(module.bias)
+
+
 class GroupNorm(Module):
     """Normalise each sample over ``num_groups`` groups of consecutive channels, then scale and shift per
     channel."""
@@ -170,23 +184,12 @@ class GroupNorm(Module):
         self.num_channels = num_channels
         self.eps = eps
         self.affine = affine
-        if affine:
-            self.weight = Parameter(factory("empty", (num_channels,), device, dtype))
-            if bias:
-                self.bias = Parameter(factory("empty", (num_channels,), device, dtype))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        _elementwise_affine(self, affine, (num_channels,), bias, device, dtype)
         self.reset_parameters()
 
     def reset_parameters(self):
         """Weight 1 and bias 0."""
-        if self.affine:
-            init.ones_(self.weight)
-            if self.bias is not None:
-                init.zeros_(self.bias)
+        _reset_affine(self)
 
     def forward(self, input):
         return F.group_norm(input, self.num_groups, self.weight, self.bias, self.eps)
@@ -206,23 +209,12 @@ class LayerNorm(Module):
         self.normalized_shape = tuple(normalized_shape)
         self.eps = eps
         self.elementwise_affine = elementwise_affine
-        if elementwise_affine:
-            self.weight = Parameter(factory("empty", self.normalized_shape, device, dtype))
-            if bias:
-                self.bias = Parameter(factory("empty", self.normalized_shape, device, dtype))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        _elementwise_affine(self, elementwise_affine, self.normalized_shape, bias, device, dtype)
         self.reset_parameters()
 
     def reset_parameters(self):
         """Weight 1 and bias 0."""
-        if self.elementwise_affine:
-            init.ones_(self.weight)
-            if self.bias is not None:
-                init.zeros_(self.bias)
+        _reset_affine(self)
 
     def forward(self, input):
         return F.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
