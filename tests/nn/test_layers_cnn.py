@@ -476,3 +476,14 @@ def test_compiled_training_step_equals_eager(rng):
             assert b.grad is not None, name
             assert_close(b.grad, a.grad.numpy(), atol=1e-4, rtol=1e-4)
     assert run.lower(x, target).kernels
+
+
+def test_the_older_2d_upsampling_names_are_upsample_with_fixed_modes():
+    x = jt.arange(4.0).reshape(1, 1, 2, 2)
+    bilinear = nn.UpsamplingBilinear2d(scale_factor=2)
+    assert repr(bilinear) == "UpsamplingBilinear2d(scale_factor=2.0, mode='bilinear')"
+    expected = np.array([[0, 1 / 3, 2 / 3, 1], [2 / 3, 1, 4 / 3, 5 / 3], [4 / 3, 5 / 3, 2, 7 / 3], [2, 7 / 3, 8 / 3, 3]])
+    np.testing.assert_allclose(bilinear(x)[0, 0].numpy(), expected, rtol=1e-6, atol=1e-6)  # align_corners=True
+    nearest = nn.UpsamplingNearest2d(size=3)
+    assert repr(nearest) == "UpsamplingNearest2d(size=3, mode='nearest')"
+    np.testing.assert_array_equal(nearest(x)[0, 0].numpy(), [[0, 0, 1], [0, 0, 1], [2, 2, 3]])

@@ -26,11 +26,12 @@ from .sparse import Embedding
 from .transformer import (
     Transformer, TransformerDecoder, TransformerDecoderLayer, TransformerEncoder, TransformerEncoderLayer,
 )
-from .upsampling import PixelShuffle, PixelUnshuffle, Upsample
+from .upsampling import PixelShuffle, PixelUnshuffle, Upsample, UpsamplingBilinear2d, UpsamplingNearest2d
 
 __all__ = [
     "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d", "Dropout1d", "Dropout2d", "GroupNorm", "InstanceNorm1d",
-    "InstanceNorm2d", "InstanceNorm3d", "Upsample", "PixelShuffle", "PixelUnshuffle",
+    "InstanceNorm2d", "InstanceNorm3d", "Upsample", "UpsamplingNearest2d", "UpsamplingBilinear2d", "PixelShuffle",
+    "PixelUnshuffle",
     "Module", "Sequential", "ModuleList", "ModuleDict", "ParameterList", "ParameterDict",
     "Identity", "Linear", "Bilinear", "Conv1d", "Conv2d", "Conv3d", "MaxPool1d", "MaxPool2d", "AvgPool1d",
     "AvgPool2d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d",

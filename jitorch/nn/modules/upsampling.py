@@ -1,4 +1,5 @@
-"""Upsample (nearest, linear, bilinear, trilinear, area resampling), PixelShuffle and PixelUnshuffle."""
+"""Upsample (nearest, linear, bilinear, trilinear, area resampling), its 2-D aliases, PixelShuffle and
+PixelUnshuffle."""
 
 from __future__ import annotations
 
@@ -30,6 +31,20 @@ class Upsample(Module):
     def extra_repr(self):
         info = f"scale_factor={self.scale_factor!r}" if self.scale_factor is not None else f"size={self.size!r}"
         return f"{info}, mode={self.mode!r}"
+
+
+class UpsamplingNearest2d(Upsample):
+    """Nearest-neighbour 2-D upsampling (torch's older name for ``Upsample(mode="nearest")``)."""
+
+    def __init__(self, size=None, scale_factor=None):
+        super().__init__(size, scale_factor, mode="nearest")
+
+
+class UpsamplingBilinear2d(Upsample):
+    """Bilinear 2-D upsampling with ``align_corners=True`` (torch's older name for it)."""
+
+    def __init__(self, size=None, scale_factor=None):
+        super().__init__(size, scale_factor, mode="bilinear", align_corners=True)
 
 
 class PixelShuffle(Module):
