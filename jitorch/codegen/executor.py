@@ -579,8 +579,9 @@ class CompiledGraph:
         return execute, run, text
 
     def _unshared(self, env):
-        storages = [id(t._storage) for t in env.values()]
-        return len(set(storages)) == len(storages)
+        """Whether no tensor the plan updates in place shares memory with another input or constant."""
+        targets = {id(env[v]._storage) for v in self._inplace_targets}
+        return sum(id(t._storage) in targets for t in env.values()) == len(targets)
 
     def _outputs(self, env):
         out = self.graph.outputs

@@ -79,10 +79,16 @@ def _tensor_args_key(args):
 
 
 def _inputs_alias(leaves, graph):
-    """Whether two tensor arguments, or an argument and a tensor the graph captured, share memory."""
-    storages = [id(a._storage) for a in leaves if isinstance(a, Tensor)]
-    captured = {id(t._storage) for t in graph.constant_tensors.values() if isinstance(t, Tensor)}
-    return len(set(storages)) != len(storages) or not captured.isdisjoint(storages)
+    """Whether a tensor the graph writes into shares memory with another tensor argument or captured
+    tensor (or is passed twice). Tensors that are only read may share memory (inputs and targets sliced
+    from one sequence)."""
+    inputs = [a for a in leaves if isinstance(a, Tensor)]
+    by_value = dict(zip(graph.inputs, inputs))
+    targets = [by_value[t] if t in by_value else graph.constant_tensors[t.name] for t, _ in graph.mutations]
+    written = {id(t._storage) for t in targets if isinstance(t, Tensor)}
+    everything = inputs + [t for t in graph.constant_tensors.values() if isinstance(t, Tensor)]
+    touching = [id(t._storage) for t in everything if id(t._storage) in written]
+    return len(touching) != len(written)
 
 
 def describe_guards(key, names):

@@ -233,3 +233,32 @@ def test_the_generated_call_returns_python_values_as_eager_does():
         np.testing.assert_array_equal(got[0].numpy(), want[0].numpy())
         np.testing.assert_array_equal(got[6][0].numpy(), want[6][0].numpy())
         np.testing.assert_allclose(got[7]["k"].numpy(), want[7]["k"].numpy(), rtol=1e-6)
+
+
+def test_inputs_sharing_memory_that_a_step_only_reads_stay_compiled():
+    # inputs and targets sliced from one sequence share a storage; the step writes only its parameter
+    w = jt.ones(3, requires_grad=True)
+
+    def step(x, y):
+        loss = ((x * w - y) ** 2).sum()
+        loss.backward()
+        with jt.no_grad():
+            w.sub_(0.01 * w.grad)
+            w.grad = None
+        return loss
+
+    signal = jt.arange(8.0)
+    x, y = signal[:3], signal[1:4]
+    compiled = jt.compile(step)
+    w_eager = w.detach().clone().requires_grad_()
+    losses = [compiled(x, y).item() for _ in range(3)]
+    ran = next(iter(compiled.cache.values()))
+    assert ran.calls == 3 and ran.executable is not None and len(compiled._fast) == 1  # no eager fallback
+    for expected_loss in losses:
+        loss = ((x * w_eager - y) ** 2).sum()
+        loss.backward()
+        with jt.no_grad():
+            w_eager.sub_(0.01 * w_eager.grad)
+            w_eager.grad = None
+        np.testing.assert_allclose(expected_loss, loss.item(), rtol=1e-6)
+    np.testing.assert_allclose(w.detach().numpy(), w_eager.detach().numpy(), rtol=1e-6)
