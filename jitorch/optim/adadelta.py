@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .optimizer import Optimizer, _check_nonnegative, _check_unsupported, step_down
+from .optimizer import Optimizer, _check_nonnegative, _check_unsupported, step_down, step_grad
 
 __all__ = ["Adadelta"]
 
@@ -27,13 +27,11 @@ class Adadelta(Optimizer):
         super().__init__(params, defaults)
 
     def _update(self, group, params):
-        lr, rho, eps, weight_decay = group["lr"], group["rho"], group["eps"], group["weight_decay"]
+        lr, rho, eps = group["lr"], group["rho"], group["eps"]
         for p in params:
             state = self._lazy_state(p, ["square_avg", "acc_delta"])
             self._step_counter(p)
-            grad = -p.grad if group["maximize"] else p.grad
-            if weight_decay != 0:
-                grad = grad.add(p, alpha=weight_decay)
+            grad = step_grad(p, group)
             square_avg, acc_delta = state["square_avg"], state["acc_delta"]
             square_avg.mul_(rho).add_(grad * grad, alpha=1 - rho)
             std = square_avg.add(eps).sqrt_()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .. import compiler, float32, float64, full_like
 from .. import tensor as _tensor
-from .optimizer import Optimizer, _check_nonnegative, _check_unsupported
+from .optimizer import Optimizer, _check_nonnegative, _check_unsupported, step_grad
 
 __all__ = ["Adagrad"]
 
@@ -46,13 +46,11 @@ class Adagrad(Optimizer):
         return state
 
     def _update(self, group, params):
-        lr, lr_decay, eps, weight_decay = group["lr"], group["lr_decay"], group["eps"], group["weight_decay"]
+        lr, lr_decay, eps = group["lr"], group["lr_decay"], group["eps"]
         for p in params:
             state = self._init_state(p, group)
             step = self._step_counter(p).to(float64)
-            grad = -p.grad if group["maximize"] else p.grad
-            if weight_decay != 0:
-                grad = grad.add(p, alpha=weight_decay)
+            grad = step_grad(p, group)
             # a tensor of the step (float64, as torch's Python-float arithmetic), so a trace reads no value
             clr = lr / (1 + (step - 1) * lr_decay)
             state_sum = state["sum"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .. import float64
-from .optimizer import Optimizer, _check_nonnegative, _check_unsupported
+from .optimizer import Optimizer, _check_nonnegative, _check_unsupported, step_grad
 
 __all__ = ["Adam", "AdamW"]
 
@@ -35,16 +35,11 @@ class Adam(Optimizer):
 
     def _update(self, group, params):
         lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
-        weight_decay, amsgrad = group["weight_decay"], group["amsgrad"]
+        amsgrad = group["amsgrad"]
         for p in params:
             state = self._lazy_state(p, ["exp_avg", "exp_avg_sq"] + ["max_exp_avg_sq"] * amsgrad)
-            grad = -p.grad if group["maximize"] else p.grad
             step = self._step_counter(p).to(float64)
-            if weight_decay != 0:
-                if group["decoupled_weight_decay"]:
-                    p.mul_(1 - lr * weight_decay)
-                else:
-                    grad = grad.add(p, alpha=weight_decay)
+            grad = step_grad(p, group)
             exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
             exp_avg.lerp_(grad, 1 - beta1)
             exp_avg_sq.mul_(beta2).add_(grad * grad, alpha=1 - beta2)

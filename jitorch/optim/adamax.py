@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .. import float64
-from .optimizer import Optimizer, _check_nonnegative, _check_unsupported
+from .optimizer import Optimizer, _check_nonnegative, _check_unsupported, step_grad
 
 __all__ = ["Adamax"]
 
@@ -33,13 +33,11 @@ class Adamax(Optimizer):
         super().__init__(params, defaults)
 
     def _update(self, group, params):
-        lr, (beta1, beta2), eps, weight_decay = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+        lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
         for p in params:
             state = self._lazy_state(p, ["exp_avg", "exp_inf"])
             step = self._step_counter(p).to(float64)
-            grad = -p.grad if group["maximize"] else p.grad
-            if weight_decay != 0:
-                grad = grad.add(p, alpha=weight_decay)
+            grad = step_grad(p, group)
             exp_avg, exp_inf = state["exp_avg"], state["exp_inf"]
             exp_avg.lerp_(grad, 1 - beta1)
             exp_inf.copy_(exp_inf.mul_(beta2).maximum(grad.abs().add_(eps)))

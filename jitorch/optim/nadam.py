@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .. import float64
 from .adamax import _check_betas
-from .optimizer import Optimizer, _check_nonnegative, _check_unsupported
+from .optimizer import Optimizer, _check_nonnegative, _check_unsupported, step_grad
 
 __all__ = ["NAdam"]
 
@@ -36,17 +36,12 @@ class NAdam(Optimizer):
         super().__init__(params, defaults)
 
     def _update(self, group, params):
-        lr, (beta1, beta2), eps, weight_decay = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+        lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
         momentum_decay = group["momentum_decay"]
         for p in params:
             state = self._lazy_state(p, ["exp_avg", "exp_avg_sq"], [("mu_product", 1.0)])
             step = self._step_counter(p).to(float64)
-            grad = -p.grad if group["maximize"] else p.grad
-            if weight_decay != 0:
-                if group["decoupled_weight_decay"]:
-                    p.mul_(1 - lr * weight_decay)
-                else:
-                    grad = grad.add(p, alpha=weight_decay)
+            grad = step_grad(p, group)
             # The momentum schedule is a tensor of the step (float64, as torch's Python floats), so a
             # trace reads no value. torch multiplies mu_product by mu in mu_product's dtype (float32
             # unless loaded into a float64 parameter's): cast mu first to round as torch does.

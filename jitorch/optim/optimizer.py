@@ -219,6 +219,20 @@ def _as_traced(group):
     return dict(group, lr=compiler.dynamic_scalar(lambda: group["lr"], dtype=float32))
 
 
+def step_grad(p, group):
+    """The gradient a step follows: negated under ``maximize``, plus L2 ``weight_decay`` times the
+    parameter; or, with ``decoupled_weight_decay`` (AdamW's), the parameter itself shrunk in place by
+    ``lr * weight_decay`` first."""
+    grad = -p.grad if group["maximize"] else p.grad
+    weight_decay = group["weight_decay"]
+    if weight_decay != 0:
+        if group.get("decoupled_weight_decay"):
+            p.mul_(1 - group["lr"] * weight_decay)
+        else:
+            grad = grad.add(p, alpha=weight_decay)
+    return grad
+
+
 def step_down(p, update, lr):
     """``p -= lr * update``, in place: ``lr`` a number, or a 0-d tensor in a traced step."""
     if isinstance(lr, Tensor):

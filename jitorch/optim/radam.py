@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .. import float64, where
 from .adamax import _check_betas
-from .optimizer import Optimizer, _check_nonnegative, _check_unsupported
+from .optimizer import Optimizer, _check_nonnegative, _check_unsupported, step_grad
 
 __all__ = ["RAdam"]
 
@@ -32,17 +32,12 @@ class RAdam(Optimizer):
         super().__init__(params, defaults)
 
     def _update(self, group, params):
-        lr, (beta1, beta2), eps, weight_decay = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+        lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
         rho_inf = 2 / (1 - beta2) - 1
         for p in params:
             state = self._lazy_state(p, ["exp_avg", "exp_avg_sq"])
             step = self._step_counter(p).to(float64)
-            grad = -p.grad if group["maximize"] else p.grad
-            if weight_decay != 0:
-                if group["decoupled_weight_decay"]:
-                    p.mul_(1 - lr * weight_decay)
-                else:
-                    grad = grad.add(p, alpha=weight_decay)
+            grad = step_grad(p, group)
             exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
             exp_avg.lerp_(grad, 1 - beta1)
             exp_avg_sq.mul_(beta2).add_(grad * grad, alpha=1 - beta2)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .optimizer import Optimizer, _check_nonnegative, _check_unsupported, step_down
+from .optimizer import Optimizer, _check_nonnegative, _check_unsupported, step_down, step_grad
 
 __all__ = ["RMSprop"]
 
@@ -27,14 +27,12 @@ class RMSprop(Optimizer):
 
     def _update(self, group, params):
         lr, alpha, eps = group["lr"], group["alpha"], group["eps"]
-        weight_decay, momentum = group["weight_decay"], group["momentum"]
+        momentum = group["momentum"]
         for p in params:
             state = self._lazy_state(p, ["square_avg"] + ["momentum_buffer"] * (group["momentum"] > 0)
                                      + ["grad_avg"] * group["centered"])
             self._step_counter(p)
-            grad = -p.grad if group["maximize"] else p.grad
-            if weight_decay != 0:
-                grad = grad.add(p, alpha=weight_decay)
+            grad = step_grad(p, group)
             square_avg = state["square_avg"]
             square_avg.mul_(alpha).add_(grad * grad, alpha=1 - alpha)
             if group["centered"]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .. import compiler, zeros_like
-from .optimizer import Optimizer, _check_nonnegative, _check_unsupported, step_down
+from .optimizer import Optimizer, _check_nonnegative, _check_unsupported, step_down, step_grad
 
 __all__ = ["SGD"]
 
@@ -32,11 +32,9 @@ class SGD(Optimizer):
 
     def _update(self, group, params):
         lr, momentum, dampening = group["lr"], group["momentum"], group["dampening"]
-        weight_decay, nesterov = group["weight_decay"], group["nesterov"]
+        nesterov = group["nesterov"]
         for p in params:
-            grad = -p.grad if group["maximize"] else p.grad
-            if weight_decay != 0:
-                grad = grad.add(p, alpha=weight_decay)
+            grad = step_grad(p, group)
             if momentum != 0:
                 state = self.state[p]
                 buf = state.get("momentum_buffer")
