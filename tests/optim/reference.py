@@ -23,18 +23,25 @@ def sgd_reference(p, grads, lr=1e-3, momentum=0, dampening=0, weight_decay=0, ne
     return out
 
 
+def decayed(p, g, lr, weight_decay, decoupled, maximize):
+    """(p, g) after torch's maximize and weight decay: L2 added to the gradient, or, decoupled, the
+    parameter shrunk first."""
+    g = -g if maximize else g
+    if weight_decay:
+        if decoupled:
+            p = p * (1 - lr * weight_decay)
+        else:
+            g = g + weight_decay * p
+    return p, g
+
+
 def adam_reference(p, grads, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0, amsgrad=False,
                    maximize=False, decoupled=False):
     b1, b2 = betas
     p, out = p.copy(), []
     m, v, vmax = np.zeros_like(p), np.zeros_like(p), np.zeros_like(p)
     for t, g in enumerate(grads, start=1):
-        g = -g if maximize else g
-        if weight_decay:
-            if decoupled:
-                p = p * (1 - lr * weight_decay)
-            else:
-                g = g + weight_decay * p
+        p, g = decayed(p, g, lr, weight_decay, decoupled, maximize)
         m = b1 * m + (1 - b1) * g
         v = b2 * v + (1 - b2) * g * g
         vmax = np.maximum(vmax, v)

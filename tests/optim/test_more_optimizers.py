@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import jitorch as jt
 import jitorch.optim as optim
 from jitorch.optim import lr_scheduler
+from .reference import decayed
 
 STEPS = 6
 
@@ -54,12 +55,7 @@ def nadam_reference(p, grads, lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_deca
     m, v = np.zeros_like(p), np.zeros_like(p)
     mu_product = np.float32(1.0)  # torch keeps the product in a float32 tensor
     for t, g in enumerate(grads, start=1):
-        g = -g if maximize else g
-        if weight_decay:
-            if decoupled_weight_decay:
-                p = p * (1 - lr * weight_decay)
-            else:
-                g = g + weight_decay * p
+        p, g = decayed(p, g, lr, weight_decay, decoupled_weight_decay, maximize)
         mu = b1 * (1 - 0.5 * 0.96 ** (t * momentum_decay))
         mu_next = b1 * (1 - 0.5 * 0.96 ** ((t + 1) * momentum_decay))
         mu_product = np.float32(mu_product * np.float32(mu))
@@ -78,12 +74,7 @@ def radam_reference(p, grads, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_deca
     m, v = np.zeros_like(p), np.zeros_like(p)
     rho_inf = 2 / (1 - b2) - 1
     for t, g in enumerate(grads, start=1):
-        g = -g if maximize else g
-        if weight_decay:
-            if decoupled_weight_decay:
-                p = p * (1 - lr * weight_decay)
-            else:
-                g = g + weight_decay * p
+        p, g = decayed(p, g, lr, weight_decay, decoupled_weight_decay, maximize)
         m = b1 * m + (1 - b1) * g
         v = b2 * v + (1 - b2) * g * g
         m_hat = m / (1 - b1 ** t)
