@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import jitorch as jt
 import jitorch.optim as optim
 from jitorch.optim import lr_scheduler
+
 from .reference import decayed
 
 STEPS = 6
