@@ -656,14 +656,19 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
     return out
 
 
+def _check_pixel_factor(op, input, factor, what):
+    """torch's checks of a pixel (un)shuffle: at least 3 dims and a positive factor; returns the factor."""
+    if input.ndim < 3:
+        raise RuntimeError(f"{op} expects input to have at least 3 dimensions, but got input with "
+                           f"{input.ndim} dimension(s)")
+    if factor <= 0:
+        raise RuntimeError(f"{op} expects a positive {what}, but got {factor}")
+    return factor
+
+
 def pixel_shuffle(input, upscale_factor):
     """``(*, C r^2, H, W)`` to ``(*, C, H r, W r)``: each group of ``r^2`` channels becomes an ``r x r`` block."""
-    r = upscale_factor
-    if input.ndim < 3:
-        raise RuntimeError(f"pixel_shuffle expects input to have at least 3 dimensions, but got input with "
-                           f"{input.ndim} dimension(s)")
-    if r <= 0:
-        raise RuntimeError(f"pixel_shuffle expects a positive upscale_factor, but got {r}")
+    r = _check_pixel_factor("pixel_shuffle", input, upscale_factor, "upscale_factor")
     *batch, c, h, w = input.shape
     if c % (r * r):
         raise RuntimeError("pixel_shuffle expects its input's 'channel' dimension to be divisible by the square of "
@@ -677,12 +682,7 @@ def pixel_shuffle(input, upscale_factor):
 
 def pixel_unshuffle(input, downscale_factor):
     """``(*, C, H r, W r)`` to ``(*, C r^2, H, W)``, the inverse of ``pixel_shuffle``."""
-    r = downscale_factor
-    if input.ndim < 3:
-        raise RuntimeError(f"pixel_unshuffle expects input to have at least 3 dimensions, but got input with "
-                           f"{input.ndim} dimension(s)")
-    if r <= 0:
-        raise RuntimeError(f"pixel_unshuffle expects a positive downscale_factor, but got {r}")
+    r = _check_pixel_factor("pixel_unshuffle", input, downscale_factor, "downscale_factor")
     *batch, c, h, w = input.shape
     for name, n, d in (("height", h, -2), ("width", w, -1)):
         if n % r:
