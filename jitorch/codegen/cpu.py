@@ -11,6 +11,7 @@ chunks of a kernel's outer loop run in parallel on a thread pool.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -18,6 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 import llvmlite.binding as llvm
 
 from ..jit import logs
+from .linker import Linker
+from .machine import selected
 
 _lock = threading.Lock()
 _state = {}
@@ -36,33 +39,36 @@ def num_threads():
 
 
 def _init():
+    """This process's JIT, for the machine ``JITORCH_CPU`` selects (checked to run here)."""
     if not _state:
-        llvm.initialize_native_target()
-        llvm.initialize_native_asmprinter()
-        triple = llvm.get_process_triple()
-        target = llvm.Target.from_triple(triple)
-        cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
-        make = lambda: target.create_target_machine(cpu=cpu, features=features, opt=3,  # noqa: E731
-                                                   codemodel="jitdefault")
-        _state.update(triple=triple, cpu=cpu, features=features, tm=make(), tm_obj=make(),
-                      jit=llvm.create_lljit_compiler(make()), count=0)
+        machine = selected()
+        _state.update(machine=machine, linker=Linker(machine, opt=3, codemodel="jitdefault"))
     return _state
 
 
+@functools.cache
+def _target_machines(machine):
+    """(optimising TargetMachine, object-emitting TargetMachine) for ``machine``: LLVM-NOTES says to keep
+    the one that emits objects apart."""
+    make = lambda: machine.target_machine(opt=3, codemodel="jitdefault")  # noqa: E731
+    return make(), make()
+
+
 def target_id():
-    s = _init()
-    return f"{s['triple']}|{s['cpu']}|{s['features']}"
+    """The selected machine's triple, CPU and features, as kernel-cache keys mix them in."""
+    return _init()["machine"].id()
 
 
-def optimise(module_text):
-    """Parse, verify and optimise (O3) a module; returns the llvmlite module."""
-    s = _init()
+def optimise(module_text, machine=None):
+    """Parse, verify and optimise (O3) a module for ``machine`` (default: the selected one)."""
+    machine = machine or _init()["machine"]
+    tm = _target_machines(machine)[0]
     mod = llvm.parse_assembly(module_text)
-    mod.triple = s["triple"]
-    mod.data_layout = str(s["tm"].target_data)
+    mod.triple = machine.triple
+    mod.data_layout = str(tm.target_data)
     mod.verify()
     pto = llvm.create_pipeline_tuning_options(speed_level=3)
-    pb = llvm.create_pass_builder(s["tm"], pto)
+    pb = llvm.create_pass_builder(tm, pto)
     pb.getModulePassManager().run(mod, pb)
     return mod
 
@@ -126,27 +132,28 @@ def compile_kernel(source, cache=None):
         if obj is None:
             mod = optimise(source.llvm_ir)
             optimised = str(mod)
-            obj = s["tm_obj"].emit_object(mod)
+            obj = _target_machines(s["machine"])[1].emit_object(mod)
+            s["linker"].resolve(obj)  # a kernel that cannot link is never cached
             if cache is not None:
                 cache.put(key, obj)
             logs.log("codegen", "compiled %s (%s)", source.name, " ".join(source.ops))
         else:
             logs.log("codegen", "loaded %s from the disk cache", source.name)
-        s["count"] += 1
-        lib = llvm.JITLibraryBuilder().add_object_img(obj).export_symbol(source.name).link(
-            s["jit"], f"jitorch_kernel_{s['count']}")
+        lib = s["linker"].link(obj, [source.name])
         address = lib[source.name]
     entry = (address, lib, optimised, None)
     _memory[key] = entry
     return CompiledKernel(source, *entry)
 
 
-def emit_object(source):
-    """Object code of a kernel source for this host, as `compile_kernel` makes and caches it."""
-    return _init()["tm_obj"].emit_object(optimise(source.llvm_ir))
+def emit_object(source, machine=None):
+    """Object code of a kernel source for ``machine`` (default: the selected one), as `compile_kernel` makes
+    and caches it; any machine LLVM has a target for, whether or not it could run here."""
+    machine = machine or _init()["machine"]
+    return _target_machines(machine)[1].emit_object(optimise(source.llvm_ir, machine))
 
 
 def assembly(source):
     """The target assembly of a kernel source (for `.lower().kernels[i].asm`)."""
-    s = _init()
-    return s["tm_obj"].emit_assembly(optimise(source.llvm_ir))
+    machine = _init()["machine"]
+    return _target_machines(machine)[1].emit_assembly(optimise(source.llvm_ir, machine))

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from .machine import selected
+
 I64 = ir.IntType(64)
 
 
@@ -38,8 +40,7 @@ class CpuTarget:
 
     @property
     def triple(self):
-        import llvmlite.binding as llvm
-        return llvm.get_process_triple()
+        return selected().triple
 
     def outer(self, sizes):
         return sizes[0] if sizes else 1

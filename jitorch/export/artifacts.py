@@ -26,14 +26,13 @@ _MATCHED = ("kind", "triple", "cpu", "features", "toolchain")
 
 
 def host_target():
-    """This machine's CPU target, as recorded in files: triple, CPU name, features, toolchain."""
-    import llvmlite.binding as llvm
-
-    from ..codegen import cpu
+    """The CPU target this process compiles for (``JITORCH_CPU``, checked to run here), as recorded in
+    files: triple, CPU name, its explicit features, toolchain."""
     from ..codegen.cache import _toolchain
-    cpu.target_id()  # initialises LLVM's native target
-    return {"kind": "cpu", "triple": llvm.get_process_triple(), "cpu": llvm.get_host_cpu_name(),
-            "features": llvm.get_host_cpu_features().flatten(), "toolchain": list(_toolchain())}
+    from ..codegen.machine import selected
+    machine = selected()
+    return {"kind": "cpu", "triple": machine.triple, "cpu": machine.cpu, "features": machine.features,
+            "toolchain": list(_toolchain())}
 
 
 def cuda_target():
@@ -147,18 +146,33 @@ class ArtifactCache:
         self.fallback.put(key, data)
 
 
+def _missing_features(record):
+    """The features a CPU record's code may use that this machine lacks ([] for CUDA records)."""
+    from ..codegen.machine import Machine, missing_features
+    if record["kind"] != "cpu":
+        return []
+    return missing_features(Machine(record["triple"], record["cpu"], record["features"]))
+
+
 def matching_objects(records):
     """The code of the records made for this machine's targets and this toolchain (key -> bytes), and
-    a line per record saying whether it matches."""
+    a line per record saying whether it matches. Code is only used where it was made for the CPU this
+    process compiles for, which runs here; code for features this CPU lacks would die of SIGILL."""
     here = {}
     objects, notes = {}, []
     for record, objs in records:
         kind = record.get("kind")
         if kind in TARGETS and kind not in here:
             here[kind] = TARGETS[kind][0]()
-        same = kind in here and all(record.get(f) == here[kind][f] for f in _MATCHED)
-        notes.append(f"{kind} {record.get('triple')} {record.get('cpu')}: {len(objs)} kernels, "
-                     f"{'used' if same else 'built for another target or toolchain: rebuilt from the IR'}")
+        missing = _missing_features(record) if kind in here else []
+        same = kind in here and all(record.get(f) == here[kind][f] for f in _MATCHED) and not missing
+        if same:
+            verdict = "used"
+        elif missing:
+            verdict = f"built for features this CPU lacks ({', '.join(missing)}): rebuilt from the IR"
+        else:
+            verdict = "built for another target or toolchain: rebuilt from the IR"
+        notes.append(f"{kind} {record.get('triple')} {record.get('cpu')}: {len(objs)} kernels, {verdict}")
         if same:
             objects.update(objs)
     return objects, notes

@@ -21,6 +21,9 @@ import subprocess
 import tempfile
 from math import prod
 
+from ..codegen import cpu
+from ..codegen.linker import builtins_object
+from ..codegen.machine import selected
 from ..ir.fake import fake_of_type
 from ..ir.graph import Value
 from ..runtime.strided import contiguous_strides
@@ -79,6 +82,10 @@ def build_c_library(program, out_dir, name):
             with open(path, "wb") as f:
                 f.write(_pic_object(k.source.llvm_ir))
             objects.append(path)
+        # the compiler-rt functions the kernels may call, so the library needs no particular libgcc
+        objects.append(os.path.join(tmp, "jitorch_builtins.o"))
+        with open(objects[-1], "wb") as f:
+            f.write(builtins_object(selected(), reloc="pic"))
         c_path = os.path.join(tmp, f"{name}.c")
         with open(c_path, "w") as f:
             f.write(source)
@@ -94,15 +101,9 @@ def build_c_library(program, out_dir, name):
 
 
 def _pic_object(llvm_ir):
-    """Position-independent object code of a kernel module for this host."""
-    import llvmlite.binding as llvm
-
-    from ..codegen import cpu
+    """Position-independent object code of a kernel module for the selected CPU."""
     module = cpu.optimise(llvm_ir)
-    target = llvm.Target.from_triple(llvm.get_process_triple())
-    tm = target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
-                                      opt=3, reloc="pic")
-    return tm.emit_object(module)
+    return selected().target_machine(opt=3, reloc="pic").emit_object(module)
 
 
 def _c_type(t):

@@ -274,3 +274,43 @@ def test_a_zero_dim_constant_round_trips(tmp_path):
     loaded = jt.load(tmp_path / "scaled.jtx")
     assert next(iter(loaded.constants.values())).shape == ()
     np.testing.assert_array_equal(loaded(jt.ones(3)).numpy(), [0.5, 0.5, 0.5])
+
+
+def _forge_cpu_record(m, cpu, features):
+    for record in m["artifacts"]:
+        if record["kind"] == "cpu":
+            record.update(cpu=cpu, features=features)
+
+
+def test_object_code_for_features_this_cpu_lacks_is_rebuilt_not_run(saved, tmp_path):
+    """An export made on an AVX-512 machine, loaded on one without: its kernels are rebuilt from the graph
+    (running them would die of SIGILL)."""
+    path, args, expected = saved
+    foreign = rewrite(path, tmp_path / "foreign.jtx",
+                      manifest=lambda m: _forge_cpu_record(m, "x86-64-v4", "+avx512f,+jitorchfuturefeature"))
+    np.save(tmp_path / "x.npy", args[0].numpy())
+    np.save(tmp_path / "e.npy", expected[0])
+    out = run_python(
+        "import numpy as np, jitorch as jt\n"
+        f"p = jt.export.load({str(foreign)!r})\n"
+        "h, s = p(jt.from_numpy(np.load('x.npy')), jt.ones(3) * jt.tensor([0.5, -1.0, 2.0]))\n"
+        "assert np.allclose(h.numpy(), np.load('e.npy'))\n"
+        "print(p.artifact_stats)\n"
+        "print(p.artifact_notes)\n", tmp_path)
+    stats, notes = out.splitlines()
+    assert stats == "{'used': 0, 'rebuilt': 2}"
+    assert "features this CPU lacks (" in notes and "jitorchfuturefeature)" in notes
+
+
+@pytest.mark.skipif(__import__("platform").machine() != "x86_64", reason="the x86-64-v2 baseline")
+def test_an_export_for_the_baseline_cpu_is_used_where_that_cpu_is_selected(tmp_path):
+    """Object code records the CPU it was compiled for: a program exported with JITORCH_CPU=x86-64-v2 is
+    used by a process that compiles for that CPU, and rebuilt by one compiling for another."""
+    path = tmp_path / "baseline.jtx"
+    run_python("import jitorch as jt\nfrom tests.export.helpers import small_program\n"
+               f"small_program()[2].save({str(path)!r})\n", tmp_path, env={"JITORCH_CPU": "x86-64-v2"})
+    load = f"import jitorch as jt\np = jt.export.load({str(path)!r})\np(jt.ones(5, 4), jt.ones(3))\n" \
+           "print(p.artifact_stats)\n"
+    assert run_python(load, tmp_path, env={"JITORCH_CPU": "x86-64-v2"}).strip() == "{'used': 2, 'rebuilt': 0}"
+    assert run_python(load, tmp_path, env={"JITORCH_CPU": "native"}).strip() == \
+        "{'used': 0, 'rebuilt': 2}"

@@ -35,6 +35,8 @@ from llvmlite import ir
 
 from ..errors import CompileError
 from ..kernel import counted_loop
+from ..linker import Linker
+from ..machine import selected
 
 SREGS = [f"{r}.{a}" for r in ("tid", "ntid", "ctaid", "nctaid") for a in "xyz"]
 # The per-thread context: the 12 special registers, then the block's shuffle buffer, warp barriers, block
@@ -80,15 +82,10 @@ def available():
 
 def _runtime():
     """The JIT, the thread-context key, and the addresses of the pthread functions the kernels call."""
-    if "jit" not in _state:
-        import llvmlite.binding as llvm
-        llvm.initialize_native_target()
-        llvm.initialize_native_asmprinter()
-        target = llvm.Target.from_triple(llvm.get_process_triple())
-        # The host's features, as the CPU target uses: half conversions are then instructions (F16C), not
-        # calls into a runtime library the JIT does not link.
-        tm = target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
-                                          codemodel="jitdefault", opt=0)
+    if "linker" not in _state:
+        # The selected CPU, as the CPU target uses: without F16C, half conversions are calls into jitorch's
+        # builtins, which the linker provides.
+        machine = selected()
         libc = _libc()
         key = ctypes.c_uint()
         if libc.pthread_key_create(ctypes.byref(key), None):
@@ -96,7 +93,8 @@ def _runtime():
         symbols = {name: ctypes.cast(getattr(libc, name), ctypes.c_void_p).value
                    for name in ("pthread_getspecific", "pthread_setspecific", "pthread_barrier_wait",
                                 "pthread_create", "pthread_join")}
-        _state.update(jit=llvm.create_lljit_compiler(tm), tm=tm, key=key.value, symbols=symbols, count=0)
+        _state.update(linker=Linker(machine, opt=0, codemodel="jitdefault"), machine=machine,
+                      tm=machine.target_machine(opt=0, codemodel="jitdefault"), key=key.value, symbols=symbols)
     return _state
 
 
@@ -231,15 +229,14 @@ class EmulatedKernel:
         import llvmlite.binding as llvm
         state = _runtime()
         text = host_ir(nvptx_ir)
-        parsed = llvm.parse_assembly(text)
-        n_args = len(list(parsed.get_function(name).arguments))
+        module = llvm.parse_assembly(text)
+        n_args = len(list(module.get_function(name).arguments))
+        module.link_in(llvm.parse_assembly(str(_runtime_module(name, n_args, state["key"]))))
+        module.triple = state["machine"].triple
+        module.data_layout = str(state["tm"].target_data)
         with _lock:
-            state["count"] += 1
-            builder = llvm.JITLibraryBuilder().add_ir(text).add_ir(_runtime_module(name, n_args, state["key"]))
-            for symbol, address in state["symbols"].items():
-                builder.import_symbol(symbol, address)
-            self._library = builder.export_symbol("jitorch_emu_launch").link(
-                state["jit"], f"jitorch_emulated_{state['count']}")
+            obj = state["tm"].emit_object(module)
+        self._library = state["linker"].link(obj, ["jitorch_emu_launch"], state["symbols"])
         self.name = name
         self.n_args = n_args
         # Threads that never wait for each other give the same results run one after the other.
