@@ -348,13 +348,12 @@ class Tracer:
         target = args[0]
         fake = self.fake(target)
         autograd = registry.AUTOGRAD
-        before = None
+        state = None
         if autograd is not None and autograd.needs_grad(op, args):
-            autograd.check_inplace_allowed(fake)
-            before = self.history_copy(fake)
+            state = autograd.prepare_inplace(op, self.fake_args(op, args), copy=self.history_copy)
         result = self._inplace(op, args, target, fake)
-        if before is not None:
-            autograd.record_inplace(op, before, self.fake_args(op, args), fake)
+        if state is not None:
+            autograd.finish_inplace(op, state, self.fake_args(op, args), fake)
         return result
 
     def history_copy(self, fake):
