@@ -475,9 +475,9 @@ def _modified_message(node, t, version):
     made = ""
     if creator is not None:
         name = creator.name()
-        made = f", which is output {nr} of {name.removesuffix('Backward0').removesuffix('Backward')}"
+        made = f", which is output {nr} of {name.removesuffix('Backward0').removesuffix('Backward')},"
     return (f"one of the variables needed for gradient computation has been modified by an inplace operation: "
-            f"[{t.type()} {list(t.shape)}]{made}, is at version {t._storage._version}; expected version {version} "
+            f"[{t.type()} {list(t.shape)}]{made} is at version {t._storage._version}; expected version {version} "
             "instead.")
 
 
