@@ -22,7 +22,7 @@ from collections import OrderedDict
 from ..ops import registry
 from .grad_mode import enable_grad, is_grad_enabled, no_grad
 from .hooks import add_hook
-from .rule import NONDIFFERENTIABLE, RULES, Args
+from .rule import EVERYTHING, NONDIFFERENTIABLE, RULES, Args, Unsaved
 
 
 class NodeHooks:
@@ -52,12 +52,11 @@ class Node(NodeHooks):
     __slots__ = ("op", "args", "versions", "out", "next_functions", "input_specs", "freed", "hooks", "retained",
                  "pre_hooks", "post_hooks", "__weakref__")
 
-    def __init__(self, op, args, out, next_functions, input_specs, saved):
+    def __init__(self, op, args, out, next_functions, input_specs):
         self.op = op
         self.args = args
         self.out = out
-        # a view's backward reads only geometry, so writes through it or its base are no error
-        self.versions = [] if op.view is not None else [(t, t._storage._version) for t in saved]
+        self.versions = ()                    # (saved tensor, its version counter then): see `_save`
         self.retained = {}                    # output index -> weakref of a tensor that retains its grad
         self.next_functions = next_functions  # per tensor input: (Node or AccumulateGrad or None, 0)
         self.input_specs = input_specs        # per tensor input: (schema position, list index, shape, dtype)
@@ -162,8 +161,9 @@ def needs_grad(op, args):
     return any(t._requires_grad for _, _, t in _tensor_inputs(op, args))
 
 
-def record(op, args, result):
-    """Attach a backward node to ``result`` (called after an op ran on tensors requiring grad)."""
+def record(op, args, result, versions=None):
+    """Attach a backward node to ``result`` (called after an op ran on tensors requiring grad).
+    ``versions``: id -> version counter of inputs as they were before an in-place op wrote them."""
     Tensor = registry.Tensor
     if op.name in NONDIFFERENTIABLE:
         return result
@@ -183,9 +183,10 @@ def record(op, args, result):
     edges = tuple([(gradient_edge(t), getattr(t, "_output_nr", 0)) if t._requires_grad else (None, 0)
                    for _, _, t in inputs])
     specs = tuple([(i, j, t._shape, t.dtype) for i, j, t in inputs])
-    saved = [t for _, _, t in inputs]
-    saved.extend([o for o in outs if isinstance(o, Tensor)])
-    node = Node(op, args if args.__class__ is list else list(args), result, edges, specs, saved)
+    args = args if args.__class__ is list else list(args)
+    custom_view = op.view is not None and "_custom_function_view" in args[0].__dict__
+    node = Node(op, args, result, edges, specs)
+    _save(node, inputs, outs, _saves(op, inputs), versions)
     k = 0
     for o in outs:
         if isinstance(o, Tensor) and o.dtype.is_floating_point:
@@ -194,34 +195,69 @@ def record(op, args, result):
             o._output_nr = k
             if op.view is not None:  # a write into its memory after now makes this history stale
                 o._view_version = o._storage._version
-                if "_custom_function_view" in args[0].__dict__:
+                if custom_view:
                     o._custom_function_view = True
         k += 1
     return result
 
 
-def record_inplace(op, before, args, target):
+def _saves(op, inputs):
+    """The names ``op``'s rule reads, given which of its ``inputs`` want a gradient (`Rule.saves`)."""
+    rule = RULES.get(op.name)
+    if rule is None:
+        return EVERYTHING
+    names = op.arg_names
+    return rule.saves({names[i] for i, _, t in inputs if t._requires_grad})
+
+
+def _save(node, inputs, outs, saves, versions):
+    """Keep of the tensors the node's rule reads (a view's reads geometry alone) their version
+    counters, and of the others their geometry alone (`Unsaved`). Inputs an in-place op wrote
+    (``a.mul_(a)``'s ``other``) are expected at their ``versions`` from before the write."""
+    op, args = node.op, node.args
+    if op.view is not None:
+        saves = frozenset()
+    kept = []
+    names = op.arg_names
+    for i, j, t in inputs:
+        if saves is EVERYTHING or names[i] in saves:
+            kept.append((t, t._storage._version if versions is None else versions.get(id(t), t._storage._version)))
+        elif j is None:
+            args[i] = Unsaved(t, (op.name, names[i]))
+        else:
+            args[i] = list(args[i])
+            args[i][j] = Unsaved(t, (op.name, names[i]))
+    single = len(outs) == 1 and node.out is outs[0]
+    stored = []
+    for k, o in enumerate(outs):
+        if isinstance(o, registry.Tensor) and not (saves is EVERYTHING or "result" in saves
+                                                   or f"result{k}" in saves):
+            o = Unsaved(o, (op.name, "result" if single else f"result{k}"))
+        elif isinstance(o, registry.Tensor):
+            kept.append((o, o._storage._version))
+        stored.append(o)
+    node.out = stored[0] if single else tuple(stored)
+    node.versions = kept
+
+
+def record_inplace(op, before, args, target, versions=None):
     """``target`` was written in place by ``op``: its history becomes the op's node, whose
-    ``self`` input is ``before`` (a copy of target's old value with target's old history).
-
-    The node that produced ``target`` may have saved it as its output (exp's formula reads
-    its result): it now reads ``before``, which holds the values it produced."""
-    old = before.grad_fn
-    if isinstance(old, Node) and old.out is not None:
-        if old.out is target:
-            old.out = before
-        elif isinstance(old.out, (tuple, list)) and any(o is target for o in old.out):
-            items = [before if o is target else o for o in old.out]
-            old.out = type(old.out)(*items) if hasattr(old.out, "_fields") else type(old.out)(items)
-        old.versions = [(before, before._version) if t is target else (t, v) for t, v in old.versions]
-    record(op, [before] + list(args[1:]), target)
+    ``self`` input is ``before`` (``target``'s old history, with a copy of its old values if the
+    rule reads them). A node that saved ``target`` (exp's saves its result) now sees a newer
+    version and raises in backward, as torch's does."""
+    record(op, [before] + list(args[1:]), target, versions)
 
 
-def prepare_inplace(op, target):
-    """Before an in-place op on ``target`` that needs grad: check it is allowed and copy what the
-    backward will need: ``target``'s old value and history and, for a view written through, its
-    base's (the write changes the base too, as torch's CopySlices records)."""
+def prepare_inplace(op, args, copy=None):
+    """Before an in-place op on ``args[0]`` that needs grad: check it is allowed, keep what the
+    backward will need: the target's old history (and a copy of its old values if the rule reads
+    ``self``: ``copy(target)``, by default `Tensor._history_copy`) and, for a view written through,
+    its base's (the write changes the base too, as torch's CopySlices records), and the version
+    counters of the saved inputs before the write."""
+    target = args[0]
     check_inplace_allowed(target)
+    if target.grad_fn is not None:
+        gradient_edge(target)  # a view whose base was written since: its history first catches up
     base = target._base
     base_before = None
     if base is not None and op.view is None:
@@ -231,15 +267,26 @@ def prepare_inplace(op, target):
         if not (base.is_contiguous() and base._offset == 0 and base._storage.size == base.numel()):
             raise RuntimeError("jitorch autograd: an in-place operation through a view of a tensor that does not "
                                "fill its storage contiguously is not supported; clone() the base first")
-        base_before = base._history_copy(copy_data=True)
-    return target._history_copy(copy_data=op.view is None), base_before
+        base_before = base._history_copy(copy_data=False)  # as_strided_scatter's rule reads no values
+    if op.view is None and reads_old_self(op, args):
+        before = copy(target) if copy is not None else target._history_copy()
+    else:
+        before = target._history_copy(copy_data=False)
+    versions = {id(t): t._storage._version for _, _, t in _tensor_inputs(op, args)}
+    return before, base_before, versions
+
+
+def reads_old_self(op, args):
+    """Whether the rule of in-place ``op`` reads ``self`` as it was before the write."""
+    saves = _saves(op, list(_tensor_inputs(op, args)))
+    return saves is EVERYTHING or "self" in saves
 
 
 def finish_inplace(op, state, args, target):
     """After the in-place op: ``target``'s history becomes the op's node; a base written through
     the view gets an as_strided_scatter node that puts the view's new values into its old ones."""
-    before, base_before = state
-    record_inplace(op, before, args, target)
+    before, base_before, versions = state
+    record_inplace(op, before, args, target, versions)
     if op.view is None and target._base is not None:
         target._view_version = target._storage._version  # its history is current: other views' is not
     if base_before is not None:
@@ -392,12 +439,8 @@ def _call_rule(node, grads, create_graph):
             "graph a second time or if you need to access saved tensors after calling backward."
         )
     for t, version in node.versions:
-        if t._version != version:
-            raise RuntimeError(
-                f"one of the variables needed for gradient computation has been modified by an inplace "
-                f"operation: [{t.dtype}{list(t.shape)}], which is output 0 of {node.name()}, is at version "
-                f"{t._version}; expected version {version} instead."
-            )
+        if t._storage._version != version:
+            raise RuntimeError(_modified_message(node, t, version))
     op = node.op
     rule = RULES.get(op.name)
     if rule is None:
@@ -407,7 +450,8 @@ def _call_rule(node, grads, create_graph):
         g = grads[0]
     else:
         g = tuple(grads.get(k) if grads.get(k) is not None else
-                  (registry.FUNCTIONS["zeros_like"](o) if isinstance(o, Tensor) else None)
+                  (registry.FUNCTIONS["zeros"](tuple(o.shape), dtype=o.dtype, device=o.device)
+                   if isinstance(o, (Tensor, Unsaved)) else None)
                   for k, o in enumerate(outs))
     result = rule.backward(g, Args(op.schema, node.args, op.arg_names), node.out)
     names = op.arg_names
@@ -420,6 +464,21 @@ def _call_rule(node, grads, create_graph):
             got = sum_to(got, shape, dtype)
         out.append(got)
     return out
+
+
+def _modified_message(node, t, version):
+    """torch's error for a saved tensor written in place since: it names the tensor's creator
+    (the node itself for a saved output), none for a leaf."""
+    outs = node.out if isinstance(node.out, tuple) else (node.out,)
+    mine = [k for k, o in enumerate(outs) if o is t]
+    creator, nr = (node, mine[0]) if mine else (t.grad_fn, getattr(t, "_output_nr", 0))
+    made = ""
+    if creator is not None:
+        name = creator.name()
+        made = f", which is output {nr} of {name.removesuffix('Backward0').removesuffix('Backward')},"
+    return (f"one of the variables needed for gradient computation has been modified by an inplace operation: "
+            f"[{t.type()} {list(t.shape)}]{made} is at version {t._storage._version}; expected version {version} "
+            "instead.")
 
 
 class _Holder:

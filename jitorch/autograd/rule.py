@@ -1,4 +1,11 @@
-"""The derivative rule table: one entry per differentiable registry op (see docs/autograd-design.md)."""
+"""The derivative rule table: one entry per differentiable registry op (see docs/autograd-design.md).
+
+A rule says which tensors its formulas read (``reads``): an argument name, or
+``result`` for the outputs (``result1`` for output 1 alone). The engine saves
+only those, as torch's derivatives.yaml saves only what a formula names, and
+checks only their version counters before the rule runs; of the other tensor
+arguments a node keeps their geometry (`Unsaved`).
+"""
 
 from __future__ import annotations
 
@@ -6,12 +13,29 @@ from dataclasses import dataclass
 
 RULES: dict = {}          # op full name -> Rule
 NONDIFFERENTIABLE: set = set()
+EVERYTHING = None         # a rule that does not say what it reads reads every tensor argument and its result
 
 
 @dataclass(frozen=True)
 class Rule:
     name: str
     backward: object      # (g, args, out) -> {argument name: gradient}
+
+    def saves(self, needed):
+        """The names the rule reads when the arguments ``needed`` (a set of names) want a gradient,
+        or `EVERYTHING`."""
+        saves = getattr(self.backward, "saves", EVERYTHING)
+        return saves(needed) if callable(saves) else saves
+
+
+def reads(names, formula):
+    """``formula`` (a rule, or a per-argument formula of `common.per_input`), declared to read the
+    tensors ``names`` ("self other", "result", "" for none) and only their geometry of the others."""
+    saves = frozenset(names.split())
+    if getattr(formula, "saves", saves) != saves:
+        raise ValueError(f"{formula} is declared to read both {sorted(formula.saves)} and {sorted(saves)}")
+    formula.saves = saves
+    return formula
 
 
 def defgrad(name, backward):
@@ -35,3 +59,47 @@ class Args:
         if names is None:
             names = [x.name for x in schema.args]
         self.__dict__.update(zip(names, values))
+
+
+class Unsaved:
+    """What a backward node keeps of a tensor its rule does not read: shape, strides, offset, dtype,
+    device and whether it required grad. Reading anything else (its values) is a rule that reads
+    more than it declares, which would miss the version check: an error, never a stale value."""
+
+    __slots__ = ("shape", "_stride", "_offset", "dtype", "device", "requires_grad", "what")
+
+    def __init__(self, t, what):
+        self.shape = t.shape
+        self._stride = t._stride
+        self._offset = t._offset
+        self.dtype = t.dtype
+        self.device = t.device
+        self.requires_grad = t._requires_grad
+        self.what = what          # (op name, argument name), for the error
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    def dim(self):
+        return len(self.shape)
+
+    def size(self, dim=None):
+        return self.shape if dim is None else self.shape[dim]
+
+    def stride(self, dim=None):
+        return self._stride if dim is None else self._stride[dim]
+
+    def storage_offset(self):
+        return self._offset
+
+    def numel(self):
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    def __getattr__(self, name):
+        op, arg = self.what
+        raise AttributeError(f"the derivative rule of '{op}' uses '{name}' of its argument '{arg}', which it does "
+                             f"not declare it reads (jitorch.autograd.rule.reads)")

@@ -102,6 +102,8 @@ class Tracer:
         if isinstance(t._storage, TraceStorage):
             raise TraceError("a tensor from another trace was used in this one")
         entry = self.lifted.get(id(t))
+        if entry is None and not t.requires_grad:
+            entry = self._alias(t)
         if entry is None:
             if t._storage.data is None and not t._storage.on_device:
                 raise TraceError(f"a tensor on device '{t.device}' with no data was captured by a traced function")
@@ -112,6 +114,16 @@ class Tracer:
             if t.requires_grad:
                 self.own_grad(t, value.name, entry[1])
         return entry[1]
+
+    def _alias(self, t):
+        """A captured tensor over the memory of one captured before that fills it (``p.data``, a
+        view of a parameter) becomes a fake on that one's fake storage, as a view does: a write
+        through either is a write to the one graph value both read. None if there is no such tensor."""
+        for real, fake in self.lifted.values():
+            if real._storage is t._storage and fake._storage.origin is not None and _is_compact(real):
+                entry = self.lifted[id(t)] = (t, Tensor._make(fake._storage, t._shape, t._stride, t._offset))
+                return entry
+        return None
 
     def own_grad(self, real, name, fake):
         """A captured tensor that requires grad (a module's parameter): a backward() in the trace
@@ -348,13 +360,12 @@ class Tracer:
         target = args[0]
         fake = self.fake(target)
         autograd = registry.AUTOGRAD
-        before = None
+        state = None
         if autograd is not None and autograd.needs_grad(op, args):
-            autograd.check_inplace_allowed(fake)
-            before = self.history_copy(fake)
+            state = autograd.prepare_inplace(op, self.fake_args(op, args), copy=self.history_copy)
         result = self._inplace(op, args, target, fake)
-        if before is not None:
-            autograd.record_inplace(op, before, self.fake_args(op, args), fake)
+        if state is not None:
+            autograd.finish_inplace(op, state, self.fake_args(op, args), fake)
         return result
 
     def history_copy(self, fake):
@@ -435,7 +446,7 @@ class Tracer:
         written = {target for target, _ in self.graph.mutations}
         by_storage = {}
         for real, fake in self.lifted.values():
-            by_storage.setdefault(id(real._storage), []).append(fake._storage.origin)
+            by_storage.setdefault(id(real._storage), set()).add(fake._storage.origin)
         for origins in by_storage.values():
             if len(origins) > 1 and written.intersection(origins):
                 names = " and ".join(sorted(v.name for v in origins))

@@ -510,7 +510,7 @@ def call_inplace(op, args):
             return r
     before = None
     if AUTOGRAD is not None and AUTOGRAD.needs_grad(op, args):
-        before = AUTOGRAD.prepare_inplace(op, self)
+        before = AUTOGRAD.prepare_inplace(op, args)
     if op.view is not None:
         shape, strides, offset = op.view(*args)
         self._set_geometry(shape, strides, offset)

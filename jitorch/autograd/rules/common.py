@@ -6,7 +6,7 @@ import jitorch as jt
 from jitorch.ops import registry
 from jitorch.ops.meta import reduction_dims
 
-from ..rule import defgrad
+from ..rule import EVERYTHING, Unsaved, defgrad, reads
 
 
 def declare(names, rule):
@@ -20,13 +20,25 @@ def wanted(value):
 
     Python numbers, integer tensors and constants get none, so their formulas never run.
     """
-    return isinstance(value, registry.Tensor) and value.requires_grad
+    return isinstance(value, (registry.Tensor, Unsaved)) and value.requires_grad
 
 
 def per_input(**formulas):
-    """A rule from one formula ``f(g, a, out)`` per argument name; each runs only when its argument is `wanted`."""
+    """A rule from one formula ``f(g, a, out)`` per argument name; each runs only when its argument is
+    `wanted`, and is saved for only when its argument requires grad (see `rule.reads`)."""
     def backward(g, a, out):
         return {name: f(g, a, out) for name, f in formulas.items() if wanted(getattr(a, name))}
+
+    def saves(needed):
+        names = set()
+        for name, f in formulas.items():
+            if name in needed:
+                reads = getattr(f, "saves", EVERYTHING)
+                if reads is EVERYTHING:
+                    return EVERYTHING
+                names |= reads
+        return names
+    backward.saves = saves
     return backward
 
 
@@ -38,7 +50,7 @@ def zeros(shape, like):
 
 def zero_grad(*names):
     """The rule of an op whose gradient torch defines as zero (rounding, sign) for arguments ``names``."""
-    return per_input(**{name: (lambda g, a, out: zeros(g.shape, g)) for name in names})
+    return per_input(**{name: reads("", lambda g, a, out: zeros(g.shape, g)) for name in names})
 
 
 def reduced_dims(x, dim):

@@ -19,7 +19,7 @@ from numbers import Number
 
 import jitorch as jt
 
-from ..rule import nondifferentiable
+from ..rule import nondifferentiable, reads
 from .common import declare, per_input, zero_grad, zeros
 
 _LN2 = math.log(2.0)
@@ -32,41 +32,41 @@ def _times(g, c):
     return g if c == 1 else -g if c == -1 else g * c
 
 
-# Unary ops: (names, d(g, x, out)) ------------------------------------------------------------
+# Unary ops: (names, what d reads, d(g, x, out)) ----------------------------------------------------
 
 _UNARY = (
-    ("abs absolute", lambda g, x, y: g * x.sign()),
-    ("neg negative", lambda g, x, y: -g),
-    ("exp", lambda g, x, y: g * y),
-    ("exp2", lambda g, x, y: g * y * _LN2),
-    ("expm1", lambda g, x, y: g * (y + 1)),
-    ("log", lambda g, x, y: g / x),
-    ("log2", lambda g, x, y: g / (x * _LN2)),
-    ("log10", lambda g, x, y: g / (x * _LN10)),
-    ("log1p", lambda g, x, y: g / (x + 1)),
-    ("sqrt", lambda g, x, y: g / (2 * y)),
-    ("rsqrt", lambda g, x, y: -0.5 * g * y.pow(3)),
-    ("reciprocal", lambda g, x, y: -g * (y * y)),
-    ("sin", lambda g, x, y: g * x.cos()),
-    ("cos", lambda g, x, y: g * -x.sin()),
-    ("tan", lambda g, x, y: g * (1 + y * y)),
-    ("asin arcsin", lambda g, x, y: g * (1 - x * x).rsqrt()),
-    ("acos arccos", lambda g, x, y: g * -(1 - x * x).rsqrt()),
-    ("atan arctan", lambda g, x, y: g / (x * x + 1)),
-    ("sinh", lambda g, x, y: g * x.cosh()),
-    ("cosh", lambda g, x, y: g * x.sinh()),
-    ("tanh", lambda g, x, y: g * (1 - y * y)),
-    ("asinh arcsinh", lambda g, x, y: g * (x * x + 1).rsqrt()),
-    ("acosh arccosh", lambda g, x, y: g * (x * x - 1).rsqrt()),
-    ("atanh arctanh", lambda g, x, y: g / (1 - x * x)),
-    ("sigmoid", lambda g, x, y: g * (1 - y) * y),
-    ("erf", lambda g, x, y: g * (-x * x).exp() * _TWO_OVER_SQRT_PI),
-    ("erfc", lambda g, x, y: g * (-x * x).exp() * -_TWO_OVER_SQRT_PI),
-    ("relu", lambda g, x, y: jt.where(y <= 0, 0, g)),  # NaN passes, as torch's threshold_backward
-    ("frac", lambda g, x, y: g),
+    ("abs absolute", "self", lambda g, x, y: g * x.sign()),
+    ("neg negative", "", lambda g, x, y: -g),
+    ("exp", "result", lambda g, x, y: g * y),
+    ("exp2", "result", lambda g, x, y: g * y * _LN2),
+    ("expm1", "result", lambda g, x, y: g * (y + 1)),
+    ("log", "self", lambda g, x, y: g / x),
+    ("log2", "self", lambda g, x, y: g / (x * _LN2)),
+    ("log10", "self", lambda g, x, y: g / (x * _LN10)),
+    ("log1p", "self", lambda g, x, y: g / (x + 1)),
+    ("sqrt", "result", lambda g, x, y: g / (2 * y)),
+    ("rsqrt", "result", lambda g, x, y: -0.5 * g * y.pow(3)),
+    ("reciprocal", "result", lambda g, x, y: -g * (y * y)),
+    ("sin", "self", lambda g, x, y: g * x.cos()),
+    ("cos", "self", lambda g, x, y: g * -x.sin()),
+    ("tan", "result", lambda g, x, y: g * (1 + y * y)),
+    ("asin arcsin", "self", lambda g, x, y: g * (1 - x * x).rsqrt()),
+    ("acos arccos", "self", lambda g, x, y: g * -(1 - x * x).rsqrt()),
+    ("atan arctan", "self", lambda g, x, y: g / (x * x + 1)),
+    ("sinh", "self", lambda g, x, y: g * x.cosh()),
+    ("cosh", "self", lambda g, x, y: g * x.sinh()),
+    ("tanh", "result", lambda g, x, y: g * (1 - y * y)),
+    ("asinh arcsinh", "self", lambda g, x, y: g * (x * x + 1).rsqrt()),
+    ("acosh arccosh", "self", lambda g, x, y: g * (x * x - 1).rsqrt()),
+    ("atanh arctanh", "self", lambda g, x, y: g / (1 - x * x)),
+    ("sigmoid", "result", lambda g, x, y: g * (1 - y) * y),
+    ("erf", "self", lambda g, x, y: g * (-x * x).exp() * _TWO_OVER_SQRT_PI),
+    ("erfc", "self", lambda g, x, y: g * (-x * x).exp() * -_TWO_OVER_SQRT_PI),
+    ("relu", "result", lambda g, x, y: jt.where(y <= 0, 0, g)),  # NaN passes, as torch's threshold_backward
+    ("frac", "", lambda g, x, y: g),
 )
-for _names, _d in _UNARY:
-    declare(_names, per_input(self=lambda g, a, out, d=_d: d(g, a.self, out)))
+for _names, _reads, _d in _UNARY:
+    declare(_names, per_input(self=reads(_reads, lambda g, a, out, d=_d: d(g, a.self, out))))
 
 declare("floor ceil trunc fix round sign sgn", zero_grad("self"))
 declare("floor_divide _div_trunc", zero_grad("self", "other"))  # torch's div(rounding_mode=...) is flat
@@ -128,45 +128,57 @@ def _clamp_max(g, a):
     return jt.where(taken, g, 0)
 
 
-declare("add", per_input(self=lambda g, a, out: g, other=lambda g, a, out: _times(g, a.alpha)))
-declare("sub subtract", per_input(self=lambda g, a, out: g, other=lambda g, a, out: _times(g, -a.alpha)))
-declare("rsub", per_input(self=lambda g, a, out: _times(g, -a.alpha), other=lambda g, a, out: g))
-declare("mul multiply", per_input(self=lambda g, a, out: g * a.other, other=lambda g, a, out: g * a.self))
+def _g(g, a, out):
+    return g
+
+
+declare("add", per_input(self=reads("", _g), other=reads("", lambda g, a, out: _times(g, a.alpha))))
+declare("sub subtract", per_input(self=reads("", _g), other=reads("", lambda g, a, out: _times(g, -a.alpha))))
+declare("rsub", per_input(self=reads("", lambda g, a, out: _times(g, -a.alpha)), other=reads("", _g)))
+declare("mul multiply", per_input(self=reads("other", lambda g, a, out: g * a.other),
+                                  other=reads("self", lambda g, a, out: g * a.self)))
 def _divided(formula):
     """A formula of ``div``: the true quotient's, or torch's zero where a ``rounding_mode`` made it flat."""
-    return lambda g, a, out: formula(g, a, out) if a.rounding_mode is None else zeros(g.shape, g)
+    return reads(" ".join(formula.saves),
+                 lambda g, a, out: formula(g, a, out) if a.rounding_mode is None else zeros(g.shape, g))
 
 
-_QUOTIENT = {"self": lambda g, a, out: g / a.other, "other": lambda g, a, out: -g * (a.self / a.other / a.other)}
+_QUOTIENT = {"self": reads("other", lambda g, a, out: g / a.other),
+             "other": reads("self other", lambda g, a, out: -g * (a.self / a.other / a.other))}
 declare("true_divide", per_input(**_QUOTIENT))
 # Composites whose in-place form (``div_``, ``square_``) records one node of the op itself: out of place,
 # their parts record instead.
 declare("div divide", per_input(**{name: _divided(f) for name, f in _QUOTIENT.items()}))
-declare("square", per_input(self=lambda g, a, out: g * (2 * a.self)))
-declare("remainder", per_input(self=lambda g, a, out: g,
-                               other=lambda g, a, out: -g * jt.floor_divide(a.self, a.other)))
-declare("fmod", per_input(self=lambda g, a, out: g,
-                          other=lambda g, a, out: -g * jt.div(a.self, a.other, rounding_mode="trunc")))
-declare("pow", per_input(self=_pow_self, exponent=_pow_exponent))
-declare("maximum", per_input(self=lambda g, a, out: _extreme(g, a.self, a.other, a.self < a.other),
-                             other=lambda g, a, out: _extreme(g, a.other, a.self, a.other < a.self)))
-declare("minimum", per_input(self=lambda g, a, out: _extreme(g, a.self, a.other, a.self > a.other),
-                             other=lambda g, a, out: _extreme(g, a.other, a.self, a.other > a.self)))
-declare("hypot", per_input(self=lambda g, a, out: g * a.self / out, other=lambda g, a, out: g * a.other / out))
-declare("logaddexp", per_input(self=lambda g, a, out: g / (1 + (a.other - a.self).exp()),
-                               other=lambda g, a, out: g / (1 + (a.self - a.other).exp())))
-declare("atan2 arctan2", per_input(self=lambda g, a, out: g * a.other * _atan2_scale(a),
-                                   other=lambda g, a, out: -g * a.self * _atan2_scale(a)))
-declare("lerp", per_input(self=lambda g, a, out: g * (1 - a.weight), end=lambda g, a, out: g * a.weight,
-                          weight=lambda g, a, out: g * (a.end - a.self)))
-declare("clamp clip", per_input(self=lambda g, a, out: _clamp_self(g, a), min=lambda g, a, out: _clamp_min(g, a),
-                                max=lambda g, a, out: _clamp_max(g, a)))
-declare("clamp_min", per_input(self=lambda g, a, out: jt.where(a.self >= a.min, g, 0),
-                               min=lambda g, a, out: jt.where(a.self < a.min, g, 0)))
-declare("clamp_max", per_input(self=lambda g, a, out: jt.where(a.self <= a.max, g, 0),
-                               max=lambda g, a, out: jt.where(a.self > a.max, g, 0)))
-declare("where.self", per_input(self=lambda g, a, out: jt.where(a.condition, g, 0),
-                                other=lambda g, a, out: jt.where(a.condition, 0, g)))
+declare("square", per_input(self=reads("self", lambda g, a, out: g * (2 * a.self))))
+declare("remainder", per_input(self=reads("", _g),
+                               other=reads("self other", lambda g, a, out: -g * jt.floor_divide(a.self, a.other))))
+declare("fmod", per_input(self=reads("", _g), other=reads(
+    "self other", lambda g, a, out: -g * jt.div(a.self, a.other, rounding_mode="trunc"))))
+declare("pow", per_input(self=reads("self exponent", _pow_self), exponent=reads("self exponent result", _pow_exponent)))
+declare("maximum", per_input(
+    self=reads("self other", lambda g, a, out: _extreme(g, a.self, a.other, a.self < a.other)),
+    other=reads("self other", lambda g, a, out: _extreme(g, a.other, a.self, a.other < a.self))))
+declare("minimum", per_input(
+    self=reads("self other", lambda g, a, out: _extreme(g, a.self, a.other, a.self > a.other)),
+    other=reads("self other", lambda g, a, out: _extreme(g, a.other, a.self, a.other > a.self))))
+declare("hypot", per_input(self=reads("self result", lambda g, a, out: g * a.self / out),
+                           other=reads("other result", lambda g, a, out: g * a.other / out)))
+declare("logaddexp", per_input(self=reads("self other", lambda g, a, out: g / (1 + (a.other - a.self).exp())),
+                               other=reads("self other", lambda g, a, out: g / (1 + (a.self - a.other).exp()))))
+declare("atan2 arctan2", per_input(self=reads("self other", lambda g, a, out: g * a.other * _atan2_scale(a)),
+                                   other=reads("self other", lambda g, a, out: -g * a.self * _atan2_scale(a))))
+declare("lerp", per_input(self=reads("weight", lambda g, a, out: g * (1 - a.weight)),
+                          end=reads("weight", lambda g, a, out: g * a.weight),
+                          weight=reads("self end", lambda g, a, out: g * (a.end - a.self))))
+declare("clamp clip", per_input(self=reads("self min max", lambda g, a, out: _clamp_self(g, a)),
+                                min=reads("self min max", lambda g, a, out: _clamp_min(g, a)),
+                                max=reads("self min max", lambda g, a, out: _clamp_max(g, a))))
+declare("clamp_min", per_input(self=reads("self min", lambda g, a, out: jt.where(a.self >= a.min, g, 0)),
+                               min=reads("self min", lambda g, a, out: jt.where(a.self < a.min, g, 0))))
+declare("clamp_max", per_input(self=reads("self max", lambda g, a, out: jt.where(a.self <= a.max, g, 0)),
+                               max=reads("self max", lambda g, a, out: jt.where(a.self > a.max, g, 0))))
+declare("where.self", per_input(self=reads("condition", lambda g, a, out: jt.where(a.condition, g, 0)),
+                                other=reads("condition", lambda g, a, out: jt.where(a.condition, 0, g))))
 
 
 # Bool and integer results ----------------------------------------------------------------------

@@ -17,7 +17,7 @@ import jitorch as jt
 from jitorch.ops.meta import wrap_dim
 from jitorch.ops.reductions import _norm_order
 
-from ..rule import nondifferentiable
+from ..rule import nondifferentiable, reads
 from .common import declare, expand_reduced, per_input, reduced_dims, unreduce, zeros
 
 
@@ -34,12 +34,12 @@ def _nanmean(g, a, out):
     return jt.where(x.isnan(), 0, expand_reduced(g, x, a.dim, a.keepdim) / counted)
 
 
-declare("sum", per_input(self=lambda g, a, out: expand_reduced(g, a.self, a.dim, a.keepdim)))
-declare("nansum", per_input(self=lambda g, a, out: jt.where(a.self.isnan(), 0,
-                                                              expand_reduced(g, a.self, a.dim, a.keepdim))))
-declare("mean", per_input(self=lambda g, a, out: expand_reduced(g, a.self, a.dim, a.keepdim)
-                          / _count(a.self, a.dim)))
-declare("nanmean", per_input(self=_nanmean))
+declare("sum", per_input(self=reads("", lambda g, a, out: expand_reduced(g, a.self, a.dim, a.keepdim))))
+declare("nansum", per_input(self=reads("self", lambda g, a, out: jt.where(
+    a.self.isnan(), 0, expand_reduced(g, a.self, a.dim, a.keepdim)))))
+declare("mean", per_input(self=reads("", lambda g, a, out: expand_reduced(g, a.self, a.dim, a.keepdim)
+                                      / _count(a.self, a.dim))))
+declare("nanmean", per_input(self=reads("self", _nanmean)))
 
 
 # Products: exclusive cumulative products, no division ----------------------------------------------
@@ -103,9 +103,9 @@ def _cumsum(g, a, out):
     return g.flip(d).cumsum(d).flip(d)
 
 
-declare("prod", per_input(self=_prod))
-declare("cumprod", per_input(self=_cumprod))
-declare("cumsum", per_input(self=_cumsum))
+declare("prod", per_input(self=reads("self", _prod)))
+declare("cumprod", per_input(self=reads("self", _cumprod)))
+declare("cumsum", per_input(self=reads("", _cumsum)))
 
 
 # Extremes, medians and order statistics --------------------------------------------------------------
@@ -139,9 +139,9 @@ def _selected(g, a, out):
     return jt.where(positions == indices, values, 0)
 
 
-declare("amax amin", per_input(self=_amax))
-declare("max min median", per_input(self=_whole))
-declare("max.dim min.dim median.dim", per_input(self=_selected))
+declare("amax amin", per_input(self=reads("self result", _amax)))
+declare("max min median", per_input(self=reads("self result", _whole)))
+declare("max.dim min.dim median.dim", per_input(self=reads("result1", _selected)))
 
 
 # Log-sum-exp and softmax ------------------------------------------------------------------------------
@@ -151,9 +151,9 @@ def _logsumexp(g, a, out):
     return unreduce(g, x, a.dim, a.keepdim) * (x - unreduce(out, x, a.dim, a.keepdim)).exp()
 
 
-declare("logsumexp", per_input(self=_logsumexp))
-declare("softmax", per_input(self=lambda g, a, out: out * (g - (g * out).sum(a.dim, keepdim=True))))
-declare("log_softmax", per_input(self=lambda g, a, out: g - out.exp() * g.sum(a.dim, keepdim=True)))
+declare("logsumexp", per_input(self=reads("self result", _logsumexp)))
+declare("softmax", per_input(self=reads("result", lambda g, a, out: out * (g - (g * out).sum(a.dim, keepdim=True)))))
+declare("log_softmax", per_input(self=reads("result", lambda g, a, out: g - out.exp() * g.sum(a.dim, keepdim=True))))
 
 
 # Moments and norms ------------------------------------------------------------------------------------
@@ -203,9 +203,9 @@ def _norm(g, a, out):
     return x * x.abs().pow(p - 2) * scale
 
 
-declare("var.correction", per_input(self=_var))
-declare("std.correction", per_input(self=_std))
-declare("norm", per_input(self=_norm))
+declare("var.correction", per_input(self=reads("self", _var)))
+declare("std.correction", per_input(self=reads("self result", _std)))
+declare("norm", per_input(self=reads("self result", _norm)))
 
 
 # Index and bool results -----------------------------------------------------------------------------

@@ -11,7 +11,7 @@ overlapping ``as_strided``) accumulate it with ``index_add`` instead.
 from __future__ import annotations
 
 import jitorch
-from jitorch.autograd.rule import defgrad, nondifferentiable
+from jitorch.autograd.rule import defgrad, nondifferentiable, reads
 from jitorch.autograd.rules.common import per_input, wanted
 from jitorch.ops.linalg import _LETTERS, _einsum_plan
 from jitorch.ops.registry import OPS
@@ -73,6 +73,11 @@ def _compact(t):
     return t.clone(memory_format=jitorch.contiguous_format)
 
 
+def _zeros_as(t):
+    """Zeros of ``t``'s shape, dtype and device, from its geometry alone."""
+    return jitorch.zeros(tuple(t.shape), dtype=t.dtype, device=t.device)
+
+
 def _region(t, shape):
     """The leading ``shape`` block of ``t`` (what a scatter reads from a larger ``src``)."""
     if tuple(t.shape) == tuple(shape):
@@ -104,9 +109,10 @@ def _overlaps(size, stride):
     return False
 
 
-def _self(fn):
-    """The rule of an op with one differentiable argument, ``self``: ``fn(g, a)``."""
-    return lambda g, a, out: {"self": fn(g, a)}
+def _self(fn, names=""):
+    """The rule of an op with one differentiable argument, ``self``: ``fn(g, a)``, which reads the
+    tensors ``names`` (by default none: only ``self``'s geometry)."""
+    return reads(names, lambda g, a, out: {"self": fn(g, a)})
 
 
 def _each_wanted(tensors, fn):
@@ -169,7 +175,7 @@ def _joined(join):
     """Views giving a list of parts: the parts' gradients joined back along ``dim``."""
     def grad(g, a):
         if not g:  # unbind of an empty dim
-            return a.self.new_zeros(a.self.shape)
+            return _zeros_as(a.self)
         return join(list(g), wrap_dim(a.dim, a.self.ndim))
     return grad
 
@@ -188,13 +194,16 @@ _declare("unbind", _self(_joined(jitorch.stack)))
 _declare("split split.sizes split_with_sizes chunk", _self(_joined(jitorch.cat)))
 defgrad("unfold", _self(_unfold))
 defgrad("as_strided", _self(_as_strided))
-defgrad("_as_strided_add", per_input(
-    self=lambda g, a, out: g,
-    src=lambda g, a, out: _compact(g).as_strided(a.size, a.stride, a.storage_offset or 0)))
+def _strided_part(g, a, out):
+    """The gradient of what ``as_strided(size, stride, storage_offset)`` addressed."""
+    return _compact(g).as_strided(a.size, a.stride, a.storage_offset or 0)
+
+
+defgrad("_as_strided_add", per_input(self=reads("", lambda g, a, out: g), src=reads("", _strided_part)))
 defgrad("as_strided_scatter", per_input(
-    self=lambda g, a, out: jitorch.as_strided_scatter(g, g.new_zeros(tuple(a.size)), a.size, a.stride,
-                                                      a.storage_offset or 0),
-    src=lambda g, a, out: _compact(g).as_strided(a.size, a.stride, a.storage_offset or 0)))
+    self=reads("", lambda g, a, out: jitorch.as_strided_scatter(g, g.new_zeros(tuple(a.size)), a.size, a.stride,
+                                                                a.storage_offset or 0)),
+    src=reads("", _strided_part)))
 
 
 # Shape ops -------------------------------------------------------------------------------
@@ -244,26 +253,35 @@ def _selected(keepdim_arg=None):
     return rule
 
 
-_declare("cat concat concatenate", _cat)
-_declare("stack", lambda g, a, out: {"tensors": _each_wanted(a.tensors, lambda k: g.select(wrap_dim(a.dim, g.ndim), k))})
+_declare("cat concat concatenate", reads("", _cat))
+_declare("stack", reads("", lambda g, a, out: {
+    "tensors": _each_wanted(a.tensors, lambda k: g.select(wrap_dim(a.dim, g.ndim), k))}))
 defgrad("flip", _self(lambda g, a: g.flip(a.dims)))
 defgrad("roll", _self(lambda g, a: g.roll([-s for s in a.shifts], a.dims)))
 defgrad("repeat", _self(_repeat))
 defgrad("repeat_interleave", _self(_repeat_interleave))
 defgrad("tril", _self(lambda g, a: g.tril(a.diagonal)))
 defgrad("triu", _self(lambda g, a: g.triu(a.diagonal)))
-_declare("sort topk", _selected())
-defgrad("kthvalue", _selected("keepdim"))
+_declare("sort topk", reads("result1", _selected()))
+defgrad("kthvalue", reads("result1", _selected("keepdim")))
 
 
 # Products --------------------------------------------------------------------------------
 
-def _as_matrices(g, a):
-    """(self, other, g) of a matmul with vectors made matrices: a row on the left, a column on the right."""
-    x, y = a.self, a.other
-    gm = g.unsqueeze(-2) if x.ndim == 1 else g
-    return (x.unsqueeze(0) if x.ndim == 1 else x, y.unsqueeze(-1) if y.ndim == 1 else y,
-            gm.unsqueeze(-1) if y.ndim == 1 else gm)
+def _row(x):
+    """matmul's left operand as a matrix: a vector becomes one row."""
+    return x.unsqueeze(0) if x.ndim == 1 else x
+
+
+def _column(y):
+    """matmul's right operand as a matrix: a vector becomes one column."""
+    return y.unsqueeze(-1) if y.ndim == 1 else y
+
+
+def _matrix_grad(g, a):
+    """matmul's gradient with the dims of vector operands back (as `_row` and `_column` give them)."""
+    gm = g.unsqueeze(-2) if a.self.ndim == 1 else g
+    return gm.unsqueeze(-1) if a.other.ndim == 1 else gm
 
 
 def _column_major(t):
@@ -275,24 +293,25 @@ def _column_major(t):
 def _matmul_self(g, a, out):
     if a.self.ndim == 1 and a.other.ndim == 1:
         return g * a.other
-    xm, ym, gm = _as_matrices(g, a)
+    ym, gm = _column(a.other), _matrix_grad(g, a)
     if _column_major(a.self) and ym.ndim == 2:
         return ym.matmul(gm.transpose(-2, -1)).transpose(-2, -1)
-    gx = sum_to(gm.matmul(ym.transpose(-2, -1)), xm.shape)
+    gx = sum_to(gm.matmul(ym.transpose(-2, -1)), (1,) * (a.self.ndim == 1) + tuple(a.self.shape))
     return gx if a.self.ndim > 1 else gx.reshape(a.self.shape)  # a vector's row back to a vector
 
 
 def _matmul_other(g, a, out):
     if a.self.ndim == 1 and a.other.ndim == 1:
         return g * a.self
-    xm, ym, gm = _as_matrices(g, a)
-    if xm.ndim > 2 and ym.ndim == 2:
+    xm, gm = _row(a.self), _matrix_grad(g, a)
+    y_matrix = tuple(a.other.shape) + (1,) * (a.other.ndim == 1)
+    if xm.ndim > 2 and len(y_matrix) == 2:
         # one product over all rows of the batch rather than one per matrix, then a sum
         gy = xm.reshape(-1, xm.shape[-1]).t().matmul(gm.reshape(-1, gm.shape[-1]))
     elif _column_major(a.other) and xm.ndim == 2:
         return gm.transpose(-2, -1).matmul(xm).transpose(-2, -1)
     else:
-        gy = sum_to(xm.transpose(-2, -1).matmul(gm), ym.shape)
+        gy = sum_to(xm.transpose(-2, -1).matmul(gm), y_matrix)
     return gy if a.other.ndim > 1 else gy.reshape(a.other.shape)  # a vector's column back to a vector
 
 
@@ -327,20 +346,25 @@ def _einsum(g, a, out):
     return {"tensors": _each_wanted(tensors, grad)}
 
 
-defgrad("matmul", per_input(self=_matmul_self, other=_matmul_other))
-defgrad("mm", per_input(self=lambda g, a, out: g.mm(a.mat2.t()), mat2=lambda g, a, out: a.self.t().mm(g)))
-defgrad("bmm", per_input(self=lambda g, a, out: g.bmm(a.mat2.transpose(1, 2)),
-                         mat2=lambda g, a, out: a.self.transpose(1, 2).bmm(g)))
-defgrad("mv", per_input(self=lambda g, a, out: g.outer(a.vec), vec=lambda g, a, out: a.self.t().mv(g)))
-defgrad("dot", per_input(self=lambda g, a, out: g * a.tensor, tensor=lambda g, a, out: g * a.self))
-defgrad("vdot", per_input(self=lambda g, a, out: g * a.other, other=lambda g, a, out: g * a.self))
-defgrad("addmm", per_input(self=lambda g, a, out: sum_to(_scaled(g, a.beta), a.self.shape),
-                           mat1=lambda g, a, out: _scaled(g.mm(a.mat2.t()), a.alpha),
-                           mat2=lambda g, a, out: _scaled(a.mat1.t().mm(g), a.alpha)))
-defgrad("baddbmm", per_input(self=lambda g, a, out: sum_to(_scaled(g, a.beta), a.self.shape),
-                             batch1=lambda g, a, out: _scaled(g.bmm(a.batch2.transpose(1, 2)), a.alpha),
-                             batch2=lambda g, a, out: _scaled(a.batch1.transpose(1, 2).bmm(g), a.alpha)))
-defgrad("einsum", _einsum)
+defgrad("matmul", per_input(self=reads("other", _matmul_self), other=reads("self", _matmul_other)))
+defgrad("mm", per_input(self=reads("mat2", lambda g, a, out: g.mm(a.mat2.t())),
+                        mat2=reads("self", lambda g, a, out: a.self.t().mm(g))))
+defgrad("bmm", per_input(self=reads("mat2", lambda g, a, out: g.bmm(a.mat2.transpose(1, 2))),
+                         mat2=reads("self", lambda g, a, out: a.self.transpose(1, 2).bmm(g))))
+defgrad("mv", per_input(self=reads("vec", lambda g, a, out: g.outer(a.vec)),
+                        vec=reads("self", lambda g, a, out: a.self.t().mv(g))))
+defgrad("dot", per_input(self=reads("tensor", lambda g, a, out: g * a.tensor),
+                         tensor=reads("self", lambda g, a, out: g * a.self)))
+defgrad("vdot", per_input(self=reads("other", lambda g, a, out: g * a.other),
+                          other=reads("self", lambda g, a, out: g * a.self)))
+defgrad("addmm", per_input(self=reads("", lambda g, a, out: sum_to(_scaled(g, a.beta), a.self.shape)),
+                           mat1=reads("mat2", lambda g, a, out: _scaled(g.mm(a.mat2.t()), a.alpha)),
+                           mat2=reads("mat1", lambda g, a, out: _scaled(a.mat1.t().mm(g), a.alpha))))
+defgrad("baddbmm", per_input(
+    self=reads("", lambda g, a, out: sum_to(_scaled(g, a.beta), a.self.shape)),
+    batch1=reads("batch2", lambda g, a, out: _scaled(g.bmm(a.batch2.transpose(1, 2)), a.alpha)),
+    batch2=reads("batch1", lambda g, a, out: _scaled(a.batch1.transpose(1, 2).bmm(g), a.alpha))))
+defgrad("einsum", reads("tensors", _einsum))
 
 
 # Indexing --------------------------------------------------------------------------------
@@ -373,7 +397,7 @@ def _scatter(g, a, out):
     if a.reduce is not None:
         reduce = "sum" if a.reduce == "add" else "prod"
         return _scatter_reduced(g, a.self, a.dim, a.index, a.src, reduce, True, out)
-    return per_input(self=_scattered, src=_gathered)(g, a, out)
+    return _PLAIN_SCATTER(g, a, out)
 
 
 def _scatter_value(g, a, out):
@@ -425,33 +449,39 @@ def _scatter_prod(g, x, dim, index, s, include_self, out):
     return gx, gs
 
 
-defgrad("index", _self(lambda g, a: g.new_zeros(a.self.shape).index_put(a.indices, g, True)))
+def _unchanged(g, a, out):
+    return g
+
+
+_PLAIN_SCATTER = per_input(self=reads("index", _scattered), src=reads("index", _gathered))
+defgrad("index", _self(lambda g, a: g.new_zeros(a.self.shape).index_put(a.indices, g, True), "indices"))
 defgrad("index_put", per_input(
-    self=lambda g, a, out: g if a.accumulate else g.index_put(a.indices, g.new_zeros(()), False),
-    values=lambda g, a, out: sum_to(OPS["index"](g, a.indices), a.values.shape)))
-defgrad("gather", _self(lambda g, a: g.new_zeros(a.self.shape).scatter_add(a.dim, a.index, g)))
-defgrad("scatter", _scatter)
-defgrad("scatter.value", _scatter_value)
-defgrad("scatter_add", per_input(self=lambda g, a, out: g, src=_gathered))
-defgrad("scatter_reduce", lambda g, a, out: _scatter_reduced(g, a.self, a.dim, a.index, a.src, a.reduce,
-                                                             a.include_self, out))
-defgrad("index_select", _self(lambda g, a: g.new_zeros(a.self.shape).index_add(a.dim, a.index, g)))
+    self=reads("indices", lambda g, a, out: g if a.accumulate else g.index_put(a.indices, g.new_zeros(()), False)),
+    values=reads("indices", lambda g, a, out: sum_to(OPS["index"](g, a.indices), a.values.shape))))
+defgrad("gather", _self(lambda g, a: g.new_zeros(a.self.shape).scatter_add(a.dim, a.index, g), "index"))
+defgrad("scatter", reads("self index src result", _scatter))
+defgrad("scatter.value", reads("index", _scatter_value))
+defgrad("scatter_add", per_input(self=reads("", _unchanged), src=reads("index", _gathered)))
+defgrad("scatter_reduce", reads("self index src result", lambda g, a, out: _scatter_reduced(
+    g, a.self, a.dim, a.index, a.src, a.reduce, a.include_self, out)))
+defgrad("index_select", _self(lambda g, a: g.new_zeros(a.self.shape).index_add(a.dim, a.index, g), "index"))
 defgrad("index_add", per_input(
-    self=lambda g, a, out: g,
-    source=lambda g, a, out: _scaled(g.index_select(a.dim, a.index).reshape(a.source.shape), a.alpha)))
+    self=reads("", _unchanged),
+    source=reads("index", lambda g, a, out: _scaled(g.index_select(a.dim, a.index).reshape(a.source.shape),
+                                                    a.alpha))))
 defgrad("index_copy", per_input(
-    self=lambda g, a, out: g.index_fill(a.dim, a.index, 0),
-    source=lambda g, a, out: g.index_select(a.dim, a.index).reshape(a.source.shape)))
-_declare("index_fill index_fill.Tensor", per_input(self=lambda g, a, out: g.index_fill(a.dim, a.index, 0),
-                                                   value=_index_fill_value))
+    self=reads("index", lambda g, a, out: g.index_fill(a.dim, a.index, 0)),
+    source=reads("index", lambda g, a, out: g.index_select(a.dim, a.index).reshape(a.source.shape))))
+_declare("index_fill index_fill.Tensor", per_input(
+    self=reads("index", lambda g, a, out: g.index_fill(a.dim, a.index, 0)), value=reads("index", _index_fill_value)))
 _declare("masked_fill masked_fill.Tensor", per_input(
-    self=lambda g, a, out: sum_to(g.masked_fill(a.mask, 0), a.self.shape),
-    value=lambda g, a, out: g.masked_fill(a.mask.logical_not(), 0).sum()))
-defgrad("masked_select", _masked_select)
-defgrad("take", _self(lambda g, a: g.new_zeros(a.self.shape).put(a.index, g, True)))
+    self=reads("mask", lambda g, a, out: sum_to(g.masked_fill(a.mask, 0), a.self.shape)),
+    value=reads("mask", lambda g, a, out: g.masked_fill(a.mask.logical_not(), 0).sum())))
+defgrad("masked_select", reads("mask", _masked_select))
+defgrad("take", _self(lambda g, a: g.new_zeros(a.self.shape).put(a.index, g, True), "index"))
 defgrad("put", per_input(
-    self=lambda g, a, out: g if a.accumulate else g.put(a.index, jitorch.zeros_like(a.source), False),
-    source=lambda g, a, out: g.take(a.index).reshape(a.source.shape)))
+    self=reads("index", lambda g, a, out: g if a.accumulate else g.put(a.index, _zeros_as(a.source), False)),
+    source=reads("index", lambda g, a, out: g.take(a.index).reshape(a.source.shape))))
 
 
 # Casts, copies, fills ----------------------------------------------------------------------
@@ -461,10 +491,12 @@ def _overwritten(g, a, out):
     return jitorch.zeros_like(g)
 
 
+reads("", _overwritten)
 defgrad("_to_copy", _self(lambda g, a: _cast_like(g, a.self)))
-defgrad("copy", per_input(self=_overwritten, src=lambda g, a, out: _cast_like(sum_to(g, a.src.shape), a.src)))
+defgrad("copy", per_input(self=_overwritten,
+                          src=reads("", lambda g, a, out: _cast_like(sum_to(g, a.src.shape), a.src))))
 _declare("fill.Scalar zero", per_input(self=_overwritten))
-defgrad("fill.Tensor", per_input(self=_overwritten, value=lambda g, a, out: g.sum()))
+defgrad("fill.Tensor", per_input(self=_overwritten, value=reads("", lambda g, a, out: g.sum())))
 
 # Index and count outputs only; _unique's values have no derivative in torch either.
 nondifferentiable("argwhere", "_unique")
