@@ -36,9 +36,14 @@ def convert(values, dtype) -> np.ndarray:
     """``values`` (a NumPy array of a jitorch storage type) as a new array of NumPy
     dtype ``dtype`` (a jitorch dtype's ``.np``), converted as torch converts on x86."""
     a = np.asarray(values)
-    dst, src = np.dtype(dtype), a.dtype
-    if src == dst:
+    dst = np.dtype(dtype)
+    if a.dtype == dst:
         return a.copy()
+    return np.asarray(_converted(a, dst))  # NumPy's operators give scalars for 0-d operands
+
+
+def _converted(a, dst):
+    src = a.dtype
     if dst == _BOOL:
         return _bits(a) & 0x7FFF != 0 if src == _BF16 else a != 0
     if src == _BOOL:
