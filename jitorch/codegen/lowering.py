@@ -482,9 +482,6 @@ def _math_available():
 # Integer division by zero raises in eager, which a kernel cannot: integer divisions lower only by a
 # nonzero Python number.
 DIVISIONS = frozenset({"floor_divide", "_div_trunc", "remainder", "fmod"})
-# Fills by a 0-d tensor, converted to the filled tensor's dtype.
-TENSOR_FILLS = frozenset({"fill.Tensor", "masked_fill.Tensor"})
-
 
 def _integer_divisor_known_nonzero(node):
     from ..ir.graph import Value
@@ -503,12 +500,6 @@ def _fill_value_converts(node):
     return True
 
 
-def _float_into_integers(src, dst):
-    """A float converted to an integer dtype: NaN, infinities and out-of-range values give what the
-    platform's conversion gives (LLVM leaves them undefined), so such fills and sums stay eager's."""
-    return src.is_floating_point and not dst.is_floating_point and dst is not _dt.bool
-
-
 def can_lower(node):
     """Whether the code generator can put ``node`` in a kernel (else it runs as an external op)."""
     name = node.op.name
@@ -517,19 +508,12 @@ def can_lower(node):
     if name in CAST_OPS:
         return node.args[2] is None or node.args[2] == node.args[0].type.device
     if name in REDUCTION_OPS:
-        dtype = node.outputs[0].type.dtype
-        # a float input summed with an integer ``dtype=`` converts each element (count_nonzero counts
-        # truth values instead): NaN and out-of-range elements would be poison, so such sums stay eager's
-        if _float_into_integers(node.args[0].type.dtype, dtype) and not REDUCTIONS[name].counts:
-            return False
-        return dtype.is_floating_point or name != "mean"
+        return node.outputs[0].type.dtype.is_floating_point or name != "mean"
     if name not in POINTWISE_OPS:
         return False
     if name in DIVISIONS and not _integer_divisor_known_nonzero(node):
         return False
     if name in FILL_VALUES and not _fill_value_converts(node):
-        return False
-    if name in TENSOR_FILLS and _float_into_integers(node.args[-1].type.dtype, node.outputs[0].type.dtype):
         return False
     if name in MATH_OPS and not _math_available():
         return False
