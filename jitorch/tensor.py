@@ -14,6 +14,7 @@ import operator
 import numpy as np
 
 from .runtime import dtypes as _dt
+from .runtime.casts import copy_into
 from .runtime.device import CPU, to_device
 from .runtime.storage import Storage, storage_of_array
 from .runtime.strided import contiguous_strides, is_contiguous, wrap_dim
@@ -158,7 +159,7 @@ class Tensor:
             write(self, value)
         elif self._storage.data is not None:  # a meta tensor has no elements to write
             src = value._host_array() if isinstance(value, Tensor) else value
-            np.copyto(self._array(), src, casting="unsafe")
+            copy_into(self._array(), src)
         self._storage._version += 1
 
     def _host_array(self):

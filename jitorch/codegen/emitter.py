@@ -26,25 +26,15 @@ I16 = ir.IntType(16)
 I32 = ir.IntType(32)
 
 
-def _host_float_to_integer():
-    """How the host's C casts (which NumPy's astype uses) turn NaN and out-of-range floats into integers:
-    "x86" (cvttss2si: the smallest integer) or "saturating" (AArch64's fcvtzs: clamped, NaN to 0)."""
-    import warnings
-
-    import numpy as np
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return "x86" if np.array([np.nan], np.float32).astype(np.int32)[0] == -2 ** 31 else "saturating"
-
-
-FLOAT_TO_INTEGER = _host_float_to_integer()
-
 # bfloat16 is stored and carried as its 16 bits; conversions are integer maths (exact, and no
 # runtime library calls, which the JIT does not link). float16 uses LLVM's half type (F16C).
 _LLVM = {
     "bool": I8, "uint8": I8, "int8": I8, "int16": I16, "int32": I32, "int64": I64,
     "float16": ir.HalfType(), "bfloat16": I16, "float32": F32, "float64": F64,
 }
+
+
+_HALVES = (_dt.float16, _dt.bfloat16)
 
 
 def llvm_type(dtype):
@@ -88,7 +78,7 @@ class Emitter:
         self.b.store(v, ptr)
 
     def cast(self, s, dtype):
-        """Convert like NumPy's astype (float to int truncates toward zero)."""
+        """Convert by the cast table (`runtime.casts`): torch's results on x86, on every target."""
         src, b = s.dtype, self.b
         if src is dtype:
             return s
@@ -96,8 +86,11 @@ class Emitter:
             s, src = self._from_bfloat16(s), _dt.float32
             if dtype is _dt.float32:
                 return s
-        if dtype is _dt.bfloat16:
-            return self._to_bfloat16(self.cast(s, _dt.float32))
+        if dtype in _HALVES:  # built from a float32, as c10::Half and c10::BFloat16 are: rounded twice
+            s = self.cast(s, _dt.float32)
+            if dtype is _dt.bfloat16:
+                return self._to_bfloat16(s)
+            return Scalar(b.fptrunc(s.value, llvm_type(dtype)), dtype)
         v = s.value
         if dtype is _dt.bool:
             if src.is_floating_point:
@@ -119,27 +112,20 @@ class Emitter:
         return Scalar(b.sext(v, t) if src.is_signed else b.zext(v, t), dtype)
 
     def _float_to_integer(self, s, dtype):
-        """A float as the host's NumPy converts it to an integer dtype: a C cast through a 32-bit integer
-        (64-bit for int64), then truncated. In range that is truncation toward zero; NaN and out-of-range
-        values give what the host's conversion instruction gives (`FLOAT_TO_INTEGER`), never LLVM's
-        undefined result, so every kernel, vectorised or not, CPU or GPU, agrees with eager."""
+        """A float into an integer dtype by the cast table: truncated toward zero through int32 (int64 for
+        int64 and uint8), NaN and out-of-range values giving that integer's smallest value (x86's
+        conversion), then wrapped. Never LLVM's undefined result, and the same on every target, so
+        every kernel, vectorised or not, CPU or GPU, agrees with eager."""
         b = self.b
         if s.dtype.itemsize < 4:  # halves widen exactly
             s = self.cast(s, _dt.float32)
         v, f = s.value, s.value.type
-        wide = I64 if dtype is _dt.int64 else I32
+        wide = I64 if dtype in (_dt.int64, _dt.uint8) else I32
         bits = wide.width
         low, high = ir.Constant(f, -2.0 ** (bits - 1)), ir.Constant(f, 2.0 ** (bits - 1))
         inside = b.and_(b.fcmp_ordered(">=", v, low), b.fcmp_ordered("<", v, high))
         converted = b.fptosi(b.select(inside, v, ir.Constant(f, 0.0)), wide)
-        smallest, largest = ir.Constant(wide, -2 ** (bits - 1)), ir.Constant(wide, 2 ** (bits - 1) - 1)
-        if FLOAT_TO_INTEGER == "x86":
-            outside = smallest
-        else:
-            nan = b.fcmp_unordered("uno", v, v)
-            outside = b.select(nan, ir.Constant(wide, 0), b.select(b.fcmp_ordered("<", v, ir.Constant(f, 0.0)),
-                                                                     smallest, largest))
-        result = b.select(inside, converted, outside)
+        result = b.select(inside, converted, ir.Constant(wide, -2 ** (bits - 1)))
         t = llvm_type(dtype)
         return Scalar(result if t == wide else b.trunc(result, t), dtype)
 

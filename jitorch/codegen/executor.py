@@ -40,6 +40,7 @@ from ..jit.compile import refresh_captured_state, set_grads, write_back
 from ..ops import registry
 from ..runtime import allocator
 from ..runtime import dtypes as _dt
+from ..runtime.casts import convert
 from ..runtime.storage import Storage
 from ..runtime.strided import contiguous_strides
 from ..tensor import Tensor
@@ -154,7 +155,7 @@ class KernelStep:
         if name == "mean":
             total = total / acc_dtype.np.type(count)
         (out,) = self.outputs
-        env[out] = Tensor._from_array(np.asarray(total).astype(out.type.dtype.np).reshape(out.type.shape),
+        env[out] = Tensor._from_array(convert(total, out.type.dtype.np).reshape(out.type.shape),
                                       out.type.dtype)
 
     def __repr__(self):

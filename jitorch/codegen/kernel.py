@@ -29,6 +29,7 @@ from llvmlite import ir
 from ..ir.fake import fake_tensor
 from ..ir.graph import Value, iter_values
 from ..runtime import dtypes as _dt
+from ..runtime.casts import convert
 from ..runtime.strided import contiguous_strides
 from . import lowering
 from .errors import CompileError
@@ -231,7 +232,7 @@ class _Builder:
             elif isinstance(a, Value):
                 operands.append(e.cast(self.evaluate(e, a, memo, load), compute))
             else:
-                literal = np.array(a).astype(compute.np).item()
+                literal = convert(np.array(a), compute.np).item()
                 operands.append(e.const(literal, compute))
         result = lowering.POINTWISE[op.name](e, *operands, *rest)
         return [e.cast(result, out_dtype)]

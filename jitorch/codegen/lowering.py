@@ -15,6 +15,7 @@ from typing import Callable
 import numpy as np
 
 from ..runtime import dtypes as _dt
+from ..runtime.casts import convert
 from .emitter import Scalar, llvm_type
 
 # Element dtypes kernels handle (half types are computed in float32, as eager does).
@@ -280,7 +281,7 @@ def _isclose(e, a, b, rtol, atol, equal_nan):
         return e.cast(e.cast(s, to), work) if to in _HALVES else s
 
     def number(v):
-        return rounded(e.const(np.array(v).astype(scalars.np).item(), work), scalars)
+        return rounded(e.const(convert(np.array(v), scalars.np).item(), work), scalars)
 
     a, b = e.cast(a, work), e.cast(b, work)
     error = rounded(_abs(e, rounded(e.sub(a, b))))
@@ -291,19 +292,12 @@ def _isclose(e, a, b, rtol, atol, equal_nan):
 
 
 def _stored(dtype, value):
-    """A Python fill value as eager's fill converts it (``np.array(value).astype``)."""
-    return np.array(value).astype(dtype.np)
+    """A Python fill value as eager's fills convert it (the cast table)."""
+    return convert(np.array(value), dtype.np)
 
 
-def _assigned(dtype, value):
-    """A Python fill value as eager's masked_fill stores it (NumPy item assignment)."""
-    out = np.zeros(1, dtype.np)
-    out[np.ones(1, bool)] = value
-    return out[0]
-
-
-# op -> how eager converts its Python fill value to the tensor's dtype
-FILL_VALUES = {"fill.Scalar": _stored, "masked_fill": _assigned}
+# ops whose Python fill value eager converts to the tensor's dtype
+FILL_VALUES = ("fill.Scalar", "masked_fill")
 
 
 def _constant(e, ndarray_value, dtype):
@@ -320,7 +314,7 @@ def _fill(e, x, value):
 
 
 def _masked_fill(e, x, mask, value):
-    fill = value if isinstance(value, Scalar) else _constant(e, _assigned(x.dtype, value), x.dtype)
+    fill = value if isinstance(value, Scalar) else _constant(e, _stored(x.dtype, value), x.dtype)
     return e.select(_truthy(e, mask), fill, x)
 
 
@@ -488,31 +482,22 @@ def _math_available():
 # Integer division by zero raises in eager, which a kernel cannot: integer divisions lower only by a
 # nonzero Python number.
 DIVISIONS = frozenset({"floor_divide", "_div_trunc", "remainder", "fmod"})
-# Fills by a 0-d tensor, converted to the filled tensor's dtype.
-TENSOR_FILLS = frozenset({"fill.Tensor", "masked_fill.Tensor"})
-
 
 def _integer_divisor_known_nonzero(node):
     from ..ir.graph import Value
     dtype, divisor = node.outputs[0].type.dtype, node.args[1]
     if dtype.is_floating_point:
         return True
-    return not isinstance(divisor, Value) and np.array(divisor).astype(dtype.np).item() != 0
+    return not isinstance(divisor, Value) and convert(np.array(divisor), dtype.np).item() != 0
 
 
 def _fill_value_converts(node):
     """Whether eager converts the Python fill value (else eager raises, and the op stays eager's)."""
     try:
-        FILL_VALUES[node.op.name](node.outputs[0].type.dtype, node.args[-1])
+        _stored(node.outputs[0].type.dtype, node.args[-1])
     except (OverflowError, ValueError, TypeError):
         return False
     return True
-
-
-def _float_into_integers(src, dst):
-    """A float converted to an integer dtype: NaN, infinities and out-of-range values give what the
-    platform's conversion gives (LLVM leaves them undefined), so such fills and sums stay eager's."""
-    return src.is_floating_point and not dst.is_floating_point and dst is not _dt.bool
 
 
 def can_lower(node):
@@ -523,19 +508,12 @@ def can_lower(node):
     if name in CAST_OPS:
         return node.args[2] is None or node.args[2] == node.args[0].type.device
     if name in REDUCTION_OPS:
-        dtype = node.outputs[0].type.dtype
-        # a float input summed with an integer ``dtype=`` converts each element (count_nonzero counts
-        # truth values instead): NaN and out-of-range elements would be poison, so such sums stay eager's
-        if _float_into_integers(node.args[0].type.dtype, dtype) and not REDUCTIONS[name].counts:
-            return False
-        return dtype.is_floating_point or name != "mean"
+        return node.outputs[0].type.dtype.is_floating_point or name != "mean"
     if name not in POINTWISE_OPS:
         return False
     if name in DIVISIONS and not _integer_divisor_known_nonzero(node):
         return False
     if name in FILL_VALUES and not _fill_value_converts(node):
-        return False
-    if name in TENSOR_FILLS and _float_into_integers(node.args[-1].type.dtype, node.outputs[0].type.dtype):
         return False
     if name in MATH_OPS and not _math_available():
         return False

@@ -1,13 +1,11 @@
 """Casts and copies between dtypes and devices.
 
-Casts follow C's conversions, as torch's do: floats truncate toward zero into
-integers, integers wrap into narrower ones, anything non-zero becomes True.
+Values convert by the one cast table, `runtime.casts` (torch's results on x86).
 """
 
 from __future__ import annotations
 
-import numpy as np
-
+from ..runtime.casts import copy_into
 from ..runtime.device import to_device
 from .creation import dense_like
 from .registry import TensorSpec, defop
@@ -22,7 +20,7 @@ def _to_copy_meta(x, dtype, device):
 
 def _to_copy_cpu(spec, x, dtype, device):
     out = dense_like(x, spec.dtype.np)  # torch's preserve_format (NumPy's order "K" differs when expanded)
-    np.copyto(out, x, casting="unsafe")
+    copy_into(out, x)
     return out
 
 

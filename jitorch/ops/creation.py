@@ -15,6 +15,7 @@ import warnings
 import numpy as np
 
 from ..runtime import dtypes as _dt
+from ..runtime.casts import convert
 from ..runtime.device import to_device
 from ..runtime.strided import broadcast_shapes
 from . import registry
@@ -194,7 +195,12 @@ def _array_from_python(data, dtype, inferred):
             bad = not (np.all(wide >= (-hi if dtype.kind == "u" else lo)) and np.all(wide <= hi))
         if bad:
             raise RuntimeError(f"value cannot be converted to type {dtype.name} without overflow")
-    return wide.astype(dtype.np, order="C")
+    return _contiguous(wide, dtype)
+
+
+def _contiguous(arr, dtype):
+    """A C-contiguous copy of ``arr`` converted to ``dtype``."""
+    return np.asarray(convert(arr, dtype.np), order="C")
 
 
 def _to_array(data, dtype):
@@ -206,11 +212,11 @@ def _to_array(data, dtype):
             "sourceTensor.detach().clone().requires_grad_(True), rather than jitorch.tensor(sourceTensor).",
             UserWarning, stacklevel=3)
         dtype = dtype or data.dtype
-        return None if data.device.type == "meta" else data._host_array().astype(dtype.np, order="C"), data.shape, dtype
+        return None if data.device.type == "meta" else _contiguous(data._host_array(), dtype), data.shape, dtype
     if isinstance(data, (np.ndarray, np.generic)):
         arr = np.asarray(data)
         dtype = dtype or _dt.from_numpy_dtype(arr.dtype)
-        return arr.astype(dtype.np, order="C"), arr.shape, dtype
+        return _contiguous(arr, dtype), arr.shape, dtype
     if isinstance(data, (str, bytes)):
         raise TypeError(f"new(): invalid data type '{type(data).__name__}'")
     sizes = _sizes(data)
@@ -352,7 +358,7 @@ del _name, _value, _what, _sized_cpu, _like_cpu
 
 def _full_value(spec, value):
     """``value`` as one element of the output dtype (floats truncate into integers)."""
-    return np.array(value).astype(spec.dtype.np)
+    return convert(np.array(value), spec.dtype.np)
 
 
 def _checked(spec, value):
@@ -535,7 +541,7 @@ defop("fill.Scalar(Tensor self, Scalar value) -> Tensor", meta=_fill_scalar_meta
       cpu=lambda spec, x, v: np.full(spec.shape, _full_value(spec, v)), kind="creation",
       variants=("function", "inplace"), doc=_FILL_DOC)
 defop("fill.Tensor(Tensor self, Tensor value) -> Tensor", meta=_fill_tensor_meta,
-      cpu=lambda spec, x, v: np.full(spec.shape, v.astype(spec.dtype.np)), kind="creation",
+      cpu=lambda spec, x, v: np.full(spec.shape, convert(v, spec.dtype.np)), kind="creation",
       variants=("function", "inplace"), doc=_FILL_DOC)
 defop("zero(Tensor self) -> Tensor", meta=_same_spec, cpu=lambda spec, x: np.zeros(spec.shape, spec.dtype.np),
       kind="creation", variants=("inplace",), doc="``x.zero_()`` fills ``x`` with zeros in place.")
@@ -551,6 +557,6 @@ def _copy_meta(x, src, non_blocking):
 
 
 defop("copy(Tensor self, Tensor src, bool non_blocking=False) -> Tensor", meta=_copy_meta,
-      cpu=lambda spec, x, src, nb: np.broadcast_to(src, spec.shape).astype(spec.dtype.np), kind="creation",
+      cpu=lambda spec, x, src, nb: convert(np.broadcast_to(src, spec.shape), spec.dtype.np), kind="creation",
       variants=("inplace",), cross_device=True,
       doc="``x.copy_(src)`` writes ``src`` (broadcast to ``x``'s shape, cast to its dtype) into ``x``.")

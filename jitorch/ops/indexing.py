@@ -22,6 +22,7 @@ import numpy as np
 
 from ..runtime import dtypes as _dt
 from ..runtime import fp_errors
+from ..runtime.casts import convert
 from ..runtime.strided import broadcast_shapes, is_non_overlapping_and_dense, list_str, wrap_dim
 from . import registry
 from . import creation
@@ -188,7 +189,7 @@ def _value_tensor(target, value):
         check_scalar_fits(value, target.dtype)
     token = fp_errors.enter()
     try:
-        arr = np.asarray(value).astype(target.dtype.np)
+        arr = convert(np.asarray(value), target.dtype.np)
     finally:
         fp_errors.leave(token)
     return registry.Tensor._from_array(arr, target.dtype)
@@ -455,7 +456,7 @@ _UFUNCS = {"add": np.add, "multiply": np.multiply, "sum": np.add, "prod": np.mul
 
 def _scatter_into(spec, x, dim, index, values, reduce):
     out, coords, shape = _scatter_target(x, dim, index)
-    values = np.broadcast_to(np.asarray(values).astype(out.dtype), shape)
+    values = np.broadcast_to(convert(values, out.dtype), shape)
     if reduce is None:
         out[coords] = values
     else:
@@ -482,7 +483,7 @@ defop("scatter_add(Tensor self, int dim, Tensor index, Tensor src) -> Tensor",
 
 def _scatter_reduce_cpu(spec, x, dim, index, src, reduce, include_self):
     out, coords, _ = _scatter_target(x, dim, index)
-    values = _src_values(src, index).astype(out.dtype)
+    values = convert(_src_values(src, index), out.dtype)
     if reduce == "mean":
         count = np.zeros(out.shape, np.int64) + include_self
         np.add.at(count, coords, 1)
@@ -579,7 +580,7 @@ def _index_add_cpu(spec, x, dim, index, source, alpha):
     d = wrap_dim(dim, x.ndim)
     out = _compute_copy(x)
     idx = _dim_index(index, d, out.shape[d])
-    values = _along(source.astype(out.dtype), d) * np.asarray(alpha).astype(out.dtype)
+    values = _along(convert(source, out.dtype), d) * convert(np.asarray(alpha), out.dtype)
     np.add.at(_along(out, d), idx, values)
     return out.reshape(spec.shape)
 
@@ -616,7 +617,7 @@ def _index_fill_cpu(spec, x, dim, index, value):
     bad = _first_out_of_range(idx, out.shape[d])
     if bad is not None:
         raise IndexError(f"index {bad} is out of bounds for dimension {d} with size {out.shape[d]}")
-    _along(out, d)[idx] = value
+    _along(out, d)[idx] = convert(np.asarray(value), out.dtype)
     return out.reshape(spec.shape)
 
 
@@ -684,7 +685,7 @@ def _masked_fill_meta(x, mask, value):
 
 def _masked_fill_cpu(spec, x, mask, value):
     out = np.array(np.broadcast_to(x, spec.shape))
-    out[np.broadcast_to(mask, spec.shape)] = value
+    out[np.broadcast_to(mask, spec.shape)] = convert(np.asarray(value), out.dtype)
     return out
 
 
@@ -767,7 +768,7 @@ def _put_cpu(spec, x, index, source, accumulate):
     flat, idx = out.reshape(-1), index.reshape(-1)
     _flat_bounds(idx, flat.size)
     if accumulate:
-        np.add.at(flat, idx, source.reshape(-1).astype(out.dtype))
+        np.add.at(flat, idx, convert(source.reshape(-1), out.dtype))
     else:
         flat[idx] = source.reshape(-1)
     return out.reshape(spec.shape)

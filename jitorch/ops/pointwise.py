@@ -21,6 +21,7 @@ from numbers import Number
 import numpy as np
 
 from ..runtime import dtypes as _dt
+from ..runtime.casts import convert
 from . import registry
 from .meta import ALWAYS_BOOL, DEFAULT, INT_TO_FLOAT, KEEP_INT
 from .pointwise_base import defpointwise
@@ -662,7 +663,7 @@ def _isclose(a, b, rtol, atol, equal_nan):
         return close
     if integral:  # torch measures the error of integers and bools in the default float dtype
         default = _dt.get_default_dtype().np
-        a, b = a.astype(default), b.astype(default)
+        a, b = convert(a, default), convert(b, default)
     error = np.abs(a - b)
     return close | (np.isfinite(error) & (error <= atol + np.abs(rtol * b)))
 

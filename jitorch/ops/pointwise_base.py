@@ -18,6 +18,7 @@ import numpy as np
 
 from ..runtime import dtypes as _dt
 from ..runtime import fp_errors
+from ..runtime.casts import convert
 from . import meta as M
 from . import registry
 from .registry import defop
@@ -28,12 +29,11 @@ _HALF_NP = (_dt.float16.np, _dt.bfloat16.np)
 
 def _scalar_in(value, compute_np):
     """A Python number as the compute dtype sees it: integers wrap like torch's casts; a half type
-    rounds it (NumPy would compare a bfloat16 array with a Python float in float32)."""
+    rounds it as torch does, through float32 (NumPy would compare a bfloat16 array with a Python
+    float in float32)."""
     rng = _INT_RANGE.get(compute_np)
-    if rng is not None and value.__class__ is int and not (rng[0] <= value <= rng[1]):
-        return np.array(value).astype(compute_np)[()]
-    if compute_np in _HALF_NP:
-        return compute_np.type(value)
+    if (rng is not None and value.__class__ is int and not (rng[0] <= value <= rng[1])) or compute_np in _HALF_NP:
+        return convert(np.array(value), compute_np)[()]
     return value
 
 
@@ -64,7 +64,7 @@ def defpointwise(schema, formula, promotion=M.DEFAULT, *, variants=("function", 
         for i in positions:
             a = args[i]
             if a.__class__ is np.ndarray:
-                vals.append(a if a.dtype == c or i in keep else a.astype(c))
+                vals.append(a if a.dtype == c or i in keep else convert(a, c))
             else:
                 vals.append(_scalar_in(a, c))
         rest = [args[i] for i in others]

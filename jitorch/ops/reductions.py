@@ -18,6 +18,7 @@ import numpy as np
 
 from ..runtime import dtypes as _dt
 from ..runtime import fp_errors
+from ..runtime.casts import convert
 from ..runtime.device import CPU
 from . import registry
 from .meta import opmath, reduced_shape, reduction_dims, wrap_dim
@@ -158,15 +159,24 @@ def _reduction_meta(name, dtype_rule, nonempty):
     return meta
 
 
-def _reduction_kernel(fn):
+def _through_dtype(x, spec):
+    """``x`` converted to the result dtype (as torch converts the input of an op given ``dtype=``),
+    then widened to the compute dtype."""
+    a = x if x.dtype == spec.dtype.np else convert(x, spec.dtype.np)
+    return a.astype(spec.compute.np, copy=False)
+
+
+def _reduction_kernel(fn, casts_input):
+    """``casts_input``: the rule's result dtype is the input's converted one (``sum(x, dtype=)``)."""
     def kernel(spec, x, dim=None, keepdim=False, dtype=None):
-        a = x.astype(spec.compute.np, copy=False)
+        a = _through_dtype(x, spec) if casts_input else x.astype(spec.compute.np, copy=False)
         return fn(a, axis=_axis(x, dim), keepdims=keepdim)
     return kernel
 
 
 # Rules under which a float32/float64 input gives a result of its own dtype, computed in it (nanmean's
-# NumPy formula divides by an integer count array, which NumPy promotes to float64: not worth a fast path)
+# NumPy formula divides by an integer count array, which NumPy promotes to float64: not worth a fast path);
+# they are also the rules whose result dtype is the input's, converted
 _KEEPS_FLOAT = (_accumulated, _floating_mean)
 _FAST_DTYPES = (_dt.float32, _dt.float64)
 
@@ -219,8 +229,9 @@ def _reduction_fast(op, fn):
 
 for _r in _REDUCTIONS:
     _name = _r.schema.split("(", 1)[0]
-    _op = defop(_r.schema, meta=_reduction_meta(_name, _r.dtype_rule, _r.nonempty), cpu=_reduction_kernel(_r.fn),
-                kind="reduction", variants=_r.variants, doc=_r.doc)
+    _op = defop(_r.schema, meta=_reduction_meta(_name, _r.dtype_rule, _r.nonempty),
+                cpu=_reduction_kernel(_r.fn, _r.dtype_rule in _KEEPS_FLOAT), kind="reduction",
+                variants=_r.variants, doc=_r.doc)
     if _r.dtype_rule in _KEEPS_FLOAT and not _r.nonempty and _r.schema.startswith(_name + "(Tensor self, int[]?"):
         _op.fast = _reduction_fast(_op, _r.fn)
 
@@ -494,7 +505,7 @@ def _nuclear_norm(a, dims, keepdims):
 
 
 def _norm_cpu(spec, x, p, dim, keepdim, dtype):
-    a = x.astype(spec.dtype.np, copy=False).astype(spec.compute.np, copy=False)
+    a = _through_dtype(x, spec)
     order = _norm_order(p, dim)
     if order == "matrix":
         return _nuclear_norm(a, _matrix_dims(x, p, dim), keepdim)
@@ -519,7 +530,7 @@ def _scan_meta(name):
 
 def _scan_kernel(fn):
     def kernel(spec, x, dim, dtype):
-        a = x.astype(spec.dtype.np, copy=False).astype(spec.compute.np, copy=False)
+        a = _through_dtype(x, spec)
         if x.ndim == 0:
             return np.array(a)
         return fn(a, axis=wrap_dim(dim, x.ndim))
@@ -556,7 +567,7 @@ def _softmax_meta(name):
 
 def _softmax_kernel(fn):
     def kernel(spec, x, dim, dtype):
-        a = x.astype(spec.dtype.np, copy=False).astype(spec.compute.np, copy=False)
+        a = _through_dtype(x, spec)
         return fn(a, wrap_dim(dim, x.ndim) if x.ndim else None)
     return kernel
 

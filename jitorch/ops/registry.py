@@ -32,6 +32,7 @@ import numpy as np
 
 from ..runtime import dtypes as _dt
 from ..runtime import fp_errors
+from ..runtime.casts import convert
 from ..runtime.device import to_device
 from ..runtime.storage import Storage  # noqa: F401  (used by fast paths)
 from ..runtime.strided import contiguous_strides
@@ -418,7 +419,7 @@ def _wrap_one(op, spec, raw):
         raw = np.asarray(raw)
     npd = spec.dtype.np
     if raw.dtype != npd:
-        raw = raw.astype(npd)
+        raw = convert(raw, npd)
     if raw.shape != spec.shape and not _matches_unknown(raw.shape, spec.shape):
         raise AssertionError(
             f"internal error in {op.name}: kernel gave shape {raw.shape}, meta rule said {spec.shape}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..runtime import dtypes as _dt
+from ..runtime.casts import convert
 from ..runtime.strided import list_str, wrap_dim, wrap_dims
 from .meta import reduced_shape
 from .registry import TensorSpec, defop
@@ -60,11 +61,16 @@ def _cat_meta(tensors, dim):
     return TensorSpec(tuple(ref[:d]) + (total,) + tuple(ref[d + 1:]), dtype, tensors[0].device)
 
 
+def _promoted(arrays, dtype):
+    """The arrays converted to the result's dtype (those of another dtype only)."""
+    return [a if a.dtype == dtype.np else convert(a, dtype.np) for a in arrays]
+
+
 def _cat_cpu(spec, arrays, dim):
     kept = [a for a in arrays if a.shape != (0,)]
     if not kept:
         return np.empty((0,), spec.dtype.np)
-    return np.concatenate(kept, axis=dim % kept[0].ndim, dtype=spec.dtype.np, casting="unsafe")
+    return np.concatenate(_promoted(kept, spec.dtype), axis=dim % kept[0].ndim)
 
 
 for _name in ("cat", "concat", "concatenate"):
@@ -90,7 +96,7 @@ def _stack_meta(tensors, dim):
 
 def _stack_cpu(spec, arrays, dim):
     # one NumPy call: stacking a DataLoader batch of many small samples costs one dispatch, not one per sample
-    return np.stack(arrays, axis=wrap_dim(dim, arrays[0].ndim + 1), dtype=spec.dtype.np, casting="unsafe")
+    return np.stack(_promoted(arrays, spec.dtype), axis=wrap_dim(dim, arrays[0].ndim + 1))
 
 
 defop("stack(Tensor[] tensors, int dim=0) -> Tensor", meta=_stack_meta, cpu=_stack_cpu, kind="shape",

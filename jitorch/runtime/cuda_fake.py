@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..codegen.nvptx import emulator
+from .casts import convert
 from .cuda_allocator import CachingAllocator
 from .cuda_errors import error_code
 
@@ -186,7 +187,7 @@ def _strided(memory, address, dtype, shape, strides):
 
 def _strided_copy(memory, kernel, pointers):
     _, shape, (dst_dtype, dst_strides), (src_dtype, src_strides) = kernel.spec
-    values = _strided(memory, pointers[0], src_dtype, shape, src_strides).astype(dst_dtype.np)
+    values = convert(_strided(memory, pointers[0], src_dtype, shape, src_strides), dst_dtype.np)
     np.copyto(_strided(memory, pointers[1], dst_dtype, shape, dst_strides), values)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import cuda_backend
+from .casts import convert
 from .cuda_tensor import (Storage, _cached, _copy_into, _run, _span, address, copy_values, empty,
                           empty_storage, non_blocking, upload, write)
 from .strided import contiguous_strides, wrap_dim
@@ -217,7 +218,7 @@ def _indexing(op, args, spec):
         return NotImplemented
     alpha = float(alpha) if self.dtype.is_floating_point else int(alpha)
     if value is not None:
-        value = np.array(value).astype(self.dtype.np).item()
+        value = convert(np.array(value), self.dtype.np).item()
     flat = kernel_op in ("take", "put", "put_accumulate")
     with no_grad():
         if flat:  # the flattened self, and take's index and put's source as vectors

@@ -36,6 +36,7 @@ import threading
 import numpy as np
 
 from . import cuda_backend
+from .casts import convert, copy_into
 from .cuda_allocator import track
 from .device import CPU, to_device
 from .storage import Storage
@@ -120,9 +121,15 @@ def _asynchronous():
     return getattr(_local, "non_blocking", False)
 
 
+def _host_values(array, dtype):
+    """``array`` as a C-contiguous host array of ``dtype`` (converted by the cast table)."""
+    array = np.asarray(array)
+    return np.asarray(array if array.dtype == dtype.np else convert(array, dtype.np), order="C")
+
+
 def upload(array, dtype, device):
     """A CUDA tensor holding a NumPy array's values (cast to ``dtype``)."""
-    host = np.asarray(array).astype(dtype.np, order="C", copy=False)
+    host = _host_values(array, dtype)
     t = empty(host.shape, dtype, device)
     cuda_backend.current().upload(t._storage.data_ptr(), host, _asynchronous())
     return t
@@ -161,7 +168,7 @@ def write(dst, src):
     if not (isinstance(src, Tensor) and src._storage.on_device):
         values = np.asarray(src._array() if isinstance(src, Tensor) else src)
         if values.shape == dst._shape and is_contiguous(dst._shape, dst._stride):
-            return backend.upload(address(dst), values.astype(dst.dtype.np, order="C"), _asynchronous())
+            return backend.upload(address(dst), _host_values(values, dst.dtype), _asynchronous())
         src = upload(values, dst.dtype, dst.device)
     elif src.device != dst.device:
         src = upload(download(src), src.dtype, dst.device)
@@ -206,8 +213,7 @@ def _to_copy(op, spec, args):
     n = int(np.prod(x._shape, dtype=np.int64))
     flat = np.empty(n, spec.dtype.np)
     item = flat.itemsize
-    np.copyto(np.lib.stride_tricks.as_strided(flat, x._shape, tuple(s * item for s in strides)), host_array(x),
-              casting="unsafe")
+    copy_into(np.lib.stride_tricks.as_strided(flat, x._shape, tuple(s * item for s in strides)), host_array(x))
     if target.type != "cuda":
         return Tensor._make(Storage(flat, spec.dtype), x._shape, strides, 0)
     out = Tensor._make(empty_storage(n, spec.dtype, target), x._shape, strides, 0)
@@ -222,7 +228,7 @@ def _copy(op, spec, args):
     with non_blocking(flag or _asynchronous()):
         if self.device.type == "cpu":
             from ..tensor import Tensor
-            values = np.broadcast_to(download(src), spec.shape).astype(spec.dtype.np, order="C")
+            values = _host_values(np.broadcast_to(download(src), spec.shape), spec.dtype)
             return Tensor._from_array(values, spec.dtype)
         if src.device.type != "cuda" or src.device != self.device:
             return upload(np.broadcast_to(host_array(src), spec.shape), spec.dtype, self.device)

@@ -3,6 +3,7 @@ once gave something other than eager's (NumPy's) result. Each test states the ca
 
 import numpy as np
 import pytest
+import torch
 
 import jitorch as jt
 from tests.codegen.test_kernels import assert_identical, fused_result
@@ -43,17 +44,18 @@ def test_float64_hypot_is_bit_exact_on_cuda(rng):
 
 
 @pytest.mark.parametrize("name", ["nansum", "sum"])
-def test_float_sums_into_an_integer_dtype_stay_eager(name):
+def test_float_sums_into_an_integer_dtype_fuse_and_convert_as_torch(name):
     # each element is converted to int16 before it is summed: NaN, inf and 3e38 converted by LLVM's
-    # fptosi are poison, and the vectorised loop and its scalar tail gave different garbage
+    # fptosi are poison (the vectorised loop and its scalar tail gave different garbage), so such sums
+    # stayed eager's; the emitter now converts them by the cast table, as eager does
     row = np.array([0.0, -0.0, 1, -1, 2.5, -2.5, 7, -7, np.inf, -np.inf, np.nan, 1e-40, 3e38, 65504, 1e-7, 0.1])
     x = jt.tensor(np.resize(row, (5, 12)))
 
     def fn(t):
         return getattr(jt, name)(t, 1, dtype=jt.int16)
-    compiled = jt.compile(fn)
-    assert name not in {op for kernel in compiled.lower(x).kernels for op in kernel.ops}
-    assert_identical(compiled(x), fn(x))
+    assert_identical(fused_result(fn, x, ops=[name]), fn(x))
+    expected = getattr(torch, name)(torch.from_numpy(x.numpy()), 1, dtype=torch.int16)
+    np.testing.assert_array_equal(fn(x).numpy(), expected.numpy())
     # count_nonzero of floats counts truth values, no conversion: it still fuses
     assert_identical(fused_result(lambda t: jt.count_nonzero(t, 1), x, ops=["count_nonzero"]), jt.count_nonzero(x, 1))
 
@@ -66,7 +68,7 @@ SPECIAL_FLOATS = [np.nan, np.inf, -np.inf, 1e10, -1e10, 3.7, -3.7, 40000.0, 7000
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_float_to_integer_casts_give_eagers_values_for_nan_and_out_of_range(source, device):
     """LLVM leaves these conversions undefined (its vectorised and scalar code once disagreed within one
-    tensor); kernels now convert as the host's NumPy does, on the CPU and on CUDA."""
+    tensor); kernels now convert by the cast table (torch's results on x86), on the CPU and on CUDA."""
     import warnings
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -79,3 +81,19 @@ def test_float_to_integer_casts_give_eagers_values_for_nan_and_out_of_range(sour
                 with jt.cuda.emulated():
                     compiled = jt.compile(lambda t: (t * 1).to(dtype))(x.cuda()).cpu().numpy()
             np.testing.assert_array_equal(compiled, eager, err_msg=f"{source} -> {dtype}")
+
+
+@pytest.mark.parametrize("op", ["fill", "masked_fill"])
+def test_fills_by_a_float_tensor_into_integers_fuse_and_convert_as_torch(op):
+    # fills converting a float 0-d tensor into an integer tensor stayed eager's while LLVM's conversion
+    # of NaN and out-of-range values was undefined
+    x = jt.zeros(40, dtype=jt.uint8)
+    mask = jt.arange(40) % 3 == 0
+    for value in (300.7, -1.5, float("nan"), 1e10):
+        v = jt.tensor(value)
+
+        def fn(t, v):
+            return (t.masked_fill(mask, v) if op == "masked_fill" else t.fill_(v)) + 1
+        expected = fn(x.clone(), v)
+        assert_identical(fused_result(fn, x.clone(), v, ops=[f"{op}.Tensor"]), expected)
+        assert expected[0].item() == (torch.tensor(value).to(torch.uint8) + 1).item()

@@ -10,7 +10,7 @@ loop runs to the count held there; `FactoryKernel.sized` gives the launch its gr
 The formulas are those of ``jitorch/ops/creation.py``:
 
 - ``arange``: ``start + step * i`` in int64 (wrapping) for integer dtypes, in float64 for floating ones,
-  then converted to the dtype as NumPy's ``astype`` does;
+  then converted to the dtype by the cast table (`jitorch/runtime/casts.py`), as on the CPU;
 - ``eye``: one where the row equals the column;
 - ``linspace`` from both ends: ``first + step * i`` for the first ``steps // 2`` points, ``last - step *
   (steps - 1 - i)`` for the rest, the products in the "step" type (the dtype, float64 for integer
