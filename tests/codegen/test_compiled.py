@@ -1,8 +1,8 @@
 """The llvm backend end to end: compiled results equal eager, kernels fuse what they should."""
 
 import os
-import subprocess
 import re
+import subprocess
 import sys
 import zlib
 
