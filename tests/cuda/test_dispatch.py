@@ -139,11 +139,23 @@ def test_in_place_ops_on_cuda_keep_their_gradients(fake):
     for device in ("cpu", "cuda"):
         x = jt.arange(4.0, device=device, requires_grad=True)
         y = x * 2
-        y.add_(1).exp_()
+        y.add_(1).sin_()
         y[1:3].mul_(3)
         y.sum().backward()
         grads.append(x.grad.cpu().numpy())
     np.testing.assert_allclose(grads[1], grads[0], rtol=1e-6)
+    np.testing.assert_allclose(grads[0], [1.0806, -5.9400, 1.7020, 1.5078], rtol=1e-4)  # torch's
+
+
+def test_writing_into_a_saved_result_on_cuda_raises_as_torch(fake):
+    """exp_ saves its result: a later write into it makes the gradient wrong, and torch refuses."""
+    for device in ("cpu", "cuda"):
+        x = jt.arange(4.0, device=device, requires_grad=True)
+        y = x * 2
+        y.add_(1).exp_()
+        y[1:3].mul_(3)
+        with pytest.raises(RuntimeError, match="output 0 of Exp, is at version 3; expected version 2"):
+            y.sum().backward()
 
 
 def test_tensor_of_a_cuda_tensor_copies_it_on_its_device(fake):
