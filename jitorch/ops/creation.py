@@ -16,7 +16,7 @@ import numpy as np
 
 from ..runtime import dtypes as _dt
 from ..runtime.device import to_device
-from ..runtime.strided import broadcast_shapes
+from ..runtime.strided import broadcast_shapes, numel_overflows
 from . import registry
 from .registry import TensorSpec, defop, scalar_name
 
@@ -285,9 +285,12 @@ def from_numpy(ndarray):
 # Sized factories: zeros, ones, empty, full and their _like / new_ forms --------------
 
 def check_size(size):
+    """A factory's size: non-negative dims whose element count fits int64 (torch's errors)."""
     for n in size:
         if n < 0:
             raise RuntimeError(f"Trying to create tensor with negative dimension {n}: {list(size)}")
+    if numel_overflows(size):
+        raise RuntimeError(f"Storage size calculation overflowed with sizes={list(size)}")
     return tuple(size)
 
 
