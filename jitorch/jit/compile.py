@@ -25,7 +25,7 @@ from ..tensor import Tensor
 from ..ir.graph import Value
 from ..utils.pytree import tree_flatten, tree_unflatten
 from . import logs
-from .errors import TraceError
+from .errors import StateWriteError, TraceError
 from .tracer import trace_with_inputs
 
 
@@ -78,7 +78,8 @@ def _tensor_args_key(args):
         if a.__class__ is not Tensor:
             return None
         shape, strides, device, requires_grad = a._shape, a._stride, a.device, a._requires_grad
-        key.append((shape, a.dtype, device.type, device.index, _layout(shape, strides), requires_grad, requires_grad and a.grad is None, requires_grad and _has_hooks(a)))
+        key.append((shape, a.dtype, device.type, device.index, _layout(shape, strides), requires_grad,
+                    requires_grad and a.grad is None, requires_grad and _has_hooks(a)))
     return tuple(key)
 
 
@@ -345,6 +346,10 @@ class CompiledFunction:
             entry.eager_reason = str(e)
             warnings.warn(f"jitorch.compile: running {self.name} eagerly: {e}", UserWarning, stacklevel=3)
             logs.log("recompiles", "%s runs eagerly: %s", self.name, e)
+            if isinstance(e, StateWriteError):
+                # not cached: the eager call sets the state (a cached mask), with which the function may trace
+                self._stale += 1
+                return entry
         self.cache[key] = entry
         logs.log("guards", "guards of %s entry %d:\n  %s", self.name, len(self.cache),
                  "\n  ".join(entry.guards()))

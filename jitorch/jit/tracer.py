@@ -31,7 +31,7 @@ from ..runtime.strided import contiguous_strides, is_non_overlapping_and_dense
 from ..tensor import GRAD_WATCHERS, Tensor
 from ..utils.pytree import tree_flatten, tree_unflatten
 from .captures import captured_variable_guards
-from .errors import TraceError, describe_call, trace_error, user_frame, where
+from .errors import StateWriteError, TraceError, describe_call, trace_error, user_frame, where
 
 _LITERALS = (type(None), bool, int, float, str)
 
@@ -482,6 +482,38 @@ class Tracer:
                                  "one of them; a graph would not see the write through the other")
 
 
+def _state_tables(fn):
+    """(dict, its items now) for each attribute table where traced code may store a tensor: the globals of
+    its function, the ``__dict__`` of the object it is bound to (or is) and, for a module, of every module
+    below it with their ``_buffers`` and ``_parameters``."""
+    owner = getattr(fn, "__self__", None) or (fn if not inspect.isfunction(fn) else None)
+    objects = []
+    if owner is not None:
+        modules = getattr(owner, "modules", None)
+        objects = list(modules()) if callable(modules) and hasattr(owner, "_modules") else [owner]
+    tables = [getattr(getattr(fn, "__func__", fn), "__globals__", None)]
+    for obj in objects:
+        attributes = getattr(obj, "__dict__", None)
+        if isinstance(attributes, dict):
+            tables += [attributes, attributes.get("_buffers"), attributes.get("_parameters")]
+    return [(t, dict(t)) for t in tables if isinstance(t, dict)]
+
+
+def _take_back_stored_fakes(state):
+    """Put back what each table held where traced code stored a fake tensor (which would break every later
+    use of the object); returns the names stored to."""
+    stored = []
+    for table, before in state:
+        for name, value in list(table.items()):
+            if isinstance(value, Tensor) and isinstance(value._storage, TraceStorage) and before.get(name) is not value:
+                stored.append(name)
+                if name in before:
+                    table[name] = before[name]
+                else:
+                    del table[name]
+    return stored
+
+
 def _grad_is_none_guard(tensor, name, was_none):
     """A graph traced with a captured parameter's ``.grad`` None (or not) fits only calls where it still is."""
     import weakref
@@ -611,6 +643,7 @@ def trace_with_inputs(fn, args, kwargs):
     tracer.input_fakes = fakes
     # what the closure and globals hold before fn runs (fn may rebind them: the next call must then retrace)
     variable_guards = captured_variable_guards(fn)
+    state = _state_tables(fn)
     with tracer:
         try:
             initial = [tracer.fake(real.grad) if real.requires_grad and real.grad is not None else None
@@ -620,6 +653,10 @@ def trace_with_inputs(fn, args, kwargs):
             result = fn(*fargs, **fkwargs)
         finally:
             captured, grad_guards = tracer.finish_grads()
+            stored = _take_back_stored_fakes(state)
+        if stored:
+            raise StateWriteError(f"it stores tensors it computes in Python state ({', '.join(stored)}), which a "
+                                  "graph cannot set; this call runs eagerly, and the next one traces again")
         # a backward() inside fn set inputs' or captured parameters' .grad: the graph returns those too
         targets = [i for i, (f, g) in enumerate(zip(fakes, initial)) if f.grad is not g]
         grads = [fakes[i].grad for i in targets] + [g for _, g in captured]

@@ -112,12 +112,15 @@ def test_varargs_sizes_accept_ints_or_one_sequence():
 # anything runs (issue 15: a compiled sum over such an expand returned zeros). Each takes a 3-element x.
 OVERFLOWING_SIZES = [
     ("expand", lambda x: x.expand(2 ** 64, 3).sum(0), TypeError,
-     "expand\\(\\): argument 'size' failed to unpack the object at pos 1 with error \"Overflow when unpacking long long\""),
+     "expand\\(\\): argument 'size' failed to unpack the object at pos 1 with error "
+     "\"Overflow when unpacking long long\""),
     ("expand of 2**63", lambda x: x.expand(2 ** 63, 3).amax(0), TypeError, "argument 'size' failed to unpack"),
-    ("expanded numel", lambda x: x.expand(2 ** 63 - 1, 3).sum(0), RuntimeError, "numel: integer multiplication overflow"),
+    ("expanded numel", lambda x: x.expand(2 ** 63 - 1, 3).sum(0), RuntimeError,
+     "numel: integer multiplication overflow"),
     ("expanded numel over three dims", lambda x: x.expand(2 ** 62, 4, 3).amax(0), RuntimeError,
      "numel: integer multiplication overflow"),
-    ("view", lambda x: x.view(-1, 2 ** 64), TypeError, "view\\(\\): argument 'size' failed to unpack the object at pos 2"),
+    ("view", lambda x: x.view(-1, 2 ** 64), TypeError,
+     "view\\(\\): argument 'size' failed to unpack the object at pos 2"),
     ("reshape", lambda x: x.reshape(2 ** 63, 3), TypeError, "reshape\\(\\): argument 'shape' failed to unpack"),
     ("as_strided", lambda x: x.as_strided((2 ** 62, 4), (0, 0)).sum(), RuntimeError,
      "numel: integer multiplication overflow"),
