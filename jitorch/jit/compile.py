@@ -25,7 +25,7 @@ from ..tensor import Tensor
 from ..ir.graph import Value
 from ..utils.pytree import tree_flatten, tree_unflatten
 from . import logs
-from .errors import TraceError
+from .errors import StateWriteError, TraceError
 from .tracer import trace_with_inputs
 
 
@@ -39,10 +39,16 @@ class config:
 BACKENDS = ("llvm", "interpreter")
 
 
+def _layout(shape, strides):
+    """True for a contiguous tensor, else its strides: a trace sees a non-contiguous tensor's real
+    strides (which decide whether ``reshape``, ``contiguous`` and ``view`` copy or alias)."""
+    return True if strides == contiguous_strides_cached(shape) or is_contiguous(shape, strides) else strides
+
+
 def _leaf_guard(leaf):
     if isinstance(leaf, Tensor):
-        return ("tensor", tuple(leaf.shape), leaf.dtype, leaf.device, leaf.is_contiguous(), leaf.requires_grad,
-                leaf.requires_grad and leaf.grad is None)
+        return ("tensor", tuple(leaf.shape), leaf.dtype, leaf.device, _layout(leaf._shape, leaf._stride),
+                leaf.requires_grad, leaf.requires_grad and leaf.grad is None)
     try:
         hash(leaf)
     except TypeError:
@@ -72,9 +78,8 @@ def _tensor_args_key(args):
         if a.__class__ is not Tensor:
             return None
         shape, strides, device, requires_grad = a._shape, a._stride, a.device, a._requires_grad
-        key.append((shape, a.dtype, device.type, device.index,
-                    strides == contiguous_strides_cached(shape) or is_contiguous(shape, strides),
-                    requires_grad, requires_grad and a.grad is None, requires_grad and _has_hooks(a)))
+        key.append((shape, a.dtype, device.type, device.index, _layout(shape, strides), requires_grad,
+                    requires_grad and a.grad is None, requires_grad and _has_hooks(a)))
     return tuple(key)
 
 
@@ -98,9 +103,9 @@ def describe_guards(key, names):
     lines.append(f"default dtype: {key[1][1]}")
     for name, guard in zip(names, key[2:]):
         if guard[0] == "tensor":
-            _, shape, dtype, device, contiguous, requires_grad, no_grad_yet = guard
+            _, shape, dtype, device, layout, requires_grad, no_grad_yet = guard
             lines.append(f"{name}: Tensor shape={list(shape)} dtype={dtype} device={device} "
-                         f"{'contiguous' if contiguous else 'non-contiguous'} requires_grad={requires_grad}"
+                         f"{_show_layout(layout)} requires_grad={requires_grad}"
                          + (" grad=None" if no_grad_yet else ""))
         elif guard[0] == "value":
             lines.append(f"{name} == {guard[2]!r} ({guard[1].__name__})")
@@ -117,19 +122,24 @@ def guard_difference(old, new, names):
         return f"grad mode changed to {'enabled' if new[1][0] else 'disabled'}"
     if old[1][1] != new[1][1]:
         return f"the default dtype changed from {old[1][1]} to {new[1][1]}"
-    fields = ("kind", "shape", "dtype", "device", "contiguity", "requires_grad", ".grad being None")
+    fields = ("kind", "shape", "dtype", "device", "layout", "requires_grad", ".grad being None")
     for name, a, b in zip(names, old[2:], new[2:]):
         if a == b:
             continue
         if a[0] == b[0] == "tensor":
             which = next(f for f, x, y in zip(fields, a, b) if x != y)
-            return f"{which} of {name} changed from {_show(a[fields.index(which)])} to {_show(b[fields.index(which)])}"
+            show = _show_layout if which == "layout" else _show
+            return f"{which} of {name} changed from {show(a[fields.index(which)])} to {show(b[fields.index(which)])}"
         return f"{name} changed from {_show(a[-1])} to {_show(b[-1])}"
     return "the guards differ"
 
 
 def _show(v):
     return list(v) if isinstance(v, tuple) else v
+
+
+def _show_layout(layout):
+    return "contiguous" if layout is True else f"non-contiguous strides={list(layout)}"
 
 
 @dataclass
@@ -178,6 +188,7 @@ class CompiledFunction:
         self._stale = 0  # entries dropped because Python state changed: they count toward the limit
         self._shelved: dict = {}  # guard key -> those entries, reused when their state comes back
         self.discard_mutations = False  # a compiled backward recomputes the forward but must not redo its writes
+        self.retrace_reason = None  # why the latest trace after the first was needed (jitorch.explain shows it)
         self.name = getattr(fn, "__name__", type(fn).__name__)
         functools.update_wrapper(self, fn, updated=())
 
@@ -249,9 +260,8 @@ class CompiledFunction:
             logs.log("recompiles", "%s: reusing an earlier graph: no longer true: %s", self.name,
                      failed.__doc__ or failed)
             return revived
-        logs.log("recompiles", "retracing %s: no longer true: %s", self.name, failed.__doc__ or failed)
         self._stale += 1
-        return self._entry(args, kwargs)
+        return self._entry(args, kwargs, reason=f"no longer true: {failed.__doc__ or failed}")
 
     def _forget(self, entry):
         """Drop a cache entry whose graph no longer fits the function's state."""
@@ -305,16 +315,20 @@ class CompiledFunction:
             entry.executable = CompiledGraph(entry.graph, kernel_cache())
         return entry.executable
 
-    def _entry(self, args, kwargs, trace_new=True):
+    def _entry(self, args, kwargs, trace_new=True, reason=None):
+        """The cache entry for a call, traced now if there is none (``reason``: why, when it is not
+        that the arguments differ from the cached ones')."""
         key = guard_key(args, kwargs)
         entry = self.cache.get(key)
         if entry is not None or not trace_new:
             return entry
         from .tracer import input_names
         names = input_names(self.fn, args, kwargs)
-        if self.cache:
-            nearest = next(reversed(self.cache.values()))
-            logs.log("recompiles", "retracing %s: %s", self.name, guard_difference(nearest.key, key, names))
+        if reason is None and self.cache:
+            reason = guard_difference(next(reversed(self.cache.values())).key, key, names)
+        if reason is not None:
+            self.retrace_reason = reason
+            logs.log("recompiles", "retracing %s: %s", self.name, reason)
         if len(self.cache) + self._stale >= config.recompile_limit:
             if not self._warned_limit:
                 warnings.warn(f"jitorch.compile: {self.name} was retraced {config.recompile_limit} times "
@@ -332,6 +346,10 @@ class CompiledFunction:
             entry.eager_reason = str(e)
             warnings.warn(f"jitorch.compile: running {self.name} eagerly: {e}", UserWarning, stacklevel=3)
             logs.log("recompiles", "%s runs eagerly: %s", self.name, e)
+            if isinstance(e, StateWriteError):
+                # not cached: the eager call sets the state (a cached mask), with which the function may trace
+                self._stale += 1
+                return entry
         self.cache[key] = entry
         logs.log("guards", "guards of %s entry %d:\n  %s", self.name, len(self.cache),
                  "\n  ".join(entry.guards()))

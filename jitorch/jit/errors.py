@@ -15,6 +15,12 @@ class TraceError(RuntimeError):
     the operation and the user's file and line."""
 
 
+class StateWriteError(TraceError):
+    """A traced function stored a tensor it computed in Python state (``self.mask = ...`` in a module's
+    ``forward``). The stored tensor is taken back; the call runs eagerly, which stores a real one, and the
+    next call traces again."""
+
+
 def _in_jitorch(frame):
     name = frame.f_code.co_filename
     # generated op wrappers are named "<jitorch op ...>"

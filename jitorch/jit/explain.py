@@ -10,8 +10,9 @@ from .compile import CompiledFunction, compile
 class Explanation:
     """A printable report: the traced graph, its guards, the cache, or why it runs eagerly."""
 
-    def __init__(self, name, entry, cache, reused, executable=None):
+    def __init__(self, name, entry, cache, reused, executable=None, retrace_reason=None):
         self.name = name
+        self.retrace_reason = retrace_reason  # why these arguments were traced again, when they were
         self.steps = list(executable.steps) if executable is not None else []
         self.call_source = getattr(executable, "source", None)  # the generated Python of a call
         self.kernel_cache = _cache_info() if executable is not None else None
@@ -38,6 +39,8 @@ class Explanation:
                 lines.append(f"  writes back into: {', '.join('%' + t.name for t, _ in g.mutations)}")
         lines.append(f"  cache: {self.cache_entries} entr{'y' if self.cache_entries == 1 else 'ies'}; "
                      f"{'these arguments reuse one' if self.reused else 'these arguments were traced now'}")
+        if not self.reused and self.retrace_reason is not None:
+            lines.append(f"  retraced: {self.retrace_reason}")
         if self.guards:
             lines.append("  guards:")
             lines.extend(f"    {g}" for g in self.guards)
@@ -68,14 +71,20 @@ def explain(fn, *args, **kwargs):
     """Report what ``jitorch.compile(fn)`` does for these arguments: the traced graph,
     its guards and cache entries, or why the function would run eagerly. Nothing runs."""
     compiled = fn if isinstance(fn, CompiledFunction) else compile(fn)
-    from .compile import guard_key
+    from .compile import guard_key, python_guards_hold
     reused = guard_key(args, kwargs) in compiled.cache
+    retraced_before = compiled.retrace_reason
     import warnings
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         entry = compiled._entry(args, kwargs)
+        if entry is not None and entry.graph is not None and not python_guards_hold(entry.graph):
+            # what a call would do: the cached graph assumed Python state (a captured variable) that changed
+            entry = compiled._switch(entry, args, kwargs)
+            reused = entry is not None and compiled.retrace_reason is retraced_before
     executable = compiled._executable(entry) if entry is not None and entry.graph is not None else None
-    return Explanation(compiled.name, entry, compiled.cache, reused, executable)
+    reason = compiled.retrace_reason if compiled.retrace_reason is not retraced_before else None
+    return Explanation(compiled.name, entry, compiled.cache, reused, executable, reason)
 
 
 def _cache_info():

@@ -27,29 +27,48 @@ from ..ir.graph import Graph, TensorType
 from ..ops import registry
 from ..ops.random_ops import Generator
 from ..runtime.storage import Storage
-from ..runtime.strided import contiguous_strides
+from ..runtime.strided import contiguous_strides, is_non_overlapping_and_dense
 from ..tensor import GRAD_WATCHERS, Tensor
 from ..utils.pytree import tree_flatten, tree_unflatten
-from .errors import TraceError, describe_call, trace_error, user_frame, where
+from .captures import captured_variable_guards
+from .errors import StateWriteError, TraceError, describe_call, trace_error, user_frame, where
 
 _LITERALS = (type(None), bool, int, float, str)
 
 
 
 class TraceStorage(Storage):
-    """The storage of fake tensors: the current value of its base, no data."""
+    """The storage of fake tensors: the current value of its base, no data.
 
-    __slots__ = ("tracer", "value", "base_shape", "origin", "initial_version", "compact")
+    The base is compact (its shape with contiguous strides). For a non-contiguous input or captured
+    tensor it stands for the memory the real tensor spans, and its first value is built from the
+    graph value only when something reads that memory other than through the tensor itself.
+    """
 
-    def __init__(self, tracer, value, origin=None, compact=True):
-        t = value.type
+    __slots__ = ("tracer", "_value", "build", "base_shape", "origin", "origin_geometry", "initial_version",
+                 "compact")
+
+    def __init__(self, tracer, value, origin=None, compact=True, base_type=None, build=None):
+        t = base_type or value.type
         super().__init__(None, t.dtype, t.device, prod(t.shape))
         self.tracer = tracer
-        self.value = value          # the Value holding the whole base tensor now
+        self._value = value         # the Value holding the whole base tensor now
+        self.build = build          # makes the first value when there is none yet
         self.base_shape = t.shape
         self.origin = origin        # the input or constant Value this storage came from, if any
+        self.origin_geometry = None  # (shape, strides) of the origin's tensor over this storage
         self.initial_version = 0
-        self.compact = compact      # False for an input whose real storage has another layout
+        self.compact = compact      # False when as_strided on the real tensor would reach other memory
+
+    @property
+    def value(self):
+        if self._value is None:
+            self._value = self.build()
+        return self._value
+
+    @value.setter
+    def value(self, value):
+        self._value = value
 
     def no_data_error(self, tensor):
         frame, reader = user_frame(2)
@@ -83,13 +102,31 @@ class Tracer:
     def new_fake(self, value, origin=None, requires_grad=False, compact=True):
         storage = TraceStorage(self, value, origin, compact)
         shape = value.type.shape
-        t = Tensor._make(storage, shape, contiguous_strides(shape), 0)
+        return self._fake_over(storage, value, shape, contiguous_strides(shape), requires_grad)
+
+    def _fake_over(self, storage, value, shape, strides, requires_grad):
+        t = Tensor._make(storage, shape, strides, 0)
         t._trace_value = (value, 0)
         if requires_grad:
             t._requires_grad = True
-        if origin is not None:
+        if storage.origin is not None:
+            storage.origin_geometry = (tuple(shape), tuple(strides))
             self.watched.append(storage)
         return t
+
+    def outside_fake(self, value, real):
+        """The fake standing for ``real``, an input or captured tensor whose elements are the graph
+        value ``value``. A contiguous one is compact, as graph values are. Any other keeps its real
+        strides, so the ops that copy or view by layout (``contiguous``, ``reshape``, ``view``,
+        ``is_contiguous``) decide as they do eagerly, and a write after them reaches ``real`` exactly
+        when it would eagerly; its storage stands for the memory ``real`` spans."""
+        if real.is_contiguous():
+            return self.new_fake(value, origin=value, requires_grad=real.requires_grad, compact=_is_compact(real))
+        shape, strides = tuple(real.shape), tuple(real._stride)
+        base_shape, build = _spanned_memory(shape, strides)
+        storage = TraceStorage(self, None, value, base_type=TensorType(base_shape, real.dtype, real.device),
+                               build=lambda: self.value_of(build(self.new_fake(value))), compact=_is_compact(real))
+        return self._fake_over(storage, value, shape, strides, real.requires_grad)
 
     def is_ours(self, t):
         st = t._storage
@@ -109,8 +146,7 @@ class Tracer:
                 raise TraceError(f"a tensor on device '{t.device}' with no data was captured by a traced function")
             name = self.name_for(t)
             value = self.graph.add_constant(name, t, TensorType(tuple(t.shape), t.dtype, t.device))
-            entry = self.lifted[id(t)] = (t, self.new_fake(value, origin=value, requires_grad=t.requires_grad,
-                                                           compact=_is_compact(t)))
+            entry = self.lifted[id(t)] = (t, self.outside_fake(value, t))
             if t.requires_grad:
                 self.own_grad(t, value.name, entry[1])
         return entry[1]
@@ -149,7 +185,7 @@ class Tracer:
             value = self.graph.add_constant(f"{owner[1]}_grad", before,
                                             TensorType(tuple(before.shape), before.dtype, before.device))
             self.graph.grad_constants[value.name] = t
-            grad_fake = self.new_fake(value, origin=value, compact=_is_compact(before))
+            grad_fake = self.outside_fake(value, before)
             self.lifted[id(before)] = (before, grad_fake)
             t.__dict__["_grad"] = grad_fake
 
@@ -232,13 +268,16 @@ class Tracer:
         cached = t.__dict__.get("_trace_value")
         if cached is not None and cached[1] == st._version:
             return cached[0]
-        if t._shape == st.base_shape and t._offset == 0 and t._stride == contiguous_strides(st.base_shape):
-            value = st.value
-        else:
-            value = self.add(registry.OPS["as_strided"], (st.value, t._shape, t._stride, t._offset),
-                             [TensorType(tuple(t._shape), t.dtype, t.device)])[0]
+        value = self.read(st, t._shape, t._stride, t._offset)
         t._trace_value = (value, st._version)
         return value
+
+    def read(self, st, shape, strides, offset):
+        """The Value of the elements at this geometry of the trace storage ``st`` now."""
+        if shape == st.base_shape and offset == 0 and strides == contiguous_strides(st.base_shape):
+            return st.value
+        return self.add(registry.OPS["as_strided"], (st.value, shape, strides, offset),
+                        [TensorType(tuple(shape), st.dtype, st.device)])[0]
 
     # Recording ----------------------------------------------------------------------
 
@@ -305,8 +344,8 @@ class Tracer:
             # as_strided addresses the storage, not the tensor it is called on: read the whole base
             st = base._storage
             if not st.compact:
-                raise trace_error("as_strided", "it addresses the storage of an input that is not contiguous, and "
-                                  "a graph sees its inputs as contiguous tensors")
+                raise trace_error("as_strided", "it addresses the storage of an input that does not fill it "
+                                  "exactly (a slice, an expanded tensor), and a graph holds only the input's elements")
             node_args[0] = st.value
         outputs = self.add(op, node_args, [TensorType(tuple(g[0]), base.dtype, base.device) for g in geos])
         views = []
@@ -419,7 +458,7 @@ class Tracer:
         self.graph.outputs_require_grad = any(isinstance(leaf, Tensor) and leaf.requires_grad for leaf in leaves)
         for st in self.watched:
             if st._version != st.initial_version:
-                self.graph.mutations.append((st.origin, st.value))
+                self.graph.mutations.append((st.origin, self.read(st, *st.origin_geometry, 0)))
         self.check_captured_aliasing()
         return self.graph
 
@@ -435,8 +474,8 @@ class Tracer:
         for k, leaf in enumerate(leaves):
             owner = owners.get(id(leaf))
             if owner is not None:
-                st = self.fake(leaf)._storage
-                if tuple(leaf._shape) == tuple(st.base_shape) and leaf._offset == 0:
+                fake = self.fake(leaf)
+                if (tuple(fake._shape), tuple(fake._stride)) == fake._storage.origin_geometry and fake._offset == 0:
                     aliases[k] = owner
         return aliases
 
@@ -452,6 +491,38 @@ class Tracer:
                 names = " and ".join(sorted(v.name for v in origins))
                 raise TraceError(f"the captured tensors {names} share memory and the function writes into "
                                  "one of them; a graph would not see the write through the other")
+
+
+def _state_tables(fn):
+    """(dict, its items now) for each attribute table where traced code may store a tensor: the globals of
+    its function, the ``__dict__`` of the object it is bound to (or is) and, for a module, of every module
+    below it with their ``_buffers`` and ``_parameters``."""
+    owner = getattr(fn, "__self__", None) or (fn if not inspect.isfunction(fn) else None)
+    objects = []
+    if owner is not None:
+        modules = getattr(owner, "modules", None)
+        objects = list(modules()) if callable(modules) and hasattr(owner, "_modules") else [owner]
+    tables = [getattr(getattr(fn, "__func__", fn), "__globals__", None)]
+    for obj in objects:
+        attributes = getattr(obj, "__dict__", None)
+        if isinstance(attributes, dict):
+            tables += [attributes, attributes.get("_buffers"), attributes.get("_parameters")]
+    return [(t, dict(t)) for t in tables if isinstance(t, dict)]
+
+
+def _take_back_stored_fakes(state):
+    """Put back what each table held where traced code stored a fake tensor (which would break every later
+    use of the object); returns the names stored to."""
+    stored = []
+    for table, before in state:
+        for name, value in list(table.items()):
+            if isinstance(value, Tensor) and isinstance(value._storage, TraceStorage) and before.get(name) is not value:
+                stored.append(name)
+                if name in before:
+                    table[name] = before[name]
+                else:
+                    del table[name]
+    return stored
 
 
 def _grad_is_none_guard(tensor, name, was_none):
@@ -504,9 +575,34 @@ def current_tracer():
     return None
 
 
+def _spanned_memory(shape, strides):
+    """(shape of the compact base standing for the memory a tensor of this non-contiguous layout spans,
+    a function of a compact fake holding the tensor's elements that returns the base filled with them).
+    A permutation of a dense layout is that permutation; any other is the 1-D span, with the elements
+    scattered into their places (gaps hold zeros: no view of the tensor reaches them). Expanded dims
+    (stride 0) hold one element."""
+    if is_non_overlapping_and_dense(shape, strides):
+        order = sorted(range(len(shape)), key=lambda d: -strides[d])
+        return tuple(shape[d] for d in order), lambda t: t.permute(order)
+    kept = tuple(1 if s == 0 else n for n, s in zip(shape, strides))
+    extent = 0
+    for s, n in sorted((s, n) for n, s in zip(kept, strides) if n > 1):
+        if s <= extent:
+            raise TraceError(f"an input or captured tensor of shape {list(shape)} has elements that share memory "
+                             f"(strides {list(strides)}), which a graph cannot represent")
+        extent += (n - 1) * s
+
+    def build(t):
+        base = t.new_zeros((extent + 1,))
+        base.as_strided(kept, strides, 0).copy_(t[tuple(slice(0, n) for n in kept)])
+        return base
+    return (extent + 1,), build
+
+
 def _is_compact(t):
-    """Whether ``t`` fills its storage exactly, contiguously from offset 0 (as graph values are)."""
-    return t.is_contiguous() and t._offset == 0 and t._storage.size == t.numel()
+    """Whether ``t`` fills its storage exactly from offset 0, in some order of its dims: then its fake's
+    base stands for the whole storage, which ``as_strided`` may address."""
+    return is_non_overlapping_and_dense(t._shape, t._stride) and t._offset == 0 and t._storage.size == t.numel()
 
 
 def input_names(fn, args, kwargs):
@@ -548,8 +644,7 @@ def trace_with_inputs(fn, args, kwargs):
         if isinstance(leaf, Tensor):
             value = tracer.graph.add_input(TensorType(tuple(leaf.shape), leaf.dtype, leaf.device), name,
                                            requires_grad=leaf.requires_grad)
-            fake_leaves.append(tracer.new_fake(value, origin=value, requires_grad=leaf.requires_grad,
-                                               compact=_is_compact(leaf)))
+            fake_leaves.append(tracer.outside_fake(value, leaf))
             inputs.append(leaf)
         else:
             fake_leaves.append(leaf)
@@ -557,6 +652,9 @@ def trace_with_inputs(fn, args, kwargs):
     fakes = [f for f in fake_leaves if isinstance(f, Tensor)]
     tracer.real_inputs = {id(t) for t in inputs}
     tracer.input_fakes = fakes
+    # what the closure and globals hold before fn runs (fn may rebind them: the next call must then retrace)
+    variable_guards = captured_variable_guards(fn)
+    state = _state_tables(fn)
     with tracer:
         try:
             initial = [tracer.fake(real.grad) if real.requires_grad and real.grad is not None else None
@@ -566,6 +664,10 @@ def trace_with_inputs(fn, args, kwargs):
             result = fn(*fargs, **fkwargs)
         finally:
             captured, grad_guards = tracer.finish_grads()
+            stored = _take_back_stored_fakes(state)
+        if stored:
+            raise StateWriteError(f"it stores tensors it computes in Python state ({', '.join(stored)}), which a "
+                                  "graph cannot set; this call runs eagerly, and the next one traces again")
         # a backward() inside fn set inputs' or captured parameters' .grad: the graph returns those too
         targets = [i for i, (f, g) in enumerate(zip(fakes, initial)) if f.grad is not g]
         grads = [fakes[i].grad for i in targets] + [g for _, g in captured]
@@ -574,7 +676,7 @@ def trace_with_inputs(fn, args, kwargs):
             result = (result, grads)
         graph = tracer.output(result)
         graph.grad_targets = targets
-        graph.python_guards = tracer.python_guards + grad_guards + _requires_grad_guard(graph)
+        graph.python_guards = tracer.python_guards + grad_guards + _requires_grad_guard(graph) + variable_guards
         graph.one_shot = tracer.one_shot
         graph.refreshers = tracer.refreshers
     return graph, inputs

@@ -17,7 +17,7 @@ import numpy as np
 from ..runtime import dtypes as _dt
 from ..runtime.casts import convert
 from ..runtime.device import to_device
-from ..runtime.strided import broadcast_shapes
+from ..runtime.strided import broadcast_shapes, numel_overflows
 from . import registry
 from .registry import TensorSpec, defop, scalar_name
 
@@ -291,9 +291,12 @@ def from_numpy(ndarray):
 # Sized factories: zeros, ones, empty, full and their _like / new_ forms --------------
 
 def check_size(size):
+    """A factory's size: non-negative dims whose element count fits int64 (torch's errors)."""
     for n in size:
         if n < 0:
             raise RuntimeError(f"Trying to create tensor with negative dimension {n}: {list(size)}")
+    if numel_overflows(size):
+        raise RuntimeError(f"Storage size calculation overflowed with sizes={list(size)}")
     return tuple(size)
 
 
@@ -397,33 +400,42 @@ def c_num(x):
 
 
 def _arange_plan(start, end, step, dtype):
-    """(length, first value, step) of ``arange`` as torch computes them: integer
-    dtypes truncate the bounds and step first; int64 counts in integers."""
-    if float(step) == 0:
+    """(length, first value, step) of ``arange`` as torch computes them.
+
+    The bounds are checked in float64. Integer dtypes count from the start and
+    step truncated to int64 (so a fractional step may truncate to 0 and repeat
+    the start, as in torch); int64 also counts its length exactly in integers,
+    every other dtype as ceil((end - start) / step) in float64.
+    """
+    fstart, fend, fstep = float(start), float(end), float(step)
+    if fstep == 0:
         raise RuntimeError("step must be nonzero")
-    integral = not dtype.is_floating_point
-    if integral:
-        for v in (start, end, step):
-            if not math.isfinite(v):
-                raise RuntimeError(f"unsupported range: {c_num(float(start))} -> {c_num(float(end))}")
-        xstart, xend, xstep = int(start), int(end), int(step)
-        if xstep == 0:
-            raise ValueError("step must be nonzero")
-    else:
-        xstart, xend, xstep = float(start), float(end), float(step)
-        if not (math.isfinite(xstart) and math.isfinite(xend)):
-            raise RuntimeError(f"unsupported range: {c_num(xstart)} -> {c_num(xend)}")
-    if not (xstep > 0 and xend >= xstart or xstep < 0 and xend <= xstart):
+    if not (math.isfinite(fstart) and math.isfinite(fend)):
+        raise RuntimeError(f"unsupported range: {c_num(fstart)} -> {c_num(fend)}")
+    if not (fstep > 0 and fend >= fstart or fstep < 0 and fend <= fstart):
         raise RuntimeError("upper bound and lower bound inconsistent with step sign")
-    if dtype is _dt.int64:
-        sign = 1 if xstep > 0 else -1
-        length = -((xend - xstart + xstep - sign) // -xstep)
+    if dtype.is_floating_point:
+        first, increment = fstart, fstep
     else:
-        length = (float(end) - float(start)) / float(step)
-        if not 0 <= length <= 2 ** 63 - 1:
-            raise RuntimeError("invalid size, possible overflow?")
-        length = math.ceil(length)
-    return length, xstart, xstep
+        first, increment = _to_int64(start), _to_int64(step)
+    if dtype is _dt.int64:
+        if increment == 0:
+            raise ValueError("step must be nonzero")
+        # torch's C++ integer division truncates; the quotient is never negative, so // agrees
+        sign = 1 if increment > 0 else -1
+        length = (_to_int64(end) - first + increment - sign) // increment
+    else:
+        length = (fend - fstart) / fstep
+        length = math.ceil(length) if math.isfinite(length) else length
+    if not 0 <= length <= 2 ** 63 - 1:
+        raise RuntimeError("invalid size, possible overflow?")
+    return length, first, increment
+
+
+def _to_int64(value):
+    """A bound or step as torch's ``Scalar.to<int64_t>()``: truncated, checked for overflow."""
+    check_scalar_fits(value, _dt.int64)
+    return int(value)
 
 
 def _arange_meta(start, end, step, dtype, device, rg):

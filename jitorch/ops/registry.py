@@ -35,7 +35,7 @@ from ..runtime import fp_errors
 from ..runtime.casts import convert
 from ..runtime.device import to_device
 from ..runtime.storage import Storage  # noqa: F401  (used by fast paths)
-from ..runtime.strided import contiguous_strides
+from ..runtime.strided import INT64_MAX, INT64_MIN, check_numel, contiguous_strides
 from .schema import parse_schema
 
 OPS: dict = {}          # full name ("max.dim") -> OpDef
@@ -52,6 +52,8 @@ class TensorSpec:
     __slots__ = ("shape", "dtype", "device", "compute")
 
     def __init__(self, shape, dtype, device, compute=None):
+        if shape is not None:  # (None: a fast path's template, its shape set per call)
+            check_numel(shape)  # a broadcast of huge expanded tensors, a repeat
         self.shape = shape
         self.dtype = dtype
         self.device = device
@@ -154,6 +156,15 @@ def _to_int(op, arg, v):
         _bad_arg(op, arg, v, "int")
 
 
+def _int64s(op, arg, values):
+    """``values`` if each fits int64; else torch's TypeError for a list it cannot unpack."""
+    for pos, x in enumerate(values, 1):
+        if not INT64_MIN <= x <= INT64_MAX:
+            raise TypeError(f"{op.public_name}(): argument '{arg.name}' failed to unpack the object at pos {pos} "
+                            f"with error \"Overflow when unpacking long long\"")
+    return values
+
+
 def _converter(op, arg):
     """A function that checks and normalises one argument, or None."""
     typ = arg.type
@@ -186,8 +197,8 @@ def _converter(op, arg):
         def int_list(v):
             if isinstance(v, (list, tuple)):
                 for x in v:
-                    if x.__class__ is not int:
-                        return tuple(_to_int(op, arg, x) for x in v)
+                    if x.__class__ is not int or x > INT64_MAX or x < INT64_MIN:
+                        return _int64s(op, arg, tuple(_to_int(op, arg, x) for x in v))
                 return tuple(v)
             if Tensor is not None and isinstance(v, Tensor) and v.ndim == 1:
                 return tuple(int(x) for x in v.tolist())

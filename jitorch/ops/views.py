@@ -12,7 +12,7 @@ from math import prod
 
 import numpy as np
 
-from ..runtime.strided import (broadcast_shapes, contiguous_strides, infer_size, is_contiguous,
+from ..runtime.strided import (broadcast_shapes, check_numel, contiguous_strides, infer_size, is_contiguous,
                                is_non_overlapping_and_dense, list_str, view_strides, wrap_dim, wrap_dims)
 from .registry import TensorSpec, defop, scalar_name
 
@@ -190,7 +190,7 @@ def _expand(x, size, implicit=False):
                 f"The expanded size of the tensor ({n}) must match the existing size ({have}) at non-singleton "
                 f"dimension {i}.  Target sizes: {list_str(size)}.  Tensor sizes: {list_str(x.shape)}"
             )
-    return tuple(shape), tuple(strides), x._offset
+    return check_numel(tuple(shape)), tuple(strides), x._offset
 
 
 def _expand_as(x, other):
@@ -366,6 +366,7 @@ def _as_strided(x, size, stride, storage_offset=None):
                            f"{list_str(stride)}")
     if any(n < 0 for n in size):
         raise RuntimeError(f"Trying to create tensor with negative dimension {min(size)}: {list_str(size)}")
+    check_numel(size)
     if offset < 0:
         raise RuntimeError(f"Tensor: invalid storage offset {offset}")
     item = x.dtype.itemsize

@@ -152,3 +152,29 @@ def view_strides(shape, strides, new_shape):
 
 def numel(shape):
     return prod(shape)
+
+
+INT64_MAX = 2 ** 63 - 1
+INT64_MIN = -2 ** 63
+
+
+def numel_overflows(shape):
+    """Whether counting ``shape``'s elements overflows int64 at some step, as torch's checked
+    multiplication does (dim by dim: a later 0 does not undo it). Unknown (None) dims count as 0."""
+    if None not in shape:
+        count = prod(shape)
+        if count:  # no dim is 0: no partial product exceeds the whole
+            return count > INT64_MAX
+    count = 1
+    for n in shape:
+        count *= n or 0
+        if count > INT64_MAX:
+            return True
+    return False
+
+
+def check_numel(shape):
+    """torch's RuntimeError for a shape whose element count overflows int64."""
+    if numel_overflows(shape):
+        raise RuntimeError("numel: integer multiplication overflow")
+    return shape

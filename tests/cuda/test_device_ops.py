@@ -18,6 +18,7 @@ from jitorch.runtime.cuda_fake import FakeBackend
 from tests import support
 from tests.cuda.test_ptx import assert_assembles
 from tests.ops.samples import copy_layout
+from tests.ops.test_creation import TORCH_ARANGE
 from tests.support import tensor_and_array
 
 INTEGERS = [jt.int64, jt.int32, jt.int16, jt.int8, jt.uint8]
@@ -73,6 +74,13 @@ def test_arange_matches_the_cpu_bit_for_bit(data, dtype):
         step = data.draw(st.sampled_from([1, 3, 7, -2]))
         end = start + step * data.draw(st.integers(1, 300))
     assert "arange" in expect(lambda device: jt.arange(start, end, step, dtype=dtype, device=device), made=True)
+
+
+@pytest.mark.parametrize("args,dtype,expected", TORCH_ARANGE)
+def test_device_arange_excludes_an_end_the_steps_land_on(args, dtype, expected):
+    expect(lambda device: jt.arange(*args, dtype=dtype, device=device), made=True)
+    got, _ = on_device(lambda: jt.arange(*args, dtype=dtype, device="cuda"))
+    assert got[0].shape == (len(expected),)
 
 
 @settings(max_examples=15, deadline=None)

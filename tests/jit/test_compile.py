@@ -8,6 +8,7 @@ import pytest
 
 import jitorch as jt
 from jitorch.jit import TraceError
+from tests.ops.test_registry import OVERFLOWING_SIZES
 
 
 def counting(fn):
@@ -210,3 +211,12 @@ def test_write_backs_read_every_value_before_writing():
     assert a.tolist() == [1.0, 1.0] and b.tolist() == [0.0, 0.0]
     swap(a, b)
     assert a.tolist() == [0.0, 0.0] and b.tolist() == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("name,fn,error,match", OVERFLOWING_SIZES, ids=[c[0] for c in OVERFLOWING_SIZES])
+def test_compiled_sizes_overflowing_int64_raise_as_eager_while_tracing(name, fn, error, match):
+    """The trace's meta rules raise eager's error: no graph with an impossible shape runs (it gave zeros)."""
+    compiled = jt.compile(fn, fullgraph=True)
+    with pytest.raises(error, match=match):
+        compiled(jt.ones(3))
+    assert not compiled.cache

@@ -1,10 +1,14 @@
 """`jitorch.compile(module)`: compiled forward, gradients for the module's parameters through one
 compiled backward, in-place buffer updates done once, a graph per train/eval mode."""
 
+import warnings
+
 import numpy as np
+import pytest
 
 import jitorch as jt
 from jitorch import nn
+from jitorch.runtime.storage import Storage
 from jitorch.nn import functional as F
 from tests.support import classifier_step
 
@@ -82,3 +86,75 @@ def test_a_training_step_over_a_module_and_optimizer_compiles_into_one_graph():
     for p, q in zip(eager_model.parameters(), model.parameters()):
         close(q, p)
     close(model[1].running_mean, eager_model[1].running_mean)
+
+
+class CausalMix(nn.Module):
+    """Caches a causal mask on itself in ``forward``, as transformer language models do; ``how`` stores it as
+    a plain attribute or a registered buffer."""
+
+    def __init__(self, how="attribute"):
+        super().__init__()
+        jt.manual_seed(0)
+        self.proj = nn.Linear(4, 4)
+        self.how = how
+        if how == "attribute":
+            self.mask = None
+
+    def forward(self, x):
+        t = x.shape[0]
+        if getattr(self, "mask", None) is None:
+            mask = jt.ones(t, t).tril()
+            if self.how == "attribute":
+                self.mask = mask
+            else:
+                self.register_buffer("mask", mask)
+        return self.mask @ self.proj(x)
+
+
+def test_compiled_module_caching_a_mask_in_forward_stays_usable_eager_and_compiled():
+    for how in ("attribute", "buffer"):
+        x = jt.randn(3, 4)
+        expected = CausalMix(how)(x)
+        model = CausalMix(how)
+        compiled = jt.compile(model)
+        with pytest.warns(UserWarning, match=r"stores tensors it computes in Python state \(mask\)"):
+            first = compiled(x)
+        assert type(model.mask._storage) is Storage  # a real tensor, not the trace's stand-in
+        assert jt.allclose(first, expected)
+        assert jt.allclose(model(x), expected)  # eagerly
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert jt.allclose(compiled(x), expected) and jt.allclose(compiled(x), expected)
+        assert "mask" in compiled.lower(x).graph.constants  # the later calls run a graph reading the cached mask
+
+
+def test_a_trace_that_fails_after_storing_a_tensor_leaves_the_module_as_it_was():
+    class Fails(nn.Module):
+        def forward(self, x):
+            self.last = x * 2
+            return x if x.sum() > 0 else -x  # data-dependent: the trace fails
+
+    model = Fails()
+    with pytest.raises(jt.jit.TraceError, match="on a traced tensor"):
+        jt.compile(model, fullgraph=True)(jt.ones(2))
+    assert "last" not in vars(model)
+    assert model(jt.ones(2)).tolist() == [1.0, 1.0] and model.last.tolist() == [2.0, 2.0]
+
+
+def test_compiled_function_storing_a_tensor_every_call_settles_on_eager(monkeypatch):
+    monkeypatch.setattr(jt.jit.config, "recompile_limit", 3)
+
+    class Keeps:
+        last = None
+
+        def __call__(self, x):
+            self.last = x + 1
+            return x * 2
+
+    keeps = Keeps()
+    compiled = jt.compile(keeps)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i in range(5):
+            assert compiled(jt.full((2,), float(i))).tolist() == [2.0 * i] * 2
+            assert keeps.last.tolist() == [i + 1.0] * 2

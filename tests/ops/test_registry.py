@@ -108,6 +108,47 @@ def test_varargs_sizes_accept_ints_or_one_sequence():
     assert x.view(2, 3).shape == x.view((2, 3)).shape == (2, 3)
 
 
+# Sizes beyond int64, and shapes whose element count overflows it: torch 2.13's errors, raised before
+# anything runs (issue 15: a compiled sum over such an expand returned zeros). Each takes a 3-element x.
+OVERFLOWING_SIZES = [
+    ("expand", lambda x: x.expand(2 ** 64, 3).sum(0), TypeError,
+     "expand\\(\\): argument 'size' failed to unpack the object at pos 1 with error "
+     "\"Overflow when unpacking long long\""),
+    ("expand of 2**63", lambda x: x.expand(2 ** 63, 3).amax(0), TypeError, "argument 'size' failed to unpack"),
+    ("expanded numel", lambda x: x.expand(2 ** 63 - 1, 3).sum(0), RuntimeError,
+     "numel: integer multiplication overflow"),
+    ("expanded numel over three dims", lambda x: x.expand(2 ** 62, 4, 3).amax(0), RuntimeError,
+     "numel: integer multiplication overflow"),
+    ("view", lambda x: x.view(-1, 2 ** 64), TypeError,
+     "view\\(\\): argument 'size' failed to unpack the object at pos 2"),
+    ("reshape", lambda x: x.reshape(2 ** 63, 3), TypeError, "reshape\\(\\): argument 'shape' failed to unpack"),
+    ("as_strided", lambda x: x.as_strided((2 ** 62, 4), (0, 0)).sum(), RuntimeError,
+     "numel: integer multiplication overflow"),
+    ("zeros", lambda x: x + jt.zeros(2 ** 64, 3).sum(0), TypeError, "zeros\\(\\): argument 'size' failed to unpack"),
+    ("zeros numel", lambda x: x + jt.zeros(2 ** 40, 2 ** 40, 3).sum((0, 1)), RuntimeError,
+     "Storage size calculation overflowed with sizes=\\[1099511627776, 1099511627776, 3\\]"),
+    ("empty with a 0 dim last", lambda x: x + jt.empty(2 ** 62, 4, 0).sum(), RuntimeError,
+     "Storage size calculation overflowed"),
+    ("new_zeros", lambda x: x.new_zeros(2 ** 64), TypeError, "new_zeros\\(\\): argument 'size' failed to unpack"),
+    ("broadcast", lambda x: (jt.ones(1, 1).expand(2 ** 32, 1) + jt.ones(1, 1).expand(1, 2 ** 32)).sum() + x,
+     RuntimeError, "numel: integer multiplication overflow"),
+    ("repeat", lambda x: x.repeat(2 ** 62, 4).sum(), RuntimeError, "numel: integer multiplication overflow"),
+]
+
+
+@pytest.mark.parametrize("name,fn,error,match", OVERFLOWING_SIZES, ids=[c[0] for c in OVERFLOWING_SIZES])
+def test_sizes_overflowing_int64_raise_torchs_error(name, fn, error, match):
+    with pytest.raises(error, match=match):
+        fn(jt.ones(3))
+
+
+def test_sizes_at_the_int64_limits_are_accepted():
+    x = jt.ones(1)
+    assert x.expand(2 ** 62, 1).shape == (2 ** 62, 1)
+    assert jt.empty(2 ** 63 - 1, 0, device="meta").shape == (2 ** 63 - 1, 0)
+    assert x.as_strided((2 ** 63 - 1,), (0,)).shape == (2 ** 63 - 1,)
+
+
 def test_overloads_resolve_by_argument_types():
     assert len(registry.PUBLIC["max"]) == 3  # max, max.dim, max.other
     x = jt.tensor([[1.0, 5.0], [3.0, 2.0]])
