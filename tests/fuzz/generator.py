@@ -51,7 +51,7 @@ EXACT_OPS = {
 # Ops whose float result jumps where the operand crosses a point: only for exact operands.
 DISCONTINUOUS = {"floor", "ceil", "round", "trunc", "fix", "frac", "sign", "sgn", "remainder", "fmod",
                  "floor_divide", "div", "divide", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not",
-                 "bitwise_left_shift", "bitwise_right_shift"}
+                 "bitwise_left_shift", "bitwise_right_shift", "unique"}
 # Results that share memory with their first argument (so writes through them reach it).
 VIEW_OPS = {"contiguous", "reshape", "reshape_as", "flatten", "to", "type_as"}
 # Views that are not writable: several elements in one memory location.

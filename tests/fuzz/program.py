@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import textwrap
 import types
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 

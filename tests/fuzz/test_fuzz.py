@@ -22,7 +22,7 @@ def test_program_runs_alike_in_every_mode(seed):
     modes = MODES if seed % 4 == 0 else CPU_MODES
     found = check(program, modes).mismatches
     if found:
-        small = minimise(program, found[0], modes, budget=60)
+        small = minimise(program, found[0], modes, budget=30)
         pytest.fail("the modes differ on this program (minimised):\n"
                     + describe(small, check(small, modes).mismatches or found), pytrace=False)
 
