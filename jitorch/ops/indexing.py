@@ -203,12 +203,18 @@ def _check_overlap(dst, src, allow_full):
     if not (dense(dst.shape, dst._stride) and dense(src.shape, src._stride)):
         return
     a, b = (dst._offset, dst._offset + dst.numel()), (src._offset, src._offset + src.numel())
-    if a == b and dst._stride == src._stride and allow_full:
+    if a == b and allow_full and _strides_of_extents(dst) == _strides_of_extents(src):
         return
     if a[0] < b[1] and b[0] < a[1]:
         raise RuntimeError("unsupported operation: some elements of the input tensor and the written-to tensor "
                            "refer to a single memory location. Please clone() the tensor before performing the "
                            "operation.")
+
+
+def _strides_of_extents(t):
+    """The strides of ``t``'s dims longer than one (a size-1 dim's stride addresses nothing, and the
+    value of ``x[i] = value`` loses or gains such dims on its way to ``x``'s shape)."""
+    return tuple(st for n, st in zip(t.shape, t._stride) if n != 1)
 
 
 def setitem(x, index, value):
@@ -229,7 +235,15 @@ def setitem(x, index, value):
         view.copy_(value)
     else:
         _check_overlap(view, value, allow_full=False)
+        if _one_mask(indices) and value.numel() == 1 and value.dtype != view.dtype:
+            value = value.to(view.dtype)  # torch fills through one boolean mask, casting as masked_fill_
         view.index_put_(indices, value, False)
+
+
+def _one_mask(indices):
+    """Whether the advanced part of an index is a single boolean mask."""
+    given = [t for t in indices if t is not None]
+    return len(given) == 1 and isinstance(given[0], registry.Tensor) and given[0].dtype is _dt.bool
 
 
 # The index op and index_put ----------------------------------------------------------

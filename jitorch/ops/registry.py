@@ -368,7 +368,7 @@ def call(op, args, out=None):
             return r
     result = execute(op, args)
     if AUTOGRAD is not None and AUTOGRAD.needs_grad(op, args):
-        if out is not None:
+        if out is not None and _any_floating(result):  # bool and integer results carry no gradient
             raise RuntimeError(f"{op.public_name}(): functions with out=... arguments don't support automatic "
                                "differentiation, but one of the arguments requires grad.")
         result = AUTOGRAD.record(op, args, result)
@@ -377,6 +377,12 @@ def call(op, args, out=None):
     if out is not None:
         return write_out(op, out, result)
     return result
+
+
+def _any_floating(result):
+    if isinstance(result, Tensor):
+        return result.dtype.is_floating_point
+    return any(isinstance(r, Tensor) and r.dtype.is_floating_point for r in result)
 
 
 def execute(op, args, spec=None):
@@ -560,6 +566,10 @@ def write_out(op, out, result):
             f"{scalar_name(out.dtype)}"
         )
     check_no_internal_overlap(out)
+    if DISPATCH_HOOKS:
+        # a trace: the write must reach the hooks (the tracer records it), not a stand-in's memory
+        check_inplace(op, out, result)
+        return call_inplace(OPS["copy"], (out, result, False))
     if out.shape != result.shape:
         if out.numel() != 0:
             import warnings

@@ -140,6 +140,8 @@ def _movedim(x, source, destination):
     for name, given, dims in (("source", source, src), ("destination", destination, dst)):
         if len(set(dims)) != len(dims):
             raise RuntimeError(f"movedim: repeated dim in `{name}` ({list_str(given)})")
+    if x.ndim == 0:  # torch wraps dims of a 0-d tensor as if it had one; there is nothing to move
+        return _permute(x, ())
     order = [None] * x.ndim
     for s, d in zip(src, dst):
         order[d] = s

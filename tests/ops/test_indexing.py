@@ -8,6 +8,7 @@ import warnings
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -607,3 +608,31 @@ def test_failed_writes_leave_the_tensor_unchanged():
             bad()
     np.testing.assert_array_equal(x.numpy(), np.arange(6.0).reshape(2, 3))
     assert x._version == 0
+
+
+def test_setitem_of_a_tensor_into_all_of_itself_is_allowed():
+    """Found by the fuzzer: ``v[0:] = v`` for a one-element ``v`` was refused as an overlapping write (the
+    value loses its size-1 dims on the way, and their strides were compared); torch allows a full overlap."""
+    v = jt.tensor([1.5])
+    v[0:] = v
+    assert v.tolist() == [1.5]
+    w = jt.arange(6.0).reshape(2, 3)
+    w[:] = w
+    assert w.tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+    with pytest.raises(RuntimeError, match="single memory location"):
+        w[0, 0:2] = w[0, 1:3]
+
+
+def test_setitem_through_one_mask_casts_a_one_element_value():
+    """Found by the fuzzer: ``x[mask] = value`` with a one-element tensor of another dtype raised where
+    torch fills (casting, as masked_fill_); several advanced indices still require matching dtypes."""
+    for lib in (jt, torch):
+        mask = lib.tensor([True, False, True])
+        x = lib.zeros(3, dtype=lib.float64)
+        x[mask] = lib.tensor(1.5)
+        assert x.tolist() == [1.5, 0.0, 1.5]
+        n = lib.zeros(3, dtype=lib.int64)
+        n[mask] = lib.tensor([2.7])
+        assert n.tolist() == [2, 0, 2]
+        with pytest.raises(RuntimeError, match="dtypes match"):
+            x[lib.tensor([0, 2])] = lib.tensor(1.5)

@@ -202,3 +202,29 @@ def test_writes_into_self_overlapping_tensors_raise():
     with pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
         jt.add(jt.ones(3), 1, out=x)
     assert x.tolist() == [0.0, 0.0, 0.0]
+
+
+def test_out_of_a_bool_result_is_allowed_for_inputs_that_require_grad():
+    """Found by the fuzzer: ``lt(x, 0, out=o)`` with ``x`` requiring grad raised; torch refuses out= only for
+    results that would carry a gradient."""
+    x = jt.tensor([1.0, -2.0], requires_grad=True)
+    o = jt.empty(2, dtype=jt.bool)
+    jt.lt(x, 0, out=o)
+    assert o.tolist() == [False, True]
+    with pytest.raises(RuntimeError, match="don't support automatic differentiation"):
+        jt.floor(x, out=jt.empty(2))
+
+
+def test_out_of_a_composite_op_is_traced():
+    """Found by the fuzzer: ``min(a, b, out=o)`` (a composite overload) inside a compiled function wrote
+    into the tracer's stand-in for ``o``: the graph returned ``o``'s old zeros."""
+    t = jt.tensor([[3]])
+
+    def f(x):
+        o = jt.zeros((1, 2))
+        jt.min(t, x, out=o)
+        return o
+    x = jt.tensor([1.0, 5.0])
+    compiled = jt.compile(f)
+    assert compiled(x).tolist() == f(x).tolist() == [[1.0, 3.0]]
+    assert "minimum" in str(compiled.lower(x).graph)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -387,3 +388,15 @@ def test_broadcast_tensors_and_shapes():
     assert jt.broadcast_shapes((2, 1), (3,), 3) == jt.Size([2, 3])
     with pytest.raises(RuntimeError, match=r"size of tensor a \(2\) must match the size of tensor b \(3\)"):
         jt.broadcast_tensors(jt.ones(2), jt.ones(3))
+
+
+def test_movedim_of_a_0d_tensor_is_the_tensor():
+    """Found by the fuzzer: movedim(-1, -1) of a 0-d tensor raised IndexError (torch wraps the dims of a
+    0-d tensor as if it had one)."""
+    x = jt.tensor(True)
+    for src, dst in ((-1, -1), (0, 0), ([0], [-1])):
+        got = x.movedim(src, dst)
+        assert got.shape == torch.tensor(True).movedim(src, dst).shape == ()
+        assert got.untyped_storage() is x.untyped_storage()
+    with pytest.raises(IndexError):
+        x.movedim(1, 0)

@@ -1,0 +1,84 @@
+"""The fuzzer's long mode: ``python -m tests.fuzz --hours 1 [--cuda] [--start SEED] [--report FILE]``.
+
+Generates and checks programs from consecutive seeds until the time is up; prints the programs and ops
+checked per minute, and each new kind of failure with its minimised program, which it also appends to the
+report file (``fuzz-failures.txt`` by default), ready to become a named regression test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+import warnings
+
+# a cache of compiled kernels of the run's own (as the tests have), and one BLAS thread per process
+os.environ.setdefault("JITORCH_CACHE_DIR", tempfile.mkdtemp(prefix="jitorch-fuzz-cache-"))
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+from .generator import generate, op_table  # noqa: E402
+from .minimise import minimise  # noqa: E402
+from .oracle import CPU_MODES, MODES, check, signature  # noqa: E402
+from .program import source  # noqa: E402
+
+
+def describe(program, mismatches):
+    """A failure as text: the seed, the program, its inputs and layouts, and what differed."""
+    decls = ", ".join(f"{t.name}: {t.dtype}{list(t.shape)}" for t in program.inputs)
+    captured = ", ".join(f"{c.name} ({c.where}, {c.role}): {c.dtype}{list(c.shape)}" for c in program.captured)
+    lines = [f"seed {program.seed}; inputs {decls}; layouts {program.layouts}"
+             + (f"; captured {captured}" if captured else "") + f"; gradient run: {program.grad}",
+             source(program).rstrip()]
+    lines += [f"  {m}" for m in mismatches[:8]]
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m tests.fuzz", description=__doc__.split("\n")[0])
+    parser.add_argument("--hours", type=float, default=0.0)
+    parser.add_argument("--minutes", type=float, default=0.0)
+    parser.add_argument("--start", type=int, default=1_000_000, help="the first seed")
+    parser.add_argument("--cuda", action="store_true", help="also run on the emulated CUDA device")
+    parser.add_argument("--report", default="fuzz-failures.txt")
+    args = parser.parse_args(argv)
+    seconds = 3600 * args.hours + 60 * args.minutes or 60.0
+    modes = MODES if args.cuda else CPU_MODES
+    warnings.simplefilter("ignore")
+    table = op_table()
+    started, programs, ops, failing = time.time(), 0, 0, 0
+    seen: dict = {}
+    seed = args.start
+    while time.time() - started < seconds:
+        program, _ = generate(seed, table=table)
+        outcome = check(program, modes)
+        programs += 1
+        ops += program.n_ops
+        if outcome.mismatches:
+            failing += 1
+            first = outcome.mismatches[0]
+            sig = signature(first)
+            seen[sig] = seen.get(sig, 0) + 1
+            if seen[sig] == 1:
+                small = minimise(program, first, modes)
+                text = describe(small, check(small, modes).mismatches or [first])
+                print(f"\nnew failure ({sig[0]} vs {sig[1]}: {sig[2]}):\n{text}\n", flush=True)
+                with open(args.report, "a") as f:
+                    f.write(text + "\n\n")
+        seed += 1
+        if programs % 50 == 0:
+            _progress(started, programs, ops, failing, len(seen))
+    _progress(started, programs, ops, failing, len(seen))
+    for sig, n in sorted(seen.items(), key=lambda kv: -kv[1]):
+        print(f"{n:6d}  {sig}")
+    return 0
+
+
+def _progress(started, programs, ops, failing, kinds):
+    minutes = (time.time() - started) / 60
+    print(f"{programs} programs ({programs / minutes:.0f}/min), {ops} ops ({ops / minutes:.0f}/min), "
+          f"{failing} failing, {kinds} kinds of failure", flush=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

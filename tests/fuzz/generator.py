@@ -1,0 +1,1146 @@
+"""A seeded generator of random programs over jitorch's op registry, checked statement by statement on torch.
+
+Ops, their arities, argument types and call forms (function, method, in-place, ``out=``) come from the
+registry (`jitorch.ops.registry.OPS`): an op added there is fuzzed without touching this file, as long as
+torch has an op of that name. `ARG_HINTS` gives well-formed arguments where a schema's types alone rarely
+make a valid call (a permutation, a matmul partner, a gather index). The structural features are a hand
+list: slicing with steps, index assignment, advanced indexing, casts, Python control flow on shapes,
+data-dependent ops that a compiled function must run eagerly (``item``, ``nonzero``, boolean masks,
+``if tensor:``), closures, globals and module attributes read, written and rebound between calls.
+
+A program is grown one statement at a time: a candidate statement is kept when torch runs the whole
+program with it in every call the oracle makes (so torch decides what a valid program is), and is dropped
+otherwise. What the statements made (shapes, dtypes, values) is read from torch's run.
+
+Results that a last-bit difference in a float could change (comparisons, ``floor``, casts to integers,
+argmax, branches on values) would make the differential test flaky, so the generator tracks which float
+values are exact (the same bits in every mode: inputs, and what selecting, moving or casting them gives)
+and applies such discontinuous ops only to exact values.
+"""
+
+from __future__ import annotations
+
+import random
+import warnings
+from dataclasses import dataclass, replace
+
+import numpy as np
+import torch
+
+from jitorch.ops.registry import OPS
+
+from .program import (DTYPES, FLOAT_DTYPES, INT_DTYPES, LAYOUTS, Instance, Program, ScalarDecl, Stmt,
+                      TensorDecl, captured_ref)
+
+# Ops a fuzz program does not call: random numbers (no common stream with torch), uninitialised memory,
+# ops whose use here is hand-written (the cast op behind .to()), in-place fills tested through others.
+SKIPPED = {"empty", "empty_like", "new_empty", "unique_consecutive", "einsum"}
+# Float results that are bit for bit the same in every mode when their operands are: selections, moves,
+# sign changes, casts. Everything else (arithmetic, transcendental functions, sums) may round differently
+# in a fused or reassociated kernel and is "inexact".
+EXACT_OPS = {
+    "neg", "negative", "abs", "absolute", "relu", "maximum", "minimum", "clamp", "clip", "clamp_min", "clamp_max",
+    "where", "cat", "concat", "concatenate", "stack", "hstack", "vstack", "row_stack", "dstack", "column_stack",
+    "flip", "fliplr", "flipud", "roll", "repeat", "tile", "repeat_interleave", "tril", "triu", "sort", "topk",
+    "kthvalue", "amax", "amin", "max", "min", "median", "gather", "scatter", "index_select", "index_fill",
+    "index_copy", "masked_fill", "masked_select", "take", "put", "index_put", "clone", "contiguous", "reshape",
+    "reshape_as", "flatten", "fill", "zero", "copy", "zeros", "ones", "full", "eye", "zeros_like", "ones_like",
+    "full_like", "new_zeros", "new_ones", "new_full", "unique", "nonzero", "argwhere", "square", "arange",
+    "to", "sign", "sgn", "floor", "ceil", "trunc", "fix", "round", "frac",
+}
+# Ops whose float result jumps where the operand crosses a point: only for exact operands.
+DISCONTINUOUS = {"floor", "ceil", "round", "trunc", "fix", "frac", "sign", "sgn", "remainder", "fmod",
+                 "floor_divide", "div", "divide", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not",
+                 "bitwise_left_shift", "bitwise_right_shift", "unique"}
+# Results that share memory with their first argument (so writes through them reach it).
+VIEW_OPS = {"contiguous", "reshape", "reshape_as", "flatten", "to", "type_as"}
+# Views that are not writable: several elements in one memory location.
+OVERLAPPING_VIEWS = {"expand", "expand_as", "broadcast_to", "broadcast_tensors"}
+# Of ops returning several tensors, which results are the same in every library (sort's indices only when
+# stable; topk, kthvalue and median only their values: ties make their indices unspecified).
+RESULT_CHOICES = {"sort": (0,), "topk": (0,), "kthvalue": (0,), "median": (0,)}
+
+
+@dataclass
+class Facts:
+    """What the generator knows of a variable beyond its value: whether its floats are exact, whether it
+    may be written, and its alias group (the variables that may share its memory)."""
+
+    exact: bool = True
+    writable: bool = True
+    group: str = ""
+    role: str = "body"  # "input", "param", "buffer", "body"
+
+
+@dataclass
+class Var:
+    ref: str
+    value: object
+    facts: Facts
+
+    @property
+    def is_tensor(self):
+        return isinstance(self.value, torch.Tensor)
+
+    @property
+    def shape(self):
+        return tuple(self.value.shape)
+
+    @property
+    def ndim(self):
+        return self.value.ndim
+
+    @property
+    def dtype(self):
+        return str(self.value.dtype).split(".")[-1]
+
+    @property
+    def is_float(self):
+        return self.is_tensor and self.value.is_floating_point()
+
+
+class OpEntry:
+    """A registry op the fuzzer calls, with the call forms torch has too."""
+
+    def __init__(self, op):
+        self.op = op
+        self.name = op.public_name
+        self.schema = op.schema
+        forms = []
+        if "function" in op.variants and hasattr(torch, self.name):
+            forms.append("function")
+        if "method" in op.variants and hasattr(torch.Tensor, op.method_name):
+            forms.append("method")
+        if "inplace" in op.variants and hasattr(torch.Tensor, op.method_name + "_"):
+            forms.append("inplace")
+        if "out" in op.variants and "function" in forms:
+            forms.append("out")
+        self.forms = forms
+
+    def __repr__(self):
+        return f"<fuzz op {self.op.name} {self.forms}>"
+
+
+def op_table():
+    """Every registry op the fuzzer calls: public, deterministic, and known to torch by the same name."""
+    table = []
+    for op in OPS.values():
+        if op.public_name.startswith("_") or op.kind == "random" or op.public_name in SKIPPED:
+            continue
+        entry = OpEntry(op)
+        if entry.forms:
+            table.append(entry)
+    return table
+
+
+def dtype_ref(name):
+    return f"T.{name}"
+
+
+def literal(values, dtype):
+    """Source of a tensor literal on the program's device."""
+    body = np.asarray(values).tolist()
+    return f"T.tensor({body!r}, dtype=T.{dtype}, device=D)"
+
+
+class Generator:
+    """``Generator(seed).program()``: one random program, valid on torch."""
+
+    def __init__(self, seed, max_statements=14, table=None):
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.max_statements = max_statements
+        self.table = table if table is not None else op_table()
+        self.facts: dict = {}
+        self.counter = 0
+        self.attempts: dict = {}
+        self.accepted: dict = {}
+
+    # Declarations ------------------------------------------------------------------------------
+
+    def _shape(self, base):
+        r = self.rng
+        kind = r.random()
+        if kind < 0.1:
+            return ()
+        if kind < 0.55:
+            return base
+        shape = list(base[r.randrange(len(base) + 1):]) if base else []
+        return tuple(1 if r.random() < 0.25 else n for n in shape)
+
+    def _dtype(self):
+        r = self.rng.random()
+        if r < 0.55:
+            return "float32"
+        if r < 0.65:
+            return "float64"
+        if r < 0.75:
+            return self.rng.choice(("float16", "bfloat16"))
+        if r < 0.93:
+            return self.rng.choice(INT_DTYPES)
+        return "bool"
+
+    def declarations(self):
+        r = self.rng
+        base = tuple(r.randint(1, 5) for _ in range(r.randint(1, 3)))
+        smooth = r.random() < 0.4
+        inputs = tuple(TensorDecl(f"x{i}", self._shape(base), self._dtype(), self.seed * 101 + i, smooth=smooth)
+                       for i in range(r.randint(1, 3)))
+        captured = []
+        for i in range(r.choice((0, 0, 1, 2))):
+            where = r.choice(("closure", "module"))
+            role = r.choice(("param", "buffer"))
+            captured.append(TensorDecl(f"c{i}" if where == "closure" else f"t{i}", self._shape(base),
+                                       r.choice(("float32", "float32", "float64", "int64")),
+                                       self.seed * 101 + 50 + i, where=where, role=role,
+                                       rebound=where == "module" and r.random() < 0.5, smooth=smooth))
+        scalars = []
+        for i in range(r.choice((0, 1, 1, 2))):
+            where = r.choice(("closure", "global", "module"))
+            kind = r.choice((int, float))
+            first, second = (r.randint(-3, 3), r.randint(-3, 3)) if kind is int else (
+                r.randint(-12, 12) / 4, r.randint(-12, 12) / 4)
+            name = {"closure": "s", "global": "g", "module": "a"}[where] + str(i)
+            scalars.append(ScalarDecl(name, where, first, second))
+        layouts = tuple(tuple(r.choice(LAYOUTS) for _ in inputs) for _ in range(2))
+        return inputs, tuple(captured), tuple(scalars), layouts
+
+    # The program -----------------------------------------------------------------------------------
+
+    def program(self):
+        """A program of up to ``max_statements`` statements that torch runs in every call."""
+        inputs, captured, scalars, layouts = self.declarations()
+        prog = Program(self.seed, inputs, captured, scalars, (), (), layouts)
+        for t in inputs:
+            self.facts[t.name] = Facts(group=t.name, role="input")
+        for c in captured:
+            self.facts[captured_ref(c)] = Facts(group=c.name, role=c.role, writable=c.role == "buffer")
+        env = probe(prog, self.facts)
+        target = self.rng.randint(3, self.max_statements)
+        tries = 0
+        while len(prog.body) < target and tries < 6 * target:
+            tries += 1
+            made = self.statement(env)
+            if made is None:
+                continue
+            stmt, updates = made
+            self.attempts[stmt.tag] = self.attempts.get(stmt.tag, 0) + 1
+            candidate = prog.with_body(prog.body + (stmt,))
+            new_env = probe(candidate, self.facts)
+            if new_env is None:
+                continue
+            self.accepted[stmt.tag] = self.accepted.get(stmt.tag, 0) + 1
+            prog, env = candidate, new_env
+            for name, f in updates.items():
+                self.facts[name] = f
+        prog = prog.with_body(prog.body, self.outputs(env))
+        if not valid(prog):  # (outputs are plain references; this guards the rendering)
+            prog = prog.with_body(prog.body, ())
+        return _with_grad(prog)
+
+    def outputs(self, env):
+        r = self.rng
+        body = [v for v in env.values() if v.ref.startswith("v") and not isinstance(v.value, (list, tuple))]
+        picked = r.sample(body, min(len(body), r.randint(1, 4)))
+        refs = [v.ref for v in picked]
+        others = [v.ref for v in env.values() if v.ref.startswith(("x", "c", "M.t")) and v.is_tensor]
+        if others and r.random() < 0.3:
+            refs.append(r.choice(others))
+        return tuple(dict.fromkeys(refs))
+
+    def fresh(self):
+        name = f"v{self.counter}"
+        self.counter += 1
+        return name
+
+    def statement(self, env):
+        """(statement, facts of what it defines or taints), or None when nothing fits."""
+        tensors = [v for v in env.values() if v.is_tensor]
+        if not tensors:
+            return None
+        r = self.rng.random()
+        # data-dependent statements are rare: one makes the whole compiled function run eagerly
+        kinds = [(0.47, self.registry_op), (0.57, self.slicing), (0.65, self.setitem), (0.70, self.index_read),
+                 (0.77, self.cast), (0.84, self.shape_control), (0.87, self.data_dependent),
+                 (0.89, self.attr_store), (1.0, self.registry_inplace)]
+        make = next(make for bound, make in kinds if r < bound)
+        try:
+            return make(env, tensors)
+        except (ValueError, IndexError):  # a statement that cannot be built on these shapes (a dim of size 0)
+            return None
+
+    # Operands -------------------------------------------------------------------------------------------
+
+    def pick(self, tensors, pred=lambda v: True):
+        ok = [v for v in tensors if pred(v)]
+        if not ok:
+            return None
+        # recent variables more often, so statements build on one another
+        weights = [1 + 2 * (v.ref.startswith("v") and int(v.ref[1:]) >= self.counter - 4) for v in ok]
+        return self.rng.choices(ok, weights)[0]
+
+    def number(self, integral=None):
+        r = self.rng
+        if integral is None:
+            integral = r.random() < 0.5
+        if integral:
+            return str(r.choice((0, 1, 2, -1, 3, -2)))
+        return repr(r.choice((0.5, -1.5, 2.0, 0.25, -0.75, 1.0)))
+
+    def scalar_operand(self, env, integral=None):
+        """A Python number: a literal, a closure variable, a global, a module attribute or an ``item()``."""
+        scalars = [v for v in env.values() if isinstance(v.value, (int, float)) and not isinstance(v.value, bool)
+                   and (integral is None or isinstance(v.value, int) == integral)]
+        if scalars and self.rng.random() < 0.4:
+            return self.rng.choice(scalars).ref
+        return self.number(integral)
+
+    def partner(self, env, tensors, primary, same_shape=False):
+        """A second operand that broadcasts with ``primary`` (to its shape, if ``same_shape``)."""
+        def fits(v):
+            try:
+                shape = torch.broadcast_shapes(v.shape, primary.shape)
+            except RuntimeError:
+                return False
+            return shape == primary.shape if same_shape else True
+        r = self.rng.random()
+        if r < 0.25:
+            return self.scalar_operand(env), True
+        if r < 0.35:
+            shape = primary.shape[self.rng.randrange(primary.ndim + 1):]
+            return literal(self.values(shape, primary.dtype), primary.dtype), True
+        v = self.pick(tensors, fits)
+        if v is None:
+            return self.scalar_operand(env), True
+        return v.ref, v.facts.exact
+
+    def values(self, shape, dtype):
+        rng = np.random.default_rng(self.rng.randrange(1 << 30))
+        if dtype == "bool":
+            return rng.random(shape) < 0.5
+        if dtype in INT_DTYPES:
+            return rng.integers(0 if dtype == "uint8" else -4, 5, size=shape)
+        return rng.integers(-16, 17, size=shape) / 8
+
+    def dim(self, v):
+        n = max(v.ndim, 1)
+        return self.rng.randrange(-n, n)
+
+    def dims(self, v):
+        if v.ndim == 0:
+            return []
+        return sorted(self.rng.sample(range(v.ndim), self.rng.randint(1, v.ndim)))
+
+    # Registry ops ---------------------------------------------------------------------------------------------
+
+    def registry_op(self, env, tensors):
+        entry = self.rng.choice(self.table)
+        forms = [f for f in entry.forms if f != "inplace"]
+        if not forms:
+            return None
+        return self.call(env, tensors, entry, self.rng.choice(forms))
+
+    def registry_inplace(self, env, tensors):
+        entries = [e for e in self.table if "inplace" in e.forms]
+        return self.call(env, tensors, self.rng.choice(entries), "inplace")
+
+    def call(self, env, tensors, entry, form):
+        schema = entry.schema
+        first = schema.args[0] if schema.args else None
+        needs_self = first is not None and first.type == "Tensor" and not (first.list or first.varargs)
+        if form in ("method", "inplace") and not needs_self:
+            return None
+        primary = None
+        if needs_self:
+            primary = self.pick(tensors, (lambda v: v.facts.writable) if form == "inplace" else (lambda v: True))
+            if primary is None:
+                return None
+        elif tensors:
+            primary = self.pick(tensors)
+        hint = ARG_HINTS.get(entry.name)
+        made = hint(self, env, tensors, primary, entry) if hint else self.generic_args(env, tensors, primary, schema)
+        if made is None:
+            return None
+        args, kwargs, operands_exact = made
+        overlapping = kwargs.pop("_", "") == "overlap"
+        exact = operands_exact and (primary is None or not needs_self or primary.facts.exact)
+        if entry.name in DISCONTINUOUS and not exact:
+            return None
+        if needs_self and form in ("method", "inplace"):
+            args = args[1:]
+        text = ", ".join(args + [f"{k}={v}" for k, v in kwargs.items()])
+        returns = schema.returns
+        several = len(returns) > 1 or (returns and returns[0].list)
+        pick = ""
+        if several:
+            choices = RESULT_CHOICES.get(entry.name, (0, 1) if len(returns) > 1 else (0, -1))
+            if entry.name == "sort" and "stable=True" in text:
+                choices = (0, 1)
+            pick = f"[{self.rng.choice(choices)}]"
+        if form == "inplace":
+            if not exact and not primary.is_float:  # an integer or bool made of inexact floats
+                return None
+            stmt = f"{primary.ref}.{entry.op.method_name}_({text})"
+            taint = {}
+            if not (exact and entry.name in EXACT_OPS):
+                taint = self.taint(env, primary.facts.group)
+            return Stmt((stmt,), (), entry.name + "_"), taint
+        name = self.fresh()
+        if form == "method":
+            expr = f"{primary.ref}.{entry.op.method_name}({text}){pick}"
+        elif form == "out":
+            if several or not entry.op.returns_tensor:
+                return None
+            return self.out_form(env, entry, text, name, exact and entry.name in EXACT_OPS)
+        else:
+            expr = f"T.{entry.name}({text}){pick}"
+        result = self.evaluate(env, expr)
+        if result is None or not (exact or _is_float(result)):
+            return None
+        is_view = entry.op.kind == "view" or entry.name in VIEW_OPS
+        facts = Facts(exact=exact and (entry.name in EXACT_OPS or entry.op.kind == "view"),
+                      writable=not (entry.name in OVERLAPPING_VIEWS or (is_view and primary is not None
+                                                                         and not primary.facts.writable)),
+                      group=primary.facts.group if is_view and primary is not None else name)
+        if overlapping:
+            facts.writable = False
+        return Stmt((f"{name} = {expr}",), (name,), entry.name), {name: facts}
+
+    def out_form(self, env, entry, text, name, exact):
+        """``T.op(..., out=buffer)``: mostly into a buffer of the result's shape and dtype; else into an
+        empty one, which the call resizes, or one of another dtype, which it casts into."""
+        result = self.evaluate(env, f"T.{entry.name}({text})")
+        if not isinstance(result, torch.Tensor) or not (exact or _is_float(result)):
+            return None
+        shape, dtype = tuple(result.shape), str(result.dtype).split(".")[-1]
+        if self.rng.random() < 0.1:
+            shape = (0,)
+        if self.rng.random() < 0.2:
+            dtype = self.rng.choice(DTYPES)
+        buf = self.fresh()
+        lines = (f"{buf} = T.zeros({shape!r}, dtype=T.{dtype}, device=D)", f"T.{entry.name}({text}, out={buf})",
+                 f"{name} = {buf}")
+        return Stmt(lines, (buf, name), entry.name + "(out)"), {buf: Facts(exact=exact, group=buf),
+                                                                name: Facts(exact=exact, group=buf)}
+
+    def evaluate(self, env, expr):
+        """``expr`` on torch with the variables' current values, or None if torch refuses it."""
+        module = type("M", (), {})()
+        names = {"T": torch, "D": "cpu", "M": module}
+        for ref, v in env.items():
+            if ref.startswith("M."):
+                setattr(module, ref[2:], v.value)
+            else:
+                names[ref] = v.value
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return eval(expr, names)
+        except Exception:
+            return None
+
+    def taint(self, env, group):
+        """Facts marking every variable of an alias group inexact (an inexact write into one of them)."""
+        out = {}
+        for ref, f in self.facts.items():
+            if f.group == group:
+                out[ref] = Facts(False, f.writable, f.group, f.role)
+        return out
+
+    def generic_args(self, env, tensors, primary, schema):
+        """Arguments from the schema's types alone; optional ones sometimes left out (then later ones are
+        given by keyword)."""
+        args, kwargs, exact = [], {}, True
+        by_keyword = False
+        for i, a in enumerate(schema.args):
+            if a.has_default and self.rng.random() < 0.5:
+                by_keyword = True
+                continue
+            if a.type in ("Generator", "Device") or (a.type == "Any" and a.name == "memory_format"):
+                by_keyword = True
+                continue
+            made = self.argument(env, tensors, primary, a, i == 0)
+            if made is None:
+                if a.has_default:
+                    by_keyword = True
+                    continue
+                return None
+            text, ok = made
+            exact = exact and ok
+            if a.kwarg_only or by_keyword:
+                kwargs[a.name] = text
+            else:
+                args.append(text)
+        return args, kwargs, exact
+
+    def argument(self, env, tensors, primary, a, first):
+        """(source, exact) of one argument of schema type ``a.type``, or None."""
+        r = self.rng
+        if a.type == "Tensor" and not (a.list or a.varargs):
+            if first and primary is not None:
+                return primary.ref, primary.facts.exact
+            if a.optional and r.random() < 0.3:
+                return "None", True
+            return self.partner(env, tensors, primary) if primary is not None else None
+        if a.type == "Tensor":
+            same = [v for v in tensors if primary is not None and v.shape == primary.shape
+                    and v.dtype == primary.dtype]
+            chosen = [r.choice(same) for _ in range(r.randint(1, 3))] if same else []
+            if not chosen:
+                return None
+            return "[" + ", ".join(v.ref for v in chosen) + "]", all(v.facts.exact for v in chosen)
+        if a.type == "int" and (a.list or a.varargs):
+            if a.name in ("dim", "dims"):
+                return (repr(self.dims(primary)), True) if primary is not None else None
+            return repr([r.randint(1, 3) for _ in range(r.randint(1, 3))]), True
+        if a.type == "int":
+            if a.name in ("dim", "dim0", "dim1", "dim2", "start_dim", "end_dim", "dimension", "axis0", "axis1"):
+                return (str(self.dim(primary)), True) if primary is not None else None
+            return str(r.randint(-1, 3)), True
+        if a.type == "bool":
+            return repr(r.random() < 0.5), True
+        if a.type == "Scalar":
+            return self.scalar_operand(env), True
+        if a.type == "float":
+            return repr(r.choice((0.5, 1.0, 2.0, 1e-3))), True
+        if a.type == "ScalarType":
+            if a.optional and r.random() < 0.5:
+                return "None", True
+            return dtype_ref(r.choice(DTYPES)), True
+        if a.type == "str":
+            choices = STR_CHOICES.get(a.name)
+            return (repr(r.choice(choices)), True) if choices else None
+        if a.type == "Any" and a.name == "p":
+            return r.choice(("2", "1", "'fro'", "float('inf')")), True
+        return None
+
+    # Structural statements ------------------------------------------------------------------------------
+
+    def slicing(self, env, tensors):
+        v = self.pick(tensors, lambda v: v.ndim > 0)
+        if v is None:
+            return None
+        r = self.rng
+        parts = []
+        for n in v.shape:
+            c = r.random()
+            if c < 0.45:
+                start = r.choice((None, 0, 1, -2, n // 2))
+                stop = r.choice((None, n, -1, n + 2))
+                step = r.choice((None, 1, 2, 3))
+                parts.append(":".join("" if x is None else str(x) for x in (start, stop)) +
+                             ("" if step is None else f":{step}"))
+            elif c < 0.65:
+                parts.append(str(r.randrange(-n, n)) if n else ":")
+            elif c < 0.75:
+                parts.append("None")
+            else:
+                parts.append(":")
+        if r.random() < 0.2:
+            parts = ["..."] + parts[r.randrange(len(parts)):]
+        name = self.fresh()
+        stmt = Stmt((f"{name} = {v.ref}[{', '.join(parts)}]",), (name,), "slice")
+        return stmt, {name: Facts(v.facts.exact, v.facts.writable, v.facts.group)}
+
+    def setitem(self, env, tensors):
+        v = self.pick(tensors, lambda v: v.facts.writable and v.ndim > 0)
+        if v is None:
+            return None
+        r = self.rng
+        c = r.random()
+        if c < 0.6:
+            d = r.randrange(v.ndim)
+            n = v.shape[d]
+            index = ", ".join([":"] * d + [r.choice((f"{r.randrange(-n, n)}", f"::{r.randint(1, 3)}",
+                                                      f"{r.randrange(n)}:"))])
+        elif c < 0.8:
+            n = v.shape[0]
+            k = r.randint(1, n)
+            index = literal(r.sample(range(n), k), "int64")  # distinct: one value per element written
+        else:
+            masks = [m for m in tensors if m.dtype == "bool" and m.shape == v.shape]
+            if not masks:
+                return None
+            index = r.choice(masks).ref
+        target = self.evaluate(env, f"{v.ref}[{index}]")
+        if target is None:
+            return None
+        target_shape = tuple(target.shape)
+        if r.random() < 0.5:
+            value, exact = self.scalar_operand(env), True
+        else:
+            fit = self.pick(tensors, lambda w: _broadcasts_to(w.shape, target_shape))
+            if fit is None:
+                return None
+            value, exact = fit.ref, fit.facts.exact
+        taint = {} if exact else self.taint(env, v.facts.group)
+        return Stmt((f"{v.ref}[{index}] = {value}",), (), "setitem"), taint
+
+    def index_read(self, env, tensors):
+        v = self.pick(tensors, lambda v: v.ndim > 0 and v.shape[0] > 0)
+        if v is None:
+            return None
+        r = self.rng
+        name = self.fresh()
+        c = r.random()
+        if c < 0.5:
+            index = literal([r.randrange(-v.shape[0], v.shape[0]) for _ in range(r.randint(1, 4))], "int64")
+            tag = "index_tensor"
+        elif c < 0.7 and v.ndim > 1:
+            index = f":, {[r.randrange(v.shape[1]) for _ in range(r.randint(1, 3))]!r}"
+            tag = "index_list"
+        else:
+            if not v.facts.exact:
+                return None
+            index = f"{v.ref} > {self.number()}"
+            tag = "index_mask"  # the result's shape depends on the data: compiled, it runs eagerly
+        return Stmt((f"{name} = {v.ref}[{index}]",), (name,), tag), {name: Facts(v.facts.exact, True, name)}
+
+    def cast(self, env, tensors):
+        v = self.pick(tensors)
+        r = self.rng
+        target = r.choice(DTYPES)
+        if target not in FLOAT_DTYPES and v.is_float and not v.facts.exact:
+            return None
+        form = r.random()
+        methods = {"float32": "float", "float64": "double", "float16": "half", "bfloat16": "bfloat16",
+                   "int64": "long", "int32": "int", "int16": "short", "int8": "char", "uint8": "byte", "bool": "bool"}
+        if form < 0.5:
+            expr = f"{v.ref}.to(T.{target})"
+        elif form < 0.8:
+            expr = f"{v.ref}.{methods[target]}()"
+        else:
+            other = self.pick(tensors, lambda w: not (w.dtype not in FLOAT_DTYPES and v.is_float
+                                                     and not v.facts.exact))
+            if other is None:
+                return None
+            expr, target = f"{v.ref}.type_as({other.ref})", other.dtype
+        name = self.fresh()
+        same = target == v.dtype  # .to() of the same dtype is the tensor itself
+        facts = Facts(v.facts.exact, v.facts.writable if same else True, v.facts.group if same else name)
+        return Stmt((f"{name} = {expr}",), (name,), "cast"), {name: facts}
+
+    def unary_expr(self, v):
+        """A small expression of ``v`` (for the branches of control flow)."""
+        r = self.rng
+        return r.choice((f"{v.ref} * 2", f"{v.ref} + 1", f"{v.ref}.abs()", f"-{v.ref}",
+                         f"{v.ref}.sum(0)" if v.ndim else f"{v.ref} - 1", f"{v.ref}.flip(0)" if v.ndim else v.ref))
+
+    def shape_control(self, env, tensors):
+        v = self.pick(tensors, lambda v: v.ndim > 0)
+        if v is None:
+            return None
+        r = self.rng
+        name = self.fresh()
+        if r.random() < 0.5:
+            d = r.randrange(v.ndim)
+            cond = f"{v.ref}.shape[{d}] {r.choice(('>', '<=', '=='))} {r.randint(1, 4)}"
+            lines = (f"if {cond}:", f"    {name} = {self.unary_expr(v)}", "else:", f"    {name} = {self.unary_expr(v)}")
+            tag = "if_shape"
+        else:
+            lines = (f"{name} = {v.ref}[0] * 0", f"for i in range(min({v.ref}.shape[0], 3)):",
+                     f"    {name} = {name} {r.choice(('+', '*', '-'))} {v.ref}[i]")
+            tag = "for_shape"
+        return Stmt(lines, (name,), tag), {name: Facts(False, True, name)}
+
+    def data_dependent(self, env, tensors):
+        v = self.pick(tensors, lambda v: v.facts.exact and v.dtype not in ("float16", "bfloat16"))
+        if v is None:
+            return None
+        r = self.rng
+        name = self.fresh()
+        c = r.random()
+        if c < 0.3:
+            red = r.choice(("max", "min", "sum")) if v.dtype != "bool" else r.choice(("any", "all"))
+            if red == "sum" and v.is_float:
+                red = "max"
+            stmt = Stmt((f"{name} = {v.ref}.{red}().item()",), (name,), "item")
+        elif c < 0.55:
+            red = "any" if v.dtype == "bool" else "max"
+            lines = (f"if {v.ref}.{red}() > {self.number() if v.dtype != 'bool' else 0}:",
+                     f"    {name} = {self.unary_expr(v)}", "else:", f"    {name} = {self.unary_expr(v)}")
+            stmt = Stmt(lines, (name,), "if_value")
+            return stmt, {name: Facts(False, True, name)}
+        elif c < 0.75:
+            stmt = Stmt((f"{name} = {v.ref}.nonzero()",), (name,), "nonzero")
+        elif c < 0.9:
+            stmt = Stmt((f"{name} = T.tensor({v.ref}.tolist(), dtype=T.{v.dtype}, device=D)",), (name,), "tolist")
+        else:
+            stmt = Stmt((f"{name} = T.masked_select({v.ref}, {v.ref} != 0)",), (name,), "masked_select")
+        return stmt, {name: Facts(True, True, name)}
+
+    def attr_store(self, env, tensors):
+        v = self.pick(tensors, lambda v: v.ref.startswith("v"))
+        if v is None:
+            return None
+        attr = f"stored{self.rng.randint(0, 1)}"
+        return Stmt((f"M.{attr} = {v.ref}",), (), "attr_store"), {}
+
+
+def _is_float(value):
+    """Whether a result is floats (a continuous function of inexact operands may make them)."""
+    if isinstance(value, torch.Tensor):
+        return value.is_floating_point()
+    if isinstance(value, (list, tuple)):
+        return all(_is_float(v) for v in value)
+    return isinstance(value, float)
+
+
+def _broadcasts_to(shape, target):
+    try:
+        return torch.broadcast_shapes(shape, target) == tuple(target)
+    except RuntimeError:
+        return False
+
+
+STR_CHOICES = {"rounding_mode": ("trunc", "floor"), "reduce": ("sum", "prod", "mean", "amax", "amin")}
+
+
+# Argument hints: ops whose valid arguments the schema's types alone rarely give. Each returns
+# (positional sources, keyword sources, operands exact) for the full schema order, self first.
+
+def _factor(n, rng):
+    """A random factorisation of ``n`` into up to three sizes."""
+    sizes = []
+    while n > 1 and len(sizes) < 2:
+        divisors = [d for d in range(2, n + 1) if n % d == 0]
+        d = rng.choice(divisors)
+        sizes.append(d)
+        n //= d
+    sizes.append(n)
+    rng.shuffle(sizes)
+    return sizes
+
+
+def _hint_permute(g, env, tensors, v, entry):
+    perm = list(range(v.ndim))
+    g.rng.shuffle(perm)
+    return [v.ref] + [str(p) for p in perm], {}, v.facts.exact
+
+
+def _hint_two_dims(g, env, tensors, v, entry):
+    if entry.name == "movedim" or entry.name == "moveaxis":
+        return [v.ref, str(g.dim(v)), str(g.dim(v))], {}, v.facts.exact
+    return [v.ref, str(g.dim(v)), str(g.dim(v))], {}, v.facts.exact
+
+
+def _hint_expand(g, env, tensors, v, entry):
+    r = g.rng
+    sizes = [str(r.randint(1, 3)) for _ in range(r.randint(0, 1))]
+    sizes += [str(r.randint(1, 4)) if n == 1 else r.choice((str(n), "-1")) for n in v.shape]
+    if entry.name == "broadcast_to":
+        return [v.ref, "(" + ", ".join(sizes) + ",)"], {}, v.facts.exact
+    if entry.name == "expand_as":
+        w = g.pick(tensors, lambda w: _broadcasts_to(v.shape, w.shape))
+        return ([v.ref, w.ref], {}, v.facts.exact) if w else None
+    return [v.ref] + sizes, {}, v.facts.exact
+
+
+def _hint_view(g, env, tensors, v, entry):
+    r = g.rng
+    n = int(np.prod(v.shape, dtype=np.int64))
+    sizes = [str(s) for s in _factor(n, r)]
+    if r.random() < 0.3:
+        sizes[r.randrange(len(sizes))] = "-1"
+    if entry.name in ("view_as", "reshape_as"):
+        w = g.pick(tensors, lambda w: int(np.prod(w.shape, dtype=np.int64)) == n)
+        return [v.ref, w.ref], {}, v.facts.exact
+    return [v.ref] + sizes, {}, v.facts.exact
+
+
+def _hint_as_strided(g, env, tensors, v, entry):
+    """A window of ``v.contiguous()`` that stays inside its elements (so the values do not depend on the
+    caller's layout): ``as_strided`` addresses storage, which other layouts arrange differently."""
+    r = g.rng
+    n = int(np.prod(v.shape, dtype=np.int64))
+    if n == 0:
+        return None
+    size = [r.randint(1, 3) for _ in range(r.randint(1, 2))]
+    stride = [r.randint(0, 3) for _ in size]
+    offset = r.randint(0, 2)
+    if offset + sum((s - 1) * st for s, st in zip(size, stride)) >= n:
+        return None
+    overlap = any(st == 0 and s > 1 for s, st in zip(size, stride)) or len(set(
+        sum(i * st for i, st in zip(idx, stride)) for idx in np.ndindex(*size))) < int(np.prod(size))
+    kwargs = {"_": "overlap" if overlap else ""}
+    if entry.name == "as_strided" and r.random() < 0.5:
+        kwargs["storage_offset"] = f"{v.ref}.contiguous().storage_offset() + {offset}"
+    return [f"{v.ref}.contiguous()", repr(size), repr(stride)], kwargs, v.facts.exact
+
+
+def _hint_diagonal(g, env, tensors, v, entry):
+    if v.ndim < 2:
+        return None
+    d1, d2 = g.rng.sample(range(v.ndim), 2)
+    return [v.ref, str(g.rng.randint(-2, 2)), str(d1), str(d2)], {}, v.facts.exact
+
+
+def _hint_unfold(g, env, tensors, v, entry):
+    if v.ndim == 0:
+        return None
+    d = g.rng.randrange(v.ndim)
+    size = g.rng.randint(1, max(v.shape[d], 1))
+    step = g.rng.randint(1, 3)
+    return [v.ref, str(d), str(size), str(step)], {"_": "overlap" if step < size else ""}, v.facts.exact
+
+
+def _hint_narrow(g, env, tensors, v, entry):
+    if v.ndim == 0:
+        return None
+    d = g.rng.randrange(v.ndim)
+    start = g.rng.randrange(v.shape[d] + 1)
+    return [v.ref, str(d), str(start), str(g.rng.randint(0, v.shape[d] - start))], {}, v.facts.exact
+
+
+def _hint_select(g, env, tensors, v, entry):
+    if v.ndim == 0 or 0 in v.shape:
+        return None
+    d = g.rng.randrange(v.ndim)
+    return [v.ref, str(d), str(g.rng.randrange(-v.shape[d], v.shape[d]))], {}, v.facts.exact
+
+
+def _hint_split(g, env, tensors, v, entry):
+    if v.ndim == 0:
+        return None
+    d = g.rng.randrange(v.ndim)
+    n = v.shape[d]
+    if entry.op.name == "split.sizes" or entry.name == "split_with_sizes":
+        cut = sorted(g.rng.sample(range(n + 1), min(2, n + 1)))
+        sizes = [cut[0]] + [b - a for a, b in zip(cut, cut[1:])] + [n - cut[-1]]
+        return [v.ref, repr(sizes), str(d)], {}, v.facts.exact
+    return [v.ref, str(g.rng.randint(1, 3)), str(d)], {}, v.facts.exact
+
+
+def _index_literal(g, v, dim, shape_like=None, distinct=False):
+    n = v.shape[dim] if v.ndim else 1
+    if n == 0:
+        return None
+    shape = list(shape_like if shape_like is not None else v.shape)
+    if distinct:
+        # along ``dim`` each line holds distinct indices (a scatter must not write one element twice)
+        shape[dim] = min(shape[dim], n)
+        lines = np.stack([np.random.default_rng(g.rng.randrange(1 << 30)).permutation(n)[:shape[dim]]
+                          for _ in range(int(np.prod(shape, dtype=np.int64)) // max(shape[dim], 1) or 1)])
+        index = np.moveaxis(lines.reshape([s for i, s in enumerate(shape) if i != dim] + [shape[dim]]), -1, dim)
+        return literal(index, "int64")
+    return literal(np.random.default_rng(g.rng.randrange(1 << 30)).integers(0, n, size=shape), "int64")
+
+
+def _hint_gather(g, env, tensors, v, entry):
+    if v.ndim == 0:
+        return None
+    d = g.rng.randrange(v.ndim)
+    shape = [g.rng.randint(1, n) if n else 0 for n in v.shape]
+    name = entry.name
+    index = _index_literal(g, v, d, shape, distinct=name in ("scatter", "index_copy"))
+    if index is None:
+        return None
+    if name == "gather":
+        return [v.ref, str(d), index], {}, v.facts.exact
+    src_shape = tuple(shape)
+    if entry.op.name == "scatter.value":
+        return [v.ref, str(d), index, g.number(v.dtype not in FLOAT_DTYPES)], {}, v.facts.exact
+    src = literal(g.values(src_shape, v.dtype), v.dtype)
+    args = [v.ref, str(d), index, src]
+    kwargs = {}
+    if name == "scatter_reduce":
+        args.append(repr(g.rng.choice(("sum", "prod", "mean", "amax", "amin"))))
+        kwargs["include_self"] = repr(g.rng.random() < 0.5)
+    return args, kwargs, v.facts.exact and name == "scatter"
+
+
+def _hint_index_1d(g, env, tensors, v, entry):
+    if v.ndim == 0 or 0 in v.shape:
+        return None
+    d = g.rng.randrange(v.ndim)
+    n = v.shape[d]
+    k = g.rng.randint(1, n)
+    distinct = entry.name in ("index_copy",)
+    idx = g.rng.sample(range(n), k) if distinct else [g.rng.randrange(n) for _ in range(k)]
+    index = literal(idx, "int64")
+    if entry.name == "index_select":
+        return [v.ref, str(d), index], {}, v.facts.exact
+    if entry.name == "index_fill":
+        value = g.number(v.dtype not in FLOAT_DTYPES)
+        if entry.op.name == "index_fill.Tensor":
+            value = literal(float(value) if v.dtype in FLOAT_DTYPES else int(float(value)), v.dtype)
+        return [v.ref, str(d), index, value], {}, v.facts.exact
+    shape = list(v.shape)
+    shape[d] = k
+    source = literal(g.values(tuple(shape), v.dtype), v.dtype)
+    return [v.ref, str(d), index, source], {}, v.facts.exact and entry.name == "index_copy"
+
+
+def _hint_take(g, env, tensors, v, entry):
+    n = int(np.prod(v.shape, dtype=np.int64))
+    if n == 0:
+        return None
+    if entry.name == "take":
+        idx = [g.rng.randrange(-n, n) for _ in range(g.rng.randint(1, 4))]
+        return [v.ref, literal(idx, "int64")], {}, v.facts.exact
+    idx = g.rng.sample(range(n), g.rng.randint(1, n))
+    source = literal(g.values((len(idx),), v.dtype), v.dtype)
+    accumulate = g.rng.random() < 0.5
+    return [v.ref, literal(idx, "int64"), source, repr(accumulate)], {}, v.facts.exact and not accumulate
+
+
+def _hint_index_put(g, env, tensors, v, entry):
+    if v.ndim == 0 or v.shape[0] == 0:
+        return None
+    idx = g.rng.sample(range(v.shape[0]), g.rng.randint(1, v.shape[0]))
+    values = literal(g.values((len(idx),) + v.shape[1:], v.dtype), v.dtype)
+    accumulate = g.rng.random() < 0.4
+    return [v.ref, f"({literal(idx, 'int64')},)", values, repr(accumulate)], {}, v.facts.exact and not accumulate
+
+
+def _hint_masked_fill(g, env, tensors, v, entry):
+    mask = g.pick(tensors, lambda m: m.dtype == "bool" and _broadcasts_to(m.shape, v.shape))
+    mask_ref = mask.ref if mask else literal(np.random.default_rng(g.rng.randrange(99)).random(v.shape) < 0.5, "bool")
+    value = g.number(v.dtype not in FLOAT_DTYPES)
+    if entry.op.name == "masked_fill.Tensor":
+        value = literal(float(value), v.dtype if v.dtype in FLOAT_DTYPES else "float32")
+    if entry.name == "masked_select":
+        return [v.ref, mask_ref], {}, v.facts.exact
+    return [v.ref, mask_ref, value], {}, v.facts.exact
+
+
+def _hint_where(g, env, tensors, v, entry):
+    cond = g.pick(tensors, lambda m: m.dtype == "bool")
+    if cond is None:
+        base = g.pick(tensors, lambda m: m.facts.exact)
+        if base is None:
+            return None
+        cond_ref = f"({base.ref} > 0)"
+    else:
+        cond_ref = cond.ref
+    other, exact = g.partner(env, tensors, v)
+    return [cond_ref, v.ref, other], {}, exact and v.facts.exact
+
+
+def _matrix_partner(g, tensors, v, shape):
+    w = g.pick(tensors, lambda w: w.shape == tuple(shape) and w.dtype == v.dtype)
+    if w is not None and g.rng.random() < 0.6:
+        return w.ref
+    return literal(g.values(tuple(shape), v.dtype), v.dtype)
+
+
+def _hint_matmul(g, env, tensors, v, entry):
+    r = g.rng
+    name = entry.name
+    m = r.randint(1, 4)
+    if name in ("mm", "matmul") and v.ndim == 2:
+        return [v.ref, _matrix_partner(g, tensors, v, (v.shape[1], m))], {}, False
+    if name == "matmul" and v.ndim >= 1:
+        shape = (v.shape[-1],) if r.random() < 0.3 else (v.shape[-1], m)
+        return [v.ref, _matrix_partner(g, tensors, v, shape)], {}, False
+    if name == "bmm" and v.ndim == 3:
+        return [v.ref, _matrix_partner(g, tensors, v, (v.shape[0], v.shape[2], m))], {}, False
+    if name == "mv" and v.ndim == 2:
+        return [v.ref, _matrix_partner(g, tensors, v, (v.shape[1],))], {}, False
+    if name in ("dot", "vdot", "outer", "ger") and v.ndim == 1:
+        shape = v.shape if name in ("dot", "vdot") else (m,)
+        return [v.ref, _matrix_partner(g, tensors, v, shape)], {}, False
+    if name == "addmm" and v.ndim == 2:
+        k = r.randint(1, 3)
+        mats = [_matrix_partner(g, tensors, v, (v.shape[0], k)), _matrix_partner(g, tensors, v, (k, v.shape[1]))]
+        return [v.ref] + mats, {"beta": g.number(), "alpha": g.number()} if r.random() < 0.3 else {}, False
+    if name == "baddbmm" and v.ndim == 3:
+        k = r.randint(1, 3)
+        b, n, p = v.shape
+        return [v.ref, _matrix_partner(g, tensors, v, (b, n, k)), _matrix_partner(g, tensors, v, (b, k, p))], {}, False
+    return None
+
+
+def _hint_cat(g, env, tensors, v, entry):
+    r = g.rng
+    name = entry.name
+    if name in ("cat", "concat", "concatenate") and v.ndim:
+        d = r.randrange(v.ndim)
+        fits = [w for w in tensors if w.ndim == v.ndim and w.dtype == v.dtype
+                and all(a == b for i, (a, b) in enumerate(zip(w.shape, v.shape)) if i != d)]
+        chosen = [v] + [r.choice(fits) for _ in range(r.randint(0, 2))]
+        return [("[" + ", ".join(w.ref for w in chosen) + "]"), str(d)], {}, all(w.facts.exact for w in chosen)
+    same = [w for w in tensors if w.shape == v.shape]
+    chosen = [v] + [r.choice(same) for _ in range(r.randint(0, 2))]
+    args = ["[" + ", ".join(w.ref for w in chosen) + "]"]
+    if name == "stack":
+        args.append(str(r.randint(-v.ndim - 1, v.ndim)))
+    return args, {}, all(w.facts.exact for w in chosen)
+
+
+def _hint_repeat(g, env, tensors, v, entry):
+    reps = [str(g.rng.randint(1, 2)) for _ in range(v.ndim + g.rng.randint(0, 1))] or ["2"]
+    if entry.name == "tile":
+        return [v.ref, "(" + ", ".join(reps) + ",)"], {}, v.facts.exact
+    if entry.name == "repeat_interleave":
+        args = [v.ref, str(g.rng.randint(1, 3))]
+        if v.ndim and g.rng.random() < 0.6:
+            args.append(str(g.dim(v)))
+        return args, {}, v.facts.exact
+    return [v.ref] + reps, {}, v.facts.exact
+
+
+def _hint_roll(g, env, tensors, v, entry):
+    if v.ndim == 0:
+        return None
+    dims = g.dims(v)
+    return [v.ref, repr([g.rng.randint(-3, 3) for _ in dims]), repr(dims)], {}, v.facts.exact
+
+
+def _hint_k(g, env, tensors, v, entry):
+    """topk, kthvalue: a ``k`` within the chosen dim."""
+    if v.ndim == 0 or 0 in v.shape:
+        return None
+    d = g.rng.randrange(v.ndim)
+    k = g.rng.randint(1, v.shape[d])
+    if entry.name == "topk":
+        return [v.ref, str(k), str(d), repr(g.rng.random() < 0.5)], {}, v.facts.exact
+    return [v.ref, str(k), str(d), repr(g.rng.random() < 0.5)], {}, v.facts.exact
+
+
+def _hint_sort(g, env, tensors, v, entry):
+    args = [v.ref, str(g.dim(v)), repr(g.rng.random() < 0.5)]
+    stable = entry.name == "argsort" or g.rng.random() < 0.5
+    return args, {"stable": "True"} if stable else {}, v.facts.exact
+
+
+def _hint_creation(g, env, tensors, v, entry):
+    r = g.rng
+    name = entry.name
+    dtype = r.choice(DTYPES)
+    size = repr(tuple(r.randint(1, 4) for _ in range(r.randint(0, 3))))
+    if name in ("zeros", "ones"):
+        return [size], {"dtype": f"T.{dtype}", "device": "D"}, True
+    if name == "full":
+        return [size, g.number(dtype not in FLOAT_DTYPES)], {"dtype": f"T.{dtype}", "device": "D"}, True
+    if name in ("zeros_like", "ones_like"):
+        return [v.ref], {"dtype": f"T.{dtype}"} if r.random() < 0.5 else {}, True
+    if name == "full_like":
+        return [v.ref, g.number(v.dtype not in FLOAT_DTYPES)], {}, True
+    if name in ("new_zeros", "new_ones"):
+        return [v.ref, size], {}, True
+    if name == "new_full":
+        return [v.ref, size, g.number(v.dtype not in FLOAT_DTYPES)], {}, True
+    if name == "arange":
+        start, step = r.randint(-3, 3), r.choice((1, 2, 3, -1, 0.5))
+        end = start + step * r.randint(1, 6) + r.choice((0, 0, 1 if step > 0 else -1))
+        return [repr(start), repr(end), repr(step)], {"device": "D"}, True
+    if name in ("linspace", "logspace"):
+        return [g.number(), g.number(), str(r.randint(1, 6))], {"device": "D"}, False
+    if name == "eye":
+        args = [str(r.randint(1, 4))] + ([str(r.randint(1, 4))] if entry.op.name == "eye.m" else [])
+        return args, {"dtype": f"T.{dtype}", "device": "D"}, True
+    if name in ("fill", "zero", "copy"):
+        return g.generic_args(env, tensors, v, entry.schema)
+    return None
+
+
+ARG_HINTS = {
+    "permute": _hint_permute, "transpose": _hint_two_dims, "swapaxes": _hint_two_dims, "swapdims": _hint_two_dims,
+    "movedim": _hint_two_dims, "moveaxis": _hint_two_dims, "expand": _hint_expand, "expand_as": _hint_expand,
+    "broadcast_to": _hint_expand, "view": _hint_view, "reshape": _hint_view, "view_as": _hint_view,
+    "reshape_as": _hint_view, "as_strided": _hint_as_strided, "diagonal": _hint_diagonal, "unfold": _hint_unfold,
+    "narrow": _hint_narrow, "select": _hint_select, "split": _hint_split, "split_with_sizes": _hint_split,
+    "gather": _hint_gather, "scatter": _hint_gather, "scatter_add": _hint_gather, "scatter_reduce": _hint_gather,
+    "index_select": _hint_index_1d, "index_add": _hint_index_1d, "index_fill": _hint_index_1d,
+    "index_copy": _hint_index_1d, "take": _hint_take, "put": _hint_take, "index_put": _hint_index_put,
+    "masked_fill": _hint_masked_fill, "masked_select": _hint_masked_fill, "where": _hint_where,
+    "matmul": _hint_matmul, "mm": _hint_matmul, "bmm": _hint_matmul, "mv": _hint_matmul, "dot": _hint_matmul,
+    "vdot": _hint_matmul, "outer": _hint_matmul, "ger": _hint_matmul, "addmm": _hint_matmul,
+    "baddbmm": _hint_matmul, "cat": _hint_cat, "concat": _hint_cat, "concatenate": _hint_cat, "stack": _hint_cat,
+    "hstack": _hint_cat, "vstack": _hint_cat, "row_stack": _hint_cat, "dstack": _hint_cat,
+    "column_stack": _hint_cat, "repeat": _hint_repeat, "tile": _hint_repeat, "repeat_interleave": _hint_repeat,
+    "roll": _hint_roll, "topk": _hint_k, "kthvalue": _hint_k, "sort": _hint_sort, "argsort": _hint_sort,
+    "zeros": _hint_creation, "ones": _hint_creation, "full": _hint_creation, "zeros_like": _hint_creation,
+    "ones_like": _hint_creation, "full_like": _hint_creation, "new_zeros": _hint_creation,
+    "new_ones": _hint_creation, "new_full": _hint_creation, "arange": _hint_creation, "linspace": _hint_creation,
+    "logspace": _hint_creation, "eye": _hint_creation,
+}
+
+
+# Checking on torch ----------------------------------------------------------------------------------------
+
+def probe(program, facts):
+    """``{ref: Var}`` of what the program's variables hold after its first call on torch (with the
+    generator's ``facts`` of each), or None if torch refuses the program in any of the oracle's calls."""
+    if not valid(program):
+        return None
+    inst = Instance(program, torch)
+    fn, _ = inst.build(probe=True)
+    inputs, _, _ = inst.inputs(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        local = fn(*inputs)
+    env = {}
+    for name, value in local.items():
+        if name in facts and isinstance(value, (torch.Tensor, int, float, bool)):
+            env[name] = Var(name, value, facts[name])
+    for c in program.captured:
+        ref = captured_ref(c)
+        env[ref] = Var(ref, inst.captured[c.name], facts.get(ref, Facts(group=c.name, role=c.role,
+                                                                          writable=c.role == "buffer")))
+    for s in program.scalars:
+        env[s.ref] = Var(s.ref, s.first, Facts())
+    return env
+
+
+def valid(program):
+    """Whether torch runs the program: the first call, the rebinding, the second call (other layouts) and
+    a third (the first layouts again), with no error."""
+    try:
+        inst = Instance(program, torch)
+        fn, rebind = inst.build()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for call in range(3):
+                inputs, _, _ = inst.inputs(call)
+                fn(*inputs)
+                if call == 0:
+                    rebind()
+    except Exception:
+        return False
+    return True
+
+
+def grad_valid(program):
+    """Whether torch runs the program's first call on inputs (and captured parameters) that require grad,
+    and a backward pass through its float outputs."""
+    inst = Instance(program, torch, grad=True)
+    try:
+        fn, _ = inst.build()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            inputs, _, leaves = inst.inputs(0, grad=True)
+            outs = fn(*inputs)
+            loss = grad_loss(torch, outs)
+            if loss is None:
+                return False
+            loss.backward()
+    except Exception:
+        return False
+    return True
+
+
+def grad_loss(T, outputs):
+    """A scalar of the float outputs that require grad, each weighted by fixed values (so that gradients
+    of different outputs do not cancel), or None."""
+    total = None
+    for k, o in enumerate(outputs):
+        if isinstance(o, T.Tensor) and o.requires_grad and o.is_floating_point():
+            n = o.numel()
+            w = T.tensor(((np.arange(n) * 7 + 3 * k) % 11 - 5).reshape(o.shape) / 4, dtype=T.float64, device=o.device)
+            term = (o.to(T.float64) * w).sum()
+            total = term if total is None else total + term
+    return total
+
+
+def _with_grad(program):
+    has_float = any(t.is_float for t in program.inputs) or any(
+        c.is_float and c.role == "param" for c in program.captured)
+    return replace(program, grad=has_float and grad_valid(program))
+
+
+def generate(seed, max_statements=14, table=None):
+    """The program of ``seed`` (the same on every machine: Python's and NumPy's seeded generators)."""
+    g = Generator(seed, max_statements, table)
+    return g.program(), g

@@ -1,0 +1,420 @@
+"""Runs a fuzz program in each mode and compares what the runs did.
+
+Modes: ``torch`` (CPU, the independent oracle), ``eager`` (jitorch), ``compiled`` (``jitorch.compile``,
+kernels from llvmlite), ``interpreter`` (``jitorch.compile(backend="interpreter")``, the reference
+interpreter of the traced graph), ``cuda-eager`` and ``cuda-compiled`` (CUDA tensors on the emulated device
+of `jitorch.runtime.cuda_fake`). Each mode makes three calls: the first, the rebinding of the program's
+closure variables, globals and module attributes, a second call on inputs of other strides and storage
+offsets, and a third on the first layouts again. A gradient run calls once on inputs that require grad and
+runs backward through a weighted sum of the float outputs.
+
+A call's record holds, per output: its kind, dtype, shape, values, strides and storage offset, and which
+input, captured tensor or earlier output it shares memory with; then the values of every input's whole
+base buffer (writes outside a view show) and of the captured tensors and module attributes; the
+warnings; or the error raised. Every jitorch mode is compared with jitorch eager, and jitorch eager with
+torch (strides there only for outputs that share memory with an input or captured tensor, where torch's
+view rules define them).
+
+The differences from torch that are by design, and so allowed here, are listed in
+docs/differences-from-torch.md. Floats are compared with tolerances by dtype, relative to the magnitude of
+the tensor: compiled kernels reassociate sums and keep half-precision intermediates in float32 between
+fused ops, and jitorch's math library is not torch's, so only results within a few ulps of each other are
+the same result. Integers and bools are compared exactly (the generator applies ops that could turn a
+last-bit difference into a different integer only to values that are exact in every mode).
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+import jitorch
+import torch
+
+from jitorch.runtime.cuda_backend import use_backend
+from jitorch.runtime.cuda_fake import FakeBackend
+
+from .generator import grad_loss
+from .program import Instance
+
+MODES = ("torch", "eager", "compiled", "interpreter", "cuda-eager", "cuda-compiled")
+CPU_MODES = MODES[:4]
+# rtol by dtype; atol is rtol times the tensor's largest magnitude (at least 1)
+TOLERANCE = {"float64": 1e-7, "float32": 1e-4, "float16": 1e-2, "bfloat16": 6e-2}
+TORCH_TOLERANCE = {"float64": 1e-6, "float32": 2e-4, "float16": 2e-2, "bfloat16": 8e-2}
+# Modes whose outputs may be copies where eager's are views of an input.
+COPYING_MODES = ("compiled", "interpreter", "cuda-compiled")
+# Warnings that say how jitorch ran a function (a fall back to eager), not what the program did.
+COMPILE_NOTICE = "jitorch.compile:"
+
+
+@dataclass
+class Output:
+    kind: str                  # "tensor", "int", "float", "bool", "none", or a type name
+    dtype: str = ""
+    shape: tuple = ()
+    values: object = None      # NumPy array (float64 for floats) or the Python value
+    strides: tuple = ()
+    offset: int = 0
+    alias: object = None       # ("input", i) | ("captured", name) | ("output", j) | None
+    requires_grad: bool = False
+
+
+@dataclass
+class CallRecord:
+    outputs: list = field(default_factory=list)
+    inputs: list = field(default_factory=list)     # base buffers after the call, as Output records
+    input_views: list = field(default_factory=list)  # the inputs' own shape and strides after the call
+    state: dict = field(default_factory=dict)      # captured tensors and module attributes after the call
+    warnings: list = field(default_factory=list)
+    error: str = ""
+    fallbacks: int = 0
+
+
+@dataclass
+class Mismatch:
+    mode: str
+    reference: str
+    call: str
+    what: str
+    detail: str
+
+    def key(self):
+        """What the minimiser keeps failing: the modes, the call and the kind of difference."""
+        return (self.mode, self.reference, self.call, self.what.split("[")[0])
+
+    def __str__(self):
+        return f"{self.mode} vs {self.reference}, {self.call}: {self.what}: {self.detail}"
+
+
+def _name(dtype):
+    return str(dtype).split(".")[-1]
+
+
+def _storage_key(t):
+    return t.untyped_storage().data_ptr() if t.numel() else None
+
+
+def _values(T, t):
+    t = t.detach()
+    if t.dtype in (T.float16, T.bfloat16):
+        t = t.to(T.float32)
+    a = np.array(t.cpu().numpy(force=True), copy=True)  # (force: torch's gradients may be ZeroTensors)
+    return a.astype(np.float64) if a.dtype.kind == "f" else a
+
+
+def record_value(T, v, owners):
+    """The Output record of one leaf of a result; ``owners``: [(storage key, owner)] to name aliases."""
+    try:
+        return _record(T, v, owners)
+    except Exception as e:  # a result that cannot be read (a tensor left over from a trace) is a result too
+        return Output(f"unreadable {type(e).__name__}", values=str(e).split("\n")[0])
+
+
+def _record(T, v, owners):
+    if isinstance(v, T.Tensor):
+        key = _storage_key(v)
+        alias = next((owner for k, owner in owners if key is not None and k == key), None)
+        return Output("tensor", _name(v.dtype), tuple(v.shape), _values(T, v), tuple(v.stride()),
+                      v.storage_offset(), alias, bool(v.requires_grad))
+    if v is None:
+        return Output("none")
+    if isinstance(v, bool):
+        return Output("bool", values=v)
+    if isinstance(v, int):
+        return Output("int", values=v)
+    if isinstance(v, float):
+        return Output("float", values=v)
+    if isinstance(v, tuple):  # a shape
+        return Output("tuple", values=tuple(v))
+    return Output(type(v).__name__, values=repr(v))
+
+
+def _flatten(out):
+    if isinstance(out, (tuple, list)) and not isinstance(out, torch.Size):
+        return [leaf for item in out for leaf in _flatten(item)]
+    if isinstance(out, torch.Size):
+        return [tuple(out)]
+    return [out]
+
+
+def record_call(T, inst, fn, inputs, bases):
+    """Call ``fn`` and record what it gave and did."""
+    rec = CallRecord()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            result = fn(*inputs)
+        except Exception as e:  # the record says which error; the comparison decides whether it is one
+            rec.error = f"{type(e).__name__}: {e}"
+            result = None
+    for w in caught:
+        text = str(w.message)
+        if text.startswith(COMPILE_NOTICE):
+            rec.fallbacks += 1
+        else:
+            rec.warnings.append(f"{w.category.__name__}: {text}")
+    if rec.error:
+        return rec
+    owners = [(_storage_key(t), ("input", i)) for i, t in enumerate(inputs) if t.numel()]
+    owners += [(_storage_key(t), ("captured", name)) for name, t in inst.state().items() if t.numel()]
+    for j, leaf in enumerate(_flatten(result)):
+        rec.outputs.append(record_value(T, leaf, owners))
+        if isinstance(leaf, T.Tensor) and leaf.numel():
+            owners.append((_storage_key(leaf), ("output", j)))
+    rec.inputs = [record_value(T, b, []) for b in bases]
+    rec.input_views = [(tuple(t.shape), tuple(t.stride()), t.storage_offset()) for t in inputs]
+    rec.state = {name: record_value(T, t, []) for name, t in inst.state().items()}
+    return rec
+
+
+def _library(mode):
+    return torch if mode == "torch" else jitorch
+
+
+def run_mode(program, mode):
+    """The three calls of ``program`` in ``mode``: a list of CallRecord."""
+    if mode.startswith("cuda"):
+        with use_backend(FakeBackend()):
+            return _run_calls(program, mode, "cuda")
+    return _run_calls(program, mode, "cpu")
+
+
+def _run_calls(program, mode, device):
+    T = _library(mode)
+    inst = Instance(program, T, device)
+    fn, rebind = inst.build()
+    if mode.endswith("compiled"):
+        fn = jitorch.compile(fn)
+    elif mode == "interpreter":
+        fn = jitorch.compile(fn, backend="interpreter")
+    records = []
+    for call in range(3):
+        inputs, bases, _ = inst.inputs(call, device)
+        records.append(record_call(T, inst, fn, inputs, bases))
+        if records[-1].error:
+            break
+        if call == 0:
+            rebind()
+    return records
+
+
+def run_grad(program, mode):
+    """The gradient run in ``mode``: (CallRecord of the forward, {leaf name: gradient Output})."""
+    T = _library(mode)
+    inst = Instance(program, T, grad=True)
+    fn, _ = inst.build()
+    if mode == "compiled":
+        fn = jitorch.compile(fn)
+    elif mode == "interpreter":
+        fn = jitorch.compile(fn, backend="interpreter")
+    inputs, bases, leaves = inst.inputs(0, grad=True)
+    rec = CallRecord()
+    grads = {}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out = fn(*inputs)
+            rec.outputs = [record_value(T, leaf, []) for leaf in _flatten(out)]
+            loss = grad_loss(T, _flatten(out))
+            if loss is None:
+                rec.error = "no output requires grad"
+                return rec, grads
+            loss.backward()
+    except Exception as e:
+        rec.error = f"{type(e).__name__}: {e}"
+        return rec, grads
+    float_inputs = [d for d in program.inputs if d.is_float]
+    for decl, leaf in zip(float_inputs, leaves):
+        grads[decl.name] = record_value(T, leaf.grad, []) if leaf.grad is not None else Output("none")
+    for c in program.captured:
+        t = inst.captured[c.name]
+        if t.requires_grad:
+            grads[c.name] = record_value(T, t.grad, []) if t.grad is not None else Output("none")
+    return rec, grads
+
+
+# Comparison ------------------------------------------------------------------------------------------------
+
+def _close(a, b, dtype, table):
+    if a.shape != b.shape:
+        return False
+    if dtype not in table:
+        return np.array_equal(a, b)
+    rtol = table[dtype]
+    finite = np.isfinite(b)
+    scale = max(1.0, float(np.max(np.abs(b[finite]))) if finite.any() else 1.0)
+    return bool(np.allclose(a, b, rtol=rtol, atol=rtol * scale, equal_nan=True))
+
+
+def _geometry(shape, strides, offset):
+    """Shape, and the strides and offset that address elements: a size-1 dim's stride addresses none, and
+    an empty tensor's offset none."""
+    if 0 in shape:
+        return tuple(shape)
+    return tuple(shape), tuple(st for n, st in zip(shape, strides) if n != 1), offset
+
+
+def _worst(a, b):
+    a, b = np.atleast_1d(a), np.atleast_1d(b)
+    if a.shape != b.shape or a.size == 0:
+        return f"{a.shape} vs {b.shape}"
+    with np.errstate(all="ignore"):
+        diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
+        diff[np.isnan(diff) & (np.isnan(a) == np.isnan(b))] = 0
+    i = np.unravel_index(int(np.nanargmax(np.where(np.isnan(diff), np.inf, diff))), a.shape)
+    return f"at {tuple(int(k) for k in i)}: {a[i]!r} vs {b[i]!r}"
+
+
+def compare_output(got, want, table, strides=True, copy_ok=False):
+    """The differences of two Output records: a list of (what, detail). ``copy_ok``: an output may be a
+    copy where the reference's is a view of an input (compiled functions, see
+    docs/differences-from-torch.md)."""
+    if got.kind != want.kind:
+        if {got.kind, want.kind} <= {"int", "float"} and got.values == want.values:
+            return []
+        return [("kind", f"{got.kind} vs {want.kind}")]
+    if got.kind != "tensor":
+        if got.kind == "float" and want.kind == "float":
+            ok = _close(np.array([got.values]), np.array([want.values]), "float64", table)
+        else:
+            ok = got.values == want.values
+        return [] if ok else [("value", f"{got.values!r} vs {want.values!r}")]
+    out = []
+    if got.dtype != want.dtype:
+        out.append(("dtype", f"{got.dtype} vs {want.dtype}"))
+    if got.shape != want.shape:
+        return out + [("shape", f"{list(got.shape)} vs {list(want.shape)}")]
+    if not _close(got.values, want.values, want.dtype, table):
+        out.append(("values", _worst(got.values, want.values)))
+    if got.alias != want.alias:
+        if not (copy_ok and got.alias is None and want.alias[0] == "input"):
+            out.append(("alias", f"{got.alias} vs {want.alias}"))
+    elif strides and _geometry(got.shape, got.strides, got.offset) != _geometry(want.shape, want.strides, want.offset):
+        out.append(("strides", f"{got.strides}+{got.offset} vs {want.strides}+{want.offset}"))
+    return out
+
+
+def compare_calls(got, want, mode, reference, against_torch=False):
+    """Mismatches between two lists of CallRecord."""
+    table = TORCH_TOLERANCE if against_torch else TOLERANCE
+    found = []
+    for k, (g, w) in enumerate(zip(got, want)):
+        call = f"call {k + 1}"
+
+        def add(what, detail):
+            found.append(Mismatch(mode, reference, call, what, detail))
+        if g.error or w.error:
+            if bool(g.error) != bool(w.error) or not against_torch and g.error != w.error:
+                add("error", f"{g.error or 'no error'} vs {w.error or 'no error'}")
+            break
+        if len(g.outputs) != len(w.outputs):
+            add("outputs", f"{len(g.outputs)} vs {len(w.outputs)}")
+            continue
+        for i, (a, b) in enumerate(zip(g.outputs, w.outputs)):
+            view = b.alias is not None and b.alias[0] != "output"
+            for what, detail in compare_output(a, b, table, strides=not against_torch or view,
+                                               copy_ok=mode in COPYING_MODES):
+                add(f"output {i} {what}", detail)
+        for i, (a, b) in enumerate(zip(g.inputs, w.inputs)):
+            for what, detail in compare_output(a, b, table, strides=False):
+                add(f"input {i} after the call: {what}", detail)
+        for i, (a, b) in enumerate(zip(g.input_views, w.input_views)):
+            if _geometry(*a) != _geometry(*b):
+                add(f"input {i} geometry after the call", f"{a} vs {b}")
+        if set(g.state) != set(w.state):
+            add("captured state", f"{sorted(g.state)} vs {sorted(w.state)}")
+        for name in sorted(set(g.state) & set(w.state)):
+            for what, detail in compare_output(g.state[name], w.state[name], table, strides=False):
+                add(f"captured {name} after the call: {what}", detail)
+        if not against_torch and g.warnings != w.warnings:  # (torch's warnings are its own: deprecations)
+            add("warnings", f"{g.warnings} vs {w.warnings}")
+    if len(got) != len(want) and not found:
+        found.append(Mismatch(mode, reference, f"call {min(len(got), len(want)) + 1}", "error",
+                              f"{got[-1].error or 'no error'} vs {want[-1].error or 'no error'}"))
+    return found
+
+
+def compare_grads(got, want, mode, reference, against_torch=False):
+    table = TORCH_TOLERANCE if against_torch else TOLERANCE
+    (grec, ggrads), (wrec, wgrads) = got, want
+    if grec.error or wrec.error:
+        if grec.error != wrec.error:
+            return [Mismatch(mode, reference, "grad", "error", f"{grec.error or 'no error'} vs "
+                             f"{wrec.error or 'no error'}")]
+        return []
+    found = []
+    for i, (a, b) in enumerate(zip(grec.outputs, wrec.outputs)):
+        for what, detail in compare_output(a, b, table, strides=False):
+            found.append(Mismatch(mode, reference, "grad", f"forward output {i} {what}", detail))
+        if a.kind == "tensor" and b.kind == "tensor" and a.requires_grad != b.requires_grad:
+            found.append(Mismatch(mode, reference, "grad", f"forward output {i} requires_grad",
+                                  f"{a.requires_grad} vs {b.requires_grad}"))
+    for name in wgrads:
+        if name not in ggrads:
+            found.append(Mismatch(mode, reference, "grad", f"grad of {name}", "missing"))
+            continue
+        for what, detail in compare_output(ggrads[name], wgrads[name], table, strides=False):
+            found.append(Mismatch(mode, reference, "grad", f"grad of {name} {what}", detail))
+    return found
+
+
+@dataclass
+class Outcome:
+    """What checking a program found: its mismatches, and how much ran."""
+
+    mismatches: list
+    fallbacks: int = 0
+    modes: tuple = ()
+
+
+def check(program, modes=CPU_MODES, grad_modes=("torch", "eager", "compiled")):
+    """Run ``program`` in ``modes`` (and its gradient run in ``grad_modes`` if it has one); the mismatches
+    of every jitorch mode against jitorch eager, and of jitorch eager against torch."""
+    runs = {}
+    for mode in modes:
+        runs[mode] = _guarded(run_mode, program, mode)
+    found = []
+    fallbacks = sum(r.fallbacks for r in runs.get("compiled", []))
+    if "torch" in runs and "eager" in runs:
+        found += compare_calls(runs["eager"], runs["torch"], "eager", "torch", against_torch=True)
+    reference = "eager" if "eager" in runs else "torch"
+    for mode in modes:
+        if mode in ("torch", reference):
+            continue
+        found += compare_calls(runs[mode], runs[reference], mode, reference, against_torch=reference == "torch")
+    if program.grad and grad_modes:
+        grads = {mode: _guarded_grad(program, mode) for mode in grad_modes}
+        if "torch" in grads and "eager" in grads:
+            found += compare_grads(grads["eager"], grads["torch"], "eager", "torch", against_torch=True)
+        for mode in grad_modes:
+            if mode not in ("torch", "eager") and "eager" in grads:
+                found += compare_grads(grads[mode], grads["eager"], mode, "eager")
+    return Outcome(found, fallbacks, tuple(modes))
+
+
+def _guarded(run, program, mode):
+    """A mode's records; an error outside the calls (building the program) is a record too."""
+    try:
+        return run(program, mode)
+    except Exception as e:
+        return [CallRecord(error=f"{type(e).__name__}: {e}")]
+
+
+def _guarded_grad(program, mode):
+    try:
+        return run_grad(program, mode)
+    except Exception as e:
+        return CallRecord(error=f"{type(e).__name__}: {e}"), {}
+
+
+def signature(mismatch):
+    """A failure's kind, for grouping: the modes, what differed and, for errors, the message with its
+    numbers and shapes blanked."""
+    detail = ""
+    if mismatch.what == "error":
+        detail = re.sub(r"\[[^\]]*\]|\d+|\(in \w+\)|\w+\(\)", "#", mismatch.detail)[:120]
+    return (mismatch.mode, mismatch.reference, re.sub(r"\d+", "#", mismatch.what.split(":")[0]), detail)

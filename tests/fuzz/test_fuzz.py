@@ -1,0 +1,39 @@
+"""The differential fuzzer on a fixed set of seeds: each random program (see tests/fuzz/generator.py) runs
+alike on torch, jitorch eager, compiled, the reference interpreter and, for every fourth seed, the emulated
+CUDA device; with a gradient run where torch can differentiate it. A failure shows the program minimised.
+
+``python -m tests.fuzz --hours 1`` runs the same check on new seeds for as long as asked.
+"""
+
+import pytest
+
+from tests.fuzz.__main__ import describe
+from tests.fuzz.generator import generate, op_table
+from tests.fuzz.minimise import minimise
+from tests.fuzz.oracle import CPU_MODES, MODES, check
+
+SEEDS = range(120)
+TABLE = op_table()
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_program_runs_alike_in_every_mode(seed):
+    program, _ = generate(seed, table=TABLE)
+    modes = MODES if seed % 4 == 0 else CPU_MODES
+    found = check(program, modes).mismatches
+    if found:
+        small = minimise(program, found[0], modes, budget=30)
+        pytest.fail("the modes differ on this program (minimised):\n"
+                    + describe(small, check(small, modes).mismatches or found), pytrace=False)
+
+
+def test_the_generator_is_deterministic():
+    assert generate(7, table=TABLE)[0] == generate(7, table=TABLE)[0]
+
+
+def test_the_op_table_comes_from_the_registry():
+    """Ops are fuzzed by the registry's declarations: every public deterministic op torch also has."""
+    names = {e.op.name for e in TABLE}
+    assert {"add", "matmul", "as_strided", "diagonal", "scatter_reduce", "max.dim", "cumsum"} <= names
+    assert not any(e.op.kind == "random" or e.name.startswith("_") for e in TABLE)
+    assert all(e.forms for e in TABLE)
