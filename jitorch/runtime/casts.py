@@ -39,7 +39,9 @@ def convert(values, dtype) -> np.ndarray:
     dst = np.dtype(dtype)
     if a.dtype == dst:
         return a.copy()
-    return np.asarray(_converted(a, dst))  # NumPy's operators give scalars for 0-d operands
+    # converted as 1-d: NumPy's operators give scalars for 0-d operands, and NumPy 1's value-based casting
+    # would widen a 0-d uint32 shifted by a Python int to int64
+    return np.asarray(_converted(a.reshape(-1), dst)).reshape(a.shape)
 
 
 def _converted(a, dst):
