@@ -459,19 +459,24 @@ def set_grads(graph, inputs, outputs):
 
 def returned_aliases(graph, inputs, outputs):
     """``outputs`` with each leaf that eager returns over an input's or captured tensor's memory
-    made so (see `Tracer.output_aliases`): the real tensor itself, or a view of it with the
-    trace's geometry, which a view of a tensor that requires grad records in autograd as eager's
-    view does. Run after the call's writes into its inputs, which such a view shows."""
+    made so (see `Tracer.output_aliases`): the real tensor itself, or `returned_view` of it. Run
+    after the call's writes into its inputs, which such a view shows."""
     leaves, spec = tree_flatten(outputs)
     for k, (owner, geometry) in graph.output_aliases.items():
         real = inputs[owner] if isinstance(owner, int) else graph.constant_tensors[owner]
-        if geometry is None:
-            leaves[k] = real
-            continue
-        shape, strides, offset, requires_grad = geometry
-        base = real if requires_grad else real.detach()
-        leaves[k] = base.as_strided(shape, strides, real._offset + offset)
+        leaves[k] = real if geometry is None else returned_view(real, geometry)
     return tree_unflatten(leaves, spec)
+
+
+def returned_view(real, geometry):
+    """The view of ``real`` a traced function returned: ``geometry`` is (shape, strides, offset
+    from ``real``'s own, whether it requires grad). One that requires grad records its view in
+    autograd, as eager's does; one that does not is a view of ``real`` detached."""
+    shape, strides, offset, requires_grad = geometry
+    offset += real._offset
+    if requires_grad:
+        return real.as_strided(shape, strides, offset)
+    return Tensor._view_of(real.detach() if real._requires_grad else real, shape, strides, offset)
 
 
 def refresh_captured_state(graph):
