@@ -25,6 +25,7 @@ concurrent calls of one compiled graph never share buffers.
 from __future__ import annotations
 
 import ctypes
+import itertools
 from math import prod
 import warnings
 
@@ -36,7 +37,7 @@ from ..ir.graph import Value, iter_values
 from ..ir.passes import optimize
 from ..ir.passes.fusion import Group, fuse
 from ..jit import logs
-from ..jit.compile import refresh_captured_state, set_grads, write_back
+from ..jit.compile import refresh_captured_state, returned_view, set_grads, write_back
 from ..ops import registry
 from ..runtime import allocator
 from ..runtime import dtypes as _dt
@@ -511,18 +512,30 @@ class CompiledGraph:
         return set_grads(g, inputs, self._outputs(env))
 
     def _outputs_source(self, src):
-        """An expression of the call's outputs over ``env``."""
+        """An expression of the call's outputs over ``env``; the leaves that are inputs or captured
+        tensors, or views of them, read from those (see `Tracer.output_aliases`)."""
+        aliases = self.graph.output_aliases
+        leaf_index = itertools.count()  # tree_flatten's order: the keys of output_aliases
+
         def show(leaf):
-            if isinstance(leaf, Value):
-                return f"env[{src.name(leaf, 'v')}]"
             if isinstance(leaf, (tuple, list)) and type(leaf) in (tuple, list):
                 items = ", ".join(show(x) for x in leaf) + ("," if len(leaf) == 1 and type(leaf) is tuple else "")
                 return f"({items})" if type(leaf) is tuple else f"[{items}]"
+            k = next(leaf_index)
+            if k in aliases:
+                return self._alias_source(src, *aliases[k])
+            if isinstance(leaf, Value):
+                return f"env[{src.name(leaf, 'v')}]"
             if leaf is None or isinstance(leaf, (bool, int, float, complex, str)):
                 return src.name(leaf, "c")  # bound, not printed: repr(nan) is no Python expression
             return "_outputs(env)"
         text = show(self.graph.outputs)
         return "_outputs(env)" if "_outputs(env)" in text else text
+
+    def _alias_source(self, src, owner, geometry):
+        """An expression of an output leaf over an input's or captured tensor's memory."""
+        real = f"inputs[{owner}]" if isinstance(owner, int) else f"_constants[{owner!r}]"
+        return real if geometry is None else f"_view({real}, {src.name(geometry, 'geometry')})"
 
     def _generate(self):
         """The call as straight-line Python (see `straightline`): inputs and captured tensors bound,
@@ -536,7 +549,8 @@ class CompiledGraph:
                              _fresh=_fresh, _no_grad=no_grad, _refresh=refresh_captured_state,
                              _arenas=self._arenas, _Arena=Arena, _plan=self.plan, _steps=self.steps,
                              _graph=g, _constants=g.constant_tensors, _unshared=self._unshared,
-                             _outputs=self._outputs, _finish=self._finish, _set_grads=set_grads)
+                             _outputs=self._outputs, _finish=self._finish, _set_grads=set_grads,
+                             _view=returned_view)
         if g.grad_constants or g.refreshers:
             src.emit("_refresh(_graph)")
         src.emit("env = {}")
@@ -569,12 +583,13 @@ class CompiledGraph:
         src.emit("finally:")
         src.emit("_arenas.append(arena)", 2)
         execute, _ = src.function("execute", "inputs", ["return env"])
+        outputs = self._outputs_source(src)
         if g.mutations:
             tail = "return _finish(inputs, env)"
-        elif g.output_aliases or g.grad_targets:
+        elif g.grad_targets or g.output_aliases and outputs == "_outputs(env)":
             tail = "return _set_grads(_graph, inputs, _outputs(env))"
         else:
-            tail = f"return {self._outputs_source(src)}"
+            tail = f"return {outputs}"
         run, text = src.function("run", "inputs", [tail])
         logs.log("codegen", "the call of a compiled graph, generated:\n%s", text)
         return execute, run, text

@@ -109,7 +109,7 @@ class Graph:
         self.grad_constants: dict = {}   # constant name -> the tensor whose current .grad it is
         self.python_guards: list = []    # zero-argument checks of Python state the trace assumed
         self.refreshers: list = []       # run before each call: captured scalars take their new values
-        self.output_aliases: dict = {}   # output leaf index -> the input index or constant name it is
+        self.output_aliases: dict = {}   # output leaf index -> (input index or constant name, view geometry or None)
         self.one_shot = False            # valid for one call only (it initialised Python state)
         self._next_id = 0
         self._names: set = set()

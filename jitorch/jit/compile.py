@@ -296,8 +296,10 @@ class CompiledFunction:
             entry.backward.discard_mutations = True
         tensors = iter(CompiledCall.apply(self, entry, len(inputs), *inputs, *params))
         out_leaves, out_spec = tree_flatten(entry.graph.outputs)
-        return tree_unflatten([next(tensors) if isinstance(leaf, Value) else leaf for leaf in out_leaves],
-                              out_spec)
+        outputs = tree_unflatten([next(tensors) if isinstance(leaf, Value) else leaf for leaf in out_leaves],
+                                 out_spec)
+        # outputs over inputs' or parameters' memory: eager's views of them, with eager's view history
+        return returned_aliases(entry.graph, inputs, outputs) if entry.graph.output_aliases else outputs
 
     def _run_interpreted(self, entry, inputs):
         return run_graph(entry.graph, tuple(inputs), {}, None)
@@ -445,10 +447,7 @@ def set_grads(graph, inputs, outputs):
     """A traced backward() set inputs' or captured parameters' .grad: set the real ones; the user's
     result is returned, with the inputs and captured tensors it returned as themselves."""
     if graph.output_aliases:
-        leaves, spec = tree_flatten(outputs)
-        for k, owner in graph.output_aliases.items():
-            leaves[k] = inputs[owner] if isinstance(owner, int) else graph.constant_tensors[owner]
-        outputs = tree_unflatten(leaves, spec)
+        outputs = returned_aliases(graph, inputs, outputs)
     if not graph.grad_targets:
         return outputs
     result, grads = outputs
@@ -456,6 +455,28 @@ def set_grads(graph, inputs, outputs):
         owner = inputs[target] if isinstance(target, int) else graph.constant_tensors[target]
         owner.grad = g
     return result
+
+
+def returned_aliases(graph, inputs, outputs):
+    """``outputs`` with each leaf that eager returns over an input's or captured tensor's memory
+    made so (see `Tracer.output_aliases`): the real tensor itself, or `returned_view` of it. Run
+    after the call's writes into its inputs, which such a view shows."""
+    leaves, spec = tree_flatten(outputs)
+    for k, (owner, geometry) in graph.output_aliases.items():
+        real = inputs[owner] if isinstance(owner, int) else graph.constant_tensors[owner]
+        leaves[k] = real if geometry is None else returned_view(real, geometry)
+    return tree_unflatten(leaves, spec)
+
+
+def returned_view(real, geometry):
+    """The view of ``real`` a traced function returned: ``geometry`` is (shape, strides, offset
+    from ``real``'s own, whether it requires grad). One that requires grad records its view in
+    autograd, as eager's does; one that does not is a view of ``real`` detached."""
+    shape, strides, offset, requires_grad = geometry
+    offset += real._offset
+    if requires_grad:
+        return real.as_strided(shape, strides, offset)
+    return Tensor._view_of(real.detach() if real._requires_grad else real, shape, strides, offset)
 
 
 def refresh_captured_state(graph):

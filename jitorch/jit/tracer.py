@@ -463,20 +463,33 @@ class Tracer:
         return self.graph
 
     def output_aliases(self, leaves):
-        """Output leaves that are an input or captured tensor itself (``x.add_(1); return x``):
-        leaf index -> input index or constant name. A call returns the real tensor there, as
-        eager does, rather than a new tensor with its values."""
-        owners = {id(f): i for i, f in enumerate(self.input_fakes)}
-        for real, fake in self.lifted.values():  # traced code holds the real tensor itself
-            if fake._storage.origin is not None:
-                owners[id(real)] = owners[id(fake)] = fake._storage.origin.name
+        """Output leaves over the memory of an input or captured tensor (``x.add_(1); return x``,
+        ``return x.t()``): leaf index -> (input index or constant name, geometry), the geometry None
+        for the tensor itself, else (shape, strides, offset, requires_grad), the offset counted from
+        the real tensor's own. A call returns the real tensor there, or that view of it, as eager
+        does, rather than a new tensor with its values."""
+        owners = {v: i for i, v in enumerate(self.graph.inputs)}
+        itself = {id(f): i for i, f in enumerate(self.input_fakes)}
+        for real, fake in self.lifted.values():
+            origin = fake._storage.origin
+            if origin is not None:
+                owners[origin] = origin.name
+                if self.graph.constant_tensors.get(origin.name) is real:  # (not a view lifted onto it)
+                    itself[id(real)] = itself[id(fake)] = origin.name
         aliases = {}
         for k, leaf in enumerate(leaves):
-            owner = owners.get(id(leaf))
-            if owner is not None:
-                fake = self.fake(leaf)
-                if (tuple(fake._shape), tuple(fake._stride)) == fake._storage.origin_geometry and fake._offset == 0:
-                    aliases[k] = owner
+            if not isinstance(leaf, Tensor):
+                continue
+            fake = self.fake(leaf)
+            st = fake._storage
+            owner = owners.get(st.origin) if isinstance(st, TraceStorage) else None
+            if owner is None:
+                continue
+            shape, strides = tuple(fake._shape), tuple(fake._stride)
+            if itself.get(id(leaf)) == owner and (shape, strides) == st.origin_geometry and fake._offset == 0:
+                aliases[k] = (owner, None)
+            else:
+                aliases[k] = (owner, (shape, strides, fake._offset, bool(leaf.requires_grad)))
         return aliases
 
     def check_captured_aliasing(self):

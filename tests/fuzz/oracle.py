@@ -45,8 +45,6 @@ CPU_MODES = MODES[:4]
 # rtol by dtype; atol is rtol times the tensor's largest magnitude (at least 1)
 TOLERANCE = {"float64": 1e-7, "float32": 1e-4, "float16": 1e-2, "bfloat16": 6e-2}
 TORCH_TOLERANCE = {"float64": 1e-6, "float32": 2e-4, "float16": 2e-2, "bfloat16": 8e-2}
-# Modes whose outputs may be copies where eager's are views of an input.
-COPYING_MODES = ("compiled", "interpreter", "cuda-compiled")
 # Warnings that say how jitorch ran a function (a fall back to eager), not what the program did.
 COMPILE_NOTICE = "jitorch.compile:"
 
@@ -269,10 +267,8 @@ def _worst(a, b):
     return f"at {tuple(int(k) for k in i)}: {a[i]!r} vs {b[i]!r}"
 
 
-def compare_output(got, want, table, strides=True, copy_ok=False):
-    """The differences of two Output records: a list of (what, detail). ``copy_ok``: an output may be a
-    copy where the reference's is a view of an input (compiled functions, see
-    docs/differences-from-torch.md)."""
+def compare_output(got, want, table, strides=True):
+    """The differences of two Output records: a list of (what, detail)."""
     if got.kind != want.kind:
         if {got.kind, want.kind} <= {"int", "float"} and got.values == want.values:
             return []
@@ -291,8 +287,7 @@ def compare_output(got, want, table, strides=True, copy_ok=False):
     if not _close(got.values, want.values, want.dtype, table):
         out.append(("values", _worst(got.values, want.values)))
     if got.alias != want.alias:
-        if not (copy_ok and got.alias is None and want.alias[0] == "input"):
-            out.append(("alias", f"{got.alias} vs {want.alias}"))
+        out.append(("alias", f"{got.alias} vs {want.alias}"))
     elif strides and _geometry(got.shape, got.strides, got.offset) != _geometry(want.shape, want.strides, want.offset):
         out.append(("strides", f"{got.strides}+{got.offset} vs {want.strides}+{want.offset}"))
     return out
@@ -316,8 +311,7 @@ def compare_calls(got, want, mode, reference, against_torch=False):
             continue
         for i, (a, b) in enumerate(zip(g.outputs, w.outputs)):
             view = b.alias is not None and b.alias[0] != "output"
-            for what, detail in compare_output(a, b, table, strides=not against_torch or view,
-                                               copy_ok=mode in COPYING_MODES):
+            for what, detail in compare_output(a, b, table, strides=not against_torch or view):
                 add(f"output {i} {what}", detail)
         for i, (a, b) in enumerate(zip(g.inputs, w.inputs)):
             for what, detail in compare_output(a, b, table, strides=False):
