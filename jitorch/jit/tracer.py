@@ -23,6 +23,7 @@ import inspect
 import threading
 from math import prod
 
+from ..autograd.engine import NodeHooks
 from ..ir.graph import Graph, TensorType
 from ..ops import registry
 from ..ops.random_ops import Generator
@@ -121,12 +122,17 @@ class Tracer:
         ``is_contiguous``) decide as they do eagerly, and a write after them reaches ``real`` exactly
         when it would eagerly; its storage stands for the memory ``real`` spans."""
         if real.is_contiguous():
-            return self.new_fake(value, origin=value, requires_grad=real.requires_grad, compact=_is_compact(real))
-        shape, strides = tuple(real.shape), tuple(real._stride)
-        base_shape, build = _spanned_memory(shape, strides)
-        storage = TraceStorage(self, None, value, base_type=TensorType(base_shape, real.dtype, real.device),
-                               build=lambda: self.value_of(build(self.new_fake(value))), compact=_is_compact(real))
-        return self._fake_over(storage, value, shape, strides, real.requires_grad)
+            fake = self.new_fake(value, origin=value, requires_grad=real.requires_grad, compact=_is_compact(real))
+        else:
+            shape, strides = tuple(real.shape), tuple(real._stride)
+            base_shape, build = _spanned_memory(shape, strides)
+            storage = TraceStorage(self, None, value, base_type=TensorType(base_shape, real.dtype, real.device),
+                                   build=lambda: self.value_of(build(self.new_fake(value))),
+                                   compact=_is_compact(real))
+            fake = self._fake_over(storage, value, shape, strides, real.requires_grad)
+        if real.requires_grad and real.grad_fn is not None:
+            fake.grad_fn = OutsideHistory()  # not a leaf, as ``real``: in-place ops on it are allowed as eagerly
+        return fake
 
     def is_ours(self, t):
         st = t._storage
@@ -213,7 +219,8 @@ class Tracer:
         outlives the call: eager adds a hook to it at every call, which a graph cannot repeat."""
         if threading.get_ident() != self.thread:
             return
-        if self.is_ours(t) and (t.grad_fn is not None or t._storage.origin is None):
+        made_here = t.grad_fn is not None and not isinstance(t.grad_fn, OutsideHistory)
+        if self.is_ours(t) and (made_here or t._storage.origin is None):
             return
         raise trace_error(method, "it adds a hook to a tensor that outlives the call (an input or a tensor the "
                           "function captures), which a graph cannot repeat at each call; register the hook "
@@ -404,6 +411,8 @@ class Tracer:
             state = autograd.prepare_inplace(op, self.fake_args(op, args), copy=self.history_copy)
         result = self._inplace(op, args, target, fake)
         if state is not None:
+            # eagerly the real tensor gets a new history, which a graph's write-back cannot give it
+            self.graph.rewrites_history |= fake._storage.origin is not None
             autograd.finish_inplace(op, state, self.fake_args(op, args), fake)
         return result
 
@@ -597,6 +606,34 @@ def _spanned_memory(shape, strides):
         base.as_strided(kept, strides, 0).copy_(t[tuple(slice(0, n) for n in kept)])
         return base
     return (extent + 1,), build
+
+
+class OutsideHistory(NodeHooks):
+    """The ``grad_fn`` of the stand-in for an input or captured tensor that is not a leaf (a
+    clone of a parameter, an activation): it makes the stand-in a non-leaf, as the real tensor, so
+    in-place ops and views of it are allowed or refused as eagerly. A backward() inside the traced
+    function that reaches it would go on into the real tensor's history, which a graph cannot."""
+
+    __slots__ = ("hooks", "retained", "pre_hooks", "post_hooks", "next_functions", "__weakref__")
+    num_outputs = 1
+
+    def __init__(self):
+        self.hooks = {}
+        self.retained = {}
+        self.pre_hooks = None
+        self.post_hooks = None
+        self.next_functions = ()
+
+    def name(self):
+        return "OutsideHistory"
+
+    def apply(self, grads, create_graph):
+        raise TraceError("a backward() inside the traced function reaches an input or captured tensor that is not "
+                         "a leaf: its gradient would flow on into that tensor's history from outside the call, "
+                         "which a graph cannot do")
+
+    def release(self):
+        """Nothing is held (the engine frees each node it ran)."""
 
 
 def _is_compact(t):
