@@ -25,8 +25,13 @@ class CompiledCall(Function):
         # writes (which no output that requires grad reads); the versions it checks are those of then.
         captured = [t for t in entry.graph.constant_tensors.values() if isinstance(t, Tensor)]
         ctx.save_for_backward(*inputs, *captured)
+        ctx.unreached = _unreached(entry.graph, n)
         # the outputs' tensors (the caller puts them back into the graph's output structure)
-        return tuple(leaf for leaf in tree_flatten(result)[0] if isinstance(leaf, Tensor))
+        outs = tuple(leaf for leaf in tree_flatten(result)[0] if isinstance(leaf, Tensor))
+        flags = entry.graph.output_requires_grad
+        if flags is not None:  # as eagerly, an output computed without a tensor that requires grad does not
+            ctx.mark_non_differentiable(*[o for o, requires_grad in zip(outs, flags) if not requires_grad])
+        return outs
 
     @staticmethod
     def backward(ctx, *grads):
@@ -39,8 +44,18 @@ class CompiledCall(Function):
         ctx.saved_tensors_reading(_positions_read(ctx.entry.backward, vjp_args, saved, ctx.n))
         gs = ctx.entry.backward(*vjp_args)
         it = iter(gs)
-        input_grads = tuple(next(it) if t.requires_grad else None for t in inputs)
-        return (None, None, None) + input_grads + tuple(it)
+        tensor_grads = [next(it) if t.requires_grad else None for t in inputs] + list(it)
+        return (None, None, None) + tuple(None if k in ctx.unreached else g for k, g in enumerate(tensor_grads))
+
+
+def _unreached(graph, n):
+    """The positions among the node's tensors (the ``n`` inputs, then the captured parameters) whose
+    gradient no output reaches: eagerly their ``.grad`` stays None rather than becoming zeros."""
+    reaches = graph.gradient_reaches
+    if reaches is None:
+        return frozenset()
+    params = [name for name, t in graph.constant_tensors.items() if getattr(t, "requires_grad", False)]
+    return frozenset(k for k, key in enumerate([*range(n), *params]) if key not in reaches)
 
 
 def _positions_read(vjp, vjp_args, saved, n):

@@ -23,7 +23,7 @@ import inspect
 import threading
 from math import prod
 
-from ..autograd.engine import NodeHooks
+from ..autograd.engine import NodeHooks, gradient_edge
 from ..ir.graph import Graph, TensorType
 from ..ops import registry
 from ..ops.random_ops import Generator
@@ -465,11 +465,36 @@ class Tracer:
         # whether any output depends differentiably on inputs that require grad (then a compiled
         # call must give its outputs a backward node)
         self.graph.outputs_require_grad = any(isinstance(leaf, Tensor) and leaf.requires_grad for leaf in leaves)
+        self.graph.output_requires_grad = [leaf.requires_grad for leaf in leaves if isinstance(leaf, Tensor)]
+        self.graph.gradient_reaches = self.gradient_reaches([leaf for leaf in leaves
+                                                             if isinstance(leaf, Tensor) and leaf.requires_grad])
         for st in self.watched:
             if st._version != st.initial_version:
                 self.graph.mutations.append((st.origin, self.read(st, *st.origin_geometry, 0)))
         self.check_captured_aliasing()
         return self.graph
+
+    def gradient_reaches(self, outputs):
+        """The input indices and constant names whose gradient a backward from ``outputs`` reaches
+        (eagerly the others' ``.grad`` stays None)."""
+        owners = {}
+        for i, fake in enumerate(self.input_fakes):
+            if fake.requires_grad:
+                owners[id(fake.grad_fn or gradient_edge(fake))] = i
+        for _, fake in self.lifted.values():
+            if fake.requires_grad and fake._storage.origin is not None:
+                owners[id(fake.grad_fn or gradient_edge(fake))] = fake._storage.origin.name
+        reached, seen = set(), set()
+        stack = [t.grad_fn or gradient_edge(t) for t in outputs]
+        while stack:
+            node = stack.pop()
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            if id(node) in owners:
+                reached.add(owners[id(node)])
+            stack.extend(nxt for nxt, _ in node.next_functions if nxt is not None)
+        return reached
 
     def output_aliases(self, leaves):
         """Output leaves that are an input or captured tensor itself (``x.add_(1); return x``):
