@@ -131,8 +131,14 @@ class Tracer:
                                    compact=_is_compact(real))
             fake = self._fake_over(storage, value, shape, strides, real.requires_grad)
         if real.requires_grad and real.grad_fn is not None:
-            fake.grad_fn = OutsideHistory()  # not a leaf, as ``real``: in-place ops on it are allowed as eagerly
+            # not a leaf, as ``real``: in-place ops on it are allowed as eagerly. A captured tensor's gradient
+            # goes on into its history (where autograd.grad finds it); an input's is the compiled call's to pass on
+            fake.grad_fn = OutsideHistory() if id(real) in self.real_inputs else gradient_edge(real)
         return fake
+
+    def stands_in(self, t):
+        """Whether ``t`` is the fake of an input or captured tensor itself (not a view or result of one)."""
+        return any(t is f for f in self.input_fakes) or any(t is f for _, f in self.lifted.values())
 
     def is_ours(self, t):
         st = t._storage
@@ -219,8 +225,7 @@ class Tracer:
         outlives the call: eager adds a hook to it at every call, which a graph cannot repeat."""
         if threading.get_ident() != self.thread:
             return
-        made_here = t.grad_fn is not None and not isinstance(t.grad_fn, OutsideHistory)
-        if self.is_ours(t) and (made_here or t._storage.origin is None):
+        if self.is_ours(t) and (t._storage.origin is None or (t.grad_fn is not None and not self.stands_in(t))):
             return
         raise trace_error(method, "it adds a hook to a tensor that outlives the call (an input or a tensor the "
                           "function captures), which a graph cannot repeat at each call; register the hook "
@@ -634,10 +639,10 @@ def _spanned_memory(shape, strides):
 
 
 class OutsideHistory(NodeHooks):
-    """The ``grad_fn`` of the stand-in for an input or captured tensor that is not a leaf (a
-    clone of a parameter, an activation): it makes the stand-in a non-leaf, as the real tensor, so
-    in-place ops and views of it are allowed or refused as eagerly. A backward() inside the traced
-    function that reaches it would go on into the real tensor's history, which a graph cannot."""
+    """The ``grad_fn`` of the stand-in for an input that is not a leaf (a clone of a parameter, an
+    activation): it makes the stand-in a non-leaf, as the real tensor, so in-place ops and views of
+    it are allowed or refused as eagerly. A backward() inside the traced function that reaches it
+    would go on into the real tensor's history, which a graph cannot."""
 
     __slots__ = ("hooks", "retained", "pre_hooks", "post_hooks", "next_functions", "__weakref__")
     num_outputs = 1
@@ -653,7 +658,7 @@ class OutsideHistory(NodeHooks):
         return "OutsideHistory"
 
     def apply(self, grads, create_graph):
-        raise TraceError("a backward() inside the traced function reaches an input or captured tensor that is not "
+        raise TraceError("a backward() inside the traced function reaches an input that is not "
                          "a leaf: its gradient would flow on into that tensor's history from outside the call, "
                          "which a graph cannot do")
 
@@ -702,6 +707,7 @@ def trace_with_inputs(fn, args, kwargs):
     if len(names) != len(leaves):
         names = [f"arg{i}" for i in range(len(leaves))]
     fake_leaves, inputs = [], []
+    tracer.real_inputs = {id(leaf) for leaf in leaves if isinstance(leaf, Tensor)}
     for name, leaf in zip(names, leaves):
         if isinstance(leaf, Tensor):
             value = tracer.graph.add_input(TensorType(tuple(leaf.shape), leaf.dtype, leaf.device), name,
@@ -712,7 +718,6 @@ def trace_with_inputs(fn, args, kwargs):
             fake_leaves.append(leaf)
     fargs, fkwargs = tree_unflatten(fake_leaves, spec)
     fakes = [f for f in fake_leaves if isinstance(f, Tensor)]
-    tracer.real_inputs = {id(t) for t in inputs}
     tracer.input_fakes = fakes
     # what the closure and globals hold before fn runs (fn may rebind them: the next call must then retrace)
     variable_guards = captured_variable_guards(fn)

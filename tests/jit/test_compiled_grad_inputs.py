@@ -225,3 +225,29 @@ def test_compiled_backward_inside_the_function_through_a_non_leaf_input_runs_eag
         jt.compile(fn)(leaf * 3)
     assert any("not a leaf" in str(w.message) for w in caught)
     np.testing.assert_allclose(leaf.grad.numpy(), [18.0, 36.0])
+
+
+def test_compiled_gradient_flows_into_the_history_of_a_captured_non_leaf_tensor():
+    p = jt.tensor([1.0, 2.0], requires_grad=True)
+    w = p * 3
+    x = jt.tensor([1.0, 5.0], requires_grad=True)
+    step = jt.compile(lambda x: x * w)
+    step(x).sum().backward()
+    assert ran_compiled(step)
+    np.testing.assert_allclose(p.grad.numpy(), [3.0, 15.0])
+    np.testing.assert_allclose(x.grad.numpy(), [3.0, 6.0])
+
+
+def test_compiled_hook_on_a_non_leaf_input_runs_eagerly_once_per_call():
+    seen = []
+
+    def fn(x):
+        x.register_hook(lambda g: seen.append(g))
+        return x * 2
+
+    leaf = jt.ones(2, requires_grad=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        jt.compile(fn)(leaf.clone()).sum().backward()
+    assert any("adds a hook to a tensor that outlives the call" in str(w.message) for w in caught)
+    assert len(seen) == 1
