@@ -3,6 +3,8 @@ compiled vector-Jacobian product of the same function."""
 
 from __future__ import annotations
 
+import weakref
+
 from ..autograd.function import Function
 from ..autograd.grad_mode import no_grad
 from ..tensor import Tensor
@@ -73,12 +75,20 @@ def _positions_read(vjp, vjp_args, saved, n):
 
 
 def _reaching_outputs(graph):
-    """The values the graph's outputs depend on."""
+    """The values the graph's outputs depend on (computed once per graph: calls ask each time)."""
+    key = id(graph)
+    cached = _LIVE.get(key)
+    if cached is not None and cached[0]() is graph:
+        return cached[1]
     live = set(graph.output_values())
     for node in reversed(graph.nodes):
         if any(o in live for o in node.outputs):
             live.update(node.input_values())
+    _LIVE[key] = (weakref.ref(graph, lambda _: _LIVE.pop(key, None)), live)
     return live
+
+
+_LIVE: dict = {}  # id(graph) -> (a weak reference to it, the values its outputs depend on); graphs compare by value
 
 
 def outputs_read_overwritten(graph):
