@@ -24,11 +24,17 @@ class FunctionCtx:
 
     @property
     def saved_tensors(self):
+        return self.saved_tensors_reading(range(len(self._saved)) if self._saved is not None else ())
+
+    def saved_tensors_reading(self, positions):
+        """The saved tensors, of which those at ``positions`` (the ones a backward really reads) must
+        not have been written since they were saved."""
         if self._saved is None:
             raise RuntimeError("Trying to backward through the graph a second time (or directly access saved "
                                "tensors after they have already been freed). Specify retain_graph=True if you "
                                "need to backward through the graph a second time.")
-        for t, v in zip(self._saved, self._versions):
+        for i in positions:
+            t, v = self._saved[i], self._versions[i]
             if t is not None and t._version != v:
                 raise RuntimeError(f"one of the variables needed for gradient computation has been modified by "
                                    f"an inplace operation: [{t.dtype}{list(t.shape)}] is at version {t._version}; "

@@ -106,6 +106,11 @@ class Graph:
         # names), with the gradients as the second output
         self.grad_targets: list = []
         self.outputs_require_grad = False
+        self.rewrites_history = False    # an in-place op under grad mode on an input or captured tensor
+        # set by the tracer (None: not known, as in a loaded graph): per tensor output, whether it requires
+        # grad; the input indices and constant names a backward from the outputs reaches
+        self.output_requires_grad = None
+        self.gradient_reaches = None
         self.grad_constants: dict = {}   # constant name -> the tensor whose current .grad it is
         self.python_guards: list = []    # zero-argument checks of Python state the trace assumed
         self.refreshers: list = []       # run before each call: captured scalars take their new values

@@ -25,6 +25,7 @@ from ..tensor import Tensor
 from ..ir.graph import Value
 from ..utils.pytree import tree_flatten, tree_unflatten
 from . import logs
+from .differentiable import outputs_read_overwritten
 from .errors import StateWriteError, TraceError
 from .tracer import trace_with_inputs
 
@@ -48,7 +49,8 @@ def _layout(shape, strides):
 def _leaf_guard(leaf):
     if isinstance(leaf, Tensor):
         return ("tensor", tuple(leaf.shape), leaf.dtype, leaf.device, _layout(leaf._shape, leaf._stride),
-                leaf.requires_grad, leaf.requires_grad and leaf.grad is None)
+                leaf.requires_grad, leaf.requires_grad and leaf.grad_fn is None,
+                leaf.requires_grad and leaf.grad_fn is None and leaf.grad is None)
     try:
         hash(leaf)
     except TypeError:
@@ -78,8 +80,9 @@ def _tensor_args_key(args):
         if a.__class__ is not Tensor:
             return None
         shape, strides, device, requires_grad = a._shape, a._stride, a.device, a._requires_grad
-        key.append((shape, a.dtype, device.type, device.index, _layout(shape, strides), requires_grad,
-                    requires_grad and a.grad is None, requires_grad and _has_hooks(a)))
+        leaf = requires_grad and a.grad_fn is None  # a trace sees whether in-place ops on it are allowed
+        key.append((shape, a.dtype, device.type, device.index, _layout(shape, strides), requires_grad, leaf,
+                    leaf and a.grad is None, requires_grad and _has_hooks(a)))
     return tuple(key)
 
 
@@ -103,10 +106,10 @@ def describe_guards(key, names):
     lines.append(f"default dtype: {key[1][1]}")
     for name, guard in zip(names, key[2:]):
         if guard[0] == "tensor":
-            _, shape, dtype, device, layout, requires_grad, no_grad_yet = guard
+            _, shape, dtype, device, layout, requires_grad, leaf, no_grad_yet = guard
             lines.append(f"{name}: Tensor shape={list(shape)} dtype={dtype} device={device} "
                          f"{_show_layout(layout)} requires_grad={requires_grad}"
-                         + (" grad=None" if no_grad_yet else ""))
+                         + (" non-leaf" if requires_grad and not leaf else "") + (" grad=None" if no_grad_yet else ""))
         elif guard[0] == "value":
             lines.append(f"{name} == {guard[2]!r} ({guard[1].__name__})")
         else:
@@ -122,7 +125,7 @@ def guard_difference(old, new, names):
         return f"grad mode changed to {'enabled' if new[1][0] else 'disabled'}"
     if old[1][1] != new[1][1]:
         return f"the default dtype changed from {old[1][1]} to {new[1][1]}"
-    fields = ("kind", "shape", "dtype", "device", "layout", "requires_grad", ".grad being None")
+    fields = ("kind", "shape", "dtype", "device", "layout", "requires_grad", "leaf-ness", ".grad being None")
     for name, a, b in zip(names, old[2:], new[2:]):
         if a == b:
             continue
@@ -237,8 +240,12 @@ class CompiledFunction:
             logs.log("recompiles", "%s runs eagerly: inputs share memory and the function writes into one",
                      self.name)
             return self.fn(*args, **kwargs)
+        why = _eager_for_autograd(entry)
+        if why is not None:
+            logs.log("recompiles", "%s runs eagerly: %s", self.name, why)
+            return self.fn(*args, **kwargs)
         executable = self._executable(entry)
-        if self._differentiable(entry, args, kwargs):
+        if self._differentiable(entry):
             return self._call_with_backward(entry, args, kwargs)
         if executable is not None and not kwargs and _tensor_args_key(args) is not None and not entry.graph.one_shot:
             entry.plain = not entry.graph.mutations and not entry.graph.python_guards
@@ -269,17 +276,12 @@ class CompiledFunction:
         for k in [k for k, e in self._fast.items() if e is entry]:
             del self._fast[k]
 
-    def _differentiable(self, entry, args, kwargs):
+    def _differentiable(self, entry):
         """Whether this call's outputs must carry a backward node: grad mode on, outputs that depend
         on inputs or captured parameters that require grad, and a function that returns tensors
-        rather than calling backward() itself. In-place updates are allowed only of tensors that
-        do not require grad (a batch norm's running statistics)."""
+        rather than calling backward() itself."""
         g = entry.graph
-        if not (is_grad_enabled() and g.outputs_require_grad and not g.grad_targets):
-            return False
-        by_input = dict(zip(g.inputs, _tensor_leaves(args, kwargs)))
-        return not any((by_input[t] if t in by_input else g.constant_tensors[t.name]).requires_grad
-                       for t, _ in g.mutations)
+        return is_grad_enabled() and g.outputs_require_grad and not g.grad_targets
 
     def _call_with_backward(self, entry, args, kwargs):
         """Run the compiled forward as one autograd node whose backward is itself compiled:
@@ -510,6 +512,22 @@ def write_back(graph, inputs, mutations):
 def captured_parameters(graph):
     """The captured tensors a graph reads that require grad (a module's parameters)."""
     return [t for t in graph.constant_tensors.values() if t.requires_grad]
+
+
+def _eager_for_autograd(entry):
+    """Why a call must run eagerly for autograd's sake, or None. With grad mode on, a write into a
+    tensor that requires grad gives it a new history eagerly (or raises, on a leaf), which a graph's
+    write-back cannot; and the compiled backward recomputes the forward from the tensors as they are
+    after the call, so outputs that require grad must not depend on values the call overwrote (a
+    batch norm's running statistics, which its outputs do not read, may be updated)."""
+    g = entry.graph
+    if not (is_grad_enabled() and g.mutations):
+        return None
+    if g.rewrites_history:
+        return "with grad mode on, it writes in place into an input or captured tensor that requires grad"
+    if g.outputs_require_grad and not g.grad_targets and outputs_read_overwritten(g):
+        return "its outputs require grad and depend on values it overwrites, which its backward would recompute"
+    return None
 
 
 def _has_hooks(t):

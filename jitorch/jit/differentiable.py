@@ -3,6 +3,8 @@ compiled vector-Jacobian product of the same function."""
 
 from __future__ import annotations
 
+import weakref
+
 from ..autograd.function import Function
 from ..autograd.grad_mode import no_grad
 from ..tensor import Tensor
@@ -18,23 +20,83 @@ class CompiledCall(Function):
     def forward(ctx, compiled, entry, n, *tensors):
         ctx.entry = entry
         ctx.n = n
-        ctx.save_for_backward(*tensors[:n])
         inputs = list(tensors[:n])
         result = entry.executable.run(inputs) if entry.executable is not None else compiled._run_interpreted(
             entry, inputs)
+        # The backward recomputes from the inputs and captured tensors as they are after the call's own
+        # writes (which no output that requires grad reads); the versions it checks are those of then.
+        captured = [t for t in entry.graph.constant_tensors.values() if isinstance(t, Tensor)]
+        ctx.save_for_backward(*inputs, *captured)
+        ctx.unreached = _unreached(entry.graph, n)
         # the outputs' tensors (the caller puts them back into the graph's output structure)
-        return tuple(leaf for leaf in tree_flatten(result)[0] if isinstance(leaf, Tensor))
+        outs = tuple(leaf for leaf in tree_flatten(result)[0] if isinstance(leaf, Tensor))
+        flags = entry.graph.output_requires_grad
+        if flags is not None:  # as eagerly, an output computed without a tensor that requires grad does not
+            ctx.mark_non_differentiable(*[o for o, requires_grad in zip(outs, flags) if not requires_grad])
+        return outs
 
     @staticmethod
     def backward(ctx, *grads):
-        inputs = ctx.saved_tensors
+        saved = ctx.saved_tensors_reading(())
+        inputs = saved[:ctx.n]
         with no_grad():
             inputs_for_vjp = [t.detach().requires_grad_(t.requires_grad) if t.dtype.is_floating_point else t.detach()
                               for t in inputs]
-        gs = ctx.entry.backward(*inputs_for_vjp, *[g.contiguous() for g in grads])
+        vjp_args = (*inputs_for_vjp, *[g.contiguous() for g in grads])
+        ctx.saved_tensors_reading(_positions_read(ctx.entry.backward, vjp_args, saved, ctx.n))
+        gs = ctx.entry.backward(*vjp_args)
         it = iter(gs)
-        input_grads = tuple(next(it) if t.requires_grad else None for t in inputs)
-        return (None, None, None) + input_grads + tuple(it)
+        tensor_grads = [next(it) if t.requires_grad else None for t in inputs] + list(it)
+        return (None, None, None) + tuple(None if k in ctx.unreached else g for k, g in enumerate(tensor_grads))
 
 
-__all__ = ["CompiledCall"]
+def _unreached(graph, n):
+    """The positions among the node's tensors (the ``n`` inputs, then the captured parameters) whose
+    gradient no output reaches: eagerly their ``.grad`` stays None rather than becoming zeros."""
+    reaches = graph.gradient_reaches
+    if reaches is None:
+        return frozenset()
+    params = [name for name, t in graph.constant_tensors.items() if getattr(t, "requires_grad", False)]
+    return frozenset(k for k, key in enumerate([*range(n), *params]) if key not in reaches)
+
+
+def _positions_read(vjp, vjp_args, saved, n):
+    """The positions among ``saved`` (the ``n`` inputs, then the captured tensors) of the tensors the
+    compiled backward reads: as torch checks the versions of only the tensors its nodes saved, a
+    write into one the gradients do not depend on (an integer index tensor) is no error."""
+    entry = vjp._entry(vjp_args, {})
+    if entry is None or entry.graph is None:  # the backward runs eagerly: it may read any of them
+        return range(len(saved))
+    graph = entry.graph
+    live = _reaching_outputs(graph)
+    captured = {id(graph.constant_tensors[name]) for name, v in graph.constants.items() if v in live}
+    return [i for i, t in enumerate(saved)
+            if (graph.inputs[i] in live if i < n else id(t) in captured)]
+
+
+def _reaching_outputs(graph):
+    """The values the graph's outputs depend on (computed once per graph: calls ask each time)."""
+    key = id(graph)
+    cached = _LIVE.get(key)
+    if cached is not None and cached[0]() is graph:
+        return cached[1]
+    live = set(graph.output_values())
+    for node in reversed(graph.nodes):
+        if any(o in live for o in node.outputs):
+            live.update(node.input_values())
+    _LIVE[key] = (weakref.ref(graph, lambda _: _LIVE.pop(key, None)), live)
+    return live
+
+
+_LIVE: dict = {}  # id(graph) -> (a weak reference to it, the values its outputs depend on); graphs compare by value
+
+
+def outputs_read_overwritten(graph):
+    """Whether the graph's outputs depend on a value of an input or captured tensor from before the
+    graph wrote into it (then a backward that recomputes the forward after the call would see the new
+    values)."""
+    live = _reaching_outputs(graph)
+    return any(target in live for target, _ in graph.mutations)
+
+
+__all__ = ["CompiledCall", "outputs_read_overwritten"]

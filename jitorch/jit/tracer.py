@@ -23,6 +23,7 @@ import inspect
 import threading
 from math import prod
 
+from ..autograd.engine import NodeHooks, gradient_edge
 from ..ir.graph import Graph, TensorType
 from ..ops import registry
 from ..ops.random_ops import Generator
@@ -121,12 +122,23 @@ class Tracer:
         ``is_contiguous``) decide as they do eagerly, and a write after them reaches ``real`` exactly
         when it would eagerly; its storage stands for the memory ``real`` spans."""
         if real.is_contiguous():
-            return self.new_fake(value, origin=value, requires_grad=real.requires_grad, compact=_is_compact(real))
-        shape, strides = tuple(real.shape), tuple(real._stride)
-        base_shape, build = _spanned_memory(shape, strides)
-        storage = TraceStorage(self, None, value, base_type=TensorType(base_shape, real.dtype, real.device),
-                               build=lambda: self.value_of(build(self.new_fake(value))), compact=_is_compact(real))
-        return self._fake_over(storage, value, shape, strides, real.requires_grad)
+            fake = self.new_fake(value, origin=value, requires_grad=real.requires_grad, compact=_is_compact(real))
+        else:
+            shape, strides = tuple(real.shape), tuple(real._stride)
+            base_shape, build = _spanned_memory(shape, strides)
+            storage = TraceStorage(self, None, value, base_type=TensorType(base_shape, real.dtype, real.device),
+                                   build=lambda: self.value_of(build(self.new_fake(value))),
+                                   compact=_is_compact(real))
+            fake = self._fake_over(storage, value, shape, strides, real.requires_grad)
+        if real.requires_grad and real.grad_fn is not None:
+            # not a leaf, as ``real``: in-place ops on it are allowed as eagerly. A captured tensor's gradient
+            # goes on into its history (where autograd.grad finds it); an input's is the compiled call's to pass on
+            fake.grad_fn = OutsideHistory() if id(real) in self.real_inputs else gradient_edge(real)
+        return fake
+
+    def stands_in(self, t):
+        """Whether ``t`` is the fake of an input or captured tensor itself (not a view or result of one)."""
+        return any(t is f for f in self.input_fakes) or any(t is f for _, f in self.lifted.values())
 
     def is_ours(self, t):
         st = t._storage
@@ -213,7 +225,7 @@ class Tracer:
         outlives the call: eager adds a hook to it at every call, which a graph cannot repeat."""
         if threading.get_ident() != self.thread:
             return
-        if self.is_ours(t) and (t.grad_fn is not None or t._storage.origin is None):
+        if self.is_ours(t) and (t._storage.origin is None or (t.grad_fn is not None and not self.stands_in(t))):
             return
         raise trace_error(method, "it adds a hook to a tensor that outlives the call (an input or a tensor the "
                           "function captures), which a graph cannot repeat at each call; register the hook "
@@ -404,6 +416,8 @@ class Tracer:
             state = autograd.prepare_inplace(op, self.fake_args(op, args), copy=self.history_copy)
         result = self._inplace(op, args, target, fake)
         if state is not None:
+            # eagerly the real tensor gets a new history, which a graph's write-back cannot give it
+            self.graph.rewrites_history |= fake._storage.origin is not None
             autograd.finish_inplace(op, state, self.fake_args(op, args), fake)
         return result
 
@@ -456,11 +470,36 @@ class Tracer:
         # whether any output depends differentiably on inputs that require grad (then a compiled
         # call must give its outputs a backward node)
         self.graph.outputs_require_grad = any(isinstance(leaf, Tensor) and leaf.requires_grad for leaf in leaves)
+        self.graph.output_requires_grad = [leaf.requires_grad for leaf in leaves if isinstance(leaf, Tensor)]
+        self.graph.gradient_reaches = self.gradient_reaches([leaf for leaf in leaves
+                                                             if isinstance(leaf, Tensor) and leaf.requires_grad])
         for st in self.watched:
             if st._version != st.initial_version:
                 self.graph.mutations.append((st.origin, self.read(st, *st.origin_geometry, 0)))
         self.check_captured_aliasing()
         return self.graph
+
+    def gradient_reaches(self, outputs):
+        """The input indices and constant names whose gradient a backward from ``outputs`` reaches
+        (eagerly the others' ``.grad`` stays None)."""
+        owners = {}
+        for i, fake in enumerate(self.input_fakes):
+            if fake.requires_grad:
+                owners[id(fake.grad_fn or gradient_edge(fake))] = i
+        for _, fake in self.lifted.values():
+            if fake.requires_grad and fake._storage.origin is not None:
+                owners[id(fake.grad_fn or gradient_edge(fake))] = fake._storage.origin.name
+        reached, seen = set(), set()
+        stack = [t.grad_fn or gradient_edge(t) for t in outputs]
+        while stack:
+            node = stack.pop()
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            if id(node) in owners:
+                reached.add(owners[id(node)])
+            stack.extend(nxt for nxt, _ in node.next_functions if nxt is not None)
+        return reached
 
     def output_aliases(self, leaves):
         """Output leaves over the memory of an input or captured tensor (``x.add_(1); return x``,
@@ -612,6 +651,34 @@ def _spanned_memory(shape, strides):
     return (extent + 1,), build
 
 
+class OutsideHistory(NodeHooks):
+    """The ``grad_fn`` of the stand-in for an input that is not a leaf (a clone of a parameter, an
+    activation): it makes the stand-in a non-leaf, as the real tensor, so in-place ops and views of
+    it are allowed or refused as eagerly. A backward() inside the traced function that reaches it
+    would go on into the real tensor's history, which a graph cannot."""
+
+    __slots__ = ("hooks", "retained", "pre_hooks", "post_hooks", "next_functions", "__weakref__")
+    num_outputs = 1
+
+    def __init__(self):
+        self.hooks = {}
+        self.retained = {}
+        self.pre_hooks = None
+        self.post_hooks = None
+        self.next_functions = ()
+
+    def name(self):
+        return "OutsideHistory"
+
+    def apply(self, grads, create_graph):
+        raise TraceError("a backward() inside the traced function reaches an input that is not "
+                         "a leaf: its gradient would flow on into that tensor's history from outside the call, "
+                         "which a graph cannot do")
+
+    def release(self):
+        """Nothing is held (the engine frees each node it ran)."""
+
+
 def _is_compact(t):
     """Whether ``t`` fills its storage exactly from offset 0, in some order of its dims: then its fake's
     base stands for the whole storage, which ``as_strided`` may address."""
@@ -653,6 +720,7 @@ def trace_with_inputs(fn, args, kwargs):
     if len(names) != len(leaves):
         names = [f"arg{i}" for i in range(len(leaves))]
     fake_leaves, inputs = [], []
+    tracer.real_inputs = {id(leaf) for leaf in leaves if isinstance(leaf, Tensor)}
     for name, leaf in zip(names, leaves):
         if isinstance(leaf, Tensor):
             value = tracer.graph.add_input(TensorType(tuple(leaf.shape), leaf.dtype, leaf.device), name,
@@ -663,7 +731,6 @@ def trace_with_inputs(fn, args, kwargs):
             fake_leaves.append(leaf)
     fargs, fkwargs = tree_unflatten(fake_leaves, spec)
     fakes = [f for f in fake_leaves if isinstance(f, Tensor)]
-    tracer.real_inputs = {id(t) for t in inputs}
     tracer.input_fakes = fakes
     # what the closure and globals hold before fn runs (fn may rebind them: the next call must then retrace)
     variable_guards = captured_variable_guards(fn)
