@@ -30,6 +30,8 @@ _CHAIN_OPS = ("LOAD_ATTR", "LOAD_METHOD")
 # jitorch's own machinery: its objects hold no user state a graph depends on
 _INTERNAL = ("jitorch.jit", "jitorch.ir", "jitorch.codegen", "jitorch.runtime", "jitorch.autograd",
              "jitorch.ops", "jitorch.export", "jitorch.tensor")
+_LOOKUP_ERRORS = (LookupError, AttributeError, TypeError)
+_object_dict = object.__getattribute__
 _MAX_NODES = 20000  # objects visited looking for captured tensors (a huge dataset list stays cheap)
 _MODULE_TABLES = ("_parameters", "_buffers", "_modules")
 
@@ -38,20 +40,25 @@ class _Path:
     """How to re-read one object from the function's roots: ``read()`` gives it now (or ``_MISSING``);
     ``text`` names it in guards (``global M.t1``), ``name`` in messages (``M.t1``)."""
 
-    __slots__ = ("text", "name", "read")
+    __slots__ = ("text", "name", "root", "steps")
 
-    def __init__(self, text, name, read):
+    def __init__(self, text, name, root, steps=()):
         self.text = text
         self.name = name
-        self.read = read
+        self.root = root    # reads the root object (a cell's contents, a global, the bound object)
+        self.steps = steps  # (getter, key): each getter raises one of _LOOKUP_ERRORS when there is nothing
 
     def then(self, get, key, text):
-        previous = self.read
+        return _Path(self.text + text, self.name + text, self.root, self.steps + ((get, key),))
 
-        def read():
-            obj = previous()
-            return _MISSING if obj is _MISSING else get(obj, key)
-        return _Path(self.text + text, self.name + text, read)
+    def read(self):
+        try:
+            obj = self.root()
+            for get, key in self.steps:
+                obj = get(obj, key)
+            return obj
+        except _LOOKUP_ERRORS:
+            return _MISSING
 
 
 class CapturedState:
@@ -69,20 +76,23 @@ class CapturedState:
         function, owner = _python_function(fn)
         if function is not None and not _is_library_code(function):
             self._collect(function, owner)
+        elif _is_namespace(owner):  # a built-in module's forward: the tensors it reads are the module's
+            self._namespaces.append((_Path("self", "self", lambda: owner), owner))
         self._explore()
 
     # Guards ---------------------------------------------------------------------------------------------
 
     def tensor_guards(self, tensors):
         """Identity checks of the captured tensors a graph reads that no guard checks yet (a module's
-        parameters read by library code): replacing one (``model.fc.weight = Parameter(...)``) traces again."""
-        guards = []
+        parameters read by library code): replacing one (``model.fc.weight = Parameter(...)``) traces
+        again. One check per root, reading the objects on the way once (a module's parameters share it)."""
+        by_root = {}
         for t in tensors:
             path = self._tensor_paths.get(id(t))
             if path is not None and id(t) not in self._guarded:
                 self._guarded.add(id(t))
-                guards.append(_identity_check(path, t))
-        return guards
+                by_root.setdefault(path.root, []).append((path, t))
+        return [_same_tensors_check(group) for group in by_root.values()]
 
     def _collect(self, function, owner):
         code = function.__code__
@@ -120,7 +130,7 @@ class CapturedState:
         for attr in attrs:
             if not _is_namespace(obj):
                 return
-            value = _attr(obj, attr)
+            value = _read_step(_attr, obj, attr)
             if value is _MISSING:
                 self._missing_attribute(path, obj, attr)
                 return
@@ -260,51 +270,51 @@ def _nested_code(code):
 
 
 def _global_names(code):
-    """The names ``code`` and the code nested in it (lambdas, comprehensions) may read as globals."""
-    names = set(code.co_names)
-    for const in _nested_code(code):
-        names |= set(const.co_names)
-    return names
+    """The names ``code`` and the code nested in it (lambdas, comprehensions) read as globals."""
+    return {ins.argval for c in [code] + _nested_code(code) for ins in dis.get_instructions(c)
+            if ins.opname == "LOAD_GLOBAL"}
 
 
 def _instance_dict(obj):
     try:
-        return object.__getattribute__(obj, "__dict__")
+        return _object_dict(obj, "__dict__")
     except (AttributeError, TypeError):
         return None
 
 
 def _attr(obj, name):
     """``obj.name`` as its instance dictionary (or a module's parameter, buffer and submodule tables)
-    holds it, without running any code of ``obj``'s; ``_MISSING`` if it holds none."""
-    d = _instance_dict(obj)
-    if type(d) is not dict:
-        return _MISSING
-    value = d.get(name, _MISSING)
-    if value is _MISSING:
-        for table in _MODULE_TABLES:
-            members = d.get(table)
-            if type(members) is dict and name in members:
-                return members[name]
-    return value
+    holds it, without running any code of ``obj``'s."""
+    d = _object_dict(obj, "__dict__")
+    if name in d:
+        return d[name]
+    for table in _MODULE_TABLES:
+        members = d.get(table)
+        if type(members) is dict and name in members:
+            return members[name]
+    raise KeyError(name)
 
 
 def _dict_attr(obj, name):
-    d = _instance_dict(obj)
-    return d.get(name, _MISSING) if type(d) is dict else _MISSING
-
-
-def _item(obj, key):
-    try:
-        return obj[key]
-    except (IndexError, KeyError, TypeError):
-        return _MISSING
+    return _object_dict(obj, "__dict__")[name]
 
 
 def _table_member(obj, key):
     table, name = key
-    members = _instance_dict(obj).get(table)
-    return members.get(name, _MISSING) if type(members) is dict else _MISSING
+    return _object_dict(obj, "__dict__")[table][name]
+
+
+def _item(obj, key):
+    if type(obj) not in (list, tuple, dict):
+        raise TypeError("not a container")  # (a container type's own __getitem__ runs no user code)
+    return obj[key]
+
+
+def _read_step(get, obj, key):
+    try:
+        return get(obj, key)
+    except _LOOKUP_ERRORS:
+        return _MISSING
 
 
 def _members(obj):
@@ -384,6 +394,44 @@ def _identity_check(path, value):
         return read() is value
     check.__doc__ = f"{path.text} is the same {type(value).__name__}"
     return check
+
+
+def _same_tensors_check(group):
+    """Whether the (path, tensor) pairs of ``group``, paths from one root, still lead to those tensors."""
+    tree = {}
+    for path, t in group:
+        node = tree
+        for step in path.steps[:-1]:
+            node = node.setdefault(step, {})
+        node[path.steps[-1]] = t
+    nodes = _frozen(tree)
+    root = group[0][0].root
+
+    def check():
+        try:
+            return _same_tensors(root(), nodes)
+        except _LOOKUP_ERRORS:
+            return False
+    shown = ", ".join(path.name for path, _ in group[:3]) + (f" and {len(group) - 3} more" if len(group) > 3 else "")
+    check.__doc__ = f"the captured tensors {shown} are the same tensors"
+    return check
+
+
+def _frozen(tree):
+    """A tree of steps as (getter, key, the tensor at a leaf, the children of an inner node) tuples."""
+    return tuple((get, key, None, _frozen(sub)) if isinstance(sub, dict) else (get, key, sub, None)
+                 for (get, key), sub in tree.items())
+
+
+def _same_tensors(obj, nodes):
+    for get, key, expected, children in nodes:
+        value = get(obj, key)
+        if children is None:
+            if value is not expected:
+                return False
+        elif not _same_tensors(value, children):
+            return False
+    return True
 
 
 def _absent_check(path):
