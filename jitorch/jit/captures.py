@@ -1,82 +1,373 @@
-"""Guards on the Python variables a traced function reads from outside: its closure cells and the
-globals its code names (and those of the plain Python functions it reaches through them).
+"""The Python state a traced function reaches from outside: its closure cells, the globals its code names
+(and those of the plain Python functions and methods it reaches through them), and the attribute chains
+rooted in them (``M.t1``, ``self.cfg.scale``, ``M.sub.w``, a module's parameters).
 
-A graph bakes in what they held when it was traced (a number as a literal, a tensor as a constant), so
-a call after one of them is rebound must trace again, as torch.compile's guards on closures and
-globals make it. Numbers, strings and None are guarded by value; anything else (a tensor, a module, a
-function) by identity, so an in-place change of a captured tensor still needs no new trace.
+Guards: a graph bakes in what that state held when it was traced (a number as a literal, a tensor as a
+constant), so a call after part of it is rebound must trace again, as torch.compile's guards make it.
+Numbers, strings and None are guarded by value; tensors and other objects by identity, so an in-place
+change of a captured tensor (an optimizer step) still needs no new trace. A chain is re-read at each
+guard check through instance dictionaries only (never properties or ``__getattr__`` code).
+
+Snapshot: traced code may store what it computes in that state (``M.cache = t``, ``self.mask = t``,
+``lst.append(t)``). A traced tensor left there would break every later use, so `CapturedState` records the
+tables (globals, instance dictionaries, lists, dicts, cells) before the trace and puts them back when
+one ends up holding one.
 """
 
 from __future__ import annotations
 
+import dis
+import sys
 import types
+from collections import deque
+
+from ..tensor import Tensor
 
 _SCALARS = (bool, int, float, complex, str, bytes, type(None))
 _MISSING = object()
+_ROOT_OPS = {"LOAD_GLOBAL": "global", "LOAD_DEREF": "deref", "LOAD_FAST": "fast", "LOAD_FAST_CHECK": "fast"}
+_CHAIN_OPS = ("LOAD_ATTR", "LOAD_METHOD")
+# jitorch's own machinery: its objects hold no user state a graph depends on
+_INTERNAL = ("jitorch.jit", "jitorch.ir", "jitorch.codegen", "jitorch.runtime", "jitorch.autograd",
+             "jitorch.ops", "jitorch.export", "jitorch.tensor")
+_LOOKUP_ERRORS = (LookupError, AttributeError, TypeError)
+_object_dict = object.__getattribute__
+_MAX_NODES = 20000  # objects visited looking for captured tensors (a huge dataset list stays cheap)
+_MODULE_TABLES = ("_parameters", "_buffers", "_modules")
 
 
-def captured_variable_guards(fn):
-    """Checks, one per variable ``fn`` reads from outside, that it still holds what it holds now;
-    each check's ``__doc__`` says which variable and what it held."""
-    guards, seen = [], set()
-    function = _python_function(fn)
-    if function is not None and not _is_library_code(function):
-        _collect(function, guards, seen)
-    return guards
+class _Path:
+    """How to re-read one object from the function's roots: ``read()`` gives it now (or ``_MISSING``);
+    ``text`` names it in guards (``global M.t1``), ``name`` in messages (``M.t1``)."""
+
+    __slots__ = ("text", "name", "root", "steps")
+
+    def __init__(self, text, name, root, steps=()):
+        self.text = text
+        self.name = name
+        self.root = root    # reads the root object (a cell's contents, a global, the bound object)
+        self.steps = steps  # (getter, key): each getter raises one of _LOOKUP_ERRORS when there is nothing
+
+    def then(self, get, key, text):
+        return _Path(self.text + text, self.name + text, self.root, self.steps + ((get, key),))
+
+    def read(self):
+        try:
+            obj = self.root()
+            for get, key in self.steps:
+                obj = get(obj, key)
+            return obj
+        except _LOOKUP_ERRORS:
+            return _MISSING
+
+
+class CapturedState:
+    """What ``fn`` reaches of Python state, read before it is traced: `guards` (checks that it still
+    holds the same, each check's ``__doc__`` saying what), `tensor_guards` for the captured tensors a
+    trace used, and a snapshot that `restore` puts back."""
+
+    def __init__(self, fn):
+        self.guards = []
+        self._seen = set()        # code objects collected
+        self._guarded = set()     # ids of tensors a guard checks already
+        self._namespaces = []     # (path, object) whose attributes or items the function reads
+        self._tables = []         # (text, table, copy) for dicts and lists, (text, cell, contents) for cells
+        self._tensor_paths = {}   # id(tensor) -> path, for the tensors reached through the namespaces
+        function, owner = _python_function(fn)
+        if function is not None and not _is_library_code(function):
+            self._collect(function, owner)
+        elif _is_namespace(owner):  # a built-in module's forward: the tensors it reads are the module's
+            self._namespaces.append((_Path("self", "self", lambda: owner), owner))
+        self._explore()
+
+    # Guards ---------------------------------------------------------------------------------------------
+
+    def tensor_guards(self, tensors):
+        """Identity checks of the captured tensors a graph reads that no guard checks yet (a module's
+        parameters read by library code): replacing one (``model.fc.weight = Parameter(...)``) traces
+        again. One check per root, reading the objects on the way once (a module's parameters share it)."""
+        by_root = {}
+        for t in tensors:
+            path = self._tensor_paths.get(id(t))
+            if path is not None and id(t) not in self._guarded:
+                self._guarded.add(id(t))
+                by_root.setdefault(path.root, []).append((path, t))
+        return [_same_tensors_check(group) for group in by_root.values()]
+
+    def _collect(self, function, owner):
+        code = function.__code__
+        if code in self._seen:
+            return
+        self._seen.add(code)
+        roots = {}
+        for name, cell in zip(code.co_freevars, function.__closure__ or ()):
+            roots["deref", name] = _Path(f"closure variable {name}", name, lambda cell=cell: _cell_contents(cell))
+            self._tables.append((name, cell, _cell_contents(cell)))
+        module_globals = function.__globals__
+        self._tables.append(("", module_globals, dict(module_globals)))
+        for name in sorted(_global_names(code)):
+            if name in module_globals:
+                roots["global", name] = _Path(f"global {name}", name,
+                                              lambda name=name: module_globals.get(name, _MISSING))
+        if owner is not None and code.co_argcount:
+            self_name = code.co_varnames[0]
+            roots["fast", self_name] = roots["deref", self_name] = _Path(self_name, self_name, lambda: owner)
+        for key, path in roots.items():
+            value = path.read()
+            if key[0] != "fast" and value is not owner:
+                self._guard(path, value)
+            if _is_namespace(value):
+                self._namespaces.append((path, value))
+        for root, attrs in _attribute_chains(code):
+            if root in roots:
+                self._follow(roots[root], attrs)
+
+    def _follow(self, path, attrs):
+        """Guard each value along ``root.a.b...`` that is not a namespace read further."""
+        obj = path.read()
+        if isinstance(obj, types.ModuleType) and _is_library_module(obj):
+            return
+        for attr in attrs:
+            if not _is_namespace(obj):
+                return
+            value = _read_step(_attr, obj, attr)
+            if value is _MISSING:
+                self._missing_attribute(path, obj, attr)
+                return
+            path = path.then(_attr, attr, f".{attr}")
+            if not _is_namespace(value):
+                self._guard(path, value)
+                return
+            self._namespaces.append((path, value))
+            obj = value
+
+    def _missing_attribute(self, path, obj, attr):
+        """``obj.attr`` is not in its instance dictionary: a method (whose code reads state of its own), a
+        class attribute, or nothing yet (``getattr(self, "mask", None)``: setting it must trace again)."""
+        for klass in type(obj).__mro__:
+            if attr in vars(klass):
+                method = vars(klass)[attr]
+                if isinstance(method, types.FunctionType) and not _is_library_code(method):
+                    self._collect(method, obj)
+                return
+        self._guard(path.then(_attr, attr, f".{attr}"), _MISSING)
+
+    def _guard(self, path, value):
+        if isinstance(value, types.ModuleType):
+            return  # an imported module: what the function reads in it is guarded itself
+        if value is _MISSING:
+            check = _absent_check(path)
+        elif type(value) in _SCALARS or _is_scalar_tuple(value):
+            check = _value_check(path, value)
+        else:
+            check = _identity_check(path, value)
+            if isinstance(value, Tensor):
+                self._guarded.add(id(value))
+        self.guards.append(check)
+        if isinstance(value, types.FunctionType) and not _is_library_code(value):
+            self._collect(value, None)  # a helper the function calls reads variables of its own
+
+    # Snapshot ---------------------------------------------------------------------------------------------
+
+    def _explore(self):
+        """Visit what the namespaces hold (breadth first, instance dictionaries, lists, tuples and dicts):
+        record each table's contents and a path to each tensor."""
+        queue = deque(self._namespaces)
+        visited = set()
+        while queue and len(visited) < _MAX_NODES:
+            path, obj = queue.popleft()
+            if id(obj) in visited:
+                continue
+            visited.add(id(obj))
+            if isinstance(obj, types.ModuleType):
+                self._tables.append((path.name, vars(obj), dict(vars(obj))))
+                continue  # only the attributes the code names (followed as chains)
+            for get, key, text, value in _members(obj):
+                if isinstance(value, Tensor):
+                    self._tensor_paths.setdefault(id(value), path.then(get, key, text))
+                elif _is_namespace(value) and not isinstance(value, types.ModuleType):
+                    queue.append((path.then(get, key, text), value))
+            if isinstance(obj, list):
+                self._tables.append((path.name, obj, list(obj)))
+            elif not isinstance(obj, tuple):
+                self._tables += [(path.name, table, dict(table)) for table in _dicts_of(obj)]
+
+    def stored_traced_values(self, is_traced):
+        """Where traced code stored a value ``is_traced`` recognises (a traced tensor, or a container
+        holding one) in the recorded state: readable names (``M.cache``, ``mask``)."""
+        stored = []
+        for text, table, before in self._tables:
+            for key, value in _changed(table, before):
+                if _holds(value, is_traced):
+                    stored.append(_entry_text(text, key))
+        return list(dict.fromkeys(stored))
+
+    def restore(self):
+        """Put back every recorded table as it was before the trace (the call then runs eagerly and
+        makes its changes once)."""
+        for _, table, before in self._tables:
+            if isinstance(table, types.CellType):
+                if _cell_contents(table) is not before:
+                    if before is _MISSING:
+                        del table.cell_contents
+                    else:
+                        table.cell_contents = before
+            elif isinstance(table, list):
+                if len(table) != len(before) or any(a is not b for a, b in zip(table, before)):
+                    table[:] = before
+            else:
+                for key in [k for k in table if k not in before]:
+                    del table[key]
+                for key, value in before.items():
+                    if table.get(key, _MISSING) is not value:
+                        table[key] = value
 
 
 def _python_function(fn):
-    """The Python function whose code runs when ``fn`` is called: a bound method's, a wrapped
-    function's, a module's ``forward``, a callable object's ``__call__``; None for builtins."""
+    """(the Python function whose code runs when ``fn`` is called, the object it is bound to or None):
+    a bound method's, a wrapped function's, a module's ``forward``, a callable object's ``__call__``;
+    (None, None) for builtins."""
+    owner = None
     while True:
         if isinstance(fn, types.FunctionType):
-            return fn
+            return fn, owner
         if isinstance(fn, types.MethodType):
-            fn = fn.__func__
+            fn, owner = fn.__func__, fn.__self__
         elif getattr(fn, "__wrapped__", None) is not None:
             fn = fn.__wrapped__
         elif callable(getattr(type(fn), "forward", None)):
-            fn = type(fn).forward
+            fn, owner = type(fn).forward, fn
         elif isinstance(getattr(type(fn), "__call__", None), types.FunctionType):
-            fn = type(fn).__call__
+            fn, owner = type(fn).__call__, fn
         else:
-            return None
+            return None, None
 
 
-def _collect(function, guards, seen):
-    code = function.__code__
-    if code in seen:
-        return
-    seen.add(code)
-    for name, cell in zip(code.co_freevars, function.__closure__ or ()):
-        _guard(f"closure variable {name}", lambda cell=cell: _cell_contents(cell), guards, seen)
-    module_globals = function.__globals__
-    for name in sorted(_global_names(code)):
-        if name in module_globals:
-            _guard(f"global {name}", lambda name=name: module_globals.get(name, _MISSING), guards, seen)
+def _attribute_chains(code):
+    """(root, attribute names) for each chain of attribute loads in ``code`` and the code nested in it:
+    root is ("global" | "deref" | "fast", name); nested code's own locals are no roots."""
+    chains = []
+    for nested in [code] + _nested_code(code):
+        root, attrs = None, ()
+        for ins in dis.get_instructions(nested):
+            if root is not None and ins.opname in _CHAIN_OPS:
+                attrs += (ins.argval,)
+                continue
+            if root is not None and attrs:
+                chains.append((root, attrs))
+            kind = _ROOT_OPS.get(ins.opname)
+            root = (kind, ins.argval) if kind and (nested is code or kind != "fast") else None
+            attrs = ()
+    return dict.fromkeys(chains)
 
 
-def _guard(what, read, guards, seen):
-    value = read()
-    if value is _MISSING or isinstance(value, types.ModuleType):
-        return  # an empty cell; an imported module
-    if type(value) in _SCALARS:
-        def check():
-            now = read()
-            return now is value or (type(now) is type(value) and now == value)
-        check.__doc__ = f"{what} == {value!r}"
-    else:
-        def check():
-            return read() is value
-        check.__doc__ = f"{what} is the same {type(value).__name__}"
-    guards.append(check)
-    if isinstance(value, types.FunctionType) and not _is_library_code(value):
-        _collect(value, guards, seen)  # a helper the function calls reads variables of its own
+def _nested_code(code):
+    nested = []
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            nested += [const] + _nested_code(const)
+    return nested
+
+
+def _global_names(code):
+    """The names ``code`` and the code nested in it (lambdas, comprehensions) read as globals."""
+    return {ins.argval for c in [code] + _nested_code(code) for ins in dis.get_instructions(c)
+            if ins.opname == "LOAD_GLOBAL"}
+
+
+def _instance_dict(obj):
+    try:
+        return _object_dict(obj, "__dict__")
+    except (AttributeError, TypeError):
+        return None
+
+
+def _attr(obj, name):
+    """``obj.name`` as its instance dictionary (or a module's parameter, buffer and submodule tables)
+    holds it, without running any code of ``obj``'s."""
+    d = _object_dict(obj, "__dict__")
+    if name in d:
+        return d[name]
+    for table in _MODULE_TABLES:
+        members = d.get(table)
+        if type(members) is dict and name in members:
+            return members[name]
+    raise KeyError(name)
+
+
+def _dict_attr(obj, name):
+    return _object_dict(obj, "__dict__")[name]
+
+
+def _table_member(obj, key):
+    table, name = key
+    return _object_dict(obj, "__dict__")[table][name]
+
+
+def _item(obj, key):
+    if type(obj) not in (list, tuple, dict):
+        raise TypeError("not a container")  # (a container type's own __getitem__ runs no user code)
+    return obj[key]
+
+
+def _read_step(get, obj, key):
+    try:
+        return get(obj, key)
+    except _LOOKUP_ERRORS:
+        return _MISSING
+
+
+def _members(obj):
+    """(getter, key, path text, value) for what a namespace holds: its items, or its instance attributes
+    (a module's parameters, buffers and submodules as attributes)."""
+    if isinstance(obj, (list, tuple)):
+        return [(_item, i, f"[{i}]", v) for i, v in enumerate(obj)]
+    if isinstance(obj, dict):
+        return [(_item, k, f"[{k!r}]", v) for k, v in list(obj.items()) if type(k) in (str, int)]
+    d = _instance_dict(obj)
+    if type(d) is not dict:
+        return []
+    members = [(_dict_attr, k, f".{k}", v) for k, v in list(d.items())
+               if type(k) is str and not (k in _MODULE_TABLES and type(v) is dict)]
+    for table in _MODULE_TABLES:
+        if type(d.get(table)) is dict:
+            members += [(_table_member, (table, k), f".{k}", v) for k, v in list(d[table].items())]
+    return members
+
+
+def _dicts_of(obj):
+    """An object's instance dictionary and a module's parameter, buffer and submodule tables."""
+    d = _instance_dict(obj)
+    if type(d) is not dict:
+        return []
+    return [d] + [d[table] for table in _MODULE_TABLES if type(d.get(table)) is dict]
+
+
+def _is_namespace(value):
+    """Whether the function may read state through ``value``: a Python module, a list, tuple or dict, or
+    an object with an instance dictionary (not a tensor, class, function or jitorch machinery)."""
+    if isinstance(value, (types.ModuleType, list, dict)):
+        return True
+    if isinstance(value, tuple):
+        return not _is_scalar_tuple(value)
+    if isinstance(value, (Tensor, type, types.FunctionType, types.MethodType, types.BuiltinFunctionType)):
+        return False
+    return type(_instance_dict(value)) is dict and not type(value).__module__.startswith(_INTERNAL)
+
+
+def _is_scalar_tuple(value):
+    return type(value) is tuple and all(type(v) in _SCALARS for v in value)
 
 
 def _is_library_code(function):
     """jitorch's own functions (a built-in module's ``forward``, ``F.relu``) read no user state."""
     return (function.__module__ or "").partition(".")[0] == "jitorch"
+
+
+def _is_library_module(module):
+    """jitorch itself and the standard library: their attributes are no state a user rebinds."""
+    top = (module.__name__ or "").partition(".")[0]
+    return top == "jitorch" or top in getattr(sys, "stdlib_module_names", ())
 
 
 def _cell_contents(cell):
@@ -86,10 +377,96 @@ def _cell_contents(cell):
         return _MISSING
 
 
-def _global_names(code):
-    """The names ``code`` and the code nested in it (lambdas, comprehensions) may read as globals."""
-    names = set(code.co_names)
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            names |= _global_names(const)
-    return names
+def _value_check(path, value):
+    read = path.read
+
+    def check():
+        now = read()
+        return now is value or (type(now) is type(value) and now == value)
+    check.__doc__ = f"{path.text} == {value!r}"
+    return check
+
+
+def _identity_check(path, value):
+    read = path.read
+
+    def check():
+        return read() is value
+    check.__doc__ = f"{path.text} is the same {type(value).__name__}"
+    return check
+
+
+def _same_tensors_check(group):
+    """Whether the (path, tensor) pairs of ``group``, paths from one root, still lead to those tensors."""
+    tree = {}
+    for path, t in group:
+        node = tree
+        for step in path.steps[:-1]:
+            node = node.setdefault(step, {})
+        node[path.steps[-1]] = t
+    nodes = _frozen(tree)
+    root = group[0][0].root
+
+    def check():
+        try:
+            return _same_tensors(root(), nodes)
+        except _LOOKUP_ERRORS:
+            return False
+    shown = ", ".join(path.name for path, _ in group[:3]) + (f" and {len(group) - 3} more" if len(group) > 3 else "")
+    check.__doc__ = f"the captured tensors {shown} are the same tensors"
+    return check
+
+
+def _frozen(tree):
+    """A tree of steps as (getter, key, the tensor at a leaf, the children of an inner node) tuples."""
+    return tuple((get, key, None, _frozen(sub)) if isinstance(sub, dict) else (get, key, sub, None)
+                 for (get, key), sub in tree.items())
+
+
+def _same_tensors(obj, nodes):
+    for get, key, expected, children in nodes:
+        value = get(obj, key)
+        if children is None:
+            if value is not expected:
+                return False
+        elif not _same_tensors(value, children):
+            return False
+    return True
+
+
+def _absent_check(path):
+    read = path.read
+
+    def check():
+        return read() is _MISSING
+    check.__doc__ = f"{path.text} is not set"
+    return check
+
+
+def _changed(table, before):
+    """(key, new value) of the entries of a recorded table that differ from ``before``."""
+    if isinstance(table, types.CellType):
+        now = _cell_contents(table)
+        return [] if now is before else [(None, now)]
+    if isinstance(table, list):
+        if len(table) == len(before) and all(a is b for a, b in zip(table, before)):
+            return []
+        return [(i, v) for i, v in enumerate(table) if i >= len(before) or v is not before[i]]
+    return [(k, v) for k, v in list(table.items()) if before.get(k, _MISSING) is not v]
+
+
+def _holds(value, is_traced, depth=4):
+    """Whether ``value`` is, or (a few levels down its containers and attributes) holds, a traced value."""
+    if is_traced(value):
+        return True
+    if depth == 0 or isinstance(value, (Tensor, types.ModuleType, type)) or not _is_namespace(value):
+        return False
+    return any(_holds(v, is_traced, depth - 1) for _, _, _, v in _members(value))
+
+
+def _entry_text(table_text, key):
+    if key is None:
+        return table_text
+    if isinstance(key, int):
+        return f"{table_text}[{key}]"
+    return f"{table_text}.{key}" if table_text else key

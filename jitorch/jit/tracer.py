@@ -31,7 +31,7 @@ from ..runtime.storage import Storage
 from ..runtime.strided import contiguous_strides, is_non_overlapping_and_dense
 from ..tensor import GRAD_WATCHERS, Tensor
 from ..utils.pytree import tree_flatten, tree_unflatten
-from .captures import captured_variable_guards
+from .captures import CapturedState
 from .errors import StateWriteError, TraceError, describe_call, trace_error, user_frame, where
 
 _LITERALS = (type(None), bool, int, float, str)
@@ -545,36 +545,14 @@ class Tracer:
                                  "one of them; a graph would not see the write through the other")
 
 
-def _state_tables(fn):
-    """(dict, its items now) for each attribute table where traced code may store a tensor: the globals of
-    its function, the ``__dict__`` of the object it is bound to (or is) and, for a module, of every module
-    below it with their ``_buffers`` and ``_parameters``."""
-    owner = getattr(fn, "__self__", None) or (fn if not inspect.isfunction(fn) else None)
-    objects = []
-    if owner is not None:
-        modules = getattr(owner, "modules", None)
-        objects = list(modules()) if callable(modules) and hasattr(owner, "_modules") else [owner]
-    tables = [getattr(getattr(fn, "__func__", fn), "__globals__", None)]
-    for obj in objects:
-        attributes = getattr(obj, "__dict__", None)
-        if isinstance(attributes, dict):
-            tables += [attributes, attributes.get("_buffers"), attributes.get("_parameters")]
-    return [(t, dict(t)) for t in tables if isinstance(t, dict)]
+def _is_traced(value):
+    return isinstance(value, Tensor) and isinstance(value._storage, TraceStorage)
 
 
-def _take_back_stored_fakes(state):
-    """Put back what each table held where traced code stored a fake tensor (which would break every later
-    use of the object); returns the names stored to."""
-    stored = []
-    for table, before in state:
-        for name, value in list(table.items()):
-            if isinstance(value, Tensor) and isinstance(value._storage, TraceStorage) and before.get(name) is not value:
-                stored.append(name)
-                if name in before:
-                    table[name] = before[name]
-                else:
-                    del table[name]
-    return stored
+def _captured_tensors(graph):
+    """The captured tensors a graph reads (not the ``.grad`` tensors it re-reads at each call)."""
+    return [t for name, t in graph.constant_tensors.items()
+            if name not in graph.grad_constants and isinstance(t, Tensor)]
 
 
 def _grad_is_none_guard(tensor, name, was_none):
@@ -732,9 +710,9 @@ def trace_with_inputs(fn, args, kwargs):
     fargs, fkwargs = tree_unflatten(fake_leaves, spec)
     fakes = [f for f in fake_leaves if isinstance(f, Tensor)]
     tracer.input_fakes = fakes
-    # what the closure and globals hold before fn runs (fn may rebind them: the next call must then retrace)
-    variable_guards = captured_variable_guards(fn)
-    state = _state_tables(fn)
+    # what the function reaches of Python state before it runs (it may rebind it: the next call must then
+    # retrace; it may store traced tensors there: they are taken back)
+    state = CapturedState(fn)
     with tracer:
         try:
             initial = [tracer.fake(real.grad) if real.requires_grad and real.grad is not None else None
@@ -742,10 +720,14 @@ def trace_with_inputs(fn, args, kwargs):
             for f, g in zip(fakes, initial):
                 f.grad = g
             result = fn(*fargs, **fkwargs)
+            stored = state.stored_traced_values(_is_traced)
+        except BaseException:
+            state.restore()  # the call runs eagerly (or raises): it makes its changes itself
+            raise
         finally:
             captured, grad_guards = tracer.finish_grads()
-            stored = _take_back_stored_fakes(state)
         if stored:
+            state.restore()
             raise StateWriteError(f"it stores tensors it computes in Python state ({', '.join(stored)}), which a "
                                   "graph cannot set; this call runs eagerly, and the next one traces again")
         # a backward() inside fn set inputs' or captured parameters' .grad: the graph returns those too
@@ -756,7 +738,8 @@ def trace_with_inputs(fn, args, kwargs):
             result = (result, grads)
         graph = tracer.output(result)
         graph.grad_targets = targets
-        graph.python_guards = tracer.python_guards + grad_guards + _requires_grad_guard(graph) + variable_guards
+        graph.python_guards = (tracer.python_guards + grad_guards + _requires_grad_guard(graph) + state.guards
+                               + state.tensor_guards(_captured_tensors(graph)))
         graph.one_shot = tracer.one_shot
         graph.refreshers = tracer.refreshers
     return graph, inputs

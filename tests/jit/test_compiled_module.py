@@ -117,7 +117,7 @@ def test_compiled_module_caching_a_mask_in_forward_stays_usable_eager_and_compil
         expected = CausalMix(how)(x)
         model = CausalMix(how)
         compiled = jt.compile(model)
-        with pytest.warns(UserWarning, match=r"stores tensors it computes in Python state \(mask\)"):
+        with pytest.warns(UserWarning, match=r"stores tensors it computes in Python state \(self\.mask\)"):
             first = compiled(x)
         assert type(model.mask._storage) is Storage  # a real tensor, not the trace's stand-in
         assert jt.allclose(first, expected)
