@@ -46,6 +46,9 @@ METHODS: dict = {}      # Tensor methods, installed on Tensor
 Tensor = None  # set by jitorch.tensor to break the import cycle
 
 
+CUDA_ANY, CUDA_0 = to_device("cuda"), to_device("cuda:0")
+
+
 class TensorSpec:
     """What the meta rule says about one output: shape, dtype, device."""
 
@@ -56,7 +59,8 @@ class TensorSpec:
             check_numel(shape)  # a broadcast of huge expanded tensors, a repeat
         self.shape = shape
         self.dtype = dtype
-        self.device = device
+        # a result is on a device, never on "cuda": the trace's tensors must carry cuda:0 as eager's do
+        self.device = CUDA_0 if device is CUDA_ANY else device
         self.compute = compute  # dtype pointwise kernels compute in (float32 for halves)
 
     @property

@@ -236,3 +236,16 @@ def test_factories_from_a_cuda_tensor_can_make_cpu_tensors(fake):
         assert t.device.type == "cpu"
     assert jt.zeros_like(x, device="cpu").tolist() == [[0.0] * 4] * 3
     assert jt.full((4,), 2.7, dtype=jt.int32, device="cuda").tolist() == [2] * 4
+
+
+def test_a_tensor_made_on_cuda_inside_a_compiled_function_is_on_cuda_0(fake):
+    """A factory's device="cuda" is cuda:0 in the trace as eagerly: writing a result into it with out= was
+    refused ("Expected out tensor to have device cuda:0, but got cuda"; found by the fuzzer, seed 56)."""
+    def f(x):
+        buffer = jt.zeros(1, 4, 5, device="cuda")
+        jt.dstack([x], out=buffer)
+        return buffer, buffer.device
+    x = jt.randn(1, 4, 5, device="cuda")
+    out, device = jt.compile(f)(x)
+    assert str(device) == "cuda:0" and out.device == x.device
+    assert jt.equal(out.cpu(), x.cpu())
