@@ -192,7 +192,8 @@ def _check_lerp(spec, start, end, weight):
         kernel = "lerp_kernel_scalar" if isinstance(weight, Number) else "lerp_kernel_tensor"
         raise NotImplementedError(f"\"{kernel}\" not implemented for '{scalar_name(start.dtype)}'")
     for name, x in (("end", end), ("weight", weight)):
-        if not isinstance(x, Number) and x.dtype is not start.dtype:
+        # torch takes a 0-d weight of any dtype, as it takes a number
+        if not isinstance(x, Number) and x.dtype is not start.dtype and not (name == "weight" and x.ndim == 0):
             raise RuntimeError(f"expected dtype {_META_NAMES[start.dtype.name]} for `{name}` but got dtype "
                                f"{_META_NAMES[x.dtype.name]}")
 

@@ -766,3 +766,18 @@ def test_where_on_large_broadcast_operands_selects_bits_exactly(dtype):
     got = jt.where(jt.from_numpy(cond), jt.from_numpy(a), jt.from_numpy(b))
     assert got.dtype is dtype and got.shape == (7, 5, 300)
     np.testing.assert_array_equal(got.numpy().view(np.uint8), np.where(cond, a, b).view(np.uint8))
+
+
+def test_lerp_takes_a_zero_dim_weight_of_any_dtype_as_torch():
+    """torch treats a 0-d weight as a number whatever its dtype; a weight with dims must match (found by the
+    fuzzer, seed 57)."""
+    import torch
+    x = np.array([1.0, 2.0, 4.0], np.float32)
+    for weight in (np.array(2), np.array(0.25, np.float64), np.array(True)):
+        expected = torch.lerp(torch.from_numpy(x), torch.from_numpy(x * 3), torch.from_numpy(weight))
+        got = jt.lerp(jt.from_numpy(x), jt.from_numpy(x * 3), jt.from_numpy(weight))
+        assert got.dtype is jt.float32 and got.tolist() == expected.tolist()
+        compiled = jt.compile(lambda a, w: jt.lerp(a, a * 3, w))(jt.from_numpy(x), jt.from_numpy(weight))
+        assert compiled.tolist() == expected.tolist()
+    with pytest.raises(RuntimeError, match="expected dtype float for `weight` but got dtype double"):
+        jt.lerp(jt.ones(3), jt.ones(3), jt.tensor([0.5], dtype=jt.float64))
