@@ -16,7 +16,7 @@ from ..ops import registry
 from ..ops.views import contiguous_format
 from ..tensor import Tensor
 from ..utils.pytree import tree_map
-from .graph import TensorType, Value
+from .graph import TensorType, Value, warning_as_traced
 
 
 def interpret(graph, inputs, constants=None):
@@ -40,7 +40,8 @@ def interpret(graph, inputs, constants=None):
         if name not in tensors:
             raise ValueError(f"no tensor for constant {name!r}")
         env[v] = _checked(f"constant {name!r}", v, tensors[name])
-    with no_grad():  # a graph's backward, if it has one, is in its nodes: running them records none
+    # a graph's backward, if it has one, is in its nodes: running them records none
+    with no_grad(), warning_as_traced(graph):
         for node in graph.nodes:
             result = registry.call(node.op, _arguments(node.args, env))
             results = [result] if isinstance(result, Tensor) else list(result)
