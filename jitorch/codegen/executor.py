@@ -33,7 +33,7 @@ import numpy as np
 
 from ..autograd.grad_mode import no_grad
 from ..ir.fake import fake_tensor
-from ..ir.graph import Value, iter_values
+from ..ir.graph import Value, iter_values, warning_as_traced
 from ..ir.passes import optimize
 from ..ir.passes.fusion import Group, fuse
 from ..jit import logs
@@ -410,6 +410,14 @@ class Plan:
         return not set(readers) & _feeding_reductions(step.nodes)
 
 
+def _warning_as_traced(graph, run):
+    """``run`` that gives the warnings of ``graph``'s trace on every call (see `warning_as_traced`)."""
+    def run_warning(inputs):
+        with warning_as_traced(graph):
+            return run(inputs)
+    return run_warning
+
+
 def _alone(node):
     """A fusion group of one node (what a refused group splits into)."""
     kind = kind_of(node)
@@ -441,6 +449,8 @@ class CompiledGraph:
         self._eager_steps = any(isinstance(step, EagerStep) for step in self.steps)
         # run(inputs): the outputs, with in-place results written back into inputs and constants
         self._execute, self.run, self.source = self._generate()
+        if self.graph.meta_warnings:
+            self.run = _warning_as_traced(self.graph, self.run)
 
     def _lower(self, group, name, split):
         """Append the steps of one fusion group: a kernel, or eager steps for what the code

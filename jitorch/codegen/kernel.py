@@ -28,6 +28,7 @@ from llvmlite import ir
 
 from ..ir.fake import fake_tensor
 from ..ir.graph import Value, iter_values
+from ..ops import registry
 from ..runtime import dtypes as _dt
 from ..runtime.casts import convert
 from ..runtime.strided import contiguous_strides
@@ -502,8 +503,8 @@ KEPT_CHUNK_MAX_BYTES = 1 << 17
 
 def _meta_of(node):
     """The node's meta spec on compact fake inputs (its compute dtype is what the kernel uses)."""
-    return node.op.meta(*[fake_tensor(a.type.shape, a.type.dtype, a.type.device) if isinstance(a, Value) else a
-                          for a in node.args])
+    return registry.quiet_meta(node.op, [fake_tensor(a.type.shape, a.type.dtype, a.type.device)
+                                         if isinstance(a, Value) else a for a in node.args])
 
 
 def _args(node):

@@ -18,9 +18,12 @@ offset 0); ``as_strided`` and ``as_strided_scatter`` address that layout.
 
 from __future__ import annotations
 
+import contextlib
 import re
+import warnings
 from dataclasses import dataclass
 
+from ..ops import registry
 from ..runtime import dtypes as _dt
 from ..runtime.device import device as _device_cls
 
@@ -91,6 +94,16 @@ def iter_values(args):
             yield from iter_values(a)
 
 
+@contextlib.contextmanager
+def warning_as_traced(graph):
+    """Around one run of ``graph``: the warnings its ops' meta rules gave when traced, once, as an eager
+    call gives them (dead code's too); the ones its nodes give again while running are dropped."""
+    for category, message in graph.meta_warnings:
+        warnings.warn(message, category, stacklevel=4)
+    with registry.meta_warnings_into([]):
+        yield
+
+
 class Graph:
     """A traced program: inputs, constants, nodes, outputs and input mutations."""
 
@@ -116,6 +129,7 @@ class Graph:
         self.refreshers: list = []       # run before each call: captured scalars take their new values
         self.output_aliases: dict = {}   # output leaf index -> (input index or constant name, view geometry or None)
         self.one_shot = False            # valid for one call only (it initialised Python state)
+        self.meta_warnings: list = []    # (category, message) its ops' meta rules gave when traced
         self._next_id = 0
         self._names: set = set()
 

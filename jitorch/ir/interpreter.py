@@ -1,12 +1,14 @@
 """The reference interpreter: runs a graph node by node with the eager kernels.
 
 It is the oracle every compiled result is compared with, so it does nothing
-clever. Every node reads its tensor arguments compact (contiguous, offset 0,
-a storage of exactly its elements; a copy where they are not), as the IR reads
-values: view ops and ``as_strided_scatter`` then address the layout the IR
-means, whatever the strides of the caller's tensors. Results are what the
-kernels give: a returned input is that input, and a view may share memory
-with an input.
+clever. Nodes read their tensor arguments as eager ops would, so results have
+eager's strides and offsets (a slice of a slice stays a view of the first
+tensor); only where the IR means the compact layout of a value (contiguous,
+offset 0, a storage of exactly its elements) and the tensor has another does
+a node read a compact copy: the ``as_strided`` family addresses that layout's
+storage, and a ``view`` the tensor's strides cannot express reads it. Results
+are what the kernels give: a returned input is that input, and a view may
+share memory with an input.
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ from __future__ import annotations
 from ..autograd.grad_mode import no_grad
 from ..ops import registry
 from ..ops.views import contiguous_format
+from ..runtime.strided import view_strides
 from ..tensor import Tensor
 from ..utils.pytree import tree_map
-from .graph import TensorType, Value
+from .graph import TensorType, Value, warning_as_traced
 
 
 def interpret(graph, inputs, constants=None):
@@ -40,9 +43,10 @@ def interpret(graph, inputs, constants=None):
         if name not in tensors:
             raise ValueError(f"no tensor for constant {name!r}")
         env[v] = _checked(f"constant {name!r}", v, tensors[name])
-    with no_grad():  # a graph's backward, if it has one, is in its nodes: running them records none
+    # a graph's backward, if it has one, is in its nodes: running them records none
+    with no_grad(), warning_as_traced(graph):
         for node in graph.nodes:
-            result = registry.call(node.op, _arguments(node.args, env))
+            result = registry.call(node.op, _arguments(node, env))
             results = [result] if isinstance(result, Tensor) else list(result)
             for v, t in zip(node.outputs, results, strict=True):
                 env[v] = t
@@ -67,12 +71,28 @@ def _compact(t):
     return t.clone(memory_format=contiguous_format)
 
 
-def _arguments(args, env):
-    """A node's arguments with values replaced by their tensors, compact (inside lists too)."""
+# Ops that address the storage of the compact layout of their tensor arguments.
+STORAGE_ADDRESSING = frozenset(("as_strided", "as_strided_scatter", "_as_strided_add"))
+# Ops that reshape ``self`` without a copy, which strides that cannot express the new shape refuse.
+RESHAPING_VIEWS = frozenset(("view", "view_as", "unflatten"))
+
+
+def _arguments(node, env):
+    """A node's arguments with values replaced by their tensors (inside lists too), compact where the
+    op reads the compact layout (see the module docstring)."""
+    op = node.op
+    if op.name in STORAGE_ADDRESSING:
+        read = _compact
+    elif op.name in RESHAPING_VIEWS:
+        shape = node.outputs[0].type.shape
+        read = lambda t: t if view_strides(t.shape, t._stride, shape) is not None else _compact(t)  # noqa: E731
+    else:
+        read = None
+
     def one(a):
         if isinstance(a, Value):
-            return _compact(env[a])
+            return env[a] if read is None else read(env[a])
         if isinstance(a, (list, tuple)):
             return type(a)(one(x) for x in a)
         return a
-    return [one(a) for a in args]
+    return [one(a) for a in node.args]

@@ -361,8 +361,9 @@ class CompiledFunction:
 
     def _trace(self, args, kwargs):
         graph, _ = trace_with_inputs(self.fn, args, kwargs)
-        if self.discard_mutations:
+        if self.discard_mutations:  # (nor repeat the forward's warnings)
             graph.mutations.clear()
+            graph.meta_warnings.clear()
         logs.log("graph", "traced %s:\n%s", self.name, graph)
         return graph
 

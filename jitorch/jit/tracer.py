@@ -326,7 +326,8 @@ class Tracer:
         args = self.fake_args(op, args)
         if op.view is not None:
             return self.record_view(op, args)
-        spec = op.meta(*args)
+        with registry.meta_warnings_into(self.graph.meta_warnings):  # each run of the graph gives them
+            spec = op.meta(*args)
         specs = [spec] if isinstance(spec, registry.TensorSpec) else spec
         if specs is None or not all(isinstance(s, registry.TensorSpec) for s in specs):
             raise trace_error(op.public_name, "it returns a Python value computed from tensor data, "

@@ -10,7 +10,6 @@ pairs, scans, softmax, moments, norms) are small tables of their own.
 from __future__ import annotations
 
 import math
-import warnings
 from collections import namedtuple
 from numbers import Number
 
@@ -365,8 +364,8 @@ def _moment_meta(name):
             raise RuntimeError("std and var only support floating point and complex dtypes")
         n = _count(x.shape, _axis(x, dim))
         if n - (1 if correction is None else correction) <= 0:
-            warnings.warn(f"{name}(): degrees of freedom is <= 0. Correction should be strictly less than the "
-                          "reduction factor (input numel divided by output numel).", UserWarning, stacklevel=2)
+            registry.meta_warn(f"{name}(): degrees of freedom is <= 0. Correction should be strictly less than "
+                               "the reduction factor (input numel divided by output numel).")
         shape = reduced_shape(x.shape, reduction_dims(x, dim), keepdim)
         return TensorSpec(shape, x.dtype, x.device, opmath(x.dtype))
     return meta

@@ -24,7 +24,9 @@ From the schema the registry generates the public functional form
 from __future__ import annotations
 
 import builtins
+import contextlib
 import operator
+import warnings
 from collections import namedtuple
 from numbers import Number
 
@@ -284,6 +286,39 @@ def _make_converter(op):
 def convert_args(op, args):
     """Check and normalise arguments in schema order (TypeError naming a bad one)."""
     return op.convert(args)
+
+
+# Meta-rule warnings -------------------------------------------------------
+
+# Lists that take meta rules' warnings instead of showing them, innermost last: a trace keeps them
+# on its graph, whose every run shows them once (as every eager call does), and a graph's run drops
+# the ones its nodes give again. With none, a warning is shown as the eager call's own.
+_WARNING_SINKS: list = []
+
+
+def meta_warn(message, category=UserWarning):
+    """Warn from a meta rule: once per call of the op, as torch's eager ops do (its TORCH_WARN)."""
+    if _WARNING_SINKS:
+        _WARNING_SINKS[-1].append((category, message))
+    else:
+        warnings.warn(message, category, stacklevel=3)
+
+
+@contextlib.contextmanager
+def meta_warnings_into(sink):
+    """While the block runs, meta rules' warnings go into the list ``sink`` as (category, message)."""
+    _WARNING_SINKS.append(sink)
+    try:
+        yield sink
+    finally:
+        _WARNING_SINKS.pop()
+
+
+def quiet_meta(op, args):
+    """``op.meta(*args)`` without its warnings: for a caller that asks about shapes, not one that runs
+    the op (a code generator, a verifier), or one whose call already warned."""
+    with meta_warnings_into([]):
+        return op.meta(*args)
 
 
 # Execution ----------------------------------------------------------------

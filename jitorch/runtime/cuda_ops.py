@@ -346,7 +346,8 @@ def _argwhere(op, args, spec):
         flat = _arange(x.numel(), x.device)
         strides = contiguous_strides(x._shape)
         coordinates = stack([flat.div(s, rounding_mode="floor").remainder(n) for s, n in zip(strides, x._shape)], 1)
-        return _compacted(coordinates, at.unsqueeze(1).expand(coordinates._shape), count)
+        rows = _compacted(coordinates, at.unsqueeze(1).expand(coordinates._shape), count)
+        return rows.t().contiguous().t()  # column-major, as torch's (and the host's) nonzero lays it out
 
 
 def _unique(op, args, spec):

@@ -432,7 +432,8 @@ def on_host(op, args, device):
         return a
 
     host_args = [to_host(a, arg) for a, arg in zip(args, op.schema.args)]
-    result = registry.execute(op, host_args)
+    with registry.meta_warnings_into([]):  # the call's meta rule has run (and warned) on the device's tensors
+        result = registry.execute(op, host_args)
 
     # Fresh host results need not be waited for: the driver stages pageable memory before returning.
     def back(r):

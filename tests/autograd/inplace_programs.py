@@ -57,10 +57,42 @@ def in_place_on_a_view_taken_before_its_base_was_written(T, x, w):
     return y
 
 
+def comparisons_written_in_place_cut_the_gradient(T, x, w):
+    # x.ge_(x) holds 1.0s: torch's gradient through it is zero, not the old history's
+    y = x * 2
+    y.greater_equal_(y)
+    z = w * 3
+    z.lt_(x)
+    return y + z + w
+
+
+def rounding_and_sign_written_in_place_cut_the_gradient(T, x, w):
+    y = x * 2
+    y.floor_()
+    z = w * 1.5
+    z.sign_()
+    return y * w + z
+
+
+def a_random_fill_in_place_cuts_the_gradient(T, x, w):
+    y = x * 2
+    y.uniform_()
+    return y + w
+
+
+def logical_not_in_place_keeps_the_history_as_in_torch(T, x, w):
+    # torch's logical_not_ writes through its out= form, which autograd does not see
+    y = x * 2
+    y.logical_not_()
+    return y * w
+
+
 WORKING = [scalar_multiple_then_index_assignments, chain_of_inplace_ops_on_a_non_leaf_and_its_views,
            relu_in_place_on_a_transposed_product, mul_in_place_by_a_tensor_reads_the_old_self,
            overwriting_a_saved_input_that_needs_no_gradient_there, values_of_max_written_in_place,
-           in_place_on_a_view_taken_before_its_base_was_written]
+           in_place_on_a_view_taken_before_its_base_was_written, comparisons_written_in_place_cut_the_gradient,
+           rounding_and_sign_written_in_place_cut_the_gradient, a_random_fill_in_place_cuts_the_gradient,
+           logical_not_in_place_keeps_the_history_as_in_torch]
 
 
 def result_of_exp_written_in_place(T, x, w):

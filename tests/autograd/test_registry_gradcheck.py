@@ -226,11 +226,17 @@ def _cases(name):
                 yield case, True
 
 
+def _cuts(name):
+    """A comparison or random op: torch's zero gradient, defined rather than measured (`rules.common.cut`)."""
+    return getattr(RULES[name].backward, "cuts", False) if name in RULES else False
+
+
 def _differentiable(name):
     """Has a derivative rule, or is a composite whose results carry a gradient on some sample (a composite
-    without samples is left to tests/ops/test_op_contract.py, which asks for them)."""
+    without samples is left to tests/ops/test_op_contract.py, which asks for them). Rules that cut the
+    gradient are checked by test_ops_that_cut_the_gradient_give_zeros_written_in_place instead."""
     if name in RULES:
-        return True
+        return not _cuts(name)
     return (registry.OPS[name].composite is not None and name not in NONDIFFERENTIABLE and name in SAMPLES
             and next(_cases(name), None) is not None)
 
@@ -254,3 +260,31 @@ def test_gradcheck_and_gradgradcheck(name):
         except Exception as e:
             e.add_note(f"in {case!r}")
             raise
+
+
+CUTS = sorted(n for n in registry.OPS if _cuts(n))
+
+
+@pytest.mark.parametrize("name", CUTS)
+def test_ops_that_cut_the_gradient_give_zeros_written_in_place(name):
+    """``y.ge_(w)``, ``y.uniform_()``: torch's zero gradient for ``y``'s old history and the other floating
+    inputs; out of place, a floating result (a normal sample) gives its inputs zeros too."""
+    op = registry.OPS[name]
+    call = registry.call_inplace if "inplace" in op.variants else registry.call
+    checked = 0
+    for sample in samples(op, dtype=jt.float64):
+        args = bind(op, sample)
+        slots = list(tensor_slots(op, args))
+        leaves = [_leaf(_get(args, s))[0] for s in slots]
+        try:
+            out = call(op, _with(args, slots, [leaf * 1 for leaf in leaves]))  # non-leaves: writable in place
+        except REFUSALS:  # the result does not fit in self (a broadcast)
+            continue
+        assert out.requires_grad == (bool(slots) and out.dtype.is_floating_point)
+        if not out.requires_grad:
+            continue
+        grads = jt.autograd.grad(out.sum(), leaves, allow_unused=True)
+        for leaf, g in zip(leaves, grads):
+            assert g is not None and g.shape == leaf.shape and not np.asarray(g).any(), f"{name}: {g}"
+        checked += 1
+    assert checked, f"{name}: no sample gives a floating result"

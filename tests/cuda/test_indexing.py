@@ -294,3 +294,14 @@ def test_the_graph_emulating_fake_device_refuses_kernels_it_cannot_evaluate():
     with use_backend(FakeBackend(emulate="graph")):
         with pytest.raises(RuntimeError, match="runs on the kernel emulator only"):
             jt.tensor([3.0, 1.0, 2.0]).cuda().sort()
+
+
+@pytest.mark.parametrize("shape", [(1, 3), (3, 4), (2, 2, 2)])
+def test_nonzero_is_laid_out_column_major_as_on_the_host_and_in_torch(fake, shape):
+    """torch's nonzero gives its (count, ndim) indices strides (1, count); the device gave row-major ones."""
+    import torch
+    values = np.arange(np.prod(shape)).reshape(shape) % 3
+    got = jt.tensor(values, device="cuda").nonzero()
+    want = torch.tensor(values).nonzero()
+    assert got.stride() == want.stride() == jt.tensor(values).nonzero().stride()
+    np.testing.assert_array_equal(got.cpu().numpy(), want.numpy())

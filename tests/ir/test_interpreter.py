@@ -13,7 +13,9 @@ from hypothesis import given
 
 import jitorch as jt
 from jitorch.ir import interpret, verify
+from jitorch.jit import trace
 from jitorch.ir.graph import Graph, TensorType, Value
+from jitorch.ir.interpreter import RESHAPING_VIEWS, STORAGE_ADDRESSING
 from jitorch.ops import registry
 from jitorch.utils.pytree import tree_flatten
 from tests.ir.graphs import graphs
@@ -85,13 +87,14 @@ def one_node_graph(op, args, types):
 
 @pytest.mark.parametrize("name", SAMPLE_OPS)
 def test_sample_graphs_verify_and_run_like_eager(name):
-    """Eager runs on compact copies of the sample's tensors, as the IR reads values, and gives the
-    node's types; the interpreter gets the sample's own tensors, in every layout, and must compact
-    them itself. Random ops draw from generators in the same state."""
+    """The interpreter gets the sample's own tensors, in every layout, and gives what eager gives on
+    them, strides and offsets too; ops that read the compact layout (as_strided, view) it runs on
+    compact copies itself, as eager is run here. Random ops draw from generators in the same state."""
     op = OPS[name]
+    reads_compact = name in STORAGE_ADDRESSING | RESHAPING_VIEWS
     for sample in fixed_shape_samples(op):
         what = f"{name} {sample}"
-        expected = flat(registry.call(op, bind(op, compact_copy(sample))))
+        expected = flat(registry.call(op, bind(op, compact_copy(sample) if reads_compact else sample.clone())))
         args = op.convert(bind(op, sample.clone()))
         graph, inputs = one_node_graph(op, args, [type_of(e) for e in expected])
         verify(graph)
@@ -101,6 +104,8 @@ def test_sample_graphs_verify_and_run_like_eager(name):
         assert isinstance(got, tuple) and len(got) == len(expected), what
         for i, (g, e) in enumerate(zip(got, expected)):
             assert_same(g, e, f"{what}: output {i}", values=name not in VALUES_UNDEFINED)
+            if not reads_compact:
+                assert (g.stride(), g.storage_offset()) == (e.stride(), e.storage_offset()), f"{what}: output {i}"
         for t, b in zip(inputs, before):
             np.testing.assert_array_equal(to_numpy(t), b, err_msg=f"{what}: an input was written")
 
@@ -250,3 +255,19 @@ def test_random_graphs_give_their_types(case):
     assert [target for target, _ in mutations] == [target for target, _ in graph.mutations]
     for (_, value), (_, result) in zip(graph.mutations, mutations):
         check(value, result)
+
+
+def _views_of_computed_tensors(x):
+    return x.contiguous()[::2, 0:-1:2], x.sigmoid()[-2:4, -1, :], x.exp().transpose(0, 2)[1:].unsqueeze(0)
+
+
+def test_views_of_views_keep_eagers_strides_and_offsets():
+    """A slice of a slice of a computed tensor is a view of that tensor, as in eager: the interpreter once
+    compacted the first slice, giving other strides and offsets than eager (fuzz seeds 16, 24, 53)."""
+    x = jt.randn(4, 10)[:, ::2].reshape(4, 5)  # non-contiguous input: contiguous() copies
+    x = x.unsqueeze(2).expand(4, 5, 2) * 1.5
+    graph = trace(_views_of_computed_tensors, x)
+    got, _ = interpret(graph, [x])
+    for g, e in zip(got, _views_of_computed_tensors(x)):
+        assert (g.stride(), g.storage_offset()) == (e.stride(), e.storage_offset())
+        np.testing.assert_array_equal(to_numpy(g), to_numpy(e))

@@ -53,6 +53,15 @@ def zero_grad(*names):
     return per_input(**{name: reads("", lambda g, a, out: zeros(g.shape, g)) for name in names})
 
 
+def cut(*names):
+    """The rule of an op whose results do not vary smoothly with its arguments ``names`` at all (a
+    comparison, a random sample): torch's zero gradient, which finite differences cannot check
+    (``cuts`` marks it). Written in place, such an op cuts the history of the tensor it writes."""
+    rule = zero_grad(*names)
+    rule.cuts = True
+    return rule
+
+
 def reduced_dims(x, dim):
     """The dims a reduction of ``x`` over ``dim`` removes (None and () mean every dim; a 0-d input has none)."""
     if x.ndim == 0:

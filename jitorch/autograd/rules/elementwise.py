@@ -20,7 +20,7 @@ from numbers import Number
 import jitorch as jt
 
 from ..rule import nondifferentiable, reads
-from .common import declare, per_input, zero_grad, zeros
+from .common import cut, declare, per_input, zero_grad, zeros
 
 _LN2 = math.log(2.0)
 _LN10 = math.log(10.0)
@@ -183,8 +183,12 @@ declare("where.self", per_input(self=reads("condition", lambda g, a, out: jt.whe
 
 # Bool and integer results ----------------------------------------------------------------------
 
+# A comparison's result is bool, which never requires grad; written in place into a float tensor
+# (``x.ge_(y)``) it gives that tensor torch's zero gradient, cutting what it held before.
+declare("eq ne not_equal lt less le less_equal gt greater ge greater_equal", cut("self", "other"))
+# torch's in-place logical ops write through their out= form, which autograd does not see: the
+# tensor keeps its history and passes its gradient on unchanged (the bitwise ones refuse floats).
 nondifferentiable(
-    "eq", "ne", "not_equal", "lt", "less", "le", "less_equal", "gt", "greater", "ge", "greater_equal", "isclose",
-    "logical_and", "logical_or", "logical_xor", "logical_not", "isnan", "isinf", "isfinite",
+    "isclose", "logical_and", "logical_or", "logical_xor", "logical_not", "isnan", "isinf", "isfinite",
     "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "bitwise_left_shift", "bitwise_right_shift",
 )

@@ -1,10 +1,15 @@
-"""Random ops: their samples carry no gradient to their parameters (as torch's bernoulli,
-multinomial and random_ give none; jitorch does not reparameterise normal either)."""
+"""Random ops: their samples carry a zero gradient to their parameters, as torch's bernoulli, normal,
+uniform and random_ do (torch's results require grad; jitorch does not reparameterise normal either).
+Written in place (``x.uniform_()``), the zero gradient cuts what ``x`` held before."""
 
 from ..rule import nondifferentiable
+from .common import cut, declare
 
-nondifferentiable(
-    "bernoulli", "bernoulli.Tensor_", "bernoulli.float_", "bernoulli.p", "exponential", "multinomial",
-    "normal.Tensor_Tensor", "normal.Tensor_float", "normal.float_Tensor", "normal.inplace", "random",
-    "random.from_to", "random.to", "uniform",
-)
+declare("bernoulli", cut("input"))
+declare("bernoulli.float_ exponential random random.from_to random.to uniform normal.inplace", cut("self"))
+declare("bernoulli.Tensor_", cut("self", "p"))
+declare("normal.Tensor_Tensor", cut("mean", "std"))
+declare("normal.Tensor_float", cut("mean"))
+declare("normal.float_Tensor", cut("std"))
+# torch has no derivative for bernoulli(input, p) (its backward raises); multinomial gives indices.
+nondifferentiable("bernoulli.p", "multinomial")
