@@ -304,6 +304,9 @@ def _pow(a, b):
             # an integer to a negative power is 0, except 1 and -1 (whose powers only need the parity)
             r = np.power(a, np.where(negative, b & 1, b))
             return np.where(negative & (np.abs(a) != 1), 0, r)
+    if a.__class__ is np.ndarray and a.dtype.kind == "f" and np.ndim(b) == 0 and b == 2:
+        # torch squares by a product, and so does NumPy from 2.1 on; before, power() is an ulp off
+        return np.multiply(a, a)
     return np.power(a, b)
 
 

@@ -387,7 +387,7 @@ def test_int64_arange_counts_like_range(start, end, step, down):
 @given(st.floats(-50, 50), st.floats(-50, 50), st.floats(0.05, 7), st.booleans())
 def test_arange_float_steps_count_like_torch(start, end, step, down):
     step = -step if down else step
-    if (end - start) * step < 0:
+    if end > start and down or end < start and not down:  # torch refuses it (the product can underflow to 0)
         return
     t = jt.arange(start, end, step, dtype=jt.float64)
     n = math.ceil((end - start) / step)

@@ -9,6 +9,7 @@ from collections import namedtuple
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -320,6 +321,12 @@ def test_lerp_matches_numpy(dtype, tensor_weight, shapes, seed):
     check_values(jt.lerp(jt.tensor(vs), jt.tensor(ve), weight), expected, dtype)
 
 
+def with_nans(v, fraction, rng):
+    """``v`` with about ``fraction`` of its elements NaN. The NaN has ``v``'s dtype: NumPy 1 would make a bare
+    one float16, which has no common dtype with bfloat16."""
+    return np.where(rng.random(v.shape) < fraction, np.array(np.nan, v.dtype), v)
+
+
 @given(st.sampled_from(ALL_DTYPES), hnp.mutually_broadcastable_shapes(num_shapes=2, max_dims=3, max_side=3),
        st.floats(0, 0.1), st.floats(0, 0.5), st.booleans(), st.integers(0, 2**32 - 1))
 def test_isclose_and_allclose_match_numpy(dtype, shapes, rtol, atol, equal_nan, seed):
@@ -327,12 +334,12 @@ def test_isclose_and_allclose_match_numpy(dtype, shapes, rtol, atol, equal_nan, 
     sa, sb = shapes.input_shapes
     va = values(sa, dtype, rng)
     if dtype.is_floating_point:  # NaNs, some of them facing NaNs in ``vb``
-        va = np.where(rng.random(va.shape) < 0.2, np.nan, va).astype(dtype.np)
+        va = with_nans(va, 0.2, rng)
     vb = (np.broadcast_to(va, np.broadcast_shapes(sa, sb)) if rng.random() < 0.5 else values(sb, dtype, rng))
     vb = np.ascontiguousarray(vb)
     if dtype.is_floating_point:  # nudge some values inside or outside the tolerance, plant NaNs
         vb = (vb.astype(np.float64) * (1 + rng.uniform(-0.05, 0.05, vb.shape))).astype(dtype.np)
-        vb = np.where(rng.random(vb.shape) < 0.1, np.nan, vb).astype(dtype.np)
+        vb = with_nans(vb, 0.1, rng)
     a, b = jt.tensor(va), jt.tensor(vb)
     cast = np.float64 if dtype.is_floating_point else np.float32
     wa, wb = va.astype(cast), vb.astype(cast)
@@ -346,6 +353,17 @@ def test_isclose_and_allclose_match_numpy(dtype, shapes, rtol, atol, equal_nan, 
     if clear.all():
         assert jt.allclose(a, b, rtol, atol, equal_nan) is bool(expected.all())
         assert a.allclose(b, rtol=rtol, atol=atol, equal_nan=equal_nan) is bool(expected.all())
+
+
+@pytest.mark.parametrize("dtype", [jt.float32, jt.float64])
+def test_pow_by_two_is_torchs_product_on_numpy_before_2_1(dtype):
+    """``x ** 2`` gives torch's bits (``x * x``): NumPy's power() before 2.1 is an ulp off for some."""
+    rng = np.random.default_rng(0)
+    numbers = (rng.standard_normal(10_000) * 10.0 ** rng.integers(-15, 15, 10_000)).astype(dtype.np)
+    expected = (torch.from_numpy(numbers) ** 2).numpy()
+    x = jt.tensor(numbers)
+    for got in (x ** 2, x.pow(2.0), jt.pow(x, jt.tensor(2.0, dtype=dtype))):
+        np.testing.assert_array_equal(got.numpy(), expected)
 
 
 def test_equal_compares_shape_and_values():

@@ -57,7 +57,7 @@ def ref_norm(p):
         if p == -INF:
             return np.min(m, axis=axis, keepdims=kd)
         if p == 0:
-            return np.count_nonzero(m, axis=axis, keepdims=kd).astype(np.float64)
+            return np.asarray(np.count_nonzero(m, axis=axis, keepdims=kd), np.float64)  # NumPy 1 gives an int
         return np.sum(m ** p, axis=axis, keepdims=kd) ** (1 / p)
     return ref
 
