@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import builtins
 import operator
+from math import prod
 
 import numpy as np
 
@@ -130,6 +131,11 @@ class Tensor:
         self._arr = None
 
     def _resize(self, shape):
+        """torch's ``resize_`` (of an ``out=`` tensor): contiguous from the same offset over the same
+        memory when that holds enough elements (a view stays a view of its base), else new memory."""
+        if self._offset + prod(shape) <= self._storage.size:
+            self._set_geometry(shape, contiguous_strides(shape), self._offset)
+            return
         fresh = Tensor._empty(shape, self.dtype, self.device)
         self._storage = fresh._storage
         self._set_geometry(fresh._shape, fresh._stride, 0)

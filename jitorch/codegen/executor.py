@@ -596,7 +596,7 @@ class CompiledGraph:
         outputs = self._outputs_source(src)
         if g.mutations:
             tail = "return _finish(inputs, env)"
-        elif g.grad_targets or g.output_aliases and outputs == "_outputs(env)":
+        elif g.grad_targets or g.geometry_changes or g.output_aliases and outputs == "_outputs(env)":
             tail = "return _set_grads(_graph, inputs, _outputs(env))"
         else:
             tail = f"return {outputs}"

@@ -128,6 +128,9 @@ class Graph:
         self.python_guards: list = []    # zero-argument checks of Python state the trace assumed
         self.refreshers: list = []       # run before each call: captured scalars take their new values
         self.output_aliases: dict = {}   # output leaf index -> (input index or constant name, view geometry or None)
+        # input index or constant name -> (shape, strides, offset from its own): an in-place view op
+        # (``x.t_()``) gave that tensor this geometry, which a call gives the real one
+        self.geometry_changes: dict = {}
         self.one_shot = False            # valid for one call only (it initialised Python state)
         self.meta_warnings: list = []    # (category, message) its ops' meta rules gave when traced
         self._next_id = 0

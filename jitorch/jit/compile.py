@@ -451,6 +451,7 @@ def set_grads(graph, inputs, outputs):
     result is returned, with the inputs and captured tensors it returned as themselves."""
     if graph.output_aliases:
         outputs = returned_aliases(graph, inputs, outputs)
+    change_geometry(graph, inputs)
     if not graph.grad_targets:
         return outputs
     result, grads = outputs
@@ -469,6 +470,14 @@ def returned_aliases(graph, inputs, outputs):
         real = inputs[owner] if isinstance(owner, int) else graph.constant_tensors[owner]
         leaves[k] = real if geometry is None else returned_view(real, geometry)
     return tree_unflatten(leaves, spec)
+
+
+def change_geometry(graph, inputs):
+    """Give the inputs and captured tensors an in-place view op reshaped (``x.t_()``) their new
+    geometry, as eager does. Run after `returned_aliases`, whose view offsets count from the old."""
+    for owner, (shape, strides, offset) in graph.geometry_changes.items():
+        real = inputs[owner] if isinstance(owner, int) else graph.constant_tensors[owner]
+        real._set_geometry(shape, strides, real._offset + offset)
 
 
 def returned_view(real, geometry):
@@ -522,6 +531,9 @@ def _eager_for_autograd(entry):
     after the call, so outputs that require grad must not depend on values the call overwrote (a
     batch norm's running statistics, which its outputs do not read, may be updated)."""
     g = entry.graph
+    if is_grad_enabled() and g.geometry_changes and g.outputs_require_grad:
+        # the compiled backward would recompute from the tensors in their geometry after the call
+        return "an in-place view op reshapes a tensor the outputs' gradient depends on"
     if not (is_grad_enabled() and g.mutations):
         return None
     if g.rewrites_history:

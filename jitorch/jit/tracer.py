@@ -402,9 +402,32 @@ class Tracer:
         outs = out if isinstance(out, (tuple, list)) else (out,)
         results = result if isinstance(result, (tuple, list)) else (result,)
         for o, r in zip(outs, results):
+            if self.fake(o).shape != r.shape:
+                registry.resize_out(o, r.shape)
             registry.check_inplace(op, self.fake(o), r)
             self.write(o, r)
         return out
+
+    def resize_out(self, out, shape):
+        """An ``out=`` tensor of another shape than its result, resized as `Tensor._resize` does (a new
+        geometry over its memory, or new memory), with eager's warning at each call of the graph."""
+        if threading.get_ident() != self.thread:
+            return NotImplemented
+        fake = self.fake(out)
+        message = registry.out_resize_warning(fake, shape)
+        if message is not None:
+            self.graph.meta_warnings.append((UserWarning, message))
+        if fake._offset + prod(shape) <= fake._storage.size:  # eager reshapes it over the same memory
+            fake._set_geometry(shape, contiguous_strides(shape), fake._offset)
+            return fake
+        if fake._storage.origin is not None:
+            raise TraceError(f"an out= tensor over an input's or captured tensor's memory is resized from "
+                             f"{list(fake.shape)} to {list(shape)}, which a graph cannot do to the real tensor")
+        fresh = fake.new_zeros(tuple(shape))
+        fake._storage = fresh._storage
+        fake._set_geometry(fresh._shape, fresh._stride, 0)
+        fake._trace_value = fresh._trace_value
+        return fake
 
     def call_inplace(self, op, args):
         if threading.get_ident() != self.thread:
@@ -477,8 +500,30 @@ class Tracer:
         for st in self.watched:
             if st._version != st.initial_version:
                 self.graph.mutations.append((st.origin, self.read(st, *st.origin_geometry, 0)))
+        self.graph.geometry_changes = self.geometry_changes()
         self.check_captured_aliasing()
         return self.graph
+
+    def owner_fakes(self):
+        """(input index or constant name, its fake) for the call's tensors and the captured tensors
+        themselves (not views lifted onto one)."""
+        owners = list(enumerate(self.input_fakes))
+        for real, fake in self.lifted.values():
+            origin = fake._storage.origin
+            if origin is not None and self.graph.constant_tensors.get(origin.name) is real:
+                owners.append((origin.name, fake))
+        return owners
+
+    def geometry_changes(self):
+        """The inputs and captured tensors an in-place view op (``x.t_()``) gave a new geometry over
+        their own memory: owner -> (shape, strides, offset from the tensor's own)."""
+        changes = {}
+        for owner, fake in self.owner_fakes():
+            st = fake._storage
+            geometry = (tuple(fake._shape), tuple(fake._stride), fake._offset)
+            if st in self.watched and geometry != (*st.origin_geometry, 0):
+                changes[owner] = geometry
+        return changes
 
     def gradient_reaches(self, outputs):
         """The input indices and constant names whose gradient a backward from ``outputs`` reaches
@@ -509,13 +554,13 @@ class Tracer:
         the real tensor's own. A call returns the real tensor there, or that view of it, as eager
         does, rather than a new tensor with its values."""
         owners = {v: i for i, v in enumerate(self.graph.inputs)}
-        itself = {id(f): i for i, f in enumerate(self.input_fakes)}
         for real, fake in self.lifted.values():
-            origin = fake._storage.origin
-            if origin is not None:
-                owners[origin] = origin.name
-                if self.graph.constant_tensors.get(origin.name) is real:  # (not a view lifted onto it)
-                    itself[id(real)] = itself[id(fake)] = origin.name
+            if fake._storage.origin is not None:
+                owners[fake._storage.origin] = fake._storage.origin.name
+        itself = {id(f): owner for owner, f in self.owner_fakes()}
+        itself.update((id(self.graph.constant_tensors[owner]), owner) for owner, _ in self.owner_fakes()
+                      if isinstance(owner, str))
+        reshaped = self.geometry_changes()
         aliases = {}
         for k, leaf in enumerate(leaves):
             if not isinstance(leaf, Tensor):
@@ -526,7 +571,8 @@ class Tracer:
             if owner is None:
                 continue
             shape, strides = tuple(fake._shape), tuple(fake._stride)
-            if itself.get(id(leaf)) == owner and (shape, strides) == st.origin_geometry and fake._offset == 0:
+            unmoved = (shape, strides) == st.origin_geometry and fake._offset == 0
+            if itself.get(id(leaf)) == owner and (unmoved or owner in reshaped):  # (reshaped after the call)
                 aliases[k] = (owner, None)
             else:
                 aliases[k] = (owner, (shape, strides, fake._offset, bool(leaf.requires_grad)))

@@ -605,21 +605,36 @@ def write_out(op, out, result):
             f"{scalar_name(out.dtype)}"
         )
     check_no_internal_overlap(out)
+    if out.shape != result.shape:
+        resize_out(out, result.shape)
     if DISPATCH_HOOKS:
         # a trace: the write must reach the hooks (the tracer records it), not a stand-in's memory
         check_inplace(op, out, result)
         return call_inplace(OPS["copy"], (out, result, False))
-    if out.shape != result.shape:
-        if out.numel() != 0:
-            import warnings
-            warnings.warn(
-                f"An output with one or more elements was resized since it had shape {list(out.shape)}, "
-                f"which does not match the required output shape {list(result.shape)}.",
-                UserWarning, stacklevel=4,
-            )
-        out._resize(result.shape)
     out._write(result)
     return out
+
+
+def resize_out(out, shape):
+    """Resize an ``out=`` tensor to its result's ``shape`` as torch does, warning when it had elements
+    (a dispatch hook, the tracer, resizes its stand-ins itself)."""
+    for hook in DISPATCH_HOOKS:
+        if hook.resize_out(out, shape) is not NotImplemented:
+            return
+    message = out_resize_warning(out, shape)
+    if message is not None:
+        warnings.warn(message, UserWarning, stacklevel=5)
+    out._resize(shape)
+
+
+def out_resize_warning(out, shape):
+    """torch's warning for resizing the ``out=`` tensor ``out`` to ``shape``, or None (it had no elements)."""
+    if out.numel() == 0:
+        return None
+    return (f"An output with one or more elements was resized since it had shape {list(out.shape)}, "
+            f"which does not match the required output shape {list(shape)}. This behavior is deprecated, and in "
+            "a future PyTorch release outputs will not be resized unless they have zero elements. You can "
+            "explicitly reuse an out tensor t by resizing it, inplace, to zero elements with t.resize_(0).")
 
 
 _SCALAR_NAMES = {

@@ -15,9 +15,10 @@ def run(graph):
     live = set(graph.output_values())
     live.update(v for _, v in graph.mutations)
     live.update(target for target, _ in graph.mutations)
-    # captured tensors the call hands back or sets the .grad of, by name: needed whatever reads them
+    # captured tensors the call hands back, reshapes or sets the .grad of, by name: needed whatever reads them
     owners = [t for t in graph.grad_targets if isinstance(t, str)]
     owners += [o for o, _ in graph.output_aliases.values() if isinstance(o, str)]
+    owners += [o for o in graph.geometry_changes if isinstance(o, str)]
     live.update(graph.constants[name] for name in owners if name in graph.constants)
     kept = []
     for node in reversed(graph.nodes):
