@@ -37,6 +37,7 @@ import numpy as np
 
 from .runtime import dtypes as _dtypes
 from .runtime.device import device as _device
+from .runtime.files import atomic_write
 from .runtime.storage import Storage
 from .tensor import Size, Tensor
 
@@ -149,7 +150,7 @@ def save(obj, f):
     manifest = {"format": FORMAT, "version": VERSION, "structure": writer.encode(obj)}
     manifest["storages"] = writer.storage_table()
     if isinstance(f, (str, os.PathLike)):
-        with open(f, "wb") as fh:
+        with atomic_write(f) as fh:  # a failed save leaves the previous file as it was
             _write_archive(fh, manifest, writer)
     else:
         _write_archive(f, manifest, writer)

@@ -24,18 +24,17 @@ import functools
 import hashlib
 import os
 import re
-import secrets
 import struct
 import threading
 from pathlib import Path
 
 from ..jit import logs
+from ..runtime.files import TMP_SUFFIX as _TMP_SUFFIX, atomic_write
 
 MAGIC = b"JITK"
 FORMAT_VERSION = 1
 _HEADER = struct.Struct("<4sIQ32s")
 _SUFFIX = ".jitk"
-_TMP_SUFFIX = ".tmp"
 # Keys become file names, so only lowercase hex (what `cache_key` returns) is accepted.
 _KEY = re.compile(r"[0-9a-f]{4,128}")
 _SHARD = re.compile(r"[0-9a-f]{2}")
@@ -218,19 +217,10 @@ def _read_entry(path: Path) -> bytes | None:
 def _write_entry(path: Path, data: bytes) -> None:
     header = _HEADER.pack(MAGIC, FORMAT_VERSION, len(data), hashlib.sha256(data).digest())
     path.parent.mkdir(parents=True, exist_ok=True)
-    # Unique per process and per call, so concurrent writers never share a temporary file.
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(8)}{_TMP_SUFFIX}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o644)
-    try:
-        with open(fd, "wb") as f:
-            f.write(header)
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)  # atomic: readers see the old entry or the new one, and the last rename wins
-    except BaseException:
-        _remove(os.unlink, tmp)
-        raise
+    # atomic: readers see the old entry or the new one, and the last rename wins
+    with atomic_write(path) as f:
+        f.write(header)
+        f.write(data)
 
 
 def _scandir(path) -> list:

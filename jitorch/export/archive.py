@@ -12,12 +12,14 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import re
 import zipfile
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..runtime.files import atomic_write
 from .errors import ExportError
 
 FORMAT = "jitorch.export"
@@ -58,7 +60,15 @@ def write(path_or_file, manifest, graph_text, constants, artifacts):
         for kernel in record["kernels"]:
             members[kernel["member"]] = objects[kernel["key"]]
     manifest = dict(manifest, members={name: hashlib.sha256(data).hexdigest() for name, data in members.items()})
-    with zipfile.ZipFile(path_or_file, "w", compression=zipfile.ZIP_DEFLATED) as z:
+    if isinstance(path_or_file, (str, os.PathLike)):
+        with atomic_write(path_or_file) as f:  # a failed save leaves the previous file as it was
+            _write_zip(f, manifest, members)
+    else:
+        _write_zip(path_or_file, manifest, members)
+
+
+def _write_zip(f, manifest, members):
+    with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_DEFLATED) as z:
         z.writestr(MANIFEST, json.dumps(manifest, indent=1, sort_keys=True))
         for name, data in members.items():
             z.writestr(name, data)

@@ -24,6 +24,7 @@ from math import prod
 from ..codegen import cpu
 from ..codegen.linker import builtins_object
 from ..codegen.machine import selected
+from ..runtime.files import atomic_write
 from ..ir.fake import fake_of_type
 from ..ir.graph import Value
 from ..runtime.strided import contiguous_strides
@@ -72,7 +73,7 @@ def build_c_library(program, out_dir, name):
     source = writer.source()
     os.makedirs(out_dir, exist_ok=True)
     header_path = os.path.join(out_dir, f"{name}.h")
-    with open(header_path, "w") as f:
+    with atomic_write(header_path, "w") as f:
         f.write(writer.header())
     lib_path = os.path.join(out_dir, f"lib{name}.so")
     with tempfile.TemporaryDirectory() as tmp:
@@ -92,11 +93,15 @@ def build_c_library(program, out_dir, name):
         script = os.path.join(tmp, "exports.map")
         with open(script, "w") as f:
             f.write(f"{{ global: {name}_*; local: *; }};\n")
-        cmd = [cc, "-shared", "-fPIC", "-O2", "-I", out_dir, c_path, *objects, "-o", lib_path,
+        built = os.path.join(tmp, os.path.basename(lib_path))
+        cmd = [cc, "-shared", "-fPIC", "-O2", "-I", out_dir, c_path, *objects, "-o", built,
                f"-Wl,--version-script={script}", "-lm"]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
             raise ExportError(f"the C compiler failed ({' '.join(cmd)}):\n{done.stderr}")
+        with open(built, "rb") as src, atomic_write(lib_path) as dst:  # never a half-written library in out_dir
+            shutil.copyfileobj(src, dst)
+        os.chmod(lib_path, 0o755)
     return lib_path
 
 

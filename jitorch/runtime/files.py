@@ -1,0 +1,40 @@
+"""Atomic file writes: a reader, or a crash at any point, sees the old file or the new one, never half.
+
+Every file jitorch writes (checkpoints, exports, kernel-cache entries, the AOT library) goes through
+`atomic_write`: the bytes go to a temporary file in the target's own directory (so the final rename
+never crosses a file system), are flushed to disk, and only then replace the target.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+
+TMP_SUFFIX = ".tmp"
+
+
+@contextlib.contextmanager
+def atomic_write(path, mode: str = "wb"):
+    """Open a temporary file beside ``path`` for writing; on success it replaces ``path`` atomically.
+
+    If the body raises (a full disk, a file-size limit, a bug in the caller), the temporary file is
+    removed and ``path`` keeps its previous contents. ``mode`` is ``"wb"`` or ``"w"``.
+    """
+    if mode not in ("wb", "w"):
+        raise ValueError(f"atomic_write: mode must be 'wb' or 'w', not {mode!r}")
+    path = os.fspath(path)
+    head, name = os.path.split(path)
+    # Unique per process and call, so concurrent writers never share a temporary file.
+    tmp = os.path.join(head, f".{name}.{os.getpid()}.{secrets.token_hex(8)}{TMP_SUFFIX}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o644)
+    try:
+        with open(fd, mode) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
