@@ -205,14 +205,24 @@ class _Builder:
 
     def evaluate(self, e, value, memo, load):
         """The Scalar of ``value`` at the current index: a load for leaves, a lowering for nodes."""
-        if value in memo:
-            return memo[value]
-        if value in self.geometry:
-            result = load(value)
-        else:
-            result = self.lower_node(e, value.node, memo, load)[value.index]
-        memo[value] = result
-        return result
+        # Post-order with an explicit stack: a chain of n ops is n deep, and must not reach Python's
+        # recursion limit. Each node is lowered once its operands are in ``memo``.
+        stack = [value]
+        while stack:
+            v = stack[-1]
+            if v in memo:
+                stack.pop()
+            elif v in self.geometry:
+                memo[v] = load(v)
+                stack.pop()
+            else:
+                pending = [a for a in v.node.args if isinstance(a, Value) and a not in memo]
+                if pending:
+                    stack.extend(pending)
+                else:
+                    memo[v] = self.lower_node(e, v.node, memo, load)[v.index]
+                    stack.pop()
+        return memo[value]
 
     def lower_node(self, e, node, memo, load):
         op = node.op
