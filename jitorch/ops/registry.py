@@ -128,8 +128,8 @@ class OpDef:
         # "Tensor options" (torch's TensorOptions): a requires_grad argument applies to the result.
         self.requires_grad_index = names_in.index("requires_grad") if "requires_grad" in names_in else None
         # a result dtype the caller asks for (``cumsum(x, 0, dtype=...)``): in-place and out= results must have it
-        self.dtype_index = next((i for i, a in enumerate(schema.args) if a.name == "dtype" and a.type == "ScalarType"),
-                                None)
+        self.dtype_index = next(
+            (i for i, a in enumerate(schema.args) if a.name == "dtype" and a.type == "ScalarType"), None)
         self.returns_tensor = all(r.type == "Tensor" for r in schema.returns)
         names = [r.name for r in schema.returns]
         self.result_type = None

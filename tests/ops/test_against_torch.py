@@ -86,7 +86,8 @@ ALLOWED = {
         "diagonal of", when=lambda s: len(s.args[1]) == 1),
     ("as_strided_scatter", "function"): Allowed(
         "as_strided_scatter reads self as a contiguous tensor; torch applies the strides to a copy in self's "
-        "memory order (and supports only contiguous self under autograd)", when=lambda s: not s.args[0].is_contiguous()),
+        "memory order (and supports only contiguous self under autograd)",
+        when=lambda s: not s.args[0].is_contiguous()),
 }
 
 # Ops whose indices torch leaves unspecified between equal values: the indices must pick the values, and
