@@ -1,4 +1,4 @@
-"""Shared test helpers: tensors in every layout with their NumPy twin, comparisons.
+"""Shared test helpers: tensors in every layout with their NumPy twin, comparisons, the ops torch shares.
 
 `tensor_and_array(arr, layout)` builds a jitorch tensor whose elements equal a
 NumPy array but whose memory layout varies: contiguous, transposed, sliced with
@@ -8,6 +8,7 @@ steps, expanded with stride 0, or an offset view into a larger storage.
 from __future__ import annotations
 
 import numpy as np
+import torch
 from hypothesis import strategies as st
 
 import jitorch as jt
@@ -86,6 +87,27 @@ def assert_close(actual, expected, dtype=None, rtol=None, atol=None, equal_nan=T
         np.testing.assert_array_equal(got, exp)
 
 
+def torch_forms(op):
+    """The call forms of registry op ``op`` that torch has too, by the same name: of "function", "method",
+    "inplace" (``op_``) and "out" (``out=``, with the function)."""
+    forms = []
+    if "function" in op.variants and hasattr(torch, op.public_name):
+        forms.append("function")
+    if "method" in op.variants and hasattr(torch.Tensor, op.method_name):
+        forms.append("method")
+    if "inplace" in op.variants and hasattr(torch.Tensor, op.method_name + "_"):
+        forms.append("inplace")
+    if "out" in op.variants and "function" in forms:
+        forms.append("out")
+    return forms
+
+
+def geometry(shape, strides, offset):
+    """Shape, and the strides and offset that address elements: a size-1 dim's stride addresses none, and
+    an empty tensor's offset none (so two views equal by this address the same elements)."""
+    if 0 in shape:
+        return tuple(shape)
+    return tuple(shape), tuple(st for n, st in zip(shape, strides) if n != 1), offset
 
 
 def classifier_step(model, opt):

@@ -28,7 +28,7 @@ from . import registry
 from . import creation
 from .creation import check_scalar_fits
 from .meta import opmath
-from .registry import OPS, TensorSpec, defop, scalar_name
+from .registry import OPS, TensorSpec, cpp_name, defop, scalar_name
 from .views import _type_str
 
 _INDEX_DTYPES = (_dt.int64, _dt.int32, _dt.uint8, _dt.bool)
@@ -683,16 +683,10 @@ defop("index_copy(Tensor self, int dim, Tensor index, Tensor source) -> Tensor",
 
 # Masks and flat indices -------------------------------------------------------------
 
-# The C++ names torch's mask errors print.
-_MASK_TYPE_NAMES = {"uint8": "unsigned char", "int8": "signed char", "int16": "short int", "int32": "int",
-                    "int64": "long int", "float16": "c10::Half", "bfloat16": "c10::BFloat16", "float32": "float",
-                    "float64": "double"}
-
-
 def _masked_fill_meta(x, mask, value):
     if mask.dtype is not _dt.bool:
         raise RuntimeError(f"masked_fill_ only supports boolean masks, but got mask with dtype "
-                           f"{_MASK_TYPE_NAMES[mask.dtype.name]}")
+                           f"{cpp_name(mask.dtype)}")
     _check_fill_value("masked_fill_", x, value)
     return TensorSpec(broadcast_shapes(x.shape, mask.shape), x.dtype, x.device)
 

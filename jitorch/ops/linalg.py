@@ -23,14 +23,7 @@ from ..runtime.device import CPU
 from ..runtime.strided import broadcast_shapes, contiguous_strides, list_str
 from . import registry
 from .meta import opmath
-from .registry import TensorSpec, defop, scalar_name
-
-# C++ element type names, as mm's dtype error prints them.
-_CPP_NAMES = {
-    _dt.bool: "bool", _dt.uint8: "unsigned char", _dt.int8: "signed char", _dt.int16: "short int",
-    _dt.int32: "int", _dt.int64: "long int", _dt.float16: "c10::Half", _dt.bfloat16: "c10::BFloat16",
-    _dt.float32: "float", _dt.float64: "double",
-}
+from .registry import TensorSpec, cpp_name, defop, scalar_name
 
 
 def _no_kernel(kernel, dtype, work=True):
@@ -50,7 +43,7 @@ def _check_mm(s1, s2, d1, d2):
 
 def _check_mm_dtypes(d1, d2, work):
     if d1 is not d2:
-        raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: {_CPP_NAMES[d1]} != {_CPP_NAMES[d2]}")
+        raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: {cpp_name(d1)} != {cpp_name(d2)}")
     _no_kernel("addmm_impl_cpu_", d1, work)
 
 
@@ -302,8 +295,8 @@ def _baddbmm_meta(inp, b1, b2, beta, alpha):
     shape = (b1.shape[0], b1.shape[1], b2.shape[2])
     _check_expand(inp, shape)
     if inp.dtype is not b1.dtype or inp.dtype is not b2.dtype:
-        raise RuntimeError(f"Input dtypes must be the same, got: input {_CPP_NAMES[inp.dtype]}, batch1: "
-                           f"{_CPP_NAMES[b1.dtype]}, batch2: {_CPP_NAMES[b2.dtype]}")
+        raise RuntimeError(f"Input dtypes must be the same, got: input {cpp_name(inp.dtype)}, batch1: "
+                           f"{cpp_name(b1.dtype)}, batch2: {cpp_name(b2.dtype)}")
     _check_bmm(b1.shape, b2.shape, b1.dtype, b2.dtype)
     return TensorSpec(shape, inp.dtype, inp.device)
 

@@ -25,7 +25,7 @@ from ..runtime.casts import convert
 from . import registry
 from .meta import ALWAYS_BOOL, DEFAULT, INT_TO_FLOAT, KEEP_INT
 from .pointwise_base import defpointwise
-from .registry import defop, scalar_name
+from .registry import cpp_name, defop, scalar_name
 from .schema import parse_schema
 
 ALL = ("function", "method", "inplace", "out")
@@ -63,12 +63,10 @@ def _require_tensor(op_name, position, name, value):
                         f"not {type(value).__name__}")
 
 
-# C++ names torch's messages give dtypes: of its checked casts, and of its type metadata
+# C++ names torch's checked casts give dtypes
 _CAST_NAMES = {"bool": "bool", "uint8": "uint8_t", "int8": "int8_t", "int16": "int16_t", "int32": "int",
                "int64": "int64_t", "float16": "c10::Half", "bfloat16": "c10::BFloat16", "float32": "float",
                "float64": "double"}
-_META_NAMES = {**_CAST_NAMES, "uint8": "unsigned char", "int8": "signed char", "int16": "short int",
-               "int64": "long int"}
 
 
 def _check_fits(value, dtype):
@@ -194,8 +192,8 @@ def _check_lerp(spec, start, end, weight):
     for name, x in (("end", end), ("weight", weight)):
         # torch takes a 0-d weight of any dtype, as it takes a number
         if not isinstance(x, Number) and x.dtype is not start.dtype and not (name == "weight" and x.ndim == 0):
-            raise RuntimeError(f"expected dtype {_META_NAMES[start.dtype.name]} for `{name}` but got dtype "
-                               f"{_META_NAMES[x.dtype.name]}")
+            raise RuntimeError(f"expected dtype {cpp_name(start.dtype)} for `{name}` but got dtype "
+                               f"{cpp_name(x.dtype)}")
 
 
 def _check_where(spec, condition, a, b):

@@ -18,7 +18,7 @@ from ..runtime import dtypes as _dt
 from ..runtime.device import to_device
 from ..runtime.strided import broadcast_shapes
 from .creation import C_TYPE_NAMES, OPTIONS, c_num, like_spec, sized_spec
-from .registry import TensorSpec, defop, scalar_name
+from .registry import TensorSpec, cpp_name, defop, scalar_name
 
 _SEED_MASK = (1 << 64) - 1
 
@@ -90,13 +90,6 @@ def _floating_only(kernel_name, dtype):
         raise NotImplementedError(f'"{kernel_name}" not implemented for \'{scalar_name(dtype)}\'')
 
 
-# The names torch's bounds checks give dtypes (their C++ type names).
-_TYPE_META_NAMES = {
-    "bool": "bool", "uint8": "unsigned char", "int8": "signed char", "int16": "short int", "int32": "int",
-    "int64": "long int", "float16": "c10::Half", "bfloat16": "c10::BFloat16", "float32": "float",
-    "float64": "double",
-}
-
 # Mantissa digits: integers up to 2**digits are exact in the floating dtype.
 _DIGITS = {"float16": 11, "bfloat16": 8, "float32": 24, "float64": 53}
 
@@ -112,7 +105,7 @@ def _value_range(dtype):
 def _check_in_range(value, what, dtype):
     lo, hi = _value_range(dtype)
     if not lo <= value <= hi:
-        raise RuntimeError(f"{what} is out of bounds for {_TYPE_META_NAMES[dtype.name]}")
+        raise RuntimeError(f"{what} is out of bounds for {cpp_name(dtype)}")
 
 
 def _random_bounds(low, high, dtype):

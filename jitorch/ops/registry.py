@@ -127,6 +127,9 @@ class OpDef:
         self.arg_names = tuple(names_in)
         # "Tensor options" (torch's TensorOptions): a requires_grad argument applies to the result.
         self.requires_grad_index = names_in.index("requires_grad") if "requires_grad" in names_in else None
+        # a result dtype the caller asks for (``cumsum(x, 0, dtype=...)``): in-place and out= results must have it
+        self.dtype_index = next(
+            (i for i, a in enumerate(schema.args) if a.name == "dtype" and a.type == "ScalarType"), None)
         self.returns_tensor = all(r.type == "Tensor" for r in schema.returns)
         names = [r.name for r in schema.returns]
         self.result_type = None
@@ -396,6 +399,8 @@ def contiguous_strides_cached(shape):
 def call(op, args, out=None):
     """Run ``op`` on arguments in schema order; write into ``out`` if given."""
     args = op.convert(args)
+    if out is not None and op.dtype_index is not None:
+        check_out_dtype(args[op.dtype_index], out)
     if op.multi_tensor:
         check_same_device(op, args)
     if op.composite is not None:
@@ -547,8 +552,26 @@ def check_inplace(op, self, spec):
         )
 
 
+def check_out_dtype(dtype, out):
+    """torch's error for an ``out=`` tensor of another dtype than the ``dtype=`` asked for (no cast then)."""
+    for o in out if isinstance(out, (tuple, list)) else (out,):
+        if dtype is not None and isinstance(o, Tensor) and o.dtype is not dtype:
+            raise RuntimeError(f"Expected out tensor to have dtype {cpp_name(dtype)}, but got {cpp_name(o.dtype)} "
+                               "instead")
+
+
+def check_inplace_dtype(op, args):
+    """torch's error for ``x.op_(..., dtype=d)`` where ``d`` is not ``x``'s dtype."""
+    dtype = args[op.dtype_index]
+    if dtype is not None and isinstance(args[0], Tensor) and dtype is not args[0].dtype:
+        raise RuntimeError(f"Bad in-place call: input tensor dtype {cpp_name(args[0].dtype)} and output tensor "
+                           f"dtype {cpp_name(dtype)} should match")
+
+
 def call_inplace(op, args):
     """``x.op_(...)``: compute, check, then write into ``x`` (or retarget a view)."""
+    if op.dtype_index is not None:
+        check_inplace_dtype(op, args)
     if op.fast is not None and not DISPATCH_HOOKS:
         if op.fast_into is not None and op.fast_into(args):
             return args[0]
@@ -646,6 +669,17 @@ _SCALAR_NAMES = {
 def scalar_name(d):
     """torch's C++ name of a dtype, as its error messages use it ("Float", "Long")."""
     return _SCALAR_NAMES[d.name]
+
+
+_CPP_NAMES = {
+    "bool": "bool", "uint8": "unsigned char", "int8": "signed char", "int16": "short int", "int32": "int",
+    "int64": "long int", "float16": "c10::Half", "bfloat16": "c10::BFloat16", "float32": "float", "float64": "double",
+}
+
+
+def cpp_name(d):
+    """The C++ element type of a dtype as torch's type metadata prints it ("float", "long int")."""
+    return _CPP_NAMES[d.name]
 
 
 # Declaration --------------------------------------------------------------

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from jitorch.ops.registry import OPS
+from tests.support import torch_forms
 
 from .program import (DTYPES, FLOAT_DTYPES, INT_DTYPES, LAYOUTS, Instance, Program, ScalarDecl, Stmt,
                       TensorDecl, captured_ref)
@@ -106,16 +107,7 @@ class OpEntry:
         self.op = op
         self.name = op.public_name
         self.schema = op.schema
-        forms = []
-        if "function" in op.variants and hasattr(torch, self.name):
-            forms.append("function")
-        if "method" in op.variants and hasattr(torch.Tensor, op.method_name):
-            forms.append("method")
-        if "inplace" in op.variants and hasattr(torch.Tensor, op.method_name + "_"):
-            forms.append("inplace")
-        if "out" in op.variants and "function" in forms:
-            forms.append("out")
-        self.forms = forms
+        self.forms = torch_forms(op)
 
     def __repr__(self):
         return f"<fuzz op {self.op.name} {self.forms}>"

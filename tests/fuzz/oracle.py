@@ -36,6 +36,7 @@ import torch
 
 from jitorch.runtime.cuda_backend import use_backend
 from jitorch.runtime.cuda_fake import FakeBackend
+from tests.support import geometry
 
 from .generator import grad_loss
 from .program import Instance
@@ -248,14 +249,6 @@ def _close(a, b, dtype, table):
     return bool(np.allclose(a, b, rtol=rtol, atol=rtol * scale, equal_nan=True))
 
 
-def _geometry(shape, strides, offset):
-    """Shape, and the strides and offset that address elements: a size-1 dim's stride addresses none, and
-    an empty tensor's offset none."""
-    if 0 in shape:
-        return tuple(shape)
-    return tuple(shape), tuple(st for n, st in zip(shape, strides) if n != 1), offset
-
-
 def _worst(a, b):
     a, b = np.atleast_1d(a), np.atleast_1d(b)
     if a.shape != b.shape or a.size == 0:
@@ -288,7 +281,7 @@ def compare_output(got, want, table, strides=True):
         out.append(("values", _worst(got.values, want.values)))
     if got.alias != want.alias:
         out.append(("alias", f"{got.alias} vs {want.alias}"))
-    elif strides and _geometry(got.shape, got.strides, got.offset) != _geometry(want.shape, want.strides, want.offset):
+    elif strides and geometry(got.shape, got.strides, got.offset) != geometry(want.shape, want.strides, want.offset):
         out.append(("strides", f"{got.strides}+{got.offset} vs {want.strides}+{want.offset}"))
     return out
 
@@ -319,7 +312,7 @@ def compare_calls(got, want, mode, reference, against_torch=False):
             for what, detail in compare_output(a, b, table, strides=False):
                 add(f"input {i} after the call: {what}", detail)
         for i, (a, b) in enumerate(zip(g.input_views, w.input_views)):
-            if _geometry(*a) != _geometry(*b):
+            if geometry(*a) != geometry(*b):
                 add(f"input {i} geometry after the call", f"{a} vs {b}")
         if set(g.state) != set(w.state):
             add("captured state", f"{sorted(g.state)} vs {sorted(w.state)}")

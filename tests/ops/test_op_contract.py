@@ -208,9 +208,12 @@ def test_out_variant(name):
         assert_same(outs, expected, what, name not in VALUES_UNDEFINED)
 
 
-def _fits(result, target):
-    """Whether an in-place op may write ``result`` into ``target`` (torch's shape and cast rules)."""
-    return result.shape == target.shape and jt.can_cast(result.dtype, target.dtype)
+def _fits(op, sample, result, target):
+    """Whether an in-place op may write ``result`` into ``target`` (torch's shape and cast rules; a ``dtype=``
+    argument must name the target's dtype)."""
+    requested = None if op.dtype_index is None else bind(op, sample)[op.dtype_index]
+    return (result.shape == target.shape and jt.can_cast(result.dtype, target.dtype)
+            and requested in (None, target.dtype))
 
 
 @pytest.mark.parametrize("name", ops_with(lambda op: "inplace" in op.variants))
@@ -227,7 +230,7 @@ def test_inplace_variant(name):
                 (expected.shape, expected.stride(), expected.storage_offset()), f"{what}: geometry"
             continue
         version, data = x._version, x.untyped_storage().data.tobytes()
-        if not _fits(expected, x):
+        if not _fits(op, s, expected, x):
             with pytest.raises(RuntimeError):
                 method(*args, **kwargs)
             assert (x._version, x.untyped_storage().data.tobytes()) == (version, data), f"{what} wrote before raising"

@@ -341,6 +341,27 @@ def test_cumsum_in_place_keeps_dtype():
     assert x.cumsum_(0) is x and x.dtype is jt.int32 and x.tolist() == [1, 3, 6]
 
 
+
+@pytest.mark.parametrize("call, message", [
+    (lambda x, o: x.cumsum_(0, dtype=jt.int64),
+     "Bad in-place call: input tensor dtype int and output tensor dtype long int should match"),
+    (lambda x, o: x.cumprod_(0, dtype=jt.float32),
+     "Bad in-place call: input tensor dtype int and output tensor dtype float should match"),
+    (lambda x, o: jt.cumsum(x, 0, dtype=jt.int64, out=o),
+     "Expected out tensor to have dtype long int, but got float instead"),
+    (lambda x, o: jt.sum(x, 0, dtype=jt.float64, out=o), "Expected out tensor to have dtype double, but got float"),
+    (lambda x, o: jt.softmax(x.double(), 0, jt.float64, out=o), "Expected out tensor to have dtype double"),
+])
+def test_a_dtype_argument_is_not_cast_into_a_self_or_out_of_another_dtype(call, message):
+    """torch refuses ``dtype=`` naming another dtype than the in-place self or the out= tensor has (jitorch
+    cast the result into it; found by tests/ops/test_against_torch.py); nothing is written."""
+    x = jt.tensor([1, 2, 3], dtype=jt.int32)
+    out = jt.zeros(3)
+    with pytest.raises(RuntimeError, match=message):
+        call(x, out)
+    assert x.tolist() == [1, 2, 3] and out.tolist() == [0.0, 0.0, 0.0]
+    assert jt.cumsum(x, 0, dtype=jt.float32, out=out) is out and out.tolist() == [1.0, 3.0, 6.0]
+
 def test_half_precision_accumulates_in_float32():
     big = jt.tensor([60000.0, 60000.0, 60000.0], dtype=jt.float16)
     assert big.mean().dtype is jt.float16 and big.mean().item() == 60000.0
