@@ -36,6 +36,7 @@ from ..ir.fake import fake_tensor
 from ..ir.graph import Value, iter_values, warning_as_traced
 from ..ir.passes import optimize
 from ..ir.passes.fusion import Group, fuse
+from ..ir.printer import op_counts
 from ..jit import logs
 from ..jit.compile import refresh_captured_state, returned_view, set_grads, write_back
 from ..ops import registry
@@ -478,7 +479,7 @@ class CompiledGraph:
             self.steps.append(EagerStep(group.nodes, str(e)))
             return
         except RuntimeError as e:  # LLVM refused the module: a jitorch bug, but the call can still run
-            warnings.warn(f"jitorch: kernel for {', '.join(n.op.name for n in group.nodes)} failed to "
+            warnings.warn(f"jitorch: kernel for {op_counts(group.nodes)} failed to "
                           f"compile ({e}); running these ops eagerly", RuntimeWarning, stacklevel=3)
             self.steps.append(EagerStep(group.nodes, f"LLVM error: {e}"))
             return

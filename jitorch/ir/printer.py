@@ -16,12 +16,19 @@ argument prints as ``name=value`` unless it equals the schema default. A line
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 from ..ops.random_ops import Generator
 from ..ops.views import memory_format
 from ..runtime import dtypes as _dt
 from ..runtime.device import device as _device_cls
 from .graph import DTYPE_CODES, Value
+
+
+def op_counts(nodes) -> str:
+    """The ops of ``nodes`` by count, most common first ("sin x2500, mul x2500, add"): short for any size."""
+    counts = Counter(node.op.name for node in nodes)
+    return ", ".join(f"{name} x{c}" if c > 1 else name for name, c in counts.most_common())
 
 
 def format_literal(v, names):

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections import Counter
-
+from ..ir.printer import op_counts
 from .compile import CompiledFunction, compile
 
 
@@ -32,9 +31,8 @@ class Explanation:
             lines.append(f"  runs eagerly: {self.eager_reason}")
         else:
             g = self.graph
-            ops = Counter(node.op.name for node in g.nodes)
             lines.append(f"  traced: {len(g.inputs)} inputs, {len(g.constants)} constants, {len(g.nodes)} nodes "
-                         f"({', '.join(f'{n} x{c}' if c > 1 else n for n, c in ops.most_common())})")
+                         f"({op_counts(g.nodes)})")
             if g.mutations:
                 lines.append(f"  writes back into: {', '.join('%' + t.name for t, _ in g.mutations)}")
         lines.append(f"  cache: {self.cache_entries} entr{'y' if self.cache_entries == 1 else 'ies'}; "
