@@ -324,6 +324,7 @@ for _name, _pick, _check, _what in (
         ("median", _median_index, _unsupported_bool("median_out"), "lower median")):
     defop(f"{_name}.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)",
           meta=_select_meta(_name, _check), cpu=_select_kernel(_pick), kind="reduction", variants=_ALL_FORMS,
+          overlap="partial",
           doc=f"The {_what} over ``dim`` and its index, as a ``(values, indices)`` namedtuple.")
 
 
@@ -353,7 +354,7 @@ def _elementwise(fname):
 
 for _name, _pointwise in (("max", "maximum"), ("min", "minimum")):
     defop(f"{_name}.other(Tensor self, Tensor other) -> Tensor", composite=_elementwise(_pointwise),
-          variants=_ALL_FORMS, doc=f"The elementwise {_pointwise} of two tensors (``jitorch.{_pointwise}``).")
+          variants=_ALL_FORMS, overlap="partial", doc=f"The elementwise {_pointwise} of two tensors (``jitorch.{_pointwise}``).")
 
 
 # Moments: std and var with torch's three overloads, std_mean and var_mean --------------

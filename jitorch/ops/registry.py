@@ -38,6 +38,7 @@ from ..runtime.casts import convert
 from ..runtime.device import to_device
 from ..runtime.storage import Storage  # noqa: F401  (used by fast paths)
 from ..runtime.strided import INT64_MAX, INT64_MIN, check_numel, contiguous_strides
+from .overlap import check_write_overlap
 from .schema import parse_schema
 
 OPS: dict = {}          # full name ("max.dim") -> OpDef
@@ -398,6 +399,8 @@ def call(op, args, out=None):
     args = op.convert(args)
     if op.multi_tensor:
         check_same_device(op, args)
+    if out is not None:
+        check_write_overlap(op, out, args)
     if op.composite is not None:
         result = op.composite(*args)
         return result if out is None else write_out(op, out, result)
@@ -549,6 +552,7 @@ def check_inplace(op, self, spec):
 
 def call_inplace(op, args):
     """``x.op_(...)``: compute, check, then write into ``x`` (or retarget a view)."""
+    check_write_overlap(op, args[0], args, skip=0)
     if op.fast is not None and not DISPATCH_HOOKS:
         if op.fast_into is not None and op.fast_into(args):
             return args[0]

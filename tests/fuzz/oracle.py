@@ -38,6 +38,7 @@ from jitorch.runtime.cuda_backend import use_backend
 from jitorch.runtime.cuda_fake import FakeBackend
 
 from .generator import grad_loss
+from .old_values import reads_old_values
 from .program import Instance
 
 MODES = ("torch", "eager", "compiled", "interpreter", "cuda-eager", "cuda-compiled")
@@ -145,7 +146,8 @@ def record_call(T, inst, fn, inputs, bases):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            result = fn(*inputs)
+            with reads_old_values(T):
+                result = fn(*inputs)
         except Exception as e:  # the record says which error; the comparison decides whether it is one
             rec.error = f"{type(e).__name__}: {e}"
             result = None
@@ -215,7 +217,8 @@ def run_grad(program, mode):
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            out = fn(*inputs)
+            with reads_old_values(T):
+                out = fn(*inputs)
             rec.outputs = [record_value(T, leaf, []) for leaf in _flatten(out)]
             loss = grad_loss(T, _flatten(out))
             if loss is None:
