@@ -401,6 +401,8 @@ def call(op, args, out=None):
         check_same_device(op, args)
     if out is not None:
         check_write_overlap(op, out, args)
+        if op.attrs.get("dtype_from_out"):
+            args = _dtype_from_out(op, args, out)
     if op.composite is not None:
         result = op.composite(*args)
         return result if out is None else write_out(op, out, result)
@@ -419,6 +421,20 @@ def call(op, args, out=None):
     if out is not None:
         return write_out(op, out, result)
     return result
+
+
+def _dtype_from_out(op, args, out):
+    """torch's ``infer_dtype_from_optional`` for ``sum``, ``cumsum`` and the like: given ``out=`` and no
+    ``dtype=``, the op computes in ``out``'s dtype (the input cast to it first); given both, they agree."""
+    i = op.arg_names.index("dtype")
+    if not isinstance(out, Tensor) or args[i] is out.dtype:
+        return args
+    if args[i] is not None:
+        raise RuntimeError(f"Expected out tensor to have dtype {type_name(args[i])}, but got "
+                           f"{type_name(out.dtype)} instead")
+    args = list(args)
+    args[i] = out.dtype
+    return args
 
 
 def _any_floating(result):
@@ -650,6 +666,17 @@ _SCALAR_NAMES = {
 def scalar_name(d):
     """torch's C++ name of a dtype, as its error messages use it ("Float", "Long")."""
     return _SCALAR_NAMES[d.name]
+
+
+_TYPE_NAMES = {
+    "bool": "bool", "uint8": "unsigned char", "int8": "signed char", "int16": "short int", "int32": "int",
+    "int64": "long int", "float16": "c10::Half", "bfloat16": "c10::BFloat16", "float32": "float", "float64": "double",
+}
+
+
+def type_name(d):
+    """The C++ type of a dtype as torch's meta-rule messages name it ("float", "long int")."""
+    return _TYPE_NAMES[d.name]
 
 
 # Declaration --------------------------------------------------------------
