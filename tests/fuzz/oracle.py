@@ -114,6 +114,8 @@ def record_value(T, v, owners):
 
 
 def _record(T, v, owners):
+    if T is torch and isinstance(v, torch.Tensor) and v._is_zerotensor():
+        v = torch.zeros(v.shape, dtype=v.dtype)  # torch's zeros without memory (a gradient), read as zeros
     if isinstance(v, T.Tensor):
         key = _storage_key(v)
         alias = next((owner for k, owner in owners if key is not None and k == key), None)

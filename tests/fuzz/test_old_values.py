@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from tests.fuzz.old_values import OldValues
+from tests.fuzz.oracle import record_value
 
 
 def test_torch_addmm_into_its_own_first_matrix_gives_the_old_values_result():
@@ -35,3 +36,13 @@ def test_a_write_outside_the_written_region_survives():
     with OldValues():
         torch.sum(x.view(2, 4), 0, out=x[1:5])
     assert x.tolist() == [0.0, 4.0, 6.0, 8.0, 10.0, 5.0, 6.0, 7.0]
+
+
+def test_a_torch_zero_tensor_gradient_is_recorded_as_zeros():
+    """Found by the fuzzer (seed 1000708): ``sgn_``'s gradient in torch is a ZeroTensor without memory,
+    which the oracle recorded as unreadable where jitorch's zeros were read."""
+    leaf = torch.tensor([[0.5, -2.0]], requires_grad=True)
+    leaf.clone().sgn_().sum().backward()
+    assert leaf.grad._is_zerotensor()
+    rec = record_value(torch, leaf.grad, [])
+    assert rec.kind == "tensor" and rec.values.tolist() == [[0.0, 0.0]]
