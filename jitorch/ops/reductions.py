@@ -527,7 +527,8 @@ defop("norm(Tensor self, Any p=\"fro\", int[]? dim=None, bool keepdim=False, *, 
 def _scan_meta(name):
     def meta(x, dim, dtype):
         wrap_dim(dim, x.ndim)
-        if dtype is _dt.bool:  # (also the dtype of a bool out=, which the scan computes in)
+        # (also the dtype of a bool out=, which the scan computes in); torch copies a 0-d or empty input
+        if dtype is _dt.bool and x.ndim and math.prod(x.shape):
             raise NotImplementedError(f"\"{name}_out_cpu\" not implemented for 'Bool'")
         out, compute = _accumulated(name, x, dtype)
         return TensorSpec(x.shape, out, x.device, compute)

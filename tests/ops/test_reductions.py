@@ -484,3 +484,12 @@ def test_cumsum_with_a_dtype_needs_an_out_of_that_dtype():
     for lib in (jt, torch):
         with pytest.raises(RuntimeError, match="Expected out tensor to have dtype long int, but got float"):
             lib.cumsum(lib.ones(3), 0, dtype=lib.int64, out=lib.zeros(3))
+
+
+def test_cumsum_of_a_0d_or_empty_tensor_into_a_bool_out_copies():
+    """Found by the fuzzer (seed 2300344): torch copies a 0-d or empty input without its (bool-less) kernel."""
+    for lib in (jt, torch):
+        for x in (lib.tensor(1.5), lib.ones(0)):
+            o = lib.zeros(x.shape, dtype=lib.bool)
+            lib.cumsum(x, 0, out=o)
+            assert o.tolist() == (True if x.ndim == 0 else [])
