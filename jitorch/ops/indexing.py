@@ -23,7 +23,7 @@ import numpy as np
 from ..runtime import dtypes as _dt
 from ..runtime import fp_errors
 from ..runtime.casts import convert
-from ..runtime.strided import broadcast_shapes, is_non_overlapping_and_dense, list_str, wrap_dim
+from ..runtime.strided import broadcast_shapes, list_str, wrap_dim
 from . import registry
 from . import creation
 from .creation import check_scalar_fits
@@ -195,49 +195,37 @@ def _value_tensor(target, value):
     return registry.Tensor._from_array(arr, target.dtype)
 
 
-def _check_overlap(dst, src, allow_full):
-    """torch's check that a write does not read memory it writes (when it can tell)."""
-    if dst.untyped_storage() is not src.untyped_storage() or not dst.numel() or not src.numel():
-        return
-    dense = is_non_overlapping_and_dense
-    if not (dense(dst.shape, dst._stride) and dense(src.shape, src._stride)):
-        return
-    a, b = (dst._offset, dst._offset + dst.numel()), (src._offset, src._offset + src.numel())
-    if a == b and allow_full and _strides_of_extents(dst) == _strides_of_extents(src):
-        return
-    if a[0] < b[1] and b[0] < a[1]:
-        raise RuntimeError("unsupported operation: some elements of the input tensor and the written-to tensor "
-                           "refer to a single memory location. Please clone() the tensor before performing the "
-                           "operation.")
-
-
-def _strides_of_extents(t):
-    """The strides of ``t``'s dims longer than one (a size-1 dim's stride addresses nothing, and the
-    value of ``x[i] = value`` loses or gains such dims on its way to ``x``'s shape)."""
-    return tuple(st for n, st in zip(t.shape, t._stride) if n != 1)
-
-
 def setitem(x, index, value):
     """``x[index] = value``: ``value`` broadcast (and cast, for basic indices) into the indexed elements."""
-    number = not isinstance(value, registry.Tensor)
     value = _value_tensor(x, value)
     if index is False:  # selects nothing; torch returns before writing
         return
     view, indices = _split_index(x, index)
-    ones = next((i for i, n in enumerate(value.shape) if n != 1), value.ndim)
-    if ones:  # torch drops leading size-1 dims of the value
-        value = value.squeeze(tuple(range(ones)))
-    if indices is None and number:
-        registry.call_inplace(OPS["fill.Tensor"], (view, value))  # a number: one fill, no broadcast copy
-    elif indices is None:
-        value = value.expand(view.shape)
-        _check_overlap(view, value, allow_full=True)
+    if indices is None:
+        _copy_to(view, value)
+        return
+    value = _drop_leading_ones(value)
+    if _one_mask(indices) and value.numel() == 1 and value.dtype != view.dtype:
+        value = value.to(view.dtype)  # torch fills through one boolean mask, casting as masked_fill_
+    view.index_put_(indices, value, False)
+
+
+def _copy_to(view, value):
+    """torch's write of a basic index: a copy of a value of the view's shape, a fill with a 0-d value (a
+    number), else a copy of the value expanded to the view's shape. Which one decides how an overlap of
+    the value with ``x`` is judged (`ops.overlap`)."""
+    if value.shape == view.shape:
         view.copy_(value)
+    elif value.ndim == 0 and value.device.type == "cpu":
+        registry.call_inplace(OPS["fill.Tensor"], (view, value))
     else:
-        _check_overlap(view, value, allow_full=False)
-        if _one_mask(indices) and value.numel() == 1 and value.dtype != view.dtype:
-            value = value.to(view.dtype)  # torch fills through one boolean mask, casting as masked_fill_
-        view.index_put_(indices, value, False)
+        view.copy_(_drop_leading_ones(value).expand(view.shape))
+
+
+def _drop_leading_ones(value):
+    """``value`` without its leading size-1 dims, as torch takes a value to write through an index."""
+    ones = next((i for i, n in enumerate(value.shape) if n != 1), value.ndim)
+    return value.squeeze(tuple(range(ones))) if ones else value
 
 
 def _one_mask(indices):
@@ -367,10 +355,20 @@ def _index_put_cpu(spec, x, indices, values, accumulate):
     return out
 
 
+def _index_put_overlap(x, indices, values, accumulate):
+    """torch writes one-element values through one boolean mask as ``masked_fill_(mask, values.item())``,
+    which checks only the mask; other writes refuse any overlap with the indices or values. (torch does so
+    for values on the CPU only; jitorch on every device, so that its devices agree.)"""
+    if not accumulate and values.numel() == 1 and _one_mask(indices):
+        return {"indices": "partial"}
+    return "any"
+
+
 defop("index(Tensor self, Tensor?[] indices) -> Tensor", meta=_index_meta, cpu=_index_cpu, kind="index",
       variants=(), doc="``self`` indexed by integer or bool tensors, one per dim (None: the whole dim); a copy.")
 defop("index_put(Tensor self, Tensor?[] indices, Tensor values, bool accumulate=False) -> Tensor",
       meta=_index_put_meta, cpu=_index_put_cpu, kind="index", variants=("function", "method", "inplace"),
+      overlap=_index_put_overlap,
       doc="``self`` with ``values`` (broadcast) written at ``self[indices]``, or added there with ``accumulate``.")
 
 
@@ -410,7 +408,7 @@ def _gather_cpu(spec, x, dim, index, sparse_grad):
 
 
 defop("gather(Tensor self, int dim, Tensor index, *, bool sparse_grad=False) -> Tensor", meta=_gather_meta,
-      cpu=_gather_cpu, kind="index", variants=("function", "method", "out"),
+      cpu=_gather_cpu, kind="index", variants=("function", "method", "out"), overlap={"self": "any", "index": "partial"},
       doc="``out[i][j] = self[index[i][j]][j]`` along ``dim`` (for 2-d, dim 0); ``index`` has ``self``'s ndim.")
 
 _SCATTER_REDUCES = ("add", "multiply")
@@ -637,9 +635,11 @@ def _index_fill_cpu(spec, x, dim, index, value):
 
 _INDEX_FILL_DOC = "``self`` with the entries at positions ``index`` along ``dim`` set to ``value``."
 defop("index_fill(Tensor self, int dim, Tensor index, Scalar value) -> Tensor", meta=_index_fill_meta,
-      cpu=_index_fill_cpu, kind="index", variants=("function", "method", "inplace"), doc=_INDEX_FILL_DOC)
+      cpu=_index_fill_cpu, kind="index", variants=("function", "method", "inplace"), overlap={"index": "any"},
+      doc=_INDEX_FILL_DOC)
 defop("index_fill.Tensor(Tensor self, int dim, Tensor index, Tensor value) -> Tensor", meta=_index_fill_meta,
-      cpu=_index_fill_cpu, kind="index", variants=("function", "method", "inplace"), doc=_INDEX_FILL_DOC)
+      cpu=_index_fill_cpu, kind="index", variants=("function", "method", "inplace"), overlap={"index": "any"},
+      doc=_INDEX_FILL_DOC)
 
 
 def _index_copy_meta(x, dim, index, source):
@@ -699,9 +699,11 @@ def _masked_fill_cpu(spec, x, mask, value):
 
 _MASKED_FILL_DOC = "``self`` (broadcast with ``mask``) with ``value`` where ``mask`` is True."
 defop("masked_fill(Tensor self, Tensor mask, Scalar value) -> Tensor", meta=_masked_fill_meta,
-      cpu=_masked_fill_cpu, kind="index", variants=("function", "method", "inplace"), doc=_MASKED_FILL_DOC)
+      cpu=_masked_fill_cpu, kind="index", variants=("function", "method", "inplace"), overlap={"mask": "partial"},
+      doc=_MASKED_FILL_DOC)
 defop("masked_fill.Tensor(Tensor self, Tensor mask, Tensor value) -> Tensor", meta=_masked_fill_meta,
-      cpu=_masked_fill_cpu, kind="index", variants=("function", "method", "inplace"), doc=_MASKED_FILL_DOC)
+      cpu=_masked_fill_cpu, kind="index", variants=("function", "method", "inplace"), overlap={"mask": "partial"},
+      doc=_MASKED_FILL_DOC)
 
 
 def _masked_select_meta(x, mask):

@@ -256,6 +256,7 @@ def _outer(self, vec2):
 
 for _name in ("outer", "ger"):
     defop(f"{_name}(Tensor self, Tensor vec2) -> Tensor", composite=_outer, variants=("function", "method", "out"),
+          overlap="partial",
           doc="Outer product of two vectors, ``self[i] * vec2[j]``, with type promotion.")
 
 

@@ -186,14 +186,18 @@ def _check_clamp(spec, x, lo, hi):
 def _check_lerp(spec, start, end, weight):
     _require_tensor("lerp", 1, "input", start)
     _require_tensor("lerp", 2, "end", end)
-    if not start.dtype.is_floating_point:
-        kernel = "lerp_kernel_scalar" if isinstance(weight, Number) else "lerp_kernel_tensor"
-        raise NotImplementedError(f"\"{kernel}\" not implemented for '{scalar_name(start.dtype)}'")
     for name, x in (("end", end), ("weight", weight)):
         # torch takes a 0-d weight of any dtype, as it takes a number
         if not isinstance(x, Number) and x.dtype is not start.dtype and not (name == "weight" and x.ndim == 0):
             raise RuntimeError(f"expected dtype {cpp_name(start.dtype)} for `{name}` but got dtype "
                                f"{cpp_name(x.dtype)}")
+    # torch's kernels are for floats: a tensor weight takes part in the promotion (a 0-d float weight makes
+    # integer ends float), a number does not
+    number = isinstance(weight, Number)
+    dtype = start.dtype if number else spec.dtype
+    if not dtype.is_floating_point:
+        kernel = "lerp_kernel_scalar" if number else "lerp_kernel_tensor"
+        raise NotImplementedError(f"\"{kernel}\" not implemented for '{scalar_name(dtype)}'")
 
 
 def _check_where(spec, condition, a, b):

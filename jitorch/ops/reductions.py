@@ -226,11 +226,15 @@ def _reduction_fast(op, fn):
     return fast
 
 
+# Ops that, given ``out=`` and no ``dtype=``, compute in the out tensor's dtype (torch's
+# ``infer_dtype_from_optional``): ``torch.sum(floats, out=longs)`` sums the floats cast to int64.
+_DTYPE_FROM_OUT = frozenset({"sum", "nansum", "prod", "cumsum", "cumprod"})
+
 for _r in _REDUCTIONS:
     _name = _r.schema.split("(", 1)[0]
     _op = defop(_r.schema, meta=_reduction_meta(_name, _r.dtype_rule, _r.nonempty),
                 cpu=_reduction_kernel(_r.fn, _r.dtype_rule in _KEEPS_FLOAT), kind="reduction",
-                variants=_r.variants, doc=_r.doc)
+                variants=_r.variants, doc=_r.doc, dtype_from_out=_name in _DTYPE_FROM_OUT)
     if _r.dtype_rule in _KEEPS_FLOAT and not _r.nonempty and _r.schema.startswith(_name + "(Tensor self, int[]?"):
         _op.fast = _reduction_fast(_op, _r.fn)
 
@@ -324,6 +328,7 @@ for _name, _pick, _check, _what in (
         ("median", _median_index, _unsupported_bool("median_out"), "lower median")):
     defop(f"{_name}.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)",
           meta=_select_meta(_name, _check), cpu=_select_kernel(_pick), kind="reduction", variants=_ALL_FORMS,
+          overlap="partial",
           doc=f"The {_what} over ``dim`` and its index, as a ``(values, indices)`` namedtuple.")
 
 
@@ -353,7 +358,7 @@ def _elementwise(fname):
 
 for _name, _pointwise in (("max", "maximum"), ("min", "minimum")):
     defop(f"{_name}.other(Tensor self, Tensor other) -> Tensor", composite=_elementwise(_pointwise),
-          variants=_ALL_FORMS, doc=f"The elementwise {_pointwise} of two tensors (``jitorch.{_pointwise}``).")
+          variants=_ALL_FORMS, overlap="partial", doc=f"The elementwise {_pointwise} of two tensors (``jitorch.{_pointwise}``).")
 
 
 # Moments: std and var with torch's three overloads, std_mean and var_mean --------------
@@ -522,6 +527,9 @@ defop("norm(Tensor self, Any p=\"fro\", int[]? dim=None, bool keepdim=False, *, 
 def _scan_meta(name):
     def meta(x, dim, dtype):
         wrap_dim(dim, x.ndim)
+        # (also the dtype of a bool out=, which the scan computes in); torch copies a 0-d or empty input
+        if dtype is _dt.bool and x.ndim and math.prod(x.shape):
+            raise NotImplementedError(f"\"{name}_out_cpu\" not implemented for 'Bool'")
         out, compute = _accumulated(name, x, dtype)
         return TensorSpec(x.shape, out, x.device, compute)
     return meta
@@ -539,6 +547,7 @@ def _scan_kernel(fn):
 for _name, _fn, _what in (("cumsum", np.cumsum, "sums"), ("cumprod", np.cumprod, "products")):
     defop(f"{_name}(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor", meta=_scan_meta(_name),
           cpu=_scan_kernel(_fn), kind="scan", variants=("function", "method", "inplace", "out"),
+          dtype_from_out=_name in _DTYPE_FROM_OUT,
           doc=f"Cumulative {_what} along ``dim``; integers and bools accumulate as int64.")
 
 

@@ -38,6 +38,7 @@ from ..runtime.casts import convert
 from ..runtime.device import to_device
 from ..runtime.storage import Storage  # noqa: F401  (used by fast paths)
 from ..runtime.strided import INT64_MAX, INT64_MIN, check_numel, contiguous_strides
+from .overlap import check_write_overlap
 from .schema import parse_schema
 
 OPS: dict = {}          # full name ("max.dim") -> OpDef
@@ -403,6 +404,10 @@ def call(op, args, out=None):
         check_out_dtype(args[op.dtype_index], out)
     if op.multi_tensor:
         check_same_device(op, args)
+    if out is not None:
+        check_write_overlap(op, out, args)
+        if op.attrs.get("dtype_from_out"):
+            args = _dtype_from_out(op, args, out)
     if op.composite is not None:
         result = op.composite(*args)
         return result if out is None else write_out(op, out, result)
@@ -421,6 +426,18 @@ def call(op, args, out=None):
     if out is not None:
         return write_out(op, out, result)
     return result
+
+
+def _dtype_from_out(op, args, out):
+    """torch's ``infer_dtype_from_optional`` for ``sum``, ``cumsum`` and the like: given ``out=`` and no
+    ``dtype=``, the op computes in ``out``'s dtype (the input cast to it first). (Given both, they agree:
+    `check_out_dtype`.)"""
+    i = op.dtype_index
+    if not isinstance(out, Tensor) or args[i] is not None:
+        return args
+    args = list(args)
+    args[i] = out.dtype
+    return args
 
 
 def _any_floating(result):
@@ -572,6 +589,7 @@ def call_inplace(op, args):
     """``x.op_(...)``: compute, check, then write into ``x`` (or retarget a view)."""
     if op.dtype_index is not None:
         check_inplace_dtype(op, args)
+    check_write_overlap(op, args[0], args, skip=0)
     if op.fast is not None and not DISPATCH_HOOKS:
         if op.fast_into is not None and op.fast_into(args):
             return args[0]

@@ -254,7 +254,7 @@ def _triangle(name, fn):
         return TensorSpec(x.shape, x.dtype, x.device)
 
     defop(f"{name}(Tensor self, int diagonal=0) -> Tensor", meta=meta, cpu=lambda spec, x, k: fn(x, k), kind="shape",
-          variants=("function", "method", "inplace", "out"),
+          variants=("function", "method", "inplace", "out"), overlap=None,
           doc=f"The {'lower' if name == 'tril' else 'upper'} triangle of the last two dims (from the ``diagonal``-th "
               "diagonal; 0 is the main one, positive above it), zero elsewhere.")
 

@@ -39,6 +39,7 @@ from jitorch.runtime.cuda_fake import FakeBackend
 from tests.support import geometry
 
 from .generator import grad_loss
+from .old_values import reads_old_values
 from .program import Instance
 
 MODES = ("torch", "eager", "compiled", "interpreter", "cuda-eager", "cuda-compiled")
@@ -114,6 +115,8 @@ def record_value(T, v, owners):
 
 
 def _record(T, v, owners):
+    if T is torch and isinstance(v, torch.Tensor) and v._is_zerotensor():
+        v = torch.zeros(v.shape, dtype=v.dtype)  # torch's zeros without memory (a gradient), read as zeros
     if isinstance(v, T.Tensor):
         key = _storage_key(v)
         alias = next((owner for k, owner in owners if key is not None and k == key), None)
@@ -146,7 +149,8 @@ def record_call(T, inst, fn, inputs, bases):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            result = fn(*inputs)
+            with reads_old_values(T):
+                result = fn(*inputs)
         except Exception as e:  # the record says which error; the comparison decides whether it is one
             rec.error = f"{type(e).__name__}: {e}"
             result = None
@@ -216,7 +220,8 @@ def run_grad(program, mode):
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            out = fn(*inputs)
+            with reads_old_values(T):
+                out = fn(*inputs)
             rec.outputs = [record_value(T, leaf, []) for leaf in _flatten(out)]
             loss = grad_loss(T, _flatten(out))
             if loss is None:

@@ -799,3 +799,27 @@ def test_lerp_takes_a_zero_dim_weight_of_any_dtype_as_torch():
         assert compiled.tolist() == expected.tolist()
     with pytest.raises(RuntimeError, match="expected dtype float for `weight` but got dtype double"):
         jt.lerp(jt.ones(3), jt.ones(3), jt.tensor([0.5], dtype=jt.float64))
+
+
+@pytest.mark.parametrize("call", [
+    lambda L: L.tensor([1, 2, 3]).lerp(L.tensor([3, 2, 5]), L.tensor(0.5)),
+    lambda L: L.tensor([1, 2, 3]).lerp(L.tensor([3, 2, 5]), 0.5),
+    lambda L: L.tensor([1, 2, 3]).lerp(L.tensor([3, 2, 5]), L.tensor([1, 1, 1])),
+    lambda L: L.tensor([True]).lerp(L.tensor([False]), 0.5),
+    lambda L: L.lerp(L.tensor([1, 2]), L.tensor([3, 4]), 0.5, out=L.zeros(2)),
+    lambda L: L.tensor([1, 2]).lerp_(L.tensor([3, 4]), L.tensor(0.5)),
+    lambda L: L.tensor([1.0, 2.0]).lerp(L.tensor([3, 4]), 0.5),
+    lambda L: L.tensor([1.0, 2.0]).lerp(L.tensor([3.0, 4.0]), L.tensor(1)),
+])
+def test_lerp_of_integers_runs_when_a_0d_float_weight_makes_the_result_float(call):
+    """Found by the fuzzer (seed 1000036): int64 ends with a 0-d float weight raised NotImplementedError;
+    torch's weight tensor takes part in the promotion (a number does not), and only the kernel's dtype
+    must be floating."""
+    outcome = []
+    for lib in (jt, torch):
+        try:
+            r = call(lib)
+            outcome.append((str(r.dtype).split(".")[-1], r.tolist()))
+        except (RuntimeError, NotImplementedError) as e:
+            outcome.append((type(e).__name__, str(e)))
+    assert outcome[0] == outcome[1]

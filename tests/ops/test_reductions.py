@@ -9,6 +9,7 @@ from typing import Callable
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -475,3 +476,41 @@ def test_errors(fn, error, message):
 def test_degrees_of_freedom_warning():
     with pytest.warns(UserWarning, match=r"std\(\): degrees of freedom is <= 0"):
         assert math.isnan(jt.tensor([1.0]).std().item())
+
+
+@pytest.mark.parametrize("call", [
+    lambda L, x, o: L.cumprod(x, 0, out=o),
+    lambda L, x, o: L.cumsum(x, 0, out=o),
+    lambda L, x, o: L.sum(x, 0, out=o[0]),
+    lambda L, x, o: L.prod(x, 0, out=o[0]),
+])
+@pytest.mark.parametrize("src, dst", [("bfloat16", "int64"), ("float32", "int32"), ("float32", "bool"),
+                                      ("int64", "bool"), ("float64", "float16")])
+def test_cumprod_and_sum_with_an_out_of_another_dtype_compute_in_its_dtype(call, src, dst):
+    """Found by the fuzzer (seed 1000247): ``cumprod(bf16, 1, out=int64)`` raised "can't be cast" where
+    torch computes in the out tensor's dtype (the input cast to it first); a bool one it refuses."""
+    got, want = [], []
+    for lib, into in ((jt, got), (torch, want)):
+        x = lib.tensor([0.5, 1.5, 2.5, 3.0]).to(getattr(lib, src))
+        o = lib.zeros(4, dtype=getattr(lib, dst))
+        try:
+            call(lib, x, o)
+            into.append((str(o.dtype).split(".")[-1], o.tolist()))
+        except (RuntimeError, NotImplementedError) as e:
+            into.append(type(e).__name__)
+    assert got == want
+
+
+def test_cumsum_with_a_dtype_needs_an_out_of_that_dtype():
+    for lib in (jt, torch):
+        with pytest.raises(RuntimeError, match="Expected out tensor to have dtype long int, but got float"):
+            lib.cumsum(lib.ones(3), 0, dtype=lib.int64, out=lib.zeros(3))
+
+
+def test_cumsum_of_a_0d_or_empty_tensor_into_a_bool_out_copies():
+    """Found by the fuzzer (seed 2300344): torch copies a 0-d or empty input without its (bool-less) kernel."""
+    for lib in (jt, torch):
+        for x in (lib.tensor(1.5), lib.ones(0)):
+            o = lib.zeros(x.shape, dtype=lib.bool)
+            lib.cumsum(x, 0, out=o)
+            assert o.tolist() == (True if x.ndim == 0 else [])

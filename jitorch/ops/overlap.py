@@ -1,0 +1,94 @@
+"""torch's checks on an op that writes memory one of its inputs reads.
+
+An in-place op writes its ``self``, an ``out=`` op its ``out`` tensors. Where an input shares memory with
+such a written tensor, torch either refuses the call before writing, or computes in an order of its own
+kernel's choosing (a result no user can rely on). jitorch raises torch's error where torch raises, and
+otherwise always computes from the inputs' values as they were before the call (its kernels compute a new
+result, then write it): docs/differences-from-torch.md.
+
+torch decides from each (written, input) pair's overlap status, as ``get_overlap_status`` in ATen:
+
+* ``FULL``: the same elements in the same layout (``x.add_(x)``);
+* ``PARTIAL``: some elements shared otherwise (``x[:4].add_(x[2:])``, ``x.add_(x.t())``);
+* ``TOO_HARD``: one of the two has gaps or repeats (``x[::2]``, an expanded tensor), which torch does
+  not analyse: it runs the op;
+* ``NO``: nothing shared.
+
+and from the op's rule for each tensor argument (`RULES`):
+
+* ``"partial"``: TensorIterator's ``assert_no_partial_overlap``: a PARTIAL overlap is an error, a FULL
+  one is fine (an elementwise op reads each element before writing it);
+* ``"any"``: ``assert_no_overlap`` (the index ops, ``cat``): FULL or PARTIAL is an error;
+* no rule: not checked (reductions, ``mm``, ``softmax``: torch computes whatever its kernel gives).
+"""
+
+from __future__ import annotations
+
+from ..runtime.strided import is_non_overlapping_and_dense
+
+NO, FULL, PARTIAL, TOO_HARD = "no", "full", "partial", "too hard"
+
+# The rule of an op by its kind, where the op does not give its own ``overlap`` attribute (a rule for
+# every tensor argument, a dict by argument name, or a function of the arguments giving either; None:
+# unchecked).
+RULES = {"pointwise": "partial", "scan": "partial", "sort": "partial", "index": "any", "shape": "any"}
+
+ERROR = ("unsupported operation: some elements of the input tensor and the written-to tensor refer to a single "
+         "memory location. Please clone() the tensor before performing the operation.")
+
+
+def overlap_status(a, b):
+    """How the elements of tensors ``a`` and ``b`` share memory: NO, FULL, PARTIAL or TOO_HARD."""
+    if a is b:
+        return FULL
+    if a._storage is not b._storage:
+        return NO
+    na, nb = a.numel(), b.numel()
+    if not na or not nb:
+        return NO
+    if not (is_non_overlapping_and_dense(a._shape, a._stride) and is_non_overlapping_and_dense(b._shape, b._stride)):
+        return TOO_HARD
+    a0, b0 = a._offset, b._offset
+    if a0 == b0 and na == nb:
+        return FULL if tuple(a._stride) == tuple(b._stride) else PARTIAL
+    return PARTIAL if a0 < b0 + nb and b0 < a0 + na else NO
+
+
+def _rules(op, args):
+    """{argument index: rule} for the tensor arguments ``op`` checks on these ``args``."""
+    rule = op.attrs.get("overlap", RULES.get(op.kind))
+    if callable(rule):
+        rule = rule(*args)
+    if rule is None:
+        return {}
+    names = op.arg_names
+    if isinstance(rule, str):
+        return {i: rule for i, _ in op.tensor_args}
+    return {i: rule[names[i]] for i, _ in op.tensor_args if names[i] in rule}
+
+
+def _tensors(value):
+    if isinstance(value, (list, tuple)):
+        return [t for t in value if hasattr(t, "_storage")]
+    return [value] if hasattr(value, "_storage") else []
+
+
+def check_write_overlap(op, written, args, skip=None):
+    """Raise torch's error if an input of ``op`` (``args`` in schema order; the argument at index ``skip``
+    is the in-place ``self``, which the op reads and writes) shares memory with the tensor or tensors
+    ``written`` in a way the op's rule refuses. Called before anything is written."""
+    written = _tensors(written)
+    storages = {id(w._storage) for w in written}
+    shared = [(i, t) for i, _ in op.tensor_args if i != skip
+              for t in _tensors(args[i]) if id(t._storage) in storages]
+    if not shared:
+        return
+    rules = _rules(op, args)
+    for i, t in shared:
+        rule = rules.get(i)
+        if rule is None:
+            continue
+        for w in written:
+            status = overlap_status(w, t)
+            if status == PARTIAL or (status == FULL and rule == "any"):
+                raise RuntimeError(ERROR)

@@ -1,0 +1,164 @@
+"""Writes that read the memory they write (jitorch.ops.overlap), against torch.
+
+Each case writes a tensor ``w`` (in place or through ``out=``) from an input ``i`` that shares its memory:
+the same elements (``full``), some of them densely (``partial``), every other element (``too_hard``: torch
+does not analyse it), or none (``disjoint``). jitorch must raise torch's error exactly where torch does;
+where torch runs, jitorch's result is the one computed from the inputs' old values (torch's own is then
+whatever its kernel's order gives: docs/differences-from-torch.md).
+"""
+
+import numpy as np
+import pytest
+import torch
+
+import jitorch as jt
+from jitorch.ops.overlap import FULL, NO, PARTIAL, TOO_HARD, overlap_status
+
+N = 8
+
+
+def _views(lib, dtype):
+    base = lib.arange(1, 3 * N + 1).to(dtype)
+    return base, base[0:N], {"full": base[0:N], "partial": base[2:N + 2], "too_hard": base[0:2 * N:2],
+                             "disjoint": base[N:2 * N]}
+
+
+def _long(lib, values):
+    return lib.tensor(values, dtype=lib.int64)
+
+
+# name -> fn(lib, w, i): writes w (a 1-d tensor of N elements) reading i (N elements, sharing w's memory)
+CASES = {
+    "add_": lambda L, w, i: w.add_(i),
+    "add out": lambda L, w, i: L.add(i, 1, out=w),
+    "lerp_": lambda L, w, i: w.lerp_(i, 0.5),
+    "where out": lambda L, w, i: L.where(i > 3, i, w.clone(), out=w),
+    "clamp_ min tensor": lambda L, w, i: w.clamp_(min=i),
+    "copy_": lambda L, w, i: w.copy_(i),
+    "eq out": lambda L, w, i: L.eq(i, 3, out=w),
+    "maximum out": lambda L, w, i: L.maximum(i, w.clone(), out=w),
+    "max.other out": lambda L, w, i: L.max(i, w.clone(), out=w),
+    "sum out": lambda L, w, i: L.sum(i.view(2, 4), 0, out=w[:4]),
+    "amax out": lambda L, w, i: L.amax(i.view(2, 4), 0, out=w[:4]),
+    "max.dim out": lambda L, w, i: L.max(i.view(2, 4), 0, out=(w[:4], L.empty(4, dtype=L.int64))),
+    "std out": lambda L, w, i: L.std(i.view(2, 4), 0, out=w[:4]),
+    "cumsum out": lambda L, w, i: L.cumsum(i, 0, out=w),
+    "softmax out": lambda L, w, i: L.softmax(i, 0, out=w),
+    "mm out": lambda L, w, i: L.mm(i.view(2, 4), L.ones(4, 4, dtype=w.dtype), out=w.view(2, 4)),
+    "addmm_ self as mat1": lambda L, w, i: w.view(2, 4).addmm_(i.view(2, 4), L.ones(4, 4, dtype=w.dtype)),
+    "baddbmm_": lambda L, w, i: w.view(1, 2, 4).baddbmm_(i.view(1, 2, 4), L.ones(1, 4, 4, dtype=w.dtype)),
+    "outer out": lambda L, w, i: L.outer(i[:2], L.ones(4, dtype=w.dtype), out=w.view(2, 4)),
+    "cat out": lambda L, w, i: L.cat([i[:4], i[:4]], out=w),
+    "hstack out": lambda L, w, i: L.hstack([i[:4], i[:4]], out=w),
+    "tril out": lambda L, w, i: L.tril(i.view(2, 4), out=w.view(2, 4)),
+    "sort out": lambda L, w, i: L.sort(i, out=(w, L.empty(N, dtype=L.int64))),
+    "topk out": lambda L, w, i: L.topk(i, 4, out=(w[:4], L.empty(4, dtype=L.int64))),
+    "gather out": lambda L, w, i: L.gather(i, 0, _long(L, [1, 0, 2, 3, 4, 5, 6, 7]), out=w),
+    "index_select out": lambda L, w, i: L.index_select(i, 0, _long(L, [1, 0, 2, 3, 4, 5, 6, 7]), out=w),
+    "masked_select out": lambda L, w, i: L.masked_select(i, L.ones(N, dtype=L.bool), out=w),
+    "take out": lambda L, w, i: L.take(i, _long(L, [1, 0, 2, 3, 4, 5, 6, 7]), out=w),
+    "scatter_": lambda L, w, i: w.scatter_(0, _long(L, [1, 0]), i),
+    "scatter_add_": lambda L, w, i: w.scatter_add_(0, _long(L, [1, 0]), i),
+    "index_add_": lambda L, w, i: w.index_add_(0, _long(L, [1, 0]), i[:2]),
+    "index_copy_": lambda L, w, i: w.index_copy_(0, _long(L, [1, 0]), i[:2]),
+    "index_put_": lambda L, w, i: w.index_put_((L.arange(N),), i),
+    "masked_fill_ 0-d value": lambda L, w, i: w.masked_fill_(L.ones(N, dtype=L.bool), i[0]),
+    "fill_ 0-d value": lambda L, w, i: w.fill_(i[0]),
+    "put_": lambda L, w, i: w.put_(_long(L, [1, 0]), i[:2]),
+}
+
+
+def _run(lib, name, kind, dtype):
+    """The written base buffer after the call, or the error's class and message."""
+    base, w, inputs = _views(lib, dtype)
+    try:
+        CASES[name](lib, w, inputs[kind])
+    except RuntimeError as e:
+        return str(e)
+    return base.tolist()
+
+
+def _old_values(name, kind):
+    """torch's result computed from a clone of the input: the old values."""
+    base, w, inputs = _views(torch, torch.float64)
+    CASES[name](torch, w, inputs[kind].clone())
+    return base.tolist()
+
+
+@pytest.mark.parametrize("kind", ["full", "partial", "too_hard", "disjoint"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_an_overlapping_write_raises_where_torch_does_else_reads_old_values(name, kind):
+    want = _run(torch, name, kind, torch.float64)
+    got = _run(jt, name, kind, jt.float64)
+    if isinstance(want, str):
+        assert "single memory location" in want
+        assert got == want
+    else:
+        assert np.allclose(got, _old_values(name, kind))
+
+
+def test_overlap_status_follows_atens_rule():
+    x = jt.arange(16.0)
+    m = x.view(4, 4)
+    assert overlap_status(x, x) == FULL
+    assert overlap_status(x[:8], x[:8]) == FULL
+    assert overlap_status(m, m.t()) == PARTIAL  # the same memory in another order
+    assert overlap_status(x[:8], x[4:12]) == PARTIAL
+    assert overlap_status(x[:8], x[::2]) == TOO_HARD
+    assert overlap_status(x[:8], x[8:]) == NO
+    assert overlap_status(x[:0], x) == NO
+    assert overlap_status(x[0], x[:1]) == PARTIAL  # torch compares the strides of size-1 dims too
+    assert overlap_status(x, jt.arange(16.0)) == NO
+
+
+def test_addmm_into_its_own_first_matrix_reads_the_old_values():
+    """Found by the fuzzer (seed 1000940): ``v.addmm_(v, m)`` wrote the result while torch's kernel still
+    read ``v``; jitorch computes ``v + v @ m`` from the old ``v``."""
+    v = jt.tensor([[1.0, 2.0], [3.0, 4.0]], dtype=jt.float16)
+    m = jt.tensor([[0.5, -1.0], [2.0, 0.25]], dtype=jt.float16)
+    want = v.float() + v.float() @ m.float()
+    v.addmm_(v, m)
+    assert v.float().tolist() == want.tolist()
+
+
+def test_inplace_divide_by_a_strided_view_of_itself_reads_the_old_values():
+    """Found by the fuzzer (seed 1002678): ``x.true_divide_(x[..., 2])``, a view torch does not analyse
+    (it has gaps), divides by the old column, not by values already divided."""
+    x = jt.arange(1.0, 17.0).view(1, 4, 4)
+    want = x / x[..., 2].clone()
+    x.true_divide_(x[..., 2])
+    assert x.tolist() == want.tolist()
+
+
+def test_inplace_partial_overlap_raises_before_writing():
+    x = jt.arange(6.0)
+    with pytest.raises(RuntimeError, match="single memory location"):
+        x[:4].add_(x[2:])
+    assert x.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+
+
+def test_setitem_of_a_bool_tensor_through_itself_as_its_mask():
+    """Found by the fuzzer (seed 1000111): ``x[x] = x`` with one element is torch's masked fill (a
+    one-element value through one mask), which does not check the value; with more elements it is an
+    index_put_ that refuses the overlap."""
+    for lib in (jt, torch):
+        x = lib.tensor([True])
+        x[x] = x
+        assert x.tolist() == [True]
+        y = lib.tensor([True, False, True])
+        with pytest.raises(RuntimeError, match="single memory location"):
+            y[y] = lib.tensor([True, True])
+        z = lib.tensor([0, 1, 2])
+        with pytest.raises(RuntimeError, match="single memory location"):
+            z[z] = 5  # the index is the written tensor
+
+
+def test_setitem_of_a_basic_index_judges_the_value_as_torchs_copy_to():
+    for lib in (jt, torch):
+        v = lib.tensor([1.5])
+        v[0:] = v  # the same shape: a copy of the same elements
+        w = lib.arange(6.0)
+        w[2:4] = w[2]  # a 0-d value: a fill, not checked
+        assert w.tolist() == [0.0, 1.0, 2.0, 2.0, 4.0, 5.0]
+        with pytest.raises(RuntimeError, match="single memory location"):
+            w[0:2] = w[1:3]
