@@ -6,17 +6,19 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import shutil
 import struct
 import subprocess
 import sys
 import threading
+import weakref
 from pathlib import Path
 
 import llvmlite
 import pytest
 
 import jitorch
-from jitorch.codegen import cache as cache_mod
+from jitorch.codegen import cache as cache_mod, cpu
 from jitorch.codegen.cache import FORMAT_VERSION, MAGIC, KernelCache, cache_dir, cache_key, source_digest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -533,3 +535,91 @@ def test_one_cache_shared_by_threads(tmp_path):
     info = cache.info()
     # a get that misses memory while another thread writes the entry finds it on disk
     assert info.memory_hits + info.disk_hits + info.misses == 4 * len(keys)
+
+
+# --- kernels compiled through the cache -------------------------------------------------------------
+
+
+@pytest.fixture
+def fresh_kernels(tmp_path, monkeypatch):
+    """Makes this process forget every kernel: a new kernel cache over ``tmp_path / "kernels"`` (nothing in
+    memory) and no linked code; returns that cache."""
+
+    def forget():
+        cache = KernelCache(tmp_path / "kernels")
+        monkeypatch.setattr(cache_mod, "default_cache", lambda: cache)
+        monkeypatch.setattr(cpu, "_linked", weakref.WeakValueDictionary())
+        return cache
+
+    return forget
+
+
+def _add(c):
+    return jitorch.compile(lambda t: t + c)(jitorch.ones(3)).tolist()
+
+
+def test_entry_swapped_from_another_kernel_is_recompiled_not_run(fresh_kernels, tmp_path):
+    # issue 16: an entry copied over another key's path was linked and run: x + 100 on ones gave 2.
+    fresh_kernels()
+    assert _add(1.0) == [2.0] * 3
+    (plus_one,) = (tmp_path / "kernels").rglob("*.jitk")
+    assert _add(100.0) == [101.0] * 3
+    (plus_hundred,) = set((tmp_path / "kernels").rglob("*.jitk")) - {plus_one}
+    original = plus_hundred.read_bytes()
+    plus_hundred.write_bytes(plus_one.read_bytes())
+    cache = fresh_kernels()
+    assert _add(100.0) == [101.0] * 3
+    info = cache.info()
+    assert (info.disk_hits, info.misses, info.writes) == (0, 1, 1)
+    assert plus_hundred.read_bytes() == original  # rebuilt, byte for byte
+
+
+def _with_payload(raw, key, payload):
+    """The entry ``raw`` with its payload replaced and the payload's length and checksum recomputed."""
+    magic, version, _, _, source, key_length = HEADER.unpack_from(raw)
+    return HEADER.pack(magic, version, len(payload), hashlib.sha256(payload).digest(), source,
+                       key_length) + key.encode() + payload
+
+
+# Damage to object code that `Linker.check_object` catches: the entry is rebuilt. Before, the kernel ran as eager
+# ops in every later process (the entry was never replaced). Damage only `elf.validate` sees (relocations,
+# section names: LLVM aborts on those) belongs here too once the linker's check calls it.
+OBJECT_DAMAGES = {
+    "truncated": lambda obj: obj[:len(obj) // 2],
+    "section table past the end": lambda obj: obj[:0x28] + struct.pack("<Q", len(obj)) + obj[0x30:],
+    "kernel symbol renamed": lambda obj: obj.replace(b"jitorch_k0_pointwise\0", b"jitorch_k0_pointwisf\0"),
+}
+
+PLUS_HUNDRED = """
+import jitorch
+from jitorch.codegen.cache import default_cache
+print(jitorch.compile(lambda t: t + 100.0)(jitorch.ones(3)).tolist())
+info = default_cache().info()
+print(info.disk_hits, info.misses, info.writes)
+"""
+
+
+@pytest.fixture(scope="module")
+def plus_hundred_cache(tmp_path_factory):
+    """A cache folder holding the one kernel of PLUS_HUNDRED, written by another process."""
+    directory = tmp_path_factory.mktemp("plus-hundred")
+    assert _finish(_python(PLUS_HUNDRED, directory)).split("\n")[:2] == ["[101.0, 101.0, 101.0]", "0 1 1"]
+    return directory
+
+
+@pytest.mark.parametrize("damage", OBJECT_DAMAGES.values(), ids=OBJECT_DAMAGES.keys())
+def test_damaged_object_code_with_its_checksum_recomputed_is_recompiled(plus_hundred_cache, tmp_path, damage):
+    shutil.copytree(plus_hundred_cache, tmp_path / "cache")
+    (path,) = (tmp_path / "cache").rglob("*.jitk")
+    raw = path.read_bytes()
+    start = HEADER.size + len(path.stem)
+    damaged = damage(raw[start:])
+    assert damaged != raw[start:]
+    path.write_bytes(_with_payload(raw, path.stem, damaged))
+    # LLVM aborts the process on malformed objects, so the kernel compiles in a child.
+    child = _python(PLUS_HUNDRED, tmp_path / "cache", JITORCH_LOGS="codegen")
+    out, err = child.communicate(timeout=120)
+    assert child.returncode == 0, err[-4000:]
+    assert out.split("\n")[:2] == ["[101.0, 101.0, 101.0]", "1 0 1"]  # read, rejected, rebuilt
+    assert "cached object code of jitorch_k0_pointwise rejected, recompiling: object code is not usable" in err
+    assert path.read_bytes() == raw
