@@ -1,11 +1,14 @@
 """The CPU target: optimise a kernel module, make machine code, call it in chunks on threads.
 
-One long-lived LLJIT per process links every kernel (llvmlite's ORC JIT lets
-a target machine be reused and libraries be added at will; see
-shared/LLVM-NOTES.md). Object code is cached on disk keyed by the kernel's
-LLVM IR and the target, so a second process loads machine code without
-running LLVM's optimiser. Calls go through ctypes, which releases the GIL, so
-chunks of a kernel's outer loop run in parallel on a thread pool.
+One `Linker` per process links every kernel into llvmlite's ORC JIT (which
+lets a target machine be reused and libraries be added and removed at will;
+see shared/LLVM-NOTES.md). A kernel's machine code lives as long as the
+compiled kernels that use it: dropping the last compiled function that holds
+it removes it from the JIT. Object code is cached keyed by the kernel's LLVM
+IR and the target, so relinking a dropped kernel, or a second process, loads
+machine code without running LLVM's optimiser. Calls go through ctypes, which
+releases the GIL, so chunks of a kernel's outer loop run in parallel on a
+thread pool.
 """
 
 from __future__ import annotations
@@ -86,6 +89,7 @@ class CompiledKernel:
         self.asm = None
         self._code = code  # keeps the machine code alive as long as this kernel
         self.fn = ENTRY(code.address)
+        self.fn.code = code  # and as long as the pointer, which generated calls hold without the kernel
         self.outer = source.outer
         self.parallel = source.work >= PARALLEL_MIN_WORK and source.outer > 1
 

@@ -94,11 +94,6 @@ class Linker:
         self._lock = threading.Lock()
         self._jit = _Jit(machine, options)
 
-    @property
-    def builtins(self) -> dict[str, int]:
-        """The address of each builtin in the JIT that `link` adds to now."""
-        return self._jit.builtins
-
     def check_object(self, obj: bytes, exports) -> None:
         """CompileError unless ``obj`` is object code fit for LLVM's linker that defines every name in
         ``exports``. LLVM aborts the process on malformed objects, so object code from outside this
