@@ -88,8 +88,8 @@ class CompiledKernel:
         self.llvm_ir = code.llvm_ir
         self.asm = None
         self._code = code  # keeps the machine code alive as long as this kernel
+        # Valid while this kernel lives: generated calls bind it beside the steps that hold the kernel.
         self.fn = ENTRY(code.address)
-        self.fn.code = code  # and as long as the pointer, which generated calls hold without the kernel
         self.outer = source.outer
         self.parallel = source.work >= PARALLEL_MIN_WORK and source.outer > 1
 
