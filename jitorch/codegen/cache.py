@@ -1,29 +1,36 @@
-"""Cache of compiled kernels' object code: a dict in front of a folder on disk.
+"""Cache of compiled kernels' object code: a bounded dict in front of a folder on disk.
 
 A second process compiling the same kernel finds its machine code here and
 skips LLVM. Entries live at ``<dir>/<key[:2]>/<key>.jitk``; each file is a
-48-byte little-endian header followed by the payload::
+header, the entry's key, then the payload (little-endian)::
 
     magic b"JITK" | format version (uint32) | payload length (uint64) | SHA-256 of the payload
+    | SHA-256 of the source | key length (uint16) | key (ASCII) | payload
 
-Anything that does not check out (missing, truncated, corrupted, foreign, another
-format version) reads as a miss and is overwritten by the next ``put``. Writes
-go to a uniquely named temporary file in the same folder and are renamed into
-place, so readers and concurrent writers only ever see whole entries. When the
-folder cannot be created or written, the disk layer switches itself off: a
-read-only home must not break compilation, and entries already there are still read.
+The source is what the payload was compiled from (the kernel's LLVM IR). An
+entry is used only if it is a regular file (not a FIFO, a device or a symbolic
+link) and its key and source hash are the ones asked for, so an entry copied to
+another key's path is a miss, not another kernel's code. Anything that does
+not check out (missing, truncated, corrupted, foreign, another format version)
+reads as a miss and is overwritten by the next ``put``. Writes are atomic
+(`runtime.files.atomic_write`), so readers and concurrent writers only ever see
+whole entries. A write that fails (read-only or full disk) skips that entry
+only: the next ``put`` tries again.
 
 The checksum guards against damage, not against an attacker: whoever can
-write the cache folder can run code in every process that reads it.
+write the cache folder can write entries that check out. Callers check object
+code structurally before linking it (`linker.check_object`).
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import hashlib
 import os
 import re
+import stat
 import struct
 import threading
 from pathlib import Path
@@ -32,12 +39,17 @@ from ..jit import logs
 from ..runtime.files import TMP_SUFFIX as _TMP_SUFFIX, atomic_write
 
 MAGIC = b"JITK"
-FORMAT_VERSION = 1
-_HEADER = struct.Struct("<4sIQ32s")
+FORMAT_VERSION = 2
+_HEADER = struct.Struct("<4sIQ32s32sH")
 _SUFFIX = ".jitk"
 # Keys become file names, so only lowercase hex (what `cache_key` returns) is accepted.
 _KEY = re.compile(r"[0-9a-f]{4,128}")
 _SHARD = re.compile(r"[0-9a-f]{2}")
+# Never follow a link, and never wait for a writer at a FIFO: opening one for reading would block.
+_OPEN_ENTRY = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+_OPEN_SHARD = _OPEN_ENTRY | getattr(os, "O_DIRECTORY", 0)
+# The in-memory layer's default budget: payloads beyond it are dropped least recently used first.
+MEMORY_LIMIT = 32 << 20
 
 
 def cache_dir() -> Path | None:
@@ -76,14 +88,23 @@ def cache_key(*parts: str | bytes) -> str:
     """
     h = hashlib.sha256(b"jitorch kernel cache\0")
     for part in (*_toolchain(), *parts):
-        if isinstance(part, str):
-            tag, data = b"s", part.encode("utf-8")
-        elif isinstance(part, (bytes, bytearray, memoryview)):
-            tag, data = b"b", bytes(part)
-        else:
-            raise TypeError(f"cache_key(): parts must be str or bytes, got {type(part).__name__}")
-        h.update(tag + len(data).to_bytes(8, "little") + data)
+        h.update(_tagged(part, "cache_key(): parts"))
     return h.hexdigest()
+
+
+def _tagged(part, what) -> bytes:
+    if isinstance(part, str):
+        tag, data = b"s", part.encode("utf-8")
+    elif isinstance(part, (bytes, bytearray, memoryview)):
+        tag, data = b"b", bytes(part)
+    else:
+        raise TypeError(f"{what} must be str or bytes, got {type(part).__name__}")
+    return tag + len(data).to_bytes(8, "little") + data
+
+
+def source_digest(source: str | bytes) -> bytes:
+    """The SHA-256 an entry stores of the source its payload was compiled from."""
+    return hashlib.sha256(_tagged(source, "KernelCache: source")).digest()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,68 +112,68 @@ class CacheInfo:
     """What a `KernelCache` holds and how it has been used by this process."""
 
     directory: Path | None
-    writable: bool  # False once a write failed: entries on disk are still read
     entries: int  # entry files on disk (valid or not)
     size_bytes: int  # their total size
     memory_entries: int
+    memory_bytes: int  # payload bytes held in memory (at most the cache's memory_limit)
     memory_hits: int
     disk_hits: int
     misses: int
     writes: int  # puts that reached the disk
+    write_failures: int  # puts the disk refused (each skipped that entry only)
 
 
 class KernelCache:
-    """Object code by key: `get(key) -> bytes | None`, `put(key, data)`.
+    """Object code by key and source: `get(key, source) -> bytes | None`, `put(key, data, source)`.
 
-    ``directory`` defaults to `cache_dir()`. Safe to share between threads and
-    between processes; `get` never raises for bad disk content and `put` never
-    raises for an unusable folder (writing to disk turns off instead).
+    ``directory`` defaults to `cache_dir()`. ``memory_limit`` bounds the bytes
+    of payloads kept in memory (least recently used dropped first; they stay on
+    disk). Safe to share between threads and between processes; `get` never
+    raises for bad disk content and `put` never raises for an unusable folder.
     """
 
-    def __init__(self, directory: str | os.PathLike | None = None):
+    def __init__(self, directory: str | os.PathLike | None = None, memory_limit: int = MEMORY_LIMIT):
         self.directory = Path(directory) if directory is not None else cache_dir()
-        self._writable = self.directory is not None
-        self._memory: dict[str, bytes] = {}
+        self.memory_limit = memory_limit
+        self._memory: collections.OrderedDict[str, tuple[bytes, bytes]] = collections.OrderedDict()
+        self._memory_bytes = 0
         self._lock = threading.Lock()
-        self._counts = dict.fromkeys(("memory_hits", "disk_hits", "misses", "writes"), 0)
+        self._counts = dict.fromkeys(("memory_hits", "disk_hits", "misses", "writes", "write_failures"), 0)
 
-    @property
-    def writable(self) -> bool:
-        """Whether `put` still writes to disk."""
-        return self._writable
-
-    def get(self, key: str) -> bytes | None:
-        """The payload stored under ``key``, or None on a miss (including a damaged or foreign entry)."""
+    def get(self, key: str, source: str | bytes) -> bytes | None:
+        """The payload stored under ``key`` for ``source``, or None on a miss (including a damaged entry,
+        another key's entry or one compiled from another source)."""
         _check_key(key)
-        data = self._memory.get(key)
-        if data is not None:
-            self._count("memory_hits")
-            return data
-        data = _read_entry(self._path(key)) if self.directory is not None else None
+        digest = source_digest(source)
+        with self._lock:
+            hit = self._memory.get(key)
+            if hit is not None and hit[1] == digest:
+                self._memory.move_to_end(key)
+                self._counts["memory_hits"] += 1
+                return hit[0]
+        data = _read_entry(self.directory, key, digest) if self.directory is not None else None
         if data is None:
             self._count("misses")
             return None
-        with self._lock:
-            self._memory[key] = data
+        self._remember(key, data, digest)
         self._count("disk_hits")
         return data
 
-    def put(self, key: str, data: bytes) -> None:
-        """Store ``data`` under ``key`` in memory and, atomically, on disk."""
+    def put(self, key: str, data: bytes, source: str | bytes) -> None:
+        """Store ``data``, compiled from ``source``, under ``key`` in memory and, atomically, on disk."""
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"KernelCache.put(): data must be bytes, got {type(data).__name__}")
         _check_key(key)
-        data = bytes(data)
-        with self._lock:
-            self._memory[key] = data
-        if not self._writable:
+        data, digest = bytes(data), source_digest(source)
+        self._remember(key, data, digest)
+        if self.directory is None:
             return
         try:
-            _write_entry(self._path(key), data)
+            _write_entry(self._path(key), key, data, digest)
         except OSError as e:
-            # Read-only or full disk, a file where a folder should be: keep compiling, uncached.
-            self._writable = False
-            logs.log("codegen", "kernel cache at %s no longer written: %s", self.directory, e)
+            # Read-only or full disk, a file where a folder should be: this kernel stays uncached on disk.
+            self._count("write_failures")
+            logs.log("codegen", "kernel cache entry %s not written to %s: %s", key, self.directory, e)
         else:
             self._count("writes")
 
@@ -160,6 +181,7 @@ class KernelCache:
         """Drop every entry, in memory and on disk (also temporary files left by killed writers)."""
         with self._lock:
             self._memory.clear()
+            self._memory_bytes = 0
         for shard in self._shards():
             for entry in _scandir(shard.path):
                 if entry.name.endswith((_SUFFIX, _TMP_SUFFIX)):
@@ -170,7 +192,20 @@ class KernelCache:
         """Entry count and size on disk, with this process's hit and miss counts."""
         sizes = [_size(e) for shard in self._shards() for e in _scandir(shard.path) if e.name.endswith(_SUFFIX)]
         with self._lock:
-            return CacheInfo(self.directory, self._writable, len(sizes), sum(sizes), len(self._memory), **self._counts)
+            return CacheInfo(self.directory, len(sizes), sum(sizes), len(self._memory), self._memory_bytes,
+                             **self._counts)
+
+    def _remember(self, key, data, digest):
+        with self._lock:
+            old = self._memory.pop(key, None)
+            if old is not None:
+                self._memory_bytes -= len(old[0])
+            if len(data) > self.memory_limit:
+                return
+            self._memory[key] = (data, digest)
+            self._memory_bytes += len(data)
+            while self._memory_bytes > self.memory_limit:
+                self._memory_bytes -= len(self._memory.popitem(last=False)[1][0])
 
     def _path(self, key: str) -> Path:
         return self.directory / key[:2] / (key + _SUFFIX)
@@ -196,30 +231,62 @@ def _check_key(key) -> None:
         raise ValueError(f"KernelCache: a key is 4 to 128 lowercase hex digits (see cache_key), got {key!r}")
 
 
-def _read_entry(path: Path) -> bytes | None:
+def _read_entry(directory: Path, key: str, digest: bytes) -> bytes | None:
+    """The payload of ``key``'s entry if it is a regular file made for ``key`` from the source of ``digest``."""
+    fd = _open_regular(directory / key[:2], key + _SUFFIX)
+    if fd is None:
+        return None
+    with open(fd, "rb") as f:
+        try:
+            return _read_payload(f, key, digest)
+        except OSError:
+            return None
+
+
+def _open_regular(folder: Path, name: str) -> int | None:
+    """A descriptor reading ``folder/name`` if the folder is one (not a link) and the file a regular file,
+    else None. Nothing is followed or waited for: a link, a FIFO or a device is refused before any read."""
     try:
-        with open(path, "rb") as f:
-            header = f.read(_HEADER.size)
-            if len(header) != _HEADER.size:
-                return None
-            magic, version, length, digest = _HEADER.unpack(header)
-            # Check the size before reading, so a large foreign file is never read whole.
-            if magic != MAGIC or version != FORMAT_VERSION or os.fstat(f.fileno()).st_size != _HEADER.size + length:
-                return None
-            payload = f.read(length)
+        shard = os.open(folder, _OPEN_SHARD)
     except OSError:
         return None
-    if len(payload) != length or hashlib.sha256(payload).digest() != digest:
+    try:
+        fd = os.open(name, _OPEN_ENTRY, dir_fd=shard)
+    except OSError:
+        return None
+    finally:
+        os.close(shard)
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            return fd
+    except OSError:
+        pass
+    os.close(fd)
+    return None
+
+
+def _read_payload(f, key, digest):
+    expected_key = key.encode("ascii")
+    header = f.read(_HEADER.size + len(expected_key))
+    if len(header) != _HEADER.size + len(expected_key):
+        return None
+    magic, version, length, payload_digest, source, key_length = _HEADER.unpack_from(header)
+    # Check everything the header claims before reading, so a large foreign file is never read whole.
+    if (magic, version, key_length, source) != (MAGIC, FORMAT_VERSION, len(expected_key), digest) \
+            or header[_HEADER.size:] != expected_key or os.fstat(f.fileno()).st_size != len(header) + length:
+        return None
+    payload = f.read(length)
+    if len(payload) != length or hashlib.sha256(payload).digest() != payload_digest:
         return None
     return payload
 
 
-def _write_entry(path: Path, data: bytes) -> None:
-    header = _HEADER.pack(MAGIC, FORMAT_VERSION, len(data), hashlib.sha256(data).digest())
+def _write_entry(path: Path, key: str, data: bytes, digest: bytes) -> None:
+    header = _HEADER.pack(MAGIC, FORMAT_VERSION, len(data), hashlib.sha256(data).digest(), digest, len(key))
     path.parent.mkdir(parents=True, exist_ok=True)
     # atomic: readers see the old entry or the new one, and the last rename wins
     with atomic_write(path) as f:
-        f.write(header)
+        f.write(header + key.encode("ascii"))
         f.write(data)
 
 

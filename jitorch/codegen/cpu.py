@@ -1,11 +1,14 @@
 """The CPU target: optimise a kernel module, make machine code, call it in chunks on threads.
 
-One long-lived LLJIT per process links every kernel (llvmlite's ORC JIT lets
-a target machine be reused and libraries be added at will; see
-shared/LLVM-NOTES.md). Object code is cached on disk keyed by the kernel's
-LLVM IR and the target, so a second process loads machine code without
-running LLVM's optimiser. Calls go through ctypes, which releases the GIL, so
-chunks of a kernel's outer loop run in parallel on a thread pool.
+One `Linker` per process links every kernel into llvmlite's ORC JIT (which
+lets a target machine be reused and libraries be added and removed at will;
+see shared/LLVM-NOTES.md). A kernel's machine code lives as long as the
+compiled kernels that use it: dropping the last compiled function that holds
+it removes it from the JIT. Object code is cached keyed by the kernel's LLVM
+IR and the target, so relinking a dropped kernel, or a second process, loads
+machine code without running LLVM's optimiser. Calls go through ctypes, which
+releases the GIL, so chunks of a kernel's outer loop run in parallel on a
+thread pool.
 """
 
 from __future__ import annotations
@@ -14,11 +17,13 @@ import ctypes
 import functools
 import os
 import threading
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 
 import llvmlite.binding as llvm
 
 from ..jit import logs
+from .errors import CompileError
 from .linker import Linker
 from .machine import selected
 
@@ -76,14 +81,15 @@ def optimise(module_text, machine=None):
 class CompiledKernel:
     """A kernel in machine code: call it on buffers, over chunks of its outer loop."""
 
-    def __init__(self, source, address, library, optimised_ir, asm):
+    def __init__(self, source, code):
         self.source = source
         self.name = source.name
         self.ops = source.ops
-        self.llvm_ir = optimised_ir
-        self.asm = asm
-        self._library = library  # keeps the code alive
-        self.fn = ENTRY(address)
+        self.llvm_ir = code.llvm_ir
+        self.asm = None
+        self._code = code  # keeps the machine code alive as long as this kernel
+        # Valid while this kernel lives: generated calls bind it beside the steps that hold the kernel.
+        self.fn = ENTRY(code.address)
         self.outer = source.outer
         self.parallel = source.work >= PARALLEL_MIN_WORK and source.outer > 1
 
@@ -115,35 +121,62 @@ def _pool():
     return pool
 
 
-_memory: dict = {}
+class _Code:
+    """A kernel's machine code in the JIT. Kernels share it; when the last one is dropped, its library's
+    resource tracker goes and LLVM removes the code from the JIT."""
+
+    __slots__ = ("address", "library", "llvm_ir", "__weakref__")
+
+    def __init__(self, address, library, llvm_ir):
+        self.address, self.library, self.llvm_ir = address, library, llvm_ir
+
+
+# key -> the linked code of every kernel alive, so that two compiled functions with one kernel share
+# its code. Weak, so that dropping compiled functions frees machine code; relinking a kernel dropped
+# earlier takes its object code from the kernel cache, without LLVM's optimiser.
+_linked: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 
 def compile_kernel(source, cache=None):
-    """Machine code for a kernel source, from memory, the disk cache, or LLVM."""
+    """Machine code for a kernel source, from the kernels alive, the kernel cache, or LLVM."""
     from .cache import cache_key
-    s = _init()
     key = cache_key(source.llvm_ir, target_id())  # the key adds jitorch's and llvmlite's versions
-    hit = _memory.get(key)
-    if hit is not None:
-        return CompiledKernel(source, *hit)
-    with _lock:
-        obj = cache.get(key) if cache is not None else None
-        optimised = None
-        if obj is None:
-            mod = optimise(source.llvm_ir)
-            optimised = str(mod)
-            obj = _target_machines(s["machine"])[1].emit_object(mod)
-            s["linker"].resolve(obj)  # a kernel that cannot link is never cached
-            if cache is not None:
-                cache.put(key, obj)
-            logs.log("codegen", "compiled %s (%s)", source.name, " ".join(source.ops))
-        else:
-            logs.log("codegen", "loaded %s from the disk cache", source.name)
-        lib = s["linker"].link(obj, [source.name])
-        address = lib[source.name]
-    entry = (address, lib, optimised, None)
-    _memory[key] = entry
-    return CompiledKernel(source, *entry)
+    code = _linked.get(key)
+    if code is None:
+        with _lock:
+            code = _linked.get(key) or _link(key, source, cache)
+            _linked[key] = code
+    return CompiledKernel(source, code)
+
+
+def _link(key, source, cache):
+    linker = _init()["linker"]
+    obj = _cached_object(key, source, cache, linker)
+    optimised = None
+    if obj is None:
+        mod = optimise(source.llvm_ir)
+        optimised = str(mod)
+        obj = _target_machines(_init()["machine"])[1].emit_object(mod)
+        linker.resolve(obj)  # a kernel that cannot link is never cached
+        if cache is not None:
+            cache.put(key, obj, source.llvm_ir)
+        logs.log("codegen", "compiled %s (%s)", source.name, " ".join(source.ops))
+    library = linker.link(obj, [source.name])
+    return _Code(library[source.name], library, optimised)
+
+
+def _cached_object(key, source, cache, linker):
+    """The cache's object code for ``key``, if it passes the checks made before anything is linked."""
+    obj = cache.get(key, source.llvm_ir) if cache is not None else None
+    if obj is None:
+        return None
+    try:
+        linker.check_object(obj, [source.name])
+    except CompileError as e:
+        logs.log("codegen", "cached object code of %s rejected, recompiling: %s", source.name, e)
+        return None
+    logs.log("codegen", "loaded %s from the kernel cache", source.name)
+    return obj
 
 
 def emit_object(source, machine=None):

@@ -50,28 +50,87 @@ def undefined_symbols(obj: bytes) -> frozenset[str]:
         raise CompileError(f"object code is not usable: {e}") from None
 
 
-class Linker:
-    """An LLJIT for one machine, with the builtins linked in once; `link` adds checked objects to it."""
+class Library:
+    """Object code linked into a JIT: index it by an exported name for that symbol's address. The
+    machine code stays while this object lives and is removed from the JIT when it goes."""
 
-    def __init__(self, machine, **options):
+    __slots__ = ("_tracker", "_jit")
+
+    def __init__(self, tracker, jit):
+        self._tracker = tracker
+        self._jit = jit  # the JIT and the builtins this code calls into outlive it
+
+    def __getitem__(self, name: str) -> int:
+        return self._tracker[name]
+
+
+class _Jit:
+    """One LLJIT with jitorch's builtins linked in, and how many libraries it has been given."""
+
+    def __init__(self, machine, options):
         import llvmlite.binding as llvm
-        self.machine = machine
-        self._jit = llvm.create_lljit_compiler(machine.target_machine(**options))
-        self._lock = threading.Lock()
-        self._count = 0
+        self.lljit = llvm.create_lljit_compiler(machine.target_machine(**options))
         builder = llvm.JITLibraryBuilder().add_object_img(builtins_object(machine))
         for name in builtins.names():
             builder.export_symbol(name)
-        self._builtins = builder.link(self._jit, "jitorch_builtins")
-        self.builtins = {name: self._builtins[name] for name in builtins.names()}
+        self.builtins_library = builder.link(self.lljit, "jitorch_builtins")
+        self.builtins = {name: self.builtins_library[name] for name in builtins.names()}
+        self.libraries = 0
+
+
+class Linker:
+    """LLJITs for one machine, with the builtins linked in each; `link` adds checked objects to one.
+
+    Removing a library frees its code, but LLVM keeps an empty JITDylib (about 8 KB) for every library
+    a JIT was ever given. So after `LIBRARIES_PER_JIT` libraries, new ones go to a fresh JIT; an old
+    JIT, dylibs and all, is freed with the last `Library` linked into it.
+    """
+
+    LIBRARIES_PER_JIT = 256
+
+    def __init__(self, machine, **options):
+        self.machine = machine
+        self._options = options
+        self._lock = threading.Lock()
+        self._jit = _Jit(machine, options)
+
+    def check_object(self, obj: bytes, exports) -> None:
+        """CompileError unless ``obj`` is object code fit for LLVM's linker that defines every name in
+        ``exports``. LLVM aborts the process on malformed objects, so object code from outside this
+        process (a cache entry, a file) passes here before `link`."""
+        try:
+            defined = elf.symbols(obj)[0]
+        except elf.ElfError as e:
+            raise CompileError(f"object code is not usable: {e}") from None
+        missing = sorted(set(exports) - defined)
+        if missing:
+            raise CompileError(f"object code is not usable: it does not define {', '.join(missing)}")
 
     def resolve(self, obj: bytes, imports=None) -> dict[str, int]:
         """The address of every symbol ``obj`` needs: ``imports`` (name -> address) first, then the builtins,
         then the process. CompileError naming the symbols nothing defines."""
+        return self._resolve(obj, imports, self._jit)
+
+    def link(self, obj: bytes, exports, imports=None) -> Library:
+        """Link ``obj`` as a new library; index the returned `Library` by an exported name."""
+        import llvmlite.binding as llvm
+        with self._lock:
+            if self._jit.libraries >= self.LIBRARIES_PER_JIT:
+                self._jit = _Jit(self.machine, self._options)
+            jit = self._jit
+            builder = llvm.JITLibraryBuilder().add_object_img(obj)
+            for name, address in self._resolve(obj, imports, jit).items():
+                builder.import_symbol(name, address)
+            for name in exports:
+                builder.export_symbol(name)
+            jit.libraries += 1
+            return Library(builder.link(jit.lljit, f"jitorch_library_{jit.libraries}"), jit)
+
+    def _resolve(self, obj, imports, jit):
         imports = dict(imports or {})
         resolved, unresolved = {}, []
         for name in sorted(undefined_symbols(obj)):
-            address = imports.get(name) or self.builtins.get(name) or process_address(name)
+            address = imports.get(name) or jit.builtins.get(name) or process_address(name)
             if address:
                 resolved[name] = address
             else:
@@ -80,16 +139,3 @@ class Linker:
             raise CompileError(f"machine code for {self.machine.cpu} calls {', '.join(unresolved)}, which neither "
                                "jitorch's builtins nor this process define")
         return resolved
-
-    def link(self, obj: bytes, exports, imports=None):
-        """Link ``obj`` as a new library; returns its resource tracker (index it by an exported name)."""
-        import llvmlite.binding as llvm
-        resolved = self.resolve(obj, imports)
-        builder = llvm.JITLibraryBuilder().add_object_img(obj)
-        for name, address in resolved.items():
-            builder.import_symbol(name, address)
-        for name in exports:
-            builder.export_symbol(name)
-        with self._lock:
-            self._count += 1
-            return builder.link(self._jit, f"jitorch_library_{self._count}")

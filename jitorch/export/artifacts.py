@@ -48,7 +48,7 @@ def _cpu_artifact(kernel):
     from ..codegen import cpu
     from ..codegen.cache import cache_key, default_cache
     key = cache_key(kernel.source.llvm_ir, cpu.target_id())
-    obj = default_cache().get(key)
+    obj = default_cache().get(key, kernel.source.llvm_ir)
     return key, obj if obj is not None else cpu.emit_object(kernel.source)
 
 
@@ -134,16 +134,16 @@ class ArtifactCache:
         self.used = 0
         self.rebuilt = 0
 
-    def get(self, key):
+    def get(self, key, source):
         data = self.objects.get(key)
         if data is not None:
             self.used += 1
             return data
         self.rebuilt += 1
-        return self.fallback.get(key)
+        return self.fallback.get(key, source)
 
-    def put(self, key, data):
-        self.fallback.put(key, data)
+    def put(self, key, data, source):
+        self.fallback.put(key, data, source)
 
 
 def _missing_features(record):

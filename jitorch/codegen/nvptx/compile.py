@@ -84,11 +84,11 @@ def ptx_of(module_text, name, cache=None):
     if ptx is not None:
         return ptx
     with _lock:
-        data = cache.get(key) if cache is not None else None
+        data = cache.get(key, module_text) if cache is not None else None
         if data is None:
             data = _machine().emit_assembly(optimise(module_text)).encode()
             if cache is not None:
-                cache.put(key, data)
+                cache.put(key, data, module_text)
             logs.log("codegen", "compiled %s to PTX", name)
         ptx = _memory[key] = data.decode()
     return ptx
