@@ -39,7 +39,7 @@ class CudaKernelStep:
             outs = [empty(v.type.shape, v.type.dtype, device) for v in self.outputs]
         else:
             outs = [empty((split[0],), split[3], device)]
-        ins = [_on_device(_contiguous(env[v]) if v in self.eager_made else env[v], device) for v in self.inputs]
+        ins = [_on_device(env[v].contiguous() if v in self.eager_made else env[v], device) for v in self.inputs]
         pointers = [_address(t) for t in ins + outs]
         backend.launch(self.kernel, pointers, device.index or 0)
         if split is not None:
@@ -57,10 +57,6 @@ class CudaKernelStep:
 
     def __repr__(self):
         return repr(self.kernel)
-
-
-def _contiguous(t):
-    return t if t.is_contiguous() else t.contiguous()
 
 
 def _on_device(t, device):
