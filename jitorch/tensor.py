@@ -47,6 +47,10 @@ class Size(tuple):
 # Objects told before a tensor's .grad is assigned (a tracer, while it records).
 GRAD_WATCHERS: list = []
 
+# Objects told when Python reads a tensor's values or makes a tensor from Python data (a tracer, while it
+# records: values read become constants of its graph, and a tensor made from data is new at each call).
+VALUE_WATCHERS: list = []
+
 
 class Tensor:
     """An n-dimensional strided array, PyTorch style."""
@@ -380,6 +384,7 @@ class Tensor:
                 f"can't convert {self.device} device type tensor to numpy. "
                 "Use Tensor.cpu() to copy the tensor to host memory first."
             )
+        self._values_read()
         return self._array()
 
     def __array__(self, dtype=None, copy=None):
@@ -388,16 +393,28 @@ class Tensor:
             return arr.astype(dtype, copy=False)
         return arr
 
+    def _values_read(self):
+        """Tell the value watchers that Python reads this tensor's values."""
+        for watcher in VALUE_WATCHERS:
+            watcher.values_read(self)
+
+    def _made_from_data(self):
+        """Tell the value watchers that this tensor was just made from Python data (``jitorch.tensor``)."""
+        for watcher in VALUE_WATCHERS:
+            watcher.made_from_data(self)
+
     def item(self):
         """The single value of a one-element tensor as a Python number."""
         n = self.numel()
         if n != 1:
             raise RuntimeError(f"a Tensor with {n} elements cannot be converted to Scalar")
+        self._values_read()
         arr = self._host_array().reshape(())
         return arr.item() if self.dtype is not _dt.bfloat16 else float(arr.astype(np.float32))
 
     def tolist(self):
         """Nested Python lists of the values (a Python number for 0-d tensors)."""
+        self._values_read()
         arr = self._host_array()
         if self.dtype is _dt.bfloat16 or self.dtype is _dt.float16:
             arr = arr.astype(np.float32)

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 from llvmlite import ir
 
 from ..runtime import dtypes as _dt
+from ..runtime.casts import convert
 
 I1 = ir.IntType(1)
 I8 = ir.IntType(8)
@@ -35,6 +37,15 @@ _LLVM = {
 
 
 _HALVES = (_dt.float16, _dt.bfloat16)
+
+
+def _half_constant(value, dtype):
+    """A Python float as a half-precision LLVM constant, rounded as eager converts it (through float32; too
+    large: infinity, where llvmlite cannot print it); bfloat16 as its bits, the integer type it is carried in."""
+    rounded = convert(np.array(value), dtype.np)
+    if dtype is _dt.bfloat16:
+        return ir.Constant(I16, int(rounded.view(np.uint16)))
+    return ir.Constant(ir.HalfType(), float(rounded))
 
 
 def llvm_type(dtype):
@@ -61,6 +72,8 @@ class Emitter:
     def const(self, value, dtype):
         if dtype is _dt.bool:
             return Scalar(ir.Constant(I1, int(bool(value))), dtype)
+        if dtype in _HALVES:
+            return Scalar(_half_constant(float(value), dtype), dtype)
         if dtype.is_floating_point:
             return Scalar(ir.Constant(llvm_type(dtype), float(value)), dtype)
         return Scalar(ir.Constant(llvm_type(dtype), int(value)), dtype)

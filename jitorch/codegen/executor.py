@@ -362,8 +362,9 @@ class Plan:
                 step.geometry = _static_views(step.nodes, views)
         eager_made = {v for step in steps if isinstance(step, EagerStep) for v in step.writes()}
         for step in steps:
-            if isinstance(step, KernelStep):
+            if not isinstance(step, EagerStep):  # a kernel, of the CPU's or the CUDA device's
                 step.eager_made = eager_made & set(step.inputs)
+            if isinstance(step, KernelStep):
                 args = (*step.inputs, *step.outputs)
                 step.dynamic_inputs = [(i, v) for i, v in enumerate(step.inputs) if v not in self.slots]
                 step.fresh_outputs = [(i, v, contiguous_strides(v.type.shape)) for i, v in enumerate(args)

@@ -26,7 +26,7 @@ from math import prod
 import numpy as np
 from llvmlite import ir
 
-from ..ir.fake import fake_tensor
+from ..ir.fake import fake_args, fake_tensor
 from ..ir.graph import Value, iter_values
 from ..ops import registry
 from ..runtime import dtypes as _dt
@@ -141,7 +141,8 @@ class _Builder:
                                "the value's elements in order, which are not its root's")
         fake = fake_tensor(shape, src.type.dtype, src.type.device, strides, offset, max(1, prod(root.type.shape)))
         try:
-            geo = node.op.view(fake, *node.args[1:])
+            # a tensor argument (view_as, expand_as) gives its static type only
+            geo = node.op.view(fake, *fake_args(node.args[1:]))
         except RuntimeError as e:  # a reshape of a strided value: its elements need a copy first
             raise CompileError(f"{node.op.name} of a {list(shape)} value with strides {list(strides)}: {e}") from None
         for out, (s, st, o) in zip(node.outputs, geo if isinstance(geo, list) else [geo]):

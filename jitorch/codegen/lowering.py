@@ -300,21 +300,14 @@ def _stored(dtype, value):
 FILL_VALUES = ("fill.Scalar", "masked_fill")
 
 
-def _constant(e, ndarray_value, dtype):
-    """An exact constant of ``dtype`` (bfloat16 through float32, which holds every bfloat16 exactly)."""
-    if dtype is _dt.bfloat16:
-        return e.cast(e.const(float(ndarray_value), _dt.float32), dtype)
-    return e.const(ndarray_value.item(), dtype)
-
-
 def _fill(e, x, value):
     if isinstance(value, Scalar):
         return value  # a 0-d tensor, already converted to x's dtype
-    return _constant(e, _stored(x.dtype, value), x.dtype)
+    return e.const(_stored(x.dtype, value).item(), x.dtype)
 
 
 def _masked_fill(e, x, mask, value):
-    fill = value if isinstance(value, Scalar) else _constant(e, _stored(x.dtype, value), x.dtype)
+    fill = value if isinstance(value, Scalar) else e.const(_stored(x.dtype, value).item(), x.dtype)
     return e.select(_truthy(e, mask), fill, x)
 
 

@@ -13,6 +13,7 @@ from math import prod
 from ..runtime.storage import Storage
 from ..runtime.strided import contiguous_strides
 from ..tensor import Tensor
+from .graph import Value
 
 
 def fake_tensor(shape, dtype, device, strides=None, offset=0, storage_size=None):
@@ -27,6 +28,17 @@ def fake_tensor(shape, dtype, device, strides=None, offset=0, storage_size=None)
 def fake_of_type(type):
     """The compact fake tensor of an IR value's type."""
     return fake_tensor(type.shape, type.dtype, type.device)
+
+
+def fake_args(args):
+    """The arguments with each value (nested lists and tuples too) replaced by a compact fake tensor of its type."""
+    def one(a):
+        if isinstance(a, Value):
+            return fake_of_type(a.type)
+        if isinstance(a, (list, tuple)):
+            return type(a)(one(x) for x in a)
+        return a
+    return [one(a) for a in args]
 
 
 def is_fake(t):

@@ -26,7 +26,7 @@ from ..ops import registry
 from ..runtime import dtypes as _dt
 from ..runtime.device import device as _device_cls
 from ..utils.pytree import tree_leaves
-from .fake import fake_of_type
+from .fake import fake_args
 from .graph import TensorType, Value, iter_values
 from .printer import format_args, format_output
 
@@ -182,21 +182,10 @@ def _check_arg_kind(op, arg, value, where):
         _fail(where, f"argument '{arg.name}' must be a tensor value, not {value!r}")
 
 
-def _fake_args(args):
-    """The arguments with each value replaced by a compact fake tensor of its type."""
-    def one(a):
-        if isinstance(a, Value):
-            return fake_of_type(a.type)
-        if isinstance(a, (list, tuple)):
-            return type(a)(one(x) for x in a)
-        return a
-    return [one(a) for a in args]
-
-
 def _meta_types(op, args, where):
     """The output types of ``op(*args)`` by its meta rule, with its argument checks as in eager dispatch."""
     try:
-        fake = op.convert(_fake_args(args))
+        fake = op.convert(fake_args(args))
         if op.multi_tensor:
             registry.check_same_device(op, fake)
         spec = registry.quiet_meta(op, fake)

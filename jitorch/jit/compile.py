@@ -578,9 +578,11 @@ def _vjp_of(fn, args, kwargs, params=()):
 
     def vjp(*vjp_args):
         inputs, grads = vjp_args[:n], vjp_args[n:]
-        it = iter(inputs)
-        call_args, call_kwargs = tree_unflatten([next(it) if t else o for t, o in zip(is_tensor, others)], spec)
         with enable_grad():
+            # fn runs on copies, as the call's tensors need not be leaves: an in-place view op that left an
+            # input's geometry as it was (``x.t_()`` of a 1-d ``x``) raised on a leaf that requires grad
+            it = iter([t.clone() if t.requires_grad else t for t in inputs])
+            call_args, call_kwargs = tree_unflatten([next(it) if t else o for t, o in zip(is_tensor, others)], spec)
             outs = [o for o in tree_flatten(fn(*call_args, **call_kwargs))[0] if isinstance(o, Tensor)]
             wanted = [t for t in inputs if t.requires_grad] + list(params)
             pairs = [(o, g) for o, g in zip(outs, grads) if o.requires_grad]

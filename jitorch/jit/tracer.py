@@ -23,13 +23,15 @@ import inspect
 import threading
 from math import prod
 
+import numpy as np
+
 from ..autograd.engine import NodeHooks, gradient_edge
 from ..ir.graph import Graph, TensorType
 from ..ops import registry
 from ..ops.random_ops import Generator
 from ..runtime.storage import Storage
 from ..runtime.strided import contiguous_strides, is_non_overlapping_and_dense
-from ..tensor import GRAD_WATCHERS, Tensor
+from ..tensor import GRAD_WATCHERS, VALUE_WATCHERS, Tensor
 from ..utils.pytree import tree_flatten, tree_unflatten
 from .captures import CapturedState
 from .errors import StateWriteError, TraceError, describe_call, trace_error, user_frame, where
@@ -95,6 +97,8 @@ class Tracer:
         self.input_fakes: list = []  # the fakes standing for the call's tensors, in graph-input order
         self.python_guards: list = []  # see jitorch.compiler.guard
         self.refreshers: list = []     # see jitorch.compiler.dynamic_scalar
+        self.made: dict = {}           # id -> tensor the traced code made from Python data (new at each call)
+        self.values_guarded: set = set()  # ids of captured tensors whose values Python read: guarded
         # the dispatch hooks and grad watchers are process-wide: other threads' ops stay eager
         self.thread = threading.get_ident()
 
@@ -158,10 +162,35 @@ class Tracer:
                 raise TraceError(f"a tensor on device '{t.device}' with no data was captured by a traced function")
             name = self.name_for(t)
             value = self.graph.add_constant(name, t, TensorType(tuple(t.shape), t.dtype, t.device))
-            entry = self.lifted[id(t)] = (t, self.outside_fake(value, t))
+            if id(t) in self.made and not t.requires_grad:
+                # eagerly a new tensor at each call: a copy of the constant, so writes stay in the graph (no
+                # origin to write back to) and a call returns a new tensor, never the constant itself
+                copy = self.add(registry.OPS["clone"], (value, None), [value.type])[0]
+                entry = self.lifted[id(t)] = (t, self.new_fake(copy))
+            else:
+                entry = self.lifted[id(t)] = (t, self.outside_fake(value, t))
             if t.requires_grad:
                 self.own_grad(t, value.name, entry[1])
         return entry[1]
+
+    def made_from_data(self, t):
+        """The traced code made ``t`` from Python data (``jitorch.tensor([...])``)."""
+        if current_tracer() is self:
+            self.made[id(t)] = t
+
+    def values_read(self, t):
+        """Python reads the values of ``t`` while tracing (``item``, ``tolist``): the trace goes on with them
+        as constants. A fake's have none (its read raises); a captured tensor's may change between calls, so
+        the graph is guarded on them; a tensor the traced code wrote has real values that are not the ones
+        the code reads eagerly, so the function cannot be traced."""
+        if current_tracer() is not self or isinstance(t._storage, TraceStorage):
+            return
+        if any(real._storage is t._storage and fake._storage._version for real, fake in self.lifted.values()):
+            raise trace_error("item", "it reads into Python the values of a tensor that the function wrote "
+                                      "before, which are computed by the graph and do not exist while tracing")
+        if id(t) not in self.made and id(t) not in self.values_guarded:
+            self.values_guarded.add(id(t))
+            self.python_guards.append(_values_guard(t, self.name_for(t)))
 
     def _alias(self, t):
         """A captured tensor over the memory of one captured before that fills it (``p.data``, a
@@ -471,11 +500,13 @@ class Tracer:
     def __enter__(self):
         registry.DISPATCH_HOOKS.insert(0, self)
         GRAD_WATCHERS.append(self)
+        VALUE_WATCHERS.append(self)
         return self
 
     def __exit__(self, *exc):
         registry.DISPATCH_HOOKS.remove(self)
         GRAD_WATCHERS.remove(self)
+        VALUE_WATCHERS.remove(self)
 
     def output(self, result):
         """Set the graph's outputs from the function's result, and its mutations."""
@@ -600,6 +631,18 @@ def _captured_tensors(graph):
     """The captured tensors a graph reads (not the ``.grad`` tensors it re-reads at each call)."""
     return [t for name, t in graph.constant_tensors.items()
             if name not in graph.grad_constants and isinstance(t, Tensor)]
+
+
+def _values_guard(tensor, name):
+    """A check that ``tensor`` holds the values (bit for bit) it holds now, which the trace read into Python."""
+    def values():
+        return tensor.dtype, tuple(tensor.shape), np.ascontiguousarray(tensor._host_array()).tobytes()
+    seen = values()
+
+    def check():
+        return values() == seen
+    check.__doc__ = f"the values of {name}, read into Python while tracing, are unchanged"
+    return check
 
 
 def _grad_is_none_guard(tensor, name, was_none):

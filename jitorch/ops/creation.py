@@ -212,7 +212,10 @@ def _to_array(data, dtype):
             "sourceTensor.detach().clone().requires_grad_(True), rather than jitorch.tensor(sourceTensor).",
             UserWarning, stacklevel=3)
         dtype = dtype or data.dtype
-        return None if data.device.type == "meta" else _contiguous(data._host_array(), dtype), data.shape, dtype
+        if data.device.type == "meta":
+            return None, data.shape, dtype
+        data._values_read()
+        return _contiguous(data._host_array(), dtype), data.shape, dtype
     if isinstance(data, (np.ndarray, np.generic)):
         arr = np.asarray(data)
         dtype = dtype or _dt.from_numpy_dtype(arr.dtype)
@@ -254,6 +257,7 @@ def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=Fal
         t = upload(arr, dtype, device)
     if requires_grad:
         t.requires_grad_(True)
+    t._made_from_data()
     return t
 
 

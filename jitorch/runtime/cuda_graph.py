@@ -19,6 +19,9 @@ class CudaKernelStep:
         self.nodes = nodes
         self.inputs = kernel.source.inputs
         self.outputs = kernel.source.outputs
+        # in a compiled graph: inputs an eager step made, views of any layout (a one-op graph of an eager
+        # CUDA op instead has a kernel for its operands' strides)
+        self.eager_made = set()
 
     def reads(self):
         return self.inputs
@@ -27,7 +30,8 @@ class CudaKernelStep:
         return self.outputs
 
     def run(self, env, arena, inplace):
-        """Launch on the inputs in ``env`` (compact, or views whose address is their first element)."""
+        """Launch on the inputs in ``env`` (compact, or views whose address is their first element; an eager
+        step's views of other layouts are copied contiguous first)."""
         backend = cuda_backend.current()
         device = canonical(self.outputs[0].type.device)
         split = self.kernel.source.split
@@ -35,7 +39,7 @@ class CudaKernelStep:
             outs = [empty(v.type.shape, v.type.dtype, device) for v in self.outputs]
         else:
             outs = [empty((split[0],), split[3], device)]
-        ins = [_on_device(env[v], device) for v in self.inputs]
+        ins = [_on_device(env[v].contiguous() if v in self.eager_made else env[v], device) for v in self.inputs]
         pointers = [_address(t) for t in ins + outs]
         backend.launch(self.kernel, pointers, device.index or 0)
         if split is not None:

@@ -110,6 +110,15 @@ def test_views_fold_into_index_maths(layout, shape):
         check(lambda t: t.transpose(0, 1) * t.transpose(0, 1), jt.tensor(arr))
 
 
+def test_views_shaped_by_another_tensor_fold_into_index_maths(rng):
+    """view_as and expand_as take a tensor for its shape: folding them read ``.shape`` of an IR value (an
+    AttributeError at compile time) instead of a fake tensor of its type."""
+    x = jt.tensor(random_array((3, 4), jt.int16, rng))
+    row = jt.tensor(random_array((4,), jt.float32, rng))
+    check(lambda t: (t.view_as(t) * 2, t.view_as(t)), x)
+    check(lambda t, r: (r.expand_as(t) + t, t.view_as(t).pow(2)), x.float(), row)
+
+
 def test_where_clamp_lerp_and_casts(rng):
     a = jt.tensor(special_floats((6,), jt.float32, rng))
     b = jt.tensor(random_array((6,), jt.float32, rng))

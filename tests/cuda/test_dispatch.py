@@ -191,6 +191,24 @@ def test_compiled_graphs_on_cuda_inputs_run_their_kernels(fake):
         np.testing.assert_allclose(got.cpu().numpy(), want.numpy(), rtol=1e-5, atol=1e-5)
 
 
+def test_a_compiled_kernel_reads_a_strided_view_an_eager_step_made_in_row_major_order(fake):
+    """Fuzz seed 1000856: writing into a strided input leaves the graph an eager ``as_strided`` step whose
+    view (strides [8, 2]) the next kernel read as if compact, so ``pow`` saw other elements (2 ** -0.75
+    where eager has 0 ** -0.75 = inf)."""
+    def fn(x):
+        x[1] = 3
+        return (x[0] + x[1] - 3).pow(-0.75)  # [0, 2] ** -0.75
+
+    base = jt.arange(16, dtype=jt.int16).reshape(4, 4)
+    want = fn(base.clone()[::2, ::2])
+    on_device = base.to("cuda")
+    compiled = jt.compile(fn)
+    got = compiled(on_device[::2, ::2])
+    assert any(type(step).__name__ == "EagerStep" for step in compiled.lower(on_device[::2, ::2]).executable.steps)
+    np.testing.assert_allclose(got.cpu().numpy(), want.numpy(), rtol=1e-6)
+    assert on_device[2].cpu().tolist() == [3, 9, 3, 11]
+
+
 def test_a_compiled_training_step_on_cuda(fake):
     w = jt.zeros(3, device="cuda", requires_grad=True)
     x, y = jt.ones(4, 3, device="cuda"), jt.full((4,), 2.0, device="cuda")

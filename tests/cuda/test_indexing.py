@@ -211,6 +211,20 @@ def test_an_index_out_of_range_raises_the_cpu_message_at_the_next_synchronizatio
     del result
 
 
+@pytest.mark.parametrize("dtype", [jt.bfloat16, jt.float16])
+@pytest.mark.parametrize("value", [0.5, 0.1, 1000.1, -65504.0])
+def test_half_precision_fill_values_are_emitted_as_the_cpu_rounds_them(fake, dtype, value):
+    """A Python number stored into a bfloat16 tensor by a kernel was printed as a float constant of the 16-bit
+    integer type bfloat16 is carried in (an LLVM IR parsing error). Both are the CPU's conversion of the number."""
+    x = jt.arange(4.0).to(dtype)
+    index = jt.tensor([2, 1])
+    for op, make in (("scatter.value", lambda x, i: jt.scatter(x, 0, i, value)),
+                     ("index_fill", lambda x, i: x.index_fill(0, i, value))):
+        got = make(x.to("cuda"), index.to("cuda"))
+        assert fake.launches[-1].ops == [op]
+        np.testing.assert_array_equal(support.to_numpy(got.cpu()), support.to_numpy(make(x, index)))
+
+
 def test_unsupported_cases_still_run_on_the_host(fake):
     x = jt.arange(12, dtype=jt.int16, device="cuda").reshape(3, 4)
     index = jt.tensor([[0, 1]], device="cuda")

@@ -161,3 +161,20 @@ def test_compiled_hand_written_sgd_runs_compiled_and_matches_eager_and_torch(upd
         np.testing.assert_allclose(got, want, rtol=1e-5)
         for p, r in zip(model.parameters(), reference.parameters()):
             np.testing.assert_allclose(p.detach().numpy(), r.detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("reshape", [lambda x: x.t_(), lambda x: x.squeeze_(), lambda x: x.transpose_(0, 0)],
+                         ids=["t_", "squeeze_", "transpose_"])
+def test_an_in_place_view_op_that_keeps_an_inputs_geometry_differentiates_compiled(reshape):
+    """Fuzz seed 2500029: the compiled backward re-ran the function on leaves, where ``x.t_()`` of a 1-d input
+    (a non-leaf, as eagerly) raised "a leaf Variable that requires grad is being used in an in-place operation"."""
+    def fn(x, w):
+        reshape(x)
+        return x * w
+
+    grads = []
+    for run in (fn, jt.compile(fn)):
+        leaf, w = jt.arange(4.0, requires_grad=True), jt.tensor(3.0, requires_grad=True)
+        (run(leaf * 1, w) * jt.arange(4.0)).sum().backward()
+        grads.append((leaf.grad.tolist(), w.grad.item()))
+    assert grads[0] == grads[1] == ([0.0, 3.0, 6.0, 9.0], 14.0)

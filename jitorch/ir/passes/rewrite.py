@@ -47,14 +47,18 @@ class Rewriter:
     apart from inputs and constants returned as themselves. So a returned value is
     never replaced by an input, a constant (a folded one would be handed back by
     every call) or a value the graph already returns elsewhere (``return x * 1,
-    x`` must not give the same tensor twice); `can_replace` says so.
+    x`` must not give the same tensor twice), nor by a view of one of those; nor
+    is the source of a returned view (``return x.clone().t()`` must not return a
+    view of ``x``). `can_replace` says so.
     """
 
     def __init__(self, graph):
         self.graph = graph
         self.replaced: dict = {}   # Value -> the Value that now stands for it
         self.dropped: set = set()  # nodes to remove, by identity
-        self.returned = set(graph.output_values())
+        self.returned: set = set()  # values whose memory an output is in: the outputs, the sources of their views
+        for v in graph.output_values():
+            self._returns(v)
 
     def resolve(self, v):
         while v in self.replaced:
@@ -67,8 +71,22 @@ class Rewriter:
     def can_replace(self, old, new):
         if old.type != new.type:
             return False
-        new = self.resolve(new)
-        return old not in self.returned or not (new.node is None or new in self.returned)
+        # a view shares its source's memory: a returned value may not become a view of one either
+        root = self._viewed(self.resolve(new))
+        return old not in self.returned or not (root.node is None or root in self.returned)
+
+    def _viewed(self, v):
+        """The value whose memory ``v`` is in: ``v`` itself, or the source its chain of views starts from."""
+        while v.node is not None and v.node.op.view is not None:
+            v = self.resolve(v.node.args[0])
+        return v
+
+    def _returns(self, v):
+        """Note that an output is in the memory of ``v`` and of the values its views start from."""
+        self.returned.add(v)
+        while v.node is not None and v.node.op.view is not None:
+            v = self.resolve(v.node.args[0])
+            self.returned.add(v)
 
     def replace_node(self, node, values):
         """Drop ``node`` for ``values`` (one per output), if every replacement is allowed; returns whether done."""
@@ -80,7 +98,7 @@ class Rewriter:
             self.replaced[old] = new
             if old in self.returned:
                 self.returned.discard(old)
-                self.returned.add(new)
+                self._returns(new)
         self.dropped.add(node)
         return True
 
