@@ -42,6 +42,19 @@ def builtins_object(machine, reloc="default") -> bytes:
     return tm.emit_object(module)
 
 
+# What LLVM may turn kernel code into calls of, besides jitorch's builtins: the C library's memory
+# functions (loop idioms) and the libm forms of the intrinsics `mathlib` allows, where the CPU has no
+# instruction for them (floorf without SSE4.1, fmaf without FMA).
+C_FUNCTIONS = frozenset({"memcpy", "memmove", "memset"} | {
+    name + suffix for name in ("fma", "fabs", "floor", "ceil", "trunc", "rint", "nearbyint", "copysign", "sqrt",
+                               "fmin", "fmax") for suffix in ("", "f")})
+
+
+def kernel_imports() -> frozenset[str]:
+    """Every symbol kernel object code may leave for the linker to resolve."""
+    return builtins.names() | C_FUNCTIONS
+
+
 def undefined_symbols(obj: bytes) -> frozenset[str]:
     """The symbols object code needs from elsewhere; CompileError if it is not an object LLVM could have made."""
     try:
@@ -67,24 +80,35 @@ class Linker:
 
     def resolve(self, obj: bytes, imports=None) -> dict[str, int]:
         """The address of every symbol ``obj`` needs: ``imports`` (name -> address) first, then the builtins,
-        then the process. CompileError naming the symbols nothing defines."""
+        then the process (`C_FUNCTIONS` only). CompileError naming the symbols nothing defines."""
         imports = dict(imports or {})
         resolved, unresolved = {}, []
         for name in sorted(undefined_symbols(obj)):
-            address = imports.get(name) or self.builtins.get(name) or process_address(name)
+            address = imports.get(name) or self.builtins.get(name) or (
+                process_address(name) if name in C_FUNCTIONS else None)
             if address:
                 resolved[name] = address
             else:
                 unresolved.append(name)
         if unresolved:
             raise CompileError(f"machine code for {self.machine.cpu} calls {', '.join(unresolved)}, which neither "
-                               "jitorch's builtins nor this process define")
+                               "jitorch's builtins nor the C functions kernels may call define")
         return resolved
 
-    def link(self, obj: bytes, exports, imports=None):
-        """Link ``obj`` as a new library; returns its resource tracker (index it by an exported name)."""
+    def link(self, obj: bytes, exports, imports=None, *, fresh=False):
+        """Link ``obj`` as a new library; returns its resource tracker (index it by an exported name).
+
+        Kernel object code must pass `elf.validate` (defining exactly ``exports``), wherever it comes
+        from: LLVM never sees one that does not. ``fresh``: code this process's LLVM has just emitted
+        from its own IR (the CUDA emulator's, with unwind tables and helper functions), only checked
+        to be readable."""
         import llvmlite.binding as llvm
         resolved = self.resolve(obj, imports)
+        if not fresh:
+            try:
+                elf.validate(obj, self.machine.triple.split("-")[0], exports, resolved)
+            except elf.ElfError as e:
+                raise CompileError(f"object code is not usable: {e}") from None
         builder = llvm.JITLibraryBuilder().add_object_img(obj)
         for name, address in resolved.items():
             builder.import_symbol(name, address)

@@ -14,13 +14,16 @@ from jitorch.cli import main
 from .helpers import ROOT
 
 
-def test_inspect_prints_signature_graph_and_artifacts(saved):
+@pytest.mark.parametrize("flags, verdict", [([], "2 kernels, ignored: code from a file runs only with "
+                                                 "trust_object_code=True (--trust-object-code); rebuilt from the graph"),
+                                            (["--trust-object-code"], "2 kernels, used")], ids=["default", "trusted"])
+def test_inspect_prints_signature_graph_and_artifacts(saved, flags, verdict):
     out = io.StringIO()
-    assert main(["inspect", str(saved[0])], out=out) == 0
+    assert main(["inspect", *flags, str(saved[0])], out=out) == 0
     text = out.getvalue()
     assert "x: Tensor [5, 4] jitorch.float32 cpu" in text
     assert "%0 : f32[5, 3] = matmul(%x, %w)" in text
-    assert "2 kernels, used" in text and "w: [4, 3] jitorch.float32" in text
+    assert verdict in text and "w: [4, 3] jitorch.float32" in text
 
 
 def test_run_writes_outputs(saved, tmp_path):
