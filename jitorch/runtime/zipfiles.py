@@ -9,8 +9,8 @@ or in its sizes. `BoundedZip` refuses before inflating anything:
   1032 times; a stored member is as large as its bytes) and lie in the file;
 - the declared sizes together must fit a budget proportional to the file's
   size (`default_budget`), which the caller can raise (``max_bytes``);
-- a member yields exactly its declared size, its CRC checked, and is read
-  once (a second request is an error: a file that names one member twice is
+- a member yields exactly its declared size (zipfile stops there, and checks
+  the CRC, so a stream that inflates further is damaged), and is read once (a second request is an error: a file that names one member twice is
   not one jitorch wrote);
 - a ``.npy`` member is parsed without pickle, its header checked against the
   dtype and shape the caller expects and against the member's size before its
@@ -137,9 +137,7 @@ class BoundedZip:
         object) is updated with them."""
         info = self._take(name, self.budget if limit is None else limit)
         with self._open(info, hasher) as f:
-            data = f.read_exact(info.file_size)
-            f.finish()
-        return data
+            return f.read_exact(info.file_size)
 
     def read_npy(self, name, dtype, shape, hasher=None):
         """The array in ``.npy`` member ``name``, which must hold ``dtype`` (a NumPy dtype) in ``shape``
@@ -157,7 +155,6 @@ class BoundedZip:
                                    f"{f.position + nbytes}")
             arr = np.empty(shape[::-1] if fortran else shape, dtype)
             f.read_into(memoryview(arr.reshape(-1).view(np.uint8)))
-            f.finish()
         return np.ascontiguousarray(arr.T) if fortran else arr
 
     def _open(self, info, hasher=None):
@@ -206,16 +203,6 @@ class _Member:
         for start in range(0, len(view), _CHUNK):
             chunk = self.read_exact(min(_CHUNK, len(view) - start))
             view[start:start + len(chunk)] = chunk
-
-    def finish(self):
-        """Check that the member ends where its header says (this also makes zipfile check its CRC)."""
-        try:
-            extra = self.stream.read(1)
-        except READ_ERRORS as e:
-            raise _damaged(self.info, e) from None
-        if extra:
-            raise ArchiveError(f"member {self.info.filename!r} holds more than the {self.info.file_size} bytes its "
-                               "header says")
 
 
 def _damaged(info, e):
