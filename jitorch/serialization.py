@@ -40,7 +40,7 @@ from .runtime import dtypes as _dtypes
 from .runtime.device import device as _device
 from .runtime.files import atomic_write
 from .runtime.storage import Storage
-from .runtime.zipfiles import ArchiveError, BoundedZip, text_limit
+from .runtime.zipfiles import ArchiveError, BoundedZip, NotAnArchive, text_limit
 from .tensor import Size, Tensor
 
 __all__ = ["save", "load", "SerializationError"]
@@ -404,8 +404,10 @@ def load(f, map_location=None, pickle_module=None, *, weights_only=True, mmap=No
 def _load_from(f, map_location, max_bytes):
     try:
         zf = BoundedZip(f, max_bytes)
-    except ArchiveError as e:
+    except NotAnArchive as e:
         raise _bad(f"not a jitorch file ({e})") from None
+    except ArchiveError as e:
+        raise _bad(str(e)) from None
     with zf:
         manifest = _read_manifest(zf)
         if manifest.get("format") in _FORMAT_LOADERS:

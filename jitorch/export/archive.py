@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..runtime.files import atomic_write
-from ..runtime.zipfiles import ArchiveError, BoundedZip, text_limit
+from ..runtime.zipfiles import ArchiveError, BoundedZip, NotAnArchive, text_limit
 from .errors import ExportError
 
 FORMAT = "jitorch.export"
@@ -85,8 +85,10 @@ def read(path_or_file, object_code=False, max_bytes=None):
     no bytes). ``max_bytes``: what the file's members may declare in all (see `runtime.zipfiles`)."""
     try:
         z = BoundedZip(path_or_file, max_bytes)
-    except ArchiveError as e:
+    except NotAnArchive as e:
         raise ExportError(f"not a jitorch export file ({e})") from None
+    except ArchiveError as e:
+        raise ExportError(str(e)) from None
     with z:
         try:
             return _read_contents(_Reader(z), object_code)

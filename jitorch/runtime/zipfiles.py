@@ -54,6 +54,10 @@ class ArchiveError(ValueError):
     """A zip archive, or one of its members, that is damaged, impossible or over its budget."""
 
 
+class NotAnArchive(ArchiveError):
+    """Bytes that zipfile cannot read as a zip archive at all."""
+
+
 def default_budget(file_size: int) -> int:
     """The bytes an archive of ``file_size`` bytes may declare in all, unless the caller allows more."""
     return FLOOR + RATIO * file_size
@@ -82,7 +86,7 @@ class BoundedZip:
         except FileNotFoundError:
             raise
         except Exception as e:  # zipfile raises many types on damaged input; all mean "not an archive"
-            raise ArchiveError(f"not a readable zip archive: {type(e).__name__}: {e}") from None
+            raise NotAnArchive(f"not a readable zip archive: {type(e).__name__}: {e}") from None
         try:
             self.members = self._directory()
         except ArchiveError:
@@ -238,5 +242,5 @@ def _file_size(file):
         size = file.seek(0, os.SEEK_END)
         file.seek(here)
     except (OSError, AttributeError, ValueError) as e:
-        raise ArchiveError(f"the file cannot be read as an archive (it must be seekable): {e}") from None
+        raise NotAnArchive(f"the file cannot be read as an archive (it must be seekable): {e}") from None
     return size
