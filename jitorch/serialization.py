@@ -165,6 +165,8 @@ def _write_archive(fh, manifest, writer):
 # Loading --------------------------------------------------------------------------------------
 
 def _bad(what):
+    if len(what) > 1000:  # a value from the file quoted in the message: keep the message readable
+        what = what[:700] + " ... " + what[-200:]
     return SerializationError(f"jitorch.load: {what}")
 
 
@@ -179,6 +181,11 @@ def _hashable(x):
     except TypeError:
         return False
     return True
+
+
+def _dtype_named(name):
+    """The dtype a manifest names, or None (for any value that names none)."""
+    return _dtypes._NAMES.get(name) if isinstance(name, str) else None
 
 
 def _is_int(x, low=0):
@@ -232,7 +239,7 @@ class _Reader:
         return float(value)
 
     def decode_dtype(self, node):
-        dtype = _dtypes._NAMES.get(node.get("name"))
+        dtype = _dtype_named(node.get("name"))
         _expect(dtype is not None, f"unknown dtype {node.get('name')!r}")
         return dtype
 
@@ -274,11 +281,11 @@ class _Reader:
 
     def storage(self, key):
         """Storage ``key``, read once and then shared by every tensor that views it."""
-        if key in self.loaded:
-            return self.loaded[key]
         entry = self.table.get(key) if isinstance(key, str) else None
         _expect(isinstance(entry, dict), f"tensor references unknown storage {key!r}")
-        dtype = _dtypes._NAMES.get(entry.get("dtype"))
+        if key in self.loaded:
+            return self.loaded[key]
+        dtype = _dtype_named(entry.get("dtype"))
         size = entry.get("size")
         _expect(dtype is not None, f"storage {key!r} has unknown dtype {entry.get('dtype')!r}")
         _expect(_is_int(size), f"storage {key!r} needs a non-negative integer size")
@@ -410,8 +417,9 @@ def _load_from(f, map_location, max_bytes):
         raise _bad(str(e)) from None
     with zf:
         manifest = _read_manifest(zf)
-        if manifest.get("format") in _FORMAT_LOADERS:
-            return manifest["format"], None
+        fmt = manifest.get("format")
+        if isinstance(fmt, str) and fmt in _FORMAT_LOADERS:
+            return fmt, None
         _check_version(manifest)
         try:
             return "object", _Reader(zf, manifest, map_location).decode(manifest["structure"])

@@ -101,8 +101,8 @@ def _read_contents(reader, object_code):
     graph_text = reader.text(manifest, GRAPH)
     records = _records(manifest, "constants")
     names = [r.get("name") for r in records]
-    if len(set(map(repr, names))) != len(names):
-        raise ExportError(f"{MANIFEST} lists a constant twice: {names}")
+    if not all(isinstance(n, str) for n in names) or len(set(names)) != len(names):
+        raise ExportError(f"{MANIFEST}: constants need distinct names, found {names!r}")
     constants = {r["name"]: reader.array(manifest, r) for r in records}
     artifacts = [(a, {k["key"]: reader.member(manifest, k["member"]) for k in _kernels(a)} if object_code else {})
                  for a in _records(manifest, "artifacts")]
@@ -182,9 +182,7 @@ class _Reader:
 
     def array(self, manifest, record):
         from .signature import dtype_named
-        name = record.get("name")
-        if not isinstance(name, str):
-            raise ExportError(f"{MANIFEST}: a constant without a name: {record!r}")
+        name = record["name"]
         dtype = dtype_named(record.get("dtype"))
         shape = record.get("shape")
         if not isinstance(shape, list) or not all(type(n) is int and n >= 0 for n in shape):

@@ -197,14 +197,21 @@ def _program(contents, trust_object_code):
     graph = graph_from_text(contents.graph_text, constants, _grad_targets(graph_info.get("grad_targets", [])),
                             graph_info.get("outputs_require_grad") is True)
     _check_against_graph(signature, graph)
-    dynamic_info = m.get("dynamic", {})
-    params = [Param.from_json(p, signature.dims) for p in (dynamic_info.get("params", [])
-                                                            if isinstance(dynamic_info, dict) else [])]
+    params = [Param.from_json(p, signature.dims) for p in _params(m)]
     _check_params(graph, params, signature)
     if not trust_object_code:  # every kernel rebuilt (and counted so in artifact_stats)
         return ExportedProgram(graph, signature, constants, params, {}, artifacts.ignored(records))
     objects, notes = artifacts.matching_objects(records)
     return ExportedProgram(graph, signature, constants, params, objects, notes)
+
+
+def _params(manifest):
+    """The manifest's symbolic parameter records (a list, maybe empty)."""
+    dynamic = manifest.get("dynamic", {})
+    params = dynamic.get("params", []) if isinstance(dynamic, dict) else None
+    if not isinstance(params, list):
+        raise ExportError(f"manifest.json: 'dynamic' must be an object with a list of 'params', found {dynamic!r}")
+    return params
 
 
 def _constant_device(record):

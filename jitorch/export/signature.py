@@ -138,6 +138,9 @@ class Signature:
             dims[d.name] = d
         sig = cls(TreeSignature.from_json(_get(data, "inputs", dict)),
                   TreeSignature.from_json(_get(data, "outputs", dict)), dims)
+        tree = sig.inputs.tree
+        if tree.kind != "tuple" or [c.kind for c in tree.children] != ["tuple", "dict"]:
+            raise ExportError(f"the inputs must be structured as ((args), {{kwargs}}), not {tree!r}")
         for leaf in sig.inputs.leaves:  # output dims may be expressions of these ("2*batch")
             for n in leaf.shape:
                 if isinstance(n, str) and n not in dims:
@@ -254,16 +257,21 @@ def tree_to_json(tree):
     return data
 
 
-def tree_from_json(data):
+MAX_TREE_DEPTH = 100  # nested containers in inputs and outputs; deeper is not a file export wrote
+
+
+def tree_from_json(data, depth=0):
     """The TreeSpec of `tree_to_json`'s data; ExportError for anything else. A namedtuple class is
     rebuilt from its name and fields (checked to be identifiers; no code from the file runs)."""
+    if depth > MAX_TREE_DEPTH:
+        raise ExportError(f"a pytree structure nested more than {MAX_TREE_DEPTH} deep")
     data = _check_dict(data)
     kind = _get(data, "kind", str)
     if kind == "leaf":
         return TreeSpec("leaf")
     if kind not in ("tuple", "list", "dict", "namedtuple"):
         raise ExportError(f"unknown pytree node kind {kind!r}")
-    children = tuple(tree_from_json(c) for c in _get(data, "children", list))
+    children = tuple(tree_from_json(c, depth + 1) for c in _get(data, "children", list))
     context = None
     if kind == "dict":
         context = tuple(_key_from_json(k) for k in _get(data, "keys", list))

@@ -30,8 +30,15 @@ def deflated_zeros(prefix: bytes, zeros: int):
 
 
 def write_zip(path, entries):
-    """Write a zip64 archive of ``entries``: (name, method, payload, declared size, CRC-32), where the
-    payload is the member's stored or raw-deflated bytes and the declared size may lie."""
+    """Write `zip_bytes` of ``entries`` to ``path``; returns the path."""
+    with open(path, "wb") as f:
+        f.write(zip_bytes(entries))
+    return path
+
+
+def zip_bytes(entries):
+    """A zip64 archive of ``entries``: (name, method, payload, declared size, CRC-32), where the payload is
+    the member's stored or raw-deflated bytes and the declared size may lie."""
     out, central = bytearray(), bytearray()
     for name, method, payload, size, crc in entries:
         encoded = name.encode()
@@ -48,9 +55,7 @@ def write_zip(path, entries):
     out += struct.pack("<IQHHIIQQQQ", 0x06064B50, 44, 45, 45, 0, 0, len(entries), len(entries), len(central), start)
     out += struct.pack("<IIQI", 0x07064B50, 0, end64, 1)
     out += struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, 0xFFFF, 0xFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0)
-    with open(path, "wb") as f:
-        f.write(out)
-    return path
+    return bytes(out)
 
 
 def stored(name, data):
