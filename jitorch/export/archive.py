@@ -126,7 +126,7 @@ def _list(data, key):
 
 def _kernels(record):
     kernels = _list(record, "kernels")
-    if not all(isinstance(k, dict) for k in kernels):
+    if not all(isinstance(k, dict) and isinstance(k.get("key"), str) for k in kernels):
         raise ExportError(f"an artifact record lists bad kernels: {kernels!r}")
     return kernels
 

@@ -494,30 +494,40 @@ def campaign(count, seed=0, target=None, kinds=("export", "checkpoint"), keep=No
         with open(seeds[kind], "rb") as f:
             seed_bytes = f.read()
         counts[kind] = collections.Counter()
-        pending = list(mutants(kind, seed_bytes, count, seed))
-        done = 0
-        while done < len(pending):
-            batch = pending[done:done + BATCH]
-            jobs = []
-            for i, (_, data, trust) in enumerate(batch):
-                path = os.path.join(target, f"mutant-{i}")
-                with open(path, "wb") as f:
-                    f.write(data)
-                jobs.append((kind, path, trust))
-            for i, result in enumerate(_run_child(jobs, target, env)):
-                name, data, trust = batch[i]
-                counts[kind][result["outcome"]] += 1
-                counts[kind][f"{name} -> {result['outcome']}"] += 1
-                if result["outcome"] not in CLEAN:
-                    findings.append((kind, name, result["outcome"], result["message"], _keep(keep, kind, done + i,
-                                                                                             data, trust)))
-                done += 1
-            if progress:
-                progress(kind, done, counts[kind])
+        numbered = list(enumerate(mutants(kind, seed_bytes, count, seed)))
+        # A process memoises the kernels it links, file code included (codegen.cpu), and serves them to later
+        # programs with the same kernel IR: a trusted mutant's damaged machine code would then run in an
+        # untrusted one. So a child loads trusted or untrusted mutants, never both.
+        for trusted in (False, True):
+            group = [(i, m) for i, m in numbered if m[2] is trusted]
+            for start in range(0, len(group), BATCH):
+                _run_batch(kind, group[start:start + BATCH], target, env, counts[kind], findings, keep)
+                if progress:
+                    progress(kind, sum(v for k, v in counts[kind].items() if " -> " not in k), counts[kind])
     _check_untouched(target)
     if own:
         shutil.rmtree(target, ignore_errors=True)
     return counts, findings
+
+
+def _run_batch(kind, batch, target, env, counts, findings, keep):
+    """Load ``batch`` [(number, (mutator, bytes, trust))] in children (a new one after each crash or hang),
+    counting the outcomes and collecting the findings."""
+    while batch:
+        jobs = []
+        for i, (_, (_, data, trust)) in enumerate(batch):
+            path = os.path.join(target, f"mutant-{i}")
+            with open(path, "wb") as f:
+                f.write(data)
+            jobs.append((kind, path, trust))
+        results = _run_child(jobs, target, env)
+        for (number, (name, data, trust)), result in zip(batch, results):
+            counts[result["outcome"]] += 1
+            counts[f"{name} -> {result['outcome']}"] += 1
+            if result["outcome"] not in CLEAN:
+                findings.append((kind, name, result["outcome"], result["message"],
+                                 _keep(keep, kind, number, data, trust)))
+        batch = batch[len(results):]
 
 
 def _keep(folder, kind, index, data, trust):
