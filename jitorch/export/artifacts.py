@@ -198,8 +198,7 @@ def matching_objects(records):
             verdict = "built for another target or toolchain: rebuilt from the IR"
         notes.append(f"{kind} {record.get('triple')} {record.get('cpu')}: {len(objs)} kernels, {verdict}")
         if same:
-            for k in record["kernels"]:
-                if kind == "cpu":
-                    _check_object(record, k, objs[k["key"]])
+            for k in record["kernels"] if kind == "cpu" else []:
+                _check_object(record, k, objs[k["key"]])
             objects.update(objs)
     return objects, notes

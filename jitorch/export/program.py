@@ -192,8 +192,7 @@ def _program(contents, trust_object_code):
         arr = contents.constants[record["name"]]  # read into memory of its own: no copy needed
         t = from_numpy(arr) if record["dtype"] != "bfloat16" else Tensor._from_array(arr.view(_dt.bfloat16.np),
                                                                                     _dt.bfloat16)
-        # a CUDA program's constants go to its device, so loading one needs CUDA (as in torch)
-        constants[record["name"]] = t if device.type == "cpu" else t.to(device)
+        constants[record["name"]] = t if device.type == "cpu" else _to_device(record["name"], t, device)
     graph = graph_from_text(contents.graph_text, constants, _grad_targets(graph_info.get("grad_targets", [])),
                             graph_info.get("outputs_require_grad") is True)
     _check_against_graph(signature, graph)
@@ -203,6 +202,15 @@ def _program(contents, trust_object_code):
         return ExportedProgram(graph, signature, constants, params, {}, artifacts.ignored(records))
     objects, notes = artifacts.matching_objects(records)
     return ExportedProgram(graph, signature, constants, params, objects, notes)
+
+
+def _to_device(name, t, device):
+    """A CUDA program's constants go to its device, so loading one needs CUDA, as in torch (ExportError,
+    a RuntimeError, with the device's reason)."""
+    try:
+        return t.to(device)
+    except RuntimeError as e:
+        raise ExportError(f"constant {name!r} lives on {device}: {e}") from None
 
 
 def _params(manifest):

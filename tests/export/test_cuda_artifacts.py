@@ -183,8 +183,10 @@ class _NoDevice(FakeBackend):
 
 
 def test_loading_a_cuda_program_needs_cuda(saved_cuda):
-    with use_backend(_NoDevice()), pytest.raises(RuntimeError, match="CUDA is not available"):
+    with use_backend(_NoDevice()), pytest.raises(ExportError, match="constant 'w' lives on cuda:0: CUDA is not "
+                                                                    "available") as info:
         jt.export.load(saved_cuda[0])
+    assert isinstance(info.value, RuntimeError)  # as torch's
 
 
 def test_unknown_artifact_target_is_refused(tmp_path):
