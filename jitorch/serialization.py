@@ -336,7 +336,8 @@ def _to_device(flat, target):
     if target.type == "cuda":
         from . import cuda
         if not cuda.is_available():
-            raise SerializationError("Attempting to deserialize object on a CUDA device but jitorch.cuda.is_available() is "
+            raise SerializationError("Attempting to deserialize object on a CUDA device but "
+                                     "jitorch.cuda.is_available() is "
                                "False. If you are running on a CPU-only machine, please use jitorch.load with "
                                "map_location=jitorch.device('cpu') to map your storages to the CPU.")
     return flat.to(target)

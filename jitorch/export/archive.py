@@ -104,7 +104,7 @@ def _read_contents(reader, object_code):
     if not all(isinstance(n, str) for n in names) or len(set(names)) != len(names):
         raise ExportError(f"{MANIFEST}: constants need distinct names, found {names!r}")
     constants = {r["name"]: reader.array(manifest, r) for r in records}
-    artifacts = [(a, {k["key"]: reader.member(manifest, k["member"]) for k in _kernels(a)} if object_code else {})
+    artifacts = [(a, {k["key"]: reader.member(manifest, k.get("member")) for k in _kernels(a)} if object_code else {})
                  for a in _records(manifest, "artifacts")]
     return Contents(manifest, graph_text, constants, artifacts)
 

@@ -10,8 +10,9 @@ or in its sizes. `BoundedZip` refuses before inflating anything:
 - the declared sizes together must fit a budget proportional to the file's
   size (`default_budget`), which the caller can raise (``max_bytes``);
 - a member yields exactly its declared size (zipfile stops there, and checks
-  the CRC, so a stream that inflates further is damaged), and is read once (a second request is an error: a file that names one member twice is
-  not one jitorch wrote);
+  the CRC, so a stream that inflates further is damaged), and is read once
+  (a second request is an error: a file that names one member twice is not
+  one jitorch wrote);
 - a ``.npy`` member is parsed without pickle, its header checked against the
   dtype and shape the caller expects and against the member's size before its
   array is allocated, and its data read in chunks straight into that array.

@@ -90,7 +90,8 @@ def test_constant_of_wrong_shape(saved, tmp_path):
 
 def test_constant_stored_with_another_dtype(saved, tmp_path):
     bad = rewrite(saved[0], tmp_path / "d.jtx", members={"constants/0.npy": _npy(np.zeros((4, 3), np.float64))})
-    with pytest.raises(ExportError, match=r"constant 'w': member 'constants/0.npy' holds a float64 array of shape \[4, 3\], not float32"):
+    with pytest.raises(ExportError, match=r"constant 'w': member 'constants/0.npy' holds a float64 array of shape "
+                                          r"\[4, 3\], not float32"):
         jt.export.load(bad)
 
 
@@ -98,7 +99,8 @@ def test_constant_with_pickled_objects(saved, tmp_path):
     buf = io.BytesIO()
     np.save(buf, np.array([{"a": 1}], dtype=object), allow_pickle=True)
     bad = rewrite(saved[0], tmp_path / "k.jtx", members={"constants/0.npy": buf.getvalue()})
-    with pytest.raises(ExportError, match="constant 'w': member 'constants/0.npy' holds Python objects, which are never loaded"):
+    with pytest.raises(ExportError, match="constant 'w': member 'constants/0.npy' holds Python objects, which are "
+                                          "never loaded"):
         jt.export.load(bad)
 
 

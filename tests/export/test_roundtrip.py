@@ -313,7 +313,8 @@ def test_an_export_for_the_baseline_cpu_is_used_where_that_cpu_is_selected(tmp_p
     path = tmp_path / "baseline.jtx"
     run_python("import jitorch as jt\nfrom tests.export.helpers import small_program\n"
                f"small_program()[2].save({str(path)!r})\n", tmp_path, env={"JITORCH_CPU": "x86-64-v2"})
-    load = f"import jitorch as jt\np = jt.export.load({str(path)!r}, trust_object_code=True)\np(jt.ones(5, 4), jt.ones(3))\n" \
+    load = f"import jitorch as jt\np = jt.export.load({str(path)!r}, trust_object_code=True)\n" \
+           "p(jt.ones(5, 4), jt.ones(3))\n" \
            "print(p.artifact_stats)\n"
     assert run_python(load, tmp_path, env={"JITORCH_CPU": "x86-64-v2"}).strip() == "{'used': 2, 'rebuilt': 0}"
     assert run_python(load, tmp_path, env={"JITORCH_CPU": "native"}).strip() == \
