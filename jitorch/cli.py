@@ -12,13 +12,28 @@ import sys
 import numpy as np
 
 
+def _load_arguments(p):
+    p.add_argument("--trust-object-code", action="store_true",
+                   help="run the file's compiled kernels (object code, PTX) where they match this machine, "
+                        "after checking their form; only for files you would run as programs. Without it, "
+                        "kernels are compiled again from the file's graph")
+    p.add_argument("--max-bytes", type=int, default=None, metavar="N",
+                   help="let the file's members declare up to N bytes in all (default: in proportion to the "
+                        "file's size)")
+
+
+def _load(args):
+    from .export import load
+    return load(args.file, trust_object_code=args.trust_object_code, max_bytes=args.max_bytes)
+
+
 def _inspect_arguments(p):
     p.add_argument("file", help="an exported program (jitorch.export(...).save(FILE))")
+    _load_arguments(p)
 
 
 def _inspect(args, out):
-    from .export import load
-    program = load(args.file)
+    program = _load(args)
     print(f"file: {args.file}", file=out)
     print("signature:", file=out)
     for line in program.signature.describe():
@@ -40,13 +55,13 @@ def _run_arguments(p):
                    help="an input tensor by its name in the signature (repeat for each input)")
     p.add_argument("--output", action="append", default=[], metavar="FILE.npy",
                    help="where to write each tensor output, in the signature's order (repeat)")
+    _load_arguments(p)
 
 
 def _run(args, out):
-    from .export import load
     from .ops.creation import from_numpy
     from .utils.pytree import tree_flatten, tree_unflatten
-    program = load(args.file)
+    program = _load(args)
     given = {}
     for item in args.input:
         name, sep, path = item.partition("=")
@@ -107,9 +122,14 @@ def main(argv=None, out=None):
     from .export import ExportError
     try:
         return SUBCOMMANDS[args.command][2](args, out)
-    except (ExportError, OSError, TypeError, ValueError, RuntimeError) as e:  # RuntimeError: no CUDA, say
-        print(f"jitorch {args.command}: error: {e}", file=sys.stderr)
+    except (ExportError, OSError, TypeError, ValueError, RuntimeError, MemoryError) as e:  # RuntimeError: no CUDA
+        print(f"jitorch {args.command}: error: {_one_line(e)}", file=sys.stderr)
         return 1
+
+
+def _one_line(e):
+    text = " ".join(str(e).split()) or type(e).__name__
+    return text if len(text) <= 2000 else text[:2000] + " ..."
 
 
 if __name__ == "__main__":

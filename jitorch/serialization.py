@@ -15,11 +15,14 @@ saved once and come back sharing it. A tensor object met again is saved as
 torch.load do. Containers are tagged so that lists,
 tuples, dicts with non-string keys and OrderedDicts keep their type.
 
-Reading never runs code: JSON and ``np.load(..., allow_pickle=False)`` only,
-and every member is checked against the manifest. The zip's CRC-32 check
-catches damaged members; any damage is reported as ``SerializationError``
-(a ``RuntimeError``). An archive whose manifest says ``"jitorch.export"`` is
-an exported program and is loaded by ``jitorch.export.load``.
+Reading never runs code: JSON and ``.npy`` headers parsed as literals only,
+and every member is checked against the manifest. The archive is read through
+`runtime.zipfiles.BoundedZip`: sizes are checked before anything is inflated,
+within a budget proportional to the file (``max_bytes`` raises it), each
+storage's data goes straight into its array, and the zip's CRC-32 check
+catches damaged members. Any damage is reported as ``SerializationError`` (a
+``RuntimeError``). An archive whose manifest gives another registered format
+(``"jitorch.export"``: an exported program) goes to that format's loader.
 """
 
 from __future__ import annotations
@@ -29,9 +32,7 @@ import io
 import json
 import math
 import os
-import struct
 import zipfile
-import zlib
 
 import numpy as np
 
@@ -39,6 +40,7 @@ from .runtime import dtypes as _dtypes
 from .runtime.device import device as _device
 from .runtime.files import atomic_write
 from .runtime.storage import Storage
+from .runtime.zipfiles import ArchiveError, BoundedZip, NotAnArchive, text_limit
 from .tensor import Size, Tensor
 
 __all__ = ["save", "load", "SerializationError"]
@@ -46,13 +48,6 @@ __all__ = ["save", "load", "SerializationError"]
 FORMAT = "jitorch.save"
 VERSION = 1
 MANIFEST = "manifest.json"
-EXPORT_FORMAT = "jitorch.export"
-
-# Errors the zip, zlib, npy and JSON readers raise on damaged input.
-_READ_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, KeyError, struct.error,
-                NotImplementedError, UnicodeDecodeError, OverflowError)
-# zipfile also raises RuntimeError, for a member whose damaged flags say "encrypted".
-_ZIP_ERRORS = _READ_ERRORS + (RuntimeError,)
 
 
 class SerializationError(RuntimeError):
@@ -170,6 +165,8 @@ def _write_archive(fh, manifest, writer):
 # Loading --------------------------------------------------------------------------------------
 
 def _bad(what):
+    if len(what) > 1000:  # a value from the file quoted in the message: keep the message readable
+        what = what[:700] + " ... " + what[-200:]
     return SerializationError(f"jitorch.load: {what}")
 
 
@@ -184,6 +181,11 @@ def _hashable(x):
     except TypeError:
         return False
     return True
+
+
+def _dtype_named(name):
+    """The dtype a manifest names, or None (for any value that names none)."""
+    return _dtypes._NAMES.get(name) if isinstance(name, str) else None
 
 
 def _is_int(x, low=0):
@@ -237,7 +239,7 @@ class _Reader:
         return float(value)
 
     def decode_dtype(self, node):
-        dtype = _dtypes._NAMES.get(node.get("name"))
+        dtype = _dtype_named(node.get("name"))
         _expect(dtype is not None, f"unknown dtype {node.get('name')!r}")
         return dtype
 
@@ -279,11 +281,11 @@ class _Reader:
 
     def storage(self, key):
         """Storage ``key``, read once and then shared by every tensor that views it."""
-        if key in self.loaded:
-            return self.loaded[key]
         entry = self.table.get(key) if isinstance(key, str) else None
         _expect(isinstance(entry, dict), f"tensor references unknown storage {key!r}")
-        dtype = _dtypes._NAMES.get(entry.get("dtype"))
+        if key in self.loaded:
+            return self.loaded[key]
+        dtype = _dtype_named(entry.get("dtype"))
         size = entry.get("size")
         _expect(dtype is not None, f"storage {key!r} has unknown dtype {entry.get('dtype')!r}")
         _expect(_is_int(size), f"storage {key!r} needs a non-negative integer size")
@@ -304,16 +306,12 @@ class _Reader:
 
     def _member_array(self, key, dtype, size):
         name = f"data/{key}.npy"
-        raw = _zip_read(self.zf, name, f"member {name!r} listed in the manifest is missing from the archive")
+        if name not in self.zf.members:
+            raise _bad(f"member {name!r} listed in the manifest is missing from the archive")
         try:
-            arr = np.load(io.BytesIO(raw), allow_pickle=False)
-        except _READ_ERRORS as e:
-            raise _bad(f"member {name!r} is not a valid .npy array ({e})") from None
-        want = _storage_np_dtype(dtype)
-        if arr.dtype != want or arr.shape != (size,):
-            raise _bad(f"member {name!r} holds a {arr.dtype} array of shape {arr.shape}, but the manifest says "
-                       f"{dtype.name} with {size} elements")
-        return arr
+            return self.zf.read_npy(name, _storage_np_dtype(dtype), (size,))
+        except ArchiveError as e:
+            raise _bad(f"storage {key!r} ({dtype.name}, {size} elements): {e}") from None
 
 
 _DECODERS = {
@@ -331,8 +329,6 @@ def _map_device(saved, map_location):
     if isinstance(map_location, dict):
         mapped = map_location.get(str(saved))
         return saved if mapped is None else _device(mapped)
-    if callable(map_location):
-        raise TypeError("jitorch.load: map_location must be None, a device, a string or a dict, not a function")
     return _device(map_location)
 
 
@@ -340,31 +336,20 @@ def _to_device(flat, target):
     if target.type == "cuda":
         from . import cuda
         if not cuda.is_available():
-            raise RuntimeError("Attempting to deserialize object on a CUDA device but jitorch.cuda.is_available() is "
+            raise SerializationError("Attempting to deserialize object on a CUDA device but "
+                                     "jitorch.cuda.is_available() is "
                                "False. If you are running on a CPU-only machine, please use jitorch.load with "
                                "map_location=jitorch.device('cpu') to map your storages to the CPU.")
     return flat.to(target)
 
 
-def _open_archive(f):
-    try:
-        return zipfile.ZipFile(f, "r")
-    except _ZIP_ERRORS as e:
-        raise _bad(f"not a jitorch file (not a readable zip archive: {e})") from None
-
-
-def _zip_read(zf, name, missing):
-    """The bytes of member ``name`` (its CRC checked); ``missing`` is the message when it is absent."""
-    try:
-        return zf.read(name)
-    except KeyError:
-        raise _bad(missing) from None
-    except _ZIP_ERRORS as e:
-        raise _bad(f"damaged archive: member {name!r} cannot be read ({type(e).__name__}: {e})") from None
-
-
 def _read_manifest(zf):
-    raw = _zip_read(zf, MANIFEST, f"not a jitorch file (the archive has no {MANIFEST})")
+    if MANIFEST not in zf.members:
+        raise _bad(f"not a jitorch file (the archive has no {MANIFEST})")
+    try:
+        raw = zf.read(MANIFEST, min(text_limit(zf.size), zf.budget))
+    except ArchiveError as e:
+        raise _bad(f"not a jitorch file ({e})") from None
     try:
         manifest = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
@@ -376,7 +361,7 @@ def _read_manifest(zf):
 def _check_version(manifest):
     fmt = manifest.get("format")
     if fmt != FORMAT:
-        raise _bad(f"unknown format {fmt!r} (expected {FORMAT!r} or {EXPORT_FORMAT!r})")
+        raise _bad(f"unknown format {fmt!r} (expected {' or '.join(map(repr, [FORMAT, *_FORMAT_LOADERS]))})")
     version = manifest.get("version")
     _expect(_is_int(version, 1), f"'version' must be a positive integer, found {version!r}")
     if version > VERSION:
@@ -385,47 +370,65 @@ def _check_version(manifest):
     _expect("structure" in manifest, "no 'structure'")
 
 
-def _load_export(f):
-    try:
-        from . import export
-    except ImportError as e:
-        raise SerializationError(f"jitorch.load: this file is an exported program, but export support is missing "
-                                 f"({e})") from None
-    if not isinstance(f, (str, os.PathLike)):
-        f.seek(0)
-    return export.load(f)
+# Loaders of other formats in the same kind of archive, by the manifest's "format" (jitorch.export
+# registers the exported program's: a higher layer, so it registers itself rather than being imported).
+_FORMAT_LOADERS = {}
 
 
-def load(f, map_location=None, pickle_module=None, *, weights_only=True, mmap=None, **pickle_load_args):
+def register_format(name, loader):
+    """Make `load` hand files whose manifest gives format ``name`` to ``loader(f, trust_object_code=...,
+    max_bytes=...)``."""
+    _FORMAT_LOADERS[name] = loader
+
+
+def load(f, map_location=None, pickle_module=None, *, weights_only=True, mmap=None, trust_object_code=False,
+         max_bytes=None, **pickle_load_args):
     """Load an object saved by ``jitorch.save`` (or an exported program) from a path or binary file object.
 
     ``map_location`` moves storages: a device or string for all of them, or a
     dict mapping saved device names to new ones. ``weights_only`` is always
     in effect whatever its value (nothing but data is ever read);
     ``pickle_module`` must be None; ``mmap`` is accepted and the file is read
-    into memory.
+    into memory. ``max_bytes``: what the file's members may declare in all
+    (default: proportional to the file's size, see `runtime.zipfiles`; a
+    larger file is refused before anything is inflated). ``trust_object_code``
+    applies to exported programs (see `jitorch.export.load`).
+
+    Any file that cannot be loaded raises SerializationError (ExportError, a
+    subclass, for an exported program found to be bad).
     """
     if pickle_module is not None or pickle_load_args:
         raise TypeError("jitorch.load reads no pickle: pickle_module and pickle load arguments are not accepted")
-    if isinstance(f, (str, os.PathLike)):
-        with open(f, "rb") as fh:
-            kind, value = _load_from(fh, map_location)
-    else:
-        kind, value = _load_from(f, map_location)
-    return _load_export(f) if kind == "export" else value
+    if callable(map_location):
+        raise TypeError("jitorch.load: map_location must be None, a device, a string or a dict, not a function")
+    kind, value = _load_from(f, map_location, max_bytes)
+    if kind == "object":
+        return value
+    if not isinstance(f, (str, os.PathLike)):
+        f.seek(0)
+    return _FORMAT_LOADERS[kind](f, trust_object_code=trust_object_code, max_bytes=max_bytes)
 
 
-def _load_from(fh, map_location):
-    with _open_archive(fh) as zf:
+def _load_from(f, map_location, max_bytes):
+    try:
+        zf = BoundedZip(f, max_bytes)
+    except NotAnArchive as e:
+        raise _bad(f"not a jitorch file ({e})") from None
+    except ArchiveError as e:
+        raise _bad(str(e)) from None
+    with zf:
+        manifest = _read_manifest(zf)
+        fmt = manifest.get("format")
+        if isinstance(fmt, str) and fmt in _FORMAT_LOADERS:
+            return fmt, None
+        _check_version(manifest)
         try:
-            manifest = _read_manifest(zf)
-            if manifest.get("format") == EXPORT_FORMAT:
-                return "export", None
-            _check_version(manifest)
             return "object", _Reader(zf, manifest, map_location).decode(manifest["structure"])
-        except SerializationError:
-            raise
         except RecursionError:
             raise _bad("bad manifest: the structure is nested too deeply") from None
-        except _READ_ERRORS as e:
-            raise _bad(f"damaged archive ({type(e).__name__}: {e})") from None
+        except _MALFORMED as e:  # what the checks above missed: still a bad file, not a crash
+            raise _bad(f"bad manifest ({type(e).__name__}: {e})") from None
+
+
+# Errors that decoding a manifest's fields can raise on input no check anticipated.
+_MALFORMED = (KeyError, TypeError, ValueError, IndexError, OverflowError, UnicodeError)

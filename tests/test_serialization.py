@@ -260,13 +260,13 @@ BAD_FILES = [
     ("member missing", _archive(_manifest(_tensor_node(), _F32)),
      "member 'data/0.npy' listed in the manifest is missing"),
     ("member not npy", _archive(_manifest(_tensor_node(), _F32), {"data/0.npy": b"garbage"}),
-     "member 'data/0.npy' is not a valid .npy array"),
+     "member 'data/0.npy' is not a readable .npy array"),
     ("pickled npy", _archive(_manifest(_tensor_node(), _F32), {"data/0.npy": _npy(np.array([None, 1]))}),
-     "member 'data/0.npy' is not a valid .npy array"),
+     "member 'data/0.npy' holds Python objects, which are never loaded"),
     ("member dtype", _archive(_manifest(_tensor_node(), _F32), {"data/0.npy": _npy(np.zeros(2, np.int32))}),
-     "holds a int32 array of shape \\(2,\\), but the manifest says float32 with 2 elements"),
+     r"storage '0' \(float32, 2 elements\): member 'data/0.npy' holds a int32 array of shape \[2\], not float32"),
     ("member shape", _archive(_manifest(_tensor_node(), _F32), {"data/0.npy": _npy(np.zeros(3, np.float32))}),
-     "holds a float32 array of shape \\(3,\\), but the manifest says float32 with 2 elements"),
+     r"holds a float32 array of shape \[3\], not float32 of shape \[2\]"),
     ("bad geometry", _archive(_manifest(_tensor_node(shape=[2], stride=[-1]), _F32), _F32_MEMBER),
      "needs non-negative integer shape, stride"),
     ("past the end", _archive(_manifest(_tensor_node(shape=[2], stride=[1], offset=1), _F32), _F32_MEMBER),
@@ -307,6 +307,60 @@ def test_corrupted_member_fails_crc():
     data[at] ^= 0xFF
     with pytest.raises(SerializationError, match="Bad CRC-32"):
         jt.load(io.BytesIO(bytes(data)))
+
+
+def _zeros_checkpoint(path, n, declared=None):
+    """A checkpoint of one float32 tensor of ``n`` zeros whose member is deflated (jitorch.save stores it):
+    a file of about n/250 bytes, or a zip bomb."""
+    from tests.runtime.zip_helpers import bomb, stored, write_zip
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False, "shape": (n,)})
+    manifest = {"format": "jitorch.save", "version": 1, "storages": {"0": {"dtype": "float32", "size": n}},
+                "structure": {"type": "tensor", "storage": "0", "shape": [n], "stride": [1], "offset": 0,
+                              "requires_grad": False}}
+    return write_zip(path, [stored("manifest.json", json.dumps(manifest).encode()),
+                            bomb("data/0.npy", header.getvalue(), 4 * n, declared)])
+
+
+def test_a_compressible_checkpoint_needs_max_bytes(tmp_path):
+    """128 MiB of zeros in a file of 130 kB: more than the default budget; the caller may allow it."""
+    path = _zeros_checkpoint(tmp_path / "z.pt", 32 << 20)
+    with pytest.raises(SerializationError, match=r"^jitorch.load: the archive's members declare \d+ bytes in all, more than "
+                                                 r"the \d+ allowed for a file of \d+ bytes \(pass a larger max_bytes"):
+        jt.load(path)
+    t = jt.load(path, max_bytes=256 << 20)
+    assert t.shape == (32 << 20,) and not t.numpy().any()
+
+
+_PEAK = r"""
+import resource, sys
+import jitorch as jt
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+try:
+    jt.load(sys.argv[1])
+except jt.serialization.SerializationError as e:
+    print(str(e)[:200])
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) // 1024)
+"""
+
+
+@pytest.mark.parametrize("declared", [None, 1000], ids=["honest", "lying"])
+def test_a_zip_bomb_checkpoint_is_refused_without_inflating(tmp_path, declared):
+    """The issue's bomb: a 3 MB checkpoint inflating to 3 GiB peaked at 6.3 GB. Now its declaration is refused
+    before anything is inflated, or, where the zip directory lies, reading stops at the declared size (where the
+    CRC fails)."""
+    import os
+    import subprocess
+    import sys
+    path = _zeros_checkpoint(tmp_path / "bomb.pt", 3 << 28, declared)
+    assert os.path.getsize(path) < 4 << 20
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run([sys.executable, "-c", _PEAK, str(path)], capture_output=True, text=True, timeout=300,
+                          env={"PYTHONPATH": root, "JITORCH_CACHE_DIR": str(tmp_path / "cache")})
+    message, peak = done.stdout.strip().splitlines()
+    expected = "members declare" if declared is None else "member 'data/0.npy' cannot be read (the file is damaged)"
+    assert message.startswith("jitorch.load: ") and expected in message, message
+    assert int(peak) < 64, done.stdout  # MiB
 
 
 def test_pickle_arguments_refused():

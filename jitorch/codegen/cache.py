@@ -140,6 +140,11 @@ class KernelCache:
         self._lock = threading.Lock()
         self._counts = dict.fromkeys(("memory_hits", "disk_hits", "misses", "writes", "write_failures"), 0)
 
+    def supplies_foreign(self, key: str) -> bool:
+        """Whether ``key``'s code would come from outside this machine's cache (never, here; see the
+        export's `ArtifactCache`)."""
+        return False
+
     def get(self, key: str, source: str | bytes) -> bytes | None:
         """The payload stored under ``key`` for ``source``, or None on a miss (including a damaged entry,
         another key's entry or one compiled from another source)."""

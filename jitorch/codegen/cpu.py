@@ -141,6 +141,11 @@ def compile_kernel(source, cache=None):
     """Machine code for a kernel source, from the kernels alive, the kernel cache, or LLVM."""
     from .cache import cache_key
     key = cache_key(source.llvm_ir, target_id())  # the key adds jitorch's and llvmlite's versions
+    if cache is not None and cache.supplies_foreign(key):
+        # A file's code, which its caller trusted, serves that program alone: shared through `_linked`,
+        # another program compiling the same IR would run it.
+        with _lock:
+            return CompiledKernel(source, _link(key, source, cache))
     code = _linked.get(key)
     if code is None:
         with _lock:

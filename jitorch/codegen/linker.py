@@ -42,6 +42,19 @@ def builtins_object(machine, reloc="default") -> bytes:
     return tm.emit_object(module)
 
 
+# What LLVM may turn kernel code into calls of, besides jitorch's builtins: the C library's memory
+# functions (loop idioms) and the libm forms of the intrinsics `mathlib` allows, where the CPU has no
+# instruction for them (floorf without SSE4.1, fmaf without FMA).
+C_FUNCTIONS = frozenset({"memcpy", "memmove", "memset"} | {
+    name + suffix for name in ("fma", "fabs", "floor", "ceil", "trunc", "rint", "nearbyint", "copysign", "sqrt",
+                               "fmin", "fmax") for suffix in ("", "f")})
+
+
+def kernel_imports() -> frozenset[str]:
+    """Every symbol kernel object code may leave for the linker to resolve."""
+    return builtins.names() | C_FUNCTIONS
+
+
 def undefined_symbols(obj: bytes) -> frozenset[str]:
     """The symbols object code needs from elsewhere; CompileError if it is not an object LLVM could have made."""
     try:
@@ -94,32 +107,39 @@ class Linker:
         self._lock = threading.Lock()
         self._jit = _Jit(machine, options)
 
-    def check_object(self, obj: bytes, exports) -> None:
-        """CompileError unless ``obj`` is object code fit for LLVM's linker that defines every name in
-        ``exports``. LLVM aborts the process on malformed objects, so object code from outside this
-        process (a cache entry, a file) passes here before `link`."""
+    def check_object(self, obj: bytes, exports, imports=None) -> None:
+        """CompileError unless ``obj`` is object code the JIT could have made for a kernel on this machine
+        (`elf.validate`): ELF structure, sections, relocation kinds, and global symbols that are exactly
+        the functions ``exports`` plus undefined names among ``imports`` (default: `kernel_imports`).
+        LLVM aborts the process on malformed objects, so none reaches it unchecked."""
+        allowed = kernel_imports() if imports is None else imports
         try:
-            defined = elf.symbols(obj)[0]
+            elf.validate(obj, self.machine.triple.split("-")[0], exports, allowed)
         except elf.ElfError as e:
             raise CompileError(f"object code is not usable: {e}") from None
-        missing = sorted(set(exports) - defined)
-        if missing:
-            raise CompileError(f"object code is not usable: it does not define {', '.join(missing)}")
 
     def resolve(self, obj: bytes, imports=None) -> dict[str, int]:
         """The address of every symbol ``obj`` needs: ``imports`` (name -> address) first, then the builtins,
-        then the process. CompileError naming the symbols nothing defines."""
+        then the process (`C_FUNCTIONS` only). CompileError naming the symbols nothing defines."""
         return self._resolve(obj, imports, self._jit)
 
-    def link(self, obj: bytes, exports, imports=None) -> Library:
-        """Link ``obj`` as a new library; index the returned `Library` by an exported name."""
+    def link(self, obj: bytes, exports, imports=None, *, fresh=False) -> Library:
+        """Link ``obj`` as a new library; index the returned `Library` by an exported name.
+
+        Kernel object code must pass `check_object` (defining exactly ``exports``), wherever it comes
+        from: LLVM never sees one that does not. ``fresh``: code this process's LLVM has just emitted
+        from its own IR (the CUDA emulator's, with unwind tables and helper functions), only checked
+        to be readable."""
         import llvmlite.binding as llvm
         with self._lock:
             if self._jit.libraries >= self.LIBRARIES_PER_JIT:
                 self._jit = _Jit(self.machine, self._options)
             jit = self._jit
+            resolved = self._resolve(obj, imports, jit)
+            if not fresh:
+                self.check_object(obj, exports, resolved)
             builder = llvm.JITLibraryBuilder().add_object_img(obj)
-            for name, address in self._resolve(obj, imports, jit).items():
+            for name, address in resolved.items():
                 builder.import_symbol(name, address)
             for name in exports:
                 builder.export_symbol(name)
@@ -130,12 +150,13 @@ class Linker:
         imports = dict(imports or {})
         resolved, unresolved = {}, []
         for name in sorted(undefined_symbols(obj)):
-            address = imports.get(name) or jit.builtins.get(name) or process_address(name)
+            address = imports.get(name) or jit.builtins.get(name) or (
+                process_address(name) if name in C_FUNCTIONS else None)
             if address:
                 resolved[name] = address
             else:
                 unresolved.append(name)
         if unresolved:
             raise CompileError(f"machine code for {self.machine.cpu} calls {', '.join(unresolved)}, which neither "
-                               "jitorch's builtins nor this process define")
+                               "jitorch's builtins nor the C functions kernels may call define")
         return resolved

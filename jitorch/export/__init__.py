@@ -12,7 +12,11 @@ import types
 from .capture import export
 from .dynamic import Dim
 from .errors import ExportError
+from .archive import FORMAT
 from .program import ExportedModule, ExportedProgram, load
+from ..serialization import register_format
+
+register_format(FORMAT, load)  # jitorch.load of an exported program
 
 
 class _CallableModule(types.ModuleType):

@@ -1,10 +1,12 @@
 """The export file: a zip archive with a JSON manifest, the graph's text, ``.npy`` constants and
 per-target compiled artifacts (see docs/export-format.md).
 
-Reading trusts nothing: every member's size is bounded before it is read, its
-SHA-256 must match the manifest's, JSON and ``.npy`` are parsed without
-running code (``allow_pickle=False``), and any damage becomes an ExportError
-saying what is wrong.
+Reading trusts nothing: members are read through `runtime.zipfiles.BoundedZip`
+(sizes checked against the zip directory, the data and a budget before anything
+is inflated, each member once), each one's SHA-256 must match the manifest's,
+JSON and ``.npy`` are parsed without running code, and any damage becomes an
+ExportError saying what is wrong. Object code is only read when the caller
+trusts it (see `program.load`).
 """
 
 from __future__ import annotations
@@ -20,14 +22,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..runtime.files import atomic_write
+from ..runtime.zipfiles import ArchiveError, BoundedZip, NotAnArchive, text_limit
 from .errors import ExportError
 
 FORMAT = "jitorch.export"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 GRAPH = "graph.txt"
-MAX_MANIFEST = 64 << 20       # bytes: a manifest is small; a larger one is not ours
-MAX_MEMBER = 16 << 30         # bytes: bounds what a forged size field can make us allocate
+MAX_MANIFEST = 16 << 20       # bytes: a manifest is small; a larger one is not ours
 _MEMBER_NAME = re.compile(r"[A-Za-z0-9_./-]{1,200}")
 
 
@@ -71,24 +73,39 @@ def _write_zip(f, manifest, members):
     with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_DEFLATED) as z:
         z.writestr(MANIFEST, json.dumps(manifest, indent=1, sort_keys=True))
         for name, data in members.items():
-            z.writestr(name, data)
+            # arrays are stored as they are: a file then declares no more bytes than it holds, so
+            # loading fits its default budget however well the weights (zeros, say) would compress
+            z.writestr(name, data, compress_type=zipfile.ZIP_STORED if name.endswith(".npy") else None)
 
 
-def read(path_or_file):
-    """The contents of an export file; ExportError for anything that is not a whole, undamaged one."""
+def read(path_or_file, object_code=False, max_bytes=None):
+    """The contents of an export file; ExportError for anything that is not a whole, undamaged one.
+
+    ``object_code``: also read the artifacts' object code and PTX (otherwise their records come with
+    no bytes). ``max_bytes``: what the file's members may declare in all (see `runtime.zipfiles`)."""
     try:
-        z = zipfile.ZipFile(path_or_file)
-    except FileNotFoundError:
-        raise
-    except Exception as e:  # zipfile raises many types on damaged input; all mean "not our file"
-        raise ExportError(f"not a jitorch export file (not a readable zip archive): {type(e).__name__}: {e}") from None
+        z = BoundedZip(path_or_file, max_bytes)
+    except NotAnArchive as e:
+        raise ExportError(f"not a jitorch export file ({e})") from None
+    except ArchiveError as e:
+        raise ExportError(str(e)) from None
     with z:
-        reader = _Reader(z)
-        manifest = reader.manifest()
-        graph_text = reader.member(manifest, GRAPH).decode("utf-8", errors="strict")
-        constants = {c["name"]: reader.array(manifest, c) for c in _records(manifest, "constants")}
-        artifacts = [(a, {k["key"]: reader.member(manifest, k["member"]) for k in _list(a, "kernels")})
-                     for a in _records(manifest, "artifacts")]
+        try:
+            return _read_contents(_Reader(z), object_code)
+        except ArchiveError as e:
+            raise ExportError(str(e)) from None
+
+
+def _read_contents(reader, object_code):
+    manifest = reader.manifest()
+    graph_text = reader.text(manifest, GRAPH)
+    records = _records(manifest, "constants")
+    names = [r.get("name") for r in records]
+    if not all(isinstance(n, str) for n in names) or len(set(names)) != len(names):
+        raise ExportError(f"{MANIFEST}: constants need distinct names, found {names!r}")
+    constants = {r["name"]: reader.array(manifest, r) for r in records}
+    artifacts = [(a, {k["key"]: reader.member(manifest, k.get("member")) for k in _kernels(a)} if object_code else {})
+                 for a in _records(manifest, "artifacts")]
     return Contents(manifest, graph_text, constants, artifacts)
 
 
@@ -107,29 +124,20 @@ def _list(data, key):
     return value
 
 
+def _kernels(record):
+    kernels = _list(record, "kernels")
+    if not all(isinstance(k, dict) and isinstance(k.get("key"), str) for k in kernels):
+        raise ExportError(f"an artifact record lists bad kernels: {kernels!r}")
+    return kernels
+
+
 class _Reader:
     def __init__(self, z):
         self.z = z
-
-    def raw(self, name, limit):
-        try:
-            info = self.z.getinfo(name)
-        except KeyError:
-            raise ExportError(f"the archive has no member {name!r}") from None
-        if info.file_size > limit:
-            raise ExportError(f"member {name!r} claims {info.file_size} bytes, more than the {limit} allowed")
-        try:
-            with self.z.open(info) as f:
-                data = f.read(limit + 1)
-        except Exception as e:  # bad CRC, bad compressed stream, truncated file, ...
-            raise ExportError(f"member {name!r} cannot be read (the file is damaged): {type(e).__name__}: {e}") \
-                from None
-        if len(data) != info.file_size:
-            raise ExportError(f"member {name!r} holds {len(data)} bytes, its header says {info.file_size}")
-        return data
+        self.text_limit = min(text_limit(z.size), z.budget)
 
     def manifest(self):
-        data = self.raw(MANIFEST, MAX_MANIFEST)
+        data = self.z.read(MANIFEST, min(MAX_MANIFEST, self.text_limit))
         try:
             manifest = json.loads(data.decode("utf-8"))
         except (UnicodeDecodeError, ValueError, RecursionError) as e:
@@ -149,32 +157,38 @@ class _Reader:
             raise ExportError(f"{MANIFEST} lists no member hashes")
         return manifest
 
-    def member(self, manifest, name):
+    def _hashed(self, manifest, name, read):
+        """``read(name, hasher)``'s result for member ``name``, its SHA-256 checked against the manifest's."""
         if not isinstance(name, str) or not _MEMBER_NAME.fullmatch(name) or name == MANIFEST:
             raise ExportError(f"{MANIFEST} names a bad member {name!r}")
         expected = manifest["members"].get(name)
         if not isinstance(expected, str):
             raise ExportError(f"{MANIFEST} gives no SHA-256 for member {name!r}")
-        data = self.raw(name, MAX_MEMBER)
-        if hashlib.sha256(data).hexdigest() != expected:
+        hasher = hashlib.sha256()
+        result = read(name, hasher)
+        if hasher.hexdigest() != expected:
             raise ExportError(f"member {name!r} is damaged or was changed: its SHA-256 does not match the manifest")
-        return data
+        return result
+
+    def member(self, manifest, name):
+        return self._hashed(manifest, name, lambda n, h: self.z.read(n, hasher=h))
+
+    def text(self, manifest, name):
+        data = self._hashed(manifest, name, lambda n, h: self.z.read(n, self.text_limit, h))
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ExportError(f"member {name!r} is not UTF-8 text: {e}") from None
 
     def array(self, manifest, record):
         from .signature import dtype_named
-        name = record.get("name")
-        if not isinstance(name, str):
-            raise ExportError(f"{MANIFEST}: a constant without a name: {record!r}")
-        data = self.member(manifest, record.get("member"))
-        try:
-            arr = np.load(io.BytesIO(data), allow_pickle=False)
-        except Exception as e:  # a .npy header that lies, an object array, ...
-            raise ExportError(f"constant {name!r} is not a readable .npy array: {type(e).__name__}: {e}") from None
+        name = record["name"]
         dtype = dtype_named(record.get("dtype"))
         shape = record.get("shape")
-        if arr.dtype != storage_dtype(dtype):
-            raise ExportError(f"constant {name!r} is stored as {arr.dtype}, but the manifest says {dtype.name}")
-        if not isinstance(shape, list) or list(arr.shape) != shape:
-            raise ExportError(f"constant {name!r} has shape {list(arr.shape)} in the file, but the manifest says "
-                              f"{shape!r}")
-        return arr
+        if not isinstance(shape, list) or not all(type(n) is int and n >= 0 for n in shape):
+            raise ExportError(f"constant {name!r}: bad shape {shape!r} in {MANIFEST}")
+        try:
+            return self._hashed(manifest, record.get("member"),
+                                lambda n, h: self.z.read_npy(n, storage_dtype(dtype), tuple(shape), h))
+        except ArchiveError as e:
+            raise ExportError(f"constant {name!r}: {e}") from None

@@ -1,6 +1,8 @@
 """Per-target compiled artifacts: each kernel's CPU object code or CUDA PTX, reused where it matches.
 
-A kernel's artifact is named by the kernel cache's key, a hash of its LLVM IR,
+Stored code is used only when the caller trusts the file (``trust_object_code``);
+otherwise every kernel is rebuilt from the graph. A kernel's artifact is named by
+the kernel cache's key, a hash of its LLVM IR,
 the target (triple, CPU and features; for CUDA the SM and PTX ISA, which
 LLVM's NVPTX target takes as its CPU and features) and the versions of jitorch
 and llvmlite. On load the graph is compiled again from the IR; for every
@@ -93,8 +95,9 @@ def target_records(compiled, targets):
 
 
 def check_record(record, data):
-    """A target record from a file and its members (key -> bytes), checked enough to be shown and
-    matched; PTX must be text declaring the record's SM and each kernel's entry."""
+    """A target record from a file and its members (key -> bytes; empty where the code was not
+    read), checked enough to be shown and matched; PTX must be text declaring the record's SM and
+    each kernel's entry."""
     kernels = record.get("kernels")
     if not isinstance(kernels, list) or not all(isinstance(k, dict) and isinstance(k.get("key"), str)
                                                and _KEY.fullmatch(k["key"]) for k in kernels):
@@ -102,16 +105,18 @@ def check_record(record, data):
     for field in ("kind", "triple", "cpu", "features"):
         if not isinstance(record.get(field), str):
             raise ExportError(f"an artifact record has no {field!r}")
-    if record["kind"] == "cuda":
+    for k in kernels:
+        name = k.get("name")
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
+            raise ExportError(f"an artifact record has a kernel with a bad entry name: {name!r}")
+    if record["kind"] == "cuda" and data:
         for k in kernels:
             _check_ptx(record, k, data[k["key"]])
     return record
 
 
 def _check_ptx(record, kernel, ptx):
-    name = kernel.get("name")
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise ExportError(f"a CUDA kernel record has a bad entry name: {name!r}")
+    name = kernel["name"]
     where = f"PTX member {kernel.get('member')!r} (kernel {name})"
     if not ptx.isascii():
         raise ExportError(f"{where} is not ASCII text")
@@ -134,6 +139,10 @@ class ArtifactCache:
         self.used = 0
         self.rebuilt = 0
 
+    def supplies_foreign(self, key):
+        """Whether ``key``'s code comes from the file (which the caller trusted), not from this machine."""
+        return key in self.objects
+
     def get(self, key, source):
         data = self.objects.get(key)
         if data is not None:
@@ -154,10 +163,29 @@ def _missing_features(record):
     return missing_features(Machine(record["triple"], record["cpu"], record["features"]))
 
 
+def ignored(records):
+    """A line per record of a file whose code is not trusted, saying it is not used."""
+    return [f"{r.get('kind')} {r.get('triple')} {r.get('cpu')}: {len(r['kernels'])} kernels, ignored: code from "
+            "a file runs only with trust_object_code=True (--trust-object-code); rebuilt from the graph"
+            for r, _ in records]
+
+
+def _check_object(record, kernel, obj):
+    """CPU object code must be what the JIT makes for this kernel (`elf.validate`) before LLVM sees it."""
+    from ..codegen import elf
+    from ..codegen.linker import kernel_imports
+    try:
+        elf.validate(obj, record["triple"].split("-")[0], [kernel["name"]], kernel_imports())
+    except elf.ElfError as e:
+        raise ExportError(f"object code {kernel.get('member')!r} (kernel {kernel['name']}) is not what jitorch "
+                          f"makes for a kernel: {e}") from None
+
+
 def matching_objects(records):
     """The code of the records made for this machine's targets and this toolchain (key -> bytes), and
     a line per record saying whether it matches. Code is only used where it was made for the CPU this
-    process compiles for, which runs here; code for features this CPU lacks would die of SIGILL."""
+    process compiles for, which runs here; code for features this CPU lacks would die of SIGILL.
+    Object code that is used is validated first (ExportError where it fails)."""
     here = {}
     objects, notes = {}, []
     for record, objs in records:
@@ -174,5 +202,7 @@ def matching_objects(records):
             verdict = "built for another target or toolchain: rebuilt from the IR"
         notes.append(f"{kind} {record.get('triple')} {record.get('cpu')}: {len(objs)} kernels, {verdict}")
         if same:
+            for k in record["kernels"] if kind == "cpu" else []:
+                _check_object(record, k, objs[k["key"]])
             objects.update(objs)
     return objects, notes

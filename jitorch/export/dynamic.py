@@ -77,7 +77,8 @@ class Param:
         except (KeyError, TypeError, ValueError) as e:
             raise ExportError(f"bad symbolic parameter {data!r}: {e}") from None
         ints = [node, const, *path, *coeffs.values()]
-        if not all(type(x) is int for x in ints) or type(is_float) is not bool or not set(coeffs) <= set(dims):
+        if not path or not all(type(x) is int for x in ints) or type(is_float) is not bool \
+                or not set(coeffs) <= set(dims):
             raise ExportError(f"bad symbolic parameter {data!r}")
         return cls(node, path, coeffs, const, is_float)
 

@@ -31,11 +31,31 @@ def graph_from_text(text, constants, grad_targets=(), outputs_require_grad=False
     for i in graph.grad_targets:  # an input's index, or a captured parameter's constant name
         if not ((type(i) is int and 0 <= i < len(graph.inputs)) or (type(i) is str and i in constants)):
             raise ExportError(f"grad target {i!r} is neither an input nor a constant of the graph")
+    _check_literals(graph)
     try:
         verify(graph)
     except VerifyError as e:
         raise ExportError(f"the graph does not verify: {e}") from None
     return graph
+
+
+def _check_literals(graph):
+    """Integer arguments must be what a call could pass: torch takes Python ints of up to 64 bits as
+    scalars and sizes, and refuses larger ones (OverflowError) when the program runs."""
+    for node in graph.nodes:
+        for value in _ints(node.args):
+            if not -2 ** 63 <= value < 2 ** 64:
+                text = str(value) if value.bit_length() < 400 else f"of {value.bit_length()} bits"
+                raise ExportError(f"%{node.outputs[0].name if node.outputs else '?'} = {node.op.name}(...): the "
+                                  f"integer {text} does not fit in 64 bits")
+
+
+def _ints(args):
+    for a in args:
+        if isinstance(a, (list, tuple)) and not isinstance(a, Value):
+            yield from _ints(a)
+        elif type(a) is int:
+            yield a
 
 
 def copy_graph(graph):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections import OrderedDict
 
+from ..ir.graph import Value
 from ..ir.printer import print_graph
 from ..runtime import dtypes as _dt
 from ..runtime.device import to_device
@@ -14,7 +15,7 @@ from . import archive, artifacts
 from .dynamic import Param, apply_params
 from .errors import ExportError
 from .graphs import copy_graph, graph_from_text, retype
-from .signature import Signature
+from .signature import Signature, dim_size, same_value
 
 # Specialisations (one per set of symbolic sizes) kept compiled per program.
 MAX_SPECIALISATIONS = 8
@@ -153,13 +154,32 @@ class ExportedModule:
         return iter(self.program.constants.items())
 
 
-def load(path_or_file):
+def load(path_or_file, *, trust_object_code=False, max_bytes=None):
     """Read an exported program (a path or a binary file object); ExportError for a damaged,
-    foreign or newer file. Runs no code from the file."""
-    from ..ops.creation import from_numpy
+    foreign or newer file.
+
+    By default no code from the file runs: its kernels are compiled again from the graph (and
+    cached locally). ``trust_object_code=True`` uses the file's object code and PTX where they were
+    made for this machine, after checking that each object is well-formed ELF of the kind jitorch
+    makes (`codegen.elf.validate`): only for files you would run as programs, since the machine
+    code itself is run as it is. ``max_bytes``: what the file's members may declare in all
+    (default: proportional to the file's size; see `runtime.zipfiles`)."""
     if isinstance(path_or_file, (str, os.PathLike)):
         path_or_file = os.fspath(path_or_file)
-    contents = archive.read(path_or_file)
+    contents = archive.read(path_or_file, trust_object_code, max_bytes)
+    try:
+        return _program(contents, trust_object_code)
+    except _MALFORMED as e:  # what a check above missed: still a bad file, not a crash
+        raise ExportError(f"the file is malformed: {type(e).__name__}: {e}") from None
+
+
+# Errors that the parsing of a file's fields can raise on input no check anticipated.
+_MALFORMED = (KeyError, TypeError, ValueError, IndexError, AttributeError, RecursionError, OverflowError,
+              UnicodeError)
+
+
+def _program(contents, trust_object_code):
+    from ..ops.creation import from_numpy
     m = contents.manifest
     signature = Signature.from_json(m.get("signature"))
     graph_info = m.get("graph")
@@ -169,20 +189,37 @@ def load(path_or_file):
     constants = {}
     for record in m.get("constants", []):
         device = _constant_device(record)
-        arr = contents.constants[record["name"]]
-        dtype = _dt.bfloat16 if record["dtype"] == "bfloat16" else None
-        t = from_numpy(arr.copy()) if dtype is None else Tensor._from_array(arr.view(_dt.bfloat16.np).copy(), dtype)
-        # a CUDA program's constants go to its device, so loading one needs CUDA (as in torch)
-        constants[record["name"]] = t if device.type == "cpu" else t.to(device)
+        arr = contents.constants[record["name"]]  # read into memory of its own: no copy needed
+        t = from_numpy(arr) if record["dtype"] != "bfloat16" else Tensor._from_array(arr.view(_dt.bfloat16.np),
+                                                                                    _dt.bfloat16)
+        constants[record["name"]] = t if device.type == "cpu" else _to_device(record["name"], t, device)
     graph = graph_from_text(contents.graph_text, constants, _grad_targets(graph_info.get("grad_targets", [])),
                             graph_info.get("outputs_require_grad") is True)
     _check_against_graph(signature, graph)
-    dynamic_info = m.get("dynamic", {})
-    params = [Param.from_json(p, signature.dims) for p in (dynamic_info.get("params", [])
-                                                            if isinstance(dynamic_info, dict) else [])]
+    params = [Param.from_json(p, signature.dims) for p in _params(m)]
     _check_params(graph, params, signature)
+    if not trust_object_code:  # every kernel rebuilt (and counted so in artifact_stats)
+        return ExportedProgram(graph, signature, constants, params, {}, artifacts.ignored(records))
     objects, notes = artifacts.matching_objects(records)
     return ExportedProgram(graph, signature, constants, params, objects, notes)
+
+
+def _to_device(name, t, device):
+    """A CUDA program's constants go to its device, so loading one needs CUDA, as in torch (ExportError,
+    a RuntimeError, with the device's reason)."""
+    try:
+        return t.to(device)
+    except RuntimeError as e:
+        raise ExportError(f"constant {name!r} lives on {device}: {e}") from None
+
+
+def _params(manifest):
+    """The manifest's symbolic parameter records (a list, maybe empty)."""
+    dynamic = manifest.get("dynamic", {})
+    params = dynamic.get("params", []) if isinstance(dynamic, dict) else None
+    if not isinstance(params, list):
+        raise ExportError(f"manifest.json: 'dynamic' must be an object with a list of 'params', found {dynamic!r}")
+    return params
 
 
 def _constant_device(record):
@@ -214,10 +251,29 @@ def _check_against_graph(signature, graph):
         if (shape, spec.dtype, spec.device) != (v.type.shape, v.type.dtype, v.type.device):
             raise ExportError(f"input {spec.name!r} is {spec.shape_text()} {spec.dtype} in the signature, but the "
                               f"graph's input %{v.name} is {v.type}")
-    outputs = graph.outputs[0] if graph.grad_targets else graph.outputs
-    n = len(tree_flatten(outputs)[0])
-    if n != len(signature.outputs.leaves):
-        raise ExportError(f"the signature lists {len(signature.outputs.leaves)} outputs, the graph returns {n}")
+    outputs = tree_flatten(graph.outputs[0] if graph.grad_targets else graph.outputs)[0]
+    if len(outputs) != len(signature.outputs.leaves):
+        raise ExportError(f"the signature lists {len(signature.outputs.leaves)} outputs, the graph returns "
+                          f"{len(outputs)}")
+    example = signature.example_sizes()
+    for spec, out in zip(signature.outputs.leaves, outputs):
+        _check_output(spec, out, example)
+
+
+def _check_output(spec, out, sizes):
+    """An output leaf of the signature must be what the graph returns there: a tensor of its type, or
+    the same Python value."""
+    if spec.kind == "value":
+        if isinstance(out, Value) or type(out) is not type(spec.value) or not same_value(out, spec.value):
+            raise ExportError(f"output {spec.name!r} is the value {spec.value!r} in the signature, but the graph "
+                              f"returns {out!r} there")
+        return
+    shape = tuple(dim_size(n, sizes) for n in spec.shape)
+    if not isinstance(out, Value) or (shape, spec.dtype, spec.device) != (out.type.shape, out.type.dtype,
+                                                                         out.type.device):
+        found = out.type if isinstance(out, Value) else repr(out)
+        raise ExportError(f"output {spec.name!r} is {spec.shape_text()} {spec.dtype} {spec.device} in the signature, "
+                          f"but the graph returns {found} there")
 
 
 def _check_params(graph, params, signature):

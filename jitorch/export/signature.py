@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import keyword
 import math
+import re
 from dataclasses import dataclass, field
 
 from ..runtime import dtypes as _dt
@@ -137,11 +138,22 @@ class Signature:
             dims[d.name] = d
         sig = cls(TreeSignature.from_json(_get(data, "inputs", dict)),
                   TreeSignature.from_json(_get(data, "outputs", dict)), dims)
+        tree = sig.inputs.tree
+        if tree.kind != "tuple" or [c.kind for c in tree.children] != ["tuple", "dict"]:
+            raise ExportError(f"the inputs must be structured as ((args), {{kwargs}}), not {tree!r}")
         for leaf in sig.inputs.leaves:  # output dims may be expressions of these ("2*batch")
             for n in leaf.shape:
                 if isinstance(n, str) and n not in dims:
                     raise ExportError(f"leaf {leaf.name!r} names dim {n!r}, which the signature does not define")
+        example = sig.example_sizes()
+        for leaf in sig.outputs.leaves:
+            for n in leaf.shape:
+                dim_size(n, example)
         return sig
+
+    def example_sizes(self):
+        """The size of each symbolic dim at the example inputs, by name."""
+        return {name: d.example for name, d in self.dims.items()}
 
     def tensor_inputs(self):
         return [leaf for leaf in self.inputs.leaves if leaf.kind == "tensor"]
@@ -166,7 +178,7 @@ class Signature:
         tensors, sizes = [], {}
         for spec, leaf in zip(self.inputs.leaves, leaves):
             if spec.kind == "value":
-                if type(leaf) is not type(spec.value) or not _same_value(leaf, spec.value):
+                if type(leaf) is not type(spec.value) or not same_value(leaf, spec.value):
                     raise ValueError(f"input {spec.name!r} was {spec.value!r} when the program was exported and "
                                      f"non-tensor inputs are fixed, but got {leaf!r}")
                 continue
@@ -200,7 +212,24 @@ class Signature:
                                  f"{want} is {sizes[want]} in an earlier input")
 
 
-def _same_value(a, b):
+_AFFINE = re.compile(r"(.*?)([+-]\d{1,18})?")
+_TERM = re.compile(r"(?:(-?\d{1,18})\*)?([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def dim_size(dim, sizes):
+    """The size of an output dim at ``sizes`` (name -> int): an int, or an affine expression of symbolic
+    dims as export writes them (``batch``, ``2*batch+1``, ``batch+-1*len-3``); ExportError otherwise."""
+    if type(dim) is int:
+        return dim
+    body, const = _AFFINE.fullmatch(dim).groups() if len(dim) <= 1000 else (None, None)
+    terms = [_TERM.fullmatch(t) for t in (body or "").split("+")]
+    if not all(terms) or any(t[2] not in sizes for t in terms):
+        raise ExportError(f"bad output dim {dim!r}: an affine expression of the dims {sorted(sizes)} expected")
+    return sum(int(t[1] or 1) * sizes[t[2]] for t in terms) + int(const or 0)
+
+
+def same_value(a, b):
+    """Python values equal as export compares them (NaN equals NaN)."""
     if isinstance(a, float) and math.isnan(a):
         return math.isnan(b)
     return a == b
@@ -228,16 +257,21 @@ def tree_to_json(tree):
     return data
 
 
-def tree_from_json(data):
+MAX_TREE_DEPTH = 100  # nested containers in inputs and outputs; deeper is not a file export wrote
+
+
+def tree_from_json(data, depth=0):
     """The TreeSpec of `tree_to_json`'s data; ExportError for anything else. A namedtuple class is
     rebuilt from its name and fields (checked to be identifiers; no code from the file runs)."""
+    if depth > MAX_TREE_DEPTH:
+        raise ExportError(f"a pytree structure nested more than {MAX_TREE_DEPTH} deep")
     data = _check_dict(data)
     kind = _get(data, "kind", str)
     if kind == "leaf":
         return TreeSpec("leaf")
     if kind not in ("tuple", "list", "dict", "namedtuple"):
         raise ExportError(f"unknown pytree node kind {kind!r}")
-    children = tuple(tree_from_json(c) for c in _get(data, "children", list))
+    children = tuple(tree_from_json(c, depth + 1) for c in _get(data, "children", list))
     context = None
     if kind == "dict":
         context = tuple(_key_from_json(k) for k in _get(data, "keys", list))

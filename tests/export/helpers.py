@@ -54,3 +54,43 @@ def run_python(code, tmp_path, env=None, timeout=120):
                           timeout=timeout)
     assert done.returncode == 0, done.stderr
     return done.stdout
+
+
+def cpu_kernels(path):
+    """[(kernel record, object code)] of an export's CPU artifact record, in the manifest's order."""
+    with zipfile.ZipFile(path) as z:
+        manifest = json.loads(z.read("manifest.json"))
+        record = next(r for r in manifest["artifacts"] if r["kind"] == "cpu")
+        return [(k, z.read(k["member"])) for k in record["kernels"]]
+
+
+def replace_object_code(src, dst, objects):
+    """Copy an export, replacing the object code of CPU kernels (kernel name -> bytes), hashes recomputed:
+    what an attacker who edits a file does."""
+    members = {k["member"]: objects[k["name"]] for k, _ in cpu_kernels(src) if k["name"] in objects}
+    return rewrite(src, dst, members=members)
+
+
+def object_calling(name, callee):
+    """Object code for the selected CPU defining kernel entry ``name``, which calls ``callee(char *)`` with
+    the string "touch pwned" (as `system` would run it)."""
+    import llvmlite.binding as llvm
+    from llvmlite import ir
+    from jitorch.codegen.machine import selected
+    module = ir.Module()
+    i8p, i64 = ir.IntType(8).as_pointer(), ir.IntType(64)
+    text = bytearray(b"touch pwned\0")
+    command = ir.GlobalVariable(module, ir.ArrayType(ir.IntType(8), len(text)), "command")
+    command.initializer = ir.Constant(ir.ArrayType(ir.IntType(8), len(text)), text)
+    command.global_constant = True
+    command.linkage = "internal"
+    target = ir.Function(module, ir.FunctionType(ir.IntType(32), [i8p]), callee)
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [i8p, i64, i64]), name)  # as cpu.ENTRY
+    fn.attributes.add("nounwind")
+    b = ir.IRBuilder(fn.append_basic_block())
+    b.call(target, [b.bitcast(command, i8p)])
+    b.ret_void()
+    machine = selected()
+    parsed = llvm.parse_assembly(str(module))
+    parsed.triple = machine.triple
+    return machine.target_machine(opt=0, codemodel="jitdefault").emit_object(parsed)

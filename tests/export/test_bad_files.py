@@ -90,7 +90,8 @@ def test_constant_of_wrong_shape(saved, tmp_path):
 
 def test_constant_stored_with_another_dtype(saved, tmp_path):
     bad = rewrite(saved[0], tmp_path / "d.jtx", members={"constants/0.npy": _npy(np.zeros((4, 3), np.float64))})
-    with pytest.raises(ExportError, match="constant 'w' is stored as float64, but the manifest says float32"):
+    with pytest.raises(ExportError, match=r"constant 'w': member 'constants/0.npy' holds a float64 array of shape "
+                                          r"\[4, 3\], not float32"):
         jt.export.load(bad)
 
 
@@ -98,7 +99,8 @@ def test_constant_with_pickled_objects(saved, tmp_path):
     buf = io.BytesIO()
     np.save(buf, np.array([{"a": 1}], dtype=object), allow_pickle=True)
     bad = rewrite(saved[0], tmp_path / "k.jtx", members={"constants/0.npy": buf.getvalue()})
-    with pytest.raises(ExportError, match="constant 'w' is not a readable .npy array: ValueError"):
+    with pytest.raises(ExportError, match="constant 'w': member 'constants/0.npy' holds Python objects, which are "
+                                          "never loaded"):
         jt.export.load(bad)
 
 
@@ -169,3 +171,77 @@ def test_fuzz_truncations_and_flips(saved, tmp_path):
         np.save(tmp_path / f"e{i}.npy", e.numpy())
     counts = json.loads(run_python(FUZZ, tmp_path).strip().splitlines()[-1])
     assert counts["error"] > 50, counts
+
+
+def test_signature_outputs_that_contradict_the_graph(saved, tmp_path):
+    """A file could declare [7, 99] int8 and return [5, 3] float32: the outputs are checked at load."""
+    def lie(m):
+        m["signature"]["outputs"]["leaves"][0].update(shape=[7, 99], dtype="int8")
+    bad = rewrite(saved[0], tmp_path / "o.jtx", manifest=lie)
+    with pytest.raises(ExportError, match=r"output 'output0' is \[7, 99\] jitorch.int8 cpu in the signature, but the "
+                                          r"graph returns f32\[5, 3\] there"):
+        jt.export.load(bad)
+
+
+@pytest.mark.parametrize("dim, message", [("batch", "bad output dim 'batch'"), ("2*", "bad output dim '2\\*'"),
+                                          (1.5, "a shape holds non-negative ints and dim names, not \\[1.5, 3\\]")],
+                         ids=["unknown", "syntax", "float"])
+def test_bad_output_dims(saved, tmp_path, dim, message):
+    bad = rewrite(saved[0], tmp_path / "d.jtx", manifest=lambda m: m["signature"]["outputs"]["leaves"][0].update(
+        shape=[dim, 3]))
+    with pytest.raises(ExportError, match=message):
+        jt.export.load(bad)
+
+
+def test_output_dims_are_affine_expressions_of_the_inputs(tmp_path):
+    batch = jt.export.Dim("batch", min=1, max=64)
+    program = jt.export(lambda x: jt.cat([x, x, x[:1]]) * 2, (jt.ones(4, 3),), dynamic_shapes={"x": {0: batch}})
+    assert program.signature.outputs.leaves[0].shape == ("2*batch+1", 3)
+    program.save(tmp_path / "a.jtx")
+    assert jt.export.load(tmp_path / "a.jtx")(jt.ones(6, 3)).shape == (13, 3)
+
+
+def test_two_constants_naming_one_member(tmp_path):
+    """Each member is read once: a second record naming it (the issue's repeated reads) is refused."""
+    w, v = jt.ones(3), jt.zeros(3)
+    jt.export(lambda x: x * w + v, (jt.ones(3),)).save(tmp_path / "p.jtx")
+    bad = rewrite(tmp_path / "p.jtx", tmp_path / "b.jtx",
+                  manifest=lambda m: m["constants"][1].update(member=m["constants"][0]["member"]))
+    with pytest.raises(ExportError, match=r"member 'constants/0.npy' is named twice by the file"):
+        jt.export.load(bad)
+
+
+def test_a_compressible_export_needs_max_bytes(tmp_path):
+    """An export whose constant inflates from 130 kB to 128 MiB is over the default budget (files jitorch
+    writes store their arrays: they never are); the caller may raise it."""
+    import hashlib
+    import zipfile
+    from tests.runtime.zip_helpers import bomb, deflated, write_zip
+    n = 32 << 20
+    w = jt.zeros(n)
+    jt.export(lambda x: x + w, (jt.ones(n),)).save(tmp_path / "p.jtx", artifacts_for=())
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False, "shape": (n,)})
+    entry = bomb("constants/0.npy", header.getvalue(), 4 * n)
+    with zipfile.ZipFile(tmp_path / "p.jtx") as z:
+        assert z.getinfo("constants/0.npy").compress_type == zipfile.ZIP_STORED
+        members = {name: z.read(name) for name in z.namelist() if name != "constants/0.npy"}
+    manifest = json.loads(members.pop("manifest.json"))
+    manifest["members"]["constants/0.npy"] = hashlib.sha256(header.getvalue() + bytes(4 * n)).hexdigest()
+    write_zip(tmp_path / "c.jtx", [deflated("manifest.json", json.dumps(manifest).encode()), entry,
+                                   *(deflated(name, data) for name, data in members.items())])
+    with pytest.raises(ExportError, match=r"the archive's members declare .*\(pass a larger max_bytes"):
+        jt.export.load(tmp_path / "c.jtx")
+    program = jt.export.load(tmp_path / "c.jtx", max_bytes=256 << 20)
+    assert program(jt.ones(n)).numpy().min() == 1
+
+
+def test_truncated_export_through_jitorch_load(saved):
+    """jitorch.load cannot tell a truncated export from a truncated checkpoint: SerializationError, which
+    ExportError subclasses (jitorch.export.load says ExportError)."""
+    data = saved[0].read_bytes()
+    with pytest.raises(jt.serialization.SerializationError, match="not a readable zip archive"):
+        jt.load(io.BytesIO(data[:len(data) // 2]))
+    with pytest.raises(ExportError, match="not a readable zip archive"):
+        jt.export.load(io.BytesIO(data[:len(data) // 2]))
+    assert issubclass(ExportError, jt.serialization.SerializationError)

@@ -14,13 +14,16 @@ from jitorch.cli import main
 from .helpers import ROOT
 
 
-def test_inspect_prints_signature_graph_and_artifacts(saved):
+@pytest.mark.parametrize("flags, verdict", [([], "2 kernels, ignored: code from a file runs only with "
+                                                 "trust_object_code=True (--trust-object-code); rebuilt from the graph"),
+                                            (["--trust-object-code"], "2 kernels, used")], ids=["default", "trusted"])
+def test_inspect_prints_signature_graph_and_artifacts(saved, flags, verdict):
     out = io.StringIO()
-    assert main(["inspect", str(saved[0])], out=out) == 0
+    assert main(["inspect", *flags, str(saved[0])], out=out) == 0
     text = out.getvalue()
     assert "x: Tensor [5, 4] jitorch.float32 cpu" in text
     assert "%0 : f32[5, 3] = matmul(%x, %w)" in text
-    assert "2 kernels, used" in text and "w: [4, 3] jitorch.float32" in text
+    assert verdict in text and "w: [4, 3] jitorch.float32" in text
 
 
 def test_run_writes_outputs(saved, tmp_path):
@@ -58,3 +61,25 @@ def test_module_entry_point(saved, tmp_path):
                                "JITORCH_CACHE_DIR": str(tmp_path / "cache")})
     assert done.returncode == 0, done.stderr
     assert "signature:" in done.stdout
+
+
+def _bad_files(saved, tmp_path):
+    from tests.runtime.zip_helpers import bomb, stored, zip_bytes
+    data = saved[0].read_bytes()
+    deep = b'{"format": "jitorch.export", "format_version": 1, "members": {}, "signature": ' + b"[" * 50000 + \
+        b"]" * 50000 + b"}"
+    return {"truncated": data[: len(data) // 2], "not-zip": b"nope",
+            "bomb": zip_bytes([stored("manifest.json", b"{}"), bomb("graph.txt", b"", 1 << 20, declared=16 << 30)]),
+            "deep": zip_bytes([stored("manifest.json", deep)]),
+            "unhashable": zip_bytes([stored("manifest.json", b'{"format": [1], "members": {"a": [2]}}')])}
+
+
+@pytest.mark.parametrize("command", ["inspect", "run"])
+def test_a_bad_file_is_one_line_without_traceback(saved, tmp_path, command, capsys):
+    """Whatever is wrong with the file, the command says so in one line and exits 1 (an exception escaping
+    main would be the traceback the user sees)."""
+    for name, data in _bad_files(saved, tmp_path).items():
+        (tmp_path / name).write_bytes(data)
+        assert main([command, str(tmp_path / name)], out=io.StringIO()) == 1, name
+        err = capsys.readouterr().err
+        assert err.startswith(f"jitorch {command}: error: ") and err.count("\n") == 1 and len(err) < 2100, (name, err)

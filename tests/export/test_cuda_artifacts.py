@@ -84,7 +84,7 @@ def test_saved_ptx_assembles_with_ptxas(saved_cuda):
 def test_loaded_program_runs_with_the_stored_ptx(saved_cuda, tmp_path, fake, fresh_ptx):
     path, args, _ = saved_cuda
     marked = _rewrite_cuda(path, tmp_path / "marked.jtx", ptx=lambda text: text + MARK)
-    p = jt.export.load(marked)
+    p = jt.export.load(marked, trust_object_code=True)
     assert p.constants["w"].device.type == "cuda"
     _assert_expected(p(*args), args)
     assert p.artifact_stats == {"used": 2, "rebuilt": 0}
@@ -106,8 +106,17 @@ def _other_sm(record):
 ], ids=["toolchain", "sm"])
 def test_ptx_for_another_target_is_rebuilt_from_the_ir(saved_cuda, tmp_path, fresh_ptx, ptx, record):
     path, args, _ = saved_cuda
-    p = jt.export.load(_rewrite_cuda(path, tmp_path / "other.jtx", ptx=ptx, record=record))
+    p = jt.export.load(_rewrite_cuda(path, tmp_path / "other.jtx", ptx=ptx, record=record), trust_object_code=True)
     assert "2 kernels, built for another target or toolchain: rebuilt from the IR" in p.artifact_notes[0]
+    _assert_expected(p(*args), args)
+    assert p.artifact_stats == {"used": 0, "rebuilt": 2}
+    assert not any(MARK.decode() in k.asm for k in p.specialise().kernels)
+
+
+def test_untrusted_ptx_is_not_used(saved_cuda, tmp_path, fake, fresh_ptx):
+    path, args, _ = saved_cuda
+    p = jt.export.load(_rewrite_cuda(path, tmp_path / "marked.jtx", ptx=lambda text: text + MARK))
+    assert "2 kernels, ignored: code from a file runs only with trust_object_code=True" in p.artifact_notes[0]
     _assert_expected(p(*args), args)
     assert p.artifact_stats == {"used": 0, "rebuilt": 2}
     assert not any(MARK.decode() in k.asm for k in p.specialise().kernels)
@@ -138,13 +147,13 @@ def _no_sm(record):
     (lambda text: text.replace(b".target sm_80", b".target sm_52"), None,
      r"does not declare \.target sm_80, the SM of its record"),
     (_rename_entry, None, r"\(kernel jitorch_k1_pointwise\) has no \.entry jitorch_k1_pointwise"),
-    (None, _bad_kernel_name, r"a CUDA kernel record has a bad entry name: 'k1; \.entry x'"),
+    (None, _bad_kernel_name, r"an artifact record has a kernel with a bad entry name: 'k1; \.entry x'"),
     (None, _no_sm, r"an artifact record has no 'cpu'"),
 ], ids=["not_text", "other_sm", "no_entry", "bad_name", "no_sm"])
 def test_bad_ptx_artifacts_are_refused(saved_cuda, tmp_path, ptx, record, message):
     bad = _rewrite_cuda(saved_cuda[0], tmp_path / "bad.jtx", ptx=ptx, record=record)
     with pytest.raises(ExportError, match=message):
-        jt.export.load(bad)
+        jt.export.load(bad, trust_object_code=True)
 
 
 def test_a_ptx_member_that_does_not_match_its_hash_is_refused(saved_cuda, tmp_path):
@@ -152,7 +161,7 @@ def test_a_ptx_member_that_does_not_match_its_hash_is_refused(saved_cuda, tmp_pa
     old = _manifest(saved_cuda[0])[0]["members"]
     bad = rewrite(bad, tmp_path / "stale.jtx", manifest=lambda new: dict(new, members=old), rehash=False)
     with pytest.raises(ExportError, match=r"member 'artifacts/cuda/[0-9a-f]+\.ptx' is damaged or was changed"):
-        jt.export.load(bad)
+        jt.export.load(bad, trust_object_code=True)
 
 
 def test_a_constant_on_a_bad_device_is_refused(saved_cuda, tmp_path):
@@ -174,8 +183,10 @@ class _NoDevice(FakeBackend):
 
 
 def test_loading_a_cuda_program_needs_cuda(saved_cuda):
-    with use_backend(_NoDevice()), pytest.raises(RuntimeError, match="CUDA is not available"):
+    with use_backend(_NoDevice()), pytest.raises(ExportError, match="constant 'w' lives on cuda:0: CUDA is not "
+                                                                    "available") as info:
         jt.export.load(saved_cuda[0])
+    assert isinstance(info.value, RuntimeError)  # as torch's
 
 
 def test_unknown_artifact_target_is_refused(tmp_path):
@@ -192,7 +203,7 @@ def test_a_cpu_program_has_only_cpu_artifacts(tmp_path, targets, kinds):
 
 def test_inspect_lists_the_ptx(saved_cuda):
     out = io.StringIO()
-    assert main(["inspect", str(saved_cuda[0])], out=out) == 0
+    assert main(["inspect", "--trust-object-code", str(saved_cuda[0])], out=out) == 0
     text = out.getvalue()
     assert "cuda nvptx64-nvidia-cuda sm_80: 2 kernels, used" in text
     assert "w: [4, 3] jitorch.float32 cuda:0" in text and "x: Tensor [5, 4] jitorch.float32 cuda:0" in text
@@ -229,7 +240,7 @@ def test_a_fresh_process_runs_the_stored_ptx(saved_cuda, tmp_path):
         "from jitorch.runtime.cuda_backend import use_backend\n"
         "from jitorch.runtime.cuda_fake import FakeBackend\n"
         "with use_backend(FakeBackend()):\n"
-        f"    p = jt.export.load({str(path)!r})\n"
+        f"    p = jt.export.load({str(path)!r}, trust_object_code=True)\n"
         "    h, s = p(*(jt.tensor(np.load(f'a{i}.npy'), device='cuda') for i in range(2)))\n"
         "    assert np.allclose(h.cpu().numpy(), np.load('a2.npy')) and np.allclose(s.cpu().numpy(), np.load('a3.npy'))\n"
         "    print(p.artifact_stats)\n", tmp_path)

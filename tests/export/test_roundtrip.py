@@ -46,7 +46,11 @@ def test_function_round_trip_in_memory_and_file_object(tmp_path):
         assert "graph.txt" in z.namelist() and "constants/0.npy" in z.namelist()
 
 
-def test_fresh_process_without_source(saved, tmp_path):
+@pytest.mark.parametrize("trust, stats", [(False, "{'used': 0, 'rebuilt': 2}"), (True, "{'used': 2, 'rebuilt': 0}")],
+                         ids=["rebuilt", "trusted"])
+def test_fresh_process_without_source(saved, tmp_path, trust, stats):
+    """A fresh process runs the file without the source: its kernels rebuilt from the graph, or, when the
+    caller trusts the file, from its object code."""
     path, args, expected = saved
     np.save(tmp_path / "x.npy", args[0].numpy())
     np.save(tmp_path / "y.npy", args[1].numpy())
@@ -54,11 +58,11 @@ def test_fresh_process_without_source(saved, tmp_path):
         np.save(tmp_path / f"e{i}.npy", e)
     out = run_python(
         "import numpy as np, jitorch as jt\n"
-        f"p = jt.export.load({str(path)!r})\n"
+        f"p = jt.export.load({str(path)!r}, trust_object_code={trust})\n"
         "h, s = p(jt.from_numpy(np.load('x.npy')), jt.from_numpy(np.load('y.npy')))\n"
         "assert np.allclose(h.numpy(), np.load('e0.npy')) and np.allclose(s.numpy(), np.load('e1.npy'))\n"
         "print(p.artifact_stats)\n", tmp_path)
-    assert out.strip() == "{'used': 2, 'rebuilt': 0}"
+    assert out.strip() == stats
 
 
 def test_artifacts_removed_are_rebuilt(saved, tmp_path):
@@ -66,7 +70,7 @@ def test_artifacts_removed_are_rebuilt(saved, tmp_path):
     bare = rewrite(path, tmp_path / "bare.jtx", manifest=lambda m: dict(m, artifacts=[]))
     out = run_python(
         "import jitorch as jt\n"
-        f"p = jt.export.load({str(bare)!r})\n"
+        f"p = jt.export.load({str(bare)!r}, trust_object_code=True)\n"
         "p(jt.ones(5, 4), jt.ones(3))\n"
         "print(p.artifact_stats)\n", tmp_path)
     assert out.strip() == "{'used': 0, 'rebuilt': 2}"
@@ -292,7 +296,7 @@ def test_object_code_for_features_this_cpu_lacks_is_rebuilt_not_run(saved, tmp_p
     np.save(tmp_path / "e.npy", expected[0])
     out = run_python(
         "import numpy as np, jitorch as jt\n"
-        f"p = jt.export.load({str(foreign)!r})\n"
+        f"p = jt.export.load({str(foreign)!r}, trust_object_code=True)\n"
         "h, s = p(jt.from_numpy(np.load('x.npy')), jt.ones(3) * jt.tensor([0.5, -1.0, 2.0]))\n"
         "assert np.allclose(h.numpy(), np.load('e.npy'))\n"
         "print(p.artifact_stats)\n"
@@ -309,7 +313,8 @@ def test_an_export_for_the_baseline_cpu_is_used_where_that_cpu_is_selected(tmp_p
     path = tmp_path / "baseline.jtx"
     run_python("import jitorch as jt\nfrom tests.export.helpers import small_program\n"
                f"small_program()[2].save({str(path)!r})\n", tmp_path, env={"JITORCH_CPU": "x86-64-v2"})
-    load = f"import jitorch as jt\np = jt.export.load({str(path)!r})\np(jt.ones(5, 4), jt.ones(3))\n" \
+    load = f"import jitorch as jt\np = jt.export.load({str(path)!r}, trust_object_code=True)\n" \
+           "p(jt.ones(5, 4), jt.ones(3))\n" \
            "print(p.artifact_stats)\n"
     assert run_python(load, tmp_path, env={"JITORCH_CPU": "x86-64-v2"}).strip() == "{'used': 2, 'rebuilt': 0}"
     assert run_python(load, tmp_path, env={"JITORCH_CPU": "native"}).strip() == \

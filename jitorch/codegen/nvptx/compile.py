@@ -80,7 +80,9 @@ def ptx_of(module_text, name, cache=None):
     """The PTX of a kernel module, from memory, the disk cache, or LLVM."""
     from ..cache import cache_key
     key = cache_key(module_text, target_id())
-    ptx = _memory.get(key)
+    # A file's PTX, which its caller trusted, serves that program alone (not memoised for others).
+    foreign = cache is not None and cache.supplies_foreign(key)
+    ptx = None if foreign else _memory.get(key)
     if ptx is not None:
         return ptx
     with _lock:
@@ -90,7 +92,9 @@ def ptx_of(module_text, name, cache=None):
             if cache is not None:
                 cache.put(key, data, module_text)
             logs.log("codegen", "compiled %s to PTX", name)
-        ptx = _memory[key] = data.decode()
+        ptx = data.decode()
+        if not foreign:
+            _memory[key] = ptx
     return ptx
 
 

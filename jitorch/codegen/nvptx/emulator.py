@@ -236,7 +236,7 @@ class EmulatedKernel:
         module.data_layout = str(state["tm"].target_data)
         with _lock:
             obj = state["tm"].emit_object(module)
-        self._library = state["linker"].link(obj, ["jitorch_emu_launch"], state["symbols"])
+        self._library = state["linker"].link(obj, ["jitorch_emu_launch"], state["symbols"], fresh=True)
         self.name = name
         self.n_args = n_args
         # Threads that never wait for each other give the same results run one after the other.
