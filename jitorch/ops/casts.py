@@ -9,6 +9,7 @@ from ..runtime.casts import copy_into
 from ..runtime.device import to_device
 from .creation import dense_like
 from .registry import TensorSpec, defop
+from .views import preserved_strides
 
 
 def _to_copy_meta(x, dtype, device):
@@ -26,4 +27,5 @@ def _to_copy_cpu(spec, x, dtype, device):
 
 defop("_to_copy(Tensor self, *, ScalarType? dtype=None, Device? device=None) -> Tensor",
       meta=_to_copy_meta, cpu=_to_copy_cpu, kind="cast", variants=("function",), cross_device=True,
+      layout=preserved_strides,
       doc="A copy of ``self`` with another dtype and/or device (what ``Tensor.to`` calls).")
