@@ -8,8 +8,7 @@ from __future__ import annotations
 from ..runtime.casts import copy_into
 from ..runtime.device import to_device
 from .creation import dense_like
-from .registry import TensorSpec, defop
-from .views import preserved_strides
+from .registry import TensorSpec, defop, preserved_strides
 
 
 def _to_copy_meta(x, dtype, device):

@@ -19,8 +19,7 @@ from ..runtime.casts import convert
 from ..runtime.device import to_device
 from ..runtime.strided import broadcast_shapes, numel_overflows
 from . import registry
-from .registry import TensorSpec, defop, scalar_name
-from .views import dense_strides, preserved_strides
+from .registry import TensorSpec, defop, preserved_strides, scalar_name
 
 # torch's "tensor options" keywords of every factory
 OPTIONS = "ScalarType? dtype=None, Device? device=None, bool requires_grad=False"
@@ -335,6 +334,7 @@ def dense_like(x, dtype, value=None):
     """A fresh array shaped like array ``x`` (``value`` everywhere, or uninitialised), laid out as torch's
     preserve_format: dense strides in the order of ``x``'s (infer_dense_strides; NumPy's order "K" differs
     for expanded inputs)."""
+    from .views import dense_strides
     n = int(np.prod(x.shape, dtype=np.int64))
     flat = np.empty(n, dtype) if value is None else np.full(n, value, dtype)
     item = flat.itemsize

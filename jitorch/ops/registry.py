@@ -37,7 +37,8 @@ from ..runtime import fp_errors
 from ..runtime.casts import convert
 from ..runtime.device import to_device
 from ..runtime.storage import Storage  # noqa: F401  (used by fast paths)
-from ..runtime.strided import INT64_MAX, INT64_MIN, check_numel, contiguous_strides
+from ..runtime.strided import (INT64_MAX, INT64_MIN, check_numel, contiguous_strides, is_contiguous,
+                               memory_order_strides)
 from .schema import parse_schema
 
 OPS: dict = {}          # full name ("max.dim") -> OpDef
@@ -503,6 +504,14 @@ def result_strides(op, spec, args):
     if layout is None or spec.__class__ is not TensorSpec:
         return None
     return layout(spec, *args)
+
+
+def preserved_strides(spec, x, *rest):
+    """The layout rule of copies and ``_like`` factories in torch's preserve_format: dense strides in the
+    order of ``x``'s (infer_dense_strides); None (contiguous) for a contiguous ``x``."""
+    if is_contiguous(x._shape, x._stride):
+        return None
+    return memory_order_strides(x._shape, [(x._shape, x._stride)])
 
 
 def laid_out(t, strides):

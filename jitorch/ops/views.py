@@ -394,14 +394,8 @@ def dense_strides(shape, strides):
     return memory_order_strides(shape, [(shape, strides)])
 
 
-def preserved_strides(spec, x, *rest):
-    """The layout rule (`registry.result_strides`) of copies and ``_like`` factories in torch's
-    preserve_format: dense strides in the order of ``x``'s; None (contiguous) for a contiguous ``x``."""
-    return None if is_contiguous(x._shape, x._stride) else dense_strides(x._shape, x._stride)
-
-
 def _clone_strides(spec, x, fmt):
-    """``clone``'s layout rule: a dense layout's own strides, or `preserved_strides`; contiguous when asked."""
+    """``clone``'s layout rule: a dense layout's own strides, or `registry.preserved_strides`; contiguous when asked."""
     if fmt is contiguous_format or is_contiguous(x._shape, x._stride):
         return None
     return x._stride if is_non_overlapping_and_dense(x._shape, x._stride) else dense_strides(x._shape, x._stride)
@@ -588,4 +582,4 @@ defop("_as_strided_add(Tensor self, Tensor src, int[] size, int[] stride, int? s
           "every share. The backward of an overlapping ``as_strided``.")
 
 
-__all__ = ["memory_format", "preserve_format", "contiguous_format", "dense_strides", "preserved_strides"]
+__all__ = ["memory_format", "preserve_format", "contiguous_format", "dense_strides"]
