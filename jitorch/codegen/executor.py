@@ -102,6 +102,8 @@ class KernelStep:
         self.inplace_outputs = []  # (argument index, value, the input value whose memory it takes)
         self.inplace_kernel = None  # the kernel built knowing those outputs share their input's pointer
         self.eager_made = set()    # inputs computed by eager steps
+        self.compacted = set()     # inputs laid out otherwise than this kernel reads them (see _kernel_layouts)
+        self.layouts = {}          # value -> strides of the buffers it reads and writes that are not compact
 
     def reads(self):
         return self.inputs
@@ -128,6 +130,9 @@ class KernelStep:
             if v in self.eager_made:
                 src.emit(f"env[{value}] = t = _compact(env[{value}])", indent)
                 src.emit(f"a[{i}] = t._storage.data_ptr()", indent)
+            elif v in self.compacted:  # laid out for its other readers: a compact copy, held until the call
+                src.emit(f"held{i} = _compact(env[{value}])", indent)
+                src.emit(f"a[{i}] = held{i}._storage.data_ptr()", indent)
             else:
                 src.emit(f"a[{i}] = env[{value}]._storage.data_ptr()", indent)
         for i, v, strides in self.fresh_outputs:
@@ -379,6 +384,7 @@ class Plan:
         for step in steps:
             if isinstance(step, KernelStep):
                 step.eager_made = eager_made & set(step.inputs)
+                step.compacted = {v for v in step.inputs if v in layouts and v not in step.layouts}
                 args = (*step.inputs, *step.outputs)
                 step.dynamic_inputs = [(i, v) for i, v in enumerate(step.inputs) if v not in self.slots]
                 step.fresh_outputs = [(i, v, _strides(v, layouts)) for i, v in enumerate(args)
@@ -482,8 +488,10 @@ class CompiledGraph:
 
     def _kernel_layouts(self, group):
         """The layouts a group's kernel reads and writes: its inputs laid out so already, and its outputs
-        eager lays out so (a value an eager step made is compacted before a kernel reads it)."""
-        layouts = {v: self.layouts[v] for v in group.inputs if v in self.layouts}
+        eager lays out so (a value an eager step made is compacted before a kernel reads it, as are the rows
+        a softmax kernel reads)."""
+        softmax = group.kind not in ("pointwise", "reduction", "view")
+        layouts = {v: self.layouts[v] for v in group.inputs if v in self.layouts and not softmax}
         layouts.update((v, self._wanted[v]) for v in group.outputs if v in self._wanted)
         return layouts
 

@@ -473,9 +473,9 @@ def _spec_device(spec):
     return to_device("cpu")
 
 
-def _wrap_one(op, spec, raw, strides=None):
-    """A kernel's array as the result tensor: laid out with ``strides`` (see `result_strides`), or
-    contiguous, whatever memory order NumPy chose."""
+def _wrap_one(op, spec, raw, args=None):
+    """A kernel's array as the result tensor, laid out as `result_strides` says (given the op's ``args``, for
+    a single result), whatever memory order NumPy chose."""
     if raw.__class__ is not np.ndarray:
         raw = np.asarray(raw)
     npd = spec.dtype.np
@@ -485,6 +485,8 @@ def _wrap_one(op, spec, raw, strides=None):
         raise AssertionError(
             f"internal error in {op.name}: kernel gave shape {raw.shape}, meta rule said {spec.shape}"
         )
+    strides = None if args is None else result_strides(op, spec if None not in spec.shape else
+                                                       TensorSpec(raw.shape, spec.dtype, spec.device), args)
     if strides is None:
         return contiguous_result(raw, spec.dtype)
     return laid_out(Tensor._from_array(raw, spec.dtype), strides)
@@ -499,7 +501,8 @@ def contiguous_result(arr, dtype):
 def result_strides(op, spec, args):
     """The strides of ``op``'s new result (a single tensor ``spec``) on ``args``, as eager lays it out:
     the op's ``layout`` rule (pointwise ops follow their operands' memory order, copies and ``_like``
-    factories their input's), or None for contiguous. The tracer gives its results these strides too."""
+    factories their input's, ``argwhere`` is column-major as torch's), or None for contiguous. The tracer
+    gives its results these strides too."""
     layout = op.layout
     if layout is None or spec.__class__ is not TensorSpec:
         return None
@@ -531,7 +534,7 @@ def _matches_unknown(shape, spec_shape):
 
 def _wrap(op, spec, raw, args):
     if spec.__class__ is TensorSpec:
-        return _wrap_one(op, spec, raw, result_strides(op, spec, args))
+        return _wrap_one(op, spec, raw, args)
     if spec is None:
         return raw
     if isinstance(spec, list):
