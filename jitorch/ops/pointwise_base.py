@@ -105,6 +105,15 @@ def _memory_order(positions, keep):
     return layout
 
 
+def _in_torch_order(r, tensors):
+    """The fast path's result ``r`` of operands ``tensors`` of its dtype, laid out as torch's: NumPy keeps
+    the one dense layout all operands share, as torch does; otherwise see `memory_order_strides`."""
+    shape, strides = r._shape, r._stride
+    if all(t._shape == shape and t._stride == strides for t in tensors):
+        return r
+    return registry.laid_out(r, memory_order_strides(shape, [(t._shape, t._stride) for t in tensors]))
+
+
 # dtype kinds whose results NumPy computes exactly as torch does, per promotion kind
 _FAST_KINDS = {M.DEFAULT: "biuf", M.INT_TO_FLOAT: "f", M.ALWAYS_BOOL: "biuf", M.KEEP_INT: "biu"}
 _HALVES = (_dt.float16, _dt.bfloat16)
@@ -247,8 +256,7 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
             return None
         for v in vals:
             if v.__class__ is np.ndarray and not v.flags.c_contiguous:  # then NumPy's order may not be torch's
-                r = registry.laid_out(r, memory_order_strides(r._shape, [
-                    (a._shape, a._stride) for a in args[:n] if isinstance(a, registry.Tensor)]))
+                r = _in_torch_order(r, [a for a in args[:n] if isinstance(a, registry.Tensor)])
                 break
         return record_fast(op, args, r) if grad else r
 
