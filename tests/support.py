@@ -120,3 +120,33 @@ def classifier_step(model, opt):
         opt.step()
         return loss
     return step
+
+
+# Layouts of `laid_out`: the geometries whose memory order a new result may follow.
+MEMORY_LAYOUTS = ["contiguous", "transposed", "permuted", "stepped", "expanded", "offset"]
+
+
+def laid_out(T, layout, values):
+    """``values`` (a NumPy array of 2 or more dims) as a tensor of library ``T`` (jitorch or torch) in
+    ``layout``: the same geometry in both libraries. "expanded" repeats the first slice along dim 0."""
+    if layout == "contiguous":
+        return T.tensor(values)
+    if layout == "transposed":
+        return T.tensor(np.ascontiguousarray(np.swapaxes(values, -1, -2))).transpose(-1, -2)
+    if layout == "permuted":  # dim 0 innermost
+        return T.tensor(np.ascontiguousarray(np.moveaxis(values, 0, -1))).movedim(-1, 0)
+    if layout == "stepped":
+        steps = tuple(slice(None, None, 2) for _ in values.shape)
+        big = np.zeros(tuple(2 * n for n in values.shape), values.dtype)
+        big[steps] = values
+        return T.tensor(big)[steps]
+    if layout == "expanded":
+        return T.tensor(np.ascontiguousarray(values[:1])).expand(*values.shape)
+    if layout == "offset":
+        return T.tensor(np.concatenate([np.zeros(3, values.dtype), values.reshape(-1)]))[3:].view(*values.shape)
+    raise ValueError(layout)
+
+
+def tensor_geometry(t):
+    """`geometry` of a tensor (jitorch's or torch's)."""
+    return geometry(tuple(t.shape), t.stride(), t.storage_offset())

@@ -20,6 +20,12 @@ Memory is planned once, when the graph is built (see `_plan`):
 
 A call takes a free arena (a new one when another thread holds them all), so
 concurrent calls of one compiled graph never share buffers.
+
+Buffers are compact, except where eager's layout shows (`Graph.layouts`): an input
+that is a permutation of a dense layout is read in place through its strides, and
+a result whose memory a call returns and that eager lays out in its operands'
+memory order is written in that order; the outputs the plan cannot vouch for are
+checked against eager's layout at the end of the call (`eager_layouts`).
 """
 
 from __future__ import annotations
@@ -38,15 +44,16 @@ from ..ir.passes import optimize
 from ..ir.passes.fusion import Group, fuse
 from ..ir.printer import op_counts
 from ..jit import logs
-from ..jit.compile import refresh_captured_state, returned_view, set_grads, write_back
+from ..jit.compile import eager_layouts, refresh_captured_state, returned_view, set_grads, write_back
 from ..ops import registry
+from ..ops.registry import laid_out
 from ..runtime import allocator
 from ..runtime import dtypes as _dt
 from ..runtime.casts import convert
 from ..runtime.storage import Storage
 from ..runtime.strided import contiguous_strides
 from ..tensor import Tensor
-from ..utils.pytree import tree_map
+from ..utils.pytree import tree_leaves, tree_map
 from . import cpu, mathlib  # noqa: F401  (mathlib: loaded with the backend, not on the first call)
 from .kernel import CompileError, build, composes, is_row_softmax
 from .straightline import Source
@@ -96,6 +103,8 @@ class KernelStep:
         self.inplace_outputs = []  # (argument index, value, the input value whose memory it takes)
         self.inplace_kernel = None  # the kernel built knowing those outputs share their input's pointer
         self.eager_made = set()    # inputs computed by eager steps
+        self.compacted = set()     # inputs laid out otherwise than this kernel reads them (see _kernel_layouts)
+        self.layouts = {}          # value -> strides of the buffers it reads and writes that are not compact
 
     def reads(self):
         return self.inputs
@@ -122,12 +131,19 @@ class KernelStep:
             if v in self.eager_made:
                 src.emit(f"env[{value}] = t = _compact(env[{value}])", indent)
                 src.emit(f"a[{i}] = t._storage.data_ptr()", indent)
+            elif v in self.compacted:  # laid out for its other readers: a compact copy, held until the call
+                src.emit(f"held{i} = _compact(env[{value}])", indent)
+                src.emit(f"a[{i}] = held{i}._storage.data_ptr()", indent)
             else:
                 src.emit(f"a[{i}] = env[{value}]._storage.data_ptr()", indent)
         for i, v, strides in self.fresh_outputs:
             shape, dtype = v.type.shape, v.type.dtype
             nbytes = _numel(v) * dtype.itemsize
-            made = f"_make(_Storage(arr, {src.name(dtype, 'dt')}), {shape!r}, {strides!r}, 0, arr)"
+            if strides != contiguous_strides(shape):  # a flat buffer: arr is no view of the tensor
+                made = f"_make(_Storage(arr, {src.name(dtype, 'dt')}), {shape!r}, {strides!r}, 0)"
+                shape = (_numel(v),)
+            else:
+                made = f"_make(_Storage(arr, {src.name(dtype, 'dt')}), {shape!r}, {strides!r}, 0, arr)"
             if nbytes < allocator.MIN_BYTES:  # small: the pool would not keep it
                 src.emit(f"arr = _np_empty({shape!r}, {src.name(dtype.np, 'np')})", indent)
                 src.emit(f"env[{src.name(v, 'v')}] = {made}", indent)
@@ -223,7 +239,7 @@ class EagerStep:
             if geo is not None:
                 root, shape, strides, offset, compact = geo
                 base = env[root]
-                if base._offset == 0 and base._stride == compact:  # compact, as the graph's values are
+                if base._offset == 0 and base._stride == compact:  # laid out as planned
                     env[out] = Tensor._view_of(base, shape, strides, offset)
                     continue
             args = [_substitute(a, env, node.op.view is not None) for a in node.args]
@@ -237,19 +253,18 @@ class EagerStep:
         return f"<eager {' '.join(n.op.name for n in self.nodes)}>"
 
 
-def _static_views(nodes, by_value):
-    """Per view node of an eager step: (root value, shape, strides, offset, the root's compact
-    strides), its geometry over the value its chain of views starts from, known before any call
-    (a chain such as ``t`` then ``transpose`` composes, across steps through ``by_value``; the
-    root is compact at run time)."""
+def _static_views(nodes, by_value, layouts):
+    """Per view node of an eager step: (root value, shape, strides, offset, the root's strides),
+    its geometry over the value its chain of views starts from, known before any call (a chain
+    such as ``t`` then ``transpose`` composes, across steps through ``by_value``; the root is
+    compact at run time, or laid out as ``layouts`` says)."""
     geometry = {}
     for node in nodes:
         base = node.args[0] if node.args else None
         if (node.op.view is None or len(node.outputs) != 1 or not isinstance(base, Value)
                 or any(isinstance(a, Value) for a in iter_values(node.args[1:]))):
             continue
-        root, shape, strides, offset = by_value.get(base, (base, base.type.shape,
-                                                            contiguous_strides(base.type.shape), 0))
+        root, shape, strides, offset = by_value.get(base, (base, base.type.shape, _strides(base, layouts), 0))
         if not composes(node, shape, strides, offset):  # the eager kernel runs on the compacted input
             continue
         fake = fake_tensor(shape, base.type.dtype, base.type.device, strides, offset,
@@ -262,8 +277,13 @@ def _static_views(nodes, by_value):
             continue
         shape, strides, offset = tuple(geo[0]), tuple(geo[1]), geo[2]
         by_value[node.outputs[0]] = (root, shape, strides, offset)
-        geometry[node] = (root, shape, strides, offset, contiguous_strides(root.type.shape))
+        geometry[node] = (root, shape, strides, offset, _strides(root, layouts))
     return geometry
+
+
+def _strides(value, layouts):
+    """The strides of ``value``'s buffer: compact unless ``layouts`` says otherwise."""
+    return layouts.get(value) or contiguous_strides(value.type.shape)
 
 
 def _substitute(arg, env, compact):
@@ -314,7 +334,7 @@ def _feeding_reductions(nodes):
 class Plan:
     """Where each value of a compiled graph lives; see the module docstring."""
 
-    def __init__(self, graph, steps):
+    def __init__(self, graph, steps, layouts):
         self.slots = {}          # value -> arena slot
         self.slot_bytes = []     # per slot: its size
         self.inplace = {}        # mutated value -> the input or constant value whose memory it reuses
@@ -331,7 +351,8 @@ class Plan:
                     and step.kernel.source.split is None:
                 for v in step.outputs:
                     target = mutated.get(v)
-                    if target is not None and shared_values.get(v, 0) == 1 and self._can_update_in_place(
+                    if target is not None and shared_values.get(v, 0) == 1 and target not in layouts \
+                            and v not in layouts and self._can_update_in_place(
                             step, j, v, target, root, last_use, escaping):
                         self.inplace[v] = target
         arena_candidates = set()
@@ -344,7 +365,7 @@ class Plan:
         for j, step in enumerate(steps):
             for v in step.writes():
                 if (v in arena_candidates and root.get(v, v) is v and v not in escaping and v not in self.inplace
-                        and v not in inputs and last_use.get(v) is not None):
+                        and v not in inputs and v not in layouts and last_use.get(v) is not None):
                     nbytes = _numel(v) * v.type.dtype.itemsize
                     pool = free.get(nbytes)
                     slot = pool.pop() if pool else None
@@ -359,15 +380,16 @@ class Plan:
         views = {}
         for step in steps:
             if isinstance(step, EagerStep):
-                step.geometry = _static_views(step.nodes, views)
+                step.geometry = _static_views(step.nodes, views, layouts)
         eager_made = {v for step in steps if isinstance(step, EagerStep) for v in step.writes()}
         for step in steps:
             if not isinstance(step, EagerStep):  # a kernel, of the CPU's or the CUDA device's
                 step.eager_made = eager_made & set(step.inputs)
             if isinstance(step, KernelStep):
+                step.compacted = {v for v in step.inputs if v in layouts and v not in step.layouts}
                 args = (*step.inputs, *step.outputs)
                 step.dynamic_inputs = [(i, v) for i, v in enumerate(step.inputs) if v not in self.slots]
-                step.fresh_outputs = [(i, v, contiguous_strides(v.type.shape)) for i, v in enumerate(args)
+                step.fresh_outputs = [(i, v, _strides(v, layouts)) for i, v in enumerate(args)
                                       if i >= len(step.inputs) and v not in self.slots and v not in self.inplace]
                 step.inplace_outputs = [(i, v, self.inplace[v]) for i, v in enumerate(args)
                                         if i >= len(step.inputs) and v in self.inplace]
@@ -441,9 +463,13 @@ class CompiledGraph:
         self.kernels = []
         self._backend = _backend(device or _device_of(self.graph))
         self._cache = cache
+        self._wanted = self._wanted_layouts()
+        # the buffers laid out as eager's (see the module docstring): inputs, and what kernels write
+        self.layouts = {v: self._wanted[v] for v in self.graph.inputs if v in self._wanted}
         for i, group in enumerate(self.groups):
             self._lower(group, f"jitorch_k{i}", split=True)
-        self.plan = Plan(self.graph, self.steps)
+        self.plan = Plan(self.graph, self.steps, self.layouts)
+        self._checked = self._unvouched_layouts()
         self._build_inplace_kernels()
         self._arenas = []
         self._inplace_targets = {self.plan.inplace[v] for v in self.plan.inplace}
@@ -453,6 +479,40 @@ class CompiledGraph:
         self._execute, self.run, self.source = self._generate()
         if self.graph.meta_warnings:
             self.run = _warning_as_traced(self.graph, self.run)
+
+    def _wanted_layouts(self):
+        """The graph's values whose buffers take eager's layout (`Graph.layouts`): on the CPU, those
+        still in the graph after optimisation; CUDA's buffers are compact."""
+        if self._backend[2] is not KernelStep:
+            return {}
+        defined = set(self.graph.inputs).union(*(node.outputs for node in self.graph.nodes))
+        return {v: strides for v, strides in self.graph.layouts.items() if v in defined}
+
+    def _kernel_layouts(self, group):
+        """The layouts a group's kernel reads and writes: its inputs laid out so already, and its outputs
+        eager lays out so (a value an eager step made is compacted before a kernel reads it, as are the rows
+        a softmax kernel reads)."""
+        softmax = group.kind not in ("pointwise", "reduction", "view")
+        layouts = {v: self.layouts[v] for v in group.inputs if v in self.layouts and not softmax}
+        layouts.update((v, self._wanted[v]) for v in group.outputs if v in self._wanted)
+        return layouts
+
+    def _unvouched_layouts(self):
+        """The storages of `Graph.output_layouts` whose layout the plan does not make eager's by itself:
+        all but the single outputs a kernel writes in new memory with eager's strides, each returned once."""
+        leaves = tree_leaves(self.graph.outputs)
+        fresh = {v: strides for step in self.steps if type(step) is KernelStep and step.kernel.source.split is None
+                 for _, v, strides in step.fresh_outputs}
+        returned = [leaves[k] for _, members in self.graph.output_layouts for k, _, _ in members]
+        checked = []
+        for size, members in self.graph.output_layouts:
+            k, strides, offset = members[0]
+            v = leaves[k]
+            if len(members) == 1 and v in fresh and returned.count(v) == 1 and offset == 0 and size == _numel(v) \
+                    and all(n == 1 or a == b for n, a, b in zip(v.type.shape, fresh[v], strides)):
+                continue
+            checked.append((size, members))
+        return checked
 
     def _lower(self, group, name, split):
         """Append the steps of one fusion group: a kernel, or eager steps for what the code
@@ -465,8 +525,9 @@ class CompiledGraph:
         if not lowered:
             self.steps.append(EagerStep(group.nodes, group.kind))
             return
+        layouts = self._kernel_layouts(group)
         try:
-            kernel = compile_kernel(build(group, f"{name}_{group.kind}", target), self._cache)
+            kernel = compile_kernel(build(group, f"{name}_{group.kind}", target, layouts=layouts), self._cache)
         except CompileError as e:
             if group.kind == "view":  # views that need no copy: tensor headers, made by an eager step
                 self.steps.append(EagerStep(group.nodes, group.kind))
@@ -485,8 +546,9 @@ class CompiledGraph:
             self.steps.append(EagerStep(group.nodes, f"LLVM error: {e}"))
             return
         self.kernels.append(kernel)
+        self.layouts.update((v, layouts[v]) for v in group.outputs if v in layouts)
         step = step_type(kernel, group.nodes)
-        step.group, step.name = group, f"{name}_{group.kind}"
+        step.group, step.name, step.layouts = group, f"{name}_{group.kind}", layouts
         self.steps.append(step)
 
     def _build_inplace_kernels(self):
@@ -499,7 +561,8 @@ class CompiledGraph:
                 continue
             aliases = {v: t for _, v, t in step.inplace_outputs if t in step.inputs}
             if aliases:
-                step.inplace_kernel = compile_kernel(build(step.group, step.name, target, aliases), self._cache)
+                step.inplace_kernel = compile_kernel(build(step.group, step.name, target, aliases, step.layouts),
+                                                     self._cache)
 
     def __call__(self, inputs):
         """(outputs pytree, mutations) on ``inputs`` (flat list in graph-input order)."""
@@ -562,15 +625,18 @@ class CompiledGraph:
                              _arenas=self._arenas, _Arena=Arena, _plan=self.plan, _steps=self.steps,
                              _graph=g, _constants=g.constant_tensors, _unshared=self._unshared,
                              _outputs=self._outputs, _finish=self._finish, _set_grads=set_grads,
-                             _view=returned_view)
+                             _view=returned_view, _laid_out=laid_out)
         if g.grad_constants or g.refreshers:
             src.emit("_refresh(_graph)")
         src.emit("env = {}")
         for i, v in enumerate(g.inputs):
-            # the guards made the input contiguous; compact as well unless it is a view into more memory
+            # the guards made the input contiguous, or gave it the strides of the trace's (when its buffer takes
+            # them, see Graph.layouts); it is copied into that layout unless it fills its memory so
+            strides = self.layouts.get(v)
+            relaid = "_compact(t)" if strides is None else f"_laid_out(t, {strides!r})"
             src.emit(f"t = inputs[{i}]")
             src.emit(f"env[{src.name(v, 'v')}] = t if t._offset == 0 and t._storage.size == {_numel(v)} "
-                     f"and t._stride == {contiguous_strides(v.type.shape)!r} else _compact(t)")
+                     f"and t._stride == {_strides(v, self.layouts)!r} else {relaid}")
         for name, v in g.constants.items():
             src.emit(f"env[{src.name(v, 'v')}] = _compact(_constants[{name!r}])")
         # in place only into memory no other input shares (f(w, w) must not see w change midway)
@@ -595,7 +661,7 @@ class CompiledGraph:
         src.emit("finally:")
         src.emit("_arenas.append(arena)", 2)
         execute, _ = src.function("execute", "inputs", ["return env"])
-        outputs = self._outputs_source(src)
+        outputs = "_outputs(env)" if self._checked else self._outputs_source(src)
         if g.mutations:
             tail = "return _finish(inputs, env)"
         elif g.grad_targets or g.geometry_changes or g.output_aliases and outputs == "_outputs(env)":
@@ -613,9 +679,9 @@ class CompiledGraph:
 
     def _outputs(self, env):
         out = self.graph.outputs
-        if isinstance(out, Value):
-            return env[out]
-        return tree_map(lambda leaf: env[leaf] if isinstance(leaf, Value) else leaf, out)
+        out = env[out] if isinstance(out, Value) else tree_map(lambda leaf: env[leaf] if isinstance(leaf, Value)
+                                                               else leaf, out)
+        return eager_layouts(self.graph, out, self._checked) if self._checked else out
 
 
 def _device_of(graph):

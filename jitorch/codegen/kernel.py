@@ -1,9 +1,11 @@
 """The kernel builder: a fused group of graph nodes becomes one LLVM function.
 
-Every buffer a kernel touches is compact (C-contiguous, offset 0), so index
-maths is static: each input is read through an affine map from the iteration
-index (its strides, broadcast dims at stride 0, folded view ops composed in),
-and each output is written contiguously. Adjacent dims that every access
+Every buffer a kernel touches is dense from offset 0, and compact (C-contiguous)
+unless ``layouts`` gives its strides (an input laid out so, a result eager lays
+out so), so index maths is static: each input is read through an affine map from
+the iteration index (its strides, broadcast dims at stride 0, folded view ops
+composed in), and each output is written through its strides. A pointwise
+kernel loops in its first output's memory order. Adjacent dims that every access
 steps through contiguously are merged, so the common case is one flat loop.
 
 A pointwise kernel loops over its output's shape. A reduction kernel loops
@@ -113,16 +115,17 @@ def composes(node, shape, strides, offset):
 class _Builder:
     """Shared machinery: buffers, geometry of leaves, evaluation of node expressions."""
 
-    def __init__(self, group, name, target=None, aliases=None):
+    def __init__(self, group, name, target=None, aliases=None, layouts=None):
         self.group = group
         self.name = name
         self.target = target or CPU
         # output -> input whose buffer it is written into (an in-place update): one pointer for both,
         # so LLVM sees a load and a store at the same address, not two arrays that may overlap
         self.aliases = aliases or {}
+        self.layouts = layouts or {}  # Value -> strides of a buffer that is not compact (dense, offset 0)
         self.geometry = {}     # Value -> (root Value, shape, strides, offset): readable leaves
         for v in group.inputs:
-            self.geometry[v] = (v, v.type.shape, contiguous_strides(v.type.shape), 0)
+            self.geometry[v] = (v, v.type.shape, self.strides(v), 0)
         self.computed = []     # nodes evaluated by expression
         for node in group.nodes:
             if node.op.view is not None:
@@ -130,6 +133,10 @@ class _Builder:
             else:
                 self.computed.append(node)
         self.roots = list(dict.fromkeys(g[0] for g in self.geometry.values()))
+
+    def strides(self, value):
+        """The strides of ``value``'s buffer."""
+        return self.layouts.get(value) or contiguous_strides(value.type.shape)
 
     def _fold_view(self, node):
         src = node.args[0]
@@ -250,9 +257,9 @@ class _Builder:
         return [e.cast(result, out_dtype)]
 
 
-def build_pointwise(group, name, target=None, aliases=None):
-    """A pointwise group's kernel: one loop nest over its output shape."""
-    bld = _Builder(group, name, target, aliases)
+def build_pointwise(group, name, target=None, aliases=None, layouts=None):
+    """A pointwise group's kernel: one loop nest over its output shape, in its first output's memory order."""
+    bld = _Builder(group, name, target, aliases, layouts)
     outputs = list(group.outputs)
     space = tuple(outputs[0].type.shape)
     for out in outputs:
@@ -260,10 +267,11 @@ def build_pointwise(group, name, target=None, aliases=None):
             raise CompileError(f"pointwise group with outputs of shapes {space} and {out.type.shape}")
     leaves = [v for v in bld.geometry if _used(v, bld)]
     reads = [_broadcast_strides(bld.geometry[v][2], bld.geometry[v][1], space) for v in leaves]
-    write = list(contiguous_strides(space))
-    sizes, collapsed = _collapse(list(space), reads + [write])
+    writes = [list(bld.strides(out)) for out in outputs]
+    order = sorted(range(len(space)), key=lambda d: -writes[0][d])  # outermost first: row-major if compact
+    sizes, collapsed = _collapse([space[d] for d in order], [[a[d] for d in order] for a in reads + writes])
     leaf_strides = dict(zip(leaves, collapsed[:len(leaves)]))
-    out_strides = collapsed[-1]
+    out_strides = dict(zip(outputs, collapsed[len(leaves):]))
     module, kernel, ptr, b, e = bld.begin(bld.roots + outputs)
 
     def body(b, idx):
@@ -273,14 +281,14 @@ def build_pointwise(group, name, target=None, aliases=None):
         memo = {}
         for out in outputs:
             s = bld.evaluate(e, out, memo, load)
-            e.store(s, b.gep(ptr[out], [bld.offset(b, idx, out_strides, 0)]))
+            e.store(s, b.gep(ptr[out], [bld.offset(b, idx, out_strides[out], 0)]))
 
     bld.target.map_loops(bld, b, sizes, body, kernel.args[0], kernel.args[1])
     return bld.finish(b, kernel, KernelSource(name, "pointwise", [n.op.name for n in group.nodes], bld.roots,
                                               outputs, bld.target.outer(sizes), prod(space)))
 
 
-def build_copy(group, name, target=None, aliases=None):
+def build_copy(group, name, target=None, aliases=None, layouts=None):
     """A view group in which one view needs its elements copied (a reshape of a strided value: a
     convolution's windows, merged): one loop nest over the copied value's shape, reading through
     the views folded before it, writing compactly, which is the reshape's result in row-major order.
@@ -291,7 +299,7 @@ def build_copy(group, name, target=None, aliases=None):
         raise CompileError("a view group with outputs other than its last view's")
     if any(isinstance(a, Value) for n in group.nodes for a in iter_values(n.args[1:])):
         raise CompileError("a view whose geometry depends on another tensor")
-    bld = _Builder(replace(group, nodes=[]), name, target, aliases)
+    bld = _Builder(replace(group, nodes=[]), name, target, aliases, layouts)
     copying = None
     for node in group.nodes:
         if node.args[0] not in bld.geometry:
@@ -332,10 +340,10 @@ def _used(value, bld):
     return any(value in list(iter_values(n.args)) for n in bld.computed) or value in bld.group.outputs
 
 
-def build_reduction(group, name, target=None, aliases=None):
+def build_reduction(group, name, target=None, aliases=None, layouts=None):
     """A reduction group's kernel: kept dims outside, reduced dims inside, then the epilogue (or, when
     the innermost input dim is kept, a chunk of kept elements reduced with the reduced dims outside)."""
-    bld = _Builder(group, name, target, aliases)
+    bld = _Builder(group, name, target, aliases, layouts)
     red = next(n for n in bld.computed if n.op.name in lowering.REDUCTION_OPS)
     x = red.args[0]
     in_shape = tuple(x.type.shape)
@@ -376,21 +384,25 @@ def build_reduction(group, name, target=None, aliases=None):
         space = in_shape if out in pro_outs else out_shape
         if tuple(out.type.shape) != space:
             raise CompileError(f"reduction group output {out.type} is not over {list(space)}")
-    out_write = contiguous_strides(tuple(kept_sizes))
-    in_write = contiguous_strides(in_shape)
-    pro_write = [in_write[d] for d in order]
+    out_write = contiguous_strides(tuple(kept_sizes))  # where the accumulators of a chunk lie
+    pro_writes = [[bld.strides(o)[d] for d in order] for o in pro_outs]
+    epi_outs = [o for o in outputs if o not in pro_outs]
+    epi_writes = [[s[i] for i in range(len(kept))] if not keepdim else [s[d] for d in kept]
+                  for s in (bld.strides(o) for o in epi_outs)]
     # merge dims separately inside the kept part and the reduced part
-    inner_acc = [over_input(v) for v in inner_leaves] + [pro_write] * len(pro_outs)
+    inner_acc = [over_input(v) for v in inner_leaves] + pro_writes
     k_sizes, k_strides = _collapse(kept_sizes, [a[:len(kept)] for a in inner_acc] +
-                                   [over_output(v) for v in outer_leaves] + [list(out_write)])
+                                   [over_output(v) for v in outer_leaves] + epi_writes + [list(out_write)])
     r_sizes, r_strides = _collapse(red_sizes, [a[len(kept):] for a in inner_acc])
     n_inner = len(inner_leaves)
     inner_kept = dict(zip(inner_leaves, k_strides[:n_inner]))
     inner_red = dict(zip(inner_leaves, r_strides))
     n_acc = len(inner_acc)
-    pro_kept = k_strides[n_inner] if pro_outs else None
-    pro_red = r_strides[n_inner] if pro_outs else None
-    outer_strides = dict(zip(outer_leaves, k_strides[n_acc:n_acc + len(outer_leaves)]))
+    pro_kept = dict(zip(pro_outs, k_strides[n_inner:n_acc]))
+    pro_red = dict(zip(pro_outs, r_strides[n_inner:]))
+    n_outer = n_acc + len(outer_leaves)
+    outer_strides = dict(zip(outer_leaves, k_strides[n_acc:n_outer]))
+    epi_strides = dict(zip(epi_outs, k_strides[n_outer:n_outer + len(epi_outs)]))
     write = k_strides[-1]
 
     module, kernel, ptr, b, e = bld.begin(bld.roots + outputs)
@@ -414,7 +426,7 @@ def build_reduction(group, name, target=None, aliases=None):
         item = reduction.enter(e, bld.evaluate(e, x, memo, load), compute, acc_dtype)
         e.store(combine(e, e.load(slot, acc_dtype), item), slot)
         for out in pro_outs:
-            off = bld.offset(b, kidx + ridx, list(pro_kept) + list(pro_red), 0)
+            off = bld.offset(b, kidx + ridx, list(pro_kept[out]) + list(pro_red[out]), 0)
             e.store(bld.evaluate(e, out, memo, load), b.gep(ptr[out], [off]))
 
     def results(b, kidx, slot):
@@ -432,7 +444,7 @@ def build_reduction(group, name, target=None, aliases=None):
             if out in pro_outs:
                 continue
             s = bld.evaluate(e, out, memo, load_outer)
-            e.store(s, b.gep(ptr[out], [bld.offset(b, kidx, write, 0)]))
+            e.store(s, b.gep(ptr[out], [bld.offset(b, kidx, epi_strides[out], 0)]))
 
     def kept_body(b, kidx):
         e.store(identity, acc)
@@ -550,11 +562,13 @@ def is_row_softmax(node):
         t.dtype in (_dt.float32, _dt.float64) and t.shape[-1] > 0
 
 
-def build_softmax(group, name, target=None, aliases=None):
+def build_softmax(group, name, target=None, aliases=None, layouts=None):
     """Row softmax in one kernel: per row, a max pass, a pass writing exp(x - max) and summing
     it, and a pass normalising in place (the row stays in cache between passes)."""
     node = group.nodes[0]
     x = node.args[0]
+    if layouts and x in layouts:
+        raise CompileError("softmax of a value that is not compact: its rows are not contiguous")
     dtype = x.type.dtype
     cols = x.type.shape[-1]
     rows = prod(x.type.shape[:-1])
@@ -606,17 +620,18 @@ def build_softmax(group, name, target=None, aliases=None):
                       "block")
 
 
-def build(group, name, target=None, aliases=None):
+def build(group, name, target=None, aliases=None, layouts=None):
     """The kernel source of a fusion group for ``target`` (default the CPU; CompileError if it has
-    no kernel form). ``aliases``: output -> input it is computed into, in place."""
+    no kernel form). ``aliases``: output -> input it is computed into, in place; ``layouts``: value ->
+    strides of the buffers that are not compact (dense from offset 0 in another order)."""
     if group.kind == "pointwise":
-        return build_pointwise(group, name, target, aliases)
+        return build_pointwise(group, name, target, aliases, layouts)
     if group.kind == "reduction":
-        return build_reduction(group, name, target, aliases)
+        return build_reduction(group, name, target, aliases, layouts)
     if group.kind == "view":
-        return build_copy(group, name, target, aliases)
+        return build_copy(group, name, target, aliases, layouts)
     if len(group.nodes) == 1 and is_row_softmax(group.nodes[0]):
-        return build_softmax(group, name, target, aliases)
+        return build_softmax(group, name, target, aliases, layouts)
     raise CompileError(f"a {group.kind} group has no kernel")
 
 

@@ -128,6 +128,11 @@ class Graph:
         self.python_guards: list = []    # zero-argument checks of Python state the trace assumed
         self.refreshers: list = []       # run before each call: captured scalars take their new values
         self.output_aliases: dict = {}   # output leaf index -> (input index or constant name, view geometry or None)
+        # eager's layout of the outputs that are new tensors: [(storage size, ((leaf index, strides, offset),
+        # ...))], one per storage; and {Value: strides} of the results whose memory they lie in, where not
+        # contiguous (see `Tracer.output_layouts`)
+        self.output_layouts: list = []
+        self.layouts: dict = {}
         # input index or constant name -> (shape, strides, offset from its own): an in-place view op
         # (``x.t_()``) gave that tensor this geometry, which a call gives the real one
         self.geometry_changes: dict = {}

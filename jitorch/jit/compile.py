@@ -448,7 +448,9 @@ def run_graph(graph, args, kwargs, executable=None):
 
 def set_grads(graph, inputs, outputs):
     """A traced backward() set inputs' or captured parameters' .grad: set the real ones; the user's
-    result is returned, with the inputs and captured tensors it returned as themselves."""
+    result is returned, with the inputs and captured tensors it returned as themselves, and its new
+    tensors laid out as eager's."""
+    outputs = eager_layouts(graph, outputs)
     if graph.output_aliases:
         outputs = returned_aliases(graph, inputs, outputs)
     change_geometry(graph, inputs)
@@ -459,6 +461,40 @@ def set_grads(graph, inputs, outputs):
         owner = inputs[target] if isinstance(target, int) else graph.constant_tensors[target]
         owner.grad = g
     return result
+
+
+def eager_layouts(graph, outputs, groups=None):
+    """``outputs`` with their new tensors laid out as eager's (`Tracer.output_layouts`): each storage's
+    leaves (of ``groups``, default all) that a backend gave other strides, offsets or memory are copied
+    into new memory of eager's size, at eager's places (memory eager's leaves do not show is zeros). Leaves
+    that require grad keep their history, and so their layout."""
+    groups = graph.output_layouts if groups is None else groups
+    if not groups:
+        return outputs
+    leaves, spec = tree_flatten(outputs)
+    for size, members in groups:
+        tensors = [leaves[k] for k, _, _ in members]
+        if not _as_eager(tensors, size, members) and not any(t.requires_grad for t in tensors) \
+                and len({t.dtype for t in tensors}) == 1:
+            with _grad_mode.no_grad():
+                storage = Tensor._empty((size,), tensors[0].dtype, tensors[0].device).zero_()._storage
+                for t, (k, strides, offset) in zip(tensors, members):
+                    leaves[k] = Tensor._make(storage, t._shape, strides, offset)
+                    leaves[k]._write(t)
+    return tree_unflatten(leaves, spec)
+
+
+def _as_eager(tensors, size, members):
+    """Whether ``tensors`` lie in one storage of ``size`` elements at eager's places (``members``), the
+    strides of size-1 dims aside."""
+    storage = tensors[0]._storage
+    for t, (_, strides, offset) in zip(tensors, members):
+        if t._storage is not storage or t._storage.size != size:
+            return False
+        if t.numel() and (t._offset != offset or any(n != 1 and a != b for n, a, b in zip(t._shape, t._stride,
+                                                                                             strides))):
+            return False
+    return True
 
 
 def returned_aliases(graph, inputs, outputs):

@@ -49,7 +49,7 @@ class TraceStorage(Storage):
     """
 
     __slots__ = ("tracer", "_value", "build", "base_shape", "origin", "origin_geometry", "initial_version",
-                 "compact")
+                 "compact", "laid_out")
 
     def __init__(self, tracer, value, origin=None, compact=True, base_type=None, build=None):
         t = base_type or value.type
@@ -62,6 +62,7 @@ class TraceStorage(Storage):
         self.origin_geometry = None  # (shape, strides) of the origin's tensor over this storage
         self.initial_version = 0
         self.compact = compact      # False when as_strided on the real tensor would reach other memory
+        self.laid_out = None        # (Value, strides): the memory of a new result eager lays out that way
 
     @property
     def value(self):
@@ -128,16 +129,30 @@ class Tracer:
         if real.is_contiguous():
             fake = self.new_fake(value, origin=value, requires_grad=real.requires_grad, compact=_is_compact(real))
         else:
-            shape, strides = tuple(real.shape), tuple(real._stride)
-            base_shape, build = _spanned_memory(shape, strides)
-            storage = TraceStorage(self, None, value, base_type=TensorType(base_shape, real.dtype, real.device),
-                                   build=lambda: self.value_of(build(self.new_fake(value))),
-                                   compact=_is_compact(real))
-            fake = self._fake_over(storage, value, shape, strides, real.requires_grad)
+            fake = self.strided_fake(value, tuple(real._stride), value, _is_compact(real), real.requires_grad)
         if real.requires_grad and real.grad_fn is not None:
             # not a leaf, as ``real``: in-place ops on it are allowed as eagerly. A captured tensor's gradient
             # goes on into its history (where autograd.grad finds it); an input's is the compiled call's to pass on
             fake.grad_fn = OutsideHistory() if id(real) in self.real_inputs else gradient_edge(real)
+        return fake
+
+    def strided_fake(self, value, strides, origin=None, compact=True, requires_grad=False):
+        """A fake holding ``value`` with non-contiguous ``strides``; its storage stands for the memory such
+        a tensor spans, whose value is built from ``value`` only when something reads that memory other
+        than through the tensor itself (see `_spanned_memory`)."""
+        t = value.type
+        base_shape, build = _spanned_memory(t.shape, strides)
+        storage = TraceStorage(self, None, origin, base_type=TensorType(base_shape, t.dtype, t.device),
+                               build=lambda: self.value_of(build(self.new_fake(value))), compact=compact)
+        return self._fake_over(storage, value, t.shape, strides, requires_grad)
+
+    def result_fake(self, value, strides):
+        """The fake of a new result: compact, or laid out with ``strides`` as eager lays it out
+        (`registry.result_strides`), so views, ``is_contiguous`` and later results see eager's layout."""
+        if strides is None or strides == contiguous_strides(value.type.shape):
+            return self.new_fake(value)
+        fake = self.strided_fake(value, strides)
+        fake._storage.laid_out = (value, strides)
         return fake
 
     def stands_in(self, t):
@@ -366,7 +381,8 @@ class Tracer:
                               "so it cannot be part of a graph of fixed shapes")
         outputs = self.add(op, self.node_args(op, args),
                            [TensorType(tuple(s.shape), s.dtype, s.device) for s in specs])
-        fakes = [self.new_fake(v) for v in outputs]
+        strides = registry.result_strides(op, spec, args)
+        fakes = [self.result_fake(v, strides) for v in outputs]
         if op.requires_grad_index is not None and args[op.requires_grad_index]:
             fakes[0]._requires_grad = True
         if isinstance(spec, registry.TensorSpec):
@@ -522,6 +538,8 @@ class Tracer:
                                  "hold (outputs are tensors, numbers, strings and None in tuples, lists and dicts)")
         self.graph.outputs = tree_unflatten(values, spec)
         self.graph.output_aliases = self.output_aliases(leaves)
+        self.graph.output_layouts, layouts = self.output_layouts(leaves, self.graph.output_aliases)
+        self.graph.layouts.update(layouts)
         # whether any output depends differentiably on inputs that require grad (then a compiled
         # call must give its outputs a backward node)
         self.graph.outputs_require_grad = any(isinstance(leaf, Tensor) and leaf.requires_grad for leaf in leaves)
@@ -608,6 +626,23 @@ class Tracer:
             else:
                 aliases[k] = (owner, (shape, strides, fake._offset, bool(leaf.requires_grad)))
         return aliases
+
+    def output_layouts(self, leaves, aliases):
+        """How eager lays out the output leaves that are new tensors (not in ``aliases``): a list with one
+        (storage size, ((leaf index, strides, offset), ...)) per storage they lie in; and, for the storages
+        of new results eager lays out non-contiguously, {the result's Value: its strides}, for an executor
+        to allocate and write those values that way (`jit.compile.eager_layouts` checks the leaves)."""
+        groups, layouts = {}, {}
+        for k, leaf in enumerate(leaves):
+            if not isinstance(leaf, Tensor) or k in aliases:
+                continue
+            fake = self.fake(leaf)
+            st = fake._storage
+            groups.setdefault(id(st), (st.size, []))[1].append((k, tuple(fake._stride), fake._offset))
+            if isinstance(st, TraceStorage) and st.laid_out is not None:
+                value, strides = st.laid_out
+                layouts[value] = strides
+        return [(size, tuple(members)) for size, members in groups.values()], layouts
 
     def check_captured_aliasing(self):
         """Captured tensors are separate graph values: a write through one would be missed by another
@@ -795,6 +830,8 @@ def trace_with_inputs(fn, args, kwargs):
                                            requires_grad=leaf.requires_grad)
             fake_leaves.append(tracer.outside_fake(value, leaf))
             inputs.append(leaf)
+            if not leaf.is_contiguous() and _is_compact(leaf):  # a permutation of a dense layout
+                tracer.graph.layouts[value] = tuple(leaf._stride)
         else:
             fake_leaves.append(leaf)
     fargs, fkwargs = tree_unflatten(fake_leaves, spec)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from ..runtime.casts import copy_into
 from ..runtime.device import to_device
 from .creation import dense_like
-from .registry import TensorSpec, defop
+from .registry import TensorSpec, defop, preserved_strides
 
 
 def _to_copy_meta(x, dtype, device):
@@ -26,4 +26,5 @@ def _to_copy_cpu(spec, x, dtype, device):
 
 defop("_to_copy(Tensor self, *, ScalarType? dtype=None, Device? device=None) -> Tensor",
       meta=_to_copy_meta, cpu=_to_copy_cpu, kind="cast", variants=("function",), cross_device=True,
+      layout=preserved_strides,
       doc="A copy of ``self`` with another dtype and/or device (what ``Tensor.to`` calls).")

@@ -19,7 +19,7 @@ from ..runtime.casts import convert
 from ..runtime.device import to_device
 from ..runtime.strided import broadcast_shapes, numel_overflows
 from . import registry
-from .registry import TensorSpec, defop, scalar_name
+from .registry import TensorSpec, defop, preserved_strides, scalar_name
 
 # torch's "tensor options" keywords of every factory
 OPTIONS = "ScalarType? dtype=None, Device? device=None, bool requires_grad=False"
@@ -354,7 +354,7 @@ for _name, _value, _what in (("zeros", 0, "zeros"), ("ones", 1, "ones"), ("empty
           doc=f"A tensor of {_what} of the given size (default float dtype unless ``dtype``).")
     defop(f"{_name}_like(Tensor input, *, {OPTIONS}) -> Tensor",
           meta=lambda x, dtype, device, rg: like_spec(x, dtype, device),
-          cpu=_like_cpu, kind="creation", variants=("function",), cross_device=True,
+          cpu=_like_cpu, kind="creation", variants=("function",), cross_device=True, layout=preserved_strides,
           doc=f"A tensor of {_what} with the shape, dtype and device of ``input`` unless given.")
     defop(f"new_{_name}(Tensor self, int... size, *, {OPTIONS}) -> Tensor",
           meta=lambda x, size, dtype, device, rg: _new_spec(x, size, dtype, device),
@@ -383,6 +383,7 @@ defop(f"full(int[] size, Scalar fill_value, *, {OPTIONS}) -> Tensor",
 defop(f"full_like(Tensor input, Scalar fill_value, *, {OPTIONS}) -> Tensor",
       meta=lambda x, v, dtype, device, rg: _checked(like_spec(x, dtype, device), v),
       cpu=lambda spec, x, v, *a: dense_like(x, spec.dtype.np, _full_value(spec, v)), kind="creation",
+      layout=preserved_strides,
       variants=("function",), cross_device=True,
       doc="A tensor with the shape (and dtype, device) of ``input`` filled with ``fill_value``.")
 defop(f"new_full(Tensor self, int[] size, Scalar fill_value, *, {OPTIONS}) -> Tensor",
@@ -552,13 +553,18 @@ def _fill_tensor_meta(x, value):
     return _same_spec(x)
 
 
+def _fill_strides(spec, x, value):
+    """``fill``'s layout rule: ``x``'s memory order on the CPU, as torch's; contiguous on CUDA, as its kernel."""
+    return preserved_strides(spec, x) if spec.device.type == "cpu" else None
+
+
 _FILL_DOC = "A tensor like ``self`` filled with ``value`` (cast to ``self``'s dtype); ``fill_`` writes in place."
 defop("fill.Scalar(Tensor self, Scalar value) -> Tensor", meta=_fill_scalar_meta,
-      cpu=lambda spec, x, v: np.full(spec.shape, _full_value(spec, v)), kind="creation",
-      variants=("function", "inplace"), doc=_FILL_DOC)
+      cpu=lambda spec, x, v: dense_like(x, spec.dtype.np, _full_value(spec, v)), kind="creation",
+      variants=("function", "inplace"), layout=_fill_strides, doc=_FILL_DOC)
 defop("fill.Tensor(Tensor self, Tensor value) -> Tensor", meta=_fill_tensor_meta,
-      cpu=lambda spec, x, v: np.full(spec.shape, convert(v, spec.dtype.np)), kind="creation",
-      variants=("function", "inplace"), doc=_FILL_DOC)
+      cpu=lambda spec, x, v: dense_like(x, spec.dtype.np, convert(v, spec.dtype.np)), kind="creation",
+      variants=("function", "inplace"), layout=_fill_strides, doc=_FILL_DOC)
 defop("zero(Tensor self) -> Tensor", meta=_same_spec, cpu=lambda spec, x: np.zeros(spec.shape, spec.dtype.np),
       kind="creation", variants=("inplace",), doc="``x.zero_()`` fills ``x`` with zeros in place.")
 

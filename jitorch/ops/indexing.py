@@ -723,7 +723,7 @@ defop("masked_select(Tensor self, Tensor mask) -> Tensor", meta=_masked_select_m
       doc="The 1-d tensor of the entries of ``self`` (broadcast with ``mask``) where ``mask`` is True.")
 
 defop("argwhere(Tensor self) -> Tensor", meta=lambda x: TensorSpec((None, x.ndim), _dt.int64, x.device),
-      cpu=lambda spec, x: np.argwhere(x != 0), kind="index",
+      cpu=lambda spec, x: np.argwhere(x != 0), kind="index", layout=lambda spec, x: (1, spec.shape[0]),
       doc="The indices of the nonzero entries of ``self``, one row each: shape ``(count, self.ndim)``.")
 
 

@@ -223,7 +223,7 @@ def _fast_path(op, ndims):
             r = _product(a._array(), b._array())
         except ValueError:
             return None
-        r = Tensor._from_array(np.asarray(r), dtype)
+        r = registry.contiguous_result(np.asarray(r), dtype)
         return registry.record_fast(op, args, r) if grad else r
     return fast
 

@@ -19,6 +19,7 @@ import numpy as np
 from ..runtime import dtypes as _dt
 from ..runtime import fp_errors
 from ..runtime.casts import convert
+from ..runtime.strided import is_contiguous, memory_order_strides
 from . import meta as M
 from . import registry
 from .registry import defop
@@ -72,6 +73,7 @@ def defpointwise(schema, formula, promotion=M.DEFAULT, *, variants=("function", 
 
     op.meta = meta
     op.kernels["cpu"] = kernel
+    op.layout = _memory_order(positions, keep)
     defaults = tuple(op.schema.args[i].default for i in others)
     if into is None and isinstance(formula, np.ufunc):
         into = formula
@@ -79,6 +81,37 @@ def defpointwise(schema, formula, promotion=M.DEFAULT, *, variants=("function", 
                                        masked=keep == {0})
     op.attrs.setdefault("promotion", promotion)
     return op
+
+
+def _memory_order(positions, keep):
+    """The layout rule of a pointwise op whose tensor operands are at ``positions`` (``keep``: those it
+    reads in their own dtype): on the CPU its result follows their memory order (`memory_order_strides`,
+    where NumPy's order "K" may differ); on CUDA it is contiguous (docs/differences-from-torch.md)."""
+    def layout(spec, *args):
+        if spec.device.type != "cpu":
+            return None
+        tensors = [(i, a) for i, a in ((i, args[i]) for i in positions) if isinstance(a, registry.Tensor)]
+        if all(is_contiguous(a._shape, a._stride) for _, a in tensors):
+            return None
+        common = spec.compute if spec.dtype is _dt.bool else spec.dtype
+        operands = []
+        for i, a in tensors:
+            strides = a._stride
+            if a.dtype is not common and i not in keep:
+                # torch's TensorIterator reads a copy in the common dtype, laid out densely in a's order
+                strides = memory_order_strides(a._shape, [(a._shape, strides)])
+            operands.append((a._shape, strides))
+        return memory_order_strides(spec.shape, operands)
+    return layout
+
+
+def _in_torch_order(r, tensors):
+    """The fast path's result ``r`` of operands ``tensors`` of its dtype, laid out as torch's: NumPy keeps
+    the one dense layout all operands share, as torch does; otherwise see `memory_order_strides`."""
+    shape, strides = r._shape, r._stride
+    if all(t._shape == shape and t._stride == strides for t in tensors):
+        return r
+    return registry.laid_out(r, memory_order_strides(shape, [(t._shape, t._stride) for t in tensors]))
 
 
 # dtype kinds whose results NumPy computes exactly as torch does, per promotion kind
@@ -219,7 +252,13 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
         finally:
             fp_errors.leave(token)
         r = finish(r, dtype)
-        return record_fast(op, args, r) if grad and r is not None else r
+        if r is None:
+            return None
+        for v in vals:
+            if v.__class__ is np.ndarray and not v.flags.c_contiguous:  # then NumPy's order may not be torch's
+                r = _in_torch_order(r, [a for a in args[:n] if isinstance(a, registry.Tensor)])
+                break
+        return record_fast(op, args, r) if grad else r
 
     def fast_into(args):
         got = operands(args)

@@ -221,7 +221,7 @@ def _reduction_fast(op, fn):
             fp_errors.leave(token)
         if r.dtype != a.dtype:
             return None
-        result = registry.Tensor._from_array(r, x.dtype)
+        result = registry.contiguous_result(r, x.dtype)
         return registry.record_fast(op, args, result) if grad else result
     return fast
 
@@ -599,7 +599,7 @@ def _softmax_fast(op, fn):
             r = fn(x._arr if x._arr is not None else x._array(), axis[0])
         finally:
             fp_errors.leave(token)
-        result = registry.Tensor._from_array(r, x.dtype)
+        result = registry.contiguous_result(r, x.dtype)
         return registry.record_fast(op, args, result) if grad else result
     return fast
 

@@ -37,7 +37,8 @@ from ..runtime import fp_errors
 from ..runtime.casts import convert
 from ..runtime.device import to_device
 from ..runtime.storage import Storage  # noqa: F401  (used by fast paths)
-from ..runtime.strided import INT64_MAX, INT64_MIN, check_numel, contiguous_strides
+from ..runtime.strided import (INT64_MAX, INT64_MIN, check_numel, contiguous_strides, is_contiguous,
+                               memory_order_strides)
 from .overlap import check_write_overlap
 from .schema import parse_schema
 
@@ -124,6 +125,8 @@ class OpDef:
         # only ops with several tensor arguments need the same-device check
         self.multi_tensor = len(self.tensor_args) > 1 or any(is_list for _, is_list in self.tensor_args)
         self.cross_device = bool(attrs.get("cross_device"))  # moves data between devices (copy_, .to)
+        # layout(spec, *args) -> strides of the new result, or None for contiguous: see `result_strides`
+        self.layout = attrs.get("layout")
         names_in = [a.name for a in schema.args]
         self.arg_names = tuple(names_in)
         # "Tensor options" (torch's TensorOptions): a requires_grad argument applies to the result.
@@ -473,7 +476,7 @@ def execute(op, args, spec=None):
             vals[i] = v._array()
     token = fp_errors.enter()
     try:
-        return _wrap(op, spec, kernel(spec, *vals))  # the cast to a half type may overflow, silently
+        return _wrap(op, spec, kernel(spec, *vals), args)  # the cast to a half type may overflow, silently
     finally:
         fp_errors.leave(token)
 
@@ -492,7 +495,9 @@ def _spec_device(spec):
     return to_device("cpu")
 
 
-def _wrap_one(op, spec, raw):
+def _wrap_one(op, spec, raw, args=None):
+    """A kernel's array as the result tensor, laid out as `result_strides` says (given the op's ``args``, for
+    a single result), whatever memory order NumPy chose."""
     if raw.__class__ is not np.ndarray:
         raw = np.asarray(raw)
     npd = spec.dtype.np
@@ -502,7 +507,46 @@ def _wrap_one(op, spec, raw):
         raise AssertionError(
             f"internal error in {op.name}: kernel gave shape {raw.shape}, meta rule said {spec.shape}"
         )
-    return Tensor._from_array(raw, spec.dtype)
+    strides = None if args is None else result_strides(op, spec if None not in spec.shape else
+                                                       TensorSpec(raw.shape, spec.dtype, spec.device), args)
+    if strides is None:
+        return contiguous_result(raw, spec.dtype)
+    return laid_out(Tensor._from_array(raw, spec.dtype), strides)
+
+
+def contiguous_result(arr, dtype):
+    """A kernel's array as a new contiguous tensor (torch's layout for results of ops without a layout
+    rule: reductions, scans, products, indexing), whatever memory order NumPy chose."""
+    return Tensor._from_array(arr if arr.flags.c_contiguous else np.ascontiguousarray(arr), dtype)
+
+
+def result_strides(op, spec, args):
+    """The strides of ``op``'s new result (a single tensor ``spec``) on ``args``, as eager lays it out:
+    the op's ``layout`` rule (pointwise ops follow their operands' memory order, copies and ``_like``
+    factories their input's, ``argwhere`` is column-major as torch's), or None for contiguous. The tracer
+    gives its results these strides too."""
+    layout = op.layout
+    if layout is None or spec.__class__ is not TensorSpec:
+        return None
+    return layout(spec, *args)
+
+
+def preserved_strides(spec, x, *rest):
+    """The layout rule of copies and ``_like`` factories in torch's preserve_format: dense strides in the
+    order of ``x``'s (infer_dense_strides); None (contiguous) for a contiguous ``x``."""
+    if is_contiguous(x._shape, x._stride):
+        return None
+    return memory_order_strides(x._shape, [(x._shape, x._stride)])
+
+
+def laid_out(t, strides):
+    """``t``, or a copy of it in new memory laid out with ``strides`` (dense), unless ``t`` fills its own
+    storage with those strides already."""
+    if t._stride == strides and t._offset == 0 and t._storage.size == t.numel():
+        return t
+    out = Tensor._make(Storage.empty(t.numel(), t.dtype, t.device), t._shape, strides, 0)
+    out._array()[...] = t._array()
+    return out
 
 
 def _matches_unknown(shape, spec_shape):
@@ -510,9 +554,9 @@ def _matches_unknown(shape, spec_shape):
     return len(shape) == len(spec_shape) and all(s is None or s == n for n, s in zip(shape, spec_shape))
 
 
-def _wrap(op, spec, raw):
+def _wrap(op, spec, raw, args):
     if spec.__class__ is TensorSpec:
-        return _wrap_one(op, spec, raw)
+        return _wrap_one(op, spec, raw, args)
     if spec is None:
         return raw
     if isinstance(spec, list):

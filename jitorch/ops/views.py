@@ -13,7 +13,8 @@ from math import prod
 import numpy as np
 
 from ..runtime.strided import (broadcast_shapes, check_numel, contiguous_strides, infer_size, is_contiguous,
-                               is_non_overlapping_and_dense, list_str, view_strides, wrap_dim, wrap_dims)
+                               is_non_overlapping_and_dense, list_str, memory_order_strides, view_strides, wrap_dim,
+                               wrap_dims)
 from .registry import TensorSpec, defop, scalar_name
 
 
@@ -388,36 +389,16 @@ def _alias(x):
 # Copies ---------------------------------------------------------------------------
 
 def dense_strides(shape, strides):
-    """Dense strides keeping the order of ``strides`` (torch's infer_dense_strides).
+    """Dense strides keeping the order of ``strides`` (torch's infer_dense_strides): see
+    `memory_order_strides`."""
+    return memory_order_strides(shape, [(shape, strides)])
 
-    Dims are sorted innermost first by stride, then size; a stride-0 dim keeps
-    its place relative to the others, as in a contiguous tensor.
-    """
-    ndim = len(shape)
-    perm = list(range(ndim - 1, -1, -1))
 
-    def should_swap(a, b):
-        sa, sb = strides[a], strides[b]
-        if sa == 0 or sb == 0:
-            return 0
-        if sa != sb:
-            return 1 if sa > sb else -1
-        return 1 if shape[a] > shape[b] else 0
-
-    for i in range(1, ndim):
-        j = i
-        for k in range(i - 1, -1, -1):
-            c = should_swap(perm[k], perm[j])
-            if c > 0:
-                perm[k], perm[j] = perm[j], perm[k]
-                j = k
-            elif c < 0:
-                break
-    out, acc = [0] * ndim, 1
-    for d in perm:
-        out[d] = acc
-        acc *= max(shape[d], 1)
-    return tuple(out)
+def _clone_strides(spec, x, fmt):
+    """``clone``'s layout rule: a dense layout's own strides, or `registry.preserved_strides`; contiguous when asked."""
+    if fmt is contiguous_format or is_contiguous(x._shape, x._stride):
+        return None
+    return x._stride if is_non_overlapping_and_dense(x._shape, x._stride) else dense_strides(x._shape, x._stride)
 
 
 def _clone_meta(x, fmt):
@@ -444,6 +425,7 @@ def _contiguous(x, fmt):
 
 
 defop("clone(Tensor self, *, Any? memory_format=None) -> Tensor", meta=_clone_meta, cpu=_clone_cpu, kind="copy",
+      layout=_clone_strides,
       doc="A copy of ``self`` in new memory; keeps a dense layout's strides (``preserve_format``), otherwise "
           "its dims' order, or is contiguous with ``memory_format=contiguous_format``.")
 defop("contiguous(Tensor self, *, Any? memory_format=None) -> Tensor", composite=_contiguous, variants=("method",),

@@ -178,3 +178,48 @@ def check_numel(shape):
     if numel_overflows(shape):
         raise RuntimeError("numel: integer multiplication overflow")
     return shape
+
+
+def memory_order_strides(shape, operands):
+    """Dense strides for a new tensor of ``shape`` whose memory order follows its ``operands`` ((shape,
+    strides) pairs, broadcast to ``shape``), as torch's TensorIterator lays out a pointwise result.
+
+    Dims sort innermost first by stride: the first operand with unequal nonzero strides in two dims decides
+    their order; equal strides put the smaller dim inside (else the next operand decides); dims no operand
+    orders (broadcast in all, or equal) keep their row-major order. With one operand this is
+    infer_dense_strides (torch's preserve_format)."""
+    ndim = len(shape)
+    seen = []
+    for op_shape, op_strides in operands:
+        off = ndim - len(op_shape)
+        st = [0] * ndim
+        for i, (n, s) in enumerate(zip(op_shape, op_strides)):
+            st[off + i] = 0 if n == 1 and shape[off + i] != 1 else s  # a broadcast dim orders nothing
+        seen.append(st)
+
+    def should_swap(a, b):
+        for st in seen:
+            sa, sb = st[a], st[b]
+            if sa == 0 or sb == 0:
+                continue
+            if sa != sb:
+                return 1 if sa > sb else -1
+            if shape[a] > shape[b]:
+                return 1
+        return 0
+
+    perm = list(range(ndim - 1, -1, -1))  # innermost first
+    for i in range(1, ndim):  # TensorIterator's insertion sort: it stops at the first "keep this order"
+        j = i
+        for k in range(i - 1, -1, -1):
+            c = should_swap(perm[k], perm[j])
+            if c > 0:
+                perm[k], perm[j] = perm[j], perm[k]
+                j = k
+            elif c < 0:
+                break
+    out, acc = [0] * ndim, 1
+    for d in perm:
+        out[d] = acc
+        acc *= max(shape[d], 1)
+    return tuple(out)

@@ -6,8 +6,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jitorch.runtime.strided import (
-    broadcast_shapes, contiguous_strides, infer_size, is_contiguous, is_non_overlapping_and_dense, view_strides,
-    wrap_dim, wrap_dims,
+    broadcast_shapes, contiguous_strides, infer_size, is_contiguous, is_non_overlapping_and_dense,
+    memory_order_strides, view_strides, wrap_dim, wrap_dims,
 )
 from tests.support import shapes
 
@@ -95,3 +95,32 @@ def test_dense_layouts():
     assert is_non_overlapping_and_dense((2, 3), (1, 2))
     assert not is_non_overlapping_and_dense((2, 3), (0, 1))
     assert not is_contiguous((2, 3), (1, 2))
+
+
+@st.composite
+def strided_operands(draw):
+    """1 to 3 tensors over one broadcast shape, each permuted, stepped, expanded or with dims of size 1."""
+    import torch
+    shape = draw(shapes(min_dims=2, max_dims=4, min_side=1, max_side=4))
+    operands = []
+    for _ in range(draw(st.integers(1, 3))):
+        order = draw(st.permutations(range(len(shape))))
+        t = torch.zeros([2 * shape[d] for d in order]).permute(*np.argsort(order).tolist())
+        t = t[tuple(slice(None, None, 2) if draw(st.booleans()) else slice(0, shape[d]) for d in range(len(shape)))]
+        t = t[tuple(slice(0, 1) if draw(st.integers(0, 4)) == 0 else slice(None) for _ in shape)]
+        if draw(st.booleans()):
+            t = t.expand(*shape)
+        operands.append(t[(0,) * draw(st.integers(0, len(shape) - 1))])
+    return operands
+
+
+@given(strided_operands())
+def test_memory_order_strides_are_torch_tensoriterators_for_a_pointwise_result(operands):
+    """torch's pointwise results follow the memory order of their operands (the first operand that orders
+    two dims decides, broadcast dims order nothing); NumPy's order "K" lets C order win conflicts."""
+    import torch
+    result = operands[0].neg() if len(operands) == 1 else operands[0] + operands[1] if len(operands) == 2 else \
+        torch.addcmul(*operands)
+    got = memory_order_strides(tuple(result.shape), [(tuple(t.shape), t.stride()) for t in operands])
+    assert [s for n, s in zip(result.shape, got) if n != 1] == [s for n, s in zip(result.shape, result.stride())
+                                                                 if n != 1]

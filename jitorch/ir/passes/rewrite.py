@@ -107,3 +107,7 @@ class Rewriter:
         g.nodes = [n for n in g.nodes if n not in self.dropped]
         g.outputs = tree_map(lambda x: self.resolve(x) if isinstance(x, Value) else x, g.outputs)
         g.mutations = [(target, self.resolve(v)) for target, v in g.mutations]
+        for old, strides in list(g.layouts.items()):  # a returned result's layout goes with its stand-in
+            new = self.resolve(old)
+            if new is not old and new.node is not None:
+                g.layouts.setdefault(new, strides)

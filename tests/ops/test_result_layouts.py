@@ -1,0 +1,65 @@
+"""The strides of new results against torch's: pointwise results follow their operands' memory order
+(TensorIterator's rule), copies and ``_like`` factories their input's (preserve_format), reductions, scans,
+softmax and products are contiguous. NumPy's own order (order "K") differs where operands disagree."""
+
+import numpy as np
+import pytest
+import torch
+
+import jitorch as jt
+from tests.support import MEMORY_LAYOUTS, laid_out, tensor_geometry
+
+# name -> f(T, x, y): x in the layout under test, y contiguous
+RESULTS = {
+    "unary": lambda T, x, y: x.exp(),
+    "laid out times contiguous": lambda T, x, y: x * y,
+    "contiguous minus laid out": lambda T, x, y: y - x,
+    "broadcast row": lambda T, x, y: x + y[0],
+    "comparison": lambda T, x, y: x < y,
+    "where": lambda T, x, y: T.where(x > 0, x, y),
+    "lerp": lambda T, x, y: T.lerp(x, y, 0.25),
+    "promoted operand": lambda T, x, y: y.double() + x,
+    "cast": lambda T, x, y: x.double(),
+    "clone": lambda T, x, y: x.clone(),
+    "zeros_like": lambda T, x, y: T.zeros_like(x),
+    "full_like": lambda T, x, y: T.full_like(x, 2.0),
+    "fill": lambda T, x, y: T.fill(x, 2.0),
+    "sum over a dim": lambda T, x, y: x.sum(1),
+    "amax keepdim": lambda T, x, y: x.amax(-1, keepdim=True),
+    "softmax": lambda T, x, y: x.softmax(-1),
+    "cumsum": lambda T, x, y: x.cumsum(0),
+    "matmul": lambda T, x, y: x @ y.transpose(-1, -2),
+}
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 4), (3, 1, 4)])
+@pytest.mark.parametrize("layout", MEMORY_LAYOUTS)
+@pytest.mark.parametrize("name", sorted(RESULTS))
+def test_new_results_have_torchs_strides(name, layout, shape):
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal(shape).astype(np.float32) for _ in range(2))
+    got = RESULTS[name](jt, laid_out(jt, layout, a), jt.tensor(b))
+    want = RESULTS[name](torch, laid_out(torch, layout, a), torch.tensor(b))
+    assert tensor_geometry(got) == tensor_geometry(want)
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_binary_result_follows_the_first_operand_that_orders_its_dims():
+    """A transposed tensor plus a contiguous one is transposed (NumPy's order "K" gives C order)."""
+    x = jt.ones(4, 3).t()
+    assert (x + jt.ones(3, 4)).stride() == (1, 3)
+    assert (jt.ones(3, 4) + x).stride() == (4, 1)
+
+
+def test_an_expanded_operand_of_another_dtype_is_read_densely_as_torch_does():
+    """torch casts an operand of another dtype first (a dense copy), which then orders the result."""
+    x = jt.ones(3, 1).expand(3, 4)
+    got = x + jt.ones(4, 3, dtype=jt.float64).t()
+    want = torch.ones(3, 1).expand(3, 4) + torch.ones(4, 3, dtype=torch.float64).t()
+    assert got.stride() == want.stride() == (4, 1)
+
+
+def test_argwhere_and_nonzero_are_column_major_as_torch():
+    values = np.arange(12).reshape(3, 4) % 3
+    for name in ("argwhere", "nonzero"):
+        assert getattr(jt.tensor(values), name)().stride() == getattr(torch.tensor(values), name)().stride()
