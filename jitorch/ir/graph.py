@@ -127,10 +127,11 @@ class Graph:
         self.grad_constants: dict = {}   # constant name -> the tensor whose current .grad it is
         self.python_guards: list = []    # zero-argument checks of Python state the trace assumed
         self.refreshers: list = []       # run before each call: captured scalars take their new values
-        # output leaf index -> (input index, constant name, ("output", j) for leaf j's storage or ("leaf", j) for
-        # leaf j itself; view geometry or None); leaf j -> the Value of the storage it stands for, which a
-        # compiled call returns there (see `Tracer.shared_new_memory`)
+        # output leaf index -> (owner, view geometry or None), the owner an input index, a constant name,
+        # ("output", j): the new memory leaf j stands for, or ("leaf", j): leaf j itself (returned again)
         self.output_aliases: dict = {}
+        # leaf j -> the Value of the whole of the new memory it stands for, which a compiled call returns at
+        # the slots of the leaves over that memory (see `Tracer.shared_new_memory`, `jit.output_bases`)
         self.output_bases: dict = {}
         # input index or constant name -> (shape, strides, offset from its own): an in-place view op
         # (``x.t_()``) gave that tensor this geometry, which a call gives the real one

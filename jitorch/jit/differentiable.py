@@ -31,7 +31,8 @@ class CompiledCall(Function):
         ctx.unreached = _unreached(entry.graph, n)
         # the outputs' tensors (the caller puts them back into the graph's output structure, and rebuilds
         # the views of the bases of memory the call made over the ones this node gives)
-        outs = tuple(leaf for leaf in computed_bases(entry.graph, tree_flatten(result)[0]) if isinstance(leaf, Tensor))
+        leaves = computed_bases(entry.graph, tree_flatten(result)[0])
+        outs = tuple(leaf for leaf in leaves if isinstance(leaf, Tensor))
         flags = entry.graph.output_requires_grad
         if flags is not None:  # as eagerly, an output computed without a tensor that requires grad does not
             ctx.mark_non_differentiable(*[o for o, requires_grad in zip(outs, flags) if not requires_grad])

@@ -619,7 +619,8 @@ class Tracer:
         returns them: per storage, one leaf ``j`` stands for the storage's whole value (the base),
         which the graph returns once, and each leaf ``k`` over it gets ``aliases[k] = (("output", j),
         geometry)`` as `output_aliases` gives views of inputs (geometry None: the base itself, as
-        computed). A lone leaf that is the whole storage is an ordinary output. Returns {j: the
+        computed). A lone leaf that is the whole storage, or the tensor that made it (eager's layout of a
+        new result is the executor's to give), is an ordinary output. Returns {j: the
         base's Value}; `jit.compile` makes the graph return it (an export keeps the leaves' own)."""
         groups = {}
         for k, leaf in enumerate(leaves):
@@ -632,7 +633,8 @@ class Tracer:
         for st, members in groups.values():
             fakes = [self.fake(leaves[k]) for k in members]
             whole = [k for k, f in zip(members, fakes) if _is_whole(f)]
-            if (len(members) == 1 and whole) or any(f.dtype is not st.dtype for f in fakes):
+            lone = len(members) == 1 and (bool(whole) or leaves[members[0]]._base is None)  # returned as computed
+            if lone or any(f.dtype is not st.dtype for f in fakes):
                 continue
             # the tensor eager made (no _base) stands for the storage where it fills it, else any leaf
             j = next((k for k in whole if leaves[k]._base is None), members[0])
