@@ -597,6 +597,8 @@ class CompiledGraph:
                 items = ", ".join(show(x) for x in leaf) + ("," if len(leaf) == 1 and type(leaf) is tuple else "")
                 return f"({items})" if type(leaf) is tuple else f"[{items}]"
             k = next(leaf_index)
+            if k in aliases and isinstance(aliases[k][0], tuple):  # leaves sharing memory: built together
+                return "_outputs(env)"
             if k in aliases:
                 return self._alias_source(src, *aliases[k])
             if isinstance(leaf, Value):

@@ -127,7 +127,12 @@ class Graph:
         self.grad_constants: dict = {}   # constant name -> the tensor whose current .grad it is
         self.python_guards: list = []    # zero-argument checks of Python state the trace assumed
         self.refreshers: list = []       # run before each call: captured scalars take their new values
-        self.output_aliases: dict = {}   # output leaf index -> (input index or constant name, view geometry or None)
+        # output leaf index -> (owner, view geometry or None), the owner an input index, a constant name,
+        # ("output", j): the new memory leaf j stands for, or ("leaf", j): leaf j itself (returned again)
+        self.output_aliases: dict = {}
+        # leaf j -> the Value of the whole of the new memory it stands for, which a compiled call returns at
+        # the slots of the leaves over that memory (see `Tracer.shared_new_memory`, `jit.output_bases`)
+        self.output_bases: dict = {}
         # eager's layout of the outputs that are new tensors: [(storage size, ((leaf index, strides, offset),
         # ...))], one per storage; and {Value: strides} of the results whose memory they lie in, where not
         # contiguous (see `Tracer.output_layouts`)

@@ -27,6 +27,7 @@ from ..utils.pytree import tree_flatten, tree_unflatten
 from . import logs
 from .differentiable import outputs_read_overwritten
 from .errors import StateWriteError, TraceError
+from .output_bases import base_groups, eager_bases, return_bases
 from .tracer import trace_with_inputs
 
 
@@ -293,7 +294,8 @@ class CompiledFunction:
         params = captured_parameters(entry.graph)
         inputs = _tensor_leaves(args, kwargs)
         if entry.backward is None:
-            entry.backward = compile(_vjp_of(self.fn, args, kwargs, params), backend=self.backend)
+            entry.backward = compile(_vjp_of(self.fn, args, kwargs, params, base_groups(entry.graph)),
+                                     backend=self.backend)
             # the forward already made the call's in-place updates; the backward recomputes, never rewrites
             entry.backward.discard_mutations = True
         tensors = iter(CompiledCall.apply(self, entry, len(inputs), *inputs, *params))
@@ -361,6 +363,7 @@ class CompiledFunction:
 
     def _trace(self, args, kwargs):
         graph, _ = trace_with_inputs(self.fn, args, kwargs)
+        return_bases(graph)
         if self.discard_mutations:  # (nor repeat the forward's warnings)
             graph.mutations.clear()
             graph.meta_warnings.clear()
@@ -499,11 +502,21 @@ def _as_eager(tensors, size, members):
 
 def returned_aliases(graph, inputs, outputs):
     """``outputs`` with each leaf that eager returns over an input's or captured tensor's memory
-    made so (see `Tracer.output_aliases`): the real tensor itself, or `returned_view` of it. Run
-    after the call's writes into its inputs, which such a view shows."""
+    made so (see `Tracer.output_aliases`): the real tensor itself, or `returned_view` of it; the
+    leaves over memory the call made, views of its base (see `jit.output_bases`); and a leaf that
+    is another again, that one. Run after the call's writes into its inputs, which such a view shows."""
     leaves, spec = tree_flatten(outputs)
-    for k, (owner, geometry) in graph.output_aliases.items():
-        real = inputs[owner] if isinstance(owner, int) else graph.constant_tensors[owner]
+    computed, bases = list(leaves), {}
+    for k, (owner, geometry) in sorted(graph.output_aliases.items()):
+        if isinstance(owner, tuple) and owner[0] == "leaf":
+            leaves[k] = leaves[owner[1]]
+            continue
+        if isinstance(owner, tuple):
+            if owner[1] not in bases:  # views count from a contiguous base (made once for all of its leaves)
+                bases[owner[1]] = computed[owner[1]].contiguous()
+            real = bases[owner[1]]
+        else:
+            real = inputs[owner] if isinstance(owner, int) else graph.constant_tensors[owner]
         leaves[k] = real if geometry is None else returned_view(real, geometry)
     return tree_unflatten(leaves, spec)
 
@@ -599,11 +612,12 @@ def _tensor_leaves(args, kwargs):
     return [leaf for leaf in tree_flatten((args, kwargs))[0] if isinstance(leaf, Tensor)]
 
 
-def _vjp_of(fn, args, kwargs, params=()):
+def _vjp_of(fn, args, kwargs, params=(), bases=()):
     """``vjp(*inputs, *grad_outputs) -> gradients of fn's tensor outputs w.r.t. the inputs that require
     grad, then w.r.t. ``params`` (tensors ``fn`` captures)``: ``inputs`` are the tensors of a call
     ``fn(*args, **kwargs)``, whose other leaves stay as they are (only those are kept, not the
-    call's tensors)."""
+    call's tensors). At the slots of ``bases`` (`output_bases.base_groups`) the compiled call gave the
+    base of its outputs' memory: the gradients there are the base's."""
     from ..autograd.functional import grad
     from ..autograd.grad_mode import enable_grad
 
@@ -619,7 +633,8 @@ def _vjp_of(fn, args, kwargs, params=()):
             # input's geometry as it was (``x.t_()`` of a 1-d ``x``) raised on a leaf that requires grad
             it = iter([t.clone() if t.requires_grad else t for t in inputs])
             call_args, call_kwargs = tree_unflatten([next(it) if t else o for t, o in zip(is_tensor, others)], spec)
-            outs = [o for o in tree_flatten(fn(*call_args, **call_kwargs))[0] if isinstance(o, Tensor)]
+            leaves = eager_bases(tree_flatten(fn(*call_args, **call_kwargs))[0], bases)
+            outs = [o for o in leaves if isinstance(o, Tensor)]
             wanted = [t for t in inputs if t.requires_grad] + list(params)
             pairs = [(o, g) for o, g in zip(outs, grads) if o.requires_grad]
             return grad([o for o, _ in pairs], wanted, grad_outputs=[g for _, g in pairs], allow_unused=True,

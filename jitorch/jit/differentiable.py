@@ -9,6 +9,7 @@ from ..autograd.function import Function
 from ..autograd.grad_mode import no_grad
 from ..tensor import Tensor
 from ..utils.pytree import tree_flatten
+from .output_bases import computed_bases
 
 
 class CompiledCall(Function):
@@ -28,8 +29,10 @@ class CompiledCall(Function):
         captured = [t for t in entry.graph.constant_tensors.values() if isinstance(t, Tensor)]
         ctx.save_for_backward(*inputs, *captured)
         ctx.unreached = _unreached(entry.graph, n)
-        # the outputs' tensors (the caller puts them back into the graph's output structure)
-        outs = tuple(leaf for leaf in tree_flatten(result)[0] if isinstance(leaf, Tensor))
+        # the outputs' tensors (the caller puts them back into the graph's output structure, and rebuilds
+        # the views of the bases of memory the call made over the ones this node gives)
+        leaves = computed_bases(entry.graph, tree_flatten(result)[0])
+        outs = tuple(leaf for leaf in leaves if isinstance(leaf, Tensor))
         flags = entry.graph.output_requires_grad
         if flags is not None:  # as eagerly, an output computed without a tensor that requires grad does not
             ctx.mark_non_differentiable(*[o for o, requires_grad in zip(outs, flags) if not requires_grad])

@@ -538,6 +538,7 @@ class Tracer:
                                  "hold (outputs are tensors, numbers, strings and None in tuples, lists and dicts)")
         self.graph.outputs = tree_unflatten(values, spec)
         self.graph.output_aliases = self.output_aliases(leaves)
+        self.graph.output_bases = self.shared_new_memory(leaves, self.graph.output_aliases)
         self.graph.output_layouts, layouts = self.output_layouts(leaves, self.graph.output_aliases)
         self.graph.layouts.update(layouts)
         # whether any output depends differentiably on inputs that require grad (then a compiled
@@ -610,10 +611,14 @@ class Tracer:
         itself.update((id(self.graph.constant_tensors[owner]), owner) for owner, _ in self.owner_fakes()
                       if isinstance(owner, str))
         reshaped = self.geometry_changes()
-        aliases = {}
+        aliases, first = {}, {}
         for k, leaf in enumerate(leaves):
             if not isinstance(leaf, Tensor):
                 continue
+            if id(leaf) in first:  # ``return y, y``: the same tensor again, as eager
+                aliases[k] = (("leaf", first[id(leaf)]), None)
+                continue
+            first[id(leaf)] = k
             fake = self.fake(leaf)
             st = fake._storage
             owner = owners.get(st.origin) if isinstance(st, TraceStorage) else None
@@ -644,6 +649,36 @@ class Tracer:
                 layouts[value] = strides
         return [(size, tuple(members)) for size, members in groups.values()], layouts
 
+    def shared_new_memory(self, leaves, aliases):
+        """Output leaves over memory the call makes (``y = x * 2; return y, y[0]``), as AOTAutograd
+        returns them: per storage, one leaf ``j`` stands for the storage's whole value (the base),
+        which the graph returns once, and each leaf ``k`` over it gets ``aliases[k] = (("output", j),
+        geometry)`` as `output_aliases` gives views of inputs (geometry None: the base itself, as
+        computed). A lone leaf that is the whole storage, or the tensor that made it (eager's layout of a
+        new result is the executor's to give), is an ordinary output. Returns {j: the
+        base's Value}; `jit.compile` makes the graph return it (an export keeps the leaves' own)."""
+        groups = {}
+        for k, leaf in enumerate(leaves):
+            if k in aliases or not isinstance(leaf, Tensor):
+                continue
+            st = self.fake(leaf)._storage
+            if st.origin is None:
+                groups.setdefault(id(st), (st, []))[1].append(k)
+        bases = {}
+        for st, members in groups.values():
+            fakes = [self.fake(leaves[k]) for k in members]
+            whole = [k for k, f in zip(members, fakes) if _is_whole(f)]
+            lone = len(members) == 1 and (bool(whole) or leaves[members[0]]._base is None)  # returned as computed
+            if lone or any(f.dtype is not st.dtype for f in fakes):
+                continue
+            # the tensor eager made (no _base) stands for the storage where it fills it, else any leaf
+            j = next((k for k in whole if leaves[k]._base is None), members[0])
+            bases[j] = st.value
+            for k, f in zip(members, fakes):
+                geometry = (tuple(f._shape), tuple(f._stride), f._offset, bool(leaves[k].requires_grad))
+                aliases[k] = (("output", j), None if k == j and k in whole else geometry)
+        return bases
+
     def check_captured_aliasing(self):
         """Captured tensors are separate graph values: a write through one would be missed by another
         over the same memory (a parameter and a view of it), so such a function cannot be compiled."""
@@ -656,6 +691,12 @@ class Tracer:
                 names = " and ".join(sorted(v.name for v in origins))
                 raise TraceError(f"the captured tensors {names} share memory and the function writes into "
                                  "one of them; a graph would not see the write through the other")
+
+
+def _is_whole(fake):
+    """Whether a fake tensor is its storage's whole value: its base shape, contiguous, from offset 0."""
+    st = fake._storage
+    return fake._shape == st.base_shape and fake._offset == 0 and fake._stride == contiguous_strides(st.base_shape)
 
 
 def _is_traced(value):

@@ -87,9 +87,11 @@ def test_laid_out_inputs_compile_to_the_kernels_of_contiguous_ones(name, layout)
     fn = FUNCTIONS[name]
 
     def plan(layout):
+        """The steps, less views made as tensor headers (a result returned with a view of it is
+        returned over its memory's base, which for a permuted layout is a permute of the result)."""
         lowered = jt.compile(lambda x, y: fn(jt, x, y)).lower(*_inputs(jt, layout))
         return [(type(s).__name__, getattr(s, "nodes", None) and [n.op.name for n in s.nodes])
-                for s in lowered.steps]
+                for s in lowered.steps if not (getattr(s, "geometry", None) and s.reason == "view")]
     assert plan(layout) == plan("contiguous")
 
 
