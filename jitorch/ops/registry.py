@@ -175,6 +175,20 @@ def _int64s(op, arg, values):
     return values
 
 
+# The dtype of torch's wrapped-number tensor for a Python number
+_WRAPPED_DTYPES = {builtins.bool: np.bool_, int: np.int64, float: np.float64}
+
+
+def _wrapped_number(v):
+    """A Python number as the 0-d CPU tensor torch's argument parser makes of it where an op takes numbers
+    as tensors (``x.copy_(0.5)``): bool, int64 or float64 (an int past int64 is an OverflowError);
+    None for anything else."""
+    if isinstance(v, np.generic):
+        v = v.item()
+    dtype = _WRAPPED_DTYPES.get(builtins.type(v))
+    return None if dtype is None else Tensor._from_array(np.asarray(v, dtype))
+
+
 def _converter(op, arg):
     """A function that checks and normalises one argument, or None."""
     typ = arg.type
@@ -186,12 +200,16 @@ def _converter(op, arg):
 
     if typ == "Tensor":
         wrapped_ok = op.kind == "pointwise"
+        numbers_as_tensors = op.attrs.get("numbers_as_tensors")
 
         def check_tensor(v):
             if isinstance(v, Tensor) or (wrapped_ok and isinstance(v, Number) and not isinstance(v, complex)):
                 return v
             if isinstance(v, np.generic) and wrapped_ok:
                 return v.item()
+            wrapped = _wrapped_number(v) if numbers_as_tensors else None
+            if wrapped is not None:
+                return wrapped
             _bad_arg(op, arg, v, "Tensor")
 
         if arg.list or arg.varargs:
