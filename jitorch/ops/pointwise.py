@@ -401,6 +401,26 @@ for _names, _signature, _formula, _promotion, _variants, _check, _doc in _ARITHM
              plain=_PLAIN.get(_names.split()[0]), into=_INTO.get(_names.split()[0]))
 
 
+
+def _bounds_as_numbers(convert):
+    """clamp's argument converter, then torch's overload resolution for one number bound and one tensor
+    bound: its argument parser takes a 0-d tensor that does not require grad as a Number, so the call
+    is the Number overload's (``clamp(int8, tensor(1.5), 3)`` is float32, as a number bound makes it);
+    any other mix raises `_check_bound_kinds`' TypeError."""
+    def converted(args):
+        a = convert(args)
+        lo, hi = a[1], a[2]
+        if lo is not None and hi is not None and isinstance(lo, Number) != isinstance(hi, Number):
+            i = 2 if isinstance(lo, Number) else 1
+            if a[i].ndim == 0 and not a[i].requires_grad:
+                a[i] = a[i].item()
+        return a
+    return converted
+
+
+for _name in ("clamp", "clip"):
+    registry.OPS[_name].convert = _bounds_as_numbers(registry.OPS[_name].convert)
+
 _DIV_MODES = {None: "true_divide", "trunc": "_div_trunc", "floor": "floor_divide"}
 
 
