@@ -201,6 +201,30 @@ def record(op, args, result, versions=None):
     return result
 
 
+class UnimplementedNode(Node):
+    """torch's autograd fallback node (``NotImplemented``): the history of an out= call that torch serves
+    without a derivative (``softmax(x, out=o)`` on an x that requires grad); a backward through it raises."""
+
+    __slots__ = ()
+
+    def name(self):
+        return "torch::autograd::NotImplemented"
+
+    def apply(self, grads, create_graph):
+        raise RuntimeError(f"derivative for aten::{self.op.public_name} is not implemented")
+
+
+def record_unimplemented(op, args, result):
+    """Give ``result`` (one tensor) an `UnimplementedNode` over ``op``'s inputs that require grad."""
+    inputs = list(_tensor_inputs(op, args))
+    edges = tuple((gradient_edge(t), getattr(t, "_output_nr", 0)) if t._requires_grad else (None, 0)
+                  for _, _, t in inputs)
+    result.grad_fn = UnimplementedNode(op, None, None, edges, tuple((i, j, t._shape, t.dtype) for i, j, t in inputs))
+    result._requires_grad = True
+    result._output_nr = 0
+    return result
+
+
 def _saves(op, inputs):
     """The names ``op``'s rule reads, given which of its ``inputs`` want a gradient (`Rule.saves`)."""
     rule = RULES.get(op.name)

@@ -396,9 +396,12 @@ _ARITHMETIC = (
 # NumPy's ufunc for the ops whose formula reduces to it at the default alpha (the fast path calls it directly)
 _PLAIN = {"add": np.add, "sub": np.subtract}
 _INTO = {"add": _add_into, "sub": _sub_into}
+# torch's floor_divide has no derivative of its out= form: its autograd fallback serves it
+_OUT_FALLBACK = {"floor_divide": {"out_autograd_fallback": lambda args: True}}
 for _names, _signature, _formula, _promotion, _variants, _check, _doc in _ARITHMETIC:
     _declare(_names, _signature, _formula, _promotion, _doc, variants=_variants, check=_check,
-             plain=_PLAIN.get(_names.split()[0]), into=_INTO.get(_names.split()[0]))
+             plain=_PLAIN.get(_names.split()[0]), into=_INTO.get(_names.split()[0]),
+             **_OUT_FALLBACK.get(_names, {}))
 
 
 

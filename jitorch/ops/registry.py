@@ -428,16 +428,15 @@ def call(op, args, out=None):
             args = _dtype_from_out(op, args, out)
     if op.composite is not None:
         result = op.composite(*args)
-        return result if out is None else write_out(op, out, result)
+        return result if out is None else write_out(op, out, _out_grad(op, args, out, result))
     for hook in DISPATCH_HOOKS:
         r = hook.call(op, args, out)
         if r is not NotImplemented:
             return r
     result = execute(op, args)
-    if AUTOGRAD is not None and AUTOGRAD.needs_grad(op, args):
-        if out is not None and _any_floating(result):  # bool and integer results carry no gradient
-            raise RuntimeError(f"{op.public_name}(): functions with out=... arguments don't support automatic "
-                               "differentiation, but one of the arguments requires grad.")
+    if out is not None:
+        result = _out_grad(op, args, out, result)
+    elif AUTOGRAD is not None and AUTOGRAD.needs_grad(op, args):
         result = AUTOGRAD.record(op, args, result)
     if op.requires_grad_index is not None and args[op.requires_grad_index]:
         result.requires_grad_(True)
@@ -456,6 +455,24 @@ def _dtype_from_out(op, args, out):
     args = list(args)
     args[i] = out.dtype
     return args
+
+
+def _out_grad(op, args, out, result):
+    """torch's autograd rule for an ``out=`` call, before anything is written: a differentiable result
+    (a floating one) is refused while grad mode is on and an input or an out tensor requires grad. Ops
+    whose out= form torch's autograd fallback serves (``out_autograd_fallback(args)``: softmax, ...)
+    refuse only out tensors that require grad; on inputs that do, the result gets a node whose backward
+    raises (`AUTOGRAD.record_unimplemented`), and the out tensor its history by the copy into it."""
+    if AUTOGRAD is None or not AUTOGRAD.is_grad_enabled() or not _any_floating(result):
+        return result
+    fallback = op.attrs.get("out_autograd_fallback")
+    fallback = fallback is not None and fallback(args)
+    inputs = AUTOGRAD.needs_grad(op, args)
+    if (inputs and not fallback) or any(o._requires_grad for o in (out if isinstance(out, (tuple, list)) else (out,))
+                                        if isinstance(o, Tensor)):
+        raise RuntimeError(f"{'aten::' * fallback}{op.public_name}(): functions with out=... arguments don't support "
+                           "automatic differentiation, but one of the arguments requires grad.")
+    return AUTOGRAD.record_unimplemented(op, args, result) if inputs else result
 
 
 def _any_floating(result):
@@ -666,8 +683,9 @@ def write_out(op, out, result):
     check_no_internal_overlap(out)
     if out.shape != result.shape:
         resize_out(out, result.shape)
-    if DISPATCH_HOOKS:
-        # a trace: the write must reach the hooks (the tracer records it), not a stand-in's memory
+    if DISPATCH_HOOKS or result._requires_grad:
+        # a trace: the write must reach the hooks (the tracer records it), not a stand-in's memory; a result
+        # with history (`_out_grad`'s fallback): the out tensor's history is the copy of it
         check_inplace(op, out, result)
         return call_inplace(OPS["copy"], (out, result, False))
     out._write(result)
