@@ -120,8 +120,10 @@ def _record(T, v, owners):
     if isinstance(v, T.Tensor):
         key = _storage_key(v)
         alias = next((owner for k, owner in owners if key is not None and k == key), None)
+        # (torch's in-place ops can leave an integer or bool tensor requiring grad: docs/differences-from-torch.md)
+        requires_grad = bool(v.requires_grad) and (v.dtype.is_floating_point or v.dtype.is_complex)
         return Output("tensor", _name(v.dtype), tuple(v.shape), _values(T, v), tuple(v.stride()),
-                      v.storage_offset(), alias, bool(v.requires_grad))
+                      v.storage_offset(), alias, requires_grad)
     if v is None:
         return Output("none")
     if isinstance(v, bool):
@@ -291,6 +293,15 @@ def compare_output(got, want, table, strides=True):
     return out
 
 
+# torch's errors for ops on an integer or bool tensor that an in-place op left requiring grad, and for a
+# backward through one: its accident, not jitorch's (docs/differences-from-torch.md)
+_INTEGER_GRAD_ERRORS = ("Autograd not support dtype", "isDifferentiableType(grad.scalar_type())")
+
+
+def _integer_grad_accident(error):
+    return bool(error) and any(m in error for m in _INTEGER_GRAD_ERRORS)
+
+
 def compare_calls(got, want, mode, reference, against_torch=False):
     """Mismatches between two lists of CallRecord."""
     table = TORCH_TOLERANCE if against_torch else TOLERANCE
@@ -300,6 +311,8 @@ def compare_calls(got, want, mode, reference, against_torch=False):
 
         def add(what, detail):
             found.append(Mismatch(mode, reference, call, what, detail))
+        if against_torch and _integer_grad_accident(w.error):
+            return found
         if g.error or w.error:
             if bool(g.error) != bool(w.error) or not against_torch and g.error != w.error:
                 add("error", f"{g.error or 'no error'} vs {w.error or 'no error'}")
@@ -335,6 +348,8 @@ def compare_calls(got, want, mode, reference, against_torch=False):
 def compare_grads(got, want, mode, reference, against_torch=False):
     table = TORCH_TOLERANCE if against_torch else TOLERANCE
     (grec, ggrads), (wrec, wgrads) = got, want
+    if against_torch and _integer_grad_accident(wrec.error):
+        return []
     if grec.error or wrec.error:
         if grec.error != wrec.error:
             return [Mismatch(mode, reference, "grad", "error", f"{grec.error or 'no error'} vs "
