@@ -114,16 +114,20 @@ def record_value(T, v, owners):
         return Output(f"unreadable {type(e).__name__}", values=str(e).split("\n")[0])
 
 
+def _requires_grad(t):
+    """Whether ``t`` requires grad, as a differentiable dtype can: torch's in-place ops can leave an integer or
+    bool tensor requiring grad (docs/differences-from-torch.md)."""
+    return bool(t.requires_grad) and (t.dtype.is_floating_point or t.dtype.is_complex)
+
+
 def _record(T, v, owners):
     if T is torch and isinstance(v, torch.Tensor) and v._is_zerotensor():
         v = torch.zeros(v.shape, dtype=v.dtype)  # torch's zeros without memory (a gradient), read as zeros
     if isinstance(v, T.Tensor):
         key = _storage_key(v)
         alias = next((owner for k, owner in owners if key is not None and k == key), None)
-        # (torch's in-place ops can leave an integer or bool tensor requiring grad: docs/differences-from-torch.md)
-        requires_grad = bool(v.requires_grad) and (v.dtype.is_floating_point or v.dtype.is_complex)
         return Output("tensor", _name(v.dtype), tuple(v.shape), _values(T, v), tuple(v.stride()),
-                      v.storage_offset(), alias, requires_grad)
+                      v.storage_offset(), alias, _requires_grad(v))
     if v is None:
         return Output("none")
     if isinstance(v, bool):
@@ -238,7 +242,7 @@ def run_grad(program, mode):
         grads[decl.name] = record_value(T, leaf.grad, []) if leaf.grad is not None else Output("none")
     for c in program.captured:
         t = inst.captured[c.name]
-        if t.requires_grad:
+        if _requires_grad(t):
             grads[c.name] = record_value(T, t.grad, []) if t.grad is not None else Output("none")
     return rec, grads
 

@@ -3,7 +3,7 @@
 import torch
 
 import jitorch as jt
-from tests.fuzz.oracle import CallRecord, compare_calls, compare_grads, record_value
+from tests.fuzz.oracle import CallRecord, _requires_grad, compare_calls, compare_grads, record_value
 
 
 def _integer_tensor_left_requiring_grad(lib):
@@ -34,3 +34,12 @@ def test_torchs_errors_on_such_a_tensor_are_not_compared():
     assert compare_grads((mine, {}), (CallRecord(error=error), {}), "eager", "torch", against_torch=True) == []
     other = CallRecord(error="RuntimeError: something else")
     assert compare_calls([mine], [other], "eager", "torch", against_torch=True)
+
+
+def test_an_integer_tensor_written_through_a_view_has_no_gradient_to_compare():
+    """Found by the fuzzer (seed 2300555): ``c0[:, 0] = cos(x0)`` into a captured int64 ``c0`` leaves torch's
+    ``c0`` requiring grad (CopySlices), so the oracle looked for a gradient of c0 that jitorch has not."""
+    for lib in (torch, jt):
+        c0 = lib.zeros(5, 2, dtype=lib.int64)
+        c0[:, 0] = lib.cos(lib.tensor(0.5, requires_grad=True))
+        assert c0.requires_grad == (lib is torch) and not _requires_grad(c0)
