@@ -193,8 +193,11 @@ def record(op, args, result, versions=None):
             o.grad_fn = node
             o._requires_grad = True
             o._output_nr = k
-            if op.view is not None:  # a write into its memory after now makes this history stale
-                o._view_version = o._storage._version
+            if op.view is not None:
+                # a write into a view's memory after now makes this history stale (an in-place view op,
+                # ``x.unsqueeze_(1)``, on a tensor that is no view gives no view: nothing to refresh it from)
+                if o._base is not None:
+                    o._view_version = o._storage._version
                 if custom_view:
                     o._custom_function_view = True
         k += 1
