@@ -20,6 +20,7 @@ import sys
 from collections import OrderedDict
 
 from ..ops import registry
+from ..ops.views import compact_window
 from .grad_mode import enable_grad, is_grad_enabled, no_grad
 from .hooks import add_hook
 from .rule import EVERYTHING, NONDIFFERENTIABLE, RULES, Args, Unsaved
@@ -291,10 +292,12 @@ def prepare_inplace(op, args, copy=None):
         if base._requires_grad and base.grad_fn is None:
             raise RuntimeError("a view of a leaf Variable that requires grad is being used in an in-place "
                                "operation.")
-        if not (base.is_contiguous() and base._offset == 0 and base._storage.size == base.numel()):
-            raise RuntimeError("jitorch autograd: an in-place operation through a view of a tensor that does not "
-                               "fill its storage contiguously is not supported; clone() the base first")
-        base_before = base._history_copy(copy_data=False)  # as_strided_scatter's rule reads no values
+        window = compact_window(base, target)  # where the view is in the base, which need not fill its storage
+        if window is None:
+            raise RuntimeError("jitorch autograd: an in-place operation through a view that reaches memory outside "
+                               "its base, or of a base whose elements overlap, is not supported; clone() the base "
+                               "first")
+        base_before = base._history_copy(copy_data=False), window  # as_strided_scatter's rule reads no values
     if op.view is None and reads_old_self(op, args):
         before = copy(target) if copy is not None else target._history_copy()
     else:
@@ -318,9 +321,9 @@ def finish_inplace(op, state, args, target):
         target._view_version = target._storage._version  # its history is current: other views' is not
     if base_before is not None:
         base = target._base
+        base_before, (strides, offset) = base_before
         scatter = registry.OPS["as_strided_scatter"]
-        record_inplace(scatter, base_before,
-                       [base, target, tuple(target.shape), target._stride, target._offset], base)
+        record_inplace(scatter, base_before, [base, target, tuple(target.shape), strides, offset], base)
 
 
 def check_inplace_allowed(target):
