@@ -21,6 +21,7 @@ from ..runtime.casts import convert
 from ..runtime.device import CPU
 from . import registry
 from .meta import opmath, reduced_shape, reduction_dims, wrap_dim
+from .overlap import written_with_dim
 from .registry import FUNCTIONS, OPS, TensorSpec, defop, scalar_name
 
 _ALL_FORMS = ("function", "method", "out")
@@ -322,13 +323,25 @@ for _name, _pick in (("argmax", _argmax), ("argmin", _argmin)):
           doc=f"Index of the {_name[3:]}imum over ``dim`` (over the flattened input by default); "
               "the first one on ties, the first NaN if any.")
 
+def _values_written(out, x, dim, keepdim):
+    """Where max/min/median.dim write an out tensor: with the reduced dim kept (as torch's kernels), so that
+    values written over ``x``'s own memory overlap it fully, not partly, when that dim has size 1."""
+    if x.ndim == 0:
+        return out
+    d = wrap_dim(dim, x.ndim)
+    shape = tuple(x.shape[:d]) + tuple(x.shape[d + 1:])
+    if keepdim and tuple(out.shape) == shape[:d] + (1,) + shape[d:]:
+        return out
+    return written_with_dim(out, shape, d)
+
+
 for _name, _pick, _check, _what in (
         ("max", _argmax, _no_check, "maximum"),
         ("min", _argmin, _no_check, "minimum"),
         ("median", _median_index, _unsupported_bool("median_out"), "lower median")):
     defop(f"{_name}.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)",
           meta=_select_meta(_name, _check), cpu=_select_kernel(_pick), kind="reduction", variants=_ALL_FORMS,
-          overlap="partial",
+          overlap="partial", overlap_written=_values_written,
           doc=f"The {_what} over ``dim`` and its index, as a ``(values, indices)`` namedtuple.")
 
 
