@@ -428,7 +428,7 @@ def call(op, args, out=None):
             args = _dtype_from_out(op, args, out)
     if op.composite is not None:
         result = op.composite(*args)
-        return result if out is None else write_out(op, out, _out_grad(op, args, out, result))
+        return result if out is None else write_out(op, out, _out_grad(op, args, out, result), args)
     for hook in DISPATCH_HOOKS:
         r = hook.call(op, args, out)
         if r is not NotImplemented:
@@ -441,7 +441,7 @@ def call(op, args, out=None):
     if op.requires_grad_index is not None and args[op.requires_grad_index]:
         result.requires_grad_(True)
     if out is not None:
-        return write_out(op, out, result)
+        return write_out(op, out, result, args)
     return result
 
 
@@ -661,13 +661,13 @@ def call_inplace(op, args):
     return self
 
 
-def write_out(op, out, result):
-    """Write a result into the ``out=`` tensor(s), resizing them as torch does."""
+def write_out(op, out, result, args):
+    """Write a result of ``op`` on ``args`` into the ``out=`` tensor(s), resizing them as torch does."""
     if isinstance(result, tuple):
         if not isinstance(out, (tuple, list)) or len(out) != len(result):
             raise TypeError(f"{op.public_name}(): out must be a tuple of {len(result)} tensors")
         for o, r in zip(out, result):
-            write_out(op, o, r)
+            write_out(op, o, r, args)
         return op.result_type(*out) if op.result_type else tuple(out)
     if not isinstance(out, Tensor):
         raise TypeError(f"{op.public_name}(): argument 'out' must be Tensor, not {type(out).__name__}")
@@ -682,7 +682,7 @@ def write_out(op, out, result):
         )
     check_no_internal_overlap(out)
     if out.shape != result.shape:
-        resize_out(out, result.shape)
+        resize_out(out, result.shape, out_strides(op, args, result.shape))
     if DISPATCH_HOOKS or result._requires_grad:
         # a trace: the write must reach the hooks (the tracer records it), not a stand-in's memory; a result
         # with history (`_out_grad`'s fallback): the out tensor's history is the copy of it
@@ -692,16 +692,29 @@ def write_out(op, out, result):
     return out
 
 
-def resize_out(out, shape):
-    """Resize an ``out=`` tensor to its result's ``shape`` as torch does, warning when it had elements
-    (a dispatch hook, the tracer, resizes its stand-ins itself)."""
+def out_strides(op, args, shape):
+    """The strides of an ``out=`` tensor resized to ``shape``: torch's TensorIterator lays a resized output out
+    in its inputs' memory order (pointwise ops and sort: the first input of that shape decides, as
+    ``infer_dense_strides``), on every device; other ops' are contiguous."""
+    shape = tuple(shape)
+    if op.kind in ("pointwise", "sort"):
+        from .views import dense_strides  # (the same layer: views defines its ops through this module)
+        for t in _tensors_of(op, args):
+            if tuple(t._shape) == shape:
+                return dense_strides(shape, t._stride)
+    return contiguous_strides(shape)
+
+
+def resize_out(out, shape, strides):
+    """Resize an ``out=`` tensor to its result's ``shape`` and ``strides`` (`out_strides`) as torch does,
+    warning when it had elements (a dispatch hook, the tracer, resizes its stand-ins itself)."""
     for hook in DISPATCH_HOOKS:
-        if hook.resize_out(out, shape) is not NotImplemented:
+        if hook.resize_out(out, shape, strides) is not NotImplemented:
             return
     message = out_resize_warning(out, shape)
     if message is not None:
         warnings.warn(message, UserWarning, stacklevel=5)
-    out._resize(shape)
+    out._resize(shape, strides)
 
 
 def out_resize_warning(out, shape):
