@@ -346,15 +346,16 @@ for _name, _pick, _check, _what in (
 
 
 def _median_meta(x):
-    _unsupported_bool("median_cpu")(x)
+    if x.numel():  # (torch answers an empty input before it looks at the dtype)
+        _unsupported_bool("median_cpu")(x)
     return TensorSpec((), x.dtype, x.device, opmath(x.dtype))
 
 
 def _median_cpu(spec, x):
     a = x.astype(spec.compute.np, copy=False).reshape(-1)
     if a.size == 0:
-        # torch leaves the integer case unspecified; NaN is its answer for floats.
-        return np.array(np.nan if spec.dtype.is_floating_point else 0)
+        # torch's answer is NaN cast to the dtype: INT64_MIN for int64, 0 for int8, True for bool
+        return convert(np.array(np.nan), spec.dtype.np)
     return a[_median_index(a, 0)].reshape(())
 
 
