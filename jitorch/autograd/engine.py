@@ -168,6 +168,8 @@ def record(op, args, result, versions=None):
     Tensor = registry.Tensor
     if op.name in NONDIFFERENTIABLE:
         return result
+    if op.attrs and _served_by_fallback(op, args):
+        return record_unimplemented(op, args, result)
     if isinstance(result, Tensor):
         if not result.dtype.is_floating_point:
             return result
@@ -206,24 +208,33 @@ def record(op, args, result, versions=None):
 
 
 class UnimplementedNode(Node):
-    """torch's autograd fallback node (``NotImplemented``): the history of an out= call that torch serves
-    without a derivative (``softmax(x, out=o)`` on an x that requires grad); a backward through it raises."""
+    """torch's autograd fallback node (``NotImplemented``): the history of a call torch serves without a
+    derivative (``scatter(..., reduce=)``, ``softmax(x, out=o)``); a backward through it raises."""
 
-    __slots__ = ()
+    __slots__ = ("what",)
 
     def name(self):
         return "torch::autograd::NotImplemented"
 
     def apply(self, grads, create_graph):
-        raise RuntimeError(f"derivative for aten::{self.op.public_name} is not implemented")
+        raise RuntimeError(f"derivative for aten::{self.what} is not implemented")
 
 
-def record_unimplemented(op, args, result):
-    """Give ``result`` (one tensor) an `UnimplementedNode` over ``op``'s inputs that require grad."""
+def _served_by_fallback(op, args):
+    """Whether torch's autograd fallback serves every form of this call (``autograd_fallback(args)``)."""
+    fallback = op.attrs.get("autograd_fallback")
+    return fallback is not None and fallback(args)
+
+
+def record_unimplemented(op, args, result, what=None):
+    """Give ``result`` (one tensor) an `UnimplementedNode` over ``op``'s inputs that require grad; ``what``:
+    the name its backward's error gives (the op's, by default)."""
     inputs = list(_tensor_inputs(op, args))
     edges = tuple((gradient_edge(t), getattr(t, "_output_nr", 0)) if t._requires_grad else (None, 0)
                   for _, _, t in inputs)
-    result.grad_fn = UnimplementedNode(op, None, None, edges, tuple((i, j, t._shape, t.dtype) for i, j, t in inputs))
+    node = UnimplementedNode(op, None, None, edges, tuple((i, j, t._shape, t.dtype) for i, j, t in inputs))
+    node.what = what or op.public_name
+    result.grad_fn = node
     result._requires_grad = True
     result._output_nr = 0
     return result
@@ -273,6 +284,9 @@ def record_inplace(op, before, args, target, versions=None):
     ``self`` input is ``before`` (``target``'s old history, with a copy of its old values if the
     rule reads them). A node that saved ``target`` (exp's saves its result) now sees a newer
     version and raises in backward, as torch's does."""
+    if op.attrs and _served_by_fallback(op, args):
+        record_unimplemented(op, [before] + list(args[1:]), target, op.public_name + "_")
+        return
     record(op, [before] + list(args[1:]), target, versions)
 
 

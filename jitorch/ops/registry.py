@@ -460,12 +460,13 @@ def _dtype_from_out(op, args, out):
 def _out_grad(op, args, out, result):
     """torch's autograd rule for an ``out=`` call, before anything is written: a differentiable result
     (a floating one) is refused while grad mode is on and an input or an out tensor requires grad. Ops
-    whose out= form torch's autograd fallback serves (``out_autograd_fallback(args)``: softmax, ...)
+    whose out= form torch's autograd fallback serves (``out_autograd_fallback(args)``: softmax, ...; or
+    every form, ``autograd_fallback(args)``: scatter with reduce=)
     refuse only out tensors that require grad; on inputs that do, the result gets a node whose backward
     raises (`AUTOGRAD.record_unimplemented`), and the out tensor its history by the copy into it."""
     if AUTOGRAD is None or not AUTOGRAD.is_grad_enabled() or not _any_floating(result):
         return result
-    fallback = op.attrs.get("out_autograd_fallback")
+    fallback = op.attrs.get("out_autograd_fallback") or op.attrs.get("autograd_fallback")
     fallback = fallback is not None and fallback(args)
     inputs = AUTOGRAD.needs_grad(op, args)
     if (inputs and not fallback) or any(o._requires_grad for o in (out if isinstance(out, (tuple, list)) else (out,))
