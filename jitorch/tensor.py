@@ -134,15 +134,17 @@ class Tensor:
         self._offset = offset
         self._arr = None
 
-    def _resize(self, shape):
-        """torch's ``resize_`` (of an ``out=`` tensor): contiguous from the same offset over the same
-        memory when that holds enough elements (a view stays a view of its base), else new memory."""
+    def _resize(self, shape, strides=None):
+        """torch's ``resize_`` (of an ``out=`` tensor) to dense ``strides`` (contiguous by default): from the
+        same offset over the same memory when that holds enough elements (a view stays a view of its
+        base), else new memory."""
+        strides = contiguous_strides(shape) if strides is None else tuple(strides)
         if self._offset + prod(shape) <= self._storage.size:
-            self._set_geometry(shape, contiguous_strides(shape), self._offset)
+            self._set_geometry(shape, strides, self._offset)
             return
         fresh = Tensor._empty(shape, self.dtype, self.device)
         self._storage = fresh._storage
-        self._set_geometry(fresh._shape, fresh._stride, 0)
+        self._set_geometry(fresh._shape, strides, 0)
 
     # The NumPy view ----------------------------------------------------------
 

@@ -20,6 +20,7 @@ import sys
 from collections import OrderedDict
 
 from ..ops import registry
+from ..ops.views import compact_window
 from .grad_mode import enable_grad, is_grad_enabled, no_grad
 from .hooks import add_hook
 from .rule import EVERYTHING, NONDIFFERENTIABLE, RULES, Args, Unsaved
@@ -167,6 +168,8 @@ def record(op, args, result, versions=None):
     Tensor = registry.Tensor
     if op.name in NONDIFFERENTIABLE:
         return result
+    if op.attrs and _served_by_fallback(op, args):
+        return record_unimplemented(op, args, result)
     if isinstance(result, Tensor):
         if not result.dtype.is_floating_point:
             return result
@@ -193,11 +196,47 @@ def record(op, args, result, versions=None):
             o.grad_fn = node
             o._requires_grad = True
             o._output_nr = k
-            if op.view is not None:  # a write into its memory after now makes this history stale
-                o._view_version = o._storage._version
+            if op.view is not None:
+                # a write into a view's memory after now makes this history stale (an in-place view op,
+                # ``x.unsqueeze_(1)``, on a tensor that is no view gives no view: nothing to refresh it from)
+                if o._base is not None:
+                    o._view_version = o._storage._version
                 if custom_view:
                     o._custom_function_view = True
         k += 1
+    return result
+
+
+class UnimplementedNode(Node):
+    """torch's autograd fallback node (``NotImplemented``): the history of a call torch serves without a
+    derivative (``scatter(..., reduce=)``, ``softmax(x, out=o)``); a backward through it raises."""
+
+    __slots__ = ("what",)
+
+    def name(self):
+        return "torch::autograd::NotImplemented"
+
+    def apply(self, grads, create_graph):
+        raise RuntimeError(f"derivative for aten::{self.what} is not implemented")
+
+
+def _served_by_fallback(op, args):
+    """Whether torch's autograd fallback serves every form of this call (``autograd_fallback(args)``)."""
+    fallback = op.attrs.get("autograd_fallback")
+    return fallback is not None and fallback(args)
+
+
+def record_unimplemented(op, args, result, what=None):
+    """Give ``result`` (one tensor) an `UnimplementedNode` over ``op``'s inputs that require grad; ``what``:
+    the name its backward's error gives (the op's, by default)."""
+    inputs = list(_tensor_inputs(op, args))
+    edges = tuple((gradient_edge(t), getattr(t, "_output_nr", 0)) if t._requires_grad else (None, 0)
+                  for _, _, t in inputs)
+    node = UnimplementedNode(op, None, None, edges, tuple((i, j, t._shape, t.dtype) for i, j, t in inputs))
+    node.what = what or op.public_name
+    result.grad_fn = node
+    result._requires_grad = True
+    result._output_nr = 0
     return result
 
 
@@ -245,6 +284,9 @@ def record_inplace(op, before, args, target, versions=None):
     ``self`` input is ``before`` (``target``'s old history, with a copy of its old values if the
     rule reads them). A node that saved ``target`` (exp's saves its result) now sees a newer
     version and raises in backward, as torch's does."""
+    if op.attrs and _served_by_fallback(op, args):
+        record_unimplemented(op, [before] + list(args[1:]), target, op.public_name + "_")
+        return
     record(op, [before] + list(args[1:]), target, versions)
 
 
@@ -264,10 +306,12 @@ def prepare_inplace(op, args, copy=None):
         if base._requires_grad and base.grad_fn is None:
             raise RuntimeError("a view of a leaf Variable that requires grad is being used in an in-place "
                                "operation.")
-        if not (base.is_contiguous() and base._offset == 0 and base._storage.size == base.numel()):
-            raise RuntimeError("jitorch autograd: an in-place operation through a view of a tensor that does not "
-                               "fill its storage contiguously is not supported; clone() the base first")
-        base_before = base._history_copy(copy_data=False)  # as_strided_scatter's rule reads no values
+        window = compact_window(base, target)  # where the view is in the base, which need not fill its storage
+        if window is None:
+            raise RuntimeError("jitorch autograd: an in-place operation through a view that reaches memory outside "
+                               "its base, or of a base whose elements overlap, is not supported; clone() the base "
+                               "first")
+        base_before = base._history_copy(copy_data=False), window  # as_strided_scatter's rule reads no values
     if op.view is None and reads_old_self(op, args):
         before = copy(target) if copy is not None else target._history_copy()
     else:
@@ -291,9 +335,9 @@ def finish_inplace(op, state, args, target):
         target._view_version = target._storage._version  # its history is current: other views' is not
     if base_before is not None:
         base = target._base
+        base_before, (strides, offset) = base_before
         scatter = registry.OPS["as_strided_scatter"]
-        record_inplace(scatter, base_before,
-                       [base, target, tuple(target.shape), target._stride, target._offset], base)
+        record_inplace(scatter, base_before, [base, target, tuple(target.shape), strides, offset], base)
 
 
 def check_inplace_allowed(target):

@@ -448,12 +448,12 @@ class Tracer:
         results = result if isinstance(result, (tuple, list)) else (result,)
         for o, r in zip(outs, results):
             if self.fake(o).shape != r.shape:
-                registry.resize_out(o, r.shape)
+                registry.resize_out(o, r.shape, registry.out_strides(op, self.fake_args(op, args), r.shape))
             registry.check_inplace(op, self.fake(o), r)
             self.write(o, r)
         return out
 
-    def resize_out(self, out, shape):
+    def resize_out(self, out, shape, strides):
         """An ``out=`` tensor of another shape than its result, resized as `Tensor._resize` does (a new
         geometry over its memory, or new memory), with eager's warning at each call of the graph."""
         if threading.get_ident() != self.thread:
@@ -463,14 +463,14 @@ class Tracer:
         if message is not None:
             self.graph.meta_warnings.append((UserWarning, message))
         if fake._offset + prod(shape) <= fake._storage.size:  # eager reshapes it over the same memory
-            fake._set_geometry(shape, contiguous_strides(shape), fake._offset)
+            fake._set_geometry(shape, strides, fake._offset)
             return fake
         if fake._storage.origin is not None:
             raise TraceError(f"an out= tensor over an input's or captured tensor's memory is resized from "
                              f"{list(fake.shape)} to {list(shape)}, which a graph cannot do to the real tensor")
         fresh = fake.new_zeros(tuple(shape))
         fake._storage = fresh._storage
-        fake._set_geometry(fresh._shape, fresh._stride, 0)
+        fake._set_geometry(fresh._shape, strides, 0)  # (zeros in any dense layout: fresh's value is its value)
         fake._trace_value = fresh._trace_value
         return fake
 

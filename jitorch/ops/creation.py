@@ -580,5 +580,6 @@ def _copy_meta(x, src, non_blocking):
 
 defop("copy(Tensor self, Tensor src, bool non_blocking=False) -> Tensor", meta=_copy_meta,
       cpu=lambda spec, x, src, nb: convert(np.broadcast_to(src, spec.shape), spec.dtype.np), kind="creation",
-      variants=("inplace",), cross_device=True, overlap="partial",
-      doc="``x.copy_(src)`` writes ``src`` (broadcast to ``x``'s shape, cast to its dtype) into ``x``.")
+      variants=("inplace",), cross_device=True, overlap="partial", numbers_as_tensors=True,
+      doc="``x.copy_(src)`` writes ``src`` (broadcast to ``x``'s shape, cast to its dtype) into ``x``; "
+          "a Python number is a 0-d tensor, as in torch.")

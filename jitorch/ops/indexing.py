@@ -476,15 +476,17 @@ def _scatter_into(spec, x, dim, index, values, reduce):
     return out.reshape(spec.shape)
 
 
+# torch's scatter with reduce= has no derivative: its autograd fallback serves every form
+_REDUCE_FALLBACK = {"autograd_fallback": lambda args: args[4] is not None}
 defop("scatter(Tensor self, int dim, Tensor index, Tensor src, *, str? reduce=None) -> Tensor",
       meta=lambda x, dim, index, src, reduce: _scatter_checks(x, dim, index, src, reduce),
       cpu=lambda spec, x, dim, index, src, reduce: _scatter_into(spec, x, dim, index, _src_values(src, index), reduce),
-      kind="index", variants=("function", "method", "inplace", "out"),
+      kind="index", variants=("function", "method", "inplace", "out"), **_REDUCE_FALLBACK,
       doc="``self`` with ``src[i][j]`` written at ``index[i][j]`` along ``dim`` (added or multiplied with ``reduce``).")
 defop("scatter.value(Tensor self, int dim, Tensor index, Scalar value, *, str? reduce=None) -> Tensor",
       meta=lambda x, dim, index, value, reduce: _scatter_checks(x, dim, index, None, reduce),
       cpu=lambda spec, x, dim, index, value, reduce: _scatter_into(spec, x, dim, index, value, reduce),
-      kind="index", variants=("function", "method", "inplace", "out"),
+      kind="index", variants=("function", "method", "inplace", "out"), **_REDUCE_FALLBACK,
       doc="``self`` with ``value`` written at the positions ``index`` gives along ``dim``.")
 defop("scatter_add(Tensor self, int dim, Tensor index, Tensor src) -> Tensor",
       meta=lambda x, dim, index, src: _scatter_checks(x, dim, index, src),

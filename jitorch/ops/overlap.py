@@ -24,7 +24,9 @@ and from the op's rule for each tensor argument (`RULES`):
 
 from __future__ import annotations
 
-from ..runtime.strided import is_non_overlapping_and_dense
+from math import prod
+
+from ..runtime.strided import contiguous_strides, is_non_overlapping_and_dense
 
 NO, FULL, PARTIAL, TOO_HARD = "no", "full", "partial", "too hard"
 
@@ -52,6 +54,34 @@ def overlap_status(a, b):
     if a0 == b0 and na == nb:
         return FULL if tuple(a._stride) == tuple(b._stride) else PARTIAL
     return PARTIAL if a0 < b0 + nb and b0 < a0 + na else NO
+
+
+class Footprint:
+    """The memory of a tensor's elements in some geometry, without the tensor: what `overlap_status` reads."""
+
+    __slots__ = ("_storage", "_offset", "_shape", "_stride")
+
+    def __init__(self, storage, offset, shape, stride):
+        self._storage, self._offset, self._shape, self._stride = storage, offset, tuple(shape), tuple(stride)
+
+    def numel(self):
+        return prod(self._shape)
+
+
+def written_with_dim(out, shape, dim):
+    """Where a kernel that writes its result with the reduced ``dim`` kept (torch's max/min/median.dim
+    kernels ``unsqueeze_`` their out tensors there) writes ``out``, for a result of ``shape``: ``out``
+    resized to ``shape`` first, as torch's ``resize_output`` (contiguous over the same memory when it fits;
+    None: new memory, shared with nothing), then a size-1 dim inserted at ``dim`` as ``unsqueeze``
+    inserts it (its stride: the next dim's extent, 1 at the end)."""
+    strides = out._stride
+    if tuple(out._shape) != tuple(shape):
+        if out._offset + prod(shape) > out._storage.size:
+            return None
+        strides = contiguous_strides(tuple(shape))
+    step = shape[dim] * strides[dim] if dim < len(shape) else 1
+    return Footprint(out._storage, out._offset, shape[:dim] + (1,) + tuple(shape[dim:]),
+                     strides[:dim] + (step,) + tuple(strides[dim:]))
 
 
 def _rules(op, args):
@@ -84,6 +114,9 @@ def check_write_overlap(op, written, args, skip=None):
     if not shared:
         return
     rules = _rules(op, args)
+    as_written = op.attrs.get("overlap_written")  # (tensor, *args) -> where the kernel writes it, or None
+    if as_written is not None:
+        written = [f for f in (as_written(w, *args) for w in written) if f is not None]
     for i, t in shared:
         rule = rules.get(i)
         if rule is None:

@@ -396,10 +396,33 @@ _ARITHMETIC = (
 # NumPy's ufunc for the ops whose formula reduces to it at the default alpha (the fast path calls it directly)
 _PLAIN = {"add": np.add, "sub": np.subtract}
 _INTO = {"add": _add_into, "sub": _sub_into}
+# torch's floor_divide has no derivative of its out= form: its autograd fallback serves it
+_OUT_FALLBACK = {"floor_divide": {"out_autograd_fallback": lambda args: True}}
 for _names, _signature, _formula, _promotion, _variants, _check, _doc in _ARITHMETIC:
     _declare(_names, _signature, _formula, _promotion, _doc, variants=_variants, check=_check,
-             plain=_PLAIN.get(_names.split()[0]), into=_INTO.get(_names.split()[0]))
+             plain=_PLAIN.get(_names.split()[0]), into=_INTO.get(_names.split()[0]),
+             **_OUT_FALLBACK.get(_names, {}))
 
+
+
+def _bounds_as_numbers(convert):
+    """clamp's argument converter, then torch's overload resolution for one number bound and one tensor
+    bound: its argument parser takes a 0-d tensor that does not require grad as a Number, so the call
+    is the Number overload's (``clamp(int8, tensor(1.5), 3)`` is float32, as a number bound makes it);
+    any other mix raises `_check_bound_kinds`' TypeError."""
+    def converted(args):
+        a = convert(args)
+        lo, hi = a[1], a[2]
+        if lo is not None and hi is not None and isinstance(lo, Number) != isinstance(hi, Number):
+            i = 2 if isinstance(lo, Number) else 1
+            if a[i].ndim == 0 and not a[i].requires_grad:
+                a[i] = a[i].item()
+        return a
+    return converted
+
+
+for _name in ("clamp", "clip"):
+    registry.OPS[_name].convert = _bounds_as_numbers(registry.OPS[_name].convert)
 
 _DIV_MODES = {None: "true_divide", "trunc": "_div_trunc", "floor": "floor_divide"}
 

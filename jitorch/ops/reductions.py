@@ -21,6 +21,7 @@ from ..runtime.casts import convert
 from ..runtime.device import CPU
 from . import registry
 from .meta import opmath, reduced_shape, reduction_dims, wrap_dim
+from .overlap import written_with_dim
 from .registry import FUNCTIONS, OPS, TensorSpec, defop, scalar_name
 
 _ALL_FORMS = ("function", "method", "out")
@@ -322,26 +323,39 @@ for _name, _pick in (("argmax", _argmax), ("argmin", _argmin)):
           doc=f"Index of the {_name[3:]}imum over ``dim`` (over the flattened input by default); "
               "the first one on ties, the first NaN if any.")
 
+def _values_written(out, x, dim, keepdim):
+    """Where max/min/median.dim write an out tensor: with the reduced dim kept (as torch's kernels), so that
+    values written over ``x``'s own memory overlap it fully, not partly, when that dim has size 1."""
+    if x.ndim == 0:
+        return out
+    d = wrap_dim(dim, x.ndim)
+    shape = tuple(x.shape[:d]) + tuple(x.shape[d + 1:])
+    if keepdim and tuple(out.shape) == shape[:d] + (1,) + shape[d:]:
+        return out
+    return written_with_dim(out, shape, d)
+
+
 for _name, _pick, _check, _what in (
         ("max", _argmax, _no_check, "maximum"),
         ("min", _argmin, _no_check, "minimum"),
         ("median", _median_index, _unsupported_bool("median_out"), "lower median")):
     defop(f"{_name}.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)",
           meta=_select_meta(_name, _check), cpu=_select_kernel(_pick), kind="reduction", variants=_ALL_FORMS,
-          overlap="partial",
+          overlap="partial", overlap_written=_values_written,
           doc=f"The {_what} over ``dim`` and its index, as a ``(values, indices)`` namedtuple.")
 
 
 def _median_meta(x):
-    _unsupported_bool("median_cpu")(x)
+    if x.numel():  # (torch answers an empty input before it looks at the dtype)
+        _unsupported_bool("median_cpu")(x)
     return TensorSpec((), x.dtype, x.device, opmath(x.dtype))
 
 
 def _median_cpu(spec, x):
     a = x.astype(spec.compute.np, copy=False).reshape(-1)
     if a.size == 0:
-        # torch leaves the integer case unspecified; NaN is its answer for floats.
-        return np.array(np.nan if spec.dtype.is_floating_point else 0)
+        # torch's answer is NaN cast to the dtype: INT64_MIN for int64, 0 for int8, True for bool
+        return convert(np.array(np.nan), spec.dtype.np)
     return a[_median_index(a, 0)].reshape(())
 
 
@@ -607,6 +621,6 @@ def _softmax_fast(op, fn):
 for _name, _fn, _what in (("softmax", _softmax, "``exp(x) / sum(exp(x))``"),
                           ("log_softmax", _log_softmax, "``x - logsumexp(x)``")):
     _op = defop(f"{_name}(Tensor self, int dim, ScalarType? dtype=None) -> Tensor", meta=_softmax_meta(_name),
-                cpu=_softmax_kernel(_fn), kind="softmax", variants=_ALL_FORMS,
+                cpu=_softmax_kernel(_fn), kind="softmax", variants=_ALL_FORMS, out_autograd_fallback=lambda args: True,
                 doc=f"{_what} along ``dim``, shifted by the max for stability; ``dtype=`` casts the input first.")
     _op.fast = _softmax_fast(_op, _fn)

@@ -178,6 +178,20 @@ def _int64s(op, arg, values):
     return values
 
 
+# The dtype of torch's wrapped-number tensor for a Python number
+_WRAPPED_DTYPES = {builtins.bool: np.bool_, int: np.int64, float: np.float64}
+
+
+def _wrapped_number(v):
+    """A Python number as the 0-d CPU tensor torch's argument parser makes of it where an op takes numbers
+    as tensors (``x.copy_(0.5)``): bool, int64 or float64 (an int past int64 is an OverflowError);
+    None for anything else."""
+    if isinstance(v, np.generic):
+        v = v.item()
+    dtype = _WRAPPED_DTYPES.get(builtins.type(v))
+    return None if dtype is None else Tensor._from_array(np.asarray(v, dtype))
+
+
 def _converter(op, arg):
     """A function that checks and normalises one argument, or None."""
     typ = arg.type
@@ -189,12 +203,16 @@ def _converter(op, arg):
 
     if typ == "Tensor":
         wrapped_ok = op.kind == "pointwise"
+        numbers_as_tensors = op.attrs.get("numbers_as_tensors")
 
         def check_tensor(v):
             if isinstance(v, Tensor) or (wrapped_ok and isinstance(v, Number) and not isinstance(v, complex)):
                 return v
             if isinstance(v, np.generic) and wrapped_ok:
                 return v.item()
+            wrapped = _wrapped_number(v) if numbers_as_tensors else None
+            if wrapped is not None:
+                return wrapped
             _bad_arg(op, arg, v, "Tensor")
 
         if arg.list or arg.varargs:
@@ -413,21 +431,20 @@ def call(op, args, out=None):
             args = _dtype_from_out(op, args, out)
     if op.composite is not None:
         result = op.composite(*args)
-        return result if out is None else write_out(op, out, result)
+        return result if out is None else write_out(op, out, _out_grad(op, args, out, result), args)
     for hook in DISPATCH_HOOKS:
         r = hook.call(op, args, out)
         if r is not NotImplemented:
             return r
     result = execute(op, args)
-    if AUTOGRAD is not None and AUTOGRAD.needs_grad(op, args):
-        if out is not None and _any_floating(result):  # bool and integer results carry no gradient
-            raise RuntimeError(f"{op.public_name}(): functions with out=... arguments don't support automatic "
-                               "differentiation, but one of the arguments requires grad.")
+    if out is not None:
+        result = _out_grad(op, args, out, result)
+    elif AUTOGRAD is not None and AUTOGRAD.needs_grad(op, args):
         result = AUTOGRAD.record(op, args, result)
     if op.requires_grad_index is not None and args[op.requires_grad_index]:
         result.requires_grad_(True)
     if out is not None:
-        return write_out(op, out, result)
+        return write_out(op, out, result, args)
     return result
 
 
@@ -441,6 +458,25 @@ def _dtype_from_out(op, args, out):
     args = list(args)
     args[i] = out.dtype
     return args
+
+
+def _out_grad(op, args, out, result):
+    """torch's autograd rule for an ``out=`` call, before anything is written: a differentiable result
+    (a floating one) is refused while grad mode is on and an input or an out tensor requires grad. Ops
+    whose out= form torch's autograd fallback serves (``out_autograd_fallback(args)``: softmax, ...; or
+    every form, ``autograd_fallback(args)``: scatter with reduce=)
+    refuse only out tensors that require grad; on inputs that do, the result gets a node whose backward
+    raises (`AUTOGRAD.record_unimplemented`), and the out tensor its history by the copy into it."""
+    if AUTOGRAD is None or not AUTOGRAD.is_grad_enabled() or not _any_floating(result):
+        return result
+    fallback = op.attrs.get("out_autograd_fallback") or op.attrs.get("autograd_fallback")
+    fallback = fallback is not None and fallback(args)
+    inputs = AUTOGRAD.needs_grad(op, args)
+    if (inputs and not fallback) or any(o._requires_grad for o in (out if isinstance(out, (tuple, list)) else (out,))
+                                        if isinstance(o, Tensor)):
+        raise RuntimeError(f"{'aten::' * fallback}{op.public_name}(): functions with out=... arguments don't support "
+                           "automatic differentiation, but one of the arguments requires grad.")
+    return AUTOGRAD.record_unimplemented(op, args, result) if inputs else result
 
 
 def _any_floating(result):
@@ -670,13 +706,13 @@ def call_inplace(op, args):
     return self
 
 
-def write_out(op, out, result):
-    """Write a result into the ``out=`` tensor(s), resizing them as torch does."""
+def write_out(op, out, result, args):
+    """Write a result of ``op`` on ``args`` into the ``out=`` tensor(s), resizing them as torch does."""
     if isinstance(result, tuple):
         if not isinstance(out, (tuple, list)) or len(out) != len(result):
             raise TypeError(f"{op.public_name}(): out must be a tuple of {len(result)} tensors")
         for o, r in zip(out, result):
-            write_out(op, o, r)
+            write_out(op, o, r, args)
         return op.result_type(*out) if op.result_type else tuple(out)
     if not isinstance(out, Tensor):
         raise TypeError(f"{op.public_name}(): argument 'out' must be Tensor, not {type(out).__name__}")
@@ -691,25 +727,39 @@ def write_out(op, out, result):
         )
     check_no_internal_overlap(out)
     if out.shape != result.shape:
-        resize_out(out, result.shape)
-    if DISPATCH_HOOKS:
-        # a trace: the write must reach the hooks (the tracer records it), not a stand-in's memory
+        resize_out(out, result.shape, out_strides(op, args, result.shape))
+    if DISPATCH_HOOKS or result._requires_grad:
+        # a trace: the write must reach the hooks (the tracer records it), not a stand-in's memory; a result
+        # with history (`_out_grad`'s fallback): the out tensor's history is the copy of it
         check_inplace(op, out, result)
         return call_inplace(OPS["copy"], (out, result, False))
     out._write(result)
     return out
 
 
-def resize_out(out, shape):
-    """Resize an ``out=`` tensor to its result's ``shape`` as torch does, warning when it had elements
-    (a dispatch hook, the tracer, resizes its stand-ins itself)."""
+def out_strides(op, args, shape):
+    """The strides of an ``out=`` tensor resized to ``shape``: torch's TensorIterator lays a resized output out
+    in its inputs' memory order (pointwise ops and sort: the first input of that shape decides, as
+    ``infer_dense_strides``), on every device; other ops' are contiguous."""
+    shape = tuple(shape)
+    if op.kind in ("pointwise", "sort"):
+        from .views import dense_strides  # (the same layer: views defines its ops through this module)
+        for t in _tensors_of(op, args):
+            if tuple(t._shape) == shape:
+                return dense_strides(shape, t._stride)
+    return contiguous_strides(shape)
+
+
+def resize_out(out, shape, strides):
+    """Resize an ``out=`` tensor to its result's ``shape`` and ``strides`` (`out_strides`) as torch does,
+    warning when it had elements (a dispatch hook, the tracer, resizes its stand-ins itself)."""
     for hook in DISPATCH_HOOKS:
-        if hook.resize_out(out, shape) is not NotImplemented:
+        if hook.resize_out(out, shape, strides) is not NotImplemented:
             return
     message = out_resize_warning(out, shape)
     if message is not None:
         warnings.warn(message, UserWarning, stacklevel=5)
-    out._resize(shape)
+    out._resize(shape, strides)
 
 
 def out_resize_warning(out, shape):

@@ -386,6 +386,55 @@ def _alias(x):
     return tuple(x.shape), x._stride, x._offset
 
 
+def _coordinates(dims, ndim, location):
+    """The index of the element of a non-overlapping tensor at ``location`` (counted from its offset), given its
+    dims (stride, size, dim) by decreasing stride; None if no element of it is there."""
+    index = [0] * ndim
+    if location < 0:
+        return None
+    for stride, size, d in dims:
+        q = location // stride
+        if q >= size:
+            return None
+        index[d] = q
+        location -= q * stride
+    return index if location == 0 else None
+
+
+def compact_window(base, view):
+    """``view``'s elements as ``(strides, offset)`` of an ``as_strided`` of ``base`` laid out contiguously
+    (the compact layout `as_strided_scatter` reads): each view element is the base element at its memory
+    location. None when the base's elements overlap, the view reaches memory that is no element of the
+    base, or a stride there would be negative."""
+    shape = tuple(view.shape)
+    if prod(shape) == 0:
+        return (0,) * len(shape), 0
+    dims = sorted(((s, n, d) for d, (n, s) in enumerate(zip(base.shape, base._stride)) if n > 1), reverse=True)
+    reach = 0
+    for stride, size, _ in reversed(dims):  # the innermost first: each stride must step over what is inside
+        if stride <= reach:
+            return None
+        reach += (size - 1) * stride
+    ndim, start = len(base.shape), view._offset - base._offset
+    first = _coordinates(dims, ndim, start)
+    if first is None:
+        return None
+    unit = contiguous_strides(tuple(base.shape))
+    low, high, strides = list(first), list(first), []
+    for n, t in zip(shape, view._stride):
+        step = _coordinates(dims, ndim, start + t) if n > 1 else first
+        if step is None:
+            return None
+        delta = [b - a for a, b in zip(first, step)]
+        for d, k in enumerate(delta):
+            low[d] += min(0, (n - 1) * k)
+            high[d] += max(0, (n - 1) * k)
+        strides.append(sum(k * u for k, u in zip(delta, unit)))
+    if min(strides, default=0) < 0 or any(a < 0 or b >= n for a, b, n in zip(low, high, base.shape)):
+        return None
+    return tuple(strides), sum(c * u for c, u in zip(first, unit))
+
+
 # Copies ---------------------------------------------------------------------------
 
 def dense_strides(shape, strides):
@@ -582,4 +631,4 @@ defop("_as_strided_add(Tensor self, Tensor src, int[] size, int[] stride, int? s
           "every share. The backward of an overlapping ``as_strided``.")
 
 
-__all__ = ["memory_format", "preserve_format", "contiguous_format", "dense_strides"]
+__all__ = ["memory_format", "preserve_format", "contiguous_format", "dense_strides", "compact_window"]

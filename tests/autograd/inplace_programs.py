@@ -87,12 +87,43 @@ def logical_not_in_place_keeps_the_history_as_in_torch(T, x, w):
     return y * w
 
 
+def a_view_of_a_tensor_reshaped_in_place_then_written(T, x, w):
+    # found by the fuzzer (seed 2300497): y.unsqueeze_ left y taken for a view, whose history was
+    # refreshed from a base it does not have
+    y = x * 1
+    y.unsqueeze_(1)
+    v = y.unsqueeze(2)
+    y[T.tensor([2, 0])] = 0.5
+    return v * w
+
+
+def in_place_through_views_of_non_contiguous_bases(T, x, w):
+    # y has x.t()'s memory order; z is transposed in place: torch's CopySlices covers both
+    y = x.t() * 2
+    y[1:, 0].mul_(w[0, 1:])
+    z = x * 1
+    z.t_()
+    z[::2, 2].add_(z[::2, 0])
+    return y * z
+
+
+def in_place_through_a_view_of_a_tensor_restrided_in_place(T, x, w):
+    # found by the fuzzer (seed 2300448): y.as_strided_ leaves y a tensor over part of its storage
+    y = x * 1
+    y.as_strided_((2, 3), (4, 1), 1)
+    y[:, 1].sin_()
+    y[-1] = 2.0
+    return y * w[1:, :3]
+
+
 WORKING = [scalar_multiple_then_index_assignments, chain_of_inplace_ops_on_a_non_leaf_and_its_views,
            relu_in_place_on_a_transposed_product, mul_in_place_by_a_tensor_reads_the_old_self,
            overwriting_a_saved_input_that_needs_no_gradient_there, values_of_max_written_in_place,
            in_place_on_a_view_taken_before_its_base_was_written, comparisons_written_in_place_cut_the_gradient,
            rounding_and_sign_written_in_place_cut_the_gradient, a_random_fill_in_place_cuts_the_gradient,
-           logical_not_in_place_keeps_the_history_as_in_torch]
+           logical_not_in_place_keeps_the_history_as_in_torch, a_view_of_a_tensor_reshaped_in_place_then_written,
+           in_place_through_views_of_non_contiguous_bases,
+           in_place_through_a_view_of_a_tensor_restrided_in_place]
 
 
 def result_of_exp_written_in_place(T, x, w):

@@ -1,6 +1,9 @@
 """Engine semantics, as PyTorch's: accumulation, graphs freed or retained, higher order, hooks,
 grad modes, leaf rules, version-counter errors, custom Functions, and an MLP against NumPy."""
 
+import re
+import warnings
+
 import numpy as np
 import pytest
 
@@ -238,3 +241,54 @@ def test_a_write_through_one_view_reaches_the_history_of_another():
     (b * b).sum().backward()
     np.testing.assert_array_equal(x.grad.numpy(), [2.0, 16.0, 0.0])
     assert b.grad_fn.name().startswith("AsStrided")
+
+
+# out= calls on tensors that require grad, against torch ----------------------------------------------
+
+def _out_call_outcome(lib, call, grad_mode=True):
+    """(the call's error, or whether the out tensor then requires grad, and backward's error through it)."""
+    x = lib.tensor([0.5, -1.5, 2.0], requires_grad=True)
+    with lib.set_grad_enabled(grad_mode):
+        try:
+            out = call(lib, x)
+        except RuntimeError as e:
+            # torch names the primitive a composite forwards to (outer's mul): the names are not compared
+            return re.sub(r"^(aten::)?\w+\(\)", r"\1op()", str(e))
+    if not out.requires_grad:
+        return False
+    try:
+        (out * 2).sum().backward()
+    except RuntimeError as e:
+        return True, str(e)
+    return True, None if x.grad is None else x.grad.tolist()
+
+
+OUT_CALLS = {
+    "exp of an input that requires grad": lambda T, x: T.exp(x, out=T.zeros(3)),
+    "exp into an out that requires grad": lambda T, x: T.exp(x.detach(), out=T.zeros(3, requires_grad=True)),
+    "comparison into an out that requires grad": lambda T, x: T.eq(x, 2, out=T.zeros(3, requires_grad=True)),
+    "composite div": lambda T, x: T.div(x, 2, out=T.zeros(3)),
+    "composite outer": lambda T, x: T.outer(x, x.detach(), out=T.zeros(3, 3)),
+    "composite square": lambda T, x: T.square(x, out=T.zeros(3)),
+    "composite var": lambda T, x: T.var(x, 0, out=T.zeros(())),
+    "softmax of an input that requires grad": lambda T, x: T.softmax(x, 0, out=T.zeros(3)),
+    "log_softmax into a view": lambda T, x: T.log_softmax(x, 0, out=T.zeros(2, 3)[1]),
+    "softmax into an out that requires grad": lambda T, x: T.softmax(x.detach(), 0, out=T.zeros(3, requires_grad=True)),
+    "floor_divide of an input that requires grad": lambda T, x: T.floor_divide(x, 2, out=T.zeros(3)),
+    "scatter with reduce": lambda T, x: T.scatter(x, 0, T.tensor([0, 1]), x[:2], reduce="add", out=T.zeros(3)),
+    "scatter without reduce": lambda T, x: T.scatter(x, 0, T.tensor([0, 1]), x[:2], out=T.zeros(3)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(OUT_CALLS))
+def test_out_calls_follow_torchs_autograd_rules(case):
+    """torch refuses out= on differentiable results when an input or the out tensor requires grad, except where
+    its autograd fallback serves the out= form (softmax, log_softmax, floor_divide, scatter with reduce): the
+    out tensor then requires grad and a backward through it raises."""
+    torch = pytest.importorskip("torch")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (torch's deprecation of scatter's reduce)
+        expected = _out_call_outcome(torch, OUT_CALLS[case])
+    got = _out_call_outcome(jt, OUT_CALLS[case])
+    assert got == expected
+    assert not isinstance(_out_call_outcome(jt, OUT_CALLS[case], grad_mode=False), str)  # no_grad refuses none

@@ -204,6 +204,16 @@ def test_pow_at_a_zero_base_and_a_zero_exponent():
     np.testing.assert_allclose(_grad(lambda x: x ** 0, leaf([0.0, 3.0]))[0], [0, 0])
 
 
+def test_atan2_has_torchs_zero_gradient_at_the_origin():
+    torch = pytest.importorskip("torch")
+    y, x = [0.0, 1e-30, 0.0, math.inf, 0.0, 2.0], [0.0, 1e-30, 3.0, 1.0, math.nan, -1.0]
+    got = _grad(jt.atan2, leaf(y, jt.float32), leaf(x, jt.float32))
+    ty, tx = (torch.tensor(v, requires_grad=True) for v in (y, x))
+    torch.atan2(ty, tx).sum().backward()
+    for g, t in zip(got, (ty, tx)):
+        np.testing.assert_array_equal(g, t.grad.numpy())  # 1e-30 squared underflows: 0 too, as torch
+
+
 def test_norms_and_deviations_of_zero_have_zero_gradients():
     zero = leaf([[0.0, 0.0], [1.0, 1.0]])
     for fn in (lambda x: x.norm(dim=1), lambda x: x.norm(3, dim=1), lambda x: x.std(1)):

@@ -10,6 +10,8 @@ runs to the eager values (so that compiled backward passes work).
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -49,8 +51,11 @@ def _differentiable_samples(name):
     the floating inputs require grad."""
     op = OPS[name]
     found = []
+    fallback = op.attrs.get("autograd_fallback")  # (torch's fallback: no derivative, test_scatter_with_reduce...)
     for s in samples(op, jt.float64):
         args = bind(op, s)
+        if fallback is not None and fallback(args):
+            continue
         slots = list(tensor_slots(op, args))
         with no_grad():
             outs = tree_leaves(op(*args))
@@ -144,13 +149,41 @@ def test_scatter_reduce_prod_with_zeros_in_src():
     _check(lambda s, v: s.scatter_reduce(1, index, v, "prod"), (x, src))
 
 
-def test_scatter_with_reduce_and_larger_src():
+def test_scatter_with_a_larger_src():
     x = _leaf((3, 4), seed=3)
     src = _leaf((4, 5), "strided", seed=4)
-    index = jt.tensor([[0, 1], [2, 2], [3, 0]])
-    for reduce in ("add", "multiply"):
-        _check(lambda s, v: s.scatter(1, index, v, reduce=reduce), (x, src))
-    _check(lambda s: s.scatter(1, index, 1.5, reduce="multiply"), (x,))
+    index = jt.tensor([[0, 1], [2, 3], [3, 0]])  # (no index twice in a row: which write wins is unspecified)
+    _check(lambda s, v: s.scatter(1, index, v), (x, src))
+
+
+SCATTERS_WITH_REDUCE = {
+    "function": lambda T, x, i, v: T.scatter(x, 0, i, v, reduce="add"),
+    "number": lambda T, x, i, v: x.scatter(0, i, 2.0, reduce="multiply"),
+    "in place": lambda T, x, i, v: x.clone().scatter_(0, i, v, reduce="multiply"),
+    "out": lambda T, x, i, v: T.scatter(x, 0, i, v, reduce="add", out=T.zeros(4)),
+}
+
+
+@pytest.mark.parametrize("form", sorted(SCATTERS_WITH_REDUCE))
+def test_scatter_with_reduce_has_no_derivative_as_in_torch(form):
+    """torch's autograd fallback serves scatter with reduce=: its result requires grad and a backward through
+    it raises. Found by the fuzzer (seed 2510209): jitorch's rule for it made plain scatter save its
+    result, so that writing the result in place refused a backward torch runs."""
+    torch = pytest.importorskip("torch")
+    outcomes = []
+    for T in (jt, torch):
+        x, v = T.ones(4, requires_grad=True), T.tensor([2.0, 3.0], requires_grad=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # (torch's deprecation of reduce=)
+            y = SCATTERS_WITH_REDUCE[form](T, x, T.tensor([0, 1]), v)
+        with pytest.raises(RuntimeError) as error:
+            y.sum().backward()
+        outcomes.append((y.requires_grad, str(error.value)))
+    assert outcomes[0] == outcomes[1]
+    x = jt.ones(4, requires_grad=True) * 1
+    y = x.scatter(0, jt.tensor([0, 1]), jt.tensor([2.0, 3.0]))
+    y.exp2_()  # plain scatter saves its index alone
+    y.sum().backward()
 
 
 def test_to_copy_gives_the_gradient_in_the_input_dtype():

@@ -114,6 +114,12 @@ def record_value(T, v, owners):
         return Output(f"unreadable {type(e).__name__}", values=str(e).split("\n")[0])
 
 
+def _requires_grad(t):
+    """Whether ``t`` requires grad, as a differentiable dtype can: torch's in-place ops can leave an integer or
+    bool tensor requiring grad (docs/differences-from-torch.md)."""
+    return bool(t.requires_grad) and (t.dtype.is_floating_point or t.dtype.is_complex)
+
+
 def _record(T, v, owners):
     if T is torch and isinstance(v, torch.Tensor) and v._is_zerotensor():
         v = torch.zeros(v.shape, dtype=v.dtype)  # torch's zeros without memory (a gradient), read as zeros
@@ -121,7 +127,7 @@ def _record(T, v, owners):
         key = _storage_key(v)
         alias = next((owner for k, owner in owners if key is not None and k == key), None)
         return Output("tensor", _name(v.dtype), tuple(v.shape), _values(T, v), tuple(v.stride()),
-                      v.storage_offset(), alias, bool(v.requires_grad))
+                      v.storage_offset(), alias, _requires_grad(v))
     if v is None:
         return Output("none")
     if isinstance(v, bool):
@@ -236,7 +242,7 @@ def run_grad(program, mode):
         grads[decl.name] = record_value(T, leaf.grad, []) if leaf.grad is not None else Output("none")
     for c in program.captured:
         t = inst.captured[c.name]
-        if t.requires_grad:
+        if _requires_grad(t):
             grads[c.name] = record_value(T, t.grad, []) if t.grad is not None else Output("none")
     return rec, grads
 
@@ -291,6 +297,15 @@ def compare_output(got, want, table, strides=True):
     return out
 
 
+# torch's errors for ops on an integer or bool tensor that an in-place op left requiring grad, and for a
+# backward through one: its accident, not jitorch's (docs/differences-from-torch.md)
+_INTEGER_GRAD_ERRORS = ("Autograd not support dtype", "isDifferentiableType(grad.scalar_type())")
+
+
+def _integer_grad_accident(error):
+    return bool(error) and any(m in error for m in _INTEGER_GRAD_ERRORS)
+
+
 def compare_calls(got, want, mode, reference, against_torch=False):
     """Mismatches between two lists of CallRecord."""
     table = TORCH_TOLERANCE if against_torch else TOLERANCE
@@ -300,6 +315,8 @@ def compare_calls(got, want, mode, reference, against_torch=False):
 
         def add(what, detail):
             found.append(Mismatch(mode, reference, call, what, detail))
+        if against_torch and _integer_grad_accident(w.error):
+            return found
         if g.error or w.error:
             if bool(g.error) != bool(w.error) or not against_torch and g.error != w.error:
                 add("error", f"{g.error or 'no error'} vs {w.error or 'no error'}")
@@ -335,6 +352,8 @@ def compare_calls(got, want, mode, reference, against_torch=False):
 def compare_grads(got, want, mode, reference, against_torch=False):
     table = TORCH_TOLERANCE if against_torch else TOLERANCE
     (grec, ggrads), (wrec, wgrads) = got, want
+    if against_torch and _integer_grad_accident(wrec.error):
+        return []
     if grec.error or wrec.error:
         if grec.error != wrec.error:
             return [Mismatch(mode, reference, "grad", "error", f"{grec.error or 'no error'} vs "

@@ -559,6 +559,26 @@ def test_copy_from_a_view_of_itself():
     assert x.tolist() == [4.0, 3.0, 2.0, 1.0, 0.0]
 
 
+@pytest.mark.parametrize("value", [0.5, 300, -1, True, 1e300, math.nan, np.float32(2.5)])
+@pytest.mark.parametrize("dtype", ["uint8", "int32", "float16", "bool"])
+def test_copy_of_a_python_number_is_torchs(value, dtype):
+    torch = pytest.importorskip("torch")
+    x, expected = jt.zeros(3, dtype=getattr(jt, dtype)), torch.zeros(3, dtype=getattr(torch, dtype))
+    with np.errstate(all="ignore"):
+        assert x.copy_(value) is x
+    expected.copy_(value)
+    np.testing.assert_array_equal(x.numpy(), expected.numpy())  # a float64 or int64 0-d source, cast
+
+
+def test_copy_of_a_python_number_records_a_copy_and_refuses_non_numbers():
+    x = jt.zeros(2, requires_grad=True).clone()
+    x.copy_(2.0)
+    assert x.grad_fn.name() == "CopyBackward0" and x.tolist() == [2.0, 2.0]
+    for bad, exc in (("a", TypeError), (1j, TypeError), (2**70, OverflowError)):
+        with pytest.raises(exc):
+            jt.zeros(2).copy_(bad)
+
+
 def test_copy_into_meta_checks_shapes_only():
     m = jt.ones(3, device="meta")
     assert m.copy_(jt.ones(3)) is m

@@ -41,6 +41,12 @@ CASES = {
     "sum out": lambda L, w, i: L.sum(i.view(2, 4), 0, out=w[:4]),
     "amax out": lambda L, w, i: L.amax(i.view(2, 4), 0, out=w[:4]),
     "max.dim out": lambda L, w, i: L.max(i.view(2, 4), 0, out=(w[:4], L.empty(4, dtype=L.int64))),
+    # (found by the fuzzer: the kernels write values with the reduced dim kept, which a size-1 dim makes the input's
+    # own geometry; an out of another shape is resized first)
+    "max.dim out over a size-1 dim": lambda L, w, i: L.max(i.view(N, 1), 1, out=(w, L.empty(N, dtype=L.int64))),
+    "min.dim keepdim out over a size-1 dim": lambda L, w, i: L.min(i.view(2, 1, 4), 1, True,
+                                                                 out=(w.view(2, 1, 4), L.empty(0, dtype=L.int64))),
+    "median.dim into a resized out": lambda L, w, i: L.median(i.view(N, 1), -1, out=(w[:0], L.empty(0, dtype=L.int64))),
     "std out": lambda L, w, i: L.std(i.view(2, 4), 0, out=w[:4]),
     "cumsum out": lambda L, w, i: L.cumsum(i, 0, out=w),
     "softmax out": lambda L, w, i: L.softmax(i, 0, out=w),

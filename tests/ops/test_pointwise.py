@@ -290,6 +290,8 @@ def test_clamp_matches_numpy(dtype, lo_kind, hi_kind, shapes, layout, seed):
     lo, vlo = bound(lo_kind, slo) if lo_kind else (None, None)
     hi, vhi = bound(hi_kind, shi) if hi_kind else (None, None)
     if {lo_kind, hi_kind} == {"num", "tensor"}:  # torch's clamp overloads take two numbers or two tensors
+        if (lo if lo_kind == "tensor" else hi).ndim == 0:
+            return  # a 0-d tensor is a number then: test_clamp_takes_a_0d_tensor_bound_as_a_number
         with pytest.raises(TypeError, match=r"clamp\(\) received an invalid combination of arguments - got \(Tensor, "):
             jt.clamp(x, lo, hi)
         return
@@ -305,6 +307,39 @@ def test_clamp_matches_numpy(dtype, lo_kind, hi_kind, shapes, layout, seed):
     if lo is not None:
         check_values(jt.clamp_min(x, lo), np.maximum(vx.astype(cast), np.asarray(vlo).astype(cast)),
                      jt.result_type(x, lo))
+
+
+@pytest.mark.parametrize("dtype", ["int8", "float32"])
+@pytest.mark.parametrize("bounds", [
+    (("t", 1), 3), (1.5, ("t", 3)), (("t", 1), 3.5), (("t", 1.5), 3), (("t", 1.5, "float64"), 3),
+    (("t", True), 3), (True, ("t", 2)), (("t", 1.5, "bfloat16"), 3), (("t", 1), 300),
+])
+def test_clamp_takes_a_0d_tensor_bound_as_a_number(dtype, bounds):
+    """torch's argument parser takes a 0-d tensor that does not require grad as a Number: a number and a
+    0-d tensor bound call clamp's Number overload (its dtype: a float bound makes int8 float32)."""
+    def run(lib):
+        def bound(b):
+            return lib.tensor(b[1], dtype=getattr(lib, b[2]) if len(b) > 2 else None) if isinstance(b, tuple) else b
+        x = lib.arange(-2, 5, dtype=getattr(lib, dtype))
+        try:
+            return lib.clamp(x, *map(bound, bounds)), x.clone().clamp_(*map(bound, bounds))
+        except RuntimeError as e:
+            return type(e)
+    got, expected = run(jt), run(torch)
+    if isinstance(expected, type):
+        assert got is expected
+        return
+    for g, e in zip(got, expected):
+        assert str(g.dtype).split(".")[1] == str(e.dtype).split(".")[1]
+        np.testing.assert_array_equal(g.float().numpy(), e.float().numpy())
+
+
+def test_clamp_refuses_a_mix_of_a_number_and_a_tensor_that_requires_grad_or_has_dims():
+    for bound in (jt.tensor(1.0, requires_grad=True), jt.tensor([1.0])):
+        with pytest.raises(TypeError, match=r"clamp\(\) received an invalid combination of arguments"):
+            jt.clamp(jt.zeros(3), bound, 2)
+        with pytest.raises(TypeError, match=r"clip\(\) received an invalid combination of arguments"):
+            jt.zeros(3).clip(2, bound)
 
 
 @given(st.sampled_from(FLOAT_DTYPES), st.booleans(),

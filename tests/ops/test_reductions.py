@@ -310,6 +310,16 @@ def test_argument_forms(call, ref):
     assert_close(got, ref, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", ["int64", "int32", "int16", "uint8", "bool", "float32", "bfloat16"])
+def test_median_of_an_empty_tensor_is_torchs_nan_cast_to_its_dtype(dtype):
+    """Found by the fuzzer (seed 2500171): torch's median of nothing is NaN cast to the dtype (INT64_MIN for
+    int64, True for bool, which it answers before refusing bools); jitorch gave 0 for integers."""
+    got = jt.zeros(0, 3, dtype=getattr(jt, dtype)).median()
+    want = torch.zeros(0, 3, dtype=getattr(torch, dtype)).median()
+    assert str(got.dtype).split(".")[1] == dtype
+    np.testing.assert_array_equal(np.asarray(got.float().item()), np.asarray(want.float().item()))
+
+
 def test_max_min_median_return_namedtuples():
     x = jt.tensor([[3.0, 7.0, 7.0], [2.0, 2.0, 9.0]])
     r = jt.max(x, 1, True)

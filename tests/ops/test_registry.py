@@ -71,6 +71,35 @@ def test_out_resizes_casts_and_checks():
     np.testing.assert_array_equal(ints.numpy(), before)
 
 
+# found by the fuzzer (seed 2500144): log10(x_permuted, out=zeros(0)) left the out tensor contiguous
+RESIZED_OUT_CALLS = {
+    "cos": lambda L, x, o: L.cos(x, out=o),
+    "add with a broadcast operand": lambda L, x, o: L.add(x, L.ones(2), out=o),
+    "clamp": lambda L, x, o: L.clamp(x, 0, 1, out=o),
+    "div (a composite)": lambda L, x, o: L.div(x, 2, out=o),
+    "sort": lambda L, x, o: L.sort(x, 0, out=(o, L.empty(0, dtype=L.int64)))[0],
+    "cumsum": lambda L, x, o: L.cumsum(x, 0, out=o),
+    "softmax": lambda L, x, o: L.softmax(x, 0, out=o),
+    "index_select": lambda L, x, o: L.index_select(x, 0, L.tensor([1, 0]), out=o),
+}
+
+
+@pytest.mark.parametrize("out_size", [0, 5, 40])
+@pytest.mark.parametrize("name", sorted(RESIZED_OUT_CALLS))
+def test_a_resized_out_tensor_takes_torchs_layout(name, out_size):
+    """torch's TensorIterator lays a resized out= tensor out in its inputs' memory order (pointwise ops, sort),
+    other ops contiguously."""
+    import torch
+    strides = []
+    for lib in (jt, torch):
+        x = lib.arange(12.0).reshape(3, 4).t()[:, 1:]  # (4, 2) with strides (1, 4), at offset 4
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # (the resize warning: tested above)
+            r = RESIZED_OUT_CALLS[name](lib, x, lib.zeros(out_size))
+        strides.append((tuple(r.shape), r.stride(), r.storage_offset()))
+    assert strides[0] == strides[1]
+
+
 def test_inplace_checks_shape_and_dtype_before_writing():
     x = jt.zeros(3)
     with pytest.raises(RuntimeError, match=r"output with shape \[3\] doesn't match the broadcast shape \[2, 3\]"):

@@ -400,3 +400,22 @@ def test_movedim_of_a_0d_tensor_is_the_tensor():
         assert got.untyped_storage() is x.untyped_storage()
     with pytest.raises(IndexError):
         x.movedim(1, 0)
+
+
+def test_compact_window_places_a_view_in_its_base_laid_out_contiguously():
+    from jitorch.ops.views import compact_window
+    base = jt.arange(15.0)
+    base.as_strided_((2, 3), (6, 2), 1)  # elements at 1, 3, 5, 7, 9, 11 of the storage
+    assert compact_window(base, base.t()) == ((1, 3), 0)
+    assert compact_window(base, base[1, 1:]) == ((1,), 4)
+    assert compact_window(base, base.diagonal()) == ((4,), 0)
+    assert compact_window(base, base[:, :0]) == ((0, 0), 0)
+    for outside in (base.as_strided((2,), (1,), 1), base.as_strided((1,), (1,), 0)):
+        assert compact_window(base, outside) is None  # memory that is no element of the base
+    assert compact_window(base, base.as_strided((2,), (4,), 5)) == ((2,), 2)  # (0, 2) then (1, 1)
+    column_major = jt.arange(6.0)
+    column_major.as_strided_((2, 3), (1, 2))
+    assert compact_window(column_major, column_major.as_strided((2,), (1,), 1)) is None  # (1, 0) then (0, 1)
+    overlapping = jt.arange(6.0)
+    overlapping.as_strided_((2, 3), (1, 1))
+    assert compact_window(overlapping, overlapping[0]) is None

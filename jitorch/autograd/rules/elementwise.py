@@ -98,7 +98,9 @@ def _extreme(g, x, other, loses):
 
 
 def _atan2_scale(a):
-    return (a.self * a.self + a.other * a.other).reciprocal()
+    """``1 / (self² + other²)``, and 0 where that sum is 0 (torch's atan2_backward: no gradient at the origin)."""
+    squares = a.self * a.self + a.other * a.other
+    return jt.where(squares == 0, 0, squares.reciprocal())
 
 
 def _clamp_self(g, a):

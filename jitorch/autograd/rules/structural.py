@@ -392,21 +392,6 @@ def _gathered(g, a, out):
     return _pad_to(g.gather(a.dim, a.index), a.src.shape)
 
 
-def _scatter(g, a, out):
-    """``scatter`` overwrites; with ``reduce`` it is ``scatter_reduce`` including ``self``."""
-    if a.reduce is not None:
-        reduce = "sum" if a.reduce == "add" else "prod"
-        return _scatter_reduced(g, a.self, a.dim, a.index, a.src, reduce, True, out)
-    return _PLAIN_SCATTER(g, a, out)
-
-
-def _scatter_value(g, a, out):
-    if a.reduce is None:
-        return {"self": _scattered(g, a, out)}
-    # a written element was multiplied by value (or had it added) once per write
-    return {"self": g if a.reduce == "add" else g.scatter(a.dim, a.index, a.value, reduce="multiply")}
-
-
 def _scatter_reduced(g, x, dim, index, src, reduce, include_self, out):
     """torch's scatter_reduce_backward; ``src`` beyond ``index``'s shape gets zeros."""
     s = _region(src, index.shape) if index.ndim == src.ndim else src
@@ -453,14 +438,14 @@ def _unchanged(g, a, out):
     return g
 
 
-_PLAIN_SCATTER = per_input(self=reads("index", _scattered), src=reads("index", _gathered))
 defgrad("index", _self(lambda g, a: g.new_zeros(a.self.shape).index_put(a.indices, g, True), "indices"))
 defgrad("index_put", per_input(
     self=reads("indices", lambda g, a, out: g if a.accumulate else g.index_put(a.indices, g.new_zeros(()), False)),
     values=reads("indices", lambda g, a, out: sum_to(OPS["index"](g, a.indices), a.values.shape))))
 defgrad("gather", _self(lambda g, a: g.new_zeros(a.self.shape).scatter_add(a.dim, a.index, g), "index"))
-defgrad("scatter", reads("self index src result", _scatter))
-defgrad("scatter.value", reads("index", _scatter_value))
+# (with reduce=, torch has no derivative: its autograd fallback's node raises in backward, as jitorch's)
+defgrad("scatter", per_input(self=reads("index", _scattered), src=reads("index", _gathered)))
+defgrad("scatter.value", per_input(self=reads("index", _scattered)))
 defgrad("scatter_add", per_input(self=reads("", _unchanged), src=reads("index", _gathered)))
 defgrad("scatter_reduce", reads("self index src result", lambda g, a, out: _scatter_reduced(
     g, a.self, a.dim, a.index, a.src, a.reduce, a.include_self, out)))

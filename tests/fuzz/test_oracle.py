@@ -1,0 +1,45 @@
+"""The oracle's allowances for torch's accidents (docs/differences-from-torch.md), each on what torch does."""
+
+import torch
+
+import jitorch as jt
+from tests.fuzz.oracle import CallRecord, _requires_grad, compare_calls, compare_grads, record_value
+
+
+def _integer_tensor_left_requiring_grad(lib):
+    """Found by the fuzzer (seed 1000217): ``x1.greater_equal_(x0)`` with x1 uint8 and x0 requiring grad."""
+    x1 = lib.tensor([2, 2], dtype=lib.uint8)
+    x1.greater_equal_(lib.tensor([1.0, 3.0], requires_grad=True))
+    return x1
+
+
+def test_an_integer_tensor_torch_leaves_requiring_grad_is_recorded_as_not_requiring_it():
+    theirs, mine = _integer_tensor_left_requiring_grad(torch), _integer_tensor_left_requiring_grad(jt)
+    assert theirs.requires_grad and not mine.requires_grad
+    recorded = record_value(torch, theirs, [])
+    assert recorded.kind == "tensor" and not recorded.requires_grad
+    assert compare_grads((CallRecord(outputs=[record_value(jt, mine, [])]), {}), (CallRecord(outputs=[recorded]), {}),
+                         "eager", "torch", against_torch=True) == []
+
+
+def test_torchs_errors_on_such_a_tensor_are_not_compared():
+    theirs, mine = _integer_tensor_left_requiring_grad(torch), _integer_tensor_left_requiring_grad(jt)
+    try:
+        theirs * 2
+    except RuntimeError as e:
+        error = f"RuntimeError: {e}"
+    assert "Autograd not support dtype" in error
+    mine = CallRecord(outputs=[record_value(jt, mine * 2, [])])
+    assert compare_calls([mine] * 3, [CallRecord(error=error)], "eager", "torch", against_torch=True) == []
+    assert compare_grads((mine, {}), (CallRecord(error=error), {}), "eager", "torch", against_torch=True) == []
+    other = CallRecord(error="RuntimeError: something else")
+    assert compare_calls([mine], [other], "eager", "torch", against_torch=True)
+
+
+def test_an_integer_tensor_written_through_a_view_has_no_gradient_to_compare():
+    """Found by the fuzzer (seed 2300555): ``c0[:, 0] = cos(x0)`` into a captured int64 ``c0`` leaves torch's
+    ``c0`` requiring grad (CopySlices), so the oracle looked for a gradient of c0 that jitorch has not."""
+    for lib in (torch, jt):
+        c0 = lib.zeros(5, 2, dtype=lib.int64)
+        c0[:, 0] = lib.cos(lib.tensor(0.5, requires_grad=True))
+        assert c0.requires_grad == (lib is torch) and not _requires_grad(c0)
