@@ -104,12 +104,13 @@ def _broadcast(a, b):
         return False
 
 
-# The most nodes in one group. LLVM's optimiser takes superlinear time in a kernel's size: a 20,000-node
-# pointwise chain compiled (optimise, fuse, build, LLVM, executor) in 259 s as one kernel, and in about
-# 7.5 s, 8.5 s and 10 s (CPU time) with groups of at most 256, 512 and 1024 nodes; at 2,000 and 5,000
-# nodes 256 and 512 cost the same, 1024 more. Splitting costs one write and read of a value per group,
-# nothing beside hundreds of operations on it.
-MAX_GROUP_NODES = 256
+# The most nodes in one group. LLVM's optimiser takes superlinear time in a kernel's size: a pointwise
+# chain of 20,000 nodes compiled (optimise, fuse, build, LLVM, executor) in 259 s as one kernel, and in
+# 7.6-9.6, 6.4-6.6, 6.7-7.1 and 8.7 s (CPU) in groups of at most 64, 128, 256 and 512 nodes. Smaller
+# kernels also ran faster: a 2,048-node chain over 2^20 floats (one thread) took 43, 62, 87 and 136 ms,
+# as LLVM interleaves the iterations of small loop bodies only. Splitting costs one write and read of a
+# value per group.
+MAX_GROUP_NODES = 128
 
 
 class _Cluster:
