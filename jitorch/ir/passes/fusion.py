@@ -232,9 +232,10 @@ class _Partition:
         self.prologue_outputs = prologue_outputs
         self.order = {n: i for i, n in enumerate(graph.nodes)}
         self.kind = {n: kind_of(n) for n in graph.nodes}
+        self.reads = {n: n.input_values() for n in graph.nodes}  # read at every sweep over the edges
         self.users = {}    # Value -> nodes reading it
         for n in graph.nodes:
-            for v in n.input_values():
+            for v in self.reads[n]:
                 self.users.setdefault(v, []).append(n)
         # values needed whatever the partition: graph outputs and values written back into inputs
         self.sinks = set(graph.output_values()) | {v for _, v in graph.mutations}
@@ -254,7 +255,7 @@ class _Partition:
             if uses:
                 c.escaping[v] = uses
                 c.shapes[_shape(v)] = c.shapes.get(_shape(v), 0) + 1
-        for v in node.input_values():
+        for v in self.reads[node]:
             if v.node is not None:
                 c.reads[v] = c.reads.get(v, 0) + 1
         if self.kind[node] == "view":
@@ -285,12 +286,11 @@ class _Partition:
             return None
         return pointwise, space
 
-    @staticmethod
-    def prologue(red, nodes):
+    def prologue(self, red, nodes):
         """The nodes of ``nodes`` that ``red`` depends on (through nodes of ``nodes``)."""
         found, stack = set(), [red]
         while stack:
-            for v in stack.pop().input_values():
+            for v in self.reads[stack.pop()]:
                 if v.node in nodes and v.node not in found:
                     found.add(v.node)
                     stack.append(v.node)
@@ -427,7 +427,7 @@ class _Partition:
         """Try to merge producer and consumer clusters of every dataflow edge for which ``wanted``."""
         merged = False
         for n in self.order:
-            for v in n.input_values():
+            for v in self.reads[n]:
                 if v.node is not None:
                     a, b = self.owner[v.node], self.owner[n]
                     if a is not b and wanted(a, b):
@@ -457,7 +457,7 @@ class _Partition:
 
     def group(self, c):
         nodes = sorted(c.nodes, key=self.order.__getitem__)
-        inputs = list(dict.fromkeys(v for n in nodes for v in n.input_values() if v.node not in c.nodes))
+        inputs = list(dict.fromkeys(v for n in nodes for v in self.reads[n] if v.node not in c.nodes))
         outputs = [v for n in nodes for v in n.outputs if v in c.escaping]
         shape = c.space
         if shape is None:  # an external call, or one view with outputs of several shapes
