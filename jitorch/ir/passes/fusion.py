@@ -23,9 +23,10 @@ Groups grow by merging, most valuable first: producer and consumer over the
 same space, then reductions with their prologue and epilogue, then any other
 legal producer-consumer pair (broadcast inputs), then siblings over one space
 that read a common value. A merge happens when the merged group still has one
-kernel form (`_Partition.union_form`) and the graph of groups stays acyclic
-(checked against a topological order of the groups kept up to date, so a merge
-costs time in proportion to the groups between the two, not to the graph).
+kernel form (`_Partition.union_form`) and at most `MAX_GROUP_NODES` nodes, and
+the graph of groups stays acyclic (checked against a topological order of the
+groups kept up to date, so a merge costs time in proportion to the groups
+between the two, not to the graph).
 """
 
 from __future__ import annotations
