@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 import jitorch as jt
-from tests.support import deep_chain
+from tests.deep import deep_chain
 
 
 def test_eager_backward_through_a_50000_op_chain_equals_torch():

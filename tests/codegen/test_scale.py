@@ -6,7 +6,7 @@ import sys
 
 from jitorch.codegen.kernel import build
 from jitorch.ir.passes.fusion import MAX_GROUP_NODES, fuse
-from tests.support import DEEP_STEPS, deep_chain_graph
+from tests.deep import DEEP_STEPS, deep_chain_graph
 
 
 def test_every_kernel_of_a_50000_node_chain_builds_its_llvm_ir():

@@ -8,7 +8,7 @@ import sys
 from jitorch.ir import parse, print_graph, verify
 from jitorch.ir.passes import fusion
 from jitorch.ir.passes.manager import optimize
-from tests.support import DEEP_STEPS, deep_chain_text
+from tests.deep import DEEP_STEPS, deep_chain_text
 
 
 def test_a_50000_node_chain_parses_prints_verifies_optimises_and_fuses():

@@ -16,7 +16,7 @@ from jitorch.ir import interpret
 from jitorch.ir.passes.fusion import MAX_GROUP_NODES, fuse
 from jitorch.ir.passes.manager import optimize
 from jitorch.jit import trace
-from tests.support import deep_chain, deep_chain_text
+from tests.deep import deep_chain, deep_chain_text
 
 
 def test_a_50000_op_chain_traces():
