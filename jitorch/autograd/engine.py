@@ -105,13 +105,16 @@ class AccumulateGrad:
         return "<AccumulateGrad object>"
 
 
-def gradient_edge(t):
-    """Where a gradient for ``t`` goes: its grad_fn, or the leaf's AccumulateGrad."""
+def gradient_edge(t, version=None):
+    """Where a gradient for ``t`` goes: its grad_fn, or the leaf's AccumulateGrad. ``version``: the
+    version of ``t``'s memory the edge is for (an in-place op's inputs are read before its write),
+    by default the current one."""
     fn = t.grad_fn
     if fn is not None:
         seen = t.__dict__.get("_view_version")
-        if seen is not None and seen != t._storage._version:
-            return _refresh_view_history(t)
+        current = t._storage._version if version is None else version
+        if seen is not None and seen != current:
+            return _refresh_view_history(t, current)
         return fn
     acc = t.__dict__.get("_accumulator")
     if acc is None:
@@ -119,7 +122,7 @@ def gradient_edge(t):
     return acc
 
 
-def _refresh_view_history(view):
+def _refresh_view_history(view, version):
     """A view whose memory was written since its history was recorded (an in-place op on its base
     or on another view of it) reads its values from the base's new history, as torch regenerates
     a view's grad_fn: an ``as_strided`` of the base as it is now."""
@@ -131,7 +134,7 @@ def _refresh_view_history(view):
         fresh = registry.call(registry.OPS["as_strided"], [base, tuple(view._shape), view._stride, view._offset])
     view.grad_fn = fresh.grad_fn
     view._output_nr = 0
-    view._view_version = view._storage._version
+    view._view_version = version
     return view.grad_fn
 
 
@@ -183,8 +186,10 @@ def record(op, args, result, versions=None):
         inputs = [(i, None, args[i]) for i in positions if isinstance(args[i], Tensor)]
     else:
         inputs = list(_tensor_inputs(op, args))
-    edges = tuple([(gradient_edge(t), getattr(t, "_output_nr", 0)) if t._requires_grad else (None, 0)
-                   for _, _, t in inputs])
+    # An in-place op's inputs are read as they were before its write (``x.add_(x.squeeze())``: the view's
+    # history is that of x before the write, and stays stale after it)
+    edges = tuple([(gradient_edge(t, versions.get(id(t)) if versions else None), getattr(t, "_output_nr", 0))
+                   if t._requires_grad else (None, 0) for _, _, t in inputs])
     specs = tuple([(i, j, t._shape, t.dtype) for i, j, t in inputs])
     args = args if args.__class__ is list else list(args)
     custom_view = op.view is not None and "_custom_function_view" in args[0].__dict__

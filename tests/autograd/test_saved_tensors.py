@@ -67,3 +67,24 @@ def test_a_rule_reading_a_tensor_it_does_not_declare_is_an_error_not_a_stale_val
     y = x * x.detach()
     with pytest.raises(AttributeError, match="derivative rule of 'mul' uses .* argument 'self'"):
         y.sum().backward()
+
+
+@pytest.mark.parametrize("values, view", [
+    (1.5, lambda t: t.squeeze()),
+    ([1.5, -2.0, 0.5], lambda t: t[:]),
+    ([[1.5, -2.0], [0.5, 3.0]], lambda t: t.reshape(4).reshape(2, 2)),
+])
+def test_an_in_place_op_reading_a_view_of_its_target_reads_it_before_the_write(values, view):
+    """``x.add_(v)`` with ``v`` a view of ``x``: the op's edge for ``v`` is v's history before the write,
+    and v's own history is stale after it (fuzz seed 3001177: the edge was taken after the write and
+    marked v's history current, so a backward through v missed the write: x.grad 1 where torch's is 2)."""
+    grads = []
+    for T in (torch, jt):
+        leaf = T.tensor(values, requires_grad=True)
+        x = leaf.clone()
+        v = view(x)
+        x.add_(v)
+        (v * 3.0).sum().backward()
+        grads.append(leaf.grad.tolist())
+    assert grads[1] == grads[0]
+    assert np.all(np.asarray(grads[0]) == 6.0)
