@@ -38,9 +38,9 @@ import numpy as np
 
 from .runtime import dtypes as _dtypes
 from .runtime.device import device as _device
-from .runtime.files import atomic_write
+from .runtime.files import write_to
 from .runtime.storage import Storage
-from .runtime.zipfiles import ArchiveError, BoundedZip, NotAnArchive, text_limit
+from .runtime.zipfiles import ArchiveError, open_archive, text_limit
 from .tensor import Size, Tensor
 
 __all__ = ["save", "load", "SerializationError"]
@@ -144,11 +144,7 @@ def save(obj, f):
     writer = _Writer()
     manifest = {"format": FORMAT, "version": VERSION, "structure": writer.encode(obj)}
     manifest["storages"] = writer.storage_table()
-    if isinstance(f, (str, os.PathLike)):
-        with atomic_write(f) as fh:  # a failed save leaves the previous file as it was
-            _write_archive(fh, manifest, writer)
-    else:
-        _write_archive(f, manifest, writer)
+    write_to(f, lambda fh: _write_archive(fh, manifest, writer))
 
 
 def _write_archive(fh, manifest, writer):
@@ -410,13 +406,7 @@ def load(f, map_location=None, pickle_module=None, *, weights_only=True, mmap=No
 
 
 def _load_from(f, map_location, max_bytes):
-    try:
-        zf = BoundedZip(f, max_bytes)
-    except NotAnArchive as e:
-        raise _bad(f"not a jitorch file ({e})") from None
-    except ArchiveError as e:
-        raise _bad(str(e)) from None
-    with zf:
+    with open_archive(f, max_bytes, _bad, "jitorch file") as zf:
         manifest = _read_manifest(zf)
         fmt = manifest.get("format")
         if isinstance(fmt, str) and fmt in _FORMAT_LOADERS:

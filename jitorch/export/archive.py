@@ -14,15 +14,14 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import re
 import zipfile
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..runtime.files import atomic_write
-from ..runtime.zipfiles import ArchiveError, BoundedZip, NotAnArchive, text_limit
+from ..runtime.files import write_to
+from ..runtime.zipfiles import ArchiveError, open_archive, text_limit
 from .errors import ExportError
 
 FORMAT = "jitorch.export"
@@ -62,11 +61,7 @@ def write(path_or_file, manifest, graph_text, constants, artifacts):
         for kernel in record["kernels"]:
             members[kernel["member"]] = objects[kernel["key"]]
     manifest = dict(manifest, members={name: hashlib.sha256(data).hexdigest() for name, data in members.items()})
-    if isinstance(path_or_file, (str, os.PathLike)):
-        with atomic_write(path_or_file) as f:  # a failed save leaves the previous file as it was
-            _write_zip(f, manifest, members)
-    else:
-        _write_zip(path_or_file, manifest, members)
+    write_to(path_or_file, lambda f: _write_zip(f, manifest, members))
 
 
 def _write_zip(f, manifest, members):
@@ -83,13 +78,7 @@ def read(path_or_file, object_code=False, max_bytes=None):
 
     ``object_code``: also read the artifacts' object code and PTX (otherwise their records come with
     no bytes). ``max_bytes``: what the file's members may declare in all (see `runtime.zipfiles`)."""
-    try:
-        z = BoundedZip(path_or_file, max_bytes)
-    except NotAnArchive as e:
-        raise ExportError(f"not a jitorch export file ({e})") from None
-    except ArchiveError as e:
-        raise ExportError(str(e)) from None
-    with z:
+    with open_archive(path_or_file, max_bytes, ExportError, "jitorch export file") as z:
         try:
             return _read_contents(_Reader(z), object_code)
         except ArchiveError as e:

@@ -38,3 +38,13 @@ def atomic_write(path, mode: str = "wb"):
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def write_to(path_or_file, write) -> None:
+    """``write(f)`` into ``path_or_file``: a path is written atomically (`atomic_write`; a failed save
+    leaves the previous file as it was), an open binary file as it is."""
+    if isinstance(path_or_file, (str, os.PathLike)):
+        with atomic_write(path_or_file) as f:
+            write(f)
+    else:
+        write(path_or_file)

@@ -245,3 +245,14 @@ def _file_size(file):
     except (OSError, AttributeError, ValueError) as e:
         raise NotAnArchive(f"the file cannot be read as an archive (it must be seekable): {e}") from None
     return size
+
+
+def open_archive(file, max_bytes, error, what):
+    """`BoundedZip` of ``file``, its refusals raised as ``error`` (the caller's own type): "not a
+    ``what`` (...)" for a file that is no archive, the archive's message for anything else."""
+    try:
+        return BoundedZip(file, max_bytes)
+    except NotAnArchive as e:
+        raise error(f"not a {what} ({e})") from None
+    except ArchiveError as e:
+        raise error(str(e)) from None
