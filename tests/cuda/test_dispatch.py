@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 import jitorch as jt
-from jitorch.cuda import selftest
 from jitorch.runtime import cuda_ops, cuda_tensor
 from tests.cuda.test_ptx import assert_assembles
 
@@ -92,18 +91,6 @@ def test_ops_without_a_kernel_run_on_the_host(fake):
     d = jt.ones(2, 2, dtype=jt.float64, device="cuda") @ jt.ones(2, 2, dtype=jt.float64, device="cuda")
     assert d.tolist() == [[2.0, 2.0]] * 2 and fake.launches == []  # float64 products: on the host
     assert x.nonzero().device.type == "cuda"
-
-
-def test_every_registry_op_on_cuda_matches_the_cpu(fake):
-    """Each op's first sample, with its layout (strides, offsets), on the fake device against the CPU."""
-    assert selftest.registry_op_mismatches() == []
-
-
-@pytest.mark.parametrize("check", [selftest.check_tensors, selftest.check_graph_and_autograd],
-                         ids=["tensors", "graph_and_autograd"])
-def test_the_selftests_tensor_checks_pass_on_the_fake_device(fake, check):
-    ok, detail = check()
-    assert ok, detail
 
 
 def test_the_eager_kernels_assemble_for_sm_80_and_sm_90(fake):

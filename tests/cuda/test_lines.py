@@ -1,7 +1,7 @@
 """Ops that walk lines on CUDA tensors: cumsum/cumprod and argmax/argmin/max/min over a dim (a thread per line,
 in order: the CPU's results bit for bit; few long lines in chunks), sort/topk/kthvalue/median (a bitonic
-network per line, the CPU's stable order), and softmax/log_softmax over any dim (the row kernel, the dim moved last by strided copies); on the fake device running the kernels, against the CPU. Every directly written
-kernel made by the CUDA tests of this file is assembled with ptxas."""
+network per line, the CPU's stable order), and softmax/log_softmax over any dim (the row kernel, the dim moved last by strided copies); on the fake device running the kernels, against the CPU. Every kind of directly
+written kernel, in float32, float16 and int32, is assembled with ptxas."""
 
 import numpy as np
 import pytest
@@ -128,17 +128,21 @@ def test_sort_topk_kthvalue_and_median_give_the_cpus_stable_order(data, descendi
 
 def test_the_directly_written_kernels_assemble(fake, monkeypatch):
     monkeypatch.setattr(scan, "LONG_LINE", 8)
-    x = jt.arange(24.0, device="cuda").reshape(2, 3, 4)
+    tables = ((cuda_ops, "_INDEXERS"), (cuda_tensor, "_COPIES"), (cuda_ops, "_SCANS"))
+    for module, name in tables:  # empty: the kernels made below, not every earlier test's in this process
+        monkeypatch.setattr(module, name, {})
     index = jt.tensor([[0, 2]], device="cuda")
-    for make in (lambda: x.transpose(0, 2).cumsum(1), lambda: x.argmax(1), lambda: x.min(0),
-                 lambda: x.flip((0, 2)), lambda: x.gather(2, index.expand(2, 3, 2)),
-                 lambda: x.scatter_add(2, index.expand(2, 3, 2), x[..., :2]),
-                 lambda: x.index_add(1, index[0], x[:, :2], alpha=2), lambda: x.transpose(0, 1).repeat(1, 2, 1),
-                 lambda: x.transpose(1, 2).sort(1, descending=True), lambda: x.reshape(-1).cumsum(0),
-                 lambda: x.reshape(-1).max(0)):
-        make()
-    tables = (cuda_ops._INDEXERS, cuda_tensor._COPIES, cuda_ops._SCANS)
-    kernels = [k for table in tables for k in table.values()]
+    makes = [lambda x: x.transpose(0, 2).cumsum(1), lambda x: x.argmax(1), lambda x: x.min(0),
+             lambda x: x.flip((0, 2)), lambda x: x.gather(2, index.expand(2, 3, 2)),
+             lambda x: x.scatter_add(2, index.expand(2, 3, 2), x[..., :2]),
+             lambda x: x.index_add(1, index[0], x[:, :2], alpha=2), lambda x: x.transpose(0, 1).repeat(1, 2, 1),
+             lambda x: x.transpose(1, 2).sort(1, descending=True), lambda x: x.reshape(-1).cumsum(0),
+             lambda x: x.reshape(-1).max(0)]
+    for dtype in (jt.float32, jt.float16, jt.int32):
+        x = jt.arange(24, dtype=dtype, device="cuda").reshape(2, 3, 4)
+        for make in makes:
+            make(x)
+    kernels = [k for module, name in tables for k in getattr(module, name).values()]
     assert {k.ops[0] for k in kernels} >= {"cumsum", "argmax", "min.dim", "max.dim", "copy", "gather",
                                            "scatter_add", "index_add", "sort"}
     assert {k.spec[2] for k in kernels if k.ops[0] in ("cumsum", "max.dim")} >= {"totals", "carries", "prefixes",

@@ -56,6 +56,8 @@ def test_import_loads_no_cuda_bindings():
 
 
 def test_selftest_without_a_gpu_runs_ptxas_and_the_emulated_checks_and_exits_0():
+    """The suite's one run of the selftest's emulated checks: every registry op's first sample on CUDA
+    against the CPU, CUDA tensors, and a compiled graph with autograd (a failing row prints what differed)."""
     done = subprocess.run([sys.executable, "-m", "jitorch.cuda.selftest"], capture_output=True, text=True,
                           cwd=Path(__file__).parents[2])
     assert done.returncode == 0, done.stdout + done.stderr
