@@ -349,7 +349,8 @@ def quiet_meta(op, args):
 # Execution ----------------------------------------------------------------
 
 # Hooks that take over dispatch (the tracer installs one; autograd will too). Each is
-# an object with ``call(op, args, out)`` and ``call_inplace(op, args)`` that return
+# an object with ``call(op, args, out)``, ``call_inplace(op, args)`` and, for out= tensors,
+# ``resize_out(out, shape, strides)`` and ``write_out(out, result)`` that return
 # NotImplemented to pass the call on. Composite ops run their bodies before the
 # hooks see them, so hooks see only primitive ops. While any hook is installed,
 # the eager fast paths are off.
