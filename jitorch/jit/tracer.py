@@ -437,21 +437,16 @@ class Tracer:
         if threading.get_ident() != self.thread:
             return NotImplemented
         result = self.record(op, args)
+        if out is not None:
+            # eager's rule and write: refused under grad as eagerly, resized and written through the hooks
+            args = self.fake_args(op, args)
+            return registry.write_out(op, out, registry.out_grad(op, args, out, result), args)
         autograd = registry.AUTOGRAD
         if autograd is not None and autograd.needs_grad(op, args):
             # the backward graph of traced ops is built too: a backward() inside the traced
             # function then records its gradient ops into this same graph
             autograd.record(op, self.fake_args(op, args), result)
-        if out is None:
-            return result
-        outs = out if isinstance(out, (tuple, list)) else (out,)
-        results = result if isinstance(result, (tuple, list)) else (result,)
-        for o, r in zip(outs, results):
-            if self.fake(o).shape != r.shape:
-                registry.resize_out(o, r.shape, registry.out_strides(op, self.fake_args(op, args), r.shape))
-            registry.check_inplace(op, self.fake(o), r)
-            self.write(o, r)
-        return out
+        return result
 
     def resize_out(self, out, shape, strides):
         """An ``out=`` tensor of another shape than its result, resized as `Tensor._resize` does (a new
@@ -464,6 +459,7 @@ class Tracer:
             self.graph.meta_warnings.append((UserWarning, message))
         if fake._offset + prod(shape) <= fake._storage.size:  # eager reshapes it over the same memory
             fake._set_geometry(shape, strides, fake._offset)
+            fake.__dict__.pop("_trace_value", None)  # the value it held was of the old geometry: read anew
             return fake
         if fake._storage.origin is not None:
             raise TraceError(f"an out= tensor over an input's or captured tensor's memory is resized from "
@@ -473,6 +469,14 @@ class Tracer:
         fake._set_geometry(fresh._shape, strides, 0)  # (zeros in any dense layout: fresh's value is its value)
         fake._trace_value = fresh._trace_value
         return fake
+
+    def write_out(self, out, result):
+        """Write a result without history into the ``out=`` tensor ``out``, as eager's plain write (no
+        autograd: ``eq`` into a float tensor that requires grad is allowed)."""
+        if threading.get_ident() != self.thread:
+            return NotImplemented
+        self.write(out, result)
+        return out
 
     def call_inplace(self, op, args):
         if threading.get_ident() != self.thread:

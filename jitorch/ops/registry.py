@@ -349,7 +349,8 @@ def quiet_meta(op, args):
 # Execution ----------------------------------------------------------------
 
 # Hooks that take over dispatch (the tracer installs one; autograd will too). Each is
-# an object with ``call(op, args, out)`` and ``call_inplace(op, args)`` that return
+# an object with ``call(op, args, out)``, ``call_inplace(op, args)`` and, for out= tensors,
+# ``resize_out(out, shape, strides)`` and ``write_out(out, result)`` that return
 # NotImplemented to pass the call on. Composite ops run their bodies before the
 # hooks see them, so hooks see only primitive ops. While any hook is installed,
 # the eager fast paths are off.
@@ -431,14 +432,14 @@ def call(op, args, out=None):
             args = _dtype_from_out(op, args, out)
     if op.composite is not None:
         result = op.composite(*args)
-        return result if out is None else write_out(op, out, _out_grad(op, args, out, result), args)
+        return result if out is None else write_out(op, out, out_grad(op, args, out, result), args)
     for hook in DISPATCH_HOOKS:
         r = hook.call(op, args, out)
         if r is not NotImplemented:
             return r
     result = execute(op, args)
     if out is not None:
-        result = _out_grad(op, args, out, result)
+        result = out_grad(op, args, out, result)
     elif AUTOGRAD is not None and AUTOGRAD.needs_grad(op, args):
         result = AUTOGRAD.record(op, args, result)
     if op.requires_grad_index is not None and args[op.requires_grad_index]:
@@ -460,14 +461,15 @@ def _dtype_from_out(op, args, out):
     return args
 
 
-def _out_grad(op, args, out, result):
-    """torch's autograd rule for an ``out=`` call, before anything is written: a differentiable result
-    (a floating one) is refused while grad mode is on and an input or an out tensor requires grad. Ops
+def out_grad(op, args, out, result):
+    """torch's autograd rule for an ``out=`` call, before anything is written (eagerly and in a trace): a
+    differentiable result (`_differentiable`) is refused while grad mode is on and an input or an out tensor
+    requires grad. Ops
     whose out= form torch's autograd fallback serves (``out_autograd_fallback(args)``: softmax, ...; or
     every form, ``autograd_fallback(args)``: scatter with reduce=)
     refuse only out tensors that require grad; on inputs that do, the result gets a node whose backward
     raises (`AUTOGRAD.record_unimplemented`), and the out tensor its history by the copy into it."""
-    if AUTOGRAD is None or not AUTOGRAD.is_grad_enabled() or not _any_floating(result):
+    if AUTOGRAD is None or not AUTOGRAD.is_grad_enabled() or not _differentiable(op, result):
         return result
     fallback = op.attrs.get("out_autograd_fallback") or op.attrs.get("autograd_fallback")
     fallback = fallback is not None and fallback(args)
@@ -479,10 +481,14 @@ def _out_grad(op, args, out, result):
     return AUTOGRAD.record_unimplemented(op, args, result) if inputs else result
 
 
-def _any_floating(result):
-    if isinstance(result, Tensor):
-        return result.dtype.is_floating_point
-    return any(isinstance(r, Tensor) and r.dtype.is_floating_point for r in result)
+def _differentiable(op, result):
+    """Whether torch's autograd guards ``op``'s out= form on these results: a floating result, or an integer one
+    of an op it differentiates on floating inputs (``add`` of integers into a float out that requires grad);
+    comparisons (bool results) and the ops declared nondifferentiable (``argmax``) have no guard."""
+    results = (result,) if isinstance(result, Tensor) else [r for r in result if isinstance(r, Tensor)]
+    if any(r.dtype.is_floating_point for r in results):
+        return True
+    return op.name not in AUTOGRAD.NONDIFFERENTIABLE and any(r.dtype is not _dt.bool for r in results)
 
 
 def execute(op, args, spec=None):
@@ -728,11 +734,12 @@ def write_out(op, out, result, args):
     check_no_internal_overlap(out)
     if out.shape != result.shape:
         resize_out(out, result.shape, out_strides(op, args, result.shape))
-    if DISPATCH_HOOKS or result._requires_grad:
-        # a trace: the write must reach the hooks (the tracer records it), not a stand-in's memory; a result
-        # with history (`_out_grad`'s fallback): the out tensor's history is the copy of it
+    if result._requires_grad:  # with history (`out_grad`'s fallback): the out tensor's history is the copy of it
         check_inplace(op, out, result)
         return call_inplace(OPS["copy"], (out, result, False))
+    for hook in DISPATCH_HOOKS:  # a trace records the write (a stand-in has no memory), outside autograd as here
+        if hook.write_out(out, result) is not NotImplemented:
+            return out
     out._write(result)
     return out
 

@@ -5,6 +5,7 @@ import warnings
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -242,6 +243,19 @@ def test_out_of_a_bool_result_is_allowed_for_inputs_that_require_grad():
     assert o.tolist() == [False, True]
     with pytest.raises(RuntimeError, match="don't support automatic differentiation"):
         jt.floor(x, out=jt.empty(2))
+
+
+@pytest.mark.parametrize("lib", [torch, jt], ids=["torch", "jitorch"])
+def test_out_that_requires_grad_is_refused_for_an_integer_result_of_a_differentiable_op(lib):
+    """``add`` of integers into a float out= leaf that requires grad wrote into it (the rule looked only at
+    the result's dtype); torch's guard is the op's: comparisons and ``argmax`` have none."""
+    leaf = lib.zeros(3, requires_grad=True)
+    with pytest.raises(RuntimeError, match=r"add\(\): functions with out=\.\.\. arguments don't support"):
+        lib.add(lib.arange(3), 1, out=leaf)
+    assert leaf.tolist() == [0.0, 0.0, 0.0]
+    lib.gt(lib.arange(3), 0, out=leaf)
+    assert leaf.tolist() == [0.0, 1.0, 1.0]
+    lib.argmax(lib.ones(2, 3, requires_grad=True), 1, out=lib.zeros(2, dtype=lib.int64))
 
 
 def test_out_of_a_composite_op_is_traced():
