@@ -229,9 +229,10 @@ def _reduction_fast(op, fn):
 
 # Ops that, given ``out=`` and no ``dtype=``, compute in the out tensor's dtype (torch's
 # ``infer_dtype_from_optional``): ``torch.sum(floats, out=longs)`` sums the floats cast to int64.
-_DTYPE_FROM_OUT = frozenset({"sum", "nansum", "prod", "mean", "nanmean", "cumsum", "cumprod"})
-# Ops without ``dtype=`` that, given ``out=`` of another floating dtype, read the input cast to it.
-_INPUT_FROM_OUT = frozenset({"logsumexp"})
+_DTYPE_FROM_OUT = frozenset({"sum", "nansum", "prod", "cumsum", "cumprod"})
+# Ops that, given ``out=`` of another floating dtype, read a floating input cast to it (another out=
+# dtype gets the result cast, or torch's error).
+_INPUT_FROM_OUT = frozenset({"mean", "nanmean", "logsumexp"})
 
 for _r in _REDUCTIONS:
     _name = _r.schema.split("(", 1)[0]
