@@ -3,9 +3,10 @@
 torch (CPU) is the independent oracle. The arguments are rebuilt as torch tensors with the same sizes,
 strides and storage offset over a copy of the same storage (tensors sharing a storage share one in torch
 too); both libraries are called the same way (function, method, in-place ``op_``, ``out=`` in the result's
-dtype and in another); then the results and every argument are compared: values (integers and bools
-exactly, floats within a few ulps, NaNs equal), dtypes, shapes, which argument a result shares memory with,
-and for such views their strides and offset. Where torch raises, jitorch must raise the same exception type
+dtype and in another), with floating tensors in float32, float64, float16 and bfloat16; then the results
+and every argument are compared: values (integers and bools exactly, floats as `TOLERANCE` says, NaNs
+equal), dtypes, shapes, which argument a result shares memory with, and for such views their strides and
+offset. Where torch raises, jitorch must raise the same exception type
 (the messages are tested per op).
 
 Deliberate differences are in `ALLOWED` (and in docs/differences-from-torch.md); ops torch does not have
@@ -51,6 +52,28 @@ TORCH_SPELLING = {
 }
 
 
+# Tolerances of floating results (integers and bools are compared exactly), per dtype:
+# - float32, float64: (rtol, atol), a few ulps: both libraries compute in the dtype, with their own math
+#   libraries and summation orders.
+# - float16, bfloat16: HALF_ULPS units in the last place of the half type at torch's value. torch's CPU
+#   kernels compute half ops in float32 (its opmath type) and round once to the half type, and so do
+#   jitorch's: the two float32 values differ by a few float32 ulps at most (math library, summation order),
+#   which after the one rounding is at most one ulp of the half type, where they straddle a rounding
+#   boundary. Reductions, scans, softmax and the matrix products accumulate in float32 in both libraries
+#   and round once too, so the same bound holds for them: their float32 reassociation errors are relative to
+#   the terms, and reach half an ulp of the half type only where the terms are thousands of times the result
+#   (a cancellation no sample has). torch's kernels that round partial results to the half type instead
+#   are the ``rounds_once`` allowances in `ALLOWED`.
+#   A float32 ``out=`` result of a half sample whose torch values are all half values (torch computed in the
+#   half type, then cast) is compared in ulps of the half type too.
+TOLERANCE = {torch.float32: (1.3e-6, 1e-5), torch.float64: (1e-7, 1e-7)}
+HALF_ULPS = 1
+# float16 and bfloat16: (machine epsilon, smallest normal), by which `ulps_apart` measures
+HALF = {torch.float16: (2.0 ** -10, 2.0 ** -14), torch.bfloat16: (2.0 ** -7, 2.0 ** -126)}
+HALF_DTYPES = (jt.float16, jt.bfloat16)
+FLOAT_DTYPES = (jt.float32, jt.float64, *HALF_DTYPES)
+
+
 @dataclass(frozen=True)
 class Allowed:
     """A deliberate difference of one op in one form: ``why``, and which differences it allows: with
@@ -74,6 +97,7 @@ _EXACT_OUT = ("abs absolute neg negative sign sgn floor ceil trunc fix round fra
               "clamp_max lerp where.self all any amax amin argmax argmin max.dim min.dim median.dim kthvalue topk "
               "sort norm softmax log_softmax mm bmm mv dot vdot matmul addmm baddbmm gather index_add index_select "
               "masked_select take scatter scatter.value scatter_add scatter_reduce tril triu").split()
+
 
 def _rounds_once(why):
     return Allowed(why, rounds_once=True)
@@ -123,25 +147,6 @@ ALLOWED = {
 # need not be torch's. (op -> the schema positions of dim and keepdim; None: the dim is kept.)
 TIE_INDICES = {"kthvalue": (2, 3), "topk": (2, None), "median.dim": (1, 2)}
 
-# Tolerances of floating results (integers and bools are compared exactly), per dtype:
-# - float32, float64: (rtol, atol), a few ulps: both libraries compute in the dtype, with their own math
-#   libraries and summation orders.
-# - float16, bfloat16: HALF_ULPS units in the last place of the half type at torch's value. torch's CPU
-#   kernels compute half ops in float32 (its opmath type) and round once to the half type, and so do
-#   jitorch's: the two float32 values differ by a few float32 ulps at most (math library, summation order),
-#   which after the one rounding is at most one ulp of the half type, where they straddle a rounding
-#   boundary. Reductions, scans, softmax and the matrix products accumulate in float32 in both libraries
-#   and round once too, so the same bound holds for them (a float32 reassociation error reaches a half ulp
-#   only under a cancellation of 2**13 (float16) or 2**16 (bfloat16) or more, which no sample has). torch's
-#   kernels that round partial results to the half type instead are the `_ROUNDS_ONCE` allowances below.
-#   A float32 ``out=`` result of a half sample whose torch values are all half values (torch computed in the
-#   half type, then cast) is compared in ulps of the half type too.
-TOLERANCE = {torch.float32: (1.3e-6, 1e-5), torch.float64: (1e-7, 1e-7)}
-HALF_ULPS = 1
-# float16 and bfloat16: (machine epsilon, smallest normal), by which `ulps_apart` measures
-HALF = {torch.float16: (2.0 ** -10, 2.0 ** -14), torch.bfloat16: (2.0 ** -7, 2.0 ** -126)}
-HALF_DTYPES = (jt.float16, jt.bfloat16)
-FLOAT_DTYPES = (jt.float32, jt.float64, *HALF_DTYPES)
 # out= in another dtype than the result's: the other width of the same kind, else int64
 OTHER_DTYPE = {torch.float32: torch.float64, torch.float64: torch.float32, torch.int64: torch.int32,
                torch.float16: torch.float32, torch.bfloat16: torch.float32}
@@ -312,7 +317,8 @@ def value_difference(got, want, half=None):
 def _all_of(values, half):
     """Whether every one of ``values`` is a value of half type ``half`` (NaNs included)."""
     wide = values.astype(np.float64)
-    return np.array_equal(wide, wide.astype(getattr(jt, _name(half)).np).astype(np.float64), equal_nan=True)
+    with np.errstate(over="ignore"):  # (beyond the half type's range: not one of its values)
+        return np.array_equal(wide, wide.astype(getattr(jt, _name(half)).np).astype(np.float64), equal_nan=True)
 
 
 def ulps_apart(a, b, dtype):
