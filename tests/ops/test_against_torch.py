@@ -72,6 +72,9 @@ HALF_ULPS = 1
 HALF = {torch.float16: (2.0 ** -10, 2.0 ** -14), torch.bfloat16: (2.0 ** -7, 2.0 ** -126)}
 HALF_DTYPES = (jt.float16, jt.bfloat16)
 FLOAT_DTYPES = (jt.float32, jt.float64, *HALF_DTYPES)
+# The forms half samples are compared in (a sample without the half type is the float32 one's): methods and
+# out= in the result's dtype run the function's kernels, compared on the float32 and float64 samples.
+HALF_FORMS = ("function", "inplace", "out_cast", "aten")
 
 
 @dataclass(frozen=True)
@@ -125,10 +128,10 @@ ALLOWED = {
     # accumulate in float32 and round once: within an ulp of torch's on float32 copies, rounded once
     **{(name, form): _rounds_once(f"{what} in float32 and rounds once; torch's CPU kernel rounds each partial "
                                   "result to the half type")
-       for name, what, forms in (("prod", "prod multiplies half types", ("function", "method")),
-                                 ("nansum", "nansum sums half types over several dims", ("function", "method", "out")),
+       for name, what, forms in (("prod", "prod multiplies half types", ("function",)),
+                                 ("nansum", "nansum sums half types over several dims", ("function",)),
                                  ("index_add", "index_add adds the sources of a repeated index of half type",
-                                  ("function", "method", "inplace", "out")))
+                                  ("function", "inplace")))
        for form in forms},
     ("logsumexp", "out_cast"): _rounds_once(
         "logsumexp(halves, out=floats) computes in the out tensor's dtype, as torch's std, var and mean do; torch "
@@ -467,14 +470,23 @@ def _allowed(allowance, sample, difference, rounded_once):
     return allowance.when(sample)
 
 
+def _holds(sample, dtype):
+    """Whether ``sample`` holds ``dtype``: a tensor of it, or it as an argument (``dtype=``)."""
+    return dtype in sample.dtypes() or any(v is dtype for v in sample.values())
+
+
 def op_differences(op):
-    """Every difference on the op's samples (with floating tensors in each of `FLOAT_DTYPES`), one line each
-    naming sample and form, except those `ALLOWED`; and a line for each allowance no sample needs."""
+    """Every difference on the op's samples (with floating tensors in each of `FLOAT_DTYPES`; half ones in
+    `HALF_FORMS`), one line each naming sample and form, except those `ALLOWED`; and a line for each
+    allowance no sample needs."""
     found, used = [], set()
     for dtype in FLOAT_DTYPES:
+        forms = [f for f in forms_of(op) if dtype not in HALF_DTYPES or f in HALF_FORMS]
         for k, sample in enumerate(samples(op, dtype, seed=zlib.crc32(op.name.encode()))):
+            if dtype in HALF_DTYPES and not _holds(sample, dtype):
+                continue
             functional, _ = call(op, "function", Twin().sample(sample.clone()), torch)
-            for form in forms_of(op):
+            for form in forms:
                 if form.startswith("out") and functional is None:
                     continue  # (torch raised, which the function form compares)
                 allowance = ALLOWED.get((op.name, form))
