@@ -31,6 +31,7 @@ from llvmlite import ir
 from ..ir.fake import fake_args, fake_tensor
 from ..ir.graph import Value, iter_values
 from ..ops import registry
+from ..ops.pointwise_base import reads_unrounded, rounding_dtype
 from ..runtime import dtypes as _dt
 from ..runtime.casts import convert
 from ..runtime.strided import contiguous_strides
@@ -232,6 +233,14 @@ class _Builder:
                     stack.pop()
         return memo[value]
 
+    def _operand(self, e, a, memo, load, via, compute):
+        """A pointwise operand (a Value or a Python number) in ``compute``, rounded to ``via`` first if given."""
+        if isinstance(a, Value):
+            v = self.evaluate(e, a, memo, load)
+            return e.cast(e.cast(v, via) if via is not None else v, compute)
+        literal = convert(np.array(float(a) if via is not None else a), (via or compute).np)
+        return e.const(convert(literal, compute.np).item(), compute)
+
     def lower_node(self, e, node, memo, load):
         op = node.op
         out_dtype = node.outputs[0].type.dtype
@@ -241,18 +250,19 @@ class _Builder:
         compute = spec.compute or out_dtype
         if compute is _dt.bfloat16:  # kernels carry bfloat16 as its bits: comparisons and tests read float32
             compute = _dt.float32
-        positions = {i for i, _ in op.tensor_args}
+        positions = [i for i, _ in op.tensor_args]
+        common = rounding_dtype(spec)
         operands, rest = [], []
         for i, a in enumerate(node.args):
             if i not in positions:
                 rest.append(a)
             elif a is None:
                 operands.append(None)
-            elif isinstance(a, Value):
-                operands.append(e.cast(self.evaluate(e, a, memo, load), compute))
             else:
-                literal = convert(np.array(a), compute.np).item()
-                operands.append(e.const(literal, compute))
+                number = not isinstance(a, Value)
+                via = None if reads_unrounded(op, positions.index(i), number, None if number else a.type.ndim) \
+                    else common  # eager's rounding of operands of another dtype (`defpointwise`)
+                operands.append(self._operand(e, a, memo, load, via, compute))
         result = lowering.POINTWISE[op.name](e, *operands, *rest)
         return [e.cast(result, out_dtype)]
 

@@ -159,6 +159,8 @@ def _check_relu(spec, x):
 def _check_pow(spec, base, exponent):
     if spec.dtype is _dt.bool:
         raise NotImplementedError("\"pow\" not implemented for 'Bool'")
+    if isinstance(exponent, Number) and not isinstance(base, Number) and spec.dtype not in (_dt.float32, _dt.float64):
+        _check_fits(exponent, spec.dtype)  # torch checks a number exponent's cast, except to float and double
     if (exponent.__class__ is int and exponent < 0 and not isinstance(base, Number)
             and not base.dtype.is_floating_point):
         raise RuntimeError("Integers to negative integer powers are not allowed.")
@@ -209,7 +211,7 @@ def _check_where(spec, condition, a, b):
         raise RuntimeError("where expected condition to be a boolean tensor, but got a tensor with dtype "
                            f"{scalar_name(condition.dtype)}")
     for v in (a, b):
-        if isinstance(v, Number):
+        if isinstance(v, Number) and spec.dtype not in (_dt.float16, _dt.bfloat16):  # torch's cast to them is unchecked
             _check_fits(v, spec.dtype)
 
 
@@ -398,10 +400,13 @@ _PLAIN = {"add": np.add, "sub": np.subtract}
 _INTO = {"add": _add_into, "sub": _sub_into}
 # torch's floor_divide has no derivative of its out= form: its autograd fallback serves it
 _OUT_FALLBACK = {"floor_divide": {"out_autograd_fallback": lambda args: True}}
+# torch's kernels that read a number multiplier, divisor or weight of half types unrounded (`defpointwise`)
+_UNROUNDED = {"mul multiply": "scalars", "true_divide": "scalars", "floor_divide": "scalars",
+              "_div_trunc": "scalars", "lerp": "numbers"}
 for _names, _signature, _formula, _promotion, _variants, _check, _doc in _ARITHMETIC:
     _declare(_names, _signature, _formula, _promotion, _doc, variants=_variants, check=_check,
              plain=_PLAIN.get(_names.split()[0]), into=_INTO.get(_names.split()[0]),
-             **_OUT_FALLBACK.get(_names, {}))
+             unrounded=_UNROUNDED.get(_names), **_OUT_FALLBACK.get(_names, {}))
 
 
 

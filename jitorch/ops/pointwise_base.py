@@ -28,25 +28,58 @@ _INT_RANGE = {d.np: _dt.iinfo_range(d) for d in _dt.INTEGRAL}
 _HALF_NP = (_dt.float16.np, _dt.bfloat16.np)
 
 
-def _scalar_in(value, compute_np):
+def _scalar_in(value, compute_np, via=None):
     """A Python number as the compute dtype sees it: integers wrap like torch's casts; a half type
-    rounds it as torch does, through float32 (NumPy would compare a bfloat16 array with a Python
-    float in float32)."""
+    (the compute dtype, or ``via``: the common dtype of a float32 computation) rounds it as torch does,
+    through float32 (NumPy would compare a bfloat16 array with a Python float in float32)."""
+    if via is not None:
+        return convert(np.array(float(value)), via).astype(compute_np)[()]
     rng = _INT_RANGE.get(compute_np)
     if (rng is not None and value.__class__ is int and not (rng[0] <= value <= rng[1])) or compute_np in _HALF_NP:
         return convert(np.array(value), compute_np)[()]
     return value
 
 
+def _operand_in(a, compute_np, via):
+    """An operand (an array, else a Python number) in the compute dtype, converted first to ``via`` (the
+    common dtype, a half type) unless None or its own dtype: torch's TensorIterator casts every operand to
+    the common dtype, then its kernels widen half types to float32 (``half + int32(70000)`` is inf)."""
+    if a.__class__ is not np.ndarray:
+        return a if a is None else _scalar_in(a, compute_np, via)
+    if a.dtype == compute_np:
+        return a
+    if via is not None and a.dtype != via:
+        a = convert(a, via)
+    return convert(a, compute_np)
+
+
+def rounding_dtype(spec):
+    """The half type a pointwise op casts its operands to (torch's common dtype) before it computes in float32,
+    or None: the half result of an arithmetic op, or the half type a comparison computes in."""
+    return next((d for d in (spec.compute, spec.dtype) if d is _dt.float16 or d is _dt.bfloat16), None)
+
+
+def reads_unrounded(op, position, number, ndim):
+    """Whether pointwise ``op`` reads its operand at ``position`` (among its operands; a Python ``number``, else
+    a tensor of ``ndim`` dims) at its own value, not rounded to the `rounding_dtype` (see `defpointwise`)."""
+    unrounded = op.attrs.get("unrounded")
+    if position == 0 or unrounded is None:
+        return False
+    return number or (unrounded == "scalars" and ndim == 0)
+
+
 def defpointwise(schema, formula, promotion=M.DEFAULT, *, variants=("function", "method", "inplace", "out"),
-                 check=None, plain=None, into=None, uncast=(), **attrs):
+                 check=None, plain=None, into=None, uncast=(), unrounded=None, **attrs):
     """Declare a pointwise op. ``check(spec, *args)`` may raise for bad values or dtypes. ``plain``
     is a NumPy function equal to ``formula`` when the op's other arguments have their defaults
     (``np.add`` for ``add`` at alpha=1): the fast path calls it without the formula's frame.
     ``into(*operands, *others, out=array)`` computes the formula into ``out`` (a NumPy ufunc
     formula does so itself): the in-place variant then writes straight into the tensor.
-    ``uncast`` names operands the formula receives in their own dtype (``where``'s condition)."""
-    op = defop(schema, meta=lambda *a: None, kind="pointwise", variants=variants, **attrs)
+    ``uncast`` names operands the formula receives in their own dtype (``where``'s condition).
+    ``unrounded``: which operands after the first a half-type op reads at their own value in float32, not
+    rounded to the half type: "numbers" (Python numbers: ``lerp``'s weight) or "scalars" (numbers and 0-d
+    tensors: torch's ``original_scalar_value`` in mul and div)."""
+    op = defop(schema, meta=lambda *a: None, kind="pointwise", variants=variants, unrounded=unrounded, **attrs)
     positions = tuple(i for i, _ in op.tensor_args)
     keep = frozenset(i for i, a in enumerate(op.schema.args) if a.name in uncast)
     name = op.public_name
@@ -61,13 +94,17 @@ def defpointwise(schema, formula, promotion=M.DEFAULT, *, variants=("function", 
 
     def kernel(spec, *args):
         c = spec.compute.np
+        common = rounding_dtype(spec)
+        common = None if common is None or common.np == c else common.np
         vals = []
-        for i in positions:
+        for k, i in enumerate(positions):
             a = args[i]
-            if a.__class__ is np.ndarray:
-                vals.append(a if a.dtype == c or i in keep else convert(a, c))
-            else:
-                vals.append(_scalar_in(a, c))
+            if i in keep:
+                vals.append(a)
+                continue
+            number = a.__class__ is not np.ndarray
+            unrounded = reads_unrounded(op, k, number, None if number else a.ndim)
+            vals.append(_operand_in(a, c, None if unrounded else common))
         rest = [args[i] for i in others]
         return formula(*vals, *rest)
 

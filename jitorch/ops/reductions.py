@@ -230,12 +230,16 @@ def _reduction_fast(op, fn):
 # Ops that, given ``out=`` and no ``dtype=``, compute in the out tensor's dtype (torch's
 # ``infer_dtype_from_optional``): ``torch.sum(floats, out=longs)`` sums the floats cast to int64.
 _DTYPE_FROM_OUT = frozenset({"sum", "nansum", "prod", "cumsum", "cumprod"})
+# Ops that, given ``out=`` of another floating dtype, read a floating input cast to it (another out=
+# dtype gets the result cast, or torch's error).
+_INPUT_FROM_OUT = frozenset({"mean", "nanmean", "logsumexp"})
 
 for _r in _REDUCTIONS:
     _name = _r.schema.split("(", 1)[0]
     _op = defop(_r.schema, meta=_reduction_meta(_name, _r.dtype_rule, _r.nonempty),
                 cpu=_reduction_kernel(_r.fn, _r.dtype_rule in _KEEPS_FLOAT), kind="reduction",
-                variants=_r.variants, doc=_r.doc, dtype_from_out=_name in _DTYPE_FROM_OUT)
+                variants=_r.variants, doc=_r.doc, dtype_from_out=_name in _DTYPE_FROM_OUT,
+                input_from_out=_name in _INPUT_FROM_OUT)
     if _r.dtype_rule in _KEEPS_FLOAT and not _r.nonempty and _r.schema.startswith(_name + "(Tensor self, int[]?"):
         _op.fast = _reduction_fast(_op, _r.fn)
 
@@ -434,9 +438,10 @@ for _name, _what in (("std", "Standard deviation"), ("var", "Variance")):
         _schema = f"{_name}{_suffix}(Tensor self, {_args}) -> Tensor"
         if _suffix == ".correction":
             defop(_schema, meta=_moment_meta(_name), cpu=_moment_kernel(_name == "std"), kind="reduction",
-                  variants=_ALL_FORMS, doc=_doc)
+                  variants=_ALL_FORMS, doc=_doc, input_from_out=True)
         else:
-            defop(_schema, composite=_legacy_moment(_name, _canonical), variants=_ALL_FORMS, doc=_doc)
+            defop(_schema, composite=_legacy_moment(_name, _canonical), variants=_ALL_FORMS, doc=_doc,
+                  input_from_out=True)
     for _suffix, _args, _canonical in _MOMENT_FORMS:
         defop(f"{_name}_mean{_suffix}(Tensor self, {_args}) -> (Tensor, Tensor)",
               composite=_moment_with_mean(_name, _canonical), variants=("function",),

@@ -430,6 +430,8 @@ def call(op, args, out=None):
         check_write_overlap(op, out, args)
         if op.attrs.get("dtype_from_out"):
             args = _dtype_from_out(op, args, out)
+        elif op.attrs.get("input_from_out"):
+            args = _input_from_out(args, out)
     if op.composite is not None:
         result = op.composite(*args)
         return result if out is None else write_out(op, out, out_grad(op, args, out, result), args)
@@ -459,6 +461,17 @@ def _dtype_from_out(op, args, out):
     args = list(args)
     args[i] = out.dtype
     return args
+
+
+def _input_from_out(args, out):
+    """torch's ``make_reduction`` for ``std``, ``var`` and the like, which have no ``dtype=``: given ``out=``
+    of another floating dtype, a floating input is read cast to it (``var(halves, out=floats)`` computes in
+    float32 and is not rounded to float16 first)."""
+    x = args[0]
+    if (not isinstance(out, Tensor) or not isinstance(x, Tensor) or x.dtype is out.dtype
+            or not (x.dtype.is_floating_point and out.dtype.is_floating_point)):
+        return args
+    return (call(OPS["_to_copy"], (x, out.dtype, None)), *args[1:])
 
 
 def out_grad(op, args, out, result):

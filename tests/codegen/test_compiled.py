@@ -259,3 +259,20 @@ def test_grouped_transposed_convolution_trains_compiled_as_eager():
         return conv.weight.grad
 
     np.testing.assert_allclose(grads(True).numpy(), grads(False).numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_half_kernels_round_operands_of_another_dtype_as_eager():
+    # a number or int tensor added to halves is cast to the half type first (x + 1e5 is inf, not 40000);
+    # a number multiplier stays float32; a bfloat16 comparison rounds the number it compares with
+    x = jt.tensor([0.5, -60000.0, 3.0, 0.1], dtype=jt.float16)
+    ints = jt.tensor([70000, 70000, 1, 1])
+
+    def f(a, i):
+        return a + 1e5, a * 1e5, a + i, jt.fmod(a, 1e-8), a.bfloat16() == 0.1
+    fn = jt.compile(f)
+    (kernel,) = fn.lower(x, ints).kernels
+    assert {"add", "mul", "fmod", "eq"} <= set(kernel.ops)
+    got, want = fn(x, ints), f(x, ints)
+    assert got[0].tolist()[1] == float("inf") and got[1].tolist()[1] == -float("inf") and got[4].tolist()[3]
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g.float().numpy(), w.float().numpy())

@@ -858,3 +858,42 @@ def test_lerp_of_integers_runs_when_a_0d_float_weight_makes_the_result_float(cal
         except (RuntimeError, NotImplementedError) as e:
             outcome.append((type(e).__name__, str(e)))
     assert outcome[0] == outcome[1]
+
+
+# A half tensor's operands of another dtype: torch casts them to the half type (the common dtype) before its
+# kernels compute in float32, except a number multiplier, divisor or lerp weight (``original_scalar_value``)
+_H = [0.5, -60000.0, 3.0, -float("inf")]
+_HALF_OPERAND_CASES = {
+    "half_plus_number_beyond_its_range_is_inf": (lambda L, x: x + 1e5),
+    "half_minus_number_beyond_its_range_is_inf": (lambda L, x: x - 1e5),
+    "half_fmod_by_a_number_that_rounds_to_zero_is_nan": (lambda L, x: L.fmod(x, 1e-8)),
+    "half_remainder_by_a_number_beyond_its_range": (lambda L, x: L.remainder(x, -7e4)),
+    "half_pow_of_a_number_that_rounds_to_zero_is_one": (lambda L, x: L.pow(x, 1e-8)),
+    "half_plus_int_tensor_beyond_its_range_is_inf": (lambda L, x: x + L.tensor([70000, 70000, 1, 1])),
+    "half_times_int_tensor_beyond_its_range_is_inf": (lambda L, x: x * L.tensor([70000, 70000, 1, 1])),
+    "half_plus_0d_double_beyond_its_range_is_inf": (lambda L, x: x + L.tensor(1e5, dtype=L.float64)),
+    "half_times_number_reads_it_unrounded": (lambda L, x: x * 1e5),
+    "half_divided_by_0d_double_reads_it_unrounded": (lambda L, x: x / L.tensor(1e5, dtype=L.float64)),
+    "half_lerp_weight_number_unrounded": (lambda L, x: L.lerp(x, x.flip(0), 1e-8)),
+    "half_lerp_weight_0d_double_rounded": (lambda L, x: L.lerp(x, x.flip(0), L.tensor(1e5, dtype=L.float64))),
+    "half_where_number_beyond_its_range_is_inf": (lambda L, x: L.where(x > 0, x, 1e5)),
+    "bfloat16_equals_number_rounded_to_it": (lambda L, x: x == 0.1),
+}
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("case", sorted(_HALF_OPERAND_CASES))
+def test_half_operands_of_another_dtype_round_as_torch(case, dtype):
+    fn = _HALF_OPERAND_CASES[case]
+    values = _H[:3] + [0.1] if case.startswith("bfloat16") else _H
+    got = fn(jt, jt.tensor(values, dtype=getattr(jt, dtype)))
+    want = fn(torch, torch.tensor(values, dtype=getattr(torch, dtype)))
+    assert got.dtype.name == str(want.dtype).split(".")[-1]
+    np.testing.assert_array_equal(got.float().numpy(), want.float().numpy())
+
+
+def test_half_pow_number_exponent_beyond_its_range_raises():
+    for dtype in (jt.float16, jt.bfloat16):
+        with pytest.raises(RuntimeError, match="value cannot be converted to type c10::.*without overflow"):
+            jt.pow(jt.ones(2, dtype=dtype), 1e39)
+    assert jt.pow(jt.ones(2), 1e40).tolist() == [1.0, 1.0]  # torch leaves float's cast unchecked

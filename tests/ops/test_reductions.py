@@ -524,3 +524,16 @@ def test_cumsum_of_a_0d_or_empty_tensor_into_a_bool_out_copies():
             o = lib.zeros(x.shape, dtype=lib.bool)
             lib.cumsum(x, 0, out=o)
             assert o.tolist() == (True if x.ndim == 0 else [])
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("name", ["mean", "nanmean", "var", "std", "logsumexp"])
+def test_reduction_of_halves_into_float_out_computes_in_float_not_rounded_to_half(name, dtype):
+    # torch's make_reduction reads the input cast to out='s dtype (logsumexp sums into it)
+    x = np.random.default_rng(0).uniform(-3, 3, (3, 4)).astype(np.float32)
+    half = jt.tensor(x).to(getattr(jt, dtype))
+    out = jt.empty(0)
+    getattr(jt, name)(half, 1, out=out)
+    want = getattr(torch, name)(torch.from_numpy(np.asarray(half.float().numpy())), 1)
+    np.testing.assert_allclose(out.numpy(), want.numpy(), rtol=1e-6)
+    assert not np.array_equal(out.numpy(), getattr(jt, name)(half, 1).float().numpy())
