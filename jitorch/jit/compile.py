@@ -532,12 +532,14 @@ def change_geometry(graph, inputs):
 def returned_view(real, geometry):
     """The view of ``real`` a traced function returned: ``geometry`` is (shape, strides, offset
     from ``real``'s own, whether it requires grad). One that requires grad records its view in
-    autograd, as eager's does; one that does not is a view of ``real`` detached."""
+    autograd, as eager's does, and so does one of a ``real`` that does not require grad (an in-place op
+    on ``real`` may give both a history later); one that does not of one that does is a view of ``real``
+    detached."""
     shape, strides, offset, requires_grad = geometry
     offset += real._offset
-    if requires_grad:
+    if requires_grad or not real._requires_grad:
         return real.as_strided(shape, strides, offset)
-    return Tensor._view_of(real.detach() if real._requires_grad else real, shape, strides, offset)
+    return Tensor._view_of(real.detach(), shape, strides, offset)
 
 
 def refresh_captured_state(graph):

@@ -438,10 +438,13 @@ class Tracer:
             return NotImplemented
         result = self.record(op, args)
         autograd = registry.AUTOGRAD
-        if autograd is not None and autograd.needs_grad(op, args):
-            # the backward graph of traced ops is built too: a backward() inside the traced
-            # function then records its gradient ops into this same graph
-            autograd.record(op, self.fake_args(op, args), result)
+        if autograd is not None:
+            if autograd.needs_grad(op, args):
+                # the backward graph of traced ops is built too: a backward() inside the traced
+                # function then records its gradient ops into this same graph
+                autograd.record(op, self.fake_args(op, args), result)
+            elif op.view is not None:  # an in-place op on its base may give it a history later, as eagerly
+                autograd.track_views(self.fake(args[0]), result)
         if out is None:
             return result
         outs = out if isinstance(out, (tuple, list)) else (out,)
