@@ -67,3 +67,38 @@ def test_compiled_split_output_read_after_its_base_is_written_raises_torchs_erro
     with pytest.raises(RuntimeError) as got:
         jt.compile(lambda x: program(jt, x))(jt.ones(4, requires_grad=True))
     assert str(got.value) == str(want.value)
+
+
+DETACHED_PROGRAMS = {
+    "detached, result": lambda x: (lambda y: (y.detach(), y))(x * 2),
+    "detached, view of result": lambda x: (lambda y: (y.detach(), y[0]))(x * 2),
+    "result, view of detached": lambda x: (lambda y: (y, y.detach()[0]))(x * 2),
+    "views of detached and of result": lambda x: (lambda y: (y.detach()[0], y[1]))(x * 2),
+    "input detached, views of it and of input": lambda x: (x.detach(), x.detach()[0], x[0], x.t()),
+}
+
+
+def history(outs):
+    """Per output: requires_grad, whether it has a grad_fn, and which output its ``_base`` is."""
+    return [(o.requires_grad, o.grad_fn is not None,
+             None if o._base is None else next((k for k, b in enumerate(outs) if b is o._base), "other"))
+            for o in outs]
+
+
+@pytest.mark.parametrize("requires_grad", [True, False])
+@pytest.mark.parametrize("name", DETACHED_PROGRAMS)
+def test_compiled_detached_aliases_of_outputs_have_no_history_as_torch(name, requires_grad):
+    program = DETACHED_PROGRAMS[name]
+    want = history(program(torch.ones(2, 3, requires_grad=requires_grad) * 1))
+    step = jt.compile(program)
+    for _ in range(2):  # the trace's call and a cached one
+        assert history(step(jt.ones(2, 3, requires_grad=requires_grad) * 1)) == want
+    assert ran_compiled(step)
+
+
+def test_compiled_views_of_a_detached_input_gain_no_history_from_a_write_into_it():
+    step = jt.compile(lambda x: (x.detach()[0], x[1]))
+    x = jt.zeros(2, 3)
+    of_detached, of_x = step(x)
+    x.copy_(jt.ones(2, 3, requires_grad=True))
+    assert (of_detached.requires_grad, of_x.requires_grad) == (False, True)
