@@ -610,9 +610,9 @@ class Tracer:
         for real, fake in self.lifted.values():
             if fake._storage.origin is not None:
                 owners[fake._storage.origin] = fake._storage.origin.name
-        itself = {id(f): owner for owner, f in self.owner_fakes()}
-        itself.update((id(self.graph.constant_tensors[owner]), owner) for owner, _ in self.owner_fakes()
-                      if isinstance(owner, str))
+        fake_of = dict(self.owner_fakes())
+        itself = {id(f): owner for owner, f in fake_of.items()}
+        itself.update((id(self.graph.constant_tensors[owner]), owner) for owner in fake_of if isinstance(owner, str))
         reshaped = self.geometry_changes()
         aliases, first = {}, {}
         for k, leaf in enumerate(leaves):
@@ -632,8 +632,7 @@ class Tracer:
             if itself.get(id(leaf)) == owner and (unmoved or owner in reshaped):  # (reshaped after the call)
                 aliases[k] = (owner, None)
             else:
-                root = next(f for o, f in self.owner_fakes() if o == owner)
-                aliases[k] = (owner, (shape, strides, fake._offset, alias_history(leaf, fake, root)))
+                aliases[k] = (owner, (shape, strides, fake._offset, alias_history(leaf, fake, fake_of[owner])))
         return aliases
 
     def output_layouts(self, leaves, aliases):
