@@ -564,9 +564,10 @@ class Tensor:
         return tensor(data, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad)
 
     def detach(self):
-        """A view of the same data, cut from the autograd graph."""
-        t = Tensor._view_of(self, self._shape, self._stride, self._offset)
-        return t
+        """A view of the same data, cut from the autograd graph. As torch's, it is no view for
+        autograd (no ``_base``): an in-place op on it, or through a view of it, gives history to it
+        alone, never to this tensor, and one on this tensor none to it."""
+        return Tensor._make(self._storage, self._shape, self._stride, self._offset)
 
     def detach_(self):
         self.grad_fn = None

@@ -17,6 +17,7 @@ the nodes on a path to what it captures.
 from __future__ import annotations
 
 import sys
+import weakref
 from collections import OrderedDict
 
 from ..ops import registry
@@ -47,6 +48,12 @@ class NodeHooks:
         return add_hook(self.post_hooks, hook)
 
 
+# torch's node names that do not follow from an op's name: its split overloads, and chunk, which it makes
+# with split (a view's node name shows in the errors of writes into it)
+_NODE_NAMES = {"chunk": "SplitBackward0", "split.sizes": "SplitWithSizesBackward0",
+               "split_with_sizes": "SplitWithSizesBackward0"}
+
+
 class Node(NodeHooks):
     """A backward function: ``grad_fn`` of an op's outputs."""
 
@@ -67,6 +74,9 @@ class Node(NodeHooks):
         self.post_hooks = None
 
     def name(self):
+        known = _NODE_NAMES.get(self.op.name)
+        if known is not None:
+            return known
         base = "".join(p.capitalize() for p in self.op.public_name.strip("_").split("_"))
         return f"{base}Backward0"
 
@@ -118,6 +128,8 @@ def gradient_edge(t, version=None):
         return fn
     acc = t.__dict__.get("_accumulator")
     if acc is None:
+        if "_creation_meta" in t.__dict__:  # a multi-output view `_views_catch_up` could not give a history
+            raise RuntimeError(_view_message(t, "its base or another view of its base has been"))
         acc = t._accumulator = AccumulateGrad(t)
     return acc
 
@@ -126,16 +138,79 @@ def _refresh_view_history(view, version):
     """A view whose memory was written since its history was recorded (an in-place op on its base
     or on another view of it) reads its values from the base's new history, as torch regenerates
     a view's grad_fn: an ``as_strided`` of the base as it is now."""
-    from .grad_mode import enable_grad
-    if "_custom_function_view" in view.__dict__:
-        raise RuntimeError(_custom_view_message(view, "its base or another view of its base has been"))
+    if "_creation_meta" in view.__dict__:
+        raise RuntimeError(_view_message(view, "its base or another view of its base has been"))
     base = view._base
     with enable_grad():
         fresh = registry.call(registry.OPS["as_strided"], [base, tuple(view._shape), view._stride, view._offset])
     view.grad_fn = fresh.grad_fn
+    view._requires_grad = True
     view._output_nr = 0
     view._view_version = version
     return view.grad_fn
+
+
+class _ViewRefs:
+    """Weak references to the views of a base made while it recorded no history (`track_views`),
+    pruned of dead ones whenever their number doubles."""
+
+    __slots__ = ("refs", "limit")
+
+    def __init__(self):
+        self.refs = []
+        self.limit = 64
+
+    def prune(self):
+        self.refs = [r for r in self.refs if r() is not None]
+        self.limit = max(64, 2 * len(self.refs))
+
+
+def track_views(base, views):
+    """Remember ``views`` (a view op's results on ``base``, which records no history) on their root
+    base: torch regenerates such a view's grad_fn from its base once an in-place op gives the base a
+    history (``b = zeros(3); v = b[1]; b.copy_(x)``: v requires grad), and so does `_views_catch_up`.
+    Views made without grad mode are left out (torch forbids using them after such a write)."""
+    if not is_grad_enabled():
+        return
+    root = base if base._base is None else base._base
+    if root._requires_grad or not root.dtype.is_floating_point:
+        return
+    tracked = root.__dict__.get("_views")
+    if tracked is None:
+        tracked = root._views = _ViewRefs()
+    elif len(tracked.refs) >= tracked.limit:
+        tracked.prune()
+    multi = _multi(views)
+    meta = MULTI_OUTPUT_VIEW if multi else base.__dict__.get("_creation_meta")
+    refs = tracked.refs
+    for v in views if multi else (views,):
+        refs.append(weakref.ref(v))
+        if meta is not None:
+            v._creation_meta = meta
+
+
+def _views_catch_up(root):
+    """An in-place op gave ``root`` a history: the views `track_views` remembered on it read their
+    values from that history from now on (an ``as_strided`` of it), as torch's do."""
+    if not root._requires_grad:
+        return
+    tracked = root.__dict__.pop("_views", None)
+    if tracked is None:
+        return
+    version = root._storage._version
+    for ref in tracked.refs:
+        v = ref()
+        if v is None or v._requires_grad:
+            continue
+        if "_creation_meta" in v.__dict__:  # requires grad as torch's, whose grad_fn then raises (`gradient_edge`)
+            v._requires_grad = True
+        else:
+            _refresh_view_history(v, version)
+
+
+def _multi(views):
+    """Whether a view op's result is several views (a list while tracing)."""
+    return views.__class__ is tuple or views.__class__ is list
 
 
 def _tensor_inputs(op, args):
@@ -192,7 +267,11 @@ def record(op, args, result, versions=None):
                    if t._requires_grad else (None, 0) for _, _, t in inputs])
     specs = tuple([(i, j, t._shape, t.dtype) for i, j, t in inputs])
     args = args if args.__class__ is list else list(args)
-    custom_view = op.view is not None and "_custom_function_view" in args[0].__dict__
+    # why a view's history may never be rebased (torch's CreationMeta): the outputs of an op that makes
+    # several views (``split``) may not, nor views of a view that may not
+    meta = None
+    if op.view is not None:
+        meta = MULTI_OUTPUT_VIEW if _multi(result) else args[0].__dict__.get("_creation_meta")
     node = Node(op, args, result, edges, specs)
     _save(node, inputs, outs, _saves(op, inputs), versions)
     k = 0
@@ -206,8 +285,8 @@ def record(op, args, result, versions=None):
                 # ``x.unsqueeze_(1)``, on a tensor that is no view gives no view: nothing to refresh it from)
                 if o._base is not None:
                     o._view_version = o._storage._version
-                if custom_view:
-                    o._custom_function_view = True
+                if meta is not None:
+                    o._creation_meta = meta
         k += 1
     return result
 
@@ -343,24 +422,40 @@ def finish_inplace(op, state, args, target):
         base_before, (strides, offset) = base_before
         scatter = registry.OPS["as_strided_scatter"]
         record_inplace(scatter, base_before, [base, target, tuple(target.shape), strides, offset], base)
+    _views_catch_up(target if target._base is None else target._base)
 
 
 def check_inplace_allowed(target):
+    """torch's refusals of an in-place op that records history (grad mode on) on ``target``."""
+    if "_creation_meta" in target.__dict__ and is_grad_enabled():
+        raise RuntimeError(_view_message(target, "is being"))
     if target._requires_grad and target.grad_fn is None and is_grad_enabled():
         raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
-    if "_custom_function_view" in target.__dict__ and is_grad_enabled():
-        raise RuntimeError(_custom_view_message(target, "is being"))
 
 
-def _custom_view_message(view, modified):
-    """torch's error for writing into an input a custom Function returned as it is (or a view of it)."""
-    name = view.grad_fn.name()
-    name = name[:-len("Backward0")] if name.endswith("Backward0") else name.removesuffix("Backward")
-    return (f"Output {getattr(view, '_output_nr', 0)} of {name} is a view and {modified} modified inplace. "
-            "This view was created inside a custom Function (or because an input was returned as-is) and the "
-            "autograd logic to handle view+inplace would override the custom backward associated with the custom "
-            "Function, leading to incorrect gradients. This behavior is forbidden. You can fix this by cloning "
-            "the output of the custom Function.")
+# Why a view's history may not be rebased after a write into its memory (``_creation_meta``): torch's
+# messages, after the one naming the view.
+CUSTOM_FUNCTION_VIEW = (
+    " This view was created inside a custom Function (or because an input was returned as-is) and the autograd "
+    "logic to handle view+inplace would override the custom backward associated with the custom Function, "
+    "leading to incorrect gradients. This behavior is forbidden. You can fix this by cloning the output of the "
+    "custom Function.")
+MULTI_OUTPUT_VIEW = (
+    " This view is the output of a function that returns multiple views. Such functions do not allow the output "
+    "views to be modified inplace. You should replace the inplace operation by an out-of-place one.")
+
+
+def _view_message(view, modified):
+    """torch's error for a write into ``view`` (``modified`` = "is being") or into its base or another
+    view of it, where ``view._creation_meta`` forbids rebasing its history."""
+    fn = view.grad_fn
+    if fn is None:  # (torch says so of every view without history, wherever it was made)
+        head = f"A view was created in no_grad mode and {modified} modified inplace with grad mode enabled."
+    else:
+        name = fn.name()
+        name = name[:-len("Backward0")] if name.endswith("Backward0") else name.removesuffix("Backward")
+        head = f"Output {getattr(view, '_output_nr', 0)} of {name} is a view and {modified} modified inplace."
+    return head + view._creation_meta
 
 
 # Hooks ----------------------------------------------------------------------------------------

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from ..ops import registry
-from .engine import NodeHooks, gradient_edge, sum_to
+from .engine import CUSTOM_FUNCTION_VIEW, NodeHooks, gradient_edge, sum_to
 from .grad_mode import enable_grad, is_grad_enabled, no_grad
 
 
@@ -127,5 +127,5 @@ class Function:
                 if id(outs[k]) in returned:
                     # a view of an input whose history is this node: writing into its memory would
                     # need view+inplace history that bypasses the custom backward, which torch forbids
-                    o._custom_function_view = True
+                    o._creation_meta = CUSTOM_FUNCTION_VIEW
         return tuple(fresh) if isinstance(result, tuple) else fresh[0]

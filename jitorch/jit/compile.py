@@ -28,7 +28,7 @@ from . import logs
 from .differentiable import outputs_read_overwritten
 from .errors import StateWriteError, TraceError
 from .output_bases import base_groups, eager_bases, return_bases
-from .tracer import trace_with_inputs
+from .tracer import ALIAS, trace_with_inputs
 
 
 class config:
@@ -530,14 +530,18 @@ def change_geometry(graph, inputs):
 
 
 def returned_view(real, geometry):
-    """The view of ``real`` a traced function returned: ``geometry`` is (shape, strides, offset
-    from ``real``'s own, whether it requires grad). One that requires grad records its view in
-    autograd, as eager's does; one that does not is a view of ``real`` detached."""
-    shape, strides, offset, requires_grad = geometry
+    """The tensor over ``real``'s memory a traced function returned: ``geometry`` is (shape, strides,
+    offset from ``real``'s own, its history: `tracer.alias_history`). A view that requires grad records
+    its view in autograd, as eager's does, and so does one of a ``real`` that does not require grad (an
+    in-place op on ``real`` may give both a history later); a view without history of a ``real`` that has
+    one, or one of a detached alias, is a view of ``real`` detached; an alias is ``real`` detached."""
+    shape, strides, offset, history = geometry
     offset += real._offset
-    if requires_grad:
+    if history is True or history is False and not real._requires_grad:
         return real.as_strided(shape, strides, offset)
-    return Tensor._view_of(real.detach() if real._requires_grad else real, shape, strides, offset)
+    if history == ALIAS:
+        return Tensor._make(real._storage, shape, strides, offset)
+    return Tensor._view_of(real.detach(), shape, strides, offset)
 
 
 def refresh_captured_state(graph):

@@ -442,10 +442,13 @@ class Tracer:
             args = self.fake_args(op, args)
             return registry.write_out(op, out, registry.out_grad(op, args, out, result), args)
         autograd = registry.AUTOGRAD
-        if autograd is not None and autograd.needs_grad(op, args):
-            # the backward graph of traced ops is built too: a backward() inside the traced
-            # function then records its gradient ops into this same graph
-            autograd.record(op, self.fake_args(op, args), result)
+        if autograd is not None:
+            if autograd.needs_grad(op, args):
+                # the backward graph of traced ops is built too: a backward() inside the traced
+                # function then records its gradient ops into this same graph
+                autograd.record(op, self.fake_args(op, args), result)
+            elif op.view is not None:  # an in-place op on its base may give it a history later, as eagerly
+                autograd.track_views(self.fake(args[0]), result)
         return result
 
     def resize_out(self, out, shape, strides):
@@ -604,16 +607,16 @@ class Tracer:
     def output_aliases(self, leaves):
         """Output leaves over the memory of an input or captured tensor (``x.add_(1); return x``,
         ``return x.t()``): leaf index -> (input index or constant name, geometry), the geometry None
-        for the tensor itself, else (shape, strides, offset, requires_grad), the offset counted from
-        the real tensor's own. A call returns the real tensor there, or that view of it, as eager
-        does, rather than a new tensor with its values."""
+        for the tensor itself, else (shape, strides, offset, history: `alias_history`), the offset
+        counted from the real tensor's own. A call returns the real tensor there, or that view of it,
+        as eager does, rather than a new tensor with its values."""
         owners = {v: i for i, v in enumerate(self.graph.inputs)}
         for real, fake in self.lifted.values():
             if fake._storage.origin is not None:
                 owners[fake._storage.origin] = fake._storage.origin.name
-        itself = {id(f): owner for owner, f in self.owner_fakes()}
-        itself.update((id(self.graph.constant_tensors[owner]), owner) for owner, _ in self.owner_fakes()
-                      if isinstance(owner, str))
+        fake_of = dict(self.owner_fakes())
+        itself = {id(f): owner for owner, f in fake_of.items()}
+        itself.update((id(self.graph.constant_tensors[owner]), owner) for owner in fake_of if isinstance(owner, str))
         reshaped = self.geometry_changes()
         aliases, first = {}, {}
         for k, leaf in enumerate(leaves):
@@ -633,7 +636,7 @@ class Tracer:
             if itself.get(id(leaf)) == owner and (unmoved or owner in reshaped):  # (reshaped after the call)
                 aliases[k] = (owner, None)
             else:
-                aliases[k] = (owner, (shape, strides, fake._offset, bool(leaf.requires_grad)))
+                aliases[k] = (owner, (shape, strides, fake._offset, alias_history(leaf, fake, fake_of[owner])))
         return aliases
 
     def output_layouts(self, leaves, aliases):
@@ -675,12 +678,15 @@ class Tracer:
             lone = len(members) == 1 and (bool(whole) or leaves[members[0]]._base is None)  # returned as computed
             if lone or any(f.dtype is not st.dtype for f in fakes):
                 continue
-            # the tensor eager made (no _base) stands for the storage where it fills it, else any leaf
-            j = next((k for k in whole if leaves[k]._base is None), members[0])
+            # the tensor eager made stands for the storage where it fills it, else any leaf: it is the root of
+            # the leaves that require grad (others may be detached from it), or of any
+            roots = [_autograd_root(f) for f in fakes]
+            root = next((r for k, r in zip(members, roots) if leaves[k].requires_grad), roots[0])
+            j = next((k for k, f in zip(members, fakes) if k in whole and f is root), members[0])
             bases[j] = st.value
             for k, f in zip(members, fakes):
-                geometry = (tuple(f._shape), tuple(f._stride), f._offset, bool(leaves[k].requires_grad))
-                aliases[k] = (("output", j), None if k == j and k in whole else geometry)
+                geometry = (tuple(f._shape), tuple(f._stride), f._offset, alias_history(leaves[k], f, root))
+                aliases[k] = (("output", j), None if f is root and k in whole else geometry)
         return bases
 
     def check_captured_aliasing(self):
@@ -695,6 +701,31 @@ class Tracer:
                 names = " and ".join(sorted(v.name for v in origins))
                 raise TraceError(f"the captured tensors {names} share memory and the function writes into "
                                  "one of them; a graph would not see the write through the other")
+
+
+# `alias_history` of a returned leaf that is a tensor of its own over another's memory (``y.detach()``), and
+# of a view of one
+ALIAS = "alias"
+VIEW_OF_ALIAS = "view of alias"
+
+
+def _autograd_root(t):
+    """The tensor whose history ``t``'s follows when written in place: its base, or itself."""
+    return t if t._base is None else t._base
+
+
+def alias_history(leaf, fake, root):
+    """How a returned leaf (``fake`` in the trace) over the memory of ``root`` (an input's or captured
+    tensor's fake, or the tensor that made new memory) relates to it for autograd, for a call to
+    rebuild it so (`jit.compile.returned_view`): True, an autograd view of it (the leaf requires grad);
+    False, a view of it without history (a later in-place op on it gives it one); `ALIAS`, a tensor of its
+    own over that memory (``root.detach()``); `VIEW_OF_ALIAS`, a view of such a tensor."""
+    if leaf.requires_grad:
+        return True
+    own = _autograd_root(fake)
+    if own is root:
+        return False
+    return ALIAS if own is fake else VIEW_OF_ALIAS
 
 
 def _is_whole(fake):

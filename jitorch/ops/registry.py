@@ -442,8 +442,11 @@ def call(op, args, out=None):
     result = execute(op, args)
     if out is not None:
         result = out_grad(op, args, out, result)
-    elif AUTOGRAD is not None and AUTOGRAD.needs_grad(op, args):
-        result = AUTOGRAD.record(op, args, result)
+    elif AUTOGRAD is not None:
+        if AUTOGRAD.needs_grad(op, args):
+            result = AUTOGRAD.record(op, args, result)
+        elif op.view is not None:
+            AUTOGRAD.track_views(args[0], result)
     if op.requires_grad_index is not None and args[op.requires_grad_index]:
         result.requires_grad_(True)
     if out is not None:
@@ -914,8 +917,10 @@ def _view_fast(op):
             result = tuple(Tensor._view_of(x, *g) for g in geo)
         else:
             result = Tensor._view_of(x, *geo)
-        if x._requires_grad and records_grad():
-            return AUTOGRAD.record(op, args, result)
+        if AUTOGRAD is not None:
+            if x._requires_grad and AUTOGRAD.is_grad_enabled():
+                return AUTOGRAD.record(op, args, result)
+            AUTOGRAD.track_views(x, result)
         return result
     return fast
 
