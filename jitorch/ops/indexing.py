@@ -23,7 +23,8 @@ import numpy as np
 from ..runtime import dtypes as _dt
 from ..runtime import fp_errors
 from ..runtime.casts import convert
-from ..runtime.strided import broadcast_shapes, list_str, wrap_dim
+from ..runtime.strided import (broadcast_shapes, is_non_overlapping_and_dense, list_str,
+                               memory_order_strides, view_strides, wrap_dim)
 from . import registry
 from . import creation
 from .creation import check_scalar_fits
@@ -327,6 +328,53 @@ def _index_cpu(spec, x, indices):
     return x[_numpy_key(x.shape, indices)[0]]
 
 
+def _index_layout(spec, x, indices):
+    """torch's layout of ``x[indices]`` on the CPU: its TensorIterator's, over ``x`` restrided to the
+    result's shape (stride 0 across the index dims) and the broadcast index tensors viewed in the result's
+    dims (AdvancedIndex). CUDA results are contiguous (docs/differences-from-torch.md)."""
+    if spec.device.type != "cpu":
+        return None
+    shape, strides = list(x.shape), list(x.stride())
+    columns = _index_columns(indices)
+    columns += [None] * (len(shape) - len(columns))
+    pos = [d for d, c in enumerate(columns) if c is not None]
+    if pos[-1] - pos[0] != len(pos) - 1:  # torch moves the indexed dims (and their indices) to the front
+        order = pos + [d for d in range(len(shape)) if d not in pos]
+        shape, strides = [shape[d] for d in order], [strides[d] for d in order]
+        columns = [columns[d] for d in order]
+        pos = list(range(len(pos)))
+    b = broadcast_shapes(*(columns[d][0] for d in pos))
+    before, after = pos[0], len(shape) - pos[-1] - 1
+    src = (spec.shape, tuple(strides[:before]) + (0,) * len(b) + tuple(strides[pos[-1] + 1:]))
+    viewed = (1,) * before + b + (1,) * after
+    operands = [src] + [(viewed, view_strides(b, _broadcast_index(*columns[d], b), viewed)) for d in pos]
+    return memory_order_strides(spec.shape, operands)
+
+
+def _index_columns(indices):
+    """(shape, strides, int32) of each index, one per dim of ``x`` it indexes (None for the others); a
+    mask gives its nonzero positions, one column per dim."""
+    columns = []
+    for t in indices:
+        if t is None:
+            columns.append(None)
+        elif t.dtype in _MASK_DTYPES:
+            columns.extend([((int(np.count_nonzero(t._array())),), (1,), False)] * t.ndim)
+        else:
+            columns.append((t.shape, t.stride(), t.dtype is _dt.int32))
+    return columns
+
+
+def _broadcast_index(shape, strides, int32, target):
+    """The strides of an index broadcast to ``target`` (0 across the dims it expands), as torch reads it:
+    an int32 index through its int64 copy, made after the broadcast (dense, in the same order)."""
+    off = len(target) - len(shape)
+    out = tuple(0 if d < off or shape[d - off] != target[d] else strides[d - off] for d in range(len(target)))
+    if int32 and not is_non_overlapping_and_dense(target, out):
+        return memory_order_strides(target, [(target, out)])
+    return out
+
+
 def _check_values_fit(values_shape, target):
     fits = len(values_shape) <= len(target) and all(
         v == 1 or t is None or v == t for v, t in zip(reversed(values_shape), reversed(target)))
@@ -365,7 +413,7 @@ def _index_put_overlap(x, indices, values, accumulate):
 
 
 defop("index(Tensor self, Tensor?[] indices) -> Tensor", meta=_index_meta, cpu=_index_cpu, kind="index",
-      variants=(), doc="``self`` indexed by integer or bool tensors, one per dim (None: the whole dim); a copy.")
+      variants=(), layout=_index_layout, doc="``self`` indexed by integer or bool tensors, one per dim (None: the whole dim); a copy.")
 defop("index_put(Tensor self, Tensor?[] indices, Tensor values, bool accumulate=False) -> Tensor",
       meta=_index_put_meta, cpu=_index_put_cpu, kind="index", variants=("function", "method", "inplace"),
       overlap=_index_put_overlap,

@@ -20,6 +20,12 @@ def _product_rows(T, x, y):
     return v, v[1, :]
 
 
+def _indexed_comparison(T, x, y):
+    """Fuzz seed 3001058: an index of a comparison with an index of a permuted input."""
+    first = x[:1]
+    return (first.greater_equal(first[T.tensor([-1, 0, -1, 0])])[T.tensor([1, -3, -1])],)
+
+
 def _out_tensor(T, x, y):
     out = T.zeros(x.shape)
     T.exp(x, out=out)
@@ -47,6 +53,8 @@ FUNCTIONS = {
     "a result and its row": lambda T, x, y: (lambda r: (r, r[1]))(x.abs()),
     "product over rows": _product_rows,
     "out= tensor": lambda T, x, y: (_out_tensor(T, x, y),),
+    "advanced index": lambda T, x, y: (x[T.tensor([2, 0, 2])], x[:, T.tensor([[1], [3]])]),
+    "index of a comparison": _indexed_comparison,
     "written result": lambda T, x, y: (_written_result(T, x, y),),
 }
 SHAPE = (3, 4, 2)
