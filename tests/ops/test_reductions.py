@@ -524,3 +524,18 @@ def test_cumsum_of_a_0d_or_empty_tensor_into_a_bool_out_copies():
             o = lib.zeros(x.shape, dtype=lib.bool)
             lib.cumsum(x, 0, out=o)
             assert o.tolist() == (True if x.ndim == 0 else [])
+
+
+@pytest.mark.parametrize("name", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("dtype", ["bool", "uint8", "int64"])
+@pytest.mark.parametrize("shape, dim", [((0,), 0), ((2, 0), 0), ((0, 3), -1), ((), 0), ((3, 2), 0), ((3, 2), 1)])
+def test_softmax_of_an_integer_tensor_raises_only_when_not_empty_as_torch(name, dtype, shape, dim):
+    """Fuzz seed 3001299: torch checks the dtype in the kernel, which an empty tensor never runs, and
+    returns an empty result of the input's dtype; a 0-d tensor's dim is the last one."""
+    def run(T):
+        try:
+            r = getattr(T.zeros(shape, dtype=getattr(T, dtype)), name)(dim)
+        except NotImplementedError as e:
+            return str(e)
+        return str(r.dtype).split(".")[-1], tuple(r.shape)
+    assert run(jt) == run(torch)
