@@ -70,10 +70,11 @@ _CAST_NAMES = {"bool": "bool", "uint8": "uint8_t", "int8": "int8_t", "int16": "i
 
 
 def _check_fits(value, dtype):
-    """torch's checked conversion of a Python number to the dtype an op computes in."""
+    """torch's checked conversion of a Python number to the dtype an op computes in (c10's ``overflows``:
+    an unsigned type takes negative integers down to ``-max``, which wrap as two's complement)."""
     if dtype.kind in "iu" and value.__class__ is int:
         lo, hi = _dt.iinfo_range(dtype)
-        fits = lo <= value <= hi
+        fits = (-hi if dtype.kind == "u" else lo) <= value <= hi
     elif dtype.kind == "f" and dtype is not _dt.float64 and value.__class__ is not bool:
         fits = not math.isfinite(value) or abs(value) <= _dt.finfo(dtype).max
     else:
@@ -241,9 +242,12 @@ def _nonzero_divisor(b):
 
 
 def _alpha_times(b, alpha, like):
-    """``alpha * b`` in the compute dtype; a Python number ``b`` multiplies as that dtype, wrapping."""
+    """``alpha * b`` in the compute dtype; a Python number ``b`` multiplies as that dtype, wrapping, and so
+    does ``alpha`` (a negative one for an unsigned dtype, as torch converts it)."""
     if b.__class__ is not np.ndarray:
         b = np.array(b, like.dtype)
+    if alpha.__class__ is int and b.dtype.kind == "u":
+        alpha = convert(np.array(alpha), b.dtype)[()]
     return np.multiply(b, alpha)
 
 
