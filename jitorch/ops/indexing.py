@@ -427,8 +427,18 @@ def _nonempty(shape):
     return tuple(shape) or (1,)
 
 
+def _read_index(index, ndim):
+    """``index`` as a >= 1-d array; an empty one, whose dtype and shape torch does not check, as ``ndim``
+    dims of size 0."""
+    if index.size == 0:
+        return np.zeros((0,) * max(ndim, 1), np.int64)
+    return index.reshape(_nonempty(index.shape))
+
+
 def _gather_meta(x, dim, index, sparse_grad):
     d = wrap_dim(dim, x.ndim)
+    if index.numel() == 0:  # torch checks neither its dtype nor its shape: the result is empty
+        return TensorSpec(tuple(index.shape), x.dtype, x.device)
     if index.dtype not in (_dt.int64, _dt.int32):
         raise RuntimeError("gather(): Expected dtype int32/int64 for index")
     xs, ids = _nonempty(x.shape), _nonempty(index.shape)
@@ -449,7 +459,7 @@ def _check_dim_indices(idx, n, d):
 
 def _gather_cpu(spec, x, dim, index, sparse_grad):
     d = wrap_dim(dim, x.ndim)
-    x1, idx = x.reshape(_nonempty(x.shape)), index.reshape(_nonempty(index.shape))
+    x1, idx = x.reshape(_nonempty(x.shape)), _read_index(index, x.ndim)
     _check_dim_indices(idx, x1.shape[d], d)
     part = x1[tuple(slice(None) if i == d else slice(0, n) for i, n in enumerate(idx.shape))]
     return np.take_along_axis(part, idx.astype(np.intp), axis=d).reshape(spec.shape)
@@ -466,10 +476,22 @@ _SCATTER_REDUCE_REDUCES = ("sum", "prod", "mean", "amax", "amin")
 def _scatter_checks(x, dim, index, src, reduce=None, allowed=_SCATTER_REDUCES):
     """The checks of every scatter: dtypes, dims, sizes, and the reduction's name."""
     d = wrap_dim(dim, x.ndim)
-    if index.dtype not in (_dt.int64, _dt.int32):
+    empty = index.numel() == 0  # torch checks neither its dtype nor its shape: nothing is written
+    if index.dtype not in (_dt.int64, _dt.int32) and not empty:
         raise RuntimeError("scatter(): Expected dtype int32/int64 for index")
     if src is not None and src.dtype is not x.dtype:
         raise RuntimeError("scatter(): Expected self.dtype to be equal to src.dtype")
+    if not empty:
+        _scatter_shape_check(x, d, index, src)
+    if reduce is not None and reduce not in allowed:
+        if allowed is _SCATTER_REDUCES:
+            raise RuntimeError("reduce argument must be either add or multiply.")
+        raise RuntimeError(f"reduce argument must be either sum, prod, mean, amax or amin, got {reduce}")
+    return TensorSpec(x.shape, x.dtype, x.device)
+
+
+def _scatter_shape_check(x, d, index, src):
+    """torch's checks of a non-empty index's (and ``src``'s) dims against ``self``'s."""
     xs, ids = _nonempty(x.shape), _nonempty(index.shape)
     ss = None if src is None else _nonempty(src.shape)
     if len(ids) != len(xs):
@@ -478,15 +500,10 @@ def _scatter_checks(x, dim, index, src, reduce=None, allowed=_SCATTER_REDUCES):
         raise RuntimeError("Index tensor must have the same number of dimensions as src tensor")
     too_big = any(i != d and n > m for i, (n, m) in enumerate(zip(ids, xs))) or (
         ss is not None and any(n > m for n, m in zip(ids, ss)))
-    if too_big and index.ndim and 0 not in index.shape:
+    if too_big and index.ndim:
         tail = "" if src is None else f" and to be no larger size than src {list_str(src.shape)}"
         raise RuntimeError(f"Expected index {list_str(index.shape)} to be no larger than self {list_str(x.shape)} "
                            f"apart from dimension {d}{tail}")
-    if reduce is not None and reduce not in allowed:
-        if allowed is _SCATTER_REDUCES:
-            raise RuntimeError("reduce argument must be either add or multiply.")
-        raise RuntimeError(f"reduce argument must be either sum, prod, mean, amax or amin, got {reduce}")
-    return TensorSpec(x.shape, x.dtype, x.device)
 
 
 def _compute_copy(x):
@@ -498,7 +515,7 @@ def _scatter_target(x, dim, index):
     """(self as a >= 1-d copy in its compute dtype, the coordinates ``index`` writes to, their shape)."""
     d = wrap_dim(dim, x.ndim)
     out = _compute_copy(x)
-    idx = index.reshape(_nonempty(index.shape))
+    idx = _read_index(index, x.ndim)
     _check_dim_indices(idx, out.shape[d], d)
     coords = list(np.indices(idx.shape, sparse=True))
     coords[d] = idx
@@ -506,6 +523,8 @@ def _scatter_target(x, dim, index):
 
 
 def _src_values(src, index):
+    if index.size == 0:  # of any shape (`_read_index`): the values of no position
+        return src.reshape(-1)[:0]
     s = src.reshape(_nonempty(src.shape))
     return s[tuple(slice(0, n) for n in _nonempty(index.shape))]
 
