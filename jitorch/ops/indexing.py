@@ -14,7 +14,6 @@ would move it first. ``x[index] = value`` writes through the same view, with
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from math import prod
 
@@ -52,8 +51,8 @@ def _index_items(index):
     if (isinstance(index, Sequence) and not isinstance(index, str) and len(index) < 32
             and any(isinstance(i, (Sequence, np.ndarray, slice, registry.Tensor)) or i is None or i is Ellipsis
                     for i in index)):
-        warnings.warn("Using a non-tuple sequence for multidimensional indexing is deprecated; use x[tuple(seq)] "
-                      "instead of x[seq].", UserWarning, stacklevel=4)
+        registry.meta_warn("Using a non-tuple sequence for multidimensional indexing is deprecated; use "
+                           "x[tuple(seq)] instead of x[seq].", stacklevel=4)
         return tuple(index)
     return (index,)
 
@@ -70,8 +69,8 @@ def _tensor_item(t):
     if t.ndim == 0 and t.dtype in _dt.INTEGRAL:
         return int(t.item())
     if t.dtype is _dt.uint8:
-        warnings.warn("indexing with dtype jitorch.uint8 is now deprecated, please use a dtype jitorch.bool "
-                      "instead.", UserWarning, stacklevel=5)
+        registry.meta_warn("indexing with dtype jitorch.uint8 is now deprecated, please use a dtype jitorch.bool "
+                           "instead.", stacklevel=5)
         return t.to(_dt.bool)
     return t
 

@@ -15,7 +15,6 @@ zero, raised by the formula before it returns.
 from __future__ import annotations
 
 import math
-import warnings
 from numbers import Number
 
 import numpy as np
@@ -204,8 +203,8 @@ def _check_lerp(spec, start, end, weight):
 def _check_where(spec, condition, a, b):
     _require_tensor("where", 1, "condition", condition)
     if condition.dtype is _dt.uint8:
-        warnings.warn("where received a uint8 condition tensor. This behavior is deprecated and will be removed "
-                      "in a future version of PyTorch. Use a boolean condition instead.", UserWarning, stacklevel=5)
+        registry.meta_warn("where received a uint8 condition tensor. This behavior is deprecated and will be "
+                           "removed in a future version of PyTorch. Use a boolean condition instead.")
     elif condition.dtype is not _dt.bool:
         raise RuntimeError("where expected condition to be a boolean tensor, but got a tensor with dtype "
                            f"{scalar_name(condition.dtype)}")
