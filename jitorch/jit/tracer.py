@@ -887,7 +887,8 @@ def trace_with_inputs(fn, args, kwargs):
                        for real in inputs]
             for f, g in zip(fakes, initial):
                 f.grad = g
-            with registry.meta_warnings_into(tracer.graph.meta_warnings):  # (indexing's, say): each run gives them
+            # warnings of the ops' Python code too (indexing's deprecations): each run of the graph gives them
+            with registry.meta_warnings_into(tracer.graph.meta_warnings):
                 result = fn(*fargs, **fkwargs)
             stored = state.stored_traced_values(_is_traced)
         except BaseException:

@@ -412,7 +412,8 @@ def _index_put_overlap(x, indices, values, accumulate):
 
 
 defop("index(Tensor self, Tensor?[] indices) -> Tensor", meta=_index_meta, cpu=_index_cpu, kind="index",
-      variants=(), layout=_index_layout, doc="``self`` indexed by integer or bool tensors, one per dim (None: the whole dim); a copy.")
+      variants=(), layout=_index_layout,
+      doc="``self`` indexed by integer or bool tensors, one per dim (None: the whole dim); a copy.")
 defop("index_put(Tensor self, Tensor?[] indices, Tensor values, bool accumulate=False) -> Tensor",
       meta=_index_put_meta, cpu=_index_put_cpu, kind="index", variants=("function", "method", "inplace"),
       overlap=_index_put_overlap,

@@ -204,7 +204,7 @@ def _check_where(spec, condition, a, b):
     _require_tensor("where", 1, "condition", condition)
     if condition.dtype is _dt.uint8:
         registry.meta_warn("where received a uint8 condition tensor. This behavior is deprecated and will be "
-                           "removed in a future version of PyTorch. Use a boolean condition instead.")
+                           "removed in a future version of PyTorch. Use a boolean condition instead.", stacklevel=5)
     elif condition.dtype is not _dt.bool:
         raise RuntimeError("where expected condition to be a boolean tensor, but got a tensor with dtype "
                            f"{scalar_name(condition.dtype)}")

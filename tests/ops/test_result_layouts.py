@@ -1,6 +1,7 @@
 """The strides of new results against torch's: pointwise results follow their operands' memory order
 (TensorIterator's rule), copies and ``_like`` factories their input's (preserve_format), reductions, scans,
-softmax and products are contiguous; advanced indexing follows its input's and indices' order. NumPy's own order (order "K") differs where operands disagree."""
+softmax and products are contiguous; advanced indexing follows its input's and indices' order. NumPy's own
+order (order "K") differs where operands disagree."""
 
 import numpy as np
 import pytest
