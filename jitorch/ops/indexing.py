@@ -22,8 +22,8 @@ import numpy as np
 from ..runtime import dtypes as _dt
 from ..runtime import fp_errors
 from ..runtime.casts import convert
-from ..runtime.strided import (broadcast_shapes, is_non_overlapping_and_dense, list_str,
-                               memory_order_strides, view_strides, wrap_dim)
+from ..runtime.strided import (broadcast_shapes, contiguous_strides, is_contiguous, is_non_overlapping_and_dense,
+                               list_str, memory_order_strides, view_strides, wrap_dim)
 from . import registry
 from . import creation
 from .creation import check_scalar_fits
@@ -333,7 +333,7 @@ def _index_layout(spec, x, indices):
     dims (AdvancedIndex). CUDA results are contiguous (docs/differences-from-torch.md)."""
     if spec.device.type != "cpu":
         return None
-    shape, strides = list(x.shape), list(x.stride())
+    shape, strides = list(x.shape), list(_guarded_strides(x))
     columns = _index_columns(indices)
     columns += [None] * (len(shape) - len(columns))
     pos = [d for d, c in enumerate(columns) if c is not None]
@@ -360,8 +360,15 @@ def _index_columns(indices):
         elif t.dtype in _MASK_DTYPES:
             columns.extend([((int(np.count_nonzero(t._array())),), (1,), False)] * t.ndim)
         else:
-            columns.append((t.shape, t.stride(), t.dtype is _dt.int32))
+            columns.append((t.shape, _guarded_strides(t), t.dtype is _dt.int32))
     return columns
+
+
+def _guarded_strides(t):
+    """``t``'s strides; a contiguous tensor's as a compiled call sees it, `contiguous_strides`: the strides of
+    its size-1 dims address nothing and are neither guarded nor traced, but torch's order can turn on them
+    (docs/differences-from-torch.md)."""
+    return contiguous_strides(t.shape) if is_contiguous(t.shape, t.stride()) else t.stride()
 
 
 def _broadcast_index(shape, strides, int32, target):

@@ -126,3 +126,19 @@ def test_the_softmax_kernel_reads_a_compact_copy_of_a_laid_out_value():
     soft, doubled = fn(x)
     assert doubled.stride() == (x * 2).stride() == x.stride()
     np.testing.assert_allclose(soft.numpy(), (x * 2).softmax(-1).numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("backend", ["llvm", "interpreter"])
+def test_an_index_of_a_contiguous_input_whose_size1_dims_have_other_strides_is_laid_out_as_eagerly(backend):
+    """Fuzz seed 2200028: the graph traced for a contiguous input served one whose size-1 dims have other
+    strides (contiguous too, so the same graph), which turned eager's order of the index result; eager counts
+    a contiguous tensor with contiguous strides, as a compiled call sees it."""
+    def fn(x):
+        return x[..., None, -1].squeeze(0).unsqueeze(1)[:, [0, 0, 0]]
+    compiled = jt.compile(fn, backend=backend)
+    for strides in [(2, 1, 1), (1, 1, 2), (2, 1, 2)]:
+        x = jt.arange(8.0).as_strided((1, 2, 1), strides)
+        got, want = compiled(x), fn(x)
+        assert tensor_geometry(got) == tensor_geometry(want) == ((2, 3, 1), (3, 1), 0)
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+    assert len(compiled.cache) == 1
