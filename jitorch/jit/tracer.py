@@ -922,7 +922,9 @@ def trace_with_inputs(fn, args, kwargs):
                        for real in inputs]
             for f, g in zip(fakes, initial):
                 f.grad = g
-            result = fn(*fargs, **fkwargs)
+            # warnings of the ops' Python code too (indexing's deprecations): each run of the graph gives them
+            with registry.meta_warnings_into(tracer.graph.meta_warnings):
+                result = fn(*fargs, **fkwargs)
             stored = state.stored_traced_values(_is_traced)
         except BaseException:
             state.restore()  # the call runs eagerly (or raises): it makes its changes itself

@@ -207,10 +207,10 @@ def _to_array(data, dtype):
     """(array, dtype) of any data ``tensor()`` accepts; ``dtype`` None means inferred."""
     Tensor = registry.Tensor
     if isinstance(data, Tensor):
-        warnings.warn(
+        registry.meta_warn(
             "To copy construct from a tensor, it is recommended to use sourceTensor.detach().clone() or "
             "sourceTensor.detach().clone().requires_grad_(True), rather than jitorch.tensor(sourceTensor).",
-            UserWarning, stacklevel=3)
+            stacklevel=3)
         dtype = dtype or data.dtype
         if data.device.type == "meta":
             return None, data.shape, dtype

@@ -14,7 +14,6 @@ would move it first. ``x[index] = value`` writes through the same view, with
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from math import prod
 
@@ -23,7 +22,8 @@ import numpy as np
 from ..runtime import dtypes as _dt
 from ..runtime import fp_errors
 from ..runtime.casts import convert
-from ..runtime.strided import broadcast_shapes, list_str, wrap_dim
+from ..runtime.strided import (broadcast_shapes, contiguous_strides, is_contiguous, is_non_overlapping_and_dense,
+                               list_str, memory_order_strides, view_strides, wrap_dim)
 from . import registry
 from . import creation
 from .creation import check_scalar_fits
@@ -51,8 +51,8 @@ def _index_items(index):
     if (isinstance(index, Sequence) and not isinstance(index, str) and len(index) < 32
             and any(isinstance(i, (Sequence, np.ndarray, slice, registry.Tensor)) or i is None or i is Ellipsis
                     for i in index)):
-        warnings.warn("Using a non-tuple sequence for multidimensional indexing is deprecated; use x[tuple(seq)] "
-                      "instead of x[seq].", UserWarning, stacklevel=4)
+        registry.meta_warn("Using a non-tuple sequence for multidimensional indexing is deprecated; use "
+                           "x[tuple(seq)] instead of x[seq].", stacklevel=4)
         return tuple(index)
     return (index,)
 
@@ -69,8 +69,8 @@ def _tensor_item(t):
     if t.ndim == 0 and t.dtype in _dt.INTEGRAL:
         return int(t.item())
     if t.dtype is _dt.uint8:
-        warnings.warn("indexing with dtype jitorch.uint8 is now deprecated, please use a dtype jitorch.bool "
-                      "instead.", UserWarning, stacklevel=5)
+        registry.meta_warn("indexing with dtype jitorch.uint8 is now deprecated, please use a dtype jitorch.bool "
+                           "instead.", stacklevel=5)
         return t.to(_dt.bool)
     return t
 
@@ -327,6 +327,60 @@ def _index_cpu(spec, x, indices):
     return x[_numpy_key(x.shape, indices)[0]]
 
 
+def _index_layout(spec, x, indices):
+    """torch's layout of ``x[indices]`` on the CPU: its TensorIterator's, over ``x`` restrided to the
+    result's shape (stride 0 across the index dims) and the broadcast index tensors viewed in the result's
+    dims (AdvancedIndex). CUDA results are contiguous (docs/differences-from-torch.md)."""
+    if spec.device.type != "cpu":
+        return None
+    shape, strides = list(x.shape), list(_guarded_strides(x))
+    columns = _index_columns(indices)
+    columns += [None] * (len(shape) - len(columns))
+    pos = [d for d, c in enumerate(columns) if c is not None]
+    if pos[-1] - pos[0] != len(pos) - 1:  # torch moves the indexed dims (and their indices) to the front
+        order = pos + [d for d in range(len(shape)) if d not in pos]
+        shape, strides = [shape[d] for d in order], [strides[d] for d in order]
+        columns = [columns[d] for d in order]
+        pos = list(range(len(pos)))
+    b = broadcast_shapes(*(columns[d][0] for d in pos))
+    before, after = pos[0], len(shape) - pos[-1] - 1
+    src = (spec.shape, tuple(strides[:before]) + (0,) * len(b) + tuple(strides[pos[-1] + 1:]))
+    viewed = (1,) * before + b + (1,) * after
+    operands = [src] + [(viewed, view_strides(b, _broadcast_index(*columns[d], b), viewed)) for d in pos]
+    return memory_order_strides(spec.shape, operands)
+
+
+def _index_columns(indices):
+    """(shape, strides, int32) of each index, one per dim of ``x`` it indexes (None for the others); a
+    mask gives its nonzero positions, one column per dim."""
+    columns = []
+    for t in indices:
+        if t is None:
+            columns.append(None)
+        elif t.dtype in _MASK_DTYPES:
+            columns.extend([((int(np.count_nonzero(t._array())),), (1,), False)] * t.ndim)
+        else:
+            columns.append((t.shape, _guarded_strides(t), t.dtype is _dt.int32))
+    return columns
+
+
+def _guarded_strides(t):
+    """``t``'s strides; a contiguous tensor's as a compiled call sees it, `contiguous_strides`: the strides of
+    its size-1 dims address nothing and are neither guarded nor traced, but torch's order can turn on them
+    (docs/differences-from-torch.md)."""
+    return contiguous_strides(t.shape) if is_contiguous(t.shape, t.stride()) else t.stride()
+
+
+def _broadcast_index(shape, strides, int32, target):
+    """The strides of an index broadcast to ``target`` (0 across the dims it expands), as torch reads it:
+    an int32 index through its int64 copy, made after the broadcast (dense, in the same order)."""
+    off = len(target) - len(shape)
+    out = tuple(0 if d < off or shape[d - off] != target[d] else strides[d - off] for d in range(len(target)))
+    if int32 and not is_non_overlapping_and_dense(target, out):
+        return memory_order_strides(target, [(target, out)])
+    return out
+
+
 def _check_values_fit(values_shape, target):
     fits = len(values_shape) <= len(target) and all(
         v == 1 or t is None or v == t for v, t in zip(reversed(values_shape), reversed(target)))
@@ -365,7 +419,8 @@ def _index_put_overlap(x, indices, values, accumulate):
 
 
 defop("index(Tensor self, Tensor?[] indices) -> Tensor", meta=_index_meta, cpu=_index_cpu, kind="index",
-      variants=(), doc="``self`` indexed by integer or bool tensors, one per dim (None: the whole dim); a copy.")
+      variants=(), layout=_index_layout,
+      doc="``self`` indexed by integer or bool tensors, one per dim (None: the whole dim); a copy.")
 defop("index_put(Tensor self, Tensor?[] indices, Tensor values, bool accumulate=False) -> Tensor",
       meta=_index_put_meta, cpu=_index_put_cpu, kind="index", variants=("function", "method", "inplace"),
       overlap=_index_put_overlap,
@@ -379,8 +434,18 @@ def _nonempty(shape):
     return tuple(shape) or (1,)
 
 
+def _read_index(index, ndim):
+    """``index`` as a >= 1-d array; an empty one, whose dtype and shape torch does not check, as ``ndim``
+    dims of size 0."""
+    if index.size == 0:
+        return np.zeros((0,) * max(ndim, 1), np.int64)
+    return index.reshape(_nonempty(index.shape))
+
+
 def _gather_meta(x, dim, index, sparse_grad):
     d = wrap_dim(dim, x.ndim)
+    if index.numel() == 0:  # torch checks neither its dtype nor its shape: the result is empty
+        return TensorSpec(tuple(index.shape), x.dtype, x.device)
     if index.dtype not in (_dt.int64, _dt.int32):
         raise RuntimeError("gather(): Expected dtype int32/int64 for index")
     xs, ids = _nonempty(x.shape), _nonempty(index.shape)
@@ -401,7 +466,7 @@ def _check_dim_indices(idx, n, d):
 
 def _gather_cpu(spec, x, dim, index, sparse_grad):
     d = wrap_dim(dim, x.ndim)
-    x1, idx = x.reshape(_nonempty(x.shape)), index.reshape(_nonempty(index.shape))
+    x1, idx = x.reshape(_nonempty(x.shape)), _read_index(index, x.ndim)
     _check_dim_indices(idx, x1.shape[d], d)
     part = x1[tuple(slice(None) if i == d else slice(0, n) for i, n in enumerate(idx.shape))]
     return np.take_along_axis(part, idx.astype(np.intp), axis=d).reshape(spec.shape)
@@ -418,10 +483,22 @@ _SCATTER_REDUCE_REDUCES = ("sum", "prod", "mean", "amax", "amin")
 def _scatter_checks(x, dim, index, src, reduce=None, allowed=_SCATTER_REDUCES):
     """The checks of every scatter: dtypes, dims, sizes, and the reduction's name."""
     d = wrap_dim(dim, x.ndim)
-    if index.dtype not in (_dt.int64, _dt.int32):
+    empty = index.numel() == 0  # torch checks neither its dtype nor its shape: nothing is written
+    if index.dtype not in (_dt.int64, _dt.int32) and not empty:
         raise RuntimeError("scatter(): Expected dtype int32/int64 for index")
     if src is not None and src.dtype is not x.dtype:
         raise RuntimeError("scatter(): Expected self.dtype to be equal to src.dtype")
+    if not empty:
+        _scatter_shape_check(x, d, index, src)
+    if reduce is not None and reduce not in allowed:
+        if allowed is _SCATTER_REDUCES:
+            raise RuntimeError("reduce argument must be either add or multiply.")
+        raise RuntimeError(f"reduce argument must be either sum, prod, mean, amax or amin, got {reduce}")
+    return TensorSpec(x.shape, x.dtype, x.device)
+
+
+def _scatter_shape_check(x, d, index, src):
+    """torch's checks of a non-empty index's (and ``src``'s) dims against ``self``'s."""
     xs, ids = _nonempty(x.shape), _nonempty(index.shape)
     ss = None if src is None else _nonempty(src.shape)
     if len(ids) != len(xs):
@@ -430,15 +507,10 @@ def _scatter_checks(x, dim, index, src, reduce=None, allowed=_SCATTER_REDUCES):
         raise RuntimeError("Index tensor must have the same number of dimensions as src tensor")
     too_big = any(i != d and n > m for i, (n, m) in enumerate(zip(ids, xs))) or (
         ss is not None and any(n > m for n, m in zip(ids, ss)))
-    if too_big and index.ndim and 0 not in index.shape:
+    if too_big and index.ndim:
         tail = "" if src is None else f" and to be no larger size than src {list_str(src.shape)}"
         raise RuntimeError(f"Expected index {list_str(index.shape)} to be no larger than self {list_str(x.shape)} "
                            f"apart from dimension {d}{tail}")
-    if reduce is not None and reduce not in allowed:
-        if allowed is _SCATTER_REDUCES:
-            raise RuntimeError("reduce argument must be either add or multiply.")
-        raise RuntimeError(f"reduce argument must be either sum, prod, mean, amax or amin, got {reduce}")
-    return TensorSpec(x.shape, x.dtype, x.device)
 
 
 def _compute_copy(x):
@@ -450,7 +522,7 @@ def _scatter_target(x, dim, index):
     """(self as a >= 1-d copy in its compute dtype, the coordinates ``index`` writes to, their shape)."""
     d = wrap_dim(dim, x.ndim)
     out = _compute_copy(x)
-    idx = index.reshape(_nonempty(index.shape))
+    idx = _read_index(index, x.ndim)
     _check_dim_indices(idx, out.shape[d], d)
     coords = list(np.indices(idx.shape, sparse=True))
     coords[d] = idx
@@ -458,6 +530,8 @@ def _scatter_target(x, dim, index):
 
 
 def _src_values(src, index):
+    if index.size == 0:  # of any shape (`_read_index`): the values of no position
+        return src.reshape(-1)[:0]
     s = src.reshape(_nonempty(src.shape))
     return s[tuple(slice(0, n) for n in _nonempty(index.shape))]
 

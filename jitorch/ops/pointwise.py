@@ -15,7 +15,6 @@ zero, raised by the formula before it returns.
 from __future__ import annotations
 
 import math
-import warnings
 from numbers import Number
 
 import numpy as np
@@ -70,10 +69,11 @@ _CAST_NAMES = {"bool": "bool", "uint8": "uint8_t", "int8": "int8_t", "int16": "i
 
 
 def _check_fits(value, dtype):
-    """torch's checked conversion of a Python number to the dtype an op computes in."""
+    """torch's checked conversion of a Python number to the dtype an op computes in (c10's ``overflows``:
+    an unsigned type takes negative integers down to ``-max``, which wrap as two's complement)."""
     if dtype.kind in "iu" and value.__class__ is int:
         lo, hi = _dt.iinfo_range(dtype)
-        fits = lo <= value <= hi
+        fits = (-hi if dtype.kind == "u" else lo) <= value <= hi
     elif dtype.kind == "f" and dtype is not _dt.float64 and value.__class__ is not bool:
         fits = not math.isfinite(value) or abs(value) <= _dt.finfo(dtype).max
     else:
@@ -205,8 +205,8 @@ def _check_lerp(spec, start, end, weight):
 def _check_where(spec, condition, a, b):
     _require_tensor("where", 1, "condition", condition)
     if condition.dtype is _dt.uint8:
-        warnings.warn("where received a uint8 condition tensor. This behavior is deprecated and will be removed "
-                      "in a future version of PyTorch. Use a boolean condition instead.", UserWarning, stacklevel=5)
+        registry.meta_warn("where received a uint8 condition tensor. This behavior is deprecated and will be "
+                           "removed in a future version of PyTorch. Use a boolean condition instead.", stacklevel=5)
     elif condition.dtype is not _dt.bool:
         raise RuntimeError("where expected condition to be a boolean tensor, but got a tensor with dtype "
                            f"{scalar_name(condition.dtype)}")
@@ -243,9 +243,12 @@ def _nonzero_divisor(b):
 
 
 def _alpha_times(b, alpha, like):
-    """``alpha * b`` in the compute dtype; a Python number ``b`` multiplies as that dtype, wrapping."""
+    """``alpha * b`` in the compute dtype; a Python number ``b`` multiplies as that dtype, wrapping, and so
+    does ``alpha`` (a negative one for an unsigned dtype, as torch converts it)."""
     if b.__class__ is not np.ndarray:
         b = np.array(b, like.dtype)
+    if alpha.__class__ is int and b.dtype.kind == "u":
+        alpha = convert(np.array(alpha), b.dtype)[()]
     return np.multiply(b, alpha)
 
 

@@ -321,12 +321,13 @@ def convert_args(op, args):
 _WARNING_SINKS: list = []
 
 
-def meta_warn(message, category=UserWarning):
-    """Warn from a meta rule: once per call of the op, as torch's eager ops do (its TORCH_WARN)."""
+def meta_warn(message, category=UserWarning, stacklevel=2):
+    """Warn from a meta rule, or from an op's Python code (``stacklevel`` counts from the caller): once per
+    call of the op, as torch's eager ops do (its TORCH_WARN), and so once per run of a traced graph."""
     if _WARNING_SINKS:
         _WARNING_SINKS[-1].append((category, message))
     else:
-        warnings.warn(message, category, stacklevel=3)
+        warnings.warn(message, category, stacklevel=stacklevel + 1)
 
 
 @contextlib.contextmanager

@@ -20,6 +20,12 @@ def _product_rows(T, x, y):
     return v, v[1, :]
 
 
+def _indexed_comparison(T, x, y):
+    """Fuzz seed 3001058: an index of a comparison with an index of a permuted input."""
+    first = x[:1]
+    return (first.greater_equal(first[T.tensor([-1, 0, -1, 0])])[T.tensor([1, -3, -1])],)
+
+
 def _out_tensor(T, x, y):
     out = T.zeros(x.shape)
     T.exp(x, out=out)
@@ -47,6 +53,8 @@ FUNCTIONS = {
     "a result and its row": lambda T, x, y: (lambda r: (r, r[1]))(x.abs()),
     "product over rows": _product_rows,
     "out= tensor": lambda T, x, y: (_out_tensor(T, x, y),),
+    "advanced index": lambda T, x, y: (x[T.tensor([2, 0, 2])], x[:, T.tensor([[1], [3]])]),
+    "index of a comparison": _indexed_comparison,
     "written result": lambda T, x, y: (_written_result(T, x, y),),
 }
 SHAPE = (3, 4, 2)
@@ -118,3 +126,19 @@ def test_the_softmax_kernel_reads_a_compact_copy_of_a_laid_out_value():
     soft, doubled = fn(x)
     assert doubled.stride() == (x * 2).stride() == x.stride()
     np.testing.assert_allclose(soft.numpy(), (x * 2).softmax(-1).numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("backend", ["llvm", "interpreter"])
+def test_an_index_of_a_contiguous_input_whose_size1_dims_have_other_strides_is_laid_out_as_eagerly(backend):
+    """Fuzz seed 2200028: the graph traced for a contiguous input served one whose size-1 dims have other
+    strides (contiguous too, so the same graph), which turned eager's order of the index result; eager counts
+    a contiguous tensor with contiguous strides, as a compiled call sees it."""
+    def fn(x):
+        return x[..., None, -1].squeeze(0).unsqueeze(1)[:, [0, 0, 0]]
+    compiled = jt.compile(fn, backend=backend)
+    for strides in [(2, 1, 1), (1, 1, 2), (2, 1, 2)]:
+        x = jt.arange(8.0).as_strided((1, 2, 1), strides)
+        got, want = compiled(x), fn(x)
+        assert tensor_geometry(got) == tensor_geometry(want) == ((2, 3, 1), (3, 1), 0)
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+    assert len(compiled.cache) == 1

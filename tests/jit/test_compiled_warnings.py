@@ -71,3 +71,33 @@ def test_a_compiled_call_with_a_backward_warns_once_forward_and_not_in_backward(
         assert warned(lambda: outs.append(step(x))) == 1
         assert outs[0].grad_fn is not None
         assert warned(outs[0].backward) == 0
+
+
+def _messages(fn, *args):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fn(*args)
+    return [str(w.message) for w in caught]
+
+
+def where_of_a_uint8_condition(T, x):
+    """Fuzz seed 3000037: the condition check warned directly, so a compiled call warned when traced and
+    again through its graph (the interpreter on every call), and the llvm graph's later calls never."""
+    c = (x > 2).to(T.uint8)
+    return c.where(c, x)
+
+
+def index_by_a_list_of_items(T, x):
+    """The deprecation of a non-tuple index is Python code around the ops, run only when traced."""
+    return x[[0, slice(None)]] * 2
+
+
+@pytest.mark.parametrize("backend", ["llvm", "interpreter"])
+@pytest.mark.parametrize("program", [where_of_a_uint8_condition, index_by_a_list_of_items], ids=lambda p: p.__name__)
+def test_an_ops_deprecation_warning_comes_once_per_compiled_call_as_eagerly(program, backend):
+    x = jt.arange(12.0).reshape(3, 4)
+    eager = _messages(program, jt, x)
+    assert len(eager) == 1  # (torch gives where's only once a process: TORCH_WARN_ONCE)
+    step = jt.compile(lambda x: program(jt, x), backend=backend)
+    assert [_messages(step, x) for _ in range(3)] == [eager] * 3
+    assert all(e.graph is not None and e.eager_reason is None for e in step.cache.values())

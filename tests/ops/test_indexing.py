@@ -636,3 +636,33 @@ def test_setitem_through_one_mask_casts_a_one_element_value():
         assert n.tolist() == [2, 0, 2]
         with pytest.raises(RuntimeError, match="dtypes match"):
             x[lib.tensor([0, 2])] = lib.tensor(1.5)
+
+
+EMPTY_INDEX_CALLS = {
+    "gather 1-d index of a 2-d tensor": lambda T, x: x.gather(1, T.tensor([], dtype=T.int64)),
+    "gather 1-d index of an empty tensor": lambda T, x: x[1:].gather(1, T.tensor([], dtype=T.int64)),
+    "gather 3-d index": lambda T, x: x.gather(0, T.zeros(0, 1, 7, dtype=T.int64)),
+    "gather float index": lambda T, x: x.gather(1, T.zeros(0)),
+    "gather out=": lambda T, x: T.gather(x, 1, T.zeros(0, dtype=T.int64), out=T.zeros(0)),
+    "scatter": lambda T, x: x.scatter(1, T.tensor([], dtype=T.int64), T.ones(3)),
+    "scatter a value": lambda T, x: x.scatter(0, T.zeros(0, 2, dtype=T.int16), 2.0, reduce="multiply"),
+    "scatter_add_": lambda T, x: x.clone().scatter_add_(1, T.zeros(0, 1, 1, dtype=T.int64), T.ones(3)),
+    "scatter_reduce": lambda T, x: x.scatter_reduce(1, T.zeros(0), T.ones(3), "amax", include_self=False),
+    "scatter_add of another dtype": lambda T, x: x.scatter_add(1, T.zeros(0, dtype=T.int64), T.ones(3).double()),
+    "scatter_reduce of an unknown reduction": lambda T, x: x.scatter_reduce(1, T.zeros(0, dtype=T.int64),
+                                                                           T.ones(3), "maximum"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EMPTY_INDEX_CALLS))
+def test_an_empty_index_skips_the_dtype_and_shape_checks_of_gather_and_scatter_as_torch(name):
+    """Fuzz seed 3002306: ``c.gather(1, tensor([]))`` raised for the index's dims. torch checks an empty
+    index's dtype and dims against nothing: gather returns an empty result of its shape, scatter ``self``
+    unchanged; the other checks (src's dtype, the reduction) still hold."""
+    def run(T):
+        try:
+            r = EMPTY_INDEX_CALLS[name](T, T.arange(10.0).reshape(2, 5))
+        except RuntimeError as e:
+            return str(e).split("\n")[0]
+        return str(r.dtype).split(".")[-1], tuple(r.shape), r.tolist()
+    assert run(jt) == run(torch)

@@ -897,3 +897,31 @@ def test_half_pow_number_exponent_beyond_its_range_raises():
         with pytest.raises(RuntimeError, match="value cannot be converted to type c10::.*without overflow"):
             jt.pow(jt.ones(2, dtype=dtype), 1e39)
     assert jt.pow(jt.ones(2), 1e40).tolist() == [1.0, 1.0]  # torch leaves float's cast unchecked
+
+
+NEGATIVE_BOUNDS_AND_FACTORS = {
+    "clamp_min_": lambda T, x: x.clone().clamp_min_(-1),
+    "clamp_min": lambda T, x: x.clamp_min(-255),
+    "clamp_max": lambda T, x: x.clamp_max(-100),
+    "clamp": lambda T, x: x.clamp(-3, -2),
+    "clip": lambda T, x: T.clip(x, -3),
+    "where": lambda T, x: T.where(x > 4, x, -1),
+    "add alpha": lambda T, x: x.add(x, alpha=-3),
+    "sub_ alpha": lambda T, x: x.clone().sub_(x + 1, alpha=-3),
+    "beyond -max": lambda T, x: x.clamp_min(-256),
+    "beyond max": lambda T, x: x.add(x, alpha=256),
+}
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int8"])
+@pytest.mark.parametrize("name", sorted(NEGATIVE_BOUNDS_AND_FACTORS))
+def test_a_negative_number_for_an_unsigned_tensor_wraps_as_torchs(name, dtype):
+    """Fuzz seed 3001481: ``x.clamp_min_(-1)`` of a uint8 tensor raised. torch converts a Number to an
+    unsigned dtype as two's complement when it is at least ``-max`` (-1 clamps a uint8 tensor to 255) and
+    refuses it beyond; signed dtypes take only their range."""
+    def run(T):
+        try:
+            return NEGATIVE_BOUNDS_AND_FACTORS[name](T, T.tensor([0, 5, 100, 127], dtype=getattr(T, dtype))).tolist()
+        except RuntimeError as e:
+            return str(e)
+    assert run(jt) == run(torch)

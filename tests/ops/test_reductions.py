@@ -352,7 +352,6 @@ def test_cumsum_in_place_keeps_dtype():
     assert x.cumsum_(0) is x and x.dtype is jt.int32 and x.tolist() == [1, 3, 6]
 
 
-
 @pytest.mark.parametrize("call, message", [
     (lambda x, o: x.cumsum_(0, dtype=jt.int64),
      "Bad in-place call: input tensor dtype int and output tensor dtype long int should match"),
@@ -537,3 +536,18 @@ def test_reduction_of_halves_into_float_out_computes_in_float_not_rounded_to_hal
     want = getattr(torch, name)(torch.from_numpy(np.asarray(half.float().numpy())), 1)
     np.testing.assert_allclose(out.numpy(), want.numpy(), rtol=1e-6)
     assert not np.array_equal(out.numpy(), getattr(jt, name)(half, 1).float().numpy())
+
+
+@pytest.mark.parametrize("name", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("dtype", ["bool", "uint8", "int64"])
+@pytest.mark.parametrize("shape, dim", [((0,), 0), ((2, 0), 0), ((0, 3), -1), ((), 0), ((3, 2), 0), ((3, 2), 1)])
+def test_softmax_of_an_integer_tensor_raises_only_when_not_empty_as_torch(name, dtype, shape, dim):
+    """Fuzz seed 3001299: torch checks the dtype in the kernel, which an empty tensor never runs, and
+    returns an empty result of the input's dtype; a 0-d tensor's dim is the last one."""
+    def run(T):
+        try:
+            r = getattr(T.zeros(shape, dtype=getattr(T, dtype)), name)(dim)
+        except NotImplementedError as e:
+            return str(e)
+        return str(r.dtype).split(".")[-1], tuple(r.shape)
+    assert run(jt) == run(torch)

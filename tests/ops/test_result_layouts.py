@@ -1,6 +1,7 @@
 """The strides of new results against torch's: pointwise results follow their operands' memory order
 (TensorIterator's rule), copies and ``_like`` factories their input's (preserve_format), reductions, scans,
-softmax and products are contiguous. NumPy's own order (order "K") differs where operands disagree."""
+softmax and products are contiguous; advanced indexing follows its input's and indices' order. NumPy's own
+order (order "K") differs where operands disagree."""
 
 import numpy as np
 import pytest
@@ -29,6 +30,12 @@ RESULTS = {
     "softmax": lambda T, x, y: x.softmax(-1),
     "cumsum": lambda T, x, y: x.cumsum(0),
     "matmul": lambda T, x, y: x @ y.transpose(-1, -2),
+    "index a dim": lambda T, x, y: x[T.tensor([1, 0, 1])],
+    "index by a 2-d index": lambda T, x, y: x[:, T.tensor([[0], [0]])],
+    "index dims apart": lambda T, x, y: x[T.tensor([1, 0]), :, T.tensor([2, 3])],
+    "index through a mask": lambda T, x, y: x[:, y[0, :, 0] > -10],
+    "index by an int32 and a transposed index": lambda T, x, y: x[:, T.tensor([[0], [0]], dtype=T.int32),
+                                                                  T.tensor([[1, 2], [3, 0]]).t()],
 }
 
 
@@ -63,3 +70,16 @@ def test_argwhere_and_nonzero_are_column_major_as_torch():
     values = np.arange(12).reshape(3, 4) % 3
     for name in ("argwhere", "nonzero"):
         assert getattr(jt.tensor(values), name)().stride() == getattr(torch.tensor(values), name)().stride()
+
+
+def test_index_of_a_comparison_with_an_index_of_a_permuted_tensor_has_torchs_strides():
+    """Fuzz seed 3001058: ``x[idx]`` of a permuted ``x`` was contiguous, so the comparison of ``x`` with
+    it, and an index of that, took other strides than torch's."""
+    def run(T):
+        x = T.arange(9.0).reshape(3, 3).t().unsqueeze(0)
+        v = x.greater_equal(x[T.tensor([-1, 0, -1, 0])])
+        return x[T.tensor([-1, 0])], v[T.tensor([1, -3, -1])]
+    got, want = run(jt), run(torch)
+    assert [t.stride() for t in got] == [t.stride() for t in want] == [(9, 1, 3), (9, 1, 3)]
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g.numpy(), w.numpy())
