@@ -40,7 +40,7 @@ from .casts import convert, copy_into
 from .cuda_allocator import track
 from .device import CPU, to_device
 from .storage import Storage
-from .strided import contiguous_strides, is_contiguous
+from .strided import contiguous_strides, is_contiguous, is_non_overlapping_and_dense
 
 _local = threading.local()
 _KERNELS: dict = {}     # one-op graph key -> (kernel, group, graph inputs, outputs) or None (runs on host)
@@ -84,12 +84,12 @@ def empty_storage(n, dtype, device):
     return storage
 
 
-def empty(shape, dtype, device):
-    """A compact, uninitialised CUDA tensor."""
+def empty(shape, dtype, device, strides=None):
+    """An uninitialised CUDA tensor filling its own storage: compact, or with dense ``strides``."""
     from ..tensor import Tensor
     shape = tuple(shape)
     storage = empty_storage(int(np.prod(shape, dtype=np.int64)), dtype, device)
-    return Tensor._make(storage, shape, contiguous_strides(shape), 0)
+    return Tensor._make(storage, shape, contiguous_strides(shape) if strides is None else tuple(strides), 0)
 
 
 def address(t):
@@ -262,8 +262,10 @@ _TRANSFERS = {"_to_copy": _to_copy, "copy": _copy, "clone": _clone}
 
 # Eager dispatch ---------------------------------------------------------------------------
 
-def execute(op, args, spec):
-    """Run ``op`` eagerly where its CUDA tensors live (see the module docstring for how)."""
+def execute(op, args, spec, strides=None):
+    """Run ``op`` eagerly where its CUDA tensors live (see the module docstring for how); a kernel generated
+    for it writes its result with ``strides`` (dense; None: contiguous), the layout the caller wants (see
+    `laid_out`)."""
     transfer = _TRANSFERS.get(op.name)
     if transfer is not None:
         return transfer(op, spec, args)
@@ -277,7 +279,24 @@ def execute(op, args, spec):
         result = special(op, args, spec)
         if result is not NotImplemented:
             return result
-    return _run(op, args, spec, device)
+    return _run(op, args, spec, device, strides)
+
+
+def laid_out(t, strides):
+    """CUDA tensor ``t``, or its values in new device memory laid out with ``strides`` (dense; None:
+    contiguous), unless ``t`` fills its own storage so already (the strides of its size-1 dims, which
+    address nothing, are then given without a copy). A tensor on the host is returned as it is."""
+    if not t._storage.on_device:
+        return t
+    strides = contiguous_strides(t._shape) if strides is None else tuple(strides)
+    if t._stride == strides and t._offset == 0 and t._storage.size == t.numel():
+        return t
+    if t._offset == 0 and t._storage.size == t.numel() and all(
+            n == 1 or a == b for n, a, b in zip(t._shape, t._stride, strides)):
+        return type(t)._make(t._storage, t._shape, strides, 0)
+    out = empty(t._shape, t.dtype, t.device, strides)
+    write(out, t)
+    return out
 
 
 def _device_of(op, args, spec):
@@ -308,15 +327,15 @@ def _lifted(op, args, device, Tensor):
     return out
 
 
-def _run(op, args, spec, device):
-    """The op through its one-op graph's kernel, else on the host."""
-    entry = _kernel_for(op, args, spec, device)
+def _run(op, args, spec, device, strides):
+    """The op through its one-op graph's kernel (its result written with ``strides``), else on the host."""
+    entry = _kernel_for(op, args, spec, device, strides)
     if entry is None:
         return on_host(op, args, device)
     kernel, group, inputs, outputs = entry
     from .cuda_graph import CudaKernelStep
     env = dict(zip(inputs, _graph_tensors(op, args)))
-    CudaKernelStep(kernel, group.nodes).run(env, None, False)
+    CudaKernelStep(kernel, group.nodes, _layouts(outputs, strides)).run(env, None, False)
     results = [env[v] for v in outputs]
     from ..ops.registry import TensorSpec
     if spec.__class__ is TensorSpec:
@@ -346,18 +365,23 @@ def _literal_key(a):
     return (type(a).__name__, a)
 
 
-def _kernel_for(op, args, spec, device):
-    """The cached (kernel, group, graph inputs, graph outputs) of ``op`` on these arguments, or None
-    when the op has no kernel on the device (it runs on the host)."""
+def _layouts(outputs, strides):
+    """{graph output: strides} for a one-op graph whose result is laid out with ``strides`` (None: compact)."""
+    return {} if strides is None else {outputs[0]: tuple(strides)}
+
+
+def _kernel_for(op, args, spec, device, strides):
+    """The cached (kernel, group, graph inputs, graph outputs) of ``op`` on these arguments, its result
+    written with ``strides``, or None when the op has no kernel on the device (it runs on the host)."""
     from ..tensor import Tensor
     if any(t.numel() == 0 for t in _graph_tensors(op, args)):
         return None  # nothing to launch: the host computes the (empty or identity-filled) result
     try:
-        key = (op.name, device.index, tuple(_literal_key(a) for a in args))
+        key = (op.name, device.index, tuple(_literal_key(a) for a in args), strides)
         hash(key)
     except TypeError:  # an argument that cannot key a cache (a Generator's state, ...): no kernel
         return None
-    return _cached(_KERNELS, key, lambda: _build(op, args, spec, device, Tensor))
+    return _cached(_KERNELS, key, lambda: _build(op, args, spec, device, strides, Tensor))
 
 
 def _cached(table, key, make):
@@ -370,7 +394,7 @@ def _cached(table, key, make):
     return table[key]
 
 
-def _build(op, args, spec, device, Tensor):
+def _build(op, args, spec, device, strides, Tensor):
     from ..codegen.cache import default_cache
     from ..codegen.errors import CompileError
     from ..codegen.kernel import build, is_row_softmax
@@ -411,10 +435,22 @@ def _build(op, args, spec, device, Tensor):
     if group.kind not in ("pointwise", "reduction") and not (len(group.nodes) == 1 and is_row_softmax(node)):
         return None
     try:
-        kernel = compile_kernel(build(group, f"jitorch_eager_{op.name.replace('.', '_')}", NVPTX), default_cache())
+        kernel = compile_kernel(build(group, f"jitorch_eager_{op.name.replace('.', '_')}", NVPTX,
+                                      layouts=_layouts(node.outputs, strides)), default_cache())
     except CompileError:
         return None
     return kernel, group, inputs, list(node.outputs)
+
+
+def _upload_laid_out(t, device):
+    """Host tensor ``t`` copied to ``device`` in its own layout where it fills its storage densely (a CPU
+    kernel's result, laid out by the op's rule), else compact."""
+    if t._offset or t._storage.size != t.numel() or not is_non_overlapping_and_dense(t._shape, t._stride):
+        return upload(t._array(), t.dtype, device)
+    out = empty(t._shape, t.dtype, device, t._stride)
+    if t.numel():
+        cuda_backend.current().upload(out._storage.data_ptr(), t._storage.data, _asynchronous())
+    return out
 
 
 def on_host(op, args, device):
@@ -439,7 +475,7 @@ def on_host(op, args, device):
     def back(r):
         if isinstance(r, Tensor):
             with non_blocking():
-                return upload(r._array(), r.dtype, device)
+                return _upload_laid_out(r, device)
         if isinstance(r, list):
             return [back(x) for x in r]
         if isinstance(r, tuple):
