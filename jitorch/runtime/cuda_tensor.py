@@ -138,6 +138,15 @@ def upload(array, dtype, device):
 def download(t):
     """A NumPy array with the values of CUDA tensor ``t`` (any strides): its span comes to the host,
     then NumPy takes the view. Waits for the copy unless inside `non_blocking`."""
+    host = _download_span(t)
+    if is_contiguous(t._shape, t._stride):
+        return host[:t.numel()].reshape(t._shape)
+    item = t.dtype.itemsize
+    return np.lib.stride_tricks.as_strided(host, t._shape, tuple(s * item for s in t._stride)).copy()
+
+
+def _download_span(t):
+    """The elements from CUDA tensor ``t``'s first to its last, in a host array (see `download`)."""
     span = _span(t._shape, t._stride)
     host = np.empty(span, t.dtype.np)
     if span:
@@ -145,10 +154,13 @@ def download(t):
         if not _asynchronous():
             from . import cuda_errors
             cuda_errors.check(t.device.index)
-    if is_contiguous(t._shape, t._stride):
-        return host[:t.numel()].reshape(t._shape)
-    item = t.dtype.itemsize
-    return np.lib.stride_tricks.as_strided(host, t._shape, tuple(s * item for s in t._stride)).copy()
+    return host
+
+
+def _host_mirror(t, Tensor):
+    """A host tensor with CUDA tensor ``t``'s values and strides (over a copy of its span), so that a CPU
+    kernel sees the operand's layout as CPU eager would."""
+    return Tensor._make(Storage(_download_span(t), t.dtype), t._shape, t._stride, 0)
 
 
 def host_array(t):
@@ -283,16 +295,16 @@ def execute(op, args, spec, strides=None):
 
 
 def laid_out(t, strides):
-    """CUDA tensor ``t``, or its values in new device memory laid out with ``strides`` (dense; None:
-    contiguous), unless ``t`` fills its own storage so already (the strides of its size-1 dims, which
-    address nothing, are then given without a copy). A tensor on the host is returned as it is."""
+    """CUDA tensor ``t`` addressing its elements with ``strides`` (dense; None: contiguous) from its storage's
+    start: ``t`` itself, or, where only the strides of its size-1 dims differ (they address nothing) or it
+    is empty, ``t`` with those, else its values copied into new memory laid out so. A tensor on the host is
+    returned as it is."""
     if not t._storage.on_device:
         return t
     strides = contiguous_strides(t._shape) if strides is None else tuple(strides)
-    if t._stride == strides and t._offset == 0 and t._storage.size == t.numel():
+    if t._stride == strides and not t._offset:
         return t
-    if t._offset == 0 and t._storage.size == t.numel() and all(
-            n == 1 or a == b for n, a, b in zip(t._shape, t._stride, strides)):
+    if not t._offset and (not t.numel() or all(n == 1 or a == b for n, a, b in zip(t._shape, t._stride, strides))):
         return type(t)._make(t._storage, t._shape, strides, 0)
     out = empty(t._shape, t.dtype, t.device, strides)
     write(out, t)
@@ -454,13 +466,14 @@ def _upload_laid_out(t, device):
 
 
 def on_host(op, args, device):
-    """``op`` computed by its CPU kernel on host copies of its arguments; tensor results go to ``device``."""
+    """``op`` computed by its CPU kernel on host copies of its arguments (in their layouts); tensor results go to
+    ``device`` in theirs."""
     from ..ops import registry
     from ..tensor import Tensor
 
     def to_host(a, arg):
         if isinstance(a, Tensor):
-            return Tensor._from_array(download(a), a.dtype) if a._storage.on_device else a
+            return _host_mirror(a, Tensor) if a._storage.on_device else a
         if isinstance(a, (list, tuple)):
             return type(a)(to_host(x, arg) for x in a)
         if arg.type == "Device" and a is not None:
