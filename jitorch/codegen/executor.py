@@ -385,8 +385,8 @@ class Plan:
         for step in steps:
             if not isinstance(step, EagerStep):  # a kernel, of the CPU's or the CUDA device's
                 step.eager_made = eager_made & set(step.inputs)
-            if isinstance(step, KernelStep):
                 step.compacted = {v for v in step.inputs if v in layouts and v not in step.layouts}
+            if isinstance(step, KernelStep):
                 args = (*step.inputs, *step.outputs)
                 step.dynamic_inputs = [(i, v) for i, v in enumerate(step.inputs) if v not in self.slots]
                 step.fresh_outputs = [(i, v, _strides(v, layouts)) for i, v in enumerate(args)
@@ -481,11 +481,11 @@ class CompiledGraph:
             self.run = _warning_as_traced(self.graph, self.run)
 
     def _wanted_layouts(self):
-        """The graph's values whose buffers take eager's layout (`Graph.layouts`): on the CPU, those
-        still in the graph after optimisation; CUDA's buffers are compact."""
-        if self._backend[2] is not KernelStep:
-            return {}
-        defined = set(self.graph.inputs).union(*(node.outputs for node in self.graph.nodes))
+        """The graph's values whose buffers take eager's layout (`Graph.layouts`): those still in the graph
+        after optimisation; on CUDA the results only (its inputs are compacted: kernels of a one-op graph
+        read an eager operand's strides instead)."""
+        defined = set(self.graph.inputs) if self._backend[2] is KernelStep else set()
+        defined = defined.union(*(node.outputs for node in self.graph.nodes))
         return {v: strides for v, strides in self.graph.layouts.items() if v in defined}
 
     def _kernel_layouts(self, group):

@@ -73,6 +73,7 @@ class KernelSource:
     module: object = field(default=None, repr=False)
     split: tuple = None     # a full reduction in parts: (parts, reduction name, count); see build_reduction
     mode: str = "thread"    # "thread": outer iterations are independent; "block": each one is a reduction
+    layouts: dict = field(default_factory=dict)  # buffer Value -> its strides, where not compact
 
 
 def _broadcast_strides(strides, shape, space):
@@ -185,6 +186,7 @@ class _Builder:
         module = kernel.module
         self.target.add_entry(module, kernel, source.inputs + source.outputs, source.outer, mode)
         source.llvm_ir, source.module, source.mode = str(module), module, mode
+        source.layouts = {v: tuple(s) for v, s in self.layouts.items() if v in source.inputs or v in source.outputs}
         return source
 
     def loops(self, b, sizes, body, start=None, end=None):

@@ -553,18 +553,13 @@ def _fill_tensor_meta(x, value):
     return _same_spec(x)
 
 
-def _fill_strides(spec, x, value):
-    """``fill``'s layout rule: ``x``'s memory order on the CPU, as torch's; contiguous on CUDA, as its kernel."""
-    return preserved_strides(spec, x) if spec.device.type == "cpu" else None
-
-
 _FILL_DOC = "A tensor like ``self`` filled with ``value`` (cast to ``self``'s dtype); ``fill_`` writes in place."
 defop("fill.Scalar(Tensor self, Scalar value) -> Tensor", meta=_fill_scalar_meta,
       cpu=lambda spec, x, v: dense_like(x, spec.dtype.np, _full_value(spec, v)), kind="creation",
-      variants=("function", "inplace"), layout=_fill_strides, doc=_FILL_DOC)
+      variants=("function", "inplace"), layout=preserved_strides, doc=_FILL_DOC)
 defop("fill.Tensor(Tensor self, Tensor value) -> Tensor", meta=_fill_tensor_meta,
       cpu=lambda spec, x, v: dense_like(x, spec.dtype.np, convert(v, spec.dtype.np)), kind="creation",
-      variants=("function", "inplace"), layout=_fill_strides, doc=_FILL_DOC)
+      variants=("function", "inplace"), layout=preserved_strides, doc=_FILL_DOC)
 defop("zero(Tensor self) -> Tensor", meta=_same_spec, cpu=lambda spec, x: np.zeros(spec.shape, spec.dtype.np),
       kind="creation", variants=("inplace",), doc="``x.zero_()`` fills ``x`` with zeros in place.")
 

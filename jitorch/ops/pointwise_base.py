@@ -122,11 +122,9 @@ def defpointwise(schema, formula, promotion=M.DEFAULT, *, variants=("function", 
 
 def _memory_order(positions, keep):
     """The layout rule of a pointwise op whose tensor operands are at ``positions`` (``keep``: those it
-    reads in their own dtype): on the CPU its result follows their memory order (`memory_order_strides`,
-    where NumPy's order "K" may differ); on CUDA it is contiguous (docs/differences-from-torch.md)."""
+    reads in their own dtype): its result follows their memory order (`memory_order_strides`, where NumPy's
+    order "K" may differ), on every device."""
     def layout(spec, *args):
-        if spec.device.type != "cpu":
-            return None
         tensors = [(i, a) for i, a in ((i, args[i]) for i in positions) if isinstance(a, registry.Tensor)]
         if all(is_contiguous(a._shape, a._stride) for _, a in tensors):
             return None

@@ -520,8 +520,7 @@ def execute(op, args, spec=None):
     # CUDA tensors are in device memory: ops on them (or making them, or copying from them) run there
     if device.type == "cuda" or ((op.cross_device or spec.__class__ is not TensorSpec) and any(
             t._storage.on_device for t in _tensors_of(op, args))):
-        from ..runtime import cuda_tensor
-        return cuda_tensor.execute(op, args, spec)
+        return _execute_on_device(op, args, spec)
     kernel = op.kernels.get(device.type)
     if kernel is None:
         raise NotImplementedError(f"{op.name} has no kernel for device {device}")
@@ -538,6 +537,26 @@ def execute(op, args, spec=None):
         return _wrap(op, spec, kernel(spec, *vals), args)  # the cast to a half type may overflow, silently
     finally:
         fp_errors.leave(token)
+
+
+def _execute_on_device(op, args, spec):
+    """``op`` where its CUDA tensors live, its new results laid out as on the CPU (`result_strides`, and
+    contiguous for ops without a rule or with several results): its kernel is asked to write them so,
+    and a result a device implementation laid out otherwise is relaid."""
+    from ..runtime import cuda_tensor
+    single = spec.__class__ is TensorSpec
+    strides = result_strides(op, spec, args) if single and None not in spec.shape else None
+    result = cuda_tensor.execute(op, args, spec, strides)
+    if single:
+        if None in spec.shape:  # a size the data decided: the rule reads the result's
+            strides = result_strides(op, TensorSpec(result._shape, result.dtype, result.device), args)
+        return cuda_tensor.laid_out(result, strides)
+    if isinstance(result, (tuple, list)):
+        relaid = [cuda_tensor.laid_out(r, None) if isinstance(r, Tensor) else r for r in result]
+        if isinstance(result, list):
+            return relaid
+        return type(result)(*relaid) if hasattr(result, "_fields") else tuple(relaid)
+    return result
 
 
 def _spec_device(spec):

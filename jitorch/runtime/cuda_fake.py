@@ -225,12 +225,18 @@ def _indexing(memory, kernel, pointers):
 
 
 def _graph_kernel(memory, kernel, pointers):
-    """Evaluate the kernel's output values from its input buffers with the CPU kernels."""
+    """Evaluate the kernel's output values from its input buffers (compact, or laid out as the kernel's
+    ``layouts`` say) with the CPU kernels."""
     from ..ops import registry
     from ..tensor import Tensor
     source = kernel.source
-    env = {v: Tensor._from_array(memory.array(p, v.type.shape, v.type.dtype.np).copy(), v.type.dtype)
-           for v, p in zip(source.inputs, pointers)}
+
+    def buffer(v, p):
+        strides = source.layouts.get(v)
+        if strides is None:
+            return memory.array(p, v.type.shape, v.type.dtype.np)
+        return _strided(memory, p, v.type.dtype, v.type.shape, strides)
+    env = {v: Tensor._from_array(buffer(v, p).copy(), v.type.dtype) for v, p in zip(source.inputs, pointers)}
 
     def value(v):
         if v not in env:
@@ -250,7 +256,7 @@ def _graph_kernel(memory, kernel, pointers):
         partial[...] = _partials(value(out.node.args[0])._array().reshape(-1), parts, name, acc_dtype.np)
         return
     for v, p in zip(source.outputs, outs):
-        memory.array(p, v.type.shape, v.type.dtype.np)[...] = value(v)._array()
+        buffer(v, p)[...] = value(v)._array()
 
 
 def _substitute(arg, value):

@@ -14,14 +14,19 @@ from .cuda_tensor import canonical, empty, non_blocking, upload
 class CudaKernelStep:
     """One PTX kernel of a compiled graph: fresh device outputs, one launch on the current stream."""
 
-    def __init__(self, kernel, nodes):
+    def __init__(self, kernel, nodes, layouts=None):
         self.kernel = kernel
         self.nodes = nodes
         self.inputs = kernel.source.inputs
         self.outputs = kernel.source.outputs
         # in a compiled graph: inputs an eager step made, views of any layout (a one-op graph of an eager
-        # CUDA op instead has a kernel for its operands' strides)
+        # CUDA op instead has a kernel for its operands' strides), and inputs laid out as eager's that this
+        # kernel reads compact (see the executor's Plan)
         self.eager_made = set()
+        self.compacted = set()
+        # value -> strides of a buffer the kernel reads or writes that is not compact (eager's layout of a
+        # result, `Graph.layouts`)
+        self.layouts = layouts or {}
 
     def reads(self):
         return self.inputs
@@ -30,16 +35,18 @@ class CudaKernelStep:
         return self.outputs
 
     def run(self, env, arena, inplace):
-        """Launch on the inputs in ``env`` (compact, or views whose address is their first element; an eager
-        step's views of other layouts are copied contiguous first)."""
+        """Launch on the inputs in ``env`` (compact, laid out as `layouts` says, or views whose address is
+        their first element; an eager step's views of other layouts, and the `compacted` ones, are copied
+        contiguous first); the outputs in new memory, laid out as `layouts` says."""
         backend = cuda_backend.current()
         device = canonical(self.outputs[0].type.device)
         split = self.kernel.source.split
         if split is None:
-            outs = [empty(v.type.shape, v.type.dtype, device) for v in self.outputs]
+            outs = [empty(v.type.shape, v.type.dtype, device, self.layouts.get(v)) for v in self.outputs]
         else:
             outs = [empty((split[0],), split[3], device)]
-        ins = [_on_device(env[v].contiguous() if v in self.eager_made else env[v], device) for v in self.inputs]
+        ins = [_on_device(env[v].contiguous() if v in self.eager_made or v in self.compacted else env[v], device)
+               for v in self.inputs]
         pointers = [_address(t) for t in ins + outs]
         backend.launch(self.kernel, pointers, device.index or 0)
         if split is not None:

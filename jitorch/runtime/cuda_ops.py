@@ -786,7 +786,7 @@ def _softmax(op, args, spec):
         rows = x.transpose(d, last)
         if not rows.is_contiguous():
             rows = copy_values(rows)
-        out = _run(op, (rows, -1, None), TensorSpec(rows._shape, x.dtype, x.device), x.device)
+        out = _run(op, (rows, -1, None), TensorSpec(rows._shape, x.dtype, x.device), x.device, None)
         return out if d == last else copy_values(out.transpose(d, last))
 
 

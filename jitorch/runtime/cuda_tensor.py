@@ -40,7 +40,7 @@ from .casts import convert, copy_into
 from .cuda_allocator import track
 from .device import CPU, to_device
 from .storage import Storage
-from .strided import contiguous_strides, is_contiguous
+from .strided import contiguous_strides, is_contiguous, is_non_overlapping_and_dense
 
 _local = threading.local()
 _KERNELS: dict = {}     # one-op graph key -> (kernel, group, graph inputs, outputs) or None (runs on host)
@@ -84,12 +84,12 @@ def empty_storage(n, dtype, device):
     return storage
 
 
-def empty(shape, dtype, device):
-    """A compact, uninitialised CUDA tensor."""
+def empty(shape, dtype, device, strides=None):
+    """An uninitialised CUDA tensor filling its own storage: compact, or with dense ``strides``."""
     from ..tensor import Tensor
     shape = tuple(shape)
     storage = empty_storage(int(np.prod(shape, dtype=np.int64)), dtype, device)
-    return Tensor._make(storage, shape, contiguous_strides(shape), 0)
+    return Tensor._make(storage, shape, contiguous_strides(shape) if strides is None else tuple(strides), 0)
 
 
 def address(t):
@@ -138,6 +138,15 @@ def upload(array, dtype, device):
 def download(t):
     """A NumPy array with the values of CUDA tensor ``t`` (any strides): its span comes to the host,
     then NumPy takes the view. Waits for the copy unless inside `non_blocking`."""
+    host = _download_span(t)
+    if is_contiguous(t._shape, t._stride):
+        return host[:t.numel()].reshape(t._shape)
+    item = t.dtype.itemsize
+    return np.lib.stride_tricks.as_strided(host, t._shape, tuple(s * item for s in t._stride)).copy()
+
+
+def _download_span(t):
+    """The elements from CUDA tensor ``t``'s first to its last, in a host array (see `download`)."""
     span = _span(t._shape, t._stride)
     host = np.empty(span, t.dtype.np)
     if span:
@@ -145,10 +154,13 @@ def download(t):
         if not _asynchronous():
             from . import cuda_errors
             cuda_errors.check(t.device.index)
-    if is_contiguous(t._shape, t._stride):
-        return host[:t.numel()].reshape(t._shape)
-    item = t.dtype.itemsize
-    return np.lib.stride_tricks.as_strided(host, t._shape, tuple(s * item for s in t._stride)).copy()
+    return host
+
+
+def _host_mirror(t, Tensor):
+    """A host tensor with CUDA tensor ``t``'s values and strides (over a copy of its span), so that a CPU
+    kernel sees the operand's layout as CPU eager would."""
+    return Tensor._make(Storage(_download_span(t), t.dtype), t._shape, t._stride, 0)
 
 
 def host_array(t):
@@ -262,8 +274,10 @@ _TRANSFERS = {"_to_copy": _to_copy, "copy": _copy, "clone": _clone}
 
 # Eager dispatch ---------------------------------------------------------------------------
 
-def execute(op, args, spec):
-    """Run ``op`` eagerly where its CUDA tensors live (see the module docstring for how)."""
+def execute(op, args, spec, strides=None):
+    """Run ``op`` eagerly where its CUDA tensors live (see the module docstring for how); a kernel generated
+    for it writes its result with ``strides`` (dense; None: contiguous), the layout the caller wants (see
+    `laid_out`)."""
     transfer = _TRANSFERS.get(op.name)
     if transfer is not None:
         return transfer(op, spec, args)
@@ -277,7 +291,24 @@ def execute(op, args, spec):
         result = special(op, args, spec)
         if result is not NotImplemented:
             return result
-    return _run(op, args, spec, device)
+    return _run(op, args, spec, device, strides)
+
+
+def laid_out(t, strides):
+    """CUDA tensor ``t`` addressing its elements with ``strides`` (dense; None: contiguous) from its storage's
+    start: ``t`` itself, or, where only the strides of its size-1 dims differ (they address nothing) or it
+    is empty, ``t`` with those, else its values copied into new memory laid out so. A tensor on the host is
+    returned as it is."""
+    if not t._storage.on_device:
+        return t
+    strides = contiguous_strides(t._shape) if strides is None else tuple(strides)
+    if t._stride == strides and not t._offset:
+        return t
+    if not t._offset and (not t.numel() or all(n == 1 or a == b for n, a, b in zip(t._shape, t._stride, strides))):
+        return type(t)._make(t._storage, t._shape, strides, 0)
+    out = empty(t._shape, t.dtype, t.device, strides)
+    write(out, t)
+    return out
 
 
 def _device_of(op, args, spec):
@@ -308,15 +339,15 @@ def _lifted(op, args, device, Tensor):
     return out
 
 
-def _run(op, args, spec, device):
-    """The op through its one-op graph's kernel, else on the host."""
-    entry = _kernel_for(op, args, spec, device)
+def _run(op, args, spec, device, strides):
+    """The op through its one-op graph's kernel (its result written with ``strides``), else on the host."""
+    entry = _kernel_for(op, args, spec, device, strides)
     if entry is None:
         return on_host(op, args, device)
     kernel, group, inputs, outputs = entry
     from .cuda_graph import CudaKernelStep
     env = dict(zip(inputs, _graph_tensors(op, args)))
-    CudaKernelStep(kernel, group.nodes).run(env, None, False)
+    CudaKernelStep(kernel, group.nodes, _layouts(outputs, strides)).run(env, None, False)
     results = [env[v] for v in outputs]
     from ..ops.registry import TensorSpec
     if spec.__class__ is TensorSpec:
@@ -346,18 +377,23 @@ def _literal_key(a):
     return (type(a).__name__, a)
 
 
-def _kernel_for(op, args, spec, device):
-    """The cached (kernel, group, graph inputs, graph outputs) of ``op`` on these arguments, or None
-    when the op has no kernel on the device (it runs on the host)."""
+def _layouts(outputs, strides):
+    """{graph output: strides} for a one-op graph whose result is laid out with ``strides`` (None: compact)."""
+    return {} if strides is None else {outputs[0]: tuple(strides)}
+
+
+def _kernel_for(op, args, spec, device, strides):
+    """The cached (kernel, group, graph inputs, graph outputs) of ``op`` on these arguments, its result
+    written with ``strides``, or None when the op has no kernel on the device (it runs on the host)."""
     from ..tensor import Tensor
     if any(t.numel() == 0 for t in _graph_tensors(op, args)):
         return None  # nothing to launch: the host computes the (empty or identity-filled) result
     try:
-        key = (op.name, device.index, tuple(_literal_key(a) for a in args))
+        key = (op.name, device.index, tuple(_literal_key(a) for a in args), strides)
         hash(key)
     except TypeError:  # an argument that cannot key a cache (a Generator's state, ...): no kernel
         return None
-    return _cached(_KERNELS, key, lambda: _build(op, args, spec, device, Tensor))
+    return _cached(_KERNELS, key, lambda: _build(op, args, spec, device, strides, Tensor))
 
 
 def _cached(table, key, make):
@@ -370,7 +406,7 @@ def _cached(table, key, make):
     return table[key]
 
 
-def _build(op, args, spec, device, Tensor):
+def _build(op, args, spec, device, strides, Tensor):
     from ..codegen.cache import default_cache
     from ..codegen.errors import CompileError
     from ..codegen.kernel import build, is_row_softmax
@@ -411,20 +447,33 @@ def _build(op, args, spec, device, Tensor):
     if group.kind not in ("pointwise", "reduction") and not (len(group.nodes) == 1 and is_row_softmax(node)):
         return None
     try:
-        kernel = compile_kernel(build(group, f"jitorch_eager_{op.name.replace('.', '_')}", NVPTX), default_cache())
+        kernel = compile_kernel(build(group, f"jitorch_eager_{op.name.replace('.', '_')}", NVPTX,
+                                      layouts=_layouts(node.outputs, strides)), default_cache())
     except CompileError:
         return None
     return kernel, group, inputs, list(node.outputs)
 
 
+def _upload_laid_out(t, device):
+    """Host tensor ``t`` copied to ``device`` in its own layout where it fills its storage densely (a CPU
+    kernel's result, laid out by the op's rule), else compact."""
+    if t._offset or t._storage.size != t.numel() or not is_non_overlapping_and_dense(t._shape, t._stride):
+        return upload(t._array(), t.dtype, device)
+    out = empty(t._shape, t.dtype, device, t._stride)
+    if t.numel():
+        cuda_backend.current().upload(out._storage.data_ptr(), t._storage.data, _asynchronous())
+    return out
+
+
 def on_host(op, args, device):
-    """``op`` computed by its CPU kernel on host copies of its arguments; tensor results go to ``device``."""
+    """``op`` computed by its CPU kernel on host copies of its arguments (in their layouts); tensor results go to
+    ``device`` in theirs."""
     from ..ops import registry
     from ..tensor import Tensor
 
     def to_host(a, arg):
         if isinstance(a, Tensor):
-            return Tensor._from_array(download(a), a.dtype) if a._storage.on_device else a
+            return _host_mirror(a, Tensor) if a._storage.on_device else a
         if isinstance(a, (list, tuple)):
             return type(a)(to_host(x, arg) for x in a)
         if arg.type == "Device" and a is not None:
@@ -439,7 +488,7 @@ def on_host(op, args, device):
     def back(r):
         if isinstance(r, Tensor):
             with non_blocking():
-                return upload(r._array(), r.dtype, device)
+                return _upload_laid_out(r, device)
         if isinstance(r, list):
             return [back(x) for x in r]
         if isinstance(r, tuple):

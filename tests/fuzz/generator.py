@@ -57,6 +57,9 @@ DISCONTINUOUS = {"floor", "ceil", "round", "trunc", "fix", "frac", "sign", "sgn"
 VIEW_OPS = {"contiguous", "reshape", "reshape_as", "flatten", "to", "type_as"}
 # Views that are not writable: several elements in one memory location.
 OVERLAPPING_VIEWS = {"expand", "expand_as", "broadcast_to", "broadcast_tensors"}
+# The tag of ``x[basic index] = t`` with a 0-d tensor ``t``: torch fills from a CPU ``t`` and copies from a CUDA
+# one, and the copy refuses a ``t`` that overlaps the elements written (`oracle.compare_calls`).
+SETITEM_0D = "setitem 0-d"
 # Of ops returning several tensors, which results are the same in every library (sort's indices only when
 # stable; topk, kthvalue and median only their values: ties make their indices unspecified).
 RESULT_CHOICES = {"sort": (0,), "topk": (0,), "kthvalue": (0,), "median": (0,)}
@@ -558,6 +561,7 @@ class Generator:
         if target is None:
             return None
         target_shape = tuple(target.shape)
+        tag = "setitem"
         if r.random() < 0.5:
             value, exact = self.scalar_operand(env), True
         else:
@@ -565,8 +569,10 @@ class Generator:
             if fit is None:
                 return None
             value, exact = fit.ref, fit.facts.exact
+            if c < 0.6 and not fit.ndim:
+                tag = SETITEM_0D
         taint = {} if exact else self.taint(env, v.facts.group)
-        return Stmt((f"{v.ref}[{index}] = {value}",), (), "setitem"), taint
+        return Stmt((f"{v.ref}[{index}] = {value}",), (), tag), taint
 
     def index_read(self, env, tensors):
         v = self.pick(tensors, lambda v: v.ndim > 0 and v.shape[0] > 0)

@@ -1,9 +1,11 @@
-"""The oracle's allowances for torch's accidents (docs/differences-from-torch.md), each on what torch does."""
+"""The oracle's allowances for torch's accidents (docs/differences-from-torch.md) and for torch's rules that differ
+by device, each on what torch does."""
 
 import torch
 
 import jitorch as jt
-from tests.fuzz.oracle import CallRecord, _requires_grad, compare_calls, compare_grads, record_value
+from tests.fuzz.generator import SETITEM_0D, generate, op_table
+from tests.fuzz.oracle import CallRecord, _requires_grad, check, compare_calls, compare_grads, record_value
 
 
 def _integer_tensor_left_requiring_grad(lib):
@@ -43,3 +45,19 @@ def test_an_integer_tensor_written_through_a_view_has_no_gradient_to_compare():
         c0 = lib.zeros(5, 2, dtype=lib.int64)
         c0[:, 0] = lib.cos(lib.tensor(0.5, requires_grad=True))
         assert c0.requires_grad == (lib is torch) and not _requires_grad(c0)
+
+
+def test_a_cuda_setitem_from_an_overlapping_0d_tensor_may_raise_where_the_cpus_fills():
+    """Found by the fuzzer (seed 3001505): ``v0 = x0[-1]; x0[::1] = v0`` fills on the CPU and raises torch's
+    overlap error on CUDA, as torch does on each (tests/cuda/test_layouts.py)."""
+    program, _ = generate(3001505, table=op_table())
+    assert any(s.tag == SETITEM_0D for s in program.body)
+    assert check(program, ("eager", "cuda-eager", "cuda-compiled")).mismatches == []
+    refused = CallRecord(error="RuntimeError: unsupported operation: some elements of the input tensor and the "
+                               "written-to tensor refer to a single memory location. Please clone() the tensor "
+                               "before performing the operation.")
+    filled = CallRecord()
+    assert compare_calls([refused], [filled], "cuda-eager", "eager", setitem_copies=True) == []
+    assert compare_calls([refused], [filled], "cuda-eager", "eager")
+    other = CallRecord(error="RuntimeError: something else")
+    assert compare_calls([other], [filled], "cuda-eager", "eager", setitem_copies=True)
