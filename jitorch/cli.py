@@ -60,7 +60,7 @@ def _run_arguments(p):
 
 def _run(args, out):
     from .ops.creation import from_numpy
-    from .utils.pytree import tree_flatten, tree_unflatten
+    from .runtime.pytree import tree_flatten, tree_unflatten
     program = _load(args)
     given = {}
     for item in args.input:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 
 from .autograd.functional import grad as _grad
-from .autograd.grad_mode import enable_grad
+from .runtime.grad_mode import enable_grad
 
 
 def _argnums(argnums):

@@ -8,7 +8,7 @@ from ..ops import registry
 from . import engine, rules  # noqa: F401  (rules: declares every op's derivative)
 from .function import Function, FunctionCtx
 from .functional import backward, grad
-from .grad_mode import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
+from ..runtime.grad_mode import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
 from .gradcheck import GradcheckError, gradcheck, gradgradcheck
 
 registry.AUTOGRAD = engine

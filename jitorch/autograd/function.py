@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..ops import registry
 from .engine import CUSTOM_FUNCTION_VIEW, NodeHooks, gradient_edge, sum_to
-from .grad_mode import enable_grad, is_grad_enabled, no_grad
+from ..runtime.grad_mode import enable_grad, is_grad_enabled, no_grad
 
 
 class FunctionCtx:

@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..ops import registry
-from ..utils.pytree import tree_leaves
+from ..runtime.pytree import tree_leaves
 from .functional import grad
-from .grad_mode import enable_grad, no_grad
+from ..runtime.grad_mode import enable_grad, no_grad
 
 
 class GradcheckError(RuntimeError):

@@ -35,7 +35,7 @@ import struct
 import threading
 from pathlib import Path
 
-from ..jit import logs
+from ..runtime import logs
 from ..runtime.files import TMP_SUFFIX as _TMP_SUFFIX, atomic_write
 
 MAGIC = b"JITK"

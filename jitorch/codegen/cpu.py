@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import llvmlite.binding as llvm
 
-from ..jit import logs
+from ..runtime import logs
 from .errors import CompileError
 from .linker import Linker
 from .machine import selected

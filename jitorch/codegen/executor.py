@@ -37,13 +37,13 @@ import warnings
 
 import numpy as np
 
-from ..autograd.grad_mode import no_grad
+from ..runtime.grad_mode import no_grad
 from ..ir.fake import fake_tensor
 from ..ir.graph import Value, iter_values, warning_as_traced
 from ..ir.passes import optimize
 from ..ir.passes.fusion import Group, fuse
 from ..ir.printer import op_counts
-from ..jit import logs
+from ..runtime import logs
 from ..jit.compile import eager_layouts, refresh_captured_state, returned_view, set_grads, write_back
 from ..ops import registry
 from ..ops.registry import laid_out
@@ -53,7 +53,7 @@ from ..runtime.casts import convert
 from ..runtime.storage import Storage
 from ..runtime.strided import contiguous_strides
 from ..tensor import Tensor
-from ..utils.pytree import tree_leaves, tree_map
+from ..runtime.pytree import tree_leaves, tree_map
 from . import cpu, mathlib  # noqa: F401  (mathlib: loaded with the backend, not on the first call)
 from .kernel import CompileError, build, composes, is_row_softmax
 from .straightline import Source

@@ -6,7 +6,7 @@ from ..ir.graph import Value
 from ..jit.errors import TraceError
 from ..jit.tracer import input_names, trace_with_inputs
 from ..tensor import Tensor
-from ..utils.pytree import tree_flatten, tree_unflatten
+from ..runtime.pytree import tree_flatten, tree_unflatten
 from . import dynamic
 from .errors import ExportError
 from .graphs import check_generators, copy_graph, rename_constants

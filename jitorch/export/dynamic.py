@@ -23,7 +23,7 @@ from numbers import Number
 
 from ..ir.graph import Value
 from ..tensor import Tensor
-from ..utils.pytree import tree_flatten
+from ..runtime.pytree import tree_flatten
 from .errors import ExportError
 
 INT_MAX = 2 ** 63 - 1

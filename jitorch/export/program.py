@@ -10,7 +10,7 @@ from ..ir.printer import print_graph
 from ..runtime import dtypes as _dt
 from ..runtime.device import to_device
 from ..tensor import Tensor
-from ..utils.pytree import tree_flatten, tree_unflatten
+from ..runtime.pytree import tree_flatten, tree_unflatten
 from . import archive, artifacts
 from .dynamic import Param, apply_params
 from .errors import ExportError

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from ..runtime import dtypes as _dt
 from ..runtime.device import to_device
 from ..tensor import Tensor
-from ..utils.pytree import TreeSpec, tree_flatten
+from ..runtime.pytree import TreeSpec, tree_flatten
 from .errors import ExportError
 
 DTYPE_NAMES = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64")

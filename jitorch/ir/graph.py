@@ -199,7 +199,7 @@ class Graph:
     # Reading ----------------------------------------------------------------------
 
     def output_values(self):
-        from ..utils.pytree import tree_leaves
+        from ..runtime.pytree import tree_leaves
         return [v for v in tree_leaves(self.outputs) if isinstance(v, Value)]
 
     def values(self):

@@ -13,12 +13,12 @@ share memory with an input.
 
 from __future__ import annotations
 
-from ..autograd.grad_mode import no_grad
+from ..runtime.grad_mode import no_grad
 from ..ops import registry
 from ..ops.views import contiguous_format
 from ..runtime.strided import view_strides
 from ..tensor import Tensor
-from ..utils.pytree import tree_map
+from ..runtime.pytree import tree_map
 from .graph import TensorType, Value, warning_as_traced
 
 

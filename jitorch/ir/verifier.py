@@ -25,7 +25,7 @@ from numbers import Number
 from ..ops import registry
 from ..runtime import dtypes as _dt
 from ..runtime.device import device as _device_cls
-from ..utils.pytree import tree_leaves
+from ..runtime.pytree import tree_leaves
 from .fake import fake_args
 from .graph import TensorType, Value, iter_values
 from .printer import format_args, format_output

@@ -15,16 +15,16 @@ import functools
 import warnings
 from dataclasses import dataclass, field
 
-from ..autograd import grad_mode as _grad_mode
-from ..autograd.grad_mode import is_grad_enabled
+from ..runtime import grad_mode as _grad_mode
+from ..runtime.grad_mode import is_grad_enabled
 from ..ops.registry import contiguous_strides_cached
 from ..runtime import dtypes as _dtypes
 from ..runtime.dtypes import get_default_dtype
 from ..runtime.strided import is_contiguous
 from ..tensor import Tensor
 from ..ir.graph import Value
-from ..utils.pytree import tree_flatten, tree_unflatten
-from . import logs
+from ..runtime.pytree import tree_flatten, tree_unflatten
+from ..runtime import logs
 from .differentiable import outputs_read_overwritten
 from .errors import StateWriteError, TraceError
 from .output_bases import base_groups, eager_bases, return_bases
@@ -623,7 +623,7 @@ def _vjp_of(fn, args, kwargs, params=(), bases=()):
     call's tensors). At the slots of ``bases`` (`output_bases.base_groups`) the compiled call gave the
     base of its outputs' memory: the gradients there are the base's."""
     from ..autograd.functional import grad
-    from ..autograd.grad_mode import enable_grad
+    from ..runtime.grad_mode import enable_grad
 
     leaves, spec = tree_flatten((args, kwargs))
     is_tensor = [isinstance(leaf, Tensor) for leaf in leaves]

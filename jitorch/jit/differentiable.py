@@ -6,9 +6,9 @@ from __future__ import annotations
 import weakref
 
 from ..autograd.function import Function
-from ..autograd.grad_mode import no_grad
+from ..runtime.grad_mode import no_grad
 from ..tensor import Tensor
-from ..utils.pytree import tree_flatten
+from ..runtime.pytree import tree_flatten
 from .output_bases import computed_bases
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from ..ir.graph import Value
 from ..runtime.strided import contiguous_strides
 from ..tensor import Tensor
-from ..utils.pytree import tree_flatten, tree_unflatten
+from ..runtime.pytree import tree_flatten, tree_unflatten
 
 
 def base_slots(graph):

@@ -32,7 +32,7 @@ from ..ops.random_ops import Generator
 from ..runtime.storage import Storage
 from ..runtime.strided import contiguous_strides, is_non_overlapping_and_dense
 from ..tensor import GRAD_WATCHERS, VALUE_WATCHERS, Tensor
-from ..utils.pytree import tree_flatten, tree_unflatten
+from ..runtime.pytree import tree_flatten, tree_unflatten
 from .captures import CapturedState
 from .errors import StateWriteError, TraceError, describe_call, trace_error, user_frame, where
 

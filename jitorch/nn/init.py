@@ -7,7 +7,7 @@ import warnings
 
 import numpy as np
 
-from ..autograd.grad_mode import no_grad
+from ..runtime.grad_mode import no_grad
 from ..ops.registry import FUNCTIONS as _FUNCTIONS
 from ..runtime.dtypes import float64
 

@@ -202,7 +202,7 @@ def _indexing(op, args, spec):
     codegen/nvptx/indexing.py, every operand read in place (take and put see ``self`` flattened);
     NotImplemented for what they do not cover (0-dim or empty operands, other index dtypes, atomic adds on
     small integers, a fractional alpha on integers, reduce= modes, several or boolean index tensors)."""
-    from ..autograd.grad_mode import no_grad
+    from ..runtime.grad_mode import no_grad
     from ..codegen.errors import CompileError
     from ..codegen.nvptx.indexing import ATOMIC_DTYPES, FORMS, INDEX_DTYPES, index_kernel
     from . import cuda_errors
@@ -260,7 +260,7 @@ def _scatter_reduce(op, args, spec):
     combined into its place by the reduce kernel (codegen/nvptx/indexing.py), then for mean the division by
     the count (a scatter_add of ones; floor division for integers, as NumPy's ``//``). Float sums and
     products land in the order the atomics do, so they may differ from the CPU's in the last bits."""
-    from ..autograd.grad_mode import no_grad
+    from ..runtime.grad_mode import no_grad
     from ..codegen.nvptx.indexing import ATOMIC_DTYPES, INDEX_DTYPES, index_kernel, mean_kernel
     from ..ops.indexing import _reduce_identity
     from ..ops.meta import opmath
@@ -322,7 +322,7 @@ def _compacted(values, at, count, dim=0):
 def _masked_select(op, args, spec):
     """The entries of ``self`` where ``mask`` (both broadcast) is True, in row-major order: their places from
     `_positions`, then one scatter."""
-    from ..autograd.grad_mode import no_grad
+    from ..runtime.grad_mode import no_grad
     from .strided import broadcast_shapes
     x, mask = args
     shape = broadcast_shapes(x._shape, mask._shape)
@@ -336,7 +336,7 @@ def _masked_select(op, args, spec):
 def _argwhere(op, args, spec):
     """The indices of ``self``'s nonzero entries, a row each in row-major order: the coordinates of every
     element (from a device arange), placed by `_positions` with one scatter."""
-    from ..autograd.grad_mode import no_grad
+    from ..runtime.grad_mode import no_grad
     from .. import stack
     x, = args
     if not x.ndim or not x.numel():
@@ -355,7 +355,7 @@ def _unique(op, args, spec):
     sort, a flag where each run of equal values starts, their ranks by a device cumsum (one read-back of the
     count), then scatters: each run's first value to its rank, each element's rank to its place in the input
     (the inverse), and ones added at the ranks (the counts). Unique slices along a dim stay on the host."""
-    from ..autograd.grad_mode import no_grad
+    from ..runtime.grad_mode import no_grad
     from . import dtypes
     x, _, _, _, dim = args
     if dim is not None or not x.numel():
@@ -400,7 +400,7 @@ def _join(op, args, spec):
 def _scaled_product(op, args, spec):
     """addmm and baddbmm: ``beta * self + alpha * product`` as the CPU computes it (the product through the
     tiled kernel, then the scalings; ``self`` ignored, NaNs included, when beta is 0)."""
-    from ..autograd.grad_mode import no_grad
+    from ..runtime.grad_mode import no_grad
     inp, m1, m2, beta, alpha = args
     product = _matmul(op, (m1, m2), spec)
     if product is NotImplemented:
@@ -413,7 +413,7 @@ def _scaled_product(op, args, spec):
 def _repeat(op, args, spec):
     """``x.repeat(*reps)``: the result seen as (r0, n0, r1, n1, ...) takes ``x`` broadcast over the r's,
     in one strided copy."""
-    from ..autograd.grad_mode import no_grad
+    from ..runtime.grad_mode import no_grad
     x, reps = args
     out = empty(spec.shape, spec.dtype, x.device)
     if out.numel():
@@ -427,7 +427,7 @@ def _repeat(op, args, spec):
 def _repeat_interleave(op, args, spec):
     """``x.repeat_interleave(r, dim)``: the result seen as (..., n, r, ...) takes ``x`` broadcast over the
     r's, in one strided copy (the flattened ``x`` when no dim is given)."""
-    from ..autograd.grad_mode import no_grad
+    from ..runtime.grad_mode import no_grad
     x, repeats, dim = args[:3]
     out = empty(spec.shape, spec.dtype, x.device)
     if out.numel():
@@ -442,7 +442,7 @@ def _repeat_interleave(op, args, spec):
 def _roll(op, args, spec):
     """``x.roll(shifts, dims)``: per rolled dim, its two pieces copied to their new places (a flattened
     roll when no dims are given, as torch does)."""
-    from ..autograd.grad_mode import no_grad
+    from ..runtime.grad_mode import no_grad
     x, shifts, dims = args
     with no_grad():
         if not dims:
@@ -517,7 +517,7 @@ def _chunked(name, phase, x, d, types, chunk, pointers, *made):
 def _arg_reduction(op, args, spec):
     """argmax, argmin, max.dim and min.dim through the generated line walk (first extreme, NaN beyond all);
     a full argmax/argmin walks the flattened tensor."""
-    from ..autograd.grad_mode import no_grad
+    from ..runtime.grad_mode import no_grad
     from ..codegen.nvptx.scan import arg_kernel
     x, dim = args[0], args[1]
     if not x.numel() or x.dtype.name == "bool":
@@ -554,7 +554,7 @@ def _as_strided_add(op, args, spec):
     several times (the backward of overlapping windows): the view's storage positions, then index_add's atomic
     adds."""
     from .. import arange
-    from ..autograd.grad_mode import no_grad
+    from ..runtime.grad_mode import no_grad
     x, src, size, stride, storage_offset = args
     with no_grad():
         positions = arange(x.shape[0], device=x.device).as_strided(size, stride, storage_offset or 0)
@@ -563,7 +563,7 @@ def _as_strided_add(op, args, spec):
 
 def _triangle(op, args, spec):
     """tril/triu: ``x`` where the column minus the row is on the kept side of ``diagonal``, else zero."""
-    from ..autograd.grad_mode import no_grad
+    from ..runtime.grad_mode import no_grad
     x, diagonal = args
     if x.ndim < 2 or not x.numel():
         return NotImplemented
@@ -582,7 +582,7 @@ def _arange(n, device):
 def _moment(op, args, spec):
     """var and std with a correction, as the CPU computes them: the mean, the squared deviations' sum over
     the degrees of freedom (at least 0), the root for std; in the compute dtype, each step a kernel."""
-    from ..autograd.grad_mode import no_grad
+    from ..runtime.grad_mode import no_grad
     from ..ops.reductions import _axis, _count
     x, dim, correction, keepdim = args
     if not x.ndim or not x.numel():
@@ -604,7 +604,7 @@ def _norm(op, args, spec):
     the host."""
     import math
 
-    from ..autograd.grad_mode import no_grad
+    from ..runtime.grad_mode import no_grad
     from ..ops.reductions import _axis, _norm_order
     x, p, dim, keepdim, dtype = args
     order = _norm_order(p, dim)
@@ -628,7 +628,7 @@ def _norm(op, args, spec):
 def _log_sum_exp_or_nan_mean(op, args, spec):
     """logsumexp (shifted by the finite max, so rows of -inf stay -inf and +inf gives +inf) and nanmean
     (the NaN-free sum over the NaN-free count), in the compute dtype, as the CPU computes them."""
-    from ..autograd.grad_mode import no_grad
+    from ..runtime.grad_mode import no_grad
     from ..ops.reductions import _axis
     x, dim, keepdim = args[:3]
     if not x.ndim or not x.numel():
@@ -652,7 +652,7 @@ def _sort(op, args, spec):
     """sort, topk and kthvalue through the generated bitonic sort (stable, NaN last ascending and first
     descending, as the CPU), topk and kthvalue reading the first k of it. Lines longer than MAX_LINE are
     sorted in runs of MAX_LINE, then merged pairwise by the merge passes (codegen/nvptx/merge.py)."""
-    from ..autograd.grad_mode import no_grad
+    from ..runtime.grad_mode import no_grad
     from ..codegen.nvptx.merge import merge_kernel
     from ..codegen.nvptx.sort import MAX_LINE, sort_kernel
     from ..ops.registry import OPS
@@ -719,7 +719,7 @@ def _einsum(op, args, spec):
     the output lacks are summed first, then the two operands are permuted to (batch, kept, contracted) and
     (batch, contracted, kept), multiplied by the tiled matmul (float32, float16) and permuted to the output's
     order; one operand is a sum and a permutation. Diagonals and three or more operands stay on the host."""
-    from ..autograd.grad_mode import no_grad
+    from ..runtime.grad_mode import no_grad
     from ..ops.linalg import _einsum_plan
     equation, tensors = args
     tensors = list(tensors)
@@ -776,7 +776,7 @@ def _float64():
 def _softmax(op, args, spec):
     """softmax and log_softmax over any dim of a float32/float64 tensor: the row kernel over compact rows,
     with the dim moved last (and back) by strided copies when it is not."""
-    from ..autograd.grad_mode import no_grad
+    from ..runtime.grad_mode import no_grad
     from ..ops.registry import TensorSpec
     x, dim, dtype = args
     if not x.ndim or not x.numel() or dtype not in (None, x.dtype) or x.dtype.name not in ("float32", "float64"):

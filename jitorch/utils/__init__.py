@@ -1,1 +1,1 @@
-"""Utilities shared across jitorch (pytrees)."""
+"""``torch.utils``: data loading (`jitorch.utils.data`) and the hook names PyTorch code imports (`hooks`)."""

@@ -38,7 +38,7 @@ import jitorch as jt
 from jitorch.autograd import gradcheck, gradgradcheck, no_grad
 from jitorch.autograd.rule import NONDIFFERENTIABLE, RULES
 from jitorch.ops import registry
-from jitorch.utils.pytree import tree_leaves
+from jitorch.runtime.pytree import tree_leaves
 from tests.autograd.slots import floating, tensor_slots
 from tests.ops.samples import SAMPLES, bind, samples
 from tests.support import tensor_and_array

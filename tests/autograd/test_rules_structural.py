@@ -23,7 +23,7 @@ from jitorch.ir.interpreter import interpret
 from jitorch.jit import TraceError
 from jitorch.jit.tracer import trace_with_inputs
 from jitorch.ops.registry import OPS
-from jitorch.utils.pytree import tree_leaves
+from jitorch.runtime.pytree import tree_leaves
 from tests.autograd.slots import floating, tensor_slots
 from tests.ops.samples import bind, samples
 from tests.support import tensor_and_array

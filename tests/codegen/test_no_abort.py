@@ -30,7 +30,7 @@ PROBE = textwrap.dedent("""
         clones = [t.clone() for t in inputs]
         expected, _ = interpret(graph, clones)
         got, _ = CompiledGraph(graph)([t.clone() for t in inputs])
-        for g, e in zip(jt.utils.pytree.tree_leaves(got), jt.utils.pytree.tree_leaves(expected)):
+        for g, e in zip(jt.runtime.pytree.tree_leaves(got), jt.runtime.pytree.tree_leaves(expected)):
             if isinstance(e, jt.Tensor):
                 assert g.shape == e.shape and g.dtype is e.dtype
                 a, b = np.asarray(g._array(), dtype=np.float64), np.asarray(e._array(), dtype=np.float64)

@@ -358,7 +358,7 @@ def _export_inputs(program):
     sizes), or None where they would be large."""
     import math
     import jitorch as jt
-    from jitorch.utils.pytree import tree_unflatten
+    from jitorch.runtime.pytree import tree_unflatten
     sig = program.signature
     leaves = []
     for leaf in sig.inputs.leaves:

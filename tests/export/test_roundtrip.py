@@ -16,7 +16,7 @@ from .helpers import rewrite, run_python, small_program
 
 
 def _np(tree):
-    return [t.numpy() if isinstance(t, jt.Tensor) else t for t in jt.utils.pytree.tree_leaves(tree)]
+    return [t.numpy() if isinstance(t, jt.Tensor) else t for t in jt.runtime.pytree.tree_leaves(tree)]
 
 
 def _assert_same(a, b, rtol=1e-5):

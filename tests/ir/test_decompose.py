@@ -22,7 +22,7 @@ from jitorch.export import Dim
 from jitorch.ir import interpret, parse, verify
 from jitorch.ir.passes import decompose, optimize
 from jitorch.jit import trace
-from jitorch.utils.pytree import tree_flatten
+from jitorch.runtime.pytree import tree_flatten
 from tests.codegen.test_compiled import assert_matches
 from tests.support import classifier_step, random_array, shapes, to_numpy
 

@@ -17,7 +17,7 @@ from jitorch.jit import trace
 from jitorch.ir.graph import Graph, TensorType, Value
 from jitorch.ir.interpreter import RESHAPING_VIEWS, STORAGE_ADDRESSING
 from jitorch.ops import registry
-from jitorch.utils.pytree import tree_flatten
+from jitorch.runtime.pytree import tree_flatten
 from tests.ir.graphs import graphs
 from tests.ops.samples import SAMPLES, VALUES_UNDEFINED, bind, copy_generator, samples
 from tests.support import to_numpy

@@ -18,7 +18,7 @@ from jitorch.ir import Value, VerifyError, interpret, parse
 from jitorch.ir.passes import DEFAULT_PASSES, cse, dce, fold, optimize, simplify
 from jitorch.ir.passes.manager import MAX_ROUNDS
 from jitorch.jit import trace
-from jitorch.utils.pytree import tree_flatten
+from jitorch.runtime.pytree import tree_flatten
 from tests.ir.graphs import graphs
 from tests.ops.samples import VALUES_UNDEFINED
 from tests.support import to_numpy

@@ -184,7 +184,7 @@ def test_explain_of_a_compiled_function_shows_its_cache():
 
 
 def test_logs_show_graphs_guards_and_recompiles(caplog):
-    jt.jit.logs.set_logs("graph,guards,recompiles")
+    jt.runtime.logs.set_logs("graph,guards,recompiles")
     try:
         f = jt.compile(lambda x: x + 1)
         with caplog.at_level(logging.INFO, logger="jitorch"):
@@ -195,7 +195,7 @@ def test_logs_show_graphs_guards_and_recompiles(caplog):
         assert "guards of <lambda> entry 1" in text
         assert "retracing <lambda>: shape of x changed from [2] to [3]" in text
     finally:
-        jt.jit.logs.set_logs("")
+        jt.runtime.logs.set_logs("")
 
 
 def test_write_backs_read_every_value_before_writing():

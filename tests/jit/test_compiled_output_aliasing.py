@@ -9,7 +9,7 @@ import torch
 
 import jitorch as jt
 from jitorch.ir.graph import Value
-from jitorch.utils.pytree import tree_flatten
+from jitorch.runtime.pytree import tree_flatten
 
 BACKENDS = ["llvm", "interpreter"]
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import threading
 
-from ...jit import logs
+from ...runtime import logs
 from ..errors import CompileError
 from ..mathlib import ALLOWED_INTRINSICS as _MATH
 from .target import BLOCK, TRIPLE

@@ -38,7 +38,7 @@ import heapq
 import numpy as np
 
 from ...codegen.lowering import kind_of
-from ...jit.logs import log
+from ...runtime.logs import log
 
 
 @dataclass(eq=False)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from ...jit import logs
+from ...runtime import logs
 from ..verifier import VerifyError, verify as verify_graph
 from . import cse, dce, decompose, fold, simplify
 

@@ -3,7 +3,7 @@ across a graph in one sweep without changing what a call's outputs alias."""
 
 from __future__ import annotations
 
-from ...utils.pytree import tree_map
+from ...runtime.pytree import tree_map
 from ..graph import Value
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import warnings
 
 from ...autograd.function import Function
-from ...autograd.grad_mode import is_grad_enabled
+from ...runtime.grad_mode import is_grad_enabled
 from ...autograd.hooks import user_stacklevel
 from ...tensor import Tensor
 

@@ -8,7 +8,7 @@ from collections import OrderedDict, namedtuple
 from collections.abc import Mapping
 
 from ...autograd.functional import zero_grad_
-from ...autograd.grad_mode import no_grad
+from ...runtime.grad_mode import no_grad
 from ...autograd.hooks import add_hook, user_stacklevel
 from ...compiler import guard, is_compiling
 from ...jit.errors import trace_error

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...autograd.grad_mode import no_grad
+from ...runtime.grad_mode import no_grad
 from .. import init
 from ..parameter import Parameter
 from ._functional import F

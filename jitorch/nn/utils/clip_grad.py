@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from ...autograd.grad_mode import no_grad
+from ...runtime.grad_mode import no_grad
 from ...ops.registry import FUNCTIONS as _fn
 from ...tensor import Tensor
 
