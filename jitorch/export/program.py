@@ -79,7 +79,7 @@ class ExportedProgram:
         return graph
 
     def _compile(self, graph, example):
-        from ..codegen.executor import CompiledGraph, kernel_cache
+        from ..jit.executor import CompiledGraph, kernel_cache
         cache = kernel_cache()
         if example and self._objects is not None:
             cache = self._artifact_cache = artifacts.ArtifactCache(self._objects)

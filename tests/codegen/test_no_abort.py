@@ -14,7 +14,7 @@ PROBE = textwrap.dedent("""
     import numpy as np
     from hypothesis import given, settings, HealthCheck
     import jitorch as jt
-    from jitorch.codegen.executor import CompiledGraph
+    from jitorch.jit.executor import CompiledGraph
     from jitorch.ir import interpret
     from tests.ir.graphs import graphs
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import jitorch as jt
 from jitorch import nn
-from jitorch.codegen.executor import EagerStep
+from jitorch.jit.executor import EagerStep
 from jitorch.codegen.lowering import kind_of
 from jitorch.export import Dim
 from jitorch.ir import interpret, parse, verify

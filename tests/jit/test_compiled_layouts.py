@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import jitorch as jt
-from jitorch.codegen.executor import KernelStep
+from jitorch.jit.executor import KernelStep
 from tests.support import MEMORY_LAYOUTS, laid_out, tensor_geometry
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 import jitorch as jt
-from jitorch.codegen.executor import KernelStep
+from jitorch.jit.executor import KernelStep
 from jitorch.ir import interpret
 from jitorch.ir.passes.fusion import MAX_GROUP_NODES, fuse
 from jitorch.ir.passes.manager import optimize

@@ -44,7 +44,7 @@ from ..ir.passes import optimize
 from ..ir.passes.fusion import Group, fuse
 from ..ir.printer import op_counts
 from ..runtime import logs
-from ..jit.compile import eager_layouts, refresh_captured_state, returned_view, set_grads, write_back
+from .results import eager_layouts, refresh_captured_state, returned_view, set_grads, write_back
 from ..ops import registry
 from ..ops.registry import laid_out
 from ..runtime import allocator
@@ -54,10 +54,10 @@ from ..runtime.storage import Storage
 from ..runtime.strided import contiguous_strides
 from ..tensor import Tensor
 from ..runtime.pytree import tree_leaves, tree_map
-from . import cpu, mathlib  # noqa: F401  (mathlib: loaded with the backend, not on the first call)
-from .kernel import CompileError, build, composes, is_row_softmax
-from .straightline import Source
-from .lowering import kind_of
+from ..codegen import cpu, mathlib  # noqa: F401  (mathlib: loaded with the backend, not on the first call)
+from ..codegen.kernel import CompileError, build, composes, is_row_softmax
+from ..codegen.straightline import Source
+from ..codegen.lowering import kind_of
 
 
 def _compact(t):
@@ -695,12 +695,12 @@ def _backend(device):
     """(kernel builder target, kernel compiler, step class) of a device type."""
     if str(device).startswith("cuda"):
         from ..runtime.cuda_graph import CudaKernelStep
-        from .nvptx import NVPTX, compile_kernel
+        from ..codegen.nvptx import NVPTX, compile_kernel
         return NVPTX, compile_kernel, CudaKernelStep
     return None, cpu.compile_kernel, KernelStep
 
 
 def kernel_cache():
     """The process's kernel cache (memory in front of the disk folder)."""
-    from .cache import default_cache
+    from ..codegen.cache import default_cache
     return default_cache()

@@ -6,7 +6,7 @@ import threading
 import numpy as np
 
 import jitorch as jt
-from jitorch.codegen.executor import EagerStep, KernelStep
+from jitorch.jit.executor import EagerStep, KernelStep
 
 
 def executable(fn, *args):

@@ -1,0 +1,153 @@
+"""What a traced graph's call hands back to its caller, as the eager call would have: new tensors laid
+out as eager's, outputs that alias inputs or captured tensors made so, in-place geometry changes and
+values written back into the real tensors, gradients set, captured state refreshed before the call.
+Shared by both backends (`run_graph` for the interpreter, `jit.executor` for compiled graphs)."""
+
+from __future__ import annotations
+
+from ..runtime import grad_mode as _grad_mode
+from ..runtime.pytree import tree_flatten, tree_unflatten
+from ..tensor import Tensor
+from .tracer import ALIAS
+
+
+def run_graph(graph, args, kwargs, executable=None):
+    """Run a traced graph (compiled, or with the interpreter) on a call's arguments; write
+    input mutations back."""
+    from ..ir.interpreter import interpret
+    leaves, _ = tree_flatten((args, kwargs))
+    inputs = [leaf for leaf in leaves if isinstance(leaf, Tensor)]
+    if executable is not None:
+        return executable.run(inputs)
+    refresh_captured_state(graph)
+    outputs, mutations = interpret(graph, inputs)
+    write_back(graph, inputs, mutations)
+    return set_grads(graph, inputs, outputs)
+
+
+def set_grads(graph, inputs, outputs):
+    """A traced backward() set inputs' or captured parameters' .grad: set the real ones; the user's
+    result is returned, with the inputs and captured tensors it returned as themselves, and its new
+    tensors laid out as eager's."""
+    outputs = eager_layouts(graph, outputs)
+    if graph.output_aliases:
+        outputs = returned_aliases(graph, inputs, outputs)
+    change_geometry(graph, inputs)
+    if not graph.grad_targets:
+        return outputs
+    result, grads = outputs
+    for target, g in zip(graph.grad_targets, grads):
+        owner = inputs[target] if isinstance(target, int) else graph.constant_tensors[target]
+        owner.grad = g
+    return result
+
+
+def eager_layouts(graph, outputs, groups=None):
+    """``outputs`` with their new tensors laid out as eager's (`Tracer.output_layouts`): each storage's
+    leaves (of ``groups``, default all) that a backend gave other strides, offsets or memory are copied
+    into new memory of eager's size, at eager's places (memory eager's leaves do not show is zeros). Leaves
+    that require grad keep their history, and so their layout."""
+    groups = graph.output_layouts if groups is None else groups
+    if not groups:
+        return outputs
+    leaves, spec = tree_flatten(outputs)
+    for size, members in groups:
+        tensors = [leaves[k] for k, _, _ in members]
+        if not _as_eager(tensors, size, members) and not any(t.requires_grad for t in tensors) \
+                and len({t.dtype for t in tensors}) == 1:
+            with _grad_mode.no_grad():
+                storage = Tensor._empty((size,), tensors[0].dtype, tensors[0].device).zero_()._storage
+                for t, (k, strides, offset) in zip(tensors, members):
+                    leaves[k] = Tensor._make(storage, t._shape, strides, offset)
+                    leaves[k]._write(t)
+    return tree_unflatten(leaves, spec)
+
+
+def _as_eager(tensors, size, members):
+    """Whether ``tensors`` lie in one storage of ``size`` elements at eager's places (``members``), the
+    strides of size-1 dims aside."""
+    storage = tensors[0]._storage
+    for t, (_, strides, offset) in zip(tensors, members):
+        if t._storage is not storage or t._storage.size != size:
+            return False
+        if t.numel() and (t._offset != offset or any(n != 1 and a != b for n, a, b in zip(t._shape, t._stride,
+                                                                                             strides))):
+            return False
+    return True
+
+
+def returned_aliases(graph, inputs, outputs):
+    """``outputs`` with each leaf that eager returns over an input's or captured tensor's memory
+    made so (see `Tracer.output_aliases`): the real tensor itself, or `returned_view` of it; the
+    leaves over memory the call made, views of its base (see `jit.output_bases`); and a leaf that
+    is another again, that one. Run after the call's writes into its inputs, which such a view shows."""
+    leaves, spec = tree_flatten(outputs)
+    computed, bases = list(leaves), {}
+    for k, (owner, geometry) in sorted(graph.output_aliases.items()):
+        if isinstance(owner, tuple) and owner[0] == "leaf":
+            leaves[k] = leaves[owner[1]]
+            continue
+        if isinstance(owner, tuple):
+            if owner[1] not in bases:  # views count from a contiguous base (made once for all of its leaves)
+                bases[owner[1]] = computed[owner[1]].contiguous()
+            real = bases[owner[1]]
+        else:
+            real = inputs[owner] if isinstance(owner, int) else graph.constant_tensors[owner]
+        leaves[k] = real if geometry is None else returned_view(real, geometry)
+    return tree_unflatten(leaves, spec)
+
+
+def change_geometry(graph, inputs):
+    """Give the inputs and captured tensors an in-place view op reshaped (``x.t_()``) their new
+    geometry, as eager does. Run after `returned_aliases`, whose view offsets count from the old."""
+    for owner, (shape, strides, offset) in graph.geometry_changes.items():
+        real = inputs[owner] if isinstance(owner, int) else graph.constant_tensors[owner]
+        real._set_geometry(shape, strides, real._offset + offset)
+
+
+def returned_view(real, geometry):
+    """The tensor over ``real``'s memory a traced function returned: ``geometry`` is (shape, strides,
+    offset from ``real``'s own, its history: `tracer.alias_history`). A view that requires grad records
+    its view in autograd, as eager's does, and so does one of a ``real`` that does not require grad (an
+    in-place op on ``real`` may give both a history later); a view without history of a ``real`` that has
+    one, or one of a detached alias, is a view of ``real`` detached; an alias is ``real`` detached."""
+    shape, strides, offset, history = geometry
+    offset += real._offset
+    if history is True or history is False and not real._requires_grad:
+        return real.as_strided(shape, strides, offset)
+    if history == ALIAS:
+        return Tensor._make(real._storage, shape, strides, offset)
+    return Tensor._view_of(real.detach(), shape, strides, offset)
+
+
+def refresh_captured_state(graph):
+    """Before a call: point the graph's ``p.grad`` constants at the parameters' current ``.grad``
+    tensors, and give captured scalars their current values (`jitorch.compiler.dynamic_scalar`)."""
+    for refresh in graph.refreshers:
+        refresh()
+    tensors = graph.constant_tensors
+    for name, owner in graph.grad_constants.items():
+        if name in tensors:  # (unless optimisation found it unused)
+            tensors[name] = owner.__dict__.get("_grad")
+
+
+def python_guards_hold(graph):
+    """Whether the Python state the trace assumed (captured ``.grad`` being None, an optimizer's
+    learning rate, see `jitorch.compiler.guard`) still holds."""
+    return all(check() for check in graph.python_guards)
+
+
+def write_back(graph, inputs, mutations):
+    """Write the values of in-place ops on inputs and constants back into them."""
+    by_input = dict(zip(graph.inputs, inputs))
+    targets = [by_input.get(t) if t in by_input else graph.constant_tensors[t.name] for t, _ in mutations]
+    storages = {id(t.untyped_storage()) for t in targets}
+    # a written value may be another target's own tensor (w.copy_(x) with x written too): read all first
+    values = [v.clone() if id(v.untyped_storage()) in storages else v for _, v in mutations]
+    for real, value in zip(targets, values):
+        real._write(value)
+
+
+def captured_parameters(graph):
+    """The captured tensors a graph reads that require grad (a module's parameters)."""
+    return [t for t in graph.constant_tensors.values() if t.requires_grad]
