@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from .runtime.version import __version__  # noqa: F401
 
 from .runtime import dtypes as _dtypes
 from .runtime.dtypes import (  # noqa: F401

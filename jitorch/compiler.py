@@ -60,7 +60,7 @@ def dynamic_scalar(read, dtype=None):
     tracer = current_tracer()
     if tracer is None:
         return read()
-    from . import tensor as make_tensor
+    from .ops.creation import tensor as make_tensor
     with _untraced(tracer):
         holder = make_tensor(read(), dtype=dtype)
     tracer.refreshers.append(lambda: holder.fill_(read()))

@@ -9,6 +9,7 @@ NumPy bridge and the Python protocol.
 from __future__ import annotations
 
 import builtins
+from collections import OrderedDict
 import operator
 from math import prod
 
@@ -19,7 +20,9 @@ from .runtime.casts import copy_into
 from .runtime.device import CPU, to_device
 from .runtime.storage import Storage, storage_of_array
 from .runtime.strided import contiguous_strides, is_contiguous, wrap_dim
+from .ops import registry as _registry
 from .ops.registry import contiguous_strides_cached
+from .runtime.hooks import add_hook
 
 
 class Size(tuple):
@@ -310,16 +313,11 @@ class Tensor:
     def is_leaf(self):
         return self.grad_fn is None
 
-    def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
-        """Accumulate the gradient of this tensor into the ``.grad`` of the leaves it depends on."""
-        from .autograd import backward
-        backward(self, gradient, retain_graph, create_graph, inputs)
+    # backward() is installed by jitorch.autograd (`autograd.functional.tensor_backward`), a layer above
 
     def register_hook(self, hook):
         """Call ``hook(grad)`` with this tensor's gradient during backward; a tensor it returns
         replaces the gradient. Returns a handle whose ``remove()`` unregisters it."""
-        from collections import OrderedDict
-        from .autograd.hooks import add_hook
         self._check_hook_target("register_hook")
         if self.grad_fn is None:
             hooks = self.__dict__.setdefault("_hooks", OrderedDict())
@@ -330,8 +328,6 @@ class Tensor:
     def register_post_accumulate_grad_hook(self, hook):
         """Call ``hook(tensor)`` on this leaf after backward accumulated its ``.grad`` (not for
         ``autograd.grad``); the hook returns None. Returns a removable handle."""
-        from collections import OrderedDict
-        from .autograd.hooks import add_hook
         self._check_hook_target("register_post_accumulate_grad_hook")
         if self.grad_fn is not None:
             raise RuntimeError("post accumulate grad hooks cannot be registered on non-leaf tensors")
@@ -340,10 +336,8 @@ class Tensor:
     def _check_hook_target(self, method):
         if not self._requires_grad:
             raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
-        from .jit.tracer import current_tracer
-        tracer = current_tracer()
-        if tracer is not None:
-            tracer.hook_registered(self, method)
+        for hook in _registry.DISPATCH_HOOKS:  # a trace refuses hooks on tensors that outlive the call
+            hook.hook_registered(self, method)
 
     def retain_grad(self):
         """Keep this non-leaf tensor's gradient in ``.grad`` after backward."""
@@ -619,8 +613,7 @@ class Tensor:
 
 
 def _accumulator_of(t):
-    from .autograd.engine import gradient_edge
-    return gradient_edge(t)
+    return _registry.AUTOGRAD.gradient_edge(t)
 
 
 _TYPE_NAMES = {

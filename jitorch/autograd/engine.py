@@ -23,7 +23,7 @@ from collections import OrderedDict
 from ..ops import registry
 from ..ops.views import compact_window
 from ..runtime.grad_mode import enable_grad, is_grad_enabled, no_grad
-from .hooks import add_hook
+from ..runtime.hooks import add_hook
 from .rule import EVERYTHING, NONDIFFERENTIABLE, RULES, Args, Unsaved
 
 

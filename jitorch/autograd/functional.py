@@ -44,6 +44,11 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
     engine.run_backward(tensors, grads, retain, create_graph)
 
 
+def tensor_backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+    """Accumulate the gradient of this tensor into the ``.grad`` of the leaves it depends on."""
+    backward(self, gradient, retain_graph, create_graph, inputs)
+
+
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, allow_unused=False,
          materialize_grads=False):
     """The gradients of ``outputs`` with respect to ``inputs``, without touching any ``.grad``."""

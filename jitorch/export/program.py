@@ -118,7 +118,7 @@ class ExportedProgram:
 
     def manifest(self, constants=(), records=()):
         """The manifest's content, member hashes aside."""
-        from .. import __version__
+        from ..runtime.version import __version__
         return {
             "format": archive.FORMAT, "format_version": archive.FORMAT_VERSION, "jitorch_version": __version__,
             "signature": self.signature.to_json(),

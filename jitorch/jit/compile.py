@@ -505,6 +505,15 @@ def _vjp_of(fn, args, kwargs, params=(), bases=()):
     return vjp
 
 
+_COMPILERS: list = []  # (class, compiler(obj, **options)): a library's objects that compile their own way
+
+
+def register_compiler(cls, compiler):
+    """Compile instances of ``cls`` with ``compiler(obj, fullgraph=, dynamic=, backend=)`` (a library
+    above jit registers its own: `nn.Module` compiles to an ``OptimizedModule``)."""
+    _COMPILERS.append((cls, compiler))
+
+
 def compile(fn=None, *, fullgraph=False, dynamic=None, backend="llvm", mode=None, options=None):
     """Compile ``fn``: ``@jitorch.compile``, ``@jitorch.compile(fullgraph=True)`` or ``jitorch.compile(fn)``.
 
@@ -520,8 +529,7 @@ def compile(fn=None, *, fullgraph=False, dynamic=None, backend="llvm", mode=None
                                  options=options)
     if not callable(fn):
         raise TypeError(f"jitorch.compile expected a callable, got {type(fn).__name__}")
-    from ..nn.modules.module import Module
-    if isinstance(fn, Module):
-        from .compiled_module import OptimizedModule
-        return OptimizedModule(fn, fullgraph=fullgraph, dynamic=dynamic, backend=backend)
+    for cls, compiler in _COMPILERS:
+        if isinstance(fn, cls):
+            return compiler(fn, fullgraph=fullgraph, dynamic=dynamic, backend=backend)
     return CompiledFunction(fn, fullgraph=fullgraph, dynamic=dynamic, backend=backend)

@@ -352,7 +352,8 @@ def quiet_meta(op, args):
 # Hooks that take over dispatch (the tracer installs one; autograd will too). Each is
 # an object with ``call(op, args, out)``, ``call_inplace(op, args)`` and, for out= tensors,
 # ``resize_out(out, shape, strides)`` and ``write_out(out, result)`` that return
-# NotImplemented to pass the call on. Composite ops run their bodies before the
+# NotImplemented to pass the call on; and ``hook_registered(t, method)``, told of a tensor hook
+# registered while it is installed. Composite ops run their bodies before the
 # hooks see them, so hooks see only primitive ops. While any hook is installed,
 # the eager fast paths are off.
 DISPATCH_HOOKS: list = []

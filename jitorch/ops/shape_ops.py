@@ -13,13 +13,8 @@ from ..runtime import dtypes as _dt
 from ..runtime.casts import convert
 from ..runtime.strided import list_str, wrap_dim, wrap_dims
 from .meta import reduced_shape
+from . import functions
 from .registry import TensorSpec, defop
-
-
-def _api():
-    """The public namespace, for composites (it is built from this registry, so imported late)."""
-    import jitorch
-    return jitorch
 
 
 def _require_tensors(op_name, tensors):
@@ -121,14 +116,14 @@ def _stacker(name, ndim, dim, vector_dim=None):
     def composite(tensors):
         _require_tensors(name, tensors)
         ts = [_at_least(t, ndim) for t in tensors]
-        return _api().cat(ts, vector_dim if vector_dim is not None and ts[0].ndim == 1 else dim)
+        return functions.cat(ts, vector_dim if vector_dim is not None and ts[0].ndim == 1 else dim)
     return composite
 
 
 def _column_stack(tensors):
     _require_tensors("column_stack", tensors)
     ts = [t.view(t.numel(), 1) if t.ndim <= 1 else t for t in tensors]
-    return _api().cat(ts, 1)
+    return functions.cat(ts, 1)
 
 
 _STACKERS = [

@@ -13,7 +13,7 @@ from math import prod
 import numpy as np
 
 from ..runtime.strided import (broadcast_shapes, check_numel, contiguous_strides, infer_size, is_contiguous,
-                               is_non_overlapping_and_dense, list_str, memory_order_strides, view_strides, wrap_dim,
+                               is_non_overlapping_and_dense, list_str, may_overlap, memory_order_strides, view_strides, wrap_dim,
                                wrap_dims)
 from .registry import TensorSpec, defop, scalar_name
 
@@ -361,7 +361,13 @@ def _unfold(x, dimension, size, step):
 
 
 def _as_strided(x, size, stride, storage_offset=None):
-    offset = x._offset if storage_offset is None else storage_offset
+    return _strided_geometry(x._offset, x.dtype.itemsize, x.untyped_storage().nbytes(), size, stride, storage_offset)
+
+
+def _strided_geometry(own_offset, item, have, size, stride, storage_offset):
+    """``as_strided``'s checked (size, stride, offset) over a storage of ``have`` bytes of ``item``-byte
+    elements, for a tensor at offset ``own_offset``."""
+    offset = own_offset if storage_offset is None else storage_offset
     if len(size) != len(stride):
         raise RuntimeError("mismatch in length of strides and shape")
     if any(s < 0 for s in stride):
@@ -372,9 +378,7 @@ def _as_strided(x, size, stride, storage_offset=None):
     check_numel(size)
     if offset < 0:
         raise RuntimeError(f"Tensor: invalid storage offset {offset}")
-    item = x.dtype.itemsize
     need = 0 if 0 in size else (offset + 1 + sum((n - 1) * s for n, s in zip(size, stride))) * item
-    have = x.untyped_storage().nbytes()
     if need > have:
         raise RuntimeError(f"setStorage: sizes {list_str(size)}, strides {list_str(stride)}, storage offset "
                            f"{offset}, and itemsize {item} requiring a storage size of {need} are out of bounds "
@@ -551,8 +555,8 @@ for _schema, _fn, _variants, _doc in _VIEWS:
 def _as_strided_scatter_meta(x, src, size, stride, storage_offset):
     # ``self`` is read as a contiguous tensor (the IR's compact layout), whatever its strides: the
     # view must fit in its elements, not in its storage
-    from ..ir.fake import fake_tensor
-    size, stride, offset = _as_strided(fake_tensor(x.shape, x.dtype, x.device), size, stride, storage_offset)
+    item = x.dtype.itemsize
+    size, stride, offset = _strided_geometry(0, item, x.numel() * item, size, stride, storage_offset)
     if tuple(src.shape) != size:
         raise RuntimeError(f"expected src to have a size equal to the slice of self. src size = {list_str(src.shape)}"
                            f", slice size = {list_str(size)}")
@@ -586,11 +590,10 @@ def _as_strided_add_meta(x, src, size, stride, storage_offset):
 def _looped_dims(size, stride):
     """Dims to loop over so that the rest address distinct elements: the smallest first (a window's
     kernel positions), until what is left does not overlap."""
-    from ..autograd.rules.structural import _overlaps
     looped = []
     for d in sorted(range(len(size)), key=lambda d: size[d]):
         rest = [e for e in range(len(size)) if e not in looped]
-        if not _overlaps([size[e] for e in rest], [stride[e] for e in rest]):
+        if not may_overlap([size[e] for e in rest], [stride[e] for e in rest]):
             break
         looped.append(d)
     return looped

@@ -45,6 +45,16 @@ def is_non_overlapping_and_dense(shape, strides):
     return True
 
 
+def may_overlap(size, stride):
+    """Whether two elements of a geometry may share a storage element."""
+    extent = 1
+    for n, s in sorted(((n, s) for n, s in zip(size, stride) if n > 1), key=lambda ns: ns[1]):
+        if s < extent:
+            return True
+        extent = s * (n - 1) + extent
+    return False
+
+
 def wrap_dim(dim, ndim):
     """Normalise a possibly negative dim, with torch's IndexError when out of range."""
     try:

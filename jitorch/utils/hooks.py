@@ -1,6 +1,6 @@
 """``torch.utils.hooks``'s names, where PyTorch code imports them from."""
 
-from ..autograd.hooks import RemovableHandle
+from ..runtime.hooks import RemovableHandle
 from ..nn.modules.hooks import BackwardHook
 
 __all__ = ["BackwardHook", "RemovableHandle"]

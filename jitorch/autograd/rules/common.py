@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import jitorch as jt
+from ...ops import functions as jt
 from jitorch.ops import registry
 from jitorch.ops.meta import reduction_dims
 

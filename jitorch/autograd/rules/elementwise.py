@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from numbers import Number
 
-import jitorch as jt
+from ...ops import functions as jt
 
 from ..rule import nondifferentiable, reads
 from .common import cut, declare, per_input, zero_grad, zeros

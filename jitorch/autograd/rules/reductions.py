@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-import jitorch as jt
+from ...ops import functions as jt
 from jitorch.ops.meta import wrap_dim
 from jitorch.ops.reductions import _norm_order
 

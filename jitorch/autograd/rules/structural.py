@@ -10,12 +10,14 @@ overlapping ``as_strided``) accumulate it with ``index_add`` instead.
 
 from __future__ import annotations
 
-import jitorch
+from jitorch.ops import functions
+from jitorch.ops.views import contiguous_format
+from jitorch.runtime import dtypes as _dt
 from jitorch.autograd.rule import defgrad, nondifferentiable, reads
 from jitorch.autograd.rules.common import per_input, wanted
 from jitorch.ops.linalg import _LETTERS, _einsum_plan
 from jitorch.ops.registry import OPS
-from jitorch.runtime.strided import broadcast_shapes, wrap_dim
+from jitorch.runtime.strided import broadcast_shapes, may_overlap, wrap_dim
 
 # Helpers --------------------------------------------------------------------------------
 
@@ -46,7 +48,7 @@ def _into_zeros(g, shape, view):
     selecting each element at most once) picks from a tensor of that shape."""
     zeros = g.new_zeros(tuple(shape))
     part = view(zeros)
-    return jitorch.as_strided_scatter(zeros, g, tuple(part.shape), part.stride(), part.storage_offset())
+    return functions.as_strided_scatter(zeros, g, tuple(part.shape), part.stride(), part.storage_offset())
 
 
 def _accumulate_view(g, shape, view):
@@ -55,7 +57,7 @@ def _accumulate_view(g, shape, view):
     n = 1
     for s in shape:
         n *= s
-    geometry = view(jitorch.empty(tuple(shape), device="meta"))
+    geometry = view(functions.empty(tuple(shape), device="meta"))
     return _add_into_storage(g.new_zeros(n), g, tuple(geometry.shape), geometry.stride(),
                              geometry.storage_offset()).view(tuple(shape))
 
@@ -70,12 +72,12 @@ def _compact(t):
     """``t`` contiguous at offset 0, as ``as_strided`` on a graph value expects it."""
     if t.is_contiguous() and t.storage_offset() == 0:
         return t
-    return t.clone(memory_format=jitorch.contiguous_format)
+    return t.clone(memory_format=contiguous_format)
 
 
 def _zeros_as(t):
     """Zeros of ``t``'s shape, dtype and device, from its geometry alone."""
-    return jitorch.zeros(tuple(t.shape), dtype=t.dtype, device=t.device)
+    return functions.zeros(tuple(t.shape), dtype=t.dtype, device=t.device)
 
 
 def _region(t, shape):
@@ -97,16 +99,6 @@ def _span(size, stride, offset):
     if 0 in size:
         return 0
     return offset + sum((n - 1) * s for n, s in zip(size, stride)) + 1
-
-
-def _overlaps(size, stride):
-    """Whether two elements of a geometry may share a storage element."""
-    extent = 1
-    for n, s in sorted(((n, s) for n, s in zip(size, stride) if n > 1), key=lambda ns: ns[1]):
-        if s < extent:
-            return True
-        extent = s * (n - 1) + extent
-    return False
 
 
 def _self(fn, names=""):
@@ -149,7 +141,7 @@ def _unfold(g, a):
 
 def _storage_counts(n, size, stride, offset, device):
     """How many elements of the geometry ``(size, stride, offset)`` read each of ``n`` storage elements."""
-    return _add_into_storage(jitorch.zeros(n, device=device), jitorch.ones(size, device=device), size, stride, offset)
+    return _add_into_storage(functions.zeros(n, device=device), functions.ones(size, device=device), size, stride, offset)
 
 
 def _as_strided(g, a):
@@ -162,11 +154,11 @@ def _as_strided(g, a):
     size, stride = tuple(a.size), tuple(a.stride)
     geometry = (tuple(x.shape), x.stride(), x.storage_offset())
     n = max(_span(*geometry), _span(size, stride, offset))
-    if _overlaps(size, stride):
+    if may_overlap(size, stride):
         flat = _add_into_storage(g.new_zeros(n), g, size, stride, offset)
     else:
-        flat = jitorch.as_strided_scatter(g.new_zeros(n), g, size, stride, offset)
-    if _overlaps(*geometry[:2]):
+        flat = functions.as_strided_scatter(g.new_zeros(n), g, size, stride, offset)
+    if may_overlap(*geometry[:2]):
         flat = flat / _storage_counts(n, *geometry, g.device).clamp_min(1).to(g.dtype)
     return flat.as_strided(*geometry)
 
@@ -190,8 +182,8 @@ _declare("movedim moveaxis", _self(lambda g, a: g.movedim(a.destination, a.sourc
 _declare("expand expand_as broadcast_to", _self(lambda g, a: sum_to(g, a.self.shape)))
 for _name in ("narrow", "slice", "select", "diagonal"):
     defgrad(_name, _self(_part(_name)))
-_declare("unbind", _self(_joined(jitorch.stack)))
-_declare("split split.sizes split_with_sizes chunk", _self(_joined(jitorch.cat)))
+_declare("unbind", _self(_joined(functions.stack)))
+_declare("split split.sizes split_with_sizes chunk", _self(_joined(functions.cat)))
 defgrad("unfold", _self(_unfold))
 defgrad("as_strided", _self(_as_strided))
 def _strided_part(g, a, out):
@@ -201,7 +193,7 @@ def _strided_part(g, a, out):
 
 defgrad("_as_strided_add", per_input(self=reads("", lambda g, a, out: g), src=reads("", _strided_part)))
 defgrad("as_strided_scatter", per_input(
-    self=reads("", lambda g, a, out: jitorch.as_strided_scatter(g, g.new_zeros(tuple(a.size)), a.size, a.stride,
+    self=reads("", lambda g, a, out: functions.as_strided_scatter(g, g.new_zeros(tuple(a.size)), a.size, a.stride,
                                                                 a.storage_offset or 0)),
     src=reads("", _strided_part)))
 
@@ -330,7 +322,7 @@ def _einsum(g, a, out):
         unique = list(dict.fromkeys(labels))
         kept = [x for x in unique if x in seen]
         lhs = ",".join("".join(letter[x] for x in ls) for ls, _ in others)
-        gi = jitorch.einsum(f"{lhs}->{''.join(letter[x] for x in kept)}", [v for _, v in others])
+        gi = functions.einsum(f"{lhs}->{''.join(letter[x] for x in kept)}", [v for _, v in others])
         size = dict(zip(labels, t.shape))
         for pos, x in enumerate(unique):
             if x not in seen:
@@ -342,7 +334,7 @@ def _einsum(g, a, out):
             return gi
         zeros = g.new_zeros(tuple(t.shape))
         strides = [sum(st for y, st in zip(labels, zeros.stride()) if y == x) for x in unique]
-        return jitorch.as_strided_scatter(zeros, gi, tuple(gi.shape), strides, 0)
+        return functions.as_strided_scatter(zeros, gi, tuple(gi.shape), strides, 0)
     return {"tensors": _each_wanted(tensors, grad)}
 
 
@@ -378,7 +370,7 @@ def _masked_select(g, a, out):
 
 def _index_fill_value(g, a, out):
     """The sum of ``g`` over the filled elements (each once, however often ``index`` names it)."""
-    filled = jitorch.zeros(a.self.shape, dtype=jitorch.bool, device=g.device).index_fill(a.dim, a.index, True)
+    filled = functions.zeros(a.self.shape, dtype=_dt.bool, device=g.device).index_fill(a.dim, a.index, True)
     return g.masked_fill(filled.logical_not(), 0).sum()
 
 
@@ -398,8 +390,8 @@ def _scatter_reduced(g, x, dim, index, src, reduce, include_self, out):
     if reduce == "sum":
         gx, gs = g, g.gather(dim, index)
     elif reduce == "mean":
-        count = (jitorch.ones_like(g) if include_self else jitorch.zeros_like(g)).scatter_add(
-            dim, index, jitorch.ones_like(s))
+        count = (functions.ones_like(g) if include_self else functions.zeros_like(g)).scatter_add(
+            dim, index, functions.ones_like(s))
         gx = g / count.masked_fill(count == 0, 1)
         gs = gx.gather(dim, index)
     elif reduce == "prod":
@@ -429,7 +421,7 @@ def _scatter_prod(g, x, dim, index, s, include_self, out):
     zeros_per_target = g.new_zeros(x.shape).scatter_add(dim, index, s_zero.to(g.dtype)).gather(dim, index)
     single_zero = s_zero.logical_and(zeros_per_target == 1)
     without_it = x.scatter_reduce(dim, index, s.masked_fill(single_zero, 1), "prod", include_self=include_self)
-    gs = jitorch.where(single_zero, (g * without_it).gather(dim, index),
+    gs = functions.where(single_zero, (g * without_it).gather(dim, index),
                        (g * out).gather(dim, index) / s.masked_fill(s_zero, 1))
     return gx, gs
 
@@ -473,7 +465,7 @@ defgrad("put", per_input(
 
 def _overwritten(g, a, out):
     """``self``'s gradient in an op that overwrites it: zeros, as torch gives."""
-    return jitorch.zeros_like(g)
+    return functions.zeros_like(g)
 
 
 reads("", _overwritten)

@@ -5,6 +5,7 @@ from .activation import (
     SiLU, Softmax, Softmin, Softplus, Softsign, Tanh,
 )
 from .attention import MultiheadAttention
+from .compiled import OptimizedModule  # noqa: F401  (registers how jitorch.compile compiles a Module)
 from .container import ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
 from .conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
 from .distance import CosineSimilarity, PairwiseDistance

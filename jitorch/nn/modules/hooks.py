@@ -15,7 +15,7 @@ import warnings
 
 from ...autograd.function import Function
 from ...runtime.grad_mode import is_grad_enabled
-from ...autograd.hooks import user_stacklevel
+from ...runtime.hooks import user_stacklevel
 from ...tensor import Tensor
 
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 
 from ...autograd.functional import zero_grad_
 from ...runtime.grad_mode import no_grad
-from ...autograd.hooks import add_hook, user_stacklevel
+from ...runtime.hooks import add_hook, user_stacklevel
 from ...compiler import guard, is_compiling
 from ...jit.errors import trace_error
 from ...runtime import dtypes as _dt

@@ -10,8 +10,8 @@ compiled, gives them their gradients.
 
 from __future__ import annotations
 
-from ..nn.modules.module import Module
-from .compile import CompiledFunction
+from ...jit.compile import CompiledFunction, register_compiler
+from .module import Module
 
 
 class OptimizedModule(Module):
@@ -41,3 +41,6 @@ class OptimizedModule(Module):
             return super().__getattr__(name)
         except AttributeError:
             return getattr(self._orig_mod, name)
+
+
+register_compiler(Module, OptimizedModule)
