@@ -438,6 +438,7 @@ def test_as_strided_scatter_casts_src_of_another_dtype_like_torch(dtype, src_dty
 
 
 def test_as_strided_scatter_gradient_of_a_src_of_another_dtype_has_its_dtype():
+    """(torch's gradient of ``self`` is wrong, docs/differences-from-torch.md: these are the true ones.)"""
     x, src = jt.zeros(2, 2, requires_grad=True), jt.ones(2, dtype=jt.float64, requires_grad=True)
     jt.as_strided_scatter(x, src, (2,), (3,), 0).mul(jt.tensor([[1.0, 2.0], [3.0, 4.0]])).sum().backward()
     assert src.grad.dtype is jt.float64 and src.grad.tolist() == [1.0, 4.0]
