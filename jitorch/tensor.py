@@ -50,8 +50,9 @@ class Size(tuple):
 # Objects told before a tensor's .grad is assigned (a tracer, while it records).
 GRAD_WATCHERS: list = []
 
-# Objects told when Python reads a tensor's values or makes a tensor from Python data (a tracer, while it
-# records: values read become constants of its graph, and a tensor made from data is new at each call).
+# Objects told when Python reads a tensor's values, makes a tensor from Python data or replaces a tensor's
+# data (a tracer, while it records: values read become constants of its graph, a tensor made from data is
+# new at each call, and a graph cannot replace the data of the caller's tensors).
 VALUE_WATCHERS: list = []
 
 
@@ -606,6 +607,8 @@ class Tensor:
 
     @data.setter
     def data(self, other):
+        for watcher in VALUE_WATCHERS:
+            watcher.data_replaced(self)
         self._storage = other._storage
         self._set_geometry(other._shape, other._stride, other._offset)
         self.dtype = other.dtype

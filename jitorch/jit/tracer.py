@@ -15,6 +15,9 @@ tensor re-reads itself from the base with ``as_strided``. An in-place op on the
 base replaces the base value; on a view it scatters the new values into the
 base with ``as_strided_scatter``. Inputs and constants whose storage was
 written get a mutation entry: the new value is written back after each call.
+An in-place view op (``c.t_()``) reshapes a captured tensor itself while the
+trace runs, for Python to read its geometry as eagerly; it gets its own back at
+the end, each call reshapes it, and the graph is guarded on its geometry.
 """
 
 from __future__ import annotations
@@ -100,6 +103,7 @@ class Tracer:
         self.refreshers: list = []     # see jitorch.compiler.dynamic_scalar
         self.made: dict = {}           # id -> tensor the traced code made from Python data (new at each call)
         self.values_guarded: set = set()  # ids of captured tensors whose values Python read: guarded
+        self.reshaped: dict = {}  # id -> (captured tensor, its geometry before an in-place view op changed it)
         # the dispatch hooks and grad watchers are process-wide: other threads' ops stay eager
         self.thread = threading.get_ident()
 
@@ -206,6 +210,15 @@ class Tracer:
         if id(t) not in self.made and id(t) not in self.values_guarded:
             self.values_guarded.add(id(t))
             self.python_guards.append(_values_guard(t, self.name_for(t)))
+
+    def data_replaced(self, t):
+        """Traced code replaces the data of ``t`` (``t.data = other``): eagerly an input or captured tensor
+        then has other memory and geometry, which a graph's call cannot give it."""
+        if current_tracer() is not self:
+            return
+        if not isinstance(t._storage, TraceStorage) or any(t is f for f in self.input_fakes):
+            raise trace_error("data", "it replaces an input's or captured tensor's memory and geometry, which a "
+                                      "graph cannot do")
 
     def _alias(self, t):
         """A captured tensor over the memory of one captured before that fills it (``p.data``, a
@@ -510,6 +523,9 @@ class Tracer:
         if op.view is not None:  # ``t_()``, ``squeeze_()``: the tensor becomes a view of itself
             args = self.fake_args(op, args)
             view = self.record_view(op, args)
+            if target is not fake:  # a captured tensor: Python reads its new shape (``c.t_(); c.shape``) as eagerly
+                self.reshaped.setdefault(id(target), (target, target._shape, target._stride, target._offset))
+                target._set_geometry(view._shape, view._stride, target._offset + view._offset - fake._offset)
             fake._set_geometry(view._shape, view._stride, view._offset)
             fake._trace_value = view._trace_value
             return target
@@ -517,6 +533,12 @@ class Tracer:
         registry.check_inplace(op, fake, result)
         self.write(fake, result)
         return target
+
+    def restore_reshaped(self):
+        """Give the captured tensors that in-place view ops reshaped while tracing their geometry back: each
+        call reshapes them (`jit.compile.change_geometry`, or eagerly)."""
+        for real, shape, strides, offset in self.reshaped.values():
+            real._set_geometry(shape, strides, offset)
 
     # Driving -------------------------------------------------------------------------------
 
@@ -744,6 +766,24 @@ def _captured_tensors(graph):
             if name not in graph.grad_constants and isinstance(t, Tensor)]
 
 
+def _reshaped_guards(graph):
+    """Checks that the captured tensors the graph reshapes (``c.t_()``) have the geometry they were traced
+    with: the next call finds them reshaped, and traces again (or takes up the graph of that geometry)."""
+    guards = []
+    for name in graph.geometry_changes:
+        if isinstance(name, str):
+            t = graph.constant_tensors[name]
+            guards.append(_geometry_guard(t, name, (t._shape, t._stride, t._offset)))
+    return guards
+
+
+def _geometry_guard(t, name, geometry):
+    def check():
+        return (t._shape, t._stride, t._offset) == geometry
+    check.__doc__ = f"captured tensor {name} has the shape, strides and offset it was traced with"
+    return check
+
+
 def _values_guard(tensor, name):
     """A check that ``tensor`` holds the values (bit for bit) it holds now, which the trace read into Python."""
     def values():
@@ -930,6 +970,7 @@ def trace_with_inputs(fn, args, kwargs):
             state.restore()  # the call runs eagerly (or raises): it makes its changes itself
             raise
         finally:
+            tracer.restore_reshaped()
             captured, grad_guards = tracer.finish_grads()
         if stored:
             state.restore()
@@ -944,7 +985,7 @@ def trace_with_inputs(fn, args, kwargs):
         graph = tracer.output(result)
         graph.grad_targets = targets
         graph.python_guards = (tracer.python_guards + grad_guards + _requires_grad_guard(graph) + state.guards
-                               + state.tensor_guards(_captured_tensors(graph)))
+                               + state.tensor_guards(_captured_tensors(graph)) + _reshaped_guards(graph))
         graph.one_shot = tracer.one_shot
         graph.refreshers = tracer.refreshers
     return graph, inputs

@@ -477,7 +477,14 @@ defop("gather(Tensor self, int dim, Tensor index, *, bool sparse_grad=False) -> 
       doc="``out[i][j] = self[index[i][j]][j]`` along ``dim`` (for 2-d, dim 0); ``index`` has ``self``'s ndim.")
 
 _SCATTER_REDUCES = ("add", "multiply")
-_SCATTER_REDUCE_REDUCES = ("sum", "prod", "mean", "amax", "amin")
+# torch's scatter_reduce also takes "max" and "min" (undocumented) for amax and amin; its backward refuses them
+_SCATTER_REDUCE_ALIASES = {"max": "amax", "min": "amin"}
+_SCATTER_REDUCE_REDUCES = ("sum", "prod", "mean", "amax", "amin", *_SCATTER_REDUCE_ALIASES)
+
+
+def scatter_reduce_combine(reduce):
+    """The reduction scatter_reduce's ``reduce`` names: "amax" and "amin" for torch's aliases "max" and "min"."""
+    return _SCATTER_REDUCE_ALIASES.get(reduce, reduce)
 
 
 def _scatter_checks(x, dim, index, src, reduce=None, allowed=_SCATTER_REDUCES):
@@ -570,6 +577,7 @@ defop("scatter_add(Tensor self, int dim, Tensor index, Tensor src) -> Tensor",
 
 
 def _scatter_reduce_cpu(spec, x, dim, index, src, reduce, include_self):
+    reduce = scatter_reduce_combine(reduce)
     out, coords, _ = _scatter_target(x, dim, index)
     values = convert(_src_values(src, index), out.dtype)
     if reduce == "mean":

@@ -232,14 +232,34 @@ def _reduction_fast(op, fn):
 _DTYPE_FROM_OUT = frozenset({"sum", "nansum", "prod", "cumsum", "cumprod"})
 # Ops that, given ``out=`` of another floating dtype, read a floating input cast to it (another out=
 # dtype gets the result cast, or torch's error).
-_INPUT_FROM_OUT = frozenset({"mean", "nanmean", "logsumexp"})
+_INPUT_FROM_OUT = frozenset({"mean", "nanmean"})
+
+
+def _logsumexp_into(x, dim, keepdim, dtype):
+    """torch's ``logsumexp_out`` into an out= tensor of ``dtype``, step by step: the maximum is shifted out
+    and the exponentials taken in the input's own dtype (the default float for integers; rounded to it for
+    the half types), they are summed in ``dtype``, and the maximum is added back to the log of the sum."""
+    if not dtype.is_floating_point:
+        raise RuntimeError(f"logsumexp(): Expected floating point type for result tensor, but got: "
+                           f"{scalar_name(dtype)}")
+    if not x.dtype.is_floating_point:
+        x = x.to(_dt.get_default_dtype())
+    if not x.numel():  # no maximum to shift by
+        return x.exp().sum(dim, keepdim, dtype=dtype).log()
+    top = x.amax(dim, keepdim=True)
+    top = top.masked_fill(top.abs() == math.inf, 0)  # rows of -inf stay -inf, rows holding +inf give +inf
+    total = (x - top).exp().sum(dim, keepdim, dtype=dtype)
+    return total.log() + top.view(total.shape)
+
+# Ops whose out= form is another computation, given the out tensor's dtype (`registry.call`)
+_OUT_COMPOSITES = {"logsumexp": _logsumexp_into}
 
 for _r in _REDUCTIONS:
     _name = _r.schema.split("(", 1)[0]
     _op = defop(_r.schema, meta=_reduction_meta(_name, _r.dtype_rule, _r.nonempty),
                 cpu=_reduction_kernel(_r.fn, _r.dtype_rule in _KEEPS_FLOAT), kind="reduction",
                 variants=_r.variants, doc=_r.doc, dtype_from_out=_name in _DTYPE_FROM_OUT,
-                input_from_out=_name in _INPUT_FROM_OUT)
+                input_from_out=_name in _INPUT_FROM_OUT, out_composite=_OUT_COMPOSITES.get(_name))
     if _r.dtype_rule in _KEEPS_FLOAT and not _r.nonempty and _r.schema.startswith(_name + "(Tensor self, int[]?"):
         _op.fast = _reduction_fast(_op, _r.fn)
 

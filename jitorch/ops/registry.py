@@ -434,6 +434,9 @@ def call(op, args, out=None):
             args = _dtype_from_out(op, args, out)
         elif op.attrs.get("input_from_out"):
             args = _input_from_out(args, out)
+        elif op.attrs.get("out_composite") and isinstance(out, Tensor):  # torch computes into out's dtype
+            result = op.attrs["out_composite"](*args, out.dtype)
+            return write_out(op, out, out_grad(op, args, out, result), args)
     if op.composite is not None:
         result = op.composite(*args)
         return result if out is None else write_out(op, out, out_grad(op, args, out, result), args)

@@ -12,6 +12,7 @@ from math import prod
 
 import numpy as np
 
+from ..runtime.casts import copy_into
 from ..runtime.strided import (broadcast_shapes, check_numel, contiguous_strides, infer_size, is_contiguous,
                                is_non_overlapping_and_dense, list_str, may_overlap, memory_order_strides, view_strides, wrap_dim,
                                wrap_dims)
@@ -560,8 +561,6 @@ def _as_strided_scatter_meta(x, src, size, stride, storage_offset):
     if tuple(src.shape) != size:
         raise RuntimeError(f"expected src to have a size equal to the slice of self. src size = {list_str(src.shape)}"
                            f", slice size = {list_str(size)}")
-    if src.dtype is not x.dtype:
-        raise RuntimeError(f"expected src and self to have the same dtype, got {src.dtype} and {x.dtype}")
     return TensorSpec(tuple(x.shape), x.dtype, x.device)
 
 
@@ -571,14 +570,14 @@ def _as_strided_scatter_cpu(spec, x, src, size, stride, storage_offset):
     offset = 0 if storage_offset is None else storage_offset
     item = flat.itemsize
     region = np.lib.stride_tricks.as_strided(flat[offset:], tuple(size), tuple(s * item for s in stride))
-    region[...] = src
+    copy_into(region, src)  # ``src`` of another dtype is cast to ``self``'s, as torch's copy_ does
     return out
 
 
 defop("as_strided_scatter(Tensor self, Tensor src, int[] size, int[] stride, int? storage_offset=None) -> Tensor",
       meta=_as_strided_scatter_meta, cpu=_as_strided_scatter_cpu, kind="other", variants=("function",),
       doc="A copy of ``self`` (read as a contiguous tensor) whose elements at the strided view "
-          "``as_strided(size, stride, storage_offset)`` are replaced by ``src``.")
+          "``as_strided(size, stride, storage_offset)`` are replaced by ``src`` (cast to ``self``'s dtype).")
 
 
 def _as_strided_add_meta(x, src, size, stride, storage_offset):

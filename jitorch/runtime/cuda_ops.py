@@ -262,10 +262,11 @@ def _scatter_reduce(op, args, spec):
     products land in the order the atomics do, so they may differ from the CPU's in the last bits."""
     from ..runtime.grad_mode import no_grad
     from ..codegen.nvptx.indexing import ATOMIC_DTYPES, INDEX_DTYPES, index_kernel, mean_kernel
-    from ..ops.indexing import _reduce_identity
+    from ..ops.indexing import _reduce_identity, scatter_reduce_combine
     from ..ops.meta import opmath
     from . import cuda_errors, dtypes
     x, dim, index, src, reduce, include_self = args
+    reduce = scatter_reduce_combine(reduce)
     if not x.ndim or index.ndim != x.ndim or src.ndim != x.ndim or not index.numel() or \
             x.dtype is dtypes.bool or index.dtype not in INDEX_DTYPES or \
             any(t.device != x.device for t in (index, src)):

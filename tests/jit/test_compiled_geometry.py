@@ -52,12 +52,90 @@ INPLACE_VIEWS = {
     "as_strided_ with an offset": lambda T, x, M: x.as_strided_((2, 2), (1, 2), 1),
     "captured t_": lambda T, x, M: (M.w.t_(), x * 2)[1],
     "captured unsqueeze_ returned": lambda T, x, M: M.w.unsqueeze_(0),
+    # Python reads a captured tensor's geometry after an in-place view op (fuzz seed 2200742): the trace
+    # read the geometry from before it (an IndexError, or silently other values)
+    "captured squeeze_ then index assignment": lambda T, x, M: (M.w.squeeze_(), M.w.__setitem__(1, -1.5), x)[2],
+    "captured t_ then shape read": lambda T, x, M: (M.w.t_(), x * M.w.shape[0])[1],
+    "captured transpose_ then len": lambda T, x, M: (M.w.transpose_(0, 1), x * len(M.w))[1],
+    "captured swapaxes_ then iteration": lambda T, x, M: (M.w.swapaxes_(1, 0), x + sum(M.w))[1],
+    "captured swapdims_ then stride read": lambda T, x, M: (M.w.swapdims_(0, 1), x * M.w.stride(0))[1],
+    "captured unsqueeze_ then ndim": lambda T, x, M: (M.w.unsqueeze_(-1), x * M.w.ndim, M.w[0, 1])[1:],
+    "captured as_strided_ then index": lambda T, x, M: (M.w.as_strided_((2, 2), (1, 2), 0), M.w[1] * x[:, :2])[1],
+    # a graph cannot give the caller's tensor other memory: these run eagerly
+    "captured .data replaced": lambda T, x, M: (setattr(M.w, "data", x * 3), M.w + 1)[1],
+    "input .data replaced": lambda T, x, M: (setattr(x, "data", M.w), x + 1)[1],
 }
 
 
 @pytest.mark.parametrize("name", INPLACE_VIEWS)
 def test_inplace_view_op_changes_callers_tensor_geometry(name):
     _check_every_mode(INPLACE_VIEWS[name])
+
+
+def _calls_on_one_captured_tensor(lib, fn, make, compiled=None, calls=3):
+    """``calls`` calls of ``fn(lib, x, c)`` on one captured tensor ``c``: per call the result's values and
+    ``c``'s layout and values after it."""
+    c = make(lib)
+    run = (lambda x: fn(lib, x, c)) if compiled is None else jt.compile(lambda x: fn(lib, x, c), backend=compiled)
+    seen = []
+    for i in range(calls):
+        result = run(lib.full((2,), float(i)))
+        seen.append((result.tolist(), _layout(c), c.tolist()))
+    return seen, run
+
+
+RESHAPED_AT_EACH_CALL = {
+    # the fuzz program of seed 2200742: a 0-d tensor gains a dim at each call
+    "unsqueeze_ then index assignment": (lambda T, x, c: (c.unsqueeze_(-1), c.__setitem__(slice(None, None, 2), x[0]),
+                                                          x + c.sum())[2], lambda T: T.tensor(2.0)),
+    "t_ then shape read": (lambda T, x, c: x * c.shape[0] + c.sum(0)[:2], lambda T: T.arange(6.0).reshape(2, 3)),
+    "squeeze_ of a tensor squeezed before": (lambda T, x, c: (c.squeeze_(), x * c.ndim)[1],
+                                             lambda T: T.arange(4.0).reshape(1, 4, 1)),
+}
+
+
+@pytest.mark.parametrize("name", RESHAPED_AT_EACH_CALL)
+def test_a_captured_tensor_reshaped_at_each_call_gets_a_graph_for_its_geometry(name):
+    """A graph that reshapes a captured tensor is guarded on the tensor's geometry: the next call finds it
+    reshaped and traces again (the graph ran on it as traced, silently, or the interpreter refused it)."""
+    fn, make = RESHAPED_AT_EACH_CALL[name]
+    if name.startswith("t_"):
+        fn = (lambda body: lambda T, x, c: (c.t_(), body(T, x, c))[1])(fn)
+    expected, _ = _calls_on_one_captured_tensor(torch, fn, make)
+    assert _calls_on_one_captured_tensor(jt, fn, make)[0] == expected
+    for backend in ("llvm", "interpreter"):
+        got, compiled = _calls_on_one_captured_tensor(jt, fn, make, compiled=backend)
+        assert got == expected, backend
+
+
+def test_a_captured_tensor_transposed_at_each_call_takes_up_its_earlier_graph():
+    traced = []
+
+    def fn(x):
+        traced.append(tuple(c.shape))
+        c.t_()
+        return x * c.shape[0]
+
+    c = jt.ones(2, 3)
+    compiled = jt.compile(fn)
+    assert [compiled(jt.ones(1)).tolist() for _ in range(4)] == [[3.0], [2.0], [3.0], [2.0]]
+    assert traced == [(2, 3), (3, 2)] and c.shape == (2, 3)
+
+
+def test_a_trace_that_fails_after_an_inplace_view_op_leaves_the_captured_tensor_as_it_was():
+    """The trace reshapes the captured tensor for Python to read; the eager run it falls back to must start
+    from the tensor's own geometry, not the trace's."""
+    c = jt.arange(6.0).reshape(2, 3)
+
+    def fn(x):
+        c.t_()
+        return x * c.nonzero().shape[0]  # an output size the data decides: no graph
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = jt.compile(fn)(jt.ones(1))
+    assert any("running fn eagerly" in str(w.message) for w in caught)
+    assert result.tolist() == [5.0] and c.shape == (3, 2) and c.stride() == (1, 3)
 
 
 def test_t_on_input_compiled_records_a_geometry_change():

@@ -133,9 +133,6 @@ ALLOWED = {
                                  ("index_add", "index_add adds the sources of a repeated index of half type",
                                   ("function", "inplace")))
        for form in forms},
-    ("logsumexp", "out_cast"): _rounds_once(
-        "logsumexp(halves, out=floats) computes in the out tensor's dtype, as torch's std, var and mean do; torch "
-        "rounds the exponentials to the half type before it sums them"),
     **{(name, "out_cast"): Allowed(
         "std and var of half types into out= of another floating dtype compute in its dtype over every dim too; "
         "torch raises 'std_var_all: Unsupported dtype Half' there (over some dims it computes)", accepts=True,

@@ -666,3 +666,23 @@ def test_an_empty_index_skips_the_dtype_and_shape_checks_of_gather_and_scatter_a
             return str(e).split("\n")[0]
         return str(r.dtype).split(".")[-1], tuple(r.shape), r.tolist()
     assert run(jt) == run(torch)
+
+
+@pytest.mark.parametrize("alias", ["max", "min"])
+@pytest.mark.parametrize("include_self", [True, False])
+def test_scatter_reduce_takes_torchs_max_and_min_aliases_forward_only(alias, include_self):
+    """torch's scatter_reduce takes "max"/"min" as "amax"/"amin" (jitorch raised "reduce argument must be
+    either ..."); torch's backward refuses them, and so does jitorch's."""
+    base, index, src = [0.0, 5.0, 1.0], [0, 0, 1], [1.0, 2.0, -3.0]
+    outs = []
+    for T in (torch, jt):
+        x, s = T.tensor(base, requires_grad=True), T.tensor(src)
+        got = x.scatter_reduce(0, T.tensor(index), s, alias, include_self=include_self)
+        assert got.tolist() == x.detach().scatter_reduce(0, T.tensor(index), s, "a" + alias,
+                                                          include_self=include_self).tolist()
+        assert x.detach().clone().scatter_reduce_(0, T.tensor(index), s, alias).tolist() == \
+            x.detach().scatter_reduce(0, T.tensor(index), s, alias).tolist()
+        with pytest.raises(RuntimeError, match=f"Expected 'reduce' to be one of .* but got {alias}"):
+            got.sum().backward()
+        outs.append(got.tolist())
+    assert outs[0] == outs[1]

@@ -419,3 +419,27 @@ def test_compact_window_places_a_view_in_its_base_laid_out_contiguously():
     overlapping = jt.arange(6.0)
     overlapping.as_strided_((2, 3), (1, 1))
     assert compact_window(overlapping, overlapping[0]) is None
+
+
+@pytest.mark.parametrize("dtype, src_dtype", [("float32", "float64"), ("int32", "float64"), ("bfloat16", "float32"),
+                                             ("float64", "int64"), ("bool", "float32")])
+def test_as_strided_scatter_casts_src_of_another_dtype_like_torch(dtype, src_dtype):
+    """as_strided_scatter raised "expected src and self to have the same dtype" where torch casts ``src`` to
+    ``self``'s dtype (fuzz seed 2201267), eager and compiled."""
+    base = np.arange(-3.0, 3.0).reshape(2, 3)
+    src = np.array([1.123456789, -1.75, 0.5])
+    want = torch.as_strided_scatter(torch.tensor(base).to(getattr(torch, dtype)),
+                                    torch.tensor(src).to(getattr(torch, src_dtype)), (3,), (2,), 0)
+    x, s = jt.tensor(base).to(getattr(jt, dtype)), jt.tensor(src).to(getattr(jt, src_dtype))
+    for fn in (jt.as_strided_scatter, jt.compile(lambda a, b, *rest: jt.as_strided_scatter(a, b, *rest))):
+        got = fn(x, s, (3,), (2,), 0)
+        assert got.dtype is getattr(jt, dtype)
+        assert torch.equal(torch.tensor(got.float().numpy()), want.float())
+
+
+def test_as_strided_scatter_gradient_of_a_src_of_another_dtype_has_its_dtype():
+    """(torch's gradient of ``self`` is wrong, docs/differences-from-torch.md: these are the true ones.)"""
+    x, src = jt.zeros(2, 2, requires_grad=True), jt.ones(2, dtype=jt.float64, requires_grad=True)
+    jt.as_strided_scatter(x, src, (2,), (3,), 0).mul(jt.tensor([[1.0, 2.0], [3.0, 4.0]])).sum().backward()
+    assert src.grad.dtype is jt.float64 and src.grad.tolist() == [1.0, 4.0]
+    assert x.grad.tolist() == [[0.0, 2.0], [3.0, 0.0]]

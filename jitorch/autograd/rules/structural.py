@@ -396,7 +396,7 @@ def _scatter_reduced(g, x, dim, index, src, reduce, include_self, out):
         gs = gx.gather(dim, index)
     elif reduce == "prod":
         gx, gs = _scatter_prod(g, x, dim, index, s, include_self, out)
-    else:  # amax, amin: shared evenly among the elements equal to the result
+    elif reduce in ("amax", "amin"):  # shared evenly among the elements equal to the result
         x_is = x == out
         if not include_self:
             x_is = x_is.scatter(dim, index, False)
@@ -404,6 +404,8 @@ def _scatter_reduced(g, x, dim, index, src, reduce, include_self, out):
         share = g / x_is.to(g.dtype).scatter_add(dim, index, s_is.to(g.dtype))
         gx = share.masked_fill(x_is.logical_not(), 0)
         gs = share.gather(dim, index).masked_fill(s_is.logical_not(), 0)
+    else:  # torch's forward takes "max" and "min" as amax and amin, its backward does not
+        raise RuntimeError(f"Expected 'reduce' to be one of 'sum', 'prod', 'mean', 'amax', 'amin' but got {reduce}.")
     grads = {}
     if wanted(x):
         grads["self"] = gx if include_self else gx.scatter(dim, index, 0)
