@@ -14,6 +14,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..ir import lowerable
 from ..runtime import dtypes as _dt
 from ..runtime.casts import convert
 from .emitter import Scalar, llvm_type
@@ -524,3 +525,6 @@ def kind_of(node):
     if not can_lower(node):
         return "external"
     return "reduction" if node.op.name in REDUCTION_OPS else "pointwise"
+
+
+lowerable.register(kind_of)

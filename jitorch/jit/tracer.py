@@ -29,6 +29,7 @@ from math import prod
 import numpy as np
 
 from ..autograd.engine import NodeHooks, gradient_edge
+from ..ir.passes import decompose
 from ..ir.graph import Graph, TensorType
 from ..ops import registry
 from ..ops.random_ops import Generator
@@ -990,5 +991,7 @@ def trace_with_inputs(fn, args, kwargs):
         graph.refreshers = tracer.refreshers
     return graph, inputs
 
+
+decompose.TRACER = Tracer  # the decompositions pass traces with this layer's tracer
 
 __all__ = ["Tracer", "TraceError", "trace", "trace_with_inputs"]

@@ -32,8 +32,7 @@ from __future__ import annotations
 
 from math import inf, prod
 
-from ...codegen.lowering import can_lower, kind_of
-from ...jit.tracer import Tracer
+from ..lowerable import kind_of
 from ...ops.meta import opmath, reduced_shape, reduction_dims
 from ...ops.reductions import _norm_order
 from ...runtime import dtypes as _dt
@@ -42,6 +41,10 @@ from .rewrite import Rewriter, graph_pass, substitute
 # op name -> fn(*args) with the node's arguments in schema order (tensors as fakes), returning its
 # results as tensors, or None where the decomposition does not apply
 DECOMPOSITIONS: dict = {}
+
+# the tracer decompositions run under (`jitorch.jit.tracer.Tracer`, registered by jit at import, a layer
+# above): they are traced as user code is; without it the pass decomposes nothing
+TRACER = None
 
 
 def decomposition(*names):
@@ -135,7 +138,7 @@ def _norm(x, p, dim, keepdim, dtype):
 def _trace(graph, node, decompose):
     """The nodes and result values of ``decompose`` on ``node``'s arguments, named in ``graph``;
     None where the decomposition does not apply or does not lower as a whole."""
-    tracer = Tracer()
+    tracer = TRACER()
     args = substitute(node.args, tracer.new_fake)
     with tracer:
         result = decompose(*args)
@@ -162,7 +165,8 @@ def run(graph):
     for node in graph.nodes:
         rw.update_args(node)
         decompose = DECOMPOSITIONS.get(node.op.name)
-        traced = _trace(graph, node, decompose) if decompose is not None and not can_lower(node) else None
+        traced = (_trace(graph, node, decompose) if TRACER is not None and decompose is not None
+                  and kind_of(node) == "external" else None)
         if traced is not None and rw.replace_node(node, traced[1]):
             nodes.extend(traced[0])
             decomposed += 1

@@ -3,7 +3,7 @@
 `fuse(graph)` returns `Group`s in an order that respects the dataflow: every
 group reads only graph inputs, constants and outputs of earlier groups. Each
 node is in exactly one group (nothing is recomputed). How a node is treated
-comes from `jitorch.codegen.lowering.kind_of`:
+comes from `jitorch.ir.lowerable.kind_of` (the code generator's rule):
 
 * pointwise nodes over one iteration space fuse into maximal groups; a node
   over a smaller shape that broadcasts to the space (``1 - w`` in
@@ -37,7 +37,7 @@ import heapq
 
 import numpy as np
 
-from ...codegen.lowering import kind_of
+from ..lowerable import kind_of
 from ...runtime.logs import log
 
 

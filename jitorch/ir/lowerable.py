@@ -1,0 +1,23 @@
+"""How the code generator treats a node, as the passes need to know it (fusion groups, decompositions):
+"pointwise", "reduction", "view" or "external" (runs as an eager step, not in a kernel).
+
+The code generator, a layer above, registers its rule (`jitorch.codegen.lowering.kind_of`) when it is
+imported, so the passes ask here without importing it. Until then every node that is not a view is
+external: nothing fuses."""
+
+from __future__ import annotations
+
+_kind_of = None
+
+
+def register(kind_of):
+    """Use ``kind_of(node)`` (the code generator's) for every later question."""
+    global _kind_of
+    _kind_of = kind_of
+
+
+def kind_of(node):
+    """"pointwise", "reduction", "view" or "external": how fusion treats ``node``."""
+    if _kind_of is not None:
+        return _kind_of(node)
+    return "view" if node.op.view is not None else "external"
