@@ -226,18 +226,41 @@ def _tensor_inputs(op, args):
             yield i, None, v
 
 
+_GRAD_ARGS: dict = {}  # op -> `grad_args(op)`
+
+
+def grad_args(op):
+    """The tensor arguments of ``op`` its rule differentiates (`Rule.differentiates`), as (schema
+    position, whether a list): torch's differentiable inputs, the only ones that make its results
+    require grad (``y.view_as(x)`` does not, with only ``x`` requiring grad). None for an op
+    declared nondifferentiable; every one for an op without a rule (a composite's in-place form)."""
+    found = _GRAD_ARGS.get(op)
+    if found is None:
+        rule = RULES.get(op.name)
+        if op.name in NONDIFFERENTIABLE:
+            found = ()
+        elif rule is None:
+            found = op.tensor_args
+        else:
+            found = tuple((i, is_list) for i, is_list in op.tensor_args if op.arg_names[i] in rule.differentiates)
+        _GRAD_ARGS[op] = found
+    return found
+
+
 def needs_grad(op, args):
-    """Whether a call records a node: grad mode on and some tensor argument requires grad."""
+    """Whether a call records a node: grad mode on and some differentiable tensor argument (`grad_args`)
+    requires grad."""
     if not is_grad_enabled():
         return False
-    if op.tensor_positions is not None:
-        Tensor = registry.Tensor
-        for i in op.tensor_positions:
-            t = args[i]
-            if t._requires_grad if t.__class__ is Tensor else isinstance(t, Tensor) and t._requires_grad:
+    Tensor = registry.Tensor
+    for i, is_list in grad_args(op):
+        t = args[i]
+        if is_list:
+            if t is not None and any(isinstance(x, Tensor) and x._requires_grad for x in t):
                 return True
-        return False
-    return any(t._requires_grad for _, _, t in _tensor_inputs(op, args))
+        elif t._requires_grad if t.__class__ is Tensor else isinstance(t, Tensor) and t._requires_grad:
+            return True
+    return False
 
 
 def record(op, args, result, versions=None):
@@ -261,11 +284,16 @@ def record(op, args, result, versions=None):
         inputs = [(i, None, args[i]) for i in positions if isinstance(args[i], Tensor)]
     else:
         inputs = list(_tensor_inputs(op, args))
+    # the node's edges: its differentiable inputs alone, as torch's next_functions
+    differentiable = {i for i, _ in grad_args(op)}
+    grad_inputs = [x for x in inputs if x[0] in differentiable]
+    if not any(t._requires_grad for _, _, t in grad_inputs):
+        return result  # (a fast path's call, which asked whether any input requires grad)
     # An in-place op's inputs are read as they were before its write (``x.add_(x.squeeze())``: the view's
     # history is that of x before the write, and stays stale after it)
     edges = tuple([(gradient_edge(t, versions.get(id(t)) if versions else None), getattr(t, "_output_nr", 0))
-                   if t._requires_grad else (None, 0) for _, _, t in inputs])
-    specs = tuple([(i, j, t._shape, t.dtype) for i, j, t in inputs])
+                   if t._requires_grad else (None, 0) for _, _, t in grad_inputs])
+    specs = tuple([(i, j, t._shape, t.dtype) for i, j, t in grad_inputs])
     args = args if args.__class__ is list else list(args)
     # why a view's history may never be rebased (torch's CreationMeta): the outputs of an op that makes
     # several views (``split``) may not, nor views of a view that may not
@@ -273,7 +301,7 @@ def record(op, args, result, versions=None):
     if op.view is not None:
         meta = MULTI_OUTPUT_VIEW if _multi(result) else args[0].__dict__.get("_creation_meta")
     node = Node(op, args, result, edges, specs)
-    _save(node, inputs, outs, _saves(op, inputs), versions)
+    _save(node, inputs, outs, _saves(op, grad_inputs), versions)
     k = 0
     for o in outs:
         if isinstance(o, Tensor) and o.dtype.is_floating_point:
