@@ -421,8 +421,8 @@ def prepare_inplace(op, args, copy=None):
         window = compact_window(base, target)  # where the view is in the base, which need not fill its storage
         if window is None:
             raise RuntimeError("jitorch autograd: an in-place operation through a view that reaches memory outside "
-                               "its base, or of a base whose elements overlap, is not supported; clone() the base "
-                               "first")
+                               "its base, of a base whose elements overlap, or across base dims whose memory order "
+                               "is not their index order, is not supported; clone() the base first")
         base_before = base._history_copy(copy_data=False), window  # as_strided_scatter's rule reads no values
     if op.view is None and reads_old_self(op, args):
         before = copy(target) if copy is not None else target._history_copy()

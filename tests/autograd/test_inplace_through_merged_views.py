@@ -65,3 +65,12 @@ def test_compact_window_of_a_flatten_walks_the_merged_base_dims():
     column_major = jt.arange(8.0)
     column_major.as_strided_((4, 2), (1, 4))  # memory order is no row-major order of the base
     assert compact_window(column_major, column_major.as_strided((8,), (1,), 0)) is None
+
+
+def test_in_place_across_base_dims_out_of_index_order_is_refused_before_writing():
+    leaf = jt.arange(8.0).reshape(2, 4).requires_grad_()
+    base = leaf.t().clone()  # column-major: a flatten of its memory is no window of its row-major layout
+    flat = base.t().view(-1)
+    with pytest.raises(RuntimeError, match="memory order is not their index order"):
+        flat.add_(1)
+    assert base.tolist() == leaf.t().tolist()
