@@ -230,20 +230,22 @@ _GRAD_ARGS: dict = {}  # op -> `grad_args(op)`
 
 
 def grad_args(op):
-    """The tensor arguments of ``op`` its rule differentiates (`Rule.differentiates`), as (schema
-    position, whether a list): torch's differentiable inputs, the only ones that make its results
-    require grad (``y.view_as(x)`` does not, with only ``x`` requiring grad). None for an op
-    declared nondifferentiable; every one for an op without a rule (a composite's in-place form)."""
+    """The tensor arguments of ``op`` its rule differentiates (`Rule.differentiates`), as (the schema
+    positions of single tensors, those of tensor lists): torch's differentiable inputs, the only ones
+    that make its results require grad (``y.view_as(x)`` does not, with only ``x`` requiring grad).
+    None for an op declared nondifferentiable; every one for an op without a rule (a composite's
+    in-place form)."""
     found = _GRAD_ARGS.get(op)
     if found is None:
         rule = RULES.get(op.name)
         if op.name in NONDIFFERENTIABLE:
-            found = ()
+            args = ()
         elif rule is None:
-            found = op.tensor_args
+            args = op.tensor_args
         else:
-            found = tuple((i, is_list) for i, is_list in op.tensor_args if op.arg_names[i] in rule.differentiates)
-        _GRAD_ARGS[op] = found
+            args = [(i, is_list) for i, is_list in op.tensor_args if op.arg_names[i] in rule.differentiates]
+        found = _GRAD_ARGS[op] = (tuple(i for i, is_list in args if not is_list),
+                                  tuple(i for i, is_list in args if is_list))
     return found
 
 
@@ -252,13 +254,14 @@ def needs_grad(op, args):
     requires grad."""
     if not is_grad_enabled():
         return False
+    singles, lists = _GRAD_ARGS.get(op) or grad_args(op)
     Tensor = registry.Tensor
-    for i, is_list in grad_args(op):
+    for i in singles:
         t = args[i]
-        if is_list:
-            if t is not None and any(isinstance(x, Tensor) and x._requires_grad for x in t):
-                return True
-        elif t._requires_grad if t.__class__ is Tensor else isinstance(t, Tensor) and t._requires_grad:
+        if t._requires_grad if t.__class__ is Tensor else isinstance(t, Tensor) and t._requires_grad:
+            return True
+    for i in lists:
+        if args[i] is not None and any(isinstance(t, Tensor) and t._requires_grad for t in args[i]):
             return True
     return False
 
@@ -285,7 +288,7 @@ def record(op, args, result, versions=None):
     else:
         inputs = list(_tensor_inputs(op, args))
     # the node's edges: its differentiable inputs alone, as torch's next_functions
-    differentiable = {i for i, _ in grad_args(op)}
+    differentiable = set().union(*grad_args(op))
     grad_inputs = [x for x in inputs if x[0] in differentiable]
     if not any(t._requires_grad for _, _, t in grad_inputs):
         return result  # (a fast path's call, which asked whether any input requires grad)

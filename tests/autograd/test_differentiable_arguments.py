@@ -164,4 +164,4 @@ def test_node_edges_are_the_differentiable_inputs_as_torchs_next_functions(build
 
 def test_nondifferentiable_ops_have_no_differentiable_arguments():
     for name in NONDIFFERENTIABLE & set(registry.OPS):
-        assert grad_args(registry.OPS[name]) == ()
+        assert grad_args(registry.OPS[name]) == ((), ())
