@@ -233,7 +233,7 @@ def grad_args(op):
     """The tensor arguments of ``op`` its rule differentiates (`Rule.differentiates`), as (the schema
     positions of single tensors, those of tensor lists): torch's differentiable inputs, the only ones
     that make its results require grad (``y.view_as(x)`` does not, with only ``x`` requiring grad).
-    None for an op declared nondifferentiable; every one for an op without a rule (a composite's
+    No argument of an op declared nondifferentiable; every one of an op without a rule (a composite's
     in-place form)."""
     found = _GRAD_ARGS.get(op)
     if found is None:
