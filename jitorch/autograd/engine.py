@@ -226,18 +226,44 @@ def _tensor_inputs(op, args):
             yield i, None, v
 
 
+_GRAD_ARGS: dict = {}  # op -> `grad_args(op)`
+
+
+def grad_args(op):
+    """The tensor arguments of ``op`` its rule differentiates (`Rule.differentiates`), as (the schema
+    positions of single tensors, those of tensor lists): torch's differentiable inputs, the only ones
+    that make its results require grad (``y.view_as(x)`` does not, with only ``x`` requiring grad).
+    No argument of an op declared nondifferentiable; every one of an op without a rule (a composite's
+    in-place form)."""
+    found = _GRAD_ARGS.get(op)
+    if found is None:
+        rule = RULES.get(op.name)
+        if op.name in NONDIFFERENTIABLE:
+            args = ()
+        elif rule is None:
+            args = op.tensor_args
+        else:
+            args = [(i, is_list) for i, is_list in op.tensor_args if op.arg_names[i] in rule.differentiates]
+        found = _GRAD_ARGS[op] = (tuple(i for i, is_list in args if not is_list),
+                                  tuple(i for i, is_list in args if is_list))
+    return found
+
+
 def needs_grad(op, args):
-    """Whether a call records a node: grad mode on and some tensor argument requires grad."""
+    """Whether a call records a node: grad mode on and some differentiable tensor argument (`grad_args`)
+    requires grad."""
     if not is_grad_enabled():
         return False
-    if op.tensor_positions is not None:
-        Tensor = registry.Tensor
-        for i in op.tensor_positions:
-            t = args[i]
-            if t._requires_grad if t.__class__ is Tensor else isinstance(t, Tensor) and t._requires_grad:
-                return True
-        return False
-    return any(t._requires_grad for _, _, t in _tensor_inputs(op, args))
+    singles, lists = _GRAD_ARGS.get(op) or grad_args(op)
+    Tensor = registry.Tensor
+    for i in singles:
+        t = args[i]
+        if t._requires_grad if t.__class__ is Tensor else isinstance(t, Tensor) and t._requires_grad:
+            return True
+    for i in lists:
+        if args[i] is not None and any(isinstance(t, Tensor) and t._requires_grad for t in args[i]):
+            return True
+    return False
 
 
 def record(op, args, result, versions=None):
@@ -261,11 +287,16 @@ def record(op, args, result, versions=None):
         inputs = [(i, None, args[i]) for i in positions if isinstance(args[i], Tensor)]
     else:
         inputs = list(_tensor_inputs(op, args))
+    # the node's edges: its differentiable inputs alone, as torch's next_functions
+    differentiable = set().union(*grad_args(op))
+    grad_inputs = [x for x in inputs if x[0] in differentiable]
+    if not any(t._requires_grad for _, _, t in grad_inputs):
+        return result  # (a fast path's call, which asked whether any input requires grad)
     # An in-place op's inputs are read as they were before its write (``x.add_(x.squeeze())``: the view's
     # history is that of x before the write, and stays stale after it)
     edges = tuple([(gradient_edge(t, versions.get(id(t)) if versions else None), getattr(t, "_output_nr", 0))
-                   if t._requires_grad else (None, 0) for _, _, t in inputs])
-    specs = tuple([(i, j, t._shape, t.dtype) for i, j, t in inputs])
+                   if t._requires_grad else (None, 0) for _, _, t in grad_inputs])
+    specs = tuple([(i, j, t._shape, t.dtype) for i, j, t in grad_inputs])
     args = args if args.__class__ is list else list(args)
     # why a view's history may never be rebased (torch's CreationMeta): the outputs of an op that makes
     # several views (``split``) may not, nor views of a view that may not
@@ -273,7 +304,7 @@ def record(op, args, result, versions=None):
     if op.view is not None:
         meta = MULTI_OUTPUT_VIEW if _multi(result) else args[0].__dict__.get("_creation_meta")
     node = Node(op, args, result, edges, specs)
-    _save(node, inputs, outs, _saves(op, inputs), versions)
+    _save(node, inputs, outs, _saves(op, grad_inputs), versions)
     k = 0
     for o in outs:
         if isinstance(o, Tensor) and o.dtype.is_floating_point:
@@ -393,8 +424,8 @@ def prepare_inplace(op, args, copy=None):
         window = compact_window(base, target)  # where the view is in the base, which need not fill its storage
         if window is None:
             raise RuntimeError("jitorch autograd: an in-place operation through a view that reaches memory outside "
-                               "its base, or of a base whose elements overlap, is not supported; clone() the base "
-                               "first")
+                               "its base, of a base whose elements overlap, or across base dims whose memory order "
+                               "is not their index order, is not supported; clone() the base first")
         base_before = base._history_copy(copy_data=False), window  # as_strided_scatter's rule reads no values
     if op.view is None and reads_old_self(op, args):
         before = copy(target) if copy is not None else target._history_copy()

@@ -5,6 +5,11 @@ A rule says which tensors its formulas read (``reads``): an argument name, or
 only those, as torch's derivatives.yaml saves only what a formula names, and
 checks only their version counters before the rule runs; of the other tensor
 arguments a node keeps their geometry (`Unsaved`).
+
+A rule also says which arguments it differentiates (`differentiates`): torch's
+differentiable inputs, those derivatives.yaml gives a formula (``expand_as``'s
+``self``, not ``other``; ``index_put``'s ``self`` and ``values``, not ``indices``).
+Only these make an op's results require grad, and only these are edges of its node.
 """
 
 from __future__ import annotations
@@ -27,6 +32,11 @@ class Rule:
         saves = getattr(self.backward, "saves", EVERYTHING)
         return saves(needed) if callable(saves) else saves
 
+    @property
+    def differentiates(self):
+        """The names of the arguments the rule gives gradients for (a frozenset)."""
+        return self.backward.differentiates
+
 
 def reads(names, formula):
     """``formula`` (a rule, or a per-argument formula of `common.per_input`), declared to read the
@@ -38,10 +48,20 @@ def reads(names, formula):
     return formula
 
 
+def differentiates(names, rule):
+    """``rule``, declared to give gradients for the arguments ``names`` ("self", "self src") and no others."""
+    rule.differentiates = frozenset(names.split())
+    return rule
+
+
 def defgrad(name, backward):
-    """Declare the backward formula of op ``name`` (its full name, e.g. ``max.dim``)."""
+    """Declare the backward formula of op ``name`` (its full name, e.g. ``max.dim``), which says which
+    arguments it differentiates (`differentiates`; `common.per_input` rules say so by their formulas)."""
     if name in RULES:
         raise ValueError(f"derivative of {name} declared twice")
+    if not isinstance(getattr(backward, "differentiates", None), frozenset):
+        raise ValueError(f"the derivative of {name} does not say which arguments it differentiates "
+                         "(jitorch.autograd.rule.differentiates)")
     RULES[name] = Rule(name, backward)
     return backward
 

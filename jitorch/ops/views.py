@@ -406,6 +406,23 @@ def _coordinates(dims, ndim, location):
     return index if location == 0 else None
 
 
+def _merged(shape, strides):
+    """The dims of more than one element of a tensor, each run of dims adjacent both in its index order and in
+    memory (an outer stride that is the inner size times the inner stride) merged into one: the same elements
+    in the same order, so its contiguous layout is the same too."""
+    sizes, steps = [], []
+    for n, s in zip(shape, strides):
+        if n == 1:
+            continue
+        if steps and steps[-1] == n * s:
+            sizes[-1] *= n
+            steps[-1] = s
+        else:
+            sizes.append(n)
+            steps.append(s)
+    return tuple(sizes), tuple(steps)
+
+
 def compact_window(base, view):
     """``view``'s elements as ``(strides, offset)`` of an ``as_strided`` of ``base`` laid out contiguously
     (the compact layout `as_strided_scatter` reads): each view element is the base element at its memory
@@ -414,17 +431,19 @@ def compact_window(base, view):
     shape = tuple(view.shape)
     if prod(shape) == 0:
         return (0,) * len(shape), 0
-    dims = sorted(((s, n, d) for d, (n, s) in enumerate(zip(base.shape, base._stride)) if n > 1), reverse=True)
+    # (merged, a view dim that runs across base dims, as a flatten of the base, walks along one)
+    base_shape, base_strides = _merged(base.shape, base._stride)
+    dims = sorted(((s, n, d) for d, (n, s) in enumerate(zip(base_shape, base_strides))), reverse=True)
     reach = 0
     for stride, size, _ in reversed(dims):  # the innermost first: each stride must step over what is inside
         if stride <= reach:
             return None
         reach += (size - 1) * stride
-    ndim, start = len(base.shape), view._offset - base._offset
+    ndim, start = len(base_shape), view._offset - base._offset
     first = _coordinates(dims, ndim, start)
     if first is None:
         return None
-    unit = contiguous_strides(tuple(base.shape))
+    unit = contiguous_strides(base_shape)
     low, high, strides = list(first), list(first), []
     for n, t in zip(shape, view._stride):
         step = _coordinates(dims, ndim, start + t) if n > 1 else first
@@ -435,7 +454,7 @@ def compact_window(base, view):
             low[d] += min(0, (n - 1) * k)
             high[d] += max(0, (n - 1) * k)
         strides.append(sum(k * u for k, u in zip(delta, unit)))
-    if min(strides, default=0) < 0 or any(a < 0 or b >= n for a, b, n in zip(low, high, base.shape)):
+    if min(strides, default=0) < 0 or any(a < 0 or b >= n for a, b, n in zip(low, high, base_shape)):
         return None
     return tuple(strides), sum(c * u for c, u in zip(first, unit))
 

@@ -6,7 +6,7 @@ from ...ops import functions as jt
 from jitorch.ops import registry
 from jitorch.ops.meta import reduction_dims
 
-from ..rule import EVERYTHING, Unsaved, defgrad, reads
+from ..rule import EVERYTHING, Unsaved, defgrad, differentiates, reads
 
 
 def declare(names, rule):
@@ -39,7 +39,7 @@ def per_input(**formulas):
                 names |= reads
         return names
     backward.saves = saves
-    return backward
+    return differentiates(" ".join(formulas), backward)
 
 
 def zeros(shape, like):

@@ -13,7 +13,7 @@ from __future__ import annotations
 from jitorch.ops import functions
 from jitorch.ops.views import contiguous_format
 from jitorch.runtime import dtypes as _dt
-from jitorch.autograd.rule import defgrad, nondifferentiable, reads
+from jitorch.autograd.rule import defgrad, differentiates, nondifferentiable, reads
 from jitorch.autograd.rules.common import per_input, wanted
 from jitorch.ops.linalg import _LETTERS, _einsum_plan
 from jitorch.ops.registry import OPS
@@ -104,7 +104,7 @@ def _span(size, stride, offset):
 def _self(fn, names=""):
     """The rule of an op with one differentiable argument, ``self``: ``fn(g, a)``, which reads the
     tensors ``names`` (by default none: only ``self``'s geometry)."""
-    return reads(names, lambda g, a, out: {"self": fn(g, a)})
+    return differentiates("self", reads(names, lambda g, a, out: {"self": fn(g, a)}))
 
 
 def _each_wanted(tensors, fn):
@@ -245,17 +245,17 @@ def _selected(keepdim_arg=None):
     return rule
 
 
-_declare("cat concat concatenate", reads("", _cat))
-_declare("stack", reads("", lambda g, a, out: {
-    "tensors": _each_wanted(a.tensors, lambda k: g.select(wrap_dim(a.dim, g.ndim), k))}))
+_declare("cat concat concatenate", differentiates("tensors", reads("", _cat)))
+_declare("stack", differentiates("tensors", reads("", lambda g, a, out: {
+    "tensors": _each_wanted(a.tensors, lambda k: g.select(wrap_dim(a.dim, g.ndim), k))})))
 defgrad("flip", _self(lambda g, a: g.flip(a.dims)))
 defgrad("roll", _self(lambda g, a: g.roll([-s for s in a.shifts], a.dims)))
 defgrad("repeat", _self(_repeat))
 defgrad("repeat_interleave", _self(_repeat_interleave))
 defgrad("tril", _self(lambda g, a: g.tril(a.diagonal)))
 defgrad("triu", _self(lambda g, a: g.triu(a.diagonal)))
-_declare("sort topk", reads("result1", _selected()))
-defgrad("kthvalue", reads("result1", _selected("keepdim")))
+_declare("sort topk", differentiates("self", reads("result1", _selected())))
+defgrad("kthvalue", differentiates("self", reads("result1", _selected("keepdim"))))
 
 
 # Products --------------------------------------------------------------------------------
@@ -356,7 +356,7 @@ defgrad("baddbmm", per_input(
     self=reads("", lambda g, a, out: sum_to(_scaled(g, a.beta), a.self.shape)),
     batch1=reads("batch2", lambda g, a, out: _scaled(g.bmm(a.batch2.transpose(1, 2)), a.alpha)),
     batch2=reads("batch1", lambda g, a, out: _scaled(a.batch1.transpose(1, 2).bmm(g), a.alpha))))
-defgrad("einsum", reads("tensors", _einsum))
+defgrad("einsum", differentiates("tensors", reads("tensors", _einsum)))
 
 
 # Indexing --------------------------------------------------------------------------------
@@ -441,8 +441,8 @@ defgrad("gather", _self(lambda g, a: g.new_zeros(a.self.shape).scatter_add(a.dim
 defgrad("scatter", per_input(self=reads("index", _scattered), src=reads("index", _gathered)))
 defgrad("scatter.value", per_input(self=reads("index", _scattered)))
 defgrad("scatter_add", per_input(self=reads("", _unchanged), src=reads("index", _gathered)))
-defgrad("scatter_reduce", reads("self index src result", lambda g, a, out: _scatter_reduced(
-    g, a.self, a.dim, a.index, a.src, a.reduce, a.include_self, out)))
+defgrad("scatter_reduce", differentiates("self src", reads("self index src result", lambda g, a, out: (
+    _scatter_reduced(g, a.self, a.dim, a.index, a.src, a.reduce, a.include_self, out)))))
 defgrad("index_select", _self(lambda g, a: g.new_zeros(a.self.shape).index_add(a.dim, a.index, g), "index"))
 defgrad("index_add", per_input(
     self=reads("", _unchanged),
@@ -456,7 +456,7 @@ _declare("index_fill index_fill.Tensor", per_input(
 _declare("masked_fill masked_fill.Tensor", per_input(
     self=reads("mask", lambda g, a, out: sum_to(g.masked_fill(a.mask, 0), a.self.shape)),
     value=reads("mask", lambda g, a, out: g.masked_fill(a.mask.logical_not(), 0).sum())))
-defgrad("masked_select", reads("mask", _masked_select))
+defgrad("masked_select", differentiates("self", reads("mask", _masked_select)))
 defgrad("take", _self(lambda g, a: g.new_zeros(a.self.shape).put(a.index, g, True), "index"))
 defgrad("put", per_input(
     self=reads("index", lambda g, a, out: g if a.accumulate else g.put(a.index, _zeros_as(a.source), False)),
