@@ -21,51 +21,10 @@ from __future__ import annotations
 import contextlib
 import re
 import warnings
-from dataclasses import dataclass
 
 from ..ops import registry
-from ..runtime import dtypes as _dt
-from ..runtime.device import device as _device_cls
-
-DTYPE_CODES = {
-    "bool": "bool", "uint8": "u8", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
-    "float16": "f16", "bfloat16": "bf16", "float32": "f32", "float64": "f64",
-}
-CODE_DTYPES = {code: getattr(_dt, name) for name, code in DTYPE_CODES.items()}
-
-
-@dataclass(frozen=True)
-class TensorType:
-    """The type of a value: shape, dtype and device (``f32[64, 128]``, ``i64[]@cuda:0``)."""
-
-    shape: tuple
-    dtype: _dt.dtype
-    device: _device_cls
-
-    @property
-    def ndim(self):
-        return len(self.shape)
-
-    def __str__(self):
-        text = f"{DTYPE_CODES[self.dtype.name]}[{', '.join(str(n) for n in self.shape)}]"
-        return text if self.device.type == "cpu" else f"{text}@{self.device}"
-
-
-class Value:
-    """One SSA value: defined once (by an input, a constant or a node output)."""
-
-    __slots__ = ("name", "type", "node", "index", "requires_grad")
-
-    def __init__(self, name, type, node=None, index=0, requires_grad=False):
-        self.name = name
-        self.type = type
-        self.node = node      # the defining Node, or None for inputs and constants
-        self.index = index    # which output of ``node``
-        self.requires_grad = requires_grad
-
-    def __repr__(self):
-        return f"%{self.name}"
-
+from .printer import print_graph
+from .values import CODE_DTYPES, DTYPE_CODES, TensorType, Value  # noqa: F401  (the IR's names, used here too)
 
 class Node:
     """One op application: ``outputs = op(*args)`` with args in schema order."""
@@ -210,14 +169,12 @@ class Graph:
             yield from node.outputs
 
     def __str__(self):
-        from .printer import print_graph
         return print_graph(self)
 
     def __repr__(self):
         return f"<Graph {len(self.inputs)} inputs, {len(self.nodes)} nodes>"
 
     def __eq__(self, other):
-        from .printer import print_graph
         return isinstance(other, Graph) and print_graph(self, canonical=True) == print_graph(other, canonical=True)
 
     __hash__ = None

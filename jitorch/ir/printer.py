@@ -22,7 +22,7 @@ from ..ops.random_ops import Generator
 from ..ops.views import memory_format
 from ..runtime import dtypes as _dt
 from ..runtime.device import device as _device_cls
-from .graph import DTYPE_CODES, Value
+from .values import DTYPE_CODES, Value
 
 
 def op_counts(nodes) -> str:

@@ -17,7 +17,7 @@ import numpy as np
 from ..runtime import dtypes as _dt
 from ..runtime.casts import convert
 from ..runtime.device import to_device
-from ..runtime.strided import broadcast_shapes, numel_overflows
+from ..runtime.strided import broadcast_shapes, dense_strides, numel_overflows
 from . import registry
 from .registry import TensorSpec, defop, preserved_strides, scalar_name
 
@@ -338,7 +338,6 @@ def dense_like(x, dtype, value=None):
     """A fresh array shaped like array ``x`` (``value`` everywhere, or uninitialised), laid out as torch's
     preserve_format: dense strides in the order of ``x``'s (infer_dense_strides; NumPy's order "K" differs
     for expanded inputs)."""
-    from .views import dense_strides
     n = int(np.prod(x.shape, dtype=np.int64))
     flat = np.empty(n, dtype) if value is None else np.full(n, value, dtype)
     item = flat.itemsize

@@ -37,8 +37,8 @@ from ..runtime import fp_errors
 from ..runtime.casts import convert
 from ..runtime.device import to_device
 from ..runtime.storage import Storage  # noqa: F401  (used by fast paths)
-from ..runtime.strided import (INT64_MAX, INT64_MIN, check_numel, contiguous_strides, is_contiguous,
-                               memory_order_strides)
+from ..runtime.strided import (INT64_MAX, INT64_MIN, check_numel, contiguous_strides, dense_strides,
+                               is_contiguous, memory_order_strides)
 from .overlap import check_write_overlap
 from .schema import parse_schema
 
@@ -790,7 +790,6 @@ def out_strides(op, args, shape):
     ``infer_dense_strides``), on every device; other ops' are contiguous."""
     shape = tuple(shape)
     if op.kind in ("pointwise", "sort"):
-        from .views import dense_strides  # (the same layer: views defines its ops through this module)
         for t in _tensors_of(op, args):
             if tuple(t._shape) == shape:
                 return dense_strides(shape, t._stride)

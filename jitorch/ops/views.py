@@ -13,9 +13,9 @@ from math import prod
 import numpy as np
 
 from ..runtime.casts import copy_into
-from ..runtime.strided import (broadcast_shapes, check_numel, contiguous_strides, infer_size, is_contiguous,
-                               is_non_overlapping_and_dense, list_str, may_overlap, memory_order_strides, view_strides, wrap_dim,
-                               wrap_dims)
+from ..runtime.strided import (broadcast_shapes, check_numel, contiguous_strides, dense_strides, infer_size,
+                               is_contiguous, is_non_overlapping_and_dense, list_str, may_overlap,
+                               view_strides, wrap_dim, wrap_dims)
 from .registry import TensorSpec, defop, scalar_name
 
 
@@ -460,12 +460,6 @@ def compact_window(base, view):
 
 
 # Copies ---------------------------------------------------------------------------
-
-def dense_strides(shape, strides):
-    """Dense strides keeping the order of ``strides`` (torch's infer_dense_strides): see
-    `memory_order_strides`."""
-    return memory_order_strides(shape, [(shape, strides)])
-
 
 def _clone_strides(spec, x, fmt):
     """``clone``'s layout rule: a dense layout's own strides, or `registry.preserved_strides`; contiguous when asked."""

@@ -233,3 +233,9 @@ def memory_order_strides(shape, operands):
         out[d] = acc
         acc *= max(shape[d], 1)
     return tuple(out)
+
+
+def dense_strides(shape, strides):
+    """Dense strides keeping the order of ``strides`` (torch's infer_dense_strides): see
+    `memory_order_strides`."""
+    return memory_order_strides(shape, [(shape, strides)])
