@@ -618,7 +618,7 @@ def preserved_strides(spec, x, *rest):
     order of ``x``'s (infer_dense_strides); None (contiguous) for a contiguous ``x``."""
     if is_contiguous(x._shape, x._stride):
         return None
-    return memory_order_strides(x._shape, [(x._shape, x._stride)])
+    return dense_strides(x._shape, x._stride)
 
 
 def laid_out(t, strides):
