@@ -40,6 +40,3 @@ def fake_args(args):
         return a
     return [one(a) for a in args]
 
-
-def is_fake(t):
-    return isinstance(t, Tensor) and t._storage.data is None and t.device.type != "meta" and not t._storage.on_device

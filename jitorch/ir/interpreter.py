@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from ..runtime.grad_mode import no_grad
 from ..ops import registry
-from ..ops.views import contiguous_format
+from ..ops.views import compact
 from ..runtime.strided import view_strides
 from ..tensor import Tensor
 from ..runtime.pytree import tree_map
@@ -64,13 +64,6 @@ def _checked(what, v, t):
     return t
 
 
-def _compact(t):
-    """``t`` if it is compact, else a compact copy."""
-    if t.is_contiguous() and t.storage_offset() == 0 and len(t.untyped_storage()) == t.numel():
-        return t
-    return t.clone(memory_format=contiguous_format)
-
-
 # Ops that address the storage of the compact layout of their tensor arguments.
 STORAGE_ADDRESSING = frozenset(("as_strided", "as_strided_scatter", "_as_strided_add"))
 # Ops that reshape ``self`` without a copy, which strides that cannot express the new shape refuse.
@@ -82,10 +75,10 @@ def _arguments(node, env):
     op reads the compact layout (see the module docstring)."""
     op = node.op
     if op.name in STORAGE_ADDRESSING:
-        read = _compact
+        read = compact
     elif op.name in RESHAPING_VIEWS:
         shape = node.outputs[0].type.shape
-        read = lambda t: t if view_strides(t.shape, t._stride, shape) is not None else _compact(t)  # noqa: E731
+        read = lambda t: t if view_strides(t.shape, t._stride, shape) is not None else compact(t)  # noqa: E731
     else:
         read = None
 

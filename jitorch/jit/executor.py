@@ -47,6 +47,7 @@ from ..runtime import logs
 from .results import eager_layouts, refresh_captured_state, returned_view, set_grads, write_back
 from ..ops import registry
 from ..ops.registry import laid_out
+from ..ops.views import compact
 from ..runtime import allocator
 from ..runtime import dtypes as _dt
 from ..runtime.casts import convert
@@ -58,13 +59,6 @@ from ..codegen import cpu, mathlib  # noqa: F401  (mathlib: loaded with the back
 from ..codegen.kernel import CompileError, build, composes, is_row_softmax
 from ..codegen.straightline import Source
 from ..codegen.lowering import kind_of
-
-
-def _compact(t):
-    """A tensor with ``t``'s values that fills its own storage contiguously (``t`` if it does)."""
-    if t._offset == 0 and t._storage.size == t.numel() and t.is_contiguous():
-        return t
-    return t.contiguous() if not t.is_contiguous() else t.clone()
 
 
 def _address(arr):
@@ -286,12 +280,12 @@ def _strides(value, layouts):
     return layouts.get(value) or contiguous_strides(value.type.shape)
 
 
-def _substitute(arg, env, compact):
+def _substitute(arg, env, compacted):
     if isinstance(arg, Value):
         t = env[arg]
-        return _compact(t) if compact else t
+        return compact(t) if compacted else t
     if isinstance(arg, (list, tuple)) and any(isinstance(a, Value) for a in arg):
-        return type(arg)(_substitute(a, env, compact) for a in arg)
+        return type(arg)(_substitute(a, env, compacted) for a in arg)
     return arg
 
 
@@ -622,7 +616,7 @@ class CompiledGraph:
         g = self.graph
         src = Source()
         src.namespace.update(_np_empty=np.empty, _pool_empty=allocator.empty, _track=allocator.track,
-                             _make=Tensor._make, _Storage=Storage, _address=_address, _compact=_compact,
+                             _make=Tensor._make, _Storage=Storage, _address=_address, _compact=compact,
                              _fresh=_fresh, _no_grad=no_grad, _refresh=refresh_captured_state,
                              _arenas=self._arenas, _Arena=Arena, _plan=self.plan, _steps=self.steps,
                              _graph=g, _constants=g.constant_tensors, _unshared=self._unshared,

@@ -461,6 +461,14 @@ def compact_window(base, view):
 
 # Copies ---------------------------------------------------------------------------
 
+def compact(t):
+    """``t`` if its elements fill its own storage contiguously from offset 0, else such a copy: the layout
+    of the IR's values (``as_strided`` on a graph value addresses it)."""
+    if t._offset == 0 and t._storage.size == t.numel() and t.is_contiguous():
+        return t
+    return t.clone(memory_format=contiguous_format)
+
+
 def _clone_strides(spec, x, fmt):
     """``clone``'s layout rule: a dense layout's own strides, or `registry.preserved_strides`; contiguous when asked."""
     if fmt is contiguous_format or is_contiguous(x._shape, x._stride):

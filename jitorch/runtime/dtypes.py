@@ -69,15 +69,9 @@ float64 = dtype("float64", np.float64, "f", 9)
 
 ALL = (bool, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64)
 INTEGRAL = (uint8, int8, int16, int32, int64)
-FLOATING = (float16, bfloat16, float32, float64)
 _NAMES = {d.name: d for d in ALL}
 _FROM_NP = {d.np: d for d in ALL}
 
-# torch's aliases, exported from the jitorch namespace.
-ALIASES = {
-    "float": float32, "double": float64, "half": float16, "long": int64,
-    "int": int32, "short": int16,
-}
 
 
 def _promote_pair(a, b):
@@ -124,12 +118,6 @@ def set_default_dtype(d: dtype) -> None:
         raise TypeError(f"only floating-point types are supported as the default type, got {d}")
     _default_dtype = d
     _scalar_cache.clear()
-
-
-def _category(d):
-    if d is None:
-        return -1
-    return {"b": 0, "u": 1, "i": 1, "f": 2}[d.kind]
 
 
 def _combine(higher, lower):

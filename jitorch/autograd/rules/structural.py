@@ -11,7 +11,7 @@ overlapping ``as_strided``) accumulate it with ``index_add`` instead.
 from __future__ import annotations
 
 from jitorch.ops import functions
-from jitorch.ops.views import contiguous_format
+from jitorch.ops.views import compact
 from jitorch.runtime import dtypes as _dt
 from jitorch.autograd.rule import defgrad, differentiates, nondifferentiable, reads
 from jitorch.autograd.rules.common import per_input, wanted
@@ -65,14 +65,7 @@ def _accumulate_view(g, shape, view):
 def _add_into_storage(flat, g, size, stride, offset):
     """``flat`` with ``g`` added at the elements of the geometry (every share of an element reached
     several times)."""
-    return OPS["_as_strided_add"](flat, _compact(g), size, stride, offset)
-
-
-def _compact(t):
-    """``t`` contiguous at offset 0, as ``as_strided`` on a graph value expects it."""
-    if t.is_contiguous() and t.storage_offset() == 0:
-        return t
-    return t.clone(memory_format=contiguous_format)
+    return OPS["_as_strided_add"](flat, compact(g), size, stride, offset)
 
 
 def _zeros_as(t):
@@ -188,7 +181,7 @@ defgrad("unfold", _self(_unfold))
 defgrad("as_strided", _self(_as_strided))
 def _strided_part(g, a, out):
     """The gradient of what ``as_strided(size, stride, storage_offset)`` addressed."""
-    return _compact(g).as_strided(a.size, a.stride, a.storage_offset or 0)
+    return compact(g).as_strided(a.size, a.stride, a.storage_offset or 0)
 
 
 defgrad("_as_strided_add", per_input(self=reads("", lambda g, a, out: g), src=reads("", _strided_part)))
