@@ -694,7 +694,7 @@ def _device_of(graph):
 def _backend(device):
     """(kernel builder target, kernel compiler, step class) of a device type."""
     if str(device).startswith("cuda"):
-        from ..runtime.cuda_graph import CudaKernelStep
+        from ..backends.cuda.graph_step import CudaKernelStep
         from .nvptx import NVPTX, compile_kernel
         return NVPTX, compile_kernel, CudaKernelStep
     return None, cpu.compile_kernel, KernelStep

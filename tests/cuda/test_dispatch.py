@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import jitorch as jt
-from jitorch.runtime import cuda_ops, cuda_tensor
+from jitorch.backends.cuda import copies, generated, products
 from tests.cuda.test_ptx import assert_assembles
 
 
@@ -28,13 +28,13 @@ def test_a_pointwise_op_launches_its_one_op_kernel_on_the_operands(fake):
 def test_kernels_are_cached_per_shape_dtype_and_scalar(fake):
     x, y, d = jt.ones(5, device="cuda"), jt.zeros(5, device="cuda"), jt.ones(5, dtype=jt.float64, device="cuda")
     x * 2.0
-    size = len(cuda_tensor._KERNELS)
+    size = len(generated._KERNELS)
     x * 2.0
     y * 2.0
-    assert len(cuda_tensor._KERNELS) == size
+    assert len(generated._KERNELS) == size
     x * -0.0
     d * 2.0
-    assert len(cuda_tensor._KERNELS) == size + 2
+    assert len(generated._KERNELS) == size + 2
 
 
 def test_a_strided_operand_is_read_in_place_by_the_kernel(fake):
@@ -96,13 +96,13 @@ def test_ops_without_a_kernel_run_on_the_host(fake):
 def test_the_eager_kernels_assemble_for_sm_80_and_sm_90(fake):
     """One-op kernels reading strided views, casts, block reductions and the matmul (the registry's
     contiguous one-op kernels are assembled by test_ptx)."""
-    known = set(cuda_tensor._KERNELS) | set(cuda_ops._MATMULS) | set(cuda_tensor._COPIES)
+    known = set(generated._KERNELS) | set(products._MATMULS) | set(copies._COPIES)
     x = jt.tensor(np.linspace(-2, 2, 24, dtype=np.float32).reshape(4, 6), device="cuda")
     (x.t()[1:] * 3).tanh().sum(0).amax()
     x[:, ::2].to(jt.float16).to(jt.int32) // 2
     x.softmax(-1) @ x.t().contiguous()
-    made = [entry[0] for key, entry in cuda_tensor._KERNELS.items() if key not in known and entry is not None]
-    made += [k for table in (cuda_ops._MATMULS, cuda_tensor._COPIES) for key, k in table.items() if key not in known]
+    made = [entry[0] for key, entry in generated._KERNELS.items() if key not in known and entry is not None]
+    made += [k for table in (products._MATMULS, copies._COPIES) for key, k in table.items() if key not in known]
     assert len(made) >= 8
     assert_assembles(made)
 
