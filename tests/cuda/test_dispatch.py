@@ -12,6 +12,8 @@ import pytest
 
 import jitorch as jt
 from jitorch.backends.cuda import copies, generated, products
+from jitorch.backends.cuda.fake import FakeBackend
+from jitorch.runtime.cuda_backend import use_backend
 from tests.cuda.test_ptx import assert_assembles
 
 
@@ -69,6 +71,32 @@ def test_a_large_full_reduction_combines_its_partial_results_on_the_device(fake)
     mean = x.half().mean()
     assert fake.launches[-1].ops == ["sum", "true_divide", "_to_copy"] and mean.dtype == jt.float16
     np.testing.assert_allclose(mean.item(), values.astype(np.float16).astype(np.float64).mean(), atol=1e-3)
+
+
+SPLIT = [(name, dtype) for name in ("sum", "mean", "prod", "amax", "amin", "max", "min")
+         for dtype in ("float32", "float16", "int32") if not (name == "mean" and dtype == "int32")]
+
+
+@pytest.mark.parametrize("name, dtype", SPLIT)
+def test_split_reductions_combine_their_parts_in_a_kernel_of_the_backend_as_torch(name, dtype):
+    """The parts of a split full reduction are combined by a kernel the backend builds from a graph of its own
+    (it used to call jitorch.compile from the eager path). The graph mode computes the kernels' values (the
+    test above runs a combining kernel's code)."""
+    import torch
+    rng = np.random.default_rng(5)
+    values = (rng.choice([-1, 1], 1 << 18) if name == "prod" else rng.integers(-50, 50, 1 << 18)).astype(dtype)
+    with use_backend(FakeBackend(emulate="graph")) as fake:
+        got = getattr(jt.tensor(values, device="cuda"), name)().cpu()
+    assert fake.launches[-2].grid[0] > 1 and fake.launches[-1].name.startswith(f"jitorch_combine_{name}")
+    want = getattr(torch.tensor(values), name)()
+    assert str(got.dtype).removeprefix("jitorch.") == str(want.dtype).removeprefix("torch.")
+    np.testing.assert_allclose(got.numpy().astype(np.float64), want.numpy().astype(np.float64), rtol=1e-6)
+
+
+def test_every_cuda_implementation_is_of_a_registered_op():
+    from jitorch.backends.cuda import dispatch, factories
+    from jitorch.ops.registry import OPS
+    assert set(dispatch.IMPLEMENTATIONS) | factories.FACTORIES <= set(OPS)
 
 
 def test_matmul_uses_the_tiled_kernel_with_batch_broadcasting(fake):

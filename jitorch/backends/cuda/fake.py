@@ -32,6 +32,7 @@ from ...ops import registry
 from ...runtime.casts import convert
 from ...runtime.cuda_allocator import CachingAllocator
 from ...runtime.cuda_errors import error_code
+from ...runtime.device import CPU
 from ...tensor import Tensor
 from . import emulator
 
@@ -241,7 +242,9 @@ def _graph_kernel(memory, kernel, pointers):
     def value(v):
         if v not in env:
             node = v.node
-            args = [_substitute(a, value) for a in node.args]
+            # the host computes what the kernel would: a device argument (a cast's ``_to_copy``) is the host's
+            args = [CPU if arg.type == "Device" and a is not None else _substitute(a, value)
+                    for a, arg in zip(node.args, node.op.schema.args)]
             result = registry.execute(node.op, args)
             results = list(result) if isinstance(result, (tuple, list)) else [result]
             for out, r in zip(node.outputs, results):
