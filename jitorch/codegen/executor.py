@@ -695,7 +695,8 @@ def _backend(device):
     """(kernel builder target, kernel compiler, step class) of a device type."""
     if str(device).startswith("cuda"):
         from ..backends.cuda.graph_step import CudaKernelStep
-        from .nvptx import NVPTX, compile_kernel
+        from .nvptx.compile import compile_kernel
+        from .nvptx.target import NVPTX
         return NVPTX, compile_kernel, CudaKernelStep
     return None, cpu.compile_kernel, KernelStep
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 from ...codegen.cache import default_cache
 from ...codegen.errors import CompileError
 from ...codegen.kernel import build, is_row_softmax
-from ...codegen.nvptx import NVPTX, compile_kernel
+from ...codegen.nvptx.compile import compile_kernel
+from ...codegen.nvptx.target import NVPTX
 from ...ir.fake import fake_tensor
 from ...ir.graph import Graph, TensorType, Value
 from ...ir.passes.fusion import fuse
