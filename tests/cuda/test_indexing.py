@@ -48,7 +48,8 @@ def check(fn, *args):
         got = fn(*moved)
         launched = [launch.ops for launch in fake.launches]
         # nothing through the host (the error word's first use queues its two zeros up)
-        assert all(kind == "dtod" or kind == "htod" and non_blocking and n == 16 for kind, n, non_blocking in fake.copies)
+        assert all(kind == "dtod" or kind == "htod" and non_blocking and n == 16
+                   for kind, n, non_blocking in fake.copies)
         result = got.cpu()
     want = fn(*args)
     assert launched[-1] in ([fn.__name__.replace("_value", ".value")], [fn.__name__ + "_accumulate"])
