@@ -171,8 +171,8 @@ class Tensor:
     def _write(self, value):
         """Copy a tensor or array into this tensor's elements, casting; bumps the version."""
         if self._storage.on_device:
-            from .runtime.cuda_tensor import write
-            write(self, value)
+            from .runtime.device import DEVICE_BACKENDS
+            DEVICE_BACKENDS[self.device.type].write(self, value)
         elif self._storage.data is not None:  # a meta tensor has no elements to write
             src = value._host_array() if isinstance(value, Tensor) else value
             copy_into(self._array(), src)
@@ -182,7 +182,7 @@ class Tensor:
         """The elements as a NumPy array: the view itself on CPU, a host copy of a CUDA tensor's
         (which waits for the work queued on the device)."""
         if self._storage.on_device:
-            from .runtime.cuda_tensor import download
+            from .runtime.cuda_memory import download
             return download(self)
         return self._array()
 
@@ -358,8 +358,8 @@ class Tensor:
         if not copy_data:
             t = Tensor._view_of(self, self._shape, self._stride, self._offset)
         elif self._storage.on_device:
-            from .runtime.cuda_tensor import copy_values
-            t = copy_values(self)
+            from .runtime.device import DEVICE_BACKENDS
+            t = DEVICE_BACKENDS[self.device.type].copy_values(self)
         else:
             t = Tensor._from_array(self._array().copy(), self.dtype)
         t.grad_fn = self.grad_fn
@@ -495,13 +495,13 @@ class Tensor:
         dtype = self.dtype if dtype is None else _dt.to_dtype(dtype)
         device = self.device if device is None else to_device(device)
         if device.type == "cuda":
-            from .runtime.cuda_tensor import canonical
+            from .runtime.cuda_memory import canonical
             device = canonical(device)  # "cuda" is the current device, cuda:0
         if dtype is self.dtype and device == self.device and not copy:
             return self
         from .ops import registry
         if non_blocking and device != self.device:
-            from .runtime.cuda_tensor import non_blocking as queued
+            from .runtime.cuda_memory import non_blocking as queued
             with queued():
                 return registry.FUNCTIONS["_to_copy"](self, dtype=dtype, device=device)
         return registry.FUNCTIONS["_to_copy"](self, dtype=dtype, device=device)

@@ -10,7 +10,6 @@ CUDA is unavailable.
 from __future__ import annotations
 
 import contextlib
-import threading
 
 
 class _LazyDriver:
@@ -22,7 +21,6 @@ class _LazyDriver:
 
 
 _driver = _LazyDriver()
-_local = threading.local()
 
 
 def _backend():
@@ -50,7 +48,7 @@ def emulated(devices=1):
     ...     y = jitorch.ones(3, device="cuda").cumsum(0).cpu()
     """
     from ..runtime.cuda_backend import use_backend
-    from ..runtime.cuda_fake import FakeBackend
+    from ..backends.cuda.fake import FakeBackend
     with use_backend(FakeBackend(devices)):
         yield
 
@@ -125,9 +123,8 @@ def _done(result):
 
 
 def _stack():
-    if not hasattr(_local, "streams"):
-        _local.streams = []
-    return _local.streams
+    from ..runtime.cuda_backend import streams
+    return streams()
 
 
 def default_stream(device=None) -> Stream:

@@ -4,7 +4,7 @@ Always: every kernel kind the CUDA backend generates (pointwise, fused chains,
 reductions over each dim and full, softmax, matmul) is assembled by ptxas for
 sm_80 and sm_90. Without a GPU (or with ``--emulate``), the kernel and tensor
 checks below run on a fake device whose launches execute the kernels' own
-code on the host (`jitorch.codegen.nvptx.emulator`). With a GPU: the allocator on the real driver, streams
+code on the host (`jitorch.backends.cuda.emulator`). With a GPU: the allocator on the real driver, streams
 and events, compiled kernels run on device buffers against the CPU results,
 CUDA tensors (transfers, writes, memory returned to the pool), every registry
 op on CUDA tensors against the CPU (with the sample inputs of the test suite,
@@ -228,9 +228,9 @@ def main(argv=None):
         rows += _run_checks((("allocator (driver)", check_allocator),) + tensor_checks +
                             (("streams, events, bandwidth", check_streams_and_bandwidth),))
     else:
-        from ..codegen.nvptx import emulator
+        from ..backends.cuda import emulator
+        from ..backends.cuda.fake import FakeBackend
         from ..runtime.cuda_backend import use_backend
-        from ..runtime.cuda_fake import FakeBackend
         if not emulator.available():
             print("no CUDA GPU and no kernel emulator on this host: running the checks that need neither")
         else:

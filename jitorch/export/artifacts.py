@@ -67,7 +67,7 @@ TARGETS = {"cpu": (host_target, _cpu_artifact, "o"), "cuda": (cuda_target, _cuda
 
 def kernel_target(kernel):
     """The target kind a compiled kernel was built for."""
-    from ..codegen.nvptx import PtxKernel
+    from ..codegen.nvptx.compile import PtxKernel
     return "cuda" if isinstance(kernel, PtxKernel) else "cpu"
 
 

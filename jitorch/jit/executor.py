@@ -688,8 +688,9 @@ def _device_of(graph):
 def _backend(device):
     """(kernel builder target, kernel compiler, step class) of a device type."""
     if str(device).startswith("cuda"):
-        from ..runtime.cuda_graph import CudaKernelStep
-        from ..codegen.nvptx import NVPTX, compile_kernel
+        from ..backends.cuda.graph_step import CudaKernelStep
+        from ..codegen.nvptx.compile import compile_kernel
+        from ..codegen.nvptx.target import NVPTX
         return NVPTX, compile_kernel, CudaKernelStep
     return None, cpu.compile_kernel, KernelStep
 

@@ -253,8 +253,9 @@ def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=Fal
     elif device.type == "cpu":
         t = registry.Tensor._from_array(arr, dtype)
     else:
-        from ..runtime.cuda_tensor import upload
-        t = upload(arr, dtype, device)
+        from ..runtime.cuda_memory import upload
+        t = registry.Tensor._empty(arr.shape, dtype, device)
+        upload(t._storage.data_ptr(), arr, dtype)
     if requires_grad:
         t.requires_grad_(True)
     t._made_from_data()
@@ -362,7 +363,7 @@ for _name, _value, _what in (("zeros", 0, "zeros"), ("ones", 1, "ones"), ("empty
 del _name, _value, _what, _sized_cpu, _like_cpu
 
 
-def _full_value(spec, value):
+def full_value(spec, value):
     """``value`` as one element of the output dtype (floats truncate into integers)."""
     return convert(np.array(value), spec.dtype.np)
 
@@ -375,19 +376,19 @@ def _checked(spec, value):
 
 defop(f"full(int[] size, Scalar fill_value, *, {OPTIONS}) -> Tensor",
       meta=lambda size, v, dtype, device, rg: _checked(sized_spec(size, dtype, device, scalar_dtype_of(v)), v),
-      cpu=lambda spec, size, v, *a: np.full(spec.shape, _full_value(spec, v)), kind="creation",
+      cpu=lambda spec, size, v, *a: np.full(spec.shape, full_value(spec, v)), kind="creation",
       variants=("function",),
       doc="A tensor of the given size filled with ``fill_value``; the dtype follows the value "
           "(bool, int64 or the default float) unless given.")
 defop(f"full_like(Tensor input, Scalar fill_value, *, {OPTIONS}) -> Tensor",
       meta=lambda x, v, dtype, device, rg: _checked(like_spec(x, dtype, device), v),
-      cpu=lambda spec, x, v, *a: dense_like(x, spec.dtype.np, _full_value(spec, v)), kind="creation",
+      cpu=lambda spec, x, v, *a: dense_like(x, spec.dtype.np, full_value(spec, v)), kind="creation",
       layout=preserved_strides,
       variants=("function",), cross_device=True,
       doc="A tensor with the shape (and dtype, device) of ``input`` filled with ``fill_value``.")
 defop(f"new_full(Tensor self, int[] size, Scalar fill_value, *, {OPTIONS}) -> Tensor",
       meta=lambda x, size, v, dtype, device, rg: _checked(_new_spec(x, size, dtype, device), v),
-      cpu=lambda spec, x, size, v, *a: np.full(spec.shape, _full_value(spec, v)), kind="creation",
+      cpu=lambda spec, x, size, v, *a: np.full(spec.shape, full_value(spec, v)), kind="creation",
       variants=("method",), cross_device=True, doc="A tensor of the given size filled with ``fill_value``, with ``self``'s dtype "
                                 "and device unless given.")
 
@@ -403,7 +404,7 @@ def c_num(x):
     return f"{x:g}" if isinstance(x, float) else str(x)
 
 
-def _arange_plan(start, end, step, dtype):
+def arange_plan(start, end, step, dtype):
     """(length, first value, step) of ``arange`` as torch computes them.
 
     The bounds are checked in float64. Integer dtypes count from the start and
@@ -448,14 +449,14 @@ def _arange_meta(start, end, step, dtype, device, rg):
     dtype = dtype or scalar_dtype_of(start, end, step)
     if dtype is _dt.bool:
         raise _not_implemented("arange_cpu", dtype)
-    length = _arange_plan(start, end, step, dtype)[0]
+    length = arange_plan(start, end, step, dtype)[0]
     return TensorSpec((length,), dtype, to_device(device))
 
 
 def _arange_cpu(spec, start, end, step, *rest):
     if end is None:
         start, end = 0, start
-    length, xstart, xstep = _arange_plan(start, end, step, spec.dtype)
+    length, xstart, xstep = arange_plan(start, end, step, spec.dtype)
     if not spec.dtype.is_floating_point:
         return xstart + xstep * np.arange(length, dtype=np.int64)
     return xstart + xstep * np.arange(length, dtype=np.float64)
@@ -554,7 +555,7 @@ def _fill_tensor_meta(x, value):
 
 _FILL_DOC = "A tensor like ``self`` filled with ``value`` (cast to ``self``'s dtype); ``fill_`` writes in place."
 defop("fill.Scalar(Tensor self, Scalar value) -> Tensor", meta=_fill_scalar_meta,
-      cpu=lambda spec, x, v: dense_like(x, spec.dtype.np, _full_value(spec, v)), kind="creation",
+      cpu=lambda spec, x, v: dense_like(x, spec.dtype.np, full_value(spec, v)), kind="creation",
       variants=("function", "inplace"), layout=preserved_strides, doc=_FILL_DOC)
 defop("fill.Tensor(Tensor self, Tensor value) -> Tensor", meta=_fill_tensor_meta,
       cpu=lambda spec, x, v: dense_like(x, spec.dtype.np, convert(v, spec.dtype.np)), kind="creation",

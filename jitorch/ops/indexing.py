@@ -584,7 +584,7 @@ def _scatter_reduce_cpu(spec, x, dim, index, src, reduce, include_self):
         count = np.zeros(out.shape, np.int64) + include_self
         np.add.at(count, coords, 1)
     if not include_self:
-        out[coords] = _reduce_identity(reduce, out.dtype)
+        out[coords] = reduce_identity(reduce, out.dtype)
     _UFUNCS["sum" if reduce == "mean" else reduce].at(out, coords, values)
     if reduce == "mean":
         hit = count > 0
@@ -592,7 +592,9 @@ def _scatter_reduce_cpu(spec, x, dim, index, src, reduce, include_self):
     return out.reshape(spec.shape)
 
 
-def _reduce_identity(reduce, npd):
+def reduce_identity(reduce, npd):
+    """The value scatter_reduce's ``reduce`` starts a slot of NumPy dtype ``npd`` from when ``self`` is not
+    included (its identity; the dtype's extremes for integer amax and amin)."""
     if reduce in ("sum", "mean"):
         return 0
     if reduce == "prod":

@@ -29,7 +29,7 @@ _ALL_FORMS = ("function", "method", "out")
 
 # Dims ---------------------------------------------------------------------
 
-def _axis(x, dim):
+def numpy_axis(x, dim):
     """NumPy's ``axis`` for a dim argument: None when every dim is reduced."""
     dims = reduction_dims(x, dim)
     return dims if dims and x.ndim else None
@@ -170,7 +170,7 @@ def _reduction_kernel(fn, casts_input):
     """``casts_input``: the rule's result dtype is the input's converted one (``sum(x, dtype=)``)."""
     def kernel(spec, x, dim=None, keepdim=False, dtype=None):
         a = _through_dtype(x, spec) if casts_input else x.astype(spec.compute.np, copy=False)
-        return fn(a, axis=_axis(x, dim), keepdims=keepdim)
+        return fn(a, axis=numpy_axis(x, dim), keepdims=keepdim)
     return kernel
 
 
@@ -405,7 +405,7 @@ def _moment_meta(name):
     def meta(x, dim, correction, keepdim):
         if not x.dtype.is_floating_point:
             raise RuntimeError("std and var only support floating point and complex dtypes")
-        n = _count(x.shape, _axis(x, dim))
+        n = _count(x.shape, numpy_axis(x, dim))
         if n - (1 if correction is None else correction) <= 0:
             registry.meta_warn(f"{name}(): degrees of freedom is <= 0. Correction should be strictly less than "
                                "the reduction factor (input numel divided by output numel).")
@@ -417,7 +417,7 @@ def _moment_meta(name):
 def _moment_kernel(root):
     def kernel(spec, x, dim, correction, keepdim):
         a = x.astype(spec.compute.np, copy=False)
-        axis = _axis(x, dim)
+        axis = numpy_axis(x, dim)
         n = _count(a.shape, axis)
         dof = max(n - (1 if correction is None else correction), 0)
         dev = a - np.sum(a, axis=axis, keepdims=True) / n
@@ -552,7 +552,7 @@ def _norm_cpu(spec, x, p, dim, keepdim, dtype):
     order = _norm_order(p, dim)
     if order == "matrix":
         return _nuclear_norm(a, _matrix_dims(x, p, dim), keepdim)
-    return _vector_norm(a, order, _axis(x, dim), keepdim)
+    return _vector_norm(a, order, numpy_axis(x, dim), keepdim)
 
 
 defop("norm(Tensor self, Any p=\"fro\", int[]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor",

@@ -35,7 +35,7 @@ import numpy as np
 from ..runtime import dtypes as _dt
 from ..runtime import fp_errors
 from ..runtime.casts import convert
-from ..runtime.device import to_device
+from ..runtime.device import DEVICE_BACKENDS, to_device
 from ..runtime.storage import Storage  # noqa: F401  (used by fast paths)
 from ..runtime.strided import (INT64_MAX, INT64_MIN, check_numel, contiguous_strides, dense_strides,
                                is_contiguous, memory_order_strides)
@@ -377,7 +377,7 @@ def records_grad():
     return AUTOGRAD is not None and AUTOGRAD.is_grad_enabled()
 
 
-def _tensors_of(op, args):
+def tensors_of(op, args):
     for i, is_list in op.tensor_args:
         v = args[i]
         if v is None:
@@ -394,7 +394,7 @@ def check_same_device(op, args):
     if op.attrs.get("cross_device"):
         return None
     first = None
-    for t in _tensors_of(op, args):
+    for t in tensors_of(op, args):
         d = t.device
         if first is None:
             first = d
@@ -518,13 +518,15 @@ def execute(op, args, spec=None):
         return _make_views(op, args)
     if spec is None:
         spec = op.meta(*args)
-    device = _spec_device(spec)
+    device = spec_device(spec)
     if device.type == "meta":
         return _wrap_meta(op, spec)
-    # CUDA tensors are in device memory: ops on them (or making them, or copying from them) run there
-    if device.type == "cuda" or ((op.cross_device or spec.__class__ is not TensorSpec) and any(
-            t._storage.on_device for t in _tensors_of(op, args))):
-        return _execute_on_device(op, args, spec)
+    # tensors in device memory: ops on them (or making them, or copying from them) run on their device's backend
+    backend = DEVICE_BACKENDS.get(device.type)
+    if backend is None and (op.cross_device or spec.__class__ is not TensorSpec):
+        backend = next((DEVICE_BACKENDS[t.device.type] for t in tensors_of(op, args) if t._storage.on_device), None)
+    if backend is not None:
+        return _execute_on_device(backend, op, args, spec)
     kernel = op.kernels.get(device.type)
     if kernel is None:
         raise NotImplementedError(f"{op.name} has no kernel for device {device}")
@@ -543,27 +545,26 @@ def execute(op, args, spec=None):
         fp_errors.leave(token)
 
 
-def _execute_on_device(op, args, spec):
-    """``op`` where its CUDA tensors live, its new results laid out as on the CPU (`result_strides`, and
-    contiguous for ops without a rule or with several results): its kernel is asked to write them so,
-    and a result a device implementation laid out otherwise is relaid."""
-    from ..runtime import cuda_tensor
+def _execute_on_device(backend, op, args, spec):
+    """``op`` on ``backend``'s device, where its tensors live, its new results laid out as on the CPU
+    (`result_strides`, and contiguous for ops without a rule or with several results): its kernel is asked
+    to write them so, and a result a device implementation laid out otherwise is relaid."""
     single = spec.__class__ is TensorSpec
     strides = result_strides(op, spec, args) if single and None not in spec.shape else None
-    result = cuda_tensor.execute(op, args, spec, strides)
+    result = backend.execute(op, args, spec, strides)
     if single:
         if None in spec.shape:  # a size the data decided: the rule reads the result's
             strides = result_strides(op, TensorSpec(result._shape, result.dtype, result.device), args)
-        return cuda_tensor.laid_out(result, strides)
+        return backend.laid_out(result, strides)
     if isinstance(result, (tuple, list)):
-        relaid = [cuda_tensor.laid_out(r, None) if isinstance(r, Tensor) else r for r in result]
+        relaid = [backend.laid_out(r, None) if isinstance(r, Tensor) else r for r in result]
         if isinstance(result, list):
             return relaid
         return type(result)(*relaid) if hasattr(result, "_fields") else tuple(relaid)
     return result
 
 
-def _spec_device(spec):
+def spec_device(spec):
     if spec.__class__ is TensorSpec:
         return spec.device
     if isinstance(spec, tuple):
@@ -571,7 +572,7 @@ def _spec_device(spec):
             if isinstance(s, TensorSpec):
                 return s.device
         if spec and isinstance(spec[0], tuple):
-            return _spec_device(spec[0])
+            return spec_device(spec[0])
     if isinstance(spec, list) and spec:
         return spec[0].device
     return to_device("cpu")
@@ -790,7 +791,7 @@ def out_strides(op, args, shape):
     ``infer_dense_strides``), on every device; other ops' are contiguous."""
     shape = tuple(shape)
     if op.kind in ("pointwise", "sort"):
-        for t in _tensors_of(op, args):
+        for t in tensors_of(op, args):
             if tuple(t._shape) == shape:
                 return dense_strides(shape, t._stride)
     return contiguous_strides(shape)

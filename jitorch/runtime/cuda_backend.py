@@ -13,8 +13,9 @@ Everything CUDA tensors need from a device goes through a *backend*:
 - ``synchronize()``: wait for the current stream; ``synchronize_device(index)``: for all of a device's work.
 
 `DriverBackend` is the real one (cuda-python, see cuda_driver); tests install a
-`jitorch.runtime.cuda_fake.FakeBackend` (host memory) with `use_backend`, so the
-logic above the interface runs on machines without a GPU.
+`jitorch.backends.cuda.fake.FakeBackend` (host memory) with `use_backend`, so the
+logic above the interface runs on machines without a GPU. A kernel comes to
+``launch`` already built (by jitorch.codegen.nvptx): nothing here generates code.
 """
 
 from __future__ import annotations
@@ -25,6 +26,15 @@ import threading
 from . import cuda_driver
 
 _lock = threading.Lock()
+_local = threading.local()
+
+
+def streams():
+    """This thread's stack of current streams (`jitorch.cuda.stream` pushes and pops them): work is queued on
+    the innermost one, on the default stream when it is empty."""
+    if not hasattr(_local, "streams"):
+        _local.streams = []
+    return _local.streams
 
 
 class DriverBackend:
@@ -56,8 +66,11 @@ class DriverBackend:
         return alloc
 
     def stream(self):
-        from ..cuda import current_stream
-        return current_stream().handle
+        current = streams()
+        if current:
+            return current[-1].handle
+        cuda_driver.require()
+        return 0  # the legacy default stream
 
     def upload(self, address, host, non_blocking=False):
         # always queued on the current stream, so it stays ordered with the kernels there (a synchronous

@@ -18,8 +18,6 @@ from __future__ import annotations
 import ctypes
 import threading
 
-from .cuda_stub import no_cuda
-
 _lock = threading.RLock()
 _state: dict = {}
 _local = threading.local()   # .ctx: the primary context this thread made current
@@ -74,6 +72,15 @@ def require():
     if drv is None:
         no_cuda()
     return drv
+
+
+def no_cuda():
+    """Raise the RuntimeError that says CUDA is unavailable (and why, when the driver says)."""
+    reason = unavailable_reason()
+    raise RuntimeError(
+        "CUDA is not available: jitorch found no CUDA GPU or driver on this machine "
+        f"(jitorch.cuda.is_available() is False{': ' + reason if reason else ''})"
+    )
 
 
 def check(result):

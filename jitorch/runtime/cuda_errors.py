@@ -18,7 +18,7 @@ from . import cuda_backend
 
 OPS = ("gather", "index_select", "scatter_add", "index_add", "index", "take", "scatter", "scatter.value",
        "index_copy", "index_fill", "put", "put_accumulate", "index_put", "index_put_accumulate")
-_words: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # backend -> {device index: CUDA tensor}
+_words: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # backend -> {device index: allocator Block}
 _marked: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # backend -> device indices to read back
 
 
@@ -43,16 +43,14 @@ def message(code, value):
 def word(device):
     """The device address of ``device``'s error word, which the launch about to happen may write: the
     device is marked for a read back at the next synchronisation."""
-    from .cuda_ops import fill
-    from .cuda_tensor import empty
     backend = cuda_backend.current()
     words = _words.setdefault(backend, {})
-    t = words.get(device.index)
-    if t is None:
-        t = words[device.index] = empty((2,), _int64(), device)
-        fill(t, np.int64(0))
+    block = words.get(device.index)
+    if block is None:  # kept as long as the backend: no storage needs to free it
+        block = words[device.index] = backend.allocator(device.index).malloc(16, int(backend.stream()))
+        backend.upload(block.address, np.zeros(2, np.int64), True)
     _marked.setdefault(backend, set()).add(device.index)
-    return t.data_ptr()
+    return block.address
 
 
 def check(index=None):
@@ -64,15 +62,11 @@ def check(index=None):
         return
     for i in sorted(marked) if index is None else [index] if index in marked else []:
         marked.discard(i)
-        t = _words[backend][i]
+        address = _words[backend][i].address
         host = np.zeros(2, np.int64)
-        backend.download(host, t.data_ptr())
+        backend.download(host, address)
         if host[0]:
-            backend.upload(t.data_ptr(), np.zeros(2, np.int64))
+            backend.upload(address, np.zeros(2, np.int64))
             raise RuntimeError(f"{message(int(host[0]), int(host[1]))} (found by a kernel on cuda:{i}; errors in "
                                "CUDA kernels are reported at the next synchronization)")
 
-
-def _int64():
-    from . import dtypes
-    return dtypes.int64

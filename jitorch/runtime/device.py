@@ -6,6 +6,13 @@ import builtins
 
 _TYPES = ("cpu", "cuda", "meta")
 
+# The backends of the device types whose memory is not the host's, by device type ("cuda": jitorch.backends.cuda,
+# which registers itself when imported, as ``import jitorch`` does). Each has ``empty_storage(n, dtype, device)``
+# for `Storage.empty`; ``execute(op, args, spec, strides)`` and ``laid_out(t, strides)`` for the op registry's
+# eager ops (see ``registry._execute_on_device``); ``write(dst, src)`` and ``copy_values(t)`` for Tensor's
+# writes into and copies of its elements.
+DEVICE_BACKENDS: dict = {}
+
 
 class device:
     """A device, parsed and compared like ``torch.device``.

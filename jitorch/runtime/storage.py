@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .device import CPU, META
+from .device import CPU, DEVICE_BACKENDS, META
 
 
 class Storage:
@@ -41,9 +41,7 @@ class Storage:
             return cls(None, dtype, device, n)
         if device.type == "cpu":
             return cls(np.empty(n, dtype.np), dtype, device)
-        from .cuda_tensor import empty_storage
-
-        return empty_storage(n, dtype, device)
+        return DEVICE_BACKENDS[device.type].empty_storage(n, dtype, device)
 
     def no_data_error(self, tensor):
         """The error for reading the elements of a storage that has none."""

@@ -1,9 +1,9 @@
-"""Fixtures for CUDA tests: a fake device in host memory (jitorch.runtime.cuda_fake)."""
+"""Fixtures for CUDA tests: a fake device in host memory (jitorch.backends.cuda.fake)."""
 
 import pytest
 
+from jitorch.backends.cuda.fake import FakeBackend
 from jitorch.runtime.cuda_backend import use_backend
-from jitorch.runtime.cuda_fake import FakeBackend
 
 
 @pytest.fixture

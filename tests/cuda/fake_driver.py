@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from cuda.bindings import driver as _real
 
-from jitorch.codegen.nvptx import emulator
+from jitorch.backends.cuda import emulator
 from jitorch.codegen.nvptx.compile import GeneratedKernel
 
 CUresult = _real.CUresult

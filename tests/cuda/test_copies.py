@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import jitorch as jt
+from jitorch.backends.cuda.fake import FakeBackend
 from jitorch.runtime.cuda_backend import use_backend
-from jitorch.runtime.cuda_fake import FakeBackend
 from tests import support
 from tests.ops.samples import copy_layout
 from tests.support import tensor_and_array

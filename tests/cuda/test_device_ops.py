@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import jitorch as jt
+from jitorch.backends.cuda import factories, generated, indexing, lines
+from jitorch.backends.cuda.fake import FakeBackend
 from jitorch.codegen.nvptx import sort
-from jitorch.runtime import cuda_ops, cuda_tensor
 from jitorch.runtime.cuda_backend import use_backend
-from jitorch.runtime.cuda_fake import FakeBackend
 from tests import support
 from tests.cuda.test_ptx import assert_assembles
 from tests.ops.samples import copy_layout
@@ -29,13 +29,13 @@ def on_device(fn, *args):
     """``fn`` of CUDA copies of ``args`` (tensors keep their layout) on the emulating fake device: (results
     on the host as a list, the ops launched). Fails if any op went through ``on_host``."""
     hosted = []
-    original = cuda_tensor.on_host
+    original = generated.on_host
 
     def spy(op, op_args, device):
         hosted.append(op.name)
         return original(op, op_args, device)
     with pytest.MonkeyPatch.context() as patch, use_backend(FakeBackend(emulate="ptx")) as fake:
-        patch.setattr(cuda_tensor, "on_host", spy)
+        patch.setattr(generated, "on_host", spy)
         got = fn(*[copy_layout(a, "cuda") if isinstance(a, jt.Tensor) else a for a in args])
         got = [t.cpu() for t in (got if isinstance(got, tuple) else (got,))]
         launched = {launch.ops[0] for launch in fake.launches}
@@ -117,11 +117,11 @@ def test_integer_logspace_of_integer_exponents_is_exact():
 
 
 def test_factories_compile_once_per_dtype(fake):
-    before = len(cuda_ops._FORMULAS)
+    before = len(factories._FORMULAS)
     for n in (5, 17, 300):
         jt.arange(n, device="cuda")
         jt.linspace(0, 1, n, device="cuda")
-    assert len(cuda_ops._FORMULAS) <= before + 2
+    assert len(factories._FORMULAS) <= before + 2
 
 
 # Shapes and indexing -------------------------------------------------------------------------
@@ -247,8 +247,8 @@ def test_a_line_of_5000_sorts_on_the_device():
 
 def test_the_kernels_of_this_file_assemble(fake, monkeypatch):
     monkeypatch.setattr(sort, "MAX_LINE", 4)
-    for table in ("_FORMULAS", "_INDEXERS", "_SCANS"):  # only this test's kernels
-        monkeypatch.setattr(cuda_ops, table, {})
+    for module, table in ((factories, "_FORMULAS"), (indexing, "_INDEXERS"), (lines, "_SCANS")):
+        monkeypatch.setattr(module, table, {})  # only this test's kernels
     for dtype in (jt.float16, jt.bfloat16, jt.int64):
         for make in (jt.arange, jt.eye):
             make(3, dtype=dtype, device="cuda")
@@ -259,7 +259,7 @@ def test_the_kernels_of_this_file_assemble(fake, monkeypatch):
     for dtype, reduce in ((jt.float32, "prod"), (jt.float64, "amax"), (jt.int32, "amin"), (jt.int64, "mean")):
         x.to(dtype).scatter_reduce(0, index, x[:1].to(dtype), reduce)
     jt.arange(9.0, device="cuda").sort(descending=True)
-    tables = (cuda_ops._FORMULAS, cuda_ops._INDEXERS, cuda_ops._SCANS)
+    tables = (factories._FORMULAS, indexing._INDEXERS, lines._SCANS)
     kernels = [k for table in tables for k in table.values()]
     assert {"arange", "eye", "linspace", "logspace", "scatter_reduce_prod", "scatter_reduce_amax", "scatter_mean",
             "merge", "sort"} <= {k.ops[0] for k in kernels}

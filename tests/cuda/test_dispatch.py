@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 
 import jitorch as jt
-from jitorch.runtime import cuda_ops, cuda_tensor
+from jitorch.backends.cuda import copies, generated, products
+from jitorch.backends.cuda.fake import FakeBackend
+from jitorch.runtime.cuda_backend import use_backend
 from tests.cuda.test_ptx import assert_assembles
 
 
@@ -28,13 +30,13 @@ def test_a_pointwise_op_launches_its_one_op_kernel_on_the_operands(fake):
 def test_kernels_are_cached_per_shape_dtype_and_scalar(fake):
     x, y, d = jt.ones(5, device="cuda"), jt.zeros(5, device="cuda"), jt.ones(5, dtype=jt.float64, device="cuda")
     x * 2.0
-    size = len(cuda_tensor._KERNELS)
+    size = len(generated._KERNELS)
     x * 2.0
     y * 2.0
-    assert len(cuda_tensor._KERNELS) == size
+    assert len(generated._KERNELS) == size
     x * -0.0
     d * 2.0
-    assert len(cuda_tensor._KERNELS) == size + 2
+    assert len(generated._KERNELS) == size + 2
 
 
 def test_a_strided_operand_is_read_in_place_by_the_kernel(fake):
@@ -71,6 +73,32 @@ def test_a_large_full_reduction_combines_its_partial_results_on_the_device(fake)
     np.testing.assert_allclose(mean.item(), values.astype(np.float16).astype(np.float64).mean(), atol=1e-3)
 
 
+SPLIT = [(name, dtype) for name in ("sum", "mean", "prod", "amax", "amin", "max", "min")
+         for dtype in ("float32", "float16", "int32") if not (name == "mean" and dtype == "int32")]
+
+
+@pytest.mark.parametrize("name, dtype", SPLIT)
+def test_split_reductions_combine_their_parts_in_a_kernel_of_the_backend_as_torch(name, dtype):
+    """The parts of a split full reduction are combined by a kernel the backend builds from a graph of its own
+    (it used to call jitorch.compile from the eager path). The graph mode computes the kernels' values (the
+    test above runs a combining kernel's code)."""
+    import torch
+    rng = np.random.default_rng(5)
+    values = (rng.choice([-1, 1], 1 << 18) if name == "prod" else rng.integers(-50, 50, 1 << 18)).astype(dtype)
+    with use_backend(FakeBackend(emulate="graph")) as fake:
+        got = getattr(jt.tensor(values, device="cuda"), name)().cpu()
+    assert fake.launches[-2].grid[0] > 1 and fake.launches[-1].name.startswith(f"jitorch_combine_{name}")
+    want = getattr(torch.tensor(values), name)()
+    assert str(got.dtype).removeprefix("jitorch.") == str(want.dtype).removeprefix("torch.")
+    np.testing.assert_allclose(got.numpy().astype(np.float64), want.numpy().astype(np.float64), rtol=1e-6)
+
+
+def test_every_cuda_implementation_is_of_a_registered_op():
+    from jitorch.backends.cuda import dispatch, factories
+    from jitorch.ops.registry import OPS
+    assert set(dispatch.IMPLEMENTATIONS) | factories.FACTORIES <= set(OPS)
+
+
 def test_matmul_uses_the_tiled_kernel_with_batch_broadcasting(fake):
     rng = np.random.default_rng(3)
     a, b = rng.standard_normal((2, 5, 7)).astype(np.float32), rng.standard_normal((7, 3)).astype(np.float32)
@@ -96,13 +124,13 @@ def test_ops_without_a_kernel_run_on_the_host(fake):
 def test_the_eager_kernels_assemble_for_sm_80_and_sm_90(fake):
     """One-op kernels reading strided views, casts, block reductions and the matmul (the registry's
     contiguous one-op kernels are assembled by test_ptx)."""
-    known = set(cuda_tensor._KERNELS) | set(cuda_ops._MATMULS) | set(cuda_tensor._COPIES)
+    known = set(generated._KERNELS) | set(products._MATMULS) | set(copies._COPIES)
     x = jt.tensor(np.linspace(-2, 2, 24, dtype=np.float32).reshape(4, 6), device="cuda")
     (x.t()[1:] * 3).tanh().sum(0).amax()
     x[:, ::2].to(jt.float16).to(jt.int32) // 2
     x.softmax(-1) @ x.t().contiguous()
-    made = [entry[0] for key, entry in cuda_tensor._KERNELS.items() if key not in known and entry is not None]
-    made += [k for table in (cuda_ops._MATMULS, cuda_tensor._COPIES) for key, k in table.items() if key not in known]
+    made = [entry[0] for key, entry in generated._KERNELS.items() if key not in known and entry is not None]
+    made += [k for table in (products._MATMULS, copies._COPIES) for key, k in table.items() if key not in known]
     assert len(made) >= 8
     assert_assembles(made)
 

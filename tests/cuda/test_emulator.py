@@ -16,13 +16,13 @@ from hypothesis import strategies as st
 from llvmlite import ir
 
 import jitorch as jt
+from jitorch.backends.cuda import emulator
+from jitorch.backends.cuda.fake import FakeBackend
 from jitorch.codegen.errors import CompileError
 from jitorch.codegen.kernel import counted_loop
-from jitorch.codegen.nvptx import emulator
 from jitorch.codegen.nvptx.compile import optimised_text
 from jitorch.codegen.nvptx.target import I64, TRIPLE, _sreg, barrier, shuffle_xor
 from jitorch.runtime.cuda_backend import use_backend
-from jitorch.runtime.cuda_fake import FakeBackend
 from tests import support
 from tests.ops.samples import copy_layout
 from tests.support import tensor_and_array

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 import jitorch as jt
-from jitorch.runtime import cuda_tensor
+from jitorch.backends.cuda import dispatch
+from jitorch.backends.cuda.fake import FakeBackend
 from jitorch.runtime.cuda_backend import use_backend
-from jitorch.runtime.cuda_fake import FakeBackend
 
 VALUES = np.random.default_rng(0).uniform(0.1, 0.9, (3, 1, 2)).astype(np.float32)
 
@@ -79,11 +79,11 @@ def test_an_empty_argwhere_is_column_major_as_on_the_cpu(fake):
 def test_a_device_result_laid_out_otherwise_is_copied_into_the_layout(fake):
     base = jt.arange(7.0, device="cuda")
     t = base[1:].view(2, 3)
-    out = cuda_tensor.laid_out(t, (1, 2))
+    out = dispatch.laid_out(t, (1, 2))
     assert out.stride() == (1, 2) and out.storage_offset() == 0 and out.data_ptr() != base.data_ptr()
     np.testing.assert_array_equal(out.cpu().numpy(), np.arange(1.0, 7.0).reshape(2, 3))
     same = base[:6].view(2, 3)
-    assert cuda_tensor.laid_out(same, None) is same
+    assert dispatch.laid_out(same, None) is same
 
 
 def test_a_compiled_cuda_call_writes_eager_layouts_in_its_kernels(fake):

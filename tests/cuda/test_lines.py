@@ -9,10 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import jitorch as jt
+from jitorch.backends.cuda import copies, indexing, lines
+from jitorch.backends.cuda.fake import FakeBackend
 from jitorch.codegen.nvptx import scan
-from jitorch.runtime import cuda_ops, cuda_tensor
 from jitorch.runtime.cuda_backend import use_backend
-from jitorch.runtime.cuda_fake import FakeBackend
 from tests import support
 from tests.cuda.test_ptx import assert_assembles
 from tests.ops.samples import copy_layout
@@ -128,7 +128,7 @@ def test_sort_topk_kthvalue_and_median_give_the_cpus_stable_order(data, descendi
 
 def test_the_directly_written_kernels_assemble(fake, monkeypatch):
     monkeypatch.setattr(scan, "LONG_LINE", 8)
-    tables = ((cuda_ops, "_INDEXERS"), (cuda_tensor, "_COPIES"), (cuda_ops, "_SCANS"))
+    tables = ((indexing, "_INDEXERS"), (copies, "_COPIES"), (lines, "_SCANS"))
     for module, name in tables:  # empty: the kernels made below, not every earlier test's in this process
         monkeypatch.setattr(module, name, {})
     index = jt.tensor([[0, 2]], device="cuda")

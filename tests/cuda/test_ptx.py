@@ -12,10 +12,10 @@ import pytest
 
 import jitorch as jt
 from jitorch.codegen.errors import CompileError
-from jitorch.codegen.nvptx import NVPTX
 from jitorch.codegen.nvptx.compile import check_intrinsics
 from jitorch.codegen.nvptx.matmul import matmul_kernel
 from jitorch.codegen.nvptx.ptxas import assemble
+from jitorch.codegen.nvptx.target import NVPTX
 from jitorch.jit import TraceError
 from jitorch.ops import registry
 from tests.codegen.test_compiled import CHAINS

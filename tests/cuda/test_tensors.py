@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import jitorch as jt
-from jitorch.runtime.cuda_tensor import CudaStorage
+from jitorch.runtime.cuda_memory import CudaStorage
 
 
 def test_creation_ops_take_a_cuda_device(fake):
@@ -157,7 +157,7 @@ def test_the_fake_device_refuses_accesses_outside_device_memory(fake):
                                                                                 jt.float16]))
 def test_round_trips_preserve_values(shape, dtype):
     from jitorch.runtime.cuda_backend import use_backend
-    from jitorch.runtime.cuda_fake import FakeBackend
+    from jitorch.backends.cuda.fake import FakeBackend
     values = np.random.default_rng(0).standard_normal(shape) * 10
     x = jt.tensor(values).to(dtype)
     with use_backend(FakeBackend()):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from jitorch.backends.cuda.fake import FakeBackend
 from jitorch.runtime.cuda_backend import use_backend
-from jitorch.runtime.cuda_fake import FakeBackend
 
 from .helpers import small_program
 
@@ -21,7 +21,7 @@ def saved(tmp_path):
 
 @pytest.fixture
 def fake():
-    """CUDA tensors on a fake device in host memory (jitorch.runtime.cuda_fake) for the test's duration."""
+    """CUDA tensors on a fake device in host memory (jitorch.backends.cuda.fake) for the test's duration."""
     with use_backend(FakeBackend()) as backend:
         yield backend
 

@@ -12,13 +12,13 @@ import pytest
 
 import jitorch as jt
 import jitorch.codegen.nvptx.compile as nvptx_compile
+from jitorch.backends.cuda.fake import FakeBackend
 from jitorch.cli import main
 from jitorch.codegen.nvptx.ptxas import assemble
 from jitorch.export import Dim, ExportError
 from jitorch.export.artifacts import cuda_target
 from jitorch.runtime.cuda_backend import use_backend
-from jitorch.runtime.cuda_fake import FakeBackend
-from jitorch.runtime.cuda_stub import no_cuda
+from jitorch.runtime.cuda_driver import no_cuda
 
 from .helpers import rewrite, run_python, small_program
 
@@ -238,7 +238,7 @@ def test_a_fresh_process_runs_the_stored_ptx(saved_cuda, tmp_path):
     out = run_python(
         "import numpy as np, jitorch as jt\n"
         "from jitorch.runtime.cuda_backend import use_backend\n"
-        "from jitorch.runtime.cuda_fake import FakeBackend\n"
+        "from jitorch.backends.cuda.fake import FakeBackend\n"
         "with use_backend(FakeBackend()):\n"
         f"    p = jt.export.load({str(path)!r}, trust_object_code=True)\n"
         "    h, s = p(*(jt.tensor(np.load(f'a{i}.npy'), device='cuda') for i in range(2)))\n"

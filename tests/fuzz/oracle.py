@@ -3,7 +3,7 @@
 Modes: ``torch`` (CPU, the independent oracle), ``eager`` (jitorch), ``compiled`` (``jitorch.compile``,
 kernels from llvmlite), ``interpreter`` (``jitorch.compile(backend="interpreter")``, the reference
 interpreter of the traced graph), ``cuda-eager`` and ``cuda-compiled`` (CUDA tensors on the emulated device
-of `jitorch.runtime.cuda_fake`). Each mode makes three calls: the first, the rebinding of the program's
+of `jitorch.backends.cuda.fake`). Each mode makes three calls: the first, the rebinding of the program's
 closure variables, globals and module attributes, a second call on inputs of other strides and storage
 offsets, and a third on the first layouts again. A gradient run calls once on inputs that require grad and
 runs backward through a weighted sum of the float outputs.
@@ -34,9 +34,9 @@ import numpy as np
 import jitorch
 import torch
 
+from jitorch.backends.cuda.fake import FakeBackend
 from jitorch.ops.overlap import ERROR as OVERLAP_ERROR
 from jitorch.runtime.cuda_backend import use_backend
-from jitorch.runtime.cuda_fake import FakeBackend
 from tests.support import geometry
 
 from .generator import SETITEM_0D, grad_loss

@@ -1,11 +1,8 @@
-"""The NVPTX code generator: the shared kernel builder with a CUDA target, PTX emission, tiled matmul.
+"""The NVPTX code generator: the shared kernel builder with a CUDA target, PTX emission, and the kernels
+written directly (matmul, indexing, copies, scans, sorts, merges, factories).
 
-`NVPTX` is the target object the kernel builder takes (``build(group, name, NVPTX)``);
-`compile_kernel` turns a kernel source into a `PtxKernel` (PTX plus its launch shape);
-`matmul_kernel` generates a tiled matrix product. Nothing here needs a GPU.
+`target.NVPTX` is the target object the kernel builder takes (``build(group, name, NVPTX)``);
+`compile.compile_kernel` turns a kernel source into a `compile.PtxKernel` (PTX plus its launch shape);
+`matmul.matmul_kernel` generates a tiled matrix product. Nothing here needs a GPU. (This file imports none
+of its modules, which import each other.)
 """
-
-from .compile import PtxKernel, compile_kernel
-from .target import NVPTX
-
-__all__ = ["NVPTX", "PtxKernel", "compile_kernel"]

@@ -1,4 +1,4 @@
-"""A fake CUDA device in host memory, behind the backend interface of cuda_backend.
+"""A fake CUDA device in host memory, behind the device interface of runtime/cuda_backend.py.
 
 `FakeBackend` lets everything above the interface (storage, caching allocator,
 transfers, writes, dispatch, compiled CUDA steps, autograd on CUDA tensors) run
@@ -10,7 +10,7 @@ on a machine without a GPU:
 - each copy and launch is recorded (``copies``, ``launches``: which kernel, on
   which pointers, with which grid), for tests of the dispatch decisions;
 - a launch runs the kernel's own code: its optimised NVPTX IR, retargeted to the
-  host by the kernel emulator (`jitorch.codegen.nvptx.emulator`), with a thread
+  host by the kernel emulator (`jitorch.backends.cuda.emulator`), with a thread
   per CUDA thread, so grid-stride loops, shuffles, shared memory and barriers
   are exercised as on a device. Where the host cannot emulate (no POSIX thread
   barriers), the kernel's graph values are evaluated with the CPU kernels
@@ -25,10 +25,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..codegen.nvptx import emulator
-from .casts import convert
-from .cuda_allocator import CachingAllocator
-from .cuda_errors import error_code
+from ...codegen.nvptx.compile import PtxKernel
+from ...codegen.nvptx.indexing import FORMS
+from ...ir.graph import Value
+from ...ops import registry
+from ...runtime.casts import convert
+from ...runtime.cuda_allocator import CachingAllocator
+from ...runtime.cuda_errors import error_code
+from ...runtime.device import CPU
+from ...tensor import Tensor
+from . import emulator
 
 
 class FakeMemory:
@@ -156,8 +162,6 @@ def _evaluator(kernel):
     """How the graph mode computes a launch of ``kernel`` with NumPy: fused graph kernels, matmuls, strided
     copies and indexing kernels; the other directly written kernels (scans, sorts, merges, factories) only
     run on the emulator."""
-    from ..codegen.nvptx.compile import PtxKernel
-    from ..codegen.nvptx.indexing import FORMS
     if isinstance(kernel, PtxKernel):
         return _graph_kernel
     if kernel.ops in (["matmul"], ["copy"]):
@@ -195,7 +199,6 @@ def _indexing(memory, kernel, pointers):
     """An indexing kernel's reads, stores or adds with NumPy over strided views of device memory; an index
     out of range is skipped (read as zero) and, as the kernel does, claims the error word (its last pointer)
     unless an earlier error holds it, so that it is raised at the next synchronisation."""
-    from ..codegen.nvptx.indexing import FORMS
     op, space, dim, size, index, target, source, alpha, value = kernel.spec
     form = FORMS[op]
     reads = form.mode == "read"
@@ -227,8 +230,6 @@ def _indexing(memory, kernel, pointers):
 def _graph_kernel(memory, kernel, pointers):
     """Evaluate the kernel's output values from its input buffers (compact, or laid out as the kernel's
     ``layouts`` say) with the CPU kernels."""
-    from ..ops import registry
-    from ..tensor import Tensor
     source = kernel.source
 
     def buffer(v, p):
@@ -241,7 +242,9 @@ def _graph_kernel(memory, kernel, pointers):
     def value(v):
         if v not in env:
             node = v.node
-            args = [_substitute(a, value) for a in node.args]
+            # the host computes what the kernel would: a device argument (a cast's ``_to_copy``) is the host's
+            args = [CPU if arg.type == "Device" and a is not None else _substitute(a, value)
+                    for a, arg in zip(node.args, node.op.schema.args)]
             result = registry.execute(node.op, args)
             results = list(result) if isinstance(result, (tuple, list)) else [result]
             for out, r in zip(node.outputs, results):
@@ -260,7 +263,6 @@ def _graph_kernel(memory, kernel, pointers):
 
 
 def _substitute(arg, value):
-    from ..ir.graph import Value
     if isinstance(arg, Value):
         return value(arg)
     if isinstance(arg, (list, tuple)) and any(isinstance(a, Value) for a in arg):

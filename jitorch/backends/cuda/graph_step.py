@@ -1,14 +1,17 @@
-"""Running compiled CUDA kernels: device memory for outputs, launches on the current stream.
+"""Running generated CUDA kernels: device memory for outputs, launches on the current stream.
 
-Device memory and launches go through the current backend (cuda_backend), so a
-compiled graph's CUDA steps run on the real driver or on a test's fake device.
+A compiled graph's CUDA steps and an eager op's one-op graph kernel run here. Device memory and launches go
+through the current device interface (runtime/cuda_backend.py), so they run on the real driver or on a
+test's fake device.
 """
 
 from __future__ import annotations
 
-from . import cuda_backend
-from .cuda_tensor import address as _address
-from .cuda_tensor import canonical, empty, non_blocking, upload
+from ...runtime import cuda_backend
+from ...runtime.cuda_memory import canonical, non_blocking
+from .copies import address as _address
+from .copies import empty, upload
+from .kernels import combining_kernel
 
 
 class CudaKernelStep:
@@ -58,9 +61,12 @@ class CudaKernelStep:
     def _combine(self, env, split, partial, device):
         """A full reduction's per-block partial results, combined on the device by a second kernel (one block:
         no copy to the host, so the stream keeps going)."""
-        parts, name, count, acc_dtype = split
         (out,) = self.outputs
-        env[out] = _combiner(name, count, out.type.dtype)(partial).reshape(out.type.shape)
+        kernel, group = combining_kernel(split, out.type.dtype, device)
+        step = CudaKernelStep(kernel, group.nodes)
+        parts = {step.inputs[0]: partial}
+        step.run(parts, None, False)
+        env[out] = parts[step.outputs[0]].reshape(out.type.shape)
 
     def __repr__(self):
         return repr(self.kernel)
@@ -75,23 +81,3 @@ def _on_device(t, device):
     with non_blocking():
         return upload(t._array(), t.dtype, device)
 
-
-_COMBINERS: dict = {}
-
-
-def _combiner(name, count, dtype):
-    """A compiled function that reduces the partial results of a split ``name`` over ``count`` elements to the
-    result in ``dtype``: one fused kernel (the reduction, a mean's division, the cast), as the CPU executor
-    combines them on the host."""
-    key = (name, count, dtype)
-    fn = _COMBINERS.get(key)
-    if fn is None:
-        from ..jit.compile import compile as jit_compile
-
-        def combine(partial):
-            total = getattr(partial, "sum" if name == "mean" else name)()
-            if name == "mean":
-                total = total / count
-            return total.to(dtype)
-        fn = _COMBINERS[key] = jit_compile(combine)
-    return fn

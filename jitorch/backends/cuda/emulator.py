@@ -33,10 +33,10 @@ import time
 import numpy as np
 from llvmlite import ir
 
-from ..errors import CompileError
-from ..kernel import counted_loop
-from ..linker import Linker
-from ..machine import selected
+from ...codegen.errors import CompileError
+from ...codegen.kernel import counted_loop
+from ...codegen.linker import Linker
+from ...codegen.machine import selected
 
 SREGS = [f"{r}.{a}" for r in ("tid", "ntid", "ctaid", "nctaid") for a in "xyz"]
 # The per-thread context: the 12 special registers, then the block's shuffle buffer, warp barriers, block
