@@ -137,7 +137,7 @@ class _Code:
 _linked: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 
-def compile_kernel(source, cache=None):
+def link_kernel(source, cache=None):
     """Machine code for a kernel source, from the kernels alive, the kernel cache, or LLVM."""
     from .cache import cache_key
     key = cache_key(source.llvm_ir, target_id())  # the key adds jitorch's and llvmlite's versions
@@ -185,7 +185,7 @@ def _cached_object(key, source, cache, linker):
 
 
 def emit_object(source, machine=None):
-    """Object code of a kernel source for ``machine`` (default: the selected one), as `compile_kernel` makes
+    """Object code of a kernel source for ``machine`` (default: the selected one), as `link_kernel` makes
     and caches it; any machine LLVM has a target for, whether or not it could run here."""
     machine = machine or _init()["machine"]
     return _target_machines(machine)[1].emit_object(optimise(source.llvm_ir, machine))

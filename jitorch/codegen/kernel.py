@@ -23,6 +23,7 @@ one cheap call from Python.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 from math import prod
 
 import numpy as np
@@ -58,6 +59,16 @@ def counted_loop(b, lo, hi, step, body, name="l"):
     b.position_at_end(done)
 
 
+class Split(NamedTuple):
+    """A full reduction computed in ``parts`` partial results, which the caller combines: ``reduction``'s
+    name, the ``count`` of elements reduced (a mean divides by it), the partials' ``dtype``."""
+
+    parts: int
+    reduction: str
+    count: int
+    dtype: object
+
+
 @dataclass
 class KernelSource:
     """What the builder made of a group: its LLVM IR and how to call it."""
@@ -71,7 +82,7 @@ class KernelSource:
     work: int               # elements of work, for the threading decision
     llvm_ir: str = ""
     module: object = field(default=None, repr=False)
-    split: tuple = None     # a full reduction in parts: (parts, reduction name, count); see build_reduction
+    split: Split = None     # a full reduction in parts; see build_reduction
     mode: str = "thread"    # "thread": outer iterations are independent; "block": each one is a reduction
     layouts: dict = field(default_factory=dict)  # buffer Value -> its strides, where not compact
 
@@ -520,7 +531,7 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
 
         bld.loops(b, [parts], part_body, kernel.args[0], kernel.args[1])
         return bld.finish(b, kernel, KernelSource(name, "reduction", ops, bld.roots, outputs, parts, n,
-                                                  split=(parts, red.op.name, n, compute)), "block")
+                                                  split=Split(parts, red.op.name, n, compute)), "block")
     bld.loops(b, k_sizes, kept_body, kernel.args[0] if k_sizes else None, kernel.args[1] if k_sizes else None)
     return bld.finish(b, kernel, KernelSource(name, "reduction", ops, bld.roots, outputs,
                                               k_sizes[0] if k_sizes else 1, n), "block")

@@ -81,7 +81,7 @@ def check_kernels():
     for name, fn in cases.items():
         (k,) = jt.compile(fn).lower(jt.tensor(x), device="cuda").executable.kernels
         expected = fn(jt.tensor(x)).numpy()
-        shape = expected.shape if k.source.split is None else (k.source.split[0],)
+        shape = expected.shape if k.source.split is None else (k.source.split.parts,)
         (got,) = _run_kernel(k, [x], [shape], [np.float32])
         if k.source.split is not None:
             got = np.max(got) if name == "amax" else np.sum(got)

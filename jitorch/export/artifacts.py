@@ -41,7 +41,7 @@ def cuda_target():
     """The CUDA target this jitorch generates PTX for (the same on every machine, GPU or not): the
     NVPTX triple, the SM as ``cpu``, the PTX ISA as ``features`` (LLVM's names), the toolchain."""
     from ..codegen.cache import _toolchain
-    from ..codegen.nvptx.compile import PTX_ISA, SM
+    from ..codegen.nvptx.ptx import PTX_ISA, SM
     from ..codegen.nvptx.target import TRIPLE
     return {"kind": "cuda", "triple": TRIPLE, "cpu": SM, "features": PTX_ISA, "toolchain": list(_toolchain())}
 
@@ -56,7 +56,7 @@ def _cpu_artifact(kernel):
 
 def _cuda_artifact(kernel):
     from ..codegen.cache import cache_key
-    from ..codegen.nvptx.compile import target_id
+    from ..codegen.nvptx.ptx import target_id
     # the PTX cache holds exactly these bytes under this key
     return cache_key(kernel.source.llvm_ir, target_id()), kernel.asm.encode()
 
@@ -67,7 +67,7 @@ TARGETS = {"cpu": (host_target, _cpu_artifact, "o"), "cuda": (cuda_target, _cuda
 
 def kernel_target(kernel):
     """The target kind a compiled kernel was built for."""
-    from ..codegen.nvptx.compile import PtxKernel
+    from ..codegen.nvptx.ptx import PtxKernel
     return "cuda" if isinstance(kernel, PtxKernel) else "cpu"
 
 

@@ -55,7 +55,7 @@ class ExportedProgram:
         key = tuple(sorted(full.items()))
         compiled = self._compiled.get(key)
         if compiled is None:
-            compiled = self._compile(self._graph_at(full), example=all(
+            compiled = self._executable(self._graph_at(full), example=all(
                 full[n] == d.example for n, d in self.signature.dims.items()))
             self._compiled[key] = compiled
             if len(self._compiled) > MAX_SPECIALISATIONS:
@@ -78,7 +78,7 @@ class ExportedProgram:
         retype(graph)
         return graph
 
-    def _compile(self, graph, example):
+    def _executable(self, graph, example):
         from ..jit.executor import CompiledGraph, kernel_cache
         cache = kernel_cache()
         if example and self._objects is not None:

@@ -513,7 +513,7 @@ class CompiledGraph:
         generator does not lower. A group the kernel builder refuses as a whole (a reduction with
         an output of another shape, a reshape of a strided value) is ``split`` into one group per
         node, so that most of it still runs compiled."""
-        target, compile_kernel, step_type = self._backend
+        target, make_kernel, step_type = self._backend
         lowered = group.kind in ("pointwise", "reduction", "view") or (
             len(group.nodes) == 1 and is_row_softmax(group.nodes[0]))
         if not lowered:
@@ -521,7 +521,7 @@ class CompiledGraph:
             return
         layouts = self._kernel_layouts(group)
         try:
-            kernel = compile_kernel(build(group, f"{name}_{group.kind}", target, layouts=layouts), self._cache)
+            kernel = make_kernel(build(group, f"{name}_{group.kind}", target, layouts=layouts), self._cache)
         except CompileError as e:
             if group.kind == "view":  # views that need no copy: tensor headers, made by an eager step
                 self.steps.append(EagerStep(group.nodes, group.kind))
@@ -549,13 +549,13 @@ class CompiledGraph:
         """For each step the plan computes in place, a kernel whose in-place outputs use their
         input's pointer: with two pointers LLVM must assume the arrays may overlap, and its runtime
         overlap check sends the identical arrays to the scalar loop."""
-        target, compile_kernel, _ = self._backend
+        target, make_kernel, _ = self._backend
         for step in self.steps:
             if type(step) is not KernelStep or not step.inplace_outputs:
                 continue
             aliases = {v: t for _, v, t in step.inplace_outputs if t in step.inputs}
             if aliases:
-                step.inplace_kernel = compile_kernel(build(step.group, step.name, target, aliases, step.layouts),
+                step.inplace_kernel = make_kernel(build(step.group, step.name, target, aliases, step.layouts),
                                                      self._cache)
 
     def __call__(self, inputs):
@@ -686,13 +686,13 @@ def _device_of(graph):
 
 
 def _backend(device):
-    """(kernel builder target, kernel compiler, step class) of a device type."""
+    """(kernel builder target, kernel maker: link_kernel or ptx_kernel, step class) of a device type."""
     if str(device).startswith("cuda"):
         from ..backends.cuda.graph_step import CudaKernelStep
-        from ..codegen.nvptx.compile import compile_kernel
+        from ..codegen.nvptx.ptx import ptx_kernel
         from ..codegen.nvptx.target import NVPTX
-        return NVPTX, compile_kernel, CudaKernelStep
-    return None, cpu.compile_kernel, KernelStep
+        return NVPTX, ptx_kernel, CudaKernelStep
+    return None, cpu.link_kernel, KernelStep
 
 
 def kernel_cache():

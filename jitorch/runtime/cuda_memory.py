@@ -21,7 +21,7 @@ from .casts import convert
 from .cuda_allocator import track
 from .device import to_device
 from .storage import Storage
-from .strided import is_contiguous
+from .strided import is_contiguous, span
 
 _local = threading.local()
 
@@ -59,13 +59,6 @@ def empty_storage(n, dtype, device):
     storage._ptr = block.address
     track(storage, alloc, block)
     return storage
-
-
-def span(shape, strides):
-    """Elements from a view's first to its last element (0 for an empty view)."""
-    if 0 in shape:
-        return 0
-    return 1 + sum((n - 1) * s for n, s in zip(shape, strides))
 
 
 @contextlib.contextmanager

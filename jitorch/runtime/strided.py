@@ -239,3 +239,11 @@ def dense_strides(shape, strides):
     """Dense strides keeping the order of ``strides`` (torch's infer_dense_strides): see
     `memory_order_strides`."""
     return memory_order_strides(shape, [(shape, strides)])
+
+
+def span(shape, strides, offset=0):
+    """One past the last storage element a geometry reaches from ``offset`` (0 when it has no elements):
+    from a view's first element, the number of elements it spans."""
+    if 0 in shape:
+        return 0
+    return offset + 1 + sum((n - 1) * s for n, s in zip(shape, strides))

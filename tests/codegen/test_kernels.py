@@ -45,7 +45,7 @@ def compiled(fn, *args):
     """(kernel, outputs) of ``fn`` compiled as one kernel and run on ``args``."""
     graph = trace(fn, *args)
     group = whole_graph(graph)
-    kernel = cpu.compile_kernel(build(group, "test_kernel"))
+    kernel = cpu.link_kernel(build(group, "test_kernel"))
     env = {v: t.contiguous() for v, t in zip(graph.inputs, args)}
     arrays = [np.ascontiguousarray(env[v]._array()) for v in group.inputs]
     outs = [np.empty(v.type.shape, v.type.dtype.np) for v in group.outputs]

@@ -46,7 +46,7 @@ import numpy as np
 from cuda.bindings import driver as _real
 
 from jitorch.backends.cuda import emulator
-from jitorch.codegen.nvptx.compile import GeneratedKernel
+from jitorch.codegen.nvptx.ptx import GeneratedKernel
 
 CUresult = _real.CUresult
 CUdevice_attribute = _real.CUdevice_attribute

@@ -20,7 +20,7 @@ from jitorch.backends.cuda import emulator
 from jitorch.backends.cuda.fake import FakeBackend
 from jitorch.codegen.errors import CompileError
 from jitorch.codegen.kernel import counted_loop
-from jitorch.codegen.nvptx.compile import optimised_text
+from jitorch.codegen.nvptx.ptx import optimised_text
 from jitorch.codegen.nvptx.target import I64, TRIPLE, _sreg, barrier, shuffle_xor
 from jitorch.runtime.cuda_backend import use_backend
 from tests import support

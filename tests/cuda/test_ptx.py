@@ -12,7 +12,7 @@ import pytest
 
 import jitorch as jt
 from jitorch.codegen.errors import CompileError
-from jitorch.codegen.nvptx.compile import check_intrinsics
+from jitorch.codegen.nvptx.ptx import check_intrinsics
 from jitorch.codegen.nvptx.matmul import matmul_kernel
 from jitorch.codegen.nvptx.ptxas import assemble
 from jitorch.codegen.nvptx.target import NVPTX

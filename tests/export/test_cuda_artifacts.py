@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import jitorch as jt
-import jitorch.codegen.nvptx.compile as nvptx_compile
+import jitorch.codegen.nvptx.ptx as nvptx_compile
 from jitorch.backends.cuda.fake import FakeBackend
 from jitorch.cli import main
 from jitorch.codegen.nvptx.ptxas import assemble

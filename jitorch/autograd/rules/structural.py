@@ -17,7 +17,7 @@ from jitorch.autograd.rule import defgrad, differentiates, nondifferentiable, re
 from jitorch.autograd.rules.common import per_input, wanted
 from jitorch.ops.linalg import _LETTERS, _einsum_plan
 from jitorch.ops.registry import OPS
-from jitorch.runtime.strided import broadcast_shapes, may_overlap, wrap_dim
+from jitorch.runtime.strided import broadcast_shapes, may_overlap, span, wrap_dim
 
 # Helpers --------------------------------------------------------------------------------
 
@@ -87,13 +87,6 @@ def _pad_to(g, shape):
     return _into_zeros(g, shape, lambda z: _region(z, g.shape))
 
 
-def _span(size, stride, offset):
-    """One past the last storage element a geometry reaches (0 when it has no elements)."""
-    if 0 in size:
-        return 0
-    return offset + sum((n - 1) * s for n, s in zip(size, stride)) + 1
-
-
 def _self(fn, names=""):
     """The rule of an op with one differentiable argument, ``self``: ``fn(g, a)``, which reads the
     tensors ``names`` (by default none: only ``self``'s geometry)."""
@@ -146,7 +139,7 @@ def _as_strided(g, a):
     offset = x.storage_offset() if a.storage_offset is None else a.storage_offset
     size, stride = tuple(a.size), tuple(a.stride)
     geometry = (tuple(x.shape), x.stride(), x.storage_offset())
-    n = max(_span(*geometry), _span(size, stride, offset))
+    n = max(span(*geometry), span(size, stride, offset))
     if may_overlap(size, stride):
         flat = _add_into_storage(g.new_zeros(n), g, size, stride, offset)
     else:

@@ -14,9 +14,9 @@ from ...ops import registry
 from ...ops.creation import arange_plan, full_value
 from ...ops.views import dense_strides
 from ...runtime import cuda_backend, dtypes
-from ...runtime.cuda_memory import empty_storage, non_blocking, span
+from ...runtime.cuda_memory import empty_storage, non_blocking
 from ...runtime.storage import Storage
-from ...runtime.strided import contiguous_strides
+from ...runtime.strided import contiguous_strides, span
 from ...tensor import Tensor
 from .copies import address, empty, upload
 from .kernels import cached

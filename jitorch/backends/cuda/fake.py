@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...codegen.nvptx.compile import PtxKernel
+from ...codegen.nvptx.ptx import PtxKernel
 from ...codegen.nvptx.indexing import FORMS
 from ...ir.graph import Value
 from ...ops import registry

@@ -15,10 +15,10 @@ from ...ir.graph import Graph, TensorType
 from ...ops import registry
 from ...ops.registry import OPS, TensorSpec
 from ...runtime import cuda_memory
-from ...runtime.cuda_memory import download_span, non_blocking, span
+from ...runtime.cuda_memory import download_span, non_blocking
 from ...runtime.device import CPU
 from ...runtime.storage import Storage
-from ...runtime.strided import is_contiguous, is_non_overlapping_and_dense
+from ...runtime.strided import is_contiguous, is_non_overlapping_and_dense, span
 from ...tensor import Tensor
 from .copies import empty, upload
 from .graph_step import CudaKernelStep

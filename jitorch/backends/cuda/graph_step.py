@@ -47,7 +47,7 @@ class CudaKernelStep:
         if split is None:
             outs = [empty(v.type.shape, v.type.dtype, device, self.layouts.get(v)) for v in self.outputs]
         else:
-            outs = [empty((split[0],), split[3], device)]
+            outs = [empty((split.parts,), split.dtype, device)]
         ins = [_on_device(env[v].contiguous() if v in self.eager_made or v in self.compacted else env[v], device)
                for v in self.inputs]
         pointers = [_address(t) for t in ins + outs]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from ...codegen.cache import default_cache
 from ...codegen.errors import CompileError
 from ...codegen.kernel import build, is_row_softmax
-from ...codegen.nvptx.compile import compile_kernel
+from ...codegen.nvptx.ptx import ptx_kernel
 from ...codegen.nvptx.target import NVPTX
 from ...ir.fake import fake_tensor
 from ...ir.graph import Graph, TensorType, Value
@@ -45,7 +45,7 @@ def graph_kernel(g, node, name, layouts):
     if group.kind not in ("pointwise", "reduction") and not (len(group.nodes) == 1 and is_row_softmax(node)):
         return None
     try:
-        return compile_kernel(build(group, name, NVPTX, layouts=layouts), default_cache()), group
+        return ptx_kernel(build(group, name, NVPTX, layouts=layouts), default_cache()), group
     except CompileError:
         return None
 

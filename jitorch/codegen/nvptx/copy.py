@@ -11,7 +11,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ..emitter import Emitter, llvm_type
-from .compile import ptx_of
+from .ptx import ptx_of
 from .loop_kernel import LoopKernel, entry, grid_stride, offset, symbol
 
 

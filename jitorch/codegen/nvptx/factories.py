@@ -30,7 +30,7 @@ from llvmlite import ir
 from ...runtime import dtypes as _dt
 from ..emitter import Emitter, Scalar, llvm_type
 from ..errors import CompileError
-from .compile import ptx_of
+from .ptx import ptx_of
 from .loop_kernel import LoopKernel, entry, symbol
 from .target import I64, _sreg, strided_loop
 

@@ -32,6 +32,7 @@ device-side errors late; unlike torch, the device stays usable.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from llvmlite import ir
 
@@ -39,7 +40,7 @@ from ...runtime import dtypes as _dt
 from ...runtime.cuda_errors import error_code
 from ..emitter import Emitter, Scalar, llvm_type
 from ..errors import CompileError
-from .compile import ptx_of
+from .ptx import ptx_of
 from .loop_kernel import LoopKernel, entry, grid_stride, offset, symbol
 from .target import I64
 
@@ -73,6 +74,22 @@ FORMS = {"gather": Form("read"), "index_select": Form("read"), "index": Form("re
          **{f"scatter_reduce_{r}": Form("reduce", combine=r, reports="scatter") for r in REDUCTIONS}}
 
 
+class IndexSpec(NamedTuple):
+    """What an index kernel was generated from (`LoopKernel.spec`): the op, its loop ``space``, the
+    indexed ``dim`` and its ``size``, the (dtype, strides) of ``index``, ``target`` and ``source``, and
+    the op's number arguments ``alpha`` and ``value``."""
+
+    op: str
+    space: tuple
+    dim: int
+    size: int
+    index: tuple
+    target: tuple
+    source: tuple
+    alpha: object
+    value: object
+
+
 def index_kernel(op, space, dim, size, index, target, source=None, alpha=1, value=None, cache=None):
     """The kernel of ``op`` (a key of `FORMS`) over the loop ``space``.
 
@@ -93,7 +110,7 @@ def index_kernel(op, space, dim, size, index, target, source=None, alpha=1, valu
                   ("" if value is None else f"_v{value!r}"))
     text = str(_module(name, form, space, dim, size, index, target, source, alpha, value,
                        error_code(form.reports or op, dim, size)))
-    spec = (op, tuple(space), dim, size, index, target, source, alpha, value)
+    spec = IndexSpec(op, tuple(space), dim, size, index, target, source, alpha, value)
     return LoopKernel(name, op, spec, text, ptx_of(text, name, cache))
 
 

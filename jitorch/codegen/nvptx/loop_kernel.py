@@ -12,7 +12,7 @@ from math import prod
 
 from llvmlite import ir
 
-from .compile import GeneratedKernel
+from .ptx import GeneratedKernel
 from .target import BLOCK, I64, TRIPLE, _sreg, strided_loop, unflatten
 
 

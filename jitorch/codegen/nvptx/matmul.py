@@ -27,7 +27,7 @@ from ...runtime import dtypes as _dt
 from ...runtime.strided import contiguous_strides
 from ..emitter import llvm_type
 from ..errors import CompileError
-from .compile import GeneratedKernel, ptx_of
+from .ptx import GeneratedKernel, ptx_of
 from .target import I32, I64, SHARED, TRIPLE, _sreg, barrier, strided_loop, unflatten
 
 TILE = 64

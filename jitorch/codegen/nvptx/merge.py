@@ -15,7 +15,7 @@ from llvmlite import ir
 
 from ...runtime.strided import contiguous_strides
 from ..emitter import Emitter, llvm_type
-from .compile import ptx_of
+from .ptx import ptx_of
 from .loop_kernel import LoopKernel, entry, grid_stride, offset, symbol
 from .sort import comes_before, compared_dtype
 from .target import I64

@@ -27,7 +27,7 @@ from ...runtime import dtypes as _dt
 from ...runtime.strided import contiguous_strides
 from ..emitter import Emitter, llvm_type
 from ..kernel import counted_loop
-from .compile import ptx_of
+from .ptx import ptx_of
 from .loop_kernel import LoopKernel, entry, grid_stride, lines_of, offset, symbol
 from .sort import compared_dtype
 from .target import I64

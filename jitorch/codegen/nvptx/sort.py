@@ -16,7 +16,7 @@ from llvmlite import ir
 from ...runtime import dtypes as _dt
 from ...runtime.strided import contiguous_strides
 from ..emitter import Emitter, llvm_type
-from .compile import ptx_of
+from .ptx import ptx_of
 from .loop_kernel import LoopKernel, entry, lines_of, offset, symbol
 from .target import I32, I64, SHARED, _sreg, barrier, strided_loop, unflatten
 

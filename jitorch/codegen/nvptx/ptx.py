@@ -136,7 +136,7 @@ class PtxKernel(GeneratedKernel):
         return f"<cuda kernel {self.name}: {' '.join(self.ops)}>"
 
 
-def compile_kernel(source, cache=None):
+def ptx_kernel(source, cache=None):
     """A `PtxKernel` for a kernel source built with the NVPTX target."""
     try:
         return PtxKernel(source, ptx_of(source.llvm_ir, source.name, cache))
