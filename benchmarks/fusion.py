@@ -10,8 +10,8 @@ eager, NumPy, numexpr with 1 and all threads, torch eager and torch.compile
 (the last three when installed: `pip install -e ".[bench]"`). The memory
 bandwidth ceiling (a large copy) is measured in the same run and each
 streaming case is shown as a fraction of it. Then the per-call overhead of a
-compiled one-op function, and compile times: the first call in a fresh
-process, cold and with a warm disk cache.
+compiled one-op function and of one reading 50 captured tensors, and compile
+times: the first call in a fresh process, cold and with a warm disk cache.
 """
 
 from __future__ import annotations
@@ -152,6 +152,22 @@ def call_overhead(repeat):
     return out
 
 
+def captured_call_time(repeat, n=2000):
+    """Per call of a compiled function that reads 50 captured tensors of 4 elements (a small model's
+    parameters): the guards on the captured state (identity, requires_grad, geometry) and reading the
+    constants dominate."""
+    params = [jt.full((4,), float(i)) for i in range(50)]
+
+    def fn(x):
+        for p in params:
+            x = x + p
+        return x
+    x = jt.ones(4)
+    f = jt.compile(fn)
+    f(x)
+    return median_time(lambda: [f(x) for _ in range(n)], repeat) / n
+
+
 COMPILE_SNIPPET = """
 import time, numpy as np, jitorch as jt
 x = jt.from_numpy(np.ones(1 << 20, dtype=np.float32))
@@ -202,6 +218,7 @@ def main(argv=None):
     overhead = call_overhead(repeat)
     print("\nper-call overhead of a compiled one-op function (1 element): " +
           ", ".join(f"{s} {fmt(t)}" for s, t in overhead.items()))
+    print(f"per call of a compiled function reading 50 captured tensors: {fmt(captured_call_time(repeat))}")
     (load_cold, cold), (load_warm, warm) = compile_times()
     print(f"first call of a compiled GELU in a fresh process: cold {fmt(cold)}, with the disk cache warm "
           f"{fmt(warm)} (jitorch.compile itself, loading llvmlite and the code generator once per process: "

@@ -55,6 +55,11 @@ GRAD_WATCHERS: list = []
 # new at each call, and a graph cannot replace the data of the caller's tensors).
 VALUE_WATCHERS: list = []
 
+# Moves at every change of any tensor's geometry or memory: in-place view ops, out= resizes and ``.data =`` all
+# go through `Tensor._set_geometry`. A compiled graph re-checks the captured tensors it was traced with only
+# when it moved since their check last held (`jit.captures.geometry_guard`), which keeps its calls cheap.
+GEOMETRY_EPOCH = [0]
+
 
 class Tensor:
     """An n-dimensional strided array, PyTorch style."""
@@ -132,6 +137,7 @@ class Tensor:
         return t
 
     def _set_geometry(self, shape, strides, offset):
+        GEOMETRY_EPOCH[0] += 1
         self._shape = tuple(shape)
         self._size = None
         self._stride = tuple(strides)

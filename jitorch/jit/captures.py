@@ -6,7 +6,9 @@ Guards: a graph bakes in what that state held when it was traced (a number as a 
 constant), so a call after part of it is rebound must trace again, as torch.compile's guards make it.
 Numbers, strings and None are guarded by value; tensors and other objects by identity, so an in-place
 change of a captured tensor (an optimizer step) still needs no new trace. A chain is re-read at each
-guard check through instance dictionaries only (never properties or ``__getattr__`` code).
+guard check through instance dictionaries only (never properties or ``__getattr__`` code). The captured
+tensors' geometry is guarded too (`geometry_guard`): reshaping one outside the function (``c.t_()``,
+``c.data = other``) traces again.
 
 Snapshot: traced code may store what it computes in that state (``M.cache = t``, ``self.mask = t``,
 ``lst.append(t)``). A traced tensor left there would break every later use, so `CapturedState` records the
@@ -21,7 +23,7 @@ import sys
 import types
 from collections import deque
 
-from ..tensor import Tensor
+from ..tensor import GEOMETRY_EPOCH, Tensor
 
 _SCALARS = (bool, int, float, complex, str, bytes, type(None))
 _MISSING = object()
@@ -70,6 +72,7 @@ class CapturedState:
         self.guards = []
         self._seen = set()        # code objects collected
         self._guarded = set()     # ids of tensors a guard checks already
+        self._named = {}          # id -> (name, tensor) of the tensors the code names (``c``, ``M.w``)
         self._namespaces = []     # (path, object) whose attributes or items the function reads
         self._tables = []         # (text, table, copy) for dicts and lists, (text, cell, contents) for cells
         self._tensor_paths = {}   # id(tensor) -> path, for the tensors reached through the namespaces
@@ -93,6 +96,14 @@ class CapturedState:
                 self._guarded.add(id(t))
                 by_root.setdefault(path.root, []).append((path, t))
         return [_same_tensors_check(group) for group in by_root.values()]
+
+    def geometry_guards(self, read):
+        """A check of the geometry of the captured tensors the code names and of ``read``, the (name, tensor)
+        pairs the graph reads (see `geometry_guard`); none without such tensors."""
+        tensors = dict(self._named)
+        for name, t in read:
+            tensors.setdefault(id(t), (name, t))
+        return [geometry_guard(list(tensors.values()))] if tensors else []
 
     def _collect(self, function, owner):
         code = function.__code__
@@ -163,6 +174,7 @@ class CapturedState:
             check = _identity_check(path, value)
             if isinstance(value, Tensor):
                 self._guarded.add(id(value))
+                self._named[id(value)] = (path.name, value)
         self.guards.append(check)
         if isinstance(value, types.FunctionType) and not _is_library_code(value):
             self._collect(value, None)  # a helper the function calls reads variables of its own
@@ -432,6 +444,36 @@ def _same_tensors(obj, nodes):
         elif not _same_tensors(value, children):
             return False
     return True
+
+
+def geometry_guard(named):
+    """A check that the tensors of ``named`` ((name, tensor) pairs) still have the shapes, strides, offsets,
+    dtypes, devices and memory sizes they have now, and share memory as they do now: a trace bakes those in
+    (a kernel's index maths, Python reading ``c.shape``, which captured tensors alias), so a tensor reshaped
+    or given other memory outside the function (``c.t_()``, ``c.data = ...``) must trace again. New memory of
+    the same size and layout (``p.data = p.data - lr * g``) needs none. The tensors are read again only when
+    some tensor's geometry changed since the check last held (`tensor.GEOMETRY_EPOCH`)."""
+    tensors = [t for _, t in named]
+    traced = _geometry(tensors)
+    verified = [GEOMETRY_EPOCH[0]]
+
+    def check():
+        epoch = GEOMETRY_EPOCH[0]
+        if epoch == verified[0]:
+            return True
+        if _geometry(tensors) != traced:
+            return False
+        verified[0] = epoch
+        return True
+    shown = ", ".join(name for name, _ in named[:3]) + (f" and {len(named) - 3} more" if len(named) > 3 else "")
+    check.__doc__ = f"the captured tensors {shown} have the geometry and memory they were traced with"
+    return check
+
+
+def _geometry(tensors):
+    first = {}  # storage -> the index of the first tensor over it
+    return [(t._shape, t._stride, t._offset, t.dtype, t.device, t._storage.size, first.setdefault(id(t._storage), i))
+            for i, t in enumerate(tensors)]
 
 
 def _absent_check(path):

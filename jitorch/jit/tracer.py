@@ -767,22 +767,13 @@ def _captured_tensors(graph):
             if name not in graph.grad_constants and isinstance(t, Tensor)]
 
 
-def _reshaped_guards(graph):
-    """Checks that the captured tensors the graph reshapes (``c.t_()``) have the geometry they were traced
-    with: the next call finds them reshaped, and traces again (or takes up the graph of that geometry)."""
-    guards = []
-    for name in graph.geometry_changes:
-        if isinstance(name, str):
-            t = graph.constant_tensors[name]
-            guards.append(_geometry_guard(t, name, (t._shape, t._stride, t._offset)))
-    return guards
-
-
-def _geometry_guard(t, name, geometry):
-    def check():
-        return (t._shape, t._stride, t._offset) == geometry
-    check.__doc__ = f"captured tensor {name} has the shape, strides and offset it was traced with"
-    return check
+def _captured_read(tracer, graph):
+    """(name, tensor) of the captured tensors the trace read: the graph's constants and the captured tensors
+    over their memory (not the ``.grad`` tensors it re-reads at each call)."""
+    names = {id(t): name for name, t in graph.constant_tensors.items() if isinstance(t, Tensor)}
+    grads = {id(graph.constant_tensors.get(name)) for name in graph.grad_constants}
+    return [(names[id(real)] if id(real) in names else tracer.name_for(real), real)
+            for real, _ in tracer.lifted.values() if id(real) not in grads]
 
 
 def _values_guard(tensor, name):
@@ -986,7 +977,8 @@ def trace_with_inputs(fn, args, kwargs):
         graph = tracer.output(result)
         graph.grad_targets = targets
         graph.python_guards = (tracer.python_guards + grad_guards + _requires_grad_guard(graph) + state.guards
-                               + state.tensor_guards(_captured_tensors(graph)) + _reshaped_guards(graph))
+                               + state.tensor_guards(_captured_tensors(graph))
+                               + state.geometry_guards(_captured_read(tracer, graph)))
         graph.one_shot = tracer.one_shot
         graph.refreshers = tracer.refreshers
     return graph, inputs

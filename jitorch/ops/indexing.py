@@ -330,9 +330,7 @@ def _index_cpu(spec, x, indices):
 def _index_layout(spec, x, indices):
     """torch's layout of ``x[indices]`` on the CPU: its TensorIterator's, over ``x`` restrided to the
     result's shape (stride 0 across the index dims) and the broadcast index tensors viewed in the result's
-    dims (AdvancedIndex). CUDA results are contiguous (docs/differences-from-torch.md)."""
-    if spec.device.type != "cpu":
-        return None
+    dims (AdvancedIndex). The same on every device, as all layout rules (`registry.result_strides`)."""
     shape, strides = list(x.shape), list(_guarded_strides(x))
     columns = _index_columns(indices)
     columns += [None] * (len(shape) - len(columns))
@@ -358,7 +356,7 @@ def _index_columns(indices):
         if t is None:
             columns.append(None)
         elif t.dtype in _MASK_DTYPES:
-            columns.extend([((int(np.count_nonzero(t._array())),), (1,), False)] * t.ndim)
+            columns.extend([((int(np.count_nonzero(t._host_array())),), (1,), False)] * t.ndim)
         else:
             columns.append((t.shape, _guarded_strides(t), t.dtype is _dt.int32))
     return columns

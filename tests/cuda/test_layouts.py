@@ -3,6 +3,8 @@ a pointwise result in its operands' memory order, copies and ``_like`` factories
 one-op kernel, a compiled graph's kernel or the host computes it. And the one place where torch's own rules
 differ by device: ``x[i] = t`` with a 0-d tensor ``t`` fills on the CPU but copies from a CUDA ``t``."""
 
+import types
+
 import numpy as np
 import pytest
 import torch
@@ -11,6 +13,8 @@ import jitorch as jt
 from jitorch.backends.cuda import dispatch
 from jitorch.backends.cuda.fake import FakeBackend
 from jitorch.runtime.cuda_backend import use_backend
+from tests.ops.test_result_layouts import RESULTS
+from tests.support import MEMORY_LAYOUTS, laid_out, tensor_geometry
 
 VALUES = np.random.default_rng(0).uniform(0.1, 0.9, (3, 1, 2)).astype(np.float32)
 
@@ -133,3 +137,36 @@ def test_setitem_of_an_overlapping_0d_cuda_tensor_is_refused_as_torchs_copy_refu
     x = jt.tensor([1.5, 2.5], device="cuda")
     x[::1] = jt.tensor(4.0)  # a 0-d CPU value fills on CUDA too
     assert x.cpu().tolist() == [4.0, 4.0]
+
+
+ON_CUDA = types.SimpleNamespace(tensor=lambda values: jt.tensor(values, device="cuda"))  # for `laid_out`
+
+
+@pytest.mark.parametrize("layout", MEMORY_LAYOUTS)
+@pytest.mark.parametrize("name", sorted(RESULTS))
+def test_every_layout_rule_lays_out_cuda_results_as_the_cpus(fake, name, layout):
+    """The results of tests/ops/test_result_layouts.py (torch's strides on the CPU) on CUDA: each op's layout
+    rule answers for every device (advanced indexing's answered for the CPU only, fuzz seed 2270059)."""
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal((2, 3, 4)).astype(np.float32) for _ in range(2))
+    got = RESULTS[name](jt, laid_out(ON_CUDA, layout, a), jt.tensor(b, device="cuda"))
+    want = RESULTS[name](jt, laid_out(jt, layout, a), jt.tensor(b))
+    assert got.device.type == "cuda" and tensor_geometry(got) == tensor_geometry(want)
+    np.testing.assert_allclose(got.cpu().numpy(), want.numpy(), rtol=1e-6)
+
+
+def _index_of_a_permuted_cast(lib, x):
+    """Fuzz seed 2270059: ``x0.to(T.int32)[:, [0, 1]]`` of a permuted x0 had strides (2, 1, 1) on CUDA, eagerly
+    and compiled, (1, 4, 8) on the CPU and in torch."""
+    return x.to(lib.int32)[:, [0, 1]]
+
+
+def test_advanced_indexing_of_a_permuted_tensor_keeps_the_cpus_order_on_cuda(fake):
+    values = np.arange(12, dtype=np.float32).reshape(1, 3, 4)  # permuted: shape (4, 3, 1), strides (1, 4, 12)
+    theirs = _index_of_a_permuted_cast(torch, permuted(torch, values=values))
+    want = _index_of_a_permuted_cast(jt, permuted(jt, values=values))
+    assert theirs.stride() == want.stride() == (1, 4, 8)
+    for fn in (_index_of_a_permuted_cast, jt.compile(_index_of_a_permuted_cast)):
+        got = fn(jt, permuted(jt, "cuda", values))
+        assert got.device.type == "cuda" and got.stride() == want.stride() and got.storage_offset() == 0
+        np.testing.assert_array_equal(got.cpu().numpy(), want.numpy())
