@@ -37,7 +37,7 @@ from pathlib import Path
 
 from ..runtime import logs
 from ..runtime.files import TMP_SUFFIX as _TMP_SUFFIX, atomic_write
-from ..runtime.version import __version__
+from ..runtime import version
 
 MAGIC = b"JITK"
 FORMAT_VERSION = 2
@@ -75,7 +75,7 @@ def cache_dir() -> Path | None:
 def _toolchain() -> tuple[str, ...]:
     import llvmlite
 
-    return ("jitorch", __version__, "llvmlite", llvmlite.__version__)
+    return ("jitorch", version.__version__, "llvmlite", llvmlite.__version__)
 
 
 def cache_key(*parts: str | bytes) -> str:

@@ -20,11 +20,11 @@ import threading
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 
-import llvmlite.binding as llvm
 
 from ..runtime import logs
 from .errors import CompileError
 from .linker import Linker
+from .llvm_module import optimised_module
 from .machine import selected
 
 _lock = threading.Lock()
@@ -67,15 +67,7 @@ def target_id():
 def optimise(module_text, machine=None):
     """Parse, verify and optimise (O3) a module for ``machine`` (default: the selected one)."""
     machine = machine or _init()["machine"]
-    tm = _target_machines(machine)[0]
-    mod = llvm.parse_assembly(module_text)
-    mod.triple = machine.triple
-    mod.data_layout = str(tm.target_data)
-    mod.verify()
-    pto = llvm.create_pipeline_tuning_options(speed_level=3)
-    pb = llvm.create_pass_builder(tm, pto)
-    pb.getModulePassManager().run(mod, pb)
-    return mod
+    return optimised_module(module_text, machine.triple, _target_machines(machine)[0])
 
 
 class CompiledKernel:

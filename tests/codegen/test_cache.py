@@ -20,6 +20,7 @@ import pytest
 import jitorch
 from jitorch.codegen import cache as cache_mod, cpu
 from jitorch.codegen.cache import FORMAT_VERSION, MAGIC, KernelCache, cache_dir, cache_key, source_digest
+from jitorch.runtime import version as jitorch_version
 
 ROOT = Path(__file__).resolve().parents[2]
 HEADER = struct.Struct("<4sIQ32s32sH")
@@ -82,7 +83,7 @@ def test_cache_key_is_unambiguous(a, b):
     assert cache_key(*a) != cache_key(*b)
 
 
-@pytest.mark.parametrize("module", [jitorch, llvmlite], ids=["jitorch", "llvmlite"])
+@pytest.mark.parametrize("module", [jitorch_version, llvmlite], ids=["jitorch", "llvmlite"])
 def test_cache_key_depends_on_versions(monkeypatch, module):
     before = cache_key("ir")
     cache_mod._toolchain.cache_clear()

@@ -17,6 +17,7 @@ import threading
 
 from ...runtime import logs
 from ..errors import CompileError
+from ..llvm_module import optimised_module
 from ..mathlib import ALLOWED_INTRINSICS as _MATH
 from .target import BLOCK, TRIPLE
 
@@ -57,17 +58,8 @@ def check_intrinsics(module_text):
 
 def optimise(module_text):
     """The verified, O3-optimised llvmlite module of a kernel's IR for NVPTX."""
-    import llvmlite.binding as llvm
     check_intrinsics(module_text)
-    tm = _machine()
-    mod = llvm.parse_assembly(module_text)
-    mod.triple = TRIPLE
-    mod.data_layout = str(tm.target_data)
-    mod.verify()
-    pto = llvm.create_pipeline_tuning_options(speed_level=3)
-    pb = llvm.create_pass_builder(tm, pto)
-    pb.getModulePassManager().run(mod, pb)
-    return mod
+    return optimised_module(module_text, TRIPLE, _machine())
 
 
 def optimised_text(module_text):
