@@ -20,7 +20,6 @@ import threading
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 
-
 from ..runtime import logs
 from .errors import CompileError
 from .linker import Linker
