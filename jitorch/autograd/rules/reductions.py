@@ -121,9 +121,12 @@ def _amax(g, a, out):
 
 
 def _whole(g, a, out):
-    """max(), min(), median() of every element: ties (NaN ties with NaN) share the gradient evenly."""
+    """max(), min(), median() of every element: ties (NaN ties with NaN) share the gradient evenly, the
+    others get zeros, not ``0 * g`` (torch's CPU ``evenly_distribute_backward`` fills a mask: a NaN
+    gradient stays on the ties)."""
     x = a.self
-    return _evenly(g, (x == out) | (x.isnan() & out.isnan()), None)
+    mask = (x == out) | (x.isnan() & out.isnan())
+    return jt.where(mask, g / mask.sum(), 0)
 
 
 def _selected(g, a, out):
