@@ -24,7 +24,7 @@ from ..ops import registry
 from ..ops.views import compact_window
 from ..runtime.grad_mode import enable_grad, is_grad_enabled, no_grad
 from ..runtime.hooks import add_hook
-from .rule import EVERYTHING, NONDIFFERENTIABLE, RULES, Args, Unsaved
+from .rule import EVERYTHING, Args, Unsaved
 
 
 class NodeHooks:
@@ -237,8 +237,8 @@ def grad_args(op):
     in-place form)."""
     found = _GRAD_ARGS.get(op)
     if found is None:
-        rule = RULES.get(op.name)
-        if op.name in NONDIFFERENTIABLE:
+        rule = op.pieces.get("derivative")
+        if "nondifferentiable" in op.pieces:
             args = ()
         elif rule is None:
             args = op.tensor_args
@@ -270,7 +270,7 @@ def record(op, args, result, versions=None):
     """Attach a backward node to ``result`` (called after an op ran on tensors requiring grad).
     ``versions``: id -> version counter of inputs as they were before an in-place op wrote them."""
     Tensor = registry.Tensor
-    if op.name in NONDIFFERENTIABLE:
+    if "nondifferentiable" in op.pieces:
         return result
     if op.attrs and _served_by_fallback(op, args):
         return record_unimplemented(op, args, result)
@@ -357,7 +357,7 @@ def record_unimplemented(op, args, result, what=None):
 
 def _saves(op, inputs):
     """The names ``op``'s rule reads, given which of its ``inputs`` want a gradient (`Rule.saves`)."""
-    rule = RULES.get(op.name)
+    rule = op.pieces.get("derivative")
     if rule is None:
         return EVERYTHING
     names = op.arg_names
@@ -617,7 +617,7 @@ def _call_rule(node, grads, create_graph):
         if t._storage._version != version:
             raise RuntimeError(_modified_message(node, t, version))
     op = node.op
-    rule = RULES.get(op.name)
+    rule = op.pieces.get("derivative")
     if rule is None:
         raise NotImplementedError(f"the derivative for '{op.name}' is not implemented")
     outs = node.out if isinstance(node.out, (tuple, list)) else None

@@ -16,8 +16,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-RULES: dict = {}          # op full name -> Rule
-NONDIFFERENTIABLE: set = set()
+from ..ops.registry import Pieces, attach
+
+# Each op's rule is its "derivative" piece in the registry (``op.pieces``); these are views of them by name.
+RULES = Pieces("derivative")                                # op full name -> Rule
+NONDIFFERENTIABLE = Pieces("nondifferentiable").keys()      # the ops whose outputs never require grad
 EVERYTHING = None         # a rule that does not say what it reads reads every tensor argument and its result
 
 
@@ -54,21 +57,29 @@ def differentiates(names, rule):
     return rule
 
 
-def defgrad(name, backward):
-    """Declare the backward formula of op ``name`` (its full name, e.g. ``max.dim``), which says which
-    arguments it differentiates (`differentiates`; `common.per_input` rules say so by their formulas)."""
-    if name in RULES:
-        raise ValueError(f"derivative of {name} declared twice")
+def defgrad(names, backward):
+    """Declare ``backward`` the derivative rule of the ops ``names`` (full names such as ``max.dim``,
+    separated by spaces; an op's aliases share it). The rule says which arguments it differentiates
+    (`differentiates`; `common.per_input` rules say so by their formulas)."""
     if not isinstance(getattr(backward, "differentiates", None), frozenset):
-        raise ValueError(f"the derivative of {name} does not say which arguments it differentiates "
+        raise ValueError(f"the derivative of {names} does not say which arguments it differentiates "
                          "(jitorch.autograd.rule.differentiates)")
-    RULES[name] = Rule(name, backward)
+    for name in names.split():
+        _check_undeclared(name, "nondifferentiable")
+    attach("derivative", names, Rule(names.split()[0], backward))
     return backward
 
 
 def nondifferentiable(*names):
     """Declare ops whose outputs never require grad (comparisons, indices, rounding, ...)."""
-    NONDIFFERENTIABLE.update(names)
+    for name in names:
+        _check_undeclared(name, "derivative")
+        attach("nondifferentiable", name, True)
+
+
+def _check_undeclared(name, piece):
+    if name in Pieces(piece):
+        raise ValueError(f"op {name} is declared both differentiable and nondifferentiable")
 
 
 class Args:

@@ -40,6 +40,7 @@ def _declare(names, signature, formula, promotion, doc, check=None, **kwargs):
     for name in names.split():
         defpointwise(name + signature, formula, promotion, doc=doc, check=_operand_kinds(name, signature, check),
                      **kwargs)
+    registry.declare_aliases(names)
 
 
 # Checks ---------------------------------------------------------------------------

@@ -13,7 +13,13 @@ An `OpDef` holds one schema and everything that derives from it:
 * ``composite(*args)`` for ops defined by other ops (``reshape`` is a view or
   a copy then a view): the body runs on the public API, so tracing records its
   parts and autograd differentiates them; such an op needs no meta or kernel.
-* ``attrs``: what later layers attach (scalar lowering, derivative rule, ...).
+* ``attrs``: flags of the declaration (``cross_device``, ``layout``, ``overlap``, ...).
+* ``pieces``: what the layers above attach to the op by `attach`, each under one name of `PIECES`:
+  its derivative rule (autograd), decomposition (ir), lowering (codegen) and CUDA kernel (backends).
+  A piece names its op by a string that must be in the registry, so a misspelt name fails when its
+  layer is imported; ``docs/ops.md`` (`jitorch.ops.table`) lists which pieces every op has.
+* ``aliases``: the ops that are one op under several names (``abs``, ``absolute``), declared by
+  `declare_aliases`; a piece attached to one is attached to all.
 
 From the schema the registry generates the public functional form
 (``jitorch.add``), the Tensor method (``x.add``), the in-place method
@@ -28,6 +34,7 @@ import contextlib
 import operator
 import warnings
 from collections import namedtuple
+from collections.abc import Mapping
 from numbers import Number
 
 import numpy as np
@@ -112,6 +119,8 @@ class OpDef:
         self.doc = doc
         self.method_name = method_name or schema.name
         self.attrs = dict(attrs)
+        self.pieces = {}
+        self.aliases = (self,)
         self.tensor_args = tuple(
             (i, a.list or a.varargs) for i, a in enumerate(schema.args) if a.type == "Tensor"
         )
@@ -509,7 +518,7 @@ def _differentiable(op, result):
     results = (result,) if isinstance(result, Tensor) else [r for r in result if isinstance(r, Tensor)]
     if any(r.dtype.is_floating_point for r in results):
         return True
-    return op.name not in AUTOGRAD.NONDIFFERENTIABLE and any(r.dtype is not _dt.bool for r in results)
+    return "nondifferentiable" not in op.pieces and any(r.dtype is not _dt.bool for r in results)
 
 
 def execute(op, args, spec=None):
@@ -865,6 +874,64 @@ def defop(schema, *, meta=None, kind="other", cpu=None, view=None, composite=Non
     OPS[op.name] = op
     PUBLIC.setdefault(s.name, []).append(op)
     return op
+
+
+def declare_aliases(names):
+    """Declare the ops ``names`` ("abs absolute": full names separated by spaces) one op under several
+    names, so that `attach` gives each the pieces attached to any."""
+    group = tuple(_named(name, "alias") for name in names.split())
+    for op in group:
+        op.aliases = group
+
+
+# The pieces layers above the ops attach (`attach`): piece name -> the layer that attaches it
+PIECES = {"derivative": "autograd", "nondifferentiable": "autograd", "decomposition": "ir",
+          "simplification": "ir", "lowering": "codegen", "cuda": "backends"}
+
+
+def attach(piece, names, value):
+    """Attach ``value`` as piece ``piece`` (one of `PIECES`) of the ops ``names`` (full names separated
+    by spaces, ``"max.dim min.dim"``) and of their aliases; returns ``value``. A name the registry does
+    not hold raises LookupError, and a piece attached twice to one op ValueError: both at the import of the
+    layer that attaches."""
+    if piece not in PIECES:
+        raise ValueError(f"unknown op piece {piece!r}: one of {sorted(PIECES)}")
+    ops = {}
+    for name in names.split():
+        for op in _named(name, piece).aliases:
+            ops[op.name] = op
+    for op in ops.values():
+        if piece in op.pieces:
+            raise ValueError(f"the {piece} of op {op.name} declared twice")
+        op.pieces[piece] = value
+    return value
+
+
+def _named(name, what):
+    op = OPS.get(name)
+    if op is None:
+        raise LookupError(f"a {what} names op {name!r}, which the registry does not hold")
+    return op
+
+
+class Pieces(Mapping):
+    """The ops that have piece ``piece``, as a read-only mapping from full name to the piece: a view of the
+    registry that stays current as layers attach (for tests and tables; hot paths read ``op.pieces``)."""
+
+    def __init__(self, piece):
+        self.piece = piece
+
+    def __getitem__(self, name):
+        op = OPS.get(name)
+        if op is None or self.piece not in op.pieces:
+            raise KeyError(name)
+        return op.pieces[self.piece]
+
+    def __iter__(self):
+        return (name for name, op in OPS.items() if self.piece in op.pieces)
+
+    def __len__(self):
+        return sum(1 for _ in self)
 
 
 def _view_meta(view):

@@ -8,6 +8,7 @@ import torch
 
 import jitorch as jt
 from jitorch.autograd.rule import RULES, Unsaved
+from jitorch.ops import registry
 from tests.autograd.inplace_programs import RAISING, WORKING, inputs, torch_message
 
 
@@ -62,7 +63,7 @@ def test_a_rule_reading_a_tensor_it_does_not_declare_is_an_error_not_a_stale_val
     # a rule whose ``self`` formula reads ``self`` but declares that it reads ``other`` alone
     backward = lambda g, a, out: {"self": g * a.self.sign()}  # noqa: E731
     backward.saves = lambda needed: {"other"}
-    monkeypatch.setitem(RULES, "mul", type(rule)("mul", backward))
+    monkeypatch.setitem(registry.OPS["mul"].pieces, "derivative", type(rule)("mul", backward))
     x = jt.randn(3, requires_grad=True)
     y = x * x.detach()
     with pytest.raises(AttributeError, match="derivative rule of 'mul' uses .* argument 'self'"):

@@ -6,13 +6,7 @@ from ...ops import functions as jt
 from jitorch.ops import registry
 from jitorch.ops.meta import reduction_dims
 
-from ..rule import EVERYTHING, Unsaved, defgrad, differentiates, reads
-
-
-def declare(names, rule):
-    """``defgrad`` of one rule under an op's name and its aliases ("abs absolute")."""
-    for name in names.split():
-        defgrad(name, rule)
+from ..rule import EVERYTHING, Unsaved, differentiates, reads
 
 
 def wanted(value):

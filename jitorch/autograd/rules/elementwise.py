@@ -19,8 +19,8 @@ from numbers import Number
 
 from ...ops import functions as jt
 
-from ..rule import nondifferentiable, reads
-from .common import cut, declare, per_input, zero_grad, zeros
+from ..rule import defgrad, nondifferentiable, reads
+from .common import cut, per_input, zero_grad, zeros
 
 _LN2 = math.log(2.0)
 _LN10 = math.log(10.0)
@@ -66,10 +66,10 @@ _UNARY = (
     ("frac", "", lambda g, x, y: g),
 )
 for _names, _reads, _d in _UNARY:
-    declare(_names, per_input(self=reads(_reads, lambda g, a, out, d=_d: d(g, a.self, out))))
+    defgrad(_names, per_input(self=reads(_reads, lambda g, a, out, d=_d: d(g, a.self, out))))
 
-declare("floor ceil trunc fix round sign sgn", zero_grad("self"))
-declare("floor_divide _div_trunc", zero_grad("self", "other"))  # torch's div(rounding_mode=...) is flat
+defgrad("floor ceil trunc fix round sign sgn", zero_grad("self"))
+defgrad("floor_divide _div_trunc", zero_grad("self", "other"))  # torch's div(rounding_mode=...) is flat
 
 
 # Binary and ternary ops --------------------------------------------------------------------------
@@ -134,10 +134,10 @@ def _g(g, a, out):
     return g
 
 
-declare("add", per_input(self=reads("", _g), other=reads("", lambda g, a, out: _times(g, a.alpha))))
-declare("sub subtract", per_input(self=reads("", _g), other=reads("", lambda g, a, out: _times(g, -a.alpha))))
-declare("rsub", per_input(self=reads("", lambda g, a, out: _times(g, -a.alpha)), other=reads("", _g)))
-declare("mul multiply", per_input(self=reads("other", lambda g, a, out: g * a.other),
+defgrad("add", per_input(self=reads("", _g), other=reads("", lambda g, a, out: _times(g, a.alpha))))
+defgrad("sub subtract", per_input(self=reads("", _g), other=reads("", lambda g, a, out: _times(g, -a.alpha))))
+defgrad("rsub", per_input(self=reads("", lambda g, a, out: _times(g, -a.alpha)), other=reads("", _g)))
+defgrad("mul multiply", per_input(self=reads("other", lambda g, a, out: g * a.other),
                                   other=reads("self", lambda g, a, out: g * a.self)))
 def _divided(formula):
     """A formula of ``div``: the true quotient's, or torch's zero where a ``rounding_mode`` made it flat."""
@@ -147,39 +147,39 @@ def _divided(formula):
 
 _QUOTIENT = {"self": reads("other", lambda g, a, out: g / a.other),
              "other": reads("self other", lambda g, a, out: -g * (a.self / a.other / a.other))}
-declare("true_divide", per_input(**_QUOTIENT))
+defgrad("true_divide", per_input(**_QUOTIENT))
 # Composites whose in-place form (``div_``, ``square_``) records one node of the op itself: out of place,
 # their parts record instead.
-declare("div divide", per_input(**{name: _divided(f) for name, f in _QUOTIENT.items()}))
-declare("square", per_input(self=reads("self", lambda g, a, out: g * (2 * a.self))))
-declare("remainder", per_input(self=reads("", _g),
+defgrad("div divide", per_input(**{name: _divided(f) for name, f in _QUOTIENT.items()}))
+defgrad("square", per_input(self=reads("self", lambda g, a, out: g * (2 * a.self))))
+defgrad("remainder", per_input(self=reads("", _g),
                                other=reads("self other", lambda g, a, out: -g * jt.floor_divide(a.self, a.other))))
-declare("fmod", per_input(self=reads("", _g), other=reads(
+defgrad("fmod", per_input(self=reads("", _g), other=reads(
     "self other", lambda g, a, out: -g * jt.div(a.self, a.other, rounding_mode="trunc"))))
-declare("pow", per_input(self=reads("self exponent", _pow_self), exponent=reads("self exponent result", _pow_exponent)))
-declare("maximum", per_input(
+defgrad("pow", per_input(self=reads("self exponent", _pow_self), exponent=reads("self exponent result", _pow_exponent)))
+defgrad("maximum", per_input(
     self=reads("self other", lambda g, a, out: _extreme(g, a.self, a.other, a.self < a.other)),
     other=reads("self other", lambda g, a, out: _extreme(g, a.other, a.self, a.other < a.self))))
-declare("minimum", per_input(
+defgrad("minimum", per_input(
     self=reads("self other", lambda g, a, out: _extreme(g, a.self, a.other, a.self > a.other)),
     other=reads("self other", lambda g, a, out: _extreme(g, a.other, a.self, a.other > a.self))))
-declare("hypot", per_input(self=reads("self result", lambda g, a, out: g * a.self / out),
+defgrad("hypot", per_input(self=reads("self result", lambda g, a, out: g * a.self / out),
                            other=reads("other result", lambda g, a, out: g * a.other / out)))
-declare("logaddexp", per_input(self=reads("self other", lambda g, a, out: g / (1 + (a.other - a.self).exp())),
+defgrad("logaddexp", per_input(self=reads("self other", lambda g, a, out: g / (1 + (a.other - a.self).exp())),
                                other=reads("self other", lambda g, a, out: g / (1 + (a.self - a.other).exp()))))
-declare("atan2 arctan2", per_input(self=reads("self other", lambda g, a, out: g * a.other * _atan2_scale(a)),
+defgrad("atan2 arctan2", per_input(self=reads("self other", lambda g, a, out: g * a.other * _atan2_scale(a)),
                                    other=reads("self other", lambda g, a, out: -g * a.self * _atan2_scale(a))))
-declare("lerp", per_input(self=reads("weight", lambda g, a, out: g * (1 - a.weight)),
+defgrad("lerp", per_input(self=reads("weight", lambda g, a, out: g * (1 - a.weight)),
                           end=reads("weight", lambda g, a, out: g * a.weight),
                           weight=reads("self end", lambda g, a, out: g * (a.end - a.self))))
-declare("clamp clip", per_input(self=reads("self min max", lambda g, a, out: _clamp_self(g, a)),
+defgrad("clamp clip", per_input(self=reads("self min max", lambda g, a, out: _clamp_self(g, a)),
                                 min=reads("self min max", lambda g, a, out: _clamp_min(g, a)),
                                 max=reads("self min max", lambda g, a, out: _clamp_max(g, a))))
-declare("clamp_min", per_input(self=reads("self min", lambda g, a, out: jt.where(a.self >= a.min, g, 0)),
+defgrad("clamp_min", per_input(self=reads("self min", lambda g, a, out: jt.where(a.self >= a.min, g, 0)),
                                min=reads("self min", lambda g, a, out: jt.where(a.self < a.min, g, 0))))
-declare("clamp_max", per_input(self=reads("self max", lambda g, a, out: jt.where(a.self <= a.max, g, 0)),
+defgrad("clamp_max", per_input(self=reads("self max", lambda g, a, out: jt.where(a.self <= a.max, g, 0)),
                                max=reads("self max", lambda g, a, out: jt.where(a.self > a.max, g, 0))))
-declare("where.self", per_input(self=reads("condition", lambda g, a, out: jt.where(a.condition, g, 0)),
+defgrad("where.self", per_input(self=reads("condition", lambda g, a, out: jt.where(a.condition, g, 0)),
                                 other=reads("condition", lambda g, a, out: jt.where(a.condition, 0, g))))
 
 
@@ -187,7 +187,7 @@ declare("where.self", per_input(self=reads("condition", lambda g, a, out: jt.whe
 
 # A comparison's result is bool, which never requires grad; written in place into a float tensor
 # (``x.ge_(y)``) it gives that tensor torch's zero gradient, cutting what it held before.
-declare("eq ne not_equal lt less le less_equal gt greater ge greater_equal", cut("self", "other"))
+defgrad("eq ne not_equal lt less le less_equal gt greater ge greater_equal", cut("self", "other"))
 # torch's in-place logical ops write through their out= form, which autograd does not see: the
 # tensor keeps its history and passes its gradient on unchanged (the bitwise ones refuse floats).
 nondifferentiable(

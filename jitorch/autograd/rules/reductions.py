@@ -17,8 +17,8 @@ from ...ops import functions as jt
 from jitorch.ops.meta import wrap_dim
 from jitorch.ops.reductions import _norm_order
 
-from ..rule import nondifferentiable, reads
-from .common import declare, expand_reduced, per_input, reduced_dims, unreduce, zeros
+from ..rule import defgrad, nondifferentiable, reads
+from .common import expand_reduced, per_input, reduced_dims, unreduce, zeros
 
 
 def _count(x, dim):
@@ -34,12 +34,12 @@ def _nanmean(g, a, out):
     return jt.where(x.isnan(), 0, expand_reduced(g, x, a.dim, a.keepdim) / counted)
 
 
-declare("sum", per_input(self=reads("", lambda g, a, out: expand_reduced(g, a.self, a.dim, a.keepdim))))
-declare("nansum", per_input(self=reads("self", lambda g, a, out: jt.where(
+defgrad("sum", per_input(self=reads("", lambda g, a, out: expand_reduced(g, a.self, a.dim, a.keepdim))))
+defgrad("nansum", per_input(self=reads("self", lambda g, a, out: jt.where(
     a.self.isnan(), 0, expand_reduced(g, a.self, a.dim, a.keepdim)))))
-declare("mean", per_input(self=reads("", lambda g, a, out: expand_reduced(g, a.self, a.dim, a.keepdim)
+defgrad("mean", per_input(self=reads("", lambda g, a, out: expand_reduced(g, a.self, a.dim, a.keepdim)
                                       / _count(a.self, a.dim))))
-declare("nanmean", per_input(self=reads("self", _nanmean)))
+defgrad("nanmean", per_input(self=reads("self", _nanmean)))
 
 
 # Products: exclusive cumulative products, no division ----------------------------------------------
@@ -103,9 +103,9 @@ def _cumsum(g, a, out):
     return g.flip(d).cumsum(d).flip(d)
 
 
-declare("prod", per_input(self=reads("self", _prod)))
-declare("cumprod", per_input(self=reads("self", _cumprod)))
-declare("cumsum", per_input(self=reads("", _cumsum)))
+defgrad("prod", per_input(self=reads("self", _prod)))
+defgrad("cumprod", per_input(self=reads("self", _cumprod)))
+defgrad("cumsum", per_input(self=reads("", _cumsum)))
 
 
 # Extremes, medians and order statistics --------------------------------------------------------------
@@ -142,9 +142,9 @@ def _selected(g, a, out):
     return jt.where(positions == indices, values, 0)
 
 
-declare("amax amin", per_input(self=reads("self result", _amax)))
-declare("max min median", per_input(self=reads("self result", _whole)))
-declare("max.dim min.dim median.dim", per_input(self=reads("result1", _selected)))
+defgrad("amax amin", per_input(self=reads("self result", _amax)))
+defgrad("max min median", per_input(self=reads("self result", _whole)))
+defgrad("max.dim min.dim median.dim", per_input(self=reads("result1", _selected)))
 
 
 # Log-sum-exp and softmax ------------------------------------------------------------------------------
@@ -154,9 +154,9 @@ def _logsumexp(g, a, out):
     return unreduce(g, x, a.dim, a.keepdim) * (x - unreduce(out, x, a.dim, a.keepdim)).exp()
 
 
-declare("logsumexp", per_input(self=reads("self result", _logsumexp)))
-declare("softmax", per_input(self=reads("result", lambda g, a, out: out * (g - (g * out).sum(a.dim, keepdim=True)))))
-declare("log_softmax", per_input(self=reads("result", lambda g, a, out: g - out.exp() * g.sum(a.dim, keepdim=True))))
+defgrad("logsumexp", per_input(self=reads("self result", _logsumexp)))
+defgrad("softmax", per_input(self=reads("result", lambda g, a, out: out * (g - (g * out).sum(a.dim, keepdim=True)))))
+defgrad("log_softmax", per_input(self=reads("result", lambda g, a, out: g - out.exp() * g.sum(a.dim, keepdim=True))))
 
 
 # Moments and norms ------------------------------------------------------------------------------------
@@ -206,9 +206,9 @@ def _norm(g, a, out):
     return x * x.abs().pow(p - 2) * scale
 
 
-declare("var.correction", per_input(self=reads("self", _var)))
-declare("std.correction", per_input(self=reads("self result", _std)))
-declare("norm", per_input(self=reads("self result", _norm)))
+defgrad("var.correction", per_input(self=reads("self", _var)))
+defgrad("std.correction", per_input(self=reads("self result", _std)))
+defgrad("norm", per_input(self=reads("self result", _norm)))
 
 
 # Index and bool results -----------------------------------------------------------------------------

@@ -2,14 +2,14 @@
 uniform and random_ do (torch's results require grad; jitorch does not reparameterise normal either).
 Written in place (``x.uniform_()``), the zero gradient cuts what ``x`` held before."""
 
-from ..rule import nondifferentiable
-from .common import cut, declare
+from ..rule import defgrad, nondifferentiable
+from .common import cut
 
-declare("bernoulli", cut("input"))
-declare("bernoulli.float_ exponential random random.from_to random.to uniform normal.inplace", cut("self"))
-declare("bernoulli.Tensor_", cut("self", "p"))
-declare("normal.Tensor_Tensor", cut("mean", "std"))
-declare("normal.Tensor_float", cut("mean"))
-declare("normal.float_Tensor", cut("std"))
+defgrad("bernoulli", cut("input"))
+defgrad("bernoulli.float_ exponential random random.from_to random.to uniform normal.inplace", cut("self"))
+defgrad("bernoulli.Tensor_", cut("self", "p"))
+defgrad("normal.Tensor_Tensor", cut("mean", "std"))
+defgrad("normal.Tensor_float", cut("mean"))
+defgrad("normal.float_Tensor", cut("std"))
 # torch has no derivative for bernoulli(input, p) (its backward raises); multinomial gives indices.
 nondifferentiable("bernoulli.p", "multinomial")

@@ -98,11 +98,6 @@ def _each_wanted(tensors, fn):
     return [fn(k) if wanted(t) else None for k, t in enumerate(tensors)]
 
 
-def _declare(names, rule):
-    for name in names.split():
-        defgrad(name, rule)
-
-
 # Views -----------------------------------------------------------------------------------
 
 def _permute(g, a):
@@ -158,18 +153,18 @@ def _joined(join):
     return grad
 
 
-_declare("view view_as unflatten squeeze unsqueeze", _self(lambda g, a: g.reshape(a.self.shape)))
-_declare("alias clone", _self(lambda g, a: g))
-_declare("permute", _self(_permute))
-_declare("transpose swapdims", _self(lambda g, a: g.transpose(a.dim0, a.dim1)))
-_declare("swapaxes", _self(lambda g, a: g.transpose(a.axis0, a.axis1)))
-_declare("t", _self(lambda g, a: g.t()))
-_declare("movedim moveaxis", _self(lambda g, a: g.movedim(a.destination, a.source)))
-_declare("expand expand_as broadcast_to", _self(lambda g, a: sum_to(g, a.self.shape)))
+defgrad("view view_as unflatten squeeze unsqueeze", _self(lambda g, a: g.reshape(a.self.shape)))
+defgrad("alias clone", _self(lambda g, a: g))
+defgrad("permute", _self(_permute))
+defgrad("transpose swapdims", _self(lambda g, a: g.transpose(a.dim0, a.dim1)))
+defgrad("swapaxes", _self(lambda g, a: g.transpose(a.axis0, a.axis1)))
+defgrad("t", _self(lambda g, a: g.t()))
+defgrad("movedim moveaxis", _self(lambda g, a: g.movedim(a.destination, a.source)))
+defgrad("expand expand_as broadcast_to", _self(lambda g, a: sum_to(g, a.self.shape)))
 for _name in ("narrow", "slice", "select", "diagonal"):
     defgrad(_name, _self(_part(_name)))
-_declare("unbind", _self(_joined(functions.stack)))
-_declare("split split.sizes split_with_sizes chunk", _self(_joined(functions.cat)))
+defgrad("unbind", _self(_joined(functions.stack)))
+defgrad("split split.sizes split_with_sizes chunk", _self(_joined(functions.cat)))
 defgrad("unfold", _self(_unfold))
 defgrad("as_strided", _self(_as_strided))
 def _strided_part(g, a, out):
@@ -231,8 +226,8 @@ def _selected(keepdim_arg=None):
     return rule
 
 
-_declare("cat concat concatenate", differentiates("tensors", reads("", _cat)))
-_declare("stack", differentiates("tensors", reads("", lambda g, a, out: {
+defgrad("cat concat concatenate", differentiates("tensors", reads("", _cat)))
+defgrad("stack", differentiates("tensors", reads("", lambda g, a, out: {
     "tensors": _each_wanted(a.tensors, lambda k: g.select(wrap_dim(a.dim, g.ndim), k))})))
 defgrad("flip", _self(lambda g, a: g.flip(a.dims)))
 defgrad("roll", _self(lambda g, a: g.roll([-s for s in a.shifts], a.dims)))
@@ -240,7 +235,7 @@ defgrad("repeat", _self(_repeat))
 defgrad("repeat_interleave", _self(_repeat_interleave))
 defgrad("tril", _self(lambda g, a: g.tril(a.diagonal)))
 defgrad("triu", _self(lambda g, a: g.triu(a.diagonal)))
-_declare("sort topk", differentiates("self", reads("result1", _selected())))
+defgrad("sort topk", differentiates("self", reads("result1", _selected())))
 defgrad("kthvalue", differentiates("self", reads("result1", _selected("keepdim"))))
 
 
@@ -437,9 +432,9 @@ defgrad("index_add", per_input(
 defgrad("index_copy", per_input(
     self=reads("index", lambda g, a, out: g.index_fill(a.dim, a.index, 0)),
     source=reads("index", lambda g, a, out: g.index_select(a.dim, a.index).reshape(a.source.shape))))
-_declare("index_fill index_fill.Tensor", per_input(
+defgrad("index_fill index_fill.Tensor", per_input(
     self=reads("index", lambda g, a, out: g.index_fill(a.dim, a.index, 0)), value=reads("index", _index_fill_value)))
-_declare("masked_fill masked_fill.Tensor", per_input(
+defgrad("masked_fill masked_fill.Tensor", per_input(
     self=reads("mask", lambda g, a, out: sum_to(g.masked_fill(a.mask, 0), a.self.shape)),
     value=reads("mask", lambda g, a, out: g.masked_fill(a.mask.logical_not(), 0).sum())))
 defgrad("masked_select", differentiates("self", reads("mask", _masked_select)))
@@ -460,7 +455,7 @@ reads("", _overwritten)
 defgrad("_to_copy", _self(lambda g, a: _cast_like(g, a.self)))
 defgrad("copy", per_input(self=_overwritten,
                           src=reads("", lambda g, a, out: _cast_like(sum_to(g, a.src.shape), a.src))))
-_declare("fill.Scalar zero", per_input(self=_overwritten))
+defgrad("fill.Scalar zero", per_input(self=_overwritten))
 defgrad("fill.Tensor", per_input(self=_overwritten, value=reads("", lambda g, a, out: g.sum())))
 
 # Index and count outputs only; _unique's values have no derivative in torch either.
