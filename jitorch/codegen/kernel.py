@@ -257,7 +257,8 @@ class _Builder:
     def lower_node(self, e, node, memo, load):
         op = node.op
         out_dtype = node.outputs[0].type.dtype
-        if op.name in lowering.CAST_OPS:
+        lowered = op.pieces["lowering"]
+        if isinstance(lowered, lowering.Cast):
             return [e.cast(self.evaluate(e, node.args[0], memo, load), out_dtype)]
         spec = _meta_of(node)
         compute = spec.compute or out_dtype
@@ -276,7 +277,7 @@ class _Builder:
                 via = None if reads_unrounded(op, positions.index(i), number, None if number else a.type.ndim) \
                     else common  # eager's rounding of operands of another dtype (`defpointwise`)
                 operands.append(self._operand(e, a, memo, load, via, compute))
-        result = lowering.POINTWISE[op.name](e, *operands, *rest)
+        result = lowered.emit(e, *operands, *rest)
         return [e.cast(result, out_dtype)]
 
 
@@ -359,7 +360,6 @@ def build_copy(group, name, target=None, aliases=None, layouts=None):
 
 def _used(value, bld):
     """Whether a leaf is read by a computed node or is itself an output."""
-    from ..ir.graph import iter_values
     return any(value in list(iter_values(n.args)) for n in bld.computed) or value in bld.group.outputs
 
 
@@ -367,7 +367,7 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
     """A reduction group's kernel: kept dims outside, reduced dims inside, then the epilogue (or, when
     the innermost input dim is kept, a chunk of kept elements reduced with the reduced dims outside)."""
     bld = _Builder(group, name, target, aliases, layouts)
-    red = next(n for n in bld.computed if n.op.name in lowering.REDUCTION_OPS)
+    red = next(n for n in bld.computed if lowering.kind_of(n) == "reduction")
     x = red.args[0]
     in_shape = tuple(x.type.shape)
     dims = red.args[1] if len(red.args) > 1 else None
@@ -429,7 +429,7 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
     write = k_strides[-1]
 
     module, kernel, ptr, b, e = bld.begin(bld.roots + outputs)
-    reduction = lowering.REDUCTIONS[red.op.name]
+    reduction = red.op.pieces["lowering"]
     combine, finish = reduction.combine, reduction.finish
     spec = _meta_of(red)
     compute = spec.compute or out_value.type.dtype
@@ -554,7 +554,6 @@ def _meta_of(node):
 
 
 def _args(node):
-    from ..ir.graph import iter_values
     return iter_values(node.args)
 
 
@@ -577,7 +576,7 @@ SOFTMAX_OPS = ("softmax", "log_softmax")
 
 def is_row_softmax(node):
     """softmax/log_softmax over the last dim of a float32/float64 tensor, in its own dtype."""
-    if node.op.name not in SOFTMAX_OPS or not lowering._math_available():
+    if node.op.name not in SOFTMAX_OPS or not lowering.math_available():
         return False
     x, dim, dtype = node.args
     t = x.type
@@ -601,7 +600,7 @@ def build_softmax(group, name, target=None, aliases=None, layouts=None):
     src, dst = ptr[x], ptr[out]
     t = llvm_type(dtype)
     # the row's max as a keyed reduction (see lowering.Reduction): it vectorises where a float max does not
-    amax = lowering.REDUCTIONS["amax"]
+    amax = lowering.AMAX
     key = amax.accumulator(dtype, dtype)
     m_slot, s_slot = b.alloca(llvm_type(key)), b.alloca(t)
     lowest = amax.start(e, dtype, key)

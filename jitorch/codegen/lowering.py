@@ -1,7 +1,8 @@
 """Which graph nodes the code generator can lower, and how: scalar lowerings per op.
 
-The fusion pass asks `can_lower(node)`; the kernel builder asks `POINTWISE`
-and `REDUCTIONS` (a `Reduction` each) for each node's scalar expression. Each lowering mirrors the
+Each lowering is its op's "lowering" piece in the registry (``op.pieces``): a `Pointwise`, a
+`Reduction` or a `Cast`, with the condition on a node's arguments under which it applies. The fusion
+pass asks `kind_of(node)`; the kernel builder asks the node's op for its lowering. Each lowering mirrors the
 eager formula of its op in jitorch/ops/pointwise.py (NumPy's semantics for
 NaN, signed zeros and ties), since compiled results are checked against eager.
 """
@@ -15,6 +16,8 @@ from typing import Callable
 import numpy as np
 
 from ..ir import lowerable
+from ..ir.graph import Value, iter_values
+from ..ops.registry import attach
 from ..runtime import dtypes as _dt
 from ..runtime.casts import convert
 from .emitter import Scalar, llvm_type
@@ -312,51 +315,114 @@ def _masked_fill(e, x, mask, value):
     return e.select(_truthy(e, mask), fill, x)
 
 
-# op name -> lowering(e, *operands in compute dtype, *other args) -> Scalar in the compute dtype
-POINTWISE = {
-    "add": _add, "sub": _sub, "subtract": _sub, "rsub": lambda e, a, b, alpha: _sub(e, b, a, alpha),
-    "mul": lambda e, a, b: e.mul(a, b), "multiply": lambda e, a, b: e.mul(a, b),
-    "true_divide": lambda e, a, b: e.div(a, b),
-    "neg": lambda e, a: e.neg(a), "negative": lambda e, a: e.neg(a),
-    "abs": _abs, "absolute": _abs, "sign": _sign, "sgn": _sign, "relu": _relu,
-    "reciprocal": lambda e, a: e.div(e.const(1, a.dtype), a),
-    "maximum": lambda e, a, b: _maximum(e, b, a), "minimum": lambda e, a, b: _minimum(e, b, a),
-    "clamp": _clamp, "clip": _clamp, "clamp_min": lambda e, x, lo: _clamp(e, x, lo, None),
-    "clamp_max": lambda e, x, hi: _clamp(e, x, None, hi),
-    "sqrt": lambda e, x: e.intrinsic("llvm.sqrt", x),
-    "rsqrt": lambda e, x: e.div(e.const(1, x.dtype), e.intrinsic("llvm.sqrt", x)),
-    "floor": _rounding("llvm.floor"), "ceil": _rounding("llvm.ceil"), "trunc": _rounding("llvm.trunc"),
-    "fix": _rounding("llvm.trunc"), "round": _round, "frac": _frac, "lerp": _lerp,
-    "where.self": lambda e, c, a, b: e.select(_truthy(e, c), a, b),
-    "eq": _compare("=="), "ne": _compare("!="), "not_equal": _compare("!="), "lt": _compare("<"),
-    "less": _compare("<"), "le": _compare("<="), "less_equal": _compare("<="), "gt": _compare(">"),
-    "greater": _compare(">"), "ge": _compare(">="), "greater_equal": _compare(">="),
-    "logical_and": _logical("and_"), "logical_or": _logical("or_"), "logical_xor": _logical("xor"),
-    "logical_not": _logical_not,
-    "bitwise_and": _bitwise("and_"), "bitwise_or": _bitwise("or_"), "bitwise_xor": _bitwise("xor"),
-    "bitwise_not": _bitwise_not,
-    "isnan": lambda e, x: e.isnan(x), "isinf": _isinf, "isfinite": _isfinite,
-    "floor_divide": _floor_divide, "_div_trunc": _div_trunc, "remainder": _remainder, "fmod": _fmod,
-    "hypot": _hypot, "logaddexp": _logaddexp, "isclose": _isclose,
-    "bitwise_left_shift": _shift("left"), "bitwise_right_shift": _shift("right"),
-    "fill.Scalar": _fill, "fill.Tensor": _fill, "zero": lambda e, x: _fill(e, x, 0),
-    "masked_fill": _masked_fill, "masked_fill.Tensor": _masked_fill,
-}
+@dataclass(frozen=True)
+class Pointwise:
+    """How a pointwise op lowers: ``emit(e, *operands in the compute dtype, *other args)`` gives its
+    Scalar in the compute dtype. ``when(node)`` says whether a node's arguments lower (None: all do;
+    else the node runs as an external op); ``math``: it needs the math library."""
+
+    emit: Callable
+    when: Callable = None
+    math: bool = False
+    kind = "pointwise"
+
+
+@dataclass(frozen=True)
+class Cast:
+    """A dtype conversion on one device (``_to_copy``): the kernel converts each element."""
+
+    when: Callable
+    math = False
+    kind = "pointwise"
+
+
+def pointwise(names, emit, when=None, math=False):
+    """Attach ``emit`` as the lowering of the ops ``names`` (and their aliases): see `Pointwise`."""
+    attach("lowering", names, Pointwise(emit, when, math))
+
+
+# Integer division by zero raises in eager, which a kernel cannot: integer divisions lower only by a
+# nonzero Python number.
+def _integer_divisor_known_nonzero(node):
+    dtype, divisor = node.outputs[0].type.dtype, node.args[1]
+    if dtype.is_floating_point:
+        return True
+    return not isinstance(divisor, Value) and convert(np.array(divisor), dtype.np).item() != 0
+
+
+def _fill_value_converts(node):
+    """Whether eager converts the Python fill value (else eager raises, and the op stays eager's)."""
+    try:
+        _stored(node.outputs[0].type.dtype, node.args[-1])
+    except (OverflowError, ValueError, TypeError):
+        return False
+    return True
+
+
+def _floating_result(node):
+    return node.outputs[0].type.dtype.is_floating_point
+
+
+def _binary(method):
+    def lower(e, a, b):
+        return getattr(e, method)(a, b)
+    return lower
+
+
+pointwise("add", _add)
+pointwise("sub", _sub)
+pointwise("rsub", lambda e, a, b, alpha: _sub(e, b, a, alpha))
+pointwise("mul", _binary("mul"))
+pointwise("true_divide", _binary("div"))
+pointwise("neg", lambda e, a: e.neg(a))
+pointwise("abs", _abs)
+pointwise("sign", _sign)
+pointwise("relu", _relu)
+pointwise("reciprocal", lambda e, a: e.div(e.const(1, a.dtype), a))
+pointwise("maximum", lambda e, a, b: _maximum(e, b, a))
+pointwise("minimum", lambda e, a, b: _minimum(e, b, a))
+pointwise("clamp", _clamp)
+pointwise("clamp_min", lambda e, x, lo: _clamp(e, x, lo, None))
+pointwise("clamp_max", lambda e, x, hi: _clamp(e, x, None, hi))
+pointwise("sqrt", lambda e, x: e.intrinsic("llvm.sqrt", x))
+pointwise("rsqrt", lambda e, x: e.div(e.const(1, x.dtype), e.intrinsic("llvm.sqrt", x)))
+pointwise("floor", _rounding("llvm.floor"))
+pointwise("ceil", _rounding("llvm.ceil"))
+pointwise("trunc", _rounding("llvm.trunc"))
+pointwise("round", _round, when=lambda node: node.args[1] == 0)
+pointwise("frac", _frac)
+pointwise("lerp", _lerp)
+pointwise("where.self", lambda e, c, a, b: e.select(_truthy(e, c), a, b))
+for _name, _op in (("eq", "=="), ("ne", "!="), ("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">=")):
+    pointwise(_name, _compare(_op))
+for _name, _operator in (("and", "and_"), ("or", "or_"), ("xor", "xor")):
+    pointwise(f"logical_{_name}", _logical(_operator))
+    pointwise(f"bitwise_{_name}", _bitwise(_operator))
+pointwise("logical_not", _logical_not)
+pointwise("bitwise_not", _bitwise_not)
+pointwise("isnan", lambda e, x: e.isnan(x))
+pointwise("isinf", _isinf)
+pointwise("isfinite", _isfinite)
+pointwise("floor_divide", _floor_divide, when=_integer_divisor_known_nonzero)
+pointwise("_div_trunc", _div_trunc, when=_integer_divisor_known_nonzero)
+pointwise("remainder", _remainder, when=_integer_divisor_known_nonzero)
+pointwise("fmod", _fmod, when=_integer_divisor_known_nonzero)
+pointwise("hypot", _hypot)
+pointwise("logaddexp", _logaddexp, math=True)
+pointwise("isclose", _isclose)
+pointwise("bitwise_left_shift", _shift("left"))
+pointwise("bitwise_right_shift", _shift("right"))
+pointwise("fill.Scalar", _fill, when=_fill_value_converts)
+pointwise("fill.Tensor", _fill)
+pointwise("zero", lambda e, x: _fill(e, x, 0))
+pointwise("masked_fill", _masked_fill, when=_fill_value_converts)
+pointwise("masked_fill.Tensor", _masked_fill)
 for _name in ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "tanh", "erf",
               "erfc", "sigmoid", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh"):
-    POINTWISE[_name] = _math(_name)
-for _alias, _name in (("arcsin", "asin"), ("arccos", "acos"), ("arctan", "atan"), ("arcsinh", "asinh"),
-                      ("arccosh", "acosh"), ("arctanh", "atanh")):
-    POINTWISE[_alias] = _math(_name)
-POINTWISE["pow"] = lambda e, a, b: e.math("pow", a, b)
-POINTWISE["atan2"] = POINTWISE["arctan2"] = lambda e, a, b: e.math("atan2", a, b)
-POINTWISE_OPS = frozenset(POINTWISE)
-
-# Ops whose lowering needs the math library (only lowered once it provides them).
-MATH_OPS = frozenset({"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "tanh",
-                      "erf", "erfc", "pow", "sigmoid", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh",
-                      "atanh", "arcsin", "arccos", "arctan", "arcsinh", "arccosh", "arctanh", "atan2", "arctan2",
-                      "logaddexp"})
+    pointwise(_name, _math(_name), math=True)
+pointwise("pow", lambda e, a, b: e.math("pow", a, b), when=_floating_result, math=True)
+pointwise("atan2", lambda e, a, b: e.math("atan2", a, b), math=True)
+attach("lowering", "_to_copy", Cast(when=lambda node: node.args[2] is None or node.args[2] == node.args[0].type.device))
 
 
 @dataclass(frozen=True)
@@ -375,6 +441,9 @@ class Reduction:
     item: Callable = None
     counts: bool = False
     keyed: bool = False
+    when: Callable = None
+    math = False
+    kind = "reduction"
 
     def accumulator(self, compute, result):
         """The dtype the reduction accumulates in."""
@@ -441,31 +510,26 @@ def _truth_combine(op):
 
 # Sums and products may reassociate, as every other library's do: the order of a float sum is not part
 # of its meaning.
-REDUCTIONS = {
-    "sum": Reduction(0, _add_all),
-    "nansum": Reduction(0, _add_all, item=lambda e, x: e.select(e.isnan(x), e.const(0, x.dtype), x)),
-    "mean": Reduction(0, _add_all, lambda e, acc, n: e.div(acc, e.const(n, acc.dtype))),
-    "prod": Reduction(1, lambda e, acc, x: e.mul(acc, x, reassociate=True)),
-    "amax": Reduction(float("-inf"), lambda e, acc, x: _maximum(e, x, acc), keyed=True),
-    "amin": Reduction(float("inf"), lambda e, acc, x: _minimum(e, x, acc), keyed=True),
-    "max": Reduction(float("-inf"), lambda e, acc, x: _maximum(e, x, acc), keyed=True),
-    "min": Reduction(float("inf"), lambda e, acc, x: _minimum(e, x, acc), keyed=True),
-    "all": Reduction(1, _truth_combine("and_")),
-    "any": Reduction(0, _truth_combine("or_")),
-    "count_nonzero": Reduction(0, _add_all, item=_truthy, counts=True),
-}
-REDUCTION_OPS = frozenset(REDUCTIONS)
-
-# Casts lower to a conversion.
-CAST_OPS = frozenset({"_to_copy"})
+AMAX = Reduction(float("-inf"), lambda e, acc, x: _maximum(e, x, acc), keyed=True)
+AMIN = Reduction(float("inf"), lambda e, acc, x: _minimum(e, x, acc), keyed=True)
+attach("lowering", "sum", Reduction(0, _add_all))
+attach("lowering", "nansum", Reduction(0, _add_all, item=lambda e, x: e.select(e.isnan(x), e.const(0, x.dtype), x)))
+attach("lowering", "mean", Reduction(0, _add_all, lambda e, acc, n: e.div(acc, e.const(n, acc.dtype)),
+                                     when=_floating_result))
+attach("lowering", "prod", Reduction(1, lambda e, acc, x: e.mul(acc, x, reassociate=True)))
+attach("lowering", "amax max", AMAX)
+attach("lowering", "amin min", AMIN)
+attach("lowering", "all", Reduction(1, _truth_combine("and_")))
+attach("lowering", "any", Reduction(0, _truth_combine("or_")))
+attach("lowering", "count_nonzero", Reduction(0, _add_all, item=_truthy, counts=True))
 
 
 def _tensor_dtypes(node):
-    from ..ir.graph import iter_values
     return [v.type.dtype for v in iter_values(node.args)] + [o.type.dtype for o in node.outputs]
 
 
-def _math_available():
+def math_available():
+    """Whether the math library (exp, log, sin, ...) is there for kernels to call."""
     try:
         from . import mathlib  # noqa: F401
     except ImportError:
@@ -473,58 +537,21 @@ def _math_available():
     return True
 
 
-# Integer division by zero raises in eager, which a kernel cannot: integer divisions lower only by a
-# nonzero Python number.
-DIVISIONS = frozenset({"floor_divide", "_div_trunc", "remainder", "fmod"})
-
-def _integer_divisor_known_nonzero(node):
-    from ..ir.graph import Value
-    dtype, divisor = node.outputs[0].type.dtype, node.args[1]
-    if dtype.is_floating_point:
-        return True
-    return not isinstance(divisor, Value) and convert(np.array(divisor), dtype.np).item() != 0
-
-
-def _fill_value_converts(node):
-    """Whether eager converts the Python fill value (else eager raises, and the op stays eager's)."""
-    try:
-        _stored(node.outputs[0].type.dtype, node.args[-1])
-    except (OverflowError, ValueError, TypeError):
-        return False
-    return True
-
-
 def can_lower(node):
     """Whether the code generator can put ``node`` in a kernel (else it runs as an external op)."""
-    name = node.op.name
-    if not all(d in DTYPES for d in _tensor_dtypes(node)):
+    lowering = node.op.pieces.get("lowering")
+    if lowering is None or not all(d in DTYPES for d in _tensor_dtypes(node)):
         return False
-    if name in CAST_OPS:
-        return node.args[2] is None or node.args[2] == node.args[0].type.device
-    if name in REDUCTION_OPS:
-        return node.outputs[0].type.dtype.is_floating_point or name != "mean"
-    if name not in POINTWISE_OPS:
+    if lowering.math and not math_available():
         return False
-    if name in DIVISIONS and not _integer_divisor_known_nonzero(node):
-        return False
-    if name in FILL_VALUES and not _fill_value_converts(node):
-        return False
-    if name in MATH_OPS and not _math_available():
-        return False
-    if name == "round" and node.args[1] != 0:
-        return False
-    if name == "pow" and not node.outputs[0].type.dtype.is_floating_point:
-        return False
-    return True
+    return lowering.when is None or lowering.when(node)
 
 
 def kind_of(node):
     """"pointwise", "reduction", "view" or "external": how fusion treats a node."""
     if node.op.view is not None:
         return "view"
-    if not can_lower(node):
-        return "external"
-    return "reduction" if node.op.name in REDUCTION_OPS else "pointwise"
+    return node.op.pieces["lowering"].kind if can_lower(node) else "external"
 
 
 lowerable.register(kind_of)

@@ -93,10 +93,12 @@ def test_split_reductions_combine_their_parts_in_a_kernel_of_the_backend_as_torc
     np.testing.assert_allclose(got.numpy().astype(np.float64), want.numpy().astype(np.float64), rtol=1e-6)
 
 
-def test_every_cuda_implementation_is_of_a_registered_op():
-    from jitorch.backends.cuda import dispatch, factories
-    from jitorch.ops.registry import OPS
-    assert set(dispatch.IMPLEMENTATIONS) | factories.FACTORIES <= set(OPS)
+def test_cuda_implementations_are_pieces_of_their_ops_and_only_transfers_and_factories_run_unplaced():
+    from jitorch.backends.cuda import dispatch, factories, products
+    from jitorch.ops.registry import OPS, Pieces
+    assert OPS["mm"].pieces["cuda"] == dispatch.CudaKernel(products._matmul)
+    unplaced = {name for name, kernel in Pieces("cuda").items() if not kernel.placed}
+    assert unplaced == {"_to_copy", "copy", "clone"} | factories.FACTORIES
 
 
 def test_matmul_uses_the_tiled_kernel_with_batch_broadcasting(fake):

@@ -3,22 +3,22 @@
 The registry sends an op here (`execute`, through the backend registered in ``runtime.device.DEVICE_BACKENDS``)
 when its result or an input lives on a CUDA device. It runs, in order of preference:
 
-1. **transfers** (``_to_copy`` across devices, ``copy_`` from or to the host, ``clone``): host-device copies on
-   the current stream, or device copies (copies.py);
-2. **constant factories** (zeros, full, ..., their ``_like`` and ``new_`` forms): filled on the device
-   (factories.py);
-3. **the op's CUDA implementation** (`IMPLEMENTATIONS`), where it covers the arguments: formula factories,
-   the tiled matmul family (products.py), indexing, scatter_reduce and the data-dependent selections
-   (indexing.py), scans, arg-reductions and sorts (lines.py), joins, copies and reductions made of other ops
-   (composites.py);
-4. **a kernel generated from the op's one-op graph**, else **on the host** (generated.py).
+1. **the op's CUDA implementation**, its "cuda" piece in the registry (a `CudaKernel`), where it covers the
+   arguments: transfers (``_to_copy`` across devices, ``copy_`` from or to the host, ``clone``: host-device
+   copies on the current stream, or device copies, copies.py), constant factories (zeros, full, ..., their
+   ``_like`` and ``new_`` forms, filled on the device) and formula factories (factories.py), the tiled matmul
+   family (products.py), indexing, scatter_reduce and the data-dependent selections (indexing.py), scans,
+   arg-reductions and sorts (lines.py), joins, copies and reductions made of other ops (composites.py);
+2. **a kernel generated from the op's one-op graph**, else **on the host** (generated.py).
 """
 
 from __future__ import annotations
 
+from typing import Callable, NamedTuple
+
 import numpy as np
 
-from ...ops.registry import spec_device, tensors_of
+from ...ops.registry import attach, spec_device, tensors_of
 from ...ops.views import contiguous_format, dense_strides
 from ...runtime import cuda_memory
 from ...runtime.casts import copy_into
@@ -30,11 +30,19 @@ from . import composites, factories, indexing, lines, products
 from .copies import copy_values, empty, host_array, upload, write
 from .generated import run
 
-IMPLEMENTATIONS = {**factories.IMPLEMENTATIONS, **products.IMPLEMENTATIONS, **indexing.IMPLEMENTATIONS,
-                   **lines.IMPLEMENTATIONS, **composites.IMPLEMENTATIONS}
 
 
-def _to_copy(op, spec, args):
+class CudaKernel(NamedTuple):
+    """An op's CUDA implementation, its "cuda" piece in the registry: ``run(op, args, spec)`` gives the result,
+    or NotImplemented where it does not cover the arguments (the op then runs as a kernel generated for it, or
+    on the host). ``placed``: it receives 0-d CPU tensors moved to the op's CUDA device, as torch lets them
+    join CUDA operands; transfers and factories are run as called."""
+
+    run: Callable
+    placed: bool = True
+
+
+def _to_copy(op, args, spec):
     """``x.to(dtype, device)`` with a CUDA tensor on either side, laid out as torch's preserve_format."""
     x, dtype, device = args
     target = spec.device
@@ -53,7 +61,7 @@ def _to_copy(op, spec, args):
     return out
 
 
-def _copy(op, spec, args):
+def _copy(op, args, spec):
     """The value ``self.copy_(src)`` writes: ``src`` broadcast and cast, on ``self``'s device."""
     self, src, flag = args
     with non_blocking(flag or asynchronous()):
@@ -65,7 +73,7 @@ def _copy(op, spec, args):
     return _cast(src.expand(spec.shape), spec)
 
 
-def _clone(op, spec, args):
+def _clone(op, args, spec):
     """``x.clone(memory_format=)``: preserve_format by default, compact for contiguous_format."""
     x, memory_format = args
     return copy_values(x) if memory_format is contiguous_format else _cast(x, spec)
@@ -84,23 +92,26 @@ def _preserved_strides(t):
     return tuple(dense_strides(t._shape, t._stride))
 
 
-_TRANSFERS = {"_to_copy": _to_copy, "copy": _copy, "clone": _clone}
+for _name, _run in (("_to_copy", _to_copy), ("copy", _copy), ("clone", _clone)):
+    attach("cuda", _name, CudaKernel(_run, placed=False))
+attach("cuda", " ".join(factories.FACTORIES), CudaKernel(factories.create, placed=False))
+for _table in (factories.IMPLEMENTATIONS, products.IMPLEMENTATIONS, indexing.IMPLEMENTATIONS, lines.IMPLEMENTATIONS,
+               composites.IMPLEMENTATIONS):
+    for _name, _run in _table.items():
+        attach("cuda", _name, CudaKernel(_run))
 
 
 def execute(op, args, spec, strides=None):
     """Run ``op`` eagerly where its CUDA tensors live (see the module docstring for how); a kernel generated
     for it writes its result with ``strides`` (dense; None: contiguous), the layout the caller wants (see
     `laid_out`)."""
-    transfer = _TRANSFERS.get(op.name)
-    if transfer is not None:
-        return transfer(op, spec, args)
-    if op.name in factories.FACTORIES:
-        return factories.create(op, args, spec)
+    kernel = op.pieces.get("cuda")
+    if kernel is not None and not kernel.placed:
+        return kernel.run(op, args, spec)
     device = _device_of(op, args, spec)
     args = _lift_cpu_scalars(op, args, device)
-    special = IMPLEMENTATIONS.get(op.name)
-    if special is not None:
-        result = special(op, args, spec)
+    if kernel is not None:
+        result = kernel.run(op, args, spec)
         if result is not NotImplemented:
             return result
     return run(op, args, spec, device, strides)

@@ -35,24 +35,21 @@ from math import inf, prod
 from ..lowerable import kind_of
 from ...ops.meta import opmath, reduced_shape, reduction_dims
 from ...ops.reductions import _norm_order
+from ...ops.registry import attach
 from ...runtime import dtypes as _dt
 from .rewrite import Rewriter, graph_pass, substitute
-
-# op name -> fn(*args) with the node's arguments in schema order (tensors as fakes), returning its
-# results as tensors, or None where the decomposition does not apply
-DECOMPOSITIONS: dict = {}
 
 # the tracer decompositions run under (`jitorch.jit.tracer.Tracer`, registered by jit at import, a layer
 # above): they are traced as user code is; without it the pass decomposes nothing
 TRACER = None
 
 
-def decomposition(*names):
-    """Register the decorated function as the decomposition of the ops ``names``."""
+def decomposition(names):
+    """Attach the decorated function as the decomposition of the ops ``names`` (full names separated by
+    spaces): the op's "decomposition" piece in the registry, ``fn(*args)`` with a node's arguments in
+    schema order (tensors as fakes), returning its results as tensors, or None where it does not apply."""
     def register(fn):
-        for name in names:
-            DECOMPOSITIONS[name] = fn
-        return fn
+        return attach("decomposition", names, fn)
     return register
 
 
@@ -164,7 +161,7 @@ def run(graph):
     decomposed = 0
     for node in graph.nodes:
         rw.update_args(node)
-        decompose = DECOMPOSITIONS.get(node.op.name)
+        decompose = node.op.pieces.get("decomposition")
         traced = (_trace(graph, node, decompose) if TRACER is not None and decompose is not None
                   and kind_of(node) == "external" else None)
         if traced is not None and rw.replace_node(node, traced[1]):
@@ -176,4 +173,4 @@ def run(graph):
     return decomposed
 
 
-__all__ = ["DECOMPOSITIONS", "decomposition", "run"]
+__all__ = ["decomposition", "run"]

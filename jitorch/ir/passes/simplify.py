@@ -25,11 +25,7 @@ from .rewrite import Rewriter, graph_pass
 
 # ops whose result is their first argument whenever its type is unchanged: reshapes and
 # broadcasts to the same shape, same-dtype casts, copies (values are logical: no aliasing)
-SAME_TYPE_IDENTITIES = frozenset({
-    "alias", "clone", "_to_copy", "view", "view_as", "unflatten", "squeeze",
-    "expand", "expand_as", "broadcast_to", "narrow", "slice",
-})
-NEGATIONS = frozenset({"neg", "negative"})
+SAME_TYPE_IDENTITIES = "alias clone _to_copy view view_as unflatten squeeze expand expand_as broadcast_to narrow slice"
 # dtypes where eager's pow(x, 2) equals mul(x, x) bit for bit (tests/ir/test_passes.py checks it)
 SQUARE_AS_PRODUCT = frozenset({
     _dt.uint8, _dt.int8, _dt.int16, _dt.int32, _dt.int64,
@@ -81,7 +77,7 @@ def _sub(node):
 def _neg(node):
     (x,) = node.args
     inner = x.node if isinstance(x, Value) else None
-    if inner is not None and inner.op.name in NEGATIONS and isinstance(inner.args[0], Value):
+    if inner is not None and inner.op.pieces.get("simplification") is _neg and isinstance(inner.args[0], Value):
         return inner.args[0]
     return None
 
@@ -101,13 +97,10 @@ def _copy_source(node):
     return src if isinstance(src, Value) else None
 
 
-RULES = {
-    "mul": _mul, "multiply": _mul, "true_divide": _divide,
-    "add": _add, "sub": _sub, "subtract": _sub, "pow": _pow,
-    **{name: _neg for name in NEGATIONS},
-    "copy": _copy_source,
-    **{name: _first for name in SAME_TYPE_IDENTITIES},
-}
+# each op's rewrite is its "simplification" piece in the registry: node -> the value replacing it, or None
+for _names, _rule in (("mul", _mul), ("true_divide", _divide), ("add", _add), ("sub", _sub), ("pow", _pow),
+                      ("neg", _neg), ("copy", _copy_source), (SAME_TYPE_IDENTITIES, _first)):
+    registry.attach("simplification", _names, _rule)
 
 
 def _square_as_product(node):
@@ -129,11 +122,11 @@ def run(graph):
     rewrites = 0
     for node in graph.nodes:
         rw.update_args(node)
-        rule = RULES.get(node.op.name)
+        rule = node.op.pieces.get("simplification")
         replacement = rule(node) if rule is not None else None
         if replacement is not None and rw.replace_node(node, [replacement]):
             rewrites += 1
-        elif node.op.name == "pow" and _square_as_product(node):
+        elif rule is _pow and _square_as_product(node):
             rewrites += 1
     rw.finish()
     return rewrites
