@@ -3,8 +3,9 @@
 Formulas see ``g`` (the output's gradient), ``a`` (the arguments by schema
 name; a Python number stays a number) and ``out``, and may give gradients of
 the broadcast shape: the engine sums them down to each input. Each formula
-runs only for an argument that requires grad (`common.per_input`). Rows name
-an op and its aliases ("abs absolute"), as jitorch/ops/pointwise.py does.
+runs only for an argument that requires grad (`common.per_input`). A rule
+named for an op serves its aliases (``abs`` for ``absolute``: see
+`registry.declare_aliases`).
 
 Where a function has no derivative at a point, the value is torch's: ``relu``
 passes nothing at 0, ``abs`` gives 0 at 0 (``sign``), ``maximum``/``minimum``
@@ -35,8 +36,8 @@ def _times(g, c):
 # Unary ops: (names, what d reads, d(g, x, out)) ----------------------------------------------------
 
 _UNARY = (
-    ("abs absolute", "self", lambda g, x, y: g * x.sign()),
-    ("neg negative", "", lambda g, x, y: -g),
+    ("abs", "self", lambda g, x, y: g * x.sign()),
+    ("neg", "", lambda g, x, y: -g),
     ("exp", "result", lambda g, x, y: g * y),
     ("exp2", "result", lambda g, x, y: g * y * _LN2),
     ("expm1", "result", lambda g, x, y: g * (y + 1)),
@@ -50,15 +51,15 @@ _UNARY = (
     ("sin", "self", lambda g, x, y: g * x.cos()),
     ("cos", "self", lambda g, x, y: g * -x.sin()),
     ("tan", "result", lambda g, x, y: g * (1 + y * y)),
-    ("asin arcsin", "self", lambda g, x, y: g * (1 - x * x).rsqrt()),
-    ("acos arccos", "self", lambda g, x, y: g * -(1 - x * x).rsqrt()),
-    ("atan arctan", "self", lambda g, x, y: g / (x * x + 1)),
+    ("asin", "self", lambda g, x, y: g * (1 - x * x).rsqrt()),
+    ("acos", "self", lambda g, x, y: g * -(1 - x * x).rsqrt()),
+    ("atan", "self", lambda g, x, y: g / (x * x + 1)),
     ("sinh", "self", lambda g, x, y: g * x.cosh()),
     ("cosh", "self", lambda g, x, y: g * x.sinh()),
     ("tanh", "result", lambda g, x, y: g * (1 - y * y)),
-    ("asinh arcsinh", "self", lambda g, x, y: g * (x * x + 1).rsqrt()),
-    ("acosh arccosh", "self", lambda g, x, y: g * (x * x - 1).rsqrt()),
-    ("atanh arctanh", "self", lambda g, x, y: g / (1 - x * x)),
+    ("asinh", "self", lambda g, x, y: g * (x * x + 1).rsqrt()),
+    ("acosh", "self", lambda g, x, y: g * (x * x - 1).rsqrt()),
+    ("atanh", "self", lambda g, x, y: g / (1 - x * x)),
     ("sigmoid", "result", lambda g, x, y: g * (1 - y) * y),
     ("erf", "self", lambda g, x, y: g * (-x * x).exp() * _TWO_OVER_SQRT_PI),
     ("erfc", "self", lambda g, x, y: g * (-x * x).exp() * -_TWO_OVER_SQRT_PI),
@@ -68,7 +69,7 @@ _UNARY = (
 for _names, _reads, _d in _UNARY:
     defgrad(_names, per_input(self=reads(_reads, lambda g, a, out, d=_d: d(g, a.self, out))))
 
-defgrad("floor ceil trunc fix round sign sgn", zero_grad("self"))
+defgrad("floor ceil trunc round sign", zero_grad("self"))
 defgrad("floor_divide _div_trunc", zero_grad("self", "other"))  # torch's div(rounding_mode=...) is flat
 
 
@@ -135,9 +136,9 @@ def _g(g, a, out):
 
 
 defgrad("add", per_input(self=reads("", _g), other=reads("", lambda g, a, out: _times(g, a.alpha))))
-defgrad("sub subtract", per_input(self=reads("", _g), other=reads("", lambda g, a, out: _times(g, -a.alpha))))
+defgrad("sub", per_input(self=reads("", _g), other=reads("", lambda g, a, out: _times(g, -a.alpha))))
 defgrad("rsub", per_input(self=reads("", lambda g, a, out: _times(g, -a.alpha)), other=reads("", _g)))
-defgrad("mul multiply", per_input(self=reads("other", lambda g, a, out: g * a.other),
+defgrad("mul", per_input(self=reads("other", lambda g, a, out: g * a.other),
                                   other=reads("self", lambda g, a, out: g * a.self)))
 def _divided(formula):
     """A formula of ``div``: the true quotient's, or torch's zero where a ``rounding_mode`` made it flat."""
@@ -167,12 +168,12 @@ defgrad("hypot", per_input(self=reads("self result", lambda g, a, out: g * a.sel
                            other=reads("other result", lambda g, a, out: g * a.other / out)))
 defgrad("logaddexp", per_input(self=reads("self other", lambda g, a, out: g / (1 + (a.other - a.self).exp())),
                                other=reads("self other", lambda g, a, out: g / (1 + (a.self - a.other).exp()))))
-defgrad("atan2 arctan2", per_input(self=reads("self other", lambda g, a, out: g * a.other * _atan2_scale(a)),
+defgrad("atan2", per_input(self=reads("self other", lambda g, a, out: g * a.other * _atan2_scale(a)),
                                    other=reads("self other", lambda g, a, out: -g * a.self * _atan2_scale(a))))
 defgrad("lerp", per_input(self=reads("weight", lambda g, a, out: g * (1 - a.weight)),
                           end=reads("weight", lambda g, a, out: g * a.weight),
                           weight=reads("self end", lambda g, a, out: g * (a.end - a.self))))
-defgrad("clamp clip", per_input(self=reads("self min max", lambda g, a, out: _clamp_self(g, a)),
+defgrad("clamp", per_input(self=reads("self min max", lambda g, a, out: _clamp_self(g, a)),
                                 min=reads("self min max", lambda g, a, out: _clamp_min(g, a)),
                                 max=reads("self min max", lambda g, a, out: _clamp_max(g, a))))
 defgrad("clamp_min", per_input(self=reads("self min", lambda g, a, out: jt.where(a.self >= a.min, g, 0)),
@@ -187,7 +188,7 @@ defgrad("where.self", per_input(self=reads("condition", lambda g, a, out: jt.whe
 
 # A comparison's result is bool, which never requires grad; written in place into a float tensor
 # (``x.ge_(y)``) it gives that tensor torch's zero gradient, cutting what it held before.
-defgrad("eq ne not_equal lt less le less_equal gt greater ge greater_equal", cut("self", "other"))
+defgrad("eq ne lt le gt ge", cut("self", "other"))
 # torch's in-place logical ops write through their out= form, which autograd does not see: the
 # tensor keeps its history and passes its gradient on unchanged (the bitwise ones refuse floats).
 nondifferentiable(
