@@ -29,9 +29,9 @@ short = _dtypes.int16
 _registry.install(Tensor)
 globals().update({k: v for k, v in _registry.FUNCTIONS.items() if not k.startswith("_")})
 
-from .tensor import _install_operators  # noqa: E402
+from .tensor import install_operators  # noqa: E402
 
-_install_operators(_registry.FUNCTIONS)
+install_operators(_registry.FUNCTIONS)
 
 from .ops.creation import tensor, as_tensor, from_numpy  # noqa: E402,F401
 from .ops.random_ops import manual_seed, seed, initial_seed, Generator, default_generator  # noqa: E402,F401

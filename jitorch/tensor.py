@@ -655,7 +655,7 @@ _COMPARE = {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "g
 _UNARY = {"neg": "neg", "abs": "abs"}
 
 
-def _install_operators(functions):
+def install_operators(functions):
     def forward(fname):
         fn = functions[fname]
 

@@ -72,7 +72,7 @@ def cache_dir() -> Path | None:
 
 
 @functools.cache
-def _toolchain() -> tuple[str, ...]:
+def toolchain() -> tuple[str, ...]:
     import llvmlite
 
     return ("jitorch", version.__version__, "llvmlite", llvmlite.__version__)
@@ -86,7 +86,7 @@ def cache_key(*parts: str | bytes) -> str:
     different part lists share a key (``("ab", "c")`` differs from ``("a", "bc")``).
     """
     h = hashlib.sha256(b"jitorch kernel cache\0")
-    for part in (*_toolchain(), *parts):
+    for part in (*toolchain(), *parts):
         h.update(_tagged(part, "cache_key(): parts"))
     return h.hexdigest()
 

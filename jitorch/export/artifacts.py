@@ -30,20 +30,20 @@ _MATCHED = ("kind", "triple", "cpu", "features", "toolchain")
 def host_target():
     """The CPU target this process compiles for (``JITORCH_CPU``, checked to run here), as recorded in
     files: triple, CPU name, its explicit features, toolchain."""
-    from ..codegen.cache import _toolchain
+    from ..codegen.cache import toolchain
     from ..codegen.machine import selected
     machine = selected()
     return {"kind": "cpu", "triple": machine.triple, "cpu": machine.cpu, "features": machine.features,
-            "toolchain": list(_toolchain())}
+            "toolchain": list(toolchain())}
 
 
 def cuda_target():
     """The CUDA target this jitorch generates PTX for (the same on every machine, GPU or not): the
     NVPTX triple, the SM as ``cpu``, the PTX ISA as ``features`` (LLVM's names), the toolchain."""
-    from ..codegen.cache import _toolchain
+    from ..codegen.cache import toolchain
     from ..codegen.nvptx.ptx import PTX_ISA, SM
     from ..codegen.nvptx.target import TRIPLE
-    return {"kind": "cuda", "triple": TRIPLE, "cpu": SM, "features": PTX_ISA, "toolchain": list(_toolchain())}
+    return {"kind": "cuda", "triple": TRIPLE, "cpu": SM, "features": PTX_ISA, "toolchain": list(toolchain())}
 
 
 def _cpu_artifact(kernel):

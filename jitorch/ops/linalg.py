@@ -333,8 +333,8 @@ defop(f"baddbmm(Tensor self, Tensor batch1, Tensor batch2, *, {_SCALED}) -> Tens
 # einsum --------------------------------------------------------------------------
 
 # Labels are ints: letters in torch's order (A-Z then a-z), then one per ellipsis dim.
-_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-_ELLIPSIS = len(_LETTERS)
+EINSUM_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+_ELLIPSIS = len(EINSUM_LETTERS)
 
 
 def _einsum_error(message):
@@ -343,10 +343,10 @@ def _einsum_error(message):
 
 def _label(ch, index):
     """The label of a subscript letter, or torch's error naming its index in the equation."""
-    if ch not in _LETTERS:
+    if ch not in EINSUM_LETTERS:
         _einsum_error(f"invalid subscript given at index {index} in the equation string, subscripts must be in "
                       "[a-zA-Z]")
-    return _LETTERS.index(ch)
+    return EINSUM_LETTERS.index(ch)
 
 
 def _parse_operands(lhs, n_ops):
@@ -423,7 +423,7 @@ def _label_sizes(operands, shapes):
         own = {}
         for pos, (label, n) in enumerate(zip(labels, shape)):
             if label in own and own[label] != n:
-                _einsum_error(f"subscript {_LETTERS[label]} is repeated for operand {i} but the sizes don't match, "
+                _einsum_error(f"subscript {EINSUM_LETTERS[label]} is repeated for operand {i} but the sizes don't match, "
                               f"{n} != {own[label]}")
             own[label] = n
             seen = sizes.get(label)
@@ -434,7 +434,7 @@ def _label_sizes(operands, shapes):
                     _einsum_error(f"dimension {pos} covered by ellipsis in operand {i}has size {n} which does not "
                                   f"broadcast with previously seen ellipsis with size {seen} for the respective "
                                   "dimension")
-                _einsum_error(f"subscript {_LETTERS[label]} has size {n} for operand {i} which does not broadcast "
+                _einsum_error(f"subscript {EINSUM_LETTERS[label]} has size {n} for operand {i} which does not broadcast "
                               f"with previously seen size {seen}")
     return sizes
 
@@ -445,7 +445,7 @@ _Plan = namedtuple("_Plan", "operands out shape numpy_operands numpy_out")
 
 
 @lru_cache(maxsize=1024)
-def _einsum_plan(equation, shapes):
+def einsum_plan(equation, shapes):
     """Operand labels, output labels, label sizes and output shape of an equation
     over operands of ``shapes`` (cached: a model calls einsum with few equations)."""
     if not shapes:
@@ -529,7 +529,7 @@ def _einsum_dtype(operands, out, shapes, dtypes):
 
 def _einsum_meta(equation, tensors):
     shapes = tuple(tuple(t.shape) for t in tensors)
-    plan = _einsum_plan(equation, shapes)
+    plan = einsum_plan(equation, shapes)
     dtype = _einsum_dtype(plan.operands, plan.out, shapes, tuple(t.dtype for t in tensors))
     return TensorSpec(plan.shape, dtype, tensors[0].device)
 
@@ -539,7 +539,7 @@ _EINSUM_BLAS_MIN = 4096
 
 
 def _einsum_cpu(spec, equation, arrays):
-    plan = _einsum_plan(equation, tuple(a.shape for a in arrays))
+    plan = einsum_plan(equation, tuple(a.shape for a in arrays))
     c = opmath(spec.dtype).np
     args = []
     for a, (full, labels) in zip(arrays, plan.numpy_operands):

@@ -35,8 +35,8 @@ def numpy_axis(x, dim):
     return dims if dims and x.ndim else None
 
 
-def _count(shape, axis):
-    """How many elements each output element reduces over."""
+def reduced_count(shape, axis):
+    """How many elements each output element reduces over (``axis`` None: every element)."""
     return math.prod(shape if axis is None else (shape[d] for d in axis))
 
 
@@ -98,7 +98,7 @@ def _int_to_float(name, x, dtype):
 # NumPy reductions in the compute dtype: fn(a, axis=, keepdims=) ------------------
 
 def _mean(a, axis, keepdims):
-    return np.sum(a, axis=axis, keepdims=keepdims) / _count(a.shape, axis)
+    return np.sum(a, axis=axis, keepdims=keepdims) / reduced_count(a.shape, axis)
 
 
 def _nanmean(a, axis, keepdims):
@@ -405,7 +405,7 @@ def _moment_meta(name):
     def meta(x, dim, correction, keepdim):
         if not x.dtype.is_floating_point:
             raise RuntimeError("std and var only support floating point and complex dtypes")
-        n = _count(x.shape, numpy_axis(x, dim))
+        n = reduced_count(x.shape, numpy_axis(x, dim))
         if n - (1 if correction is None else correction) <= 0:
             registry.meta_warn(f"{name}(): degrees of freedom is <= 0. Correction should be strictly less than "
                                "the reduction factor (input numel divided by output numel).")
@@ -418,7 +418,7 @@ def _moment_kernel(root):
     def kernel(spec, x, dim, correction, keepdim):
         a = x.astype(spec.compute.np, copy=False)
         axis = numpy_axis(x, dim)
-        n = _count(a.shape, axis)
+        n = reduced_count(a.shape, axis)
         dof = max(n - (1 if correction is None else correction), 0)
         dev = a - np.sum(a, axis=axis, keepdims=True) / n
         var = np.sum(dev * dev, axis=axis, keepdims=keepdim) / dof
@@ -470,7 +470,7 @@ for _name, _what in (("std", "Standard deviation"), ("var", "Variance")):
 
 # Norms ---------------------------------------------------------------------------
 
-def _norm_order(p, dim):
+def norm_order(p, dim):
     """The vector order torch.norm uses for ``p``, or "matrix" when it calls linalg.matrix_norm."""
     if isinstance(p, str):
         return 2.0 if p == "fro" and (dim is None or len(dim) <= 2) else "matrix"
@@ -504,7 +504,7 @@ def _matrix_dims(x, p, dim):
 
 
 def _norm_meta(x, p, dim, keepdim, dtype):
-    order = _norm_order(p, dim)
+    order = norm_order(p, dim)
     if order == "matrix":
         out, compute = _norm_dtype("matrix", x, dtype)
         dims = _matrix_dims(x, p, dim)
@@ -549,7 +549,7 @@ def _nuclear_norm(a, dims, keepdims):
 
 def _norm_cpu(spec, x, p, dim, keepdim, dtype):
     a = _through_dtype(x, spec)
-    order = _norm_order(p, dim)
+    order = norm_order(p, dim)
     if order == "matrix":
         return _nuclear_norm(a, _matrix_dims(x, p, dim), keepdim)
     return _vector_norm(a, order, numpy_axis(x, dim), keepdim)

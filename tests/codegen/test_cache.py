@@ -86,12 +86,12 @@ def test_cache_key_is_unambiguous(a, b):
 @pytest.mark.parametrize("module", [jitorch_version, llvmlite], ids=["jitorch", "llvmlite"])
 def test_cache_key_depends_on_versions(monkeypatch, module):
     before = cache_key("ir")
-    cache_mod._toolchain.cache_clear()
+    cache_mod.toolchain.cache_clear()
     monkeypatch.setattr(module, "__version__", module.__version__ + ".post1")
     try:
         assert cache_key("ir") != before
     finally:
-        cache_mod._toolchain.cache_clear()
+        cache_mod.toolchain.cache_clear()
 
 
 def test_cache_key_rejects_other_types():

@@ -145,6 +145,6 @@ def test_the_directly_written_kernels_assemble(fake, monkeypatch):
     kernels = [k for module, name in tables for k in getattr(module, name).values()]
     assert {k.ops[0] for k in kernels} >= {"cumsum", "argmax", "min.dim", "max.dim", "copy", "gather",
                                            "scatter_add", "index_add", "sort"}
-    assert {k.spec[2] for k in kernels if k.ops[0] in ("cumsum", "max.dim")} >= {"totals", "carries", "prefixes",
+    assert {k.spec.phase for k in kernels if k.ops[0] in ("cumsum", "max.dim")} >= {"totals", "carries", "prefixes",
                                                                                "extremes", "pick"}
     assert_assembles(kernels)

@@ -15,7 +15,7 @@ import math
 
 from ...ops import functions as jt
 from jitorch.ops.meta import wrap_dim
-from jitorch.ops.reductions import _norm_order
+from jitorch.ops.reductions import norm_order
 
 from ..rule import defgrad, nondifferentiable, reads
 from .common import expand_reduced, per_input, reduced_dims, unreduce, zeros
@@ -185,7 +185,7 @@ def _std(g, a, out):
 def _norm(g, a, out):
     """torch's norm_backward, by the vector order ``p``; the gradient is 0 where the norm is 0."""
     x = a.self
-    p = _norm_order(a.p, a.dim)
+    p = norm_order(a.p, a.dim)
     if p == "matrix":
         raise NotImplementedError(f"the derivative for 'norm' with p={a.p!r} is not implemented")
     g, norm = unreduce(g, x, a.dim, a.keepdim), unreduce(out, x, a.dim, a.keepdim)

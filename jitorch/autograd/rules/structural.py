@@ -15,7 +15,7 @@ from jitorch.ops.views import compact
 from jitorch.runtime import dtypes as _dt
 from jitorch.autograd.rule import defgrad, differentiates, nondifferentiable, reads
 from jitorch.autograd.rules.common import per_input, wanted
-from jitorch.ops.linalg import _LETTERS, _einsum_plan
+from jitorch.ops.linalg import EINSUM_LETTERS, einsum_plan
 from jitorch.ops.registry import OPS
 from jitorch.runtime.strided import broadcast_shapes, may_overlap, span, wrap_dim
 
@@ -293,8 +293,8 @@ def _einsum(g, a, out):
     i's labels; labels summed in i alone broadcast back, size-1 (broadcast) dims
     broadcast up or sum back, and a label repeated in i (a diagonal) is written into zeros."""
     tensors = a.tensors
-    plan = _einsum_plan(a.equation, tuple(tuple(t.shape) for t in tensors))
-    letter = {x: _LETTERS[k] for k, x in enumerate(sorted({x for labels in plan.operands for x in labels}))}
+    plan = einsum_plan(a.equation, tuple(tuple(t.shape) for t in tensors))
+    letter = {x: EINSUM_LETTERS[k] for k, x in enumerate(sorted({x for labels in plan.operands for x in labels}))}
 
     def grad(i):
         labels, t = plan.operands[i], tensors[i]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from ...ops.reductions import _count, _norm_order, numpy_axis
+from ...ops.reductions import norm_order, numpy_axis, reduced_count
 from ...ops.registry import FUNCTIONS, TensorSpec
 from ...runtime.grad_mode import no_grad
 from ...runtime.strided import wrap_dim
@@ -139,7 +139,7 @@ def _moment(op, args, spec):
         return NotImplemented
     axis = numpy_axis(x, dim)
     dims = tuple(range(x.ndim)) if axis is None else tuple(axis)
-    n = _count(x._shape, axis)
+    n = reduced_count(x._shape, axis)
     dof = max(n - (1 if correction is None else correction), 0)
     with no_grad():
         a = x.to(spec.compute or spec.dtype)
@@ -153,7 +153,7 @@ def _norm(op, args, spec):
     count of nonzeros, sum, or the ``p``-th root of the sum of ``p``-th powers); the nuclear norm stays on
     the host."""
     x, p, dim, keepdim, dtype = args
-    order = _norm_order(p, dim)
+    order = norm_order(p, dim)
     if order == "matrix" or not x.ndim or not x.numel():
         return NotImplemented
     axis = numpy_axis(x, dim)

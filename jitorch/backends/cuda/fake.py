@@ -190,16 +190,17 @@ def _strided(memory, address, dtype, shape, strides):
 
 
 def _strided_copy(memory, kernel, pointers):
-    _, shape, (dst_dtype, dst_strides), (src_dtype, src_strides) = kernel.spec
-    values = convert(_strided(memory, pointers[0], src_dtype, shape, src_strides), dst_dtype.np)
-    np.copyto(_strided(memory, pointers[1], dst_dtype, shape, dst_strides), values)
+    (dst_dtype, dst_strides), (src_dtype, src_strides) = kernel.spec
+    values = convert(_strided(memory, pointers[0], src_dtype, kernel.space, src_strides), dst_dtype.np)
+    np.copyto(_strided(memory, pointers[1], dst_dtype, kernel.space, dst_strides), values)
 
 
 def _indexing(memory, kernel, pointers):
     """An indexing kernel's reads, stores or adds with NumPy over strided views of device memory; an index
     out of range is skipped (read as zero) and, as the kernel does, claims the error word (its last pointer)
     unless an earlier error holds it, so that it is raised at the next synchronisation."""
-    op, space, dim, size, index, target, source, alpha, value = kernel.spec
+    spec = kernel.spec
+    op, space, dim, size, index, target = spec.op, spec.space, spec.dim, spec.size, spec.index, spec.target
     form = FORMS[op]
     reads = form.mode == "read"
 
@@ -219,12 +220,12 @@ def _indexing(memory, kernel, pointers):
     if reads:
         memory.array(pointers[2], space, target[0].np)[...] = np.where(inside, followed[offsets], 0)
         return
-    values = np.broadcast_to(np.array(value, target[0].np), space) if value is not None else \
-        strided(pointers[1], source[0], source[1])
+    values = np.broadcast_to(np.array(spec.value, target[0].np), space) if spec.value is not None else \
+        strided(pointers[1], *spec.source)
     if form.mode == "store":
         followed[offsets[inside]] = values[inside]
     else:
-        np.add.at(followed, offsets[inside], (values * alpha)[inside])
+        np.add.at(followed, offsets[inside], (values * spec.alpha)[inside])
 
 
 def _graph_kernel(memory, kernel, pointers):

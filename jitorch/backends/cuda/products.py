@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ...codegen.errors import CompileError
 from ...codegen.nvptx.matmul import DTYPES, matmul_kernel
-from ...ops.linalg import _einsum_plan
+from ...ops.linalg import einsum_plan
 from ...runtime import cuda_backend
 from ...runtime.grad_mode import no_grad
 from .copies import address, empty
@@ -59,7 +59,7 @@ def _einsum(op, args, spec):
     order; one operand is a sum and a permutation. Diagonals and three or more operands stay on the host."""
     equation, tensors = args
     tensors = list(tensors)
-    plan = _einsum_plan(equation, tuple(t._shape for t in tensors))
+    plan = einsum_plan(equation, tuple(t._shape for t in tensors))
     if len(tensors) > 2 or any(len(set(labels)) != len(labels) for labels in plan.operands) or \
             spec.dtype.name not in ("float32", "float16") or not all(t.numel() for t in tensors):
         return NotImplemented

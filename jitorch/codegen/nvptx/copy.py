@@ -8,11 +8,20 @@ round trip through the host.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from llvmlite import ir
 
 from ..emitter import Emitter, llvm_type
 from .ptx import ptx_of
 from .loop_kernel import LoopKernel, entry, grid_stride, offset, symbol
+
+
+class CopySpec(NamedTuple):
+    """What a copy kernel was generated from: the (dtype, strides) of its destination and source."""
+
+    dst: tuple
+    src: tuple
 
 
 def copy_kernel(shape, dst, src, cache=None):
@@ -32,4 +41,4 @@ def copy_kernel(shape, dst, src, cache=None):
     grid_stride(b, shape, body)
     b.ret_void()
     text = str(module)
-    return LoopKernel(name, "copy", ("copy", tuple(shape), dst, src), text, ptx_of(text, name, cache))
+    return LoopKernel(name, "copy", shape, CopySpec(dst, src), text, ptx_of(text, name, cache))

@@ -41,7 +41,7 @@ PARAMETERS = 6
 
 
 class FactoryKernel(LoopKernel):
-    """A factory kernel; its loop space is the launch's, set by `sized`."""
+    """A factory kernel; its spec is the dtype it makes, its loop space the launch's, set by `sized`."""
 
     def sized(self, count):
         """This kernel with a grid for ``count`` output elements."""
@@ -103,7 +103,7 @@ def factory_kernel(op, dtype, cache=None):
     strided_loop(b, first, count, stride, lambda b, i: e.store(value(i), b.gep(out, [i])))
     b.ret_void()
     text = str(module)
-    return FactoryKernel(name, op, (op, (0,), dtype), text, ptx_of(text, name, cache))
+    return FactoryKernel(name, op, (0,), dtype, text, ptx_of(text, name, cache))
 
 
 def step_types(op, dtype):

@@ -90,6 +90,12 @@ class IndexSpec(NamedTuple):
     value: object
 
 
+class MeanSpec(NamedTuple):
+    """What a scatter mean's division kernel was generated from: the dtype it divides in."""
+
+    dtype: object
+
+
 def index_kernel(op, space, dim, size, index, target, source=None, alpha=1, value=None, cache=None):
     """The kernel of ``op`` (a key of `FORMS`) over the loop ``space``.
 
@@ -111,7 +117,7 @@ def index_kernel(op, space, dim, size, index, target, source=None, alpha=1, valu
     text = str(_module(name, form, space, dim, size, index, target, source, alpha, value,
                        error_code(form.reports or op, dim, size)))
     spec = IndexSpec(op, tuple(space), dim, size, index, target, source, alpha, value)
-    return LoopKernel(name, op, spec, text, ptx_of(text, name, cache))
+    return LoopKernel(name, op, space, spec, text, ptx_of(text, name, cache))
 
 
 def _module(name, form, space, dim, size, index, target, source, alpha, value, code):
@@ -193,7 +199,7 @@ def mean_kernel(count, dtype, cache=None):
     grid_stride(b, (count,), body)
     b.ret_void()
     text = str(module)
-    return LoopKernel(name, "scatter_mean", ("scatter_mean", (count,), dtype), text, ptx_of(text, name, cache))
+    return LoopKernel(name, "scatter_mean", (count,), MeanSpec(dtype), text, ptx_of(text, name, cache))
 
 
 def _combine(e, combine, at, value):

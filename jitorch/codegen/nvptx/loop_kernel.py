@@ -1,6 +1,6 @@
 """Kernels written directly rather than built from a graph: one grid-stride loop over a static space.
 
-`LoopKernel` carries what a launch and the fake device need (name, op, arguments, PTX, grid); `grid_stride`
+`LoopKernel` carries what a launch and the fake device need (name, op, space, spec, PTX, grid); `grid_stride`
 and `offset` are the loop and the index maths that the indexing and copy kernels share, `symbol` their
 names.
 """
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from math import prod
+from typing import NamedTuple
 
 from llvmlite import ir
 
@@ -17,14 +18,15 @@ from .target import BLOCK, I64, TRIPLE, _sreg, strided_loop, unflatten
 
 
 class LoopKernel(GeneratedKernel):
-    """A generated kernel over the points of ``spec[1]`` (its loop space): PTX (``asm``), LLVM IR, grid.
-    ``mode`` "thread" gives each point a thread, "block" a block."""
+    """A generated kernel of ``op`` over the points of ``space`` (its loop space): PTX (``asm``), LLVM IR,
+    grid. ``spec``: what it was generated from, a NamedTuple of its generator (`copy.CopySpec`, ...), which
+    the fake device reads. ``mode`` "thread" gives each point a thread, "block" a block."""
 
-    def __init__(self, name, op, spec, source_ir, ptx, mode="thread"):
+    def __init__(self, name, op, space, spec, source_ir, ptx, mode="thread"):
         self.name = name
         self.ops = [op]
-        self.spec = spec  # the arguments the kernel was generated from
-        self.space = tuple(spec[1])
+        self.spec = spec
+        self.space = tuple(space)
         self.source_ir = source_ir
         self.asm = ptx
         self.mode = mode
@@ -37,6 +39,23 @@ class LoopKernel(GeneratedKernel):
 
     def __repr__(self):
         return f"<cuda kernel {self.name}: {self.ops[0]}>"
+
+
+class LineSpec(NamedTuple):
+    """What a kernel along lines of a tensor (a scan, a sort, a merge) was generated from: the ``dim`` its
+    lines run along, the tensor's ``shape`` and its source's (dtype, strides); the rest as the kernel has
+    them (None where it has not)."""
+
+    dim: int
+    shape: tuple
+    src: tuple
+    out_dtype: object = None
+    compute: object = None
+    phase: str = None
+    chunk: int = None
+    descending: bool = None
+    run: int = None
+    width: int = None
 
 
 def symbol(text):

@@ -16,7 +16,7 @@ from llvmlite import ir
 from ...runtime.strided import contiguous_strides
 from ..emitter import Emitter, llvm_type
 from .ptx import ptx_of
-from .loop_kernel import LoopKernel, entry, grid_stride, offset, symbol
+from .loop_kernel import LineSpec, LoopKernel, entry, grid_stride, offset, symbol
 from .sort import comes_before, compared_dtype
 from .target import I64
 
@@ -80,5 +80,5 @@ def merge_kernel(shape, dim, dtype, width, descending, cache=None):
     grid_stride(b, tuple(shape), element)
     b.ret_void()
     text = str(module)
-    return LoopKernel(name, "merge", ("merge", tuple(shape), dim, dtype, width, descending), text,
-                      ptx_of(text, name, cache))
+    return LoopKernel(name, "merge", shape, LineSpec(dim, tuple(shape), (dtype, None), width=width,
+                                                     descending=descending), text, ptx_of(text, name, cache))

@@ -28,7 +28,7 @@ from ...runtime.strided import contiguous_strides
 from ..emitter import Emitter, llvm_type
 from ..kernel import counted_loop
 from .ptx import ptx_of
-from .loop_kernel import LoopKernel, entry, grid_stride, lines_of, offset, symbol
+from .loop_kernel import LineSpec, LoopKernel, entry, grid_stride, lines_of, offset, symbol
 from .sort import compared_dtype
 from .target import I64
 
@@ -65,7 +65,8 @@ def scan_kernel(op, shape, dim, src, out_dtype, compute, cache=None):
     grid_stride(b, lines, line)
     b.ret_void()
     text = str(module)
-    return LoopKernel(name, op, (op, lines, dim, tuple(shape), src, out_dtype, compute), text, ptx_of(text, name, cache))
+    return LoopKernel(name, op, lines, LineSpec(dim, tuple(shape), src, out_dtype=out_dtype, compute=compute), text,
+                      ptx_of(text, name, cache))
 
 
 def arg_kernel(op, shape, dim, src, cache=None):
@@ -103,7 +104,7 @@ def arg_kernel(op, shape, dim, src, cache=None):
     grid_stride(b, lines, line)
     b.ret_void()
     text = str(module)
-    return LoopKernel(name, op, (op, lines, dim, tuple(shape), src), text, ptx_of(text, name, cache))
+    return LoopKernel(name, op, lines, LineSpec(dim, tuple(shape), src), text, ptx_of(text, name, cache))
 
 
 def chunk_of(n):
@@ -215,8 +216,8 @@ def chunked_kernel(op, phase, shape, dim, src, out_dtype, chunk, cache=None):
     b.ret_void()
     text = str(module)
     space = tuple(lines) if per_line else tuple(lines) + (chunks,)
-    return LoopKernel(name, op, (op, space, phase, dim, tuple(shape), src, out_dtype, chunk), text,
-                      ptx_of(text, name, cache))
+    return LoopKernel(name, op, space, LineSpec(dim, tuple(shape), src, out_dtype=out_dtype, phase=phase,
+                                                chunk=chunk), text, ptx_of(text, name, cache))
 
 
 def _beyond(e, op, value, current):

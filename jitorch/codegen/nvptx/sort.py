@@ -17,7 +17,7 @@ from ...runtime import dtypes as _dt
 from ...runtime.strided import contiguous_strides
 from ..emitter import Emitter, llvm_type
 from .ptx import ptx_of
-from .loop_kernel import LoopKernel, entry, lines_of, offset, symbol
+from .loop_kernel import LineSpec, LoopKernel, entry, lines_of, offset, symbol
 from .target import I32, I64, SHARED, _sreg, barrier, strided_loop, unflatten
 
 MAX_LINE = 2048
@@ -130,8 +130,8 @@ def sort_kernel(shape, dim, src, descending, run=None, cache=None):
     strided_loop(b, _sreg(b, "ctaid.x"), I64(count), _sreg(b, "nctaid.x"), one_line)
     b.ret_void()
     text = str(module)
-    return LoopKernel(name, "sort", ("sort", (count,), dim, tuple(shape), src, descending, run), text,
-                      ptx_of(text, name, cache), mode="block")
+    return LoopKernel(name, "sort", (count,), LineSpec(dim, tuple(shape), src, descending=descending, run=run),
+                      text, ptx_of(text, name, cache), mode="block")
 
 
 def _shared(module, name, element, count):

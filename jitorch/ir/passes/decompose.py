@@ -30,11 +30,11 @@ kernels themselves.
 
 from __future__ import annotations
 
-from math import inf, prod
+from math import inf
 
 from ..lowerable import kind_of
 from ...ops.meta import opmath, reduced_shape, reduction_dims
-from ...ops.reductions import _norm_order
+from ...ops.reductions import norm_order, reduced_count
 from ...ops.registry import attach
 from ...runtime import dtypes as _dt
 from .rewrite import Rewriter, graph_pass, substitute
@@ -56,7 +56,7 @@ def decomposition(names):
 def _count(x, dims):
     """How many elements each result element reduces over (eager's count: every element of a 0-d
     tensor or when ``dims`` is empty)."""
-    return prod(x.shape[d] for d in dims) if dims and x.ndim else prod(x.shape)
+    return reduced_count(x.shape, dims if dims and x.ndim else None)
 
 
 def _as_kept(t, x, dims):
@@ -111,7 +111,7 @@ def _logsumexp(x, dim, keepdim):
 
 @decomposition("norm")
 def _norm(x, p, dim, keepdim, dtype):
-    order = _norm_order(p, dim)
+    order = norm_order(p, dim)
     if order == "matrix":
         return None
     out = dtype or x.dtype
