@@ -51,6 +51,10 @@ from .jit.explain import explain  # noqa: E402,F401
 from . import compiler  # noqa: E402,F401
 from .codegen.errors import CompileError  # noqa: E402,F401
 from .serialization import save, load  # noqa: E402,F401
+from . import serialization  # noqa: E402,F401
+from .legacy import types as _legacy_types  # noqa: E402
+
+globals().update(_legacy_types("jitorch", is_cuda=False))  # FloatTensor, LongTensor, ...
 from . import export  # noqa: E402,F401  (a callable package: jitorch.export(fn, args))
 
 
