@@ -46,6 +46,7 @@ from .backends.flags import (  # noqa: E402,F401
 )
 from . import cuda  # noqa: E402,F401
 from . import accelerator  # noqa: E402,F401
+from . import random  # noqa: E402,F401
 from . import autograd  # noqa: E402,F401
 from .autograd import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled  # noqa: E402,F401
 from . import jit  # noqa: E402,F401
