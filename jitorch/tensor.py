@@ -546,13 +546,13 @@ class Tensor:
         ``dtype``: a dtype, a legacy type or its name (``"torch.cuda.FloatTensor"`` also moves to CUDA)."""
         if dtype is None:
             return f"jitorch.{'cuda.' if self.is_cuda else ''}{_TYPE_NAMES[self.dtype.name]}"
-        if isinstance(dtype, str) and not hasattr(_dt, dtype.rpartition(".")[2]):
+        if isinstance(dtype, str):
             return self.to(*_legacy_type(dtype), non_blocking=non_blocking)
         if isinstance(dtype, type) and isinstance(getattr(dtype, "dtype", None), _dt.dtype):  # jitorch.LongTensor
             return self.to("cuda" if dtype.is_cuda else "cpu", dtype.dtype, non_blocking=non_blocking)
-        if not isinstance(dtype, (str, _dt.dtype)):
+        if not isinstance(dtype, _dt.dtype):
             raise TypeError("dtype must be a type, str, or dtype object")
-        return self.to(_dt.to_dtype(dtype), non_blocking=non_blocking)
+        return self.to(dtype, non_blocking=non_blocking)
 
     def float(self):
         return self.to(_dt.float32)

@@ -35,9 +35,9 @@ class _CudnnModule(_flags.FlagModule):
     benchmark = _flags.Flag(False, "set_benchmark_cudnn", "Whether cuDNN benchmarks its algorithms (no effect).")
     deterministic = _flags.Flag(False, "set_deterministic_cudnn",
                                 "Whether cuDNN picks deterministic algorithms only (no effect).")
-    allow_tf32 = _flags.Flag(True, "set_allow_tf32_cudnn",
+    allow_tf32 = _flags.Flag(True, "set_allow_tf32_cublas",  # torch names cuBLAS in this message too
                              "Whether cuDNN convolutions may use TensorFloat-32 (no effect).")
 
 
-benchmark_limit = 10  # how many cuDNN algorithms benchmark mode tries (no effect)
+benchmark_limit = None  # how many cuDNN algorithms benchmark mode tries: None without cuDNN, as in torch
 sys.modules[__name__].__class__ = _CudnnModule
