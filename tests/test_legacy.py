@@ -81,7 +81,8 @@ def test_type_casts_as_torch(target):
     ours = jt.tensor([0.0, 1.5]).type(target)
     theirs = torch.tensor([0.0, 1.5]).type(target.replace("jitorch", "torch"))
     assert ours.tolist() == theirs.tolist() and ours.type() == theirs.type().replace("torch", "jitorch")
-    assert jt.tensor([0.0, 1.5]).type(jt.LongTensor).tolist() == torch.tensor([0.0, 1.5]).type(torch.LongTensor).tolist()
+    as_class = jt.tensor([0.0, 1.5]).type(jt.LongTensor)
+    assert as_class.tolist() == torch.tensor([0.0, 1.5]).type(torch.LongTensor).tolist()
 
 
 @pytest.mark.parametrize("target", ["bogus", "torch.FooTensor", 3, "torch.float16", "float32"])

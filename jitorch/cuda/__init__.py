@@ -145,9 +145,8 @@ def seed() -> None:
 
 def seed_all() -> None:
     """Seed every device's generator with one seed from entropy."""
-    import numpy as np
-    from ..ops.random_ops import seed_devices
-    seed_devices(int(np.random.SeedSequence().entropy) & ((1 << 63) - 1))
+    from ..ops.random_ops import fresh_seed, seed_devices
+    seed_devices(fresh_seed())
 
 
 def initial_seed() -> int:
@@ -346,7 +345,8 @@ def memory_stats(device=None) -> dict:
 _LEGACY = _legacy_types("jitorch.cuda", is_cuda=True)
 globals().update(_LEGACY)  # FloatTensor, LongTensor, ...: CUDA tensors' legacy types
 
-__all__ = [*_LEGACY, "Event", "Stream", "current_device", "current_stream", "default_stream", "device", "device_count",
-           "empty_cache", "get_device_name", "initial_seed", "is_available", "is_bf16_supported", "manual_seed",
-           "manual_seed_all", "max_memory_allocated", "max_memory_reserved", "memory_allocated", "memory_reserved",
-           "memory_stats", "reset_peak_memory_stats", "seed", "seed_all", "set_device", "stream", "synchronize"]
+__all__ = [*_LEGACY, "Event", "Stream", "current_device", "current_stream", "default_stream", "device",
+           "device_count", "empty_cache", "get_device_name", "initial_seed", "is_available", "is_bf16_supported",
+           "manual_seed", "manual_seed_all", "max_memory_allocated", "max_memory_reserved", "memory_allocated",
+           "memory_reserved", "memory_stats", "reset_peak_memory_stats", "seed", "seed_all", "set_device", "stream",
+           "synchronize"]

@@ -43,7 +43,7 @@ class Generator:
 
     def seed(self):
         """Reseed from fresh entropy; returns the new seed."""
-        s = int(np.random.SeedSequence().entropy) & ((1 << 63) - 1)
+        s = fresh_seed()
         self.manual_seed(s)
         return s
 
@@ -56,6 +56,11 @@ class Generator:
     def set_state(self, state):
         self._rng.bit_generator.state = state
         return self
+
+
+def fresh_seed():
+    """A seed from the operating system's entropy."""
+    return int(np.random.SeedSequence().entropy) & ((1 << 63) - 1)
 
 
 default_generator = Generator()

@@ -15,8 +15,9 @@ from collections import Counter
 
 from .optimizer import Optimizer
 
-__all__ = ["LRScheduler", "_LRScheduler", "LambdaLR", "StepLR", "MultiStepLR", "ExponentialLR", "CosineAnnealingLR", "LinearLR",
-           "ConstantLR", "PolynomialLR", "SequentialLR", "OneCycleLR", "ReduceLROnPlateau", "CosineAnnealingWarmRestarts", "CyclicLR"]
+__all__ = ["LRScheduler", "_LRScheduler", "LambdaLR", "StepLR", "MultiStepLR", "ExponentialLR", "CosineAnnealingLR",
+           "LinearLR", "ConstantLR", "PolynomialLR", "SequentialLR", "OneCycleLR", "ReduceLROnPlateau",
+           "CosineAnnealingWarmRestarts", "CyclicLR"]
 
 _EPOCH_DEPRECATION = ("The epoch parameter in `scheduler.step()` was not necessary and is being deprecated where "
                       "possible. Please use `scheduler.step()` to step the scheduler.")
