@@ -38,7 +38,15 @@ from .ops.random_ops import manual_seed, seed, initial_seed, Generator, default_
 from ._tensor_str import set_printoptions  # noqa: E402,F401
 from .api import *  # noqa: E402,F401,F403
 from .backends.cuda import backend as _cuda_backend  # noqa: E402,F401  (registers itself for device "cuda")
+from . import backends  # noqa: E402,F401
+from .backends.flags import (  # noqa: E402,F401
+    are_deterministic_algorithms_enabled, get_deterministic_debug_mode, get_float32_matmul_precision,
+    is_deterministic_algorithms_warn_only_enabled, set_deterministic_debug_mode, set_float32_matmul_precision,
+    use_deterministic_algorithms,
+)
 from . import cuda  # noqa: E402,F401
+from . import accelerator  # noqa: E402,F401
+from . import random  # noqa: E402,F401
 from . import autograd  # noqa: E402,F401
 from .autograd import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled  # noqa: E402,F401
 from . import jit  # noqa: E402,F401
@@ -51,6 +59,10 @@ from .jit.explain import explain  # noqa: E402,F401
 from . import compiler  # noqa: E402,F401
 from .codegen.errors import CompileError  # noqa: E402,F401
 from .serialization import save, load  # noqa: E402,F401
+from . import serialization  # noqa: E402,F401
+from .legacy import types as _legacy_types  # noqa: E402
+
+globals().update(_legacy_types("jitorch", is_cuda=False))  # FloatTensor, LongTensor, ...
 from . import export  # noqa: E402,F401  (a callable package: jitorch.export(fn, args))
 
 

@@ -28,6 +28,7 @@ catches damaged members. Any damage is reported as ``SerializationError`` (a
 from __future__ import annotations
 
 import collections
+import contextlib
 import io
 import json
 import math
@@ -43,7 +44,8 @@ from .runtime.storage import Storage
 from .runtime.zipfiles import ArchiveError, open_archive, text_limit
 from .tensor import Size, Tensor
 
-__all__ = ["save", "load", "SerializationError"]
+__all__ = ["save", "load", "SerializationError", "add_safe_globals", "clear_safe_globals", "get_safe_globals",
+           "safe_globals"]
 
 FORMAT = "jitorch.save"
 VERSION = 1
@@ -86,6 +88,10 @@ class _Writer:
             return {"type": "Size", "items": list(obj)}
         if isinstance(obj, (list, tuple, dict)):
             return self._container(obj)
+        if callable(getattr(obj, "state_dict", None)):  # a module, an optimizer, a scheduler, a scaler
+            raise TypeError(f"jitorch.save cannot save a whole {type(obj).__qualname__}: jitorch saves data, never "
+                            "objects (no pickle). Save its state_dict() instead, jitorch.save(obj.state_dict(), f), "
+                            "and restore it into a new object with obj.load_state_dict(jitorch.load(f))")
         raise TypeError(f"jitorch.save cannot save an object of type {type(obj).__module__}.{type(obj).__qualname__}: "
                         "only tensors, numbers, strings, None, bools, dtypes, devices and lists, tuples and "
                         "dicts of them are supported")
@@ -418,6 +424,38 @@ def _load_from(f, map_location, max_bytes):
             raise _bad("bad manifest: the structure is nested too deeply") from None
         except _MALFORMED as e:  # what the checks above missed: still a bad file, not a crash
             raise _bad(f"bad manifest ({type(e).__name__}: {e})") from None
+
+
+# torch.serialization's allowlist for weights_only unpickling. jitorch.load never unpickles (it makes only
+# tensors, numbers, strings and containers), so the list is kept for torch's API and changes what loads in no way.
+_safe_globals: list = []
+
+
+def add_safe_globals(safe_globals):
+    """Add classes and functions (or ``(obj, "module.name")`` pairs) to the allowlist `get_safe_globals`
+    returns. Nothing needs it: `load` reads data only, whatever the list holds."""
+    _safe_globals.extend(safe_globals)
+
+
+def get_safe_globals():
+    """The objects `add_safe_globals` added, in a new list."""
+    return list(_safe_globals)
+
+
+def clear_safe_globals():
+    """Empty the allowlist."""
+    _safe_globals.clear()
+
+
+@contextlib.contextmanager
+def safe_globals(safe_globals):
+    """Add ``safe_globals`` to the allowlist inside the block only."""
+    before = list(_safe_globals)
+    add_safe_globals(safe_globals)
+    try:
+        yield
+    finally:
+        _safe_globals[:] = before
 
 
 # Errors that decoding a manifest's fields can raise on input no check anticipated.

@@ -283,6 +283,35 @@ class Tensor:
     def is_meta(self):
         return self.device.type == "meta"
 
+    def is_nonzero(self):
+        """Whether the single element is not zero (RuntimeError for a tensor of more or fewer elements)."""
+        return self.__bool__()
+
+    def is_same_size(self, other):
+        return self._shape == other._shape
+
+    def is_set_to(self, other):
+        """Whether both tensors view the same storage with the same geometry."""
+        return (self._storage is other._storage and self._offset == other._offset and self._shape == other._shape
+                and self._stride == other._stride)
+
+    # What torch's tensors can be and jitorch's never are (a lazily conjugated or negated view, pinned or shared
+    # memory, a distributed tensor): always False, as torch answers for an ordinary dense tensor.
+    def is_conj(self):
+        return False
+
+    def is_neg(self):
+        return False
+
+    def is_pinned(self, device=None):
+        return False
+
+    def is_shared(self):
+        return False
+
+    def is_distributed(self):
+        return False
+
     @property
     def _version(self):
         return self._storage._version
@@ -512,13 +541,18 @@ class Tensor:
                 return registry.FUNCTIONS["_to_copy"](self, dtype=dtype, device=device)
         return registry.FUNCTIONS["_to_copy"](self, dtype=dtype, device=device)
 
-    def type(self, dtype=None):
-        """The type name, or a cast to ``dtype``."""
+    def type(self, dtype=None, non_blocking=False):
+        """The legacy type's name (``"jitorch.FloatTensor"``, ``"jitorch.cuda.LongTensor"``), or a copy cast to
+        ``dtype``: a dtype, a legacy type or its name (``"torch.cuda.FloatTensor"`` also moves to CUDA)."""
         if dtype is None:
-            return f"jitorch.{_TYPE_NAMES[self.dtype.name]}"
-        if isinstance(dtype, str) and dtype.rpartition(".")[2] in _TYPE_NAMES_INV:  # "jitorch.DoubleTensor"
-            dtype = _TYPE_NAMES_INV[dtype.rpartition(".")[2]]
-        return self.to(_dt.to_dtype(dtype))
+            return f"jitorch.{'cuda.' if self.is_cuda else ''}{_TYPE_NAMES[self.dtype.name]}"
+        if isinstance(dtype, str):
+            return self.to(*_legacy_type(dtype), non_blocking=non_blocking)
+        if isinstance(dtype, type) and isinstance(getattr(dtype, "dtype", None), _dt.dtype):  # jitorch.LongTensor
+            return self.to("cuda" if dtype.is_cuda else "cpu", dtype.dtype, non_blocking=non_blocking)
+        if not isinstance(dtype, _dt.dtype):
+            raise TypeError("dtype must be a type, str, or dtype object")
+        return self.to(dtype, non_blocking=non_blocking)
 
     def float(self):
         return self.to(_dt.float32)
@@ -625,12 +659,27 @@ def _accumulator_of(t):
     return _registry.AUTOGRAD.gradient_edge(t)
 
 
+# Devices and layouts jitorch has none of: these predicates are False for every tensor, as torch's are for one on
+# the CPU or a CUDA device with the strided layout.
+for _name in ("is_xpu", "is_mps", "is_ipu", "is_xla", "is_vulkan", "is_maia", "is_mtia", "is_mkldnn",
+              "is_quantized", "is_sparse", "is_sparse_csr", "is_nested"):
+    setattr(Tensor, _name, property(lambda self: False, doc=f"False: jitorch has no {_name[3:]} tensors."))
+
+
 _TYPE_NAMES = {
     "bool": "BoolTensor", "uint8": "ByteTensor", "int8": "CharTensor", "int16": "ShortTensor",
     "int32": "IntTensor", "int64": "LongTensor", "float16": "HalfTensor", "bfloat16": "BFloat16Tensor",
     "float32": "FloatTensor", "float64": "DoubleTensor",
 }
 _TYPE_NAMES_INV = {v: k for k, v in _TYPE_NAMES.items()}
+
+
+def _legacy_type(name):
+    """(device, dtype) of a legacy type's name: ``"torch.cuda.FloatTensor"``, ``"jitorch.LongTensor"``."""
+    prefix, _, kind = name.rpartition(".")
+    if kind not in _TYPE_NAMES_INV or prefix not in ("torch", "jitorch", "torch.cuda", "jitorch.cuda"):
+        raise ValueError(f"invalid type: '{name}'")
+    return ("cuda" if prefix.endswith("cuda") else "cpu"), _dt.to_dtype(_TYPE_NAMES_INV[kind])
 
 
 def _device_cls():

@@ -400,3 +400,42 @@ def test_damaged_files_fail_cleanly_or_load_exactly(cut, flips, truncate):
     except SerializationError:
         return
     _assert_same(back, _FUZZ_OBJECT)
+
+
+@pytest.mark.parametrize("make", [lambda: jt.nn.Linear(2, 2),
+                                  lambda: jt.optim.SGD(jt.nn.Linear(2, 2).parameters(), lr=0.1),
+                                  lambda: {"model": jt.nn.Linear(2, 2), "step": 3}],
+                         ids=["module", "optimizer", "module_in_a_dict"])
+def test_saving_a_whole_object_says_to_save_its_state_dict(make, tmp_path):
+    with pytest.raises(TypeError, match=r"cannot save a whole (Linear|SGD): .*Save its state_dict\(\) instead, "
+                                        r"jitorch.save\(obj.state_dict\(\), f\)"):
+        jt.save(make(), tmp_path / "x.pt")
+    assert not (tmp_path / "x.pt").exists()
+
+
+def test_the_state_dict_the_message_names_round_trips(tmp_path):
+    model = jt.nn.Linear(2, 2)
+    jt.save(model.state_dict(), tmp_path / "m.pt")
+    fresh = jt.nn.Linear(2, 2)
+    fresh.load_state_dict(jt.load(tmp_path / "m.pt"))
+    assert all(jt.equal(a, b) for a, b in zip(model.parameters(), fresh.parameters()))
+
+
+def test_safe_globals_as_torch_keeps_them():
+    import torch.serialization as theirs
+    ours = jt.serialization
+    before = theirs.get_safe_globals()
+    try:
+        for s in (ours, theirs):
+            s.clear_safe_globals()
+            s.add_safe_globals([collections.OrderedDict, (int, "foo.int")])
+        assert ours.get_safe_globals() == [collections.OrderedDict, (int, "foo.int")]
+        assert sorted(map(str, ours.get_safe_globals())) == sorted(map(str, theirs.get_safe_globals()))
+        with ours.safe_globals([dict]):
+            assert dict in ours.get_safe_globals()
+        assert dict not in ours.get_safe_globals()
+        ours.clear_safe_globals()
+        assert ours.get_safe_globals() == []
+    finally:
+        theirs.clear_safe_globals()
+        theirs.add_safe_globals(before)

@@ -1,5 +1,10 @@
-"""Device backends: what runs ops and kernels on a device whose memory is not the host's.
+"""Device backends: what runs ops and kernels on a device whose memory is not the host's, and torch.backends'
+switches.
 
-Each registers itself for its device type (``runtime.device.DEVICE_BACKENDS``) when imported;
-``import jitorch`` imports them all. `cuda` is the one there is.
+Each backend registers itself for its device type (``runtime.device.DEVICE_BACKENDS``) when imported;
+``import jitorch`` imports them all. `cuda` is the one there is; it also holds ``torch.backends.cuda``'s
+``matmul`` switches. `cudnn`, `mps`, `cpu`, `mkldnn` and `openmp` answer torch.backends' questions for
+jitorch, `flags` holds the switches' machinery and `use_deterministic_algorithms`.
 """
+
+from . import cpu, cuda, cudnn, flags, mkldnn, mps, openmp  # noqa: F401

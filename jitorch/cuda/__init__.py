@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 
+from ..legacy import types as _legacy_types
+
 
 class _LazyDriver:
     """jitorch.runtime.cuda_driver, imported by the first CUDA call rather than by ``import jitorch``."""
@@ -60,6 +62,97 @@ def _index(device):
         return device
     from ..runtime.device import device as _device
     return _device(device).index or 0
+
+
+def current_device() -> int:
+    """The index of the current device: 0, the one `set_device` allows (raises without CUDA, as torch's does)."""
+    _backend().require()
+    return 0
+
+
+def _cuda_index(device):
+    """``device``'s index for `set_device` and `device`: ValueError for a device of another type, -1 for None."""
+    if device is None:
+        return -1
+    if isinstance(device, int):
+        return device
+    from ..runtime.device import device as _device
+    found = _device(device)
+    if found.type != "cuda":
+        raise ValueError(f"Expected a cuda device, but got: {found}")
+    return found.index or 0
+
+
+def set_device(device) -> None:
+    """Make ``device`` (an index, ``"cuda:N"`` or a device) the current one; a negative index changes nothing,
+    as in torch. The current device is always device 0: the op registry places ``device="cuda"`` there, so
+    another index raises NotImplementedError rather than leaving new tensors on a device the caller did not
+    choose (name the device, ``device="cuda:1"``, instead)."""
+    index = _cuda_index(device)
+    if index < 0:
+        return
+    from ..runtime.cuda_memory import canonical
+    from ..runtime.device import device as _device
+    canonical(_device("cuda", index))  # raises without CUDA, or for a device that is not there
+    if index != 0:
+        raise NotImplementedError(f"jitorch.cuda.set_device({index}): jitorch's current CUDA device is always "
+                                  f"cuda:0; place tensors with device='cuda:{index}' instead")
+
+
+class device:
+    """Context manager that makes ``device`` the current CUDA device inside the block (None or a negative
+    index: no change); see `set_device`."""
+
+    def __init__(self, device):
+        self.idx = _cuda_index(device)
+
+    def __enter__(self):
+        set_device(self.idx)
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def is_bf16_supported(including_emulation=True) -> bool:
+    """Whether bfloat16 works on CUDA: wherever CUDA is available, as jitorch's kernels target sm_80 and newer,
+    which compute bfloat16 natively (so ``including_emulation`` changes nothing)."""
+    return is_available()
+
+
+def _device_generator(index):
+    from ..ops.random_ops import device_generator
+    from ..runtime.device import device as _device
+    return device_generator(_device("cuda", index))
+
+
+def manual_seed(seed) -> None:
+    """Seed the current device's generator, which random ops on it draw from (without CUDA too: it is seeded
+    for when there is a device, as torch's lazy seeding does)."""
+    _device_generator(0).manual_seed(int(seed))
+
+
+def manual_seed_all(seed) -> None:
+    """Seed every device's generator."""
+    from ..ops.random_ops import seed_devices
+    seed_devices(int(seed))
+
+
+def seed() -> None:
+    """Seed the current device's generator from entropy."""
+    _device_generator(0).seed()
+
+
+def seed_all() -> None:
+    """Seed every device's generator with one seed from entropy."""
+    from ..ops.random_ops import fresh_seed, seed_devices
+    seed_devices(fresh_seed())
+
+
+def initial_seed() -> int:
+    """The seed of the current device's generator (raises without CUDA, as torch's does)."""
+    _backend().require()
+    return _device_generator(0).initial_seed()
 
 
 def get_device_name(device=None) -> str:
@@ -249,6 +342,11 @@ def memory_stats(device=None) -> dict:
     return {} if a is None else a.memory_stats()
 
 
-__all__ = ["Event", "Stream", "current_stream", "default_stream", "device_count", "empty_cache",
-           "get_device_name", "is_available", "max_memory_allocated", "max_memory_reserved", "memory_allocated",
-           "memory_reserved", "memory_stats", "reset_peak_memory_stats", "stream", "synchronize"]
+_LEGACY = _legacy_types("jitorch.cuda", is_cuda=True)
+globals().update(_LEGACY)  # FloatTensor, LongTensor, ...: CUDA tensors' legacy types
+
+__all__ = [*_LEGACY, "Event", "Stream", "current_device", "current_stream", "default_stream", "device",
+           "device_count", "empty_cache", "get_device_name", "initial_seed", "is_available", "is_bf16_supported",
+           "manual_seed", "manual_seed_all", "max_memory_allocated", "max_memory_reserved", "memory_allocated",
+           "memory_reserved", "memory_stats", "reset_peak_memory_stats", "seed", "seed_all", "set_device", "stream",
+           "synchronize"]

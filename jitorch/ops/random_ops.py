@@ -1,8 +1,11 @@
 """Random number generation: Generator, seeding, and the random ops.
 
 Every random op draws from a `Generator` (NumPy's PCG64 underneath): the one
-passed as ``generator=``, else the global `default_generator`, so
-``manual_seed(s)`` makes every op reproducible. The streams are jitorch's own:
+passed as ``generator=``, else its device's default generator: the global
+`default_generator` on the CPU, one per CUDA device (`device_generator`, what
+``jitorch.cuda.manual_seed`` seeds), as torch keeps one per device. So
+``manual_seed(s)``, which seeds them all, makes every op reproducible, and a
+seed gives the same numbers on either device. The streams are jitorch's own:
 seeded results are reproducible run to run but differ from torch's values.
 
 Meta rules check sizes, dtypes and the Python-number arguments (bounds,
@@ -21,6 +24,7 @@ from .creation import C_TYPE_NAMES, OPTIONS, c_num, like_spec, sized_spec
 from .registry import TensorSpec, cpp_name, defop, scalar_name
 
 _SEED_MASK = (1 << 64) - 1
+_DEFAULT_SEED = 67280421310721  # torch's default_rng_seed_val: every generator's seed until one is given
 
 
 class Generator:
@@ -28,7 +32,7 @@ class Generator:
 
     def __init__(self, device="cpu"):
         self.device = to_device(device)
-        self.manual_seed(67280421310721)
+        self.manual_seed(_DEFAULT_SEED)
 
     def manual_seed(self, seed):
         """Restart the stream from ``seed``; returns the generator."""
@@ -39,7 +43,7 @@ class Generator:
 
     def seed(self):
         """Reseed from fresh entropy; returns the new seed."""
-        s = int(np.random.SeedSequence().entropy) & ((1 << 63) - 1)
+        s = fresh_seed()
         self.manual_seed(s)
         return s
 
@@ -54,17 +58,49 @@ class Generator:
         return self
 
 
+def fresh_seed():
+    """A seed from the operating system's entropy."""
+    return int(np.random.SeedSequence().entropy) & ((1 << 63) - 1)
+
+
 default_generator = Generator()
+
+# The CUDA devices' default generators, by device index, made at their first use; a new one starts from the seed
+# the last `manual_seed` or `seed` gave every device, as torch's lazily seeded CUDA generators do.
+_device_generators: dict = {}
+_device_seed = [_DEFAULT_SEED]
+
+
+def device_generator(device):
+    """The generator random ops on ``device`` draw from when given none."""
+    if device.type != "cuda":
+        return default_generator
+    index = device.index or 0
+    found = _device_generators.get(index)
+    if found is None:
+        found = _device_generators[index] = Generator(f"cuda:{index}").manual_seed(_device_seed[0])
+    return found
+
+
+def seed_devices(seed):
+    """Seed every CUDA device's generator, those made later too, with ``seed``."""
+    _device_seed[0] = int(seed)
+    for gen in _device_generators.values():
+        gen.manual_seed(seed)
 
 
 def manual_seed(seed):
-    """Seed the default generator; returns it."""
-    return default_generator.manual_seed(seed)
+    """Seed the default generator and every device's; returns the default generator."""
+    found = default_generator.manual_seed(seed)
+    seed_devices(seed)
+    return found
 
 
 def seed():
-    """Seed the default generator from entropy; returns the seed."""
-    return default_generator.seed()
+    """Seed the default generator and every device's from entropy; returns the seed."""
+    s = default_generator.seed()
+    seed_devices(s)
+    return s
 
 
 def initial_seed():

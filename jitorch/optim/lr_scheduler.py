@@ -15,8 +15,9 @@ from collections import Counter
 
 from .optimizer import Optimizer
 
-__all__ = ["LRScheduler", "LambdaLR", "StepLR", "MultiStepLR", "ExponentialLR", "CosineAnnealingLR", "LinearLR",
-           "ConstantLR", "PolynomialLR", "SequentialLR", "OneCycleLR", "ReduceLROnPlateau", "CosineAnnealingWarmRestarts", "CyclicLR"]
+__all__ = ["LRScheduler", "_LRScheduler", "LambdaLR", "StepLR", "MultiStepLR", "ExponentialLR", "CosineAnnealingLR",
+           "LinearLR", "ConstantLR", "PolynomialLR", "SequentialLR", "OneCycleLR", "ReduceLROnPlateau",
+           "CosineAnnealingWarmRestarts", "CyclicLR"]
 
 _EPOCH_DEPRECATION = ("The epoch parameter in `scheduler.step()` was not necessary and is being deprecated where "
                       "possible. Please use `scheduler.step()` to step the scheduler.")
@@ -83,6 +84,10 @@ class LRScheduler:
         for group, lr in zip(self.optimizer.param_groups, values):
             group["lr"] = lr
         self._last_lr = self._group_lrs()
+
+
+class _LRScheduler(LRScheduler):
+    """LRScheduler's old name, which schedulers written for older torch subclass."""
 
 
 class LambdaLR(LRScheduler):

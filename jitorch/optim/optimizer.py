@@ -18,7 +18,18 @@ from ..autograd.functional import zero_grad_
 from ..runtime.dtypes import float32
 from ..tensor import Tensor
 
-__all__ = ["Optimizer"]
+__all__ = ["Optimizer", "required"]
+
+
+class _RequiredParameter:
+    """The default of an option an optimizer has no default for (``lr=required``): each parameter group must
+    then give it."""
+
+    def __repr__(self):
+        return "<required parameter>"
+
+
+required = _RequiredParameter()
 
 
 def _typename(obj):
@@ -97,6 +108,8 @@ class Optimizer:
             if not (p.is_leaf or p.retains_grad):
                 raise ValueError("can't optimize a non-leaf Tensor")
         for name, default in self.defaults.items():
+            if default is required and name not in param_group:
+                raise ValueError(f"parameter group didn't specify a value of required optimization parameter {name}")
             param_group.setdefault(name, default)
         seen = set()
         for group in self.param_groups:

@@ -67,3 +67,30 @@ def test_selftest_without_a_gpu_runs_ptxas_and_the_emulated_checks_and_exits_0()
                          "registry ops vs CPU (emulated)", "graph and autograd (emulated)"}
     assert all(" ok " in line for line in rows.values()), done.stdout
     assert re.search(r"\b\d{3} ops vs CPU", rows["registry ops vs CPU (emulated)"])
+
+
+def test_seeding_without_cuda_is_silent_as_in_torch():
+    for seed_cuda in (lambda: jt.cuda.manual_seed(1), lambda: jt.cuda.manual_seed_all(1), jt.cuda.seed,
+                      jt.cuda.seed_all):
+        assert seed_cuda() is None
+    assert jt.cuda.is_bf16_supported() is False
+
+
+@pytest.mark.parametrize("call", [lambda: jt.cuda.set_device(0), jt.cuda.current_device, jt.cuda.initial_seed,
+                                  lambda: jt.cuda.FloatTensor(2), lambda: jt.cuda.LongTensor([1])],
+                         ids=["set_device", "current_device", "initial_seed", "FloatTensor", "LongTensor"])
+def test_what_needs_a_device_says_cuda_is_unavailable(call):
+    with pytest.raises(RuntimeError, match=NO_CUDA):
+        call()
+
+
+def test_accelerator_without_a_device_answers_as_torch():
+    import torch
+    assert jt.accelerator.is_available() is torch.accelerator.is_available() is False
+    assert jt.accelerator.device_count() == torch.accelerator.device_count() == 0
+    assert jt.accelerator.current_accelerator(check_available=True) is None
+    for name in ("current_device_index", "synchronize", "memory_allocated", "empty_cache"):
+        with pytest.raises(RuntimeError) as theirs:
+            getattr(torch.accelerator, name)()
+        with pytest.raises(RuntimeError, match=str(theirs.value)):
+            getattr(jt.accelerator, name)()

@@ -267,3 +267,18 @@ def test_subclass_without_update_must_override_step():
 def test_repr_lists_group_options():
     text = repr(optim.SGD([jt.ones(1, requires_grad=True)], lr=0.25))
     assert text.startswith("SGD (\nParameter Group 0\n") and "    lr: 0.25\n" in text and text.endswith(")")
+
+
+def test_a_required_option_must_be_given_as_torch():
+    from jitorch.optim.optimizer import Optimizer, required
+
+    class Plain(Optimizer):
+        def __init__(self, params, lr=required):
+            super().__init__(params, {"lr": lr})
+
+    p = jt.nn.Parameter(jt.zeros(1))
+    with pytest.raises(ValueError, match="parameter group didn't specify a value of required optimization "
+                                         "parameter lr"):
+        Plain([p])
+    assert Plain([{"params": [p], "lr": 0.1}]).param_groups[0]["lr"] == 0.1
+    assert repr(required) == "<required parameter>"

@@ -3,8 +3,8 @@
 The graph is built as the tracer would record it (a non-contiguous tensor enters as its storage span seen
 through ``as_strided``, which the kernel builder folds into index maths), fused, and compiled for NVPTX; the
 kernel is cached per op, argument kinds (shape, strides when not contiguous, dtype), scalar arguments and
-device. An op without such a kernel (random numbers, drawn from the CPU generator's stream so that a seed
-gives the same numbers on both devices; float64 products; unique over a dim; ...) runs **on the host**: the
+device. An op without such a kernel (random numbers, drawn on the host from the device's generator, so that a
+seed gives the same numbers on both devices; float64 products; unique over a dim; ...) runs **on the host**: the
 tensor arguments are copied to the host, the op's CPU kernel runs, and the results are copied back. This
 synchronises the stream; its results are exactly the CPU ones.
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from ...ir.graph import Graph, TensorType
 from ...ops import registry
+from ...ops.random_ops import device_generator
 from ...ops.registry import OPS, TensorSpec
 from ...runtime import cuda_memory
 from ...runtime.cuda_memory import download_span, non_blocking
@@ -132,6 +133,8 @@ def on_host(op, args, device):
             return type(a)(to_host(x, arg) for x in a)
         if arg.type == "Device" and a is not None:
             return CPU
+        if arg.type == "Generator" and a is None:
+            return device_generator(device)
         return a
 
     host_args = [to_host(a, arg) for a, arg in zip(args, op.schema.args)]

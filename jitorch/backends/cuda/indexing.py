@@ -20,6 +20,7 @@ from ...runtime import cuda_backend, cuda_errors, dtypes
 from ...runtime.casts import convert
 from ...runtime.grad_mode import no_grad
 from ...runtime.strided import broadcast_shapes, contiguous_strides, wrap_dim
+from ..flags import are_deterministic_algorithms_enabled
 from .copies import address, copy_values, empty, write
 from .kernels import cached
 
@@ -66,11 +67,18 @@ def _arguments(op, args):
         kernel_op in ("index_select", "index_add", "index_copy", "index_fill")
 
 
+def _order_dependent(dtype):
+    """Whether atomic float additions into ``dtype``, whose last bits depend on the order they land in, are
+    refused: under ``jitorch.use_deterministic_algorithms(True)`` the op runs on the host instead."""
+    return dtype.is_floating_point and are_deterministic_algorithms_enabled()
+
+
 def _indexing(op, args, spec):
     """The ops that follow indices held in a tensor, through the generated kernels of
     codegen/nvptx/indexing.py, every operand read in place (take and put see ``self`` flattened);
     NotImplemented for what they do not cover (0-dim or empty operands, other index dtypes, atomic adds on
-    small integers, a fractional alpha on integers, reduce= modes, several or boolean index tensors)."""
+    small integers, a fractional alpha on integers, reduce= modes, several or boolean index tensors, atomic
+    float adds under deterministic algorithms)."""
     parsed = _arguments(op, args)
     if parsed is None:
         return NotImplemented
@@ -79,7 +87,8 @@ def _indexing(op, args, spec):
     tensors = [self, index] + ([source] if source is not None else [])
     if not self.ndim or any(not t.numel() or t.device != self.device for t in tensors) or \
             index.dtype not in INDEX_DTYPES or (form.mode == "add" and self.dtype not in ATOMIC_DTYPES) or \
-            (not self.dtype.is_floating_point and alpha != int(alpha)):
+            (not self.dtype.is_floating_point and alpha != int(alpha)) or \
+            (form.mode == "add" and _order_dependent(self.dtype)):
         return NotImplemented
     alpha = float(alpha) if self.dtype.is_floating_point else int(alpha)
     if value is not None:
@@ -126,6 +135,8 @@ def _scatter_reduce(op, args, spec):
     the count (a scatter_add of ones; floor division for integers, as NumPy's ``//``). Float sums and
     products land in the order the atomics do, so they may differ from the CPU's in the last bits."""
     x, dim, index, src, reduce, include_self = args
+    if reduce in ("sum", "mean", "prod") and _order_dependent(x.dtype):
+        return NotImplemented
     reduce = scatter_reduce_combine(reduce)
     if not x.ndim or index.ndim != x.ndim or src.ndim != x.ndim or not index.numel() or \
             x.dtype is dtypes.bool or index.dtype not in INDEX_DTYPES or \

@@ -5,6 +5,7 @@ from __future__ import annotations
 import warnings
 
 from ._functional import F
+from .attention import MultiheadAttention  # noqa: F401  (torch.nn.modules.activation holds it)
 from .module import Module
 
 
