@@ -17,10 +17,9 @@ import numpy as np
 import torch
 
 from . import recipes
-from .compare import SkipSample
 from .universe import resolve
 
-MAX_SAMPLES = 3          # samples torch accepts, per OpInfo
+MAX_SAMPLES = 3          # samples torch accepts, per OpInfo and dtype
 MAX_TRIED = 8            # samples drawn from an OpInfo's generator before giving up on it
 
 # Results that are random or uninitialised: compared by type, shape and dtype only.
@@ -29,6 +28,10 @@ RANDOM = re.compile(r"rand|bernoulli|normal|dropout|multinomial|poisson|uniform|
                     r"orthogonal_|sparse_|lowrank|lobpcg|data_ptr|storage|__hash__")
 # Results unique only up to the sign of each vector: compared by magnitude.
 UP_TO_SIGN = re.compile(r"(^|\.)(svd|linalg\.svd|linalg\.eigh|qr|linalg\.qr|geqrf|linalg\.householder_product)$")
+
+# Ops returning (values, indices) whose index among equal values torch leaves unspecified: their integer
+# samples (which have ties) compare the indices by type only.
+TIES = re.compile(r"(^|\.)(topk|kthvalue|mode|median|nanmedian|sort|max|min|cummax|cummin)$")
 
 # Tensor operator methods and the op whose OpInfo samples they take.
 DUNDERS = {
@@ -54,7 +57,7 @@ class Sample:
 
     label: str
     call: Callable[[Any], Any]
-    mode: str = "values"
+    mode: str | None = None
 
 
 def _install_expecttest_shim():
@@ -81,13 +84,13 @@ def load_opinfos():
     return by_name
 
 
-def _sample_dtype(op):
-    """float32 where the OpInfo supports it, else the first real dtype it does."""
+def _sample_dtypes(op):
+    """The dtypes an OpInfo's samples are drawn in: float32 and int64 where it supports them (int64 checks
+    type promotion and integer semantics), else the first real dtype it supports."""
     supported = op.supported_dtypes("cpu")
-    for dtype in (torch.float32, torch.int64, torch.bool, torch.float64, torch.int32, torch.uint8):
-        if dtype in supported:
-            return dtype
-    return None
+    chosen = [d for d in (torch.float32, torch.int64) if d in supported]
+    fallback = [d for d in (torch.bool, torch.float64, torch.int32, torch.uint8) if d in supported]
+    return chosen or fallback[:1]
 
 
 def _opinfo_keys(entry):
@@ -138,14 +141,15 @@ def opinfo_samples(entry, opinfos):
     found = []
     for key in _opinfo_keys(entry):
         for op in opinfos.get(key, ()):
-            dtype = _sample_dtype(op)
-            if dtype is None or not (entry.area == "Tensor" or _fits(op, entry)):
+            if not (entry.area == "Tensor" or _fits(op, entry)):
                 continue
-            for i, s in enumerate(itertools.islice(op.sample_inputs("cpu", dtype), MAX_TRIED)):
-                if s.kwargs and entry.short.startswith("__"):
-                    continue  # operators take no options (div's rounding_mode samples are for div itself)
-                found.append(Sample(f"OpInfo {op.full_name} #{i} ({str(dtype)[6:]})",
-                                    _call_of(entry, (s.input,) + tuple(s.args), dict(s.kwargs))))
+            for dtype in _sample_dtypes(op):
+                for i, s in enumerate(itertools.islice(op.sample_inputs("cpu", dtype), MAX_TRIED)):
+                    if s.kwargs and entry.short.startswith("__"):
+                        continue  # operators take no options (div's rounding_mode samples are for div itself)
+                    tied = "ties" if dtype != torch.float32 and TIES.search(entry.path) else None
+                    found.append(Sample(f"OpInfo {op.full_name} ({str(dtype)[6:]}) #{i}",
+                                        _call_of(entry, (s.input,) + tuple(s.args), dict(s.kwargs)), tied))
         if found:
             return found
     return found
@@ -210,7 +214,7 @@ def samples(entry, opinfos):
             sample = generated_sample(entry)
             found = [sample] if sample else []
         for s in found:
-            s.mode = _mode(entry)
+            s.mode = s.mode or _mode(entry)
     forms = recipes.FORMS.get(entry.path, ())
     return found + [Sample(f"form {i}", fn, mode) for i, (fn, mode) in enumerate(forms)]
 
@@ -228,4 +232,3 @@ class _TorchLib:
 
 
 _TORCH = _TorchLib()
-__all__ = ["Sample", "SkipSample", "load_opinfos", "samples", "MAX_SAMPLES"]

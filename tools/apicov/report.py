@@ -35,30 +35,44 @@ PROGRAM_NAMES = {
         "TransformerEncoderLayer").split()
 } | {"torch.optim." + n for n in "Adadelta Adam AdamW SGD".split()} | {"torch.optim.lr_scheduler.StepLR"}
 
-USAGE_DIRS = ("nn", "optim", "distributions", "utils/data", "functional.py", "_tensor.py")
+USAGE_SOURCES = ("nn", "optim", "utils/data", "functional.py", "_tensor.py")
+# The name a call's qualifier has in torch's own code, per area; a Tensor method is called on any other name.
+QUALIFIERS = {"torch": ("torch",), "nn.functional": ("F", "functional"), "linalg": ("linalg",),
+              "special": ("special",), "fft": ("fft",), "nn.init": ("init",), "nn": ("nn",), "optim": ("optim",),
+              "lr_scheduler": ("lr_scheduler",), "autograd": ("autograd", "forward_ad", "graph")}
 
 
-def _library_calls():
-    """{name: count} of ``.name(`` calls in torch's own Python sources (nn, optim, distributions, ...)."""
+def library_calls():
+    """{(qualifier, name): count} of the calls ``qualifier.name(`` in torch's own Python sources (nn, optim,
+    utils.data, torch.functional, Tensor), the qualifier being the identifier before the last dot."""
     base = os.path.dirname(torch.__file__)
     counts = collections.Counter()
-    for part in USAGE_DIRS:
+    for part in USAGE_SOURCES:
         path = os.path.join(base, part)
         files = [path] if path.endswith(".py") else [os.path.join(d, f) for d, _, fs in os.walk(path)
                                                      for f in fs if f.endswith(".py")]
         for name in files:
             with open(name, encoding="utf-8", errors="replace") as src:
-                counts.update(re.findall(r"\.(\w+)\(", src.read()))
+                counts.update(re.findall(r"(\w+)\.(\w+)\(", src.read()))
     return counts
 
 
+def uses(counts, row):
+    """How often torch's library code calls ``row``'s entry."""
+    name = row["path"].rsplit(".", 1)[1]
+    if row["area"] == "Tensor":
+        modules = {q for qs in QUALIFIERS.values() for q in qs}
+        return sum(n for (q, m), n in counts.items() if m == name and q not in modules)
+    return sum(counts[(q, name)] for q in QUALIFIERS[row["area"]])
+
+
 def ranked_gaps(rows, status, limit):
-    """The ``limit`` most-used rows of ``status``: first the names the program styles call, then by how
-    often torch's library code calls them."""
-    counts = _library_calls()
-    gaps = [r for r in rows if r["status"] in status]
-    key = lambda r: (r["path"] not in PROGRAM_NAMES, -counts[r["path"].rsplit(".", 1)[1]], r["path"])  # noqa: E731
-    return [(r, r["path"] in PROGRAM_NAMES, counts[r["path"].rsplit(".", 1)[1]]) for r in sorted(gaps, key=key)[:limit]]
+    """[(row, called by the program styles, library uses)] of the ``limit`` most-used rows of ``status``:
+    first the names the program styles call, then by how often torch's library code calls them."""
+    counts = library_calls()
+    ranked = sorted(((r, r["path"] in PROGRAM_NAMES, uses(counts, r)) for r in rows if r["status"] in status),
+                    key=lambda t: (not t[1], -t[2], t[0]["path"]))
+    return ranked[:limit]
 
 
 def figures(rows):
@@ -109,8 +123,8 @@ def _cell(text):
 
 def _gap_list(rows, status, limit):
     lines = []
-    for r, in_programs, uses in ranked_gaps(rows, status, limit):
-        why = "program styles" if in_programs else f"{uses} calls in torch's library code"
+    for r, in_programs, calls in ranked_gaps(rows, status, limit):
+        why = "program styles" if in_programs else f"{calls} calls in torch's library code"
         note = f": {_cell(r['note'])}" if r["note"] else ""
         lines.append(f"1. `{r['path']}` ({why}){note}")
     return lines
@@ -174,7 +188,8 @@ def markdown(rows, seconds):
         "",
         "Ranked first by whether the five program styles of issue 18 call them (a fixed list in "
         "`tools/apicov/report.py`), then by how often torch's own library code (`torch/nn`, `optim`, "
-        "`distributions`, `utils/data`, `functional.py`, `_tensor.py`) calls the name.",
+        "`utils/data`, `functional.py`, `_tensor.py`) calls the name (as `torch.name(`, `F.name(`, "
+        "`linalg.name(`, ...; a Tensor method as `anything.name(`).",
         "",
         "### Missing",
         "",

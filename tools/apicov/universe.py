@@ -8,7 +8,7 @@ import inspect
 import re
 
 import torch
-import torch.nn.functional
+import torch.optim.lr_scheduler as lr_scheduler
 import torch.overrides
 
 # Namespaces whose functions torch.overrides lists, in the order a function's public names are looked up.
@@ -76,8 +76,9 @@ EXCLUSIONS = [
     (r"^torch\.nn\.(Container|NLLLoss2d|DataParallel|SyncBatchNorm|Lazy\w+)$",
      "deprecated, distributed or lazy-initialisation module"),
     (r"^torch\.optim\.(SparseAdam)$", "sparse layouts"),
-    (r"^torch\.autograd\.(NestedIOFunction|profiler\w*|grad_mode|variable|anomaly_mode)$|^torch\.autograd\.graph\.(set_override_stale_capture_stream|"
-     r"set_warn_on_accumulate_grad_stream_mismatch|region_activation_memory_budget)$",
+    (r"^torch\.autograd\.(NestedIOFunction|profiler\w*|grad_mode|variable|anomaly_mode)$|"
+     r"^torch\.autograd\.graph\.(set_override_stale_capture_stream|set_warn_on_accumulate_grad_stream_mismatch|"
+     r"region_activation_memory_budget)$",
      "deprecated, a submodule, a profiler or a CUDA-stream setting"),
 ]
 
@@ -188,7 +189,6 @@ def _autograd_names():
 
 def entries():
     """Every entry, sorted by area then path, exclusions included (with their reason)."""
-    import torch.optim.lr_scheduler as lr_scheduler
     listed = _listed_functions()
     paths = {**_namespace_functions(listed), **_tensor_members(listed)}
     paths.update(_classes("torch.nn", torch.nn.Module, "module"))
