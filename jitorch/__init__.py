@@ -52,6 +52,15 @@ from . import compiler  # noqa: E402,F401
 from .codegen.errors import CompileError  # noqa: E402,F401
 from .serialization import save, load  # noqa: E402,F401
 from . import export  # noqa: E402,F401  (a callable package: jitorch.export(fn, args))
+from . import amp, cpu  # noqa: E402,F401
+from .cuda import amp as _cuda_amp  # noqa: E402,F401  (jitorch.cuda.amp)
+from .amp import autocast  # noqa: E402,F401
+from .runtime.autocast_mode import (  # noqa: E402,F401
+    autocast_decrement_nesting, autocast_increment_nesting, clear_autocast_cache, get_autocast_cpu_dtype,
+    get_autocast_dtype, get_autocast_gpu_dtype, is_autocast_cache_enabled, is_autocast_cpu_enabled,
+    is_autocast_enabled, set_autocast_cache_enabled, set_autocast_cpu_dtype, set_autocast_cpu_enabled,
+    set_autocast_dtype, set_autocast_enabled, set_autocast_gpu_dtype,
+)
 
 
 def result_type(tensor1, tensor2):
