@@ -31,10 +31,10 @@ class autocast:
     def __init__(self, device_type, dtype=None, enabled=True, cache_enabled=None):
         if not isinstance(device_type, str):
             raise ValueError(f"Expected `device_type` of type `str`, got: `{type(device_type)}`")
+        self.fast_dtype = _state.get_autocast_dtype(device_type) if dtype is None else dtype
         if not is_autocast_available(device_type):
             raise RuntimeError(f"User specified an unsupported autocast device_type '{device_type}'")
         self.device = device_type
-        self.fast_dtype = _state.get_autocast_dtype(device_type) if dtype is None else dtype
         self._cache_enabled = _state.is_autocast_cache_enabled() if cache_enabled is None else cache_enabled
         if enabled and device_type == "cuda" and not jitorch.cuda.is_available():
             warnings.warn("CUDA is not available. Disabling autocast.", stacklevel=2)
