@@ -144,18 +144,20 @@ def _cast_all(values, dtype, device_type):
 
 def _cast_arguments(device_type, policy, args, kwargs, dtype_index=None):
     """The arguments of a call under ``policy``: ``(args, kwargs)``, cast or given float32 as ``dtype=``."""
-    tensors = list(_tensors([*args, *kwargs.values()]))
     if policy == BANNED:
         raise RuntimeError(_BANNED_MESSAGE)
     if policy == FP32_DTYPE and dtype_index is not None:
         # the result in float32 by the op's own dtype argument, as torch's fp32_set_opt_dtype
-        if args[dtype_index] is None and args and _eligible(args[0], device_type):
+        if args[dtype_index] is None and _eligible(args[0], device_type):
             args = list(args)
             args[dtype_index] = _dt.float32
         return args, kwargs
-    dtype = {LOWER: STATE.dtypes[device_type], PROMOTE: None}.get(policy, _dt.float32)
-    if dtype is None:
-        dtype = _promoted(device_type, tensors)
+    if policy == LOWER:
+        dtype = STATE.dtypes[device_type]
+    elif policy == PROMOTE:
+        dtype = _promoted(device_type, _tensors([*args, *kwargs.values()]))
+    else:  # FP32, and FP32_DTYPE for an op without a dtype argument
+        dtype = _dt.float32
     cast_kwargs = dict(zip(kwargs, _cast_all(kwargs.values(), dtype, device_type)))
     return _cast_all(args, dtype, device_type), cast_kwargs
 

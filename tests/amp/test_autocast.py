@@ -223,3 +223,25 @@ class TestCompiled:
             grads.append([p.grad.numpy() for p in m.parameters()])
         for eager, compiled in zip(*grads):
             np.testing.assert_allclose(compiled, eager, rtol=1e-6, atol=1e-6)
+
+    def test_a_compiled_training_step_with_an_autocast_forward_matches_eager(self):
+        losses, params = [], []
+        for compile_it in (False, True):
+            m, f = self.model()
+            opt = jt.optim.SGD(m.parameters(), lr=0.1)
+
+            def step(x, y):
+                opt.zero_grad()
+                with jt.autocast("cpu"):
+                    loss = JF.mse_loss(m(x), y)
+                loss.backward()
+                opt.step()
+                return loss
+
+            run = jt.compile(step) if compile_it else step
+            x, y = jt.ones(5, 4), jt.zeros(5, 3)
+            losses.append([run(x, y).item() for _ in range(3)])
+            params.append([p.detach().numpy() for p in m.parameters()])
+        np.testing.assert_allclose(losses[1], losses[0], rtol=1e-6)
+        for compiled, eager in zip(*params):
+            np.testing.assert_allclose(compiled, eager, rtol=1e-6, atol=1e-7)

@@ -133,13 +133,16 @@ SAMPLES = {
 }
 
 
+# the names F.pad and F.interpolate run as, by their mode (their autocast name is a function of the call)
+BY_MODE = {name for name in SAMPLES if name.startswith(("reflection_pad", "replication_pad", "adaptive_avg_pool",
+                                                         "upsample_", "_upsample_"))}
+
+
 def implemented():
-    """torch's op names on autocast's lists that jitorch has: registry ops, and Python ops `autocasts` marks
-    (a name function stands for every name its sample calls give)."""
+    """torch's op names on autocast's lists that jitorch has: registry ops, and the Python ops `autocasts`
+    marks with a name."""
     marked = {getattr(getattr(JF, n), "autocast_name", None) for n in dir(JF)}
-    names = {n for n in marked if isinstance(n, str)} | {n for n in SAMPLES if n.startswith(("reflection", "replication",
-                                                                                         "adaptive", "upsample",
-                                                                                         "_upsample"))}
+    names = {n for n in marked if isinstance(n, str)} | BY_MODE
     return {name for table in policy.POLICIES.values() for name in table if name in PUBLIC or name in names}
 
 
