@@ -13,6 +13,7 @@ the ops' own bounds checks apply when the compiled graph runs.
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 
@@ -731,6 +732,19 @@ def _channel_view(t, ndim):
     return t.reshape([-1] + [1] * (ndim - 2))
 
 
+def _computed_in_float32(norm):
+    """A normalisation of float16 or bfloat16 input computed in float32 and returned in the input's dtype,
+    as torch's kernels do, whether its parameters have the input's dtype or are float32 (as a module's are
+    under autocast)."""
+    @functools.wraps(norm)
+    def in_float32(input, *args, **kwargs):
+        if getattr(input, "dtype", None) not in (jt.float16, jt.bfloat16):
+            return norm(input, *args, **kwargs)
+        return norm(input.float(), *args, **kwargs).to(input.dtype)
+    return in_float32
+
+
+@_computed_in_float32
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
     """Normalise over every dim but the channel dim 1. In training, batch statistics are used and the
     running ones (if given) move toward them by ``momentum``, the variance unbiased, in place."""
@@ -785,6 +799,7 @@ def _group_normalize(input, groups, eps):
 
 
 @autocasts("group_norm")
+@_computed_in_float32
 def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
     """Normalise ``(N, C, *)`` input over each sample's ``num_groups`` groups of consecutive channels (biased
     variance), then scale and shift per channel."""
@@ -801,6 +816,7 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
     return _channel_affine(_group_normalize(input, num_groups, eps)[0], weight, bias)
 
 
+@_computed_in_float32
 def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None, use_input_stats=True,
                   momentum=0.1, eps=1e-5):
     """Normalise each channel of each sample of ``(N, C, *)`` input over its spatial dims, then scale and shift
@@ -822,6 +838,7 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
 
 
 @autocasts("layer_norm")
+@_computed_in_float32
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     """Normalise over the trailing dims ``normalized_shape`` (biased variance), then scale and shift."""
     normalized_shape = _tuple(normalized_shape, 1)
