@@ -64,6 +64,15 @@ from .legacy import types as _legacy_types  # noqa: E402
 
 globals().update(_legacy_types("jitorch", is_cuda=False))  # FloatTensor, LongTensor, ...
 from . import export  # noqa: E402,F401  (a callable package: jitorch.export(fn, args))
+from . import amp, cpu  # noqa: E402,F401
+from .cuda import amp as _cuda_amp  # noqa: E402,F401  (jitorch.cuda.amp)
+from .amp import autocast  # noqa: E402,F401
+from .runtime.autocast_mode import (  # noqa: E402,F401
+    autocast_decrement_nesting, autocast_increment_nesting, clear_autocast_cache, get_autocast_cpu_dtype,
+    get_autocast_dtype, get_autocast_gpu_dtype, is_autocast_cache_enabled, is_autocast_cpu_enabled,
+    is_autocast_enabled, set_autocast_cache_enabled, set_autocast_cpu_dtype, set_autocast_cpu_enabled,
+    set_autocast_dtype, set_autocast_enabled, set_autocast_gpu_dtype,
+)
 
 
 def result_type(tensor1, tensor2):

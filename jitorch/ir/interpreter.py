@@ -13,6 +13,7 @@ share memory with an input.
 
 from __future__ import annotations
 
+from ..runtime.autocast_mode import excluded as autocast_excluded
 from ..runtime.grad_mode import no_grad
 from ..ops import registry
 from ..ops.views import compact
@@ -43,8 +44,9 @@ def interpret(graph, inputs, constants=None):
         if name not in tensors:
             raise ValueError(f"no tensor for constant {name!r}")
         env[v] = _checked(f"constant {name!r}", v, tensors[name])
-    # a graph's backward, if it has one, is in its nodes: running them records none
-    with no_grad(), warning_as_traced(graph):
+    # a graph's backward, if it has one, is in its nodes: running them records none; its casts too, which
+    # autocast must not add to
+    with no_grad(), autocast_excluded(), warning_as_traced(graph):
         for node in graph.nodes:
             result = registry.call(node.op, _arguments(node, env))
             results = [result] if isinstance(result, Tensor) else list(result)

@@ -16,6 +16,7 @@ import warnings
 from dataclasses import dataclass, field
 
 from ..runtime import grad_mode as _grad_mode
+from ..runtime.autocast_mode import STATE as _autocast, restored as _autocast_restored
 from ..runtime.grad_mode import is_grad_enabled
 from ..ops.registry import contiguous_strides_cached
 from ..runtime import dtypes as _dtypes
@@ -61,9 +62,9 @@ def _leaf_guard(leaf):
 
 
 def _modes():
-    """The global state a trace depends on: grad mode, and the default dtype (Python numbers and factories
-    take it)."""
-    return is_grad_enabled(), get_default_dtype()
+    """The global state a trace depends on: grad mode, the default dtype (Python numbers and factories
+    take it), and autocast (the casts the trace records)."""
+    return is_grad_enabled(), get_default_dtype(), _autocast.key
 
 
 def guard_key(args, kwargs):
@@ -77,7 +78,7 @@ def _tensor_args_key(args):
     """The guard key of a call whose arguments are all tensors, flat; None otherwise. (Its own
     shape, not `guard_key`'s: it is built on every call, so it takes what is cheap to read and to
     hash, the device as its type and index.)"""
-    key = [(_grad_mode._state.enabled, _dtypes._default_dtype)]  # _modes(), without its two calls
+    key = [(_grad_mode._state.enabled, _dtypes._default_dtype, _autocast.key)]  # _modes(), without its calls
     for a in args:
         if a.__class__ is not Tensor:
             return None
@@ -106,6 +107,7 @@ def describe_guards(key, names):
     lines = []
     lines.append(f"grad mode: {'enabled' if key[1][0] else 'disabled'}")
     lines.append(f"default dtype: {key[1][1]}")
+    lines.append(f"autocast: {_show_autocast(key[1][2])}")
     for name, guard in zip(names, key[2:]):
         if guard[0] == "tensor":
             _, shape, dtype, device, layout, requires_grad, leaf, no_grad_yet = guard
@@ -127,6 +129,8 @@ def guard_difference(old, new, names):
         return f"grad mode changed to {'enabled' if new[1][0] else 'disabled'}"
     if old[1][1] != new[1][1]:
         return f"the default dtype changed from {old[1][1]} to {new[1][1]}"
+    if old[1][2] != new[1][2]:
+        return f"autocast changed from {_show_autocast(old[1][2])} to {_show_autocast(new[1][2])}"
     fields = ("kind", "shape", "dtype", "device", "layout", "requires_grad", "leaf-ness", ".grad being None")
     for name, a, b in zip(names, old[2:], new[2:]):
         if a == b:
@@ -137,6 +141,10 @@ def guard_difference(old, new, names):
             return f"{which} of {name} changed from {show(a[fields.index(which)])} to {show(b[fields.index(which)])}"
         return f"{name} changed from {_show(a[-1])} to {_show(b[-1])}"
     return "the guards differ"
+
+
+def _show_autocast(key):
+    return "off" if key is None else ", ".join(f"{device_type} {dtype}" for device_type, dtype in key)
 
 
 def _show(v):
@@ -488,6 +496,7 @@ def _vjp_of(fn, args, kwargs, params=(), bases=()):
     is_tensor = [isinstance(leaf, Tensor) for leaf in leaves]
     others = [None if t else leaf for t, leaf in zip(is_tensor, leaves)]
     n = sum(is_tensor)
+    autocast = _autocast.key  # the forward's: the recomputation casts as it did, whatever the backward's is
 
     def vjp(*vjp_args):
         inputs, grads = vjp_args[:n], vjp_args[n:]
@@ -496,7 +505,9 @@ def _vjp_of(fn, args, kwargs, params=(), bases=()):
             # input's geometry as it was (``x.t_()`` of a 1-d ``x``) raised on a leaf that requires grad
             it = iter([t.clone() if t.requires_grad else t for t in inputs])
             call_args, call_kwargs = tree_unflatten([next(it) if t else o for t, o in zip(is_tensor, others)], spec)
-            leaves = eager_bases(tree_flatten(fn(*call_args, **call_kwargs))[0], bases)
+            with _autocast_restored(autocast):
+                result = fn(*call_args, **call_kwargs)
+            leaves = eager_bases(tree_flatten(result)[0], bases)
             outs = [o for o in leaves if isinstance(o, Tensor)]
             wanted = [t for t in inputs if t.requires_grad] + list(params)
             pairs = [(o, g) for o, g in zip(outs, grads) if o.requires_grad]

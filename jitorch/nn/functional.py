@@ -13,12 +13,14 @@ the ops' own bounds checks apply when the compiled graph runs.
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 
 import numpy as np
 
 import jitorch as jt
+from jitorch.ops.autocast import autocasts
 from jitorch.ops.registry import OPS as _OPS, scalar_name
 
 __all__ = [
@@ -57,12 +59,14 @@ def _sizes(shape):
 
 # Linear layers -------------------------------------------------------------------------------------
 
+@autocasts("linear")
 def linear(input, weight, bias=None):
     """``input @ weight.T + bias``."""
     out = jt.matmul(input, weight.t() if weight.ndim == 2 else weight)
     return out if bias is None else out + bias
 
 
+@autocasts("bilinear")
 def bilinear(input1, input2, weight, bias=None):
     """``y_o = x1 W_o x2 + b_o`` over the last dims of ``input1`` and ``input2``."""
     for k, x in ((1, input1), (2, input2)):
@@ -108,6 +112,13 @@ def _constant_pad(x, pad, value):
     return x
 
 
+def _pad_op(input, pad, mode="constant", value=None):
+    """The op torch's ``pad`` runs, as autocast's lists name it."""
+    kind = {"reflect": "reflection_pad", "replicate": "replication_pad"}.get(mode)
+    return None if kind is None else f"{kind}{len(pad) // 2}d"
+
+
+@autocasts(_pad_op)
 def pad(input, pad, mode="constant", value=None):
     """Pad the last ``len(pad) // 2`` dims: ``pad = (last_left, last_right, prev_left, ...)``.
 
@@ -270,17 +281,20 @@ def _conv(input, weight, bias, stride, padding, dilation, groups, nd):
     return y.squeeze(0) if unbatched else y
 
 
+@autocasts("conv1d")
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """1-D convolution (cross-correlation) of ``(N, C, L)`` or ``(C, L)`` input with ``(O, C/groups, K)`` weight."""
     return _conv(input, weight, bias, stride, padding, dilation, groups, 1)
 
 
+@autocasts("conv2d")
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """2-D convolution (cross-correlation) of ``(N, C, H, W)`` or ``(C, H, W)`` input with
     ``(O, C/groups, kH, kW)`` weight; ``padding`` may be an int, a pair, 'valid' or 'same'."""
     return _conv(input, weight, bias, stride, padding, dilation, groups, 2)
 
 
+@autocasts("conv3d")
 def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """3-D convolution of ``(N, C, D, H, W)`` or ``(C, D, H, W)`` input."""
     return _conv(input, weight, bias, stride, padding, dilation, groups, 3)
@@ -350,18 +364,21 @@ def _conv_transpose(input, weight, bias, stride, padding, output_padding, groups
     return y.squeeze(0) if unbatched else y
 
 
+@autocasts("conv_transpose1d")
 def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
     """1-D transposed convolution of ``(N, C_in, L)`` or ``(C_in, L)`` input with ``(C_in, C_out/groups, K)``
     weight; the output length is ``(L - 1) * stride - 2 * padding + dilation * (K - 1) + output_padding + 1``."""
     return _conv_transpose(input, weight, bias, stride, padding, output_padding, groups, dilation, 1)
 
 
+@autocasts("conv_transpose2d")
 def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
     """2-D transposed convolution ("deconvolution") of ``(N, C_in, H, W)`` or ``(C_in, H, W)`` input with
     ``(C_in, C_out/groups, kH, kW)`` weight: the gradient of ``conv2d`` with respect to its input."""
     return _conv_transpose(input, weight, bias, stride, padding, output_padding, groups, dilation, 2)
 
 
+@autocasts("conv_transpose3d")
 def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
     """3-D transposed convolution of ``(N, C_in, D, H, W)`` or ``(C_in, D, H, W)`` input."""
     return _conv_transpose(input, weight, bias, stride, padding, output_padding, groups, dilation, 3)
@@ -606,6 +623,19 @@ def _linear_source(n, out, scale, align_corners):
     return low, high, 1.0 - frac, frac
 
 
+_UPSAMPLE_OPS = {"nearest": "upsample_nearest", "nearest-exact": "_upsample_nearest_exact", "area": "adaptive_avg_pool",
+                 "linear": "upsample_linear", "bilinear": "upsample_bilinear", "bicubic": "upsample_bicubic",
+                 "trilinear": "upsample_trilinear"}
+
+
+def _interpolate_op(input, size=None, scale_factor=None, mode="nearest", align_corners=None,
+                    recompute_scale_factor=None, antialias=False):
+    """The op torch's ``interpolate`` runs, as autocast's lists name it."""
+    kind = _UPSAMPLE_OPS.get(mode)
+    return None if kind is None else f"{kind}{input.ndim - 2}d" + ("_aa" if antialias else "")
+
+
+@autocasts(_interpolate_op)
 def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None,
                 recompute_scale_factor=None, antialias=False):
     """Resample the spatial dims of ``(N, C, *)`` input to ``size``, or to ``floor(in * scale_factor)``.
@@ -702,6 +732,19 @@ def _channel_view(t, ndim):
     return t.reshape([-1] + [1] * (ndim - 2))
 
 
+def _computed_in_float32(norm):
+    """A normalisation of float16 or bfloat16 input computed in float32 and returned in the input's dtype,
+    as torch's kernels do, whether its parameters have the input's dtype or are float32 (as a module's are
+    under autocast)."""
+    @functools.wraps(norm)
+    def in_float32(input, *args, **kwargs):
+        if getattr(input, "dtype", None) not in (jt.float16, jt.bfloat16):
+            return norm(input, *args, **kwargs)
+        return norm(input.float(), *args, **kwargs).to(input.dtype)
+    return in_float32
+
+
+@_computed_in_float32
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
     """Normalise over every dim but the channel dim 1. In training, batch statistics are used and the
     running ones (if given) move toward them by ``momentum``, the variance unbiased, in place."""
@@ -755,6 +798,8 @@ def _group_normalize(input, groups, eps):
     return out, mean.squeeze(2), var.squeeze(2)
 
 
+@autocasts("group_norm")
+@_computed_in_float32
 def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
     """Normalise ``(N, C, *)`` input over each sample's ``num_groups`` groups of consecutive channels (biased
     variance), then scale and shift per channel."""
@@ -771,6 +816,7 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
     return _channel_affine(_group_normalize(input, num_groups, eps)[0], weight, bias)
 
 
+@_computed_in_float32
 def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None, use_input_stats=True,
                   momentum=0.1, eps=1e-5):
     """Normalise each channel of each sample of ``(N, C, *)`` input over its spatial dims, then scale and shift
@@ -791,6 +837,8 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
     return _channel_affine(out, weight, bias)
 
 
+@autocasts("layer_norm")
+@_computed_in_float32
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     """Normalise over the trailing dims ``normalized_shape`` (biased variance), then scale and shift."""
     normalized_shape = _tuple(normalized_shape, 1)
@@ -955,6 +1003,7 @@ def logsigmoid(input):
     return 0.5 * (input - magnitude) - (-magnitude).exp().log1p()
 
 
+@autocasts("softplus")
 def softplus(input, beta=1.0, threshold=20.0):
     """``log(1 + exp(beta x)) / beta``, and ``x`` itself where ``beta x > threshold``."""
     scaled = input * beta
@@ -1020,6 +1069,7 @@ def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
     return result if out is None else out.copy_(result)
 
 
+@autocasts("cosine_similarity")
 def cosine_similarity(x1, x2, dim=1, eps=1e-8):
     """``sum(x1 * x2) / (max(||x1||, eps) * max(||x2||, eps))`` along ``dim``, the inputs broadcast."""
     # Broadcast before taking norms: ``dim`` indexes the broadcast shape, not a smaller input's own.
@@ -1110,11 +1160,13 @@ def _pointwise_loss(input, target, reduction, weight, elementwise, mean_over_wei
     return _reduce(loss, reduction)
 
 
+@autocasts("mse_loss")
 def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
     """Squared error ``(x - y)^2``, reduced (a weighted mean divides by ``weight.sum()``)."""
     return _pointwise_loss(input, target, _reduction(size_average, reduce, reduction), weight, jt.square)
 
 
+@autocasts("l1_loss")
 def l1_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
     """Absolute error ``|x - y|``, reduced."""
     return _pointwise_loss(input, target, _reduction(size_average, reduce, reduction), weight, jt.abs)
@@ -1128,6 +1180,7 @@ def _huber(delta):
     return elementwise
 
 
+@autocasts("smooth_l1_loss")
 def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):
     """``0.5 d^2 / beta`` where ``|d| < beta``, ``|d| - 0.5 beta`` elsewhere (plain L1 when ``beta`` is 0)."""
     if beta < 0:
@@ -1136,6 +1189,7 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mea
     return _pointwise_loss(input, target, _reduction(size_average, reduce, reduction), None, elementwise)
 
 
+@autocasts("huber_loss")
 def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
     """``0.5 d^2`` where ``|d| < delta``, ``delta (|d| - 0.5 delta)`` elsewhere; a weighted 'mean' is the
     plain mean of the weighted losses, as torch."""
@@ -1145,6 +1199,7 @@ def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
                            mean_over_weights=False)
 
 
+@autocasts("kl_div")
 def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_target=False):
     """``target * (log(target) - input)`` for log-probabilities ``input`` (0 where ``target`` is 0);
     'batchmean' divides the sum by the batch size, 'mean' (with torch's warning) by every element."""
@@ -1221,6 +1276,7 @@ def _class_last(input):
     return input if input.ndim == 1 else input.movedim(1, -1)
 
 
+@autocasts("nll_loss")
 def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean"):
     """``-weight[t] * input[t]`` per target class ``t`` (class dim 1); 'mean' divides by the summed
     weights of the targets that are not ``ignore_index``."""
@@ -1243,6 +1299,7 @@ def _class_shape(t, input):
     return t if input.ndim == 1 else t.reshape([-1] + [1] * (input.ndim - 2))
 
 
+@autocasts("cross_entropy_loss")
 def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean",
                   label_smoothing=0.0):
     """``nll_loss(log_softmax(input, class dim))`` for class-index targets, or the cross entropy with
@@ -1284,6 +1341,7 @@ def _check_same_size(input, target, message):
         raise ValueError(message.format(target=repr(target.shape), input=repr(input.shape)))
 
 
+@autocasts("binary_cross_entropy")
 def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None, reduction="mean"):
     """``-w (y log x + (1 - y) log(1 - x))`` for probabilities ``x``, each log clamped at -100 as torch."""
     reduction = _reduction(size_average, reduce, reduction)
@@ -1297,6 +1355,7 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
     return _reduce(loss, reduction)
 
 
+@autocasts("binary_cross_entropy_with_logits")
 def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None, reduce=None, reduction="mean",
                                      pos_weight=None):
     """``binary_cross_entropy(sigmoid(x), y)`` computed stably from the logits ``x``;
@@ -1325,6 +1384,7 @@ def _reduction_not_valid(size_average, reduce, reduction):
     return reduction
 
 
+@autocasts("margin_ranking_loss")
 def margin_ranking_loss(input1, input2, target, margin=0, size_average=None, reduce=None, reduction="mean"):
     """``max(0, -y (x1 - x2) + margin)``: ``y = 1`` asks ``x1`` to rank above ``x2``, ``y = -1`` below."""
     reduction = _reduction(size_average, reduce, reduction)
@@ -1334,6 +1394,7 @@ def margin_ranking_loss(input1, input2, target, margin=0, size_average=None, red
     return _reduce((-target * (input1 - input2) + margin).clamp_min(0), reduction)
 
 
+@autocasts("hinge_embedding_loss")
 def hinge_embedding_loss(input, target, margin=1.0, size_average=None, reduce=None, reduction="mean"):
     """``x`` where ``y = 1`` and ``max(0, margin - x)`` where ``y = -1``; as torch, a target that is
     neither contributes both terms."""
@@ -1342,6 +1403,7 @@ def hinge_embedding_loss(input, target, margin=1.0, size_average=None, reduce=No
     return _reduce(loss, reduction)
 
 
+@autocasts("soft_margin_loss")
 def soft_margin_loss(input, target, size_average=None, reduce=None, reduction="mean"):
     """Two-class logistic loss ``log(1 + exp(-y x))``, computed as ``-logsigmoid(y x)`` so it cannot overflow."""
     reduction = _reduction(size_average, reduce, reduction)
@@ -1357,6 +1419,7 @@ def multilabel_soft_margin_loss(input, target, weight=None, size_average=None, r
     return _reduce(loss.sum(input.ndim - 1) / input.shape[-1], reduction)
 
 
+@autocasts("cosine_embedding_loss")
 def cosine_embedding_loss(input1, input2, target, margin=0, size_average=None, reduce=None, reduction="mean"):
     """``1 - cos(x1, x2)`` where ``y = 1`` and ``max(0, cos(x1, x2) - margin)`` where ``y = -1`` (0 for
     other targets); the cosine is over dim 1 of ``(N, D)`` inputs, or dim 0 of ``(D,)`` ones with a 0-d target."""
@@ -1375,6 +1438,7 @@ def cosine_embedding_loss(input1, input2, target, margin=0, size_average=None, r
     return _reduce(loss, reduction)
 
 
+@autocasts("triplet_margin_loss")
 def triplet_margin_loss(anchor, positive, negative, margin=1.0, p=2, eps=1e-6, swap=False, size_average=None,
                         reduce=None, reduction="mean"):
     """``max(0, margin + d(a, p) - d(a, n))`` with ``d`` the ``pairwise_distance`` of order ``p``; ``swap``
@@ -1393,6 +1457,7 @@ def triplet_margin_loss(anchor, positive, negative, margin=1.0, p=2, eps=1e-6, s
     return _reduce((margin + dist_pos - dist_neg).clamp_min(0), reduction)
 
 
+@autocasts("poisson_nll_loss")
 def poisson_nll_loss(input, target, log_input=True, full=False, size_average=None, eps=1e-8, reduce=None,
                      reduction="mean"):
     """Poisson negative log likelihood: ``exp(x) - y x`` for a log rate ``x`` (``log_input``), else
@@ -1455,6 +1520,7 @@ def _check_multi_margin(input, target, weight):
     return samples, classes
 
 
+@autocasts("multi_margin_loss")
 def multi_margin_loss(input, target, p=1, margin=1.0, weight=None, size_average=None, reduce=None,
                       reduction="mean"):
     """Multi-class hinge loss: per sample with class ``y``, ``sum_{i != y} w[y] max(0, margin - x[y] + x[i])^p``
@@ -1480,6 +1546,7 @@ def multi_margin_loss(input, target, p=1, margin=1.0, weight=None, size_average=
 
 # Attention ------------------------------------------------------------------------------------------------------
 
+@autocasts("scaled_dot_product_attention")
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                                  enable_gqa=False):
     """``softmax(q k^T * scale + mask) v`` over the last two dims, as torch's reference implementation.

@@ -41,6 +41,7 @@ import numpy as np
 
 from ..runtime import dtypes as _dt
 from ..runtime import fp_errors
+from ..runtime.autocast_mode import STATE as _AUTOCAST_STATE
 from ..runtime.casts import convert
 from ..runtime.device import DEVICE_BACKENDS, to_device
 from ..runtime.storage import Storage  # noqa: F401  (used by fast paths)
@@ -372,6 +373,12 @@ DISPATCH_HOOKS: list = []
 # (`records_grad`), so they land here.
 AUTOGRAD = None
 
+# Autocast (jitorch.ops.autocast, set when imported): ``AUTOCAST(op, args)`` runs an op as autocast does,
+# or gives NotImplemented; `call` asks it only while autocast is on in the thread. AUTOCAST_NAMES: the ops
+# it may cast, whose eager fast paths step aside for it.
+AUTOCAST = None
+AUTOCAST_NAMES: set = set()
+
 
 def record_fast(op, args, result):
     """The backward node of a fast path's ``result`` on tensors that require grad (in grad mode),
@@ -433,6 +440,10 @@ def contiguous_strides_cached(shape):
 def call(op, args, out=None):
     """Run ``op`` on arguments in schema order; write into ``out`` if given."""
     args = op.convert(args)
+    if _AUTOCAST_STATE.key is not None and out is None:
+        result = AUTOCAST(op, args)
+        if result is not NotImplemented:
+            return result
     if out is not None and op.dtype_index is not None:
         check_out_dtype(args[op.dtype_index], out)
     if op.multi_tensor:
@@ -1035,7 +1046,8 @@ def _generate(op, kind, binder=False):
     else:
         # The fast path is tried here rather than in `call` to spare small ops a frame.
         fast_path = op.fast if op.fast is not None else _view_fast(op)
-        fast = f"    if not _hooks{' and out is None' * with_out}:\n" \
+        autocast = " and _autocast.key is None" if op.public_name in AUTOCAST_NAMES else ""
+        fast = f"    if not _hooks{' and out is None' * with_out}{autocast}:\n" \
                f"        r = _fast(({argnames}))\n" \
                f"        if r is not None:\n" \
                f"            return r\n" if fast_path is not None else ""
@@ -1043,7 +1055,7 @@ def _generate(op, kind, binder=False):
     name = op.public_name + ("_" if kind == "inplace" else "")
     src = f"def {name}({params}):\n" + (fix + "\n" if fix else "") + body + "\n"
     env = {"_call": call, "_call_inplace": call_inplace, "_op": op, "_int": (int, np.integer), "_seq": (list, tuple),
-           "_fast": fast_path, "_hooks": DISPATCH_HOOKS,
+           "_fast": fast_path, "_hooks": DISPATCH_HOOKS, "_autocast": _AUTOCAST_STATE,
            "_D": [a.default if a.has_default else None for a in s.args]}
     exec(compile(src, f"<jitorch op {op.name}>", "exec"), env)
     fn = env[name]

@@ -254,6 +254,16 @@ def test_fold_computes_from_creation_ops_now():
     assert g.constant_tensors["fold_2"].is_contiguous()
 
 
+def test_passes_run_the_ops_as_the_graph_has_them_under_autocast():
+    """Compiling inside an autocast region: folding evaluates the traced float32 product as such (autocast
+    would make it bfloat16, which no longer fits the node, and nothing would fold)."""
+    g = trace(lambda x: x + jt.ones(2, 2) @ jt.full((2, 2), 3.0), jt.ones(2, 2))
+    with jt.autocast("cpu"):
+        optimize(g, verify=True)
+    assert ops(g) == ["add"]
+    assert [t.dtype for t in g.constant_tensors.values()] == [jt.float32]
+
+
 def test_fold_of_a_view_holds_a_compact_copy():
     g = trace(lambda x: x + jt.arange(6.0).reshape(2, 3).t().exp(), jt.ones(3, 2))
     optimize(g)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from ...runtime import logs
+from ...runtime.autocast_mode import excluded as autocast_excluded
 from ..verifier import VerifyError, verify as verify_graph
 from . import cse, dce, decompose, fold, simplify
 
@@ -36,6 +37,14 @@ def optimize(graph, passes=DEFAULT_PASSES, verify=None):
     """
     if verify is None:
         verify = debug_enabled()
+    # the passes' eager evaluations (folding) and traces (decompositions) run the ops as the graph has them:
+    # its casts were recorded when it was traced, and autocast around the compilation must not add others
+    with autocast_excluded():
+        _run_passes(graph, passes, verify)
+    return graph
+
+
+def _run_passes(graph, passes, verify):
     for _ in range(MAX_ROUNDS):
         changed = False
         for run_pass in passes:
@@ -50,4 +59,3 @@ def optimize(graph, passes=DEFAULT_PASSES, verify=None):
                 logs.log("passes", "%s", _describe(run_pass, count))
         if not changed:
             break
-    return graph
