@@ -82,12 +82,60 @@ def _index_pad(x, dim, left, right, mode):
     if mode == "replicate":
         src = np.clip(pos, 0, n - 1)
     elif mode == "circular":
-        src = pos % n
+        # torch trims the negative widths first, then wraps around what is left
+        start = max(-left, 0)
+        kept = n - start - max(-right, 0)
+        src = start + np.arange(-max(left, 0), kept + max(right, 0)) % max(kept, 1)
     else:  # reflect: mirror about the edge elements, which are not repeated
         period = 2 * (n - 1)
         src = np.abs(pos) % period if period else np.zeros_like(pos)
         src = np.where(src >= n, period - src, src)
     return x.index_select(dim, jt.tensor(src, dtype=jt.int64, device=x.device))
+
+
+def _padded_dims(input, pad, k):
+    """(dim, left, right, size) of each of the last ``k`` dims, last dim first (the order of ``pad``)."""
+    return [(input.ndim - 1 - i, pad[2 * i], pad[2 * i + 1], input.shape[input.ndim - 1 - i]) for i in range(k)]
+
+
+def _check_circular_pad(input, pad, k):
+    """torch's checks of a circular pad, then one of jitorch's own: a width beyond what the negative
+    widths of its dim leave would wrap twice, where torch copies memory it has not written yet."""
+    dims = _padded_dims(input, pad, k)
+    for _, left, right, n in dims:
+        if left > n or right > n:
+            raise RuntimeError("Padding value causes wrapping around more than once.")
+        if n + left + right < 0:
+            raise RuntimeError("Negative padding value is resulting in an empty dimension")
+    for _, left, right, n in dims:
+        kept = n - max(-left, 0) - max(-right, 0)
+        if max(left, right) > kept:
+            raise RuntimeError(f"Padding value causes wrapping around more than once: padding ({left}, {right}) "
+                               f"wraps around the {kept} elements that the negative padding leaves of a dim of {n}")
+
+
+def _check_edge_pad(input, pad, mode, k):
+    """torch's checks of a reflect or replicate pad: reflect widths below the size, and an output that
+    is neither empty in every padded dim nor negative in any."""
+    dims = _padded_dims(input, pad, k)
+    for dim, left, right, n in dims:
+        if mode == "reflect" and (left >= n or right >= n):
+            raise RuntimeError(f"Argument #{2 * max(k, 2)}: Padding size should be less than the corresponding "
+                               f"input dimension, but got: padding ({left}, {right}) at dimension {dim} of input "
+                               f"{list(input.shape)}")
+    sizes = [n for *_, n in reversed(dims)]
+    out = [n + left + right for _, left, right, n in reversed(dims)]
+    if all(o < 1 for o in out):
+        axes = ("D", "H", "W")[3 - k:]
+        given = ", ".join(f"{a}: {n}" for a, n in zip(axes[-2:], sizes[-2:]))
+        if k == 3:
+            given = f"D: {sizes[0]} {given}"
+        raise RuntimeError(f"input ({given}) is too small. Calculated output "
+                           + " ".join(f"{a}: {o}" for a, o in zip(axes, out)))
+    negative = [o for o in out if o < 0]
+    if negative:
+        shape = list(input.shape[:input.ndim - k]) + out
+        raise RuntimeError(f"Trying to create tensor with negative dimension {negative[0]}: {shape}")
 
 
 def _constant_pad(x, pad, value):
@@ -134,16 +182,12 @@ def pad(input, pad, mode="constant", value=None):
             "  - 2D or 3D input: padding size = 2 (pads last dimension)\n"
             "  - 3D or 4D input: padding size = 4 (pads last 2 dimensions)\n"
             "  - 4D or 5D input: padding size = 6 (pads last 3 dimensions)")
+    if mode == "circular":
+        _check_circular_pad(input, pad, k)
+    else:
+        _check_edge_pad(input, pad, mode, k)
     x = input
-    for i in range(k):
-        dim = x.ndim - 1 - i
-        left, right = pad[2 * i], pad[2 * i + 1]
-        n = x.shape[dim]
-        if mode == "reflect" and (left >= n or right >= n):
-            raise RuntimeError(f"Argument #4: Padding size should be less than the corresponding input dimension, "
-                               f"but got: padding ({left}, {right}) at dimension {dim} of input {list(input.shape)}")
-        if mode == "circular" and (left > n or right > n):
-            raise RuntimeError("Padding value causes wrapping around more than once.")
+    for dim, left, right, _ in _padded_dims(input, pad, k):
         x = _index_pad(x, dim, left, right, mode)
     return x
 
@@ -377,15 +421,36 @@ def _pool_out(n, k, s, p, d, ceil_mode):
     return out
 
 
+def _pool_arg(value, nd, name, arg):
+    """A pool's ``kernel_size``/``stride``/``padding``/``dilation`` as an nd-tuple; any other length is
+    refused with the message torch's pool ``name`` gives."""
+    values = _tuple(value, nd)
+    if len(values) == nd:
+        return values
+    got = len(values)
+    if name == "avg_pool1d":
+        raise RuntimeError(f"avg_pool1d() argument '{arg}' should contain one int (got {got})")
+    if name == "max_pool1d":
+        kinds = {"stride": "None, an int, list of ints, or tuple of ints",
+                 "padding": "an int, list of ints, or tuple of ints"}
+        raise RuntimeError(f"max_pool1d() {arg} must be {kinds.get(arg, 'an int, list of ints or tuple of ints')} "
+                           f"of size 1 but got size {got}")
+    must = "must be either" if arg == "dilation" else "must be" if name == "avg_pool3d" else "must either be"
+    single = "omitted, a single int" if arg == "stride" else "a single int"
+    raise RuntimeError(f"{name}: {arg} {must} {single}, or a tuple of {('two', 'three')[nd - 2]} ints")
+
+
 class _Pool:
     """The geometry of a pooling call over the trailing ``nd`` dims of ``input`` (checked as torch)."""
 
-    def __init__(self, input, nd, kernel_size, stride, padding, dilation, ceil_mode):
+    def __init__(self, input, name, nd, kernel_size, stride, padding, dilation, ceil_mode):
+        self.kernel = _pool_arg(kernel_size, nd, name, "kernel_size")
+        omitted = stride is None or stride == [] or stride == ()
+        self.stride = self.kernel if omitted else _pool_arg(stride, nd, name, "stride")
+        self.padding = _pool_arg(padding, nd, name, "padding")
+        self.dilation = _pool_arg(dilation, nd, name, "dilation")
         if input.ndim not in (nd + 1, nd + 2) or 0 in input.shape[-nd - 1:]:
             raise RuntimeError(f"non-empty {nd + 1}D or {nd + 2}D (batch mode) tensor expected for input")
-        self.kernel = _tuple(kernel_size, nd)
-        self.stride = self.kernel if stride is None or stride == [] or stride == () else _tuple(stride, nd)
-        self.padding, self.dilation = _tuple(padding, nd), _tuple(dilation, nd)
         if any(s <= 0 for s in self.stride):
             raise RuntimeError(f"stride should be greater than zero, but got stride: {list(self.stride)}")
         if any(d <= 0 for d in self.dilation):
@@ -419,7 +484,7 @@ def _lowest(dtype):
 
 
 def _max_pool(input, nd, kernel_size, stride, padding, dilation, ceil_mode, return_indices):
-    geo = _Pool(input, nd, kernel_size, stride, padding, dilation, ceil_mode)
+    geo = _Pool(input, f"max_pool{nd}d", nd, kernel_size, stride, padding, dilation, ceil_mode)
     values, argmax = geo.windows(input, _lowest(input.dtype)).max(-1)
     if not return_indices:
         return values
@@ -448,6 +513,12 @@ def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
     return _max_pool(input, 2, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
 
 
+def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    """Max over sliding windows of the last three dims of ``(N, C, D, H, W)`` or ``(C, D, H, W)`` input; with
+    ``return_indices`` also the flat ``(d * H + h) * W + w`` index of each maximum."""
+    return _max_pool(input, 3, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+
+
 def _avg_divisor(geo, count_include_pad):
     """Per output position, what torch's avg_pool divides the window sum by (a number when uniform)."""
     counts = []
@@ -464,7 +535,7 @@ def _avg_divisor(geo, count_include_pad):
 
 
 def _avg_pool(input, nd, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
-    geo = _Pool(input, nd, kernel_size, stride, padding, 1, ceil_mode)
+    geo = _Pool(input, f"avg_pool{nd}d", nd, kernel_size, stride, padding, 1, ceil_mode)
     if divisor_override is not None and divisor_override == 0:
         raise RuntimeError("divisor must be not zero")
     total = geo.windows(input, 0).sum(-1)
@@ -484,6 +555,12 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, coun
     """Mean over sliding windows of the last two dims (zero padding, counted unless ``count_include_pad=False``;
     ``divisor_override`` replaces the window size)."""
     return _avg_pool(input, 2, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+
+
+def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+               divisor_override=None):
+    """Mean over sliding windows of the last three dims, as ``avg_pool2d``."""
+    return _avg_pool(input, 3, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
 
 
 def _adaptive_matrix(n, out, like):
