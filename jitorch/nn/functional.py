@@ -33,6 +33,8 @@ __all__ = [
     "pixel_shuffle", "pixel_unshuffle", "dropout1d", "dropout2d",
     "margin_ranking_loss", "hinge_embedding_loss", "soft_margin_loss", "multilabel_soft_margin_loss",
     "cosine_embedding_loss", "triplet_margin_loss", "poisson_nll_loss", "gaussian_nll_loss", "multi_margin_loss",
+    "max_pool3d", "avg_pool3d", "elu_", "celu", "celu_", "selu", "selu_", "softshrink", "hardshrink", "tanhshrink",
+    "threshold", "threshold_", "rrelu", "rrelu_", "prelu", "leaky_relu_", "hardtanh_",
 ]
 
 
@@ -1038,10 +1040,136 @@ def softplus(input, beta=1.0, threshold=20.0):
     return jt.where(scaled > threshold, input, -logsigmoid(-scaled) / beta)
 
 
+def _check_floating(input, kernel):
+    """torch's refusal of integer and bool input to the activations whose kernels are floating-only."""
+    if not input.dtype.is_floating_point:
+        raise NotImplementedError(f"\"{kernel}\" not implemented for '{scalar_name(input.dtype)}'")
+
+
+def _result(input, out, inplace):
+    """``out``, or written into ``input`` and ``input`` returned when ``inplace``."""
+    return input.copy_(out) if inplace else out
+
+
+def _elu(input, alpha, scale, input_scale, inplace):
+    """torch's elu kernel: ``scale x`` where positive, ``scale alpha (exp(input_scale x) - 1)`` elsewhere."""
+    _check_floating(input, "elu_cpu")
+    out = jt.where(input > 0, input, alpha * (input * input_scale).expm1())
+    return _result(input, out * scale if scale != 1 else out, inplace)
+
+
 def elu(input, alpha=1.0, inplace=False):
     """``x`` where positive, ``alpha (exp(x) - 1)`` elsewhere."""
-    out = jt.where(input > 0, input, alpha * input.expm1())
-    return input.copy_(out) if inplace else out
+    return _elu(input, alpha, 1.0, 1.0, inplace)
+
+
+def elu_(input, alpha=1.0):
+    """In-place `elu`."""
+    return elu(input, alpha, True)
+
+
+def celu(input, alpha=1.0, inplace=False):
+    """``max(0, x) + min(0, alpha (exp(x / alpha) - 1))``: an elu whose slope at 0 is 1 for every ``alpha``."""
+    if alpha == 0:
+        raise RuntimeError("ZeroDivisionError: alpha cannot be 0 for CELU")
+    return _elu(input, alpha, 1.0, 1.0 / alpha, inplace)
+
+
+def celu_(input, alpha=1.0):
+    """In-place `celu`."""
+    return celu(input, alpha, True)
+
+
+_SELU_ALPHA = 1.6732632423543772848170429916717
+_SELU_SCALE = 1.0507009873554804934193349852946
+
+
+def selu(input, inplace=False):
+    """``scale (max(0, x) + min(0, alpha (exp(x) - 1)))`` with the self-normalising constants of
+    Klambauer et al. (alpha ~ 1.6733, scale ~ 1.0507)."""
+    return _elu(input, _SELU_ALPHA, _SELU_SCALE, 1.0, inplace)
+
+
+def selu_(input):
+    """In-place `selu`."""
+    return selu(input, True)
+
+
+def softshrink(input, lambd=0.5):
+    """``x - lambd`` above ``lambd``, ``x + lambd`` below ``-lambd``, 0 between (NaN stays NaN)."""
+    _check_floating(input, "softshrink_check")
+    if lambd < 0:
+        bound = jt.finfo(input.dtype).max
+        raise RuntimeError(f"lambda must be in range [0, {bound:g}] for input dtype {scalar_name(input.dtype)}, "
+                           f"but found {lambd:g}")
+    return jt.where(input.abs() <= lambd, 0.0, input - lambd * input.sign()).to(input.dtype)
+
+
+def hardshrink(input, lambd=0.5):
+    """``x`` where ``|x| > lambd``, 0 elsewhere."""
+    _check_floating(input, "hardshrink_cpu")
+    return jt.where(input.abs() <= lambd, 0.0, input).to(input.dtype)
+
+
+def tanhshrink(input):
+    """``x - tanh(x)``."""
+    return input - input.tanh()
+
+
+def _threshold(input, bound, value, inplace):
+    return _result(input, jt.where(input <= bound, value, input).to(input.dtype), inplace)
+
+
+def threshold(input, threshold, value, inplace=False):
+    """``x`` where ``x > threshold``, ``value`` elsewhere."""
+    return _threshold(input, threshold, value, inplace)
+
+
+def threshold_(input, threshold, value):
+    """In-place `threshold`."""
+    return _threshold(input, threshold, value, True)
+
+
+def rrelu(input, lower=1.0 / 8, upper=1.0 / 3, training=False, inplace=False):
+    """Randomized leaky relu (Xu et al.): in training each non-positive element is scaled by its own slope
+    drawn from ``U(lower, upper)`` (jitorch's generator), otherwise by ``(lower + upper) / 2``."""
+    if lower > upper:
+        raise RuntimeError("Lower bound should be less than or equal to the upper bound")
+    _check_floating(input, "rrelu_with_noise_cpu")
+    if not training:
+        return leaky_relu(input, (lower + upper) / 2, inplace)
+    noise = jt.empty(tuple(input.shape), dtype=input.dtype, device=input.device).uniform_(lower, upper)
+    slope = jt.where(input <= 0, noise, 1.0).to(input.dtype)
+    return input.mul_(slope) if inplace else input * slope
+
+
+def rrelu_(input, lower=1.0 / 8, upper=1.0 / 3, training=False):
+    """In-place `rrelu`."""
+    return rrelu(input, lower, upper, training, True)
+
+
+def prelu(input, weight):
+    """``x`` where positive, ``weight x`` elsewhere; ``weight`` is one slope, or one per channel (dim 1)."""
+    if input.ndim == 0:
+        raise RuntimeError("Not allow zero-dim input tensor.")
+    if weight.ndim > 1:
+        raise RuntimeError(f"prelu: Expected `weight` to be a scalar or 1D tensor, but got: ndim = {weight.ndim}")
+    channels = input.shape[1] if input.ndim >= 2 else 1
+    if weight.numel() != 1 and weight.numel() != channels:
+        raise RuntimeError(f"Mismatch of parameter numbers and input channel size. Found parameter numbers = "
+                           f"{weight.numel()} and channel size = {channels}.")
+    slope = weight.reshape([-1] + [1] * (input.ndim - 2)) if input.ndim >= 2 else weight.reshape(-1)
+    return jt.where(input > 0, input, input * slope)
+
+
+def leaky_relu_(input, negative_slope=0.01):
+    """In-place `leaky_relu`."""
+    return leaky_relu(input, negative_slope, True)
+
+
+def hardtanh_(input, min_val=-1.0, max_val=1.0):
+    """In-place `hardtanh`."""
+    return hardtanh(input, min_val, max_val, True)
 
 
 def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):

@@ -1,8 +1,9 @@
 """The layers of ``jitorch.nn``, one family per module."""
 
 from .activation import (
-    ELU, GELU, GLU, Hardsigmoid, Hardswish, Hardtanh, LeakyReLU, LogSigmoid, LogSoftmax, Mish, ReLU, ReLU6, Sigmoid,
-    SiLU, Softmax, Softmin, Softplus, Softsign, Tanh,
+    CELU, ELU, GELU, GLU, SELU, Hardshrink, Hardsigmoid, Hardswish, Hardtanh, LeakyReLU, LogSigmoid, LogSoftmax, Mish,
+    PReLU, ReLU, ReLU6, RReLU, Sigmoid, SiLU, Softmax, Softmax2d, Softmin, Softplus, Softshrink, Softsign, Tanh,
+    Tanhshrink, Threshold,
 )
 from .attention import MultiheadAttention
 from .compiled import OptimizedModule  # noqa: F401  (registers how jitorch.compile compiles a Module)
@@ -40,6 +41,7 @@ __all__ = [
     "ReLU", "GELU", "SiLU", "Tanh", "Sigmoid", "Softmax", "LogSoftmax", "LeakyReLU", "ELU", "Softplus", "Hardtanh",
     "ReLU6", "Hardsigmoid", "Hardswish", "Mish", "Softsign", "LogSigmoid", "GLU", "Softmin", "MultiheadAttention",
     "CosineSimilarity", "PairwiseDistance",
+    "CELU", "SELU", "Softshrink", "Hardshrink", "Tanhshrink", "Threshold", "RReLU", "PReLU", "Softmax2d",
     "MSELoss", "L1Loss", "SmoothL1Loss", "HuberLoss", "KLDivLoss", "CrossEntropyLoss", "NLLLoss", "BCELoss",
     "BCEWithLogitsLoss",
     "MarginRankingLoss", "HingeEmbeddingLoss", "SoftMarginLoss", "MultiLabelSoftMarginLoss", "CosineEmbeddingLoss",
