@@ -35,6 +35,10 @@ __all__ = [
     "cosine_embedding_loss", "triplet_margin_loss", "poisson_nll_loss", "gaussian_nll_loss", "multi_margin_loss",
     "max_pool3d", "avg_pool3d", "elu_", "celu", "celu_", "selu", "selu_", "softshrink", "hardshrink", "tanhshrink",
     "threshold", "threshold_", "rrelu", "rrelu_", "prelu", "leaky_relu_", "hardtanh_",
+    "max_pool1d_with_indices", "max_pool2d_with_indices", "max_pool3d_with_indices", "adaptive_avg_pool3d",
+    "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d", "adaptive_max_pool1d_with_indices",
+    "adaptive_max_pool2d_with_indices", "adaptive_max_pool3d_with_indices", "lp_pool1d", "lp_pool2d", "lp_pool3d",
+    "max_unpool1d", "max_unpool2d", "max_unpool3d",
 ]
 
 
@@ -521,6 +525,24 @@ def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
     return _max_pool(input, 3, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
 
 
+def max_pool1d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+                            return_indices=True):
+    """`max_pool1d` with its indices."""
+    return _max_pool(input, 1, kernel_size, stride, padding, dilation, ceil_mode, True)
+
+
+def max_pool2d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+                            return_indices=True):
+    """`max_pool2d` with its indices."""
+    return _max_pool(input, 2, kernel_size, stride, padding, dilation, ceil_mode, True)
+
+
+def max_pool3d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+                            return_indices=True):
+    """`max_pool3d` with its indices."""
+    return _max_pool(input, 3, kernel_size, stride, padding, dilation, ceil_mode, True)
+
+
 def _avg_divisor(geo, count_include_pad):
     """Per output position, what torch's avg_pool divides the window sum by (a number when uniform)."""
     counts = []
@@ -610,6 +632,188 @@ def adaptive_avg_pool1d(input, output_size):
 def adaptive_avg_pool2d(input, output_size):
     """Average pooling of the last two dims to ``output_size`` (an int or a pair; None keeps a dim)."""
     return _adaptive_avg_pool(input, output_size, 2, "adaptive_avg_pool2d")
+
+
+def adaptive_avg_pool3d(input, output_size):
+    """Average pooling of the last three dims to ``output_size`` (an int or a triple; None keeps a dim)."""
+    return _adaptive_avg_pool(input, output_size, 3, "adaptive_avg_pool3d")
+
+
+def _adaptive_windows(size, out):
+    """``(prod(out), K)`` flat input indices of each adaptive window over the spatial ``size``: torch's
+    ``[floor(i n / o), ceil((i + 1) n / o))`` per dim, shorter windows padded by repeating their first element
+    (a repeat changes neither the max nor which element is first to reach it)."""
+    per_dim = []
+    for n, o in zip(size, out):
+        starts = np.arange(o) * n // o
+        lengths = -((-(np.arange(o) + 1) * n) // o) - starts
+        k = int(lengths.max()) if o else 1
+        per_dim.append(starts[:, None] + np.where(np.arange(k) < lengths[:, None], np.arange(k), 0).astype(np.int64))
+    table = np.zeros((1, 1), np.int64)
+    for n, idx in zip(size, per_dim):
+        # (outs so far, K so far) x (o, k) -> (outs * o, K * k), row-major over both
+        table = (table[:, None, :, None] * n + idx[None, :, None, :]).reshape(
+            table.shape[0] * idx.shape[0], table.shape[1] * idx.shape[1])
+    return table
+
+
+def _adaptive_max_pool(input, output_size, return_indices, nd):
+    name = f"adaptive_max_pool{nd}d"
+    if nd == 1 and input.ndim not in (2, 3):
+        raise RuntimeError(f"Expected 2 to 3 dimensions, but got {input.ndim}-dimensional tensor for argument #1 "
+                           "'self' (while checking arguments for adaptive_max_pool1d)")
+    if input.ndim not in (nd + 1, nd + 2):
+        raise RuntimeError(f"{name}(): Expected {nd + 1}D or {nd + 2}D tensor, but got: {list(input.shape)}")
+    sizes = _adaptive_sizes(output_size, nd, name)
+    _check_floating(input, name)
+    lead, size = tuple(input.shape[:-nd]), tuple(input.shape[-nd:])
+    for i, n in enumerate(input.shape[1:] if input.ndim == nd + 2 else input.shape):
+        if n == 0:
+            raise RuntimeError(f"{name}(): Expected input to have non-zero size for non-batch dimensions, but input "
+                               f"has sizes {list(input.shape)} with dimension {i} being empty")
+    out = tuple(n if o is None else o for n, o in zip(size, sizes))
+    table = jt.tensor(_adaptive_windows(size, out), device=input.device)
+    windows = input.reshape(*lead, -1).index_select(-1, table.reshape(-1)).reshape(*lead, *out, table.shape[1])
+    values, arg = windows.max(-1)
+    if not return_indices:
+        return values
+    flat = table.reshape(*out, table.shape[1]).expand(*lead, *out, table.shape[1])
+    return values, flat.gather(-1, arg.unsqueeze(-1)).squeeze(-1)
+
+
+def adaptive_max_pool1d(input, output_size, return_indices=False):
+    """Max over adaptive windows of the last dim: output ``i`` of ``o`` covers
+    ``[floor(i L / o), ceil((i + 1) L / o))``; with ``return_indices`` also each maximum's position."""
+    return _adaptive_max_pool(input, output_size, return_indices, 1)
+
+
+def adaptive_max_pool2d(input, output_size, return_indices=False):
+    """Max over adaptive windows of the last two dims (an int or a pair; None keeps a dim); with
+    ``return_indices`` also each maximum's flat ``h * W + w`` index."""
+    return _adaptive_max_pool(input, output_size, return_indices, 2)
+
+
+def adaptive_max_pool3d(input, output_size, return_indices=False):
+    """Max over adaptive windows of the last three dims; with ``return_indices`` also each maximum's flat index."""
+    return _adaptive_max_pool(input, output_size, return_indices, 3)
+
+
+def adaptive_max_pool1d_with_indices(input, output_size, return_indices=True):
+    """`adaptive_max_pool1d` with its indices."""
+    return _adaptive_max_pool(input, output_size, True, 1)
+
+
+def adaptive_max_pool2d_with_indices(input, output_size, return_indices=True):
+    """`adaptive_max_pool2d` with its indices."""
+    return _adaptive_max_pool(input, output_size, True, 2)
+
+
+def adaptive_max_pool3d_with_indices(input, output_size, return_indices=True):
+    """`adaptive_max_pool3d` with its indices."""
+    return _adaptive_max_pool(input, output_size, True, 3)
+
+
+def _lp_pool(input, norm_type, kernel_size, stride, ceil_mode, nd):
+    """torch's formula: the p-th root of ``prod(kernel)`` times the mean of ``x^p`` over each window, a
+    negative mean (odd ``p``) clamped to 0."""
+    kernel = _tuple(kernel_size, nd)
+    out = _avg_pool(input.pow(norm_type), nd, kernel_size, stride, 0, ceil_mode, True, None)
+    return (out.sign() * out.abs().relu()).mul(math.prod(kernel)).pow(1.0 / norm_type)
+
+
+def lp_pool1d(input, norm_type, kernel_size, stride=None, ceil_mode=False):
+    """Power-average pooling of the last dim: ``(sum x^p)^(1/p)`` over each window."""
+    return _lp_pool(input, norm_type, kernel_size, stride, ceil_mode, 1)
+
+
+def lp_pool2d(input, norm_type, kernel_size, stride=None, ceil_mode=False):
+    """Power-average pooling of the last two dims: ``(sum x^p)^(1/p)`` over each window."""
+    return _lp_pool(input, norm_type, kernel_size, stride, ceil_mode, 2)
+
+
+def lp_pool3d(input, norm_type, kernel_size, stride=None, ceil_mode=False):
+    """Power-average pooling of the last three dims: ``(sum x^p)^(1/p)`` over each window."""
+    return _lp_pool(input, norm_type, kernel_size, stride, ceil_mode, 3)
+
+
+def _unpool_arg(value, nd, name, arg):
+    values = _tuple(value, nd)
+    if len(values) != nd:
+        raise RuntimeError(f"{name}: {arg} must be a single int, or a tuple of {('one', 'two', 'three')[nd - 1]} "
+                           f"ints, but got {arg}={list(values)}")
+    return values
+
+
+def _unpool_output_size(input, kernel, stride, padding, output_size):
+    """torch's ``_unpool_output_size``: the pool's input size by default, or a checked ``output_size``
+    (spatial, or with the batch and channel dims)."""
+    nd = len(kernel)
+    default = [(input.shape[input.ndim - nd + d] - 1) * stride[d] + kernel[d] - 2 * padding[d] for d in range(nd)]
+    if output_size is None:
+        return default
+    output_size = list(output_size)
+    if len(output_size) == nd + 2:
+        output_size = output_size[2:]
+    if len(output_size) != nd:
+        raise ValueError(f"output_size should be a sequence containing {nd} or {nd + 2} elements, but it has a "
+                         f"length of '{len(output_size)}'")
+    for d in range(nd):
+        low, high = default[d] - stride[d], default[d] + stride[d]
+        if not low < output_size[d] < high:
+            raise ValueError(f'invalid output_size "{tuple(output_size)}" (dim {d} must be between {low} and {high})')
+    return output_size
+
+
+def _check_unpool(input, indices, out, nd):
+    """torch's max_unpooling kernel checks; a 1-d unpool runs as a 2-d one of width 1, as torch's messages show."""
+    if indices.dtype is not jt.int64:
+        raise RuntimeError(f"elements in indices should be type int64 but got: {scalar_name(indices.dtype)}")
+    shown = 3 if nd == 3 else 2
+    ndim, shapes = input.ndim + (nd == 1), [list(input.shape), list(indices.shape)]
+    if nd == 1:
+        shapes = [s + [1] for s in shapes]
+    if ndim not in (shown + 1, shown + 2):
+        raise RuntimeError(f"Input to max_unpooling{shown}d should be a {shown + 1}d or {shown + 2}d Tensor, but got "
+                           f"a tensor with {ndim} dimensions.")
+    if shapes[0] != shapes[1]:
+        raise RuntimeError(f"Expected shape of indices to be same as that of the input tensor ({shapes[0]}) but got "
+                           f"indices tensor with shape: {shapes[1]}")
+    volume = math.prod(out)
+    if _has_data(indices) and indices.numel():
+        bad = (indices < 0) | (indices >= volume)
+        if bool(bad.any()):
+            sizes = list(out) + [1] * (nd == 1)
+            raise RuntimeError(f"Found an invalid max index: {int(indices[bad].reshape(-1)[0])} (output volumes are "
+                               f"of size {_sizes(sizes)})")
+
+
+def _max_unpool(input, indices, kernel_size, stride, padding, output_size, nd):
+    name = f"max_unpool{nd}d"
+    kernel = _unpool_arg(kernel_size, nd, name, "kernel_size")
+    stride = kernel if stride is None else _unpool_arg(stride, nd, name, "stride")
+    padding = _unpool_arg(padding, nd, name, "padding")
+    out = _unpool_output_size(input, kernel, stride, padding, output_size)
+    _check_unpool(input, indices, out, nd)
+    lead = tuple(input.shape[:-nd])
+    flat = jt.zeros((*lead, math.prod(out)), dtype=input.dtype, device=input.device)
+    flat = flat.scatter(-1, indices.reshape(*lead, -1), input.reshape(*lead, -1))
+    return flat.reshape(*lead, *out)
+
+
+def max_unpool1d(input, indices, kernel_size, stride=None, padding=0, output_size=None):
+    """The partial inverse of ``max_pool1d``: each value of ``input`` placed at its ``indices`` (as
+    ``return_indices`` gave them) in a zero tensor of the pooled input's length (or ``output_size``)."""
+    return _max_unpool(input, indices, kernel_size, stride, padding, output_size, 1)
+
+
+def max_unpool2d(input, indices, kernel_size, stride=None, padding=0, output_size=None):
+    """The partial inverse of ``max_pool2d``: each value placed at its flat ``h * W + w`` index in zeros."""
+    return _max_unpool(input, indices, kernel_size, stride, padding, output_size, 2)
+
+
+def max_unpool3d(input, indices, kernel_size, stride=None, padding=0, output_size=None):
+    """The partial inverse of ``max_pool3d``: each value placed at its flat index in zeros."""
+    return _max_unpool(input, indices, kernel_size, stride, padding, output_size, 3)
 
 
 # Resampling --------------------------------------------------------------------------------------------------

@@ -22,7 +22,11 @@ from .module import Module
 from .normalization import (
     BatchNorm1d, BatchNorm2d, GroupNorm, InstanceNorm1d, InstanceNorm2d, InstanceNorm3d, LayerNorm,
 )
-from .pooling import AdaptiveAvgPool1d, AdaptiveAvgPool2d, AvgPool1d, AvgPool2d, MaxPool1d, MaxPool2d
+from .pooling import (
+    AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveAvgPool3d, AdaptiveMaxPool1d, AdaptiveMaxPool2d, AdaptiveMaxPool3d,
+    AvgPool1d, AvgPool2d, AvgPool3d, LPPool1d, LPPool2d, LPPool3d, MaxPool1d, MaxPool2d, MaxPool3d, MaxUnpool1d,
+    MaxUnpool2d, MaxUnpool3d,
+)
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
 from .sparse import Embedding
 from .transformer import (
@@ -41,6 +45,8 @@ __all__ = [
     "ReLU", "GELU", "SiLU", "Tanh", "Sigmoid", "Softmax", "LogSoftmax", "LeakyReLU", "ELU", "Softplus", "Hardtanh",
     "ReLU6", "Hardsigmoid", "Hardswish", "Mish", "Softsign", "LogSigmoid", "GLU", "Softmin", "MultiheadAttention",
     "CosineSimilarity", "PairwiseDistance",
+    "MaxPool3d", "AvgPool3d", "AdaptiveAvgPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "AdaptiveMaxPool3d",
+    "LPPool1d", "LPPool2d", "LPPool3d", "MaxUnpool1d", "MaxUnpool2d", "MaxUnpool3d",
     "CELU", "SELU", "Softshrink", "Hardshrink", "Tanhshrink", "Threshold", "RReLU", "PReLU", "Softmax2d",
     "MSELoss", "L1Loss", "SmoothL1Loss", "HuberLoss", "KLDivLoss", "CrossEntropyLoss", "NLLLoss", "BCELoss",
     "BCEWithLogitsLoss",
