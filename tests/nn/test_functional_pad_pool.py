@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 
 import numpy as np
 import pytest
@@ -146,3 +147,29 @@ def test_3d_pools_refuse_a_4d_kernel_on_2d_input():
     for name in ("max_pool3d", "avg_pool3d"):
         with pytest.raises(RuntimeError, match="non-empty 4D or 5D"):
             getattr(JF, name)(jt.zeros(2, 4, 4), 2)
+
+
+# padding modules ----------------------------------------------------------------------------------------
+
+_PAD_MODULES = [("ConstantPad1d", (2, 3.5)), ("ConstantPad2d", ((1, 0, 2, 1), -1.0)), ("ConstantPad3d", (1, 2.0)),
+                ("ZeroPad1d", ((1, 2),)), ("ZeroPad2d", (1,)), ("ZeroPad3d", ((1, 0, 0, 1, 2, 0),)),
+                ("ReflectionPad1d", (2,)), ("ReflectionPad2d", ((1, 2, 0, 1),)), ("ReflectionPad3d", (1,)),
+                ("ReplicationPad1d", ((3, 1),)), ("ReplicationPad2d", (2,)), ("ReplicationPad3d", ((1, 0, 2, 1, 0, 1),)),
+                ("CircularPad1d", (2,)), ("CircularPad2d", ((-1, 2, 1, 0),)), ("CircularPad3d", (1,))]
+
+
+@pytest.mark.parametrize("name, args", _PAD_MODULES)
+@pytest.mark.parametrize("batched", [True, False])
+def test_padding_module_matches_torch(name, args, batched):
+    t_mod, j_mod = getattr(torch.nn, name)(*args), getattr(jt.nn, name)(*args)
+    assert repr(j_mod) == repr(t_mod) and j_mod.padding == t_mod.padding
+    nd = int(name[-2])
+    shape = ((2, 3) if batched else (3,)) + _SPATIAL[:nd]
+    check(lambda F, x: (t_mod if F is TF else j_mod)(x), np.arange(np.prod(shape), dtype=np.float32).reshape(shape))
+
+
+def test_circular_pad_module_refuses_other_dims_as_torch():
+    with pytest.raises(ValueError) as expected:
+        torch.nn.CircularPad2d(1)(torch.zeros(2, 3))
+    with pytest.raises(ValueError, match=re.escape(str(expected.value))):
+        jt.nn.CircularPad2d(1)(jt.zeros(2, 3))
