@@ -38,7 +38,10 @@ __all__ = [
     "max_pool1d_with_indices", "max_pool2d_with_indices", "max_pool3d_with_indices", "adaptive_avg_pool3d",
     "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d", "adaptive_max_pool1d_with_indices",
     "adaptive_max_pool2d_with_indices", "adaptive_max_pool3d_with_indices", "lp_pool1d", "lp_pool2d", "lp_pool3d",
-    "max_unpool1d", "max_unpool2d", "max_unpool3d",
+    "max_unpool1d", "max_unpool2d", "max_unpool3d", "channel_shuffle", "native_channel_shuffle", "unfold", "fold",
+    "upsample", "upsample_nearest", "upsample_bilinear", "rms_norm", "local_response_norm", "dropout3d",
+    "alpha_dropout", "feature_alpha_dropout", "gumbel_softmax", "pdist", "multilabel_margin_loss",
+    "triplet_margin_with_distance_loss",
 ]
 
 
@@ -978,6 +981,139 @@ def pixel_unshuffle(input, downscale_factor):
     return x.reshape(*batch, c * r * r, h // r, w // r)
 
 
+
+def channel_shuffle(input, groups):
+    """``(N, C, *)`` with its channels read as a ``(groups, C / groups)`` grid and written transposed: the
+    shuffle of ShuffleNet between grouped convolutions."""
+    if input.ndim <= 2:
+        raise RuntimeError(f"channel_shuffle expects input with > 2 dims, but got input with sizes "
+                           f"{list(input.shape)}")
+    if groups <= 0:
+        raise RuntimeError(f"Number of groups to divide channels in must be positive. Value of groups:{groups}")
+    n, c, *rest = input.shape
+    if c % groups:
+        raise RuntimeError(f"Number of channels must be divisible by groups. Got {c} channels and {groups} groups.")
+    return input.reshape(n, groups, c // groups, *rest).transpose(1, 2).reshape(input.shape)
+
+
+def native_channel_shuffle(input, groups):
+    """`channel_shuffle` (torch's native entry point of the same function)."""
+    return channel_shuffle(input, groups)
+
+
+_SLIDING_AXES = ("height", "width")
+
+
+def _sliding_args(**named):
+    """``unfold``/``fold``'s pair arguments, checked as torch's im2col and col2im check them."""
+    pairs = {}
+    for what, value in named.items():
+        value = _tuple(value, 2)
+        if len(value) != 2:
+            raise RuntimeError(f"It is expected {what} equals to 2, but got size {len(value)}")
+        pairs[what] = value
+    for what, shown, ok in (("kernel_size", "kernel size should be greater than zero", lambda v: v > 0),
+                            ("stride", "stride should be greater than zero", lambda v: v > 0),
+                            ("dilation", "dilation should be greater than zero", lambda v: v > 0),
+                            ("padding", "padding should be non-negative", lambda v: v >= 0)):
+        values = pairs[what]
+        if not all(ok(v) for v in values):
+            prefix = {"kernel_size": "kernel", "padding": "pad"}.get(what, what)
+            parts = " ".join(f"{prefix}_{axis}: {v}" for axis, v in zip(_SLIDING_AXES, values))
+            raise RuntimeError(f"{shown}, but got {parts}")
+    return pairs
+
+
+def _sliding_blocks(size, a):
+    """Sliding blocks per spatial dim of a padded ``size``."""
+    return tuple((n + 2 * p - (d * (k - 1) + 1)) // s + 1
+                 for n, k, d, p, s in zip(size, a["kernel_size"], a["dilation"], a["padding"], a["stride"]))
+
+
+def _sliding_geometry(a):
+    return (f"kernel_size={a['kernel_size']}, dilation={a['dilation']}, padding={a['padding']}, "
+            f"stride={a['stride']}")
+
+
+def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
+    """im2col: the sliding ``kernel_size`` blocks of ``(N, C, H, W)`` (or ``(C, H, W)``) input as the columns of
+    ``(N, C * kH * kW, L)``, ``L`` the number of blocks."""
+    a = _sliding_args(kernel_size=kernel_size, dilation=dilation, padding=padding, stride=stride)
+    if input.ndim not in (3, 4) or 0 in input.shape[-3:]:
+        raise RuntimeError("Expected 3D or 4D (batch mode) tensor with possibly 0 batch size and other non-zero "
+                           f"dimensions for input, but got: {list(input.shape)}")
+    _check_floating(input, "im2col_out_cpu")
+    out = _sliding_blocks(input.shape[-2:], a)
+    if min(out) < 1:
+        raise RuntimeError(f"Given input with spatial size {tuple(input.shape[-2:])}, kernel_size={a['kernel_size']}, "
+                           f"dilation={a['dilation']}, padding={a['padding']}, calculated shape of the array of "
+                           f"sliding blocks as {out}, but its components must be at least one.")
+    x = input if input.ndim == 4 else input.unsqueeze(0)
+    ph, pw = a["padding"]
+    if ph or pw:
+        x = _constant_pad(x, (pw, pw, ph, ph), 0)
+    cols = _patches(x, a["kernel_size"], a["stride"], a["dilation"], out, 2)
+    cols = cols.reshape(x.shape[0], x.shape[1] * cols.shape[2], out[0] * out[1])
+    return cols if input.ndim == 4 else cols.squeeze(0)
+
+
+def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
+    """col2im, the adjoint of `unfold`: the blocks in the columns of ``(N, C * kH * kW, L)`` summed into their
+    places in ``(N, C, *output_size)`` (overlaps add up)."""
+    a = _sliding_args(output_size=output_size, kernel_size=kernel_size, dilation=dilation, padding=padding,
+                      stride=stride)
+    if input.ndim not in (2, 3) or 0 in input.shape[-2:]:
+        raise RuntimeError("Expected 2D or 3D (batch mode) tensor for input with possibly 0 batch size and non-zero "
+                           f"dimensions for input, but got: {list(input.shape)}")
+    kernel = a["kernel_size"]
+    rows, length = input.shape[-2:]
+    if rows % (kernel[0] * kernel[1]):
+        raise RuntimeError("Expected size of input's dimension 1 to be divisible by the product of kernel_size, but "
+                           f"got input.size(1)={rows} and kernel_size={kernel}.")
+    blocks = _sliding_blocks(a["output_size"], a)
+    if blocks[0] * blocks[1] != length:
+        raise RuntimeError(f"Given output_size={a['output_size']}, {_sliding_geometry(a)}, expected size of input's "
+                           f"dimension 2 to match the calculated number of sliding blocks {blocks[0]} * {blocks[1]} "
+                           f"= {blocks[0] * blocks[1]}, but got input.size(2)={length}.")
+    if min(blocks) < 1:
+        raise RuntimeError(f"Given output_size={a['output_size']}, {_sliding_geometry(a)}, calculated shape of the "
+                           f"array of sliding blocks as {blocks}, which is too small (non-positive)")
+    x = input if input.ndim == 3 else input.unsqueeze(0)
+    n, c = x.shape[0], rows // (kernel[0] * kernel[1])
+    (h, w), (ph, pw) = a["output_size"], a["padding"]
+    full = (h + 2 * ph, w + 2 * pw)
+    # the window view of the padded output (the geometry ``_patches`` reads blocks with), accumulated into once
+    (dh, dw), (sh, sw) = a["dilation"], a["stride"]
+    geometry = (n, c, *kernel, *blocks)
+    strides = (c * full[0] * full[1], full[0] * full[1], dh * full[1], dw, sh * full[1], sw)
+    flat = jt.zeros(n * c * full[0] * full[1], dtype=x.dtype, device=x.device)
+    y = _OPS["_as_strided_add"](flat, x.reshape(geometry), geometry, strides, 0).view(n, c, *full)
+    y = y[:, :, ph:ph + h, pw:pw + w]
+    return y if input.ndim == 3 else y.squeeze(0)
+
+
+def _deprecated_upsample(name):
+    warnings.warn(f"`nn.functional.{name}` is deprecated. Use `nn.functional.interpolate` instead.", stacklevel=3)
+
+
+def upsample(input, size=None, scale_factor=None, mode="nearest", align_corners=None):
+    """Deprecated alias of `interpolate` (with torch's warning)."""
+    _deprecated_upsample("upsample")
+    return interpolate(input, size, scale_factor, mode, align_corners)
+
+
+def upsample_nearest(input, size=None, scale_factor=None):
+    """Deprecated: `interpolate` with mode 'nearest' (with torch's warning)."""
+    _deprecated_upsample("upsample_nearest")
+    return interpolate(input, size, scale_factor, mode="nearest")
+
+
+def upsample_bilinear(input, size=None, scale_factor=None):
+    """Deprecated: `interpolate` with mode 'bilinear' and ``align_corners=True`` (with torch's warning)."""
+    _deprecated_upsample("upsample_bilinear")
+    return interpolate(input, size, scale_factor, mode="bilinear", align_corners=True)
+
+
 # Normalisation and embedding ------------------------------------------------------------------------------
 
 def _channel_view(t, ndim):
@@ -1091,6 +1227,43 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     return out
 
 
+
+def rms_norm(input, normalized_shape, weight=None, eps=None):
+    """``x / sqrt(mean(x^2) + eps)`` over the trailing dims ``normalized_shape``, times ``weight``; ``eps``
+    defaults to the dtype's machine epsilon, as torch."""
+    normalized_shape = _tuple(normalized_shape, 1)
+    k = len(normalized_shape)
+    if weight is not None and tuple(weight.shape) != normalized_shape:
+        raise RuntimeError(f"Expected weight to be of same shape as normalized_shape, but got weight of shape "
+                           f"{list(weight.shape)} and normalized_shape = {list(normalized_shape)}")
+    if input.ndim < k or tuple(input.shape[input.ndim - k:]) != normalized_shape:
+        raise RuntimeError(f"Given normalized_shape={list(normalized_shape)}, expected input with shape "
+                           f"[*{', '.join(map(str, normalized_shape))}], but got input of size{list(input.shape)}")
+    eps = jt.finfo(input.dtype).eps if eps is None else eps
+    dims = list(range(input.ndim - k, input.ndim))
+    out = input * ((input * input).mean(dims, keepdim=True) + eps).rsqrt()
+    return out if weight is None else out * weight
+
+
+def local_response_norm(input, size, alpha=1e-4, beta=0.75, k=1.0):
+    """Each element divided by ``(k + alpha * mean of x^2 over size neighbouring channels)^beta`` (channels
+    are dim 1; the window is zero-padded at the ends), as torch computes it."""
+    if input.ndim < 3:
+        raise ValueError(f"Expected 3D or higher dimensionality                          input (got {input.ndim} "
+                         "dimensions)")
+    if input.numel() == 0:
+        return input
+    square = (input * input).unsqueeze(1)
+    if input.ndim == 3:
+        square = _constant_pad(square, (0, 0, size // 2, (size - 1) // 2), 0)
+        div = avg_pool2d(square, (size, 1), stride=1).squeeze(1)
+    else:
+        n, c = input.shape[:2]
+        square = _constant_pad(square.reshape(n, 1, c, input.shape[2], -1), (0, 0, 0, 0, size // 2, (size - 1) // 2), 0)
+        div = avg_pool3d(square, (size, 1, 1), stride=1).squeeze(1).reshape(input.shape)
+    return input / (div * alpha + k).pow(beta)
+
+
 def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False, sparse=False):
     """Rows of ``weight`` picked by the integer ``input``; the ``padding_idx`` row gets no gradient,
     ``max_norm`` renormalises the picked rows in place, ``scale_grad_by_freq`` divides each row's
@@ -1186,6 +1359,57 @@ def dropout2d(input, p=0.5, training=True, inplace=False):
                       "dimension, i.e. shape (C, H, W). To maintain the 1D channel-wise dropout behavior, please "
                       "switch to using dropout1d instead.", stacklevel=2)
     return _feature_dropout(input, p, training, inplace)
+
+
+
+def dropout3d(input, p=0.5, training=True, inplace=False):
+    """In training, zero each channel of ``(N, C, D, H, W)`` or ``(C, D, H, W)`` input with probability ``p``
+    and scale the rest by ``1 / (1 - p)``; other ranks are read as unbatched, with torch's warning."""
+    if p < 0.0 or p > 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if input.ndim not in (4, 5):
+        warnings.warn(f"dropout3d: Received a {input.ndim}-D input to dropout3d, which is deprecated and will "
+                      "result in an error in a future release. To retain the behavior and silence this warning, "
+                      "please use dropout instead. Note that dropout3d exists to provide channel-wise dropout on "
+                      "inputs with 3 spatial dimensions, a channel dimension, and an optional batch dimension (i.e. "
+                      "4D or 5D inputs).", stacklevel=2)
+    if input.ndim == 5:
+        return _feature_dropout(input, p, training, inplace)
+    out = _feature_dropout(input.unsqueeze(0), p, training, inplace)
+    # in place, the unsqueezed view already wrote through to ``input``
+    return input if inplace else out.squeeze(0)
+
+
+_SELU_ALPHA_PRIME = 1.7580993408473766  # -scale * alpha of selu: the value selu saturates at
+
+
+def _alpha_dropout(input, p, training, inplace, noise_shape):
+    """torch's alpha dropout: dropped elements are set to selu's saturation value and the result is moved
+    and scaled so that a zero-mean unit-variance input keeps its mean and variance."""
+    if p < 0.0 or p > 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if p == 0 or not training or input.numel() == 0:
+        return input
+    if p == 1:
+        return input.mul_(0.0) if inplace else input * 0.0
+    keep = jt.empty(tuple(noise_shape), dtype=input.dtype, device=input.device).bernoulli_(1 - p)
+    a = 1.0 / math.sqrt((_SELU_ALPHA_PRIME ** 2 * p + 1) * (1 - p))
+    shift = (keep - 1) * (_SELU_ALPHA_PRIME * a) + _SELU_ALPHA_PRIME * a * p
+    out = input * (keep * a) + shift
+    return input.copy_(out) if inplace else out
+
+
+def alpha_dropout(input, p=0.5, training=False, inplace=False):
+    """Alpha dropout (for selu networks): in training each element is dropped with probability ``p``,
+    keeping the input's mean and variance; note torch's default ``training=False``."""
+    return _alpha_dropout(input, p, training, inplace, input.shape)
+
+
+def feature_alpha_dropout(input, p=0.5, training=False, inplace=False):
+    """Alpha dropout of whole channels (dim 1) of ``(N, C, *)`` input."""
+    if training and 0.0 < p < 1.0 and input.numel() and input.ndim < 2:
+        raise RuntimeError("Feature dropout requires at least 2 dimensions in the input")
+    return _alpha_dropout(input, p, training, inplace, (*input.shape[:2], *([1] * (input.ndim - 2))))
 
 
 def relu(input, inplace=False):
@@ -1443,6 +1667,20 @@ def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
     return (x1 - x2 + eps).norm(p, max(x1.ndim, x2.ndim) - 1, keepdim)
 
 
+
+def pdist(input, p=2.0):
+    """The ``p``-norm distances between the rows of ``(N, M)`` input, for each pair ``i < j`` in row-major
+    order: ``N (N - 1) / 2`` values."""
+    if input.ndim != 2:
+        raise RuntimeError(f"pdist only supports 2D tensors, got: {input.ndim}D")
+    if p < 0:
+        raise RuntimeError("pdist only supports non-negative p values")
+    rows, cols = np.triu_indices(input.shape[0], 1)
+    first = input.index_select(0, jt.tensor(rows, dtype=jt.int64, device=input.device))
+    second = input.index_select(0, jt.tensor(cols, dtype=jt.int64, device=input.device))
+    return (first - second).norm(p, 1)
+
+
 def _softmax_dim(name, ndim, dim):
     if dim is not None:
         return dim
@@ -1464,6 +1702,23 @@ def softmin(input, dim=None, _stacklevel=3, dtype=None):
 def log_softmax(input, dim=None, _stacklevel=3, dtype=None):
     """``x - logsumexp(x)`` along ``dim``."""
     return jt.log_softmax(input, _softmax_dim("log_softmax", input.ndim, dim), dtype=dtype)
+
+
+
+def gumbel_softmax(logits, tau=1.0, hard=False, eps=1e-10, dim=-1):
+    """A sample of the Gumbel-softmax distribution: ``softmax((logits + g) / tau)`` with Gumbel(0, 1) noise
+    ``g`` (jitorch's generator). ``hard`` returns the one-hot of its argmax, with the soft sample's gradient
+    (straight-through)."""
+    if eps != 1e-10:
+        warnings.warn("`eps` parameter is deprecated and has no effect.", stacklevel=2)
+    gumbels = -jt.empty(tuple(logits.shape), dtype=logits.dtype, device=logits.device).exponential_().log()
+    y_soft = ((logits + gumbels) / tau).softmax(dim)
+    if not hard:
+        return y_soft
+    index = y_soft.max(dim, keepdim=True)[1]
+    y_hard = jt.zeros_like(logits).scatter(dim, index, jt.ones(tuple(index.shape), dtype=logits.dtype,
+                                                                device=logits.device))
+    return y_hard - y_soft.detach() + y_soft
 
 
 def one_hot(tensor, num_classes=-1):
@@ -1885,6 +2140,59 @@ def multi_margin_loss(input, target, p=1, margin=1.0, weight=None, size_average=
     loss = hinge.sum(1) / classes
     # A (C,) or 0-d input gives one loss, shaped as its target
     return _reduce(loss if input.ndim == 2 else loss.reshape(target.shape), reduction)
+
+
+
+def _check_multilabel(input, target):
+    """torch's multilabel_margin_loss checks; returns ``input`` and ``target`` as ``(N, C)``."""
+    if not (input.ndim <= 1 or (input.ndim == 2 and input.shape[1])):
+        raise RuntimeError(f"Expected non-empty vector or matrix with optional 0-dim batch size, but got: "
+                           f"{list(input.shape)}")
+    classes = input.shape[-1] if input.ndim else 1
+    if list(target.shape) != list(input.shape):
+        raise RuntimeError(f"inconsistent target size: {list(target.shape)} for input of size: "
+                           f"{list(input.shape)}")
+    if target.dtype is not jt.int64:
+        raise RuntimeError(f"expected scalar type Long but found {_type_name(target.dtype)}")
+    if _has_data(target) and target.numel() and bool(((target < -1) | (target >= classes)).any()):
+        raise RuntimeError("argument #2 'target' is out of range")
+    return input.reshape(-1, classes), target.reshape(-1, classes)
+
+
+def multilabel_margin_loss(input, target, size_average=None, reduce=None, reduction="mean"):
+    """Multi-class multi-label hinge loss: per sample, ``sum_j sum_i max(0, 1 - (x[y_j] - x[i])) / C`` over the
+    target classes ``y_j`` (``target``'s leading entries up to the first -1) and the classes ``i`` not among
+    them."""
+    reduction = _reduction(size_average, reduce, reduction)
+    x, y = _check_multilabel(input, target)
+    # entries after the first -1 are not targets
+    listed = (y >= 0).long().cumprod(1) > 0
+    safe = jt.where(listed, y, 0)
+    hits = jt.zeros(tuple(x.shape), dtype=x.dtype, device=x.device).scatter_add(1, safe, listed.to(x.dtype))
+    others = (hits == 0).to(x.dtype)
+    hinge = (1 - x.gather(1, safe).unsqueeze(2) + x.unsqueeze(1)).clamp_min(0)
+    loss = (hinge * listed.to(x.dtype).unsqueeze(2) * others.unsqueeze(1)).sum((1, 2)) / x.shape[1]
+    if input.ndim <= 1:
+        loss = loss.reshape(())
+    return _reduce(loss, reduction)
+
+
+def triplet_margin_with_distance_loss(anchor, positive, negative, *, distance_function=None, margin=1.0,
+                                      swap=False, reduction="mean"):
+    """`triplet_margin_loss` with any ``distance_function(x1, x2)`` (default `pairwise_distance`)."""
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"{reduction} is not a valid value for reduction")
+    if margin <= 0:
+        raise ValueError(f"margin must be greater than 0, got {margin}")
+    if not anchor.ndim == positive.ndim == negative.ndim:
+        raise RuntimeError("The anchor, positive, and negative tensors are expected to have the same number of "
+                           f"dimensions, but got: anchor {anchor.ndim}D, positive {positive.ndim}D, and negative "
+                           f"{negative.ndim}D inputs")
+    distance = pairwise_distance if distance_function is None else distance_function
+    dist_pos, dist_neg = distance(anchor, positive), distance(anchor, negative)
+    if swap:
+        dist_neg = jt.minimum(dist_neg, distance(positive, negative))
+    return _reduce((margin + dist_pos - dist_neg).clamp_min(0), reduction)
 
 
 # Attention ------------------------------------------------------------------------------------------------------
