@@ -41,7 +41,7 @@ __all__ = [
     "max_unpool1d", "max_unpool2d", "max_unpool3d", "channel_shuffle", "native_channel_shuffle", "unfold", "fold",
     "upsample", "upsample_nearest", "upsample_bilinear", "rms_norm", "local_response_norm", "dropout3d",
     "alpha_dropout", "feature_alpha_dropout", "gumbel_softmax", "pdist", "multilabel_margin_loss",
-    "triplet_margin_with_distance_loss",
+    "triplet_margin_with_distance_loss", "embedding_bag",
 ]
 
 
@@ -1297,6 +1297,109 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
     if padding_idx is not None:
         out = jt.where((flat == padding_idx).unsqueeze(1), out.detach(), out)
     return out.reshape(*input.shape, weight.shape[1])
+
+
+def _bag_inputs(input, offsets, per_sample_weights, include_last_offset):
+    """Flat indices, per-index weights (or None) and the ``(starts, bags)`` of torch's embedding_bag."""
+    if input.ndim == 2:
+        if offsets is not None:
+            # the type named as its package exports it (torch shows <class 'torch.Tensor'>)
+            kind = f"<class '{type(offsets).__module__.split('.')[0]}.{type(offsets).__name__}'>"
+            raise ValueError("if input is 2D, then offsets has to be None, as input is treated is a mini-batch of "
+                             f"fixed length sequences. However, found offsets of type {kind}")
+        starts = np.arange(0, input.numel(), max(input.shape[1], 1))
+        flat_weights = None if per_sample_weights is None else per_sample_weights.reshape(-1)
+        return input.reshape(-1), flat_weights, jt.tensor(starts, device=input.device), len(starts)
+    if input.ndim != 1:
+        raise ValueError(f"input has to be 1D or 2D Tensor, but got Tensor of dimension {input.ndim}")
+    if offsets is None:
+        raise ValueError("offsets has to be a 1D Tensor but got None")
+    if offsets.ndim != 1:
+        raise ValueError("offsets has to be a 1D Tensor")
+    if _has_data(offsets) and offsets.numel():
+        values = offsets.tolist()
+        if values[0] != 0:
+            raise RuntimeError("offsets[0] has to be 0, i.e., the first sequence in the mini-batch has to start from "
+                               f"position 0. However, got {values[0]}")
+        if values[-1] > input.numel():
+            raise RuntimeError(f"offsets[-1] can not be greater than input's length {input.numel()} but got "
+                               f"offsets[-1] of {values[-1]}")
+        if any(b < a for a, b in zip(values, values[1:])):
+            raise RuntimeError(f"embedding_bag: offsets must be non-decreasing, but got {values}")
+        if include_last_offset and values[-1] != input.numel():
+            # torch sums such a last bag up to offsets[-1] but averages (and maxes) it over the rest of the input
+            raise RuntimeError(f"embedding_bag: with include_last_offset=True, offsets[-1] must be the input's "
+                               f"length {input.numel()}, but got {values[-1]}")
+    bags = offsets.numel() - 1 if include_last_offset else offsets.numel()
+    return input, per_sample_weights, offsets, bags
+
+
+def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale_grad_by_freq=False, mode="mean",
+                  sparse=False, per_sample_weights=None, include_last_offset=False, padding_idx=None):
+    """The sums, means or maxima of bags of ``weight`` rows without building the per-index rows' tensor in the
+    caller: bags are the rows of a 2-D ``input``, or the runs of a 1-D ``input`` starting at ``offsets``.
+    ``padding_idx`` entries belong to no bag; an empty bag gives zeros; ``per_sample_weights`` scale the rows
+    (mode 'sum' only)."""
+    if weight.dtype is jt.int64 and input.dtype.is_floating_point:
+        warnings.warn("Argument order of nn.functional.embedding_bag was changed. Usage `embedding_bag(weight, "
+                      "input, ...)` is deprecated, and should now be `embedding_bag(input, weight, ...)`.",
+                      stacklevel=2)
+        input, weight = weight, input
+    if per_sample_weights is not None and input.shape != per_sample_weights.shape:
+        raise ValueError(f"embedding_bag: If per_sample_weights ({per_sample_weights.shape}) is not None, then it "
+                         f"must have the same shape as the input ({input.shape})")
+    if weight.ndim != 2:
+        raise ValueError(f"weight has to be a 2D Tensor, but got Tensor of dimension {weight.ndim}")
+    flat, sample_weights, starts, bags = _bag_inputs(input, offsets, per_sample_weights, include_last_offset)
+    if mode not in ("sum", "mean", "max"):
+        raise ValueError("mode has to be one of sum, mean or max")
+    if mode == "max" and scale_grad_by_freq:
+        raise ValueError("max mode does not support scaling the gradient by the frequency")
+    if mode == "max" and sparse:
+        raise ValueError("max mode does not support sparse weights")
+    if sample_weights is not None and mode != "sum":
+        raise NotImplementedError("embedding_bag: per_sample_weights was not None. per_sample_weights is only "
+                                  f"supported for mode='sum' (got mode='{mode}'). Please open a feature request on "
+                                  "GitHub.")
+    if padding_idx is not None:
+        rows = weight.shape[0]
+        if not -rows <= padding_idx < rows:
+            raise RuntimeError(f"padding_idx must be within the number of embeddings, -{rows} through {rows - 1}, "
+                               f"but got {padding_idx}")
+        padding_idx %= rows
+    if flat.dtype not in (jt.int64, jt.int32):
+        raise RuntimeError("Expected tensor for argument #1 'indices' to have one of the following scalar types: "
+                           f"Long, Int; but got jitorch.{_type_name(flat.dtype)}Tensor instead (while checking "
+                           "arguments for embedding_bag)")
+    if _has_data(flat) and flat.numel() and (int(flat.min()) < 0 or int(flat.max()) >= weight.shape[0]):
+        bad = ((flat < 0) | (flat >= weight.shape[0])).long().argmax()
+        raise IndexError(f"Index {int(bad)} of input takes value {int(flat[bad])} which is not in the valid range "
+                         f"[0, {weight.shape[0]})")
+    rows = embedding(flat, weight, None, max_norm, norm_type, scale_grad_by_freq, sparse)
+    return _reduce_bags(rows, flat, sample_weights, starts, bags, mode, padding_idx)
+
+
+def _reduce_bags(rows, flat, sample_weights, starts, bags, mode, padding_idx):
+    """``rows`` (one per index) reduced per bag; an index's bag is the last start at or before it."""
+    positions = jt.arange(flat.numel(), device=flat.device)
+    bag = (positions.unsqueeze(1) >= starts.unsqueeze(0)).long().sum(1) - 1
+    member = bag < bags
+    if padding_idx is not None:
+        member = member & (flat != padding_idx)
+    bag = jt.where(member, bag, 0)
+    shape = (bags, rows.shape[1])
+    if mode == "max":
+        lowest = jt.where(member.unsqueeze(1), rows, _lowest(rows.dtype))
+        index = bag.unsqueeze(1).expand(rows.shape)
+        out = jt.full(shape, _lowest(rows.dtype), dtype=rows.dtype, device=rows.device).scatter_reduce(
+            0, index, lowest, "amax", include_self=False)
+        return jt.where(out == _lowest(rows.dtype), 0.0, out).to(rows.dtype)
+    scale = member.to(rows.dtype) if sample_weights is None else member.to(rows.dtype) * sample_weights
+    total = jt.zeros(shape, dtype=rows.dtype, device=rows.device).index_add(0, bag, rows * scale.unsqueeze(1))
+    if mode == "sum":
+        return total
+    counts = jt.zeros(bags, dtype=rows.dtype, device=rows.device).index_add(0, bag, member.to(rows.dtype))
+    return total / counts.clamp_min(1).unsqueeze(1)
 
 
 # Dropout and activations ----------------------------------------------------------------------------------

@@ -35,7 +35,7 @@ from .pooling import (
     MaxUnpool2d, MaxUnpool3d,
 )
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
-from .sparse import Embedding
+from .sparse import Embedding, EmbeddingBag
 from .transformer import (
     Transformer, TransformerDecoder, TransformerDecoderLayer, TransformerEncoder, TransformerEncoderLayer,
 )
@@ -58,7 +58,7 @@ __all__ = [
     "ReflectionPad2d", "ReflectionPad3d", "ReplicationPad1d", "ReplicationPad2d", "ReplicationPad3d", "CircularPad1d",
     "CircularPad2d", "CircularPad3d",
     "Dropout3d", "AlphaDropout", "FeatureAlphaDropout", "BatchNorm3d", "RMSNorm", "LocalResponseNorm", "Fold",
-    "Unfold", "ChannelShuffle", "TripletMarginWithDistanceLoss", "MultiLabelMarginLoss",
+    "Unfold", "ChannelShuffle", "EmbeddingBag", "TripletMarginWithDistanceLoss", "MultiLabelMarginLoss",
     "CELU", "SELU", "Softshrink", "Hardshrink", "Tanhshrink", "Threshold", "RReLU", "PReLU", "Softmax2d",
     "MSELoss", "L1Loss", "SmoothL1Loss", "HuberLoss", "KLDivLoss", "CrossEntropyLoss", "NLLLoss", "BCELoss",
     "BCEWithLogitsLoss",
