@@ -212,8 +212,9 @@ def test_gumbel_softmax_warns_that_eps_is_ignored():
 
 # modules -------------------------------------------------------------------------------------------------
 
-_MODULES = [("Unfold", ((2, 3),), {"padding": 1}, _X4), ("ChannelShuffle", (3,), {}, _X4), ("RMSNorm", ((5, 4),), {}, _X4),
-            ("RMSNorm", (4, 1e-3, False), {}, _X4), ("LocalResponseNorm", (3,), {"k": 2.0}, _X4),
+_MODULES = [("Unfold", ((2, 3),), {"padding": 1}, _X4), ("ChannelShuffle", (3,), {}, _X4),
+            ("RMSNorm", ((5, 4),), {}, _X4), ("RMSNorm", (4, 1e-3, False), {}, _X4),
+            ("LocalResponseNorm", (3,), {"k": 2.0}, _X4),
             ("BatchNorm3d", (6,), {}, _X4[..., None].repeat(2, -1)), ("Dropout3d", (), {}, _X4[..., None]),
             ("AlphaDropout", (0.2,), {}, _X4), ("FeatureAlphaDropout", (0.2,), {}, _X4)]
 

@@ -154,7 +154,8 @@ def test_3d_pools_refuse_a_4d_kernel_on_2d_input():
 _PAD_MODULES = [("ConstantPad1d", (2, 3.5)), ("ConstantPad2d", ((1, 0, 2, 1), -1.0)), ("ConstantPad3d", (1, 2.0)),
                 ("ZeroPad1d", ((1, 2),)), ("ZeroPad2d", (1,)), ("ZeroPad3d", ((1, 0, 0, 1, 2, 0),)),
                 ("ReflectionPad1d", (2,)), ("ReflectionPad2d", ((1, 2, 0, 1),)), ("ReflectionPad3d", (1,)),
-                ("ReplicationPad1d", ((3, 1),)), ("ReplicationPad2d", (2,)), ("ReplicationPad3d", ((1, 0, 2, 1, 0, 1),)),
+                ("ReplicationPad1d", ((3, 1),)), ("ReplicationPad2d", (2,)),
+                ("ReplicationPad3d", ((1, 0, 2, 1, 0, 1),)),
                 ("CircularPad1d", (2,)), ("CircularPad2d", ((-1, 2, 1, 0),)), ("CircularPad3d", (1,))]
 
 
