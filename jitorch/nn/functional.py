@@ -35,6 +35,15 @@ __all__ = [
     "pixel_shuffle", "pixel_unshuffle", "dropout1d", "dropout2d",
     "margin_ranking_loss", "hinge_embedding_loss", "soft_margin_loss", "multilabel_soft_margin_loss",
     "cosine_embedding_loss", "triplet_margin_loss", "poisson_nll_loss", "gaussian_nll_loss", "multi_margin_loss",
+    "max_pool3d", "avg_pool3d", "elu_", "celu", "celu_", "selu", "selu_", "softshrink", "hardshrink", "tanhshrink",
+    "threshold", "threshold_", "rrelu", "rrelu_", "prelu", "leaky_relu_", "hardtanh_",
+    "max_pool1d_with_indices", "max_pool2d_with_indices", "max_pool3d_with_indices", "adaptive_avg_pool3d",
+    "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d", "adaptive_max_pool1d_with_indices",
+    "adaptive_max_pool2d_with_indices", "adaptive_max_pool3d_with_indices", "lp_pool1d", "lp_pool2d", "lp_pool3d",
+    "max_unpool1d", "max_unpool2d", "max_unpool3d", "channel_shuffle", "native_channel_shuffle", "unfold", "fold",
+    "upsample", "upsample_nearest", "upsample_bilinear", "rms_norm", "local_response_norm", "dropout3d",
+    "alpha_dropout", "feature_alpha_dropout", "gumbel_softmax", "pdist", "multilabel_margin_loss",
+    "triplet_margin_with_distance_loss", "embedding_bag",
 ]
 
 
@@ -86,12 +95,60 @@ def _index_pad(x, dim, left, right, mode):
     if mode == "replicate":
         src = np.clip(pos, 0, n - 1)
     elif mode == "circular":
-        src = pos % n
+        # torch trims the negative widths first, then wraps around what is left
+        start = max(-left, 0)
+        kept = n - start - max(-right, 0)
+        src = start + np.arange(-max(left, 0), kept + max(right, 0)) % max(kept, 1)
     else:  # reflect: mirror about the edge elements, which are not repeated
         period = 2 * (n - 1)
         src = np.abs(pos) % period if period else np.zeros_like(pos)
         src = np.where(src >= n, period - src, src)
     return x.index_select(dim, jt.tensor(src, dtype=jt.int64, device=x.device))
+
+
+def _padded_dims(input, pad, k):
+    """(dim, left, right, size) of each of the last ``k`` dims, last dim first (the order of ``pad``)."""
+    return [(input.ndim - 1 - i, pad[2 * i], pad[2 * i + 1], input.shape[input.ndim - 1 - i]) for i in range(k)]
+
+
+def _check_circular_pad(input, pad, k):
+    """torch's checks of a circular pad, then one of jitorch's own: a width beyond what the negative
+    widths of its dim leave would wrap twice, where torch copies memory it has not written yet."""
+    dims = _padded_dims(input, pad, k)
+    for _, left, right, n in dims:
+        if left > n or right > n:
+            raise RuntimeError("Padding value causes wrapping around more than once.")
+        if n + left + right < 0:
+            raise RuntimeError("Negative padding value is resulting in an empty dimension")
+    for _, left, right, n in dims:
+        kept = n - max(-left, 0) - max(-right, 0)
+        if max(left, right) > kept:
+            raise RuntimeError(f"Padding value causes wrapping around more than once: padding ({left}, {right}) "
+                               f"wraps around the {kept} elements that the negative padding leaves of a dim of {n}")
+
+
+def _check_edge_pad(input, pad, mode, k):
+    """torch's checks of a reflect or replicate pad: reflect widths below the size, and an output that
+    is neither empty in every padded dim nor negative in any."""
+    dims = _padded_dims(input, pad, k)
+    for dim, left, right, n in dims:
+        if mode == "reflect" and (left >= n or right >= n):
+            raise RuntimeError(f"Argument #{2 * max(k, 2)}: Padding size should be less than the corresponding "
+                               f"input dimension, but got: padding ({left}, {right}) at dimension {dim} of input "
+                               f"{list(input.shape)}")
+    sizes = [n for *_, n in reversed(dims)]
+    out = [n + left + right for _, left, right, n in reversed(dims)]
+    if all(o < 1 for o in out):
+        axes = ("D", "H", "W")[3 - k:]
+        given = ", ".join(f"{a}: {n}" for a, n in zip(axes[-2:], sizes[-2:]))
+        if k == 3:
+            given = f"D: {sizes[0]} {given}"
+        raise RuntimeError(f"input ({given}) is too small. Calculated output "
+                           + " ".join(f"{a}: {o}" for a, o in zip(axes, out)))
+    negative = [o for o in out if o < 0]
+    if negative:
+        shape = list(input.shape[:input.ndim - k]) + out
+        raise RuntimeError(f"Trying to create tensor with negative dimension {negative[0]}: {shape}")
 
 
 def _constant_pad(x, pad, value):
@@ -145,16 +202,12 @@ def pad(input, pad, mode="constant", value=None):
             "  - 2D or 3D input: padding size = 2 (pads last dimension)\n"
             "  - 3D or 4D input: padding size = 4 (pads last 2 dimensions)\n"
             "  - 4D or 5D input: padding size = 6 (pads last 3 dimensions)")
+    if mode == "circular":
+        _check_circular_pad(input, pad, k)
+    else:
+        _check_edge_pad(input, pad, mode, k)
     x = input
-    for i in range(k):
-        dim = x.ndim - 1 - i
-        left, right = pad[2 * i], pad[2 * i + 1]
-        n = x.shape[dim]
-        if mode == "reflect" and (left >= n or right >= n):
-            raise RuntimeError(f"Argument #4: Padding size should be less than the corresponding input dimension, "
-                               f"but got: padding ({left}, {right}) at dimension {dim} of input {list(input.shape)}")
-        if mode == "circular" and (left > n or right > n):
-            raise RuntimeError("Padding value causes wrapping around more than once.")
+    for dim, left, right, _ in _padded_dims(input, pad, k):
         x = _index_pad(x, dim, left, right, mode)
     return x
 
@@ -394,15 +447,36 @@ def _pool_out(n, k, s, p, d, ceil_mode):
     return out
 
 
+def _pool_arg(value, nd, name, arg):
+    """A pool's ``kernel_size``/``stride``/``padding``/``dilation`` as an nd-tuple; any other length is
+    refused with the message torch's pool ``name`` gives."""
+    values = _tuple(value, nd)
+    if len(values) == nd:
+        return values
+    got = len(values)
+    if name == "avg_pool1d":
+        raise RuntimeError(f"avg_pool1d() argument '{arg}' should contain one int (got {got})")
+    if name == "max_pool1d":
+        kinds = {"stride": "None, an int, list of ints, or tuple of ints",
+                 "padding": "an int, list of ints, or tuple of ints"}
+        raise RuntimeError(f"max_pool1d() {arg} must be {kinds.get(arg, 'an int, list of ints or tuple of ints')} "
+                           f"of size 1 but got size {got}")
+    must = "must be either" if arg == "dilation" else "must be" if name == "avg_pool3d" else "must either be"
+    single = "omitted, a single int" if arg == "stride" else "a single int"
+    raise RuntimeError(f"{name}: {arg} {must} {single}, or a tuple of {('two', 'three')[nd - 2]} ints")
+
+
 class _Pool:
     """The geometry of a pooling call over the trailing ``nd`` dims of ``input`` (checked as torch)."""
 
-    def __init__(self, input, nd, kernel_size, stride, padding, dilation, ceil_mode):
+    def __init__(self, input, name, nd, kernel_size, stride, padding, dilation, ceil_mode):
+        self.kernel = _pool_arg(kernel_size, nd, name, "kernel_size")
+        omitted = stride is None or stride == [] or stride == ()
+        self.stride = self.kernel if omitted else _pool_arg(stride, nd, name, "stride")
+        self.padding = _pool_arg(padding, nd, name, "padding")
+        self.dilation = _pool_arg(dilation, nd, name, "dilation")
         if input.ndim not in (nd + 1, nd + 2) or 0 in input.shape[-nd - 1:]:
             raise RuntimeError(f"non-empty {nd + 1}D or {nd + 2}D (batch mode) tensor expected for input")
-        self.kernel = _tuple(kernel_size, nd)
-        self.stride = self.kernel if stride is None or stride == [] or stride == () else _tuple(stride, nd)
-        self.padding, self.dilation = _tuple(padding, nd), _tuple(dilation, nd)
         if any(s <= 0 for s in self.stride):
             raise RuntimeError(f"stride should be greater than zero, but got stride: {list(self.stride)}")
         if any(d <= 0 for d in self.dilation):
@@ -436,7 +510,7 @@ def _lowest(dtype):
 
 
 def _max_pool(input, nd, kernel_size, stride, padding, dilation, ceil_mode, return_indices):
-    geo = _Pool(input, nd, kernel_size, stride, padding, dilation, ceil_mode)
+    geo = _Pool(input, f"max_pool{nd}d", nd, kernel_size, stride, padding, dilation, ceil_mode)
     values, argmax = geo.windows(input, _lowest(input.dtype)).max(-1)
     if not return_indices:
         return values
@@ -465,6 +539,30 @@ def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
     return _max_pool(input, 2, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
 
 
+def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    """Max over sliding windows of the last three dims of ``(N, C, D, H, W)`` or ``(C, D, H, W)`` input; with
+    ``return_indices`` also the flat ``(d * H + h) * W + w`` index of each maximum."""
+    return _max_pool(input, 3, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+
+
+def max_pool1d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+                            return_indices=True):
+    """`max_pool1d` with its indices."""
+    return _max_pool(input, 1, kernel_size, stride, padding, dilation, ceil_mode, True)
+
+
+def max_pool2d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+                            return_indices=True):
+    """`max_pool2d` with its indices."""
+    return _max_pool(input, 2, kernel_size, stride, padding, dilation, ceil_mode, True)
+
+
+def max_pool3d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+                            return_indices=True):
+    """`max_pool3d` with its indices."""
+    return _max_pool(input, 3, kernel_size, stride, padding, dilation, ceil_mode, True)
+
+
 def _avg_divisor(geo, count_include_pad):
     """Per output position, what torch's avg_pool divides the window sum by (a number when uniform)."""
     counts = []
@@ -481,7 +579,7 @@ def _avg_divisor(geo, count_include_pad):
 
 
 def _avg_pool(input, nd, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
-    geo = _Pool(input, nd, kernel_size, stride, padding, 1, ceil_mode)
+    geo = _Pool(input, f"avg_pool{nd}d", nd, kernel_size, stride, padding, 1, ceil_mode)
     if divisor_override is not None and divisor_override == 0:
         raise RuntimeError("divisor must be not zero")
     total = geo.windows(input, 0).sum(-1)
@@ -501,6 +599,12 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, coun
     """Mean over sliding windows of the last two dims (zero padding, counted unless ``count_include_pad=False``;
     ``divisor_override`` replaces the window size)."""
     return _avg_pool(input, 2, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+
+
+def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+               divisor_override=None):
+    """Mean over sliding windows of the last three dims, as ``avg_pool2d``."""
+    return _avg_pool(input, 3, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
 
 
 def _adaptive_matrix(n, out, like):
@@ -548,6 +652,188 @@ def adaptive_avg_pool1d(input, output_size):
 def adaptive_avg_pool2d(input, output_size):
     """Average pooling of the last two dims to ``output_size`` (an int or a pair; None keeps a dim)."""
     return _adaptive_avg_pool(input, output_size, 2, "adaptive_avg_pool2d")
+
+
+def adaptive_avg_pool3d(input, output_size):
+    """Average pooling of the last three dims to ``output_size`` (an int or a triple; None keeps a dim)."""
+    return _adaptive_avg_pool(input, output_size, 3, "adaptive_avg_pool3d")
+
+
+def _adaptive_windows(size, out):
+    """``(prod(out), K)`` flat input indices of each adaptive window over the spatial ``size``: torch's
+    ``[floor(i n / o), ceil((i + 1) n / o))`` per dim, shorter windows padded by repeating their first element
+    (a repeat changes neither the max nor which element is first to reach it)."""
+    per_dim = []
+    for n, o in zip(size, out):
+        starts = np.arange(o) * n // o
+        lengths = -((-(np.arange(o) + 1) * n) // o) - starts
+        k = int(lengths.max()) if o else 1
+        per_dim.append(starts[:, None] + np.where(np.arange(k) < lengths[:, None], np.arange(k), 0).astype(np.int64))
+    table = np.zeros((1, 1), np.int64)
+    for n, idx in zip(size, per_dim):
+        # (outs so far, K so far) x (o, k) -> (outs * o, K * k), row-major over both
+        table = (table[:, None, :, None] * n + idx[None, :, None, :]).reshape(
+            table.shape[0] * idx.shape[0], table.shape[1] * idx.shape[1])
+    return table
+
+
+def _adaptive_max_pool(input, output_size, return_indices, nd):
+    name = f"adaptive_max_pool{nd}d"
+    if nd == 1 and input.ndim not in (2, 3):
+        raise RuntimeError(f"Expected 2 to 3 dimensions, but got {input.ndim}-dimensional tensor for argument #1 "
+                           "'self' (while checking arguments for adaptive_max_pool1d)")
+    if input.ndim not in (nd + 1, nd + 2):
+        raise RuntimeError(f"{name}(): Expected {nd + 1}D or {nd + 2}D tensor, but got: {list(input.shape)}")
+    sizes = _adaptive_sizes(output_size, nd, name)
+    _check_floating(input, name)
+    lead, size = tuple(input.shape[:-nd]), tuple(input.shape[-nd:])
+    for i, n in enumerate(input.shape[1:] if input.ndim == nd + 2 else input.shape):
+        if n == 0:
+            raise RuntimeError(f"{name}(): Expected input to have non-zero size for non-batch dimensions, but input "
+                               f"has sizes {list(input.shape)} with dimension {i} being empty")
+    out = tuple(n if o is None else o for n, o in zip(size, sizes))
+    table = jt.tensor(_adaptive_windows(size, out), device=input.device)
+    windows = input.reshape(*lead, -1).index_select(-1, table.reshape(-1)).reshape(*lead, *out, table.shape[1])
+    values, arg = windows.max(-1)
+    if not return_indices:
+        return values
+    flat = table.reshape(*out, table.shape[1]).expand(*lead, *out, table.shape[1])
+    return values, flat.gather(-1, arg.unsqueeze(-1)).squeeze(-1)
+
+
+def adaptive_max_pool1d(input, output_size, return_indices=False):
+    """Max over adaptive windows of the last dim: output ``i`` of ``o`` covers
+    ``[floor(i L / o), ceil((i + 1) L / o))``; with ``return_indices`` also each maximum's position."""
+    return _adaptive_max_pool(input, output_size, return_indices, 1)
+
+
+def adaptive_max_pool2d(input, output_size, return_indices=False):
+    """Max over adaptive windows of the last two dims (an int or a pair; None keeps a dim); with
+    ``return_indices`` also each maximum's flat ``h * W + w`` index."""
+    return _adaptive_max_pool(input, output_size, return_indices, 2)
+
+
+def adaptive_max_pool3d(input, output_size, return_indices=False):
+    """Max over adaptive windows of the last three dims; with ``return_indices`` also each maximum's flat index."""
+    return _adaptive_max_pool(input, output_size, return_indices, 3)
+
+
+def adaptive_max_pool1d_with_indices(input, output_size, return_indices=True):
+    """`adaptive_max_pool1d` with its indices."""
+    return _adaptive_max_pool(input, output_size, True, 1)
+
+
+def adaptive_max_pool2d_with_indices(input, output_size, return_indices=True):
+    """`adaptive_max_pool2d` with its indices."""
+    return _adaptive_max_pool(input, output_size, True, 2)
+
+
+def adaptive_max_pool3d_with_indices(input, output_size, return_indices=True):
+    """`adaptive_max_pool3d` with its indices."""
+    return _adaptive_max_pool(input, output_size, True, 3)
+
+
+def _lp_pool(input, norm_type, kernel_size, stride, ceil_mode, nd):
+    """torch's formula: the p-th root of ``prod(kernel)`` times the mean of ``x^p`` over each window, a
+    negative mean (odd ``p``) clamped to 0."""
+    kernel = _tuple(kernel_size, nd)
+    out = _avg_pool(input.pow(norm_type), nd, kernel_size, stride, 0, ceil_mode, True, None)
+    return (out.sign() * out.abs().relu()).mul(math.prod(kernel)).pow(1.0 / norm_type)
+
+
+def lp_pool1d(input, norm_type, kernel_size, stride=None, ceil_mode=False):
+    """Power-average pooling of the last dim: ``(sum x^p)^(1/p)`` over each window."""
+    return _lp_pool(input, norm_type, kernel_size, stride, ceil_mode, 1)
+
+
+def lp_pool2d(input, norm_type, kernel_size, stride=None, ceil_mode=False):
+    """Power-average pooling of the last two dims: ``(sum x^p)^(1/p)`` over each window."""
+    return _lp_pool(input, norm_type, kernel_size, stride, ceil_mode, 2)
+
+
+def lp_pool3d(input, norm_type, kernel_size, stride=None, ceil_mode=False):
+    """Power-average pooling of the last three dims: ``(sum x^p)^(1/p)`` over each window."""
+    return _lp_pool(input, norm_type, kernel_size, stride, ceil_mode, 3)
+
+
+def _unpool_arg(value, nd, name, arg):
+    values = _tuple(value, nd)
+    if len(values) != nd:
+        raise RuntimeError(f"{name}: {arg} must be a single int, or a tuple of {('one', 'two', 'three')[nd - 1]} "
+                           f"ints, but got {arg}={list(values)}")
+    return values
+
+
+def _unpool_output_size(input, kernel, stride, padding, output_size):
+    """torch's ``_unpool_output_size``: the pool's input size by default, or a checked ``output_size``
+    (spatial, or with the batch and channel dims)."""
+    nd = len(kernel)
+    default = [(input.shape[input.ndim - nd + d] - 1) * stride[d] + kernel[d] - 2 * padding[d] for d in range(nd)]
+    if output_size is None:
+        return default
+    output_size = list(output_size)
+    if len(output_size) == nd + 2:
+        output_size = output_size[2:]
+    if len(output_size) != nd:
+        raise ValueError(f"output_size should be a sequence containing {nd} or {nd + 2} elements, but it has a "
+                         f"length of '{len(output_size)}'")
+    for d in range(nd):
+        low, high = default[d] - stride[d], default[d] + stride[d]
+        if not low < output_size[d] < high:
+            raise ValueError(f'invalid output_size "{tuple(output_size)}" (dim {d} must be between {low} and {high})')
+    return output_size
+
+
+def _check_unpool(input, indices, out, nd):
+    """torch's max_unpooling kernel checks; a 1-d unpool runs as a 2-d one of width 1, as torch's messages show."""
+    if indices.dtype is not jt.int64:
+        raise RuntimeError(f"elements in indices should be type int64 but got: {scalar_name(indices.dtype)}")
+    shown = 3 if nd == 3 else 2
+    ndim, shapes = input.ndim + (nd == 1), [list(input.shape), list(indices.shape)]
+    if nd == 1:
+        shapes = [s + [1] for s in shapes]
+    if ndim not in (shown + 1, shown + 2):
+        raise RuntimeError(f"Input to max_unpooling{shown}d should be a {shown + 1}d or {shown + 2}d Tensor, but got "
+                           f"a tensor with {ndim} dimensions.")
+    if shapes[0] != shapes[1]:
+        raise RuntimeError(f"Expected shape of indices to be same as that of the input tensor ({shapes[0]}) but got "
+                           f"indices tensor with shape: {shapes[1]}")
+    volume = math.prod(out)
+    if _has_data(indices) and indices.numel():
+        bad = (indices < 0) | (indices >= volume)
+        if bool(bad.any()):
+            sizes = list(out) + [1] * (nd == 1)
+            raise RuntimeError(f"Found an invalid max index: {int(indices[bad].reshape(-1)[0])} (output volumes are "
+                               f"of size {_sizes(sizes)})")
+
+
+def _max_unpool(input, indices, kernel_size, stride, padding, output_size, nd):
+    name = f"max_unpool{nd}d"
+    kernel = _unpool_arg(kernel_size, nd, name, "kernel_size")
+    stride = kernel if stride is None else _unpool_arg(stride, nd, name, "stride")
+    padding = _unpool_arg(padding, nd, name, "padding")
+    out = _unpool_output_size(input, kernel, stride, padding, output_size)
+    _check_unpool(input, indices, out, nd)
+    lead = tuple(input.shape[:-nd])
+    flat = jt.zeros((*lead, math.prod(out)), dtype=input.dtype, device=input.device)
+    flat = flat.scatter(-1, indices.reshape(*lead, -1), input.reshape(*lead, -1))
+    return flat.reshape(*lead, *out)
+
+
+def max_unpool1d(input, indices, kernel_size, stride=None, padding=0, output_size=None):
+    """The partial inverse of ``max_pool1d``: each value of ``input`` placed at its ``indices`` (as
+    ``return_indices`` gave them) in a zero tensor of the pooled input's length (or ``output_size``)."""
+    return _max_unpool(input, indices, kernel_size, stride, padding, output_size, 1)
+
+
+def max_unpool2d(input, indices, kernel_size, stride=None, padding=0, output_size=None):
+    """The partial inverse of ``max_pool2d``: each value placed at its flat ``h * W + w`` index in zeros."""
+    return _max_unpool(input, indices, kernel_size, stride, padding, output_size, 2)
+
+
+def max_unpool3d(input, indices, kernel_size, stride=None, padding=0, output_size=None):
+    """The partial inverse of ``max_pool3d``: each value placed at its flat index in zeros."""
+    return _max_unpool(input, indices, kernel_size, stride, padding, output_size, 3)
 
 
 # Resampling --------------------------------------------------------------------------------------------------
@@ -725,6 +1011,139 @@ def pixel_unshuffle(input, downscale_factor):
     return x.reshape(*batch, c * r * r, h // r, w // r)
 
 
+
+def channel_shuffle(input, groups):
+    """``(N, C, *)`` with its channels read as a ``(groups, C / groups)`` grid and written transposed: the
+    shuffle of ShuffleNet between grouped convolutions."""
+    if input.ndim <= 2:
+        raise RuntimeError(f"channel_shuffle expects input with > 2 dims, but got input with sizes "
+                           f"{list(input.shape)}")
+    if groups <= 0:
+        raise RuntimeError(f"Number of groups to divide channels in must be positive. Value of groups:{groups}")
+    n, c, *rest = input.shape
+    if c % groups:
+        raise RuntimeError(f"Number of channels must be divisible by groups. Got {c} channels and {groups} groups.")
+    return input.reshape(n, groups, c // groups, *rest).transpose(1, 2).reshape(input.shape)
+
+
+def native_channel_shuffle(input, groups):
+    """`channel_shuffle` (torch's native entry point of the same function)."""
+    return channel_shuffle(input, groups)
+
+
+_SLIDING_AXES = ("height", "width")
+
+
+def _sliding_args(**named):
+    """``unfold``/``fold``'s pair arguments, checked as torch's im2col and col2im check them."""
+    pairs = {}
+    for what, value in named.items():
+        value = _tuple(value, 2)
+        if len(value) != 2:
+            raise RuntimeError(f"It is expected {what} equals to 2, but got size {len(value)}")
+        pairs[what] = value
+    for what, shown, ok in (("kernel_size", "kernel size should be greater than zero", lambda v: v > 0),
+                            ("stride", "stride should be greater than zero", lambda v: v > 0),
+                            ("dilation", "dilation should be greater than zero", lambda v: v > 0),
+                            ("padding", "padding should be non-negative", lambda v: v >= 0)):
+        values = pairs[what]
+        if not all(ok(v) for v in values):
+            prefix = {"kernel_size": "kernel", "padding": "pad"}.get(what, what)
+            parts = " ".join(f"{prefix}_{axis}: {v}" for axis, v in zip(_SLIDING_AXES, values))
+            raise RuntimeError(f"{shown}, but got {parts}")
+    return pairs
+
+
+def _sliding_blocks(size, a):
+    """Sliding blocks per spatial dim of a padded ``size``."""
+    return tuple((n + 2 * p - (d * (k - 1) + 1)) // s + 1
+                 for n, k, d, p, s in zip(size, a["kernel_size"], a["dilation"], a["padding"], a["stride"]))
+
+
+def _sliding_geometry(a):
+    return (f"kernel_size={a['kernel_size']}, dilation={a['dilation']}, padding={a['padding']}, "
+            f"stride={a['stride']}")
+
+
+def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
+    """im2col: the sliding ``kernel_size`` blocks of ``(N, C, H, W)`` (or ``(C, H, W)``) input as the columns of
+    ``(N, C * kH * kW, L)``, ``L`` the number of blocks."""
+    a = _sliding_args(kernel_size=kernel_size, dilation=dilation, padding=padding, stride=stride)
+    if input.ndim not in (3, 4) or 0 in input.shape[-3:]:
+        raise RuntimeError("Expected 3D or 4D (batch mode) tensor with possibly 0 batch size and other non-zero "
+                           f"dimensions for input, but got: {list(input.shape)}")
+    _check_floating(input, "im2col_out_cpu")
+    out = _sliding_blocks(input.shape[-2:], a)
+    if min(out) < 1:
+        raise RuntimeError(f"Given input with spatial size {tuple(input.shape[-2:])}, kernel_size={a['kernel_size']}, "
+                           f"dilation={a['dilation']}, padding={a['padding']}, calculated shape of the array of "
+                           f"sliding blocks as {out}, but its components must be at least one.")
+    x = input if input.ndim == 4 else input.unsqueeze(0)
+    ph, pw = a["padding"]
+    if ph or pw:
+        x = _constant_pad(x, (pw, pw, ph, ph), 0)
+    cols = _patches(x, a["kernel_size"], a["stride"], a["dilation"], out, 2)
+    cols = cols.reshape(x.shape[0], x.shape[1] * cols.shape[2], out[0] * out[1])
+    return cols if input.ndim == 4 else cols.squeeze(0)
+
+
+def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
+    """col2im, the adjoint of `unfold`: the blocks in the columns of ``(N, C * kH * kW, L)`` summed into their
+    places in ``(N, C, *output_size)`` (overlaps add up)."""
+    a = _sliding_args(output_size=output_size, kernel_size=kernel_size, dilation=dilation, padding=padding,
+                      stride=stride)
+    if input.ndim not in (2, 3) or 0 in input.shape[-2:]:
+        raise RuntimeError("Expected 2D or 3D (batch mode) tensor for input with possibly 0 batch size and non-zero "
+                           f"dimensions for input, but got: {list(input.shape)}")
+    kernel = a["kernel_size"]
+    rows, length = input.shape[-2:]
+    if rows % (kernel[0] * kernel[1]):
+        raise RuntimeError("Expected size of input's dimension 1 to be divisible by the product of kernel_size, but "
+                           f"got input.size(1)={rows} and kernel_size={kernel}.")
+    blocks = _sliding_blocks(a["output_size"], a)
+    if blocks[0] * blocks[1] != length:
+        raise RuntimeError(f"Given output_size={a['output_size']}, {_sliding_geometry(a)}, expected size of input's "
+                           f"dimension 2 to match the calculated number of sliding blocks {blocks[0]} * {blocks[1]} "
+                           f"= {blocks[0] * blocks[1]}, but got input.size(2)={length}.")
+    if min(blocks) < 1:
+        raise RuntimeError(f"Given output_size={a['output_size']}, {_sliding_geometry(a)}, calculated shape of the "
+                           f"array of sliding blocks as {blocks}, which is too small (non-positive)")
+    x = input if input.ndim == 3 else input.unsqueeze(0)
+    n, c = x.shape[0], rows // (kernel[0] * kernel[1])
+    (h, w), (ph, pw) = a["output_size"], a["padding"]
+    full = (h + 2 * ph, w + 2 * pw)
+    # the window view of the padded output (the geometry ``_patches`` reads blocks with), accumulated into once
+    (dh, dw), (sh, sw) = a["dilation"], a["stride"]
+    geometry = (n, c, *kernel, *blocks)
+    strides = (c * full[0] * full[1], full[0] * full[1], dh * full[1], dw, sh * full[1], sw)
+    flat = jt.zeros(n * c * full[0] * full[1], dtype=x.dtype, device=x.device)
+    y = _OPS["_as_strided_add"](flat, x.reshape(geometry), geometry, strides, 0).view(n, c, *full)
+    y = y[:, :, ph:ph + h, pw:pw + w]
+    return y if input.ndim == 3 else y.squeeze(0)
+
+
+def _deprecated_upsample(name):
+    warnings.warn(f"`nn.functional.{name}` is deprecated. Use `nn.functional.interpolate` instead.", stacklevel=3)
+
+
+def upsample(input, size=None, scale_factor=None, mode="nearest", align_corners=None):
+    """Deprecated alias of `interpolate` (with torch's warning)."""
+    _deprecated_upsample("upsample")
+    return interpolate(input, size, scale_factor, mode, align_corners)
+
+
+def upsample_nearest(input, size=None, scale_factor=None):
+    """Deprecated: `interpolate` with mode 'nearest' (with torch's warning)."""
+    _deprecated_upsample("upsample_nearest")
+    return interpolate(input, size, scale_factor, mode="nearest")
+
+
+def upsample_bilinear(input, size=None, scale_factor=None):
+    """Deprecated: `interpolate` with mode 'bilinear' and ``align_corners=True`` (with torch's warning)."""
+    _deprecated_upsample("upsample_bilinear")
+    return interpolate(input, size, scale_factor, mode="bilinear", align_corners=True)
+
+
 # Normalisation and embedding ------------------------------------------------------------------------------
 
 def _channel_view(t, ndim):
@@ -856,6 +1275,43 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     return out
 
 
+
+def rms_norm(input, normalized_shape, weight=None, eps=None):
+    """``x / sqrt(mean(x^2) + eps)`` over the trailing dims ``normalized_shape``, times ``weight``; ``eps``
+    defaults to the dtype's machine epsilon, as torch."""
+    normalized_shape = _tuple(normalized_shape, 1)
+    k = len(normalized_shape)
+    if weight is not None and tuple(weight.shape) != normalized_shape:
+        raise RuntimeError(f"Expected weight to be of same shape as normalized_shape, but got weight of shape "
+                           f"{list(weight.shape)} and normalized_shape = {list(normalized_shape)}")
+    if input.ndim < k or tuple(input.shape[input.ndim - k:]) != normalized_shape:
+        raise RuntimeError(f"Given normalized_shape={list(normalized_shape)}, expected input with shape "
+                           f"[*{', '.join(map(str, normalized_shape))}], but got input of size{list(input.shape)}")
+    eps = jt.finfo(input.dtype).eps if eps is None else eps
+    dims = list(range(input.ndim - k, input.ndim))
+    out = input * ((input * input).mean(dims, keepdim=True) + eps).rsqrt()
+    return out if weight is None else out * weight
+
+
+def local_response_norm(input, size, alpha=1e-4, beta=0.75, k=1.0):
+    """Each element divided by ``(k + alpha * mean of x^2 over size neighbouring channels)^beta`` (channels
+    are dim 1; the window is zero-padded at the ends), as torch computes it."""
+    if input.ndim < 3:
+        raise ValueError(f"Expected 3D or higher dimensionality                          input (got {input.ndim} "
+                         "dimensions)")
+    if input.numel() == 0:
+        return input
+    square = (input * input).unsqueeze(1)
+    if input.ndim == 3:
+        square = _constant_pad(square, (0, 0, size // 2, (size - 1) // 2), 0)
+        div = avg_pool2d(square, (size, 1), stride=1).squeeze(1)
+    else:
+        n, c = input.shape[:2]
+        square = _constant_pad(square.reshape(n, 1, c, input.shape[2], -1), (0, 0, 0, 0, size // 2, (size - 1) // 2), 0)
+        div = avg_pool3d(square, (size, 1, 1), stride=1).squeeze(1).reshape(input.shape)
+    return input / (div * alpha + k).pow(beta)
+
+
 def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False, sparse=False):
     """Rows of ``weight`` picked by the integer ``input``; the ``padding_idx`` row gets no gradient,
     ``max_norm`` renormalises the picked rows in place, ``scale_grad_by_freq`` divides each row's
@@ -889,6 +1345,109 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
     if padding_idx is not None:
         out = jt.where((flat == padding_idx).unsqueeze(1), out.detach(), out)
     return out.reshape(*input.shape, weight.shape[1])
+
+
+def _bag_inputs(input, offsets, per_sample_weights, include_last_offset):
+    """Flat indices, per-index weights (or None) and the ``(starts, bags)`` of torch's embedding_bag."""
+    if input.ndim == 2:
+        if offsets is not None:
+            # the type named as its package exports it (torch shows <class 'torch.Tensor'>)
+            kind = f"<class '{type(offsets).__module__.split('.')[0]}.{type(offsets).__name__}'>"
+            raise ValueError("if input is 2D, then offsets has to be None, as input is treated is a mini-batch of "
+                             f"fixed length sequences. However, found offsets of type {kind}")
+        starts = np.arange(0, input.numel(), max(input.shape[1], 1))
+        flat_weights = None if per_sample_weights is None else per_sample_weights.reshape(-1)
+        return input.reshape(-1), flat_weights, jt.tensor(starts, device=input.device), len(starts)
+    if input.ndim != 1:
+        raise ValueError(f"input has to be 1D or 2D Tensor, but got Tensor of dimension {input.ndim}")
+    if offsets is None:
+        raise ValueError("offsets has to be a 1D Tensor but got None")
+    if offsets.ndim != 1:
+        raise ValueError("offsets has to be a 1D Tensor")
+    if _has_data(offsets) and offsets.numel():
+        values = offsets.tolist()
+        if values[0] != 0:
+            raise RuntimeError("offsets[0] has to be 0, i.e., the first sequence in the mini-batch has to start from "
+                               f"position 0. However, got {values[0]}")
+        if values[-1] > input.numel():
+            raise RuntimeError(f"offsets[-1] can not be greater than input's length {input.numel()} but got "
+                               f"offsets[-1] of {values[-1]}")
+        if any(b < a for a, b in zip(values, values[1:])):
+            raise RuntimeError(f"embedding_bag: offsets must be non-decreasing, but got {values}")
+        if include_last_offset and values[-1] != input.numel():
+            # torch sums such a last bag up to offsets[-1] but averages (and maxes) it over the rest of the input
+            raise RuntimeError(f"embedding_bag: with include_last_offset=True, offsets[-1] must be the input's "
+                               f"length {input.numel()}, but got {values[-1]}")
+    bags = offsets.numel() - 1 if include_last_offset else offsets.numel()
+    return input, per_sample_weights, offsets, bags
+
+
+def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale_grad_by_freq=False, mode="mean",
+                  sparse=False, per_sample_weights=None, include_last_offset=False, padding_idx=None):
+    """The sums, means or maxima of bags of ``weight`` rows without building the per-index rows' tensor in the
+    caller: bags are the rows of a 2-D ``input``, or the runs of a 1-D ``input`` starting at ``offsets``.
+    ``padding_idx`` entries belong to no bag; an empty bag gives zeros; ``per_sample_weights`` scale the rows
+    (mode 'sum' only)."""
+    if weight.dtype is jt.int64 and input.dtype.is_floating_point:
+        warnings.warn("Argument order of nn.functional.embedding_bag was changed. Usage `embedding_bag(weight, "
+                      "input, ...)` is deprecated, and should now be `embedding_bag(input, weight, ...)`.",
+                      stacklevel=2)
+        input, weight = weight, input
+    if per_sample_weights is not None and input.shape != per_sample_weights.shape:
+        raise ValueError(f"embedding_bag: If per_sample_weights ({per_sample_weights.shape}) is not None, then it "
+                         f"must have the same shape as the input ({input.shape})")
+    if weight.ndim != 2:
+        raise ValueError(f"weight has to be a 2D Tensor, but got Tensor of dimension {weight.ndim}")
+    flat, sample_weights, starts, bags = _bag_inputs(input, offsets, per_sample_weights, include_last_offset)
+    if mode not in ("sum", "mean", "max"):
+        raise ValueError("mode has to be one of sum, mean or max")
+    if mode == "max" and scale_grad_by_freq:
+        raise ValueError("max mode does not support scaling the gradient by the frequency")
+    if mode == "max" and sparse:
+        raise ValueError("max mode does not support sparse weights")
+    if sample_weights is not None and mode != "sum":
+        raise NotImplementedError("embedding_bag: per_sample_weights was not None. per_sample_weights is only "
+                                  f"supported for mode='sum' (got mode='{mode}'). Please open a feature request on "
+                                  "GitHub.")
+    if padding_idx is not None:
+        rows = weight.shape[0]
+        if not -rows <= padding_idx < rows:
+            raise RuntimeError(f"padding_idx must be within the number of embeddings, -{rows} through {rows - 1}, "
+                               f"but got {padding_idx}")
+        padding_idx %= rows
+    if flat.dtype not in (jt.int64, jt.int32):
+        raise RuntimeError("Expected tensor for argument #1 'indices' to have one of the following scalar types: "
+                           f"Long, Int; but got jitorch.{_type_name(flat.dtype)}Tensor instead (while checking "
+                           "arguments for embedding_bag)")
+    if _has_data(flat) and flat.numel() and (int(flat.min()) < 0 or int(flat.max()) >= weight.shape[0]):
+        bad = ((flat < 0) | (flat >= weight.shape[0])).long().argmax()
+        raise IndexError(f"Index {int(bad)} of input takes value {int(flat[bad])} which is not in the valid range "
+                         f"[0, {weight.shape[0]})")
+    rows = embedding(flat, weight, None, max_norm, norm_type, scale_grad_by_freq, sparse)
+    return _reduce_bags(rows, flat, sample_weights, starts, bags, mode, padding_idx)
+
+
+def _reduce_bags(rows, flat, sample_weights, starts, bags, mode, padding_idx):
+    """``rows`` (one per index) reduced per bag; an index's bag is the last start at or before it."""
+    positions = jt.arange(flat.numel(), device=flat.device)
+    bag = (positions.unsqueeze(1) >= starts.unsqueeze(0)).long().sum(1) - 1
+    member = bag < bags
+    if padding_idx is not None:
+        member = member & (flat != padding_idx)
+    bag = jt.where(member, bag, 0)
+    shape = (bags, rows.shape[1])
+    if mode == "max":
+        lowest = jt.where(member.unsqueeze(1), rows, _lowest(rows.dtype))
+        index = bag.unsqueeze(1).expand(rows.shape)
+        out = jt.full(shape, _lowest(rows.dtype), dtype=rows.dtype, device=rows.device).scatter_reduce(
+            0, index, lowest, "amax", include_self=False)
+        return jt.where(out == _lowest(rows.dtype), 0.0, out).to(rows.dtype)
+    scale = member.to(rows.dtype) if sample_weights is None else member.to(rows.dtype) * sample_weights
+    total = jt.zeros(shape, dtype=rows.dtype, device=rows.device).index_add(0, bag, rows * scale.unsqueeze(1))
+    if mode == "sum":
+        return total
+    counts = jt.zeros(bags, dtype=rows.dtype, device=rows.device).index_add(0, bag, member.to(rows.dtype))
+    return total / counts.clamp_min(1).unsqueeze(1)
 
 
 # Dropout and activations ----------------------------------------------------------------------------------
@@ -953,6 +1512,57 @@ def dropout2d(input, p=0.5, training=True, inplace=False):
     return _feature_dropout(input, p, training, inplace)
 
 
+
+def dropout3d(input, p=0.5, training=True, inplace=False):
+    """In training, zero each channel of ``(N, C, D, H, W)`` or ``(C, D, H, W)`` input with probability ``p``
+    and scale the rest by ``1 / (1 - p)``; other ranks are read as unbatched, with torch's warning."""
+    if p < 0.0 or p > 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if input.ndim not in (4, 5):
+        warnings.warn(f"dropout3d: Received a {input.ndim}-D input to dropout3d, which is deprecated and will "
+                      "result in an error in a future release. To retain the behavior and silence this warning, "
+                      "please use dropout instead. Note that dropout3d exists to provide channel-wise dropout on "
+                      "inputs with 3 spatial dimensions, a channel dimension, and an optional batch dimension (i.e. "
+                      "4D or 5D inputs).", stacklevel=2)
+    if input.ndim == 5:
+        return _feature_dropout(input, p, training, inplace)
+    out = _feature_dropout(input.unsqueeze(0), p, training, inplace)
+    # in place, the unsqueezed view already wrote through to ``input``
+    return input if inplace else out.squeeze(0)
+
+
+_SELU_ALPHA_PRIME = 1.7580993408473766  # -scale * alpha of selu: the value selu saturates at
+
+
+def _alpha_dropout(input, p, training, inplace, noise_shape):
+    """torch's alpha dropout: dropped elements are set to selu's saturation value and the result is moved
+    and scaled so that a zero-mean unit-variance input keeps its mean and variance."""
+    if p < 0.0 or p > 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if p == 0 or not training or input.numel() == 0:
+        return input
+    if p == 1:
+        return input.mul_(0.0) if inplace else input * 0.0
+    keep = jt.empty(tuple(noise_shape), dtype=input.dtype, device=input.device).bernoulli_(1 - p)
+    a = 1.0 / math.sqrt((_SELU_ALPHA_PRIME ** 2 * p + 1) * (1 - p))
+    shift = (keep - 1) * (_SELU_ALPHA_PRIME * a) + _SELU_ALPHA_PRIME * a * p
+    out = input * (keep * a) + shift
+    return input.copy_(out) if inplace else out
+
+
+def alpha_dropout(input, p=0.5, training=False, inplace=False):
+    """Alpha dropout (for selu networks): in training each element is dropped with probability ``p``,
+    keeping the input's mean and variance; note torch's default ``training=False``."""
+    return _alpha_dropout(input, p, training, inplace, input.shape)
+
+
+def feature_alpha_dropout(input, p=0.5, training=False, inplace=False):
+    """Alpha dropout of whole channels (dim 1) of ``(N, C, *)`` input."""
+    if training and 0.0 < p < 1.0 and input.numel() and input.ndim < 2:
+        raise RuntimeError("Feature dropout requires at least 2 dimensions in the input")
+    return _alpha_dropout(input, p, training, inplace, (*input.shape[:2], *([1] * (input.ndim - 2))))
+
+
 def relu(input, inplace=False):
     """``max(x, 0)``."""
     return input.relu_() if inplace else input.relu()
@@ -1010,10 +1620,136 @@ def softplus(input, beta=1.0, threshold=20.0):
     return jt.where(scaled > threshold, input, -logsigmoid(-scaled) / beta)
 
 
+def _check_floating(input, kernel):
+    """torch's refusal of integer and bool input to the activations whose kernels are floating-only."""
+    if not input.dtype.is_floating_point:
+        raise NotImplementedError(f"\"{kernel}\" not implemented for '{scalar_name(input.dtype)}'")
+
+
+def _result(input, out, inplace):
+    """``out``, or written into ``input`` and ``input`` returned when ``inplace``."""
+    return input.copy_(out) if inplace else out
+
+
+def _elu(input, alpha, scale, input_scale, inplace):
+    """torch's elu kernel: ``scale x`` where positive, ``scale alpha (exp(input_scale x) - 1)`` elsewhere."""
+    _check_floating(input, "elu_cpu")
+    out = jt.where(input > 0, input, alpha * (input * input_scale).expm1())
+    return _result(input, out * scale if scale != 1 else out, inplace)
+
+
 def elu(input, alpha=1.0, inplace=False):
     """``x`` where positive, ``alpha (exp(x) - 1)`` elsewhere."""
-    out = jt.where(input > 0, input, alpha * input.expm1())
-    return input.copy_(out) if inplace else out
+    return _elu(input, alpha, 1.0, 1.0, inplace)
+
+
+def elu_(input, alpha=1.0):
+    """In-place `elu`."""
+    return elu(input, alpha, True)
+
+
+def celu(input, alpha=1.0, inplace=False):
+    """``max(0, x) + min(0, alpha (exp(x / alpha) - 1))``: an elu whose slope at 0 is 1 for every ``alpha``."""
+    if alpha == 0:
+        raise RuntimeError("ZeroDivisionError: alpha cannot be 0 for CELU")
+    return _elu(input, alpha, 1.0, 1.0 / alpha, inplace)
+
+
+def celu_(input, alpha=1.0):
+    """In-place `celu`."""
+    return celu(input, alpha, True)
+
+
+_SELU_ALPHA = 1.6732632423543772848170429916717
+_SELU_SCALE = 1.0507009873554804934193349852946
+
+
+def selu(input, inplace=False):
+    """``scale (max(0, x) + min(0, alpha (exp(x) - 1)))`` with the self-normalising constants of
+    Klambauer et al. (alpha ~ 1.6733, scale ~ 1.0507)."""
+    return _elu(input, _SELU_ALPHA, _SELU_SCALE, 1.0, inplace)
+
+
+def selu_(input):
+    """In-place `selu`."""
+    return selu(input, True)
+
+
+def softshrink(input, lambd=0.5):
+    """``x - lambd`` above ``lambd``, ``x + lambd`` below ``-lambd``, 0 between (NaN stays NaN)."""
+    _check_floating(input, "softshrink_check")
+    if lambd < 0:
+        bound = jt.finfo(input.dtype).max
+        raise RuntimeError(f"lambda must be in range [0, {bound:g}] for input dtype {scalar_name(input.dtype)}, "
+                           f"but found {lambd:g}")
+    return jt.where(input.abs() <= lambd, 0.0, input - lambd * input.sign()).to(input.dtype)
+
+
+def hardshrink(input, lambd=0.5):
+    """``x`` where ``|x| > lambd``, 0 elsewhere."""
+    _check_floating(input, "hardshrink_cpu")
+    return jt.where(input.abs() <= lambd, 0.0, input).to(input.dtype)
+
+
+def tanhshrink(input):
+    """``x - tanh(x)``."""
+    return input - input.tanh()
+
+
+def _threshold(input, bound, value, inplace):
+    return _result(input, jt.where(input <= bound, value, input).to(input.dtype), inplace)
+
+
+def threshold(input, threshold, value, inplace=False):
+    """``x`` where ``x > threshold``, ``value`` elsewhere."""
+    return _threshold(input, threshold, value, inplace)
+
+
+def threshold_(input, threshold, value):
+    """In-place `threshold`."""
+    return _threshold(input, threshold, value, True)
+
+
+def rrelu(input, lower=1.0 / 8, upper=1.0 / 3, training=False, inplace=False):
+    """Randomized leaky relu (Xu et al.): in training each non-positive element is scaled by its own slope
+    drawn from ``U(lower, upper)`` (jitorch's generator), otherwise by ``(lower + upper) / 2``."""
+    if lower > upper:
+        raise RuntimeError("Lower bound should be less than or equal to the upper bound")
+    _check_floating(input, "rrelu_with_noise_cpu")
+    if not training:
+        return leaky_relu(input, (lower + upper) / 2, inplace)
+    noise = jt.empty(tuple(input.shape), dtype=input.dtype, device=input.device).uniform_(lower, upper)
+    slope = jt.where(input <= 0, noise, 1.0).to(input.dtype)
+    return input.mul_(slope) if inplace else input * slope
+
+
+def rrelu_(input, lower=1.0 / 8, upper=1.0 / 3, training=False):
+    """In-place `rrelu`."""
+    return rrelu(input, lower, upper, training, True)
+
+
+def prelu(input, weight):
+    """``x`` where positive, ``weight x`` elsewhere; ``weight`` is one slope, or one per channel (dim 1)."""
+    if input.ndim == 0:
+        raise RuntimeError("Not allow zero-dim input tensor.")
+    if weight.ndim > 1:
+        raise RuntimeError(f"prelu: Expected `weight` to be a scalar or 1D tensor, but got: ndim = {weight.ndim}")
+    channels = input.shape[1] if input.ndim >= 2 else 1
+    if weight.numel() != 1 and weight.numel() != channels:
+        raise RuntimeError(f"Mismatch of parameter numbers and input channel size. Found parameter numbers = "
+                           f"{weight.numel()} and channel size = {channels}.")
+    slope = weight.reshape([-1] + [1] * (input.ndim - 2)) if input.ndim >= 2 else weight.reshape(-1)
+    return jt.where(input > 0, input, input * slope)
+
+
+def leaky_relu_(input, negative_slope=0.01):
+    """In-place `leaky_relu`."""
+    return leaky_relu(input, negative_slope, True)
+
+
+def hardtanh_(input, min_val=-1.0, max_val=1.0):
+    """In-place `hardtanh`."""
+    return hardtanh(input, min_val, max_val, True)
 
 
 def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
@@ -1084,6 +1820,20 @@ def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
     return (x1 - x2 + eps).norm(p, max(x1.ndim, x2.ndim) - 1, keepdim)
 
 
+
+def pdist(input, p=2.0):
+    """The ``p``-norm distances between the rows of ``(N, M)`` input, for each pair ``i < j`` in row-major
+    order: ``N (N - 1) / 2`` values."""
+    if input.ndim != 2:
+        raise RuntimeError(f"pdist only supports 2D tensors, got: {input.ndim}D")
+    if p < 0:
+        raise RuntimeError("pdist only supports non-negative p values")
+    rows, cols = np.triu_indices(input.shape[0], 1)
+    first = input.index_select(0, jt.tensor(rows, dtype=jt.int64, device=input.device))
+    second = input.index_select(0, jt.tensor(cols, dtype=jt.int64, device=input.device))
+    return (first - second).norm(p, 1)
+
+
 def _softmax_dim(name, ndim, dim):
     if dim is not None:
         return dim
@@ -1105,6 +1855,23 @@ def softmin(input, dim=None, _stacklevel=3, dtype=None):
 def log_softmax(input, dim=None, _stacklevel=3, dtype=None):
     """``x - logsumexp(x)`` along ``dim``."""
     return jt.log_softmax(input, _softmax_dim("log_softmax", input.ndim, dim), dtype=dtype)
+
+
+
+def gumbel_softmax(logits, tau=1.0, hard=False, eps=1e-10, dim=-1):
+    """A sample of the Gumbel-softmax distribution: ``softmax((logits + g) / tau)`` with Gumbel(0, 1) noise
+    ``g`` (jitorch's generator). ``hard`` returns the one-hot of its argmax, with the soft sample's gradient
+    (straight-through)."""
+    if eps != 1e-10:
+        warnings.warn("`eps` parameter is deprecated and has no effect.", stacklevel=2)
+    gumbels = -jt.empty(tuple(logits.shape), dtype=logits.dtype, device=logits.device).exponential_().log()
+    y_soft = ((logits + gumbels) / tau).softmax(dim)
+    if not hard:
+        return y_soft
+    index = y_soft.max(dim, keepdim=True)[1]
+    y_hard = jt.zeros_like(logits).scatter(dim, index, jt.ones(tuple(index.shape), dtype=logits.dtype,
+                                                                device=logits.device))
+    return y_hard - y_soft.detach() + y_soft
 
 
 def one_hot(tensor, num_classes=-1):
@@ -1542,6 +2309,59 @@ def multi_margin_loss(input, target, p=1, margin=1.0, weight=None, size_average=
     loss = hinge.sum(1) / classes
     # A (C,) or 0-d input gives one loss, shaped as its target
     return _reduce(loss if input.ndim == 2 else loss.reshape(target.shape), reduction)
+
+
+
+def _check_multilabel(input, target):
+    """torch's multilabel_margin_loss checks; returns ``input`` and ``target`` as ``(N, C)``."""
+    if not (input.ndim <= 1 or (input.ndim == 2 and input.shape[1])):
+        raise RuntimeError(f"Expected non-empty vector or matrix with optional 0-dim batch size, but got: "
+                           f"{list(input.shape)}")
+    classes = input.shape[-1] if input.ndim else 1
+    if list(target.shape) != list(input.shape):
+        raise RuntimeError(f"inconsistent target size: {list(target.shape)} for input of size: "
+                           f"{list(input.shape)}")
+    if target.dtype is not jt.int64:
+        raise RuntimeError(f"expected scalar type Long but found {_type_name(target.dtype)}")
+    if _has_data(target) and target.numel() and bool(((target < -1) | (target >= classes)).any()):
+        raise RuntimeError("argument #2 'target' is out of range")
+    return input.reshape(-1, classes), target.reshape(-1, classes)
+
+
+def multilabel_margin_loss(input, target, size_average=None, reduce=None, reduction="mean"):
+    """Multi-class multi-label hinge loss: per sample, ``sum_j sum_i max(0, 1 - (x[y_j] - x[i])) / C`` over the
+    target classes ``y_j`` (``target``'s leading entries up to the first -1) and the classes ``i`` not among
+    them."""
+    reduction = _reduction(size_average, reduce, reduction)
+    x, y = _check_multilabel(input, target)
+    # entries after the first -1 are not targets
+    listed = (y >= 0).long().cumprod(1) > 0
+    safe = jt.where(listed, y, 0)
+    hits = jt.zeros(tuple(x.shape), dtype=x.dtype, device=x.device).scatter_add(1, safe, listed.to(x.dtype))
+    others = (hits == 0).to(x.dtype)
+    hinge = (1 - x.gather(1, safe).unsqueeze(2) + x.unsqueeze(1)).clamp_min(0)
+    loss = (hinge * listed.to(x.dtype).unsqueeze(2) * others.unsqueeze(1)).sum((1, 2)) / x.shape[1]
+    if input.ndim <= 1:
+        loss = loss.reshape(())
+    return _reduce(loss, reduction)
+
+
+def triplet_margin_with_distance_loss(anchor, positive, negative, *, distance_function=None, margin=1.0,
+                                      swap=False, reduction="mean"):
+    """`triplet_margin_loss` with any ``distance_function(x1, x2)`` (default `pairwise_distance`)."""
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"{reduction} is not a valid value for reduction")
+    if margin <= 0:
+        raise ValueError(f"margin must be greater than 0, got {margin}")
+    if not anchor.ndim == positive.ndim == negative.ndim:
+        raise RuntimeError("The anchor, positive, and negative tensors are expected to have the same number of "
+                           f"dimensions, but got: anchor {anchor.ndim}D, positive {positive.ndim}D, and negative "
+                           f"{negative.ndim}D inputs")
+    distance = pairwise_distance if distance_function is None else distance_function
+    dist_pos, dist_neg = distance(anchor, positive), distance(anchor, negative)
+    if swap:
+        dist_neg = jt.minimum(dist_neg, distance(positive, negative))
+    return _reduce((margin + dist_pos - dist_neg).clamp_min(0), reduction)
 
 
 # Attention ------------------------------------------------------------------------------------------------------

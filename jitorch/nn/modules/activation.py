@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import warnings
 
+from .. import init as nn_init
+from ..parameter import Parameter
 from ._functional import F
 from .attention import MultiheadAttention  # noqa: F401  (torch.nn.modules.activation holds it)
 from .module import Module
+from .utils import factory
 
 
 class _InplaceActivation(Module):
@@ -223,3 +226,125 @@ class GLU(_DimActivation):
 
     def __init__(self, dim=-1):
         super().__init__(dim)
+
+
+def _inplace_suffix(inplace):
+    return ", inplace=True" if inplace else ""
+
+
+class CELU(Module):
+    """``max(0, x) + min(0, alpha * (exp(x / alpha) - 1))``."""
+
+    def __init__(self, alpha=1.0, inplace=False):
+        super().__init__()
+        self.alpha = alpha
+        self.inplace = inplace
+
+    def forward(self, input):
+        return F.celu(input, self.alpha, self.inplace)
+
+    def extra_repr(self):
+        return f"alpha={self.alpha}" + _inplace_suffix(self.inplace)
+
+
+class SELU(_InplaceActivation):
+    """``scale * (max(0, x) + min(0, alpha * (exp(x) - 1)))`` with the self-normalising constants."""
+
+    _function = "selu"
+
+
+class _Shrink(Module):
+    """``F.<_function>(input, self.lambd)``, printed as the bare ``lambd``."""
+
+    _function = None
+
+    def __init__(self, lambd=0.5):
+        super().__init__()
+        self.lambd = lambd
+
+    def forward(self, input):
+        return getattr(F, self._function)(input, self.lambd)
+
+    def extra_repr(self):
+        return str(self.lambd)
+
+
+class Softshrink(_Shrink):
+    """``x - lambd`` above ``lambd``, ``x + lambd`` below ``-lambd``, 0 between."""
+
+    _function = "softshrink"
+
+
+class Hardshrink(_Shrink):
+    """``x`` where ``|x| > lambd``, 0 elsewhere."""
+
+    _function = "hardshrink"
+
+
+class Tanhshrink(Module):
+    """``x - tanh(x)``."""
+
+    def forward(self, input):
+        return F.tanhshrink(input)
+
+
+class Threshold(Module):
+    """``x`` where ``x > threshold``, ``value`` elsewhere."""
+
+    def __init__(self, threshold, value, inplace=False):
+        super().__init__()
+        self.threshold = threshold
+        self.value = value
+        self.inplace = inplace
+
+    def forward(self, input):
+        return F.threshold(input, self.threshold, self.value, self.inplace)
+
+    def extra_repr(self):
+        return f"threshold={self.threshold}, value={self.value}" + _inplace_suffix(self.inplace)
+
+
+class RReLU(Module):
+    """Randomized leaky relu: random negative slopes from ``U(lower, upper)`` in training, their mean in eval."""
+
+    def __init__(self, lower=1.0 / 8, upper=1.0 / 3, inplace=False):
+        super().__init__()
+        self.lower = lower
+        self.upper = upper
+        self.inplace = inplace
+
+    def forward(self, input):
+        return F.rrelu(input, self.lower, self.upper, self.training, self.inplace)
+
+    def extra_repr(self):
+        return f"lower={self.lower}, upper={self.upper}" + _inplace_suffix(self.inplace)
+
+
+class PReLU(Module):
+    """``x`` where positive, ``a * x`` elsewhere, with ``a`` learned: one slope, or one per channel (dim 1)."""
+
+    def __init__(self, num_parameters=1, init=0.25, device=None, dtype=None):
+        super().__init__()
+        self.num_parameters = num_parameters
+        self.init = init
+        self.weight = Parameter(factory("empty", (num_parameters,), device, dtype))
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        """Every slope ``init``."""
+        nn_init.constant_(self.weight, self.init)
+
+    def forward(self, input):
+        return F.prelu(input, self.weight)
+
+    def extra_repr(self):
+        return f"num_parameters={self.num_parameters}"
+
+
+class Softmax2d(Module):
+    """Softmax over the channels (dim -3) of ``(N, C, H, W)`` or ``(C, H, W)`` input."""
+
+    def forward(self, input):
+        if input.ndim not in (3, 4):
+            raise ValueError(f"Softmax2d: expected input to be 3D or 4D, got {input.ndim}D instead")
+        return F.softmax(input, -3)

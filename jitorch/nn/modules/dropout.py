@@ -1,4 +1,4 @@
-"""Dropout, and the channel dropouts Dropout1d and Dropout2d."""
+"""Dropout, the channel dropouts Dropout1d/2d/3d, and the alpha dropouts of self-normalising networks."""
 
 from __future__ import annotations
 
@@ -41,3 +41,26 @@ class Dropout2d(_DropoutNd):
 
     def forward(self, input):
         return F.dropout2d(input, self.p, self.training, self.inplace)
+
+
+class Dropout3d(_DropoutNd):
+    """In training, zero whole channels of (N, C, D, H, W) or (C, D, H, W) inputs with probability ``p``,
+    scaling the rest by 1/(1-p)."""
+
+    def forward(self, input):
+        return F.dropout3d(input, self.p, self.training, self.inplace)
+
+
+class AlphaDropout(_DropoutNd):
+    """In training, alpha dropout: each element dropped with probability ``p`` while the input's mean and
+    variance are kept (for selu networks)."""
+
+    def forward(self, input):
+        return F.alpha_dropout(input, self.p, self.training)
+
+
+class FeatureAlphaDropout(_DropoutNd):
+    """In training, alpha dropout of whole channels."""
+
+    def forward(self, input):
+        return F.feature_alpha_dropout(input, self.p, self.training)

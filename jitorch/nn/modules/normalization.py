@@ -1,4 +1,5 @@
-"""BatchNorm1d, BatchNorm2d (with running statistics), InstanceNorm1d/2d/3d, GroupNorm and LayerNorm."""
+"""BatchNorm1d/2d/3d (with running statistics), InstanceNorm1d/2d/3d, GroupNorm, LayerNorm, RMSNorm and
+LocalResponseNorm."""
 
 from __future__ import annotations
 
@@ -104,6 +105,13 @@ class BatchNorm2d(_BatchNorm):
 
     _dims = (4,)
     _expected = "4D"
+
+
+class BatchNorm3d(_BatchNorm):
+    """Batch norm over (N, C, D, H, W) inputs."""
+
+    _dims = (5,)
+    _expected = "5D"
 
 
 class _InstanceNorm(_BatchNorm):
@@ -222,3 +230,49 @@ class LayerNorm(Module):
     def extra_repr(self):
         return (f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
                 f"bias={self.bias is not None}")
+
+
+class RMSNorm(Module):
+    """Root-mean-square normalisation over the trailing ``normalized_shape`` dims, with a learned scale
+    (``elementwise_affine``); ``eps`` None is the dtype's machine epsilon."""
+
+    def __init__(self, normalized_shape, eps=None, elementwise_affine=True, device=None, dtype=None):
+        super().__init__()
+        if isinstance(normalized_shape, numbers.Integral):
+            normalized_shape = (normalized_shape,)
+        self.normalized_shape = tuple(normalized_shape)
+        self.eps = eps
+        self.elementwise_affine = elementwise_affine
+        if elementwise_affine:
+            self.weight = Parameter(factory("empty", self.normalized_shape, device, dtype))
+        else:
+            self.register_parameter("weight", None)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        """Scale 1."""
+        if self.elementwise_affine:
+            init.ones_(self.weight)
+
+    def forward(self, input):
+        return F.rms_norm(input, self.normalized_shape, self.weight, self.eps)
+
+    def extra_repr(self):
+        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+
+
+class LocalResponseNorm(Module):
+    """Each element divided by ``(k + alpha * mean of x^2 over size neighbouring channels)^beta``."""
+
+    def __init__(self, size, alpha=1e-4, beta=0.75, k=1.0):
+        super().__init__()
+        self.size = size
+        self.alpha = alpha
+        self.beta = beta
+        self.k = k
+
+    def forward(self, input):
+        return F.local_response_norm(input, self.size, self.alpha, self.beta, self.k)
+
+    def extra_repr(self):
+        return f"{self.size}, alpha={self.alpha}, beta={self.beta}, k={self.k}"

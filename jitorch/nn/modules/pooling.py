@@ -1,10 +1,10 @@
-"""Pooling modules: MaxPool1d/2d, AvgPool1d/2d, AdaptiveAvgPool1d/2d."""
+"""Pooling modules: max, average, power-average (LP), adaptive and max-unpooling, in 1, 2 and 3 dims."""
 
 from __future__ import annotations
 
 from ._functional import F
 from .module import Module
-from .utils import _single
+from .utils import _pair, _single, _triple
 
 
 class _MaxPoolNd(Module):
@@ -42,6 +42,12 @@ class MaxPool2d(_MaxPoolNd):
     _function = "max_pool2d"
 
 
+class MaxPool3d(_MaxPoolNd):
+    """Max over windows of the last three dims of ``(N, C, D, H, W)`` or ``(C, D, H, W)`` input."""
+
+    _function = "max_pool3d"
+
+
 class _AvgPoolNd(Module):
     def extra_repr(self):
         return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
@@ -63,8 +69,10 @@ class AvgPool1d(_AvgPoolNd):
                             self.count_include_pad)
 
 
-class AvgPool2d(_AvgPoolNd):
-    """Mean over ``kernel_size`` windows (stride defaults to the kernel size)."""
+class _AvgPoolWithDivisor(_AvgPoolNd):
+    """Mean over ``kernel_size`` windows (stride defaults to the kernel size); ``F.<_function>``."""
+
+    _function = None
 
     def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
                  divisor_override=None):
@@ -77,8 +85,99 @@ class AvgPool2d(_AvgPoolNd):
         self.divisor_override = divisor_override
 
     def forward(self, input):
-        return F.avg_pool2d(input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
-                            self.count_include_pad, self.divisor_override)
+        return getattr(F, self._function)(input, self.kernel_size, self.stride, self.padding, self.ceil_mode,
+                                          self.count_include_pad, self.divisor_override)
+
+
+class AvgPool2d(_AvgPoolWithDivisor):
+    """Mean over windows of the last two dims."""
+
+    _function = "avg_pool2d"
+
+
+class AvgPool3d(_AvgPoolWithDivisor):
+    """Mean over windows of the last three dims."""
+
+    _function = "avg_pool3d"
+
+
+class _LPPoolNd(Module):
+    """``(sum x^p)^(1/p)`` over ``kernel_size`` windows; ``F.<_function>``."""
+
+    _function = None
+
+    def __init__(self, norm_type, kernel_size, stride=None, ceil_mode=False):
+        super().__init__()
+        self.norm_type = norm_type
+        self.kernel_size = kernel_size
+        self.stride = stride
+        self.ceil_mode = ceil_mode
+
+    def forward(self, input):
+        return getattr(F, self._function)(input, float(self.norm_type), self.kernel_size, self.stride,
+                                          self.ceil_mode)
+
+    def extra_repr(self):
+        return (f"norm_type={self.norm_type}, kernel_size={self.kernel_size}, stride={self.stride}, "
+                f"ceil_mode={self.ceil_mode}")
+
+
+class LPPool1d(_LPPoolNd):
+    """Power-average pooling of the last dim."""
+
+    _function = "lp_pool1d"
+
+
+class LPPool2d(_LPPoolNd):
+    """Power-average pooling of the last two dims."""
+
+    _function = "lp_pool2d"
+
+
+class LPPool3d(_LPPoolNd):
+    """Power-average pooling of the last three dims."""
+
+    _function = "lp_pool3d"
+
+
+class _MaxUnpoolNd(Module):
+    """``F.<_function>``: values placed at their max-pool indices in zeros; sizes kept as n-tuples, as torch."""
+
+    _function = None
+    _ntuple = None
+
+    def __init__(self, kernel_size, stride=None, padding=0):
+        super().__init__()
+        self.kernel_size = type(self)._ntuple(kernel_size)
+        self.stride = type(self)._ntuple(stride if stride is not None else kernel_size)
+        self.padding = type(self)._ntuple(padding)
+
+    def forward(self, input, indices, output_size=None):
+        return getattr(F, self._function)(input, indices, self.kernel_size, self.stride, self.padding, output_size)
+
+    def extra_repr(self):
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class MaxUnpool1d(_MaxUnpoolNd):
+    """The partial inverse of ``MaxPool1d``."""
+
+    _function = "max_unpool1d"
+    _ntuple = staticmethod(_single)
+
+
+class MaxUnpool2d(_MaxUnpoolNd):
+    """The partial inverse of ``MaxPool2d``."""
+
+    _function = "max_unpool2d"
+    _ntuple = staticmethod(_pair)
+
+
+class MaxUnpool3d(_MaxUnpoolNd):
+    """The partial inverse of ``MaxPool3d``."""
+
+    _function = "max_unpool3d"
+    _ntuple = staticmethod(_triple)
 
 
 class _AdaptiveAvgPoolNd(Module):
@@ -107,3 +206,44 @@ class AdaptiveAvgPool2d(_AdaptiveAvgPoolNd):
     """Adaptive mean pooling of the last two dims."""
 
     _function = "adaptive_avg_pool2d"
+
+
+class AdaptiveAvgPool3d(_AdaptiveAvgPoolNd):
+    """Adaptive mean pooling of the last three dims."""
+
+    _function = "adaptive_avg_pool3d"
+
+
+class _AdaptiveMaxPoolNd(Module):
+    """Max pooling to a fixed ``output_size`` whatever the input size; ``F.<_function>``."""
+
+    _function = None
+
+    def __init__(self, output_size, return_indices=False):
+        super().__init__()
+        self.output_size = output_size
+        self.return_indices = return_indices
+
+    def forward(self, input):
+        return getattr(F, self._function)(input, self.output_size, self.return_indices)
+
+    def extra_repr(self):
+        return f"output_size={self.output_size}"
+
+
+class AdaptiveMaxPool1d(_AdaptiveMaxPoolNd):
+    """Adaptive max pooling of the last dim."""
+
+    _function = "adaptive_max_pool1d"
+
+
+class AdaptiveMaxPool2d(_AdaptiveMaxPoolNd):
+    """Adaptive max pooling of the last two dims."""
+
+    _function = "adaptive_max_pool2d"
+
+
+class AdaptiveMaxPool3d(_AdaptiveMaxPoolNd):
+    """Adaptive max pooling of the last three dims."""
+
+    _function = "adaptive_max_pool3d"
