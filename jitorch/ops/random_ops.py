@@ -485,6 +485,87 @@ defop("exponential(Tensor self, float lambd=1, *, Generator? generator=None) -> 
       doc="``x.exponential_(lambd)`` fills ``x`` with exponential samples of rate ``lambd``.")
 
 
+def _cauchy_meta(x, median, sigma, generator):
+    _check_generator("cauchy_", generator)
+    if not x.dtype.is_floating_point:
+        raise RuntimeError("Cauchy distribution is a continuous probability distribution. dtype must be a floating "
+                           f"point but you specified {cpp_name(x.dtype)}")
+    if not sigma > 0.0:
+        raise RuntimeError(f"cauchy_ expects sigma > 0.0, but found sigma={c_num(sigma)}")
+    return _inplace_spec(x)
+
+
+def _log_normal_meta(x, mean, std, generator):
+    _check_generator("log_normal_", generator)
+    _floating_only("log_normal_cpu", x.dtype)
+    if not std > 0.0:
+        raise RuntimeError(f"log_normal_ expects std > 0.0, but found std={c_num(std)}")
+    return _inplace_spec(x)
+
+
+def _geometric_meta(x, p, generator):
+    _check_generator("geometric_", generator)
+    if x.dtype is _dt.bool:
+        raise NotImplementedError("\"geometric_cpu\" not implemented for 'Bool'")
+    if not 0.0 < p < 1.0:
+        raise RuntimeError(f"geometric_ expects p to be in (0, 1), but got p={c_num(p)}")
+    return _inplace_spec(x)
+
+
+defop("cauchy(Tensor self, float median=0, float sigma=1, *, Generator? generator=None) -> Tensor",
+      meta=_cauchy_meta, kind="random", variants=("inplace",),
+      cpu=lambda spec, x, median, sigma, gen: median + sigma * rng(gen).standard_cauchy(spec.shape),
+      doc="``x.cauchy_(median, sigma)`` fills ``x`` with Cauchy samples.")
+defop("log_normal(Tensor self, float mean=1, float std=2, *, Generator? generator=None) -> Tensor",
+      meta=_log_normal_meta, kind="random", variants=("inplace",),
+      cpu=lambda spec, x, mean, std, gen: np.exp(mean + std * _normal(gen, spec.shape, _dt.float64)),
+      doc="``x.log_normal_(mean, std)`` fills ``x`` with samples whose log is normal of ``mean`` and ``std``.")
+defop("geometric(Tensor self, float p, *, Generator? generator=None) -> Tensor",
+      meta=_geometric_meta, kind="random", variants=("inplace",),
+      cpu=lambda spec, x, p, gen: rng(gen).geometric(p, spec.shape),
+      doc="``x.geometric_(p)`` fills ``x`` with the number of Bernoulli(``p``) trials up to the first success.")
+
+
+def _poisson_meta(rates, generator):
+    _check_generator("poisson", generator)
+    _floating_only("poisson_cpu", rates.dtype)
+    return TensorSpec(rates.shape, rates.dtype, rates.device)
+
+
+def _poisson_cpu(spec, rates, gen):
+    lam = rates.astype(np.float64)
+    if not (lam >= 0).all():  # (NaN fails it too)
+        raise RuntimeError("invalid Poisson rate, expected rate to be non-negative")
+    finite = np.isfinite(lam)  # an infinite rate's sample is inf (NumPy refuses it; torch gives garbage)
+    return np.where(finite, rng(gen).poisson(np.where(finite, lam, 0.0)), np.inf)
+
+
+def _binomial_meta(count, prob, generator):
+    _check_generator("binomial", generator)
+    if not count.dtype.is_floating_point:
+        raise ValueError(f"binomial only supports floating-point dtypes for count, got: {scalar_name(count.dtype)}")
+    if prob.dtype is not count.dtype:
+        raise RuntimeError(f"Found dtype {scalar_name(prob.dtype)} but expected {scalar_name(count.dtype)}")
+    return TensorSpec(broadcast_shapes(count.shape, prob.shape), count.dtype, count.device)
+
+
+def _binomial_cpu(spec, count, prob, gen):
+    """Successes in ``count`` trials (rounded down; none below 0) of probability ``prob`` (clipped to
+    [0, 1], as torch's sampler reads it); a NaN probability gives NaN."""
+    n, p = np.broadcast_arrays(np.floor(np.maximum(count.astype(np.float64), 0)), prob.astype(np.float64))
+    nan = np.isnan(p)
+    drawn = rng(gen).binomial(n.astype(np.int64), np.where(nan, 0.0, np.clip(p, 0.0, 1.0)))
+    return np.where(nan, np.nan, drawn)
+
+
+defop("poisson(Tensor input, Generator? generator=None) -> Tensor", meta=_poisson_meta, cpu=_poisson_cpu,
+      kind="random", variants=("function",),
+      doc="Poisson samples of the rates ``input`` (non-negative; an infinite rate gives inf).")
+defop("binomial(Tensor count, Tensor prob, Generator? generator=None) -> Tensor", meta=_binomial_meta,
+      cpu=_binomial_cpu, kind="random", variants=("function",),
+      doc="Binomial samples: successes in ``count`` trials of probability ``prob``.")
+
+
 def _default_high(dtype):
     """The largest value ``random_`` draws by default: 2**digits for floats, else the max."""
     return 2 ** _DIGITS[dtype.name] if dtype.is_floating_point else _value_range(dtype)[1]

@@ -6,7 +6,10 @@ from ..rule import defgrad, nondifferentiable
 from .common import cut
 
 defgrad("bernoulli", cut("input"))
-defgrad("bernoulli.float_ exponential random random.from_to random.to uniform normal.inplace", cut("self"))
+defgrad("bernoulli.float_ exponential random random.from_to random.to uniform normal.inplace cauchy log_normal "
+        "geometric", cut("self"))
+defgrad("poisson", cut("input"))
+defgrad("binomial", cut("count", "prob"))
 defgrad("bernoulli.Tensor_", cut("self", "p"))
 defgrad("normal.Tensor_Tensor", cut("mean", "std"))
 defgrad("normal.Tensor_float", cut("mean"))
