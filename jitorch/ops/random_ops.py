@@ -546,6 +546,8 @@ def _binomial_meta(count, prob, generator):
         raise ValueError(f"binomial only supports floating-point dtypes for count, got: {scalar_name(count.dtype)}")
     if prob.dtype is not count.dtype:
         raise RuntimeError(f"Found dtype {scalar_name(prob.dtype)} but expected {scalar_name(count.dtype)}")
+    if count.dtype.itemsize < 4:
+        raise NotImplementedError(f"\"binomial_cpu\" not implemented for '{scalar_name(count.dtype)}'")
     return TensorSpec(broadcast_shapes(count.shape, prob.shape), count.dtype, count.device)
 
 
