@@ -154,6 +154,7 @@ print(f(jt.arange(-2.0, 2.0)).tolist())
 """
 
 
+@pytest.mark.cpu_independent
 def test_disk_cache_serves_a_second_process(tmp_path):
     env = dict(os.environ, JITORCH_CACHE_DIR=str(tmp_path), JITORCH_LOGS="codegen")
     first = subprocess.run([sys.executable, "-c", SNIPPET], env=env, capture_output=True, text=True, check=True)

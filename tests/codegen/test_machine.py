@@ -87,6 +87,7 @@ print("ymm" in f.lower(x, h).kernels[0].asm)
 """
 
 
+@pytest.mark.cpu_independent
 @x86_only
 def test_the_baseline_target_compiles_runs_and_matches_eager():
     done = _run(BASELINE_PROGRAM, JITORCH_CPU="x86-64-v2")
@@ -96,6 +97,7 @@ def test_the_baseline_target_compiles_runs_and_matches_eager():
     assert "JIT session error" not in done.stderr and "Warning" not in done.stderr
 
 
+@pytest.mark.cpu_independent
 @x86_only
 def test_a_selection_the_host_cannot_run_is_reported_not_executed():
     done = subprocess.run([sys.executable, "-c", "import jitorch as jt\n"
@@ -116,6 +118,7 @@ def _representative_kernels():
     return jt.compile(step).lower(*args).kernels
 
 
+@pytest.mark.cpu_independent
 def test_kernels_compile_for_aarch64():
     kernels = _representative_kernels()
     assert len(kernels) >= 3

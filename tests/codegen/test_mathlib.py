@@ -413,6 +413,7 @@ def compile_all_for_nvptx():
             sys.exit(f"{name} {dtype.__name__}: the PTX calls a function")
 
 
+@pytest.mark.cpu_independent
 def test_every_function_compiles_for_nvptx_without_calls():
     code = "from tests.codegen.test_mathlib import compile_all_for_nvptx; compile_all_for_nvptx()"
     root = pathlib.Path(__file__).resolve().parents[2]
