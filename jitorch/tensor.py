@@ -259,6 +259,10 @@ class Tensor:
     def data_ptr(self):
         return self._storage.data_ptr() + self._offset * self.dtype.itemsize
 
+    def const_data_ptr(self):
+        """`data_ptr`, for reading (jitorch does not tell the two apart)."""
+        return self.data_ptr()
+
     def untyped_storage(self):
         return self._storage
 

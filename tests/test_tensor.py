@@ -452,3 +452,12 @@ def test_set_printoptions(options, matrix, vector):
 def test_set_printoptions_rejects_unknown_profiles():
     with pytest.raises(ValueError, match="profile must be one of"):
         jt.set_printoptions(profile="tiny")
+
+
+def test_namespace_detach_and_get_device_are_the_tensor_methods_as_torchs():
+    x = jt.ones(3, requires_grad=True) * 2
+    d = jt.detach(x)
+    assert not d.requires_grad and d.data_ptr() == x.data_ptr() and d.const_data_ptr() == x.data_ptr()
+    assert jt.get_device(x) == -1 == torch.get_device(torch.ones(1))
+    y = x.clone()
+    assert jt.detach_(y) is y and y.grad_fn is None and not y.requires_grad

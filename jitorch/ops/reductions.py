@@ -561,6 +561,18 @@ defop("norm(Tensor self, Any p=\"fro\", int[]? dim=None, bool keepdim=False, *, 
           "norm of the elements over ``dim`` (all by default); 'nuc' the nuclear norm over two dims.")
 
 
+def _dist(x, other, p):
+    difference = x - other
+    if not difference.dtype.is_floating_point:
+        raise RuntimeError("norm(): input dtype should be either floating point or complex. "
+                           f"Got {scalar_name(difference.dtype)} instead.")
+    return difference.norm(p)
+
+
+defop("dist(Tensor self, Tensor other, Scalar p=2) -> Tensor", composite=_dist, kind="reduction",
+      doc="The ``p``-norm of ``self - other`` (broadcast), over every element.")
+
+
 # Scans and softmax: one dim, the input's shape -------------------------------------
 
 def _scan_meta(name):

@@ -596,7 +596,7 @@ def _as_strided_scatter_cpu(spec, x, src, size, stride, storage_offset):
 
 
 defop("as_strided_scatter(Tensor self, Tensor src, int[] size, int[] stride, int? storage_offset=None) -> Tensor",
-      meta=_as_strided_scatter_meta, cpu=_as_strided_scatter_cpu, kind="other", variants=("function",),
+      meta=_as_strided_scatter_meta, cpu=_as_strided_scatter_cpu, kind="other", variants=("function", "method"),
       doc="A copy of ``self`` (read as a contiguous tensor) whose elements at the strided view "
           "``as_strided(size, stride, storage_offset)`` are replaced by ``src`` (cast to ``self``'s dtype).")
 

@@ -445,6 +445,8 @@ HAND_WRITTEN = _by_names(
     ("std var std_mean var_mean", _moments_legacy),
     ("std.dim var.dim std_mean.dim var_mean.dim", _moments_dim),
     ("std.correction var.correction std_mean.correction var_mean.correction", _moments_correction),
+    ("dist", lambda m: [S(m.mat(), m.f((4,))), S(m.cube(), m.cube(), 1), S(m.scalar(), m.scalar(), 0),
+                        S(m.f((2, 3)), m.f((2, 3)), math.inf), S(m.f((3,)), m.f((3,)), 1.5)]),
     ("norm", lambda m: [S(m.mat()), S(m.cube(), 1, (0, 2), True), S(m.scalar(), 2), S(m.f((2, 3)), math.inf, (1,)),
                         S(m.f((0, 3)), 0, dtype=jt.float64)]
      + [S(m.f((3, 4)), "nuc")] * (m.dtype not in (jt.float16, jt.bfloat16))),  # no half SVD in torch
@@ -518,6 +520,8 @@ HAND_WRITTEN = _by_names(
     ("zero", lambda m: [S(m.mat()), S(m.i((2, 3), "strided")), S(m.f((0, 2)))]),
     ("copy", lambda m: [S(m.mat(), m.f((4,))), S(m.i((2, 3)), m.f((2, 3), "transposed")), S(m.scalar(), m.scalar())]),
     # indexing
+    ("nonzero_static", lambda m: [S(m.i((3, 4), "transposed", low=-1, high=1), size=5),
+                                  S(m.b((2, 3)), size=2, fill_value=-7), S(m.f((4,)), size=0)]),
     ("argwhere nonzero", lambda m: [S(m.i((3, 4), "transposed", low=-1, high=1)), S(m.b((2, 3))), S(m.scalar()),
                                     S(m.f((0, 3)))]),
     ("gather", lambda m: [S(m.mat(), 1, m.idx((3, 2), 4)), S(m.cube(), 0, m.idx((1, 3, 4), 2)),

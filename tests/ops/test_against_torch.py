@@ -137,10 +137,10 @@ ALLOWED = {
         "std and var of half types into out= of another floating dtype compute in its dtype over every dim too; "
         "torch raises 'std_var_all: Unsupported dtype Half' there (over some dims it computes)", accepts=True,
         when=_half_sample) for name in ("std.dim", "var.dim", "std.correction", "var.correction")},
-    ("as_strided_scatter", "function"): Allowed(
+    **{("as_strided_scatter", form): Allowed(
         "as_strided_scatter reads self as a contiguous tensor; torch applies the strides to a copy in self's "
         "memory order (and supports only contiguous self under autograd)",
-        when=lambda s: not s.args[0].is_contiguous()),
+        when=lambda s: not s.args[0].is_contiguous()) for form in ("function", "method")},
 }
 
 # Ops whose indices torch leaves unspecified between equal values: the indices must pick the values, and
