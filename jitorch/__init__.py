@@ -49,6 +49,8 @@ from . import accelerator  # noqa: E402,F401
 from . import random  # noqa: E402,F401
 from . import autograd  # noqa: E402,F401
 from .autograd import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled  # noqa: E402,F401
+from .autograd.anomaly_mode import (  # noqa: E402,F401
+    is_anomaly_check_nan_enabled, is_anomaly_enabled, set_anomaly_enabled)
 from . import jit  # noqa: E402,F401
 from . import func  # noqa: E402,F401
 from . import nn  # noqa: E402,F401

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 
-from .autograd.functional import grad as _grad
+from .autograd.gradients import grad as _grad
 from .runtime.grad_mode import enable_grad
 
 

@@ -353,7 +353,7 @@ class Tensor:
     def is_leaf(self):
         return self.grad_fn is None
 
-    # backward() is installed by jitorch.autograd (`autograd.functional.tensor_backward`), a layer above
+    # backward() is installed by jitorch.autograd (`autograd.gradients.tensor_backward`), a layer above
 
     def register_hook(self, hook):
         """Call ``hook(grad)`` with this tensor's gradient during backward; a tensor it returns

@@ -24,6 +24,7 @@ from ..ops import registry
 from ..ops.views import compact_window
 from ..runtime.grad_mode import enable_grad, is_grad_enabled, no_grad
 from ..runtime.hooks import add_hook
+from .anomaly_mode import check_backward, forward_trace, warn_failure
 from .rule import EVERYTHING, Args, Unsaved
 
 
@@ -58,7 +59,7 @@ class Node(NodeHooks):
     """A backward function: ``grad_fn`` of an op's outputs."""
 
     __slots__ = ("op", "args", "versions", "out", "next_functions", "input_specs", "freed", "hooks", "retained",
-                 "pre_hooks", "post_hooks", "__weakref__")
+                 "pre_hooks", "post_hooks", "trace", "__weakref__")
 
     def __init__(self, op, args, out, next_functions, input_specs):
         self.op = op
@@ -72,6 +73,7 @@ class Node(NodeHooks):
         self.hooks = {}                       # output index -> {id: hook(grad) -> grad or None} (register_hook)
         self.pre_hooks = None
         self.post_hooks = None
+        self.trace = forward_trace()          # the forward call's stack, under anomaly detection
 
     def name(self):
         known = _NODE_NAMES.get(self.op.name)
@@ -732,7 +734,12 @@ def _run(roots, root_grads, retain_graph, create_graph, capture, accumulate):
         if node.pre_hooks:  # after tensor hooks, retain_grad and capture, as torch's engine
             grads = _run_pre_hooks(node, grads)
         if any(g is not None for g in grads.values()):
-            input_grads = node.apply(grads, create_graph)
+            try:
+                input_grads = node.apply(grads, create_graph)
+                check_backward(node, input_grads)
+            except Exception:
+                warn_failure(node)
+                raise
         else:  # reachable, but the rules upstream gave it no gradient (expand_as's ``other``): nothing to pass on
             input_grads = [None] * len(node.next_functions)
         if node.post_hooks:

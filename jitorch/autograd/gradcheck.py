@@ -12,7 +12,7 @@ import numpy as np
 
 from ..ops import registry
 from ..runtime.pytree import tree_leaves
-from .functional import grad
+from .gradients import grad
 from ..runtime.grad_mode import enable_grad, no_grad
 
 

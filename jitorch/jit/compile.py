@@ -489,7 +489,7 @@ def _vjp_of(fn, args, kwargs, params=(), bases=()):
     ``fn(*args, **kwargs)``, whose other leaves stay as they are (only those are kept, not the
     call's tensors). At the slots of ``bases`` (`output_bases.base_groups`) the compiled call gave the
     base of its outputs' memory: the gradients there are the base's."""
-    from ..autograd.functional import grad
+    from ..autograd.gradients import grad
     from ..runtime.grad_mode import enable_grad
 
     leaves, spec = tree_flatten((args, kwargs))

@@ -14,7 +14,7 @@ from collections import defaultdict
 from itertools import chain
 
 from ..autograd import enable_grad, no_grad
-from ..autograd.functional import zero_grad_
+from ..autograd.gradients import zero_grad_
 from ..runtime.dtypes import float32
 from ..tensor import Tensor
 

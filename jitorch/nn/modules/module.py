@@ -7,7 +7,7 @@ import warnings
 from collections import OrderedDict, namedtuple
 from collections.abc import Mapping
 
-from ...autograd.functional import zero_grad_
+from ...autograd.gradients import zero_grad_
 from ...runtime.grad_mode import no_grad
 from ...runtime.hooks import add_hook, user_stacklevel
 from ...compiler import guard, is_compiling
