@@ -962,3 +962,18 @@ defop("mvlgamma(Tensor self, int p) -> Tensor", composite=_mvlgamma, kind="point
           "``p (p - 1) / 4 log(pi)``.")
 defop("isreal(Tensor self) -> Tensor", composite=lambda x: registry.FUNCTIONS["ones_like"](x, dtype=_dt.bool),
       kind="pointwise", doc="Whether each element is real: always True (jitorch has no complex dtypes).")
+
+
+def _entr(x):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(x > 0, -x * np.log(x), np.where(x == 0, 0, np.where(np.isnan(x), x, -np.inf)))
+
+
+def _ndtr(x):
+    return np.multiply(_erfc(np.multiply(x, x.dtype.type(-math.sqrt(0.5)))), x.dtype.type(0.5))
+
+
+_declare("special_entr", UNARY, _entr, INT_TO_FLOAT, "Elementwise entropy ``-x log(x)``: 0 at 0, -inf below 0.",
+         variants=("function", "out"))
+_declare("special_ndtr", UNARY, _ndtr, INT_TO_FLOAT, "The standard normal distribution function, as "
+         "``erfc(-x / sqrt(2)) / 2``.", variants=("function", "out"))

@@ -53,7 +53,7 @@ def _no_derivative(op, args):
     scatter with reduce= (torch's autograd fallback serves it) and zeta's in its first argument."""
     fallback = op.attrs.get("autograd_fallback")
     return (op.name == "norm" and args[1] == "nuc" or fallback is not None and fallback(args)
-            or op.name == "special_zeta" and isinstance(args[0], jt.Tensor))
+            or op.name == "special_zeta" and isinstance(args[0], jt.Tensor) and args[0].numel() > 0)
 
 
 def _get(args, slot):

@@ -272,6 +272,7 @@ DOMAINS = _by_names(
     ("_polygamma", Domain(ranges=((0.25, 4.0),), args=(1,), extra=lambda m: [S(m.f((2, 3), low=0.5, high=3.0), 3)])),
     ("mvlgamma", Domain(ranges=((1.5, 4.0),), args=(2,), extra=lambda m: [S(m.i((2, 3), low=2, high=5), 3)])),
     ("erfinv", Domain(ranges=((-0.9, 0.9),))),
+    ("special_entr", Domain(ranges=((0.25, 4.0),))),
     ("ldexp", Domain(scalar=None, extra=lambda m: [S(m.mat(), m.i((3, 4), low=-3, high=3))])),
     ("float_power", Domain(ranges=((0.25, 2.0), (-2.0, 2.0)))),
     # zeta's derivative in its first argument is torch's "not implemented": a number there has a gradient

@@ -47,7 +47,7 @@ ATEN = {"alias": torch.ops.aten.alias.default, "slice": torch.ops.aten.slice.Ten
 TORCH_SPELLING = {
     # the method x.polygamma(n) as a function of the registry's argument order
     "_polygamma": lambda x, n: torch.polygamma(n, x),
-    **{f"special_{name}": getattr(torch.special, name) for name in ("i0e", "i1", "i1e", "xlog1py", "zeta")},
+    **{f"special_{name}": getattr(torch.special, name) for name in ("i0e", "i1", "i1e", "xlog1py", "zeta", "entr", "ndtr")},
     "_div_trunc": lambda a, b: torch.div(a, b, rounding_mode="trunc"),
     # unique's kernel: always the three results, of which `unique` returns those asked for
     "_unique": lambda x, sorted=True, return_inverse=False, return_counts=False, dim=None: torch.unique(

@@ -274,11 +274,18 @@ defgrad("fmax", per_input(self=reads("self other", lambda g, a, out: _kept(g, a.
 defgrad("fmin", per_input(self=reads("self other", lambda g, a, out: _kept(g, a.self, a.other, a.self <= a.other)),
                           other=reads("self other", lambda g, a, out: _kept(g, a.other, a.self, a.other < a.self))))
 defgrad("nextafter", per_input(self=reads("", _g), other=reads("", lambda g, a, out: zeros(g.shape, g))))
-defgrad("xlogy", per_input(self=reads("self other", lambda g, a, out: g * jt.where(a.self == 0, 0, a.other.log())),
-                           other=reads("self other", _xlog_other(0))))
-defgrad("special_xlog1py", per_input(
-    self=reads("self other", lambda g, a, out: g * jt.where(a.self == 0, 0, a.other.log1p())),
-    other=reads("self other", _xlog_other(1))))
+def _xlog_self(log):
+    """xlogy's (``log``) or xlog1py's gradient for ``self``: ``g * log(other)``, 0 where ``self`` is 0."""
+    def formula(g, a, out):
+        y = a.other
+        factor = getattr(math, log)(y) if isinstance(y, Number) else getattr(y, log)()
+        return jt.where(a.self == 0, 0, g * factor)
+    return formula
+
+
+defgrad("xlogy", per_input(self=reads("self other", _xlog_self("log")), other=reads("self other", _xlog_other(0))))
+defgrad("special_xlog1py", per_input(self=reads("self other", _xlog_self("log1p")),
+                                     other=reads("self other", _xlog_other(1))))
 defgrad("logaddexp2", per_input(self=reads("self other", lambda g, a, out: _logaddexp2(g, a.self, a.other)),
                                 other=reads("self other", lambda g, a, out: _logaddexp2(g, a.other, a.self))))
 defgrad("logit", per_input(self=reads("self", _logit)))
@@ -287,7 +294,8 @@ defgrad("_polygamma", per_input(self=reads("self", lambda g, a, out: g * a.self.
 defgrad("special_i1", per_input(self=reads("self result", _i1)))
 defgrad("special_i1e", per_input(self=reads("self result", _i1e)))
 defgrad("special_zeta", per_input(
-    self=reads("", lambda g, a, out: _not_implemented("zeta", "self")),
+    # torch's "not implemented" (an empty gradient has nothing to miss)
+    self=reads("", lambda g, a, out: zeros(g.shape, g) if 0 in g.shape else _not_implemented("zeta", "self")),
     other=reads("self other", lambda g, a, out: g * -a.self * jt.special_zeta(a.self + 1, a.other))))
 defgrad("frexp", differentiates("self", reads("result1", lambda g, a, out: {"self": _frexp(g, a, out)})))
 nondifferentiable("isposinf", "isneginf", "signbit", "gcd", "lcm")
@@ -305,3 +313,6 @@ defgrad("float_power", per_input(self=reads("self exponent", _pow_self),
                                  exponent=reads("self exponent result", _pow_exponent)))
 defgrad("mvlgamma", per_input(self=reads("self", lambda g, a, out: g * jt.sum(
     (a.self.unsqueeze(-1) + mvlgamma_shifts(a.self, a.p)).digamma(), -1))))
+defgrad("special_entr", per_input(self=reads("self", lambda g, a, out: g * -(1 + a.self.log()))))
+defgrad("special_ndtr", per_input(self=reads("self", lambda g, a, out: g * (a.self * a.self * -0.5).exp()
+                                            * (1 / math.sqrt(2 * math.pi)))))
