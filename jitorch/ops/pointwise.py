@@ -970,10 +970,11 @@ def _entr(x):
 
 
 def _ndtr(x):
-    return np.multiply(_erfc(np.multiply(x, x.dtype.type(-math.sqrt(0.5)))), x.dtype.type(0.5))
+    # torch's composite (each step rounded to a half type as it is stored), which underflows to 0 below -8
+    return (registry.FUNCTIONS["erf"](x * math.sqrt(0.5)) + 1) * 0.5
 
 
 _declare("special_entr", UNARY, _entr, INT_TO_FLOAT, "Elementwise entropy ``-x log(x)``: 0 at 0, -inf below 0.",
          variants=("function", "out"))
-_declare("special_ndtr", UNARY, _ndtr, INT_TO_FLOAT, "The standard normal distribution function, as "
-         "``erfc(-x / sqrt(2)) / 2``.", variants=("function", "out"))
+defop("special_ndtr(Tensor self) -> Tensor", composite=_ndtr, variants=("function", "out"),
+      doc="The standard normal distribution function ``(1 + erf(x / sqrt(2))) / 2``.")

@@ -446,6 +446,7 @@ def _random_fill(*extra):
 
 
 HAND_WRITTEN = _by_names(
+    ("special_ndtr", lambda m: [S(m.mat()), S(m.scalar()), S(m.i((2, 3)))]),
     ("frexp", lambda m: [S(m.mat()), S(m.scalar()), S(m.f((0, 3)))]),
     ("polygamma", lambda m: [S(1, m.f((3, 4), "transposed", low=0.5, high=3.0)), S(0, m.f(())),
                              S(2, m.i((2, 3), low=1, high=4))]),

@@ -314,5 +314,3 @@ defgrad("float_power", per_input(self=reads("self exponent", _pow_self),
 defgrad("mvlgamma", per_input(self=reads("self", lambda g, a, out: g * jt.sum(
     (a.self.unsqueeze(-1) + mvlgamma_shifts(a.self, a.p)).digamma(), -1))))
 defgrad("special_entr", per_input(self=reads("self", lambda g, a, out: g * -(1 + a.self.log()))))
-defgrad("special_ndtr", per_input(self=reads("self", lambda g, a, out: g * (a.self * a.self * -0.5).exp()
-                                            * (1 / math.sqrt(2 * math.pi)))))
