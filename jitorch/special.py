@@ -4,7 +4,7 @@ An alias is the op itself (``special.expit is jitorch.sigmoid``); the functions 
 registry ops named ``special_<name>`` (torch's ATen names), which the top-level namespace leaves out.
 
 Not provided (their accurate evaluation is not implemented): ``erfcx``, ``log_ndtr``, ``ndtri``,
-``gammainc``/``gammaincc``, the Bessel functions ``bessel_j0/j1/y0/y1``, ``modified_bessel_*``,
+``gammainc``/``gammaincc``, the Bessel functions ``bessel_j0/j1/y0/y1``, ``modified_bessel_k0/k1``,
 ``scaled_modified_bessel_*``, ``spherical_bessel_j0``, ``airy_ai`` and the orthogonal polynomials.
 """
 
@@ -25,7 +25,7 @@ gammaln = _jt.lgamma
 digamma = psi = _jt.digamma
 polygamma = _jt.polygamma
 multigammaln = _jt.mvlgamma
-i0 = _jt.i0
+i0 = modified_bessel_i0 = _jt.i0
 sinc = _jt.sinc
 round = _jt.round
 softmax = _jt.softmax
@@ -35,7 +35,8 @@ xlogy = _jt.xlogy
 
 _OWN = ("i0e", "i1", "i1e", "xlog1py", "zeta", "entr", "ndtr")
 globals().update({name: _registry.FUNCTIONS[f"special_{name}"] for name in _OWN})
+modified_bessel_i1 = i1  # noqa: F821  (one of _OWN)
 
 __all__ = ["expit", "logit", "erf", "erfc", "erfinv", "exp2", "expm1", "log1p", "gammaln", "digamma", "psi",
-           "polygamma", "multigammaln", "i0", "sinc", "round", "softmax", "log_softmax", "logsumexp", "xlogy",
+           "polygamma", "multigammaln", "i0", "modified_bessel_i0", "modified_bessel_i1", "sinc", "round", "softmax", "log_softmax", "logsumexp", "xlogy",
            *_OWN]

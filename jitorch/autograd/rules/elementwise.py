@@ -306,9 +306,9 @@ def _not_implemented(op, argument):
     raise NotImplementedError(f"the derivative for '{op}: {argument}' is not implemented.")
 
 
-# Composites whose in-place form records one node of the op itself
 defgrad("ldexp", per_input(self=reads("other", lambda g, a, out: g * a.other.exp2()),
                            other=reads("result", lambda g, a, out: g * out * _LN2)))
+# Composites whose in-place form records one node of the op itself
 defgrad("float_power", per_input(self=reads("self exponent", _pow_self),
                                  exponent=reads("self exponent result", _pow_exponent)))
 defgrad("mvlgamma", per_input(self=reads("self", lambda g, a, out: g * jt.sum(
