@@ -27,7 +27,8 @@ int = _dtypes.int32
 short = _dtypes.int16
 
 _registry.install(Tensor)
-globals().update({k: v for k, v in _registry.FUNCTIONS.items() if not k.startswith("_")})
+# torch.special's own ops (``special_zeta``) are only in jitorch.special, as in torch
+globals().update({k: v for k, v in _registry.FUNCTIONS.items() if not k.startswith(("_", "special_"))})
 
 from .tensor import install_operators  # noqa: E402
 
@@ -47,6 +48,7 @@ from .backends.flags import (  # noqa: E402,F401
 from . import cuda  # noqa: E402,F401
 from . import accelerator  # noqa: E402,F401
 from . import random  # noqa: E402,F401
+from . import special  # noqa: E402,F401
 from . import autograd  # noqa: E402,F401
 from .autograd import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled  # noqa: E402,F401
 from .autograd.anomaly_mode import (  # noqa: E402,F401

@@ -421,6 +421,86 @@ for _name in ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "c
               "erfc", "sigmoid", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh"):
     pointwise(_name, _math(_name), math=True)
 pointwise("pow", lambda e, a, b: e.math("pow", a, b), when=_floating_result, math=True)
+
+def _fmax(e, a, b):
+    """eager's fmax: ``a`` where ``a >= b`` or ``b`` is NaN (ties give the first operand), else ``b``."""
+    return e.select(e.logical("or_", e.compare(">=", a, b), e.isnan(b)), a, b)
+
+
+def _fmin(e, a, b):
+    return e.select(e.logical("or_", e.compare("<=", a, b), e.isnan(b)), a, b)
+
+
+def _heaviside(e, x, values):
+    zero = e.const(0, x.dtype)
+    return e.select(e.compare("==", x, zero), values, e.cast(e.compare(">", x, zero), x.dtype))
+
+
+def _xlogy(e, x, y):
+    """eager's xlogy: NaN where ``y`` is, else 0 where ``x`` is 0, else ``x log(y)``."""
+    product = e.mul(x, e.math("log", y))
+    zero = e.const(0, x.dtype)
+    return e.select(e.isnan(y), e.const(float("nan"), x.dtype), e.select(e.compare("==", x, zero), zero, product))
+
+
+def _constant_times(c):
+    return lambda e, x: e.mul(x, e.const(c, x.dtype))
+
+
+def _sinc(e, x):
+    product = e.mul(x, e.const(math.pi, x.dtype))
+    return e.select(e.compare("==", x, e.const(0, x.dtype)), e.const(1, x.dtype),
+                    e.div(e.math("sin", product), product))
+
+
+def _angle(e, x):
+    pi_or_zero = e.select(e.compare("<", x, e.const(0, x.dtype)), e.const(math.pi, x.dtype), e.const(0, x.dtype))
+    return e.select(e.isnan(x), x, pi_or_zero)
+
+
+def _equals(value):
+    def lower(e, x):
+        if not x.dtype.is_floating_point:
+            return e.const(False, _dt.bool)
+        return e.compare("==", x, e.const(value, x.dtype))
+    return lower
+
+
+def _signbit(e, x):
+    if not x.dtype.is_floating_point:
+        return e.compare("<", x, e.const(0, x.dtype)) if x.dtype.is_signed else e.const(False, _dt.bool)
+    wide = e.cast(x, _dt.float64 if x.dtype is _dt.float64 else _dt.float32)  # exact, the sign bit (of NaN too) kept
+    bits = _dt.int64 if wide.dtype is _dt.float64 else _dt.int32
+    as_int = Scalar(e.b.bitcast(wide.value, llvm_type(bits)), bits)
+    return e.compare("<", as_int, e.const(0, bits))
+
+
+def _logit(e, x, eps):
+    if eps is not None and eps >= 0:
+        lo = e.const(eps, x.dtype)
+        x = _minimum(e, e.sub(e.const(1, x.dtype), lo), _maximum(e, x, lo))
+    return e.math("log", e.div(x, e.sub(e.const(1, x.dtype), x)))
+
+
+def _not_half(node):
+    """Eager's logit rounds each step of a half type to it; a kernel computes halves in float32."""
+    return node.outputs[0].type.dtype not in _HALVES
+
+
+pointwise("copysign", lambda e, a, b: e.intrinsic("llvm.copysign", a, b))
+pointwise("fmax", _fmax)
+pointwise("fmin", _fmin)
+pointwise("heaviside", _heaviside)
+pointwise("xlogy", _xlogy, math=True)
+pointwise("deg2rad", _constant_times(math.pi / 180))
+pointwise("rad2deg", _constant_times(180 / math.pi))
+pointwise("sinc", _sinc, math=True)
+pointwise("angle", _angle)
+pointwise("isposinf", _equals(float("inf")))
+pointwise("isneginf", _equals(float("-inf")))
+pointwise("signbit", _signbit)
+pointwise("ldexp", lambda e, x, other: e.mul(x, e.math("exp2", other)), math=True)
+pointwise("logit", _logit, when=_not_half, math=True)
 pointwise("atan2", lambda e, a, b: e.math("atan2", a, b), math=True)
 attach("lowering", "_to_copy", Cast(when=lambda node: node.args[2] is None or node.args[2] == node.args[0].type.device))
 

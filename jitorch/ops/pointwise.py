@@ -21,7 +21,7 @@ import numpy as np
 
 from ..runtime import dtypes as _dt
 from ..runtime.casts import convert
-from . import registry
+from . import registry, special_math
 from .meta import ALWAYS_BOOL, DEFAULT, INT_TO_FLOAT, KEEP_INT
 from .pointwise_base import defpointwise
 from .registry import cpp_name, defop, scalar_name
@@ -46,9 +46,9 @@ def _declare(names, signature, formula, promotion, doc, check=None, **kwargs):
 # Checks ---------------------------------------------------------------------------
 
 def _unsupported(kernel, kinds):
-    """A check: torch has no ``kernel`` for result dtypes of these kinds ("b", "iu", "f")."""
+    """A check: torch has no ``kernel`` for result dtypes of these kinds ("b", "iu", "f"; "h": the half types)."""
     def check(spec, *args):
-        if spec.dtype.kind in kinds:
+        if spec.dtype.kind in kinds or "h" in kinds and spec.dtype in (_dt.float16, _dt.bfloat16):
             raise NotImplementedError(f"\"{kernel}\" not implemented for '{scalar_name(spec.dtype)}'")
     return check
 
@@ -89,8 +89,9 @@ def _by_name(*rows):
 
 # Operand positions that torch takes only as tensors: it has no Scalar overload there.
 _TENSORS_ONLY = _by_name(
-    ("atan2 arctan2 hypot logaddexp maximum minimum logical_and logical_or logical_xor", (0, 1)),
-    ("rsub fmod clamp clip clamp_min clamp_max eq ne not_equal lt less le less_equal gt greater ge greater_equal",
+    ("atan2 arctan2 hypot logaddexp maximum minimum logical_and logical_or logical_xor fmax fmin heaviside "
+     "logaddexp2 nextafter gcd lcm ldexp", (0, 1)),
+    ("copysign rsub fmod clamp clip clamp_min clamp_max eq ne not_equal lt less le less_equal gt greater ge greater_equal",
      (0,)),
 )
 _TORCH_ARG_NAMES = {"self": "input"}  # what torch's argument errors call ``self``
@@ -725,3 +726,255 @@ defop(f"allclose{_CLOSE} -> bool", composite=_allclose,
       doc="Whether ``isclose`` holds for every element (shapes broadcast), as a Python bool.")
 defop("equal(Tensor self, Tensor other) -> bool", composite=_equal,
       doc="Whether both tensors have the same shape and equal elements (in the promoted dtype).")
+
+
+# More math: signs, extremes ignoring NaN, logarithms of products, angles --------------------------------
+
+def _fmax(a, b):
+    # torch's (C's) fmax: NaN only where both are; ties (-0.0 and 0.0) give the first operand
+    return np.where((a >= b) | np.isnan(b), a, b)
+
+
+def _fmin(a, b):
+    return np.where((a <= b) | np.isnan(b), a, b)
+
+
+def _heaviside(x, values):
+    return np.where(x == 0, values, x > 0)
+
+
+def _xlog(log):
+    """torch's xlogy and xlog1py: NaN where ``y`` is NaN, else 0 where ``x`` is 0 (even beside an infinite
+    log), else ``x * log(y)``."""
+    def formula(x, y):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            product = np.multiply(x, log(y))
+        return np.where(np.isnan(y), np.nan, np.where(np.equal(x, 0), 0, product))
+    return formula
+
+
+def _constant_times(c):
+    """``x * c`` with ``c`` rounded to the compute dtype, as torch's ``deg2rad`` and ``rad2deg`` multiply."""
+    return lambda x: np.multiply(x, x.dtype.type(c))
+
+
+def _sinc(x):
+    product = np.multiply(x, x.dtype.type(math.pi))  # torch rounds pi to the compute dtype first
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(x == 0, 1, np.sin(product) / product)
+
+
+def _logit(x, eps):
+    if eps is not None and eps >= 0:  # bounds in x's dtype: NumPy's clip would widen bfloat16 to float32
+        lo = convert(np.array(eps), x.dtype)
+        x = np.minimum(np.maximum(x, lo), np.subtract(x.dtype.type(1), lo))
+    z = x
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.log(z / (1 - z))
+
+
+def _logit_kernel(spec, x, eps):
+    """torch's logit of the half types rounds each step to the half type (NumPy's half arithmetic does)."""
+    return _logit(convert(x, spec.dtype.np), eps)
+
+
+def _angle(x):
+    # the argument of a real number: pi for negatives, 0 otherwise, NaN kept
+    return np.where(np.isnan(x), x, np.where(x < 0, x.dtype.type(math.pi), 0))
+
+
+def _signbit(x):
+    return np.signbit(x) if x.dtype.kind == "f" or x.dtype.kind == "V" else np.less(x, 0)
+
+
+def _check_same_dtype(op_name, message):
+    def check(spec, a, b):
+        if not isinstance(a, Number) and not isinstance(b, Number) and a.dtype is not b.dtype:
+            raise RuntimeError(message)
+    return check
+
+
+def _nextafter_kernel(spec, a, b):
+    """nextafter steps in the result dtype itself, the half types included (not in their float32 compute
+    dtype, the generic kernel's)."""
+    dtype = spec.dtype.np
+    return np.nextafter(convert(a, dtype), convert(b, dtype))
+
+
+_declare("copysign", BINARY, np.copysign, INT_TO_FLOAT,
+         "``|self|`` with the sign bit of ``other`` (negative zeros and NaNs included).")
+_declare("fmax", BINARY, _fmax, DEFAULT, "Elementwise maximum ignoring NaN (NaN only where both are).",
+         variants=NO_INPLACE)
+_declare("fmin", BINARY, _fmin, DEFAULT, "Elementwise minimum ignoring NaN (NaN only where both are).",
+         variants=NO_INPLACE)
+_declare("heaviside", "(Tensor self, Tensor values) -> Tensor", _heaviside, DEFAULT,
+         "The step function: 0 below zero (and for NaN), ``values`` at zero, 1 above; both of one dtype.",
+         check=_check_same_dtype("heaviside", "heaviside is not yet implemented for tensors with different dtypes."),
+         autograd_fallback=lambda args: True)
+_declare("ldexp", BINARY, lambda x, other: np.multiply(x, np.exp2(other)), INT_TO_FLOAT,
+         "``self * 2 ** other`` in the promoted dtype (integers give the default float dtype).")
+_declare("xlogy", BINARY, _xlog(np.log), INT_TO_FLOAT,
+         "``self * log(other)``, 0 where ``self`` is 0 (unless ``other`` is NaN).")
+_declare("logaddexp2", BINARY, np.logaddexp2, DEFAULT,
+         "``log2(2 ** self + 2 ** other)`` without overflow; floating dtypes only.",
+         variants=NO_INPLACE, check=_unsupported("logaddexp2_cpu", "biu"))
+_declare("deg2rad", UNARY, _constant_times(math.pi / 180), INT_TO_FLOAT, "Degrees to radians.")
+_declare("rad2deg", UNARY, _constant_times(180 / math.pi), INT_TO_FLOAT, "Radians to degrees.")
+_declare("sinc", UNARY, _sinc, INT_TO_FLOAT, "The normalised sinc ``sin(pi x) / (pi x)``, 1 at 0.")
+_declare("logit", "(Tensor self, float? eps=None) -> Tensor", _logit, INT_TO_FLOAT,
+         "``log(x / (1 - x))``, with ``x`` clamped to ``[eps, 1 - eps]`` when ``eps`` is given.")
+registry.OPS["logit"].kernels["cpu"] = _logit_kernel
+_declare("angle", UNARY, _angle, INT_TO_FLOAT, "The argument of each (real) element: pi below 0, else 0; "
+         "NaN stays NaN.", variants=NO_INPLACE)
+for _name, _formula, _what in (("isposinf", lambda x: np.equal(x, np.inf), "is +inf"),
+                               ("isneginf", lambda x: np.equal(x, -np.inf), "is -inf"),
+                               ("signbit", _signbit, "has its sign bit set (-0.0 and negative NaNs included)")):
+    _declare(_name, UNARY, _formula, ALWAYS_BOOL, f"Whether each element {_what}.", variants=NO_INPLACE)
+_declare("nextafter", BINARY, np.nextafter, DEFAULT,
+         "The next representable value after ``self`` towards ``other``, in the result dtype; floating dtypes only.",
+         check=_unsupported("nextafter_cpu", "biu"))
+registry.OPS["nextafter"].kernels["cpu"] = _nextafter_kernel
+for _name, _formula in (("gcd", np.gcd), ("lcm", np.lcm)):
+    _declare(_name, BINARY, _formula, KEEP_INT,
+             f"Elementwise {'greatest common divisor' if _name == 'gcd' else 'least common multiple'} of "
+             "integers (non-negative; the least common multiple wraps as torch's does).",
+             check=_unsupported(f"{_name}_cpu", "b"))
+
+
+def _nan_to_num(x, nan, posinf, neginf):
+    if x.dtype.kind in "biu":
+        return x.copy()
+    info = _dt.finfo(_dt.from_numpy_dtype(x.dtype))
+    fills = [convert(np.array(v), x.dtype) for v in (nan, info.max if posinf is None else posinf,
+                                                    info.min if neginf is None else neginf)]
+    return np.where(np.isnan(x), fills[0], np.where(x == np.inf, fills[1], np.where(x == -np.inf, fills[2], x)))
+
+
+defpointwise("nan_to_num(Tensor self, float? nan=0.0, float? posinf=None, float? neginf=None) -> Tensor",
+             _nan_to_num, DEFAULT, uncast=("self",),
+             doc="NaN, +inf and -inf replaced by ``nan``, ``posinf`` and ``neginf`` (by default 0 and the dtype's "
+                 "largest and lowest finite values), each converted to the dtype; integers are unchanged.")
+
+
+# Special functions (jitorch/ops/special_math.py): computed in float64, rounded once ----------------------
+
+def _in_float64(fn):
+    """A formula computing ``fn`` in float64 on flat arrays (the special functions index them) and giving it
+    back in the shape and compute dtype of its operands."""
+    def formula(*args):
+        dtype = next(a.dtype for a in args if a.__class__ is np.ndarray)
+        shape = np.broadcast_shapes(*(np.shape(a) for a in args))
+        wide = [np.broadcast_to(convert(np.asarray(a), np.float64), shape).ravel() for a in args]
+        with np.errstate(all="ignore"):
+            return convert(fn(*wide).reshape(shape), dtype)
+    return formula
+
+
+_SPECIAL = (
+    ("lgamma", special_math.lgamma, "``log |Gamma(x)|``: +inf at 0 and the negative integers"),
+    ("digamma", special_math.digamma, "digamma ``Gamma'(x) / Gamma(x)``: -inf at +0, NaN at negative integers"),
+    ("erfinv", lambda y: special_math.erfinv(y, _erf, _erfc), "inverse error function (NaN outside [-1, 1])"),
+    ("i0", special_math.i0, "modified Bessel function of the first kind of order 0"),
+)
+for _name, _fn, _what in _SPECIAL:
+    _declare(_name, UNARY, _in_float64(_fn), INT_TO_FLOAT, f"Elementwise {_what}; integers give the default "
+             "float dtype.")
+
+# torch.special's own (`jitorch.special`): public names special_*, as torch's ATen ops are named
+for _name, _fn, _what in (("i0e", special_math.i0e, "``exp(-|x|) I0(x)``"),
+                          ("i1", special_math.i1, "the modified Bessel function of the first kind of order 1"),
+                          ("i1e", special_math.i1e, "``exp(-|x|) I1(x)``")):
+    _declare(f"special_{_name}", UNARY, _in_float64(_fn), INT_TO_FLOAT, f"Elementwise {_what}.",
+             variants=("function", "out"))
+_declare("special_xlog1py", BINARY, _xlog(np.log1p), INT_TO_FLOAT,
+         "``self * log1p(other)``, 0 where ``self`` is 0 (unless ``other`` is NaN).", variants=("function", "out"))
+_declare("special_zeta", BINARY, _in_float64(special_math.zeta), INT_TO_FLOAT,
+         "The Hurwitz zeta function ``sum((k + other) ** -self for k >= 0)``; not for the half types.",
+         variants=("function", "out"), check=_unsupported("zeta_cpu", "h"))
+
+
+def _check_polygamma(spec, x, n):
+    if n < 0:
+        raise RuntimeError("polygamma(n, x) does not support negative n.")
+
+
+# x.polygamma(n) and x.polygamma_(n) take self first; the function torch.polygamma(n, x) is below
+defpointwise("_polygamma(Tensor self, int n) -> Tensor", lambda x, n: _in_float64(
+    lambda v: special_math.polygamma(n, v))(x), INT_TO_FLOAT, variants=("function", "method", "inplace"), method_name="polygamma",
+    check=_check_polygamma, doc="The ``n``-th derivative of digamma (``n >= 0``).")
+defop("polygamma(int n, Tensor self) -> Tensor", composite=lambda n, x: registry.METHODS["polygamma"](x, n),
+      variants=("function", "out"), doc="The ``n``-th derivative of digamma (``n >= 0``).")
+
+
+def _frexp_meta(x):
+    if not x.dtype.is_floating_point:
+        raise RuntimeError("torch.frexp() only supports floating-point dtypes")
+    return (registry.TensorSpec(x.shape, x.dtype, x.device), registry.TensorSpec(x.shape, _dt.int32, x.device))
+
+
+def _frexp_cpu(spec, x):
+    # half types split exactly in float32: their mantissas fit
+    mantissa, exponent = np.frexp(convert(x, np.float32) if x.dtype.itemsize == 2 else x)
+    return mantissa, exponent.astype(np.int32)
+
+
+defop("frexp(Tensor self) -> (Tensor mantissa, Tensor exponent)", meta=_frexp_meta, cpu=_frexp_cpu,
+      variants=("function", "method", "out"),
+      doc="``self = mantissa * 2 ** exponent`` with ``|mantissa|`` in [0.5, 1) (0, inf and NaN kept, exponent "
+          "0); the exponent is int32.")
+
+
+def _float_power(x, exponent):
+    def wide(v):
+        return float(v) if isinstance(v, Number) else v.to(_dt.float64)
+    return registry.FUNCTIONS["pow"](wide(x), wide(exponent))
+
+
+def _float_power_target(what):
+    """float_power's check of the tensor it writes (``x.float_power_(e)``'s ``x``, an ``out=``): float64 only."""
+    def check(target, *args):
+        if isinstance(target, registry.Tensor) and target.dtype is not _dt.float64:
+            raise RuntimeError(f"the {what} has dtype {scalar_name(target.dtype)} but the operation's result "
+                               "requires dtype Double")
+    return check
+
+
+def _mvlgamma(x, p):
+    if p < 1:
+        raise RuntimeError("p has to be greater than or equal to 1")
+    f = registry.FUNCTIONS
+    if not x.dtype.is_floating_point:
+        x = x.to(_dt.get_default_dtype())
+    return f["sum"](f["lgamma"](x.unsqueeze(-1) + mvlgamma_shifts(x, p)), -1) + p * (p - 1) * math.log(math.pi) / 4
+
+
+def mvlgamma_shifts(x, p):
+    """``-j / 2`` for ``j < p``, in ``x``'s dtype and device: the arguments of mvlgamma's gamma functions."""
+    return registry.FUNCTIONS["arange"](-p / 2 + 0.5, 0.5, 0.5, dtype=x.dtype, device=x.device)
+
+
+defop("float_power(Tensor self, Tensor exponent) -> Tensor", composite=_float_power, kind="pointwise",
+      variants=ALL, inplace_check=_float_power_target("base given to float_power_"),
+      out_check=_float_power_target("output given to float_power"),
+      doc="``self ** exponent`` in float64 (either may be a number); the in-place form needs a float64 ``self``.")
+defop("mvlgamma(Tensor self, int p) -> Tensor", composite=_mvlgamma, kind="pointwise", variants=ALL,
+      doc="The multivariate log-gamma function of dimension ``p``: ``sum(lgamma(self - j / 2) for j < p)`` plus "
+          "``p (p - 1) / 4 log(pi)``.")
+defop("isreal(Tensor self) -> Tensor", composite=lambda x: registry.FUNCTIONS["ones_like"](x, dtype=_dt.bool),
+      kind="pointwise", doc="Whether each element is real: always True (jitorch has no complex dtypes).")
+
+
+def _entr(x):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(x > 0, -x * np.log(x), np.where(x == 0, 0, np.where(np.isnan(x), x, -np.inf)))
+
+
+def _ndtr(x):
+    # torch's composite (each step rounded to a half type as it is stored), which underflows to 0 below -8
+    return (registry.FUNCTIONS["erf"](x * math.sqrt(0.5)) + 1) * 0.5
+
+
+_declare("special_entr", UNARY, _entr, INT_TO_FLOAT, "Elementwise entropy ``-x log(x)``: 0 at 0, -inf below 0.",
+         variants=("function", "out"))
+defop("special_ndtr(Tensor self) -> Tensor", composite=_ndtr, variants=("function", "out"),
+      doc="The standard normal distribution function ``(1 + erf(x / sqrt(2))) / 2``.")

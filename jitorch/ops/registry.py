@@ -450,6 +450,9 @@ def call(op, args, out=None):
         check_same_device(op, args)
     if out is not None:
         check_write_overlap(op, out, args)
+        out_check = op.attrs.get("out_check")  # an error only the out= form raises (float_power's out dtype)
+        if out_check is not None:
+            out_check(out, *args)
         if op.attrs.get("dtype_from_out"):
             args = _dtype_from_out(op, args, out)
         elif op.attrs.get("input_from_out"):
@@ -736,6 +739,9 @@ def call_inplace(op, args):
     """``x.op_(...)``: compute, check, then write into ``x`` (or retarget a view)."""
     if op.dtype_index is not None:
         check_inplace_dtype(op, args)
+    inplace_check = op.attrs.get("inplace_check")  # an error only the in-place form raises (float_power_)
+    if inplace_check is not None:
+        inplace_check(*args)
     check_write_overlap(op, args[0], args, skip=0)
     if op.fast is not None and not DISPATCH_HOOKS:
         if op.fast_into is not None and op.fast_into(args):

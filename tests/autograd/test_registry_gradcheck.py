@@ -50,9 +50,10 @@ REFUSALS = (RuntimeError, IndexError, ValueError, TypeError)
 
 def _no_derivative(op, args):
     """Calls whose gradient is not implemented: the nuclear norm (it needs an SVD's) and, as in torch,
-    scatter with reduce= (torch's autograd fallback serves it)."""
+    scatter with reduce= (torch's autograd fallback serves it) and zeta's in its first argument."""
     fallback = op.attrs.get("autograd_fallback")
-    return op.name == "norm" and args[1] == "nuc" or fallback is not None and fallback(args)
+    return (op.name == "norm" and args[1] == "nuc" or fallback is not None and fallback(args)
+            or op.name == "special_zeta" and isinstance(args[0], jt.Tensor) and args[0].numel() > 0)
 
 
 def _get(args, slot):

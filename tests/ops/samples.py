@@ -226,6 +226,7 @@ class Domain:
     same_dtype: bool = False        # the integer sample uses one dtype for every operand
     kwargs: tuple = ()              # extra keyword arguments, one more sample each
     extra: object = None            # Maker -> [Sample]: samples the generic ones do not cover
+    args: tuple = ()                # the op's other arguments, after the operands of every generic sample
 
 
 _KINDS = {KEEP_INT: "ib", ALWAYS_BOOL: "fib"}  # dtype kinds by promotion kind; "fi" otherwise
@@ -259,6 +260,24 @@ DOMAINS = _by_names(
     ("isclose", Domain(kinds="fib", scalar=None, same_dtype=True,
                        kwargs=({"rtol": 0.1, "atol": 0.5, "equal_nan": True},))),
     ("round", Domain(kwargs=({"decimals": 1},))),
+    ("copysign", Domain(kinds="fib")),
+    ("fmax fmin", Domain(kinds="fib", scalar=None)),
+    ("heaviside", Domain(kinds="fib", scalar=None, same_dtype=True)),
+    ("xlogy", Domain(ranges=((-3.0, 3.0), (0.25, 4.0)))),
+    ("special_xlog1py", Domain(ranges=((-3.0, 3.0), (-0.5, 3.0)))),
+    ("logaddexp2 nextafter", Domain(kinds="f", scalar=None)),
+    ("gcd lcm", Domain(kinds="i", scalar=None, ranges=((-20.0, 20.0),))),
+    ("logit", Domain(ranges=((0.05, 0.95),), kwargs=({"eps": 0.2},))),
+    ("lgamma digamma", Domain(ranges=((0.25, 4.0),))),
+    ("_polygamma", Domain(ranges=((0.25, 4.0),), args=(1,), extra=lambda m: [S(m.f((2, 3), low=0.5, high=3.0), 3)])),
+    ("mvlgamma", Domain(ranges=((1.5, 4.0),), args=(2,), extra=lambda m: [S(m.i((2, 3), low=2, high=5), 3)])),
+    ("erfinv", Domain(ranges=((-0.9, 0.9),))),
+    ("special_entr", Domain(ranges=((0.25, 4.0),))),
+    ("ldexp", Domain(scalar=None, extra=lambda m: [S(m.mat(), m.i((3, 4), low=-3, high=3))])),
+    ("float_power", Domain(ranges=((0.25, 2.0), (-2.0, 2.0)))),
+    # zeta's derivative in its first argument is torch's "not implemented": a number there has a gradient
+    ("special_zeta", Domain(kinds="f", ranges=((1.5, 4.0), (0.5, 3.0)),
+                            extra=lambda m: [S(2.5, m.f((3, 4), "transposed", low=0.5, high=3.0))])),
     # bounds are two tensors or two numbers (torch's two overloads), either may be None
     ("clamp clip", Domain(scalar=None, extra=lambda m: [S(m.mat(), None, 0.5), S(m.f((3, 4)), -0.5, 0.5),
                                                         S(m.i((2, 3)), max=2)])),
@@ -285,7 +304,7 @@ def _pointwise_samples(op, domain, m):
             dtype = jt.bool if i in domain.bools else dtypes[min(i, len(dtypes) - 1)]
             layout = layouts[i] if i < len(layouts) else "contiguous"
             out.append(m.t(shape, dtype, layout, low, high, nonzero=domain.nonzero and i > 0))
-        return S(*out)
+        return S(*out, *domain.args)
 
     rest = n - 1
     samples = [operands([(3, 4)] * n, [main], ["transposed"])]
@@ -427,6 +446,10 @@ def _random_fill(*extra):
 
 
 HAND_WRITTEN = _by_names(
+    ("special_ndtr", lambda m: [S(m.mat()), S(m.scalar()), S(m.i((2, 3)))]),
+    ("frexp", lambda m: [S(m.mat()), S(m.scalar()), S(m.f((0, 3)))]),
+    ("polygamma", lambda m: [S(1, m.f((3, 4), "transposed", low=0.5, high=3.0)), S(0, m.f(())),
+                             S(2, m.i((2, 3), low=1, high=4))]),
     # reductions, scans, softmax, sorting
     ("sum nansum", lambda m: _reduce_dims(m) + [S(m.i((2, 3)), (0,), dtype=jt.int64)]),
     ("mean", lambda m: _reduce_float_dims(m) + [S(m.i((2, 3)), (1,), dtype=m.dtype)]),

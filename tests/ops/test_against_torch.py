@@ -45,6 +45,9 @@ ATEN = {"alias": torch.ops.aten.alias.default, "slice": torch.ops.aten.slice.Ten
 
 # Internal ops that torch spells as another call.
 TORCH_SPELLING = {
+    # the method x.polygamma(n) as a function of the registry's argument order
+    "_polygamma": lambda x, n: torch.polygamma(n, x),
+    **{f"special_{name}": getattr(torch.special, name) for name in ("i0e", "i1", "i1e", "xlog1py", "zeta", "entr", "ndtr")},
     "_div_trunc": lambda a, b: torch.div(a, b, rounding_mode="trunc"),
     # unique's kernel: always the three results, of which `unique` returns those asked for
     "_unique": lambda x, sorted=True, return_inverse=False, return_counts=False, dim=None: torch.unique(
@@ -99,7 +102,8 @@ _OUT_CAST = Allowed("jitorch casts a result into an out= tensor of any dtype it 
 _EXACT_OUT = ("abs absolute neg negative sign sgn floor ceil trunc fix round frac bitwise_not clamp clip clamp_min "
               "clamp_max lerp where.self all any amax amin argmax argmin max.dim min.dim median.dim kthvalue topk "
               "sort norm softmax log_softmax mm bmm mv dot vdot matmul addmm baddbmm gather index_add index_select "
-              "masked_select take scatter scatter.value scatter_add scatter_reduce tril triu").split()
+              "masked_select take scatter scatter.value scatter_add scatter_reduce tril triu frexp heaviside isposinf "
+              "isneginf signbit nan_to_num ldexp").split()
 
 
 def _rounds_once(why):
@@ -121,6 +125,10 @@ ALLOWED = {
     **{("index_put", form): Allowed("jitorch's index_put takes None in indices (a dim taken whole), as "
                                     "torch.ops.aten.index_put does; torch.index_put refuses it", accepts=True)
        for form in ("function", "method", "inplace")},
+    **{(name, "out_cast"): Allowed(
+        f"jitorch computes {name} in float64 and rounds once; into a float64 out= torch gives its float32 kernel's "
+        "value (Cephes' float32 digamma is thousands of ulps off near its root at 1.46)", when=lambda s: not
+        _half_sample(s)) for name in ("digamma", "i0")},
     ("einsum", "function"): Allowed(
         "einsum returns a new tensor; torch returns a view of a single operand that it only permutes or takes a "
         "diagonal of", when=lambda s: len(s.args[1]) == 1),

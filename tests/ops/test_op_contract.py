@@ -210,8 +210,14 @@ def test_out_variant(name):
 
 def _fits(op, sample, result, target):
     """Whether an in-place op may write ``result`` into ``target`` (torch's shape and cast rules; a ``dtype=``
-    argument must name the target's dtype)."""
+    argument must name the target's dtype; the op's own check of in-place calls, as float_power_'s float64)."""
     requested = None if op.dtype_index is None else bind(op, sample)[op.dtype_index]
+    inplace_check = op.attrs.get("inplace_check")
+    try:
+        if inplace_check is not None:
+            inplace_check(*bind(op, sample))
+    except RuntimeError:
+        return False
     return (result.shape == target.shape and jt.can_cast(result.dtype, target.dtype)
             and requested in (None, target.dtype))
 

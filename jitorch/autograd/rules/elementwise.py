@@ -19,8 +19,9 @@ import math
 from numbers import Number
 
 from ...ops import functions as jt
+from ...ops.pointwise import mvlgamma_shifts
 
-from ..rule import defgrad, nondifferentiable, reads
+from ..rule import defgrad, differentiates, nondifferentiable, reads
 from .common import cut, per_input, zero_grad, zeros
 
 _LN2 = math.log(2.0)
@@ -195,3 +196,121 @@ nondifferentiable(
     "isclose", "logical_and", "logical_or", "logical_xor", "logical_not", "isnan", "isinf", "isfinite",
     "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "bitwise_left_shift", "bitwise_right_shift",
 )
+
+
+# More math and the special functions --------------------------------------------------------------
+
+_PI = math.pi
+_SQRT_PI_OVER_2 = math.sqrt(math.pi) / 2
+
+
+def _copysign_self(g, a, out):
+    """``g * sign`` of the flip: ``out / self``, and 0 where ``self`` is 0 (torch's copysign backward)."""
+    return jt.where(a.self == 0, 0, g * (out / a.self))
+
+
+def _kept(g, x, other, wins):
+    """fmax/fmin's gradient for ``x``: all of ``g`` where ``x`` was taken (``wins``, or ``other`` is NaN)."""
+    return jt.where(wins | other.isnan(), g, 0)
+
+
+def _logit(g, a, out):
+    """``g / (x (1 - x))``; with ``eps``, 0 outside ``[eps, 1 - eps]`` (the clamp's flat parts), and without
+    it NaN outside ``[0, 1]``, as torch's logit_backward."""
+    x = a.self
+    d = g / (x * (1 - x))
+    if a.eps is None:
+        return jt.where((x < 0) | (x > 1), math.nan, d)
+    return jt.where((x < a.eps) | (x > 1 - a.eps), 0, d)
+
+
+def _sinc(g, a, out):
+    """``(cos(pi x) - sinc(x)) / x``, and 0 at 0."""
+    x = a.self
+    return jt.where(x == 0, 0, g * ((x * _PI).cos() - out) / x)
+
+
+def _i1(g, a, out):
+    """``I1' = I0 - I1 / x``, 1/2 at 0."""
+    x = a.self
+    return g * jt.where(x == 0, 0.5, jt.i0(x) - out / x)
+
+
+def _i1e(g, a, out):
+    """``i1e' = i0e - i1e (sgn(x) + 1 / x)``, 1/2 at 0."""
+    x = a.self
+    return g * jt.where(x == 0, 0.5, jt.special_i0e(x) - out * (x.sign() + x.reciprocal()))
+
+
+def _xlog_other(shift):
+    return lambda g, a, out: g * a.self / (a.other + shift)
+
+
+def _logaddexp2(g, x, other):
+    return g / (1 + (other - x).exp2())
+
+
+def _frexp(g, a, out):
+    return g[0] / out[1].to(g[0].dtype).exp2()
+
+
+_MORE_UNARY = (
+    ("deg2rad", "", lambda g, x, y: g * (_PI / 180)),
+    ("rad2deg", "", lambda g, x, y: g * (180 / _PI)),
+    ("lgamma", "self", lambda g, x, y: g * x.digamma()),
+    ("digamma", "self", lambda g, x, y: g * x.polygamma(1)),
+    ("erfinv", "result", lambda g, x, y: g * _SQRT_PI_OVER_2 * (y * y).exp()),
+    ("i0", "self", lambda g, x, y: g * jt.special_i1(x)),
+    ("special_i0e", "self result", lambda g, x, y: g * (jt.special_i1e(x) - x.sign() * y)),
+    ("nan_to_num", "self", lambda g, x, y: g * x.isfinite()),
+    ("angle", "", lambda g, x, y: zeros(g.shape, g)),
+)
+for _names, _reads, _d in _MORE_UNARY:
+    defgrad(_names, per_input(self=reads(_reads, lambda g, a, out, d=_d: d(g, a.self, out))))
+defgrad("copysign", per_input(self=reads("self result", _copysign_self),
+                              other=reads("", lambda g, a, out: zeros(g.shape, g))))
+defgrad("fmax", per_input(self=reads("self other", lambda g, a, out: _kept(g, a.self, a.other, a.self >= a.other)),
+                          other=reads("self other", lambda g, a, out: _kept(g, a.other, a.self, a.other > a.self))))
+defgrad("fmin", per_input(self=reads("self other", lambda g, a, out: _kept(g, a.self, a.other, a.self <= a.other)),
+                          other=reads("self other", lambda g, a, out: _kept(g, a.other, a.self, a.other < a.self))))
+defgrad("nextafter", per_input(self=reads("", _g), other=reads("", lambda g, a, out: zeros(g.shape, g))))
+def _xlog_self(log):
+    """xlogy's (``log``) or xlog1py's gradient for ``self``: ``g * log(other)``, 0 where ``self`` is 0."""
+    def formula(g, a, out):
+        y = a.other
+        factor = getattr(math, log)(y) if isinstance(y, Number) else getattr(y, log)()
+        return jt.where(a.self == 0, 0, g * factor)
+    return formula
+
+
+defgrad("xlogy", per_input(self=reads("self other", _xlog_self("log")), other=reads("self other", _xlog_other(0))))
+defgrad("special_xlog1py", per_input(self=reads("self other", _xlog_self("log1p")),
+                                     other=reads("self other", _xlog_other(1))))
+defgrad("logaddexp2", per_input(self=reads("self other", lambda g, a, out: _logaddexp2(g, a.self, a.other)),
+                                other=reads("self other", lambda g, a, out: _logaddexp2(g, a.other, a.self))))
+defgrad("logit", per_input(self=reads("self", _logit)))
+defgrad("sinc", per_input(self=reads("self result", _sinc)))
+defgrad("_polygamma", per_input(self=reads("self", lambda g, a, out: g * a.self.polygamma(a.n + 1))))
+defgrad("special_i1", per_input(self=reads("self result", _i1)))
+defgrad("special_i1e", per_input(self=reads("self result", _i1e)))
+defgrad("special_zeta", per_input(
+    # torch's "not implemented" (an empty gradient has nothing to miss)
+    self=reads("", lambda g, a, out: zeros(g.shape, g) if 0 in g.shape else _not_implemented("zeta", "self")),
+    other=reads("self other", lambda g, a, out: g * -a.self * jt.special_zeta(a.self + 1, a.other))))
+defgrad("frexp", differentiates("self", reads("result1", lambda g, a, out: {"self": _frexp(g, a, out)})))
+nondifferentiable("isposinf", "isneginf", "signbit", "gcd", "lcm")
+
+
+def _not_implemented(op, argument):
+    """torch's ``not_implemented`` derivative: raised when the gradient is asked for."""
+    raise NotImplementedError(f"the derivative for '{op}: {argument}' is not implemented.")
+
+
+defgrad("ldexp", per_input(self=reads("other", lambda g, a, out: g * a.other.exp2()),
+                           other=reads("result", lambda g, a, out: g * out * _LN2)))
+# Composites whose in-place form records one node of the op itself
+defgrad("float_power", per_input(self=reads("self exponent", _pow_self),
+                                 exponent=reads("self exponent result", _pow_exponent)))
+defgrad("mvlgamma", per_input(self=reads("self", lambda g, a, out: g * jt.sum(
+    (a.self.unsqueeze(-1) + mvlgamma_shifts(a.self, a.p)).digamma(), -1))))
+defgrad("special_entr", per_input(self=reads("self", lambda g, a, out: g * -(1 + a.self.log()))))

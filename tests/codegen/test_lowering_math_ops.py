@@ -1,0 +1,56 @@
+"""Compiled kernels of copysign, fmax/fmin, heaviside, xlogy, deg2rad/rad2deg, sinc, angle, isposinf/isneginf,
+signbit, ldexp and logit equal eager on edge values, and each op runs inside a generated kernel."""
+
+import numpy as np
+import pytest
+
+import jitorch as jt
+from tests.codegen.test_compiled import assert_matches
+from tests.codegen.test_kernels import fused_result
+
+EDGES = [0.0, -0.0, 1.0, -1.0, 0.5, 0.25, 0.75, 2.5, -2.5, 1e-30, -1e-30, 1e30, -1e30, np.inf, -np.inf, np.nan,
+         -np.nan, 3.0, 100.0, -7.25]
+FLOATS = [jt.float32, jt.float64, jt.float16, jt.bfloat16]
+
+UNARY = {
+    "deg2rad": jt.deg2rad, "rad2deg": jt.rad2deg, "sinc": jt.sinc, "angle": jt.angle, "isposinf": jt.isposinf,
+    "isneginf": jt.isneginf, "signbit": jt.signbit, "logit": jt.logit,
+}
+BINARY = {"copysign": jt.copysign, "fmax": jt.fmax, "fmin": jt.fmin, "heaviside": jt.heaviside, "xlogy": jt.xlogy,
+          "ldexp": jt.ldexp}
+
+
+def edge_tensor(dtype):
+    return jt.tensor(np.array(EDGES)).to(dtype)
+
+
+# half logit rounds every step to the half type in eager: it runs as an external op (tested below)
+UNARY_CASES = [(name, dtype) for name in sorted(UNARY) for dtype in FLOATS
+               if not (name == "logit" and dtype in (jt.float16, jt.bfloat16))]
+
+
+@pytest.mark.parametrize("name, dtype", UNARY_CASES, ids=str)
+def test_unary_math_ops_fuse_and_equal_eager(name, dtype):
+    x = edge_tensor(dtype)
+    fn = UNARY[name]
+    assert_matches(fused_result(lambda t: fn(t * 1), x, ops=[name]), fn(x), name)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("name", sorted(BINARY))
+def test_binary_math_ops_fuse_and_equal_eager(name, dtype):
+    s = np.array(EDGES)
+    a, b = (jt.tensor(g.ravel()).to(dtype) for g in np.meshgrid(s, s))
+    fn = BINARY[name]
+    assert_matches(fused_result(lambda p, q: fn(p * 1, q), a, b, ops=[name]), fn(a, b), name)
+
+
+def test_logit_with_eps_fuses_and_equals_eager():
+    x = jt.tensor(np.linspace(-0.5, 1.5, 101))
+    assert_matches(fused_result(lambda t: jt.logit(t * 1, eps=0.1), x, ops=["logit"]), jt.logit(x, eps=0.1))
+
+
+def test_half_logit_stays_an_external_op():
+    from tests.codegen.test_kernels import kernel_ops
+    x = jt.tensor([0.25, 0.5]).half()
+    assert "logit" not in kernel_ops(lambda t: jt.logit(t * 1), x)
