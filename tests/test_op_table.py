@@ -4,9 +4,14 @@ from pathlib import Path
 
 import pytest
 
+import importlib
+
 import jitorch  # noqa: F401
 from jitorch import op_table
 from jitorch.ops import registry
+
+for _module in op_table.ATTACHING:  # every piece attached before the tests below attach their own
+    importlib.import_module(_module)
 
 ROOT = Path(__file__).resolve().parents[1]
 

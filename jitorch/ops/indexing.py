@@ -26,7 +26,6 @@ from ..runtime.strided import (broadcast_shapes, contiguous_strides, is_contiguo
                                list_str, memory_order_strides, view_strides, wrap_dim)
 from . import registry
 from . import creation
-from . import functions
 from .creation import check_scalar_fits
 from .meta import opmath
 from .registry import OPS, TensorSpec, cpp_name, defop, scalar_name
@@ -822,18 +821,20 @@ defop("nonzero(Tensor self, *, bool as_tuple=False) -> Any", composite=_nonzero,
       doc="``argwhere(self)``, or with ``as_tuple`` one 1-d index tensor per dim (a 0-d input counts as 1-d).")
 
 
-def _nonzero_static(x, size, fill_value):
+def _nonzero_static_meta(x, size, fill_value):
     if size < 0:
         raise RuntimeError("nonzero_static: 'size' must be an non-negative integer")
-    found = x.argwhere()[:size]
-    missing = size - found.shape[0]
-    if not missing:
-        return found
-    return functions.cat([found, found.new_full((missing, x.ndim), fill_value)])
+    return TensorSpec((size, x.ndim), _dt.int64, x.device)
 
 
-defop("nonzero_static(Tensor self, *, int size, int fill_value=-1) -> Tensor", composite=_nonzero_static,
-      kind="index", doc="``argwhere(self)`` cut or padded with ``fill_value`` to ``size`` rows.")
+def _nonzero_static_cpu(spec, x, size, fill_value):
+    found = np.argwhere(x != 0)[:size]
+    return np.concatenate([found, np.full((size - len(found), x.ndim), fill_value, np.int64)])
+
+
+defop("nonzero_static(Tensor self, *, int size, int fill_value=-1) -> Tensor", meta=_nonzero_static_meta,
+      cpu=_nonzero_static_cpu, kind="index",
+      doc="``argwhere(self)`` cut or padded with ``fill_value`` to ``size`` rows: a shape the data does not decide.")
 
 
 def _flat_bounds(idx, n):

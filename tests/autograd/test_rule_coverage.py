@@ -5,7 +5,7 @@ from jitorch.autograd.rule import NONDIFFERENTIABLE, RULES
 from jitorch.ops import registry
 
 
-def _served_by_fallback(op):
+def served_by_fallback(op):
     """torch's autograd fallback serves every call (heaviside): a backward through it raises."""
     fallback = op.attrs.get("autograd_fallback")
     return fallback is not None and fallback(None) is True
@@ -14,7 +14,7 @@ def _served_by_fallback(op):
 def test_every_differentiable_op_has_a_rule():
     missing = sorted(name for name, op in registry.OPS.items()
                      if op.composite is None and op.tensor_args and name not in RULES and
-                     name not in NONDIFFERENTIABLE and not _served_by_fallback(op))
+                     name not in NONDIFFERENTIABLE and not served_by_fallback(op))
     assert not missing, f"ops with tensor inputs but no derivative rule (jitorch/autograd/rules/): {missing}"
 
 

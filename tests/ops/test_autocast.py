@@ -93,6 +93,8 @@ SAMPLES = {
     **{name: ((lambda n: lambda m, F: getattr(m, n))(name), lambda: [pos(5)])
        for name in ("exp", "expm1", "log", "log10", "log1p", "log2", "reciprocal", "rsqrt", "cosh", "sinh", "tan")},
     "acos": (lambda m, F: m.acos, lambda: [unit(5)]),
+    "erfinv": (lambda m, F: m.erfinv, lambda: [unit(5)]),
+    "dist": (lambda m, F: m.dist, lambda: [r(3, 4), r(4)]),
     "asin": (lambda m, F: m.asin, lambda: [unit(5)]),
     "layer_norm": (lambda m, F: lambda x, w, b: F.layer_norm(x, (4,), w, b), lambda: [r(3, 4), r(4), r(4)]),
     "group_norm": (lambda m, F: lambda x, w, b: F.group_norm(x, 2, w, b), lambda: [r(2, 4, 3), r(4), r(4)]),
