@@ -95,7 +95,7 @@ defop("diagflat(Tensor self, int offset=0) -> Tensor", composite=_diagflat, kind
       doc="The square matrix with the flattened ``self`` on its ``offset``-th diagonal.")
 
 
-def _fill_diagonal(x, fill_value, wrap):
+def fill_diagonal(x, fill_value, wrap):
     if x.ndim < 2:
         raise RuntimeError("dimensions must larger than 1")
     shape = tuple(x.shape)
@@ -109,7 +109,7 @@ def _fill_diagonal(x, fill_value, wrap):
     return functions.as_strided_scatter(x, values, (count,), (step,), 0)
 
 
-defop("fill_diagonal(Tensor self, Scalar fill_value, bool wrap=False) -> Tensor", composite=_fill_diagonal,
+defop("fill_diagonal(Tensor self, Scalar fill_value, bool wrap=False) -> Tensor", composite=fill_diagonal,
       kind="shape", variants=("inplace",),
       doc="Write ``fill_value`` on the main diagonal (all dims of one size beyond 2-D); with ``wrap`` a tall "
           "matrix's diagonal restarts below each square block.")
