@@ -40,7 +40,7 @@ def _slice_scatter(x, src, dim, start, end, step):
     return scatter_into_view(x, src, lambda t: OPS["slice"](t, dim, start, end, step))
 
 
-_SCATTER_FORMS = ("function", "method", "out")
+_SCATTER_FORMS = ("function", "method")
 defop("diagonal_scatter(Tensor self, Tensor src, int offset=0, int dim1=0, int dim2=1) -> Tensor",
       composite=_diagonal_scatter, kind="shape", variants=_SCATTER_FORMS,
       doc="A copy of ``self`` with ``src`` written at ``self.diagonal(offset, dim1, dim2)``.")
@@ -81,7 +81,7 @@ def _diag_embed(x, offset, dim1, dim2):
 
 
 defop("diag_embed(Tensor self, int offset=0, int dim1=-2, int dim2=-1) -> Tensor", composite=_diag_embed,
-      kind="shape", variants=("function", "method", "out"),
+      kind="shape", variants=("function", "method"),
       doc="Matrices (in dims ``dim1``, ``dim2`` of the result) whose ``offset``-th diagonals are the last dim of "
           "``self``, zeros elsewhere.")
 

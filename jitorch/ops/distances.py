@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from ..runtime import dtypes as _dt
 from ..runtime.strided import wrap_dim
 from . import functions
 from .registry import defop, scalar_name
@@ -17,6 +18,8 @@ def _cdist(x1, x2, p, compute_mode):
     for name, x in (("X1", x1), ("X2", x2)):
         if not x.dtype.is_floating_point:
             raise RuntimeError(f"cdist only supports floating-point dtypes, {name} got: {scalar_name(x.dtype)}")
+    if x1.dtype in (_dt.float16, _dt.bfloat16):
+        raise NotImplementedError(f"\"cdist\" not implemented for '{scalar_name(x1.dtype)}'")
     if p < 0:
         raise RuntimeError("cdist only supports non-negative p values")
     return (x1.unsqueeze(-2) - x2.unsqueeze(-3)).norm(p, (-1,))

@@ -12,6 +12,7 @@ from numbers import Number
 import numpy as np
 
 from ..runtime import dtypes as _dt
+from ..runtime.casts import convert
 from ..runtime.strided import list_str, wrap_dim
 from . import functions
 from .creation import lin_values
@@ -241,10 +242,15 @@ def _histc_meta(x, bins, lo, hi):
 
 def _linear_bins(a, edges, bins):
     """Each element's bin by torch's linear interpolation between the outer edges (no search), the last edge
-    inclusive; -1 for elements outside them (and NaN)."""
-    lo, hi = edges[0], edges[-1]
-    inside = (a >= lo) & (a <= hi)
-    pos = np.where(inside, (a - lo) * a.dtype.type(bins) / (hi - lo), 0).astype(np.int64)
+    inclusive; -1 for elements outside them (and NaN). Each step is rounded to the input's dtype, as torch's
+    half-type arithmetic rounds it."""
+    def rounded(v):
+        return v if a.dtype not in _HALVES else convert(v, a.dtype).astype(np.float32)
+    wide = a.astype(np.float32) if a.dtype in _HALVES else a
+    lo, hi = (wide.dtype.type(e) for e in (edges[0], edges[-1]))
+    inside = (wide >= lo) & (wide <= hi)
+    scaled = rounded(rounded(rounded(wide - lo) * wide.dtype.type(bins)) / rounded(np.asarray(hi - lo)))
+    pos = np.where(inside, scaled, 0).astype(np.int64)
     return np.where(inside, np.minimum(pos, bins - 1), -1)
 
 
@@ -255,9 +261,9 @@ def _counts(bins, positions, weights, dtype):
 
 
 def _histc_cpu(spec, x, bins, lo, hi):
-    a = x.astype(spec.compute.np, copy=False).reshape(-1)
-    lo, hi = _histc_range(a, bins, lo, hi)
-    edges = lin_values(lo, hi, bins + 1, _dt.to_dtype(a.dtype))
+    a = x.reshape(-1)
+    lo, hi = _histc_range(_sortable(a), bins, lo, hi)
+    edges = lin_values(lo, hi, bins + 1, spec.dtype)
     return _counts(bins, _linear_bins(a, edges, bins), None, spec.compute.np)
 
 

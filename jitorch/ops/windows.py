@@ -67,9 +67,11 @@ def _i0(x):
 
 
 def _kaiser(n, t, beta=12.0):
+    """In float64, rounded once to ``t``'s dtype (torch's kernel computes each point in float or double)."""
     alpha = (n - 1) / 2.0
     scale = _i0(functions.full((), beta, dtype=_dt.float64, device=t.device))
-    return (_i0((beta * (1 - ((t - alpha) / alpha) ** 2).abs().sqrt()).to(_dt.float64)) / scale).to(t.dtype)
+    wide = t.to(_dt.float64)
+    return (_i0(beta * (1 - ((wide - alpha) / alpha) ** 2).abs().sqrt()) / scale).to(t.dtype)
 
 
 for _name, _shape, _params, _what in (

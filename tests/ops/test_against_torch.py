@@ -49,6 +49,8 @@ TORCH_SPELLING = {
     # unique's kernel: always the three results, of which `unique` returns those asked for
     "_unique": lambda x, sorted=True, return_inverse=False, return_counts=False, dim=None: torch.unique(
         x, sorted, True, True, dim),
+    "_unique_consecutive": lambda x, return_inverse=False, return_counts=False, dim=None: torch.unique_consecutive(
+        x, True, True, dim),
 }
 
 
@@ -99,7 +101,10 @@ _OUT_CAST = Allowed("jitorch casts a result into an out= tensor of any dtype it 
 _EXACT_OUT = ("abs absolute neg negative sign sgn floor ceil trunc fix round frac bitwise_not clamp clip clamp_min "
               "clamp_max lerp where.self all any amax amin argmax argmin max.dim min.dim median.dim kthvalue topk "
               "sort norm softmax log_softmax mm bmm mv dot vdot matmul addmm baddbmm gather index_add index_select "
-              "masked_select take scatter scatter.value scatter_add scatter_reduce tril triu").split()
+              "masked_select take scatter scatter.value scatter_add scatter_reduce tril triu "
+              "aminmax cummax cummin logcumsumexp diff diag mode msort nanmedian.dim quantile quantile.scalar "
+              "nanquantile nanquantile.scalar searchsorted.Tensor bucketize.Tensor isin.Tensor_Tensor histc "
+              "histogram.bins_tensor histogram.bin_ct take_along_dim index_reduce renorm").split()
 
 
 def _rounds_once(why):
@@ -137,6 +142,9 @@ ALLOWED = {
         "std and var of half types into out= of another floating dtype compute in its dtype over every dim too; "
         "torch raises 'std_var_all: Unsupported dtype Half' there (over some dims it computes)", accepts=True,
         when=_half_sample) for name in ("std.dim", "var.dim", "std.correction", "var.correction")},
+    ("bartlett_window", "function"): Allowed(
+        "bartlett_window of a half type scales arange by its Python step as mul does (unrounded); torch's in-place "
+        "mul_ rounds the step to the half type first", when=lambda s: s.kwargs.get("dtype") in HALF_DTYPES),
     ("as_strided_scatter", "function"): Allowed(
         "as_strided_scatter reads self as a contiguous tensor; torch applies the strides to a copy in self's "
         "memory order (and supports only contiguous self under autograd)",
