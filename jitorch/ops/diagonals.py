@@ -45,7 +45,8 @@ defop("diagonal_scatter(Tensor self, Tensor src, int offset=0, int dim1=0, int d
       composite=_diagonal_scatter, kind="shape", variants=_SCATTER_FORMS,
       doc="A copy of ``self`` with ``src`` written at ``self.diagonal(offset, dim1, dim2)``.")
 defop("select_scatter(Tensor self, Tensor src, int dim, int index) -> Tensor", composite=_select_scatter,
-      kind="shape", variants=_SCATTER_FORMS, doc="A copy of ``self`` with ``src`` written at ``self.select(dim, index)``.")
+      kind="shape", variants=_SCATTER_FORMS,
+      doc="A copy of ``self`` with ``src`` written at ``self.select(dim, index)``.")
 defop("slice_scatter(Tensor self, Tensor src, int dim=0, int? start=None, int? end=None, int step=1) -> Tensor",
       composite=_slice_scatter, kind="shape", variants=_SCATTER_FORMS,
       doc="A copy of ``self`` with ``src`` written at ``self[start:end:step]`` along ``dim``.")

@@ -232,7 +232,8 @@ def _trapezoid_dx(y, dx, dim):
 
 for _name in ("trapezoid", "trapz"):
     defop(f"{_name}.x(Tensor y, Tensor x, *, int dim=-1) -> Tensor", composite=_trapezoid_x, kind="scan",
-          variants=("function",), doc="The integral of ``y`` along ``dim`` by the trapezoid rule at sample points ``x``.")
+          variants=("function",),
+          doc="The integral of ``y`` along ``dim`` by the trapezoid rule at sample points ``x``.")
 defop("trapezoid.dx(Tensor y, *, Scalar dx=1, int dim=-1) -> Tensor", composite=_trapezoid_dx, kind="scan",
       variants=("function",), doc="The integral of ``y`` along ``dim`` by the trapezoid rule, samples ``dx`` apart.")
 defop("trapz.dx(Tensor y, *, float dx=1, int dim=-1) -> Tensor", composite=_trapezoid_dx, kind="scan",

@@ -49,8 +49,8 @@ def _searchsorted_meta(boundaries, x, out_int32, right, side, sorter):
         raise RuntimeError("torch.searchsorted(): side and right can't be set to opposites, got side of left while "
                            "right was True")
     if x.ndim == 0 and boundaries.ndim != 1:
-        raise RuntimeError(f"torch.searchsorted(): input value can be a scalar only when boundaries tensor dimension is "
-                           f"1, but we got boundaries tensor dim({boundaries.ndim}) and input value's dim(0) numel(1)")
+        raise RuntimeError("torch.searchsorted(): input value can be a scalar only when boundaries tensor dimension "
+                           f"is 1, but we got boundaries tensor dim({boundaries.ndim}) and input value's dim(0) numel(1)")
     if boundaries.ndim == 0:
         raise RuntimeError("torch.searchsorted(): boundaries tensor should have positive dimension, but got 0 "
                            "dimension")
