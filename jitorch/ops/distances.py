@@ -9,7 +9,12 @@ from . import functions
 from .registry import defop, scalar_name
 
 
+_COMPUTE_MODES = (None, "use_mm_for_euclid_dist_if_necessary", "use_mm_for_euclid_dist", "donot_use_mm_for_euclid_dist")
+
+
 def _cdist(x1, x2, p, compute_mode):
+    if compute_mode not in _COMPUTE_MODES:
+        raise ValueError(f"{compute_mode} is not a valid value for compute_mode")
     for name, x in (("X1", x1), ("X2", x2)):
         if x.ndim < 2:
             raise RuntimeError(f"cdist only supports at least 2D tensors, {name} got: {x.ndim}D")
@@ -25,9 +30,10 @@ def _cdist(x1, x2, p, compute_mode):
     return (x1.unsqueeze(-2) - x2.unsqueeze(-3)).norm(p, (-1,))
 
 
-defop("cdist(Tensor x1, Tensor x2, float p=2.0, int? compute_mode=None) -> Tensor", composite=_cdist,
+defop("cdist(Tensor x1, Tensor x2, float p=2.0, str? compute_mode=None) -> Tensor", composite=_cdist,
       kind="reduction", variants=("function",),
-      doc="The ``p``-norm distance between each row of ``x1`` and each row of ``x2`` (batch dims broadcast).")
+      doc="The ``p``-norm distance between each row of ``x1`` and each row of ``x2`` (batch dims broadcast), computed "
+          "from the differences whatever ``compute_mode`` says.")
 
 
 def _renorm(x, p, dim, maxnorm):

@@ -168,6 +168,7 @@ def _coordinate_gradient(x, d, coords, edge_order):
 
 
 def _gradient(x, spacing, dim, edge_order):
+    spacing = 1 if spacing is None else spacing
     dims = _gradient_dims(x, spacing, dim, edge_order)
     results = []
     for d, h in zip(dims, _spacings(spacing, dims)):

@@ -154,6 +154,7 @@ def test_gradient_errors():
     same("gradient", y, edge_order=3)
     same("gradient", torch.ones(2, 2, dtype=torch.uint8))
     same("gradient", torch.ones(1, 4))
+    same("gradient", torch.randn(5), spacing=None)
 
 
 def test_trapezoid_family_matches_torch():
@@ -433,6 +434,9 @@ def test_cdist_and_renorm_match_torch(p):
 def test_cdist_and_renorm_errors():
     same("cdist", torch.ones(2, 3), torch.ones(2, 4))
     same("cdist", torch.ones(2, 3).half(), torch.ones(2, 3).half())
+    same("cdist", torch.ones(2, 3), torch.ones(2, 3), compute_mode="use_mm_for_euclid_dist")
+    with pytest.raises(ValueError, match="foo is not a valid value for compute_mode"):
+        jt.cdist(jt.ones(2, 3), jt.ones(2, 3), compute_mode="foo")
     same("renorm", torch.ones(3), 2, 0, 1)
     same("renorm", torch.ones(3, 2), 1, 0, -1)
 
