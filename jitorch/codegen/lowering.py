@@ -17,6 +17,7 @@ import numpy as np
 
 from ..ir import lowerable
 from ..ir.graph import Value, iter_values
+from ..ops.pointwise_scaled import multiplier
 from ..ops.registry import attach
 from ..runtime import dtypes as _dt
 from ..runtime.casts import convert
@@ -315,6 +316,20 @@ def _masked_fill(e, x, mask, value):
     return e.select(_truthy(e, mask), fill, x)
 
 
+def _multiplier(e, value, dtype):
+    """addcmul's and addcdiv's ``value`` as eager reads it in the compute dtype (truncated for integers)."""
+    return e.const(multiplier(value, dtype).item(), dtype)
+
+
+def _addcmul(e, x, a, b, value):
+    scaled = e.mul(_multiplier(e, value, a.dtype), a)
+    if x.dtype is not _dt.float32:
+        return e.add(x, e.mul(scaled, b))
+    # eager's float32 formula: the fused multiply-add, in float64 where the product is exact
+    wide = [e.cast(v, _dt.float64) for v in (x, scaled, b)]
+    return e.cast(e.add(wide[0], e.mul(wide[1], wide[2])), _dt.float32)
+
+
 @dataclass(frozen=True)
 class Pointwise:
     """How a pointwise op lowers: ``emit(e, *operands in the compute dtype, *other args)`` gives its
@@ -502,6 +517,8 @@ pointwise("signbit", _signbit)
 pointwise("ldexp", lambda e, x, other: e.mul(x, e.math("exp2", other)), math=True)
 pointwise("logit", _logit, when=_not_half, math=True)
 pointwise("atan2", lambda e, a, b: e.math("atan2", a, b), math=True)
+pointwise("addcmul", _addcmul)
+pointwise("addcdiv", lambda e, x, a, b, value: e.add(x, e.div(e.mul(_multiplier(e, value, a.dtype), a), b)))
 attach("lowering", "_to_copy", Cast(when=lambda node: node.args[2] is None or node.args[2] == node.args[0].type.device))
 
 

@@ -479,7 +479,7 @@ def _steps_meta(op_name, start, end, steps, dtype, device):
     return TensorSpec((steps,), dtype, to_device(device))
 
 
-def _lin_values(start, end, steps, dtype, exponents=False):
+def lin_values(start, end, steps, dtype, exponents=False):
     """``steps`` evenly spaced values, computed from both ends as torch does (the
     first half from ``start``, the rest from ``end``): floating dtypes in their
     own arithmetic, integer dtypes in float64 from the bounds cast to the dtype.
@@ -502,7 +502,7 @@ def _lin_values(start, end, steps, dtype, exponents=False):
 
 defop(f"linspace(Scalar start, Scalar end, int steps, *, {OPTIONS}) -> Tensor",
       meta=lambda start, end, steps, dtype, device, rg: _steps_meta("linspace", start, end, steps, dtype, device),
-      cpu=lambda spec, start, end, steps, *a: _lin_values(start, end, steps, spec.dtype), kind="creation",
+      cpu=lambda spec, start, end, steps, *a: lin_values(start, end, steps, spec.dtype), kind="creation",
       variants=("function",), doc="``steps`` evenly spaced values from ``start`` to ``end`` (both included).")
 def _logspace(base, exponents):
     """``base ** exponents``, in float32 for the half types as torch computes them."""
@@ -512,7 +512,7 @@ def _logspace(base, exponents):
 
 defop(f"logspace(Scalar start, Scalar end, int steps, float base=10.0, *, {OPTIONS}) -> Tensor",
       meta=lambda start, end, steps, base, dtype, device, rg: _steps_meta("logspace", start, end, steps, dtype, device),
-      cpu=lambda spec, start, end, steps, base, *a: _logspace(base, _lin_values(start, end, steps, spec.dtype, True)),
+      cpu=lambda spec, start, end, steps, base, *a: _logspace(base, lin_values(start, end, steps, spec.dtype, True)),
       kind="creation", variants=("function",),
       doc="``base`` raised to ``steps`` evenly spaced exponents from ``start`` to ``end``.")
 

@@ -98,7 +98,7 @@ defop("stack(Tensor[] tensors, int dim=0) -> Tensor", meta=_stack_meta, cpu=_sta
       variants=("function", "out"), doc="Join tensors of one shape along a new dim ``dim``; dtypes promote.")
 
 
-def _at_least(t, ndim):
+def at_least(t, ndim):
     """``t`` viewed with at least ``ndim`` dims, as torch.atleast_{1,2,3}d does: a
     scalar becomes (1, ...), a vector a row (1, n) or (1, n, 1), a matrix (m, n, 1)."""
     shape = tuple(t.shape)
@@ -115,7 +115,7 @@ def _stacker(name, ndim, dim, vector_dim=None):
     """cat along ``dim`` after ``atleast_{ndim}d``; along ``vector_dim`` when the inputs are vectors."""
     def composite(tensors):
         _require_tensors(name, tensors)
-        ts = [_at_least(t, ndim) for t in tensors]
+        ts = [at_least(t, ndim) for t in tensors]
         return functions.cat(ts, vector_dim if vector_dim is not None and ts[0].ndim == 1 else dim)
     return composite
 

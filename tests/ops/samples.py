@@ -281,6 +281,8 @@ DOMAINS = _by_names(
     # bounds are two tensors or two numbers (torch's two overloads), either may be None
     ("clamp clip", Domain(scalar=None, extra=lambda m: [S(m.mat(), None, 0.5), S(m.f((3, 4)), -0.5, 0.5),
                                                         S(m.i((2, 3)), max=2)])),
+    ("addcmul", Domain(scalar=None, kwargs=({"value": 0.5},))),
+    ("addcdiv", Domain(kinds="f", nonzero=True, scalar=None, kwargs=({"value": -2},))),
 )
 
 # Composites that are pointwise in all but name.
@@ -652,6 +654,115 @@ HAND_WRITTEN = _by_names(
 )
 
 
+# Scans, statistics, lookups, arrangements, diagonals and selections (jitorch/ops/scans.py ... windows.py) ----
+
+def _running(m):
+    """cummax, cummin: distinct values (a tie's index is a choice), ints and bools, a 0-d and an empty input."""
+    return [S(m.mat(), 1), S(m.cube(), 0), S(m.scalar(), 0), S(m.i((2, 3)), -1), S(m.b((4,)), 0), S(m.f((0, 3)), 0)]
+
+
+def _sorted_boundaries(m, n):
+    return jt.tensor(np.sort(m.rng.choice(np.arange(-20, 20), n, replace=False)) / 4, dtype=m.dtype)
+
+
+def _window_samples(*extra):
+    return lambda m: [S(5), S(8, False, *extra), S(1), S(0, dtype=jt.float64), S(6, dtype=m.dtype)]
+
+
+SHAPES_AND_STATISTICS = _by_names(
+    ("cummax cummin", _running),
+    ("logcumsumexp", lambda m: [S(m.mat(), 1), S(m.cube(), 0), S(m.scalar(), 0), S(m.f((0, 3)), 1)]),
+    ("diff", lambda m: [S(m.mat()), S(m.cube(), 2, 0), S(m.f((3, 4)), 1, 1, m.f((3, 1)), m.i((3, 2))),
+                        S(m.b((5,))), S(m.i((4,)), 0)]),
+    ("gradient", lambda m: [S(m.mat()), S(m.cube(), spacing=[0.5, 2.0], dim=[0, 2]),
+                            S(m.f((5,)), spacing=[jt.tensor([0.0, 1.0, 3.0, 3.5, 5.0], dtype=m.dtype)], edge_order=2),
+                            S(m.i((3, 4)), dim=1)]),
+    ("trapezoid.x trapz.x", lambda m: [S(m.mat(), jt.tensor([0.0, 1.0, 2.5, 3.0], dtype=m.dtype)),
+                                       S(m.cube(), m.f((2, 3, 4)), dim=0), S(m.f((0, 3)), m.f((3,)))]),
+    ("cumulative_trapezoid.x", lambda m: [S(m.mat(), jt.tensor([0.0, 1.0, 2.5, 3.0], dtype=m.dtype)),
+                                          S(m.cube(), m.f((3, 1)), dim=1)]),
+    ("trapezoid.dx trapz.dx cumulative_trapezoid.dx", lambda m: [S(m.mat()), S(m.cube(), dx=0.5, dim=0),
+                                                                 S(m.i((2, 3)), dim=1), S(m.f((0, 3)))]),
+    ("aminmax", lambda m: [S(m.mat()), S(m.cube(), dim=1, keepdim=True), S(m.scalar()), S(m.i((2, 3)), dim=-1)]),
+    ("mode", lambda m: [S(m.i((3, 5), low=0, high=2)), S(m.mat(), 0, True), S(m.scalar()), S(m.b((2, 3)), 1)]),
+    ("nanmedian.dim", _values_indices),
+    ("nanmedian", lambda m: [S(m.mat()), S(m.scalar()), S(m.i((2, 3)))]),
+    ("msort", lambda m: [S(m.mat()), S(m.i((3,))), S(m.scalar())]),
+    ("quantile nanquantile", lambda m: [S(m.mat(), jt.tensor([0.2, 0.5], dtype=m.dtype)),
+                                        S(m.cube(), jt.tensor(0.7, dtype=m.dtype), 1, True, interpolation="lower")]
+     * (m.dtype in (jt.float32, jt.float64))),
+    ("quantile.scalar nanquantile.scalar", lambda m: [S(m.mat(), 0.3), S(m.cube(), 0.25, -1, interpolation="midpoint"),
+                                                      S(m.scalar(), 0.5, 0, True, interpolation="nearest")]
+     * (m.dtype in (jt.float32, jt.float64))),
+    ("cov", lambda m: [S(m.mat()), S(m.f((5,))), S(m.f((2, 4)), correction=0, fweights=m.idx((4,), 3) + 1,
+                                                    aweights=m.prob((4,)) + 0.1), S(m.i((2, 3)))]),
+    ("corrcoef", lambda m: [S(m.mat()), S(m.i((2, 4))), S(m.f((4,)))]),
+    ("searchsorted.Tensor", lambda m: [S(_sorted_boundaries(m, 6), m.mat()),
+                                       S(_sorted_boundaries(m, 6), m.f((5,)), right=True, out_int32=True),
+                                       S(jt.stack([_sorted_boundaries(m, 4) for _ in range(3)]), m.f((3, 2)),
+                                         side="right"),
+                                       S(m.i((5,)), m.i((3,)), sorter=m.i((5,)).argsort())]),
+    ("searchsorted.Scalar", lambda m: [S(_sorted_boundaries(m, 6), 0.5), S(m.i((4,)).sort().values, 2, right=True)]),
+    ("bucketize.Tensor", lambda m: [S(m.mat(), _sorted_boundaries(m, 5)), S(m.i((2, 3)), m.i((4,)).sort().values,
+                                                                             right=True)]),
+    ("bucketize.Scalar", lambda m: [S(0.5, _sorted_boundaries(m, 5)), S(3, m.i((4,)).sort().values, out_int32=True)]),
+    ("isin.Tensor_Tensor", lambda m: [S(m.i((3, 4), low=0, high=6), m.i((3,), low=0, high=6)),
+                                      S(m.i((5,)), m.i((2, 2)), invert=True), S(m.mat(), m.f((3,)))]),
+    ("isin.Tensor_Scalar", lambda m: [S(m.i((3, 4), low=0, high=3), 1), S(m.mat(), 0.5, invert=True)]),
+    ("isin.Scalar_Tensor", lambda m: [S(2, m.i((4,), low=0, high=3)), S(1.5, m.mat())]),
+    ("unique_consecutive _unique_consecutive",
+     lambda m: [S(m.i((8,), low=0, high=2)), S(m.i((3, 4), low=0, high=1), True, True),
+                S(m.i((4, 2), low=0, high=1), True, True, 0), S(m.f((0, 3)))]),
+    ("bincount", lambda m: [S(m.idx((6,), 4)), S(m.idx((5,), 3), m.f((5,)), 6), S(m.idx((0,), 1))]),
+    ("histc", lambda m: [S(m.mat()), S(m.f((10,)), 4, -1, 1), S(m.f((0,)), 3)]),
+    ("histogram.bins_tensor", lambda m: [S(m.mat(), jt.tensor([-2.0, 0.0, 0.5, 3.0], dtype=m.dtype)),
+                                         S(m.f((6,)), jt.tensor([-1.0, 1.0], dtype=m.dtype), weight=m.prob((6,)),
+                                           density=True)] * (m.dtype in (jt.float32, jt.float64))),
+    ("histogram.bin_ct", lambda m: [S(m.mat(), 4), S(m.f((10,)), 3, range=[-1.0, 1.0], weight=m.prob((10,)),
+                                                      density=True)] * (m.dtype in (jt.float32, jt.float64))),
+    ("atleast_1d atleast_2d atleast_3d", lambda m: [S([m.scalar()]), S([m.f((3,), "strided"), m.mat()]),
+                                                     S([m.cube()]), S([m.i((2, 3))])]),
+    ("ravel", lambda m: [S(m.mat()), S(m.scalar()), S(m.i((2, 3)))]),
+    ("adjoint", lambda m: [S(m.mat()), S(m.cube())]),
+    ("rot90", lambda m: [S(m.mat()), S(m.cube(), 2, (2, 0)), S(m.i((2, 3)), -1), S(m.f((2, 2)), 4)]),
+    ("tensor_split.sections", lambda m: [S(m.f((7, 2), "transposed"), 3), S(m.cube(), 2, -1)]),
+    ("tensor_split.indices", lambda m: [S(m.f((7, 2)), (1, 5)), S(m.cube(), (3, 1), 2)]),
+    ("tensor_split.tensor_indices_or_sections", lambda m: [S(m.f((7,)), jt.tensor(3)), S(m.mat(), jt.tensor([1]), 1)]),
+    ("hsplit.int", lambda m: [S(m.f((3, 4), "transposed"), 2), S(m.f((6,)), 3)]),
+    ("hsplit.array vsplit.array", lambda m: [S(m.mat(), (1, 2)), S(m.cube(), (1,))]),
+    ("vsplit.int", lambda m: [S(m.f((4, 3), "transposed"), 2), S(m.i((3, 2)), 3)]),
+    ("dsplit.int", lambda m: [S(m.cube(), 2), S(m.i((1, 2, 3)), 1)]),
+    ("dsplit.array", lambda m: [S(m.cube(), (1, 3)), S(m.i((1, 1, 2)), (0,))]),
+    ("meshgrid", lambda m: [S([m.f((3,)), m.f((2,), "strided")], indexing="ij"),
+                            S([m.f((2,)), m.f((3,)), m.scalar()], indexing="xy"), S([m.i((4,))], indexing="ij")]),
+    ("cartesian_prod", lambda m: [S([m.f((3,)), m.f((2,), "strided")]), S([m.i((2,)), m.i((2,)), m.i((3,))])]),
+    ("combinations", lambda m: [S(m.f((4,))), S(m.f((3,), "strided"), 3, True), S(m.i((3,)), 1)]),
+    ("block_diag", lambda m: [S([m.mat(), m.f((2,)), m.scalar()]), S([m.i((2, 2)), m.f((0, 2))])]),
+    ("diag", lambda m: [S(m.f((3,), "strided")), S(m.mat(), 1), S(m.i((3,)), -2)]),
+    ("diagflat", lambda m: [S(m.mat()), S(m.scalar(), 1)]),
+    ("diag_embed", lambda m: [S(m.mat()), S(m.cube(), 1, 0, 2), S(m.i((3,)), -1)]),
+    ("diagonal_scatter", lambda m: [S(m.mat(), m.f((3,))), S(m.cube(), m.f((4, 2)), 1, 0, 1)]),
+    ("select_scatter", lambda m: [S(m.mat(), m.f((4,)), 0, 1), S(m.cube(), m.f((2, 4)), 1, -1)]),
+    ("slice_scatter", lambda m: [S(m.mat(), m.f((1, 4)), 0, 1, 2), S(m.cube(), m.f((2, 3, 2)), 2, None, None, 2),
+                                 S(m.i((5,)), m.i((2,)), 0, -2)]),
+    ("fill_diagonal", lambda m: [S(m.mat(), 2.5), S(m.f((5, 2)), -1, True), S(m.f((2, 2, 2)), 1)]),
+    ("tril_indices triu_indices", lambda m: [S(3, 4), S(4, 2, -1, dtype=jt.int32), S(0, 3)]),
+    ("vander", lambda m: [S(m.f((3,), "strided")), S(m.i((4,)), 2, True), S(m.f((2,)), 0)]),
+    ("take_along_dim", lambda m: [S(m.mat(), m.idx((2, 4), 3), 0), S(m.cube(), m.idx((1, 3, 2), 4), -1),
+                                  S(m.f((3,)), m.idx((5,), 3))]),
+    ("masked_scatter", lambda m: [S(m.mat(), m.b((3, 4)), m.f((12,))), S(m.f((3, 1)), m.b((1, 4)), m.f((3, 5))),
+                                  S(m.i((2, 3)), m.b((3,)), m.i((7,)))]),
+    ("index_reduce", lambda m: [S(m.mat(), 1, m.distinct(2, 4), m.f((3, 2)), "prod"),
+                                S(m.cube(), 0, m.idx((3,), 2), m.f((3, 3, 4)), "mean", include_self=False),
+                                S(m.i((5,)), 0, m.idx((3,), 5), m.i((3,)), "amax")]),
+    ("unravel_index", lambda m: [S(m.idx((2, 3), 24), (2, 3, 4)), S(m.idx((), 5), (5,))]),
+    ("cdist", lambda m: [S(m.mat(), m.f((2, 4))), S(m.cube(), m.f((1, 5, 4)), 1.0), S(m.f((3, 2)), m.f((2, 2)), 3.0)]),
+    ("renorm", lambda m: [S(m.mat(), 2, 0, 1.0), S(m.cube(), 1, 2, 2.0)]),
+    ("hann_window blackman_window bartlett_window", _window_samples()),
+    ("hamming_window", _window_samples(0.5, 0.4)),
+    ("kaiser_window", _window_samples(6.0)),
+)
+
 # The database -------------------------------------------------------------------------------
 
 def _pointwise_builder(name, domain):
@@ -667,6 +778,7 @@ def _builders():
     if overlap:
         raise ValueError(f"ops both generated and hand-written: {sorted(overlap)}")
     out.update(HAND_WRITTEN)
+    out.update(SHAPES_AND_STATISTICS)
     return out
 
 

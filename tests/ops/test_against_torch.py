@@ -52,6 +52,8 @@ TORCH_SPELLING = {
     # unique's kernel: always the three results, of which `unique` returns those asked for
     "_unique": lambda x, sorted=True, return_inverse=False, return_counts=False, dim=None: torch.unique(
         x, sorted, True, True, dim),
+    "_unique_consecutive": lambda x, return_inverse=False, return_counts=False, dim=None: torch.unique_consecutive(
+        x, True, True, dim),
 }
 
 
@@ -103,7 +105,10 @@ _EXACT_OUT = ("abs absolute neg negative sign sgn floor ceil trunc fix round fra
               "clamp_max lerp where.self all any amax amin argmax argmin max.dim min.dim median.dim kthvalue topk "
               "sort norm softmax log_softmax mm bmm mv dot vdot matmul addmm baddbmm gather index_add index_select "
               "masked_select take scatter scatter.value scatter_add scatter_reduce tril triu frexp heaviside isposinf "
-              "isneginf signbit nan_to_num ldexp").split()
+              "isneginf signbit nan_to_num ldexp "
+              "aminmax cummax cummin logcumsumexp diff diag mode msort nanmedian.dim quantile quantile.scalar "
+              "nanquantile nanquantile.scalar searchsorted.Tensor bucketize.Tensor isin.Tensor_Tensor histc "
+              "histogram.bins_tensor histogram.bin_ct take_along_dim index_reduce renorm").split()
 
 
 def _rounds_once(why):
@@ -145,6 +150,9 @@ ALLOWED = {
         "std and var of half types into out= of another floating dtype compute in its dtype over every dim too; "
         "torch raises 'std_var_all: Unsupported dtype Half' there (over some dims it computes)", accepts=True,
         when=_half_sample) for name in ("std.dim", "var.dim", "std.correction", "var.correction")},
+    ("bartlett_window", "function"): Allowed(
+        "bartlett_window of a half type scales arange by its Python step as mul does (unrounded); torch's in-place "
+        "mul_ rounds the step to the half type first", when=lambda s: s.kwargs.get("dtype") in HALF_DTYPES),
     **{("as_strided_scatter", form): Allowed(
         "as_strided_scatter reads self as a contiguous tensor; torch applies the strides to a copy in self's "
         "memory order (and supports only contiguous self under autograd)",

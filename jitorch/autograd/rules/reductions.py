@@ -143,8 +143,8 @@ def _selected(g, a, out):
 
 
 defgrad("amax amin", per_input(self=reads("self result", _amax)))
-defgrad("max min median", per_input(self=reads("self result", _whole)))
-defgrad("max.dim min.dim median.dim", per_input(self=reads("result1", _selected)))
+defgrad("max min median nanmedian", per_input(self=reads("self result", _whole)))
+defgrad("max.dim min.dim median.dim mode nanmedian.dim", per_input(self=reads("result1", _selected)))
 
 
 # Log-sum-exp and softmax ------------------------------------------------------------------------------

@@ -1,0 +1,348 @@
+"""Ops that look values up or count them: ``searchsorted``/``bucketize``, ``isin``, ``unique_consecutive``,
+``bincount``, ``histc`` and ``histogram``.
+
+They are NumPy kernels; their results are indices, masks or counts (no gradient). ``bincount`` and
+``unique_consecutive`` have sizes only the data decides.
+"""
+
+from __future__ import annotations
+
+from numbers import Number
+
+import numpy as np
+
+from ..runtime import dtypes as _dt
+from ..runtime.casts import convert
+from ..runtime.strided import list_str, wrap_dim
+from . import functions
+from .creation import lin_values
+from .meta import opmath
+from .registry import TensorSpec, defop, scalar_name
+
+_HALVES = (_dt.float16.np, _dt.bfloat16.np)
+
+
+def _sortable(a):
+    """NumPy cannot order ml_dtypes' half types: their float32 values order the same."""
+    return a.astype(np.float32) if a.dtype in _HALVES else a
+
+
+def _as_tensor(value, like):
+    """A Python number as a 0-d tensor on ``like``'s device (floats in float64, so comparisons are exact)."""
+    dtype = _dt.float64 if isinstance(value, float) else None
+    return functions.full((), value, dtype=dtype, device=like.device)
+
+
+# searchsorted and bucketize ----------------------------------------------------------------------------
+
+def _searchsorted_meta(boundaries, x, out_int32, right, side, sorter):
+    if side is not None and side not in ("left", "right"):
+        raise RuntimeError(f"torch.searchsorted(): side can only be 'left' or 'right' but got {side}")
+    if sorter is not None:
+        if sorter.dtype is not _dt.int64:
+            raise RuntimeError(f"torch.searchsorted(): sorter must be a tensor of long dtype but got dtype "
+                               f"{scalar_name(sorter.dtype)}")
+        if tuple(sorter.shape) != tuple(boundaries.shape):
+            raise RuntimeError(f"torch.searchsorted(): boundary and sorter must have the same size, but got boundary "
+                               f"tensor {list_str(boundaries.shape)}and got sorter tensor {list_str(sorter.shape)}")
+    if side == "left" and right:
+        raise RuntimeError("torch.searchsorted(): side and right can't be set to opposites, got side of left while "
+                           "right was True")
+    if x.ndim == 0 and boundaries.ndim != 1:
+        raise RuntimeError("torch.searchsorted(): input value can be a scalar only when boundaries tensor dimension "
+                           f"is 1, but we got boundaries tensor dim({boundaries.ndim}) and input value's dim(0) numel(1)")
+    if boundaries.ndim == 0:
+        raise RuntimeError("torch.searchsorted(): boundaries tensor should have positive dimension, but got 0 "
+                           "dimension")
+    if boundaries.ndim != 1 and tuple(boundaries.shape[:-1]) != tuple(x.shape[:-1]) or (
+            boundaries.ndim != 1 and boundaries.ndim != x.ndim):
+        raise RuntimeError("torch.searchsorted(): boundaries tensor should be 1 dimension or the first N-1 dimensions "
+                           f"of boundaries tensor and input value tensor must match, but we got boundaries tensor "
+                           f"{list_str(boundaries.shape)} and input value tensor {list_str(x.shape)}")
+    return TensorSpec(x.shape, _dt.int32 if out_int32 else _dt.int64, x.device)
+
+
+def _searchsorted_cpu(spec, boundaries, x, out_int32, right, side, sorter):
+    side = "right" if right or side == "right" else "left"
+    b, a = _sortable(boundaries), _sortable(x)
+    if sorter is not None:
+        b = np.take_along_axis(b, sorter, -1)
+    if b.ndim == 1:
+        return np.searchsorted(b, a, side)
+    rows_b, rows_a = b.reshape(-1, b.shape[-1]), a.reshape(-1, a.shape[-1])
+    return np.stack([np.searchsorted(rb, ra, side) for rb, ra in zip(rows_b, rows_a)]).reshape(a.shape)
+
+
+_SEARCH_OPTIONS = "*, bool out_int32=False, bool right=False, str? side=None, Tensor? sorter=None"
+defop(f"searchsorted.Tensor(Tensor sorted_sequence, Tensor self, {_SEARCH_OPTIONS}) -> Tensor",
+      meta=_searchsorted_meta, cpu=_searchsorted_cpu, kind="sort", variants=("function", "out"),
+      doc="For each element of ``self``, the index where it would be inserted into the sorted last dim of "
+          "``sorted_sequence`` to keep it sorted (after equal values with ``right=True`` or ``side='right'``).")
+
+
+def _searchsorted_scalar(boundaries, value, out_int32, right, side, sorter):
+    return functions.searchsorted(boundaries, _as_tensor(value, boundaries), out_int32=out_int32, right=right,
+                                  side=side, sorter=sorter)
+
+
+defop(f"searchsorted.Scalar(Tensor sorted_sequence, Scalar self, {_SEARCH_OPTIONS}) -> Tensor",
+      composite=_searchsorted_scalar, kind="sort", variants=("function",),
+      doc="``searchsorted`` of one number: a 0-d index.")
+
+
+def _bucketize(x, boundaries, out_int32, right):
+    if boundaries.ndim != 1:
+        raise RuntimeError(f"boundaries tensor must be 1 dimension, but got dim({boundaries.ndim})")
+    x = _as_tensor(x, boundaries) if isinstance(x, Number) else x
+    return functions.searchsorted(boundaries, x, out_int32=out_int32, right=right)
+
+
+for _overload, _type in (("Tensor", "Tensor"), ("Scalar", "Scalar")):
+    defop(f"bucketize.{_overload}({_type} self, Tensor boundaries, *, bool out_int32=False, bool right=False) "
+          "-> Tensor", composite=_bucketize, kind="sort", variants=("function", "out") if _type == "Tensor" else
+          ("function",),
+          doc="The index of the bucket of each element among the sorted 1-D ``boundaries`` (``searchsorted`` with "
+              "the arguments swapped).")
+
+
+# isin -----------------------------------------------------------------------------------------------------
+
+def _isin_meta(elements, test_elements, assume_unique, invert):
+    return TensorSpec(elements.shape, _dt.bool, elements.device)
+
+
+def _isin_cpu(spec, elements, test_elements, assume_unique, invert):
+    return np.isin(_sortable(elements), _sortable(test_elements), invert=invert)
+
+
+defop("isin.Tensor_Tensor(Tensor elements, Tensor test_elements, *, bool assume_unique=False, bool invert=False) "
+      "-> Tensor", meta=_isin_meta, cpu=_isin_cpu, kind="index", variants=("function", "out"),
+      doc="Whether each element of ``elements`` is among ``test_elements`` (or not, with ``invert``).")
+
+
+def _isin_scalar(position):
+    def composite(elements, test_elements, assume_unique, invert):
+        args = [elements, test_elements]
+        like = args[1 - position]
+        args[position] = _as_tensor(args[position], like)
+        return functions.isin(*args, assume_unique=assume_unique, invert=invert)
+    return composite
+
+
+defop("isin.Tensor_Scalar(Tensor elements, Scalar test_element, *, bool assume_unique=False, bool invert=False) "
+      "-> Tensor", composite=_isin_scalar(1), kind="index", variants=("function",),
+      doc="Whether each element of ``elements`` equals ``test_element``.")
+defop("isin.Scalar_Tensor(Scalar element, Tensor test_elements, *, bool assume_unique=False, bool invert=False) "
+      "-> Tensor", composite=_isin_scalar(0), kind="index", variants=("function",),
+      doc="Whether ``element`` is among ``test_elements``, as a 0-d bool tensor.")
+
+
+# unique_consecutive -----------------------------------------------------------------------------------------
+
+def _unique_consecutive_meta(x, return_inverse, return_counts, dim):
+    if dim is None:
+        values, inverse = (None,), x.shape
+    else:
+        d = wrap_dim(dim, x.ndim)
+        values = tuple(None if i == d else n for i, n in enumerate(x.shape))
+        inverse = (x.shape[d],)
+    return (TensorSpec(values, x.dtype, x.device), TensorSpec(inverse, _dt.int64, x.device),
+            TensorSpec((None,), _dt.int64, x.device))
+
+
+def _unique_consecutive_cpu(spec, x, return_inverse, return_counts, dim):
+    if dim is None:
+        slices = x.reshape(-1, 1)
+    else:
+        d = wrap_dim(dim, x.ndim)
+        moved = np.moveaxis(x, d, 0)
+        slices = moved.reshape(moved.shape[0], -1)
+    starts = np.ones(len(slices), bool)
+    if len(slices) > 1:
+        starts[1:] = np.any(slices[1:] != slices[:-1], axis=1)
+    first = np.flatnonzero(starts)
+    counts = np.diff(np.append(first, len(slices)))
+    inverse = np.cumsum(starts) - 1
+    if dim is None:
+        values = x.reshape(-1)[first]
+    else:
+        values = np.moveaxis(np.take(moved, first, axis=0), 0, d)
+    return values, inverse.reshape(spec[1].shape), counts
+
+
+defop("_unique_consecutive(Tensor self, bool return_inverse=False, bool return_counts=False, int? dim=None) "
+      "-> (Tensor values, Tensor inverse, Tensor counts)", meta=_unique_consecutive_meta,
+      cpu=_unique_consecutive_cpu, kind="sort", variants=("function",),
+      doc="The values left when each run of equal consecutive elements (slices along ``dim``) is cut to one, "
+          "the index of each input element's run, and the runs' lengths.")
+
+
+def _unique_consecutive(x, return_inverse, return_counts, dim):
+    values, inverse, counts = functions._unique_consecutive(x, return_inverse, return_counts, dim)
+    extra = (inverse,) * return_inverse + (counts,) * return_counts
+    return (values, *extra) if extra else values
+
+
+defop("unique_consecutive(Tensor self, bool return_inverse=False, bool return_counts=False, int? dim=None) -> Any",
+      composite=_unique_consecutive, kind="sort", variants=("function", "method"),
+      doc="Runs of equal consecutive elements cut to one; with ``return_inverse``/``return_counts`` also each "
+          "element's run index and the run lengths (a tuple, as torch returns).")
+
+
+# Counting: bincount, histc, histogram ------------------------------------------------------------------------
+
+def _bincount_meta(x, weights, minlength):
+    if x.dtype.is_floating_point or x.dtype is _dt.bool:
+        raise NotImplementedError(f"\"bincount_cpu\" not implemented for '{scalar_name(x.dtype)}'")
+    if minlength < 0:
+        raise RuntimeError("minlength should be >= 0")
+    if x.ndim != 1:
+        raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
+    if weights is not None and (weights.ndim != 1 or weights.shape[0] != x.shape[0]):
+        raise RuntimeError("weights should be 1-d and have the same length as input")
+    dtype = _dt.int64 if weights is None else _dt.float32 if weights.dtype is _dt.float32 else _dt.float64
+    return TensorSpec((None,), dtype, x.device)
+
+
+def _bincount_cpu(spec, x, weights, minlength):
+    if x.size and x.min() < 0:
+        raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
+    w = None if weights is None else weights.astype(spec.dtype.np)
+    return np.bincount(x, w, minlength)
+
+
+defop("bincount(Tensor self, Tensor? weights=None, int minlength=0) -> Tensor", meta=_bincount_meta,
+      cpu=_bincount_cpu, kind="reduction", variants=("function", "method"),
+      doc="How often each value ``0..max(self)`` occurs in the 1-D non-negative integer ``self`` (at least "
+          "``minlength`` bins), or the sum of ``weights`` at those positions.")
+
+
+def _histc_range(x, bins, lo, hi):
+    """torch.histc's outer edges: ``min``/``max``, the data's extremes when they are equal, widened by one
+    either way when still equal."""
+    lo, hi = float(lo), float(hi)
+    if lo == hi and x.size:
+        lo, hi = float(np.min(x)), float(np.max(x))
+    if lo == hi:
+        lo, hi = lo - 1, hi + 1
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        raise RuntimeError(f"torch.histc: range of [{lo:g}, {hi:g}] is not finite")
+    if lo >= hi:
+        raise RuntimeError("torch.histc: max must be larger than min")
+    return lo, hi
+
+
+def _histc_meta(x, bins, lo, hi):
+    if not x.dtype.is_floating_point:
+        raise NotImplementedError(f"\"histogram_cpu\" not implemented for '{scalar_name(x.dtype)}'")
+    if bins <= 0:
+        raise RuntimeError(f"torch.histogram(): bins must be > 0, but got {bins} for dimension 0")
+    return TensorSpec((bins,), x.dtype, x.device, opmath(x.dtype))
+
+
+def _linear_bins(a, edges, bins):
+    """Each element's bin by torch's linear interpolation between the outer edges (no search), the last edge
+    inclusive; -1 for elements outside them (and NaN). Each step is rounded to the input's dtype, as torch's
+    half-type arithmetic rounds it."""
+    def rounded(v):
+        return v if a.dtype not in _HALVES else convert(v, a.dtype).astype(np.float32)
+    wide = a.astype(np.float32) if a.dtype in _HALVES else a
+    lo, hi = (wide.dtype.type(e) for e in (edges[0], edges[-1]))
+    inside = (wide >= lo) & (wide <= hi)
+    scaled = rounded(rounded(rounded(wide - lo) * wide.dtype.type(bins)) / rounded(np.asarray(hi - lo)))
+    pos = np.where(inside, scaled, 0).astype(np.int64)
+    return np.where(inside, np.minimum(pos, bins - 1), -1)
+
+
+def _counts(bins, positions, weights, dtype):
+    keep = positions >= 0
+    w = None if weights is None else weights.reshape(-1)[keep.reshape(-1)]
+    return np.bincount(positions[keep].reshape(-1), w, bins).astype(dtype)
+
+
+def _histc_cpu(spec, x, bins, lo, hi):
+    a = x.reshape(-1)
+    lo, hi = _histc_range(_sortable(a), bins, lo, hi)
+    edges = lin_values(lo, hi, bins + 1, spec.dtype)
+    return _counts(bins, _linear_bins(a, edges, bins), None, spec.compute.np)
+
+
+defop("histc(Tensor self, int bins=100, Scalar min=0, Scalar max=0) -> Tensor", meta=_histc_meta, cpu=_histc_cpu,
+      kind="reduction", variants=("function", "method", "out"),
+      doc="A histogram of ``bins`` equal bins between ``min`` and ``max`` (the data's range when both are 0); "
+          "elements outside are ignored.")
+
+
+def _histogram_checks(x, weight):
+    if x.dtype not in (_dt.float32, _dt.float64):
+        raise NotImplementedError(f"\"histogramdd\" not implemented for '{scalar_name(x.dtype)}'")
+    if weight is not None and tuple(weight.shape) != tuple(x.shape):
+        raise RuntimeError("torch.histogramdd: if weight tensor is provided it should have the same shape as the "
+                           f"input tensor excluding its innermost dimension, but got input with shape "
+                           f"{list_str(tuple(x.shape) + (1,))} and weight with shape {list_str(weight.shape)}")
+
+
+def _histogram_bins_meta(x, bins, weight, density):
+    _histogram_checks(x, weight)
+    if bins.ndim != 1:
+        raise RuntimeError(f"torch.histogramdd: bins tensor should have one dimension, but got {bins.ndim} "
+                           "dimensions in the bins tensor for dimension 0")
+    n = max(bins.shape[0] - 1, 0)
+    return TensorSpec((n,), x.dtype, x.device), TensorSpec(bins.shape, x.dtype, x.device)
+
+
+def _searched_bins(a, edges):
+    """Each element's bin by binary search among ``edges`` (the last edge inclusive), -1 outside them."""
+    bins = len(edges) - 1
+    inside = (a >= edges[0]) & (a <= edges[-1])
+    pos = np.minimum(np.searchsorted(edges, a, "right") - 1, bins - 1)
+    return np.where(inside, pos, -1)
+
+
+def _histogram_result(a, edges, weight, density, dtype):
+    bins = len(edges) - 1
+    hist = _counts(bins, _searched_bins(a, edges), weight, dtype)
+    if density:
+        widths = np.diff(edges)
+        hist = hist / (hist.sum() * widths)
+    return hist.astype(dtype), edges.astype(dtype)
+
+
+def _histogram_bins_cpu(spec, x, bins, weight, density):
+    return _histogram_result(x.reshape(-1), bins.astype(x.dtype), weight, density, x.dtype)
+
+
+defop("histogram.bins_tensor(Tensor self, Tensor bins, *, Tensor? weight=None, bool density=False) "
+      "-> (Tensor hist, Tensor bin_edges)", meta=_histogram_bins_meta, cpu=_histogram_bins_cpu, kind="reduction",
+      variants=("function", "method", "out"),
+      doc="A histogram over the bins between consecutive edges ``bins`` (the last bin includes its right edge), "
+          "weighted by ``weight``, normalised to a density with ``density``; and the edges.")
+
+
+def _histogram_count_meta(x, bins, range, weight, density):
+    _histogram_checks(x, weight)
+    if bins <= 0:
+        raise RuntimeError(f"torch.histogramdd: bins must be > 0, but got {bins} for dimension 0")
+    if range is not None and range[0] > range[1]:
+        raise RuntimeError(f"torch.histogramdd: min should not exceed max, but got min {range[0]:g} max "
+                           f"{range[1]:g} for dimension 0")
+    return TensorSpec((bins,), x.dtype, x.device), TensorSpec((bins + 1,), x.dtype, x.device)
+
+
+def _histogram_count_cpu(spec, x, bins, range, weight, density):
+    a = x.reshape(-1)
+    if range is not None:
+        lo, hi = float(range[0]), float(range[1])
+    else:
+        lo, hi = (float(a.min()), float(a.max())) if a.size else (0.0, 1.0)  # NumPy's range of no data
+    if lo == hi:
+        lo, hi = lo - 0.5, hi + 0.5  # NumPy's widening of an empty range
+    edges = lin_values(lo, hi, bins + 1, _dt.to_dtype(x.dtype))
+    return _histogram_result(a, edges, weight, density, x.dtype)
+
+
+defop("histogram.bin_ct(Tensor self, int bins=100, *, Any? range=None, Tensor? weight=None, bool density=False) "
+      "-> (Tensor hist, Tensor bin_edges)", meta=_histogram_count_meta, cpu=_histogram_count_cpu, kind="reduction",
+      variants=("function", "method", "out"),
+      doc="A histogram of ``bins`` equal bins over ``range`` (the data's range by default), weighted by "
+          "``weight``, normalised to a density with ``density``; and the bin edges.")
