@@ -26,9 +26,10 @@ _SCHEMA = re.compile(r"^\s*([A-Za-z_][A-Za-z_0-9]*)(?:\.([A-Za-z_0-9]+))?\s*\((.
 _BASE_TYPES = {"Tensor", "Scalar", "int", "float", "bool", "str", "ScalarType", "Device", "Generator", "Any"}
 _NO_DEFAULT = object()
 
-# The other names torch's Python argument parser accepts for some arguments, looked up in this order after
-# the argument's own name (python_arg_parser.cpp's numpy_compatibility_arg_names)
-NUMPY_ALIASES = {"dim": ("axis",), "keepdim": ("keepdims",), "input": ("x", "a", "x1"), "other": ("x2",)}
+# The other names torch's Python argument parser accepts for an argument (python_arg_parser.cpp's
+# numpy_compatibility_arg_names). Its ``x``/``a``/``x1`` for ``input`` and ``x2`` for ``other`` are left
+# out: every op has those arguments, and each alias costs every call a test (docs/differences-from-torch.md).
+NUMPY_ALIASES = {"dim": ("axis",), "keepdim": ("keepdims",)}
 
 
 @dataclass(frozen=True)
