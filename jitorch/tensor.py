@@ -136,6 +136,13 @@ class Tensor:
         t._base = base if base._base is None else base._base
         return t
 
+    @classmethod
+    def _reinterpreted(cls, base, shape, strides, offset, dtype):
+        """``base``'s memory read as ``dtype`` with this geometry (in elements of ``dtype``): a tensor that
+        shares the storage and its version counter, but no view in autograd's sense (no ``_base``), as
+        torch's ``view(dtype)``."""
+        return cls._make(base._storage.reinterpret(dtype), tuple(shape), tuple(strides), offset)
+
     def _set_geometry(self, shape, strides, offset):
         GEOMETRY_EPOCH[0] += 1
         self._shape = tuple(shape)
@@ -264,7 +271,8 @@ class Tensor:
         return self.data_ptr()
 
     def untyped_storage(self):
-        return self._storage
+        """The storage of this tensor's memory (of the tensor it reinterprets, for ``x.view(dtype)``)."""
+        return getattr(self._storage, "root", self._storage)
 
     def is_floating_point(self):
         return self.dtype.is_floating_point

@@ -820,6 +820,9 @@ def _nonzero(x, as_tuple):
 defop("nonzero(Tensor self, *, bool as_tuple=False) -> Any", composite=_nonzero,
       doc="``argwhere(self)``, or with ``as_tuple`` one 1-d index tensor per dim (a 0-d input counts as 1-d).")
 
+defop("where(Tensor condition) -> Any", composite=lambda condition: _nonzero(condition, True), variants=("function",),
+      doc="``nonzero(condition, as_tuple=True)``: one 1-d index tensor per dim of the nonzero entries.")
+
 
 def _nonzero_static_meta(x, size, fill_value):
     if size < 0:

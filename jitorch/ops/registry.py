@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import inspect
 import operator
 import warnings
 from collections import namedtuple
@@ -244,6 +245,8 @@ def _converter(op, arg):
             if Tensor is not None and isinstance(v, Tensor) and v.ndim == 1:
                 return tuple(int(x) for x in v.tolist())
             return (_to_int(op, arg, v),)
+        if arg.has_default and not arg.optional:  # torch takes None for such a list's default (``amax(x, None)``)
+            return lambda v: arg.default if v is None else int_list(v)
         return optional(int_list)
     if typ == "int":
         return optional(lambda v: _to_int(op, arg, v))
@@ -473,7 +476,7 @@ def call(op, args, out=None):
     elif AUTOGRAD is not None:
         if AUTOGRAD.needs_grad(op, args):
             result = AUTOGRAD.record(op, args, result)
-        elif op.view is not None:
+        elif op.view is not None and not op.attrs.get("reinterprets"):
             AUTOGRAD.track_views(args[0], result)
     if op.requires_grad_index is not None and args[op.requires_grad_index]:
         result.requires_grad_(True)
@@ -691,6 +694,8 @@ def _make_views(op, args):
     base = args[0]
     if isinstance(geo, list):
         return tuple(Tensor._view_of(base, *g) for g in geo)
+    if len(geo) == 4:  # (shape, strides, offset, dtype): the memory read as another dtype
+        return Tensor._reinterpreted(base, *geo)
     return Tensor._view_of(base, *geo)
 
 
@@ -957,62 +962,142 @@ def _view_meta(view):
         base = args[0]
         if isinstance(geo, list):
             return [TensorSpec(g[0], base.dtype, base.device) for g in geo]
-        return TensorSpec(geo[0], base.dtype, base.device)
+        return TensorSpec(geo[0], geo[3] if len(geo) == 4 else base.dtype, base.device)
     return meta
 
 
 # Generation of the public variants ------------------------------------------
 
-def _param_list(schema, with_out, self_first=False):
-    """The Python parameter list of a generated variant. Methods bind the schema
-    argument named ``self`` first, wherever the schema has it (``where(condition,
-    self, other)`` gives ``x.where(condition, other)``)."""
-    parts = []
-    star = False
-    order = list(enumerate(schema.args))
-    if self_first:
-        order.sort(key=lambda ia: ia[1].name != "self")
-    for i, a in order:
-        if a.varargs:
-            # ``zeros(2, 3)``, ``zeros((2, 3))`` or ``zeros(size=(2, 3))``
-            parts.append(f"*_{a.name}, {a.name}=None")
-            star = True
+class _Sentinel:
+    """A default that no caller passes: tells a generated variant what it was not given."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name):
+        self.name = name
+
+    def __repr__(self):
+        return f"<{self.name}>"
+
+
+NO_MATCH = _Sentinel("no match")           # an overload's variant, given arguments of other types
+ABSENT = _Sentinel("not given")            # an alias (or a spread int list) the call did not use
+MISSING = _Sentinel("required, not given")  # a required argument an alias may give instead
+
+
+class _Signature:
+    """The Python signature of one generated variant, worked out once per op and form: its parameter list,
+    the names that carry the arguments in schema order, and the prologue that gathers varargs and NumPy
+    aliases. A variant without aliases reads its arguments straight from its parameters; one with aliases
+    (keyword-only parameters) pays one ``is`` test per alias on each call, and `resolve_aliases` runs only
+    when one is used."""
+
+    def __init__(self, op, kind, with_out):
+        s = op.schema
+        method = kind != "function"
+        self.name = op.public_name + ("_" if kind == "inplace" else "")
+        self.names = s.python_names(method)
+        self.aliases = s.aliases(method)
+        # torch's overloads of one name split an optional dim list from the others (``squeeze.dims``); a
+        # jitorch op that is one overload stands for them all
+        self.spread = s.spread_list(method, optional=len(PUBLIC[op.public_name]) == 1)
+        order = list(range(len(s.args)))
+        if method:  # methods bind the schema argument named ``self`` first (``x.where(condition, other)``)
+            order.sort(key=lambda i: s.args[i].name != "self")
+        aliased = {i for i, _ in self.aliases}
+        first = next((p for p, i in enumerate(order) if i in aliased), len(order))
+        spread_at = next((p for p, i in enumerate(order) if s.args[i].varargs or i == self.spread), len(order))
+        # a required argument that an alias may give, and every positional one after it, defaults to MISSING
+        # (a spread int list given nothing is MISSING too)
+        self.missing = [i for p, i in enumerate(order) if not s.args[i].has_default and not s.args[i].varargs and (
+            i in aliased or i == self.spread or p > first and p < spread_at and not s.args[i].kwarg_only)]
+        self.prologue = []
+        positional, keyword, varargs = [], [], None
+        for p, i in enumerate(order):
+            a, n = s.args[i], self.names[i]
+            if p == spread_at:
+                # ``zeros(2, 3)``, ``zeros((2, 3))`` or ``zeros(size=(2, 3))``; ``x.flip(0, 1)`` or ``x.flip((0, 1))``
+                varargs = f"*_{n}, {n}={'None' if a.varargs else '_A'}"
+                self.prologue.append(self._gather(a, i, n))
+                continue
+            default = "=_M" if i in self.missing else f"=_D[{i}]" if a.has_default else ""
+            (keyword if a.kwarg_only or p > spread_at else positional).append(n + default)
+        # aliases are keyword-only: a positional argument never lands on one
+        keyword += [f"{alias}=_A" for _, alias in self.aliases]
+        if with_out:
+            keyword.append("out=None")
+        self.parts = positional + ([varargs] if varargs else ["*"] if keyword else []) + keyword
+        self._alias_check()
+
+    def _gather(self, a, i, n):
+        """Code that turns ``*_n`` into the argument, accepting one sequence too."""
+        one_seq = f"isinstance({n}[0], _seq)" if a.type == "Tensor" else f"not isinstance({n}[0], _int)"
+        given = f"{n} is None" if a.varargs else f"{n} is _A"
+        code = (f"    if {given}:\n"
+                f"        {n} = _{n}\n"
+                f"        if len({n}) == 1 and {one_seq}:\n"
+                f"            {n} = {n}[0]\n")
+        if not a.varargs:  # a spread int list given nothing takes its default
+            code += f"        elif not {n}:\n            {n} = {f'_D[{i}]' if a.has_default else '_M'}\n"
+        return code + (f"    elif _{n}:\n"
+                       f"        raise _BindError(\"{self.name}() got multiple values for argument '{n}'\")")
+
+    def _alias_check(self):
+        tests = [f"{self.names[i]} is _M" for i in self.missing] + [f"{alias} is not _A" for _, alias in self.aliases]
+        if not tests:
+            return
+        given = ", ".join(alias for _, alias in self.aliases) + "," * (len(self.aliases) == 1)
+        self.prologue.append(f"    if {' or '.join(tests)}:\n"
+                             f"        {self.argnames()} = _resolve(({self.argnames()}), ({given}))")
+
+    def argnames(self):
+        return ", ".join(self.names) + "," * (len(self.names) == 1)
+
+    def public(self, fn):
+        """``fn``'s signature as the schema gives it (what ``inspect`` and ``help`` show): without the guard
+        and alias parameters, and with the required arguments required."""
+        hidden = {alias for _, alias in self.aliases}
+        params = [p.replace(default=inspect.Parameter.empty) if p.default is MISSING else p
+                  for name, p in inspect.signature(fn).parameters.items() if name not in hidden]
+        return inspect.Signature(params)
+
+    def resolver(self, op):
+        """``resolve(values, extra, alias_values) -> values``: `resolve_aliases` for this variant."""
+        args, names, aliases, name = op.schema.args, self.names, self.aliases, self.name
+        return lambda values, given: resolve_aliases(name, args, names, aliases, values, given)
+
+
+class BindError(TypeError):
+    """Arguments that do not bind to a variant's parameters (a required one missing, a name given twice):
+    for an overload, the sign to try the next one."""
+
+
+def resolve_aliases(name, args, names, aliases, values, given):
+    """The arguments in schema order of a call that used NumPy's names (``axis=``) or left a required
+    argument to them; torch's TypeErrors when a name and its alias are both given (the alias is then an
+    "unexpected keyword argument", as torch's parser calls it) or a required argument is missing. An
+    argument equal to its default counts as not given."""
+    values = list(values)
+    for (i, alias), value in zip(aliases, given):
+        if value is ABSENT:
             continue
-        if a.kwarg_only and not star:
-            parts.append("*")
-            star = True
-        parts.append(a.name + (f"=_D[{i}]" if a.has_default else ""))
-    if with_out:
-        if not star:
-            parts.append("*")
-        parts.append("out=None")
-    return ", ".join(parts)
-
-
-def _varargs_fixup(schema):
-    """Code that turns ``*size`` into a tuple, accepting one sequence too."""
-    lines = []
-    for a in schema.args:
-        if a.varargs:
-            # ``*tensors`` takes one list of tensors too; ``*size`` one sequence of ints
-            one_seq = (f"isinstance({a.name}[0], _seq)" if a.type == "Tensor"
-                       else f"not isinstance({a.name}[0], _int)")
-            lines.append(
-                f"    if {a.name} is None:\n"
-                f"        {a.name} = _{a.name}\n"
-                f"        if len({a.name}) == 1 and {one_seq}:\n"
-                f"            {a.name} = {a.name}[0]\n"
-                f"    elif _{a.name}:\n"
-                f"        raise TypeError(\"{schema.name}() got multiple values for argument '{a.name}'\")"
-            )
-    return "\n".join(lines)
+        current = values[i]
+        if current is not MISSING and not (args[i].has_default and current is args[i].default):
+            raise BindError(f"{name}() got an unexpected keyword argument '{alias}'")
+        values[i] = value
+    missing = [f"'{names[i]}'" for i, v in enumerate(values) if v is MISSING]
+    if missing:
+        listed = missing[0] if len(missing) == 1 else ", ".join(missing[:-1]) + " and " + missing[-1]
+        raise BindError(f"{name}() missing {len(missing)} required positional argument{'s' * (len(missing) > 1)}: "
+                        f"{listed}")
+    return values
 
 
 def _view_fast(op):
     """``fast(args)`` of a view op with one tensor argument: the view made without the general
     path's steps (a view has no kernel, and its backward node only when grad mode records it).
     None for other ops."""
-    if op.view is None or op.composite is not None or op.multi_tensor:
+    if op.view is None or op.composite is not None or op.multi_tensor or op.attrs.get("reinterprets"):
         return None
 
     def fast(args):
@@ -1033,21 +1118,23 @@ def _view_fast(op):
     return fast
 
 
-def _generate(op, kind, binder=False):
+def _generate(op, kind, attempt=False):
     """Generate one variant: 'function' (with out=), 'method' or 'inplace'.
 
-    With ``binder=True``, a function of the same signature that returns
-    ``(args in schema order, out)`` instead of running the op (overload resolution).
+    With ``attempt=True``, the variant of one overload among several: before it runs the op, it returns
+    `NO_MATCH` unless each argument has exactly its type (`_strict_checks`).
     """
     s = op.schema
     with_out = kind == "function" and "out" in op.variants
-    params = _param_list(s, with_out, self_first=kind != "function")
-    argnames = ", ".join(a.name for a in s.args) + ("," if len(s.args) == 1 else "")
-    fix = _varargs_fixup(s)
+    sig = _Signature(op, kind, with_out)
+    argnames = sig.argnames()
+    checks = _strict_checks(op) if attempt else ()
     fast_path = None
-    if binder:
-        body = f"    return ({argnames}), {'out' if with_out else 'None'}"
-    elif kind == "inplace":
+    guard = ""
+    if checks:
+        tests = " and ".join(f"_p{i}({sig.names[i]})" for i, _ in checks)
+        guard = f"    if not ({tests}):\n        return _NO\n"
+    if kind == "inplace":
         body = f"    return _call_inplace(_op, ({argnames}))"
     else:
         # The fast path is tried here rather than in `call` to spare small ops a frame.
@@ -1058,13 +1145,16 @@ def _generate(op, kind, binder=False):
                f"        if r is not None:\n" \
                f"            return r\n" if fast_path is not None else ""
         body = fast + f"    return _call(_op, ({argnames}){', out' * with_out})"
-    name = op.public_name + ("_" if kind == "inplace" else "")
-    src = f"def {name}({params}):\n" + (fix + "\n" if fix else "") + body + "\n"
+    body = guard + body
+    name = sig.name
+    src = f"def {name}({', '.join(sig.parts)}):\n" + "".join(line + "\n" for line in sig.prologue) + body + "\n"
     env = {"_call": call, "_call_inplace": call_inplace, "_op": op, "_int": (int, np.integer), "_seq": (list, tuple),
-           "_fast": fast_path, "_hooks": DISPATCH_HOOKS, "_autocast": _AUTOCAST_STATE,
-           "_D": [a.default if a.has_default else None for a in s.args]}
+           "_fast": fast_path, "_hooks": DISPATCH_HOOKS, "_autocast": _AUTOCAST_STATE, "_A": ABSENT, "_M": MISSING,
+           "_resolve": sig.resolver(op), "_D": [a.default if a.has_default else None for a in s.args], "_NO": NO_MATCH,
+           "_BindError": BindError, **{f"_p{i}": pred for i, pred in checks}}
     exec(compile(src, f"<jitorch op {op.name}>", "exec"), env)
     fn = env[name]
+    fn.__signature__ = sig.public(fn)
     fn.__doc__ = (op.doc or "") + f"\n\nSchema: ``{s}``"
     fn.__qualname__ = name
     fn.__module__ = "jitorch"
@@ -1081,9 +1171,15 @@ def _strict_checks(op):
     (a Tensor is a Tensor, an int an int), so ``max(x, 1)`` and ``max(x, y)`` differ."""
     checks = []
     for i, a in enumerate(op.schema.args):
+        if a.varargs and a.type == "int":  # a size: ints, or one sequence of them (``x.view(2, 3)``, ``x.view(s)``)
+            pred = lambda v: isinstance(v, (list, tuple, Tensor)) or _is_int(v)  # noqa: E731
+            checks.append((i, pred))
+            continue
         if a.varargs:
             continue
-        if a.type == "Tensor" and not a.list:
+        if a.type == "Tensor" and not a.list and op.kind == "pointwise":  # a wrapped number is a tensor there
+            pred = lambda v: isinstance(v, (Tensor, Number, np.generic)) and not isinstance(v, complex)  # noqa: E731
+        elif a.type == "Tensor" and not a.list:
             pred = lambda v: isinstance(v, Tensor)  # noqa: E731
         elif a.type == "int":
             pred = (lambda v: _is_int(v) or isinstance(v, (list, tuple))) if a.list else _is_int
@@ -1091,6 +1187,8 @@ def _strict_checks(op):
             pred = lambda v: isinstance(v, (Number, np.generic))  # noqa: E731
         elif a.type == "bool":
             pred = lambda v: isinstance(v, (builtins.bool, np.bool_))  # noqa: E731
+        elif a.type == "ScalarType":
+            pred = lambda v: isinstance(v, _dt.dtype)  # noqa: E731
         else:
             continue
         if a.optional:
@@ -1100,18 +1198,22 @@ def _strict_checks(op):
 
 
 def _overloaded(name, ops, kind):
-    """One callable over several overloads: the first that binds and type-checks wins."""
-    entries = [(_generate(op, kind, binder=True), _strict_checks(op), op) for op in ops]
-    inplace = kind == "inplace"
+    """One callable over several overloads: the first whose arguments bind and have exactly its types runs,
+    as its own variant (with its fast path)."""
+    attempts = [_generate(op, kind, attempt=True) for op in ops]
 
     def resolve(*args, **kwargs):
-        for bind, checks, op in entries:
+        for attempt in attempts:
             try:
-                bound, out = bind(*args, **kwargs)
-            except TypeError:
+                result = attempt(*args, **kwargs)
+            except BindError:
                 continue
-            if all(pred(bound[i]) for i, pred in checks):
-                return call_inplace(op, bound) if inplace else call(op, bound, out)
+            except TypeError as e:
+                if e.__traceback__.tb_next is None:  # raised binding the arguments, before the variant ran
+                    continue
+                raise
+            if result is not NO_MATCH:
+                return result
         got = ", ".join(type(a).__name__ for a in args)
         expected = "\n".join(f" * {op.schema}" for op in ops)
         raise TypeError(f"{name}() received an invalid combination of arguments - got ({got}), "

@@ -9,6 +9,10 @@ Argument types: ``Tensor``, ``Tensor[]``, ``Scalar``, ``int``, ``int[]``,
 ``str``, ``ScalarType``, ``Device``, ``Generator``, ``Any``; a ``?`` suffix
 allows None (``Tensor?[]``: a list whose items may be None). A parsed schema drives argument binding, the checks of argument
 types, and later the IR's printed form.
+
+The Python names of the arguments are torch's: the function form calls ``self`` ``input``, and NumPy's names
+are accepted too (`NUMPY_ALIASES`: ``x.sum(axis=0, keepdims=True)``); a method whose only positional argument
+besides ``self`` is an ``int[]`` takes it as varargs too (``x.flip(0, 1)``), as torch's argument parser does.
 """
 
 from __future__ import annotations
@@ -21,6 +25,11 @@ _ARG = re.compile(r"^\s*([A-Za-z]+)(\?(?=\[\]))?(\[\]|\.\.\.)?(\?)?\s+([A-Za-z_]
 _SCHEMA = re.compile(r"^\s*([A-Za-z_][A-Za-z_0-9]*)(?:\.([A-Za-z_0-9]+))?\s*\((.*)\)\s*->\s*(.+?)\s*$")
 _BASE_TYPES = {"Tensor", "Scalar", "int", "float", "bool", "str", "ScalarType", "Device", "Generator", "Any"}
 _NO_DEFAULT = object()
+
+# The other names torch's Python argument parser accepts for an argument (python_arg_parser.cpp's
+# numpy_compatibility_arg_names). Its ``x``/``a``/``x1`` for ``input`` and ``x2`` for ``other`` are left
+# out: every op has those arguments, and each alias costs every call a test (docs/differences-from-torch.md).
+NUMPY_ALIASES = {"dim": ("axis",), "keepdim": ("keepdims",)}
 
 
 @dataclass(frozen=True)
@@ -71,6 +80,29 @@ class Schema:
 
     def __str__(self):
         return self.text
+
+    def python_names(self, method):
+        """Each argument's Python name, in schema order: ``self`` is ``input`` in the function form (in a
+        method it is the tensor the method is bound to)."""
+        return tuple("input" if a.name == "self" and not method else a.name for a in self.args)
+
+    def aliases(self, method):
+        """``((index, alias), ...)``: the NumPy names (`NUMPY_ALIASES`) the arguments may be given by, in
+        torch's lookup order; none for the bound ``self`` of a method, nor where an alias names another
+        argument."""
+        names = self.python_names(method)
+        return tuple((i, alias) for i, name in enumerate(names) if not (method and self.args[i].name == "self")
+                     for alias in NUMPY_ALIASES.get(name, ()) if alias not in names)
+
+    def spread_list(self, method, optional=False):
+        """The index of the ``int[]`` argument that takes varargs in this form (``x.flip(0, 1)``: torch's
+        rule, for a form whose only positional argument, besides a method's ``self``, is an int list; an
+        optional one (``int[]?``) only if ``optional``), or None."""
+        rest = [i for i, a in enumerate(self.args) if not a.kwarg_only and not (method and a.name == "self")]
+        if len(rest) != 1:
+            return None
+        a = self.args[rest[0]]
+        return rest[0] if a.type == "int" and a.list and (optional or not a.optional) else None
 
 
 def _split_top(text, sep=","):

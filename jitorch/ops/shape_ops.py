@@ -14,7 +14,7 @@ from ..runtime.casts import convert
 from ..runtime.strided import list_str, wrap_dim, wrap_dims
 from .meta import reduced_shape
 from . import functions
-from .registry import TensorSpec, defop
+from .registry import TensorSpec, defop, scalar_name
 
 
 def _require_tensors(op_name, tensors):
@@ -219,15 +219,24 @@ defop("tile(Tensor self, int[] dims) -> Tensor", composite=_tile, kind="shape", 
       doc="``repeat`` where missing leading repeats count as 1.")
 
 
+def _interleave_dim(x, dim):
+    """The dim ``repeat_interleave`` repeats along, or None for the flattened tensor."""
+    if dim is None:
+        return None
+    if x.ndim == 0:
+        raise IndexError(f"Dimension specified as {dim} but tensor has no dimensions")
+    return wrap_dim(dim, x.ndim)
+
+
 def _interleave_meta(x, repeats, dim, output_size):
     if repeats < 0:
         raise RuntimeError("Repeats must be non-negative")
-    if dim is None:
-        return TensorSpec((x.numel() * repeats,), x.dtype, x.device)
-    if x.ndim == 0:
-        raise IndexError(f"Dimension specified as {dim} but tensor has no dimensions")
-    d = wrap_dim(dim, x.ndim)
-    shape = tuple(x.shape)
+    d = _interleave_dim(x, dim)
+    shape = (x.numel(),) if d is None else tuple(x.shape)
+    d = d or 0
+    if output_size is not None and output_size != shape[d] * repeats:
+        raise RuntimeError(f"repeat_interleave: Invalid output_size, expected {shape[d] * repeats} but got "
+                           f"{output_size}")
     return TensorSpec(shape[:d] + (shape[d] * repeats,) + shape[d + 1:], x.dtype, x.device)
 
 
@@ -238,6 +247,50 @@ def _interleave_cpu(spec, x, repeats, dim, output_size):
 defop("repeat_interleave(Tensor self, int repeats, int? dim=None, *, int? output_size=None) -> Tensor",
       meta=_interleave_meta, cpu=_interleave_cpu, kind="shape", variants=("function", "method"),
       doc="Repeat each element ``repeats`` times along ``dim`` (over the flattened tensor by default).")
+
+
+def _counts_meta(repeats, output_size):
+    if repeats.ndim != 1:
+        raise RuntimeError("repeat_interleave only accept 1D vector as repeat")
+    if repeats.dtype not in (_dt.int32, _dt.int64):
+        raise NotImplementedError(f'"repeat_interleave_cpu" not implemented for \'{scalar_name(repeats.dtype)}\'')
+    return TensorSpec((output_size,), repeats.dtype, repeats.device)
+
+
+def _counts_cpu(spec, repeats, output_size):
+    if (repeats < 0).any():
+        raise RuntimeError("repeats can not be negative")
+    if output_size is not None and output_size != repeats.sum():
+        raise RuntimeError("allocated size does not match required size")
+    return np.repeat(np.arange(len(repeats)), repeats)
+
+
+defop("repeat_interleave.Tensor(Tensor repeats, *, int? output_size=None) -> Tensor", meta=_counts_meta,
+      cpu=_counts_cpu, kind="index", variants=("function",),
+      doc="The indices ``0, 1, ...`` each repeated ``repeats[i]`` times (``repeats`` a 1-d integer tensor).")
+
+
+def _interleave_by(x, repeats, dim, output_size):
+    """``repeat_interleave`` with a tensor of repeats: the rows along ``dim`` chosen by the indices
+    ``repeat_interleave(repeats)`` gives (a 0-d or one-element ``repeats`` repeats every row alike)."""
+    d = _interleave_dim(x, dim)
+    if d is None:
+        x, d = x.flatten(), 0
+    if repeats.ndim > 1:
+        raise RuntimeError("repeats must be 0-dim or 1-dim tensor")
+    n = x.shape[d] if x.ndim else 1
+    if repeats.numel() == 1:
+        repeats = repeats.reshape(1).expand(n)
+    elif repeats.shape[0] != n:
+        raise RuntimeError(f"repeats must have the same size as input along dim, but got repeats.size(0) = "
+                           f"{repeats.shape[0]} and input.size(0) = {n}")
+    index = functions.repeat_interleave(repeats, output_size=output_size)
+    return x.reshape(1).index_select(0, index) if x.ndim == 0 else x.index_select(d, index)
+
+
+defop("repeat_interleave.self_Tensor(Tensor self, Tensor repeats, int? dim=None, *, int? output_size=None) -> Tensor",
+      composite=_interleave_by, kind="shape", variants=("function", "method"),
+      doc="Repeat the rows along ``dim`` (of the flattened tensor by default) ``repeats[i]`` times each.")
 
 
 # tril, triu ------------------------------------------------------------------------------

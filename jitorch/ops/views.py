@@ -571,6 +571,35 @@ for _schema, _fn, _variants, _doc in _VIEWS:
     defop(_schema, view=_fn, kind="view", variants=_variants, doc=_doc)
 
 
+def _view_dtype(x, dtype):
+    """``x.view(dtype)``: the same bytes read as ``dtype``; with another element size the last dim (of
+    stride 1) is rescaled, as torch's ``view_dtype``, and every other stride and the offset must allow it."""
+    old, new = x.dtype.itemsize, dtype.itemsize
+    if old == new:
+        return x.shape, x._stride, x._offset, dtype
+    what = f"to view {scalar_name(x.dtype)} as {scalar_name(dtype)} (different element sizes)"
+    if x.ndim == 0:
+        raise RuntimeError(f"self.dim() cannot be 0 {what}")
+    if x._stride[-1] != 1:
+        raise RuntimeError(f"self.stride(-1) must be 1 {what}, but got {x._stride[-1]}")
+    if old > new:
+        k = old // new
+        return (*x.shape[:-1], x.shape[-1] * k), (*(s * k for s in x._stride[:-1]), 1), x._offset * k, dtype
+    k = new // old
+    if x._offset % k:
+        raise RuntimeError(f"self.storage_offset() must be divisible by {k} {what}, but got {x._offset}")
+    if x.shape[-1] % k:
+        raise RuntimeError(f"self.size(-1) must be divisible by {k} {what}, but got {x.shape[-1]}")
+    for i, stride in enumerate(x._stride[:-1]):
+        if stride % k:
+            raise RuntimeError(f"self.stride({i}) must be divisible by {k} {what}, but got {stride}")
+    return (*x.shape[:-1], x.shape[-1] // k), (*(s // k for s in x._stride[:-1]), 1), x._offset // k, dtype
+
+
+defop("view.dtype(Tensor self, ScalarType dtype) -> Tensor", view=_view_dtype, kind="view", variants=("method",),
+      reinterprets=True, doc="The same memory read as ``dtype`` (a tensor sharing the storage, not a copy).")
+
+
 
 # Scatter into a view: how the tracer records an in-place write through a view ------------
 

@@ -64,6 +64,28 @@ class Storage:
     def __repr__(self):
         return f"Storage(size={self.size}, dtype={self.dtype}, device='{self.device}')"
 
+    def reinterpret(self, dtype):
+        """This memory read as ``dtype`` (``x.view(dtype)``): the same buffer and the same version counter,
+        as many whole elements of ``dtype`` as its bytes hold."""
+        root = getattr(self, "root", self)
+        cls = _REINTERPRETED.get(type(root))
+        if cls is None:
+            cls = _REINTERPRETED[type(root)] = type(f"Reinterpreted{type(root).__name__}", (type(root),), {
+                "__slots__": ("root",), "__doc__": "A storage's memory read as another dtype.",
+                # writes through either bump the one counter every view of the memory shares
+                "_version": property(lambda st: st.root._version,
+                                     lambda st, v: setattr(st.root, "_version", v))})
+        view = object.__new__(cls)
+        view.root, view.dtype, view.device = root, dtype, root.device
+        view.size = root.nbytes() // dtype.itemsize
+        data = root.data
+        view._data = None if data is None else data.view(np.uint8)[:view.size * dtype.itemsize].view(dtype.np)
+        view._ptr = root.data_ptr() if root.on_device else None
+        return view
+
+
+_REINTERPRETED: dict = {}  # storage class -> its reinterpreting subclass
+
 
 def storage_of_array(arr):
     """Wrap a NumPy array without copying: (storage array, offset, element strides).

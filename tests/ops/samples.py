@@ -518,6 +518,8 @@ HAND_WRITTEN = _by_names(
     ("unsqueeze", lambda m: [S(m.mat(), 0), S(m.cube(), -1), S(m.scalar(), 0), S(m.i((2,)), 1)]),
     ("view", lambda m: [S(m.mat(), (3, 2, 2)), S(m.f((2, 3, 4)), (6, -1)), S(m.scalar(), (1,)),
                         S(m.i((0, 3)), (3, 0))]),
+    ("view.dtype", lambda m: [S(m.f((3, 4)), jt.uint8), S(m.f((2, 3), "strided"), m.dtype),
+                              S(m.i((2, 4)), jt.int16), S(m.i((3, 2)), jt.float32)]),
     ("view_as", lambda m: [S(m.f((2, 6)), m.f((3, 4))), S(m.mat(), m.i((3, 2, 2)))]),
     ("reshape", lambda m: [S(m.mat(), (12,)), S(m.f((2, 3, 4)), (4, -1)), S(m.scalar(), (1, 1)),
                            S(m.i((0, 3)), (-1,))]),
@@ -547,6 +549,7 @@ HAND_WRITTEN = _by_names(
     # indexing
     ("nonzero_static", lambda m: [S(m.i((3, 4), "transposed", low=-1, high=1), size=5),
                                   S(m.b((2, 3)), size=2, fill_value=-7), S(m.f((4,)), size=0)]),
+    ("where", lambda m: [S(m.b((3, 4))), S(m.i((2, 3), "transposed", low=-1, high=1)), S(m.scalar())]),
     ("argwhere nonzero", lambda m: [S(m.i((3, 4), "transposed", low=-1, high=1)), S(m.b((2, 3))), S(m.scalar()),
                                     S(m.f((0, 3)))]),
     ("gather", lambda m: [S(m.mat(), 1, m.idx((3, 2), 4)), S(m.cube(), 0, m.idx((1, 3, 4), 2)),
@@ -596,6 +599,10 @@ HAND_WRITTEN = _by_names(
     ("repeat", lambda m: [S(m.mat(), (2, 1)), S(m.scalar(), (2, 3)), S(m.i((3,)), (2, 0, 2))]),
     ("tile", lambda m: [S(m.mat(), (2,)), S(m.f((3,)), (2, 2)), S(m.i((2, 3)), ())]),
     ("repeat_interleave", lambda m: [S(m.mat(), 2), S(m.cube(), 3, 1), S(m.i((3,)), 0, 0), S(m.scalar(), 2)]),
+    ("repeat_interleave.Tensor", lambda m: [S(m.idx((4,), 3)), S(m.idx((0,), 1, jt.int32)), S(m.idx((3,), 3),
+                                                                                            output_size=None)]),
+    ("repeat_interleave.self_Tensor", lambda m: [S(m.mat(), m.idx((3,), 3), 0), S(m.cube(), m.idx((), 3), -1),
+                                                 S(m.i((2, 3)), m.idx((6,), 3)), S(m.scalar(), m.idx((1,), 3))]),
     ("tril triu", _triangle),
     # linear algebra
     ("mm", lambda m: [S(m.mat(), m.f((4, 2))), S(m.i((2, 3)), m.i((3, 2), "transposed")), S(m.f((0, 3)), m.f((3, 2)))]),

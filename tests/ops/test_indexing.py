@@ -686,3 +686,15 @@ def test_scatter_reduce_takes_torchs_max_and_min_aliases_forward_only(alias, inc
             got.sum().backward()
         outs.append(got.tolist())
     assert outs[0] == outs[1]
+
+
+@pytest.mark.parametrize("make", ["torch.tensor([[0., 1], [2, 0]])", "torch.tensor(3.)", "torch.tensor(0)",
+                                  "torch.tensor([[True, False, True]])", "torch.zeros(0, 2)"])
+def test_where_with_one_argument_is_nonzero_as_tuple(make):
+    expected = torch.where(eval(make, {"torch": torch}))
+    got = jt.where(eval(make, {"torch": jt}))
+    assert isinstance(got, tuple) and len(got) == len(expected)
+    for g, e in zip(got, expected):
+        assert g.dtype is jt.int64
+        np.testing.assert_array_equal(g.numpy(), e.numpy())
+    assert jt.where(condition=jt.tensor([0, 1]))[0].tolist() == [1]

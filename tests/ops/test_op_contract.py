@@ -35,7 +35,8 @@ def ops_with(predicate):
 
 # Composites whose output size depends on the data, whose meta run must refuse as torch's meta tensors do.
 DATA_DEPENDENT_COMPOSITES = {"nonzero", "unique", "unique_consecutive", "combinations", "cov", "corrcoef", "quantile",
-                             "nanquantile", "tensor_split.tensor_indices_or_sections"}
+                             "nanquantile", "tensor_split.tensor_indices_or_sections", "where",
+                             "repeat_interleave.self_Tensor"}
 
 _ULPS = {jt.float16: 1e-3, jt.bfloat16: 8e-3, jt.float32: 1e-6, jt.float64: 1e-13}
 

@@ -30,7 +30,7 @@ def test_schema_errors_name_the_fragment():
 
 def test_generated_signature_follows_schema():
     sig = inspect.signature(jt.add)
-    assert list(sig.parameters) == ["self", "other", "alpha", "out"]
+    assert list(sig.parameters) == ["input", "other", "alpha", "out"]  # torch's names: ``self`` is ``input``
     assert sig.parameters["alpha"].kind is inspect.Parameter.KEYWORD_ONLY
     assert "Schema: ``add(" in jt.add.__doc__
 

@@ -8,6 +8,7 @@ from math import prod
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -363,3 +364,43 @@ def test_unique_keeps_each_nan_and_sorts_the_half_types(dtype):
     values, inverse, counts = x.unique(return_inverse=True, return_counts=True)
     assert values.dtype is dtype and str(values.tolist()) == "[-3.0, 0.0, 1.0, 2.0, nan, nan]"
     assert inverse.tolist() == [2, 4, 0, 3, 5, 1, 2] and counts.tolist() == [1, 1, 2, 1, 1, 1]
+
+
+# repeat_interleave with a tensor of repeats -----------------------------------------------------
+
+@pytest.mark.parametrize("expr", [
+    "torch.repeat_interleave(torch.tensor([1, 2, 0]))", "torch.repeat_interleave(torch.tensor([1, 2], dtype=torch.int32))",
+    "torch.repeat_interleave(torch.tensor([], dtype=torch.long))", "torch.repeat_interleave(torch.tensor([1, 2]), output_size=3)",
+    "x.repeat_interleave(torch.tensor([1, 2]), dim=0)", "x.repeat_interleave(torch.tensor([2]), dim=1)",
+    "x.repeat_interleave(torch.tensor(2), dim=-1)", "x.repeat_interleave(torch.tensor([1, 2, 0, 1, 1, 1]))",
+    "torch.repeat_interleave(x, torch.tensor([0, 3]), 0)", "torch.tensor(5.).repeat_interleave(torch.tensor([3]))",
+])
+def test_repeat_interleave_by_tensor_matches_torch(expr):
+    expected = eval(expr, {"torch": torch, "x": torch.arange(6.).reshape(2, 3)})
+    got = eval(expr, {"torch": jt, "x": jt.arange(6.).reshape(2, 3)})
+    assert str(got.dtype).split(".")[1] == str(expected.dtype).split(".")[1]
+    np.testing.assert_array_equal(got.numpy(), expected.numpy())
+
+
+@pytest.mark.parametrize("expr, error", [
+    ("torch.repeat_interleave(torch.tensor([1., 2]))", NotImplementedError),
+    ("torch.repeat_interleave(torch.tensor([[1, 2]]))", RuntimeError),
+    ("torch.repeat_interleave(torch.tensor([1, -2]))", RuntimeError),
+    ("x.repeat_interleave(torch.tensor([1, 2, 3]), dim=0)", RuntimeError),
+    ("x.repeat_interleave(torch.tensor([[1, 2]]), dim=0)", RuntimeError),
+    ("x.repeat_interleave(torch.tensor([1, 2]), dim=0, output_size=4)", RuntimeError),
+    ("x.repeat_interleave(2, 0, output_size=5)", RuntimeError),
+    ("torch.tensor(5.).repeat_interleave(torch.tensor([3]), dim=0)", IndexError),
+])
+def test_repeat_interleave_by_tensor_errors_are_torchs(expr, error):
+    with pytest.raises(error) as expected:
+        eval(expr, {"torch": torch, "x": torch.arange(6.).reshape(2, 3)})
+    with pytest.raises(error) as got:
+        eval(expr, {"torch": jt, "x": jt.arange(6.).reshape(2, 3)})
+    assert str(got.value) == str(expected.value)
+
+
+def test_repeat_interleave_by_tensor_differentiates_through_its_rows():
+    x = jt.arange(6.).reshape(2, 3).requires_grad_()
+    x.repeat_interleave(jt.tensor([1, 2]), dim=0).sum().backward()
+    assert x.grad.tolist() == [[1.0] * 3, [2.0] * 3]

@@ -443,3 +443,46 @@ def test_as_strided_scatter_gradient_of_a_src_of_another_dtype_has_its_dtype():
     jt.as_strided_scatter(x, src, (2,), (3,), 0).mul(jt.tensor([[1.0, 2.0], [3.0, 4.0]])).sum().backward()
     assert src.grad.dtype is jt.float64 and src.grad.tolist() == [1.0, 4.0]
     assert x.grad.tolist() == [[0.0, 2.0], [3.0, 0.0]]
+
+
+# view(dtype): the same memory read as another dtype ------------------------------------------------
+
+@pytest.mark.parametrize("make, dtype", [
+    ("torch.arange(6.).reshape(2, 3)", "int32"), ("torch.arange(6.).reshape(2, 3)", "uint8"),
+    ("torch.arange(6.).reshape(2, 3)", "float16"), ("torch.arange(6.).reshape(2, 3)[:, 1:]", "int16"),
+    ("torch.arange(8, dtype=torch.uint8).reshape(2, 4)", "float32"), ("torch.tensor([1.5, -2.])", "bfloat16"),
+    ("torch.tensor([True, False])", "uint8"), ("torch.tensor(1.)", "int32"), ("torch.ones(0, dtype=torch.uint8)", "float32"),
+])
+def test_view_dtype_reinterprets_bits_as_torch(make, dtype):
+    expected = eval(make, {"torch": torch}).view(getattr(torch, dtype))
+    x = eval(make, {"torch": jt})
+    got = x.view(getattr(jt, dtype))
+    assert got.dtype is getattr(jt, dtype)
+    assert (got.shape, got.stride(), got.storage_offset()) == (expected.shape, expected.stride(),
+                                                               expected.storage_offset())
+    np.testing.assert_array_equal(got.float().numpy(), expected.float().numpy())
+    assert got.data_ptr() == x.data_ptr() and got.untyped_storage() is x.untyped_storage()
+
+
+def test_view_dtype_shares_memory_and_version_counter_but_is_no_autograd_view():
+    x = jt.zeros(4)
+    v = x.view(jt.int32)
+    v[1] = 1065353216  # the bits of 1.0f
+    assert x.tolist() == [0.0, 1.0, 0.0, 0.0] and x._version == v._version == 1
+    x.add_(1)
+    assert v._version == 2 and v[0].item() == 1065353216
+    assert v._base is None
+    assert not jt.ones(2, requires_grad=True).view(jt.float32).requires_grad  # as torch: not differentiable
+
+
+@pytest.mark.parametrize("make, dtype", [
+    ("torch.arange(6.).reshape(2, 3)", "float64"), ("torch.arange(6.).reshape(2, 3)[:, :2]", "float64"),
+    ("torch.arange(6.).reshape(2, 3)[:, 1:]", "float64"), ("torch.arange(6.).reshape(2, 3).t()", "uint8"),
+    ("torch.tensor(1.)", "uint8"), ("torch.arange(8, dtype=torch.uint8)[1:5]", "float32"),
+])
+def test_view_dtype_errors_are_torchs(make, dtype):
+    with pytest.raises(RuntimeError) as expected:
+        eval(make, {"torch": torch}).view(getattr(torch, dtype))
+    with pytest.raises(RuntimeError) as got:
+        eval(make, {"torch": jt}).view(getattr(jt, dtype))
+    assert str(got.value) == str(expected.value)

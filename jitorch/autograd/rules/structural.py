@@ -459,7 +459,7 @@ defgrad("fill.Scalar zero", per_input(self=_overwritten))
 defgrad("fill.Tensor", per_input(self=_overwritten, value=reads("", lambda g, a, out: g.sum())))
 
 # Index and count outputs only; _unique's values have no derivative in torch either.
-nondifferentiable("argwhere", "_unique", "nonzero_static")
+nondifferentiable("argwhere", "_unique", "nonzero_static", "view.dtype", "repeat_interleave.Tensor")
 # Factories that read only a tensor's shape, dtype and device (their results never require grad).
 nondifferentiable("zeros_like", "ones_like", "empty_like", "full_like", "rand_like", "randn_like", "randint_like",
                   "randint_like.low", "new_zeros", "new_ones", "new_empty", "new_full")
