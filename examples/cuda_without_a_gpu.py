@@ -6,6 +6,8 @@ numbers a GPU would. It trains the same MLP on the CPU and on "CUDA", checks tha
 shows which kernels one compiled step launches and a few lines of the PTX a GPU would load.
 """
 
+import argparse
+
 import numpy as np
 
 import jitorch as torch
@@ -14,13 +16,13 @@ from jitorch import nn
 from jitorch.runtime.cuda_backend import current
 
 
-def train(device, steps=4):
-    """Losses of ``steps`` compiled SGD steps on a fixed batch of 64 points in 3 classes."""
+def train(device, steps, n_points):
+    """Losses of ``steps`` compiled SGD steps on a fixed batch of ``n_points`` points in 3 classes."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(2, 32), nn.ReLU(), nn.Linear(32, 3)).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
     rng = np.random.default_rng(0)
-    points = rng.standard_normal((64, 2)).astype(np.float32)
+    points = rng.standard_normal((n_points, 2)).astype(np.float32)
     x = torch.tensor(points, device=device)
     y = torch.tensor((np.arctan2(points[:, 1], points[:, 0]) > 0).astype(np.int64) + (points[:, 0] > 1), device=device)
 
@@ -36,10 +38,16 @@ def train(device, steps=4):
     return losses, step, (x, y)
 
 
-cpu_losses, _, _ = train("cpu")
+parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser.add_argument("--steps", type=int, default=4)
+parser.add_argument("--points", type=int, default=64, help="the batch: the loss's row kernels run a block of "
+                    "256 threads per point, which the emulator runs as OS threads")
+options = parser.parse_args()
+
+cpu_losses, _, _ = train("cpu", options.steps, options.points)
 with torch.cuda.emulated():
     print("device:", torch.cuda.get_device_name())
-    cuda_losses, step, args = train("cuda")
+    cuda_losses, step, args = train("cuda", options.steps, options.points)
     backend = current()
     backend.launches.clear()
     backend.copies.clear()

@@ -4,7 +4,8 @@ Always: every kernel kind the CUDA backend generates (pointwise, fused chains,
 reductions over each dim and full, softmax, matmul) is assembled by ptxas for
 sm_80 and sm_90. Without a GPU (or with ``--emulate``), the kernel and tensor
 checks below run on a fake device whose launches execute the kernels' own
-code on the host (`jitorch.backends.cuda.emulator`). With a GPU: the allocator on the real driver, streams
+code on the host (`jitorch.backends.cuda.emulator`), the kernel check on
+fewer rows (`EMULATED_ROWS`: the same kernels). With a GPU: the allocator on the real driver, streams
 and events, compiled kernels run on device buffers against the CPU results,
 CUDA tensors (transfers, writes, memory returned to the pool), every registry
 op on CUDA tensors against the CPU (with the sample inputs of the test suite,
@@ -18,6 +19,7 @@ use only the backend interface, so the test suite also runs them on its fake dev
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 
@@ -70,15 +72,21 @@ def _run_kernel(kernel, arrays, out_shapes, dtypes):
     return [t.cpu().numpy() for t in outs]
 
 
-def check_kernels():
-    """Compiled kernels, launched directly, against the CPU's results."""
+KERNEL_CASES = {"gelu": lambda t: 0.5 * t * (1 + (0.7978845608 * (t + 0.044715 * t ** 3)).tanh()),
+                "row sum": lambda t: t.sum(-1), "col sum": lambda t: t.sum(0), "amax": lambda t: t.amax(),
+                "softmax": lambda t: t.softmax(-1), "exp mean": lambda t: t.exp().mean(0)}
+# The rows of the kernel check's input: on a GPU, and on the emulator, whose barriers cost an OS thread switch
+# per CUDA thread, and whose row kernels run a block per row. 60 rows give the cases the kernels 300 give,
+# instruction for instruction (only constants differ; with fewer, LLVM unrolls the column loops differently).
+ROWS, EMULATED_ROWS = 300, 60
+
+
+def check_kernels(rows=ROWS):
+    """Compiled kernels, launched directly, against the CPU's results, over ``rows`` rows of 257 floats."""
     rng = np.random.default_rng(0)
-    x = rng.standard_normal((300, 257)).astype(np.float32)
-    cases = {"gelu": lambda t: 0.5 * t * (1 + (0.7978845608 * (t + 0.044715 * t ** 3)).tanh()),
-             "row sum": lambda t: t.sum(-1), "col sum": lambda t: t.sum(0), "amax": lambda t: t.amax(),
-             "softmax": lambda t: t.softmax(-1), "exp mean": lambda t: t.exp().mean(0)}
+    x = rng.standard_normal((rows, 257)).astype(np.float32)
     failed = []
-    for name, fn in cases.items():
+    for name, fn in KERNEL_CASES.items():
         (k,) = jt.compile(fn).lower(jt.tensor(x), device="cuda").executable.kernels
         expected = fn(jt.tensor(x)).numpy()
         shape = expected.shape if k.source.split is None else (k.source.split.parts,)
@@ -93,7 +101,7 @@ def check_kernels():
     (got,) = _run_kernel(k, [a, b], [k.out_shape], [np.float32])
     if not np.allclose(got, a @ b, rtol=1e-4, atol=1e-3):
         failed.append("matmul")
-    return not failed, f"{len(cases) + 1} kernels vs CPU" + (f"; wrong: {failed}" if failed else "")
+    return not failed, f"{len(KERNEL_CASES) + 1} kernels vs CPU" + (f"; wrong: {failed}" if failed else "")
 
 
 def check_tensors():
@@ -222,10 +230,8 @@ def main(argv=None):
                         "when a GPU is present")
     args = parser.parse_args(argv)
     rows = [("ptxas sm_80/sm_90",) + check_ptxas()]
-    tensor_checks = (("kernels vs CPU", check_kernels), ("CUDA tensors", check_tensors),
-                     ("registry ops vs CPU", check_registry_ops), ("graph and autograd", check_graph_and_autograd))
     if jt.cuda.is_available() and not args.emulate:
-        rows += _run_checks((("allocator (driver)", check_allocator),) + tensor_checks +
+        rows += _run_checks((("allocator (driver)", check_allocator),) + _tensor_checks(kernel_rows=ROWS) +
                             (("streams, events, bandwidth", check_streams_and_bandwidth),))
     else:
         from ..backends.cuda import emulator
@@ -237,11 +243,18 @@ def main(argv=None):
             print("no CUDA GPU in use: the kernels run on the host emulator (their NVPTX IR, one thread per "
                   "CUDA thread)")
             with use_backend(FakeBackend(emulate="ptx")):
-                rows += _run_checks(tuple((f"{name} (emulated)", check) for name, check in tensor_checks))
+                rows += _run_checks(tuple((f"{name} (emulated)", check)
+                                          for name, check in _tensor_checks(kernel_rows=EMULATED_ROWS)))
     width = max(len(r[0]) for r in rows)
     for name, ok, detail in rows:
         print(f"{name:<{width}}  {'ok  ' if ok else 'FAIL'}  {detail}")
     return 0 if all(ok for _, ok, _ in rows) else 1
+
+
+def _tensor_checks(kernel_rows):
+    """The checks that run on a GPU or on the emulator, named; the kernel check over ``kernel_rows`` rows."""
+    return (("kernels vs CPU", functools.partial(check_kernels, kernel_rows)), ("CUDA tensors", check_tensors),
+            ("registry ops vs CPU", check_registry_ops), ("graph and autograd", check_graph_and_autograd))
 
 
 def _run_checks(checks):

@@ -25,7 +25,6 @@ from . import registry
 from .registry import defop
 
 _INT_RANGE = {d.np: _dt.iinfo_range(d) for d in _dt.INTEGRAL}
-_HALF_NP = (_dt.float16.np, _dt.bfloat16.np)
 
 
 def _scalar_in(value, compute_np, via=None):
@@ -35,7 +34,7 @@ def _scalar_in(value, compute_np, via=None):
     if via is not None:
         return convert(np.array(float(value)), via).astype(compute_np)[()]
     rng = _INT_RANGE.get(compute_np)
-    if (rng is not None and value.__class__ is int and not (rng[0] <= value <= rng[1])) or compute_np in _HALF_NP:
+    if (rng is not None and value.__class__ is int and not (rng[0] <= value <= rng[1])) or compute_np in _dt.HALF_NP:
         return convert(np.array(value), compute_np)[()]
     return value
 

@@ -313,12 +313,9 @@ _triangle("triu", np.triu)
 
 # sort and selection ----------------------------------------------------------------------
 
-_HALVES = (_dt.float16.np, _dt.bfloat16.np)
-
-
 def _sort_key(x):
     """Half types sort through float32: the same order, with NumPy's fast sorts."""
-    return x.astype(np.float32) if x.dtype in _HALVES else x
+    return x.astype(np.float32) if x.dtype in _dt.HALF_NP else x
 
 
 def _argsort(x, axis, descending):

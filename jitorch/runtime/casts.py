@@ -27,8 +27,7 @@ from . import dtypes as _dt
 
 _BOOL, _U8, _I64 = np.dtype(np.bool_), np.dtype(np.uint8), np.dtype(np.int64)
 _F16, _F32, _F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
-_BF16 = _dt.bfloat16.np
-_HALVES = (_F16, _BF16)
+_HALVES = _dt.HALF_NP
 _BF16_QUIET, _F16_QUIET = 0x0040, 0x0200
 
 
@@ -47,7 +46,7 @@ def convert(values, dtype) -> np.ndarray:
 def _converted(a, dst):
     src = a.dtype
     if dst == _BOOL:
-        return _bits(a) & 0x7FFF != 0 if src == _BF16 else a != 0
+        return _bits(a) & 0x7FFF != 0 if src in _HALVES else a != 0
     if src == _BOOL:
         a, src = a.view(_U8), _U8
     if src in _HALVES:
@@ -95,4 +94,4 @@ def _float32_to_half(a, dst):
     bits = a.view(np.uint32)
     odd = (bits >> 16) & 1
     rounded = (np.where(nan, 0, bits).astype(np.uint32) + (0x7FFF + odd)) >> 16
-    return np.where(nan, (bits >> 16) | _BF16_QUIET, rounded).astype(np.uint16).view(_BF16)
+    return np.where(nan, (bits >> 16) | _BF16_QUIET, rounded).astype(np.uint16).view(dst)

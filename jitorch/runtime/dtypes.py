@@ -2,7 +2,9 @@
 
 A `dtype` names an element type and knows its NumPy storage type. bfloat16 has
 no NumPy type of its own; ml_dtypes (kept by the JAX team) supplies one, so
-storage, casts and `.numpy()` treat it like every other dtype.
+storage, casts and `.numpy()` treat it like every other dtype. Importing
+ml_dtypes costs most of a second, so it is imported the first time bfloat16's
+NumPy type is asked for (`_load_np`), not when jitorch is.
 
 Promotion follows torch: `promote_types` is the lattice of two dtypes, and
 `result_type` weighs its operands in three priority classes (tensors with
@@ -14,7 +16,6 @@ from __future__ import annotations
 
 import builtins
 
-import ml_dtypes
 import numpy as np
 
 __all__ = [
@@ -29,10 +30,11 @@ class dtype:
 
     __slots__ = ("name", "itemsize", "is_floating_point", "is_signed", "np", "kind", "_rank")
 
-    def __init__(self, name, np_type, kind, rank):
+    def __init__(self, name, np_type, kind, rank, itemsize=None):
         self.name = name
-        self.np = np.dtype(np_type)
-        self.itemsize = self.np.itemsize
+        if np_type is not None:
+            self.np = np.dtype(np_type)
+        self.itemsize = self.np.itemsize if itemsize is None else itemsize
         self.kind = kind  # "b" bool, "u"/"i" integers, "f" floating
         self.is_floating_point = kind == "f"
         self.is_signed = kind in "if"
@@ -51,6 +53,27 @@ class dtype:
     def __reduce__(self):
         return (_by_name, (self.name,))
 
+    def __getattr__(self, attr):
+        # Only reached while a slot is unset: bfloat16's `np` before its first use. Filling
+        # the slot here leaves every later `.np` a plain slot read, so hot paths pay nothing.
+        if attr != "np":
+            raise AttributeError(f"'dtype' object has no attribute '{attr}'")
+        return _load_np(self)
+
+
+def _ml_dtypes():
+    import ml_dtypes  # here, not at the top: see the module docstring
+
+    return ml_dtypes
+
+
+def _load_np(d):
+    """Fill in ``d.np`` from ml_dtypes (the only dtypes created without a NumPy type are its)."""
+    d.np = np.dtype(getattr(_ml_dtypes(), d.name))
+    _FROM_NP[d.np] = d
+    HALF_NP.add(d.np)
+    return d.np
+
 
 def _by_name(name):
     return _NAMES[name]
@@ -63,14 +86,17 @@ int16 = dtype("int16", np.int16, "i", 3)
 int32 = dtype("int32", np.int32, "i", 4)
 int64 = dtype("int64", np.int64, "i", 5)
 float16 = dtype("float16", np.float16, "f", 6)
-bfloat16 = dtype("bfloat16", ml_dtypes.bfloat16, "f", 7)
+bfloat16 = dtype("bfloat16", None, "f", 7, itemsize=2)
 float32 = dtype("float32", np.float32, "f", 8)
 float64 = dtype("float64", np.float64, "f", 9)
 
 ALL = (bool, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64)
 INTEGRAL = (uint8, int8, int16, int32, int64)
 _NAMES = {d.name: d for d in ALL}
-_FROM_NP = {d.np: d for d in ALL}
+_FROM_NP = {d.np: d for d in ALL if d is not bfloat16}  # bfloat16's joins in _load_np
+# The NumPy types of the half dtypes, for `x.dtype in HALF_NP`; bfloat16's joins in _load_np
+# (no array can have it before then: ml_dtypes makes it)
+HALF_NP = {float16.np}
 
 
 
@@ -183,7 +209,10 @@ def can_cast(from_: dtype, to: dtype) -> builtins.bool:
 def from_numpy_dtype(npd) -> dtype:
     """The jitorch dtype of a NumPy dtype, or TypeError if there is none."""
     try:
-        return _FROM_NP[np.dtype(npd)]
+        npd = np.dtype(npd)
+        if npd not in _FROM_NP and npd.name == "bfloat16":
+            _load_np(bfloat16)  # an ml_dtypes array made before jitorch needed bfloat16 itself
+        return _FROM_NP[npd]
     except (KeyError, TypeError):
         raise TypeError(
             f"can't convert np.ndarray of type {np.dtype(npd)}. The only supported types are: "
@@ -218,7 +247,8 @@ class finfo:
         type = _default_dtype if type is None else type
         if not type.is_floating_point:
             raise TypeError(f"torch.finfo() requires a floating point input type, got {type}")
-        info = ml_dtypes.finfo(type.np)
+        # NumPy's finfo knows no bfloat16; ml_dtypes' is only imported when bfloat16 is asked about
+        info = _ml_dtypes().finfo(type.np) if type is bfloat16 else np.finfo(type.np)
         self.dtype = type.name
         self.bits = type.itemsize * 8
         self.eps = float(info.eps)

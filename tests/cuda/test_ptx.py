@@ -6,12 +6,14 @@ driver would load the result. Kernels are collected per test and assembled in
 one parallel batch per architecture.
 """
 
+import time
 import zlib
 
 import pytest
 
 import jitorch as jt
 from jitorch.codegen.errors import CompileError
+from jitorch.codegen.nvptx import ptx
 from jitorch.codegen.nvptx.ptx import check_intrinsics
 from jitorch.codegen.nvptx.matmul import matmul_kernel
 from jitorch.codegen.nvptx.ptxas import assemble
@@ -46,6 +48,19 @@ def test_kernels_carry_ptx_and_llvm_ir():
     assert ".target sm_80" in k.asm and ".entry" in k.asm
     assert "nvptx64-nvidia-cuda" in k.llvm_ir
     assert k.name in k.asm
+
+
+def test_a_kernel_just_compiled_to_ptx_is_not_optimised_again_for_its_llvm_ir(monkeypatch):
+    """The emulator runs ``llvm_ir`` right after the PTX is made from the same optimised module: O3 ran twice."""
+    calls = []
+    optimise = ptx.optimise
+    monkeypatch.setattr(ptx, "optimise", lambda text: calls.append(text) or optimise(text))
+    unique = 1 + time.time_ns() % 1000003 / 1e7  # a kernel no cache holds yet
+    (k,) = cuda_kernels(lambda x: (x * unique).exp(), jt.randn(8, 5))
+    assert len(calls) == 1  # for the PTX
+    assert "exp" in k.llvm_ir
+    assert len(calls) == 1
+    assert k.llvm_ir == str(optimise(k.source_ir))
 
 
 def test_same_kernel_list_as_on_cpu():

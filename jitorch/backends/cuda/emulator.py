@@ -26,6 +26,7 @@ threads costs a few milliseconds, so this is for tests on small shapes.
 from __future__ import annotations
 
 import ctypes
+import functools
 import re
 import threading
 import time
@@ -47,6 +48,7 @@ WAITING, PASSED = 0, 1  # the progress counters: threads waiting on a barrier or
 BARRIER_BYTES = 128  # room for a pthread_barrier_t (32 bytes on glibc x86-64 and aarch64)
 WARP = 32
 TIMEOUT_S = 60.0
+KERNEL = "jitorch_emu_kernel"  # every kernel's name in its host module, so the runtime is built once per arity
 
 _RENAMES = [
     (re.compile(r"@llvm\.nvvm\.read\.ptx\.sreg\.(tid|ntid|ctaid|nctaid)\.([xyz])\b"), r"@jitorch_emu_sreg_\1_\2"),
@@ -109,7 +111,8 @@ def host_ir(nvptx_ir):
     return text
 
 
-def _runtime_module(kernel_name, n_args, key):
+@functools.lru_cache(maxsize=None)
+def _runtime_module(n_args, key):
     """The special registers, barriers and shuffle over the thread context; the thread body that runs one
     thread's share of the grid (every block in turn, then a wait on the block's barrier) or, for a kernel
     with no barrier or shuffle, every thread of the grid one after the other; and the launch, which starts a
@@ -166,7 +169,7 @@ def _runtime_module(kernel_name, n_args, key):
     counted_wait(b, ctx, warp_barrier)  # nobody overwrites the buffer before every lane has read it
     b.ret(result)
 
-    kernel = ir.Function(m, ir.FunctionType(ir.VoidType(), [PTR] * n_args), kernel_name)
+    kernel = ir.Function(m, ir.FunctionType(ir.VoidType(), [PTR] * n_args), KERNEL)
     thread = ir.Function(m, ir.FunctionType(PTR, [PTR]), "jitorch_emu_thread")
     (raw_ctx,) = thread.args
     b = ir.IRBuilder(thread.append_basic_block())
@@ -230,8 +233,10 @@ class EmulatedKernel:
         state = _runtime()
         text = host_ir(nvptx_ir)
         module = llvm.parse_assembly(text)
-        n_args = len(list(module.get_function(name).arguments))
-        module.link_in(llvm.parse_assembly(str(_runtime_module(name, n_args, state["key"]))))
+        kernel = module.get_function(name)
+        n_args = len(list(kernel.arguments))
+        kernel.name = KERNEL
+        module.link_in(llvm.parse_assembly(_runtime_module(n_args, state["key"])))
         module.triple = state["machine"].triple
         module.data_layout = str(state["tm"].target_data)
         with _lock:

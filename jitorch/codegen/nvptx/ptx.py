@@ -31,6 +31,11 @@ _DECLARE = re.compile(r"^declare[^@]*@\"?(llvm\.[\w.$]+)", re.M)
 _lock = threading.Lock()
 _state: dict = {}
 _memory: dict = {}
+# The optimised IR of the kernels ptx_of last compiled: the emulator runs it right after (`llvm_ir`), and O3
+# twice over the same module would double the cost of every emulated kernel. A few suffice; more would only
+# hold text on a GPU, which never asks.
+_recent_optimised: dict = {}
+RECENT_OPTIMISED = 64
 
 
 def _machine():
@@ -65,7 +70,17 @@ def optimise(module_text):
 def optimised_text(module_text):
     """The optimised LLVM IR of a kernel module as text (what its PTX is emitted from)."""
     with _lock:
-        return str(optimise(module_text))
+        text = _recent_optimised.get(module_text)
+        return str(optimise(module_text)) if text is None else text
+
+
+def _emit_ptx(module_text):
+    """PTX from LLVM, keeping the optimised IR it was emitted from among the recent ones."""
+    module = optimise(module_text)
+    if len(_recent_optimised) >= RECENT_OPTIMISED:
+        del _recent_optimised[next(iter(_recent_optimised))]
+    _recent_optimised[module_text] = str(module)
+    return _machine().emit_assembly(module)
 
 
 def ptx_of(module_text, name, cache=None):
@@ -80,7 +95,7 @@ def ptx_of(module_text, name, cache=None):
     with _lock:
         data = cache.get(key, module_text) if cache is not None else None
         if data is None:
-            data = _machine().emit_assembly(optimise(module_text)).encode()
+            data = _emit_ptx(module_text).encode()
             if cache is not None:
                 cache.put(key, data, module_text)
             logs.log("codegen", "compiled %s to PTX", name)
