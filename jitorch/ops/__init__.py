@@ -2,5 +2,5 @@
 
 from . import registry  # noqa: F401
 from . import (  # noqa: F401
-    creation, pointwise, reductions, views, linalg, shape_ops, indexing, random_ops, casts, autocast,
+    creation, pointwise, reductions, views, linalg, decompositions, shape_ops, indexing, random_ops, casts, autocast,
 )
