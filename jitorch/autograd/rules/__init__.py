@@ -1,3 +1,3 @@
 """Derivative rules, one module per family of ops."""
 
-from . import elementwise, reductions, sampling, structural  # noqa: F401
+from . import elementwise, linalg, reductions, sampling, structural  # noqa: F401
