@@ -52,6 +52,7 @@ from .autograd import enable_grad, inference_mode, is_grad_enabled, no_grad, set
 from . import jit  # noqa: E402,F401
 from . import func  # noqa: E402,F401
 from . import nn  # noqa: E402,F401
+from . import linalg  # noqa: E402,F401
 from . import optim  # noqa: E402,F401  (torch.optim and torch.utils.data need no import of their own)
 from .utils import data as _data  # noqa: E402,F401
 from .jit import compile  # noqa: E402,F401

@@ -274,15 +274,15 @@ def _solve_ex_meta(A, B, left, check_errors):
     check_floating(fn, A)
     check_same_dtype(fn, A, B)
     vector = solve_is_vector(A, B)
-    if vector and not left:
-        raise RuntimeError("linalg.solve: Vector broadcasting of the left hand side is not supported for left=False. "
-                           "In this case linalg.solve is equivalent to B / A.squeeze(-1)")
     n = A.shape[-1]
-    rows, cols = (B.shape[-1], 1) if vector else (B.shape[-2], B.shape[-1]) if left else (B.shape[-1], B.shape[-2])
-    if rows != n:
+    rows, cols = (B.shape[-1], 1) if vector else tuple(B.shape[-2:])
+    if (rows if left else cols) != n:
         equation = "AX = B" if left else "XA = B"
         raise RuntimeError(f"{fn}: Incompatible shapes of A and B for the equation {equation} ({n}x{n} and "
                            f"{rows}x{cols})")
+    if vector and not left:
+        raise RuntimeError("linalg.solve: Vector broadcasting of the left hand side is not supported for left=False. "
+                           "In this case linalg.solve is equivalent to B / A.squeeze(-1)")
     check_kernel("lu_cpu", A)
     batch = broadcast_shapes(A.shape[:-2], B.shape[:-1] if vector else B.shape[:-2])
     shape = batch + ((n,) if vector else tuple(B.shape[-2:]))
