@@ -187,7 +187,8 @@ def _compute(a):
 def _det_meta(A):
     check_square("linalg.det", A)
     check_floating("linalg.det", A)
-    check_kernel("lu_cpu", A)
+    if math.prod(A.shape):  # an empty matrix reaches no kernel: its determinant is 1
+        check_kernel("lu_cpu", A)
     return _spec(A, A.shape[:-2])
 
 
@@ -198,7 +199,11 @@ def _slogdet_meta(A):
     return _spec(A, A.shape[:-2]), _spec(A, A.shape[:-2])
 
 
-defop("det(Tensor self) -> Tensor", meta=_det_meta, cpu=lambda spec, a: np.linalg.det(a), kind="linalg",
+def _det_cpu(spec, a):
+    return np.linalg.det(a) if a.size else np.ones(spec.shape, a.dtype)
+
+
+defop("det(Tensor self) -> Tensor", meta=_det_meta, cpu=_det_cpu, kind="linalg",
       doc="Determinant of a square matrix, or of each of a batch (``linalg.det``).")
 defop("slogdet(Tensor self) -> (Tensor sign, Tensor logabsdet)", meta=_slogdet_meta,
       cpu=lambda spec, a: np.linalg.slogdet(a), kind="linalg", variants=("function", "method", "out"),
@@ -734,10 +739,11 @@ defop("_linalg_svd(Tensor A, bool full_matrices=False, bool compute_uv=True, *, 
 
 
 def _svd(A, some, compute_uv):
-    U, S, Vh = OPS["_linalg_svd"](A, not some, True)
+    U, S, Vh = OPS["_linalg_svd"](A, not some, True, None)
     if not compute_uv:  # torch's zeros, of the shapes a full decomposition has
         *batch, m, n = A.shape
-        U, Vh = functions.zeros((*batch, m, m), dtype=A.dtype), functions.zeros((*batch, n, n), dtype=A.dtype)
+        U = functions.zeros((*batch, m, m), dtype=A.dtype, device=A.device)
+        Vh = functions.zeros((*batch, n, n), dtype=A.dtype, device=A.device)
         return OPS["svd"].result_type(U, S, Vh)
     return OPS["svd"].result_type(U, S, Vh.mT)
 
@@ -835,7 +841,7 @@ def _lstsq_meta(A, B, rcond, driver):
     if A.dtype is not B.dtype:
         raise RuntimeError(f"{fn}: Expected input and other to have the same dtype, but got input's dtype "
                            f"{scalar_name(A.dtype)} and other's dtype {scalar_name(B.dtype)}")
-    vector = B.ndim == A.ndim - 1
+    vector = solve_is_vector(A, B)
     if B.shape[-1 if vector else -2] != A.shape[-2]:
         raise RuntimeError(f"{fn}: input.size(-2) should match other.size({-1 if vector else -2})")
     if driver is not None and driver not in _LSTSQ_DRIVERS:
@@ -853,7 +859,7 @@ def _lstsq_meta(A, B, rcond, driver):
 
 def _lstsq_cpu(spec, a, b, rcond, driver):
     driver = driver or "gelsy"
-    vector = b.ndim == a.ndim - 1
+    vector = solve_is_vector(a, b)
     if vector:
         b = b[..., None]
     batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])

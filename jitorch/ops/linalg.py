@@ -643,7 +643,7 @@ def _trace(x):
     return x.diagonal().sum()
 
 
-defop("trace(Tensor self) -> Tensor", composite=_trace, variants=("function", "method", "out"),
+defop("trace(Tensor self) -> Tensor", composite=_trace,
       doc="Sum of the main diagonal of a matrix; integers sum as int64.")
 
 
