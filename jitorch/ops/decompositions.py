@@ -344,21 +344,24 @@ defop("linalg_solve_triangular(Tensor self, Tensor B, *, bool upper, bool left=T
           "diagonal, with ``unitriangular``) is not read; a zero on the diagonal gives infinities, as torch.")
 
 
-def _triangular_solve(B, A, upper, transpose, unitriangular):
+def _triangular_solve_meta(B, A, upper, transpose, unitriangular):
     check_kernel("triangular_solve_cpu", A)
     fn = "torch.triangular_solve"
     check_matrix(fn, A)
     check_matrix(fn, B, "B")
-    M = A.mT if transpose else A
-    X = OPS["linalg_solve_triangular"](M, B, upper != transpose, True, unitriangular)
-    batch = tuple(X.shape[:-2])
-    return OPS["triangular_solve"].result_type(X, A.expand(batch + tuple(A.shape[-2:])).clone(
-        memory_format=contiguous_format))
+    X = _triangular_meta(A, B, upper, True, unitriangular)
+    return X, _spec(A, X.shape[:-2] + tuple(A.shape[-2:]))
+
+
+def _triangular_solve_cpu(spec, b, a, upper, transpose, unitriangular):
+    m = _mT(a) if transpose else a
+    x = triangular_solve_array(m, b, upper != transpose, unitriangular)
+    return x, np.array(np.broadcast_to(a, spec[1].shape))
 
 
 defop("triangular_solve(Tensor self, Tensor A, bool upper=True, bool transpose=False, bool unitriangular=False) "
-      "-> (Tensor solution, Tensor cloned_coefficient)", composite=_triangular_solve,
-      variants=("function", "method", "out"),
+      "-> (Tensor solution, Tensor cloned_coefficient)", meta=_triangular_solve_meta, cpu=_triangular_solve_cpu,
+      kind="linalg", variants=("function", "method", "out"),
       doc="X with ``op(A) @ X = self`` for triangular A (``op`` transposes with ``transpose``), and a copy of A.")
 
 
@@ -489,48 +492,52 @@ defop("linalg_lu_factor_ex(Tensor A, *, bool pivot=True, bool check_errors=False
           "zero pivot (0: none).")
 
 
-def _lu_unpack_meta(LU, pivots, unpack_data, unpack_pivots):
+def _check_unpack(LU, pivots, unpack_pivots):
     fn = "torch.lu_unpack"
     if LU.ndim < 2:
         raise RuntimeError(f"{fn}: Expected tensor with 2 or more dimensions. Got size: {list(LU.shape)} instead")
-    m, n = LU.shape[-2:]
-    k = min(m, n)
     if unpack_pivots:
         if pivots.dtype is not _dt.int32:
             raise RuntimeError(f"{fn}: LU_pivots is expected to be a contiguous tensor of torch.int32 dtype.\n"
                                "Note: this function is intended to be used with the output produced by "
                                "torch.linalg.lu_factor")
-        if tuple(pivots.shape) != tuple(LU.shape[:-2]) + (k,):
+        if tuple(pivots.shape) != tuple(LU.shape[:-2]) + (min(LU.shape[-2:]),):
             raise RuntimeError(f"{fn}: Expected LU_pivots.size(-1) == min(LU.size(-1), LU.size(-2)) and "
                                "LU_pivots.shape[:-1] == LU.shape[:-2]")
-    batch = tuple(LU.shape[:-2])
-    empty = (0,)
-    return (_spec(LU, batch + (m, m) if unpack_pivots else empty),
-            _spec(LU, batch + (m, k) if unpack_data else empty),
-            _spec(LU, batch + (k, n) if unpack_data else empty))
 
 
-def _lu_unpack_cpu(spec, lu, pivots, unpack_data, unpack_pivots):
-    m, n = lu.shape[-2:]
+def _permutation_meta(pivots, m, dtype):
+    return _spec(pivots, tuple(pivots.shape[:-1]) + (m, m), dtype)
+
+
+defop("_lu_permutation(Tensor pivots, int m, ScalarType dtype) -> Tensor", meta=_permutation_meta,
+      cpu=lambda spec, pivots, m, dtype: permutation_array(pivots, m, spec.dtype.np), kind="linalg",
+      variants=("function",),
+      doc="The permutation matrices P (m x m, in ``dtype``) of LAPACK's 1-based row interchanges ``pivots``.")
+
+
+def _lu_unpack(LU, pivots, unpack_data, unpack_pivots):
+    _check_unpack(LU, pivots, unpack_pivots)
+    m, n = LU.shape[-2:]
     k = min(m, n)
-    dtype = spec[0].dtype.np
-    perm = permutation_array(pivots, m, dtype) if unpack_pivots else np.zeros(0, dtype)
+    empty = functions.zeros((0,), dtype=LU.dtype, device=LU.device)
+    P = OPS["_lu_permutation"](pivots, m, LU.dtype) if unpack_pivots else empty
     if not unpack_data:
-        return perm, np.zeros(0, dtype), np.zeros(0, dtype)
-    lower = np.tril(lu[..., :, :k], -1) + np.eye(m, k, dtype=lu.dtype)
-    return perm, lower, np.triu(lu[..., :k, :])
+        return OPS["lu_unpack"].result_type(P, empty, empty.clone())
+    eye = functions.eye(m, k, dtype=LU.dtype, device=LU.device)
+    L = LU[..., :, :k].tril(-1) + eye
+    return OPS["lu_unpack"].result_type(P, L, LU[..., :k, :].triu())
 
 
 defop("lu_unpack(Tensor LU_data, Tensor LU_pivots, bool unpack_data=True, bool unpack_pivots=True) -> "
-      "(Tensor P, Tensor L, Tensor U)", meta=_lu_unpack_meta, cpu=_lu_unpack_cpu, kind="linalg",
-      variants=("function", "out"),
+      "(Tensor P, Tensor L, Tensor U)", composite=_lu_unpack, variants=("function", "out"),
       doc="P, L and U (``A = P @ L @ U``) from ``linalg.lu_factor``'s packed factors and pivots.")
 
 
 def lu_solve(LU, pivots, B, left=True, adjoint=False):
     """X with ``A @ X = B`` (``X @ A = B`` with ``left=False``; A's transpose with ``adjoint``) from A's LU
     factors: a permutation and two triangular solves."""
-    P, _, _ = functions.lu_unpack(LU, pivots, False, True)
+    P = OPS["_lu_permutation"](pivots, LU.shape[-1], LU.dtype)
     solve = OPS["linalg_solve_triangular"]
     if left != adjoint:  # A = P L U: X = U^-1 L^-1 P^T B, or for X A = B, (A^T X^T = B^T) with A^T = U^T L^T P^T
         if not left:
@@ -880,11 +887,22 @@ def _lstsq_cpu(spec, a, b, rcond, driver):
             sv if driver in ("gelsd", "gelss") else np.zeros(0, a.dtype))
 
 
-defop("linalg_lstsq(Tensor self, Tensor b, float? rcond=None, *, str? driver=None) -> (Tensor solution, "
+defop("_linalg_lstsq(Tensor self, Tensor b, float? rcond=None, *, str? driver=None) -> (Tensor solution, "
       "Tensor residuals, Tensor rank, Tensor singular_values)", meta=_lstsq_meta, cpu=_lstsq_cpu, kind="linalg",
-      variants=(),
+      variants=("function",),
       doc="Least-squares solution of ``A @ X = B``, with torch's other results per ``driver`` (CPU default "
           "'gelsy'): residuals (full-rank tall A, not gelsy), rank (not gels), singular values (gelsd, gelss).")
+
+
+def _linalg_lstsq(A, B, rcond, driver):
+    solution, residuals, rank, singular_values = OPS["_linalg_lstsq"](A, B, rcond, driver)
+    # torch differentiates the solution and the residuals, not the singular values
+    return OPS["linalg_lstsq"].result_type(solution, residuals, rank, singular_values.detach())
+
+
+defop("linalg_lstsq(Tensor self, Tensor b, float? rcond=None, *, str? driver=None) -> (Tensor solution, "
+      "Tensor residuals, Tensor rank, Tensor singular_values)", composite=_linalg_lstsq, variants=(),
+      doc="Least-squares solution of ``A @ X = B`` with torch's residuals, rank and singular values per ``driver``.")
 
 
 # Matrix exponential ----------------------------------------------------------------------------------------

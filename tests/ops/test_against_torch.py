@@ -36,6 +36,8 @@ NO_TORCH_COUNTERPART = {
     # as_strided's backward: adds ``src`` through a (possibly overlapping) window of a copy of ``self``; an
     # internal helper, tested against NumPy in tests/ops/test_views.py
     "_as_strided_add",
+    # linalg_lstsq's kernel: linalg_lstsq (compared) is it with the singular values' gradient stopped, as torch's
+    "_linalg_lstsq",
 }
 
 # Ops that are torch ATen operators without a public function or method: jitorch runs them through the
@@ -54,6 +56,9 @@ TORCH_SPELLING = {
     # unique's kernel: always the three results, of which `unique` returns those asked for
     "_unique": lambda x, sorted=True, return_inverse=False, return_counts=False, dim=None: torch.unique(
         x, sorted, True, True, dim),
+    # lu_unpack's permutation matrices, of pivots alone
+    "_lu_permutation": lambda pivots, m, dtype: torch.lu_unpack(
+        torch.zeros(tuple(pivots.shape[:-1]) + (m, pivots.shape[-1]), dtype=dtype), pivots)[0],
 }
 
 

@@ -9,7 +9,7 @@ eigh and QR assume what torch assumes (distinct singular values or eigenvalues, 
 
 from __future__ import annotations
 
-from jitorch.autograd.rule import defgrad, differentiates, reads
+from jitorch.autograd.rule import defgrad, differentiates, nondifferentiable, reads
 from jitorch.autograd.rules.common import per_input, wanted
 from jitorch.autograd.rules.structural import _scaled, sum_to
 from jitorch.ops import functions as jt
@@ -97,11 +97,27 @@ def _solve_triangular_rule(g, a, out):
     return grads
 
 
+def _triangular_solve(g, a, out):
+    """torch's single node: the solution's gradient as linalg.solve_triangular's, and the copy's back to A."""
+    (X, _), (gX, gM) = out, g
+    upper = a.upper != a.transpose
+    M = a.A.mT if a.transpose else a.A
+    gB = _solve_triangular(M.mT, gX, not upper, True, a.unitriangular)
+    grads = {}
+    if wanted(a.self):
+        grads["self"] = gB
+    if wanted(a.A):
+        gM_solve = -_triangle(gB.matmul(X.mT), upper, a.unitriangular)
+        grads["A"] = (gM_solve.mT if a.transpose else gM_solve) + gM
+    return grads
+
+
 defgrad("det", per_input(self=reads("self", _det)))
 defgrad("slogdet", per_input(self=reads("self", _slogdet)))
 defgrad("linalg_inv_ex", per_input(A=reads("result", _inverse)))
 defgrad("linalg_solve_ex", differentiates("A B", reads("A result", _solve_ex)))
 defgrad("linalg_solve_triangular", differentiates("self B", reads("self result", _solve_triangular_rule)))
+defgrad("triangular_solve", differentiates("self A", reads("A result", _triangular_solve)))
 
 
 # Cholesky, LU ------------------------------------------------------------------------------------------------
@@ -130,25 +146,9 @@ def _lu_factor(g, a, out):
     return P.matmul(_solve_triangular(L.mT, X, True, unit=True))
 
 
-def _lu_unpack(g, a, out):
-    """L's part below the diagonal and U's on and above it go back to their places in the packed factors."""
-    _, gL, gU = g
-    m, n = a.LU_data.shape[-2:]
-    k = min(m, n)
-    if not a.unpack_data:
-        return jt.zeros(tuple(a.LU_data.shape), dtype=gL.dtype, device=gL.device)
-    lower, upper = gL.tril(-1), gU.triu()
-    batch = tuple(a.LU_data.shape[:-2])
-    if n > k:
-        lower = jt.cat([lower, jt.zeros(batch + (m, n - k), dtype=gL.dtype, device=gL.device)], -1)
-    if m > k:
-        upper = jt.cat([upper, jt.zeros(batch + (m - k, n), dtype=gL.dtype, device=gL.device)], -2)
-    return lower + upper
-
-
 defgrad("linalg_cholesky_ex", per_input(self=reads("result", _cholesky)))
 defgrad("linalg_lu_factor_ex", per_input(A=reads("result", _lu_factor)))
-defgrad("lu_unpack", per_input(LU_data=reads("", _lu_unpack)))
+nondifferentiable("_lu_permutation")
 
 
 # QR, SVD, eigh ----------------------------------------------------------------------------------------------
@@ -245,17 +245,27 @@ def _pinv(g, a, out):
 
 
 def _lstsq(g, a, out):
-    """The solution's gradient as that of ``pinv(A) @ B`` (torch's linalg_lstsq_backward)."""
-    A, B, gX = a.self, a.b, g[0]
+    """The solution's gradient as that of ``pinv(A) @ B`` (torch's linalg_lstsq_backward); the residuals'
+    ``|A X - B|^2`` as at the optimum (where A^T (A X - B) = 0); the singular values' as svdvals'."""
+    A, B = a.self, a.b
+    X, residuals, sv = out[0], out[1], out[3]
+    gX, gres, gsv = g[0], g[1], g[3]
     vector = solve_is_vector(A, B)
     if vector:
-        B, gX = B.unsqueeze(-1), gX.unsqueeze(-1)
+        B, X, gX = B.unsqueeze(-1), X.unsqueeze(-1), gX.unsqueeze(-1)
     pinvA = OPS["linalg_pinv.atol_rtol_float"](A, None, None, False)
+    gA, gB = pinv_backward(gX.matmul(B.mT), pinvA, A), pinvA.mT.matmul(gX)
+    if residuals.numel():
+        r = A.matmul(X) - B
+        weighted = 2 * r * (gres.unsqueeze(-1) if vector else gres.unsqueeze(-2))
+        gA, gB = gA + weighted.matmul(X.mT), gB - weighted
+    if sv.numel():
+        U, _, Vh = OPS["_linalg_svd"](A, False, True, None)
+        gA = gA + (U * gsv.unsqueeze(-2)).matmul(Vh)
     grads = {}
     if wanted(a.self):
-        grads["self"] = pinv_backward(gX.matmul(B.mT), pinvA, A)
+        grads["self"] = gA
     if wanted(a.b):
-        gB = pinvA.mT.matmul(gX)
         grads["b"] = gB.squeeze(-1) if vector else gB
     return grads
 
@@ -270,7 +280,7 @@ def _matrix_exp(g, a, out):
 
 
 defgrad("linalg_pinv.atol_rtol_float", per_input(self=reads("self result", _pinv)))
-defgrad("linalg_lstsq", differentiates("self b", reads("self b", _lstsq)))
+defgrad("_linalg_lstsq", differentiates("self b", reads("self b result", _lstsq)))
 defgrad("matrix_exp", per_input(self=reads("self", _matrix_exp)))
 defgrad("geqrf", differentiates("self", _not_implemented("geqrf")))
 defgrad("orgqr", differentiates("self input2", _not_implemented("orgqr")))
