@@ -181,8 +181,8 @@ def _svd(g, a, out):
     columns of U and rows of Vh take no part."""
     (U, S, Vh), (gU, gS, gVh) = out, g
     if not a.compute_uv:
-        raise RuntimeError("linalg.svd: the derivative needs U and Vh, which were not computed "
-                           "(compute_uv=False): use linalg.svdvals")
+        raise NotImplementedError("the derivative for '_linalg_svd' is not implemented without U and Vh "
+                                  "(compute_uv=False): linalg.svdvals computes them when differentiated")
     k = S.shape[-1]
     if a.full_matrices:
         U, gU, Vh, gVh = U[..., :k], gU[..., :k], Vh[..., :k, :], gVh[..., :k, :]
@@ -207,8 +207,8 @@ def _svd(g, a, out):
 def _eigh(g, a, out):
     """gA = V (diag(gL) + skew(V^T gV) / 2 / E) V^T, E_ij = L_j - L_i (torch's linalg_eig_backward, symmetric)."""
     if not a.compute_v:
-        raise RuntimeError("linalg.eigh: the derivative needs the eigenvectors, which were not computed "
-                           "(compute_v=False): use linalg.eigvalsh")
+        raise NotImplementedError("the derivative for '_linalg_eigh' is not implemented without the eigenvectors "
+                                  "(compute_v=False): linalg.eigvalsh computes them when differentiated")
     (L, V), (gL, gV) = out, g
     n = L.shape[-1]
     eye = _matrix_eye(n, L)
