@@ -223,8 +223,8 @@ def lu_factor_ex(A, *, pivot=True, check_errors=False, out=None):
 
 def lu_factor(A, *, pivot=True, out=None):
     """LU factors packed as LAPACK's getrf and the 1-based row interchanges; an exactly singular matrix raises."""
-    LU, pivots, _ = renamed("torch.linalg.lu_factor_ex", "torch.linalg.lu_factor", lambda: lu_factor_ex(A, pivot=pivot,
-                                                                                                         check_errors=True))
+    LU, pivots, _ = renamed("torch.linalg.lu_factor_ex", "torch.linalg.lu_factor",
+                            lambda: lu_factor_ex(A, pivot=pivot, check_errors=True))
     return _written("linalg_lu_factor_ex", _linalg_lu_factor(LU, pivots), out)
 
 
@@ -354,8 +354,9 @@ def vander(x, *, N=None):
     if x.dtype in (_jt.float16, _jt.bfloat16, _jt.bool):
         raise RuntimeError(f"linalg.vander supports floating point, complex, and integer tensors, but got "
                            f"{_scalar_name(x.dtype)}")
-    if x.ndim < 1:
-        raise RuntimeError("linalg.vander: x must have at least one dimension.")
+    if x.ndim == 0:  # torch takes a 0-d x as one element
+        x = x.reshape(1)
+        N = 1 if N is None else N
     n = x.shape[-1] if N is None else N
     if n <= 1:
         raise RuntimeError("N must be greater than 1.")

@@ -244,7 +244,8 @@ def _solve_or_lu(a, b):
 
 
 def _singular_inverse(k):
-    return f"The diagonal element {k} is zero, the inversion could not be completed because the input matrix is singular."
+    return (f"The diagonal element {k} is zero, the inversion could not be completed because the input matrix is "
+            "singular.")
 
 
 def _inv_ex_cpu(spec, a, check_errors):

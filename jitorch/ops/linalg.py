@@ -683,8 +683,14 @@ def _tensordot(a, b, dims):
     da, db = [wrap_dim(d, a.ndim) for d in da], [wrap_dim(d, b.ndim) for d in db]
     for x, y in zip(da, db):
         if a.shape[x] != b.shape[y]:
-            raise RuntimeError(f"contracted dimensions need to match, but first has size {a.shape[x]} in dim {x} "
-                               f"and second has size {b.shape[y]} in dim {y}")
+            if a.shape[x] != 1 and b.shape[y] != 1:
+                raise RuntimeError(f"contracted dimensions need to match, but first has size {a.shape[x]} in dim {x} "
+                                   f"and second has size {b.shape[y]} in dim {y}")
+            # a size-1 dim broadcasts against the other's, as torch's
+            if a.shape[x] == 1:
+                a = a.expand([b.shape[y] if d == x else n for d, n in enumerate(a.shape)])
+            else:
+                b = b.expand([a.shape[x] if d == y else n for d, n in enumerate(b.shape)])
     keep_a = [d for d in range(a.ndim) if d not in da]
     keep_b = [d for d in range(b.ndim) if d not in db]
     k = prod(a.shape[d] for d in da)

@@ -63,7 +63,8 @@ FULL_RANK = frozenset({"cholesky_solve", "cholesky_inverse", "lu_solve", "linalg
 
 def _no_derivative(op, args):
     """Calls whose gradient is not implemented: the nuclear norm (it needs an SVD's), LU of a rectangular matrix,
-    an SVD or eigendecomposition without its vectors and, as in torch, scatter with reduce= (torch's autograd fallback serves it)."""
+    an SVD or eigendecomposition without its vectors and, as in torch, scatter with reduce= (torch's autograd
+    fallback serves it)."""
     fallback = op.attrs.get("autograd_fallback")
     rectangular_lu = op.name in ("linalg_lu_factor_ex", "lu") and args[0].shape[-1] != args[0].shape[-2]
     without_vectors = op.name in ("_linalg_svd", "_linalg_eigh") and not args[2]  # (svdvals, eigvalsh compute them)

@@ -109,8 +109,9 @@ _OUT_CAST = Allowed("jitorch casts a result into an out= tensor of any dtype it 
 _EXACT_OUT = ("abs absolute neg negative sign sgn floor ceil trunc fix round frac bitwise_not clamp clip clamp_min "
               "clamp_max lerp where.self all any amax amin argmax argmin max.dim min.dim median.dim kthvalue topk "
               "sort norm softmax log_softmax mm bmm mv dot vdot matmul addmm baddbmm gather index_add index_select "
-              "masked_select take scatter scatter.value scatter_add scatter_reduce tril triu addmv addbmm inner tensordot "
-              "chain_matmul matrix_power inverse slogdet lu_unpack lu_solve qr svd ormqr triangular_solve").split()
+              "masked_select take scatter scatter.value scatter_add scatter_reduce tril triu addmv addbmm inner "
+              "tensordot chain_matmul matrix_power inverse slogdet lu_unpack lu_solve qr svd ormqr "
+              "triangular_solve").split()
 
 
 def _rounds_once(why):
@@ -150,8 +151,9 @@ ALLOWED = {
         when=_half_sample) for name in ("std.dim", "var.dim", "std.correction", "var.correction")},
     **{("kron", form): Allowed("kron of a non-contiguous tensor: torch's views it and raises 'view size is not "
                                "compatible'; jitorch's reshapes it", accepts=True) for form in ("function", "method")},
-    ("matrix_exp", "function"): Allowed("matrix_exp of half types computes in float32 and rounds once; torch's CPU kernel "
-                                        "computes in the half type and overflows (infinities, NaNs)", when=_half_sample),
+    ("matrix_exp", "function"): Allowed("matrix_exp of half types computes in float32 and rounds once; torch's CPU "
+                                        "kernel computes in the half type and overflows (infinities, NaNs)",
+                                        when=_half_sample),
     ("geqrf", "out_cast"): Allowed("geqrf's float32 values, LAPACK's (NumPy's OpenBLAS here, torch's MKL) an ulp apart "
                                    "in places, compared at float64's tolerance when written into a float64 out=",
                                    when=lambda s: jt.float32 in s.dtypes()),
