@@ -61,6 +61,11 @@ FULL_RANK = frozenset({"cholesky_solve", "cholesky_inverse", "lu_solve", "linalg
                        "linalg_lstsq", "_linalg_lstsq", "linalg_lu_factor_ex", "lu"})
 
 
+# Composites that call one kernel checked here under its own name (torch's older spellings of torch.linalg's
+# functions): like aliases, they get their samples only.
+WRAPPERS = frozenset({"inverse", "qr", "svd", "cholesky", "pinverse", "linalg_lstsq", "lu", "logdet"})
+
+
 def _no_derivative(op, args):
     """Calls whose gradient is not implemented: the nuclear norm (it needs an SVD's), LU of a rectangular matrix,
     an SVD or eigendecomposition without its vectors and, as in torch, scatter with reduce= (torch's autograd
@@ -240,7 +245,7 @@ def _cases(name):
         if name not in RULES and not _tracks(case):  # a composite's parts may cut the graph (unique)
             continue
         yield case, True
-        if _is_alias(name):
+        if _is_alias(name) or name in WRAPPERS:
             continue
         for case in (*_layout_variants(op, args, slots), *_broadcast_variants(op, args, slots, shapes),
                      *_alone_variants(op, args, slots), *_in_place_variants(op, args, slots)):
