@@ -17,7 +17,7 @@ import jitorch as _jt
 from jitorch.ops import registry as _registry
 from jitorch.ops.decompositions import (  # noqa: F401  (LinAlgError is part of the namespace)
     LinAlgError, check_floating, check_matrix, check_precision, check_square, cholesky_as, lu_solve as _lu_solve,
-    renamed, solve_is_vector,
+    renamed,
 )
 from jitorch.ops.registry import OPS as _OPS, cpp_name as _cpp_name, scalar_name as _scalar_name
 

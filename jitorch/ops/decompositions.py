@@ -177,11 +177,6 @@ def lu_solve_array(lu, pivots, b):
     return triangular_solve_array(lu, y, upper=True)
 
 
-def _compute(a):
-    """A kernel's input as an array of its own dtype (float32 and float64 only reach the LAPACK kernels)."""
-    return np.asarray(a)
-
-
 # det, slogdet ----------------------------------------------------------------------------------------------
 
 def _det_meta(A):
