@@ -20,7 +20,7 @@ import numpy as np
 
 from ..runtime import dtypes as _dt
 from ..runtime.device import CPU
-from ..runtime.strided import broadcast_shapes, contiguous_strides, list_str
+from ..runtime.strided import broadcast_shapes, contiguous_strides, list_str, wrap_dim
 from . import registry
 from .meta import opmath
 from .registry import TensorSpec, cpp_name, defop, scalar_name
@@ -558,3 +558,205 @@ defop("einsum(str equation, Tensor... tensors) -> Tensor", meta=_einsum_meta, cp
       doc="Einstein summation: ``einsum('ij,jk->ik', a, b)`` or ``einsum('ij,jk->ik', [a, b])``. Labels are "
           "letters; ``...`` stands for broadcast dims; without ``->`` the output holds the labels seen once, "
           "sorted, after the ellipsis dims.")
+
+
+# addmv, addr, addbmm: addmm's kernel on the operands as matrices -------------------------------------------
+
+def _check_integral_scalars(name, dtype, beta, alpha):
+    if not dtype.is_floating_point and dtype is not _dt.bool:
+        for what, v in (("beta", beta), ("alpha", alpha)):
+            if isinstance(v, float):
+                raise RuntimeError(f"For integral input tensors, argument {what} must not be a floating point number.")
+
+
+def _addmv_meta(inp, mat, vec, beta, alpha):
+    if mat.ndim != 2 or vec.ndim != 1 or inp.ndim > 1:
+        raise RuntimeError(f"vector + matrix @ vector expected, got {inp.ndim}, {mat.ndim}, {vec.ndim}")
+    n, k = mat.shape
+    if vec.shape[0] != k or (inp.ndim == 1 and inp.shape[0] not in (1, n)):
+        raise RuntimeError(f"size mismatch, got input ({', '.join(map(str, inp.shape))}), mat ({n}x{k}), vec "
+                           f"({vec.shape[0]})")
+    if not (inp.dtype is mat.dtype is vec.dtype):
+        raise RuntimeError(f"addmv input tensors must have the same dtype, but got {scalar_name(inp.dtype)}, "
+                           f"{scalar_name(mat.dtype)}, and {scalar_name(vec.dtype)}")
+    _no_kernel("addmv_impl_cpu", mat.dtype, n * k)
+    return TensorSpec((n,), inp.dtype, inp.device)
+
+
+def _addr_meta(inp, vec1, vec2, beta, alpha):
+    for name, v in (("vec1", vec1), ("vec2", vec2)):
+        if v.ndim != 1:
+            raise RuntimeError(f"addr: Expected 1-D argument {name}, but got {v.ndim}-D")
+    shape = (vec1.shape[0], vec2.shape[0])
+    _check_expand(inp, shape)
+    dtype = _dt.promote_types(_dt.promote_types(inp.dtype, vec1.dtype), vec2.dtype)
+    _check_integral_scalars("addr", dtype, beta, alpha)
+    return TensorSpec(shape, dtype, inp.device)
+
+
+def _addbmm_meta(inp, b1, b2, beta, alpha):
+    _require_ndim(b1, 3, "batch1 must be a 3D tensor")
+    _require_ndim(b2, 3, "batch2 must be a 3D tensor")
+    if b1.shape[0] != b2.shape[0]:
+        raise RuntimeError(f"batch1 and batch2 must have same number of batches, got {b1.shape[0]} and {b2.shape[0]}")
+    if b1.shape[2] != b2.shape[1]:
+        raise RuntimeError(f"Incompatible matrix sizes for bmm ({b1.shape[1]}x{b1.shape[2]} and "
+                           f"{b2.shape[1]}x{b2.shape[2]})")
+    shape = (b1.shape[1], b2.shape[2])
+    _check_expand(inp, shape)
+    if inp.dtype is not b2.dtype:
+        raise RuntimeError(f"self and mat2 must have the same dtype, but got {scalar_name(inp.dtype)} and "
+                           f"{scalar_name(b2.dtype)}")
+    _check_mm_dtypes(b1.dtype, b2.dtype, prod(shape) * b1.shape[0] * b1.shape[2])
+    return TensorSpec(shape, inp.dtype, inp.device)
+
+
+def _addr_cpu(spec, inp, vec1, vec2, beta, alpha):
+    c = opmath(spec.dtype).np
+    return _addmm_cpu(spec, inp, vec1.astype(c)[:, None], vec2.astype(c)[None, :], beta, alpha)
+
+
+def _addbmm_cpu(spec, inp, b1, b2, beta, alpha):
+    # the sum of the batch's products is one product over the batch and inner dims together
+    return _addmm_cpu(spec, inp, np.moveaxis(b1, 0, 1).reshape(b1.shape[1], -1), b2.reshape(-1, b2.shape[2]),
+                      beta, alpha)
+
+
+_ADD_FORMS = ("function", "method", "inplace", "out")
+defop(f"addmv(Tensor self, Tensor mat, Tensor vec, *, {_SCALED}) -> Tensor", meta=_addmv_meta, cpu=_addmm_cpu,
+      kind="matmul", variants=_ADD_FORMS,
+      doc="``beta * self + alpha * (mat @ vec)``; ``self`` broadcasts and is ignored when ``beta`` is 0.")
+defop(f"addr(Tensor self, Tensor vec1, Tensor vec2, *, {_SCALED}) -> Tensor", meta=_addr_meta, cpu=_addr_cpu,
+      kind="matmul", variants=_ADD_FORMS,
+      doc="``beta * self + alpha * outer(vec1, vec2)``, with type promotion; ``self`` is ignored when ``beta`` is 0.")
+defop(f"addbmm(Tensor self, Tensor batch1, Tensor batch2, *, {_SCALED}) -> Tensor", meta=_addbmm_meta,
+      cpu=_addbmm_cpu, kind="matmul", variants=_ADD_FORMS,
+      doc="``beta * self + alpha * sum_b(batch1[b] @ batch2[b])``; ``self`` broadcasts to the product.")
+
+
+# trace, kron, inner, tensordot, chain_matmul, matrix_power: composites of the products ---------------------
+
+def _trace(x):
+    if x.ndim != 2:
+        raise RuntimeError(f"trace: expected a matrix, but got tensor with dim {x.ndim}")
+    _no_kernel("trace", x.dtype)
+    return x.diagonal().sum()
+
+
+defop("trace(Tensor self) -> Tensor", composite=_trace,
+      doc="Sum of the main diagonal of a matrix; integers sum as int64.")
+
+
+def _kron(a, b):
+    n = max(a.ndim, b.ndim)
+    sa, sb = (1,) * (n - a.ndim) + tuple(a.shape), (1,) * (n - b.ndim) + tuple(b.shape)
+    # result[i * sb + j] = a[i] * b[j]: a's dims interleaved with size-1 dims, broadcast against b's
+    left = a.reshape([d for s in sa for d in (s, 1)])
+    right = b.reshape([d for s in sb for d in (1, s)])
+    return left.mul(right).reshape([x * y for x, y in zip(sa, sb)])
+
+
+defop("kron(Tensor self, Tensor other) -> Tensor", composite=_kron, variants=("function", "method", "out"),
+      doc="Kronecker product: ``result[i * other.shape + j] = self[i] * other[j]``, dims aligned from the right.")
+
+
+def _tensordot_dims(a, b, dims):
+    """(dims of a, dims of b) to contract, from torch.tensordot's ``dims`` (a count or two lists)."""
+    if isinstance(dims, registry.Tensor):
+        dims = dims.tolist()
+    if isinstance(dims, int):
+        if dims < 0:
+            raise RuntimeError(f"tensordot expects dims >= 0, but got dims={dims}")
+        if dims > min(a.ndim, b.ndim):
+            raise RuntimeError(f"tensordot expects dims < ndim_a or ndim_b, but got dims={dims}")
+        return list(range(a.ndim - dims, a.ndim)), list(range(dims))
+    da, db = ([d] if isinstance(d, int) else list(d) for d in dims)
+    if len(da) != len(db):
+        raise RuntimeError("both dimension lists should have same length")
+    return da, db
+
+
+def _tensordot(a, b, dims):
+    if a.dtype is not b.dtype:
+        raise RuntimeError("both inputs should have same dtype")
+    da, db = _tensordot_dims(a, b, dims)
+    da, db = [wrap_dim(d, a.ndim) for d in da], [wrap_dim(d, b.ndim) for d in db]
+    for x, y in zip(da, db):
+        if a.shape[x] != b.shape[y]:
+            if a.shape[x] != 1 and b.shape[y] != 1:
+                raise RuntimeError(f"contracted dimensions need to match, but first has size {a.shape[x]} in dim {x} "
+                                   f"and second has size {b.shape[y]} in dim {y}")
+            # a size-1 dim broadcasts against the other's, as torch's
+            if a.shape[x] == 1:
+                a = a.expand([b.shape[y] if d == x else n for d, n in enumerate(a.shape)])
+            else:
+                b = b.expand([a.shape[x] if d == y else n for d, n in enumerate(b.shape)])
+    keep_a = [d for d in range(a.ndim) if d not in da]
+    keep_b = [d for d in range(b.ndim) if d not in db]
+    k = prod(a.shape[d] for d in da)
+    left = a.permute(keep_a + da).reshape(prod(a.shape[d] for d in keep_a), k)
+    right = b.permute(db + keep_b).reshape(k, prod(b.shape[d] for d in keep_b))
+    return left.mm(right).reshape([a.shape[d] for d in keep_a] + [b.shape[d] for d in keep_b])
+
+
+defop("tensordot(Tensor a, Tensor b, Any dims=2) -> Tensor", composite=_tensordot, variants=("function", "out"),
+      doc="Contraction of ``a``'s last ``dims`` dims with ``b``'s first (``dims`` a count), or of the dims two "
+          "lists name.")
+
+
+def _inner(a, b):
+    if a.ndim == 0 or b.ndim == 0:
+        return a.mul(b)
+    if a.shape[-1] != b.shape[-1]:
+        raise RuntimeError(f"inner() the last dimension must match on both input tensors but got shapes "
+                           f"{list_str(a.shape)} and {list_str(b.shape)}")
+    return _tensordot(a, b, ([-1], [-1]))
+
+
+defop("inner(Tensor self, Tensor other) -> Tensor", composite=_inner, variants=("function", "method", "out"),
+      doc="Sum of products over the last dims (a product with a 0-d tensor when one is 0-d).")
+
+
+def _chain_matmul(matrices):
+    if not matrices:
+        raise RuntimeError("chain_matmul(): Expected one or more matrices")
+    for m in matrices:
+        if m.ndim != 2:
+            raise RuntimeError(f"Tensor dimension is {m.ndim}, expected 2 instead.")
+    if len(matrices) == 1:
+        return matrices[0].clone()
+    result = matrices[0]
+    for m in matrices[1:]:
+        result = result.mm(m)
+    return result
+
+
+defop("chain_matmul(Tensor... matrices) -> Tensor", composite=_chain_matmul, variants=("function", "out"),
+      doc="Product of two or more matrices, left to right.")
+
+
+def _matrix_power(a, n):
+    if a.ndim < 2:
+        raise RuntimeError("linalg.matrix_power: The input tensor A must have at least 2 dimensions.")
+    if a.shape[-1] != a.shape[-2]:
+        raise RuntimeError(f"linalg.matrix_power: A must be batches of square matrices, but they are "
+                           f"{a.shape[-2]} by {a.shape[-1]} matrices")
+    if n == 0:
+        eye = registry.FUNCTIONS["eye"](a.shape[-1], dtype=a.dtype, device=a.device)
+        return eye.expand(tuple(a.shape)).clone()
+    if n < 0:
+        a, n = registry.FUNCTIONS["inverse"](a), -n
+    # binary powering: the squares of a, multiplied where n has a bit
+    result, square = None, a
+    while True:
+        if n & 1:
+            result = square if result is None else result.matmul(square)
+        n >>= 1
+        if not n:
+            return result.clone() if result is a else result
+        square = square.matmul(square)
+
+
+defop("matrix_power(Tensor self, int n) -> Tensor", composite=_matrix_power, variants=("function", "method", "out"),
+      doc="``n``-th power of a square matrix (or of each of a batch); 0 gives the identity, a negative ``n`` a "
+          "power of the inverse.")

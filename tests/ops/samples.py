@@ -206,6 +206,34 @@ class Maker:
     def scalar(self):
         return self.f(())
 
+    def square(self, shape, layout="contiguous", kind="general"):
+        """Well-conditioned square matrices of ``shape`` (..., n, n): "general" (diagonally dominant),
+        "spd" (symmetric positive-definite) or "sym" (symmetric, with distinct eigenvalues)."""
+        n = shape[-1]
+        a = self.rng.uniform(-1.0, 1.0, shape)
+        if kind == "spd":
+            a = a @ np.swapaxes(a, -1, -2) + n * np.eye(n)
+        elif kind == "sym":
+            a = a + np.swapaxes(a, -1, -2) + np.diag(np.arange(n) * 2.0)
+        else:
+            a = a + (n + 1) * np.eye(n)
+        return tensor_and_array(a.astype(self.dtype.np), layout)[0]
+
+    def lu(self, shape):
+        """(LU, pivots) of a well-conditioned matrix of ``shape`` (factored in float32 or float64: the half types
+        have no LU)."""
+        LU, pivots = jt.linalg.lu_factor(self.square(shape).to(self.wide))
+        return LU.to(self.dtype), pivots
+
+    def reflectors(self, shape):
+        """geqrf's Householder reflectors and scales of a matrix of ``shape``."""
+        h, tau = jt.geqrf(self.f(shape).to(self.wide))
+        return h.to(self.dtype), tau.to(self.dtype)
+
+    @property
+    def wide(self):
+        return self.dtype if self.dtype in (jt.float32, jt.float64) else jt.float32
+
 
 def S(*args, **kwargs):
     """``Sample(args, kwargs)``, written as the call it stands for."""
@@ -442,6 +470,32 @@ def _equal(m):
     return [S(x, x.clone()), S(m.f((3,)), m.f((2, 3))), S(m.i((3,)), m.i((3,), dtype=jt.int64))]
 
 
+def _decomposition(*extra):
+    """Ops of one matrix: a batch of tall ones, a wide one (transposed), and ``extra`` arguments on a square one."""
+    return lambda m: [S(m.f((2, 4, 3)), *extra), S(m.f((2, 3), "transposed"), *extra), S(m.square((3, 3)), *extra)]
+
+
+def _square(kind="general", *extra):
+    """Ops of square matrices: a batch, a transposed one, and an empty one."""
+    return lambda m: [S(m.square((2, 3, 3), kind=kind), *extra), S(m.square((3, 3), "transposed", kind), *extra),
+                      S(m.square((0, 0), kind=kind), *extra)]
+
+
+def _lu_unpack(m):
+    LU, pivots = m.lu((2, 3, 3))
+    return [S(LU, pivots), S(m.f((4, 3)), jt.tensor([3, 3, 3], dtype=jt.int32), True, False),
+            S(m.i((3, 2)), jt.tensor([1, 2], dtype=jt.int32), False)]
+
+
+def _householder(m):
+    return [S(*m.reflectors((2, 4, 3))), S(m.f((3, 2), "transposed"), m.f((1,)))]
+
+
+def _ormqr(m):
+    h, tau = m.reflectors((4, 3))
+    return [S(h, tau, m.f((4, 2))), S(h, tau, m.f((2, 4), "transposed"), False, True)]
+
+
 def _random_fill(*extra):
     """In-place random initialisers: default arguments, then ``extra`` on a 0-d tensor."""
     return lambda m: [S(m.mat(), generator=m.gen()), S(m.scalar(), *extra, generator=m.gen())]
@@ -619,6 +673,67 @@ HAND_WRITTEN = _by_names(
     ("einsum", lambda m: [S("ij,jk->ik", [m.mat(), m.f((4, 2))]), S("bij->bji", [m.cube()]),
                           S("i,i", [m.f((3,)), m.f((3,))]), S("...j,j->...", [m.i((2, 3)), m.i((3,))])]),
     ("outer ger", _outer),
+    ("addmv", lambda m: [S(m.f((3,)), m.mat(), m.f((4,), "strided")),
+                         S(m.f(()), m.f((2, 3)), m.f((3,)), beta=0.5, alpha=2), S(m.i((2,)), m.i((2, 2)), m.i((2,)))]),
+    ("addr", lambda m: [S(m.mat(), m.f((3,)), m.f((4,), "strided"), beta=0.5),
+                        S(m.f((4,)), m.f((2,)), m.f((4,)), alpha=2), S(m.i((2, 2)), m.i((2,)), m.f((2,)))]),
+    ("addbmm", lambda m: [S(m.f((3, 2)), m.f((2, 3, 2), "strided"), m.f((2, 2, 2))),
+                          S(m.f((2,)), m.f((2, 2, 3)), m.f((2, 3, 2)), beta=2, alpha=0.5)]),
+    ("trace", lambda m: [S(m.mat()), S(m.i((3, 3))), S(m.f((0, 2)))]),
+    ("kron", lambda m: [S(m.f((2, 3), "transposed"), m.f((2, 1))), S(m.f((3,)), m.f((2, 1, 2))),
+                        S(m.i((2,)), m.i((2,)))]),
+    ("inner", lambda m: [S(m.mat(), m.f((2, 4))), S(m.f((3,)), m.f((3,))), S(m.scalar(), m.f((2,))),
+                         S(m.i((2, 2)), m.i((2,)))]),
+    ("tensordot", lambda m: [S(m.f((2, 2, 3), "strided"), m.f((2, 3, 2))), S(m.mat(), m.f((4, 2)), 1),
+                             S(m.f((2, 2, 3)), m.f((3, 2)), ([2], [0])),
+                             S(m.i((2, 2)), m.i((2, 2)), 0)]),
+    ("chain_matmul", lambda m: [S([m.mat(), m.f((4, 2)), m.f((2, 3))]), S([m.f((2, 2))])]),
+    ("matrix_power", lambda m: [S(m.square((2, 2, 2)), 3), S(m.square((2, 2), "transposed"), -2), S(m.i((2, 2)), 0),
+                                S(m.f((3, 3)), 1)]),
+    # decompositions and solvers
+    ("det", _square()),
+    ("slogdet", _square()),
+    ("logdet", _square("spd")),
+    ("linalg_inv_ex inverse", _square()),
+    ("matrix_exp", lambda m: [S(m.f((2, 3, 3), low=-1.0, high=1.0)), S(m.f((2, 2), "transposed")), S(m.f((0, 0)))]),
+    ("linalg_solve_ex", lambda m: [S(m.square((2, 2, 2)), m.f((2, 1))), S(m.square((2, 2), "transposed"), m.f((2,))),
+                                   S(m.square((2, 2)), m.f((3, 2)), left=False)]),
+    ("linalg_solve_triangular", lambda m: [S(m.square((2, 2, 2)), m.f((2, 1)), upper=True),
+                                           S(m.square((2, 2), "transposed"), m.f((3, 2)), upper=False, left=False,
+                                             unitriangular=True)]),
+    ("triangular_solve", lambda m: [S(m.f((2, 2, 1)), m.square((2, 2))), S(m.f((2, 3)), m.square((2, 2), "transposed"),
+                                                                            False, True)]),
+    ("linalg_cholesky_ex", lambda m: [S(m.square((2, 2, 2), kind="spd")), S(m.square((2, 2), "transposed", "spd"),
+                                                                             upper=True)]),
+    ("cholesky", lambda m: [S(m.square((2, 2, 2), kind="spd")), S(m.square((2, 2), "transposed", "spd"), True)]),
+    ("cholesky_solve", lambda m: [S(m.f((2, 2, 1)), m.square((2, 2), kind="spd").tril()),
+                                  S(m.f((2, 3)), m.square((2, 2), kind="spd").triu(), True)]),
+    ("cholesky_inverse", lambda m: [S(m.square((2, 2), kind="spd").tril()),
+                                    S(m.square((2, 2, 2), kind="spd").triu(), True)]),
+    ("linalg_lu_factor_ex", lambda m: [S(m.square((2, 2, 2))), S(m.f((3, 4), "transposed")), S(m.f((2, 2)),
+                                                                                                 check_errors=True)]),
+    ("lu", lambda m: [S(m.square((2, 2, 2))), S(m.f((4, 3)), True, True)]),
+    ("lu_unpack", _lu_unpack),
+    ("lu_solve", lambda m: [S(m.f((2, 2, 1)), *m.lu((2, 2))), S(m.f((2, 3)), *m.lu((2, 2, 2)))]),
+    ("linalg_qr", _decomposition()),
+    ("qr", lambda m: [S(m.f((2, 3, 2))), S(m.f((3, 3), "transposed"), False)]),
+    ("geqrf", lambda m: [S(m.f((2, 3, 2))), S(m.f((3, 2), "strided"))]),
+    ("orgqr linalg_householder_product", _householder),
+    ("ormqr", _ormqr),
+    # (full U and Vh of a rectangular matrix have columns without a gradient: square ones only)
+    ("_linalg_svd", lambda m: [S(m.f((2, 3, 2))), S(m.square((3, 3), "transposed"), True),
+                               S(m.f((2, 3)), False, False)]),
+    ("svd", lambda m: [S(m.f((2, 3, 2))), S(m.f((2, 3), "transposed")), S(m.square((3, 3)), False), S(m.f((3, 2)), True,
+                                                                                                      False)]),
+    ("_linalg_eigh", lambda m: [S(m.square((2, 2, 2), kind="sym")), S(m.square((3, 3), "transposed", "sym"), "U"),
+                                S(m.square((3, 3), kind="sym"), "L", False)]),
+    ("linalg_pinv.atol_rtol_float", lambda m: [S(m.f((2, 3, 2))), S(m.f((2, 3), "transposed"), rtol=1e-3),
+                                               S(m.square((2, 2), kind="sym"), atol=1e-3, hermitian=True)]),
+    ("pinverse", lambda m: [S(m.f((3, 2))), S(m.f((2, 2, 3), "transposed"), 1e-3)]),
+    ("_lu_permutation", lambda m: [S(m.lu((2, 2, 2))[1], 3, m.dtype),
+                                   S(jt.tensor([3, 3], dtype=jt.int32), 4, jt.int64)]),
+    ("linalg_lstsq", lambda m: [S(m.f((2, 3, 2)), m.f((2, 3, 1))), S(m.square((2, 2), "transposed"), m.f((2,)))]),
+    ("_linalg_lstsq", lambda m: [S(m.f((4, 2), "transposed"), m.f((4,))), S(m.f((4, 2)), m.f((4, 1)), driver="gelsd")]),
     ("allclose", _close),
     ("equal", _equal),
     # random

@@ -40,6 +40,16 @@ def sign(*shape):
     return torch.randint(0, 2, shape, generator=GEN).float() * 2 - 1
 
 
+def square(n, batch=()):
+    """Well-conditioned square matrices."""
+    return torch.randn(*batch, n, n, generator=GEN) + n * torch.eye(n)
+
+
+def spd(n):
+    a = torch.randn(n, n, generator=GEN)
+    return a @ a.mT + n * torch.eye(n)
+
+
 def classes(n, k):
     return torch.randint(0, k, (n,), generator=GEN)
 
@@ -63,6 +73,30 @@ SAMPLES = {
     "dot": (lambda m, F: m.dot, lambda: [r(5), r(5)]),
     "vdot": (lambda m, F: m.vdot, lambda: [r(5), r(5)]),
     "einsum": (lambda m, F: lambda a, b: m.einsum("ij,jk->ik", a, b), lambda: [r(3, 4), r(4, 2)]),
+    "addmv": (lambda m, F: m.addmv, lambda: [r(3), r(3, 4), r(4)]),
+    "addr": (lambda m, F: m.addr, lambda: [r(3, 4), r(3), r(4)]),
+    "addbmm": (lambda m, F: m.addbmm, lambda: [r(3, 5), r(2, 3, 4), r(2, 4, 5)]),
+    "chain_matmul": (lambda m, F: m.chain_matmul, lambda: [r(3, 4), r(4, 2), r(2, 3)]),
+    "tensordot": (lambda m, F: lambda a, b: m.tensordot(a, b, 1), lambda: [r(3, 4), r(4, 2)]),
+    "trace": (lambda m, F: m.trace, lambda: [r(3, 4)]),
+    "inverse": (lambda m, F: m.inverse, lambda: [square(3)]),
+    "linalg_inv_ex": (lambda m, F: lambda x: m.linalg.inv_ex(x)[0], lambda: [square(3)]),
+    "cholesky": (lambda m, F: m.cholesky, lambda: [spd(3)]),
+    "linalg_cholesky_ex": (lambda m, F: lambda x: m.linalg.cholesky_ex(x)[0], lambda: [spd(3)]),
+    "cholesky_inverse": (lambda m, F: m.cholesky_inverse, lambda: [spd(3).tril()]),
+    "cholesky_solve": (lambda m, F: m.cholesky_solve, lambda: [r(3, 2), spd(3).tril()]),
+    "lu_solve": (lambda m, F: m.lu_solve, lambda: [r(3, 2), square(3), torch.tensor([2, 2, 3], dtype=torch.int32)]),
+    "triangular_solve": (lambda m, F: lambda b, a: m.triangular_solve(b, a)[0], lambda: [r(3, 2), square(3)]),
+    "qr": (lambda m, F: lambda x: m.qr(x)[0], lambda: [r(4, 3)]),
+    "linalg_qr": (lambda m, F: lambda x: m.linalg.qr(x)[1], lambda: [r(4, 3)]),
+    "geqrf": (lambda m, F: lambda x: m.geqrf(x)[1].abs(), lambda: [r(4, 3)]),
+    "orgqr": (lambda m, F: m.orgqr, lambda: [r(4, 3), r(2)]),
+    "linalg_householder_product": (lambda m, F: m.linalg.householder_product, lambda: [r(4, 3), r(2)]),
+    "ormqr": (lambda m, F: m.ormqr, lambda: [r(4, 3), r(2), r(4, 2)]),
+    # (singular vectors are unique up to sign: the values only)
+    "svd": (lambda m, F: lambda x: m.svd(x)[1], lambda: [r(4, 3)]),
+    "pinverse": (lambda m, F: m.pinverse, lambda: [r(4, 3)]),
+    "linalg_lstsq": (lambda m, F: lambda a, b: m.linalg.lstsq(a, b).solution, lambda: [r(4, 3), r(4, 2)]),
     "linear": (lambda m, F: F.linear, lambda: [r(3, 4), r(5, 4), r(5)]),
     "bilinear": (lambda m, F: F.bilinear, lambda: [r(3, 4), r(3, 2), r(5, 4, 2), r(5)]),
     "conv1d": (lambda m, F: F.conv1d, lambda: [r(1, 2, 6), r(3, 2, 3), r(3)]),

@@ -1,3 +1,4 @@
 """Derivative rules, one module per family of ops."""
 
-from . import elementwise, pointwise_scaled, reductions, sampling, scans, searching, selection, structural  # noqa: F401
+from . import (  # noqa: F401
+    elementwise, linalg, pointwise_scaled, reductions, sampling, scans, searching, selection, structural)

@@ -1,0 +1,310 @@
+"""Derivative rules of the matrix decompositions and solvers (jitorch/ops/decompositions.py) and of addmv,
+addr and addbmm.
+
+Formulas follow PyTorch's ``FunctionsManual.cpp`` for real matrices, written with registry ops so that
+they differentiate again. Those of Cholesky and eigh give the symmetric gradient torch gives: the kernels
+read one triangle of a symmetric input, the gradient is taken with respect to the symmetric matrix. SVD,
+eigh and QR assume what torch assumes (distinct singular values or eigenvalues, a full-rank R).
+"""
+
+from __future__ import annotations
+
+from jitorch.autograd.rule import defgrad, differentiates, nondifferentiable, reads
+from jitorch.autograd.rules.common import per_input, wanted
+from jitorch.autograd.rules.structural import _scaled, sum_to
+from jitorch.ops import functions as jt
+from jitorch.ops.decompositions import solve_is_vector
+from jitorch.ops.registry import OPS
+
+
+def _solve_triangular(A, B, upper, left=True, unit=False):
+    return OPS["linalg_solve_triangular"](A, B, upper, left, unit)
+
+
+def _matrix_eye(n, like):
+    return jt.eye(n, dtype=like.dtype, device=like.device)
+
+
+def _not_implemented(name, why=""):
+    """The rule of an op whose derivative jitorch does not implement (torch has none for geqrf either)."""
+    def rule(g, a, out):
+        raise NotImplementedError(f"the derivative for '{name}' is not implemented{why}")
+    return rule
+
+
+# Determinants, inverse, solves ---------------------------------------------------------------------------------
+
+def _other_products(S):
+    """Per singular value, the product of the others, without dividing (exact for a singular matrix)."""
+    ones = jt.ones_like(S[..., :1])
+    before = jt.cat([ones, S[..., :-1].cumprod(-1)], -1)
+    after = jt.cat([S[..., 1:].flip([-1]).cumprod(-1).flip([-1]), ones], -1)
+    return before * after
+
+
+def _det(g, a, out):
+    """The cofactor matrix ``det(A) A^-T``, from the SVD so that singular matrices have theirs too:
+    ``det(U) det(Vh) U diag(prod_{j != i} s_j) Vh``."""
+    U, S, Vh = OPS["_linalg_svd"](a.self, False, True, None)
+    sign = jt.det(U.detach()) * jt.det(Vh.detach())
+    cofactor = (U * _other_products(S).unsqueeze(-2)).matmul(Vh)
+    return (g * sign).unsqueeze(-1).unsqueeze(-1) * cofactor
+
+
+def _slogdet(g, a, out):
+    return g[1].unsqueeze(-1).unsqueeze(-1) * jt.inverse(a.self).mT
+
+
+def _inverse(g, a, out):
+    inverse = out[0].mT
+    return -inverse.matmul(g[0]).matmul(inverse)
+
+
+def _transposed_solve(A, gX, left):
+    """A^-T gX (gX A^-T with ``left=False``)."""
+    if left:
+        return OPS["linalg_solve_ex"](A.mT, gX, True, False)[0]
+    return OPS["linalg_solve_ex"](A, gX.mT, True, False)[0].mT
+
+
+def _solve_ex(g, a, out):
+    X, gX = out[0], g[0]
+    vector = X.ndim == out[1].ndim + 1
+    if vector:
+        X, gX = X.unsqueeze(-1), gX.unsqueeze(-1)
+    gB = _transposed_solve(a.A, gX, a.left)
+    grads = {}
+    if wanted(a.B):
+        grads["B"] = gB.squeeze(-1) if vector else gB
+    if wanted(a.A):
+        grads["A"] = -(gB.matmul(X.mT) if a.left else X.mT.matmul(gB))
+    return grads
+
+
+def _triangle(t, upper, unit):
+    return t.triu(1 if unit else 0) if upper else t.tril(-1 if unit else 0)
+
+
+def _solve_triangular_rule(g, a, out):
+    A, X = a.self, out
+    gB = _solve_triangular(A.mT, g, not a.upper, a.left, a.unitriangular)
+    grads = {}
+    if wanted(a.B):
+        grads["B"] = gB
+    if wanted(a.self):
+        gA = gB.matmul(X.mT) if a.left else X.mT.matmul(gB)
+        grads["self"] = -_triangle(gA, a.upper, a.unitriangular)
+    return grads
+
+
+def _triangular_solve(g, a, out):
+    """torch's single node: the solution's gradient as linalg.solve_triangular's, and the copy's back to A."""
+    (X, _), (gX, gM) = out, g
+    upper = a.upper != a.transpose
+    M = a.A.mT if a.transpose else a.A
+    gB = _solve_triangular(M.mT, gX, not upper, True, a.unitriangular)
+    grads = {}
+    if wanted(a.self):
+        grads["self"] = gB
+    if wanted(a.A):
+        gM_solve = -_triangle(gB.matmul(X.mT), upper, a.unitriangular)
+        grads["A"] = (gM_solve.mT if a.transpose else gM_solve) + gM
+    return grads
+
+
+defgrad("det", per_input(self=reads("self", _det)))
+defgrad("slogdet", per_input(self=reads("self", _slogdet)))
+defgrad("linalg_inv_ex", per_input(A=reads("result", _inverse)))
+defgrad("linalg_solve_ex", differentiates("A B", reads("A result", _solve_ex)))
+defgrad("linalg_solve_triangular", differentiates("self B", reads("self result", _solve_triangular_rule)))
+defgrad("triangular_solve", differentiates("self A", reads("A result", _triangular_solve)))
+
+
+# Cholesky, LU ------------------------------------------------------------------------------------------------
+
+def _cholesky(g, a, out):
+    """gA = sym(L^-T Phi(L^T gL) L^-1), Phi taking the lower triangle with the diagonal halved."""
+    L, gL = out[0], g[0]
+    if a.upper:
+        L, gL = L.mT, gL.mT
+    n = L.shape[-1]
+    half_lower = jt.ones((n, n), dtype=L.dtype, device=L.device).tril() - 0.5 * _matrix_eye(n, L)
+    phi = L.mT.matmul(gL) * half_lower
+    gA = _solve_triangular(L, _solve_triangular(L.mT, phi, True), False, left=False)
+    return 0.5 * (gA + gA.mT)
+
+
+def _lu_factor(g, a, out):
+    """Square A = P L U: gA = P L^-T (tril_-1(L^T gL) + triu(gU U^T)) U^-T (torch's linalg_lu_backward)."""
+    LU, pivots, gLU = out[0], out[1], g[0]
+    if LU.shape[-1] != LU.shape[-2]:
+        raise NotImplementedError("the derivative for 'linalg_lu_factor_ex' is not implemented for rectangular "
+                                  "matrices")
+    P, L, U = jt.lu_unpack(LU, pivots)
+    phi = L.mT.matmul(gLU.tril(-1)).tril(-1) + gLU.triu().matmul(U.mT).triu()
+    X = _solve_triangular(U.mT, phi, False, left=False)
+    return P.matmul(_solve_triangular(L.mT, X, True, unit=True))
+
+
+defgrad("linalg_cholesky_ex", per_input(self=reads("result", _cholesky)))
+defgrad("linalg_lu_factor_ex", per_input(A=reads("result", _lu_factor)))
+nondifferentiable("_lu_permutation")
+
+
+# QR, SVD, eigh ----------------------------------------------------------------------------------------------
+
+def _qr_tall(Q, R, gQ, gR):
+    """m >= n: gA = (gQ + Q copyltu(M)) R^-T, M = R gR^T - gQ^T Q, copyltu symmetric from M's lower triangle."""
+    M = R.matmul(gR.mT) - gQ.mT.matmul(Q)
+    b = gQ + Q.matmul(M.tril() + M.tril(-1).mT)
+    return _solve_triangular(R.mT, b, False, left=False)
+
+
+def _qr(g, a, out):
+    if a.mode == "r":
+        raise RuntimeError("The derivative of linalg.qr depends on Q, which is not computed when mode='r'. Please use "
+                           "linalg.qr(A, mode='reduced') if you are going to differentiate through linalg.qr.")
+    (Q, R), (gQ, gR) = out, g
+    m, n = a.A.shape[-2:]
+    if m >= n:
+        if a.mode == "complete" and m > n:
+            raise RuntimeError("The QR decomposition is not differentiable when mode='complete' and nrows > ncols.")
+        return _qr_tall(Q, R, gQ, gR)
+    # m < n: A = [X | Y], R = [U | V] with X = Q U square
+    Y, U, gU, gV = a.A[..., m:], R[..., :m], gR[..., :m], gR[..., m:]
+    gX = _qr_tall(Q, U, gQ + Y.matmul(gV.mT), gU)
+    return jt.cat([gX, Q.matmul(gV)], -1)
+
+
+def _svd(g, a, out):
+    """torch's svd_backward for real matrices with distinct singular values; with full_matrices the extra
+    columns of U and rows of Vh take no part."""
+    (U, S, Vh), (gU, gS, gVh) = out, g
+    if not a.compute_uv:
+        raise NotImplementedError("the derivative for '_linalg_svd' is not implemented without U and Vh "
+                                  "(compute_uv=False): linalg.svdvals computes them when differentiated")
+    k = S.shape[-1]
+    if a.full_matrices:
+        U, gU, Vh, gVh = U[..., :k], gU[..., :k], Vh[..., :k, :], gVh[..., :k, :]
+    m, n = U.shape[-2], Vh.shape[-1]
+    UhgU = U.mT.matmul(gU)
+    VhgV = Vh.matmul(gVh.mT)
+    UhgU, VhgV = UhgU - UhgU.mT, VhgV - VhgV.mT
+    S2 = S * S
+    E = S2.unsqueeze(-2) - S2.unsqueeze(-1) + _matrix_eye(k, S)
+    gA = (UhgU * S.unsqueeze(-2) + S.unsqueeze(-1) * VhgV) / E + gS.unsqueeze(-1) * _matrix_eye(k, S)
+    if m > n:
+        gUSinv = gU / S.unsqueeze(-2)
+        gA = U.matmul(gA) + gUSinv - U.matmul(U.mT.matmul(gUSinv))
+        return gA.matmul(Vh)
+    if m < n:
+        SinvgVh = gVh / S.unsqueeze(-1)
+        gA = gA.matmul(Vh) + SinvgVh - SinvgVh.matmul(Vh.mT).matmul(Vh)
+        return U.matmul(gA)
+    return U.matmul(gA).matmul(Vh)
+
+
+def _eigh(g, a, out):
+    """gA = V (diag(gL) + skew(V^T gV) / 2 / E) V^T, E_ij = L_j - L_i (torch's linalg_eig_backward, symmetric)."""
+    if not a.compute_v:
+        raise NotImplementedError("the derivative for '_linalg_eigh' is not implemented without the eigenvectors "
+                                  "(compute_v=False): linalg.eigvalsh computes them when differentiated")
+    (L, V), (gL, gV) = out, g
+    n = L.shape[-1]
+    eye = _matrix_eye(n, L)
+    VhgV = V.mT.matmul(gV)
+    E = L.unsqueeze(-2) - L.unsqueeze(-1) + eye
+    inner = 0.5 * (VhgV - VhgV.mT) / E * (1 - eye) + gL.unsqueeze(-1) * eye
+    return V.matmul(inner).matmul(V.mT)
+
+
+defgrad("linalg_qr", per_input(A=reads("A result", _qr)))
+defgrad("_linalg_svd", per_input(A=reads("result", _svd)))
+defgrad("_linalg_eigh", per_input(A=reads("result", _eigh)))
+
+
+# Pseudo-inverse, least squares, matrix exponential -----------------------------------------------------------
+
+def pinv_backward(g, pinvA, A):
+    """torch's pinv_backward: the gradient of ``pinv(A)`` for A of constant rank."""
+    m, n = A.shape[-2:]
+    pinvAh, gh = pinvA.mT, g.mT
+    if m <= n:
+        K = gh.matmul(pinvA)
+        KpinvAh = K.matmul(pinvAh)
+        return (-(pinvA.matmul(K)).mT + KpinvAh - A.matmul(pinvA).matmul(KpinvAh)
+                + pinvAh.matmul(pinvA).matmul(gh - K.matmul(A)))
+    K = pinvA.matmul(gh)
+    pinvAhK = pinvAh.matmul(K)
+    return (-(K.matmul(pinvA)).mT + (gh - A.matmul(K)).matmul(pinvA).matmul(pinvAh) + pinvAhK
+            - pinvAhK.matmul(pinvA).matmul(A))
+
+
+def _pinv(g, a, out):
+    return pinv_backward(g, out, a.self)
+
+
+def _lstsq(g, a, out):
+    """The solution's gradient as that of ``pinv(A) @ B`` (torch's linalg_lstsq_backward); the residuals'
+    ``|A X - B|^2`` as at the optimum (where A^T (A X - B) = 0); the singular values' as svdvals'."""
+    A, B = a.self, a.b
+    X, residuals, sv = out[0], out[1], out[3]
+    gX, gres, gsv = g[0], g[1], g[3]
+    vector = solve_is_vector(A, B)
+    if vector:
+        B, X, gX = B.unsqueeze(-1), X.unsqueeze(-1), gX.unsqueeze(-1)
+    pinvA = OPS["linalg_pinv.atol_rtol_float"](A, None, None, False)
+    gA, gB = pinv_backward(gX.matmul(B.mT), pinvA, A), pinvA.mT.matmul(gX)
+    if residuals.numel():
+        r = A.matmul(X) - B
+        weighted = 2 * r * (gres.unsqueeze(-1) if vector else gres.unsqueeze(-2))
+        gA, gB = gA + weighted.matmul(X.mT), gB - weighted
+    if sv.numel():
+        U, _, Vh = OPS["_linalg_svd"](A, False, True, None)
+        gA = gA + (U * gsv.unsqueeze(-2)).matmul(Vh)
+    grads = {}
+    if wanted(a.self):
+        grads["self"] = gA
+    if wanted(a.b):
+        grads["b"] = gB.squeeze(-1) if vector else gB
+    return grads
+
+
+def _matrix_exp(g, a, out):
+    """The upper right block of exp([[A^T, g], [0, A^T]])."""
+    At = a.self.mT
+    n = At.shape[-1]
+    top = jt.cat([At, g], -1)
+    bottom = jt.cat([jt.zeros_like(At), At], -1)
+    return jt.matrix_exp(jt.cat([top, bottom], -2))[..., :n, n:]
+
+
+defgrad("linalg_pinv.atol_rtol_float", per_input(self=reads("self result", _pinv)))
+defgrad("_linalg_lstsq", differentiates("self b", reads("self b result", _lstsq)))
+defgrad("matrix_exp", per_input(self=reads("self", _matrix_exp)))
+defgrad("geqrf", differentiates("self", _not_implemented("geqrf")))
+defgrad("orgqr", differentiates("self input2", _not_implemented("orgqr")))
+defgrad("linalg_householder_product", differentiates("input tau", _not_implemented("linalg_householder_product")))
+defgrad("ormqr", differentiates("self input2 input3", _not_implemented("ormqr")))
+
+
+# addmv, addr, addbmm ----------------------------------------------------------------------------------------------
+
+def _scaled_self(g, a, out):
+    return sum_to(_scaled(g, a.beta), a.self.shape)
+
+
+def _batches(g, a):
+    return g.unsqueeze(0).expand((a.batch1.shape[0],) + tuple(g.shape))
+
+
+defgrad("addmv", per_input(self=reads("", _scaled_self),
+                           mat=reads("vec", lambda g, a, out: _scaled(g.outer(a.vec), a.alpha)),
+                           vec=reads("mat", lambda g, a, out: _scaled(a.mat.t().mv(g), a.alpha))))
+defgrad("addr", per_input(self=reads("", _scaled_self),
+                          vec1=reads("vec2", lambda g, a, out: _scaled(g.mv(a.vec2.to(g.dtype)), a.alpha)),
+                          vec2=reads("vec1", lambda g, a, out: _scaled(g.t().mv(a.vec1.to(g.dtype)), a.alpha))))
+defgrad("addbmm", per_input(
+    self=reads("", _scaled_self),
+    batch1=reads("batch2", lambda g, a, out: _scaled(_batches(g, a).bmm(a.batch2.transpose(1, 2)), a.alpha)),
+    batch2=reads("batch1", lambda g, a, out: _scaled(a.batch1.transpose(1, 2).bmm(_batches(g, a)), a.alpha))))
