@@ -19,12 +19,10 @@ from .creation import lin_values
 from .meta import opmath
 from .registry import TensorSpec, defop, scalar_name
 
-_HALVES = (_dt.float16.np, _dt.bfloat16.np)
-
 
 def _sortable(a):
     """NumPy cannot order ml_dtypes' half types: their float32 values order the same."""
-    return a.astype(np.float32) if a.dtype in _HALVES else a
+    return a.astype(np.float32) if a.dtype in _dt.HALF_NP else a
 
 
 def _as_tensor(value, like):
@@ -245,8 +243,8 @@ def _linear_bins(a, edges, bins):
     inclusive; -1 for elements outside them (and NaN). Each step is rounded to the input's dtype, as torch's
     half-type arithmetic rounds it."""
     def rounded(v):
-        return v if a.dtype not in _HALVES else convert(v, a.dtype).astype(np.float32)
-    wide = a.astype(np.float32) if a.dtype in _HALVES else a
+        return v if a.dtype not in _dt.HALF_NP else convert(v, a.dtype).astype(np.float32)
+    wide = a.astype(np.float32) if a.dtype in _dt.HALF_NP else a
     lo, hi = (wide.dtype.type(e) for e in (edges[0], edges[-1]))
     inside = (wide >= lo) & (wide <= hi)
     scaled = rounded(rounded(rounded(wide - lo) * wide.dtype.type(bins)) / rounded(np.asarray(hi - lo)))
