@@ -58,6 +58,7 @@ from . import func  # noqa: E402,F401
 from . import nn  # noqa: E402,F401
 from .nn.aten_forms import *  # noqa: E402,F401,F403  (torch.conv2d, torch.batch_norm, ...)
 from . import linalg  # noqa: E402,F401
+from . import fft  # noqa: E402,F401
 from . import optim  # noqa: E402,F401  (torch.optim and torch.utils.data need no import of their own)
 from .utils import data as _data  # noqa: E402,F401
 from .jit import compile  # noqa: E402,F401

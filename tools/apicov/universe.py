@@ -44,7 +44,7 @@ EXCLUSIONS = [
     (r"(^|\.)_(?!_)", "private name"),
     (r"\.__(torch_function|torch_dispatch|class|init_subclass|subclasshook|new|dir|delitem|dlpack|dlpack_device|"
      r"cuda_array_interface|array_wrap|reduce_ex|setstate)__$", "Python/interop protocol, not user API"),
-    (r"\.__(complex)__$|\.(complex|polar|view_as_real|view_as_complex|imag|cfloat|cdouble|chalf|stft|istft)$",
+    (r"\.__(complex)__$|\.(complex|polar|view_as_real|view_as_complex|imag|cfloat|cdouble|chalf|stft|istft|eig|eigvals)$",
      "complex numbers"),
     (r"^torch\.fft\.(?!(fftfreq|rfftfreq|fftshift|ifftshift)$)", "complex numbers (FFT)"),
     (r"(?<!init\.)sparse|coalesce|crow_indices|ccol_indices|col_indices|row_indices|\.(indices|values|smm|spmm|hspmm|"
