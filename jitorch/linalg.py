@@ -337,16 +337,7 @@ def vecdot(x, y, *, dim=-1, out=None):
 
 def cross(input, other, *, dim=-1, out=None):
     """Cross products of the 3-vectors along ``dim`` (broadcast)."""
-    if input.ndim != other.ndim:
-        raise RuntimeError("linalg.cross: inputs must have the same number of dimensions.")
-    if input.shape[dim] != 3 or other.shape[dim] != 3:
-        raise RuntimeError(f"linalg.cross: inputs dimension {dim} must have length 3. Got {input.shape[dim]} and "
-                           f"{other.shape[dim]}")
-    a, b = _jt.broadcast_tensors(input, other)
-    a0, a1, a2 = a.unbind(dim)
-    b0, b1, b2 = b.unbind(dim)
-    result = _jt.stack([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], dim)
-    return _written("mul", result, out)
+    return _jt.cross(input, other, dim, out=out)
 
 
 def vander(x, *, N=None):

@@ -140,3 +140,12 @@ def test_cuda_tensors_fall_back_to_the_host_kernels():
         assert jt.linalg.qr(A).Q.device.type == jt.linalg.lu_factor(A).pivots.device.type == "cuda"
         jt.linalg.inv(A).sum().backward()
         assert A.grad.device.type == "cuda"
+
+
+def test_torch_cross_without_dim_takes_the_first_dim_of_size_3_with_torchs_warning():
+    a, b = np.random.default_rng(1).standard_normal((2, 3, 4, 3))
+    with pytest.warns(UserWarning, match="Using torch.cross without specifying the dim arg is deprecated"):
+        got = jt.cross(jt.tensor(a), jt.tensor(b))
+    np.testing.assert_allclose(got.numpy(), torch.cross(torch.tensor(a), torch.tensor(b), dim=0).numpy())
+    with pytest.raises(RuntimeError, match="no dimension of size 3 in input"), pytest.warns(UserWarning):
+        jt.cross(jt.ones(2, 4), jt.ones(2, 4))

@@ -12,6 +12,7 @@ dispatches to: ``matmul`` of a vector and a matrix fails as ``mm`` would.
 
 from __future__ import annotations
 
+import warnings
 from collections import namedtuple
 from functools import lru_cache
 from math import prod
@@ -21,7 +22,7 @@ import numpy as np
 from ..runtime import dtypes as _dt
 from ..runtime.device import CPU
 from ..runtime.strided import broadcast_shapes, contiguous_strides, list_str, wrap_dim
-from . import registry
+from . import functions, registry
 from .meta import opmath
 from .registry import TensorSpec, cpp_name, defop, scalar_name
 
@@ -760,3 +761,36 @@ def _matrix_power(a, n):
 defop("matrix_power(Tensor self, int n) -> Tensor", composite=_matrix_power, variants=("function", "method", "out"),
       doc="``n``-th power of a square matrix (or of each of a batch); 0 gives the identity, a negative ``n`` a "
           "power of the inverse.")
+
+
+def _cross_dim(x, other, dim):
+    """torch.cross's dim: the one given, else (deprecated, with torch's warning) the first of size 3."""
+    if dim is not None:
+        return dim
+    warnings.warn("Using torch.cross without specifying the dim arg is deprecated.\nPlease either pass the dim "
+                  "explicitly or simply use torch.linalg.cross.\nThe default value of dim will change to agree with "
+                  "that of linalg.cross in a future release.", stacklevel=4)
+    shape = broadcast_shapes(tuple(x.shape), tuple(other.shape))
+    found = next((d for d, n in enumerate(shape) if n == 3), None)
+    if found is None:
+        raise RuntimeError("no dimension of size 3 in input")
+    return found
+
+
+def _cross(x, other, dim):
+    if x.ndim != other.ndim:
+        raise RuntimeError("linalg.cross: inputs must have the same number of dimensions.")
+    dim = _cross_dim(x, other, dim)
+    if x.shape[dim] != 3 or other.shape[dim] != 3:
+        raise RuntimeError(f"linalg.cross: inputs dimension {dim} must have length 3. Got {x.shape[dim]} and "
+                           f"{other.shape[dim]}")
+    a, b = functions.broadcast_tensors(x, other)
+    a0, a1, a2 = a.unbind(dim)
+    b0, b1, b2 = b.unbind(dim)
+    return functions.stack([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], dim)
+
+
+defop("cross(Tensor self, Tensor other, int? dim=None) -> Tensor", composite=_cross, kind="matmul",
+      variants=("function", "method", "out"),
+      doc="Cross products of the 3-vectors along ``dim`` (broadcast); without ``dim``, the first dim of size 3.")
+

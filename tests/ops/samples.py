@@ -524,6 +524,8 @@ HAND_WRITTEN = _by_names(
     ("std var std_mean var_mean", _moments_legacy),
     ("std.dim var.dim std_mean.dim var_mean.dim", _moments_dim),
     ("std.correction var.correction std_mean.correction var_mean.correction", _moments_correction),
+    ("cross", lambda m: [S(m.f((4, 3)), m.f((4, 3)), 1), S(m.f((3, 2)), m.f((3, 1)), 0),
+                         S(m.f((2, 3, 3), "transposed"), m.f((2, 3, 3)), -1)]),
     ("dist", lambda m: [S(m.mat(), m.f((4,))), S(m.cube(), m.cube(), 1), S(m.scalar(), m.scalar(), 0),
                         S(m.f((2, 3)), m.f((2, 3)), math.inf), S(m.f((3,)), m.f((3,)), 1.5)]),
     ("norm", lambda m: [S(m.mat()), S(m.cube(), 1, (0, 2), True), S(m.scalar(), 2), S(m.f((2, 3)), math.inf, (1,)),

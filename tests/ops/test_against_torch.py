@@ -120,7 +120,7 @@ _EXACT_OUT = ("abs absolute neg negative sign sgn floor ceil trunc fix round fra
               "nanquantile nanquantile.scalar searchsorted.Tensor bucketize.Tensor isin.Tensor_Tensor histc "
               "histogram.bins_tensor histogram.bin_ct take_along_dim index_reduce renorm "
               "addmv addbmm inner tensordot chain_matmul matrix_power inverse slogdet lu_unpack lu_solve qr svd ormqr "
-              "triangular_solve").split()
+              "triangular_solve cross").split()
 
 
 def _rounds_once(why):

@@ -135,6 +135,7 @@ SAMPLES = {
     "addcmul": (lambda m, F: m.addcmul, lambda: [r(3, 4), r(3, 4), r(4)]),
     "addcdiv": (lambda m, F: m.addcdiv, lambda: [r(3, 4), r(3, 4), pos(4)]),
     "dist": (lambda m, F: m.dist, lambda: [r(3, 4), r(4)]),
+    "cross": (lambda m, F: lambda a, b: m.cross(a, b, dim=1), lambda: [r(4, 3), r(4, 3)]),
     "asin": (lambda m, F: m.asin, lambda: [unit(5)]),
     "layer_norm": (lambda m, F: lambda x, w, b: F.layer_norm(x, (4,), w, b), lambda: [r(3, 4), r(4), r(4)]),
     "group_norm": (lambda m, F: lambda x, w, b: F.group_norm(x, 2, w, b), lambda: [r(2, 4, 3), r(4), r(4)]),
