@@ -5,6 +5,7 @@ the same losses, a checkpoint reloaded into a fresh model reproduces its outputs
 import importlib.util
 import math
 import pathlib
+import warnings
 
 import numpy as np
 import pytest
@@ -22,9 +23,16 @@ def program(name):
 
 
 def run_both(name, argv):
-    """The program's results for ``argv``, eager and with --compile."""
+    """The program's results for ``argv``, eager and with --compile (which must compile its graphs rather
+    than fall back to running them eagerly)."""
     main = program(name).main
-    return main(argv), main(argv + ["--compile"])
+    eager = main(argv)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        compiled = main(argv + ["--compile"])
+    fallbacks = [str(w.message) for w in caught if str(w.message).startswith("jitorch.compile: running")]
+    assert not fallbacks, fallbacks
+    return eager, compiled
 
 
 def assert_finite(values):
