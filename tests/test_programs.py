@@ -2,9 +2,9 @@
 tiny steps, eager and with --compile: losses are finite and fall, eager and compiled runs of the same seed give
 the same losses, a checkpoint reloaded into a fresh model reproduces its outputs, and samples are in range."""
 
-import importlib.util
 import math
 import pathlib
+import types
 import warnings
 
 import numpy as np
@@ -14,11 +14,26 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 PROGRAMS = ROOT / "examples" / "programs"
 
 
-def program(name):
-    """The program examples/programs/<name>.py as a module (it is a script, not a package)."""
-    spec = importlib.util.spec_from_file_location(f"programs_{name}", PROGRAMS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+# tiny sizes: a few steps each
+ARGV = {
+    "gpt": ["--steps", "6", "--batch-size", "4", "--block-size", "16", "--n-layer", "1", "--n-embd", "32",
+            "--sample-tokens", "6", "--warmup", "2"],
+    "word_language_model": ["--steps", "6", "--batch-size", "4", "--emsize", "16", "--words", "5"],
+    "dcgan": ["--steps", "4", "--batch-size", "4", "--nz", "8", "--ngf", "8", "--ndf", "8"],
+    "vae": ["--steps", "5", "--batch-size", "8", "--train-size", "64", "--hidden", "32"],
+    "mnist": ["--steps", "6", "--batch-size", "16", "--steps-per-epoch", "3", "--test-batch-size", "32"],
+}
+
+
+def program(name, library="jitorch"):
+    """The program examples/programs/<name>.py as a module (it is a script, not a package), importing
+    ``library`` under the name torch."""
+    source = (PROGRAMS / f"{name}.py").read_text()
+    if library != "jitorch":
+        source = source.replace("import jitorch as torch", f"import {library} as torch")
+        source = source.replace("jitorch.", f"{library}.")
+    module = types.ModuleType(f"programs_{name}_{library}")
+    exec(compile(source, str(PROGRAMS / f"{name}.py"), "exec"), module.__dict__)
     return module
 
 
@@ -44,9 +59,7 @@ def assert_same_losses(eager, compiled, rtol):
 
 
 def test_gpt_trains_reloads_and_samples_eager_and_compiled():
-    argv = ["--steps", "6", "--batch-size", "4", "--block-size", "16", "--n-layer", "1", "--n-embd", "32",
-            "--sample-tokens", "6", "--warmup", "2"]
-    eager, compiled = run_both("gpt", argv)
+    eager, compiled = run_both("gpt", ARGV["gpt"])
     for run in (eager, compiled):
         assert_finite(run["losses"])
         assert run["losses"][-1] < run["losses"][0] - 0.2
@@ -59,8 +72,7 @@ def test_gpt_trains_reloads_and_samples_eager_and_compiled():
 
 
 def test_lstm_language_model_trains_with_truncated_bptt_eager_and_compiled():
-    argv = ["--steps", "6", "--batch-size", "4", "--emsize", "16", "--words", "5"]
-    eager, compiled = run_both("word_language_model", argv)
+    eager, compiled = run_both("word_language_model", ARGV["word_language_model"])
     for run in (eager, compiled):
         assert_finite(run["losses"])
         assert run["losses"][-1] < run["losses"][0]
@@ -70,8 +82,7 @@ def test_lstm_language_model_trains_with_truncated_bptt_eager_and_compiled():
 
 
 def test_dcgan_trains_both_networks_eager_and_compiled():
-    argv = ["--steps", "4", "--batch-size", "4", "--nz", "8", "--ngf", "8", "--ndf", "8"]
-    eager, compiled = run_both("dcgan", argv)
+    eager, compiled = run_both("dcgan", ARGV["dcgan"])
     for run in (eager, compiled):
         assert_finite(run["loss_D"] + run["loss_G"])
         assert run["samples"].shape == (8, 1, 16, 16)
@@ -82,8 +93,7 @@ def test_dcgan_trains_both_networks_eager_and_compiled():
 
 
 def test_vae_trains_a_compiled_train_step_and_reloads():
-    argv = ["--steps", "5", "--batch-size", "8", "--train-size", "64", "--hidden", "32"]
-    eager, compiled = run_both("vae", argv)
+    eager, compiled = run_both("vae", ARGV["vae"])
     for run in (eager, compiled):
         assert_finite(run["losses"] + [run["test_loss"]])
         assert run["losses"][-1] < run["losses"][0]
@@ -94,12 +104,18 @@ def test_vae_trains_a_compiled_train_step_and_reloads():
 
 @pytest.mark.parametrize("amp_dtype", ["bfloat16", "float16"])
 def test_mnist_convnet_trains_under_autocast_eager_and_compiled(amp_dtype):
-    argv = ["--steps", "6", "--batch-size", "16", "--steps-per-epoch", "3", "--test-batch-size", "32",
-            "--amp-dtype", amp_dtype]
-    eager, compiled = run_both("mnist", argv)
+    eager, compiled = run_both("mnist", ARGV["mnist"] + ["--amp-dtype", amp_dtype])
     for run in (eager, compiled):
         assert_finite(run["losses"] + [run["test_loss"]])
         assert run["reloaded_accuracy"] == run["accuracy"]
         # float16 runs through a GradScaler, which keeps its scale when no step overflowed
         assert run["scale"] == (65536.0 if amp_dtype == "float16" else None)
     assert_same_losses(eager["losses"], compiled["losses"], rtol=2e-2)
+
+
+@pytest.mark.parametrize("name", sorted(ARGV))
+def test_the_same_program_runs_under_torch(name):
+    # the programs are torch scripts: with torch imported in jitorch's place they run as they are
+    result = program(name, "torch").main(ARGV[name])
+    losses = result["losses"] if "losses" in result else result["loss_D"]
+    assert_finite(losses)
