@@ -71,6 +71,13 @@ def test_gpt_trains_reloads_and_samples_eager_and_compiled():
     assert eager["greedy"] == compiled["greedy"]
 
 
+def test_gpt_flash_and_written_out_attention_train_alike():
+    # scaled_dot_product_attention(is_causal=True) against the masked softmax, in float32 with dropout
+    argv = ARGV["gpt"] + ["--steps", "3", "--dtype", "float32", "--dropout", "0.1", "--sample-tokens", "1"]
+    flash, manual = (program("gpt").main(argv + ["--attention", kind]) for kind in ("flash", "manual"))
+    assert_same_losses(manual["losses"], flash["losses"], rtol=1e-5)
+
+
 def test_lstm_language_model_trains_with_truncated_bptt_eager_and_compiled():
     eager, compiled = run_both("word_language_model", ARGV["word_language_model"])
     for run in (eager, compiled):

@@ -9,6 +9,7 @@ sample so that tests can run it in-process.
 """
 
 import argparse
+import inspect
 import math
 import os
 import tempfile
@@ -25,13 +26,16 @@ TEXT = (
 
 
 class CausalSelfAttention(nn.Module):
-    def __init__(self, n_embd, n_head, block_size, dropout):
+    def __init__(self, n_embd, n_head, block_size, dropout, flash):
         super().__init__()
         self.c_attn = nn.Linear(n_embd, 3 * n_embd)
         self.c_proj = nn.Linear(n_embd, n_embd)
         self.attn_dropout = nn.Dropout(dropout)
         self.resid_dropout = nn.Dropout(dropout)
         self.n_head = n_head
+        self.dropout = dropout
+        # flash attention where the library has it, else the attention written out with a causal mask buffer
+        self.flash = flash and hasattr(torch.nn.functional, "scaled_dot_product_attention")
         self.register_buffer("bias", torch.tril(torch.ones(block_size, block_size)).view(1, 1, block_size, block_size))
 
     def forward(self, x):
@@ -40,10 +44,15 @@ class CausalSelfAttention(nn.Module):
         k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
         q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
         v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
-        att = self.attn_dropout(F.softmax(att, dim=-1))
-        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+        if self.flash:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=None,
+                                               dropout_p=self.dropout if self.training else 0, is_causal=True)
+        else:
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+            att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
+            att = self.attn_dropout(F.softmax(att, dim=-1))
+            y = att @ v
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
         return self.resid_dropout(self.c_proj(y))
 
 
@@ -60,10 +69,10 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, n_embd, n_head, block_size, dropout):
+    def __init__(self, n_embd, n_head, block_size, dropout, flash):
         super().__init__()
         self.ln_1 = nn.LayerNorm(n_embd)
-        self.attn = CausalSelfAttention(n_embd, n_head, block_size, dropout)
+        self.attn = CausalSelfAttention(n_embd, n_head, block_size, dropout, flash)
         self.ln_2 = nn.LayerNorm(n_embd)
         self.mlp = MLP(n_embd, dropout)
 
@@ -73,14 +82,14 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, vocab_size, block_size, n_layer, n_head, n_embd, dropout):
+    def __init__(self, vocab_size, block_size, n_layer, n_head, n_embd, dropout, flash=True):
         super().__init__()
         self.block_size = block_size
         self.transformer = nn.ModuleDict(dict(
             wte=nn.Embedding(vocab_size, n_embd),
             wpe=nn.Embedding(block_size, n_embd),
             drop=nn.Dropout(dropout),
-            h=nn.ModuleList([Block(n_embd, n_head, block_size, dropout) for _ in range(n_layer)]),
+            h=nn.ModuleList([Block(n_embd, n_head, block_size, dropout, flash) for _ in range(n_layer)]),
             ln_f=nn.LayerNorm(n_embd),
         ))
         self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)
@@ -110,12 +119,14 @@ class GPT(nn.Module):
         loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
         return logits, loss
 
-    def configure_optimizers(self, weight_decay, learning_rate, betas):
+    def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
         params = [p for p in self.parameters() if p.requires_grad]
         decay = [p for p in params if p.dim() >= 2]
         no_decay = [p for p in params if p.dim() < 2]
         groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-        return torch.optim.AdamW(groups, lr=learning_rate, betas=betas)
+        fused_available = "fused" in inspect.signature(torch.optim.AdamW).parameters
+        extra_args = dict(fused=True) if fused_available and device_type == "cuda" else dict()
+        return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, **extra_args)
 
     @torch.no_grad()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None):
@@ -147,8 +158,10 @@ def parse_args(argv):
     p.add_argument("--grad-clip", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=1337)
     p.add_argument("--sample-tokens", type=int, default=40)
+    p.add_argument("--eval-iters", type=int, default=4)
+    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="bfloat16")
+    p.add_argument("--attention", choices=["flash", "manual"], default="flash")
     p.add_argument("--compile", action="store_true")
-    p.add_argument("--no-autocast", dest="autocast", action="store_false")
     return p.parse_args(argv)
 
 
@@ -167,21 +180,44 @@ def get_batch(data, args, device):
     return x.to(device), y.to(device)
 
 
+@torch.no_grad()
+def estimate_loss(model, data, args, device, ctx):
+    """The mean loss over ``args.eval_iters`` batches, in eval mode."""
+    model.eval()
+    losses = torch.zeros(args.eval_iters)
+    for k in range(args.eval_iters):
+        x, y = get_batch(data, args, device)
+        with ctx:
+            _, loss = model(x, y)
+        losses[k] = loss.item()
+    model.train()
+    return losses.mean().item()
+
+
 def main(argv=None):
     args = parse_args(argv)
     torch.manual_seed(args.seed)
     torch.cuda.manual_seed_all(args.seed)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     device_type = "cuda" if "cuda" in device else "cpu"
-    ctx = torch.autocast(device_type=device_type, dtype=torch.bfloat16, enabled=args.autocast)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    ptdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[args.dtype]
+    ctx = torch.autocast(device_type=device_type, dtype=ptdtype, enabled=args.dtype != "float32")
 
     chars = sorted(set(TEXT))
     stoi = {ch: i for i, ch in enumerate(chars)}
     itos = {i: ch for ch, i in stoi.items()}
     data = torch.tensor([stoi[c] for c in TEXT], dtype=torch.long)
 
-    model = GPT(len(chars), args.block_size, args.n_layer, args.n_head, args.n_embd, args.dropout).to(device)
-    optimizer = model.configure_optimizers(args.weight_decay, args.lr, (0.9, 0.95))
+    def make_model():
+        return GPT(len(chars), args.block_size, args.n_layer, args.n_head, args.n_embd, args.dropout,
+                   flash=args.attention == "flash").to(device)
+
+    model = make_model()
+    print(f"number of parameters: {sum(p.numel() for p in model.parameters()) / 1e3:.1f}K")
+    optimizer = model.configure_optimizers(args.weight_decay, args.lr, (0.9, 0.95), device_type)
+    scaler = torch.amp.GradScaler(device_type, enabled=args.dtype == "float16")
     forward = torch.compile(model) if args.compile else model
 
     losses = []
@@ -193,14 +229,17 @@ def main(argv=None):
         with ctx:
             _, loss = forward(x, y)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        scaler.scale(loss).backward()
         if args.grad_clip > 0.0:
+            scaler.unscale_(optimizer)
             torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
-        optimizer.step()
+        scaler.step(optimizer)
+        scaler.update()
         losses.append(loss.item())
         if step % 50 == 0 or step == args.steps - 1:
             print(f"step {step:4d}: loss {losses[-1]:.4f}, lr {get_lr(step, args):.2e}")
 
+    print(f"estimated loss {estimate_loss(model, data, args, device, ctx):.4f}")
     model.eval()
     x, y = get_batch(data, args, device)
     with torch.no_grad():
@@ -208,7 +247,7 @@ def main(argv=None):
     with tempfile.TemporaryDirectory() as out_dir:
         path = os.path.join(out_dir, "ckpt.pt")
         torch.save({"model": model.state_dict(), "step": args.steps}, path)
-        reloaded = GPT(len(chars), args.block_size, args.n_layer, args.n_head, args.n_embd, args.dropout).to(device)
+        reloaded = make_model()
         checkpoint = torch.load(path)
         reloaded.load_state_dict(checkpoint["model"])
     reloaded.eval()

@@ -142,9 +142,11 @@ def main(argv=None):
     val_loss = evaluate(model, train_data, args.bptt, ntokens, args.batch_size)
     with tempfile.TemporaryDirectory() as out_dir:
         path = os.path.join(out_dir, "model.pt")
-        torch.save(model.state_dict(), path)
+        with open(path, "wb") as f:
+            torch.save(model.state_dict(), f)
         reloaded = RNNModel(ntokens, args.emsize, args.emsize, args.nlayers, args.dropout).to(device)
-        reloaded.load_state_dict(torch.load(path, weights_only=True))
+        with open(path, "rb") as f:
+            reloaded.load_state_dict(torch.load(f, weights_only=True))
     reloaded_loss = evaluate(reloaded, train_data, args.bptt, ntokens, args.batch_size)
     print(f"eval loss {val_loss:.3f} (ppl {math.exp(val_loss):.2f}), reloaded {reloaded_loss:.3f}")
 
