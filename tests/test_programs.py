@@ -1,6 +1,7 @@
 """The torch-style training programs in examples/programs/ run, in-process through their main(argv), for a few
-tiny steps, eager and with --compile: losses are finite and fall, eager and compiled runs of the same seed give
-the same losses, a checkpoint reloaded into a fresh model reproduces its outputs, and samples are in range."""
+tiny steps, eager and with --compile: losses are finite and, where a few steps suffice, fall; eager and compiled
+runs of the same seed give the same losses, a checkpoint reloaded into a fresh model reproduces its outputs, and
+samples are in range. Each also runs unchanged under torch."""
 
 import math
 import pathlib

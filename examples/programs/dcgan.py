@@ -129,7 +129,8 @@ def main(argv=None):
         history["loss_G"].append(errG.item())
         history["D_x"].append(D_x)
         if step % 50 == 0 or step == args.steps - 1:
-            print(f"[{step}/{args.steps}] Loss_D: {history['loss_D'][-1]:.4f} Loss_G: {errG.item():.4f} D(x): {D_x:.4f}")
+            print(f"[{step}/{args.steps}] Loss_D: {history['loss_D'][-1]:.4f} Loss_G: {errG.item():.4f} "
+                  f"D(x): {D_x:.4f}")
 
     netG.eval()
     with torch.no_grad():

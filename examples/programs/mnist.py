@@ -3,8 +3,8 @@
     python examples/programs/mnist.py
     python examples/programs/mnist.py --steps 5 --batch-size 8 --compile --amp-dtype float16
 
-Each of the ten classes is a fixed random 7x7 pattern, upsampled to 28x28, shifted by a
-pixel or two and covered in noise, so that a convnet has something to learn and no data
+Each of the ten classes is a fixed random 7x7 pattern, upsampled to 28x28 and covered in
+noise (each set of images shifted by up to two pixels), so that a convnet has something to learn and no data
 needs downloading. Conv2d, max pooling, dropout, log_softmax with nll_loss, Adadelta with
 StepLR, autocast (bfloat16 by default; float16 with a GradScaler) and gradient clipping.
 """
@@ -21,7 +21,7 @@ from jitorch.utils.data import DataLoader, TensorDataset
 
 
 def synthetic_digits(n, templates, generator):
-    """n noisy, shifted copies of the class templates, normalised like MNIST, with their labels."""
+    """n noisy copies of the class templates, all shifted alike, normalised like MNIST, with their labels."""
     labels = torch.randint(0, 10, (n,), generator=generator)
     images = F.interpolate(templates[labels].unsqueeze(1), size=(28, 28), mode="nearest")
     shift = torch.randint(-2, 3, (2,), generator=generator).tolist()
@@ -109,7 +109,8 @@ def main(argv=None):
                 break
             data, target = data.to(device), target.to(device)
             optimizer.zero_grad()
-            with torch.autocast(device_type=device.type, dtype=amp_dtype or torch.bfloat16, enabled=amp_dtype is not None):
+            with torch.autocast(device_type=device.type, dtype=amp_dtype or torch.bfloat16,
+                                enabled=amp_dtype is not None):
                 output = forward(data)
                 loss = F.nll_loss(output, target)
             scaler.scale(loss).backward()
