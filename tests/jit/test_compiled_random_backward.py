@@ -75,3 +75,25 @@ def test_compiled_backward_draws_again_from_an_explicit_generator():
         compiled().backward()
         np.testing.assert_array_equal(w.grad.numpy(), expected)
         assert jt.rand(1, generator=gen).item() == after
+
+
+def test_compiled_dropout_backward_on_cuda_uses_the_forward_mask():
+    with jt.cuda.emulated():
+        w = jt.ones(8, device="cuda", requires_grad=True)
+        x = jt.ones(8, device="cuda")
+
+        def loss(x):
+            return (jt.nn.functional.dropout(x * w, 0.5) * jt.arange(8.0, device="cuda")).sum()
+
+        def run_on_cuda(fn):
+            jt.cuda.manual_seed(3)
+            w.grad = None
+            fn(x).backward()
+            return w.grad.cpu().numpy(), jt.rand(1, device="cuda").item()
+
+        compiled = jt.compile(loss)
+        compiled_runs = [run_on_cuda(compiled) for _ in range(2)]  # before eager draws on the device
+        eager = run_on_cuda(loss)
+        for grad, after in compiled_runs:
+            np.testing.assert_array_equal(grad, eager[0])
+            assert after == eager[1]
