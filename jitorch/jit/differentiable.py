@@ -6,6 +6,7 @@ from __future__ import annotations
 import weakref
 
 from ..autograd.function import Function
+from ..ops.random_ops import Generator, generator_states, replaying_generators
 from ..runtime.grad_mode import no_grad
 from ..tensor import Tensor
 from ..runtime.pytree import tree_flatten
@@ -22,6 +23,8 @@ class CompiledCall(Function):
         ctx.entry = entry
         ctx.n = n
         inputs = list(tensors[:n])
+        # the backward recomputes the forward: its random ops must draw what this call draws
+        ctx.generators = generator_states(g for g in entry.graph.objects.values() if isinstance(g, Generator))
         result = entry.executable.run(inputs) if entry.executable is not None else compiled._run_interpreted(
             entry, inputs)
         # The backward recomputes from the inputs and captured tensors as they are after the call's own
@@ -47,7 +50,8 @@ class CompiledCall(Function):
                               for t in inputs]
         vjp_args = (*inputs_for_vjp, *[g.contiguous() for g in grads])
         ctx.saved_tensors_reading(_positions_read(ctx.entry.backward, vjp_args, saved, ctx.n))
-        gs = ctx.entry.backward(*vjp_args)
+        with replaying_generators(ctx.generators):
+            gs = ctx.entry.backward(*vjp_args)
         it = iter(gs)
         tensor_grads = [next(it) if t.requires_grad else None for t in inputs] + list(it)
         return (None, None, None) + tuple(None if k in ctx.unreached else g for k, g in enumerate(tensor_grads))

@@ -15,6 +15,8 @@ tensor's values) run in the kernel, before any output is written.
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 from ..runtime import dtypes as _dt
@@ -87,6 +89,28 @@ def seed_devices(seed):
     _device_seed[0] = int(seed)
     for gen in _device_generators.values():
         gen.manual_seed(seed)
+
+
+def generator_states(extra=()):
+    """A snapshot of the default generators (the CPU's and each CUDA device's) and of the ``extra``
+    generators, for `replaying_generators` to draw the same numbers again."""
+    gens = dict.fromkeys([default_generator, *_device_generators.values(), *extra])
+    return [(gen, gen.get_state()) for gen in gens]
+
+
+@contextlib.contextmanager
+def replaying_generators(snapshot):
+    """Within: the generators of ``snapshot`` (from `generator_states`) draw again from the states it
+    holds; after: they continue from where they were, as if nothing had been drawn (torch's checkpoint
+    keeps the RNG state so, for a recomputed forward to draw its dropout masks again)."""
+    now = [(gen, gen.get_state()) for gen, _ in snapshot]
+    for gen, state in snapshot:
+        gen.set_state(state)
+    try:
+        yield
+    finally:
+        for gen, state in now:
+            gen.set_state(state)
 
 
 def manual_seed(seed):
