@@ -411,6 +411,9 @@ class Tracer:
         geo = op.view(*args)
         base = args[0]
         geos = geo if isinstance(geo, list) else [geo]
+        if len(geos[0]) == 4:  # (shape, strides, offset, dtype): view(dtype)
+            raise trace_error(op.public_name, "it reads the memory as another dtype, which a graph of typed values "
+                              "does not express")
         node_args = self.node_args(op, args)
         if op.public_name == "as_strided":
             # as_strided addresses the storage, not the tensor it is called on: read the whole base

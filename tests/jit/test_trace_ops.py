@@ -97,6 +97,10 @@ def test_traced_op_equals_eager(name):
         def fn(*ts):
             return registry.call(op, rebuild(ts))
 
+        if name == "view.dtype":  # a graph's values have one dtype each: the tracer refuses the reinterpretation
+            with pytest.raises(TraceError, match="reads the memory as another dtype"):
+                trace_with_inputs(fn, tuple(tensors), {})
+            continue
         if addresses_a_strided_storage(op, args):
             with pytest.raises(TraceError, match="addresses the storage of an input that does not fill it exactly"):
                 trace_with_inputs(fn, tuple(tensors), {})
