@@ -372,6 +372,12 @@ class CompiledFunction:
 
     def _trace(self, args, kwargs):
         graph, _ = trace_with_inputs(self.fn, args, kwargs)
+        # (0-d CPU tensors join CUDA operands, as torch lets them)
+        devices = sorted({str(v.type.device) for v in graph.values() if v.type.ndim or v.type.device.type != "cpu"}
+                         or {"cpu"})
+        if len(devices) > 1:  # its kernels are built for one device: run it as eager does
+            raise TraceError(f"{self.name} has tensors on {' and '.join(devices)}: a compiled graph runs on one "
+                             "device, so a function that moves tensors between devices runs eagerly")
         return_bases(graph)
         if self.discard_mutations:  # (nor repeat the forward's warnings)
             graph.mutations.clear()

@@ -681,8 +681,8 @@ class CompiledGraph:
 
 
 def _device_of(graph):
-    """"cuda" when the graph reads CUDA tensors, else "cpu"."""
-    return "cuda" if any(v.type.device.type == "cuda" for v in graph.inputs) else "cpu"
+    """"cuda" when the graph's tensors are CUDA tensors (it reads them, or makes them), else "cpu"."""
+    return "cuda" if any(v.type.device.type == "cuda" for v in graph.values()) else "cpu"
 
 
 def _backend(device):
