@@ -18,10 +18,12 @@ import numpy as np
 from .runtime import dtypes as _dt
 from .runtime.casts import copy_into
 from .runtime.device import CPU, to_device
+from .runtime.layout import strided
 from .runtime.storage import Storage, storage_of_array
 from .runtime.strided import contiguous_strides, is_contiguous, wrap_dim
 from .ops import registry as _registry
 from .ops.registry import contiguous_strides_cached
+from .ops.views import _check_memory_format, contiguous_format, preserve_format
 from .runtime.hooks import add_hook
 
 
@@ -333,7 +335,11 @@ class Tensor:
 
     @property
     def layout(self):
-        return "strided"
+        return strided
+
+    def is_inference(self):
+        """Whether this tensor's memory was allocated inside ``inference_mode`` (views of it included)."""
+        return self._storage.inference
 
     # Autograd fields (the engine arrives with the autograd layer) ------------------
 
@@ -520,7 +526,7 @@ class Tensor:
         device = kwargs.pop("device", None)
         copy = kwargs.pop("copy", False)
         non_blocking = kwargs.pop("non_blocking", False)
-        kwargs.pop("memory_format", None)
+        fmt = kwargs.pop("memory_format", None)
         if kwargs:
             raise TypeError(f"to() got an unexpected keyword argument '{next(iter(kwargs))}'")
         flags = []  # positional (non_blocking, copy) after the target, as torch allows
@@ -544,8 +550,14 @@ class Tensor:
         if device.type == "cuda":
             from .runtime.cuda_memory import canonical
             device = canonical(device)  # "cuda" is the current device, cuda:0
+        _check_memory_format("to", fmt, (preserve_format, contiguous_format))
         if dtype is self.dtype and device == self.device and not copy:
             return self
+        out = self._copy_to(dtype, device, non_blocking)
+        # torch's copy keeps a dense input's strides unless asked for a contiguous one
+        return out.contiguous() if fmt is contiguous_format else out
+
+    def _copy_to(self, dtype, device, non_blocking):
         from .ops import registry
         if non_blocking and device != self.device:
             from .runtime.cuda_memory import non_blocking as queued
@@ -565,36 +577,6 @@ class Tensor:
         if not isinstance(dtype, _dt.dtype):
             raise TypeError("dtype must be a type, str, or dtype object")
         return self.to(dtype, non_blocking=non_blocking)
-
-    def float(self):
-        return self.to(_dt.float32)
-
-    def double(self):
-        return self.to(_dt.float64)
-
-    def half(self):
-        return self.to(_dt.float16)
-
-    def bfloat16(self):
-        return self.to(_dt.bfloat16)
-
-    def int(self):
-        return self.to(_dt.int32)
-
-    def long(self):
-        return self.to(_dt.int64)
-
-    def short(self):
-        return self.to(_dt.int16)
-
-    def char(self):
-        return self.to(_dt.int8)
-
-    def byte(self):
-        return self.to(_dt.uint8)
-
-    def bool(self):
-        return self.to(_dt.bool)
 
     def cpu(self):
         return self.to("cpu")
@@ -665,6 +647,22 @@ class Tensor:
         self._set_geometry(other._shape, other._stride, other._offset)
         self.dtype = other.dtype
         self.device = other.device
+
+
+def _cast_method(name, dtype):
+    def cast(self, memory_format=preserve_format):
+        _check_memory_format(name, memory_format, (preserve_format, contiguous_format))
+        return self.to(dtype, memory_format=memory_format)
+    cast.__name__ = cast.__qualname__ = name
+    cast.__doc__ = f"``self.to({dtype})``: self when it already is {dtype}, else a copy (strides kept unless " \
+        "``memory_format=jitorch.contiguous_format``)."
+    return cast
+
+
+for _name, _dtype in (("float", _dt.float32), ("double", _dt.float64), ("half", _dt.float16),
+                      ("bfloat16", _dt.bfloat16), ("int", _dt.int32), ("long", _dt.int64), ("short", _dt.int16),
+                      ("char", _dt.int8), ("byte", _dt.uint8), ("bool", _dt.bool)):
+    setattr(Tensor, _name, _cast_method(_name, _dtype))
 
 
 def _accumulator_of(t):

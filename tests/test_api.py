@@ -1,0 +1,87 @@
+"""Namespace functions that are not registry ops (jitorch/api.py): tensor queries, layouts, inference mode,
+against torch."""
+
+import pickle
+
+import pytest
+import torch
+
+import jitorch as jt
+
+QUERIES = ["is_complex", "is_floating_point", "is_signed", "is_nonzero", "is_conj", "is_neg", "is_inference"]
+
+
+@pytest.mark.parametrize("name", QUERIES)
+@pytest.mark.parametrize("values, dtype", [([1.5], "float32"), ([0], "int64"), ([1], "uint8"), ([False], "bool")])
+def test_namespace_queries_answer_as_torch(name, values, dtype):
+    x, t = jt.tensor(values, dtype=getattr(jt, dtype)), torch.tensor(values, dtype=getattr(torch, dtype))
+    assert getattr(jt, name)(x) == getattr(torch, name)(t) == getattr(x, name)()
+
+
+@pytest.mark.parametrize("values, message", [([1.0, 2.0], "more than one value"), ([], "no values")])
+def test_is_nonzero_refuses_other_than_one_element(values, message):
+    with pytest.raises(RuntimeError, match=f"Boolean value of Tensor with {message} is ambiguous"):
+        jt.is_nonzero(jt.tensor(values))
+    with pytest.raises(RuntimeError, match=f"Boolean value of Tensor with {message} is ambiguous"):
+        torch.is_nonzero(torch.tensor(values))
+
+
+@pytest.mark.parametrize("name", QUERIES)
+def test_namespace_queries_refuse_a_non_tensor_as_torch(name):
+    with pytest.raises(TypeError) as theirs:
+        getattr(torch, name)(3)
+    with pytest.raises(TypeError) as ours:
+        getattr(jt, name)(3)
+    assert str(ours.value) == str(theirs.value)
+
+
+def test_is_same_size():
+    assert jt.is_same_size(jt.ones(2, 3), jt.zeros(2, 3)) and not jt.is_same_size(jt.ones(2, 3), jt.ones(3, 2))
+
+
+def test_inference_tensors_are_those_allocated_in_inference_mode():
+    x, t = jt.ones(2), torch.ones(2)
+    answers = []
+    for lib, base in ((jt, x), (torch, t)):
+        with lib.inference_mode():
+            made, view, result = lib.ones(2), base[:1], base + 1
+            with lib.inference_mode(False):
+                inner = (lib.is_inference_mode_enabled(), lib.ones(1).is_inference())
+            during = lib.is_inference_mode_enabled()
+        answers.append((during, made.is_inference(), view.is_inference(), result.is_inference(), inner,
+                        made[:1].is_inference(), lib.is_inference_mode_enabled(), lib.is_grad_enabled()))
+    assert answers[0] == answers[1]
+    assert answers[0][:4] == (True, True, False, True)
+
+
+def test_inference_mode_as_a_decorator_sets_the_flag():
+    @jt.inference_mode()
+    def inside():
+        return jt.is_inference_mode_enabled(), jt.zeros(1).is_inference()
+    assert inside() == (True, True) and not jt.is_inference_mode_enabled()
+
+
+def test_layout_is_a_strided_object_printed_as_torch_prints_its_own():
+    x = jt.ones(2)
+    assert x.layout is jt.strided and isinstance(jt.strided, jt.layout)
+    assert repr(x.layout) == repr(torch.ones(2).layout).replace("torch", "jitorch")
+    assert pickle.loads(pickle.dumps(jt.strided)) is jt.strided
+
+
+CASTS = ["float", "double", "half", "bfloat16", "int", "long", "short", "char", "byte", "bool"]
+
+
+@pytest.mark.parametrize("name", CASTS)
+def test_cast_methods_take_memory_format_as_torch(name):
+    x, t = jt.ones(3, 2).t(), torch.ones(3, 2).t()
+    for fmt in ("preserve_format", "contiguous_format"):
+        ours, theirs = getattr(x, name)(memory_format=getattr(jt, fmt)), getattr(t, name)(
+            memory_format=getattr(torch, fmt))
+        assert ours.stride() == theirs.stride() and str(ours.dtype)[8:] == str(theirs.dtype)[6:]
+        assert (ours is x) == (theirs is t)
+
+
+def test_cast_methods_refuse_a_memory_format_of_another_type():
+    with pytest.raises(TypeError, match="float\\(\\): argument 'memory_format' must be jitorch.memory_format, "
+                                        "not int"):
+        jt.ones(2).float(memory_format=3)
