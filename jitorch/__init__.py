@@ -38,6 +38,7 @@ from .ops.creation import tensor, as_tensor, from_numpy  # noqa: E402,F401
 from .ops.random_ops import manual_seed, seed, initial_seed, Generator, default_generator  # noqa: E402,F401
 from ._tensor_str import set_printoptions  # noqa: E402,F401
 from .api import *  # noqa: E402,F401,F403
+from .ops.factories import *  # noqa: E402,F401,F403
 from .backends.cuda import backend as _cuda_backend  # noqa: E402,F401  (registers itself for device "cuda")
 from . import backends  # noqa: E402,F401
 from .backends.flags import (  # noqa: E402,F401

@@ -23,7 +23,9 @@ from .runtime.storage import Storage, storage_of_array
 from .runtime.strided import contiguous_strides, is_contiguous, wrap_dim
 from .ops import registry as _registry
 from .ops.registry import contiguous_strides_cached
+from .ops import creation as _creation
 from .ops.views import _check_memory_format, contiguous_format, preserve_format
+from .ops import factories as _factories
 from .runtime.hooks import add_hook
 
 
@@ -587,6 +589,27 @@ class Tensor:
 
     def type_as(self, other):
         return self.to(other.dtype)
+
+    def new(self, *args, device=None):
+        """``Tensor.new``: the legacy constructor of ``self``'s dtype (and device unless given): ``new()`` is
+        empty, ``new(2, 3)`` or ``new(size)`` uninitialised, ``new(data)`` a copy of Python data, ``new(other)``
+        an alias of a tensor of the same dtype."""
+        device = self.device if device is None else to_device(device)
+        if len(args) == 1 and isinstance(args[0], Tensor):
+            other = args[0]
+            if other.dtype is not self.dtype:
+                raise TypeError(f"expected {self.type()} (got {other.type()})")
+            return other.detach()
+        if all(isinstance(a, builtins.int) and not isinstance(a, builtins.bool) for a in args):
+            return _registry.FUNCTIONS["empty"](args if args else (0,), dtype=self.dtype, device=device)
+        if len(args) == 1 and isinstance(args[0], Size):  # a size (a list or tuple is data)
+            return _registry.FUNCTIONS["empty"](tuple(args[0]), dtype=self.dtype, device=device)
+        if len(args) == 1:
+            return _creation.tensor(args[0], dtype=self.dtype, device=device)
+        raise TypeError(f"new() received an invalid combination of arguments - got "
+                        f"({', '.join(type(a).__name__ for a in args)})")
+
+    new_empty_strided = _factories.new_empty_strided
 
     def new_tensor(self, data, dtype=None, device=None, requires_grad=False):
         from .ops.creation import tensor
