@@ -9,6 +9,7 @@ NumPy bridge and the Python protocol.
 from __future__ import annotations
 
 import builtins
+import copy
 from collections import OrderedDict
 import operator
 from math import prod
@@ -339,6 +340,24 @@ class Tensor:
     def layout(self):
         return strided
 
+    @property
+    def real(self):
+        """The real part: the tensor itself, for jitorch's real dtypes (as torch)."""
+        return self
+
+    @real.setter
+    def real(self, value):
+        self.copy_(value)
+
+    @property
+    def output_nr(self):
+        """Which output of the op that made it this tensor is (0 for leaves and single outputs)."""
+        return self.__dict__.get("_output_nr", 0)
+
+    def dim_order(self, *, ambiguity_check=False):
+        """The dims from outermost to innermost in memory (by decreasing stride; ties keep dim order)."""
+        return tuple(sorted(range(self.ndim), key=lambda d: -self._stride[d]))
+
     def is_inference(self):
         """Whether this tensor's memory was allocated inside ``inference_mode`` (views of it included)."""
         return self._storage.inference
@@ -483,6 +502,61 @@ class Tensor:
             raise RuntimeError(f"Boolean value of Tensor with more than one value is ambiguous" if n > 1
                                else "Boolean value of Tensor with no values is ambiguous")
         return builtins.bool(self.item())
+
+    def __long__(self):
+        return self.__int__()
+
+    def __contains__(self, element):
+        if not isinstance(element, (Tensor, builtins.int, builtins.float, builtins.bool)):
+            raise RuntimeError(f"Tensor.__contains__ only supports Tensor or scalar, but you passed in a "
+                               f"{type(element)}.")
+        return builtins.bool((element == self).any().item())
+
+    def __reversed__(self):
+        return self if self.ndim == 0 else self.flip(0)
+
+    def __deepcopy__(self, memo):
+        """A copy with its own memory (views copied together keep sharing theirs), ``requires_grad`` and a
+        copy of ``.grad``; only leaves copy, as in torch."""
+        if id(self) in memo:
+            return memo[id(self)]
+        if self.grad_fn is not None:
+            raise RuntimeError("Only Tensors created explicitly by the user (graph leaves) support the deepcopy "
+                               "protocol at the moment.")
+        key = ("storage", id(self._storage))
+        if key not in memo:
+            whole = Tensor._make(self._storage, (self._storage.size,), (1,), 0)
+            memo[key] = whole.detach().clone()._storage
+            memo.setdefault(id(memo), []).append(self._storage)  # copy's keep-alive list: ids stay unique
+        out = type(self)._make(memo[key], self._shape, self._stride, self._offset)
+        out._requires_grad = self._requires_grad
+        if self.grad is not None:
+            out.grad = copy.deepcopy(self.grad, memo)
+        memo[id(self)] = out
+        return out
+
+    def apply_(self, callable):
+        """Apply the Python ``callable`` to each element in place (slow; CPU only, as torch)."""
+        return self._map_in_place("apply_", callable)
+
+    def map_(self, tensor, callable):
+        """``self[i] = callable(self[i], tensor[i])`` in place, ``tensor`` broadcast to ``self``."""
+        return self._map_in_place("map_", callable, tensor)
+
+    def map2_(self, x, y, callable):
+        """``self[i] = callable(self[i], x[i], y[i])`` in place, ``x`` and ``y`` broadcast to ``self``."""
+        return self._map_in_place("map2_", callable, x, y)
+
+    def _map_in_place(self, name, fn, *others):
+        if self._requires_grad:
+            raise RuntimeError(f"Can't call {name}() on Variable that requires grad. Use var.detach().{name}() "
+                               "instead.")
+        if self.device.type != "cpu":
+            raise TypeError(f"{name}() is only implemented on CPU tensors")
+        columns = [t.reshape(-1).tolist() for t in (self,) + tuple(o.expand(self._shape) for o in others)]
+        values = _creation.tensor([fn(*items) for items in zip(*columns)])
+        self.copy_(values.view(self._shape))  # copy_ casts the callable's numbers to self's dtype
+        return self
 
     def __int__(self):
         return int(self._scalar_value("int"))
