@@ -49,6 +49,10 @@ from .backends.flags import (  # noqa: E402,F401
 from . import cuda  # noqa: E402,F401
 from . import accelerator  # noqa: E402,F401
 from . import random  # noqa: E402,F401
+from .random import get_rng_state, set_rng_state  # noqa: E402,F401
+from .runtime.threads import (  # noqa: E402,F401
+    get_num_interop_threads, get_num_threads, init_num_threads, is_warn_always_enabled, set_num_interop_threads,
+    set_num_threads, set_warn_always)
 from . import special  # noqa: E402,F401
 from . import autograd  # noqa: E402,F401
 from .autograd import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled  # noqa: E402,F401

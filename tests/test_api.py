@@ -85,3 +85,44 @@ def test_cast_methods_refuse_a_memory_format_of_another_type():
     with pytest.raises(TypeError, match="float\\(\\): argument 'memory_format' must be jitorch.memory_format, "
                                         "not int"):
         jt.ones(2).float(memory_format=3)
+
+
+def test_set_num_threads_governs_compiled_kernels_threads(monkeypatch):
+    from jitorch.codegen import cpu
+    from jitorch.runtime import threads
+    monkeypatch.setitem(threads._settings, "threads", None)
+    monkeypatch.setenv("JITORCH_NUM_THREADS", "3")
+    assert jt.get_num_threads() == cpu.num_threads() == 3
+    jt.set_num_threads(1)
+    assert jt.get_num_threads() == cpu.num_threads() == 1
+    for name in ("set_num_threads", "set_num_interop_threads"):
+        with pytest.raises(RuntimeError, match=f"{name} expects a positive integer"):
+            getattr(jt, name)(0)
+        with pytest.raises(RuntimeError, match=f"{name} expects a positive integer"):
+            getattr(torch, name)(0)
+
+
+def test_interop_threads_are_fixed_once_queried(monkeypatch):
+    from jitorch.runtime import threads
+    monkeypatch.setitem(threads._settings, "interop", None)
+    monkeypatch.setitem(threads._settings, "interop_fixed", False)
+    jt.set_num_interop_threads(2)
+    assert jt.get_num_interop_threads() == 2
+    with pytest.raises(RuntimeError, match="cannot set number of interop threads"):
+        jt.set_num_interop_threads(3)
+    jt.init_num_threads()
+
+
+def test_warn_always_repeats_the_recompile_limit_warning(monkeypatch):
+    from jitorch.jit.compile import config
+    from jitorch.runtime import threads
+    monkeypatch.setattr(config, "recompile_limit", 1)
+    monkeypatch.setitem(threads._settings, "warn_always", False)
+    f = jt.compile(lambda a: a + 1)
+    f(jt.ones(1))
+    with pytest.warns(UserWarning, match="retraced"):
+        f(jt.ones(2, 2))
+    jt.set_warn_always(True)
+    assert jt.is_warn_always_enabled()
+    with pytest.warns(UserWarning, match="retraced"):
+        f(jt.ones(3, 3, 3))

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from ..runtime import grad_mode as _grad_mode
 from ..runtime.autocast_mode import STATE as _autocast, restored as _autocast_restored
 from ..runtime.grad_mode import is_grad_enabled
+from ..runtime.threads import is_warn_always_enabled
 from ..ops.registry import contiguous_strides_cached
 from ..runtime import dtypes as _dtypes
 from ..runtime.dtypes import get_default_dtype
@@ -345,7 +346,7 @@ class CompiledFunction:
             self.retrace_reason = reason
             logs.log("recompiles", "retracing %s: %s", self.name, reason)
         if len(self.cache) + self._stale >= config.recompile_limit:
-            if not self._warned_limit:
+            if not self._warned_limit or is_warn_always_enabled():
                 warnings.warn(f"jitorch.compile: {self.name} was retraced {config.recompile_limit} times "
                               f"(jitorch.jit.compile.config.recompile_limit); running it eagerly from now on for "
                               f"new argument kinds", UserWarning, stacklevel=3)
