@@ -168,6 +168,56 @@ class Tensor:
         self._storage = fresh._storage
         self._set_geometry(fresh._shape, strides, 0)
 
+    def resize_(self, *sizes, memory_format=None):
+        """Give this tensor ``sizes`` (contiguous strides) from its offset: over its memory when that holds
+        enough elements, else over new memory that starts with the old elements (other tensors on the old
+        memory keep it: a strided view never moves)."""
+        if self._requires_grad:
+            raise RuntimeError("cannot resize variables that require grad")
+        _check_memory_format("resize_", memory_format, (preserve_format, contiguous_format))
+        shape = tuple(sizes[0]) if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)) else tuple(sizes)
+        if any(n < 0 for n in shape):
+            raise RuntimeError(f"Trying to create tensor with negative dimension {min(shape)}: {list(shape)}")
+        old, needed = self._storage, self._offset + prod(shape)
+        if needed > old.size:
+            self._storage = Storage.empty(needed, self.dtype, self.device)
+            if old.size and self.device.type != "meta":
+                Tensor._make(self._storage, (old.size,), (1,), 0).copy_(Tensor._make(old, (old.size,), (1,), 0))
+        self._set_geometry(shape, contiguous_strides(shape), self._offset)
+        self._bump_version()
+        return self
+
+    def resize_as_(self, the_template, memory_format=None):
+        """``resize_`` to ``the_template``'s shape."""
+        return self.resize_(the_template._shape, memory_format=memory_format)
+
+    def set_(self, source=None, storage_offset=0, size=None, stride=None):
+        """Make this tensor view ``source`` (a tensor, or a storage): with ``source``'s geometry, or the given
+        one over its memory; ``set_()`` gives it empty memory of its own."""
+        if source is None:
+            storage, shape, strides, offset = Storage.empty(0, self.dtype, self.device), (0,), (1,), 0
+        elif isinstance(source, Tensor):
+            if source.dtype is not self.dtype:
+                raise RuntimeError(f"Could not set tensor of type {_registry.cpp_name(source.dtype)} to a tensor "
+                                   f"of type {_registry.cpp_name(self.dtype)}")
+            storage = source._storage
+            shape, strides, offset = (source._shape, source._stride, source._offset) if size is None else \
+                (tuple(size), None, storage_offset)
+        else:  # a storage: its memory read as this tensor's dtype, as torch's untyped storages are
+            storage = source if source.dtype is self.dtype else source.reinterpret(self.dtype)
+            shape, strides, offset = ((storage.size,), (1,), 0) if size is None else (tuple(size), None, storage_offset)
+        strides = contiguous_strides(shape) if strides is None and stride is None else tuple(strides or stride)
+        extent = 0 if 0 in shape else offset + 1 + sum((n - 1) * st for n, st in zip(shape, strides))
+        if extent > storage.size:
+            raise RuntimeError(f"setStorage: sizes {list(shape)}, strides {list(strides)}, storage offset {offset}, "
+                               f"and itemsize {self.dtype.itemsize} requiring a storage size of "
+                               f"{extent * self.dtype.itemsize} are out of bounds for storage of size "
+                               f"{storage.size * self.dtype.itemsize}")
+        self._storage = storage
+        self._set_geometry(shape, strides, offset)
+        self._bump_version()
+        return self
+
     # The NumPy view ----------------------------------------------------------
 
     def _array(self):
