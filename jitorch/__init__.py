@@ -14,7 +14,7 @@ from .runtime.dtypes import (  # noqa: F401
     bool, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64, dtype,
     promote_types, result_type as _result_type, get_default_dtype, set_default_dtype, can_cast, finfo, iinfo,
 )
-from .runtime.device import device  # noqa: F401
+from .runtime.device import device, get_default_device, set_default_device  # noqa: F401
 from .tensor import Tensor, Size  # noqa: F401
 from . import ops as _ops
 from .ops import registry as _registry

@@ -126,3 +126,42 @@ def test_warn_always_repeats_the_recompile_limit_warning(monkeypatch):
     assert jt.is_warn_always_enabled()
     with pytest.warns(UserWarning, match="retraced"):
         f(jt.ones(3, 3, 3))
+
+
+@pytest.fixture
+def default_device_restored():
+    yield
+    jt.set_default_device(None)
+
+
+def test_factories_honour_the_default_device_as_torch(default_device_restored):
+    factories = [lambda lib: lib.ones(2), lambda lib: lib.tensor([1.0]), lambda lib: lib.arange(3),
+                 lambda lib: lib.rand(2), lambda lib: lib.linspace(0, 1, 3), lambda lib: lib.empty_strided((2,), (1,)),
+                 lambda lib: lib.ones(2, device="cpu"), lambda lib: lib.zeros_like(lib.ones(1, device="cpu"))]
+    try:
+        torch.set_default_device("meta")
+        expected = [str(make(torch).device) for make in factories]
+    finally:
+        torch.set_default_device(None)
+    jt.set_default_device("meta")
+    assert jt.get_default_device() == jt.device("meta")
+    assert [str(make(jt).device) for make in factories] == expected
+    jt.set_default_device(None)
+    assert jt.get_default_device() == jt.device("cpu") and jt.ones(1).device == jt.device("cpu")
+
+
+def test_the_default_device_on_emulated_cuda_runs_factories_there(default_device_restored):
+    with jt.cuda.emulated():
+        jt.set_default_device("cuda")
+        made = [jt.randn(2), jt.full((2,), 3.0), jt.eye(2), jt.tensor([1.0]), jt.ones(2) + 1]
+        assert all(t.device == jt.device("cuda:0") for t in made) and made[1].cpu().tolist() == [3.0, 3.0]
+
+
+def test_a_compiled_function_retraces_when_the_default_device_changes(default_device_restored):
+    f = jt.compile(lambda a: a * 2 + jt.ones(2))
+    x = jt.ones(2, device="cpu")
+    assert f(x).tolist() == [3.0, 3.0]
+    jt.set_default_device("meta")
+    with pytest.raises(RuntimeError, match="found at least two devices, cpu and meta"):
+        f(x)  # as eager: the factory inside now makes a meta tensor
+    assert "default device changed from cpu to meta" in f.retrace_reason
