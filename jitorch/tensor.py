@@ -399,6 +399,10 @@ class Tensor:
     def real(self, value):
         self.copy_(value)
 
+    def conj_physical_(self):
+        """Conjugate in place: nothing to do for jitorch's real dtypes; returns self, as torch."""
+        return self
+
     @property
     def output_nr(self):
         """Which output of the op that made it this tensor is (0 for leaves and single outputs)."""

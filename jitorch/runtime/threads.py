@@ -3,8 +3,8 @@
 ``set_num_threads`` governs how many threads a compiled CPU kernel splits its work across
 (`codegen.cpu`: kernels of at least ``PARALLEL_MIN_WORK`` elements run in chunks on a pool of that many
 threads). Eager ops run NumPy on the calling thread and are not governed by it. jitorch has no inter-op
-pool (torch's, for ``torch.jit.fork``): ``set_num_interop_threads`` records its number, once, before any
-query of it, under torch's rule, and nothing reads it. ``set_warn_always`` makes the warnings jitorch gives
+pool (torch's, for ``torch.jit.fork``): ``set_num_interop_threads`` records its number, once, under torch's
+rule, and nothing reads it. ``set_warn_always`` makes the warnings jitorch gives
 once per compiled function (the recompile limit) come at each occurrence, as torch's TORCH_WARN_ONCE does.
 """
 
@@ -40,13 +40,12 @@ def init_num_threads() -> None:
 
 
 def get_num_interop_threads() -> int:
-    """The inter-op thread count (torch's default: the number of cores); fixed from this call on."""
-    _settings["interop_fixed"] = True
+    """The inter-op thread count (torch's default: the number of cores)."""
     return _settings["interop"] or os.cpu_count() or 1
 
 
 def set_num_interop_threads(n) -> None:
-    """Record the inter-op thread count: allowed once, before it is queried (RuntimeError after, as torch)."""
+    """Record the inter-op thread count: allowed once (RuntimeError after, as torch)."""
     n = _positive("set_num_interop_threads", n)
     if _settings["interop_fixed"]:
         raise RuntimeError("Error: cannot set number of interop threads after parallel work has started or "

@@ -20,7 +20,7 @@ def test_identities_on_real_dtypes_return_self_as_torch(name):
     assert (getattr(jt, name)(x) is x) == (getattr(torch, name)(t) is t) is True
     if name != "real":
         assert getattr(x, name)() is x
-    assert x.real is x and t.real is t
+    assert x.real is x and t.real is t and x.conj_physical_() is x
 
 
 def test_positive_refuses_bool():
