@@ -14,7 +14,7 @@ from .runtime.dtypes import (  # noqa: F401
     bool, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64, dtype,
     promote_types, result_type as _result_type, get_default_dtype, set_default_dtype, can_cast, finfo, iinfo,
 )
-from .runtime.device import device  # noqa: F401
+from .runtime.device import device, get_default_device, set_default_device  # noqa: F401
 from .tensor import Tensor, Size  # noqa: F401
 from . import ops as _ops
 from .ops import registry as _registry
@@ -38,6 +38,7 @@ from .ops.creation import tensor, as_tensor, from_numpy  # noqa: E402,F401
 from .ops.random_ops import manual_seed, seed, initial_seed, Generator, default_generator  # noqa: E402,F401
 from ._tensor_str import set_printoptions  # noqa: E402,F401
 from .api import *  # noqa: E402,F401,F403
+from .ops.factories import *  # noqa: E402,F401,F403
 from .backends.cuda import backend as _cuda_backend  # noqa: E402,F401  (registers itself for device "cuda")
 from . import backends  # noqa: E402,F401
 from .backends.flags import (  # noqa: E402,F401
@@ -48,6 +49,10 @@ from .backends.flags import (  # noqa: E402,F401
 from . import cuda  # noqa: E402,F401
 from . import accelerator  # noqa: E402,F401
 from . import random  # noqa: E402,F401
+from .random import get_rng_state, set_rng_state  # noqa: E402,F401
+from .runtime.threads import (  # noqa: E402,F401
+    get_num_interop_threads, get_num_threads, init_num_threads, is_warn_always_enabled, set_num_interop_threads,
+    set_num_threads, set_warn_always)
 from . import special  # noqa: E402,F401
 from . import autograd  # noqa: E402,F401
 from .autograd import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled  # noqa: E402,F401

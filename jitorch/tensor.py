@@ -9,6 +9,7 @@ NumPy bridge and the Python protocol.
 from __future__ import annotations
 
 import builtins
+import copy
 from collections import OrderedDict
 import operator
 from math import prod
@@ -18,10 +19,14 @@ import numpy as np
 from .runtime import dtypes as _dt
 from .runtime.casts import copy_into
 from .runtime.device import CPU, to_device
+from .runtime.layout import strided
 from .runtime.storage import Storage, storage_of_array
 from .runtime.strided import contiguous_strides, is_contiguous, wrap_dim
 from .ops import registry as _registry
 from .ops.registry import contiguous_strides_cached
+from .ops import creation as _creation
+from .ops.views import _check_memory_format, contiguous_format, preserve_format
+from .ops import factories as _factories
 from .runtime.hooks import add_hook
 
 
@@ -162,6 +167,56 @@ class Tensor:
         fresh = Tensor._empty(shape, self.dtype, self.device)
         self._storage = fresh._storage
         self._set_geometry(fresh._shape, strides, 0)
+
+    def resize_(self, *sizes, memory_format=None):
+        """Give this tensor ``sizes`` (contiguous strides) from its offset: over its memory when that holds
+        enough elements, else over new memory that starts with the old elements (other tensors on the old
+        memory keep it: a strided view never moves)."""
+        if self._requires_grad:
+            raise RuntimeError("cannot resize variables that require grad")
+        _check_memory_format("resize_", memory_format, (preserve_format, contiguous_format))
+        shape = tuple(sizes[0]) if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)) else tuple(sizes)
+        if any(n < 0 for n in shape):
+            raise RuntimeError(f"Trying to create tensor with negative dimension {min(shape)}: {list(shape)}")
+        old, needed = self._storage, self._offset + prod(shape)
+        if needed > old.size:
+            self._storage = Storage.empty(needed, self.dtype, self.device)
+            if old.size and self.device.type != "meta":
+                Tensor._make(self._storage, (old.size,), (1,), 0).copy_(Tensor._make(old, (old.size,), (1,), 0))
+        self._set_geometry(shape, contiguous_strides(shape), self._offset)
+        self._bump_version()
+        return self
+
+    def resize_as_(self, the_template, memory_format=None):
+        """``resize_`` to ``the_template``'s shape."""
+        return self.resize_(the_template._shape, memory_format=memory_format)
+
+    def set_(self, source=None, storage_offset=0, size=None, stride=None):
+        """Make this tensor view ``source`` (a tensor, or a storage): with ``source``'s geometry, or the given
+        one over its memory; ``set_()`` gives it empty memory of its own."""
+        if source is None:
+            storage, shape, strides, offset = Storage.empty(0, self.dtype, self.device), (0,), (1,), 0
+        elif isinstance(source, Tensor):
+            if source.dtype is not self.dtype:
+                raise RuntimeError(f"Could not set tensor of type {_registry.cpp_name(source.dtype)} to a tensor "
+                                   f"of type {_registry.cpp_name(self.dtype)}")
+            storage = source._storage
+            shape, strides, offset = (source._shape, source._stride, source._offset) if size is None else \
+                (tuple(size), None, storage_offset)
+        else:  # a storage: its memory read as this tensor's dtype, as torch's untyped storages are
+            storage = source if source.dtype is self.dtype else source.reinterpret(self.dtype)
+            shape, strides, offset = ((storage.size,), (1,), 0) if size is None else (tuple(size), None, storage_offset)
+        strides = contiguous_strides(shape) if strides is None and stride is None else tuple(strides or stride)
+        extent = 0 if 0 in shape else offset + 1 + sum((n - 1) * st for n, st in zip(shape, strides))
+        if extent > storage.size:
+            raise RuntimeError(f"setStorage: sizes {list(shape)}, strides {list(strides)}, storage offset {offset}, "
+                               f"and itemsize {self.dtype.itemsize} requiring a storage size of "
+                               f"{extent * self.dtype.itemsize} are out of bounds for storage of size "
+                               f"{storage.size * self.dtype.itemsize}")
+        self._storage = storage
+        self._set_geometry(shape, strides, offset)
+        self._bump_version()
+        return self
 
     # The NumPy view ----------------------------------------------------------
 
@@ -333,7 +388,33 @@ class Tensor:
 
     @property
     def layout(self):
-        return "strided"
+        return strided
+
+    @property
+    def real(self):
+        """The real part: the tensor itself, for jitorch's real dtypes (as torch)."""
+        return self
+
+    @real.setter
+    def real(self, value):
+        self.copy_(value)
+
+    def conj_physical_(self):
+        """Conjugate in place: nothing to do for jitorch's real dtypes; returns self, as torch."""
+        return self
+
+    @property
+    def output_nr(self):
+        """Which output of the op that made it this tensor is (0 for leaves and single outputs)."""
+        return self.__dict__.get("_output_nr", 0)
+
+    def dim_order(self, *, ambiguity_check=False):
+        """The dims from outermost to innermost in memory (by decreasing stride; ties keep dim order)."""
+        return tuple(sorted(range(self.ndim), key=lambda d: -self._stride[d]))
+
+    def is_inference(self):
+        """Whether this tensor's memory was allocated inside ``inference_mode`` (views of it included)."""
+        return self._storage.inference
 
     # Autograd fields (the engine arrives with the autograd layer) ------------------
 
@@ -476,6 +557,61 @@ class Tensor:
                                else "Boolean value of Tensor with no values is ambiguous")
         return builtins.bool(self.item())
 
+    def __long__(self):
+        return self.__int__()
+
+    def __contains__(self, element):
+        if not isinstance(element, (Tensor, builtins.int, builtins.float, builtins.bool)):
+            raise RuntimeError(f"Tensor.__contains__ only supports Tensor or scalar, but you passed in a "
+                               f"{type(element)}.")
+        return builtins.bool((element == self).any().item())
+
+    def __reversed__(self):
+        return self if self.ndim == 0 else self.flip(0)
+
+    def __deepcopy__(self, memo):
+        """A copy with its own memory (views copied together keep sharing theirs), ``requires_grad`` and a
+        copy of ``.grad``; only leaves copy, as in torch."""
+        if id(self) in memo:
+            return memo[id(self)]
+        if self.grad_fn is not None:
+            raise RuntimeError("Only Tensors created explicitly by the user (graph leaves) support the deepcopy "
+                               "protocol at the moment.")
+        key = ("storage", id(self._storage))
+        if key not in memo:
+            whole = Tensor._make(self._storage, (self._storage.size,), (1,), 0)
+            memo[key] = whole.detach().clone()._storage
+            memo.setdefault(id(memo), []).append(self._storage)  # copy's keep-alive list: ids stay unique
+        out = type(self)._make(memo[key], self._shape, self._stride, self._offset)
+        out._requires_grad = self._requires_grad
+        if self.grad is not None:
+            out.grad = copy.deepcopy(self.grad, memo)
+        memo[id(self)] = out
+        return out
+
+    def apply_(self, callable):
+        """Apply the Python ``callable`` to each element in place (slow; CPU only, as torch)."""
+        return self._map_in_place("apply_", callable)
+
+    def map_(self, tensor, callable):
+        """``self[i] = callable(self[i], tensor[i])`` in place, ``tensor`` broadcast to ``self``."""
+        return self._map_in_place("map_", callable, tensor)
+
+    def map2_(self, x, y, callable):
+        """``self[i] = callable(self[i], x[i], y[i])`` in place, ``x`` and ``y`` broadcast to ``self``."""
+        return self._map_in_place("map2_", callable, x, y)
+
+    def _map_in_place(self, name, fn, *others):
+        if self._requires_grad:
+            raise RuntimeError(f"Can't call {name}() on Variable that requires grad. Use var.detach().{name}() "
+                               "instead.")
+        if self.device.type != "cpu":
+            raise TypeError(f"{name}() is only implemented on CPU tensors")
+        columns = [t.reshape(-1).tolist() for t in (self,) + tuple(o.expand(self._shape) for o in others)]
+        values = _creation.tensor([fn(*items) for items in zip(*columns)])
+        self.copy_(values.view(self._shape))  # copy_ casts the callable's numbers to self's dtype
+        return self
+
     def __int__(self):
         return int(self._scalar_value("int"))
 
@@ -520,7 +656,7 @@ class Tensor:
         device = kwargs.pop("device", None)
         copy = kwargs.pop("copy", False)
         non_blocking = kwargs.pop("non_blocking", False)
-        kwargs.pop("memory_format", None)
+        fmt = kwargs.pop("memory_format", None)
         if kwargs:
             raise TypeError(f"to() got an unexpected keyword argument '{next(iter(kwargs))}'")
         flags = []  # positional (non_blocking, copy) after the target, as torch allows
@@ -544,8 +680,14 @@ class Tensor:
         if device.type == "cuda":
             from .runtime.cuda_memory import canonical
             device = canonical(device)  # "cuda" is the current device, cuda:0
+        _check_memory_format("to", fmt, (preserve_format, contiguous_format))
         if dtype is self.dtype and device == self.device and not copy:
             return self
+        out = self._copy_to(dtype, device, non_blocking)
+        # torch's copy keeps a dense input's strides unless asked for a contiguous one
+        return out.contiguous() if fmt is contiguous_format else out
+
+    def _copy_to(self, dtype, device, non_blocking):
         from .ops import registry
         if non_blocking and device != self.device:
             from .runtime.cuda_memory import non_blocking as queued
@@ -566,36 +708,6 @@ class Tensor:
             raise TypeError("dtype must be a type, str, or dtype object")
         return self.to(dtype, non_blocking=non_blocking)
 
-    def float(self):
-        return self.to(_dt.float32)
-
-    def double(self):
-        return self.to(_dt.float64)
-
-    def half(self):
-        return self.to(_dt.float16)
-
-    def bfloat16(self):
-        return self.to(_dt.bfloat16)
-
-    def int(self):
-        return self.to(_dt.int32)
-
-    def long(self):
-        return self.to(_dt.int64)
-
-    def short(self):
-        return self.to(_dt.int16)
-
-    def char(self):
-        return self.to(_dt.int8)
-
-    def byte(self):
-        return self.to(_dt.uint8)
-
-    def bool(self):
-        return self.to(_dt.bool)
-
     def cpu(self):
         return self.to("cpu")
 
@@ -605,6 +717,27 @@ class Tensor:
 
     def type_as(self, other):
         return self.to(other.dtype)
+
+    def new(self, *args, device=None):
+        """``Tensor.new``: the legacy constructor of ``self``'s dtype (and device unless given): ``new()`` is
+        empty, ``new(2, 3)`` or ``new(size)`` uninitialised, ``new(data)`` a copy of Python data, ``new(other)``
+        an alias of a tensor of the same dtype."""
+        device = self.device if device is None else to_device(device)
+        if len(args) == 1 and isinstance(args[0], Tensor):
+            other = args[0]
+            if other.dtype is not self.dtype:
+                raise TypeError(f"expected {self.type()} (got {other.type()})")
+            return other.detach()
+        if all(isinstance(a, builtins.int) and not isinstance(a, builtins.bool) for a in args):
+            return _registry.FUNCTIONS["empty"](args if args else (0,), dtype=self.dtype, device=device)
+        if len(args) == 1 and isinstance(args[0], Size):  # a size (a list or tuple is data)
+            return _registry.FUNCTIONS["empty"](tuple(args[0]), dtype=self.dtype, device=device)
+        if len(args) == 1:
+            return _creation.tensor(args[0], dtype=self.dtype, device=device)
+        raise TypeError(f"new() received an invalid combination of arguments - got "
+                        f"({', '.join(type(a).__name__ for a in args)})")
+
+    new_empty_strided = _factories.new_empty_strided
 
     def new_tensor(self, data, dtype=None, device=None, requires_grad=False):
         from .ops.creation import tensor
@@ -665,6 +798,22 @@ class Tensor:
         self._set_geometry(other._shape, other._stride, other._offset)
         self.dtype = other.dtype
         self.device = other.device
+
+
+def _cast_method(name, dtype):
+    def cast(self, memory_format=preserve_format):
+        _check_memory_format(name, memory_format, (preserve_format, contiguous_format))
+        return self.to(dtype, memory_format=memory_format)
+    cast.__name__ = cast.__qualname__ = name
+    cast.__doc__ = f"``self.to({dtype})``: self when it already is {dtype}, else a copy (strides kept unless " \
+        "``memory_format=jitorch.contiguous_format``)."
+    return cast
+
+
+for _name, _dtype in (("float", _dt.float32), ("double", _dt.float64), ("half", _dt.float16),
+                      ("bfloat16", _dt.bfloat16), ("int", _dt.int32), ("long", _dt.int64), ("short", _dt.int16),
+                      ("char", _dt.int8), ("byte", _dt.uint8), ("bool", _dt.bool)):
+    setattr(Tensor, _name, _cast_method(_name, _dtype))
 
 
 def _accumulator_of(t):

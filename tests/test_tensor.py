@@ -462,3 +462,38 @@ def test_namespace_detach_and_get_device_are_the_tensor_methods_as_torchs():
     assert jt.get_device(x) == -1 == torch.get_device(torch.ones(1))
     y = x.clone()
     assert jt.detach_(y) is y and y.grad_fn is None and not y.requires_grad
+
+
+# resize_, resize_as_, set_ (against torch) ------------------------------------------------------------------
+
+def test_resize_keeps_the_elements_in_place_and_grows_into_new_memory():
+    for lib in (jt, torch):
+        x = lib.arange(6.0)
+        assert x.resize_(2, 2) is x and x.tolist() == [[0.0, 1.0], [2.0, 3.0]] and x.stride() == (2, 1)
+        x.resize_((3, 3))
+        assert x[:2].tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+        view = lib.arange(6.0)[1:]
+        assert view.resize_(2, 2).tolist() == [[1.0, 2.0], [3.0, 4.0]] and view.storage_offset() == 1
+        assert lib.arange(6.0).resize_as_(lib.ones(3, 1)).shape == (3, 1)
+        with pytest.raises(RuntimeError, match="cannot resize variables that require grad"):
+            lib.ones(2, requires_grad=True).resize_(3)
+
+
+def test_set_shares_a_tensors_or_storages_memory_as_torch():
+    for lib in (jt, torch):
+        b = lib.arange(6.0).view(2, 3)
+        a = lib.zeros(3)
+        assert a.set_(b) is a and a.shape == (2, 3) and a.data_ptr() == b.data_ptr() and a.stride() == (3, 1)
+        assert lib.zeros(3).set_(b, 1, (2, 2), (1, 2)).tolist() == [[1.0, 3.0], [2.0, 4.0]]
+        assert lib.zeros(3).set_(b.untyped_storage(), 1, (2, 2)).tolist() == [[1.0, 2.0], [3.0, 4.0]]
+        empty = lib.zeros(3).set_()
+        assert empty.shape == (0,) and empty.tolist() == []
+        reread = lib.zeros(1, dtype=lib.int64).set_(b.untyped_storage())
+        assert reread.tolist() == [4575657221408423936, 4629700418010611712, 4656722015783223296]
+        with pytest.raises(RuntimeError, match="Could not set tensor of type long int to a tensor of type float"):
+            lib.zeros(3).set_(lib.arange(3))
+
+
+def test_set_refuses_a_geometry_beyond_the_storage():
+    with pytest.raises(RuntimeError, match="out of bounds for storage of size 24"):
+        jt.zeros(1).set_(jt.ones(6), 2, (3, 3))

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import os
 import threading
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 
 from ..runtime import logs
+from ..runtime.threads import get_num_threads
 from .errors import CompileError
 from .linker import Linker
 from .llvm_module import optimised_module
@@ -37,9 +37,8 @@ PARALLEL_MIN_WORK = 1 << 18
 
 
 def num_threads():
-    """``JITORCH_NUM_THREADS``, default the number of cores."""
-    value = os.environ.get("JITORCH_NUM_THREADS")
-    return max(1, int(value)) if value else (os.cpu_count() or 1)
+    """``jitorch.set_num_threads``'s number, else ``JITORCH_NUM_THREADS``, else the number of cores."""
+    return get_num_threads()
 
 
 def _init():

@@ -18,6 +18,7 @@ import numpy as np
 from ..ir import lowerable
 from ..ir.graph import Value, iter_values
 from ..ops.pointwise_scaled import multiplier
+from ..ops.reductions import reduces_nothing
 from ..ops.registry import attach
 from ..runtime import dtypes as _dt
 from ..runtime.casts import convert
@@ -616,8 +617,15 @@ attach("lowering", "mean", Reduction(0, _add_all, lambda e, acc, n: e.div(acc, e
 attach("lowering", "prod", Reduction(1, lambda e, acc, x: e.mul(acc, x, reassociate=True)))
 attach("lowering", "amax max", AMAX)
 attach("lowering", "amin min", AMIN)
-attach("lowering", "all", Reduction(1, _truth_combine("and_")))
-attach("lowering", "any", Reduction(0, _truth_combine("or_")))
+
+
+def _reduces_some_dim(node):
+    """all/any over an explicit empty dim list reduce nothing: they run as their kernel, testing each element."""
+    return len(node.args) < 2 or not reduces_nothing(node.args[1])
+
+
+attach("lowering", "all", Reduction(1, _truth_combine("and_"), when=_reduces_some_dim))
+attach("lowering", "any", Reduction(0, _truth_combine("or_"), when=_reduces_some_dim))
 attach("lowering", "count_nonzero", Reduction(0, _add_all, item=_truthy, counts=True))
 
 

@@ -18,9 +18,11 @@ from dataclasses import dataclass, field
 from ..runtime import grad_mode as _grad_mode
 from ..runtime.autocast_mode import STATE as _autocast, restored as _autocast_restored
 from ..runtime.grad_mode import is_grad_enabled
+from ..runtime.threads import is_warn_always_enabled
 from ..ops.registry import contiguous_strides_cached
 from ..runtime import dtypes as _dtypes
 from ..runtime.dtypes import get_default_dtype
+from ..runtime.device import get_default_device
 from ..runtime.strided import is_contiguous
 from ..tensor import Tensor
 from ..ir.graph import Value
@@ -63,8 +65,8 @@ def _leaf_guard(leaf):
 
 def _modes():
     """The global state a trace depends on: grad mode, the default dtype (Python numbers and factories
-    take it), and autocast (the casts the trace records)."""
-    return is_grad_enabled(), get_default_dtype(), _autocast.key
+    take it), the default device (factories take it) and autocast (the casts the trace records)."""
+    return is_grad_enabled(), get_default_dtype(), _autocast.key, get_default_device()
 
 
 def guard_key(args, kwargs):
@@ -78,7 +80,7 @@ def _tensor_args_key(args):
     """The guard key of a call whose arguments are all tensors, flat; None otherwise. (Its own
     shape, not `guard_key`'s: it is built on every call, so it takes what is cheap to read and to
     hash, the device as its type and index.)"""
-    key = [(_grad_mode._state.enabled, _dtypes._default_dtype, _autocast.key)]  # _modes(), without its calls
+    key = [(_grad_mode._state.enabled, _dtypes._default_dtype, _autocast.key, get_default_device())]  # _modes()
     for a in args:
         if a.__class__ is not Tensor:
             return None
@@ -108,6 +110,7 @@ def describe_guards(key, names):
     lines.append(f"grad mode: {'enabled' if key[1][0] else 'disabled'}")
     lines.append(f"default dtype: {key[1][1]}")
     lines.append(f"autocast: {_show_autocast(key[1][2])}")
+    lines.append(f"default device: {key[1][3]}")
     for name, guard in zip(names, key[2:]):
         if guard[0] == "tensor":
             _, shape, dtype, device, layout, requires_grad, leaf, no_grad_yet = guard
@@ -131,6 +134,8 @@ def guard_difference(old, new, names):
         return f"the default dtype changed from {old[1][1]} to {new[1][1]}"
     if old[1][2] != new[1][2]:
         return f"autocast changed from {_show_autocast(old[1][2])} to {_show_autocast(new[1][2])}"
+    if old[1][3] != new[1][3]:
+        return f"the default device changed from {old[1][3]} to {new[1][3]}"
     fields = ("kind", "shape", "dtype", "device", "layout", "requires_grad", "leaf-ness", ".grad being None")
     for name, a, b in zip(names, old[2:], new[2:]):
         if a == b:
@@ -345,7 +350,7 @@ class CompiledFunction:
             self.retrace_reason = reason
             logs.log("recompiles", "retracing %s: %s", self.name, reason)
         if len(self.cache) + self._stale >= config.recompile_limit:
-            if not self._warned_limit:
+            if not self._warned_limit or is_warn_always_enabled():
                 warnings.warn(f"jitorch.compile: {self.name} was retraced {config.recompile_limit} times "
                               f"(jitorch.jit.compile.config.recompile_limit); running it eagerly from now on for "
                               f"new argument kinds", UserWarning, stacklevel=3)

@@ -60,6 +60,30 @@ class Generator:
         return self
 
 
+# A generator's state as bytes (torch's ByteTensor form): PCG64's 128-bit state and increment, its buffered
+# 32-bit half (a flag and the value) and the seed initial_seed() reports
+_STATE_FIELDS = ((16, "state"), (16, "inc"), (1, "has_uint32"), (4, "uinteger"), (8, "seed"))
+STATE_SIZE = sum(n for n, _ in _STATE_FIELDS)
+
+
+def state_bytes(gen):
+    """``gen``'s state as ``STATE_SIZE`` bytes (a uint8 NumPy array)."""
+    st = gen.get_state()
+    values = {**st["state"], "has_uint32": st["has_uint32"], "uinteger": st["uinteger"], "seed": gen._seed & _SEED_MASK}
+    raw = b"".join(int(values[k]).to_bytes(n, "little") for n, k in _STATE_FIELDS)
+    return np.frombuffer(raw, dtype=np.uint8).copy()
+
+
+def restore_state_bytes(gen, raw):
+    """Put ``gen`` back in the state ``state_bytes`` gave (``raw``: bytes or a uint8 array)."""
+    raw, values, at = bytes(raw), {}, 0
+    for n, k in _STATE_FIELDS:
+        values[k], at = int.from_bytes(raw[at:at + n], "little"), at + n
+    gen._seed = values["seed"]
+    gen.set_state({"bit_generator": "PCG64", "state": {"state": values["state"], "inc": values["inc"]},
+                   "has_uint32": values["has_uint32"], "uinteger": values["uinteger"]})
+
+
 def fresh_seed():
     """A seed from the operating system's entropy."""
     return int(np.random.SeedSequence().entropy) & ((1 << 63) - 1)

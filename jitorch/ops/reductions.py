@@ -115,7 +115,10 @@ def _logsumexp(a, axis, keepdims):
 
 # The table ----------------------------------------------------------------------
 
-_Reduction = namedtuple("_Reduction", "schema dtype_rule fn nonempty doc variants", defaults=(_ALL_FORMS,))
+# ``empty_is_none``: an explicit empty dim list reduces no dim (torch's all/any: an elementwise truth test),
+# where the other reductions read it as every dim
+_Reduction = namedtuple("_Reduction", "schema dtype_rule fn nonempty doc variants empty_is_none",
+                        defaults=(_ALL_FORMS, False))
 _DIMS = "int[]? dim=None, bool keepdim=False"
 _DIMS_DTYPE = f"{_DIMS}, *, ScalarType? dtype=None"
 
@@ -139,9 +142,11 @@ _REDUCTIONS = (
     _Reduction("min(Tensor self) -> Tensor", _same, np.min, True,
                "The smallest element as a 0-d tensor; NaN propagates."),
     _Reduction(f"all(Tensor self, {_DIMS}) -> Tensor", _logical, np.logical_and.reduce, False,
-               "Whether every element over ``dim`` is nonzero (bool; uint8 for uint8 input)."),
+               "Whether every element over ``dim`` is nonzero (bool; uint8 for uint8 input); ``dim=()`` tests "
+               "each element.", _ALL_FORMS, True),
     _Reduction(f"any(Tensor self, {_DIMS}) -> Tensor", _logical, np.logical_or.reduce, False,
-               "Whether some element over ``dim`` is nonzero (bool; uint8 for uint8 input)."),
+               "Whether some element over ``dim`` is nonzero (bool; uint8 for uint8 input); ``dim=()`` tests "
+               "each element.", _ALL_FORMS, True),
     _Reduction("count_nonzero(Tensor self, int[]? dim=None) -> Tensor", _counted, np.count_nonzero, False,
                "Number of nonzero elements over ``dim`` (int64).", ("function", "method")),
     _Reduction("logsumexp(Tensor self, int[] dim, bool keepdim=False) -> Tensor", _int_to_float, _logsumexp, False,
@@ -149,13 +154,19 @@ _REDUCTIONS = (
 )
 
 
-def _reduction_meta(name, dtype_rule, nonempty):
+def reduces_nothing(dim):
+    """Whether all/any's ``dim`` is an explicit empty list: then no dim is reduced."""
+    return dim is not None and not isinstance(dim, int) and len(dim) == 0
+
+
+def _reduction_meta(name, dtype_rule, nonempty, empty_is_none):
     def meta(x, dim=None, keepdim=False, dtype=None):
         dims = reduction_dims(x, dim)
         out, compute = dtype_rule(name, x, dtype)
         if nonempty:
             _check_nonempty(name, x, dims)
-        return TensorSpec(reduced_shape(x.shape, dims, keepdim), out, x.device, compute)
+        shape = tuple(x.shape) if empty_is_none and reduces_nothing(dim) else reduced_shape(x.shape, dims, keepdim)
+        return TensorSpec(shape, out, x.device, compute)
     return meta
 
 
@@ -166,11 +177,12 @@ def _through_dtype(x, spec):
     return a.astype(spec.compute.np, copy=False)
 
 
-def _reduction_kernel(fn, casts_input):
+def _reduction_kernel(fn, casts_input, empty_is_none):
     """``casts_input``: the rule's result dtype is the input's converted one (``sum(x, dtype=)``)."""
     def kernel(spec, x, dim=None, keepdim=False, dtype=None):
         a = _through_dtype(x, spec) if casts_input else x.astype(spec.compute.np, copy=False)
-        return fn(a, axis=numpy_axis(x, dim), keepdims=keepdim)
+        axis = () if empty_is_none and reduces_nothing(dim) else numpy_axis(x, dim)  # NumPy's () reduces none
+        return fn(a, axis=axis, keepdims=keepdim)
     return kernel
 
 
@@ -256,8 +268,8 @@ _OUT_COMPOSITES = {"logsumexp": _logsumexp_into}
 
 for _r in _REDUCTIONS:
     _name = _r.schema.split("(", 1)[0]
-    _op = defop(_r.schema, meta=_reduction_meta(_name, _r.dtype_rule, _r.nonempty),
-                cpu=_reduction_kernel(_r.fn, _r.dtype_rule in _KEEPS_FLOAT), kind="reduction",
+    _op = defop(_r.schema, meta=_reduction_meta(_name, _r.dtype_rule, _r.nonempty, _r.empty_is_none),
+                cpu=_reduction_kernel(_r.fn, _r.dtype_rule in _KEEPS_FLOAT, _r.empty_is_none), kind="reduction",
                 variants=_r.variants, doc=_r.doc, dtype_from_out=_name in _DTYPE_FROM_OUT,
                 input_from_out=_name in _INPUT_FROM_OUT, out_composite=_OUT_COMPOSITES.get(_name))
     if _r.dtype_rule in _KEEPS_FLOAT and not _r.nonempty and _r.schema.startswith(_name + "(Tensor self, int[]?"):

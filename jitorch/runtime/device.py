@@ -80,13 +80,26 @@ CPU = device("cpu")
 META = device("meta")
 
 _cache: dict = {}
+_default = [CPU]  # where factories given no device= put their tensors (set_default_device)
+
+
+def get_default_device() -> device:
+    """The device factories (``zeros``, ``tensor``, ``arange``, ...) use when given no ``device=``."""
+    return _default[0]
+
+
+def set_default_device(d) -> None:
+    """Make ``d`` the device of factories given no ``device=`` (None: back to cpu). Tensors made from other
+    tensors (``zeros_like``, ``x.new_zeros``, ops) stay on their inputs' device, as in torch."""
+    _default[0] = CPU if d is None else to_device(d)
 
 
 def to_device(d) -> device:
-    """Normalise ``None`` (cpu), strings, ints and devices to the one canonical
-    device object of each kind, so hot paths may compare devices with ``is``."""
+    """Normalise ``None`` (the default device: cpu unless `set_default_device` said otherwise), strings, ints
+    and devices to the one canonical device object of each kind, so hot paths may compare devices with
+    ``is``."""
     if d is None:
-        return CPU
+        return _default[0]
     key = (d.type, d.index) if d.__class__ is device else d
     found = _cache.get(key)
     if found is None:

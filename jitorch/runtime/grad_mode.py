@@ -7,6 +7,7 @@ import threading
 
 class _State(threading.local):
     enabled = True  # each thread starts in grad mode (a class default: reading it needs no fallback)
+    inference = False  # inside inference_mode(True): memory allocated now belongs to inference tensors
 
 
 _state = _State()
@@ -15,6 +16,11 @@ _state = _State()
 def is_grad_enabled() -> bool:
     """Whether ops on tensors that require grad record a backward graph."""
     return _state.enabled
+
+
+def is_inference_mode_enabled() -> bool:
+    """Whether an ``inference_mode()`` (not switched off by ``inference_mode(False)``) is active."""
+    return _state.inference
 
 
 def _set(flag):
@@ -55,10 +61,28 @@ class enable_grad(_Mode):
 
 
 class inference_mode(no_grad):
-    """Like ``no_grad`` (jitorch keeps no extra inference-only state)."""
+    """Like ``no_grad``; tensors whose memory is allocated inside are inference tensors (``is_inference()``),
+    views of them included, as in torch."""
 
     def __init__(self, mode=True):
         self.flag = not mode
+        self.mode = bool(mode)
+
+    def __enter__(self):
+        self._prev_inference = _state.inference
+        _state.inference = self.mode
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        _state.inference = self._prev_inference
+        super().__exit__(*exc)
+
+    def __call__(self, fn):
+        @functools.wraps(fn)
+        def wrapped(*args, **kwargs):
+            with inference_mode(self.mode):
+                return fn(*args, **kwargs)
+        return wrapped
 
 
 class set_grad_enabled(_Mode):

@@ -11,13 +11,14 @@ from __future__ import annotations
 import numpy as np
 
 from .device import CPU, DEVICE_BACKENDS, META
+from .grad_mode import _state as _grad_state
 
 
 class Storage:
     """A flat buffer. ``data`` may be given as any C-contiguous array: it is
     flattened on first use, which spares short-lived results the reshape."""
 
-    __slots__ = ("_data", "dtype", "device", "size", "_version", "_ptr", "__weakref__")
+    __slots__ = ("_data", "dtype", "device", "size", "_version", "_ptr", "inference", "__weakref__")
     on_device = False  # elements in device memory (a CUDA storage), not in a host array
 
     def __init__(self, data, dtype, device=CPU, size=None):
@@ -27,6 +28,7 @@ class Storage:
         self.size = data.size if data is not None else size
         self._version = 0
         self._ptr = None
+        self.inference = _grad_state.inference  # allocated inside inference_mode: its tensors are inference tensors
 
     @property
     def data(self):
@@ -78,6 +80,7 @@ class Storage:
         view = object.__new__(cls)
         view.root, view.dtype, view.device = root, dtype, root.device
         view.size = root.nbytes() // dtype.itemsize
+        view.inference = root.inference
         data = root.data
         view._data = None if data is None else data.view(np.uint8)[:view.size * dtype.itemsize].view(dtype.np)
         view._ptr = root.data_ptr() if root.on_device else None

@@ -277,3 +277,13 @@ def test_half_kernels_round_operands_of_another_dtype_as_eager():
     assert got[0].tolist()[1] == float("inf") and got[1].tolist()[1] == -float("inf") and got[4].tolist()[3]
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g.float().numpy(), w.float().numpy())
+
+
+@pytest.mark.parametrize("name", ["all", "any"])
+def test_all_any_over_an_empty_dim_list_compile_to_an_elementwise_test_not_a_full_reduction(name):
+    x = jt.tensor([[1.5, 0.0], [2.0, -3.0]])
+    fn = lambda a: getattr(a * 2, name)(())  # noqa: E731
+    low = jt.compile(fn).lower(x)
+    assert not any(name in k.ops for k in low.kernels) and any(name in repr(step) for step in low.steps)
+    assert jt.compile(fn)(x).tolist() == fn(x).tolist() == [[True, False], [True, True]]
+    assert [name] in [k.ops[-1:] for k in kernels_of(lambda a: getattr(a * 2, name)(1), x)]

@@ -240,7 +240,8 @@ def test_matches_numpy(case, data):
     if dtype.is_floating_point and arr.size and data.draw(st.booleans(), label="nan"):
         arr.reshape(-1)[rng.integers(arr.size)] = NAN
     t, arr = tensor_and_array(arr, layout)
-    axis = numpy_axis(dim, len(shape))
+    # all/any over an explicit () reduce no dim (NumPy's axis=() too); the other reductions read it as every dim
+    axis = () if case.name in ("all", "any") and dim == () else numpy_axis(dim, len(shape))
     if case.nonempty and reduces_empty(shape, axis):
         return  # no identity: test_errors checks the error
     a = widen(arr, dtype)
@@ -607,3 +608,16 @@ def test_compiled_logsumexp_into_an_out_of_another_dtype_is_eagers():
     x = jt.tensor(a).to(jt.bfloat16)
     assert torch.equal(torch.tensor(jt.compile(fn)(x).numpy()), torch.tensor(fn(x).numpy()))
     assert torch.equal(torch.tensor(fn(x).numpy()), _logsumexp_out(torch, a, "bfloat16", "float64", [0, 2]))
+
+
+@pytest.mark.parametrize("name", ["all", "any"])
+@pytest.mark.parametrize("dim", [(), []])
+@pytest.mark.parametrize("dtype", ["float32", "uint8", "bool"])
+def test_all_any_over_an_empty_dim_list_reduce_nothing_as_torch(name, dim, dtype):
+    values = [[1.5, 0.0], [2.0, 3.0]]
+    x, t = jt.tensor(values).to(getattr(jt, dtype)), torch.tensor(values).to(getattr(torch, dtype))
+    for keepdim in (False, True):
+        ours, theirs = getattr(jt, name)(x, dim, keepdim=keepdim), getattr(torch, name)(t, dim, keepdim=keepdim)
+        assert ours.tolist() == theirs.tolist() and str(ours.dtype)[8:] == str(theirs.dtype)[6:]
+    assert getattr(x, name)(dim=dim).shape == (2, 2)
+    assert getattr(jt, name)(x).shape == () and jt.sum(x, dim).shape == torch.sum(t, dim).shape == ()

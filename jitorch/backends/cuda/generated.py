@@ -131,7 +131,7 @@ def on_host(op, args, device):
             return _host_mirror(a) if a._storage.on_device else a
         if isinstance(a, (list, tuple)):
             return type(a)(to_host(x, arg) for x in a)
-        if arg.type == "Device" and a is not None:
+        if arg.type == "Device":  # None too: it would name the default device, which may be this one
             return CPU
         if arg.type == "Generator" and a is None:
             return device_generator(device)

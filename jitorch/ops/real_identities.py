@@ -1,0 +1,70 @@
+"""torch's ops that, on jitorch's real strided tensors, are another op or the tensor itself: the conjugation
+and lazy-negation family (the identity on real dtypes, as torch returns ``self``), ``positive``,
+``narrow_copy``, ``sum_to_size`` and the ``unsafe_`` splits (views, as torch's, with autograd's view tracking
+kept: torch drops it for speed, which changes no value)."""
+
+from __future__ import annotations
+
+from ..runtime import dtypes as _dt
+from ..runtime.strided import list_str
+from .registry import defop
+from .views import contiguous_format
+
+
+def _identity(x):
+    return x
+
+
+for _name, _what in (("conj", "the conjugate"), ("conj_physical", "the materialised conjugate"),
+                     ("resolve_conj", "``self`` with its lazy conjugation applied"),
+                     ("resolve_neg", "``self`` with its lazy negation applied"), ("real", "the real part")):
+    defop(f"{_name}(Tensor self) -> Tensor", composite=_identity, kind="view",
+          variants=("function",) if _name == "real" else ("function", "method"),
+          doc=f"{_what[0].upper()}{_what[1:]}: ``self`` itself for jitorch's real dtypes, as torch returns.")
+
+
+def _positive(x):
+    if x.dtype is _dt.bool:
+        raise RuntimeError("The `+` operator, on a bool tensor is not supported.")
+    return x
+
+
+defop("positive(Tensor self) -> Tensor", composite=_positive, kind="view", variants=("function", "method"),
+      doc="``+self``: ``self`` itself (RuntimeError for bool, as torch).")
+
+
+def _narrow_copy(x, dim, start, length):
+    return x.narrow(dim, start, length).clone(memory_format=contiguous_format)
+
+
+defop("narrow_copy(Tensor self, int dim, int start, int length) -> Tensor", composite=_narrow_copy, kind="shape",
+      variants=("function", "method"), doc="A contiguous copy of ``self.narrow(dim, start, length)``.")
+
+
+def _sum_to_size(x, size):
+    lead = x.ndim - len(size)
+    if lead < 0 or any(s != n and s != 1 for s, n in zip(size, x.shape[lead:])):
+        raise RuntimeError(f"size {{{list_str(size)}}} is not expandable to size {{{list_str(x.shape)}}}.")
+    dims = tuple(range(lead)) + tuple(lead + i for i, (s, n) in enumerate(zip(size, x.shape[lead:]))
+                                      if s == 1 and n != 1)
+    if not dims:
+        return x
+    return x.sum(dims, keepdim=True).view(size)
+
+
+defop("sum_to_size(Tensor self, int... size) -> Tensor", composite=_sum_to_size, kind="reduction",
+      variants=("method",), doc="``self`` summed down to ``size``, which it must expand from (self if equal).")
+
+
+def _unsafe(name):
+    def split(x, *args):
+        return getattr(x, name)(*args)
+    return split
+
+
+for _schema, _base in (("unsafe_chunk(Tensor self, int chunks, int dim=0) -> Tensor[]", "chunk"),
+                       ("unsafe_split(Tensor self, int split_size, int dim=0) -> Tensor[]", "split"),
+                       ("unsafe_split_with_sizes(Tensor self, int[] split_sizes, int dim=0) -> Tensor[]",
+                        "split_with_sizes")):
+    defop(_schema, composite=_unsafe(_base), kind="view", variants=("function", "method"),
+          doc=f"``{_base}``: views of ``self`` (torch skips their autograd view tracking; jitorch keeps it).")
