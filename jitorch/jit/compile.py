@@ -380,6 +380,9 @@ class CompiledFunction:
         # (0-d CPU tensors join CUDA operands, as torch lets them)
         devices = sorted({str(v.type.device) for v in graph.values() if v.type.ndim or v.type.device.type != "cpu"}
                          or {"cpu"})
+        if devices == ["meta"]:  # no memory for kernels to read: eager computes meta tensors' shapes
+            raise TraceError(f"{self.name} has tensors on the meta device, which hold no data for kernels to read, "
+                             "so it runs eagerly")
         if len(devices) > 1:  # its kernels are built for one device: run it as eager does
             raise TraceError(f"{self.name} has tensors on {' and '.join(devices)}: a compiled graph runs on one "
                              "device, so a function that moves tensors between devices runs eagerly")

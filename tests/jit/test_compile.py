@@ -220,3 +220,11 @@ def test_compiled_sizes_overflowing_int64_raise_as_eager_while_tracing(name, fn,
     with pytest.raises(error, match=match):
         compiled(jt.ones(3))
     assert not compiled.cache
+
+
+def test_compiled_function_of_meta_tensors_runs_eagerly_not_kernels_over_no_memory():
+    """A compiled CPU kernel read a meta tensor's missing data: the process died (segmentation fault)."""
+    f = jt.compile(lambda a: a * 2)
+    with pytest.warns(UserWarning, match="meta device"):
+        out = f(jt.ones(2, device="meta"))
+    assert out.device.type == "meta" and tuple(out.shape) == (2,)
