@@ -582,11 +582,16 @@ def _avg_pool(input, nd, kernel_size, stride, padding, ceil_mode, count_include_
     geo = _Pool(input, f"avg_pool{nd}d", nd, kernel_size, stride, padding, 1, ceil_mode)
     if divisor_override is not None and divisor_override == 0:
         raise RuntimeError("divisor must be not zero")
+    integer = not input.dtype.is_floating_point
+    if integer and input.dtype is not jt.int64:  # torch's CPU kernels take int64 alone of the integer types
+        kernel = "avg_pool3d_out_frame" if nd == 3 else "avg_pool2d"
+        raise NotImplementedError(f"\"{kernel}\" not implemented for '{scalar_name(input.dtype)}'")
     total = geo.windows(input, 0).sum(-1)
     divisor = divisor_override or _avg_divisor(geo, count_include_pad)
     if not isinstance(divisor, int):
         divisor = jt.tensor(divisor, dtype=total.dtype, device=total.device)
-    return total / divisor
+    # int64 means are int64, rounded toward zero as C's integer division (torch's kernel)
+    return total.div(divisor, rounding_mode="trunc") if integer else total / divisor
 
 
 def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):

@@ -174,3 +174,24 @@ def test_circular_pad_module_refuses_other_dims_as_torch():
         torch.nn.CircularPad2d(1)(torch.zeros(2, 3))
     with pytest.raises(ValueError, match=re.escape(str(expected.value))):
         jt.nn.CircularPad2d(1)(jt.zeros(2, 3))
+
+
+@pytest.mark.parametrize("nd", [1, 2, 3])
+def test_avg_pool_of_int64_is_int64_rounded_toward_zero_as_torch_not_float(nd):
+    """avg_pool of int64 returned float32 means (6.5 where torch gives 6)."""
+    values = np.array([-7, 2, -3, 5, 4, 1, -8, 9], dtype=np.int64).reshape((1, 1) + (2,) * (nd - 1) + (-1,))
+    fn = f"avg_pool{nd}d"
+    kwargs = {"kernel_size": 2, "padding": 1, "count_include_pad": False}
+    got = getattr(jt.nn.functional, fn)(jt.tensor(values), **kwargs)
+    want = getattr(torch.nn.functional, fn)(torch.tensor(values), **kwargs)
+    assert got.dtype is jt.int64 and got.tolist() == want.tolist()
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int16", "int32", "bool"])
+def test_avg_pool_of_other_integer_types_is_torchs_not_implemented_error(dtype):
+    for nd in (1, 2, 3):
+        shape = (1, 1) + (2,) * nd
+        with pytest.raises(NotImplementedError) as want:
+            getattr(torch.nn.functional, f"avg_pool{nd}d")(torch.ones(shape, dtype=getattr(torch, dtype)), 2)
+        with pytest.raises(NotImplementedError, match=str(want.value).replace('"', '.')):
+            getattr(jt.nn.functional, f"avg_pool{nd}d")(jt.ones(shape, dtype=getattr(jt, dtype)), 2)
