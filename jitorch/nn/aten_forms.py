@@ -10,6 +10,7 @@ function (the convolutions, ``bilinear``, the activations), jitorch exports it a
 
 from __future__ import annotations
 
+from ..tensor import Tensor
 from . import functional as F
 
 _REDUCTIONS = ("none", "mean", "sum")
@@ -167,4 +168,18 @@ def adaptive_max_pool1d(input, output_size):
     return F.adaptive_max_pool1d(input, output_size, return_indices=True)
 
 
-__all__ = [name for name in dir() if not name.startswith("_") and name not in ("F", "annotations")]
+def _prelu_method(self, weight):
+    """``x.prelu(weight)``: `nn.functional.prelu`."""
+    return F.prelu(self, weight)
+
+
+def _hardshrink_method(self, lambd=0.5):
+    """``x.hardshrink(lambd)``: `nn.functional.hardshrink`."""
+    return F.hardshrink(self, lambd)
+
+
+# the Tensor methods torch has for nn ops (Tensor sits below nn, which installs them)
+Tensor.prelu = _prelu_method
+Tensor.hardshrink = _hardshrink_method
+
+__all__ = [name for name in dir() if not name.startswith("_") and name not in ("F", "Tensor", "annotations")]

@@ -1735,15 +1735,15 @@ def rrelu_(input, lower=1.0 / 8, upper=1.0 / 3, training=False):
 
 def prelu(input, weight):
     """``x`` where positive, ``weight x`` elsewhere; ``weight`` is one slope, or one per channel (dim 1)."""
-    if input.ndim == 0:
-        raise RuntimeError("Not allow zero-dim input tensor.")
     if weight.ndim > 1:
         raise RuntimeError(f"prelu: Expected `weight` to be a scalar or 1D tensor, but got: ndim = {weight.ndim}")
+    if input.ndim == 0 and weight.numel() != 1:  # a 0-d input takes one slope alone
+        raise RuntimeError("Not allow zero-dim input tensor.")
     channels = input.shape[1] if input.ndim >= 2 else 1
     if weight.numel() != 1 and weight.numel() != channels:
         raise RuntimeError(f"Mismatch of parameter numbers and input channel size. Found parameter numbers = "
                            f"{weight.numel()} and channel size = {channels}.")
-    slope = weight.reshape([-1] + [1] * (input.ndim - 2)) if input.ndim >= 2 else weight.reshape(-1)
+    slope = weight.reshape([-1] + [1] * (input.ndim - 2)) if input.ndim >= 2 else weight.reshape(-1 if input.ndim else ())
     return jt.where(input > 0, input, input * slope)
 
 

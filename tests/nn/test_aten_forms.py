@@ -90,3 +90,12 @@ def test_aten_batch_norm_gradients_match_torch():
     (jt.batch_norm(xj, w_j, b_j, None, None, True, 0.1, 1e-5, False) ** 2).sum().backward()
     (torch.batch_norm(xt, w_t, b_t, None, None, True, 0.1, 1e-5, False) ** 2).sum().backward()
     np.testing.assert_allclose(xj.grad.numpy(), xt.grad.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_prelu_and_hardshrink_are_tensor_methods_and_prelu_takes_a_0d_input_with_one_slope():
+    assert x_j.prelu(jt.tensor([0.25])).tolist() == torch.prelu(x_t, torch.tensor([0.25])).tolist()
+    assert x_j.hardshrink(0.3).tolist() == x_t.hardshrink(0.3).tolist()
+    assert jt.prelu(jt.tensor(-1.0), jt.tensor([0.25])).item() == torch.prelu(torch.tensor(-1.0),
+                                                                               torch.tensor([0.25])).item()
+    with pytest.raises(RuntimeError, match="Not allow zero-dim input tensor."):
+        jt.prelu(jt.tensor(-1.0), jt.tensor([0.25, 0.5]))
