@@ -96,20 +96,14 @@ def feature_alpha_dropout_(input, p, train):
     return F.feature_alpha_dropout(input, p, train, inplace=True)
 
 
-def _feature_dropout(input, p, train, inplace):
-    if train and 0.0 < p < 1.0 and input.numel() and input.ndim < 2:
-        raise RuntimeError("Feature dropout requires at least 2 dimensions in the input")
-    return F._dropout(input, p, train, inplace, (*input.shape[:2], *([1] * (input.ndim - 2))))
-
-
 def feature_dropout(input, p, train):
     """``torch.feature_dropout``: dropout of whole channels (dim 1) of ``(N, C, *)`` input."""
-    return _feature_dropout(input, p, train, False)
+    return F._feature_dropout(input, p, train, False)
 
 
 def feature_dropout_(input, p, train):
     """``torch.feature_dropout_``: `feature_dropout` written into ``input``."""
-    return _feature_dropout(input, p, train, True)
+    return F._feature_dropout(input, p, train, True)
 
 
 def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
