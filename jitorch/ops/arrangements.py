@@ -40,6 +40,9 @@ defop("ravel(Tensor self) -> Tensor", composite=_ravel, kind="view", variants=("
 
 
 def _adjoint(x):
+    if x.ndim == 0:
+        meta_warn("adjoint() is deprecated on 0-D tensors. Consider using x.conj().")
+        return x.conj()
     if x.ndim < 2:
         raise RuntimeError(f"tensor.adjoint() is only supported on matrices or batches of matrices. Got {x.ndim}-D "
                            "tensor.")

@@ -448,10 +448,14 @@ class Generator:
         args, kwargs, exact = [], {}, True
         by_keyword = False
         for i, a in enumerate(schema.args):
+            if a.type == "Device":  # a factory's tensor goes where the program's tensors live, as D says
+                kwargs[a.name] = "D"
+                by_keyword = True
+                continue
             if a.has_default and self.rng.random() < 0.5:
                 by_keyword = True
                 continue
-            if a.type in ("Generator", "Device") or (a.type == "Any" and a.name == "memory_format"):
+            if a.type == "Generator" or (a.type == "Any" and a.name == "memory_format"):
                 by_keyword = True
                 continue
             made = self.argument(env, tensors, primary, a, i == 0)
