@@ -55,13 +55,17 @@ class device_index:
 
     def __init__(self, device, /):
         self.idx = device
+        self.prev_idx = None
 
     def __enter__(self):
         if self.idx is not None:
+            self.prev_idx = current_device_index()
             set_device_index(self.idx)
         return self
 
     def __exit__(self, *exc):
+        if self.prev_idx is not None:
+            set_device_index(self.prev_idx)
         return False
 
 

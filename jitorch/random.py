@@ -8,7 +8,7 @@ import contextlib
 from jitorch.ops import random_ops as _random
 from jitorch.ops.random_ops import default_generator, initial_seed, manual_seed, seed
 from jitorch.runtime import dtypes as _dt
-from jitorch.runtime.device import device as _device
+from jitorch.runtime.device import current_cuda_index, device as _device
 from jitorch.tensor import Tensor
 
 __all__ = ["default_generator", "initial_seed", "manual_seed", "seed", "get_rng_state", "set_rng_state",
@@ -33,7 +33,10 @@ def set_rng_state(new_state):
 
 
 def _index(d):
-    return d if isinstance(d, int) else (_device(d).index or 0)
+    if isinstance(d, int):
+        return d
+    index = _device(d).index
+    return current_cuda_index() if index is None else index
 
 
 @contextlib.contextmanager

@@ -56,18 +56,19 @@ def emulated(devices=1):
 
 
 def _index(device):
-    if device is None:
-        return 0
+    """``device``'s index; None (or ``"cuda"``) is the current device."""
+    from ..runtime.device import current_cuda_index, device as _device
     if isinstance(device, int):
         return device
-    from ..runtime.device import device as _device
-    return _device(device).index or 0
+    index = None if device is None else _device(device).index
+    return current_cuda_index() if index is None else index
 
 
 def current_device() -> int:
-    """The index of the current device: 0, the one `set_device` allows (raises without CUDA, as torch's does)."""
+    """The index of the current device, `set_device`'s (raises without CUDA, as torch's does)."""
     _backend().require()
-    return 0
+    from ..runtime.device import current_cuda_index
+    return current_cuda_index()
 
 
 def _cuda_index(device):
@@ -80,23 +81,20 @@ def _cuda_index(device):
     found = _device(device)
     if found.type != "cuda":
         raise ValueError(f"Expected a cuda device, but got: {found}")
-    return found.index or 0
+    return _index(found)
 
 
 def set_device(device) -> None:
-    """Make ``device`` (an index, ``"cuda:N"`` or a device) the current one; a negative index changes nothing,
-    as in torch. The current device is always device 0: the op registry places ``device="cuda"`` there, so
-    another index raises NotImplementedError rather than leaving new tensors on a device the caller did not
-    choose (name the device, ``device="cuda:1"``, instead)."""
+    """Make ``device`` (an index, ``"cuda:N"`` or a device) the current one in this thread: ``device="cuda"``,
+    ``.cuda()`` and the per-device queries given no device then mean it. A negative index changes nothing, as
+    in torch; a device that is not there raises."""
     index = _cuda_index(device)
     if index < 0:
         return
     from ..runtime.cuda_memory import canonical
-    from ..runtime.device import device as _device
+    from ..runtime.device import device as _device, set_current_cuda_index
     canonical(_device("cuda", index))  # raises without CUDA, or for a device that is not there
-    if index != 0:
-        raise NotImplementedError(f"jitorch.cuda.set_device({index}): jitorch's current CUDA device is always "
-                                  f"cuda:0; place tensors with device='cuda:{index}' instead")
+    set_current_cuda_index(index)
 
 
 class device:
@@ -105,12 +103,16 @@ class device:
 
     def __init__(self, device):
         self.idx = _cuda_index(device)
+        self.prev_idx = -1
 
     def __enter__(self):
-        set_device(self.idx)
+        if self.idx >= 0:
+            self.prev_idx = current_device()
+            set_device(self.idx)
         return self
 
     def __exit__(self, *exc):
+        set_device(self.prev_idx)
         return False
 
 
@@ -129,7 +131,7 @@ def _device_generator(index):
 def manual_seed(seed) -> None:
     """Seed the current device's generator, which random ops on it draw from (without CUDA too: it is seeded
     for when there is a device, as torch's lazy seeding does)."""
-    _device_generator(0).manual_seed(int(seed))
+    _device_generator(None).manual_seed(int(seed))
 
 
 def manual_seed_all(seed) -> None:
@@ -140,7 +142,7 @@ def manual_seed_all(seed) -> None:
 
 def seed() -> None:
     """Seed the current device's generator from entropy."""
-    _device_generator(0).seed()
+    _device_generator(None).seed()
 
 
 def seed_all() -> None:
@@ -152,7 +154,7 @@ def seed_all() -> None:
 def initial_seed() -> int:
     """The seed of the current device's generator (raises without CUDA, as torch's does)."""
     _backend().require()
-    return _device_generator(0).initial_seed()
+    return _device_generator(None).initial_seed()
 
 
 def get_device_name(device=None) -> str:

@@ -22,7 +22,7 @@ from ..runtime.threads import is_warn_always_enabled
 from ..ops.registry import contiguous_strides_cached
 from ..runtime import dtypes as _dtypes
 from ..runtime.dtypes import get_default_dtype
-from ..runtime.device import get_default_device
+from ..runtime.device import current_cuda_index, get_default_device
 from ..runtime.strided import is_contiguous
 from ..tensor import Tensor
 from ..ir.graph import Value
@@ -65,8 +65,9 @@ def _leaf_guard(leaf):
 
 def _modes():
     """The global state a trace depends on: grad mode, the default dtype (Python numbers and factories
-    take it), the default device (factories take it) and autocast (the casts the trace records)."""
-    return is_grad_enabled(), get_default_dtype(), _autocast.key, get_default_device()
+    take it), the default device (factories take it), autocast (the casts the trace records) and the current
+    CUDA device (where ``device="cuda"`` puts a factory's tensors)."""
+    return is_grad_enabled(), get_default_dtype(), _autocast.key, get_default_device(), current_cuda_index()
 
 
 def guard_key(args, kwargs):
@@ -80,7 +81,8 @@ def _tensor_args_key(args):
     """The guard key of a call whose arguments are all tensors, flat; None otherwise. (Its own
     shape, not `guard_key`'s: it is built on every call, so it takes what is cheap to read and to
     hash, the device as its type and index.)"""
-    key = [(_grad_mode._state.enabled, _dtypes._default_dtype, _autocast.key, get_default_device())]  # _modes()
+    key = [(_grad_mode._state.enabled, _dtypes._default_dtype, _autocast.key, get_default_device(),
+            current_cuda_index())]  # _modes()
     for a in args:
         if a.__class__ is not Tensor:
             return None
@@ -111,6 +113,7 @@ def describe_guards(key, names):
     lines.append(f"default dtype: {key[1][1]}")
     lines.append(f"autocast: {_show_autocast(key[1][2])}")
     lines.append(f"default device: {key[1][3]}")
+    lines.append(f"current CUDA device: cuda:{key[1][4]}")
     for name, guard in zip(names, key[2:]):
         if guard[0] == "tensor":
             _, shape, dtype, device, layout, requires_grad, leaf, no_grad_yet = guard
@@ -136,6 +139,8 @@ def guard_difference(old, new, names):
         return f"autocast changed from {_show_autocast(old[1][2])} to {_show_autocast(new[1][2])}"
     if old[1][3] != new[1][3]:
         return f"the default device changed from {old[1][3]} to {new[1][3]}"
+    if old[1][4] != new[1][4]:
+        return f"the current CUDA device changed from cuda:{old[1][4]} to cuda:{new[1][4]}"
     fields = ("kind", "shape", "dtype", "device", "layout", "requires_grad", "leaf-ness", ".grad being None")
     for name, a, b in zip(names, old[2:], new[2:]):
         if a == b:

@@ -20,7 +20,7 @@ import contextlib
 import numpy as np
 
 from ..runtime import dtypes as _dt
-from ..runtime.device import to_device
+from ..runtime.device import current_cuda_index, to_device
 from ..runtime.strided import broadcast_shapes
 from .creation import C_TYPE_NAMES, OPTIONS, c_num, like_spec, sized_spec
 from .registry import TensorSpec, cpp_name, defop, scalar_name
@@ -101,7 +101,7 @@ def device_generator(device):
     """The generator random ops on ``device`` draw from when given none."""
     if device.type != "cuda":
         return default_generator
-    index = device.index or 0
+    index = current_cuda_index() if device.index is None else device.index
     found = _device_generators.get(index)
     if found is None:
         found = _device_generators[index] = Generator(f"cuda:{index}").manual_seed(_device_seed[0])

@@ -44,7 +44,7 @@ from ..runtime import dtypes as _dt
 from ..runtime import fp_errors
 from ..runtime.autocast_mode import STATE as _AUTOCAST_STATE
 from ..runtime.casts import convert
-from ..runtime.device import DEVICE_BACKENDS, to_device
+from ..runtime.device import DEVICE_BACKENDS, current_cuda_index, to_device
 from ..runtime.storage import Storage  # noqa: F401  (used by fast paths)
 from ..runtime.strided import (INT64_MAX, INT64_MIN, check_numel, contiguous_strides, dense_strides,
                                is_contiguous, memory_order_strides)
@@ -59,7 +59,11 @@ METHODS: dict = {}      # Tensor methods, installed on Tensor
 Tensor = None  # set by jitorch.tensor to break the import cycle
 
 
-CUDA_ANY, CUDA_0 = to_device("cuda"), to_device("cuda:0")
+CUDA_ANY = to_device("cuda")
+
+
+def _current_cuda_device():
+    return to_device(f"cuda:{current_cuda_index()}")
 
 
 class TensorSpec:
@@ -72,8 +76,8 @@ class TensorSpec:
             check_numel(shape)  # a broadcast of huge expanded tensors, a repeat
         self.shape = shape
         self.dtype = dtype
-        # a result is on a device, never on "cuda": the trace's tensors must carry cuda:0 as eager's do
-        self.device = CUDA_0 if device is CUDA_ANY else device
+        # a result is on a device, never on "cuda": the trace's tensors must carry an index as eager's do
+        self.device = _current_cuda_device() if device is CUDA_ANY else device
         self.compute = compute  # dtype pointwise kernels compute in (float32 for halves)
 
     @property

@@ -24,6 +24,7 @@ import contextlib
 import threading
 
 from . import cuda_driver
+from .device import current_cuda_index, set_current_cuda_index
 
 _lock = threading.Lock()
 _local = threading.local()
@@ -117,9 +118,13 @@ def current():
 
 @contextlib.contextmanager
 def use_backend(backend):
-    """Run CUDA tensors on ``backend`` inside the block (tests: a fake device in host memory)."""
+    """Run CUDA tensors on ``backend`` inside the block (tests: a fake device in host memory). The block starts
+    on device 0, and the current device is restored after it: the outer backend may not have the inner one's."""
     _installed.append(backend)
+    outer = current_cuda_index()
+    set_current_cuda_index(0)
     try:
         yield backend
     finally:
         _installed.remove(backend)
+        set_current_cuda_index(outer)

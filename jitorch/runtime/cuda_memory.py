@@ -19,7 +19,7 @@ import numpy as np
 from . import cuda_backend, cuda_errors
 from .casts import convert
 from .cuda_allocator import track
-from .device import to_device
+from .device import current_cuda_index, to_device
 from .storage import Storage
 from .strided import is_contiguous, span
 
@@ -38,10 +38,11 @@ class CudaStorage(Storage):
 
 
 def canonical(device):
-    """``device`` with its index (``cuda`` is ``cuda:0``), checked against the devices present."""
+    """``device`` with its index (``cuda`` is the current device, `set_device`'s), checked against the devices
+    present."""
     backend = cuda_backend.current()
     backend.require()
-    index = device.index or 0
+    index = current_cuda_index() if device.index is None else device.index
     count = backend.device_count()
     if index >= count:
         raise RuntimeError(f"CUDA error: invalid device ordinal (device {index} requested, device_count() is "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import threading
 
 _TYPES = ("cpu", "cuda", "meta")
 
@@ -92,6 +93,24 @@ def set_default_device(d) -> None:
     """Make ``d`` the device of factories given no ``device=`` (None: back to cpu). Tensors made from other
     tensors (``zeros_like``, ``x.new_zeros``, ops) stay on their inputs' device, as in torch."""
     _default[0] = CPU if d is None else to_device(d)
+
+
+class _CurrentCuda(threading.local):
+    index = 0
+
+
+# Per thread, as the CUDA runtime's current device is: the index ``device="cuda"`` means.
+_current_cuda = _CurrentCuda()
+
+
+def current_cuda_index() -> int:
+    """The current CUDA device's index (`jitorch.cuda.set_device`): where ``device="cuda"`` places tensors."""
+    return _current_cuda.index
+
+
+def set_current_cuda_index(index: int) -> None:
+    """Make CUDA device ``index`` the current one in this thread (the caller checked that it exists)."""
+    _current_cuda.index = index
 
 
 def to_device(d) -> device:

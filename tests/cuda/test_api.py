@@ -100,11 +100,73 @@ def test_set_device_to_a_missing_device_raises():
             jt.cuda.set_device(3)
 
 
-def test_set_device_to_another_device_is_refused_rather_than_ignored():
+@pytest.fixture
+def two_devices():
     with use_backend(FakeBackend(2)):
-        with pytest.raises(NotImplementedError, match="device='cuda:1'"):
-            jt.cuda.set_device(1)
-        assert jt.zeros(1, device="cuda").device == jt.device("cuda:0")
+        yield
+
+
+def test_set_device_places_cuda_tensors_on_the_current_device(two_devices):
+    jt.cuda.set_device(1)
+    assert jt.cuda.current_device() == 1
+    assert jt.zeros(1, device="cuda").device == jt.device("cuda:1")
+    assert jt.ones(2).cuda().device == jt.device("cuda:1")
+    assert jt.ones(2).to("cuda").device == jt.device("cuda:1")
+    assert jt.randn(2, device="cuda").device == jt.device("cuda:1")
+    assert (jt.ones(2, device="cuda") + 1).device == jt.device("cuda:1")
+    assert jt.zeros(1, device="cuda:0").device == jt.device("cuda:0")  # a named device stays named
+
+
+def test_cuda_device_context_restores_the_previous_device(two_devices):
+    with jt.cuda.device(1):
+        assert jt.cuda.current_device() == 1
+        with jt.cuda.device(None):  # None: no change, as torch
+            assert jt.cuda.current_device() == 1
+        assert jt.empty(1, device="cuda").device == jt.device("cuda:1")
+    assert jt.cuda.current_device() == 0
+    with jt.accelerator.device_index(1):
+        assert jt.accelerator.current_device_index() == 1
+    assert jt.accelerator.current_device_index() == 0
+
+
+def test_current_device_is_per_thread_as_cudas(two_devices):
+    import threading
+    seen = []
+    jt.cuda.set_device(1)
+    worker = threading.Thread(target=lambda: seen.append(jt.cuda.current_device()))
+    worker.start()
+    worker.join()
+    assert seen == [0] and jt.cuda.current_device() == 1
+
+
+def test_cuda_manual_seed_seeds_the_current_device_only(two_devices):
+    jt.cuda.manual_seed_all(3)
+    before = jt.randn(4, device="cuda:0").cpu()
+    jt.cuda.manual_seed_all(3)
+    jt.cuda.set_device(1)
+    jt.cuda.manual_seed(99)
+    assert jt.cuda.initial_seed() == 99
+    assert np.array_equal(jt.randn(4, device="cuda:0").cpu().numpy(), before.numpy())
+
+
+def test_compiled_factory_follows_set_device_by_retracing(two_devices):
+    make = jt.compile(lambda n: jt.ones(n, device="cuda") * 2)
+    assert make(3).device == jt.device("cuda:0")
+    jt.cuda.set_device(1)
+    out = make(3)
+    assert out.device == jt.device("cuda:1")
+    assert np.array_equal(out.cpu().numpy(), np.full(3, 2, np.float32))
+    assert make.retrace_reason == "the current CUDA device changed from cuda:0 to cuda:1"
+
+
+def test_leaving_a_backend_restores_the_current_device():
+    with use_backend(FakeBackend(2)):
+        jt.cuda.set_device(1)
+        with use_backend(FakeBackend(1)):
+            assert jt.cuda.current_device() == 0
+        assert jt.cuda.current_device() == 1
+    with use_backend(FakeBackend(1)):
+        assert jt.cuda.current_device() == 0
 
 
 def test_is_bf16_supported_wherever_cuda_is(fake):
