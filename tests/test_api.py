@@ -3,6 +3,7 @@ against torch."""
 
 import pickle
 
+import numpy as np
 import pytest
 import torch
 
@@ -95,11 +96,28 @@ def test_set_num_threads_governs_compiled_kernels_threads(monkeypatch):
     assert jt.get_num_threads() == cpu.num_threads() == 3
     jt.set_num_threads(1)
     assert jt.get_num_threads() == cpu.num_threads() == 1
+    jt.set_num_threads(3)
     for name in ("set_num_threads", "set_num_interop_threads"):
         with pytest.raises(RuntimeError, match=f"{name} expects a positive integer"):
             getattr(jt, name)(0)
         with pytest.raises(RuntimeError, match=f"{name} expects a positive integer"):
             getattr(torch, name)(0)
+
+
+def test_set_num_threads_sizes_numpys_blas_pool(monkeypatch):
+    from threadpoolctl import threadpool_info
+    from jitorch.runtime import threads
+    monkeypatch.setitem(threads._settings, "threads", None)
+    blas = [lib for lib in threadpool_info() if lib["user_api"] == "blas"]
+    assert blas, "NumPy's BLAS library should be visible to threadpoolctl"
+    before = blas[0]["num_threads"]
+    try:
+        jt.set_num_threads(1)
+        assert {lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"} == {1}
+        a = np.ones((64, 64), np.float32)
+        assert np.array_equal((jt.from_numpy(a) @ jt.from_numpy(a)).numpy(), a @ a)
+    finally:
+        jt.set_num_threads(before)
 
 
 def test_interop_threads_are_set_once(monkeypatch):
