@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from ..runtime import grad_mode as _grad_mode
 from ..runtime.autocast_mode import STATE as _autocast, restored as _autocast_restored
-from ..runtime.grad_mode import is_grad_enabled
+from ..runtime.grad_mode import is_grad_enabled, no_grad
 from ..runtime.threads import is_warn_always_enabled
 from ..ops.registry import contiguous_strides_cached
 from ..runtime import dtypes as _dtypes
@@ -176,6 +176,7 @@ class CacheEntry:
     calls: int = field(default=0)
     executable: object = None
     backward: object = None  # the compiled vector-Jacobian product, for calls that need a backward
+    split: object = None  # or the forward and backward graphs cut from one joint trace (a SplitCall)
     plain: bool = False  # a graph without writes or Python-state guards: `reusable` always holds
 
     def guards(self):
@@ -312,7 +313,9 @@ class CompiledFunction:
         from .differentiable import CompiledCall
         params = captured_parameters(entry.graph)
         inputs = _tensor_leaves(args, kwargs)
-        if entry.backward is None:
+        if entry.backward is None and entry.split is None:
+            entry.split = self._split(entry, inputs, args, kwargs, params) if self._splittable(entry.graph) else None
+        if entry.backward is None and entry.split is None:
             entry.backward = compile(_vjp_of(self.fn, args, kwargs, params, base_groups(entry.graph)),
                                      backend=self.backend)
             # the forward already made the call's in-place updates; the backward recomputes, never rewrites
@@ -323,6 +326,43 @@ class CompiledFunction:
                                  out_spec)
         # outputs over inputs' or parameters' memory: eager's views of them, with eager's view history
         return returned_aliases(entry.graph, inputs, outputs) if entry.graph.output_aliases else outputs
+
+    def _splittable(self, graph):
+        """Whether a call's forward and backward may be cut from one joint trace: compiled graphs that
+        neither write into their inputs nor return memory two outputs share, with no Python state refreshed
+        per call. (The others recompute the forward in their backward, which replays those effects.)"""
+        return (self.backend == "llvm" and not graph.mutations and not graph.output_aliases
+                and not graph.output_bases and not graph.refreshers and not graph.one_shot
+                and not graph.geometry_changes and not graph.rewrites_history)
+
+    def _split(self, entry, inputs, args, kwargs, params):
+        """The call's forward and backward graphs (`partition`), compiled; None where the joint function
+        does not trace (its backward then recomputes the forward, and raises there what the joint trace
+        raised: eagerly, an op without a derivative fails in the backward, not in the forward)."""
+        from .differentiable import SplitCall
+        from .executor import CompiledGraph, kernel_cache
+        from .partition import split_joint
+        from ..ops.registry import FUNCTIONS
+        zeros = FUNCTIONS["zeros"]
+        with no_grad():
+            primal = [t.detach().requires_grad_(t.requires_grad) if t.dtype.is_floating_point else t.detach()
+                      for t in inputs]
+            cotangents = [zeros(v.type.shape, dtype=v.type.dtype, device=v.type.device)
+                          for v in entry.graph.output_values()]
+        try:
+            joint, _ = trace_with_inputs(_vjp_of(self.fn, args, kwargs, params, with_outputs=True),
+                                         (*primal, *cotangents), {})
+        except Exception as e:  # noqa: BLE001 (any error of the joint trace: see the docstring)
+            logs.log("recompiles", "%s: the backward recomputes the forward: %s: %s", self.name, type(e).__name__, e)
+            return None
+        if joint.mutations or joint.refreshers or joint.one_shot:
+            return None
+        split = split_joint(joint, len(inputs))
+        split.forward.meta_warnings = entry.graph.meta_warnings  # the forward's warnings, once a call
+        logs.log("graph", "%s split into a forward graph:\n%s\nand a backward graph:\n%s", self.name,
+                 split.forward, split.backward)
+        return SplitCall(CompiledGraph(split.forward, kernel_cache()), CompiledGraph(split.backward, kernel_cache()),
+                         split.inputs_read, split.saved)
 
     def _run_interpreted(self, entry, inputs):
         return run_graph(entry.graph, tuple(inputs), {}, None)
@@ -502,12 +542,13 @@ def _tensor_leaves(args, kwargs):
     return [leaf for leaf in tree_flatten((args, kwargs))[0] if isinstance(leaf, Tensor)]
 
 
-def _vjp_of(fn, args, kwargs, params=(), bases=()):
+def _vjp_of(fn, args, kwargs, params=(), bases=(), with_outputs=False):
     """``vjp(*inputs, *grad_outputs) -> gradients of fn's tensor outputs w.r.t. the inputs that require
     grad, then w.r.t. ``params`` (tensors ``fn`` captures)``: ``inputs`` are the tensors of a call
     ``fn(*args, **kwargs)``, whose other leaves stay as they are (only those are kept, not the
     call's tensors). At the slots of ``bases`` (`output_bases.base_groups`) the compiled call gave the
-    base of its outputs' memory: the gradients there are the base's."""
+    base of its outputs' memory: the gradients there are the base's. ``with_outputs``: the joint
+    function, returning ``(fn's tensor outputs, the gradients)``."""
     from ..autograd.gradients import grad
     from ..runtime.grad_mode import enable_grad
 
@@ -530,8 +571,9 @@ def _vjp_of(fn, args, kwargs, params=(), bases=()):
             outs = [o for o in leaves if isinstance(o, Tensor)]
             wanted = [t for t in inputs if t.requires_grad] + list(params)
             pairs = [(o, g) for o, g in zip(outs, grads) if o.requires_grad]
-            return grad([o for o, _ in pairs], wanted, grad_outputs=[g for _, g in pairs], allow_unused=True,
-                        materialize_grads=True)
+            grads = grad([o for o, _ in pairs], wanted, grad_outputs=[g for _, g in pairs], allow_unused=True,
+                         materialize_grads=True)
+            return (outs, grads) if with_outputs else grads
     return vjp
 
 

@@ -1,9 +1,11 @@
-"""A compiled call as one autograd node: forward by the compiled graph, backward by a
-compiled vector-Jacobian product of the same function."""
+"""A compiled call as one autograd node. Its forward and backward are two compiled graphs cut from one
+joint trace (`partition`), or, for graphs that write into their inputs or return views of memory they
+share, the compiled graph and a compiled vector-Jacobian product that recomputes the forward."""
 
 from __future__ import annotations
 
 import weakref
+from typing import NamedTuple
 
 from ..autograd.function import Function
 from ..ops.random_ops import Generator, generator_states, replaying_generators
@@ -23,6 +25,8 @@ class CompiledCall(Function):
         ctx.entry = entry
         ctx.n = n
         inputs = list(tensors[:n])
+        if entry.split is not None:
+            return _forward_split(ctx, entry, inputs)
         # the backward recomputes the forward: its random ops must draw what this call draws
         ctx.generators = generator_states(g for g in entry.graph.objects.values() if isinstance(g, Generator))
         result = entry.executable.run(inputs) if entry.executable is not None else compiled._run_interpreted(
@@ -43,6 +47,8 @@ class CompiledCall(Function):
 
     @staticmethod
     def backward(ctx, *grads):
+        if ctx.entry.split is not None:
+            return _backward_split(ctx, grads)
         saved = ctx.saved_tensors_reading(())
         inputs = saved[:ctx.n]
         with no_grad():
@@ -52,9 +58,50 @@ class CompiledCall(Function):
         ctx.saved_tensors_reading(_positions_read(ctx.entry.backward, vjp_args, saved, ctx.n))
         with replaying_generators(ctx.generators):
             gs = ctx.entry.backward(*vjp_args)
-        it = iter(gs)
-        tensor_grads = [next(it) if t.requires_grad else None for t in inputs] + list(it)
-        return (None, None, None) + tuple(None if k in ctx.unreached else g for k, g in enumerate(tensor_grads))
+        return _node_grads(ctx, [t.requires_grad for t in inputs], gs)
+
+
+class SplitCall(NamedTuple):
+    """A call's forward and backward graphs (`partition.Split`), compiled."""
+
+    forward: object   # CompiledGraph: the call's tensors -> the outputs, then the saved values
+    backward: object  # CompiledGraph: the inputs it reads, the saved values, the cotangents -> the gradients
+    inputs_read: tuple  # positions among the call's tensors of the inputs the backward reads
+    saved: int
+
+
+def _forward_split(ctx, entry, inputs):
+    split = entry.split
+    result = split.forward.run(inputs)
+    n_saved = split.saved
+    outs, saved = tuple(result[:len(result) - n_saved]), result[len(result) - n_saved:]
+    # versions checked in the backward: the inputs and captured tensors it reads, and the saved values (an
+    # output the caller may write into)
+    captured = [t for t in split.backward.graph.constant_tensors.values() if isinstance(t, Tensor)]
+    ctx.save_for_backward(*[inputs[i] for i in split.inputs_read], *captured, *saved)
+    ctx.captured = len(captured)
+    ctx.needs_grad = [t.requires_grad for t in inputs]
+    ctx.unreached = _unreached(entry.graph, len(inputs))
+    flags = entry.graph.output_requires_grad
+    if flags is not None:
+        ctx.mark_non_differentiable(*[o for o, requires_grad in zip(outs, flags) if not requires_grad])
+    return outs
+
+
+def _backward_split(ctx, grads):
+    split = ctx.entry.split
+    saved = ctx.saved_tensors
+    k = len(split.inputs_read)
+    args = [t.contiguous() for t in saved[:k]] + list(saved[k + ctx.captured:]) + [g.contiguous() for g in grads]
+    return _node_grads(ctx, ctx.needs_grad, split.backward.run(args))
+
+
+def _node_grads(ctx, needs_grad, gradients):
+    """The node's gradients, per argument of `CompiledCall.apply`: ``gradients`` are those of the inputs that
+    require grad, then of the captured parameters."""
+    it = iter(gradients)
+    tensor_grads = [next(it) if needed else None for needed in needs_grad] + list(it)
+    return (None, None, None) + tuple(None if k in ctx.unreached else g for k, g in enumerate(tensor_grads))
 
 
 def _unreached(graph, n):
@@ -106,4 +153,4 @@ def outputs_read_overwritten(graph):
     return any(target in live for target, _ in graph.mutations)
 
 
-__all__ = ["CompiledCall", "outputs_read_overwritten"]
+__all__ = ["CompiledCall", "SplitCall", "outputs_read_overwritten"]

@@ -1,6 +1,8 @@
 """Tracing follows backward: one joint forward-and-backward graph, fused and compiled, equal to eager."""
 
 import numpy as np
+import pytest
+import torch
 
 import jitorch as jt
 
@@ -82,9 +84,12 @@ def test_grad_mode_is_a_guard():
     assert len(f.cache) == 2
 
 
-def test_backward_through_a_compiled_call_uses_a_compiled_vjp():
+def _ops(compiled_graph):
+    return [node.op.name for node in compiled_graph.graph.nodes]
+
+
+def test_backward_through_a_compiled_call_runs_the_backward_graph_cut_from_the_joint_trace():
     f = jt.compile(lambda x, w: ((x @ w).tanh() * 2).sum(1))
-    w1, w2, x, _ = params()
     w = jt.randn(8, 4, requires_grad=True)
     h = jt.randn(5, 8)
     out = f(h, w)
@@ -94,4 +99,52 @@ def test_backward_through_a_compiled_call_uses_a_compiled_vjp():
     ((h @ reference).tanh() * 2).sum(1).sum().backward()
     np.testing.assert_allclose(w.grad.numpy(), reference.grad.numpy(), rtol=1e-5, atol=1e-5)
     entry = next(iter(f.cache.values()))
-    assert entry.backward is not None and entry.backward.cache  # the vjp was compiled and ran
+    assert entry.backward is None and entry.split is not None  # no vector-Jacobian product recomputing
+    # the forward saves tanh's result; the backward reads it rather than computing the forward again
+    assert "tanh" in _ops(entry.split.forward) and "tanh" not in _ops(entry.split.backward)
+    assert _ops(entry.split.backward).count("matmul") == 1  # the gradient of w only: x needs none
+
+
+def test_a_compiled_call_that_writes_into_an_input_recomputes_the_forward_in_its_backward():
+    def f(x, w, counter):
+        counter.add_(1)
+        return (x * w).sin()
+    step = jt.compile(f)
+    w = jt.randn(4, requires_grad=True)
+    x, counter = jt.randn(4), jt.zeros(1)
+    step(x, w, counter).sum().backward()
+    np.testing.assert_allclose(w.grad.numpy(), (x * w.detach()).cos().numpy() * x.numpy(), rtol=1e-6)
+    entry = next(iter(step.cache.values()))
+    assert entry.split is None and entry.backward is not None and counter.item() == 1
+
+
+def test_dropout_in_a_split_call_draws_once_and_its_backward_reads_the_mask():
+    step = jt.compile(lambda x: jt.nn.functional.dropout(x, 0.5, training=True) * 3)
+    x = jt.ones(64, requires_grad=True)
+    out = step(x)
+    out.sum().backward()
+    kept = out.detach().numpy() != 0
+    np.testing.assert_array_equal(x.grad.numpy(), np.where(kept, 6.0, 0.0))
+    entry = next(iter(step.cache.values()))
+    assert entry.split is not None and not any("bernoulli" in op or "rand" in op
+                                               for op in _ops(entry.split.backward))
+
+
+def test_a_split_call_refuses_a_backward_after_its_input_was_written():
+    step = jt.compile(lambda x, w: (x * w).sum())
+    x, w = jt.randn(3), jt.randn(3, requires_grad=True)
+    loss = step(x, w)
+    x.add_(1)  # the backward reads x (the gradient of w is x)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+
+
+def test_a_split_call_with_an_output_the_backward_saved_refuses_a_write_into_it():
+    step = jt.compile(lambda w: w.exp())
+    w = jt.randn(3, requires_grad=True)
+    out = step(w)
+    out.mul_(2)  # exp's gradient is its result, which the backward saved
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.sum().backward()
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        torch.randn(3, requires_grad=True).exp().mul_(2).sum().backward()

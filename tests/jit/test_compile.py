@@ -73,7 +73,8 @@ def test_each_tensor_guard_retraces(first, second):
     f(first)
     f(first)
     f(second)
-    assert fn.runs == 2 and len(f.cache) == 2
+    # a call whose output requires grad also traces the joint forward and backward it runs (jit.partition)
+    assert fn.runs == 2 + second.requires_grad and len(f.cache) == 2
 
 
 def test_python_scalars_are_guarded_by_value():

@@ -1,0 +1,162 @@
+"""A compiled call's forward and backward as two graphs cut from one joint trace, as AOTAutograd does.
+
+The joint function ``joint(*inputs, *cotangents) -> (outputs, gradients)`` runs the compiled function and
+its vector-Jacobian product (`compile._vjp_of`) in one trace. Its nodes fall into two graphs:
+
+* the forward graph holds the nodes the outputs need, and returns the outputs and the values the
+  backward reads of them ("saved" values, which the autograd node keeps);
+* the backward graph holds every other node: those that read a cotangent, and forward work only the
+  gradients need (a ReLU's mask, a zeros tensor for an unused input), recomputed from the saved values,
+  the inputs and the captured tensors.
+
+So the forward runs once per step, where recomputing it in the backward (`differentiable.CompiledCall`'s
+other mode) ran it twice; random ops draw once, in the forward, and the backward reads what they drew.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from ..ir.graph import Graph, Node, Value
+from ..runtime.pytree import tree_leaves
+
+
+class Split(NamedTuple):
+    """The two graphs of a joint trace, and what flows between them."""
+
+    forward: Graph    # inputs: the call's tensors; outputs: the call's outputs, then the saved values
+    backward: Graph   # inputs: the inputs it reads, the saved values, the cotangents; outputs: the gradients
+    inputs_read: tuple  # positions among the call's tensors of the backward graph's first inputs
+    saved: int        # how many saved values the forward graph returns after the outputs
+
+
+def split_joint(joint: Graph, n_inputs: int) -> Split:
+    """Cut ``joint`` (inputs: ``n_inputs`` call tensors, then the cotangents; outputs: ``(outputs,
+    gradients)``) into its forward and backward graphs."""
+    outs, grads = joint.outputs
+    outs, grads = list(outs), list(grads)
+    primal = joint.inputs[:n_inputs]
+    cotangents = joint.inputs[n_inputs:]
+    forward_nodes = _ancestors(joint.nodes, outs)
+    backward_nodes = [n for n in joint.nodes if id(n) not in forward_nodes]
+    # views of the inputs and captured tensors cost nothing to make again: the backward makes its own
+    # rather than the forward returning them (which would copy them out)
+    views = _views_of_inputs([n for n in joint.nodes if id(n) in forward_nodes],
+                             _crossing(backward_nodes, grads, cotangents, primal))
+    remade = {}
+    nodes = _rewired([n for n in joint.nodes if id(n) in views], remade, copy=True) + backward_nodes
+    nodes = _rewired(nodes, remade)
+    grads = [remade.get(id(g), g) for g in grads]
+    position = {id(v): i for i, v in enumerate(primal)}
+    crossing = _crossing(nodes, grads, cotangents, primal)
+    inputs_read = [v for v in crossing if id(v) in position]
+    saved = [v for v in crossing if v.node is not None]
+
+    forward = _subgraph(joint, list(primal), [n for n in joint.nodes if id(n) in forward_nodes],
+                        tuple(outs + saved))
+    forward.output_layouts = [(size, members) for size, members in joint.output_layouts
+                              if all(k < len(outs) for k, _, _ in members)]
+    # the backward reads the crossing values as its own inputs (fresh values: a graph's inputs have no node)
+    fresh = {id(v): Value(v.name, v.type) for v in inputs_read + saved}
+    backward = _subgraph(joint, [fresh[id(v)] for v in inputs_read + saved] + list(cotangents),
+                         _rewired(nodes, fresh),
+                         tuple(fresh.get(id(g), g) if isinstance(g, Value) else g for g in grads))
+    return Split(forward, backward, tuple(position[id(v)] for v in inputs_read), len(saved))
+
+
+def _crossing(nodes, grads, cotangents, primal):
+    """The values ``nodes`` and the gradients read that neither ``nodes`` nor the cotangents define: the
+    ``primal`` inputs and forward values (constants are read at call time, and do not cross)."""
+    defined = {id(v) for n in nodes for v in n.outputs} | {id(v) for v in cotangents}
+    primal = {id(v) for v in primal}
+    read = _unique([v for n in nodes for v in n.input_values()] + [g for g in grads if isinstance(g, Value)])
+    return [v for v in read if id(v) not in defined and (v.node is not None or id(v) in primal)]
+
+
+def _views_of_inputs(forward_nodes, crossing):
+    """The ids of the forward's view nodes that make ``crossing`` values from inputs and constants alone."""
+    found = set()
+    by_output = {id(v): n for n in forward_nodes for v in n.outputs}
+
+    def view_of_inputs(v):
+        node = by_output.get(id(v))
+        if node is None:
+            return v.node is None  # an input or a constant
+        if id(node) in found:
+            return True
+        if node.op.kind == "view" and all(view_of_inputs(u) for u in node.input_values()):
+            found.add(id(node))
+            return True
+        return False
+
+    for v in crossing:
+        view_of_inputs(v)
+    return found
+
+
+def _rewired(nodes, mapping, copy=False):
+    """``nodes`` reading the values of ``mapping`` in place of theirs; with ``copy``, as new nodes with new
+    outputs, which ``mapping`` then maps their old outputs to."""
+    rewired = []
+    for n in nodes:
+        node = Node(n.op, _substituted(n.args, mapping))
+        if copy:
+            node.outputs = [Value(v.name, v.type, node, v.index) for v in n.outputs]
+            mapping.update((id(old), new) for old, new in zip(n.outputs, node.outputs))
+        else:
+            node.outputs = n.outputs
+            for v in node.outputs:
+                v.node = node
+        rewired.append(node)
+    return rewired
+
+
+def _ancestors(nodes, values):
+    """The ids of the nodes ``values`` depend on."""
+    wanted = {id(v) for v in values}
+    found = set()
+    for node in reversed(nodes):
+        if any(id(v) in wanted for v in node.outputs):
+            found.add(id(node))
+            wanted.update(id(v) for v in node.input_values())
+    return found
+
+
+def _unique(values):
+    seen, out = set(), []
+    for v in values:
+        if id(v) not in seen:
+            seen.add(id(v))
+            out.append(v)
+    return out
+
+
+def _substituted(args, fresh):
+    """Node arguments with the values in ``fresh`` replaced (inside nested lists and tuples too)."""
+    def sub(a):
+        if isinstance(a, Value):
+            return fresh.get(id(a), a)
+        if isinstance(a, (list, tuple)):
+            return type(a)(sub(x) for x in a)
+        return a
+    return tuple(sub(a) for a in args)
+
+
+def _subgraph(joint, inputs, nodes, outputs):
+    """A graph of ``nodes`` over ``inputs`` and the joint's constants and objects they use."""
+    g = Graph()
+    g.inputs = inputs
+    g.nodes = nodes
+    g.outputs = outputs
+    used = {id(v) for n in nodes for v in n.input_values()} | {id(v) for v in tree_leaves(outputs)}
+    g.constants = {name: v for name, v in joint.constants.items() if id(v) in used}
+    g.constant_tensors = {name: joint.constant_tensors[name] for name in g.constants}
+    g.objects = dict(joint.objects)
+    defined = {id(v) for v in inputs} | {id(v) for n in nodes for v in n.outputs}
+    g.layouts = {v: strides for v, strides in joint.layouts.items() if id(v) in defined}
+    g._names = set(joint._names)
+    g._next_id = joint._next_id
+    return g
+
+
+__all__ = ["Split", "split_joint"]
