@@ -24,14 +24,6 @@ from .registry import TensorSpec, defop, preserved_strides, scalar_name
 # torch's "tensor options" keywords of every factory
 OPTIONS = "ScalarType? dtype=None, Device? device=None, bool requires_grad=False"
 
-# The C++ type names torch's checked scalar conversions print.
-C_TYPE_NAMES = {
-    "bool": "bool", "uint8": "uint8_t", "int8": "int8_t", "int16": "int16_t", "int32": "int",
-    "int64": "int64_t", "float16": "c10::Half", "bfloat16": "c10::BFloat16", "float32": "float",
-    "float64": "double",
-}
-
-
 def scalar_overflows(value, dtype):
     """torch's ``overflows``: whether a Python number does not fit ``dtype``.
 
@@ -51,7 +43,7 @@ def scalar_overflows(value, dtype):
 def check_scalar_fits(value, dtype):
     """RuntimeError, worded as torch's, when ``value`` overflows ``dtype``."""
     if scalar_overflows(value, dtype):
-        raise RuntimeError(f"value cannot be converted to type {C_TYPE_NAMES[dtype.name]} without overflow")
+        raise RuntimeError(f"value cannot be converted to type {_dt.C_NAMES[dtype.name]} without overflow")
 
 
 def scalar_dtype_of(*values):

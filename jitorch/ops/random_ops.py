@@ -22,7 +22,7 @@ import numpy as np
 from ..runtime import dtypes as _dt
 from ..runtime.device import to_device
 from ..runtime.strided import broadcast_shapes
-from .creation import C_TYPE_NAMES, OPTIONS, c_num, like_spec, sized_spec
+from .creation import OPTIONS, c_num, like_spec, sized_spec
 from .registry import TensorSpec, cpp_name, defop, scalar_name
 
 _SEED_MASK = (1 << 64) - 1
@@ -333,7 +333,7 @@ def _randperm_meta(n, generator, dtype, device, rg):
         if n > limit:
             raise RuntimeError(f"n cannot be greater than {text} for {scalar_name(dtype)} type.")
     elif not dtype.is_floating_point and n - 1 > _dt.iinfo_range(dtype)[1]:
-        raise RuntimeError(f"value cannot be converted to type {C_TYPE_NAMES[dtype.name]} without overflow")
+        raise RuntimeError(f"value cannot be converted to type {_dt.C_NAMES[dtype.name]} without overflow")
     return spec
 
 
