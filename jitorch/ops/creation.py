@@ -175,6 +175,8 @@ def _array_from_python(data, dtype, inferred):
     overflow check of integer targets."""
     if _has_tensor(data):
         data = _tensors_to_values(data)
+    if dtype is _dt.uint64 and inferred is not _dt.bool:
+        return _uint64_from_python(data, inferred)
     try:
         wide = np.array(data, dtype=_WIDE[inferred.kind])
     except OverflowError:
@@ -188,6 +190,19 @@ def _array_from_python(data, dtype, inferred):
         if bad:
             raise RuntimeError(f"value cannot be converted to type {dtype.name} without overflow")
     return _contiguous(wide, dtype)
+
+
+def _uint64_from_python(data, inferred):
+    """uint64 values of nested Python numbers: torch unpacks each one as an unsigned 64-bit C integer,
+    which refuses floats and negative or too large integers."""
+    if inferred.kind == "f":
+        raise TypeError("an integer is required")
+    values = np.array(data, dtype=object)
+    if values.size and values.min() < 0:
+        raise OverflowError("can't convert negative int to unsigned")
+    if values.size and values.max() > _dt.iinfo_range(_dt.uint64)[1]:
+        raise OverflowError("int too big to convert")
+    return np.asarray(values.astype(np.uint64), order="C")
 
 
 def _contiguous(arr, dtype):
