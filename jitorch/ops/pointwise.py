@@ -684,7 +684,8 @@ _SELECT_MIN = 1024
 
 _WHERE_DOC = "``self`` where ``condition`` (a bool tensor) is True, else ``other``; numbers broadcast too."
 defpointwise("where.self(Tensor condition, Tensor self, Tensor other) -> Tensor", _where_formula, DEFAULT,
-             variants=("function", "method", "out"), check=_check_where, uncast=("condition",), doc=_WHERE_DOC)
+             variants=("function", "method", "out"), check=_check_where, uncast=("condition",),
+             unpromoted=("condition",), doc=_WHERE_DOC)
 
 
 def _isclose(a, b, rtol, atol, equal_nan):
