@@ -636,7 +636,9 @@ def _random_meta(x, low, high, generator):
 
 def _random_cpu(spec, x, low, high, gen):
     low, high = _random_range(spec.dtype, low, high)
-    return rng(gen).integers(low, high - 1, size=spec.shape, dtype=np.int64, endpoint=True)
+    # uint64's default range reaches past int64's
+    drawn = np.uint64 if high - 1 > np.iinfo(np.int64).max else np.int64
+    return rng(gen).integers(low, high - 1, size=spec.shape, dtype=drawn, endpoint=True)
 
 
 _RANDOM_DOC = ("``x.random_(from=0, to=None)`` fills ``x`` with integers uniform on ``[from, to)``; without "

@@ -114,3 +114,12 @@ def test_ops_torch_lacks_wrap_as_numpys_unsigned_arithmetic(name):
 def test_unsigned_division_by_zero_raises_as_for_uint8():
     with pytest.raises(RuntimeError, match="ZeroDivisionError"):
         jt.tensor([5], dtype=jt.uint32) // jt.tensor([0], dtype=jt.uint32)
+
+
+def test_random_of_uint64_draws_over_its_whole_range():
+    # the default range [0, 2**64) was drawn as int64: NumPy's ValueError "high is out of bounds for int64"
+    jt.manual_seed(0)
+    x = jt.empty(2000, dtype=jt.uint64).random_()
+    assert x.dtype is jt.uint64 and (x > 2 ** 63).any() and (x < 2 ** 63).any()
+    small = jt.empty(2000, dtype=jt.uint16).random_(3, 9)
+    assert set(small.tolist()) == set(range(3, 9))
