@@ -32,7 +32,8 @@ I32 = ir.IntType(32)
 # runtime library calls, which the JIT does not link). float16 uses LLVM's half type (F16C).
 _LLVM = {
     "bool": I8, "uint8": I8, "int8": I8, "int16": I16, "int32": I32, "int64": I64,
-    "uint16": I16, "uint32": I32, "uint64": I64, "float16": ir.HalfType(), "bfloat16": I16, "float32": F32, "float64": F64,
+    "uint16": I16, "uint32": I32, "uint64": I64,
+    "float16": ir.HalfType(), "bfloat16": I16, "float32": F32, "float64": F64,
 }
 
 
