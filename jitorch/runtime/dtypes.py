@@ -164,6 +164,10 @@ def promote_types(type1: dtype, type2: dtype) -> dtype:
     try:
         return _PROMOTE[type1, type2]
     except KeyError:
+        for i, t in enumerate((type1, type2), 1):
+            if not isinstance(t, dtype):
+                raise TypeError(f"promote_types(): argument 'type{i}' must be jitorch.dtype, not "
+                                f"{type(t).__name__}") from None
         raise _refused(type1, type2) from None
 
 

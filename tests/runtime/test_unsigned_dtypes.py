@@ -119,3 +119,9 @@ def test_integer_casts_to_and_from_every_dtype_match_torch(name):
         back = t.to(getattr(torch, other))
         assert jt.tensor(back.tolist(), dtype=getattr(jt, other)).to(x.dtype).tolist() == \
             back.to(t.dtype).tolist(), other
+
+
+def test_promote_types_of_a_non_dtype_is_a_type_error():
+    # a refused pair is a missing table entry; a non-dtype argument must not be reported as one
+    with pytest.raises(TypeError, match="argument 'type2' must be jitorch.dtype, not type"):
+        jt.promote_types(jt.float32, float)
