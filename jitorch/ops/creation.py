@@ -181,7 +181,7 @@ def _array_from_python(data, dtype, inferred):
         wide = np.array(data, dtype=_WIDE[inferred.kind])
     except OverflowError:
         raise ValueError("Overflow when unpacking long long") from None
-    if dtype.kind in "iu" and wide.size:
+    if dtype.kind in "iu" and wide.size and wide.dtype.kind != "b":  # bools fit every integer dtype
         lo, hi = _dt.iinfo_range(dtype)
         if wide.dtype.kind == "f":
             bad = not (np.all(wide >= lo) and np.all(wide <= hi))

@@ -84,9 +84,11 @@ def test_numpy_round_trip_shares_memory_and_keeps_the_extreme_values(name):
 
 
 def test_tensor_of_python_ints_overflows_as_torchs():
+    # bools into uint64 raised NumPy's OverflowError: the range check compared them with -(2**64 - 1)
     for data, name in (([-1, 3], "uint16"), ([70000], "uint16"), ([-(2 ** 32)], "uint32"), ([-1], "uint64"),
                        ([2 ** 64], "uint64"), ([2 ** 64 - 1, 2 ** 63], "uint64"), ([1.5], "uint64"),
-                       ([True, 2], "uint64"), ([1.5, -2.0], "uint32")):
+                       ([True, 2], "uint64"), ([True, False], "uint64"), ([[1], [2 ** 64 - 1]], "uint64"),
+                       ([1.5, -2.0], "uint32")):
         def run(m, data=data, name=name):
             return m.tensor(data, dtype=getattr(m, name)).tolist()
         assert _outcome(lambda: run(jt)) == _outcome(lambda: run(torch)), (data, name)
