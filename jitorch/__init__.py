@@ -11,7 +11,7 @@ from .runtime.version import __version__  # noqa: F401
 
 from .runtime import dtypes as _dtypes
 from .runtime.dtypes import (  # noqa: F401
-    bool, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64, dtype,
+    bool, uint8, uint16, uint32, uint64, int8, int16, int32, int64, float16, bfloat16, float32, float64, dtype,
     promote_types, result_type as _result_type, get_default_dtype, set_default_dtype, can_cast, finfo, iinfo,
 )
 from .runtime.device import device, get_default_device, set_default_device  # noqa: F401

@@ -19,10 +19,6 @@ NAMES = {
     "IntTensor": _dt.int32, "LongTensor": _dt.int64, "BoolTensor": _dt.bool,
 }
 
-_C_NAMES = {_dt.float64: "double", _dt.float32: "float", _dt.bfloat16: "c10::BFloat16", _dt.float16: "c10::Half",
-            _dt.uint8: "unsigned char", _dt.int8: "signed char", _dt.int16: "short int", _dt.int32: "int",
-            _dt.int64: "long int", _dt.bool: "bool"}
-
 
 class tensortype(type):
     """The metaclass of the legacy types: instance checks by dtype and device type, construction by `new`."""
@@ -63,8 +59,8 @@ def new(dtype, device_type, args, device=None):
 def _from_one(data, dtype, where):
     if isinstance(data, jitorch.Tensor):
         if data.dtype is not dtype or data.device.type != where.type:
-            raise TypeError(f"expected a {_C_NAMES[dtype]} tensor on {where.type} (got a {_C_NAMES[data.dtype]} "
-                            f"tensor on {data.device.type})")
+            raise TypeError(f"expected a {_dt.CPP_NAMES[dtype.name]} tensor on {where.type} (got a "
+                            f"{_dt.CPP_NAMES[data.dtype.name]} tensor on {data.device.type})")
         return data.view_as(data)
     if isinstance(data, str) or not hasattr(data, "__len__"):
         raise TypeError(f"new(): data must be a sequence (got {_type_name(data)})")

@@ -827,11 +827,8 @@ for _name in ("is_xpu", "is_mps", "is_ipu", "is_xla", "is_vulkan", "is_maia", "i
     setattr(Tensor, _name, property(lambda self: False, doc=f"False: jitorch has no {_name[3:]} tensors."))
 
 
-_TYPE_NAMES = {
-    "bool": "BoolTensor", "uint8": "ByteTensor", "int8": "CharTensor", "int16": "ShortTensor",
-    "int32": "IntTensor", "int64": "LongTensor", "float16": "HalfTensor", "bfloat16": "BFloat16Tensor",
-    "float32": "FloatTensor", "float64": "DoubleTensor",
-}
+# Legacy type names: "FloatTensor", "UInt16Tensor"
+_TYPE_NAMES = {name: scalar + "Tensor" for name, scalar in _dt.SCALAR_NAMES.items()}
 _TYPE_NAMES_INV = {v: k for k, v in _TYPE_NAMES.items()}
 
 

@@ -57,7 +57,7 @@ def _assert_same(a, b):
 
 
 @pytest.mark.parametrize("dtype", [jt.bool, jt.uint8, jt.int8, jt.int16, jt.int32, jt.int64, jt.float16,
-                                   jt.bfloat16, jt.float32, jt.float64])
+                                   jt.bfloat16, jt.float32, jt.float64, jt.uint16, jt.uint32, jt.uint64])
 def test_tensor_round_trip_every_dtype(dtype, rng):
     t = jt.tensor(rng.uniform(-50, 50, (3, 4))).to(dtype)
     _assert_same(_round_trip(t), t)

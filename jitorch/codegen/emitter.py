@@ -16,7 +16,7 @@ import numpy as np
 from llvmlite import ir
 
 from ..runtime import dtypes as _dt
-from ..runtime.casts import convert
+from ..runtime.casts import convert, float_to_integer_route
 
 I1 = ir.IntType(1)
 I8 = ir.IntType(8)
@@ -32,6 +32,7 @@ I32 = ir.IntType(32)
 # runtime library calls, which the JIT does not link). float16 uses LLVM's half type (F16C).
 _LLVM = {
     "bool": I8, "uint8": I8, "int8": I8, "int16": I16, "int32": I32, "int64": I64,
+    "uint16": I16, "uint32": I32, "uint64": I64,
     "float16": ir.HalfType(), "bfloat16": I16, "float32": F32, "float64": F64,
 }
 
@@ -125,22 +126,33 @@ class Emitter:
         return Scalar(b.sext(v, t) if src.is_signed else b.zext(v, t), dtype)
 
     def _float_to_integer(self, s, dtype):
-        """A float into an integer dtype by the cast table: truncated toward zero through int32 (int64 for
-        int64 and uint8), NaN and out-of-range values giving that integer's smallest value (x86's
-        conversion), then wrapped. Never LLVM's undefined result, and the same on every target, so
-        every kernel, vectorised or not, CPU or GPU, agrees with eager."""
+        """A float into an integer dtype by the cast table (`runtime.casts.float_to_integer_route`):
+        never LLVM's undefined result, and the same on every target, so every kernel, vectorised or
+        not, CPU or GPU, agrees with eager."""
         b = self.b
+        bits, unsigned = float_to_integer_route(s.dtype.np, dtype.np)
         if s.dtype.itemsize < 4:  # halves widen exactly
             s = self.cast(s, _dt.float32)
         v, f = s.value, s.value.type
-        wide = I64 if dtype in (_dt.int64, _dt.uint8) else I32
-        bits = wide.width
+        wide = ir.IntType(bits)
+        if unsigned:
+            half = ir.Constant(f, 2.0 ** (bits - 1))
+            high = b.fcmp_ordered(">=", v, half)
+            low_part = self._truncated(b.select(high, b.fsub(v, half), v), wide)
+            result = b.select(high, b.xor(low_part, ir.Constant(wide, -2 ** (bits - 1))), low_part)
+        else:
+            result = self._truncated(v, wide)
+        t = llvm_type(dtype)
+        return Scalar(result if t == wide else b.trunc(result, t), dtype)
+
+    def _truncated(self, v, wide):
+        """Float ``v`` truncated toward zero into signed ``wide``; NaN and out-of-range values give its
+        smallest value (x86's conversion)."""
+        b, f, bits = self.b, v.type, wide.width
         low, high = ir.Constant(f, -2.0 ** (bits - 1)), ir.Constant(f, 2.0 ** (bits - 1))
         inside = b.and_(b.fcmp_ordered(">=", v, low), b.fcmp_ordered("<", v, high))
         converted = b.fptosi(b.select(inside, v, ir.Constant(f, 0.0)), wide)
-        result = b.select(inside, converted, ir.Constant(wide, -2 ** (bits - 1)))
-        t = llvm_type(dtype)
-        return Scalar(result if t == wide else b.trunc(result, t), dtype)
+        return b.select(inside, converted, ir.Constant(wide, -2 ** (bits - 1)))
 
     def _from_bfloat16(self, s):
         """bfloat16 bits to float32: the bits are the float's top half."""

@@ -31,7 +31,8 @@ from ..runtime.strided import contiguous_strides
 from .errors import ExportError
 
 _C_TYPES = {"float32": "float", "float64": "double", "int64": "int64_t", "int32": "int32_t", "int16": "int16_t",
-            "int8": "int8_t", "uint8": "uint8_t", "bool": "uint8_t"}
+            "int8": "int8_t", "uint8": "uint8_t", "bool": "uint8_t", "uint16": "uint16_t", "uint32": "uint32_t",
+            "uint64": "uint64_t"}
 
 _RUNTIME = r"""
 #include <math.h>

@@ -20,7 +20,7 @@ from ..tensor import Tensor
 from ..runtime.pytree import TreeSpec, tree_flatten
 from .errors import ExportError
 
-DTYPE_NAMES = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64")
+DTYPE_NAMES = tuple(d.name for d in _dt.ALL)
 _LITERAL_TYPES = (type(None), bool, int, float, str)
 
 

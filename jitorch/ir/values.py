@@ -11,6 +11,7 @@ from ..runtime.device import device as _device_cls
 DTYPE_CODES = {
     "bool": "bool", "uint8": "u8", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
     "float16": "f16", "bfloat16": "bf16", "float32": "f32", "float64": "f64",
+    "uint16": "u16", "uint32": "u32", "uint64": "u64",
 }
 CODE_DTYPES = {code: getattr(_dt, name) for name, code in DTYPE_CODES.items()}
 

@@ -264,7 +264,7 @@ def _check_conv(input, weight, bias, groups, nd, name, transposed=False):
         raise RuntimeError(f"Expected {nd + 1}D (unbatched) or {nd + 2}D (batched) input to {name}, but got input "
                            f"of size: {list(input.shape)}")
     if input.dtype is not weight.dtype:
-        raise RuntimeError(f"expected scalar type {_type_name(input.dtype)} but found {_type_name(weight.dtype)}")
+        raise RuntimeError(f"expected scalar type {scalar_name(input.dtype)} but found {scalar_name(weight.dtype)}")
     if groups <= 0:
         raise RuntimeError("non-positive groups is not supported")
     if weight.shape[0] % groups:
@@ -283,15 +283,6 @@ def _check_conv(input, weight, bias, groups, nd, name, transposed=False):
         prefix = given if transposed else "Given "
         raise RuntimeError(f"{prefix}weight of size {list(weight.shape)}, expected bias to be 1-dimensional with "
                            f"{out_channels} elements, but got bias of size {list(bias.shape)} instead")
-
-
-_TYPE_NAMES = {"float32": "Float", "float64": "Double", "float16": "Half", "bfloat16": "BFloat16", "int64": "Long",
-               "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte", "bool": "Bool"}
-
-
-def _type_name(dtype):
-    """torch's scalar type name (Float, Double, Half, BFloat16, Long, ...)."""
-    return _TYPE_NAMES[str(dtype).split(".")[-1]]
 
 
 def _conv_steps(weight, stride, dilation, nd):
@@ -1323,7 +1314,7 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
     gradient by how often the batch picks it."""
     if input.dtype not in (jt.int64, jt.int32):
         raise RuntimeError("Expected tensor for argument #1 'indices' to have one of the following scalar types: "
-                           f"Long, Int; but got jitorch.{_type_name(input.dtype)}Tensor instead "
+                           f"Long, Int; but got jitorch.{scalar_name(input.dtype)}Tensor instead "
                            "(while checking arguments for embedding)")
     if sparse:
         raise RuntimeError("embedding(sparse=True): jitorch has no sparse tensors; use sparse=False")
@@ -1422,7 +1413,7 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
         padding_idx %= rows
     if flat.dtype not in (jt.int64, jt.int32):
         raise RuntimeError("Expected tensor for argument #1 'indices' to have one of the following scalar types: "
-                           f"Long, Int; but got jitorch.{_type_name(flat.dtype)}Tensor instead (while checking "
+                           f"Long, Int; but got jitorch.{scalar_name(flat.dtype)}Tensor instead (while checking "
                            "arguments for embedding_bag)")
     if _has_data(flat) and flat.numel() and (int(flat.min()) < 0 or int(flat.max()) >= weight.shape[0]):
         bad = ((flat < 0) | (flat >= weight.shape[0])).long().argmax()
@@ -2008,7 +1999,7 @@ def _check_targets(input, target):
     if input.ndim < 1:
         raise ValueError(f"Expected 1 or more dimensions (got {input.ndim})")
     if target.dtype not in (jt.int64, jt.uint8):
-        raise RuntimeError(f"expected target dtype to be Long or Byte, but got {_type_name(target.dtype)}")
+        raise RuntimeError(f"expected target dtype to be Long or Byte, but got {scalar_name(target.dtype)}")
     if input.ndim <= 2:
         if target.ndim > 1:
             raise RuntimeError("0D or 1D target tensor expected, multi-target not supported")
@@ -2284,7 +2275,7 @@ def _check_multi_margin(input, target, weight):
                            f"samples (batch size). Expected target size [{samples}], but got {list(target.shape)}. "
                            f"Input has shape {list(input.shape)}.")
     if target.dtype is not jt.int64:
-        raise RuntimeError(f"expected scalar type Long but found {_type_name(target.dtype)}")
+        raise RuntimeError(f"expected scalar type Long but found {scalar_name(target.dtype)}")
     if weight is not None and weight.numel() != classes:
         raise RuntimeError(f"inconsistent weight size, expected {classes} but got {list(weight.shape)}")
     if _has_data(target) and target.numel() and bool(((target < 0) | (target >= classes)).any()):
@@ -2327,7 +2318,7 @@ def _check_multilabel(input, target):
         raise RuntimeError(f"inconsistent target size: {list(target.shape)} for input of size: "
                            f"{list(input.shape)}")
     if target.dtype is not jt.int64:
-        raise RuntimeError(f"expected scalar type Long but found {_type_name(target.dtype)}")
+        raise RuntimeError(f"expected scalar type Long but found {scalar_name(target.dtype)}")
     if _has_data(target) and target.numel() and bool(((target < -1) | (target >= classes)).any()):
         raise RuntimeError("argument #2 'target' is out of range")
     return input.reshape(-1, classes), target.reshape(-1, classes)

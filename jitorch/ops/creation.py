@@ -24,14 +24,6 @@ from .registry import TensorSpec, defop, preserved_strides, scalar_name
 # torch's "tensor options" keywords of every factory
 OPTIONS = "ScalarType? dtype=None, Device? device=None, bool requires_grad=False"
 
-# The C++ type names torch's checked scalar conversions print.
-C_TYPE_NAMES = {
-    "bool": "bool", "uint8": "uint8_t", "int8": "int8_t", "int16": "int16_t", "int32": "int",
-    "int64": "int64_t", "float16": "c10::Half", "bfloat16": "c10::BFloat16", "float32": "float",
-    "float64": "double",
-}
-
-
 def scalar_overflows(value, dtype):
     """torch's ``overflows``: whether a Python number does not fit ``dtype``.
 
@@ -51,7 +43,7 @@ def scalar_overflows(value, dtype):
 def check_scalar_fits(value, dtype):
     """RuntimeError, worded as torch's, when ``value`` overflows ``dtype``."""
     if scalar_overflows(value, dtype):
-        raise RuntimeError(f"value cannot be converted to type {C_TYPE_NAMES[dtype.name]} without overflow")
+        raise RuntimeError(f"value cannot be converted to type {_dt.C_NAMES[dtype.name]} without overflow")
 
 
 def scalar_dtype_of(*values):
@@ -183,11 +175,13 @@ def _array_from_python(data, dtype, inferred):
     overflow check of integer targets."""
     if _has_tensor(data):
         data = _tensors_to_values(data)
+    if dtype is _dt.uint64 and inferred is not _dt.bool:
+        return _uint64_from_python(data, inferred)
     try:
         wide = np.array(data, dtype=_WIDE[inferred.kind])
     except OverflowError:
         raise ValueError("Overflow when unpacking long long") from None
-    if dtype.kind in "iu" and wide.size:
+    if dtype.kind in "iu" and wide.size and wide.dtype.kind != "b":  # bools fit every integer dtype
         lo, hi = _dt.iinfo_range(dtype)
         if wide.dtype.kind == "f":
             bad = not (np.all(wide >= lo) and np.all(wide <= hi))
@@ -196,6 +190,19 @@ def _array_from_python(data, dtype, inferred):
         if bad:
             raise RuntimeError(f"value cannot be converted to type {dtype.name} without overflow")
     return _contiguous(wide, dtype)
+
+
+def _uint64_from_python(data, inferred):
+    """uint64 values of nested Python numbers: torch unpacks each one as an unsigned 64-bit C integer,
+    which refuses floats and negative or too large integers."""
+    if inferred.kind == "f":
+        raise TypeError("an integer is required")
+    values = np.array(data, dtype=object)
+    if values.size and values.min() < 0:
+        raise OverflowError("can't convert negative int to unsigned")
+    if values.size and values.max() > _dt.iinfo_range(_dt.uint64)[1]:
+        raise OverflowError("int too big to convert")
+    return np.asarray(values.astype(np.uint64), order="C")
 
 
 def _contiguous(arr, dtype):

@@ -29,8 +29,9 @@ def opmath(d):
     return _dt.float32 if d is _dt.float16 or d is _dt.bfloat16 else d
 
 
-def pointwise_meta(op_name, promotion, operands):
-    """Shape, dtype and device of a pointwise op over tensors and Python numbers."""
+def pointwise_meta(op_name, promotion, operands, typed=None):
+    """Shape, dtype and device of a pointwise op over tensors and Python numbers; the dtype is that of the
+    ``typed`` operands (default: all of them)."""
     shapes = []
     device = None
     for x in operands:
@@ -42,7 +43,7 @@ def pointwise_meta(op_name, promotion, operands):
     if not shapes:
         raise TypeError(f"{op_name}(): expected at least one Tensor argument")
     shape = shapes[0] if len(shapes) == 1 else broadcast_shapes(*shapes)
-    common = _dt.result_type(*operands)
+    common = _dt.result_type(*(operands if typed is None else typed))
     if promotion == DEFAULT:
         return TensorSpec(shape, common, device, opmath(common))
     if promotion == INT_TO_FLOAT:

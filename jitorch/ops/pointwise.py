@@ -63,12 +63,6 @@ def _require_tensor(op_name, position, name, value):
                         f"not {type(value).__name__}")
 
 
-# C++ names torch's checked casts give dtypes
-_CAST_NAMES = {"bool": "bool", "uint8": "uint8_t", "int8": "int8_t", "int16": "int16_t", "int32": "int",
-               "int64": "int64_t", "float16": "c10::Half", "bfloat16": "c10::BFloat16", "float32": "float",
-               "float64": "double"}
-
-
 def _check_fits(value, dtype):
     """torch's checked conversion of a Python number to the dtype an op computes in (c10's ``overflows``:
     an unsigned type takes negative integers down to ``-max``, which wrap as two's complement)."""
@@ -80,7 +74,7 @@ def _check_fits(value, dtype):
     else:
         return
     if not fits:
-        raise RuntimeError(f"value cannot be converted to type {_CAST_NAMES[dtype.name]} without overflow")
+        raise RuntimeError(f"value cannot be converted to type {_dt.C_NAMES[dtype.name]} without overflow")
 
 
 def _by_name(*rows):
@@ -690,7 +684,8 @@ _SELECT_MIN = 1024
 
 _WHERE_DOC = "``self`` where ``condition`` (a bool tensor) is True, else ``other``; numbers broadcast too."
 defpointwise("where.self(Tensor condition, Tensor self, Tensor other) -> Tensor", _where_formula, DEFAULT,
-             variants=("function", "method", "out"), check=_check_where, uncast=("condition",), doc=_WHERE_DOC)
+             variants=("function", "method", "out"), check=_check_where, uncast=("condition",),
+             unpromoted=("condition",), doc=_WHERE_DOC)
 
 
 def _isclose(a, b, rtol, atol, equal_nan):

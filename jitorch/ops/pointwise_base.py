@@ -68,25 +68,29 @@ def reads_unrounded(op, position, number, ndim):
 
 
 def defpointwise(schema, formula, promotion=M.DEFAULT, *, variants=("function", "method", "inplace", "out"),
-                 check=None, plain=None, into=None, uncast=(), unrounded=None, **attrs):
+                 check=None, plain=None, into=None, uncast=(), unpromoted=(), unrounded=None, **attrs):
     """Declare a pointwise op. ``check(spec, *args)`` may raise for bad values or dtypes. ``plain``
     is a NumPy function equal to ``formula`` when the op's other arguments have their defaults
     (``np.add`` for ``add`` at alpha=1): the fast path calls it without the formula's frame.
     ``into(*operands, *others, out=array)`` computes the formula into ``out`` (a NumPy ufunc
     formula does so itself): the in-place variant then writes straight into the tensor.
     ``uncast`` names operands the formula receives in their own dtype (``where``'s condition).
+    ``unpromoted`` names operands whose dtype takes no part in the result's (``where``'s condition: a bool
+    would otherwise meet torch's refusal to promote uint16, uint32 and uint64 with bool).
     ``unrounded``: which operands after the first a half-type op reads at their own value in float32, not
     rounded to the half type: "numbers" (Python numbers: ``lerp``'s weight) or "scalars" (numbers and 0-d
     tensors: torch's ``original_scalar_value`` in mul and div)."""
     op = defop(schema, meta=lambda *a: None, kind="pointwise", variants=variants, unrounded=unrounded, **attrs)
     positions = tuple(i for i, _ in op.tensor_args)
     keep = frozenset(i for i, a in enumerate(op.schema.args) if a.name in uncast)
+    typed = tuple(i for i in positions if op.schema.args[i].name not in unpromoted)
     name = op.public_name
     others = tuple(i for i in range(len(op.schema.args)) if i not in positions)
 
     def meta(*args):
         # an optional operand (``Tensor? min``) left as None takes no part
-        spec = M.pointwise_meta(name, promotion, [args[i] for i in positions if args[i] is not None])
+        spec = M.pointwise_meta(name, promotion, [args[i] for i in positions if args[i] is not None],
+                                [args[i] for i in typed if args[i] is not None])
         if check is not None:
             check(spec, *args)
         return spec

@@ -22,7 +22,7 @@ import numpy as np
 from ..runtime import dtypes as _dt
 from ..runtime.device import current_cuda_index, to_device
 from ..runtime.strided import broadcast_shapes
-from .creation import C_TYPE_NAMES, OPTIONS, c_num, like_spec, sized_spec
+from .creation import OPTIONS, c_num, like_spec, sized_spec
 from .registry import TensorSpec, cpp_name, defop, scalar_name
 
 _SEED_MASK = (1 << 64) - 1
@@ -333,7 +333,7 @@ def _randperm_meta(n, generator, dtype, device, rg):
         if n > limit:
             raise RuntimeError(f"n cannot be greater than {text} for {scalar_name(dtype)} type.")
     elif not dtype.is_floating_point and n - 1 > _dt.iinfo_range(dtype)[1]:
-        raise RuntimeError(f"value cannot be converted to type {C_TYPE_NAMES[dtype.name]} without overflow")
+        raise RuntimeError(f"value cannot be converted to type {_dt.C_NAMES[dtype.name]} without overflow")
     return spec
 
 
@@ -636,7 +636,9 @@ def _random_meta(x, low, high, generator):
 
 def _random_cpu(spec, x, low, high, gen):
     low, high = _random_range(spec.dtype, low, high)
-    return rng(gen).integers(low, high - 1, size=spec.shape, dtype=np.int64, endpoint=True)
+    # uint64's default range reaches past int64's
+    drawn = np.uint64 if high - 1 > np.iinfo(np.int64).max else np.int64
+    return rng(gen).integers(low, high - 1, size=spec.shape, dtype=drawn, endpoint=True)
 
 
 _RANDOM_DOC = ("``x.random_(from=0, to=None)`` fills ``x`` with integers uniform on ``[from, to)``; without "

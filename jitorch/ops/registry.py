@@ -854,26 +854,14 @@ def out_resize_warning(out, shape):
             "explicitly reuse an out tensor t by resizing it, inplace, to zero elements with t.resize_(0).")
 
 
-_SCALAR_NAMES = {
-    "bool": "Bool", "uint8": "Byte", "int8": "Char", "int16": "Short", "int32": "Int", "int64": "Long",
-    "float16": "Half", "bfloat16": "BFloat16", "float32": "Float", "float64": "Double",
-}
-
-
 def scalar_name(d):
     """torch's C++ name of a dtype, as its error messages use it ("Float", "Long")."""
-    return _SCALAR_NAMES[d.name]
-
-
-_CPP_NAMES = {
-    "bool": "bool", "uint8": "unsigned char", "int8": "signed char", "int16": "short int", "int32": "int",
-    "int64": "long int", "float16": "c10::Half", "bfloat16": "c10::BFloat16", "float32": "float", "float64": "double",
-}
+    return _dt.SCALAR_NAMES[d.name]
 
 
 def cpp_name(d):
     """The C++ element type of a dtype as torch's type metadata prints it ("float", "long int")."""
-    return _CPP_NAMES[d.name]
+    return _dt.CPP_NAMES[d.name]
 
 
 # Declaration --------------------------------------------------------------

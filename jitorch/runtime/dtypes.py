@@ -6,7 +6,9 @@ storage, casts and `.numpy()` treat it like every other dtype. Importing
 ml_dtypes costs most of a second, so it is imported the first time bfloat16's
 NumPy type is asked for (`_load_np`), not when jitorch is.
 
-Promotion follows torch: `promote_types` is the lattice of two dtypes, and
+Promotion follows torch: `promote_types` is the lattice of two dtypes (torch 2.x
+refuses to promote uint16, uint32 and uint64 with any other bool or integer
+dtype: RuntimeError), and
 `result_type` weighs its operands in three priority classes (tensors with
 dimensions, zero-dim tensors, Python scalars), where a lower class only changes
 the result when it belongs to a higher category (bool < integer < floating).
@@ -19,7 +21,7 @@ import builtins
 import numpy as np
 
 __all__ = [
-    "dtype", "bool", "uint8", "int8", "int16", "int32", "int64", "float16",
+    "dtype", "bool", "uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64", "float16",
     "bfloat16", "float32", "float64", "promote_types", "result_type",
     "get_default_dtype", "set_default_dtype", "can_cast", "from_numpy_dtype",
 ]
@@ -89,9 +91,32 @@ float16 = dtype("float16", np.float16, "f", 6)
 bfloat16 = dtype("bfloat16", None, "f", 7, itemsize=2)
 float32 = dtype("float32", np.float32, "f", 8)
 float64 = dtype("float64", np.float64, "f", 9)
+uint16 = dtype("uint16", np.uint16, "u", 10)
+uint32 = dtype("uint32", np.uint32, "u", 11)
+uint64 = dtype("uint64", np.uint64, "u", 12)
 
-ALL = (bool, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64)
-INTEGRAL = (uint8, int8, int16, int32, int64)
+ALL = (bool, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64, uint16, uint32, uint64)
+INTEGRAL = (uint8, int8, int16, int32, int64, uint16, uint32, uint64)
+# The "barebones" unsigned types: torch promotes them only with themselves and with floats
+_BAREBONES = frozenset((uint16, uint32, uint64))
+
+# torch's names of each dtype in its messages: the ScalarType name ("Float"), the C type of its
+# checked scalar conversions ("int64_t") and the C++ type its type metadata prints ("long int")
+SCALAR_NAMES = {
+    "bool": "Bool", "uint8": "Byte", "int8": "Char", "int16": "Short", "int32": "Int", "int64": "Long",
+    "float16": "Half", "bfloat16": "BFloat16", "float32": "Float", "float64": "Double",
+    "uint16": "UInt16", "uint32": "UInt32", "uint64": "UInt64",
+}
+C_NAMES = {
+    "bool": "bool", "uint8": "uint8_t", "int8": "int8_t", "int16": "int16_t", "int32": "int",
+    "int64": "int64_t", "float16": "c10::Half", "bfloat16": "c10::BFloat16", "float32": "float",
+    "float64": "double", "uint16": "uint16_t", "uint32": "uint32_t", "uint64": "uint64_t",
+}
+CPP_NAMES = {
+    "bool": "bool", "uint8": "unsigned char", "int8": "signed char", "int16": "short int", "int32": "int",
+    "int64": "long int", "float16": "c10::Half", "bfloat16": "c10::BFloat16", "float32": "float", "float64": "double",
+    "uint16": "short unsigned int", "uint32": "unsigned int", "uint64": "long unsigned int",
+}
 _NAMES = {d.name: d for d in ALL}
 _FROM_NP = {d.np: d for d in ALL if d is not bfloat16}  # bfloat16's joins in _load_np
 # The NumPy types of the half dtypes, for `x.dtype in HALF_NP`; bfloat16's joins in _load_np
@@ -101,8 +126,11 @@ HALF_NP = {float16.np}
 
 
 def _promote_pair(a, b):
+    """The promotion of ``a`` and ``b``, or None where torch refuses it."""
     if a is b:
         return a
+    if (a in _BAREBONES or b in _BAREBONES) and a.kind != "f" and b.kind != "f":
+        return None
     if a is bool:
         return b
     if b is bool:
@@ -121,12 +149,26 @@ def _promote_pair(a, b):
     return s if s.itemsize > u.itemsize else int16
 
 
-_PROMOTE = {(a, b): _promote_pair(a, b) for a in ALL for b in ALL}
+# Refused pairs are left out: a lookup's KeyError becomes torch's RuntimeError (`_refused`), and
+# the hot lookups in `result_type` pay nothing for the check
+_PROMOTE = {(a, b): p for a in ALL for b in ALL if (p := _promote_pair(a, b)) is not None}
+
+
+def _refused(a, b):
+    return RuntimeError("Promotion for uint16, uint32, uint64 types is not supported, attempted to promote "
+                        f"{SCALAR_NAMES[a.name]} and {SCALAR_NAMES[b.name]}")
 
 
 def promote_types(type1: dtype, type2: dtype) -> dtype:
     """The smallest dtype both arguments convert to without losing category."""
-    return _PROMOTE[type1, type2]
+    try:
+        return _PROMOTE[type1, type2]
+    except KeyError:
+        for i, t in enumerate((type1, type2), 1):
+            if not isinstance(t, dtype):
+                raise TypeError(f"promote_types(): argument 'type{i}' must be jitorch.dtype, not "
+                                f"{type(t).__name__}") from None
+        raise _refused(type1, type2) from None
 
 
 _default_dtype = float32
@@ -177,6 +219,13 @@ _scalar_cache: dict = {}
 
 def result_type(*operands) -> dtype:
     """The dtype torch gives an op over ``operands`` (tensors and Python numbers)."""
+    try:
+        return _result_type(operands)
+    except KeyError as e:  # a pair `promote_types` refuses
+        raise _refused(*e.args[0]) from None
+
+
+def _result_type(operands):
     dim = zero = wrapped = None
     for x in operands:
         d = getattr(x, "dtype", None)
@@ -216,7 +265,8 @@ def from_numpy_dtype(npd) -> dtype:
     except (KeyError, TypeError):
         raise TypeError(
             f"can't convert np.ndarray of type {np.dtype(npd)}. The only supported types are: "
-            "float64, float32, float16, bfloat16, int64, int32, int16, int8, uint8, and bool."
+            "float64, float32, float16, bfloat16, int64, int32, int16, int8, uint64, uint32, uint16, uint8, "
+            "and bool."
         ) from None
 
 

@@ -73,7 +73,7 @@ def test_float_to_integer_casts_give_eagers_values_for_nan_and_out_of_range(sour
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         x = jt.tensor(np.tile(np.array(SPECIAL_FLOATS).astype(source.np), 20))
-        for dtype in (jt.uint8, jt.int8, jt.int16, jt.int32, jt.int64):
+        for dtype in (jt.uint8, jt.int8, jt.int16, jt.int32, jt.int64, jt.uint16, jt.uint32, jt.uint64):
             eager = x.to(dtype).numpy()
             if device == "cpu":
                 compiled = jt.compile(lambda t: (t * 1).to(dtype))(x).numpy()

@@ -319,3 +319,20 @@ def test_an_export_for_the_baseline_cpu_is_used_where_that_cpu_is_selected(tmp_p
     assert run_python(load, tmp_path, env={"JITORCH_CPU": "x86-64-v2"}).strip() == "{'used': 2, 'rebuilt': 0}"
     assert run_python(load, tmp_path, env={"JITORCH_CPU": "native"}).strip() == \
         "{'used': 0, 'rebuilt': 2}"
+
+
+@pytest.mark.parametrize("dtype", [jt.uint16, jt.uint32, jt.uint64], ids=str)
+def test_unsigned_inputs_and_outputs_round_trip_through_a_saved_program(dtype):
+    def f(x, y):
+        return (x * 3 + y) >> 1, (x < y).sum(), x.to(jt.float32) / 2
+    x = jt.tensor([1, 2, int(np.iinfo(dtype.np).max)], dtype=dtype)
+    y = jt.tensor([5, 1, 2], dtype=dtype)
+    buf = io.BytesIO()
+    jt.export(f, (x, y)).save(buf)
+    buf.seek(0)
+    back = jt.export.load(buf)
+    assert back.signature.inputs.leaves[0].dtype is dtype
+    for got, expected in zip(back(x, y), f(x, y)):
+        assert got.dtype is expected.dtype and got.tolist() == expected.tolist()
+    with pytest.raises(ValueError, match=f"must have dtype {dtype}"):
+        back(x.to(jt.int64), y)

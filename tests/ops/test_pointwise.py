@@ -784,6 +784,15 @@ def test_where_warns_for_uint8_conditions():
     assert r.tolist() == [1, 0]
 
 
+def test_where_result_dtype_ignores_a_uint8_condition():
+    # the condition took part in promotion: a uint8 one made where(c, 1, 2) uint8 (torch: int64) and
+    # where(c, int8 0-d, 2) uint8 (torch: int8)
+    c = jt.tensor([1, 0], dtype=jt.uint8)
+    with pytest.warns(UserWarning, match="uint8 condition"):
+        assert jt.where(c, 1, 2).dtype is jt.int64
+        assert jt.where(c, jt.tensor(1, dtype=jt.int8), 2).dtype is jt.int8
+
+
 def test_floating_point_edge_cases_do_not_warn():
     with warnings.catch_warnings():
         warnings.simplefilter("error")

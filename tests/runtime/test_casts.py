@@ -1,4 +1,4 @@
-"""The cast table (jitorch/runtime/casts.py) against torch, bit for bit, over every ordered pair of the ten
+"""The cast table (jitorch/runtime/casts.py) against torch, bit for bit, over every ordered pair of the thirteen
 dtypes: all values of the 8- and 16-bit types, edge and random values of the wider ones. Eager casts,
 compiled kernels (contiguous and strided inputs, and casts inside fused chains) must give torch's results
 on x86 whatever NumPy and ml_dtypes would; the emulated CUDA device is checked in tests/cuda/test_casts.py.
@@ -53,7 +53,7 @@ def _integer_edges(dtype):
         values += [s * 2 ** k + d for s in (1, -1) for d in (-1, 0, 1)]
         # just above a tie of bfloat16 and of float32, which rounding through float32 (or float64) moves
         values += [s * (2 ** k + 2 ** (k - p) + 1) for s in (1, -1) for p in (8, 24) if k > p]
-    low, high = -2 ** (bits - 1), 2 ** (bits - 1) - 1
+    low, high = int(np.iinfo(dtype.np).min), int(np.iinfo(dtype.np).max)
     return np.array([v for v in values if low <= v <= high] + [low, high], dtype.np)
 
 

@@ -28,7 +28,7 @@ from .rewrite import Rewriter, graph_pass
 SAME_TYPE_IDENTITIES = "alias clone _to_copy view view_as unflatten squeeze expand expand_as broadcast_to narrow slice"
 # dtypes where eager's pow(x, 2) equals mul(x, x) bit for bit (tests/ir/test_passes.py checks it)
 SQUARE_AS_PRODUCT = frozenset({
-    _dt.uint8, _dt.int8, _dt.int16, _dt.int32, _dt.int64,
+    _dt.uint8, _dt.int8, _dt.int16, _dt.int32, _dt.int64, _dt.uint16, _dt.uint32, _dt.uint64,
     _dt.float16, _dt.bfloat16, _dt.float32, _dt.float64,
 })
 
