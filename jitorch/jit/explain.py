@@ -20,6 +20,7 @@ class Explanation:
         self.eager_reason = entry.eager_reason if entry is not None else "the recompile limit was reached"
         self.cache_entries = len(cache)
         self.reused = reused
+        self.split = entry.split if entry is not None else None  # the forward and backward of calls with grad
 
     @property
     def compiles(self):
@@ -35,6 +36,10 @@ class Explanation:
                          f"({op_counts(g.nodes)})")
             if g.mutations:
                 lines.append(f"  writes back into: {', '.join('%' + t.name for t, _ in g.mutations)}")
+        if self.split is not None:
+            forward, backward = self.split.forward.graph, self.split.backward.graph
+            lines.append(f"  with grad: a forward graph of {len(forward.nodes)} nodes saving {self.split.saved} "
+                         f"values, and a backward graph of {len(backward.nodes)} nodes ({op_counts(backward.nodes)})")
         lines.append(f"  cache: {self.cache_entries} entr{'y' if self.cache_entries == 1 else 'ies'}; "
                      f"{'these arguments reuse one' if self.reused else 'these arguments were traced now'}")
         if not self.reused and self.retrace_reason is not None:

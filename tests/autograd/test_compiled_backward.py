@@ -105,6 +105,15 @@ def test_backward_through_a_compiled_call_runs_the_backward_graph_cut_from_the_j
     assert _ops(entry.split.backward).count("matmul") == 1  # the gradient of w only: x needs none
 
 
+def test_explain_shows_the_split_forward_and_backward():
+    f = jt.compile(lambda x, w: (x @ w).tanh().sum())
+    x, w = jt.randn(3, 4), jt.randn(4, 5, requires_grad=True)
+    f(x, w).backward()
+    f(x, w).backward()  # (w.grad is no longer None: a specialisation of its own)
+    text = str(jt.explain(f, x, w))
+    assert "with grad: a forward graph of 3 nodes saving 1 values, and a backward graph of" in text
+
+
 def test_a_compiled_call_that_writes_into_an_input_recomputes_the_forward_in_its_backward():
     def f(x, w, counter):
         counter.add_(1)
