@@ -300,16 +300,57 @@ def _fmod(a, b):
     return np.fmod(a, b)
 
 
-def _pow(a, b):
+def _rounded(v, dtype):
+    """``v`` (float32) rounded to ``dtype`` where that is a half type: an intermediate result torch keeps in it."""
+    return convert(v, dtype.np).astype(v.dtype) if dtype.np != v.dtype else v
+
+
+# Float powers by a number that torch's CPU kernel computes by other ops (PowKernel.cpp: squares and
+# cubes as products, -2 as 1/(x*x), 0.5 as sqrt, -0.5 as rsqrt, -1 as reciprocal), not by pow; eager
+# does the same, so x ** 3 gives torch's bits, and the IR's simplify pass rewrites such a pow into
+# these ops. exponent -> (the dtypes where torch does so, NumPy's formula of the operand and the result
+# dtype). Float16 computes the others by pow in float32, sqrt's and rsqrt's special values too.
+_SQRT_DTYPES = frozenset({_dt.bfloat16, _dt.float32, _dt.float64})
+_FLOATS = _SQRT_DTYPES | {_dt.float16}
+POW_BY_OTHER_OPS = {
+    2: (_FLOATS, lambda a, dtype: a * a),  # NumPy's power() too from 2.1 on; before, it is an ulp off
+    3: (_SQRT_DTYPES, lambda a, dtype: _rounded(a * a, dtype) * a),
+    -1: (_FLOATS, lambda a, dtype: np.reciprocal(a)),
+    -2: (_SQRT_DTYPES, lambda a, dtype: np.reciprocal(_rounded(a * a, dtype))),
+    0.5: (_SQRT_DTYPES, lambda a, dtype: np.sqrt(a)),
+    -0.5: (_SQRT_DTYPES, lambda a, dtype: _rounded(_rsqrt(a), dtype)),
+}
+
+
+def _number_exponent(a, b):
+    """``b`` as a Python number where ``a`` is a float array and ``b`` a number (not a bool, nor a 0-d
+    tensor: torch's pow of two tensors is pow throughout), else None."""
+    if a.__class__ is not np.ndarray or a.dtype.kind != "f" or not isinstance(b, (int, float, np.generic)) \
+            or isinstance(b, (bool, np.bool_)):
+        return None
+    return b.item() if isinstance(b, np.generic) else b
+
+
+def _c_pow_half(a):
+    # C's pow(x, 0.5): sqrt but for -0.0 and -inf (+0.0 and +inf); NumPy's power() by a number 0.5 is sqrt
+    return np.where((a == 0) | np.isneginf(a), np.abs(a), np.sqrt(a))
+
+
+def _pow(a, b, dtype=None):
     if b.__class__ is np.ndarray and b.dtype.kind in "iu":
         negative = b < 0
         if negative.any():
             # an integer to a negative power is 0, except 1 and -1 (whose powers only need the parity)
             r = np.power(a, np.where(negative, b & 1, b))
             return np.where(negative & (np.abs(a) != 1), 0, r)
-    if a.__class__ is np.ndarray and a.dtype.kind == "f" and np.ndim(b) == 0 and b == 2:
-        # torch squares by a product, and so does NumPy from 2.1 on; before, power() is an ulp off
-        return np.multiply(a, a)
+    exponent = _number_exponent(a, b)
+    if exponent is not None:
+        dtype = dtype or _dt.from_numpy_dtype(a.dtype)  # the fast path's: the operand's own
+        dtypes, formula = POW_BY_OTHER_OPS.get(exponent, ((), None))
+        if dtype in dtypes:
+            return formula(a, dtype)
+        if exponent == 0.5:
+            return _c_pow_half(a)
     return np.power(a, b)
 
 
@@ -405,7 +446,7 @@ _UNROUNDED = {"mul multiply": "scalars", "true_divide": "scalars", "floor_divide
 for _names, _signature, _formula, _promotion, _variants, _check, _doc in _ARITHMETIC:
     _declare(_names, _signature, _formula, _promotion, _doc, variants=_variants, check=_check,
              plain=_PLAIN.get(_names.split()[0]), into=_INTO.get(_names.split()[0]),
-             unrounded=_UNROUNDED.get(_names), **_OUT_FALLBACK.get(_names, {}))
+             unrounded=_UNROUNDED.get(_names), typed=_names == "pow", **_OUT_FALLBACK.get(_names, {}))
 
 
 

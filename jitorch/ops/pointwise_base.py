@@ -68,7 +68,8 @@ def reads_unrounded(op, position, number, ndim):
 
 
 def defpointwise(schema, formula, promotion=M.DEFAULT, *, variants=("function", "method", "inplace", "out"),
-                 check=None, plain=None, into=None, uncast=(), unpromoted=(), unrounded=None, **attrs):
+                 check=None, plain=None, into=None, uncast=(), unpromoted=(), unrounded=None, typed=False,
+                 **attrs):
     """Declare a pointwise op. ``check(spec, *args)`` may raise for bad values or dtypes. ``plain``
     is a NumPy function equal to ``formula`` when the op's other arguments have their defaults
     (``np.add`` for ``add`` at alpha=1): the fast path calls it without the formula's frame.
@@ -79,7 +80,9 @@ def defpointwise(schema, formula, promotion=M.DEFAULT, *, variants=("function", 
     would otherwise meet torch's refusal to promote uint16, uint32 and uint64 with bool).
     ``unrounded``: which operands after the first a half-type op reads at their own value in float32, not
     rounded to the half type: "numbers" (Python numbers: ``lerp``'s weight) or "scalars" (numbers and 0-d
-    tensors: torch's ``original_scalar_value`` in mul and div)."""
+    tensors: torch's ``original_scalar_value`` in mul and div).
+    ``typed``: the general path passes the formula the result dtype as the keyword ``dtype`` (a half
+    type's operands reach it in float32); the fast path, which serves no half type, passes none."""
     op = defop(schema, meta=lambda *a: None, kind="pointwise", variants=variants, unrounded=unrounded, **attrs)
     positions = tuple(i for i, _ in op.tensor_args)
     keep = frozenset(i for i, a in enumerate(op.schema.args) if a.name in uncast)
@@ -109,7 +112,7 @@ def defpointwise(schema, formula, promotion=M.DEFAULT, *, variants=("function", 
             unrounded = reads_unrounded(op, k, number, None if number else a.ndim)
             vals.append(_operand_in(a, c, None if unrounded else common))
         rest = [args[i] for i in others]
-        return formula(*vals, *rest)
+        return formula(*vals, *rest, dtype=spec.dtype) if typed else formula(*vals, *rest)
 
     op.meta = meta
     op.kernels["cpu"] = kernel

@@ -7,7 +7,12 @@ NaN, infinities and signed zeros included, and keep the node's type.
     -(-x)                                    -> x
     alias, clone, _to_copy, views, reshapes  -> x      (when x has the result's type)
     copy(self, src)                          -> src    (when src has the result's type)
-    x ** 2                                   -> x * x  (dtypes where eager gives the same bits)
+    x ** n, n a number                       -> the ops eager computes it by (below)
+
+Eager computes a float's power by 2, 3, -1, -2, 0.5 and -0.5 by other ops, as torch's kernel does
+(``x * x * x``, ``1 / (x * x)``, ``sqrt``, ``rsqrt``; see ``ops.pointwise.POW_BY_OTHER_OPS`` for the
+dtypes): the pass writes those ops. An integer's power by a small n is a chain of products, exact in
+any order (products wrap modulo 2**bits); ``x ** 0`` is ``ones_like(x)``.
 
 A rewrite to ``x`` applies only when ``x`` has the node's type: ``x * 1.0`` on
 an integer ``x`` is a float tensor and stays.
@@ -19,18 +24,17 @@ import math
 from numbers import Number
 
 from ...ops import registry
+from ...ops.pointwise import POW_BY_OTHER_OPS
 from ...runtime import dtypes as _dt
-from ..graph import Value
+from ..graph import Node, Value
 from .rewrite import Rewriter, graph_pass
 
 # ops whose result is their first argument whenever its type is unchanged: reshapes and
 # broadcasts to the same shape, same-dtype casts, copies (values are logical: no aliasing)
 SAME_TYPE_IDENTITIES = "alias clone _to_copy view view_as unflatten squeeze expand expand_as broadcast_to narrow slice"
-# dtypes where eager's pow(x, 2) equals mul(x, x) bit for bit (tests/ir/test_passes.py checks it)
-SQUARE_AS_PRODUCT = frozenset({
-    _dt.uint8, _dt.int8, _dt.int16, _dt.int32, _dt.int64, _dt.uint16, _dt.uint32, _dt.uint64,
-    _dt.float16, _dt.bfloat16, _dt.float32, _dt.float64,
-})
+# integer powers up to this are rewritten into products (at most 2 log2(n) of them)
+MAX_INTEGER_POWER = 16
+_INTEGERS = frozenset(_dt.INTEGRAL)
 
 
 def _is(a, number):
@@ -103,15 +107,54 @@ for _names, _rule in (("mul", _mul), ("true_divide", _divide), ("add", _add), ("
     registry.attach("simplification", _names, _rule)
 
 
-def _square_as_product(node):
-    """Rewrite ``pow(x, 2)`` into ``mul(x, x)`` in place where that is exact; returns whether done."""
+def _product_steps(n):
+    """``x ** n`` (n >= 2) by squaring and multiplying: steps ``(op, i, j)`` on values numbered from ``x`` (0),
+    each step's result the next number."""
+    steps = []
+    for bit in bin(n)[3:]:
+        steps.append(("mul", len(steps), len(steps)))
+        if bit == "1":
+            steps.append(("mul", len(steps), 0))
+    return steps
+
+
+# the steps of eager's formula for each exponent of POW_BY_OTHER_OPS
+_FLOAT_POWER_STEPS = {2: _product_steps(2), 3: _product_steps(3), -1: [("reciprocal", 0)],
+                      -2: [("mul", 0, 0), ("reciprocal", 1)], 0.5: [("sqrt", 0)], -0.5: [("rsqrt", 0)]}
+
+
+def _power_steps(dtype, exponent):
+    """The steps computing ``x ** exponent`` exactly as eager does for ``x`` of ``dtype``, or None."""
+    if isinstance(exponent, bool) or not isinstance(exponent, (int, float)):
+        return None
+    if dtype.is_floating_point:
+        known = POW_BY_OTHER_OPS.get(exponent)
+        return _FLOAT_POWER_STEPS[exponent] if known is not None and dtype in known[0] else None
+    if dtype in _INTEGERS and exponent.__class__ is int and 2 <= exponent <= MAX_INTEGER_POWER:
+        return _product_steps(exponent)
+    return None
+
+
+def _power_by_other_ops(graph, node, emit):
+    """Rewrite ``pow(x, number)`` in place into the ops eager computes it by, its intermediate nodes passed to
+    ``emit`` (in order, to go before it); returns whether done."""
     x, exponent = node.args
-    if not (isinstance(x, Value) and _is(exponent, 2)):
+    if not isinstance(x, Value) or x.type != node.outputs[0].type:
         return False
-    if x.type != node.outputs[0].type or x.type.dtype not in SQUARE_AS_PRODUCT:
+    if _is(exponent, 0) and not isinstance(exponent, bool):
+        node.op, node.args = registry.OPS["ones_like"], (x, None, None, False)
+        return True
+    steps = _power_steps(x.type.dtype, exponent)
+    if steps is None:
         return False
-    node.op = registry.OPS["mul"]
-    node.args = (x, x)
+    values = [x]
+    for name, *operands in steps[:-1]:
+        step = Node(registry.OPS[name], [values[i] for i in operands])
+        step.outputs.append(Value(graph._fresh(), x.type, step, 0))
+        emit(step)
+        values.append(step.outputs[0])
+    name, *operands = steps[-1]
+    node.op, node.args = registry.OPS[name], tuple(values[i] for i in operands)
     return True
 
 
@@ -120,13 +163,16 @@ def run(graph):
     """Apply the rewrites above to every node, in one sweep."""
     rw = Rewriter(graph)
     rewrites = 0
+    nodes = []
     for node in graph.nodes:
         rw.update_args(node)
         rule = node.op.pieces.get("simplification")
         replacement = rule(node) if rule is not None else None
         if replacement is not None and rw.replace_node(node, [replacement]):
             rewrites += 1
-        elif rule is _pow and _square_as_product(node):
+        elif rule is _pow and _power_by_other_ops(graph, node, nodes.append):
             rewrites += 1
+        nodes.append(node)
+    graph.nodes = nodes
     rw.finish()
     return rewrites
