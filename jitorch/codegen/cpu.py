@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import itertools
-import os
 import threading
 import weakref
 from concurrent.futures import ThreadPoolExecutor
@@ -92,10 +90,9 @@ class CompiledKernel:
             return
         n = num_threads()
         step = -(-self.outer // n)
-        # every chunk on a pool thread, each thread on a CPU of its own (see _pin_worker), while the
-        # calling thread waits
-        futures = [_pool().submit(self.fn, args_array, lo, min(lo + step, self.outer))
-                   for lo in range(0, self.outer, step)]
+        bounds = [(i, min(i + step, self.outer)) for i in range(0, self.outer, step)]
+        futures = [_pool().submit(self.fn, args_array, lo, hi) for lo, hi in bounds[1:]]
+        self.fn(args_array, *bounds[0])
         for f in futures:
             f.result()
 
@@ -106,22 +103,11 @@ class CompiledKernel:
 _pool_state = {}
 
 
-def _pin_worker(cpus, started):
-    """A pool thread's initialiser: the k-th thread started runs on the k-th CPU of ``cpus`` only. Unpinned,
-    Linux wakes a thread on its waker's CPU, where it waits for the caller's time slice: two threads
-    summing halves of 64 MB took as long as one thread summing all of it, on an otherwise busy 2-core
-    machine, and 0.55-0.7 of that pinned."""
-    os.sched_setaffinity(0, {cpus[next(started) % len(cpus)]})
-
-
 def _pool():
     n = num_threads()
     pool = _pool_state.get(n)
     if pool is None:
-        pinned = {}
-        if hasattr(os, "sched_setaffinity"):  # Linux; elsewhere threads go where the system puts them
-            pinned = dict(initializer=_pin_worker, initargs=(sorted(os.sched_getaffinity(0)), itertools.count()))
-        pool = _pool_state[n] = ThreadPoolExecutor(max_workers=n, thread_name_prefix="jitorch", **pinned)
+        pool = _pool_state[n] = ThreadPoolExecutor(max_workers=n, thread_name_prefix="jitorch")
     return pool
 
 

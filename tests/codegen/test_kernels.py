@@ -6,7 +6,6 @@ fusion pass.
 """
 
 import ctypes
-import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -162,21 +161,6 @@ def test_threads_on_and_off_give_identical_results(monkeypatch):
     kernel, two = compiled(lambda t: (t * 3).sum(1), x)
     assert kernel.parallel
     np.testing.assert_array_equal(one[0], two[0])
-
-
-@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="threads are pinned where Linux's affinity calls exist")
-def test_pool_threads_run_each_on_a_cpu_of_its_own(monkeypatch):
-    """Unpinned, the thread a kernel chunk was handed to woke on the caller's CPU and waited there: two
-    threads were no faster than one on a busy machine."""
-    monkeypatch.setenv("JITORCH_NUM_THREADS", "2")
-    x = jt.randn(1 << 19)
-    f = jt.compile(lambda t: t.sum())
-    np.testing.assert_allclose(f(x).item(), float(np.sum(x.numpy(), dtype=np.float64)), rtol=1e-5)
-    allowed = sorted(os.sched_getaffinity(0))
-    pinned = [os.sched_getaffinity(t.native_id) for t in cpu._pool()._threads]  # the 2-thread pool's
-    assert pinned and all(len(cpus) == 1 and cpus <= set(allowed) for cpus in pinned)
-    assert len(set(map(frozenset, pinned))) == min(len(pinned), len(allowed))
-    assert os.sched_getaffinity(0) == set(allowed)  # the calling thread stays where it may run
 
 
 def test_unsupported_groups_raise_compile_error():
