@@ -38,6 +38,7 @@ def test_import_loads_no_compiler_cuda_or_graph_library_until_a_compile():
 def test_op_variants_are_generated_at_first_call_with_their_signature_from_the_start():
     out = run_fresh("""
         import inspect
+        import pickle
         import jitorch as jt
 
         fn = jt.addcmul
@@ -47,6 +48,8 @@ def test_op_variants_are_generated_at_first_call_with_their_signature_from_the_s
         x = jt.ones(2)
         print(fn(x, x, x, value=2).tolist(), fn is jt.addcmul, fn.__code__.co_name)
         print(inspect.signature(jt.Tensor.addcmul_), x.addcmul_(x, x).tolist())
+        lazy = inspect.signature(jt.lerp)
+        print(lazy.replace() == inspect.signature(jt.lerp), pickle.loads(pickle.dumps(lazy)))
     """)
     assert out.splitlines() == [
         "_stub",
@@ -54,4 +57,5 @@ def test_op_variants_are_generated_at_first_call_with_their_signature_from_the_s
         "addcmul 1",  # asking for the signature generated the variant
         "[3.0, 3.0] True addcmul",
         "(self, tensor1, tensor2, *, value=1) [2.0, 2.0]",
+        "True (input, end, weight, *, out=None)",
     ]

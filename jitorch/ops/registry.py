@@ -1233,11 +1233,28 @@ class _LazySignature(inspect.Signature):
     def parameters(self):
         return _materialize(self._fn).__signature__.parameters
 
+    def replace(self, **changes):
+        return _materialize(self._fn).__signature__.replace(**changes)
+
     def __repr__(self):
         return repr(_materialize(self._fn).__signature__)
 
     def __reduce__(self):
         return _materialize(self._fn).__signature__.__reduce__()
+
+
+def operator_fast_path(fn):
+    """``(fast, rest)`` for a Python operator (``x + y``) over the variant ``fn`` of one op whose first two
+    arguments are its operands: the op's eager fast path, called as ``fast((x, y, *rest))`` with ``rest`` the
+    other arguments' defaults, while no dispatch hook and no autocast are on (as the variant calls it).
+    ``(None, None)`` for variants of overloads or ops without a fast path."""
+    op = getattr(fn, "_op", None)
+    if op is None or op.fast is None or (op.tensor_positions or ())[:2] != (0, 1):
+        return None, None
+    rest = op.schema.args[2:]
+    if not all(a.has_default for a in rest):
+        return None, None
+    return op.fast, tuple(a.default for a in rest)
 
 
 def _is_int(v):

@@ -26,7 +26,7 @@ def _require_tensors(op_name, tensors):
 
 def _is_legacy_empty(t):
     """torch still skips 1-D tensors of shape [0] in cat, whatever the other shapes."""
-    return t.shape == (0,)
+    return t._shape == (0,)
 
 
 def _cat_meta(tensors, dim):
@@ -41,11 +41,11 @@ def _cat_meta(tensors, dim):
     kept = [(i, t) for i, t in enumerate(tensors) if not _is_legacy_empty(t)]
     if not kept:
         return TensorSpec((0,), dtype, tensors[0].device)
-    ref = kept[0][1].shape
+    ref = kept[0][1]._shape
     d = wrap_dim(dim, len(ref))
     total = 0
     for i, t in kept:
-        shape = t.shape
+        shape = t._shape
         if len(shape) != len(ref):
             raise RuntimeError(f"Tensors must have same number of dimensions: got {len(ref)} and {len(shape)}")
         for k, (n, m) in enumerate(zip(ref, shape)):
