@@ -28,6 +28,7 @@ from .ops.registry import contiguous_strides_cached
 from .ops import creation as _creation
 from .ops.views import _check_memory_format, contiguous_format, preserve_format
 from .ops import factories as _factories
+from .ops import indexing as _indexing
 from .runtime.hooks import add_hook
 
 
@@ -758,12 +759,10 @@ class Tensor:
     # Indexing --------------------------------------------------------------------
 
     def __getitem__(self, index):
-        from .ops.indexing import getitem
-        return getitem(self, index)
+        return _indexing.getitem(self, index)
 
     def __setitem__(self, index, value):
-        from .ops.indexing import setitem
-        setitem(self, index, value)
+        _indexing.setitem(self, index, value)
 
     @property
     def T(self):
