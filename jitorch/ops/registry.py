@@ -23,7 +23,8 @@ An `OpDef` holds one schema and everything that derives from it:
 
 From the schema the registry generates the public functional form
 (``jitorch.add``), the Tensor method (``x.add``), the in-place method
-(``x.add_``) and the ``out=`` keyword. Overloads sharing one public name
+(``x.add_``) and the ``out=`` keyword. Each is generated at its first call (`_stub`), the argument
+converter of an op at its first use. Overloads sharing one public name
 (``max``, ``max.dim``, ``max.other``) are resolved by argument types.
 """
 
