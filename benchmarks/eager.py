@@ -10,7 +10,8 @@ jitorch/NumPy and jitorch/torch (lower is better for jitorch).
 
 ``--overhead`` prints instead the per-call cost of common ops on one-element
 (1x1) tensors, where the time is all dispatch: each system's calls are timed in
-turns within one process, so load on the machine affects them alike.
+turns within one process, in CPU time (torch on one thread), so other load on
+the machine affects them little and alike.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 import timeit
 
 import numpy as np
@@ -91,6 +93,8 @@ def overhead(number, repeat):
     repeat times the systems in turn, so load on the machine weighs on them alike."""
     a = np.ones((1, 1), np.float32)
     b = np.full((1, 1), 2.0, np.float32)
+    if torch is not None:
+        torch.set_num_threads(1)
     rows = []
     for label, (call, numpy_call) in OVERHEAD_OPS.items():
         ja, jb = jt.from_numpy(a), jt.from_numpy(b)
@@ -100,7 +104,7 @@ def overhead(number, repeat):
             fns.append(lambda: call(torch, ta, tb))
         best = [float("inf")] * len(fns)
         for _ in range(repeat):
-            best = [min(t, timeit.timeit(f, number=number)) for t, f in zip(best, fns)]
+            best = [min(t, timeit.timeit(f, number=number, timer=time.process_time)) for t, f in zip(best, fns)]
         rows.append((label, *(t / number for t in best), *([None] * (torch is None))))
     return rows
 
