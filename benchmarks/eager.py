@@ -1,12 +1,17 @@
 """Eager op speed: jitorch against NumPy and (when installed) torch, in one run.
 
-    python benchmarks/eager.py [--quick]
+    python benchmarks/eager.py [--quick] [--overhead]
 
 Rows: latency of ``x + y`` on 1 and 1,000 float32 elements (the per-op
 overhead), throughput of add / exp / sum on 16M float32 elements, and a
 1024x1024 float32 matmul. Every system runs the same operation on its own
 tensors; the table shows the best time of several repeats and the ratios
 jitorch/NumPy and jitorch/torch (lower is better for jitorch).
+
+``--overhead`` prints instead the per-call cost of common ops on one-element
+(1x1) tensors, where the time is all dispatch: each system's calls are timed in
+turns within one process, in CPU time (torch on one thread), so other load on
+the machine affects them little and alike.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 import timeit
 
 import numpy as np
@@ -66,6 +72,43 @@ def runners(kind, a, b):
     return j, n, t
 
 
+# label: (a call of jitorch or torch as ``lib`` on x, y, the same call in NumPy)
+OVERHEAD_OPS = {
+    "x + y": (lambda lib, x, y: x + y, lambda x, y: x + y),
+    "x * y": (lambda lib, x, y: x * y, lambda x, y: x * y),
+    "x @ y": (lambda lib, x, y: x @ y, lambda x, y: x @ y),
+    "relu(x)": (lambda lib, x, y: lib.relu(x), lambda x, y: np.maximum(x, 0)),
+    "x.sum()": (lambda lib, x, y: x.sum(), lambda x, y: x.sum()),
+    "x.view(1)": (lambda lib, x, y: x.view(1), lambda x, y: x.reshape(1)),
+    "x.reshape(1)": (lambda lib, x, y: x.reshape(1), lambda x, y: x.reshape(1)),
+    "x[0]": (lambda lib, x, y: x[0], lambda x, y: x[0]),
+    "x.unsqueeze(0)": (lambda lib, x, y: x.unsqueeze(0), lambda x, y: x[None]),
+    "x.transpose(0, 1)": (lambda lib, x, y: x.transpose(0, 1), lambda x, y: x.swapaxes(0, 1)),
+    "cat([x, y])": (lambda lib, x, y: lib.cat([x, y]), lambda x, y: np.concatenate([x, y])),
+}
+
+
+def overhead(number, repeat):
+    """Rows (label, jitorch, numpy, torch seconds per call) of `OVERHEAD_OPS` on 1x1 float32 tensors; each
+    repeat times the systems in turn, so load on the machine weighs on them alike."""
+    a = np.ones((1, 1), np.float32)
+    b = np.full((1, 1), 2.0, np.float32)
+    if torch is not None:
+        torch.set_num_threads(1)
+    rows = []
+    for label, (call, numpy_call) in OVERHEAD_OPS.items():
+        ja, jb = jt.from_numpy(a), jt.from_numpy(b)
+        fns = [lambda: call(jt, ja, jb), lambda: numpy_call(a, b)]
+        if torch is not None:
+            ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+            fns.append(lambda: call(torch, ta, tb))
+        best = [float("inf")] * len(fns)
+        for _ in range(repeat):
+            best = [min(t, timeit.timeit(f, number=number, timer=time.process_time)) for t, f in zip(best, fns)]
+        rows.append((label, *(t / number for t in best), *([None] * (torch is None))))
+    return rows
+
+
 def fmt(seconds):
     if seconds is None:
         return "-"
@@ -78,15 +121,19 @@ def fmt(seconds):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats")
+    parser.add_argument("--overhead", action="store_true", help="per-call cost of common ops on 1x1 tensors")
     args = parser.parse_args(argv)
     repeat = 3 if args.quick else 5
-    rows = []
-    for label, kind, a, b, number in cases(args.quick):
-        j, n, t = runners(kind, a, b)
-        tj = best_time(j, number, repeat)
-        tn = best_time(n, number, repeat)
-        tt = best_time(t, number, repeat) if t else None
-        rows.append((label, tj, tn, tt))
+    if args.overhead:
+        rows = overhead(2000 if args.quick else 20000, repeat)
+    else:
+        rows = []
+        for label, kind, a, b, number in cases(args.quick):
+            j, n, t = runners(kind, a, b)
+            tj = best_time(j, number, repeat)
+            tn = best_time(n, number, repeat)
+            tt = best_time(t, number, repeat) if t else None
+            rows.append((label, tj, tn, tt))
     head = f"{'case':<20} {'jitorch':>10} {'numpy':>10} {'torch':>10} {'jt/numpy':>9} {'jt/torch':>9}"
     print(head)
     print("-" * len(head))

@@ -17,6 +17,7 @@ from math import prod
 import numpy as np
 
 from .runtime import dtypes as _dt
+from .runtime.autocast_mode import STATE as _AUTOCAST_STATE
 from .runtime.casts import copy_into
 from .runtime.device import CPU, to_device
 from .runtime.layout import strided
@@ -27,6 +28,7 @@ from .ops.registry import contiguous_strides_cached
 from .ops import creation as _creation
 from .ops.views import _check_memory_format, contiguous_format, preserve_format
 from .ops import factories as _factories
+from .ops import indexing as _indexing
 from .runtime.hooks import add_hook
 
 
@@ -757,12 +759,10 @@ class Tensor:
     # Indexing --------------------------------------------------------------------
 
     def __getitem__(self, index):
-        from .ops.indexing import getitem
-        return getitem(self, index)
+        return _indexing.getitem(self, index)
 
     def __setitem__(self, index, value):
-        from .ops.indexing import setitem
-        setitem(self, index, value)
+        _indexing.setitem(self, index, value)
 
     @property
     def T(self):
@@ -863,11 +863,20 @@ _UNARY = {"neg": "neg", "abs": "abs"}
 
 
 def install_operators(functions):
+    # An operator calls its op's fast path itself (`operator_fast_path`), as the op's variant would: ``x + y``
+    # on small tensors costs a few Python calls, each a measurable share of it.
+    hooks, autocast = _registry.DISPATCH_HOOKS, _AUTOCAST_STATE
+
     def forward(fname):
         fn = functions[fname]
+        fast, rest = _registry.operator_fast_path(fn)
 
         def op(self, other):
             try:
+                if fast is not None and not hooks and autocast.key is None:
+                    r = fast((self, other) + rest)
+                    if r is not None:
+                        return r
                 return fn(self, other)
             except TypeError:
                 if isinstance(other, (Tensor, builtins.int, builtins.float, builtins.bool, np.generic)):
@@ -876,11 +885,18 @@ def install_operators(functions):
         return op
 
     def reflected(fname):
+        fn = functions[fname]
+        fast, rest = _registry.operator_fast_path(fn)
+
         def op(self, other):
             if fname == "matmul":
-                return functions[fname](_as_tensor_like(other, self), self)
+                return fn(_as_tensor_like(other, self), self)
             try:
-                return functions[fname](other, self)
+                if fast is not None and not hooks and autocast.key is None:
+                    r = fast((other, self) + rest)
+                    if r is not None:
+                        return r
+                return fn(other, self)
             except TypeError:
                 return NotImplemented
         return op

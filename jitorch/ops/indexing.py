@@ -163,7 +163,8 @@ def _split_index(x, index):
     """(view, advanced indices or None): the view the basic part of ``index`` selects. Index tensors are
     moved to the view's device, as torch lets CPU indices (and Python lists) index a CUDA tensor."""
     if index.__class__ is int and x._shape and -x._shape[0] <= index < x._shape[0]:
-        return _op("select", x, 0, index), None  # x[i], the commonest index, skips the parsing
+        # x[i], the commonest index, skips the parsing; the op's variant takes its eager fast path
+        return registry.FUNCTIONS["select"](x, 0, index), None
     view, indices = _apply_basic(x, [_normalize_item(i) for i in _index_items(index)])
     if indices is not None and view.device.type != "cpu":
         indices = [t.to(view.device) if isinstance(t, registry.Tensor) and t.device != view.device else t

@@ -438,6 +438,7 @@ _ARITHMETIC = (
 # NumPy's ufunc for the ops whose formula reduces to it at the default alpha (the fast path calls it directly)
 _PLAIN = {"add": np.add, "sub": np.subtract}
 _INTO = {"add": _add_into, "sub": _sub_into}
+_CHECKS_OTHERS_ONLY = {"add"}  # its check reads only alpha (`defpointwise`)
 # torch's floor_divide has no derivative of its out= form: its autograd fallback serves it
 _OUT_FALLBACK = {"floor_divide": {"out_autograd_fallback": lambda args: True}}
 # torch's kernels that read a number multiplier, divisor or weight of half types unrounded (`defpointwise`)
@@ -446,7 +447,8 @@ _UNROUNDED = {"mul multiply": "scalars", "true_divide": "scalars", "floor_divide
 for _names, _signature, _formula, _promotion, _variants, _check, _doc in _ARITHMETIC:
     _declare(_names, _signature, _formula, _promotion, _doc, variants=_variants, check=_check,
              plain=_PLAIN.get(_names.split()[0]), into=_INTO.get(_names.split()[0]),
-             unrounded=_UNROUNDED.get(_names), typed=_names == "pow", **_OUT_FALLBACK.get(_names, {}))
+             unrounded=_UNROUNDED.get(_names), typed=_names == "pow",
+             check_others_only=_names in _CHECKS_OTHERS_ONLY, **_OUT_FALLBACK.get(_names, {}))
 
 
 

@@ -69,7 +69,7 @@ def reads_unrounded(op, position, number, ndim):
 
 def defpointwise(schema, formula, promotion=M.DEFAULT, *, variants=("function", "method", "inplace", "out"),
                  check=None, plain=None, into=None, uncast=(), unpromoted=(), unrounded=None, typed=False,
-                 **attrs):
+                 check_others_only=False, **attrs):
     """Declare a pointwise op. ``check(spec, *args)`` may raise for bad values or dtypes. ``plain``
     is a NumPy function equal to ``formula`` when the op's other arguments have their defaults
     (``np.add`` for ``add`` at alpha=1): the fast path calls it without the formula's frame.
@@ -82,7 +82,9 @@ def defpointwise(schema, formula, promotion=M.DEFAULT, *, variants=("function", 
     rounded to the half type: "numbers" (Python numbers: ``lerp``'s weight) or "scalars" (numbers and 0-d
     tensors: torch's ``original_scalar_value`` in mul and div).
     ``typed``: the general path passes the formula the result dtype as the keyword ``dtype`` (a half
-    type's operands reach it in float32); the fast path, which serves no half type, passes none."""
+    type's operands reach it in float32); the fast path, which serves no half type, passes none.
+    ``check_others_only``: ``check`` reads only the op's other arguments (``add``'s alpha), so the fast path
+    skips it when they have their defaults."""
     op = defop(schema, meta=lambda *a: None, kind="pointwise", variants=variants, unrounded=unrounded, **attrs)
     positions = tuple(i for i, _ in op.tensor_args)
     keep = frozenset(i for i, a in enumerate(op.schema.args) if a.name in uncast)
@@ -121,7 +123,7 @@ def defpointwise(schema, formula, promotion=M.DEFAULT, *, variants=("function", 
     if into is None and isinstance(formula, np.ufunc):
         into = formula
     op.fast, op.fast_into = _fast_path(op, formula, promotion, positions, others, check, plain, defaults, into,
-                                       masked=keep == {0})
+                                       masked=keep == {0}, check_others_only=check_others_only)
     op.attrs.setdefault("promotion", promotion)
     return op
 
@@ -160,7 +162,8 @@ _FAST_KINDS = {M.DEFAULT: "biuf", M.INT_TO_FLOAT: "f", M.ALWAYS_BOOL: "biuf", M.
 _HALVES = (_dt.float16, _dt.bfloat16)
 
 
-def _fast_path(op, formula, promotion, positions, others, check, plain, defaults, into, masked=False):
+def _fast_path(op, formula, promotion, positions, others, check, plain, defaults, into, masked=False,
+               check_others_only=False):
     """``(fast, fast_into)`` for the commonest eager calls, or ``(None, None)``. ``masked``: the first
     operand is a mask the formula takes as it is (``where``'s condition), served when it is a bool tensor.
 
@@ -198,18 +201,6 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
     int_limits = {d: _dt.iinfo_range(d) for d in _dt.INTEGRAL}
     int_limits[_dt.bool] = (1, 0)
     specs = {d: registry.TensorSpec(None, _dt.bool if always_bool else d, cpu, d) for d in fast_dtypes}
-
-    def finish(r, dtype):
-        out = _dt.bool if always_bool else dtype
-        if r.__class__ is not np.ndarray:
-            r = np.asarray(r)
-        if r.dtype is not out.np:  # builtin NumPy dtypes are singletons; a miss only costs the slow path
-            return None
-        shape = r.shape
-        strides = contiguous.get(shape)
-        if strides is None or not r.flags.c_contiguous:
-            return registry.Tensor._from_array(r, out)
-        return registry.Tensor._make(Storage(r, out), shape, strides, 0, r)
 
     def operands(args):
         """(dtype, operand arrays or numbers, whether a tensor requires grad in grad mode) when NumPy's
@@ -278,13 +269,14 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
         dtype, vals, grad = got
         if grad and not record:
             return None
-        if check is not None:
+        defaulted = not rest or args[n:] == defaults
+        if check is not None and not (defaulted and check_others_only):
             check(specs[dtype], *args)
         token = fp_errors.enter()
         try:
             if not rest:
                 r = formula(*vals)
-            elif plain is not None and args[n:] == defaults:
+            elif plain is not None and defaulted:
                 r = plain(*vals)
             else:
                 r = formula(*vals, *args[n:])
@@ -292,9 +284,17 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
             return None
         finally:
             fp_errors.leave(token)
-        r = finish(r, dtype)
-        if r is None:
+        out = _dt.bool if always_bool else dtype
+        if r.__class__ is not np.ndarray:
+            r = np.asarray(r)
+        if r.dtype is not out.np:  # builtin NumPy dtypes are singletons; a miss only costs the slow path
             return None
+        shape = r.shape
+        strides = contiguous.get(shape)
+        if strides is None or not r.flags.c_contiguous:
+            r = registry.Tensor._from_array(r, out)
+        else:
+            r = registry.Tensor._make(Storage(r, out), shape, strides, 0, r)
         for v in vals:
             if v.__class__ is np.ndarray and not v.flags.c_contiguous:  # then NumPy's order may not be torch's
                 r = _in_torch_order(r, [a for a in args[:n] if isinstance(a, registry.Tensor)])

@@ -23,7 +23,8 @@ An `OpDef` holds one schema and everything that derives from it:
 
 From the schema the registry generates the public functional form
 (``jitorch.add``), the Tensor method (``x.add``), the in-place method
-(``x.add_``) and the ``out=`` keyword. Overloads sharing one public name
+(``x.add_``) and the ``out=`` keyword. Each is generated at its first call (`_stub`), the argument
+converter of an op at its first use. Overloads sharing one public name
 (``max``, ``max.dim``, ``max.other``) are resolved by argument types.
 """
 
@@ -31,8 +32,10 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import functools
 import inspect
 import operator
+import types
 import warnings
 from collections import namedtuple
 from collections.abc import Mapping
@@ -133,10 +136,6 @@ class OpDef:
         # the positions of the tensor arguments when none is a list (hot paths loop over these), else None
         self.tensor_positions = (None if any(is_list for _, is_list in self.tensor_args)
                                  else tuple(i for i, _ in self.tensor_args))
-        self.converters = tuple(
-            (i, _converter(self, a)) for i, a in enumerate(schema.args)
-        )
-        self.convert = _make_converter(self)
         # only ops with several tensor arguments need the same-device check
         self.multi_tensor = len(self.tensor_args) > 1 or any(is_list for _, is_list in self.tensor_args)
         self.cross_device = bool(attrs.get("cross_device"))  # moves data between devices (copy_, .to)
@@ -157,6 +156,24 @@ class OpDef:
 
     def __repr__(self):
         return f"<op {self.schema}>"
+
+    # Converters and the generated ``convert`` are made at an op's first use, not when it is declared,
+    # which keeps ``import jitorch`` short (most programs use few of the ops).
+
+    @functools.cached_property
+    def converters(self):
+        """(index, converter or None) per schema argument: `_converter`."""
+        return tuple((i, _converter(self, a)) for i, a in enumerate(self.schema.args))
+
+    def convert(self, args):
+        """Check and normalise arguments in schema order (TypeError naming a bad one). The first call
+        generates the converter (`_make_converter`), which then takes this method's place on the op
+        unless a wrapper did already (``clamp``'s)."""
+        generated = self.__dict__.get("_generated_convert")
+        if generated is None:
+            generated = self._generated_convert = _make_converter(self)
+            self.__dict__.setdefault("convert", generated)
+        return generated(args)
 
     def __call__(self, *args):
         """Run the op on arguments already in schema order (the interpreter's entry)."""
@@ -1110,8 +1127,9 @@ def _view_fast(op):
     return fast
 
 
-def _generate(op, kind, attempt=False):
-    """Generate one variant: 'function' (with out=), 'method' or 'inplace'.
+def _generate(op, kind, attempt=False, env=None):
+    """Generate one variant: 'function' (with out=), 'method' or 'inplace'; its globals go into ``env``
+    (a new dict if None).
 
     With ``attempt=True``, the variant of one overload among several: before it runs the op, it returns
     `NO_MATCH` unless each argument has exactly its type (`_strict_checks`).
@@ -1140,18 +1158,96 @@ def _generate(op, kind, attempt=False):
     body = guard + body
     name = sig.name
     src = f"def {name}({', '.join(sig.parts)}):\n" + "".join(line + "\n" for line in sig.prologue) + body + "\n"
-    env = {"_call": call, "_call_inplace": call_inplace, "_op": op, "_int": (int, np.integer), "_seq": (list, tuple),
+    env = {} if env is None else env
+    env.update({"_call": call, "_call_inplace": call_inplace, "_op": op, "_int": (int, np.integer), "_seq": (list, tuple),
            "_fast": fast_path, "_hooks": DISPATCH_HOOKS, "_autocast": _AUTOCAST_STATE, "_A": ABSENT, "_M": MISSING,
            "_resolve": sig.resolver(op), "_D": [a.default if a.has_default else None for a in s.args], "_NO": NO_MATCH,
-           "_BindError": BindError, **{f"_p{i}": pred for i, pred in checks}}
+           "_BindError": BindError, **{f"_p{i}": pred for i, pred in checks}})
     exec(compile(src, f"<jitorch op {op.name}>", "exec"), env)
     fn = env[name]
     fn.__signature__ = sig.public(fn)
-    fn.__doc__ = (op.doc or "") + f"\n\nSchema: ``{s}``"
+    _describe(fn, op, name)
+    return fn
+
+
+def _describe(fn, op, name):
+    """A variant's attributes besides its code: its doc, names and op."""
+    fn.__doc__ = (op.doc or "") + f"\n\nSchema: ``{op.schema}``"
     fn.__qualname__ = name
     fn.__module__ = "jitorch"
     fn._op = op
+
+
+# Variants are generated at their first call, not at `install`, which keeps ``import jitorch`` short (a
+# program calls few of the ~900 variants). Until then a variant is a stub: a function with this code, whose
+# globals say which variant it stands for. Its first call generates the variant into the stub's globals and
+# gives the stub the variant's code and defaults, so every reference to the stub (``jitorch.add``,
+# ``Tensor.add``, `FUNCTIONS`) is the variant from then on.
+def _stub(*args, **kwargs):
+    return _materialize(_self)(*args, **kwargs)  # noqa: F821  (_self: in each stub's own globals)
+
+
+def _lazy_variant(op, kind):
+    """The stub of one variant of ``op`` (see `_stub`), with the variant's name, doc and signature."""
+    name = op.public_name + ("_" if kind == "inplace" else "")
+    env = {"__builtins__": builtins, "_materialize": _materialize, "_variant": (op, kind)}
+    fn = env["_self"] = types.FunctionType(_stub.__code__, env, name)
+    _describe(fn, op, name)
+    fn.__signature__ = _LazySignature(fn)
     return fn
+
+
+def _materialize(fn):
+    """The stub ``fn`` made its variant (if not yet): returns ``fn``. Threads that race here generate the same
+    code; the variant's key is dropped only once the stub has the variant's code, so none sees a stub
+    half made."""
+    env = fn.__globals__
+    variant = env.get("_variant")
+    if variant is not None:
+        made = _generate(*variant, env=env)
+        fn.__defaults__, fn.__kwdefaults__ = made.__defaults__, made.__kwdefaults__
+        fn.__code__ = made.__code__
+        fn.__signature__ = made.__signature__
+        env.pop("_variant", None)
+    return fn
+
+
+class _LazySignature(inspect.Signature):
+    """A stub's signature (`_lazy_variant`): asked for its parameters, it generates the variant and gives
+    the variant's (what ``inspect.signature`` and ``help`` show is the variant's from the start)."""
+
+    __slots__ = ("_fn",)
+
+    def __init__(self, fn):  # noqa: no super().__init__: the parameters are the variant's, read lazily
+        self._fn = fn
+        self._return_annotation = inspect.Signature.empty
+
+    @property
+    def parameters(self):
+        return _materialize(self._fn).__signature__.parameters
+
+    def replace(self, **changes):
+        return _materialize(self._fn).__signature__.replace(**changes)
+
+    def __repr__(self):
+        return repr(_materialize(self._fn).__signature__)
+
+    def __reduce__(self):
+        return _materialize(self._fn).__signature__.__reduce__()
+
+
+def operator_fast_path(fn):
+    """``(fast, rest)`` for a Python operator (``x + y``) over the variant ``fn`` of one op whose first two
+    arguments are its operands: the op's eager fast path, called as ``fast((x, y, *rest))`` with ``rest`` the
+    other arguments' defaults, while no dispatch hook and no autocast are on (as the variant calls it).
+    ``(None, None)`` for variants of overloads or ops without a fast path."""
+    op = getattr(fn, "_op", None)
+    if op is None or op.fast is None or (op.tensor_positions or ())[:2] != (0, 1):
+        return None, None
+    rest = op.schema.args[2:]
+    if not all(a.has_default for a in rest):
+        return None, None
+    return op.fast, tuple(a.default for a in rest)
 
 
 def _is_int(v):
@@ -1192,9 +1288,11 @@ def _strict_checks(op):
 def _overloaded(name, ops, kind):
     """One callable over several overloads: the first whose arguments bind and have exactly its types runs,
     as its own variant (with its fast path)."""
-    attempts = [_generate(op, kind, attempt=True) for op in ops]
+    attempts = []  # generated at the first call (see `_stub`)
 
     def resolve(*args, **kwargs):
+        if not attempts:
+            attempts.extend(_generate(op, kind, attempt=True) for op in ops)
         for attempt in attempts:
             try:
                 result = attempt(*args, **kwargs)
@@ -1231,7 +1329,7 @@ def install(tensor_cls):
             if not chosen:
                 continue
             key = (chosen[0].method_name if kind != "function" else name) + ("_" if kind == "inplace" else "")
-            table[key] = _generate(chosen[0], kind) if len(chosen) == 1 else _overloaded(key, chosen, kind)
+            table[key] = _lazy_variant(chosen[0], kind) if len(chosen) == 1 else _overloaded(key, chosen, kind)
     for key, fn in METHODS.items():
         if key not in tensor_cls.__dict__:
             setattr(tensor_cls, key, fn)

@@ -11,9 +11,11 @@ import numpy as np
 
 from ..runtime import dtypes as _dt
 from ..runtime.casts import convert
+from ..runtime.device import CPU
 from ..runtime.strided import list_str, wrap_dim, wrap_dims
 from .meta import reduced_shape
 from . import functions
+from . import registry
 from .registry import TensorSpec, defop, scalar_name
 
 
@@ -26,7 +28,7 @@ def _require_tensors(op_name, tensors):
 
 def _is_legacy_empty(t):
     """torch still skips 1-D tensors of shape [0] in cat, whatever the other shapes."""
-    return t.shape == (0,)
+    return t._shape == (0,)
 
 
 def _cat_meta(tensors, dim):
@@ -41,11 +43,11 @@ def _cat_meta(tensors, dim):
     kept = [(i, t) for i, t in enumerate(tensors) if not _is_legacy_empty(t)]
     if not kept:
         return TensorSpec((0,), dtype, tensors[0].device)
-    ref = kept[0][1].shape
+    ref = kept[0][1]._shape
     d = wrap_dim(dim, len(ref))
     total = 0
     for i, t in kept:
-        shape = t.shape
+        shape = t._shape
         if len(shape) != len(ref):
             raise RuntimeError(f"Tensors must have same number of dimensions: got {len(ref)} and {len(shape)}")
         for k, (n, m) in enumerate(zip(ref, shape)):
@@ -68,11 +70,41 @@ def _cat_cpu(spec, arrays, dim):
     return np.concatenate(_promoted(kept, spec.dtype), axis=dim % kept[0].ndim)
 
 
+def _cat_fast(args):
+    """cat's eager fast path: CPU tensors of one dtype and one number of dims (none a skipped 1-D empty one,
+    none requiring grad in grad mode) joined along an int dim; None for anything else, which the general
+    path serves (and raises its errors for)."""
+    tensors, dim = args
+    if tensors.__class__ is not list and tensors.__class__ is not tuple or not tensors or dim.__class__ is not int:
+        return None
+    Tensor = registry.Tensor
+    first = tensors[0]
+    if not isinstance(first, Tensor):
+        return None
+    dtype, ndim = first.dtype, len(first._shape)
+    arrays = []
+    grad = False
+    for t in tensors:
+        if (not isinstance(t, Tensor) or t.dtype is not dtype or t.device is not CPU or len(t._shape) != ndim
+                or t._shape == (0,)):
+            return None
+        grad = grad or t._requires_grad
+        arrays.append(t._array())
+    if not -ndim <= dim < ndim or grad and registry.records_grad():
+        return None
+    try:
+        out = np.concatenate(arrays, axis=dim)
+    except ValueError:  # sizes that do not match: the general path raises torch's error
+        return None
+    return registry.contiguous_result(out, dtype)
+
+
 for _name in ("cat", "concat", "concatenate"):
-    defop(f"{_name}(Tensor[] tensors, int dim=0) -> Tensor", meta=_cat_meta, cpu=_cat_cpu, kind="shape",
-          variants=("function", "out"),
-          doc="Join tensors along an existing dim ``dim``; dtypes promote, other sizes must match. "
-              "1-D empty tensors are skipped.")
+    _op = defop(f"{_name}(Tensor[] tensors, int dim=0) -> Tensor", meta=_cat_meta, cpu=_cat_cpu, kind="shape",
+                variants=("function", "out"),
+                doc="Join tensors along an existing dim ``dim``; dtypes promote, other sizes must match. "
+                    "1-D empty tensors are skipped.")
+    _op.fast = _cat_fast
 
 
 def _stack_meta(tensors, dim):

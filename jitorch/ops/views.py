@@ -51,8 +51,8 @@ def _type_str(x):
 # Reshaping ------------------------------------------------------------------
 
 def _view(x, size):
-    shape = infer_size(size, prod(x.shape))
-    strides = view_strides(x.shape, x._stride, shape)
+    shape = infer_size(size, prod(x._shape))
+    strides = view_strides(x._shape, x._stride, shape)
     if strides is None:
         raise RuntimeError(
             "view size is not compatible with input tensor's size and stride (at least one dimension spans "
@@ -66,8 +66,8 @@ def _view_as(x, other):
 
 
 def _reshape(x, shape):
-    shape = infer_size(shape, prod(x.shape))
-    if view_strides(x.shape, x._stride, shape) is None:
+    shape = infer_size(shape, prod(x._shape))
+    if view_strides(x._shape, x._stride, shape) is None:
         x = x.clone(memory_format=contiguous_format)
     return x.view(shape)
 
@@ -119,7 +119,7 @@ def _transpose(x, dim0, dim1):
     d0, d1 = wrap_dim(dim0, x.ndim), wrap_dim(dim1, x.ndim)
     if x.ndim == 0:
         return (), (), x._offset
-    shape, strides = list(x.shape), list(x._stride)
+    shape, strides = list(x._shape), list(x._stride)
     shape[d0], shape[d1] = shape[d1], shape[d0]
     strides[d0], strides[d1] = strides[d1], strides[d0]
     return tuple(shape), tuple(strides), x._offset
@@ -162,8 +162,8 @@ def _squeeze(x, dim):
 
 def _unsqueeze(x, dim):
     d = wrap_dim(dim, x.ndim + 1)
-    stride = x.shape[d] * x._stride[d] if d < x.ndim else 1
-    return (tuple(x.shape[:d]) + (1,) + tuple(x.shape[d:]), tuple(x._stride[:d]) + (stride,) + tuple(x._stride[d:]),
+    stride = x._shape[d] * x._stride[d] if d < x.ndim else 1
+    return (tuple(x._shape[:d]) + (1,) + tuple(x._shape[d:]), tuple(x._stride[:d]) + (stride,) + tuple(x._stride[d:]),
             x._offset)
 
 
@@ -259,7 +259,7 @@ def _slice(x, dim, start, end, step):
 
 
 def _select_geometry(x, d, index):
-    return (tuple(x.shape[:d]) + tuple(x.shape[d + 1:]), tuple(x._stride[:d]) + tuple(x._stride[d + 1:]),
+    return (tuple(x._shape[:d]) + tuple(x._shape[d + 1:]), tuple(x._stride[:d]) + tuple(x._stride[d + 1:]),
             x._offset + index * x._stride[d])
 
 
@@ -267,9 +267,9 @@ def _select(x, dim, index):
     if x.ndim == 0:
         raise IndexError("select() cannot be applied to a 0-dim tensor.")
     d = wrap_dim(dim, x.ndim)
-    n = x.shape[d]
+    n = x._shape[d]
     if not -n <= index < n:
-        raise IndexError(f"select(): index {index} out of range for tensor of size {list_str(x.shape)} "
+        raise IndexError(f"select(): index {index} out of range for tensor of size {list_str(x._shape)} "
                          f"at dimension {d}")
     return _select_geometry(x, d, index + n if index < 0 else index)
 

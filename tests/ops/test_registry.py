@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import jitorch as jt
+from jitorch.jit.tracer import trace
 from jitorch.ops import registry
 from jitorch.ops.schema import parse_schema
 from tests.support import ALL_DTYPES, random_array, to_numpy
@@ -273,3 +274,14 @@ def test_out_of_a_composite_op_is_traced():
     compiled = jt.compile(f)
     assert compiled(x).tolist() == f(x).tolist() == [[1.0, 3.0]]
     assert "minimum" in str(compiled.lower(x).graph)
+
+
+def test_operators_take_the_ops_fast_path_but_step_aside_for_autocast_and_tracing():
+    x, y = jt.ones(2, 2), jt.full((2, 2), 2.0)
+    assert registry.operator_fast_path(jt.add)[0] is registry.OPS["add"].fast
+    assert registry.operator_fast_path(jt.max) == (None, None)  # overloads resolve first
+    assert (x + y).tolist() == [[3.0, 3.0]] * 2 and (1 - y).tolist() == [[-1.0, -1.0]] * 2
+    with jt.autocast("cpu", dtype=jt.bfloat16):
+        assert (x @ y).dtype is jt.bfloat16 and (x + y).dtype is jt.float32
+    graph = trace(lambda a, b: a * b + a, x, y)  # the tracer's dispatch hook sees the operators' ops
+    assert [n.op.name for n in graph.nodes] == ["mul", "add"]

@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import jitorch as jt
+from jitorch.ops import registry
 from tests.support import (ALL_DTYPES, FLOAT_DTYPES, LAYOUTS, assert_close, random_array, shapes, tensor_and_array,
                            to_numpy)
 
@@ -404,3 +405,32 @@ def test_repeat_interleave_by_tensor_differentiates_through_its_rows():
     x = jt.arange(6.).reshape(2, 3).requires_grad_()
     x.repeat_interleave(jt.tensor([1, 2]), dim=0).sum().backward()
     assert x.grad.tolist() == [[1.0] * 3, [2.0] * 3]
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1, -2])
+def test_cat_fast_path_matches_torch_and_the_general_path(dim):
+    base = np.arange(24, dtype=np.float32).reshape(4, 6)
+    pieces = [base[:, :3], base[:, 3:].T.copy().T, base[:, ::2][:, :3]]  # a view, a column-major copy, strided
+    jts = [jt.from_numpy(p) for p in pieces]
+    got = jt.cat(jts, dim)
+    assert registry.OPS["cat"].fast((jts, dim)) is not None  # the fast path served this call
+    expected = torch.cat([torch.from_numpy(p) for p in pieces], dim)
+    np.testing.assert_array_equal(got.numpy(), expected.numpy())
+    assert got.is_contiguous() and got.stride() == expected.stride()
+    general = registry.call(registry.OPS["cat"], (jts, dim))
+    np.testing.assert_array_equal(general.numpy(), got.numpy())
+
+
+def test_cat_fast_path_leaves_mixed_dtypes_bad_sizes_and_grad_to_the_general_path():
+    x, y = jt.ones(2, 3), jt.zeros(1, 3)
+    fast = registry.OPS["cat"].fast
+    assert fast(([x, y.int()], 0)) is None and jt.cat([x, y.int()]).dtype is jt.float32
+    assert fast(([x, y], 1)) is None
+    with pytest.raises(RuntimeError, match="Sizes of tensors must match except in dimension 1"):
+        jt.cat([x, y], 1)
+    with pytest.raises(IndexError):
+        jt.cat([x, y], 2)
+    w = jt.ones(1, 3, requires_grad=True)
+    assert fast(([x, w], 0)) is None and jt.cat([x, w]).grad_fn is not None
+    with jt.no_grad():
+        assert fast(([x, w], 0)) is not None
