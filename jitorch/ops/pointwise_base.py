@@ -88,14 +88,14 @@ def defpointwise(schema, formula, promotion=M.DEFAULT, *, variants=("function", 
     op = defop(schema, meta=lambda *a: None, kind="pointwise", variants=variants, unrounded=unrounded, **attrs)
     positions = tuple(i for i, _ in op.tensor_args)
     keep = frozenset(i for i, a in enumerate(op.schema.args) if a.name in uncast)
-    typed = tuple(i for i in positions if op.schema.args[i].name not in unpromoted)
+    promoted = tuple(i for i in positions if op.schema.args[i].name not in unpromoted)
     name = op.public_name
     others = tuple(i for i in range(len(op.schema.args)) if i not in positions)
 
     def meta(*args):
         # an optional operand (``Tensor? min``) left as None takes no part
         spec = M.pointwise_meta(name, promotion, [args[i] for i in positions if args[i] is not None],
-                                [args[i] for i in typed if args[i] is not None])
+                                [args[i] for i in promoted if args[i] is not None])
         if check is not None:
             check(spec, *args)
         return spec
