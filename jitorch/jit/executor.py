@@ -460,8 +460,11 @@ class CompiledGraph:
         self._wanted = self._wanted_layouts()
         # the buffers laid out as eager's (see the module docstring): inputs, and what kernels write
         self.layouts = {v: self._wanted[v] for v in self.graph.inputs if v in self._wanted}
+        requests = [(group, f"jitorch_k{i}_{group.kind}", None, self._kernel_layouts(group))
+                    for i, group in enumerate(self.groups)]
+        sources, _codes = self._prebuilt(requests)
         for i, group in enumerate(self.groups):
-            self._lower(group, f"jitorch_k{i}", split=True)
+            self._lower(group, f"jitorch_k{i}", split=True, prebuilt=(sources[i], requests[i][3]))
         self.plan = Plan(self.graph, self.steps, self.layouts)
         self._checked = self._unvouched_layouts()
         self._build_inplace_kernels()
@@ -508,12 +511,34 @@ class CompiledGraph:
             checked.append((size, members))
         return checked
 
-    def _lower(self, group, name, split):
+    def _prebuilt(self, requests):
+        """The kernel sources of ``requests`` ((group, name, aliases, layouts)), None where the builder refuses
+        one, made into machine code together (`cpu.link_batch`) so that the kernel makers find them linked,
+        and the codes, to hold until they have. Where the batch fails, nothing is linked: each kernel is then
+        made alone, and whichever fails is handled as `_lower` handles it."""
+        target, _, _, link_batch = self._backend
+        sources = []
+        for group, name, aliases, layouts in requests:
+            try:
+                sources.append(build(group, name, target, aliases, layouts))
+            except CompileError:
+                sources.append(None)
+        if link_batch is None:
+            return sources, []
+        try:
+            return sources, link_batch([s for s in sources if s is not None], self._cache)
+        except (CompileError, RuntimeError) as e:
+            logs.log("codegen", "kernels linked one by one: together they failed: %s", e)
+            return sources, []
+
+    def _lower(self, group, name, split, prebuilt=(None, None)):
         """Append the steps of one fusion group: a kernel, or eager steps for what the code
         generator does not lower. A group the kernel builder refuses as a whole (a reduction with
         an output of another shape, a reshape of a strided value) is ``split`` into one group per
-        node, so that most of it still runs compiled."""
-        target, make_kernel, step_type = self._backend
+        node, so that most of it still runs compiled. ``prebuilt``: (the group's kernel source, the
+        layouts it was built for), used if the layouts are still those (a group an eager step ran
+        before reads compact inputs)."""
+        target, make_kernel, step_type, _ = self._backend
         lowered = group.kind in ("pointwise", "reduction", "view") or (
             len(group.nodes) == 1 and is_row_softmax(group.nodes[0]))
         if not lowered:
@@ -521,7 +546,9 @@ class CompiledGraph:
             return
         layouts = self._kernel_layouts(group)
         try:
-            kernel = make_kernel(build(group, f"{name}_{group.kind}", target, layouts=layouts), self._cache)
+            source = prebuilt[0] if prebuilt[0] is not None and prebuilt[1] == layouts else \
+                build(group, f"{name}_{group.kind}", target, layouts=layouts)
+            kernel = make_kernel(source, self._cache)
         except CompileError as e:
             if group.kind == "view":  # views that need no copy: tensor headers, made by an eager step
                 self.steps.append(EagerStep(group.nodes, group.kind))
@@ -549,14 +576,19 @@ class CompiledGraph:
         """For each step the plan computes in place, a kernel whose in-place outputs use their
         input's pointer: with two pointers LLVM must assume the arrays may overlap, and its runtime
         overlap check sends the identical arrays to the scalar loop."""
-        target, make_kernel, _ = self._backend
+        _, make_kernel, _, _ = self._backend
+        requests, steps = [], []
         for step in self.steps:
             if type(step) is not KernelStep or not step.inplace_outputs:
                 continue
             aliases = {v: t for _, v, t in step.inplace_outputs if t in step.inputs}
             if aliases:
-                step.inplace_kernel = make_kernel(build(step.group, step.name, target, aliases, step.layouts),
-                                                     self._cache)
+                requests.append((step.group, step.name, aliases, step.layouts))
+                steps.append(step)
+        sources, _codes = self._prebuilt(requests)
+        for step, source, (group, name, aliases, layouts) in zip(steps, sources, requests):
+            step.inplace_kernel = make_kernel(source or build(group, name, self._backend[0], aliases, layouts),
+                                              self._cache)
 
     def __call__(self, inputs):
         """(outputs pytree, mutations) on ``inputs`` (flat list in graph-input order)."""
@@ -686,13 +718,14 @@ def _device_of(graph):
 
 
 def _backend(device):
-    """(kernel builder target, kernel maker: link_kernel or ptx_kernel, step class) of a device type."""
+    """(kernel builder target, kernel maker: link_kernel or ptx_kernel, step class, maker of many kernels
+    at once or None) of a device type."""
     if str(device).startswith("cuda"):
         from ..backends.cuda.graph_step import CudaKernelStep
         from ..codegen.nvptx.ptx import ptx_kernel
         from ..codegen.nvptx.target import NVPTX
-        return NVPTX, ptx_kernel, CudaKernelStep
-    return None, cpu.link_kernel, KernelStep
+        return NVPTX, ptx_kernel, CudaKernelStep, None
+    return None, cpu.link_kernel, KernelStep, cpu.link_batch
 
 
 def kernel_cache():
