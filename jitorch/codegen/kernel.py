@@ -22,6 +22,8 @@ one cheap call from Python.
 
 from __future__ import annotations
 
+import collections
+import threading
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 from math import prod
@@ -657,4 +659,79 @@ def build(group, name, target=None, aliases=None, layouts=None):
     raise CompileError(f"a {group.kind} group has no kernel")
 
 
-__all__ = ["CompileError", "KernelSource", "build", "build_copy", "build_pointwise", "build_reduction"]
+class _Unsignable(Exception):
+    """A group holds an argument whose repr might not tell it apart from another value."""
+
+
+# What a node argument may be for a group to have a signature: types whose repr is the value.
+_EXACT = (type(None), bool, int, float, complex, str)
+
+# signature -> (KernelSource with buffer positions for Values, a name), the most recently used last
+_built: collections.OrderedDict = collections.OrderedDict()
+_built_lock = threading.Lock()
+BUILT_LIMIT = 1024
+
+
+def _signature(group, target, aliases, layouts):
+    """(a hashable description of everything `build` reads of the group, the group's values in the order
+    the description numbers them): two groups with equal signatures make kernels equal but for their
+    name and the Values they name. _Unsignable where an argument's repr is not exact."""
+    values = list(group.inputs) + [v for node in group.nodes for v in node.outputs]
+    labels = {v: i for i, v in enumerate(values)}
+
+    def arg(a):
+        if isinstance(a, Value):
+            return ("v", labels[a])
+        if type(a) in _EXACT:
+            return (type(a).__name__, repr(a))
+        if type(a) in (tuple, list):
+            return (type(a).__name__, tuple(arg(x) for x in a))
+        if isinstance(a, _dt.dtype):
+            return ("dtype", a.name)
+        raise _Unsignable(type(a).__name__)
+    try:
+        description = (
+            group.kind, tuple(group.shape), type(target).__qualname__, id(target),
+            tuple((str(v.type.dtype), tuple(v.type.shape), str(v.type.device)) for v in values),
+            tuple((node.op.name, tuple(arg(a) for a in node.args), len(node.outputs)) for node in group.nodes),
+            tuple(labels[v] for v in group.outputs),
+            tuple(sorted((labels[o], labels[i]) for o, i in (aliases or {}).items())),
+            tuple(sorted((labels[v], tuple(st)) for v, st in (layouts or {}).items())))
+    except (KeyError, _Unsignable):  # a value from outside the group, or an argument without an exact repr
+        return None, values
+    return description, values
+
+
+def build_shared(group, name, target=None, aliases=None, layouts=None):
+    """`build`, or the source it made for an equal group earlier in this process (another layer's, the
+    last trace's), renamed: building a kernel's LLVM IR costs milliseconds of Python, and a model's
+    graph repeats its kernels layer after layer."""
+    description, values = _signature(group, target, aliases, layouts)
+    if description is None:
+        return build(group, name, target, aliases, layouts)
+    with _built_lock:
+        hit = _built.get(description)
+        if hit is not None:
+            _built.move_to_end(description)
+    if hit is not None:
+        template, old_name = hit
+        return replace(template, name=name, llvm_ir=template.llvm_ir.replace(old_name, name),
+                       inputs=[values[i] for i in template.inputs], outputs=[values[i] for i in template.outputs],
+                       layouts={values[i]: st for i, st in template.layouts.items()})
+    source = build(group, name, target, aliases, layouts)
+    labels = {v: i for i, v in enumerate(values)}
+    try:
+        template = replace(source, module=None, inputs=[labels[v] for v in source.inputs],
+                           outputs=[labels[v] for v in source.outputs],
+                           layouts={labels[v]: st for v, st in source.layouts.items()})
+    except KeyError:  # a buffer that is none of the group's values: not shared
+        return source
+    with _built_lock:
+        _built[description] = (template, name)
+        while len(_built) > BUILT_LIMIT:
+            _built.popitem(last=False)
+    return source
+
+
+__all__ = ["CompileError", "KernelSource", "build", "build_copy", "build_pointwise", "build_reduction",
+           "build_shared"]

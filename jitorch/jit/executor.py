@@ -56,7 +56,7 @@ from ..runtime.strided import contiguous_strides
 from ..tensor import Tensor
 from ..runtime.pytree import tree_leaves, tree_map
 from ..codegen import cpu, mathlib  # noqa: F401  (mathlib: loaded with the backend, not on the first call)
-from ..codegen.kernel import CompileError, build, composes, is_row_softmax
+from ..codegen.kernel import CompileError, build_shared, composes, is_row_softmax
 from ..codegen.straightline import Source
 from ..codegen.lowering import kind_of
 
@@ -520,7 +520,7 @@ class CompiledGraph:
         sources = []
         for group, name, aliases, layouts in requests:
             try:
-                sources.append(build(group, name, target, aliases, layouts))
+                sources.append(build_shared(group, name, target, aliases, layouts))
             except CompileError:
                 sources.append(None)
         if link_batch is None:
@@ -547,7 +547,7 @@ class CompiledGraph:
         layouts = self._kernel_layouts(group)
         try:
             source = prebuilt[0] if prebuilt[0] is not None and prebuilt[1] == layouts else \
-                build(group, f"{name}_{group.kind}", target, layouts=layouts)
+                build_shared(group, f"{name}_{group.kind}", target, layouts=layouts)
             kernel = make_kernel(source, self._cache)
         except CompileError as e:
             if group.kind == "view":  # views that need no copy: tensor headers, made by an eager step
@@ -587,7 +587,7 @@ class CompiledGraph:
                 steps.append(step)
         sources, _codes = self._prebuilt(requests)
         for step, source, (group, name, aliases, layouts) in zip(steps, sources, requests):
-            step.inplace_kernel = make_kernel(source or build(group, name, self._backend[0], aliases, layouts),
+            step.inplace_kernel = make_kernel(source or build_shared(group, name, self._backend[0], aliases, layouts),
                                               self._cache)
 
     def __call__(self, inputs):
