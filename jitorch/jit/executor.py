@@ -56,7 +56,7 @@ from ..runtime.strided import contiguous_strides
 from ..tensor import Tensor
 from ..runtime.pytree import tree_leaves, tree_map
 from ..codegen import cpu, mathlib  # noqa: F401  (mathlib: loaded with the backend, not on the first call)
-from ..codegen.kernel import CompileError, build_shared, composes, is_row_softmax
+from ..codegen.kernel import CompileError, build_many, build_shared, composes, is_row_softmax
 from ..codegen.straightline import Source
 from ..codegen.lowering import kind_of
 
@@ -517,14 +517,9 @@ class CompiledGraph:
         and the codes, to hold until they have. Where the batch fails, nothing is linked: each kernel is then
         made alone, and whichever fails is handled as `_lower` handles it."""
         target, _, _, link_batch = self._backend
-        sources = []
-        for group, name, aliases, layouts in requests:
-            try:
-                sources.append(build_shared(group, name, target, aliases, layouts))
-            except CompileError:
-                sources.append(None)
         if link_batch is None:
-            return sources, []
+            return [_built_or_none(target, request) for request in requests], []
+        sources = build_many(requests, self._cache)
         try:
             return sources, link_batch([s for s in sources if s is not None], self._cache)
         except (CompileError, RuntimeError) as e:
@@ -710,6 +705,15 @@ class CompiledGraph:
         out = env[out] if isinstance(out, Value) else tree_map(lambda leaf: env[leaf] if isinstance(leaf, Value)
                                                                else leaf, out)
         return eager_layouts(self.graph, out, self._checked) if self._checked else out
+
+
+def _built_or_none(target, request):
+    """The kernel source of a (group, name, aliases, layouts) request for ``target``, or None if refused."""
+    group, name, aliases, layouts = request
+    try:
+        return build_shared(group, name, target, aliases, layouts)
+    except CompileError:
+        return None
 
 
 def _device_of(graph):

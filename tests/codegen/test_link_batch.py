@@ -72,15 +72,29 @@ def test_equal_layers_are_compiled_once_in_one_module(fresh_kernels, batches):
     assert batches == [1]  # three layers' kernels, one LLVM module holding one of them
 
 
-def test_a_new_process_loads_the_batch_from_the_disk_cache_without_llvm(fresh_kernels, batches):
+def test_a_new_process_loads_sources_and_batch_from_the_disk_cache_without_building_or_llvm(
+        fresh_kernels, batches, monkeypatch):
     fresh_kernels()
     arrays = _inputs()
     _run(arrays)
     cache = fresh_kernels()
+    monkeypatch.setattr(kernel_mod, "build", None)  # a call would raise
     np.testing.assert_allclose(_run(arrays), _expected(arrays), rtol=1e-5, atol=1e-5)
     assert batches == [1]  # the first process's only
     info = cache.info()
-    assert (info.disk_hits, info.misses, info.writes) == (1, 0, 0)
+    assert (info.disk_hits, info.misses, info.writes) == (2, 0, 0)  # the graph's kernel sources, its batch
+
+
+def test_a_damaged_kernel_sources_entry_is_built_again(fresh_kernels, tmp_path):
+    fresh_kernels()
+    arrays = _inputs()
+    _run(arrays)
+    for path in (tmp_path / "kernels").rglob("*.jitk"):
+        data = path.read_bytes()
+        path.write_bytes(data[:-40] + b"\0" * 40)  # the payload's end: the entry's checks refuse it
+    cache = fresh_kernels()
+    np.testing.assert_allclose(_run(arrays), _expected(arrays), rtol=1e-5, atol=1e-5)
+    assert cache.info().misses == 2
 
 
 def test_kernels_of_distinct_layers_share_one_module(fresh_kernels, batches):
