@@ -460,11 +460,11 @@ class CompiledGraph:
         self._wanted = self._wanted_layouts()
         # the buffers laid out as eager's (see the module docstring): inputs, and what kernels write
         self.layouts = {v: self._wanted[v] for v in self.graph.inputs if v in self._wanted}
-        requests = [(group, f"jitorch_k{i}_{group.kind}", None, self._kernel_layouts(group))
-                    for i, group in enumerate(self.groups)]
-        sources, _codes = self._prebuilt(requests)
+        requests = [(group, f"jitorch_k{i}", None, self._kernel_layouts(group)) for i, group in enumerate(self.groups)]
+        self._prebuilt_sources, _codes = self._prebuilt(requests, split=True)
         for i, group in enumerate(self.groups):
-            self._lower(group, f"jitorch_k{i}", split=True, prebuilt=(sources[i], requests[i][3]))
+            self._lower(group, f"jitorch_k{i}", split=True)
+        self._prebuilt_sources = {}
         self.plan = Plan(self.graph, self.steps, self.layouts)
         self._checked = self._unvouched_layouts()
         self._build_inplace_kernels()
@@ -511,28 +511,43 @@ class CompiledGraph:
             checked.append((size, members))
         return checked
 
-    def _prebuilt(self, requests):
-        """The kernel sources of ``requests`` ((group, name, aliases, layouts)), None where the builder refuses
-        one, made into machine code together (`cpu.link_batch`) so that the kernel makers find them linked,
-        and the codes, to hold until they have. Where the batch fails, nothing is linked: each kernel is then
-        made alone, and whichever fails is handled as `_lower` handles it."""
-        target, _, _, link_batch = self._backend
+    def _prebuilt(self, requests, split=False):
+        """({kernel name: (source, the layouts it was built for)}, codes) for ``requests`` ((group, name,
+        aliases, layouts); kernel names as `_lower` gives them), with, where ``split``, the one-node groups of
+        those the builder refuses, made into machine code together (`cpu.link_batch`) so that the kernel
+        makers find them linked; the codes are to be held until they have. Where the batch fails, nothing
+        is linked: each kernel is then made alone, and whichever fails is handled as `_lower` handles it."""
+        link_batch = self._backend[3]
+        requests = [(group, f"{name}_{group.kind}", aliases, layouts) for group, name, aliases, layouts in requests]
+        sources = self._sources(requests)
+        if split:
+            refused = [(group, name[:-len(group.kind) - 1]) for (group, name, _, _), source in zip(requests, sources)
+                       if source is None and len(group.nodes) > 1]
+            parts = [(_alone(node), f"{base}_{j}") for group, base in refused for j, node in enumerate(group.nodes)]
+            parts = [(part, f"{base}_{part.kind}", None, self._kernel_layouts(part)) for part, base in parts]
+            requests, sources = requests + parts, sources + self._sources(parts)
+        built = {name: (source, layouts) for (_, name, _, layouts), source in zip(requests, sources)}
         if link_batch is None:
-            return [_built_or_none(target, request) for request in requests], []
-        sources = build_many(requests, self._cache)
+            return built, []
         try:
-            return sources, link_batch([s for s in sources if s is not None], self._cache)
+            return built, link_batch([s for s in sources if s is not None], self._cache)
         except (CompileError, RuntimeError) as e:
             logs.log("codegen", "kernels linked one by one: together they failed: %s", e)
-            return sources, []
+            return built, []
 
-    def _lower(self, group, name, split, prebuilt=(None, None)):
+    def _sources(self, requests):
+        """The kernel sources of ``requests`` ((group, kernel name, aliases, layouts)), None where refused."""
+        target, _, _, link_batch = self._backend
+        if link_batch is None:
+            return [_built_or_none(target, request) for request in requests]
+        return build_many(requests, self._cache)
+
+    def _lower(self, group, name, split):
         """Append the steps of one fusion group: a kernel, or eager steps for what the code
         generator does not lower. A group the kernel builder refuses as a whole (a reduction with
         an output of another shape, a reshape of a strided value) is ``split`` into one group per
-        node, so that most of it still runs compiled. ``prebuilt``: (the group's kernel source, the
-        layouts it was built for), used if the layouts are still those (a group an eager step ran
-        before reads compact inputs)."""
+        node, so that most of it still runs compiled. A source `_prebuilt` made is used if the layouts
+        it was built for are still the group's (a group an eager step ran before reads compact inputs)."""
         target, make_kernel, step_type, _ = self._backend
         lowered = group.kind in ("pointwise", "reduction", "view") or (
             len(group.nodes) == 1 and is_row_softmax(group.nodes[0]))
@@ -540,8 +555,9 @@ class CompiledGraph:
             self.steps.append(EagerStep(group.nodes, group.kind))
             return
         layouts = self._kernel_layouts(group)
+        prebuilt, built_for = self._prebuilt_sources.get(f"{name}_{group.kind}", (None, None))
         try:
-            source = prebuilt[0] if prebuilt[0] is not None and prebuilt[1] == layouts else \
+            source = prebuilt if prebuilt is not None and built_for == layouts else \
                 build_shared(group, f"{name}_{group.kind}", target, layouts=layouts)
             kernel = make_kernel(source, self._cache)
         except CompileError as e:
@@ -578,12 +594,12 @@ class CompiledGraph:
                 continue
             aliases = {v: t for _, v, t in step.inplace_outputs if t in step.inputs}
             if aliases:
-                requests.append((step.group, step.name, aliases, step.layouts))
+                requests.append((step.group, step.name[:-len(step.group.kind) - 1], aliases, step.layouts))
                 steps.append(step)
-        sources, _codes = self._prebuilt(requests)
-        for step, source, (group, name, aliases, layouts) in zip(steps, sources, requests):
-            step.inplace_kernel = make_kernel(source or build_shared(group, name, self._backend[0], aliases, layouts),
-                                              self._cache)
+        built, _codes = self._prebuilt(requests)
+        for step, (group, _, aliases, layouts) in zip(steps, requests):
+            source = built[step.name][0] or build_shared(group, step.name, self._backend[0], aliases, layouts)
+            step.inplace_kernel = make_kernel(source, self._cache)
 
     def __call__(self, inputs):
         """(outputs pytree, mutations) on ``inputs`` (flat list in graph-input order)."""

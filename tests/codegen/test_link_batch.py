@@ -13,6 +13,7 @@ import torch
 import jitorch
 from jitorch.codegen import cache as cache_mod, cpu, kernel as kernel_mod
 from jitorch.codegen.cache import KernelCache
+from jitorch.codegen.errors import CompileError
 
 
 @pytest.fixture
@@ -146,3 +147,25 @@ def test_groups_that_differ_in_a_scalar_are_built_apart(fresh_kernels):
     for scale in (2.0, 3.0, 2):  # the int makes an int literal in the graph, which a float must not match
         got = jitorch.compile(lambda t: (t * scale).exp())(x)
         np.testing.assert_allclose(got.numpy(), np.exp(x.numpy() * scale), rtol=1e-6)
+
+
+def test_the_nodes_of_a_group_the_builder_refuses_join_the_batch(fresh_kernels, batches, monkeypatch):
+    fresh_kernels()
+    alone = []
+    real_optimise, real_build = cpu.optimise, kernel_mod.build
+
+    def optimise(*args):  # a kernel compiled by itself
+        alone.append(args)
+        return real_optimise(*args)
+
+    def build(group, *args):  # refuses fused groups, as it does some: the executor splits them
+        if len(group.nodes) > 1:
+            raise CompileError("refused")
+        return real_build(group, *args)
+
+    monkeypatch.setattr(cpu, "optimise", optimise)
+    monkeypatch.setattr(kernel_mod, "build", build)
+    x = jitorch.tensor(_inputs()[0])
+    got = jitorch.compile(lambda t: ((t * 2.0).exp() + 1.0).tanh())(x)
+    np.testing.assert_allclose(got.numpy(), np.tanh(np.exp(x.numpy() * 2.0) + 1.0), rtol=1e-5)
+    assert alone == [] and batches == [4]  # mul, exp, add, tanh: one module
