@@ -161,18 +161,18 @@ def _link(key, source, cache):
 
 
 def link_batch(sources, cache=None):
-    """Machine code for the kernels among ``sources`` that are neither alive nor foreign, made together:
+    """Machine code for the kernels among ``sources`` that are not alive, made together:
     one LLVM module, one O3 run, one object and one link for them all (alone, each kernel pays a fixed
     optimiser, emitter and linker cost), cached under a key of their contents. Kernels that differ in
     their name only (a layer's kernels and the next layer's, the optimizer's update of same-shaped
     parameters) are compiled once, so a graph of n equal layers costs about one layer's code. The
     codes join `_linked`, so `link_kernel` then finds each kernel there; `_linked` is weak, so the
     caller holds the returned codes until it has called `link_kernel`. Fewer than two kernels to
-    make: nothing done (`link_kernel` makes and caches it alone)."""
-    from .cache import cache_key
+    make, or a ``cache`` other than a `KernelCache`: nothing done (`link_kernel` makes each alone)."""
+    from .cache import KernelCache, cache_key
+    if cache is not None and not isinstance(cache, KernelCache):
+        return []  # an export's artifacts: code per kernel, which they serve and count kernel by kernel
     keys = [cache_key(source.llvm_ir, target_id()) for source in sources]
-    if cache is not None and any(cache.supplies_foreign(key) for key in keys):
-        return []
     with _lock:
         todo = {key: source for key, source in zip(keys, sources) if _linked.get(key) is None}
         if len(todo) < 2:
