@@ -756,14 +756,15 @@ def build_many(requests, cache=None):
     """CPU kernel sources of ``requests`` ((group, name, aliases, layouts)), None where the builder refuses
     a group: `build_shared`'s, or, where this process has built none of them, the sources an earlier
     process built for the same groups, read from ``cache`` (a `KernelCache`) as one entry, which a
-    build of all of them writes. That spares a new process the Python work of building a graph's IR."""
+    build of all of them writes (for two requests or more). That spares a new process the Python work of building a graph's IR."""
     from .cache import KernelCache, cache_key
     from .target import CPU
     if not isinstance(cache, KernelCache):  # (an export's artifacts count every get as a kernel of theirs)
         cache = None
     signed = [_signature(group, aliases, layouts) for group, _, aliases, layouts in requests]
     known = any((id(None), d) in _built for d, _ in signed if d is not None)
-    if cache is None or known or not signed or any(d is None for d, _ in signed):
+    # (one group's IR is quick to build: a graph of one kernel keeps the single entry of its object code)
+    if cache is None or known or len(signed) < 2 or any(d is None for d, _ in signed):
         return [_built_or_refused(request) for request in requests]
     text = repr([CPU.triple] + [d for d, _ in signed])
     key = cache_key("kernel sources", text)
