@@ -23,7 +23,7 @@ from ..runtime import logs
 from ..runtime.threads import get_num_threads
 from .errors import CompileError
 from .linker import Linker
-from .llvm_module import optimised_module
+from .llvm_module import optimise_module, optimised_module
 from .machine import selected
 
 _lock = threading.Lock()
@@ -158,6 +158,85 @@ def _link(key, source, cache):
         logs.log("codegen", "compiled %s (%s)", source.name, " ".join(source.ops))
     library = linker.link(obj, [source.name])
     return _Code(library[source.name], library, optimised)
+
+
+def link_batch(sources, cache=None):
+    """Machine code for the kernels among ``sources`` that are not alive, made together:
+    one LLVM module, one O3 run, one object and one link for them all (alone, each kernel pays a fixed
+    optimiser, emitter and linker cost), cached under a key of their contents. Kernels that differ in
+    their name only (a layer's kernels and the next layer's, the optimizer's update of same-shaped
+    parameters) are compiled once, so a graph of n equal layers costs about one layer's code. The
+    codes join `_linked`, so `link_kernel` then finds each kernel there; `_linked` is weak, so the
+    caller holds the returned codes until it has called `link_kernel`. Fewer than two kernels to
+    make, or a ``cache`` other than a `KernelCache`: nothing done (`link_kernel` makes each alone)."""
+    from .cache import KernelCache, cache_key
+    if cache is not None and not isinstance(cache, KernelCache):
+        return []  # an export's artifacts: code per kernel, which they serve and count kernel by kernel
+    keys = [cache_key(source.llvm_ir, target_id()) for source in sources]
+    with _lock:
+        todo = {key: source for key, source in zip(keys, sources) if _linked.get(key) is None}
+        if len(todo) < 2:
+            return []
+        # canonical text -> the position of its entry in the batch module
+        bodies = {text: j for j, text in enumerate(dict.fromkeys(_unnamed(s) for s in todo.values()))}
+        texts = list(bodies)
+        names = [f"jitorch_batch_{j}" for j in range(len(texts))]
+        batch_key = cache_key(*texts, target_id())
+        source_text = "\n".join(texts)
+        linker = _init()["linker"]
+        obj = _cached_batch(batch_key, source_text, names, cache, linker)
+        if obj is None:
+            obj = _target_machines(_init()["machine"])[1].emit_object(_batch_module(texts, names))
+            linker.resolve(obj)  # a batch that cannot link is never cached
+            if cache is not None:
+                cache.put(batch_key, obj, source_text)
+            logs.log("codegen", "compiled %d kernels (%d distinct) in one module", len(todo), len(texts))
+        library = linker.link(obj, names)
+        codes = [_Code(library[name], library, None) for name in names]
+        for key, source in todo.items():
+            _linked[key] = codes[bodies[_unnamed(source)]]
+        return codes
+
+
+# The entry's name in a kernel's text as `link_batch` compiles it: kernels equal but for their names
+# share one text.
+_UNNAMED = "jitorch_kernel"
+
+
+def _unnamed(source):
+    """``source``'s LLVM IR with its name (the module's, its entry's and its body's) replaced by one
+    fixed name: the builder names nothing else after the kernel."""
+    return source.llvm_ir.replace(source.name, _UNNAMED)
+
+
+def _batch_module(texts, names):
+    """One optimised module of every kernel text, each entry renamed to its name in ``names`` (LLVM
+    renames the internal helpers, whose names repeat between kernels, as it links)."""
+    import llvmlite.binding as llvm
+    machine = _init()["machine"]
+    combined = None
+    for text, name in zip(texts, names):
+        module = llvm.parse_assembly(text)
+        module.get_function(_UNNAMED).name = name
+        if combined is None:
+            combined = module
+        else:
+            combined.link_in(module)
+    return optimise_module(combined, machine.triple, _target_machines(machine)[0])
+
+
+def _cached_batch(key, text, names, cache, linker):
+    """The cache's object code of a batch, if it passes the checks made before anything is linked."""
+    obj = cache.get(key, text) if cache is not None else None
+    if obj is None:
+        return None
+    try:
+        linker.check_object(obj, names)
+    except CompileError as e:
+        logs.log("codegen", "cached object code of a batch of kernels rejected, recompiling: %s", e)
+        return None
+    logs.log("codegen", "loaded %d kernels from the kernel cache", len(names))
+    return obj
 
 
 def _cached_object(key, source, cache, linker):

@@ -22,6 +22,8 @@ one cheap call from Python.
 
 from __future__ import annotations
 
+import collections
+import threading
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 from math import prod
@@ -35,6 +37,7 @@ from ..ops import registry
 from ..ops.pointwise_base import reads_unrounded, rounding_dtype
 from ..runtime import dtypes as _dt
 from ..runtime.casts import convert
+from ..runtime.device import device as _device
 from ..runtime.strided import contiguous_strides
 from . import lowering
 from .errors import CompileError
@@ -657,4 +660,164 @@ def build(group, name, target=None, aliases=None, layouts=None):
     raise CompileError(f"a {group.kind} group has no kernel")
 
 
-__all__ = ["CompileError", "KernelSource", "build", "build_copy", "build_pointwise", "build_reduction"]
+class _Unsignable(Exception):
+    """A group holds an argument whose repr might not tell it apart from another value."""
+
+
+# What a node argument may be for a group to have a signature: types whose repr is the value.
+_EXACT = (type(None), bool, int, float, complex, str)
+
+# signature -> (KernelSource with buffer positions for Values, a name), the most recently used last
+_built: collections.OrderedDict = collections.OrderedDict()
+_built_lock = threading.Lock()
+BUILT_LIMIT = 1024
+
+
+def _signature(group, aliases, layouts):
+    """(a hashable description of everything `build` reads of the group but the target, the group's values
+    in the order the description numbers them): two groups with equal signatures make kernels (for one
+    target) equal but for their name and the Values they name; its repr is the same in every process.
+    None where an argument's repr is not exact."""
+    values = list(group.inputs) + [v for node in group.nodes for v in node.outputs]
+    labels = {v: i for i, v in enumerate(values)}
+
+    def arg(a):
+        if isinstance(a, Value):
+            return ("v", labels[a])
+        if type(a) in _EXACT:
+            return (type(a).__name__, repr(a))
+        if type(a) in (tuple, list):
+            return (type(a).__name__, tuple(arg(x) for x in a))
+        if isinstance(a, _dt.dtype):
+            return ("dtype", a.name)
+        if isinstance(a, _device):
+            return ("device", a.type, a.index)
+        raise _Unsignable(type(a).__name__)
+    try:
+        description = (
+            group.kind, tuple(group.shape),
+            tuple((str(v.type.dtype), tuple(v.type.shape), str(v.type.device)) for v in values),
+            tuple((node.op.name, tuple(arg(a) for a in node.args), len(node.outputs)) for node in group.nodes),
+            tuple(labels[v] for v in group.outputs),
+            tuple(sorted((labels[o], labels[i]) for o, i in (aliases or {}).items())),
+            tuple(sorted((labels[v], tuple(st)) for v, st in (layouts or {}).items())))
+    except (KeyError, _Unsignable):  # a value from outside the group, or an argument without an exact repr
+        return None, values
+    return description, values
+
+
+def build_shared(group, name, target=None, aliases=None, layouts=None):
+    """`build`, or the source it made for an equal group earlier in this process (another layer's, the
+    last trace's), renamed: building a kernel's LLVM IR costs milliseconds of Python, and a model's
+    graph repeats its kernels layer after layer."""
+    description, values = _signature(group, aliases, layouts)
+    if description is None:
+        return build(group, name, target, aliases, layouts)
+    key = (id(target), description)
+    with _built_lock:
+        hit = _built.get(key)
+        if hit is not None:
+            _built.move_to_end(key)
+    if hit is not None:
+        return _instance(*hit, name, values)
+    source = build(group, name, target, aliases, layouts)
+    template = _template(source, values)
+    if template is not None:
+        _remember(key, template, name)
+    return source
+
+
+def _remember(key, template, name):
+    with _built_lock:
+        _built[key] = (template, name)
+        while len(_built) > BUILT_LIMIT:
+            _built.popitem(last=False)
+
+
+def _template(source, values):
+    """``source`` with positions in ``values`` for its Values (None if it names another value)."""
+    labels = {v: i for i, v in enumerate(values)}
+    try:
+        return replace(source, module=None, inputs=[labels[v] for v in source.inputs],
+                       outputs=[labels[v] for v in source.outputs],
+                       layouts={labels[v]: st for v, st in source.layouts.items()})
+    except KeyError:
+        return None
+
+
+def _instance(template, old_name, name, values):
+    """The source of a `_template` for a group of ``values``, named ``name``."""
+    return replace(template, name=name, llvm_ir=template.llvm_ir.replace(old_name, name),
+                   inputs=[values[i] for i in template.inputs], outputs=[values[i] for i in template.outputs],
+                   layouts={values[i]: st for i, st in template.layouts.items()})
+
+
+def build_many(requests, cache=None):
+    """CPU kernel sources of ``requests`` ((group, name, aliases, layouts)), None where the builder refuses
+    a group: `build_shared`'s, or, where this process has built none of them, the sources an earlier
+    process built for the same groups, read from ``cache`` (a `KernelCache`) as one entry, which a
+    build of all of them writes (for two requests or more). That spares a new process the Python work of building a graph's IR."""
+    from .cache import KernelCache, cache_key
+    from .target import CPU
+    if not isinstance(cache, KernelCache):  # (an export's artifacts count every get as a kernel of theirs)
+        cache = None
+    signed = [_signature(group, aliases, layouts) for group, _, aliases, layouts in requests]
+    known = any((id(None), d) in _built for d, _ in signed if d is not None)
+    # (one group's IR is quick to build: a graph of one kernel keeps the single entry of its object code)
+    if cache is None or known or len(signed) < 2 or any(d is None for d, _ in signed):
+        return [_built_or_refused(request) for request in requests]
+    text = repr([CPU.triple] + [d for d, _ in signed])
+    key = cache_key("kernel sources", text)
+    stored = cache.get(key, text)
+    if stored is not None:
+        try:
+            return [None if t is None else _instance(*t, name, values)
+                    for t, (_, name, _, _), (_, values) in zip(_decode(stored), requests, signed, strict=True)]
+        except (ValueError, KeyError, TypeError, IndexError):  # a damaged entry: build again
+            pass
+    sources = [_built_or_refused(request) for request in requests]
+    templates = [None if s is None else _template(s, values) for s, (_, values) in zip(sources, signed)]
+    if all(t is not None or s is None for t, s in zip(templates, sources)):
+        cache.put(key, _encode([None if t is None else (t, s.name) for t, s in zip(templates, sources)]), text)
+    return sources
+
+
+def _built_or_refused(request):
+    group, name, aliases, layouts = request
+    try:
+        return build_shared(group, name, None, aliases, layouts)
+    except CompileError:
+        return None
+
+
+def _encode(entries):
+    """JSON bytes of [(template, its name) or None]."""
+    import json
+    return json.dumps([None if e is None else _fields(*e) for e in entries]).encode()
+
+
+def _fields(src, name):
+    split = None if src.split is None else [src.split.parts, src.split.reduction, src.split.count,
+                                            src.split.dtype.name]
+    return {"name": name, "kind": src.kind, "ops": src.ops, "inputs": src.inputs, "outputs": src.outputs,
+            "outer": src.outer, "work": src.work, "llvm_ir": src.llvm_ir, "mode": src.mode, "split": split,
+            "layouts": [[i, list(st)] for i, st in src.layouts.items()]}
+
+
+def _decode(data):
+    """The [(template, its name) or None] of `_encode`'s bytes."""
+    import json
+    out = []
+    for d in json.loads(data):
+        if d is None:
+            out.append(None)
+            continue
+        split = None if d["split"] is None else Split(*d["split"][:3], _dt._by_name(d["split"][3]))
+        out.append((KernelSource(d["name"], d["kind"], list(d["ops"]), list(d["inputs"]), list(d["outputs"]),
+                                 int(d["outer"]), int(d["work"]), d["llvm_ir"], split=split, mode=d["mode"],
+                                 layouts={int(i): tuple(st) for i, st in d["layouts"]}), d["name"]))
+    return out
+
+
+__all__ = ["CompileError", "KernelSource", "build", "build_copy", "build_many", "build_pointwise",
+           "build_reduction", "build_shared"]

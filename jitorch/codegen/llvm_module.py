@@ -7,7 +7,12 @@ from __future__ import annotations
 def optimised_module(module_text, triple, target_machine):
     """The verified, O3-optimised llvmlite module of ``module_text`` for ``target_machine``."""
     import llvmlite.binding as llvm
-    mod = llvm.parse_assembly(module_text)
+    return optimise_module(llvm.parse_assembly(module_text), triple, target_machine)
+
+
+def optimise_module(mod, triple, target_machine):
+    """``mod`` (a parsed llvmlite module) verified and O3-optimised in place for ``target_machine``."""
+    import llvmlite.binding as llvm
     mod.triple = triple
     mod.data_layout = str(target_machine.target_data)
     mod.verify()

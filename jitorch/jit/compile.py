@@ -30,6 +30,7 @@ from ..runtime.pytree import tree_flatten, tree_unflatten
 from ..runtime import logs
 from .differentiable import outputs_read_overwritten
 from .errors import StateWriteError, TraceError
+from .fingerprint import graph_fingerprint, transplant
 from .output_bases import base_groups, eager_bases, return_bases
 from .results import captured_parameters, python_guards_hold, returned_aliases, run_graph
 from .tracer import trace_with_inputs
@@ -213,6 +214,10 @@ class CompiledFunction:
         self._shelved: dict = {}  # guard key -> those entries, reused when their state comes back
         self.discard_mutations = False  # a compiled backward recomputes the forward but must not redo its writes
         self.retrace_reason = None  # why the latest trace after the first was needed (jitorch.explain shows it)
+        # (fingerprint, compiled graph) of the latest trace that set up Python state, which the next trace
+        # may repeat (see `fingerprint`); how many traces reused a compiled graph so
+        self._last_one_shot = None
+        self.reused_compilations = 0
         self.name = getattr(fn, "__name__", type(fn).__name__)
         functools.update_wrapper(self, fn, updated=())
 
@@ -377,7 +382,19 @@ class CompiledFunction:
             return CompiledGraph(entry.graph, kernel_cache(), device=device)
         if entry.executable is None:
             from .executor import CompiledGraph, kernel_cache
-            entry.executable = CompiledGraph(entry.graph, kernel_cache())
+            last, self._last_one_shot = self._last_one_shot, None
+            fingerprint = graph_fingerprint(entry.graph) if last is not None or entry.graph.one_shot else None
+            if last is not None and last[0] == fingerprint:
+                # the trace after one that set up state (an optimizer's first step) is, as a rule, that trace
+                logs.log("recompiles", "%s: the new trace is the last one's graph: its compiled form reused",
+                         self.name)
+                entry.graph = transplant(entry.graph, last[1])
+                entry.executable = last[1]
+                self.reused_compilations += 1
+            else:
+                entry.executable = CompiledGraph(entry.graph, kernel_cache())
+            if entry.graph.one_shot:
+                self._last_one_shot = (fingerprint, entry.executable)
         return entry.executable
 
     def _entry(self, args, kwargs, trace_new=True, reason=None):

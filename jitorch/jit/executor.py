@@ -56,7 +56,7 @@ from ..runtime.strided import contiguous_strides
 from ..tensor import Tensor
 from ..runtime.pytree import tree_leaves, tree_map
 from ..codegen import cpu, mathlib  # noqa: F401  (mathlib: loaded with the backend, not on the first call)
-from ..codegen.kernel import CompileError, build, composes, is_row_softmax
+from ..codegen.kernel import CompileError, build_many, build_shared, composes, is_row_softmax
 from ..codegen.straightline import Source
 from ..codegen.lowering import kind_of
 
@@ -460,8 +460,11 @@ class CompiledGraph:
         self._wanted = self._wanted_layouts()
         # the buffers laid out as eager's (see the module docstring): inputs, and what kernels write
         self.layouts = {v: self._wanted[v] for v in self.graph.inputs if v in self._wanted}
+        requests = [(group, f"jitorch_k{i}", None, self._kernel_layouts(group)) for i, group in enumerate(self.groups)]
+        self._prebuilt_sources, _codes = self._prebuilt(requests, split=True)
         for i, group in enumerate(self.groups):
             self._lower(group, f"jitorch_k{i}", split=True)
+        self._prebuilt_sources = {}
         self.plan = Plan(self.graph, self.steps, self.layouts)
         self._checked = self._unvouched_layouts()
         self._build_inplace_kernels()
@@ -508,20 +511,55 @@ class CompiledGraph:
             checked.append((size, members))
         return checked
 
+    def _prebuilt(self, requests, split=False):
+        """({kernel name: (source, the layouts it was built for)}, codes) for ``requests`` ((group, name,
+        aliases, layouts); kernel names as `_lower` gives them), with, where ``split``, the one-node groups of
+        those the builder refuses, made into machine code together (`cpu.link_batch`) so that the kernel
+        makers find them linked; the codes are to be held until they have. Where the batch fails, nothing
+        is linked: each kernel is then made alone, and whichever fails is handled as `_lower` handles it."""
+        link_batch = self._backend[3]
+        requests = [(group, f"{name}_{group.kind}", aliases, layouts) for group, name, aliases, layouts in requests]
+        sources = self._sources(requests)
+        if split:
+            refused = [(group, name[:-len(group.kind) - 1]) for (group, name, _, _), source in zip(requests, sources)
+                       if source is None and len(group.nodes) > 1]
+            parts = [(_alone(node), f"{base}_{j}") for group, base in refused for j, node in enumerate(group.nodes)]
+            parts = [(part, f"{base}_{part.kind}", None, self._kernel_layouts(part)) for part, base in parts]
+            requests, sources = requests + parts, sources + self._sources(parts)
+        built = {name: (source, layouts) for (_, name, _, layouts), source in zip(requests, sources)}
+        if link_batch is None:
+            return built, []
+        try:
+            return built, link_batch([s for s in sources if s is not None], self._cache)
+        except (CompileError, RuntimeError) as e:
+            logs.log("codegen", "kernels linked one by one: together they failed: %s", e)
+            return built, []
+
+    def _sources(self, requests):
+        """The kernel sources of ``requests`` ((group, kernel name, aliases, layouts)), None where refused."""
+        target, _, _, link_batch = self._backend
+        if link_batch is None:
+            return [_built_or_none(target, request) for request in requests]
+        return build_many(requests, self._cache)
+
     def _lower(self, group, name, split):
         """Append the steps of one fusion group: a kernel, or eager steps for what the code
         generator does not lower. A group the kernel builder refuses as a whole (a reduction with
         an output of another shape, a reshape of a strided value) is ``split`` into one group per
-        node, so that most of it still runs compiled."""
-        target, make_kernel, step_type = self._backend
+        node, so that most of it still runs compiled. A source `_prebuilt` made is used if the layouts
+        it was built for are still the group's (a group an eager step ran before reads compact inputs)."""
+        target, make_kernel, step_type, _ = self._backend
         lowered = group.kind in ("pointwise", "reduction", "view") or (
             len(group.nodes) == 1 and is_row_softmax(group.nodes[0]))
         if not lowered:
             self.steps.append(EagerStep(group.nodes, group.kind))
             return
         layouts = self._kernel_layouts(group)
+        prebuilt, built_for = self._prebuilt_sources.get(f"{name}_{group.kind}", (None, None))
         try:
-            kernel = make_kernel(build(group, f"{name}_{group.kind}", target, layouts=layouts), self._cache)
+            source = prebuilt if prebuilt is not None and built_for == layouts else \
+                build_shared(group, f"{name}_{group.kind}", target, layouts=layouts)
+            kernel = make_kernel(source, self._cache)
         except CompileError as e:
             if group.kind == "view":  # views that need no copy: tensor headers, made by an eager step
                 self.steps.append(EagerStep(group.nodes, group.kind))
@@ -549,14 +587,19 @@ class CompiledGraph:
         """For each step the plan computes in place, a kernel whose in-place outputs use their
         input's pointer: with two pointers LLVM must assume the arrays may overlap, and its runtime
         overlap check sends the identical arrays to the scalar loop."""
-        target, make_kernel, _ = self._backend
+        _, make_kernel, _, _ = self._backend
+        requests, steps = [], []
         for step in self.steps:
             if type(step) is not KernelStep or not step.inplace_outputs:
                 continue
             aliases = {v: t for _, v, t in step.inplace_outputs if t in step.inputs}
             if aliases:
-                step.inplace_kernel = make_kernel(build(step.group, step.name, target, aliases, step.layouts),
-                                                     self._cache)
+                requests.append((step.group, step.name[:-len(step.group.kind) - 1], aliases, step.layouts))
+                steps.append(step)
+        built, _codes = self._prebuilt(requests)
+        for step, (group, _, aliases, layouts) in zip(steps, requests):
+            source = built[step.name][0] or build_shared(group, step.name, self._backend[0], aliases, layouts)
+            step.inplace_kernel = make_kernel(source, self._cache)
 
     def __call__(self, inputs):
         """(outputs pytree, mutations) on ``inputs`` (flat list in graph-input order)."""
@@ -680,19 +723,29 @@ class CompiledGraph:
         return eager_layouts(self.graph, out, self._checked) if self._checked else out
 
 
+def _built_or_none(target, request):
+    """The kernel source of a (group, name, aliases, layouts) request for ``target``, or None if refused."""
+    group, name, aliases, layouts = request
+    try:
+        return build_shared(group, name, target, aliases, layouts)
+    except CompileError:
+        return None
+
+
 def _device_of(graph):
     """"cuda" when the graph's tensors are CUDA tensors (it reads them, or makes them), else "cpu"."""
     return "cuda" if any(v.type.device.type == "cuda" for v in graph.values()) else "cpu"
 
 
 def _backend(device):
-    """(kernel builder target, kernel maker: link_kernel or ptx_kernel, step class) of a device type."""
+    """(kernel builder target, kernel maker: link_kernel or ptx_kernel, step class, maker of many kernels
+    at once or None) of a device type."""
     if str(device).startswith("cuda"):
         from ..backends.cuda.graph_step import CudaKernelStep
         from ..codegen.nvptx.ptx import ptx_kernel
         from ..codegen.nvptx.target import NVPTX
-        return NVPTX, ptx_kernel, CudaKernelStep
-    return None, cpu.link_kernel, KernelStep
+        return NVPTX, ptx_kernel, CudaKernelStep, None
+    return None, cpu.link_kernel, KernelStep, cpu.link_batch
 
 
 def kernel_cache():

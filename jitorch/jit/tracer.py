@@ -98,6 +98,7 @@ class Tracer:
         self.watched: list = []    # storages of inputs and constants, checked for writes at the end
         self.grad_owners: dict = {}  # id -> [real tensor, constant name, .grad before the trace, touched]
         self.one_shot = False      # see jitorch.compiler.eager_state
+        self._visible_names = None  # id(tensor) -> (tensor, its name_for), as the visible objects were when read
         self.real_inputs = set()   # ids of the call's tensors (they have fakes of their own)
         self.input_fakes: list = []  # the fakes standing for the call's tensors, in graph-input order
         self.python_guards: list = []  # see jitorch.compiler.guard
@@ -291,24 +292,37 @@ class Tracer:
 
     def name_for(self, t):
         """A readable constant name: the variable that holds ``t`` in the traced function, or
-        ``model.0.weight`` for a parameter or buffer of a module it holds; ``c`` otherwise."""
-        for name, value in self._visible_objects():
-            if value is t:
-                return name
-        for name, value in self._visible_objects():
+        ``model.0.weight`` for a parameter or buffer of a module it holds; ``c`` otherwise. The names
+        are read once for all tensors (a search per tensor made tracing a model quadratic in its size),
+        and read again when ``t`` is not among them (state the trace made since)."""
+        if self._visible_names is None or id(t) not in self._visible_names:
+            self._visible_names = self._read_visible_names()
+        held, name = self._visible_names.get(id(t), (t, "c"))
+        return name if held is t else "c"
+
+    def _read_visible_names(self):
+        """id(tensor) -> (tensor, name) of every tensor `name_for` can name, the first way found winning
+        (the tensor held, so that its id stays its own)."""
+        names = {}
+        objects = list(self._visible_objects())
+        for name, value in objects:
+            if isinstance(value, Tensor):
+                names.setdefault(id(value), (value, name))
+        for name, value in objects:
+            if isinstance(value, Tensor):
+                continue
             for method in ("named_parameters", "named_buffers"):
-                named = getattr(value, method, None) if not isinstance(value, Tensor) else None
+                named = getattr(value, method, None)
                 if callable(named):
                     for qualified, p in named():
-                        if p is t:
-                            return f"{name}.{qualified}" if name != "self" else qualified
+                        names.setdefault(id(p), (p, f"{name}.{qualified}" if name != "self" else qualified))
             state = getattr(value, "state", None)  # an optimizer: its per-parameter buffers
-            if isinstance(state, dict) and not isinstance(value, Tensor):
+            if isinstance(state, dict):
                 for i, per_param in enumerate(state.values()):
                     for key, held in per_param.items() if isinstance(per_param, dict) else ():
-                        if held is t:
-                            return f"{name}.{key}_{i}"
-        return "c"
+                        if isinstance(held, Tensor):
+                            names.setdefault(id(held), (held, f"{name}.{key}_{i}"))
+        return names
 
     def _visible_objects(self):
         """(name, object) the traced function reaches directly: closure cells, the globals its code

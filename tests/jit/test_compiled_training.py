@@ -181,3 +181,46 @@ def test_hooks_on_an_input_whose_grad_the_step_sets_run_as_in_eager():
         fn(w, x)
         results.append((seen, w.grad.tolist()))
     assert results[0] == results[1] and results[0][0] == [1]
+
+
+def _torch_adamw_run(lrs):
+    """The parameters torch's AdamW reaches from `make_params` over `data`, one step per learning rate."""
+    import torch
+    ps = [torch.tensor(p.detach().numpy(), requires_grad=True) for p in make_params()]
+    opt = torch.optim.AdamW(ps, lr=lrs[0])
+    x, y = (torch.tensor(t.numpy()) for t in data())
+    for lr in lrs:
+        opt.param_groups[0]["lr"] = lr
+        opt.zero_grad()
+        logits = (x @ ps[0] + ps[1]).relu() @ ps[2]
+        (-(logits.log_softmax(-1) * torch.eye(3)[y]).sum(-1).mean()).backward()
+        opt.step()
+    return ps
+
+
+def test_the_trace_after_the_optimizer_made_its_state_reuses_the_first_compiled_graph():
+    # issue 19: the second call of a compiled step traced again (the first had made AdamW's buffers) and
+    # compiled that trace from scratch, though it is the same graph
+    ps = make_params()
+    opt = optim.AdamW(ps, lr=0.01)
+    compiled = jt.compile(make_step(ps, opt), fullgraph=True)
+    x, y = data()
+    lrs = [0.01, 0.05, 0.02]  # a new rate on the second call: the reused graph reads the new trace's
+    for lr in lrs:
+        opt.param_groups[0]["lr"] = lr
+        compiled(x, y)
+    assert compiled.reused_compilations == 1
+    assert len(compiled.cache) == 1
+    assert_params_close(ps, _torch_adamw_run(lrs))
+
+
+def test_a_trace_after_state_setup_that_differs_from_the_first_is_compiled_anew():
+    # SGD's momentum buffer is the gradient on the first step, a running sum afterwards: two graphs
+    eager_ps, comp_ps = make_params(), make_params()
+    eager = make_step(eager_ps, optim.SGD(eager_ps, lr=0.1, momentum=0.9))
+    compiled = jt.compile(make_step(comp_ps, optim.SGD(comp_ps, lr=0.1, momentum=0.9)), fullgraph=True)
+    x, y = data()
+    for _ in range(3):
+        np.testing.assert_allclose(compiled(x, y).item(), eager(x, y).item(), rtol=2e-5)
+    assert compiled.reused_compilations == 0
+    assert_params_close(comp_ps, eager_ps)

@@ -1,0 +1,93 @@
+"""Compile latency of a nanoGPT training step (forward + backward + AdamW in one compiled function).
+
+    python benchmarks/compile_latency.py [--layers 4] [--profile out.prof]
+
+Times the first call with an empty disk kernel cache (cold) and the second and third calls, then
+the first call in a new process over the disk cache the first process filled (warm). Times are
+CPU seconds of the process (compilation is single-threaded), steady on a shared machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import importlib.util
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+
+def load_gpt():
+    path = os.path.join(os.path.dirname(__file__), "..", "examples", "programs", "gpt.py")
+    spec = importlib.util.spec_from_file_location("gpt_program", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def make_step(jt, gpt, layers):
+    jt.manual_seed(0)
+    model = gpt.GPT(65, 64, layers, 4, 128, 0.0, flash=True)
+    optimizer = model.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu")
+
+    def step(x, y):
+        _, loss = model(x, y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    x = jt.randint(0, 65, (12, 64))
+    y = jt.randint(0, 65, (12, 64))
+    return jt.compile(step), x, y
+
+
+def timed(fn, *args, profile=None):
+    start = time.process_time()
+    if profile is not None:
+        profiler = cProfile.Profile(time.process_time)
+        profiler.enable()
+    out = fn(*args)
+    if profile is not None:
+        profiler.disable()
+        profiler.dump_stats(profile)
+    return out, time.process_time() - start
+
+
+def measure(layers, profile=None):
+    """(first, second, third call seconds, first two losses) in this process."""
+    import jitorch as jt
+    step, x, y = make_step(jt, load_gpt(), layers)
+    loss1, first = timed(step, x, y, profile=profile)
+    loss2, second = timed(step, x, y)
+    loss3, third = timed(step, x, y)
+    print(f"compiled graphs reused by a later trace: {step.reused_compilations}", file=sys.stderr)
+    return first, second, third, float(loss1), float(loss2), float(loss3)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--profile", help="write cProfile stats of the cold first call here")
+    parser.add_argument("--profile-warm", help="write cProfile stats of the warm first call here")
+    parser.add_argument("--warm", action="store_true", help=argparse.SUPPRESS)  # the second process
+    args = parser.parse_args(argv)
+    if args.warm:
+        print(measure(args.layers, args.profile_warm)[0])
+        return
+    os.environ["JITORCH_CACHE_DIR"] = tempfile.mkdtemp(prefix="jitorch-cold-")
+    cold, second, third, *losses = measure(args.layers, args.profile)
+    command = [sys.executable, __file__, "--warm", "--layers", str(args.layers)]
+    if args.profile_warm:
+        command += ["--profile-warm", args.profile_warm]
+    warm = float(subprocess.run(command, check=True, capture_output=True, text=True).stdout.split()[-1])
+    print(f"layers {args.layers}: cold first {cold:.2f}s, second {second:.2f}s, third {third:.3f}s, "
+          f"warm first {warm:.2f}s; losses {' '.join(f'{v:.4f}' for v in losses)}")
+
+
+if __name__ == "__main__":
+    main()
