@@ -1,0 +1,317 @@
+"""Fused recurrences: one layer and direction of an Elman RNN, LSTM or GRU over a whole sequence as
+one op, with its backward (backpropagation through time) as a second op.
+
+``nn.RNN``/``LSTM``/``GRU`` compute the input projection ``x @ W_ih.T + b_ih`` of every time step as
+one matmul and hand it to ``_rnn_layer``, whose NumPy loop over time runs one matmul ``h @ W_hh.T``
+and the gate arithmetic (ufuncs into preallocated buffers) per step. Eager autograd then records one
+node per layer instead of a dozen per step, and a traced graph holds one node instead of the
+unrolled loop. The gates follow torch's order and formulas: LSTM i, f, g, o (with the optional
+projection ``W_hr`` of ``proj_size``); GRU r, z, n with ``b_hn`` inside the reset product.
+
+The forward returns, besides output, h_n and c_n, a ``reserve`` of what the backward reads (as
+cuDNN's reserve space): LSTM's gate activations and cell states, GRU's gates and ``W_hn h + b_hn``.
+``_rnn_layer_backward`` has no derivative of its own: a double backward raises, as torch's cuDNN RNN.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .meta import opmath
+from .registry import TensorSpec, defop
+
+_GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
+_RESERVED = {"RNN_TANH": 0, "RNN_RELU": 0, "LSTM": 5, "GRU": 4}  # reserve width in units of hidden_size
+
+
+def _layer_meta(mode, x, hx, cx, w_hh, b_hh, w_hr, reverse):
+    if mode not in _GATES:
+        raise RuntimeError(f"_rnn_layer: unknown mode '{mode}'")
+    if x.ndim != 3:
+        raise RuntimeError(f"_rnn_layer: expected a 3-D input projection (L, N, gates), got {list(x.shape)}")
+    length, batch, width = x.shape
+    hidden = width // _GATES[mode]
+    out_size = hidden if w_hr is None else w_hr.shape[0]
+    expected = {"w_hh": (w_hh, (width, out_size)), "hx": (hx, (batch, out_size))}
+    if b_hh is not None:
+        expected["b_hh"] = (b_hh, (width,))
+    if mode == "LSTM":
+        expected["cx"] = (cx, (batch, hidden))
+    elif cx is not None or w_hr is not None:
+        raise RuntimeError(f"_rnn_layer: a cell state or projection is LSTM's only, not {mode}'s")
+    if w_hr is not None:
+        expected["w_hr"] = (w_hr, (out_size, hidden))
+    for name, (t, shape) in expected.items():
+        if t is None or tuple(t.shape) != shape:
+            got = None if t is None else list(t.shape)
+            raise RuntimeError(f"_rnn_layer: expected {name} of shape {list(shape)} for an input projection of "
+                               f"shape {list(x.shape)}, got {got}")
+        if t.dtype is not x.dtype:
+            raise RuntimeError(f"_rnn_layer: expected {name} of dtype {x.dtype}, got {t.dtype}")
+    if not x.dtype.is_floating_point:
+        raise RuntimeError(f"_rnn_layer: expected a floating input projection, got {x.dtype}")
+
+    def spec(*shape):
+        return TensorSpec(shape, x.dtype, x.device, opmath(x.dtype))
+    cell = (batch, hidden) if mode == "LSTM" else (0,)
+    return (spec(length, batch, out_size), spec(batch, out_size), spec(*cell),
+            spec(length, batch, _RESERVED[mode] * hidden))
+
+
+def _sigmoid_(a):
+    """``a`` replaced by ``1 / (1 + exp(-a))`` in place."""
+    np.negative(a, out=a)
+    np.exp(a, out=a)
+    a += 1
+    np.reciprocal(a, out=a)
+
+
+def _steps(length, reverse):
+    return range(length - 1, -1, -1) if reverse else range(length)
+
+
+def _hidden_product(h, w_hh, b_hh, out):
+    """``out = h @ w_hh.T + b_hh``."""
+    np.matmul(h, w_hh.T, out=out)
+    if b_hh is not None:
+        out += b_hh
+
+
+def _simple_forward(mode, x, h, w_hh, b_hh, output, reverse):
+    for t in _steps(len(x), reverse):
+        out = output[t]
+        _hidden_product(h, w_hh, b_hh, out)
+        out += x[t]
+        if mode == "RNN_TANH":
+            np.tanh(out, out=out)
+        else:
+            np.maximum(out, 0, out=out)
+        h = out
+
+
+def _lstm_forward(x, h, c, w_hh, b_hh, w_hr, output, reserve, reverse):
+    hidden = reserve.shape[-1] // 5
+    shaped = np.empty((x.shape[1], hidden), output.dtype)
+    for t in _steps(len(x), reverse):
+        gates, cell = reserve[t, :, :4 * hidden], reserve[t, :, 4 * hidden:]
+        _hidden_product(h, w_hh, b_hh, gates)
+        gates += x[t]
+        i, f, g, o = (gates[:, k * hidden:(k + 1) * hidden] for k in range(4))
+        _sigmoid_(gates[:, :2 * hidden])
+        np.tanh(g, out=g)
+        _sigmoid_(o)
+        np.multiply(f, c, out=cell)
+        np.multiply(i, g, out=shaped)
+        cell += shaped
+        np.tanh(cell, out=shaped)
+        if w_hr is None:
+            np.multiply(o, shaped, out=output[t])
+        else:
+            shaped *= o
+            np.matmul(shaped, w_hr.T, out=output[t])
+        h, c = output[t], cell
+    return c
+
+
+def _gru_forward(x, h, w_hh, b_hh, output, reserve, reverse):
+    hidden = reserve.shape[-1] // 4
+    hh = np.empty((x.shape[1], 3 * hidden), output.dtype)
+    for t in _steps(len(x), reverse):
+        r, z, n, h_n = (reserve[t, :, k * hidden:(k + 1) * hidden] for k in range(4))
+        _hidden_product(h, w_hh, b_hh, hh)
+        np.add(x[t, :, :2 * hidden], hh[:, :2 * hidden], out=reserve[t, :, :2 * hidden])
+        _sigmoid_(reserve[t, :, :2 * hidden])
+        h_n[...] = hh[:, 2 * hidden:]
+        np.multiply(r, h_n, out=n)
+        n += x[t, :, 2 * hidden:]
+        np.tanh(n, out=n)
+        # torch's form of (1 - z) * n + z * h, rounded as torch rounds it
+        out = output[t]
+        np.subtract(h, n, out=out)
+        out *= z
+        out += n
+        h = out
+
+
+def _layer_cpu(spec, mode, x, hx, cx, w_hh, b_hh, w_hr, reverse):
+    ct = spec[0].compute.np
+    x, hx, w_hh = x.astype(ct, copy=False), hx.astype(ct, copy=False), w_hh.astype(ct, copy=False)
+    b_hh = None if b_hh is None else b_hh.astype(ct, copy=False)
+    output = np.empty(spec[0].shape, ct)
+    reserve = np.empty(spec[3].shape, ct)
+    c_n = np.empty(spec[2].shape, ct)
+    if x.shape[0] == 0:
+        return output, hx.copy(), (cx.astype(ct) if mode == "LSTM" else c_n), reserve
+    if mode == "LSTM":
+        w_hr = None if w_hr is None else w_hr.astype(ct, copy=False)
+        c_n[...] = _lstm_forward(x, hx, cx.astype(ct, copy=False), w_hh, b_hh, w_hr, output, reserve, reverse)
+    elif mode == "GRU":
+        _gru_forward(x, hx, w_hh, b_hh, output, reserve, reverse)
+    else:
+        _simple_forward(mode, x, hx, w_hh, b_hh, output, reverse)
+    return output, output[-1 if not reverse else 0].copy(), c_n, reserve
+
+
+defop("_rnn_layer(str mode, Tensor input, Tensor hx, Tensor? cx, Tensor w_hh, Tensor? b_hh, Tensor? w_hr, "
+      "bool reverse) -> (Tensor output, Tensor h_n, Tensor c_n, Tensor reserve)",
+      meta=_layer_meta, cpu=_layer_cpu, kind="recurrence", variants=(),
+      doc="One layer and direction of an RNN (``mode`` RNN_TANH, RNN_RELU, LSTM or GRU) over the input "
+          "projection ``input`` (L, N, gates * hidden) from state ``hx`` (and LSTM's ``cx``); ``reverse`` runs "
+          "from the last step. ``reserve`` holds what ``_rnn_layer_backward`` reads.")
+
+
+# Backward ------------------------------------------------------------------------------------------
+
+def _backward_meta(mode, grad_output, grad_hy, grad_cy, hx, cx, w_hh, w_hr, output, reserve, reverse):
+    length, batch, _ = output.shape
+    width = w_hh.shape[0]
+
+    def spec(*shape):
+        return TensorSpec(shape, output.dtype, output.device, opmath(output.dtype))
+    return (spec(length, batch, width), spec(*hx.shape), spec(*(cx.shape if cx is not None else (0,))),
+            spec(*w_hh.shape), spec(width), spec(*(w_hr.shape if w_hr is not None else (0,))))
+
+
+def _previous(output, hx, reverse):
+    """The state each step started from: ``hx``, then the outputs shifted by one step."""
+    prev = np.empty_like(output)
+    if reverse:
+        prev[:-1], prev[-1] = output[1:], hx
+    else:
+        prev[1:], prev[0] = output[:-1], hx
+    return prev
+
+
+def _simple_backward(mode, grad_output, grad_hy, w_hh, output, reverse):
+    """Gradients of the pre-activations (those of the input projection and of ``h W_hh^T + b_hh``
+    alike) and of ``hx``."""
+    d_pre = np.empty_like(output)
+    dh = grad_hy.copy()
+    for t in _steps(len(output), not reverse):
+        dh += grad_output[t]
+        d = d_pre[t]
+        if mode == "RNN_TANH":
+            np.multiply(output[t], output[t], out=d)
+            np.subtract(1, d, out=d)
+        else:
+            np.greater(output[t], 0, out=d, casting="unsafe")
+        d *= dh
+        np.matmul(d, w_hh, out=dh)
+    return d_pre, d_pre, dh
+
+
+def _lstm_backward(grad_output, grad_hy, grad_cy, cx, w_hh, w_hr, reserve, reverse):
+    """Gradients of the gate pre-activations (both products share them), of ``hx`` and ``cx``, and the
+    gradient reaching each step's output (for ``W_hr``'s)."""
+    length, batch = reserve.shape[:2]
+    hidden = reserve.shape[-1] // 5
+    d_gates = np.empty((length, batch, 4 * hidden), reserve.dtype)
+    d_out = np.empty((length,) + grad_hy.shape, reserve.dtype)
+    ds = np.empty((batch, hidden), reserve.dtype)
+    dh = grad_hy.copy()
+    dc = grad_cy.copy()
+    tc = np.empty((batch, hidden), reserve.dtype)
+    tmp = np.empty_like(tc)
+    for t in _steps(length, not reverse):
+        i, f, g, o = (reserve[t, :, k * hidden:(k + 1) * hidden] for k in range(4))
+        di, df, dg, do = (d_gates[t, :, k * hidden:(k + 1) * hidden] for k in range(4))
+        c_prev = cx if t == (length - 1 if reverse else 0) else reserve[t + (1 if reverse else -1), :, 4 * hidden:]
+        dh += grad_output[t]
+        d_out[t] = dh
+        if w_hr is None:
+            ds[...] = dh
+        else:
+            np.matmul(dh, w_hr, out=ds)
+        np.tanh(reserve[t, :, 4 * hidden:], out=tc)
+        np.multiply(ds, tc, out=do)                       # d o (activation)
+        np.multiply(tc, tc, out=tmp)
+        np.subtract(1, tmp, out=tmp)
+        tmp *= o
+        tmp *= ds
+        dc += tmp                                         # d c_t
+        np.multiply(dc, g, out=di)
+        np.multiply(dc, c_prev, out=df)
+        np.multiply(dc, i, out=dg)
+        dc *= f                                           # d c_{t-1}
+        _sigmoid_grad_(di, i)
+        _sigmoid_grad_(df, f)
+        _sigmoid_grad_(do, o)
+        np.multiply(g, g, out=tmp)
+        np.subtract(1, tmp, out=tmp)
+        dg *= tmp
+        np.matmul(d_gates[t], w_hh, out=dh)
+    return d_gates, dh, dc, d_out
+
+
+def _sigmoid_grad_(d, s):
+    """``d *= s * (1 - s)``, the sigmoid's derivative at its value ``s``."""
+    d *= s
+    d -= d * s
+
+
+def _gru_backward(grad_output, grad_hy, w_hh, output, reserve, prev, reverse):
+    """Gradients of the input projection and of ``h W_hh^T + b_hh``, and of ``hx``."""
+    length, batch = output.shape[:2]
+    hidden = reserve.shape[-1] // 4
+    d_x = np.empty((length, batch, 3 * hidden), output.dtype)
+    d_hh = np.empty_like(d_x)
+    dh = grad_hy.copy()
+    tmp = np.empty((batch, hidden), output.dtype)
+    for t in _steps(length, not reverse):
+        r, z, n, h_n = (reserve[t, :, k * hidden:(k + 1) * hidden] for k in range(4))
+        dr, dz, dn = (d_x[t, :, k * hidden:(k + 1) * hidden] for k in range(3))
+        dh += grad_output[t]
+        np.subtract(prev[t], n, out=dz)
+        dz *= dh
+        _sigmoid_grad_(dz, z)
+        np.multiply(n, n, out=tmp)
+        np.subtract(1, tmp, out=tmp)
+        np.subtract(1, z, out=dn)
+        dn *= dh
+        dn *= tmp                                         # d of n's pre-activation
+        np.multiply(dn, h_n, out=dr)
+        _sigmoid_grad_(dr, r)
+        d_hh[t, :, :2 * hidden] = d_x[t, :, :2 * hidden]
+        np.multiply(dn, r, out=d_hh[t, :, 2 * hidden:])
+        dh *= z
+        dh += d_hh[t] @ w_hh
+    return d_x, d_hh, dh
+
+
+def _flat_product(a, b):
+    """``sum over t of a[t].T @ b[t]`` as one matmul."""
+    return a.reshape(-1, a.shape[-1]).T @ b.reshape(-1, b.shape[-1])
+
+
+def _backward_cpu(spec, mode, grad_output, grad_hy, grad_cy, hx, cx, w_hh, w_hr, output, reserve, reverse):
+    ct = spec[0].compute.np
+    grad_output, grad_hy, hx, w_hh, output, reserve = (
+        a.astype(ct, copy=False) for a in (grad_output, grad_hy, hx, w_hh, output, reserve))
+    grad_cx = np.zeros(spec[2].shape, ct)
+    grad_w_hr = np.zeros(spec[5].shape, ct)
+    if output.shape[0] == 0:
+        return (np.zeros(spec[0].shape, ct), grad_hy.copy(), grad_cy.astype(ct), np.zeros(spec[3].shape, ct),
+                np.zeros(spec[4].shape, ct), grad_w_hr)
+    prev = _previous(output, hx, reverse)
+    if mode == "LSTM":
+        w_hr = None if w_hr is None else w_hr.astype(ct, copy=False)
+        d_x, grad_hx, grad_cx, d_out = _lstm_backward(grad_output, grad_hy, grad_cy.astype(ct, copy=False),
+                                                         cx.astype(ct, copy=False), w_hh, w_hr, reserve, reverse)
+        d_hh = d_x
+        if w_hr is not None:
+            hidden = reserve.shape[-1] // 5
+            shaped = np.tanh(reserve[..., 4 * hidden:]) * reserve[..., 3 * hidden:4 * hidden]
+            grad_w_hr = _flat_product(d_out, shaped)
+    elif mode == "GRU":
+        d_x, d_hh, grad_hx = _gru_backward(grad_output, grad_hy, w_hh, output, reserve, prev, reverse)
+    else:
+        d_x, d_hh, grad_hx = _simple_backward(mode, grad_output, grad_hy, w_hh, output, reverse)
+    return d_x, grad_hx, grad_cx, _flat_product(d_hh, prev), d_hh.sum((0, 1)), grad_w_hr
+
+
+defop("_rnn_layer_backward(str mode, Tensor grad_output, Tensor grad_hy, Tensor grad_cy, Tensor hx, Tensor? cx, "
+      "Tensor w_hh, Tensor? w_hr, Tensor output, Tensor reserve, bool reverse) -> (Tensor grad_input, "
+      "Tensor grad_hx, Tensor grad_cx, Tensor grad_w_hh, Tensor grad_b_hh, Tensor grad_w_hr)",
+      meta=_backward_meta, cpu=_backward_cpu, kind="recurrence", variants=(),
+      doc="Backpropagation through time of ``_rnn_layer``: the gradients of its input projection, states and "
+          "weights from those of its output and final states, its ``output`` and ``reserve``.")
