@@ -8,8 +8,9 @@ node per layer instead of a dozen per step, and a traced graph holds one node in
 unrolled loop. The gates follow torch's order and formulas: LSTM i, f, g, o (with the optional
 projection ``W_hr`` of ``proj_size``); GRU r, z, n with ``b_hn`` inside the reset product.
 
-The forward returns, besides output, h_n and c_n, a ``reserve`` of what the backward reads (as
-cuDNN's reserve space): LSTM's gate activations and cell states, GRU's gates and ``W_hn h + b_hn``.
+The forward returns, besides output, h_n and c_n, a ``reserve`` of what the backward reads, as
+cuDNN's reserve space: LSTM's gate activations and cell states, GRU's gates and ``W_hn h + b_hn``, in
+the compute dtype, stored as bytes (uint8) so that, as torch's reserve, it carries no gradient.
 ``_rnn_layer_backward`` has no derivative of its own: a double backward raises, as torch's cuDNN RNN.
 """
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..runtime import dtypes as _dt
 from .meta import opmath
 from .registry import TensorSpec, defop
 
@@ -54,8 +56,9 @@ def _layer_meta(mode, x, hx, cx, w_hh, b_hh, w_hr, reverse):
     def spec(*shape):
         return TensorSpec(shape, x.dtype, x.device, opmath(x.dtype))
     cell = (batch, hidden) if mode == "LSTM" else (0,)
+    reserved = _RESERVED[mode] * hidden * opmath(x.dtype).np.itemsize
     return (spec(length, batch, out_size), spec(batch, out_size), spec(*cell),
-            spec(length, batch, _RESERVED[mode] * hidden))
+            TensorSpec((length, batch, reserved), _dt.uint8, x.device))
 
 
 def _sigmoid_(a):
@@ -138,10 +141,11 @@ def _layer_cpu(spec, mode, x, hx, cx, w_hh, b_hh, w_hr, reverse):
     x, hx, w_hh = x.astype(ct, copy=False), hx.astype(ct, copy=False), w_hh.astype(ct, copy=False)
     b_hh = None if b_hh is None else b_hh.astype(ct, copy=False)
     output = np.empty(spec[0].shape, ct)
-    reserve = np.empty(spec[3].shape, ct)
+    length, batch, reserved = spec[3].shape
+    reserve = np.empty((length, batch, reserved // np.dtype(ct).itemsize), ct)
     c_n = np.empty(spec[2].shape, ct)
     if x.shape[0] == 0:
-        return output, hx.copy(), (cx.astype(ct) if mode == "LSTM" else c_n), reserve
+        return output, hx.copy(), (cx.astype(ct) if mode == "LSTM" else c_n), reserve.view(np.uint8)
     if mode == "LSTM":
         w_hr = None if w_hr is None else w_hr.astype(ct, copy=False)
         c_n[...] = _lstm_forward(x, hx, cx.astype(ct, copy=False), w_hh, b_hh, w_hr, output, reserve, reverse)
@@ -149,7 +153,7 @@ def _layer_cpu(spec, mode, x, hx, cx, w_hh, b_hh, w_hr, reverse):
         _gru_forward(x, hx, w_hh, b_hh, output, reserve, reverse)
     else:
         _simple_forward(mode, x, hx, w_hh, b_hh, output, reverse)
-    return output, output[-1 if not reverse else 0].copy(), c_n, reserve
+    return output, output[-1 if not reverse else 0].copy(), c_n, reserve.view(np.uint8)
 
 
 defop("_rnn_layer(str mode, Tensor input, Tensor hx, Tensor? cx, Tensor w_hh, Tensor? b_hh, Tensor? w_hr, "
@@ -285,8 +289,8 @@ def _flat_product(a, b):
 
 def _backward_cpu(spec, mode, grad_output, grad_hy, grad_cy, hx, cx, w_hh, w_hr, output, reserve, reverse):
     ct = spec[0].compute.np
-    grad_output, grad_hy, hx, w_hh, output, reserve = (
-        a.astype(ct, copy=False) for a in (grad_output, grad_hy, hx, w_hh, output, reserve))
+    grad_output, grad_hy, hx, w_hh, output = (a.astype(ct, copy=False) for a in (grad_output, grad_hy, hx, w_hh, output))
+    reserve = np.ascontiguousarray(reserve).view(ct)
     grad_cx = np.zeros(spec[2].shape, ct)
     grad_w_hr = np.zeros(spec[5].shape, ct)
     if output.shape[0] == 0:
