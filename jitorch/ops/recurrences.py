@@ -189,97 +189,75 @@ def _previous(output, hx, reverse):
 def _simple_backward(mode, grad_output, grad_hy, w_hh, output, reverse):
     """Gradients of the pre-activations (those of the input projection and of ``h W_hh^T + b_hh``
     alike) and of ``hx``."""
+    slope = 1 - output * output if mode == "RNN_TANH" else (output > 0).astype(output.dtype)
     d_pre = np.empty_like(output)
     dh = grad_hy.copy()
     for t in _steps(len(output), not reverse):
         dh += grad_output[t]
-        d = d_pre[t]
-        if mode == "RNN_TANH":
-            np.multiply(output[t], output[t], out=d)
-            np.subtract(1, d, out=d)
-        else:
-            np.greater(output[t], 0, out=d, casting="unsafe")
-        d *= dh
-        np.matmul(d, w_hh, out=dh)
+        np.multiply(dh, slope[t], out=d_pre[t])
+        np.matmul(d_pre[t], w_hh, out=dh)
     return d_pre, d_pre, dh
 
 
 def _lstm_backward(grad_output, grad_hy, grad_cy, cx, w_hh, w_hr, reserve, reverse):
     """Gradients of the gate pre-activations (both products share them), of ``hx`` and ``cx``, and the
-    gradient reaching each step's output (for ``W_hr``'s)."""
+    gradient reaching each step's output (for ``W_hr``'s). What does not depend on the incoming gradient
+    (the activations' derivatives) is computed for every step at once, ahead of the loop."""
     length, batch = reserve.shape[:2]
     hidden = reserve.shape[-1] // 5
-    d_gates = np.empty((length, batch, 4 * hidden), reserve.dtype)
-    d_out = np.empty((length,) + grad_hy.shape, reserve.dtype)
-    ds = np.empty((batch, hidden), reserve.dtype)
+    i, f, g, o, c = np.moveaxis(reserve.reshape(length, batch, 5, hidden), 2, 0)
+    tc = np.tanh(c)
+    # d_gates[t] = [dc * by_cell (i, f, g: three blocks), ds * by_output (o)]
+    by_cell = np.empty((length, batch, 3, hidden), reserve.dtype)
+    np.multiply(g, i * (1 - i), out=by_cell[:, :, 0])
+    np.multiply(_previous(c, cx, reverse), f * (1 - f), out=by_cell[:, :, 1])
+    np.multiply(i, 1 - g * g, out=by_cell[:, :, 2])
+    by_output = tc * (o * (1 - o))
+    output_to_cell = o * (1 - tc * tc)
+    d_gates = np.empty((length, batch, 4, hidden), reserve.dtype)
+    d_out = np.empty((length,) + grad_hy.shape, reserve.dtype) if w_hr is not None else None
     dh = grad_hy.copy()
     dc = grad_cy.copy()
-    tc = np.empty((batch, hidden), reserve.dtype)
-    tmp = np.empty_like(tc)
+    tmp = np.empty((batch, hidden), reserve.dtype)
     for t in _steps(length, not reverse):
-        i, f, g, o = (reserve[t, :, k * hidden:(k + 1) * hidden] for k in range(4))
-        di, df, dg, do = (d_gates[t, :, k * hidden:(k + 1) * hidden] for k in range(4))
-        c_prev = cx if t == (length - 1 if reverse else 0) else reserve[t + (1 if reverse else -1), :, 4 * hidden:]
         dh += grad_output[t]
-        d_out[t] = dh
         if w_hr is None:
-            ds[...] = dh
+            ds = dh
         else:
-            np.matmul(dh, w_hr, out=ds)
-        np.tanh(reserve[t, :, 4 * hidden:], out=tc)
-        np.multiply(ds, tc, out=do)                       # d o (activation)
-        np.multiply(tc, tc, out=tmp)
-        np.subtract(1, tmp, out=tmp)
-        tmp *= o
-        tmp *= ds
-        dc += tmp                                         # d c_t
-        np.multiply(dc, g, out=di)
-        np.multiply(dc, c_prev, out=df)
-        np.multiply(dc, i, out=dg)
-        dc *= f                                           # d c_{t-1}
-        _sigmoid_grad_(di, i)
-        _sigmoid_grad_(df, f)
-        _sigmoid_grad_(do, o)
-        np.multiply(g, g, out=tmp)
-        np.subtract(1, tmp, out=tmp)
-        dg *= tmp
-        np.matmul(d_gates[t], w_hh, out=dh)
-    return d_gates, dh, dc, d_out
-
-
-def _sigmoid_grad_(d, s):
-    """``d *= s * (1 - s)``, the sigmoid's derivative at its value ``s``."""
-    d *= s
-    d -= d * s
+            d_out[t] = dh
+            ds = dh @ w_hr
+        np.multiply(ds, by_output[t], out=d_gates[t, :, 3])
+        np.multiply(ds, output_to_cell[t], out=tmp)
+        dc += tmp
+        np.multiply(dc[:, None], by_cell[t], out=d_gates[t, :, :3])
+        dc *= f[t]
+        np.matmul(d_gates[t].reshape(batch, 4 * hidden), w_hh, out=dh)
+    return d_gates.reshape(length, batch, 4 * hidden), dh, dc, d_out
 
 
 def _gru_backward(grad_output, grad_hy, w_hh, output, reserve, prev, reverse):
-    """Gradients of the input projection and of ``h W_hh^T + b_hh``, and of ``hx``."""
+    """Gradients of the input projection and of ``h W_hh^T + b_hh``, and of ``hx``; the activations'
+    derivatives are computed for every step at once, ahead of the loop."""
     length, batch = output.shape[:2]
     hidden = reserve.shape[-1] // 4
-    d_x = np.empty((length, batch, 3 * hidden), output.dtype)
+    r, z, n, h_n = np.moveaxis(reserve.reshape(length, batch, 4, hidden), 2, 0)
+    by_z = (prev - n) * (z * (1 - z))
+    by_n = (1 - z) * (1 - n * n)
+    by_r = h_n * (r * (1 - r))
+    d_x = np.empty((length, batch, 3, hidden), output.dtype)
     d_hh = np.empty_like(d_x)
     dh = grad_hy.copy()
-    tmp = np.empty((batch, hidden), output.dtype)
+    tmp = np.empty_like(dh)
     for t in _steps(length, not reverse):
-        r, z, n, h_n = (reserve[t, :, k * hidden:(k + 1) * hidden] for k in range(4))
-        dr, dz, dn = (d_x[t, :, k * hidden:(k + 1) * hidden] for k in range(3))
         dh += grad_output[t]
-        np.subtract(prev[t], n, out=dz)
-        dz *= dh
-        _sigmoid_grad_(dz, z)
-        np.multiply(n, n, out=tmp)
-        np.subtract(1, tmp, out=tmp)
-        np.subtract(1, z, out=dn)
-        dn *= dh
-        dn *= tmp                                         # d of n's pre-activation
-        np.multiply(dn, h_n, out=dr)
-        _sigmoid_grad_(dr, r)
-        d_hh[t, :, :2 * hidden] = d_x[t, :, :2 * hidden]
-        np.multiply(dn, r, out=d_hh[t, :, 2 * hidden:])
-        dh *= z
-        dh += d_hh[t] @ w_hh
-    return d_x, d_hh, dh
+        np.multiply(dh, by_z[t], out=d_hh[t, :, 1])
+        np.multiply(dh, by_n[t], out=d_x[t, :, 2])
+        np.multiply(d_x[t, :, 2], by_r[t], out=d_hh[t, :, 0])
+        np.multiply(d_x[t, :, 2], r[t], out=d_hh[t, :, 2])
+        dh *= z[t]
+        dh += np.matmul(d_hh[t].reshape(batch, 3 * hidden), w_hh, out=tmp)
+    d_x[:, :, :2] = d_hh[:, :, :2]
+    return d_x.reshape(length, batch, 3 * hidden), d_hh.reshape(length, batch, 3 * hidden), dh
 
 
 def _flat_product(a, b):
