@@ -73,17 +73,18 @@ def _steps(length, reverse):
     return range(length - 1, -1, -1) if reverse else range(length)
 
 
-def _hidden_product(h, w_hh, b_hh, out):
-    """``out = h @ w_hh.T + b_hh``."""
-    np.matmul(h, w_hh.T, out=out)
+def _hidden_product(h, w_t, b_hh, out):
+    """``out = h @ w_t + b_hh``, ``w_t`` being ``W_hh.T`` made contiguous (NumPy's matmul of a transposed
+    operand runs about half as fast at these sizes) and ``out`` contiguous."""
+    np.matmul(h, w_t, out=out)
     if b_hh is not None:
         out += b_hh
 
 
-def _simple_forward(mode, x, h, w_hh, b_hh, output, reverse):
+def _simple_forward(mode, x, h, w_t, b_hh, output, reverse):
     for t in _steps(len(x), reverse):
         out = output[t]
-        _hidden_product(h, w_hh, b_hh, out)
+        _hidden_product(h, w_t, b_hh, out)
         out += x[t]
         if mode == "RNN_TANH":
             np.tanh(out, out=out)
@@ -92,13 +93,14 @@ def _simple_forward(mode, x, h, w_hh, b_hh, output, reverse):
         h = out
 
 
-def _lstm_forward(x, h, c, w_hh, b_hh, w_hr, output, reserve, reverse):
+def _lstm_forward(x, h, c, w_t, b_hh, w_hr_t, output, reserve, reverse):
     hidden = reserve.shape[-1] // 5
     shaped = np.empty((x.shape[1], hidden), output.dtype)
+    hh = np.empty((x.shape[1], 4 * hidden), output.dtype)
     for t in _steps(len(x), reverse):
         gates, cell = reserve[t, :, :4 * hidden], reserve[t, :, 4 * hidden:]
-        _hidden_product(h, w_hh, b_hh, gates)
-        gates += x[t]
+        _hidden_product(h, w_t, b_hh, hh)
+        np.add(hh, x[t], out=gates)
         i, f, g, o = (gates[:, k * hidden:(k + 1) * hidden] for k in range(4))
         _sigmoid_(gates[:, :2 * hidden])
         np.tanh(g, out=g)
@@ -107,21 +109,21 @@ def _lstm_forward(x, h, c, w_hh, b_hh, w_hr, output, reserve, reverse):
         np.multiply(i, g, out=shaped)
         cell += shaped
         np.tanh(cell, out=shaped)
-        if w_hr is None:
+        if w_hr_t is None:
             np.multiply(o, shaped, out=output[t])
         else:
             shaped *= o
-            np.matmul(shaped, w_hr.T, out=output[t])
+            np.matmul(shaped, w_hr_t, out=output[t])
         h, c = output[t], cell
     return c
 
 
-def _gru_forward(x, h, w_hh, b_hh, output, reserve, reverse):
+def _gru_forward(x, h, w_t, b_hh, output, reserve, reverse):
     hidden = reserve.shape[-1] // 4
     hh = np.empty((x.shape[1], 3 * hidden), output.dtype)
     for t in _steps(len(x), reverse):
         r, z, n, h_n = (reserve[t, :, k * hidden:(k + 1) * hidden] for k in range(4))
-        _hidden_product(h, w_hh, b_hh, hh)
+        _hidden_product(h, w_t, b_hh, hh)
         np.add(x[t, :, :2 * hidden], hh[:, :2 * hidden], out=reserve[t, :, :2 * hidden])
         _sigmoid_(reserve[t, :, :2 * hidden])
         h_n[...] = hh[:, 2 * hidden:]
@@ -138,7 +140,7 @@ def _gru_forward(x, h, w_hh, b_hh, output, reserve, reverse):
 
 def _layer_cpu(spec, mode, x, hx, cx, w_hh, b_hh, w_hr, reverse):
     ct = spec[0].compute.np
-    x, hx, w_hh = x.astype(ct, copy=False), hx.astype(ct, copy=False), w_hh.astype(ct, copy=False)
+    x, hx, w_t = x.astype(ct, copy=False), hx.astype(ct, copy=False), np.ascontiguousarray(w_hh.T, ct)
     b_hh = None if b_hh is None else b_hh.astype(ct, copy=False)
     output = np.empty(spec[0].shape, ct)
     length, batch, reserved = spec[3].shape
@@ -147,12 +149,12 @@ def _layer_cpu(spec, mode, x, hx, cx, w_hh, b_hh, w_hr, reverse):
     if x.shape[0] == 0:
         return output, hx.copy(), (cx.astype(ct) if mode == "LSTM" else c_n), reserve.view(np.uint8)
     if mode == "LSTM":
-        w_hr = None if w_hr is None else w_hr.astype(ct, copy=False)
-        c_n[...] = _lstm_forward(x, hx, cx.astype(ct, copy=False), w_hh, b_hh, w_hr, output, reserve, reverse)
+        w_hr_t = None if w_hr is None else np.ascontiguousarray(w_hr.T, ct)
+        c_n[...] = _lstm_forward(x, hx, cx.astype(ct, copy=False), w_t, b_hh, w_hr_t, output, reserve, reverse)
     elif mode == "GRU":
-        _gru_forward(x, hx, w_hh, b_hh, output, reserve, reverse)
+        _gru_forward(x, hx, w_t, b_hh, output, reserve, reverse)
     else:
-        _simple_forward(mode, x, hx, w_hh, b_hh, output, reverse)
+        _simple_forward(mode, x, hx, w_t, b_hh, output, reverse)
     return output, output[-1 if not reverse else 0].copy(), c_n, reserve.view(np.uint8)
 
 
@@ -267,7 +269,8 @@ def _flat_product(a, b):
 
 def _backward_cpu(spec, mode, grad_output, grad_hy, grad_cy, hx, cx, w_hh, w_hr, output, reserve, reverse):
     ct = spec[0].compute.np
-    grad_output, grad_hy, hx, w_hh, output = (a.astype(ct, copy=False) for a in (grad_output, grad_hy, hx, w_hh, output))
+    grad_output, grad_hy, hx, output = (a.astype(ct, copy=False) for a in (grad_output, grad_hy, hx, output))
+    w_hh = np.ascontiguousarray(w_hh, ct)  # (a transposed operand halves the speed of the per-step products)
     reserve = np.ascontiguousarray(reserve).view(ct)
     grad_cx = np.zeros(spec[2].shape, ct)
     grad_w_hr = np.zeros(spec[5].shape, ct)
@@ -276,7 +279,7 @@ def _backward_cpu(spec, mode, grad_output, grad_hy, grad_cy, hx, cx, w_hh, w_hr,
                 np.zeros(spec[4].shape, ct), grad_w_hr)
     prev = _previous(output, hx, reverse)
     if mode == "LSTM":
-        w_hr = None if w_hr is None else w_hr.astype(ct, copy=False)
+        w_hr = None if w_hr is None else np.ascontiguousarray(w_hr, ct)
         d_x, grad_hx, grad_cx, d_out = _lstm_backward(grad_output, grad_hy, grad_cy.astype(ct, copy=False),
                                                          cx.astype(ct, copy=False), w_hh, w_hr, reserve, reverse)
         d_hh = d_x
