@@ -340,6 +340,7 @@ def _torch_twin(m, mode, torch_dtype):
     return t
 
 
+@pytest.mark.filterwarnings("ignore:LSTM with projections is not supported with oneDNN")
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("mode,layers,bidirectional,batch_first,proj,bias", TORCH_CASES)
 def test_fused_recurrence_values_and_gradients_match_torch(mode, layers, bidirectional, batch_first, proj, bias,
