@@ -311,8 +311,10 @@ def test_compiled_lstm_training_step_equals_eager():
     assert eager_losses[2] < eager_losses[0]  # the step trains: the loss falls
     for got, exp in zip(params, eager_params):
         np.testing.assert_allclose(got, exp, rtol=1e-4, atol=1e-5)
-    # the unrolled recurrence became one graph with fused elementwise kernels (the gates)
-    assert run.lower(*args).kernels
+    # one graph: each LSTM layer one fused recurrence node (no unrolled loop), the rest in fused kernels
+    lowered = run.lower(*args)
+    assert [node.op.name for node in lowered.graph.nodes].count("_rnn_layer") == 2
+    assert lowered.kernels
 
 
 # The fused recurrence (jitorch/ops/recurrences.py) against torch -------------------------------------
