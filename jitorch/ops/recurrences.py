@@ -20,7 +20,7 @@ import numpy as np
 
 from ..runtime import dtypes as _dt
 from .meta import opmath
-from .registry import TensorSpec, defop
+from .registry import TensorSpec, defop, scalar_name
 
 _GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
 _RESERVED = {"RNN_TANH": 0, "RNN_RELU": 0, "LSTM": 5, "GRU": 4}  # reserve width in units of hidden_size
@@ -48,8 +48,9 @@ def _layer_meta(mode, x, hx, cx, w_hh, b_hh, w_hr, reverse):
             got = None if t is None else list(t.shape)
             raise RuntimeError(f"_rnn_layer: expected {name} of shape {list(shape)} for an input projection of "
                                f"shape {list(x.shape)}, got {got}")
-        if t.dtype is not x.dtype:
-            raise RuntimeError(f"_rnn_layer: expected {name} of dtype {x.dtype}, got {t.dtype}")
+        if t.dtype is not x.dtype:  # (torch's GRU: its product h @ W_hh.T refuses the states' dtype)
+            raise RuntimeError(f"mat1 and mat2 must have the same dtype, but got {scalar_name(t.dtype)} and "
+                               f"{scalar_name(x.dtype)}")
     if not x.dtype.is_floating_point:
         raise RuntimeError(f"_rnn_layer: expected a floating input projection, got {x.dtype}")
 

@@ -404,6 +404,14 @@ def test_fused_layer_falls_back_to_composed_steps_for_half_types():
     assert out.grad_fn.name() == "StackBackward0"
 
 
+@pytest.mark.parametrize("mode", ["GRU", "LSTM"])
+def test_fused_layer_refuses_states_of_another_dtype_than_the_weights(mode):
+    m = _make(mode, 3, 4)
+    states = (jt.randn(1, 1, 4, dtype=jt.float64), jt.randn(1, 1, 4))
+    with pytest.raises(RuntimeError, match="^mat1 and mat2 must have the same dtype, but got Double and Float$"):
+        m(jt.randn(2, 1, 3), states if mode == "LSTM" else states[0])
+
+
 def test_double_backward_through_a_fused_layer_raises():
     m = nn.LSTM(2, 3).double()
     x = jt.randn(4, 1, 2, dtype=jt.float64, requires_grad=True)
