@@ -5,8 +5,9 @@ with compiled steps.
     python examples/sequence_models.py --steps 600 --length 64
 
 Each batch holds waves of random frequency and phase; the models read a wave and predict, at every
-position, the value that comes next. The LSTM's time loop and the encoder's causal attention are traced
-into one graph per training step (forward, loss, backward, Adam), fused into LLVM kernels.
+position, the value that comes next. The LSTM (one fused recurrence node per layer) and the encoder's
+causal attention are traced into one graph per training step (forward, loss, backward, Adam), whose
+elementwise parts are fused into LLVM kernels.
 """
 
 import argparse

@@ -311,5 +311,131 @@ def test_compiled_lstm_training_step_equals_eager():
     assert eager_losses[2] < eager_losses[0]  # the step trains: the loss falls
     for got, exp in zip(params, eager_params):
         np.testing.assert_allclose(got, exp, rtol=1e-4, atol=1e-5)
-    # the unrolled recurrence became one graph with fused elementwise kernels (the gates)
-    assert run.lower(*args).kernels
+    # one graph: each LSTM layer one fused recurrence node (no unrolled loop), the rest in fused kernels
+    lowered = run.lower(*args)
+    assert [node.op.name for node in lowered.graph.nodes].count("_rnn_layer") == 2
+    assert lowered.kernels
+
+
+# The fused recurrence (jitorch/ops/recurrences.py) against torch -------------------------------------
+
+TORCH_CASES = [  # (mode, layers, bidirectional, batch_first, proj_size, bias)
+    ("RNN_TANH", 1, False, False, 0, True), ("RNN_TANH", 2, True, True, 0, False),
+    ("RNN_RELU", 2, False, False, 0, True), ("RNN_RELU", 1, True, True, 0, True),
+    ("LSTM", 1, False, False, 0, True), ("LSTM", 2, True, True, 0, True), ("LSTM", 2, True, False, 2, True),
+    ("LSTM", 1, False, True, 3, False), ("GRU", 1, True, False, 0, True), ("GRU", 2, False, True, 0, False),
+]
+
+
+def _torch_twin(m, mode, torch_dtype):
+    """torch's module of ``m``'s configuration, with ``m``'s weights."""
+    import torch
+    kwargs = dict(num_layers=m.num_layers, bias=m.bias, batch_first=m.batch_first, bidirectional=m.bidirectional,
+                  dtype=torch_dtype)
+    if mode == "LSTM":
+        t = torch.nn.LSTM(m.input_size, m.hidden_size, proj_size=m.proj_size, **kwargs)
+    elif mode == "GRU":
+        t = torch.nn.GRU(m.input_size, m.hidden_size, **kwargs)
+    else:
+        t = torch.nn.RNN(m.input_size, m.hidden_size, nonlinearity=m.nonlinearity, **kwargs)
+    t.load_state_dict({k: torch.tensor(v) for k, v in _numpy_params(m).items()})
+    return t
+
+
+@pytest.mark.filterwarnings("ignore:LSTM with projections is not supported with oneDNN")
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("mode,layers,bidirectional,batch_first,proj,bias", TORCH_CASES)
+def test_fused_recurrence_values_and_gradients_match_torch(mode, layers, bidirectional, batch_first, proj, bias,
+                                                            dtype, rng):
+    import torch
+    extra = {"proj_size": proj} if mode == "LSTM" else {}
+    m = _make(mode, 3, 4, layers, bias=bias, batch_first=batch_first, bidirectional=bidirectional, **extra)
+    m = m.to(getattr(jt, dtype))
+    t = _torch_twin(m, mode, getattr(torch, dtype))
+    dirs = 2 if bidirectional else 1
+    x = rng.normal(size=(2, 5, 3) if batch_first else (5, 2, 3)).astype(dtype)
+    states = [rng.normal(size=(layers * dirs, 2, proj or 4)).astype(dtype)]
+    if mode == "LSTM":
+        states.append(rng.normal(size=(layers * dirs, 2, 4)).astype(dtype))
+    weight = rng.normal(size=(5, 2, dirs * (proj or 4))).astype(dtype)  # of the output, time-major
+
+    def run(lib, module, tensor):
+        xs = tensor(x, requires_grad=True)
+        hs = [tensor(s, requires_grad=True) for s in states]
+        out, final = module(xs, tuple(hs) if mode == "LSTM" else hs[0])
+        final = final if mode == "LSTM" else (final,)
+        w = tensor(weight).transpose(0, 1) if batch_first else tensor(weight)
+        loss = (out * w).sum() + sum((f * f).sum() for f in final)
+        loss.backward()
+        grads = [xs.grad] + [h.grad for h in hs] + [p.grad for p in module.parameters()]
+        return [v.detach().numpy() for v in (out, *final, *grads)]
+
+    got = run(jt, m, jt.tensor)
+    expected = run(torch, t, torch.tensor)
+    tol = dict(rtol=1e-10, atol=1e-12) if dtype == "float64" else dict(rtol=2e-5, atol=2e-6)
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g, e, **tol)
+
+
+def _fused_graph_nodes(m, x):
+    """The op names of the graph ``jitorch.compile`` traces of a training loss through ``m``."""
+    def loss(x):
+        return m(x)[0].pow(2).sum()
+    compiled = jt.compile(loss, fullgraph=True)
+    return [node.op.name for node in compiled.lower(x).graph.nodes]
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_fused_layer_is_one_node_in_eager_autograd_and_in_the_traced_graph(mode):
+    m = _make(mode, 3, 4, 2, bidirectional=True)
+    x = jt.randn(20, 2, 3)
+    out, _ = m(x)
+    assert out.grad_fn.name() == "CatBackward0"
+    assert {fn.name() for fn, _ in out.grad_fn.next_functions} == {"RnnLayerBackward0"}
+    names = _fused_graph_nodes(m, x)
+    assert names.count("_rnn_layer") == 4  # 2 layers x 2 directions, for 20 time steps: no unrolled loop
+    assert len(names) < 60
+
+
+def test_fused_layer_falls_back_to_composed_steps_for_half_types():
+    m = nn.GRU(3, 4).to(jt.bfloat16)
+    out, _ = m(jt.randn(3, 2, 3, dtype=jt.bfloat16))
+    assert out.grad_fn.name() == "StackBackward0"
+
+
+@pytest.mark.parametrize("mode", ["GRU", "LSTM"])
+def test_fused_layer_refuses_states_of_another_dtype_than_the_weights(mode):
+    m = _make(mode, 3, 4)
+    states = (jt.randn(1, 1, 4, dtype=jt.float64), jt.randn(1, 1, 4))
+    with pytest.raises(RuntimeError, match="^mat1 and mat2 must have the same dtype, but got Double and Float$"):
+        m(jt.randn(2, 1, 3), states if mode == "LSTM" else states[0])
+
+
+def test_double_backward_through_a_fused_layer_raises():
+    m = nn.LSTM(2, 3).double()
+    x = jt.randn(4, 1, 2, dtype=jt.float64, requires_grad=True)
+    (g,) = jt.autograd.grad(m(x)[0].sum(), x, create_graph=True)
+    with pytest.raises(NotImplementedError, match="the derivative for '_rnn_layer_backward' is not implemented"):
+        g.sum().backward()
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+@pytest.mark.parametrize("reverse", [False, True])
+def test_gradcheck_fused_layer_op(mode, reverse, rng):
+    hidden, proj = 3, (2 if mode == "LSTM" else None)
+    width = MODES[mode] * hidden
+
+    def leaf(*shape):
+        return jt.tensor(rng.normal(size=shape), requires_grad=True)
+    args = [leaf(4, 2, width), leaf(2, proj or hidden), leaf(2, hidden) if mode == "LSTM" else None,
+            leaf(width, proj or hidden), leaf(width), leaf(proj, hidden) if proj else None]
+    given = [k for k, a in enumerate(args) if a is not None]
+    op = jt.ops.registry.OPS["_rnn_layer"]
+
+    def layer(*tensors):
+        full = list(args)
+        for k, t in zip(given, tensors):
+            full[k] = t
+        return op(mode, *full, reverse)[:3 if mode == "LSTM" else 2]
+    assert gradcheck(layer, [args[k] for k in given])

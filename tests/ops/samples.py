@@ -793,6 +793,27 @@ def _window_samples(*extra):
     return lambda m: [S(5), S(8, False, *extra), S(1), S(0, dtype=jt.float64), S(6, dtype=m.dtype)]
 
 
+def _rnn_layer_args(m):
+    """Arguments of ``_rnn_layer`` (mode, input projection, hx, cx, w_hh, b_hh, w_hr, reverse): every mode, a
+    strided input projection, LSTM with a projection, GRU without bias, one step and reversed ones."""
+    return [("RNN_TANH", m.f((3, 2, 4), "strided"), m.f((2, 4)), None, m.f((4, 4)), m.f((4,)), None, False),
+            ("RNN_RELU", m.f((2, 3, 3)), m.f((3, 3)), None, m.f((3, 3), "transposed"), None, None, True),
+            ("LSTM", m.f((3, 2, 12)), m.f((2, 3)), m.f((2, 3)), m.f((12, 3)), m.f((12,)), None, True),
+            ("LSTM", m.f((1, 2, 8)), m.f((2, 1)), m.f((2, 2)), m.f((8, 1)), m.f((8,)), m.f((1, 2)), False),
+            ("GRU", m.f((3, 1, 6), "transposed"), m.f((1, 2)), None, m.f((6, 2)), None, None, False),
+            ("GRU", m.f((2, 2, 9)), m.f((2, 3)), None, m.f((9, 3)), m.f((9,)), None, True)]
+
+
+def _rnn_backward_samples(m):
+    """Gradients of the outputs of each `_rnn_layer_args` sample, with its forward's output and reserve."""
+    out = []
+    for mode, x, hx, cx, w_hh, b_hh, w_hr, reverse in _rnn_layer_args(m):
+        output, h_n, c_n, reserve = registry.OPS["_rnn_layer"](mode, x, hx, cx, w_hh, b_hh, w_hr, reverse)
+        out.append(S(mode, m.f(tuple(output.shape)), m.f(tuple(h_n.shape)), m.f(tuple(c_n.shape)), hx, cx, w_hh, w_hr,
+                     output, reserve, reverse))
+    return out
+
+
 SHAPES_AND_STATISTICS = _by_names(
     ("cummax cummin", _running),
     ("logcumsumexp", lambda m: [S(m.mat(), 1), S(m.cube(), 0), S(m.scalar(), 0), S(m.f((0, 3)), 1)]),
@@ -888,7 +909,10 @@ SHAPES_AND_STATISTICS = _by_names(
     ("hann_window blackman_window bartlett_window", _window_samples()),
     ("hamming_window", _window_samples(0.5, 0.4)),
     ("kaiser_window", _window_samples(6.0)),
+    ("_rnn_layer", lambda m: [S(*args) for args in _rnn_layer_args(m)]),
+    ("_rnn_layer_backward", _rnn_backward_samples),
 )
+
 
 # The database -------------------------------------------------------------------------------
 

@@ -38,6 +38,9 @@ NO_TORCH_COUNTERPART = {
     "_as_strided_add",
     # linalg_lstsq's kernel: linalg_lstsq (compared) is it with the singular values' gradient stopped, as torch's
     "_linalg_lstsq",
+    # one layer of nn.RNN/LSTM/GRU and its backward (torch's fused RNN ops take flattened weight lists): compared
+    # with torch through the modules in tests/nn/test_rnn.py
+    "_rnn_layer", "_rnn_layer_backward",
 }
 
 # Ops that are torch ATen operators without a public function or method: jitorch runs them through the

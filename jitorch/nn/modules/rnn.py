@@ -1,10 +1,12 @@
 """Recurrent layers: RNN, LSTM, GRU and their single-step cells, as ``torch.nn``.
 
-Everything is composed from jitorch ops (linear, sigmoid, tanh, chunk, stack), one
-Python step per time step, so autograd differentiates it and ``jitorch.compile``
-traces it (the loop unrolls into the graph) without support of their own. The input
-projection of a whole sequence is one matmul ahead of the loop, as in cuDNN and
-torch's CPU kernels; only the hidden-to-hidden product runs per step.
+The input projection of a whole sequence is one matmul ahead of the recurrence, as in cuDNN
+and torch's CPU kernels. Each layer and direction of RNN/LSTM/GRU then runs as one fused op,
+``_rnn_layer`` (jitorch/ops/recurrences.py: a NumPy loop over time with a hand-written backward),
+so eager autograd records one node per layer and ``jitorch.compile`` traces one node instead of an
+unrolled loop. Where that op cannot serve (not a float32/float64 CPU tensor: CUDA, half types,
+autocast's lower precision), the layer is composed from jitorch ops, one Python step per time
+step, as the cells always are.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import numbers
 import warnings
 
 from ...ops.registry import FUNCTIONS as _fn
+from ...ops.registry import OPS as _ops
+from ...runtime import dtypes as _dt
 from ...tensor import Tensor
 from .. import init
 from ..parameter import Parameter
@@ -308,24 +312,20 @@ class RNNBase(Module):
         tensors): (output, final states), with torch's layouts."""
         if self.batch_first:
             input = input.transpose(0, 1)
-        step = _STEPS[self.mode]
         directions = 2 if self.bidirectional else 1
         initial = [s.unbind(0) for s in states]
         finals = [[] for _ in states]
         layer_input = input
-        length = input.size(0)
         for layer in range(self.num_layers):
             outputs = []
             for direction in range(directions):
                 index = layer * directions + direction
                 w_ih, w_hh, b_ih, b_hh, w_hr = self._layer_weights(self._all_weights[index])
-                projected = F.linear(layer_input, w_ih, b_ih).unbind(0)
+                projected = F.linear(layer_input, w_ih, b_ih)
                 state = tuple(s[index] for s in initial)
-                out = [None] * length
-                for t in (reversed(range(length)) if direction == 1 else range(length)):
-                    state = step(projected[t], state, w_hh, b_hh, w_hr)
-                    out[t] = state[0]
-                outputs.append(_fn["stack"](out))
+                run = _fused_layer if _fusable(projected, w_hh) else _composed_layer
+                out, state = run(self.mode, projected, state, w_hh, b_hh, w_hr, direction == 1)
+                outputs.append(out)
                 for kept, s in zip(finals, state):
                     kept.append(s)
             layer_input = outputs[0] if directions == 1 else _fn["cat"](outputs, -1)
@@ -372,6 +372,32 @@ class RNNBase(Module):
             output = output.squeeze(batch_dim)
             states = tuple(s.squeeze(1) for s in states)
         return output, states
+
+
+def _fusable(projected, w_hh):
+    """Whether the fused op ``_rnn_layer`` serves a layer: CPU tensors of float32 or float64 alike (not
+    CUDA, not the half types, not autocast's lower-precision projection of float weights)."""
+    return (projected.device.type == "cpu" and projected.dtype is w_hh.dtype
+            and projected.dtype in (_dt.float32, _dt.float64))
+
+
+def _fused_layer(mode, projected, state, w_hh, b_hh, w_hr, reverse):
+    """One layer and direction as the op ``_rnn_layer``: (output, final states)."""
+    output, h_n, c_n, _ = _ops["_rnn_layer"](mode, projected, state[0], state[1] if mode == "LSTM" else None,
+                                              w_hh, b_hh, w_hr, reverse)
+    return output, ((h_n, c_n) if mode == "LSTM" else (h_n,))
+
+
+def _composed_layer(mode, projected, state, w_hh, b_hh, w_hr, reverse):
+    """One layer and direction composed of jitorch ops, one step per time step: (output, final states)."""
+    step = _STEPS[mode]
+    projected = projected.unbind(0)
+    length = len(projected)
+    out = [None] * length
+    for t in (reversed(range(length)) if reverse else range(length)):
+        state = step(projected[t], state, w_hh, b_hh, w_hr)
+        out[t] = state[0]
+    return _fn["stack"](out), state
 
 
 def _dims(hx, lstm):
