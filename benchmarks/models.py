@@ -239,7 +239,7 @@ def warm(calls, warmup):
     first_losses = {}
     for system, call in list(calls.items()):
         try:
-            losses = [float(call()) for _ in range(warmup)]
+            losses = [call().item() for _ in range(warmup)]
         except Exception as e:  # noqa: BLE001 - a system that fails is reported, the others still run
             calls[system] = f"fails {type(e).__name__}"
             continue
