@@ -1,6 +1,6 @@
 """Training steps of torch-style models, under jitorch and under torch, and the first compiled step's latency.
 
-    python benchmarks/models.py [--quick] [--models gpt,lstm,dcgan,cnn] [--threads 1,2] [--no-latency]
+    python benchmarks/models.py [--quick] [--models gpt,lstm,dcgan,cnn] [--threads 1,2] [--no-latency | --no-steps]
 
 The model code names only ``torch``: the models of examples/programs/ are loaded with that name bound to
 jitorch or to torch, and the steps below take the library as an argument. Models (float32, CPU):
@@ -44,6 +44,7 @@ import sys
 import tempfile
 import time
 import types
+import warnings
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, ROOT)
@@ -56,6 +57,11 @@ from jitorch.codegen import cache, cpu, kernel, linker  # noqa: E402
 from jitorch.ir.passes import fusion, manager  # noqa: E402
 from jitorch.jit import executor, tracer  # noqa: E402
 from timing import median_time  # noqa: E402
+
+try:
+    import threadpoolctl
+except ImportError:
+    threadpoolctl = None
 
 PROGRAMS = os.path.join(ROOT, "examples", "programs")
 SYSTEMS = ("jitorch compiled", "jitorch eager", "jitorch.compile(model)", "torch eager", "torch.compile(model)")
@@ -104,6 +110,7 @@ def gpt_size(name, quick):
 
 
 def gpt(lib, name, quick):
+    """nanoGPT's step: AdamW with weight decay on the matrices, gradients clipped at norm 1."""
     layers, dims, heads, block, batch = gpt_size(name, quick)
     vocab = 65
     model = program("gpt", lib).GPT(vocab, block, layers, heads, dims, dropout=0.0)
@@ -122,6 +129,7 @@ def gpt(lib, name, quick):
 
 
 def lstm(lib, name, quick):
+    """The word language model's step: NLL of the log-softmax decoder, clipping at 0.25, SGD."""
     vocab, dims, bptt, batch = (50, 16, 8, 4) if quick else (10000, 200, 35, 20)
     model = program("word_language_model", lib).RNNModel(vocab, dims, dims, 2, dropout=0.2)
     opt = lib.optim.SGD(model.parameters(), lr=20.0)
@@ -156,6 +164,7 @@ def dcgan_nets(lib, nz, ngf, ndf, nc=3):
 
 
 def dcgan(lib, name, quick):
+    """One D update (real, then detached fake images) and one G update, each with its Adam."""
     nz, width, batch = (8, 8, 4) if quick else (100, 64, 64)
     netG, netD = dcgan_nets(lib, nz, width, width)
     init = program("dcgan", lib).weights_init
@@ -186,6 +195,7 @@ def dcgan(lib, name, quick):
 
 
 def cnn(lib, name, quick):
+    """The MNIST example's step without autocast: NLL of the log-softmax, Adadelta."""
     batch = 8 if quick else 64
     model = program("mnist", lib).Net()
     opt = lib.optim.Adadelta(model.parameters(), lr=1.0)
@@ -235,14 +245,21 @@ def system_calls(name, systems, quick):
 
 def warm(calls, warmup):
     """Run each system ``warmup`` times (compiling; Adam's first compiled call traces again on the
-    second, once its state exists) and the first losses; a system that raises is replaced by its failure."""
+    second, once its state exists) and return the first losses; a system that raises is replaced by its
+    failure, and any warning that a compiled function runs eagerly is printed."""
     first_losses = {}
     for system, call in list(calls.items()):
         try:
-            losses = [call().item() for _ in range(warmup)]
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                losses = [call().item() for _ in range(warmup)]
         except Exception as e:  # noqa: BLE001 - a system that fails is reported, the others still run
             calls[system] = f"fails {type(e).__name__}"
             continue
+        # a compiled function that falls back to eager says so in a warning: its time would be eager's
+        for w in caught:
+            if "eagerly" in str(w.message):
+                print(f"  ({system}: {w.message})")
         first_losses[system] = losses[0]
         if not all(math.isfinite(v) for v in losses):
             calls[system] = "non-finite loss"
@@ -250,34 +267,47 @@ def warm(calls, warmup):
 
 
 def round_robin(calls, rounds, per_round):
-    """Median seconds per step of each callable system, the systems taking turns for ``rounds`` rounds."""
-    times = {s: [] for s, c in calls.items() if callable(c)}
+    """Median seconds per step of each callable system, the systems taking turns for ``rounds`` rounds:
+    ({system: wall seconds}, {system: process CPU seconds}). On a machine shared with other work the CPU
+    time is the steadier of the two (it sums all threads, spinning ones included)."""
+    wall = {s: [] for s, c in calls.items() if callable(c)}
+    cpu = {s: [] for s in wall}
+    for system in wall:  # one untimed turn each: a thread count just set starts its pools
+        calls[system]()
     for _ in range(rounds):
-        for system in times:
-            times[system].append(median_time(calls[system], per_round, warmup=0))
-    return {s: statistics.median(t) for s, t in times.items()}
+        for system in wall:
+            cpu0 = time.process_time()
+            wall[system].append(median_time(calls[system], per_round, warmup=0))
+            cpu[system].append((time.process_time() - cpu0) / per_round)
+    return ({s: statistics.median(t) for s, t in wall.items()}, {s: statistics.median(t) for s, t in cpu.items()})
 
 
 def set_threads(n):
+    """Both libraries' intra-op thread count, and NumPy's BLAS pool (jitorch's eager matmuls and the matmuls
+    a compiled graph leaves to NumPy, which jitorch.set_num_threads does not govern)."""
     jitorch.set_num_threads(n)
+    if threadpoolctl is not None:
+        threadpoolctl.threadpool_limits(n, user_api="blas")
     if real_torch() is not None:
         real_torch().set_num_threads(n)
 
 
 def cell(value):
+    """Seconds as milliseconds; a failure's text as it is."""
     return f"{value * 1e3:.2f}" if isinstance(value, float) else value
 
 
 def ratio(results, a, b):
+    """System ``a``'s time over ``b``'s, when both ran."""
     x, y = results.get(a), results.get(b)
     return f"{x / y:.2f}x" if isinstance(x, float) and isinstance(y, float) else "-"
 
 
-def print_table(threads, rows):
-    """One table of ms/step per model and system at ``threads`` threads, with jitorch compiled's ratios."""
+def print_table(title, rows):
+    """One table of ms/step per model and system, with jitorch compiled's ratios."""
     heads = [*SYSTEMS, "jc/torch eager", "jc/torch.compile"]
     widths = [max(len(h), 9) for h in heads]
-    print(f"\n{threads} thread{'s' if threads > 1 else ''}: ms/step (median)  [jc = jitorch compiled]")
+    print(f"\n{title}  [jc = jitorch compiled]")
     print(f"{'model':<11}" + "".join(f"{h:>{w + 2}}" for h, w in zip(heads, widths)))
     for model, results in rows.items():
         cells = [cell(results.get(s, "-")) for s in SYSTEMS]
@@ -287,21 +317,28 @@ def print_table(threads, rows):
 
 
 def run_steps(models, systems, threads, quick):
-    """Print the ms/step tables: for each thread count, every model's systems, interleaved. Returns
-    {threads: {model: {system: seconds or failure}}} and {model: {system: first-step loss}} (last thread count)."""
-    rounds, per_round = (2, 1) if quick else (7, 2)
-    tables, first_losses = {}, {}
+    """Print the ms/step tables, one per thread count: each model's systems built and compiled once, then
+    timed in turns at each thread count. Returns {threads: {model: {system: seconds or failure}}} and
+    {model: {system: first-step loss}}."""
+    rounds, per_round = (2, 1) if quick else (5, 2)
+    tables, cpu_tables, first_losses = {n: {} for n in threads}, {n: {} for n in threads}, {}
+    for model in models:
+        set_threads(threads[0])
+        calls = system_calls(model, systems, quick)
+        losses = first_losses[model] = warm(calls, 3)
+        print(f"  {model}: first-step loss " + ", ".join(f"{s} {v:.4f}" for s, v in losses.items()), flush=True)
+        for n in threads:
+            set_threads(n)
+            row = tables[n][model] = {s: c for s, c in calls.items() if not callable(c)}
+            cpu_row = cpu_tables[n][model] = dict(row)
+            wall, cpu = round_robin(calls, rounds, per_round)
+            row.update(wall)
+            cpu_row.update(cpu)
+            print(f"  [{n}t] {model}: " + ", ".join(f"{s} {cell(t)}" for s, t in row.items()), flush=True)
     for n in threads:
-        set_threads(n)
-        rows = tables[n] = {}
-        for model in models:
-            calls = system_calls(model, systems, quick)
-            losses = first_losses[model] = warm(calls, 3)
-            rows[model] = {s: c for s, c in calls.items() if not callable(c)}
-            rows[model].update(round_robin(calls, rounds, per_round))
-            print(f"  [{n}t] {model}: first-step loss " + ", ".join(f"{s} {v:.4f}" for s, v in losses.items()),
-                  flush=True)
-        print_table(n, rows)
+        plural = "s" if n > 1 else ""
+        print_table(f"{n} thread{plural}: wall ms/step (median)", tables[n])
+        print_table(f"{n} thread{plural}: process CPU ms/step (median)", cpu_tables[n])
     return tables, first_losses
 
 
@@ -390,19 +427,22 @@ def child(name, quick, cache_dir, profile_path=None):
 
 
 def inclusive(stats, ours):
-    """Seconds spent in (and under) the functions that ``ours`` accepts: counted on the calls from
-    outside them, so that recursion is not counted twice."""
-    total = 0.0
+    """(seconds spent in and under the functions that ``ours`` accepts, calls of them): counted on the
+    calls from outside them, so that recursion is not counted twice."""
+    seconds, calls = 0.0, 0
     for key, (_, _, _, _, callers) in stats.stats.items():
         if ours(key):
-            total += sum(edge[3] for caller, edge in callers.items() if not ours(caller))
-    return total
+            edges = [edge for caller, edge in callers.items() if not ours(caller)]
+            seconds += sum(edge[3] for edge in edges)
+            calls += sum(edge[1] for edge in edges)
+    return seconds, calls
 
 
 def breakdown(profile_path):
-    """(stage seconds, package self seconds, package inclusive seconds, top jitorch functions) of a profile."""
+    """([(stage, seconds, calls)], package self seconds, package inclusive seconds, top jitorch functions)
+    of a profile."""
     stats = pstats.Stats(profile_path)
-    stage_s = [(label, inclusive(stats, ours)) for label, ours in stages()]
+    stage_s = [(label, *inclusive(stats, ours)) for label, ours in stages()]
     self_s, incl_s = {}, {}
     for key, (_, _, tt, _, callers) in stats.stats.items():
         pkg = package_of(key[0])
@@ -415,12 +455,13 @@ def breakdown(profile_path):
 
 
 def print_breakdown(title, profile_path, top_n):
+    """Print a profile's stage, package and (``top_n``) jitorch function times."""
     stage_s, self_s, incl_s, top = breakdown(profile_path)
     total = pstats.Stats(profile_path).total_tt
     print(f"\n{title}: {total:.2f} s profiled (first two calls, cProfile inflates Python-heavy stages)")
-    print("  stage (inclusive s):")
-    for label, s in stage_s:
-        print(f"    {label:<38}{s:8.2f}")
+    print("  stage (inclusive s, calls):")
+    for label, s, n in stage_s:
+        print(f"    {label:<38}{s:8.2f}{n:7d}")
     print("  package (self s / inclusive-from-outside s):")
     for pkg in sorted(self_s, key=self_s.get, reverse=True):
         print(f"    {pkg:<20}{self_s[pkg]:8.2f}{incl_s[pkg]:8.2f}")
@@ -460,6 +501,7 @@ def parse_args(argv):
     p.add_argument("--threads", default="1,2")
     p.add_argument("--systems", default=",".join(SYSTEMS), help=f"comma-separated, of: {', '.join(SYSTEMS)}")
     p.add_argument("--no-latency", action="store_true")
+    p.add_argument("--no-steps", action="store_true", help="the first-call latencies only")
     p.add_argument("--first-call", help=argparse.SUPPRESS)  # the fresh-process child of the latency runs
     p.add_argument("--profile", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -482,7 +524,8 @@ def main(argv=None):
     if args.first_call:
         first_call(args.first_call, args.quick, args.profile)
         return
-    run_steps(args.models, args.systems, args.threads, args.quick)
+    if not args.no_steps:
+        run_steps(args.models, args.systems, args.threads, args.quick)
     if not args.no_latency:
         extra = [m for m in args.models if m not in LATENCY_GPTS]
         run_latency((["gpt-2x128"] if args.quick else list(LATENCY_GPTS)) + ([] if args.quick else extra),

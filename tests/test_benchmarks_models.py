@@ -48,8 +48,10 @@ def test_a_first_call_profile_splits_into_trace_compile_and_run_stages(bench, tm
     path = tmp_path / "first.prof"
     profiler.dump_stats(path)
     stage_s, self_s, incl_s, top = bench.breakdown(str(path))
-    stages = dict(stage_s)
+    stages = {label: seconds for label, seconds, _ in stage_s}
+    calls = {label: n for label, _, n in stage_s}
     assert stages["trace the step (all of it)"] > 0 and stages["compile the graph (all below)"] > 0
     assert stages["compile the graph (all below)"] >= stages["  fusion"] > 0
     assert stages["run the generated call"] > 0
+    assert calls["  fusion"] == 1 and calls["  kernel LLVM IR build"] >= 1
     assert incl_s["jitorch/jit"] > 0 and any("jitorch/jit/compile.py" in where for _, where in top)
