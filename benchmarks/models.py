@@ -288,8 +288,8 @@ def set_threads(n):
     jitorch.set_num_threads(n)
     if threadpoolctl is not None:
         threadpoolctl.threadpool_limits(n, user_api="blas")
-    if real_torch() is not None:
-        real_torch().set_num_threads(n)
+    if "torch" in sys.modules:  # (the latency children never load it)
+        sys.modules["torch"].set_num_threads(n)
 
 
 def cell(value):
@@ -392,25 +392,28 @@ def package_of(filename):
 
 
 def first_call(name, quick, profile_path):
-    """Child process: compile the whole step of ``name`` and time its first three calls (the second
-    retraces once Adam's state exists), the first two under cProfile when ``profile_path`` is given."""
+    """Child process: compile the whole step of ``name`` and time its first three calls, wall and process
+    CPU (the second retraces once Adam's state exists), the first two under cProfile when ``profile_path``
+    is given. One thread, as the compile itself runs on one."""
+    set_threads(1)
     t0 = time.perf_counter()
     w = workload(jitorch, name, quick)
     call = whole_step(jitorch, w)
     build_s = time.perf_counter() - t0
     profiler = cProfile.Profile() if profile_path else None
-    times = []
+    times, cpu_times = [], []
     for i in range(3):
         if profiler is not None and i < 2:
             profiler.enable()
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), time.process_time()
         call()
         times.append(time.perf_counter() - t)
+        cpu_times.append(time.process_time() - cpu)
         if profiler is not None and i < 2:
             profiler.disable()
     if profiler is not None:
         profiler.dump_stats(profile_path)
-    print(json.dumps({"build_s": build_s, "calls_s": times}))
+    print(json.dumps({"build_s": build_s, "calls_s": times, "cpu_s": cpu_times}))
 
 
 def child(name, quick, cache_dir, profile_path=None):
@@ -473,8 +476,9 @@ def print_breakdown(title, profile_path, top_n):
 
 def run_latency(models, quick):
     """First-call latency of each model's compiled whole step, cold and warm kernel cache, in fresh processes."""
-    print("\nfirst compiled calls in a fresh process (s): calls 1, 2 (Adam's state exists: retraced), 3")
-    print(f"{'model':<11}{'cache':>6}{'build':>8}{'call 1':>9}{'call 2':>9}{'call 3':>9}{'process':>9}")
+    print("\nfirst compiled calls in a fresh process, 1 thread (s, wall / process CPU): calls 1, 2 (Adam's state "
+          "exists: retraced), 3")
+    print(f"{'model':<11}{'cache':>6}{'build':>8}{'call 1':>14}{'call 2':>14}{'call 3':>14}{'process':>9}")
     profiles = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in models:
@@ -486,9 +490,8 @@ def run_latency(models, quick):
                     if profiled:
                         profiles[(name, state)] = prof
                         continue
-                    c1, c2, c3 = r["calls_s"]
-                    print(f"{name:<11}{state:>6}{r['build_s']:8.2f}{c1:9.2f}{c2:9.2f}{c3:9.3f}{r['process_s']:9.2f}",
-                          flush=True)
+                    calls = "".join(f"{w:8.2f} /{c:5.2f}" for w, c in zip(r["calls_s"], r["cpu_s"]))
+                    print(f"{name:<11}{state:>6}{r['build_s']:8.2f}{calls}{r['process_s']:9.2f}", flush=True)
         for (name, state), prof in profiles.items():
             print_breakdown(f"{name}, {state} cache", prof, 15 if name == "gpt-4x128" else 0)
 

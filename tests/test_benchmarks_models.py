@@ -30,7 +30,7 @@ def test_quick_gpt_step_table_has_every_system_and_the_compiled_step_matches_eag
     assert math.isclose(losses["gpt-1x32"]["jitorch compiled"], losses["gpt-1x32"]["jitorch eager"], rel_tol=1e-5)
     assert math.isfinite(losses["gpt-1x32"]["torch eager"])
     out = capsys.readouterr().out
-    assert "1 thread: ms/step" in out and "gpt-1x32" in out
+    assert "1 thread: wall ms/step" in out and "1 thread: process CPU ms/step" in out and "gpt-1x32" in out
 
 
 def test_models_load_from_the_example_programs_under_either_library(bench):
