@@ -1,0 +1,57 @@
+"""benchmarks/models.py at its --quick sizes: the same torch-style model code runs under jitorch and torch, the
+compiled whole step computes eager's first loss, and a profile of a first call is split into the compile stages."""
+
+import cProfile
+import importlib.util
+import math
+from pathlib import Path
+
+import pytest
+
+import jitorch as jt
+
+SCRIPT = Path(__file__).parents[1] / "benchmarks" / "models.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("models_benchmark", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_quick_gpt_step_table_has_every_system_and_the_compiled_step_matches_eager(bench, capsys):
+    systems = ["jitorch compiled", "jitorch eager", "torch eager"]
+    tables, losses = bench.run_steps(["gpt-1x32"], systems, [1], quick=True)
+    row = tables[1]["gpt-1x32"]
+    assert all(isinstance(row[s], float) and row[s] > 0 for s in systems), row
+    # one graph traced for the whole step: forward, backward and AdamW's update (first call sets its state)
+    assert math.isclose(losses["gpt-1x32"]["jitorch compiled"], losses["gpt-1x32"]["jitorch eager"], rel_tol=1e-5)
+    assert math.isfinite(losses["gpt-1x32"]["torch eager"])
+    out = capsys.readouterr().out
+    assert "1 thread: wall ms/step" in out and "1 thread: process CPU ms/step" in out and "gpt-1x32" in out
+
+
+def test_models_load_from_the_example_programs_under_either_library(bench):
+    torch = pytest.importorskip("torch")
+    assert isinstance(bench.program("gpt", torch).GPT(5, 4, 1, 1, 8, 0.0), torch.nn.Module)
+    assert isinstance(bench.program("gpt", jt).GPT(5, 4, 1, 1, 8, 0.0), jt.nn.Module)
+
+
+def test_a_first_call_profile_splits_into_trace_compile_and_run_stages(bench, tmp_path):
+    def step(x):
+        return (x * 2.0 + 1.0).relu().sum()
+    compiled = jt.compile(step)
+    profiler = cProfile.Profile()
+    profiler.runcall(compiled, jt.randn(7, 3))
+    path = tmp_path / "first.prof"
+    profiler.dump_stats(path)
+    stage_s, self_s, incl_s, top = bench.breakdown(str(path))
+    stages = {label: seconds for label, seconds, _ in stage_s}
+    calls = {label: n for label, _, n in stage_s}
+    assert stages["trace the step (all of it)"] > 0 and stages["compile the graph (all below)"] > 0
+    assert stages["compile the graph (all below)"] >= stages["  fusion"] > 0
+    assert stages["run the generated call"] > 0
+    assert calls["  fusion"] == 1 and calls["  kernel LLVM IR build"] >= 1
+    assert incl_s["jitorch/jit"] > 0 and any("jitorch/jit/compile.py" in where for _, where in top)
