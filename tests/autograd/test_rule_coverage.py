@@ -11,10 +11,16 @@ def served_by_fallback(op):
     return fallback is not None and fallback(None) is True
 
 
+# backward-only kernels whose own backward (a double backward) raises, as torch's cuDNN RNN's does
+# (tests/nn/test_rnn.py checks the error)
+FIRST_ORDER_ONLY_BACKWARDS = {"_rnn_layer_backward"}
+
+
 def test_every_differentiable_op_has_a_rule():
     missing = sorted(name for name, op in registry.OPS.items()
                      if op.composite is None and op.tensor_args and name not in RULES and
-                     name not in NONDIFFERENTIABLE and not served_by_fallback(op))
+                     name not in NONDIFFERENTIABLE and not served_by_fallback(op)
+                     and name not in FIRST_ORDER_ONLY_BACKWARDS)
     assert not missing, f"ops with tensor inputs but no derivative rule (jitorch/autograd/rules/): {missing}"
 
 
