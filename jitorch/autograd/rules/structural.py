@@ -10,6 +10,8 @@ overlapping ``as_strided``) accumulate it with ``index_add`` instead.
 
 from __future__ import annotations
 
+import math
+
 from jitorch.ops import functions
 from jitorch.ops.views import compact
 from jitorch.runtime import dtypes as _dt
@@ -269,7 +271,7 @@ def _matmul_self(g, a, out):
     ym, gm = _column(a.other), _matrix_grad(g, a)
     if _column_major(a.self) and ym.ndim == 2:
         return ym.matmul(gm.transpose(-2, -1)).transpose(-2, -1)
-    gx = sum_to(gm.matmul(ym.transpose(-2, -1)), (1,) * (a.self.ndim == 1) + tuple(a.self.shape))
+    gx = _summed_product(gm, ym.transpose(-2, -1), (1,) * (a.self.ndim == 1) + tuple(a.self.shape))
     return gx if a.self.ndim > 1 else gx.reshape(a.self.shape)  # a vector's row back to a vector
 
 
@@ -277,15 +279,32 @@ def _matmul_other(g, a, out):
     if a.self.ndim == 1 and a.other.ndim == 1:
         return g * a.self
     xm, gm = _row(a.self), _matrix_grad(g, a)
-    y_matrix = tuple(a.other.shape) + (1,) * (a.other.ndim == 1)
-    if xm.ndim > 2 and len(y_matrix) == 2:
-        # one product over all rows of the batch rather than one per matrix, then a sum
-        gy = xm.reshape(-1, xm.shape[-1]).t().matmul(gm.reshape(-1, gm.shape[-1]))
-    elif _column_major(a.other) and xm.ndim == 2:
+    if _column_major(a.other) and xm.ndim == 2:
         return gm.transpose(-2, -1).matmul(xm).transpose(-2, -1)
-    else:
-        gy = sum_to(xm.transpose(-2, -1).matmul(gm), y_matrix)
+    gy = _summed_product(xm.transpose(-2, -1), gm, tuple(a.other.shape) + (1,) * (a.other.ndim == 1))
     return gy if a.other.ndim > 1 else gy.reshape(a.other.shape)  # a vector's column back to a vector
+
+
+def _summed_product(left, right, shape):
+    """``sum_to(left @ right, shape)``: the gradient of a matmul operand of ``shape`` whose batch broadcast.
+    The broadcast batch dims join the contraction instead (one product of ``(M, S*L) @ (S*L, K)`` rather
+    than ``S`` products of ``(M, L) @ (L, K)`` and a sum), as BLAS wants its work: a convolution's weight
+    gradient was one product per image, each contracting that image's positions only (a single position,
+    for a transposed convolution of 1x1 noise)."""
+    batch = broadcast_shapes(tuple(left.shape[:-2]), tuple(right.shape[:-2]))
+    target = (1,) * (len(batch) - len(shape) + 2) + tuple(shape[:-2])
+    summed = [i for i, (n, t) in enumerate(zip(batch, target)) if t == 1 and n != 1]
+    if not summed:
+        return sum_to(left.matmul(right), shape)
+    kept = [i for i in range(len(batch)) if i not in summed]
+    nb = len(batch)
+    m, l, k = left.shape[-2], left.shape[-1], right.shape[-1]
+    left = left.expand(batch + (m, l)).permute(*kept, nb, *summed, nb + 1)
+    right = right.expand(batch + (l, k)).permute(*kept, *summed, nb, nb + 1)
+    rows = math.prod(batch[i] for i in summed) * l
+    kept_sizes = tuple(batch[i] for i in kept)
+    product = left.reshape(*kept_sizes, m, rows).matmul(right.reshape(*kept_sizes, rows, k))
+    return product.reshape(tuple(shape))
 
 
 def _einsum(g, a, out):
