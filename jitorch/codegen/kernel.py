@@ -765,7 +765,7 @@ def build_many(requests, cache=None):
     known = any((id(None), d) in _built for d, _ in signed if d is not None)
     # (one group's IR is quick to build: a graph of one kernel keeps the single entry of its object code)
     if cache is None or known or len(signed) < 2 or any(d is None for d, _ in signed):
-        return [_built_or_refused(request) for request in requests]
+        return [built_or_refused(request) for request in requests]
     text = repr([CPU.triple] + [d for d, _ in signed])
     key = cache_key("kernel sources", text)
     stored = cache.get(key, text)
@@ -775,17 +775,19 @@ def build_many(requests, cache=None):
                     for t, (_, name, _, _), (_, values) in zip(_decode(stored), requests, signed, strict=True)]
         except (ValueError, KeyError, TypeError, IndexError):  # a damaged entry: build again
             pass
-    sources = [_built_or_refused(request) for request in requests]
+    sources = [built_or_refused(request) for request in requests]
     templates = [None if s is None else _template(s, values) for s, (_, values) in zip(sources, signed)]
     if all(t is not None or s is None for t, s in zip(templates, sources)):
         cache.put(key, _encode([None if t is None else (t, s.name) for t, s in zip(templates, sources)]), text)
     return sources
 
 
-def _built_or_refused(request):
+def built_or_refused(request, target=None):
+    """The kernel source of a (group, name, aliases, layouts) request for ``target`` (None: the CPU's), or
+    None where the kernel builder refuses the group."""
     group, name, aliases, layouts = request
     try:
-        return build_shared(group, name, None, aliases, layouts)
+        return build_shared(group, name, target, aliases, layouts)
     except CompileError:
         return None
 

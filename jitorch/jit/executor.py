@@ -56,7 +56,7 @@ from ..runtime.strided import contiguous_strides
 from ..tensor import Tensor
 from ..runtime.pytree import tree_leaves, tree_map
 from ..codegen import cpu, mathlib  # noqa: F401  (mathlib: loaded with the backend, not on the first call)
-from ..codegen.kernel import CompileError, build_many, build_shared, composes, is_row_softmax
+from ..codegen.kernel import CompileError, build_many, build_shared, built_or_refused, composes, is_row_softmax
 from ..codegen.straightline import Source
 from ..codegen.lowering import kind_of
 
@@ -539,7 +539,7 @@ class CompiledGraph:
         """The kernel sources of ``requests`` ((group, kernel name, aliases, layouts)), None where refused."""
         target, _, _, link_batch = self._backend
         if link_batch is None:
-            return [_built_or_none(target, request) for request in requests]
+            return [built_or_refused(request, target) for request in requests]
         return build_many(requests, self._cache)
 
     def _lower(self, group, name, split):
@@ -721,15 +721,6 @@ class CompiledGraph:
         out = env[out] if isinstance(out, Value) else tree_map(lambda leaf: env[leaf] if isinstance(leaf, Value)
                                                                else leaf, out)
         return eager_layouts(self.graph, out, self._checked) if self._checked else out
-
-
-def _built_or_none(target, request):
-    """The kernel source of a (group, name, aliases, layouts) request for ``target``, or None if refused."""
-    group, name, aliases, layouts = request
-    try:
-        return build_shared(group, name, target, aliases, layouts)
-    except CompileError:
-        return None
 
 
 def _device_of(graph):
