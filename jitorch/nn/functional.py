@@ -22,6 +22,7 @@ import numpy as np
 import jitorch as jt
 from jitorch.ops.autocast import autocasts
 from jitorch.ops.registry import OPS as _OPS, scalar_name
+from jitorch.runtime.strided import contiguous_strides
 
 __all__ = [
     "linear", "bilinear", "conv1d", "conv2d", "conv3d", "pad", "max_pool1d", "max_pool2d", "avg_pool1d",
@@ -214,6 +215,13 @@ def pad(input, pad, mode="constant", value=None):
 
 # Sliding windows ---------------------------------------------------------------------------------------
 
+def _window_steps(strides, stride, dilation):
+    """Per spatial dim of a tensor with ``strides``: the element step between a window's kernel positions
+    (``dilation`` apart) and between windows (``stride`` apart). Every window view (im2col) and every
+    accumulation through one (col2im, `_as_strided_add`) is laid out from these."""
+    return tuple(d * t for d, t in zip(dilation, strides)), tuple(s * t for s, t in zip(stride, strides))
+
+
 def _patches(x, kernel, stride, dilation, out, dim):
     """The windows of the trailing ``len(kernel)`` dims of ``x`` (already padded), stacked along ``dim``.
 
@@ -223,13 +231,39 @@ def _patches(x, kernel, stride, dilation, out, dim):
     accumulation of the overlapping windows' gradients, not a scatter into zeros per kernel position.
     """
     nd = len(kernel)
-    steps = x.stride()[-nd:]
+    offsets, steps = _window_steps(x.stride()[-nd:], stride, dilation)
     windows = tuple(x.shape[:-nd]) + tuple(out)
-    window_strides = tuple(x.stride()[:-nd]) + tuple(t * s for t, s in zip(stride, steps))
-    offsets = tuple(d * s for d, s in zip(dilation, steps))
+    window_strides = tuple(x.stride()[:-nd]) + steps
     view = x.as_strided(windows[:dim] + tuple(kernel) + windows[dim:],
                         window_strides[:dim] + offsets + window_strides[dim:], x.storage_offset())
     return view.reshape(windows[:dim] + (math.prod(kernel),) + windows[dim:])
+
+
+def _batch_last(x, pads=()):
+    """``(N, C, *spatial)`` as a contiguous ``(C, *padded spatial, N)``: the layout a convolution gathers its
+    windows from and accumulates them into. With the batch innermost, every kernel position's slice of the
+    windows is a run of whole batch rows (long unit-stride copies and adds, where the image layout has runs
+    of one output row, ``stride`` apart), and all images' windows are the columns of one GEMM operand."""
+    t = x.permute(1, *range(2, x.ndim), 0)
+    if any(l or r for l, r in pads):
+        return _constant_pad(t, [0, 0] + [w for l, r in reversed(pads) for w in (l, r)], 0)
+    return t.contiguous()
+
+
+def _batch_first(t):
+    """A ``(C, *spatial, N)`` result as the contiguous ``(N, C, *spatial)`` tensor a convolution returns."""
+    return t.permute(t.ndim - 1, *range(t.ndim - 1)).contiguous()
+
+
+def _grouped_windows(shape, groups, kernel, stride, dilation, out):
+    """The geometry ``(size, stride)`` of the windows of a contiguous ``(C, *spatial, N)`` tensor of ``shape`` as
+    ``(groups, *kernel, C / groups, *out, N)``: merged, these dims are the ``(groups, K * C / groups, L * N)``
+    columns of a grouped convolution's GEMM (im2col), and accumulating through them is col2im."""
+    strides = contiguous_strides(shape)
+    c, n = shape[0], shape[-1]
+    offsets, steps = _window_steps(strides[1:-1], stride, dilation)
+    size = (groups, *kernel, c // groups, *out, n)
+    return size, ((c // groups) * strides[0], *offsets, strides[0], *steps, 1)
 
 
 def _check_spatial(value, n, what):
@@ -311,15 +345,16 @@ def _conv(input, weight, bias, stride, padding, dilation, groups, nd):
     if any(s > p for s, p in zip(spans, padded)):
         raise RuntimeError(f"Calculated padded input size per channel: ({' x '.join(map(str, padded))}). Kernel size: "
                            f"({' x '.join(map(str, spans))}). Kernel size can't be greater than actual input size")
-    if any(l or r for l, r in pads):
-        x = pad(x, [w for l, r in reversed(pads) for w in (l, r)])
     out = [(p - s) // st + 1 for p, s, st in zip(padded, spans, stride)]
-    n, c = x.shape[0], x.shape[1]
+    n, c, o = x.shape[0], x.shape[1], weight.shape[0]
     k = math.prod(kernel)
-    # (N, C, K, *out) -> (N, G, C/G * K, L): contiguous, so these reshapes are views
-    cols = _patches(x, kernel, stride, dilation, out, 2).reshape(n, groups, (c // groups) * k, -1)
-    w = weight.reshape(groups, weight.shape[0] // groups, -1)
-    y = jt.matmul(w, cols).reshape(n, weight.shape[0], *out)
+    # one GEMM per group over all images: (G, O/G, K * C/G) @ (G, K * C/G, L * N), the columns gathered with
+    # the batch innermost (``_batch_last``) and the weight's rows ordered to match (kernel position, channel)
+    xt = _batch_last(x, pads)
+    size, steps = _grouped_windows(tuple(xt.shape), groups, kernel, stride, dilation, out)
+    cols = xt.as_strided(size, steps, xt.storage_offset()).reshape(groups, k * (c // groups), -1)
+    w = weight.reshape(groups, o // groups, c // groups, k).transpose(2, 3).reshape(groups, o // groups, -1)
+    y = _batch_first(jt.matmul(w, cols).reshape(o, *out, n))
     if bias is not None:
         y = y + bias.reshape(-1, *([1] * nd))
     return y.squeeze(0) if unbatched else y
@@ -356,8 +391,8 @@ def _conv_transpose(input, weight, bias, stride, padding, output_padding, groups
 
     Each input position scatters ``weight``'s kernel (times its value) into the output window it would be
     read from: one matmul gives every position's kernel-sized contribution, and one ``_as_strided_add``
-    accumulates them through the overlapping windows of the (uncropped) output, as the backward of the
-    strided window view of ``_patches`` does; ``padding`` then crops the border.
+    (col2im) accumulates them through the overlapping windows of the (uncropped) output, as the backward of
+    a convolution's window view does; ``padding`` then crops the border.
     """
     name = f"conv_transpose{nd}d"
     if isinstance(padding, str):
@@ -389,20 +424,20 @@ def _conv_transpose(input, weight, bias, stride, padding, output_padding, groups
                            f"Calculated output size per channel: ({' x '.join(map(str, _as_2d_at_least(out, 1)))}). "
                            "Output size is too small")
     n, c_in, c_out = x.shape[0], x.shape[1], weight.shape[1] * groups
-    # (G, C_out/G * K, C_in/G) @ (N, G, C_in/G, L) -> (N, G, C_out/G * K, L), laid out as (N, C_out, *k, *in)
-    w = weight.reshape(groups, c_in // groups, -1).transpose(1, 2)
-    cols = jt.matmul(w, x.reshape(n, groups, c_in // groups, math.prod(sizes)))
-    # the window view of a contiguous (N, C_out, *full) output: kernel offsets step by dilation, input positions
-    # by stride (the geometry ``_patches`` reads a convolution's windows with)
-    steps = [math.prod(full[i + 1:]) for i in range(nd)]
-    area = math.prod(full)
-    geometry = (n, c_out, *kernel, *sizes)
-    strides = (c_out * area, area, *(d * t for d, t in zip(dilation, steps)), *(s * t for s, t in zip(stride, steps)))
-    flat = jt.zeros(n * c_out * area, dtype=x.dtype, device=x.device)
-    y = _OPS["_as_strided_add"](flat, cols.reshape(geometry), geometry, strides, 0).view(n, c_out, *full)
-    for dim, p in enumerate(padding, 2):
+    k = math.prod(kernel)
+    # (G, K * C_out/G, C_in/G) @ (G, C_in/G, L * N): every input position's kernel-sized contribution, laid out
+    # as the windows of a (C_out, *full, N) output (``_batch_last``'s layout) that one col2im sums up
+    xt = _batch_last(x).reshape(groups, c_in // groups, -1)
+    w = weight.reshape(groups, c_in // groups, c_out // groups, k).permute(0, 3, 2, 1).reshape(groups, -1, c_in // groups)
+    cols = jt.matmul(w, xt)
+    shape = (c_out, *full, n)
+    size, steps = _grouped_windows(shape, groups, kernel, stride, dilation, sizes)
+    flat = jt.zeros(math.prod(shape), dtype=x.dtype, device=x.device)
+    y = _OPS["_as_strided_add"](flat, cols.reshape(size), size, steps, 0).view(shape)
+    for dim, p in enumerate(padding, 1):
         if p:
             y = y.narrow(dim, p, y.shape[dim] - 2 * p)
+    y = _batch_first(y)
     if bias is not None:
         y = y + bias.reshape(-1, *([1] * nd))
     return y.squeeze(0) if unbatched else y
