@@ -245,9 +245,13 @@ def _batch_last(x, pads=()):
     windows is a run of whole batch rows (long unit-stride copies and adds, where the image layout has runs
     of one output row, ``stride`` apart), and all images' windows are the columns of one GEMM operand."""
     t = x.permute(1, *range(2, x.ndim), 0)
-    if any(l or r for l, r in pads):
-        return _constant_pad(t, [0, 0] + [w for l, r in reversed(pads) for w in (l, r)], 0)
-    return t.contiguous()
+    if not any(l or r for l, r in pads):
+        return t.contiguous()
+    # the input written once into the interior of zeros (its gradient: a strided view of theirs)
+    shape = (t.shape[0], *(m + l + r for m, (l, r) in zip(t.shape[1:-1], pads)), t.shape[-1])
+    strides = contiguous_strides(shape)
+    offset = sum(l * st for (l, _), st in zip(pads, strides[1:-1]))
+    return jt.as_strided_scatter(t.new_zeros(shape), t, tuple(t.shape), strides, offset)
 
 
 def _batch_first(t):
@@ -434,9 +438,9 @@ def _conv_transpose(input, weight, bias, stride, padding, output_padding, groups
     size, steps = _grouped_windows(shape, groups, kernel, stride, dilation, sizes)
     flat = jt.zeros(math.prod(shape), dtype=x.dtype, device=x.device)
     y = _OPS["_as_strided_add"](flat, cols.reshape(size), size, steps, 0).view(shape)
-    for dim, p in enumerate(padding, 1):
-        if p:
-            y = y.narrow(dim, p, y.shape[dim] - 2 * p)
+    # ``padding`` crops the border: one strided view (whose gradient is one scatter into zeros)
+    strides = contiguous_strides(shape)
+    y = y.as_strided((c_out, *out, n), strides, sum(p * st for p, st in zip(padding, strides[1:-1])))
     y = _batch_first(y)
     if bias is not None:
         y = y + bias.reshape(-1, *([1] * nd))
