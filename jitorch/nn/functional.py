@@ -2,9 +2,11 @@
 
 Every function is a composition of registry ops, so autograd differentiates it,
 the tracer records it and the compiler fuses it with no code of its own here.
-Convolutions and pools gather their windows as strided slices of a padded input
-stacked along a new dim (im2col): each slice is a plain view, so the backward
-pass scatters into zeros instead of accumulating element by element.
+Convolutions and pools gather their windows as one strided view of a padded input
+(im2col), copied once where a reshape merges them; the backward accumulates through
+the same view (col2im, `_as_strided_add`). A convolution lays its input out batch
+innermost, so that every image's windows are the columns of one GEMM per group and
+both copies move whole batch rows.
 
 Checks that need tensor values (a class index out of range, BCE inputs outside
 [0, 1]) run only when the tensors hold data: while tracing they are skipped and
