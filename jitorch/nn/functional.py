@@ -434,7 +434,8 @@ def _conv_transpose(input, weight, bias, stride, padding, output_padding, groups
     # (G, K * C_out/G, C_in/G) @ (G, C_in/G, L * N): every input position's kernel-sized contribution, laid out
     # as the windows of a (C_out, *full, N) output (``_batch_last``'s layout) that one col2im sums up
     xt = _batch_last(x).reshape(groups, c_in // groups, -1)
-    w = weight.reshape(groups, c_in // groups, c_out // groups, k).permute(0, 3, 2, 1).reshape(groups, -1, c_in // groups)
+    w = weight.reshape(groups, c_in // groups, c_out // groups, k).permute(0, 3, 2, 1)
+    w = w.reshape(groups, -1, c_in // groups)
     cols = jt.matmul(w, xt)
     shape = (c_out, *full, n)
     size, steps = _grouped_windows(shape, groups, kernel, stride, dilation, sizes)
