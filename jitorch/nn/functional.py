@@ -2369,7 +2369,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
 
     A bool ``attn_mask`` is True where attention is allowed, a float one is added; ``is_causal``
     allows each query only the keys at or before it. Rows with every key masked give zeros
-    (torch's safe softmax). ``dropout_p`` always applies, as in torch.
+    (torch's safe softmax). With ``is_causal`` every row allows key 0 and the softmax is a plain one: a row
+    whose allowed scores are all -inf, which only infinite inputs give, is NaN there where torch's CPU kernel
+    gives zeros. ``dropout_p`` always applies, as in torch.
     """
     if is_causal and attn_mask is not None:
         raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be set when is_causal=True")
@@ -2381,20 +2383,19 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         key = key.repeat_interleave(query.shape[-3] // key.shape[-3], -3)
         value = value.repeat_interleave(query.shape[-3] // value.shape[-3], -3)
     scores = jt.matmul(query, key.transpose(-2, -1)) * scale
-    allowed = None
     if is_causal:
-        allowed = jt.ones((L, S), dtype=jt.bool, device=query.device).tril()
-    elif attn_mask is not None and attn_mask.dtype is jt.bool:
-        allowed = attn_mask
-    elif attn_mask is not None:
-        scores = scores + attn_mask
-    if allowed is not None:
-        scores = scores.masked_fill(allowed.logical_not(), -math.inf)
-    if allowed is not None or attn_mask is not None:
+        # no row is empty: the mask and safe softmax's checks would cost five more ops here and in backward
+        future = jt.ones((L, S), dtype=jt.bool, device=query.device).triu(1)
+        weights = jt.softmax(scores.masked_fill(future, -math.inf), -1)
+    elif attn_mask is None:
+        weights = jt.softmax(scores, -1)
+    else:
+        if attn_mask.dtype is jt.bool:
+            scores = scores.masked_fill(attn_mask.logical_not(), -math.inf)
+        else:
+            scores = scores + attn_mask
         empty = (scores == -math.inf).all(-1, keepdim=True)
         weights = jt.where(empty, 0.0, jt.softmax(jt.where(empty, 0.0, scores), -1))
-    else:
-        weights = jt.softmax(scores, -1)
     if dropout_p > 0.0:
         weights = dropout(weights, dropout_p, training=True)
     return jt.matmul(weights, value)
