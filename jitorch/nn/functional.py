@@ -20,6 +20,7 @@ import warnings
 import numpy as np
 
 import jitorch as jt
+from jitorch.compiler import is_compiling
 from jitorch.ops.autocast import autocasts
 from jitorch.ops.registry import OPS as _OPS, scalar_name
 
@@ -1255,12 +1256,16 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
 @autocasts("layer_norm")
 @_computed_in_float32
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
-    """Normalise over the trailing dims ``normalized_shape`` (biased variance), then scale and shift."""
+    """Normalise over the trailing dims ``normalized_shape`` (biased variance), then scale and shift: the op
+    ``layer_norm`` in eager code; composed of ops in a traced step, where they fuse with their neighbours."""
     normalized_shape = _tuple(normalized_shape, 1)
     k = len(normalized_shape)
     if tuple(input.shape[input.ndim - k:]) != normalized_shape or input.ndim < k:
         raise RuntimeError(f"Given normalized_shape={list(normalized_shape)}, expected input with shape "
                            f"[*, {', '.join(map(str, normalized_shape))}], but got input of size{list(input.shape)}")
+    if (not is_compiling() and input.device.type == "cpu"
+            and all(t is None or (t.dtype is input.dtype and t.device.type == "cpu") for t in (weight, bias))):
+        return _OPS["layer_norm"](input, list(normalized_shape), weight, bias, eps, True)
     dims = list(range(input.ndim - k, input.ndim))
     var, mean = jt.var_mean(input, dims, correction=0, keepdim=True)
     out = (input - mean) * (var + eps).rsqrt()
