@@ -71,7 +71,13 @@ def _sizes(shape):
 
 @autocasts("linear")
 def linear(input, weight, bias=None):
-    """``input @ weight.T + bias``."""
+    """``input @ weight.T + bias``: the op ``linear`` in eager code (a 2-d weight, CPU float32 or float64 of one
+    dtype); a matmul and an add in a traced step, where the add fuses."""
+    if (not is_compiling() and weight.ndim == 2 and input.ndim >= 1 and input.shape[-1] == weight.shape[1]
+            and input.dtype in (jt.float32, jt.float64) and input.device.type == "cpu"
+            and all(t is None or (t.dtype is input.dtype and t.device.type == "cpu") for t in (weight, bias))
+            and (bias is None or tuple(bias.shape) in ((), (weight.shape[0],)))):
+        return _OPS["linear"](input, weight, bias)
     out = jt.matmul(input, weight.t() if weight.ndim == 2 else weight)
     return out if bias is None else out + bias
 

@@ -108,6 +108,17 @@ def test_eager_layer_norm_is_one_op_and_a_traced_one_stays_composed(rng):
     graph = tracer.trace(lambda x: F.layer_norm(x, (4,)), x.detach())
     assert [n.op.name for n in graph.nodes] == ["var.correction", "mean", "sub", "add", "rsqrt", "mul"]
 
+
+def test_eager_linear_is_one_op_and_a_traced_one_stays_composed(rng):
+    x, w, b = (t64(rng.standard_normal(s), True) for s in [(2, 3, 4), (5, 4), (5,)])
+    y = F.linear(x, w, b)
+    assert y.grad_fn.name() == "LinearBackward0"
+    assert_close(y, x.detach().numpy() @ w.detach().numpy().T + b.detach().numpy())
+    y.sum().backward()
+    assert w.grad.is_contiguous()
+    graph = tracer.trace(lambda x: F.linear(x, w.detach(), b.detach()), x.detach())
+    assert [n.op.name for n in graph.nodes] == ["t", "matmul", "add"]
+
 # Embedding --------------------------------------------------------------------------------------------------
 
 def test_embedding_picks_rows_and_padding_row_gets_no_gradient(rng):
