@@ -15,6 +15,8 @@ jitorch or to torch, and the steps below take the library as an argument. Models
     dcgan      DCGAN on 32x32 RGB images (nz 100, ngf = ndf = 64, batch 64): one D update on real and
                fake images and one G update, Adam(0.5, 0.999), BCEWithLogitsLoss
     cnn        the MNIST convnet of examples/programs/mnist.py on 28x28 inputs, batch 64, Adadelta
+    generate   not a training step: gpt-4x128's ``generate()`` (nanoGPT's sampling loop, temperature 0.8,
+               top_k 200) of 64 tokens from a one-token prompt, under no_grad; eager systems only
 
 Systems (median ms per step; the systems alternate round by round in one process so that the shared
 machine's noise falls on all of them alike):
@@ -65,7 +67,8 @@ except ImportError:
 
 PROGRAMS = os.path.join(ROOT, "examples", "programs")
 SYSTEMS = ("jitorch compiled", "jitorch eager", "jitorch.compile(model)", "torch eager", "torch.compile(model)")
-DEFAULT_MODELS = ("gpt-4x128", "gpt-6x384", "lstm", "dcgan", "cnn")
+DEFAULT_MODELS = ("gpt-4x128", "gpt-6x384", "lstm", "dcgan", "cnn", "generate")
+EAGER_ONLY = ("generate",)  # (a compiled system would trace the sampling loop)
 LATENCY_GPTS = ("gpt-2x128", "gpt-4x128", "gpt-8x128")
 
 
@@ -126,6 +129,20 @@ def gpt(lib, name, quick):
         opt.step()
         return loss
     return Workload((model,), (idx, targets), step)
+
+
+def generate(lib, name, quick):
+    """nanoGPT's sample.py on gpt-4x128: ``generate()`` from one token, the context growing to the block size."""
+    layers, dims, heads, block, _ = gpt_size("gpt-4x128", quick)
+    model = program("gpt", lib).GPT(65, block, layers, heads, dims, dropout=0.0)
+    model.eval()
+    prompt = lib.zeros((1, 1), dtype=lib.long)
+
+    def step(nets, idx):
+        with lib.no_grad():
+            tokens = nets[0].generate(idx, block, temperature=0.8, top_k=200)
+        return tokens.sum()
+    return Workload((model,), (prompt,), step)
 
 
 def lstm(lib, name, quick):
@@ -210,7 +227,7 @@ def cnn(lib, name, quick):
     return Workload((model,), (images, labels), step)
 
 
-BUILDERS = {"lstm": lstm, "dcgan": dcgan, "cnn": cnn}
+BUILDERS = {"lstm": lstm, "dcgan": dcgan, "cnn": cnn, "generate": generate}
 
 
 def workload(lib, name, quick):
@@ -240,7 +257,8 @@ def system_call(system, name, quick):
 def system_calls(name, systems, quick):
     """{system: a callable running one training step}, for the ``systems`` that can run here."""
     have_torch = real_torch() is not None
-    return {s: system_call(s, name, quick) for s in systems if have_torch or s.startswith("jitorch")}
+    return {s: system_call(s, name, quick) for s in systems
+            if (have_torch or s.startswith("jitorch")) and not (name in EAGER_ONLY and "compile" in s)}
 
 
 def warm(calls, warmup):
@@ -304,15 +322,16 @@ def ratio(results, a, b):
 
 
 def print_table(title, rows):
-    """One table of ms/step per model and system, with jitorch compiled's ratios."""
-    heads = [*SYSTEMS, "jc/torch eager", "jc/torch.compile"]
+    """One table of ms/step per model and system, with jitorch compiled's ratios and jitorch eager's."""
+    heads = [*SYSTEMS, "jc/torch eager", "jc/torch.compile", "je/torch eager"]
     widths = [max(len(h), 9) for h in heads]
-    print(f"\n{title}  [jc = jitorch compiled]")
+    print(f"\n{title}  [jc = jitorch compiled, je = jitorch eager]")
     print(f"{'model':<11}" + "".join(f"{h:>{w + 2}}" for h, w in zip(heads, widths)))
     for model, results in rows.items():
         cells = [cell(results.get(s, "-")) for s in SYSTEMS]
         cells += [ratio(results, "jitorch compiled", "torch eager"), ratio(results, "jitorch compiled",
-                                                                            "torch.compile(model)")]
+                                                                            "torch.compile(model)"),
+                  ratio(results, "jitorch eager", "torch eager")]
         print(f"{model:<11}" + "".join(f"{c:>{w + 2}}" for c, w in zip(cells, widths)))
 
 

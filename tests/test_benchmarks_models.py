@@ -55,3 +55,11 @@ def test_a_first_call_profile_splits_into_trace_compile_and_run_stages(bench, tm
     assert stages["run the generated call"] > 0
     assert calls["  fusion"] == 1 and calls["  kernel LLVM IR build"] >= 1
     assert incl_s["jitorch/jit"] > 0 and any("jitorch/jit/compile.py" in where for _, where in top)
+
+
+def test_quick_generation_runs_on_the_eager_systems_only(bench):
+    systems = ["jitorch compiled", "jitorch eager", "torch eager"]
+    tables, _ = bench.run_steps(["generate"], systems, [1], quick=True)
+    row = tables[1]["generate"]
+    assert "jitorch compiled" not in row  # the sampling loop is not compiled
+    assert all(isinstance(row[s], float) and row[s] > 0 for s in ("jitorch eager", "torch eager")), row

@@ -22,6 +22,7 @@ import warnings
 import numpy as np
 
 import jitorch as jt
+from jitorch.compiler import is_compiling
 from jitorch.ops.autocast import autocasts
 from jitorch.ops.registry import OPS as _OPS, scalar_name
 from jitorch.runtime.strided import contiguous_strides
@@ -73,7 +74,13 @@ def _sizes(shape):
 
 @autocasts("linear")
 def linear(input, weight, bias=None):
-    """``input @ weight.T + bias``."""
+    """``input @ weight.T + bias``: the op ``linear`` in eager code (a 2-d weight, CPU float32 or float64 of one
+    dtype); a matmul and an add in a traced step, where the add fuses."""
+    if (not is_compiling() and weight.ndim == 2 and input.ndim >= 1 and input.shape[-1] == weight.shape[1]
+            and input.dtype in (jt.float32, jt.float64) and input.device.type == "cpu"
+            and all(t is None or (t.dtype is input.dtype and t.device.type == "cpu") for t in (weight, bias))
+            and (bias is None or tuple(bias.shape) in ((), (weight.shape[0],)))):
+        return _OPS["linear"](input, weight, bias)
     out = jt.matmul(input, weight.t() if weight.ndim == 2 else weight)
     return out if bias is None else out + bias
 
@@ -1297,12 +1304,16 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
 @autocasts("layer_norm")
 @_computed_in_float32
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
-    """Normalise over the trailing dims ``normalized_shape`` (biased variance), then scale and shift."""
+    """Normalise over the trailing dims ``normalized_shape`` (biased variance), then scale and shift: the op
+    ``layer_norm`` in eager code; composed of ops in a traced step, where they fuse with their neighbours."""
     normalized_shape = _tuple(normalized_shape, 1)
     k = len(normalized_shape)
     if tuple(input.shape[input.ndim - k:]) != normalized_shape or input.ndim < k:
         raise RuntimeError(f"Given normalized_shape={list(normalized_shape)}, expected input with shape "
                            f"[*, {', '.join(map(str, normalized_shape))}], but got input of size{list(input.shape)}")
+    if (not is_compiling() and input.device.type == "cpu"
+            and all(t is None or (t.dtype is input.dtype and t.device.type == "cpu") for t in (weight, bias))):
+        return _OPS["layer_norm"](input, list(normalized_shape), weight, bias, eps, True)
     dims = list(range(input.ndim - k, input.ndim))
     var, mean = jt.var_mean(input, dims, correction=0, keepdim=True)
     out = (input - mean) * (var + eps).rsqrt()
@@ -2411,7 +2422,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
 
     A bool ``attn_mask`` is True where attention is allowed, a float one is added; ``is_causal``
     allows each query only the keys at or before it. Rows with every key masked give zeros
-    (torch's safe softmax). ``dropout_p`` always applies, as in torch.
+    (torch's safe softmax). With ``is_causal`` every row allows key 0 and the softmax is a plain one: a row
+    whose allowed scores are all -inf, which only infinite inputs give, is NaN there where torch's CPU kernel
+    gives zeros. ``dropout_p`` always applies, as in torch.
     """
     if is_causal and attn_mask is not None:
         raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be set when is_causal=True")
@@ -2423,20 +2436,19 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         key = key.repeat_interleave(query.shape[-3] // key.shape[-3], -3)
         value = value.repeat_interleave(query.shape[-3] // value.shape[-3], -3)
     scores = jt.matmul(query, key.transpose(-2, -1)) * scale
-    allowed = None
     if is_causal:
-        allowed = jt.ones((L, S), dtype=jt.bool, device=query.device).tril()
-    elif attn_mask is not None and attn_mask.dtype is jt.bool:
-        allowed = attn_mask
-    elif attn_mask is not None:
-        scores = scores + attn_mask
-    if allowed is not None:
-        scores = scores.masked_fill(allowed.logical_not(), -math.inf)
-    if allowed is not None or attn_mask is not None:
+        # no row is empty: the mask and safe softmax's checks would cost five more ops here and in backward
+        future = jt.ones((L, S), dtype=jt.bool, device=query.device).triu(1)
+        weights = jt.softmax(scores.masked_fill(future, -math.inf), -1)
+    elif attn_mask is None:
+        weights = jt.softmax(scores, -1)
+    else:
+        if attn_mask.dtype is jt.bool:
+            scores = scores.masked_fill(attn_mask.logical_not(), -math.inf)
+        else:
+            scores = scores + attn_mask
         empty = (scores == -math.inf).all(-1, keepdim=True)
         weights = jt.where(empty, 0.0, jt.softmax(jt.where(empty, 0.0, scores), -1))
-    else:
-        weights = jt.softmax(scores, -1)
     if dropout_p > 0.0:
         weights = dropout(weights, dropout_p, training=True)
     return jt.matmul(weights, value)

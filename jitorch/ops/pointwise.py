@@ -21,7 +21,7 @@ import numpy as np
 
 from ..runtime import dtypes as _dt
 from ..runtime.casts import convert
-from . import registry, special_math
+from . import erf_float32, registry, special_math
 from .meta import ALWAYS_BOOL, DEFAULT, INT_TO_FLOAT, KEEP_INT
 from .pointwise_base import defpointwise
 from .registry import cpp_name, defop, scalar_name
@@ -545,6 +545,8 @@ def _cody(x):
 
 
 def _erf(x):
+    if x.dtype == np.float32:
+        return erf_float32.erf(x)
     small, erf_small, tail = _cody(x)
     return np.where(small, erf_small, np.copysign(0.5 - tail + 0.5, x)).astype(x.dtype)
 

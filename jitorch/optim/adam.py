@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from .. import float64
+import math
+
+from ..tensor import Tensor
 from .optimizer import Optimizer, _check_nonnegative, _check_unsupported, step_grad
 
 __all__ = ["Adam", "AdamW"]
@@ -14,9 +16,9 @@ class Adam(Optimizer):
     Per parameter: ``m = lerp(m, g, 1 - beta1)``, ``v = beta2 * v + (1 -
     beta2) * g * g``, ``p -= lr / (1 - beta1**t) * m / (sqrt(v) / sqrt(1 -
     beta2**t) + eps)`` with ``v`` replaced by its running maximum under
-    ``amsgrad``. ``state["step"]`` is a 0-d float32 tensor and the bias
-    corrections are computed from it with tensor ops (in float64, as torch's
-    Python-float arithmetic), so a traced step needs no tensor value in Python.
+    ``amsgrad``. ``state["step"]`` is a 0-d float32 tensor; the bias
+    corrections are Python floats from its value in eager steps, as torch's,
+    and float64 tensor ops on it in a traced step, which reads no tensor value.
     """
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0, amsgrad=False, *,
@@ -38,20 +40,25 @@ class Adam(Optimizer):
         amsgrad = group["amsgrad"]
         for p in params:
             state = self._lazy_state(p, ["exp_avg", "exp_avg_sq"] + ["max_exp_avg_sq"] * amsgrad)
-            step = self._step_counter(p).to(float64)
+            step = self._step_number(p)
             grad = step_grad(p, group)
             exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
             exp_avg.lerp_(grad, 1 - beta1)
             exp_avg_sq.mul_(beta2).add_(grad * grad, alpha=1 - beta2)
             step_size = lr / (1 - beta1 ** step)
-            bias_correction2_sqrt = (1 - beta2 ** step).sqrt()
+            bias_correction2 = 1 - beta2 ** step
+            bias_correction2_sqrt = (bias_correction2.sqrt() if isinstance(bias_correction2, Tensor)
+                                     else math.sqrt(bias_correction2))
             if amsgrad:
                 second = state["max_exp_avg_sq"]
                 second.copy_(second.maximum(exp_avg_sq))
             else:
                 second = exp_avg_sq
             denom = (second.sqrt() / bias_correction2_sqrt).add_(eps)
-            p.sub_((exp_avg / denom).mul_(step_size))
+            if isinstance(step_size, Tensor):
+                p.sub_((exp_avg / denom).mul_(step_size))
+            else:
+                p.addcdiv_(exp_avg, denom, value=-step_size)
 
 
 class AdamW(Adam):

@@ -15,7 +15,7 @@ from itertools import chain
 
 from ..autograd import enable_grad, no_grad
 from ..autograd.gradients import zero_grad_
-from ..runtime.dtypes import float32
+from ..runtime.dtypes import float32, float64
 from ..tensor import Tensor
 
 __all__ = ["Optimizer", "required"]
@@ -163,6 +163,14 @@ class Optimizer:
         step = state["step"]
         step.add_(1)
         return step
+
+    def _step_number(self, p):
+        """The incremented step count as the bias corrections use it: a Python float in eager steps (torch's
+        ``_get_value``, so that they cost no tensor ops), a 0-d float64 tensor in a traced step (which must
+        not read tensor values)."""
+        from .. import compiler
+        step = self._step_counter(p)
+        return step.to(float64) if compiler.is_compiling() else step.item()
 
     # State dicts ---------------------------------------------------------------------
 

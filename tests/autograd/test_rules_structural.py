@@ -283,3 +283,15 @@ def test_rules_trace_to_graphs_that_give_the_eager_gradients(name):
         graph, inputs = trace_with_inputs(backward, (g, *args), {})
         got, _ = interpret(graph, inputs)
         _assert_same(got, _run_rule(op, g, args, out))
+
+
+@pytest.mark.parametrize("batch", [(), (5,), (2, 3)])
+def test_linear_weight_gradient_is_contiguous_as_the_weight(batch):
+    # matmul's gradient for weight.t() is computed in that transposed layout, the batch folded into the rows
+    x = jt.randn(*batch, 4, 3, requires_grad=True, dtype=jt.float64)
+    w = jt.randn(6, 3, requires_grad=True, dtype=jt.float64)
+    g = jt.randn(*batch, 4, 6, dtype=jt.float64)
+    jt.matmul(x, w.t()).backward(g)
+    assert w.grad.is_contiguous()
+    rows = x.detach().numpy().reshape(-1, 3)
+    np.testing.assert_allclose(w.grad.numpy(), g.numpy().reshape(-1, 6).T @ rows, rtol=1e-12)

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import jitorch as jt
 import jitorch.nn.functional as F
 from jitorch.autograd import gradcheck
+from jitorch.jit import tracer
 from tests.support import assert_close, shapes
 
 
@@ -97,6 +98,26 @@ def test_layer_norm_gradcheck(rng):
     x, w, b = (t64(rng.standard_normal(s), True) for s in [(2, 4), (4,), (4,)])
     assert gradcheck(lambda x, w, b: F.layer_norm(x, 4, w, b), (x, w, b))
 
+
+
+def test_eager_layer_norm_is_one_op_and_a_traced_one_stays_composed(rng):
+    x, w, b = (t64(rng.standard_normal(s), True) for s in [(2, 3, 4), (4,), (4,)])
+    y = F.layer_norm(x, (4,), w, b)
+    assert y.grad_fn.name() == "LayerNormBackward0"
+    assert {f.name() for f, _ in y.grad_fn.next_functions} == {"AccumulateGrad"}  # x, w and b directly
+    graph = tracer.trace(lambda x: F.layer_norm(x, (4,)), x.detach())
+    assert [n.op.name for n in graph.nodes] == ["var.correction", "mean", "sub", "add", "rsqrt", "mul"]
+
+
+def test_eager_linear_is_one_op_and_a_traced_one_stays_composed(rng):
+    x, w, b = (t64(rng.standard_normal(s), True) for s in [(2, 3, 4), (5, 4), (5,)])
+    y = F.linear(x, w, b)
+    assert y.grad_fn.name() == "LinearBackward0"
+    assert_close(y, x.detach().numpy() @ w.detach().numpy().T + b.detach().numpy())
+    y.sum().backward()
+    assert w.grad.is_contiguous()
+    graph = tracer.trace(lambda x: F.linear(x, w.detach(), b.detach()), x.detach())
+    assert [n.op.name for n in graph.nodes] == ["t", "matmul", "add"]
 
 # Embedding --------------------------------------------------------------------------------------------------
 

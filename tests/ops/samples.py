@@ -911,6 +911,11 @@ SHAPES_AND_STATISTICS = _by_names(
     ("kaiser_window", _window_samples(6.0)),
     ("_rnn_layer", lambda m: [S(*args) for args in _rnn_layer_args(m)]),
     ("_rnn_layer_backward", _rnn_backward_samples),
+    ("linear", lambda m: [S(m.cube(), m.f((5, 4)), m.f((5,))), S(m.mat(), m.f((2, 4), "transposed")),
+                          S(m.f((4,)), m.f((3, 4)), m.f(())), S(m.f((0, 4)), m.f((2, 4)), m.f((2,)))]),
+    ("layer_norm", lambda m: [S(m.cube(), [4], m.f((4,)), m.f((4,))), S(m.mat(), [3, 4]), S(m.f((5, 3), "strided"), [3], None,
+                                                                                    m.f((3,)), 1e-3),
+                              S(m.cube(), [3, 4], m.f((3, 4)), eps=0.5), S(m.f((0, 3)), [3], m.f((3,)))]),
 )
 
 

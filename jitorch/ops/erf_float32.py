@@ -1,0 +1,48 @@
+"""The error function of float32 arrays, computed in float32 with NumPy's vectorised ufuncs.
+
+``erf(x) = tanh(g(x))`` where ``g = atanh(erf)`` is smooth and odd: ``g(x) = x (1 + Q(x**2))``, with ``Q`` a
+degree-9 polynomial fitted (Lawson's weighted least squares towards minimax, in float64) on ``|x| <= 4.5``,
+each point weighted by how much a relative error of ``g`` moves ``erf`` there (``g (1 - erf**2) / erf``: 1 at
+0, below 1e-6 from 3.3 on, where erf is within an ulp of 1). float32's erf is +-1 from 3.92 on, and
+``tanh(g(x))`` is from 4.05 on, so the argument is clamped to 4.5; NaN passes through the clamp.
+
+The ``1 +`` is kept apart from ``Q`` so that 2/sqrt(pi) (``Q(0) + 1``) is not rounded to float32 as a whole,
+and the rounding of ``g``'s last addition is carried into ``tanh`` as a first-order correction. Measured
+against float64 ``math.erf`` over every 211th float32 in [2**-126, 4.5) and 3M evenly spaced points of
+[0, 4.5], both signs: at most 1.83 ulp, 0.31 on average (torch's Sleef erff: 0.78 and 0.24). It costs 20
+float32 ufunc passes: 0.9 ms for 393k elements, where the float64 rational approximation took 19 ms.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# Q(t), highest power first; Q(0) = 2 / sqrt(pi) - 1
+_Q = tuple(np.float32(c) for c in (
+    1.7402791707699095e-10, -8.301128673338098e-09, 1.5380229001493717e-07, -1.2721769735435373e-06,
+    1.260972339878208e-06, 6.946145731490105e-05, -0.0005954651278443635, -0.00020657201821450144,
+    0.10277214646339417, 0.12837918102741241))
+_CLAMP = np.float32(4.5)
+_ONE = np.float32(1.0)
+
+
+def erf(x):
+    """``erf`` of a float32 array, as a new float32 array (at most 1.83 ulp from the exact value)."""
+    a = np.clip(x.reshape(-1), -_CLAMP, _CLAMP)  # (1-d, so that every ufunc below returns an array)
+    t = a * a
+    q = t * _Q[0]
+    for c in _Q[1:-1]:
+        np.add(q, c, out=q)
+        np.multiply(q, t, out=q)
+    np.add(q, _Q[-1], out=q)
+    np.multiply(q, a, out=q)
+    g = a + q
+    # g's rounding error, exact (Fast2Sum, |a| >= |q|); written q - (g - a) so that erf(-0.0) stays -0.0
+    np.subtract(g, a, out=a)
+    np.subtract(q, a, out=q)
+    r = np.tanh(g, out=g)
+    # tanh(g + d) = tanh(g) + d (1 - tanh(g)**2) to first order
+    np.multiply(r, r, out=t)
+    np.subtract(_ONE, t, out=t)
+    np.multiply(t, q, out=t)
+    return np.add(r, t, out=r).reshape(x.shape)

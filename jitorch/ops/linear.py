@@ -1,0 +1,49 @@
+"""``linear`` as one op: torch's ``aten::linear``, ``input @ weight.T + bias``.
+
+Composed, an eager linear layer is a ``matmul`` of ``weight.t()`` and an ``add``: two ops and two autograd
+nodes per layer. As one op its batch dims fold into the rows of one matrix product, and its derivative rule
+(autograd/rules/linear.py) computes the weight's gradient in the weight's own layout.
+``nn.functional.linear`` calls it in eager code on CPU for a 2-d weight and stays composed in a traced step,
+where the bias add fuses into its consumers (the op has no lowering of its own).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .meta import opmath
+from .registry import TensorSpec, defop, scalar_name
+
+
+def _linear_meta(input, weight, bias):
+    if weight.ndim != 2 or input.ndim == 0:
+        raise RuntimeError(f"linear: expected a 2-D weight and an input of at least 1 dim, got weight of shape "
+                           f"{list(weight.shape)} and input of shape {list(input.shape)}")
+    rows = input.shape[-2] if input.ndim > 1 else 1
+    if input.shape[-1] != weight.shape[1]:
+        raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({rows}x{input.shape[-1]} and "
+                           f"{weight.shape[1]}x{weight.shape[0]})")
+    if bias is not None and tuple(bias.shape) not in ((), (weight.shape[0],)):
+        raise RuntimeError(f"linear: expected a bias of shape [{weight.shape[0]}] or [], got {list(bias.shape)}")
+    for t in (weight, bias):
+        if t is not None and t.dtype is not input.dtype:
+            raise RuntimeError(f"mat1 and mat2 must have the same dtype, but got {scalar_name(input.dtype)} and "
+                               f"{scalar_name(t.dtype)}")
+    if not input.dtype.is_floating_point:
+        raise RuntimeError(f"\"addmm_impl_cpu_\" not implemented for '{scalar_name(input.dtype)}'")
+    return TensorSpec(tuple(input.shape[:-1]) + (weight.shape[0],), input.dtype, input.device, opmath(input.dtype))
+
+
+def _linear_cpu(spec, x, weight, bias):
+    c, result = spec.compute.np, spec.dtype.np
+    out = np.matmul(x.reshape(-1, x.shape[-1]).astype(c, copy=False), weight.T.astype(c, copy=False))
+    if bias is not None:
+        # half types: the product rounded, then the sum, as the composed matmul and add (torch's CPU linear
+        # of a vector or a strided batch)
+        out = out.astype(result, copy=False).astype(c, copy=False)
+        out += bias.astype(c, copy=False)
+    return out.reshape(spec.shape).astype(result, copy=False)
+
+
+defop("linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor", meta=_linear_meta, cpu=_linear_cpu,
+      variants=(), doc="``input @ weight.T + bias`` for a 2-D weight, the input's leading dims kept.")
