@@ -100,3 +100,12 @@ def is_tensor(obj):
 def numel(input):
     """Number of elements of ``input``."""
     return input.numel()
+
+
+def __getattr__(name):
+    # jitorch.multiprocessing loads on first use, as it pulls in the stdlib's multiprocessing and socket modules
+    if name == "multiprocessing":
+        import importlib
+
+        return importlib.import_module(".multiprocessing", __name__)
+    raise AttributeError(f"module 'jitorch' has no attribute {name!r}")
