@@ -3,7 +3,6 @@
 import gc
 import os
 
-import numpy as np
 import pytest
 import torch
 
@@ -142,10 +141,6 @@ def test_the_memory_lives_until_the_last_process_lets_go():
     process.join(60)
 
 
-def _sum_of(queue, results):
-    results.put(queue.get().sum().item())
-
-
 def test_the_elements_are_not_pickled():
     """The handle's size does not grow with the tensor's."""
     from multiprocessing.reduction import ForkingPickler
@@ -154,12 +149,3 @@ def test_the_elements_are_not_pickled():
     large = ForkingPickler.dumps(jt.zeros(1_000_000))
     assert len(small) < 1000 and len(large) < 1000
 
-
-def test_spawned_process_reads_a_shared_tensor():
-    ctx = mp.get_context("spawn")
-    queue, results = ctx.Queue(), ctx.Queue()
-    process = ctx.Process(target=_sum_of, args=(queue, results))
-    process.start()
-    queue.put(jt.from_numpy(np.arange(100, dtype=np.float64)))
-    assert results.get(timeout=120) == 4950.0
-    process.join(60)
