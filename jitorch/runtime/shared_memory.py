@@ -122,6 +122,15 @@ def _drop_stale_views(roots):
         holders = reinterpretations
 
 
+def new_shared(storage_type, count, dtype):
+    """A new CPU storage of ``count`` zeros of ``dtype`` (``storage_type(array, dtype)``) in shared memory."""
+    shared = SharedFile.create(count * dtype.itemsize)
+    storage = storage_type(shared.array(dtype.np, count), dtype)
+    with _lock:
+        _adopt(storage, shared)
+    return storage
+
+
 def handle(storage):
     """What another process needs to map ``storage``: (descriptor, byte size), sharing it first if needed."""
     root = getattr(storage, "root", storage)

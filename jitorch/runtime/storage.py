@@ -98,6 +98,11 @@ class Storage:
         return shared_memory.is_shared(self)
 
     @classmethod
+    def new_shared(cls, n, dtype):
+        """A new CPU storage of ``n`` zeros of ``dtype`` in shared memory (torch's ``_new_shared``)."""
+        return shared_memory.new_shared(cls, n, dtype)
+
+    @classmethod
     def from_shared_file(cls, fd, nbytes, dtype):
         """The CPU storage of ``dtype`` on a memory file another process shared (see `shared_memory`)."""
         return shared_memory.storage_from_descriptor(fd, nbytes, dtype, cls)

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import collections.abc
 import copy
+import math
 
 import numpy as np
 
-from ... import Tensor, as_tensor, float64, stack, tensor
+from ... import Tensor, as_tensor, empty, float64, stack, tensor
+from ...runtime.storage import Storage
+from . import worker_info
 
 __all__ = ["default_collate", "default_convert"]
 
@@ -58,6 +61,11 @@ def default_collate(batch):
     """
     elem = batch[0]
     if isinstance(elem, Tensor):
+        if worker_info.CURRENT is not None and elem.device.type == "cpu":
+            # in a DataLoader worker, stack straight into the shared memory the batch will travel in
+            shape = (len(batch), *elem.shape)
+            out = empty(0, dtype=elem.dtype).set_(Storage.new_shared(math.prod(shape), elem.dtype), 0, shape)
+            return stack(list(batch), 0, out=out)
         return stack(list(batch), 0)
     if isinstance(elem, np.ndarray):
         if _is_string_array(elem):

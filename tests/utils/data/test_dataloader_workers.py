@@ -161,3 +161,13 @@ def test_spawned_workers():
 def test_pin_memory_without_an_accelerator_warns_as_torch():
     with pytest.warns(UserWarning, match="no accelerator is found"):
         DataLoader(_dataset(), pin_memory=True)
+
+
+def test_workers_collate_straight_into_shared_memory(monkeypatch):
+    """The batch is stacked into a new shared storage, not stacked and then copied into one: the (forked)
+    worker cannot move storages into shared memory here, and sending one that is not there would fail."""
+    from jitorch.runtime import shared_memory
+
+    monkeypatch.setattr(shared_memory, "share_storages", lambda storages: None)
+    x, y = next(iter(DataLoader(_dataset(), batch_size=8, num_workers=1)))
+    assert x.is_shared() and y.is_shared() and x.tolist() == [[2.0 * i, 2.0 * i + 1] for i in range(8)]
