@@ -103,9 +103,9 @@ def numel(input):
 
 
 def __getattr__(name):
-    # jitorch.multiprocessing loads on first use, as it pulls in the stdlib's multiprocessing and socket modules
-    if name == "multiprocessing":
+    # these load on first use: they pull in the stdlib's multiprocessing and socket modules, and MPI
+    if name in ("multiprocessing", "distributed"):
         import importlib
 
-        return importlib.import_module(".multiprocessing", __name__)
+        return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'jitorch' has no attribute {name!r}")

@@ -1,0 +1,49 @@
+"""Collectives on NumPy buffers through MPI (mpi4py): the engine under jitorch.distributed's CPU tensors.
+
+Every collective is started non-blocking and waited for with a deadline, so a rank that died or never joins
+makes the others raise after the group's timeout instead of hanging. Buffers are the tensors' own memory
+where they are contiguous (MPI reads and writes them in place); MPI has no bfloat16, so those reduce through
+float32 copies.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+
+def mpi():
+    """The mpi4py ``MPI`` module (importing it initialises MPI, so it loads on first use)."""
+    try:
+        from mpi4py import MPI
+    except ImportError as error:
+        raise RuntimeError("jitorch.distributed needs mpi4py and an MPI library: pip install 'jitorch[distributed]' "
+                           "(mpi4py with MPICH)") from error
+    return MPI
+
+
+def op_of(name):
+    """The MPI reduction for one of ReduceOp's names (AVG sums; the caller divides)."""
+    MPI = mpi()
+    return {"SUM": MPI.SUM, "AVG": MPI.SUM, "PRODUCT": MPI.PROD, "MIN": MPI.MIN, "MAX": MPI.MAX,
+            "BAND": MPI.BAND, "BOR": MPI.BOR, "BXOR": MPI.BXOR}[name]
+
+
+def wait(request, timeout, what):
+    """Wait for an MPI request until ``timeout`` seconds pass; RuntimeError naming ``what`` after that."""
+    deadline = time.monotonic() + timeout
+    pause = 0.0
+    while not request.Test():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"jitorch.distributed: {what} timed out after {timeout:.0f} s: a rank died, or did "
+                               "not call the same collective")
+        time.sleep(pause)
+        pause = min(0.002, pause + 0.00005)  # spin first: most collectives finish in microseconds
+
+
+def reducible(array):
+    """A buffer MPI can reduce: the array itself, or a float32 copy of a bfloat16 array."""
+    if array.dtype.name == "bfloat16":
+        return array.astype(np.float32)
+    return array

@@ -1,0 +1,73 @@
+"""jitorch.distributed across 2 and 4 ranks started by the launcher: every collective against NumPy, and each
+fault (mismatched tensors, a rank that never joins, dies or raises) ending in an error, never a hang."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import jitorch.distributed as dist
+
+HERE = Path(__file__).parent
+ROOT = HERE.parents[1]
+
+
+def launch(nproc, script, *args, timeout=120):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "jitorch.distributed.run", "--nproc-per-node", str(nproc),
+                           str(HERE / script), *args], capture_output=True, text=True, timeout=timeout, env=env,
+                          cwd=ROOT)
+
+
+@pytest.mark.parametrize("nproc", [2, 4])
+def test_every_collective_matches_numpy(nproc):
+    done = launch(nproc, "collectives_check.py")
+    assert done.returncode == 0, done.stderr
+    lines = sorted(line for line in done.stdout.splitlines() if "checks passed" in line)
+    assert [line.split(":")[0] for line in lines] == [f"rank {r} of {nproc}" for r in range(nproc)], done.stdout
+
+
+def test_mismatched_shapes_raise_on_every_rank_naming_each_ranks_shape():
+    done = launch(2, "faults_check.py", "mismatch")
+    assert done.returncode == 0, done.stderr
+    for rank in (0, 1):
+        assert (f"rank {rank}: all_reduce: the ranks disagree on the collective or on the tensors' dtype and shape: "
+                "rank 0: all_reduce(float32[2]); rank 1: all_reduce(float32[3])") in done.stdout
+
+
+def test_a_rank_that_never_joins_times_the_others_out():
+    done = launch(2, "faults_check.py", "silent")
+    assert "rank 0: jitorch.distributed: all_reduce timed out after 2 s" in done.stdout, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("fault", ["kill", "raise"])
+def test_a_rank_that_dies_or_raises_stops_the_run_with_an_error(fault):
+    done = launch(2, "faults_check.py", fault, timeout=60)
+    assert done.returncode != 0
+    assert done.stdout.count("trained 3 steps") == 2
+    assert "jitorchrun: a rank failed" in done.stderr
+    if fault == "raise":
+        assert "ValueError: rank 1 gave up" in done.stderr
+
+
+def test_a_world_of_one_needs_no_launcher():
+    code = ("import jitorch as jt, jitorch.distributed as dist\n"
+            "dist.init_process_group(backend='gloo')\n"
+            "t = jt.ones(2); dist.all_reduce(t); print(dist.get_rank(), dist.get_world_size(), t.tolist(),"
+            " dist.get_backend())\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI", "MPI_"))}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT,
+                          env=dict(env, RANK="0", WORLD_SIZE="1", PYTHONPATH=str(ROOT)))
+    assert done.stdout.split("\n")[0] == "0 1 [1.0, 1.0] gloo", done.stderr
+
+
+def test_init_errors_as_torch():
+    with pytest.raises(RuntimeError, match="Distributed package doesn't have NCCL built in"):
+        dist.init_process_group("nccl")
+    with pytest.raises(ValueError, match="Invalid backend: 'carrier-pigeon'"):
+        dist.init_process_group("carrier-pigeon")
+    with pytest.raises(ValueError, match="Default process group has not been initialized"):
+        dist.get_rank()
+    assert dist.is_available() and not dist.is_initialized()
