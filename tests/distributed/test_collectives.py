@@ -1,5 +1,6 @@
-"""jitorch.distributed across 2 and 4 ranks started by the launcher: every collective against NumPy, and each
-fault (mismatched tensors, a rank that never joins, dies or raises) ending in an error, never a hang."""
+"""jitorch.distributed across 2 and 4 ranks started by the launcher: every collective against NumPy, DDP against
+one process on the whole batch, and each fault (mismatched tensors, a rank that never joins, dies or raises)
+ending in an error, never a hang."""
 
 import os
 import subprocess
@@ -71,3 +72,10 @@ def test_init_errors_as_torch():
     with pytest.raises(ValueError, match="Default process group has not been initialized"):
         dist.get_rank()
     assert dist.is_available() and not dist.is_initialized()
+
+
+@pytest.mark.parametrize("nproc", [2, 4])
+def test_ddp_on_shards_equals_one_process_on_the_whole_batch(nproc):
+    done = launch(nproc, "ddp_check.py")
+    assert done.returncode == 0, done.stderr
+    assert sorted(done.stdout.split("\n"))[1:] == [f"rank {r}: ddp == whole batch (eager)" for r in range(nproc)]
