@@ -78,21 +78,28 @@ def _dtype_name(tensor):
 
 def _agree(pg, kind, tensor, what, shape=True):
     """Raise when the ranks called different collectives or gave tensors of different dtypes or shapes."""
+    if tensor is None:
+        agree(pg, kind, None, (), what)
+    else:
+        agree(pg, kind, _dtype_name(tensor), tuple(tensor.shape) if shape else (), what)
+
+
+def agree(pg, kind, dtype, shape, what):
+    """`_agree` on a dtype's name (None: no tensor) and a shape, which NumPy arrays have too."""
     mine = np.zeros(_SIGNATURE, np.int64)
     mine[0] = _KINDS.index(kind)
-    if tensor is not None:
-        dims = tuple(tensor.shape) if shape else ()
-        mine[1] = 1 + _DTYPES.index(_dtype_name(tensor))
-        mine[2] = len(dims)
-        mine[3:3 + min(len(dims), 9)] = dims[:9]
+    if dtype is not None:
+        mine[1] = 1 + _DTYPES.index(dtype)
+        mine[2] = len(shape)
+        mine[3:3 + min(len(shape), 9)] = shape[:9]
     everyone = np.empty((pg.size(), _SIGNATURE), np.int64)
     wait(pg.comm.Iallgather(mine, everyone), pg.timeout, what)
     if (everyone == everyone[0]).all():
         return
     described = []
     for rank, row in zip(pg.ranks, everyone):
-        dtype = _DTYPES[row[1] - 1] if row[1] else "-"
-        described.append(f"rank {rank}: {_KINDS[row[0]]}({dtype}{[int(n) for n in row[3:3 + row[2]]]})")
+        name = _DTYPES[row[1] - 1] if row[1] else "-"
+        described.append(f"rank {rank}: {_KINDS[row[0]]}({name}{[int(n) for n in row[3:3 + row[2]]]})")
     raise RuntimeError(f"{what}: the ranks disagree on the collective or on the tensors' dtype and shape: "
                        + "; ".join(described))
 

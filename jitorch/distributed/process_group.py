@@ -32,6 +32,8 @@ class ProcessGroup:
     """A set of ranks and their communicator: ``ranks`` are global ranks in group-rank order."""
 
     def __init__(self, comm, ranks, backend, timeout):
+        self.id = len(_GROUPS)
+        _GROUPS.append(self)
         self.comm = comm
         self.ranks = list(ranks)
         self.backend = backend
@@ -52,6 +54,17 @@ class ProcessGroup:
 
     def __repr__(self):
         return f"ProcessGroup(backend={self.backend!r}, ranks={self.ranks})"
+
+
+_GROUPS: list = []  # every group made in this process, by id (compiled graphs name groups by id)
+
+
+def group_by_id(index):
+    """The process group of id ``index`` (RuntimeError when it was destroyed)."""
+    pg = _GROUPS[index] if 0 <= index < len(_GROUPS) else None
+    if pg is None:
+        raise RuntimeError(f"process group {index} does not exist (destroyed, or made in another process)")
+    return pg
 
 
 class GroupMember:
@@ -191,5 +204,6 @@ def destroy_process_group(group=None):
     """Leave ``group`` (the default one: every group)."""
     pg = resolve(group)
     pg.comm.Free()
+    _GROUPS[pg.id] = None
     if pg is World.WORLD:
         World.WORLD = GroupMember.WORLD = None

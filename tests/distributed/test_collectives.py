@@ -74,8 +74,9 @@ def test_init_errors_as_torch():
     assert dist.is_available() and not dist.is_initialized()
 
 
-@pytest.mark.parametrize("nproc", [2, 4])
-def test_ddp_on_shards_equals_one_process_on_the_whole_batch(nproc):
-    done = launch(nproc, "ddp_check.py")
+@pytest.mark.parametrize("nproc,mode", [(2, "eager"), (4, "eager"), (2, "compiled")])
+def test_ddp_on_shards_equals_one_process_on_the_whole_batch(nproc, mode):
+    done = launch(nproc, "ddp_check.py", *(["--compile"] if mode == "compiled" else []))
     assert done.returncode == 0, done.stderr
-    assert sorted(done.stdout.split("\n"))[1:] == [f"rank {r}: ddp == whole batch (eager)" for r in range(nproc)]
+    assert sorted(done.stdout.split("\n"))[1:] == [f"rank {r}: ddp == whole batch ({mode})" for r in range(nproc)]
+    assert "eagerly" not in done.stderr  # the compiled step is one graph, collectives included

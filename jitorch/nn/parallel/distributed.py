@@ -7,6 +7,10 @@ a bucket is complete its gradients are copied into one flat buffer and an asynch
 communication overlaps the rest of backward. Buckets start in the same order on every rank (a collective must).
 When the last bucket has started, backward's last hook waits for them all and writes the averages back into
 ``.grad``.
+
+Inside ``jitorch.compile`` the same hooks run while backward is traced, and each bucket's all-reduce becomes a
+node of the graph (`jitorch.distributed.graph_ops`), placed where the bucket's last gradient is computed: the
+compiled step stays one graph.
 """
 
 from __future__ import annotations
@@ -14,6 +18,10 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 from ... import distributed as dist
+from ...compiler import is_compiling
+from ...distributed import graph_ops
+from ...distributed.process_group import resolve
+from ... import cat, zeros_like
 from ...runtime.grad_mode import is_grad_enabled, no_grad
 from ..modules.module import Module
 
@@ -31,10 +39,8 @@ class _Bucket:
         self.work = None
 
     def slices(self):
-        start = 0
-        for p, n in zip(self.params, self.sizes):
+        for p, n, start in zip(self.params, self.sizes, _starts(self.sizes)):
             yield p, self.buffer[start:start + n]
-            start += n
 
 
 class DistributedDataParallel(Module):
@@ -55,8 +61,9 @@ class DistributedDataParallel(Module):
         self.find_unused_parameters = find_unused_parameters
         self.gradient_as_bucket_view = gradient_as_bucket_view
         self.require_backward_grad_sync = True
-        self._world = dist.get_world_size(process_group)
-        self._src = process_group.ranks[0] if process_group is not None else 0
+        self._group = resolve(process_group)
+        self._world = self._group.size()
+        self._src = self._group.ranks[0]
         seen = set()
         params = [p for p in module.parameters() if p.requires_grad and not (id(p) in seen or seen.add(id(p)))]
         if not params:
@@ -73,7 +80,10 @@ class DistributedDataParallel(Module):
 
     def _broadcast(self, tensors):
         for t in tensors:
-            dist.broadcast(t.data, src=self._src, group=self.process_group)
+            if is_compiling():
+                t.data.copy_(graph_ops.broadcast(t.data, 0, self._group.id))
+            else:
+                dist.broadcast(t.data, src=self._src, group=self.process_group)
 
     @staticmethod
     def _bucketed(params, cap_bytes):
@@ -131,6 +141,9 @@ class DistributedDataParallel(Module):
             self._finish()
 
     def _start(self, bucket):
+        if is_compiling():
+            self._reduce_in_graph(bucket)
+            return
         with no_grad():
             for p, part in bucket.slices():
                 grad = p.grad
@@ -140,8 +153,21 @@ class DistributedDataParallel(Module):
                     part.copy_(grad.reshape(-1))
         bucket.work = dist.all_reduce(bucket.buffer, group=self.process_group, async_op=True)
 
+    def _reduce_in_graph(self, bucket):
+        with no_grad():
+            flat = cat([(zeros_like(p) if p.grad is None else p.grad).reshape(-1) for p in bucket.params])
+            averaged = graph_ops.all_reduce(flat, "AVG", self._group.id)
+            for p, size, start in zip(bucket.params, bucket.sizes, _starts(bucket.sizes)):
+                part = averaged[start:start + size].view(p.shape)
+                if p.grad is None:
+                    p.grad = part.clone()
+                else:
+                    p.grad.copy_(part)
+
     def _finish(self):
         self._expecting = False
+        if is_compiling():
+            return  # each bucket's reduction wrote its gradients back already
         with no_grad():
             for bucket in self._buckets:
                 bucket.work.wait()
@@ -155,6 +181,13 @@ class DistributedDataParallel(Module):
                         p.grad = view.clone()
                     else:
                         p.grad.copy_(view)
+
+
+def _starts(sizes):
+    start = 0
+    for n in sizes:
+        yield start
+        start += n
 
 
 def _is_view_of(grad, part):
