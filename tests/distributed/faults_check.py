@@ -36,3 +36,9 @@ elif fault == "raise" and rank == 1:
 if fault in ("kill", "raise"):
     dist.all_reduce(t)  # the surviving ranks wait here until the launcher stops them
     time.sleep(30)
+if fault == "wait":  # the launcher's signal test: report this rank's pid, then wait to be stopped
+    path = os.path.join(sys.argv[2], f"rank{rank}.pid")
+    with open(path + ".tmp", "w") as f:
+        f.write(str(os.getpid()))
+    os.replace(path + ".tmp", path)  # the test reads it the moment it appears
+    time.sleep(60)

@@ -92,3 +92,24 @@ def test_the_ddp_example_on_two_ranks():
                           r"all-reduce nodes", done.stdout)) == 2, done.stdout
     assert "steps on each of 2 ranks" in done.stdout
     assert float(re.findall(r"final accuracy: (\d\.\d+)", done.stdout)[-1]) >= 0.9
+
+
+def test_the_launcher_forwards_sigterm_to_every_rank(tmp_path):
+    import signal
+    import time
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    launcher = subprocess.Popen([sys.executable, "-m", "jitorch.distributed.run", "--nproc-per-node", "2",
+                                 str(HERE / "faults_check.py"), "wait", str(tmp_path)], env=env, cwd=ROOT,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while len(list(tmp_path.glob("rank*.pid"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    pids = [int(p.read_text()) for p in tmp_path.glob("rank*.pid")]
+    assert len(pids) == 2
+    launcher.send_signal(signal.SIGTERM)
+    assert launcher.wait(timeout=30) != 0
+    time.sleep(0.5)
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
