@@ -8,11 +8,12 @@ float32 copies.
 
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
 
-SPIN = 0.05  # seconds a wait polls before it sleeps between polls
+SPIN = 0.0005  # seconds a wait polls before MPI's own blocking wait takes over
 
 def mpi():
     """The mpi4py ``MPI`` module (importing it initialises MPI, so it loads on first use)."""
@@ -34,16 +35,23 @@ def op_of(name):
 def wait(request, timeout, what):
     """Wait for an MPI request until ``timeout`` seconds pass; RuntimeError naming ``what`` after that.
 
-    It polls without sleeping for the first ``SPIN`` seconds, as MPI's own blocking calls do (a sleep costs a
-    scheduler round trip, more than most collectives take), then sleeps a millisecond between polls."""
+    A collective that finishes within ``SPIN`` seconds is polled for; a longer one is waited for by MPI itself
+    (whose blocking wait progresses faster than polling from Python) in a helper thread, while this thread
+    waits for it with the deadline. After a timeout that helper stays blocked: the group is broken anyway."""
     start = time.monotonic()
     while not request.Test():
-        waited = time.monotonic() - start
-        if waited > timeout:
-            raise RuntimeError(f"jitorch.distributed: {what} timed out after {timeout:.0f} s: a rank died, or did "
-                               "not call the same collective")
-        if waited > SPIN:
-            time.sleep(0.001)
+        if time.monotonic() - start > SPIN:
+            done = threading.Event()
+            threading.Thread(target=_wait_then_set, args=(request, done), daemon=True).start()
+            if not done.wait(max(0.0, timeout - (time.monotonic() - start))):
+                raise RuntimeError(f"jitorch.distributed: {what} timed out after {timeout:.0f} s: a rank died, or "
+                                   "did not call the same collective")
+            return
+
+
+def _wait_then_set(request, done):
+    request.Wait()
+    done.set()
 
 
 def reducible(array):
