@@ -348,8 +348,11 @@ class _StatusRequest:
     def __init__(self, request, status):
         self.request, self.status = request, status
 
-    def Test(self):  # noqa: N802  (mpi4py's name, which mpi_backend.wait calls)
+    def Test(self):  # noqa: N802  (mpi4py's names, which mpi_backend.wait calls)
         return self.request.Test(self.status)
+
+    def Wait(self):  # noqa: N802
+        return self.request.Wait(self.status)
 
 
 def _check_received(tensor, status):

@@ -41,17 +41,23 @@ def wait(request, timeout, what):
     start = time.monotonic()
     while not request.Test():
         if time.monotonic() - start > SPIN:
-            done = threading.Event()
-            threading.Thread(target=_wait_then_set, args=(request, done), daemon=True).start()
+            done, errors = threading.Event(), []
+            threading.Thread(target=_wait_then_set, args=(request, done, errors), daemon=True).start()
             if not done.wait(max(0.0, timeout - (time.monotonic() - start))):
                 raise RuntimeError(f"jitorch.distributed: {what} timed out after {timeout:.0f} s: a rank died, or "
                                    "did not call the same collective")
+            if errors:
+                raise RuntimeError(f"jitorch.distributed: {what} failed in MPI: {errors[0]}") from errors[0]
             return
 
 
-def _wait_then_set(request, done):
-    request.Wait()
-    done.set()
+def _wait_then_set(request, done, errors):
+    try:
+        request.Wait()
+    except Exception as error:  # raised again by the waiting thread
+        errors.append(error)
+    finally:
+        done.set()
 
 
 def reducible(array):
