@@ -100,3 +100,12 @@ def is_tensor(obj):
 def numel(input):
     """Number of elements of ``input``."""
     return input.numel()
+
+
+def __getattr__(name):
+    # these load on first use: they pull in the stdlib's multiprocessing and socket modules, and MPI
+    if name in ("multiprocessing", "distributed"):
+        import importlib
+
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'jitorch' has no attribute {name!r}")

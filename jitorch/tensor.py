@@ -182,6 +182,8 @@ class Tensor:
             raise RuntimeError(f"Trying to create tensor with negative dimension {min(shape)}: {list(shape)}")
         old, needed = self._storage, self._offset + prod(shape)
         if needed > old.size:
+            if old.is_shared() and self.device.type == "cpu":  # other processes map the old memory
+                raise RuntimeError("Trying to resize storage that is not resizable")
             self._storage = Storage.empty(needed, self.dtype, self.device)
             if old.size and self.device.type != "meta":
                 Tensor._make(self._storage, (old.size,), (1,), 0).copy_(Tensor._make(old, (old.size,), (1,), 0))
@@ -364,8 +366,8 @@ class Tensor:
         return (self._storage is other._storage and self._offset == other._offset and self._shape == other._shape
                 and self._stride == other._stride)
 
-    # What torch's tensors can be and jitorch's never are (a lazily conjugated or negated view, pinned or shared
-    # memory, a distributed tensor): always False, as torch answers for an ordinary dense tensor.
+    # What torch's tensors can be and jitorch's never are (a lazily conjugated or negated view, pinned memory, a
+    # distributed tensor): always False, as torch answers for an ordinary dense tensor.
     def is_conj(self):
         return False
 
@@ -375,8 +377,15 @@ class Tensor:
     def is_pinned(self, device=None):
         return False
 
+    def share_memory_(self):
+        """Move this tensor's storage into shared memory, where other processes (jitorch.multiprocessing) map it
+        without a copy. A no-op when it is there already, and for CUDA tensors, which are shared when sent."""
+        self._storage.share_memory_()
+        return self
+
     def is_shared(self):
-        return False
+        """Whether this tensor's storage lives in shared memory (always True for CUDA tensors, as in torch)."""
+        return self.device.type == "cuda" or self._storage.is_shared()
 
     def is_distributed(self):
         return False

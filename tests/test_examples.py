@@ -68,6 +68,20 @@ def export_and_load(done):
         assert line in done.stdout
 
 
+def hogwild(done):
+    # the parent never trains: the accuracy it sees comes from the workers' writes into shared memory
+    assert number_after("before training: test accuracy", done.stdout) < 0.5
+    assert number_after("final accuracy", done.stdout) >= 0.9
+    assert done.stdout.count("parameters shared: True") == 2
+
+
+def train_ddp(done):  # a world of one here; tests/distributed runs it on two ranks
+    compiles_whole_graphs(done)
+    assert number_after("final accuracy", done.stdout) >= 0.9
+    assert "rank 0: replicas equal: True, checkpoint reloads: True, compiled step: one graph with 1 all-reduce" \
+        in done.stdout
+
+
 def eager_basics(done):
     # tests/data/eager_basics.torch.out is the script's output under `import torch` (torch 2.13),
     # with "torch." spelled "jitorch." (its one random tensor shows only its shape)
@@ -76,7 +90,7 @@ def eager_basics(done):
 
 
 CLAIMS = {check.__name__: check for check in (train_mlp, train_cnn, char_transformer, export_and_load,
-                                               eager_basics)}
+                                               eager_basics, hogwild, train_ddp)}
 
 
 @pytest.mark.parametrize("script", EXAMPLES, ids=[p.stem for p in EXAMPLES])

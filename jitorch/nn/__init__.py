@@ -11,10 +11,11 @@ from .modules import *  # noqa: F401,F403
 from .modules import __all__ as _modules_all
 from .parameter import Parameter  # noqa: F401
 
-__all__ = ["Parameter", "init", "utils", "functional", *_modules_all]
+__all__ = ["Parameter", "init", "utils", "functional", "parallel", *_modules_all]
 
 
 def __getattr__(name):
-    if name == "functional":
+    # parallel loads jitorch.distributed, which needs the whole library
+    if name in ("functional", "parallel"):
         return importlib.import_module(".functional", __name__)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import shared_memory
 from .device import CPU, DEVICE_BACKENDS, META
 from .grad_mode import _state as _grad_state
 
@@ -72,19 +73,54 @@ class Storage:
         root = getattr(self, "root", self)
         cls = _REINTERPRETED.get(type(root))
         if cls is None:
-            cls = _REINTERPRETED[type(root)] = type(f"Reinterpreted{type(root).__name__}", (type(root),), {
-                "__slots__": ("root",), "__doc__": "A storage's memory read as another dtype.",
-                # writes through either bump the one counter every view of the memory shares
-                "_version": property(lambda st: st.root._version,
-                                     lambda st, v: setattr(st.root, "_version", v))})
+            cls = _REINTERPRETED[type(root)] = type(f"Reinterpreted{type(root).__name__}",
+                                                    (Reinterpretation, type(root)), {"__slots__": ("root",)})
         view = object.__new__(cls)
         view.root, view.dtype, view.device = root, dtype, root.device
         view.size = root.nbytes() // dtype.itemsize
         view.inference = root.inference
-        data = root.data
-        view._data = None if data is None else data.view(np.uint8)[:view.size * dtype.itemsize].view(dtype.np)
-        view._ptr = root.data_ptr() if root.on_device else None
+        view.read_root()
         return view
+
+    def replace_buffer(self, data):
+        """Move the elements to ``data``, a 1-D array of as many (``share_memory_()``). Tensors on this storage
+        read ``data`` once their cached arrays are dropped, and reinterpretations once they `read_root`."""
+        self._data = data
+        self._ptr = None
+
+    def share_memory_(self):
+        """Move this storage into shared memory (a no-op when it is shared already, or not on the CPU)."""
+        shared_memory.share_storages([self])
+        return self
+
+    def is_shared(self):
+        """Whether this storage lives in shared memory."""
+        return shared_memory.is_shared(self)
+
+    @classmethod
+    def new_shared(cls, n, dtype):
+        """A new CPU storage of ``n`` zeros of ``dtype`` in shared memory (torch's ``_new_shared``)."""
+        return shared_memory.new_shared(cls, n, dtype)
+
+    @classmethod
+    def from_shared_file(cls, fd, nbytes, dtype):
+        """The CPU storage of ``dtype`` on a memory file another process shared (see `shared_memory`)."""
+        return shared_memory.storage_from_descriptor(fd, nbytes, dtype, cls)
+
+
+class Reinterpretation:
+    """A storage's memory read as another dtype (mixed into a subclass of the root's storage class)."""
+
+    __slots__ = ()
+
+    # writes through either bump the one counter every view of the memory shares
+    _version = property(lambda st: st.root._version, lambda st, v: setattr(st.root, "_version", v))
+
+    def read_root(self):
+        """Point at the root's current buffer (again, after the root moved into shared memory)."""
+        root, data = self.root, self.root.data
+        self._data = None if data is None else data.view(np.uint8)[:self.size * self.dtype.itemsize].view(self.dtype.np)
+        self._ptr = root.data_ptr() if root.on_device else None
 
 
 _REINTERPRETED: dict = {}  # storage class -> its reinterpreting subclass

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import collections.abc
 import copy
+import math
 
 import numpy as np
 
-from ... import Tensor, as_tensor, float64, stack, tensor
+from ... import Tensor, as_tensor, empty, float64, stack, tensor
+from ...runtime.storage import Storage
+from . import worker_info
 
 __all__ = ["default_collate", "default_convert"]
 
@@ -58,17 +61,19 @@ def default_collate(batch):
     """
     elem = batch[0]
     if isinstance(elem, Tensor):
+        if _in_worker() and elem.device.type == "cpu":
+            return stack(list(batch), 0, out=_shared_empty((len(batch), *elem.shape), elem.dtype))
         return stack(list(batch), 0)
     if isinstance(elem, np.ndarray):
         if _is_string_array(elem):
             raise TypeError(_ERROR.format(elem.dtype))
         return default_collate([as_tensor(b) for b in batch])
     if isinstance(elem, (np.bool_, np.number)):
-        return tensor(np.array(batch))
+        return _for_transfer(tensor(np.array(batch)))
     if isinstance(elem, float):
-        return tensor(batch, dtype=float64)
+        return _for_transfer(tensor(batch, dtype=float64))
     if isinstance(elem, int):
-        return tensor(batch)
+        return _for_transfer(tensor(batch))
     if isinstance(elem, (str, bytes)):
         return batch
     if isinstance(elem, collections.abc.Mapping):
@@ -82,6 +87,21 @@ def default_collate(batch):
         # each field's samples stay the tuple zip makes: torch hands strings back as that tuple
         return _rebuild_sequence(elem, [default_collate(samples) for samples in zip(*batch)])
     raise TypeError(_ERROR.format(type(elem)))
+
+
+def _in_worker():
+    return worker_info.CURRENT is not None
+
+
+def _shared_empty(shape, dtype):
+    """A new tensor in shared memory of its own: a DataLoader worker collates into the memory its batch travels
+    in, so sending it needs no copy, nor a search for other tensors on the memory (as torch's workers do)."""
+    return empty(0, dtype=dtype).set_(Storage.new_shared(math.prod(shape), dtype), 0, shape)
+
+
+def _for_transfer(t):
+    """``t``, in shared memory of its own when this is a DataLoader worker."""
+    return _shared_empty(t.shape, t.dtype).copy_(t) if _in_worker() else t
 
 
 def default_convert(data):

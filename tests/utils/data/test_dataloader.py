@@ -148,11 +148,6 @@ def test_iterable_dataset_batches():
     assert len(DataLoader(Stream(5), batch_size=2, drop_last=True)) == 2
 
 
-def test_num_workers_loads_in_process():
-    loader = DataLoader(_dataset(), batch_size=5, num_workers=2, persistent_workers=True, prefetch_factor=2)
-    assert _order(loader) == list(range(10))
-
-
 def test_samplers():
     assert list(SequentialSampler(range(3))) == [0, 1, 2]
     g = jt.Generator().manual_seed(0)

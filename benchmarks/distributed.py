@@ -1,0 +1,156 @@
+"""jitorch.distributed on this machine: all-reduce bandwidth and DDP training steps, against mpi4py and torch.
+
+    python benchmarks/distributed.py              # about a minute
+    python benchmarks/distributed.py --quick      # tiny sizes (the suite runs this)
+
+The script starts itself under jitorch's launcher (1 and 2 ranks) and prints, from rank 0:
+1. all-reduce of float32 buffers: jitorch's ``dist.all_reduce`` against raw mpi4py ``Allreduce`` on the same
+   buffers (jitorch's share of mpi4py's bandwidth; the issue's target is 90%) and torch's gloo backend.
+2. a DDP training step of an MLP, with the same batch per rank (weak scaling): ms per step on 1 and 2 ranks,
+   the scaling efficiency (1-rank time / 2-rank time), jitorch eager and compiled against torch's DDP on gloo,
+   and the share of the gradients' all-reduce time hidden behind backward.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def timed(fn, repeat):
+    fn()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def allreduce_rows(sizes, repeat):
+    import torch
+    import torch.distributed as tdist
+    from mpi4py import MPI
+
+    import jitorch as jt
+    import jitorch.distributed as dist
+
+    rows = []
+    for nbytes in sizes:
+        t = jt.ones(nbytes // 4)
+        array = t.numpy()
+        raw = timed(lambda: MPI.COMM_WORLD.Allreduce(MPI.IN_PLACE, array, op=MPI.SUM), repeat)
+        ours = timed(lambda: dist.all_reduce(t), repeat)
+        theirs_t = torch.ones(nbytes // 4)
+        theirs = timed(lambda: tdist.all_reduce(theirs_t), repeat)
+        rows.append({"bytes": nbytes, "mpi4py": raw, "jitorch": ours, "torch": theirs})
+    return rows
+
+
+def mlp(lib, width):
+    nn = lib.nn
+    return nn.Sequential(nn.Linear(256, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 10))
+
+
+def ddp_rows(width, batch, repeat):
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as TorchDDP
+
+    import jitorch as jt
+    import jitorch.distributed as dist
+    from jitorch.nn.parallel import DistributedDataParallel as DDP
+
+    rows = {}
+    x, y = jt.randn(batch, 256), jt.randint(0, 10, (batch,))
+    for mode in ("eager", "compiled"):
+        model = DDP(mlp(jt, width))
+        opt = jt.optim.SGD(model.parameters(), lr=0.01)
+        loss_fn = jt.nn.CrossEntropyLoss()
+
+        def step():
+            opt.zero_grad()
+            loss_fn(model(x), y).backward()
+            opt.step()
+        run = jt.compile(step) if mode == "compiled" else step
+        run()
+        rows[f"jitorch {mode}"] = timed(run, repeat)
+        if mode == "eager":
+            with model.no_sync():  # backward without communication, to see how much of it the all-reduce adds
+                local = timed(step, repeat)
+            grads = jt.cat([p.grad.reshape(-1) for p in model.parameters()])
+            comm = timed(lambda: dist.all_reduce(grads), repeat)
+            added = rows["jitorch eager"] - local
+            rows["hidden"] = min(1.0, max(0.0, 1 - added / comm)) if dist.get_world_size() > 1 else None
+    tmodel = TorchDDP(mlp(torch, width))
+    topt = torch.optim.SGD(tmodel.parameters(), lr=0.01)
+    tx, ty = torch.randn(batch, 256), torch.randint(0, 10, (batch,))
+
+    def tstep():
+        topt.zero_grad()
+        torch.nn.functional.cross_entropy(tmodel(tx), ty).backward()
+        topt.step()
+    rows["torch eager"] = timed(tstep, repeat)
+    return rows
+
+
+def worker(args):
+    import torch
+    import torch.distributed as tdist
+
+    import jitorch as jt
+    import jitorch.distributed as dist
+
+    jt.set_num_threads(1)
+    torch.set_num_threads(1)
+    dist.init_process_group()
+    tdist.init_process_group("gloo")
+    sizes = [1 << 16, 1 << 20] if args.quick else [1 << 20, 16 << 20, 64 << 20]
+    result = {"allreduce": allreduce_rows(sizes, 2 if args.quick else 10),
+              "ddp": ddp_rows(32 if args.quick else 1024, 16 if args.quick else 128, 2 if args.quick else 20)}
+    if dist.get_rank() == 0:
+        print("RESULT " + json.dumps(result), flush=True)
+    tdist.destroy_process_group()
+    dist.destroy_process_group()
+
+
+def launch(nproc, quick):
+    cmd = [sys.executable, "-m", "jitorch.distributed.run", "--nproc-per-node", str(nproc),
+           "--master-port", str(29500 + nproc), os.path.join(HERE, "distributed.py"), "--worker"]
+    cmd += ["--quick"] if quick else []
+    done = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    line = done.stdout[done.stdout.index("RESULT ") + 7:]
+    return json.loads(line[:line.index("\n")] if "\n" in line else line)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="tiny sizes (for tests)")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.worker:
+        worker(args)
+        return
+    results = {n: launch(n, args.quick) for n in (1, 2)}
+    print("all-reduce of float32, 2 ranks (ms; bandwidth as a share of raw mpi4py's)")
+    print(f"{'size':>9} {'mpi4py':>9} {'jitorch':>9} {'torch gloo':>11} {'jitorch/mpi4py':>15}")
+    for row in results[2]["allreduce"]:
+        print(f"{row['bytes'] / 2**20:>7.2f}MB {row['mpi4py'] * 1e3:>9.2f} {row['jitorch'] * 1e3:>9.2f} "
+              f"{row['torch'] * 1e3:>11.2f} {row['mpi4py'] / row['jitorch']:>14.0%}")
+    print("\nDDP training step of an MLP, the same batch per rank (ms; efficiency = 1-rank time / 2-rank time)")
+    print(f"{'system':>17} {'1 rank':>8} {'2 ranks':>8} {'efficiency':>11}")
+    for system in ("jitorch eager", "jitorch compiled", "torch eager"):
+        one, two = results[1]["ddp"][system], results[2]["ddp"][system]
+        print(f"{system:>17} {one * 1e3:>8.2f} {two * 1e3:>8.2f} {one / two:>10.0%}")
+    hidden = results[2]["ddp"]["hidden"]
+    print(f"\nshare of the gradients' all-reduce hidden behind backward (jitorch eager, 2 ranks): {hidden:.0%}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,28 @@
+"""jitorch.distributed: torch.distributed's API on MPI (mpi4py), for CPU tensors.
+
+    python -m jitorch.distributed.run --nproc-per-node 2 train.py      # or: mpiexec -n 2 python train.py
+
+    import jitorch.distributed as dist
+    dist.init_process_group()                  # ranks from MPI (or WORLD_SIZE=1 alone)
+    t = jitorch.ones(3) * dist.get_rank()
+    dist.all_reduce(t)                         # in place, on every rank
+
+Collectives check that all ranks passed tensors of one dtype and shape, and never wait past the group's
+timeout. CUDA tensors and NCCL are not supported yet.
+"""
+
+from __future__ import annotations
+
+from .collectives import (Work, all_gather, all_gather_into_tensor, all_gather_object, all_reduce,
+                          all_to_all_single, barrier, broadcast, broadcast_object_list, gather, irecv, isend, recv,
+                          reduce, reduce_scatter_tensor, scatter, send)
+from .process_group import (GroupMember, ProcessGroup, ReduceOp, destroy_process_group, get_backend, get_rank,
+                            get_world_size, init_process_group, is_available, is_gloo_available, is_initialized,
+                            is_mpi_available, is_nccl_available, new_group)
+from .process_group import World as group
+
+__all__ = ["GroupMember", "ProcessGroup", "ReduceOp", "Work", "all_gather", "all_gather_into_tensor",
+           "all_gather_object", "all_reduce", "all_to_all_single", "barrier", "broadcast", "broadcast_object_list",
+           "destroy_process_group", "gather", "get_backend", "get_rank", "get_world_size", "group",
+           "init_process_group", "irecv", "is_available", "is_gloo_available", "is_initialized", "is_mpi_available",
+           "is_nccl_available", "isend", "new_group", "recv", "reduce", "reduce_scatter_tensor", "scatter", "send"]

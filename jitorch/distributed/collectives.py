@@ -1,0 +1,414 @@
+"""torch.distributed's collectives and point-to-point ops on CPU tensors, run by MPI.
+
+Each call first checks, with one small all-gather, that every rank of the group called the same collective
+with tensors of the same dtype and shape (RuntimeError naming each rank's otherwise: MPI would hang or mix
+data). Contiguous tensors are MPI's buffers themselves; others go through a contiguous copy.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from .. import from_numpy
+from .mpi_backend import mpi, op_of, reducible, wait
+from .process_group import ReduceOp, resolve
+
+_SIGNATURE = 12  # int64s per rank: kind, dtype, ndim, up to 9 dims
+_KINDS = ("all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter_tensor",
+          "gather", "scatter", "all_to_all_single", "barrier", "object")
+_DTYPES = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64",
+           "uint16", "uint32", "uint64")
+
+
+class Work:
+    """A running collective (``async_op=True``): ``wait()`` finishes it, writing the results into the tensors."""
+
+    def __init__(self, requests, finish, timeout, what, result=()):
+        self._requests, self._finish, self._timeout, self._what = requests, finish, timeout, what
+        self._result = list(result)
+        self._done = False
+
+    def wait(self, timeout=None):
+        """Block until the collective has finished (RuntimeError after the group's timeout); returns True."""
+        if not self._done:
+            seconds = self._timeout if timeout is None else _seconds(timeout)
+            for request in self._requests:
+                wait(request, seconds, self._what)
+            if self._finish is not None:
+                self._finish()
+            self._done = True
+        return True
+
+    def is_completed(self):
+        """Whether every message has arrived (the results are written by ``wait()``)."""
+        return self._done or all(r.Test() for r in self._requests)
+
+    def is_success(self):
+        return self.is_completed()
+
+    def result(self):
+        """The output tensors."""
+        self.wait()
+        return self._result
+
+
+def _seconds(timeout):
+    return timeout.total_seconds() if hasattr(timeout, "total_seconds") else float(timeout)
+
+
+def _run(pg, requests, finish, async_op, what, result=()):
+    work = Work(requests, finish, pg.timeout, what, result)
+    if async_op:
+        return work
+    work.wait()
+    return None
+
+
+def _check_cpu(tensor, what):
+    if tensor.device.type != "cpu":
+        raise RuntimeError(f"{what}: jitorch.distributed sends CPU tensors through MPI; got a tensor on "
+                           f"{tensor.device} (NCCL is not built into jitorch yet: move it to the CPU first)")
+
+
+def _dtype_name(tensor):
+    return str(tensor.dtype).removeprefix("jitorch.")
+
+
+def _agree(pg, kind, tensor, what, shape=True):
+    """Raise when the ranks called different collectives or gave tensors of different dtypes or shapes."""
+    if tensor is None:
+        agree(pg, kind, None, (), what)
+    else:
+        agree(pg, kind, _dtype_name(tensor), tuple(tensor.shape) if shape else (), what)
+
+
+def agree(pg, kind, dtype, shape, what):
+    """`_agree` on a dtype's name (None: no tensor) and a shape, which NumPy arrays have too."""
+    mine = np.zeros(_SIGNATURE, np.int64)
+    mine[0] = _KINDS.index(kind)
+    if dtype is not None:
+        mine[1] = 1 + _DTYPES.index(dtype)
+        mine[2] = len(shape)
+        mine[3:3 + min(len(shape), 9)] = shape[:9]
+    everyone = np.empty((pg.size(), _SIGNATURE), np.int64)
+    wait(pg.comm.Iallgather(mine, everyone), pg.timeout, what)
+    if (everyone == everyone[0]).all():
+        return
+    described = []
+    for rank, row in zip(pg.ranks, everyone):
+        name = _DTYPES[row[1] - 1] if row[1] else "-"
+        described.append(f"rank {rank}: {_KINDS[row[0]]}({name}{[int(n) for n in row[3:3 + row[2]]]})")
+    raise RuntimeError(f"{what}: the ranks disagree on the collective or on the tensors' dtype and shape: "
+                       + "; ".join(described))
+
+
+def _buffer(tensor, reducing):
+    """(array MPI reads and writes, function writing it back into ``tensor``): the tensor's own memory when it is
+    contiguous; bfloat16 moves as its bits, and reduces through float32."""
+    array = tensor.detach().numpy()
+    bf16 = array.dtype.name == "bfloat16"
+    if array.flags.c_contiguous and not bf16:
+        return array, tensor._bump_version
+    if bf16 and not reducing:
+        bits = np.ascontiguousarray(array).view(np.uint16)
+        return bits, lambda: _write(tensor, bits.view(array.dtype))
+    staged = np.ascontiguousarray(reducible(array))
+    return staged, lambda: _write(tensor, staged)
+
+
+def _write(tensor, array):
+    tensor.detach().copy_(from_numpy(np.asarray(array).reshape(tuple(tensor.shape))))
+
+
+def _averaging(op, tensor, what):
+    op = ReduceOp(op.value if isinstance(op, ReduceOp) else op)
+    if op is ReduceOp.AVG and not tensor.dtype.is_floating_point:
+        raise ValueError(f"{what}: ReduceOp.AVG needs floating point tensors, got {tensor.dtype}")
+    return op
+
+
+def _finisher(op, array, size, write_back):
+    def finish():
+        if op is ReduceOp.AVG:
+            array[...] = array / size
+        write_back()
+    return finish
+
+
+def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
+    """Reduce ``tensor`` over the group's ranks with ``op``; every rank gets the result, in place."""
+    what = "all_reduce"
+    _check_cpu(tensor, what)
+    op = _averaging(op, tensor, what)
+    pg = resolve(group)
+    _agree(pg, what, tensor, what)
+    array, write_back = _buffer(tensor, reducing=True)
+    request = pg.comm.Iallreduce(mpi().IN_PLACE, array, op_of(op.value))
+    return _run(pg, [request], _finisher(op, array, pg.size(), write_back), async_op, what, [tensor])
+
+
+def broadcast(tensor, src=None, group=None, async_op=False, group_src=None):
+    """Copy rank ``src``'s ``tensor`` into every rank's ``tensor``."""
+    what = "broadcast"
+    _check_cpu(tensor, what)
+    pg = resolve(group)
+    root = group_src if group_src is not None else pg.group_rank(src)
+    _agree(pg, what, tensor, what)
+    array, write_back = _buffer(tensor, reducing=False)
+    return _run(pg, [pg.comm.Ibcast(array, root=root)], write_back, async_op, what, [tensor])
+
+
+def reduce(tensor, dst=None, op=ReduceOp.SUM, group=None, async_op=False, group_dst=None):
+    """Reduce ``tensor`` over the ranks into rank ``dst``'s ``tensor`` (the others' are left as they were)."""
+    what = "reduce"
+    _check_cpu(tensor, what)
+    op = _averaging(op, tensor, what)
+    pg = resolve(group)
+    root = group_dst if group_dst is not None else pg.group_rank(dst)
+    _agree(pg, what, tensor, what)
+    array, write_back = _buffer(tensor, reducing=True)
+    if pg.rank() == root:
+        request = pg.comm.Ireduce(mpi().IN_PLACE, array, op_of(op.value), root=root)
+        finish = _finisher(op, array, pg.size(), write_back)
+    else:
+        request = pg.comm.Ireduce(array, None, op_of(op.value), root=root)
+        finish = None
+    return _run(pg, [request], finish, async_op, what, [tensor])
+
+
+def _gathered(pg, tensor):
+    array, _ = _buffer(tensor, reducing=False)
+    return array, np.empty((pg.size(), *array.shape), array.dtype)
+
+
+def _write_rows(tensors, rows, dtype):
+    for t, row in zip(tensors, rows):
+        _write(t, row.view(dtype) if row.dtype != dtype else row)
+
+
+def all_gather(tensor_list, tensor, group=None, async_op=False):
+    """Every rank's ``tensor``, into ``tensor_list[rank]`` on every rank."""
+    what = "all_gather"
+    _check_cpu(tensor, what)
+    pg = resolve(group)
+    if len(tensor_list) != pg.size():
+        raise ValueError(f"{what}: tensor_list holds {len(tensor_list)} tensors for a group of {pg.size()} ranks")
+    for t in tensor_list:
+        if tuple(t.shape) != tuple(tensor.shape) or t.dtype != tensor.dtype:
+            raise RuntimeError(f"{what}: tensor_list's tensors must match the input ({tensor.dtype}"
+                               f"{list(tensor.shape)}), got {t.dtype}{list(t.shape)}")
+    _agree(pg, what, tensor, what)
+    array, rows = _gathered(pg, tensor)
+    dtype = tensor.detach().numpy().dtype
+    return _run(pg, [pg.comm.Iallgather(array, rows)], lambda: _write_rows(tensor_list, rows, dtype), async_op,
+                what, tensor_list)
+
+
+def _whole(tensor, numel, what, role):
+    if tensor.numel() != numel:
+        raise ValueError(f"{what}: {role} has {tensor.numel()} elements, {numel} expected")
+
+
+def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=False):
+    """Every rank's ``input_tensor``, concatenated (or stacked) in rank order into ``output_tensor``."""
+    what = "all_gather_into_tensor"
+    _check_cpu(input_tensor, what)
+    pg = resolve(group)
+    _whole(output_tensor, pg.size() * input_tensor.numel(), what, "output_tensor")
+    _agree(pg, what, input_tensor, what)
+    array, _ = _buffer(input_tensor, reducing=False)
+    out, write_back = _buffer(output_tensor, reducing=False)
+    return _run(pg, [pg.comm.Iallgather(array, out)], write_back, async_op, what, [output_tensor])
+
+
+def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=False):
+    """Reduce ``input`` over the ranks and give rank r the r-th of its ``size`` equal chunks, in ``output``."""
+    what = "reduce_scatter_tensor"
+    _check_cpu(input, what)
+    op = _averaging(op, input, what)
+    pg = resolve(group)
+    _whole(input, pg.size() * output.numel(), what, "input")
+    _agree(pg, what, input, what)
+    array, _ = _buffer(input, reducing=True)
+    out, write_back = _buffer(output, reducing=True)
+    request = pg.comm.Ireduce_scatter_block(array, out, op_of(op.value))
+    return _run(pg, [request], _finisher(op, out, pg.size(), write_back), async_op, what, [output])
+
+
+def gather(tensor, gather_list=None, dst=None, group=None, async_op=False, group_dst=None):
+    """Every rank's ``tensor`` into ``gather_list`` on rank ``dst`` (which alone gives a list)."""
+    what = "gather"
+    _check_cpu(tensor, what)
+    pg = resolve(group)
+    root = group_dst if group_dst is not None else pg.group_rank(0 if dst is None else dst)
+    if pg.rank() == root:
+        if gather_list is None or len(gather_list) != pg.size():
+            raise ValueError(f"{what}: the destination rank needs a gather_list of {pg.size()} tensors")
+    elif gather_list:
+        raise ValueError("Argument ``gather_list`` must NOT be specified on non-destination ranks.")
+    _agree(pg, what, tensor, what)
+    array, rows = _gathered(pg, tensor)
+    dtype = tensor.detach().numpy().dtype
+    if pg.rank() != root:
+        return _run(pg, [pg.comm.Igather(array, None, root=root)], None, async_op, what)
+    return _run(pg, [pg.comm.Igather(array, rows, root=root)], lambda: _write_rows(gather_list, rows, dtype),
+                async_op, what, gather_list)
+
+
+def scatter(tensor, scatter_list=None, src=None, group=None, async_op=False, group_src=None):
+    """``scatter_list[r]`` of rank ``src`` into rank r's ``tensor``."""
+    what = "scatter"
+    _check_cpu(tensor, what)
+    pg = resolve(group)
+    root = group_src if group_src is not None else pg.group_rank(0 if src is None else src)
+    if pg.rank() == root:
+        if scatter_list is None or len(scatter_list) != pg.size():
+            raise ValueError(f"{what}: the source rank needs a scatter_list of {pg.size()} tensors")
+        if any(tuple(t.shape) != tuple(tensor.shape) for t in scatter_list):
+            raise RuntimeError(f"{what}: scatter_list's tensors must have the output's shape {list(tensor.shape)}")
+    elif scatter_list:
+        raise ValueError("Argument ``scatter_list`` must NOT be specified on non-source ranks.")
+    _agree(pg, what, tensor, what)
+    array, write_back = _buffer(tensor, reducing=False)
+    send = np.stack([_buffer(t, reducing=False)[0] for t in scatter_list]) if pg.rank() == root else None
+    return _run(pg, [pg.comm.Iscatter(send, array, root=root)], write_back, async_op, what, [tensor])
+
+
+def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None, group=None,
+                      async_op=False):
+    """Rank r sends its input's j-th chunk (of dim 0) to rank j, which puts it at its output's r-th chunk.
+
+    Without split sizes the chunks are equal; otherwise they are ``input_split_sizes`` rows (sent) and
+    ``output_split_sizes`` rows (received)."""
+    what = "all_to_all_single"
+    _check_cpu(input, what)
+    pg = resolve(group)
+    size = pg.size()
+    _agree(pg, what, input, what, shape=False)
+    array, _ = _buffer(input, reducing=False)
+    out, write_back = _buffer(output, reducing=False)
+    if output_split_sizes is None and input_split_sizes is None:
+        if input.shape[0] % size or output.numel() != input.numel():
+            raise ValueError(f"{what}: dim 0 ({input.shape[0]}) must split evenly over {size} ranks, and the output "
+                             "must hold as many elements as the input")
+        request = pg.comm.Ialltoall(array, out)
+    else:
+        row_in = input.numel() // max(input.shape[0], 1) if input.ndim else 1
+        row_out = output.numel() // max(output.shape[0], 1) if output.ndim else 1
+        sent = [n * row_in for n in (input_split_sizes or [input.shape[0] // size] * size)]
+        received = [n * row_out for n in (output_split_sizes or [output.shape[0] // size] * size)]
+        if sum(sent) != input.numel() or sum(received) != output.numel():
+            raise ValueError(f"{what}: split sizes must add up to dim 0 of the input and of the output")
+        request = pg.comm.Ialltoallv([array.reshape(-1), (sent, _offsets(sent))],
+                                     [out.reshape(-1), (received, _offsets(received))])
+    return _run(pg, [request], write_back, async_op, what, [output])
+
+
+def _offsets(counts):
+    return [int(x) for x in np.concatenate([[0], np.cumsum(counts)[:-1]])]
+
+
+def barrier(group=None, async_op=False, device_ids=None):
+    """Wait until every rank of the group has called barrier."""
+    pg = resolve(group)
+    return _run(pg, [pg.comm.Ibarrier()], None, async_op, "barrier")
+
+
+def _p2p(tensor, peer, group, tag, what, sending):
+    _check_cpu(tensor, what)
+    pg = resolve(group)
+    array, write_back = _buffer(tensor, reducing=False)
+    if sending:
+        return pg, pg.comm.Isend(array, dest=pg.group_rank(peer), tag=tag), None
+    source = mpi().ANY_SOURCE if peer is None else pg.group_rank(peer)
+    return pg, pg.comm.Irecv(array, source=source, tag=tag), write_back
+
+
+def send(tensor, dst=None, group=None, tag=0, group_dst=None):
+    """Send ``tensor`` to rank ``dst`` (which calls ``recv``)."""
+    pg, request, _ = _p2p(tensor, dst, group, tag, "send", True)
+    wait(request, pg.timeout, "send")
+
+
+def recv(tensor, src=None, group=None, tag=0, group_src=None):
+    """Receive into ``tensor`` from rank ``src`` (any rank when None); returns the sender's rank."""
+    pg, request, write_back = _p2p(tensor, src, group, tag, "recv", False)
+    status = mpi().Status()
+    wait(_StatusRequest(request, status), pg.timeout, "recv")
+    _check_received(tensor, status)
+    write_back()
+    return pg.ranks[status.Get_source()]
+
+
+class _StatusRequest:
+    """A request whose Test fills ``status``, so recv can learn the sender and the message size."""
+
+    def __init__(self, request, status):
+        self.request, self.status = request, status
+
+    def Test(self):  # noqa: N802  (mpi4py's names, which mpi_backend.wait calls)
+        return self.request.Test(self.status)
+
+    def Wait(self):  # noqa: N802
+        return self.request.Wait(self.status)
+
+
+def _check_received(tensor, status):
+    got = status.Get_count(mpi().BYTE)
+    expected = tensor.numel() * tensor.element_size()
+    if got != expected:
+        raise RuntimeError(f"recv: a message of {got} bytes arrived for a tensor of {expected} bytes "
+                           f"({tensor.dtype}{list(tensor.shape)})")
+
+
+def isend(tensor, dst=None, group=None, tag=0, group_dst=None):
+    """``send`` without waiting: returns a `Work`."""
+    pg, request, _ = _p2p(tensor, dst, group, tag, "isend", True)
+    return Work([request], None, pg.timeout, "isend", [tensor])
+
+
+def irecv(tensor, src=None, group=None, tag=0, group_src=None):
+    """``recv`` without waiting: returns a `Work` (its ``wait()`` writes the tensor)."""
+    pg, request, write_back = _p2p(tensor, src, group, tag, "irecv", False)
+    status = mpi().Status()
+    return Work([_StatusRequest(request, status)], lambda: (_check_received(tensor, status), write_back()),
+                pg.timeout, "irecv", [tensor])
+
+
+def _encoded(obj, what):
+    try:
+        return json.dumps(obj, allow_nan=True).encode()
+    except TypeError as error:
+        raise TypeError(f"{what}: jitorch sends objects as JSON (no pickle): {error}") from None
+
+
+def _all_bytes(pg, data, what):
+    sizes = np.empty(pg.size(), np.int64)
+    wait(pg.comm.Iallgather(np.array([len(data)], np.int64), sizes), pg.timeout, what)
+    received = np.empty(int(sizes.sum()), np.uint8)
+    wait(pg.comm.Iallgatherv(np.frombuffer(data, np.uint8), [received, (sizes, _offsets(sizes))]), pg.timeout, what)
+    return [received[o:o + n].tobytes() for o, n in zip(_offsets(sizes), sizes)]
+
+
+def all_gather_object(object_list, obj, group=None):
+    """Every rank's ``obj`` into ``object_list[rank]``. Objects travel as JSON (numbers, strings, lists, dicts,
+    booleans, None), never pickled: another type raises TypeError."""
+    pg = resolve(group)
+    _agree(pg, "object", None, "all_gather_object")
+    for rank, data in enumerate(_all_bytes(pg, _encoded(obj, "all_gather_object"), "all_gather_object")):
+        object_list[rank] = json.loads(data)
+
+
+def broadcast_object_list(object_list, src=None, group=None, device=None, group_src=None):
+    """Rank ``src``'s ``object_list`` into every rank's (in place), as JSON: see `all_gather_object`."""
+    pg = resolve(group)
+    root = group_src if group_src is not None else pg.group_rank(0 if src is None else src)
+    _agree(pg, "object", None, "broadcast_object_list")
+    data = _encoded(list(object_list), "broadcast_object_list") if pg.rank() == root else b""
+    values = json.loads(_all_bytes(pg, data, "broadcast_object_list")[root])
+    if len(values) != len(object_list):
+        raise ValueError(f"broadcast_object_list: rank {pg.ranks[root]} sent {len(values)} objects into a list of "
+                         f"{len(object_list)}")
+    object_list[:] = values

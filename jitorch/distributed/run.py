@@ -1,0 +1,118 @@
+"""The launcher: ``python -m jitorch.distributed.run --nproc-per-node N script.py args`` (also ``jitorchrun``).
+
+It takes torchrun's arguments and starts the N processes with MPI's ``mpiexec`` (MPICH's, installed with the
+``distributed`` extra). Each process starts in this module's ``--rank-shim`` mode, which sets torchrun's
+environment (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``,
+``GROUP_RANK``) from MPI's before it runs the script as ``__main__``, so a script written for torchrun reads
+what it expects. When one process dies or exits with an error, ``mpiexec`` stops the others; SIGINT and SIGTERM
+sent to the launcher go to every process. The launcher exits with the first failure's code and says which
+rank failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import runpy
+import shutil
+import signal
+import subprocess
+import sys
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="jitorchrun", description=__doc__.splitlines()[0])
+    p.add_argument("--nproc-per-node", "--nproc_per_node", default="1",
+                   help="processes on this node (a number; 'cpu' or 'auto' for one per core)")
+    p.add_argument("--nnodes", default="1", help="nodes (a number; MIN:MAX ranges are not supported)")
+    p.add_argument("--node-rank", "--node_rank", type=int, default=0)
+    p.add_argument("--master-addr", "--master_addr", default="127.0.0.1")
+    p.add_argument("--master-port", "--master_port", type=int, default=29500)
+    p.add_argument("--standalone", action="store_true", help="a single node (the default here)")
+    p.add_argument("--hosts", help="comma-separated hosts for a multi-node run (passed to mpiexec -hosts)")
+    p.add_argument("-m", "--module", action="store_true", help="run the script argument as a module (python -m)")
+    p.add_argument("--no-python", "--no_python", action="store_true", help="run the script as an executable")
+    p.add_argument("--rank-shim", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("script")
+    p.add_argument("script_args", nargs=argparse.REMAINDER)
+    args = p.parse_args(argv)
+    if args.nproc_per_node in ("cpu", "auto"):
+        args.nproc_per_node = os.cpu_count() or 1
+    else:
+        try:
+            args.nproc_per_node = int(args.nproc_per_node)
+        except ValueError:
+            p.error(f"--nproc-per-node must be a number, 'cpu' or 'auto', got {args.nproc_per_node!r}")
+    try:
+        args.nnodes = int(args.nnodes)
+    except ValueError:
+        p.error(f"--nnodes must be a number (elastic MIN:MAX ranges are not supported), got {args.nnodes!r}")
+    if args.nproc_per_node < 1 or args.nnodes < 1:
+        p.error("--nproc-per-node and --nnodes must be at least 1")
+    if args.nnodes > 1 and not args.hosts:
+        p.error("a multi-node run needs --hosts (the nodes' names, for mpiexec); start the launcher on one node")
+    return args
+
+
+def mpiexec():
+    """The ``mpiexec`` next to this Python (the distributed extra's MPICH), else the one on PATH."""
+    beside = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    found = beside if os.path.exists(beside) else shutil.which("mpiexec")
+    if found is None:
+        raise SystemExit("jitorchrun: mpiexec not found: pip install 'jitorch[distributed]' (mpi4py with MPICH)")
+    return found
+
+
+def command(args):
+    """The mpiexec command line that starts every rank in the shim."""
+    cmd = [mpiexec()]
+    total = args.nproc_per_node * args.nnodes
+    if args.hosts:
+        cmd += ["-hosts", args.hosts, "-ppn", str(args.nproc_per_node)]
+    cmd += ["-n", str(total), "-genv", "MASTER_ADDR", args.master_addr, "-genv", "MASTER_PORT",
+            str(args.master_port), "-genv", "LOCAL_WORLD_SIZE", str(args.nproc_per_node)]
+    shim = [sys.executable, "-m", "jitorch.distributed.run", "--rank-shim"]
+    shim += ["-m"] if args.module else []
+    shim += ["--no-python"] if args.no_python else []
+    return cmd + shim + [args.script, *args.script_args]
+
+
+def run_rank(args):
+    """In one rank's process: torchrun's environment from MPI's, then the script as ``__main__``."""
+    rank = int(os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0")))
+    size = int(os.environ.get("PMI_SIZE", os.environ.get("OMPI_COMM_WORLD_SIZE", "1")))
+    local = int(os.environ.get("MPI_LOCALRANKID", os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", rank)))
+    per_node = int(os.environ.get("LOCAL_WORLD_SIZE", size))
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(size), LOCAL_RANK=str(local), GROUP_RANK=str(rank // per_node),
+                      LOCAL_WORLD_SIZE=str(per_node), TORCHELASTIC_RUN_ID="jitorchrun")
+    if args.no_python:
+        os.execvp(args.script, [args.script, *args.script_args])
+    sys.argv = [args.script, *args.script_args]
+    if args.module:
+        runpy.run_module(args.script, run_name="__main__", alter_sys=True)
+    else:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(args.script)))
+        runpy.run_path(args.script, run_name="__main__")
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.rank_shim:
+        run_rank(args)
+        return 0
+    process = subprocess.Popen(command(args), start_new_session=True)
+
+    def forward(signum, frame):
+        os.killpg(process.pid, signum)  # mpiexec and every rank it started
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, forward)
+    code = process.wait()
+    if code != 0:
+        print(f"jitorchrun: a rank failed (mpiexec exited with {code}); the other ranks were stopped",
+              file=sys.stderr)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

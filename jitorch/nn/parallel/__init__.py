@@ -1,0 +1,5 @@
+"""Data-parallel training: ``DistributedDataParallel`` over jitorch.distributed."""
+
+from .distributed import DistributedDataParallel
+
+__all__ = ["DistributedDataParallel"]

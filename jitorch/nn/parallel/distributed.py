@@ -1,0 +1,217 @@
+"""DistributedDataParallel: one model replica per rank, gradients averaged over the ranks during backward.
+
+At construction rank 0's parameters and buffers are broadcast, so every replica starts equal. The parameters
+are grouped into buckets of about ``bucket_cap_mb`` (in reverse registration order, about the order backward
+produces their gradients, as torch does). A post-accumulate-grad hook on each parameter counts it ready; when
+a bucket is complete its gradients are copied into one flat buffer and an asynchronous all-reduce starts, so
+communication overlaps the rest of backward. Buckets start in the same order on every rank (a collective must).
+When the last bucket has started, backward's last hook waits for them all and writes the averages back into
+``.grad``.
+
+Inside ``jitorch.compile`` the same hooks run while backward is traced, and each bucket's all-reduce becomes a
+node of the graph (`jitorch.distributed.graph_ops`), placed where the bucket's last gradient is computed: the
+compiled step stays one graph.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+from ... import distributed as dist
+from ...compiler import is_compiling
+from ...distributed import graph_ops
+from ...distributed.process_group import resolve
+from ... import cat, zeros_like
+from ...runtime.grad_mode import is_grad_enabled, no_grad
+from ..modules.module import Module
+
+__all__ = ["DistributedDataParallel"]
+
+
+class _Bucket:
+    """Parameters of one dtype whose gradients travel together, and the flat buffer they travel in."""
+
+    def __init__(self, params):
+        self.params = params
+        self.sizes = [p.numel() for p in params]
+        self.buffer = params[0].new_zeros(sum(self.sizes))
+        self.ready = 0
+        self.work = None
+
+    def slices(self):
+        for p, n, start in zip(self.params, self.sizes, _starts(self.sizes)):
+            yield p, self.buffer[start:start + n]
+
+
+class DistributedDataParallel(Module):
+    """Wrap ``module`` so that ``backward()`` averages its gradients over the process group's ranks.
+
+    ``no_sync()`` skips the averaging (gradients accumulate locally); ``find_unused_parameters`` lets parameters
+    that a forward did not use count as ready with zero gradients; ``gradient_as_bucket_view`` makes ``.grad``
+    views of the communication buffers, which saves a copy. ``module`` is the wrapped module.
+    """
+
+    def __init__(self, module, device_ids=None, output_device=None, dim=0, broadcast_buffers=True,
+                 process_group=None, bucket_cap_mb=None, find_unused_parameters=False, check_reduction=False,
+                 gradient_as_bucket_view=False, static_graph=False, **kwargs):
+        super().__init__()
+        self.module = module
+        self.process_group = process_group
+        self.broadcast_buffers = broadcast_buffers
+        self.find_unused_parameters = find_unused_parameters
+        self.gradient_as_bucket_view = gradient_as_bucket_view
+        self.require_backward_grad_sync = True
+        self._group = resolve(process_group)
+        self._world = self._group.size()
+        self._src = self._group.ranks[0]
+        seen = set()
+        params = [p for p in module.parameters() if p.requires_grad and not (id(p) in seen or seen.add(id(p)))]
+        if not params:
+            raise RuntimeError("DistributedDataParallel is not needed when a module doesn't have any parameter "
+                               "that requires a gradient.")
+        with no_grad():
+            self._broadcast([*module.parameters(), *module.buffers()])
+        self._buckets = self._bucketed(params[::-1], (25 if bucket_cap_mb is None else bucket_cap_mb) * 2 ** 20)
+        self._bucket_of = {id(p): b for b in self._buckets for p in b.params}
+        self._next = 0  # the next bucket to start: they start in order on every rank
+        self._expecting = False
+        for p in params:
+            p.register_post_accumulate_grad_hook(self._grad_ready)
+
+    def _broadcast(self, tensors):
+        for t in tensors:
+            if is_compiling():
+                t.data.copy_(graph_ops.broadcast(t.data, 0, self._group.id))
+            else:
+                dist.broadcast(t.data, src=self._src, group=self.process_group)
+
+    @staticmethod
+    def _bucketed(params, cap_bytes):
+        buckets, current, size = [], [], 0
+        for p in params:
+            if current and (size + p.numel() * p.element_size() > cap_bytes or p.dtype != current[0].dtype):
+                buckets.append(_Bucket(current))
+                current, size = [], 0
+            current.append(p)
+            size += p.numel() * p.element_size()
+        buckets.append(_Bucket(current))
+        return buckets
+
+    @contextmanager
+    def no_sync(self):
+        """Within this context backward leaves gradients local (accumulating); the next synced backward averages
+        all that accumulated."""
+        previous = self.require_backward_grad_sync
+        self.require_backward_grad_sync = False
+        try:
+            yield
+        finally:
+            self.require_backward_grad_sync = previous
+
+    def forward(self, *inputs, **kwargs):
+        if self.broadcast_buffers:
+            with no_grad():
+                self._broadcast(list(self.module.buffers()))
+        output = self.module(*inputs, **kwargs)
+        self._expecting = is_grad_enabled() and self.require_backward_grad_sync
+        if self._expecting:
+            for bucket in self._buckets:
+                bucket.ready, bucket.work = 0, None
+            self._next = 0
+            if self.find_unused_parameters:
+                used = _leaves_reached(output)
+                for bucket in self._buckets:
+                    for p in bucket.params:
+                        if id(p) not in used:
+                            self._mark_ready(p)
+        return output
+
+    def _grad_ready(self, param):
+        if self._expecting and self.require_backward_grad_sync:
+            self._mark_ready(param)
+
+    def _mark_ready(self, param):
+        bucket = self._bucket_of[id(param)]
+        bucket.ready += 1
+        while self._next < len(self._buckets) and \
+                self._buckets[self._next].ready == len(self._buckets[self._next].params):
+            self._start(self._buckets[self._next])
+            self._next += 1
+        if self._next == len(self._buckets):
+            self._finish()
+
+    def _start(self, bucket):
+        if is_compiling():
+            self._reduce_in_graph(bucket)
+            return
+        with no_grad():
+            for p, part in bucket.slices():
+                grad = p.grad
+                if grad is None:
+                    part.zero_()
+                elif not _is_view_of(grad, part):
+                    part.copy_(grad.reshape(-1))
+        bucket.work = dist.all_reduce(bucket.buffer, group=self.process_group, async_op=True)
+
+    def _reduce_in_graph(self, bucket):
+        with no_grad():
+            flat = cat([(zeros_like(p) if p.grad is None else p.grad).reshape(-1) for p in bucket.params])
+            averaged = graph_ops.all_reduce(flat, "AVG", self._group.id)
+            for p, size, start in zip(bucket.params, bucket.sizes, _starts(bucket.sizes)):
+                part = averaged[start:start + size].view(p.shape)
+                if p.grad is None:
+                    p.grad = part.clone()
+                else:
+                    p.grad.copy_(part)
+
+    def _finish(self):
+        self._expecting = False
+        if is_compiling():
+            return  # each bucket's reduction wrote its gradients back already
+        with no_grad():
+            for bucket in self._buckets:
+                bucket.work.wait()
+                bucket.buffer.div_(self._world)
+                for p, part in bucket.slices():
+                    view = part.view(p.shape)
+                    if self.gradient_as_bucket_view:
+                        if p.grad is None or not _is_view_of(p.grad, part):
+                            p.grad = view
+                    elif p.grad is None:
+                        p.grad = view.clone()
+                    else:
+                        p.grad.copy_(view)
+
+
+def _starts(sizes):
+    start = 0
+    for n in sizes:
+        yield start
+        start += n
+
+
+def _is_view_of(grad, part):
+    return grad.untyped_storage() is part.untyped_storage() and grad.storage_offset() == part.storage_offset()
+
+
+def _leaves_reached(output):
+    """ids of the leaf tensors whose gradients backward from ``output`` (any nesting of tensors) reaches."""
+    roots, stack, seen, leaves = [], [output], set(), set()
+    while stack:
+        item = stack.pop()
+        if isinstance(item, (list, tuple)):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif getattr(item, "grad_fn", None) is not None:
+            roots.append(item.grad_fn)
+    while roots:
+        node = roots.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        variable = getattr(node, "variable", None)
+        if variable is not None:
+            leaves.add(id(variable))
+        roots.extend(fn for fn, _ in getattr(node, "next_functions", ()))
+    return leaves

@@ -1,0 +1,115 @@
+"""jitorch.distributed across 2 and 4 ranks started by the launcher: every collective against NumPy, DDP against
+one process on the whole batch, and each fault (mismatched tensors, a rank that never joins, dies or raises)
+ending in an error, never a hang."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import jitorch.distributed as dist
+
+HERE = Path(__file__).parent
+ROOT = HERE.parents[1]
+
+
+def launch(nproc, script, *args, timeout=120):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "jitorch.distributed.run", "--nproc-per-node", str(nproc),
+                           str(HERE / script), *args], capture_output=True, text=True, timeout=timeout, env=env,
+                          cwd=ROOT)
+
+
+@pytest.mark.parametrize("nproc", [2, 4])
+def test_every_collective_matches_numpy(nproc):
+    done = launch(nproc, "collectives_check.py")
+    assert done.returncode == 0, done.stderr
+    # mpiexec interleaves the ranks' output, not always at line ends: find the reports anywhere in it
+    ranks = sorted(int(r) for r, n in re.findall(r"rank (\d+) of (\d+): \d+ checks passed", done.stdout))
+    assert ranks == list(range(nproc)), done.stdout
+
+
+def test_mismatched_shapes_raise_on_every_rank_naming_each_ranks_shape():
+    done = launch(2, "faults_check.py", "mismatch")
+    assert done.returncode == 0, done.stderr
+    for rank in (0, 1):
+        assert (f"rank {rank}: all_reduce: the ranks disagree on the collective or on the tensors' dtype and shape: "
+                "rank 0: all_reduce(float32[2]); rank 1: all_reduce(float32[3])") in done.stdout
+
+
+def test_a_rank_that_never_joins_times_the_others_out():
+    done = launch(2, "faults_check.py", "silent")
+    assert "rank 0: jitorch.distributed: all_reduce timed out after 2 s" in done.stdout, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("fault", ["kill", "raise"])
+def test_a_rank_that_dies_or_raises_stops_the_run_with_an_error(fault):
+    done = launch(2, "faults_check.py", fault, timeout=60)
+    assert done.returncode != 0
+    assert done.stdout.count("trained 3 steps") == 2
+    assert "jitorchrun: a rank failed" in done.stderr
+    if fault == "raise":
+        assert "ValueError: rank 1 gave up" in done.stderr
+
+
+def test_a_world_of_one_needs_no_launcher():
+    code = ("import jitorch as jt, jitorch.distributed as dist\n"
+            "dist.init_process_group(backend='gloo')\n"
+            "t = jt.ones(2); dist.all_reduce(t); print(dist.get_rank(), dist.get_world_size(), t.tolist(),"
+            " dist.get_backend())\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI", "MPI_"))}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT,
+                          env=dict(env, RANK="0", WORLD_SIZE="1", PYTHONPATH=str(ROOT)))
+    assert done.stdout.split("\n")[0] == "0 1 [1.0, 1.0] gloo", done.stderr
+
+
+def test_init_errors_as_torch():
+    with pytest.raises(RuntimeError, match="Distributed package doesn't have NCCL built in"):
+        dist.init_process_group("nccl")
+    with pytest.raises(ValueError, match="Invalid backend: 'carrier-pigeon'"):
+        dist.init_process_group("carrier-pigeon")
+    with pytest.raises(ValueError, match="Default process group has not been initialized"):
+        dist.get_rank()
+    assert dist.is_available() and not dist.is_initialized()
+
+
+@pytest.mark.parametrize("nproc,mode", [(2, "eager"), (4, "eager"), (2, "compiled")])
+def test_ddp_on_shards_equals_one_process_on_the_whole_batch(nproc, mode):
+    done = launch(nproc, "ddp_check.py", *(["--compile"] if mode == "compiled" else []))
+    assert done.returncode == 0, done.stderr
+    assert sorted(re.findall(rf"rank (\d+): ddp == whole batch \({mode}\)", done.stdout)) == \
+        [str(r) for r in range(nproc)], done.stdout
+    assert "eagerly" not in done.stderr  # the compiled step is one graph, collectives included
+
+
+def test_the_ddp_example_on_two_ranks():
+    done = launch(2, "../../examples/train_ddp.py", timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert len(re.findall(r"replicas equal: True, checkpoint reloads: True, compiled step: one graph with 1 "
+                          r"all-reduce nodes", done.stdout)) == 2, done.stdout
+    assert "steps on each of 2 ranks" in done.stdout
+    assert float(re.findall(r"final accuracy: (\d\.\d+)", done.stdout)[-1]) >= 0.9
+
+
+def test_the_launcher_forwards_sigterm_to_every_rank(tmp_path):
+    import signal
+    import time
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    launcher = subprocess.Popen([sys.executable, "-m", "jitorch.distributed.run", "--nproc-per-node", "2",
+                                 str(HERE / "faults_check.py"), "wait", str(tmp_path)], env=env, cwd=ROOT,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while len(list(tmp_path.glob("rank*.pid"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    pids = [int(p.read_text()) for p in tmp_path.glob("rank*.pid")]
+    assert len(pids) == 2
+    launcher.send_signal(signal.SIGTERM)
+    assert launcher.wait(timeout=30) != 0
+    time.sleep(0.5)
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
