@@ -154,7 +154,7 @@ def broadcast(tensor, src=None, group=None, async_op=False, group_src=None):
     what = "broadcast"
     _check_cpu(tensor, what)
     pg = resolve(group)
-    root = group_src if group_src is not None else pg.group_rank(src)
+    root = _root(pg, src, group_src)
     _agree(pg, what, tensor, what)
     array, write_back = _buffer(tensor, reducing=False)
     return _run(pg, [pg.comm.Ibcast(array, root=root)], write_back, async_op, what, [tensor])
@@ -166,7 +166,7 @@ def reduce(tensor, dst=None, op=ReduceOp.SUM, group=None, async_op=False, group_
     _check_cpu(tensor, what)
     op = _averaging(op, tensor, what)
     pg = resolve(group)
-    root = group_dst if group_dst is not None else pg.group_rank(dst)
+    root = _root(pg, dst, group_dst)
     _agree(pg, what, tensor, what)
     array, write_back = _buffer(tensor, reducing=True)
     if pg.rank() == root:
@@ -176,6 +176,20 @@ def reduce(tensor, dst=None, op=ReduceOp.SUM, group=None, async_op=False, group_
         request = pg.comm.Ireduce(array, None, op_of(op.value), root=root)
         finish = None
     return _run(pg, [request], finish, async_op, what, [tensor])
+
+
+def _root(pg, global_rank, group_rank):
+    """The group rank a rooted collective names, as a global rank or (``group_src``/``group_dst``) a group one."""
+    return group_rank if group_rank is not None else pg.group_rank(0 if global_rank is None else global_rank)
+
+
+def _check_root_list(pg, root, tensors, what, role, arg):
+    """The list only the root gives: one tensor per rank there, none elsewhere (torch's error)."""
+    if pg.rank() == root:
+        if tensors is None or len(tensors) != pg.size():
+            raise ValueError(f"{what}: the {role} rank needs a {arg} of {pg.size()} tensors")
+    elif tensors:
+        raise ValueError(f"Argument ``{arg}`` must NOT be specified on non-{role} ranks.")
 
 
 def _gathered(pg, tensor):
@@ -242,12 +256,8 @@ def gather(tensor, gather_list=None, dst=None, group=None, async_op=False, group
     what = "gather"
     _check_cpu(tensor, what)
     pg = resolve(group)
-    root = group_dst if group_dst is not None else pg.group_rank(0 if dst is None else dst)
-    if pg.rank() == root:
-        if gather_list is None or len(gather_list) != pg.size():
-            raise ValueError(f"{what}: the destination rank needs a gather_list of {pg.size()} tensors")
-    elif gather_list:
-        raise ValueError("Argument ``gather_list`` must NOT be specified on non-destination ranks.")
+    root = _root(pg, dst, group_dst)
+    _check_root_list(pg, root, gather_list, what, "destination", "gather_list")
     _agree(pg, what, tensor, what)
     array, rows = _gathered(pg, tensor)
     dtype = tensor.detach().numpy().dtype
@@ -262,14 +272,10 @@ def scatter(tensor, scatter_list=None, src=None, group=None, async_op=False, gro
     what = "scatter"
     _check_cpu(tensor, what)
     pg = resolve(group)
-    root = group_src if group_src is not None else pg.group_rank(0 if src is None else src)
-    if pg.rank() == root:
-        if scatter_list is None or len(scatter_list) != pg.size():
-            raise ValueError(f"{what}: the source rank needs a scatter_list of {pg.size()} tensors")
-        if any(tuple(t.shape) != tuple(tensor.shape) for t in scatter_list):
-            raise RuntimeError(f"{what}: scatter_list's tensors must have the output's shape {list(tensor.shape)}")
-    elif scatter_list:
-        raise ValueError("Argument ``scatter_list`` must NOT be specified on non-source ranks.")
+    root = _root(pg, src, group_src)
+    _check_root_list(pg, root, scatter_list, what, "source", "scatter_list")
+    if pg.rank() == root and any(tuple(t.shape) != tuple(tensor.shape) for t in scatter_list):
+        raise RuntimeError(f"{what}: scatter_list's tensors must have the output's shape {list(tensor.shape)}")
     _agree(pg, what, tensor, what)
     array, write_back = _buffer(tensor, reducing=False)
     send = np.stack([_buffer(t, reducing=False)[0] for t in scatter_list]) if pg.rank() == root else None
@@ -404,7 +410,7 @@ def all_gather_object(object_list, obj, group=None):
 def broadcast_object_list(object_list, src=None, group=None, device=None, group_src=None):
     """Rank ``src``'s ``object_list`` into every rank's (in place), as JSON: see `all_gather_object`."""
     pg = resolve(group)
-    root = group_src if group_src is not None else pg.group_rank(0 if src is None else src)
+    root = _root(pg, src, group_src)
     _agree(pg, "object", None, "broadcast_object_list")
     data = _encoded(list(object_list), "broadcast_object_list") if pg.rank() == root else b""
     values = json.loads(_all_bytes(pg, data, "broadcast_object_list")[root])
