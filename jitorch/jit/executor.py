@@ -188,20 +188,26 @@ _COMBINE = {"sum": np.add.reduce, "mean": np.add.reduce, "prod": np.multiply.red
             "amin": np.minimum.reduce, "max": np.maximum.reduce, "min": np.minimum.reduce}
 
 
-def _matrices(node):
-    """Whether a product node multiplies two matrices of its output's BLAS dtype."""
+def _blas_product(node):
+    """Whether a product node multiplies matrices, or batches of them, of its output's BLAS dtype (the
+    operands NumPy's matmul takes as they are, with torch's broadcasting of the batch dims)."""
     out = node.outputs[0].type
     return out.dtype in (_dt.float32, _dt.float64) and out.device.type == "cpu" and all(
-        isinstance(a, Value) and len(a.type.shape) == 2 and a.type.dtype == out.dtype for a in node.args)
+        isinstance(a, Value) and len(a.type.shape) >= 2 and a.type.dtype == out.dtype for a in node.args)
 
 
 def _matmul_into(arrays, out):
-    np.matmul(*arrays, out=out)
+    a, b = arrays
+    if a.ndim >= 3 and b.ndim == 2 and a.flags.c_contiguous:
+        # one BLAS call over all rows rather than one per matrix of the batch
+        np.matmul(a.reshape(-1, a.shape[-1]), b, out=out.reshape(-1, out.shape[-1]))
+    else:
+        np.matmul(a, b, out=out)
 
 
-# Eager ops that can write an arena buffer directly, skipping a fresh result and its wrapper:
-# name -> (whether a node qualifies, the writer).
-_WRITERS_INTO = {"matmul": (_matrices, _matmul_into), "mm": (_matrices, _matmul_into)}
+# Eager ops that can write an arena buffer directly, skipping a fresh result (whose new memory the
+# product's first writes fault in, page by page) and its wrapper: name -> (whether a node qualifies, the writer).
+_WRITERS_INTO = {name: (_blas_product, _matmul_into) for name in ("matmul", "mm", "bmm")}
 
 
 class EagerStep:
@@ -231,14 +237,13 @@ class EagerStep:
                 continue
             geo = self.geometry.get(node)
             if geo is not None:
-                root, shape, strides, offset, compact = geo
+                root, views, compact = geo
                 base = env[root]
                 if base._offset == 0 and base._stride == compact:  # laid out as planned
-                    env[out] = Tensor._view_of(base, shape, strides, offset)
+                    for v, (shape, strides, offset) in zip(node.outputs, views):
+                        env[v] = Tensor._view_of(base, shape, strides, offset)
                     continue
-            args = [_substitute(a, env, node.op.view is not None) for a in node.args]
-            # a graph node's arguments were checked when it was traced: skip to the eager kernel
-            result = registry.execute(node.op, args)
+            result = _view_or_compute(node, env)
             results = list(result) if isinstance(result, (tuple, list)) else [result]
             for v, r in zip(node.outputs, results):
                 env[v] = r
@@ -248,14 +253,14 @@ class EagerStep:
 
 
 def _static_views(nodes, by_value, layouts):
-    """Per view node of an eager step: (root value, shape, strides, offset, the root's strides),
-    its geometry over the value its chain of views starts from, known before any call (a chain
-    such as ``t`` then ``transpose`` composes, across steps through ``by_value``; the root is
-    compact at run time, or laid out as ``layouts`` says)."""
+    """Per view node of an eager step: (root value, per output its (shape, strides, offset), the root's
+    strides), the geometry of its outputs over the value its chain of views starts from, known before any
+    call (a chain such as ``split`` then ``view`` then ``transpose`` composes, across steps through
+    ``by_value``; the root is compact at run time, or laid out as ``layouts`` says)."""
     geometry = {}
     for node in nodes:
         base = node.args[0] if node.args else None
-        if (node.op.view is None or len(node.outputs) != 1 or not isinstance(base, Value)
+        if (node.op.view is None or not isinstance(base, Value)
                 or any(isinstance(a, Value) for a in iter_values(node.args[1:]))):
             continue
         root, shape, strides, offset = by_value.get(base, (base, base.type.shape, _strides(base, layouts), 0))
@@ -267,12 +272,27 @@ def _static_views(nodes, by_value, layouts):
             geo = node.op.view(fake, *node.args[1:])
         except RuntimeError:  # a view the strided layout does not allow: the eager kernel copies
             continue
-        if isinstance(geo, list):
+        views = [(tuple(g[0]), tuple(g[1]), g[2]) for g in (geo if isinstance(geo, list) else [geo])]
+        if len(views) != len(node.outputs):
             continue
-        shape, strides, offset = tuple(geo[0]), tuple(geo[1]), geo[2]
-        by_value[node.outputs[0]] = (root, shape, strides, offset)
-        geometry[node] = (root, shape, strides, offset, _strides(root, layouts))
+        for v, (shape, strides, offset) in zip(node.outputs, views):
+            by_value[v] = (root, shape, strides, offset)
+        geometry[node] = (root, views, _strides(root, layouts))
     return geometry
+
+
+def _view_or_compute(node, env):
+    """The eager kernel of ``node`` on its arguments as they are laid out. A view that the IR defines over
+    its input's elements in row-major order (``as_strided``), or one the layout does not allow (``view`` of
+    a transposed value, which eager made compact), runs on a compact copy of its input."""
+    compacted = node.op.name == "as_strided"
+    args = [_substitute(a, env, compacted) for a in node.args]
+    if node.op.view is None or compacted:
+        return registry.execute(node.op, args)
+    try:
+        return registry.execute(node.op, args)
+    except RuntimeError:
+        return registry.execute(node.op, [_substitute(a, env, True) for a in node.args])
 
 
 def _strides(value, layouts):
