@@ -218,6 +218,7 @@ class EagerStep:
         self.reason = reason
         # a view of a compact value has a geometry known now: at run time it is a tensor header only
         self.geometry = {}  # filled by the plan: see _static_views
+        self.into_arena = set()  # filled by the plan: the outputs a writer computes into their arena buffer
 
     def reads(self):
         return [v for node in self.nodes for v in iter_values(node.args)]
@@ -229,24 +230,29 @@ class EagerStep:
         """Outputs this step can write into an arena buffer."""
         return [n.outputs[0] for n in self.nodes if n.op.name in _WRITERS_INTO and _WRITERS_INTO[n.op.name][0](n)]
 
-    def run(self, env, arena, inplace):
+    def emit(self, src, indent):
+        """This step's lines of the generated call: a product into its arena buffer, a view of a planned
+        geometry as a tensor header (unless its root is laid out otherwise at run time), else the eager
+        kernel."""
         for node in self.nodes:
             out = node.outputs[0]
-            if out in arena.tensors:  # the plan checked that this node has a writer
-                _WRITERS_INTO[node.op.name][1]([env[a]._array() for a in node.args], arena.tensors[out]._array())
+            if out in self.into_arena:
+                arrays = ", ".join(f"env[{src.name(a, 'v')}]._array()" for a in node.args)
+                writer = src.name(_WRITERS_INTO[node.op.name][1], "writer")
+                src.emit(f"{writer}([{arrays}], env[{src.name(out, 'v')}]._array())", indent)
                 continue
+            compute = f"_compute({src.name(node, 'node')}, env)"
             geo = self.geometry.get(node)
-            if geo is not None:
-                root, views, compact = geo
-                base = env[root]
-                if base._offset == 0 and base._stride == compact:  # laid out as planned
-                    for v, (shape, strides, offset) in zip(node.outputs, views):
-                        env[v] = Tensor._view_of(base, shape, strides, offset)
-                    continue
-            result = _view_or_compute(node, env)
-            results = list(result) if isinstance(result, (tuple, list)) else [result]
-            for v, r in zip(node.outputs, results):
-                env[v] = r
+            if geo is None:
+                src.emit(compute, indent)
+                continue
+            root, views, compact = geo
+            src.emit(f"b = env[{src.name(root, 'v')}]", indent)
+            src.emit(f"if b._offset == 0 and b._stride == {compact!r}:", indent)
+            for v, (shape, strides, offset) in zip(node.outputs, views):
+                src.emit(f"env[{src.name(v, 'v')}] = _view_of(b, {shape!r}, {strides!r}, {offset!r})", indent + 1)
+            src.emit("else:", indent)
+            src.emit(compute, indent + 1)
 
     def __repr__(self):
         return f"<eager {' '.join(n.op.name for n in self.nodes)}>"
@@ -279,6 +285,14 @@ def _static_views(nodes, by_value, layouts):
             by_value[v] = (root, shape, strides, offset)
         geometry[node] = (root, views, _strides(root, layouts))
     return geometry
+
+
+def _compute(node, env):
+    """Run ``node``'s eager kernel (`_view_or_compute`) and bind its outputs in ``env``."""
+    result = _view_or_compute(node, env)
+    results = list(result) if isinstance(result, (tuple, list)) else [result]
+    for v, r in zip(node.outputs, results):
+        env[v] = r
 
 
 def _view_or_compute(node, env):
@@ -395,6 +409,7 @@ class Plan:
         for step in steps:
             if isinstance(step, EagerStep):
                 step.geometry = _static_views(step.nodes, views, layouts)
+                step.into_arena = {v for v in step.writers() if v in self.slots}
         eager_made = {v for step in steps if isinstance(step, EagerStep) for v in step.writes()}
         for step in steps:
             if not isinstance(step, EagerStep):  # a kernel, of the CPU's or the CUDA device's
@@ -684,7 +699,7 @@ class CompiledGraph:
                              _arenas=self._arenas, _Arena=Arena, _plan=self.plan, _steps=self.steps,
                              _graph=g, _constants=g.constant_tensors, _unshared=self._unshared,
                              _outputs=self._outputs, _finish=self._finish, _set_grads=set_grads,
-                             _view=returned_view, _laid_out=laid_out)
+                             _view=returned_view, _laid_out=laid_out, _compute=_compute, _view_of=Tensor._view_of)
         if g.grad_constants or g.refreshers:
             src.emit("_refresh(_graph)")
         src.emit("env = {}")
