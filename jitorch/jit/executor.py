@@ -711,8 +711,10 @@ class CompiledGraph:
             src.emit(f"t = inputs[{i}]")
             src.emit(f"env[{src.name(v, 'v')}] = t if t._offset == 0 and t._storage.size == {_numel(v)} "
                      f"and t._stride == {_strides(v, self.layouts)!r} else {relaid}")
-        for name, v in g.constants.items():
-            src.emit(f"env[{src.name(v, 'v')}] = _compact(_constants[{name!r}])")
+        for name, v in g.constants.items():  # (the test inlines compact's: a call per constant cost more)
+            src.emit(f"t = _constants[{name!r}]")
+            src.emit(f"env[{src.name(v, 'v')}] = t if t._offset == 0 and t._storage.size == {_numel(v)} "
+                     f"and t._stride == {contiguous_strides(v.type.shape)!r} else _compact(t)")
         # in place only into memory no other input shares (f(w, w) must not see w change midway)
         src.emit(f"inplace = {'_unshared(env)' if self._inplace_targets else 'True'}")
         src.emit("arena = _arenas.pop() if _arenas else _Arena(_plan, _steps)")
