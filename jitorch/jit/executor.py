@@ -3,7 +3,9 @@
 `CompiledGraph(graph)` optimises the graph, partitions it into fusion groups
 and compiles each pointwise or reduction group to a CPU kernel. Groups the
 code generator cannot lower (matmul, sorting, indexing, half types, ...) run
-their nodes with the eager kernels, as the interpreter does.
+their nodes with the eager kernels, as the interpreter does; matrix products
+write straight into their arena buffer, and views whose geometry the plan
+knows are tensor headers only.
 
 Memory is planned once, when the graph is built (see `_plan`):
 
