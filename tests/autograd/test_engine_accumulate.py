@@ -156,3 +156,16 @@ def test_a_first_gradient_obeys_torch_layout_contract(make):
         y.square().sum().backward()
         strides.append((w.stride(), w.grad.stride()))
     assert strides[0] == strides[1]
+
+
+def test_a_linear_weight_gradient_over_batched_inputs_is_computed_contiguous_and_kept(monkeypatch):
+    """As torch's mm backward, the product giving ``w.t()``'s gradient is computed in ``w.t()``'s layout, so
+    ``w.grad`` is that product itself (no copy into the contract's layout), for batched inputs too."""
+    jt.manual_seed(0)
+    lin = jt.nn.Linear(6, 4)
+    x = jt.randn(3, 5, 6)
+    _no_clone(monkeypatch)
+    lin(x).square().sum().backward()
+    assert lin.weight.grad.stride() == (6, 1) and lin.weight.grad._base is None
+    y = (x @ lin.weight.detach().t() + lin.bias.detach()).numpy()
+    np.testing.assert_allclose(lin.weight.grad.numpy(), np.einsum("bto,bti->oi", 2 * y, x.numpy()), rtol=1e-5)
