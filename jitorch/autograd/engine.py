@@ -21,9 +21,11 @@ import weakref
 from collections import OrderedDict
 
 from ..ops import registry
-from ..ops.views import compact_window
+from ..ops.factories import new_empty_strided
+from ..ops.views import compact_window, contiguous_format
 from ..runtime.grad_mode import enable_grad, is_grad_enabled, no_grad
 from ..runtime.hooks import add_hook
+from ..runtime.strided import contiguous_strides, is_non_overlapping_and_dense
 from .anomaly_mode import check_backward, forward_trace, warn_failure
 from .rule import EVERYTHING, Args, Unsaved
 
@@ -774,8 +776,9 @@ def _accumulate(leaf, g, create_graph, owned=False):
     if create_graph:
         leaf.grad = g if leaf.grad is None else leaf.grad + g
     elif leaf.grad is None:
-        stolen = _stolen(g) if owned else None
-        leaf.grad = stolen if stolen is not None else g.detach().clone()
+        strides = _contract_strides(leaf)
+        stolen = _stolen(g) if owned and _obeys(g, strides) else None
+        leaf.grad = stolen if stolen is not None else _copy_laid_out(g.detach(), strides)
     elif not is_grad_enabled():
         leaf.grad.add_(g.detach())  # in place, as torch's AccumulateGrad: references to .grad see the sum
     else:
@@ -785,6 +788,26 @@ def _accumulate(leaf, g, create_graph, owned=False):
         for hook in tuple(post.values()):
             if hook(leaf) is not None:
                 raise RuntimeError("Tensor post accumulate grad hooks should return None.")
+
+
+def _contract_strides(leaf):
+    """The strides of a first ``leaf.grad`` under torch's gradient layout contract: the leaf's own where
+    they are non-overlapping and dense, else contiguous (so a Linear weight's gradient, which the product
+    computes transposed, is contiguous like the weight)."""
+    shape, strides = leaf._shape, leaf._stride
+    return tuple(strides) if is_non_overlapping_and_dense(shape, strides) else contiguous_strides(shape)
+
+
+def _obeys(g, strides):
+    """Whether ``g`` is laid out with ``strides`` (those of size-1 dims aside)."""
+    return all(n == 1 or a == b for n, a, b in zip(g._shape, g._stride, strides))
+
+
+def _copy_laid_out(g, strides):
+    """A copy of ``g`` in new memory laid out with ``strides``, as torch's clone_obey_contract."""
+    if strides == contiguous_strides(g._shape):
+        return g.clone(memory_format=contiguous_format)
+    return new_empty_strided(g, g._shape, strides).copy_(g)
 
 
 def _stolen(g):

@@ -14,8 +14,9 @@ Boost Software License 1.0), in their FMA forms: Cody-Waite range reduction, pol
 in Horner form, and double-word ("dd": an unevaluated sum ``hi + lo`` of two values of the
 working precision) arithmetic where one rounding would cost more than an ulp. Where this
 file departs from SLEEF it says why (mostly to keep results finite and correct up to the
-very edge of the range, where SLEEF saturates early). The Payne-Hanek table for huge trig
-arguments is computed here from pi (Machin's formula), as SLEEF's mkrempitab.c does.
+very edge of the range, where SLEEF saturates early); float erf is evaluated in double instead
+(see `_erf_single`: 0.5005 ulp, 1.4x faster than SLEEF's double-word float path). The Payne-Hanek
+table for huge trig arguments is computed here from pi (Machin's formula), as SLEEF's mkrempitab.c does.
 
 Accuracy, measured against float64 NumPy (float32) and 100-bit mpmath (float64) on random
 arguments over the whole range and, in float32, every 256th bit pattern: under 1 ulp for every
@@ -1058,7 +1059,35 @@ _ERF = (
 )
 
 
+# float erf computed in double: |x| < 1: x P(x**2); 1 <= |x| < 4: 1 - exp(-x**2) Q(|x| - 2.5), Q fitted to
+# erfc(x) exp(x**2); from 4 on erf rounds to 1 in float. Least squares at Chebyshev nodes against 40-digit
+# mpmath, highest power first; relative errors 4e-11 (P) and 2.4e-10 (Q, times erfc(x) <= 0.16 in erf).
+_ERF_NEAR = (-9.673590871792402e-06, 0.00011268253913922816, -0.0008484396553148239, 0.0052210534127027095,
+             -0.026865438310571546, 0.1128378262206318, -0.3761263847599147, 1.1283791670623602)
+_ERF_FAR = (6.2104517377023264e-09, -2.5990093848392898e-08, 5.7601201595814366e-08, -2.3688114856251066e-07,
+            1.104176331445528e-06, -4.278956202918923e-06, 1.594134163526952e-05, -5.8807920982720684e-05,
+            0.00021103177631889562, -0.0007336202744134371, 0.002467033412251088, -0.008001563195134032,
+            0.02493799745473657, -0.07434734716611574, 0.21080636405462597)
+
+
+def _erf_single(m, a):
+    """Float erf from a double evaluation: x**2 is exact in double and the polynomials' errors are far
+    below a float ulp, so the one rounding to float is the only error that shows (SLEEF's double-word
+    float path cost GPT's GELU three times as much)."""
+    b = m.b
+    d = _Math(b, ir.VectorType(ir.DoubleType(), m.lanes) if m.lanes else ir.DoubleType())
+    x = b.fpext(a, d.t)
+    ax = d.abs(x)
+    u = d.mul(ax, ax)
+    near = d.mul(ax, d.poly(u, _ERF_NEAR))
+    far = d.fma(d.neg(_exp(d, d.neg(u))), d.poly(d.sub(ax, 2.5), _ERF_FAR), d.c(1.0))
+    y = d.sel(d.ge(ax, 4.0), 1.0, d.sel(d.lt(ax, 1.0), near, far))  # NaN: far is NaN
+    return b.fptrunc(d.copysign(y, x), a.type)
+
+
 def _erf(m, a):
+    if not m.double:
+        return _erf_single(m, a)
     x = m.abs(a)
     near = m.le(x, 2.5)
     table = m.pick(*_ERF)

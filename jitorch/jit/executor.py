@@ -3,7 +3,9 @@
 `CompiledGraph(graph)` optimises the graph, partitions it into fusion groups
 and compiles each pointwise or reduction group to a CPU kernel. Groups the
 code generator cannot lower (matmul, sorting, indexing, half types, ...) run
-their nodes with the eager kernels, as the interpreter does.
+their nodes with the eager kernels, as the interpreter does; matrix products
+write straight into their arena buffer, and views whose geometry the plan
+knows are tensor headers only.
 
 Memory is planned once, when the graph is built (see `_plan`):
 
@@ -188,20 +190,26 @@ _COMBINE = {"sum": np.add.reduce, "mean": np.add.reduce, "prod": np.multiply.red
             "amin": np.minimum.reduce, "max": np.maximum.reduce, "min": np.minimum.reduce}
 
 
-def _matrices(node):
-    """Whether a product node multiplies two matrices of its output's BLAS dtype."""
+def _blas_product(node):
+    """Whether a product node multiplies matrices, or batches of them, of its output's BLAS dtype (the
+    operands NumPy's matmul takes as they are, with torch's broadcasting of the batch dims)."""
     out = node.outputs[0].type
     return out.dtype in (_dt.float32, _dt.float64) and out.device.type == "cpu" and all(
-        isinstance(a, Value) and len(a.type.shape) == 2 and a.type.dtype == out.dtype for a in node.args)
+        isinstance(a, Value) and len(a.type.shape) >= 2 and a.type.dtype == out.dtype for a in node.args)
 
 
 def _matmul_into(arrays, out):
-    np.matmul(*arrays, out=out)
+    a, b = arrays
+    if a.ndim >= 3 and b.ndim == 2 and a.flags.c_contiguous:
+        # one BLAS call over all rows rather than one per matrix of the batch
+        np.matmul(a.reshape(-1, a.shape[-1]), b, out=out.reshape(-1, out.shape[-1]))
+    else:
+        np.matmul(a, b, out=out)
 
 
-# Eager ops that can write an arena buffer directly, skipping a fresh result and its wrapper:
-# name -> (whether a node qualifies, the writer).
-_WRITERS_INTO = {"matmul": (_matrices, _matmul_into), "mm": (_matrices, _matmul_into)}
+# Eager ops that can write an arena buffer directly, skipping a fresh result (whose new memory the
+# product's first writes fault in, page by page) and its wrapper: name -> (whether a node qualifies, the writer).
+_WRITERS_INTO = {name: (_blas_product, _matmul_into) for name in ("matmul", "mm", "bmm")}
 
 
 class EagerStep:
@@ -212,6 +220,7 @@ class EagerStep:
         self.reason = reason
         # a view of a compact value has a geometry known now: at run time it is a tensor header only
         self.geometry = {}  # filled by the plan: see _static_views
+        self.into_arena = set()  # filled by the plan: the outputs a writer computes into their arena buffer
 
     def reads(self):
         return [v for node in self.nodes for v in iter_values(node.args)]
@@ -223,39 +232,43 @@ class EagerStep:
         """Outputs this step can write into an arena buffer."""
         return [n.outputs[0] for n in self.nodes if n.op.name in _WRITERS_INTO and _WRITERS_INTO[n.op.name][0](n)]
 
-    def run(self, env, arena, inplace):
+    def emit(self, src, indent):
+        """This step's lines of the generated call: a product into its arena buffer, a view of a planned
+        geometry as a tensor header (unless its root is laid out otherwise at run time), else the eager
+        kernel."""
         for node in self.nodes:
             out = node.outputs[0]
-            if out in arena.tensors:  # the plan checked that this node has a writer
-                _WRITERS_INTO[node.op.name][1]([env[a]._array() for a in node.args], arena.tensors[out]._array())
+            if out in self.into_arena:
+                arrays = ", ".join(f"env[{src.name(a, 'v')}]._array()" for a in node.args)
+                writer = src.name(_WRITERS_INTO[node.op.name][1], "writer")
+                src.emit(f"{writer}([{arrays}], env[{src.name(out, 'v')}]._array())", indent)
                 continue
+            compute = f"_compute({src.name(node, 'node')}, env)"
             geo = self.geometry.get(node)
-            if geo is not None:
-                root, shape, strides, offset, compact = geo
-                base = env[root]
-                if base._offset == 0 and base._stride == compact:  # laid out as planned
-                    env[out] = Tensor._view_of(base, shape, strides, offset)
-                    continue
-            args = [_substitute(a, env, node.op.view is not None) for a in node.args]
-            # a graph node's arguments were checked when it was traced: skip to the eager kernel
-            result = registry.execute(node.op, args)
-            results = list(result) if isinstance(result, (tuple, list)) else [result]
-            for v, r in zip(node.outputs, results):
-                env[v] = r
+            if geo is None:
+                src.emit(compute, indent)
+                continue
+            root, views, compact = geo
+            src.emit(f"b = env[{src.name(root, 'v')}]", indent)
+            src.emit(f"if b._offset == 0 and b._stride == {compact!r}:", indent)
+            for v, (shape, strides, offset) in zip(node.outputs, views):
+                src.emit(f"env[{src.name(v, 'v')}] = _view_of(b, {shape!r}, {strides!r}, {offset!r})", indent + 1)
+            src.emit("else:", indent)
+            src.emit(compute, indent + 1)
 
     def __repr__(self):
         return f"<eager {' '.join(n.op.name for n in self.nodes)}>"
 
 
 def _static_views(nodes, by_value, layouts):
-    """Per view node of an eager step: (root value, shape, strides, offset, the root's strides),
-    its geometry over the value its chain of views starts from, known before any call (a chain
-    such as ``t`` then ``transpose`` composes, across steps through ``by_value``; the root is
-    compact at run time, or laid out as ``layouts`` says)."""
+    """Per view node of an eager step: (root value, per output its (shape, strides, offset), the root's
+    strides), the geometry of its outputs over the value its chain of views starts from, known before any
+    call (a chain such as ``split`` then ``view`` then ``transpose`` composes, across steps through
+    ``by_value``; the root is compact at run time, or laid out as ``layouts`` says)."""
     geometry = {}
     for node in nodes:
         base = node.args[0] if node.args else None
-        if (node.op.view is None or len(node.outputs) != 1 or not isinstance(base, Value)
+        if (node.op.view is None or not isinstance(base, Value)
                 or any(isinstance(a, Value) for a in iter_values(node.args[1:]))):
             continue
         root, shape, strides, offset = by_value.get(base, (base, base.type.shape, _strides(base, layouts), 0))
@@ -267,12 +280,35 @@ def _static_views(nodes, by_value, layouts):
             geo = node.op.view(fake, *node.args[1:])
         except RuntimeError:  # a view the strided layout does not allow: the eager kernel copies
             continue
-        if isinstance(geo, list):
+        views = [(tuple(g[0]), tuple(g[1]), g[2]) for g in (geo if isinstance(geo, list) else [geo])]
+        if len(views) != len(node.outputs):
             continue
-        shape, strides, offset = tuple(geo[0]), tuple(geo[1]), geo[2]
-        by_value[node.outputs[0]] = (root, shape, strides, offset)
-        geometry[node] = (root, shape, strides, offset, _strides(root, layouts))
+        for v, (shape, strides, offset) in zip(node.outputs, views):
+            by_value[v] = (root, shape, strides, offset)
+        geometry[node] = (root, views, _strides(root, layouts))
     return geometry
+
+
+def _compute(node, env):
+    """Run ``node``'s eager kernel (`_view_or_compute`) and bind its outputs in ``env``."""
+    result = _view_or_compute(node, env)
+    results = list(result) if isinstance(result, (tuple, list)) else [result]
+    for v, r in zip(node.outputs, results):
+        env[v] = r
+
+
+def _view_or_compute(node, env):
+    """The eager kernel of ``node`` on its arguments as they are laid out. A view that the IR defines over
+    its input's elements in row-major order (``as_strided``), or one the layout does not allow (``view`` of
+    a transposed value, which eager made compact), runs on a compact copy of its input."""
+    compacted = node.op.name == "as_strided"
+    args = [_substitute(a, env, compacted) for a in node.args]
+    if node.op.view is None or compacted:
+        return registry.execute(node.op, args)
+    try:
+        return registry.execute(node.op, args)
+    except RuntimeError:
+        return registry.execute(node.op, [_substitute(a, env, True) for a in node.args])
 
 
 def _strides(value, layouts):
@@ -375,6 +411,7 @@ class Plan:
         for step in steps:
             if isinstance(step, EagerStep):
                 step.geometry = _static_views(step.nodes, views, layouts)
+                step.into_arena = {v for v in step.writers() if v in self.slots}
         eager_made = {v for step in steps if isinstance(step, EagerStep) for v in step.writes()}
         for step in steps:
             if not isinstance(step, EagerStep):  # a kernel, of the CPU's or the CUDA device's
@@ -664,7 +701,7 @@ class CompiledGraph:
                              _arenas=self._arenas, _Arena=Arena, _plan=self.plan, _steps=self.steps,
                              _graph=g, _constants=g.constant_tensors, _unshared=self._unshared,
                              _outputs=self._outputs, _finish=self._finish, _set_grads=set_grads,
-                             _view=returned_view, _laid_out=laid_out)
+                             _view=returned_view, _laid_out=laid_out, _compute=_compute, _view_of=Tensor._view_of)
         if g.grad_constants or g.refreshers:
             src.emit("_refresh(_graph)")
         src.emit("env = {}")
@@ -676,8 +713,10 @@ class CompiledGraph:
             src.emit(f"t = inputs[{i}]")
             src.emit(f"env[{src.name(v, 'v')}] = t if t._offset == 0 and t._storage.size == {_numel(v)} "
                      f"and t._stride == {_strides(v, self.layouts)!r} else {relaid}")
-        for name, v in g.constants.items():
-            src.emit(f"env[{src.name(v, 'v')}] = _compact(_constants[{name!r}])")
+        for name, v in g.constants.items():  # (the test inlines compact's: a call per constant cost more)
+            src.emit(f"t = _constants[{name!r}]")
+            src.emit(f"env[{src.name(v, 'v')}] = t if t._offset == 0 and t._storage.size == {_numel(v)} "
+                     f"and t._stride == {contiguous_strides(v.type.shape)!r} else _compact(t)")
         # in place only into memory no other input shares (f(w, w) must not see w change midway)
         src.emit(f"inplace = {'_unshared(env)' if self._inplace_targets else 'True'}")
         src.emit("arena = _arenas.pop() if _arenas else _Arena(_plan, _steps)")

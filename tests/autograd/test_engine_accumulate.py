@@ -137,3 +137,35 @@ def test_a_weight_used_transposed_gets_a_contiguous_gradient_without_a_copy(monk
     assert w.grad.is_contiguous() and v.grad.is_contiguous()
     np.testing.assert_allclose(w.grad.numpy(), np.ones((3, 5)) @ x.numpy())
     np.testing.assert_allclose(v.grad.numpy(), (np.ones((2, 5)) @ x.numpy()).T)
+
+
+@pytest.mark.parametrize("make", [
+    lambda lib: lib.randn(4, 6),                 # a Linear weight: its gradient is computed transposed
+    lambda lib: lib.randn(6, 4).t(),             # a transposed leaf keeps its own strides
+    lambda lib: lib.randn(4, 12)[:, ::2],        # not dense: contiguous
+    lambda lib: lib.randn(4, 6, 3).permute(2, 0, 1),
+])
+def test_a_first_gradient_obeys_torch_layout_contract(make):
+    import torch
+    strides = []
+    for lib in (jt, torch):
+        lib.manual_seed(0)
+        w = make(lib).requires_grad_()
+        x = lib.randn(5, w.shape[-1])
+        y = (x @ w.transpose(-2, -1)) if w.dim() == 2 else (w * 2)
+        y.square().sum().backward()
+        strides.append((w.stride(), w.grad.stride()))
+    assert strides[0] == strides[1]
+
+
+def test_a_linear_weight_gradient_over_batched_inputs_is_computed_contiguous_and_kept(monkeypatch):
+    """As torch's mm backward, the product giving ``w.t()``'s gradient is computed in ``w.t()``'s layout, so
+    ``w.grad`` is that product itself (no copy into the contract's layout), for batched inputs too."""
+    jt.manual_seed(0)
+    lin = jt.nn.Linear(6, 4)
+    x = jt.randn(3, 5, 6)
+    _no_clone(monkeypatch)
+    lin(x).square().sum().backward()
+    assert lin.weight.grad.stride() == (6, 1) and lin.weight.grad._base is None
+    y = (x @ lin.weight.detach().t() + lin.bias.detach()).numpy()
+    np.testing.assert_allclose(lin.weight.grad.numpy(), np.einsum("bto,bti->oi", 2 * y, x.numpy()), rtol=1e-5)

@@ -16,7 +16,7 @@ import torch
 
 import jitorch as jt
 from jitorch.ir import Value, VerifyError, interpret, parse
-from jitorch.ir.passes import DEFAULT_PASSES, cse, dce, fold, optimize, simplify
+from jitorch.ir.passes import DEFAULT_PASSES, cse, dce, fold, optimize, simplify, transpose
 from jitorch.ir.passes.manager import MAX_ROUNDS
 from jitorch.ops.pointwise import POW_BY_OTHER_OPS
 from jitorch.jit import trace
@@ -618,3 +618,49 @@ def test_traced_programs_optimise_to_the_same_results(program):
     fn, inputs = program
     graph = trace(fn, *inputs)
     assert_runs_the_same(graph, inputs)
+
+
+# Transposed products -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("view", ["t(%p)", "transpose(%p, dim0=-1, dim1=0)", "permute(%p, dims=[1, 0])",
+                                  "as_strided(%p, size=[5, 3], stride=[1, 5])"])
+def test_transpose_computes_a_product_read_transposed_transposed(view):
+    g = graph_of(f"""
+        graph(%a: f32[3, 4], %b: f32[4, 5]):
+          %p : f32[3, 5] = mm(%a, %b)
+          %0 : f32[5, 3] = {view}
+          %1 : f32[5, 3] = mul(%0, 2.0)
+          return %1
+    """)
+    inputs = [jt.arange(12.0).reshape(3, 4), jt.arange(20.0).reshape(4, 5) - 7]
+    assert_runs_the_same(g, inputs)
+    assert ops(g) == ["t", "t", "mm", "mul"]
+    assert g.nodes[2].args == (g.nodes[0].outputs[0], g.nodes[1].outputs[0])
+    assert [n.args[0] for n in g.nodes[:2]] == [g.inputs[1], g.inputs[0]]
+
+
+@pytest.mark.parametrize("source", [
+    # the product has another reader: it would run twice
+    """graph(%a: f32[3, 4], %b: f32[4, 5]):
+         %p : f32[3, 5] = mm(%a, %b)
+         %0 : f32[5, 3] = t(%p)
+         %1 : f32[5, 3] = mul(%0, 2.0)
+         %2 : f32[3, 5] = exp(%p)
+         return (%1, %2)""",
+    # the transpose is returned: eager's result is a view of the product's memory
+    """graph(%a: f32[3, 4], %b: f32[4, 5]):
+         %p : f32[3, 5] = mm(%a, %b)
+         %0 : f32[5, 3] = t(%p)
+         return %0""",
+    # batched products keep their layout
+    """graph(%a: f32[2, 3, 4], %b: f32[2, 4, 5]):
+         %p : f32[2, 3, 5] = bmm(%a, %b)
+         %0 : f32[2, 5, 3] = transpose(%p, dim0=1, dim1=2)
+         %1 : f32[2, 5, 3] = mul(%0, 2.0)
+         return %1""",
+])
+def test_transpose_leaves(source):
+    g = graph_of(source)
+    before = ops(g)
+    assert transpose.run(g) == 0
+    assert ops(g) == before

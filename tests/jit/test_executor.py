@@ -1,6 +1,7 @@
 """The executor's memory plan: arena buffers for intermediates, in-place updates of inputs,
 fresh memory for everything that leaves a call."""
 
+import re
 import threading
 
 import numpy as np
@@ -217,7 +218,10 @@ def test_inputs_that_are_views_into_more_memory_are_compacted_by_the_generated_c
 def test_eager_steps_and_in_place_updates_appear_in_the_generated_call():
     ex = executable(mlp_step, *params())
     assert any(isinstance(s, EagerStep) for s in ex.steps)
-    assert "with _no_grad():" in ex.source and ".run(env, arena, inplace)" in ex.source
+    assert "with _no_grad():" in ex.source
+    # the products are lines of the call, writing into their arena buffers
+    assert re.search(r"writer\d+\(\[env\[v\d+\]\._array\(\), env\[v\d+\]\._array\(\)\], env\[v\d+\]\._array\(\)\)",
+                     ex.source)
     assert "if inplace:" in ex.source  # the parameter updates' kernels, in place or not by the call's inputs
     assert ex.source.rstrip().endswith("return _finish(inputs, env)")
 
@@ -262,3 +266,45 @@ def test_inputs_sharing_memory_that_a_step_only_reads_stay_compiled():
             w_eager.sub_(0.01 * w_eager.grad)
         np.testing.assert_allclose(expected_loss, loss.item(), rtol=1e-6)
     np.testing.assert_allclose(w.detach().numpy(), w_eager.detach().numpy(), rtol=1e-6)
+
+
+def heads(qkv, w):
+    """Attention's head split (nanoGPT's): split, view, transpose; the products batched over heads."""
+    q, k, v = qkv.split(8, dim=2)
+    q, k, v = (t.view(2, 5, 2, 4).transpose(1, 2) for t in (q, k, v))
+    y = (q @ k.transpose(-2, -1)).softmax(-1) @ v
+    return y.transpose(1, 2).reshape(2, 5, 8) @ w
+
+
+def test_views_of_split_outputs_are_headers_and_batched_products_write_into_the_arena():
+    g = jt.Generator().manual_seed(0)
+    qkv, w = jt.randn(2, 5, 24, generator=g), jt.randn(8, 3, generator=g)
+    ex = executable(heads, qkv, w)
+    views = [s for s in ex.steps if isinstance(s, EagerStep) and all(n.op.view is not None for n in s.nodes)]
+    assert views and all(len(s.geometry) == len(s.nodes) for s in views), "views left to run eagerly"
+    products = [n.outputs[0] for s in ex.steps if isinstance(s, EagerStep) for n in s.nodes if n.op.name == "matmul"]
+    assert len(products) == 3 and all(v in ex.plan.slots for v in products[:2])  # the last one is returned
+    np.testing.assert_allclose(jt.compile(heads)(qkv, w).numpy(), heads(qkv, w).numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_weight_gradients_are_computed_transposed_and_copied_nowhere():
+    """A Linear weight's gradient is the transpose of a product: computed as the product of the transposed
+    operands, it is compact, so clipping reads it in place and .grad is laid out as the weight (as torch's)."""
+    def step(lin, x):
+        lin(x).square().sum().backward()
+        grads = [p.grad * 0.5 for p in lin.parameters()]
+        return grads
+    jt.manual_seed(0)
+    lin, x = jt.nn.Linear(6, 4), jt.randn(5, 6)
+    ex = jt.compile(step).lower(lin, x).executable
+    read = [v for s in ex.steps if isinstance(s, KernelStep) for v in s.eager_made]
+    assert read and all(v.node.op.view is None for v in read)  # kernels read products, no view to copy first
+    weight_grad = ex.graph.outputs[1][0]
+    assert weight_grad.node.op.name == "matmul" and weight_grad.type.shape == (4, 6)
+    compiled = jt.compile(step)(lin, x)
+    lin.zero_grad()
+    expected = step(lin, x)
+    assert lin.weight.grad.stride() == (6, 1)
+    for a, b in zip(compiled, expected):
+        assert a.stride() == b.stride()
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)

@@ -279,10 +279,8 @@ def _matmul_other(g, a, out):
     if a.self.ndim == 1 and a.other.ndim == 1:
         return g * a.self
     xm, gm = _row(a.self), _matrix_grad(g, a)
-    if _column_major(a.other):
-        # (a linear layer's weight.t()): batch dims fold into the rows of one product, also in that layout
-        xm, gm = xm.reshape(-1, xm.shape[-1]), gm.reshape(-1, gm.shape[-1])
-        return gm.transpose(-2, -1).matmul(xm).transpose(-2, -1)
+    if _column_major(a.other):  # (a Linear layer's weight, whose inputs may be batched)
+        return _summed_product(gm.transpose(-2, -1), xm, tuple(reversed(a.other.shape))).transpose(-2, -1)
     gy = _summed_product(xm.transpose(-2, -1), gm, tuple(a.other.shape) + (1,) * (a.other.ndim == 1))
     return gy if a.other.ndim > 1 else gy.reshape(a.other.shape)  # a vector's column back to a vector
 

@@ -7,11 +7,11 @@ import os
 from ...runtime import logs
 from ...runtime.autocast_mode import excluded as autocast_excluded
 from ..verifier import VerifyError, verify as verify_graph
-from . import cse, dce, decompose, fold, simplify
+from . import cse, dce, decompose, fold, simplify, transpose
 
 # decompose first, so the other passes clean up after it (the variance's mean merges with var_mean's);
-# simplify and fold expose duplicates and dead nodes, which cse and dce then remove
-DEFAULT_PASSES = (decompose.run, simplify.run, fold.run, cse.run, dce.run)
+# simplify, fold and transpose expose duplicates and dead nodes, which cse and dce then remove
+DEFAULT_PASSES = (decompose.run, simplify.run, fold.run, transpose.run, cse.run, dce.run)
 MAX_ROUNDS = 4
 
 
