@@ -100,10 +100,12 @@ def main(argv=None):
     if args.rank_shim:
         run_rank(args)
         return 0
-    process = subprocess.Popen(command(args), start_new_session=True)
+    # mpiexec stays in the launcher's process group: whoever stops that group (a terminal's Ctrl-C, a
+    # supervisor) stops every rank with it
+    process = subprocess.Popen(command(args))
 
     def forward(signum, frame):
-        os.killpg(process.pid, signum)  # mpiexec and every rank it started
+        process.send_signal(signum)  # mpiexec passes it on to every rank
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, forward)

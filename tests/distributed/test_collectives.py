@@ -4,8 +4,10 @@ ending in an error, never a hang."""
 
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -17,10 +19,18 @@ ROOT = HERE.parents[1]
 
 
 def launch(nproc, script, *args, timeout=120):
+    """Run ``script`` on ``nproc`` ranks; on a timeout the launcher's whole process group goes, ranks included."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "jitorch.distributed.run", "--nproc-per-node", str(nproc),
-                           str(HERE / script), *args], capture_output=True, text=True, timeout=timeout, env=env,
-                          cwd=ROOT)
+    process = subprocess.Popen([sys.executable, "-m", "jitorch.distributed.run", "--nproc-per-node", str(nproc),
+                                str(HERE / script), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env=env, cwd=ROOT, start_new_session=True)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        raise
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
 @pytest.mark.parametrize("nproc", [2, 4])
@@ -95,21 +105,24 @@ def test_the_ddp_example_on_two_ranks():
 
 
 def test_the_launcher_forwards_sigterm_to_every_rank(tmp_path):
-    import signal
-    import time
-
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     launcher = subprocess.Popen([sys.executable, "-m", "jitorch.distributed.run", "--nproc-per-node", "2",
                                  str(HERE / "faults_check.py"), "wait", str(tmp_path)], env=env, cwd=ROOT,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while len(list(tmp_path.glob("rank*.pid"))) < 2 and time.monotonic() < deadline:
-        time.sleep(0.1)
-    pids = [int(p.read_text()) for p in tmp_path.glob("rank*.pid")]
-    assert len(pids) == 2
-    launcher.send_signal(signal.SIGTERM)
-    assert launcher.wait(timeout=30) != 0
-    time.sleep(0.5)
-    for pid in pids:
-        with pytest.raises(ProcessLookupError):
-            os.kill(pid, 0)
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(tmp_path.glob("rank*.pid"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        pids = [int(p.read_text()) for p in tmp_path.glob("rank*.pid")]
+        assert len(pids) == 2
+        launcher.send_signal(signal.SIGTERM)
+        assert launcher.wait(timeout=30) != 0
+        time.sleep(0.5)
+        for pid in pids:
+            with pytest.raises(ProcessLookupError):
+                os.kill(pid, 0)
+    finally:  # whatever failed, leave no rank running
+        try:
+            os.killpg(launcher.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
