@@ -65,6 +65,13 @@ def _view_as(x, other):
     return _view(x, other.shape)
 
 
+def _reshape_view(x, shape):
+    """The geometry of ``x.reshape(shape)`` when it is a view of ``x``, else None."""
+    shape = infer_size(shape, prod(x._shape))
+    strides = view_strides(x._shape, x._stride, shape)
+    return None if strides is None else (shape, strides, x._offset)
+
+
 def _reshape(x, shape):
     shape = infer_size(shape, prod(x._shape))
     if view_strides(x._shape, x._stride, shape) is None:
@@ -505,7 +512,7 @@ defop("clone(Tensor self, *, Any? memory_format=None) -> Tensor", meta=_clone_me
           "its dims' order, or is contiguous with ``memory_format=contiguous_format``.")
 defop("contiguous(Tensor self, *, Any? memory_format=None) -> Tensor", composite=_contiguous, variants=("method",),
       doc="``self`` if it is contiguous, else a contiguous copy.")
-defop("reshape(Tensor self, int... shape) -> Tensor", composite=_reshape,
+defop("reshape(Tensor self, int... shape) -> Tensor", composite=_reshape, view_when=_reshape_view,
       doc="``self`` with another shape: a view when the strides allow one, else a contiguous copy.")
 defop("reshape_as(Tensor self, Tensor other) -> Tensor", composite=_reshape_as, variants=("method",),
       doc="``self.reshape(other.shape)``.")
