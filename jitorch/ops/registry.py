@@ -49,8 +49,9 @@ from ..runtime.autocast_mode import STATE as _AUTOCAST_STATE
 from ..runtime.casts import convert
 from ..runtime.device import DEVICE_BACKENDS, current_cuda_index, to_device
 from ..runtime.storage import Storage  # noqa: F401  (used by fast paths)
-from ..runtime.strided import (INT64_MAX, INT64_MIN, check_numel, contiguous_strides, dense_strides,
-                               is_contiguous, memory_order_strides)
+from ..runtime.strided import (CONTIGUOUS_STRIDES, INT64_MAX, INT64_MIN, check_numel,  # noqa: F401 (hot paths')
+                               contiguous_strides, contiguous_strides_cached, dense_strides, is_contiguous,
+                               memory_order_strides)
 from .overlap import check_write_overlap
 from .schema import parse_schema
 
@@ -447,19 +448,6 @@ def check_same_device(op, args):
                 f"{first} and {d}! (when checking arguments for {op.public_name})"
             )
     return first
-
-
-# Contiguous strides of shapes seen so far; hot paths look them up instead of computing.
-CONTIGUOUS_STRIDES: dict = {}
-
-
-def contiguous_strides_cached(shape):
-    strides = CONTIGUOUS_STRIDES.get(shape)
-    if strides is None:
-        if len(CONTIGUOUS_STRIDES) > 4096:
-            CONTIGUOUS_STRIDES.clear()
-        strides = CONTIGUOUS_STRIDES[shape] = contiguous_strides(shape)
-    return strides
 
 
 def call(op, args, out=None):
