@@ -71,6 +71,8 @@ def may_overlap(size, stride):
 
 def wrap_dim(dim, ndim):
     """Normalise a possibly negative dim, with torch's IndexError when out of range."""
+    if dim.__class__ is int and 0 <= dim < ndim:  # the commonest: nothing to do
+        return dim
     try:
         dim = dim.__index__()
     except AttributeError:
