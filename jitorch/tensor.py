@@ -24,7 +24,7 @@ from .runtime.layout import strided
 from .runtime.storage import Storage, storage_of_array
 from .runtime.strided import contiguous_strides, is_contiguous, wrap_dim
 from .ops import registry as _registry
-from .ops.registry import contiguous_strides_cached
+from .ops.registry import CONTIGUOUS_STRIDES as _CONTIGUOUS, contiguous_strides_cached
 from .ops import creation as _creation
 from .ops.views import _check_memory_format, contiguous_format, preserve_format
 from .ops import factories as _factories
@@ -54,6 +54,8 @@ class Size(tuple):
         return Size(tuple(self) + tuple(other))
 
 
+_new_object = object.__new__
+
 # Objects told before a tensor's .grad is assigned (a tracer, while it records).
 GRAD_WATCHERS: list = []
 
@@ -73,8 +75,8 @@ class Tensor:
 
     # Fields every tensor sets are slots; the autograd fields, rarely set, are
     # class defaults overridden in the instance dict, which keeps creation cheap.
-    __slots__ = ("_storage", "_shape", "_size", "_stride", "_offset", "_arr", "dtype", "device", "__weakref__",
-                 "__dict__")
+    __slots__ = ("_storage", "_shape", "_size", "_stride", "_offset", "_arr", "dtype", "device", "_base",
+                 "__weakref__", "__dict__")
 
     _requires_grad = False
     @property
@@ -96,15 +98,17 @@ class Tensor:
     def grad(self):
         self.grad = None
     grad_fn = None
-    _base = None
 
     __array_priority__ = 1000  # numpy defers reflected operators to us
 
     # Construction ---------------------------------------------------------
 
+    # The constructors below set every slot themselves rather than call one another: each Python call is
+    # a measurable share of a small eager op, and every op makes its result here.
+
     @classmethod
     def _make(cls, storage, shape, strides, offset, arr=None):
-        t = object.__new__(cls)
+        t = _new_object(cls)
         t._storage = storage
         t._shape = shape
         t._size = None
@@ -113,6 +117,26 @@ class Tensor:
         t._arr = arr
         t.dtype = storage.dtype
         t.device = storage.device
+        t._base = None
+        return t
+
+    @classmethod
+    def _fresh(cls, arr, dtype):
+        """A new tensor owning ``arr``, a C-contiguous array of ``dtype``'s NumPy type (a kernel's result)."""
+        shape = arr.shape
+        strides = _CONTIGUOUS.get(shape)
+        if strides is None:
+            strides = contiguous_strides_cached(shape)
+        t = _new_object(cls)
+        t._storage = Storage(arr, dtype)
+        t._shape = shape
+        t._size = None
+        t._stride = strides
+        t._offset = 0
+        t._arr = arr
+        t.dtype = dtype
+        t.device = CPU
+        t._base = None
         return t
 
     @classmethod
@@ -121,7 +145,7 @@ class Tensor:
         if dtype is None:
             dtype = _dt.from_numpy_dtype(arr.dtype)
         if arr.flags.c_contiguous:
-            return cls._make(Storage(arr, dtype), arr.shape, contiguous_strides_cached(arr.shape), 0, arr)
+            return cls._fresh(arr, dtype)
         found = storage_of_array(arr)
         if found is None:
             arr = np.ascontiguousarray(arr)
@@ -139,8 +163,18 @@ class Tensor:
 
     @classmethod
     def _view_of(cls, base, shape, strides, offset):
-        t = cls._make(base._storage, shape, strides, offset)
-        t._base = base if base._base is None else base._base
+        storage = base._storage
+        t = _new_object(cls)
+        t._storage = storage
+        t._shape = shape
+        t._size = None
+        t._stride = strides
+        t._offset = offset
+        t._arr = None
+        t.dtype = storage.dtype
+        t.device = storage.device
+        root = base._base
+        t._base = base if root is None else root
         return t
 
     @classmethod
@@ -878,12 +912,12 @@ def install_operators(functions):
 
     def forward(fname):
         fn = functions[fname]
-        fast, rest = _registry.operator_fast_path(fn)
+        fast = _registry.operator_fast_path(fn)
 
         def op(self, other):
             try:
                 if fast is not None and not hooks and autocast.key is None:
-                    r = fast((self, other) + rest)
+                    r = fast((self, other))
                     if r is not None:
                         return r
                 return fn(self, other)
@@ -895,14 +929,14 @@ def install_operators(functions):
 
     def reflected(fname):
         fn = functions[fname]
-        fast, rest = _registry.operator_fast_path(fn)
+        fast = _registry.operator_fast_path(fn)
 
         def op(self, other):
             if fname == "matmul":
                 return fn(_as_tensor_like(other, self), self)
             try:
                 if fast is not None and not hooks and autocast.key is None:
-                    r = fast((other, self) + rest)
+                    r = fast((other, self))
                     if r is not None:
                         return r
                 return fn(other, self)

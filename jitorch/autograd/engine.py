@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import sys
 import weakref
+from weakref import ref as _weakref
 from collections import OrderedDict
 
 from ..ops import registry
 from ..ops.factories import new_empty_strided
 from ..ops.views import compact_window, contiguous_format
-from ..runtime.grad_mode import enable_grad, is_grad_enabled, no_grad
+from ..runtime.grad_mode import _state as _grad_state, enable_grad, is_grad_enabled, no_grad
 from ..runtime.hooks import add_hook
 from ..runtime.strided import contiguous_strides, is_non_overlapping_and_dense
 from .anomaly_mode import check_backward, forward_trace, warn_failure
@@ -173,10 +174,13 @@ def track_views(base, views):
     """Remember ``views`` (a view op's results on ``base``, which records no history) on their root
     base: torch regenerates such a view's grad_fn from its base once an in-place op gives the base a
     history (``b = zeros(3); v = b[1]; b.copy_(x)``: v requires grad), and so does `_views_catch_up`.
-    Views made without grad mode are left out (torch forbids using them after such a write)."""
-    if not is_grad_enabled():
+    Views made without grad mode are left out (torch forbids using them after such a write).
+    Every view op made without history pays for this: it is written without calls it can spare."""
+    if not _grad_state.enabled:
         return
-    root = base if base._base is None else base._base
+    root = base._base
+    if root is None:
+        root = base
     if root._requires_grad or not root.dtype.is_floating_point:
         return
     tracked = root.__dict__.get("_views")
@@ -184,13 +188,15 @@ def track_views(base, views):
         tracked = root._views = _ViewRefs()
     elif len(tracked.refs) >= tracked.limit:
         tracked.prune()
-    multi = _multi(views)
-    meta = MULTI_OUTPUT_VIEW if multi else base.__dict__.get("_creation_meta")
-    refs = tracked.refs
-    for v in views if multi else (views,):
-        refs.append(weakref.ref(v))
-        if meta is not None:
-            v._creation_meta = meta
+    if views.__class__ is tuple or views.__class__ is list:  # (`_multi`)
+        for v in views:
+            tracked.refs.append(_weakref(v))
+            v._creation_meta = MULTI_OUTPUT_VIEW
+        return
+    tracked.refs.append(_weakref(views))
+    meta = base.__dict__.get("_creation_meta")
+    if meta is not None:
+        views._creation_meta = meta
 
 
 def _views_catch_up(root):

@@ -174,6 +174,8 @@ def _split_index(x, index):
 
 def getitem(x, index):
     """``x[index]``: a view for basic indices, a copy once advanced indices take part."""
+    if index.__class__ is int and x._shape and -x._shape[0] <= index < x._shape[0]:  # as `_split_index`, a call sooner
+        return registry.FUNCTIONS["select"](x, 0, index)
     view, indices = _split_index(x, index)
     return view if indices is None else _op("index", view, indices)
 

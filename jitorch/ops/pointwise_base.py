@@ -167,7 +167,8 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
     """``(fast, fast_into)`` for the commonest eager calls, or ``(None, None)``. ``masked``: the first
     operand is a mask the formula takes as it is (``where``'s condition), served when it is a bool tensor.
 
-    ``fast(args, record=True) -> Tensor | None``: the result, or None to take the general path.
+    ``fast(args, record=True) -> Tensor | None``: the result, or None to take the general path. ``args``
+    may hold the operands alone (an operator's call): the other arguments are then at their defaults.
     On tensors that require grad in grad mode the result gets its backward node
     (`registry.record_fast`), or, with ``record=False`` (an in-place call, which records
     otherwise), the general path is taken.
@@ -184,10 +185,8 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
     """
     kinds = _FAST_KINDS[promotion]
     always_bool = promotion == M.ALWAYS_BOOL
-    Storage = registry.Storage
     records_grad = registry.records_grad
     record_fast = registry.record_fast
-    contiguous = registry.CONTIGUOUS_STRIDES
     cpu = registry.to_device("cpu")
     n = len(positions)
     first = 1 if masked else 0  # the first operand whose dtype the result follows
@@ -262,6 +261,11 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
             vals = (mask._arr if mask._arr is not None else mask._array(),) + vals
         return dtype, vals, grad and records_grad()
 
+    # What a call with the op's other arguments at their defaults (or without them: an operator's call)
+    # computes with: the plain NumPy function, else the formula given the defaults.
+    plain_call = formula if not rest else plain if plain is not None else lambda *v: formula(*v, *defaults)
+    unchecked = check is None or check_others_only  # whether such a call skips the check
+
     def fast(args, record=True):
         got = operands(args)
         if got is None:
@@ -269,17 +273,17 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
         dtype, vals, grad = got
         if grad and not record:
             return None
-        defaulted = not rest or args[n:] == defaults
-        if check is not None and not (defaulted and check_others_only):
-            check(specs[dtype], *args)
+        if len(args) == n or args[n:] == defaults:
+            if not unchecked:
+                check(specs[dtype], *args, *defaults[len(args) - n:])  # (equal to the defaults: alpha=True)
+            compute = plain_call
+        else:
+            if check is not None:
+                check(specs[dtype], *args)
+            compute = None
         token = fp_errors.enter()
         try:
-            if not rest:
-                r = formula(*vals)
-            elif plain is not None and defaulted:
-                r = plain(*vals)
-            else:
-                r = formula(*vals, *args[n:])
+            r = compute(*vals) if compute is not None else formula(*vals, *args[n:])
         except (ValueError, OverflowError, TypeError):
             return None
         finally:
@@ -289,17 +293,13 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
             r = np.asarray(r)
         if r.dtype is not out.np:  # builtin NumPy dtypes are singletons; a miss only costs the slow path
             return None
-        shape = r.shape
-        strides = contiguous.get(shape)
-        if strides is None or not r.flags.c_contiguous:
-            r = registry.Tensor._from_array(r, out)
-        else:
-            r = registry.Tensor._make(Storage(r, out), shape, strides, 0, r)
-        for v in vals:
-            if v.__class__ is np.ndarray and not v.flags.c_contiguous:  # then NumPy's order may not be torch's
-                r = _in_torch_order(r, [a for a in args[:n] if isinstance(a, registry.Tensor)])
-                break
-        return record_fast(op, args, r) if grad else r
+        r = registry.Tensor._fresh(r, out) if r.flags.c_contiguous else registry.Tensor._from_array(r, out)
+        if len(r._shape) > 1:  # (NumPy lays out a result of at most one dim as torch does)
+            for v in vals:
+                if v.__class__ is np.ndarray and not v.flags.c_contiguous:  # then NumPy's order may not be torch's
+                    r = _in_torch_order(r, [a for a in args[:n] if isinstance(a, registry.Tensor)])
+                    break
+        return record_fast(op, args + defaults[len(args) - n:], r) if grad else r
 
     def fast_into(args):
         got = operands(args)

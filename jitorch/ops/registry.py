@@ -49,8 +49,9 @@ from ..runtime.autocast_mode import STATE as _AUTOCAST_STATE
 from ..runtime.casts import convert
 from ..runtime.device import DEVICE_BACKENDS, current_cuda_index, to_device
 from ..runtime.storage import Storage  # noqa: F401  (used by fast paths)
-from ..runtime.strided import (INT64_MAX, INT64_MIN, check_numel, contiguous_strides, dense_strides,
-                               is_contiguous, memory_order_strides)
+from ..runtime.strided import (CONTIGUOUS_STRIDES, INT64_MAX, INT64_MIN, check_numel,  # noqa: F401 (hot paths')
+                               contiguous_strides, contiguous_strides_cached, dense_strides, is_contiguous,
+                               memory_order_strides)
 from .overlap import check_write_overlap
 from .schema import parse_schema
 
@@ -121,7 +122,8 @@ class OpDef:
         self.view = view
         self.composite = composite
         # optional fast(args, record=True) -> result | None for common eager calls; on tensors that require
-        # grad in grad mode it records the backward node (`record_fast`), or gives None if not ``record``
+        # grad in grad mode it records the backward node (`record_fast`), or gives None if not ``record``.
+        # A pointwise op's takes its operands alone too, its other arguments then at their defaults.
         self.fast = None
         self.fast_into = None  # optional fast_into(args) -> bool: an in-place call computed straight into self
         self.variants = frozenset(variants)
@@ -448,19 +450,6 @@ def check_same_device(op, args):
     return first
 
 
-# Contiguous strides of shapes seen so far; hot paths look them up instead of computing.
-CONTIGUOUS_STRIDES: dict = {}
-
-
-def contiguous_strides_cached(shape):
-    strides = CONTIGUOUS_STRIDES.get(shape)
-    if strides is None:
-        if len(CONTIGUOUS_STRIDES) > 4096:
-            CONTIGUOUS_STRIDES.clear()
-        strides = CONTIGUOUS_STRIDES[shape] = contiguous_strides(shape)
-    return strides
-
-
 def call(op, args, out=None):
     """Run ``op`` on arguments in schema order; write into ``out`` if given."""
     args = op.convert(args)
@@ -647,7 +636,7 @@ def _wrap_one(op, spec, raw, args=None):
 def contiguous_result(arr, dtype):
     """A kernel's array as a new contiguous tensor (torch's layout for results of ops without a layout
     rule: reductions, scans, products, indexing), whatever memory order NumPy chose."""
-    return Tensor._from_array(arr if arr.flags.c_contiguous else np.ascontiguousarray(arr), dtype)
+    return Tensor._fresh(arr if arr.flags.c_contiguous else np.ascontiguousarray(arr), dtype)
 
 
 def result_strides(op, spec, args):
@@ -1105,16 +1094,23 @@ def resolve_aliases(name, args, names, aliases, values, given):
 def _view_fast(op):
     """``fast(args)`` of a view op with one tensor argument: the view made without the general
     path's steps (a view has no kernel, and its backward node only when grad mode records it).
-    None for other ops."""
-    if op.view is None or op.composite is not None or op.multi_tensor or op.attrs.get("reinterprets"):
+    Also of a composite op declared with ``view_when(*args) -> (shape, strides, offset) | None``, the
+    geometry of the one view of its first argument its body makes on these arguments (``reshape`` when
+    the strides allow), or None: that view is made so on a tensor without history; else the body runs,
+    which autograd differentiates. None for other ops."""
+    composite = op.composite is not None
+    geometry = op.attrs.get("view_when") if composite else op.view
+    if geometry is None or op.multi_tensor or op.attrs.get("reinterprets"):
         return None
 
     def fast(args):
         x = args[0]
-        if not isinstance(x, Tensor):
+        if not isinstance(x, Tensor) or composite and x._requires_grad:
             return None
         args = op.convert(args)
-        geo = op.view(*args)
+        geo = geometry(*args)
+        if geo is None:
+            return None
         if geo.__class__ is list:
             result = tuple(Tensor._view_of(x, *g) for g in geo)
         else:
@@ -1237,17 +1233,17 @@ class _LazySignature(inspect.Signature):
 
 
 def operator_fast_path(fn):
-    """``(fast, rest)`` for a Python operator (``x + y``) over the variant ``fn`` of one op whose first two
-    arguments are its operands: the op's eager fast path, called as ``fast((x, y, *rest))`` with ``rest`` the
-    other arguments' defaults, while no dispatch hook and no autocast are on (as the variant calls it).
-    ``(None, None)`` for variants of overloads or ops without a fast path."""
+    """The eager fast path for a Python operator (``x + y``) over the variant ``fn`` of one op whose first two
+    arguments are its operands, called as ``fast((x, y))`` while no dispatch hook and no autocast are on (as
+    the variant calls it): the op has no other arguments, or is pointwise, whose fast path takes the
+    other arguments left out as their defaults. None for variants of overloads or ops without a fast path."""
     op = getattr(fn, "_op", None)
     if op is None or op.fast is None or (op.tensor_positions or ())[:2] != (0, 1):
-        return None, None
+        return None
     rest = op.schema.args[2:]
-    if not all(a.has_default for a in rest):
-        return None, None
-    return op.fast, tuple(a.default for a in rest)
+    if rest and (op.kind != "pointwise" or not all(a.has_default for a in rest)):
+        return None
+    return op.fast
 
 
 def _is_int(v):

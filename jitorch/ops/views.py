@@ -65,6 +65,13 @@ def _view_as(x, other):
     return _view(x, other.shape)
 
 
+def _reshape_view(x, shape):
+    """The geometry of ``x.reshape(shape)`` when it is a view of ``x``, else None."""
+    shape = infer_size(shape, prod(x._shape))
+    strides = view_strides(x._shape, x._stride, shape)
+    return None if strides is None else (shape, strides, x._offset)
+
+
 def _reshape(x, shape):
     shape = infer_size(shape, prod(x._shape))
     if view_strides(x._shape, x._stride, shape) is None:
@@ -116,8 +123,9 @@ def _permute(x, dims):
 
 
 def _transpose(x, dim0, dim1):
-    d0, d1 = wrap_dim(dim0, x.ndim), wrap_dim(dim1, x.ndim)
-    if x.ndim == 0:
+    ndim = len(x._shape)
+    d0, d1 = wrap_dim(dim0, ndim), wrap_dim(dim1, ndim)
+    if ndim == 0:
         return (), (), x._offset
     shape, strides = list(x._shape), list(x._stride)
     shape[d0], shape[d1] = shape[d1], shape[d0]
@@ -161,10 +169,10 @@ def _squeeze(x, dim):
 
 
 def _unsqueeze(x, dim):
-    d = wrap_dim(dim, x.ndim + 1)
-    stride = x._shape[d] * x._stride[d] if d < x.ndim else 1
-    return (tuple(x._shape[:d]) + (1,) + tuple(x._shape[d:]), tuple(x._stride[:d]) + (stride,) + tuple(x._stride[d:]),
-            x._offset)
+    shape, strides = x._shape, x._stride
+    d = wrap_dim(dim, len(shape) + 1)
+    stride = shape[d] * strides[d] if d < len(shape) else 1
+    return shape[:d] + (1,) + shape[d:], strides[:d] + (stride,) + strides[d:], x._offset
 
 
 def _expand(x, size, implicit=False):
@@ -259,14 +267,14 @@ def _slice(x, dim, start, end, step):
 
 
 def _select_geometry(x, d, index):
-    return (tuple(x._shape[:d]) + tuple(x._shape[d + 1:]), tuple(x._stride[:d]) + tuple(x._stride[d + 1:]),
-            x._offset + index * x._stride[d])
+    shape, strides = x._shape, x._stride
+    return shape[:d] + shape[d + 1:], strides[:d] + strides[d + 1:], x._offset + index * strides[d]
 
 
 def _select(x, dim, index):
-    if x.ndim == 0:
+    if not x._shape:
         raise IndexError("select() cannot be applied to a 0-dim tensor.")
-    d = wrap_dim(dim, x.ndim)
+    d = wrap_dim(dim, len(x._shape))
     n = x._shape[d]
     if not -n <= index < n:
         raise IndexError(f"select(): index {index} out of range for tensor of size {list_str(x._shape)} "
@@ -531,7 +539,7 @@ defop("clone(Tensor self, *, Any? memory_format=None) -> Tensor", meta=_clone_me
           "its dims' order, or is contiguous with ``memory_format=contiguous_format``.")
 defop("contiguous(Tensor self, *, Any? memory_format=None) -> Tensor", composite=_contiguous, variants=("method",),
       doc="``self`` if it is contiguous, else a contiguous copy.")
-defop("reshape(Tensor self, int... shape) -> Tensor", composite=_reshape,
+defop("reshape(Tensor self, int... shape) -> Tensor", composite=_reshape, view_when=_reshape_view,
       doc="``self`` with another shape: a view when the strides allow one, else a contiguous copy.")
 defop("reshape_as(Tensor self, Tensor other) -> Tensor", composite=_reshape_as, variants=("method",),
       doc="``self.reshape(other.shape)``.")

@@ -12,6 +12,10 @@ class _State(threading.local):
 
 _state = _State()
 
+# How many ``inference_mode(True)`` blocks are open, over all threads: while none is, no memory is allocated
+# for inference tensors, and the hot paths that allocate skip reading the thread-local flag.
+INFERENCE_OPEN = [0]
+
 
 def is_grad_enabled() -> bool:
     """Whether ops on tensors that require grad record a backward graph."""
@@ -71,10 +75,12 @@ class inference_mode(no_grad):
     def __enter__(self):
         self._prev_inference = _state.inference
         _state.inference = self.mode
+        INFERENCE_OPEN[0] += self.mode
         return super().__enter__()
 
     def __exit__(self, *exc):
         _state.inference = self._prev_inference
+        INFERENCE_OPEN[0] -= self.mode
         super().__exit__(*exc)
 
     def __call__(self, fn):

@@ -12,7 +12,7 @@ import numpy as np
 
 from . import shared_memory
 from .device import CPU, DEVICE_BACKENDS, META
-from .grad_mode import _state as _grad_state
+from .grad_mode import INFERENCE_OPEN, _state as _grad_state
 
 
 class Storage:
@@ -29,7 +29,8 @@ class Storage:
         self.size = data.size if data is not None else size
         self._version = 0
         self._ptr = None
-        self.inference = _grad_state.inference  # allocated inside inference_mode: its tensors are inference tensors
+        # allocated inside inference_mode: its tensors are inference tensors
+        self.inference = INFERENCE_OPEN[0] > 0 and _grad_state.inference
 
     @property
     def data(self):

@@ -19,6 +19,20 @@ def contiguous_strides(shape):
     return tuple(reversed(strides))
 
 
+# Contiguous strides of shapes seen so far; hot paths look them up instead of computing.
+CONTIGUOUS_STRIDES: dict = {}
+
+
+def contiguous_strides_cached(shape):
+    """`contiguous_strides`, remembered per shape (a tuple)."""
+    strides = CONTIGUOUS_STRIDES.get(shape)
+    if strides is None:
+        if len(CONTIGUOUS_STRIDES) > 4096:
+            CONTIGUOUS_STRIDES.clear()
+        strides = CONTIGUOUS_STRIDES[shape] = contiguous_strides(shape)
+    return strides
+
+
 def is_contiguous(shape, strides):
     """torch's rule: dims of size 1 may have any stride; empty tensors are contiguous."""
     expected = 1
@@ -57,6 +71,8 @@ def may_overlap(size, stride):
 
 def wrap_dim(dim, ndim):
     """Normalise a possibly negative dim, with torch's IndexError when out of range."""
+    if dim.__class__ is int and 0 <= dim < ndim:  # the commonest: nothing to do
+        return dim
     try:
         dim = dim.__index__()
     except AttributeError:
@@ -133,6 +149,8 @@ def list_str(shape):
 def view_strides(shape, strides, new_shape):
     """Strides that view ``shape``/``strides`` as ``new_shape`` without a copy,
     or None when no such view exists (torch's computeStride)."""
+    if isinstance(shape, tuple) and CONTIGUOUS_STRIDES.get(shape) == strides:  # the commonest: contiguous stays so
+        return contiguous_strides_cached(tuple(new_shape))
     numel = prod(shape)
     if numel == 0 or not shape:
         # empty tensors, and 0-d ones (one element): any contiguous layout is a view
