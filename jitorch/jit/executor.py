@@ -44,6 +44,7 @@ from ..ir.passes import optimize
 from ..ir.passes.fusion import Group, fuse
 from ..ir.printer import op_counts
 from ..runtime import logs
+from .parts import independent_parts
 from .results import eager_layouts, refresh_captured_state, returned_view, set_grads, write_back
 from ..ops import registry
 from ..ops.registry import laid_out
@@ -452,7 +453,8 @@ class CompiledGraph:
 
     def __init__(self, graph, cache=None, device=None):
         self.graph = optimize(graph)
-        self.groups = fuse(self.graph)
+        # (a group of parts that only share small operands: a kernel per part, equal parts one code)
+        self.groups = [part for group in fuse(self.graph) for part in independent_parts(group)]
         self.steps = []
         self.kernels = []
         self._backend = _backend(device or _device_of(self.graph))
