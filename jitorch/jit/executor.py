@@ -453,11 +453,14 @@ class CompiledGraph:
 
     def __init__(self, graph, cache=None, device=None):
         self.graph = optimize(graph)
-        # (a group of parts that only share small operands: a kernel per part, equal parts one code)
-        self.groups = [part for group in fuse(self.graph) for part in independent_parts(group)]
+        self._backend = _backend(device or _device_of(self.graph))
+        self.groups = fuse(self.graph)
+        if self._backend[3] is not None:
+            # a group of parts that share only broadcast operands: a kernel per part, whose equal parts
+            # the batch compiles once (a CUDA kernel is compiled and launched per kernel: it keeps its groups)
+            self.groups = [part for group in self.groups for part in independent_parts(group)]
         self.steps = []
         self.kernels = []
-        self._backend = _backend(device or _device_of(self.graph))
         self._cache = cache
         self._wanted = self._wanted_layouts()
         # the buffers laid out as eager's (see the module docstring): inputs, and what kernels write

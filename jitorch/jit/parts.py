@@ -4,7 +4,7 @@ Fusion merges siblings over one space that read a common value (`ir.passes.fusio
 optimizer step's updates of every parameter of one shape, which all read the learning rate,
 become one kernel with an output per parameter, and each count of parameters makes another
 kernel's code. Where the parts of such a group share only broadcast operands (fewer elements than the
-space, or one: the learning rate), each part is lowered as a kernel of its own: the
+space, or one: the learning rate), the CPU executor lowers each part as a kernel of its own: the
 kernels of equal parts are equal but for their names and sizes, and the code generator compiles
 them once (`codegen.cpu.link_batch` compiles one text per distinct kernel; a flat loop's length is
 its call's bounds), so the optimizer's update costs LLVM one kernel per pattern, not one per group.
