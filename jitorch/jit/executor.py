@@ -44,6 +44,7 @@ from ..ir.passes import optimize
 from ..ir.passes.fusion import Group, fuse
 from ..ir.printer import op_counts
 from ..runtime import logs
+from .collector import collector_paused
 from .parts import independent_parts
 from .results import eager_layouts, refresh_captured_state, returned_view, set_grads, write_back
 from ..ops import registry
@@ -451,6 +452,7 @@ class CompiledGraph:
     ``device`` ("cpu" or "cuda") picks the code generator; by default, the device of the
     graph's inputs."""
 
+    @collector_paused()
     def __init__(self, graph, cache=None, device=None):
         self.graph = optimize(graph)
         self._backend = _backend(device or _device_of(self.graph))
