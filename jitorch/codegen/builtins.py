@@ -72,6 +72,7 @@ DOUBLE = _Format(ir.DoubleType(), 64, 11)
 
 def _define(module, name, ret, args):
     fn = ir.Function(module, ir.FunctionType(ret, args), name)
+    fn.attributes.add("nounwind")  # (integer maths only: no unwind tables, which kernels' objects never have)
     return fn, ir.IRBuilder(fn.append_basic_block("entry"))
 
 

@@ -673,13 +673,18 @@ _built_lock = threading.Lock()
 BUILT_LIMIT = 1024
 
 
-def _signature(group, aliases, layouts):
+def _signature(group, aliases, layouts, flat=True):
     """(a hashable description of everything `build` reads of the group but the target, the group's values
-    in the order the description numbers them): two groups with equal signatures make kernels (for one
-    target) equal but for their name and the Values they name; its repr is the same in every process.
-    None where an argument's repr is not exact."""
+    in the order the description numbers them, the loop length of a flat kernel or None): two groups with
+    equal signatures make kernels (for one target) equal but for their name, the Values they name and, for
+    a flat kernel, its loop's length; its repr is the same in every process. None where an argument's repr
+    is not exact. Where ``flat`` (a target whose kernels take the outer loop's bounds from the caller: the
+    CPU's), a pointwise group over compact values of its space's shape, or of one element, is one loop
+    whatever its shape (see `_flat_length`): its description says which values are 0-d, of one element or
+    of the space's shape, not their sizes."""
     values = list(group.inputs) + [v for node in group.nodes for v in node.outputs]
     labels = {v: i for i, v in enumerate(values)}
+    length = _flat_length(group, values, layouts) if flat else None
 
     def arg(a):
         if isinstance(a, Value):
@@ -693,24 +698,44 @@ def _signature(group, aliases, layouts):
         if isinstance(a, _device):
             return ("device", a.type, a.index)
         raise _Unsignable(type(a).__name__)
+
+    def shape(v):
+        if length is None:
+            return tuple(v.type.shape)
+        # (type promotion tells 0-d tensors from others, and the loop a broadcast element from the rest)
+        return ("flat", "0-d" if not v.type.shape else "one" if prod(v.type.shape) == 1 else "all")
     try:
         description = (
-            group.kind, tuple(group.shape),
-            tuple((str(v.type.dtype), tuple(v.type.shape), str(v.type.device)) for v in values),
+            group.kind, tuple(group.shape) if length is None else "flat",
+            tuple((str(v.type.dtype), shape(v), str(v.type.device)) for v in values),
             tuple((node.op.name, tuple(arg(a) for a in node.args), len(node.outputs)) for node in group.nodes),
             tuple(labels[v] for v in group.outputs),
             tuple(sorted((labels[o], labels[i]) for o, i in (aliases or {}).items())),
             tuple(sorted((labels[v], tuple(st)) for v, st in (layouts or {}).items())))
     except (KeyError, _Unsignable):  # a value from outside the group, or an argument without an exact repr
-        return None, values
-    return description, values
+        return None, values, None
+    return description, values, length
+
+
+def _flat_length(group, values, layouts):
+    """The element count of a pointwise group whose kernel is one loop over it, the same text for every
+    shape: no views (their index maths is the shape's), every buffer compact, and every value of the
+    space's shape or of one element (read at stride 0), over at least two elements (one loop, not
+    none). None for any other group."""
+    space = tuple(group.shape)
+    n = prod(space)
+    if group.kind != "pointwise" or layouts or n < 2 or any(node.op.view is not None for node in group.nodes):
+        return None
+    if all(tuple(v.type.shape) == space or prod(v.type.shape) == 1 for v in values):
+        return n
+    return None
 
 
 def build_shared(group, name, target=None, aliases=None, layouts=None):
     """`build`, or the source it made for an equal group earlier in this process (another layer's, the
     last trace's), renamed: building a kernel's LLVM IR costs milliseconds of Python, and a model's
     graph repeats its kernels layer after layer."""
-    description, values = _signature(group, aliases, layouts)
+    description, values, length = _signature(group, aliases, layouts, flat=target in (None, CPU))
     if description is None:
         return build(group, name, target, aliases, layouts)
     key = (id(target), description)
@@ -719,7 +744,7 @@ def build_shared(group, name, target=None, aliases=None, layouts=None):
         if hit is not None:
             _built.move_to_end(key)
     if hit is not None:
-        return _instance(*hit, name, values)
+        return _instance(*hit, name, values, length)
     source = build(group, name, target, aliases, layouts)
     template = _template(source, values)
     if template is not None:
@@ -745,11 +770,13 @@ def _template(source, values):
         return None
 
 
-def _instance(template, old_name, name, values):
-    """The source of a `_template` for a group of ``values``, named ``name``."""
+def _instance(template, old_name, name, values, length=None):
+    """The source of a `_template` for a group of ``values``, named ``name``; a flat kernel's loop
+    ``length`` long (see `_signature`)."""
+    sized = {} if length is None else {"outer": length, "work": length}
     return replace(template, name=name, llvm_ir=template.llvm_ir.replace(old_name, name),
                    inputs=[values[i] for i in template.inputs], outputs=[values[i] for i in template.outputs],
-                   layouts={values[i]: st for i, st in template.layouts.items()})
+                   layouts={values[i]: st for i, st in template.layouts.items()}, **sized)
 
 
 def build_many(requests, cache=None):
@@ -762,21 +789,22 @@ def build_many(requests, cache=None):
     if not isinstance(cache, KernelCache):  # (an export's artifacts count every get as a kernel of theirs)
         cache = None
     signed = [_signature(group, aliases, layouts) for group, _, aliases, layouts in requests]
-    known = any((id(None), d) in _built for d, _ in signed if d is not None)
+    known = any((id(None), d) in _built for d, _, _ in signed if d is not None)
     # (one group's IR is quick to build: a graph of one kernel keeps the single entry of its object code)
-    if cache is None or known or len(signed) < 2 or any(d is None for d, _ in signed):
+    if cache is None or known or len(signed) < 2 or any(d is None for d, _, _ in signed):
         return [built_or_refused(request) for request in requests]
-    text = repr([CPU.triple] + [d for d, _ in signed])
+    text = repr([CPU.triple] + [d for d, _, _ in signed])
     key = cache_key("kernel sources", text)
     stored = cache.get(key, text)
     if stored is not None:
         try:
-            return [None if t is None else _instance(*t, name, values)
-                    for t, (_, name, _, _), (_, values) in zip(_decode(stored), requests, signed, strict=True)]
+            return [None if t is None else _instance(*t, name, values, length)
+                    for t, (_, name, _, _), (_, values, length) in zip(_decode(stored), requests, signed,
+                                                                       strict=True)]
         except (ValueError, KeyError, TypeError, IndexError):  # a damaged entry: build again
             pass
     sources = [built_or_refused(request) for request in requests]
-    templates = [None if s is None else _template(s, values) for s, (_, values) in zip(sources, signed)]
+    templates = [None if s is None else _template(s, values) for s, (_, values, _) in zip(sources, signed)]
     if all(t is not None or s is None for t, s in zip(templates, sources)):
         cache.put(key, _encode([None if t is None else (t, s.name) for t, s in zip(templates, sources)]), text)
     return sources

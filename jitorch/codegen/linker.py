@@ -13,7 +13,9 @@ import ctypes
 import functools
 import threading
 
+from ..runtime import logs
 from . import builtins, elf
+from .cache import KernelCache, cache_key
 from .errors import CompileError
 
 
@@ -40,6 +42,33 @@ def builtins_object(machine, reloc="default") -> bytes:
     module.data_layout = str(tm.target_data)
     module.verify()
     return tm.emit_object(module)
+
+
+@functools.cache
+def builtins_cache() -> KernelCache:
+    """Where `jit_builtins_object` keeps the builtins: the kernel cache's folder, through a cache of its
+    own, so that `default_cache`'s counts stay the kernels'."""
+    return KernelCache()
+
+
+@functools.cache
+def jit_builtins_object(machine) -> bytes:
+    """`builtins_object` for a JIT on ``machine``, from the kernel cache where an earlier process made it
+    (checked as cached kernels are: it defines exactly the builtins and calls nothing), else made and
+    cached: emitting it is a fixed cost of every process's first compile."""
+    text = builtins.module_text()
+    key = cache_key("builtins", text, machine.id())
+    cache = builtins_cache()
+    obj = cache.get(key, text)
+    if obj is not None:
+        try:
+            elf.validate(obj, machine.triple.split("-")[0], builtins.names(), frozenset())
+            return obj
+        except elf.ElfError as e:
+            logs.log("codegen", "cached object code of the builtins rejected, compiling them again: %s", e)
+    obj = builtins_object(machine)
+    cache.put(key, obj, text)
+    return obj
 
 
 # What LLVM may turn kernel code into calls of, besides jitorch's builtins: the C library's memory
@@ -83,7 +112,7 @@ class _Jit:
     def __init__(self, machine, options):
         import llvmlite.binding as llvm
         self.lljit = llvm.create_lljit_compiler(machine.target_machine(**options))
-        builder = llvm.JITLibraryBuilder().add_object_img(builtins_object(machine))
+        builder = llvm.JITLibraryBuilder().add_object_img(jit_builtins_object(machine))
         for name in builtins.names():
             builder.export_symbol(name)
         self.builtins_library = builder.link(self.lljit, "jitorch_builtins")

@@ -46,6 +46,8 @@ from ..ir.passes import optimize
 from ..ir.passes.fusion import Group, fuse
 from ..ir.printer import op_counts
 from ..runtime import logs
+from .collector import collector_paused
+from .parts import independent_parts
 from .results import eager_layouts, refresh_captured_state, returned_view, set_grads, write_back
 from ..ops import registry
 from ..ops.registry import laid_out
@@ -487,12 +489,17 @@ class CompiledGraph:
     ``device`` ("cpu" or "cuda") picks the code generator; by default, the device of the
     graph's inputs."""
 
+    @collector_paused()
     def __init__(self, graph, cache=None, device=None):
         self.graph = optimize(graph)
+        self._backend = _backend(device or _device_of(self.graph))
         self.groups = fuse(self.graph)
+        if self._backend[3] is not None:
+            # a group of parts that share only broadcast operands: a kernel per part, whose equal parts
+            # the batch compiles once (a CUDA kernel is compiled and launched per kernel: it keeps its groups)
+            self.groups = [part for group in self.groups for part in independent_parts(group)]
         self.steps = []
         self.kernels = []
-        self._backend = _backend(device or _device_of(self.graph))
         self._cache = cache
         self._wanted = self._wanted_layouts()
         # the buffers laid out as eager's (see the module docstring): inputs, and what kernels write
@@ -510,7 +517,8 @@ class CompiledGraph:
         self._input_index = {v: i for i, v in enumerate(self.graph.inputs)}
         self._eager_steps = any(isinstance(step, EagerStep) for step in self.steps)
         # run(inputs): the outputs, with in-place results written back into inputs and constants
-        self._execute, self.run, self.source = self._generate()
+        self._body, self.run, self.source = self._generate()
+        self._execute = None  # compiled from the body on the first __call__: Python's compiler is slow on it
         if self.graph.meta_warnings:
             self.run = _warning_as_traced(self.graph, self.run)
 
@@ -640,6 +648,8 @@ class CompiledGraph:
 
     def __call__(self, inputs):
         """(outputs pytree, mutations) on ``inputs`` (flat list in graph-input order)."""
+        if self._execute is None:
+            self._execute, _ = self._body.function("execute", "inputs", ["return env"])
         env = self._execute(inputs)
         mutations = [(target, env[value]) for target, value in self.graph.mutations]
         return self._outputs(env), mutations
@@ -690,9 +700,10 @@ class CompiledGraph:
 
     def _generate(self):
         """The call as straight-line Python (see `straightline`): inputs and captured tensors bound,
-        then each step's lines, over an arena of this graph's. Two functions share that body:
-        ``execute`` returns the values of the call (a dict by graph value), ``run`` the outputs,
-        after writing back what the graph changed in its inputs."""
+        then each step's lines, over an arena of this graph's: (that body, ``run``, its source). Two
+        functions share that body: ``run`` returns the outputs, after writing back what the graph
+        changed in its inputs; ``execute`` (compiled by `__call__` when first needed) the values of the
+        call (a dict by graph value)."""
         g = self.graph
         src = Source()
         src.namespace.update(_np_empty=np.empty, _pool_empty=allocator.empty, _track=allocator.track,
@@ -738,7 +749,6 @@ class CompiledGraph:
             src.emit("pass", indent)
         src.emit("finally:")
         src.emit("_arenas.append(arena)", 2)
-        execute, _ = src.function("execute", "inputs", ["return env"])
         outputs = "_outputs(env)" if self._checked else self._outputs_source(src)
         if g.mutations:
             tail = "return _finish(inputs, env)"
@@ -748,7 +758,7 @@ class CompiledGraph:
             tail = f"return {outputs}"
         run, text = src.function("run", "inputs", [tail])
         logs.log("codegen", "the call of a compiled graph, generated:\n%s", text)
-        return execute, run, text
+        return src, run, text
 
     def _unshared(self, env):
         """Whether no tensor the plan updates in place shares memory with another input or constant."""

@@ -38,6 +38,7 @@ from ..runtime.strided import contiguous_strides, is_non_overlapping_and_dense
 from ..tensor import GRAD_WATCHERS, VALUE_WATCHERS, Tensor
 from ..runtime.pytree import tree_flatten, tree_unflatten
 from .captures import CapturedState
+from .collector import collector_paused
 from .errors import StateWriteError, TraceError, describe_call, trace_error, user_frame, where
 
 _LITERALS = (type(None), bool, int, float, str)
@@ -940,6 +941,7 @@ def trace(fn, *args, **kwargs):
     return graph
 
 
+@collector_paused()
 def trace_with_inputs(fn, args, kwargs):
     """(graph, flat list of the real input tensors in graph-input order)."""
     tracer = Tracer(fn)

@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 from llvmlite import ir
 
-from jitorch.codegen import builtins
+from jitorch.codegen import builtins, linker
+from jitorch.codegen.cache import KernelCache, cache_key
 from jitorch.codegen.errors import CompileError
 from jitorch.codegen.linker import Linker, undefined_symbols
-from jitorch.codegen.machine import parse
+from jitorch.codegen.machine import parse, selected
 
 pytestmark = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"),
                                 reason="the x86-64-v2 baseline is an x86-64 target")
@@ -245,3 +246,31 @@ def test_object_code_that_is_not_elf_is_a_compile_error(baseline):
     for junk in (b"", b"\x7fELF", b"\x7fELF\x02\x01" + b"\xff" * 100, b"MZ" + bytes(200)):
         with pytest.raises(CompileError, match="not usable"):
             linker.link(junk, ["f"])
+
+
+def test_a_new_jit_takes_the_builtins_from_the_kernel_cache_and_rebuilds_a_damaged_entry(tmp_path, monkeypatch):
+    host = selected()
+    made = linker.builtins_object(host)
+    emitted = []
+    monkeypatch.setattr(linker, "builtins_object", lambda m: emitted.append(m) or made)
+
+    def new_process():  # its own memory, the same folder
+        kernels = KernelCache(tmp_path / "kernels")
+        monkeypatch.setattr(linker, "builtins_cache", lambda: kernels)
+        linker.jit_builtins_object.cache_clear()
+        return linker.jit_builtins_object(host)
+
+    assert new_process() == made and emitted == [host]
+    assert new_process() == made and emitted == [host]  # read, not emitted
+    (entry,) = (tmp_path / "kernels").rglob("*.jitk")
+    entry.write_bytes(entry.read_bytes()[:-8] + b"\0" * 8)  # damaged: a miss, made again
+    assert new_process() == made and emitted == [host, host]
+    # code that checks out as an entry but is not the builtins (another function): rejected, made again
+    import llvmlite.binding as llvm
+    other = llvm.parse_assembly('define void @not_a_builtin() nounwind {\n  ret void\n}\n')
+    other.triple = host.triple
+    text = builtins.module_text()
+    KernelCache(tmp_path / "kernels").put(cache_key("builtins", text, host.id()),
+                                          host.target_machine(opt=0).emit_object(other), text)
+    assert new_process() == made and emitted == [host, host, host]
+    linker.jit_builtins_object.cache_clear()

@@ -141,6 +141,34 @@ def test_equal_groups_are_built_once_in_a_process(fresh_kernels, monkeypatch):
     assert len(built) == 1
 
 
+def test_flat_groups_of_any_shape_are_built_once_and_run_their_own_length(fresh_kernels, batches, monkeypatch):
+    fresh_kernels()
+    built = []
+    real = kernel_mod.build_pointwise
+    monkeypatch.setattr(kernel_mod, "build_pointwise", lambda group, *a: built.append(group.shape) or real(group, *a))
+    f = lambda x, s: (x * s + 1.0).tanh()  # noqa: E731
+    s = torch.tensor(0.5)
+    for shape in [(8, 16), (3, 5, 7), (1000,)]:
+        x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+        fn = jitorch.compile(f)
+        np.testing.assert_allclose(fn(jitorch.tensor(x), jitorch.tensor(0.5)).numpy(), f(torch.tensor(x), s).numpy(),
+                                   rtol=1e-6)
+        (kernel,) = fn.lower(jitorch.tensor(x), jitorch.tensor(0.5)).executable.kernels
+        assert kernel.outer == x.size
+    assert built == [(8, 16)] and batches == []  # one build, one machine code: its loop's length is the call's
+
+
+def test_a_strided_or_broadcast_operand_keeps_the_shape_in_the_signature(fresh_kernels):
+    fresh_kernels()
+    f = lambda x, b: x * b  # noqa: E731  (b broadcast over rows: index maths of the shape)
+    for rows, cols in [(4, 6), (6, 4)]:
+        x, b = np.ones((rows, cols), np.float32), np.arange(cols, dtype=np.float32)
+        got = jitorch.compile(f)(jitorch.tensor(x), jitorch.tensor(b))
+        np.testing.assert_array_equal(got.numpy(), x * b)
+        got = jitorch.compile(f)(jitorch.tensor(x).t(), jitorch.tensor(np.arange(rows, dtype=np.float32)))
+        np.testing.assert_array_equal(got.numpy(), x.T * np.arange(rows, dtype=np.float32))
+
+
 def test_groups_that_differ_in_a_scalar_are_built_apart(fresh_kernels):
     fresh_kernels()
     x = jitorch.tensor(_inputs()[0])
