@@ -156,6 +156,9 @@ class _Builder:
 
     def _fold_view(self, node):
         src = node.args[0]
+        if node.op.attrs.get("reinterprets"):  # view(dtype): its elements are another dtype's bits
+            raise CompileError(f"{node.op.name}: a view that reads memory as another dtype does not fold into a "
+                               "kernel")
         if src not in self.geometry:
             raise CompileError(f"{node.op.name}: a view of a value computed in the same kernel")
         root, shape, strides, offset = self.geometry[src]

@@ -270,9 +270,9 @@ def _static_views(nodes, by_value, layouts):
     geometry = {}
     for node in nodes:
         base = node.args[0] if node.args else None
-        if (node.op.view is None or not isinstance(base, Value)
+        if (node.op.view is None or node.op.attrs.get("reinterprets") or not isinstance(base, Value)
                 or any(isinstance(a, Value) for a in iter_values(node.args[1:]))):
-            continue
+            continue  # (a view(dtype) header is another dtype's: its eager kernel makes it)
         root, shape, strides, offset = by_value.get(base, (base, base.type.shape, _strides(base, layouts), 0))
         if not composes(node, shape, strides, offset):  # the eager kernel runs on the compacted input
             continue
