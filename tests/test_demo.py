@@ -20,10 +20,11 @@ def run_demo(*options):
 
 def test_demo_learns_compiles_exports_and_reloads(tmp_path):
     path = tmp_path / "digits.jitorch"
-    done = run_demo("--epochs", "3", "--hidden", "64", "--quiet", "--export-to", str(path))
+    # five epochs: three ended at 0.847 to 0.855 test accuracy, as rounding moved with the eager ops
+    done = run_demo("--epochs", "5", "--hidden", "64", "--quiet", "--export-to", str(path))
     assert done.returncode == 0, done.stderr
     out = done.stdout
-    assert "epoch 1 (eager)" in out and "epoch 3 (compiled)" in out
+    assert "epoch 1 (eager)" in out and "epoch 5 (compiled)" in out
     accuracy = float(out.split("final test accuracy:")[1].split()[0])
     assert accuracy > 0.85
     assert "speed-up" in out and "fused kernels" in out and "add relu le" in out
