@@ -1,12 +1,12 @@
 """DistributedDataParallel: one model replica per rank, gradients averaged over the ranks during backward.
 
 At construction rank 0's parameters and buffers are broadcast, so every replica starts equal. The parameters
-are grouped into buckets of about ``bucket_cap_mb`` (in reverse registration order, about the order backward
-produces their gradients, as torch does). A post-accumulate-grad hook on each parameter counts it ready; when
-a bucket is complete its gradients are copied into one flat buffer and an asynchronous all-reduce starts, so
-communication overlaps the rest of backward. Buckets start in the same order on every rank (a collective must).
-When the last bucket has started, backward's last hook waits for them all and writes the averages back into
-``.grad``.
+are grouped into buckets of about ``bucket_cap_mb``, the first of 1 MiB (in reverse registration order, about
+the order backward produces their gradients, as torch does). A post-accumulate-grad hook on each parameter
+counts it ready; when a bucket is complete its gradients are copied into one flat buffer and an asynchronous
+all-reduce starts, so communication overlaps the rest of backward (each later hook lets MPI advance it).
+Buckets start in the same order on every rank (a collective must). When the last bucket has started,
+backward's last hook waits for them all and writes the averages back into ``.grad``.
 
 Inside ``jitorch.compile`` the same hooks run while backward is traced, and each bucket's all-reduce becomes a
 node of the graph (`jitorch.distributed.graph_ops`), placed where the bucket's last gradient is computed: the
@@ -26,6 +26,8 @@ from ...runtime.grad_mode import is_grad_enabled, no_grad
 from ..modules.module import Module
 
 __all__ = ["DistributedDataParallel"]
+
+FIRST_BUCKET_BYTES = 2 ** 20  # torch's first bucket (dist._DEFAULT_FIRST_BUCKET_BYTES)
 
 
 class _Bucket:
@@ -71,7 +73,8 @@ class DistributedDataParallel(Module):
                                "that requires a gradient.")
         with no_grad():
             self._broadcast([*module.parameters(), *module.buffers()])
-        self._buckets = self._bucketed(params[::-1], (25 if bucket_cap_mb is None else bucket_cap_mb) * 2 ** 20)
+        cap = (25 if bucket_cap_mb is None else bucket_cap_mb) * 2 ** 20
+        self._buckets = self._bucketed(params[::-1], min(cap, FIRST_BUCKET_BYTES), cap)
         self._bucket_of = {id(p): b for b in self._buckets for p in b.params}
         self._next = 0  # the next bucket to start: they start in order on every rank
         self._expecting = False
@@ -86,10 +89,13 @@ class DistributedDataParallel(Module):
                 dist.broadcast(t.data, src=self._src, group=self.process_group)
 
     @staticmethod
-    def _bucketed(params, cap_bytes):
+    def _bucketed(params, first_cap, cap):
+        """Buckets of at most ``cap`` bytes, the first of at most ``first_cap`` (as torch: the last layers'
+        gradients, ready first, start communicating early)."""
         buckets, current, size = [], [], 0
         for p in params:
-            if current and (size + p.numel() * p.element_size() > cap_bytes or p.dtype != current[0].dtype):
+            limit = first_cap if not buckets else cap
+            if current and (size + p.numel() * p.element_size() > limit or p.dtype != current[0].dtype):
                 buckets.append(_Bucket(current))
                 current, size = [], 0
             current.append(p)
@@ -131,6 +137,9 @@ class DistributedDataParallel(Module):
             self._mark_ready(param)
 
     def _mark_ready(self, param):
+        for started in self._buckets[:self._next]:  # MPI advances a started all-reduce only inside MPI calls
+            if started.work is not None:
+                started.work.is_completed()
         bucket = self._bucket_of[id(param)]
         bucket.ready += 1
         while self._next < len(self._buckets) and \
