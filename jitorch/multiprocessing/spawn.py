@@ -153,8 +153,9 @@ def start_processes(fn, args=(), nprocs=1, join=True, daemon=False, start_method
     result = ProcessContext(processes, error_files)
     if not join:
         return result
-    while not result.join():
-        pass
+    finished = False
+    while not finished:  # each join returns when a process ends: True once all have, raising on a failure
+        finished = result.join()
     return None
 
 
