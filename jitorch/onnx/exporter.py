@@ -1,0 +1,266 @@
+"""`export`: trace a model or function with jitorch's tracer and write the graph as an ONNX model."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections import Counter
+
+from ..export.capture import export as export_program
+from ..export.dynamic import Dim
+from ..export.errors import ExportError
+from ..ir.graph import Value
+from ..jit.tracer import input_names as argument_names
+from ..runtime.grad_mode import no_grad
+from ..runtime.pytree import tree_flatten, tree_unflatten
+from ..runtime.version import __version__
+from ..tensor import Tensor
+from .builder import Builder, onnx_type
+from .errors import OnnxExporterError, UnsupportedOperatorError, require_onnx
+from .rules import RULES, SYMBOLIC
+from .symbolic import Affine, Symbolic
+
+DEFAULT_OPSET = 17
+MIN_OPSET, MAX_OPSET = 14, 20
+
+
+def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=None, opset_version=None,
+           kwargs=None):
+    """Export ``model`` (an ``nn.Module`` or a function) called on ``args`` to the ONNX file ``f``.
+
+    As ``torch.onnx.export`` (the TorchScript exporter): ``model(*args, **kwargs)`` is traced once, in
+    evaluation mode (a module's training flags are restored afterwards) and without autograd; its tensor
+    inputs, in flattened order, become the ONNX graph's inputs, named by ``input_names``; its tensor outputs
+    (``None``s left out) its outputs, named by ``output_names``; parameters and buffers become initializers
+    named as in ``state_dict()``. ``dynamic_axes`` maps input and output names to the axes that stay
+    symbolic, as ``{name: {axis: "dim name"}}`` or ``{name: [axis, ...]}``; sizes that move with them are
+    computed from the inputs' shapes in the model. ``opset_version``: 14 to 20 (default 17).
+
+    ``f`` is a path (written atomically) or a binary file object. Returns the ``onnx.ModelProto``.
+    Raises UnsupportedOperatorError listing every op without an ONNX form, OnnxExporterError where the
+    model cannot be exported as asked, ValueError for a bad argument, ImportError without ``onnx``.
+    """
+    onnx = require_onnx()
+    opset = DEFAULT_OPSET if opset_version is None else opset_version
+    if type(opset) is not int or not MIN_OPSET <= opset <= MAX_OPSET:
+        raise ValueError(f"Unsupported ONNX opset version: {opset_version!r} (jitorch.onnx exports opsets "
+                         f"{MIN_OPSET} to {MAX_OPSET})")
+    if not callable(model):
+        raise TypeError(f"jitorch.onnx.export expected a module or a function, got {type(model).__name__}")
+    args = (args,) if isinstance(args, Tensor) else args
+    if not isinstance(args, tuple):
+        raise TypeError(f"jitorch.onnx.export expected args as a tuple or a tensor, got {type(args).__name__}")
+    kwargs = dict(kwargs or {})
+    leaves, tree = tree_flatten((args, kwargs))
+    tensors = [leaf for leaf in leaves if isinstance(leaf, Tensor)]
+    names = _input_names(model, args, kwargs, leaves, input_names)
+    dims, shown = _dynamic_dims(dynamic_axes, names, tensors)
+    flat = _Flat(model, leaves, tree)
+    with _eval_mode(model), no_grad():
+        try:
+            # one entry for ``forward(*tensors)``'s one parameter: per tensor its {axis: Dim}
+            shapes = [[dims.get(i, {}) for i in range(len(tensors))]] if dims else None
+            program = export_program(flat, tuple(tensors), None, shapes)
+        except ExportError as e:
+            raise OnnxExporterError(f"the model cannot be traced for ONNX export: {e}") from None
+    graph = program.graph
+    if graph.mutations:
+        written = ", ".join(f"%{target.name}" for target, _ in graph.mutations)
+        raise OnnxExporterError(f"the model writes into {written} in place, which an ONNX model cannot do")
+    unsupported = Counter(node.op.name for node in graph.nodes if node.op.name not in RULES)
+    if unsupported:
+        raise UnsupportedOperatorError(unsupported)
+    symbolic = Symbolic(program)
+    outputs = [v for v in tree_flatten(graph.outputs)[0] if v is not None]
+    for v in outputs:
+        if not isinstance(v, Value):
+            raise OnnxExporterError(f"the model returns {v!r}, which is not a tensor; ONNX models return tensors")
+    out_names = _output_names(output_names, len(outputs))
+    unknown = set(dynamic_axes or {}) - set(names) - set(out_names)
+    if unknown:
+        raise ValueError(f"dynamic_axes names {sorted(unknown)}, which are neither input names {names} nor output "
+                         f"names {out_names}")
+    b = Builder(opset, symbolic, reserved=[*names, *out_names, *graph.constants])
+    graph_inputs = []
+    for name, value in zip(names, graph.inputs):
+        b.bind(value, name)
+        for k, n in enumerate(symbolic.shapes[value]):
+            if isinstance(n, Affine) and n.const == 0 and len(n.coeffs) == 1 and n.coeffs[0][1] == 1:
+                b.dim_sources.setdefault(n.coeffs[0][0], (name, k))
+        graph_inputs.append(_value_info(onnx, name, value, symbolic.shapes[value], shown, {}))
+    for name, value in graph.constants.items():
+        b.bind(value, b.initializer(name, graph.constant_tensors[name].numpy(), value.type.dtype))
+    _lower(b, graph, symbolic)
+    graph_outputs = []
+    for name, value in zip(out_names, outputs):
+        b.nodes.append(onnx.helper.make_node("Identity", [b.name(value)], [name]))
+        axes = {k: v for k, v in _axes_of(dynamic_axes, name).items()}
+        graph_outputs.append(_value_info(onnx, name, value, symbolic.shapes[value], shown, axes))
+    model_proto = _model(onnx, b, graph_inputs, graph_outputs, opset)
+    _write(model_proto.SerializeToString(), f)
+    return model_proto
+
+
+class _Flat:
+    """``model`` called on its tensor arguments alone (the other leaves of ``args`` and ``kwargs`` fixed), with
+    the module's named parameters and buffers, so that `jitorch.export` names its constants by them."""
+
+    def __init__(self, model, leaves, tree):
+        self.model, self.leaves, self.tree = model, leaves, tree
+
+    def forward(self, *tensors):
+        it = iter(tensors)
+        args, kwargs = tree_unflatten([next(it) if isinstance(x, Tensor) else x for x in self.leaves], self.tree)
+        return self.model(*args, **kwargs)
+
+    __call__ = forward
+
+    def named_parameters(self):
+        named = getattr(self.model, "named_parameters", None)
+        return named() if callable(named) else iter(())
+
+    def named_buffers(self):
+        named = getattr(self.model, "named_buffers", None)
+        return named() if callable(named) else iter(())
+
+
+class _eval_mode:
+    """A module in evaluation mode for the trace; every submodule's training flag restored after it."""
+
+    def __init__(self, model):
+        modules = getattr(model, "modules", None)
+        self.modules = list(modules()) if callable(modules) and hasattr(model, "training") else []
+
+    def __enter__(self):
+        self.flags = [m.training for m in self.modules]
+        for m in self.modules:
+            m.training = False
+
+    def __exit__(self, *exc):
+        for m, flag in zip(self.modules, self.flags):
+            m.training = flag
+
+
+def _input_names(model, args, kwargs, leaves, given):
+    forward = getattr(model, "forward", model)
+    traced = argument_names(forward, args, kwargs)
+    if len(traced) != len(leaves):
+        traced = [f"input{i}" for i in range(len(leaves))]
+    defaults = [n for n, leaf in zip(traced, leaves) if isinstance(leaf, Tensor)]
+    given = list(given or ())
+    if len(given) > len(defaults):
+        raise ValueError(f"input_names has {len(given)} names for {len(defaults)} tensor inputs")
+    names = given + defaults[len(given):]
+    _check_names(names, "input_names")
+    return names
+
+
+def _output_names(given, count):
+    given = list(given or ())
+    if len(given) > count:
+        raise ValueError(f"output_names has {len(given)} names for {count} tensor outputs")
+    defaults = ["output"] if count == 1 else [f"output{i}" for i in range(count)]
+    names = given + defaults[len(given):]
+    _check_names(names, "output_names")
+    return names
+
+
+def _check_names(names, what):
+    for n in names:
+        if not isinstance(n, str) or not n:
+            raise ValueError(f"{what} must be non-empty strings, got {n!r}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"{what} has a name twice: {names}")
+
+
+def _axes_of(dynamic_axes, name):
+    """``{axis: dim name}`` of one input or output in torch's ``dynamic_axes`` (a list gets generated names)."""
+    axes = (dynamic_axes or {}).get(name)
+    if axes is None:
+        return {}
+    if isinstance(axes, dict):
+        out = dict(axes)
+    elif isinstance(axes, (list, tuple)):
+        out = {a: f"{name}_dynamic_axes_{i + 1}" for i, a in enumerate(axes)}
+    else:
+        raise ValueError(f"dynamic_axes[{name!r}] must be a dict of axis -> name or a list of axes, got {axes!r}")
+    for a, n in out.items():
+        if type(a) is not int or not isinstance(n, str) or not n:
+            raise ValueError(f"dynamic_axes[{name!r}] must map int axes to non-empty names, got {a!r}: {n!r}")
+    return out
+
+
+def _dynamic_dims(dynamic_axes, names, tensors):
+    """Per input index ``{axis: Dim}``, one Dim per dynamic-axis name; and Dim name -> the name to show."""
+    dims, objects, shown = {}, {}, {}
+    for i, (name, t) in enumerate(zip(names, tensors)):
+        for a, label in _axes_of(dynamic_axes, name).items():
+            if not -t.ndim <= a < t.ndim:
+                raise ValueError(f"dynamic_axes[{name!r}] names axis {a}, but input {name!r} has shape {list(t.shape)}")
+            ident = "".join(c if c.isalnum() or c == "_" else "_" for c in label)
+            ident = ident if ident.isidentifier() else f"d_{ident}"
+            dim = objects.setdefault(ident, Dim(ident))
+            shown[ident] = label
+            dims.setdefault(i, {})[a % t.ndim] = dim
+    return dims, shown
+
+
+def _lower(b, graph, symbolic):
+    for node in graph.nodes:
+        if node.op.name not in SYMBOLIC and _is_symbolic(node, symbolic):
+            raise OnnxExporterError(f"{node.op.name} takes sizes that depend on a dynamic axis, which its ONNX "
+                                    "form does not support; export with fewer dynamic_axes")
+        results = RULES[node.op.name](b, node, *node.args)
+        results = [results] if isinstance(results, str) else results
+        for value, name in zip(node.outputs, results, strict=True):
+            if name is not None:
+                b.bind(value, name)
+
+
+def _is_symbolic(node, symbolic):
+    def literal(a):
+        return isinstance(a, Affine) or isinstance(a, (list, tuple)) and any(map(literal, a))
+    return any(map(literal, node.args)) or not all(symbolic.is_static(v)
+                                                   for v in [*node.input_values(), *node.outputs])
+
+
+def _value_info(onnx, name, value, dims, shown, labels):
+    """An input's or output's ONNX type: dims named by dynamic_axes, others as expressions of them."""
+    shape = []
+    for k, n in enumerate(dims):
+        if k in labels:
+            shape.append(labels[k])
+        elif isinstance(n, Affine):
+            shape.append(str(Affine(n.const, {shown.get(d, d): c for d, c in n.coeffs})))
+        else:
+            shape.append(n)
+    return onnx.helper.make_tensor_value_info(name, onnx_type(onnx, value.type.dtype), shape)
+
+
+def _model(onnx, b, inputs, outputs, opset):
+    graph = onnx.helper.make_graph(b.nodes, "jitorch", inputs, outputs, initializer=b.initializers)
+    opsets = [onnx.helper.make_opsetid("", opset)]
+    model = onnx.helper.make_model(graph, opset_imports=opsets, producer_name="jitorch", producer_version=__version__)
+    model.ir_version = onnx.helper.find_min_ir_version_for(opsets)
+    try:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as e:
+        raise OnnxExporterError(f"the ONNX model built does not check: {e}") from None
+    return model
+
+
+def _write(data, f):
+    """``data`` into the file object ``f``, or into the file at path ``f`` by a rename (never half written)."""
+    if hasattr(f, "write"):
+        f.write(data)
+        return
+    path = os.fspath(f)
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".onnx-")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
