@@ -70,7 +70,7 @@ class Builder:
 
     def initializer(self, name, array, dtype):
         """A named initializer from a NumPy array of the jitorch ``dtype`` (bfloat16 included)."""
-        array = np.ascontiguousarray(array)
+        array = np.array(array, order="C")  # (ascontiguousarray would make a 0-d array 1-d)
         if dtype is _dt.bfloat16:
             array = array.view(np.uint16)
         tensor = self.onnx.helper.make_tensor(name, onnx_type(self.onnx, dtype), array.shape,
@@ -101,6 +101,8 @@ class Builder:
         if isinstance(x, Affine):
             size = self.node("Reshape", [self.size(x), self.const(np.zeros(0, np.int64))])
             return self.cast(size, _dt.int64, dtype)
+        if hasattr(x, "onnx_name"):  # a bool the rule made
+            return self.cast(x.onnx_name, _dt.bool, dtype)
         if not hasattr(x, "type"):
             return self.scalar(x, dtype)
         return self.cast(self.name(x), x.type.dtype, dtype)
@@ -115,6 +117,14 @@ class Builder:
         """The node as typed at the other sizes of the dynamic axes (see `symbolic.Symbolic`)."""
         i = self._index[node]
         return [graph.nodes[i] for _, graph in self.symbolic.alternatives]
+
+    def example(self, x):
+        """``x`` (a literal, or nested lists of them) with its sizes at the example input's sizes."""
+        if isinstance(x, Affine):
+            return x.value(self.symbolic.examples)
+        if isinstance(x, (list, tuple)):
+            return type(x)(self.example(v) for v in x)
+        return x
 
     def static(self, x, what):
         """``x`` (a literal or a size), which must not depend on a dynamic axis here."""

@@ -167,16 +167,21 @@ for _name, _op in {"logical_and": "And", "logical_or": "Or", "logical_xor": "Xor
     rule(_name)(_logical(_op))
 
 
+def where(b, cond, x, y, dt):
+    """``Where`` of operands of ``dt``; bools go through int32, for which onnxruntime has a kernel."""
+    work = _dt.int32 if dt is _dt.bool else dt
+    picked = b.node("Where", [b.operand(cond, _dt.bool), b.operand(x, work), b.operand(y, work)])
+    return b.cast(picked, work, dt)
+
+
 @rule("where.self")
 def _where(b, node, cond, x, y):
-    dt = out_dtype(node)
-    return b.node("Where", [b.operand(cond, _dt.bool), b.operand(x, dt), b.operand(y, dt)])
+    return where(b, cond, x, y, out_dtype(node))
 
 
 @rule("masked_fill", "masked_fill.Tensor")
 def _masked_fill(b, node, x, mask, value):
-    dt = out_dtype(node)
-    return b.node("Where", [b.operand(mask, _dt.bool), b.operand(value, dt), b.operand(x, dt)])
+    return where(b, mask, value, x, out_dtype(node))
 
 
 @rule("_to_copy")
@@ -496,8 +501,14 @@ def _triu(b, node, x, diagonal=0):
     offset = b.node("Sub", [b.node("Unsqueeze", [cols, b.ints([0])]), b.node("Unsqueeze", [rows, b.ints([1])])])
     k = b.scalar(b.static(diagonal, "the diagonal"), _dt.int64)
     keep = b.node("GreaterOrEqual" if node.op.name == "triu" else "LessOrEqual", [offset, k])
-    dt = out_dtype(node)
-    return b.node("Where", [keep, b.name(x), b.scalar(0, dt)])
+    return where(b, _Named(keep), x, 0, out_dtype(node))
+
+
+class _Named:
+    """An ONNX name where a rule's helper takes a jitorch value: a bool tensor made by the rule itself."""
+
+    def __init__(self, name):
+        self.onnx_name = name
 
 
 # Strided views and scatters (convolutions and pools gather their windows so) --------------------------------
@@ -505,7 +516,7 @@ def _triu(b, node, x, diagonal=0):
 def _geometry(b, node, base, size, stride, offset):
     """The `Geometry` of a strided node, checked to be the same at the other sizes of the dynamic axes, and
     with every symbolic size in an identity dim."""
-    geometry = Geometry(base.type.shape, size, stride, offset or 0)
+    geometry = Geometry(base.type.shape, *b.example((size, stride, offset or 0)))
     for other in b.alternatives(node):
         o_base = other.input_values()[0]
         o_size, o_stride, o_offset = other.args[-3:]

@@ -50,7 +50,7 @@ class Symbolic:
     def __init__(self, program):
         self.graph = graph = program.graph
         self.dims = program.signature.dims
-        examples = {n: d.example for n, d in self.dims.items()}
+        self.examples = examples = {n: d.example for n, d in self.dims.items()}
         values = list(graph.values())
         base = [v.type.shape for v in values]
         coeffs = [[{} for _ in shape] for shape in base]
