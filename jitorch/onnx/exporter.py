@@ -45,6 +45,9 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
     if type(opset) is not int or not MIN_OPSET <= opset <= MAX_OPSET:
         raise ValueError(f"Unsupported ONNX opset version: {opset_version!r} (jitorch.onnx exports opsets "
                          f"{MIN_OPSET} to {MAX_OPSET})")
+    if opset > onnx.defs.onnx_opset_version():
+        raise OnnxExporterError(f"the onnx package installed ({onnx.__version__}) knows opsets up to "
+                                f"{onnx.defs.onnx_opset_version()}, not {opset}: pip install -U onnx")
     if not callable(model):
         raise TypeError(f"jitorch.onnx.export expected a module or a function, got {type(model).__name__}")
     args = (args,) if isinstance(args, Tensor) else args
