@@ -240,8 +240,19 @@ def _value_info(onnx, name, value, dims, shown, labels):
     return onnx.helper.make_tensor_value_info(name, onnx_type(onnx, value.type.dtype), shape)
 
 
+def _live(nodes, initializers, outputs):
+    """The nodes and initializers the outputs read (a rule's unused results, as a max pool's indices, dropped)."""
+    needed, kept = {o.name for o in outputs}, []
+    for node in reversed(nodes):
+        if needed.intersection(node.output):
+            kept.append(node)
+            needed.update(node.input)
+    return kept[::-1], [t for t in initializers if t.name in needed]
+
+
 def _model(onnx, b, inputs, outputs, opset):
-    graph = onnx.helper.make_graph(b.nodes, "jitorch", inputs, outputs, initializer=b.initializers)
+    nodes, initializers = _live(b.nodes, b.initializers, outputs)
+    graph = onnx.helper.make_graph(nodes, "jitorch", inputs, outputs, initializer=initializers)
     opsets = [onnx.helper.make_opsetid("", opset)]
     model = onnx.helper.make_model(graph, opset_imports=opsets, producer_name="jitorch", producer_version=__version__)
     model.ir_version = onnx.helper.find_min_ir_version_for(opsets)
