@@ -616,3 +616,148 @@ def _rnn_layer(b, node, mode, x, hx, cx, w_hh, b_hh, w_hr, reverse):
     ordered = [steps[t] for t in range(length)]
     output = b.node("Concat", ordered, axis=0) if len(ordered) > 1 else ordered[0]
     return [output, h, c, None]
+
+
+# More reductions, scans, orderings and integer arithmetic ------------------------------------------------------
+
+@rule("norm")
+def _norm(b, node, x, p="fro", dim=None, keepdim=False, dtype=None):
+    """Vector norms: 2 (and "fro" over at most two dims), 1, inf, -inf, 0 and other orders."""
+    dt = out_dtype(node)
+    if isinstance(p, str) and (p != "fro" or dim is not None and len(dim) > 2) or isinstance(p, complex):
+        raise OnnxExporterError(f"norm of order {p!r} over dims {dim} (a matrix norm) has no ONNX form here")
+    order = 2.0 if p is None or isinstance(p, str) else float(b.static(p, "norm's order"))
+    name, axes = b.operand(x, dt), _axes(b, x, dim)
+    if order == 2.0:
+        return reduce(b, "ReduceL2", name, axes, keepdim)
+    if order == 1.0:
+        return reduce(b, "ReduceL1", name, axes, keepdim)
+    magnitude = b.node("Abs", [name])
+    if order in (math.inf, -math.inf):
+        return reduce(b, "ReduceMax" if order > 0 else "ReduceMin", magnitude, axes, keepdim)
+    if order == 0.0:
+        nonzero = b.cast(b.node("Not", [b.node("Equal", [name, b.scalar(0, dt)])]), _dt.bool, dt)
+        return reduce(b, "ReduceSum", nonzero, axes, keepdim)
+    total = reduce(b, "ReduceSum", b.node("Pow", [magnitude, b.scalar(order, dt)]), axes, keepdim)
+    return b.node("Pow", [total, b.scalar(1.0 / order, dt)])
+
+
+@rule("cumsum")
+def _cumsum(b, node, x, dim, dtype=None):
+    n = max(len(b.dims(x)), 1)
+    return b.node("CumSum", [b.operand(x, out_dtype(node)), b.scalar(axis(dim, n), _dt.int64)])
+
+
+@rule("topk")
+def _topk(b, node, x, k, dim=-1, largest=True, sorted=True):
+    n = max(len(b.dims(x)), 1)
+    values, indices = b.node("TopK", [b.name(x), b.size(k)], outputs=2, axis=axis(dim, n), largest=int(largest),
+                             sorted=1)
+    return [values, indices]
+
+
+@rule("sort")
+def _sort(b, node, x, dim=-1, descending=False, stable=False):
+    """A full TopK along ``dim``, which orders ties by index as a stable sort does."""
+    n = max(len(b.dims(x)), 1)
+    d = axis(dim, n)
+    size = b.dims(x)[d] if b.dims(x) else 1
+    values, indices = b.node("TopK", [b.name(x), b.size(size)], outputs=2, axis=d, largest=int(descending), sorted=1)
+    return [values, indices]
+
+
+@rule("flip")
+def _flip(b, node, x, dims):
+    n = len(b.dims(x))
+    axes = [axis(d, n) for d in dims]
+    if not axes:
+        return b.name(x)
+    return b.node("Slice", [b.name(x), b.ints([-1] * len(axes)), b.ints([-INT64_MAX] * len(axes)), b.ints(axes),
+                            b.ints([-1] * len(axes))])
+
+
+@rule("roll")
+def _roll(b, node, x, shifts, dims=()):
+    name, sizes = b.name(x), b.dims(x)
+    if not dims:  # rolls the flattened tensor
+        flat = b.node("Reshape", [name, b.ints([-1])])
+        total = b.static(math.prod(sizes), "roll's length")
+        rolled = _rolled(b, flat, 0, b.static(shifts[0], "roll's shift") % max(total, 1))
+        return b.node("Reshape", [rolled, b.shape(sizes)])
+    for shift, d in zip(shifts, dims):
+        d = axis(d, len(sizes))
+        length = b.static(sizes[d], "roll's length")
+        name = _rolled(b, name, d, b.static(shift, "roll's shift") % max(length, 1))
+    return name
+
+
+def _rolled(b, name, d, shift):
+    if not shift:
+        return name
+    head = b.node("Slice", [name, b.ints([-shift]), b.ints([INT64_MAX]), b.ints([d])])
+    tail = b.node("Slice", [name, b.ints([0]), b.ints([-shift]), b.ints([d])])
+    return b.node("Concat", [head, tail], axis=d)
+
+
+@rule("repeat")
+def _repeat(b, node, x, repeats):
+    name, n = b.name(x), len(b.dims(x))
+    repeats = b.static(list(repeats), "repeat's counts")
+    if len(repeats) > n:
+        name = b.node("Reshape", [name, b.shape([1] * (len(repeats) - n) + list(b.dims(x)))])
+    return b.node("Tile", [name, b.ints(repeats)])
+
+
+@rule("index")
+def _index(b, node, x, indices):
+    """``x[i]`` with one integer index tensor (the other dims taken whole): a Gather along its dim."""
+    given = [(d, i) for d, i in enumerate(indices) if i is not None]
+    if len(given) != 1 or given[0][1].type.dtype is _dt.bool:
+        raise OnnxExporterError("indexing with several index tensors or a boolean mask has no ONNX form here "
+                                "(index with one integer tensor, or use index_select/gather)")
+    d, index = given[0]
+    return b.node("Gather", [b.name(x), b.operand(index, _dt.int64)], axis=d)
+
+
+@rule("floor_divide", "remainder")
+def _floor_divide(b, node, x, y):
+    """Rounding toward minus infinity, as torch: ``Mod`` (the divisor's sign) for integers, ``Floor`` for floats."""
+    dt = out_dtype(node)
+    a, c = b.operand(x, dt), b.operand(y, dt)
+    if dt.is_floating_point:
+        quotient = b.node("Floor", [b.node("Div", [a, c])])
+        if node.op.name == "floor_divide":
+            return quotient
+        return b.node("Sub", [a, b.node("Mul", [quotient, c])])
+    rest = b.node("Mod", [a, c], fmod=0)
+    return rest if node.op.name == "remainder" else b.node("Div", [b.node("Sub", [a, rest]), c])
+
+
+@rule("fmod")
+def _fmod(b, node, x, y):
+    dt = out_dtype(node)
+    return b.node("Mod", [b.operand(x, dt), b.operand(y, dt)], fmod=1)
+
+
+def _bitwise(logical, bitwise):
+    def lower(b, node, *operands):
+        dt = out_dtype(node)
+        if dt is _dt.bool:
+            return b.node(logical, [b.operand(o, dt) for o in operands])
+        if b.opset < 18:
+            raise OnnxExporterError(f"{node.op.name} of integers needs opset 18 or later")
+        return b.node(bitwise, [b.operand(o, dt) for o in operands])
+    return lower
+
+
+for _name, (_logical_op, _bitwise_op) in {"bitwise_and": ("And", "BitwiseAnd"), "bitwise_or": ("Or", "BitwiseOr"),
+                                          "bitwise_xor": ("Xor", "BitwiseXor"),
+                                          "bitwise_not": ("Not", "BitwiseNot")}.items():
+    rule(_name)(_bitwise(_logical_op, _bitwise_op))
+
+
+@rule("isnan", "isinf")
+def _isnan(b, node, x):
+    if not x.type.dtype.is_floating_point:
+        return _filled(b, node, False)
+    return b.node("IsNaN" if node.op.name == "isnan" else "IsInf", [b.name(x)])
