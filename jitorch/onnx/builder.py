@@ -114,9 +114,10 @@ class Builder:
         return self.symbolic.shapes[value]
 
     def alternatives(self, node):
-        """The node as typed at the other sizes of the dynamic axes (see `symbolic.Symbolic`)."""
+        """``[(sizes, the node as typed at those sizes)]`` for the other sizes of the dynamic axes (see
+        `symbolic.Symbolic`)."""
         i = self._index[node]
-        return [graph.nodes[i] for _, graph in self.symbolic.alternatives]
+        return [(sizes, graph.nodes[i]) for sizes, graph in self.symbolic.alternatives]
 
     def example(self, x):
         """``x`` (a literal, or nested lists of them) with its sizes at the example input's sizes."""

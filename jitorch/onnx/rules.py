@@ -18,8 +18,8 @@ from ..ops.registry import OPS
 from ..runtime import dtypes as _dt
 from .builder import onnx_type, spec
 from .errors import OnnxExporterError
-from .strided import Geometry, flat_indices
-from .symbolic import Affine
+from .strided import Geometry, flat_indices, split_trailing
+from .symbolic import Affine, affine
 
 RULES: dict = {}        # op name -> lowering function
 SYMBOLIC: set = set()   # ops whose rule handles symbolic sizes
@@ -514,31 +514,62 @@ class _Named:
 # Strided views and scatters (convolutions and pools gather their windows so) --------------------------------
 
 def _geometry(b, node, base, size, stride, offset):
-    """The `Geometry` of a strided node, checked to be the same at the other sizes of the dynamic axes, and
-    with every symbolic size in an identity dim."""
-    geometry = Geometry(base.type.shape, *b.example((size, stride, offset or 0)))
-    for other in b.alternatives(node):
-        o_base = other.input_values()[0]
-        o_size, o_stride, o_offset = other.args[-3:]
-        if Geometry(o_base.type.shape, o_size, o_stride, o_offset or 0).key() != geometry.key():
-            raise OnnxExporterError(f"{node.op.name} addresses memory in a way that changes with a dynamic axis "
-                                    f"(size {size}, stride {stride}); export with fewer dynamic_axes")
-    symbolic_base = [i for i, n in enumerate(b.dims(base)) if isinstance(n, Affine)]
-    if any(geometry.identity[i] is None for i in symbolic_base):
-        raise OnnxExporterError(f"{node.op.name} reads a dynamic axis other than whole; export with fewer "
-                                "dynamic_axes")
+    """``(geometry, refined)``: the `Geometry` of a strided node over its base, or over the base reshaped to
+    ``refined`` (rows of the view's last dim: `strided.split_trailing`, symbolic dims included); the same at
+    the other sizes of the dynamic axes, with every symbolic size in an identity dim."""
+    example = b.example((size, stride, offset or 0))
+    others = [(sizes, other.input_values()[0].type.shape, other.args[-3:]) for sizes, other in b.alternatives(node)]
+    found = _checked_geometry(base.type.shape, example, [(shape, args) for _, shape, args in others], b.dims(base))
+    if found is not None:
+        return found, None
+    refined = split_trailing(math.prod(base.type.shape), *example)
+    moved = [(sizes, split_trailing(math.prod(shape), o_size, o_stride, o_offset or 0))
+             for sizes, shape, (o_size, o_stride, o_offset) in others]
+    if refined is not None and all(r is not None and len(r) == len(refined) for _, r in moved):
+        dims = _fitted(b, refined, moved)
+        found = _checked_geometry(refined, example, [(r, args) for (_, r), (_, _, args) in zip(moved, others)], dims)
+        if found is not None:
+            return found, dims
+    raise OnnxExporterError(f"{node.op.name} addresses memory in a way that changes with a dynamic axis (size "
+                            f"{size}, stride {stride}); export with fewer dynamic_axes")
+
+
+def _checked_geometry(shape, example, others, dims):
+    """The geometry over ``shape`` if it is the same over the other sizes' shapes and reads its symbolic
+    ``dims`` whole; else None."""
+    geometry = Geometry(shape, *example)
+    if not geometry.valid and not others:
+        return geometry  # static: the flat fallbacks take it
+    if not geometry.valid or any(Geometry(s, a[0], a[1], a[2] or 0).key() != geometry.key() for s, a in others):
+        return None
+    if any(isinstance(n, Affine) and geometry.identity[i] is None for i, n in enumerate(dims)):
+        return None
     return geometry
+
+
+def _fitted(b, shape, moved):
+    """``shape``'s dims as ints and Affines, from the same shape at other sizes (each with one dim changed)."""
+    coeffs = [{} for _ in shape]
+    for sizes, other in moved:
+        (name, size), = [(n, v) for n, v in sizes.items() if v != b.symbolic.examples[n]]
+        step = size - b.symbolic.examples[name]
+        for k, (n, m) in enumerate(zip(shape, other)):
+            c, rest = divmod(m - n, step)
+            if rest or coeffs[k].setdefault(name, c) != c:
+                raise OnnxExporterError(f"a strided view's base moves with dynamic axis {name!r} in a way that is "
+                                        "not affine; export with fewer dynamic_axes")
+    examples = b.symbolic.examples
+    return tuple(affine(n - sum(c * examples[d] for d, c in cs.items()), cs) for n, cs in zip(shape, coeffs))
 
 
 @rule("as_strided")
 def _as_strided(b, node, x, size, stride, offset=None):
-    g = _geometry(b, node, x, size, stride, offset)
+    g, refined = _geometry(b, node, x, size, stride, offset)
     out = node.outputs[0]
     if not g.valid:
-        b.static(list(b.dims(x)), "as_strided's base")
         flat = b.node("Reshape", [b.name(x), b.ints([-1])])
         return b.node("Gather", [flat, b.const(flat_indices(size, stride, offset or 0))], axis=0)
-    name, order = b.name(x), []
+    name, order = b.name(x) if refined is None else b.node("Reshape", [b.name(x), b.shape(refined)]), []
     for d in reversed(range(len(g.base_shape))):
         if g.identity[d] is None:
             name = b.node("Gather", [name, b.const(g.index(d))], axis=d)
@@ -564,10 +595,9 @@ def _as_strided_scatter(b, node, x, src, size, stride, offset=None):
         if b.opset < 16:
             raise OnnxExporterError(f"{node.op.name} (a transposed convolution's accumulation) needs opset 16 or later")
         attrs["reduction"] = "add"
-    g = _geometry(b, node, x, size, stride, offset)
+    g, refined = _geometry(b, node, x, size, stride, offset)
     dt = out_dtype(node)
     if not g.valid:
-        b.static(list(b.dims(x)), f"{node.op.name}'s base")
         flat = b.node("Reshape", [b.operand(x, dt), b.ints([-1])])
         indices = b.const(flat_indices(size, stride, offset or 0)[..., None])
         scattered = b.node("ScatterND", [flat, indices, b.operand(src, dt)], **attrs)
@@ -576,7 +606,9 @@ def _as_strided_scatter(b, node, x, src, size, stride, offset=None):
     if any(isinstance(n, Affine) for n in list(b.dims(src))[:len(size) - t]):
         raise OnnxExporterError(f"{node.op.name} writes along a dynamic axis other than whole; export with fewer "
                                 "dynamic_axes")
-    return b.node("ScatterND", [b.operand(x, dt), b.const(g.lead_indices(t)), b.operand(src, dt)], **attrs)
+    base = b.operand(x, dt) if refined is None else b.node("Reshape", [b.operand(x, dt), b.shape(refined)])
+    scattered = b.node("ScatterND", [base, b.const(g.lead_indices(t)), b.operand(src, dt)], **attrs)
+    return scattered if refined is None else b.node("Reshape", [scattered, b.shape(b.dims(node.outputs[0]))])
 
 
 # Recurrences --------------------------------------------------------------------------------------------------

@@ -95,3 +95,16 @@ def flat_indices(size, stride, offset):
         shape[k] = n
         idx = idx + st * np.arange(n, dtype=np.int64).reshape(shape)
     return idx
+
+
+
+def split_trailing(numel, size, stride, offset):
+    """``(numel / n, n)``, the compact base seen as rows of the view's last dim (``n`` elements of stride 1),
+    where every other stride and the offset are whole rows (a transposed convolution's windows over a flat
+    buffer, batch innermost); None otherwise. Over it the view's last dim is an identity."""
+    if not size or stride[-1] != 1 or size[-1] <= 1:
+        return None
+    n = size[-1]
+    if numel % n or offset % n or any(st % n for m, st in zip(size[:-1], stride[:-1]) if m > 1):
+        return None
+    return (numel // n, n)
