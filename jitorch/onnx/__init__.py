@@ -7,6 +7,7 @@ lowers each op of the traced graph by its rule in `rules.RULES` to ONNX nodes. N
 """
 
 from .errors import OnnxExporterError, UnsupportedOperatorError
-from .exporter import DEFAULT_OPSET, MAX_OPSET, MIN_OPSET, export
+from .exporter import DEFAULT_OPSET, MAX_OPSET, MIN_OPSET, TrainingMode, export
 
-__all__ = ["DEFAULT_OPSET", "MAX_OPSET", "MIN_OPSET", "OnnxExporterError", "UnsupportedOperatorError", "export"]
+__all__ = ["DEFAULT_OPSET", "MAX_OPSET", "MIN_OPSET", "OnnxExporterError", "TrainingMode", "UnsupportedOperatorError",
+           "export"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import os
 import tempfile
 from collections import Counter
@@ -21,11 +22,20 @@ from .rules import RULES, SYMBOLIC
 from .symbolic import Affine, Symbolic
 
 DEFAULT_OPSET = 17
-MIN_OPSET, MAX_OPSET = 14, 20
+MIN_OPSET, MAX_OPSET = 13, 20
 
 
-def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=None, opset_version=None,
-           kwargs=None):
+class TrainingMode(enum.IntEnum):
+    """torch.onnx.TrainingMode: the mode a module is traced in. Only evaluation exports (PRESERVE: a module
+    already in eval mode)."""
+
+    EVAL = 0
+    PRESERVE = 1
+    TRAINING = 2
+
+
+def export(model, args, f, *, kwargs=None, export_params=True, verbose=False, training=TrainingMode.EVAL,
+           input_names=None, output_names=None, opset_version=None, do_constant_folding=True, dynamic_axes=None):
     """Export ``model`` (an ``nn.Module`` or a function) called on ``args`` to the ONNX file ``f``.
 
     As ``torch.onnx.export`` (the TorchScript exporter): ``model(*args, **kwargs)`` is traced once, in
@@ -34,7 +44,10 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
     (``None``s left out) its outputs, named by ``output_names``; parameters and buffers become initializers
     named as in ``state_dict()``. ``dynamic_axes`` maps input and output names to the axes that stay
     symbolic, as ``{name: {axis: "dim name"}}`` or ``{name: [axis, ...]}``; sizes that move with them are
-    computed from the inputs' shapes in the model. ``opset_version``: 14 to 20 (default 17).
+    computed from the inputs' shapes in the model. ``opset_version``: 13 to 20 (default 17).
+    ``export_params=False`` makes the parameters graph inputs (named as in ``state_dict()``) instead of
+    initializers; ``verbose`` prints the ONNX graph; ``do_constant_folding`` is accepted as torch's and changes
+    nothing (the traced graph is exported as it is, each parameter once, under its name).
 
     ``f`` is a path (written atomically) or a binary file object. Returns the ``onnx.ModelProto``.
     Raises UnsupportedOperatorError listing every op without an ONNX form, OnnxExporterError where the
@@ -48,6 +61,10 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
     if opset > onnx.defs.onnx_opset_version():
         raise OnnxExporterError(f"the onnx package installed ({onnx.__version__}) knows opsets up to "
                                 f"{onnx.defs.onnx_opset_version()}, not {opset}: pip install -U onnx")
+    training = TrainingMode(training)
+    if training is TrainingMode.TRAINING or training is TrainingMode.PRESERVE and getattr(model, "training", False):
+        raise OnnxExporterError("jitorch.onnx exports in evaluation mode only (training=TrainingMode.EVAL): a "
+                                "training-mode graph draws random numbers (dropout) and updates buffers")
     if not callable(model):
         raise TypeError(f"jitorch.onnx.export expected a module or a function, got {type(model).__name__}")
     args = (args,) if isinstance(args, Tensor) else args
@@ -92,7 +109,11 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
                 b.dim_sources.setdefault(n.coeffs[0][0], (name, k))
         graph_inputs.append(_value_info(onnx, name, value, symbolic.shapes[value], shown, {}))
     for name, value in graph.constants.items():
-        b.bind(value, b.initializer(name, graph.constant_tensors[name].numpy(), value.type.dtype))
+        if export_params:
+            b.bind(value, b.initializer(name, graph.constant_tensors[name].numpy(), value.type.dtype))
+        else:
+            b.bind(value, name)
+            graph_inputs.append(_value_info(onnx, name, value, value.type.shape, shown, {}))
     _lower(b, graph, symbolic)
     graph_outputs = []
     for name, value in zip(out_names, outputs):
@@ -100,6 +121,8 @@ def export(model, args, f, *, input_names=None, output_names=None, dynamic_axes=
         axes = {k: v for k, v in _axes_of(dynamic_axes, name).items()}
         graph_outputs.append(_value_info(onnx, name, value, symbolic.shapes[value], shown, axes))
     model_proto = _model(onnx, b, graph_inputs, graph_outputs, opset)
+    if verbose:
+        print(onnx.printer.to_text(model_proto.graph))
     _write(model_proto.SerializeToString(), f)
     return model_proto
 
