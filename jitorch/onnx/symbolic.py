@@ -8,8 +8,7 @@ run again), so that every dim of every value is known as an `Affine` of the dims
 
 from __future__ import annotations
 
-from ..export.dynamic import alternative_sizes, apply_params
-from ..export.graphs import copy_graph, retype
+from ..export.dynamic import alternative_sizes
 from .errors import OnnxExporterError
 
 
@@ -59,7 +58,7 @@ class Symbolic:
             checked = None
             for size in alternative_sizes(rng, rng.example, set()):
                 sizes = dict(examples, **{name: size})
-                other = _at(program, sizes)
+                other = program.graph_at(sizes)
                 self.alternatives.append((sizes, other))
                 found = _moves(base, [v.type.shape for v in other.values()], size - rng.example)
                 if checked is None:
@@ -78,16 +77,6 @@ class Symbolic:
 
     def is_static(self, value):
         return all(type(n) is int for n in self.shapes[value])
-
-
-def _at(program, sizes):
-    graph = copy_graph(program.graph)
-    for value, spec in zip(graph.inputs, program.signature.tensor_inputs()):
-        shape = tuple(sizes[n] if isinstance(n, str) else n for n in spec.shape)
-        value.type = type(value.type)(shape, value.type.dtype, value.type.device)
-    apply_params(graph, program.params, sizes)
-    retype(graph)
-    return graph
 
 
 def _moves(base, other, step):
