@@ -18,7 +18,7 @@ from ..runtime.version import __version__
 from ..tensor import Tensor
 from .builder import Builder, onnx_type
 from .errors import OnnxExporterError, UnsupportedOperatorError, require_onnx
-from .rules import RULES, SYMBOLIC
+from .rules import RULES
 from .symbolic import Affine, Symbolic
 
 DEFAULT_OPSET = 17
@@ -96,6 +96,10 @@ def export(model, args, f, *, kwargs=None, export_params=True, verbose=False, tr
         if not isinstance(v, Value):
             raise OnnxExporterError(f"the model returns {v!r}, which is not a tensor; ONNX models return tensors")
     out_names = _output_names(output_names, len(outputs))
+    clash = set(names) & set(out_names) | (set(names) | set(out_names)) & set(graph.constants)
+    if clash:
+        raise ValueError(f"{sorted(clash)} each name two of an input, an output and a parameter (parameters keep "
+                         "their state_dict names)")
     unknown = set(dynamic_axes or {}) - set(names) - set(out_names)
     if unknown:
         raise ValueError(f"dynamic_axes names {sorted(unknown)}, which are neither input names {names} nor output "
@@ -114,7 +118,7 @@ def export(model, args, f, *, kwargs=None, export_params=True, verbose=False, tr
         else:
             b.bind(value, name)
             graph_inputs.append(_value_info(onnx, name, value, value.type.shape, shown, {}))
-    _lower(b, graph, symbolic)
+    _lower(b, graph)
     graph_outputs = []
     for name, value in zip(out_names, outputs):
         b.nodes.append(onnx.helper.make_node("Identity", [b.name(value)], [name]))
@@ -231,23 +235,13 @@ def _dynamic_dims(dynamic_axes, names, tensors):
     return dims, shown
 
 
-def _lower(b, graph, symbolic):
+def _lower(b, graph):
     for node in graph.nodes:
-        if node.op.name not in SYMBOLIC and _is_symbolic(node, symbolic):
-            raise OnnxExporterError(f"{node.op.name} takes sizes that depend on a dynamic axis, which its ONNX "
-                                    "form does not support; export with fewer dynamic_axes")
         results = RULES[node.op.name](b, node, *node.args)
         results = [results] if isinstance(results, str) else results
         for value, name in zip(node.outputs, results, strict=True):
             if name is not None:
                 b.bind(value, name)
-
-
-def _is_symbolic(node, symbolic):
-    def literal(a):
-        return isinstance(a, Affine) or isinstance(a, (list, tuple)) and any(map(literal, a))
-    return any(map(literal, node.args)) or not all(symbolic.is_static(v)
-                                                   for v in [*node.input_values(), *node.outputs])
 
 
 def _value_info(onnx, name, value, dims, shown, labels):

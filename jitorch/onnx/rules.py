@@ -2,10 +2,10 @@
 
 A rule is ``lower(b, node, *args) -> name | [name or None per output]``: ``b`` is the `builder.Builder`,
 ``args`` the node's arguments in schema order (Values, Python literals, and `symbolic.Affine` sizes where
-a literal moves with a dynamic axis). Rules read sizes only through ``b.dims`` and ``b.static``, so that
-a size that depends on a dynamic axis is computed at run time or refused, never baked in. A rule that
-handles such sizes is declared ``symbolic=True``; the exporter refuses to apply any other rule to a node
-that has one. Composite ops never reach a graph (their parts are recorded), so they need no rule.
+a literal moves with a dynamic axis). Rules read sizes only through ``b.dims``, ``b.static`` and
+``b.example`` (the strided ops, which check the other sizes too), so that a size that depends on a dynamic
+axis is computed at run time or refused, never baked in. Composite ops never reach a graph (their parts are
+recorded), so they need no rule.
 """
 
 from __future__ import annotations
@@ -22,19 +22,16 @@ from .strided import Geometry, flat_indices, split_trailing
 from .symbolic import Affine, affine
 
 RULES: dict = {}        # op name -> lowering function
-SYMBOLIC: set = set()   # ops whose rule handles symbolic sizes
 INT64_MAX = 2 ** 63 - 1
 
 
-def rule(*names, symbolic=True):
+def rule(*names):
     """Declare the lowering of the ops ``names`` (which must be registry ops)."""
     def register(fn):
         for name in names:
             if name not in OPS:
                 raise KeyError(f"onnx rule for {name!r}, which is not a registry op")
             RULES[name] = fn
-            if symbolic:
-                SYMBOLIC.add(name)
         return fn
     return register
 

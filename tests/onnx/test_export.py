@@ -279,6 +279,8 @@ def test_bad_names_and_axes_are_refused():
         jitorch.onnx.export(model, (x,), io.BytesIO(), input_names=["a", "b"])
     with pytest.raises(ValueError, match="dynamic_axes names \\['y'\\]"):
         jitorch.onnx.export(model, (x,), io.BytesIO(), input_names=["x"], dynamic_axes={"y": [0]})
+    with pytest.raises(ValueError, match=r"\['0.weight'\] each name two"):
+        jitorch.onnx.export(model, (x,), io.BytesIO(), output_names=["0.weight"])
     with pytest.raises(ValueError, match="names axis 2"):
         jitorch.onnx.export(model, (x,), io.BytesIO(), input_names=["x"], dynamic_axes={"x": [2]})
 
