@@ -114,7 +114,7 @@ def export(model, args, f, *, kwargs=None, export_params=True, verbose=False, tr
         graph_inputs.append(_value_info(onnx, name, value, symbolic.shapes[value], shown, {}))
     for name, value in graph.constants.items():
         if export_params:
-            b.bind(value, b.initializer(name, graph.constant_tensors[name].numpy(), value.type.dtype))
+            b.bind(value, b.initializer(name, graph.constant_tensors[name].cpu().numpy(), value.type.dtype))
         else:
             b.bind(value, name)
             graph_inputs.append(_value_info(onnx, name, value, value.type.shape, shown, {}))
@@ -122,7 +122,8 @@ def export(model, args, f, *, kwargs=None, export_params=True, verbose=False, tr
     graph_outputs = []
     for name, value in zip(out_names, outputs):
         b.nodes.append(onnx.helper.make_node("Identity", [b.name(value)], [name]))
-        axes = {k: v for k, v in _axes_of(dynamic_axes, name).items()}
+        ndim = max(value.type.ndim, 1)
+        axes = {k % ndim: label for k, label in _axes_of(dynamic_axes, name).items()}
         graph_outputs.append(_value_info(onnx, name, value, symbolic.shapes[value], shown, axes))
     model_proto = _model(onnx, b, graph_inputs, graph_outputs, opset)
     if verbose:
