@@ -1,7 +1,7 @@
 """`Builder`: the ONNX graph under construction, as the lowering rules see it.
 
 It names every ONNX value (fresh names, never a clash with the inputs, outputs and initializers), makes
-constants and casts, and turns symbolic sizes (`symbolic.Affine`) into int64 tensors computed from the
+constants and casts, and turns symbolic sizes (`symbolic.SymInt`) into int64 tensors computed from the
 inputs' shapes at run time, so that no dynamic size is baked into the model.
 """
 
@@ -14,7 +14,7 @@ import numpy as np
 
 from ..runtime import dtypes as _dt
 from .errors import OnnxExporterError, require_onnx
-from .symbolic import Affine
+from .symbolic import SymInt
 
 # jitorch dtype name -> onnx.TensorProto's name
 DTYPES = {"float32": "FLOAT", "float64": "DOUBLE", "float16": "FLOAT16", "bfloat16": "BFLOAT16", "int64": "INT64",
@@ -33,7 +33,7 @@ class Builder:
         self.used = set(reserved)
         self.names = {}          # jitorch Value -> ONNX name
         self._constants = {}     # (dtype, shape, bytes) -> name, for small constants
-        self._sizes = {}         # Affine -> int64 [1] tensor
+        self._sizes = {}         # SymInt -> int64 [1] tensor
         self.dim_sources = {}    # dim name -> (ONNX input name, axis)
         self._index = {node: i for i, node in enumerate(symbolic.graph.nodes)}
 
@@ -98,7 +98,7 @@ class Builder:
 
     def operand(self, x, dtype):
         """A tensor argument (a Value or a Python number, or a symbolic size) as an ONNX name of ``dtype``."""
-        if isinstance(x, Affine):
+        if isinstance(x, SymInt):
             size = self.node("Reshape", [self.size(x), self.const(np.zeros(0, np.int64))])
             return self.cast(size, _dt.int64, dtype)
         if hasattr(x, "onnx_name"):  # a bool the rule made
@@ -110,7 +110,7 @@ class Builder:
     # Types and sizes -------------------------------------------------------------------------------------
 
     def dims(self, value):
-        """A value's dims: ints, and `Affine`s for those that move with dynamic axes."""
+        """A value's dims: ints, and `SymInt`s for those that move with dynamic axes."""
         return self.symbolic.shapes[value]
 
     def alternatives(self, node):
@@ -121,7 +121,7 @@ class Builder:
 
     def example(self, x):
         """``x`` (a literal, or nested lists of them) with its sizes at the example input's sizes."""
-        if isinstance(x, Affine):
+        if isinstance(x, SymInt):
             return x.value(self.symbolic.examples)
         if isinstance(x, (list, tuple)):
             return type(x)(self.example(v) for v in x)
@@ -129,19 +129,21 @@ class Builder:
 
     def static(self, x, what):
         """``x`` (a literal or a size), which must not depend on a dynamic axis here."""
-        if isinstance(x, Affine) or isinstance(x, (list, tuple)) and any(isinstance(v, Affine) for v in x):
+        if isinstance(x, SymInt) or isinstance(x, (list, tuple)) and any(isinstance(v, SymInt) for v in x):
             raise OnnxExporterError(f"{what} depends on a dynamic axis ({x}), which this op's ONNX form cannot "
                                     "take; export with fewer dynamic_axes")
         return x
 
     def size(self, x):
-        """An int or `Affine` as an int64 tensor of shape [1]."""
-        if not isinstance(x, Affine):
+        """An int or `SymInt` as an int64 tensor of shape [1], computed from the inputs' shapes."""
+        if not isinstance(x, SymInt):
             return self.const(np.array([x], np.int64))
         if x not in self._sizes:
             total = None
-            for dim, c in x.coeffs:
-                term = self._dim(dim)
+            for names, c in x.terms:
+                term = self._dim(names[0])
+                for other in names[1:]:
+                    term = self.node("Mul", [term, self._dim(other)])
                 if c != 1:
                     term = self.node("Mul", [term, self.const(np.array([c], np.int64))])
                 total = term if total is None else self.node("Add", [total, term])
@@ -151,7 +153,7 @@ class Builder:
         return self._sizes[x]
 
     def _dim(self, dim):
-        key = Affine(0, {dim: 1})
+        key = SymInt(0, {(dim,): 1})
         if key not in self._sizes:
             source, axis = self.dim_sources[dim]
             shape = self.node("Shape", [source])
@@ -159,13 +161,13 @@ class Builder:
         return self._sizes[key]
 
     def shape(self, dims):
-        """A shape (ints and Affines) as an int64 1-D tensor: a constant where no dim is symbolic."""
+        """A shape (ints and SymInts) as an int64 1-D tensor: a constant where no dim is symbolic."""
         dims = list(dims)
-        if all(not isinstance(n, Affine) for n in dims):
+        if all(not isinstance(n, SymInt) for n in dims):
             return self.const(np.array(dims, np.int64).reshape(len(dims)))
         parts, run = [], []
         for n in dims:
-            if isinstance(n, Affine):
+            if isinstance(n, SymInt):
                 if run:
                     parts.append(self.const(np.array(run, np.int64)))
                     run = []

@@ -6,12 +6,14 @@ import enum
 import os
 import tempfile
 from collections import Counter
+from types import SimpleNamespace
 
-from ..export.capture import export as export_program
+from ..export.capture import export as export_program, module_tensor_names
 from ..export.dynamic import Dim
 from ..export.errors import ExportError
+from ..export.graphs import rename_constants
 from ..ir.graph import Value
-from ..jit.tracer import input_names as argument_names
+from ..jit.tracer import input_names as argument_names, trace_with_inputs
 from ..runtime.grad_mode import no_grad
 from ..runtime.pytree import tree_flatten, tree_unflatten
 from ..runtime.version import __version__
@@ -19,7 +21,7 @@ from ..tensor import Tensor
 from .builder import Builder, onnx_type
 from .errors import OnnxExporterError, UnsupportedOperatorError, require_onnx
 from .rules import RULES
-from .symbolic import Affine, Symbolic
+from .symbolic import Symbolic, SymInt
 
 DEFAULT_OPSET = 17
 MIN_OPSET, MAX_OPSET = 13, 20
@@ -78,19 +80,17 @@ def export(model, args, f, *, kwargs=None, export_params=True, verbose=False, tr
     flat = _Flat(model, leaves, tree)
     with _eval_mode(model), no_grad():
         try:
-            # one entry for ``forward(*tensors)``'s one parameter: per tensor its {axis: Dim}
-            shapes = [[dims.get(i, {}) for i in range(len(tensors))]] if dims else None
-            program = export_program(flat, tuple(tensors), None, shapes)
+            program = export_program(flat, tuple(tensors), None, None)
         except ExportError as e:
             raise OnnxExporterError(f"the model cannot be traced for ONNX export: {e}") from None
-    graph = program.graph
-    if graph.mutations:
-        written = ", ".join(f"%{target.name}" for target, _ in graph.mutations)
-        raise OnnxExporterError(f"the model writes into {written} in place, which an ONNX model cannot do")
-    unsupported = Counter(node.op.name for node in graph.nodes if node.op.name not in RULES)
-    if unsupported:
-        raise UnsupportedOperatorError(unsupported)
-    symbolic = Symbolic(program)
+        graph = program.graph
+        if graph.mutations:
+            written = ", ".join(f"%{target.name}" for target, _ in graph.mutations)
+            raise OnnxExporterError(f"the model writes into {written} in place, which an ONNX model cannot do")
+        unsupported = Counter(node.op.name for node in graph.nodes if node.op.name not in RULES)
+        if unsupported:
+            raise UnsupportedOperatorError(unsupported)
+        symbolic = Symbolic(graph, lambda sizes: _retrace(flat, tensors, dims, sizes), _ranges(dims, tensors))
     outputs = [v for v in tree_flatten(graph.outputs)[0] if v is not None]
     for v in outputs:
         if not isinstance(v, Value):
@@ -109,8 +109,8 @@ def export(model, args, f, *, kwargs=None, export_params=True, verbose=False, tr
     for name, value in zip(names, graph.inputs):
         b.bind(value, name)
         for k, n in enumerate(symbolic.shapes[value]):
-            if isinstance(n, Affine) and n.const == 0 and len(n.coeffs) == 1 and n.coeffs[0][1] == 1:
-                b.dim_sources.setdefault(n.coeffs[0][0], (name, k))
+            if isinstance(n, SymInt) and n.dims() is not None:
+                b.dim_sources.setdefault(n.dims(), (name, k))
         graph_inputs.append(_value_info(onnx, name, value, symbolic.shapes[value], shown, {}))
     for name, value in graph.constants.items():
         if export_params:
@@ -236,6 +236,34 @@ def _dynamic_dims(dynamic_axes, names, tensors):
     return dims, shown
 
 
+def _ranges(dims, tensors):
+    """Dim name -> its range and the size it has in the example inputs (the same wherever it occurs)."""
+    ranges = {}
+    for i, axes in dims.items():
+        for a, dim in axes.items():
+            size = tensors[i].shape[a]
+            known = ranges.setdefault(dim.__name__, SimpleNamespace(min=dim.min, max=dim.max, example=size))
+            if known.example != size:
+                raise ValueError(f"dynamic axis {dim.__name__!r} has size {known.example} in one input and {size} "
+                                 "in another")
+    return ranges
+
+
+def _retrace(flat, tensors, dims, sizes):
+    """The graph of ``flat`` traced on inputs whose dynamic axes have ``sizes`` (dim name -> size)."""
+    resized = []
+    for i, t in enumerate(tensors):
+        shape = [sizes[dims[i][a].__name__] if a in dims.get(i, {}) else n for a, n in enumerate(t.shape)]
+        resized.append(Tensor._empty(tuple(shape), t.dtype, t.device))  # tracing reads no data
+    try:
+        graph, _ = trace_with_inputs(flat, tuple(resized), {})
+    except Exception as e:  # whatever stops the trace at these sizes means the axes cannot move
+        raise OnnxExporterError(f"the dynamic axes cannot take the sizes {sizes}: tracing at them failed: "
+                                f"{type(e).__name__}: {e}") from None
+    rename_constants(graph, module_tensor_names(flat))  # as the example's trace, so that they compare equal
+    return graph
+
+
 def _lower(b, graph):
     for node in graph.nodes:
         results = RULES[node.op.name](b, node, *node.args)
@@ -251,8 +279,8 @@ def _value_info(onnx, name, value, dims, shown, labels):
     for k, n in enumerate(dims):
         if k in labels:
             shape.append(labels[k])
-        elif isinstance(n, Affine):
-            shape.append(str(Affine(n.const, {shown.get(d, d): c for d, c in n.coeffs})))
+        elif isinstance(n, SymInt):
+            shape.append(str(n.renamed(shown)))
         else:
             shape.append(n)
     return onnx.helper.make_tensor_value_info(name, onnx_type(onnx, value.type.dtype), shape)

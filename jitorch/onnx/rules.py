@@ -1,7 +1,7 @@
 """The lowering table: one ONNX rule per jitorch IR op, declared once with `rule`.
 
 A rule is ``lower(b, node, *args) -> name | [name or None per output]``: ``b`` is the `builder.Builder`,
-``args`` the node's arguments in schema order (Values, Python literals, and `symbolic.Affine` sizes where
+``args`` the node's arguments in schema order (Values, Python literals, and `symbolic.SymInt` sizes where
 a literal moves with a dynamic axis). Rules read sizes only through ``b.dims``, ``b.static`` and
 ``b.example`` (the strided ops, which check the other sizes too), so that a size that depends on a dynamic
 axis is computed at run time or refused, never baked in. Composite ops never reach a graph (their parts are
@@ -19,7 +19,7 @@ from ..runtime import dtypes as _dt
 from .builder import onnx_type, spec
 from .errors import OnnxExporterError
 from .strided import Geometry, flat_indices, split_trailing
-from .symbolic import Affine, affine
+from .symbolic import SymInt
 
 RULES: dict = {}        # op name -> lowering function
 INT64_MAX = 2 ** 63 - 1
@@ -136,7 +136,7 @@ def _clamp(b, node, x, lo=None, hi=None):
 
 def _compared(x, y):
     """The dtype torch compares two operands in."""
-    operands = [spec(a) if hasattr(a, "type") else (0 if isinstance(a, Affine) else a) for a in (x, y)]
+    operands = [spec(a) if hasattr(a, "type") else (0 if isinstance(a, SymInt) else a) for a in (x, y)]
     return _dt.result_type(*operands)
 
 
@@ -483,7 +483,7 @@ def _arange(b, node, start=0, end=None, step=1, *_):
     if end is None:
         start, end = 0, start
     (length,) = b.dims(node.outputs[0])
-    if not isinstance(length, Affine):
+    if not isinstance(length, SymInt):
         values = np.float64(start) + np.float64(step) * np.arange(length, dtype=np.float64) \
             if dt.is_floating_point else start + step * np.arange(length, dtype=np.int64)
         return b.const(np.asarray(values).astype(dt.np), dt, "arange")
@@ -539,24 +539,15 @@ def _checked_geometry(shape, example, others, dims):
         return geometry  # static: the flat fallbacks take it
     if not geometry.valid or any(Geometry(s, a[0], a[1], a[2] or 0).key() != geometry.key() for s, a in others):
         return None
-    if any(isinstance(n, Affine) and geometry.identity[i] is None for i, n in enumerate(dims)):
+    if any(isinstance(n, SymInt) and geometry.identity[i] is None for i, n in enumerate(dims)):
         return None
     return geometry
 
 
 def _fitted(b, shape, moved):
-    """``shape``'s dims as ints and Affines, from the same shape at other sizes (each with one dim changed)."""
-    coeffs = [{} for _ in shape]
-    for sizes, other in moved:
-        (name, size), = [(n, v) for n, v in sizes.items() if v != b.symbolic.examples[n]]
-        step = size - b.symbolic.examples[name]
-        for k, (n, m) in enumerate(zip(shape, other)):
-            c, rest = divmod(m - n, step)
-            if rest or coeffs[k].setdefault(name, c) != c:
-                raise OnnxExporterError(f"a strided view's base moves with dynamic axis {name!r} in a way that is "
-                                        "not affine; export with fewer dynamic_axes")
-    examples = b.symbolic.examples
-    return tuple(affine(n - sum(c * examples[d] for d, c in cs.items()), cs) for n, cs in zip(shape, coeffs))
+    """``shape``'s dims as ints and SymInts, from the same shape at the other sizes."""
+    return tuple(b.symbolic.fit(n, [other[k] for _, other in moved], "a strided view's base")
+                 for k, n in enumerate(shape))
 
 
 @rule("as_strided")
@@ -600,7 +591,7 @@ def _as_strided_scatter(b, node, x, src, size, stride, offset=None):
         scattered = b.node("ScatterND", [flat, indices, b.operand(src, dt)], **attrs)
         return b.node("Reshape", [scattered, b.shape(b.dims(node.outputs[0]))])
     t = g.trailing_identities()
-    if any(isinstance(n, Affine) for n in list(b.dims(src))[:len(size) - t]):
+    if any(isinstance(n, SymInt) for n in list(b.dims(src))[:len(size) - t]):
         raise OnnxExporterError(f"{node.op.name} writes along a dynamic axis other than whole; export with fewer "
                                 "dynamic_axes")
     base = b.operand(x, dt) if refined is None else b.node("Reshape", [b.operand(x, dt), b.shape(refined)])
