@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import math
 
-from ..export.dynamic import alternative_sizes, check_same_structure, literal_sites
+from ..export.dynamic import check_same_structure, literal_sites
 from ..export.errors import ExportError
 from .errors import OnnxExporterError
 
@@ -71,21 +71,28 @@ class Symbolic:
     def __init__(self, graph, trace, dims):
         self.graph = graph
         self.examples = {n: d.example for n, d in dims.items()}
-        steps = {n: [s - d.example for s in alternative_sizes(d, d.example, set())] for n, d in dims.items()}
-        steps = {n: s for n, s in steps.items() if s}
-        plans = [("single", (n,), (s,)) for n, ss in steps.items() for s in ss]
-        plans += [("pair", (a, b), (steps[a][0], steps[b][0])) for a, b in itertools.combinations(steps, 2)]
+        self.alternatives, self._plans = [], []
+        steps = {}
+        for name, d in dims.items():
+            # two other sizes, larger ones first; one the model refuses to trace at (a length above its block
+            # size) is passed over, but a graph that differs at another size is an error
+            refusal = None
+            for size in _candidates(d):
+                try:
+                    other = trace(dict(self.examples, **{name: size}))
+                except OnnxExporterError as e:
+                    refusal = refusal or e
+                    continue
+                self._add(lambda sizes: other, graph, "single", (name,), (size - d.example,))
+                steps.setdefault(name, []).append(size - d.example)
+                if len(steps[name]) == 2:
+                    break
+            if refusal is not None and name not in steps:
+                raise refusal
+        for a, b in itertools.combinations(steps, 2):
+            self._add(trace, graph, "pair", (a, b), (steps[a][0], steps[b][0]))
         if len(steps) > 2:
-            plans.append(("all", tuple(steps), tuple(ss[-1] for ss in steps.values())))
-        self.alternatives, self._plans = [], plans
-        for _, names, moved in plans:
-            sizes = dict(self.examples, **{n: self.examples[n] + s for n, s in zip(names, moved)})
-            other = trace(sizes)
-            try:
-                check_same_structure(graph, other, ", ".join(names))
-            except ExportError as e:
-                raise OnnxExporterError(f"a dynamic axis changes the traced graph: {e}") from None
-            self.alternatives.append((sizes, other))
+            self._add(trace, graph, "all", tuple(steps), tuple(ss[-1] for ss in steps.values()))
         values = list(graph.values())
         others = [list(g.values()) for _, g in self.alternatives]
         self.shapes = {v: tuple(self.fit(n, [o[i].type.shape[k] for o in others], f"dim {k} of %{v.name}")
@@ -101,6 +108,17 @@ class Symbolic:
                                         "export cannot express (a division by a size?)")
             fitted = self.fit(int(v0), [int(v) for v in moved], f"an argument of {op}")
             graph.nodes[node].args = _replace(graph.nodes[node].args, path, fitted)
+
+    def _add(self, trace, graph, kind, names, moved):
+        """Trace at the example sizes with the dims ``names`` moved by ``moved``; the graph must be the same."""
+        sizes = dict(self.examples, **{n: self.examples[n] + s for n, s in zip(names, moved)})
+        other = trace(sizes)
+        try:
+            check_same_structure(graph, other, ", ".join(names))
+        except ExportError as e:
+            raise OnnxExporterError(f"a dynamic axis changes the traced graph: {e}") from None
+        self.alternatives.append((sizes, other))
+        self._plans.append((kind, names, moved))
 
     def fit(self, v0, moved, what):
         """The polynomial through ``v0`` (at the example sizes) and ``moved`` (one value per alternative)."""
@@ -137,6 +155,13 @@ class Symbolic:
 
     def is_static(self, value):
         return all(type(n) is int for n in self.shapes[value])
+
+
+def _candidates(dim):
+    """Sizes in ``dim``'s range to trace at besides its example (not 0 or 1, whose broadcasting could hide a
+    dependence), the closest larger ones first."""
+    e = dim.example
+    return [s for s in (e + 1, e + 2, e - 1, e - 2, e + 3, e - 3) if max(dim.min, 2) <= s <= dim.max]
 
 
 def _replace(seq, path, value):
