@@ -101,8 +101,6 @@ class Builder:
         if isinstance(x, SymInt):
             size = self.node("Reshape", [self.size(x), self.const(np.zeros(0, np.int64))])
             return self.cast(size, _dt.int64, dtype)
-        if hasattr(x, "onnx_name"):  # a bool the rule made
-            return self.cast(x.onnx_name, _dt.bool, dtype)
         if not hasattr(x, "type"):
             return self.scalar(x, dtype)
         return self.cast(self.name(x), x.type.dtype, dtype)

@@ -165,9 +165,11 @@ for _name, _op in {"logical_and": "And", "logical_or": "Or", "logical_xor": "Xor
 
 
 def where(b, cond, x, y, dt):
-    """``Where`` of operands of ``dt``; bools go through int32, for which onnxruntime has a kernel."""
+    """``Where`` of operands of ``dt``; bools go through int32, for which onnxruntime has a kernel. ``cond``:
+    an operand, or the ONNX name of a bool tensor the rule made."""
     work = _dt.int32 if dt is _dt.bool else dt
-    picked = b.node("Where", [b.operand(cond, _dt.bool), b.operand(x, work), b.operand(y, work)])
+    cond = cond if isinstance(cond, str) else b.operand(cond, _dt.bool)
+    picked = b.node("Where", [cond, b.operand(x, work), b.operand(y, work)])
     return b.cast(picked, work, dt)
 
 
@@ -498,14 +500,7 @@ def _triu(b, node, x, diagonal=0):
     offset = b.node("Sub", [b.node("Unsqueeze", [cols, b.ints([0])]), b.node("Unsqueeze", [rows, b.ints([1])])])
     k = b.scalar(b.static(diagonal, "the diagonal"), _dt.int64)
     keep = b.node("GreaterOrEqual" if node.op.name == "triu" else "LessOrEqual", [offset, k])
-    return where(b, _Named(keep), x, 0, out_dtype(node))
-
-
-class _Named:
-    """An ONNX name where a rule's helper takes a jitorch value: a bool tensor made by the rule itself."""
-
-    def __init__(self, name):
-        self.onnx_name = name
+    return where(b, keep, x, 0, out_dtype(node))
 
 
 # Strided views and scatters (convolutions and pools gather their windows so) --------------------------------

@@ -346,3 +346,13 @@ def test_a_graph_that_changes_with_a_dynamic_size_is_refused():
     with pytest.raises(OnnxExporterError, match="a dynamic axis changes the traced graph"):
         jitorch.onnx.export(branchy, (jitorch.randn(4, 3),), io.BytesIO(), input_names=["x"],
                             dynamic_axes={"x": [0]})
+
+
+def test_keyword_and_non_tensor_arguments():
+    def fn(x, scale, mask=None, *, bias):  # the number and None are fixed at export; tensors become inputs
+        y = x * scale + bias
+        return y if mask is None else y.masked_fill(mask, 0.0)
+    x, bias, mask = jitorch.randn(2, 3), jitorch.randn(3), jitorch.tensor([[True, False, True]] * 2)
+    proto, session = exported(fn, (x, 3.0, mask), kwargs={"bias": bias})
+    assert [i.name for i in proto.graph.input] == ["x", "mask", "bias"]
+    close(run(session, x, mask, bias), [fn(x, 3.0, mask, bias=bias).numpy()])
