@@ -15,12 +15,14 @@ from .results import captured_parameters
 class Explanation:
     """A printable report: the traced graph, its guards, the cache, or why it runs eagerly."""
 
-    def __init__(self, name, entry, cache, reused, executable=None, retrace_reason=None, traced=None):
+    def __init__(self, name, entry, cache, reused, executable=None, retrace_reason=None, traced=None,
+                 make_split=None):
         self.name = name
         self.executable = executable
         # () -> the graph as traced, before the passes (which rewrite the traced graph in place), or a
         # string saying why it cannot be had
         self._traced = traced
+        self._make_split = make_split  # () -> the forward and backward graphs a call with grad compiles, or None
         self.retrace_reason = retrace_reason  # why these arguments were traced again, when they were
         self.steps = list(executable.steps) if executable is not None else []
         self.call_source = getattr(executable, "source", None)  # the generated Python of a call
@@ -87,6 +89,8 @@ class Explanation:
         if self.graph is None:
             return []
         traced = self._traced() if self._traced is not None else "not kept by this explanation"
+        if self.split is None and self._make_split is not None:
+            self.split = self._make_split()
         views = [GraphView("before", "Traced graph, before the passes", traced if not isinstance(traced, str) else None,
                            unavailable=traced if isinstance(traced, str) else None)]
         if self.executable is not None:
@@ -117,7 +121,7 @@ def explain(fn, *args, html=None, kernel_times=None, **kwargs):
 
     ``html``: a path where the report is also written as one self-contained HTML file (see
     `Explanation.to_html`, which takes ``kernel_times``); for a call that needs grad, the forward
-    and backward graphs a call would compile are then made too, so that the report shows them."""
+    and backward graphs a call would compile are made for the report too."""
     compiled = fn if isinstance(fn, CompiledFunction) else compile(fn)
     from .compile import guard_key, python_guards_hold
     reused = guard_key(args, kwargs) in compiled.cache
@@ -134,9 +138,11 @@ def explain(fn, *args, html=None, kernel_times=None, **kwargs):
         traced = _traced_graph(compiled, entry, args, kwargs)
     executable = compiled._executable(entry) if entry is not None and entry.graph is not None else None
     reason = compiled.retrace_reason if compiled.retrace_reason is not retraced_before else None
-    if html is not None and executable is not None:
-        _make_split(compiled, entry, args, kwargs)
-    explanation = Explanation(compiled.name, entry, compiled.cache, reused, executable, reason, traced)
+    make_split = None
+    if executable is not None:
+        def make_split():
+            return _make_split(compiled, entry, args, kwargs)
+    explanation = Explanation(compiled.name, entry, compiled.cache, reused, executable, reason, traced, make_split)
     if html is not None:
         explanation.to_html(html, kernel_times)
     elif kernel_times is not None:
@@ -169,12 +175,13 @@ def _traced_graph(compiled, entry, args, kwargs):
 
 
 def _make_split(compiled, entry, args, kwargs):
-    """Cut the forward and backward graphs of a call that needs grad, as its first call would."""
-    if entry.split is not None or entry.backward is not None:
-        return
-    if compiled._differentiable(entry) and compiled._splittable(entry.graph):
+    """The forward and backward graphs of a call that needs grad, cut as its first call would cut them;
+    None for a call without grad or one whose backward recomputes the forward."""
+    if entry.split is None and entry.backward is None and compiled._differentiable(entry) \
+            and compiled._splittable(entry.graph):
         entry.split = compiled._split(entry, _tensor_leaves(args, kwargs), args, kwargs,
                                       captured_parameters(entry.graph))
+    return entry.split
 
 
 def _cache_info():

@@ -274,7 +274,7 @@ def _legend(view):
                      f'</span>{_e(step.kernel.name)} <small>{_e(op_counts(step.nodes))}</small></li>')
     kinds = [("input", "input"), ("constant", "constant (captured tensor)"), ("output", "output")]
     if view.steps is not None:
-        kinds = [("external", "external call (matmul: BLAS)"), ("eager", "eager step")] + kinds
+        kinds = [("external", "external call (matmul: BLAS on CPU)"), ("eager", "eager step")] + kinds
     else:
         kinds = [("plain", "op (not yet scheduled: before fusion)")] + kinds
     items += [f'<li class="fixed"><span class="swatch {cls}"></span>{_e(text)}</li>' for cls, text in kinds]
