@@ -111,7 +111,8 @@ def graph_svg(view):
     layout = layered_layout(vertices, edges, widths, height=BOX_HEIGHT)
 
     kernel_number = {i: k for k, (_, i, _) in enumerate(view.kernels())}
-    out = [f'<svg class="graph" data-graph="{_e(view.key)}" '
+    top = min(vertices, key=lambda v: layout.positions[v][1])  # where the box first scrolls to
+    out = [f'<svg class="graph" data-graph="{_e(view.key)}" data-focus="{layout.positions[top][0]:.0f}" '
            f'width="{layout.width:.0f}" height="{layout.height:.0f}" '
            f'viewBox="0 0 {layout.width:.0f} {layout.height:.0f}">']
     out.append(f'<defs><marker id="arrow-{_e(view.key)}" viewBox="0 0 8 8" refX="7" refY="4" markerWidth="7" '
@@ -449,6 +450,8 @@ document.querySelectorAll('.graph-view').forEach(function (view) {
   // a wide graph starts zoomed out to fit the box's width (down to half size), opened or not
   var fit = Math.max(0.5, Math.min(1, (view.parentNode.clientWidth - 300) / w));
   zoom.value = fit; scale(fit);
+  var box = svg.parentNode;  // scrolled to centre the first row's first vertex
+  box.scrollLeft = Math.max(0, svg.dataset.focus * fit - (view.parentNode.clientWidth - 300) / 2);
   view.querySelectorAll('.legend li[data-step]').forEach(function (li) {
     li.addEventListener('click', function () {
       var on = !li.classList.contains('on');
