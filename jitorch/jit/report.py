@@ -205,8 +205,9 @@ def render(explanation, views, kernel_times=None):
     scheduled = [v for v in views if v.steps is not None]
     if not scheduled:
         body.append("<p>No compiled graph: nothing was lowered.</p>")
+    memo = {}
     for view in scheduled:
-        body.append(_kernels_section(view, times))
+        body.append(_kernels_section(view, times, memo))
     body.append("</section>")
     body.append(_guards_section(ex))
     body.append(_cache_section(ex))
@@ -282,7 +283,7 @@ def _legend(view):
     return '<ul class="legend">' + "".join(items) + "</ul>"
 
 
-def _kernels_section(view, times):
+def _kernels_section(view, times, memo):
     kernels = view.kernels()
     total = sum(times.get(name, 0.0) for name, _, _ in kernels) if times else 0.0
     timed = bool(times) and any(name in times for name, _, _ in kernels)
@@ -318,17 +319,17 @@ def _kernels_section(view, times):
              f'{len(kernels)} kernels, {len(view.steps) - len(kernels)} eager steps, in launch order</summary>{note}'
              f'<table class="steps"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>']
     for name, i, step in kernels:
-        parts.append(_kernel_details(view, name, i, step))
+        parts.append(_kernel_details(view, name, i, step, memo))
     parts.append("</details>")
     return "".join(parts)
 
 
-def _kernel_details(view, name, i, step):
+def _kernel_details(view, name, i, step, memo):
     lines = view.text.splitlines()
     first = 1 + len(view.graph.constants)
     position = {id(node): j for j, node in enumerate(view.graph.nodes)}
     ir_lines = "\n".join(lines[first + position[id(node)]].strip() for node in step.nodes)
-    llvm_ir, asm = kernel_code(step.kernel)
+    llvm_ir, asm = kernel_code(step.kernel, memo)
     asm_name = "PTX" if step.kernel.asm is not None else "assembly"
     return (f'<details class="kernel" id="k-{_e(view.key)}-{i}" data-kernel="{_e(name)}" data-step="{i}">'
             f'<summary>{_e(step.kernel.name)} — {_e(step.kernel.source.kind)}: {_e(op_counts(step.nodes))}</summary>'
@@ -340,14 +341,24 @@ def _kernel_details(view, name, i, step):
             f'<pre class="code">{_e(asm)}</pre></details></details>')
 
 
-def kernel_code(kernel):
-    """(optimised LLVM IR, assembly or PTX) of a kernel; a CPU kernel's module is optimised once for both."""
+# a kernel's name in its text while the report makes its code: kernels equal but for their names (the
+# compiled graph's and the forward's, mostly) are optimised and assembled once
+_PLACEHOLDER = "jitorch_report_kernel"
+
+
+def kernel_code(kernel, memo):
+    """(optimised LLVM IR, assembly or PTX) of a kernel; a CPU kernel's module is optimised once for both,
+    and once for all the kernels of ``memo`` (a dict the caller keeps) whose text differs only in name."""
     if kernel.asm is not None:  # targets that keep their assembly (PTX) keep their IR too
         lowered = LoweredKernel(kernel)
         return lowered.llvm_ir, lowered.asm
     from ..codegen.cpu import assembly, optimise  # (llvmlite loads when something compiles, not on import)
-    module = optimise(kernel.source.llvm_ir)
-    return kernel.llvm_ir or str(module), assembly(kernel.source, module)
+    source = kernel.source
+    text = source.llvm_ir.replace(source.name, _PLACEHOLDER)
+    if text not in memo:
+        module = optimise(text)
+        memo[text] = (str(module), assembly(source, module))
+    return tuple(code.replace(_PLACEHOLDER, source.name) for code in memo[text])
 
 
 def _guards_section(ex):
