@@ -2,9 +2,9 @@
 HTML report draws as SVG, without a graphviz binary.
 
 Vertices get layers by longest path from the sources (values flow downwards); then, from the last
-vertex up, one with at least as many readers as operands moves down to just above its first reader, so
-that inputs, constants and what only they feed (a weight's transpose) sit where they are read rather
-than all on the top rows. An
+vertex up, one with at least as many readers as operands that other vertices make moves down to just
+above its first reader, so that inputs, constants and what only they feed (a weight's transpose, a
+backward's product of two saved values) sit where they are read rather than all on the top rows. An
 edge over several layers passes through a dummy point per layer it crosses, so that it bends around
 the vertices between. The order within each layer comes from sweeps of barycentres (each vertex
 moves towards the mean position of its neighbours in the layer above, then below), and the x
@@ -49,9 +49,10 @@ def layered_layout(vertices, edges, widths, height=28, layer_gap=34, margin=20):
     for v in vertices:
         layer[v] = 1 + max((layer[p] for p in preds[v]), default=-1)
     for v in reversed(vertices):
-        # a vertex with no fewer readers than operands waits above its first reader (a source always):
-        # moving it down shortens more edges than it stretches
-        if succs[v] and len(succs[v]) >= len(preds[v]):
+        # a vertex with no fewer readers than operands made by other vertices waits above its first reader
+        # (a source always): moving it down shortens more edges than it stretches, since the sources it
+        # reads move after it
+        if succs[v] and len(succs[v]) >= sum(1 for p in preds[v] if preds[p]):
             layer[v] = max(layer[v], min(layer[s] for s in succs[v]) - 1)
     depth = 1 + max(layer.values(), default=0)
 
