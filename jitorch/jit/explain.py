@@ -20,9 +20,11 @@ class Explanation:
         self.name = name
         self.executable = executable
         # () -> the graph as traced, before the passes (which rewrite the traced graph in place), or a
-        # string saying why it cannot be had
+        # string saying why it cannot be had; replaced by what it gives when first asked
         self._traced = traced
-        self._make_split = make_split  # () -> the forward and backward graphs a call with grad compiles, or None
+        # () -> the forward and backward graphs a call with grad compiles, cut when first asked for (None:
+        # the call has them already, or needs none)
+        self._make_split = make_split
         self.retrace_reason = retrace_reason  # why these arguments were traced again, when they were
         self.steps = list(executable.steps) if executable is not None else []
         self.call_source = getattr(executable, "source", None)  # the generated Python of a call
@@ -88,9 +90,11 @@ class Explanation:
         the steps that run it, and for calls with grad the forward and backward graphs."""
         if self.graph is None:
             return []
-        traced = self._traced() if self._traced is not None else "not kept by this explanation"
-        if self.split is None and self._make_split is not None:
-            self.split = self._make_split()
+        if callable(self._traced):  # made once: it may trace the function again
+            self._traced = self._traced()
+        traced = self._traced if self._traced is not None else "not kept by this explanation"
+        if self._make_split is not None:
+            self.split, self._make_split = self._make_split(), None
         views = [GraphView("before", "Traced graph, before the passes", traced if not isinstance(traced, str) else None,
                            unavailable=traced if isinstance(traced, str) else None)]
         if self.executable is not None:
@@ -122,6 +126,8 @@ def explain(fn, *args, html=None, kernel_times=None, **kwargs):
     ``html``: a path where the report is also written as one self-contained HTML file (see
     `Explanation.to_html`, which takes ``kernel_times``); for a call that needs grad, the forward
     and backward graphs a call would compile are made for the report too."""
+    if kernel_times is not None and html is None:
+        raise ValueError("jitorch.explain: kernel_times is for the HTML report: pass html= as well")
     compiled = fn if isinstance(fn, CompiledFunction) else compile(fn)
     from .compile import guard_key, python_guards_hold
     reused = guard_key(args, kwargs) in compiled.cache
@@ -139,14 +145,16 @@ def explain(fn, *args, html=None, kernel_times=None, **kwargs):
     executable = compiled._executable(entry) if entry is not None and entry.graph is not None else None
     reason = compiled.retrace_reason if compiled.retrace_reason is not retraced_before else None
     make_split = None
-    if executable is not None:
+    if executable is not None and entry.split is None and entry.backward is None \
+            and compiled._differentiable(entry) and compiled._splittable(entry.graph):
+        # (decided now, under the grad mode of the call explained)
         def make_split():
-            return _make_split(compiled, entry, args, kwargs)
+            entry.split = compiled._split(entry, _tensor_leaves(args, kwargs), args, kwargs,
+                                          captured_parameters(entry.graph))
+            return entry.split
     explanation = Explanation(compiled.name, entry, compiled.cache, reused, executable, reason, traced, make_split)
     if html is not None:
         explanation.to_html(html, kernel_times)
-    elif kernel_times is not None:
-        raise ValueError("jitorch.explain: kernel_times is for the HTML report: pass html= as well")
     return explanation
 
 
@@ -172,16 +180,6 @@ def _traced_graph(compiled, entry, args, kwargs):
             except TraceError as e:
                 return f"tracing it again failed: {e}"
     return trace_again
-
-
-def _make_split(compiled, entry, args, kwargs):
-    """The forward and backward graphs of a call that needs grad, cut as its first call would cut them;
-    None for a call without grad or one whose backward recomputes the forward."""
-    if entry.split is None and entry.backward is None and compiled._differentiable(entry) \
-            and compiled._splittable(entry.graph):
-        entry.split = compiled._split(entry, _tensor_leaves(args, kwargs), args, kwargs,
-                                      captured_parameters(entry.graph))
-    return entry.split
 
 
 def _cache_info():
