@@ -65,7 +65,7 @@ class GraphView:
 
 
 def node_key(node):
-    """The id a drawn node carries (``data-id``): its output values' names, or its position."""
+    """The id a drawn node carries (``data-id``): its output values' names."""
     return ",".join(o.name for o in node.outputs)
 
 
@@ -118,8 +118,8 @@ def graph_svg(view):
     out.append(f'<defs><marker id="arrow-{_e(view.key)}" viewBox="0 0 8 8" refX="7" refY="4" markerWidth="7" '
                'markerHeight="7" orient="auto"><path d="M0,0 L8,4 L0,8 z" fill="#7b8794"/></marker></defs>')
     for a, b in edges:
-        sa, sb = step_of.get(id(g.nodes[a])) if isinstance(a, int) else None, \
-            step_of.get(id(g.nodes[b])) if isinstance(b, int) else None
+        sa = step_of.get(id(g.nodes[a])) if isinstance(a, int) else None
+        sb = step_of.get(id(g.nodes[b])) if isinstance(b, int) else None
         inside = sa is not None and sb is not None and sa[0] == sb[0] and sa[0] in kernel_number
         colour = f' style="stroke:{_colour(kernel_number[sa[0]])[1]}"' if inside else ""
         out.append(f'<path class="edge" d="{_curve(layout.routes[(a, b)])}" '
