@@ -104,8 +104,9 @@ def numel(input):
 
 
 def __getattr__(name):
-    # these load on first use: they pull in the stdlib's multiprocessing and socket modules, and MPI
-    if name in ("multiprocessing", "distributed"):
+    # these load on first use: they pull in the stdlib's multiprocessing and socket modules, and MPI (and
+    # safetensors, a file format most programs never read)
+    if name in ("multiprocessing", "distributed", "safetensors"):
         import importlib
 
         return importlib.import_module(f".{name}", __name__)
