@@ -114,6 +114,7 @@ NAMES = {False: ctypes.create_string_buffer(b"dltensor"), True: ctypes.create_st
 USED_NAMES = {False: ctypes.create_string_buffer(b"used_dltensor"),
               True: ctypes.create_string_buffer(b"used_dltensor_versioned")}
 _STRUCTS = {False: DLManagedTensor, True: DLManagedTensorVersioned}
+_KINDS = {False: "legacy", True: "versioned"}
 
 
 def is_capsule(obj) -> bool:
@@ -142,9 +143,6 @@ declare void @Py_DecRef({p})
 declare i32 @PyCapsule_IsValid({p}, {p})
 declare {p} @PyCapsule_GetPointer({p}, {p})
 
-@name_legacy = private constant [9 x i8] c"dltensor\\00"
-@name_versioned = private constant [19 x i8] c"dltensor_versioned\\00"
-
 ; The managed tensor's manager_ctx is a Python object (a reference the producer took): drop it, with the
 ; GIL held and any pending exception set aside. ``offset``: where manager_ctx lies in the structure.
 define private void @release({p} %m, i64 %offset) {{
@@ -166,46 +164,29 @@ define private void @release({p} %m, i64 %offset) {{
   ret void
 }}
 
-define void @jitorch_dlpack_deleter({p} %m) {{
-  call void @release({p} %m, i64 48)
+"""
+
+# Per kind of capsule (legacy, versioned): the managed tensor's deleter, and the capsule's destructor, through
+# which an unconsumed capsule releases its managed tensor (a consumed one was renamed and is the consumer's to
+# release). A destructor runs with the GIL held; the capsule API here sets no error.
+_KIND_IR = """
+@name_{kind} = private constant [{size} x i8] c"{name}\\00"
+
+define void @jitorch_dlpack_{kind}_deleter({p} %m) {{
+  call void @release({p} %m, i64 {offset})
   ret void
 }}
 
-define void @jitorch_dlpack_versioned_deleter({p} %m) {{
-  call void @release({p} %m, i64 8)
-  ret void
-}}
-
-; A capsule's destructor: an unconsumed capsule releases its managed tensor (a consumed one was renamed and
-; is the consumer's to release). Runs with the GIL held; the capsule API here sets no exception.
-define void @jitorch_dlpack_capsule_destructor({p} %capsule) {{
-entry:
-  %t = alloca {p}
-  %v = alloca {p}
-  %tb = alloca {p}
-  call void @PyErr_Fetch({pp} %t, {pp} %v, {pp} %tb)
-  %legacy_name = bitcast [9 x i8]* @name_legacy to {p}
-  %versioned_name = bitcast [19 x i8]* @name_versioned to {p}
-  %is_legacy = call i32 @PyCapsule_IsValid({p} %capsule, {p} %legacy_name)
-  %legacy = icmp ne i32 %is_legacy, 0
-  br i1 %legacy, label %release_legacy, label %check_versioned
-release_legacy:
-  %m1 = call {p} @PyCapsule_GetPointer({p} %capsule, {p} %legacy_name)
-  call void @release({p} %m1, i64 48)
-  br label %done
-check_versioned:
-  %is_versioned = call i32 @PyCapsule_IsValid({p} %capsule, {p} %versioned_name)
-  %versioned = icmp ne i32 %is_versioned, 0
-  br i1 %versioned, label %release_versioned, label %done
-release_versioned:
-  %m2 = call {p} @PyCapsule_GetPointer({p} %capsule, {p} %versioned_name)
-  call void @release({p} %m2, i64 8)
+define void @jitorch_dlpack_{kind}_destructor({p} %capsule) {{
+  %name = getelementptr [{size} x i8], {array} @name_{kind}, i64 0, i64 0
+  %valid = call i32 @PyCapsule_IsValid({p} %capsule, {p} %name)
+  %unconsumed = icmp ne i32 %valid, 0
+  br i1 %unconsumed, label %unused, label %done
+unused:
+  %m = call {p} @PyCapsule_GetPointer({p} %capsule, {p} %name)
+  call void @release({p} %m, i64 {offset})
   br label %done
 done:
-  %t1 = load {p}, {pp} %t
-  %v1 = load {p}, {pp} %v
-  %tb1 = load {p}, {pp} %tb
-  call void @PyErr_Restore({p} %t1, {p} %v1, {p} %tb1)
   ret void
 }}
 """
@@ -217,7 +198,7 @@ _lock = threading.Lock()
 
 @functools.cache
 def _native():
-    """The addresses of the native deleters and capsule destructor, compiled on first use (MCJIT; the engine
+    """The addresses of the native deleters and capsule destructors, compiled on first use (MCJIT; the engine
     stays for the life of the process, as capsules and tensors may outlive any other owner)."""
     import llvmlite.binding as llvm
     import llvmlite.ir as ir
@@ -226,10 +207,12 @@ def _native():
     llvm.initialize_native_asmprinter()
     pointer = ir.IntType(8).as_pointer()  # printed as llvmlite's LLVM wants it: `i8*` or `ptr`
     text = _NATIVE_IR.format(p=str(pointer), pp=str(pointer.as_pointer()))
-    if str(pointer) == "ptr":  # opaque pointers: a constant's address needs no cast
-        text = text.replace("bitcast [9 x i8]* @name_legacy to ptr", "getelementptr i8, ptr @name_legacy, i64 0")
-        text = text.replace("bitcast [19 x i8]* @name_versioned to ptr",
-                            "getelementptr i8, ptr @name_versioned, i64 0")
+    for versioned, kind in _KINDS.items():
+        name = NAMES[versioned].value.decode()
+        array = ir.ArrayType(ir.IntType(8), len(name) + 1).as_pointer()
+        offset = _STRUCTS[versioned].manager_ctx.offset
+        text += _KIND_IR.format(kind=kind, name=name, size=len(name) + 1, offset=offset, p=str(pointer),
+                                array=str(array))
     for name in _PYTHON_SYMBOLS:
         llvm.add_symbol(name, ctypes.cast(getattr(_api, name), ctypes.c_void_p).value)
     module = llvm.parse_assembly(text)
@@ -238,8 +221,8 @@ def _native():
     machine = llvm.Target.from_triple(module.triple).create_target_machine()
     engine = llvm.create_mcjit_compiler(module, machine)
     engine.finalize_object()
-    addresses = {name: engine.get_function_address(name) for name in
-                 ("jitorch_dlpack_deleter", "jitorch_dlpack_versioned_deleter", "jitorch_dlpack_capsule_destructor")}
+    addresses = {f"{kind}_{role}": engine.get_function_address(f"jitorch_dlpack_{kind}_{role}")
+                 for kind in _KINDS.values() for role in ("deleter", "destructor")}
     return engine, addresses
 
 
@@ -275,11 +258,9 @@ def export(data_ptr, device, dtype, shape, strides, owner, *, versioned, read_on
     if versioned:
         managed.version = DLPackVersion(*VERSION)
         managed.flags = (FLAG_READ_ONLY if read_only else 0) | (FLAG_IS_COPIED if copied else 0)
-        managed.deleter = addresses["jitorch_dlpack_versioned_deleter"]
-    else:
-        managed.deleter = addresses["jitorch_dlpack_deleter"]
-    return _api.PyCapsule_New(ctypes.addressof(managed), NAMES[versioned],
-                              addresses["jitorch_dlpack_capsule_destructor"])
+    kind = _KINDS[versioned]
+    managed.deleter = addresses[f"{kind}_deleter"]
+    return _api.PyCapsule_New(ctypes.addressof(managed), NAMES[versioned], addresses[f"{kind}_destructor"])
 
 
 # Consume --------------------------------------------------------------------------------------------------
