@@ -54,6 +54,7 @@ def to_dlpack(t, *, stream=None, max_version=None, dl_device=None, copy=None):
     """``Tensor.__dlpack__``: a DLPack capsule sharing ``t``'s memory (see the module docstring)."""
     if t.requires_grad:
         raise BufferError("Can't export tensors that require gradient, use tensor.detach()")
+    t._values_read()  # a tracer cannot follow memory handed to another library
     if t.device.type == "meta":
         raise BufferError("Cannot pack tensors on meta")
     if stream is not None and type(stream) is not int:
@@ -80,7 +81,6 @@ def to_dlpack(t, *, stream=None, max_version=None, dl_device=None, copy=None):
     if copy and not copied:
         t = t.clone()
         copied = True
-    t._values_read()  # a tracer cannot follow memory handed to another library
     storage = t._storage
     versioned = max_version is not None and max_version[0] >= 1
     data = None if storage.on_device else storage.data
