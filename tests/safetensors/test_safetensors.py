@@ -2,7 +2,9 @@
 other, jitorch's bytes are the package's bytes, every dtype both have, 0-d and empty tensors, metadata,
 lazy opening and slicing, the package's save rules, and a torch model's weights loaded into jitorch's."""
 
+import json
 import os
+import struct
 
 import numpy as np
 import pytest
@@ -197,3 +199,18 @@ def test_the_module_is_reachable_from_the_namespace():
     assert jt.safetensors.load_file is js.load_file
     assert issubclass(js.SafetensorError, jt.serialization.SerializationError)
     assert os.path.basename(js.__file__) == "safetensors.py"
+
+
+def test_tensors_a_file_leaves_misaligned_are_copied_to_aligned_memory(tmp_path):
+    # another writer may put an F32 right after one byte: a view there would be misaligned for its dtype
+    header = json.dumps({"u": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]},
+                         "f": {"dtype": "F32", "shape": [2], "data_offsets": [1, 9]}}).encode()
+    header += b" " * (-len(header) % 8)
+    data = struct.pack("<Q", len(header)) + header + b"\x07" + np.array([1.5, -2.0], "<f4").tobytes()
+    path = tmp_path / "m.safetensors"
+    path.write_bytes(data)
+    for loaded in (js.load_file(path), js.load(data)):
+        f = loaded["f"]
+        assert f.tolist() == [1.5, -2.0] and loaded["u"].tolist() == [7]
+        assert f.data_ptr() % 4 == 0
+    assert safetensors.torch.load(data)["f"].tolist() == [1.5, -2.0]  # the package reads it the same
