@@ -117,14 +117,10 @@ _STRUCTS = {False: DLManagedTensor, True: DLManagedTensorVersioned}
 _KINDS = {False: "legacy", True: "versioned"}
 
 
-def is_capsule(obj) -> bool:
-    return type(obj).__name__ == "PyCapsule"
-
-
 def capsule_kind(capsule):
     """True for an unconsumed ``dltensor_versioned`` capsule, False for an unconsumed ``dltensor``, None for
     anything else (a used capsule, another capsule)."""
-    if not is_capsule(capsule):
+    if type(capsule).__name__ != "PyCapsule":
         return None
     for versioned in (True, False):
         if _api.PyCapsule_IsValid(capsule, NAMES[versioned]):
@@ -272,7 +268,7 @@ class Imported:
     """A consumed managed tensor: what it describes, and `release`, which calls its deleter (once)."""
 
     __slots__ = ("address", "deleter", "data", "device_type", "device_id", "dtype", "shape", "strides",
-                 "byte_offset", "read_only", "__weakref__")
+                 "read_only", "__weakref__")
 
     def release(self):
         deleter, self.deleter = self.deleter, None
@@ -324,7 +320,6 @@ def consume(capsule):
     imported.data = (t.data or 0) + t.byte_offset
     imported.device_type, imported.device_id = device_type, t.device.device_id
     imported.dtype, imported.shape, imported.strides = dtype, shape, strides
-    imported.byte_offset = t.byte_offset
     imported.read_only = bool(flags & FLAG_READ_ONLY)
     return imported
 
@@ -362,4 +357,4 @@ def device_storage(imported, count, device):
 
 
 __all__ = ["DLDeviceType", "export", "consume", "host_array", "device_storage", "Imported", "dl_dtype",
-           "capsule_kind", "is_capsule"]
+           "capsule_kind"]
