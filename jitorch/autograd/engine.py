@@ -24,6 +24,7 @@ from collections import OrderedDict
 from ..ops import registry
 from ..ops.factories import new_empty_strided
 from ..ops.views import compact_window, contiguous_format
+from ..runtime import profiling as _profiling
 from ..runtime.grad_mode import _state as _grad_state, enable_grad, is_grad_enabled, no_grad
 from ..runtime.hooks import add_hook
 from ..runtime.strided import contiguous_strides, is_non_overlapping_and_dense
@@ -743,7 +744,10 @@ def _run(roots, root_grads, retain_graph, create_graph, capture, accumulate):
             grads = _run_pre_hooks(node, grads)
         if any(g is not None for g in grads.values()):
             try:
-                input_grads = node.apply(grads, create_graph)
+                if _profiling.RECORDER is None:
+                    input_grads = node.apply(grads, create_graph)
+                else:
+                    input_grads = _profiling.RECORDER.backward(node, lambda: node.apply(grads, create_graph))
                 check_backward(node, input_grads)
             except Exception:
                 warn_failure(node)

@@ -393,6 +393,7 @@ class CompiledFunction:
                 self.reused_compilations += 1
             else:
                 entry.executable = CompiledGraph(entry.graph, kernel_cache())
+                entry.executable.label = self.name
             if entry.graph.one_shot:
                 self._last_one_shot = (fingerprint, entry.executable)
         return entry.executable
