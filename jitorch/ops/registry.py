@@ -759,7 +759,7 @@ def call_inplace(op, args, recorded=False):
     """``x.op_(...)``: compute, check, then write into ``x`` (or retarget a view). While a profiler
     records, it is handed the call first (``recorded``: it has it already)."""
     if _profiling.RECORDER is not None and not recorded:
-        return _profiling.RECORDER.op(op, args, lambda: call_inplace(op, args, True))
+        return _profiling.RECORDER.op(op, args, lambda: call_inplace(op, args, True), inplace=True)
     if op.dtype_index is not None:
         check_inplace_dtype(op, args)
     inplace_check = op.attrs.get("inplace_check")  # an error only the in-place form raises (float_power_)

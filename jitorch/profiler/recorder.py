@@ -125,8 +125,10 @@ class Recorder:
 
     # what the lower layers report ----------------------------------------------------------------
 
-    def op(self, op, args, run):
-        """An op through the registry: ``run()`` performs it."""
+    def op(self, op, args, run, inplace=False):
+        """An op through the registry (``inplace``: its in-place form, ``x.op_()``): ``run()`` performs it."""
+        name = f"aten::{op.public_name}_" if inplace and not op.public_name.endswith("_") else \
+            f"aten::{op.public_name}"
         args_info = {}
         if self.record_shapes:
             args_info["Input Dims"] = _shapes(args)
@@ -136,7 +138,7 @@ class Recorder:
         try:
             return run()
         finally:
-            self.spans.append((f"aten::{op.name}", "cpu_op", _thread(), start, _clock(), args_info))
+            self.spans.append((name, "cpu_op", _thread(), start, _clock(), args_info))
 
     def backward(self, node, run):
         """An autograd node's evaluation: ``run()`` computes its gradients."""
