@@ -10,6 +10,7 @@ import pytest
 import jitorch as jt
 from jitorch import nn
 from jitorch.profiler import profile
+from tests.support import classifier_step
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -27,17 +28,7 @@ def cnn_step():
     example = _train_cnn()
     jt.manual_seed(0)
     model = example.BarNet()
-    loss_fn = nn.CrossEntropyLoss()
-    optimizer = jt.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-
-    @jt.compile
-    def train_step(images, labels):
-        optimizer.zero_grad()
-        loss = loss_fn(model(images), labels)
-        loss.backward()
-        optimizer.step()
-        return loss
-
+    train_step = jt.compile(classifier_step(model, jt.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)))
     images, labels = example.bar_images(16, generator=jt.Generator().manual_seed(1))
     for _ in range(3):
         train_step(images, labels)
@@ -53,7 +44,7 @@ def test_the_cnn_training_step_shows_every_kernel_of_its_graph_on_a_thread(cnn_s
     with profile() as prof:
         train_step(images, labels)
     (call,) = [e for e in prof.events() if e.kind == "compiled_call"]
-    assert call.name == "compiled: train_step" and call.thread == threading.get_native_id()
+    assert call.name == "compiled: step" and call.thread == threading.get_native_id()
     inside = [e for e in prof.events() if e.cpu_parent is call and e.kind in ("kernel", "external", "eager_step")]
     # each step of the graph, in launch order, as `profiled_steps` documents it
     assert [(e.name, e.kind) for e in inside] == executable.profiled_steps()
