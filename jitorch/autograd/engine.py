@@ -724,7 +724,10 @@ def _run(roots, root_grads, retain_graph, create_graph, capture, accumulate):
                     captured[id(node)] = g
             elif g is not None and accumulate:
                 owned = steal and sys.getrefcount(g) == 1 + _LOCAL_EXTRA  # (before the call holds it too)
-                _accumulate(node.variable, g, create_graph, owned)
+                if _profiling.RECORDER is None:
+                    _accumulate(node.variable, g, create_graph, owned)
+                else:
+                    _profiling.RECORDER.backward(node, lambda: _accumulate(node.variable, g, create_graph, owned))
             continue
         if node.hooks:
             for k, hooks in node.hooks.items():

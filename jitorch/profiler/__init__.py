@@ -17,7 +17,8 @@ How it hooks in: the profiler installs a recorder in `jitorch.runtime.profiling`
 registry, the autograd engine, storage allocation and the compiled graphs' generated calls check that slot
 (one attribute load and a None test), so nothing is paid when no profile records. While one does, the eager
 fast paths step aside so that every op is seen, and compiled graphs run a second generated call that
-reports its steps. Ops a compiled function runs while it is being traced are recorded as ops too.
+reports its steps. The ops a tracer records while `jitorch.compile` traces a function (which compute
+nothing) are spans of kind "traced_op", apart from the "cpu_op" spans of ops that ran.
 
 Per-kernel times (for a report of a compiled function): `profile.kernel_times` gives {kernel name: total
 microseconds}; `profile.key_averages` entries with ``kind == "kernel"`` are the same, with counts.

@@ -7,6 +7,7 @@ events are ``(time_ns, thread, bytes, address, device)``, ``bytes`` negative for
 or ``("cuda", device index, stream handle)`` for a kernel's time on a GPU.
 
 Kinds of span: "cpu_op" (an op dispatched by the registry, named ``aten::<op>`` as torch names them),
+"traced_op" (an op a tracer recorded while `jitorch.compile` traced a function: nothing computed),
 "user_annotation" (`record_function`), "backward" (an autograd node), "compiled_call" (one call of a
 compiled graph), and inside it "kernel" (a generated kernel, named as `jitorch.explain` prints it; on a
 GPU timed with CUDA events on its stream), "kernel_chunk" (the part of a CPU kernel's outer loop one
@@ -22,6 +23,7 @@ import threading
 import time
 import weakref
 
+from ..jit.tracer import current_tracer
 from ..ops import registry
 from ..runtime import cuda_backend, profiling
 from ..runtime.hooks import _in_jitorch
@@ -134,20 +136,25 @@ class Recorder:
             args_info["Input Dims"] = _shapes(args)
         if self.with_stack:
             args_info["Call stack"] = _user_stack()
+        kind = "cpu_op" if current_tracer() is None else "traced_op"  # a trace records it: nothing computed
         start = _clock()
         try:
             return run()
         finally:
-            self.spans.append((name, "cpu_op", _thread(), start, _clock(), args_info))
+            self.spans.append((name, kind, _thread(), start, _clock(), args_info))
 
     def backward(self, node, run):
-        """An autograd node's evaluation: ``run()`` computes its gradients."""
+        """An autograd node's evaluation (``run()`` computes its gradients, or a leaf's accumulation), named
+        as torch's engine names it."""
+        name = node.name()
+        if name == "AccumulateGrad":
+            name = "torch::autograd::AccumulateGrad"
         start = _clock()
         try:
             return run()
         finally:
-            self.spans.append((f"autograd::engine::evaluate_function: {node.name()}", "backward", _thread(),
-                               start, _clock(), {}))
+            self.spans.append((f"autograd::engine::evaluate_function: {name}", "backward", _thread(), start,
+                               _clock(), {}))
 
     def allocated(self, storage):
         """A new storage: its bytes now, and their free when the storage dies (while still recording)."""

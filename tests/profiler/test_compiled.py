@@ -106,3 +106,36 @@ def test_a_kernel_split_across_threads_shows_each_threads_chunk():
     assert all(span.start_us <= c.start_us and c.end_us <= span.end_us for c in chunks)
     # chunks are parts of the kernel's span, not calls of their own
     assert [e.count for e in prof.key_averages() if e.key == kernel.name] == [1]
+
+
+def test_ops_traced_inside_a_profile_are_apart_from_ops_that_ran():
+    f = jt.compile(lambda a: (a * 2).exp())
+    x = jt.ones(3)
+    with profile() as prof:
+        f(x)  # traced and compiled here, then run
+        x * 2
+    kinds = {(e.name, e.kind) for e in prof.events() if e.name in ("aten::mul", "aten::exp")}
+    assert kinds == {("aten::mul", "traced_op"), ("aten::exp", "traced_op"), ("aten::mul", "cpu_op")}
+    assert [e.count for e in prof.key_averages() if e.key == "aten::mul" and e.kind == "cpu_op"] == [1]
+
+
+def test_a_profile_changes_no_result():
+    def run(profiled):
+        jt.manual_seed(0)
+        model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
+        step = jt.compile(classifier_step(model, jt.optim.Adam(model.parameters(), lr=0.01)))
+        x, y = jt.randn(5, 6), jt.randint(0, 3, (5,))
+        losses = []
+        for i in range(4):
+            if profiled and i >= 2:
+                with profile(record_shapes=True, profile_memory=True, with_stack=True):
+                    losses.append(step(x, y).item())
+                    model(x).sum().backward()  # eager, with autograd
+            else:
+                losses.append(step(x, y).item())
+                model(x).sum().backward()
+        return losses, [p.detach().numpy().copy() for p in model.parameters()]
+    plain, profiled = run(False), run(True)
+    assert plain[0] == profiled[0]
+    for a, b in zip(plain[1], profiled[1]):
+        assert (a == b).all()
