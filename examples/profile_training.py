@@ -41,8 +41,9 @@ def main():
     def save(prof):
         prof.export_chrome_trace(args.out)
 
-    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(skip_first=2, wait=0, warmup=1, active=2, repeat=1),
-                 on_trace_ready=save, record_shapes=True, profile_memory=True) as prof:
+    steps = schedule(skip_first=2, wait=0, warmup=1, active=2, repeat=1)  # steps 3 and 4, once
+    with profile(activities=[ProfilerActivity.CPU], schedule=steps, on_trace_ready=save, record_shapes=True,
+                 profile_memory=True) as prof:
         for _ in range(args.steps):
             with record_function("data"):
                 images, labels = torch.randn(32, 1, 16, 16), torch.randint(0, 3, (32,))

@@ -121,16 +121,6 @@ class EventList(list):
         averages.grouped_by_input_shape = group_by_input_shape
         return averages
 
-    def total_average(self):
-        """All events summed into one `FunctionEventAvg` keyed "Total"."""
-        total = FunctionEventAvg("Total", None)
-        for e in self:
-            if getattr(e, "kind", None) not in _NOT_AVERAGED:
-                total.count += e.count
-                total.cpu_time_total += e.cpu_time_total
-                total.self_cpu_time_total += e.self_cpu_time_total
-        return total
-
 
 def build_events(recorder):
     """The recorder's spans as `FunctionEvent`s, nested per thread, with its memory events attributed;

@@ -28,7 +28,8 @@ def test_a_compiled_cuda_graph_shows_each_kernel_and_device_memory(fake, tmp_pat
     assert [e.name for e in spans] == kernels
     assert all(e.device_type == "cuda" and e.cpu_parent.kind == "compiled_call" for e in spans)
     prof.export_chrome_trace(str(tmp_path / "t.json"))
-    memory = [e["args"] for e in json.loads((tmp_path / "t.json").read_text())["traceEvents"] if e["name"] == "[memory]"]
+    trace = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    memory = [e["args"] for e in trace if e["name"] == "[memory]"]
     assert {m["Device Type"] for m in memory} == {"cuda:0"}
     assert memory[-1]["Total Allocated"] >= out.numel() * 4  # the output's block, still alive
     assert set(prof.kernel_times()) == set(kernels)
