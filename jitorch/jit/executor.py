@@ -727,7 +727,8 @@ class CompiledGraph:
         arguments' patching to its end, which covers the chunks other threads ran (those are also
         reported, each as a span of kind "kernel_chunk" on its thread); an eager step's nodes each as
         (op name, "external") when the op writes into its arena buffer (a BLAS product), else (op name,
-        "eager_step"); a CUDA kernel as (its name, "kernel") timed by the recorder."""
+        "eager_step"); a CUDA kernel as (its name, "kernel"), its time on the device where the driver's
+        events time it (the host's part then a "cuda_launch" span), else the emulator's time on the host."""
         spans = []
         for step in self.steps:
             if hasattr(step, "kernel"):
