@@ -392,9 +392,14 @@ def quiet_meta(op, args):
 # NotImplemented to pass the call on; and ``hook_registered(t, method)``, told of a tensor hook
 # registered while it is installed. Composite ops run their bodies before the
 # hooks see them, so hooks see only primitive ops. While any hook is installed,
-# the eager fast paths are off (the profiler installs a hook that passes every call on, so that every op
-# comes through `call`, to its recorder).
+# the eager fast paths are off (the profiler installs a hook that passes every call on, marked
+# ``passes_on``, so that every op comes through `call`, to its recorder: see `hooks_take_calls`).
 DISPATCH_HOOKS: list = []
+
+
+def hooks_take_calls():
+    """Whether a dispatch hook that may take calls (a tracer) is installed: the profiler's passes them all on."""
+    return any(not getattr(hook, "passes_on", False) for hook in DISPATCH_HOOKS)
 
 # The autograd engine (jitorch.autograd.engine), once imported: records a backward node for
 # ops on tensors that require grad. The eager fast paths refuse such tensors while grad mode is on

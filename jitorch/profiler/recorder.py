@@ -35,7 +35,10 @@ _thread = threading.get_native_id
 
 class _PassOn:
     """A dispatch hook that takes no call: while installed, the eager fast paths step aside (see
-    `registry.DISPATCH_HOOKS`), so every op comes through `registry.call` to the recorder."""
+    `registry.DISPATCH_HOOKS`), so every op comes through `registry.call` to the recorder; what asks
+    whether a tracer is on (`registry.hooks_take_calls`) reads it as absent."""
+
+    passes_on = True
 
     def call(self, op, args, out):
         return NotImplemented

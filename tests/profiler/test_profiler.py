@@ -126,6 +126,9 @@ def test_backward_nodes_appear_under_torch_names():
     names = {e.name for e in spans(prof, "backward")}
     # MulBackward0, SumBackward0 and the leaf's torch::autograd::AccumulateGrad, as torch's trace names them
     assert names == _torch_backward_names() and len(names) == 3
+    # the leaf takes the gradient as its .grad without a copy, as it does without a profile
+    (accumulate,) = [e for e in spans(prof, "backward") if e.name.endswith("AccumulateGrad")]
+    assert accumulate.cpu_children == []
 
 
 def test_memory_events_only_with_profile_memory(tmp_path):
