@@ -706,7 +706,7 @@ def _run(roots, root_grads, retain_graph, create_graph, capture, accumulate):
     wanted = {gradient_edge(t): t for t in capture} if capture is not None else None
     needed = _needed([n for n, _, _ in start], wanted) if wanted is not None else None
     # a gradient nothing else holds may become a leaf's .grad as it is; while tracing, the tracer owns .grad
-    steal = not create_graph and not registry.hooks_take_calls()
+    steal = not create_graph and not (registry.DISPATCH_HOOKS and registry.hooks_take_calls())
     ready = [n for n, _, _ in start if n not in deps]
     done = set()
     while ready:
