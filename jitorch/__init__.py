@@ -79,6 +79,7 @@ globals().update(_legacy_types("jitorch", is_cuda=False))  # FloatTensor, LongTe
 from . import export  # noqa: E402,F401  (a callable package: jitorch.export(fn, args))
 from . import onnx  # noqa: E402,F401  (imports the onnx package only when a model is exported)
 from . import amp, cpu  # noqa: E402,F401
+from . import profiler  # noqa: E402,F401
 from .cuda import amp as _cuda_amp  # noqa: E402,F401  (jitorch.cuda.amp)
 from .amp import autocast  # noqa: E402,F401
 from .runtime.autocast_mode import (  # noqa: E402,F401

@@ -3,6 +3,7 @@ falling loss and equal reloaded predictions, with compiled steps that compile as
 falling back to eager Python; eager_basics prints what the same script prints under torch. A few run with
 smaller options (OPTIONS)."""
 
+import json
 import os
 import pathlib
 import re
@@ -96,8 +97,15 @@ def eager_basics(done):
     assert done.stdout.splitlines() == expected
 
 
+def profile_training(done):
+    compiled, traced = re.search(r"kernels in the compiled step: (\d+), kernels in the trace: (\d+)", done.stdout).groups()
+    assert int(compiled) > 10 and traced == compiled
+    path = done.stdout.strip().splitlines()[-1].removeprefix("trace written to ")
+    assert json.loads(pathlib.Path(path).read_text())["traceEvents"]
+
+
 CLAIMS = {check.__name__: check for check in (train_mlp, train_cnn, char_transformer, export_and_load,
-                                               export_onnx, eager_basics, hogwild, train_ddp)}
+                                               export_onnx, eager_basics, hogwild, train_ddp, profile_training)}
 
 
 @pytest.mark.parametrize("script", EXAMPLES, ids=[p.stem for p in EXAMPLES])

@@ -24,6 +24,7 @@ from collections import OrderedDict
 from ..ops import registry
 from ..ops.factories import new_empty_strided
 from ..ops.views import compact_window, contiguous_format
+from ..runtime import profiling as _profiling
 from ..runtime.grad_mode import _state as _grad_state, enable_grad, is_grad_enabled, no_grad
 from ..runtime.hooks import add_hook
 from ..runtime.strided import contiguous_strides, is_non_overlapping_and_dense
@@ -705,7 +706,7 @@ def _run(roots, root_grads, retain_graph, create_graph, capture, accumulate):
     wanted = {gradient_edge(t): t for t in capture} if capture is not None else None
     needed = _needed([n for n, _, _ in start], wanted) if wanted is not None else None
     # a gradient nothing else holds may become a leaf's .grad as it is; while tracing, the tracer owns .grad
-    steal = not create_graph and not registry.DISPATCH_HOOKS
+    steal = not create_graph and not (registry.DISPATCH_HOOKS and registry.hooks_take_calls())
     ready = [n for n, _, _ in start if n not in deps]
     done = set()
     while ready:
@@ -723,7 +724,10 @@ def _run(roots, root_grads, retain_graph, create_graph, capture, accumulate):
                     captured[id(node)] = g
             elif g is not None and accumulate:
                 owned = steal and sys.getrefcount(g) == 1 + _LOCAL_EXTRA  # (before the call holds it too)
-                _accumulate(node.variable, g, create_graph, owned)
+                if _profiling.RECORDER is None:
+                    _accumulate(node.variable, g, create_graph, owned)
+                else:
+                    _profiling.RECORDER.backward(node, lambda: _accumulate(node.variable, g, create_graph, owned))
             continue
         if node.hooks:
             for k, hooks in node.hooks.items():
@@ -743,7 +747,10 @@ def _run(roots, root_grads, retain_graph, create_graph, capture, accumulate):
             grads = _run_pre_hooks(node, grads)
         if any(g is not None for g in grads.values()):
             try:
-                input_grads = node.apply(grads, create_graph)
+                if _profiling.RECORDER is None:
+                    input_grads = node.apply(grads, create_graph)
+                else:
+                    input_grads = _profiling.RECORDER.backward(node, lambda: node.apply(grads, create_graph))
                 check_backward(node, input_grads)
             except Exception:
                 warn_failure(node)

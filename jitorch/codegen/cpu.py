@@ -85,14 +85,20 @@ class CompiledKernel:
 
     def __call__(self, args_array):
         """Run on a ctypes array of buffer addresses."""
+        self.run_chunks(self.fn, args_array)
+
+    def run_chunks(self, fn, args_array):
+        """Run ``fn(args_array, lo, hi)`` over the chunks of the outer loop: all on the calling thread when
+        the kernel does not split, else the first chunk there and the others on the pool (``fn`` is the
+        machine code, or a profiler's wrapper that times it)."""
         if not self.parallel or num_threads() == 1:
-            self.fn(args_array, 0, self.outer)
+            fn(args_array, 0, self.outer)
             return
         n = num_threads()
         step = -(-self.outer // n)
         bounds = [(i, min(i + step, self.outer)) for i in range(0, self.outer, step)]
-        futures = [_pool().submit(self.fn, args_array, lo, hi) for lo, hi in bounds[1:]]
-        self.fn(args_array, *bounds[0])
+        futures = [_pool().submit(fn, args_array, lo, hi) for lo, hi in bounds[1:]]
+        fn(args_array, *bounds[0])
         for f in futures:
             f.result()
 

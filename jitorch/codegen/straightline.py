@@ -23,6 +23,7 @@ class Source:
         self.lines = []
         self.namespace = {}
         self._ids = {}
+        self.profiled = False  # steps emit the lines that report them to a profiler's recorder ``_r``
 
     def name(self, obj, hint):
         """A global name bound to ``obj`` in the generated function (one per object)."""
@@ -35,10 +36,11 @@ class Source:
     def emit(self, line, indent=1):
         self.lines.append("    " * indent + line)
 
-    def function(self, name, params, tail):
-        """Compile the lines, then the ``tail`` lines, as ``def name(params)``; returns (the
-        function, its source). One body may be compiled with several tails."""
-        text = f"def {name}({params}):\n" + "\n".join(self.lines + ["    " + line for line in tail]) + "\n"
+    def function(self, name, params, tail, head=()):
+        """Compile the ``head`` lines, the lines, then the ``tail`` lines, as ``def name(params)``; returns
+        (the function, its source). One body may be compiled with several heads and tails."""
+        text = f"def {name}({params}):\n" + "\n".join(["    " + line for line in head] + self.lines
+                                                        + ["    " + line for line in tail]) + "\n"
         code = compile(text, f"<jitorch {name}>", "exec")
         exec(code, self.namespace)  # noqa: S102 - our own generated source, as torch.fx's codegen
         return self.namespace[name], text

@@ -366,8 +366,9 @@ class CompiledFunction:
         split.forward.meta_warnings = entry.graph.meta_warnings  # the forward's warnings, once a call
         logs.log("graph", "%s split into a forward graph:\n%s\nand a backward graph:\n%s", self.name,
                  split.forward, split.backward)
-        return SplitCall(CompiledGraph(split.forward, kernel_cache()), CompiledGraph(split.backward, kernel_cache()),
-                         split.inputs_read, split.saved)
+        forward, backward = CompiledGraph(split.forward, kernel_cache()), CompiledGraph(split.backward, kernel_cache())
+        forward.label, backward.label = f"{self.name} (forward)", f"{self.name} (backward)"
+        return SplitCall(forward, backward, split.inputs_read, split.saved)
 
     def _run_interpreted(self, entry, inputs):
         return run_graph(entry.graph, tuple(inputs), {}, None)
@@ -393,6 +394,7 @@ class CompiledFunction:
                 self.reused_compilations += 1
             else:
                 entry.executable = CompiledGraph(entry.graph, kernel_cache())
+                entry.executable.label = self.name
             if entry.graph.one_shot:
                 self._last_one_shot = (fingerprint, entry.executable)
         return entry.executable

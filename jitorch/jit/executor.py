@@ -35,6 +35,7 @@ from __future__ import annotations
 import ctypes
 import itertools
 from math import prod
+import time
 import warnings
 
 import numpy as np
@@ -45,7 +46,7 @@ from ..ir.graph import Value, iter_values, warning_as_traced
 from ..ir.passes import optimize
 from ..ir.passes.fusion import Group, fuse
 from ..ir.printer import op_counts
-from ..runtime import logs
+from ..runtime import logs, profiling
 from .collector import collector_paused
 from .parts import independent_parts
 from .results import eager_layouts, refresh_captured_state, returned_view, set_grads, write_back
@@ -180,8 +181,11 @@ class KernelStep:
 
 def _emit_call(src, kernel, indent):
     """A CPU kernel's call on the argument array ``a``: straight into its machine code when it
-    never splits its loop across threads."""
-    if kernel.parallel:
+    never splits its loop across threads (in a profiled call, a split one runs through the recorder,
+    which times each thread's chunk)."""
+    if kernel.parallel and src.profiled:
+        src.emit(f"_r.cpu_kernel({src.name(kernel, 'kernel')}, a)", indent)
+    elif kernel.parallel:
         src.emit(f"{src.name(kernel, 'kernel')}(a)", indent)
     else:
         src.emit(f"{src.name(kernel.fn, 'fn')}(a, 0, {kernel.outer})", indent)
@@ -239,24 +243,33 @@ class EagerStep:
         geometry as a tensor header (unless its root is laid out otherwise at run time), else the eager
         kernel."""
         for node in self.nodes:
-            out = node.outputs[0]
-            if out in self.into_arena:
-                arrays = ", ".join(f"env[{src.name(a, 'v')}]._array()" for a in node.args)
-                writer = src.name(_WRITERS_INTO[node.op.name][1], "writer")
-                src.emit(f"{writer}([{arrays}], env[{src.name(out, 'v')}]._array())", indent)
-                continue
-            compute = f"_compute({src.name(node, 'node')}, env)"
-            geo = self.geometry.get(node)
-            if geo is None:
-                src.emit(compute, indent)
-                continue
-            root, views, compact = geo
-            src.emit(f"b = env[{src.name(root, 'v')}]", indent)
-            src.emit(f"if b._offset == 0 and b._stride == {compact!r}:", indent)
-            for v, (shape, strides, offset) in zip(node.outputs, views):
-                src.emit(f"env[{src.name(v, 'v')}] = _view_of(b, {shape!r}, {strides!r}, {offset!r})", indent + 1)
-            src.emit("else:", indent)
-            src.emit(compute, indent + 1)
+            if src.profiled:  # each node a span of its own: "external" where it writes into the arena (BLAS)
+                src.emit("_s = _clock()", indent)
+                self._emit_node(src, node, indent)
+                kind = "external" if node.outputs[0] in self.into_arena else "eager_step"
+                src.emit(f"_r.span({node.op.name!r}, {kind!r}, _s, {src.name({'reason': self.reason}, 'c')})", indent)
+            else:
+                self._emit_node(src, node, indent)
+
+    def _emit_node(self, src, node, indent):
+        out = node.outputs[0]
+        if out in self.into_arena:
+            arrays = ", ".join(f"env[{src.name(a, 'v')}]._array()" for a in node.args)
+            writer = src.name(_WRITERS_INTO[node.op.name][1], "writer")
+            src.emit(f"{writer}([{arrays}], env[{src.name(out, 'v')}]._array())", indent)
+            return
+        compute = f"_compute({src.name(node, 'node')}, env)"
+        geo = self.geometry.get(node)
+        if geo is None:
+            src.emit(compute, indent)
+            return
+        root, views, compact = geo
+        src.emit(f"b = env[{src.name(root, 'v')}]", indent)
+        src.emit(f"if b._offset == 0 and b._stride == {compact!r}:", indent)
+        for v, (shape, strides, offset) in zip(node.outputs, views):
+            src.emit(f"env[{src.name(v, 'v')}] = _view_of(b, {shape!r}, {strides!r}, {offset!r})", indent + 1)
+        src.emit("else:", indent)
+        src.emit(compute, indent + 1)
 
     def __repr__(self):
         return f"<eager {' '.join(n.op.name for n in self.nodes)}>"
@@ -516,6 +529,8 @@ class CompiledGraph:
         self._inplace_targets = {self.plan.inplace[v] for v in self.plan.inplace}
         self._input_index = {v: i for i, v in enumerate(self.graph.inputs)}
         self._eager_steps = any(isinstance(step, EagerStep) for step in self.steps)
+        self.label = "compiled graph"  # what a profile calls it (jitorch.compile: the function's name)
+        self._profiled = None  # the call that reports its steps to a profiler (see `profiled_steps`)
         # run(inputs): the outputs, with in-place results written back into inputs and constants
         self._body, self.run, self.source = self._generate()
         self._execute = None  # compiled from the body on the first __call__: Python's compiler is slow on it
@@ -698,21 +713,49 @@ class CompiledGraph:
         real = f"inputs[{owner}]" if isinstance(owner, int) else f"_constants[{owner!r}]"
         return real if geometry is None else f"_view({real}, {src.name(geometry, 'geometry')})"
 
-    def _generate(self):
+    def _profiled_run(self, inputs):
+        """A call while a profiler records: the generated call with each step reporting to the recorder
+        (generated at the first such call), itself one span. See `profiled_steps`."""
+        recorder = profiling.RECORDER
+        if self._profiled is None:
+            self._profiled = self._generate(profiled=True)[1]
+        return recorder.compiled_call(self, lambda: self._profiled(inputs, recorder))
+
+    def profiled_steps(self):
+        """What a profiled call reports, per step (the ``name``, ``kind`` of its span): a kernel as
+        (its name as `jitorch.explain` prints it, "kernel"), one span on the calling thread from its
+        arguments' patching to its end, which covers the chunks other threads ran (those are also
+        reported, each as a span of kind "kernel_chunk" on its thread); an eager step's nodes each as
+        (op name, "external") when the op writes into its arena buffer (a BLAS product), else (op name,
+        "eager_step"); a CUDA kernel as (its name, "kernel"), its time on the device where the driver's
+        events time it (the host's part then a "cuda_launch" span), else the emulator's time on the host."""
+        spans = []
+        for step in self.steps:
+            if hasattr(step, "kernel"):
+                spans.append((step.kernel.name, "kernel"))
+            else:
+                spans.extend((n.op.name, "external" if n.outputs[0] in step.into_arena else "eager_step")
+                             for n in step.nodes)
+        return spans
+
+    def _generate(self, profiled=False):
         """The call as straight-line Python (see `straightline`): inputs and captured tensors bound,
         then each step's lines, over an arena of this graph's: (that body, ``run``, its source). Two
         functions share that body: ``run`` returns the outputs, after writing back what the graph
         changed in its inputs; ``execute`` (compiled by `__call__` when first needed) the values of the
-        call (a dict by graph value)."""
+        call (a dict by graph value). ``run`` first hands the call to `_profiled_run` while a profiler
+        records; ``profiled``: the call that reports its steps to the recorder ``_r``, its second argument."""
         g = self.graph
         src = Source()
+        src.profiled = profiled
         src.namespace.update(_np_empty=np.empty, _pool_empty=allocator.empty, _track=allocator.track,
                              _make=Tensor._make, _Storage=Storage, _address=_address, _compact=compact,
                              _fresh=_fresh, _no_grad=no_grad, _refresh=refresh_captured_state,
                              _arenas=self._arenas, _Arena=Arena, _plan=self.plan, _steps=self.steps,
                              _graph=g, _constants=g.constant_tensors, _unshared=self._unshared,
                              _outputs=self._outputs, _finish=self._finish, _set_grads=set_grads,
-                             _view=returned_view, _laid_out=laid_out, _compute=_compute, _view_of=Tensor._view_of)
+                             _view=returned_view, _laid_out=laid_out, _compute=_compute, _view_of=Tensor._view_of,
+                             _profiling=profiling, _profiled=self._profiled_run, _clock=time.perf_counter_ns)
         if g.grad_constants or g.refreshers:
             src.emit("_refresh(_graph)")
         src.emit("env = {}")
@@ -741,10 +784,18 @@ class CompiledGraph:
             indent = 3
         for step in self.steps:
             emit = getattr(step, "emit", None)
+            kernel = getattr(step, "kernel", None) if profiled and emit is not None else None
+            if kernel is not None:
+                src.emit("_s = _clock()", indent)
             if emit is not None:
                 emit(src, indent)
+            elif profiled:
+                src.emit(f"_r.launch({src.name(step, 'step')}, env, arena, inplace)", indent)
             else:
                 src.emit(f"{src.name(step, 'step')}.run(env, arena, inplace)", indent)
+            if kernel is not None:
+                args = {"ops": list(kernel.ops), "kind": kernel.source.kind}
+                src.emit(f"_r.span({kernel.name!r}, 'kernel', _s, {src.name(args, 'c')})", indent)
         if not self.steps:
             src.emit("pass", indent)
         src.emit("finally:")
@@ -756,7 +807,11 @@ class CompiledGraph:
             tail = "return _set_grads(_graph, inputs, _outputs(env))"
         else:
             tail = f"return {outputs}"
-        run, text = src.function("run", "inputs", [tail])
+        if profiled:
+            run, text = src.function("run", "inputs, _r", [tail])
+            return src, run, text
+        run, text = src.function("run", "inputs", [tail], head=["if _profiling.RECORDER is not None:",
+                                                                "    return _profiled(inputs)"])
         logs.log("codegen", "the call of a compiled graph, generated:\n%s", text)
         return src, run, text
 

@@ -107,7 +107,7 @@ class Explanation:
                                    self.split.backward.steps))
         return views
 
-    def to_html(self, path, kernel_times=None):
+    def to_html(self, path, kernel_times=None, profile=None):
         """Write this explanation as one self-contained HTML file at ``path`` (atomically): the graphs
         drawn as SVG with each kernel in its colour, each kernel's ops, LLVM IR and assembly (PTX on
         CUDA), the guards, the cache entries, the IR texts and the generated call source.
@@ -115,19 +115,39 @@ class Explanation:
         ``kernel_times`` maps kernel names to seconds measured by the caller (a profile); the report
         then shows each kernel's share of its graph's kernel time. Kernels of the forward and backward
         graphs of a call with grad are named ``"forward/<name>"`` and ``"backward/<name>"``. An
-        unknown name or a time that is not a finite number >= 0 raises ValueError, before writing."""
-        write_html(self, self.graph_views(), path, kernel_times)
+        unknown name or a time that is not a finite number >= 0 raises ValueError, before writing.
+
+        ``profile`` (instead of ``kernel_times``): a finished `jitorch.profiler.profile` that recorded
+        calls of this function with these arguments; its kernel times are this report's shares."""
+        views = self.graph_views()
+        if profile is not None:
+            if kernel_times is not None:
+                raise ValueError("to_html: pass kernel_times or profile, not both")
+            kernel_times = self._profiled_times(profile, views)
+        write_html(self, views, path, kernel_times)
+
+    def _profiled_times(self, profile, views):
+        """Seconds per kernel of this report from a profile: the kernels of this function's graphs (a
+        profile also holds other functions' kernels, and those of this function's other cache entries,
+        whose graphs this report does not draw)."""
+        known = {name for view in views if view.steps is not None for name, _, _ in view.kernels()}
+        times = {name: us * 1e-6 for name, us in profile.kernel_times(self.name).items() if name in known}
+        if not times:
+            raise ValueError(f"to_html: the profile recorded no kernel of {self.name}'s compiled graphs: "
+                             "profile calls of the compiled function with these arguments")
+        return times
 
 
-def explain(fn, *args, html=None, kernel_times=None, **kwargs):
+def explain(fn, *args, html=None, kernel_times=None, profile=None, **kwargs):
     """Report what ``jitorch.compile(fn)`` does for these arguments: the traced graph,
     its guards and cache entries, or why the function would run eagerly. Nothing runs.
 
     ``html``: a path where the report is also written as one self-contained HTML file (see
-    `Explanation.to_html`, which takes ``kernel_times``); for a call that needs grad, the forward
-    and backward graphs a call would compile are made for the report too."""
-    if kernel_times is not None and html is None:
-        raise ValueError("jitorch.explain: kernel_times is for the HTML report: pass html= as well")
+    `Explanation.to_html`, which takes ``kernel_times`` or a ``profile`` of calls of ``fn``); for a
+    call that needs grad, the forward and backward graphs a call would compile are made for the
+    report too."""
+    if (kernel_times is not None or profile is not None) and html is None:
+        raise ValueError("jitorch.explain: kernel_times and profile are for the HTML report: pass html= as well")
     compiled = fn if isinstance(fn, CompiledFunction) else compile(fn)
     from .compile import guard_key, python_guards_hold
     reused = guard_key(args, kwargs) in compiled.cache
@@ -154,7 +174,7 @@ def explain(fn, *args, html=None, kernel_times=None, **kwargs):
             return entry.split
     explanation = Explanation(compiled.name, entry, compiled.cache, reused, executable, reason, traced, make_split)
     if html is not None:
-        explanation.to_html(html, kernel_times)
+        explanation.to_html(html, kernel_times, profile)
     return explanation
 
 

@@ -126,7 +126,7 @@ def _cast(t, dtype, device_type):
         return t
     to_copy = registry.OPS["_to_copy"]
     if (dtype is STATE.dtypes[device_type] and t.dtype is _dt.float32 and t._requires_grad and t.grad_fn is None
-            and t._base is None and STATE.cache_enabled and is_grad_enabled() and not registry.DISPATCH_HOOKS):
+            and t._base is None and STATE.cache_enabled and is_grad_enabled() and not registry.hooks_take_calls()):
         return cached_cast(t, lambda: registry.call(to_copy, (t, dtype, None)))
     return registry.call(to_copy, (t, dtype, None))
 

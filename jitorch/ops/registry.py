@@ -45,6 +45,7 @@ import numpy as np
 
 from ..runtime import dtypes as _dt
 from ..runtime import fp_errors
+from ..runtime import profiling as _profiling
 from ..runtime.autocast_mode import STATE as _AUTOCAST_STATE
 from ..runtime.casts import convert
 from ..runtime.device import DEVICE_BACKENDS, current_cuda_index, to_device
@@ -391,8 +392,14 @@ def quiet_meta(op, args):
 # NotImplemented to pass the call on; and ``hook_registered(t, method)``, told of a tensor hook
 # registered while it is installed. Composite ops run their bodies before the
 # hooks see them, so hooks see only primitive ops. While any hook is installed,
-# the eager fast paths are off.
+# the eager fast paths are off (the profiler installs a hook that passes every call on, marked
+# ``passes_on``, so that every op comes through `call`, to its recorder: see `hooks_take_calls`).
 DISPATCH_HOOKS: list = []
+
+
+def hooks_take_calls():
+    """Whether a dispatch hook that may take calls (a tracer) is installed: the profiler's passes them all on."""
+    return any(not getattr(hook, "passes_on", False) for hook in DISPATCH_HOOKS)
 
 # The autograd engine (jitorch.autograd.engine), once imported: records a backward node for
 # ops on tensors that require grad. The eager fast paths refuse such tensors while grad mode is on
@@ -450,8 +457,11 @@ def check_same_device(op, args):
     return first
 
 
-def call(op, args, out=None):
-    """Run ``op`` on arguments in schema order; write into ``out`` if given."""
+def call(op, args, out=None, recorded=False):
+    """Run ``op`` on arguments in schema order; write into ``out`` if given. While a profiler records, it
+    is handed the call first (``recorded``: it has it already)."""
+    if _profiling.RECORDER is not None and not recorded:
+        return _profiling.RECORDER.op(op, args, lambda: call(op, args, out, True))
     args = op.convert(args)
     if _AUTOCAST_STATE.key is not None and out is None:
         result = AUTOCAST(op, args)
@@ -750,8 +760,11 @@ def check_inplace_dtype(op, args):
                            f"dtype {cpp_name(dtype)} should match")
 
 
-def call_inplace(op, args):
-    """``x.op_(...)``: compute, check, then write into ``x`` (or retarget a view)."""
+def call_inplace(op, args, recorded=False):
+    """``x.op_(...)``: compute, check, then write into ``x`` (or retarget a view). While a profiler
+    records, it is handed the call first (``recorded``: it has it already)."""
+    if _profiling.RECORDER is not None and not recorded:
+        return _profiling.RECORDER.op(op, args, lambda: call_inplace(op, args, True), inplace=True)
     if op.dtype_index is not None:
         check_inplace_dtype(op, args)
     inplace_check = op.attrs.get("inplace_check")  # an error only the in-place form raises (float_power_)

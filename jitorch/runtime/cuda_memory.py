@@ -16,7 +16,7 @@ import threading
 
 import numpy as np
 
-from . import cuda_backend, cuda_errors
+from . import cuda_backend, cuda_errors, profiling
 from .casts import convert
 from .cuda_allocator import track
 from .device import current_cuda_index, to_device
@@ -59,6 +59,8 @@ def empty_storage(n, dtype, device):
     storage = CudaStorage(None, dtype, device, n)
     storage._ptr = block.address
     track(storage, alloc, block)
+    if profiling.RECORDER is not None:
+        profiling.RECORDER.allocated(storage)
     return storage
 
 

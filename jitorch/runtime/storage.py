@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import shared_memory
+from . import profiling, shared_memory
 from .device import CPU, DEVICE_BACKENDS, META
 from .grad_mode import INFERENCE_OPEN, _state as _grad_state
 
@@ -31,6 +31,8 @@ class Storage:
         self._ptr = None
         # allocated inside inference_mode: its tensors are inference tensors
         self.inference = INFERENCE_OPEN[0] > 0 and _grad_state.inference
+        if profiling.RECORDER is not None and data is not None:
+            profiling.RECORDER.allocated(self)
 
     @property
     def data(self):

@@ -204,7 +204,7 @@ def test_bad_kernel_times_raise_before_writing(tmp_path):
         with pytest.raises(ValueError, match="must be a finite number of seconds"):
             ex.to_html(path, kernel_times={name: bad})
     assert not path.exists() and os.listdir(tmp_path) == []
-    with pytest.raises(ValueError, match="kernel_times is for the HTML report"):
+    with pytest.raises(ValueError, match="kernel_times and profile are for the HTML report"):
         jt.explain(f, x, y, kernel_times={name: 1.0})
 
 
@@ -266,3 +266,32 @@ def test_cuda_kernels_show_their_ptx(tmp_path):
     for asm in tree.root.find_all("details", cls="asm"):
         ptx = asm.find_all("pre")[0].all_text()
         assert asm.attrs["data-asm"] == "PTX" and ".entry" in ptx and ".target sm_" in ptx
+
+
+def test_profile_of_calls_gives_the_shares_of_the_graphs_that_ran(tmp_path):
+    """A profile of calls with grad times the forward and backward graphs' kernels, whose names repeat
+    each other's: each graph's shares come from its own kernels, and other functions' kernels are left out."""
+    f, x, y = _mlp()
+    other = jt.compile(lambda a: (a * 2.0).relu().sum())
+    f(x, y).backward()
+    with jt.profiler.profile() as prof:
+        for _ in range(3):
+            f(x, y).backward()
+        other(x)
+    times = prof.kernel_times("loss_fn")
+    assert any(k.startswith("forward/") for k in times) and any(k.startswith("backward/") for k in times)
+    assert not any(k.startswith("forward/") or k.startswith("backward/") for k in prof.kernel_times("<lambda>"))
+    path = tmp_path / "report.html"
+    ex = jt.explain(f, x, y, html=str(path), profile=prof)
+    named = {name for v in ex.graph_views() if v.steps is not None for name, _, _ in v.kernels()}
+    assert set(times) <= named
+    tree = Tree(path.read_text())
+    for key in ("forward", "backward"):
+        (table,) = tree.root.find_all("details", cls="kernels", data_graph=key)
+        shares = [float(td.attrs["data-share"]) for td in table.find_all("td", cls="share")]
+        assert math.isclose(sum(shares), 100.0, rel_tol=1e-6)
+    with jt.profiler.profile() as only_other:
+        other(x)
+    with pytest.raises(ValueError, match="recorded no kernel of loss_fn"):
+        ex.to_html(tmp_path / "none.html", profile=only_other)
+    assert not (tmp_path / "none.html").exists()
