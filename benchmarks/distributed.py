@@ -16,8 +16,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -26,6 +28,19 @@ from timing import median_time  # noqa: E402
 
 def timed(fn, repeat):
     return median_time(fn, repeat)
+
+
+def interleaved(fns, repeat, barrier):
+    """Median seconds per call of each of ``fns``, called in turn ``repeat`` times after a barrier each (so
+    every rank starts together, and a change of the machine's load falls on all of them alike)."""
+    times = {name: [] for name in fns}
+    for _ in range(repeat + 1):
+        for name, fn in fns.items():
+            barrier()
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(ts[1:]) for name, ts in times.items()}
 
 
 def allreduce_rows(sizes, repeat):
@@ -40,11 +55,11 @@ def allreduce_rows(sizes, repeat):
     for nbytes in sizes:
         t = jt.ones(nbytes // 4)
         array = t.numpy()
-        raw = timed(lambda: MPI.COMM_WORLD.Allreduce(MPI.IN_PLACE, array, op=MPI.SUM), repeat)
-        ours = timed(lambda: dist.all_reduce(t), repeat)
         theirs_t = torch.ones(nbytes // 4)
-        theirs = timed(lambda: tdist.all_reduce(theirs_t), repeat)
-        rows.append({"bytes": nbytes, "mpi4py": raw, "jitorch": ours, "torch": theirs})
+        row = interleaved({"mpi4py": lambda: MPI.COMM_WORLD.Allreduce(MPI.IN_PLACE, array, op=MPI.SUM),
+                           "jitorch": lambda: dist.all_reduce(t),
+                           "torch": lambda: tdist.all_reduce(theirs_t)}, repeat, MPI.COMM_WORLD.Barrier)
+        rows.append({"bytes": nbytes, **row})
     return rows
 
 
@@ -106,7 +121,7 @@ def worker(args):
     dist.init_process_group()
     tdist.init_process_group("gloo")
     sizes = [1 << 16, 1 << 20] if args.quick else [1 << 20, 16 << 20, 64 << 20]
-    result = {"allreduce": allreduce_rows(sizes, 2 if args.quick else 10),
+    result = {"allreduce": allreduce_rows(sizes, 2 if args.quick else 30),
               "ddp": ddp_rows(32 if args.quick else 1024, 16 if args.quick else 128, 2 if args.quick else 20)}
     if dist.get_rank() == 0:
         print("RESULT " + json.dumps(result), flush=True)
