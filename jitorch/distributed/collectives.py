@@ -186,6 +186,16 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
     return _run(pg, [request], _finisher(op, array, pg.size(), write_back), async_op, what, [tensor])
 
 
+def started_all_reduce(tensor, group=None):
+    """An asynchronous SUM all-reduce of a contiguous CPU ``tensor`` (not bfloat16), as a `Work`, without the
+    per-call agreement: for callers that made sure once that every rank's tensors agree (DDP's buckets, whose
+    parameters it compares at construction), so a bucket starts without waiting for the other ranks."""
+    pg = resolve(group)
+    array = tensor._array()
+    request = pg.comm.Iallreduce(mpi().IN_PLACE, array, op_of("SUM"))
+    return Work([request], tensor._bump_version, pg.timeout, "all_reduce", [tensor])
+
+
 def broadcast(tensor, src=None, group=None, async_op=False, group_src=None):
     """Copy rank ``src``'s ``tensor`` into every rank's ``tensor``."""
     what = "broadcast"
