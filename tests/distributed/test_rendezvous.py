@@ -70,18 +70,22 @@ def test_two_nodes_of_two_ranks_join_through_the_launchers_rendezvous():
 
 
 CODE = """
-import datetime, sys
+import datetime, os, signal, sys
 import jitorch as jt, jitorch.distributed as dist
-rank = int(sys.argv[1])
+rank, size = int(sys.argv[1]), int(sys.argv[4]) if len(sys.argv) > 4 else 3
 try:
-    dist.init_process_group(init_method=sys.argv[2], rank=rank, world_size=3,
+    dist.init_process_group(init_method=sys.argv[2], rank=rank, world_size=size,
                             timeout=datetime.timedelta(seconds=float(sys.argv[3])))
+    t = jt.tensor([float(rank)])
+    dist.all_reduce(t)
+    print(f"rank {dist.get_rank()} of {dist.get_world_size()}: sum {t.item()}", flush=True)
+    if len(sys.argv) > 5 and rank == 1:  # dies; no mpiexec of the other job's knows it
+        os.kill(os.getpid(), signal.SIGKILL)
+    if len(sys.argv) > 5:
+        dist.all_reduce(t)
 except RuntimeError as error:
     print(f"rank {rank}: {error}", flush=True)
     raise SystemExit(3)
-t = jt.tensor([float(rank)])
-dist.all_reduce(t)
-print(f"rank {dist.get_rank()} of {dist.get_world_size()}: sum {t.item()}", flush=True)
 """
 
 
@@ -102,6 +106,17 @@ def test_a_rendezvous_that_never_completes_times_out_and_the_process_ends():
     [(code, out, err)] = finish([lone], 60)
     assert "rank 0: jitorch.distributed: the rendezvous timed out after 2 s with 1 of 3 processes joined" in out
     assert code != 0  # MPI aborted at exit instead of finalizing with an accept still pending
+
+
+def test_a_rank_of_another_job_that_dies_makes_the_others_fail_within_the_timeout():
+    port = free_port()
+    jobs = [start([mpiexec(), "-n", "1", sys.executable, "-c", CODE, str(rank), f"tcp://127.0.0.1:{port}", "3", "2",
+                   "kill"]) for rank in (0, 1)]
+    (code, out, err), (dead, _, _) = finish(jobs, 90)
+    assert dead != 0
+    assert "rank 0 of 2: sum 1.0" in out
+    assert "rank 0: jitorch.distributed: all_reduce timed out after 3 s: a rank died" in out, out + err
+    assert code != 0
 
 
 def test_processes_no_mpiexec_started_get_a_clear_error(monkeypatch):
