@@ -166,3 +166,22 @@ def test_the_port_reader_accepts_only_a_jitorch_rendezvous_of_its_world_size():
         thread.join()
     with pytest.raises(RuntimeError, match="no rendezvous at 127.0.0.1:.* before the timeout"):
         rendezvous.fetch_port("127.0.0.1", free_port(), 4, time.monotonic() + 0.3)
+
+
+def test_the_launchers_multi_node_arguments():
+    from jitorch.distributed.run import command, parse_args
+
+    args = parse_args(["--nnodes", "3", "--node-rank", "2", "--rdzv-endpoint", "node0:1234", "--nproc-per-node",
+                       "4", "train.py", "--lr", "0.1"])
+    assert (args.master_addr, args.master_port) == ("node0", 1234)
+    cmd = command(args)
+    # this node's own job of 4 ranks, told where it stands among the nodes; the script's arguments untouched
+    assert cmd[1:3] == ["-n", "4"] and cmd[-3:] == ["train.py", "--lr", "0.1"]
+    pairs = {cmd[i + 1]: cmd[i + 2] for i, word in enumerate(cmd) if word == "-genv"}
+    assert pairs == {"JITORCHRUN_NODE_RANK": "2", "JITORCHRUN_NNODES": "3", "MASTER_ADDR": "node0",
+                     "MASTER_PORT": "1234", "LOCAL_WORLD_SIZE": "4"}
+    hosts = command(parse_args(["--nnodes", "2", "--hosts", "a,b", "--nproc-per-node", "2", "x.py"]))
+    assert hosts[1:7] == ["-hosts", "a,b", "-ppn", "2", "-n", "4"] and "JITORCHRUN_NODE_RANK" not in hosts
+    for bad in (["--nnodes", "2", "--node-rank", "2"], ["--rdzv-endpoint", "node0:port"]):
+        with pytest.raises(SystemExit):
+            parse_args([*bad, "x.py"])
