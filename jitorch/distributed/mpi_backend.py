@@ -1,9 +1,9 @@
 """Collectives on NumPy buffers through MPI (mpi4py): the engine under jitorch.distributed's CPU tensors.
 
-Every collective is started non-blocking and waited for on the calling thread with a deadline, so a rank that died or never joins
-makes the others raise after the group's timeout instead of hanging. Buffers are the tensors' own memory
-where they are contiguous (MPI reads and writes them in place); MPI has no bfloat16, so those reduce through
-float32 copies.
+Every collective is started non-blocking and waited for on the calling thread with a deadline, so a rank that
+died or never joins makes the others raise after the group's timeout instead of hanging. Buffers are the
+tensors' own memory where they are contiguous (MPI reads and writes them in place); MPI has no bfloat16, so
+those reduce through float32 copies.
 """
 
 from __future__ import annotations

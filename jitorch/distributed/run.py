@@ -9,10 +9,11 @@ It takes torchrun's arguments and starts the N processes with MPI's ``mpiexec`` 
 Each node's launcher runs its own ``mpiexec``, and ``init_process_group`` joins the nodes' jobs into one world
 through the env:// rendezvous at the master's address (MPI's ports: `jitorch.distributed.rendezvous`); node k
 holds ranks ``k * nproc_per_node`` onwards. With ``--hosts``, one mpiexec started from this node reaches the
-others through its own launcher (ssh) instead. Each process starts in this module's ``--rank-shim`` mode, which sets torchrun's
-environment (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``,
-``GROUP_RANK``) from MPI's before it runs the script as ``__main__``, so a script written for torchrun reads
-what it expects. When one process dies or exits with an error, ``mpiexec`` stops the others; SIGINT and SIGTERM
+others through its own launcher (ssh) instead.
+
+Each process starts in this module's ``--rank-shim`` mode, which sets torchrun's environment (``RANK``,
+``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``, ``GROUP_RANK``) from
+MPI's before it runs the script as ``__main__``, so a script written for torchrun reads what it expects. When one process dies or exits with an error, ``mpiexec`` stops the others; SIGINT and SIGTERM
 sent to the launcher go to every process. The launcher exits with the first failure's code and says which
 rank failed.
 """
