@@ -13,9 +13,9 @@ others through its own launcher (ssh) instead.
 
 Each process starts in this module's ``--rank-shim`` mode, which sets torchrun's environment (``RANK``,
 ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``, ``GROUP_RANK``) from
-MPI's before it runs the script as ``__main__``, so a script written for torchrun reads what it expects. When one process dies or exits with an error, ``mpiexec`` stops the others; SIGINT and SIGTERM
-sent to the launcher go to every process. The launcher exits with the first failure's code and says which
-rank failed.
+MPI's before it runs the script as ``__main__``, so a script written for torchrun reads what it expects. When
+one process dies or exits with an error, ``mpiexec`` stops the others; SIGINT and SIGTERM sent to the launcher
+go to every process. The launcher exits with the first failure's code and says which rank failed.
 """
 
 from __future__ import annotations
