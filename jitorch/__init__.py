@@ -35,6 +35,7 @@ from .tensor import install_operators  # noqa: E402
 install_operators(_registry.FUNCTIONS)
 
 from .ops.creation import tensor, as_tensor, from_numpy  # noqa: E402,F401
+from .ops.dlpack import from_dlpack  # noqa: E402,F401
 from .ops.random_ops import manual_seed, seed, initial_seed, Generator, default_generator  # noqa: E402,F401
 from ._tensor_str import set_printoptions  # noqa: E402,F401
 from .api import *  # noqa: E402,F401,F403
@@ -76,6 +77,7 @@ from .legacy import types as _legacy_types  # noqa: E402
 
 globals().update(_legacy_types("jitorch", is_cuda=False))  # FloatTensor, LongTensor, ...
 from . import export  # noqa: E402,F401  (a callable package: jitorch.export(fn, args))
+from . import onnx  # noqa: E402,F401  (imports the onnx package only when a model is exported)
 from . import amp, cpu  # noqa: E402,F401
 from .cuda import amp as _cuda_amp  # noqa: E402,F401  (jitorch.cuda.amp)
 from .amp import autocast  # noqa: E402,F401
@@ -103,8 +105,9 @@ def numel(input):
 
 
 def __getattr__(name):
-    # these load on first use: they pull in the stdlib's multiprocessing and socket modules, and MPI
-    if name in ("multiprocessing", "distributed"):
+    # these load on first use: they pull in the stdlib's multiprocessing and socket modules, and MPI (and
+    # safetensors, a file format most programs never read)
+    if name in ("multiprocessing", "distributed", "safetensors"):
         import importlib
 
         return importlib.import_module(f".{name}", __name__)

@@ -82,6 +82,13 @@ def train_ddp(done):  # a world of one here; tests/distributed runs it on two ra
         in done.stdout
 
 
+def export_onnx(done):
+    assert "weights named as in state_dict: True" in done.stdout
+    assert number_after("max difference from jitorch", done.stdout) < 1e-4
+    assert number_after("onnxruntime accuracy", done.stdout) >= 0.8
+    assert "predictions equal: True" in done.stdout
+
+
 def eager_basics(done):
     # tests/data/eager_basics.torch.out is the script's output under `import torch` (torch 2.13),
     # with "torch." spelled "jitorch." (its one random tensor shows only its shape)
@@ -90,7 +97,7 @@ def eager_basics(done):
 
 
 CLAIMS = {check.__name__: check for check in (train_mlp, train_cnn, char_transformer, export_and_load,
-                                               eager_basics, hogwild, train_ddp)}
+                                               export_onnx, eager_basics, hogwild, train_ddp)}
 
 
 @pytest.mark.parametrize("script", EXAMPLES, ids=[p.stem for p in EXAMPLES])

@@ -36,7 +36,7 @@ def export(fn, args, kwargs=None, dynamic_shapes=None):
         raise ExportError("the function created persistent state while it was traced (an optimizer's buffers on "
                           "its first step): call it once before exporting, so the exported graph is the steady one")
     check_generators(base)
-    rename_constants(base, _module_tensor_names(fn))
+    rename_constants(base, module_tensor_names(fn))
     leaves, tree = tree_flatten((args, kwargs))
     names = input_names(target, args, kwargs)
     if len(names) != len(leaves):
@@ -57,7 +57,7 @@ def _forward_of(fn):
     return forward if callable(forward) and hasattr(fn, "named_parameters") else fn
 
 
-def _module_tensor_names(fn):
+def module_tensor_names(fn):
     """id(tensor) -> qualified name for a module's parameters and buffers (duck-typed)."""
     names = {}
     for method in ("named_parameters", "named_buffers"):
@@ -148,7 +148,7 @@ def _retrace(fn, leaves, tree, where, sizes, label):
     except Exception as e:  # any failure at the other size means the dim is not free
         raise ExportError(f"dim {label} cannot be symbolic: tracing with size {sizes} failed: "
                           f"{type(e).__name__}: {e}") from None
-    rename_constants(graph, _module_tensor_names(fn))  # as the base trace, so their constants compare equal
+    rename_constants(graph, module_tensor_names(fn))  # as the base trace, so their constants compare equal
     return graph
 
 

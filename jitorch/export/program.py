@@ -55,7 +55,7 @@ class ExportedProgram:
         key = tuple(sorted(full.items()))
         compiled = self._compiled.get(key)
         if compiled is None:
-            compiled = self._executable(self._graph_at(full), example=all(
+            compiled = self._executable(self.graph_at(full), example=all(
                 full[n] == d.example for n, d in self.signature.dims.items()))
             self._compiled[key] = compiled
             if len(self._compiled) > MAX_SPECIALISATIONS:
@@ -64,7 +64,9 @@ class ExportedProgram:
             self._compiled.move_to_end(key)
         return compiled
 
-    def _graph_at(self, sizes):
+    def graph_at(self, sizes):
+        """A copy of the graph specialised to the symbolic dims at ``sizes`` (name -> size): params substituted,
+        every node re-typed by its meta rule."""
         graph = copy_graph(self.graph)
         # the same tensors, so write-backs land in this program's constants; a dict of its own,
         # since constant folding adds entries
