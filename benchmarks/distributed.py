@@ -7,8 +7,9 @@ The script starts itself under jitorch's launcher (1 and 2 ranks) and prints, fr
 1. all-reduce of float32 buffers: jitorch's ``dist.all_reduce`` against raw mpi4py ``Allreduce`` on the same
    buffers (jitorch's share of mpi4py's bandwidth; the issue's target is 90%) and torch's gloo backend.
 2. a DDP training step of an MLP, with the same batch per rank (weak scaling): ms per step on 1 and 2 ranks,
-   the scaling efficiency (1-rank time / 2-rank time), jitorch eager and compiled against torch's DDP on gloo,
-   and the share of the gradients' all-reduce time hidden behind backward.
+   the scaling efficiency (1-rank time / 2-rank time), jitorch eager and compiled against torch's DDP on gloo.
+3. overlap on an 8-layer MLP with 4 MB buckets: the share of the gradients' all-reduce time hidden behind
+   backward, with the gradient hooks or the progress thread advancing MPI, and torch's DDP.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -26,6 +29,19 @@ from timing import median_time  # noqa: E402
 
 def timed(fn, repeat):
     return median_time(fn, repeat)
+
+
+def interleaved(fns, repeat, barrier):
+    """Median seconds per call of each of ``fns``, called in turn ``repeat`` times after a barrier each (so
+    every rank starts together, and a change of the machine's load falls on all of them alike)."""
+    times = {name: [] for name in fns}
+    for _ in range(repeat + 1):
+        for name, fn in fns.items():
+            barrier()
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(ts[1:]) for name, ts in times.items()}
 
 
 def allreduce_rows(sizes, repeat):
@@ -40,11 +56,11 @@ def allreduce_rows(sizes, repeat):
     for nbytes in sizes:
         t = jt.ones(nbytes // 4)
         array = t.numpy()
-        raw = timed(lambda: MPI.COMM_WORLD.Allreduce(MPI.IN_PLACE, array, op=MPI.SUM), repeat)
-        ours = timed(lambda: dist.all_reduce(t), repeat)
         theirs_t = torch.ones(nbytes // 4)
-        theirs = timed(lambda: tdist.all_reduce(theirs_t), repeat)
-        rows.append({"bytes": nbytes, "mpi4py": raw, "jitorch": ours, "torch": theirs})
+        row = interleaved({"mpi4py": lambda: MPI.COMM_WORLD.Allreduce(MPI.IN_PLACE, array, op=MPI.SUM),
+                           "jitorch": lambda: dist.all_reduce(t),
+                           "torch": lambda: tdist.all_reduce(theirs_t)}, repeat, MPI.COMM_WORLD.Barrier)
+        rows.append({"bytes": nbytes, **row})
     return rows
 
 
@@ -75,13 +91,6 @@ def ddp_rows(width, batch, repeat):
         run = jt.compile(step) if mode == "compiled" else step
         run()
         rows[f"jitorch {mode}"] = timed(run, repeat)
-        if mode == "eager":
-            with model.no_sync():  # backward without communication, to see how much of it the all-reduce adds
-                local = timed(step, repeat)
-            grads = jt.cat([p.grad.reshape(-1) for p in model.parameters()])
-            comm = timed(lambda: dist.all_reduce(grads), repeat)
-            added = rows["jitorch eager"] - local
-            rows["hidden"] = min(1.0, max(0.0, 1 - added / comm)) if dist.get_world_size() > 1 else None
     tmodel = TorchDDP(mlp(torch, width))
     topt = torch.optim.SGD(tmodel.parameters(), lr=0.01)
     tx, ty = torch.randn(batch, 256), torch.randint(0, 10, (batch,))
@@ -92,6 +101,79 @@ def ddp_rows(width, batch, repeat):
         topt.step()
     rows["torch eager"] = timed(tstep, repeat)
     return rows
+
+
+def deep_mlp(lib, width, layers):
+    nn = lib.nn
+    body = [nn.Linear(256, width), nn.ReLU()]
+    for _ in range(layers - 2):
+        body += [nn.Linear(width, width), nn.ReLU()]
+    return nn.Sequential(*body, nn.Linear(width, 10))
+
+
+def overlap_rows(width, layers, batch, cap_mb, repeat):
+    """The share of the gradients' all-reduce hidden behind backward, on an MLP deep enough for many buckets:
+    1 - (synced step - step under no_sync) / (one all-reduce of every gradient), for jitorch with the gradient
+    hooks advancing MPI and with the progress thread, and for torch's DDP on gloo (same bucket cap)."""
+    import torch
+    import torch.distributed as tdist
+    from mpi4py import MPI
+    from torch.nn.parallel import DistributedDataParallel as TorchDDP
+
+    import jitorch as jt
+    import jitorch.distributed as dist
+    from jitorch.nn.parallel import DistributedDataParallel as DDP
+
+    x, y = jt.randn(batch, 256), jt.randint(0, 10, (batch,))
+    model = DDP(deep_mlp(jt, width, layers), bucket_cap_mb=cap_mb)
+    opt = jt.optim.SGD(model.parameters(), lr=0.001)
+    loss_fn = jt.nn.CrossEntropyLoss()
+    grads = jt.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+    finished = {False: [], True: []}
+    finish = model._finish
+
+    def counting_finish():
+        # how many buckets' all-reduces had finished when backward's last hook came: the overlap itself,
+        # whatever the machine's load (Get_status only looks; it does not advance MPI)
+        works = [b.work for b in model._buckets]
+        model._progress.stop()
+        finished[model._progress.threaded].append(sum(all(r.Get_status() for r in w._requests) for w in works))
+        finish()
+    model._finish = counting_finish
+
+    def step(threaded=None):
+        default = model._progress.threaded
+        model._progress.threaded = default if threaded is None else threaded
+        opt.zero_grad()
+        loss_fn(model(x), y).backward()
+        opt.step()
+        model._progress.threaded = default
+
+    def local():
+        with model.no_sync():
+            step()
+    tmodel = TorchDDP(deep_mlp(torch, width, layers), bucket_cap_mb=cap_mb)
+    topt = torch.optim.SGD(tmodel.parameters(), lr=0.001)
+    tx, ty = torch.randn(batch, 256), torch.randint(0, 10, (batch,))
+    tgrads = torch.cat([p.detach().reshape(-1) for p in tmodel.parameters()])
+
+    def tstep():
+        topt.zero_grad()
+        torch.nn.functional.cross_entropy(tmodel(tx), ty).backward()
+        topt.step()
+
+    def tlocal():
+        with tmodel.no_sync():
+            tstep()
+    t = interleaved({"hooks": lambda: step(False), "thread": lambda: step(True), "local": local,
+                     "comm": lambda: dist.all_reduce(grads), "torch": tstep, "torch local": tlocal,
+                     "torch comm": lambda: tdist.all_reduce(tgrads)}, repeat, MPI.COMM_WORLD.Barrier)
+    return {"buckets": len(model._buckets), "default thread": model._progress.threaded, **t,
+            **{f"finished {name}": statistics.mean(finished[threaded][1:]) for name, threaded in
+               (("hooks", False), ("thread", True))},
+            **{f"hidden {name}": 1 - (t[name] - t["local"]) / t["comm"] for name in ("hooks", "thread")},
+            "hidden torch": 1 - (t["torch"] - t["torch local"]) / t["torch comm"]}
 
 
 def worker(args):
@@ -106,8 +188,11 @@ def worker(args):
     dist.init_process_group()
     tdist.init_process_group("gloo")
     sizes = [1 << 16, 1 << 20] if args.quick else [1 << 20, 16 << 20, 64 << 20]
-    result = {"allreduce": allreduce_rows(sizes, 2 if args.quick else 10),
+    result = {"allreduce": allreduce_rows(sizes, 2 if args.quick else 30),
               "ddp": ddp_rows(32 if args.quick else 1024, 16 if args.quick else 128, 2 if args.quick else 20)}
+    if dist.get_world_size() > 1:
+        result["overlap"] = overlap_rows(32 if args.quick else 1024, 8, 16 if args.quick else 64, 0.002 if args.quick
+                                         else 4, 2 if args.quick else 12)
     if dist.get_rank() == 0:
         print("RESULT " + json.dumps(result), flush=True)
     tdist.destroy_process_group()
@@ -142,8 +227,17 @@ def main(argv=None):
     for system in ("jitorch eager", "jitorch compiled", "torch eager"):
         one, two = results[1]["ddp"][system], results[2]["ddp"][system]
         print(f"{system:>17} {one * 1e3:>8.2f} {two * 1e3:>8.2f} {one / two:>10.0%}")
-    hidden = results[2]["ddp"]["hidden"]
-    print(f"\nshare of the gradients' all-reduce hidden behind backward (jitorch eager, 2 ranks): {hidden:.0%}")
+    o = results[2]["overlap"]
+    print(f"\nOverlap on an 8-layer MLP, {o['buckets']} buckets, 2 ranks (ms per step; hidden = the share of one "
+          "all-reduce of every gradient that the synced step does not add to the no_sync step)")
+    print(f"{'system':>28} {'synced':>8} {'no_sync':>8} {'all-reduce':>11} {'hidden':>7} {'done by then':>13}")
+    for name, label in (("hooks", "jitorch, hooks advance MPI"), ("thread", "jitorch, progress thread")):
+        print(f"{label:>28} {o[name] * 1e3:>8.2f} {o['local'] * 1e3:>8.2f} {o['comm'] * 1e3:>11.2f} "
+              f"{o['hidden ' + name]:>7.0%} {o['finished ' + name]:>6.1f} of {o['buckets']}")
+    print(f"{'torch DDP on gloo':>28} {o['torch'] * 1e3:>8.2f} {o['torch local'] * 1e3:>8.2f} "
+          f"{o['torch comm'] * 1e3:>11.2f} {o['hidden torch']:>7.0%}")
+    print(f"(done by then: buckets whose all-reduce had finished when backward ended; jitorch's default here: "
+          f"{'the thread' if o['default thread'] else 'the hooks'})")
 
 
 if __name__ == "__main__":

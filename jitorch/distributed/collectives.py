@@ -7,12 +7,14 @@ data). Contiguous tensors are MPI's buffers themselves; others go through a cont
 
 from __future__ import annotations
 
+import functools
 import json
+import zlib
 
 import numpy as np
 
 from .. import from_numpy
-from .mpi_backend import mpi, op_of, reducible, wait
+from .mpi_backend import is_bfloat16, mpi, op_of, reducible, wait
 from .process_group import ReduceOp, resolve
 
 _SIGNATURE = 12  # int64s per rank: kind, dtype, ndim, up to 9 dims
@@ -78,37 +80,69 @@ def _dtype_name(tensor):
 
 def _agree(pg, kind, tensor, what, shape=True):
     """Raise when the ranks called different collectives or gave tensors of different dtypes or shapes."""
+    _agreeing(pg, kind, tensor, what, shape).check()
+
+
+def _agreeing(pg, kind, tensor, what, shape=True):
+    """`_agree` started: its ``check()`` waits and raises (the caller prepares its buffers meanwhile)."""
     if tensor is None:
-        agree(pg, kind, None, (), what)
-    else:
-        agree(pg, kind, _dtype_name(tensor), tuple(tensor.shape) if shape else (), what)
+        return Agreement(pg, kind, None, (), what)
+    return Agreement(pg, kind, _dtype_name(tensor), tuple(tensor.shape) if shape else (), what)
 
 
 def agree(pg, kind, dtype, shape, what):
     """`_agree` on a dtype's name (None: no tensor) and a shape, which NumPy arrays have too."""
-    mine = np.zeros(_SIGNATURE, np.int64)
-    mine[0] = _KINDS.index(kind)
+    Agreement(pg, kind, dtype, tuple(shape), what).check()
+
+
+@functools.lru_cache(maxsize=256)
+def _signature(kind, dtype, shape):
+    """(row of int64s, [digest, -digest]) describing a call: its kind, dtype and shape."""
+    row = np.zeros(_SIGNATURE, np.int64)
+    row[0] = _KINDS.index(kind)
     if dtype is not None:
-        mine[1] = 1 + _DTYPES.index(dtype)
-        mine[2] = len(shape)
-        mine[3:3 + min(len(shape), 9)] = shape[:9]
-    everyone = np.empty((pg.size(), _SIGNATURE), np.int64)
-    wait(pg.comm.Iallgather(mine, everyone), pg.timeout, what)
-    if (everyone == everyone[0]).all():
-        return
-    described = []
-    for rank, row in zip(pg.ranks, everyone):
-        name = _DTYPES[row[1] - 1] if row[1] else "-"
-        described.append(f"rank {rank}: {_KINDS[row[0]]}({name}{[int(n) for n in row[3:3 + row[2]]]})")
-    raise RuntimeError(f"{what}: the ranks disagree on the collective or on the tensors' dtype and shape: "
-                       + "; ".join(described))
+        row[1] = 1 + _DTYPES.index(dtype)
+        row[2] = len(shape)
+        row[3:3 + min(len(shape), 9)] = shape[:9]
+    data = row.tobytes()
+    digest = (zlib.crc32(data) << 30) ^ zlib.adler32(data)  # the same in every process (hash() is salted)
+    return row, np.array([digest, -digest], np.int64)
+
+
+class Agreement:
+    """Whether every rank describes its call alike, by one non-blocking all-reduce of two numbers: the MAX of
+    each rank's digest of (kind, dtype, shape) and of its negation, equal and opposite only when every rank
+    gave the same digest. Only when they differ do the ranks gather the whole descriptions, to say how."""
+
+    def __init__(self, pg, kind, dtype, shape, what):
+        self.pg, self.what = pg, what
+        self.row, digests = _signature(kind, dtype, shape)
+        if pg.signatures is None:
+            pg.signatures = np.empty(2, np.int64), np.empty(2, np.int64)
+        send, self.extremes = pg.signatures
+        send[:] = digests
+        self.request = pg.comm.Iallreduce(send, self.extremes, op_of("MAX"))
+
+    def check(self):
+        """Wait for the other ranks' digests; RuntimeError naming each rank's call when they differ."""
+        wait(self.request, self.pg.timeout, self.what)
+        if self.extremes[0] == -self.extremes[1]:
+            return
+        everyone = np.empty((self.pg.size(), _SIGNATURE), np.int64)
+        wait(self.pg.comm.Iallgather(self.row, everyone), self.pg.timeout, self.what)
+        described = []
+        for rank, row in zip(self.pg.ranks, everyone):
+            name = _DTYPES[row[1] - 1] if row[1] else "-"
+            described.append(f"rank {rank}: {_KINDS[row[0]]}({name}{[int(n) for n in row[3:3 + row[2]]]})")
+        raise RuntimeError(f"{self.what}: the ranks disagree on the collective or on the tensors' dtype and shape: "
+                           + "; ".join(described))
 
 
 def _buffer(tensor, reducing):
     """(array MPI reads and writes, function writing it back into ``tensor``): the tensor's own memory when it is
     contiguous; bfloat16 moves as its bits, and reduces through float32."""
-    array = tensor.detach().numpy()
-    bf16 = array.dtype.name == "bfloat16"
+    array = tensor._array()  # the tensor's cached NumPy view (detach().numpy() makes a new one per call)
+    bf16 = is_bfloat16(array.dtype)
     if array.flags.c_contiguous and not bf16:
         return array, tensor._bump_version
     if bf16 and not reducing:
@@ -123,7 +157,8 @@ def _write(tensor, array):
 
 
 def _averaging(op, tensor, what):
-    op = ReduceOp(op.value if isinstance(op, ReduceOp) else op)
+    if op.__class__ is not ReduceOp:
+        op = ReduceOp(op.value if isinstance(op, ReduceOp) else op)
     if op is ReduceOp.AVG and not tensor.dtype.is_floating_point:
         raise ValueError(f"{what}: ReduceOp.AVG needs floating point tensors, got {tensor.dtype}")
     return op
@@ -143,10 +178,22 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
     _check_cpu(tensor, what)
     op = _averaging(op, tensor, what)
     pg = resolve(group)
-    _agree(pg, what, tensor, what)
+    agreement = _agreeing(pg, what, tensor, what)
     array, write_back = _buffer(tensor, reducing=True)
-    request = pg.comm.Iallreduce(mpi().IN_PLACE, array, op_of(op.value))
+    mpi_op = op_of(op.value)
+    agreement.check()
+    request = pg.comm.Iallreduce(mpi().IN_PLACE, array, mpi_op)
     return _run(pg, [request], _finisher(op, array, pg.size(), write_back), async_op, what, [tensor])
+
+
+def started_all_reduce(tensor, group=None):
+    """An asynchronous SUM all-reduce of a contiguous CPU ``tensor`` (not bfloat16), as a `Work`, without the
+    per-call agreement: for callers that made sure once that every rank's tensors agree (DDP's buckets, whose
+    parameters it compares at construction), so a bucket starts without waiting for the other ranks."""
+    pg = resolve(group)
+    array = tensor._array()
+    request = pg.comm.Iallreduce(mpi().IN_PLACE, array, op_of("SUM"))
+    return Work([request], tensor._bump_version, pg.timeout, "all_reduce", [tensor])
 
 
 def broadcast(tensor, src=None, group=None, async_op=False, group_src=None):

@@ -1,19 +1,20 @@
 """Collectives on NumPy buffers through MPI (mpi4py): the engine under jitorch.distributed's CPU tensors.
 
-Every collective is started non-blocking and waited for with a deadline, so a rank that died or never joins
-makes the others raise after the group's timeout instead of hanging. Buffers are the tensors' own memory
-where they are contiguous (MPI reads and writes them in place); MPI has no bfloat16, so those reduce through
-float32 copies.
+Every collective is started non-blocking and waited for on the calling thread with a deadline, so a rank that
+died or never joins makes the others raise after the group's timeout instead of hanging. Buffers are the
+tensors' own memory where they are contiguous (MPI reads and writes them in place); MPI has no bfloat16, so
+those reduce through float32 copies.
 """
 
 from __future__ import annotations
 
-import threading
+import os
 import time
 
 import numpy as np
 
-SPIN = 0.0005  # seconds a wait polls before MPI's own blocking wait takes over
+POLLS = 64  # MPI_Test calls between two looks at the clock
+YIELD_AFTER = 0.05  # seconds of waiting after which a wait yields the core between polls
 
 def mpi():
     """The mpi4py ``MPI`` module (importing it initialises MPI, so it loads on first use)."""
@@ -25,43 +26,62 @@ def mpi():
     return MPI
 
 
+def broken():
+    """Make this process abort MPI at exit instead of finalizing it: after a timeout a connect, an accept or a
+    collective is still pending, and MPI's finalize would wait for it, or crash (mpi4py's ``set_abort_status``;
+    the exit status becomes 1)."""
+    from mpi4py.run import set_abort_status
+
+    set_abort_status(1)
+
+
 def op_of(name):
     """The MPI reduction for one of ReduceOp's names (AVG sums; the caller divides)."""
-    MPI = mpi()
-    return {"SUM": MPI.SUM, "AVG": MPI.SUM, "PRODUCT": MPI.PROD, "MIN": MPI.MIN, "MAX": MPI.MAX,
-            "BAND": MPI.BAND, "BOR": MPI.BOR, "BXOR": MPI.BXOR}[name]
+    if not _OPS:
+        MPI = mpi()
+        _OPS.update(SUM=MPI.SUM, AVG=MPI.SUM, PRODUCT=MPI.PROD, MIN=MPI.MIN, MAX=MPI.MAX, BAND=MPI.BAND,
+                    BOR=MPI.BOR, BXOR=MPI.BXOR)
+    return _OPS[name]
+
+
+_OPS: dict = {}  # filled on first use: reading MPI's constants initialises MPI
+
+
+def is_bfloat16(dtype):
+    """Whether a NumPy dtype is ml_dtypes' bfloat16 (without NumPy's slow ``dtype.name`` on every call)."""
+    return dtype.kind == "V" and dtype.type.__name__ == "bfloat16"
 
 
 def wait(request, timeout, what):
-    """Wait for an MPI request until ``timeout`` seconds pass; RuntimeError naming ``what`` after that.
+    """Wait for an MPI request on this thread until ``timeout`` seconds pass; RuntimeError naming ``what`` after
+    that (and MPI aborts at exit, see `broken`).
 
-    A collective that finishes within ``SPIN`` seconds is polled for; a longer one is waited for by MPI itself
-    (whose blocking wait progresses faster than polling from Python) in a helper thread, while this thread
-    waits for it with the deadline. After a timeout that helper stays blocked: the group is broken anyway."""
-    start = time.monotonic()
-    while not request.Test():
-        if time.monotonic() - start > SPIN:
-            done, errors = threading.Event(), []
-            threading.Thread(target=_wait_then_set, args=(request, done, errors), daemon=True).start()
-            if not done.wait(max(0.0, timeout - (time.monotonic() - start))):
+    The wait is MPI's ``Test`` called in a loop: MPICH's blocking wait polls the same way, so this is as fast,
+    measured both ways, and only a loop here can stop at a deadline and raise. Each ``Test`` also advances
+    MPI's other started requests. A wait that lasts longer than ``YIELD_AFTER`` seconds yields the core
+    between polls, so ranks waiting for a slow one give it the CPU."""
+    test = request.Test
+    try:
+        if test():
+            return
+        start = time.monotonic()
+        while True:
+            for _ in range(POLLS):
+                if test():
+                    return
+            waited = time.monotonic() - start
+            if waited > timeout:
+                broken()
                 raise RuntimeError(f"jitorch.distributed: {what} timed out after {timeout:.0f} s: a rank died, or "
                                    "did not call the same collective")
-            if errors:
-                raise RuntimeError(f"jitorch.distributed: {what} failed in MPI: {errors[0]}") from errors[0]
-            return
-
-
-def _wait_then_set(request, done, errors):
-    try:
-        request.Wait()
-    except Exception as error:  # raised again by the waiting thread
-        errors.append(error)
-    finally:
-        done.set()
+            if waited > YIELD_AFTER:
+                os.sched_yield()
+    except mpi().Exception as error:
+        raise RuntimeError(f"jitorch.distributed: {what} failed in MPI: {error}") from error
 
 
 def reducible(array):
     """A buffer MPI can reduce: the array itself, or a float32 copy of a bfloat16 array."""
-    if array.dtype.name == "bfloat16":
+    if is_bfloat16(array.dtype):
         return array.astype(np.float32)
     return array

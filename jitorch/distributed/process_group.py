@@ -1,7 +1,8 @@
 """Process groups: which processes take part, who this one is, and the MPI communicator they share.
 
 ``init_process_group`` makes the default (world) group. Ranks come from MPI when ``mpiexec`` (or jitorch's
-launcher, which runs it) started the processes, or from ``RANK``/``WORLD_SIZE`` for a single process.
+launcher, which runs it) started the processes; several mpiexec jobs (one per node) join through the env://
+rendezvous (`rendezvous`), ordered by ``RANK``.
 """
 
 from __future__ import annotations
@@ -9,7 +10,9 @@ from __future__ import annotations
 import datetime
 import enum
 import os
+import urllib.parse
 
+from . import rendezvous
 from .mpi_backend import mpi
 
 DEFAULT_TIMEOUT = datetime.timedelta(minutes=30)  # torch's default for CPU backends
@@ -38,6 +41,7 @@ class ProcessGroup:
         self.ranks = list(ranks)
         self.backend = backend
         self.timeout = timeout
+        self.signatures = None  # the buffers collectives compare their signatures in (`collectives.Agreement`)
 
     def rank(self):
         return self.comm.Get_rank()
@@ -84,13 +88,34 @@ def _launched_by_mpi():
     return any(k in os.environ for k in ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"))
 
 
-def _env_int(name, given):
+def _env_int(name, given, default=None):
+    """``given`` when set (>= 0), else the environment's ``name``, else ``default``; torch's error without any."""
     if given is not None and given >= 0:
-        return given
-    if name not in os.environ:
-        raise ValueError(f"Error initializing jitorch.distributed using env:// rendezvous: environment variable "
-                         f"{name} expected, but not set")
-    return int(os.environ[name])
+        return int(given)
+    if name in os.environ:
+        try:
+            return int(os.environ[name])
+        except ValueError:
+            raise ValueError(f"Error initializing jitorch.distributed using env:// rendezvous: environment variable "
+                             f"{name} must be an integer, got {os.environ[name]!r}") from None
+    if default is not None:
+        return default
+    raise ValueError(f"Error initializing jitorch.distributed using env:// rendezvous: environment variable "
+                     f"{name} expected, but not set")
+
+
+def _master(init_method):
+    """(address, port) of rank 0's rendezvous: from ``tcp://host:port``, or MASTER_ADDR/MASTER_PORT."""
+    if init_method not in (None, "env://"):
+        parsed = urllib.parse.urlsplit(init_method)
+        if parsed.hostname is None or parsed.port is None:
+            raise ValueError(f"init_method {init_method!r} must name a host and a port: tcp://host:port")
+        return parsed.hostname, parsed.port
+    for name in ("MASTER_ADDR", "MASTER_PORT"):
+        if name not in os.environ:
+            raise ValueError(f"Error initializing jitorch.distributed using env:// rendezvous: environment "
+                             f"variable {name} expected, but not set")
+    return os.environ["MASTER_ADDR"], _env_int("MASTER_PORT", None)
 
 
 def init_process_group(backend=None, init_method=None, timeout=None, world_size=-1, rank=-1, store=None,
@@ -98,9 +123,15 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
     """Join the default process group (torch's signature).
 
     ``backend``: None or "mpi" (CPU tensors through MPI), "gloo" (accepted for torch scripts: the same MPI
-    engine), "nccl" (refused: jitorch has no NCCL backend yet). Only ``env://`` initialisation exists: under
-    ``mpiexec`` MPI gives the ranks, which ``rank``/``world_size`` must agree with when given; otherwise a
-    world of one process (``WORLD_SIZE=1``) is the only one MPI can form without a launcher.
+    engine), "nccl" (refused: jitorch has no NCCL backend yet).
+
+    The world is MPI's: processes started by one ``mpiexec`` form it directly (their ranks are MPI's, which
+    ``rank``/``world_size`` or ``RANK``/``WORLD_SIZE`` must agree with when given). When ``WORLD_SIZE`` (or
+    ``world_size``) is larger than that mpiexec's job, as when ``jitorchrun --nnodes 2`` starts one job per
+    node, the jobs join through the rendezvous at ``MASTER_ADDR:MASTER_PORT`` (``init_method="env://"``) or at
+    ``init_method="tcp://host:port"``, with ``RANK`` giving each process's place (`rendezvous`). A process that
+    no mpiexec started is alone in its MPI world: ``WORLD_SIZE=1`` works, a larger world raises RuntimeError
+    (MPICH cannot join such processes; see `rendezvous`).
     """
     if World.WORLD is not None:
         raise ValueError("trying to initialize the default process group twice!")
@@ -110,21 +141,35 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
                            "(backend='mpi' or 'gloo')")
     if name not in ("mpi", "gloo"):
         raise ValueError(f"Invalid backend: '{backend}'")
-    if init_method not in (None, "env://"):
-        raise ValueError(f"jitorch.distributed supports init_method='env://' only, got {init_method!r}")
-    if not _launched_by_mpi():
+    if init_method not in (None, "env://") and not str(init_method).startswith("tcp://"):
+        raise ValueError(f"jitorch.distributed supports init_method 'env://' and 'tcp://host:port', "
+                         f"got {init_method!r}")
+    timeout = DEFAULT_TIMEOUT if timeout is None else timeout
+    launched = _launched_by_mpi()
+    if not launched:
         size = _env_int("WORLD_SIZE", world_size)
         _env_int("RANK", rank)
         if size != 1:
-            raise RuntimeError(f"jitorch.distributed: a world of {size} processes needs them started by mpiexec: "
-                               f"python -m jitorch.distributed.run --nproc-per-node {size} script.py")
+            raise RuntimeError(rendezvous.SINGLETON_ERROR.format(size=size))
     MPI = mpi()
-    comm = MPI.COMM_WORLD if _launched_by_mpi() else MPI.COMM_SELF
-    for what, given, actual in (("rank", rank, comm.Get_rank()), ("world_size", world_size, comm.Get_size())):
-        if given is not None and given >= 0 and given != actual:
-            raise ValueError(f"init_process_group({what}={given}) but MPI started this process as {what} {actual}")
-    timeout = DEFAULT_TIMEOUT if timeout is None else timeout
-    world = ProcessGroup(comm.Dup(), range(comm.Get_size()), name, timeout.total_seconds())
+    part = MPI.COMM_WORLD if launched else MPI.COMM_SELF
+    size = _env_int("WORLD_SIZE", world_size, part.Get_size())
+    if size < part.Get_size():
+        raise ValueError(f"WORLD_SIZE (or world_size) is {size}, but mpiexec started {part.Get_size()} processes")
+    if size > part.Get_size():
+        me = _env_int("RANK", rank)
+        if not 0 <= me < size:
+            raise ValueError(f"rank {me} is outside a world of {size} processes")
+        addr, port = _master(init_method)
+        comm = rendezvous.join(part, me, size, addr, port, timeout.total_seconds())
+    else:
+        comm = part
+        for what, given, actual in (("rank", rank, comm.Get_rank()), ("world_size", world_size, comm.Get_size())):
+            if given is not None and given >= 0 and given != actual:
+                raise ValueError(f"init_process_group({what}={given}) but MPI started this process as {what} "
+                                 f"{actual}")
+        comm = comm.Dup()
+    world = ProcessGroup(comm, range(comm.Get_size()), name, timeout.total_seconds())
     World.WORLD = GroupMember.WORLD = world
 
 

@@ -1,12 +1,21 @@
 """The launcher: ``python -m jitorch.distributed.run --nproc-per-node N script.py args`` (also ``jitorchrun``).
 
 It takes torchrun's arguments and starts the N processes with MPI's ``mpiexec`` (MPICH's, installed with the
-``distributed`` extra). Each process starts in this module's ``--rank-shim`` mode, which sets torchrun's
-environment (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``,
-``GROUP_RANK``) from MPI's before it runs the script as ``__main__``, so a script written for torchrun reads
-what it expects. When one process dies or exits with an error, ``mpiexec`` stops the others; SIGINT and SIGTERM
-sent to the launcher go to every process. The launcher exits with the first failure's code and says which
-rank failed.
+``distributed`` extra). On several nodes, start the launcher on each, as torchrun:
+
+    jitorchrun --nnodes 2 --node-rank 0 --master-addr HOST0 --master-port 29500 --nproc-per-node 4 train.py  # on HOST0
+    jitorchrun --nnodes 2 --node-rank 1 --master-addr HOST0 --master-port 29500 --nproc-per-node 4 train.py  # on HOST1
+
+Each node's launcher runs its own ``mpiexec``, and ``init_process_group`` joins the nodes' jobs into one world
+through the env:// rendezvous at the master's address (MPI's ports: `jitorch.distributed.rendezvous`); node k
+holds ranks ``k * nproc_per_node`` onwards. With ``--hosts``, one mpiexec started from this node reaches the
+others through its own launcher (ssh) instead.
+
+Each process starts in this module's ``--rank-shim`` mode, which sets torchrun's environment (``RANK``,
+``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``, ``GROUP_RANK``) from
+MPI's before it runs the script as ``__main__``, so a script written for torchrun reads what it expects. When
+one process dies or exits with an error, ``mpiexec`` stops the others; SIGINT and SIGTERM sent to the launcher
+go to every process. The launcher exits with the first failure's code and says which rank failed.
 """
 
 from __future__ import annotations
@@ -28,6 +37,10 @@ def parse_args(argv):
     p.add_argument("--node-rank", "--node_rank", type=int, default=0)
     p.add_argument("--master-addr", "--master_addr", default="127.0.0.1")
     p.add_argument("--master-port", "--master_port", type=int, default=29500)
+    p.add_argument("--rdzv-endpoint", "--rdzv_endpoint", help="HOST[:PORT] of the rendezvous (torchrun's; the same "
+                   "as --master-addr and --master-port)")
+    p.add_argument("--rdzv-backend", "--rdzv_backend", default="static", choices=["static", "c10d"],
+                   help="accepted for torchrun's command lines: jitorch's rendezvous is MPI's ports")
     p.add_argument("--standalone", action="store_true", help="a single node (the default here)")
     p.add_argument("--hosts", help="comma-separated hosts for a multi-node run (passed to mpiexec -hosts)")
     p.add_argument("-m", "--module", action="store_true", help="run the script argument as a module (python -m)")
@@ -49,8 +62,14 @@ def parse_args(argv):
         p.error(f"--nnodes must be a number (elastic MIN:MAX ranges are not supported), got {args.nnodes!r}")
     if args.nproc_per_node < 1 or args.nnodes < 1:
         p.error("--nproc-per-node and --nnodes must be at least 1")
-    if args.nnodes > 1 and not args.hosts:
-        p.error("a multi-node run needs --hosts (the nodes' names, for mpiexec); start the launcher on one node")
+    if not 0 <= args.node_rank < args.nnodes:
+        p.error(f"--node-rank must be in [0, {args.nnodes}), got {args.node_rank}")
+    if args.rdzv_endpoint:
+        host, _, port = args.rdzv_endpoint.rpartition(":") if ":" in args.rdzv_endpoint else \
+            (args.rdzv_endpoint, "", str(args.master_port))
+        if not host or not port.isdigit():
+            p.error(f"--rdzv-endpoint must be HOST or HOST:PORT, got {args.rdzv_endpoint!r}")
+        args.master_addr, args.master_port = host, int(port)
     return args
 
 
@@ -66,11 +85,13 @@ def mpiexec():
 def command(args):
     """The mpiexec command line that starts every rank in the shim."""
     cmd = [mpiexec()]
-    total = args.nproc_per_node * args.nnodes
-    if args.hosts:
-        cmd += ["-hosts", args.hosts, "-ppn", str(args.nproc_per_node)]
-    cmd += ["-n", str(total), "-genv", "MASTER_ADDR", args.master_addr, "-genv", "MASTER_PORT",
-            str(args.master_port), "-genv", "LOCAL_WORLD_SIZE", str(args.nproc_per_node)]
+    if args.hosts:  # one job over every node
+        cmd += ["-hosts", args.hosts, "-ppn", str(args.nproc_per_node), "-n", str(args.nproc_per_node * args.nnodes)]
+    else:  # this node's job; the others join it through the rendezvous
+        cmd += ["-n", str(args.nproc_per_node), "-genv", "JITORCHRUN_NODE_RANK", str(args.node_rank),
+                "-genv", "JITORCHRUN_NNODES", str(args.nnodes)]
+    cmd += ["-genv", "MASTER_ADDR", args.master_addr, "-genv", "MASTER_PORT", str(args.master_port),
+            "-genv", "LOCAL_WORLD_SIZE", str(args.nproc_per_node)]
     shim = [sys.executable, "-m", "jitorch.distributed.run", "--rank-shim"]
     shim += ["-m"] if args.module else []
     shim += ["--no-python"] if args.no_python else []
@@ -83,7 +104,11 @@ def run_rank(args):
     size = int(os.environ.get("PMI_SIZE", os.environ.get("OMPI_COMM_WORLD_SIZE", "1")))
     local = int(os.environ.get("MPI_LOCALRANKID", os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", rank)))
     per_node = int(os.environ.get("LOCAL_WORLD_SIZE", size))
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(size), LOCAL_RANK=str(local), GROUP_RANK=str(rank // per_node),
+    node = rank // per_node
+    if "JITORCHRUN_NODE_RANK" in os.environ:  # this node's own job: its ranks follow the nodes' before it
+        node = int(os.environ.pop("JITORCHRUN_NODE_RANK"))
+        rank, size = node * per_node + rank, int(os.environ.pop("JITORCHRUN_NNODES")) * per_node
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(size), LOCAL_RANK=str(local), GROUP_RANK=str(node),
                       LOCAL_WORLD_SIZE=str(per_node), TORCHELASTIC_RUN_ID="jitorchrun")
     if args.no_python:
         os.execvp(args.script, [args.script, *args.script_args])

@@ -4,6 +4,8 @@ Rank r's tensors are made from r, so each rank can compute every other rank's in
 result, with NumPy. Prints one line per rank: "rank R of N: K checks passed".
 """
 
+import os
+
 import numpy as np
 
 import jitorch as jt
@@ -11,6 +13,8 @@ import jitorch.distributed as dist
 
 dist.init_process_group()
 rank, size = dist.get_rank(), dist.get_world_size()
+# the launcher's RANK/WORLD_SIZE are the group's, also when several nodes' jobs joined through the rendezvous
+assert (rank, size) == (int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])), (rank, size, os.environ["RANK"])
 checks = 0
 
 

@@ -77,4 +77,14 @@ loss_fn(reference(x2), target).backward()
 for p, r in zip(ddp.parameters(), reference.parameters()):
     dist.all_reduce(r.grad, op=dist.ReduceOp.AVG)
     assert jt.allclose(p.grad, r.grad, atol=1e-6)
+print(f"rank {rank}: progress thread {ddp._progress.threaded}", flush=True)
+
+# ranks whose models differ are told so at construction, on every rank (their buckets would not agree)
+try:
+    DDP(nn.Linear(4, 2 + rank))
+except RuntimeError as error:
+    assert str(error) == ("DDP expects same model across all ranks: params[0] is jitorch.float32 of sizes [2, 4] "
+                          "on rank 0, jitorch.float32 of sizes [3, 4] on rank 1"), str(error)
+else:
+    raise AssertionError("DDP accepted different models")
 print(f"rank {rank}: ddp == whole batch ({'compiled' if compiled else 'eager'})", flush=True)

@@ -18,9 +18,9 @@ HERE = Path(__file__).parent
 ROOT = HERE.parents[1]
 
 
-def launch(nproc, script, *args, timeout=120):
+def launch(nproc, script, *args, timeout=120, **variables):
     """Run ``script`` on ``nproc`` ranks; on a timeout the launcher's whole process group goes, ranks included."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), **variables)
     process = subprocess.Popen([sys.executable, "-m", "jitorch.distributed.run", "--nproc-per-node", str(nproc),
                                 str(HERE / script), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True, env=env, cwd=ROOT, start_new_session=True)
@@ -86,10 +86,14 @@ def test_init_errors_as_torch():
     assert dist.is_available() and not dist.is_initialized()
 
 
-@pytest.mark.parametrize("nproc,mode", [(2, "eager"), (4, "eager"), (2, "compiled")])
-def test_ddp_on_shards_equals_one_process_on_the_whole_batch(nproc, mode):
-    done = launch(nproc, "ddp_check.py", *(["--compile"] if mode == "compiled" else []))
+@pytest.mark.parametrize("nproc,mode,thread", [(2, "eager", "1"), (4, "eager", "0"), (2, "compiled", "")])
+def test_ddp_on_shards_equals_one_process_on_the_whole_batch(nproc, mode, thread):
+    # thread "1": a thread advances the all-reduces during backward; "0": the gradient hooks do
+    done = launch(nproc, "ddp_check.py", *(["--compile"] if mode == "compiled" else []),
+                  JITORCH_DDP_PROGRESS_THREAD=thread)
     assert done.returncode == 0, done.stderr
+    if thread:
+        assert len(re.findall(rf"rank \d: progress thread {thread == '1'}", done.stdout)) == nproc, done.stdout
     assert sorted(re.findall(rf"rank (\d+): ddp == whole batch \({mode}\)", done.stdout)) == \
         [str(r) for r in range(nproc)], done.stdout
     assert "eagerly" not in done.stderr  # the compiled step is one graph, collectives included

@@ -3,10 +3,12 @@
 At construction rank 0's parameters and buffers are broadcast, so every replica starts equal. The parameters
 are grouped into buckets of about ``bucket_cap_mb``, the first of 1 MiB (in reverse registration order, about
 the order backward produces their gradients, as torch does). A post-accumulate-grad hook on each parameter
-counts it ready; when a bucket is complete its gradients are copied into one flat buffer and an asynchronous
-all-reduce starts, so communication overlaps the rest of backward (each later hook lets MPI advance it).
+counts it ready; when a bucket is complete its gradients, divided by the world's size, are copied into one flat
+buffer and an asynchronous all-reduce starts, so communication overlaps the rest of backward (MPI advances it
+in the later hooks, or, with a core to spare, in a thread while backward computes: `_Progress`).
 Buckets start in the same order on every rank (a collective must). When the last bucket has started,
-backward's last hook waits for them all and writes the averages back into ``.grad``.
+backward's last hook waits for them all and writes the averages back into ``.grad``. The ranks compare their
+parameters' dtypes and shapes once, at construction, so the buckets agree and start without a check each.
 
 Inside ``jitorch.compile`` the same hooks run while backward is traced, and each bucket's all-reduce becomes a
 node of the graph (`jitorch.distributed.graph_ops`), placed where the bucket's last gradient is computed: the
@@ -15,13 +17,21 @@ compiled step stays one graph.
 
 from __future__ import annotations
 
+import os
+import threading
+import time
 from contextlib import contextmanager
+
+import numpy as np
 
 from ... import distributed as dist
 from ...compiler import is_compiling
+from ...distributed.collectives import started_all_reduce
+from ...distributed.mpi_backend import mpi
 from ...distributed.process_group import resolve
-from ... import cat, zeros_like
+from ... import bfloat16, cat, zeros_like
 from ...runtime.grad_mode import is_grad_enabled, no_grad
+from ...runtime.threads import get_num_threads
 from ..modules.module import Module
 
 __all__ = ["DistributedDataParallel"]
@@ -70,15 +80,35 @@ class DistributedDataParallel(Module):
         if not params:
             raise RuntimeError("DistributedDataParallel is not needed when a module doesn't have any parameter "
                                "that requires a gradient.")
+        if not is_compiling():
+            self._verify_same_model(params)
         with no_grad():
             self._broadcast([*module.parameters(), *module.buffers()])
         cap = (25 if bucket_cap_mb is None else bucket_cap_mb) * 2 ** 20
         self._buckets = self._bucketed(params[::-1], min(cap, FIRST_BUCKET_BYTES), cap)
         self._bucket_of = {id(p): b for b in self._buckets for p in b.params}
         self._next = 0  # the next bucket to start: they start in order on every rank
+        self._progress = _Progress(self._group)
         self._expecting = False
         for p in params:
             p.register_post_accumulate_grad_hook(self._grad_ready)
+
+    def _verify_same_model(self, params):
+        """RuntimeError on every rank unless every rank's parameters have the same dtypes and shapes (torch
+        checks this too): buckets then agree, and each starts without a check of its own."""
+        mine = [[str(p.dtype), list(p.shape)] for p in params]
+        everyone = [None] * self._world
+        dist.all_gather_object(everyone, mine, group=self.process_group)
+        for rank, theirs in zip(self._group.ranks, everyone):
+            if len(theirs) != len(mine):
+                raise RuntimeError(f"DDP expects same model across all ranks, but Rank {self._group.ranks[0]} has "
+                                   f"{len(everyone[0])} params, while rank {rank} has inconsistent {len(theirs)} "
+                                   "params.")
+            for index, (a, b) in enumerate(zip(everyone[0], theirs)):
+                if a != b:
+                    raise RuntimeError(f"DDP expects same model across all ranks: params[{index}] is {a[0]} of "
+                                       f"sizes {a[1]} on rank {self._group.ranks[0]}, {b[0]} of sizes {b[1]} on "
+                                       f"rank {rank}")
 
     def _broadcast(self, tensors):
         for t in tensors:
@@ -136,9 +166,7 @@ class DistributedDataParallel(Module):
             self._mark_ready(param)
 
     def _mark_ready(self, param):
-        for started in self._buckets[:self._next]:  # MPI advances a started all-reduce only inside MPI calls
-            if started.work is not None:
-                started.work.is_completed()
+        self._progress.poke()
         bucket = self._bucket_of[id(param)]
         bucket.ready += 1
         while self._next < len(self._buckets) and \
@@ -152,14 +180,23 @@ class DistributedDataParallel(Module):
         if is_compiling():
             self._reduce_in_graph(bucket)
             return
-        with no_grad():
-            for p, part in bucket.slices():
-                grad = p.grad
-                if grad is None:
-                    part.zero_()
-                elif not _is_view_of(grad, part):
-                    part.copy_(grad.reshape(-1))
-        bucket.work = dist.all_reduce(bucket.buffer, group=self.process_group, async_op=True)
+        # each gradient divided by the world's size on its way in, as torch's mul_out, in one NumPy pass over
+        # the tensors' own memory (the bucket and the gradients are CPU tensors: MPI sends CPU tensors)
+        scale = 1 / self._world
+        for p, part in bucket.slices():
+            grad, flat = p.grad, part._array()
+            if grad is None:
+                flat[...] = 0
+            elif _is_view_of(grad, part):
+                flat *= scale
+            else:
+                np.multiply(grad._array().reshape(-1), scale, out=flat, casting="unsafe")
+            part._bump_version()
+        if bucket.buffer.dtype == bfloat16:  # MPI reduces it through float32 copies, which all_reduce makes
+            bucket.work = dist.all_reduce(bucket.buffer, group=self.process_group, async_op=True)
+        else:
+            bucket.work = started_all_reduce(bucket.buffer, self.process_group)
+        self._progress.add(bucket.work)
 
     def _reduce_in_graph(self, bucket):
         with no_grad():
@@ -176,10 +213,10 @@ class DistributedDataParallel(Module):
         self._expecting = False
         if is_compiling():
             return  # each bucket's reduction wrote its gradients back already
+        self._progress.stop()
         with no_grad():
             for bucket in self._buckets:
                 bucket.work.wait()
-                bucket.buffer.div_(self._world)
                 for p, part in bucket.slices():
                     view = part.view(p.shape)
                     if self.gradient_as_bucket_view:
@@ -188,7 +225,67 @@ class DistributedDataParallel(Module):
                     elif p.grad is None:
                         p.grad = view.clone()
                     else:
-                        p.grad.copy_(view)
+                        np.copyto(p.grad._array(), view._array(), casting="unsafe")
+                        p.grad._bump_version()
+
+
+class _Progress:
+    """Advances the started buckets' all-reduces while backward computes the next gradients.
+
+    MPICH moves a non-blocking collective forward only inside MPI calls. With a core to spare, a thread polls
+    ``MPI_Test`` every ``INTERVAL`` seconds, sleeping in between (backward's kernels release the GIL), from the
+    first bucket's start until backward's last hook, which stops it before waiting itself (MPI forbids two
+    threads testing one request at once). Without a spare core such a thread only takes the CPU from backward
+    and from the copies the all-reduce itself is made of (measured: steps slower), so each gradient hook polls
+    instead. A core is spare when this process may run on more cores than the node's ranks use for compute
+    (``jitorch.get_num_threads()`` each) and their polling threads; ``JITORCH_DDP_PROGRESS_THREAD=1`` or ``0``
+    decides instead. The thread needs MPI_THREAD_MULTIPLE (mpi4py's default)."""
+
+    INTERVAL = 0.0002
+
+    def __init__(self, group):
+        self.works, self.thread, self.running, self.done = [], None, False, 0
+        self.threaded = False
+        if group.size() == 1:
+            return
+        MPI = mpi()
+        node = group.comm.Split_type(MPI.COMM_TYPE_SHARED)  # collective: every rank calls it, whatever it decides
+        local_ranks = node.Get_size()
+        node.Free()
+        forced = os.environ.get("JITORCH_DDP_PROGRESS_THREAD")
+        spare = len(os.sched_getaffinity(0)) >= local_ranks * (get_num_threads() + 1)
+        self.threaded = MPI.Query_thread() == MPI.THREAD_MULTIPLE and (forced == "1" or spare and forced != "0")
+
+    def add(self, work):
+        """Track a started all-reduce (and start the thread with the first)."""
+        self.works.append(work)
+        if self.threaded and self.thread is None:
+            self.running = True
+            self.thread = threading.Thread(target=self._run, daemon=True)
+            self.thread.start()
+
+    def poke(self):
+        """From a gradient hook: advance the started all-reduces, unless the thread does."""
+        if not self.threaded:
+            self._advance()
+
+    def _advance(self):
+        # tests the unfinished all-reduces in start order, stopping at the first still running
+        while self.done < len(self.works) and self.works[self.done].is_completed():
+            self.done += 1
+
+    def _run(self):
+        while self.running:
+            self._advance()
+            time.sleep(self.INTERVAL)
+
+    def stop(self):
+        """Stop the thread (backward's last hook then waits for the all-reduces itself)."""
+        if self.thread is not None:
+            self.running = False
+            self.thread.join()
+            self.thread = None
+        self.works, self.done = [], 0
 
 
 def _graph_ops():
