@@ -77,10 +77,33 @@ def fuse(graph, prologue_outputs=True):
     With ``prologue_outputs=False`` a reduction's prologue holds only values
     nothing outside the group needs (for kernels that cannot write them).
     """
+    return fuse_with_plan(graph, prologue_outputs)[0]
+
+
+def fuse_with_plan(graph, prologue_outputs=True, plan=None):
+    """(groups as `fuse` gives them, their plan, whether ``plan`` made them).
+
+    A plan is the list of merges that made the groups, each a pair of node
+    positions in ``graph.nodes`` (a node of each cluster merged). Replaying a
+    plan skips the search for merges, most of fusion's time; each merge is
+    still made by the same legality checks as in the search (kernel form, size
+    and acyclicity), so a plan from elsewhere can only give a legal partition.
+    A ``plan`` with a merge that is malformed, out of range or refused is
+    dropped and the graph fused anew."""
+    if plan is not None:
+        part = _Partition(graph, prologue_outputs)
+        refused = part.replay(plan)
+        if refused is None:
+            return _logged(graph, part.groups()), plan, True
+        log("fusion", "the fusion plan given does not apply (%s): fusing anew", refused)
     part = _Partition(graph, prologue_outputs)
+    part.merges = []
     while part.grow():
         pass
-    groups = part.groups()
+    return _logged(graph, part.groups()), part.merges, False
+
+
+def _logged(graph, groups):
     log("fusion", "%d nodes in %d groups:\n%s", len(graph.nodes), len(groups),
         "\n".join(f"  {i}: {g}" for i, g in enumerate(groups)))
     return groups
@@ -231,6 +254,7 @@ class _Partition:
 
     def __init__(self, graph, prologue_outputs):
         self.prologue_outputs = prologue_outputs
+        self.merges = None  # where a list: each merge made, as (a node of one cluster, one of the other)
         self.order = {n: i for i, n in enumerate(graph.nodes)}
         self.kind = {n: kind_of(n) for n in graph.nodes}
         self.reads = {n: n.input_values() for n in graph.nodes}  # read at every sweep over the edges
@@ -393,6 +417,8 @@ class _Partition:
         if linked is None:
             return False
         found, forward = linked
+        if self.merges is not None:
+            self.merges.append((self.order[a.first], self.order[b.first]))
         keep, gone = (a, b) if len(a.nodes) >= len(b.nodes) else (b, a)
         # The topological order stays valid with the merged cluster where q was, p's descendants
         # after it and q's ancestors before it; Nones fill the freed slots so that later positions hold.
@@ -407,13 +433,42 @@ class _Partition:
         self.dag.add_edges_from([(s, keep) for s in self.dag.predecessors(gone) if s is not keep])
         self.dag.add_edges_from([(keep, s) for s in self.dag.successors(gone) if s is not keep])
         self.dag.remove_node(gone)
+        self.join(keep, gone, form)
+        return True
+
+    def join(self, keep, gone, union):
+        """Make ``keep`` the cluster of both (their `_Union` is ``union``); the graph of clusters is the
+        caller's."""
         for n in gone.nodes:
             self.owner[n] = keep
         keep.nodes |= gone.nodes
         keep.first = min(keep.first, gone.first, key=self.order.__getitem__)
         keep.reduction = keep.reduction or gone.reduction
-        self.absorb(keep, gone, form)
-        return True
+        self.absorb(keep, gone, union)
+
+    def replay(self, plan):
+        """Make the merges of ``plan`` (see `fuse_with_plan`); None when all were made, else why not.
+        Each merge passes `try_merge`'s checks of size and kernel form; acyclicity, which the search
+        keeps merge by merge, is checked once, on the graph of the clusters made: a partition whose
+        groups depend on each other in a cycle is refused."""
+        nodes = list(self.order)
+        for k, merge in enumerate(plan):
+            if not (type(merge) in (list, tuple) and len(merge) == 2
+                    and all(type(i) is int and 0 <= i < len(nodes) for i in merge)):
+                return f"merge {k} is not two node positions below {len(nodes)}"
+            a, b = self.owner[nodes[merge[0]]], self.owner[nodes[merge[1]]]
+            form = None if a is b or len(a.nodes) + len(b.nodes) > MAX_GROUP_NODES else self.union_form(a, b)
+            if form is None:
+                return f"merge {k} is refused"
+            self.join(*((a, b) if len(a.nodes) >= len(b.nodes) else (b, a)), form)
+        clusters = list(dict.fromkeys(self.owner[n] for n in nodes))
+        self.dag = _Dag()
+        self.dag.add_nodes_from(clusters)
+        self.dag.add_edges_from((self.owner[v.node], self.owner[u]) for v, users in self.users.items()
+                                if v.node is not None for u in users if self.owner[v.node] is not self.owner[u])
+        if len(self.dag.topological_order(key=lambda c: self.order[c.first])) != len(clusters):
+            return "its groups depend on each other in a cycle"
+        return None
 
     def same_space(self, a, b):
         """Both clusters pointwise or views over one space."""
@@ -470,4 +525,4 @@ class _Partition:
         return [self.group(c) for c in order]
 
 
-__all__ = ["Group", "fuse"]
+__all__ = ["Group", "fuse", "fuse_with_plan"]
