@@ -58,8 +58,12 @@ def info() -> dict:
 
 
 def _graph_text(graph, target_id):
+    """What a plan is keyed by: the graph's canonical text (values named by definition order, as
+    `print_graph` names them) and the strides of the values laid out as eager lays them out."""
+    names = {v: f"v{i}" for i, v in enumerate(graph.values())}
+    layouts = sorted((names[v], tuple(strides)) for v, strides in graph.layouts.items() if v in names)
     return "\n".join([f"jitorch fusion plan {FORMAT}", f"max group nodes {MAX_GROUP_NODES}", f"target {target_id}",
-                      print_graph(graph, canonical=True)])
+                      print_graph(graph, canonical=True), f"layouts {layouts}"])
 
 
 def _decode(data, nodes):

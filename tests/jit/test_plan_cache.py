@@ -1,0 +1,253 @@
+"""The fusion-plan cache (`jitorch.jit.plan_cache`): plans replayed give fusion's own groups, entries that
+do not check out are rejected (logged, fused anew), different graphs never share an entry, and a fresh
+process with a warm cache computes bitwise what a cold one computes."""
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import jitorch as jt
+from jitorch.codegen.cache import _HEADER as HEADER, KernelCache, cache_key, toolchain
+from jitorch.ir.passes import optimize
+from jitorch.ir.passes.fusion import fuse, fuse_with_plan
+from jitorch.jit import executor, plan_cache  # noqa: F401 (executor: loads the code generator, whose rule says what fuses)
+from jitorch.jit.tracer import trace
+from jitorch.runtime import logs
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _layers(x, w, b):
+    """Enough nodes for the plan cache (pointwise chains, products, reductions, broadcasts)."""
+    for _ in range(6):
+        h = jt.tanh(x @ w + b) * 0.5 + x
+        x = h - h.mean(dim=-1, keepdim=True)
+        x = x / (x * x).sum(dim=-1, keepdim=True).sqrt()
+    return jt.softmax(x, dim=-1).sum()
+
+
+def _graph(shape=(8, 16), dtype=jt.float32, scale=0.5):
+    x = jt.randn(*shape, dtype=dtype)
+    w = jt.randn(shape[-1], shape[-1], dtype=dtype)
+    b = jt.randn(shape[-1], dtype=dtype)
+    if scale == 0.5:
+        fn = _layers
+    else:
+        def fn(x, w, b):
+            return _layers(x * scale, w, b)
+    return optimize(trace(fn, x, w, b))
+
+
+def _described(groups):
+    return [(g.kind, tuple(g.shape), [n.outputs[0].name for n in g.nodes], [v.name for v in g.outputs])
+            for g in groups]
+
+
+@pytest.fixture
+def fusion_logs(caplog):
+    logs.set_logs("fusion")
+    try:
+        with caplog.at_level(logging.INFO, logger="jitorch"):
+            yield caplog
+    finally:
+        logs.set_logs("")
+
+
+def test_a_replayed_plan_gives_fusions_groups():
+    graph = _graph()
+    assert len(graph.nodes) >= plan_cache.MIN_NODES
+    groups, plan, replayed = fuse_with_plan(graph)
+    assert not replayed and plan and len(groups) < len(graph.nodes)
+    again, same_plan, replayed = fuse_with_plan(graph, plan=plan)
+    assert replayed and same_plan is plan
+    assert _described(again) == _described(groups) == _described(fuse(graph))
+
+
+PLAN_DAMAGES = {
+    "out of range": "merge 0 is not two node positions below",
+    "not pairs": "merge 0 is not two node positions below",
+    "a node with itself": "merge 0 is refused",
+    "two externals": "merge 0 is refused",
+    "cycle": "its groups depend on each other in a cycle",
+}
+
+
+@pytest.mark.parametrize("damage", PLAN_DAMAGES)
+def test_a_plan_that_does_not_apply_is_dropped_and_the_graph_fused_anew(damage, fusion_logs):
+    graph = _graph()
+    groups, plan, _ = fuse_with_plan(graph)
+    external = [i for i, n in enumerate(graph.nodes) if n.op.name == "matmul"]
+    if damage == "out of range":
+        bad = [[0, len(graph.nodes)]] + plan
+    elif damage == "not pairs":
+        bad = [[0, 1, 2]] + plan
+    elif damage == "a node with itself":
+        bad = [[plan[0][0], plan[0][0]]] + plan
+    elif damage == "two externals":
+        bad = [external[:2]] + plan
+    else:
+        # the add after the first product merged with the add after the second, which reads the first's
+        # group through that product: each group would wait for the other
+        assert graph.nodes[external[0] + 1].op.name == graph.nodes[external[1] + 1].op.name == "add"
+        bad = [[external[0] + 1, external[1] + 1]]
+    made, replanned, replayed = fuse_with_plan(graph, plan=bad)
+    assert not replayed and replanned == plan
+    assert _described(made) == _described(groups)
+    assert f"the fusion plan given does not apply ({PLAN_DAMAGES[damage]}" in fusion_logs.text
+
+
+def test_entries_are_stored_then_loaded_by_a_new_cache(tmp_path):
+    graph = _graph()
+    before = plan_cache.info()
+    cold = plan_cache.fuse_cached(graph, None, KernelCache(tmp_path))
+    (entry,) = tmp_path.rglob("*.jitk")
+    warm = plan_cache.fuse_cached(graph, None, KernelCache(tmp_path))  # (a new cache: nothing in memory)
+    after = plan_cache.info()
+    assert _described(warm) == _described(cold) == _described(fuse(graph))
+    assert after["misses"] - before["misses"] == 1 and after["writes"] - before["writes"] == 1
+    assert after["hits"] - before["hits"] == 1
+    payload = json.loads(entry.read_bytes()[HEADER.size + len(entry.stem):])
+    assert payload["format"] == plan_cache.FORMAT and payload["nodes"] == len(graph.nodes)
+
+
+def _payload_replaced(path, payload):
+    """The entry at ``path`` with ``payload``, its checksum and length made to match (as a writer of the
+    folder could): only plan_cache's own checks stand between it and the fusion."""
+    import hashlib
+    raw = path.read_bytes()
+    magic, version, _, _, source, key_length = HEADER.unpack_from(raw)
+    header = HEADER.pack(magic, version, len(payload), hashlib.sha256(payload).digest(), source, key_length)
+    path.write_bytes(header + raw[HEADER.size:HEADER.size + key_length] + payload)
+
+
+DAMAGES = {
+    "truncated": lambda raw, graph: raw[: len(raw) // 2],
+    "not JSON": lambda raw, graph: b"\x80\x04 a pickle? " + raw,
+    "another format": lambda raw, graph: raw.replace(b'"format":1', b'"format":99'),
+    "another graph's size": lambda raw, graph: raw.replace(f'"nodes":{len(graph.nodes)}'.encode(), b'"nodes":5'),
+    "merges not integers": lambda raw, graph: raw.replace(b"[[", b'[["0",', 1),
+    "a refused merge": lambda raw, graph: raw.replace(b'"merges":[', b'"merges":[[0,0],', 1),
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGES.values(), ids=DAMAGES.keys())
+def test_a_damaged_entry_is_rejected_logged_and_rewritten(tmp_path, damage, fusion_logs):
+    graph = _graph()
+    expected = _described(fuse(graph))
+    plan_cache.fuse_cached(graph, None, KernelCache(tmp_path))
+    (entry,) = tmp_path.rglob("*.jitk")
+    good = entry.read_bytes()
+    payload = good[HEADER.size + len(entry.stem):]
+    _payload_replaced(entry, damage(payload, graph))
+    before = plan_cache.info()
+    assert _described(plan_cache.fuse_cached(graph, None, KernelCache(tmp_path))) == expected
+    after = plan_cache.info()
+    assert after["rejected"] - before["rejected"] == 1 and after["hits"] == before["hits"]
+    assert "fusing anew" in fusion_logs.text
+    assert entry.read_bytes() == good  # the fresh fusion wrote its plan back
+
+
+def test_a_torn_or_foreign_file_is_a_miss(tmp_path):
+    graph, other = _graph(), _graph(dtype=jt.float64)
+    plan_cache.fuse_cached(graph, None, KernelCache(tmp_path / "a"))
+    plan_cache.fuse_cached(other, None, KernelCache(tmp_path / "b"))
+    (mine,) = (tmp_path / "a").rglob("*.jitk")
+    (foreign,) = (tmp_path / "b").rglob("*.jitk")
+    good = mine.read_bytes()
+    for bad in (good[:HEADER.size - 3], foreign.read_bytes()):  # torn header; another graph's entry at this path
+        mine.write_bytes(bad)
+        before = plan_cache.info()
+        assert _described(plan_cache.fuse_cached(graph, None, KernelCache(tmp_path / "a"))) == _described(fuse(graph))
+        after = plan_cache.info()
+        assert after["misses"] - before["misses"] == 1 and after["hits"] == before["hits"]
+        assert mine.read_bytes() == good
+
+
+def test_a_huge_entry_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    graph = _graph()
+    plan_cache.fuse_cached(graph, None, KernelCache(tmp_path))
+    (entry,) = tmp_path.rglob("*.jitk")
+    monkeypatch.setattr(plan_cache, "MAX_ENTRY_BYTES", 10)
+    before = plan_cache.info()
+    plan_cache.fuse_cached(graph, None, KernelCache(tmp_path))
+    assert plan_cache.info()["misses"] - before["misses"] == 1
+
+
+def _key(graph, target="cpu x86_64"):
+    return cache_key("fusion plan", plan_cache._graph_text(graph, target))
+
+
+def test_different_graphs_never_share_an_entry():
+    base = _graph()
+    keys = {
+        "base": _key(base),
+        "dtype": _key(_graph(dtype=jt.float64)),
+        "shape": _key(_graph(shape=(4, 16))),
+        "constant": _key(_graph(scale=0.25)),
+        "target": _key(base, "cpu x86_64 +avx512f"),
+    }
+    assert len(set(keys.values())) == len(keys), keys
+    assert _key(_graph()) == keys["base"]  # the same graph, traced again, finds its entry
+    # op attributes: the same graph with one reduction over another dim
+    attr = _graph()
+    node = next(n for n in attr.nodes if n.op.name == "sum")
+    assert node.args[1] in ([-1], (-1,), -1, [1], (1,), 1)
+    text = plan_cache._graph_text(attr, "cpu x86_64")
+    node.args = (node.args[0], [0]) + tuple(node.args[2:])
+    assert plan_cache._graph_text(attr, "cpu x86_64") != text
+    # strides: a value laid out another way
+    laid = _graph()
+    value = laid.nodes[-1].outputs[0] if not laid.layouts else next(iter(laid.layouts))
+    text = plan_cache._graph_text(laid, "cpu x86_64")
+    laid.layouts[value] = (7,) * len(value.type.shape)
+    assert plan_cache._graph_text(laid, "cpu x86_64") != text
+    # the versions of jitorch and llvmlite are in every key
+    assert toolchain()[:2] == ("jitorch", jt.__version__)
+
+
+STEP = """
+import sys
+import numpy as np
+import jitorch as torch
+from jitorch.jit import executor, plan_cache  # noqa: F401 (executor: loads the code generator, whose rule says what fuses)
+torch.manual_seed(0)
+model = torch.nn.Sequential(*[m for _ in range(4) for m in (torch.nn.Linear(16, 16), torch.nn.LayerNorm(16),
+                                                              torch.nn.GELU())], torch.nn.Linear(16, 3))
+opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+x, y = torch.randn(32, 16), torch.randint(0, 3, (32,))
+
+@torch.compile
+def step(x, y):
+    opt.zero_grad()
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    return loss
+
+losses = [step(x, y).numpy().tobytes().hex() for _ in range(3)]
+params = b"".join(p.detach().numpy().tobytes() for p in model.parameters()).hex()
+print(losses, params, plan_cache.info()["hits"], plan_cache.info()["writes"])
+"""
+
+
+def test_a_warm_fresh_process_computes_bitwise_what_a_cold_one_did(tmp_path):
+    env = {**os.environ, "JITORCH_CACHE_DIR": str(tmp_path),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+
+    def run():
+        out = subprocess.run([sys.executable, "-c", STEP], env=env, cwd=ROOT, capture_output=True, text=True,
+                             timeout=240)
+        assert out.returncode == 0, out.stderr[-4000:]
+        losses, params, hits, writes = out.stdout.strip().rsplit(" ", 3)
+        return losses + params, int(hits), int(writes)
+
+    cold, cold_hits, cold_writes = run()
+    warm, warm_hits, warm_writes = run()
+    assert cold_hits == 0 and cold_writes >= 1
+    assert warm_hits >= 1 and warm_writes == 0
+    assert warm == cold
