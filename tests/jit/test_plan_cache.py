@@ -251,3 +251,20 @@ def test_a_warm_fresh_process_computes_bitwise_what_a_cold_one_did(tmp_path):
     assert cold_hits == 0 and cold_writes >= 1
     assert warm_hits >= 1 and warm_writes == 0
     assert warm == cold
+
+
+def test_explain_shows_the_plan_caches_counts():
+    @jt.compile
+    def deep(x):
+        for _ in range(30):
+            x = jt.tanh(x) * 0.5 + x
+        return x.sum()
+
+    x = jt.randn(64)
+    before = plan_cache.info()
+    deep(x)
+    counts = plan_cache.info()
+    assert counts["hits"] + counts["misses"] - before["hits"] - before["misses"] == 1
+    line = next(line for line in str(jt.explain(deep, x)).splitlines() if "fusion plan cache" in line)
+    assert line == (f"  fusion plan cache: {counts['hits']} hits, {counts['misses']} misses, {counts['rejected']} "
+                    f"rejected, {counts['writes']} written (graphs of 64 nodes or more)")
