@@ -91,7 +91,7 @@ def fuse_with_plan(graph, prologue_outputs=True, plan=None):
     A ``plan`` with a merge that is malformed, out of range or refused is
     dropped and the graph fused anew."""
     if plan is not None:
-        part = _Partition(graph, prologue_outputs)
+        part = _Partition(graph, prologue_outputs, searching=False)
         refused = part.replay(plan)
         if refused is None:
             return _logged(graph, part.groups()), plan, True
@@ -252,7 +252,7 @@ class _Dag:
 class _Partition:
     """The clusters being grown, and the graph of clusters in a topological order."""
 
-    def __init__(self, graph, prologue_outputs):
+    def __init__(self, graph, prologue_outputs, searching=True):
         self.prologue_outputs = prologue_outputs
         self.merges = None  # where a list: each merge made, as (a node of one cluster, one of the other)
         self.order = {n: i for i, n in enumerate(graph.nodes)}
@@ -265,6 +265,8 @@ class _Partition:
         # values needed whatever the partition: graph outputs and values written back into inputs
         self.sinks = set(graph.output_values()) | {v for _, v in graph.mutations}
         self.owner = {n: self.single_cluster(n) for n in graph.nodes}
+        if not searching:  # a replay (`replay`) keeps no order while it merges, and makes the graph after
+            return
         self.topo = [self.owner[n] for n in graph.nodes]
         self.pos = {c: i for i, c in enumerate(self.topo)}
         self.dag = _Dag()
@@ -342,9 +344,10 @@ class _Partition:
                     return None  # a prologue value read by the epilogue
         return None, in_space
 
-    def union_form(self, a, b):
+    def union_form(self, a, b, deferred=False):
         """The `_Union` of clusters ``a`` and ``b``, or None if the merged group would have no kernel
-        form (acyclicity is checked apart)."""
+        form (acyclicity is checked apart). ``deferred``: a group with a reduction is not checked here
+        (its form costs time in proportion to the group), and its caller checks the group it ends as."""
         if a.external or b.external or (a.reduction is not None and b.reduction is not None):
             return None
         crossing, internal = [], []
@@ -364,6 +367,8 @@ class _Partition:
         red = a.reduction or b.reduction
         if red is None:
             form = self.pointwise_form(set(shapes), _broadcast(a.pointwise, b.pointwise))
+        elif deferred:
+            form = None, _shape(red.args[0])  # reduction_form's, when it holds
         else:
             escaping = (a.escaping.keys() | b.escaping.keys()) - set(internal)
             form = self.reduction_form(red, a.nodes | b.nodes, escaping)
@@ -448,19 +453,28 @@ class _Partition:
 
     def replay(self, plan):
         """Make the merges of ``plan`` (see `fuse_with_plan`); None when all were made, else why not.
-        Each merge passes `try_merge`'s checks of size and kernel form; acyclicity, which the search
-        keeps merge by merge, is checked once, on the graph of the clusters made: a partition whose
-        groups depend on each other in a cycle is refused."""
+        Each merge passes `try_merge`'s checks of size and kernel form, but two that the search makes
+        merge by merge are made once, on what the merges made: each group with a reduction must have
+        that kernel form (`reduction_form`), and the groups must not depend on each other in a cycle."""
         nodes = list(self.order)
+        reducing = set()
         for k, merge in enumerate(plan):
             if not (type(merge) in (list, tuple) and len(merge) == 2
                     and all(type(i) is int and 0 <= i < len(nodes) for i in merge)):
                 return f"merge {k} is not two node positions below {len(nodes)}"
             a, b = self.owner[nodes[merge[0]]], self.owner[nodes[merge[1]]]
-            form = None if a is b or len(a.nodes) + len(b.nodes) > MAX_GROUP_NODES else self.union_form(a, b)
+            form = None if a is b or len(a.nodes) + len(b.nodes) > MAX_GROUP_NODES else \
+                self.union_form(a, b, deferred=True)
             if form is None:
                 return f"merge {k} is refused"
-            self.join(*((a, b) if len(a.nodes) >= len(b.nodes) else (b, a)), form)
+            keep, gone = (a, b) if len(a.nodes) >= len(b.nodes) else (b, a)
+            self.join(keep, gone, form)
+            reducing.discard(gone)
+            if keep.reduction is not None:
+                reducing.add(keep)
+        for c in reducing:
+            if self.reduction_form(c.reduction, c.nodes, c.escaping.keys()) is None:
+                return f"the group of {c.reduction.op.name} (node {self.order[c.reduction]}) has no reduction kernel form"
         clusters = list(dict.fromkeys(self.owner[n] for n in nodes))
         self.dag = _Dag()
         self.dag.add_nodes_from(clusters)
