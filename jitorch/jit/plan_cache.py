@@ -22,7 +22,6 @@ import functools
 import json
 import threading
 
-from ..codegen import cpu
 from ..codegen.cache import KernelCache, cache_key
 from ..ir.passes.fusion import MAX_GROUP_NODES, fuse, fuse_with_plan
 from ..ir.printer import print_graph
@@ -85,6 +84,8 @@ def _decode(data, nodes):
 def target_id(target):
     """The text a plan's key takes of a kernel target (None: the CPU's, its triple, CPU name and features)."""
     if target is None:
+        # (imported here: `jitorch.explain` imports this module, and importing jitorch loads no LLVM)
+        from ..codegen import cpu
         return cpu.target_id()
     return f"{target.name} {getattr(target, 'triple', '')}"
 

@@ -219,24 +219,14 @@ def test_different_graphs_never_share_an_entry():
 
 
 STEP = """
-import sys
-import numpy as np
 import jitorch as torch
-from jitorch.jit import executor, plan_cache  # noqa: F401 (executor: loads the code generator, whose rule says what fuses)
+from jitorch.jit import plan_cache
+from tests.support import classifier_step
 torch.manual_seed(0)
-model = torch.nn.Sequential(*[m for _ in range(4) for m in (torch.nn.Linear(16, 16), torch.nn.LayerNorm(16),
+model = torch.nn.Sequential(*[m for _ in range(2) for m in (torch.nn.Linear(16, 16), torch.nn.LayerNorm(16),
                                                               torch.nn.GELU())], torch.nn.Linear(16, 3))
-opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+step = torch.compile(classifier_step(model, torch.optim.SGD(model.parameters(), lr=0.1)))
 x, y = torch.randn(32, 16), torch.randint(0, 3, (32,))
-
-@torch.compile
-def step(x, y):
-    opt.zero_grad()
-    loss = torch.nn.functional.cross_entropy(model(x), y)
-    loss.backward()
-    opt.step()
-    return loss
-
 losses = [step(x, y).numpy().tobytes().hex() for _ in range(3)]
 params = b"".join(p.detach().numpy().tobytes() for p in model.parameters()).hex()
 print(losses, params, plan_cache.info()["hits"], plan_cache.info()["writes"])
@@ -256,8 +246,9 @@ def test_a_warm_fresh_process_computes_bitwise_what_a_cold_one_did(tmp_path):
 
     cold, cold_hits, cold_writes = run()
     warm, warm_hits, warm_writes = run()
-    assert cold_hits == 0 and cold_writes >= 1
-    assert warm_hits >= 1 and warm_writes == 0
+    # (the cold process may hit its own entries: a retrace of the same graph once .grad exists)
+    assert cold_writes >= 1
+    assert warm_writes == 0 and warm_hits == cold_hits + cold_writes  # every graph's plan came from the cache
     assert warm == cold
 
 
