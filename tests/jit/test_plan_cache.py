@@ -267,3 +267,40 @@ def test_explain_shows_the_plan_caches_counts():
     line = next(line for line in str(jt.explain(deep, x)).splitlines() if "fusion plan cache" in line)
     assert line == (f"  fusion plan cache: {counts['hits']} hits, {counts['misses']} misses, {counts['rejected']} "
                     f"rejected, {counts['writes']} written (graphs of 64 nodes or more)")
+
+
+def _sources(graph, cache, monkeypatch):
+    """`build_many`'s sources of the graph's groups, in a process that has built none of them."""
+    import collections
+    from jitorch.codegen import kernel
+    monkeypatch.setattr(kernel, "_built", collections.OrderedDict())
+    requests = [(g, f"jitorch_k{i}_{g.kind}", None, {}) for i, g in enumerate(fuse(graph))
+                if g.kind in ("pointwise", "reduction")]
+    return kernel.build_many(requests, cache)
+
+
+def _source_fields(sources):
+    return [None if s is None else (s.name, s.kind, s.llvm_ir, [v.name for v in s.inputs],
+                                    [v.name for v in s.outputs], s.outer, s.work) for s in sources]
+
+
+def test_the_kernel_sources_entry_holds_each_text_once_and_a_foreign_one_is_rebuilt(tmp_path, monkeypatch):
+    graph = _graph()
+    built = _sources(graph, KernelCache(tmp_path), monkeypatch)
+    (entry,) = tmp_path.rglob("*.jitk")
+    stored = json.loads(entry.read_bytes()[HEADER.size + len(entry.stem):])
+    kernels = [k for k in stored["kernels"] if k is not None]
+    # the six layers' kernels are equal but for their names: their text is stored once
+    assert len(stored["texts"]) == len({k["llvm_ir"] for k in kernels}) < len(kernels) // 3
+    loaded_from = KernelCache(tmp_path)
+    loaded = _sources(graph, loaded_from, monkeypatch)
+    assert _source_fields(loaded) == _source_fields(built)
+    assert (loaded_from.info().disk_hits, loaded_from.info().writes) == (1, 0)
+    # an entry of the earlier format (a list of kernels, each with its text), or with a text position out of
+    # range: built again, and rewritten
+    for payload in (json.dumps([None]).encode(),
+                    json.dumps({"texts": [], "kernels": kernels}).encode()):
+        _payload_replaced(entry, payload)
+        again = KernelCache(tmp_path)
+        assert _source_fields(_sources(graph, again, monkeypatch)) == _source_fields(built)
+        assert (again.info().disk_hits, again.info().writes) == (1, 1)

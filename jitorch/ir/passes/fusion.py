@@ -34,6 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import heapq
+import logging
 
 import numpy as np
 
@@ -104,8 +105,9 @@ def fuse_with_plan(graph, prologue_outputs=True, plan=None):
 
 
 def _logged(graph, groups):
-    log("fusion", "%d nodes in %d groups:\n%s", len(graph.nodes), len(groups),
-        "\n".join(f"  {i}: {g}" for i, g in enumerate(groups)))
+    if logging.getLogger("jitorch.fusion").isEnabledFor(logging.INFO):  # (the listing takes milliseconds to build)
+        log("fusion", "%d nodes in %d groups:\n%s", len(graph.nodes), len(groups),
+            "\n".join(f"  {i}: {g}" for i, g in enumerate(groups)))
     return groups
 
 
