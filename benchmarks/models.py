@@ -384,7 +384,7 @@ def stages():
         ("  optimizer code (jitorch/optim)", path_part("/jitorch/optim/")),
         ("compile the graph (all below)", code_keys(executor.CompiledGraph.__init__)),
         ("  IR passes (optimize)", code_keys(manager.optimize)),
-        ("  fusion (with its plan cache)", code_keys(fusion.fuse, plan_cache.fuse_cached)),
+        ("  fusion", code_keys(fusion.fuse, plan_cache.fuse_cached)),
         ("  kernel LLVM IR build", code_keys(kernel.build)),
         ("  LLVM optimise", code_keys(cpu.optimise)),
         ("  LLVM emit object", code_keys(TargetMachine.emit_object)),
