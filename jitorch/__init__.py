@@ -35,6 +35,7 @@ from .tensor import install_operators  # noqa: E402
 install_operators(_registry.FUNCTIONS)
 
 from .ops.creation import tensor, as_tensor, from_numpy  # noqa: E402,F401
+from .ops.dlpack import from_dlpack  # noqa: E402,F401
 from .ops.random_ops import manual_seed, seed, initial_seed, Generator, default_generator  # noqa: E402,F401
 from ._tensor_str import set_printoptions  # noqa: E402,F401
 from .api import *  # noqa: E402,F401,F403
@@ -103,8 +104,9 @@ def numel(input):
 
 
 def __getattr__(name):
-    # these load on first use: they pull in the stdlib's multiprocessing and socket modules, and MPI
-    if name in ("multiprocessing", "distributed"):
+    # these load on first use: they pull in the stdlib's multiprocessing and socket modules, and MPI (and
+    # safetensors, a file format most programs never read)
+    if name in ("multiprocessing", "distributed", "safetensors"):
         import importlib
 
         return importlib.import_module(f".{name}", __name__)

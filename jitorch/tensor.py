@@ -29,6 +29,7 @@ from .ops import creation as _creation
 from .ops.views import _check_memory_format, contiguous_format, preserve_format
 from .ops import factories as _factories
 from .ops import indexing as _indexing
+from .ops import dlpack as _dlpack
 from .runtime.hooks import add_hook
 
 
@@ -562,6 +563,15 @@ class Tensor:
         if dtype is not None:
             return arr.astype(dtype, copy=False)
         return arr
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """A DLPack capsule sharing this tensor's memory (the array API's protocol; see `jitorch.from_dlpack`):
+        versioned when ``max_version >= (1, 0)``; ``stream`` is the consumer's CUDA stream (-1: no sync)."""
+        return _dlpack.to_dlpack(self, stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
+
+    def __dlpack_device__(self):
+        """(DLPack device type, device index) of this tensor's memory."""
+        return _dlpack.dlpack_device(self)
 
     def _values_read(self):
         """Tell the value watchers that Python reads this tensor's values."""

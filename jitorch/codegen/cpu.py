@@ -268,7 +268,8 @@ def emit_object(source, machine=None):
     return _target_machines(machine)[1].emit_object(optimise(source.llvm_ir, machine))
 
 
-def assembly(source):
-    """The target assembly of a kernel source (for `.lower().kernels[i].asm`)."""
+def assembly(source, optimised=None):
+    """The target assembly of a kernel source (for `.lower().kernels[i].asm`); ``optimised``: its module
+    as `optimise` gave it, where the caller has it already (optimising is most of the cost)."""
     machine = _init()["machine"]
-    return _target_machines(machine)[1].emit_assembly(optimise(source.llvm_ir, machine))
+    return _target_machines(machine)[1].emit_assembly(optimised or optimise(source.llvm_ir, machine))

@@ -2,16 +2,30 @@
 
 from __future__ import annotations
 
+import warnings
+
+from ..ir.parser import ParseError, parse
 from ..ir.printer import op_counts
 from . import plan_cache
-from .compile import CompiledFunction, compile
+from .compile import CompiledFunction, _tensor_leaves, compile
+from .errors import TraceError
+from .report import GraphView, write_html
+from .results import captured_parameters
 
 
 class Explanation:
     """A printable report: the traced graph, its guards, the cache, or why it runs eagerly."""
 
-    def __init__(self, name, entry, cache, reused, executable=None, retrace_reason=None):
+    def __init__(self, name, entry, cache, reused, executable=None, retrace_reason=None, traced=None,
+                 make_split=None):
         self.name = name
+        self.executable = executable
+        # () -> the graph as traced, before the passes (which rewrite the traced graph in place), or a
+        # string saying why it cannot be had; replaced by what it gives when first asked
+        self._traced = traced
+        # () -> the forward and backward graphs a call with grad compiles, cut when first asked for (None:
+        # the call has them already, or needs none)
+        self._make_split = make_split
         self.retrace_reason = retrace_reason  # why these arguments were traced again, when they were
         self.steps = list(executable.steps) if executable is not None else []
         self.call_source = getattr(executable, "source", None)  # the generated Python of a call
@@ -21,6 +35,8 @@ class Explanation:
         self.guards = entry.guards() if entry is not None else []
         self.eager_reason = entry.eager_reason if entry is not None else "the recompile limit was reached"
         self.cache_entries = len(cache)
+        self.entries = [dict(calls=e.calls, nodes=None if e.graph is None else len(e.graph.nodes),
+                             eager_reason=e.eager_reason, guards=e.guards(), this=e is entry) for e in cache.values()]
         self.reused = reused
         self.split = entry.split if entry is not None else None  # the forward and backward of calls with grad
 
@@ -74,15 +90,53 @@ class Explanation:
 
     __repr__ = __str__
 
+    def graph_views(self):
+        """The graphs the HTML report draws: as traced (before the passes), after the passes with
+        the steps that run it, and for calls with grad the forward and backward graphs."""
+        if self.graph is None:
+            return []
+        if callable(self._traced):  # made once: it may trace the function again
+            self._traced = self._traced()
+        traced = self._traced if self._traced is not None else "not kept by this explanation"
+        if self._make_split is not None:
+            self.split, self._make_split = self._make_split(), None
+        views = [GraphView("before", "Traced graph, before the passes", traced if not isinstance(traced, str) else None,
+                           unavailable=traced if isinstance(traced, str) else None)]
+        if self.executable is not None:
+            views.append(GraphView("after", "After the passes, as kernels and eager steps", self.executable.graph,
+                                   self.executable.steps))
+        if self.split is not None:
+            views.append(GraphView("forward", "Forward of a call with grad", self.split.forward.graph,
+                                   self.split.forward.steps))
+            views.append(GraphView("backward", "Backward of a call with grad", self.split.backward.graph,
+                                   self.split.backward.steps))
+        return views
 
-def explain(fn, *args, **kwargs):
+    def to_html(self, path, kernel_times=None):
+        """Write this explanation as one self-contained HTML file at ``path`` (atomically): the graphs
+        drawn as SVG with each kernel in its colour, each kernel's ops, LLVM IR and assembly (PTX on
+        CUDA), the guards, the cache entries, the IR texts and the generated call source.
+
+        ``kernel_times`` maps kernel names to seconds measured by the caller (a profile); the report
+        then shows each kernel's share of its graph's kernel time. Kernels of the forward and backward
+        graphs of a call with grad are named ``"forward/<name>"`` and ``"backward/<name>"``. An
+        unknown name or a time that is not a finite number >= 0 raises ValueError, before writing."""
+        write_html(self, self.graph_views(), path, kernel_times)
+
+
+def explain(fn, *args, html=None, kernel_times=None, **kwargs):
     """Report what ``jitorch.compile(fn)`` does for these arguments: the traced graph,
-    its guards and cache entries, or why the function would run eagerly. Nothing runs."""
+    its guards and cache entries, or why the function would run eagerly. Nothing runs.
+
+    ``html``: a path where the report is also written as one self-contained HTML file (see
+    `Explanation.to_html`, which takes ``kernel_times``); for a call that needs grad, the forward
+    and backward graphs a call would compile are made for the report too."""
+    if kernel_times is not None and html is None:
+        raise ValueError("jitorch.explain: kernel_times is for the HTML report: pass html= as well")
     compiled = fn if isinstance(fn, CompiledFunction) else compile(fn)
     from .compile import guard_key, python_guards_hold
     reused = guard_key(args, kwargs) in compiled.cache
     retraced_before = compiled.retrace_reason
-    import warnings
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         entry = compiled._entry(args, kwargs)
@@ -90,9 +144,47 @@ def explain(fn, *args, **kwargs):
             # what a call would do: the cached graph assumed Python state (a captured variable) that changed
             entry = compiled._switch(entry, args, kwargs)
             reused = entry is not None and compiled.retrace_reason is retraced_before
+    traced = None
+    if entry is not None and entry.graph is not None:
+        traced = _traced_graph(compiled, entry, args, kwargs)
     executable = compiled._executable(entry) if entry is not None and entry.graph is not None else None
     reason = compiled.retrace_reason if compiled.retrace_reason is not retraced_before else None
-    return Explanation(compiled.name, entry, compiled.cache, reused, executable, reason)
+    make_split = None
+    if executable is not None and entry.split is None and entry.backward is None \
+            and compiled._differentiable(entry) and compiled._splittable(entry.graph):
+        # (decided now, under the grad mode of the call explained)
+        def make_split():
+            entry.split = compiled._split(entry, _tensor_leaves(args, kwargs), args, kwargs,
+                                          captured_parameters(entry.graph))
+            return entry.split
+    explanation = Explanation(compiled.name, entry, compiled.cache, reused, executable, reason, traced, make_split)
+    if html is not None:
+        explanation.to_html(html, kernel_times)
+    return explanation
+
+
+def _traced_graph(compiled, entry, args, kwargs):
+    """() -> the entry's graph before the passes, which building its executable rewrites in place:
+    a copy through its text while it is still as traced, else (an entry already compiled) a new trace
+    of the same call, made only when asked for. A string says why there is none."""
+    if entry.executable is None:
+        text = str(entry.graph)
+
+        def from_text():
+            try:
+                return parse(text)
+            except ParseError as e:
+                return f"its text does not parse back: {e}"
+        return from_text
+
+    def trace_again():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                return compiled._trace(args, kwargs)
+            except TraceError as e:
+                return f"tracing it again failed: {e}"
+    return trace_again
 
 
 def _cache_info():

@@ -252,7 +252,7 @@ def test_a_warm_fresh_process_computes_bitwise_what_a_cold_one_did(tmp_path):
     assert warm == cold
 
 
-def test_explain_shows_the_plan_caches_counts():
+def test_explain_shows_the_plan_caches_counts(tmp_path):
     @jt.compile
     def deep(x):
         for _ in range(30):
@@ -267,6 +267,10 @@ def test_explain_shows_the_plan_caches_counts():
     line = next(line for line in str(jt.explain(deep, x)).splitlines() if "fusion plan cache" in line)
     assert line == (f"  fusion plan cache: {counts['hits']} hits, {counts['misses']} misses, {counts['rejected']} "
                     f"rejected, {counts['writes']} written (graphs of 64 nodes or more)")
+    jt.explain(deep, x, html=str(tmp_path / "report.html"))
+    html = (tmp_path / "report.html").read_text()
+    assert "<h3>Fusion plan cache (this process)</h3>" in html
+    assert f"<tr><th>hits</th><td>{counts['hits']}</td></tr>" in html
 
 
 def _sources(graph, cache, monkeypatch):
