@@ -1,8 +1,8 @@
 """Fusion plans on disk: a fresh process compiling a graph an earlier process compiled skips fusion's
 search for merges.
 
-Fusion is the largest part of compiling a warm-cache graph (a GPT training step's 2,000 nodes make
-5,000 merge attempts for 700 merges). Its plan, the merges it made (`fusion.fuse_with_plan`), is
+Fusion was the largest part of compiling a warm-cache graph (a GPT training step's 2,000 nodes make
+5,000 merge attempts for 1,500 merges). Its plan, the partition it found (`fusion.fuse_with_plan`), is
 stored in the kernel cache's folder under a key of the optimised graph's canonical text, the device's
 target (the CPU's triple, name and features), `MAX_GROUP_NODES`, this format's number and, through
 `cache_key`, the versions of jitorch and llvmlite. The graph's text holds every node's op, arguments
@@ -11,8 +11,8 @@ back: everything fusion reads.
 
 An entry is untrusted input: the kernel cache checks that it is a whole entry made for this key from this
 graph's text (so a foreign, truncated or damaged file is a miss), its size is bounded before it is read,
-it is JSON of integers only (nothing in it runs), and every merge it names is made through fusion's own
-legality checks. An entry that fails any of this is logged ("fusion" stage), counted as rejected, and the
+it is JSON of integers only (nothing in it runs), and every group it names must pass fusion's own
+rules for a kernel, with no cycle between the groups. An entry that fails any of this is logged ("fusion" stage), counted as rejected, and the
 graph is fused anew, which writes a good entry in its place.
 """
 
@@ -27,11 +27,11 @@ from ..ir.passes.fusion import MAX_GROUP_NODES, fuse, fuse_with_plan
 from ..ir.printer import print_graph
 from ..runtime import logs
 
-FORMAT = 1
+FORMAT = 2
 # Graphs of fewer nodes fuse in a few milliseconds at most: no entry is written (nor read) for them.
 MIN_NODES = 64
-# A plan holds fewer merges than the graph has nodes; a bound on the bytes read keeps a damaged or hostile
-# entry from costing memory or time before it is checked.
+# A plan holds a number per node; a bound on the bytes read keeps a damaged or hostile entry from costing
+# memory or time before it is checked.
 MAX_ENTRY_BYTES = 8 << 20
 
 _counts = dict.fromkeys(("hits", "misses", "rejected", "writes"), 0)
@@ -66,19 +66,18 @@ def _graph_text(graph, target_id):
 
 
 def _decode(data, nodes):
-    """The plan of an entry's bytes, or why it is no plan: a JSON object of this format whose ``merges``
-    are pairs of node positions of a graph of ``nodes`` nodes, fewer than ``nodes`` of them."""
+    """The plan of an entry's bytes, or why it is no plan: a JSON object of this format for a graph of
+    ``nodes`` nodes (`fuse_with_plan` checks the group numbers themselves)."""
     try:
         entry = json.loads(data)
     except (ValueError, UnicodeDecodeError) as e:
         return None, f"not JSON: {e}"
     if not isinstance(entry, dict) or entry.get("format") != FORMAT or entry.get("nodes") != nodes:
         return None, "another format or another graph's"
-    merges = entry.get("merges")
-    if not isinstance(merges, list) or len(merges) >= max(nodes, 1) or not all(
-            type(m) is list and len(m) == 2 and all(type(i) is int and 0 <= i < nodes for i in m) for m in merges):
-        return None, "merges are not pairs of node positions"
-    return merges, None
+    groups = entry.get("groups")
+    if not isinstance(groups, list):
+        return None, "no list of group numbers"
+    return groups, None
 
 
 def target_id(target):
@@ -108,14 +107,14 @@ def fuse_cached(graph, target, store=None):
             _count("rejected")
     else:
         _count("misses")
-    groups, made, replayed = fuse_with_plan(graph, plan=plan)
-    if replayed:
-        logs.log("fusion", "fusion plan %s loaded from the cache: %d merges", key[:16], len(made))
+    groups, made, taken = fuse_with_plan(graph, plan=plan)
+    if taken:
+        logs.log("fusion", "fusion plan %s loaded from the cache: %d groups", key[:16], len(groups))
         _count("hits")
         return groups
-    if plan is not None:  # decoded, but a merge was refused (fuse_with_plan logged which)
+    if plan is not None:  # decoded, but refused (fuse_with_plan logged why)
         _count("rejected")
-    store.put(key, json.dumps({"format": FORMAT, "nodes": len(graph.nodes), "merges": made},
+    store.put(key, json.dumps({"format": FORMAT, "nodes": len(graph.nodes), "groups": made},
                               separators=(",", ":")).encode(), text)
     _count("writes")
     return groups

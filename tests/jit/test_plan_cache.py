@@ -1,6 +1,7 @@
-"""The fusion-plan cache (`jitorch.jit.plan_cache`): plans replayed give fusion's own groups, entries that
-do not check out are rejected (logged, fused anew), different graphs never share an entry, and a fresh
-process with a warm cache computes bitwise what a cold one computes."""
+"""Warm-cache entries of a compile: the fusion-plan cache (`jitorch.jit.plan_cache`: plans taken give
+fusion's own groups, entries that do not check out are rejected (logged, fused anew), different graphs never
+share an entry, and a fresh process with a warm cache computes bitwise what a cold one computes) and the
+kernel sources entry (`codegen.kernel.build_many`)."""
 
 import json
 import logging
@@ -58,55 +59,75 @@ def fusion_logs(caplog):
         logs.set_logs("")
 
 
-def test_a_replayed_plan_gives_fusions_groups():
+def test_a_plan_taken_gives_fusions_groups():
     graph = _graph()
     assert len(graph.nodes) >= plan_cache.MIN_NODES
-    groups, plan, replayed = fuse_with_plan(graph)
-    assert not replayed and plan and len(groups) < len(graph.nodes)
-    again, same_plan, replayed = fuse_with_plan(graph, plan=plan)
-    assert replayed and same_plan is plan
+    groups, plan, taken = fuse_with_plan(graph)
+    assert not taken and len(groups) < len(graph.nodes)
+    again, same_plan, taken = fuse_with_plan(graph, plan=plan)
+    assert taken and same_plan is plan
     assert _described(again) == _described(groups) == _described(fuse(graph))
 
 
 PLAN_DAMAGES = {
-    "out of range": "merge 0 is not two node positions below",
-    "not pairs": "merge 0 is not two node positions below",
-    "a node with itself": "merge 0 is refused",
-    "two externals": "merge 0 is refused",
+    "a number short": "it is not a group number below",
+    "out of range": "it is not a group number below",
+    "not integers": "it is not a group number below",
+    "two externals": "holds an external call",
+    "two reductions": "holds two reductions",
+    "an epilogue over the reduction's input": "has no kernel form",
     "cycle": "its groups depend on each other in a cycle",
-    "an epilogue over the reduction's input": "has no reduction kernel form",
 }
 
 
 @pytest.mark.parametrize("damage", PLAN_DAMAGES)
-def test_a_plan_that_does_not_apply_is_dropped_and_the_graph_fused_anew(damage, fusion_logs):
+def test_a_plan_that_breaks_fusions_rules_is_dropped_and_the_graph_fused_anew(damage, fusion_logs):
     graph = _graph()
     groups, plan, _ = fuse_with_plan(graph)
-    external = [i for i, n in enumerate(graph.nodes) if n.op.name == "matmul"]
-    if damage == "out of range":
-        bad = [[0, len(graph.nodes)]] + plan
-    elif damage == "not pairs":
-        bad = [[0, 1, 2]] + plan
-    elif damage == "a node with itself":
-        bad = [[plan[0][0], plan[0][0]]] + plan
+    assert len(plan) == len(graph.nodes) and len(set(plan)) == len(groups)
+    ops = [n.op.name for n in graph.nodes]
+    products = [i for i, op in enumerate(ops) if op == "matmul"]
+    mean, total = ops.index("mean"), ops.index("sum")
+    bad = list(plan)
+    if damage == "a number short":
+        bad = plan[:-1]
+    elif damage == "out of range":
+        bad[0] = len(graph.nodes)
+    elif damage == "not integers":
+        bad[0] = str(bad[0])
     elif damage == "two externals":
-        bad = [external[:2]] + plan
+        bad[products[1]] = bad[products[0]]
+    elif damage == "two reductions":
+        bad[total] = bad[mean]
     elif damage == "an epilogue over the reduction's input":
-        # x - mean(x) after the mean: each merge alone passes the cheap checks, but the group's reduction
-        # kernel would write a value of the input's shape after its loop
-        mean = next(i for i, n in enumerate(graph.nodes) if n.op.name == "mean")
-        assert graph.nodes[mean + 1].op.name == "sub"
-        bad = [[mean, mean + 1]]
+        # x - mean(x) in the mean's group: its kernel would write a value of the input's shape after its loop
+        assert ops[mean + 1] == "sub"
+        bad[mean + 1] = bad[mean]
     else:
-        # the add after the first product merged with the add after the second, which reads the first's
-        # group through that product: each group would wait for the other
-        assert graph.nodes[external[0] + 1].op.name == graph.nodes[external[1] + 1].op.name == "add"
-        bad = [[external[0] + 1, external[1] + 1]]
-    made, replanned, replayed = fuse_with_plan(graph, plan=bad)
-    assert not replayed and replanned == plan
+        # the add after the first product and the add after the second, alone in a group of their own: legal as
+        # a kernel, but the second add reads the first's group through the second product
+        assert ops[products[0] + 1] == ops[products[1] + 1] == "add"
+        bad[products[0] + 1] = bad[products[1] + 1] = max(plan) + 1
+    made, replanned, taken = fuse_with_plan(graph, plan=bad)
+    assert not taken and replanned == plan
     assert _described(made) == _described(groups)
     line = next(line for line in fusion_logs.text.splitlines() if "the fusion plan given does not apply" in line)
     assert PLAN_DAMAGES[damage] in line and line.endswith("fusing anew")
+
+
+def test_a_plan_with_a_view_of_a_value_computed_in_its_group_is_dropped(fusion_logs):
+    def fn(x):
+        return ((x * 2.0).t() + 1.0).sum()
+    graph = optimize(trace(fn, jt.randn(4, 5)))
+    groups, plan, _ = fuse_with_plan(graph)
+    ops = [n.op.name for n in graph.nodes]
+    view = next(i for i, n in enumerate(graph.nodes) if n.op.view is not None)
+    bad = list(plan)
+    bad[view] = bad[ops.index("mul")]
+    assert plan[view] != plan[ops.index("mul")]  # fusion itself keeps them apart
+    made, _, taken = fuse_with_plan(graph, plan=bad)
+    assert not taken and _described(made) == _described(groups)
+    assert "has a view of a value computed in it" in fusion_logs.text
 
 
 def test_entries_are_stored_then_loaded_by_a_new_cache(tmp_path):
@@ -120,7 +141,7 @@ def test_entries_are_stored_then_loaded_by_a_new_cache(tmp_path):
     assert after["misses"] - before["misses"] == 1 and after["writes"] - before["writes"] == 1
     assert after["hits"] - before["hits"] == 1
     payload = json.loads(entry.read_bytes()[HEADER.size + len(entry.stem):])
-    assert payload["format"] == plan_cache.FORMAT and payload["nodes"] == len(graph.nodes)
+    assert payload["format"] == plan_cache.FORMAT and payload["nodes"] == len(payload["groups"]) == len(graph.nodes)
 
 
 def _payload_replaced(path, payload):
@@ -133,13 +154,22 @@ def _payload_replaced(path, payload):
     path.write_bytes(header + raw[HEADER.size:HEADER.size + key_length] + payload)
 
 
+def _products_joined(raw, graph):
+    entry = json.loads(raw)
+    first, second = [i for i, n in enumerate(graph.nodes) if n.op.name == "matmul"][:2]
+    entry["groups"][second] = entry["groups"][first]
+    return json.dumps(entry).encode()
+
+
 DAMAGES = {
     "truncated": lambda raw, graph: raw[: len(raw) // 2],
     "not JSON": lambda raw, graph: b"\x80\x04 a pickle? " + raw,
-    "another format": lambda raw, graph: raw.replace(b'"format":1', b'"format":99'),
+    "another format": lambda raw, graph: raw.replace(f'"format":{plan_cache.FORMAT}'.encode(), b'"format":99'),
     "another graph's size": lambda raw, graph: raw.replace(f'"nodes":{len(graph.nodes)}'.encode(), b'"nodes":5'),
-    "merges not integers": lambda raw, graph: raw.replace(b"[[", b'[["0",', 1),
-    "a refused merge": lambda raw, graph: raw.replace(b'"merges":[', b'"merges":[[0,0],', 1),
+    "no group numbers": lambda raw, graph: raw.replace(b'"groups"', b'"merges"'),
+    "numbers not integers": lambda raw, graph: raw.replace(b'"groups":[', b'"groups":["0",', 1),
+    "a number missing": lambda raw, graph: raw.replace(b'"groups":[0,', b'"groups":[', 1),
+    "two products in one group": lambda raw, graph: _products_joined(raw, graph),
 }
 
 

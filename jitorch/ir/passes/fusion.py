@@ -84,24 +84,26 @@ def fuse(graph, prologue_outputs=True):
 def fuse_with_plan(graph, prologue_outputs=True, plan=None):
     """(groups as `fuse` gives them, their plan, whether ``plan`` made them).
 
-    A plan is the list of merges that made the groups, each a pair of node
-    positions in ``graph.nodes`` (a node of each cluster merged). Replaying a
-    plan skips the search for merges, most of fusion's time; each merge is
-    still made by the same legality checks as in the search (kernel form, size
-    and acyclicity), so a plan from elsewhere can only give a legal partition.
-    A ``plan`` with a merge that is malformed, out of range or refused is
-    dropped and the graph fused anew."""
+    A plan is the partition itself: for each node of ``graph.nodes``, in order,
+    the number of its group. Taking a plan skips the search for merges, most of
+    fusion's time, but not its rules: each group of the plan must have a kernel
+    form (`_Partition.adopt` checks what the search checks merge by merge: one
+    kind of kernel, its size, no view of a value computed inside), and the
+    groups must not depend on each other in a cycle, so a plan from elsewhere
+    can only give a legal partition. A ``plan`` that breaks a rule is dropped
+    (logged) and the graph fused anew."""
     if plan is not None:
         part = _Partition(graph, prologue_outputs, searching=False)
-        refused = part.replay(plan)
+        refused = part.adopt(plan)
         if refused is None:
             return _logged(graph, part.groups()), plan, True
         log("fusion", "the fusion plan given does not apply (%s): fusing anew", refused)
     part = _Partition(graph, prologue_outputs)
-    part.merges = []
     while part.grow():
         pass
-    return _logged(graph, part.groups()), part.merges, False
+    numbers = {}
+    plan = [numbers.setdefault(part.owner[n], len(numbers)) for n in graph.nodes]
+    return _logged(graph, part.groups()), plan, False
 
 
 def _logged(graph, groups):
@@ -256,7 +258,6 @@ class _Partition:
 
     def __init__(self, graph, prologue_outputs, searching=True):
         self.prologue_outputs = prologue_outputs
-        self.merges = None  # where a list: each merge made, as (a node of one cluster, one of the other)
         self.order = {n: i for i, n in enumerate(graph.nodes)}
         self.kind = {n: kind_of(n) for n in graph.nodes}
         self.reads = {n: n.input_values() for n in graph.nodes}  # read at every sweep over the edges
@@ -266,9 +267,9 @@ class _Partition:
                 self.users.setdefault(v, []).append(n)
         # values needed whatever the partition: graph outputs and values written back into inputs
         self.sinks = set(graph.output_values()) | {v for _, v in graph.mutations}
-        self.owner = {n: self.single_cluster(n) for n in graph.nodes}
-        if not searching:  # a replay (`replay`) keeps no order while it merges, and makes the graph after
+        if not searching:  # the clusters and their graph are `adopt`'s
             return
+        self.owner = {n: self.single_cluster(n) for n in graph.nodes}
         self.topo = [self.owner[n] for n in graph.nodes]
         self.pos = {c: i for i, c in enumerate(self.topo)}
         self.dag = _Dag()
@@ -346,10 +347,9 @@ class _Partition:
                     return None  # a prologue value read by the epilogue
         return None, in_space
 
-    def union_form(self, a, b, deferred=False):
+    def union_form(self, a, b):
         """The `_Union` of clusters ``a`` and ``b``, or None if the merged group would have no kernel
-        form (acyclicity is checked apart). ``deferred``: a group with a reduction is not checked here
-        (its form costs time in proportion to the group), and its caller checks the group it ends as."""
+        form (acyclicity is checked apart)."""
         if a.external or b.external or (a.reduction is not None and b.reduction is not None):
             return None
         crossing, internal = [], []
@@ -369,8 +369,6 @@ class _Partition:
         red = a.reduction or b.reduction
         if red is None:
             form = self.pointwise_form(set(shapes), _broadcast(a.pointwise, b.pointwise))
-        elif deferred:
-            form = None, _shape(red.args[0])  # reduction_form's, when it holds
         else:
             escaping = (a.escaping.keys() | b.escaping.keys()) - set(internal)
             form = self.reduction_form(red, a.nodes | b.nodes, escaping)
@@ -424,8 +422,6 @@ class _Partition:
         if linked is None:
             return False
         found, forward = linked
-        if self.merges is not None:
-            self.merges.append((self.order[a.first], self.order[b.first]))
         keep, gone = (a, b) if len(a.nodes) >= len(b.nodes) else (b, a)
         # The topological order stays valid with the merged cluster where q was, p's descendants
         # after it and q's ancestors before it; Nones fill the freed slots so that later positions hold.
@@ -440,43 +436,31 @@ class _Partition:
         self.dag.add_edges_from([(s, keep) for s in self.dag.predecessors(gone) if s is not keep])
         self.dag.add_edges_from([(keep, s) for s in self.dag.successors(gone) if s is not keep])
         self.dag.remove_node(gone)
-        self.join(keep, gone, form)
-        return True
-
-    def join(self, keep, gone, union):
-        """Make ``keep`` the cluster of both (their `_Union` is ``union``); the graph of clusters is the
-        caller's."""
         for n in gone.nodes:
             self.owner[n] = keep
         keep.nodes |= gone.nodes
         keep.first = min(keep.first, gone.first, key=self.order.__getitem__)
         keep.reduction = keep.reduction or gone.reduction
-        self.absorb(keep, gone, union)
+        self.absorb(keep, gone, form)
+        return True
 
-    def replay(self, plan):
-        """Make the merges of ``plan`` (see `fuse_with_plan`); None when all were made, else why not.
-        Each merge passes `try_merge`'s checks of size and kernel form, but two that the search makes
-        merge by merge are made once, on what the merges made: each group with a reduction must have
-        that kernel form (`reduction_form`), and the groups must not depend on each other in a cycle."""
+    def adopt(self, plan):
+        """Make the clusters of ``plan`` (see `fuse_with_plan`) and their graph; None when every group has a
+        kernel form and the graph has no cycle, else why not."""
         nodes = list(self.order)
-        reducing = set()
-        for k, merge in enumerate(plan):
-            if not (type(merge) in (list, tuple) and len(merge) == 2
-                    and all(type(i) is int and 0 <= i < len(nodes) for i in merge)):
-                return f"merge {k} is not two node positions below {len(nodes)}"
-            a, b = self.owner[nodes[merge[0]]], self.owner[nodes[merge[1]]]
-            form = None if a is b or len(a.nodes) + len(b.nodes) > MAX_GROUP_NODES else \
-                self.union_form(a, b, deferred=True)
-            if form is None:
-                return f"merge {k} is refused"
-            keep, gone = (a, b) if len(a.nodes) >= len(b.nodes) else (b, a)
-            self.join(keep, gone, form)
-            reducing.discard(gone)
-            if keep.reduction is not None:
-                reducing.add(keep)
-        for c in reducing:
-            if self.reduction_form(c.reduction, c.nodes, c.escaping.keys()) is None:
-                return f"the group of {c.reduction.op.name} (node {self.order[c.reduction]}) has no reduction kernel form"
+        if type(plan) is not list or len(plan) != len(nodes) or \
+                not all(type(k) is int and 0 <= k < len(nodes) for k in plan):
+            return f"it is not a group number below {len(nodes)} for each of the {len(nodes)} nodes"
+        members = {}
+        for n, k in zip(nodes, plan):
+            members.setdefault(k, []).append(n)
+        self.owner = {}
+        for k, group in members.items():
+            c = self.single_cluster(group[0]) if len(group) == 1 else self.cluster_of(group)
+            if isinstance(c, str):
+                return f"group {k} ({', '.join(n.op.name for n in group[:4])}{', ...' if len(group) > 4 else ''}) {c}"
+            for n in group:
+                self.owner[n] = c
         clusters = list(dict.fromkeys(self.owner[n] for n in nodes))
         self.dag = _Dag()
         self.dag.add_nodes_from(clusters)
@@ -524,6 +508,47 @@ class _Partition:
         merged |= self.merge_edges(lambda a, b: True)
         merged |= self.merge_siblings()
         return merged
+
+    def cluster_of(self, group):
+        """The cluster of the nodes ``group`` (two or more, in graph order), with the summary merging them
+        one by one would give it; or, where merges could not make it, why not (a string)."""
+        if len(group) > MAX_GROUP_NODES:
+            return f"has more than {MAX_GROUP_NODES} nodes"
+        members = set(group)
+        kinds = [self.kind[n] for n in group]
+        if "external" in kinds:
+            return "holds an external call"
+        reductions = [n for n, k in zip(group, kinds) if k == "reduction"]
+        if len(reductions) > 1:
+            return "holds two reductions"
+        c = _Cluster(group[0], kinds[0])
+        c.nodes, c.reduction = members, (reductions[0] if reductions else None)
+        pointwise = None
+        for n, kind in zip(group, kinds):
+            for v in n.outputs:
+                uses = sum(u not in members for u in self.users.get(v, ())) + (v in self.sinks)
+                if uses:
+                    c.escaping[v] = uses
+                    c.shapes[_shape(v)] = c.shapes.get(_shape(v), 0) + 1
+            for v in self.reads[n]:
+                if v.node is None:
+                    continue
+                if v.node not in members:
+                    c.reads[v] = c.reads.get(v, 0) + 1
+                    if kind == "view":
+                        c.view_reads.add(v)
+                elif kind == "view" and self.kind[v.node] != "view":
+                    return "has a view of a value computed in it"
+            if kind == "pointwise" and pointwise is not False:
+                pointwise = _broadcast(pointwise, _shape(n.outputs[0]))
+        if c.reduction is not None:
+            form = self.reduction_form(c.reduction, members, c.escaping.keys())
+        else:
+            form = self.pointwise_form(set(c.shapes), pointwise)
+        if form is None:
+            return "has no kernel form"
+        c.pointwise, c.space = form
+        return c
 
     # Result ----------------------------------------------------------------------------------------
 
