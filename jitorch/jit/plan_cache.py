@@ -12,8 +12,8 @@ back: everything fusion reads.
 An entry is untrusted input: the kernel cache checks that it is a whole entry made for this key from this
 graph's text (so a foreign, truncated or damaged file is a miss), its size is bounded before it is read,
 it is JSON of integers only (nothing in it runs), and every group it names must pass fusion's own
-rules for a kernel, with no cycle between the groups. An entry that fails any of this is logged ("fusion" stage), counted as rejected, and the
-graph is fused anew, which writes a good entry in its place.
+rules for a kernel, with no cycle between the groups. An entry that fails any of this is logged ("fusion"
+stage), counted as rejected, and the graph is fused anew, which writes a good entry in its place.
 """
 
 from __future__ import annotations
