@@ -57,7 +57,7 @@ import jitorch  # noqa: E402
 from jitorch.autograd import engine  # noqa: E402
 from jitorch.codegen import cache, cpu, kernel, linker  # noqa: E402
 from jitorch.ir.passes import fusion, manager  # noqa: E402
-from jitorch.jit import executor, tracer  # noqa: E402
+from jitorch.jit import executor, plan_cache, tracer  # noqa: E402
 from timing import median_time  # noqa: E402
 
 try:
@@ -384,7 +384,7 @@ def stages():
         ("  optimizer code (jitorch/optim)", path_part("/jitorch/optim/")),
         ("compile the graph (all below)", code_keys(executor.CompiledGraph.__init__)),
         ("  IR passes (optimize)", code_keys(manager.optimize)),
-        ("  fusion", code_keys(fusion.fuse)),
+        ("  fusion", code_keys(fusion.fuse, plan_cache.fuse_cached)),
         ("  kernel LLVM IR build", code_keys(kernel.build)),
         ("  LLVM optimise", code_keys(cpu.optimise)),
         ("  LLVM emit object", code_keys(TargetMachine.emit_object)),

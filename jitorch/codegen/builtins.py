@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
+from pathlib import Path
 
 from llvmlite import ir
 
@@ -229,25 +231,44 @@ def _conversions(with_bfloat):
         yield "__truncdfbf2", _truncate, DOUBLE, BFLOAT
 
 
+_DIVISIONS = (("__udivti3", False, False), ("__umodti3", False, True), ("__divti3", True, False),
+              ("__modti3", True, True))
+_POWERS = (("__powisf2", FLOAT), ("__powidf2", DOUBLE))
+
+
+def _bfloat_default() -> bool:
+    """Whether the builtins hold the bfloat16 conversions: LLVM 17 or newer names them ``__trunc*bf2``."""
+    import llvmlite.binding as llvm
+    return llvm.llvm_version_info >= (17,)
+
+
 def module_text(with_bfloat: bool | None = None) -> str:
     """The LLVM IR of every builtin; ``with_bfloat`` (default: LLVM 17 or newer, which names ``bfloat``
     conversions ``__trunc*bf2``) adds the bfloat16 ones."""
     if with_bfloat is None:
-        import llvmlite.binding as llvm
-        with_bfloat = llvm.llvm_version_info >= (17,)
+        with_bfloat = _bfloat_default()
     module = ir.Module(name="jitorch_builtins")
     for name, make, src, dst in _conversions(with_bfloat):
         make(module, name, src, dst)
-    for name, signed, remainder in (("__udivti3", False, False), ("__umodti3", False, True),
-                                    ("__divti3", True, False), ("__modti3", True, True)):
+    for name, signed, remainder in _DIVISIONS:
         _division(module, name, signed, remainder)
-    _powi(module, "__powisf2", FLOAT)
-    _powi(module, "__powidf2", DOUBLE)
+    for name, ty in _POWERS:
+        _powi(module, name, ty)
     return str(module)
 
 
 @functools.cache
+def fingerprint() -> str:
+    """A short text naming what `module_text` gives: this module's own source (it imports nothing else of
+    jitorch) and the bfloat16 choice. The JIT keys its cached object code of the builtins by it (with
+    llvmlite's version, which every cache key holds), so that a new process need not build the IR
+    (tens of milliseconds of Python) to find it."""
+    digest = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
+    return f"jitorch builtins, source sha256 {digest}, bfloat16 conversions: {_bfloat_default()}"
+
+
+@functools.cache
 def names() -> frozenset[str]:
-    """Every symbol the builtins define."""
-    import llvmlite.binding as llvm
-    return frozenset(f.name for f in llvm.parse_assembly(module_text()).functions if not f.is_declaration)
+    """Every symbol the builtins define (`module_text` defines exactly these: a test checks it)."""
+    return frozenset([name for name, *_ in _conversions(_bfloat_default())] + [d[0] for d in _DIVISIONS]
+                     + [p[0] for p in _POWERS])

@@ -144,9 +144,10 @@ class KernelCache:
         export's `ArtifactCache`)."""
         return False
 
-    def get(self, key: str, source: str | bytes) -> bytes | None:
+    def get(self, key: str, source: str | bytes, limit: int | None = None) -> bytes | None:
         """The payload stored under ``key`` for ``source``, or None on a miss (including a damaged entry,
-        another key's entry or one compiled from another source)."""
+        another key's entry or one compiled from another source). ``limit``: a payload of more bytes is a
+        miss, refused before it is read."""
         _check_key(key)
         digest = source_digest(source)
         with self._lock:
@@ -155,7 +156,7 @@ class KernelCache:
                 self._memory.move_to_end(key)
                 self._counts["memory_hits"] += 1
                 return hit[0]
-        data = _read_entry(self.directory, key, digest) if self.directory is not None else None
+        data = _read_entry(self.directory, key, digest, limit) if self.directory is not None else None
         if data is None:
             self._count("misses")
             return None
@@ -235,14 +236,15 @@ def _check_key(key) -> None:
         raise ValueError(f"KernelCache: a key is 4 to 128 lowercase hex digits (see cache_key), got {key!r}")
 
 
-def _read_entry(directory: Path, key: str, digest: bytes) -> bytes | None:
-    """The payload of ``key``'s entry if it is a regular file made for ``key`` from the source of ``digest``."""
+def _read_entry(directory: Path, key: str, digest: bytes, limit: int | None = None) -> bytes | None:
+    """The payload of ``key``'s entry if it is a regular file made for ``key`` from the source of ``digest``
+    (and of at most ``limit`` bytes)."""
     fd = _open_regular(directory / key[:2], key + _SUFFIX)
     if fd is None:
         return None
     with open(fd, "rb") as f:
         try:
-            return _read_payload(f, key, digest)
+            return _read_payload(f, key, digest, limit)
         except OSError:
             return None
 
@@ -269,7 +271,7 @@ def _open_regular(folder: Path, name: str) -> int | None:
     return None
 
 
-def _read_payload(f, key, digest):
+def _read_payload(f, key, digest, limit=None):
     expected_key = key.encode("ascii")
     header = f.read(_HEADER.size + len(expected_key))
     if len(header) != _HEADER.size + len(expected_key):
@@ -277,7 +279,8 @@ def _read_payload(f, key, digest):
     magic, version, length, payload_digest, source, key_length = _HEADER.unpack_from(header)
     # Check everything the header claims before reading, so a large foreign file is never read whole.
     if (magic, version, key_length, source) != (MAGIC, FORMAT_VERSION, len(expected_key), digest) \
-            or header[_HEADER.size:] != expected_key or os.fstat(f.fileno()).st_size != len(header) + length:
+            or header[_HEADER.size:] != expected_key or os.fstat(f.fileno()).st_size != len(header) + length \
+            or (limit is not None and length > limit):
         return None
     payload = f.read(length)
     if len(payload) != length or hashlib.sha256(payload).digest() != payload_digest:

@@ -133,10 +133,18 @@ class _Code:
 _linked: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 
+@functools.lru_cache(maxsize=1024)
+def _kernel_key(llvm_ir, target):
+    """The kernel cache's key of a kernel's IR for ``target`` (`cache_key` adds jitorch's and llvmlite's
+    versions), remembered: `link_batch` and then `link_kernel` ask for each kernel's, and hashing a graph's
+    kernels costs milliseconds."""
+    from .cache import cache_key
+    return cache_key(llvm_ir, target)
+
+
 def link_kernel(source, cache=None):
     """Machine code for a kernel source, from the kernels alive, the kernel cache, or LLVM."""
-    from .cache import cache_key
-    key = cache_key(source.llvm_ir, target_id())  # the key adds jitorch's and llvmlite's versions
+    key = _kernel_key(source.llvm_ir, target_id())
     if cache is not None and cache.supplies_foreign(key):
         # A file's code, which its caller trusted, serves that program alone: shared through `_linked`,
         # another program compiling the same IR would run it.
@@ -178,7 +186,7 @@ def link_batch(sources, cache=None):
     from .cache import KernelCache, cache_key
     if cache is not None and not isinstance(cache, KernelCache):
         return []  # an export's artifacts: code per kernel, which they serve and count kernel by kernel
-    keys = [cache_key(source.llvm_ir, target_id()) for source in sources]
+    keys = [_kernel_key(source.llvm_ir, target_id()) for source in sources]
     with _lock:
         todo = {key: source for key, source in zip(keys, sources) if _linked.get(key) is None}
         if len(todo) < 2:

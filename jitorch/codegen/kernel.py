@@ -824,30 +824,44 @@ def built_or_refused(request, target=None):
 
 
 def _encode(entries):
-    """JSON bytes of [(template, its name) or None]."""
+    """JSON bytes of [(template, its name) or None]: each distinct LLVM IR text once, with the kernel's name
+    in it as NUL (which LLVM's text never holds), the entries naming theirs by position. A model's layers
+    repeat their kernels but for the names: a GPT step's entry held 3 MB of text, to read and parse in
+    every new process, for 45 distinct kernels."""
     import json
-    return json.dumps([None if e is None else _fields(*e) for e in entries]).encode()
+    texts = {}
+    fields = [None if e is None else _fields(*e, texts) for e in entries]
+    return json.dumps({"texts": list(texts), "kernels": fields}).encode()
 
 
-def _fields(src, name):
+def _fields(src, name, texts):
     split = None if src.split is None else [src.split.parts, src.split.reduction, src.split.count,
                                             src.split.dtype.name]
     return {"name": name, "kind": src.kind, "ops": src.ops, "inputs": src.inputs, "outputs": src.outputs,
-            "outer": src.outer, "work": src.work, "llvm_ir": src.llvm_ir, "mode": src.mode, "split": split,
-            "layouts": [[i, list(st)] for i, st in src.layouts.items()]}
+            "outer": src.outer, "work": src.work, "llvm_ir": texts.setdefault(src.llvm_ir.replace(name, "\0"),
+                                                                               len(texts)),
+            "mode": src.mode, "split": split, "layouts": [[i, list(st)] for i, st in src.layouts.items()]}
 
 
 def _decode(data):
-    """The [(template, its name) or None] of `_encode`'s bytes."""
+    """The [(template, its name) or None] of `_encode`'s bytes (ValueError, KeyError, TypeError or IndexError
+    for bytes it did not make)."""
     import json
+    entry = json.loads(data)
+    texts = entry["texts"]
+    if not all(type(t) is str for t in texts):
+        raise TypeError("kernel sources: an LLVM IR text that is no string")
     out = []
-    for d in json.loads(data):
+    for d in entry["kernels"]:
         if d is None:
             out.append(None)
             continue
+        if type(d["llvm_ir"]) is not int or d["llvm_ir"] < 0:
+            raise IndexError("kernel sources: no text at that position")
         split = None if d["split"] is None else Split(*d["split"][:3], _dt._by_name(d["split"][3]))
         out.append((KernelSource(d["name"], d["kind"], list(d["ops"]), list(d["inputs"]), list(d["outputs"]),
-                                 int(d["outer"]), int(d["work"]), d["llvm_ir"], split=split, mode=d["mode"],
+                                 int(d["outer"]), int(d["work"]), texts[d["llvm_ir"]].replace("\0", d["name"]),
+                                 split=split, mode=d["mode"],
                                  layouts={int(i): tuple(st) for i, st in d["layouts"]}), d["name"]))
     return out
 

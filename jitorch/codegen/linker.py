@@ -56,7 +56,7 @@ def jit_builtins_object(machine) -> bytes:
     """`builtins_object` for a JIT on ``machine``, from the kernel cache where an earlier process made it
     (checked as cached kernels are: it defines exactly the builtins and calls nothing), else made and
     cached: emitting it is a fixed cost of every process's first compile."""
-    text = builtins.module_text()
+    text = builtins.fingerprint()
     key = cache_key("builtins", text, machine.id())
     cache = builtins_cache()
     obj = cache.get(key, text)

@@ -201,8 +201,10 @@ class CompiledFunction:
             raise ValueError(f"unknown backend {backend!r}: expected one of {', '.join(BACKENDS)}")
         if backend == "llvm":
             # Load the code generator (llvmlite, the math library) now, when compilation is asked
-            # for, rather than inside the first call, whose latency users watch.
+            # for, rather than inside the first call, whose latency users watch. That includes LLVM's
+            # library itself (llvmlite.binding, 20-30 ms), which the code generator loads on first use.
             from . import executor  # noqa: F401
+            import llvmlite.binding  # noqa: F401
         self.fn = fn
         self.fullgraph = fullgraph
         self.dynamic = dynamic

@@ -44,11 +44,12 @@ from ..runtime.grad_mode import no_grad
 from ..ir.fake import fake_tensor
 from ..ir.graph import Value, iter_values, warning_as_traced
 from ..ir.passes import optimize
-from ..ir.passes.fusion import Group, fuse
+from ..ir.passes.fusion import Group
 from ..ir.printer import op_counts
 from ..runtime import logs, profiling
 from .collector import collector_paused
 from .parts import independent_parts
+from .plan_cache import fuse_cached
 from .results import eager_layouts, refresh_captured_state, returned_view, set_grads, write_back
 from ..ops import registry
 from ..ops.registry import laid_out
@@ -506,7 +507,7 @@ class CompiledGraph:
     def __init__(self, graph, cache=None, device=None):
         self.graph = optimize(graph)
         self._backend = _backend(device or _device_of(self.graph))
-        self.groups = fuse(self.graph)
+        self.groups = fuse_cached(self.graph, self._backend[0])
         if self._backend[3] is not None:
             # a group of parts that share only broadcast operands: a kernel per part, whose equal parts
             # the batch compiles once (a CUDA kernel is compiled and launched per kernel: it keeps its groups)

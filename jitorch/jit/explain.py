@@ -6,6 +6,7 @@ import warnings
 
 from ..ir.parser import ParseError, parse
 from ..ir.printer import op_counts
+from . import plan_cache
 from .compile import CompiledFunction, _tensor_leaves, compile
 from .errors import TraceError
 from .report import GraphView, write_html
@@ -29,6 +30,7 @@ class Explanation:
         self.steps = list(executable.steps) if executable is not None else []
         self.call_source = getattr(executable, "source", None)  # the generated Python of a call
         self.kernel_cache = _cache_info() if executable is not None else None
+        self.plan_cache = plan_cache.info() if executable is not None else None  # this process's counts
         self.graph = entry.graph if entry is not None else None
         self.guards = entry.guards() if entry is not None else []
         self.eager_reason = entry.eager_reason if entry is not None else "the recompile limit was reached"
@@ -78,6 +80,9 @@ class Explanation:
             c = self.kernel_cache
             lines.append(f"  kernel cache: {c.memory_hits} memory hits, {c.disk_hits} disk hits, {c.misses} "
                          f"compiled; {c.entries} entries on disk in {c.directory}")
+            p = self.plan_cache
+            lines.append(f"  fusion plan cache: {p['hits']} hits, {p['misses']} misses, {p['rejected']} rejected, "
+                         f"{p['writes']} written (graphs of {plan_cache.MIN_NODES} nodes or more)")
         if self.graph is not None:
             lines.append("  graph:")
             lines.extend(f"    {line}" for line in str(self.graph).splitlines())

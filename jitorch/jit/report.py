@@ -376,6 +376,12 @@ def _cache_section(ex):
                 ("directory", c.directory), ("entries on disk", c.entries), ("bytes on disk", c.size_bytes),
                 ("entries in memory", c.memory_entries), ("memory hits", c.memory_hits), ("disk hits", c.disk_hits),
                 ("compiled (misses)", c.misses))) + "</tbody></table>")
+    p = ex.plan_cache
+    if p is not None:
+        parts.append('<h3>Fusion plan cache (this process)</h3><table class="plan-cache"><tbody>' + "".join(
+            f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in (
+                ("hits", p["hits"]), ("misses", p["misses"]), ("rejected", p["rejected"]),
+                ("written", p["writes"]))) + "</tbody></table>")
     parts.append(f"<h3>Entries of {_e(ex.name)}</h3>")
     rows = []
     for n, entry in enumerate(ex.entries):

@@ -223,6 +223,25 @@ def test_every_builtin_is_defined_and_compiles():
     expected = {"__truncsfhf2", "__truncdfhf2", "__extendhfsf2", "__extendhfdf2", "__divti3", "__modti3",
                 "__udivti3", "__umodti3", "__powisf2", "__powidf2"}
     assert expected <= builtins.names()
+    # names() is written without LLVM: it must be exactly what module_text defines
+    import llvmlite.binding as llvm
+    defined = {f.name for f in llvm.parse_assembly(builtins.module_text()).functions if not f.is_declaration}
+    assert builtins.names() == defined
+
+
+def test_the_builtins_fingerprint_follows_their_source(tmp_path, monkeypatch):
+    text = builtins.fingerprint()
+    assert text == builtins.fingerprint() and "bfloat16 conversions" in text
+    changed = tmp_path / "builtins.py"
+    changed.write_bytes(open(builtins.__file__, "rb").read() + b"\n# changed\n")
+    monkeypatch.setattr(builtins, "__file__", str(changed))
+    builtins.fingerprint.cache_clear()
+    try:
+        assert builtins.fingerprint() != text
+    finally:
+        monkeypatch.undo()
+        builtins.fingerprint.cache_clear()
+    assert builtins.fingerprint() == text
 
 
 def test_a_symbol_nothing_defines_is_a_compile_error_naming_it(baseline):
@@ -269,7 +288,7 @@ def test_a_new_jit_takes_the_builtins_from_the_kernel_cache_and_rebuilds_a_damag
     import llvmlite.binding as llvm
     other = llvm.parse_assembly('define void @not_a_builtin() nounwind {\n  ret void\n}\n')
     other.triple = host.triple
-    text = builtins.module_text()
+    text = builtins.fingerprint()
     KernelCache(tmp_path / "kernels").put(cache_key("builtins", text, host.id()),
                                           host.target_machine(opt=0).emit_object(other), text)
     assert new_process() == made and emitted == [host, host, host]

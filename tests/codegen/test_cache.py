@@ -602,7 +602,7 @@ print(info.disk_hits, info.misses, info.writes)
 
 
 def _builtins_key():
-    return cache_key("builtins", builtins.module_text(), selected().id())
+    return cache_key("builtins", builtins.fingerprint(), selected().id())
 
 
 @pytest.fixture(scope="module")

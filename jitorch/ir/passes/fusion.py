@@ -34,6 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import heapq
+import logging
 
 import numpy as np
 
@@ -77,12 +78,38 @@ def fuse(graph, prologue_outputs=True):
     With ``prologue_outputs=False`` a reduction's prologue holds only values
     nothing outside the group needs (for kernels that cannot write them).
     """
+    return fuse_with_plan(graph, prologue_outputs)[0]
+
+
+def fuse_with_plan(graph, prologue_outputs=True, plan=None):
+    """(groups as `fuse` gives them, their plan, whether ``plan`` made them).
+
+    A plan is the partition itself: for each node of ``graph.nodes``, in order,
+    the number of its group. Taking a plan skips the search for merges, most of
+    fusion's time, but not its rules: each group of the plan must have a kernel
+    form (`_Partition.adopt` checks what the search checks merge by merge: one
+    kind of kernel, its size, no view of a value computed inside), and the
+    groups must not depend on each other in a cycle, so a plan from elsewhere
+    can only give a legal partition. A ``plan`` that breaks a rule is dropped
+    (logged) and the graph fused anew."""
+    if plan is not None:
+        part = _Partition(graph, prologue_outputs, searching=False)
+        refused = part.adopt(plan)
+        if refused is None:
+            return _logged(graph, part.groups()), plan, True
+        log("fusion", "the fusion plan given does not apply (%s): fusing anew", refused)
     part = _Partition(graph, prologue_outputs)
     while part.grow():
         pass
-    groups = part.groups()
-    log("fusion", "%d nodes in %d groups:\n%s", len(graph.nodes), len(groups),
-        "\n".join(f"  {i}: {g}" for i, g in enumerate(groups)))
+    numbers = {}
+    plan = [numbers.setdefault(part.owner[n], len(numbers)) for n in graph.nodes]
+    return _logged(graph, part.groups()), plan, False
+
+
+def _logged(graph, groups):
+    if logging.getLogger("jitorch.fusion").isEnabledFor(logging.INFO):  # (the listing takes milliseconds to build)
+        log("fusion", "%d nodes in %d groups:\n%s", len(graph.nodes), len(groups),
+            "\n".join(f"  {i}: {g}" for i, g in enumerate(groups)))
     return groups
 
 
@@ -229,7 +256,7 @@ class _Dag:
 class _Partition:
     """The clusters being grown, and the graph of clusters in a topological order."""
 
-    def __init__(self, graph, prologue_outputs):
+    def __init__(self, graph, prologue_outputs, searching=True):
         self.prologue_outputs = prologue_outputs
         self.order = {n: i for i, n in enumerate(graph.nodes)}
         self.kind = {n: kind_of(n) for n in graph.nodes}
@@ -240,6 +267,8 @@ class _Partition:
                 self.users.setdefault(v, []).append(n)
         # values needed whatever the partition: graph outputs and values written back into inputs
         self.sinks = set(graph.output_values()) | {v for _, v in graph.mutations}
+        if not searching:  # the clusters and their graph are `adopt`'s
+            return
         self.owner = {n: self.single_cluster(n) for n in graph.nodes}
         self.topo = [self.owner[n] for n in graph.nodes]
         self.pos = {c: i for i, c in enumerate(self.topo)}
@@ -415,6 +444,32 @@ class _Partition:
         self.absorb(keep, gone, form)
         return True
 
+    def adopt(self, plan):
+        """Make the clusters of ``plan`` (see `fuse_with_plan`) and their graph; None when every group has a
+        kernel form and the graph has no cycle, else why not."""
+        nodes = list(self.order)
+        if type(plan) is not list or len(plan) != len(nodes) or \
+                not all(type(k) is int and 0 <= k < len(nodes) for k in plan):
+            return f"it is not a group number below {len(nodes)} for each of the {len(nodes)} nodes"
+        members = {}
+        for n, k in zip(nodes, plan):
+            members.setdefault(k, []).append(n)
+        self.owner = {}
+        for k, group in members.items():
+            c = self.single_cluster(group[0]) if len(group) == 1 else self.cluster_of(group)
+            if isinstance(c, str):
+                return f"group {k} ({', '.join(n.op.name for n in group[:4])}{', ...' if len(group) > 4 else ''}) {c}"
+            for n in group:
+                self.owner[n] = c
+        clusters = list(dict.fromkeys(self.owner[n] for n in nodes))
+        self.dag = _Dag()
+        self.dag.add_nodes_from(clusters)
+        self.dag.add_edges_from((self.owner[v.node], self.owner[u]) for v, users in self.users.items()
+                                if v.node is not None for u in users if self.owner[v.node] is not self.owner[u])
+        if len(self.dag.topological_order(key=lambda c: self.order[c.first])) != len(clusters):
+            return "its groups depend on each other in a cycle"
+        return None
+
     def same_space(self, a, b):
         """Both clusters pointwise or views over one space."""
         return a.kind in ("pointwise", "view") and b.kind in ("pointwise", "view") and \
@@ -454,6 +509,47 @@ class _Partition:
         merged |= self.merge_siblings()
         return merged
 
+    def cluster_of(self, group):
+        """The cluster of the nodes ``group`` (two or more, in graph order), with the summary merging them
+        one by one would give it; or, where merges could not make it, why not (a string)."""
+        if len(group) > MAX_GROUP_NODES:
+            return f"has more than {MAX_GROUP_NODES} nodes"
+        members = set(group)
+        kinds = [self.kind[n] for n in group]
+        if "external" in kinds:
+            return "holds an external call"
+        reductions = [n for n, k in zip(group, kinds) if k == "reduction"]
+        if len(reductions) > 1:
+            return "holds two reductions"
+        c = _Cluster(group[0], kinds[0])
+        c.nodes, c.reduction = members, (reductions[0] if reductions else None)
+        pointwise = None
+        for n, kind in zip(group, kinds):
+            for v in n.outputs:
+                uses = sum(u not in members for u in self.users.get(v, ())) + (v in self.sinks)
+                if uses:
+                    c.escaping[v] = uses
+                    c.shapes[_shape(v)] = c.shapes.get(_shape(v), 0) + 1
+            for v in self.reads[n]:
+                if v.node is None:
+                    continue
+                if v.node not in members:
+                    c.reads[v] = c.reads.get(v, 0) + 1
+                    if kind == "view":
+                        c.view_reads.add(v)
+                elif kind == "view" and self.kind[v.node] != "view":
+                    return "has a view of a value computed in it"
+            if kind == "pointwise" and pointwise is not False:
+                pointwise = _broadcast(pointwise, _shape(n.outputs[0]))
+        if c.reduction is not None:
+            form = self.reduction_form(c.reduction, members, c.escaping.keys())
+        else:
+            form = self.pointwise_form(set(c.shapes), pointwise)
+        if form is None:
+            return "has no kernel form"
+        c.pointwise, c.space = form
+        return c
+
     # Result ----------------------------------------------------------------------------------------
 
     def group(self, c):
@@ -470,4 +566,4 @@ class _Partition:
         return [self.group(c) for c in order]
 
 
-__all__ = ["Group", "fuse"]
+__all__ = ["Group", "fuse", "fuse_with_plan"]
