@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..runtime import cuda_backend, dlpack as _dl
-from ..runtime.cuda_memory import canonical
+from ..runtime import dlpack as _dl
 from ..runtime.device import current_cuda_index, to_device
 from ..runtime.storage import Storage
 from ..runtime.strided import contiguous_strides
@@ -43,7 +42,7 @@ def _sync_for_consumer(t, stream):
     if stream == 0:  # ambiguous on CUDA: the spec reserves 1 (legacy) and 2 (per-thread) for the defaults
         raise AssertionError("unsupported stream on CUDA: 0.")
     target = 0 if stream in (None, 1) else stream
-    backend = cuda_backend.current()
+    backend = _cuda_backend().current()
     if int(backend.stream()) != target:
         # The consumer's stream may run before work still queued on ours: wait for ours on the host, after
         # which anything the consumer queues sees the finished values.
@@ -128,7 +127,7 @@ def from_dlpack(ext_tensor, *, device=None, copy=None):
                              "Set copy=None or copy=True.")
     if ext_device[0] == DLDeviceType.kDLCUDA:
         # the stream we will use it on: the spec numbers the legacy default stream 1
-        kwargs["stream"] = int(cuda_backend.current().stream()) or 1
+        kwargs["stream"] = int(_cuda_backend().current().stream()) or 1
     # Older producers know fewer keywords (NumPy 1.26: only ``stream``): drop them one by one, as torch does
     capsule, producer_copies = None, True
     for drop in (None, "max_version", "copy", "dl_device"):
@@ -160,7 +159,7 @@ def _tensor_of(imported, copy):
     on_cuda = imported.device_type in (DLDeviceType.kDLCUDA, DLDeviceType.kDLCUDAManaged)
     if count == 0:
         imported.release()
-        device = canonical(to_device(f"cuda:{imported.device_id}")) if on_cuda else to_device("cpu")
+        device = _cuda_device(imported.device_id) if on_cuda else to_device("cpu")
         return Tensor._empty(shape, dtype, device)
     low = sum((n - 1) * s for n, s in zip(shape, strides) if s < 0)
     span = 1 + sum((n - 1) * abs(s) for n, s in zip(shape, strides))
@@ -175,10 +174,23 @@ def _tensor_of(imported, copy):
         view = np.lib.stride_tricks.as_strided(flat[-low:], shape, tuple(s * item for s in strides))
         return Tensor._from_array(np.ascontiguousarray(view), dtype)
     if on_cuda:
-        storage = _dl.device_storage(imported, span, canonical(to_device(f"cuda:{imported.device_id}")))
+        storage = _dl.device_storage(imported, span, _cuda_device(imported.device_id))
     else:
         storage = Storage(_dl.host_array(imported, span), dtype)
     return Tensor._make(storage, tuple(shape), tuple(strides), 0)
 
 
 __all__ = ["from_dlpack", "to_dlpack", "dlpack_device", "DLDeviceType"]
+
+
+def _cuda_device(index):
+    """The jitorch device of CUDA device ``index``, checked against the devices present."""
+    from ..runtime.cuda_memory import canonical
+    return canonical(to_device(f"cuda:{index}"))
+
+
+def _cuda_backend():
+    """The CUDA runtime's backend module, imported at the first CUDA exchange (`import jitorch` loads none
+    of the CUDA runtime)."""
+    from ..runtime import cuda_backend
+    return cuda_backend

@@ -25,7 +25,7 @@ import weakref
 
 from ..jit.tracer import current_tracer
 from ..ops import registry
-from ..runtime import cuda_backend, profiling
+from ..runtime import profiling
 from ..runtime.hooks import _in_jitorch
 from ..tensor import Tensor
 
@@ -208,6 +208,7 @@ class Recorder:
         runs it on the host) the host span is the kernel's."""
         name = step.kernel.name
         args = {"ops": list(step.kernel.ops), "graph": self._graph.get(_thread())}
+        from ..runtime import cuda_backend  # (here: `import jitorch` loads none of the CUDA runtime)
         backend = cuda_backend.current()
         start = _clock()
         if self.cuda and isinstance(backend, cuda_backend.DriverBackend):

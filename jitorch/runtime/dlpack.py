@@ -25,7 +25,6 @@ import weakref
 import numpy as np
 
 from . import dtypes as _dt
-from .cuda_memory import CudaStorage
 
 
 
@@ -350,6 +349,7 @@ def host_array(imported, count):
 def device_storage(imported, count, device):
     """A CUDA storage of ``count`` elements over the imported device memory (``device``: its jitorch device,
     checked); the managed tensor is released when the storage goes."""
+    from .cuda_memory import CudaStorage  # (here: `import jitorch` loads none of the CUDA runtime)
     storage = CudaStorage(None, imported.dtype, device, count)
     storage._ptr = imported.data
     weakref.finalize(storage, imported.release)
