@@ -10,7 +10,10 @@ Everything CUDA tensors need from a device goes through a *backend*:
 - ``device_copy(dst, src, nbytes)``: a copy within device memory;
 - ``launch(kernel, pointers, index)``: a generated kernel (`PtxKernel` or
   `MatmulKernel`) on device pointers, asynchronously on the current stream;
-- ``synchronize()``: wait for the current stream; ``synchronize_device(index)``: for all of a device's work.
+- ``synchronize()``: wait for the current stream; ``synchronize_device(index)``: for all of a device's work;
+- ``ipc_get_handle(base, index)`` / ``ipc_open_handle(handle, index)`` / ``ipc_close_handle(address, index)``:
+  CUDA IPC (an allocation's 64-byte handle, mapped in another process, unmapped);
+- ``host_alloc(nbytes)`` / ``host_free(address)``: page-locked host memory.
 
 `DriverBackend` is the real one (cuda-python, see cuda_driver); tests install a
 `jitorch.backends.cuda.fake.FakeBackend` (host memory) with `use_backend`, so the
@@ -105,6 +108,21 @@ class DriverBackend:
     def synchronize_device(self, index=0):
         cuda_driver.activate(index)
         cuda_driver.synchronize()
+
+    def ipc_get_handle(self, base, index=0):
+        return cuda_driver.ipc_get_handle(base, index)
+
+    def ipc_open_handle(self, handle, index=0):
+        return cuda_driver.ipc_open_handle(handle, index)
+
+    def ipc_close_handle(self, address, index=0):
+        cuda_driver.ipc_close_handle(address, index)
+
+    def host_alloc(self, nbytes):
+        return cuda_driver.host_alloc(nbytes)
+
+    def host_free(self, address):
+        cuda_driver.host_free(address)
 
 
 _driver_backend = DriverBackend()
