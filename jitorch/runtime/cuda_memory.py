@@ -127,6 +127,9 @@ def download_span(t):
 _ipc_lock = threading.Lock()
 _OPENED: dict = {}      # (device index, handle) -> [address of the mapping here, storages using it]
 _IMPORTED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # storage -> (handle, offset): to resend
+# (device index, handle, offset) -> the storage here, sent or received: a storage that comes back (or comes
+# twice) is the same object, as torch's shared_cache makes it, and a process never opens its own handle
+_BY_HANDLE: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
 
 
 def ipc_export(storage):
@@ -143,6 +146,8 @@ def ipc_export(storage):
     base = backend.allocator(index).export(address)
     handle = backend.ipc_get_handle(base, index)
     backend.synchronize_device(index)
+    with _ipc_lock:
+        _BY_HANDLE[(index, handle, address - base)] = root
     return handle, address - base, index
 
 
@@ -156,6 +161,9 @@ def ipc_import(handle, offset, count, dtype, index):
     backend = cuda_backend.current()
     key = (device.index, handle)
     with _ipc_lock:
+        known = _BY_HANDLE.get((device.index, handle, offset))
+        if known is not None and known.dtype == dtype and known.size == count:
+            return known
         entry = _OPENED.get(key)
         if entry is None:
             entry = _OPENED[key] = [backend.ipc_open_handle(handle, device.index), 0]
@@ -163,6 +171,8 @@ def ipc_import(handle, offset, count, dtype, index):
     storage = CudaStorage(None, dtype, device, count)
     storage._ptr = entry[0] + offset
     _IMPORTED[storage] = (handle, offset)
+    with _ipc_lock:
+        _BY_HANDLE[(device.index, handle, offset)] = storage
     weakref.finalize(storage, _ipc_release, backend, key)
     return storage
 
