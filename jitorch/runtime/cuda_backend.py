@@ -79,7 +79,8 @@ class DriverBackend:
     def upload(self, address, host, non_blocking=False):
         # always queued on the current stream, so it stays ordered with the kernels there (a synchronous
         # cuMemcpyHtoD would not wait for a non-blocking stream's work); from pageable memory the driver
-        # stages the bytes before returning, so ``host`` may go at once
+        # stages the bytes before returning, so ``host`` may go at once; from page-locked memory it reads them
+        # when the copy runs (freeing that memory waits for the copy)
         if host.nbytes:
             stream = self.stream()
             cuda_driver.copy_to_device(address, host, stream, non_blocking=True)

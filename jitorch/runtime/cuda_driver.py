@@ -262,7 +262,7 @@ def ipc_open_handle(data, index=0):
     activate(index)
     handle = drv.CUipcMemHandle()
     ctypes.memmove(handle.getPtr(), data, IPC_HANDLE_BYTES)
-    flags = drv.CUipcMem_flags.CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS
+    flags = int(drv.CUipcMem_flags.CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)  # the only flag the driver defines
     return int(check(drv.cuIpcOpenMemHandle(handle, flags)))
 
 
