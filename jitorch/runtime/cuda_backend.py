@@ -11,8 +11,9 @@ Everything CUDA tensors need from a device goes through a *backend*:
 - ``launch(kernel, pointers, index)``: a generated kernel (`PtxKernel` or
   `MatmulKernel`) on device pointers, asynchronously on the current stream;
 - ``synchronize()``: wait for the current stream; ``synchronize_device(index)``: for all of a device's work;
-- ``ipc_get_handle(base, index)`` / ``ipc_open_handle(handle, index)`` / ``ipc_close_handle(address, index)``:
-  CUDA IPC (an allocation's 64-byte handle, mapped in another process, unmapped);
+- ``ipc_get_handle(base, index)`` / ``ipc_open_handle(handle, index) -> (address, nbytes)`` /
+  ``ipc_close_handle(address, index)``: CUDA IPC (an allocation's 64-byte handle, mapped in another process,
+  unmapped);
 - ``host_alloc(nbytes)`` / ``host_free(address)``: page-locked host memory.
 
 `DriverBackend` is the real one (cuda-python, see cuda_driver); tests install a

@@ -252,9 +252,10 @@ def ipc_get_handle(base, index=0):
 
 
 def ipc_open_handle(data, index=0):
-    """The device address, in this process, of the allocation exported as IPC handle ``data`` (64 bytes),
-    mapped on device ``index``. Peer access is enabled lazily if the allocation is on another device. The
-    driver counts the opens of a handle per context; each needs one `ipc_close_handle`."""
+    """(device address in this process, byte size) of the allocation exported as IPC handle ``data`` (64
+    bytes), mapped on device ``index``. Peer access is enabled lazily if the allocation is on another device.
+    The driver counts the opens of a handle per context; each needs one `ipc_close_handle`. The size, asked
+    of the driver (cuMemGetAddressRange), lets the receiver check what the sender said lies inside."""
     if not isinstance(data, bytes) or len(data) != IPC_HANDLE_BYTES:
         raise RuntimeError(f"a CUDA IPC memory handle is {IPC_HANDLE_BYTES} bytes, got "
                            f"{len(data) if isinstance(data, bytes) else type(data).__name__}")
@@ -263,7 +264,9 @@ def ipc_open_handle(data, index=0):
     handle = drv.CUipcMemHandle()
     ctypes.memmove(handle.getPtr(), data, IPC_HANDLE_BYTES)
     flags = int(drv.CUipcMem_flags.CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)  # the only flag the driver defines
-    return int(check(drv.cuIpcOpenMemHandle(handle, flags)))
+    address = int(check(drv.cuIpcOpenMemHandle(handle, flags)))
+    _, size = check(drv.cuMemGetAddressRange(address))
+    return address, int(size)
 
 
 def ipc_close_handle(address, index=0):

@@ -125,7 +125,7 @@ def download_span(t):
 # producer's allocator, never unmapped memory.
 
 _ipc_lock = threading.Lock()
-_OPENED: dict = {}      # (device index, handle) -> [address of the mapping here, storages using it]
+_OPENED: dict = {}      # (device index, handle) -> [address of the mapping here, its bytes, storages using it]
 _IMPORTED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # storage -> (handle, offset): to resend
 # (device index, handle, offset) -> the storage here, sent or received: a storage that comes back (or comes
 # twice) is the same object, as torch's shared_cache makes it, and a process never opens its own handle
@@ -154,7 +154,7 @@ def ipc_export(storage):
 def ipc_import(handle, offset, count, dtype, index):
     """A storage of ``count`` elements of ``dtype`` at byte ``offset`` in the allocation another process
     exported as ``handle`` on device ``index``. A handle is opened once per process and device; the mapping is
-    closed when the last storage on it dies."""
+    closed when the last storage on it dies. A storage reaching past the allocation is a RuntimeError."""
     if not (isinstance(offset, int) and isinstance(count, int) and offset >= 0 and count >= 0):
         raise RuntimeError(f"a CUDA IPC storage needs a non-negative offset and size, got {offset!r}, {count!r}")
     device = canonical(to_device(f"cuda:{index}"))
@@ -166,8 +166,14 @@ def ipc_import(handle, offset, count, dtype, index):
             return known
         entry = _OPENED.get(key)
         if entry is None:
-            entry = _OPENED[key] = [backend.ipc_open_handle(handle, device.index), 0]
-        entry[1] += 1
+            entry = _OPENED[key] = [*backend.ipc_open_handle(handle, device.index), 0]
+        if offset + count * dtype.itemsize > entry[1]:
+            if not entry[2]:
+                del _OPENED[key]
+                backend.ipc_close_handle(entry[0], device.index)
+            raise RuntimeError(f"a CUDA IPC storage of {count * dtype.itemsize} bytes at offset {offset} does not "
+                               f"fit the {entry[1]} bytes of the allocation it names")
+        entry[2] += 1
     storage = CudaStorage(None, dtype, device, count)
     storage._ptr = entry[0] + offset
     _IMPORTED[storage] = (handle, offset)
@@ -180,8 +186,8 @@ def ipc_import(handle, offset, count, dtype, index):
 def _ipc_release(backend, key):
     with _ipc_lock:
         entry = _OPENED[key]
-        entry[1] -= 1
-        if entry[1]:
+        entry[2] -= 1
+        if entry[2]:
             return
         del _OPENED[key]
     backend.ipc_close_handle(entry[0], key[0])

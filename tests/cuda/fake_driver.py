@@ -439,6 +439,14 @@ class FakeDriver:
         os.close(self.files.pop(address))
         return (SUCCESS,)
 
+    def cuMemGetAddressRange(self, dptr):
+        self._ctx()
+        address = _handle(CUdeviceptr, dptr)
+        i = bisect.bisect_right(self._starts, address) - 1
+        if i < 0 or address >= self._starts[i] + self.segments[self._starts[i]][1]:
+            return CUresult.CUDA_ERROR_NOT_FOUND, CUdeviceptr(0), 0
+        return SUCCESS, CUdeviceptr(self._starts[i]), self.segments[self._starts[i]][1]
+
     # interprocess memory ----------------------------------------------------------------------------
 
     def cuIpcGetMemHandle(self, dptr):
@@ -659,6 +667,7 @@ def _api(driver, name, method):
                         "cuDevicePrimaryCtxRetain": 1, "cuModuleLoadData": 1, "cuModuleGetFunction": 1,
                         "cuMemAlloc": 1, "cuStreamCreateWithPriority": 1, "cuEventCreate": 1,
                         "cuIpcGetMemHandle": 1, "cuIpcOpenMemHandle": 1, "cuMemHostAlloc": 1,
+                        "cuMemGetAddressRange": 2,
                         "cuEventElapsedTime": 1}.get(name, 0)
             return (e.result,) + (None,) * n_values
     call.__name__ = name

@@ -29,11 +29,20 @@ FORK = mp.get_context("fork")
 def _consumer(inbox, outbox):
     """The child: its own driver, then the parent's tensors read, written and sent back."""
     fake = fake_driver.install_in_process()
+    handle, offset = inbox.get(timeout=30)  # a sender claiming more bytes than its allocation holds
+    try:
+        reductions.rebuild_cuda_tensor(jt.Tensor, handle, offset, 1 << 20, "float32", 0, "float32", (1 << 20,), (1,),
+                                       0, False)
+        oversized = "accepted"
+    except RuntimeError as e:
+        oversized = str(e)
+    closed_oversized = fake.calls.count("cuIpcCloseMemHandle")
     x, y = inbox.get(timeout=30)
     again = inbox.get(timeout=30)          # y's storage once more: the handle is not opened twice
     report = {"x": x.tolist(), "y": y.tolist(), "same_storage": y.untyped_storage() is x.untyped_storage()
               and again.untyped_storage() is x.untyped_storage(), "x_ptr": x.data_ptr(),
-              "opens": fake.calls.count("cuIpcOpenMemHandle"), "open_handles": cuda_memory.ipc_open_count()}
+              "opens": fake.calls.count("cuIpcOpenMemHandle"), "open_handles": cuda_memory.ipc_open_count(),
+              "oversized": oversized, "closed_oversized": closed_oversized}
     y.copy_(jt.tensor([-1.0, -2.0, -3.0]))  # written through the mapping: the parent sees it
     outbox.put(y)                          # sent back with the parent's own handle
     inbox.get(timeout=30)                  # the parent has it: the queue's feeder thread lets go of y
@@ -52,6 +61,8 @@ def test_a_cuda_tensor_crosses_processes_as_an_ipc_handle(monkeypatch):
     inbox, outbox = FORK.Queue(), FORK.Queue()
     child = FORK.Process(target=_consumer, args=(inbox, outbox))
     child.start()
+    handle, offset, _ = cuda_memory.ipc_export(x.untyped_storage())
+    inbox.put((handle, offset))
     inbox.put((x, y))
     inbox.put(y)
     back = outbox.get(timeout=60)
@@ -60,10 +71,12 @@ def test_a_cuda_tensor_crosses_processes_as_an_ipc_handle(monkeypatch):
     child.join(30)
     assert child.exitcode == 0
     assert report["x"] == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0] and report["y"] == [2.0, 3.0, 4.0]
-    assert report["same_storage"] and report["opens"] == 1 and report["open_handles"] == 1
+    assert "does not fit the 2097152 bytes of the allocation" in report["oversized"]
+    assert report["closed_oversized"] == 1  # the mapping made for the refused storage is closed at once
+    assert report["same_storage"] and report["opens"] == 2 and report["open_handles"] == 1
     assert report["x_ptr"] != x.data_ptr()  # the child's own mapping, not the parent's address
     # the handle is closed once, when the child's last storage on it died
-    assert (report["closes_before"], report["closes_after"], report["open_handles_after"]) == (0, 1, 0)
+    assert (report["closes_before"], report["closes_after"], report["open_handles_after"]) == (1, 2, 0)
     assert x.tolist() == [0.0, 1.0, -1.0, -2.0, -3.0, 5.0]
     # sent back, the tensor is a view of the parent's own storage: the parent never opens its own handle
     assert back.untyped_storage() is x.untyped_storage() and back.data_ptr() == y.data_ptr()
