@@ -401,8 +401,8 @@ class Tensor:
         return (self._storage is other._storage and self._offset == other._offset and self._shape == other._shape
                 and self._stride == other._stride)
 
-    # What torch's tensors can be and jitorch's never are (a lazily conjugated or negated view, pinned memory, a
-    # distributed tensor): always False, as torch answers for an ordinary dense tensor.
+    # What torch's tensors can be and jitorch's never are (a lazily conjugated or negated view, a distributed
+    # tensor): always False, as torch answers for an ordinary dense tensor.
     def is_conj(self):
         return False
 
@@ -410,7 +410,26 @@ class Tensor:
         return False
 
     def is_pinned(self, device=None):
-        return False
+        """Whether this tensor's elements are in page-locked host memory (`pin_memory`)."""
+        storage = self._storage
+        if storage.device.type != "cpu" or storage.data is None:
+            return False
+        from .runtime.cuda_memory import is_pinned_address  # here: `import jitorch` loads no CUDA module
+        return is_pinned_address(storage.data_ptr())
+
+    def pin_memory(self, device=None):
+        """A copy of this CPU tensor, with the same strides, in page-locked host memory, from which copies to a
+        CUDA device run asynchronously (``non_blocking=True``); ``self`` when it is pinned already. As in torch,
+        a RuntimeError without a CUDA device."""
+        if self.device.type != "cpu":
+            raise RuntimeError(f"cannot pin '{self.type()}' only dense CPU tensors can be pinned")
+        if self.is_pinned():
+            return self
+        from .runtime.cuda_memory import pinned_array
+        extent = 0 if 0 in self._shape else 1 + sum((n - 1) * s for n, s in zip(self._shape, self._stride))
+        out = Tensor._make(Storage(pinned_array(extent, self.dtype), self.dtype), self._shape,
+                               self._stride, 0)
+        return out.copy_(self)
 
     def share_memory_(self):
         """Move this tensor's storage into shared memory, where other processes (jitorch.multiprocessing) map it

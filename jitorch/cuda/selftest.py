@@ -10,7 +10,9 @@ and events, compiled kernels run on device buffers against the CPU results,
 CUDA tensors (transfers, writes, memory returned to the pool), every registry
 op on CUDA tensors against the CPU (with the sample inputs of the test suite,
 when run from a checkout), a compiled graph and autograd on CUDA tensors, and a
-device-to-device copy bandwidth measurement. Prints one summary table; exits 1
+device-to-device copy bandwidth measurement, page-locked memory (an asynchronous upload on a
+stream, its bandwidth against pageable memory) and a CUDA tensor shared with a spawned process through CUDA IPC.
+Prints one summary table; exits 1
 when a check fails, 0 otherwise (also without a GPU).
 
 The tensor checks (`check_tensors`, `check_registry_ops`, `check_graph_and_autograd`)
@@ -221,6 +223,61 @@ def check_streams_and_bandwidth(n=1 << 28):
     return ms > 0, f"device copy {2 * n * 10 / ms / 1e6:.0f} GB/s (read + write)"
 
 
+def check_pinned_memory(n=1 << 24):
+    """Page-locked host memory: ``pin_memory()``, a non_blocking upload from it queued on a stream, and the
+    upload bandwidth from pinned and from pageable memory (``n`` float32)."""
+    x = jt.arange(n, dtype=jt.float32)
+    p = x.pin_memory()
+    s = jt.cuda.Stream()
+    start, end = jt.cuda.Event(enable_timing=True), jt.cuda.Event(enable_timing=True)
+    times = {}
+    for name, src in (("pageable", x), ("pinned", p)):
+        with jt.cuda.stream(s):
+            src.to("cuda", non_blocking=True)  # warm-up: the allocator's segment
+            start.record()
+            y = src.to("cuda", non_blocking=True)
+            end.record()
+        end.synchronize()
+        times[name] = start.elapsed_time(end)
+    ok = p.is_pinned() and not x.is_pinned() and bool((y.cpu() == x).all())
+    rates = ", ".join(f"{k} {4 * n / ms / 1e6:.1f} GB/s" for k, ms in times.items())
+    return ok, f"pin_memory, non_blocking upload on a stream; host to device {rates}"
+
+
+def _ipc_child(inbox, outbox, setup):
+    """The other process of `check_ipc`: adds 1 in place to the tensor it was sent (a kernel on the mapping)."""
+    if setup is not None:
+        setup()
+    try:
+        x = inbox.get(timeout=120)
+        x.add_(1)
+        jt.cuda.synchronize()
+        outbox.put(("ok", x.sum().item()))
+    except Exception as e:  # reported to the parent's table
+        outbox.put(("error", f"{type(e).__name__}: {e}"))
+
+
+def check_ipc(n=1 << 20, context="spawn", child_setup=None):
+    """A CUDA tensor sent to a new process through jitorch.multiprocessing (a CUDA IPC handle): the child's
+    in-place add is seen by this process, which keeps the tensor alive meanwhile (torch's rule).
+    ``child_setup`` runs first in the child (the test suite's fake driver)."""
+    import jitorch.multiprocessing as mp
+    ctx = mp.get_context(context)
+    x = jt.arange(n, dtype=jt.float32, device="cuda")[1:]  # a view: the storage's offset in the allocation
+    inbox, outbox = ctx.Queue(), ctx.Queue()
+    child = ctx.Process(target=_ipc_child, args=(inbox, outbox, child_setup))
+    child.start()
+    inbox.put(x)
+    status, value = outbox.get(timeout=300)
+    child.join(60)
+    if status != "ok":
+        return False, f"child: {value}"
+    expected = float(np.arange(2, n + 1, dtype=np.float64).sum())
+    ok = child.exitcode == 0 and bool((x.cpu() == jt.arange(2, n + 1, dtype=jt.float32)).all()) and \
+        abs(value - expected) <= 1e-6 * expected
+    return ok, f"{4 * (n - 1)} bytes shared with a {context}ed process, written there, seen here"
+
+
 def main(argv=None):
     """Run the checks and print their table; 0 when all pass. With ``--emulate``, or with no GPU, the kernel
     and tensor checks run on the host's kernel emulator (a fake device running the kernels' own code)."""
@@ -232,7 +289,8 @@ def main(argv=None):
     rows = [("ptxas sm_80/sm_90",) + check_ptxas()]
     if jt.cuda.is_available() and not args.emulate:
         rows += _run_checks((("allocator (driver)", check_allocator),) + _tensor_checks(kernel_rows=ROWS) +
-                            (("streams, events, bandwidth", check_streams_and_bandwidth),))
+                            (("streams, events, bandwidth", check_streams_and_bandwidth),
+                             ("pinned memory", check_pinned_memory), ("CUDA IPC (multiprocessing)", check_ipc)))
     else:
         from ..backends.cuda import emulator
         from ..backends.cuda.fake import FakeBackend

@@ -3,7 +3,8 @@
 Importing it registers reducers with ``multiprocessing``'s pickler, so a tensor put on a queue, sent through a
 pipe or passed to a process moves into shared memory and travels as a handle to it: the receiver maps the
 same memory, and writes on either side are seen on the other. The memory is freed when the last process that
-maps it lets go.
+maps it lets go. A CUDA tensor travels as a CUDA IPC handle to its device memory (see reductions), which the
+sender must keep alive while receivers use it, as in torch.
 
     import jitorch.multiprocessing as mp
     q = mp.Queue()

@@ -4,6 +4,11 @@ Registered with ``multiprocessing.reduction.ForkingPickler``, which every ``mult
 process argument goes through. A CPU tensor is moved into shared memory (`Tensor.share_memory_`) and sent as
 its storage's memory-file descriptor (passed over a Unix socket by ``multiprocessing``'s ``DupFd``) plus plain
 numbers for its geometry: the handle names only functions of this module, never code of the sender's choosing.
+
+A CUDA tensor travels as its allocation's CUDA IPC handle (64 bytes of plain data from ``cuIpcGetMemHandle``),
+the byte offset of its storage in that allocation, the storage's size, the device index and its geometry; the
+receiver maps the allocation with ``cuIpcOpenMemHandle`` (once per handle) and unmaps it when its last storage on
+it dies. As in torch, the sending process must keep the tensor alive while receivers use it.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from multiprocessing.reduction import DupFd, ForkingPickler
 
 from ..nn.parameter import Parameter
 from ..runtime import dtypes as _dt
-from ..runtime import shared_memory
+from ..runtime import cuda_memory, shared_memory
 from ..runtime.device import META
 from ..runtime.storage import Storage
 from ..tensor import Tensor
@@ -42,6 +47,13 @@ def rebuild_tensor(cls, storage, dtype_name, shape, strides, offset, requires_gr
     return t
 
 
+def rebuild_cuda_tensor(cls, handle, offset, count, storage_dtype, device_index, dtype_name, shape, strides,
+                        storage_offset, requires_grad):
+    """A tensor of ``cls`` on another process's CUDA allocation (IPC ``handle``), mapped here."""
+    storage = cuda_memory.ipc_import(handle, offset, count, _dt.to_dtype(storage_dtype), device_index)
+    return rebuild_tensor(cls, storage, dtype_name, shape, strides, storage_offset, requires_grad)
+
+
 def rebuild_meta_tensor(cls, dtype_name, shape, strides, offset, requires_grad):
     """A meta tensor: only its geometry crosses over, as it has no elements."""
     dtype = _dt.to_dtype(dtype_name)
@@ -54,8 +66,7 @@ def _span(shape, strides):
 
 
 def _device_error(device):
-    return (f"sending a tensor on {device} to another process needs CUDA IPC memory handles, which jitorch does "
-            "not implement yet: move it to the CPU first (tensor.cpu())")
+    return f"a tensor on {device} cannot be sent to another process: move it to the CPU first (tensor.cpu())"
 
 
 def reduce_tensor(tensor):
@@ -69,6 +80,11 @@ def reduce_tensor(tensor):
                 tensor.requires_grad)
     if tensor.device.type == "meta":
         return rebuild_meta_tensor, (type(tensor), *geometry)
+    if tensor.device.type == "cuda":
+        root = getattr(tensor._storage, "root", tensor._storage)
+        handle, offset, index = cuda_memory.ipc_export(root)
+        return rebuild_cuda_tensor, (type(tensor), handle, offset, root.size, str(root.dtype).removeprefix("jitorch."),
+                                     index, *geometry)
     if tensor.device.type != "cpu":
         raise RuntimeError(_device_error(tensor.device))
     return rebuild_tensor, (type(tensor), tensor.untyped_storage(), *geometry)

@@ -263,10 +263,23 @@ def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=Fal
         from ..runtime.cuda_memory import upload
         t = registry.Tensor._empty(arr.shape, dtype, device)
         upload(t._storage.data_ptr(), arr, dtype)
+    t = pinned(t, pin_memory)
     if requires_grad:
         t.requires_grad_(True)
     t._made_from_data()
     return t
+
+
+def pinned(t, pin_memory):
+    """A factory's result ``t``, moved to page-locked host memory when ``pin_memory`` (torch's errors without a
+    CUDA device, and for a result on a device)."""
+    if not pin_memory:
+        return t
+    from ..runtime import cuda_backend  # here: `import jitorch` loads no CUDA module
+    if not cuda_backend.current().available():
+        raise RuntimeError("pin_memory=True requires a CUDA or other accelerator backend; no pinned memory "
+                           "allocator is available on this system.")
+    return t.pin_memory()
 
 
 def as_tensor(data, dtype=None, device=None):

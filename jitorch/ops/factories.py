@@ -9,12 +9,12 @@ import warnings
 import numpy as np
 
 from . import registry
-from .creation import from_numpy, tensor
+from .creation import from_numpy, pinned, tensor
 from ..runtime import dtypes as _dt
 from ..runtime.device import to_device
 from ..runtime.storage import Storage
 
-__all__ = ["empty_strided", "scalar_tensor", "asarray", "range"]
+__all__ = ["empty", "empty_strided", "scalar_tensor", "asarray", "range"]
 
 _F = registry.FUNCTIONS
 
@@ -33,8 +33,17 @@ def empty_strided(size, stride, *, dtype=None, device=None, requires_grad=False,
                            f"{list(stride)}")
     dtype = _dt.get_default_dtype() if dtype is None else _dt.to_dtype(dtype)
     extent = 0 if 0 in size else 1 + sum((n - 1) * s for n, s in zip(size, stride))
-    t = registry.Tensor._make(Storage.empty(extent, dtype, to_device(device)), size, stride, 0)
+    t = pinned(registry.Tensor._make(Storage.empty(extent, dtype, to_device(device)), size, stride, 0), pin_memory)
     return t.requires_grad_() if requires_grad else t
+
+
+def empty(*size, pin_memory=False, **options):
+    """A tensor of uninitialised values of the given size (the registry's ``empty``), in page-locked host
+    memory when ``pin_memory`` (for asynchronous copies to a CUDA device)."""
+    if not pin_memory:
+        return _F["empty"](*size, **options)
+    requires_grad = options.pop("requires_grad", False)
+    return pinned(_F["empty"](*size, **options), True).requires_grad_(requires_grad)
 
 
 def scalar_tensor(s, *, dtype=None, device=None, requires_grad=False, pin_memory=False):

@@ -80,6 +80,7 @@ class CachingAllocator:
         self._lock = threading.RLock()
         self._free = {}       # (stream, pool) -> sorted list of (size, address, block)
         self._segments = {}   # segment address -> (size, stream)
+        self._exported = set()  # segments another process may have mapped (CUDA IPC): never given back
         self._stats = {name: {"current": 0, "peak": 0} for name in _STAT_NAMES}
         self._counts = dict.fromkeys(("num_allocs", "num_frees", "segment_allocs", "segment_frees", "num_ooms",
                                       "cache_hits"), 0)
@@ -180,7 +181,7 @@ class CachingAllocator:
                 keep = []
                 for entry in free:
                     block = entry[2]
-                    if block.prev is None and block.next is None:
+                    if block.prev is None and block.next is None and block.address not in self._exported:
                         self.backend.free(block.address)
                         nbytes, _ = self._segments.pop(block.address)
                         self._counts["segment_frees"] += 1
@@ -188,6 +189,17 @@ class CachingAllocator:
                     else:
                         keep.append(entry)
                 self._free[key] = keep
+
+    def export(self, address):
+        """The base address of the segment holding device ``address`` (what CUDA IPC exports: whole
+        allocations), marked so that `empty_cache` keeps it: freeing memory that another process has
+        mapped is undefined behaviour in the driver, and no process here knows when the others let go."""
+        with self._lock:
+            for base, (nbytes, _) in self._segments.items():
+                if base <= address < base + nbytes:
+                    self._exported.add(base)
+                    return base
+        raise RuntimeError(f"device address {address:#x} is not in memory from this allocator")
 
     def memory_allocated(self):
         """Bytes in blocks handed out (rounded sizes)."""

@@ -10,7 +10,11 @@ Everything CUDA tensors need from a device goes through a *backend*:
 - ``device_copy(dst, src, nbytes)``: a copy within device memory;
 - ``launch(kernel, pointers, index)``: a generated kernel (`PtxKernel` or
   `MatmulKernel`) on device pointers, asynchronously on the current stream;
-- ``synchronize()``: wait for the current stream; ``synchronize_device(index)``: for all of a device's work.
+- ``synchronize()``: wait for the current stream; ``synchronize_device(index)``: for all of a device's work;
+- ``ipc_get_handle(base, index)`` / ``ipc_open_handle(handle, index) -> (address, nbytes)`` /
+  ``ipc_close_handle(address, index)``: CUDA IPC (an allocation's 64-byte handle, mapped in another process,
+  unmapped);
+- ``host_alloc(nbytes)`` / ``host_free(address)``: page-locked host memory.
 
 `DriverBackend` is the real one (cuda-python, see cuda_driver); tests install a
 `jitorch.backends.cuda.fake.FakeBackend` (host memory) with `use_backend`, so the
@@ -76,7 +80,8 @@ class DriverBackend:
     def upload(self, address, host, non_blocking=False):
         # always queued on the current stream, so it stays ordered with the kernels there (a synchronous
         # cuMemcpyHtoD would not wait for a non-blocking stream's work); from pageable memory the driver
-        # stages the bytes before returning, so ``host`` may go at once
+        # stages the bytes before returning, so ``host`` may go at once; from page-locked memory it reads them
+        # when the copy runs (freeing that memory waits for the copy)
         if host.nbytes:
             stream = self.stream()
             cuda_driver.copy_to_device(address, host, stream, non_blocking=True)
@@ -105,6 +110,21 @@ class DriverBackend:
     def synchronize_device(self, index=0):
         cuda_driver.activate(index)
         cuda_driver.synchronize()
+
+    def ipc_get_handle(self, base, index=0):
+        return cuda_driver.ipc_get_handle(base, index)
+
+    def ipc_open_handle(self, handle, index=0):
+        return cuda_driver.ipc_open_handle(handle, index)
+
+    def ipc_close_handle(self, address, index=0):
+        cuda_driver.ipc_close_handle(address, index)
+
+    def host_alloc(self, nbytes):
+        return cuda_driver.host_alloc(nbytes)
+
+    def host_free(self, address):
+        cuda_driver.host_free(address)
 
 
 _driver_backend = DriverBackend()

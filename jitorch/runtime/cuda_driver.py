@@ -227,3 +227,68 @@ class DriverMemory:
 
     def free(self, address):
         free(address)
+
+
+# Interprocess memory (CUDA IPC) ---------------------------------------------------------------------------------
+
+IPC_HANDLE_BYTES = 64   # sizeof(CUipcMemHandle): an opaque, plain-data handle
+
+
+def ipc_get_handle(base, index=0):
+    """The 64 bytes of the IPC handle of the allocation that starts at device address ``base`` (the pointer
+    cuMemAlloc returned: the driver exports whole allocations, never a pointer inside one). A driver that
+    cannot export it (a device without unified addressing, memory from a stream-ordered pool or from
+    cuMemCreate) raises RuntimeError naming the driver's error, so nothing unusable is ever sent."""
+    drv = require()
+    activate(index)
+    err, handle = drv.cuIpcGetMemHandle(base)
+    if err != drv.CUresult.CUDA_SUCCESS:
+        _, text = drv.cuGetErrorString(err)
+        raise RuntimeError(f"CUDA IPC cannot export the allocation at {base:#x} on cuda:{index} "
+                           f"(cuIpcGetMemHandle: {err.name}: {text.decode() if isinstance(text, bytes) else text}): "
+                           "this memory cannot be shared with another process; copy the tensor to the CPU "
+                           "(tensor.cpu()) and send that instead")
+    return ctypes.string_at(handle.getPtr(), IPC_HANDLE_BYTES)
+
+
+def ipc_open_handle(data, index=0):
+    """(device address in this process, byte size) of the allocation exported as IPC handle ``data`` (64
+    bytes), mapped on device ``index``. Peer access is enabled lazily if the allocation is on another device.
+    The driver counts the opens of a handle per context; each needs one `ipc_close_handle`. The size, asked
+    of the driver (cuMemGetAddressRange), lets the receiver check what the sender said lies inside."""
+    if not isinstance(data, bytes) or len(data) != IPC_HANDLE_BYTES:
+        raise RuntimeError(f"a CUDA IPC memory handle is {IPC_HANDLE_BYTES} bytes, got "
+                           f"{len(data) if isinstance(data, bytes) else type(data).__name__}")
+    drv = require()
+    activate(index)
+    handle = drv.CUipcMemHandle()
+    ctypes.memmove(handle.getPtr(), data, IPC_HANDLE_BYTES)
+    flags = int(drv.CUipcMem_flags.CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)  # the only flag the driver defines
+    address = int(check(drv.cuIpcOpenMemHandle(handle, flags)))
+    _, size = check(drv.cuMemGetAddressRange(address))
+    return address, int(size)
+
+
+def ipc_close_handle(address, index=0):
+    """Unmap an allocation opened with `ipc_open_handle` (once per open)."""
+    activate(index)
+    check(require().cuIpcCloseMemHandle(address))
+
+
+# Page-locked host memory ----------------------------------------------------------------------------------------
+
+def host_alloc(nbytes):
+    """The address of ``nbytes`` of page-locked host memory (cuMemHostAlloc, PORTABLE: pinned for every
+    context, so copies to any device run asynchronously from it)."""
+    drv = _context()
+    err, ptr = drv.cuMemHostAlloc(max(nbytes, 1), drv.CU_MEMHOSTALLOC_PORTABLE)
+    if err == drv.CUresult.CUDA_ERROR_OUT_OF_MEMORY:
+        raise MemoryError(f"cuMemHostAlloc({nbytes}) is out of memory")
+    check((err,))
+    return int(ptr)
+
+
+def host_free(address):
+    """Free page-locked host memory from `host_alloc` (the driver waits for no copy: callers keep it alive
+    until their copies have run)."""
+    check(_context().cuMemFreeHost(address))

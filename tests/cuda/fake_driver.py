@@ -26,7 +26,18 @@ checks, benchmarks/cuda.py) run on a machine without a GPU. What it holds to:
 - events take their time from a virtual clock that each executed operation advances, so
   `cuEventElapsedTime` gives positive milliseconds between recorded, completed events.
 
-Not modelled: pinned memory, blocking streams' implicit synchronisation with the legacy stream beyond whole
+- device memory lives in anonymous memory files (``memfd_create``) mapped into this process, so CUDA IPC is
+  real across processes: ``cuIpcGetMemHandle`` of an allocation's base gives 64 bytes naming this process, the
+  file's descriptor and the size; ``cuIpcOpenMemHandle`` in another process's fake driver opens the file
+  through ``/proc/PID/fd`` and maps it at an address of its own (counted per handle, as the driver counts
+  opens per context), ``cuIpcCloseMemHandle`` unmaps it at the last close. A handle opened by the driver
+  that exported it, a pointer inside an allocation, or a driver made with ``ipc=False`` (standing for memory
+  IPC cannot export) are refused with an error code;
+- page-locked host memory (``cuMemHostAlloc``): asynchronous copies from it are not staged but read when the
+  stream runs them, and asynchronous copies into it are queued, so a missing synchronisation shows;
+  ``cuMemFreeHost`` waits for the context's work first.
+
+Not modelled: blocking streams' implicit synchronisation with the legacy stream beyond whole
 flushes, peer access between devices, kernel faults as sticky errors (an emulator error raises), and the
 driver's own checks of the PTX (ptxas tests cover those).
 """
@@ -37,8 +48,12 @@ import bisect
 import ctypes
 import gc
 import itertools
+import mmap
+import os
 import re
+import struct
 import threading
+import weakref
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -59,6 +74,10 @@ CUmodule = _real.CUmodule
 CUfunction = _real.CUfunction
 CUstream = _real.CUstream
 CUevent = _real.CUevent
+CUipcMemHandle = _real.CUipcMemHandle
+CUipcMem_flags = _real.CUipcMem_flags
+CU_MEMHOSTALLOC_PORTABLE = _real.CU_MEMHOSTALLOC_PORTABLE
+IPC_MAGIC = b"JTFAKIPC"
 
 SUCCESS = CUresult.CUDA_SUCCESS
 ALIGN = 512                      # cuMemAlloc's alignment
@@ -173,10 +192,17 @@ class FakeDriver:
     CUevent_flags = CUevent_flags
     CUdevice, CUdeviceptr, CUcontext, CUmodule, CUfunction, CUstream, CUevent = (
         CUdevice, CUdeviceptr, CUcontext, CUmodule, CUfunction, CUstream, CUevent)
+    CUipcMemHandle, CUipcMem_flags, CU_MEMHOSTALLOC_PORTABLE = CUipcMemHandle, CUipcMem_flags, CU_MEMHOSTALLOC_PORTABLE
 
-    def __init__(self, devices=1, capacity=1 << 32):
+    def __init__(self, devices=1, capacity=1 << 32, ipc=True):
         self.devices = devices
         self.capacity = capacity
+        self.ipc = ipc
+        self.token = int.from_bytes(os.urandom(8), "little")  # which fake "process" exported a handle
+        self.files = {}             # address -> descriptor of the memory file of each allocation made here
+        self.opened = {}            # address -> [handle bytes, opens] of each mapping of another's allocation
+        self.pinned = {}            # address -> (buffer, size) of page-locked host memory
+        weakref.finalize(self, _close_files, self.files)  # allocations never freed (cached segments)
         self.initialised = False
         self.segments = {}          # address -> (buffer, size)
         self._starts = []
@@ -190,6 +216,7 @@ class FakeDriver:
         self.clock_ns = 0
         self.launches = []
         self.calls = []
+        self.pinned_copies = []     # ("htod" | "dtoh", bytes) of each asynchronous copy that was not staged
         self._local = threading.local()
         self._lock = threading.RLock()
 
@@ -385,38 +412,149 @@ class FakeDriver:
             return CUresult.CUDA_ERROR_INVALID_VALUE, CUdeviceptr(0)
         if sum(size for _, size in self.segments.values()) + n > self.capacity:
             return CUresult.CUDA_ERROR_OUT_OF_MEMORY, CUdeviceptr(0)
-        buf = np.zeros(n + ALIGN, np.uint8)
-        address = -(-buf.__array_interface__["data"][0] // ALIGN) * ALIGN
+        fd = os.memfd_create("fake-cuda", os.MFD_CLOEXEC)
+        os.ftruncate(fd, n)
+        address = self._map(fd, n)   # page-aligned, so cuMemAlloc's 512 bytes hold
+        self.files[address] = fd
+        return SUCCESS, CUdeviceptr(address)
+
+    def _map(self, fd, n):
+        buf = np.frombuffer(mmap.mmap(fd, n), np.uint8)
+        address = buf.__array_interface__["data"][0]
         self.segments[address] = (buf, n)
         bisect.insort(self._starts, address)
-        return SUCCESS, CUdeviceptr(address)
+        return address
+
+    def _unmap(self, address):
+        del self.segments[address]
+        self._starts.remove(address)
 
     def cuMemFree(self, dptr):
         ctx = self._ctx()
         address = _handle(CUdeviceptr, dptr)
-        if address not in self.segments:
+        if address not in self.files:  # not an allocation of this process (an IPC mapping is closed instead)
             return (CUresult.CUDA_ERROR_INVALID_VALUE,)
         self._run_context(ctx)  # the driver waits for work that may use the memory before it frees it
-        del self.segments[address]
-        self._starts.remove(address)
+        self._unmap(address)
+        os.close(self.files.pop(address))
         return (SUCCESS,)
 
-    def _htod(self, dstDevice, srcHost, ByteCount, stream):
+    def cuMemGetAddressRange(self, dptr):
+        self._ctx()
+        address = _handle(CUdeviceptr, dptr)
+        i = bisect.bisect_right(self._starts, address) - 1
+        if i < 0 or address >= self._starts[i] + self.segments[self._starts[i]][1]:
+            return CUresult.CUDA_ERROR_NOT_FOUND, CUdeviceptr(0), 0
+        return SUCCESS, CUdeviceptr(self._starts[i]), self.segments[self._starts[i]][1]
+
+    # interprocess memory ----------------------------------------------------------------------------
+
+    def cuIpcGetMemHandle(self, dptr):
+        self._ctx()
+        address = _handle(CUdeviceptr, dptr)
+        if not self.ipc:
+            return CUresult.CUDA_ERROR_NOT_SUPPORTED, CUipcMemHandle()
+        if address not in self.files:  # only an allocation's base, from cuMemAlloc, is exported
+            return CUresult.CUDA_ERROR_INVALID_VALUE, CUipcMemHandle()
+        handle = CUipcMemHandle()
+        data = IPC_MAGIC + struct.pack("<QQQQ", os.getpid(), self.files[address], self.segments[address][1],
+                                       self.token)
+        ctypes.memmove(handle.getPtr(), data.ljust(64, b"\0"), 64)
+        return SUCCESS, handle
+
+    def cuIpcOpenMemHandle(self, handle, Flags):
+        self._ctx()
+        if not isinstance(handle, CUipcMemHandle):
+            raise TypeError(f"Argument 'handle' is not instance of type (expected {CUipcMemHandle}, "
+                            f"found {type(handle)})")
+        if _c_int(Flags, 32) != int(CUipcMem_flags.CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS):
+            return CUresult.CUDA_ERROR_INVALID_VALUE, CUdeviceptr(0)
+        data = ctypes.string_at(handle.getPtr(), 64)
+        if data[:8] != IPC_MAGIC:
+            return CUresult.CUDA_ERROR_INVALID_VALUE, CUdeviceptr(0)
+        pid, fd, n, token = struct.unpack("<QQQQ", data[8:40])
+        if token == self.token:  # the driver refuses handles exported by the calling process
+            return CUresult.CUDA_ERROR_INVALID_CONTEXT, CUdeviceptr(0)
+        for address, entry in self.opened.items():
+            if entry[0] == data:    # opened already: the driver counts the open and returns the same pointer
+                entry[1] += 1
+                return SUCCESS, CUdeviceptr(address)
+        try:
+            own = os.open(f"/proc/{pid}/fd/{fd}", os.O_RDWR)
+        except OSError:            # the exporting process or its allocation is gone
+            return CUresult.CUDA_ERROR_INVALID_VALUE, CUdeviceptr(0)
+        try:
+            address = self._map(own, n)
+        finally:
+            os.close(own)          # the mapping keeps the memory
+        self.opened[address] = [data, 1]
+        return SUCCESS, CUdeviceptr(address)
+
+    def cuIpcCloseMemHandle(self, dptr):
+        self._ctx()
+        address = _handle(CUdeviceptr, dptr)
+        entry = self.opened.get(address)
+        if entry is None:
+            return (CUresult.CUDA_ERROR_INVALID_VALUE,)
+        entry[1] -= 1
+        if not entry[1]:
+            self._run_context(self._ctx())
+            del self.opened[address]
+            self._unmap(address)
+        return (SUCCESS,)
+
+    # page-locked host memory ------------------------------------------------------------------------
+
+    def cuMemHostAlloc(self, bytesize, Flags):
+        self._ctx()
+        n, flags = _c_int(bytesize, 64), _c_int(Flags, 32)
+        if flags & ~0x7:           # PORTABLE | DEVICEMAP | WRITECOMBINED
+            return CUresult.CUDA_ERROR_INVALID_VALUE, 0
+        buf = np.zeros(max(n, 1), np.uint8)
+        address = buf.__array_interface__["data"][0]
+        self.pinned[address] = (buf, n)
+        return SUCCESS, address
+
+    def cuMemFreeHost(self, p):
+        ctx = self._ctx()
+        address = _host_pointer(p)
+        if address not in self.pinned:
+            return (CUresult.CUDA_ERROR_INVALID_VALUE,)
+        self._run_context(ctx)     # copies still queued from or into it run first
+        del self.pinned[address]
+        return (SUCCESS,)
+
+    def _is_pinned(self, address, n):
+        return any(base <= address and address + n <= base + max(size, 1) for base, (_, size) in self.pinned.items())
+
+    def _htod(self, dstDevice, srcHost, ByteCount, stream, asynchronous):
         dst, src, n = _handle(CUdeviceptr, dstDevice), _host_pointer(srcHost), _c_int(ByteCount, 64)
         self._device_range(dst, n)
         self._host_range(src, n)
-        staged = ctypes.string_at(src, n)  # pageable memory is staged at the call: the caller may reuse it
+        # pageable memory is staged at the call (the caller may reuse it); page-locked memory is read when the
+        # copy runs, so the caller must keep it unchanged until then
+        staged = None if asynchronous and self._is_pinned(src, n) else ctypes.string_at(src, n)
+        if staged is None:
+            self.pinned_copies.append(("htod", n))
 
         def run():
-            ctypes.memmove(dst, staged, n)
+            ctypes.memmove(dst, src if staged is None else staged, n)
             self._tick(n)
         self._enqueue(stream, run)
         return (SUCCESS,)
 
-    def _dtoh(self, dstHost, srcDevice, ByteCount, stream):
+    def _dtoh(self, dstHost, srcDevice, ByteCount, stream, asynchronous):
         dst, src, n = _host_pointer(dstHost), _handle(CUdeviceptr, srcDevice), _c_int(ByteCount, 64)
         self._device_range(src, n)
         self._host_range(dst, n)
+        if asynchronous and self._is_pinned(dst, n):  # into page-locked memory the call returns at once
+            self.pinned_copies.append(("dtoh", n))
+
+            def run():
+                ctypes.memmove(dst, src, n)
+                self._tick(n)
+            self._enqueue(stream, run)
+            return (SUCCESS,)
         # into pageable memory the call returns once the copy is done: the stream's earlier work first
         self._run(stream)
         ctypes.memmove(dst, src, n)
@@ -424,16 +562,16 @@ class FakeDriver:
         return (SUCCESS,)
 
     def cuMemcpyHtoD(self, dstDevice, srcHost, ByteCount):
-        return self._htod(dstDevice, srcHost, ByteCount, self._stream(0))
+        return self._htod(dstDevice, srcHost, ByteCount, self._stream(0), False)
 
     def cuMemcpyHtoDAsync(self, dstDevice, srcHost, ByteCount, hStream):
-        return self._htod(dstDevice, srcHost, ByteCount, self._stream(hStream))
+        return self._htod(dstDevice, srcHost, ByteCount, self._stream(hStream), True)
 
     def cuMemcpyDtoH(self, dstHost, srcDevice, ByteCount):
-        return self._dtoh(dstHost, srcDevice, ByteCount, self._stream(0))
+        return self._dtoh(dstHost, srcDevice, ByteCount, self._stream(0), False)
 
     def cuMemcpyDtoHAsync(self, dstHost, srcDevice, ByteCount, hStream):
-        return self._dtoh(dstHost, srcDevice, ByteCount, self._stream(hStream))
+        return self._dtoh(dstHost, srcDevice, ByteCount, self._stream(hStream), True)
 
     def cuMemcpyDtoDAsync(self, dstDevice, srcDevice, ByteCount, hStream):
         dst, src, n = _handle(CUdeviceptr, dstDevice), _handle(CUdeviceptr, srcDevice), _c_int(ByteCount, 64)
@@ -528,6 +666,8 @@ def _api(driver, name, method):
             n_values = {"cuDeviceGet": 1, "cuDeviceGetName": 1, "cuDeviceGetAttribute": 1,
                         "cuDevicePrimaryCtxRetain": 1, "cuModuleLoadData": 1, "cuModuleGetFunction": 1,
                         "cuMemAlloc": 1, "cuStreamCreateWithPriority": 1, "cuEventCreate": 1,
+                        "cuIpcGetMemHandle": 1, "cuIpcOpenMemHandle": 1, "cuMemHostAlloc": 1,
+                        "cuMemGetAddressRange": 2,
                         "cuEventElapsedTime": 1}.get(name, 0)
             return (e.result,) + (None,) * n_values
     call.__name__ = name
@@ -543,15 +683,30 @@ def _kernel_of(ptx, entry):
     raise LookupError(f"fake driver: no live jitorch kernel has the PTX of entry {entry}")
 
 
-def install(monkeypatch, devices=1):
+def _close_files(files):
+    for fd in files.values():
+        os.close(fd)
+
+
+def install(monkeypatch, devices=1, **options):
     """Put a new `FakeDriver` in place of the bindings for a test (``monkeypatch`` undoes it): cuda_driver
     starts uninitialised and the driver backend is a fresh `DriverBackend`, with no allocator or module kept
-    from a previous driver."""
+    from a previous driver. ``options`` go to `FakeDriver`."""
+    return _install(monkeypatch.setattr, devices, **options)
+
+
+def install_in_process(devices=1, **options):
+    """`install` for the whole life of a process (a child started by a test): the child's own driver, as a
+    real child process would load its own, with nothing of the parent's state."""
+    return _install(setattr, devices, **options)
+
+
+def _install(setattr, devices, **options):
     from jitorch.runtime import cuda_backend, cuda_driver
     if not emulator.available():
         raise RuntimeError("the fake driver runs launches on the kernel emulator, which this host lacks")
-    fake = FakeDriver(devices)
-    monkeypatch.setattr(cuda_driver, "_bindings", lambda: fake)
-    monkeypatch.setattr(cuda_driver, "_state", {})
-    monkeypatch.setattr(cuda_backend, "_driver_backend", cuda_backend.DriverBackend())
+    fake = FakeDriver(devices, **options)
+    setattr(cuda_driver, "_bindings", lambda: fake)
+    setattr(cuda_driver, "_state", {})
+    setattr(cuda_backend, "_driver_backend", cuda_backend.DriverBackend())
     return fake

@@ -151,7 +151,8 @@ def test_a_synchronous_copy_does_not_wait_for_a_non_blocking_stream(drv):
 def test_selftest_gpu_checks(drv):
     for check in (selftest.check_allocator, lambda: selftest.check_kernels(selftest.EMULATED_ROWS),
                   selftest.check_tensors, selftest.check_graph_and_autograd,
-                  lambda: selftest.check_streams_and_bandwidth(1 << 16)):
+                  lambda: selftest.check_streams_and_bandwidth(1 << 16), lambda: selftest.check_pinned_memory(1 << 10),
+                  lambda: selftest.check_ipc(1 << 10, "fork", fake_driver.install_in_process)):
         ok, detail = check()
         assert ok, detail
 

@@ -24,7 +24,7 @@ from ...runtime import cuda_memory
 from ...runtime.casts import copy_into
 from ...runtime.cuda_memory import asynchronous, canonical, download, empty_storage, host_values, non_blocking
 from ...runtime.storage import Storage
-from ...runtime.strided import contiguous_strides
+from ...runtime.strided import contiguous_strides, is_contiguous
 from ...tensor import Tensor
 from . import composites, factories, indexing, lines, products
 from .copies import copy_values, empty, host_array, upload, write
@@ -50,6 +50,12 @@ def _to_copy(op, args, spec):
         return _cast(x, spec)
     strides = _preserved_strides(x)
     n = int(np.prod(x._shape, dtype=np.int64))
+    if x.device.type == "cpu" and x.dtype is spec.dtype and is_contiguous(x._shape, x._stride) and n:
+        # straight from the tensor's memory, with no host copy first: from page-locked memory (pin_memory) a
+        # non_blocking copy is then queued on the stream and returns at once, as in torch
+        out = Tensor._make(empty_storage(n, spec.dtype, target), x._shape, strides, 0)
+        cuda_memory.upload(out._storage.data_ptr(), x._storage.data[x._offset:x._offset + n], spec.dtype)
+        return out
     flat = np.empty(n, spec.dtype.np)
     item = flat.itemsize
     copy_into(np.lib.stride_tricks.as_strided(flat, x._shape, tuple(s * item for s in strides)), host_array(x))

@@ -104,6 +104,7 @@ class FakeBackend:
         self.launches: list = []
         self.copies: list = []   # (kind "htod" | "dtoh" | "dtod", bytes, non_blocking)
         self._allocators = {}
+        self.pinned = {}         # address -> buffer of each live host_alloc
 
     def available(self):
         return True
@@ -156,6 +157,27 @@ class FakeBackend:
 
     def synchronize_device(self, index=0):
         return None
+
+    def ipc_get_handle(self, base, index=0):
+        # its memory is this process's heap: there is nothing another process could map
+        raise RuntimeError("CUDA IPC cannot export memory of the fake device (host memory of this process): "
+                           "copy the tensor to the CPU (tensor.cpu()) and send that instead")
+
+    def ipc_open_handle(self, handle, index=0):
+        raise RuntimeError("the fake device cannot open CUDA IPC memory handles")
+
+    def ipc_close_handle(self, address, index=0):
+        raise RuntimeError("the fake device cannot open CUDA IPC memory handles")
+
+    def host_alloc(self, nbytes):
+        """Host memory standing in for page-locked memory (kept in ``pinned`` until `host_free`)."""
+        buf = np.zeros(max(nbytes, 1), np.uint8)
+        address = buf.__array_interface__["data"][0]
+        self.pinned[address] = buf
+        return address
+
+    def host_free(self, address):
+        del self.pinned[address]
 
 
 def _evaluator(kernel):

@@ -12,10 +12,11 @@ import itertools
 import queue
 import warnings
 
-from ... import empty, int64
+from ... import cuda, empty, int64
 from .collate import default_collate, default_convert
 from .dataset import IterableDataset
 from .fetch import fetcher
+from .pin_memory import PinThread, pin_memory
 from .sampler import BatchSampler, RandomSampler, Sampler, SequentialSampler
 
 __all__ = ["DataLoader"]
@@ -86,7 +87,8 @@ class DataLoader:
         self.in_order = in_order
         self.multiprocessing_context = multiprocessing_context
         self._workers = None  # the persistent workers' iterator, kept across epochs
-        if pin_memory:
+        self._pin = bool(pin_memory) and cuda.is_available()  # torch pins only where an accelerator is present
+        if pin_memory and not self._pin:
             warnings.warn("'pin_memory' argument is set as true but no accelerator is found, then device pinned "
                           "memory won't be used.", stacklevel=2)
         if collate_fn is None:
@@ -145,12 +147,14 @@ class _SingleProcessIterator:
         self._indices = iter(loader._index_sampler)
         self._fetch = fetcher(loader.dataset, loader._iterable, loader._auto_collation, loader.collate_fn,
                               loader.drop_last).fetch
+        self._pin = loader._pin
 
     def __iter__(self):
         return self
 
     def __next__(self):
-        return self._fetch(next(self._indices))
+        data = self._fetch(next(self._indices))
+        return pin_memory(data) if self._pin else data  # as torch, in the calling thread without workers
 
 
 class _WorkerIterator:
@@ -166,7 +170,7 @@ class _WorkerIterator:
         from . import worker
 
         self._worker = worker
-        self._shut, self._workers, self._index_queues = False, [], []
+        self._shut, self._workers, self._index_queues, self._pinning = False, [], [], None
         context = loader.multiprocessing_context
         if context is None or isinstance(context, str):
             context = get_context(context)
@@ -188,6 +192,8 @@ class _WorkerIterator:
             process.start()
             self._index_queues.append(index_queue)
             self._workers.append(process)
+        # batches are pinned by a thread of this process as they arrive (torch's pin_memory thread)
+        self._pinning = PinThread(self._results) if loader._pin else None
         self._start_epoch(loader)
 
     def _start_epoch(self, loader):
@@ -266,7 +272,7 @@ class _WorkerIterator:
         wait = self._timeout if self._timeout > 0 else self._worker.STATUS_CHECK_INTERVAL
         while True:
             try:
-                return self._results.get(timeout=wait)
+                return (self._pinning or self._results).get(timeout=wait)
             except Exception as error:  # also a batch whose sender died before this process mapped its memory
                 if not isinstance(error, queue.Empty):  # give a dying sender the moment it takes to be reaped
                     from multiprocessing import connection
@@ -288,6 +294,8 @@ class _WorkerIterator:
             return
         self._shut = True
         self._done.set()
+        if self._pinning is not None:  # before the queue it reads is closed
+            self._pinning.stop()
         for index_queue in self._index_queues:
             index_queue.put(None)
         for process in self._workers:
