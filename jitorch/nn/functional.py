@@ -24,7 +24,7 @@ import numpy as np
 import jitorch as jt
 from jitorch.compiler import is_compiling
 from jitorch.ops.autocast import autocasts
-from jitorch.ops.registry import OPS as _OPS, scalar_name
+from jitorch.ops.registry import DISPATCH_HOOKS as _HOOKS, OPS as _OPS, scalar_name
 from jitorch.runtime.strided import contiguous_strides
 
 __all__ = [
@@ -72,10 +72,16 @@ def _sizes(shape):
 
 # Linear layers -------------------------------------------------------------------------------------
 
+_LINEAR_FAST = _OPS["linear"].fast
+
 @autocasts("linear")
 def linear(input, weight, bias=None):
     """``input @ weight.T + bias``: the op ``linear`` in eager code (a 2-d weight, CPU float32 or float64 of one
     dtype); a matmul and an add in a traced step, where the add fuses."""
+    if not _HOOKS:  # (a trace or a profile takes every call through the registry's dispatch)
+        out = _LINEAR_FAST((input, weight, bias))
+        if out is not None:
+            return out
     if (not is_compiling() and weight.ndim == 2 and input.ndim >= 1 and input.shape[-1] == weight.shape[1]
             and input.dtype in (jt.float32, jt.float64) and input.device.type == "cpu"
             and all(t is None or (t.dtype is input.dtype and t.device.type == "cpu") for t in (weight, bias))
