@@ -73,6 +73,7 @@ def _sizes(shape):
 # Linear layers -------------------------------------------------------------------------------------
 
 _LINEAR_FAST = _OPS["linear"].fast
+_LAYER_NORM_FAST = _OPS["layer_norm"].fast
 
 @autocasts("linear")
 def linear(input, weight, bias=None):
@@ -1312,6 +1313,10 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     """Normalise over the trailing dims ``normalized_shape`` (biased variance), then scale and shift: the op
     ``layer_norm`` in eager code; composed of ops in a traced step, where they fuse with their neighbours."""
+    if not _HOOKS:  # (a trace or a profile takes every call through the registry's dispatch)
+        out = _LAYER_NORM_FAST((input, normalized_shape, weight, bias, eps))
+        if out is not None:
+            return out
     normalized_shape = _tuple(normalized_shape, 1)
     k = len(normalized_shape)
     if tuple(input.shape[input.ndim - k:]) != normalized_shape or input.ndim < k:
@@ -2421,6 +2426,25 @@ def triplet_margin_with_distance_loss(anchor, positive, negative, *, distance_fu
 
 # Attention ------------------------------------------------------------------------------------------------------
 
+_FUTURES: dict = {}  # (L, S, device) -> the eager causal mask `_causal_future` made
+
+
+def _causal_future(L, S, device):
+    """The bool ``(L, S)`` mask of the keys after each query (``triu(1)`` of ones). Eager calls share one per
+    size and device: each generated token's attention layers would otherwise make the same one again, two
+    ops per layer. Nothing writes it (the attention only reads it). While a dispatch hook is installed a
+    call makes its own: a traced step's ops fuse with the softmax, and a profile sees the ops as before."""
+    if _HOOKS:
+        return jt.ones((L, S), dtype=jt.bool, device=device).triu(1)
+    key = (L, S, device)
+    mask = _FUTURES.get(key)
+    if mask is None:
+        if len(_FUTURES) >= 256:  # (a bound: sizes that vary without end make new ones)
+            _FUTURES.clear()
+        mask = _FUTURES[key] = jt.ones((L, S), dtype=jt.bool, device=device).triu(1)
+    return mask
+
+
 @autocasts("scaled_dot_product_attention")
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                                  enable_gqa=False):
@@ -2444,7 +2468,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     scores = jt.matmul(query, key.transpose(-2, -1)) * scale
     if is_causal:
         # no row is empty: the mask and safe softmax's checks would cost five more ops here and in backward
-        future = jt.ones((L, S), dtype=jt.bool, device=query.device).triu(1)
+        future = _causal_future(L, S, query.device)
         weights = jt.softmax(scores.masked_fill(future, -math.inf), -1)
     elif attn_mask is None:
         weights = jt.softmax(scores, -1)

@@ -1,5 +1,6 @@
-"""``F.linear``'s eager shortcut (`ops.linear._linear_fast`): values, layout and history as torch's, and the
-general path taken wherever the shortcut does not apply."""
+"""The eager shortcuts of ``F.linear`` (`ops.linear._linear_fast`) and ``F.layer_norm``
+(`ops.normalization._layer_norm_fast`): values, layout and history as torch's, and the general path taken
+wherever a shortcut does not apply."""
 
 import numpy as np
 import pytest
@@ -66,3 +67,38 @@ def test_a_profile_sees_the_linear_op():
     with profile() as prof:
         jt.nn.functional.linear(jt.ones(2, 5), jt.ones(4, 5))
     assert "aten::linear" in prof.key_averages().table()
+
+
+@pytest.mark.parametrize("shape,normalized", [((3, 8), (8,)), ((2, 3, 4), (3, 4)), ((2, 3, 4), 4)])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("affine", [True, False])
+def test_layer_norm_values_match_torch(shape, normalized, dtype, affine):
+    rng = np.random.default_rng(1)
+    k = (normalized,) if isinstance(normalized, int) else normalized
+    x, w, b = (rng.standard_normal(s).astype(dtype) for s in (shape, k, k))
+    params = ((jt.from_numpy(w), jt.from_numpy(b)), (torch.from_numpy(w), torch.from_numpy(b))) if affine else (
+        (None, None), (None, None))
+    got = OPS["layer_norm"].fast((jt.from_numpy(x), normalized, *params[0], 1e-5))
+    want = torch.nn.functional.layer_norm(torch.from_numpy(x), k, *params[1])
+    assert got is not None and got.dtype is getattr(jt, dtype) and got.stride() == want.stride()
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("args", [
+    lambda: (jt.ones(2, 4), (3,), None, None, 1e-5),                    # a shape the input does not end with
+    lambda: (jt.ones(2, 4), (True,), None, None, 1e-5),                 # bools: the converter's TypeError
+    lambda: (jt.ones(2, 4), (4,), jt.ones(3), None, 1e-5),              # a weight of another shape
+    lambda: (jt.ones(2, 4), (4,), jt.ones(4, dtype=jt.float64), None, 1e-5),
+    lambda: (jt.ones(2, 4, dtype=jt.float16), (4,), None, None, 1e-5),  # half types: computed in float32
+    lambda: (jt.ones(0, 4), (4,), None, None, 1e-5),
+    lambda: (jt.ones(2, 4, requires_grad=True), (4,), None, None, 1e-5),
+])
+def test_other_layer_norms_take_the_general_path(args):
+    assert OPS["layer_norm"].fast(args()) is None
+
+
+def test_a_layer_norm_in_grad_mode_records_its_node_and_under_no_grad_none():
+    layer = jt.nn.LayerNorm(4)
+    assert layer(jt.ones(2, 4)).grad_fn is not None
+    with jt.no_grad():
+        assert layer(jt.ones(2, 4)).grad_fn is None
