@@ -23,8 +23,10 @@ import numpy as np
 
 import jitorch as jt
 from jitorch.compiler import is_compiling
+from jitorch.ops.attention import attention_fast
 from jitorch.ops.autocast import autocasts
 from jitorch.ops.registry import DISPATCH_HOOKS as _HOOKS, OPS as _OPS, scalar_name
+from jitorch.runtime.autocast_mode import STATE as _AUTOCAST
 from jitorch.runtime.strided import contiguous_strides
 
 __all__ = [
@@ -2460,6 +2462,10 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be set when is_causal=True")
     L, S = query.shape[-2], key.shape[-2]
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
+    if not _HOOKS and _AUTOCAST.key is None and attn_mask is None and dropout_p == 0.0 and not enable_gqa:
+        out = attention_fast(query, key, value, is_causal, scale)
+        if out is not None:
+            return out
     if enable_gqa:
         if query.shape[-3] % key.shape[-3] or query.shape[-3] % value.shape[-3]:
             raise RuntimeError("Number of heads in key and value must divide the number of heads in query")
