@@ -1389,6 +1389,16 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
         if not -rows <= padding_idx < rows:
             raise AssertionError("Padding_idx must be within num_embeddings")
         padding_idx %= rows
+    if (not _HOOKS and max_norm is None and not scale_grad_by_freq and input.device.type == "cpu"
+            and weight.device.type == "cpu" and weight.ndim == 2 and _has_data(input) and _has_data(weight)
+            and not (weight._requires_grad and jt.is_grad_enabled())):
+        # no history to record: the picked rows, copied in one NumPy take (the padding row's only difference
+        # is in the gradient)
+        indices = input._array()
+        if indices.size and (indices.min() < 0 or indices.max() >= rows):
+            raise IndexError("index out of range in self")
+        return jt.Tensor._fresh(weight._array().take(indices.reshape(-1), axis=0).reshape(
+            indices.shape + (weight.shape[1],)), weight.dtype)
     flat = input.reshape(-1)
     if _has_data(flat) and flat.numel() and (int(flat.min()) < 0 or int(flat.max()) >= rows):
         raise IndexError("index out of range in self")
