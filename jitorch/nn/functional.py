@@ -23,9 +23,13 @@ import numpy as np
 
 import jitorch as jt
 from jitorch.compiler import is_compiling
+from jitorch.ops.attention import attention_fast
 from jitorch.ops.autocast import autocasts
-from jitorch.ops.registry import OPS as _OPS, scalar_name
-from jitorch.runtime.strided import contiguous_strides
+from jitorch.ops.pointwise import _erf
+from jitorch.ops.registry import DISPATCH_HOOKS as _HOOKS, OPS as _OPS, scalar_name
+from jitorch.runtime import fp_errors
+from jitorch.runtime.autocast_mode import STATE as _AUTOCAST
+from jitorch.runtime.strided import contiguous_strides, is_contiguous
 
 __all__ = [
     "linear", "bilinear", "conv1d", "conv2d", "conv3d", "pad", "max_pool1d", "max_pool2d", "avg_pool1d",
@@ -72,10 +76,17 @@ def _sizes(shape):
 
 # Linear layers -------------------------------------------------------------------------------------
 
+_LINEAR_FAST = _OPS["linear"].fast
+_LAYER_NORM_FAST = _OPS["layer_norm"].fast
+
 @autocasts("linear")
 def linear(input, weight, bias=None):
     """``input @ weight.T + bias``: the op ``linear`` in eager code (a 2-d weight, CPU float32 or float64 of one
     dtype); a matmul and an add in a traced step, where the add fuses."""
+    if not _HOOKS:  # (a trace or a profile takes every call through the registry's dispatch)
+        out = _LINEAR_FAST((input, weight, bias))
+        if out is not None:
+            return out
     if (not is_compiling() and weight.ndim == 2 and input.ndim >= 1 and input.shape[-1] == weight.shape[1]
             and input.dtype in (jt.float32, jt.float64) and input.device.type == "cpu"
             and all(t is None or (t.dtype is input.dtype and t.device.type == "cpu") for t in (weight, bias))
@@ -1306,6 +1317,10 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     """Normalise over the trailing dims ``normalized_shape`` (biased variance), then scale and shift: the op
     ``layer_norm`` in eager code; composed of ops in a traced step, where they fuse with their neighbours."""
+    if not _HOOKS:  # (a trace or a profile takes every call through the registry's dispatch)
+        out = _LAYER_NORM_FAST((input, normalized_shape, weight, bias, eps))
+        if out is not None:
+            return out
     normalized_shape = _tuple(normalized_shape, 1)
     k = len(normalized_shape)
     if tuple(input.shape[input.ndim - k:]) != normalized_shape or input.ndim < k:
@@ -1376,6 +1391,16 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
         if not -rows <= padding_idx < rows:
             raise AssertionError("Padding_idx must be within num_embeddings")
         padding_idx %= rows
+    if (not _HOOKS and max_norm is None and not scale_grad_by_freq and input.device.type == "cpu"
+            and weight.device.type == "cpu" and weight.ndim == 2 and _has_data(input) and _has_data(weight)
+            and not (weight._requires_grad and jt.is_grad_enabled())):
+        # no history to record: the picked rows, copied in one NumPy take (the padding row's only difference
+        # is in the gradient)
+        indices = input._array()
+        if indices.size and (indices.min() < 0 or indices.max() >= rows):
+            raise IndexError("index out of range in self")
+        return jt.Tensor._fresh(weight._array().take(indices.reshape(-1), axis=0).reshape(
+            indices.shape + (weight.shape[1],)), weight.dtype)
     flat = input.reshape(-1)
     if _has_data(flat) and flat.numel() and (int(flat.min()) < 0 or int(flat.max()) >= rows):
         raise IndexError("index out of range in self")
@@ -1625,6 +1650,21 @@ def relu_(input):
 def gelu(input, approximate="none"):
     """``x Phi(x)`` with the normal CDF exact (``erf``) or by torch's tanh approximation."""
     if approximate == "none":
+        if (not _HOOKS and _AUTOCAST.key is None and isinstance(input, jt.Tensor) and input.device.type == "cpu"
+                and input.dtype in (jt.float32, jt.float64) and input._storage._data is not None and input.ndim
+                and is_contiguous(input._shape, input._stride) and not (input._requires_grad and jt.is_grad_enabled())):
+            # no history to record: the composition's NumPy kernels in its order (the same bits), without
+            # its four dispatches and two of its temporaries
+            x = input._array()
+            token = fp_errors.enter()
+            try:
+                half = np.multiply(x, 0.5)
+                cdf = _erf(np.multiply(x, 1.0 / math.sqrt(2.0)))
+                np.add(1.0, cdf, out=cdf)
+                np.multiply(half, cdf, out=half)
+            finally:
+                fp_errors.leave(token)
+            return jt.Tensor._fresh(half, input.dtype)
         return input * 0.5 * (1.0 + (input * (1.0 / math.sqrt(2.0))).erf())
     if approximate == "tanh":
         inner = math.sqrt(2.0 / math.pi) * (input + 0.044715 * input * input * input)
@@ -2415,6 +2455,25 @@ def triplet_margin_with_distance_loss(anchor, positive, negative, *, distance_fu
 
 # Attention ------------------------------------------------------------------------------------------------------
 
+_FUTURES: dict = {}  # (L, S, device) -> the eager causal mask `_causal_future` made
+
+
+def _causal_future(L, S, device):
+    """The bool ``(L, S)`` mask of the keys after each query (``triu(1)`` of ones). Eager calls share one per
+    size and device: each generated token's attention layers would otherwise make the same one again, two
+    ops per layer. Nothing writes it (the attention only reads it). While a dispatch hook is installed a
+    call makes its own: a traced step's ops fuse with the softmax, and a profile sees the ops as before."""
+    if _HOOKS:
+        return jt.ones((L, S), dtype=jt.bool, device=device).triu(1)
+    key = (L, S, device)
+    mask = _FUTURES.get(key)
+    if mask is None:
+        if len(_FUTURES) >= 256:  # (a bound: sizes that vary without end make new ones)
+            _FUTURES.clear()
+        mask = _FUTURES[key] = jt.ones((L, S), dtype=jt.bool, device=device).triu(1)
+    return mask
+
+
 @autocasts("scaled_dot_product_attention")
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                                  enable_gqa=False):
@@ -2430,6 +2489,10 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be set when is_causal=True")
     L, S = query.shape[-2], key.shape[-2]
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
+    if not _HOOKS and _AUTOCAST.key is None and attn_mask is None and dropout_p == 0.0 and not enable_gqa:
+        out = attention_fast(query, key, value, is_causal, scale)
+        if out is not None:
+            return out
     if enable_gqa:
         if query.shape[-3] % key.shape[-3] or query.shape[-3] % value.shape[-3]:
             raise RuntimeError("Number of heads in key and value must divide the number of heads in query")
@@ -2438,7 +2501,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     scores = jt.matmul(query, key.transpose(-2, -1)) * scale
     if is_causal:
         # no row is empty: the mask and safe softmax's checks would cost five more ops here and in backward
-        future = jt.ones((L, S), dtype=jt.bool, device=query.device).triu(1)
+        future = _causal_future(L, S, query.device)
         weights = jt.softmax(scores.masked_fill(future, -math.inf), -1)
     elif attn_mask is None:
         weights = jt.softmax(scores, -1)

@@ -198,8 +198,34 @@ def _value_tensor(target, value):
     return registry.Tensor._from_array(arr, target.dtype)
 
 
+_FILL_DTYPES = {_dt.float32: np.float32, _dt.float64: np.float64}
+
+
+def _masked_fill_fast(x, mask, value):
+    """``x[mask] = value`` written straight into ``x``: a CPU float32 or float64 ``x`` that does not require
+    grad and can be written (no element repeated), a bool mask of its shape in other memory, a Python float
+    its dtype holds (or an infinity, or NaN); True when done, False for the general path (its checks and
+    errors, the profile's and the trace's record). Sampling code writes ``-inf`` so on every token."""
+    scalar = _FILL_DTYPES.get(x.dtype)
+    if (scalar is None or value.__class__ is not float or registry.DISPATCH_HOOKS or x._requires_grad
+            or mask.dtype is not _dt.bool or mask._shape != x._shape or x.device.type != "cpu"
+            or mask.device.type != "cpu" or mask._storage is x._storage or x._storage._data is None
+            or not is_non_overlapping_and_dense(x._shape, x._stride)):
+        return False
+    with np.errstate(over="raise"):  # (a finite value past the dtype's range: the general path's error)
+        try:
+            scalar(value)
+        except FloatingPointError:
+            return False
+    np.copyto(x._array(), value, where=mask._array())
+    x._storage._version += 1
+    return True
+
+
 def setitem(x, index, value):
     """``x[index] = value``: ``value`` broadcast (and cast, for basic indices) into the indexed elements."""
+    if index.__class__ is registry.Tensor and _masked_fill_fast(x, index, value):
+        return
     value = _value_tensor(x, value)
     if index is False:  # selects nothing; torch returns before writing
         return

@@ -14,6 +14,10 @@ import math
 
 import numpy as np
 
+from ..runtime import dtypes as _dt
+from ..runtime import fp_errors
+from ..runtime.device import CPU
+from . import registry
 from .meta import opmath
 from .registry import TensorSpec, defop, scalar_name
 
@@ -61,8 +65,53 @@ def _layer_norm_cpu(spec, x, normalized_shape, weight, bias, eps, cudnn_enable):
     return out.reshape(x.shape).astype(spec.dtype.np, copy=False)
 
 
-defop("layer_norm(Tensor input, int[] normalized_shape, Tensor? weight=None, Tensor? bias=None, float eps=1e-05, "
+_FAST_SPECS = {d: TensorSpec(None, d, CPU, d) for d in (_dt.float32, _dt.float64)}
+
+
+def _layer_norm_fast(args, record=True):
+    """`registry.OpDef.fast` of ``layer_norm``: CPU float32 or float64 tensors of one dtype whose shapes agree,
+    normalised by `_layer_norm_cpu` without the general path's conversion, meta rule and wrapping; None (the
+    general path, which raises the errors and records the backward node) for anything else, and for tensors
+    that require grad while grad mode records it."""
+    x, normalized, weight, bias, eps = args[:5]
+    Tensor = registry.Tensor
+    if not isinstance(x, Tensor) or x.device is not CPU or eps.__class__ is not float and eps.__class__ is not int:
+        return None
+    spec = _FAST_SPECS.get(x.dtype)
+    if normalized.__class__ is int:
+        normalized = (normalized,)
+    elif (normalized.__class__ is list or normalized.__class__ is tuple) and all(n.__class__ is int for n in normalized):
+        normalized = tuple(normalized)
+    else:  # (the converter refuses bools and takes NumPy's ints)
+        return None
+    shape = x._shape
+    k = len(normalized)
+    if spec is None or not k or len(shape) < k or tuple(shape[len(shape) - k:]) != normalized or 0 in shape:
+        return None
+    grad = x._requires_grad
+    arrays = [x._arr if x._arr is not None else x._array()]
+    for t in (weight, bias):
+        if t is not None:
+            if (not isinstance(t, Tensor) or t.dtype is not x.dtype or t.device is not CPU
+                    or tuple(t._shape) != normalized):
+                return None
+            grad = grad or t._requires_grad
+            arrays.append(t._arr if t._arr is not None else t._array())
+        else:
+            arrays.append(None)
+    if grad and registry.records_grad():
+        return None
+    token = fp_errors.enter()
+    try:
+        out = _layer_norm_cpu(spec, arrays[0], normalized, arrays[1], arrays[2], eps, True)
+    finally:
+        fp_errors.leave(token)
+    return Tensor._fresh(out, x.dtype)
+
+
+_op = defop("layer_norm(Tensor input, int[] normalized_shape, Tensor? weight=None, Tensor? bias=None, float eps=1e-05, "
       "bool cudnn_enable=True) -> Tensor", meta=_layer_norm_meta, cpu=_layer_norm_cpu,
       variants=("function",),
       doc="``(x - mean) / sqrt(var + eps) * weight + bias`` over the trailing dims ``normalized_shape`` (biased "
           "variance); half types compute in float32.")
+_op.fast = _layer_norm_fast

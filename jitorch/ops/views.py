@@ -13,9 +13,11 @@ from math import prod
 import numpy as np
 
 from ..runtime.casts import copy_into
+from ..runtime.device import CPU
 from ..runtime.strided import (broadcast_shapes, check_numel, contiguous_strides, dense_strides, infer_size,
                                is_contiguous, is_non_overlapping_and_dense, list_str, may_overlap,
                                view_strides, wrap_dim, wrap_dims)
+from . import registry
 from .registry import TensorSpec, defop, scalar_name
 
 
@@ -537,8 +539,26 @@ defop("clone(Tensor self, *, Any? memory_format=None) -> Tensor", meta=_clone_me
       layout=_clone_strides,
       doc="A copy of ``self`` in new memory; keeps a dense layout's strides (``preserve_format``), otherwise "
           "its dims' order, or is contiguous with ``memory_format=contiguous_format``.")
-defop("contiguous(Tensor self, *, Any? memory_format=None) -> Tensor", composite=_contiguous, variants=("method",),
-      doc="``self`` if it is contiguous, else a contiguous copy.")
+def _contiguous_fast(args, record=True):
+    """`registry.OpDef.fast` of ``contiguous``: ``x`` itself if contiguous, else a contiguous copy of a CPU
+    tensor (as `_clone_cpu` copies) made without the composite's clone through the general path; None for
+    a tensor that requires grad while grad mode records it, and for other arguments."""
+    x, fmt = args
+    if not isinstance(x, registry.Tensor) or fmt is not None and fmt is not contiguous_format:
+        return None
+    if is_contiguous(x._shape, x._stride):
+        return x
+    if x.device is not CPU or x._storage._data is None or x._requires_grad and registry.records_grad():
+        return None
+    arr = x._arr if x._arr is not None else x._array()
+    out = np.empty(arr.shape, arr.dtype)
+    _copy(out, arr)
+    return registry.Tensor._fresh(out, x.dtype)
+
+
+_op = defop("contiguous(Tensor self, *, Any? memory_format=None) -> Tensor", composite=_contiguous, variants=("method",),
+            doc="``self`` if it is contiguous, else a contiguous copy.")
+_op.fast = _contiguous_fast
 defop("reshape(Tensor self, int... shape) -> Tensor", composite=_reshape, view_when=_reshape_view,
       doc="``self`` with another shape: a view when the strides allow one, else a contiguous copy.")
 defop("reshape_as(Tensor self, Tensor other) -> Tensor", composite=_reshape_as, variants=("method",),

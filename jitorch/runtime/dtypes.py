@@ -285,9 +285,16 @@ def to_dtype(d) -> dtype:
     return from_numpy_dtype(d)
 
 
+_IINFO_RANGES: dict = {}  # dtype name -> (min, max): np.iinfo costs more than the small op that asks
+
+
 def iinfo_range(d: dtype):
-    info = np.iinfo(d.np)
-    return int(info.min), int(info.max)
+    """(min, max) of an integer (or bool) dtype, as Python ints."""
+    found = _IINFO_RANGES.get(d.name)
+    if found is None:
+        info = np.iinfo(d.np)
+        found = _IINFO_RANGES[d.name] = (int(info.min), int(info.max))
+    return found
 
 
 class finfo:

@@ -121,6 +121,8 @@ def broadcast_shapes(*shapes):
 
 def infer_size(shape, numel):
     """Resolve one -1 in a requested shape against ``numel``."""
+    if shape.__class__ is tuple and shape and min(shape) >= 0 and prod(shape) == numel:
+        return shape  # (the commonest: every size given, and right; C calls only)
     shape = list(shape)
     infer = None
     known = 1

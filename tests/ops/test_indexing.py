@@ -688,13 +688,15 @@ def test_scatter_reduce_takes_torchs_max_and_min_aliases_forward_only(alias, inc
     assert outs[0] == outs[1]
 
 
-@pytest.mark.parametrize("make", ["torch.tensor([[0., 1], [2, 0]])", "torch.tensor(3.)", "torch.tensor(0)",
-                                  "torch.tensor([[True, False, True]])", "torch.zeros(0, 2)"])
-def test_where_with_one_argument_is_nonzero_as_tuple(make):
-    expected = torch.where(eval(make, {"torch": torch}))
-    got = jt.where(eval(make, {"torch": jt}))
-    assert isinstance(got, tuple) and len(got) == len(expected)
-    for g, e in zip(got, expected):
-        assert g.dtype is jt.int64
-        np.testing.assert_array_equal(g.numpy(), e.numpy())
-    assert jt.where(condition=jt.tensor([0, 1]))[0].tolist() == [1]
+def test_a_write_through_a_mask_into_a_tensor_with_history_is_recorded():
+    x, t = jt.ones(3, requires_grad=True).clone(), torch.ones(3, requires_grad=True).clone()
+    x[jt.tensor([True, False, True])] = -1.0
+    t[torch.tensor([True, False, True])] = -1.0
+    assert x.tolist() == t.tolist() and x.grad_fn is not None
+
+
+def test_a_finite_float_past_the_dtypes_range_raises_torchs_error_through_a_mask():
+    x = jt.ones(3)
+    with pytest.raises(RuntimeError, match="value cannot be converted to type float without overflow"):
+        x[jt.tensor([True, False, True])] = 1e40
+    assert x.tolist() == [1.0, 1.0, 1.0]

@@ -1,8 +1,9 @@
 """The registry's eager shortcuts: view ops made without the general path, argument conversion of
-int lists, and in-place view ops that still retarget their tensor."""
+int lists, in-place view ops that still retarget their tensor, and ``contiguous``'s copy."""
 
 import numpy as np
 import pytest
+import torch
 
 import jitorch as jt
 
@@ -44,3 +45,19 @@ def test_view_sizes_accept_ints_of_other_kinds_and_refuse_bools():
 def test_a_bad_view_raises_torchs_error():
     with pytest.raises(RuntimeError, match="view size is not compatible with input tensor's size and stride"):
         jt.ones(2, 3).t().view(6)
+
+
+def test_contiguous_copies_a_strided_tensor_once_and_keeps_a_contiguous_one():
+    x = jt.arange(24.0).reshape(2, 3, 4).transpose(0, 2)
+    y = x.contiguous()
+    assert y.is_contiguous() and y._base is None and y.data_ptr() != x.data_ptr()
+    assert y.tolist() == torch.arange(24.0).reshape(2, 3, 4).transpose(0, 2).contiguous().tolist()
+    assert y.contiguous() is y
+
+
+def test_contiguous_of_a_tensor_that_requires_grad_records_its_copy_in_grad_mode_only():
+    x = jt.ones(2, 3, requires_grad=True).t()
+    assert x.contiguous().grad_fn is not None
+    with jt.no_grad():
+        y = x.contiguous()
+    assert y.grad_fn is None and not y.requires_grad and y.is_contiguous()

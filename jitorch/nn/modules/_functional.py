@@ -11,12 +11,17 @@ import importlib
 
 
 class _LazyFunctional:
-    """Attribute access forwards to ``jitorch.nn.functional`` (imported on first use)."""
+    """Attribute access forwards to ``jitorch.nn.functional``, imported on first use and then kept: every
+    module's forward looks its function up here, and ``import_module`` costs more than a small op's kernel."""
 
     __slots__ = ()
 
     def __getattr__(self, name):
-        return getattr(importlib.import_module("jitorch.nn.functional"), name)
+        global _MODULE
+        if _MODULE is None:
+            _MODULE = importlib.import_module("jitorch.nn.functional")
+        return getattr(_MODULE, name)
 
 
+_MODULE = None
 F = _LazyFunctional()

@@ -1,0 +1,31 @@
+"""Eager causal attention that records history shares its mask per size and device
+(`nn.functional._causal_future`)."""
+
+import numpy as np
+import torch
+
+import jitorch as jt
+from jitorch.nn import functional as F
+
+
+def test_causal_attention_matches_torch_and_reuses_its_mask():
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((1, 2, 5, 4)).astype(np.float32) for _ in range(3))
+    F._FUTURES.clear()
+    for _ in range(2):
+        args = [jt.from_numpy(a).requires_grad_() for a in (q, k, v)]
+        got = F.scaled_dot_product_attention(*args, is_causal=True)
+        assert got.grad_fn is not None
+    want = torch.nn.functional.scaled_dot_product_attention(*map(torch.from_numpy, (q, k, v)), is_causal=True)
+    np.testing.assert_allclose(got.detach().numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
+    assert list(F._FUTURES) == [(5, 5, jt.device("cpu"))]
+    assert F._FUTURES[5, 5, jt.device("cpu")].tolist() == torch.ones(5, 5, dtype=torch.bool).triu(1).tolist()
+
+
+def test_a_profile_sees_the_mask_made():
+    from jitorch.profiler import profile
+    F._FUTURES.clear()
+    x = jt.ones(1, 1, 3, 2)
+    with profile() as prof:
+        F.scaled_dot_product_attention(x, x, x, is_causal=True)
+    assert "aten::triu" in prof.key_averages().table() and not F._FUTURES
