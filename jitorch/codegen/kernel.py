@@ -434,16 +434,22 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
     epi_strides = dict(zip(epi_outs, k_strides[n_outer:n_outer + len(epi_outs)]))
     write = k_strides[-1]
 
-    module, kernel, ptr, b, e = bld.begin(bld.roots + outputs)
     reduction = red.op.pieces["lowering"]
+    if reduction.indexed and bld.target is not CPU:
+        raise CompileError(f"{red.op.name}: a reduction that keeps an index lowers for the CPU only")
+    module, kernel, ptr, b, e = bld.begin(bld.roots + outputs)
     combine, finish = reduction.combine, reduction.finish
     spec = _meta_of(red)
+    spec = spec[0] if isinstance(spec, tuple) else spec  # max.dim's: (values, indices)
     compute = spec.compute or out_value.type.dtype
     acc_dtype = reduction.accumulator(compute, out_value.type.dtype)
     count = prod(red_sizes)
 
     acc = b.alloca(llvm_type(acc_dtype))  # in the entry block, where mem2reg promotes it
     identity = reduction.start(e, compute, acc_dtype)
+    # an indexed reduction's chosen index (row-major over the reduced dims, which merging dims keeps),
+    # in the slot at the same place of a parallel array
+    index_of = {acc: b.alloca(I64)} if reduction.indexed else None
 
     def reduce_item(b, kidx, ridx, slot):
         """Fold the prologue's value at (kidx, ridx) into ``slot``; write the prologue's outputs there."""
@@ -453,7 +459,15 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
             return e.load(b.gep(ptr[root], [off]), v.type.dtype)
         memo = {}
         item = reduction.enter(e, bld.evaluate(e, x, memo, load), compute, acc_dtype)
-        e.store(combine(e, e.load(slot, acc_dtype), item), slot)
+        if index_of is None:
+            e.store(combine(e, e.load(slot, acc_dtype), item), slot)
+        else:
+            current = e.load(slot, acc_dtype)
+            takes = combine(e, current, item)
+            e.store(e.select(takes, item, current), slot)
+            where = index_of[slot]
+            b.store(b.select(takes.value, bld.offset(b, ridx, contiguous_strides(tuple(r_sizes)), 0), b.load(where)),
+                    where)
         for out in pro_outs:
             off = bld.offset(b, kidx + ridx, list(pro_kept[out]) + list(pro_red[out]), 0)
             e.store(bld.evaluate(e, out, memo, load), b.gep(ptr[out], [off]))
@@ -468,15 +482,25 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
         def load_outer(v):
             root, _, _, offset = bld.geometry[v]
             return e.load(b.gep(ptr[root], [bld.offset(b, kidx, outer_strides[v], offset)]), v.type.dtype)
-        memo = {out_value: e.cast(total, out_value.type.dtype)}
+        if index_of is None:
+            memo = {out_value: e.cast(total, out_value.type.dtype)}
+        else:  # the index is the last output (argmax's only one), the values the first (max.dim's)
+            memo = {red.outputs[-1]: Scalar(b.load(index_of[slot]), _dt.int64)}
+            if len(red.outputs) > 1:
+                memo[out_value] = e.cast(total, out_value.type.dtype)
         for out in outputs:
             if out in pro_outs:
                 continue
             s = bld.evaluate(e, out, memo, load_outer)
             e.store(s, b.gep(ptr[out], [bld.offset(b, kidx, epi_strides[out], 0)]))
 
+    def start(b, slot):
+        e.store(identity, slot)
+        if index_of is not None:
+            b.store(I64(0), index_of[slot])
+
     def kept_body(b, kidx):
-        e.store(identity, acc)
+        start(b, acc)
         bld.target.reduce_loops(bld, b, e, r_sizes, lambda b, ridx, slot: reduce_item(b, kidx, ridx, slot), acc,
                                 acc_dtype, combine, identity)
         results(b, kidx, acc)
@@ -494,6 +518,7 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
         # vectorises; then the epilogue, one pass over the chunk's accumulators.
         units = max(1, slots // per_unit)
         buf = acc if units * per_unit == 1 else b.alloca(llvm_type(acc_dtype), size=units * per_unit)
+        indices = None if index_of is None or buf is acc else b.alloca(I64, size=units * per_unit)
 
         def chunk(b, lo):
             hi = b.select(b.icmp_signed("<", b.add(lo, I64(units)), kernel.args[1]), b.add(lo, I64(units)),
@@ -501,9 +526,15 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
             first = b.mul(lo, I64(per_unit))
 
             def at(b, kidx):
-                return buf if buf is acc else b.gep(buf, [b.sub(bld.offset(b, kidx, write, 0), first)])
+                if buf is acc:
+                    return buf
+                place = b.sub(bld.offset(b, kidx, write, 0), first)
+                slot = b.gep(buf, [place])
+                if indices is not None:
+                    index_of[slot] = b.gep(indices, [place])
+                return slot
 
-            bld.target.map_loops(bld, b, k_sizes, lambda b, kidx: e.store(identity, at(b, kidx)), lo, hi)
+            bld.target.map_loops(bld, b, k_sizes, lambda b, kidx: start(b, at(b, kidx)), lo, hi)
             bld.loops(b, r_sizes, lambda b, ridx: bld.target.map_loops(
                 bld, b, k_sizes, lambda b, kidx: reduce_item(b, kidx, ridx, at(b, kidx)), lo, hi))
             bld.target.map_loops(bld, b, k_sizes, lambda b, kidx: results(b, kidx, at(b, kidx)), lo, hi)
