@@ -372,8 +372,7 @@ def _used(value, bld):
 def build_reduction(group, name, target=None, aliases=None, layouts=None):
     """A reduction group's kernel: kept dims outside, reduced dims inside, then the epilogue (or, when
     the innermost input dim is kept, a chunk of kept elements reduced with the reduced dims outside)."""
-    bld = _Builder(group, name, target, aliases, layouts)
-    red = next(n for n in bld.computed if lowering.kind_of(n) == "reduction")
+    red = next(n for n in group.nodes if n.op.view is None and lowering.kind_of(n) == "reduction")
     x = red.args[0]
     in_shape = tuple(x.type.shape)
     dims = red.args[1] if len(red.args) > 1 else None
@@ -382,6 +381,17 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
     if isinstance(dims, int):
         dims = (dims,)
     reduced = sorted({d % len(in_shape) for d in dims}) if dims and in_shape else list(range(len(in_shape)))
+    merge = _merged_reduced_dims(group, red, reduced)
+    bld = _Builder(group if merge is None else replace(group, nodes=[n for n in group.nodes if n is not merge]),
+                   name, target, aliases, layouts)
+    if merge is not None and merge.args[0] in bld.geometry:
+        # reduce the merged dims where they lie: x's last index is their row-major index
+        src = merge.args[0]
+        bld.geometry[x] = bld.geometry[src]
+        in_shape = tuple(src.type.shape)
+        reduced = list(range(len(x.type.shape) - 1, len(in_shape)))
+    elif merge is not None:
+        bld = _Builder(group, name, target, aliases, layouts)
     kept = [d for d in range(len(in_shape)) if d not in reduced]
     keepdim = bool(red.args[2]) if red.op.name not in ("max", "min") and len(red.args) > 2 else False
     out_value = red.outputs[0]
@@ -572,6 +582,24 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
     bld.loops(b, k_sizes, kept_body, kernel.args[0] if k_sizes else None, kernel.args[1] if k_sizes else None)
     return bld.finish(b, kernel, KernelSource(name, "reduction", ops, bld.roots, outputs,
                                               k_sizes[0] if k_sizes else 1, n), "block")
+
+
+def _merged_reduced_dims(group, red, reduced):
+    """The reshape in ``group`` that makes ``red``'s input by merging trailing dims into the one dim
+    ``red`` reduces (a pool's windows, ``(..., kH, kW)`` seen as ``(..., kH * kW)``), read by ``red`` alone;
+    else None. Where the reshape of a strided value cannot be a view, the kernel reduces the merged dims
+    in place instead of copying them."""
+    x = red.args[0]
+    node = x.node
+    shape = tuple(x.type.shape)
+    if node is None or node not in group.nodes or node.op.name not in RESHAPES or not shape \
+            or reduced != [len(shape) - 1] or x in group.outputs:
+        return None
+    if any(x in list(_args(n)) for n in group.nodes if n is not red):
+        return None
+    src = tuple(node.args[0].type.shape)
+    lead = len(shape) - 1
+    return node if len(src) > lead and src[:lead] == shape[:lead] else None
 
 
 # Full reductions at least this large are computed in the target's split_parts slices (in parallel),
