@@ -153,7 +153,7 @@ def test_max_pool_step_has_no_eager_max_and_matches_torch(kernel, stride, paddin
     t = jt.tensor(x, requires_grad=True)
     ops, eager = lowered(jt.compile(lambda t: F.max_pool2d(t.relu() * 2, kernel, stride, padding, ceil_mode=ceil_mode)), t)
     assert "max.dim" in ops and not any("max.dim" in s for s in eager)
-    assert not any(s.startswith("<view") or "clone" in s for s in eager), eager  # windows read in place
+    assert not any(view in s for s in eager for view in ("as_strided", "view")), eager  # windows read in place
     got = compiled(t)
     expected = step(torch, torch.tensor(x, requires_grad=True))
     for g, e in zip(got, expected):
