@@ -128,6 +128,40 @@ def composes(node, shape, strides, offset):
     return node.op.name != "as_strided" or (tuple(strides) == contiguous_strides(tuple(shape)) and offset == 0)
 
 
+def strided_as_strided(shape, strides, offset, size, stride, storage_offset=None):
+    """The geometry (sizes, strides, offset over the root) of ``as_strided(size, stride, storage_offset)``
+    of a value of ``shape`` laid out with ``strides`` and ``offset`` (a permuted one: a convolution's
+    windows of a channels-last value), or None where it is not affine. as_strided addresses the value's
+    elements in row-major order; where each of its strides is a whole number of steps along one of the
+    value's dims and no window reaches past the end of a dim (no carry into the next), each of its dims
+    steps along that one dim, which the root's strides give."""
+    if storage_offset is None:
+        storage_offset = 0
+    compact = contiguous_strides(tuple(shape))
+    dims = [k for k, n in enumerate(shape) if n > 1]
+    start, rest = [], storage_offset
+    for c in compact:
+        start.append(rest // c)
+        rest %= c
+    if rest or any(st < 0 for st in stride):
+        return None
+    reach = list(start)
+    steps = []
+    for n, st in zip(size, stride):
+        if n == 1 or st == 0:
+            steps.append(0)
+            continue
+        k = next((k for k in dims if st % compact[k] == 0), None)
+        if k is None:
+            return None
+        q = st // compact[k]
+        reach[k] += (n - 1) * q
+        steps.append(q * strides[k])
+    if any(r >= n for r, n in zip(reach, shape) if n) or 0 in size:
+        return None
+    return tuple(size), tuple(steps), offset + sum(b * st for b, st in zip(start, strides))
+
+
 class _Builder:
     """Shared machinery: buffers, geometry of leaves, evaluation of node expressions."""
 
@@ -163,6 +197,10 @@ class _Builder:
             raise CompileError(f"{node.op.name}: a view of a value computed in the same kernel")
         root, shape, strides, offset = self.geometry[src]
         if not composes(node, shape, strides, offset):
+            geo = strided_as_strided(shape, strides, offset, *node.args[1:])
+            if geo is not None:
+                self.geometry[node.outputs[0]] = (root, *geo)
+                return
             raise CompileError(f"as_strided of a {list(shape)} value with strides {list(strides)}: it addresses "
                                "the value's elements in order, which are not its root's")
         fake = fake_tensor(shape, src.type.dtype, src.type.device, strides, offset, max(1, prod(root.type.shape)))

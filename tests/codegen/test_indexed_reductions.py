@@ -158,3 +158,21 @@ def test_max_pool_step_has_no_eager_max_and_matches_torch(kernel, stride, paddin
     expected = step(torch, torch.tensor(x, requires_grad=True))
     for g, e in zip(got, expected):
         np.testing.assert_array_equal(g.detach().numpy(), e.detach().numpy())
+
+
+def test_as_strided_of_a_permuted_value_folds_where_affine():
+    """A convolution's windows of its batch-last input (kernel.strided_as_strided) are copied by a kernel,
+    not by an eager step; an as_strided whose index would carry from one dim into the next is refused."""
+    from jitorch.codegen.kernel import strided_as_strided
+    rng = np.random.default_rng(8)
+    x, w = rng.standard_normal((4, 3, 9, 9)).astype(np.float32), rng.standard_normal((5, 3, 3, 3)).astype(np.float32)
+    compiled = jt.compile(lambda t, k: F.conv2d(t, k, stride=2))
+    steps = [repr(s) for s in compiled.lower(jt.tensor(x), jt.tensor(w)).steps]
+    assert any("kernel" in s and "permute as_strided" in s for s in steps), steps
+    assert not any("eager" in s and "as_strided" in s for s in steps), steps
+    np.testing.assert_allclose(compiled(jt.tensor(x), jt.tensor(w)).numpy(),
+                               torch.nn.functional.conv2d(torch.tensor(x), torch.tensor(w), stride=2).numpy(),
+                               rtol=1e-5, atol=1e-5)
+    permuted = ((2, 3, 5, 6), (90, 1, 18, 3), 0)  # x.permute(0, 3, 1, 2) over x's memory
+    assert strided_as_strided(*permuted, (3, 4), (30, 6), 7) == ((3, 4), (1, 18), 18 + 3)  # starts at [0, 0, 1, 1]
+    assert strided_as_strided(*permuted, (5, 7), (7, 1), 3) is None  # 7 elements along a row of 6: a carry
