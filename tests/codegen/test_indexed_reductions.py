@@ -136,7 +136,8 @@ def test_epilogue_fuses_and_empty_dims_raise_as_torch():
     assert str(ours.value) == str(theirs.value)
 
 
-@pytest.mark.parametrize("kernel, stride, padding, ceil_mode", [(2, 2, 0, False), (3, 2, 1, True), (3, 1, 0, False)])
+@pytest.mark.parametrize("kernel, stride, padding, ceil_mode", [(2, 2, 0, False), (3, 2, 1, True), (3, 1, 0, False),
+                                                               (3, 3, 0, False)])
 def test_max_pool_step_has_no_eager_max_and_matches_torch(kernel, stride, padding, ceil_mode):
     # (no NaN: torch's max_pool2d picks a window's last NaN, jitorch's eager and compiled pools its first)
     x = np.nan_to_num(specials((2, 3, 9, 9), seed=6), nan=3.0)
@@ -154,6 +155,10 @@ def test_max_pool_step_has_no_eager_max_and_matches_torch(kernel, stride, paddin
     ops, eager = lowered(jt.compile(lambda t: F.max_pool2d(t.relu() * 2, kernel, stride, padding, ceil_mode=ceil_mode)), t)
     assert "max.dim" in ops and not any("max.dim" in s for s in eager)
     assert not any(view in s for s in eager for view in ("as_strided", "view")), eager  # windows read in place
+    if kernel == stride and not padding and x.shape[-1] % kernel == 0:
+        # windows that tile the input: their gradient is a copy back, not a scatter into zeros
+        backward = [repr(s) for s in compiled.lower(t).steps]
+        assert not any(op in s for s in backward for op in ("as_strided_scatter", "new_zeros")), backward
     got = compiled(t)
     expected = step(torch, torch.tensor(x, requires_grad=True))
     for g, e in zip(got, expected):
