@@ -117,6 +117,36 @@ def _collapse(space, accesses):
     return new_space, new_accesses
 
 
+# Side of the square tiles in which a kernel that transposes (writes along one dim, reads along another)
+# walks both dims, so that the lines it reads are used whole while in cache.
+TILE = 16
+# A read this many elements apart along the written dim is a transpose's (its lines are not reused).
+TILE_MIN_STRIDE = 64
+
+
+def _tiled(sizes, accesses, written):
+    """(sizes, accesses) of a loop nest whose innermost dim is contiguous in ``accesses[written]`` but far
+    apart in a read that is contiguous along an outer dim: both dims cut in `TILE`-sized tiles, the tile
+    loops outside and the two in-tile loops innermost. The same index maths, another order; unchanged where
+    no read transposes or the dims do not divide into tiles."""
+    last = len(sizes) - 1
+    if last < 1 or accesses[written][last] != 1 or sizes[last] % TILE:
+        return sizes, accesses
+    for a, access in enumerate(accesses):
+        if a == written or abs(access[last]) < TILE_MIN_STRIDE:
+            continue
+        across = next((d for d in range(last) if access[d] == 1 and sizes[d] % TILE == 0), None)
+        if across is None:
+            continue
+        outer = list(range(last + 1))
+
+        def cut(seq, step):
+            return [seq[d] * (step if d in (across, last) else 1) for d in outer] + [seq[across], seq[last]]
+        new_sizes = [sizes[d] // TILE if d in (across, last) else sizes[d] for d in outer] + [TILE, TILE]
+        return new_sizes, [cut(acc, TILE) for acc in accesses]
+    return sizes, accesses
+
+
 # Views whose result, where they cannot be a view, is their input's elements copied in row-major order.
 RESHAPES = frozenset({"view", "unflatten"})
 
@@ -338,6 +368,7 @@ def build_pointwise(group, name, target=None, aliases=None, layouts=None):
     writes = [list(bld.strides(out)) for out in outputs]
     order = sorted(range(len(space)), key=lambda d: -writes[0][d])  # outermost first: row-major if compact
     sizes, collapsed = _collapse([space[d] for d in order], [[a[d] for d in order] for a in reads + writes])
+    sizes, collapsed = _tiled(sizes, collapsed, len(reads))
     leaf_strides = dict(zip(leaves, collapsed[:len(leaves)]))
     out_strides = dict(zip(outputs, collapsed[len(leaves):]))
     module, kernel, ptr, b, e = bld.begin(bld.roots + outputs)
@@ -390,7 +421,7 @@ def build_copy(group, name, target=None, aliases=None, layouts=None):
         raise CompileError(f"{last.op.name} after a copy: the result is not the copy's memory")
     src = copying.args[0]
     root, space, strides, offset = bld.geometry[src]
-    sizes, (read, write) = _collapse(list(space), [list(strides), list(contiguous_strides(space))])
+    sizes, (read, write) = _tiled(*_collapse(list(space), [list(strides), list(contiguous_strides(space))]), 1)
     module, kernel, ptr, b, e = bld.begin([root, out])
 
     def body(b, idx):

@@ -1,9 +1,11 @@
-"""max.dim, min.dim, argmax and argmin as generated reduction kernels (lowering.Reduction.indexed).
+"""What a convolutional network's compiled step needs from the kernel builder, checked against torch:
 
-The kernel keeps the chosen element's index beside the accumulator: the first of equal elements wins
-(-0.0 equals 0.0), and the first NaN wins over every number, as torch and NumPy choose. Results are
-checked against torch (CPU) and eager, and the compiled graphs are checked to hold no eager step for
-these ops; max_pool's forward reduces its windows in place (no copy of the windows).
+- max.dim, min.dim, argmax and argmin as generated reduction kernels (lowering.Reduction.indexed): the kernel
+  keeps the chosen element's index beside the accumulator; the first of equal elements wins (-0.0 equals
+  0.0), and the first NaN wins over every number, as torch and NumPy choose. The compiled graphs hold no
+  eager step for these ops; max_pool's forward reduces its windows in place (no copy of the windows).
+- as_strided of a permuted value (a convolution's windows of its batch-last input) folds into a kernel.
+- kernels that transpose (write along one dim, read along another) walk both in tiles.
 """
 
 import numpy as np
@@ -181,3 +183,16 @@ def test_as_strided_of_a_permuted_value_folds_where_affine():
     permuted = ((2, 3, 5, 6), (90, 1, 18, 3), 0)  # x.permute(0, 3, 1, 2) over x's memory
     assert strided_as_strided(*permuted, (3, 4), (30, 6), 7) == ((3, 4), (1, 18), 18 + 3)  # starts at [0, 0, 1, 1]
     assert strided_as_strided(*permuted, (5, 7), (7, 1), 3) is None  # 7 elements along a row of 6: a carry
+
+
+def test_transposing_kernels_walk_tiles_and_match():
+    from jitorch.codegen.kernel import TILE, _tiled
+    sizes, accesses = _tiled([4, 64, 96], [[6144, 1, 64], [6144, 96, 1]], 1)  # read transposed, write compact
+    assert sizes == [4, 4, 6, TILE, TILE]
+    assert accesses == [[6144, TILE, 64 * TILE, 1, 64], [6144, 96 * TILE, TILE, 96, 1]]
+    assert _tiled([4, 60, 96], [[5760, 1, 60], [5760, 96, 1]], 1)[0] == [4, 60, 96]  # 60 is not whole tiles
+    rng = np.random.default_rng(9)
+    a, b = rng.standard_normal((3, 96, 64)).astype(np.float32), rng.standard_normal((64, 96)).astype(np.float32)
+    compiled = jt.compile(lambda x, y: (x.transpose(1, 2) + y).relu())
+    np.testing.assert_array_equal(compiled(jt.tensor(a), jt.tensor(b)).numpy(),
+                                  np.maximum(a.transpose(0, 2, 1) + b, 0))
