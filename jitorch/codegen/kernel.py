@@ -117,7 +117,7 @@ def _collapse(space, accesses):
     return new_space, new_accesses
 
 
-# Side of the square tiles in which a kernel that transposes (writes along one dim, reads along another)
+# Side of the square tiles in which a CPU kernel that transposes (writes along one dim, reads along another)
 # walks both dims, so that the lines it reads are used whole while in cache.
 TILE = 16
 # A read this many elements apart along the written dim is a transpose's (its lines are not reused).
@@ -368,7 +368,8 @@ def build_pointwise(group, name, target=None, aliases=None, layouts=None):
     writes = [list(bld.strides(out)) for out in outputs]
     order = sorted(range(len(space)), key=lambda d: -writes[0][d])  # outermost first: row-major if compact
     sizes, collapsed = _collapse([space[d] for d in order], [[a[d] for d in order] for a in reads + writes])
-    sizes, collapsed = _tiled(sizes, collapsed, len(reads))
+    if bld.target is CPU:  # (a GPU's threads take consecutive elements of the flat loop: no tiles there)
+        sizes, collapsed = _tiled(sizes, collapsed, len(reads))
     leaf_strides = dict(zip(leaves, collapsed[:len(leaves)]))
     out_strides = dict(zip(outputs, collapsed[len(leaves):]))
     module, kernel, ptr, b, e = bld.begin(bld.roots + outputs)
@@ -421,7 +422,9 @@ def build_copy(group, name, target=None, aliases=None, layouts=None):
         raise CompileError(f"{last.op.name} after a copy: the result is not the copy's memory")
     src = copying.args[0]
     root, space, strides, offset = bld.geometry[src]
-    sizes, (read, write) = _tiled(*_collapse(list(space), [list(strides), list(contiguous_strides(space))]), 1)
+    sizes, (read, write) = _collapse(list(space), [list(strides), list(contiguous_strides(space))])
+    if bld.target is CPU:
+        sizes, (read, write) = _tiled(sizes, [read, write], 1)
     module, kernel, ptr, b, e = bld.begin([root, out])
 
     def body(b, idx):
