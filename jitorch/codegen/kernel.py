@@ -117,6 +117,36 @@ def _collapse(space, accesses):
     return new_space, new_accesses
 
 
+# Side of the square tiles in which a CPU kernel that transposes (writes along one dim, reads along another)
+# walks both dims, so that the lines it reads are used whole while in cache.
+TILE = 16
+# A read this many elements apart along the written dim is a transpose's (its lines are not reused).
+TILE_MIN_STRIDE = 64
+
+
+def _tiled(sizes, accesses, written):
+    """(sizes, accesses) of a loop nest whose innermost dim is contiguous in ``accesses[written]`` but far
+    apart in a read that is contiguous along an outer dim: both dims cut in `TILE`-sized tiles, the tile
+    loops outside and the two in-tile loops innermost. The same index maths, another order; unchanged where
+    no read transposes or the dims do not divide into tiles."""
+    last = len(sizes) - 1
+    if last < 1 or accesses[written][last] != 1 or sizes[last] % TILE:
+        return sizes, accesses
+    for a, access in enumerate(accesses):
+        if a == written or abs(access[last]) < TILE_MIN_STRIDE:
+            continue
+        across = next((d for d in range(last) if access[d] == 1 and sizes[d] % TILE == 0), None)
+        if across is None:
+            continue
+        outer = list(range(last + 1))
+
+        def cut(seq, step):
+            return [seq[d] * (step if d in (across, last) else 1) for d in outer] + [seq[across], seq[last]]
+        new_sizes = [sizes[d] // TILE if d in (across, last) else sizes[d] for d in outer] + [TILE, TILE]
+        return new_sizes, [cut(acc, TILE) for acc in accesses]
+    return sizes, accesses
+
+
 # Views whose result, where they cannot be a view, is their input's elements copied in row-major order.
 RESHAPES = frozenset({"view", "unflatten"})
 
@@ -126,6 +156,40 @@ def composes(node, shape, strides, offset):
     root buffer): ``as_strided`` of a graph value addresses the value's elements in row-major order (the IR's
     compact layout), which are its root's only when the geometry is compact."""
     return node.op.name != "as_strided" or (tuple(strides) == contiguous_strides(tuple(shape)) and offset == 0)
+
+
+def strided_as_strided(shape, strides, offset, size, stride, storage_offset=None):
+    """The geometry (sizes, strides, offset over the root) of ``as_strided(size, stride, storage_offset)``
+    of a value of ``shape`` laid out with ``strides`` and ``offset`` (a permuted one: a convolution's
+    windows of a channels-last value), or None where it is not affine. as_strided addresses the value's
+    elements in row-major order; where each of its strides is a whole number of steps along one of the
+    value's dims and no window reaches past the end of a dim (no carry into the next), each of its dims
+    steps along that one dim, which the root's strides give."""
+    if storage_offset is None:
+        storage_offset = 0
+    compact = contiguous_strides(tuple(shape))
+    dims = [k for k, n in enumerate(shape) if n > 1]
+    start, rest = [], storage_offset
+    for c in compact:
+        start.append(rest // c)
+        rest %= c
+    if rest or any(st < 0 for st in stride):
+        return None
+    reach = list(start)
+    steps = []
+    for n, st in zip(size, stride):
+        if n == 1 or st == 0:
+            steps.append(0)
+            continue
+        k = next((k for k in dims if st % compact[k] == 0), None)
+        if k is None:
+            return None
+        q = st // compact[k]
+        reach[k] += (n - 1) * q
+        steps.append(q * strides[k])
+    if any(r >= n for r, n in zip(reach, shape) if n) or 0 in size:
+        return None
+    return tuple(size), tuple(steps), offset + sum(b * st for b, st in zip(start, strides))
 
 
 class _Builder:
@@ -163,6 +227,10 @@ class _Builder:
             raise CompileError(f"{node.op.name}: a view of a value computed in the same kernel")
         root, shape, strides, offset = self.geometry[src]
         if not composes(node, shape, strides, offset):
+            geo = strided_as_strided(shape, strides, offset, *node.args[1:])
+            if geo is not None:
+                self.geometry[node.outputs[0]] = (root, *geo)
+                return
             raise CompileError(f"as_strided of a {list(shape)} value with strides {list(strides)}: it addresses "
                                "the value's elements in order, which are not its root's")
         fake = fake_tensor(shape, src.type.dtype, src.type.device, strides, offset, max(1, prod(root.type.shape)))
@@ -300,6 +368,8 @@ def build_pointwise(group, name, target=None, aliases=None, layouts=None):
     writes = [list(bld.strides(out)) for out in outputs]
     order = sorted(range(len(space)), key=lambda d: -writes[0][d])  # outermost first: row-major if compact
     sizes, collapsed = _collapse([space[d] for d in order], [[a[d] for d in order] for a in reads + writes])
+    if bld.target is CPU:  # (a GPU's threads take consecutive elements of the flat loop: no tiles there)
+        sizes, collapsed = _tiled(sizes, collapsed, len(reads))
     leaf_strides = dict(zip(leaves, collapsed[:len(leaves)]))
     out_strides = dict(zip(outputs, collapsed[len(leaves):]))
     module, kernel, ptr, b, e = bld.begin(bld.roots + outputs)
@@ -353,6 +423,8 @@ def build_copy(group, name, target=None, aliases=None, layouts=None):
     src = copying.args[0]
     root, space, strides, offset = bld.geometry[src]
     sizes, (read, write) = _collapse(list(space), [list(strides), list(contiguous_strides(space))])
+    if bld.target is CPU:
+        sizes, (read, write) = _tiled(sizes, [read, write], 1)
     module, kernel, ptr, b, e = bld.begin([root, out])
 
     def body(b, idx):
@@ -372,8 +444,7 @@ def _used(value, bld):
 def build_reduction(group, name, target=None, aliases=None, layouts=None):
     """A reduction group's kernel: kept dims outside, reduced dims inside, then the epilogue (or, when
     the innermost input dim is kept, a chunk of kept elements reduced with the reduced dims outside)."""
-    bld = _Builder(group, name, target, aliases, layouts)
-    red = next(n for n in bld.computed if lowering.kind_of(n) == "reduction")
+    red = next(n for n in group.nodes if n.op.view is None and lowering.kind_of(n) == "reduction")
     x = red.args[0]
     in_shape = tuple(x.type.shape)
     dims = red.args[1] if len(red.args) > 1 else None
@@ -382,6 +453,17 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
     if isinstance(dims, int):
         dims = (dims,)
     reduced = sorted({d % len(in_shape) for d in dims}) if dims and in_shape else list(range(len(in_shape)))
+    merge = _merged_reduced_dims(group, red, reduced)
+    bld = _Builder(group if merge is None else replace(group, nodes=[n for n in group.nodes if n is not merge]),
+                   name, target, aliases, layouts)
+    if merge is not None and merge.args[0] in bld.geometry:
+        # reduce the merged dims where they lie: x's last index is their row-major index
+        src = merge.args[0]
+        bld.geometry[x] = bld.geometry[src]
+        in_shape = tuple(src.type.shape)
+        reduced = list(range(len(x.type.shape) - 1, len(in_shape)))
+    elif merge is not None:
+        bld = _Builder(group, name, target, aliases, layouts)
     kept = [d for d in range(len(in_shape)) if d not in reduced]
     keepdim = bool(red.args[2]) if red.op.name not in ("max", "min") and len(red.args) > 2 else False
     out_value = red.outputs[0]
@@ -434,16 +516,22 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
     epi_strides = dict(zip(epi_outs, k_strides[n_outer:n_outer + len(epi_outs)]))
     write = k_strides[-1]
 
-    module, kernel, ptr, b, e = bld.begin(bld.roots + outputs)
     reduction = red.op.pieces["lowering"]
+    if reduction.indexed and bld.target is not CPU:
+        raise CompileError(f"{red.op.name}: a reduction that keeps an index lowers for the CPU only")
+    module, kernel, ptr, b, e = bld.begin(bld.roots + outputs)
     combine, finish = reduction.combine, reduction.finish
     spec = _meta_of(red)
+    spec = spec[0] if isinstance(spec, tuple) else spec  # max.dim's: (values, indices)
     compute = spec.compute or out_value.type.dtype
     acc_dtype = reduction.accumulator(compute, out_value.type.dtype)
     count = prod(red_sizes)
 
     acc = b.alloca(llvm_type(acc_dtype))  # in the entry block, where mem2reg promotes it
     identity = reduction.start(e, compute, acc_dtype)
+    # an indexed reduction's chosen index (row-major over the reduced dims, which merging dims keeps),
+    # in the slot at the same place of a parallel array
+    index_of = {acc: b.alloca(I64)} if reduction.indexed else None
 
     def reduce_item(b, kidx, ridx, slot):
         """Fold the prologue's value at (kidx, ridx) into ``slot``; write the prologue's outputs there."""
@@ -453,7 +541,15 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
             return e.load(b.gep(ptr[root], [off]), v.type.dtype)
         memo = {}
         item = reduction.enter(e, bld.evaluate(e, x, memo, load), compute, acc_dtype)
-        e.store(combine(e, e.load(slot, acc_dtype), item), slot)
+        if index_of is None:
+            e.store(combine(e, e.load(slot, acc_dtype), item), slot)
+        else:
+            current = e.load(slot, acc_dtype)
+            takes = combine(e, current, item)
+            e.store(e.select(takes, item, current), slot)
+            where = index_of[slot]
+            b.store(b.select(takes.value, bld.offset(b, ridx, contiguous_strides(tuple(r_sizes)), 0), b.load(where)),
+                    where)
         for out in pro_outs:
             off = bld.offset(b, kidx + ridx, list(pro_kept[out]) + list(pro_red[out]), 0)
             e.store(bld.evaluate(e, out, memo, load), b.gep(ptr[out], [off]))
@@ -468,15 +564,25 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
         def load_outer(v):
             root, _, _, offset = bld.geometry[v]
             return e.load(b.gep(ptr[root], [bld.offset(b, kidx, outer_strides[v], offset)]), v.type.dtype)
-        memo = {out_value: e.cast(total, out_value.type.dtype)}
+        if index_of is None:
+            memo = {out_value: e.cast(total, out_value.type.dtype)}
+        else:  # the index is the last output (argmax's only one), the values the first (max.dim's)
+            memo = {red.outputs[-1]: Scalar(b.load(index_of[slot]), _dt.int64)}
+            if len(red.outputs) > 1:
+                memo[out_value] = e.cast(total, out_value.type.dtype)
         for out in outputs:
             if out in pro_outs:
                 continue
             s = bld.evaluate(e, out, memo, load_outer)
             e.store(s, b.gep(ptr[out], [bld.offset(b, kidx, epi_strides[out], 0)]))
 
+    def start(b, slot):
+        e.store(identity, slot)
+        if index_of is not None:
+            b.store(I64(0), index_of[slot])
+
     def kept_body(b, kidx):
-        e.store(identity, acc)
+        start(b, acc)
         bld.target.reduce_loops(bld, b, e, r_sizes, lambda b, ridx, slot: reduce_item(b, kidx, ridx, slot), acc,
                                 acc_dtype, combine, identity)
         results(b, kidx, acc)
@@ -494,6 +600,7 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
         # vectorises; then the epilogue, one pass over the chunk's accumulators.
         units = max(1, slots // per_unit)
         buf = acc if units * per_unit == 1 else b.alloca(llvm_type(acc_dtype), size=units * per_unit)
+        indices = None if index_of is None or buf is acc else b.alloca(I64, size=units * per_unit)
 
         def chunk(b, lo):
             hi = b.select(b.icmp_signed("<", b.add(lo, I64(units)), kernel.args[1]), b.add(lo, I64(units)),
@@ -501,9 +608,15 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
             first = b.mul(lo, I64(per_unit))
 
             def at(b, kidx):
-                return buf if buf is acc else b.gep(buf, [b.sub(bld.offset(b, kidx, write, 0), first)])
+                if buf is acc:
+                    return buf
+                place = b.sub(bld.offset(b, kidx, write, 0), first)
+                slot = b.gep(buf, [place])
+                if indices is not None:
+                    index_of[slot] = b.gep(indices, [place])
+                return slot
 
-            bld.target.map_loops(bld, b, k_sizes, lambda b, kidx: e.store(identity, at(b, kidx)), lo, hi)
+            bld.target.map_loops(bld, b, k_sizes, lambda b, kidx: start(b, at(b, kidx)), lo, hi)
             bld.loops(b, r_sizes, lambda b, ridx: bld.target.map_loops(
                 bld, b, k_sizes, lambda b, kidx: reduce_item(b, kidx, ridx, at(b, kidx)), lo, hi))
             bld.target.map_loops(bld, b, k_sizes, lambda b, kidx: results(b, kidx, at(b, kidx)), lo, hi)
@@ -541,6 +654,24 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
     bld.loops(b, k_sizes, kept_body, kernel.args[0] if k_sizes else None, kernel.args[1] if k_sizes else None)
     return bld.finish(b, kernel, KernelSource(name, "reduction", ops, bld.roots, outputs,
                                               k_sizes[0] if k_sizes else 1, n), "block")
+
+
+def _merged_reduced_dims(group, red, reduced):
+    """The reshape in ``group`` that makes ``red``'s input by merging trailing dims into the one dim
+    ``red`` reduces (a pool's windows, ``(..., kH, kW)`` seen as ``(..., kH * kW)``), read by ``red`` alone;
+    else None. Where the reshape of a strided value cannot be a view, the kernel reduces the merged dims
+    in place instead of copying them."""
+    x = red.args[0]
+    node = x.node
+    shape = tuple(x.type.shape)
+    if node is None or node not in group.nodes or node.op.name not in RESHAPES or not shape \
+            or reduced != [len(shape) - 1] or x in group.outputs:
+        return None
+    if any(x in list(_args(n)) for n in group.nodes if n is not red):
+        return None
+    src = tuple(node.args[0].type.shape)
+    lead = len(shape) - 1
+    return node if len(src) > lead and src[:lead] == shape[:lead] else None
 
 
 # Full reductions at least this large are computed in the target's split_parts slices (in parallel),

@@ -124,7 +124,9 @@ def test_einsum_gradients(equation, shapes):
 AS_STRIDED = [("contiguous", (3, 3), (1, 1), 0),   # overlapping windows
               ("contiguous", (2, 2), (0, 1), 1),   # a repeated row
               ("offset", (2, 3), (3, 1), 4),       # an input that starts inside its storage
-              ("transposed", (2, 2), (1, 3), 1)]   # an input whose storage order differs from its own
+              ("transposed", (2, 2), (1, 3), 1),   # an input whose storage order differs from its own
+              ("contiguous", (2, 3, 2), (2, 4, 1), 0),  # every storage element once, permuted (a copy back)
+              ("transposed", (3, 2, 2), (4, 1, 2), 0)]
 
 
 @pytest.mark.parametrize("layout,size,stride,offset", AS_STRIDED)
