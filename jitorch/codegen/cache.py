@@ -18,8 +18,12 @@ whole entries. A write that fails (read-only or full disk) skips that entry
 only: the next ``put`` tries again.
 
 The checksum guards against damage, not against an attacker: whoever can
-write the cache folder can write entries that check out. Callers check object
-code structurally before linking it (`linker.check_object`).
+write the cache folder can write entries that check out, and an entry holds
+code that runs. So an entry is read only if it and its shard folder belong to
+this user and nobody else may write them (as ssh treats its keys): another
+user's entry, or one in a folder others can write, is a miss (logged under
+``JITORCH_LOGS=codegen``). Folders are made owner-only. Callers also check
+object code structurally before linking it (`linker.check_object`).
 """
 
 from __future__ import annotations
@@ -251,24 +255,39 @@ def _read_entry(directory: Path, key: str, digest: bytes, limit: int | None = No
 
 def _open_regular(folder: Path, name: str) -> int | None:
     """A descriptor reading ``folder/name`` if the folder is one (not a link) and the file a regular file,
-    else None. Nothing is followed or waited for: a link, a FIFO or a device is refused before any read."""
+    both this user's and writable by no one else, else None. Nothing is followed or waited for: a link, a
+    FIFO or a device is refused before any read."""
     try:
         shard = os.open(folder, _OPEN_SHARD)
     except OSError:
         return None
     try:
+        if not _private(os.fstat(shard)):
+            logs.log("codegen", "cache folder %s refused: another user's, or others may write it", folder)
+            return None
         fd = os.open(name, _OPEN_ENTRY, dir_fd=shard)
     except OSError:
         return None
     finally:
         os.close(shard)
     try:
-        if stat.S_ISREG(os.fstat(fd).st_mode):
-            return fd
+        status = os.fstat(fd)
+        if stat.S_ISREG(status.st_mode):
+            if _private(status):
+                return fd
+            logs.log("codegen", "cache entry %s refused: another user's, or others may write it", folder / name)
     except OSError:
         pass
     os.close(fd)
     return None
+
+
+def _private(status) -> bool:
+    """Whether a file or folder belongs to this process's user and no group or other user may write it."""
+    owner = getattr(os, "geteuid", None)
+    if owner is None:  # (no POSIX owners: nothing to compare)
+        return True
+    return status.st_uid == owner() and not status.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
 
 
 def _read_payload(f, key, digest, limit=None):
@@ -290,7 +309,8 @@ def _read_payload(f, key, digest, limit=None):
 
 def _write_entry(path: Path, key: str, data: bytes, digest: bytes) -> None:
     header = _HEADER.pack(MAGIC, FORMAT_VERSION, len(data), hashlib.sha256(data).digest(), digest, len(key))
-    path.parent.mkdir(parents=True, exist_ok=True)
+    for folder in (path.parent.parent, path.parent):
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     # atomic: readers see the old entry or the new one, and the last rename wins
     with atomic_write(path) as f:
         f.write(header + key.encode("ascii"))

@@ -630,3 +630,23 @@ def test_damaged_object_code_with_its_checksum_recomputed_is_recompiled(plus_hun
     assert out.split("\n")[:2] == ["[101.0, 101.0, 101.0]", "1 0 1"]  # read, rejected, rebuilt
     assert "cached object code of jitorch_k0_pointwise rejected, recompiling: object code is not usable" in err
     assert path.read_bytes() == raw
+
+
+def test_entries_that_others_could_write_are_misses(tmp_path, monkeypatch):
+    """Regression: an entry holds code that runs, and its checksum stops damage, not an attacker. An entry or
+    shard folder that another user owns, or that a group or other users may write, is a miss."""
+    key = cache_key("ir")
+    KernelCache(tmp_path).put(key, PAYLOAD, SOURCE)
+    path = entry_path(tmp_path, key)
+    assert path.parent.stat().st_mode & 0o077 == 0  # shard folders are made owner-only
+    assert KernelCache(tmp_path).get(key, SOURCE) == PAYLOAD
+    path.chmod(0o664)
+    assert KernelCache(tmp_path).get(key, SOURCE) is None
+    path.chmod(0o644)
+    path.parent.chmod(0o777)
+    assert KernelCache(tmp_path).get(key, SOURCE) is None
+    path.parent.chmod(0o700)
+    assert KernelCache(tmp_path).get(key, SOURCE) == PAYLOAD
+    with monkeypatch.context() as m:  # the same files seen by another user: not theirs
+        m.setattr(os, "geteuid", lambda: os.stat(path).st_uid + 1)
+        assert KernelCache(tmp_path).get(key, SOURCE) is None
