@@ -127,21 +127,6 @@ def _storage_counts(n, size, stride, offset, device):
     return _add_into_storage(functions.zeros(n, device=device), functions.ones(size, device=device), size, stride, offset)
 
 
-def _dense_order(size, stride, offset, n):
-    """The order of dims (largest stride first) in which the geometry ``(size, stride, offset)`` is the
-    compact layout of all ``n`` storage elements, each read once; else None. Its gradient is then the
-    gradient itself, permuted and flattened: a copy, not a scatter into zeros."""
-    if offset or math.prod(size) != n or n == 0:
-        return None
-    order = sorted(range(len(size)), key=lambda d: (size[d] != 1, stride[d]), reverse=True)
-    expected = 1
-    for d in reversed(order):
-        if size[d] != 1 and stride[d] != expected:
-            return None
-        expected *= size[d]
-    return order
-
-
 def _as_strided(g, a):
     """as_strided addresses the storage: the gradient goes through a storage-sized
     buffer, then is read back with the input's own geometry. Where that geometry
@@ -152,10 +137,7 @@ def _as_strided(g, a):
     size, stride = tuple(a.size), tuple(a.stride)
     geometry = (tuple(x.shape), x.stride(), x.storage_offset())
     n = max(span(*geometry), span(size, stride, offset))
-    order = _dense_order(size, stride, offset, n)
-    if order is not None:  # every storage element read once (a pool's windows that tile the input)
-        flat = g.permute(order).reshape(n)
-    elif may_overlap(size, stride):
+    if may_overlap(size, stride):
         flat = _add_into_storage(g.new_zeros(n), g, size, stride, offset)
     else:
         flat = functions.as_strided_scatter(g.new_zeros(n), g, size, stride, offset)

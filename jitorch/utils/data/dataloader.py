@@ -277,7 +277,8 @@ class _WorkerIterator:
                 if not isinstance(error, queue.Empty):  # give a dying sender the moment it takes to be reaped
                     from multiprocessing import connection
 
-                    connection.wait([w.sentinel for w in self._workers], self._worker.STATUS_CHECK_INTERVAL)
+                    # (a sender that dropped the connection is exiting: under load that can take seconds)
+                    connection.wait([w.sentinel for w in self._workers], max(5.0, self._worker.STATUS_CHECK_INTERVAL))
                 dead = [w for w, active in zip(self._workers, self._active) if active and not w.is_alive()]
                 if dead:
                     self._shutdown()
