@@ -7,6 +7,10 @@
 
 from __future__ import annotations
 
+import importlib as _importlib
+import sys as _sys
+import types as _types
+
 from .runtime.version import __version__  # noqa: F401
 
 from .runtime import dtypes as _dtypes
@@ -65,21 +69,13 @@ from . import nn  # noqa: E402,F401
 from .nn.aten_forms import *  # noqa: E402,F401,F403  (torch.conv2d, torch.batch_norm, ...)
 from . import linalg  # noqa: E402,F401
 from . import fft  # noqa: E402,F401
-from . import optim  # noqa: E402,F401  (torch.optim and torch.utils.data need no import of their own)
-from .utils import data as _data  # noqa: E402,F401
 from .jit import compile  # noqa: E402,F401
-from .jit.explain import explain  # noqa: E402,F401
 from . import compiler  # noqa: E402,F401
 from .codegen.errors import CompileError  # noqa: E402,F401
-from .serialization import save, load  # noqa: E402,F401
-from . import serialization  # noqa: E402,F401
 from .legacy import types as _legacy_types  # noqa: E402
 
 globals().update(_legacy_types("jitorch", is_cuda=False))  # FloatTensor, LongTensor, ...
-from . import export  # noqa: E402,F401  (a callable package: jitorch.export(fn, args))
-from . import onnx  # noqa: E402,F401  (imports the onnx package only when a model is exported)
 from . import amp, cpu  # noqa: E402,F401
-from . import profiler  # noqa: E402,F401
 from .cuda import amp as _cuda_amp  # noqa: E402,F401  (jitorch.cuda.amp)
 from .amp import autocast  # noqa: E402,F401
 from .runtime.autocast_mode import (  # noqa: E402,F401
@@ -105,11 +101,51 @@ def numel(input):
     return input.numel()
 
 
-def __getattr__(name):
-    # these load on first use: they pull in the stdlib's multiprocessing and socket modules, and MPI (and
-    # safetensors, a file format most programs never read)
-    if name in ("multiprocessing", "distributed", "safetensors"):
-        import importlib
+# Submodules and names that load at first use, as torch loads torch.onnx: attribute access
+# (``jitorch.optim.SGD``, ``jitorch.utils.data``, ``jitorch.explain(f)``) imports them, so no program needs an import
+# of its own, while ``import jitorch`` stays quick (issue 19; tests/test_import.py lists what it must not load).
+# name -> (module, attribute of that module, or None for the module itself)
+_LAZY = {
+    "multiprocessing": (".multiprocessing", None),  # the stdlib's multiprocessing and socket modules
+    "distributed": (".distributed", None),  # and MPI
+    "safetensors": (".safetensors", None),  # a file format most programs never read
+    "optim": (".optim", None),
+    "utils": (".utils", None),  # jitorch.utils.data loads at its first use in turn
+    "explain": (".jit.explain", "explain"),  # the plan cache, the HTML report
+    "onnx": (".onnx", None),
+    "profiler": (".profiler", None),  # the socket module, for its traces' host name
+    "serialization": (".serialization", None),  # the zipfile, json and secrets modules
+    "save": (".serialization", "save"),
+    "load": (".serialization", "load"),
+    "export": (".export", None),  # a callable package: jitorch.export(fn, args)
+}
 
-        return importlib.import_module(f".{name}", __name__)
-    raise AttributeError(f"module 'jitorch' has no attribute {name!r}")
+
+def __getattr__(name):
+    found = _LAZY.get(name)
+    if found is None:
+        raise AttributeError(f"module 'jitorch' has no attribute {name!r}")
+    module = _importlib.import_module(found[0], __name__)
+    value = module if found[1] is None else getattr(module, found[1])
+    globals()[name] = value  # later lookups find it without coming here
+    return value
+
+
+def __dir__():
+    return sorted({*globals(), *_LAZY})
+
+
+class _Namespace(_types.ModuleType):
+    """The ``jitorch`` module's type: it loads `jitorch.export` with `jitorch.serialization`."""
+
+    def __setattr__(self, name, value):
+        super().__setattr__(name, value)
+        # `load` reads exported programs with the loader that jitorch.export registers when imported (a higher
+        # layer than serialization, which cannot import it). Python sets this attribute when it has imported
+        # jitorch.serialization by any route (``jitorch.load``, ``import jitorch.serialization``, ``from
+        # jitorch.serialization import load``), so a program that can reach `load` finds the format registered.
+        if name == "serialization":
+            _importlib.import_module(".export", __name__)
+
+
+_sys.modules[__name__].__class__ = _Namespace

@@ -19,12 +19,23 @@ def run_fresh(code):
     return done.stdout
 
 
+# What ``import jitorch`` must not load: each comes at first use. The compiler's and CUDA's bindings, the graph
+# library, NumPy's random module (made at the first draw), the code generator beyond its error types, and the
+# libraries that the namespace gives as lazy attributes (with the standard modules only they need).
+NOT_AT_IMPORT = (
+    "llvmlite", "cuda", "networkx", "numpy.random", "zipfile", "json", "socket", "secrets",
+    "jitorch.codegen.cache", "jitorch.codegen.cpu", "jitorch.codegen.lower", "jitorch.jit.explain", "jitorch.jit.executor",
+    "jitorch.optim", "jitorch.utils", "jitorch.utils.data", "jitorch.onnx", "jitorch.profiler", "jitorch.serialization",
+    "jitorch.export", "jitorch.multiprocessing", "jitorch.distributed", "jitorch.safetensors",
+)
+
+
 def test_import_loads_no_compiler_cuda_or_graph_library_until_a_compile():
-    out = run_fresh("""
+    out = run_fresh(f"""
         import sys
         import jitorch as jt
 
-        heavy = ("llvmlite", "cuda", "networkx")
+        heavy = {NOT_AT_IMPORT!r}
         print(sorted(m for m in heavy if m in sys.modules))
         x = jt.arange(4.0)
         print((x + 1).tolist())  # eager ops need none of them
@@ -59,3 +70,46 @@ def test_op_variants_are_generated_at_first_call_with_their_signature_from_the_s
         "(self, tensor1, tensor2, *, value=1) [2.0, 2.0]",
         "True (input, end, weight, *, out=None)",
     ]
+
+
+def test_lazy_attributes_are_the_modules_and_functions_an_import_gives():
+    out = run_fresh("""
+        import importlib
+        import sys
+        import jitorch as jt
+
+        lazy = ["optim", "utils", "onnx", "profiler", "serialization", "export", "multiprocessing", "safetensors"]
+        print(all(name in dir(jt) for name in [*lazy, "explain", "save", "load"]))
+        print(all(getattr(jt, name) is importlib.import_module(f"jitorch.{name}") for name in lazy))
+        from jitorch.jit.explain import explain
+        from jitorch.serialization import load, save
+        print(jt.explain is explain, jt.load is load, jt.save is save, jt.utils.data.DataLoader.__module__)
+        print(callable(jt.export), jt.nn.parallel.__name__, jt.nn.functional.__name__)
+        try:
+            jt.no_such_name
+        except AttributeError as e:
+            print(e)
+    """)
+    assert out.splitlines() == [
+        "True", "True", "True True True jitorch.utils.data.dataloader", "True jitorch.nn.parallel jitorch.nn.functional",
+        "module 'jitorch' has no attribute 'no_such_name'",
+    ]
+
+
+def test_serialization_imported_directly_loads_exported_programs(tmp_path):
+    """jitorch.export registers the exported program's format with `load`: an import of jitorch.serialization
+    alone, that never asks the namespace for export, must still read one."""
+    import jitorch as jt
+
+    path = tmp_path / "double.pt2"
+    jt.export(lambda x: x * 2, (jt.ones(3),)).save(path)
+    out = run_fresh(f"""
+        import sys
+        from jitorch.serialization import load
+
+        print("jitorch.export" in sys.modules)
+        import jitorch
+
+        print(load({str(path)!r})(jitorch.arange(3.0)).tolist())
+    """)
+    assert out.splitlines() == ["True", "[0.0, 2.0, 4.0]"]

@@ -17,5 +17,5 @@ __all__ = ["Parameter", "init", "utils", "functional", "parallel", *_modules_all
 def __getattr__(name):
     # parallel loads jitorch.distributed, which needs the whole library
     if name in ("functional", "parallel"):
-        return importlib.import_module(".functional", __name__)
+        return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

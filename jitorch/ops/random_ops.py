@@ -40,8 +40,16 @@ class Generator:
         """Restart the stream from ``seed``; returns the generator."""
         seed = int(seed)
         self._seed = seed
-        self._rng = np.random.Generator(np.random.PCG64(seed & _SEED_MASK))
+        self.__dict__.pop("_rng", None)  # made from the seed at the first draw (`__getattr__`)
         return self
+
+    def __getattr__(self, name):
+        # Reached only while NumPy's generator is not made yet: `default_generator` exists from ``import
+        # jitorch`` on, and numpy.random would be a tenth of that import's time (issue 19).
+        if name != "_rng":
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        self._rng = np.random.Generator(np.random.PCG64(self._seed & _SEED_MASK))
+        return self._rng
 
     def seed(self):
         """Reseed from fresh entropy; returns the new seed."""
