@@ -29,55 +29,67 @@ def _numerical(fn, inputs, i, eps):
     x = inputs[i]
     flat = x.detach()
     n = x.numel()
+    # A CPU float tensor is perturbed through the NumPy array that shares its memory (an indexed write is an op
+    # per element, most of a small function's check), its version bumped as the write would.
+    host = flat.numpy() if flat.device.type == "cpu" and flat.dtype.name in ("float32", "float64") else None
     columns = []
     with no_grad():
         for k in range(n):
             idx = np.unravel_index(k, tuple(x.shape)) if x.ndim else ()
-            orig = flat[idx].item() if x.ndim else flat.item()
-            flat[idx] = orig + eps
-            plus = [o.detach().double().reshape(-1).numpy().copy() for o in _outputs(fn, inputs)]
-            flat[idx] = orig - eps
-            minus = [o.detach().double().reshape(-1).numpy().copy() for o in _outputs(fn, inputs)]
-            flat[idx] = orig
+            orig = (host[idx] if host is not None else flat[idx] if x.ndim else flat).item()
+            differences = []
+            for value in (orig + eps, orig - eps):
+                if host is not None:
+                    host[idx] = value
+                    flat._bump_version()
+                else:
+                    flat[idx] = value
+                differences.append([o.detach().double().reshape(-1).numpy().copy() for o in _outputs(fn, inputs)])
+            if host is not None:
+                host[idx] = orig
+                flat._bump_version()
+            else:
+                flat[idx] = orig
+            plus, minus = differences
             columns.append([(p - m) / (2 * eps) for p, m in zip(plus, minus)])
     outs = _outputs(fn, inputs)
     return [np.stack([c[j] for c in columns], axis=1) if columns else np.zeros((o.numel(), 0))
             for j, o in enumerate(outs)]
 
 
-def _analytical(fn, inputs, i):
+def _analytical(fn, inputs, diff):
+    """d(outputs)/d(inputs[i]) for each i in ``diff`` from the backward pass: one forward and one ``grad`` call
+    per output element for all of them. A dict {i: list (per output) of (out numel, in numel) arrays}."""
     outs = _outputs(fn, inputs)
-    result = []
+    result = {i: [] for i in diff}
     for out in outs:
-        if not out.requires_grad:  # as in torch, an output cut from the graph has a zero Jacobian
-            result.append(np.zeros((out.numel(), inputs[i].numel())))
-            continue
-        rows = []
-        flat_n = out.numel()
-        for k in range(flat_n):
-            # contiguous, so that writing through reshape(-1) reaches it (zeros_like keeps a view's strides)
-            seed = registry.FUNCTIONS["zeros"](tuple(out.shape), dtype=out.dtype, device=out.device)
-            seed.reshape(-1)[k] = 1.0
-            (g,) = grad(out, inputs[i], grad_outputs=seed, retain_graph=True, allow_unused=True)
-            rows.append(np.zeros(inputs[i].numel()) if g is None else g.double().reshape(-1).numpy().copy())
-        result.append(np.stack(rows) if rows else np.zeros((0, inputs[i].numel())))
+        rows = {i: [] for i in diff}
+        if out.requires_grad:  # as in torch, an output cut from the graph has a zero Jacobian
+            for k in range(out.numel()):
+                # contiguous, so that writing through reshape(-1) reaches it (zeros_like keeps a view's strides)
+                seed = registry.FUNCTIONS["zeros"](tuple(out.shape), dtype=out.dtype, device=out.device)
+                seed.reshape(-1)[k] = 1.0
+                grads = grad(out, [inputs[i] for i in diff], grad_outputs=seed, retain_graph=True, allow_unused=True)
+                for i, g in zip(diff, grads):
+                    rows[i].append(np.zeros(inputs[i].numel()) if g is None else g.double().reshape(-1).numpy().copy())
+        for i in diff:
+            result[i].append(np.stack(rows[i]) if rows[i] else np.zeros((out.numel(), inputs[i].numel())))
     return result
 
 
 def gradcheck(func, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=True, **ignored):
     """Check ``func``'s gradients at ``inputs`` (a tensor or tuple) against finite differences."""
     inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
-    for i, x in enumerate(inputs):
-        if not (isinstance(x, registry.Tensor) and x.requires_grad):
-            continue
-        if x.dtype.name != "float64":
+    diff = [i for i, x in enumerate(inputs) if isinstance(x, registry.Tensor) and x.requires_grad]
+    analytical = _analytical(func, inputs, diff) if diff else {}
+    for i in diff:
+        if inputs[i].dtype.name != "float64":
             import warnings
             warnings.warn("Input #%d requires gradient and is not a double precision floating point. "
                           "This check will likely fail if all the inputs are not of double precision floating "
                           "point." % i, UserWarning, stacklevel=2)
         numerical = _numerical(func, inputs, i, eps)
-        analytical = _analytical(func, inputs, i)
-        for j, (a, n) in enumerate(zip(analytical, numerical)):
+        for j, (a, n) in enumerate(zip(analytical[i], numerical)):
             if a.shape != n.shape or not np.allclose(a, n, rtol=rtol, atol=atol, equal_nan=True):
                 if not raise_exception:
                     return False

@@ -176,6 +176,33 @@ def test_gradcheck_and_gradgradcheck_catch_a_wrong_rule():
     assert gradcheck(Wrong.apply, (leaf([1.0]),), raise_exception=False) is False
 
 
+def test_gradcheck_names_the_input_whose_gradient_is_wrong_and_reads_any_layout():
+    """One backward per output element serves every input: a rule wrong for the second input only is caught
+    there. Inputs of any layout (transposed, stepped, offset, 0-d) are perturbed in place and left as they were,
+    each write a new version, as torch's gradcheck leaves them."""
+
+    class WrongForSecond(Function):
+        @staticmethod
+        def forward(ctx, a, b):
+            ctx.save_for_backward(a, b)
+            return a * b
+
+        @staticmethod
+        def backward(ctx, g):
+            a, b = ctx.saved_tensors
+            return g * b, g * a * 2
+
+    with pytest.raises(jt.autograd.GradcheckError, match="output 0 with respect to input 1"):
+        gradcheck(WrongForSecond.apply, (leaf([0.5, -1.0]), leaf([2.0, 3.0])))
+    base = np.random.default_rng(0).standard_normal((4, 6))
+    inputs = (jt.tensor(base).t().requires_grad_(), jt.tensor(base)[::2, 1::2].requires_grad_(),
+              jt.tensor(base)[1:, 3:].requires_grad_(), leaf(0.7))  # of separate storages
+    before = [(np.array(x.detach().numpy()), x._version) for x in inputs]
+    assert gradcheck(lambda a, b, c, s: (a[:2, :3] * b.exp() + c.sin().t()[:2] * s, s.cos()), inputs)
+    for x, (values, version) in zip(inputs, before):
+        assert np.array_equal(x.detach().numpy(), values) and x._version > version
+
+
 def test_mlp_gradients_equal_a_hand_derived_numpy_backward():
     rng = np.random.default_rng(0)
     xn = rng.standard_normal((8, 5))
