@@ -10,6 +10,10 @@ import tempfile
 # pytest -n 2 runs a worker per core: BLAS threads of their own would oversubscribe the cores, and
 # OpenBLAS's spinning threads then make a small matmul a hundred times slower. Set before NumPy loads.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+# torch, the oracle, likewise: its intra-op pool (OpenMP, one thread per core) spin-waits against the other
+# worker. torch.nn.functional.pad of a 2x3x4x3 tensor took 1.5 ms of CPU with two threads, 0.02 ms with one.
+# Set before torch loads; jitorch's own kernels take JITORCH_NUM_THREADS, not this.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
