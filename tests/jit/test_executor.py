@@ -308,3 +308,44 @@ def test_weight_gradients_are_computed_transposed_and_copied_nowhere():
     for a, b in zip(compiled, expected):
         assert a.stride() == b.stride()
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_a_large_graphs_call_runs_through_tables_and_equals_eager(monkeypatch):
+    """A graph of `TABLES_FROM` steps or more binds its constants in a loop, patches kernels' plain inputs
+    and in-place outputs and makes views' headers through one call each over a table; it computes what the
+    straight lines compute, which equal eager."""
+    from jitorch.jit import executor
+    g = jt.Generator().manual_seed(1)
+    w1, w2 = jt.randn(6, 5, generator=g, requires_grad=True), jt.randn(5, 3, generator=g, requires_grad=True)
+    b = jt.randn(3, generator=g)
+
+    def step(x):  # captured parameters (constants), views (.t(), reshape), in-place updates
+        h = (x @ w1).tanh()
+        loss = ((h @ w2 + b).reshape(-1).square().mean() + (w1.t() * 0.5).sum() + (w2 * b).sum()) * 1.5
+        loss.backward()
+        with jt.no_grad():
+            w1.sub_(0.1 * w1.grad)
+            w2.sub_(0.1 * w2.grad)
+            w1.grad = w2.grad = None
+        return loss
+
+    x = jt.randn(4, 6, generator=g)
+    states = {}
+    for tables_from in (10_000, 0):
+        monkeypatch.setattr(executor, "TABLES_FROM", tables_from)
+        w1.data, w2.data = w1.detach().clone(), w2.detach().clone()  # fresh copies of the same start
+        start = (w1.detach().clone(), w2.detach().clone())
+        compiled = jt.compile(step)
+        losses = [compiled(x).item() for _ in range(3)]
+        source = compiled.lower(x).executable.source
+        states[tables_from] = (losses, w1.detach().numpy().copy(), w2.detach().numpy().copy(), source)
+        w1.data, w2.data = start  # the next round (and eager) start from the same values
+    straight, tabled = states[10_000], states[0]
+    assert "_views(" not in straight[3] and "_patch(" not in straight[3] and "for name, v, n, st in" not in straight[3]
+    assert all(f in tabled[3] for f in ("_views(", "_patch(", "_inplace_outputs(", "for name, v, n, st in"))
+    assert len(tabled[3]) < len(straight[3])
+    assert tabled[0] == straight[0]
+    np.testing.assert_array_equal(tabled[1], straight[1])
+    np.testing.assert_array_equal(tabled[2], straight[2])
+    eager = [step(x).item() for _ in range(3)]
+    np.testing.assert_allclose(tabled[0], eager, rtol=1e-5)
