@@ -243,12 +243,14 @@ def _matmul_into(arrays, out):
 # product's first writes fault in, page by page) and its wrapper: name -> (whether a node qualifies, the writer).
 _WRITERS_INTO = {name: (_blas_product, _matmul_into) for name in ("matmul", "mm", "bmm")}
 
-# Graphs of this many steps or more get a shorter generated call: the constants bound in one loop, a kernel's
-# plain patches and in-place outputs and a view's headers each one call over a table (`_patch`,
-# `_inplace_outputs`, `_views`). Compiling the call's source cost a GPT training step's first call 60 ms
-# (171 KB, 3,800 lines); the calls add well under a microsecond a step to steps of milliseconds, whereas a
-# small graph's call, a few microseconds in all, keeps its straight lines.
+# Graphs of `TABLES_FROM` steps or more whose nodes compute `TABLES_WORK` elements a step or more on average
+# get a shorter generated call: the constants bound in one loop, a kernel's plain patches and in-place
+# outputs and a view's headers each one call over a table (`_patch`, `_inplace_outputs`, `_views`).
+# Compiling the call's source cost a GPT training step's first call 60 ms (171 KB, 3,800 lines); the
+# tables' calls add about a microsecond a step (a GPT step of 4x128: 0.6% of its 67 ms), which is a few per
+# cent of a call whose steps are small (the same GPT at 32 dims: 5-10%): that keeps its straight lines.
 TABLES_FROM = 64
+TABLES_WORK = 65536
 
 
 class EagerStep:
@@ -342,6 +344,9 @@ def _static_views(nodes, by_value, layouts):
     return geometry
 
 
+_view_of = Tensor._view_of
+
+
 def _views(env, root, compact, node, views):
     """A view node's outputs ``views`` ((value, shape, strides, offset)) as tensor headers over ``root``'s
     tensor where that is laid out ``compact``, else its eager kernel: a table's form of the lines
@@ -349,7 +354,7 @@ def _views(env, root, compact, node, views):
     b = env[root]
     if b._offset == 0 and b._stride == compact:
         for v, shape, strides, offset in views:
-            env[v] = Tensor._view_of(b, shape, strides, offset)
+            env[v] = _view_of(b, shape, strides, offset)
     else:
         _compute(node, env)
 
@@ -804,7 +809,7 @@ class CompiledGraph:
                              _arenas=self._arenas, _Arena=Arena, _plan=self.plan, _steps=self.steps,
                              _graph=g, _constants=g.constant_tensors, _unshared=self._unshared,
                              _outputs=self._outputs, _finish=self._finish, _set_grads=set_grads,
-                             _view=returned_view, _laid_out=laid_out, _compute=_compute, _view_of=Tensor._view_of,
+                             _view=returned_view, _laid_out=laid_out, _compute=_compute, _view_of=_view_of,
                              _profiling=profiling, _profiled=self._profiled_run, _clock=time.perf_counter_ns,
                              _patch=_patch, _inplace_outputs=_inplace_outputs, _views=_views)
         if g.grad_constants or g.refreshers:
@@ -818,7 +823,8 @@ class CompiledGraph:
             src.emit(f"t = inputs[{i}]")
             src.emit(f"env[{src.name(v, 'v')}] = t if t._offset == 0 and t._storage.size == {_numel(v)} "
                      f"and t._stride == {_strides(v, self.layouts)!r} else {relaid}")
-        tables = len(self.steps) >= TABLES_FROM
+        tables = len(self.steps) >= TABLES_FROM and sum(
+            _numel(v) for node in g.nodes for v in node.outputs) >= TABLES_WORK * len(self.steps)
         if tables and g.constants:  # one loop over a table rather than two lines per constant
             table = tuple((name, v, _numel(v), contiguous_strides(v.type.shape)) for name, v in g.constants.items())
             src.emit(f"for name, v, n, st in {src.name(table, 'table')}:")

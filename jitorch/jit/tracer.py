@@ -396,11 +396,20 @@ class Tracer:
 
     def record(self, op, args):
         """Record ``op(*args)``; returns fake results shaped as eager returns them."""
-        args = self.fake_args(op, args)
+        return self._record(op, self.fake_args(op, args))
+
+    def _record(self, op, args):
+        """`record` of arguments that `fake_args` made."""
         if op.view is not None:
             return self.record_view(op, args)
-        with registry.meta_warnings_into(self.graph.meta_warnings):  # each run of the graph gives them
+        # each run of the graph gives the meta rule's warnings (`registry.meta_warnings_into`, without the
+        # generator-based context manager's cost: this runs once per traced op)
+        sinks = registry._WARNING_SINKS
+        sinks.append(self.graph.meta_warnings)
+        try:
             spec = op.meta(*args)
+        finally:
+            sinks.pop()
         specs = [spec] if isinstance(spec, registry.TensorSpec) else spec
         if specs is None or not all(isinstance(s, registry.TensorSpec) for s in specs):
             raise trace_error(op.public_name, "it returns a Python value computed from tensor data, "
@@ -468,17 +477,17 @@ class Tracer:
     def call(self, op, args, out):
         if threading.get_ident() != self.thread:
             return NotImplemented
-        result = self.record(op, args)
+        fakes = self.fake_args(op, args)  # (once: the record, the write and autograd take the same)
+        result = self._record(op, fakes)
         if out is not None:
             # eager's rule and write: refused under grad as eagerly, resized and written through the hooks
-            args = self.fake_args(op, args)
-            return registry.write_out(op, out, registry.out_grad(op, args, out, result), args)
+            return registry.write_out(op, out, registry.out_grad(op, fakes, out, result), fakes)
         autograd = registry.AUTOGRAD
         if autograd is not None:
             if autograd.needs_grad(op, args):
                 # the backward graph of traced ops is built too: a backward() inside the traced
                 # function then records its gradient ops into this same graph
-                autograd.record(op, self.fake_args(op, args), result)
+                autograd.record(op, fakes, result)
             elif op.view is not None:  # an in-place op on its base may give it a history later, as eagerly
                 autograd.track_views(self.fake(args[0]), result)
         return result

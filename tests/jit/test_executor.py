@@ -311,9 +311,9 @@ def test_weight_gradients_are_computed_transposed_and_copied_nowhere():
 
 
 def test_a_large_graphs_call_runs_through_tables_and_equals_eager(monkeypatch):
-    """A graph of `TABLES_FROM` steps or more binds its constants in a loop, patches kernels' plain inputs
-    and in-place outputs and makes views' headers through one call each over a table; it computes what the
-    straight lines compute, which equal eager."""
+    """A graph of many steps of much work (`TABLES_FROM`, `TABLES_WORK`) binds its constants in a loop,
+    patches kernels' plain inputs and in-place outputs and makes views' headers through one call each over a
+    table; it computes what the straight lines compute, which equal eager."""
     from jitorch.jit import executor
     g = jt.Generator().manual_seed(1)
     w1, w2 = jt.randn(6, 5, generator=g, requires_grad=True), jt.randn(5, 3, generator=g, requires_grad=True)
@@ -333,6 +333,7 @@ def test_a_large_graphs_call_runs_through_tables_and_equals_eager(monkeypatch):
     states = {}
     for tables_from in (10_000, 0):
         monkeypatch.setattr(executor, "TABLES_FROM", tables_from)
+        monkeypatch.setattr(executor, "TABLES_WORK", 0)
         w1.data, w2.data = w1.detach().clone(), w2.detach().clone()  # fresh copies of the same start
         start = (w1.detach().clone(), w2.detach().clone())
         compiled = jt.compile(step)
