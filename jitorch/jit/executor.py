@@ -115,23 +115,14 @@ class KernelStep:
         """This kernel's argument array over ``arena``'s buffers (per-call slots left empty)."""
         return self.args_type(*[arena.address(v) for v in (*self.inputs, *self.outputs)])
 
-    def emit(self, src, indent, tables=False):
+    def emit(self, src, indent):
         """This step's lines of the generated call (see `straightline`): its argument array patched
-        with the addresses that change per call, then the kernel. With ``tables`` (a large graph, see
-        `TABLES_FROM`), the plain patches and the in-place outputs are each one call over a table."""
+        with the addresses that change per call, then the kernel."""
         split = self.kernel.source.split
         if split is not None:
             src.emit(f"{src.name(self, 'step')}._run_split(env)", indent)
             return
-        args = f"arena.args[{src.name(self, 'step')}]"
-        if not (self.dynamic_inputs or self.fresh_outputs or self.inplace_outputs or self.inplace_kernel):
-            _emit_call(src, self.kernel, indent, args)  # nothing to patch: no name for the argument array
-            return
-        src.emit(f"a = {args}", indent)
-        plain = tuple((i, v) for i, v in self.dynamic_inputs if v not in self.eager_made and v not in self.compacted)
-        tabled = tables and len(plain) > 1
-        if tabled:
-            src.emit(f"_patch(a, env, {src.name(plain, 'table')})", indent)
+        src.emit(f"a = arena.args[{src.name(self, 'step')}]", indent)
         for i, v in self.dynamic_inputs:
             # graph inputs and kernel outputs are compact (offset 0): their address is their storage's,
             # which is cached; what an eager step made (a view) may need compacting first
@@ -142,7 +133,7 @@ class KernelStep:
             elif v in self.compacted:  # laid out for its other readers: a compact copy, held until the call
                 src.emit(f"held{i} = _compact(env[{value}])", indent)
                 src.emit(f"a[{i}] = held{i}._storage.data_ptr()", indent)
-            elif not tabled:
+            else:
                 src.emit(f"a[{i}] = env[{value}]._storage.data_ptr()", indent)
         for i, v, strides in self.fresh_outputs:
             shape, dtype = v.type.shape, v.type.dtype
@@ -160,19 +151,14 @@ class KernelStep:
                 src.emit(f"env[{src.name(v, 'v')}] = t = {made}", indent)
                 src.emit("_track(t._storage, buf)", indent)
             src.emit(f"a[{i}] = _address(arr)", indent)
-        if tables and self.inplace_outputs:
-            src.emit(f"_inplace_outputs(a, env, inplace, {src.name(tuple(self.inplace_outputs), 'table')})", indent)
-        for i, v, target in () if tables else self.inplace_outputs:
+        for i, v, target in self.inplace_outputs:
             value = src.name(v, "v")
             src.emit(f"env[{value}] = t = env[{src.name(target, 'v')}] if inplace else _fresh({value})", indent)
             src.emit(f"a[{i}] = t._storage.data_ptr()", indent)
-        if self.inplace_kernel is not None:
-            src.emit("if inplace:", indent)
-            _emit_call(src, self.inplace_kernel, indent + 1)
-            src.emit("else:", indent)
-            _emit_call(src, self.kernel, indent + 1)
+        if self.inplace_kernel is not None:  # (one line, as an expression: the call's source compiles faster)
+            src.emit(f"{_call(src, self.inplace_kernel)} if inplace else {_call(src, self.kernel)}", indent)
         else:
-            _emit_call(src, self.kernel, indent)
+            src.emit(_call(src, self.kernel), indent)
 
     def _run_split(self, env):
         """A full reduction computed in parts: combine the partial results here."""
@@ -190,31 +176,15 @@ class KernelStep:
         return repr(self.kernel)
 
 
-def _patch(a, env, inputs):
-    """Patch the argument array ``a`` with the addresses of ``inputs`` ((argument index, value)), compact
-    tensors: a table's form of the lines `KernelStep.emit` writes for them."""
-    for i, v in inputs:
-        a[i] = env[v]._storage.data_ptr()
-
-
-def _inplace_outputs(a, env, inplace, outputs):
-    """Bind and patch the outputs ((argument index, value, target)) a kernel computes in place into their
-    target's memory (a fresh tensor where ``inplace`` is False): a table's form of `KernelStep.emit`'s lines."""
-    for i, v, target in outputs:
-        t = env[v] = env[target] if inplace else _fresh(v)
-        a[i] = t._storage.data_ptr()
-
-
-def _emit_call(src, kernel, indent, args="a"):
-    """A CPU kernel's call on the argument array ``args`` (an expression): straight into its machine code
-    when it never splits its loop across threads (in a profiled call, a split one runs through the
-    recorder, which times each thread's chunk)."""
+def _call(src, kernel):
+    """A CPU kernel's call on the argument array ``a`` (an expression): straight into its machine code when
+    it never splits its loop across threads (in a profiled call, a split one runs through the recorder,
+    which times each thread's chunk)."""
     if kernel.parallel and src.profiled:
-        src.emit(f"_r.cpu_kernel({src.name(kernel, 'kernel')}, {args})", indent)
-    elif kernel.parallel:
-        src.emit(f"{src.name(kernel, 'kernel')}({args})", indent)
-    else:
-        src.emit(f"{src.name(kernel.fn, 'fn')}({args}, 0, {kernel.outer})", indent)
+        return f"_r.cpu_kernel({src.name(kernel, 'kernel')}, a)"
+    if kernel.parallel:
+        return f"{src.name(kernel, 'kernel')}(a)"
+    return f"{src.name(kernel.fn, 'fn')}(a, 0, {kernel.outer})"
 
 
 # How the parts of a split full reduction combine (NaN propagates through max and min, as in the kernel).
@@ -243,14 +213,9 @@ def _matmul_into(arrays, out):
 # product's first writes fault in, page by page) and its wrapper: name -> (whether a node qualifies, the writer).
 _WRITERS_INTO = {name: (_blas_product, _matmul_into) for name in ("matmul", "mm", "bmm")}
 
-# Graphs of `TABLES_FROM` steps or more whose nodes compute `TABLES_WORK` elements a step or more on average
-# get a shorter generated call: the constants bound in one loop, a kernel's plain patches and in-place
-# outputs and a view's headers each one call over a table (`_patch`, `_inplace_outputs`, `_views`).
-# Compiling the call's source cost a GPT training step's first call 60 ms (171 KB, 3,800 lines); the
-# tables' calls add about a microsecond a step (a GPT step of 4x128: 0.6% of its 67 ms), which is a few per
-# cent of a call whose steps are small (the same GPT at 32 dims: 5-10%): that keeps its straight lines.
-TABLES_FROM = 64
-TABLES_WORK = 65536
+# Graphs with this many constants or more bind them in a loop over a table (as fast per constant as two
+# straight lines each, and the generated call's source compiles in less time: a GPT training step binds 210).
+CONSTANTS_LOOP_FROM = 16
 
 
 class EagerStep:
@@ -273,20 +238,20 @@ class EagerStep:
         """Outputs this step can write into an arena buffer."""
         return [n.outputs[0] for n in self.nodes if n.op.name in _WRITERS_INTO and _WRITERS_INTO[n.op.name][0](n)]
 
-    def emit(self, src, indent, tables=False):
+    def emit(self, src, indent):
         """This step's lines of the generated call: a product into its arena buffer, a view of a planned
         geometry as a tensor header (unless its root is laid out otherwise at run time), else the eager
-        kernel. With ``tables`` (see `TABLES_FROM`), a view is one call (`_views`)."""
+        kernel."""
         for node in self.nodes:
             if src.profiled:  # each node a span of its own: "external" where it writes into the arena (BLAS)
                 src.emit("_s = _clock()", indent)
-                self._emit_node(src, node, indent, tables)
+                self._emit_node(src, node, indent)
                 kind = "external" if node.outputs[0] in self.into_arena else "eager_step"
                 src.emit(f"_r.span({node.op.name!r}, {kind!r}, _s, {src.name({'reason': self.reason}, 'c')})", indent)
             else:
-                self._emit_node(src, node, indent, tables)
+                self._emit_node(src, node, indent)
 
-    def _emit_node(self, src, node, indent, tables=False):
+    def _emit_node(self, src, node, indent):
         out = node.outputs[0]
         if out in self.into_arena:
             arrays = ", ".join(f"env[{src.name(a, 'v')}]._array()" for a in node.args)
@@ -299,10 +264,13 @@ class EagerStep:
             src.emit(compute, indent)
             return
         root, views, compact = geo
-        if tables:
-            table = tuple((v, *view) for v, view in zip(node.outputs, views))
-            src.emit(f"_views(env, {src.name(root, 'v')}, {src.name(compact, 'c')}, {src.name(node, 'node')}, "
-                     f"{src.name(table, 'table')})", indent)
+        if len(views) == 1:
+            # one line, its shapes bound as names rather than printed: Python's compiler takes a third of the
+            # time on it that it takes on the four lines below, and it runs the same operations
+            shape, strides, offset = views[0]
+            src.emit(f"env[{src.name(out, 'v')}] = _view_of(b, {src.name(shape, 'g')}, {src.name(strides, 'g')}, "
+                     f"{offset!r}) if (b := env[{src.name(root, 'v')}])._offset == 0 and b._stride == "
+                     f"{src.name(compact, 'g')} else _compute_one({src.name(node, 'node')}, env)", indent)
             return
         src.emit(f"b = env[{src.name(root, 'v')}]", indent)
         src.emit(f"if b._offset == 0 and b._stride == {compact!r}:", indent)
@@ -344,27 +312,18 @@ def _static_views(nodes, by_value, layouts):
     return geometry
 
 
-_view_of = Tensor._view_of
-
-
-def _views(env, root, compact, node, views):
-    """A view node's outputs ``views`` ((value, shape, strides, offset)) as tensor headers over ``root``'s
-    tensor where that is laid out ``compact``, else its eager kernel: a table's form of the lines
-    `EagerStep.emit` writes for it."""
-    b = env[root]
-    if b._offset == 0 and b._stride == compact:
-        for v, shape, strides, offset in views:
-            env[v] = _view_of(b, shape, strides, offset)
-    else:
-        _compute(node, env)
-
-
 def _compute(node, env):
     """Run ``node``'s eager kernel (`_view_or_compute`) and bind its outputs in ``env``."""
     result = _view_or_compute(node, env)
     results = list(result) if isinstance(result, (tuple, list)) else [result]
     for v, r in zip(node.outputs, results):
         env[v] = r
+
+
+def _compute_one(node, env):
+    """`_compute` of a node of one output, which it returns."""
+    _compute(node, env)
+    return env[node.outputs[0]]
 
 
 def _view_or_compute(node, env):
@@ -809,9 +768,9 @@ class CompiledGraph:
                              _arenas=self._arenas, _Arena=Arena, _plan=self.plan, _steps=self.steps,
                              _graph=g, _constants=g.constant_tensors, _unshared=self._unshared,
                              _outputs=self._outputs, _finish=self._finish, _set_grads=set_grads,
-                             _view=returned_view, _laid_out=laid_out, _compute=_compute, _view_of=_view_of,
-                             _profiling=profiling, _profiled=self._profiled_run, _clock=time.perf_counter_ns,
-                             _patch=_patch, _inplace_outputs=_inplace_outputs, _views=_views)
+                             _view=returned_view, _laid_out=laid_out, _compute=_compute, _view_of=Tensor._view_of,
+                             _compute_one=_compute_one,
+                             _profiling=profiling, _profiled=self._profiled_run, _clock=time.perf_counter_ns)
         if g.grad_constants or g.refreshers:
             src.emit("_refresh(_graph)")
         src.emit("env = {}")
@@ -823,17 +782,17 @@ class CompiledGraph:
             src.emit(f"t = inputs[{i}]")
             src.emit(f"env[{src.name(v, 'v')}] = t if t._offset == 0 and t._storage.size == {_numel(v)} "
                      f"and t._stride == {_strides(v, self.layouts)!r} else {relaid}")
-        tables = len(self.steps) >= TABLES_FROM and sum(
-            _numel(v) for node in g.nodes for v in node.outputs) >= TABLES_WORK * len(self.steps)
-        if tables and g.constants:  # one loop over a table rather than two lines per constant
+        if len(g.constants) >= CONSTANTS_LOOP_FROM:
+            # one loop over a table rather than two lines per constant (a model's parameters: hundreds)
             table = tuple((name, v, _numel(v), contiguous_strides(v.type.shape)) for name, v in g.constants.items())
             src.emit(f"for name, v, n, st in {src.name(table, 'table')}:")
             src.emit("t = _constants[name]", 2)
             src.emit("env[v] = t if t._offset == 0 and t._storage.size == n and t._stride == st else _compact(t)", 2)
-        for name, v in () if tables else g.constants.items():  # (the test inlines compact's: a call cost more)
-            src.emit(f"t = _constants[{name!r}]")
-            src.emit(f"env[{src.name(v, 'v')}] = t if t._offset == 0 and t._storage.size == {_numel(v)} "
-                     f"and t._stride == {contiguous_strides(v.type.shape)!r} else _compact(t)")
+        else:
+            for name, v in g.constants.items():  # (the test inlines compact's: a call per constant cost more)
+                src.emit(f"t = _constants[{name!r}]")
+                src.emit(f"env[{src.name(v, 'v')}] = t if t._offset == 0 and t._storage.size == {_numel(v)} "
+                         f"and t._stride == {contiguous_strides(v.type.shape)!r} else _compact(t)")
         # in place only into memory no other input shares (f(w, w) must not see w change midway)
         src.emit(f"inplace = {'_unshared(env)' if self._inplace_targets else 'True'}")
         src.emit("arena = _arenas.pop() if _arenas else _Arena(_plan, _steps)")
@@ -851,7 +810,7 @@ class CompiledGraph:
             if kernel is not None:
                 src.emit("_s = _clock()", indent)
             if emit is not None:
-                emit(src, indent, tables)
+                emit(src, indent)
             elif profiled:
                 src.emit(f"_r.launch({src.name(step, 'step')}, env, arena, inplace)", indent)
             else:
