@@ -96,6 +96,7 @@ class Tracer:
         self.graph = Graph()
         self.fn = fn
         self.lifted: dict = {}     # id(real tensor) -> (real tensor, its fake)
+        self._lifted_over: dict = {}  # id(storage) -> the (real tensor, fake) of `lifted` over it, in order
         self.watched: list = []    # storages of inputs and constants, checked for writes at the end
         self.grad_owners: dict = {}  # id -> [real tensor, constant name, .grad before the trace, touched]
         self.one_shot = False      # see jitorch.compiler.eager_state
@@ -188,9 +189,9 @@ class Tracer:
                 # eagerly a new tensor at each call: a copy of the constant, so writes stay in the graph (no
                 # origin to write back to) and a call returns a new tensor, never the constant itself
                 copy = self.add(registry.OPS["clone"], (value, None), [value.type])[0]
-                entry = self.lifted[id(t)] = (t, self.new_fake(copy))
+                entry = self._lift(t, self.new_fake(copy))
             else:
-                entry = self.lifted[id(t)] = (t, self.outside_fake(value, t))
+                entry = self._lift(t, self.outside_fake(value, t))
             if t.requires_grad:
                 self.own_grad(t, value.name, entry[1])
         return entry[1]
@@ -227,11 +228,24 @@ class Tracer:
         """A captured tensor over the memory of one captured before that fills it (``p.data``, a
         view of a parameter) becomes a fake on that one's fake storage, as a view does: a write
         through either is a write to the one graph value both read. None if there is no such tensor."""
-        for real, fake in self.lifted.values():
+        for real, fake in self._lifted_over.get(id(t._storage), ()):
             if real._storage is t._storage and fake._storage.origin is not None and _is_compact(real):
-                entry = self.lifted[id(t)] = (t, Tensor._make(fake._storage, t._shape, t._stride, t._offset))
-                return entry
+                return self._lift(t, Tensor._make(fake._storage, t._shape, t._stride, t._offset))
         return None
+
+    def _lift(self, real, fake):
+        """Record ``fake`` as the fake of the real tensor ``real`` (in `lifted`, and by its storage: a search
+        of all of them per captured tensor made tracing a model quadratic in its parameters)."""
+        before = self.lifted.get(id(real))
+        entry = self.lifted[id(real)] = (real, fake)
+        over = self._lifted_over.setdefault(id(real._storage), [])
+        # (where `lifted` keeps the first's place, so does this; found by identity: tensors compare elementwise)
+        at = next((i for i, e in enumerate(over) if e is before), None) if before is not None else None
+        if at is None:
+            over.append(entry)
+        else:
+            over[at] = entry
+        return entry
 
     def own_grad(self, real, name, fake):
         """A captured tensor that requires grad (a module's parameter): a backward() in the trace
@@ -258,7 +272,7 @@ class Tracer:
                                             TensorType(tuple(before.shape), before.dtype, before.device))
             self.graph.grad_constants[value.name] = t
             grad_fake = self.outside_fake(value, before)
-            self.lifted[id(before)] = (before, grad_fake)
+            self._lift(before, grad_fake)
             t.__dict__["_grad"] = grad_fake
 
     def finish_grads(self):
