@@ -14,15 +14,19 @@ def executable(fn, *args):
     return jt.compile(fn).lower(*args).executable
 
 
-def mlp_step(w1, w2, x):
-    h = (x @ w1).tanh()
-    loss = (h @ w2).square().mean()
+def sgd_step(loss, w1, w2):
+    """``loss``'s backward and an SGD update of ``w1`` and ``w2`` in place; returns ``loss``."""
     loss.backward()
     with jt.no_grad():
         w1.sub_(0.1 * w1.grad)
         w2.sub_(0.1 * w2.grad)
         w1.grad = w2.grad = None
     return loss
+
+
+def mlp_step(w1, w2, x):
+    h = (x @ w1).tanh()
+    return sgd_step((h @ w2).square().mean(), w1, w2)
 
 
 def params():
@@ -323,13 +327,8 @@ def test_the_generated_call_binds_many_constants_in_a_loop_and_equals_eager(monk
 
     def step(x):  # captured parameters (constants), views (.t(), reshape), in-place updates
         h = (x @ w1).tanh()
-        loss = ((h @ w2 + b).reshape(-1).square().mean() + (w1.t() * 0.5).sum() + (w2 * b).sum()) * 1.5
-        loss.backward()
-        with jt.no_grad():
-            w1.sub_(0.1 * w1.grad)
-            w2.sub_(0.1 * w2.grad)
-            w1.grad = w2.grad = None
-        return loss
+        return sgd_step(((h @ w2 + b).reshape(-1).square().mean() + (w1.t() * 0.5).sum() + (w2 * b).sum()) * 1.5,
+                        w1, w2)
 
     x = jt.randn(4, 6, generator=g)
     start = (w1.detach().clone(), w2.detach().clone())
