@@ -32,6 +32,7 @@ from ..autograd.engine import NodeHooks, gradient_edge
 from ..ir.passes import decompose
 from ..ir.graph import Graph, TensorType
 from ..ops import registry
+from ..ops.registry import contiguous_strides_cached
 from ..ops.random_ops import Generator
 from ..runtime.storage import Storage
 from ..runtime.strided import contiguous_strides, is_non_overlapping_and_dense
@@ -43,6 +44,11 @@ from .errors import StateWriteError, TraceError, describe_call, trace_error, use
 
 _LITERALS = (type(None), bool, int, float, str)
 
+
+
+def _contiguous(shape):
+    """`contiguous_strides`, remembered per shape where it is a tuple (a fake of each traced result asks)."""
+    return contiguous_strides_cached(shape) if type(shape) is tuple else contiguous_strides(shape)
 
 
 class TraceStorage(Storage):
@@ -116,7 +122,7 @@ class Tracer:
     def new_fake(self, value, origin=None, requires_grad=False, compact=True):
         storage = TraceStorage(self, value, origin, compact)
         shape = value.type.shape
-        return self._fake_over(storage, value, shape, contiguous_strides(shape), requires_grad)
+        return self._fake_over(storage, value, shape, _contiguous(shape), requires_grad)
 
     def _fake_over(self, storage, value, shape, strides, requires_grad):
         t = Tensor._make(storage, shape, strides, 0)
@@ -157,7 +163,7 @@ class Tracer:
     def result_fake(self, value, strides):
         """The fake of a new result: compact, or laid out with ``strides`` as eager lays it out
         (`registry.result_strides`), so views, ``is_contiguous`` and later results see eager's layout."""
-        if strides is None or strides == contiguous_strides(value.type.shape):
+        if strides is None or strides == _contiguous(value.type.shape):
             return self.new_fake(value)
         fake = self.strided_fake(value, strides)
         fake._storage.laid_out = (value, strides)
@@ -373,7 +379,7 @@ class Tracer:
 
     def read(self, st, shape, strides, offset):
         """The Value of the elements at this geometry of the trace storage ``st`` now."""
-        if shape == st.base_shape and offset == 0 and strides == contiguous_strides(st.base_shape):
+        if shape == st.base_shape and offset == 0 and strides == _contiguous(st.base_shape):
             return st.value
         return self.add(registry.OPS["as_strided"], (st.value, shape, strides, offset),
                         [TensorType(tuple(shape), st.dtype, st.device)])[0]
@@ -477,7 +483,7 @@ class Tracer:
                              [TensorType(tuple(target._shape), target.dtype, target.device)])[0]
         st = target._storage
         if target._shape == st.base_shape and target._offset == 0 and \
-                target._stride == contiguous_strides(st.base_shape):
+                target._stride == _contiguous(st.base_shape):
             st.value = value
         else:
             st.value = self.add(registry.OPS["as_strided_scatter"],
@@ -795,7 +801,7 @@ def alias_history(leaf, fake, root):
 def _is_whole(fake):
     """Whether a fake tensor is its storage's whole value: its base shape, contiguous, from offset 0."""
     st = fake._storage
-    return fake._shape == st.base_shape and fake._offset == 0 and fake._stride == contiguous_strides(st.base_shape)
+    return fake._shape == st.base_shape and fake._offset == 0 and fake._stride == _contiguous(st.base_shape)
 
 
 def _is_traced(value):
