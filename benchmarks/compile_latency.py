@@ -1,10 +1,11 @@
 """Compile latency of a nanoGPT training step (forward + backward + AdamW in one compiled function).
 
-    python benchmarks/compile_latency.py [--layers 4] [--profile out.prof]
+    python benchmarks/compile_latency.py [--layers 4] [--profile out.prof] [--repeat 5]
 
 Times the first call with an empty disk kernel cache (cold) and the second and third calls, then
-the first call in a new process over the disk cache the first process filled (warm). Times are
-CPU seconds of the process (compilation is single-threaded), steady on a shared machine.
+the first call in a new process over the disk cache the first process filled (warm), in ``--repeat``
+new processes (their median and minimum: a shared machine's load moves single runs by a third). Times
+are CPU seconds of the process (compilation is single-threaded), steadier than wall time there.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import argparse
 import cProfile
 import importlib.util
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -74,6 +76,7 @@ def main(argv=None):
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--profile", help="write cProfile stats of the cold first call here")
     parser.add_argument("--profile-warm", help="write cProfile stats of the warm first call here")
+    parser.add_argument("--repeat", type=int, default=1, help="warm first calls, each in a new process")
     parser.add_argument("--warm", action="store_true", help=argparse.SUPPRESS)  # the second process
     args = parser.parse_args(argv)
     if args.warm:
@@ -84,9 +87,11 @@ def main(argv=None):
     command = [sys.executable, __file__, "--warm", "--layers", str(args.layers)]
     if args.profile_warm:
         command += ["--profile-warm", args.profile_warm]
-    warm = float(subprocess.run(command, check=True, capture_output=True, text=True).stdout.split()[-1])
+    warm = sorted(float(subprocess.run(command, check=True, capture_output=True, text=True).stdout.split()[-1])
+                  for _ in range(max(1, args.repeat)))
+    spread = f" (median of {len(warm)}; min {warm[0]:.3f}s)" if len(warm) > 1 else ""
     print(f"layers {args.layers}: cold first {cold:.2f}s, second {second:.2f}s, third {third:.3f}s, "
-          f"warm first {warm:.2f}s; losses {' '.join(f'{v:.4f}' for v in losses)}")
+          f"warm first {statistics.median(warm):.3f}s{spread}; losses {' '.join(f'{v:.4f}' for v in losses)}")
 
 
 if __name__ == "__main__":

@@ -26,6 +26,10 @@ from ..ops import registry
 from .printer import print_graph
 from .values import CODE_DTYPES, DTYPE_CODES, TensorType, Value  # noqa: F401  (the IR's names, used here too)
 
+# A name `_fresh` keeps as it is given.
+_NAME_OK = re.compile(r"[A-Za-z0-9_.]+")
+
+
 class Node:
     """One op application: ``outputs = op(*args)`` with args in schema order."""
 
@@ -38,7 +42,15 @@ class Node:
 
     def input_values(self):
         """The values this node reads, in argument order."""
-        return [v for v in iter_values(self.args)]
+        # (the passes, fusion and the memory plan ask this of every node, several times: a loop, with the
+        # generator only for nested lists, costs a third of `iter_values`')
+        out = []
+        for a in self.args:
+            if isinstance(a, Value):
+                out.append(a)
+            elif isinstance(a, (list, tuple)):
+                out.extend(iter_values(a))
+        return out
 
     def __repr__(self):
         return f"<node {', '.join(map(repr, self.outputs))} = {self.op.name}>"
@@ -104,17 +116,25 @@ class Graph:
         self.meta_warnings: list = []    # (category, message) its ops' meta rules gave when traced
         self._next_id = 0
         self._names: set = set()
+        self._suffixes: dict = {}  # name hint -> the suffix `_fresh` tries first for it
 
     # Building ---------------------------------------------------------------------
 
     def _fresh(self, hint=None):
         if hint is not None:
             # names print as %name, which the parser reads back if made of letters, digits, '_' and '.'
-            hint = name = re.sub(r"[^A-Za-z0-9_.]", "_", hint) or "_"
-            k = 1
-            while name in self._names:
+            if not _NAME_OK.fullmatch(hint):
+                hint = re.sub(r"[^A-Za-z0-9_.]", "_", hint) or "_"
+            name = hint
+            if name in self._names:
+                # a trace names hundreds of constants "c": counting on from the last suffix this hint took
+                # keeps that linear (from 1 each time it was quadratic); every suffix below it is taken
+                k = self._suffixes.get(hint, 1)
                 name = f"{hint}_{k}"
-                k += 1
+                while name in self._names:
+                    k += 1
+                    name = f"{hint}_{k}"
+                self._suffixes[hint] = k + 1
         else:
             while str(self._next_id) in self._names:
                 self._next_id += 1

@@ -43,13 +43,12 @@ import numpy as np
 from ..runtime.grad_mode import no_grad
 from ..ir.fake import fake_tensor
 from ..ir.graph import Value, iter_values, warning_as_traced
-from ..ir.passes import optimize
 from ..ir.passes.fusion import Group
 from ..ir.printer import op_counts
 from ..runtime import logs, profiling
 from .collector import collector_paused
 from .parts import independent_parts
-from .plan_cache import fuse_cached
+from .plan_cache import fuse_cached, optimize_cached
 from .results import eager_layouts, refresh_captured_state, returned_view, set_grads, write_back
 from ..ops import registry
 from ..ops.registry import laid_out
@@ -156,13 +155,10 @@ class KernelStep:
             value = src.name(v, "v")
             src.emit(f"env[{value}] = t = env[{src.name(target, 'v')}] if inplace else _fresh({value})", indent)
             src.emit(f"a[{i}] = t._storage.data_ptr()", indent)
-        if self.inplace_kernel is not None:
-            src.emit("if inplace:", indent)
-            _emit_call(src, self.inplace_kernel, indent + 1)
-            src.emit("else:", indent)
-            _emit_call(src, self.kernel, indent + 1)
+        if self.inplace_kernel is not None:  # (one line, as an expression: the call's source compiles faster)
+            src.emit(f"{_call(src, self.inplace_kernel)} if inplace else {_call(src, self.kernel)}", indent)
         else:
-            _emit_call(src, self.kernel, indent)
+            src.emit(_call(src, self.kernel), indent)
 
     def _run_split(self, env):
         """A full reduction computed in parts: combine the partial results here."""
@@ -180,16 +176,15 @@ class KernelStep:
         return repr(self.kernel)
 
 
-def _emit_call(src, kernel, indent):
-    """A CPU kernel's call on the argument array ``a``: straight into its machine code when it
-    never splits its loop across threads (in a profiled call, a split one runs through the recorder,
+def _call(src, kernel):
+    """A CPU kernel's call on the argument array ``a`` (an expression): straight into its machine code when
+    it never splits its loop across threads (in a profiled call, a split one runs through the recorder,
     which times each thread's chunk)."""
     if kernel.parallel and src.profiled:
-        src.emit(f"_r.cpu_kernel({src.name(kernel, 'kernel')}, a)", indent)
-    elif kernel.parallel:
-        src.emit(f"{src.name(kernel, 'kernel')}(a)", indent)
-    else:
-        src.emit(f"{src.name(kernel.fn, 'fn')}(a, 0, {kernel.outer})", indent)
+        return f"_r.cpu_kernel({src.name(kernel, 'kernel')}, a)"
+    if kernel.parallel:
+        return f"{src.name(kernel, 'kernel')}(a)"
+    return f"{src.name(kernel.fn, 'fn')}(a, 0, {kernel.outer})"
 
 
 # How the parts of a split full reduction combine (NaN propagates through max and min, as in the kernel).
@@ -217,6 +212,10 @@ def _matmul_into(arrays, out):
 # Eager ops that can write an arena buffer directly, skipping a fresh result (whose new memory the
 # product's first writes fault in, page by page) and its wrapper: name -> (whether a node qualifies, the writer).
 _WRITERS_INTO = {name: (_blas_product, _matmul_into) for name in ("matmul", "mm", "bmm")}
+
+# Graphs with this many constants or more bind them in a loop over a table (as fast per constant as two
+# straight lines each, and the generated call's source compiles in less time: a GPT training step binds 210).
+CONSTANTS_LOOP_FROM = 16
 
 
 class EagerStep:
@@ -265,6 +264,14 @@ class EagerStep:
             src.emit(compute, indent)
             return
         root, views, compact = geo
+        if len(views) == 1:
+            # one line, its shapes bound as names rather than printed: Python's compiler takes a third of the
+            # time on it that it takes on the four lines below, and it runs the same operations
+            shape, strides, offset = views[0]
+            src.emit(f"env[{src.name(out, 'v')}] = _view_of(b, {src.name(shape, 'g')}, {src.name(strides, 'g')}, "
+                     f"{offset!r}) if (b := env[{src.name(root, 'v')}])._offset == 0 and b._stride == "
+                     f"{src.name(compact, 'g')} else _compute_one({src.name(node, 'node')}, env)", indent)
+            return
         src.emit(f"b = env[{src.name(root, 'v')}]", indent)
         src.emit(f"if b._offset == 0 and b._stride == {compact!r}:", indent)
         for v, (shape, strides, offset) in zip(node.outputs, views):
@@ -311,6 +318,12 @@ def _compute(node, env):
     results = list(result) if isinstance(result, (tuple, list)) else [result]
     for v, r in zip(node.outputs, results):
         env[v] = r
+
+
+def _compute_one(node, env):
+    """`_compute` of a node of one output, which it returns."""
+    _compute(node, env)
+    return env[node.outputs[0]]
 
 
 def _view_or_compute(node, env):
@@ -505,9 +518,9 @@ class CompiledGraph:
 
     @collector_paused()
     def __init__(self, graph, cache=None, device=None):
-        self.graph = optimize(graph)
+        self.graph, printed = optimize_cached(graph)
         self._backend = _backend(device or _device_of(self.graph))
-        self.groups = fuse_cached(self.graph, self._backend[0])
+        self.groups = fuse_cached(self.graph, self._backend[0], printed=printed)
         if self._backend[3] is not None:
             # a group of parts that share only broadcast operands: a kernel per part, whose equal parts
             # the batch compiles once (a CUDA kernel is compiled and launched per kernel: it keeps its groups)
@@ -756,6 +769,7 @@ class CompiledGraph:
                              _graph=g, _constants=g.constant_tensors, _unshared=self._unshared,
                              _outputs=self._outputs, _finish=self._finish, _set_grads=set_grads,
                              _view=returned_view, _laid_out=laid_out, _compute=_compute, _view_of=Tensor._view_of,
+                             _compute_one=_compute_one,
                              _profiling=profiling, _profiled=self._profiled_run, _clock=time.perf_counter_ns)
         if g.grad_constants or g.refreshers:
             src.emit("_refresh(_graph)")
@@ -768,10 +782,17 @@ class CompiledGraph:
             src.emit(f"t = inputs[{i}]")
             src.emit(f"env[{src.name(v, 'v')}] = t if t._offset == 0 and t._storage.size == {_numel(v)} "
                      f"and t._stride == {_strides(v, self.layouts)!r} else {relaid}")
-        for name, v in g.constants.items():  # (the test inlines compact's: a call per constant cost more)
-            src.emit(f"t = _constants[{name!r}]")
-            src.emit(f"env[{src.name(v, 'v')}] = t if t._offset == 0 and t._storage.size == {_numel(v)} "
-                     f"and t._stride == {contiguous_strides(v.type.shape)!r} else _compact(t)")
+        if len(g.constants) >= CONSTANTS_LOOP_FROM:
+            # one loop over a table rather than two lines per constant (a model's parameters: hundreds)
+            table = tuple((name, v, _numel(v), contiguous_strides(v.type.shape)) for name, v in g.constants.items())
+            src.emit(f"for name, v, n, st in {src.name(table, 'table')}:")
+            src.emit("t = _constants[name]", 2)
+            src.emit("env[v] = t if t._offset == 0 and t._storage.size == n and t._stride == st else _compact(t)", 2)
+        else:
+            for name, v in g.constants.items():  # (the test inlines compact's: a call per constant cost more)
+                src.emit(f"t = _constants[{name!r}]")
+                src.emit(f"env[{src.name(v, 'v')}] = t if t._offset == 0 and t._storage.size == {_numel(v)} "
+                         f"and t._stride == {contiguous_strides(v.type.shape)!r} else _compact(t)")
         # in place only into memory no other input shares (f(w, w) must not see w change midway)
         src.emit(f"inplace = {'_unshared(env)' if self._inplace_targets else 'True'}")
         src.emit("arena = _arenas.pop() if _arenas else _Arena(_plan, _steps)")

@@ -12,7 +12,7 @@ from ..ir.printer import print_graph
 # handed over (`transplant`); or printed by `print_graph`; or bookkeeping.
 _HANDED_OVER = ("constant_tensors", "objects", "grad_constants", "python_guards", "refreshers", "one_shot")
 _PRINTED = ("inputs", "constants", "nodes", "outputs", "mutations")
-_BOOKKEEPING = ("_next_id", "_names")
+_BOOKKEEPING = ("_next_id", "_names", "_suffixes")
 
 
 def graph_fingerprint(graph):

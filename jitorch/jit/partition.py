@@ -156,6 +156,7 @@ def _subgraph(joint, inputs, nodes, outputs):
     g.layouts = {v: strides for v, strides in joint.layouts.items() if id(v) in defined}
     g._names = set(joint._names)
     g._next_id = joint._next_id
+    g._suffixes = dict(joint._suffixes)
     return g
 
 

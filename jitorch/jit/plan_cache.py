@@ -14,6 +14,14 @@ graph's text (so a foreign, truncated or damaged file is a miss), its size is bo
 it is JSON of integers only (nothing in it runs), and every group it names must pass fusion's own
 rules for a kernel, with no cycle between the groups. An entry that fails any of this is logged ("fusion"
 stage), counted as rejected, and the graph is fused anew, which writes a good entry in its place.
+
+The optimisation passes' last round is skipped the same way (`optimize_cached`): they run in rounds until
+one rewrites nothing, and for a traced graph that is mostly the second round, which then only confirms the
+first's result at a third of the passes' time. The graph's canonical text after the first round keys an
+entry that says "the second round rewrote nothing", written when it did; a process that finds it stops
+after the first round. Its payload is one fixed JSON object, compared whole: nothing in it is read as a
+value, and a wrong entry could at worst leave a rewrite undone (each pass keeps the graph's meaning). The
+text is also fusion's key (`fuse_cached`), so printing it costs nothing extra.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ import json
 import threading
 
 from ..codegen.cache import KernelCache, cache_key
+from ..ir.passes import optimize
 from ..ir.passes.fusion import MAX_GROUP_NODES, fuse, fuse_with_plan
 from ..ir.printer import print_graph
 from ..runtime import logs
@@ -34,7 +43,11 @@ MIN_NODES = 64
 # memory or time before it is checked.
 MAX_ENTRY_BYTES = 8 << 20
 
-_counts = dict.fromkeys(("hits", "misses", "rejected", "writes"), 0)
+# The payload of a fixed-point entry (see `optimize_cached`), compared byte for byte.
+FIXED_POINT = json.dumps({"format": FORMAT, "passes": "fixed point after one round"}).encode()
+
+_counts = dict.fromkeys(("hits", "misses", "rejected", "writes", "fixed_point_hits",
+                                 "fixed_point_writes"), 0)
 _lock = threading.Lock()
 
 
@@ -51,18 +64,56 @@ def _count(name):
 
 
 def info() -> dict:
-    """This process's fusion-plan cache counts: hits, misses, rejected (entries found but unusable), writes."""
+    """This process's fusion-plan cache counts: hits, misses, rejected (entries found but unusable), writes;
+    and the passes' fixed-point entries found and written (fixed_point_hits, fixed_point_writes)."""
     with _lock:
         return dict(_counts)
 
 
-def _graph_text(graph, target_id):
+def _graph_text(graph, target_id, printed=None):
     """What a plan is keyed by: the graph's canonical text (values named by definition order, as
-    `print_graph` names them) and the strides of the values laid out as eager lays them out."""
+    `print_graph` names them; ``printed``: that text, where the caller has it) and the strides of the
+    values laid out as eager lays them out."""
     names = {v: f"v{i}" for i, v in enumerate(graph.values())}
     layouts = sorted((names[v], tuple(strides)) for v, strides in graph.layouts.items() if v in names)
     return "\n".join([f"jitorch fusion plan {FORMAT}", f"max group nodes {MAX_GROUP_NODES}", f"target {target_id}",
-                      print_graph(graph, canonical=True), f"layouts {layouts}"])
+                      printed if printed is not None else print_graph(graph, canonical=True), f"layouts {layouts}"])
+
+
+def _fixed_point_text(printed):
+    return f"jitorch passes fixed point {FORMAT}\n{printed}"
+
+
+def optimize_cached(graph, store=None):
+    """(``graph`` optimised in place, its canonical text or None): the passes' second round skipped where
+    the cache (``store``, default: the kernel cache's folder) says that round rewrote nothing for the graph
+    the first round made (see the module docstring), else run, and where it rewrote nothing, that stored.
+    The text is the optimised graph's where it was printed (`fuse_cached` takes it). Graphs under `MIN_NODES`
+    nodes are optimised without the cache."""
+    if len(graph.nodes) < MIN_NODES:
+        return optimize(graph), None
+    store = store if store is not None else _store()
+    printed = {}
+
+    def settled(g, confirmed):
+        if confirmed:  # the second round rewrote nothing: the first round's text is the result's
+            text = _fixed_point_text(printed["text"])
+            store.put(cache_key("passes fixed point", text), FIXED_POINT, text)
+            _count("fixed_point_writes")
+            printed["final"] = True
+            return True
+        printed["text"] = print_graph(g, canonical=True)
+        text = _fixed_point_text(printed["text"])
+        if store.get(cache_key("passes fixed point", text), text, limit=len(FIXED_POINT)) == FIXED_POINT:
+            logs.log("passes", "the second round of passes skipped: the cache says it rewrites nothing")
+            _count("fixed_point_hits")
+            printed["final"] = True
+            return True
+        return False
+
+    optimize(graph, settled=settled)
+    # (the first round's text is the result's when the passes stopped there or the second round confirmed it)
+    return graph, printed["text"] if printed.get("final") else None
 
 
 def _decode(data, nodes):
@@ -89,14 +140,15 @@ def target_id(target):
     return f"{target.name} {getattr(target, 'triple', '')}"
 
 
-def fuse_cached(graph, target, store=None):
+def fuse_cached(graph, target, store=None, printed=None):
     """`fuse`'s groups of ``graph`` (optimised) for the kernel ``target`` (None: the CPU), made from a stored
     plan when the cache (``store``, default: the kernel cache's folder) holds a valid one for this graph, else
-    fused anew and the plan stored. Graphs under `MIN_NODES` nodes are fused without the cache."""
+    fused anew and the plan stored. ``printed``: the graph's canonical text, where the caller has it
+    (`optimize_cached`). Graphs under `MIN_NODES` nodes are fused without the cache."""
     if len(graph.nodes) < MIN_NODES:
         return fuse(graph)
     store = store if store is not None else _store()
-    text = _graph_text(graph, target_id(target))
+    text = _graph_text(graph, target_id(target), printed)
     key = cache_key("fusion plan", text)
     data = store.get(key, text, limit=MAX_ENTRY_BYTES)
     plan = None

@@ -32,6 +32,7 @@ from ..autograd.engine import NodeHooks, gradient_edge
 from ..ir.passes import decompose
 from ..ir.graph import Graph, TensorType
 from ..ops import registry
+from ..ops.registry import contiguous_strides_cached
 from ..ops.random_ops import Generator
 from ..runtime.storage import Storage
 from ..runtime.strided import contiguous_strides, is_non_overlapping_and_dense
@@ -43,6 +44,11 @@ from .errors import StateWriteError, TraceError, describe_call, trace_error, use
 
 _LITERALS = (type(None), bool, int, float, str)
 
+
+
+def _contiguous(shape):
+    """`contiguous_strides`, remembered per shape where it is a tuple (a fake of each traced result asks)."""
+    return contiguous_strides_cached(shape) if type(shape) is tuple else contiguous_strides(shape)
 
 
 class TraceStorage(Storage):
@@ -96,6 +102,7 @@ class Tracer:
         self.graph = Graph()
         self.fn = fn
         self.lifted: dict = {}     # id(real tensor) -> (real tensor, its fake)
+        self._lifted_over: dict = {}  # id(storage) -> the (real tensor, fake) of `lifted` over it, in order
         self.watched: list = []    # storages of inputs and constants, checked for writes at the end
         self.grad_owners: dict = {}  # id -> [real tensor, constant name, .grad before the trace, touched]
         self.one_shot = False      # see jitorch.compiler.eager_state
@@ -115,7 +122,7 @@ class Tracer:
     def new_fake(self, value, origin=None, requires_grad=False, compact=True):
         storage = TraceStorage(self, value, origin, compact)
         shape = value.type.shape
-        return self._fake_over(storage, value, shape, contiguous_strides(shape), requires_grad)
+        return self._fake_over(storage, value, shape, _contiguous(shape), requires_grad)
 
     def _fake_over(self, storage, value, shape, strides, requires_grad):
         t = Tensor._make(storage, shape, strides, 0)
@@ -156,7 +163,7 @@ class Tracer:
     def result_fake(self, value, strides):
         """The fake of a new result: compact, or laid out with ``strides`` as eager lays it out
         (`registry.result_strides`), so views, ``is_contiguous`` and later results see eager's layout."""
-        if strides is None or strides == contiguous_strides(value.type.shape):
+        if strides is None or strides == _contiguous(value.type.shape):
             return self.new_fake(value)
         fake = self.strided_fake(value, strides)
         fake._storage.laid_out = (value, strides)
@@ -188,9 +195,9 @@ class Tracer:
                 # eagerly a new tensor at each call: a copy of the constant, so writes stay in the graph (no
                 # origin to write back to) and a call returns a new tensor, never the constant itself
                 copy = self.add(registry.OPS["clone"], (value, None), [value.type])[0]
-                entry = self.lifted[id(t)] = (t, self.new_fake(copy))
+                entry = self._lift(t, self.new_fake(copy))
             else:
-                entry = self.lifted[id(t)] = (t, self.outside_fake(value, t))
+                entry = self._lift(t, self.outside_fake(value, t))
             if t.requires_grad:
                 self.own_grad(t, value.name, entry[1])
         return entry[1]
@@ -227,11 +234,24 @@ class Tracer:
         """A captured tensor over the memory of one captured before that fills it (``p.data``, a
         view of a parameter) becomes a fake on that one's fake storage, as a view does: a write
         through either is a write to the one graph value both read. None if there is no such tensor."""
-        for real, fake in self.lifted.values():
+        for real, fake in self._lifted_over.get(id(t._storage), ()):
             if real._storage is t._storage and fake._storage.origin is not None and _is_compact(real):
-                entry = self.lifted[id(t)] = (t, Tensor._make(fake._storage, t._shape, t._stride, t._offset))
-                return entry
+                return self._lift(t, Tensor._make(fake._storage, t._shape, t._stride, t._offset))
         return None
+
+    def _lift(self, real, fake):
+        """Record ``fake`` as the fake of the real tensor ``real`` (in `lifted`, and by its storage: a search
+        of all of them per captured tensor made tracing a model quadratic in its parameters)."""
+        before = self.lifted.get(id(real))
+        entry = self.lifted[id(real)] = (real, fake)
+        over = self._lifted_over.setdefault(id(real._storage), [])
+        # (where `lifted` keeps the first's place, so does this; found by identity: tensors compare elementwise)
+        at = next((i for i, e in enumerate(over) if e is before), None) if before is not None else None
+        if at is None:
+            over.append(entry)
+        else:
+            over[at] = entry
+        return entry
 
     def own_grad(self, real, name, fake):
         """A captured tensor that requires grad (a module's parameter): a backward() in the trace
@@ -258,7 +278,7 @@ class Tracer:
                                             TensorType(tuple(before.shape), before.dtype, before.device))
             self.graph.grad_constants[value.name] = t
             grad_fake = self.outside_fake(value, before)
-            self.lifted[id(before)] = (before, grad_fake)
+            self._lift(before, grad_fake)
             t.__dict__["_grad"] = grad_fake
 
     def finish_grads(self):
@@ -359,7 +379,7 @@ class Tracer:
 
     def read(self, st, shape, strides, offset):
         """The Value of the elements at this geometry of the trace storage ``st`` now."""
-        if shape == st.base_shape and offset == 0 and strides == contiguous_strides(st.base_shape):
+        if shape == st.base_shape and offset == 0 and strides == _contiguous(st.base_shape):
             return st.value
         return self.add(registry.OPS["as_strided"], (st.value, shape, strides, offset),
                         [TensorType(tuple(shape), st.dtype, st.device)])[0]
@@ -396,11 +416,20 @@ class Tracer:
 
     def record(self, op, args):
         """Record ``op(*args)``; returns fake results shaped as eager returns them."""
-        args = self.fake_args(op, args)
+        return self._record(op, self.fake_args(op, args))
+
+    def _record(self, op, args):
+        """`record` of arguments that `fake_args` made."""
         if op.view is not None:
             return self.record_view(op, args)
-        with registry.meta_warnings_into(self.graph.meta_warnings):  # each run of the graph gives them
+        # each run of the graph gives the meta rule's warnings (`registry.meta_warnings_into`, without the
+        # generator-based context manager's cost: this runs once per traced op)
+        sinks = registry._WARNING_SINKS
+        sinks.append(self.graph.meta_warnings)
+        try:
             spec = op.meta(*args)
+        finally:
+            sinks.pop()
         specs = [spec] if isinstance(spec, registry.TensorSpec) else spec
         if specs is None or not all(isinstance(s, registry.TensorSpec) for s in specs):
             raise trace_error(op.public_name, "it returns a Python value computed from tensor data, "
@@ -454,7 +483,7 @@ class Tracer:
                              [TensorType(tuple(target._shape), target.dtype, target.device)])[0]
         st = target._storage
         if target._shape == st.base_shape and target._offset == 0 and \
-                target._stride == contiguous_strides(st.base_shape):
+                target._stride == _contiguous(st.base_shape):
             st.value = value
         else:
             st.value = self.add(registry.OPS["as_strided_scatter"],
@@ -468,17 +497,17 @@ class Tracer:
     def call(self, op, args, out):
         if threading.get_ident() != self.thread:
             return NotImplemented
-        result = self.record(op, args)
+        fakes = self.fake_args(op, args)  # (once: the record, the write and autograd take the same)
+        result = self._record(op, fakes)
         if out is not None:
             # eager's rule and write: refused under grad as eagerly, resized and written through the hooks
-            args = self.fake_args(op, args)
-            return registry.write_out(op, out, registry.out_grad(op, args, out, result), args)
+            return registry.write_out(op, out, registry.out_grad(op, fakes, out, result), fakes)
         autograd = registry.AUTOGRAD
         if autograd is not None:
             if autograd.needs_grad(op, args):
                 # the backward graph of traced ops is built too: a backward() inside the traced
                 # function then records its gradient ops into this same graph
-                autograd.record(op, self.fake_args(op, args), result)
+                autograd.record(op, fakes, result)
             elif op.view is not None:  # an in-place op on its base may give it a history later, as eagerly
                 autograd.track_views(self.fake(args[0]), result)
         return result
@@ -772,7 +801,7 @@ def alias_history(leaf, fake, root):
 def _is_whole(fake):
     """Whether a fake tensor is its storage's whole value: its base shape, contiguous, from offset 0."""
     st = fake._storage
-    return fake._shape == st.base_shape and fake._offset == 0 and fake._stride == contiguous_strides(st.base_shape)
+    return fake._shape == st.base_shape and fake._offset == 0 and fake._stride == _contiguous(st.base_shape)
 
 
 def _is_traced(value):

@@ -19,7 +19,7 @@ from jitorch import nn
 from jitorch.jit.executor import EagerStep
 from jitorch.codegen.lowering import kind_of
 from jitorch.export import Dim
-from jitorch.ir import interpret, parse, verify
+from jitorch.ir import interpret, parse, print_graph, verify
 from jitorch.ir.passes import decompose, optimize
 from jitorch.jit import trace
 from jitorch.runtime.pytree import tree_flatten
@@ -242,3 +242,31 @@ def test_compiled_module_backward_through_decomposed_reductions_equals_eager():
     eager.eval()
     model.eval()
     close(compiled(x), eager(x))
+
+
+def test_a_node_like_one_decomposed_before_takes_a_copy_of_its_nodes(monkeypatch):
+    """Nodes of one op, literals and argument types decompose once: the others copy the nodes recorded
+    (`decompose._templates`), giving the graph the trace gives; another type or literal traces anew."""
+    def f(x, y, z):
+        return x.var(dim=1), y.var(dim=1), z.var(dim=1), x.var(dim=1, correction=0), (x * y).var(dim=1)
+
+    args = (jt.randn(4, 8), jt.randn(4, 8), jt.randn(4, 8, dtype=jt.float64))
+    traced = []
+    trace_one = decompose._traced
+    monkeypatch.setattr(decompose, "_traced", lambda *a: traced.append(a[1].op.name) or trace_one(*a))
+    monkeypatch.setattr(decompose, "_templates", {})
+    plain = trace(f, *args)
+    monkeypatch.setattr(decompose, "_template_key", lambda node: (None, []))  # every node traced
+    assert decompose.run(plain) == 5 and len(traced) == 5
+    monkeypatch.undo()
+    monkeypatch.setattr(decompose, "_traced", lambda *a: traced.append(a[1].op.name) or trace_one(*a))
+    monkeypatch.setattr(decompose, "_templates", {})
+    traced.clear()
+    copied = trace(f, *args)
+    assert decompose.run(copied) == 5
+    assert len(traced) == 3  # float32 correction 1 (x, y and x * y), float64, correction 0
+    assert print_graph(copied, canonical=True) == print_graph(plain, canonical=True)
+    verify(copied)
+    got, _ = interpret(copied, list(args))
+    for g, want in zip(got, f(*args)):
+        np.testing.assert_allclose(g.numpy(), want.numpy(), rtol=1e-5)

@@ -289,3 +289,18 @@ def test_parse_errors_name_line_column_and_what_was_expected(text, line, column,
     with pytest.raises(ParseError, match=f"^line {line}, column {column}: ") as info:
         parse(text)
     assert message in str(info.value)
+
+
+def test_fresh_names_count_on_per_hint_and_stay_unique_and_parseable():
+    """Hundreds of constants named alike ("c") take c, c_1, c_2, ... in order, as the search from 1 gave them,
+    counting on from the last suffix (a trace of a model names hundreds so); a hint the parser would not read
+    back is cleaned; names taken otherwise (the parser's) are skipped."""
+    g = Graph()
+    t = TensorType((2,), jt.float32, jt.device("cpu"))
+    g._names.add("c_3")
+    names = [g.add_constant("c", jt.zeros(2), t).name for _ in range(6)]
+    assert names == ["c", "c_1", "c_2", "c_4", "c_5", "c_6"]
+    assert [g.add_constant(h, jt.zeros(2), t).name for h in ("w-1", "w_1", "w-1", "")] == ["w_1", "w_1_1", "w_1_2", "_"]
+    assert len(g._names) == 11 and all(v.name in g._names for v in g.constants.values())
+    g.outputs = list(g.constants.values())
+    assert print_graph(parse(print_graph(g))) == print_graph(g)

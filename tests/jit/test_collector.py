@@ -22,8 +22,8 @@ def collector_on():
 def test_tracing_and_compiling_run_without_the_collector_and_restore_it(collector_on, monkeypatch):
     from jitorch.jit import executor
     seen = []
-    real = executor.optimize
-    monkeypatch.setattr(executor, "optimize", lambda g: seen.append(("compile", gc.isenabled())) or real(g))
+    real = executor.optimize_cached
+    monkeypatch.setattr(executor, "optimize_cached", lambda g: seen.append(("compile", gc.isenabled())) or real(g))
 
     def f(x):
         seen.append(("trace", gc.isenabled()))

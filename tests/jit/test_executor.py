@@ -14,15 +14,19 @@ def executable(fn, *args):
     return jt.compile(fn).lower(*args).executable
 
 
-def mlp_step(w1, w2, x):
-    h = (x @ w1).tanh()
-    loss = (h @ w2).square().mean()
+def sgd_step(loss, w1, w2):
+    """``loss``'s backward and an SGD update of ``w1`` and ``w2`` in place; returns ``loss``."""
     loss.backward()
     with jt.no_grad():
         w1.sub_(0.1 * w1.grad)
         w2.sub_(0.1 * w2.grad)
         w1.grad = w2.grad = None
     return loss
+
+
+def mlp_step(w1, w2, x):
+    h = (x @ w1).tanh()
+    return sgd_step((h @ w2).square().mean(), w1, w2)
 
 
 def params():
@@ -222,7 +226,8 @@ def test_eager_steps_and_in_place_updates_appear_in_the_generated_call():
     # the products are lines of the call, writing into their arena buffers
     assert re.search(r"writer\d+\(\[env\[v\d+\]\._array\(\), env\[v\d+\]\._array\(\)\], env\[v\d+\]\._array\(\)\)",
                      ex.source)
-    assert "if inplace:" in ex.source  # the parameter updates' kernels, in place or not by the call's inputs
+    # the parameter updates' kernels, in place or not by the call's inputs
+    assert re.search(r"fn\d+\(a, 0, \d+\) if inplace else fn\d+\(a, 0, \d+\)", ex.source)
     assert ex.source.rstrip().endswith("return _finish(inputs, env)")
 
 
@@ -308,3 +313,39 @@ def test_weight_gradients_are_computed_transposed_and_copied_nowhere():
     for a, b in zip(compiled, expected):
         assert a.stride() == b.stride()
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
+
+
+
+def test_the_generated_call_binds_many_constants_in_a_loop_and_equals_eager(monkeypatch):
+    """A graph of `CONSTANTS_LOOP_FROM` constants or more binds them in a loop over a table; a view of a
+    planned geometry and the choice of a kernel computing in place are one line each. The call computes
+    what the straight lines compute, which equals eager."""
+    from jitorch.jit import executor
+    g = jt.Generator().manual_seed(1)
+    w1, w2 = jt.randn(6, 5, generator=g, requires_grad=True), jt.randn(5, 3, generator=g, requires_grad=True)
+    b = jt.randn(3, generator=g)
+
+    def step(x):  # captured parameters (constants), views (.t(), reshape), in-place updates
+        h = (x @ w1).tanh()
+        return sgd_step(((h @ w2 + b).reshape(-1).square().mean() + (w1.t() * 0.5).sum() + (w2 * b).sum()) * 1.5,
+                        w1, w2)
+
+    x = jt.randn(4, 6, generator=g)
+    start = (w1.detach().clone(), w2.detach().clone())
+    runs = {}
+    for loop_from in (10_000, 0):
+        monkeypatch.setattr(executor, "CONSTANTS_LOOP_FROM", loop_from)
+        w1.data, w2.data = start[0].clone(), start[1].clone()
+        compiled = jt.compile(step)
+        losses = [compiled(x).item() for _ in range(3)]
+        runs[loop_from] = (losses, w1.detach().numpy().copy(), w2.detach().numpy().copy(),
+                           compiled.lower(x).executable.source)
+    straight, looped = runs[10_000], runs[0]
+    assert "for name, v, n, st in" in looped[3] and "for name, v, n, st in" not in straight[3]
+    assert re.search(r"= _view_of\(b, g\d+, g\d+, \d+\) if \(b := env\[v\d+\]\)", looped[3])
+    assert re.search(r"fn\d+\(a, 0, \d+\) if inplace else fn\d+\(a, 0, \d+\)", looped[3])
+    assert looped[0] == straight[0]
+    np.testing.assert_array_equal(looped[1], straight[1])
+    np.testing.assert_array_equal(looped[2], straight[2])
+    w1.data, w2.data = start[0].clone(), start[1].clone()
+    np.testing.assert_allclose(looped[0], [step(x).item() for _ in range(3)], rtol=1e-5)

@@ -16,6 +16,7 @@ import jitorch as jt
 from jitorch.codegen.cache import _HEADER as HEADER, KernelCache, cache_key, toolchain
 from jitorch.ir.passes import optimize
 from jitorch.ir.passes.fusion import fuse, fuse_with_plan
+from jitorch.ir.printer import print_graph
 from jitorch.jit import executor, plan_cache  # noqa: F401 (executor: loads the code generator, whose rule says what fuses)
 from jitorch.jit.tracer import trace
 from jitorch.runtime import logs
@@ -338,3 +339,45 @@ def test_the_kernel_sources_entry_holds_each_text_once_and_a_foreign_one_is_rebu
         again = KernelCache(tmp_path)
         assert _source_fields(_sources(graph, again, monkeypatch)) == _source_fields(built)
         assert (again.info().disk_hits, again.info().writes) == (1, 1)
+
+
+def _traced(scale=0.5):
+    """A graph whose first round of passes rewrites something (common subexpressions)."""
+    x, w, b = jt.randn(8, 16), jt.randn(16, 16), jt.randn(16)
+    return trace(lambda x, w, b: _layers(x * scale, w, b) + _layers(x * scale, w, b), x, w, b)
+
+
+def test_the_passes_second_round_is_skipped_where_the_cache_saw_it_rewrite_nothing(tmp_path, monkeypatch, caplog):
+    rounds = []
+    run_passes = optimize.__globals__["_run_passes"]
+    monkeypatch.setitem(optimize.__globals__, "_run_passes", lambda g, passes, verify, settled=None: run_passes(
+        g, [lambda g, p=p: rounds.append(p.__module__) or p(g) for p in passes], verify, settled))
+    expected = print_graph(optimize(_traced()), canonical=True)
+    full = len(rounds)
+    assert full >= 12  # two rounds at least: the first rewrites, the second confirms
+    before = plan_cache.info()
+    rounds.clear()
+    cold, text = plan_cache.optimize_cached(_traced(), KernelCache(tmp_path))
+    assert len(rounds) == full and text == expected == print_graph(cold, canonical=True)
+    assert plan_cache.info()["fixed_point_writes"] == before["fixed_point_writes"] + 1
+    rounds.clear()
+    logs.set_logs("passes")
+    try:
+        with caplog.at_level(logging.INFO, logger="jitorch"):
+            warm, text = plan_cache.optimize_cached(_traced(), KernelCache(tmp_path))  # (nothing in memory)
+    finally:
+        logs.set_logs("")
+    assert len(rounds) == full // 2 and text == expected == print_graph(warm, canonical=True)
+    assert plan_cache.info()["fixed_point_hits"] == before["fixed_point_hits"] + 1
+    assert "second round of passes skipped" in caplog.text
+    # another graph has no entry; a damaged entry is a miss: every round runs and the result is the same
+    rounds.clear()
+    other, _ = plan_cache.optimize_cached(_traced(scale=2.0), KernelCache(tmp_path / "other"))
+    assert len(rounds) == full and print_graph(other, canonical=True) != expected
+    damaged = [path for path in tmp_path.glob("*/*") if path.is_file() and plan_cache.FIXED_POINT in path.read_bytes()]
+    assert damaged
+    for path in damaged:
+        path.write_bytes(path.read_bytes().replace(plan_cache.FIXED_POINT, b" " * len(plan_cache.FIXED_POINT)))
+    rounds.clear()
+    again, text = plan_cache.optimize_cached(_traced(), KernelCache(tmp_path))
+    assert len(rounds) == full and text == expected == print_graph(again, canonical=True)

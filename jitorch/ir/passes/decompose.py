@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from math import inf
 
+from ..graph import Node, Value
 from ..lowerable import kind_of
 from ...ops.meta import opmath, reduced_shape, reduction_dims
 from ...ops.reductions import norm_order, reduced_count
@@ -132,9 +133,105 @@ def _norm(x, p, dim, keepdim, dtype):
     return r.to(out)
 
 
+# A model's graph decomposes the same node again and again (a layer norm's variance per layer, forward and
+# backward): (op, its arguments with values as their types and first positions, the default dtype) -> the
+# nodes its decomposition recorded, as a template over those positions (None: it does not apply). The
+# decomposition is a function of what the key holds (its fakes have the values' types; the default dtype is
+# the one global it reads), so a copy of the template is the nodes a new trace would record.
+_templates: dict = {}
+TEMPLATES_LIMIT = 1024
+
+
+class _Slot:
+    """In a template: argument ``i`` of the decomposed node's values (``node`` None), or output ``i`` of the
+    template's node ``node``."""
+
+    __slots__ = ("node", "i")
+
+    def __init__(self, node, i):
+        self.node, self.i = node, i
+
+
+def _template_key(node):
+    """(the template key of ``node``, its values in first-position order), or (None, ...) where an argument
+    is no value, literal or list of them with an exact hash."""
+    positions = {}
+
+    def one(a):
+        if isinstance(a, Value):
+            return ("v", positions.setdefault(a, len(positions)), a.type)
+        if isinstance(a, (list, tuple)):
+            return (type(a).__name__, tuple(one(x) for x in a))
+        if a is None or type(a) in (bool, int, str, _dt.dtype):
+            return (type(a).__name__, a)
+        if type(a) is float:
+            return ("float", a.hex())  # (-0.0 and 0.0 differ; NaN equals NaN)
+        raise TypeError(type(a).__name__)
+    try:
+        return (node.op, tuple(one(a) for a in node.args), _dt.get_default_dtype()), list(positions)
+    except TypeError:
+        return None, list(positions)
+
+
+def _make_template(inputs, nodes, values):
+    """The template of a decomposition's ``nodes`` and result ``values`` over ``inputs`` (None where a node
+    reads a value neither of them defines)."""
+    slots = {v: _Slot(None, i) for i, v in enumerate(inputs)}
+
+    def slot(a):
+        if isinstance(a, Value):
+            return slots[a]
+        if isinstance(a, (list, tuple)):
+            return type(a)(slot(x) for x in a)
+        return a
+    try:
+        made = []
+        for k, n in enumerate(nodes):
+            made.append((n.op, tuple(slot(a) for a in n.args), [o.type for o in n.outputs]))
+            slots.update((o, _Slot(k, j)) for j, o in enumerate(n.outputs))
+        return made, [slots[v] for v in values]
+    except KeyError:
+        return None
+
+
+def _instantiate(graph, template, inputs):
+    """The nodes and result values of a template over ``inputs``, named in ``graph``."""
+    made_nodes, results = template
+    nodes = []
+
+    def fill(a):
+        if isinstance(a, _Slot):
+            return inputs[a.i] if a.node is None else nodes[a.node].outputs[a.i]
+        if isinstance(a, (list, tuple)):
+            return type(a)(fill(x) for x in a)
+        return a
+    for op, args, types in made_nodes:
+        node = Node(op, [fill(a) for a in args])
+        node.outputs = [Value(graph._fresh(), t, node, j) for j, t in enumerate(types)]
+        nodes.append(node)
+    return nodes, [fill(r) for r in results]
+
+
 def _trace(graph, node, decompose):
     """The nodes and result values of ``decompose`` on ``node``'s arguments, named in ``graph``;
-    None where the decomposition does not apply or does not lower as a whole."""
+    None where the decomposition does not apply or does not lower as a whole. A node like one decomposed
+    before takes a copy of that one's nodes (`_templates`)."""
+    key, inputs = _template_key(node)
+    if key is not None and key in _templates:
+        template = _templates[key]
+        return None if template is None else _instantiate(graph, template, inputs)
+    traced = _traced(graph, node, decompose)
+    if key is not None:
+        template = None if traced is None else _make_template(inputs, *traced)
+        if traced is None or template is not None:
+            if len(_templates) >= TEMPLATES_LIMIT:
+                _templates.clear()
+            _templates[key] = template
+    return traced
+
+
+def _traced(graph, node, decompose):
+    """`_trace`, by tracing ``decompose``."""
     tracer = TRACER()
     args = substitute(node.args, tracer.new_fake)
     with tracer:

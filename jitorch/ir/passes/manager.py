@@ -25,7 +25,7 @@ def _describe(run_pass, count):
     return f"{name}: {getattr(run_pass, 'message', '%d rewrites') % count}"
 
 
-def optimize(graph, passes=DEFAULT_PASSES, verify=None):
+def optimize(graph, passes=DEFAULT_PASSES, verify=None, settled=None):
     """Optimise ``graph`` in place and return it.
 
     Runs ``passes`` (functions ``run(graph) -> number of rewrites``) in order,
@@ -34,18 +34,23 @@ def optimize(graph, passes=DEFAULT_PASSES, verify=None):
     environment variable) the graph is verified after each pass, so a broken
     rewrite raises `jitorch.ir.VerifyError` naming it. Each pass that changed
     something logs one line under ``JITORCH_LOGS=passes``.
+
+    ``settled(graph, confirmed)``, when given, is told after the first round, if it rewrote something
+    (``confirmed=False``): returning True ends the passes there, the caller knowing that the second
+    round would rewrite nothing (it saw that round confirm it before: the round costs a third of the
+    passes' time). When the second round does rewrite nothing, it is told again (``confirmed=True``).
     """
     if verify is None:
         verify = debug_enabled()
     # the passes' eager evaluations (folding) and traces (decompositions) run the ops as the graph has them:
     # its casts were recorded when it was traced, and autocast around the compilation must not add others
     with autocast_excluded():
-        _run_passes(graph, passes, verify)
+        _run_passes(graph, passes, verify, settled)
     return graph
 
 
-def _run_passes(graph, passes, verify):
-    for _ in range(MAX_ROUNDS):
+def _run_passes(graph, passes, verify, settled=None):
+    for round_number in range(MAX_ROUNDS):
         changed = False
         for run_pass in passes:
             count = run_pass(graph)
@@ -58,4 +63,8 @@ def _run_passes(graph, passes, verify):
                 changed = True
                 logs.log("passes", "%s", _describe(run_pass, count))
         if not changed:
+            if round_number == 1 and settled is not None:
+                settled(graph, True)
+            break
+        if round_number == 0 and settled is not None and settled(graph, False):
             break
