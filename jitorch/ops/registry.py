@@ -127,6 +127,7 @@ class OpDef:
         # A pointwise op's takes its operands alone too, its other arguments then at their defaults.
         self.fast = None
         self.fast_into = None  # optional fast_into(args) -> bool: an in-place call computed straight into self
+        self.fast_pair = None  # optional fast_pair(x, y) -> result | None: ``fast((x, y))`` for an operator
         self.variants = frozenset(variants)
         self.doc = doc
         self.method_name = method_name or schema.name
