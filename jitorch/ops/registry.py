@@ -1149,7 +1149,7 @@ def _view_fast(op):
         if geo.__class__ is list:
             result = tuple(Tensor._view_of(x, *g) for g in geo)
         else:
-            result = Tensor._view_of(x, *geo)
+            result = Tensor._view_of(x, geo[0], geo[1], geo[2])  # (a call with its arguments spread costs more)
         if AUTOGRAD is not None:
             if x._requires_grad and AUTOGRAD.is_grad_enabled():
                 return AUTOGRAD.record(op, list(args), result)  # (the arguments as `convert` lists them)
