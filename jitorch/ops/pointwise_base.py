@@ -344,6 +344,8 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
                 token = enter()
                 try:
                     r = plain_call(xa, ya)
+                except (ValueError, OverflowError, TypeError):  # (NumPy refuses: the general path decides)
+                    return None
                 finally:
                     leave(token)
                 out = _dt.bool if always_bool else dtype
