@@ -960,7 +960,8 @@ def install_operators(functions):
         def op(self, other):
             try:
                 if fast is not None and not hooks and autocast.key is None:
-                    r = pair(self, other) if pair else fast((self, other))
+                    # (a number, or a tensor of another class, goes straight to ``fast``)
+                    r = pair(self, other) if pair and other.__class__ is self.__class__ else fast((self, other))
                     if r is not None:
                         return r
                 return fn(self, other)
