@@ -20,6 +20,8 @@ from .runtime import dtypes as _dt
 from .runtime.autocast_mode import STATE as _AUTOCAST_STATE
 from .runtime.casts import copy_into
 from .runtime.device import CPU, to_device
+from .runtime.grad_mode import INFERENCE_OPEN as _INFERENCE_OPEN, _state as _grad_state
+from .runtime import profiling as _profiling
 from .runtime.layout import strided
 from .runtime.storage import Storage, storage_of_array
 from .runtime.strided import contiguous_strides, is_contiguous, wrap_dim
@@ -128,8 +130,19 @@ class Tensor:
         strides = _CONTIGUOUS.get(shape)
         if strides is None:
             strides = contiguous_strides_cached(shape)
+        # Storage(arr, dtype) written out, as the constructors below are: every op's result pays for it
+        storage = _new_object(Storage)
+        storage._data = arr
+        storage.dtype = dtype
+        storage.device = CPU
+        storage.size = arr.size
+        storage._version = 0
+        storage._ptr = None
+        storage.inference = _INFERENCE_OPEN[0] > 0 and _grad_state.inference
+        if _profiling.RECORDER is not None:
+            _profiling.RECORDER.allocated(storage)
         t = _new_object(cls)
-        t._storage = Storage(arr, dtype)
+        t._storage = storage
         t._shape = shape
         t._size = None
         t._stride = strides
@@ -942,11 +955,13 @@ def install_operators(functions):
     def forward(fname):
         fn = functions[fname]
         fast = _registry.operator_fast_path(fn)
+        pair = fast is not None and fn._op.fast_pair  # (its shortcut of an operator's call, or None)
 
         def op(self, other):
             try:
                 if fast is not None and not hooks and autocast.key is None:
-                    r = fast((self, other))
+                    # (a number, or a tensor of another class, goes straight to ``fast``)
+                    r = pair(self, other) if pair and other.__class__ is self.__class__ else fast((self, other))
                     if r is not None:
                         return r
                 return fn(self, other)

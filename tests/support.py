@@ -7,6 +7,8 @@ steps, expanded with stride 0, or an offset view into a larger storage.
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import torch
 from hypothesis import strategies as st
@@ -150,3 +152,23 @@ def laid_out(T, layout, values):
 def tensor_geometry(t):
     """`geometry` of a tensor (jitorch's or torch's)."""
     return geometry(tuple(t.shape), t.stride(), t.storage_offset())
+
+
+class _PassingHook:
+    """A dispatch hook that takes no call (``passes_on``): every call runs the general path."""
+    passes_on = True
+
+    def call(self, op, args, out):
+        return NotImplemented
+
+
+@contextlib.contextmanager
+def general_path():
+    """Eager calls take the general path (conversion, meta rule, kernel, wrapping) inside: a dispatch hook
+    turns the eager shortcuts off, as a trace or a profile does."""
+    from jitorch.ops import registry
+    registry.DISPATCH_HOOKS.append(_PassingHook())
+    try:
+        yield
+    finally:
+        registry.DISPATCH_HOOKS.pop()

@@ -122,8 +122,9 @@ def defpointwise(schema, formula, promotion=M.DEFAULT, *, variants=("function", 
     defaults = tuple(op.schema.args[i].default for i in others)
     if into is None and isinstance(formula, np.ufunc):
         into = formula
-    op.fast, op.fast_into = _fast_path(op, formula, promotion, positions, others, check, plain, defaults, into,
-                                       masked=keep == {0}, check_others_only=check_others_only)
+    op.fast, op.fast_into, op.fast_pair = _fast_path(op, formula, promotion, positions, others, check, plain,
+                                                     defaults, into, masked=keep == {0},
+                                                     check_others_only=check_others_only)
     op.attrs.setdefault("promotion", promotion)
     return op
 
@@ -164,7 +165,7 @@ _HALVES = (_dt.float16, _dt.bfloat16)
 
 def _fast_path(op, formula, promotion, positions, others, check, plain, defaults, into, masked=False,
                check_others_only=False):
-    """``(fast, fast_into)`` for the commonest eager calls, or ``(None, None)``. ``masked``: the first
+    """``(fast, fast_into, fast_pair)`` for the commonest eager calls, or ``(None, None, None)``. ``masked``: the first
     operand is a mask the formula takes as it is (``where``'s condition), served when it is a bool tensor.
 
     ``fast(args, record=True) -> Tensor | None``: the result, or None to take the general path. ``args``
@@ -176,6 +177,11 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
     ``fast_into(args) -> bool``: ``x.op_(...)`` computed straight into ``x`` (no temporary and
     copy), when the result has ``x``'s dtype and shape; False to take the general path, which
     raises the errors. None for ops without ``into``.
+
+    ``fast_pair(x, y) -> Tensor | None``: ``fast((x, y))`` for an operator's call (``x + y``), written flat
+    for its commonest case, two CPU tensors of one shape, dtype and contiguous layout that need no
+    backward node, whose result is the operands' layout: no test that case passes, one frame less; any
+    other call goes on to ``fast``. None for ops that take other than two operands.
 
     The op's ``check`` runs first, given the spec of the result (shape None: a check reads dtypes) and the
     arguments as the caller passed them; NumPy scalars and the like then fail the dtype test of `finish`.
@@ -191,7 +197,7 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
     n = len(positions)
     first = 1 if masked else 0  # the first operand whose dtype the result follows
     if positions != tuple(range(n)) or n - first not in (1, 2):
-        return None, None
+        return None, None, None
     rest = n < len(others) + n  # the op has arguments besides its operands
 
     fast_dtypes = frozenset(d for d in _dt.ALL if d.kind in kinds and d not in _HALVES)
@@ -322,4 +328,32 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
         x._storage._version += 1
         return True
 
-    return fast, (fast_into if into is not None and not masked else None)
+    contiguous = registry.CONTIGUOUS_STRIDES
+    enter, leave = fp_errors.enter, fp_errors.leave
+
+    def fast_pair(x, y):
+        Tensor = registry.Tensor
+        if isinstance(x, Tensor) and isinstance(y, Tensor):
+            dtype, shape = x.dtype, x._shape
+            xa, ya = x._arr, y._arr
+            if (y.dtype is dtype and y._shape == shape and dtype in fast_dtypes and x.device is cpu
+                    and y.device is cpu and xa is not None and ya is not None and not x._requires_grad
+                    and not y._requires_grad and x._stride == y._stride == contiguous.get(shape)):
+                if not unchecked:
+                    check(specs[dtype], x, y, *defaults)
+                token = enter()
+                try:
+                    r = plain_call(xa, ya)
+                except (ValueError, OverflowError, TypeError):  # (NumPy refuses: the general path decides)
+                    return None
+                finally:
+                    leave(token)
+                out = _dt.bool if always_bool else dtype
+                if r.__class__ is not np.ndarray:  # (a 0-d result is a NumPy scalar)
+                    r = np.asarray(r)
+                if r.dtype is out.np:  # (C-contiguous, as its operands)
+                    return Tensor._fresh(r, out)
+        return fast((x, y))
+
+    return (fast, (fast_into if into is not None and not masked else None),
+            fast_pair if n == 2 and not masked else None)

@@ -127,6 +127,7 @@ class OpDef:
         # A pointwise op's takes its operands alone too, its other arguments then at their defaults.
         self.fast = None
         self.fast_into = None  # optional fast_into(args) -> bool: an in-place call computed straight into self
+        self.fast_pair = None  # optional fast_pair(x, y) -> result | None: ``fast((x, y))`` for an operator
         self.variants = frozenset(variants)
         self.doc = doc
         self.method_name = method_name or schema.name
@@ -1115,22 +1116,43 @@ def _view_fast(op):
     geometry = op.attrs.get("view_when") if composite else op.view
     if geometry is None or op.multi_tensor or op.attrs.get("reinterprets"):
         return None
+    # Arguments the converter leaves as they are when they have their normal form already, which `fast`
+    # tests inline: ints (``transpose(0, 1)``) and tuples of ints (``reshape(2, 3)``), after the tensor.
+    # Ops with arguments of other types convert them.
+    later = op.schema.args[1:]
+    ints = tuple(i + 1 for i, a in enumerate(later) if a.type == "int" and not a.list and not a.varargs)
+    sizes = tuple(i + 1 for i, a in enumerate(later) if a.type == "int" and (a.list or a.varargs))
+    plain_args = op.schema.args[0].type == "Tensor" and not op.schema.args[0].list and \
+        len(ints) + len(sizes) == len(later)
 
     def fast(args):
         x = args[0]
         if not isinstance(x, Tensor) or composite and x._requires_grad:
             return None
-        args = op.convert(args)
+        normal = plain_args  # whether `op.convert` would give ``args`` back (checked inline: a frame costs)
+        for i in ints:
+            if args[i].__class__ is not int:
+                normal = False
+        for i in sizes:
+            v = args[i]
+            if v.__class__ is not tuple:
+                normal = False
+                break
+            for n in v:
+                if n.__class__ is not int or n > INT64_MAX or n < INT64_MIN:  # (past int64: no plain int)
+                    normal = False
+        if not normal:
+            args = op.convert(args)
         geo = geometry(*args)
         if geo is None:
             return None
         if geo.__class__ is list:
             result = tuple(Tensor._view_of(x, *g) for g in geo)
         else:
-            result = Tensor._view_of(x, *geo)
+            result = Tensor._view_of(x, geo[0], geo[1], geo[2])  # (a call with its arguments spread costs more)
         if AUTOGRAD is not None:
             if x._requires_grad and AUTOGRAD.is_grad_enabled():
-                return AUTOGRAD.record(op, args, result)
+                return AUTOGRAD.record(op, list(args), result)  # (the arguments as `convert` lists them)
             AUTOGRAD.track_views(x, result)
         return result
     return fast
@@ -1151,7 +1173,9 @@ def _generate(op, kind, attempt=False, env=None):
     fast_path = None
     guard = ""
     if checks:
-        tests = " and ".join(f"_p{i}({sig.names[i]})" for i, _ in checks)
+        # a check with an inline form (an isinstance test) is written into the variant: a call costs more
+        tests = " and ".join(getattr(pred, "inline", f"_p{i}({{}})").replace("{}", sig.names[i])
+                             for i, pred in checks)
         guard = f"    if not ({tests}):\n        return _NO\n"
     if kind == "inplace":
         body = f"    return _call_inplace(_op, ({argnames}))"
@@ -1171,7 +1195,8 @@ def _generate(op, kind, attempt=False, env=None):
     env.update({"_call": call, "_call_inplace": call_inplace, "_op": op, "_int": (int, np.integer), "_seq": (list, tuple),
            "_fast": fast_path, "_hooks": DISPATCH_HOOKS, "_autocast": _AUTOCAST_STATE, "_A": ABSENT, "_M": MISSING,
            "_resolve": sig.resolver(op), "_D": [a.default if a.has_default else None for a in s.args], "_NO": NO_MATCH,
-           "_BindError": BindError, **{f"_p{i}": pred for i, pred in checks}})
+           "_BindError": BindError, "_Tensor": Tensor, "_sizes": (list, tuple, Tensor),
+           **{f"_p{i}": pred for i, pred in checks}})
     exec(compile(src, f"<jitorch op {op.name}>", "exec"), env)
     fn = env[name]
     fn.__signature__ = sig.public(fn)
@@ -1265,11 +1290,13 @@ def _is_int(v):
 
 def _strict_checks(op):
     """(index, predicate) pairs: an overload matches only values of exactly its types
-    (a Tensor is a Tensor, an int an int), so ``max(x, 1)`` and ``max(x, y)`` differ."""
+    (a Tensor is a Tensor, an int an int), so ``max(x, 1)`` and ``max(x, y)`` differ. A predicate's
+    ``inline``, where set, is its test as a source expression (``{}``: the value) for `_generate`."""
     checks = []
     for i, a in enumerate(op.schema.args):
         if a.varargs and a.type == "int":  # a size: ints, or one sequence of them (``x.view(2, 3)``, ``x.view(s)``)
             pred = lambda v: isinstance(v, (list, tuple, Tensor)) or _is_int(v)  # noqa: E731
+            pred.inline = f"isinstance({{}}, _sizes) or _p{i}({{}})"
             checks.append((i, pred))
             continue
         if a.varargs:
@@ -1278,6 +1305,7 @@ def _strict_checks(op):
             pred = lambda v: isinstance(v, (Tensor, Number, np.generic)) and not isinstance(v, complex)  # noqa: E731
         elif a.type == "Tensor" and not a.list:
             pred = lambda v: isinstance(v, Tensor)  # noqa: E731
+            pred.inline = "isinstance({}, _Tensor)"
         elif a.type == "int":
             pred = (lambda v: _is_int(v) or isinstance(v, (list, tuple))) if a.list else _is_int
         elif a.type in ("Scalar", "float"):
@@ -1289,7 +1317,7 @@ def _strict_checks(op):
         else:
             continue
         if a.optional:
-            pred = (lambda p: lambda v: v is None or p(v))(pred)
+            pred = (lambda p: lambda v: v is None or p(v))(pred)  # (no inline form)
         checks.append((i, pred))
     return tuple(checks)
 

@@ -14,7 +14,8 @@ import numpy as np
 
 from ..runtime.casts import copy_into
 from ..runtime.device import CPU
-from ..runtime.strided import (broadcast_shapes, check_numel, contiguous_strides, dense_strides, infer_size,
+from ..runtime.strided import (CONTIGUOUS_STRIDES, broadcast_shapes, check_numel, contiguous_strides,
+                               contiguous_strides_cached, dense_strides, infer_size,
                                is_contiguous, is_non_overlapping_and_dense, list_str, may_overlap,
                                view_strides, wrap_dim, wrap_dims)
 from . import registry
@@ -53,14 +54,13 @@ def _type_str(x):
 # Reshaping ------------------------------------------------------------------
 
 def _view(x, size):
-    shape = infer_size(size, prod(x._shape))
-    strides = view_strides(x._shape, x._stride, shape)
-    if strides is None:
+    geometry = _reshape_view(x, size)
+    if geometry is None:
         raise RuntimeError(
             "view size is not compatible with input tensor's size and stride (at least one dimension spans "
             "across two contiguous subspaces). Use .reshape(...) instead."
         )
-    return shape, strides, x._offset
+    return geometry
 
 
 def _view_as(x, other):
@@ -69,7 +69,14 @@ def _view_as(x, other):
 
 def _reshape_view(x, shape):
     """The geometry of ``x.reshape(shape)`` when it is a view of ``x``, else None."""
-    shape = infer_size(shape, prod(x._shape))
+    old = x._shape
+    if (shape.__class__ is tuple and shape and min(shape) >= 0 and prod(shape) == prod(old)
+            and CONTIGUOUS_STRIDES.get(old) == x._stride):
+        # the commonest: every size given, of a contiguous tensor (`infer_size` and `view_strides`' first
+        # cases, without their calls: an eager reshape's cost is its calls)
+        strides = CONTIGUOUS_STRIDES.get(shape)
+        return shape, strides if strides is not None else contiguous_strides_cached(shape), x._offset
+    shape = infer_size(shape, prod(old))
     strides = view_strides(x._shape, x._stride, shape)
     return None if strides is None else (shape, strides, x._offset)
 
@@ -126,7 +133,9 @@ def _permute(x, dims):
 
 def _transpose(x, dim0, dim1):
     ndim = len(x._shape)
-    d0, d1 = wrap_dim(dim0, ndim), wrap_dim(dim1, ndim)
+    # (dims in range taken as they are: `wrap_dim`'s first case, without its calls)
+    d0 = dim0 if dim0.__class__ is int and 0 <= dim0 < ndim else wrap_dim(dim0, ndim)
+    d1 = dim1 if dim1.__class__ is int and 0 <= dim1 < ndim else wrap_dim(dim1, ndim)
     if ndim == 0:
         return (), (), x._offset
     shape, strides = list(x._shape), list(x._stride)
@@ -172,7 +181,7 @@ def _squeeze(x, dim):
 
 def _unsqueeze(x, dim):
     shape, strides = x._shape, x._stride
-    d = wrap_dim(dim, len(shape) + 1)
+    d = dim if dim.__class__ is int and 0 <= dim <= len(shape) else wrap_dim(dim, len(shape) + 1)
     stride = shape[d] * strides[d] if d < len(shape) else 1
     return shape[:d] + (1,) + shape[d:], strides[:d] + (stride,) + strides[d:], x._offset
 
@@ -276,12 +285,15 @@ def _select_geometry(x, d, index):
 def _select(x, dim, index):
     if not x._shape:
         raise IndexError("select() cannot be applied to a 0-dim tensor.")
-    d = wrap_dim(dim, len(x._shape))
+    d = dim if dim.__class__ is int and 0 <= dim < len(x._shape) else wrap_dim(dim, len(x._shape))
     n = x._shape[d]
     if not -n <= index < n:
         raise IndexError(f"select(): index {index} out of range for tensor of size {list_str(x._shape)} "
                          f"at dimension {d}")
-    return _select_geometry(x, d, index + n if index < 0 else index)
+    if index < 0:
+        index += n
+    shape, strides = x._shape, x._stride  # (`_select_geometry`, without its call)
+    return shape[:d] + shape[d + 1:], strides[:d] + strides[d + 1:], x._offset + index * strides[d]
 
 
 def _unbind(x, dim):

@@ -22,6 +22,7 @@ class Storage:
     __slots__ = ("_data", "dtype", "device", "size", "_version", "_ptr", "inference", "__weakref__")
     on_device = False  # elements in device memory (a CUDA storage), not in a host array
 
+    # (`Tensor._fresh` makes a kernel result's storage without this call: a change here goes there too)
     def __init__(self, data, dtype, device=CPU, size=None):
         self._data = data
         self.dtype = dtype

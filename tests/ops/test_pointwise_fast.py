@@ -1,13 +1,17 @@
 """The eager shortcuts of pointwise ops: in-place ops written straight into their tensor, fast paths
 that serve tensors requiring grad (recording the backward node in grad mode), and where()'s bit select."""
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 import jitorch as jt
-from tests.support import LAYOUTS, random_array, tensor_and_array
+from jitorch.jit.tracer import trace
+from jitorch.ops import registry
+from tests.support import LAYOUTS, general_path, random_array, tensor_and_array
 
 FAST_DTYPES = [jt.bool, jt.uint8, jt.int8, jt.int16, jt.int32, jt.int64, jt.float32, jt.float64]
 # (in-place method, NumPy formula with torch's alpha): ops whose in-place form writes into its tensor
@@ -149,3 +153,55 @@ def test_where_on_a_tensor_requiring_grad_records_its_node():
     assert y.grad_fn.name() == "WhereBackward0" and y.tolist() == [1.0, 0.5, 3.0]
     y.sum().backward()
     assert g.grad.tolist() == [1.0, 0.0, 1.0]
+
+
+# the ops of Python's binary operators (``x + y``, ``x < y``), which call their op's ``fast_pair``
+OPERATOR_OPS = ("add sub mul true_divide floor_divide remainder pow bitwise_and bitwise_or bitwise_xor "
+                "bitwise_left_shift bitwise_right_shift eq ne lt le gt ge").split()
+PAIR_OPS = [name for name in OPERATOR_OPS if registry.OPS[name].fast_pair is not None]
+
+
+def test_binary_pointwise_ops_have_an_operator_shortcut():
+    assert PAIR_OPS == OPERATOR_OPS
+    x = jt.ones(2, 3)
+    assert registry.OPS["add"].fast_pair(x, x).tolist() == [[2.0] * 3] * 2
+    assert registry.OPS["where"].fast_pair is None and registry.OPS["exp"].fast_pair is None
+
+
+@given(name=st.sampled_from(PAIR_OPS), dtype=st.sampled_from(FAST_DTYPES), layout=st.sampled_from(LAYOUTS),
+       shape=st.lists(st.integers(0, 3), max_size=3).map(tuple), seed=st.integers(0, 2**16))
+def test_operator_shortcut_gives_the_general_paths_bits_and_layout(name, dtype, layout, shape, seed):
+    rng = np.random.default_rng(seed)
+    op = registry.OPS[name]
+    a, _ = tensor_and_array(random_array(shape, dtype, rng), layout)
+    b, _ = tensor_and_array(random_array(shape, dtype, rng), layout)
+    try:
+        with general_path():
+            want = getattr(jt, name)(a, b)
+    except (RuntimeError, TypeError, NotImplementedError) as e:  # (bool subtraction, shifts of floats...)
+        with pytest.raises(type(e), match=re.escape(str(e))):
+            if op.fast_pair(a, b) is None:  # (the variant then takes the general path, which raises)
+                raise type(e)(str(e))
+        return
+    got = op.fast_pair(a, b)
+    if got is None:
+        return
+    assert got.dtype is want.dtype and got.shape == want.shape and got.stride() == want.stride()
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+    assert got.untyped_storage() is not a.untyped_storage() and got._base is None
+
+
+def test_operator_shortcut_records_the_backward_node_of_tensors_that_require_grad():
+    x, y = jt.ones(2, 3, requires_grad=True), jt.full((2, 3), 2.0)
+    z = registry.OPS["mul"].fast_pair(x, y)
+    assert z.grad_fn is not None and z.requires_grad
+    z.sum().backward()
+    assert x.grad.tolist() == [[2.0] * 3] * 2
+    with jt.no_grad():
+        assert (x * y).grad_fn is None
+
+
+def test_operator_shortcut_is_off_while_a_dispatch_hook_is_installed():
+    x, y = jt.ones(2, 2), jt.ones(2, 2)
+    graph = trace(lambda a, b: (a + b) * b - a, x, y)
+    assert [n.op.name for n in graph.nodes] == ["add", "mul", "sub"]

@@ -61,3 +61,32 @@ def test_contiguous_of_a_tensor_that_requires_grad_records_its_copy_in_grad_mode
     with jt.no_grad():
         y = x.contiguous()
     assert y.grad_fn is None and not y.requires_grad and y.is_contiguous()
+
+
+@pytest.mark.parametrize("lib", [torch, jt], ids=["torch", "jitorch"])
+def test_view_shortcuts_take_plain_ints_and_convert_the_rest_as_the_general_path(lib):
+    """Plain ints and tuples of them skip the converter; other kinds, and sizes past int64, go through it."""
+    x = lib.arange(6.0)
+    m = x.view(2, 3)
+    assert m.transpose(0, -1).stride() == (1, 3) and m.transpose(np.int64(1), 0).shape == (3, 2)
+    assert m.unsqueeze(2).shape == (2, 3, 1) and m.unsqueeze(-1).stride() == (3, 1, 1) and m[-1].tolist() == [3, 4, 5]
+    assert x.reshape((3, 2)).shape == (3, 2) and x.reshape(-1, 2).shape == (3, 2) and x.view(x.view(2, 3).shape).shape == (2, 3)
+    assert m.t().reshape(6).tolist() == [0.0, 3.0, 1.0, 4.0, 2.0, 5.0]  # (not a view: a copy)
+    with pytest.raises(IndexError, match="Dimension out of range"):
+        m.transpose(0, 2)
+
+
+def test_view_shortcut_of_a_tensor_that_requires_grad_records_its_node():
+    x = jt.arange(6.0).requires_grad_()
+    y = x.view(2, 3).transpose(0, 1)
+    assert y.grad_fn.name() == "TransposeBackward0" and y._base is x
+    (y * jt.arange(6.0).view(3, 2)).sum().backward()
+    assert x.grad.tolist() == [0.0, 2.0, 4.0, 1.0, 3.0, 5.0]
+
+
+def test_view_shortcut_leaves_sizes_past_int64_to_the_converter():
+    x = jt.ones(0)
+    with pytest.raises(TypeError, match="Overflow when unpacking long long"):  # (torch's message)
+        x.reshape(2 ** 63, 0)
+    with pytest.raises(TypeError, match="Overflow when unpacking long long"):
+        x.view(-2 ** 63 - 1, 0)
