@@ -554,10 +554,11 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
             off = bld.offset(b, kidx + ridx, list(pro_kept[out]) + list(pro_red[out]), 0)
             e.store(bld.evaluate(e, out, memo, load), b.gep(ptr[out], [off]))
 
-    def results(b, kidx, slot):
-        """The reduction's result at kept index ``kidx``, from its accumulator in ``slot``, and every
-        value computed from it there (the epilogue), stored."""
-        total = reduction.leave(e, e.load(slot, acc_dtype), compute)
+    def results(b, kidx, slot, total=None):
+        """The reduction's result at kept index ``kidx``, from its accumulator in ``slot`` (or ``total``, the
+        result itself), and every value computed from it there (the epilogue), stored."""
+        if total is None:
+            total = reduction.leave(e, e.load(slot, acc_dtype), compute)
         if finish is not None:
             total = finish(e, total, count)
 
@@ -581,7 +582,23 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
         if index_of is not None:
             b.store(I64(0), index_of[slot])
 
+    # a float max or min over one run of reduced elements, on the CPU: two halves of the run at a time
+    # (see float_extremum); the prologue is evaluated at each element, its outputs written nowhere else
+    extremum = (EXTREMA.get(reduction) if bld.target is CPU and compute in EXTREMUM_DTYPES and len(r_sizes) == 1
+                and not pro_outs and index_of is None else None)
+
+    def element(b, kidx, j):
+        def load(v):
+            root, _, _, offset = bld.geometry[v]
+            off = bld.offset(b, kidx + [j], list(inner_kept[v]) + list(inner_red[v]), offset)
+            return e.load(b.gep(ptr[root], [off]), v.type.dtype)
+        return e.cast(bld.evaluate(e, x, {}, load), compute)
+
     def kept_body(b, kidx):
+        if extremum is not None:
+            results(b, kidx, None, float_extremum(b, extremum, compute, I64(0), I64(r_sizes[0]),
+                                                  lambda b, j: element(b, kidx, j)))
+            return
         start(b, acc)
         bld.target.reduce_loops(bld, b, e, r_sizes, lambda b, ridx, slot: reduce_item(b, kidx, ridx, slot), acc,
                                 acc_dtype, combine, identity)
@@ -633,15 +650,16 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
         step = -(-n // parts)
 
         def part_body(b, pidx):
-            e.store(identity, acc)
             lo = b.mul(pidx[0], I64(step))
             hi = b.select(b.icmp_signed("<", b.add(lo, I64(step)), I64(n)), b.add(lo, I64(step)), I64(n))
+            if extremum is not None:
+                e.store(float_extremum(b, extremum, compute, lo, hi, lambda b, j: element(b, [], j)),
+                        b.gep(b.bitcast(ptr[out_value], llvm_type(compute).as_pointer()), [pidx[0]]))
+                return
+            e.store(identity, acc)
 
             def item_body(b, ridx, slot):
-                def load(v):
-                    root, _, _, offset = bld.geometry[v]
-                    return e.load(b.gep(ptr[root], [bld.offset(b, ridx, inner_red[v], offset)]), v.type.dtype)
-                item = reduction.enter(e, bld.evaluate(e, x, {}, load), compute, acc_dtype)
+                item = reduction.enter(e, element(b, [], ridx[0]), compute, acc_dtype)
                 e.store(combine(e, e.load(slot, acc_dtype), item), slot)
 
             bld.target.reduce_loops(bld, b, e, [n], item_body, acc, acc_dtype, combine, identity, lo, hi)
@@ -654,6 +672,42 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
     bld.loops(b, k_sizes, kept_body, kernel.args[0] if k_sizes else None, kernel.args[1] if k_sizes else None)
     return bld.finish(b, kernel, KernelSource(name, "reduction", ops, bld.roots, outputs,
                                               k_sizes[0] if k_sizes else 1, n), "block")
+
+
+# Float max and min on the CPU: "maxnum" and "minnum" by reduction, in the dtypes they vectorise in.
+EXTREMA = {lowering.AMAX: "maxnum", lowering.AMIN: "minnum"}
+EXTREMUM_DTYPES = (_dt.float32, _dt.float64)
+
+
+def float_extremum(b, which, dtype, lo, hi, value):
+    """The max (``which`` "maxnum") or min ("minnum") of ``value(b, j)`` (a float Scalar of ``dtype``) over
+    j in [lo, hi), NaN if any of them is NaN, as torch's max is: two halves of the range at a time, each
+    folded into its own accumulator by a max that assumes no NaN, while one unordered compare per pair
+    tells whether either is NaN. So the loop vectorises (the vector max is one instruction) and checks for
+    NaN at half the cost of checking each element; a NaN makes the no-NaN max poison, which only the
+    final select, taking NaN instead, ever reads. A tie between -0.0 and 0.0 gives either, as torch's
+    vectorised max does. The empty range gives the identity (-inf for max, inf for min)."""
+    t = llvm_type(dtype)
+    fn = b.module.declare_intrinsic(f"llvm.{which}", [t], ir.FunctionType(t, [t, t]))
+    identity = ir.Constant(t, float("-inf") if which == "maxnum" else float("inf"))
+    with b.goto_entry_block():  # static slots, which mem2reg turns into the loop's registers
+        first, second, nan = b.alloca(t), b.alloca(t), b.alloca(ir.IntType(1))
+    fold = lambda acc, v: b.store(b.call(fn, [b.load(acc), v], fastmath=("nnan", "nsz")), acc)  # noqa: E731
+
+    def pair(b, j, other):
+        p, q = value(b, j).value, value(b, other).value
+        fold(first, p)
+        fold(second, q)
+        b.store(b.or_(b.load(nan), b.fcmp_unordered("uno", p, q)), nan)
+    for slot in (first, second):
+        b.store(identity, slot)
+    b.store(ir.Constant(ir.IntType(1), 0), nan)
+    half = b.ashr(b.sub(hi, lo), I64(1))
+    counted_loop(b, lo, b.add(lo, half), I64(1), lambda b, j: pair(b, j, b.add(j, half)), "half")
+    # the odd element left at the end, when there is one, pairs with itself
+    counted_loop(b, b.add(lo, b.add(half, half)), hi, I64(1), lambda b, j: pair(b, j, j), "odd")
+    both = b.call(fn, [b.load(first), b.load(second)], fastmath=("nnan", "nsz"))
+    return Scalar(b.select(b.load(nan), ir.Constant(t, float("nan")), both), dtype)
 
 
 def _merged_reduced_dims(group, red, reduced):
@@ -736,11 +790,7 @@ def build_softmax(group, name, target=None, aliases=None, layouts=None):
     module, kernel, ptr, b, e = bld.begin([x, out])
     src, dst = ptr[x], ptr[out]
     t = llvm_type(dtype)
-    # the row's max as a keyed reduction (see lowering.Reduction): it vectorises where a float max does not
-    amax = lowering.AMAX
-    key = amax.accumulator(dtype, dtype)
-    m_slot, s_slot = b.alloca(llvm_type(key)), b.alloca(t)
-    lowest = amax.start(e, dtype, key)
+    s_slot = b.alloca(t)
     log = node.op.name == "log_softmax"
 
     target = bld.target
@@ -750,12 +800,20 @@ def build_softmax(group, name, target=None, aliases=None, layouts=None):
         base = b.mul(ridx[0], I64(cols))
         at = lambda p, j: b.gep(p, [b.add(base, j[0])])  # noqa: E731
 
-        def max_item(b, j, slot):
-            item = amax.enter(e, e.load(at(src, j), dtype), dtype, key)
-            e.store(amax.combine(e, e.load(slot, key), item), slot)
-        e.store(lowest, m_slot)
-        target.reduce_loops(bld, b, e, [cols], max_item, m_slot, key, amax.combine, lowest)
-        m = amax.leave(e, e.load(m_slot, key), dtype)
+        if target is CPU:
+            m = float_extremum(b, "maxnum", dtype, I64(0), I64(cols), lambda b, j: e.load(at(src, [j]), dtype))
+        else:  # a GPU block combines keys (see lowering.Reduction): one integer max carries NaN
+            amax = lowering.AMAX
+            key = amax.accumulator(dtype, dtype)
+            with b.goto_entry_block():
+                m_slot = b.alloca(llvm_type(key))
+
+            def max_item(b, j, slot):
+                item = amax.enter(e, e.load(at(src, j), dtype), dtype, key)
+                e.store(amax.combine(e, e.load(slot, key), item), slot)
+            e.store(amax.start(e, dtype, key), m_slot)
+            target.reduce_loops(bld, b, e, [cols], max_item, m_slot, key, amax.combine, amax.start(e, dtype, key))
+            m = amax.leave(e, e.load(m_slot, key), dtype)
         b.store(ir.Constant(t, 0.0), s_slot)
 
         def exp_pass(b, j, slot):
