@@ -15,6 +15,7 @@ import re
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -200,3 +201,109 @@ def test_cuda_max_min_and_epilogues_match_eager_on_the_emulated_device(rng):
     for fn, g in zip(fns, got):
         # float32 sums add in another order on the device
         np.testing.assert_allclose(g.numpy(), fn(x).numpy(), rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
+# Float max and min along a run of reduced elements (kernel.float_extremum): rows of every length class
+# (one element, shorter than a vector, an odd tail after the two halves, several vectors per half), with
+# NaN of either sign where each half and the tail read it, infinities and signed zeros.
+ROW_LENGTHS = [1, 2, 3, 17, 64, 65, 1031]
+
+
+def extremum_rows(n, rng):
+    """float64 rows of length ``n``: ordinary numbers, then the same with NaN or -NaN at the first element,
+    the first half's last, the second half's first and the last (the odd tail when ``n`` is odd), then
+    all -inf, all inf, inf with -inf, all NaN, all -0.0, all 0.0, and a large finite value at the end."""
+    base = rng.standard_normal(n) * 100
+    rows = [base]
+    for sign, j in ((1, 0), (-1, n // 2 - 1), (1, n // 2), (-1, n - 1)):
+        row = base.copy()
+        row[max(j, 0)] = sign * np.nan
+        rows.append(row)
+    mixed = np.full(n, -np.inf)
+    mixed[n // 2] = np.inf
+    last = base.copy()
+    last[-1] = 1e30
+    rows += [np.full(n, -np.inf), np.full(n, np.inf), mixed, np.full(n, np.nan), np.full(n, -0.0), np.zeros(n),
+             last, -last]
+    return np.stack(rows)
+
+
+@pytest.mark.parametrize("n", ROW_LENGTHS)
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_row_max_and_min_match_torch_on_nan_infinities_zeros_and_tails(n, dtype, rng):
+    values = extremum_rows(n, rng)
+    x = jt.tensor(values).to(dtype)
+    tx = torch.from_numpy(values).to(getattr(torch, str(dtype).split(".")[-1]))
+
+    def fn(t):
+        return t.amax(1), t.amin(1), t.amax(), t.amin(), t[:1].max(), t[:1].min()
+    compiled = jt.compile(fn)
+    assert sorted(k.ops[0] for k in compiled.lower(x).kernels) == ["amax", "amax", "amin", "amin", "max", "min"]
+    # a zero result has the sign of the zeros where a row holds one kind of zero (torch's choice between
+    # -0.0 and 0.0 in a row holding both depends on the row's length)
+    signed = np.all(values == 0, axis=1) & (np.all(np.signbit(values), axis=1) | ~np.any(np.signbit(values), axis=1))
+    for i, (got, want) in enumerate(zip(compiled(x), fn(tx))):
+        # compared as float64 (exact for every float dtype; NumPy has no bfloat16)
+        got, want = got.double().numpy(), want.double().numpy()
+        np.testing.assert_array_equal(got, want)
+        if i < 2:
+            np.testing.assert_array_equal(np.signbit(got[signed]), np.signbit(want[signed]))
+
+
+def vector_loop(ir_text, call):
+    """The vectorised loop of a kernel's optimised IR (a ``vector.body`` block) that calls ``call``."""
+    blocks = re.findall(r"\n(vector\.body\d*:.*?)\n\n", ir_text, re.S)
+    (loop,) = [block for block in blocks if call in block]
+    return loop
+
+
+@pytest.mark.parametrize("dtype, name", [(jt.float32, "float"), (jt.float64, "double")], ids=str)
+def test_row_max_runs_several_vector_accumulators_and_one_nan_compare_per_pair(dtype, name):
+    x = jt.randn(8, 4096, dtype=dtype)
+    for fn, intrinsic in ((lambda t: t.amax(1), "maxnum"), (lambda t: t.amin(1) * 2, "minnum"),
+                          (lambda t: t.softmax(-1), "maxnum")):
+        (k,) = jt.compile(fn).lower(x).kernels
+        loop = vector_loop(k.llvm_ir, f"@llvm.{intrinsic}.v")
+        folds = re.findall(rf"call nnan nsz <\d+ x {name}> @llvm\.{intrinsic}", loop)
+        accumulators = re.findall(rf"= phi <\d+ x {name}>", loop)
+        compares = re.findall(rf"fcmp uno <\d+ x {name}>", loop)
+        # independent accumulators (two halves, each interleaved), so the max's latency does not bound the
+        # loop; no integer keys; one unordered compare for a pair of vectors, one from each half
+        assert len(accumulators) >= 4 and len(folds) >= len(accumulators), loop
+        assert 2 * len(compares) == len(folds), loop
+        assert not re.search(r"llvm\.[su](max|min)|icmp s[gl]t <", loop)
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_split_full_max_and_min_with_nan_inside_and_between_parts(threads, monkeypatch):
+    monkeypatch.setenv("JITORCH_NUM_THREADS", threads)
+    n = (1 << 18) + 5
+    step = -(-n // CpuTarget.split_parts)
+    values = np.random.default_rng(1).standard_normal(n)
+    fns = (lambda t: t.amax(), lambda t: t.amin(), lambda t: t.max(), lambda t: t.min())
+    compiled = [jt.compile(f) for f in fns]
+    cases = [values]
+    # in a part's first half, in its second half, at a part's last element, at the odd last element
+    for j in (3 * step + 1, 5 * step + step // 2 + 1, 2 * step - 1, n - 1):
+        v = values.copy()
+        v[j] = np.nan if j % 2 else -np.nan
+        cases.append(v)
+    cases += [np.full(n, -np.inf), np.full(n, np.inf)]
+    for v in cases:
+        for dtype in (np.float32, np.float64):
+            x = jt.tensor(v.astype(dtype))
+            assert compiled[0].lower(x).kernels[0]._kernel.source.split is not None
+            for c, f in zip(compiled, fns):
+                np.testing.assert_array_equal(c(x).numpy(), f(torch.from_numpy(v.astype(dtype))).numpy())
+
+
+def test_softmax_and_fused_max_rows_with_nan_and_infinities_match_torch(rng):
+    values = rng.standard_normal((6, 1031)).astype(np.float32)
+    values[1, 700], values[2, 1030], values[3] = np.nan, -np.nan, -np.inf
+    values[4, 3], values[5, 600] = np.inf, -np.inf
+    x, tx = jt.tensor(values), torch.from_numpy(values)
+    for fn in (lambda t: t.softmax(-1), lambda t: t.log_softmax(-1), lambda t: (t * 2 - 1).amax(1) + 1,
+               lambda t: (t.abs() * -1).amin(-1, keepdim=True) - t[:, :1]):
+        compiled = jt.compile(fn)
+        assert len(compiled.lower(x).kernels) == 1
+        np.testing.assert_allclose(compiled(x).numpy(), fn(tx).numpy(), rtol=1e-6, atol=1e-6, equal_nan=True)
