@@ -582,22 +582,48 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
         if index_of is not None:
             b.store(I64(0), index_of[slot])
 
-    # a float max or min over one run of reduced elements, on the CPU: two halves of the run at a time
-    # (see float_extremum); the prologue is evaluated at each element, its outputs written nowhere else
-    extremum = (EXTREMA.get(reduction) if bld.target is CPU and compute in EXTREMUM_DTYPES and len(r_sizes) == 1
-                and not pro_outs and index_of is None else None)
-
     def element(b, kidx, j):
+        """The prologue's value at kept index ``kidx`` and flat reduced index ``j``, in the compute dtype."""
         def load(v):
             root, _, _, offset = bld.geometry[v]
             off = bld.offset(b, kidx + [j], list(inner_kept[v]) + list(inner_red[v]), offset)
             return e.load(b.gep(ptr[root], [off]), v.type.dtype)
         return e.cast(bld.evaluate(e, x, {}, load), compute)
 
-    def kept_body(b, kidx):
+    # On the CPU, a run of reduced elements (the reduced dims collapse to one; no prologue output, no index)
+    # is read in several streams at once (`streamed_run`); a float max or min there as `float_extremum` does.
+    run = bld.target is CPU and len(r_sizes) == 1 and not pro_outs and index_of is None
+    extremum = EXTREMA.get(reduction) if run and compute in EXTREMUM_DTYPES else None
+
+    def streamed(count):
+        """Whether a run of ``count`` elements reduces in streams, and in how many."""
+        return run and (extremum is not None or count >= STREAMED_MIN), streams_for(count)
+
+    def reduce_run(b, kidx, lo, hi, streams):
+        """The reduction (in the compute dtype) of the run's elements [lo, hi) at kept index ``kidx``: one
+        accumulator per stream, combined at the end."""
+        value = lambda b, j: element(b, kidx, j)  # noqa: E731
         if extremum is not None:
-            results(b, kidx, None, float_extremum(b, extremum, compute, I64(0), I64(r_sizes[0]),
-                                                  lambda b, j: element(b, kidx, j)))
+            return float_extremum(b, extremum, compute, lo, hi, value, streams)
+        with b.goto_entry_block():
+            slots = [b.alloca(llvm_type(acc_dtype)) for _ in range(streams)]
+        for slot in slots:
+            e.store(identity, slot)
+
+        def visit(b, js):
+            for slot, j in zip(slots, js):
+                e.store(combine(e, e.load(slot, acc_dtype), reduction.enter(e, value(b, j), compute, acc_dtype)),
+                        slot)
+        streamed_run(b, lo, hi, streams, visit)
+        total = e.load(slots[0], acc_dtype)
+        for slot in slots[1:]:
+            total = combine(e, total, e.load(slot, acc_dtype))
+        return reduction.leave(e, total, compute)
+
+    def kept_body(b, kidx):
+        use, streams = streamed(r_sizes[0] if r_sizes else 0)
+        if use:
+            results(b, kidx, None, reduce_run(b, kidx, I64(0), I64(r_sizes[0]), streams))
             return
         start(b, acc)
         bld.target.reduce_loops(bld, b, e, r_sizes, lambda b, ridx, slot: reduce_item(b, kidx, ridx, slot), acc,
@@ -652,18 +678,18 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
         def part_body(b, pidx):
             lo = b.mul(pidx[0], I64(step))
             hi = b.select(b.icmp_signed("<", b.add(lo, I64(step)), I64(n)), b.add(lo, I64(step)), I64(n))
-            if extremum is not None:
-                e.store(float_extremum(b, extremum, compute, lo, hi, lambda b, j: element(b, [], j)),
-                        b.gep(b.bitcast(ptr[out_value], llvm_type(compute).as_pointer()), [pidx[0]]))
-                return
-            e.store(identity, acc)
+            use, streams = streamed(step)
+            if use:
+                partial = reduce_run(b, [], lo, hi, streams)
+            else:
+                e.store(identity, acc)
 
-            def item_body(b, ridx, slot):
-                item = reduction.enter(e, element(b, [], ridx[0]), compute, acc_dtype)
-                e.store(combine(e, e.load(slot, acc_dtype), item), slot)
+                def item_body(b, ridx, slot):
+                    item = reduction.enter(e, element(b, [], ridx[0]), compute, acc_dtype)
+                    e.store(combine(e, e.load(slot, acc_dtype), item), slot)
 
-            bld.target.reduce_loops(bld, b, e, [n], item_body, acc, acc_dtype, combine, identity, lo, hi)
-            partial = reduction.leave(e, e.load(acc, acc_dtype), compute)
+                bld.target.reduce_loops(bld, b, e, [n], item_body, acc, acc_dtype, combine, identity, lo, hi)
+                partial = reduction.leave(e, e.load(acc, acc_dtype), compute)
             e.store(partial, b.gep(b.bitcast(ptr[out_value], llvm_type(compute).as_pointer()), [pidx[0]]))
 
         bld.loops(b, [parts], part_body, kernel.args[0], kernel.args[1])
@@ -674,40 +700,67 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
                                               k_sizes[0] if k_sizes else 1, n), "block")
 
 
+# Runs of at least this many reduced elements are read in `STREAMS` streams (shorter float max and min runs:
+# in two, which their NaN check pairs).
+STREAMED_MIN = 1024
+STREAMS = 4
+
+
+def streams_for(count):
+    """How many streams a run of ``count`` reduced elements is read in."""
+    return STREAMS if count >= STREAMED_MIN else 2
+
+
+def streamed_run(b, lo, hi, streams, visit):
+    """Visit every index of [lo, hi) once: ``visit(b, js)`` with one index per stream, the i-th stream
+    walking the i-th of ``streams`` equal contiguous parts, then each index left over alone (``js`` of one).
+    Each stream folds into an accumulator of its own: a core keeps more loads in flight along several
+    streams than along one (a long sum runs about 8% faster in two, a little more in four), and the
+    vectorised loop holds ``streams`` times the independent accumulators."""
+    part = b.sdiv(b.sub(hi, lo), I64(streams))
+    counted_loop(b, lo, b.add(lo, part), I64(1),
+                 lambda b, j: visit(b, [j] + [b.add(j, b.mul(part, I64(i))) for i in range(1, streams)]), "run")
+    counted_loop(b, b.add(lo, b.mul(part, I64(streams))), hi, I64(1), lambda b, j: visit(b, [j]), "rest")
+
+
 # Float max and min on the CPU: "maxnum" and "minnum" by reduction, in the dtypes they vectorise in.
 EXTREMA = {lowering.AMAX: "maxnum", lowering.AMIN: "minnum"}
 EXTREMUM_DTYPES = (_dt.float32, _dt.float64)
 
 
-def float_extremum(b, which, dtype, lo, hi, value):
+def float_extremum(b, which, dtype, lo, hi, value, streams=2):
     """The max (``which`` "maxnum") or min ("minnum") of ``value(b, j)`` (a float Scalar of ``dtype``) over
-    j in [lo, hi), NaN if any of them is NaN, as torch's max is: two halves of the range at a time, each
-    folded into its own accumulator by a max that assumes no NaN, while one unordered compare per pair
-    tells whether either is NaN. So the loop vectorises (the vector max is one instruction) and checks for
-    NaN at half the cost of checking each element; a NaN makes the no-NaN max poison, which only the
-    final select, taking NaN instead, ever reads. A tie between -0.0 and 0.0 gives either, as torch's
-    vectorised max does. The empty range gives the identity (-inf for max, inf for min)."""
+    j in [lo, hi), NaN if any of them is NaN, as torch's max is. The range is read in ``streams`` (an even
+    number of) streams (`streamed_run`), each folded into its own accumulator by a max that assumes no NaN,
+    while one unordered compare per pair of streams tells whether either holds a NaN. So the loop vectorises
+    (the vector max is one instruction) and checks for NaN at half the cost of checking each element; a NaN
+    makes the no-NaN max poison, which only the final select, taking NaN instead, ever reads. A tie between
+    -0.0 and 0.0 gives either, as torch's vectorised max does. The empty range gives the identity (-inf for
+    max, inf for min)."""
     t = llvm_type(dtype)
     fn = b.module.declare_intrinsic(f"llvm.{which}", [t], ir.FunctionType(t, [t, t]))
-    identity = ir.Constant(t, float("-inf") if which == "maxnum" else float("inf"))
     with b.goto_entry_block():  # static slots, which mem2reg turns into the loop's registers
-        first, second, nan = b.alloca(t), b.alloca(t), b.alloca(ir.IntType(1))
-    fold = lambda acc, v: b.store(b.call(fn, [b.load(acc), v], fastmath=("nnan", "nsz")), acc)  # noqa: E731
+        slots, nan = [b.alloca(t) for _ in range(streams)], b.alloca(ir.IntType(1))
+    fold = lambda p, q: b.call(fn, [p, q], fastmath=("nnan", "nsz"))  # noqa: E731
 
-    def pair(b, j, other):
-        p, q = value(b, j).value, value(b, other).value
-        fold(first, p)
-        fold(second, q)
-        b.store(b.or_(b.load(nan), b.fcmp_unordered("uno", p, q)), nan)
-    for slot in (first, second):
-        b.store(identity, slot)
+    def visit(b, js):
+        values = [value(b, j).value for j in js]
+        for slot, v in zip(slots, values):
+            b.store(fold(b.load(slot), v), slot)
+        # the stream pairs' compares; an index left over pairs with itself
+        pairs = zip(values[::2], values[1::2]) if len(values) > 1 else [(values[0], values[0])]
+        found = b.load(nan)
+        for p, q in pairs:
+            found = b.or_(found, b.fcmp_unordered("uno", p, q))
+        b.store(found, nan)
+    for slot in slots:
+        b.store(ir.Constant(t, float("-inf") if which == "maxnum" else float("inf")), slot)
     b.store(ir.Constant(ir.IntType(1), 0), nan)
-    half = b.ashr(b.sub(hi, lo), I64(1))
-    counted_loop(b, lo, b.add(lo, half), I64(1), lambda b, j: pair(b, j, b.add(j, half)), "half")
-    # the odd element left at the end, when there is one, pairs with itself
-    counted_loop(b, b.add(lo, b.add(half, half)), hi, I64(1), lambda b, j: pair(b, j, j), "odd")
-    both = b.call(fn, [b.load(first), b.load(second)], fastmath=("nnan", "nsz"))
-    return Scalar(b.select(b.load(nan), ir.Constant(t, float("nan")), both), dtype)
+    streamed_run(b, lo, hi, streams, visit)
+    total = b.load(slots[0])
+    for slot in slots[1:]:
+        total = fold(total, b.load(slot))
+    return Scalar(b.select(b.load(nan), ir.Constant(t, float("nan")), total), dtype)
 
 
 def _merged_reduced_dims(group, red, reduced):
@@ -801,7 +854,8 @@ def build_softmax(group, name, target=None, aliases=None, layouts=None):
         at = lambda p, j: b.gep(p, [b.add(base, j[0])])  # noqa: E731
 
         if target is CPU:
-            m = float_extremum(b, "maxnum", dtype, I64(0), I64(cols), lambda b, j: e.load(at(src, [j]), dtype))
+            m = float_extremum(b, "maxnum", dtype, I64(0), I64(cols), lambda b, j: e.load(at(src, [j]), dtype),
+                               streams_for(cols))
         else:  # a GPU block combines keys (see lowering.Reduction): one integer max carries NaN
             amax = lowering.AMAX
             key = amax.accumulator(dtype, dtype)

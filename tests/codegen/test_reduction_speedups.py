@@ -204,20 +204,29 @@ def test_cuda_max_min_and_epilogues_match_eager_on_the_emulated_device(rng):
 
 
 # Float max and min along a run of reduced elements (kernel.float_extremum): rows of every length class
-# (one element, shorter than a vector, an odd tail after the two halves, several vectors per half), with
-# NaN of either sign where each half and the tail read it, infinities and signed zeros.
+# (one element, shorter than a vector, read in two streams with an odd element left over, several vectors
+# per stream, four streams with three left over), with NaN of either sign where each stream starts and
+# ends and in the elements left over, infinities and signed zeros.
 ROW_LENGTHS = [1, 2, 3, 17, 64, 65, 1031]
 
 
+def stream_edges(n):
+    """Indices where the streams of a run of ``n`` start and end, and the elements left over after them."""
+    streams = kernel_module.streams_for(n)
+    part = n // streams
+    edges = {0, n - 1} | {i * part for i in range(streams)} | {i * part - 1 for i in range(1, streams + 1)}
+    return sorted(j for j in edges if 0 <= j < n)
+
+
 def extremum_rows(n, rng):
-    """float64 rows of length ``n``: ordinary numbers, then the same with NaN or -NaN at the first element,
-    the first half's last, the second half's first and the last (the odd tail when ``n`` is odd), then
-    all -inf, all inf, inf with -inf, all NaN, all -0.0, all 0.0, and a large finite value at the end."""
+    """float64 rows of length ``n``: ordinary numbers, then the same with NaN or -NaN at each of
+    `stream_edges`, then all -inf, all inf, inf with -inf, all NaN, all -0.0, all 0.0, and a large finite
+    value at the end (in the elements left over when there are any) and its negation."""
     base = rng.standard_normal(n) * 100
     rows = [base]
-    for sign, j in ((1, 0), (-1, n // 2 - 1), (1, n // 2), (-1, n - 1)):
+    for i, j in enumerate(stream_edges(n)):
         row = base.copy()
-        row[max(j, 0)] = sign * np.nan
+        row[j] = np.nan if i % 2 else -np.nan
         rows.append(row)
     mixed = np.full(n, -np.inf)
     mixed[n // 2] = np.inf
@@ -307,3 +316,53 @@ def test_softmax_and_fused_max_rows_with_nan_and_infinities_match_torch(rng):
         compiled = jt.compile(fn)
         assert len(compiled.lower(x).kernels) == 1
         np.testing.assert_allclose(compiled(x).numpy(), fn(tx).numpy(), rtol=1e-6, atol=1e-6, equal_nan=True)
+
+
+SUMS = [("sum", lambda t: t.sum(-1)), ("mean", lambda t: t.mean(-1)), ("prod", lambda t: t.prod(-1)),
+        ("nansum", lambda t: t.nansum(-1)), ("any", lambda t: t.any(-1)), ("all", lambda t: t.all(-1)),
+        ("count_nonzero", lambda t: t.count_nonzero(-1)), ("amax", lambda t: t.amax(-1))]
+
+
+@pytest.mark.parametrize("dtype", [jt.int8, jt.int32, jt.int64, jt.bool, jt.float16, jt.float32, jt.float64], ids=str)
+def test_long_rows_reduce_in_four_streams_with_torchs_results(dtype, rng):
+    # rows of 4099 elements: four streams and three elements left over; integers exactly (int8 and int32
+    # sums overflow their dtype, which torch sums in int64), floats in another order of the same sum
+    n = 4099
+    assert kernel_module.streams_for(n) == 4
+    if dtype is jt.bool:
+        values = rng.random((5, n)) < 0.999
+        values[1], values[2, 4097] = True, False
+    elif dtype.is_floating_point:
+        values = rng.standard_normal((5, n)) * 0.02 + 1.0
+        values[1, 4098], values[2, 1025] = np.nan, 0.0
+    else:
+        lo, hi = (-100, 100) if dtype is jt.int8 else ((-2**31, 2**31 - 1) if dtype is jt.int32 else (-2**40, 2**40))
+        values = rng.integers(lo, hi, (5, n))
+        values[1] = hi
+    x = jt.tensor(values).to(dtype)
+    tx = torch.from_numpy(values).to(getattr(torch, str(dtype).split(".")[-1]))
+    for name, fn in SUMS:
+        # (torch's float16 prod accumulates in float16, 5% off over 4099 elements; jitorch's in float32)
+        if name in ("mean", "nansum") and not dtype.is_floating_point or name == "amax" and dtype is jt.bool \
+                or name == "prod" and dtype is jt.float16:
+            continue
+        compiled = jt.compile(fn)
+        (k,) = compiled.lower(x).kernels
+        assert k.ops == [name]
+        got, want = compiled(x), fn(tx)
+        assert str(got.dtype).split(".")[-1] == str(want.dtype).split(".")[-1]
+        got, want = got.double().numpy(), want.double().numpy()
+        if dtype.is_floating_point:
+            np.testing.assert_allclose(got, want, rtol=2e-3 if dtype is jt.float16 else 1e-5, equal_nan=True)
+        else:
+            np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_split_full_integer_sum_is_exact_in_streams(threads, monkeypatch):
+    monkeypatch.setenv("JITORCH_NUM_THREADS", threads)
+    values = np.random.default_rng(2).integers(-2**31, 2**31 - 1, (1 << 18) + 7).astype(np.int32)
+    x = jt.tensor(values)
+    compiled = jt.compile(lambda t: t.sum())
+    assert compiled.lower(x).kernels[0]._kernel.source.split is not None
+    assert compiled(x).item() == torch.from_numpy(values).sum().item()
