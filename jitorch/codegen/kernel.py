@@ -12,7 +12,10 @@ A pointwise kernel loops over its output's shape. A reduction kernel loops
 over the kept dims outside and the reduced dims inside, accumulating the
 pointwise prologue, then computes its epilogue at the kept index; where the
 input's innermost dim is kept, it reduces a chunk of kept elements at a time
-with the reduced dims outside, so its inner loop runs along memory.
+with the reduced dims outside, so its inner loop runs along memory. On the CPU a
+long run of reduced elements is read in several streams, each with its own
+accumulator (`streamed_run`), and a float max or min there folds with a vector
+max and checks for NaN apart (`float_extremum`).
 
 The generated function is ``kernel(i64 start, i64 end, T* noalias ...)``
 over the outermost loop, so a target can split that loop into chunks; an
