@@ -862,14 +862,15 @@ def build_softmax(group, name, target=None, aliases=None, layouts=None):
         else:  # a GPU block combines keys (see lowering.Reduction): one integer max carries NaN
             amax = lowering.AMAX
             key = amax.accumulator(dtype, dtype)
+            lowest = amax.start(e, dtype, key)
             with b.goto_entry_block():
                 m_slot = b.alloca(llvm_type(key))
 
             def max_item(b, j, slot):
                 item = amax.enter(e, e.load(at(src, j), dtype), dtype, key)
                 e.store(amax.combine(e, e.load(slot, key), item), slot)
-            e.store(amax.start(e, dtype, key), m_slot)
-            target.reduce_loops(bld, b, e, [cols], max_item, m_slot, key, amax.combine, amax.start(e, dtype, key))
+            e.store(lowest, m_slot)
+            target.reduce_loops(bld, b, e, [cols], max_item, m_slot, key, amax.combine, lowest)
             m = amax.leave(e, e.load(m_slot, key), dtype)
         b.store(ir.Constant(t, 0.0), s_slot)
 
