@@ -276,8 +276,8 @@ def test_row_max_runs_several_vector_accumulators_and_one_nan_compare_per_pair(d
         folds = re.findall(rf"call nnan nsz <\d+ x {name}> @llvm\.{intrinsic}", loop)
         accumulators = re.findall(rf"= phi <\d+ x {name}>", loop)
         compares = re.findall(rf"fcmp uno <\d+ x {name}>", loop)
-        # independent accumulators (two halves, each interleaved), so the max's latency does not bound the
-        # loop; no integer keys; one unordered compare for a pair of vectors, one from each half
+        # independent accumulators (one per stream, each interleaved), so the max's latency does not bound
+        # the loop; no integer keys; one unordered compare for two vectors, one from each of a pair of streams
         assert len(accumulators) >= 4 and len(folds) >= len(accumulators), loop
         assert 2 * len(compares) == len(folds), loop
         assert not re.search(r"llvm\.[su](max|min)|icmp s[gl]t <", loop)
