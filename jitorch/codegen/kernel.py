@@ -12,7 +12,10 @@ A pointwise kernel loops over its output's shape. A reduction kernel loops
 over the kept dims outside and the reduced dims inside, accumulating the
 pointwise prologue, then computes its epilogue at the kept index; where the
 input's innermost dim is kept, it reduces a chunk of kept elements at a time
-with the reduced dims outside, so its inner loop runs along memory.
+with the reduced dims outside, so its inner loop runs along memory. On the CPU a
+long run of reduced elements is read in several streams, each with its own
+accumulator (`streamed_run`), and a float max or min there folds with a vector
+max and checks for NaN apart (`float_extremum`).
 
 The generated function is ``kernel(i64 start, i64 end, T* noalias ...)``
 over the outermost loop, so a target can split that loop into chunks; an
@@ -554,10 +557,11 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
             off = bld.offset(b, kidx + ridx, list(pro_kept[out]) + list(pro_red[out]), 0)
             e.store(bld.evaluate(e, out, memo, load), b.gep(ptr[out], [off]))
 
-    def results(b, kidx, slot):
-        """The reduction's result at kept index ``kidx``, from its accumulator in ``slot``, and every
-        value computed from it there (the epilogue), stored."""
-        total = reduction.leave(e, e.load(slot, acc_dtype), compute)
+    def results(b, kidx, slot, total=None):
+        """The reduction's result at kept index ``kidx``, from its accumulator in ``slot`` (or ``total``, the
+        result itself), and every value computed from it there (the epilogue), stored."""
+        if total is None:
+            total = reduction.leave(e, e.load(slot, acc_dtype), compute)
         if finish is not None:
             total = finish(e, total, count)
 
@@ -581,7 +585,49 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
         if index_of is not None:
             b.store(I64(0), index_of[slot])
 
+    def element(b, kidx, j):
+        """The prologue's value at kept index ``kidx`` and flat reduced index ``j``, in the compute dtype."""
+        def load(v):
+            root, _, _, offset = bld.geometry[v]
+            off = bld.offset(b, kidx + [j], list(inner_kept[v]) + list(inner_red[v]), offset)
+            return e.load(b.gep(ptr[root], [off]), v.type.dtype)
+        return e.cast(bld.evaluate(e, x, {}, load), compute)
+
+    # On the CPU, a run of reduced elements (the reduced dims collapse to one; no prologue output, no index)
+    # is read in several streams at once (`streamed_run`); a float max or min there as `float_extremum` does.
+    run = bld.target is CPU and len(r_sizes) == 1 and not pro_outs and index_of is None
+    extremum = EXTREMA.get(reduction) if run and compute in EXTREMUM_DTYPES else None
+
+    def streamed(count):
+        """Whether a run of ``count`` elements reduces in streams, and in how many."""
+        return run and (extremum is not None or count >= STREAMED_MIN), streams_for(count)
+
+    def reduce_run(b, kidx, lo, hi, streams):
+        """The reduction (in the compute dtype) of the run's elements [lo, hi) at kept index ``kidx``: one
+        accumulator per stream, combined at the end."""
+        value = lambda b, j: element(b, kidx, j)  # noqa: E731
+        if extremum is not None:
+            return float_extremum(b, extremum, compute, lo, hi, value, streams)
+        with b.goto_entry_block():
+            slots = [b.alloca(llvm_type(acc_dtype)) for _ in range(streams)]
+        for slot in slots:
+            e.store(identity, slot)
+
+        def visit(b, js):
+            for slot, j in zip(slots, js):
+                e.store(combine(e, e.load(slot, acc_dtype), reduction.enter(e, value(b, j), compute, acc_dtype)),
+                        slot)
+        streamed_run(b, lo, hi, streams, visit)
+        total = e.load(slots[0], acc_dtype)
+        for slot in slots[1:]:
+            total = combine(e, total, e.load(slot, acc_dtype))
+        return reduction.leave(e, total, compute)
+
     def kept_body(b, kidx):
+        use, streams = streamed(r_sizes[0] if r_sizes else 0)
+        if use:
+            results(b, kidx, None, reduce_run(b, kidx, I64(0), I64(r_sizes[0]), streams))
+            return
         start(b, acc)
         bld.target.reduce_loops(bld, b, e, r_sizes, lambda b, ridx, slot: reduce_item(b, kidx, ridx, slot), acc,
                                 acc_dtype, combine, identity)
@@ -633,19 +679,20 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
         step = -(-n // parts)
 
         def part_body(b, pidx):
-            e.store(identity, acc)
             lo = b.mul(pidx[0], I64(step))
             hi = b.select(b.icmp_signed("<", b.add(lo, I64(step)), I64(n)), b.add(lo, I64(step)), I64(n))
+            use, streams = streamed(step)
+            if use:
+                partial = reduce_run(b, [], lo, hi, streams)
+            else:
+                e.store(identity, acc)
 
-            def item_body(b, ridx, slot):
-                def load(v):
-                    root, _, _, offset = bld.geometry[v]
-                    return e.load(b.gep(ptr[root], [bld.offset(b, ridx, inner_red[v], offset)]), v.type.dtype)
-                item = reduction.enter(e, bld.evaluate(e, x, {}, load), compute, acc_dtype)
-                e.store(combine(e, e.load(slot, acc_dtype), item), slot)
+                def item_body(b, ridx, slot):
+                    item = reduction.enter(e, element(b, [], ridx[0]), compute, acc_dtype)
+                    e.store(combine(e, e.load(slot, acc_dtype), item), slot)
 
-            bld.target.reduce_loops(bld, b, e, [n], item_body, acc, acc_dtype, combine, identity, lo, hi)
-            partial = reduction.leave(e, e.load(acc, acc_dtype), compute)
+                bld.target.reduce_loops(bld, b, e, [n], item_body, acc, acc_dtype, combine, identity, lo, hi)
+                partial = reduction.leave(e, e.load(acc, acc_dtype), compute)
             e.store(partial, b.gep(b.bitcast(ptr[out_value], llvm_type(compute).as_pointer()), [pidx[0]]))
 
         bld.loops(b, [parts], part_body, kernel.args[0], kernel.args[1])
@@ -654,6 +701,69 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
     bld.loops(b, k_sizes, kept_body, kernel.args[0] if k_sizes else None, kernel.args[1] if k_sizes else None)
     return bld.finish(b, kernel, KernelSource(name, "reduction", ops, bld.roots, outputs,
                                               k_sizes[0] if k_sizes else 1, n), "block")
+
+
+# Runs of at least this many reduced elements are read in `STREAMS` streams (shorter float max and min runs:
+# in two, which their NaN check pairs).
+STREAMED_MIN = 1024
+STREAMS = 4
+
+
+def streams_for(count):
+    """How many streams a run of ``count`` reduced elements is read in."""
+    return STREAMS if count >= STREAMED_MIN else 2
+
+
+def streamed_run(b, lo, hi, streams, visit):
+    """Visit every index of [lo, hi) once: ``visit(b, js)`` with one index per stream, the i-th stream
+    walking the i-th of ``streams`` equal contiguous parts, then each index left over alone (``js`` of one).
+    Each stream folds into an accumulator of its own: a core keeps more loads in flight along several
+    streams than along one (a long sum runs about 8% faster in two, a little more in four), and the
+    vectorised loop holds ``streams`` times the independent accumulators."""
+    part = b.sdiv(b.sub(hi, lo), I64(streams))
+    counted_loop(b, lo, b.add(lo, part), I64(1),
+                 lambda b, j: visit(b, [j] + [b.add(j, b.mul(part, I64(i))) for i in range(1, streams)]), "run")
+    counted_loop(b, b.add(lo, b.mul(part, I64(streams))), hi, I64(1), lambda b, j: visit(b, [j]), "rest")
+
+
+# Float max and min on the CPU: "maxnum" and "minnum" by reduction, in the dtypes they vectorise in.
+EXTREMA = {lowering.AMAX: "maxnum", lowering.AMIN: "minnum"}
+EXTREMUM_DTYPES = (_dt.float32, _dt.float64)
+
+
+def float_extremum(b, which, dtype, lo, hi, value, streams=2):
+    """The max (``which`` "maxnum") or min ("minnum") of ``value(b, j)`` (a float Scalar of ``dtype``) over
+    j in [lo, hi), NaN if any of them is NaN, as torch's max is. The range is read in ``streams`` (an even
+    number of) streams (`streamed_run`), each folded into its own accumulator by a max that assumes no NaN,
+    while one unordered compare per pair of streams tells whether either holds a NaN. So the loop vectorises
+    (the vector max is one instruction) and checks for NaN at half the cost of checking each element; a NaN
+    makes the no-NaN max poison, which only the final select, taking NaN instead, ever reads. A tie between
+    -0.0 and 0.0 gives either, as torch's vectorised max does. The empty range gives the identity (-inf for
+    max, inf for min)."""
+    t = llvm_type(dtype)
+    fn = b.module.declare_intrinsic(f"llvm.{which}", [t], ir.FunctionType(t, [t, t]))
+    with b.goto_entry_block():  # static slots, which mem2reg turns into the loop's registers
+        slots, nan = [b.alloca(t) for _ in range(streams)], b.alloca(ir.IntType(1))
+    fold = lambda p, q: b.call(fn, [p, q], fastmath=("nnan", "nsz"))  # noqa: E731
+
+    def visit(b, js):
+        values = [value(b, j).value for j in js]
+        for slot, v in zip(slots, values):
+            b.store(fold(b.load(slot), v), slot)
+        # the stream pairs' compares; an index left over pairs with itself
+        pairs = zip(values[::2], values[1::2]) if len(values) > 1 else [(values[0], values[0])]
+        found = b.load(nan)
+        for p, q in pairs:
+            found = b.or_(found, b.fcmp_unordered("uno", p, q))
+        b.store(found, nan)
+    for slot in slots:
+        b.store(ir.Constant(t, float("-inf") if which == "maxnum" else float("inf")), slot)
+    b.store(ir.Constant(ir.IntType(1), 0), nan)
+    streamed_run(b, lo, hi, streams, visit)
+    total = b.load(slots[0])
+    for slot in slots[1:]:
+        total = fold(total, b.load(slot))
+    return Scalar(b.select(b.load(nan), ir.Constant(t, float("nan")), total), dtype)
 
 
 def _merged_reduced_dims(group, red, reduced):
@@ -736,11 +846,7 @@ def build_softmax(group, name, target=None, aliases=None, layouts=None):
     module, kernel, ptr, b, e = bld.begin([x, out])
     src, dst = ptr[x], ptr[out]
     t = llvm_type(dtype)
-    # the row's max as a keyed reduction (see lowering.Reduction): it vectorises where a float max does not
-    amax = lowering.AMAX
-    key = amax.accumulator(dtype, dtype)
-    m_slot, s_slot = b.alloca(llvm_type(key)), b.alloca(t)
-    lowest = amax.start(e, dtype, key)
+    s_slot = b.alloca(t)
     log = node.op.name == "log_softmax"
 
     target = bld.target
@@ -750,12 +856,22 @@ def build_softmax(group, name, target=None, aliases=None, layouts=None):
         base = b.mul(ridx[0], I64(cols))
         at = lambda p, j: b.gep(p, [b.add(base, j[0])])  # noqa: E731
 
-        def max_item(b, j, slot):
-            item = amax.enter(e, e.load(at(src, j), dtype), dtype, key)
-            e.store(amax.combine(e, e.load(slot, key), item), slot)
-        e.store(lowest, m_slot)
-        target.reduce_loops(bld, b, e, [cols], max_item, m_slot, key, amax.combine, lowest)
-        m = amax.leave(e, e.load(m_slot, key), dtype)
+        if target is CPU:
+            m = float_extremum(b, "maxnum", dtype, I64(0), I64(cols), lambda b, j: e.load(at(src, [j]), dtype),
+                               streams_for(cols))
+        else:  # a GPU block combines keys (see lowering.Reduction): one integer max carries NaN
+            amax = lowering.AMAX
+            key = amax.accumulator(dtype, dtype)
+            lowest = amax.start(e, dtype, key)
+            with b.goto_entry_block():
+                m_slot = b.alloca(llvm_type(key))
+
+            def max_item(b, j, slot):
+                item = amax.enter(e, e.load(at(src, j), dtype), dtype, key)
+                e.store(amax.combine(e, e.load(slot, key), item), slot)
+            e.store(lowest, m_slot)
+            target.reduce_loops(bld, b, e, [cols], max_item, m_slot, key, amax.combine, lowest)
+            m = amax.leave(e, e.load(m_slot, key), dtype)
         b.store(ir.Constant(t, 0.0), s_slot)
 
         def exp_pass(b, j, slot):

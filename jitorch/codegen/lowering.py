@@ -531,7 +531,8 @@ class Reduction:
     ``keyed``: float elements are accumulated as their ordered integer keys (`_float_key`), so that the
     combine is an integer max or min, a reduction LLVM's loop vectoriser recognises on every version;
     the float compare-and-select that keeps NaN vectorises only under no-NaN flags, with which a NaN
-    would be poison. ``leave`` turns the accumulator back into the compute dtype. ``indexed``: the op also
+    would be poison (kernel.float_extremum, the CPU's max along a run of reduced elements, uses them and
+    catches NaN apart). ``leave`` turns the accumulator back into the compute dtype. ``indexed``: the op also
     gives the index of the element chosen (max.dim, argmax): ``combine(e, acc, x)`` then says whether ``x``
     takes the accumulator's place, and the kernel keeps its index beside it."""
 

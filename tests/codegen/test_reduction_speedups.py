@@ -1,8 +1,9 @@
 """Two reduction kernel shapes that once ran at a fraction of the machine's speed, pinned down.
 
-- Float max and min reductions accumulate ordered integer keys (lowering.Reduction.keyed), an integer
-  max that LLVM's loop vectoriser recognises; the float compare-and-select chain did not vectorise.
-  NaN must still win (either sign), infinities and zeros order as NumPy's do.
+- Float max and min reductions vectorise: along a run of reduced elements as a vector float max with a
+  separate NaN check (kernel.float_extremum), across kept elements as ordered integer keys
+  (lowering.Reduction.keyed); the float compare-and-select chain did not vectorise. NaN must still win
+  (either sign), infinities and zeros order as NumPy's do.
 - A reduction whose innermost input dim is kept accumulates a chunk of kept elements in a stack array,
   the reduced dims looping outside, whether or not an epilogue follows; an epilogue used to send the
   kernel back to one column at a time, five times slower.
@@ -14,6 +15,7 @@ import re
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -82,8 +84,8 @@ def test_a_nan_anywhere_wins_in_every_position(rng):
 
 
 def max_loops(ir_text, bits):
-    """The vectorised integer max/min operations of a kernel's optimised IR on ``bits``-bit keys."""
-    return re.findall(rf"llvm\.[su](?:max|min)\.v\d+i{bits}|icmp s[gl]t <\d+ x i{bits}>", ir_text)
+    """The vectorised float max/min operations of a kernel's optimised IR on ``bits``-bit floats."""
+    return re.findall(rf"llvm\.(?:max|min)num\.v\d+f{bits}", ir_text)
 
 
 @pytest.mark.parametrize("dtype, bits", [(jt.float32, 32), (jt.float64, 64)])
@@ -199,3 +201,168 @@ def test_cuda_max_min_and_epilogues_match_eager_on_the_emulated_device(rng):
     for fn, g in zip(fns, got):
         # float32 sums add in another order on the device
         np.testing.assert_allclose(g.numpy(), fn(x).numpy(), rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
+# Float max and min along a run of reduced elements (kernel.float_extremum): rows of every length class
+# (one element, shorter than a vector, read in two streams with an odd element left over, several vectors
+# per stream, four streams with three left over), with NaN of either sign where each stream starts and
+# ends and in the elements left over, infinities and signed zeros.
+ROW_LENGTHS = [1, 2, 3, 17, 64, 65, 1031]
+
+
+def stream_edges(n):
+    """Indices where the streams of a run of ``n`` start and end, and the elements left over after them."""
+    streams = kernel_module.streams_for(n)
+    part = n // streams
+    edges = {0, n - 1} | {i * part for i in range(streams)} | {i * part - 1 for i in range(1, streams + 1)}
+    return sorted(j for j in edges if 0 <= j < n)
+
+
+def extremum_rows(n, rng):
+    """float64 rows of length ``n``: ordinary numbers, then the same with NaN or -NaN at each of
+    `stream_edges`, then all -inf, all inf, inf with -inf, all NaN, all -0.0, all 0.0, and a large finite
+    value at the end (in the elements left over when there are any) and its negation."""
+    base = rng.standard_normal(n) * 100
+    rows = [base]
+    for i, j in enumerate(stream_edges(n)):
+        row = base.copy()
+        row[j] = np.nan if i % 2 else -np.nan
+        rows.append(row)
+    mixed = np.full(n, -np.inf)
+    mixed[n // 2] = np.inf
+    last = base.copy()
+    last[-1] = 1e30
+    rows += [np.full(n, -np.inf), np.full(n, np.inf), mixed, np.full(n, np.nan), np.full(n, -0.0), np.zeros(n),
+             last, -last]
+    return np.stack(rows)
+
+
+@pytest.mark.parametrize("n", ROW_LENGTHS)
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_row_max_and_min_match_torch_on_nan_infinities_zeros_and_tails(n, dtype, rng):
+    values = extremum_rows(n, rng)
+    x = jt.tensor(values).to(dtype)
+    tx = torch.from_numpy(values).to(getattr(torch, str(dtype).split(".")[-1]))
+
+    def fn(t):
+        return t.amax(1), t.amin(1), t.amax(), t.amin(), t[:1].max(), t[:1].min()
+    compiled = jt.compile(fn)
+    assert sorted(k.ops[0] for k in compiled.lower(x).kernels) == ["amax", "amax", "amin", "amin", "max", "min"]
+    # a zero result has the sign of the zeros where a row holds one kind of zero (torch's choice between
+    # -0.0 and 0.0 in a row holding both depends on the row's length)
+    signed = np.all(values == 0, axis=1) & (np.all(np.signbit(values), axis=1) | ~np.any(np.signbit(values), axis=1))
+    for i, (got, want) in enumerate(zip(compiled(x), fn(tx))):
+        # compared as float64 (exact for every float dtype; NumPy has no bfloat16)
+        got, want = got.double().numpy(), want.double().numpy()
+        np.testing.assert_array_equal(got, want)
+        if i < 2:
+            np.testing.assert_array_equal(np.signbit(got[signed]), np.signbit(want[signed]))
+
+
+def vector_loop(ir_text, call):
+    """The vectorised loop of a kernel's optimised IR (a ``vector.body`` block) that calls ``call``."""
+    blocks = re.findall(r"\n(vector\.body\d*:.*?)\n\n", ir_text, re.S)
+    (loop,) = [block for block in blocks if call in block]
+    return loop
+
+
+@pytest.mark.parametrize("dtype, name", [(jt.float32, "float"), (jt.float64, "double")], ids=str)
+def test_row_max_runs_several_vector_accumulators_and_one_nan_compare_per_pair(dtype, name):
+    x = jt.randn(8, 4096, dtype=dtype)
+    for fn, intrinsic in ((lambda t: t.amax(1), "maxnum"), (lambda t: t.amin(1) * 2, "minnum"),
+                          (lambda t: t.softmax(-1), "maxnum")):
+        (k,) = jt.compile(fn).lower(x).kernels
+        loop = vector_loop(k.llvm_ir, f"@llvm.{intrinsic}.v")
+        folds = re.findall(rf"call nnan nsz <\d+ x {name}> @llvm\.{intrinsic}", loop)
+        accumulators = re.findall(rf"= phi <\d+ x {name}>", loop)
+        compares = re.findall(rf"fcmp uno <\d+ x {name}>", loop)
+        # independent accumulators (one per stream, each interleaved), so the max's latency does not bound
+        # the loop; no integer keys; one unordered compare for two vectors, one from each of a pair of streams
+        assert len(accumulators) >= 4 and len(folds) >= len(accumulators), loop
+        assert 2 * len(compares) == len(folds), loop
+        assert not re.search(r"llvm\.[su](max|min)|icmp s[gl]t <", loop)
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_split_full_max_and_min_with_nan_inside_and_between_parts(threads, monkeypatch):
+    monkeypatch.setenv("JITORCH_NUM_THREADS", threads)
+    n = (1 << 18) + 5
+    step = -(-n // CpuTarget.split_parts)
+    values = np.random.default_rng(1).standard_normal(n)
+    fns = (lambda t: t.amax(), lambda t: t.amin(), lambda t: t.max(), lambda t: t.min())
+    compiled = [jt.compile(f) for f in fns]
+    cases = [values]
+    # in a part's first half, in its second half, at a part's last element, at the odd last element
+    for j in (3 * step + 1, 5 * step + step // 2 + 1, 2 * step - 1, n - 1):
+        v = values.copy()
+        v[j] = np.nan if j % 2 else -np.nan
+        cases.append(v)
+    cases += [np.full(n, -np.inf), np.full(n, np.inf)]
+    for v in cases:
+        for dtype in (np.float32, np.float64):
+            x = jt.tensor(v.astype(dtype))
+            assert compiled[0].lower(x).kernels[0]._kernel.source.split is not None
+            for c, f in zip(compiled, fns):
+                np.testing.assert_array_equal(c(x).numpy(), f(torch.from_numpy(v.astype(dtype))).numpy())
+
+
+def test_softmax_and_fused_max_rows_with_nan_and_infinities_match_torch(rng):
+    values = rng.standard_normal((6, 1031)).astype(np.float32)
+    values[1, 700], values[2, 1030], values[3] = np.nan, -np.nan, -np.inf
+    values[4, 3], values[5, 600] = np.inf, -np.inf
+    x, tx = jt.tensor(values), torch.from_numpy(values)
+    for fn in (lambda t: t.softmax(-1), lambda t: t.log_softmax(-1), lambda t: (t * 2 - 1).amax(1) + 1,
+               lambda t: (t.abs() * -1).amin(-1, keepdim=True) - t[:, :1]):
+        compiled = jt.compile(fn)
+        assert len(compiled.lower(x).kernels) == 1
+        np.testing.assert_allclose(compiled(x).numpy(), fn(tx).numpy(), rtol=1e-6, atol=1e-6, equal_nan=True)
+
+
+SUMS = [("sum", lambda t: t.sum(-1)), ("mean", lambda t: t.mean(-1)), ("prod", lambda t: t.prod(-1)),
+        ("nansum", lambda t: t.nansum(-1)), ("any", lambda t: t.any(-1)), ("all", lambda t: t.all(-1)),
+        ("count_nonzero", lambda t: t.count_nonzero(-1)), ("amax", lambda t: t.amax(-1))]
+
+
+@pytest.mark.parametrize("dtype", [jt.int8, jt.int32, jt.int64, jt.bool, jt.float16, jt.float32, jt.float64], ids=str)
+def test_long_rows_reduce_in_four_streams_with_torchs_results(dtype, rng):
+    # rows of 4099 elements: four streams and three elements left over; integers exactly (int8 and int32
+    # sums overflow their dtype, which torch sums in int64), floats in another order of the same sum
+    n = 4099
+    assert kernel_module.streams_for(n) == 4
+    if dtype is jt.bool:
+        values = rng.random((5, n)) < 0.999
+        values[1], values[2, 4097] = True, False
+    elif dtype.is_floating_point:
+        values = rng.standard_normal((5, n)) * 0.02 + 1.0
+        values[1, 4098], values[2, 1025] = np.nan, 0.0
+    else:
+        lo, hi = (-100, 100) if dtype is jt.int8 else ((-2**31, 2**31 - 1) if dtype is jt.int32 else (-2**40, 2**40))
+        values = rng.integers(lo, hi, (5, n))
+        values[1] = hi
+    x = jt.tensor(values).to(dtype)
+    tx = torch.from_numpy(values).to(getattr(torch, str(dtype).split(".")[-1]))
+    for name, fn in SUMS:
+        # (torch's float16 prod accumulates in float16, 5% off over 4099 elements; jitorch's in float32)
+        if name in ("mean", "nansum") and not dtype.is_floating_point or name == "amax" and dtype is jt.bool \
+                or name == "prod" and dtype is jt.float16:
+            continue
+        compiled = jt.compile(fn)
+        (k,) = compiled.lower(x).kernels
+        assert k.ops == [name]
+        got, want = compiled(x), fn(tx)
+        assert str(got.dtype).split(".")[-1] == str(want.dtype).split(".")[-1]
+        got, want = got.double().numpy(), want.double().numpy()
+        if dtype.is_floating_point:
+            np.testing.assert_allclose(got, want, rtol=2e-3 if dtype is jt.float16 else 1e-5, equal_nan=True)
+        else:
+            np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_split_full_integer_sum_is_exact_in_streams(threads, monkeypatch):
+    monkeypatch.setenv("JITORCH_NUM_THREADS", threads)
+    values = np.random.default_rng(2).integers(-2**31, 2**31 - 1, (1 << 18) + 7).astype(np.int32)
+    x = jt.tensor(values)
+    compiled = jt.compile(lambda t: t.sum())
+    assert compiled.lower(x).kernels[0]._kernel.source.split is not None
+    assert compiled(x).item() == torch.from_numpy(values).sum().item()
