@@ -19,7 +19,7 @@ from jitorch.autograd.rule import defgrad, differentiates, nondifferentiable, re
 from jitorch.autograd.rules.common import per_input, wanted
 from jitorch.ops.linalg import EINSUM_LETTERS, einsum_plan
 from jitorch.ops.registry import OPS
-from jitorch.runtime.strided import broadcast_shapes, may_overlap, span, wrap_dim
+from jitorch.runtime.strided import broadcast_shapes, contiguous_strides, may_overlap, span, wrap_dim
 
 # Helpers --------------------------------------------------------------------------------
 
@@ -166,6 +166,8 @@ def _as_strided(g, a):
         flat = functions.as_strided_scatter(g.new_zeros(n), g, size, stride, offset)
     if may_overlap(*geometry[:2]):
         flat = flat / _storage_counts(n, *geometry, g.device).clamp_min(1).to(g.dtype)
+    elif order is not None and geometry[1:] == (contiguous_strides(geometry[0]), 0):
+        return flat.view(geometry[0])  # (a view a compiled kernel folds into its reads, as_strided is not)
     return flat.as_strided(*geometry)
 
 
