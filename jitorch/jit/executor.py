@@ -50,7 +50,7 @@ from .collector import collector_paused
 from .parts import independent_parts
 from .plan_cache import fuse_cached, optimize_cached
 from .results import eager_layouts, refresh_captured_state, returned_view, set_grads, write_back
-from ..ops import registry
+from ..ops import registry, views
 from ..ops.registry import laid_out
 from ..ops.views import compact
 from ..runtime import allocator
@@ -209,9 +209,34 @@ def _matmul_into(arrays, out):
         np.matmul(a, b, out=out)
 
 
+def _host_tensors(node):
+    """Whether a node's tensor arguments and result are CPU arrays of one NumPy dtype (what a writer
+    into an arena buffer takes as they are)."""
+    out = node.outputs[0].type
+    return out.device.type == "cpu" and out.dtype.is_floating_point and out.dtype.itemsize >= 4 and all(
+        a.type.dtype == out.dtype for a in node.args if isinstance(a, Value))
+
+
+def _zeros_into(args, out):
+    out.fill(0)
+
+
+def _as_strided_add_into(args, out):
+    views.as_strided_add_into(out, *args)
+
+
+def _as_strided_scatter_into(args, out):
+    views.as_strided_scatter_into(out, *args)
+
+
 # Eager ops that can write an arena buffer directly, skipping a fresh result (whose new memory the
-# product's first writes fault in, page by page) and its wrapper: name -> (whether a node qualifies, the writer).
+# op's first writes fault in, page by page: a convolution's padded input, col2im's sums and the zeros
+# they start from are megabytes per call) and its wrapper: name -> (whether a node qualifies, the writer
+# of ``(arguments: tensors as arrays, the rest as they are), out``).
 _WRITERS_INTO = {name: (_blas_product, _matmul_into) for name in ("matmul", "mm", "bmm")}
+_WRITERS_INTO.update({"zeros": (_host_tensors, _zeros_into), "new_zeros": (_host_tensors, _zeros_into),
+                      "_as_strided_add": (_host_tensors, _as_strided_add_into),
+                      "as_strided_scatter": (_host_tensors, _as_strided_scatter_into)})
 
 # Graphs with this many constants or more bind them in a loop over a table (as fast per constant as two
 # straight lines each, and the generated call's source compiles in less time: a GPT training step binds 210).
@@ -254,7 +279,8 @@ class EagerStep:
     def _emit_node(self, src, node, indent):
         out = node.outputs[0]
         if out in self.into_arena:
-            arrays = ", ".join(f"env[{src.name(a, 'v')}]._array()" for a in node.args)
+            arrays = ", ".join(f"env[{src.name(a, 'v')}]._array()" if isinstance(a, Value) else src.name(a, "c")
+                               for a in node.args)
             writer = src.name(_WRITERS_INTO[node.op.name][1], "writer")
             src.emit(f"{writer}([{arrays}], env[{src.name(out, 'v')}]._array())", indent)
             return

@@ -680,13 +680,20 @@ def _as_strided_scatter_meta(x, src, size, stride, storage_offset):
     return TensorSpec(tuple(x.shape), x.dtype, x.device)
 
 
-def _as_strided_scatter_cpu(spec, x, src, size, stride, storage_offset):
-    out = np.array(x, order="C", copy=True)
+def as_strided_scatter_into(out, x, src, size, stride, storage_offset):
+    """`as_strided_scatter` written into ``out``, a C-contiguous array of ``x``'s shape and dtype (its eager
+    kernel's new memory, or a compiled graph's arena buffer)."""
+    np.copyto(out, x)
     flat = out.reshape(-1)
     offset = 0 if storage_offset is None else storage_offset
     item = flat.itemsize
     region = np.lib.stride_tricks.as_strided(flat[offset:], tuple(size), tuple(s * item for s in stride))
     _copy(region, src)  # ``src`` of another dtype is cast to ``self``'s, as torch's copy_ does
+
+
+def _as_strided_scatter_cpu(spec, x, src, size, stride, storage_offset):
+    out = np.empty(x.shape, x.dtype)
+    as_strided_scatter_into(out, x, src, size, stride, storage_offset)
     return out
 
 
@@ -715,9 +722,18 @@ def _looped_dims(size, stride):
 
 
 def _as_strided_add_cpu(spec, x, src, size, stride, storage_offset):
-    out = np.array(x, copy=True)
+    out = np.empty(x.shape, x.dtype)
+    as_strided_add_into(out, x, src, size, stride, storage_offset)
+    return out
+
+
+def as_strided_add_into(out, x, src, size, stride, storage_offset):
+    """`_as_strided_add` written into ``out``, a contiguous 1-D array of ``x``'s shape and dtype (its eager
+    kernel's new memory, or a compiled graph's arena buffer, whose pages a call finds already mapped: a
+    col2im's output is megabytes, and faulting fresh memory in was a third of its time)."""
+    np.copyto(out, x)
     if 0 in tuple(size):
-        return out
+        return
     offset = 0 if storage_offset is None else storage_offset
     size, stride = list(size), list(stride)
     # a dim of stride 0 reads one element repeatedly: its sum lands there once
@@ -739,7 +755,6 @@ def _as_strided_add_cpu(spec, x, src, size, stride, storage_offset):
         for i, d in zip(where, looped):
             pick[d] = i
         region += src[tuple(pick)]
-    return out
 
 
 defop("_as_strided_add(Tensor self, Tensor src, int[] size, int[] stride, int? storage_offset=None) -> Tensor",

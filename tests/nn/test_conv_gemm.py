@@ -88,3 +88,42 @@ def test_convolutions_match_torch_in_values_gradients_and_strides(case):
         np.testing.assert_allclose(a.grad.numpy(), e.grad.numpy(), rtol=1e-10, atol=1e-10)
     # contiguous, as torch's: a transposed convolution's cropped output once came back as a strided view
     assert y.stride() == expected.stride()
+
+
+# the compiled cases: strided and grouped, dilated with 'same' padding, a transposed one with output_padding,
+# groups and dilation, a 1-d transposed one
+COMPILED = [0, 1, 5, 7]
+
+
+@pytest.mark.parametrize("case", COMPILED)
+def test_compiled_convolution_steps_match_torch_and_write_their_scatters_into_the_arena(case):
+    name, xs, ws, kwargs = CASES[case]
+    rng = np.random.default_rng(case)
+    arrays = [rng.standard_normal(xs).astype(np.float32), rng.standard_normal(ws).astype(np.float32)]
+
+    def step(lib, x, w, g):
+        y = getattr(lib.nn.functional, name)(x, w, **kwargs) * g  # (a result the call returns is not a view
+        y.sum().backward()                                          # of the convolution's own memory)
+        return y, x.grad, w.grad
+
+    theirs = [torch.tensor(a, requires_grad=True) for a in arrays]
+    expected = step(torch, *theirs, torch.ones(1))
+    g = rng.standard_normal(tuple(expected[0].shape)).astype(np.float32)
+    for t in theirs:
+        t.grad = None
+    expected = step(torch, *theirs, torch.tensor(g))
+    compiled = jt.compile(lambda x, w, g: step(jt, x, w, g))
+    ours = [jt.tensor(a, requires_grad=True) for a in arrays]
+    low = compiled.lower(*ours, jt.tensor(g))
+    # the padding and a transposed convolution's col2im are eager steps that write their result into the
+    # compiled graph's arena (memory a call finds mapped), not into fresh memory per call (an input's
+    # gradient, which the call returns, still gets its own)
+    scatters = [(s, n) for s in low.steps if "kernel" not in repr(s) for n in s.nodes
+                if n.op.name in ("_as_strided_add", "as_strided_scatter")]
+    first = "_as_strided_add" if "transpose" in name else "as_strided_scatter"
+    assert [n.op.name for _, n in scatters].count("_as_strided_add") == 1
+    assert any(n.op.name == first and n.outputs[0] in s.into_arena for s, n in scatters), scatters
+    for _ in range(2):  # the second call reuses the arena the first one filled
+        got = compiled(*[jt.tensor(a, requires_grad=True) for a in arrays], jt.tensor(g))
+        for a, e in zip(got, expected):
+            np.testing.assert_allclose(a.detach().numpy(), e.detach().numpy(), rtol=1e-4, atol=1e-4)

@@ -13,13 +13,13 @@ from __future__ import annotations
 import math
 
 from jitorch.ops import functions
-from jitorch.ops.views import compact
+from jitorch.ops.views import compact, contiguous_format
 from jitorch.runtime import dtypes as _dt
 from jitorch.autograd.rule import defgrad, differentiates, nondifferentiable, reads
 from jitorch.autograd.rules.common import per_input, wanted
 from jitorch.ops.linalg import EINSUM_LETTERS, einsum_plan
 from jitorch.ops.registry import OPS
-from jitorch.runtime.strided import broadcast_shapes, may_overlap, span, wrap_dim
+from jitorch.runtime.strided import broadcast_shapes, contiguous_strides, may_overlap, span, wrap_dim
 
 # Helpers --------------------------------------------------------------------------------
 
@@ -127,22 +127,47 @@ def _storage_counts(n, size, stride, offset, device):
     return _add_into_storage(functions.zeros(n, device=device), functions.ones(size, device=device), size, stride, offset)
 
 
+def _dense_order(size, stride, offset, n):
+    """The order of dims (largest stride first) in which the geometry ``(size, stride, offset)`` is the
+    compact layout of all ``n`` storage elements, each read once; else None."""
+    if offset or math.prod(size) != n or n == 0:
+        return None
+    order = sorted(range(len(size)), key=lambda d: (size[d] != 1, stride[d]), reverse=True)
+    expected = 1
+    for d in reversed(order):
+        if size[d] != 1:
+            if stride[d] != expected:
+                return None
+            expected *= size[d]
+    return order
+
+
 def _as_strided(g, a):
     """as_strided addresses the storage: the gradient goes through a storage-sized
     buffer, then is read back with the input's own geometry. Where that geometry
     reads a storage element several times (an expanded input), each reading gets
-    an equal share, so that the shares sum to the element's gradient (as torch)."""
+    an equal share, so that the shares sum to the element's gradient (as torch).
+
+    Where the view reads every storage element once (a pool's windows that tile the input), that buffer is
+    the gradient permuted: one copy instead of a scatter into zeros. It is a clone, so that the buffer is
+    fresh compact memory from offset 0, as the storage-addressed read back needs (a view of ``g`` could
+    start elsewhere in a larger storage, and ``g`` may be saved or written later)."""
     x = a.self
     offset = x.storage_offset() if a.storage_offset is None else a.storage_offset
     size, stride = tuple(a.size), tuple(a.stride)
     geometry = (tuple(x.shape), x.stride(), x.storage_offset())
     n = max(span(*geometry), span(size, stride, offset))
-    if may_overlap(size, stride):
+    order = _dense_order(size, stride, offset, n)
+    if order is not None:
+        flat = g.permute(order).clone(memory_format=contiguous_format).reshape(n)
+    elif may_overlap(size, stride):
         flat = _add_into_storage(g.new_zeros(n), g, size, stride, offset)
     else:
         flat = functions.as_strided_scatter(g.new_zeros(n), g, size, stride, offset)
     if may_overlap(*geometry[:2]):
         flat = flat / _storage_counts(n, *geometry, g.device).clamp_min(1).to(g.dtype)
+    elif order is not None and geometry[1:] == (contiguous_strides(geometry[0]), 0):
+        return flat.view(geometry[0])  # (a view a compiled kernel folds into its reads, as_strided is not)
     return flat.as_strided(*geometry)
 
 
