@@ -1,0 +1,269 @@
+"""A compiled function reading Python state through containers (a global list ``W[0]``, a closure dict
+``cfg["w"]``, nested containers, a module's ``ParameterList``/``ModuleList``/``ModuleDict`` or plain list
+attribute) is guarded on what it read: replacing, appending, popping or reassigning an element between
+calls traces again. Before, only closure cells, globals and attribute chains were guarded, so these calls
+silently reused the old graph (the old tensor, the old length, the old number). Each test compares with
+eager after every mutation and counts the traces."""
+
+import jitorch as jt
+from jitorch import nn
+from tests.jit.test_compile import counting
+
+W = [jt.tensor([1.0, 2.0]), jt.tensor([3.0, 4.0])]
+SCALES = [2.0, 3.0]
+NESTED = {"layers": [{"w": jt.tensor([1.0, -1.0])}, {"w": jt.tensor([2.0, 2.0])}], "scale": [1.5]}
+X = jt.tensor([0.5, -2.0])
+
+
+def steps(fn, mutations, x=X):
+    """Call ``jt.compile(fn)`` once and again after each mutation, checking each call against eager;
+    the number of times Python ran ``fn`` (traces)."""
+    counted = counting(fn)
+    compiled = jt.compile(counted)
+    assert compiled(x).tolist() == fn(x).tolist()
+    for mutate in mutations:
+        mutate()
+        assert compiled(x).tolist() == fn(x).tolist(), mutate
+    return counted.runs
+
+
+def test_a_global_list_indexed_by_a_constant_is_guarded_on_its_elements():
+    saved = list(W)
+    try:
+        def f(x):
+            return x * W[0] + W[1]
+        runs = steps(f, [lambda: W.__setitem__(0, jt.tensor([5.0, 6.0])),
+                         lambda: W.insert(0, jt.tensor([-1.0, 1.0])),
+                         lambda: W.pop(0)])
+        assert runs == 4
+    finally:
+        W[:] = saved
+
+
+def test_a_global_list_iterated_is_guarded_on_its_length():
+    saved = list(W)
+    try:
+        def f(x):
+            for w in W:
+                x = x * w
+            return x
+        runs = steps(f, [lambda: W.append(jt.tensor([10.0, 10.0])), lambda: W.pop(), lambda: W.pop()])
+        assert runs == 3  # the first graph holds again after the first pop
+    finally:
+        W[:] = saved
+
+
+def test_numbers_in_a_global_list_are_guarded_by_value():
+    saved = list(SCALES)
+    try:
+        def f(x):
+            return x * SCALES[0] + sum(SCALES)
+        runs = steps(f, [lambda: SCALES.__setitem__(0, 5.0),
+                         lambda: SCALES.__setitem__(0, float("5.0")),  # an equal number: no new trace
+                         lambda: SCALES.append(1.0)])
+        assert runs == 3
+    finally:
+        SCALES[:] = saved
+
+
+def test_a_closure_dict_is_guarded_on_its_keys_tensors_and_numbers():
+    cfg = {"w": jt.tensor([1.0, 2.0]), "s": 2.0}
+
+    def f(x):
+        out = x * cfg["w"] * cfg["s"]
+        for key in cfg:
+            if key.startswith("extra"):
+                out = out + cfg[key]
+        return out
+    runs = steps(f, [lambda: cfg.__setitem__("w", jt.tensor([3.0, 3.0])),
+                     lambda: cfg.__setitem__("s", 3),
+                     lambda: cfg.__setitem__("extra", jt.tensor([7.0, 7.0])),
+                     lambda: cfg.pop("extra")])
+    assert runs == 4  # the graph of the third state holds again after the pop
+
+
+def test_a_tuple_of_a_tensor_and_a_number_is_guarded():
+    pair = (jt.tensor([1.0, 2.0]), 2.0)
+
+    def f(x):
+        return x * pair[0] * pair[1]
+
+    def rebind():
+        nonlocal pair
+        pair = (pair[0], 4.0)
+    assert steps(f, [rebind]) == 2
+
+
+def test_nested_containers_are_guarded_at_every_level():
+    saved = [dict(d) for d in NESTED["layers"]], list(NESTED["scale"])
+    try:
+        def f(x):
+            for layer in NESTED["layers"]:
+                x = x * layer["w"]
+            return x * NESTED["scale"][0]
+        runs = steps(f, [lambda: NESTED["layers"][0].__setitem__("w", jt.tensor([4.0, 4.0])),
+                         lambda: NESTED["scale"].__setitem__(0, 4.0),
+                         lambda: NESTED["layers"].append({"w": jt.tensor([0.5, 0.5])}),
+                         lambda: NESTED["layers"][2]["w"].mul_(2)])  # in place: the graph reads it anew
+        assert runs == 4
+    finally:
+        NESTED["layers"][:] = saved[0]
+        NESTED["scale"][:] = saved[1]
+
+
+class Containers(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pl = nn.ParameterList([nn.Parameter(jt.tensor([1.0, 2.0])), nn.Parameter(jt.tensor([0.5, 0.5]))])
+        self.ml = nn.ModuleList([nn.Linear(2, 2), nn.Linear(2, 2)])
+        self.md = nn.ModuleDict({"a": nn.Linear(2, 2)})
+        self.plain = [jt.tensor([2.0, 3.0])]
+        self.scales = [2.0]
+
+    def forward(self, x):
+        for p in self.pl:
+            x = x * p
+        for layer in self.ml:
+            x = layer(x)
+        for key in self.md:
+            x = self.md[key](x)
+        return x * self.plain[0] * self.scales[0] + self.ml[0].weight.sum()
+
+
+def test_module_containers_and_list_attributes_are_guarded():
+    jt.manual_seed(0)
+    model = Containers()
+    mutations = [
+        lambda: model.pl.__setitem__(0, nn.Parameter(jt.tensor([3.0, 1.0]))),
+        lambda: model.pl.append(nn.Parameter(jt.tensor([2.0, 2.0]))),
+        lambda: model.ml.append(nn.Linear(2, 2)),
+        lambda: model.ml.__setitem__(0, nn.Linear(2, 2)),
+        lambda: model.md.__setitem__("b", nn.Linear(2, 2)),
+        lambda: model.md.__setitem__("a", nn.Linear(2, 2)),
+        lambda: model.plain.__setitem__(0, jt.tensor([-1.0, 1.0])),
+        lambda: model.scales.__setitem__(0, 7.0),
+        lambda: setattr(model.ml[1], "weight", nn.Parameter(jt.ones(2, 2))),
+        lambda: model.md.pop("b"),
+    ]
+    compiled = jt.compile(model)
+    with jt.no_grad():
+        assert compiled(X).tolist() == model(X).tolist()
+        for mutate in mutations:
+            mutate()
+            assert compiled(X).tolist() == model(X).tolist(), mutate
+
+
+def test_a_sequential_appended_to_traces_again():
+    model = nn.Sequential(nn.Linear(2, 2))
+    compiled = jt.compile(model)
+    with jt.no_grad():
+        compiled(X)
+        model.append(nn.ReLU())
+        assert compiled(-X.abs()).tolist() == model(-X.abs()).tolist()
+
+
+def test_unchanged_containers_need_no_new_trace():
+    cfg = {"w": jt.tensor([1.0, 2.0]), "layers": [jt.tensor([2.0, 2.0])], "s": 2.0}
+
+    def f(x):
+        return x * cfg["w"] * cfg["layers"][0] * cfg["s"]
+    runs = steps(f, [lambda: cfg["w"].add_(1.0),        # in place: the graph reads the tensor at each call
+                     lambda: cfg.__setitem__("s", 2.0),   # an equal number
+                     lambda: None])
+    assert runs == 1
+
+
+def test_a_module_passed_as_an_argument_is_guarded_like_a_captured_one():
+    def step(model, x):
+        return model(x) * model.scale
+
+    model = nn.Linear(2, 2)
+    model.scale = 2.0
+    counted = counting(step)
+    compiled = jt.compile(counted)
+    with jt.no_grad():
+        assert compiled(model, X).tolist() == step(model, X).tolist()
+        model.weight = nn.Parameter(jt.ones(2, 2))
+        assert compiled(model, X).tolist() == step(model, X).tolist()
+        model.scale = 3.0
+        assert compiled(model, X).tolist() == step(model, X).tolist()
+        assert compiled(model, X).tolist() == step(model, X).tolist()
+    assert counted.runs == 3
+
+
+def test_an_object_passed_as_an_argument_is_guarded_on_the_attributes_read():
+    class Config:
+        pass
+
+    cfg = Config()
+    cfg.w, cfg.s = jt.tensor([1.0, 2.0]), 2.0
+
+    def f(cfg, x):
+        return x * cfg.w * cfg.s
+
+    counted = counting(f)
+    compiled = jt.compile(counted)
+    assert compiled(cfg, X).tolist() == f(cfg, X).tolist()
+    cfg.w = jt.tensor([5.0, 5.0])
+    assert compiled(cfg, X).tolist() == f(cfg, X).tolist()
+    cfg.s = 0.5
+    assert compiled(cfg, X).tolist() == f(cfg, X).tolist()
+    assert counted.runs == 3
+
+
+def test_hyperparameters_of_library_modules_are_guarded_by_value():
+    norm = nn.LayerNorm(2)
+    compiled = jt.compile(norm)
+    with jt.no_grad():
+        assert compiled(X).tolist() == norm(X).tolist()
+        norm.eps = 10.0
+        assert compiled(X).tolist() == norm(X).tolist()
+    leaky = nn.LeakyReLU(0.1)
+    compiled = jt.compile(leaky)
+    assert compiled(-X.abs()).tolist() == leaky(-X.abs()).tolist()
+    leaky.negative_slope = 0.5
+    assert compiled(-X.abs()).tolist() == leaky(-X.abs()).tolist()
+    drop = nn.Dropout(0.0)
+    compiled = jt.compile(drop)
+    assert compiled(X).tolist() == X.tolist()
+    drop.p = 1.0
+    assert compiled(X).tolist() == drop(X).tolist() == [0.0, 0.0]
+
+
+def test_a_nested_user_module_reading_its_own_attribute_is_guarded():
+    class Inner(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scale = 2.0
+
+        def forward(self, x):
+            return x * self.scale
+
+    class Outer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = Inner()
+
+        def forward(self, x):
+            return self.inner(x)
+
+    model = Outer()
+    compiled = jt.compile(model)
+    assert compiled(X).tolist() == model(X).tolist()
+    model.inner.scale = 3.0
+    assert compiled(X).tolist() == model(X).tolist() == [1.5, -6.0]
+
+
+def test_plain_objects_in_a_list_are_guarded_on_their_attributes():
+    class Block:
+        def __init__(self, w, s):
+            self.w, self.s = w, s
+
+    blocks = [Block(jt.tensor([1.0, 2.0]), 2.0), Block(jt.tensor([0.5, 0.5]), 1.0)]
+
+    def f(x):
+        for b in blocks:
+            x = x * b.w * b.s
+        return x
+    runs = steps(f, [lambda: setattr(blocks[1], "s", 4.0), lambda: setattr(blocks[0], "w", jt.tensor([3.0, 3.0]))])
+    assert runs == 3
