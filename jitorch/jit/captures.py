@@ -22,6 +22,8 @@ import dis
 import sys
 import types
 from collections import deque
+from itertools import chain
+from operator import is_
 
 from ..tensor import GEOMETRY_EPOCH, Tensor
 
@@ -68,19 +70,23 @@ class CapturedState:
     holds the same, each check's ``__doc__`` saying what), `tensor_guards` for the captured tensors a
     trace used, and a snapshot that `restore` puts back."""
 
-    def __init__(self, fn):
+    def __init__(self, fn, args=(), kwargs=None):
         self.guards = []
-        self._seen = set()        # code objects collected
+        self._seen = set()        # (code, owner id) collected
         self._guarded = set()     # ids of tensors a guard checks already
         self._named = {}          # id -> (name, tensor) of the tensors the code names (``c``, ``M.w``)
-        self._namespaces = []     # (path, object) whose attributes or items the function reads
+        # (path, object, whether its contents are guarded) whose attributes or items the function reads
+        self._namespaces = []
         self._tables = []         # (text, table, copy) for dicts and lists, (text, cell, contents) for cells
         self._tensor_paths = {}   # id(tensor) -> path, for the tensors reached through the namespaces
+        self._contents = _Contents()
         function, owner = _python_function(fn)
         if function is not None and not _is_library_code(function):
-            self._collect(function, owner)
+            wrapped = getattr(function, "__wrapped__", None)  # a decorator's wrapper passes its arguments on
+            for f in ([wrapped] if isinstance(wrapped, types.FunctionType) else []) + [function]:
+                self._collect(f, owner, arguments=_object_arguments(f, owner, args, kwargs or {}))
         elif _is_namespace(owner):  # a built-in module's forward: the tensors it reads are the module's
-            self._namespaces.append((_Path("self", "self", lambda: owner), owner))
+            self._namespaces.append((_Path("self", "self", lambda: owner), owner, False))
         self._explore()
 
     # Guards ---------------------------------------------------------------------------------------------
@@ -88,14 +94,16 @@ class CapturedState:
     def tensor_guards(self, tensors):
         """Identity checks of the captured tensors a graph reads that no guard checks yet (a module's
         parameters read by library code): replacing one (``model.fc.weight = Parameter(...)``) traces
-        again. One check per root, reading the objects on the way once (a module's parameters share it)."""
+        again. One check per root, reading the objects on the way once (a module's parameters share it).
+        Then the check of the containers and module tables the function reaches (see `_explore`), last,
+        so that a more specific check names what changed when both fail."""
         by_root = {}
         for t in tensors:
             path = self._tensor_paths.get(id(t))
             if path is not None and id(t) not in self._guarded:
                 self._guarded.add(id(t))
                 by_root.setdefault(path.root, []).append((path, t))
-        return [_same_tensors_check(group) for group in by_root.values()]
+        return [_same_tensors_check(group) for group in by_root.values()] + self._contents.checks()
 
     def geometry_guards(self, read):
         """A check of the geometry of the captured tensors the code names and of ``read``, the (name, tensor)
@@ -105,11 +113,14 @@ class CapturedState:
             tensors.setdefault(id(t), (name, t))
         return [geometry_guard(list(tensors.values()))] if tensors else []
 
-    def _collect(self, function, owner):
+    def _collect(self, function, owner, owner_name="self", arguments=()):
+        """Guard what ``function``'s code reads of Python state (``owner``: the object it is bound to,
+        named ``owner_name``; ``arguments``: (name, object) of the objects it is called with, fixed by the
+        call's guard key)."""
         code = function.__code__
-        if code in self._seen:
+        if (code, id(owner)) in self._seen:
             return
-        self._seen.add(code)
+        self._seen.add((code, id(owner)))
         roots = {}
         for name, cell in zip(code.co_freevars, function.__closure__ or ()):
             roots["deref", name] = _Path(f"closure variable {name}", name, lambda cell=cell: _cell_contents(cell))
@@ -122,13 +133,15 @@ class CapturedState:
                                               lambda name=name: module_globals.get(name, _MISSING))
         if owner is not None and code.co_argcount:
             self_name = code.co_varnames[0]
-            roots["fast", self_name] = roots["deref", self_name] = _Path(self_name, self_name, lambda: owner)
+            roots["fast", self_name] = roots["deref", self_name] = _Path(owner_name, owner_name, lambda: owner)
+        for name, value in arguments:
+            roots["fast", name] = _Path(f"argument {name}", name, lambda value=value: value)
         for key, path in roots.items():
             value = path.read()
             if key[0] != "fast" and value is not owner:
                 self._guard(path, value)
             if _is_namespace(value):
-                self._namespaces.append((path, value))
+                self._namespaces.append((path, value, _is_container(value)))
         for root, attrs in _attribute_chains(code):
             if root in roots:
                 self._follow(roots[root], attrs)
@@ -149,7 +162,10 @@ class CapturedState:
             if not _is_namespace(value):
                 self._guard(path, value)
                 return
-            self._namespaces.append((path, value))
+            if _is_container(value):
+                # its contents are guarded through this very object, so it must stay the one read here
+                self.guards.append(_identity_check(path, value))
+            self._namespaces.append((path, value, _is_container(value)))
             obj = value
 
     def _missing_attribute(self, path, obj, attr):
@@ -183,26 +199,58 @@ class CapturedState:
 
     def _explore(self):
         """Visit what the namespaces hold (breadth first, instance dictionaries, lists, tuples and dicts):
-        record each table's contents and a path to each tensor."""
+        record each table's contents and a path to each tensor, and guard what the function may read
+        that no chain of its code names.
+
+        Code reads a container (``W[0]``, ``for w in W``, ``len(cfg)``) with no attribute load to follow,
+        so a container it names is guarded whole, with what it holds, down through nested containers and
+        the plain objects in them: its length and keys, each number and string by value, anything else
+        by identity. A module (an object with parameter and module tables) is guarded on those tables,
+        which library code iterates (``ModuleList``, ``Sequential``, ``parameters()``); a built-in module
+        on its numbers too (``eps``, ``p``: its forward reads them), a user module's ``forward`` is
+        collected as the function's own code is."""
         queue = deque(self._namespaces)
-        visited = set()
+        visited = {}  # id -> whether the object's contents are guarded
+        done = len(self._namespaces)
         while queue and len(visited) < _MAX_NODES:
-            path, obj = queue.popleft()
-            if id(obj) in visited:
+            path, obj, whole = queue.popleft()
+            first = id(obj) not in visited
+            if not first and (visited[id(obj)] or not whole):
                 continue
-            visited.add(id(obj))
+            visited[id(obj)] = whole
             if isinstance(obj, types.ModuleType):
                 self._tables.append((path.name, vars(obj), dict(vars(obj))))
                 continue  # only the attributes the code names (followed as chains)
-            for get, key, text, value in _members(obj):
-                if isinstance(value, Tensor):
-                    self._tensor_paths.setdefault(id(value), path.then(get, key, text))
-                elif _is_namespace(value) and not isinstance(value, types.ModuleType):
-                    queue.append((path.then(get, key, text), value))
-            if isinstance(obj, list):
-                self._tables.append((path.name, obj, list(obj)))
-            elif not isinstance(obj, tuple):
-                self._tables += [(path.name, table, dict(table)) for table in _dicts_of(obj)]
+            members = _members(obj)
+            module = _module_tables(obj)
+            if first:
+                for get, key, text, value in members:
+                    if isinstance(value, Tensor):
+                        self._tensor_paths.setdefault(id(value), path.then(get, key, text))
+                if isinstance(obj, list):
+                    self._tables.append((path.name, obj, list(obj)))
+                elif not isinstance(obj, tuple):
+                    self._tables += [(path.name, table, dict(table)) for table in _dicts_of(obj)]
+                if module is not None:
+                    self._guard_module(path, obj, module)
+                    queue.extend(self._namespaces[done:])  # what a user module's forward reads
+                    done = len(self._namespaces)
+            if module is None and whole:
+                self._contents.add(obj, path.name)
+            for get, key, text, value in members:
+                if _is_namespace(value) and not isinstance(value, (Tensor, types.ModuleType)):
+                    queue.append((path.then(get, key, text), value, whole and module is None))
+
+    def _guard_module(self, path, module, tables):
+        """Guard a module's parameter, buffer and submodule tables; a built-in module's numbers and
+        strings (its hyperparameters); collect a user module's ``forward``."""
+        for name, table in tables:
+            self._contents.add(table, f"{path.name}.{name}", keys=False)
+        forward = getattr(type(module), "forward", None)
+        if isinstance(forward, types.FunctionType) and not _is_library_code(forward):
+            self._collect(forward, module, path.name)
+        else:
+            self._contents.add_scalars(_object_dict(module, "__dict__"), path.name)
 
     def stored_traced_values(self, is_traced):
         """Where traced code stored a value ``is_traced`` recognises (a traced tensor, or a container
@@ -233,6 +281,125 @@ class CapturedState:
                 for key, value in before.items():
                     if table.get(key, _MISSING) is not value:
                         table[key] = value
+
+
+class _Contents:
+    """One check of the containers, instance dictionaries and module tables a trace may have read: that
+    each still holds what it held (same length, keys in the same order, numbers and strings equal, other
+    values the same objects). Each object is the one the trace saw: the guards of the objects holding it
+    (or, for the outermost, the guard of the chain that names it) check that. The common case, nothing
+    changed, is a few C-level passes over all of them together; when one changed, the check's
+    ``__doc__`` names it.
+
+    A container the traced code itself changes (``calls.append(...)``, ``stats["n"] += 1``) is the
+    function's output rather than its input: a graph does not repeat Python effects (they happen when it
+    traces), so such a container is not guarded (else each call would trace again)."""
+
+    def __init__(self):
+        self._ids = set()
+        self._objects = []  # lists and dicts, with whether a dict's keys are checked: (object, keys)
+        self._scalar_dicts, self._scalar_names = [], []  # a built-in module's numbers: (dict, name) pairs
+        self._names = {}  # id -> how the function reaches the object (``W``, ``self.ml._modules``)
+        self._before = {}  # id -> what the object held before the trace
+
+    def add(self, obj, name, keys=True):
+        """Guard a list's or dict's items (a dict's keys too unless ``keys`` is false: a module table's
+        keys only name its values), or an object's instance dictionary. A tuple needs no check of its
+        own: it cannot change, and what holds it is checked to be the same object."""
+        if not isinstance(obj, (list, dict)):
+            obj = _instance_dict(obj)
+            if type(obj) is not dict:
+                return
+        if id(obj) in self._ids:
+            return
+        self._ids.add(id(obj))
+        self._objects.append((obj, keys))
+        self._names[id(obj)] = name
+        self._before[id(obj)] = _held(obj)
+
+    def add_scalars(self, d, name):
+        """Guard the numbers, strings and tuples of them that the dict ``d`` (``name``'s attributes)
+        holds, by value."""
+        for key, value in list(d.items()):
+            if type(value) in _SCALARS or _is_scalar_tuple(value):
+                self._scalar_dicts.append(d)
+                self._scalar_names.append(key)
+        self._names[id(d)] = name
+
+    def checks(self):
+        """[the check], or [] when there is nothing to check; made after the trace."""
+        kept = [(obj, keys) for obj, keys in self._objects if _same_items(_held(obj), self._before[id(obj)])]
+        if not (kept or self._scalar_dicts):
+            return []
+        objects = [obj for obj, _ in kept]
+        # live views: the check iterates them all in one pass, without making a view per dict per call
+        parts = []
+        for obj, keys in kept:
+            if not isinstance(obj, dict):
+                parts.append(obj)
+            else:
+                parts += [obj.keys(), obj.values()] if keys else [obj.values()]
+        parts = tuple(parts)
+        scalar_dicts, scalar_names = tuple(self._scalar_dicts), tuple(self._scalar_names)
+        lengths = tuple(map(len, parts))
+        held = tuple(chain(chain.from_iterable(parts), map(dict.get, scalar_dicts, scalar_names)))
+        before = self._before
+        scalars_before = [(d, name, d.get(name)) for d, name in zip(scalar_dicts, scalar_names)]
+        names = self._names
+
+        def check():
+            if tuple(map(len, parts)) == lengths and all(
+                    map(is_, chain(chain.from_iterable(parts), map(dict.get, scalar_dicts, scalar_names)), held)):
+                return True
+            # another object may still be the same: an equal number or string (``s = float("1.5")``)
+            for obj in objects:
+                if not _same_items(_held(obj), before[id(obj)]):
+                    check.__doc__ = f"{names[id(obj)]} holds what it held"
+                    return False
+            for d, name, value in scalars_before:
+                if not _same_items((d.get(name, _MISSING),), (value,)):
+                    check.__doc__ = f"{names[id(d)]}.{name} == {value!r}"
+                    return False
+            return True
+        check.__doc__ = f"the {len(objects)} containers and module tables the function reaches hold what they held"
+        return [check]
+
+
+def _held(obj):
+    """A list's items, a dict's keys and values, in order."""
+    return list(obj) if isinstance(obj, list) else [*obj, *obj.values()]
+
+
+def _same_items(now, then):
+    now, then = list(now), list(then)
+    return len(now) == len(then) and all(
+        a is b or (type(a) is type(b) and (type(b) in _SCALARS or _is_scalar_tuple(b)) and a == b)
+        for a, b in zip(now, then))
+
+
+def _is_container(value):
+    return isinstance(value, (list, tuple, dict))
+
+
+def _module_tables(obj):
+    """A module's (an object with ``_parameters`` and ``_modules`` dicts) parameter, buffer and submodule
+    tables; None for other objects."""
+    d = _instance_dict(obj)
+    if type(d) is not dict or type(d.get("_parameters")) is not dict or type(d.get("_modules")) is not dict:
+        return None
+    return [(table, d[table]) for table in _MODULE_TABLES if type(d.get(table)) is dict]
+
+
+def _object_arguments(function, owner, args, kwargs):
+    """(parameter name, object) for the arguments of a call of ``function`` that are objects it may read
+    state through (not tensors, numbers or containers: the call's guard key holds those). The call's
+    guard key fixes each such object, so a graph may read it as it is now."""
+    code = function.__code__
+    names = code.co_varnames[1 if owner is not None else 0:code.co_argcount + code.co_kwonlyargcount]
+    pairs = list(zip(names, args)) + [(name, kwargs[name]) for name in names if name in kwargs]
+    return [(name, value) for name, value in pairs
+            if _is_namespace(value) and not _is_container(value) and not isinstance(value, types.ModuleType)
+            and type(value).__eq__ is object.__eq__]
 
 
 def _python_function(fn):
