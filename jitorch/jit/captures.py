@@ -23,7 +23,7 @@ import sys
 import types
 from collections import deque
 from itertools import chain
-from operator import is_
+from operator import eq, is_
 
 from ..tensor import GEOMETRY_EPOCH, Tensor
 
@@ -80,6 +80,7 @@ class CapturedState:
         self._tables = []         # (text, table, copy) for dicts and lists, (text, cell, contents) for cells
         self._tensor_paths = {}   # id(tensor) -> path, for the tensors reached through the namespaces
         self._contents = _Contents()
+        self._local_attributes = set()  # attribute names the code reads from its local variables
         function, owner = _python_function(fn)
         if function is not None and not _is_library_code(function):
             wrapped = getattr(function, "__wrapped__", None)  # a decorator's wrapper passes its arguments on
@@ -145,6 +146,10 @@ class CapturedState:
         for root, attrs in _attribute_chains(code):
             if root in roots:
                 self._follow(roots[root], attrs)
+            elif root[0] in ("fast", "local"):
+                # read from an object the code reached through a container or a call (``for b in blocks:
+                # b.alpha``): guarded on every object explored that holds such an attribute
+                self._local_attributes.update(attrs)
 
     def _follow(self, path, attrs):
         """Guard each value along ``root.a.b...`` that is not a namespace read further."""
@@ -192,6 +197,8 @@ class CapturedState:
                 self._guarded.add(id(value))
                 self._named[id(value)] = (path.name, value)
         self.guards.append(check)
+        if isinstance(value, set):
+            self._contents.add_set(value, path.name)
         if isinstance(value, types.FunctionType) and not _is_library_code(value):
             self._collect(value, None)  # a helper the function calls reads variables of its own
 
@@ -211,6 +218,7 @@ class CapturedState:
         collected as the function's own code is."""
         queue = deque(self._namespaces)
         visited = {}  # id -> whether the object's contents are guarded
+        explored = []
         done = len(self._namespaces)
         while queue and len(visited) < _MAX_NODES:
             path, obj, whole = queue.popleft()
@@ -218,6 +226,8 @@ class CapturedState:
             if not first and (visited[id(obj)] or not whole):
                 continue
             visited[id(obj)] = whole
+            if first:
+                explored.append((path.name, obj))
             if isinstance(obj, types.ModuleType):
                 self._tables.append((path.name, vars(obj), dict(vars(obj))))
                 continue  # only the attributes the code names (followed as chains)
@@ -240,6 +250,12 @@ class CapturedState:
             for get, key, text, value in members:
                 if _is_namespace(value) and not isinstance(value, (Tensor, types.ModuleType)):
                     queue.append((path.then(get, key, text), value, whole and module is None))
+                elif isinstance(value, set) and whole and module is None:
+                    self._contents.add_set(value, f"{path.name}{text}")
+        for name, obj in explored:
+            d = _instance_dict(obj) if not isinstance(obj, (list, tuple, dict, types.ModuleType)) else None
+            if type(d) is dict:
+                self._contents.add_attributes(d, name, [k for k in self._local_attributes if k in d])
 
     def _guard_module(self, path, module, tables):
         """Guard a module's parameter, buffer and submodule tables; a built-in module's numbers and
@@ -250,7 +266,9 @@ class CapturedState:
         if isinstance(forward, types.FunctionType) and not _is_library_code(forward):
             self._collect(forward, module, path.name)
         else:
-            self._contents.add_scalars(_object_dict(module, "__dict__"), path.name)
+            d = _object_dict(module, "__dict__")
+            self._contents.add_attributes(d, path.name, [k for k, v in d.items() if type(k) is str and (
+                type(v) in _SCALARS or _is_scalar_tuple(v))])
 
     def stored_traced_values(self, is_traced):
         """Where traced code stored a value ``is_traced`` recognises (a traced tensor, or a container
@@ -298,7 +316,8 @@ class _Contents:
     def __init__(self):
         self._ids = set()
         self._objects = []  # lists and dicts, with whether a dict's keys are checked: (object, keys)
-        self._scalar_dicts, self._scalar_names = [], []  # a built-in module's numbers: (dict, name) pairs
+        self._scalar_dicts, self._scalar_names = [], []  # (instance dict, attribute name) pairs
+        self._sets = []  # (set, frozen copy)
         self._names = {}  # id -> how the function reaches the object (``W``, ``self.ml._modules``)
         self._before = {}  # id -> what the object held before the trace
 
@@ -317,19 +336,28 @@ class _Contents:
         self._names[id(obj)] = name
         self._before[id(obj)] = _held(obj)
 
-    def add_scalars(self, d, name):
-        """Guard the numbers, strings and tuples of them that the dict ``d`` (``name``'s attributes)
-        holds, by value."""
-        for key, value in list(d.items()):
-            if type(value) in _SCALARS or _is_scalar_tuple(value):
+    def add_attributes(self, d, name, keys):
+        """Guard the entries ``keys`` of ``name``'s instance dictionary ``d``."""
+        for key in keys:
+            if (id(d), key) not in self._ids:
+                self._ids.add((id(d), key))
                 self._scalar_dicts.append(d)
                 self._scalar_names.append(key)
         self._names[id(d)] = name
 
+    def add_set(self, value, name):
+        """Guard a set's elements (``if key in ALLOWED``)."""
+        if id(value) not in self._ids:
+            self._ids.add(id(value))
+            self._sets.append((value, frozenset(value)))
+            self._names[id(value)] = name
+
     def checks(self):
         """[the check], or [] when there is nothing to check; made after the trace."""
         kept = [(obj, keys) for obj, keys in self._objects if _same_items(_held(obj), self._before[id(obj)])]
-        if not (kept or self._scalar_dicts):
+        sets = tuple(s for s, before in self._sets if s == before)  # (else the traced code changed it)
+        frozen = tuple(map(frozenset, sets))
+        if not (kept or self._scalar_dicts or sets):
             return []
         objects = [obj for obj, _ in kept]
         # live views: the check iterates them all in one pass, without making a view per dict per call
@@ -349,7 +377,8 @@ class _Contents:
 
         def check():
             if tuple(map(len, parts)) == lengths and all(
-                    map(is_, chain(chain.from_iterable(parts), map(dict.get, scalar_dicts, scalar_names)), held)):
+                    map(is_, chain(chain.from_iterable(parts), map(dict.get, scalar_dicts, scalar_names)), held)
+            ) and (not sets or all(map(eq, sets, frozen))):
                 return True
             # another object may still be the same: an equal number or string (``s = float("1.5")``)
             for obj in objects:
@@ -358,7 +387,12 @@ class _Contents:
                     return False
             for d, name, value in scalars_before:
                 if not _same_items((d.get(name, _MISSING),), (value,)):
-                    check.__doc__ = f"{names[id(d)]}.{name} == {value!r}"
+                    check.__doc__ = (f"{names[id(d)]}.{name} == {value!r}" if type(value) in _SCALARS
+                                     else f"{names[id(d)]}.{name} is the same {type(value).__name__}")
+                    return False
+            for value, then in zip(sets, frozen):
+                if value != then:
+                    check.__doc__ = f"{names[id(value)]} holds what it held"
                     return False
             return True
         check.__doc__ = f"the {len(objects)} containers and module tables the function reaches hold what they held"
@@ -424,7 +458,8 @@ def _python_function(fn):
 
 def _attribute_chains(code):
     """(root, attribute names) for each chain of attribute loads in ``code`` and the code nested in it:
-    root is ("global" | "deref" | "fast", name); nested code's own locals are no roots."""
+    root is ("global" | "deref" | "fast", name), or ("local", name) for nested code's own locals (a
+    comprehension's ``b`` in ``[b.w for b in blocks]``), which are no roots."""
     chains = []
     for nested in [code] + _nested_code(code):
         root, attrs = None, ()
@@ -435,7 +470,9 @@ def _attribute_chains(code):
             if root is not None and attrs:
                 chains.append((root, attrs))
             kind = _ROOT_OPS.get(ins.opname)
-            root = (kind, ins.argval) if kind and (nested is code or kind != "fast") else None
+            if kind == "fast" and nested is not code:
+                kind = "local"
+            root = (kind, ins.argval) if kind else None
             attrs = ()
     return dict.fromkeys(chains)
 

@@ -275,3 +275,57 @@ def test_plain_objects_in_a_list_are_guarded_on_their_attributes():
         return x
     runs = steps(f, [lambda: setattr(blocks[1], "s", 4.0), lambda: setattr(blocks[0], "w", jt.tensor([3.0, 3.0]))])
     assert runs == 3
+
+
+def test_attributes_read_from_modules_in_a_module_list_are_guarded():
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.alpha = 2.0
+            self.act = jt.relu
+
+        def forward(self, x):
+            return x
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = nn.ModuleList([Block(), Block()])
+
+        def forward(self, x):
+            for b in self.blocks:
+                x = b.act(x * b.alpha) - 1
+            return x + sum([b.alpha for b in self.blocks])  # a comprehension's own local too
+
+    model = Model()
+    compiled = jt.compile(model)
+    with jt.no_grad():
+        assert compiled(X).tolist() == model(X).tolist()
+        model.blocks[1].alpha = 5.0
+        assert compiled(X).tolist() == model(X).tolist()
+        model.blocks[0].act = jt.tanh
+        assert compiled(X).tolist() == model(X).tolist()
+
+
+ALLOWED = {"double"}
+
+
+def test_a_global_set_is_guarded_on_its_elements():
+    def f(x):
+        return x * 2 if "triple" not in ALLOWED else x * 3
+    try:
+        assert steps(f, [lambda: ALLOWED.add("triple"), lambda: ALLOWED.discard("triple")]) == 2
+    finally:
+        ALLOWED.discard("triple")
+
+
+def test_a_function_appending_to_a_list_it_captures_is_not_traced_again():
+    """A container the traced code changes is its output, not its input: guarding it would trace at every
+    call (the trace's Python effects happen once, when it traces)."""
+    seen = []
+
+    def f(x):
+        seen.append(tuple(x.shape))
+        return x + 1
+    assert steps(f, [lambda: None, lambda: None]) == 1
+    assert len(seen) == 1 + 3  # the trace, and the three eager calls `steps` compares with
