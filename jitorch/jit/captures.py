@@ -75,8 +75,10 @@ class CapturedState:
         self._seen = set()        # (code, owner id) collected
         self._guarded = set()     # ids of tensors a guard checks already
         self._named = {}          # id -> (name, tensor) of the tensors the code names (``c``, ``M.w``)
-        # (path, object, whether its contents are guarded) whose attributes or items the function reads
+        # (path, object, whether its contents are guarded, whether it is the object the path leads to at
+        # every call that the guards let through) whose attributes or items the function reads
         self._namespaces = []
+        self._covered = {}  # id(tensor) -> id of the guarded table or container that holds it
         self._tables = []         # (text, table, copy) for dicts and lists, (text, cell, contents) for cells
         self._tensor_paths = {}   # id(tensor) -> path, for the tensors reached through the namespaces
         self._contents = _Contents()
@@ -85,9 +87,9 @@ class CapturedState:
         if function is not None and not _is_library_code(function):
             wrapped = getattr(function, "__wrapped__", None)  # a decorator's wrapper passes its arguments on
             for f in ([wrapped] if isinstance(wrapped, types.FunctionType) else []) + [function]:
-                self._collect(f, owner, arguments=_object_arguments(f, owner, args, kwargs or {}))
+                self._collect(f, owner, arguments=_object_arguments(f, owner, args, kwargs or {}), compiled=True)
         elif _is_namespace(owner):  # a built-in module's forward: the tensors it reads are the module's
-            self._namespaces.append((_Path("self", "self", lambda: owner), owner, False))
+            self._namespaces.append((_Path("self", "self", lambda: owner), owner, False, True))
         self._explore()
 
     # Guards ---------------------------------------------------------------------------------------------
@@ -98,13 +100,16 @@ class CapturedState:
         again. One check per root, reading the objects on the way once (a module's parameters share it).
         Then the check of the containers and module tables the function reaches (see `_explore`), last,
         so that a more specific check names what changed when both fail."""
+        contents = self._contents.checks()
         by_root = {}
         for t in tensors:
             path = self._tensor_paths.get(id(t))
             if path is not None and id(t) not in self._guarded:
                 self._guarded.add(id(t))
+                if self._covered.get(id(t)) in self._contents.kept:
+                    continue  # held by a table the contents check covers, reached through guarded objects
                 by_root.setdefault(path.root, []).append((path, t))
-        return [_same_tensors_check(group) for group in by_root.values()] + self._contents.checks()
+        return [_same_tensors_check(group) for group in by_root.values()] + contents
 
     def geometry_guards(self, read):
         """A check of the geometry of the captured tensors the code names and of ``read``, the (name, tensor)
@@ -114,10 +119,10 @@ class CapturedState:
             tensors.setdefault(id(t), (name, t))
         return [geometry_guard(list(tensors.values()))] if tensors else []
 
-    def _collect(self, function, owner, owner_name="self", arguments=()):
+    def _collect(self, function, owner, owner_name="self", arguments=(), compiled=False):
         """Guard what ``function``'s code reads of Python state (``owner``: the object it is bound to,
-        named ``owner_name``; ``arguments``: (name, object) of the objects it is called with, fixed by the
-        call's guard key)."""
+        named ``owner_name``; ``arguments``: (name, object) of the objects it is called with; ``compiled``:
+        whether it is the compiled function, whose owner and arguments the call's guard key fixes)."""
         code = function.__code__
         if (code, id(owner)) in self._seen:
             return
@@ -142,7 +147,10 @@ class CapturedState:
             if key[0] != "fast" and value is not owner:
                 self._guard(path, value)
             if _is_namespace(value):
-                self._namespaces.append((path, value, _is_container(value)))
+                # a global or closure variable is guarded by identity; the bound object and the arguments
+                # of the compiled call are fixed by its guard key (a helper's are not)
+                fixed = key[0] != "fast" or compiled
+                self._namespaces.append((path, value, _is_container(value), fixed))
         for root, attrs in _attribute_chains(code):
             if root in roots:
                 self._follow(roots[root], attrs)
@@ -170,7 +178,7 @@ class CapturedState:
             if _is_container(value):
                 # its contents are guarded through this very object, so it must stay the one read here
                 self.guards.append(_identity_check(path, value))
-            self._namespaces.append((path, value, _is_container(value)))
+            self._namespaces.append((path, value, _is_container(value), _is_container(value)))
             obj = value
 
     def _missing_attribute(self, path, obj, attr):
@@ -221,7 +229,7 @@ class CapturedState:
         explored = []
         done = len(self._namespaces)
         while queue and len(visited) < _MAX_NODES:
-            path, obj, whole = queue.popleft()
+            path, obj, whole, fixed = queue.popleft()
             first = id(obj) not in visited
             if not first and (visited[id(obj)] or not whole):
                 continue
@@ -237,6 +245,8 @@ class CapturedState:
                 for get, key, text, value in members:
                     if isinstance(value, Tensor):
                         self._tensor_paths.setdefault(id(value), path.then(get, key, text))
+                        if fixed and (module is None and whole or module is not None and get is _table_member):
+                            self._covered.setdefault(id(value), _holder(obj, key))
                 if isinstance(obj, list):
                     self._tables.append((path.name, obj, list(obj)))
                 elif not isinstance(obj, tuple):
@@ -249,7 +259,8 @@ class CapturedState:
                 self._contents.add(obj, path.name)
             for get, key, text, value in members:
                 if _is_namespace(value) and not isinstance(value, (Tensor, types.ModuleType)):
-                    queue.append((path.then(get, key, text), value, whole and module is None))
+                    guarded = whole and module is None or module is not None and get is _table_member
+                    queue.append((path.then(get, key, text), value, whole and module is None, fixed and guarded))
                 elif isinstance(value, set) and whole and module is None:
                     self._contents.add_set(value, f"{path.name}{text}")
         for name, obj in explored:
@@ -261,14 +272,15 @@ class CapturedState:
         """Guard a module's parameter, buffer and submodule tables; a built-in module's numbers and
         strings (its hyperparameters); collect a user module's ``forward``."""
         for name, table in tables:
-            self._contents.add(table, f"{path.name}.{name}", keys=False)
+            self._contents.add(table, (path.name, name), keys=False)  # (its entries read as attributes)
         forward = getattr(type(module), "forward", None)
         if isinstance(forward, types.FunctionType) and not _is_library_code(forward):
             self._collect(forward, module, path.name)
         else:
             d = _object_dict(module, "__dict__")
-            self._contents.add_attributes(d, path.name, [k for k, v in d.items() if type(k) is str and (
-                type(v) in _SCALARS or _is_scalar_tuple(v))])
+            # (``training`` is guarded where the module is called: see ``Module.__call__``)
+            self._contents.add_attributes(d, path.name, [k for k, v in d.items() if type(k) is str and k != "training"
+                                                         and (type(v) in _SCALARS or _is_scalar_tuple(v))])
 
     def stored_traced_values(self, is_traced):
         """Where traced code stored a value ``is_traced`` recognises (a traced tensor, or a container
@@ -320,6 +332,7 @@ class _Contents:
         self._sets = []  # (set, frozen copy)
         self._names = {}  # id -> how the function reaches the object (``W``, ``self.ml._modules``)
         self._before = {}  # id -> what the object held before the trace
+        self.kept = set()  # ids of the objects `checks` checks (those the trace left as they were)
 
     def add(self, obj, name, keys=True):
         """Guard a list's or dict's items (a dict's keys too unless ``keys`` is false: a module table's
@@ -355,6 +368,7 @@ class _Contents:
     def checks(self):
         """[the check], or [] when there is nothing to check; made after the trace."""
         kept = [(obj, keys) for obj, keys in self._objects if _same_items(_held(obj), self._before[id(obj)])]
+        self.kept = {id(obj) for obj, _ in kept}
         sets = tuple(s for s, before in self._sets if s == before)  # (else the traced code changed it)
         frozen = tuple(map(frozenset, sets))
         if not (kept or self._scalar_dicts or sets):
@@ -370,20 +384,21 @@ class _Contents:
         parts = tuple(parts)
         scalar_dicts, scalar_names = tuple(self._scalar_dicts), tuple(self._scalar_names)
         lengths = tuple(map(len, parts))
-        held = tuple(chain(chain.from_iterable(parts), map(dict.get, scalar_dicts, scalar_names)))
+        filled = tuple(part for part in parts if len(part))  # (the lengths check the empty ones)
+        held = tuple(chain(chain.from_iterable(filled), map(dict.get, scalar_dicts, scalar_names)))
         before = self._before
         scalars_before = [(d, name, d.get(name)) for d, name in zip(scalar_dicts, scalar_names)]
         names = self._names
 
         def check():
             if tuple(map(len, parts)) == lengths and all(
-                    map(is_, chain(chain.from_iterable(parts), map(dict.get, scalar_dicts, scalar_names)), held)
+                    map(is_, chain(chain.from_iterable(filled), map(dict.get, scalar_dicts, scalar_names)), held)
             ) and (not sets or all(map(eq, sets, frozen))):
                 return True
             # another object may still be the same: an equal number or string (``s = float("1.5")``)
             for obj in objects:
                 if not _same_items(_held(obj), before[id(obj)]):
-                    check.__doc__ = f"{names[id(obj)]} holds what it held"
+                    check.__doc__ = _difference(obj, before[id(obj)], names[id(obj)])
                     return False
             for d, name, value in scalars_before:
                 if not _same_items((d.get(name, _MISSING),), (value,)):
@@ -397,6 +412,27 @@ class _Contents:
             return True
         check.__doc__ = f"the {len(objects)} containers and module tables the function reaches hold what they held"
         return [check]
+
+
+def _difference(obj, before, name):
+    """What a failed contents check says: the first entry of ``obj`` (reached as ``name``; (the module's
+    name, the table's) for a module table, whose entries read as attributes) that no longer holds what it
+    held (``before``)."""
+    if isinstance(obj, list):
+        if len(obj) != len(before):
+            return f"len({name}) == {len(before)}"
+        entries = [(f"{name}[{i}]", a, b) for i, (a, b) in enumerate(zip(obj, before))]
+    else:
+        keys = before[:len(before) // 2]
+        if not _same_items(list(obj), keys):
+            shown = f"{'.'.join(name)} has the entries" if isinstance(name, tuple) else f"{name} has the keys"
+            return f"{shown} {', '.join(map(repr, keys)) or '(none)'}"
+        entries = [(f"{name[0]}.{key}" if isinstance(name, tuple) else f"{name}[{key!r}]", obj[key], b)
+                   for key, b in zip(keys, before[len(before) // 2:])]
+    for where, now, then in entries:
+        if not _same_items((now,), (then,)):
+            return f"{where} == {then!r}" if type(then) in _SCALARS else f"{where} is the same {type(then).__name__}"
+    return f"{name} holds what it held"
 
 
 def _held(obj):
@@ -413,6 +449,15 @@ def _same_items(now, then):
 
 def _is_container(value):
     return isinstance(value, (list, tuple, dict))
+
+
+def _holder(obj, key):
+    """The id of the table or container whose check covers ``obj``'s member ``key`` (a module's
+    parameter and buffer tables, a container itself, an object's instance dictionary)."""
+    if isinstance(obj, (list, tuple, dict)):
+        return id(obj)
+    d = _object_dict(obj, "__dict__")
+    return id(d[key[0]]) if type(key) is tuple else id(d)
 
 
 def _module_tables(obj):

@@ -329,3 +329,32 @@ def test_a_function_appending_to_a_list_it_captures_is_not_traced_again():
         return x + 1
     assert steps(f, [lambda: None, lambda: None]) == 1
     assert len(seen) == 1 + 3  # the trace, and the three eager calls `steps` compares with
+
+
+def test_the_retrace_reason_names_the_entry_that_changed():
+    saved = list(W)
+    cfg = {"w": jt.ones(2), "s": 2.0}
+
+    def f(x):
+        return x * W[0] * cfg["w"] * cfg["s"] + W[1]
+    compiled = jt.compile(f)
+    reasons = []
+    try:
+        for change in [lambda: W.__setitem__(0, jt.ones(2)), lambda: W.append(jt.ones(2)),
+                       lambda: cfg.__setitem__("s", 3.0), lambda: cfg.__setitem__("z", 3.0)]:
+            compiled(X)
+            change()
+            assert compiled(X).tolist() == f(X).tolist()
+            reasons.append(compiled.retrace_reason)
+    finally:
+        W[:] = saved
+    assert reasons == ["no longer true: W[0] is the same Tensor", "no longer true: len(W) == 2",
+                       "no longer true: cfg['s'] == 2.0", "no longer true: cfg has the keys 'w', 's'"]
+    drop = nn.Dropout(0.1)
+    compiled = jt.compile(drop)
+    with jt.no_grad():
+        compiled(X)
+        drop.p = 0.2
+        compiled(X)
+    (function,) = compiled._by_mode.values()
+    assert function.retrace_reason == "no longer true: self.p == 0.1"
