@@ -8,7 +8,11 @@ Numbers, strings and None are guarded by value; tensors and other objects by ide
 change of a captured tensor (an optimizer step) still needs no new trace. A chain is re-read at each
 guard check through instance dictionaries only (never properties or ``__getattr__`` code). The captured
 tensors' geometry is guarded too (`geometry_guard`): reshaping one outside the function (``c.t_()``,
-``c.data = other``) traces again.
+``c.data = other``) traces again. What code reads without an attribute load (``W[0]``, ``for w in W``,
+``cfg["s"]``, a ``ModuleList`` iterated by library code) is guarded by one check of the containers, module
+tables and objects it reaches (`CapturedState._explore`, `_Contents`); so are the objects the compiled call
+receives as arguments, and a built-in module's hyperparameters. Exploration stops after ``_MAX_NODES``
+objects: state reached only beyond that is not guarded.
 
 Snapshot: traced code may store what it computes in that state (``M.cache = t``, ``self.mask = t``,
 ``lst.append(t)``). A traced tensor left there would break every later use, so `CapturedState` records the
@@ -225,15 +229,18 @@ class CapturedState:
         on its numbers too (``eps``, ``p``: its forward reads them), a user module's ``forward`` is
         collected as the function's own code is."""
         queue = deque(self._namespaces)
-        visited = {}  # id -> whether the object's contents are guarded
+        visited = {}  # id -> (whether the object's contents are guarded, whether it is fixed), as yet
         explored = []
         done = len(self._namespaces)
         while queue and len(visited) < _MAX_NODES:
             path, obj, whole, fixed = queue.popleft()
             first = id(obj) not in visited
-            if not first and (visited[id(obj)] or not whole):
-                continue
-            visited[id(obj)] = whole
+            if not first:  # visited again only to guard or cover more (each flag turns on once)
+                was_whole, was_fixed = visited[id(obj)]
+                if was_whole >= whole and was_fixed >= fixed:
+                    continue
+                whole, fixed = whole or was_whole, fixed or was_fixed
+            visited[id(obj)] = whole, fixed
             if first:
                 explored.append((path.name, obj))
             if isinstance(obj, types.ModuleType):
@@ -241,12 +248,12 @@ class CapturedState:
                 continue  # only the attributes the code names (followed as chains)
             members = _members(obj)
             module = _module_tables(obj)
+            for get, key, text, value in members:
+                if isinstance(value, Tensor):
+                    self._tensor_paths.setdefault(id(value), path.then(get, key, text))
+                    if fixed and (module is None and whole or module is not None and get is _table_member):
+                        self._covered.setdefault(id(value), _holder(obj, key))
             if first:
-                for get, key, text, value in members:
-                    if isinstance(value, Tensor):
-                        self._tensor_paths.setdefault(id(value), path.then(get, key, text))
-                        if fixed and (module is None and whole or module is not None and get is _table_member):
-                            self._covered.setdefault(id(value), _holder(obj, key))
                 if isinstance(obj, list):
                     self._tables.append((path.name, obj, list(obj)))
                 elif not isinstance(obj, tuple):
