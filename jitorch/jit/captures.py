@@ -169,13 +169,19 @@ class CapturedState:
         if isinstance(obj, types.ModuleType) and _is_library_module(obj):
             return
         for attr in attrs:
-            if not _is_namespace(obj):
+            if _is_user_class(obj):  # ``Config.scale``: a class attribute
+                value = _read_step(_class_member, obj, attr)
+                if value is _MISSING or self._class_code(value, None, path):
+                    return
+                path = path.then(_class_member, attr, f".{attr}")
+            elif not _is_namespace(obj):
                 return
-            value = _read_step(_attr, obj, attr)
-            if value is _MISSING:
-                self._missing_attribute(path, obj, attr)
-                return
-            path = path.then(_attr, attr, f".{attr}")
+            else:
+                value = _read_step(_attr, obj, attr)
+                if value is _MISSING:
+                    self._missing_attribute(path, obj, attr)
+                    return
+                path = path.then(_attr, attr, f".{attr}")
             if not _is_namespace(value):
                 self._guard(path, value)
                 return
@@ -188,13 +194,29 @@ class CapturedState:
     def _missing_attribute(self, path, obj, attr):
         """``obj.attr`` is not in its instance dictionary: a method (whose code reads state of its own), a
         class attribute, or nothing yet (``getattr(self, "mask", None)``: setting it must trace again)."""
-        for klass in type(obj).__mro__:
-            if attr in vars(klass):
-                method = vars(klass)[attr]
-                if isinstance(method, types.FunctionType) and not _is_library_code(method):
-                    self._collect(method, obj)
-                return
-        self._guard(path.then(_attr, attr, f".{attr}"), _MISSING)
+        value = _read_step(_class_member, type(obj), attr)
+        if value is _MISSING:
+            self._guard(path.then(_attr, attr, f".{attr}"), _MISSING)
+        elif not self._class_code(value, obj, path):
+            # a class attribute (``SCALE = 2.0``): re-read as lookup finds it, so that rebinding it on the
+            # class, or setting it on the instance, traces again
+            path = path.then(_resolved_attr, attr, f".{attr}")
+            if _is_namespace(value):
+                self.guards.append(_identity_check(path, value))
+                self._namespaces.append((path, value, _is_container(value), _is_container(value)))
+            else:
+                self._guard(path, value)
+
+    def _class_code(self, value, obj, path):
+        """Whether a class attribute is code rather than data: a method or a property (whose user code
+        is collected, bound to ``obj``), a static or class method, another descriptor."""
+        if isinstance(value, property):
+            value = value.fget
+        elif not (isinstance(value, types.FunctionType) or hasattr(type(value), "__get__")):
+            return False
+        if isinstance(value, types.FunctionType) and not _is_library_code(value) and obj is not None:
+            self._collect(value, obj, path.name)
+        return True
 
     def _guard(self, path, value):
         if isinstance(value, types.ModuleType):
@@ -561,6 +583,31 @@ def _attr(obj, name):
         if type(members) is dict and name in members:
             return members[name]
     raise KeyError(name)
+
+
+def _class_member(cls, name):
+    """``cls.name`` as the class dictionaries along its MRO hold it (no descriptor or metaclass code)."""
+    for klass in cls.__mro__:
+        d = vars(klass)
+        if name in d:
+            return d[name]
+    raise KeyError(name)
+
+
+def _resolved_attr(obj, name):
+    """``obj.name`` as lookup finds a data attribute: in the instance (see `_attr`), else on its class."""
+    try:
+        return _attr(obj, name)
+    except _LOOKUP_ERRORS:
+        return _class_member(type(obj), name)
+
+
+def _is_user_class(value):
+    """A class of the user's (not jitorch's, nor the standard library's or a built-in one)."""
+    if not isinstance(value, type):
+        return False
+    top = (getattr(value, "__module__", None) or "").partition(".")[0]
+    return top not in ("jitorch", "builtins") and top not in getattr(sys, "stdlib_module_names", ())
 
 
 def _dict_attr(obj, name):

@@ -166,3 +166,43 @@ def test_a_module_moved_to_another_device_between_calls_runs_there(fake_cuda):
         with pytest.warns(UserWarning, match="has tensors on cpu and cuda:0"):
             out = f(X)
     assert out.device.type == "cuda" and jt.allclose(out.cpu(), expected)
+
+
+class Scaled(nn.Module):
+    SCALE = 2.0
+
+    def __init__(self):
+        super().__init__()
+        self._k = 1.0
+
+    @property
+    def k(self):
+        return self._k
+
+    def forward(self, x):
+        return x * self.SCALE * self.k
+
+
+class Config:
+    S = 2.0
+
+
+def test_class_attributes_and_properties_read_by_a_module_are_guarded(monkeypatch):
+    model = Scaled()
+    compiled = jt.compile(model)
+    assert compiled(X).tolist() == model(X).tolist()
+    monkeypatch.setattr(Scaled, "SCALE", 3.0)
+    assert compiled(X).tolist() == model(X).tolist() == (X * 3).tolist()
+    model.SCALE = 4.0  # an instance attribute now hides the class's
+    assert compiled(X).tolist() == (X * 4).tolist()
+    model._k = 5.0  # read through the property
+    assert compiled(X).tolist() == model(X).tolist() == (X * 20).tolist()
+
+
+def test_a_class_attribute_read_through_a_global_class_is_guarded(monkeypatch):
+    fn = counting(lambda x: x * Config.S)
+    f = jt.compile(fn)
+    assert f(X).tolist() == (X * 2).tolist()
+    monkeypatch.setattr(Config, "S", 4.0)
+    assert f(X).tolist() == (X * 4).tolist()
+    assert fn.runs == 2
