@@ -5,6 +5,10 @@ calls traces again. Before, only closure cells, globals and attribute chains wer
 silently reused the old graph (the old tensor, the old length, the old number). Each test compares with
 eager after every mutation and counts the traces."""
 
+import copy
+
+import pytest
+
 import jitorch as jt
 from jitorch import nn
 from tests.jit.test_compile import counting
@@ -13,6 +17,20 @@ W = [jt.tensor([1.0, 2.0]), jt.tensor([3.0, 4.0])]
 SCALES = [2.0, 3.0]
 NESTED = {"layers": [{"w": jt.tensor([1.0, -1.0])}, {"w": jt.tensor([2.0, 2.0])}], "scale": [1.5]}
 X = jt.tensor([0.5, -2.0])
+
+
+@pytest.fixture(autouse=True)
+def _restore_globals():
+    """Put the module's containers back after each test changes them."""
+    saved = list(W), list(SCALES), copy.copy(NESTED["layers"]), [dict(d) for d in NESTED["layers"]], set(ALLOWED)
+    yield
+    W[:], SCALES[:], NESTED["layers"][:] = saved[0], saved[1], saved[2]
+    for layer, before in zip(NESTED["layers"], saved[3]):
+        layer.clear()
+        layer.update(before)
+    NESTED["scale"][:] = [1.5]
+    ALLOWED.clear()
+    ALLOWED.update(saved[4])
 
 
 def counting_wrapper(fn):
@@ -36,42 +54,30 @@ def steps(fn, mutations, x=X):
 
 
 def test_a_global_list_indexed_by_a_constant_is_guarded_on_its_elements():
-    saved = list(W)
-    try:
-        def f(x):
-            return x * W[0] + W[1]
-        runs = steps(f, [lambda: W.__setitem__(0, jt.tensor([5.0, 6.0])),
-                         lambda: W.insert(0, jt.tensor([-1.0, 1.0])),
-                         lambda: W.pop(0)])
-        assert runs == 3  # after the pop the list holds what it held after the first change: that graph
-    finally:
-        W[:] = saved
+    def f(x):
+        return x * W[0] + W[1]
+    runs = steps(f, [lambda: W.__setitem__(0, jt.tensor([5.0, 6.0])),
+                     lambda: W.insert(0, jt.tensor([-1.0, 1.0])),
+                     lambda: W.pop(0)])
+    assert runs == 3  # after the pop the list holds what it held after the first change: that graph
 
 
 def test_a_global_list_iterated_is_guarded_on_its_length():
-    saved = list(W)
-    try:
-        def f(x):
-            for w in W:
-                x = x * w
-            return x
-        runs = steps(f, [lambda: W.append(jt.tensor([10.0, 10.0])), lambda: W.pop(), lambda: W.pop()])
-        assert runs == 3  # the first graph holds again after the first pop
-    finally:
-        W[:] = saved
+    def f(x):
+        for w in W:
+            x = x * w
+        return x
+    runs = steps(f, [lambda: W.append(jt.tensor([10.0, 10.0])), lambda: W.pop(), lambda: W.pop()])
+    assert runs == 3  # the first graph holds again after the first pop
 
 
 def test_numbers_in_a_global_list_are_guarded_by_value():
-    saved = list(SCALES)
-    try:
-        def f(x):
-            return x * SCALES[0] + sum(SCALES)
-        runs = steps(f, [lambda: SCALES.__setitem__(0, 5.0),
-                         lambda: SCALES.__setitem__(0, float("5.0")),  # an equal number: no new trace
-                         lambda: SCALES.append(1.0)])
-        assert runs == 3
-    finally:
-        SCALES[:] = saved
+    def f(x):
+        return x * SCALES[0] + sum(SCALES)
+    runs = steps(f, [lambda: SCALES.__setitem__(0, 5.0),
+                     lambda: SCALES.__setitem__(0, float("5.0")),  # an equal number: no new trace
+                     lambda: SCALES.append(1.0)])
+    assert runs == 3
 
 
 def test_a_closure_dict_is_guarded_on_its_keys_tensors_and_numbers():
@@ -103,20 +109,15 @@ def test_a_tuple_of_a_tensor_and_a_number_is_guarded():
 
 
 def test_nested_containers_are_guarded_at_every_level():
-    saved = [dict(d) for d in NESTED["layers"]], list(NESTED["scale"])
-    try:
-        def f(x):
-            for layer in NESTED["layers"]:
-                x = x * layer["w"]
-            return x * NESTED["scale"][0]
-        runs = steps(f, [lambda: NESTED["layers"][0].__setitem__("w", jt.tensor([4.0, 4.0])),
-                         lambda: NESTED["scale"].__setitem__(0, 4.0),
-                         lambda: NESTED["layers"].append({"w": jt.tensor([0.5, 0.5])}),
-                         lambda: NESTED["layers"][2]["w"].mul_(2)])  # in place: the graph reads it anew
-        assert runs == 4
-    finally:
-        NESTED["layers"][:] = saved[0]
-        NESTED["scale"][:] = saved[1]
+    def f(x):
+        for layer in NESTED["layers"]:
+            x = x * layer["w"]
+        return x * NESTED["scale"][0]
+    runs = steps(f, [lambda: NESTED["layers"][0].__setitem__("w", jt.tensor([4.0, 4.0])),
+                     lambda: NESTED["scale"].__setitem__(0, 4.0),
+                     lambda: NESTED["layers"].append({"w": jt.tensor([0.5, 0.5])}),
+                     lambda: NESTED["layers"][2]["w"].mul_(2)])  # in place: the graph reads it anew
+    assert runs == 4
 
 
 class Containers(nn.Module):
@@ -313,10 +314,7 @@ ALLOWED = {"double"}
 def test_a_global_set_is_guarded_on_its_elements():
     def f(x):
         return x * 2 if "triple" not in ALLOWED else x * 3
-    try:
-        assert steps(f, [lambda: ALLOWED.add("triple"), lambda: ALLOWED.discard("triple")]) == 2
-    finally:
-        ALLOWED.discard("triple")
+    assert steps(f, [lambda: ALLOWED.add("triple"), lambda: ALLOWED.discard("triple")]) == 2
 
 
 def test_a_function_appending_to_a_list_it_captures_is_not_traced_again():
@@ -332,22 +330,18 @@ def test_a_function_appending_to_a_list_it_captures_is_not_traced_again():
 
 
 def test_the_retrace_reason_names_the_entry_that_changed():
-    saved = list(W)
     cfg = {"w": jt.ones(2), "s": 2.0}
 
     def f(x):
         return x * W[0] * cfg["w"] * cfg["s"] + W[1]
     compiled = jt.compile(f)
     reasons = []
-    try:
-        for change in [lambda: W.__setitem__(0, jt.ones(2)), lambda: W.append(jt.ones(2)),
-                       lambda: cfg.__setitem__("s", 3.0), lambda: cfg.__setitem__("z", 3.0)]:
-            compiled(X)
-            change()
-            assert compiled(X).tolist() == f(X).tolist()
-            reasons.append(compiled.retrace_reason)
-    finally:
-        W[:] = saved
+    for change in [lambda: W.__setitem__(0, jt.ones(2)), lambda: W.append(jt.ones(2)),
+                   lambda: cfg.__setitem__("s", 3.0), lambda: cfg.__setitem__("z", 3.0)]:
+        compiled(X)
+        change()
+        assert compiled(X).tolist() == f(X).tolist()
+        reasons.append(compiled.retrace_reason)
     assert reasons == ["no longer true: W[0] is the same Tensor", "no longer true: len(W) == 2",
                        "no longer true: cfg['s'] == 2.0", "no longer true: cfg has the keys 'w', 's'"]
     drop = nn.Dropout(0.1)
