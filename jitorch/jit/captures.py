@@ -507,7 +507,8 @@ def _object_arguments(function, owner, args, kwargs):
     pairs = list(zip(names, args)) + [(name, kwargs[name]) for name in names if name in kwargs]
     return [(name, value) for name, value in pairs
             if _is_namespace(value) and not _is_container(value) and not isinstance(value, types.ModuleType)
-            and type(value).__eq__ is object.__eq__]
+            # the key compares hashable objects with ``==``: only identity's ``==`` fixes the object
+            and (type(value).__eq__ is object.__eq__ or type(value).__hash__ is None)]
 
 
 def _python_function(fn):

@@ -352,3 +352,23 @@ def test_the_retrace_reason_names_the_entry_that_changed():
         compiled(X)
     (function,) = compiled._by_mode.values()
     assert function.retrace_reason == "no longer true: self.p == 0.1"
+
+
+def test_a_mutable_dataclass_argument_is_guarded_on_the_fields_read():
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Options:
+        scale: float
+        shift: jt.Tensor
+
+    def f(opts, x):
+        return x * opts.scale + opts.shift
+
+    opts = Options(2.0, jt.tensor([1.0, 1.0]))
+    compiled = jt.compile(f)
+    assert compiled(opts, X).tolist() == f(opts, X).tolist()
+    opts.scale = 3.0
+    assert compiled(opts, X).tolist() == f(opts, X).tolist()
+    opts.shift = jt.tensor([0.0, 5.0])
+    assert compiled(opts, X).tolist() == f(opts, X).tolist()
