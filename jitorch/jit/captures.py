@@ -23,6 +23,7 @@ one ends up holding one.
 from __future__ import annotations
 
 import dis
+import functools
 import sys
 import types
 from collections import deque
@@ -531,6 +532,7 @@ def _python_function(fn):
             return None, None
 
 
+@functools.lru_cache(maxsize=4096)  # (a model's blocks share their forward's code: read once)
 def _attribute_chains(code):
     """(root, attribute names) for each chain of attribute loads in ``code`` and the code nested in it:
     root is ("global" | "deref" | "fast", name), or ("local", name) for nested code's own locals (a
@@ -549,7 +551,7 @@ def _attribute_chains(code):
                 kind = "local"
             root = (kind, ins.argval) if kind else None
             attrs = ()
-    return dict.fromkeys(chains)
+    return tuple(dict.fromkeys(chains))
 
 
 def _nested_code(code):
@@ -560,10 +562,11 @@ def _nested_code(code):
     return nested
 
 
+@functools.lru_cache(maxsize=4096)
 def _global_names(code):
     """The names ``code`` and the code nested in it (lambdas, comprehensions) read as globals."""
-    return {ins.argval for c in [code] + _nested_code(code) for ins in dis.get_instructions(c)
-            if ins.opname == "LOAD_GLOBAL"}
+    return frozenset(ins.argval for c in [code] + _nested_code(code) for ins in dis.get_instructions(c)
+                     if ins.opname == "LOAD_GLOBAL")
 
 
 def _instance_dict(obj):
