@@ -251,12 +251,18 @@ class CapturedState:
         which library code iterates (``ModuleList``, ``Sequential``, ``parameters()``); a built-in module
         on its numbers too (``eps``, ``p``: its forward reads them), a user module's ``forward`` is
         collected as the function's own code is."""
-        queue = deque(self._namespaces)
+        # what the guards fix first (so that an object is seldom visited again for being found fixed later)
+        first_queue, queue = deque(), deque()
+
+        def push(entry):
+            (first_queue if entry[3] else queue).append(entry)
+        for entry in self._namespaces:
+            push(entry)
         visited = {}  # id -> (whether the object's contents are guarded, whether it is fixed), as yet
         explored = []
         done = len(self._namespaces)
-        while queue and len(visited) < _MAX_NODES:
-            path, obj, whole, fixed = queue.popleft()
+        while (first_queue or queue) and len(visited) < _MAX_NODES:
+            path, obj, whole, fixed = (first_queue or queue).popleft()
             first = id(obj) not in visited
             if not first:  # visited again only to guard or cover more (each flag turns on once)
                 was_whole, was_fixed = visited[id(obj)]
@@ -283,14 +289,15 @@ class CapturedState:
                     self._tables += [(path.name, table, dict(table)) for table in _dicts_of(obj)]
                 if module is not None:
                     self._guard_module(path, obj, module)
-                    queue.extend(self._namespaces[done:])  # what a user module's forward reads
+                    for entry in self._namespaces[done:]:  # what a user module's forward reads
+                        push(entry)
                     done = len(self._namespaces)
             if module is None and whole:
                 self._contents.add(obj, path.name)
             for get, key, text, value in members:
                 if _is_namespace(value) and not isinstance(value, (Tensor, types.ModuleType)):
                     guarded = whole and module is None or module is not None and get is _table_member
-                    queue.append((path.then(get, key, text), value, whole and module is None, fixed and guarded))
+                    push((path.then(get, key, text), value, whole and module is None, fixed and guarded))
                 elif isinstance(value, set) and whole and module is None:
                     self._contents.add_set(value, f"{path.name}{text}")
         for name, obj in explored:
