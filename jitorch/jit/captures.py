@@ -8,7 +8,11 @@ Numbers, strings and None are guarded by value; tensors and other objects by ide
 change of a captured tensor (an optimizer step) still needs no new trace. A chain is re-read at each
 guard check through instance dictionaries only (never properties or ``__getattr__`` code). The captured
 tensors' geometry is guarded too (`geometry_guard`): reshaping one outside the function (``c.t_()``,
-``c.data = other``) traces again.
+``c.data = other``) traces again. What code reads without an attribute load (``W[0]``, ``for w in W``,
+``cfg["s"]``, a ``ModuleList`` iterated by library code) is guarded by one check of the containers, module
+tables and objects it reaches (`CapturedState._explore`, `_Contents`); so are the objects the compiled call
+receives as arguments, and a built-in module's hyperparameters. Exploration stops after ``_MAX_NODES``
+objects: state reached only beyond that is not guarded.
 
 Snapshot: traced code may store what it computes in that state (``M.cache = t``, ``self.mask = t``,
 ``lst.append(t)``). A traced tensor left there would break every later use, so `CapturedState` records the
@@ -19,9 +23,12 @@ one ends up holding one.
 from __future__ import annotations
 
 import dis
+import functools
 import sys
 import types
 from collections import deque
+from itertools import chain
+from operator import eq, is_
 
 from ..tensor import GEOMETRY_EPOCH, Tensor
 
@@ -68,19 +75,26 @@ class CapturedState:
     holds the same, each check's ``__doc__`` saying what), `tensor_guards` for the captured tensors a
     trace used, and a snapshot that `restore` puts back."""
 
-    def __init__(self, fn):
+    def __init__(self, fn, args=(), kwargs=None):
         self.guards = []
-        self._seen = set()        # code objects collected
+        self._seen = set()        # (code, owner id) collected
         self._guarded = set()     # ids of tensors a guard checks already
         self._named = {}          # id -> (name, tensor) of the tensors the code names (``c``, ``M.w``)
-        self._namespaces = []     # (path, object) whose attributes or items the function reads
+        # (path, object, whether its contents are guarded, whether it is the object the path leads to at
+        # every call that the guards let through) whose attributes or items the function reads
+        self._namespaces = []
+        self._covered = {}  # id(tensor) -> id of the guarded table or container that holds it
         self._tables = []         # (text, table, copy) for dicts and lists, (text, cell, contents) for cells
         self._tensor_paths = {}   # id(tensor) -> path, for the tensors reached through the namespaces
+        self._contents = _Contents()
+        self._local_attributes = set()  # attribute names the code reads from its local variables
         function, owner = _python_function(fn)
         if function is not None and not _is_library_code(function):
-            self._collect(function, owner)
+            wrapped = getattr(function, "__wrapped__", None)  # a decorator's wrapper passes its arguments on
+            for f in ([wrapped] if isinstance(wrapped, types.FunctionType) else []) + [function]:
+                self._collect(f, owner, arguments=_object_arguments(f, owner, args, kwargs or {}), compiled=True)
         elif _is_namespace(owner):  # a built-in module's forward: the tensors it reads are the module's
-            self._namespaces.append((_Path("self", "self", lambda: owner), owner))
+            self._namespaces.append((_Path("self", "self", lambda: owner), owner, False, True))
         self._explore()
 
     # Guards ---------------------------------------------------------------------------------------------
@@ -88,14 +102,19 @@ class CapturedState:
     def tensor_guards(self, tensors):
         """Identity checks of the captured tensors a graph reads that no guard checks yet (a module's
         parameters read by library code): replacing one (``model.fc.weight = Parameter(...)``) traces
-        again. One check per root, reading the objects on the way once (a module's parameters share it)."""
+        again. One check per root, reading the objects on the way once (a module's parameters share it).
+        Then the check of the containers and module tables the function reaches (see `_explore`), last,
+        so that a more specific check names what changed when both fail."""
+        contents = self._contents.checks()
         by_root = {}
         for t in tensors:
             path = self._tensor_paths.get(id(t))
             if path is not None and id(t) not in self._guarded:
                 self._guarded.add(id(t))
+                if self._covered.get(id(t)) in self._contents.kept:
+                    continue  # held by a table the contents check covers, reached through guarded objects
                 by_root.setdefault(path.root, []).append((path, t))
-        return [_same_tensors_check(group) for group in by_root.values()]
+        return [_same_tensors_check(group) for group in by_root.values()] + contents
 
     def geometry_guards(self, read):
         """A check of the geometry of the captured tensors the code names and of ``read``, the (name, tensor)
@@ -105,11 +124,14 @@ class CapturedState:
             tensors.setdefault(id(t), (name, t))
         return [geometry_guard(list(tensors.values()))] if tensors else []
 
-    def _collect(self, function, owner):
+    def _collect(self, function, owner, owner_name="self", arguments=(), compiled=False):
+        """Guard what ``function``'s code reads of Python state (``owner``: the object it is bound to,
+        named ``owner_name``; ``arguments``: (name, object) of the objects it is called with; ``compiled``:
+        whether it is the compiled function, whose owner and arguments the call's guard key fixes)."""
         code = function.__code__
-        if code in self._seen:
+        if (code, id(owner)) in self._seen:
             return
-        self._seen.add(code)
+        self._seen.add((code, id(owner)))
         roots = {}
         for name, cell in zip(code.co_freevars, function.__closure__ or ()):
             roots["deref", name] = _Path(f"closure variable {name}", name, lambda cell=cell: _cell_contents(cell))
@@ -122,16 +144,25 @@ class CapturedState:
                                               lambda name=name: module_globals.get(name, _MISSING))
         if owner is not None and code.co_argcount:
             self_name = code.co_varnames[0]
-            roots["fast", self_name] = roots["deref", self_name] = _Path(self_name, self_name, lambda: owner)
+            roots["fast", self_name] = roots["deref", self_name] = _Path(owner_name, owner_name, lambda: owner)
+        for name, value in arguments:
+            roots["fast", name] = _Path(f"argument {name}", name, lambda value=value: value)
         for key, path in roots.items():
             value = path.read()
             if key[0] != "fast" and value is not owner:
                 self._guard(path, value)
             if _is_namespace(value):
-                self._namespaces.append((path, value))
+                # a global or closure variable is guarded by identity; the bound object and the arguments
+                # of the compiled call are fixed by its guard key (a helper's are not)
+                fixed = key[0] != "fast" or compiled
+                self._namespaces.append((path, value, _is_container(value), fixed))
         for root, attrs in _attribute_chains(code):
             if root in roots:
                 self._follow(roots[root], attrs)
+            elif root[0] in ("fast", "local"):
+                # read from an object the code reached through a container or a call (``for b in blocks:
+                # b.alpha``): guarded on every object explored that holds such an attribute
+                self._local_attributes.update(attrs)
 
     def _follow(self, path, attrs):
         """Guard each value along ``root.a.b...`` that is not a namespace read further."""
@@ -139,29 +170,54 @@ class CapturedState:
         if isinstance(obj, types.ModuleType) and _is_library_module(obj):
             return
         for attr in attrs:
-            if not _is_namespace(obj):
+            if _is_user_class(obj):  # ``Config.scale``: a class attribute
+                value = _read_step(_class_member, obj, attr)
+                if value is _MISSING or self._class_code(value, None, path):
+                    return
+                path = path.then(_class_member, attr, f".{attr}")
+            elif not _is_namespace(obj):
                 return
-            value = _read_step(_attr, obj, attr)
-            if value is _MISSING:
-                self._missing_attribute(path, obj, attr)
-                return
-            path = path.then(_attr, attr, f".{attr}")
+            else:
+                value = _read_step(_attr, obj, attr)
+                if value is _MISSING:
+                    self._missing_attribute(path, obj, attr)
+                    return
+                path = path.then(_attr, attr, f".{attr}")
             if not _is_namespace(value):
                 self._guard(path, value)
                 return
-            self._namespaces.append((path, value))
+            if _is_container(value):
+                # its contents are guarded through this very object, so it must stay the one read here
+                self.guards.append(_identity_check(path, value))
+            self._namespaces.append((path, value, _is_container(value), _is_container(value)))
             obj = value
 
     def _missing_attribute(self, path, obj, attr):
         """``obj.attr`` is not in its instance dictionary: a method (whose code reads state of its own), a
         class attribute, or nothing yet (``getattr(self, "mask", None)``: setting it must trace again)."""
-        for klass in type(obj).__mro__:
-            if attr in vars(klass):
-                method = vars(klass)[attr]
-                if isinstance(method, types.FunctionType) and not _is_library_code(method):
-                    self._collect(method, obj)
-                return
-        self._guard(path.then(_attr, attr, f".{attr}"), _MISSING)
+        value = _read_step(_class_member, type(obj), attr)
+        if value is _MISSING:
+            self._guard(path.then(_attr, attr, f".{attr}"), _MISSING)
+        elif not self._class_code(value, obj, path):
+            # a class attribute (``SCALE = 2.0``): re-read as lookup finds it, so that rebinding it on the
+            # class, or setting it on the instance, traces again
+            path = path.then(_resolved_attr, attr, f".{attr}")
+            if _is_namespace(value):
+                self.guards.append(_identity_check(path, value))
+                self._namespaces.append((path, value, _is_container(value), _is_container(value)))
+            else:
+                self._guard(path, value)
+
+    def _class_code(self, value, obj, path):
+        """Whether a class attribute is code rather than data: a method or a property (whose user code
+        is collected, bound to ``obj``), a static or class method, another descriptor."""
+        if isinstance(value, property):
+            value = value.fget
+        elif not (isinstance(value, types.FunctionType) or hasattr(type(value), "__get__")):
+            return False
+        if isinstance(value, types.FunctionType) and not _is_library_code(value) and obj is not None:
+            self._collect(value, obj, path.name)
+        return True
 
     def _guard(self, path, value):
         if isinstance(value, types.ModuleType):
@@ -176,6 +232,8 @@ class CapturedState:
                 self._guarded.add(id(value))
                 self._named[id(value)] = (path.name, value)
         self.guards.append(check)
+        if isinstance(value, set):
+            self._contents.add_set(value, path.name)
         if isinstance(value, types.FunctionType) and not _is_library_code(value):
             self._collect(value, None)  # a helper the function calls reads variables of its own
 
@@ -183,26 +241,83 @@ class CapturedState:
 
     def _explore(self):
         """Visit what the namespaces hold (breadth first, instance dictionaries, lists, tuples and dicts):
-        record each table's contents and a path to each tensor."""
-        queue = deque(self._namespaces)
-        visited = set()
-        while queue and len(visited) < _MAX_NODES:
-            path, obj = queue.popleft()
-            if id(obj) in visited:
-                continue
-            visited.add(id(obj))
+        record each table's contents and a path to each tensor, and guard what the function may read
+        that no chain of its code names.
+
+        Code reads a container (``W[0]``, ``for w in W``, ``len(cfg)``) with no attribute load to follow,
+        so a container it names is guarded whole, with what it holds, down through nested containers and
+        the plain objects in them: its length and keys, each number and string by value, anything else
+        by identity. A module (an object with parameter and module tables) is guarded on those tables,
+        which library code iterates (``ModuleList``, ``Sequential``, ``parameters()``); a built-in module
+        on its numbers too (``eps``, ``p``: its forward reads them), a user module's ``forward`` is
+        collected as the function's own code is."""
+        # what the guards fix first (so that an object is seldom visited again for being found fixed later)
+        first_queue, queue = deque(), deque()
+
+        def push(entry):
+            (first_queue if entry[3] else queue).append(entry)
+        for entry in self._namespaces:
+            push(entry)
+        visited = {}  # id -> (whether the object's contents are guarded, whether it is fixed), as yet
+        explored = []
+        done = len(self._namespaces)
+        while (first_queue or queue) and len(visited) < _MAX_NODES:
+            path, obj, whole, fixed = (first_queue or queue).popleft()
+            first = id(obj) not in visited
+            if not first:  # visited again only to guard or cover more (each flag turns on once)
+                was_whole, was_fixed = visited[id(obj)]
+                if was_whole >= whole and was_fixed >= fixed:
+                    continue
+                whole, fixed = whole or was_whole, fixed or was_fixed
+            visited[id(obj)] = whole, fixed
+            if first:
+                explored.append((path.name, obj))
             if isinstance(obj, types.ModuleType):
                 self._tables.append((path.name, vars(obj), dict(vars(obj))))
                 continue  # only the attributes the code names (followed as chains)
-            for get, key, text, value in _members(obj):
+            members = _members(obj)
+            module = _module_tables(obj)
+            for get, key, text, value in members:
                 if isinstance(value, Tensor):
                     self._tensor_paths.setdefault(id(value), path.then(get, key, text))
-                elif _is_namespace(value) and not isinstance(value, types.ModuleType):
-                    queue.append((path.then(get, key, text), value))
-            if isinstance(obj, list):
-                self._tables.append((path.name, obj, list(obj)))
-            elif not isinstance(obj, tuple):
-                self._tables += [(path.name, table, dict(table)) for table in _dicts_of(obj)]
+                    if fixed and (module is None and whole or module is not None and get is _table_member):
+                        self._covered.setdefault(id(value), _holder(obj, key))
+            if first:
+                if isinstance(obj, list):
+                    self._tables.append((path.name, obj, list(obj)))
+                elif not isinstance(obj, tuple):
+                    self._tables += [(path.name, table, dict(table)) for table in _dicts_of(obj)]
+                if module is not None:
+                    self._guard_module(path, obj, module)
+                    for entry in self._namespaces[done:]:  # what a user module's forward reads
+                        push(entry)
+                    done = len(self._namespaces)
+            if module is None and whole:
+                self._contents.add(obj, path.name)
+            for get, key, text, value in members:
+                if _is_namespace(value) and not isinstance(value, (Tensor, types.ModuleType)):
+                    guarded = whole and module is None or module is not None and get is _table_member
+                    push((path.then(get, key, text), value, whole and module is None, fixed and guarded))
+                elif isinstance(value, set) and whole and module is None:
+                    self._contents.add_set(value, f"{path.name}{text}")
+        for name, obj in explored:
+            d = _instance_dict(obj) if not isinstance(obj, (list, tuple, dict, types.ModuleType)) else None
+            if type(d) is dict:
+                self._contents.add_attributes(d, name, [k for k in self._local_attributes if k in d])
+
+    def _guard_module(self, path, module, tables):
+        """Guard a module's parameter, buffer and submodule tables; a built-in module's numbers and
+        strings (its hyperparameters); collect a user module's ``forward``."""
+        for name, table in tables:
+            self._contents.add(table, (path.name, name), keys=False)  # (its entries read as attributes)
+        forward = getattr(type(module), "forward", None)
+        if isinstance(forward, types.FunctionType) and not _is_library_code(forward):
+            self._collect(forward, module, path.name)
+        else:
+            d = _object_dict(module, "__dict__")
+            # (``training`` is guarded where the module is called: see ``Module.__call__``)
+            self._contents.add_attributes(d, path.name, [k for k, v in d.items() if type(k) is str and k != "training"
+                                                         and (type(v) in _SCALARS or _is_scalar_tuple(v))])
 
     def stored_traced_values(self, is_traced):
         """Where traced code stored a value ``is_traced`` recognises (a traced tensor, or a container
@@ -235,6 +350,175 @@ class CapturedState:
                         table[key] = value
 
 
+class _Contents:
+    """One check of the containers, instance dictionaries and module tables a trace may have read: that
+    each still holds what it held (same length, keys in the same order, numbers and strings equal, other
+    values the same objects). Each object is the one the trace saw: the guards of the objects holding it
+    (or, for the outermost, the guard of the chain that names it) check that. The common case, nothing
+    changed, is a few C-level passes over all of them together; when one changed, the check's
+    ``__doc__`` names it.
+
+    A container the traced code itself changes (``calls.append(...)``, ``stats["n"] += 1``) is the
+    function's output rather than its input: a graph does not repeat Python effects (they happen when it
+    traces), so such a container is not guarded (else each call would trace again)."""
+
+    def __init__(self):
+        self._ids = set()
+        self._objects = []  # lists and dicts, with whether a dict's keys are checked: (object, keys)
+        self._scalar_dicts, self._scalar_names = [], []  # (instance dict, attribute name) pairs
+        self._sets = []  # (set, frozen copy)
+        self._names = {}  # id -> how the function reaches the object (``W``, ``self.ml._modules``)
+        self._before = {}  # id -> what the object held before the trace
+        self.kept = set()  # ids of the objects `checks` checks (those the trace left as they were)
+
+    def add(self, obj, name, keys=True):
+        """Guard a list's or dict's items (a dict's keys too unless ``keys`` is false: a module table's
+        keys only name its values), or an object's instance dictionary. A tuple needs no check of its
+        own: it cannot change, and what holds it is checked to be the same object."""
+        if not isinstance(obj, (list, dict)):
+            obj = _instance_dict(obj)
+            if type(obj) is not dict:
+                return
+        if id(obj) in self._ids:
+            return
+        self._ids.add(id(obj))
+        self._objects.append((obj, keys))
+        self._names[id(obj)] = name
+        self._before[id(obj)] = _held(obj)
+
+    def add_attributes(self, d, name, keys):
+        """Guard the entries ``keys`` of ``name``'s instance dictionary ``d``."""
+        for key in keys:
+            if (id(d), key) not in self._ids:
+                self._ids.add((id(d), key))
+                self._scalar_dicts.append(d)
+                self._scalar_names.append(key)
+        self._names[id(d)] = name
+
+    def add_set(self, value, name):
+        """Guard a set's elements (``if key in ALLOWED``)."""
+        if id(value) not in self._ids:
+            self._ids.add(id(value))
+            self._sets.append((value, frozenset(value)))
+            self._names[id(value)] = name
+
+    def checks(self):
+        """[the check], or [] when there is nothing to check; made after the trace."""
+        kept = [(obj, keys) for obj, keys in self._objects if _same_items(_held(obj), self._before[id(obj)])]
+        self.kept = {id(obj) for obj, _ in kept}
+        sets = tuple(s for s, before in self._sets if s == before)  # (else the traced code changed it)
+        frozen = tuple(map(frozenset, sets))
+        if not (kept or self._scalar_dicts or sets):
+            return []
+        objects = [obj for obj, _ in kept]
+        # live views: the check iterates them all in one pass, without making a view per dict per call
+        parts = []
+        for obj, keys in kept:
+            if not isinstance(obj, dict):
+                parts.append(obj)
+            else:
+                parts += [obj.keys(), obj.values()] if keys else [obj.values()]
+        parts = tuple(parts)
+        scalar_dicts, scalar_names = tuple(self._scalar_dicts), tuple(self._scalar_names)
+        lengths = tuple(map(len, parts))
+        filled = tuple(part for part in parts if len(part))  # (the lengths check the empty ones)
+        held = tuple(chain(chain.from_iterable(filled), map(dict.get, scalar_dicts, scalar_names)))
+        before = self._before
+        scalars_before = [(d, name, d.get(name)) for d, name in zip(scalar_dicts, scalar_names)]
+        names = self._names
+
+        def check():
+            if tuple(map(len, parts)) == lengths and all(
+                    map(is_, chain(chain.from_iterable(filled), map(dict.get, scalar_dicts, scalar_names)), held)
+            ) and (not sets or all(map(eq, sets, frozen))):
+                return True
+            # another object may still be the same: an equal number or string (``s = float("1.5")``)
+            for obj in objects:
+                if not _same_items(_held(obj), before[id(obj)]):
+                    check.__doc__ = _difference(obj, before[id(obj)], names[id(obj)])
+                    return False
+            for d, name, value in scalars_before:
+                if not _same_items((d.get(name, _MISSING),), (value,)):
+                    check.__doc__ = (f"{names[id(d)]}.{name} == {value!r}" if type(value) in _SCALARS
+                                     else f"{names[id(d)]}.{name} is the same {type(value).__name__}")
+                    return False
+            for value, then in zip(sets, frozen):
+                if value != then:
+                    check.__doc__ = f"{names[id(value)]} holds what it held"
+                    return False
+            return True
+        check.__doc__ = f"the {len(objects)} containers and module tables the function reaches hold what they held"
+        return [check]
+
+
+def _difference(obj, before, name):
+    """What a failed contents check says: the first entry of ``obj`` (reached as ``name``; (the module's
+    name, the table's) for a module table, whose entries read as attributes) that no longer holds what it
+    held (``before``)."""
+    if isinstance(obj, list):
+        if len(obj) != len(before):
+            return f"len({name}) == {len(before)}"
+        entries = [(f"{name}[{i}]", a, b) for i, (a, b) in enumerate(zip(obj, before))]
+    else:
+        keys = before[:len(before) // 2]
+        if not _same_items(list(obj), keys):
+            shown = f"{'.'.join(name)} has the entries" if isinstance(name, tuple) else f"{name} has the keys"
+            return f"{shown} {', '.join(map(repr, keys)) or '(none)'}"
+        entries = [(f"{name[0]}.{key}" if isinstance(name, tuple) else f"{name}[{key!r}]", obj[key], b)
+                   for key, b in zip(keys, before[len(before) // 2:])]
+    for where, now, then in entries:
+        if not _same_items((now,), (then,)):
+            return f"{where} == {then!r}" if type(then) in _SCALARS else f"{where} is the same {type(then).__name__}"
+    return f"{name} holds what it held"
+
+
+def _held(obj):
+    """A list's items, a dict's keys and values, in order."""
+    return list(obj) if isinstance(obj, list) else [*obj, *obj.values()]
+
+
+def _same_items(now, then):
+    now, then = list(now), list(then)
+    return len(now) == len(then) and all(
+        a is b or (type(a) is type(b) and (type(b) in _SCALARS or _is_scalar_tuple(b)) and a == b)
+        for a, b in zip(now, then))
+
+
+def _is_container(value):
+    return isinstance(value, (list, tuple, dict))
+
+
+def _holder(obj, key):
+    """The id of the table or container whose check covers ``obj``'s member ``key`` (a module's
+    parameter and buffer tables, a container itself, an object's instance dictionary)."""
+    if isinstance(obj, (list, tuple, dict)):
+        return id(obj)
+    d = _object_dict(obj, "__dict__")
+    return id(d[key[0]]) if type(key) is tuple else id(d)
+
+
+def _module_tables(obj):
+    """A module's (an object with ``_parameters`` and ``_modules`` dicts) parameter, buffer and submodule
+    tables; None for other objects."""
+    d = _instance_dict(obj)
+    if type(d) is not dict or type(d.get("_parameters")) is not dict or type(d.get("_modules")) is not dict:
+        return None
+    return [(table, d[table]) for table in _MODULE_TABLES if type(d.get(table)) is dict]
+
+
+def _object_arguments(function, owner, args, kwargs):
+    """(parameter name, object) for the arguments of a call of ``function`` that are objects it may read
+    state through (not tensors, numbers or containers: the call's guard key holds those). The call's
+    guard key fixes each such object, so a graph may read it as it is now."""
+    code = function.__code__
+    names = code.co_varnames[1 if owner is not None else 0:code.co_argcount + code.co_kwonlyargcount]
+    pairs = list(zip(names, args)) + [(name, kwargs[name]) for name in names if name in kwargs]
+    return [(name, value) for name, value in pairs
+            if _is_namespace(value) and not _is_container(value) and not isinstance(value, types.ModuleType)
+            # the key compares hashable objects with ``==``: only identity's ``==`` fixes the object
+            and (type(value).__eq__ is object.__eq__ or type(value).__hash__ is None)]
+
+
 def _python_function(fn):
     """(the Python function whose code runs when ``fn`` is called, the object it is bound to or None):
     a bound method's, a wrapped function's, a module's ``forward``, a callable object's ``__call__``;
@@ -255,9 +539,11 @@ def _python_function(fn):
             return None, None
 
 
+@functools.lru_cache(maxsize=4096)  # (a model's blocks share their forward's code: read once)
 def _attribute_chains(code):
     """(root, attribute names) for each chain of attribute loads in ``code`` and the code nested in it:
-    root is ("global" | "deref" | "fast", name); nested code's own locals are no roots."""
+    root is ("global" | "deref" | "fast", name), or ("local", name) for nested code's own locals (a
+    comprehension's ``b`` in ``[b.w for b in blocks]``), which are no roots."""
     chains = []
     for nested in [code] + _nested_code(code):
         root, attrs = None, ()
@@ -268,9 +554,11 @@ def _attribute_chains(code):
             if root is not None and attrs:
                 chains.append((root, attrs))
             kind = _ROOT_OPS.get(ins.opname)
-            root = (kind, ins.argval) if kind and (nested is code or kind != "fast") else None
+            if kind == "fast" and nested is not code:
+                kind = "local"
+            root = (kind, ins.argval) if kind else None
             attrs = ()
-    return dict.fromkeys(chains)
+    return tuple(dict.fromkeys(chains))
 
 
 def _nested_code(code):
@@ -281,10 +569,11 @@ def _nested_code(code):
     return nested
 
 
+@functools.lru_cache(maxsize=4096)
 def _global_names(code):
     """The names ``code`` and the code nested in it (lambdas, comprehensions) read as globals."""
-    return {ins.argval for c in [code] + _nested_code(code) for ins in dis.get_instructions(c)
-            if ins.opname == "LOAD_GLOBAL"}
+    return frozenset(ins.argval for c in [code] + _nested_code(code) for ins in dis.get_instructions(c)
+                     if ins.opname == "LOAD_GLOBAL")
 
 
 def _instance_dict(obj):
@@ -305,6 +594,31 @@ def _attr(obj, name):
         if type(members) is dict and name in members:
             return members[name]
     raise KeyError(name)
+
+
+def _class_member(cls, name):
+    """``cls.name`` as the class dictionaries along its MRO hold it (no descriptor or metaclass code)."""
+    for klass in cls.__mro__:
+        d = vars(klass)
+        if name in d:
+            return d[name]
+    raise KeyError(name)
+
+
+def _resolved_attr(obj, name):
+    """``obj.name`` as lookup finds a data attribute: in the instance (see `_attr`), else on its class."""
+    try:
+        return _attr(obj, name)
+    except _LOOKUP_ERRORS:
+        return _class_member(type(obj), name)
+
+
+def _is_user_class(value):
+    """A class of the user's (not jitorch's, nor the standard library's or a built-in one)."""
+    if not isinstance(value, type):
+        return False
+    top = (getattr(value, "__module__", None) or "").partition(".")[0]
+    return top not in ("jitorch", "builtins") and top not in getattr(sys, "stdlib_module_names", ())
 
 
 def _dict_attr(obj, name):

@@ -995,7 +995,7 @@ def trace_with_inputs(fn, args, kwargs):
     tracer.input_fakes = fakes
     # what the function reaches of Python state before it runs (it may rebind it: the next call must then
     # retrace; it may store traced tensors there: they are taken back)
-    state = CapturedState(fn)
+    state = CapturedState(fn, args, kwargs)
     with tracer:
         try:
             initial = [tracer.fake(real.grad) if real.requires_grad and real.grad is not None else None
