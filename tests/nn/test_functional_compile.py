@@ -66,3 +66,47 @@ def test_compiled_attention_and_bce_equal_eager(rng):
         return F.binary_cross_entropy_with_logits(out, y, reduction="none") + F.gelu(out, approximate="tanh")
 
     assert_close(jt.compile(fn)(q, k, v, y), fn(q, k, v, y).numpy(), atol=1e-5, rtol=1e-5)
+
+
+def _attention_block(x, w_qkv, b_qkv, heads, lib=jt):
+    """nanoGPT's causal self-attention (no dropout) under ``lib``: one linear to q, k, v, heads split off,
+    the attention, heads merged back; the loss is a sum of squares."""
+    B, T, C = x.shape
+    q, k, v = lib.nn.functional.linear(x, w_qkv, b_qkv).split(C, dim=2)
+    q, k, v = (t.view(B, T, heads, C // heads).transpose(1, 2) for t in (q, k, v))
+    y = lib.nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=0.0, is_causal=True)
+    return (y.transpose(1, 2).contiguous().view(B, T, C) ** 2).sum()
+
+
+def _transposed_copies(executable):
+    """Kernel outputs that a view makes and only matrix products read: copies BLAS does not need."""
+    users = {}
+    for n in executable.graph.nodes:
+        for v in n.input_values():
+            users.setdefault(v, []).append(n.op.name)
+    return [v for step in executable.steps if hasattr(step, "kernel") for n in step.nodes for v in n.outputs
+            if n.op.view is not None and v in step.outputs and set(users.get(v, ())) <= {"matmul"}]
+
+
+def test_compiled_attention_training_equals_torch_and_copies_no_transpose(rng):
+    import torch
+
+    def step(x, w, b):
+        loss = _attention_block(x, w, b, heads=2)
+        loss.backward()
+        return loss
+
+    x, w, b = (rng.standard_normal(s).astype(np.float32) * 0.5 for s in ((3, 7, 8), (24, 8), (24,)))  # odd T
+    ours = [jt.tensor(a, requires_grad=True) for a in (x, w, b)]
+    theirs = [torch.tensor(a, requires_grad=True) for a in (x, w, b)]
+    compiled = jt.compile(step)
+    loss = compiled(*ours)
+    want = _attention_block(*theirs, heads=2, lib=torch)
+    want.backward()
+    assert_close(loss, want.detach().numpy(), rtol=1e-5, atol=1e-5)
+    for a, t in zip(ours, theirs):
+        assert_close(a.grad, t.grad.numpy(), rtol=1e-4, atol=1e-5)
+    executable = jt.explain(compiled, *ours).executable
+    products = [n for n in executable.graph.nodes if n.op.name == "matmul"]
+    assert len(products) == 3 + 6  # forward: the linear, q k^T, p v; backward: two per product
+    assert _transposed_copies(executable) == []
