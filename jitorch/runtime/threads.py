@@ -24,6 +24,8 @@ _settings = {"threads": None, "interop": None, "interop_fixed": False, "warn_alw
              "split_products": False}
 _pools: dict = {}  # thread count -> its pool
 _pools_lock = threading.Lock()
+# A forked child (a DataLoader worker) has none of its parent's pool threads: work queued there would wait forever
+os.register_at_fork(after_in_child=_pools.clear)
 
 
 def _positive(name, n):

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
+import signal
+import time
 
 import numpy as np
 import pytest
@@ -438,3 +441,28 @@ def test_small_products_and_products_before_set_num_threads_run_whole(monkeypatc
     assert threads.product_parts() == 2
     small = jt.randn(64, 64)
     assert_close(small @ small, small.numpy() @ small.numpy(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX's")
+def test_a_forked_child_splits_products_on_a_pool_of_its_own(monkeypatch):
+    # the parent's pool threads do not exist in a forked child (a DataLoader worker): work queued on the
+    # parent's pool object there would wait forever
+    from jitorch.runtime import threads
+    monkeypatch.setitem(threads._settings, "threads", 2)
+    monkeypatch.setitem(threads._settings, "split_products", True)
+    a, w = jt.randn(768, 128), jt.randn(128, 512)
+    want = a.numpy() @ w.numpy()
+    a @ w  # the parent's pool starts
+    pid = os.fork()
+    if pid == 0:  # (the child leaves through os._exit, never through pytest)
+        os._exit(0 if np.allclose((a @ w).numpy(), want, rtol=1e-5, atol=1e-4) else 3)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.waitstatus_to_exitcode(status) == 0
+            return
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    pytest.fail("the forked child's product never finished")
