@@ -188,11 +188,11 @@ def _product(a, b, out=None):
     matrices times one matrix is one BLAS call over all rows rather than one per matrix, and a large product
     of two float matrices (or batches) splits into ``threads.product_parts()`` parts on the threads' pool:
     by batch, else by rows, else by columns; each element is the same BLAS dot product either way."""
-    if a.ndim >= 3 and b.ndim == 2 and a.flags.c_contiguous:
+    if a.ndim >= 3 and b.ndim <= 2 and a.flags.c_contiguous:
         rows = a.reshape(prod(a.shape[:-1]), a.shape[-1])
         if out is None:
             return _product(rows, b).reshape(a.shape[:-1] + b.shape[1:])
-        _product(rows, b, out.reshape(rows.shape[0], b.shape[1]))
+        _product(rows, b, out.reshape(rows.shape[0], *b.shape[1:]))
         return out
     parts = threads.product_parts()
     if parts == 1 or a.ndim < 2 or b.ndim < 2 or a.dtype != b.dtype or a.dtype not in _SPLIT_DTYPES:
