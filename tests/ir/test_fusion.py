@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import jitorch as jt
 from jitorch.codegen.lowering import kind_of
-from jitorch.ir.passes.fusion import Group, fuse, fuse_with_plan, PRODUCTS
+from jitorch.ir.passes.fusion import Group, fuse
 from jitorch.jit import trace
 from tests.ir.graphs import graphs
 
@@ -192,38 +192,6 @@ def test_view_needed_outside_is_its_own_group_unless_a_consumer_writes_it():
     assert g.kind == "pointwise" and len(g.outputs) == 2
 
 
-def test_a_view_only_products_read_stays_out_of_kernels():
-    # attention's backward: P^T feeds a product and P a pointwise sibling over the same (square) space; a
-    # kernel holding the transpose would write P^T's copy where BLAS reads P through its strides
-    groups = fused(lambda p, w: (p.transpose(0, 1) @ w, p * 2), jt.randn(8, 8), jt.randn(8, 4))
-    assert sorted((g.kind, ops(g)) for g in groups) == [
-        ("external", ["matmul"]), ("pointwise", ["mul"]), ("view", ["transpose"])]
-
-
-def test_views_that_only_products_read_join_each_other():
-    groups = fused(lambda x, w: (x.t().transpose(0, 1).t() @ w, x + 1), jt.randn(8, 8), jt.randn(8, 4))
-    assert sorted((g.kind, ops(g)) for g in groups) == [
-        ("external", ["matmul"]), ("pointwise", ["add"]), ("view", ["t", "transpose", "t"])]
-
-
-def test_a_view_read_by_a_kernel_too_still_folds_into_it():
-    (g, product) = fused(lambda x, w: (x.t() + 1) @ w, jt.randn(8, 8), jt.randn(8, 4))
-    assert ops(g) == ["t", "add"] and ops(product) == ["matmul"]
-    # (traced twice, ``x.t()`` is two nodes: the product's stays a header, the kernel folds its own)
-    groups = fused(lambda x, w: (x.t() @ w, x.t() * 2), jt.randn(8, 8), jt.randn(8, 4))
-    assert [(g.kind, ops(g)) for g in groups] == [("view", ["t"]), ("external", ["matmul"]), ("pointwise", ["t", "mul"])]
-
-
-def test_a_plan_that_puts_such_a_view_in_a_kernel_is_refused(caplog):
-    graph = trace(lambda p, w: (p.transpose(0, 1) @ w, p * 2), jt.randn(8, 8), jt.randn(8, 4))
-    names = [n.op.name for n in graph.nodes]
-    plan = [0 if name in ("transpose", "mul") else 1 for name in names]
-    with caplog.at_level(logging.INFO, logger="jitorch.fusion"):
-        groups, _, adopted = fuse_with_plan(graph, plan=plan)
-    assert not adopted and "only matrix products read" in caplog.text
-    assert ("view", ["transpose"]) in [(g.kind, ops(g)) for g in check(graph, groups)]
-
-
 def test_matmul_splits_external_and_pointwise():
     groups = fused(lambda x, w, b: jt.relu(x @ w + b), X, jt.randn(16, 4), jt.randn(4))
     assert [(g.kind, ops(g)) for g in groups] == [("external", ["matmul"]), ("pointwise", ["add", "relu"])]
@@ -332,22 +300,6 @@ def has_kernel_form(group):
     return True
 
 
-def product_operands(graph, group):
-    """Whether ``group`` holds views whose results only matrix products read, directly or through such views
-    (they merge only with each other; see `fusion`)."""
-    users = {}
-    for n in graph.nodes:
-        for v in n.input_values():
-            users.setdefault(v, []).append(n)
-    sinks = set(graph.output_values()) | {v for _, v in graph.mutations}
-    pinned = set()
-    for n in reversed(graph.nodes):
-        if kind_of(n) == "view" and all(v not in sinks and users.get(v) and all(
-                u.op.name in PRODUCTS or u in pinned for u in users[v]) for v in n.outputs):
-            pinned.add(n)
-    return group.nodes[0] in pinned
-
-
 def check_maximal(graph, groups):
     """No two groups joined by a dataflow edge could merge into one with a kernel form without
     making the graph of groups cyclic."""
@@ -357,8 +309,7 @@ def check_maximal(graph, groups):
     dag.add_edges_from((owner[v.node], owner[n]) for n in graph.nodes for v in n.input_values()
                        if v.node is not None and owner[v.node] != owner[n])
     for i, j in dag.edges:
-        if "external" in (groups[i].kind, groups[j].kind) or \
-                product_operands(graph, groups[i]) != product_operands(graph, groups[j]):
+        if "external" in (groups[i].kind, groups[j].kind):
             continue
         candidate = merged(graph, groups, i, j)
         acyclic = nx.is_directed_acyclic_graph(nx.contracted_nodes(dag, i, j, self_loops=False))

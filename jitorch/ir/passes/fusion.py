@@ -140,9 +140,6 @@ def _broadcast(a, b):
 # value per group.
 MAX_GROUP_NODES = 128
 
-# Ops whose operands BLAS reads through their strides (see `_Partition.product_operand_views`).
-PRODUCTS = frozenset({"matmul", "mm", "bmm"})
-
 
 class _Cluster:
     """A group being grown: its nodes and a summary that makes merging it cheap.
@@ -270,7 +267,6 @@ class _Partition:
                 self.users.setdefault(v, []).append(n)
         # values needed whatever the partition: graph outputs and values written back into inputs
         self.sinks = set(graph.output_values()) | {v for _, v in graph.mutations}
-        self.for_products = self.product_operand_views(graph)
         if not searching:  # the clusters and their graph are `adopt`'s
             return
         self.owner = {n: self.single_cluster(n) for n in graph.nodes}
@@ -280,17 +276,6 @@ class _Partition:
         self.dag.add_nodes_from(self.topo)
         self.dag.add_edges_from((self.owner[v.node], self.owner[u]) for v, users in self.users.items()
                                 if v.node is not None for u in users)
-
-    def product_operand_views(self, graph):
-        """The view nodes whose every result is read only by matrix products, or by such views (and is no
-        graph output): a kernel that wrote them would copy what BLAS reads through strides."""
-        views = set()
-        for n in reversed(graph.nodes):
-            if self.kind[n] == "view" and all(
-                    v not in self.sinks and self.users.get(v)
-                    and all(u.op.name in PRODUCTS or u in views for u in self.users[v]) for v in n.outputs):
-                views.add(n)
-        return views
 
     def single_cluster(self, node):
         """The cluster of ``node`` alone, with its summary."""
@@ -367,8 +352,6 @@ class _Partition:
         form (acyclicity is checked apart)."""
         if a.external or b.external or (a.reduction is not None and b.reduction is not None):
             return None
-        if (a.first in self.for_products) != (b.first in self.for_products):
-            return None  # (such views merge only with each other: a cluster holds them all or none)
         crossing, internal = [], []
         for x, y in ((a, b), (b, a)):
             for v in _common(x.escaping, y.reads):
@@ -535,8 +518,6 @@ class _Partition:
         kinds = [self.kind[n] for n in group]
         if "external" in kinds:
             return "holds an external call"
-        if len({n in self.for_products for n in group}) > 1:
-            return "holds a view that only matrix products read beside other nodes"
         reductions = [n for n, k in zip(group, kinds) if k == "reduction"]
         if len(reductions) > 1:
             return "holds two reductions"
