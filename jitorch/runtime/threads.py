@@ -44,7 +44,8 @@ def get_num_threads() -> int:
 
 
 def set_num_threads(n) -> None:
-    """Let compiled CPU kernels and matrix products (NumPy's BLAS) use ``n`` threads (a positive int)."""
+    """Let compiled CPU kernels and large matrix products use ``n`` threads (a positive int), on one pool; NumPy's
+    BLAS gets one thread (see the module docstring)."""
     _settings["threads"] = _positive("set_num_threads", n)
     # BLAS threads spin against the rest of the process (see the module docstring): products split on `pool`
     from threadpoolctl import threadpool_limits
