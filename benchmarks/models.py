@@ -60,11 +60,6 @@ from jitorch.ir.passes import fusion, manager  # noqa: E402
 from jitorch.jit import executor, plan_cache, tracer  # noqa: E402
 from timing import median_time  # noqa: E402
 
-try:
-    import threadpoolctl
-except ImportError:
-    threadpoolctl = None
-
 PROGRAMS = os.path.join(ROOT, "examples", "programs")
 SYSTEMS = ("jitorch compiled", "jitorch eager", "jitorch.compile(model)", "torch eager", "torch.compile(model)")
 DEFAULT_MODELS = ("gpt-4x128", "gpt-6x384", "lstm", "dcgan", "cnn", "generate")
@@ -301,11 +296,9 @@ def round_robin(calls, rounds, per_round):
 
 
 def set_threads(n):
-    """Both libraries' intra-op thread count, and NumPy's BLAS pool (jitorch's eager matmuls and the matmuls
-    a compiled graph leaves to NumPy, which jitorch.set_num_threads does not govern)."""
+    """Both libraries' intra-op thread count (jitorch's also sets NumPy's BLAS to one thread and splits large
+    products on its own pool of ``n``)."""
     jitorch.set_num_threads(n)
-    if threadpoolctl is not None:
-        threadpoolctl.threadpool_limits(n, user_api="blas")
     if "torch" in sys.modules:  # (the latency children never load it)
         sys.modules["torch"].set_num_threads(n)
 

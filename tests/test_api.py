@@ -104,7 +104,7 @@ def test_set_num_threads_governs_compiled_kernels_threads(monkeypatch):
             getattr(torch, name)(0)
 
 
-def test_set_num_threads_sizes_numpys_blas_pool(monkeypatch):
+def test_set_num_threads_gives_numpys_blas_one_thread(monkeypatch):
     from threadpoolctl import threadpool_info
     from jitorch.runtime import threads
     monkeypatch.setitem(threads._settings, "threads", None)
@@ -112,8 +112,9 @@ def test_set_num_threads_sizes_numpys_blas_pool(monkeypatch):
     assert blas, "NumPy's BLAS library should be visible to threadpoolctl"
     before = blas[0]["num_threads"]
     try:
-        jt.set_num_threads(1)
-        assert {lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"} == {1}
+        for n in (1, 2):  # BLAS keeps one thread: jitorch splits large products on its own pool
+            jt.set_num_threads(n)
+            assert {lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"} == {1}
         a = np.ones((64, 64), np.float32)
         assert np.array_equal((jt.from_numpy(a) @ jt.from_numpy(a)).numpy(), a @ a)
     finally:

@@ -8,7 +8,7 @@ it removes it from the JIT. Object code is cached keyed by the kernel's LLVM
 IR and the target, so relinking a dropped kernel, or a second process, loads
 machine code without running LLVM's optimiser. Calls go through ctypes, which
 releases the GIL, so chunks of a kernel's outer loop run in parallel on a
-thread pool.
+thread pool (``runtime.threads.pool``, which matrix products' parts share).
 """
 
 from __future__ import annotations
@@ -17,10 +17,9 @@ import ctypes
 import functools
 import threading
 import weakref
-from concurrent.futures import ThreadPoolExecutor
 
 from ..runtime import logs
-from ..runtime.threads import get_num_threads
+from ..runtime.threads import get_num_threads, pool
 from .errors import CompileError
 from .linker import Linker
 from .llvm_module import optimise_module, optimised_module
@@ -97,24 +96,13 @@ class CompiledKernel:
         n = num_threads()
         step = -(-self.outer // n)
         bounds = [(i, min(i + step, self.outer)) for i in range(0, self.outer, step)]
-        futures = [_pool().submit(fn, args_array, lo, hi) for lo, hi in bounds[1:]]
+        futures = [pool().submit(fn, args_array, lo, hi) for lo, hi in bounds[1:]]
         fn(args_array, *bounds[0])
         for f in futures:
             f.result()
 
     def __repr__(self):
         return f"<kernel {self.name}: {' '.join(self.ops)}>"
-
-
-_pool_state = {}
-
-
-def _pool():
-    n = num_threads()
-    pool = _pool_state.get(n)
-    if pool is None:
-        pool = _pool_state[n] = ThreadPoolExecutor(max_workers=n, thread_name_prefix="jitorch")
-    return pool
 
 
 class _Code:

@@ -52,6 +52,7 @@ from .plan_cache import fuse_cached, optimize_cached
 from .results import eager_layouts, refresh_captured_state, returned_view, set_grads, write_back
 from ..ops import registry, views
 from ..ops.registry import laid_out
+from ..ops.linalg import _product as product
 from ..ops.views import compact
 from ..runtime import allocator
 from ..runtime import dtypes as _dt
@@ -201,12 +202,7 @@ def _blas_product(node):
 
 
 def _matmul_into(arrays, out):
-    a, b = arrays
-    if a.ndim >= 3 and b.ndim == 2 and a.flags.c_contiguous:
-        # one BLAS call over all rows rather than one per matrix of the batch
-        np.matmul(a.reshape(-1, a.shape[-1]), b, out=out.reshape(-1, out.shape[-1]))
-    else:
-        np.matmul(a, b, out=out)
+    product(*arrays, out)  # (eager's product: split on the threads' pool where large)
 
 
 def _host_tensors(node):

@@ -20,6 +20,7 @@ from math import prod
 import numpy as np
 
 from ..runtime import dtypes as _dt
+from ..runtime import threads
 from ..runtime.device import CPU
 from ..runtime.strided import broadcast_shapes, contiguous_strides, list_str, wrap_dim
 from . import functions, registry
@@ -178,12 +179,54 @@ def _matmul_meta(a, b):
     return TensorSpec(shape, b.dtype, a.device)
 
 
-def _product(a, b):
+# Products of fewer multiply-adds run whole: handing a part to the pool costs tens of microseconds.
+SPLIT_MIN_WORK = 1 << 22
+
+
+def _product(a, b, out=None):
+    """``np.matmul(a, b)``, into ``out`` if given (an array of the result's shape and dtype). A batch of
+    matrices times one matrix is one BLAS call over all rows rather than one per matrix, and a large product
+    of two float matrices (or batches) splits into ``threads.product_parts()`` parts on the threads' pool:
+    by batch, else by rows, else by columns; each element is the same BLAS dot product either way."""
     if a.ndim >= 3 and b.ndim <= 2 and a.flags.c_contiguous:
-        # one BLAS call over all rows rather than one per matrix of the batch
-        rows = np.matmul(a.reshape(prod(a.shape[:-1]), a.shape[-1]), b)
-        return rows.reshape(a.shape[:-1] + b.shape[1:])
-    return np.matmul(a, b)
+        rows = a.reshape(prod(a.shape[:-1]), a.shape[-1])
+        if out is None:
+            return _product(rows, b).reshape(a.shape[:-1] + b.shape[1:])
+        _product(rows, b, out.reshape(rows.shape[0], *b.shape[1:]))
+        return out
+    parts = threads.product_parts()
+    if parts == 1 or a.ndim < 2 or b.ndim < 2 or a.dtype != b.dtype or a.dtype not in _SPLIT_DTYPES:
+        return np.matmul(a, b) if out is None else np.matmul(a, b, out=out)
+    batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    (m, k), n = a.shape[-2:], b.shape[-1]
+    if prod(batch) * m * n * k < SPLIT_MIN_WORK:
+        return np.matmul(a, b) if out is None else np.matmul(a, b, out=out)
+    if out is None:
+        out = np.empty(batch + (m, n), a.dtype)
+    if batch and batch[0] >= parts:
+        def piece(x, lo, hi):  # an operand's share of the first batch dim (a broadcast operand: all of it)
+            return x[lo:hi] if x.ndim == out.ndim and x.shape[0] > 1 else x
+        bounds = _bounds(batch[0], parts)
+        pieces = [(piece(a, lo, hi), piece(b, lo, hi), out[lo:hi]) for lo, hi in bounds]
+    elif m >= n:
+        pieces = [(a[..., lo:hi, :], b, out[..., lo:hi, :]) for lo, hi in _bounds(m, parts)]
+    else:
+        pieces = [(a, b[..., lo:hi], out[..., lo:hi]) for lo, hi in _bounds(n, parts)]
+    futures = [threads.pool().submit(np.matmul, x, y, out=o) for x, y, o in pieces[1:]]
+    x, y, o = pieces[0]
+    np.matmul(x, y, out=o)
+    for f in futures:
+        f.result()
+    return out
+
+
+_SPLIT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _bounds(size, parts):
+    """``size`` split into at most ``parts`` (lo, hi) ranges of near-equal length."""
+    step = -(-size // parts)
+    return [(lo, min(lo + step, size)) for lo in range(0, size, step)]
 
 
 def _matmul_cpu(spec, a, b):

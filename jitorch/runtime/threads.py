@@ -1,10 +1,14 @@
 """Process-wide settings torch exposes as functions: thread counts and warn-always.
 
 ``set_num_threads`` governs how many threads a compiled CPU kernel splits its work across
-(`codegen.cpu`: kernels of at least ``PARALLEL_MIN_WORK`` elements run in chunks on a pool of that many
-threads) and the size of NumPy's BLAS pool, which eager and compiled matrix products run on (set through
-threadpoolctl, which finds the BLAS library NumPy loaded whichever it is). Other eager ops run NumPy on the
-calling thread. jitorch has no inter-op
+(`codegen.cpu`: kernels of at least ``PARALLEL_MIN_WORK`` elements run in chunks on `pool`, of that many
+threads) and how many parts a large matrix product splits into (`ops.linalg`: eager and compiled products
+run their parts on the same pool, each part a one-thread BLAS call). It sets NumPy's BLAS pool (through
+threadpoolctl, which finds the BLAS library NumPy loaded whichever it is) to one thread: OpenBLAS's own
+threads spin-wait at the barriers of each product, so on cores that other work shares, a product on two of
+them took 5 to 7 times the CPU time of one thread (a GPT training step: 534 ms of CPU against 85), and they
+spun against the kernels' pool as well. Until ``set_num_threads`` is called, products do not split and BLAS
+keeps its own thread count. Other eager ops run NumPy on the calling thread. jitorch has no inter-op
 pool (torch's, for ``torch.jit.fork``): ``set_num_interop_threads`` records its number, once, under torch's
 rule, and nothing reads it. ``set_warn_always`` makes the warnings jitorch gives
 once per compiled function (the recompile limit) come at each occurrence, as torch's TORCH_WARN_ONCE does.
@@ -13,8 +17,15 @@ once per compiled function (the recompile limit) come at each occurrence, as tor
 from __future__ import annotations
 
 import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
-_settings = {"threads": None, "interop": None, "interop_fixed": False, "warn_always": False}
+_settings = {"threads": None, "interop": None, "interop_fixed": False, "warn_always": False,
+             "split_products": False}
+_pools: dict = {}  # thread count -> its pool
+_pools_lock = threading.Lock()
+# A forked child (a DataLoader worker) has none of its parent's pool threads: work queued there would wait forever
+os.register_at_fork(after_in_child=_pools.clear)
 
 
 def _positive(name, n):
@@ -33,12 +44,32 @@ def get_num_threads() -> int:
 
 
 def set_num_threads(n) -> None:
-    """Let compiled CPU kernels and matrix products (NumPy's BLAS) use ``n`` threads (a positive int)."""
+    """Let compiled CPU kernels and large matrix products use ``n`` threads (a positive int), on one pool; NumPy's
+    BLAS gets one thread (see the module docstring)."""
     _settings["threads"] = _positive("set_num_threads", n)
-    # A BLAS pool larger than the threads asked for spins against the rest of the process: OpenBLAS with two
-    # threads on two busy cores ran a 256x784x256 product 8x slower than with one.
+    # BLAS threads spin against the rest of the process (see the module docstring): products split on `pool`
     from threadpoolctl import threadpool_limits
-    threadpool_limits(limits=n, user_api="blas")
+    threadpool_limits(limits=1, user_api="blas")
+    _settings["split_products"] = True
+
+
+def product_parts() -> int:
+    """How many parts a large matrix product splits into on `pool`: 1 until ``set_num_threads`` has set
+    NumPy's BLAS to one thread (before that, BLAS splits products with threads of its own)."""
+    return get_num_threads() if _settings["split_products"] else 1
+
+
+def pool() -> ThreadPoolExecutor:
+    """The pool of ``get_num_threads()`` threads that compiled kernels' chunks and matrix products' parts
+    run on (calls through ctypes and NumPy's matmul release the GIL)."""
+    n = get_num_threads()
+    found = _pools.get(n)
+    if found is None:
+        with _pools_lock:
+            found = _pools.get(n)
+            if found is None:
+                found = _pools[n] = ThreadPoolExecutor(max_workers=n, thread_name_prefix="jitorch")
+    return found
 
 
 def init_num_threads() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import jitorch as jt
 import jitorch.nn.functional as F
@@ -66,3 +67,43 @@ def test_compiled_attention_and_bce_equal_eager(rng):
         return F.binary_cross_entropy_with_logits(out, y, reduction="none") + F.gelu(out, approximate="tanh")
 
     assert_close(jt.compile(fn)(q, k, v, y), fn(q, k, v, y).numpy(), atol=1e-5, rtol=1e-5)
+
+
+def _attention_block(x, w_qkv, b_qkv, heads, lib=jt):
+    """nanoGPT's causal self-attention (no dropout) under ``lib``: one linear to q, k, v, heads split off,
+    the attention, heads merged back; the loss is a sum of squares."""
+    B, T, C = x.shape
+    q, k, v = lib.nn.functional.linear(x, w_qkv, b_qkv).split(C, dim=2)
+    q, k, v = (t.view(B, T, heads, C // heads).transpose(1, 2) for t in (q, k, v))
+    y = lib.nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=0.0, is_causal=True)
+    return (y.transpose(1, 2).contiguous().view(B, T, C) ** 2).sum()
+
+
+@pytest.mark.parametrize("batch, length, dims, heads, threads", [
+    (3, 7, 8, 2, 1),
+    (8, 65, 128, 4, 2),  # products large enough to split on the pool: the linear's by rows, q k^T's by batch
+])
+def test_compiled_attention_training_equals_torch(monkeypatch, rng, batch, length, dims, heads, threads):
+    import torch
+    from jitorch.runtime import threads as settings
+    monkeypatch.setitem(settings._settings, "threads", threads)
+    monkeypatch.setitem(settings._settings, "split_products", True)
+
+    def step(x, w, b):
+        loss = _attention_block(x, w, b, heads=heads)
+        loss.backward()
+        return loss
+
+    shapes = ((batch, length, dims), (3 * dims, dims), (3 * dims,))  # odd lengths
+    x, w, b = (rng.standard_normal(s).astype(np.float32) * 0.5 for s in shapes)
+    ours = [jt.tensor(a, requires_grad=True) for a in (x, w, b)]
+    theirs = [torch.tensor(a, requires_grad=True) for a in (x, w, b)]
+    compiled = jt.compile(step)
+    loss = compiled(*ours)
+    want = _attention_block(*theirs, heads=heads, lib=torch)
+    want.backward()
+    assert_close(loss, want.detach().numpy(), rtol=1e-5, atol=1e-5)
+    for a, t in zip(ours, theirs):  # (float32 sums of many terms: errors scale with the largest gradient)
+        assert_close(a.grad, t.grad.numpy(), rtol=1e-4, atol=1e-5 * float(t.grad.abs().max()))
+    products = [n for n in jt.explain(compiled, *ours).executable.graph.nodes if n.op.name == "matmul"]
+    assert len(products) == 3 + 6  # forward: the linear, q k^T, p v; backward: two per product

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
+import signal
+import time
 
 import numpy as np
 import pytest
@@ -389,3 +392,77 @@ EINSUM_ERRORS = [
 def test_einsum_errors(call, exc, message):
     with pytest.raises(exc, match=re.escape(message)):
         call()
+
+
+@pytest.mark.parametrize("sa, sb", [
+    ((12, 4, 64, 32), (12, 4, 32, 64)),   # attention's batches: split by batch
+    ((1, 4, 64, 64), (3, 1, 64, 128)),    # a broadcast batch dim: the operand of size 1 goes whole
+    ((64, 32), (6, 32, 64 * 12)),          # an operand without batch dims
+    ((768, 128), (128, 512)),             # split by rows
+    ((64, 1024), (1024, 256)),            # more columns than rows: split by columns
+])
+@pytest.mark.parametrize("compiled", [False, True])
+def test_large_products_split_on_the_threads_pool(monkeypatch, sa, sb, compiled):
+    from threadpoolctl import threadpool_info
+    from jitorch.runtime import threads
+    monkeypatch.setitem(threads._settings, "threads", None)
+    monkeypatch.setitem(threads._settings, "split_products", False)
+    submitted = []
+    real_pool = threads.pool
+
+    class Counting:
+        def submit(self, fn, *args, **kwargs):
+            submitted.append(fn)
+            return real_pool().submit(fn, *args, **kwargs)
+    monkeypatch.setattr(threads, "pool", Counting)
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal(sa).astype(np.float32), rng.standard_normal(sb).astype(np.float32)
+    f = jt.compile(lambda x, y: x @ y) if compiled else (lambda x, y: x @ y)
+    blas = [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+    try:
+        jt.set_num_threads(2)
+        assert {lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"} == {1}
+        got = f(jt.from_numpy(a), jt.from_numpy(b))
+    finally:
+        jt.set_num_threads(blas[0])
+    np.testing.assert_allclose(got.numpy(), np.matmul(a, b), rtol=1e-5, atol=1e-4)
+    assert submitted == [np.matmul]  # two parts: one on the pool, one on the calling thread
+
+
+def test_small_products_and_products_before_set_num_threads_run_whole(monkeypatch):
+    from jitorch.runtime import threads
+    monkeypatch.setitem(threads._settings, "split_products", False)
+    monkeypatch.setattr(threads, "pool", lambda: pytest.fail("a product split"))
+    a = jt.randn(768, 128)
+    assert threads.product_parts() == 1
+    assert_close(a @ a.t(), a.numpy() @ a.numpy().T, rtol=1e-5, atol=1e-4)
+    monkeypatch.setitem(threads._settings, "split_products", True)
+    monkeypatch.setitem(threads._settings, "threads", 2)
+    assert threads.product_parts() == 2
+    small = jt.randn(64, 64)
+    assert_close(small @ small, small.numpy() @ small.numpy(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX's")
+def test_a_forked_child_splits_products_on_a_pool_of_its_own(monkeypatch):
+    # the parent's pool threads do not exist in a forked child (a DataLoader worker): work queued on the
+    # parent's pool object there would wait forever
+    from jitorch.runtime import threads
+    monkeypatch.setitem(threads._settings, "threads", 2)
+    monkeypatch.setitem(threads._settings, "split_products", True)
+    a, w = jt.randn(768, 128), jt.randn(128, 512)
+    want = a.numpy() @ w.numpy()
+    a @ w  # the parent's pool starts
+    pid = os.fork()
+    if pid == 0:  # (the child leaves through os._exit, never through pytest)
+        os._exit(0 if np.allclose((a @ w).numpy(), want, rtol=1e-5, atol=1e-4) else 3)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.waitstatus_to_exitcode(status) == 0
+            return
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    pytest.fail("the forked child's product never finished")
