@@ -1,4 +1,5 @@
-"""torch.distributed's collectives and point-to-point ops on CPU tensors, run by MPI.
+"""torch.distributed's collectives and point-to-point ops: CPU tensors run by MPI, CUDA tensors by NCCL
+(`nccl_ops`) in groups of backend "nccl".
 
 Each call first checks, with one small all-gather, that every rank of the group called the same collective
 with tensors of the same dtype and shape (RuntimeError naming each rank's otherwise: MPI would hang or mix
@@ -14,6 +15,7 @@ import zlib
 import numpy as np
 
 from .. import from_numpy
+from . import nccl_ops
 from .mpi_backend import is_bfloat16, mpi, op_of, reducible, wait
 from .process_group import ReduceOp, resolve
 
@@ -68,10 +70,15 @@ def _run(pg, requests, finish, async_op, what, result=()):
     return None
 
 
-def _check_cpu(tensor, what):
-    if tensor.device.type != "cpu":
-        raise RuntimeError(f"{what}: jitorch.distributed sends CPU tensors through MPI; got a tensor on "
-                           f"{tensor.device} (NCCL is not built into jitorch yet: move it to the CPU first)")
+def _on_nccl(pg, tensor, what):
+    """Whether ``tensor`` goes through NCCL: a CUDA tensor in a group of backend "nccl" (RuntimeError for one in
+    another group); a CPU tensor goes through MPI."""
+    if tensor.device.type == "cpu":
+        return False
+    if tensor.device.type == "cuda" and pg.backend == "nccl":
+        return True
+    raise RuntimeError(f"{what}: a tensor on {tensor.device} in a process group of backend {pg.backend!r}: CUDA "
+                       "tensors go through NCCL (init_process_group('nccl')), CPU tensors through MPI")
 
 
 def _dtype_name(tensor):
@@ -175,9 +182,10 @@ def _finisher(op, array, size, write_back):
 def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
     """Reduce ``tensor`` over the group's ranks with ``op``; every rank gets the result, in place."""
     what = "all_reduce"
-    _check_cpu(tensor, what)
     op = _averaging(op, tensor, what)
     pg = resolve(group)
+    if _on_nccl(pg, tensor, what):
+        return nccl_ops.all_reduce(pg, tensor, op, async_op)
     agreement = _agreeing(pg, what, tensor, what)
     array, write_back = _buffer(tensor, reducing=True)
     mpi_op = op_of(op.value)
@@ -191,6 +199,8 @@ def started_all_reduce(tensor, group=None):
     per-call agreement: for callers that made sure once that every rank's tensors agree (DDP's buckets, whose
     parameters it compares at construction), so a bucket starts without waiting for the other ranks."""
     pg = resolve(group)
+    if tensor.device.type == "cuda" and pg.backend == "nccl":
+        return nccl_ops.all_reduce(pg, tensor, ReduceOp.SUM, True)
     array = tensor._array()
     request = pg.comm.Iallreduce(mpi().IN_PLACE, array, op_of("SUM"))
     return Work([request], tensor._bump_version, pg.timeout, "all_reduce", [tensor])
@@ -199,9 +209,10 @@ def started_all_reduce(tensor, group=None):
 def broadcast(tensor, src=None, group=None, async_op=False, group_src=None):
     """Copy rank ``src``'s ``tensor`` into every rank's ``tensor``."""
     what = "broadcast"
-    _check_cpu(tensor, what)
     pg = resolve(group)
     root = _root(pg, src, group_src)
+    if _on_nccl(pg, tensor, what):
+        return nccl_ops.broadcast(pg, tensor, root, async_op)
     _agree(pg, what, tensor, what)
     array, write_back = _buffer(tensor, reducing=False)
     return _run(pg, [pg.comm.Ibcast(array, root=root)], write_back, async_op, what, [tensor])
@@ -210,10 +221,11 @@ def broadcast(tensor, src=None, group=None, async_op=False, group_src=None):
 def reduce(tensor, dst=None, op=ReduceOp.SUM, group=None, async_op=False, group_dst=None):
     """Reduce ``tensor`` over the ranks into rank ``dst``'s ``tensor`` (the others' are left as they were)."""
     what = "reduce"
-    _check_cpu(tensor, what)
     op = _averaging(op, tensor, what)
     pg = resolve(group)
     root = _root(pg, dst, group_dst)
+    if _on_nccl(pg, tensor, what):
+        return nccl_ops.reduce(pg, tensor, root, op, async_op)
     _agree(pg, what, tensor, what)
     array, write_back = _buffer(tensor, reducing=True)
     if pg.rank() == root:
@@ -252,14 +264,16 @@ def _write_rows(tensors, rows, dtype):
 def all_gather(tensor_list, tensor, group=None, async_op=False):
     """Every rank's ``tensor``, into ``tensor_list[rank]`` on every rank."""
     what = "all_gather"
-    _check_cpu(tensor, what)
     pg = resolve(group)
+    nccl = _on_nccl(pg, tensor, what)
     if len(tensor_list) != pg.size():
         raise ValueError(f"{what}: tensor_list holds {len(tensor_list)} tensors for a group of {pg.size()} ranks")
     for t in tensor_list:
         if tuple(t.shape) != tuple(tensor.shape) or t.dtype != tensor.dtype:
             raise RuntimeError(f"{what}: tensor_list's tensors must match the input ({tensor.dtype}"
                                f"{list(tensor.shape)}), got {t.dtype}{list(t.shape)}")
+    if nccl:
+        return nccl_ops.all_gather(pg, tensor_list, tensor, async_op)
     _agree(pg, what, tensor, what)
     array, rows = _gathered(pg, tensor)
     dtype = tensor.detach().numpy().dtype
@@ -275,9 +289,10 @@ def _whole(tensor, numel, what, role):
 def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=False):
     """Every rank's ``input_tensor``, concatenated (or stacked) in rank order into ``output_tensor``."""
     what = "all_gather_into_tensor"
-    _check_cpu(input_tensor, what)
     pg = resolve(group)
     _whole(output_tensor, pg.size() * input_tensor.numel(), what, "output_tensor")
+    if _on_nccl(pg, input_tensor, what):
+        return nccl_ops.all_gather_into_tensor(pg, output_tensor, input_tensor, async_op)
     _agree(pg, what, input_tensor, what)
     array, _ = _buffer(input_tensor, reducing=False)
     out, write_back = _buffer(output_tensor, reducing=False)
@@ -287,10 +302,11 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=Fal
 def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=False):
     """Reduce ``input`` over the ranks and give rank r the r-th of its ``size`` equal chunks, in ``output``."""
     what = "reduce_scatter_tensor"
-    _check_cpu(input, what)
     op = _averaging(op, input, what)
     pg = resolve(group)
     _whole(input, pg.size() * output.numel(), what, "input")
+    if _on_nccl(pg, input, what):
+        return nccl_ops.reduce_scatter_tensor(pg, output, input, op, async_op)
     _agree(pg, what, input, what)
     array, _ = _buffer(input, reducing=True)
     out, write_back = _buffer(output, reducing=True)
@@ -301,10 +317,11 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=F
 def gather(tensor, gather_list=None, dst=None, group=None, async_op=False, group_dst=None):
     """Every rank's ``tensor`` into ``gather_list`` on rank ``dst`` (which alone gives a list)."""
     what = "gather"
-    _check_cpu(tensor, what)
     pg = resolve(group)
     root = _root(pg, dst, group_dst)
     _check_root_list(pg, root, gather_list, what, "destination", "gather_list")
+    if _on_nccl(pg, tensor, what):
+        return nccl_ops.gather(pg, tensor, gather_list, root, async_op)
     _agree(pg, what, tensor, what)
     array, rows = _gathered(pg, tensor)
     dtype = tensor.detach().numpy().dtype
@@ -317,12 +334,13 @@ def gather(tensor, gather_list=None, dst=None, group=None, async_op=False, group
 def scatter(tensor, scatter_list=None, src=None, group=None, async_op=False, group_src=None):
     """``scatter_list[r]`` of rank ``src`` into rank r's ``tensor``."""
     what = "scatter"
-    _check_cpu(tensor, what)
     pg = resolve(group)
     root = _root(pg, src, group_src)
     _check_root_list(pg, root, scatter_list, what, "source", "scatter_list")
     if pg.rank() == root and any(tuple(t.shape) != tuple(tensor.shape) for t in scatter_list):
         raise RuntimeError(f"{what}: scatter_list's tensors must have the output's shape {list(tensor.shape)}")
+    if _on_nccl(pg, tensor, what):
+        return nccl_ops.scatter(pg, tensor, scatter_list, root, async_op)
     _agree(pg, what, tensor, what)
     array, write_back = _buffer(tensor, reducing=False)
     send = np.stack([_buffer(t, reducing=False)[0] for t in scatter_list]) if pg.rank() == root else None
@@ -336,9 +354,16 @@ def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=
     Without split sizes the chunks are equal; otherwise they are ``input_split_sizes`` rows (sent) and
     ``output_split_sizes`` rows (received)."""
     what = "all_to_all_single"
-    _check_cpu(input, what)
     pg = resolve(group)
     size = pg.size()
+    if _on_nccl(pg, input, what):
+        sent = input_split_sizes or [input.shape[0] // size] * size
+        received = output_split_sizes or [output.shape[0] // size] * size
+        if sum(sent) != input.shape[0] or sum(received) != output.shape[0] or \
+                input.numel() * sum(received) != output.numel() * sum(sent):
+            raise ValueError(f"{what}: split sizes must add up to dim 0 of the input ({input.shape[0]}) and of the "
+                             f"output ({output.shape[0]}), whose rows must be alike")
+        return nccl_ops.all_to_all_single(pg, output, input, sent, received, async_op)
     _agree(pg, what, input, what, shape=False)
     array, _ = _buffer(input, reducing=False)
     out, write_back = _buffer(output, reducing=False)
@@ -370,7 +395,6 @@ def barrier(group=None, async_op=False, device_ids=None):
 
 
 def _p2p(tensor, peer, group, tag, what, sending):
-    _check_cpu(tensor, what)
     pg = resolve(group)
     array, write_back = _buffer(tensor, reducing=False)
     if sending:
@@ -379,14 +403,33 @@ def _p2p(tensor, peer, group, tag, what, sending):
     return pg, pg.comm.Irecv(array, source=source, tag=tag), write_back
 
 
+def _nccl_p2p(tensor, peer, group, what, sending, async_op):
+    """A point-to-point op through NCCL when ``tensor`` goes there (else None): queued on the stream, with a
+    `nccl_ops.NcclWork` for ``async_op``; (work, group rank of the peer)."""
+    pg = resolve(group)
+    if not _on_nccl(pg, tensor, what):
+        return None
+    if peer is None:
+        raise RuntimeError(f"{what}: NCCL receives only from a named rank: give src")
+    peer = pg.group_rank(peer)
+    return (nccl_ops.send if sending else nccl_ops.recv)(pg, tensor, peer, async_op), pg.ranks[peer]
+
+
 def send(tensor, dst=None, group=None, tag=0, group_dst=None):
-    """Send ``tensor`` to rank ``dst`` (which calls ``recv``)."""
+    """Send ``tensor`` to rank ``dst`` (which calls ``recv``). Through NCCL (CUDA tensors) it is queued on the
+    current stream; ``tag`` is ignored there, as in torch."""
+    if _nccl_p2p(tensor, dst, group, "send", True, False) is not None:
+        return
     pg, request, _ = _p2p(tensor, dst, group, tag, "send", True)
     wait(request, pg.timeout, "send")
 
 
 def recv(tensor, src=None, group=None, tag=0, group_src=None):
-    """Receive into ``tensor`` from rank ``src`` (any rank when None); returns the sender's rank."""
+    """Receive into ``tensor`` from rank ``src`` (any rank when None: not through NCCL); returns the sender's
+    rank."""
+    done = _nccl_p2p(tensor, src, group, "recv", False, False)
+    if done is not None:
+        return done[1]
     pg, request, write_back = _p2p(tensor, src, group, tag, "recv", False)
     status = mpi().Status()
     wait(_StatusRequest(request, status), pg.timeout, "recv")
@@ -418,12 +461,18 @@ def _check_received(tensor, status):
 
 def isend(tensor, dst=None, group=None, tag=0, group_dst=None):
     """``send`` without waiting: returns a `Work`."""
+    done = _nccl_p2p(tensor, dst, group, "isend", True, True)
+    if done is not None:
+        return done[0]
     pg, request, _ = _p2p(tensor, dst, group, tag, "isend", True)
     return Work([request], None, pg.timeout, "isend", [tensor])
 
 
 def irecv(tensor, src=None, group=None, tag=0, group_src=None):
     """``recv`` without waiting: returns a `Work` (its ``wait()`` writes the tensor)."""
+    done = _nccl_p2p(tensor, src, group, "irecv", False, True)
+    if done is not None:
+        return done[0]
     pg, request, write_back = _p2p(tensor, src, group, tag, "irecv", False)
     status = mpi().Status()
     return Work([_StatusRequest(request, status)], lambda: (_check_received(tensor, status), write_back()),
