@@ -254,6 +254,14 @@ class Communicator:
                        self.handle)
         return code.value
 
+    def check_async(self, what):
+        """Abort, and raise, when NCCL reports an asynchronous error of the communicator (after ``what``)."""
+        code = self.async_error()
+        if code not in (SUCCESS, IN_PROGRESS):
+            self.abort(f"jitorch.distributed: NCCL {what} failed on rank {self.rank}: {RESULTS[code]}: "
+                       f"{self.lib.error_string(code)}; the communicator was aborted")
+            self.raise_if_broken()
+
     def abort(self, message):
         """``ncclCommAbort``: the communicator's kernels return and it is freed; ``message`` becomes the error
         every later use raises."""
@@ -325,6 +333,11 @@ class Watchdog:
                 self.thread.start()
         return entry
 
+    def events(self, comm):
+        """The events of ``comm``'s work still followed."""
+        with self.lock:
+            return [e[1] for e in self.pending if e[0] is comm]
+
     def forget(self, comm):
         """Stop following ``comm``'s work (it is being destroyed)."""
         with self.lock:
@@ -349,15 +362,11 @@ class Watchdog:
             return True
         try:
             self.activate(comm.device)
+            comm.check_async(what)
             if event.query():
                 return True
-            code = comm.async_error()
-        except Exception as error:  # a CUDA or NCCL failure while asking: the communicator cannot be trusted
+        except Exception as error:  # an NCCL error (now aborted), or a CUDA one: the communicator is done
             comm.abort(f"jitorch.distributed: NCCL {what} failed: {error}")
-            return True
-        if code not in (SUCCESS, IN_PROGRESS):
-            comm.abort(f"jitorch.distributed: NCCL {what} failed on rank {comm.rank}: {RESULTS[code]}: "
-                       f"{comm.lib.error_string(code)}; the communicator was aborted")
             return True
         if time.monotonic() > deadline:
             comm.abort(f"jitorch.distributed: NCCL {what} timed out after {comm.timeout:.0f} s: a rank died, or did "

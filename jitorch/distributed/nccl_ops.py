@@ -30,7 +30,8 @@ _watchdog = nccl.Watchdog(lambda index: cuda_driver.activate(index))
 
 class NcclWork:
     """A collective queued on a CUDA stream (``async_op=True``): ``wait()`` blocks until it has finished on the
-    device (the event recorded after it), then raises its communicator's error if the watchdog aborted it."""
+    device (the event recorded after it), then raises its communicator's error: the one the watchdog aborted it
+    for, or an asynchronous error NCCL reports now (the communicator is aborted then)."""
 
     def __init__(self, comm, event, entry, what, result):
         self._comm, self._event, self._entry, self._what, self._result = comm, event, entry, what, list(result)
@@ -44,6 +45,7 @@ class NcclWork:
         self._comm.raise_if_broken()
         self._event.synchronize()  # an abort (error, timeout) makes NCCL's kernels return, and this with them
         self._comm.raise_if_broken()
+        self._comm.check_async(self._what)
         return True
 
     def is_completed(self):
@@ -75,8 +77,11 @@ def communicator(pg, device):
 
 
 def destroy(pg):
-    """Free ``pg``'s communicators (their queued work first)."""
+    """Free ``pg``'s communicators, once their queued work has finished (the watchdog ends it meanwhile, if it
+    fails or times out)."""
     for comm in pg.nccl.values():
+        for event in _watchdog.events(comm):
+            event.synchronize()
         _watchdog.forget(comm)
         comm.destroy()
     pg.nccl.clear()
