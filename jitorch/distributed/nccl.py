@@ -199,12 +199,15 @@ def _load():
             continue
         try:
             return {"library": Library.load(path)}
-        except OSError as error:
-            reasons.append(f"{path}: {error}")
+        except OSError as error:  # a file there that does not load (its message names it); else none there
+            if os.sep in path:
+                reasons.append(str(error))
         except RuntimeError as error:
             return {"error": str(error)}
+    if reasons:
+        return {"error": f"NCCL is not available: libnccl.so.2 cannot be loaded: {'; '.join(reasons)}"}
     return {"error": "NCCL is not available: no libnccl.so.2 in an nvidia-nccl-cu12/cu13 wheel or on the system's "
-                     "library path (pip install 'jitorch[nccl]')" + (f"; {'; '.join(reasons)}" if reasons else "")}
+                     "library path (pip install 'jitorch[nccl]')"}
 
 
 def is_available():

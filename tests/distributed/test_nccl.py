@@ -4,7 +4,12 @@ nvidia-nccl wheel is installed (no GPU needed for those calls). The real collect
 ``python -m jitorch.cuda.selftest`` checks them there."""
 
 import datetime
+import json
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -16,6 +21,7 @@ from jitorch.distributed import nccl, threads
 
 from . import fake_nccl
 
+ROOT = Path(__file__).parents[2]
 ReduceOp = dist.ReduceOp
 NUMPY_OPS = {ReduceOp.SUM: np.sum, ReduceOp.PRODUCT: np.prod, ReduceOp.MIN: np.min, ReduceOp.MAX: np.max,
              ReduceOp.AVG: np.mean}
@@ -270,3 +276,120 @@ def test_reductions_nccl_lacks_raise_before_any_call(fake):
             dist.recv(cuda(np.ones(2, np.int32), r), group=pg)
     run(2, body)
     assert not calls(fake, "ncclAllReduce") and not calls(fake, "ncclCommInitRank")
+
+
+REAL_LIBRARY = """
+import json
+import importlib.metadata
+import jitorch, jitorch.distributed
+from jitorch.runtime import cuda_driver
+loaded_at_import = "libnccl" in open("/proc/self/maps").read()
+from jitorch.distributed import nccl
+report = {"loaded_at_import": loaded_at_import}
+try:
+    lib = nccl.library()
+except RuntimeError as error:
+    report["unavailable"] = str(error)
+else:
+    wheels = [d.version for d in importlib.metadata.distributions()
+              if (d.metadata["Name"] or "").startswith("nvidia-nccl-cu")]
+    uids = [lib.unique_id() for _ in range(2)]
+    report.update(origin=lib.origin, version=lib.version_string(), wheels=wheels, gpu=cuda_driver.available(),
+                  errors=[lib.error_string(code) for code in range(9)], uids=[u.hex() for u in uids],
+                  loaded="libnccl.so.2" in open("/proc/self/maps").read())
+    try:
+        comm = nccl.init_rank(lib, uids[0], 1, 0, 0, 60,
+                              lambda d: cuda_driver.activate(d) if cuda_driver.available() else None)
+        comm.destroy()
+        report["init"] = "ok"
+    except nccl.NcclError as error:
+        report["init"] = [error.code, str(error)]
+print(json.dumps(report))
+"""
+
+
+def test_the_real_library_loads_at_first_use_and_answers_without_a_gpu():
+    """The calls libnccl answers on any machine, through jitorch's prototypes: its version (the wheel's), the
+    error strings, unique ids (128 bytes, new each time), and ncclCommInitRank's failure without a GPU."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI", "MPI_", "NCCL_"))}
+    done = subprocess.run([sys.executable, "-c", REAL_LIBRARY], capture_output=True, text=True, timeout=120,
+                          cwd=ROOT, env=dict(env, PYTHONPATH=str(ROOT)))
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.splitlines()[-1])
+    assert report["loaded_at_import"] is False
+    if "unavailable" in report:  # no nvidia-nccl wheel here, nor a system libnccl: the error says so
+        assert report["unavailable"].startswith("NCCL is not available: no libnccl.so.2 in an nvidia-nccl-cu12/cu13 "
+                                                "wheel or on the system's library path")
+        return
+    assert report["loaded"]
+    if "site-packages" in report["origin"]:
+        assert report["origin"].endswith("nvidia/nccl/lib/libnccl.so.2") and report["version"] in report["wheels"]
+    assert report["errors"][0] == "no error" and report["errors"][8] == "timeout"
+    assert report["errors"][6] == "remote process exited or there was a network error"
+    first, second = (bytes.fromhex(u) for u in report["uids"])
+    assert len(first) == len(second) == 128 and first != second
+    if report["gpu"]:
+        assert report["init"] == "ok"
+    else:  # NCCL's own check of the CUDA driver, reported with ncclGetLastError's message
+        code, message = report["init"]
+        assert code == 1 and message.startswith("NCCL error in ncclCommInitRank(rank 0 of 1, cuda:0): "
+                                                "ncclUnhandledCudaError: unhandled cuda error"), message
+        assert "Cuda failure" in message
+
+
+def test_without_the_library_nccl_is_unavailable_with_the_reason(monkeypatch, tmp_path):
+    monkeypatch.setattr(nccl, "_loaded", {})
+    monkeypatch.setattr(nccl, "candidates", lambda: [str(tmp_path / "libnccl.so.2")])
+    assert not dist.is_nccl_available()
+    with pytest.raises(RuntimeError, match="NCCL is not available: no libnccl.so.2 in an nvidia-nccl-cu12/cu13 "
+                                           "wheel or on the system's library path"):
+        dist.init_process_group("nccl")
+    assert not dist.is_initialized()
+    (tmp_path / "libnccl.so.2").write_bytes(b"not a library")
+    monkeypatch.setattr(nccl, "_loaded", {})
+    with pytest.raises(RuntimeError, match="NCCL is not available: libnccl.so.2 cannot be loaded: .*libnccl.so.2: file too short"):
+        nccl.library()
+
+
+def test_an_old_or_incomplete_library_is_refused(fake):
+    functions = {name: getattr(fake, "_" + name) for name in nccl.SIGNATURES}
+    fake.version = 20907
+    with pytest.raises(RuntimeError, match="NCCL is not available: old is NCCL 2.9.7, jitorch needs 2.10 or newer"):
+        nccl.Library.from_python(functions, "old")
+    del functions["ncclReduceScatter"]
+    with pytest.raises(RuntimeError, match="NCCL is not available: partial lacks ncclReduceScatter"):
+        nccl.Library.from_python(functions, "partial")
+
+
+WORLD_OF_ONE = """
+import sys
+sys.path.insert(0, {root!r})
+import numpy as np
+import jitorch as jt, jitorch.distributed as dist
+from jitorch.distributed import nccl
+from tests.cuda import fake_driver
+from tests.distributed.fake_nccl import FakeNccl
+fake = FakeNccl(fake_driver.install_in_process())
+with nccl.use_library(fake.library()):
+    dist.init_process_group()
+    x = jt.ones(3, device="cuda")
+    dist.all_reduce(x)
+    cpu = jt.ones(2)
+    dist.all_reduce(cpu, op=dist.ReduceOp.MAX)
+    print(dist.get_backend(), x.cpu().tolist(), cpu.tolist(), [n for _, n, _ in fake.calls if n != "ncclCommGetAsyncError"])
+    dist.destroy_process_group()
+    print([n for _, n, _ in fake.calls][-1], fake.errors)
+"""
+
+
+def test_a_world_of_one_picks_nccl_for_cuda_and_keeps_mpi_for_cpu_tensors():
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI", "MPI_"))}
+    done = subprocess.run([sys.executable, "-c", WORLD_OF_ONE.format(root=str(ROOT))], capture_output=True,
+                          text=True, timeout=120, cwd=ROOT, env=dict(env, RANK="0", WORLD_SIZE="1",
+                                                                     PYTHONPATH=str(ROOT)))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    # the CPU tensor went through MPI; the CUDA one through NCCL, after the communicator was made
+    assert lines[0] == ("nccl [1.0, 1.0, 1.0] [1.0, 1.0] ['ncclGetVersion', 'ncclGetUniqueId', 'ncclCommInitRank', "
+                        "'ncclAllReduce']"), done.stdout
+    assert lines[1] == "ncclCommDestroy []"
