@@ -9,6 +9,7 @@ data). Contiguous tensors are MPI's buffers themselves; others go through a cont
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import zlib
 
@@ -70,15 +71,73 @@ def _run(pg, requests, finish, async_op, what, result=()):
     return None
 
 
+def _on_cuda(value):
+    """Whether ``value`` is a CUDA tensor, or a list of tensors holding one."""
+    if isinstance(value, (list, tuple)):
+        return any(_on_cuda(v) for v in value)
+    return getattr(getattr(value, "device", None), "type", None) == "cuda"
+
+
+def _staged(*outputs):
+    """A collective that moves CUDA tensors through MPI when their group has no NCCL ("mpi", "gloo"): MPI works on
+    copies of them in host memory, and the arguments named ``outputs`` are copied back to the device once it has
+    finished (by ``wait()`` for a `Work`). Groups of backend "nccl", and CPU tensors, go straight through."""
+    def wrap(fn):
+        signature = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def staged(*args, **kwargs):
+            if not any(_on_cuda(v) for v in args) and not any(_on_cuda(v) for v in kwargs.values()):
+                return fn(*args, **kwargs)
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            if resolve(bound.arguments["group"]).backend == "nccl":
+                return fn(*args, **kwargs)
+            back, originals = [], {}
+
+            def host(name, t):
+                if not _on_cuda(t):
+                    return t
+                copy = t.cpu()
+                originals[id(copy)] = t
+                if name in outputs:
+                    back.append((t, copy))
+                return copy
+            for name, value in bound.arguments.items():
+                if isinstance(value, (list, tuple)):
+                    bound.arguments[name] = [host(name, v) for v in value]
+                else:
+                    bound.arguments[name] = host(name, value)
+            waiting = "async_op" in bound.arguments and not bound.arguments["async_op"]
+            if "async_op" in bound.arguments:
+                bound.arguments["async_op"] = True
+            result = fn(*bound.args, **bound.kwargs)
+
+            def copy_back():
+                for device, copy in back:
+                    device.detach().copy_(copy)
+            if not isinstance(result, Work):
+                copy_back()
+                return result
+            finish = result._finish
+            result._finish = lambda: (finish and finish(), copy_back())
+            result._result = [originals.get(id(t), t) for t in result._result]
+            if waiting:
+                result.wait()
+                return None
+            return result
+        return staged
+    return wrap
+
+
 def _on_nccl(pg, tensor, what):
-    """Whether ``tensor`` goes through NCCL: a CUDA tensor in a group of backend "nccl" (RuntimeError for one in
-    another group); a CPU tensor goes through MPI."""
+    """Whether ``tensor`` goes through NCCL: a CUDA tensor in a group of backend "nccl" (`_staged` has copied
+    those of other groups to the host); a CPU tensor goes through MPI, another device's raises RuntimeError."""
     if tensor.device.type == "cpu":
         return False
     if tensor.device.type == "cuda" and pg.backend == "nccl":
         return True
-    raise RuntimeError(f"{what}: a tensor on {tensor.device} in a process group of backend {pg.backend!r}: CUDA "
-                       "tensors go through NCCL (init_process_group('nccl')), CPU tensors through MPI")
+    raise RuntimeError(f"{what}: jitorch.distributed moves CPU and CUDA tensors, got one on {tensor.device}")
 
 
 def _dtype_name(tensor):
@@ -179,6 +238,7 @@ def _finisher(op, array, size, write_back):
     return finish
 
 
+@_staged("tensor")
 def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
     """Reduce ``tensor`` over the group's ranks with ``op``; every rank gets the result, in place."""
     what = "all_reduce"
@@ -206,6 +266,7 @@ def started_all_reduce(tensor, group=None):
     return Work([request], tensor._bump_version, pg.timeout, "all_reduce", [tensor])
 
 
+@_staged("tensor")
 def broadcast(tensor, src=None, group=None, async_op=False, group_src=None):
     """Copy rank ``src``'s ``tensor`` into every rank's ``tensor``."""
     what = "broadcast"
@@ -218,6 +279,7 @@ def broadcast(tensor, src=None, group=None, async_op=False, group_src=None):
     return _run(pg, [pg.comm.Ibcast(array, root=root)], write_back, async_op, what, [tensor])
 
 
+@_staged("tensor")
 def reduce(tensor, dst=None, op=ReduceOp.SUM, group=None, async_op=False, group_dst=None):
     """Reduce ``tensor`` over the ranks into rank ``dst``'s ``tensor`` (the others' are left as they were)."""
     what = "reduce"
@@ -261,6 +323,7 @@ def _write_rows(tensors, rows, dtype):
         _write(t, row.view(dtype) if row.dtype != dtype else row)
 
 
+@_staged("tensor_list")
 def all_gather(tensor_list, tensor, group=None, async_op=False):
     """Every rank's ``tensor``, into ``tensor_list[rank]`` on every rank."""
     what = "all_gather"
@@ -286,6 +349,7 @@ def _whole(tensor, numel, what, role):
         raise ValueError(f"{what}: {role} has {tensor.numel()} elements, {numel} expected")
 
 
+@_staged("output_tensor")
 def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=False):
     """Every rank's ``input_tensor``, concatenated (or stacked) in rank order into ``output_tensor``."""
     what = "all_gather_into_tensor"
@@ -299,6 +363,7 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=Fal
     return _run(pg, [pg.comm.Iallgather(array, out)], write_back, async_op, what, [output_tensor])
 
 
+@_staged("output")
 def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=False):
     """Reduce ``input`` over the ranks and give rank r the r-th of its ``size`` equal chunks, in ``output``."""
     what = "reduce_scatter_tensor"
@@ -314,6 +379,7 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=F
     return _run(pg, [request], _finisher(op, out, pg.size(), write_back), async_op, what, [output])
 
 
+@_staged("gather_list")
 def gather(tensor, gather_list=None, dst=None, group=None, async_op=False, group_dst=None):
     """Every rank's ``tensor`` into ``gather_list`` on rank ``dst`` (which alone gives a list)."""
     what = "gather"
@@ -331,6 +397,7 @@ def gather(tensor, gather_list=None, dst=None, group=None, async_op=False, group
                 async_op, what, gather_list)
 
 
+@_staged("tensor")
 def scatter(tensor, scatter_list=None, src=None, group=None, async_op=False, group_src=None):
     """``scatter_list[r]`` of rank ``src`` into rank r's ``tensor``."""
     what = "scatter"
@@ -347,6 +414,7 @@ def scatter(tensor, scatter_list=None, src=None, group=None, async_op=False, gro
     return _run(pg, [pg.comm.Iscatter(send, array, root=root)], write_back, async_op, what, [tensor])
 
 
+@_staged("output")
 def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None, group=None,
                       async_op=False):
     """Rank r sends its input's j-th chunk (of dim 0) to rank j, which puts it at its output's r-th chunk.
@@ -415,6 +483,7 @@ def _nccl_p2p(tensor, peer, group, what, sending, async_op):
     return (nccl_ops.send if sending else nccl_ops.recv)(pg, tensor, peer, async_op), pg.ranks[peer]
 
 
+@_staged()
 def send(tensor, dst=None, group=None, tag=0, group_dst=None):
     """Send ``tensor`` to rank ``dst`` (which calls ``recv``). Through NCCL (CUDA tensors) it is queued on the
     current stream; ``tag`` is ignored there, as in torch."""
@@ -424,6 +493,7 @@ def send(tensor, dst=None, group=None, tag=0, group_dst=None):
     wait(request, pg.timeout, "send")
 
 
+@_staged("tensor")
 def recv(tensor, src=None, group=None, tag=0, group_src=None):
     """Receive into ``tensor`` from rank ``src`` (any rank when None: not through NCCL); returns the sender's
     rank."""
@@ -459,6 +529,7 @@ def _check_received(tensor, status):
                            f"({tensor.dtype}{list(tensor.shape)})")
 
 
+@_staged()
 def isend(tensor, dst=None, group=None, tag=0, group_dst=None):
     """``send`` without waiting: returns a `Work`."""
     done = _nccl_p2p(tensor, dst, group, "isend", True, True)
@@ -468,6 +539,7 @@ def isend(tensor, dst=None, group=None, tag=0, group_dst=None):
     return Work([request], None, pg.timeout, "isend", [tensor])
 
 
+@_staged("tensor")
 def irecv(tensor, src=None, group=None, tag=0, group_src=None):
     """``recv`` without waiting: returns a `Work` (its ``wait()`` writes the tensor)."""
     done = _nccl_p2p(tensor, src, group, "irecv", False, True)

@@ -379,10 +379,19 @@ with nccl.use_library(fake.library()):
     print(dist.get_backend(), x.cpu().tolist(), cpu.tolist(), [n for _, n, _ in fake.calls if n != "ncclCommGetAsyncError"])
     dist.destroy_process_group()
     print([n for _, n, _ in fake.calls][-1], fake.errors)
+    calls = len(fake.calls)
+    dist.init_process_group("mpi")  # CUDA tensors through MPI, by copies in host memory
+    x = jt.arange(4, dtype=jt.float32, device="cuda")
+    work = dist.all_reduce(x, op=dist.ReduceOp.AVG, async_op=True)
+    rows = [jt.zeros(2, device="cuda")]
+    dist.all_gather(rows, jt.full((2,), 5.0, device="cuda"))
+    work.wait()
+    print(work.result()[0] is x, x.device, x.cpu().tolist(), rows[0].device, rows[0].cpu().tolist(),
+          len(fake.calls) == calls)
 """
 
 
-def test_a_world_of_one_picks_nccl_for_cuda_and_keeps_mpi_for_cpu_tensors():
+def test_a_world_of_one_picks_nccl_for_cuda_and_keeps_mpi_for_cpu_tensors_and_mpi_stages_cuda_tensors():
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI", "MPI_"))}
     done = subprocess.run([sys.executable, "-c", WORLD_OF_ONE.format(root=str(ROOT))], capture_output=True,
                           text=True, timeout=120, cwd=ROOT, env=dict(env, RANK="0", WORLD_SIZE="1",
@@ -393,3 +402,4 @@ def test_a_world_of_one_picks_nccl_for_cuda_and_keeps_mpi_for_cpu_tensors():
     assert lines[0] == ("nccl [1.0, 1.0, 1.0] [1.0, 1.0] ['ncclGetVersion', 'ncclGetUniqueId', 'ncclCommInitRank', "
                         "'ncclAllReduce']"), done.stdout
     assert lines[1] == "ncclCommDestroy []"
+    assert lines[2] == "True cuda:0 [0.0, 1.0, 2.0, 3.0] cuda:0 [5.0, 5.0] True"
