@@ -267,6 +267,7 @@ class FakeNccl:
                 out = _result(kind, inputs, op, root, comm.rank)
                 if out is not None:
                     ctypes.memmove(recv, out.tobytes(), out.nbytes)
+                self.driver._tick(send_n * size)  # the fake driver's clock, which events read
         return self._issue(comm, stream, work)
 
     def _ncclAllReduce(self, send, recv, count, datatype, op, comm, stream):
@@ -306,6 +307,7 @@ class FakeNccl:
                 self.cond.wait_for(lambda: comm.aborted or (mail[box] and len(mail[box][0]) == nbytes))
                 if not comm.aborted:
                     ctypes.memmove(buffer, mail[box].popleft(), nbytes)
+                    self.driver._tick(nbytes)
         work.sending = sending
         return self._issue(comm, stream, work)
 

@@ -403,3 +403,14 @@ def test_a_world_of_one_picks_nccl_for_cuda_and_keeps_mpi_for_cpu_tensors_and_mp
                         "'ncclAllReduce']"), done.stdout
     assert lines[1] == "ncclCommDestroy []"
     assert lines[2] == "True cuda:0 [0.0, 1.0, 2.0, 3.0] cuda:0 [5.0, 5.0] True"
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_the_gpu_selftests_nccl_check_on_the_fake(fake, ranks):
+    from jitorch.cuda import selftest
+    ok, detail = selftest.check_nccl(ranks, n=1 << 8)
+    expected = 10 if ranks == 1 else 2 * 11
+    assert ok, detail
+    assert detail.startswith(f"NCCL 2.32.3, {ranks} rank(s): {expected}/{expected} collectives match NumPy; "
+                             "all_reduce of 0.000977 MiB "), detail
+    assert len(calls(fake, "ncclCommInitRank")) == ranks
