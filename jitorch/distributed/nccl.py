@@ -251,10 +251,15 @@ class Communicator:
             raise self.error
 
     def async_error(self):
-        """``ncclCommGetAsyncError``: the result of the communicator's work so far (ncclSuccess while fine)."""
+        """``ncclCommGetAsyncError``: the result of the communicator's work so far (ncclSuccess while fine, and
+        once it is aborted or destroyed: its `error` tells then). Under the lock `abort` takes, so the watchdog
+        and a waiting thread never ask a communicator that the other is freeing."""
         code = ctypes.c_int()
-        self.lib.check(self.lib.ncclCommGetAsyncError(self.handle, ctypes.byref(code)), "ncclCommGetAsyncError",
-                       self.handle)
+        with self._lock:
+            if self.handle is None:
+                return SUCCESS
+            self.lib.check(self.lib.ncclCommGetAsyncError(self.handle, ctypes.byref(code)), "ncclCommGetAsyncError",
+                           self.handle)
         return code.value
 
     def check_async(self, what):

@@ -181,13 +181,19 @@ def all_reduce(pg, tensor, op, async_op):
 
 def broadcast(pg, tensor, root, async_op):
     """Group rank ``root``'s tensor into every rank's."""
+    return _moving(pg, tensor, "broadcast", "ncclBroadcast", True, 2, root, async_op)
+
+
+def _moving(pg, tensor, what, function, output, pointers, rank, async_op):
+    """NCCL ``function`` moving one tensor's data (no reduction, so any dtype, as bytes where NCCL lacks it):
+    (its pointer ``pointers`` times, count, datatype, ``rank``, comm, stream)."""
     call = _Call()
-    buf = call.dense(tensor, True)
-    count, code = _elements(buf, _dtype_code(buf, "broadcast", False))
+    buf = call.dense(tensor, output)
+    count, code = _elements(buf, _dtype_code(buf, what, False))
 
     def queue(comm, stream):
-        comm.call("ncclBroadcast", buf.data_ptr(), buf.data_ptr(), count, code, root, comm.handle, stream)
-    return _issue(pg, [tensor], "broadcast", queue, call, async_op, [tensor])
+        comm.call(function, *[buf.data_ptr()] * pointers, count, code, rank, comm.handle, stream)
+    return _issue(pg, [tensor], what, queue, call, async_op, [tensor])
 
 
 def reduce(pg, tensor, root, op, async_op):
@@ -301,21 +307,9 @@ def all_to_all_single(pg, output, input, sent_rows, received_rows, async_op):
 
 def send(pg, tensor, peer, async_op):
     """``tensor`` to group rank ``peer`` (ncclSend)."""
-    call = _Call()
-    src = call.dense(tensor, False)
-    count, code = _elements(src, _dtype_code(src, "send", False))
-
-    def queue(comm, stream):
-        comm.call("ncclSend", src.data_ptr(), count, code, peer, comm.handle, stream)
-    return _issue(pg, [tensor], "send", queue, call, async_op, [tensor])
+    return _moving(pg, tensor, "send", "ncclSend", False, 1, peer, async_op)
 
 
 def recv(pg, tensor, peer, async_op):
     """Into ``tensor`` from group rank ``peer`` (ncclRecv; NCCL has no receive from any rank)."""
-    call = _Call()
-    out = call.dense(tensor, True)
-    count, code = _elements(out, _dtype_code(out, "recv", False))
-
-    def queue(comm, stream):
-        comm.call("ncclRecv", out.data_ptr(), count, code, peer, comm.handle, stream)
-    return _issue(pg, [tensor], "recv", queue, call, async_op, [tensor])
+    return _moving(pg, tensor, "recv", "ncclRecv", True, 1, peer, async_op)

@@ -32,7 +32,7 @@ def fake(monkeypatch):
     _, fake = fake_nccl.install(monkeypatch, devices=4)
     with nccl.use_library(fake.library()):
         yield fake
-    assert not fake.errors
+    assert not fake.errors, fake.errors
 
 
 def data(rank, shape, dtype=np.float32):
@@ -308,14 +308,20 @@ print(json.dumps(report))
 """
 
 
-def test_the_real_library_loads_at_first_use_and_answers_without_a_gpu():
+@pytest.fixture(scope="module")
+def one_process():
+    """The output of `REAL_LIBRARY` then `WORLD_OF_ONE`, run by one new process (its imports take seconds)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI", "MPI_", "NCCL_"))}
+    done = subprocess.run([sys.executable, "-c", REAL_LIBRARY + WORLD_OF_ONE], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT, env=dict(env, PYTHONPATH=str(ROOT), RANK="0", WORLD_SIZE="1"))
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+def test_the_real_library_loads_at_first_use_and_answers_without_a_gpu(one_process):
     """The calls libnccl answers on any machine, through jitorch's prototypes: its version (the wheel's), the
     error strings, unique ids (128 bytes, new each time), and ncclCommInitRank's failure without a GPU."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI", "MPI_", "NCCL_"))}
-    done = subprocess.run([sys.executable, "-c", REAL_LIBRARY], capture_output=True, text=True, timeout=120,
-                          cwd=ROOT, env=dict(env, PYTHONPATH=str(ROOT)))
-    assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout.splitlines()[-1])
+    report = json.loads(one_process[0])
     assert report["loaded_at_import"] is False
     if "unavailable" in report:  # no nvidia-nccl wheel here, nor a system libnccl: the error says so
         assert report["unavailable"].startswith("NCCL is not available: no libnccl.so.2 in an nvidia-nccl-cu12/cu13 "
@@ -362,17 +368,13 @@ def test_an_old_or_incomplete_library_is_refused(fake):
 
 
 WORLD_OF_ONE = """
-import sys
-sys.path.insert(0, {root!r})
-import numpy as np
 import jitorch as jt, jitorch.distributed as dist
-from jitorch.distributed import nccl
 from tests.cuda import fake_driver
 from tests.distributed.fake_nccl import FakeNccl
 fake = FakeNccl(fake_driver.install_in_process())
 with nccl.use_library(fake.library()):
     dist.init_process_group()
-    x = jt.ones(3, device="cuda")
+    x = jt.ones(3).to("cuda")  # uploads: no kernel to build
     dist.all_reduce(x)
     cpu = jt.ones(2)
     dist.all_reduce(cpu, op=dist.ReduceOp.MAX)
@@ -381,26 +383,21 @@ with nccl.use_library(fake.library()):
     print([n for _, n, _ in fake.calls][-1], fake.errors)
     calls = len(fake.calls)
     dist.init_process_group("mpi")  # CUDA tensors through MPI, by copies in host memory
-    x = jt.arange(4, dtype=jt.float32, device="cuda")
+    x = jt.arange(4, dtype=jt.float32).to("cuda")
     work = dist.all_reduce(x, op=dist.ReduceOp.AVG, async_op=True)
-    rows = [jt.zeros(2, device="cuda")]
-    dist.all_gather(rows, jt.full((2,), 5.0, device="cuda"))
+    rows = [jt.zeros(2).to("cuda")]
+    dist.all_gather(rows, jt.full((2,), 5.0).to("cuda"))
     work.wait()
     print(work.result()[0] is x, x.device, x.cpu().tolist(), rows[0].device, rows[0].cpu().tolist(),
           len(fake.calls) == calls)
 """
 
 
-def test_a_world_of_one_picks_nccl_for_cuda_and_keeps_mpi_for_cpu_tensors_and_mpi_stages_cuda_tensors():
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI", "MPI_"))}
-    done = subprocess.run([sys.executable, "-c", WORLD_OF_ONE.format(root=str(ROOT))], capture_output=True,
-                          text=True, timeout=120, cwd=ROOT, env=dict(env, RANK="0", WORLD_SIZE="1",
-                                                                     PYTHONPATH=str(ROOT)))
-    assert done.returncode == 0, done.stderr
-    lines = done.stdout.splitlines()
+def test_a_world_of_one_picks_nccl_for_cuda_and_keeps_mpi_for_cpu_tensors_and_mpi_stages_cuda_tensors(one_process):
+    lines = one_process[1:]
     # the CPU tensor went through MPI; the CUDA one through NCCL, after the communicator was made
     assert lines[0] == ("nccl [1.0, 1.0, 1.0] [1.0, 1.0] ['ncclGetVersion', 'ncclGetUniqueId', 'ncclCommInitRank', "
-                        "'ncclAllReduce']"), done.stdout
+                        "'ncclAllReduce']"), lines
     assert lines[1] == "ncclCommDestroy []"
     assert lines[2] == "True cuda:0 [0.0, 1.0, 2.0, 3.0] cuda:0 [5.0, 5.0] True"
 
