@@ -73,9 +73,10 @@ def _run(pg, requests, finish, async_op, what, result=()):
 
 def _on_cuda(value):
     """Whether ``value`` is a CUDA tensor, or a list of tensors holding one."""
-    if isinstance(value, (list, tuple)):
+    if value.__class__ is list or value.__class__ is tuple:
         return any(_on_cuda(v) for v in value)
-    return getattr(getattr(value, "device", None), "type", None) == "cuda"
+    device = getattr(value, "device", None)
+    return device is not None and device.type == "cuda"
 
 
 def _staged(*outputs):
@@ -87,7 +88,10 @@ def _staged(*outputs):
 
         @functools.wraps(fn)
         def staged(*args, **kwargs):
-            if not any(_on_cuda(v) for v in args) and not any(_on_cuda(v) for v in kwargs.values()):
+            for value in (*args, *kwargs.values()) if kwargs else args:
+                if _on_cuda(value):
+                    break
+            else:  # no CUDA tensor: the collective itself (a loop, not any(): this runs on every call)
                 return fn(*args, **kwargs)
             bound = signature.bind(*args, **kwargs)
             bound.apply_defaults()
