@@ -316,24 +316,49 @@ def init_rank(lib, uid, size, rank, device, timeout, activate):
     return Communicator(lib, handle.value, device, rank, size, timeout)
 
 
+class Pending:
+    """A collective the watchdog follows: its communicator, the event recorded after it, the time by which it must
+    finish, its name, the tensors kept alive until then, and ``done`` once the event was seen complete."""
+
+    __slots__ = ("comm", "event", "deadline", "what", "keep", "done")
+
+    def __init__(self, comm, event, what, keep):
+        self.comm, self.event, self.what, self.keep = comm, event, what, keep
+        self.deadline = time.monotonic() + comm.timeout
+        self.done = False
+
+
 class Watchdog:
     """One thread per process following the NCCL work queued on streams: every ``POLL`` seconds it asks each
     pending collective's event whether it finished, and its communicator for an asynchronous error; on an error,
     or once the collective is older than its group's timeout, it aborts the communicator (`Communicator.abort`).
-    The thread runs while work is pending and ends when none is."""
+    The thread runs while work is pending and ends when none is.
+
+    It also keeps the events: a collective takes one with `event`, and once the watchdog has seen it complete it
+    is recorded again by a later collective, so a training run does not make an event per collective (jitorch's
+    events are never destroyed). ``make_event()`` makes a new one."""
 
     POLL = 0.01
 
-    def __init__(self, activate):
-        self.activate = activate
-        self.pending = []  # [communicator, event, deadline, what, keep] of each collective not known to be done
+    def __init__(self, activate, make_event):
+        self.activate, self.make_event = activate, make_event
+        self.pending = []  # `Pending` collectives not yet seen done
+        self.free = {}     # device -> events whose last recording completed
         self.lock = threading.Lock()
         self.thread = None
 
+    def event(self, device):
+        """An event for a collective on ``device``: a completed one again, or a new one."""
+        with self.lock:
+            free = self.free.get(device)
+            if free:
+                return free.pop()
+        return self.make_event()
+
     def watch(self, comm, event, what, keep):
         """Follow ``event`` (recorded after collective ``what`` on ``comm``), keeping ``keep`` (its tensors)
-        alive until it has finished; returns the entry, whose deadline `Work.wait` may bring forward."""
-        entry = [comm, event, time.monotonic() + comm.timeout, what, keep]
+        alive until it has finished; returns its `Pending`, whose deadline `NcclWork.wait` may bring forward."""
+        entry = Pending(comm, event, what, keep)
         with self.lock:
             self.pending.append(entry)
             if self.thread is None:
@@ -344,12 +369,12 @@ class Watchdog:
     def events(self, comm):
         """The events of ``comm``'s work still followed."""
         with self.lock:
-            return [e[1] for e in self.pending if e[0] is comm]
+            return [e.event for e in self.pending if e.comm is comm]
 
     def forget(self, comm):
         """Stop following ``comm``'s work (it is being destroyed)."""
         with self.lock:
-            self.pending = [e for e in self.pending if e[0] is not comm]
+            self.pending = [e for e in self.pending if e.comm is not comm]
 
     def _run(self):
         while True:
@@ -361,23 +386,29 @@ class Watchdog:
             finished = [e for e in entries if self._finished(e)]
             with self.lock:
                 self.pending = [e for e in self.pending if not any(e is f for f in finished)]
+                for e in finished:
+                    if e.done:
+                        e.keep = None
+                        self.free.setdefault(e.comm.device, []).append(e.event)
             time.sleep(self.POLL)
 
     def _finished(self, entry):
-        """Whether ``entry`` needs no more watching: its event completed, or its communicator is broken (now)."""
-        comm, event, deadline, what, _ = entry
+        """Whether ``entry`` needs no more watching: its event completed (``done``), or its communicator is
+        broken (now)."""
+        comm = entry.comm
         if comm.error is not None or comm.handle is None:
             return True
         try:
             self.activate(comm.device)
-            comm.check_async(what)
-            if event.query():
+            comm.check_async(entry.what)
+            if entry.event.query():
+                entry.done = True
                 return True
         except Exception as error:  # an NCCL error (now aborted), or a CUDA one: the communicator is done
-            comm.abort(f"jitorch.distributed: NCCL {what} failed: {error}")
+            comm.abort(f"jitorch.distributed: NCCL {entry.what} failed: {error}")
             return True
-        if time.monotonic() > deadline:
-            comm.abort(f"jitorch.distributed: NCCL {what} timed out after {comm.timeout:.0f} s: a rank died, or did "
-                       "not call the same collective with the same tensors; the communicator was aborted")
+        if time.monotonic() > entry.deadline:
+            comm.abort(f"jitorch.distributed: NCCL {entry.what} timed out after {comm.timeout:.0f} s: a rank died, or "
+                       "did not call the same collective with the same tensors; the communicator was aborted")
             return True
         return False

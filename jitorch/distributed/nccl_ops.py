@@ -25,7 +25,7 @@ from ..runtime import cuda_driver
 from . import nccl
 from .mpi_backend import wait
 
-_watchdog = nccl.Watchdog(lambda index: cuda_driver.activate(index))
+_watchdog = nccl.Watchdog(lambda index: cuda_driver.activate(index), lambda: cuda.Event())
 
 
 class NcclWork:
@@ -33,23 +33,26 @@ class NcclWork:
     device (the event recorded after it), then raises its communicator's error: the one the watchdog aborted it
     for, or an asynchronous error NCCL reports now (the communicator is aborted then)."""
 
-    def __init__(self, comm, event, entry, what, result):
-        self._comm, self._event, self._entry, self._what, self._result = comm, event, entry, what, list(result)
+    def __init__(self, pending, result):
+        self._pending, self._comm, self._result = pending, pending.comm, list(result)
 
     def wait(self, timeout=None):
         """Block until the collective has finished (RuntimeError when it failed or timed out); returns True.
         A ``timeout`` shorter than the group's brings the watchdog's deadline for it forward."""
         if timeout is not None:
             seconds = timeout.total_seconds() if hasattr(timeout, "total_seconds") else float(timeout)
-            self._entry[2] = min(self._entry[2], time.monotonic() + seconds)
+            self._pending.deadline = min(self._pending.deadline, time.monotonic() + seconds)
         self._comm.raise_if_broken()
-        self._event.synchronize()  # an abort (error, timeout) makes NCCL's kernels return, and this with them
+        if not self._pending.done:
+            # an abort (error, timeout) makes NCCL's kernels return, and this with them; should the watchdog see
+            # the event complete meanwhile and a later collective record it again, this waits for that one too
+            self._pending.event.synchronize()
         self._comm.raise_if_broken()
-        self._comm.check_async(self._what)
+        self._comm.check_async(self._pending.what)
         return True
 
     def is_completed(self):
-        return self._event.query()
+        return self._pending.done or self._pending.event.query()
 
     def is_success(self):
         return self.is_completed() and self._comm.error is None
@@ -150,10 +153,10 @@ def _issue(pg, tensors, what, queue, call, async_op, result):
     stream = cuda.current_stream(device)
     queue(comm, int(stream.handle))
     call.finish()
-    event = cuda.Event()
+    event = _watchdog.event(device)
     event.record(stream)
-    entry = _watchdog.watch(comm, event, what, call.keep)
-    return NcclWork(comm, event, entry, what, result) if async_op else None
+    pending = _watchdog.watch(comm, event, what, call.keep)
+    return NcclWork(pending, result) if async_op else None
 
 
 def _group(comm, calls):

@@ -9,6 +9,7 @@ collectives over every GPU of one machine; the test suite, to run them on its fa
 from __future__ import annotations
 
 import threading
+import time
 
 from .process_group import ProcessGroup
 
@@ -86,8 +87,8 @@ class ThreadComm:
 def run(size, fn, timeout=300.0, backend="nccl", group_timeout=None):
     """Call ``fn(group)`` on ``size`` threads, thread r with rank r's `ProcessGroup` of a new `ThreadWorld`
     (its ``timeout``, ``group_timeout`` seconds, defaults to ``timeout``); the list of their results, in rank
-    order. An exception in a thread is raised here (the first rank's); RuntimeError when a thread is still running
-    after ``timeout`` seconds."""
+    order. An exception in a thread is raised here as soon as it happens (the first rank's, when several have);
+    RuntimeError when a thread is still running after ``timeout`` seconds."""
     world = ThreadWorld(size)
     results, errors = [None] * size, [None] * size
     seconds = timeout if group_timeout is None else group_timeout
@@ -102,12 +103,14 @@ def run(size, fn, timeout=300.0, backend="nccl", group_timeout=None):
     threads = [threading.Thread(target=body, args=(r,), name=f"rank-{r}", daemon=True) for r in range(size)]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join(timeout)
-    if any(t.is_alive() for t in threads):
-        raise RuntimeError(f"jitorch.distributed: ranks {[r for r, t in enumerate(threads) if t.is_alive()]} of "
-                           f"{size} threads still running after {timeout:.0f} s")
+    deadline = time.monotonic() + timeout
+    # a rank that raised leaves its peers waiting for it (until their group's timeout): report it at once
+    while any(t.is_alive() for t in threads) and not any(errors) and time.monotonic() < deadline:
+        next(t for t in threads if t.is_alive()).join(0.05)
     for error in errors:
         if error is not None:
             raise error
+    if any(t.is_alive() for t in threads):
+        raise RuntimeError(f"jitorch.distributed: ranks {[r for r, t in enumerate(threads) if t.is_alive()]} of "
+                           f"{size} threads still running after {timeout:.0f} s")
     return results

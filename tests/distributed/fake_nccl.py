@@ -31,7 +31,7 @@ from collections import defaultdict, deque
 import ml_dtypes
 import numpy as np
 
-from jitorch.distributed import nccl
+from jitorch.distributed import nccl, nccl_ops
 
 from ..cuda.fake_driver import Stream
 
@@ -369,4 +369,6 @@ def install(monkeypatch, devices):
     driver = fake_driver.install(monkeypatch, devices)
     serialised = SerialisedDriver(driver)
     monkeypatch.setattr(cuda_driver, "_bindings", lambda: serialised)
+    # the events kept for reuse belong to the driver that made them, as a process has one driver
+    monkeypatch.setattr(nccl_ops._watchdog, "free", {})
     return driver, FakeNccl(driver)

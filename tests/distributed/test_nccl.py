@@ -411,3 +411,28 @@ def test_the_gpu_selftests_nccl_check_on_the_fake(fake, ranks):
     assert detail.startswith(f"NCCL 2.32.3, {ranks} rank(s): {expected}/{expected} collectives match NumPy; "
                              "all_reduce of 0.000977 MiB "), detail
     assert len(calls(fake, "ncclCommInitRank")) == ranks
+
+
+def test_events_are_recorded_again_once_the_watchdog_saw_them_complete(fake):
+    from jitorch.distributed import nccl_ops
+
+    def settled(comm):
+        """Whether the watchdog has seen this rank's collectives done (within 10 s)."""
+        deadline = time.monotonic() + 10
+        while nccl_ops._watchdog.events(comm) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return not nccl_ops._watchdog.events(comm)
+
+    def body(pg, r, n):
+        x = cuda(np.ones(4, np.float32), r)
+        for _ in range(5):
+            dist.all_reduce(x, group=pg)
+            host(x)
+            assert settled(pg.nccl[r])
+        work = dist.all_reduce(x, group=pg, async_op=True)
+        work.wait()
+        assert work.is_completed() and settled(pg.nccl[r]) and work.is_completed()
+        np.testing.assert_array_equal(host(x), np.full(4, 2.0 ** 6))
+    run(2, body)
+    # one event per rank served all six collectives (another may be made while the first is not yet seen done)
+    assert fake.driver.calls.count("cuEventCreate") <= 4
