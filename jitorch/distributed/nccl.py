@@ -332,13 +332,14 @@ class Watchdog:
     """One thread per process following the NCCL work queued on streams: every ``POLL`` seconds it asks each
     pending collective's event whether it finished, and its communicator for an asynchronous error; on an error,
     or once the collective is older than its group's timeout, it aborts the communicator (`Communicator.abort`).
-    The thread runs while work is pending and ends when none is.
+    The thread runs while work is pending, and ends when none has come for `LINGER` seconds.
 
     It also keeps the events: a collective takes one with `event`, and once the watchdog has seen it complete it
     is recorded again by a later collective, so a training run does not make an event per collective (jitorch's
     events are never destroyed). ``make_event()`` makes a new one."""
 
     POLL = 0.01
+    LINGER = 1.0  # seconds the thread waits for more work before it ends (not a new thread per collective)
 
     def __init__(self, activate, make_event):
         self.activate, self.make_event = activate, make_event
@@ -377,10 +378,13 @@ class Watchdog:
             self.pending = [e for e in self.pending if e.comm is not comm]
 
     def _run(self):
+        idle_since = time.monotonic()
         while True:
             with self.lock:
                 entries = list(self.pending)
-                if not entries:
+                if entries:
+                    idle_since = time.monotonic()
+                elif time.monotonic() - idle_since > self.LINGER:
                     self.thread = None
                     return
             finished = [e for e in entries if self._finished(e)]
