@@ -11,7 +11,9 @@ CUDA tensors (transfers, writes, memory returned to the pool), every registry
 op on CUDA tensors against the CPU (with the sample inputs of the test suite,
 when run from a checkout), a compiled graph and autograd on CUDA tensors, and a
 device-to-device copy bandwidth measurement, page-locked memory (an asynchronous upload on a
-stream, its bandwidth against pageable memory) and a CUDA tensor shared with a spawned process through CUDA IPC.
+stream, its bandwidth against pageable memory), a CUDA tensor shared with a spawned process through CUDA IPC, and
+NCCL's collectives against NumPy (`check_nccl`: one rank on one device, and one rank per device when there are
+several) with an all-reduce's bandwidth, where the NCCL library is installed.
 Prints one summary table; exits 1
 when a check fails, 0 otherwise (also without a GPU).
 
@@ -278,6 +280,70 @@ def check_ipc(n=1 << 20, context="spawn", child_setup=None):
     return ok, f"{4 * (n - 1)} bytes shared with a {context}ed process, written there, seen here"
 
 
+def _nccl_rank(pg, n):
+    """One rank of `check_nccl`: its collectives against NumPy, then the timed all-reduce; (checks, ms)."""
+    import jitorch.distributed as dist
+    r, size = pg.rank(), pg.size()
+    jt.cuda.set_device(r)
+    data = [np.arange(n, dtype=np.float32) % 7 + k for k in range(size)]
+
+    def dev(a):
+        return jt.from_numpy(np.ascontiguousarray(a)).to(f"cuda:{r}")
+
+    checks = []
+    for op, reduce in ((dist.ReduceOp.SUM, np.sum), (dist.ReduceOp.MAX, np.max), (dist.ReduceOp.AVG, np.mean)):
+        for dtype in (jt.float32, jt.bfloat16):
+            x = dev(data[r]).to(dtype)
+            dist.all_reduce(x, op=op, group=pg)
+            checks.append(np.allclose(x.float().cpu().numpy(), reduce(data, 0), rtol=1e-2))
+    x = dev(data[r])
+    dist.broadcast(x, src=size - 1, group=pg)
+    checks.append((x.cpu().numpy() == data[-1]).all())
+    out = dev(np.zeros(size * n, np.float32))
+    dist.all_gather_into_tensor(out, dev(data[r]), group=pg)
+    checks.append((out.cpu().numpy() == np.concatenate(data)).all())
+    piece = dev(np.zeros(n // size, np.float32))
+    dist.reduce_scatter_tensor(piece, dev(data[r]), group=pg)
+    checks.append((piece.cpu().numpy() == np.sum(data, 0)[r * (n // size):(r + 1) * (n // size)]).all())
+    out = dev(np.zeros(size * 4, np.float32))
+    dist.all_to_all_single(out, dev(np.full(size * 4, r, np.float32)), group=pg)
+    checks.append((out.cpu().numpy() == np.repeat(np.arange(size, dtype=np.float32), 4)).all())
+    if size > 1:
+        got = dev(np.zeros(n, np.float32))
+        works = [dist.isend(dev(data[r]), (r + 1) % size, group=pg), dist.irecv(got, (r - 1) % size, group=pg)]
+        for w in works:
+            w.wait()
+        checks.append((got.cpu().numpy() == data[(r - 1) % size]).all())
+    x = dev(data[r])
+    dist.all_reduce(x, group=pg)  # the timed one: its buffers are made, and the communicator is warm
+    start, end = jt.cuda.Event(enable_timing=True), jt.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(5):
+        dist.all_reduce(x, group=pg)
+    end.record()
+    end.synchronize()
+    return sum(bool(c) for c in checks), len(checks), start.elapsed_time(end) / 5
+
+
+def check_nccl(ranks=1, n=1 << 24):
+    """NCCL's collectives (all_reduce in float32 and bfloat16, broadcast, all_gather, reduce_scatter,
+    all_to_all, send/recv) on ``ranks`` devices against NumPy, one rank per device as threads of this process
+    (`jitorch.distributed.threads`), and an all-reduce of ``n`` float32 timed by events: its bus bandwidth,
+    NCCL's measure (2 (ranks - 1) / ranks of the bytes per second). Passes, saying so, where NCCL is absent."""
+    from ..distributed import nccl, threads
+    try:
+        lib = nccl.library()
+    except RuntimeError as error:
+        return True, f"not run: {error}"
+    results = threads.run(ranks, lambda pg: _nccl_rank(pg, n), timeout=300)
+    passed, total = sum(r[0] for r in results), sum(r[1] for r in results)
+    ms = max(max(r[2] for r in results), 1e-6)  # events measure at least a microsecond on a device
+    rate = f"{4 * n * 2 * (ranks - 1) / ranks / ms / 1e6:.0f} GB/s bus bandwidth" if ranks > 1 else \
+        f"{4 * n / ms / 1e6:.0f} GB/s of the buffer"
+    return passed == total, (f"NCCL {lib.version_string()}, {ranks} rank(s): {passed}/{total} collectives match "
+                             f"NumPy; all_reduce of {4 * n / 2 ** 20:.3g} MiB {ms:.3f} ms, {rate}")
+
+
 def main(argv=None):
     """Run the checks and print their table; 0 when all pass. With ``--emulate``, or with no GPU, the kernel
     and tensor checks run on the host's kernel emulator (a fake device running the kernels' own code)."""
@@ -290,7 +356,10 @@ def main(argv=None):
     if jt.cuda.is_available() and not args.emulate:
         rows += _run_checks((("allocator (driver)", check_allocator),) + _tensor_checks(kernel_rows=ROWS) +
                             (("streams, events, bandwidth", check_streams_and_bandwidth),
-                             ("pinned memory", check_pinned_memory), ("CUDA IPC (multiprocessing)", check_ipc)))
+                             ("pinned memory", check_pinned_memory), ("CUDA IPC (multiprocessing)", check_ipc),
+                             ("NCCL, one device", check_nccl)) +
+                            ((("NCCL, every device", functools.partial(check_nccl, jt.cuda.device_count())),)
+                             if jt.cuda.device_count() > 1 else ()))
     else:
         from ..backends.cuda import emulator
         from ..backends.cuda.fake import FakeBackend

@@ -1,4 +1,4 @@
-"""jitorch.distributed: torch.distributed's API on MPI (mpi4py), for CPU tensors.
+"""jitorch.distributed: torch.distributed's API on MPI (mpi4py) for CPU tensors, and NCCL for CUDA tensors.
 
     python -m jitorch.distributed.run --nproc-per-node 2 train.py      # or: mpiexec -n 2 python train.py
 
@@ -8,7 +8,8 @@
     dist.all_reduce(t)                         # in place, on every rank
 
 Collectives check that all ranks passed tensors of one dtype and shape, and never wait past the group's
-timeout. CUDA tensors and NCCL are not supported yet.
+timeout. In groups of backend "nccl" (`nccl`, `nccl_ops`), CUDA tensors go through NCCL on the current CUDA
+stream; in other groups, through MPI by copies in host memory.
 """
 
 from __future__ import annotations

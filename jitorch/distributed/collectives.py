@@ -1,4 +1,5 @@
-"""torch.distributed's collectives and point-to-point ops on CPU tensors, run by MPI.
+"""torch.distributed's collectives and point-to-point ops: CPU tensors run by MPI, CUDA tensors by NCCL
+(`nccl_ops`) in groups of backend "nccl".
 
 Each call first checks, with one small all-gather, that every rank of the group called the same collective
 with tensors of the same dtype and shape (RuntimeError naming each rank's otherwise: MPI would hang or mix
@@ -8,12 +9,14 @@ data). Contiguous tensors are MPI's buffers themselves; others go through a cont
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import zlib
 
 import numpy as np
 
 from .. import from_numpy
+from . import nccl_ops
 from .mpi_backend import is_bfloat16, mpi, op_of, reducible, wait
 from .process_group import ReduceOp, resolve
 
@@ -68,10 +71,77 @@ def _run(pg, requests, finish, async_op, what, result=()):
     return None
 
 
-def _check_cpu(tensor, what):
-    if tensor.device.type != "cpu":
-        raise RuntimeError(f"{what}: jitorch.distributed sends CPU tensors through MPI; got a tensor on "
-                           f"{tensor.device} (NCCL is not built into jitorch yet: move it to the CPU first)")
+def _on_cuda(value):
+    """Whether ``value`` is a CUDA tensor, or a list of tensors holding one."""
+    if value.__class__ is list or value.__class__ is tuple:
+        return any(_on_cuda(v) for v in value)
+    device = getattr(value, "device", None)
+    return device is not None and device.type == "cuda"
+
+
+def _staged(*outputs):
+    """A collective that moves CUDA tensors through MPI when their group has no NCCL ("mpi", "gloo"): MPI works on
+    copies of them in host memory, and the arguments named ``outputs`` are copied back to the device once it has
+    finished (by ``wait()`` for a `Work`). Groups of backend "nccl", and CPU tensors, go straight through."""
+    def wrap(fn):
+        signature = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def staged(*args, **kwargs):
+            for value in (*args, *kwargs.values()) if kwargs else args:
+                if _on_cuda(value):
+                    break
+            else:  # no CUDA tensor: the collective itself (a loop, not any(): this runs on every call)
+                return fn(*args, **kwargs)
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            if resolve(bound.arguments["group"]).backend == "nccl":
+                return fn(*args, **kwargs)
+            back, originals = [], {}
+
+            def host(name, t):
+                if not _on_cuda(t):
+                    return t
+                copy = t.cpu()
+                originals[id(copy)] = t
+                if name in outputs:
+                    back.append((t, copy))
+                return copy
+            for name, value in bound.arguments.items():
+                if isinstance(value, (list, tuple)):
+                    bound.arguments[name] = [host(name, v) for v in value]
+                else:
+                    bound.arguments[name] = host(name, value)
+            waiting = "async_op" in bound.arguments and not bound.arguments["async_op"]
+            if "async_op" in bound.arguments:
+                bound.arguments["async_op"] = True
+            result = fn(*bound.args, **bound.kwargs)
+
+            def copy_back():
+                for device, copy in back:
+                    device.detach().copy_(copy)
+            if not isinstance(result, Work):
+                copy_back()
+                return result
+            finish = result._finish
+            result._finish = lambda: (finish and finish(), copy_back())
+            result._result = [originals.get(id(t), t) for t in result._result]
+            if waiting:
+                result.wait()
+                return None
+            return result
+        return staged
+    return wrap
+
+
+def _on_nccl(pg, tensor, what):
+    """Whether ``tensor`` goes through NCCL: a CUDA tensor in a group of backend "nccl" (`_staged` has copied
+    those of other groups to the host); a CPU tensor goes through MPI, another device's raises RuntimeError."""
+    if tensor.device.type == "cpu":
+        return False
+    if tensor.device.type == "cuda" and pg.backend == "nccl":
+        return True
+    raise RuntimeError(f"{what}: jitorch.distributed moves CPU and CUDA tensors, got one on {tensor.device}")
 
 
 def _dtype_name(tensor):
@@ -172,12 +242,14 @@ def _finisher(op, array, size, write_back):
     return finish
 
 
+@_staged("tensor")
 def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
     """Reduce ``tensor`` over the group's ranks with ``op``; every rank gets the result, in place."""
     what = "all_reduce"
-    _check_cpu(tensor, what)
     op = _averaging(op, tensor, what)
     pg = resolve(group)
+    if _on_nccl(pg, tensor, what):
+        return nccl_ops.all_reduce(pg, tensor, op, async_op)
     agreement = _agreeing(pg, what, tensor, what)
     array, write_back = _buffer(tensor, reducing=True)
     mpi_op = op_of(op.value)
@@ -191,29 +263,35 @@ def started_all_reduce(tensor, group=None):
     per-call agreement: for callers that made sure once that every rank's tensors agree (DDP's buckets, whose
     parameters it compares at construction), so a bucket starts without waiting for the other ranks."""
     pg = resolve(group)
+    if tensor.device.type == "cuda" and pg.backend == "nccl":
+        return nccl_ops.all_reduce(pg, tensor, ReduceOp.SUM, True)
     array = tensor._array()
     request = pg.comm.Iallreduce(mpi().IN_PLACE, array, op_of("SUM"))
     return Work([request], tensor._bump_version, pg.timeout, "all_reduce", [tensor])
 
 
+@_staged("tensor")
 def broadcast(tensor, src=None, group=None, async_op=False, group_src=None):
     """Copy rank ``src``'s ``tensor`` into every rank's ``tensor``."""
     what = "broadcast"
-    _check_cpu(tensor, what)
     pg = resolve(group)
     root = _root(pg, src, group_src)
+    if _on_nccl(pg, tensor, what):
+        return nccl_ops.broadcast(pg, tensor, root, async_op)
     _agree(pg, what, tensor, what)
     array, write_back = _buffer(tensor, reducing=False)
     return _run(pg, [pg.comm.Ibcast(array, root=root)], write_back, async_op, what, [tensor])
 
 
+@_staged("tensor")
 def reduce(tensor, dst=None, op=ReduceOp.SUM, group=None, async_op=False, group_dst=None):
     """Reduce ``tensor`` over the ranks into rank ``dst``'s ``tensor`` (the others' are left as they were)."""
     what = "reduce"
-    _check_cpu(tensor, what)
     op = _averaging(op, tensor, what)
     pg = resolve(group)
     root = _root(pg, dst, group_dst)
+    if _on_nccl(pg, tensor, what):
+        return nccl_ops.reduce(pg, tensor, root, op, async_op)
     _agree(pg, what, tensor, what)
     array, write_back = _buffer(tensor, reducing=True)
     if pg.rank() == root:
@@ -249,17 +327,20 @@ def _write_rows(tensors, rows, dtype):
         _write(t, row.view(dtype) if row.dtype != dtype else row)
 
 
+@_staged("tensor_list")
 def all_gather(tensor_list, tensor, group=None, async_op=False):
     """Every rank's ``tensor``, into ``tensor_list[rank]`` on every rank."""
     what = "all_gather"
-    _check_cpu(tensor, what)
     pg = resolve(group)
+    nccl = _on_nccl(pg, tensor, what)
     if len(tensor_list) != pg.size():
         raise ValueError(f"{what}: tensor_list holds {len(tensor_list)} tensors for a group of {pg.size()} ranks")
     for t in tensor_list:
         if tuple(t.shape) != tuple(tensor.shape) or t.dtype != tensor.dtype:
             raise RuntimeError(f"{what}: tensor_list's tensors must match the input ({tensor.dtype}"
                                f"{list(tensor.shape)}), got {t.dtype}{list(t.shape)}")
+    if nccl:
+        return nccl_ops.all_gather(pg, tensor_list, tensor, async_op)
     _agree(pg, what, tensor, what)
     array, rows = _gathered(pg, tensor)
     dtype = tensor.detach().numpy().dtype
@@ -272,25 +353,29 @@ def _whole(tensor, numel, what, role):
         raise ValueError(f"{what}: {role} has {tensor.numel()} elements, {numel} expected")
 
 
+@_staged("output_tensor")
 def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=False):
     """Every rank's ``input_tensor``, concatenated (or stacked) in rank order into ``output_tensor``."""
     what = "all_gather_into_tensor"
-    _check_cpu(input_tensor, what)
     pg = resolve(group)
     _whole(output_tensor, pg.size() * input_tensor.numel(), what, "output_tensor")
+    if _on_nccl(pg, input_tensor, what):
+        return nccl_ops.all_gather_into_tensor(pg, output_tensor, input_tensor, async_op)
     _agree(pg, what, input_tensor, what)
     array, _ = _buffer(input_tensor, reducing=False)
     out, write_back = _buffer(output_tensor, reducing=False)
     return _run(pg, [pg.comm.Iallgather(array, out)], write_back, async_op, what, [output_tensor])
 
 
+@_staged("output")
 def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=False):
     """Reduce ``input`` over the ranks and give rank r the r-th of its ``size`` equal chunks, in ``output``."""
     what = "reduce_scatter_tensor"
-    _check_cpu(input, what)
     op = _averaging(op, input, what)
     pg = resolve(group)
     _whole(input, pg.size() * output.numel(), what, "input")
+    if _on_nccl(pg, input, what):
+        return nccl_ops.reduce_scatter_tensor(pg, output, input, op, async_op)
     _agree(pg, what, input, what)
     array, _ = _buffer(input, reducing=True)
     out, write_back = _buffer(output, reducing=True)
@@ -298,13 +383,15 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=F
     return _run(pg, [request], _finisher(op, out, pg.size(), write_back), async_op, what, [output])
 
 
+@_staged("gather_list")
 def gather(tensor, gather_list=None, dst=None, group=None, async_op=False, group_dst=None):
     """Every rank's ``tensor`` into ``gather_list`` on rank ``dst`` (which alone gives a list)."""
     what = "gather"
-    _check_cpu(tensor, what)
     pg = resolve(group)
     root = _root(pg, dst, group_dst)
     _check_root_list(pg, root, gather_list, what, "destination", "gather_list")
+    if _on_nccl(pg, tensor, what):
+        return nccl_ops.gather(pg, tensor, gather_list, root, async_op)
     _agree(pg, what, tensor, what)
     array, rows = _gathered(pg, tensor)
     dtype = tensor.detach().numpy().dtype
@@ -314,21 +401,24 @@ def gather(tensor, gather_list=None, dst=None, group=None, async_op=False, group
                 async_op, what, gather_list)
 
 
+@_staged("tensor")
 def scatter(tensor, scatter_list=None, src=None, group=None, async_op=False, group_src=None):
     """``scatter_list[r]`` of rank ``src`` into rank r's ``tensor``."""
     what = "scatter"
-    _check_cpu(tensor, what)
     pg = resolve(group)
     root = _root(pg, src, group_src)
     _check_root_list(pg, root, scatter_list, what, "source", "scatter_list")
     if pg.rank() == root and any(tuple(t.shape) != tuple(tensor.shape) for t in scatter_list):
         raise RuntimeError(f"{what}: scatter_list's tensors must have the output's shape {list(tensor.shape)}")
+    if _on_nccl(pg, tensor, what):
+        return nccl_ops.scatter(pg, tensor, scatter_list, root, async_op)
     _agree(pg, what, tensor, what)
     array, write_back = _buffer(tensor, reducing=False)
     send = np.stack([_buffer(t, reducing=False)[0] for t in scatter_list]) if pg.rank() == root else None
     return _run(pg, [pg.comm.Iscatter(send, array, root=root)], write_back, async_op, what, [tensor])
 
 
+@_staged("output")
 def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None, group=None,
                       async_op=False):
     """Rank r sends its input's j-th chunk (of dim 0) to rank j, which puts it at its output's r-th chunk.
@@ -336,9 +426,16 @@ def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=
     Without split sizes the chunks are equal; otherwise they are ``input_split_sizes`` rows (sent) and
     ``output_split_sizes`` rows (received)."""
     what = "all_to_all_single"
-    _check_cpu(input, what)
     pg = resolve(group)
     size = pg.size()
+    if _on_nccl(pg, input, what):
+        sent = input_split_sizes or [input.shape[0] // size] * size
+        received = output_split_sizes or [output.shape[0] // size] * size
+        if sum(sent) != input.shape[0] or sum(received) != output.shape[0] or \
+                input.numel() * sum(received) != output.numel() * sum(sent):
+            raise ValueError(f"{what}: split sizes must add up to dim 0 of the input ({input.shape[0]}) and of the "
+                             f"output ({output.shape[0]}), whose rows must be alike")
+        return nccl_ops.all_to_all_single(pg, output, input, sent, received, async_op)
     _agree(pg, what, input, what, shape=False)
     array, _ = _buffer(input, reducing=False)
     out, write_back = _buffer(output, reducing=False)
@@ -370,7 +467,6 @@ def barrier(group=None, async_op=False, device_ids=None):
 
 
 def _p2p(tensor, peer, group, tag, what, sending):
-    _check_cpu(tensor, what)
     pg = resolve(group)
     array, write_back = _buffer(tensor, reducing=False)
     if sending:
@@ -379,14 +475,35 @@ def _p2p(tensor, peer, group, tag, what, sending):
     return pg, pg.comm.Irecv(array, source=source, tag=tag), write_back
 
 
+def _nccl_p2p(tensor, peer, group, what, sending, async_op):
+    """A point-to-point op through NCCL when ``tensor`` goes there (else None): queued on the stream, with a
+    `nccl_ops.NcclWork` for ``async_op``; (work, group rank of the peer)."""
+    pg = resolve(group)
+    if not _on_nccl(pg, tensor, what):
+        return None
+    if peer is None:
+        raise RuntimeError(f"{what}: NCCL receives only from a named rank: give src")
+    peer = pg.group_rank(peer)
+    return (nccl_ops.send if sending else nccl_ops.recv)(pg, tensor, peer, async_op), pg.ranks[peer]
+
+
+@_staged()
 def send(tensor, dst=None, group=None, tag=0, group_dst=None):
-    """Send ``tensor`` to rank ``dst`` (which calls ``recv``)."""
+    """Send ``tensor`` to rank ``dst`` (which calls ``recv``). Through NCCL (CUDA tensors) it is queued on the
+    current stream; ``tag`` is ignored there, as in torch."""
+    if _nccl_p2p(tensor, dst, group, "send", True, False) is not None:
+        return
     pg, request, _ = _p2p(tensor, dst, group, tag, "send", True)
     wait(request, pg.timeout, "send")
 
 
+@_staged("tensor")
 def recv(tensor, src=None, group=None, tag=0, group_src=None):
-    """Receive into ``tensor`` from rank ``src`` (any rank when None); returns the sender's rank."""
+    """Receive into ``tensor`` from rank ``src`` (any rank when None: not through NCCL); returns the sender's
+    rank."""
+    done = _nccl_p2p(tensor, src, group, "recv", False, False)
+    if done is not None:
+        return done[1]
     pg, request, write_back = _p2p(tensor, src, group, tag, "recv", False)
     status = mpi().Status()
     wait(_StatusRequest(request, status), pg.timeout, "recv")
@@ -416,14 +533,22 @@ def _check_received(tensor, status):
                            f"({tensor.dtype}{list(tensor.shape)})")
 
 
+@_staged()
 def isend(tensor, dst=None, group=None, tag=0, group_dst=None):
     """``send`` without waiting: returns a `Work`."""
+    done = _nccl_p2p(tensor, dst, group, "isend", True, True)
+    if done is not None:
+        return done[0]
     pg, request, _ = _p2p(tensor, dst, group, tag, "isend", True)
     return Work([request], None, pg.timeout, "isend", [tensor])
 
 
+@_staged("tensor")
 def irecv(tensor, src=None, group=None, tag=0, group_src=None):
     """``recv`` without waiting: returns a `Work` (its ``wait()`` writes the tensor)."""
+    done = _nccl_p2p(tensor, src, group, "irecv", False, True)
+    if done is not None:
+        return done[0]
     pg, request, write_back = _p2p(tensor, src, group, tag, "irecv", False)
     status = mpi().Status()
     return Work([_StatusRequest(request, status)], lambda: (_check_received(tensor, status), write_back()),

@@ -12,7 +12,8 @@ import enum
 import os
 import urllib.parse
 
-from . import rendezvous
+from .. import cuda
+from . import nccl, nccl_ops, rendezvous
 from .mpi_backend import mpi
 
 DEFAULT_TIMEOUT = datetime.timedelta(minutes=30)  # torch's default for CPU backends
@@ -42,6 +43,7 @@ class ProcessGroup:
         self.backend = backend
         self.timeout = timeout
         self.signatures = None  # the buffers collectives compare their signatures in (`collectives.Agreement`)
+        self.nccl = {}  # CUDA device index -> `nccl.Communicator` (backend "nccl"), made at its first collective
 
     def rank(self):
         return self.comm.Get_rank()
@@ -122,8 +124,9 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
                        group_name="", pg_options=None, device_id=None):
     """Join the default process group (torch's signature).
 
-    ``backend``: None or "mpi" (CPU tensors through MPI), "gloo" (accepted for torch scripts: the same MPI
-    engine), "nccl" (refused: jitorch has no NCCL backend yet).
+    ``backend``: "mpi" (tensors through MPI; CUDA tensors through a copy in host memory), "gloo" (accepted for
+    torch scripts: the same MPI engine), "nccl" (CUDA tensors through NCCL, CPU tensors through MPI; RuntimeError
+    when NCCL cannot be loaded), or None: "nccl" when CUDA and NCCL are available, else "mpi".
 
     The world is MPI's: processes started by one ``mpiexec`` form it directly (their ranks are MPI's, which
     ``rank``/``world_size`` or ``RANK``/``WORLD_SIZE`` must agree with when given). When ``WORLD_SIZE`` (or
@@ -135,12 +138,7 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
     """
     if World.WORLD is not None:
         raise ValueError("trying to initialize the default process group twice!")
-    name = "mpi" if backend is None else str(backend).lower()
-    if name == "nccl":
-        raise RuntimeError("Distributed package doesn't have NCCL built in: jitorch's collectives run through MPI "
-                           "(backend='mpi' or 'gloo')")
-    if name not in ("mpi", "gloo"):
-        raise ValueError(f"Invalid backend: '{backend}'")
+    name = _backend_name(backend)
     if init_method not in (None, "env://") and not str(init_method).startswith("tcp://"):
         raise ValueError(f"jitorch.distributed supports init_method 'env://' and 'tcp://host:port', "
                          f"got {init_method!r}")
@@ -188,7 +186,20 @@ def is_mpi_available():
 
 
 def is_nccl_available():
-    return False
+    """Whether the NCCL library can be loaded (from the nvidia-nccl wheel or the system; loads it)."""
+    return nccl.is_available()
+
+
+def _backend_name(backend):
+    """The backend's name: given (checked), or for None "nccl" when CUDA and NCCL are usable, else "mpi"."""
+    if backend is None:
+        return "nccl" if cuda.is_available() and nccl.is_available() else "mpi"
+    name = str(backend).lower()
+    if name not in ("mpi", "gloo", "nccl"):
+        raise ValueError(f"Invalid backend: '{backend}'")
+    if name == "nccl":
+        nccl.library()  # RuntimeError "NCCL is not available: ..." before any rank joins
+    return name
 
 
 def is_gloo_available():
@@ -224,7 +235,7 @@ def get_world_size(group=None):
 
 
 def get_backend(group=None):
-    """The backend's name ("mpi")."""
+    """The backend's name ("mpi", "gloo" or "nccl")."""
     return resolve(group).backend
 
 
@@ -242,12 +253,13 @@ def new_group(ranks=None, timeout=None, backend=None, pg_options=None, use_local
     if me not in ranks:
         return GroupMember.NON_GROUP_MEMBER
     seconds = world.timeout if timeout is None else timeout.total_seconds()
-    return ProcessGroup(comm, ranks, world.backend if backend is None else backend, seconds)
+    return ProcessGroup(comm, ranks, world.backend if backend is None else _backend_name(backend), seconds)
 
 
 def destroy_process_group(group=None):
     """Leave ``group`` (the default one: every group)."""
     pg = resolve(group)
+    nccl_ops.destroy(pg)
     pg.comm.Free()
     _GROUPS[pg.id] = None
     if pg is World.WORLD:

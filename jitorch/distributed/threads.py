@@ -1,0 +1,116 @@
+"""Ranks that are threads of one process, for NCCL groups driven from one process (one thread per GPU).
+
+A `ThreadWorld` gives each thread a `ThreadComm`: the part of an MPI communicator a process group uses (its rank
+and size, a broadcast of a byte buffer, a barrier), in the same non-blocking form (requests with ``Test``), so
+`process_group.ProcessGroup` and the collectives run unchanged. The CUDA selftest uses it to run the NCCL
+collectives over every GPU of one machine; the test suite, to run them on its fake NCCL.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from .process_group import ProcessGroup
+
+
+class ThreadWorld:
+    """``size`` ranks, each a thread, exchanging through this object."""
+
+    def __init__(self, size):
+        self.size = size
+        self.lock = threading.Lock()
+        self.posted = {}    # sequence number -> bytes a root broadcast
+        self.arrived = {}   # sequence number -> ranks at a barrier
+
+    def comm(self, rank):
+        """Rank ``rank``'s communicator."""
+        return ThreadComm(self, rank)
+
+
+class _Request:
+    def __init__(self, test):
+        self.Test = test  # noqa: N815  (mpi4py's name, which mpi_backend.wait calls)
+
+
+class ThreadComm:
+    """One thread's communicator in a `ThreadWorld` (mpi4py's method names); calls must come in the same order on
+    every rank, as MPI's collectives."""
+
+    def __init__(self, world, rank):
+        self.world, self.rank, self.sequence = world, rank, 0
+
+    def Get_rank(self):  # noqa: N802
+        return self.rank
+
+    def Get_size(self):  # noqa: N802
+        return self.world.size
+
+    def _next(self):
+        self.sequence += 1
+        return self.sequence
+
+    def Ibcast(self, buf, root=0):  # noqa: N802
+        """Root's bytes of ``buf`` (a NumPy array) into every rank's ``buf``."""
+        seq, world = self._next(), self.world
+        if self.rank == root:
+            with world.lock:
+                world.posted[seq] = [buf.tobytes(), world.size - 1]
+            return _Request(lambda: True)
+
+        def test():
+            with world.lock:
+                entry = world.posted.get(seq)
+                if entry is None:
+                    return False
+                buf.reshape(-1).view("u1")[:] = bytearray(entry[0])
+                entry[1] -= 1
+                if not entry[1]:
+                    del world.posted[seq]
+            return True
+        return _Request(test)
+
+    def Ibarrier(self):  # noqa: N802
+        seq, world = self._next(), self.world
+        with world.lock:
+            world.arrived.setdefault(seq, set()).add(self.rank)
+
+        def test():
+            with world.lock:
+                return len(world.arrived.get(seq, ())) >= world.size
+        return _Request(test)
+
+    def Free(self):  # noqa: N802
+        """Nothing to free: the world is garbage-collected with its threads' groups."""
+
+
+def run(size, fn, timeout=300.0, backend="nccl", group_timeout=None):
+    """Call ``fn(group)`` on ``size`` threads, thread r with rank r's `ProcessGroup` of a new `ThreadWorld`
+    (its ``timeout``, ``group_timeout`` seconds, defaults to ``timeout``); the list of their results, in rank
+    order. An exception in a thread is raised here as soon as it happens (the first rank's, when several have);
+    RuntimeError when a thread is still running after ``timeout`` seconds."""
+    world = ThreadWorld(size)
+    results, errors = [None] * size, [None] * size
+    seconds = timeout if group_timeout is None else group_timeout
+    groups = [ProcessGroup(world.comm(r), range(size), backend, seconds) for r in range(size)]
+
+    def body(rank):
+        try:
+            results[rank] = fn(groups[rank])
+        except BaseException as error:  # handed to the calling thread
+            errors[rank] = error
+
+    threads = [threading.Thread(target=body, args=(r,), name=f"rank-{r}", daemon=True) for r in range(size)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + timeout
+    # a rank that raised leaves its peers waiting for it (until their group's timeout): report it at once
+    while any(t.is_alive() for t in threads) and not any(errors) and time.monotonic() < deadline:
+        next(t for t in threads if t.is_alive()).join(0.05)
+    for error in errors:
+        if error is not None:
+            raise error
+    if any(t.is_alive() for t in threads):
+        raise RuntimeError(f"jitorch.distributed: ranks {[r for r, t in enumerate(threads) if t.is_alive()]} of "
+                           f"{size} threads still running after {timeout:.0f} s")
+    return results
