@@ -149,3 +149,8 @@ class _Namespace(_types.ModuleType):
 
 
 _sys.modules[__name__].__class__ = _Namespace
+
+# ``from jitorch import *`` binds the public names, the lazy ones among them as they were bound when they
+# loaded at import (it loads them, as such an import did); not the libraries that start MPI or processes.
+__all__ = sorted({name for name in globals() if not name.startswith("_")}
+                 | (set(_LAZY) - {"multiprocessing", "distributed", "safetensors"}))

@@ -96,6 +96,16 @@ def test_lazy_attributes_are_the_modules_and_functions_an_import_gives():
     ]
 
 
+def test_star_import_binds_the_lazy_functions_and_modules():
+    out = run_fresh("""
+        import sys
+        from jitorch import *
+        from jitorch.serialization import save as saver
+        print(save is saver, optim.SGD.__name__, callable(explain), "jitorch.distributed" in sys.modules)
+    """)
+    assert out.split() == ["True", "SGD", "True", "False"]
+
+
 def test_serialization_imported_directly_loads_exported_programs(tmp_path):
     """jitorch.export registers the exported program's format with `load`: an import of jitorch.serialization
     alone, that never asks the namespace for export, must still read one."""
