@@ -1,8 +1,9 @@
 """Ranks that are threads of one process, for NCCL groups driven from one process (one thread per GPU).
 
-A `ThreadWorld` gives each thread a `ThreadComm`: the part of an MPI communicator a process group uses (its rank
-and size, a broadcast of a byte buffer, a barrier), in the same non-blocking form (requests with ``Test``), so
-`process_group.ProcessGroup` and the collectives run unchanged. The CUDA selftest uses it to run the NCCL
+A `ThreadWorld` gives each thread a `ThreadComm`: the part of an MPI communicator a process group of CUDA tensors
+uses (its rank and size, a broadcast of a byte buffer, a barrier, and the all-reduce and all-gather of small
+arrays that compare the ranks' calls before each collective), in the same non-blocking form (requests with
+``Test``), so `process_group.ProcessGroup` and the collectives run unchanged. The CUDA selftest uses it to run the NCCL
 collectives over every GPU of one machine; the test suite, to run them on its fake NCCL.
 """
 
@@ -11,6 +12,9 @@ from __future__ import annotations
 import threading
 import time
 
+import numpy as np
+
+from .mpi_backend import op_of
 from .process_group import ProcessGroup
 
 
@@ -22,6 +26,7 @@ class ThreadWorld:
         self.lock = threading.Lock()
         self.posted = {}    # sequence number -> bytes a root broadcast
         self.arrived = {}   # sequence number -> ranks at a barrier
+        self.given = {}     # sequence number -> [rank -> array, ranks yet to read them] of an all-gather
 
     def comm(self, rank):
         """Rank ``rank``'s communicator."""
@@ -31,6 +36,9 @@ class ThreadWorld:
 class _Request:
     def __init__(self, test):
         self.Test = test  # noqa: N815  (mpi4py's name, which mpi_backend.wait calls)
+
+    def abandon(self):
+        """Nothing to do when a wait gives up on it: no MPI request is left pending (`mpi_backend.wait`)."""
 
 
 class ThreadComm:
@@ -78,6 +86,39 @@ class ThreadComm:
         def test():
             with world.lock:
                 return len(world.arrived.get(seq, ())) >= world.size
+        return _Request(test)
+
+    def Iallgather(self, sendbuf, recvbuf):  # noqa: N802
+        """Every rank's ``sendbuf`` (NumPy arrays of one size), in rank order, into ``recvbuf``."""
+        def deliver(rows):
+            recvbuf.reshape(len(rows), -1)[...] = rows.reshape(len(rows), -1)
+        return self._gathered(sendbuf, deliver)
+
+    def Iallreduce(self, sendbuf, recvbuf, op):  # noqa: N802
+        """The ranks' ``sendbuf`` reduced element-wise with MPI's MAX, MIN or SUM into ``recvbuf``."""
+        reduce = next(fn for name, fn in (("MAX", np.max), ("MIN", np.min), ("SUM", np.sum)) if op is op_of(name))
+
+        def deliver(rows):
+            recvbuf[...] = reduce(rows, axis=0)
+        return self._gathered(sendbuf, deliver)
+
+    def _gathered(self, sendbuf, deliver):
+        """A request that completes once every rank has given its array: ``deliver(rows)`` then gets them all,
+        stacked in rank order."""
+        seq, world = self._next(), self.world
+        with world.lock:
+            entry = world.given.setdefault(seq, [{}, world.size])
+            entry[0][self.rank] = np.array(sendbuf)
+
+        def test():
+            with world.lock:
+                if len(entry[0]) < world.size:
+                    return False
+                deliver(np.stack([entry[0][r] for r in range(world.size)]))
+                entry[1] -= 1
+                if not entry[1]:
+                    del world.given[seq]
+            return True
         return _Request(test)
 
     def Free(self):  # noqa: N802
