@@ -3,7 +3,7 @@
 
 Each call first checks, with one small all-reduce on the group's MPI communicator (`Agreement`), that every rank
 of the group called the same collective with tensors of the same dtype and shape (RuntimeError naming each
-rank's otherwise: MPI and NCCL would hang, mix data or write past a buffer), on CUDA tensors through NCCL too.
+rank's otherwise: MPI and NCCL would hang or mix data), on CUDA tensors through NCCL too.
 Contiguous tensors are MPI's buffers themselves; others go through a contiguous copy.
 """
 

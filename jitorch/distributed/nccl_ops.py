@@ -312,8 +312,8 @@ def all_to_all_single(pg, output, input, sent_rows, received_rows, async_op):
 
 def _check_pairs(pg, sent, received, what):
     """RuntimeError on every rank unless each rank sends each other as many bytes as that one receives from it
-    (``sent[j]``, ``received[j]``: this rank's bytes to and from group rank j), where NCCL would hang or write
-    past a buffer: one all-gather of every rank's counts on the group's MPI communicator."""
+    (``sent[j]``, ``received[j]``: this rank's bytes to and from group rank j), where NCCL would hang or mix
+    data: one all-gather of every rank's counts on the group's MPI communicator."""
     n = pg.size()
     counts = np.empty((n, 2 * n), np.int64)
     wait(pg.comm.Iallgather(np.array([*sent, *received], np.int64), counts), pg.timeout, what)
