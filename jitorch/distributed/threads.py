@@ -3,8 +3,8 @@
 A `ThreadWorld` gives each thread a `ThreadComm`: the part of an MPI communicator a process group of CUDA tensors
 uses (its rank and size, a broadcast of a byte buffer, a barrier, and the all-reduce and all-gather of small
 arrays that compare the ranks' calls before each collective), in the same non-blocking form (requests with
-``Test``), so `process_group.ProcessGroup` and the collectives run unchanged. The CUDA selftest uses it to run the NCCL
-collectives over every GPU of one machine; the test suite, to run them on its fake NCCL.
+``Test``), so `process_group.ProcessGroup` and the collectives run unchanged. The CUDA selftest uses it to run
+the NCCL collectives over every GPU of one machine; the test suite, to run them on its fake NCCL.
 """
 
 from __future__ import annotations
@@ -42,13 +42,16 @@ class _Request:
 
     def __init__(self, world, ready):
         self.world, self.ready = world, ready
+        self.done = False
 
     def Test(self):  # noqa: N802  (mpi4py's name, which mpi_backend.wait calls in a loop)
         """Whether it has finished; when not, waits up to `ThreadWorld.WAKE` seconds for a post first, releasing
         the GIL: a waiting rank that spun on Test would hold the GIL its peers need to post (measured: ~13 ms per
         exchange, about the interpreter's switch interval, against ~0.2 ms)."""
-        with self.world.changed:
-            return self.ready() or (self.world.changed.wait(self.world.WAKE) and self.ready())
+        if not self.done:
+            with self.world.changed:
+                self.done = self.ready() or (self.world.changed.wait(self.world.WAKE) and self.ready())
+        return self.done
 
     def abandon(self):
         """Nothing to do when a wait gives up on it: no MPI request is left pending (`mpi_backend.wait`)."""
@@ -105,11 +108,13 @@ class ThreadComm:
         return self._gathered(sendbuf, deliver)
 
     def Iallreduce(self, sendbuf, recvbuf, op):  # noqa: N802
-        """The ranks' ``sendbuf`` reduced element-wise with MPI's MAX, MIN or SUM into ``recvbuf``."""
-        reduce = next(fn for name, fn in (("MAX", np.max), ("MIN", np.min), ("SUM", np.sum)) if op is op_of(name))
+        """The element-wise maximum of the ranks' ``sendbuf`` into ``recvbuf``: ``op`` is MPI.MAX, the only
+        reduction a thread world makes (`collectives.Agreement`'s; NCCL reduces the tensors)."""
+        if op is not op_of("MAX"):
+            raise NotImplementedError("a thread world's all-reduce takes MPI.MAX only")
 
         def deliver(rows):
-            recvbuf[...] = reduce(rows, axis=0)
+            recvbuf[...] = rows.max(axis=0)
         return self._gathered(sendbuf, deliver)
 
     def _gathered(self, sendbuf, deliver):

@@ -327,6 +327,12 @@ def test_reductions_nccl_lacks_raise_before_any_call(fake):
             with pytest.raises(NotImplementedError, match="^ProcessGroupNCCL does not support recvAnysource$"):
                 receive(cuda(np.ones(2, np.int32), r), group=pg)
     run(2, body)
+
+    def alone(pg, r, n):  # gather's list is the root's alone: its check, before the others are waited for
+        with pytest.raises(RuntimeError, match=r"^gather: gather_list's tensors must match the input "
+                                               r"\(jitorch.float32\[2\]\), got jitorch.float64\[2\]$"):
+            dist.gather(cuda(np.ones(2, np.float32), r), [cuda(np.ones(2), r)], dst=0, group=pg)
+    run(1, alone)
     assert not calls(fake, "ncclAllReduce") and not calls(fake, "ncclCommInitRank")
 
 
