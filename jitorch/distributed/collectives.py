@@ -1,9 +1,10 @@
 """torch.distributed's collectives and point-to-point ops: CPU tensors run by MPI, CUDA tensors by NCCL
 (`nccl_ops`) in groups of backend "nccl".
 
-Each call first checks, with one small all-gather, that every rank of the group called the same collective
-with tensors of the same dtype and shape (RuntimeError naming each rank's otherwise: MPI would hang or mix
-data). Contiguous tensors are MPI's buffers themselves; others go through a contiguous copy.
+Each call first checks, with one small all-reduce on the group's MPI communicator (`Agreement`), that every rank
+of the group called the same collective with tensors of the same dtype and shape (RuntimeError naming each
+rank's otherwise: MPI and NCCL would hang or mix data), on CUDA tensors through NCCL too.
+Contiguous tensors are MPI's buffers themselves; others go through a contiguous copy.
 """
 
 from __future__ import annotations
@@ -248,9 +249,11 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
     what = "all_reduce"
     op = _averaging(op, tensor, what)
     pg = resolve(group)
-    if _on_nccl(pg, tensor, what):
-        return nccl_ops.all_reduce(pg, tensor, op, async_op)
+    nccl = _on_nccl(pg, tensor, what)
     agreement = _agreeing(pg, what, tensor, what)
+    if nccl:
+        agreement.check()
+        return nccl_ops.all_reduce(pg, tensor, op, async_op)
     array, write_back = _buffer(tensor, reducing=True)
     mpi_op = op_of(op.value)
     agreement.check()
@@ -276,9 +279,10 @@ def broadcast(tensor, src=None, group=None, async_op=False, group_src=None):
     what = "broadcast"
     pg = resolve(group)
     root = _root(pg, src, group_src)
-    if _on_nccl(pg, tensor, what):
-        return nccl_ops.broadcast(pg, tensor, root, async_op)
+    nccl = _on_nccl(pg, tensor, what)
     _agree(pg, what, tensor, what)
+    if nccl:
+        return nccl_ops.broadcast(pg, tensor, root, async_op)
     array, write_back = _buffer(tensor, reducing=False)
     return _run(pg, [pg.comm.Ibcast(array, root=root)], write_back, async_op, what, [tensor])
 
@@ -290,9 +294,10 @@ def reduce(tensor, dst=None, op=ReduceOp.SUM, group=None, async_op=False, group_
     op = _averaging(op, tensor, what)
     pg = resolve(group)
     root = _root(pg, dst, group_dst)
-    if _on_nccl(pg, tensor, what):
-        return nccl_ops.reduce(pg, tensor, root, op, async_op)
+    nccl = _on_nccl(pg, tensor, what)
     _agree(pg, what, tensor, what)
+    if nccl:
+        return nccl_ops.reduce(pg, tensor, root, op, async_op)
     array, write_back = _buffer(tensor, reducing=True)
     if pg.rank() == root:
         request = pg.comm.Ireduce(mpi().IN_PLACE, array, op_of(op.value), root=root)
@@ -327,6 +332,14 @@ def _write_rows(tensors, rows, dtype):
         _write(t, row.view(dtype) if row.dtype != dtype else row)
 
 
+def _like(tensors, tensor, what, arg):
+    """RuntimeError unless every tensor of ``tensors`` (an output list) has ``tensor``'s dtype and shape."""
+    for t in tensors:
+        if tuple(t.shape) != tuple(tensor.shape) or t.dtype != tensor.dtype:
+            raise RuntimeError(f"{what}: {arg}'s tensors must match the input ({tensor.dtype}"
+                               f"{list(tensor.shape)}), got {t.dtype}{list(t.shape)}")
+
+
 @_staged("tensor_list")
 def all_gather(tensor_list, tensor, group=None, async_op=False):
     """Every rank's ``tensor``, into ``tensor_list[rank]`` on every rank."""
@@ -335,13 +348,10 @@ def all_gather(tensor_list, tensor, group=None, async_op=False):
     nccl = _on_nccl(pg, tensor, what)
     if len(tensor_list) != pg.size():
         raise ValueError(f"{what}: tensor_list holds {len(tensor_list)} tensors for a group of {pg.size()} ranks")
-    for t in tensor_list:
-        if tuple(t.shape) != tuple(tensor.shape) or t.dtype != tensor.dtype:
-            raise RuntimeError(f"{what}: tensor_list's tensors must match the input ({tensor.dtype}"
-                               f"{list(tensor.shape)}), got {t.dtype}{list(t.shape)}")
+    _like(tensor_list, tensor, what, "tensor_list")
+    _agree(pg, what, tensor, what)
     if nccl:
         return nccl_ops.all_gather(pg, tensor_list, tensor, async_op)
-    _agree(pg, what, tensor, what)
     array, rows = _gathered(pg, tensor)
     dtype = tensor.detach().numpy().dtype
     return _run(pg, [pg.comm.Iallgather(array, rows)], lambda: _write_rows(tensor_list, rows, dtype), async_op,
@@ -359,9 +369,10 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=Fal
     what = "all_gather_into_tensor"
     pg = resolve(group)
     _whole(output_tensor, pg.size() * input_tensor.numel(), what, "output_tensor")
-    if _on_nccl(pg, input_tensor, what):
-        return nccl_ops.all_gather_into_tensor(pg, output_tensor, input_tensor, async_op)
+    nccl = _on_nccl(pg, input_tensor, what)
     _agree(pg, what, input_tensor, what)
+    if nccl:
+        return nccl_ops.all_gather_into_tensor(pg, output_tensor, input_tensor, async_op)
     array, _ = _buffer(input_tensor, reducing=False)
     out, write_back = _buffer(output_tensor, reducing=False)
     return _run(pg, [pg.comm.Iallgather(array, out)], write_back, async_op, what, [output_tensor])
@@ -374,9 +385,10 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=F
     op = _averaging(op, input, what)
     pg = resolve(group)
     _whole(input, pg.size() * output.numel(), what, "input")
-    if _on_nccl(pg, input, what):
-        return nccl_ops.reduce_scatter_tensor(pg, output, input, op, async_op)
+    nccl = _on_nccl(pg, input, what)
     _agree(pg, what, input, what)
+    if nccl:
+        return nccl_ops.reduce_scatter_tensor(pg, output, input, op, async_op)
     array, _ = _buffer(input, reducing=True)
     out, write_back = _buffer(output, reducing=True)
     request = pg.comm.Ireduce_scatter_block(array, out, op_of(op.value))
@@ -390,9 +402,12 @@ def gather(tensor, gather_list=None, dst=None, group=None, async_op=False, group
     pg = resolve(group)
     root = _root(pg, dst, group_dst)
     _check_root_list(pg, root, gather_list, what, "destination", "gather_list")
-    if _on_nccl(pg, tensor, what):
-        return nccl_ops.gather(pg, tensor, gather_list, root, async_op)
+    if pg.rank() == root:
+        _like(gather_list, tensor, what, "gather_list")
+    nccl = _on_nccl(pg, tensor, what)
     _agree(pg, what, tensor, what)
+    if nccl:
+        return nccl_ops.gather(pg, tensor, gather_list, root, async_op)
     array, rows = _gathered(pg, tensor)
     dtype = tensor.detach().numpy().dtype
     if pg.rank() != root:
@@ -410,9 +425,10 @@ def scatter(tensor, scatter_list=None, src=None, group=None, async_op=False, gro
     _check_root_list(pg, root, scatter_list, what, "source", "scatter_list")
     if pg.rank() == root and any(tuple(t.shape) != tuple(tensor.shape) for t in scatter_list):
         raise RuntimeError(f"{what}: scatter_list's tensors must have the output's shape {list(tensor.shape)}")
-    if _on_nccl(pg, tensor, what):
-        return nccl_ops.scatter(pg, tensor, scatter_list, root, async_op)
+    nccl = _on_nccl(pg, tensor, what)
     _agree(pg, what, tensor, what)
+    if nccl:
+        return nccl_ops.scatter(pg, tensor, scatter_list, root, async_op)
     array, write_back = _buffer(tensor, reducing=False)
     send = np.stack([_buffer(t, reducing=False)[0] for t in scatter_list]) if pg.rank() == root else None
     return _run(pg, [pg.comm.Iscatter(send, array, root=root)], write_back, async_op, what, [tensor])
@@ -435,6 +451,7 @@ def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=
                 input.numel() * sum(received) != output.numel() * sum(sent):
             raise ValueError(f"{what}: split sizes must add up to dim 0 of the input ({input.shape[0]}) and of the "
                              f"output ({output.shape[0]}), whose rows must be alike")
+        _agree(pg, what, input, what, shape=False)
         return nccl_ops.all_to_all_single(pg, output, input, sent, received, async_op)
     _agree(pg, what, input, what, shape=False)
     array, _ = _buffer(input, reducing=False)
@@ -481,8 +498,8 @@ def _nccl_p2p(tensor, peer, group, what, sending, async_op):
     pg = resolve(group)
     if not _on_nccl(pg, tensor, what):
         return None
-    if peer is None:
-        raise RuntimeError(f"{what}: NCCL receives only from a named rank: give src")
+    if peer is None:  # NCCL has no receive from any rank: torch's ProcessGroupNCCL raises this
+        raise NotImplementedError("ProcessGroupNCCL does not support recvAnysource")
     peer = pg.group_rank(peer)
     return (nccl_ops.send if sending else nccl_ops.recv)(pg, tensor, peer, async_op), pg.ranks[peer]
 
@@ -499,8 +516,8 @@ def send(tensor, dst=None, group=None, tag=0, group_dst=None):
 
 @_staged("tensor")
 def recv(tensor, src=None, group=None, tag=0, group_src=None):
-    """Receive into ``tensor`` from rank ``src`` (any rank when None: not through NCCL); returns the sender's
-    rank."""
+    """Receive into ``tensor`` from rank ``src`` (any rank when None: not through NCCL, which raises
+    NotImplementedError as torch's does); returns the sender's rank."""
     done = _nccl_p2p(tensor, src, group, "recv", False, False)
     if done is not None:
         return done[1]

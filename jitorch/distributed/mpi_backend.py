@@ -54,7 +54,7 @@ def is_bfloat16(dtype):
 
 def wait(request, timeout, what):
     """Wait for an MPI request on this thread until ``timeout`` seconds pass; RuntimeError naming ``what`` after
-    that (and MPI aborts at exit, see `broken`).
+    that (and MPI aborts at exit, see `broken`, unless the request has an ``abandon()`` to call instead).
 
     The wait is MPI's ``Test`` called in a loop: MPICH's blocking wait polls the same way, so this is as fast,
     measured both ways, and only a loop here can stop at a deadline and raise. Each ``Test`` also advances
@@ -71,7 +71,8 @@ def wait(request, timeout, what):
                     return
             waited = time.monotonic() - start
             if waited > timeout:
-                broken()
+                # an MPI request stays pending (`broken`); a thread world's (`threads`) says what it needs instead
+                getattr(request, "abandon", broken)()
                 raise RuntimeError(f"jitorch.distributed: {what} timed out after {timeout:.0f} s: a rank died, or "
                                    "did not call the same collective")
             if waited > YIELD_AFTER:

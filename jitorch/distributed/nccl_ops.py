@@ -6,9 +6,10 @@ raw bytes), and every rank calls ``ncclCommInitRank``. Each collective is queued
 stream with the tensors' own memory (a non-contiguous tensor goes through a contiguous copy, written back on the
 same stream), and the host goes on. `NcclWork` (``async_op=True``) holds a CUDA event recorded after it.
 
-jitorch's caller (`collectives`) has checked the arguments; the ranks' tensors are not compared across ranks
-first (MPI's path does): a mismatch, like a rank that never calls, ends in the group's timeout, when the
-watchdog aborts the communicator and every rank raises.
+jitorch's caller (`collectives`) has checked the arguments, and compared the ranks' calls (collective, dtype,
+shape) with one small all-reduce on the group's MPI communicator, as for CPU tensors; `all_to_all_single` also
+compares the byte counts each pair of ranks exchanges. A rank that dies or never calls makes the others raise
+after the group's timeout: in that comparison, or (past it) when the watchdog aborts the communicator.
 
 The real library's collectives run only on a GPU machine (``python -m jitorch.cuda.selftest``); the test suite
 runs this module's logic against a fake NCCL on its fake CUDA driver.
@@ -305,7 +306,21 @@ def all_to_all_single(pg, output, input, sent_rows, received_rows, async_op):
         recvs.append((peer, out.data_ptr() + start_out, received_rows[peer] * row_out))
         start_in += sent_rows[peer] * row_in
         start_out += received_rows[peer] * row_out
+    _check_pairs(pg, [n for _, _, n in sends], [n for _, _, n in recvs], "all_to_all_single")
     return _exchange(pg, "all_to_all_single", sends, recvs, [input, output], call, async_op, [output])
+
+
+def _check_pairs(pg, sent, received, what):
+    """RuntimeError on every rank unless each rank sends each other as many bytes as that one receives from it
+    (``sent[j]``, ``received[j]``: this rank's bytes to and from group rank j), where NCCL would hang or mix
+    data: one all-gather of every rank's counts on the group's MPI communicator."""
+    n = pg.size()
+    counts = np.empty((n, 2 * n), np.int64)
+    wait(pg.comm.Iallgather(np.array([*sent, *received], np.int64), counts), pg.timeout, what)
+    wrong = [f"rank {pg.ranks[k]} sends {counts[k, j]} bytes to rank {pg.ranks[j]}, which receives {counts[j, n + k]}"
+             for k in range(n) for j in range(n) if counts[k, j] != counts[j, n + k]]
+    if wrong:
+        raise RuntimeError(f"{what}: the ranks' split sizes do not pair up: " + "; ".join(wrong))
 
 
 def send(pg, tensor, peer, async_op):

@@ -1,9 +1,10 @@
 """Ranks that are threads of one process, for NCCL groups driven from one process (one thread per GPU).
 
-A `ThreadWorld` gives each thread a `ThreadComm`: the part of an MPI communicator a process group uses (its rank
-and size, a broadcast of a byte buffer, a barrier), in the same non-blocking form (requests with ``Test``), so
-`process_group.ProcessGroup` and the collectives run unchanged. The CUDA selftest uses it to run the NCCL
-collectives over every GPU of one machine; the test suite, to run them on its fake NCCL.
+A `ThreadWorld` gives each thread a `ThreadComm`: the part of an MPI communicator a process group of CUDA tensors
+uses (its rank and size, a broadcast of a byte buffer, a barrier, and the all-reduce and all-gather of small
+arrays that compare the ranks' calls before each collective), in the same non-blocking form (requests with
+``Test``), so `process_group.ProcessGroup` and the collectives run unchanged. The CUDA selftest uses it to run
+the NCCL collectives over every GPU of one machine; the test suite, to run them on its fake NCCL.
 """
 
 from __future__ import annotations
@@ -11,17 +12,24 @@ from __future__ import annotations
 import threading
 import time
 
+import numpy as np
+
+from .mpi_backend import op_of
 from .process_group import ProcessGroup
 
 
 class ThreadWorld:
     """``size`` ranks, each a thread, exchanging through this object."""
 
+    WAKE = 0.001  # seconds an unfinished request's Test waits for another rank's post
+
     def __init__(self, size):
         self.size = size
         self.lock = threading.Lock()
+        self.changed = threading.Condition(self.lock)  # notified whenever a rank posts
         self.posted = {}    # sequence number -> bytes a root broadcast
         self.arrived = {}   # sequence number -> ranks at a barrier
+        self.given = {}     # sequence number -> [rank -> array, ranks yet to read them] of an all-gather
 
     def comm(self, rank):
         """Rank ``rank``'s communicator."""
@@ -29,8 +37,24 @@ class ThreadWorld:
 
 
 class _Request:
-    def __init__(self, test):
-        self.Test = test  # noqa: N815  (mpi4py's name, which mpi_backend.wait calls)
+    """A started exchange; ``ready()``, called under the world's lock, finishes it once the other ranks have
+    posted their part (and says whether they had)."""
+
+    def __init__(self, world, ready):
+        self.world, self.ready = world, ready
+        self.done = False
+
+    def Test(self):  # noqa: N802  (mpi4py's name, which mpi_backend.wait calls in a loop)
+        """Whether it has finished; when not, waits up to `ThreadWorld.WAKE` seconds for a post first, releasing
+        the GIL: a waiting rank that spun on Test would hold the GIL its peers need to post (measured: ~13 ms per
+        exchange, about the interpreter's switch interval, against ~0.2 ms)."""
+        if not self.done:
+            with self.world.changed:
+                self.done = self.ready() or (self.world.changed.wait(self.world.WAKE) and self.ready())
+        return self.done
+
+    def abandon(self):
+        """Nothing to do when a wait gives up on it: no MPI request is left pending (`mpi_backend.wait`)."""
 
 
 class ThreadComm:
@@ -54,31 +78,63 @@ class ThreadComm:
         """Root's bytes of ``buf`` (a NumPy array) into every rank's ``buf``."""
         seq, world = self._next(), self.world
         if self.rank == root:
-            with world.lock:
+            with world.changed:
                 world.posted[seq] = [buf.tobytes(), world.size - 1]
-            return _Request(lambda: True)
+                world.changed.notify_all()
+            return _Request(world, lambda: True)
 
-        def test():
-            with world.lock:
-                entry = world.posted.get(seq)
-                if entry is None:
-                    return False
-                buf.reshape(-1).view("u1")[:] = bytearray(entry[0])
-                entry[1] -= 1
-                if not entry[1]:
-                    del world.posted[seq]
+        def ready():
+            entry = world.posted.get(seq)
+            if entry is None:
+                return False
+            buf.reshape(-1).view("u1")[:] = bytearray(entry[0])
+            entry[1] -= 1
+            if not entry[1]:
+                del world.posted[seq]
             return True
-        return _Request(test)
+        return _Request(world, ready)
 
     def Ibarrier(self):  # noqa: N802
         seq, world = self._next(), self.world
-        with world.lock:
+        with world.changed:
             world.arrived.setdefault(seq, set()).add(self.rank)
+            world.changed.notify_all()
+        return _Request(world, lambda: len(world.arrived.get(seq, ())) >= world.size)
 
-        def test():
-            with world.lock:
-                return len(world.arrived.get(seq, ())) >= world.size
-        return _Request(test)
+    def Iallgather(self, sendbuf, recvbuf):  # noqa: N802
+        """Every rank's ``sendbuf`` (NumPy arrays of one size), in rank order, into ``recvbuf``."""
+        def deliver(rows):
+            recvbuf.reshape(len(rows), -1)[...] = rows.reshape(len(rows), -1)
+        return self._gathered(sendbuf, deliver)
+
+    def Iallreduce(self, sendbuf, recvbuf, op):  # noqa: N802
+        """The element-wise maximum of the ranks' ``sendbuf`` into ``recvbuf``: ``op`` is MPI.MAX, the only
+        reduction a thread world makes (`collectives.Agreement`'s; NCCL reduces the tensors)."""
+        if op is not op_of("MAX"):
+            raise NotImplementedError("a thread world's all-reduce takes MPI.MAX only")
+
+        def deliver(rows):
+            recvbuf[...] = rows.max(axis=0)
+        return self._gathered(sendbuf, deliver)
+
+    def _gathered(self, sendbuf, deliver):
+        """A request that completes once every rank has given its array: ``deliver(rows)`` then gets them all,
+        stacked in rank order."""
+        seq, world = self._next(), self.world
+        with world.changed:
+            entry = world.given.setdefault(seq, [{}, world.size])
+            entry[0][self.rank] = np.array(sendbuf)
+            world.changed.notify_all()
+
+        def ready():
+            if len(entry[0]) < world.size:
+                return False
+            deliver(np.stack([entry[0][r] for r in range(world.size)]))
+            entry[1] -= 1
+            if not entry[1]:
+                del world.given[seq]
+            return True
+        return _Request(world, ready)
 
     def Free(self):  # noqa: N802
         """Nothing to free: the world is garbage-collected with its threads' groups."""

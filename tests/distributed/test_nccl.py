@@ -17,7 +17,7 @@ import pytest
 
 import jitorch as jt
 import jitorch.distributed as dist
-from jitorch.distributed import nccl, threads
+from jitorch.distributed import collectives, nccl, nccl_ops, threads
 
 from . import fake_nccl
 
@@ -57,6 +57,14 @@ def run(size, body, **options):
         finally:
             dist.destroy_process_group(pg)
     return threads.run(size, rank_body, timeout=120, **options)
+
+
+def settled(comm):
+    """Whether the watchdog has seen this rank's collectives done (within 10 s)."""
+    deadline = time.monotonic() + 10
+    while nccl_ops._watchdog.events(comm) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return not nccl_ops._watchdog.events(comm)
 
 
 def calls(fake, name, rank=None):
@@ -219,6 +227,7 @@ def test_nccl_errors_abort_the_communicator_and_raise_on_every_later_use(fake):
         x = cuda(np.ones(4, np.float32), r)
         dist.all_reduce(x, group=pg)
         x.cpu()
+        assert settled(pg.nccl[r])  # so the error shows with the next collective, whose wait() raises it
         fake.fail(pg.nccl[r].handle, fake_nccl.REMOTE)  # as when the network between the ranks failed
         work = dist.all_reduce(x, group=pg, async_op=True)
         with pytest.raises(RuntimeError, match=f"NCCL all_reduce failed on rank {r}: ncclRemoteError: fake NCCL: "
@@ -230,30 +239,71 @@ def test_nccl_errors_abort_the_communicator_and_raise_on_every_later_use(fake):
     assert len(calls(fake, "ncclCommAbort")) == 2 and not calls(fake, "ncclCommDestroy")
 
 
-def test_a_rank_that_never_calls_times_the_others_out_instead_of_hanging(fake):
+def test_a_rank_that_raises_or_dies_times_the_others_out_instead_of_hanging(fake):
+    """A rank that raises before a collective leaves the others in the comparison of their calls, which raises
+    after the group's timeout; one that dies inside a collective (here: never issues it, past the comparison, as
+    DDP's buckets skip it) leaves them in NCCL, where the watchdog aborts the communicator after that timeout."""
     def body(pg, r, n):
         x = cuda(np.ones(4, np.float32), r)
         dist.all_reduce(x, group=pg)  # the communicator, on every rank
         host(x)
         if r == 1:
+            with pytest.raises(ValueError):
+                raise ValueError("this rank failed before its next collective")
             return None
-        start = time.monotonic()
-        work = dist.all_reduce(x, group=pg, async_op=True)
-        with pytest.raises(RuntimeError, match="NCCL all_reduce timed out after 1 s: a rank died, or did not call"):
-            work.wait()
-        return time.monotonic() - start
+        waited = []
+        for started in (collectives.started_all_reduce, dist.all_reduce):
+            start = time.monotonic()
+            with pytest.raises(RuntimeError, match="all_reduce timed out after 1 s: a rank died, or did not call"):
+                work = started(x, group=pg) if started is collectives.started_all_reduce else \
+                    started(x, group=pg, async_op=True)
+                work.wait()
+            waited.append(time.monotonic() - start)
+        assert pg.nccl[r].error is not None and "NCCL all_reduce timed out" in str(pg.nccl[r].error)
+        return waited
     waited, _ = run(2, body, group_timeout=1.0)
-    assert 1.0 <= waited < 10
-    assert len(calls(fake, "ncclCommAbort")) == 1
+    assert all(1.0 <= w < 10 for w in waited), waited
+    assert len(calls(fake, "ncclCommAbort")) == 1 and len(calls(fake, "ncclAllReduce", rank=0)) == 2
 
 
-def test_mismatched_counts_time_out_as_nccl_would_hang(fake):
+def test_mismatched_calls_raise_on_every_rank_before_nccl_is_called(fake):
+    """Shapes, dtypes, collectives and all_to_all_single's split sizes that differ between the ranks raise the
+    MPI path's RuntimeError naming each rank's call, on every rank, at once (not after the group's 60 s timeout),
+    before NCCL is called and before any output is written; the ranks' next matching call runs."""
     def body(pg, r, n):
-        x = cuda(np.ones(2 + r, np.float32), r)
-        work = dist.all_reduce(x, group=pg, async_op=True)
-        with pytest.raises(RuntimeError, match="timed out"):
-            work.wait(timeout=datetime.timedelta(seconds=0.5))  # a shorter wait than the group's timeout
-    run(2, body, group_timeout=60.0)
+        start = time.monotonic()
+        x = cuda(np.full(2 + r, 5, np.float32), r)
+        with pytest.raises(RuntimeError, match=r"^all_reduce: the ranks disagree on the collective or on the tensors' "
+                                               r"dtype and shape: rank 0: all_reduce\(float32\[2\]\); rank 1: "
+                                               r"all_reduce\(float32\[3\]\)$"):
+            dist.all_reduce(x, group=pg)
+        y = cuda(np.full((2, 3), 5, (np.float32, np.float64)[r]), r)
+        with pytest.raises(RuntimeError, match=r"rank 0: broadcast\(float32\[2, 3\]\); rank 1: "
+                                               r"broadcast\(float64\[2, 3\]\)$"):
+            dist.broadcast(y, src=1, group=pg)
+        rows = [cuda(np.zeros((2, 3), np.float32), r) for _ in range(n)]
+        with pytest.raises(RuntimeError, match=r"rank 0: all_gather\(float32\[2, 3\]\); rank 1: "
+                                               r"all_to_all_single\(float64\[\]\)$"):
+            if r == 0:
+                dist.all_gather(rows, cuda(np.ones((2, 3), np.float32), r), group=pg)
+            else:
+                dist.all_to_all_single(y, cuda(np.ones((2, 3)), r), group=pg)
+        out = cuda(np.zeros((3, 2), np.float32), r)
+        with pytest.raises(RuntimeError, match="^all_to_all_single: the ranks' split sizes do not pair up: rank 1 "
+                                               "sends 8 bytes to rank 0, which receives 16; rank 1 sends 16 bytes "
+                                               "to rank 1, which receives 8$"):
+            dist.all_to_all_single(out, cuda(np.ones((3, 2), np.float32), r), output_split_sizes=[1 + r, 2 - r],
+                                   input_split_sizes=[1, 2], group=pg)
+        elapsed = time.monotonic() - start
+        for t, fill in ((x, 5), (y, 5), (out, 0), *((row, 0) for row in rows)):
+            assert (host(t) == fill).all()  # no output written
+        dist.all_reduce(x[:2], group=pg)
+        np.testing.assert_array_equal(host(x)[:2], [10, 10])
+        return elapsed
+    assert max(run(2, body, group_timeout=60.0)) < 30
+    names = {name for _, name, _ in fake.calls}
+    assert not names & {"ncclBroadcast", "ncclAllGather", "ncclSend", "ncclRecv"}, names
+    assert len(calls(fake, "ncclAllReduce")) == 2  # the matching one only
 
 
 def test_each_group_has_its_own_communicators(fake):
@@ -272,9 +322,17 @@ def test_reductions_nccl_lacks_raise_before_any_call(fake):
             dist.all_reduce(cuda(np.ones(2, np.int16), r), group=pg)
         with pytest.raises(ValueError, match="NCCL has no reduction BAND"):
             dist.all_reduce(cuda(np.ones(2, np.int32), r), op=ReduceOp.BAND, group=pg)
-        with pytest.raises(RuntimeError, match="NCCL receives only from a named rank"):
-            dist.recv(cuda(np.ones(2, np.int32), r), group=pg)
+        # torch's ProcessGroupNCCL: NotImplementedError (a RuntimeError), as NCCL has no receive from any rank
+        for receive in (dist.recv, dist.irecv):
+            with pytest.raises(NotImplementedError, match="^ProcessGroupNCCL does not support recvAnysource$"):
+                receive(cuda(np.ones(2, np.int32), r), group=pg)
     run(2, body)
+
+    def alone(pg, r, n):  # gather's list is the root's alone: its check, before the others are waited for
+        with pytest.raises(RuntimeError, match=r"^gather: gather_list's tensors must match the input "
+                                               r"\(jitorch.float32\[2\]\), got jitorch.float64\[2\]$"):
+            dist.gather(cuda(np.ones(2, np.float32), r), [cuda(np.ones(2), r)], dst=0, group=pg)
+    run(1, alone)
     assert not calls(fake, "ncclAllReduce") and not calls(fake, "ncclCommInitRank")
 
 
@@ -414,15 +472,6 @@ def test_the_gpu_selftests_nccl_check_on_the_fake(fake, ranks):
 
 
 def test_events_are_recorded_again_once_the_watchdog_saw_them_complete(fake):
-    from jitorch.distributed import nccl_ops
-
-    def settled(comm):
-        """Whether the watchdog has seen this rank's collectives done (within 10 s)."""
-        deadline = time.monotonic() + 10
-        while nccl_ops._watchdog.events(comm) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        return not nccl_ops._watchdog.events(comm)
-
     def body(pg, r, n):
         x = cuda(np.ones(4, np.float32), r)
         for _ in range(5):
