@@ -52,7 +52,7 @@ from .plan_cache import fuse_cached, optimize_cached
 from .results import eager_layouts, refresh_captured_state, returned_view, set_grads, write_back
 from ..ops import registry, views
 from ..ops.registry import laid_out
-from ..ops.linalg import _product as product
+from ..ops.linalg import array_product
 from ..ops.views import compact
 from ..runtime import allocator
 from ..runtime import dtypes as _dt
@@ -202,7 +202,7 @@ def _blas_product(node):
 
 
 def _matmul_into(arrays, out):
-    product(*arrays, out)  # (eager's product: split on the threads' pool where large)
+    array_product(*arrays, out)  # (eager's product: split on the threads' pool where large)
 
 
 def _host_tensors(node):

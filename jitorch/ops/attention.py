@@ -15,7 +15,7 @@ from ..runtime import dtypes as _dt
 from ..runtime import fp_errors
 from ..runtime.device import CPU
 from . import registry
-from .linalg import _product
+from .linalg import array_product
 from .reductions import _softmax
 
 _FAST_DTYPES = (_dt.float32, _dt.float64)
@@ -51,11 +51,11 @@ def attention_fast(query, key, value, is_causal, scale):
         return None
     token = fp_errors.enter()
     try:
-        scores = _product(query._array(), key._array().swapaxes(-2, -1))
+        scores = array_product(query._array(), key._array().swapaxes(-2, -1))
         scores *= scale  # (``mul``'s kernel: NumPy's multiply by a Python float, in the tensors' dtype)
         if is_causal:
             np.copyto(scores, -np.inf, where=_future(q[-2], k[-2]))
-        out = _product(_softmax(scores, scores.ndim - 1), value._array())
+        out = array_product(_softmax(scores, scores.ndim - 1), value._array())
     finally:
         fp_errors.leave(token)
     return registry.contiguous_result(out, dtype)

@@ -183,7 +183,7 @@ def _matmul_meta(a, b):
 SPLIT_MIN_WORK = 1 << 22
 
 
-def _product(a, b, out=None):
+def array_product(a, b, out=None):
     """``np.matmul(a, b)``, into ``out`` if given (an array of the result's shape and dtype). A batch of
     matrices times one matrix is one BLAS call over all rows rather than one per matrix, and a large product
     of two float matrices (or batches) splits into ``threads.product_parts()`` parts on the threads' pool:
@@ -191,8 +191,8 @@ def _product(a, b, out=None):
     if a.ndim >= 3 and b.ndim <= 2 and a.flags.c_contiguous:
         rows = a.reshape(prod(a.shape[:-1]), a.shape[-1])
         if out is None:
-            return _product(rows, b).reshape(a.shape[:-1] + b.shape[1:])
-        _product(rows, b, out.reshape(rows.shape[0], *b.shape[1:]))
+            return array_product(rows, b).reshape(a.shape[:-1] + b.shape[1:])
+        array_product(rows, b, out.reshape(rows.shape[0], *b.shape[1:]))
         return out
     parts = threads.product_parts()
     if parts == 1 or a.ndim < 2 or b.ndim < 2 or a.dtype != b.dtype or a.dtype not in _SPLIT_DTYPES:
@@ -235,7 +235,7 @@ def _matmul_cpu(spec, a, b):
         a = a.astype(c)
     if b.dtype != c:
         b = b.astype(c)
-    return _product(a, b)
+    return array_product(a, b)
 
 
 _BLAS_DTYPES = (_dt.float32, _dt.float64)
@@ -264,7 +264,7 @@ def _fast_path(op, ndims):
         if ndims is not None and ((len(sa), len(sb)) != ndims or sa[:-2] != sb[:-2]):
             return None
         try:
-            r = _product(a._array(), b._array())
+            r = array_product(a._array(), b._array())
         except ValueError:
             return None
         r = registry.contiguous_result(np.asarray(r), dtype)

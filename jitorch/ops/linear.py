@@ -15,7 +15,7 @@ from ..runtime import dtypes as _dt
 from ..runtime import fp_errors
 from ..runtime.device import CPU
 from . import registry
-from .linalg import _product
+from .linalg import array_product
 from .meta import opmath
 from .registry import TensorSpec, defop, scalar_name
 
@@ -41,7 +41,7 @@ def _linear_meta(input, weight, bias):
 
 def _linear_cpu(spec, x, weight, bias):
     c, result = spec.compute.np, spec.dtype.np
-    out = _product(x.reshape(-1, x.shape[-1]).astype(c, copy=False), weight.T.astype(c, copy=False))
+    out = array_product(x.reshape(-1, x.shape[-1]).astype(c, copy=False), weight.T.astype(c, copy=False))
     if bias is not None:
         # half types: the product rounded, then the sum, as the composed matmul and add (torch's CPU linear
         # of a vector or a strided batch)
@@ -79,7 +79,7 @@ def _linear_fast(args, record=True):
     wa = weight._arr if weight._arr is not None else weight._array()
     token = fp_errors.enter()
     try:
-        out = _product(xa if len(shape) == 2 else xa.reshape(-1, shape[-1]), wa.T)
+        out = array_product(xa if len(shape) == 2 else xa.reshape(-1, shape[-1]), wa.T)
         if bias is not None:
             out += bias._arr if bias._arr is not None else bias._array()
     finally:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..runtime import dtypes as _dt
-from .linalg import _product
+from .linalg import array_product
 from .meta import opmath
 from .registry import TensorSpec, defop, scalar_name
 
@@ -266,7 +266,7 @@ def _gru_backward(grad_output, grad_hy, w_hh, output, reserve, prev, reverse):
 
 def _flat_product(a, b):
     """``sum over t of a[t].T @ b[t]`` as one matmul."""
-    return _product(a.reshape(-1, a.shape[-1]).T, b.reshape(-1, b.shape[-1]))
+    return array_product(a.reshape(-1, a.shape[-1]).T, b.reshape(-1, b.shape[-1]))
 
 
 def _backward_cpu(spec, mode, grad_output, grad_hy, grad_cy, hx, cx, w_hh, w_hr, output, reserve, reverse):
