@@ -47,6 +47,7 @@ def split_joint(joint: Graph, n_inputs: int) -> Split:
     nodes = _rewired([n for n in joint.nodes if id(n) in views], remade, copy=True) + backward_nodes
     nodes = _rewired(nodes, remade)
     grads = [remade.get(id(g), g) for g in grads]
+    nodes, grads = _without_undone_permutes(nodes, grads)
     position = {id(v): i for i, v in enumerate(primal)}
     crossing = _crossing(nodes, grads, cotangents, primal)
     inputs_read = [v for v in crossing if id(v) in position]
@@ -92,6 +93,59 @@ def _views_of_inputs(forward_nodes, crossing):
     for v in crossing:
         view_of_inputs(v)
     return found
+
+
+def _without_undone_permutes(nodes, grads):
+    """``nodes`` and ``grads`` with each chain of dim permutations (``t``, ``transpose``, ``permute``) that
+    gives its base back read as that base, and the views left unread dropped. A Linear weight's gradient is
+    traced ``t(transpose(w_grad))`` (the backward of ``matmul``, then of ``t``): read as the product it is, it
+    comes out compact, the layout autograd keeps as ``.grad`` without a copy, where the transposed view (which
+    the transpose pass had made a transposed product, read through ``t``) was copied every step."""
+    chains = {}    # id(value) -> (the value a permutation chain starts from, the dims of it the value takes)
+    undone = {}    # id(value) -> that base, where the chain's permutation is the identity
+    for node in nodes:
+        dims = _permutation(node)
+        if dims is None:
+            continue
+        x = node.args[0]
+        base, before = chains.get(id(x), (x, list(range(len(dims)))))
+        composed = [before[d] for d in dims]
+        chains[id(node.outputs[0])] = (base, composed)
+        if composed == sorted(composed):
+            undone[id(node.outputs[0])] = base
+    if not undone:
+        return nodes, grads
+    nodes = [n for n in nodes if id(n.outputs[0]) not in undone]
+    grads = [undone.get(id(g), g) if isinstance(g, Value) else g for g in grads]
+    nodes = _rewired(nodes, undone)
+    # the chains' inner views, now unread (views have no effects: dropping them changes nothing else)
+    read = {id(v) for n in nodes for v in n.input_values()} | {id(g) for g in grads if isinstance(g, Value)}
+    kept = []
+    for node in reversed(nodes):
+        if node.op.kind == "view" and not any(id(v) in read for v in node.outputs):
+            continue
+        read.update(id(v) for v in node.input_values())
+        kept.append(node)
+    return kept[::-1], grads
+
+
+def _permutation(node):
+    """The dims of its input that a view node's output takes, in order, where the node only permutes them
+    (``t``, ``transpose``, ``permute``); else None."""
+    name = node.op.name
+    if name not in ("t", "transpose", "permute") or not node.args or not isinstance(node.args[0], Value):
+        return None
+    ndim = node.args[0].type.ndim
+    dims = list(range(ndim))
+    if ndim == 0:
+        return dims
+    if name == "t":
+        return dims[::-1]
+    if name == "transpose":
+        a, b = (d % ndim for d in node.args[1:3])
+        dims[a], dims[b] = dims[b], dims[a]
+        return dims
+    return [d % ndim for d in node.args[1]]
 
 
 def _rewired(nodes, mapping, copy=False):
