@@ -33,6 +33,8 @@ class Split(NamedTuple):
 def split_joint(joint: Graph, n_inputs: int) -> Split:
     """Cut ``joint`` (inputs: ``n_inputs`` call tensors, then the cotangents; outputs: ``(outputs,
     gradients)``) into its forward and backward graphs."""
+    from ..ir.passes import cse
+    cse.run(joint)
     outs, grads = joint.outputs
     outs, grads = list(outs), list(grads)
     primal = joint.inputs[:n_inputs]
