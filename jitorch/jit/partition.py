@@ -9,6 +9,10 @@ its vector-Jacobian product (`compile._vjp_of`) in one trace. Its nodes fall int
   gradients need (a ReLU's mask, a zeros tensor for an unused input), recomputed from the saved values,
   the inputs and the captured tensors.
 
+Before the cut, repeated nodes of the joint trace are merged (a backward rule that takes its forward's
+mean again reads the forward's), and the backward reads a chain of dim permutations that gives its base back
+as that base (a Linear weight's gradient leaves compact, as autograd keeps ``.grad``).
+
 So the forward runs once per step, where recomputing it in the backward (`differentiable.CompiledCall`'s
 other mode) ran it twice; random ops draw once, in the forward, and the backward reads what they drew.
 """
@@ -18,6 +22,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..ir.graph import Graph, Node, Value
+from ..ir.passes import cse
 from ..runtime.pytree import tree_leaves
 
 
@@ -32,8 +37,9 @@ class Split(NamedTuple):
 
 def split_joint(joint: Graph, n_inputs: int) -> Split:
     """Cut ``joint`` (inputs: ``n_inputs`` call tensors, then the cotangents; outputs: ``(outputs,
-    gradients)``) into its forward and backward graphs."""
-    from ..ir.passes import cse
+    gradients)``) into its forward and backward graphs (merging ``joint``'s repeated nodes first, in place)."""
+    # a backward rule that computes forward work again (a layer norm's mean) reads the forward's instead, which
+    # the cut then saves, or runs it once in the backward where the forward did not need it
     cse.run(joint)
     outs, grads = joint.outputs
     outs, grads = list(outs), list(grads)
