@@ -19,6 +19,7 @@ other mode) ran it twice; random ops draw once, in the forward, and the backward
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 from ..ir.graph import Graph, Node, Value
@@ -49,10 +50,14 @@ def split_joint(joint: Graph, n_inputs: int) -> Split:
     backward_nodes = [n for n in joint.nodes if id(n) not in forward_nodes]
     # views of the inputs and captured tensors cost nothing to make again: the backward makes its own
     # rather than the forward returning them (which would copy them out)
-    views = _views_of_inputs([n for n in joint.nodes if id(n) in forward_nodes],
-                             _crossing(backward_nodes, grads, cotangents, primal))
+    forward_list = [n for n in joint.nodes if id(n) in forward_nodes]
+    read = _crossing(backward_nodes, grads, cotangents, primal)
+    views = _views_of_inputs(forward_list, read)
+    # and cheap arithmetic whose operands the backward has anyway costs less to redo than to save
+    again = views | _recomputed(forward_list, [v for v in read if v.node is not None and id(v.node) not in views],
+                                {id(v) for v in outs})
     remade = {}
-    nodes = _rewired([n for n in joint.nodes if id(n) in views], remade, copy=True) + backward_nodes
+    nodes = _rewired([n for n in joint.nodes if id(n) in again], remade, copy=True) + backward_nodes
     nodes = _rewired(nodes, remade)
     grads = [remade.get(id(g), g) for g in grads]
     nodes, grads = _without_undone_permutes(nodes, grads)
@@ -101,6 +106,47 @@ def _views_of_inputs(forward_nodes, crossing):
     for v in crossing:
         view_of_inputs(v)
     return found
+
+
+_RECOMPUTED = frozenset({"add", "sub", "mul", "true_divide", "neg"})  # (IEEE arithmetic: the same bits again)
+
+
+def _recomputed(forward_nodes, saved, outputs):
+    """The ids of forward nodes the backward computes again rather than the forward saving their results
+    (``saved``, less the forward's ``outputs``, which it returns anyway): cheap arithmetic (`_RECOMPUTED`) of
+    forward values and literals whose operands the backward has (saved values), or whose one other operand,
+    saved instead, is smaller than the results it lets go (a GELU's ``x * 0.5`` and ``x * 0.7071``: save ``x``). Each choice
+    saves fewer bytes; the forward writes, and the backward reads, that much less memory per call."""
+    by_output = {id(v): n for n in forward_nodes for v in n.outputs}
+    saved = {id(v): v for v in saved}
+    chosen = set()
+    while True:
+        groups = {}  # id of the one operand not at hand (None: all at hand) -> (it, the saved values it frees)
+        for v in saved.values():
+            node = by_output[id(v)]
+            # (an input or captured tensor read again would be version-checked where eager's op saved nothing:
+            # a bias written between the forward and the backward would raise)
+            if node.op.name not in _RECOMPUTED or len(node.outputs) != 1 or id(v) in outputs or \
+                    any(id(u) not in by_output for u in node.input_values()):
+                continue
+            missing = _unique([u for u in node.input_values() if id(u) in by_output and id(u) not in saved])
+            if len(missing) <= 1:
+                u = missing[0] if missing else None
+                groups.setdefault(None if u is None else id(u), (u, []))[1].append(v)
+        best = next(((u, freed) for u, freed in groups.values()
+                     if u is None or _nbytes(u) < sum(_nbytes(v) for v in freed)), None)
+        if best is None:
+            return chosen
+        u, freed = best
+        for v in freed:
+            chosen.add(id(by_output[id(v)]))
+            del saved[id(v)]
+        if u is not None:
+            saved[id(u)] = u
+
+
+def _nbytes(v):
+    return math.prod(v.type.shape) * v.type.dtype.itemsize
 
 
 def _without_undone_permutes(nodes, grads):
