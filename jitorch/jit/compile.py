@@ -179,6 +179,7 @@ class CacheEntry:
     backward: object = None  # the compiled vector-Jacobian product, for calls that need a backward
     split: object = None  # or the forward and backward graphs cut from one joint trace (a SplitCall)
     plain: bool = False  # a graph without writes or Python-state guards: `reusable` always holds
+    with_backward: bool = False  # calls of its fast path record a backward node (`_call_with_backward`)
 
     def guards(self):
         lines = describe_guards(self.key, self.names)
@@ -246,6 +247,8 @@ class CompiledFunction:
                 entry = self._fast.get(key)
                 if entry is not None and (entry.plain or entry.reusable(args)):
                     entry.calls += 1
+                    if entry.with_backward:
+                        return self._call_with_backward(entry, args, kwargs, list(args))
                     return entry.executable.run(args)
         entry = self._entry(args, kwargs)
         if entry is not None and entry.graph is not None and not python_guards_hold(entry.graph):
@@ -273,11 +276,14 @@ class CompiledFunction:
             logs.log("recompiles", "%s runs eagerly: %s", self.name, why)
             return self.fn(*args, **kwargs)
         executable = self._executable(entry)
+        if executable is not None and not kwargs and _tensor_args_key(args) is not None and not entry.graph.one_shot:
+            # the next calls with this key skip the checks above: the key holds what they read of the arguments
+            # (hooks included), and grad mode, which with the graph decides whether the call needs a backward
+            entry.plain = not entry.graph.mutations and not entry.graph.python_guards
+            entry.with_backward = self._differentiable(entry)
+            self._fast[_tensor_args_key(args)] = entry
         if self._differentiable(entry):
             return self._call_with_backward(entry, args, kwargs)
-        if executable is not None and not kwargs and _tensor_args_key(args) is not None and not entry.graph.one_shot:
-            entry.plain = not entry.graph.mutations and not entry.graph.python_guards
-            self._fast[_tensor_args_key(args)] = entry
         return run_graph(entry.graph, args, kwargs, executable)
 
     def _switch(self, entry, args, kwargs):
@@ -311,7 +317,7 @@ class CompiledFunction:
         g = entry.graph
         return is_grad_enabled() and g.outputs_require_grad and not g.grad_targets
 
-    def _call_with_backward(self, entry, args, kwargs):
+    def _call_with_backward(self, entry, args, kwargs, inputs=None):
         """Run the compiled forward as one autograd node whose backward is itself compiled:
         the vector-Jacobian product of ``fn`` with respect to the tensor arguments and the captured
         parameters that require grad, traced and compiled on its first use. The node takes and
@@ -319,7 +325,8 @@ class CompiledFunction:
         outputs' structure (and their non-tensor leaves) by its graph."""
         from .differentiable import CompiledCall
         params = captured_parameters(entry.graph)
-        inputs = _tensor_leaves(args, kwargs)
+        if inputs is None:  # (the fast path's calls pass their tensors, which are all the arguments)
+            inputs = _tensor_leaves(args, kwargs)
         if entry.backward is None and entry.split is None:
             entry.split = self._split(entry, inputs, args, kwargs, params) if self._splittable(entry.graph) else None
         if entry.backward is None and entry.split is None:

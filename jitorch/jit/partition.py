@@ -9,15 +9,22 @@ its vector-Jacobian product (`compile._vjp_of`) in one trace. Its nodes fall int
   gradients need (a ReLU's mask, a zeros tensor for an unused input), recomputed from the saved values,
   the inputs and the captured tensors.
 
+Before the cut, repeated nodes of the joint trace are merged (a backward rule that takes its forward's
+mean again reads the forward's), and the backward reads a chain of dim permutations that gives its base back
+as that base (a Linear weight's gradient leaves compact, as autograd keeps ``.grad``). Cheap arithmetic of
+forward values is computed again in the backward where that saves fewer bytes than saving its result.
+
 So the forward runs once per step, where recomputing it in the backward (`differentiable.CompiledCall`'s
 other mode) ran it twice; random ops draw once, in the forward, and the backward reads what they drew.
 """
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 from ..ir.graph import Graph, Node, Value
+from ..ir.passes import cse
 from ..runtime.pytree import tree_leaves
 
 
@@ -32,7 +39,10 @@ class Split(NamedTuple):
 
 def split_joint(joint: Graph, n_inputs: int) -> Split:
     """Cut ``joint`` (inputs: ``n_inputs`` call tensors, then the cotangents; outputs: ``(outputs,
-    gradients)``) into its forward and backward graphs."""
+    gradients)``) into its forward and backward graphs (merging ``joint``'s repeated nodes first, in place)."""
+    # a backward rule that computes forward work again (a layer norm's mean) reads the forward's instead, which
+    # the cut then saves, or runs it once in the backward where the forward did not need it
+    cse.run(joint)
     outs, grads = joint.outputs
     outs, grads = list(outs), list(grads)
     primal = joint.inputs[:n_inputs]
@@ -41,12 +51,17 @@ def split_joint(joint: Graph, n_inputs: int) -> Split:
     backward_nodes = [n for n in joint.nodes if id(n) not in forward_nodes]
     # views of the inputs and captured tensors cost nothing to make again: the backward makes its own
     # rather than the forward returning them (which would copy them out)
-    views = _views_of_inputs([n for n in joint.nodes if id(n) in forward_nodes],
-                             _crossing(backward_nodes, grads, cotangents, primal))
+    forward_list = [n for n in joint.nodes if id(n) in forward_nodes]
+    read = _crossing(backward_nodes, grads, cotangents, primal)
+    views = _views_of_inputs(forward_list, read)
+    # and cheap arithmetic whose operands the backward has anyway costs less to redo than to save
+    again = views | _recomputed(forward_list, [v for v in read if v.node is not None and id(v.node) not in views],
+                                {id(v) for v in outs})
     remade = {}
-    nodes = _rewired([n for n in joint.nodes if id(n) in views], remade, copy=True) + backward_nodes
+    nodes = _rewired([n for n in joint.nodes if id(n) in again], remade, copy=True) + backward_nodes
     nodes = _rewired(nodes, remade)
     grads = [remade.get(id(g), g) for g in grads]
+    nodes, grads = _without_undone_permutes(nodes, grads)
     position = {id(v): i for i, v in enumerate(primal)}
     crossing = _crossing(nodes, grads, cotangents, primal)
     inputs_read = [v for v in crossing if id(v) in position]
@@ -92,6 +107,100 @@ def _views_of_inputs(forward_nodes, crossing):
     for v in crossing:
         view_of_inputs(v)
     return found
+
+
+_RECOMPUTED = frozenset({"add", "sub", "mul", "true_divide", "neg"})  # (IEEE arithmetic: the same bits again)
+
+
+def _recomputed(forward_nodes, saved, outputs):
+    """The ids of forward nodes the backward computes again rather than the forward saving their results
+    (``saved``, less the forward's ``outputs``, which it returns anyway): cheap arithmetic (`_RECOMPUTED`) of
+    forward values and literals whose operands the backward has (saved values), or whose one other operand,
+    saved instead, is smaller than the results it lets go (a GELU's ``x * 0.5`` and ``x * 0.7071``: save ``x``). Each choice
+    saves fewer bytes; the forward writes, and the backward reads, that much less memory per call."""
+    by_output = {id(v): n for n in forward_nodes for v in n.outputs}
+    saved = {id(v): v for v in saved}
+    chosen = set()
+    while True:
+        groups = {}  # id of the one operand not at hand (None: all at hand) -> (it, the saved values it frees)
+        for v in saved.values():
+            node = by_output[id(v)]
+            # (an input or captured tensor read again would be version-checked where eager's op saved nothing:
+            # a bias written between the forward and the backward would raise)
+            if node.op.name not in _RECOMPUTED or len(node.outputs) != 1 or id(v) in outputs or \
+                    any(id(u) not in by_output for u in node.input_values()):
+                continue
+            missing = _unique([u for u in node.input_values() if id(u) in by_output and id(u) not in saved])
+            if len(missing) <= 1:
+                u = missing[0] if missing else None
+                groups.setdefault(None if u is None else id(u), (u, []))[1].append(v)
+        best = next(((u, freed) for u, freed in groups.values()
+                     if u is None or _nbytes(u) < sum(_nbytes(v) for v in freed)), None)
+        if best is None:
+            return chosen
+        u, freed = best
+        for v in freed:
+            chosen.add(id(by_output[id(v)]))
+            del saved[id(v)]
+        if u is not None:
+            saved[id(u)] = u
+
+
+def _nbytes(v):
+    return math.prod(v.type.shape) * v.type.dtype.itemsize
+
+
+def _without_undone_permutes(nodes, grads):
+    """``nodes`` and ``grads`` with each chain of dim permutations (``t``, ``transpose``, ``permute``) that
+    gives its base back read as that base, and the views left unread dropped. A Linear weight's gradient is
+    traced ``t(transpose(w_grad))`` (the backward of ``matmul``, then of ``t``): read as the product it is, it
+    comes out compact, the layout autograd keeps as ``.grad`` without a copy, where the transposed view (which
+    the transpose pass had made a transposed product, read through ``t``) was copied every step."""
+    chains = {}    # id(value) -> (the value a permutation chain starts from, the dims of it the value takes)
+    undone = {}    # id(value) -> that base, where the chain's permutation is the identity
+    for node in nodes:
+        dims = _permutation(node)
+        if dims is None:
+            continue
+        x = node.args[0]
+        base, before = chains.get(id(x), (x, list(range(len(dims)))))
+        composed = [before[d] for d in dims]
+        chains[id(node.outputs[0])] = (base, composed)
+        if composed == sorted(composed):
+            undone[id(node.outputs[0])] = base
+    if not undone:
+        return nodes, grads
+    nodes = [n for n in nodes if id(n.outputs[0]) not in undone]
+    grads = [undone.get(id(g), g) if isinstance(g, Value) else g for g in grads]
+    nodes = _rewired(nodes, undone)
+    # the chains' inner views, now unread (views have no effects: dropping them changes nothing else)
+    read = {id(v) for n in nodes for v in n.input_values()} | {id(g) for g in grads if isinstance(g, Value)}
+    kept = []
+    for node in reversed(nodes):
+        if node.op.kind == "view" and not any(id(v) in read for v in node.outputs):
+            continue
+        read.update(id(v) for v in node.input_values())
+        kept.append(node)
+    return kept[::-1], grads
+
+
+def _permutation(node):
+    """The dims of its input that a view node's output takes, in order, where the node only permutes them
+    (``t``, ``transpose``, ``permute``); else None."""
+    name = node.op.name
+    if name not in ("t", "transpose", "permute") or not node.args or not isinstance(node.args[0], Value):
+        return None
+    ndim = node.args[0].type.ndim
+    dims = list(range(ndim))
+    if ndim == 0:
+        return dims
+    if name == "t":
+        return dims[::-1]
+    if name == "transpose":
+        a, b = (d % ndim for d in node.args[1:3])
+        dims[a], dims[b] = dims[b], dims[a]
+        return dims
+    return [d % ndim for d in node.args[1]]
 
 
 def _rewired(nodes, mapping, copy=False):

@@ -1,5 +1,6 @@
 """`jitorch.compile`: decorator forms, the cache and its guards, eager fallback, lower, explain, logs."""
 
+import importlib
 import logging
 import warnings
 
@@ -229,3 +230,24 @@ def test_compiled_function_of_meta_tensors_runs_eagerly_not_kernels_over_no_memo
     with pytest.warns(UserWarning, match="meta device"):
         out = f(jt.ones(2, device="meta"))
     assert out.device.type == "meta" and tuple(out.shape) == (2,)
+
+
+def test_a_call_that_needs_a_backward_takes_the_fast_path_after_its_first(monkeypatch):
+    compile_module = importlib.import_module("jitorch.jit.compile")  # (jitorch.jit.compile is the function)
+    f = jt.compile(lambda x, w: (x * w).sin())
+    x, w = jt.randn(5), jt.randn(5, requires_grad=True)
+    f(x, w).sum().backward()
+    keys = []
+    guard_key = compile_module.guard_key
+    monkeypatch.setattr(compile_module, "guard_key", lambda *a: keys.append(a) or guard_key(*a))
+    w.grad = None
+    out = f(x, w)
+    assert keys == []  # no pytree guard key: the flat key of its tensors found the entry
+    assert out.grad_fn.name() == "CompiledCallBackward"
+    out.sum().backward()
+    np.testing.assert_array_equal(w.grad.numpy(), ((x * w.detach()).cos() * x).numpy())
+    with jt.no_grad():  # grad mode is in the key: no backward node then
+        assert f(x, w).grad_fn is None
+    assert f(x, w.detach()).grad_fn is None  # nor for a w that does not require grad
+    (entry,) = [e for e in f.cache.values() if e.calls == 2]
+    assert entry.with_backward

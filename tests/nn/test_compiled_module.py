@@ -158,3 +158,17 @@ def test_compiled_function_storing_a_tensor_every_call_settles_on_eager(monkeypa
         for i in range(5):
             assert compiled(jt.full((2,), float(i))).tolist() == [2.0 * i] * 2
             assert keeps.last.tolist() == [i + 1.0] * 2
+
+
+def test_the_training_flags_a_compiled_module_specialises_to_are_read_on_every_call():
+    from jitorch.nn.modules.compiled import _training_flags
+    shared = nn.Linear(4, 4)
+    model = nn.Sequential(nn.Linear(4, 4), nn.Sequential(shared, nn.Dropout(0.5), shared), nn.ReLU())
+    model[1][1].eval()
+    assert _training_flags(model) == tuple(m.training for m in model.modules())  # each module once, in order
+    compiled = jt.compile(model)
+    x = jt.randn(3, 4)
+    compiled(x)
+    model[1][1].train()  # a flag set between calls, nothing else: a graph of its own
+    compiled(x)
+    assert len(compiled._by_mode) == 2

@@ -24,7 +24,7 @@ class OptimizedModule(Module):
         object.__setattr__(self, "_by_mode", {})
 
     def forward(self, *args, **kwargs):
-        mode = tuple(m.training for m in self._orig_mod.modules())
+        mode = _training_flags(self._orig_mod)
         compiled = self._by_mode.get(mode)
         if compiled is None:
             compiled = self._by_mode[mode] = CompiledFunction(self._orig_mod, **self._options)
@@ -32,7 +32,7 @@ class OptimizedModule(Module):
 
     def lower(self, *args, **kwargs):
         """What a call with these arguments compiles to (see `CompiledFunction.lower`)."""
-        mode = tuple(m.training for m in self._orig_mod.modules())
+        mode = _training_flags(self._orig_mod)
         compiled = self._by_mode.setdefault(mode, CompiledFunction(self._orig_mod, **self._options))
         return compiled.lower(*args, **kwargs)
 
@@ -41,6 +41,20 @@ class OptimizedModule(Module):
             return super().__getattr__(name)
         except AttributeError:
             return getattr(self._orig_mod, name)
+
+
+def _training_flags(root):
+    """The ``training`` flag of ``root`` and of each module below it, each module once, in `Module.modules`'
+    order: what a graph is specialised to. Read on every call, so walked without `named_modules`' names."""
+    flags, seen, todo = [], set(), [root]
+    while todo:
+        module = todo.pop()
+        if id(module) in seen:
+            continue
+        seen.add(id(module))
+        flags.append(module.training)
+        todo.extend(reversed([m for m in module._modules.values() if m is not None]))
+    return tuple(flags)
 
 
 register_compiler(Module, OptimizedModule)

@@ -1,0 +1,143 @@
+"""jit.partition: the backward graph cut from a compiled call's joint trace, as lean as the gradients allow."""
+
+import copy
+
+import numpy as np
+import torch
+
+import jitorch as jt
+from jitorch import nn
+from jitorch.autograd import engine
+from jitorch.jit.partition import split_joint
+from jitorch.jit.tracer import trace_with_inputs
+
+PERMUTES = ("t", "transpose", "permute")
+
+
+def _ops(graph):
+    return [node.op.name for node in graph.nodes]
+
+
+def _split(compiled):
+    (entry,) = compiled.cache.values()
+    return entry.split
+
+
+def test_linear_weight_gradients_come_out_of_the_backward_graph_compact_and_become_grad_without_a_copy(
+        monkeypatch):
+    jt.manual_seed(0)
+    model = nn.Sequential(nn.Linear(12, 16), nn.ReLU(), nn.Linear(16, 4))
+    compiled = jt.compile(copy.deepcopy(model))
+    x, y = jt.randn(8, 12), jt.randint(0, 4, (8,))
+    nn.functional.cross_entropy(model(x), y).backward()
+    copies = []
+    copy_laid_out = engine._copy_laid_out
+    monkeypatch.setattr(engine, "_copy_laid_out", lambda g, strides: copies.append(g.shape) or copy_laid_out(g, strides))
+    nn.functional.cross_entropy(compiled(x), y).backward()
+    # each gradient is the product as traced (dy.t() @ x), not a transposed view autograd must copy into .grad
+    assert copies == []
+    for eager, ours in zip(model.parameters(), compiled.parameters()):
+        assert ours.grad.is_contiguous()
+        np.testing.assert_array_equal(ours.grad.numpy(), eager.grad.numpy())
+    backward = _split(next(iter(compiled._by_mode.values()))).backward.graph
+    weight_grads = [backward.outputs[k] for k in (0, 2)]  # (w1, b1, w2, b2): the weights' gradients
+    assert [g.node.op.name for g in weight_grads] == ["matmul", "matmul"]
+    # the product reads the weight itself: t(t(w)) of the forward's matmul(x, w.t()) and of its backward is w
+    assert "t" not in _ops(backward)
+
+
+def test_the_gradients_match_torch():
+    jt.manual_seed(1)
+    model = nn.Sequential(nn.Linear(5, 7), nn.Tanh(), nn.Linear(7, 3))
+    reference = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Tanh(), torch.nn.Linear(7, 3))
+    with torch.no_grad():
+        for p, q in zip(reference.parameters(), model.parameters()):
+            p.copy_(torch.from_numpy(q.detach().numpy()))
+    x = np.random.default_rng(0).standard_normal((4, 5)).astype(np.float32)
+    jt.compile(model)(jt.from_numpy(x)).square().sum().backward()
+    reference(torch.from_numpy(x)).square().sum().backward()
+    for p, q in zip(reference.parameters(), model.parameters()):
+        np.testing.assert_allclose(q.grad.numpy(), p.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_a_chain_of_permutations_that_gives_its_base_back_is_read_as_the_base():
+    # the backward of x.permute(2, 0, 1).permute(1, 2, 0) permutes the gradient twice, back to its own dims
+    f = jt.compile(lambda x, w: x.permute(2, 0, 1).permute(1, 2, 0) * w)
+    x, w = jt.randn(2, 3, 4, requires_grad=True), jt.randn(4)
+    f(x, w).sum().backward()
+    assert not set(PERMUTES) & set(_ops(_split(f).backward.graph))
+    np.testing.assert_array_equal(x.grad.numpy(), np.broadcast_to(w.numpy(), (2, 3, 4)))
+
+
+def test_a_gradient_that_is_the_cotangent_itself_is_returned_so():
+    # (w.t() + b).t(): w's gradient is t(t(the cotangent)), which is the cotangent
+    b = jt.randn(3, 1)
+    f = jt.compile(lambda w: (w.t() + b).t())
+    w = jt.randn(2, 3, requires_grad=True)
+    cotangent = jt.randn(2, 3)
+    f(w).backward(cotangent)
+    backward = _split(f).backward.graph
+    assert backward.nodes == [] and backward.outputs[0] is backward.inputs[-1]
+    np.testing.assert_array_equal(w.grad.numpy(), cotangent.numpy())
+
+
+def test_permutations_that_do_not_undo_each_other_are_kept():
+    def f(x, w):
+        return (x.transpose(0, 1).permute(2, 0, 1) * w).sum()
+    x, w = jt.randn(2, 3, 4, requires_grad=True), jt.randn(4, 3, 2)
+    jt.compile(f)(x, w).backward()
+    reference = torch.from_numpy(x.detach().numpy()).requires_grad_()
+    f(reference, torch.from_numpy(w.numpy())).backward()
+    np.testing.assert_array_equal(x.grad.numpy(), reference.grad.numpy())
+
+
+def test_the_backward_reads_what_the_forward_computed_rather_than_computing_it_again():
+    # layer norm's backward needs the normalised input, whose mean the forward has already taken
+    f = jt.compile(lambda x: nn.functional.layer_norm(x, (8,)))
+    x = jt.randn(4, 8, requires_grad=True)
+    weights = jt.arange(8.0)
+    (f(x) * weights).sum().backward()
+    split = _split(f)
+    assert "mean" in _ops(split.forward.graph) and "mean" not in _ops(split.backward.graph)
+    reference = torch.from_numpy(x.detach().numpy()).requires_grad_()
+    (torch.nn.functional.layer_norm(reference, (8,)) * torch.arange(8.0)).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), reference.grad.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_split_joint_merges_repeated_nodes_of_the_joint_trace():
+    def joint(x, cotangent):
+        y = x.exp()
+        return (y,), ((x.exp() * cotangent),)  # exp twice, as a backward rule recomputing its forward would
+    x, cotangent = jt.randn(3), jt.randn(3)
+    graph, _ = trace_with_inputs(joint, (x, cotangent), {})
+    split = split_joint(graph, 1)
+    assert _ops(split.forward) == ["exp"] and _ops(split.backward) == ["mul"] and split.saved == 1
+
+
+def test_cheap_arithmetic_of_a_saved_value_is_computed_again_rather_than_saved():
+    # gelu(h) = (h * 0.5) * (1 + erf(h * 0.7071)): its backward reads h * 0.5 and h * 0.7071; saving h is half that
+    f = jt.compile(lambda x, w: nn.functional.gelu(x @ w))
+    x, w = jt.randn(4, 3), jt.randn(3, 5, requires_grad=True)
+    f(x, w).sum().backward()
+    split = _split(f)
+    forward = split.forward.graph
+    saved = forward.outputs[1:]
+    assert sorted(v.node.op.name for v in saved) == ["add", "matmul"]  # h, and 1 + erf(...) (erf is not redone)
+    assert sorted(_ops(split.backward.graph)[:2]) == ["mul", "mul"]  # h * 0.5 and h * 0.7071, from h
+    reference = torch.from_numpy(w.detach().numpy()).requires_grad_()
+    torch.nn.functional.gelu(torch.from_numpy(x.numpy()) @ reference).sum().backward()
+    np.testing.assert_allclose(w.grad.numpy(), reference.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_arithmetic_that_reads_a_captured_tensor_is_saved_not_computed_again():
+    # redone in the backward, exp(x) + b would read b there: a write into b before the backward would then
+    # raise, where eager's add saved nothing of b
+    b = jt.randn(3)
+    f = jt.compile(lambda x: (x.exp() + b).sin())
+    x = jt.randn(3, requires_grad=True)
+    out = f(x)
+    expected = (x.detach().exp() + b).cos() * x.detach().exp()
+    b.add_(1)
+    out.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), expected.numpy(), rtol=1e-6)
+    assert "add" in [v.node.op.name for v in _split(f).forward.graph.outputs[1:]]
