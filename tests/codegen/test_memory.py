@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import types
 import weakref
 from pathlib import Path
 
@@ -154,3 +155,28 @@ def _run(library, source, x):
     args = (ctypes.c_void_p * 2)(x.data_ptr(), out.data_ptr())
     cpu.ENTRY(library[source.name])(args, 0, source.outer)
     return out.tolist()
+
+
+def _reachable(root, limit=200_000):
+    """The objects reachable from ``root`` through data (not through functions, classes or modules, which
+    lead to everything)."""
+    seen, todo = {id(root): root}, [root]
+    stop = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType)
+    while todo and len(seen) < limit:
+        for ref in gc.get_referents(todo.pop()):
+            if id(ref) not in seen and not isinstance(ref, stop):
+                seen[id(ref)] = ref
+                todo.append(ref)
+    return list(seen.values())
+
+
+def test_a_compiled_kernel_keeps_its_llvm_ir_as_text_not_as_llvmlite_objects():
+    """llvmlite's objects of a module weigh several times its text, and a kernel lives as long as the
+    compiled functions that use it (a CUDA backend's kernel tables hold thousands)."""
+    x = jitorch.arange(6.0)
+    f = jitorch.compile(lambda t: (t * 1.375).sin() + 0.5)
+    f(x)
+    kernel = f.lower(x).kernels[0]._kernel
+    assert "define" in kernel.source.llvm_ir
+    held = [o for o in _reachable(kernel) if type(o).__module__.startswith("llvmlite.ir")]
+    assert not held, held[:5]
