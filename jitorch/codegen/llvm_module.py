@@ -29,11 +29,15 @@ def optimise_module(mod, triple, target_machine):
 
 
 def dispose_pass_manager(mpm):
-    """Free a pass manager's pipeline now. llvmlite (0.50 and the versions with the same class) never frees one: its
-    ``ModulePassManager`` lists ``ObjectRef`` first among its bases, whose empty ``_dispose`` hides the one
-    that deletes the pipeline, so each O3 run left about 70 KB of passes behind. Detached afterwards, so
-    that a llvmlite that frees it on collection does not free it twice."""
-    from llvmlite.binding import newpassmanagers
-    if not mpm.closed:
-        newpassmanagers.NewPassManager._dispose(mpm)
-        mpm.detach()
+    """Free a pass manager's pipeline now. llvmlite 0.50 never frees one: its ``ModulePassManager`` lists
+    ``ObjectRef`` first among its bases, whose empty ``_dispose`` hides the one that deletes the pipeline,
+    so each O3 run left about 70 KB of passes behind. So the first ``_dispose`` of its classes other than
+    ``ObjectRef``'s is called (0.44 defines it on ``ModulePassManager`` itself), then the object detached,
+    so that nothing frees it twice."""
+    from llvmlite.binding import ffi
+    if mpm.closed:
+        return
+    dispose = next(cls.__dict__["_dispose"] for cls in type(mpm).__mro__
+                   if "_dispose" in cls.__dict__ and cls is not ffi.ObjectRef)
+    dispose(mpm)
+    mpm.detach()

@@ -13,15 +13,15 @@ from jitorch.codegen.llvm_module import optimise_module, optimised_module
 
 # A loop that doubles n floats: small, and O3 vectorises it.
 DOUBLE = """
-define void @double(ptr %p, i64 %n) {
+define void @double(float* %p, i64 %n) {
 entry:
   br label %loop
 loop:
   %i = phi i64 [0, %entry], [%j, %loop]
-  %a = getelementptr float, ptr %p, i64 %i
-  %v = load float, ptr %a
+  %a = getelementptr float, float* %p, i64 %i
+  %v = load float, float* %a
   %w = fmul float %v, 2.0
-  store float %w, ptr %a
+  store float %w, float* %a
   %j = add i64 %i, 1
   %c = icmp slt i64 %j, %n
   br i1 %c, label %loop, label %exit

@@ -67,8 +67,8 @@ def test_a_kernel_just_compiled_to_ptx_is_not_optimised_again_for_its_llvm_ir(mo
 
 def _store_kernel(i):
     """A small NVPTX kernel module of its own (it stores the number ``i``)."""
-    return (f"define ptx_kernel void @jitorch_memo_{i}(ptr addrspace(1) %p) {{\n"
-            f"  store float {i}.5, ptr addrspace(1) %p\n  ret void\n}}\n")
+    return (f"define ptx_kernel void @jitorch_memo_{i}(float addrspace(1)* %p) {{\n"
+            f"  store float {i}.5, float addrspace(1)* %p\n  ret void\n}}\n")
 
 
 def test_the_ptx_memo_stays_within_its_bound_and_what_it_dropped_comes_from_the_disk_cache(monkeypatch, tmp_path):
