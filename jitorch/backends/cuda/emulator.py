@@ -69,8 +69,8 @@ PTR = ir.IntType(8).as_pointer()
 _lock = threading.Lock()
 _state: dict = {}
 # NVPTX IR -> its EmulatedKernel, whose host code stays linked while it is held: a process that keeps making
-# kernels (the fuzzer on the fake device grew by 1.5 MB a program) keeps the most recently used ones only. A
-# launch holds its kernel, and a hung launch's thread too, so dropping one here never frees running code.
+# kernels (the fuzzer on the fake device makes about ten a program) keeps the most recently used ones only.
+# A launch holds its kernel, and a hung launch's thread too, so dropping one here never frees running code.
 EMULATED_LIMIT = 256
 _programs = BoundedMemo(EMULATED_LIMIT, size=lambda program: 1)
 _hung: list = []
