@@ -28,7 +28,6 @@ object code structurally before linking it (`linker.check_object`).
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import functools
 import hashlib
@@ -42,6 +41,7 @@ from pathlib import Path
 from ..runtime import logs
 from ..runtime.files import TMP_SUFFIX as _TMP_SUFFIX, atomic_write
 from ..runtime import version
+from .memo import BoundedMemo
 
 MAGIC = b"JITK"
 FORMAT_VERSION = 2
@@ -137,9 +137,8 @@ class KernelCache:
 
     def __init__(self, directory: str | os.PathLike | None = None, memory_limit: int = MEMORY_LIMIT):
         self.directory = Path(directory) if directory is not None else cache_dir()
-        self.memory_limit = memory_limit
-        self._memory: collections.OrderedDict[str, tuple[bytes, bytes]] = collections.OrderedDict()
-        self._memory_bytes = 0
+        # key -> (payload, source digest), weighed by the payload's bytes
+        self._memory = BoundedMemo(memory_limit, size=lambda entry: len(entry[0]))
         self._lock = threading.Lock()
         self._counts = dict.fromkeys(("memory_hits", "disk_hits", "misses", "writes", "write_failures"), 0)
 
@@ -154,17 +153,15 @@ class KernelCache:
         miss, refused before it is read."""
         _check_key(key)
         digest = source_digest(source)
-        with self._lock:
-            hit = self._memory.get(key)
-            if hit is not None and hit[1] == digest:
-                self._memory.move_to_end(key)
-                self._counts["memory_hits"] += 1
-                return hit[0]
+        hit = self._memory.get(key)
+        if hit is not None and hit[1] == digest:
+            self._count("memory_hits")
+            return hit[0]
         data = _read_entry(self.directory, key, digest, limit) if self.directory is not None else None
         if data is None:
             self._count("misses")
             return None
-        self._remember(key, data, digest)
+        self._memory.put(key, (data, digest))
         self._count("disk_hits")
         return data
 
@@ -174,7 +171,7 @@ class KernelCache:
             raise TypeError(f"KernelCache.put(): data must be bytes, got {type(data).__name__}")
         _check_key(key)
         data, digest = bytes(data), source_digest(source)
-        self._remember(key, data, digest)
+        self._memory.put(key, (data, digest))
         if self.directory is None:
             return
         try:
@@ -188,9 +185,7 @@ class KernelCache:
 
     def clear(self) -> None:
         """Drop every entry, in memory and on disk (also temporary files left by killed writers)."""
-        with self._lock:
-            self._memory.clear()
-            self._memory_bytes = 0
+        self._memory.clear()
         for shard in self._shards():
             for entry in _scandir(shard.path):
                 if entry.name.endswith((_SUFFIX, _TMP_SUFFIX)):
@@ -201,20 +196,13 @@ class KernelCache:
         """Entry count and size on disk, with this process's hit and miss counts."""
         sizes = [_size(e) for shard in self._shards() for e in _scandir(shard.path) if e.name.endswith(_SUFFIX)]
         with self._lock:
-            return CacheInfo(self.directory, len(sizes), sum(sizes), len(self._memory), self._memory_bytes,
+            return CacheInfo(self.directory, len(sizes), sum(sizes), len(self._memory), self._memory.total,
                              **self._counts)
 
-    def _remember(self, key, data, digest):
-        with self._lock:
-            old = self._memory.pop(key, None)
-            if old is not None:
-                self._memory_bytes -= len(old[0])
-            if len(data) > self.memory_limit:
-                return
-            self._memory[key] = (data, digest)
-            self._memory_bytes += len(data)
-            while self._memory_bytes > self.memory_limit:
-                self._memory_bytes -= len(self._memory.popitem(last=False)[1][0])
+    @property
+    def memory_limit(self) -> int:
+        """The bytes of payloads kept in memory at most."""
+        return self._memory.limit
 
     def _path(self, key: str) -> Path:
         return self.directory / key[:2] / (key + _SUFFIX)

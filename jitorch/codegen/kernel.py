@@ -87,7 +87,6 @@ class KernelSource:
     outer: int              # trip count of the outermost loop (what a target splits)
     work: int               # elements of work, for the threading decision
     llvm_ir: str = ""
-    module: object = field(default=None, repr=False)
     split: Split = None     # a full reduction in parts; see build_reduction
     mode: str = "thread"    # "thread": outer iterations are independent; "block": each one is a reduction
     layouts: dict = field(default_factory=dict)  # buffer Value -> its strides, where not compact
@@ -273,7 +272,9 @@ class _Builder:
         b.ret_void()
         module = kernel.module
         self.target.add_entry(module, kernel, source.inputs + source.outputs, source.outer, mode)
-        source.llvm_ir, source.module, source.mode = str(module), module, mode
+        # (the text only: llvmlite's objects of the module weigh several times more, and a source lives as long
+        # as its kernel)
+        source.llvm_ir, source.mode = str(module), mode
         source.layouts = {v: tuple(s) for v, s in self.layouts.items() if v in source.inputs or v in source.outputs}
         return source
 
@@ -1013,7 +1014,7 @@ def _template(source, values):
     """``source`` with positions in ``values`` for its Values (None if it names another value)."""
     labels = {v: i for i, v in enumerate(values)}
     try:
-        return replace(source, module=None, inputs=[labels[v] for v in source.inputs],
+        return replace(source, inputs=[labels[v] for v in source.inputs],
                        outputs=[labels[v] for v in source.outputs],
                        layouts={labels[v]: st for v, st in source.layouts.items()})
     except KeyError:

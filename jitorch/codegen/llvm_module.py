@@ -17,6 +17,27 @@ def optimise_module(mod, triple, target_machine):
     mod.data_layout = str(target_machine.target_data)
     mod.verify()
     pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    # A pass builder per run: each run registers callbacks on the builder that point into that run's
+    # analysis managers, so a builder used twice would call into freed memory.
     pb = llvm.create_pass_builder(target_machine, pto)
-    pb.getModulePassManager().run(mod, pb)
+    mpm = pb.getModulePassManager()
+    try:
+        mpm.run(mod, pb)
+    finally:
+        dispose_pass_manager(mpm)
     return mod
+
+
+def dispose_pass_manager(mpm):
+    """Free a pass manager's pipeline now. llvmlite 0.50 never frees one: its ``ModulePassManager`` lists
+    ``ObjectRef`` first among its bases, whose empty ``_dispose`` hides the one that deletes the pipeline,
+    so each O3 run left about 70 KB of passes behind. So the first ``_dispose`` of its classes other than
+    ``ObjectRef``'s is called (0.44 defines it on ``ModulePassManager`` itself), then the object detached,
+    so that nothing frees it twice."""
+    from llvmlite.binding import ffi
+    if mpm.closed:
+        return
+    dispose = next(cls.__dict__["_dispose"] for cls in type(mpm).__mro__
+                   if "_dispose" in cls.__dict__ and cls is not ffi.ObjectRef)
+    dispose(mpm)
+    mpm.detach()

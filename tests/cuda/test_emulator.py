@@ -7,7 +7,10 @@ matmul) run on the fake device for shapes, layouts and dtypes drawn by
 hypothesis, against the CPU.
 """
 
+import gc
 import time
+import weakref
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -20,6 +23,7 @@ from jitorch.backends.cuda import emulator
 from jitorch.backends.cuda.fake import FakeBackend
 from jitorch.codegen.errors import CompileError
 from jitorch.codegen.kernel import counted_loop
+from jitorch.codegen.memo import BoundedMemo
 from jitorch.codegen.nvptx.ptx import optimised_text
 from jitorch.codegen.nvptx.target import I64, TRIPLE, _sreg, barrier, shuffle_xor
 from jitorch.runtime.cuda_backend import use_backend
@@ -126,6 +130,26 @@ def test_a_block_stuck_on_a_barrier_still_raises():
     with pytest.raises(RuntimeError, match="did not finish"):
         kernel([out.ctypes.data], (1,), 64, timeout=0.2)
     assert time.monotonic() - start < 5
+
+
+def test_the_emulator_keeps_its_most_recently_used_kernels_and_frees_the_others(monkeypatch):
+    """A process that keeps making kernels holds the host code of a bounded number; one dropped is built
+    again when it is launched again."""
+    monkeypatch.setattr(emulator, "_programs", BoundedMemo(2, size=lambda program: 1))
+
+    def storing(i):
+        def body(b, out):
+            b.store(I64(1000 + i), b.gep(out, [_sreg(b, "tid.x")]))
+        return SimpleNamespace(name=f"stores_{i}", llvm_ir=hand_written(f"stores_{i}", body))
+
+    kernels = [storing(i) for i in range(4)]
+    programs = [weakref.ref(emulator.emulated(k)) for k in kernels]
+    gc.collect()
+    assert [p() is None for p in programs] == [True, True, False, False]
+    assert emulator.emulated(kernels[3]) is programs[3]()  # kept: not built again
+    out = np.zeros(32, np.int64)
+    emulator.emulated(kernels[0])([out.ctypes.data], (1, 1, 1), 32)
+    np.testing.assert_array_equal(out, np.full(32, 1000))
 
 
 def test_unknown_gpu_intrinsics_are_refused():

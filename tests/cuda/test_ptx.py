@@ -12,7 +12,9 @@ import zlib
 import pytest
 
 import jitorch as jt
+from jitorch.codegen.cache import KernelCache
 from jitorch.codegen.errors import CompileError
+from jitorch.codegen.memo import BoundedMemo
 from jitorch.codegen.nvptx import ptx
 from jitorch.codegen.nvptx.ptx import check_intrinsics
 from jitorch.codegen.nvptx.matmul import matmul_kernel
@@ -61,6 +63,32 @@ def test_a_kernel_just_compiled_to_ptx_is_not_optimised_again_for_its_llvm_ir(mo
     assert "exp" in k.llvm_ir
     assert len(calls) == 1
     assert k.llvm_ir == str(optimise(k.source_ir))
+
+
+def _store_kernel(i):
+    """A small NVPTX kernel module of its own (it stores the number ``i``)."""
+    return (f"define ptx_kernel void @jitorch_memo_{i}(float addrspace(1)* %p) {{\n"
+            f"  store float {i}.5, float addrspace(1)* %p\n  ret void\n}}\n")
+
+
+def test_the_ptx_memo_stays_within_its_bound_and_what_it_dropped_comes_from_the_disk_cache(monkeypatch, tmp_path):
+    """A process making ever new kernels keeps at most the memo's limit of PTX in memory; a dropped
+    kernel's PTX is read back from the kernel cache, not made again by LLVM."""
+    emitted = []
+    emit = ptx._emit_ptx
+    memo = BoundedMemo(3 * len(emit(_store_kernel(0))) + 20)  # room for three of these kernels' PTX
+    monkeypatch.setattr(ptx, "_emit_ptx", lambda text: emitted.append(text) or emit(text))
+    monkeypatch.setattr(ptx, "_memory", memo)
+    cache = KernelCache(tmp_path, memory_limit=0)  # nothing kept by the cache itself: its hits read the disk
+    texts = [_store_kernel(i) for i in range(12)]
+    made = [ptx.ptx_of(text, f"jitorch_memo_{i}", cache) for i, text in enumerate(texts)]
+    assert all("st.global.b32" in p and f"jitorch_memo_{i}" in p for i, p in enumerate(made))
+    assert len(memo) == 3 and memo.total <= memo.limit
+    assert emitted == texts  # LLVM made each kernel's PTX once
+    again = ptx.ptx_of(texts[0], "jitorch_memo_0", cache)
+    assert again == made[0] and emitted == texts
+    assert cache.info().disk_hits == 1
+    assert len(memo) == 3 and memo.total <= memo.limit
 
 
 def test_same_kernel_list_as_on_cpu():

@@ -14,6 +14,7 @@ import jitorch as jt
 import jitorch.codegen.nvptx.ptx as nvptx_compile
 from jitorch.backends.cuda.fake import FakeBackend
 from jitorch.cli import main
+from jitorch.codegen.memo import BoundedMemo
 from jitorch.codegen.nvptx.ptxas import assemble
 from jitorch.export import Dim, ExportError
 from jitorch.export.artifacts import cuda_target
@@ -59,7 +60,7 @@ def _rewrite_cuda(src, dst, ptx=None, record=None):
 def fresh_ptx(monkeypatch):
     """An empty in-memory PTX cache, as in a new process: kernels come from the cache the graph is
     compiled with (the file's artifacts first)."""
-    monkeypatch.setattr(nvptx_compile, "_memory", {})
+    monkeypatch.setattr(nvptx_compile, "_memory", BoundedMemo(nvptx_compile.PTX_MEMORY_LIMIT))
 
 
 def test_save_stores_each_kernels_ptx_in_a_cuda_record(saved_cuda):

@@ -13,6 +13,11 @@ import tempfile
 import time
 import warnings
 
+try:
+    import resource
+except ImportError:  # Windows: no peak memory in the progress lines
+    resource = None
+
 # a cache of compiled kernels of the run's own (as the tests have), and one BLAS thread per process
 os.environ.setdefault("JITORCH_CACHE_DIR", tempfile.mkdtemp(prefix="jitorch-fuzz-cache-"))
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -76,8 +81,10 @@ def main(argv=None):
 
 def _progress(started, programs, ops, failing, kinds):
     minutes = (time.time() - started) / 60
+    # the process's peak size, so that a run of hours shows memory that grows with the programs compiled
+    peak = f", peak memory {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024} MB" if resource else ""
     print(f"{programs} programs ({programs / minutes:.0f}/min), {ops} ops ({ops / minutes:.0f}/min), "
-          f"{failing} failing, {kinds} kinds of failure", flush=True)
+          f"{failing} failing, {kinds} kinds of failure{peak}", flush=True)
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ from ...codegen.errors import CompileError
 from ...codegen.kernel import counted_loop
 from ...codegen.linker import Linker
 from ...codegen.machine import selected
+from ...codegen.memo import BoundedMemo
 
 SREGS = [f"{r}.{a}" for r in ("tid", "ntid", "ctaid", "nctaid") for a in "xyz"]
 # The per-thread context: the 12 special registers, then the block's shuffle buffer, warp barriers, block
@@ -67,7 +68,11 @@ PTR = ir.IntType(8).as_pointer()
 
 _lock = threading.Lock()
 _state: dict = {}
-_programs: dict = {}
+# NVPTX IR -> its EmulatedKernel, whose host code stays linked while it is held: a process that keeps making
+# kernels (the fuzzer on the fake device makes about ten a program) keeps the most recently used ones only.
+# A launch holds its kernel, and a hung launch's thread too, so dropping one here never frees running code.
+EMULATED_LIMIT = 256
+_programs = BoundedMemo(EMULATED_LIMIT, size=lambda program: 1)
 _hung: list = []
 
 
@@ -318,7 +323,8 @@ def emulated(kernel):
     text = kernel.llvm_ir
     program = _programs.get(text)
     if program is None:
-        program = _programs[text] = EmulatedKernel(kernel.name, text)
+        program = EmulatedKernel(kernel.name, text)
+        _programs.put(text, program)
     return program
 
 

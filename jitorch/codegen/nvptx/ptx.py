@@ -19,6 +19,7 @@ from ...runtime import logs
 from ..errors import CompileError
 from ..llvm_module import optimised_module
 from ..mathlib import ALLOWED_INTRINSICS as _MATH
+from ..memo import BoundedMemo
 from .target import BLOCK, TRIPLE
 
 SM = "sm_80"
@@ -30,12 +31,16 @@ ALLOWED = _MATH | {"llvm.nvvm.read.ptx.sreg.", "llvm.nvvm.barrier0", "llvm.nvvm.
 _DECLARE = re.compile(r"^declare[^@]*@\"?(llvm\.[\w.$]+)", re.M)
 _lock = threading.Lock()
 _state: dict = {}
-_memory: dict = {}
+# cache key -> PTX text, in front of the kernel cache (which checks each entry against its source, and
+# reads the disk): bounded in characters, since a process that keeps making kernels of new shapes would
+# otherwise keep every one's PTX; a dropped entry comes back from the disk cache.
+PTX_MEMORY_LIMIT = 16 << 20
+_memory = BoundedMemo(PTX_MEMORY_LIMIT)
 # The optimised IR of the kernels ptx_of last compiled: the emulator runs it right after (`llvm_ir`), and O3
 # twice over the same module would double the cost of every emulated kernel. A few suffice; more would only
 # hold text on a GPU, which never asks.
-_recent_optimised: dict = {}
 RECENT_OPTIMISED = 64
+_recent_optimised = BoundedMemo(RECENT_OPTIMISED, size=lambda text: 1)
 
 
 def _machine():
@@ -77,9 +82,7 @@ def optimised_text(module_text):
 def _emit_ptx(module_text):
     """PTX from LLVM, keeping the optimised IR it was emitted from among the recent ones."""
     module = optimise(module_text)
-    if len(_recent_optimised) >= RECENT_OPTIMISED:
-        del _recent_optimised[next(iter(_recent_optimised))]
-    _recent_optimised[module_text] = str(module)
+    _recent_optimised.put(module_text, str(module))
     return _machine().emit_assembly(module)
 
 
@@ -101,7 +104,7 @@ def ptx_of(module_text, name, cache=None):
             logs.log("codegen", "compiled %s to PTX", name)
         ptx = data.decode()
         if not foreign:
-            _memory[key] = ptx
+            _memory.put(key, ptx)
     return ptx
 
 
