@@ -725,3 +725,33 @@ def test_simplify_keeps_a_returned_chain_of_permutations_a_view(fn):
     for got, expected in zip(tree_flatten(out)[0], tree_flatten(fn(torch.arange(6.0).reshape(2, 3)))[0]):
         assert got is not x
         np.testing.assert_array_equal(got.numpy(), expected.numpy())
+
+
+def test_a_compiled_training_step_updates_linear_weights_with_their_products_untransposed():
+    """A whole step (forward, backward, SGD) of Linear layers: each weight's gradient, ``t(transpose(dy.t() @
+    x))`` as traced, is the product the update reads, not a transposed view of one."""
+    def step(model, x):
+        loss = model(x).square().mean()
+        loss.backward()
+        with jt.no_grad():
+            for p in model.parameters():
+                p.sub_(0.1 * p.grad)
+                p.grad = None
+        return loss
+    jt.manual_seed(0)
+    model = jt.nn.Sequential(jt.nn.Linear(6, 5), jt.nn.Tanh(), jt.nn.Linear(5, 3))
+    eager = jt.nn.Sequential(jt.nn.Linear(6, 5), jt.nn.Tanh(), jt.nn.Linear(5, 3))
+    eager.load_state_dict(model.state_dict())
+    x = jt.randn(4, 6)
+    compiled = jt.compile(step)
+    graph = compiled.lower(model, x).executable.graph
+    permuted = [n for n in graph.nodes if n.op.name in ("t", "transpose", "permute")]
+    readers = {n.outputs[0]: [m.op.name for m in graph.nodes if n.outputs[0] in m.input_values()] for n in permuted}
+    # what is left transposed is a product's operand (BLAS reads it through its flags): w.t(), dy.t(); no
+    # product is read transposed
+    assert len(permuted) == 4 and all(names == ["matmul"] for names in readers.values())
+    assert not any(n.args[0].node is not None and n.args[0].node.op.name == "matmul" for n in permuted)
+    for _ in range(2):
+        np.testing.assert_allclose(compiled(model, x).item(), step(eager, x).item(), rtol=1e-6)
+    for p, q in zip(model.parameters(), eager.parameters()):
+        np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-6, atol=1e-7)
