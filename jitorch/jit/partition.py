@@ -24,7 +24,7 @@ import math
 from typing import NamedTuple
 
 from ..ir.graph import Graph, Node, Value
-from ..ir.passes import cse
+from ..ir.passes import cse, simplify
 from ..runtime.pytree import tree_leaves
 
 
@@ -151,23 +151,16 @@ def _nbytes(v):
 
 
 def _without_undone_permutes(nodes, grads):
-    """``nodes`` and ``grads`` with each chain of dim permutations (``t``, ``transpose``, ``permute``) that
-    gives its base back read as that base, and the views left unread dropped. A Linear weight's gradient is
-    traced ``t(transpose(w_grad))`` (the backward of ``matmul``, then of ``t``): read as the product it is, it
-    comes out compact, the layout autograd keeps as ``.grad`` without a copy, where the transposed view (which
-    the transpose pass had made a transposed product, read through ``t``) was copied every step."""
-    chains = {}    # id(value) -> (the value a permutation chain starts from, the dims of it the value takes)
-    undone = {}    # id(value) -> that base, where the chain's permutation is the identity
+    """``nodes`` and ``grads`` with each chain of dim permutations that gives its base back
+    (`simplify.permutation_chain`) read as that base, and the views left unread dropped. The backward graph's
+    own simplification does so too, but keeps a returned chain over the graph's inputs or over another
+    returned value a view (a call's outputs alias what eager's do); a gradient may be the cotangent itself,
+    or the very product that another gradient reads, as autograd takes it."""
+    undone = {}    # id(value) -> the base of its chain, where the chain's permutation is the identity
     for node in nodes:
-        dims = _permutation(node)
-        if dims is None:
-            continue
-        x = node.args[0]
-        base, before = chains.get(id(x), (x, list(range(len(dims)))))
-        composed = [before[d] for d in dims]
-        chains[id(node.outputs[0])] = (base, composed)
-        if composed == sorted(composed):
-            undone[id(node.outputs[0])] = base
+        chain = simplify.permutation_chain(node)
+        if chain is not None and chain[1] == sorted(chain[1]):
+            undone[id(node.outputs[0])] = chain[0]
     if not undone:
         return nodes, grads
     nodes = [n for n in nodes if id(n.outputs[0]) not in undone]
@@ -182,25 +175,6 @@ def _without_undone_permutes(nodes, grads):
         read.update(id(v) for v in node.input_values())
         kept.append(node)
     return kept[::-1], grads
-
-
-def _permutation(node):
-    """The dims of its input that a view node's output takes, in order, where the node only permutes them
-    (``t``, ``transpose``, ``permute``); else None."""
-    name = node.op.name
-    if name not in ("t", "transpose", "permute") or not node.args or not isinstance(node.args[0], Value):
-        return None
-    ndim = node.args[0].type.ndim
-    dims = list(range(ndim))
-    if ndim == 0:
-        return dims
-    if name == "t":
-        return dims[::-1]
-    if name == "transpose":
-        a, b = (d % ndim for d in node.args[1:3])
-        dims[a], dims[b] = dims[b], dims[a]
-        return dims
-    return [d % ndim for d in node.args[1]]
 
 
 def _rewired(nodes, mapping, copy=False):

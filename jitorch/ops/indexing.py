@@ -706,8 +706,46 @@ def _index_add_cpu(spec, x, dim, index, source, alpha):
     out = _compute_copy(x)
     idx = _dim_index(index, d, out.shape[d])
     values = _along(convert(source, out.dtype), d) * convert(np.asarray(alpha), out.dtype)
-    np.add.at(_along(out, d), idx, values)
+    add_rows_at(_along(out, d), idx, values)
     return out.reshape(spec.shape)
+
+
+# Rows at least this long (and this many of them) are added by rounds (`add_rows_at`); np.add.at, which adds
+# element by element, is faster below (its cost per row is about 1.8 us for 128 floats, the rounds' ~50 us fixed)
+ROUNDS_FROM_ROW = 64
+ROUNDS_FROM_ROWS = 32
+
+
+def add_rows_at(out, idx, values):
+    """``np.add.at(out, idx, values)`` (``out[idx[i]] += values[i]`` for each ``i`` in order) with the same
+    bits, for rows of ``values``: a row that ``idx`` names several times gets its values in ``idx``'s order,
+    each added to the running sum, as np.add.at adds them. Long rows are added in rounds, the k-th of a
+    row's values in round k, every row's at once (the rows of one round are distinct: one vectorised add),
+    where np.add.at visits each element alone (an embedding's backward: 768 token rows of 128 floats into a
+    65-row table, 1.5 ms, by rounds 0.2-0.3 ms)."""
+    n = len(idx)
+    if values.dtype not in (np.float32, np.float64) or n < ROUNDS_FROM_ROWS or \
+            prod(values.shape[1:]) < ROUNDS_FROM_ROW:
+        np.add.at(out, idx, values)
+        return
+    rows, which, counts = np.unique(idx, return_inverse=True, return_counts=True)
+    # the rows by how many values they get, most first: round k adds into the first `active[k]` of them
+    by_count = np.argsort(-counts, kind="stable")
+    place = np.empty_like(by_count)
+    place[by_count] = np.arange(len(rows))
+    active = np.bincount(counts, minlength=counts.max() + 1)[::-1].cumsum()[::-1][1:]  # rows with more than k
+    starts = np.concatenate(([0], np.cumsum(active)[:-1]))
+    # each value's rank among its row's values (in idx's order: a stable sort keeps it)
+    order = np.argsort(which, kind="stable")
+    rank = np.empty(n, np.intp)
+    rank[order] = np.arange(n) - np.repeat(np.cumsum(counts) - counts, counts)
+    laid = np.empty((n,) + values.shape[1:], values.dtype)
+    laid[starts[rank] + place[which]] = values
+    targets = rows[by_count]
+    sums = out[targets]
+    for start, k in zip(starts.tolist(), active.tolist()):
+        sums[:k] += laid[start:start + k]
+    out[targets] = sums
 
 
 defop("index_add(Tensor self, int dim, Tensor index, Tensor source, *, Scalar alpha=1) -> Tensor",

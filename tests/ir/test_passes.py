@@ -664,3 +664,94 @@ def test_transpose_leaves(source):
     before = ops(g)
     assert transpose.run(g) == 0
     assert ops(g) == before
+
+
+# Permutation chains ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fn, left", [
+    (lambda x: x.t().t() * 2, []),
+    (lambda x: x.transpose(0, 1).transpose(1, 0) * 2, []),
+    (lambda x: x.transpose(-1, 0).t() * 2, []),
+    (lambda x: x.t().permute(1, 0) * 2, []),
+    (lambda x: x.unsqueeze(0).permute(2, 0, 1).permute(1, 2, 0).transpose(0, 0) * 2, ["unsqueeze"]),
+    (lambda x: x.unsqueeze(0).permute(2, 0, 1).transpose(0, 1) * 2, ["unsqueeze", "permute"]),
+    (lambda x: x.unsqueeze(0).transpose(0, 2).permute(2, 0, 1).permute(1, 2, 0) * 2, ["unsqueeze", "permute"]),
+])
+def test_simplify_reads_a_chain_of_permutations_as_one_permute_or_its_base(fn, left):
+    x = jt.arange(6.0).reshape(2, 3)
+    g = trace(fn, x)
+    assert_runs_the_same(g, [x], passes=[simplify.run, dce.run])
+    assert ops(g) == left + ["mul"]
+    expected = fn(torch.arange(6.0).reshape(2, 3))
+    np.testing.assert_array_equal(interpret(g, [x])[0].numpy(), expected.numpy())
+    if "permute" in left:  # one permute of unsqueeze(x) taking the dims the whole chain takes
+        permute = g.nodes[1]
+        assert permute.args[0] is g.nodes[0].outputs[0]
+        assert permute.args[1] == {(1, 3, 2): (0, 2, 1), (3, 2, 1): (2, 1, 0)}[permute.outputs[0].type.shape]
+
+
+def test_simplify_reads_a_linear_weight_gradient_as_the_product_it_is():
+    """The backward of ``x @ w.t()`` traces ``w``'s gradient ``t(transpose(dy.t() @ x))``: the transpose pass
+    made the inner transpose a transposed product and left the outer ``t``, a transposed view that its readers
+    copied; it is the product itself."""
+    g = graph_of("""
+        graph(%dy: f32[8, 4], %x: f32[8, 3], %w: f32[4, 3]):
+          %0 : f32[4, 8] = t(%dy)
+          %1 : f32[4, 3] = mm(%0, %x)
+          %2 : f32[3, 4] = transpose(%1, dim0=0, dim1=1)
+          %3 : f32[4, 3] = t(%2)
+          %4 : f32[4, 3] = mul(%3, 0.1)
+          %5 : f32[4, 3] = sub(%w, %4, alpha=1)
+          return %5
+    """)
+    rng = np.random.default_rng(0)
+    inputs = [jt.from_numpy(rng.standard_normal(s).astype(np.float32)) for s in ((8, 4), (8, 3), (4, 3))]
+    assert_runs_the_same(g, inputs)
+    assert ops(g) == ["t", "mm", "mul", "sub"]
+    assert g.nodes[2].args[0] is g.nodes[1].outputs[0]
+
+
+@pytest.mark.parametrize("fn", [lambda x: x.t().t(), lambda x: (x * 3).t().t(),
+                                lambda x: (x * 3, (x * 3).t().t())],
+                         ids=["of-an-input", "of-a-returned-value", "of-another-output"])
+def test_simplify_keeps_a_returned_chain_of_permutations_a_view(fn):
+    """A returned ``x.t().t()`` is a view of ``x``: returning ``x`` would hand the caller its own tensor; the
+    chain becomes one ``permute`` over the same memory."""
+    x = jt.arange(6.0).reshape(2, 3)
+    g = trace(fn, x)
+    assert_runs_the_same(g, [x], passes=[simplify.run, dce.run])
+    assert ops(g).count("permute") == 1 and "t" not in ops(g)
+    out = jt.compile(fn)(x)
+    for got, expected in zip(tree_flatten(out)[0], tree_flatten(fn(torch.arange(6.0).reshape(2, 3)))[0]):
+        assert got is not x
+        np.testing.assert_array_equal(got.numpy(), expected.numpy())
+
+
+def test_a_compiled_training_step_updates_linear_weights_with_their_products_untransposed():
+    """A whole step (forward, backward, SGD) of Linear layers: each weight's gradient, ``t(transpose(dy.t() @
+    x))`` as traced, is the product the update reads, not a transposed view of one."""
+    def step(model, x):
+        loss = model(x).square().mean()
+        loss.backward()
+        with jt.no_grad():
+            for p in model.parameters():
+                p.sub_(0.1 * p.grad)
+                p.grad = None
+        return loss
+    jt.manual_seed(0)
+    model = jt.nn.Sequential(jt.nn.Linear(6, 5), jt.nn.Tanh(), jt.nn.Linear(5, 3))
+    eager = jt.nn.Sequential(jt.nn.Linear(6, 5), jt.nn.Tanh(), jt.nn.Linear(5, 3))
+    eager.load_state_dict(model.state_dict())
+    x = jt.randn(4, 6)
+    compiled = jt.compile(step)
+    graph = compiled.lower(model, x).executable.graph
+    permuted = [n for n in graph.nodes if n.op.name in ("t", "transpose", "permute")]
+    readers = {n.outputs[0]: [m.op.name for m in graph.nodes if n.outputs[0] in m.input_values()] for n in permuted}
+    # what is left transposed is a product's operand (BLAS reads it through its flags): w.t(), dy.t(); no
+    # product is read transposed
+    assert len(permuted) == 4 and all(names == ["matmul"] for names in readers.values())
+    assert not any(n.args[0].node is not None and n.args[0].node.op.name == "matmul" for n in permuted)
+    for _ in range(2):
+        np.testing.assert_allclose(compiled(model, x).item(), step(eager, x).item(), rtol=1e-6)
+    for p, q in zip(model.parameters(), eager.parameters()):
+        np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-6, atol=1e-7)

@@ -700,3 +700,27 @@ def test_a_finite_float_past_the_dtypes_range_raises_torchs_error_through_a_mask
     with pytest.raises(RuntimeError, match="value cannot be converted to type float without overflow"):
         x[jt.tensor([True, False, True])] = 1e40
     assert x.tolist() == [1.0, 1.0, 1.0]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("rows, n, width, skew", [(65, 768, 128, 0), (64, 64, 128, 0), (5, 768, 64, 0),
+                                                  (400, 768, 64, 300), (3, 40, 64, 0), (9, 100, 8, 0)])
+def test_add_rows_at_adds_as_np_add_at_does_bit_for_bit(dtype, rows, n, width, skew):
+    """Each row's values in the index's order, one rounding per add, from the row's own value: np.add.at's
+    bits, signed zeros, infinities and NaN included (an embedding's backward: 768 tokens into 65 rows)."""
+    from jitorch.ops.indexing import add_rows_at
+    rng = np.random.default_rng(rows + n)
+    x = (rng.standard_normal((rows, width)) * 10.0 ** rng.integers(-8, 8, (rows, width))).astype(dtype)
+    v = (rng.standard_normal((n, width)) * 10.0 ** rng.integers(-8, 8, (n, width))).astype(dtype)
+    x.flat[:3], v.flat[:3] = [-0.0, np.nan, np.inf], [-0.0, -np.inf, 1.0]
+    idx = rng.integers(0, rows, n)
+    idx[:skew] = 1  # one row taking most of the values
+    expected = x.copy()
+    np.add.at(expected, idx, v)
+    got = x.copy()
+    add_rows_at(got, idx, v)
+    assert np.array_equal(got.view(np.uint8), expected.view(np.uint8))
+    # the op through it, against torch's (which sums a row's values in another order: close, not equal)
+    out = jt.from_numpy(x).index_add(0, jt.from_numpy(idx), jt.from_numpy(v), alpha=2)
+    reference = torch.from_numpy(x).index_add(0, torch.from_numpy(idx), torch.from_numpy(v), alpha=2)
+    np.testing.assert_allclose(out.numpy(), reference.numpy(), rtol=1e-4, atol=1e-30 if dtype is np.float64 else 1e-6)

@@ -7,6 +7,8 @@ NaN, infinities and signed zeros included, and keep the node's type.
     -(-x)                                    -> x
     alias, clone, _to_copy, views, reshapes  -> x      (when x has the result's type)
     copy(self, src)                          -> src    (when src has the result's type)
+    t(t(x)), permute chains undoing themselves -> x
+    permute(permute(x, a), b)                -> permute(x, a composed with b)   (any of t, transpose, permute)
     x ** n, n a number                       -> the ops eager computes it by (below)
 
 Eager computes a float's power by 2, 3, -1, -2, 0.5 and -0.5 by other ops, as torch's kernel does
@@ -16,6 +18,13 @@ any order (products wrap modulo 2**bits); ``x ** 0`` is ``ones_like(x)``.
 
 A rewrite to ``x`` applies only when ``x`` has the node's type: ``x * 1.0`` on
 an integer ``x`` is a float tensor and stays.
+
+A chain of dim permutations becomes one ``permute`` of the chain's base, and is the base itself where the
+permutations undo each other: a Linear weight's gradient is traced ``t(transpose(dy.t() @ x))`` (the backward
+of ``matmul``, then of ``t``), read so as the product it is, compact, where the transpose pass would make the
+inner transpose a transposed product and leave a transposed view of it that its readers (autograd's ``.grad``,
+the optimizer) copied. Where the base may not stand for the chain (a returned chain over an input), the
+chain still becomes one ``permute``: a view of the base, as eager's result is.
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ from .rewrite import Rewriter, graph_pass
 SAME_TYPE_IDENTITIES = "alias clone _to_copy view view_as unflatten squeeze expand expand_as broadcast_to narrow slice"
 # integer powers up to this are rewritten into products (at most 2 log2(n) of them)
 MAX_INTEGER_POWER = 16
+_PERMUTATIONS = ("t", "transpose", "permute")  # views that only reorder their input's dims
 _INTEGERS = frozenset(_dt.INTEGRAL)
 
 
@@ -101,9 +111,58 @@ def _copy_source(node):
     return src if isinstance(src, Value) else None
 
 
+def permutation(node):
+    """The dims of its input that a view node's output takes, in order, where the node only permutes them
+    (``t``, ``transpose``, ``permute``); else None."""
+    name = node.op.name
+    if name not in _PERMUTATIONS or not node.args or not isinstance(node.args[0], Value):
+        return None
+    ndim = node.args[0].type.ndim
+    dims = list(range(ndim))
+    if ndim == 0:
+        return dims
+    if name == "t":
+        return dims[::-1]
+    if name == "transpose":
+        a, b = (d % ndim for d in node.args[1:3])
+        dims[a], dims[b] = dims[b], dims[a]
+        return dims
+    return [d % ndim for d in node.args[1]]
+
+
+def permutation_chain(node):
+    """``(base, dims)``: the value that the chain of permutation views ending at ``node`` (followed through
+    its inputs' nodes) starts from, and the dims of it that ``node``'s output takes; None where ``node`` is
+    no permutation."""
+    dims = permutation(node)
+    if dims is None:
+        return None
+    base = node.args[0]
+    while base.node is not None and (inner := permutation(base.node)) is not None:
+        dims = [inner[d] for d in dims]
+        base = base.node.args[0]
+    return base, dims
+
+
+def _undone_permutation(node):
+    base, dims = permutation_chain(node)
+    return base if dims == sorted(dims) else None
+
+
+def _composed_permutation(node):
+    """Rewrite a permutation of a permutation in place into one ``permute`` of the chain's base; returns
+    whether done."""
+    base, dims = permutation_chain(node)
+    if base is node.args[0]:
+        return False
+    node.op, node.args = registry.OPS["permute"], (base, tuple(dims))
+    return True
+
+
 # each op's rewrite is its "simplification" piece in the registry: node -> the value replacing it, or None
 for _names, _rule in (("mul", _mul), ("true_divide", _divide), ("add", _add), ("sub", _sub), ("pow", _pow),
-                      ("neg", _neg), ("copy", _copy_source), (SAME_TYPE_IDENTITIES, _first)):
+                      ("neg", _neg), ("copy", _copy_source), (SAME_TYPE_IDENTITIES, _first),
+                      (" ".join(_PERMUTATIONS), _undone_permutation)):
     registry.attach("simplification", _names, _rule)
 
 
@@ -170,7 +229,8 @@ def run(graph):
         replacement = rule(node) if rule is not None else None
         if replacement is not None and rw.replace_node(node, [replacement]):
             rewrites += 1
-        elif rule is _pow and _power_by_other_ops(graph, node, nodes.append):
+        elif rule is _pow and _power_by_other_ops(graph, node, nodes.append) or \
+                rule is _undone_permutation and _composed_permutation(node):
             rewrites += 1
         nodes.append(node)
     graph.nodes = nodes

@@ -19,6 +19,7 @@ from ...ops import registry
 from ..graph import Node, Value, iter_values
 from ..values import TensorType
 from .rewrite import graph_pass
+from .simplify import permutation
 
 _PRODUCTS = ("mm", "matmul")
 
@@ -30,10 +31,9 @@ def _transposed_matrix(node):
     x = node.args[0]
     if x.type.ndim != 2:
         return None
-    name, rest = node.op.name, node.args[1:]
-    if name == "t" or name == "transpose" and sorted(d % 2 for d in rest) == [0, 1] or \
-            name == "permute" and [d % 2 for d in rest[0]] == [1, 0]:
+    if permutation(node) == [1, 0]:
         return x
+    name, rest = node.op.name, node.args[1:]
     if name == "as_strided":
         size, stride = tuple(rest[0]), tuple(rest[1])
         offset = rest[2] if len(rest) > 2 else None
