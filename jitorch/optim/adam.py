@@ -107,7 +107,7 @@ class Adam(Optimizer):
             if group["amsgrad"]:
                 second = np.maximum(arrays[4], exp_avg_sq, out=arrays[4])
                 bump(state["max_exp_avg_sq"])
-            denom = np.sqrt(second) / bias_correction2_sqrt
+            denom = np.asarray(np.sqrt(second) / bias_correction2_sqrt)  # (an array also when 0-d)
             np.add(denom, eps, out=denom)
             np.copyto(param, _addcdiv(param, exp_avg, denom, -step_size))
         finally:

@@ -5,6 +5,13 @@ one group's parameters that have a gradient, and inherit ``step``; a user's
 subclass may override ``step`` instead, as in torch. Updates are written with jitorch's
 in-place tensor ops and never read tensor values into Python, so a training
 step that calls ``optimizer.step()`` can be traced by ``jitorch.compile``.
+
+An eager step of Adam, AdamW or SGD on dense float32/float64 CPU tensors computes
+instead on their NumPy arrays (``_numpy_update``): the same NumPy calls as the
+ops' CPU kernels, so the same values bit for bit, and the same version counts,
+without the ops' dispatch, which cost several times the arithmetic on a small
+model's parameters. It steps aside (`numpy_step_allowed`) whenever a dispatch hook
+is installed (a trace records the ops; a profiler sees them) or autocast is on.
 """
 
 from __future__ import annotations

@@ -1,6 +1,9 @@
 """Gradient clipping: clip_grad_norm_ (= get_total_norm + clip_grads_with_norm_) and clip_grad_value_.
 
-``foreach`` is accepted for torch compatibility; one implementation serves both settings.
+``foreach`` is accepted for torch compatibility; one implementation serves both settings. In eager code
+on dense float32/float64 CPU gradients of one dtype, the norms and the scaling run on the gradients'
+NumPy arrays (the same NumPy calls as the ops' kernels, so the same values bit for bit), without an op
+dispatch per gradient; in a trace, under a profiler or autocast, and for other tensors, the ops run.
 """
 
 from __future__ import annotations
