@@ -89,3 +89,20 @@ def test_ops_under_profiler_trace_and_mixed_dtypes(monkeypatch):
         total = jt.compile(step, fullgraph=True)(jt.tensor([3.0, 4.0, 0.0]))
     assert traced == [None, None]
     assert float(total) == pytest.approx(5.0)
+
+
+def test_ops_for_cuda_gradients(monkeypatch):
+    """On CUDA gradients (the fake device in host memory) the ops clip, as on the CPU."""
+    from jitorch.backends.cuda.fake import FakeBackend
+    from jitorch.runtime.cuda_backend import use_backend
+    cpu = _params(jt.float32)[:3]
+    want, _ = _clip(cpu, True, monkeypatch, 1.0)
+    with use_backend(FakeBackend()):
+        params = [p.detach().to("cuda").requires_grad_() for p in _params(jt.float32)[:3]]
+        for p, q in zip(params, _params(jt.float32)[:3]):
+            p.grad = q.grad.to("cuda")
+        total, calls = _clip(params, True, monkeypatch, 1.0)
+        assert calls == [False, False] and total.device.type == "cuda"
+        np.testing.assert_allclose(float(total), float(want), rtol=1e-6)
+        for p, q in zip(params, cpu):
+            np.testing.assert_allclose(p.grad.cpu().numpy(), q.grad.numpy(), rtol=1e-6)

@@ -146,3 +146,24 @@ def test_not_taken_for_a_tensor_learning_rate():
     counts = _one_step(opt, [w], [jt.ones(3)])
     assert counts == {"calls": 0, "taken": 0}
     np.testing.assert_allclose(w.detach().numpy(), np.full(3, -0.1), rtol=1e-6)
+
+
+@pytest.mark.parametrize("cls,options", [CASES[4], CASES[7]], ids=["AdamW", "SGD"])
+def test_not_taken_for_cuda_tensors(cls, options):
+    """On CUDA tensors (the fake device in host memory) the ops take every step, and agree with the CPU's."""
+    from jitorch.backends.cuda.fake import FakeBackend
+    from jitorch.runtime.cuda_backend import use_backend
+    cpu_params, _, _ = _train(cls, options, True, np.float32, schedule=False)
+    with use_backend(FakeBackend()):
+        rng = np.random.default_rng(0)
+        params = [jt.tensor(rng.standard_normal(s).astype(np.float32), device="cuda", requires_grad=True)
+                  for s in SHAPES]
+        opt = cls(params, **options)
+        counts = _spy(opt, True)
+        for _ in range(4):
+            for p in params:
+                p.grad = jt.tensor(rng.standard_normal(p.shape).astype(np.float32), device="cuda")
+            opt.step()
+        assert counts["taken"] == 0 and counts["calls"] > 0
+        for p, q in zip(params, cpu_params):
+            np.testing.assert_allclose(p.detach().cpu().numpy(), q.detach().numpy(), rtol=1e-5, atol=1e-6)
