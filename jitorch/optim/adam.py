@@ -6,8 +6,8 @@ import math
 
 import numpy as np
 
-from ..ops.pointwise import _add, _add_into, _lerp
-from ..ops.pointwise_scaled import _addcdiv
+from ..ops.pointwise import _add, _add_into
+from ..ops.pointwise_scaled import multiplier
 from ..runtime import fp_errors
 from ..tensor import Tensor
 from .optimizer import (Optimizer, _check_nonnegative, _check_unsupported, bump, numpy_counter, numpy_operands,
@@ -98,18 +98,29 @@ class Adam(Optimizer):
                     bump(p)
                 else:
                     grad = _add(grad, param, weight_decay)
-            np.copyto(exp_avg, _lerp(exp_avg, grad, 1 - beta1))
+            # Each op's NumPy calls as its kernel makes them, written over two scratch arrays and the state
+            # rather than into new ones (a result is rounded the same wherever it is stored).
+            scratch, other = np.empty_like(param), np.empty_like(param)
+            # lerp_ (`_lerp`): start + w * (end - start) for |w| < 0.5, else end - (end - start) * (1 - w)
+            weight = 1 - beta1
+            diff = np.subtract(grad, exp_avg, out=scratch)
+            if abs(weight) < 0.5:
+                np.add(exp_avg, np.multiply(diff, weight, out=diff), out=exp_avg)
+            else:
+                np.subtract(grad, np.multiply(diff, 1 - weight, out=diff), out=exp_avg)
             np.multiply(exp_avg_sq, beta2, out=exp_avg_sq)
-            _add_into(exp_avg_sq, np.multiply(grad, grad), 1 - beta2, out=exp_avg_sq)
+            _add_into(exp_avg_sq, np.multiply(grad, grad, out=scratch), 1 - beta2, out=exp_avg_sq)
             step_size = lr / (1 - beta1 ** step)
             bias_correction2_sqrt = math.sqrt(1 - beta2 ** step)
             second = exp_avg_sq
             if group["amsgrad"]:
                 second = np.maximum(arrays[4], exp_avg_sq, out=arrays[4])
                 bump(state["max_exp_avg_sq"])
-            denom = np.asarray(np.sqrt(second) / bias_correction2_sqrt)  # (an array also when 0-d)
-            np.add(denom, eps, out=denom)
-            np.copyto(param, _addcdiv(param, exp_avg, denom, -step_size))
+            denom = np.sqrt(second, out=scratch)
+            np.add(np.true_divide(denom, bias_correction2_sqrt, out=denom), eps, out=denom)
+            # addcdiv_ (`_addcdiv`): param + value * exp_avg / denom, value in the parameter's dtype
+            scaled = np.multiply(multiplier(-step_size, p.dtype), exp_avg, out=other)
+            np.add(param, np.true_divide(scaled, denom, out=scaled), out=param)
         finally:
             fp_errors.leave(token)
         bump(state["step"], p, state["exp_avg"], state["exp_avg_sq"], state["exp_avg_sq"])

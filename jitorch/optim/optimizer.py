@@ -283,10 +283,11 @@ def numpy_operands(tensors, written):
         storage = t._storage
         if storage.data is None or storage.inference or id(storage) in storages:
             return None
-        if i in written and not t.is_contiguous():
+        arr = t._arr if t._arr is not None else t._array()
+        if i in written and not arr.flags.c_contiguous:
             return None
         storages.add(id(storage))
-        arrays.append(t._arr if t._arr is not None else t._array())
+        arrays.append(arr)
     return arrays
 
 

@@ -59,7 +59,8 @@ def _norm(a, norm_type):
     axis = numpy_axis(a, None)
     if norm_type != 2.0:
         return _vector_norm(a, norm_type, axis, False)
-    m = np.abs(a, out=np.empty(a.shape, a.dtype))  # (an array also when ``a`` is 0-d)
+    # (an array also when ``a`` is 0-d; laid out as np.abs lays it out, which sets the order of the sum)
+    m = np.abs(a, out=np.empty_like(a))
     return np.add.reduce(np.square(m, out=m), axis=axis) ** 0.5
 
 
