@@ -41,6 +41,12 @@ def _spy(opt, allow):
     return counts
 
 
+def _set_grads(rng, params, dtype, device="cpu"):
+    for p in params:
+        p.grad = jt.tensor(rng.standard_normal(p.shape).astype(dtype), device=device)
+    params[0].grad = jt.tensor(rng.standard_normal((5, 6)).astype(dtype), device=device).t()  # (read as laid out)
+
+
 def _train(cls, options, allow, dtype, steps=4, schedule=True):
     rng = np.random.default_rng(0)
     params = [jt.tensor(rng.standard_normal(s).astype(dtype), requires_grad=True) for s in SHAPES]
@@ -48,8 +54,7 @@ def _train(cls, options, allow, dtype, steps=4, schedule=True):
     counts = _spy(opt, allow)
     scheduler = optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.7) if schedule else None
     for _ in range(steps):
-        for p in params:
-            p.grad = jt.tensor(rng.standard_normal(p.shape).astype(dtype))
+        _set_grads(rng, params, dtype)
         opt.step()
         if scheduler is not None:
             scheduler.step()
@@ -161,8 +166,7 @@ def test_not_taken_for_cuda_tensors(cls, options):
         opt = cls(params, **options)
         counts = _spy(opt, True)
         for _ in range(4):
-            for p in params:
-                p.grad = jt.tensor(rng.standard_normal(p.shape).astype(np.float32), device="cuda")
+            _set_grads(rng, params, np.float32, "cuda")
             opt.step()
         assert counts["taken"] == 0 and counts["calls"] > 0
         for p, q in zip(params, cpu_params):
