@@ -44,7 +44,7 @@ class Adam(Optimizer):
     def _update(self, group, params):
         amsgrad = group["amsgrad"]
         buffers = ["exp_avg", "exp_avg_sq"] + ["max_exp_avg_sq"] * amsgrad
-        numpy = numpy_step_allowed(group, ("lr", "eps", "weight_decay"))
+        numpy = numpy_step_allowed(group["lr"], group["eps"], group["weight_decay"], *group["betas"])
         for p in params:
             state = self._lazy_state(p, buffers)
             if not (numpy and self._numpy_update(p, state, group, buffers)):
@@ -93,7 +93,7 @@ class Adam(Optimizer):
             if group["maximize"]:
                 grad = np.negative(grad)
             if weight_decay != 0:
-                if group["decoupled_weight_decay"]:
+                if group.get("decoupled_weight_decay"):
                     np.multiply(param, 1 - lr * weight_decay, out=param)
                     bump(p)
                 else:

@@ -252,14 +252,14 @@ def _as_traced(group):
     return dict(group, lr=compiler.dynamic_scalar(lambda: group["lr"], dtype=float32))
 
 
-def numpy_step_allowed(group, numbers):
-    """Whether an eager step may update this group's parameters on their NumPy arrays (`numpy_operands`)
-    instead of through jitorch's ops: no dispatch hook (a trace records the ops, a profiler sees
-    them), no profiler, no autocast, and the group's options ``numbers`` (``"lr"``, ...) Python
-    numbers (a tensor ``lr`` takes the ops)."""
+def numpy_step_allowed(*numbers):
+    """Whether an eager step may update parameters on their NumPy arrays (`numpy_operands`) instead of
+    through jitorch's ops: no dispatch hook (a trace records the ops, a profiler sees them), no profiler,
+    no autocast, and the group's options ``numbers`` (lr, betas...) Python numbers (a tensor ``lr``
+    takes the ops)."""
     if registry.DISPATCH_HOOKS or profiling.RECORDER is not None or _AUTOCAST_STATE.key is not None:
         return False
-    return all(type(group[name]) in (float, int) for name in numbers)
+    return all(type(n) in (float, int) for n in numbers)
 
 
 _NUMPY_DTYPES = (float32, float64)

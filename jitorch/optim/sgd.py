@@ -36,7 +36,7 @@ class SGD(Optimizer):
         super().__init__(params, defaults)
 
     def _update(self, group, params):
-        numpy = numpy_step_allowed(group, ("lr", "momentum", "dampening", "weight_decay"))
+        numpy = numpy_step_allowed(group["lr"], group["momentum"], group["dampening"], group["weight_decay"])
         for p in params:
             if not (numpy and self._numpy_update(p, group)):
                 self._update_one(p, group)

@@ -17,6 +17,7 @@ CASES = [
     (optim.Adam, dict(lr=0.05)),
     (optim.Adam, dict(lr=0.05, weight_decay=0.1, amsgrad=True, maximize=True)),
     (optim.Adam, dict(lr=0.05, betas=(0.5, 0.9), eps=1e-3, weight_decay=1)),
+    (optim.Adam, dict(lr=0.05, betas=(0.1, 0.3), eps=1e-3)),  # lerp's second form, 1 - w inexact in float32
     (optim.AdamW, dict(lr=0.05)),
     (optim.AdamW, dict(lr=0.05, amsgrad=True, maximize=True, weight_decay=0.3)),
     (optim.SGD, dict(lr=0.1)),

@@ -107,7 +107,8 @@ def clip_grads_with_norm_(parameters, max_norm, total_norm, foreach=None):
     with no_grad():
         coef = (float(max_norm) / (total_norm + 1e-6)).clamp(max=1.0)
         arrays = _numpy_arrays([coef] + grads, written=True)
-        if arrays is None or len({id(g._storage) for g in grads}) < len(grads):
+        # (a ``total_norm`` of other than 0 dims broadcasts, or fails, as the ops decide)
+        if arrays is None or coef._shape or len({id(g._storage) for g in grads}) < len(grads):
             for g in grads:
                 g.mul_(coef.to(g.device))
             return
