@@ -106,3 +106,16 @@ def test_ops_for_cuda_gradients(monkeypatch):
         np.testing.assert_allclose(float(total), float(want), rtol=1e-6)
         for p, q in zip(params, cpu):
             np.testing.assert_allclose(p.grad.cpu().numpy(), q.grad.numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("bad", [math.nan, -math.nan, math.inf])
+def test_numpy_clip_of_nonfinite_gradients_equals_ops(monkeypatch, bad):
+    fast, slow = _params(jt.float32), _params(jt.float32)
+    for params in (fast, slow):
+        params[0].grad[1, 2] = bad
+    fast_total, fast_calls = _clip(fast, True, monkeypatch, 1.0)
+    slow_total, _ = _clip(slow, False, monkeypatch, 1.0)
+    assert fast_calls == [True, True]
+    assert fast_total.numpy().tobytes() == slow_total.numpy().tobytes()
+    for p, q in zip(fast, slow):
+        assert p.grad.numpy().tobytes() == q.grad.numpy().tobytes()

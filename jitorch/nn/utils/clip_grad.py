@@ -54,14 +54,18 @@ def _numpy_arrays(tensors, written=False):
 
 
 def _norm(a, norm_type):
-    """``a``'s norm as the norm op's kernel computes it (`_vector_norm` over every dim); for the 2-norm its
-    ``abs(a) ** 2.0`` (a square in NumPy) is written over the one temporary."""
+    """``a``'s norm as the norm op's kernel computes it (`_vector_norm` over every dim). Its 2-norm squares
+    ``abs(a)``; squaring ``a`` itself gives the same squares bit for bit but for a NaN's sign, so the
+    abs is taken only when the sum comes out NaN."""
     axis = numpy_axis(a, None)
     if norm_type != 2.0:
         return _vector_norm(a, norm_type, axis, False)
     # (an array also when ``a`` is 0-d; laid out as np.abs lays it out, which sets the order of the sum)
-    m = np.abs(a, out=np.empty_like(a))
-    return np.add.reduce(np.square(m, out=m), axis=axis) ** 0.5
+    m = np.square(a, out=np.empty_like(a))
+    total = np.add.reduce(m, axis=axis)
+    if total != total:
+        total = np.add.reduce(np.square(np.abs(a, out=m), out=m), axis=axis)
+    return total ** 0.5
 
 
 def _total_norm(tensors, norm_type):
