@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
+from ..ops.pointwise import _add, _add_into
+from ..ops.pointwise_scaled import multiplier
+from ..runtime import fp_errors
 from ..tensor import Tensor
-from .optimizer import Optimizer, _check_nonnegative, _check_unsupported, step_grad
+from .optimizer import (Optimizer, _check_nonnegative, _check_unsupported, bump, numpy_counter, numpy_operands,
+                        numpy_step_allowed, step_grad)
 
 __all__ = ["Adam", "AdamW"]
 
@@ -36,29 +42,89 @@ class Adam(Optimizer):
         super().__init__(params, defaults)
 
     def _update(self, group, params):
-        lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
         amsgrad = group["amsgrad"]
+        buffers = ["exp_avg", "exp_avg_sq"] + ["max_exp_avg_sq"] * amsgrad
+        numpy = numpy_step_allowed(group["lr"], group["eps"], group["weight_decay"], *group["betas"])
         for p in params:
-            state = self._lazy_state(p, ["exp_avg", "exp_avg_sq"] + ["max_exp_avg_sq"] * amsgrad)
-            step = self._step_number(p)
-            grad = step_grad(p, group)
-            exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
-            exp_avg.lerp_(grad, 1 - beta1)
-            exp_avg_sq.mul_(beta2).add_(grad * grad, alpha=1 - beta2)
+            state = self._lazy_state(p, buffers)
+            if not (numpy and self._numpy_update(p, state, group, buffers)):
+                self._update_one(p, state, group)
+
+    def _update_one(self, p, state, group):
+        """The step of parameter ``p`` through jitorch's ops (traced in a compiled step)."""
+        lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
+        step = self._step_number(p)
+        grad = step_grad(p, group)
+        exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+        exp_avg.lerp_(grad, 1 - beta1)
+        exp_avg_sq.mul_(beta2).add_(grad * grad, alpha=1 - beta2)
+        step_size = lr / (1 - beta1 ** step)
+        bias_correction2 = 1 - beta2 ** step
+        bias_correction2_sqrt = (bias_correction2.sqrt() if isinstance(bias_correction2, Tensor)
+                                 else math.sqrt(bias_correction2))
+        if group["amsgrad"]:
+            second = state["max_exp_avg_sq"]
+            second.copy_(second.maximum(exp_avg_sq))
+        else:
+            second = exp_avg_sq
+        denom = (second.sqrt() / bias_correction2_sqrt).add_(eps)
+        if isinstance(step_size, Tensor):
+            p.sub_((exp_avg / denom).mul_(step_size))
+        else:
+            p.addcdiv_(exp_avg, denom, value=-step_size)
+
+    def _numpy_update(self, p, state, group, buffers):
+        """`_update_one` computed on the NumPy arrays of ``p``, its gradient and state, as the ops' CPU
+        kernels compute each op (the same NumPy calls, the same result bit for bit), each write counted
+        on the tensor's version as the op counts it; False, having done nothing, where `numpy_operands`
+        refuses. It spares the ops' dispatch, about ten calls per parameter."""
+        tensors = [p, p.grad] + [state[name] for name in buffers]
+        arrays = numpy_operands(tensors, written=(0, 2, 3, 4))
+        counter = numpy_counter(state["step"])
+        if arrays is None or counter is None:
+            return False
+        lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
+        weight_decay = group["weight_decay"]
+        param, grad, exp_avg, exp_avg_sq = arrays[:4]
+        token = fp_errors.enter()
+        try:
+            np.add(counter, 1, out=counter)
+            step = counter.item()
+            if group["maximize"]:
+                grad = np.negative(grad)
+            if weight_decay != 0:
+                if group.get("decoupled_weight_decay"):
+                    np.multiply(param, 1 - lr * weight_decay, out=param)
+                    bump(p)
+                else:
+                    grad = _add(grad, param, weight_decay)
+            # Each op's NumPy calls as its kernel makes them, written over two scratch arrays and the state
+            # rather than into new ones (a result is rounded the same wherever it is stored).
+            scratch, other = np.empty_like(param), np.empty_like(param)
+            # lerp_ (`_lerp`): start + w * (end - start) for |w| < 0.5, else end - (end - start) * (1 - w)
+            weight = 1 - beta1
+            diff = np.subtract(grad, exp_avg, out=scratch)
+            if abs(weight) < 0.5:
+                np.add(exp_avg, np.multiply(diff, weight, out=diff), out=exp_avg)
+            else:
+                np.subtract(grad, np.multiply(diff, 1 - weight, out=diff), out=exp_avg)
+            np.multiply(exp_avg_sq, beta2, out=exp_avg_sq)
+            _add_into(exp_avg_sq, np.multiply(grad, grad, out=scratch), 1 - beta2, out=exp_avg_sq)
             step_size = lr / (1 - beta1 ** step)
-            bias_correction2 = 1 - beta2 ** step
-            bias_correction2_sqrt = (bias_correction2.sqrt() if isinstance(bias_correction2, Tensor)
-                                     else math.sqrt(bias_correction2))
-            if amsgrad:
-                second = state["max_exp_avg_sq"]
-                second.copy_(second.maximum(exp_avg_sq))
-            else:
-                second = exp_avg_sq
-            denom = (second.sqrt() / bias_correction2_sqrt).add_(eps)
-            if isinstance(step_size, Tensor):
-                p.sub_((exp_avg / denom).mul_(step_size))
-            else:
-                p.addcdiv_(exp_avg, denom, value=-step_size)
+            bias_correction2_sqrt = math.sqrt(1 - beta2 ** step)
+            second = exp_avg_sq
+            if group["amsgrad"]:
+                second = np.maximum(arrays[4], exp_avg_sq, out=arrays[4])
+                bump(state["max_exp_avg_sq"])
+            denom = np.sqrt(second, out=scratch)
+            np.add(np.true_divide(denom, bias_correction2_sqrt, out=denom), eps, out=denom)
+            # addcdiv_ (`_addcdiv`): param + value * exp_avg / denom, value in the parameter's dtype
+            scaled = np.multiply(multiplier(-step_size, p.dtype), exp_avg, out=other)
+            np.add(param, np.true_divide(scaled, denom, out=scaled), out=param)
+        finally:
+            fp_errors.leave(token)
+        bump(state["step"], p, state["exp_avg"], state["exp_avg_sq"], state["exp_avg_sq"])
+        return True
 
 
 class AdamW(Adam):

@@ -5,6 +5,13 @@ one group's parameters that have a gradient, and inherit ``step``; a user's
 subclass may override ``step`` instead, as in torch. Updates are written with jitorch's
 in-place tensor ops and never read tensor values into Python, so a training
 step that calls ``optimizer.step()`` can be traced by ``jitorch.compile``.
+
+An eager step of Adam, AdamW or SGD on dense float32/float64 CPU tensors computes
+instead on their NumPy arrays (``_numpy_update``): the same NumPy calls as the
+ops' CPU kernels, so the same values bit for bit, and the same version counts,
+without the ops' dispatch, which cost several times the arithmetic on a small
+model's parameters. It steps aside (`numpy_step_allowed`) whenever a dispatch hook
+is installed (a trace records the ops; a profiler sees them) or autocast is on.
 """
 
 from __future__ import annotations
@@ -15,6 +22,11 @@ from itertools import chain
 
 from ..autograd import enable_grad, no_grad
 from ..autograd.gradients import zero_grad_
+from ..ops import registry
+from ..runtime import fp_errors
+from ..runtime import profiling
+from ..runtime.autocast_mode import STATE as _AUTOCAST_STATE
+from ..runtime.device import CPU
 from ..runtime.dtypes import float32, float64
 from ..tensor import Tensor
 
@@ -238,6 +250,61 @@ def _as_traced(group):
     compiler.guard(lambda: all(group.get(k) == v for k, v in traced.items()),
                    "the optimizer's hyperparameters (momentum, betas, ...) are unchanged")
     return dict(group, lr=compiler.dynamic_scalar(lambda: group["lr"], dtype=float32))
+
+
+def numpy_step_allowed(*numbers):
+    """Whether an eager step may update parameters on their NumPy arrays (`numpy_operands`) instead of
+    through jitorch's ops: no dispatch hook (a trace records the ops, a profiler sees them), no profiler,
+    no autocast, and the group's options ``numbers`` (lr, betas...) Python numbers (a tensor ``lr``
+    takes the ops)."""
+    if registry.DISPATCH_HOOKS or profiling.RECORDER is not None or _AUTOCAST_STATE.key is not None:
+        return False
+    return all(type(n) in (float, int) for n in numbers)
+
+
+_NUMPY_DTYPES = (float32, float64)
+
+
+def numpy_operands(tensors, written):
+    """The NumPy arrays of ``tensors`` (a parameter first, then its gradient and state buffers) when a step
+    may compute on them as the ops' CPU kernels do and write the ``written`` ones (indices) in place: every
+    one a dense CPU tensor with memory, of the parameter's shape and of its dtype (float32 or float64),
+    none an inference tensor (whose in-place update the ops refuse) or sharing memory with another, and
+    the written ones contiguous (no write overlaps itself). None otherwise: the ops then take the step,
+    raising their errors."""
+    first = tensors[0]
+    dtype, shape = first.dtype, first._shape
+    if dtype not in _NUMPY_DTYPES:
+        return None
+    arrays, storages = [], set()
+    for i, t in enumerate(tensors):
+        if not isinstance(t, Tensor) or t.device is not CPU or t.dtype is not dtype or t._shape != shape:
+            return None
+        storage = t._storage
+        if storage.data is None or storage.inference or id(storage) in storages:
+            return None
+        arr = t._arr if t._arr is not None else t._array()
+        if i in written and not arr.flags.c_contiguous:
+            return None
+        storages.add(id(storage))
+        arrays.append(arr)
+    return arrays
+
+
+def numpy_counter(step):
+    """The NumPy array of a 0-d float32 CPU ``state["step"]`` tensor, which a NumPy step increments in
+    place; None for any other (a loaded state dict's), which the ops increment."""
+    if (not isinstance(step, Tensor) or step.device is not CPU or step.dtype is not float32 or step._shape
+            or step._storage.data is None or step._storage.inference):
+        return None
+    return step._arr if step._arr is not None else step._array()
+
+
+def bump(*tensors):
+    """Count an in-place write to each of ``tensors`` (one per op the general path would run), so that
+    autograd's checks of saved tensors see it."""
+    for t in tensors:
+        t._storage._version += 1
 
 
 def step_grad(p, group):

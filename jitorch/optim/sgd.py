@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from .. import compiler, zeros_like
-from .optimizer import Optimizer, _check_nonnegative, _check_unsupported, step_down, step_grad
+from ..ops.pointwise import _add, _add_into
+from ..runtime import fp_errors
+from .optimizer import (Optimizer, _check_nonnegative, _check_unsupported, bump, numpy_operands, numpy_step_allowed,
+                        step_down, step_grad)
 
 __all__ = ["SGD"]
 
@@ -31,18 +36,64 @@ class SGD(Optimizer):
         super().__init__(params, defaults)
 
     def _update(self, group, params):
-        lr, momentum, dampening = group["lr"], group["momentum"], group["dampening"]
-        nesterov = group["nesterov"]
+        numpy = numpy_step_allowed(group["lr"], group["momentum"], group["dampening"], group["weight_decay"])
         for p in params:
-            grad = step_grad(p, group)
+            if not (numpy and self._numpy_update(p, group)):
+                self._update_one(p, group)
+
+    def _update_one(self, p, group):
+        """The step of parameter ``p`` through jitorch's ops (traced in a compiled step)."""
+        momentum = group["momentum"]
+        grad = step_grad(p, group)
+        if momentum != 0:
+            buf, fresh = self._momentum_buffer(p)
+            if fresh:
+                buf.copy_(grad)
+            else:
+                buf.mul_(momentum).add_(grad, alpha=1 - group["dampening"])
+            grad = grad.add(buf, alpha=momentum) if group["nesterov"] else buf
+        step_down(p, grad, group["lr"])
+
+    def _momentum_buffer(self, p):
+        """``(state["momentum_buffer"], fresh)``: fresh when made now, as zeros, at the parameter's first
+        step (which copies the gradient into it)."""
+        state = self.state[p]
+        buf = state.get("momentum_buffer")
+        if buf is not None:
+            return buf, False
+        with compiler.eager_state():  # a real buffer even when the step is traced
+            buf = state["momentum_buffer"] = zeros_like(p)
+        return buf, True
+
+    def _numpy_update(self, p, group):
+        """`_update_one` computed on the NumPy arrays of ``p``, its gradient and momentum buffer, as the ops'
+        CPU kernels compute each op (the same result bit for bit), each write counted on the tensor's version
+        as the op counts it; False, having done nothing, where `numpy_operands` refuses."""
+        momentum, lr = group["momentum"], group["lr"]
+        tensors = [p, p.grad]
+        if momentum != 0:
+            if "momentum_buffer" not in self.state[p]:
+                return False  # the first step: the ops make the buffer and copy the gradient into it
+            tensors.append(self.state[p]["momentum_buffer"])
+        arrays = numpy_operands(tensors, written=(0, 2))
+        if arrays is None:
+            return False
+        param, grad = arrays[:2]
+        weight_decay = group["weight_decay"]
+        token = fp_errors.enter()
+        try:
+            if group["maximize"]:
+                grad = np.negative(grad)
+            if weight_decay != 0:
+                grad = _add(grad, param, weight_decay)
             if momentum != 0:
-                state = self.state[p]
-                buf = state.get("momentum_buffer")
-                if buf is None:
-                    with compiler.eager_state():  # a real buffer even when the step is traced
-                        buf = state["momentum_buffer"] = zeros_like(p)
-                    buf.copy_(grad)
-                else:
-                    buf.mul_(momentum).add_(grad, alpha=1 - dampening)
-                grad = grad.add(buf, alpha=momentum) if nesterov else buf
-            step_down(p, grad, lr)
+                buf = arrays[2]
+                np.multiply(buf, momentum, out=buf)
+                _add_into(buf, grad, 1 - group["dampening"], out=buf)
+                bump(tensors[2], tensors[2])
+                grad = _add(grad, buf, momentum) if group["nesterov"] else buf
+            _add_into(param, grad, -lr, out=param)
+        finally:
+            fp_errors.leave(token)
+        bump(p)
+        return True

@@ -1,6 +1,9 @@
 """Gradient clipping: clip_grad_norm_ (= get_total_norm + clip_grads_with_norm_) and clip_grad_value_.
 
-``foreach`` is accepted for torch compatibility; one implementation serves both settings.
+``foreach`` is accepted for torch compatibility; one implementation serves both settings. In eager code
+on dense float32/float64 CPU gradients of one dtype, the norms and the scaling run on the gradients'
+NumPy arrays (the same NumPy calls as the ops' kernels, so the same values bit for bit), without an op
+dispatch per gradient; in a trace, under a profiler or autocast, and for other tensors, the ops run.
 """
 
 from __future__ import annotations
@@ -8,6 +11,14 @@ from __future__ import annotations
 import math
 import warnings
 
+import numpy as np
+
+from ...ops import registry
+from ...ops.reductions import _vector_norm, numpy_axis
+from ...runtime import fp_errors, profiling
+from ...runtime.autocast_mode import STATE as _AUTOCAST_STATE
+from ...runtime.device import CPU
+from ...runtime.dtypes import float32, float64
 from ...runtime.grad_mode import no_grad
 from ...ops.registry import FUNCTIONS as _fn
 from ...tensor import Tensor
@@ -21,6 +32,61 @@ def _grads(parameters):
     return [p.grad for p in _as_list(parameters) if p.grad is not None]
 
 
+def _numpy_arrays(tensors, written=False):
+    """The NumPy arrays of ``tensors`` when the norms and the scaling may be computed on them directly as the
+    ops' CPU kernels compute them: no dispatch hook (a trace, a profiler), no autocast, and every tensor a
+    CPU tensor with memory, of one dtype, float32 or float64, none an inference tensor, and contiguous if
+    ``written`` (no write overlaps itself). None otherwise."""
+    if registry.DISPATCH_HOOKS or profiling.RECORDER is not None or _AUTOCAST_STATE.key is not None:
+        return None
+    dtype = tensors[0].dtype
+    if dtype not in (float32, float64):
+        return None
+    arrays = []
+    for t in tensors:
+        storage = t._storage
+        if t.device is not CPU or t.dtype is not dtype or storage.data is None or storage.inference:
+            return None
+        if written and not t.is_contiguous():
+            return None
+        arrays.append(t._arr if t._arr is not None else t._array())
+    return arrays
+
+
+def _norm(a, norm_type):
+    """``a``'s norm as the norm op's kernel computes it (`_vector_norm` over every dim). Its 2-norm squares
+    ``abs(a)``; squaring ``a`` itself gives the same squares bit for bit but for a NaN's sign, so the
+    abs is taken only when the sum comes out NaN."""
+    axis = numpy_axis(a, None)
+    if norm_type != 2.0:
+        return _vector_norm(a, norm_type, axis, False)
+    # (an array also when ``a`` is 0-d; laid out as np.abs lays it out, which sets the order of the sum)
+    m = np.square(a, out=np.empty_like(a))
+    total = np.add.reduce(m, axis=axis)
+    if total != total:
+        total = np.add.reduce(np.square(np.abs(a, out=m), out=m), axis=axis)
+    return total ** 0.5
+
+
+def _total_norm(tensors, norm_type):
+    """The norm of the norms of ``tensors`` (at least one, no None): for a finite positive ``norm_type``,
+    on their arrays where `_numpy_arrays` allows (the norm kernel called as the op calls it, the same
+    result bit for bit, with no op dispatch per tensor), else with the ops (which raise for the
+    orders that have no value on an empty tensor)."""
+    arrays = _numpy_arrays(tensors) if 0 < norm_type < math.inf else None
+    if arrays is None:
+        norms = _fn["stack"]([t.norm(norm_type) for t in tensors])
+        return norms.max() if norm_type == math.inf else norms.norm(norm_type)
+    dtype = tensors[0].dtype
+    token = fp_errors.enter()
+    try:
+        norms = np.array([_norm(a, norm_type) for a in arrays], dtype.np)
+        total = _vector_norm(norms, norm_type, numpy_axis(norms, None), False)
+    finally:
+        fp_errors.leave(token)
+    return Tensor._fresh(np.asarray(total, dtype.np), dtype)
+
+
 def get_total_norm(tensors, norm_type=2.0, error_if_nonfinite=False, foreach=None):
     """The ``norm_type``-norm of all ``tensors`` together (as if concatenated into one vector)."""
     tensors = [t for t in _as_list(tensors) if t is not None]
@@ -28,8 +94,7 @@ def get_total_norm(tensors, norm_type=2.0, error_if_nonfinite=False, foreach=Non
     if not tensors:
         return _fn["zeros"](())
     with no_grad():
-        norms = _fn["stack"]([t.norm(norm_type) for t in tensors])
-        total = norms.max() if norm_type == math.inf else norms.norm(norm_type)
+        total = _total_norm(tensors, norm_type)
     if error_if_nonfinite and not bool(total.isfinite()):
         raise RuntimeError(
             f"The total norm of order {norm_type} for gradients from `parameters` is non-finite, so it cannot be "
@@ -45,8 +110,20 @@ def clip_grads_with_norm_(parameters, max_norm, total_norm, foreach=None):
         return
     with no_grad():
         coef = (float(max_norm) / (total_norm + 1e-6)).clamp(max=1.0)
-        for g in grads:
-            g.mul_(coef.to(g.device))
+        arrays = _numpy_arrays([coef] + grads, written=True)
+        # (a ``total_norm`` of other than 0 dims broadcasts, or fails, as the ops decide)
+        if arrays is None or coef._shape or len({id(g._storage) for g in grads}) < len(grads):
+            for g in grads:
+                g.mul_(coef.to(g.device))
+            return
+        # each g.mul_(coef) as its kernel computes it, with no op dispatch per gradient
+        token = fp_errors.enter()
+        try:
+            for g, a in zip(grads, arrays[1:]):
+                np.multiply(a, arrays[0], out=a)
+                g._storage._version += 1
+        finally:
+            fp_errors.leave(token)
 
 
 def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False, foreach=None):

@@ -1,0 +1,174 @@
+"""Eager optimizer steps on the parameters' NumPy arrays (`_numpy_update`): the same values bit for bit as
+the step through jitorch's ops (whose values the other tests compare with torch's), the same version
+counts, and taken only where allowed: never while a step is traced, profiled or autocast, nor for
+tensors other than dense float32/float64 CPU tensors, nor for a tensor learning rate."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import jitorch as jt
+import jitorch.optim as optim
+
+SHAPES = [(6, 5), (7,), (2, 3, 2), ()]
+
+CASES = [
+    (optim.Adam, dict(lr=0.05)),
+    (optim.Adam, dict(lr=0.05, weight_decay=0.1, amsgrad=True, maximize=True)),
+    (optim.Adam, dict(lr=0.05, betas=(0.5, 0.9), eps=1e-3, weight_decay=1)),
+    (optim.Adam, dict(lr=0.05, betas=(0.1, 0.3), eps=1e-3)),  # lerp's second form, 1 - w inexact in float32
+    (optim.AdamW, dict(lr=0.05)),
+    (optim.AdamW, dict(lr=0.05, amsgrad=True, maximize=True, weight_decay=0.3)),
+    (optim.SGD, dict(lr=0.1)),
+    (optim.SGD, dict(lr=0.1, momentum=0.9, weight_decay=0.01)),
+    (optim.SGD, dict(lr=0.1, momentum=0.9, nesterov=True, maximize=True)),
+    (optim.SGD, dict(lr=0.1, momentum=0.5, dampening=0.3, weight_decay=1)),
+]
+
+
+def _spy(opt, allow):
+    """Count the calls of ``opt``'s `_numpy_update` and those that took the step; ``allow`` False makes
+    every step take jitorch's ops."""
+    counts = {"calls": 0, "taken": 0}
+    numpy_update = opt._numpy_update
+
+    def spy(*args):
+        counts["calls"] += 1
+        taken = allow and numpy_update(*args)
+        counts["taken"] += taken
+        return taken
+    opt._numpy_update = spy
+    return counts
+
+
+def _set_grads(rng, params, dtype, device="cpu"):
+    for p in params:
+        p.grad = jt.tensor(rng.standard_normal(p.shape).astype(dtype), device=device)
+    params[0].grad = jt.tensor(rng.standard_normal((5, 6)).astype(dtype), device=device).t()  # (read as laid out)
+
+
+def _train(cls, options, allow, dtype, steps=4, schedule=True):
+    rng = np.random.default_rng(0)
+    params = [jt.tensor(rng.standard_normal(s).astype(dtype), requires_grad=True) for s in SHAPES]
+    opt = cls(params, **options)
+    counts = _spy(opt, allow)
+    scheduler = optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.7) if schedule else None
+    for _ in range(steps):
+        _set_grads(rng, params, dtype)
+        opt.step()
+        if scheduler is not None:
+            scheduler.step()
+    return params, opt, counts
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("cls,options", CASES, ids=[f"{c.__name__}-{i}" for i, (c, _) in enumerate(CASES)])
+def test_numpy_step_equals_ops_bit_for_bit(cls, options, dtype):
+    fast, fast_opt, fast_counts = _train(cls, options, True, dtype)
+    slow, slow_opt, slow_counts = _train(cls, options, False, dtype)
+    # every parameter's step on its arrays, but an SGD momentum buffer's first (made by the ops)
+    first_by_ops = len(SHAPES) if options.get("momentum") else 0
+    assert fast_counts == {"calls": 4 * len(SHAPES), "taken": 4 * len(SHAPES) - first_by_ops}
+    assert slow_counts["taken"] == 0
+    for p, q in zip(fast, slow):
+        assert p.detach().numpy().tobytes() == q.detach().numpy().tobytes()
+        assert p._version == q._version > 0
+        fast_state, slow_state = fast_opt.state[p], slow_opt.state[q]
+        assert sorted(fast_state) == sorted(slow_state)
+        for key, value in slow_state.items():
+            assert fast_state[key].dtype == value.dtype
+            assert fast_state[key].numpy().tobytes() == value.numpy().tobytes(), key
+            assert fast_state[key]._version == value._version, key
+
+
+def test_saved_parameter_check_sees_the_numpy_step():
+    """A graph that saved a parameter refuses to differentiate after the step changed it in place."""
+    w = jt.tensor([1.0, 2.0], requires_grad=True)
+    opt = optim.AdamW([w], lr=0.1)
+    counts = _spy(opt, True)
+    y = (w * w).sum()
+    w.grad = jt.tensor([0.5, -0.5])
+    opt.step()
+    assert counts["taken"] == 1
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.backward()
+
+
+def test_not_taken_while_traced():
+    w = jt.tensor(np.ones((4, 3), np.float32), requires_grad=True)
+    opt = optim.Adam([w], lr=0.1, amsgrad=True)
+    w.grad = jt.ones(4, 3)
+    opt.step()  # the state, made eagerly
+    counts = _spy(opt, True)
+
+    def update(g):
+        w.grad = g
+        opt.step()
+
+    jt.compile(update, fullgraph=True)(jt.full((4, 3), 0.5))
+    assert counts["calls"] == 0
+    assert float(opt.state[w]["step"]) == 2.0
+
+
+@pytest.mark.parametrize("cls,options", [CASES[1], CASES[6]], ids=["Adam", "SGD"])
+def test_not_taken_under_profiler_or_autocast(cls, options):
+    for context in (jt.profiler.profile, lambda: jt.autocast("cpu")):
+        params, opt, counts = _train(cls, options, True, np.float32, steps=0)
+        with context():
+            for _ in range(2):
+                for p in params:
+                    p.grad = jt.ones(p.shape)
+                opt.step()
+        assert counts == {"calls": 0, "taken": 0}
+
+
+def _one_step(opt, params, grads):
+    counts = _spy(opt, True)
+    for p, g in zip(params, grads):
+        p.grad = g
+    opt.step()
+    return counts
+
+
+def test_not_taken_for_other_tensors():
+    # a half dtype, a meta tensor, a non-contiguous parameter, a gradient of another dtype
+    half = jt.zeros(3, dtype=jt.float16, requires_grad=True)
+    meta = jt.zeros(3, device="meta", requires_grad=True)
+    strided = jt.zeros(4, 3).t().requires_grad_()
+    other = jt.zeros(3, requires_grad=True)
+    params = [half, meta, strided, other]
+    grads = [jt.ones(3, dtype=jt.float16), jt.ones(3, device="meta"), jt.ones(3, 4), jt.ones(3, dtype=jt.float64)]
+    counts = _one_step(optim.AdamW(params, lr=0.1), params, grads[:3] + [jt.ones(3)])
+    assert counts == {"calls": 4, "taken": 1}  # only ``other``, whose gradient is float32 here
+    counts = _one_step(optim.SGD([other], lr=0.1), [other], grads[3:])
+    assert counts == {"calls": 1, "taken": 0}
+    np.testing.assert_allclose(strided.detach().numpy(), np.full((3, 4), -0.1), rtol=1e-6)  # by the ops
+
+
+def test_not_taken_for_a_tensor_learning_rate():
+    w = jt.zeros(3, requires_grad=True)
+    opt = optim.Adam([w], lr=jt.tensor(0.1))
+    counts = _one_step(opt, [w], [jt.ones(3)])
+    assert counts == {"calls": 0, "taken": 0}
+    np.testing.assert_allclose(w.detach().numpy(), np.full(3, -0.1), rtol=1e-6)
+
+
+@pytest.mark.parametrize("cls,options", [CASES[4], CASES[7]], ids=["AdamW", "SGD"])
+def test_not_taken_for_cuda_tensors(cls, options):
+    """On CUDA tensors (the fake device in host memory) the ops take every step, and agree with the CPU's."""
+    from jitorch.backends.cuda.fake import FakeBackend
+    from jitorch.runtime.cuda_backend import use_backend
+    cpu_params, _, _ = _train(cls, options, True, np.float32, schedule=False)
+    with use_backend(FakeBackend()):
+        rng = np.random.default_rng(0)
+        params = [jt.tensor(rng.standard_normal(s).astype(np.float32), device="cuda", requires_grad=True)
+                  for s in SHAPES]
+        opt = cls(params, **options)
+        counts = _spy(opt, True)
+        for _ in range(4):
+            _set_grads(rng, params, np.float32, "cuda")
+            opt.step()
+        assert counts["taken"] == 0 and counts["calls"] > 0
+        for p, q in zip(params, cpu_params):
+            np.testing.assert_allclose(p.detach().cpu().numpy(), q.detach().numpy(), rtol=1e-5, atol=1e-6)
