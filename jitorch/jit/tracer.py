@@ -95,6 +95,17 @@ class TraceStorage(Storage):
         )
 
 
+def _fresh_edge(t):
+    """Where a backward from ``t`` starts: `gradient_edge`, not ``t.grad_fn``, whose history is stale for a
+    view of memory written after the view was made (a backward regenerates it from the base). A view eager
+    may not regenerate (an output of unbind, whose backward raises) keeps its recorded history: the call
+    itself runs as eager's forward does."""
+    try:
+        return gradient_edge(t)
+    except RuntimeError:
+        return t.grad_fn
+
+
 class Tracer:
     """Records the ops a function calls; `trace` drives it."""
 
@@ -663,7 +674,7 @@ class Tracer:
             if fake.requires_grad and fake._storage.origin is not None:
                 owners[id(fake.grad_fn or gradient_edge(fake))] = fake._storage.origin.name
         reached, seen = set(), set()
-        stack = [t.grad_fn or gradient_edge(t) for t in outputs]
+        stack = [_fresh_edge(t) for t in outputs]
         while stack:
             node = stack.pop()
             if id(node) in seen:

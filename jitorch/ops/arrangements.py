@@ -32,11 +32,13 @@ for _n, _how in ((1, "a scalar becomes (1,)"), (2, "a scalar (1, 1), a vector a 
 
 
 def _ravel(x):
-    return x.reshape(-1)
+    # torch's is contiguous().view(-1): a copy unless the tensor is contiguous, where reshape(-1) would view
+    # a tensor whose strides merge (every other element of a vector)
+    return x.contiguous().view(-1)
 
 
 defop("ravel(Tensor self) -> Tensor", composite=_ravel, kind="view", variants=("function", "method"),
-      doc="The elements as a 1-D tensor (a view when the strides allow, as ``reshape(-1)``).")
+      doc="The elements as a 1-D tensor: a view of a contiguous tensor, else a copy (as torch's).")
 
 
 def _adjoint(x):

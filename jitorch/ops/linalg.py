@@ -20,6 +20,7 @@ from math import prod
 import numpy as np
 
 from ..runtime import dtypes as _dt
+from ..runtime import fp_errors
 from ..runtime import threads
 from ..runtime.device import CPU
 from ..runtime.strided import broadcast_shapes, contiguous_strides, list_str, wrap_dim
@@ -183,11 +184,22 @@ def _matmul_meta(a, b):
 SPLIT_MIN_WORK = 1 << 22
 
 
+def _matmul(a, b, out=None):
+    """``np.matmul`` with NumPy's floating-point errors silenced (torch does not warn where a product meets
+    inf times 0 or a NaN): the error state is per thread, and the pool's threads run parts of products too."""
+    token = fp_errors.enter()
+    try:
+        return np.matmul(a, b) if out is None else np.matmul(a, b, out=out)
+    finally:
+        fp_errors.leave(token)
+
+
 def array_product(a, b, out=None):
-    """``np.matmul(a, b)``, into ``out`` if given (an array of the result's shape and dtype). A batch of
-    matrices times one matrix is one BLAS call over all rows rather than one per matrix, and a large product
-    of two float matrices (or batches) splits into ``threads.product_parts()`` parts on the threads' pool:
-    by batch, else by rows, else by columns; each element is the same BLAS dot product either way."""
+    """``np.matmul(a, b)``, into ``out`` if given (an array of the result's shape and dtype), without NumPy's
+    floating-point warnings. A batch of matrices times one matrix is one BLAS call over all rows rather than
+    one per matrix, and a large product of two float matrices (or batches) splits into
+    ``threads.product_parts()`` parts on the threads' pool: by batch, else by rows, else by columns; each
+    element is the same BLAS dot product either way."""
     if a.ndim >= 3 and b.ndim <= 2 and a.flags.c_contiguous:
         rows = a.reshape(prod(a.shape[:-1]), a.shape[-1])
         if out is None:
@@ -196,11 +208,11 @@ def array_product(a, b, out=None):
         return out
     parts = threads.product_parts()
     if parts == 1 or a.ndim < 2 or b.ndim < 2 or a.dtype != b.dtype or a.dtype not in _SPLIT_DTYPES:
-        return np.matmul(a, b) if out is None else np.matmul(a, b, out=out)
+        return _matmul(a, b, out)
     batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
     (m, k), n = a.shape[-2:], b.shape[-1]
     if prod(batch) * m * n * k < SPLIT_MIN_WORK:
-        return np.matmul(a, b) if out is None else np.matmul(a, b, out=out)
+        return _matmul(a, b, out)
     if out is None:
         out = np.empty(batch + (m, n), a.dtype)
     if batch and batch[0] >= parts:
@@ -212,9 +224,9 @@ def array_product(a, b, out=None):
         pieces = [(a[..., lo:hi, :], b, out[..., lo:hi, :]) for lo, hi in _bounds(m, parts)]
     else:
         pieces = [(a, b[..., lo:hi], out[..., lo:hi]) for lo, hi in _bounds(n, parts)]
-    futures = [threads.pool().submit(np.matmul, x, y, out=o) for x, y, o in pieces[1:]]
+    futures = [threads.pool().submit(_matmul, x, y, o) for x, y, o in pieces[1:]]
     x, y, o = pieces[0]
-    np.matmul(x, y, out=o)
+    _matmul(x, y, o)
     for f in futures:
         f.result()
     return out

@@ -6,13 +6,16 @@ import os
 import re
 import signal
 import time
+import warnings
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
 import jitorch as jt
+from jitorch.ops import linalg
 from tests.support import FLOAT_DTYPES, INT_DTYPES, LAYOUTS, assert_close, tensor_and_array
 
 NUMERIC = INT_DTYPES + FLOAT_DTYPES  # bool products raise, as in torch
@@ -426,7 +429,7 @@ def test_large_products_split_on_the_threads_pool(monkeypatch, sa, sb, compiled)
     finally:
         jt.set_num_threads(blas[0])
     np.testing.assert_allclose(got.numpy(), np.matmul(a, b), rtol=1e-5, atol=1e-4)
-    assert submitted == [np.matmul]  # two parts: one on the pool, one on the calling thread
+    assert submitted == [linalg._matmul]  # two parts: one on the pool, one on the calling thread
 
 
 def test_small_products_and_products_before_set_num_threads_run_whole(monkeypatch):
@@ -441,6 +444,27 @@ def test_small_products_and_products_before_set_num_threads_run_whole(monkeypatc
     assert threads.product_parts() == 2
     small = jt.randn(64, 64)
     assert_close(small @ small, small.numpy() @ small.numpy(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("split", [False, True])
+@pytest.mark.parametrize("compiled", [False, True])
+def test_products_meeting_inf_times_zero_warn_nothing(monkeypatch, split, compiled):
+    # torch neither warns nor raises where a product multiplies inf by 0; NumPy 2's matmul warned
+    # ("invalid value encountered in matmul") from eager's product, a compiled graph's product written into
+    # its arena, and the parts of a split product on the pool's threads (whose error state is their own)
+    from jitorch.runtime import threads
+    monkeypatch.setitem(threads._settings, "threads", 2)
+    monkeypatch.setitem(threads._settings, "split_products", split)
+    a = np.ones((512, 128), np.float32)
+    a[5, 7] = np.inf
+    b = np.zeros((128, 256), np.float32)
+    f = jt.compile(lambda x, y: (x @ y) + 1) if compiled else (lambda x, y: (x @ y) + 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = f(jt.from_numpy(a), jt.from_numpy(b)).numpy()
+    want = torch.from_numpy(a) @ torch.from_numpy(b) + 1
+    np.testing.assert_array_equal(got, want.numpy())  # NaN in row 5, 1 elsewhere
+    assert np.isnan(got[5]).all() and (np.delete(got, 5, 0) == 1).all()
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX's")
