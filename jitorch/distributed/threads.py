@@ -88,9 +88,7 @@ class ThreadComm:
             if entry is None:
                 return False
             buf.reshape(-1).view("u1")[:] = bytearray(entry[0])
-            entry[1] -= 1
-            if not entry[1]:
-                del world.posted[seq]
+            _read_once(world.posted, seq, entry)
             return True
         return _Request(world, ready)
 
@@ -130,9 +128,7 @@ class ThreadComm:
             if len(entry[0]) < world.size:
                 return False
             deliver(np.stack([entry[0][r] for r in range(world.size)]))
-            entry[1] -= 1
-            if not entry[1]:
-                del world.given[seq]
+            _read_once(world.given, seq, entry)
             return True
         return _Request(world, ready)
 
@@ -170,3 +166,10 @@ def run(size, fn, timeout=300.0, backend="nccl", group_timeout=None):
         raise RuntimeError(f"jitorch.distributed: ranks {[r for r, t in enumerate(threads) if t.is_alive()]} of "
                            f"{size} threads still running after {timeout:.0f} s")
     return results
+
+
+def _read_once(table, seq, entry):
+    """Count one reader off a posted ``[data, readers left]`` entry; the last reader removes it."""
+    entry[1] -= 1
+    if not entry[1]:
+        del table[seq]
