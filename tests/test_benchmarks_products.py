@@ -1,21 +1,19 @@
 """benchmarks/products.py at its --quick sizes: the products of a compiled step are collected with their
 layouts and counts, and each is timed under jitorch, NumPy and torch on operands of the same strides."""
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from tests.support import load_script
 
 SCRIPT = Path(__file__).parents[1] / "benchmarks" / "products.py"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("products_benchmark", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT, "products_benchmark")
 
 
 def test_a_compiled_gpt_steps_products_are_collected_with_layouts_and_counts(bench):

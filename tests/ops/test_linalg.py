@@ -119,18 +119,23 @@ def test_out_resizes_and_returns_out(op, sa, sb):
     assert_close(out, np.matmul(a, b))
 
 
-def test_float_products_hand_the_tensors_memory_to_numpy(monkeypatch):
-    """A large float32 product must cost what np.matmul costs: no copy on the way,
-    transposed operands included (BLAS reads them as they are)."""
-    a, b = jt.ones(64, 32), jt.ones(32, 16)
+def _spy_matmul(monkeypatch):
+    """The operands of every np.matmul call from now on."""
     seen = []
     real = np.matmul
 
     def spy(x, y, *args, **kwargs):
         seen.append((x, y))
         return real(x, y, *args, **kwargs)
-
     monkeypatch.setattr(np, "matmul", spy)
+    return seen
+
+
+def test_float_products_hand_the_tensors_memory_to_numpy(monkeypatch):
+    """A large float32 product must cost what np.matmul costs: no copy on the way,
+    transposed matrices included (BLAS reads them as they are)."""
+    a, b = jt.ones(64, 32), jt.ones(32, 16)
+    seen = _spy_matmul(monkeypatch)
     calls = [(a, b, lambda: a @ b), (a, b, lambda: jt.mm(a, b)), (a, a, lambda: a.transpose(0, 1) @ a)]
     for x, y, call in calls:
         seen.clear()
@@ -490,18 +495,6 @@ def test_a_forked_child_splits_products_on_a_pool_of_its_own(monkeypatch):
     os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
     pytest.fail("the forked child's product never finished")
-
-
-def _spy_matmul(monkeypatch):
-    """The operands of every np.matmul call from now on."""
-    seen = []
-    real = np.matmul
-
-    def spy(x, y, *args, **kwargs):
-        seen.append((x, y))
-        return real(x, y, *args, **kwargs)
-    monkeypatch.setattr(np, "matmul", spy)
-    return seen
 
 
 @pytest.mark.parametrize("compiled", [False, True])
