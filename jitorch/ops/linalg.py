@@ -197,7 +197,8 @@ def _rows_first(a, b):
     """``b`` laid out in rows where it is a batch of small transposed float matrices (see above)."""
     if (b.ndim >= 3 and a.ndim >= 2 and b.strides[-2] == b.itemsize and b.shape[-1] > 1
             and b.shape[-2] * b.shape[-1] <= SMALL_TRANSPOSED_MAX and a.shape[-2] >= SMALL_TRANSPOSED_MIN_ROWS
-            and prod(b.shape[:-2]) > 1 and b.dtype in _SPLIT_DTYPES):
+            and prod(b.shape[:-2]) > 1 and 0 not in b.strides[:-2] and b.dtype in _SPLIT_DTYPES):
+        # (a batch broadcast by stride 0 is left as it is: its copy would hold every repeat)
         return np.ascontiguousarray(b)
     return b
 

@@ -546,10 +546,13 @@ def test_small_transposed_batches_reach_blas_in_rows(monkeypatch, compiled):
     tq, tk = (torch.from_numpy(t.numpy()) for t in (q, k))
     np.testing.assert_allclose(got.numpy(), (tq @ tk.transpose(-2, -1)).numpy(), rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(got.numpy(), eager.numpy())
-    # few rows of q per matrix, or large matrices: the copy would cost more than it saves
+    # few rows of q per matrix, or large matrices: the copy would cost more than it saves; a batch broadcast
+    # by stride 0: the copy would hold each repeat
     seen.clear()
-    big = jt.randn(2, 1152, 384)
+    big, one = jt.randn(2, 1152, 384), jt.randn(64, 32)
     q[:, :, :8] @ k.transpose(-2, -1)
     jt.randn(2, 256, 384) @ big.transpose(1, 2)
-    assert [np.shares_memory(y, t._array()) for (_, y), t in zip(seen, (qkv, big))] == [True, True]
-    assert [y.strides[-2] for _, y in seen] == [4, 4]  # handed to BLAS as the transposed views they are
+    got = q @ one.t().expand(12, 4, 32, 64)
+    assert [np.shares_memory(y, t._array()) for (_, y), t in zip(seen, (qkv, big, one))] == [True] * 3
+    assert [y.strides[-2] for _, y in seen] == [4, 4, 4]  # handed to BLAS as the transposed views they are
+    np.testing.assert_allclose(got.numpy(), (tq @ torch.from_numpy(one.numpy()).t()).numpy(), rtol=1e-5, atol=1e-5)
