@@ -38,8 +38,8 @@ _kernels: dict = {}  # (direction, mode, dtype name, batch, hidden, bias) -> Cel
 
 class CellKernel:
     """A compiled cell: ``names`` are its buffers in the kernel's argument order. `table` lays out their
-    addresses for every step ahead of the loop; `run` then runs one step from its row of the table, one
-    ctypes call of about a microsecond."""
+    addresses for every step ahead of the loop, `rows` the addresses of its rows; `run` then runs one step
+    from one row, one ctypes call of about a microsecond."""
 
     def __init__(self, compiled, names):
         self._compiled = compiled  # keeps the machine code alive
@@ -56,9 +56,15 @@ class CellKernel:
             table[:, k] = columns[name]
         return table
 
-    def run(self, table, row):
-        """One step: the kernel over the buffers of ``table``'s row ``row``."""
-        self._fn(table.ctypes.data + row * table.strides[0], 0, self._outer)
+    @staticmethod
+    def rows(table):
+        """The address of each row of ``table`` (which the caller holds while it runs them)."""
+        base = table.__array_interface__["data"][0]
+        return [base + row * table.strides[0] for row in range(len(table))]
+
+    def run(self, row):
+        """One step: the kernel over the buffers whose addresses ``row`` (an address from `rows`) holds."""
+        self._fn(row, 0, self._outer)
 
 
 def cell_kernel(direction, mode, dtype, batch, hidden, bias):

@@ -33,7 +33,7 @@ _GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
 _RESERVED = {"RNN_TANH": 0, "RNN_RELU": 0, "LSTM": 5, "GRU": 4}  # reserve width in units of hidden_size
 
 # (direction, mode, NumPy dtype, batch, hidden, bias) -> a compiled cell (codegen/recurrence.py's
-# `CellKernel`: ``names``, ``table(columns)``, ``run(table, row)``) or None; set by the code generator
+# `CellKernel`: ``names``, ``table(columns)``, ``rows(table)``, ``run(row)``) or None; set by the code generator
 CELL_KERNEL = None
 
 
@@ -174,9 +174,9 @@ def _lstm_forward_cells(kernel, x, h, c, w_t, b_hh, output, reserve, reverse):
     if b_hh is not None:
         columns["b"] = _address(b_hh)
     table = kernel.table(columns)
-    for row, t in enumerate(order.tolist()):
+    for row, t in zip(kernel.rows(table), order.tolist()):
         np.matmul(h, w_t, out=hh)
-        kernel.run(table, row)
+        kernel.run(row)
         h = output[t]
     return reserve[order[-1], :, 4 * hidden:]
 
@@ -193,9 +193,9 @@ def _gru_forward_cells(kernel, x, h, w_t, b_hh, output, reserve, reverse):
     if b_hh is not None:
         columns["b"] = _address(b_hh)
     table = kernel.table(columns)
-    for row, t in enumerate(order.tolist()):
+    for row, t in zip(kernel.rows(table), order.tolist()):
         np.matmul(h, w_t, out=hh)
-        kernel.run(table, row)
+        kernel.run(row)
         h = output[t]
 
 
@@ -345,8 +345,8 @@ def _lstm_backward_cells(kernel, grad_output, grad_hy, grad_cy, cx, w_hh, reserv
                           "dc_out": np.array([_address(dc[(k + 1) % 2]) for k in range(length)], np.uint64),
                           **_blocks("ifgoc", reserve, order, hidden),
                           **_blocks(("d_i", "d_f", "d_g", "d_o"), d_gates, order, hidden)})
-    for row, t in enumerate(order.tolist()):
-        kernel.run(table, row)
+    for row, t in zip(kernel.rows(table), order.tolist()):
+        kernel.run(row)
         np.matmul(d_gates[t], w_hh, out=dh)
     return d_gates, dh, dc[length % 2], None
 
@@ -369,8 +369,8 @@ def _gru_backward_cells(kernel, grad_output, grad_hy, w_hh, reserve, prev, rever
                           "d_xn": _per_step(d_x, order, 2 * hidden),
                           **_blocks(("r", "z", "n", "h_n"), reserve, order, hidden),
                           **_blocks(("d_r", "d_z", "d_n"), d_hh, order, hidden)})
-    for row, t in enumerate(order.tolist()):
-        kernel.run(table, row)
+    for row, t in zip(kernel.rows(table), order.tolist()):
+        kernel.run(row)
         np.matmul(d_hh[t], w_hh, out=prod)
     d_x[:, :, :2 * hidden] = d_hh[:, :, :2 * hidden]
     return d_x, d_hh, carry[length % 2] + prod
