@@ -33,18 +33,22 @@ from .kernel import build
 
 _CPU = _device("cpu")
 _lock = threading.Lock()
-_kernels: dict = {}  # (direction, mode, dtype name, batch, hidden, bias) -> CellKernel, or None: not buildable
+_kernels: dict = {}  # (direction, mode, dtype name, hidden, bias) -> CellKernel, or None: not buildable
+# The batch the kernels are built for: their outer loop runs over the rows (the batch), whose bounds each
+# call gives, and no buffer's strides depend on the batch, so one kernel serves every batch size. (Two,
+# not one: the builder drops dims of size one, and the rows' loop with them.)
+_ROWS = 2
 
 
 class CellKernel:
     """A compiled cell: ``names`` are its buffers in the kernel's argument order. `table` lays out their
     addresses for every step ahead of the loop, `rows` the addresses of its rows; `run` then runs one step
-    from one row, one ctypes call of about a microsecond."""
+    from one row, one ctypes call of about a microsecond. The kernel's outer loop runs over the batch's
+    rows, whatever their number."""
 
     def __init__(self, compiled, names):
         self._compiled = compiled  # keeps the machine code alive
         self._fn = compiled.fn
-        self._outer = compiled.outer
         self.names = names
 
     def table(self, columns):
@@ -62,28 +66,29 @@ class CellKernel:
         base = table.__array_interface__["data"][0]
         return [base + row * table.strides[0] for row in range(len(table))]
 
-    def run(self, row):
-        """One step: the kernel over the buffers whose addresses ``row`` (an address from `rows`) holds."""
-        self._fn(row, 0, self._outer)
+    def run(self, row, batch):
+        """One step of ``batch`` rows: the kernel over the buffers whose addresses ``row`` (an address from
+        `rows`) holds."""
+        self._fn(row, 0, batch)
 
 
-def cell_kernel(direction, mode, dtype, batch, hidden, bias):
+def cell_kernel(direction, mode, dtype, hidden, bias):
     """The `CellKernel` of ``mode``'s ("LSTM" or "GRU") ``direction`` ("forward" or "backward") cell for
-    float ``dtype`` (a NumPy dtype), ``batch`` rows of ``hidden`` units, with or without the hidden bias
-    (forward only); None where it cannot be built (the caller runs its NumPy cell). Built once per key."""
-    key = (direction, mode, np.dtype(dtype).name, batch, hidden, bias)
+    float ``dtype`` (a NumPy dtype) and ``hidden`` units, with or without the hidden bias (forward only),
+    for any batch; None where it cannot be built (the caller runs its NumPy cell). Built once per key."""
+    key = (direction, mode, np.dtype(dtype).name, hidden, bias)
     with _lock:
         if key not in _kernels:
-            if len(_kernels) > 256:  # (programs of ever new batch sizes: the code stays cached on disk)
+            if len(_kernels) > 256:  # (programs of ever new sizes: the code stays cached on disk)
                 _kernels.clear()
             _kernels[key] = _build(*key)
         return _kernels[key]
 
 
-def _build(direction, mode, dtype, batch, hidden, bias):
+def _build(direction, mode, dtype, hidden, bias):
     g = Graph()
     dt = _dt.from_numpy_dtype(np.dtype(dtype))
-    inputs, outputs = _CELLS[direction, mode](_Cell(g, dt, batch, hidden), bias)
+    inputs, outputs = _CELLS[direction, mode](_Cell(g, dt, _ROWS, hidden), bias)
     g.outputs = tuple(v for v, _ in outputs.values())
     groups = fuse(g)
     if len(groups) != 1 or groups[0].kind != "pointwise":
@@ -93,6 +98,8 @@ def _build(direction, mode, dtype, batch, hidden, bias):
     try:
         compiled = cpu.link_kernel(build(groups[0], name, layouts=layouts))
     except CompileError:
+        return None
+    if compiled.outer != _ROWS:  # (the loop nest's outer loop is not the rows: no call could size it)
         return None
     by_value = {v: n for n, (v, _) in [*inputs.items(), *outputs.items()]}
     source = compiled.source

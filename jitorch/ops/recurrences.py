@@ -32,8 +32,9 @@ from .registry import TensorSpec, defop, scalar_name
 _GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
 _RESERVED = {"RNN_TANH": 0, "RNN_RELU": 0, "LSTM": 5, "GRU": 4}  # reserve width in units of hidden_size
 
-# (direction, mode, NumPy dtype, batch, hidden, bias) -> a compiled cell (codegen/recurrence.py's
-# `CellKernel`: ``names``, ``table(columns)``, ``rows(table)``, ``run(row)``) or None; set by the code generator
+# (direction, mode, NumPy dtype, hidden, bias) -> a compiled cell for any batch (codegen/recurrence.py's
+# `CellKernel`: ``names``, ``table(columns)``, ``rows(table)``, ``run(row, batch)``) or None; set by the
+# code generator
 CELL_KERNEL = None
 
 
@@ -89,7 +90,7 @@ def _cell(direction, mode, dtype, batch, hidden, bias):
     """The registered compiled cell for these sizes, or None (the NumPy cell runs)."""
     if CELL_KERNEL is None or batch == 0 or mode not in ("LSTM", "GRU"):
         return None
-    return CELL_KERNEL(direction, mode, dtype, batch, hidden, bias)
+    return CELL_KERNEL(direction, mode, dtype, hidden, bias)
 
 
 def _address(a):
@@ -163,10 +164,10 @@ def _lstm_forward(x, h, c, w_t, b_hh, w_hr_t, output, reserve, reverse):
 def _lstm_forward_cells(kernel, x, h, c, w_t, b_hh, output, reserve, reverse):
     """`_lstm_forward` (no projection) with the compiled cell: per step, a product into ``hh``, then the
     kernel from ``hh``, ``x[t]`` and the previous cell to the reserve's gates and cell and ``output[t]``."""
-    hidden = reserve.shape[-1] // 5
+    batch, hidden = x.shape[1], reserve.shape[-1] // 5
     order = np.fromiter(_steps(len(x), reverse), np.int64)
-    hh = np.empty((x.shape[1], 4 * hidden), output.dtype)
-    first = np.empty((x.shape[1], 5 * hidden), output.dtype)  # cx, strided as the reserve's cells
+    hh = np.empty((batch, 4 * hidden), output.dtype)
+    first = np.empty((batch, 5 * hidden), output.dtype)  # cx, strided as the reserve's cells
     first[:, 4 * hidden:] = c
     columns = {"hh": _address(hh), "x": _per_step(x, order), "h": _per_step(output, order),
                "c_prev": _after(reserve, first[:, 4 * hidden:], order, 4 * hidden),
@@ -176,7 +177,7 @@ def _lstm_forward_cells(kernel, x, h, c, w_t, b_hh, output, reserve, reverse):
     table = kernel.table(columns)
     for row, t in zip(kernel.rows(table), order.tolist()):
         np.matmul(h, w_t, out=hh)
-        kernel.run(row)
+        kernel.run(row, batch)
         h = output[t]
     return reserve[order[-1], :, 4 * hidden:]
 
@@ -184,9 +185,9 @@ def _lstm_forward_cells(kernel, x, h, c, w_t, b_hh, output, reserve, reverse):
 def _gru_forward_cells(kernel, x, h, w_t, b_hh, output, reserve, reverse):
     """`_gru_forward` with the compiled cell: per step, a product into ``hh``, then the kernel from
     ``hh``, ``x[t]`` and the previous output to the reserve's r, z, n, W_hn h + b_hn and ``output[t]``."""
-    hidden = reserve.shape[-1] // 4
+    batch, hidden = x.shape[1], reserve.shape[-1] // 4
     order = np.fromiter(_steps(len(x), reverse), np.int64)
-    hh = np.empty((x.shape[1], 3 * hidden), output.dtype)
+    hh = np.empty((batch, 3 * hidden), output.dtype)
     h = np.ascontiguousarray(h)  # (held while the kernel reads it)
     columns = {"hh": _address(hh), "x": _per_step(x, order), "h": _per_step(output, order),
                "h_prev": _after(output, h, order), **_blocks(("r", "z", "n", "h_n"), reserve, order, hidden)}
@@ -195,7 +196,7 @@ def _gru_forward_cells(kernel, x, h, w_t, b_hh, output, reserve, reverse):
     table = kernel.table(columns)
     for row, t in zip(kernel.rows(table), order.tolist()):
         np.matmul(h, w_t, out=hh)
-        kernel.run(row)
+        kernel.run(row, batch)
         h = output[t]
 
 
@@ -346,7 +347,7 @@ def _lstm_backward_cells(kernel, grad_output, grad_hy, grad_cy, cx, w_hh, reserv
                           **_blocks("ifgoc", reserve, order, hidden),
                           **_blocks(("d_i", "d_f", "d_g", "d_o"), d_gates, order, hidden)})
     for row, t in zip(kernel.rows(table), order.tolist()):
-        kernel.run(row)
+        kernel.run(row, batch)
         np.matmul(d_gates[t], w_hh, out=dh)
     return d_gates, dh, dc[length % 2], None
 
@@ -370,7 +371,7 @@ def _gru_backward_cells(kernel, grad_output, grad_hy, w_hh, reserve, prev, rever
                           **_blocks(("r", "z", "n", "h_n"), reserve, order, hidden),
                           **_blocks(("d_r", "d_z", "d_n"), d_hh, order, hidden)})
     for row, t in zip(kernel.rows(table), order.tolist()):
-        kernel.run(row)
+        kernel.run(row, batch)
         np.matmul(d_hh[t], w_hh, out=prod)
     d_x[:, :, :2 * hidden] = d_hh[:, :, :2 * hidden]
     return d_x, d_hh, carry[length % 2] + prod
