@@ -169,17 +169,23 @@ def _lstm_forward_cells(kernel, x, h, c, w_t, b_hh, output, reserve, reverse):
     hh = np.empty((batch, 4 * hidden), output.dtype)
     first = np.empty((batch, 5 * hidden), output.dtype)  # cx, strided as the reserve's cells
     first[:, 4 * hidden:] = c
-    columns = {"hh": _address(hh), "x": _per_step(x, order), "h": _per_step(output, order),
-               "c_prev": _after(reserve, first[:, 4 * hidden:], order, 4 * hidden),
-               **_blocks("ifgoc", reserve, order, hidden)}
+    _forward_steps(kernel, {"c_prev": _after(reserve, first[:, 4 * hidden:], order, 4 * hidden),
+                            **_blocks("ifgoc", reserve, order, hidden)}, x, h, w_t, b_hh, hh, output, order)
+    return reserve[order[-1], :, 4 * hidden:]
+
+
+def _forward_steps(kernel, columns, x, h, w_t, b_hh, hh, output, order):
+    """The forward loop of a compiled cell: per step of ``order``, ``hh = h W_hh^T``, then the kernel on
+    ``columns`` (the cell's own buffers) and the buffers every cell reads: ``hh``, ``x[t]``, ``b_hh``, and
+    ``output[t]``, the next step's ``h``."""
+    columns.update(hh=_address(hh), x=_per_step(x, order), h=_per_step(output, order))
     if b_hh is not None:
         columns["b"] = _address(b_hh)
     table = kernel.table(columns)
     for row, t in zip(kernel.rows(table), order.tolist()):
         np.matmul(h, w_t, out=hh)
-        kernel.run(row, batch)
+        kernel.run(row, len(hh))
         h = output[t]
-    return reserve[order[-1], :, 4 * hidden:]
 
 
 def _gru_forward_cells(kernel, x, h, w_t, b_hh, output, reserve, reverse):
@@ -189,15 +195,8 @@ def _gru_forward_cells(kernel, x, h, w_t, b_hh, output, reserve, reverse):
     order = np.fromiter(_steps(len(x), reverse), np.int64)
     hh = np.empty((batch, 3 * hidden), output.dtype)
     h = np.ascontiguousarray(h)  # (held while the kernel reads it)
-    columns = {"hh": _address(hh), "x": _per_step(x, order), "h": _per_step(output, order),
-               "h_prev": _after(output, h, order), **_blocks(("r", "z", "n", "h_n"), reserve, order, hidden)}
-    if b_hh is not None:
-        columns["b"] = _address(b_hh)
-    table = kernel.table(columns)
-    for row, t in zip(kernel.rows(table), order.tolist()):
-        np.matmul(h, w_t, out=hh)
-        kernel.run(row, batch)
-        h = output[t]
+    _forward_steps(kernel, {"h_prev": _after(output, h, order), **_blocks(("r", "z", "n", "h_n"), reserve, order,
+                                                                           hidden)}, x, h, w_t, b_hh, hh, output, order)
 
 
 def _gru_forward(x, h, w_t, b_hh, output, reserve, reverse):
