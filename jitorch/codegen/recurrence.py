@@ -28,6 +28,7 @@ from ..ops import recurrences
 from ..runtime import dtypes as _dt
 from ..runtime.device import device as _device
 from . import cpu
+from .cache import default_cache
 from .errors import CompileError
 from .kernel import build
 
@@ -96,7 +97,7 @@ def _build(direction, mode, dtype, hidden, bias):
     layouts = {v: strides for v, strides in [*inputs.values(), *outputs.values()] if strides is not None}
     name = f"jitorch_{mode.lower()}_{direction}_cell"
     try:
-        compiled = cpu.link_kernel(build(groups[0], name, layouts=layouts))
+        compiled = cpu.link_kernel(build(groups[0], name, layouts=layouts), default_cache())
     except CompileError:
         return None
     if compiled.outer != _ROWS:  # (the loop nest's outer loop is not the rows: no call could size it)
