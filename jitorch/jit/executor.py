@@ -105,6 +105,7 @@ class KernelStep:
         self.eager_made = set()    # inputs computed by eager steps
         self.compacted = set()     # inputs laid out otherwise than this kernel reads them (see _kernel_layouts)
         self.layouts = {}          # value -> strides of the buffers it reads and writes that are not compact
+        self.views = {}            # eager views it reads in place: value -> (strides, offset, root's size)
 
     def reads(self):
         return self.inputs
@@ -128,7 +129,12 @@ class KernelStep:
             # graph inputs and kernel outputs are compact (offset 0): their address is their storage's,
             # which is cached; what an eager step made (a view) may need compacting first
             value = src.name(v, "v")
-            if v in self.eager_made:
+            if v in self.views:  # an eager view read where it lies, through its strides
+                strides, offset, size = self.views[v]
+                src.emit(f"env[{value}] = t = _strided(env[{value}], {src.name(strides, 'g')}, {offset}, {size})",
+                         indent)
+                src.emit(f"a[{i}] = t._storage.data_ptr() + {offset * v.type.dtype.itemsize}", indent)
+            elif v in self.eager_made:
                 src.emit(f"env[{value}] = t = _compact(env[{value}])", indent)
                 src.emit(f"a[{i}] = t._storage.data_ptr()", indent)
             elif v in self.compacted:  # laid out for its other readers: a compact copy, held until the call
@@ -165,7 +171,16 @@ class KernelStep:
         """A full reduction computed in parts: combine the partial results here."""
         parts, name, count, acc_dtype = self.kernel.source.split
         partials = np.empty(parts, acc_dtype.np)
-        self.kernel(self.args_type(*[env[v]._storage.data_ptr() for v in self.inputs], _address(partials)))
+        addresses = []
+        for v in self.inputs:
+            t = env[v]
+            if v in self.views:
+                strides, offset, size = self.views[v]
+                t = _strided(t, strides, offset, size)
+                addresses.append(t._storage.data_ptr() + offset * v.type.dtype.itemsize)
+            else:
+                addresses.append((compact(t) if v in self.eager_made else t)._storage.data_ptr())
+        self.kernel(self.args_type(*addresses, _address(partials)))
         total = _COMBINE[name](partials)
         if name == "mean":
             total = total / acc_dtype.np.type(count)
@@ -332,6 +347,16 @@ def _static_views(nodes, by_value, layouts):
             by_value[v] = (root, shape, strides, offset)
         geometry[node] = (root, views, _strides(root, layouts))
     return geometry
+
+
+def _strided(t, strides, offset, size):
+    """``t`` if it lies at ``strides`` from ``offset`` in its storage (what a kernel built to read an eager view
+    in place reads), else a copy of its values laid out so in new memory of ``size`` elements."""
+    if t._stride == strides and t._offset == offset:
+        return t
+    out = Tensor._make(Storage.empty(size, t.dtype, t.device), t._shape, strides, offset)
+    out._array()[...] = t._array()
+    return out
 
 
 def _compute(node, env):
@@ -553,6 +578,9 @@ class CompiledGraph:
         self._wanted = self._wanted_layouts()
         # the buffers laid out as eager's (see the module docstring): inputs, and what kernels write
         self.layouts = {v: self._wanted[v] for v in self.graph.inputs if v in self._wanted}
+        # views made by eager steps: their geometry over their root (`_static_views`), and those a CPU kernel
+        # reads through their strides rather than compacted (`_note_eager_views`)
+        self._view_geometry, self._eager_views = {}, {}
         requests = [(group, f"jitorch_k{i}", None, self._kernel_layouts(group)) for i, group in enumerate(self.groups)]
         self._prebuilt_sources, _codes = self._prebuilt(requests, split=True)
         for i, group in enumerate(self.groups):
@@ -587,8 +615,27 @@ class CompiledGraph:
         a softmax kernel reads)."""
         softmax = group.kind not in ("pointwise", "reduction", "view")
         layouts = {v: self.layouts[v] for v in group.inputs if v in self.layouts and not softmax}
+        if not softmax:
+            layouts.update((v, self._eager_views[v][0]) for v in group.inputs if v in self._eager_views)
         layouts.update((v, self._wanted[v]) for v in group.outputs if v in self._wanted)
         return layouts
+
+    def _note_eager_views(self, nodes):
+        """Record the views an eager step makes whose geometry over their root's buffer is known before any
+        call (`_static_views`) and is not that buffer itself: a CPU kernel reads them where they lie, through
+        their strides and offset (`_eager_views`), rather than from a compact copy made before each kernel
+        that reads them. (DCGAN's step made one per batch norm, in NumPy's strided copy: a convolution's
+        ``[C, N, H, W]`` product permuted to ``[N, C, H, W]``, a transposed convolution's output cropped.)"""
+        if self._backend[2] is not KernelStep:
+            return
+        _static_views(nodes, self._view_geometry, self.layouts)
+        for node in nodes:
+            for v in node.outputs:
+                root, shape, strides, offset = self._view_geometry.get(v, (None, None, None, None))
+                if root is None or min(strides, default=0) < 0 or v.type.dtype is not root.type.dtype:
+                    continue
+                if offset or tuple(strides) != contiguous_strides(shape) or _numel(root) != _numel(v):
+                    self._eager_views[v] = (tuple(strides), offset, _numel(root))
 
     def _unvouched_layouts(self):
         """The storages of `Graph.output_layouts` whose layout the plan does not make eager's by itself:
@@ -649,6 +696,7 @@ class CompiledGraph:
             len(group.nodes) == 1 and is_row_softmax(group.nodes[0]))
         if not lowered:
             self.steps.append(EagerStep(group.nodes, group.kind))
+            self._note_eager_views(group.nodes)
             return
         layouts = self._kernel_layouts(group)
         prebuilt, built_for = self._prebuilt_sources.get(f"{name}_{group.kind}", (None, None))
@@ -659,6 +707,7 @@ class CompiledGraph:
         except CompileError as e:
             if group.kind == "view":  # views that need no copy: tensor headers, made by an eager step
                 self.steps.append(EagerStep(group.nodes, group.kind))
+                self._note_eager_views(group.nodes)
                 return
             if split and len(group.nodes) > 1:
                 logs.log("codegen", "%s: the group is split into one group per node: %s", name, e)
@@ -677,6 +726,7 @@ class CompiledGraph:
         self.layouts.update((v, layouts[v]) for v in group.outputs if v in layouts)
         step = step_type(kernel, group.nodes)
         step.group, step.name, step.layouts = group, f"{name}_{group.kind}", layouts
+        step.views = {v: self._eager_views[v] for v in group.inputs if v in layouts and v in self._eager_views}
         self.steps.append(step)
 
     def _build_inplace_kernels(self):
@@ -790,7 +840,7 @@ class CompiledGraph:
                              _arenas=self._arenas, _Arena=Arena, _plan=self.plan, _steps=self.steps,
                              _graph=g, _constants=g.constant_tensors, _unshared=self._unshared,
                              _outputs=self._outputs, _finish=self._finish, _set_grads=set_grads,
-                             _view=returned_view, _laid_out=laid_out, _compute=_compute, _view_of=Tensor._view_of,
+                             _view=returned_view, _laid_out=laid_out, _strided=_strided, _compute=_compute, _view_of=Tensor._view_of,
                              _compute_one=_compute_one,
                              _profiling=profiling, _profiled=self._profiled_run, _clock=time.perf_counter_ns)
         if g.grad_constants or g.refreshers:
