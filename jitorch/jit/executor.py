@@ -549,6 +549,11 @@ def _warning_as_traced(graph, run):
     return run_warning
 
 
+def _lowered(group):
+    """Whether a group has a kernel form (else its nodes run as an eager step)."""
+    return group.kind in ("pointwise", "reduction", "view") or (len(group.nodes) == 1 and is_row_softmax(group.nodes[0]))
+
+
 def _alone(node):
     """A fusion group of one node (what a refused group splits into)."""
     kind = kind_of(node)
@@ -583,6 +588,7 @@ class CompiledGraph:
         self._view_geometry, self._eager_views = {}, {}
         requests = [(group, f"jitorch_k{i}", None, self._kernel_layouts(group)) for i, group in enumerate(self.groups)]
         self._prebuilt_sources, _codes = self._prebuilt(requests, split=True)
+        self._view_geometry, self._eager_views = {}, {}  # (`_lower` records the views as they turn out)
         for i, group in enumerate(self.groups):
             self._lower(group, f"jitorch_k{i}", split=True)
         self._prebuilt_sources = {}
@@ -666,6 +672,11 @@ class CompiledGraph:
         if split:
             refused = [(group, name[:-len(group.kind) - 1]) for (group, name, _, _), source in zip(requests, sources)
                        if source is None and len(group.nodes) > 1]
+            self._foresee_eager_views(requests, sources)
+            stale = [k for k, (group, _, _, layouts) in enumerate(requests) if self._kernel_layouts(group) != layouts]
+            for k, source in zip(stale, self._sources([(requests[k][0], requests[k][1], None,
+                                                        self._kernel_layouts(requests[k][0])) for k in stale])):
+                requests[k], sources[k] = (*requests[k][:3], self._kernel_layouts(requests[k][0])), source
             parts = [(_alone(node), f"{base}_{j}") for group, base in refused for j, node in enumerate(group.nodes)]
             parts = [(part, f"{base}_{part.kind}", None, self._kernel_layouts(part)) for part, base in parts]
             requests, sources = requests + parts, sources + self._sources(parts)
@@ -677,6 +688,21 @@ class CompiledGraph:
         except (CompileError, RuntimeError) as e:
             logs.log("codegen", "kernels linked one by one: together they failed: %s", e)
             return built, []
+
+    def _foresee_eager_views(self, requests, sources):
+        """Note (`_note_eager_views`), in graph order, the views that `_lower` will make eager steps of, given
+        the first sources of the groups: those of view groups that need no kernel, of groups without a kernel
+        form, and the view nodes of groups the builder refused (split into one group per node). The batch then
+        builds the kernels that read them for the layouts `_lower` asks for (where it foresaw wrong, `_lower`
+        builds the kernel alone)."""
+        for (group, _, _, _), source in zip(requests, sources):
+            if not _lowered(group) or (source is None and group.kind == "view"):
+                self._note_eager_views(group.nodes)
+            elif source is None and len(group.nodes) > 1:
+                for node in group.nodes:
+                    part = _alone(node)
+                    if part.kind == "view" or not _lowered(part):
+                        self._note_eager_views(part.nodes)
 
     def _sources(self, requests):
         """The kernel sources of ``requests`` ((group, kernel name, aliases, layouts)), None where refused."""
@@ -692,9 +718,7 @@ class CompiledGraph:
         node, so that most of it still runs compiled. A source `_prebuilt` made is used if the layouts
         it was built for are still the group's (a group an eager step ran before reads compact inputs)."""
         target, make_kernel, step_type, _ = self._backend
-        lowered = group.kind in ("pointwise", "reduction", "view") or (
-            len(group.nodes) == 1 and is_row_softmax(group.nodes[0]))
-        if not lowered:
+        if not _lowered(group):
             self.steps.append(EagerStep(group.nodes, group.kind))
             self._note_eager_views(group.nodes)
             return
