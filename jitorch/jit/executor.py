@@ -228,6 +228,20 @@ def _host_tensors(node):
         a.type.dtype == out.dtype for a in node.args if isinstance(a, Value))
 
 
+def _host_cat(node):
+    """Whether a ``cat`` joins CPU arrays of its result's dtype, all of its number of dims (none the 1-D empty
+    tensor cat skips), along an int dim: NumPy's concatenate writes them into the arena buffer as they are."""
+    tensors, dim = node.args[0], node.args[1] if len(node.args) > 1 else 0
+    out = node.outputs[0].type
+    return _host_tensors(node) and isinstance(dim, int) and isinstance(tensors, (list, tuple)) and all(
+        isinstance(t, Value) and t.type.dtype == out.dtype and len(t.type.shape) == len(out.shape) for t in tensors)
+
+
+def _cat_into(args, out):
+    tensors, dim = args[0], args[1] if len(args) > 1 else 0
+    np.concatenate(tensors, axis=dim % out.ndim, out=out)
+
+
 def _zeros_into(args, out):
     out.fill(0)
 
@@ -247,7 +261,7 @@ def _as_strided_scatter_into(args, out):
 _WRITERS_INTO = {name: (_blas_product, _matmul_into) for name in ("matmul", "mm", "bmm")}
 _WRITERS_INTO.update({"zeros": (_host_tensors, _zeros_into), "new_zeros": (_host_tensors, _zeros_into),
                       "_as_strided_add": (_host_tensors, _as_strided_add_into),
-                      "as_strided_scatter": (_host_tensors, _as_strided_scatter_into)})
+                      "as_strided_scatter": (_host_tensors, _as_strided_scatter_into), "cat": (_host_cat, _cat_into)})
 
 # Graphs with this many constants or more bind them in a loop over a table (as fast per constant as two
 # straight lines each, and the generated call's source compiles in less time: a GPT training step binds 210).
@@ -290,8 +304,7 @@ class EagerStep:
     def _emit_node(self, src, node, indent):
         out = node.outputs[0]
         if out in self.into_arena:
-            arrays = ", ".join(f"env[{src.name(a, 'v')}]._array()" if isinstance(a, Value) else src.name(a, "c")
-                               for a in node.args)
+            arrays = ", ".join(_array_expression(src, a) for a in node.args)
             writer = src.name(_WRITERS_INTO[node.op.name][1], "writer")
             src.emit(f"{writer}([{arrays}], env[{src.name(out, 'v')}]._array())", indent)
             return
@@ -318,6 +331,16 @@ class EagerStep:
 
     def __repr__(self):
         return f"<eager {' '.join(n.op.name for n in self.nodes)}>"
+
+
+def _array_expression(src, arg):
+    """The generated call's expression of an eager node's argument as a writer into the arena takes it: a
+    tensor as its array, a list of tensors (cat's) as a list of arrays, anything else as it is."""
+    if isinstance(arg, Value):
+        return f"env[{src.name(arg, 'v')}]._array()"
+    if isinstance(arg, (list, tuple)) and any(isinstance(a, Value) for a in arg):
+        return "[" + ", ".join(_array_expression(src, a) for a in arg) + "]"
+    return src.name(arg, "c")
 
 
 def _static_views(nodes, by_value, layouts):

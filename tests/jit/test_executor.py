@@ -409,3 +409,24 @@ def test_an_eager_view_laid_out_otherwise_at_run_time_is_copied_into_the_layout_
     copy = _strided(view.contiguous(), (1, 4), 5, 24)
     assert copy.stride() == (1, 4) and copy.storage_offset() == 5 and copy._storage.size == 24
     np.testing.assert_array_equal(copy.numpy(), view.numpy())
+
+
+def test_cat_writes_into_its_arena_buffer_and_equals_eager():
+    """An intermediate ``cat`` (attention's q, k, v gradients joined) is NumPy's concatenate straight into its
+    arena buffer: no fresh result per call, whose megabytes the copy would fault in page by page."""
+    f = lambda a, b: jt.cat([a.t() * 2, b.t() + 1], 1).relu().sum(0)  # noqa: E731
+    g = jt.Generator().manual_seed(0)
+    a, b = jt.randn(5, 4, generator=g), jt.randn(3, 4, generator=g)
+    ex = executable(f, a, b)
+    (step,) = [s for s in ex.steps if isinstance(s, EagerStep)]
+    (cat,) = step.nodes
+    assert cat.op.name == "cat" and step.into_arena == {cat.outputs[0]} and cat.outputs[0] in ex.plan.slots
+    compiled = jt.compile(f)
+    for _ in range(2):  # the second call reuses the arena
+        np.testing.assert_allclose(compiled(a, b).numpy(), f(a, b).numpy(), rtol=1e-6)
+    # a cat the plan cannot write as it is (mixed dtypes: eager promotes) runs eagerly, into fresh memory
+    h = lambda a, i: jt.cat([a, i], 0).relu().sum(0)  # noqa: E731
+    i = jt.arange(8).reshape(2, 4)
+    ex = executable(h, a, i)
+    assert not [s for s in ex.steps if isinstance(s, EagerStep) and s.into_arena]
+    np.testing.assert_allclose(jt.compile(h)(a, i).numpy(), h(a, i).numpy(), rtol=1e-6)
