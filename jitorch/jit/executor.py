@@ -492,6 +492,11 @@ class Plan:
                 arena_candidates.update(step.writers())
         free, ends = {}, {}
         for j, step in enumerate(steps):
+            taken = _updated_operand(step, j, root, last_use, escaping)
+            if taken in self.slots and taken in ends.get(j, ()):
+                # its result takes the operand's buffer, which it copies first (a no-op there): freed before
+                ends[j].remove(taken)
+                free.setdefault(self.slot_bytes[self.slots[taken]], []).append(self.slots[taken])
             for v in step.writes():
                 if (v in arena_candidates and root.get(v, v) is v and v not in escaping and v not in self.inplace
                         and v not in inputs and v not in layouts and last_use.get(v) is not None):
@@ -575,6 +580,28 @@ def _warning_as_traced(graph, run):
 def _lowered(group):
     """Whether a group has a kernel form (else its nodes run as an eager step)."""
     return group.kind in ("pointwise", "reduction", "view") or (len(group.nodes) == 1 and is_row_softmax(group.nodes[0]))
+
+
+def _updated_operand(step, j, root, last_use, escaping):
+    """The operand whose arena buffer eager step ``j``'s result may take, or None: a single
+    `as_strided_scatter` or `_as_strided_add` that a writer computes into the arena (it copies its first
+    operand into the result, then changes part of it: where they are one buffer, the copy is skipped), whose
+    first operand is no view, leaves the call no other way, and is read by no later step (the zeros a
+    convolution's padded input or col2im's sums start from: megabytes filled, then copied, per call)."""
+    if not isinstance(step, EagerStep) or len(step.nodes) != 1:
+        return None
+    (node,) = step.nodes
+    if node.op.name not in _COPIES_FIRST or not step.writers():
+        return None
+    x, out = node.args[0], node.outputs[0]
+    if not isinstance(x, Value) or x in root or x in escaping or last_use.get(x) != j \
+            or x.type.dtype != out.type.dtype or _numel(x) != _numel(out) \
+            or any(root.get(a, a) is x for a in iter_values(node.args[1:])):
+        return None
+    return x
+
+
+_COPIES_FIRST = ("as_strided_scatter", "_as_strided_add")
 
 
 def _alone(node):

@@ -430,3 +430,43 @@ def test_cat_writes_into_its_arena_buffer_and_equals_eager():
     ex = executable(h, a, i)
     assert not [s for s in ex.steps if isinstance(s, EagerStep) and s.into_arena]
     np.testing.assert_allclose(jt.compile(h)(a, i).numpy(), h(a, i).numpy(), rtol=1e-6)
+
+
+def test_col2im_results_take_their_zeros_buffer_and_skip_copying_it():
+    """A transposed convolution's col2im (``_as_strided_add`` of the columns into zeros; so is a convolution's
+    input gradient) copies its first operand, then adds into part of it: where nothing reads the zeros later, its
+    result takes their arena buffer and the copy is skipped (as for a padded input, ``as_strided_scatter``, whose
+    zeros are not a graph constant). Values and gradients equal torch's."""
+    import torch
+
+    def step(conv, up, x):
+        loss = up(conv(x).relu()).tanh().sum()
+        loss.backward()
+        return loss
+
+    def modules(lib):
+        lib.manual_seed(0)
+        return lib.nn.Conv2d(3, 4, 3, 1, 1), lib.nn.ConvTranspose2d(4, 2, 4, 2, 1)
+
+    ours, theirs = modules(jt), modules(torch)
+    for a, b in zip(ours, theirs):
+        for p, q in zip(a.parameters(), b.parameters()):
+            p.data.copy_(jt.from_numpy(q.detach().numpy().copy()))
+    x = np.random.default_rng(0).standard_normal((2, 3, 6, 6), np.float32)
+    ex = executable(step, *ours, jt.from_numpy(x))
+    updates = [n for s in ex.steps if isinstance(s, EagerStep) for n in s.nodes
+               if n.op.name in ("as_strided_scatter", "_as_strided_add") and n.args[0].node is not None]
+    assert "_as_strided_add" in {n.op.name for n in updates}
+    for n in updates:
+        assert n.args[0].node.op.name in ("zeros", "new_zeros")
+        assert ex.plan.slots[n.outputs[0]] == ex.plan.slots[n.args[0]], f"{n.op.name} copies its operand"
+    compiled = jt.compile(step)
+    for _ in range(2):  # the second call finds the buffers as the first left them: the zeros are written anew
+        for m in ours + theirs:
+            m.zero_grad()
+        loss = compiled(*ours, jt.from_numpy(x))
+        expected = step(*theirs, torch.from_numpy(x))
+        np.testing.assert_allclose(loss.item(), expected.item(), rtol=1e-5)
+        for a, b in zip(ours, theirs):
+            for p, q in zip(a.parameters(), b.parameters()):
+                np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-4, atol=1e-5)
