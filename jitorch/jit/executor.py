@@ -5,7 +5,8 @@ and compiles each pointwise or reduction group to a CPU kernel. Groups the
 code generator cannot lower (matmul, sorting, indexing, half types, ...) run
 their nodes with the eager kernels, as the interpreter does; matrix products
 write straight into their arena buffer, and views whose geometry the plan
-knows are tensor headers only.
+knows are tensor headers only, which kernels read where they lie, through their
+strides and offset (a convolution's product permuted to ``[N, C, H, W]``).
 
 Memory is planned once, when the graph is built (see `_plan`):
 
@@ -18,7 +19,9 @@ Memory is planned once, when the graph is built (see `_plan`):
 * an in-place update of an input (``p.sub_(lr * g)`` in a training step)
   whose old value nothing reads afterwards is computed straight into the
   input's memory by its pointwise kernel, instead of into a fresh buffer that
-  is then copied back.
+  is then copied back;
+* a padded input or a col2im, which copies zeros and then writes part of
+  them, takes the zeros' buffer when nothing reads them later.
 
 A call takes a free arena (a new one when another thread holds them all), so
 concurrent calls of one compiled graph never share buffers.
