@@ -638,10 +638,10 @@ class CompiledGraph:
         self.layouts = {v: self._wanted[v] for v in self.graph.inputs if v in self._wanted}
         # views made by eager steps: their geometry over their root (`_static_views`), and those a CPU kernel
         # reads through their strides rather than compacted (`_note_eager_views`)
-        self._view_geometry, self._eager_views = {}, {}
+        self.view_geometry, self._eager_views = {}, {}
         requests = [(group, f"jitorch_k{i}", None, self._kernel_layouts(group)) for i, group in enumerate(self.groups)]
         self._prebuilt_sources, _codes = self._prebuilt(requests, split=True)
-        self._view_geometry, self._eager_views = {}, {}  # (`_lower` records the views as they turn out)
+        self.view_geometry, self._eager_views = {}, {}  # (`_lower` records the views as they turn out)
         for i, group in enumerate(self.groups):
             self._lower(group, f"jitorch_k{i}", split=True)
         self._prebuilt_sources = {}
@@ -687,10 +687,10 @@ class CompiledGraph:
         ``[C, N, H, W]`` product permuted to ``[N, C, H, W]``, a transposed convolution's output cropped.)"""
         if self._backend[2] is not KernelStep:
             return
-        _static_views(nodes, self._view_geometry, self.layouts)
+        _static_views(nodes, self.view_geometry, self.layouts)
         for node in nodes:
             for v in node.outputs:
-                root, shape, strides, offset = self._view_geometry.get(v, (None, None, None, None))
+                root, shape, strides, offset = self.view_geometry.get(v, (None, None, None, None))
                 if root is None or min(strides, default=0) < 0 or v.type.dtype is not root.type.dtype:
                     continue
                 if offset or tuple(strides) != contiguous_strides(shape) or _numel(root) != _numel(v):

@@ -388,7 +388,7 @@ def test_kernels_read_permuted_and_cropped_eager_views_in_place_through_their_st
     assert sorted(offset > 0 for _, offset, _ in viewed.values()) == [False, True]
     for s, v in reads:  # every other view a kernel reads lies compactly over all of its root: nothing is copied
         if v not in s.views and v.node.op.view is not None:
-            root, shape, strides, offset = ex._view_geometry[v]
+            root, shape, strides, offset = ex.view_geometry[v]
             assert offset == 0 and strides == jt.empty(shape).stride() and root.type.shape == shape
     assert "_strided(" in ex.source
     loss = compiled(*ours, jt.from_numpy(x), jt.from_numpy(z))
