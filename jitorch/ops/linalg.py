@@ -198,7 +198,7 @@ def array_product(a, b, out=None):
     """``np.matmul(a, b)``, into ``out`` if given (an array of the result's shape and dtype), without NumPy's
     floating-point warnings. A batch of matrices times one matrix is one BLAS call over all rows rather than
     one per matrix, and a large product of two float matrices (or batches) splits into
-    ``threads.product_parts()`` parts on the threads' pool: by batch, else by rows, else by columns; each
+    ``threads.product_parts()`` parts run at once (`threads.run_parts`): by batch, else by rows, else by columns; each
     element is the same BLAS dot product either way."""
     if a.ndim >= 3 and b.ndim <= 2 and a.flags.c_contiguous:
         rows = a.reshape(prod(a.shape[:-1]), a.shape[-1])
@@ -224,11 +224,7 @@ def array_product(a, b, out=None):
         pieces = [(a[..., lo:hi, :], b, out[..., lo:hi, :]) for lo, hi in _bounds(m, parts)]
     else:
         pieces = [(a, b[..., lo:hi], out[..., lo:hi]) for lo, hi in _bounds(n, parts)]
-    futures = [threads.pool().submit(_matmul, x, y, o) for x, y, o in pieces[1:]]
-    x, y, o = pieces[0]
-    _matmul(x, y, o)
-    for f in futures:
-        f.result()
+    threads.run_parts(_matmul, pieces)
     return out
 
 
