@@ -150,7 +150,7 @@ done:
   ret void
 }}
 
-define i32 @jitorch_work(i32* %state, i64* %row, i32 %seen, i64 %spins) {{
+define i32 @jitorch_work(i32* %state, i64* %row, i32 %seen, i64 %spins, i32 %finished) {{
 entry:
   %goflag = getelementptr i32, i32* %state, i64 1
   %done = getelementptr i32, i32* %state, i64 2
@@ -158,9 +158,13 @@ entry:
   %pargs = getelementptr i64, i64* %row, i64 1
   %plo = getelementptr i64, i64* %row, i64 2
   %phi = getelementptr i64, i64* %row, i64 3
+  %report = icmp ne i32 %finished, 0
+  br i1 %report, label %finish, label %loop
+finish:
+  call void @jitorch_raise(i32* %done, i32* %doneflag)
   br label %loop
 loop:
-  %s = phi i32 [%seen, %entry], [%now, %next]
+  %s = phi i32 [%seen, %entry], [%seen, %finish], [%now, %next]
   %now = call i32 @jitorch_wait(i32* %state, i32 %s, i64 %spins, i32* %goflag)
   %entry_ = load i64, i64* %row, align 8
   %python = icmp eq i64 %entry_, 0
@@ -225,7 +229,7 @@ class _Native:
             return ctypes.CFUNCTYPE(restype, *argtypes)(self.engine.get_function_address(name))
         self.raise_ = fn("jitorch_raise", None, word, word)
         self.wait_for = fn("jitorch_wait_for", None, word, i32, i64, word)
-        self.work = fn("jitorch_work", i32, word, word, i32, i64)
+        self.work = fn("jitorch_work", i32, word, word, i32, i64, i32)
         self.fork = fn("jitorch_fork", None, word, i32, i64, i64, i64, i64, i64)
         wait = fn("jitorch_wait", i32, word, i32, i64, word)
         probe = ctypes.c_int32(0)
@@ -269,16 +273,18 @@ class _Team:
     def _loop(self, i):
         native, state = self.native, ctypes.addressof(self.state)
         row = ctypes.addressof(self.table) + 32 * i
-        seen = 0
+        seen, finished = 0, 0
         while True:
-            seen = native.work(state, row, seen, native.spins)
+            # a Python part's end is reported from the native loop, once this thread has let the GIL go: the
+            # forking thread, woken by it, takes the GIL at once instead of sleeping until this one drops it
+            seen = native.work(state, row, seen, native.spins, finished)
             fn, args = self.python[i]
             try:
                 fn(*args)
                 self.python[i] = None
             except BaseException as e:  # noqa: BLE001 - re-raised on the thread that forked
                 self.python[i] = e
-            native.raise_(state + 8, state + 12)
+            finished = 1
 
     def fork(self, parts, entry=None):
         """Run ``parts`` (the first here): native chunks ``(args_address, lo, hi)`` of the machine code at
