@@ -82,7 +82,8 @@ SPIN_US = 100
 # worker has a row of four int64 in the part table: the part's entry (0: a Python part, -1: no part in this
 # fork), its argument array, lo, hi. A raiser adds one and, if the flag says a thread may sleep, clears it
 # and wakes the sleepers; a waiter spins, then sets the flag, looks again and sleeps (the futex call returns
-# at once if the word has moved since).
+# at once if the word has moved since). Every 16th turn of the spin yields the core: where the machine has
+# more runnable threads than cores, the thread being waited for may be queued behind the spinner.
 _TEAM_IR = """
 declare i64 @syscall(i64, ...)
 {declare_pause}
@@ -109,13 +110,20 @@ define i32 @jitorch_wait(i32* %word, i32 %old, i64 %spins, i32* %flag) {{
 entry:
   br label %spin
 spin:
-  %i = phi i64 [0, %entry], [%next, %turn]
+  %i = phi i64 [0, %entry], [%next, %again]
   %v = load atomic i32, i32* %word seq_cst, align 4
   %moved = icmp ne i32 %v, %old
   br i1 %moved, label %seen, label %turn
 turn:
   {pause}
   %next = add i64 %i, 1
+  %sixteenth = and i64 %next, 15
+  %yield = icmp eq i64 %sixteenth, 0
+  br i1 %yield, label %give, label %again
+give:
+  %y = call i64 (i64, ...) @syscall(i64 {sched_yield})
+  br label %again
+again:
   %more = icmp ult i64 %next, %spins
   br i1 %more, label %spin, label %tired
 tired:
@@ -199,12 +207,14 @@ define void @jitorch_fork(i32* %state, i32 %target, i64 %entry_, i64 %a, i64 %lo
   ret void
 }}
 """
-_FUTEX = {"x86_64": 202, "aarch64": 98}  # the futex system call's number
+# the futex and sched_yield system calls' numbers
+_FUTEX = {"x86_64": 202, "aarch64": 98}
+_SCHED_YIELD = {"x86_64": 24, "aarch64": 124}
 
 
 class _Native:
-    """The team's native functions (ctypes, so each call releases the GIL), compiled once with llvmlite
-    (MCJIT, as `runtime.dlpack` compiles its deleters; the engine lives as long as the process), and
+    """The team's native functions (ctypes, so each call but ``raise_holding_gil`` releases the GIL), compiled
+    once with llvmlite (MCJIT, as `runtime.dlpack` compiles its deleters; the engine lives as long as the process), and
     ``spins``: how many turns of a waiter's loop take about ``SPIN_US``."""
 
     def __init__(self, arch):
@@ -214,7 +224,7 @@ class _Native:
         llvm.initialize_native_asmprinter()
         x86 = arch == "x86_64"
         # x86's pause saves power and lets a hyperthread sibling run while the loop waits
-        text = _TEAM_IR.format(futex=_FUTEX[arch], pause="call void @llvm.x86.sse2.pause()" if x86 else "",
+        text = _TEAM_IR.format(futex=_FUTEX[arch], sched_yield=_SCHED_YIELD[arch], pause="call void @llvm.x86.sse2.pause()" if x86 else "",
                                declare_pause="declare void @llvm.x86.sse2.pause()" if x86 else "")
         llvm.add_symbol("syscall", ctypes.cast(ctypes.CDLL(None).syscall, ctypes.c_void_p).value)
         module = llvm.parse_assembly(text)
@@ -227,7 +237,9 @@ class _Native:
 
         def fn(name, restype, *argtypes):
             return ctypes.CFUNCTYPE(restype, *argtypes)(self.engine.get_function_address(name))
-        self.raise_ = fn("jitorch_raise", None, word, word)
+        # (PYFUNCTYPE: called with the GIL held, see `_Team.fork`)
+        self.raise_holding_gil = ctypes.PYFUNCTYPE(None, word, word)(
+            self.engine.get_function_address("jitorch_raise"))
         self.wait_for = fn("jitorch_wait_for", None, word, i32, i64, word)
         self.work = fn("jitorch_work", i32, word, word, i32, i64, i32)
         self.fork = fn("jitorch_fork", None, word, i32, i64, i64, i64, i64, i64)
@@ -307,7 +319,10 @@ class _Team:
         if entry is not None:
             native.fork(state, target, entry, *parts[0], native.spins)
             return
-        native.raise_(state, state + 4)
+        # raised holding the GIL: a worker that sees it waits for the GIL until this thread's part lets it go
+        # in NumPy's matmul; raised through a call that let the GIL go, a worker could take it in that moment
+        # and keep this thread asleep until its own part let it go
+        native.raise_holding_gil(state, state + 4)
         error = None
         fn, args = parts[0]
         try:
