@@ -180,13 +180,13 @@ def _matmul_meta(a, b):
     return TensorSpec(shape, b.dtype, a.device)
 
 
-# Products of fewer multiply-adds run whole: handing a part to the pool costs tens of microseconds.
+# Products of fewer multiply-adds run whole: a part handed to a worker costs 10 to 60 µs (`threads.run_parts`).
 SPLIT_MIN_WORK = 1 << 22
 
 
 def _matmul(a, b, out=None):
     """``np.matmul`` with NumPy's floating-point errors silenced (torch does not warn where a product meets
-    inf times 0 or a NaN): the error state is per thread, and the pool's threads run parts of products too."""
+    inf times 0 or a NaN): the error state is per thread, and the workers run parts of products too."""
     token = fp_errors.enter()
     try:
         return np.matmul(a, b) if out is None else np.matmul(a, b, out=out)

@@ -1,20 +1,22 @@
 """Process-wide settings torch exposes as functions: thread counts and warn-always.
 
 ``set_num_threads`` governs how many threads a compiled CPU kernel splits its work across
-(`codegen.cpu`: kernels of at least ``PARALLEL_MIN_WORK`` elements run in chunks through `run_parts`) and
+(`codegen.cpu`: kernels of at least ``PARALLEL_MIN_WORK`` elements run in chunks through `run_chunks`) and
 how many parts a large matrix product splits into (`ops.linalg`: eager and compiled products run their parts
-the same way, each part a one-thread BLAS call). `run_parts` is a fork and join on a team of ``n - 1`` worker
-threads, each waiting on a lock of its own: a part is handed over by releasing that lock and handed back by
-releasing another, about 10 µs a round trip where ``concurrent.futures`` (a queue, a future and its
-condition per part) took 20 and twice the CPU time, which decides how small a split pays. It sets NumPy's
+through `run_parts`, each part a one-thread BLAS call). Both fork and join on a team of ``n - 1`` worker
+threads that wait in native code (`_Team`): spinning on a word for ``SPIN_US``, then asleep on a futex. A
+kernel's chunks go to the workers and come back without the GIL on either side; a product's parts come back
+to Python for NumPy's matmul. On this project's 2-core machine a pool of ``concurrent.futures`` made a split
+kernel slower than a whole one up to 2**17 elements (each part paid a thread's wake-up and the GIL's
+hand-over, 20 to 60 µs); the team halves a 2**17-element GELU chain. ``set_num_threads`` also sets NumPy's
 BLAS pool (through threadpoolctl, which finds the BLAS library NumPy loaded whichever it is) to one
-thread: OpenBLAS's own threads spin-wait at the barriers of each product, so on cores that other work shares, a product on two of
-them took 5 to 7 times the CPU time of one thread (a GPT training step: 534 ms of CPU against 85), and they
-spun against the kernels' threads as well. Until ``set_num_threads`` is called, products do not split and BLAS
-keeps its own thread count. Other eager ops run NumPy on the calling thread. jitorch has no inter-op
-pool (torch's, for ``torch.jit.fork``): ``set_num_interop_threads`` records its number, once, under torch's
-rule, and nothing reads it. ``set_warn_always`` makes the warnings jitorch gives
-once per compiled function (the recompile limit) come at each occurrence, as torch's TORCH_WARN_ONCE does.
+thread: OpenBLAS's own threads spin-wait at the barriers of each product, so on cores that other work
+shares, a product on two of them took 5 to 7 times the CPU time of one thread (a GPT training step: 534 ms
+of CPU against 85), and they spun against the kernels' threads as well. Until ``set_num_threads`` is
+called, products do not split and BLAS keeps its own thread count. Other eager ops run NumPy on the calling
+thread. jitorch has no inter-op pool (torch's, for ``torch.jit.fork``): ``set_num_interop_threads`` records
+its number, once, under torch's rule, and nothing reads it. ``set_warn_always`` makes the warnings jitorch
+gives once per compiled function (the recompile limit) come at each occurrence, as torch's TORCH_WARN_ONCE does.
 """
 
 from __future__ import annotations
@@ -224,7 +226,8 @@ class _Native:
         llvm.initialize_native_asmprinter()
         x86 = arch == "x86_64"
         # x86's pause saves power and lets a hyperthread sibling run while the loop waits
-        text = _TEAM_IR.format(futex=_FUTEX[arch], sched_yield=_SCHED_YIELD[arch], pause="call void @llvm.x86.sse2.pause()" if x86 else "",
+        text = _TEAM_IR.format(futex=_FUTEX[arch], sched_yield=_SCHED_YIELD[arch],
+                               pause="call void @llvm.x86.sse2.pause()" if x86 else "",
                                declare_pause="declare void @llvm.x86.sse2.pause()" if x86 else "")
         llvm.add_symbol("syscall", ctypes.cast(ctypes.CDLL(None).syscall, ctypes.c_void_p).value)
         module = llvm.parse_assembly(text)
@@ -290,8 +293,8 @@ class _Team:
             # a Python part's end is reported from the native loop, once this thread has let the GIL go: the
             # forking thread, woken by it, takes the GIL at once instead of sleeping until this one drops it
             seen = native.work(state, row, seen, native.spins, finished)
-            fn, args = self.python[i]
             try:
+                fn, args = self.python[i]
                 fn(*args)
                 self.python[i] = None
             except BaseException as e:  # noqa: BLE001 - re-raised on the thread that forked
