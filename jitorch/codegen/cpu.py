@@ -34,6 +34,9 @@ ENTRY = KERNEL_ENTRY
 # 2**17 87-91 against 158-170; a plain add breaks even near 2**16 (the old pool of futures, 2**18 here, was
 # slower split than whole up to 2**17 on this 2-core machine).
 PARALLEL_MIN_WORK = 1 << 15
+# Each chunk gets at least this many elements: on a machine of many cores, a kernel just over
+# PARALLEL_MIN_WORK splits in two, not in as many chunks as there are threads.
+CHUNK_MIN_WORK = PARALLEL_MIN_WORK // 2
 
 
 def num_threads():
@@ -92,8 +95,8 @@ class CompiledKernel:
         """Run ``fn(args_array, lo, hi)`` over the chunks of the outer loop: all on the calling thread when
         the kernel does not split, else the first chunk there and the others on the workers (``fn`` is the
         machine code, or a profiler's wrapper that times it)."""
-        n = num_threads()
-        if not self.parallel or n == 1:
+        n = min(num_threads(), self.source.work // CHUNK_MIN_WORK)
+        if not self.parallel or n <= 1:
             fn(args_array, 0, self.outer)
             return
         step = -(-self.outer // n)

@@ -107,3 +107,16 @@ def test_compiled_calls_from_two_threads_share_the_workers(two_threads):
     assert not errors and len(results) == 100
     for r in results:
         np.testing.assert_allclose(r, want, rtol=1e-6)
+
+
+def test_a_kernel_just_over_the_threshold_splits_in_two_on_many_threads(monkeypatch):
+    monkeypatch.setitem(threads._settings, "threads", 8)
+    x = jt.randn(1 << 15)
+    f = jt.compile(lambda t: (t * 3).exp())
+    got = f(x)
+    (kernel,) = f.lower(x).executable.kernels
+    assert kernel.parallel
+    forks, parts = threads.counters["forks"], threads.counters["parts"]
+    f(x)
+    assert (threads.counters["forks"], threads.counters["parts"]) == (forks + 1, parts + 1)  # 2 chunks, not 8
+    np.testing.assert_allclose(got.numpy(), np.exp(x.numpy() * 3), rtol=1e-6)
