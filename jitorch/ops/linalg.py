@@ -180,7 +180,7 @@ def _matmul_meta(a, b):
     return TensorSpec(shape, b.dtype, a.device)
 
 
-# Products of fewer multiply-adds run whole: handing a part to the pool costs tens of microseconds.
+# Products of fewer multiply-adds run whole: a part handed to a worker costs 10 to 60 µs (`threads.run_parts`).
 SPLIT_MIN_WORK = 1 << 22
 
 
@@ -206,7 +206,7 @@ def _rows_first(a, b):
 
 def _matmul(a, b, out=None):
     """``np.matmul`` with NumPy's floating-point errors silenced (torch does not warn where a product meets
-    inf times 0 or a NaN): the error state is per thread, and the pool's threads run parts of products too.
+    inf times 0 or a NaN): the error state is per thread, and the workers run parts of products too.
     A product over one term (a column times a row) is ``np.multiply``, the same single rounding: NumPy's
     matmul runs that case in a plain C loop, 4-5x slower (DCGAN's first transposed convolution's gradient)."""
     token = fp_errors.enter()
@@ -223,7 +223,7 @@ def array_product(a, b, out=None):
     """``np.matmul(a, b)``, into ``out`` if given (an array of the result's shape and dtype), without NumPy's
     floating-point warnings. A batch of matrices times one matrix is one BLAS call over all rows rather than
     one per matrix, and a large product of two float matrices (or batches) splits into
-    ``threads.product_parts()`` parts on the threads' pool: by batch, else by rows, else by columns; each
+    ``threads.product_parts()`` parts run at once (`threads.run_parts`): by batch, else by rows, else by columns; each
     element is the same BLAS dot product either way."""
     if a.ndim >= 3 and b.ndim <= 2 and a.flags.c_contiguous:
         rows = a.reshape(prod(a.shape[:-1]), a.shape[-1])
@@ -249,11 +249,7 @@ def array_product(a, b, out=None):
         pieces = [(a[..., lo:hi, :], b, out[..., lo:hi, :]) for lo, hi in _bounds(m, parts)]
     else:
         pieces = [(a, b[..., lo:hi], out[..., lo:hi]) for lo, hi in _bounds(n, parts)]
-    futures = [threads.pool().submit(_matmul, x, y, o) for x, y, o in pieces[1:]]
-    x, y, o = pieces[0]
-    _matmul(x, y, o)
-    for f in futures:
-        f.result()
+    threads.run_parts(_matmul, pieces)
     return out
 
 

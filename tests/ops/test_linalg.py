@@ -410,19 +410,18 @@ def test_einsum_errors(call, exc, message):
     ((64, 1024), (1024, 256)),            # more columns than rows: split by columns
 ])
 @pytest.mark.parametrize("compiled", [False, True])
-def test_large_products_split_on_the_threads_pool(monkeypatch, sa, sb, compiled):
+def test_large_products_split_on_the_workers(monkeypatch, sa, sb, compiled):
     from threadpoolctl import threadpool_info
     from jitorch.runtime import threads
     monkeypatch.setitem(threads._settings, "threads", None)
     monkeypatch.setitem(threads._settings, "split_products", False)
-    submitted = []
-    real_pool = threads.pool
+    parts = []
+    real_run_parts = threads.run_parts
 
-    class Counting:
-        def submit(self, fn, *args, **kwargs):
-            submitted.append(fn)
-            return real_pool().submit(fn, *args, **kwargs)
-    monkeypatch.setattr(threads, "pool", Counting)
+    def counting(fn, args):
+        parts.append((fn, len(args)))
+        return real_run_parts(fn, args)
+    monkeypatch.setattr(threads, "run_parts", counting)
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal(sa).astype(np.float32), rng.standard_normal(sb).astype(np.float32)
     f = jt.compile(lambda x, y: x @ y) if compiled else (lambda x, y: x @ y)
@@ -430,17 +429,19 @@ def test_large_products_split_on_the_threads_pool(monkeypatch, sa, sb, compiled)
     try:
         jt.set_num_threads(2)
         assert {lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"} == {1}
+        forks = threads.counters["forks"]
         got = f(jt.from_numpy(a), jt.from_numpy(b))
+        assert threads.counters["forks"] == forks + 1  # a worker ran the second part
     finally:
         jt.set_num_threads(blas[0])
     np.testing.assert_allclose(got.numpy(), np.matmul(a, b), rtol=1e-5, atol=1e-4)
-    assert submitted == [linalg._matmul]  # two parts: one on the pool, one on the calling thread
+    assert parts == [(linalg._matmul, 2)]  # two parts: one on a worker, one on the calling thread
 
 
 def test_small_products_and_products_before_set_num_threads_run_whole(monkeypatch):
     from jitorch.runtime import threads
     monkeypatch.setitem(threads._settings, "split_products", False)
-    monkeypatch.setattr(threads, "pool", lambda: pytest.fail("a product split"))
+    monkeypatch.setattr(threads, "run_parts", lambda fn, parts: pytest.fail("a product split"))
     a = jt.randn(768, 128)
     assert threads.product_parts() == 1
     assert_close(a @ a.t(), a.numpy() @ a.numpy().T, rtol=1e-5, atol=1e-4)
@@ -456,7 +457,7 @@ def test_small_products_and_products_before_set_num_threads_run_whole(monkeypatc
 def test_products_meeting_inf_times_zero_warn_nothing(monkeypatch, split, compiled):
     # torch neither warns nor raises where a product multiplies inf by 0; NumPy 2's matmul warned
     # ("invalid value encountered in matmul") from eager's product, a compiled graph's product written into
-    # its arena, and the parts of a split product on the pool's threads (whose error state is their own)
+    # its arena, and the parts of a split product on the workers (whose error state is their own)
     from jitorch.runtime import threads
     monkeypatch.setitem(threads._settings, "threads", 2)
     monkeypatch.setitem(threads._settings, "split_products", split)
@@ -473,15 +474,15 @@ def test_products_meeting_inf_times_zero_warn_nothing(monkeypatch, split, compil
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX's")
-def test_a_forked_child_splits_products_on_a_pool_of_its_own(monkeypatch):
-    # the parent's pool threads do not exist in a forked child (a DataLoader worker): work queued on the
-    # parent's pool object there would wait forever
+def test_a_forked_child_splits_products_on_workers_of_its_own(monkeypatch):
+    # the parent's worker threads do not exist in a forked child (a DataLoader worker): a part handed to
+    # the parent's team there would wait forever
     from jitorch.runtime import threads
     monkeypatch.setitem(threads._settings, "threads", 2)
     monkeypatch.setitem(threads._settings, "split_products", True)
     a, w = jt.randn(768, 128), jt.randn(128, 512)
     want = a.numpy() @ w.numpy()
-    a @ w  # the parent's pool starts
+    a @ w  # the parent's workers start
     pid = os.fork()
     if pid == 0:  # (the child leaves through os._exit, never through pytest)
         os._exit(0 if np.allclose((a @ w).numpy(), want, rtol=1e-5, atol=1e-4) else 3)
