@@ -1647,25 +1647,107 @@ def relu_(input):
     return input.relu_()
 
 
+_SQRT_HALF = 1.0 / math.sqrt(2.0)
+_TWO_OVER_SQRT_PI = 2 / math.sqrt(math.pi)
+# elements one pass of exact GELU's backward works on: its 8 operands (1 MiB in float32) stay in the L2 cache
+_GELU_CHUNK = 32768
+
+
+def _gelu_shortcut(input):
+    """Whether exact `gelu` of ``input`` may skip the composition's dispatches: no dispatch hook (a trace or a
+    profile sees the composition) or autocast, a contiguous CPU float32 or float64 tensor with values."""
+    return (not _HOOKS and _AUTOCAST.key is None and isinstance(input, jt.Tensor) and input.device.type == "cpu"
+            and input.dtype in (jt.float32, jt.float64) and input._storage._data is not None and input.ndim
+            and is_contiguous(input._shape, input._stride))
+
+
+def _gelu_parts(x):
+    """``(x * 0.5, 1 + erf(x / sqrt(2)))`` of an array, by the composition's kernels in its order."""
+    half = np.multiply(x, 0.5)
+    cdf = _erf(np.multiply(x, _SQRT_HALF))
+    np.add(1.0, cdf, out=cdf)
+    return half, cdf
+
+
+class _Gelu(jt.autograd.Function):
+    """Exact GELU in grad mode as one backward node, with the composition's bits forward and backward.
+
+    The composition ``x * 0.5 * (1.0 + (x * c).erf())`` records five nodes whose backward makes ten passes over
+    the tensor, each a dispatch and a new array; this node's backward makes the same NumPy calls on the same
+    values in the same order, on cache-sized chunks. Like torch's GeluBackward0 it saves the input, so a later
+    in-place write into it fails the backward."""
+
+    @staticmethod
+    def forward(ctx, x):
+        token = fp_errors.enter()
+        try:
+            half, cdf = _gelu_parts(x._array())
+            out = np.multiply(half, cdf, out=half)
+        finally:
+            fp_errors.leave(token)
+        ctx.save_for_backward(x, jt.Tensor._fresh(cdf, x.dtype))
+        return jt.Tensor._fresh(out, x.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, cdf = ctx.saved_tensors
+        if jt.is_grad_enabled() or _HOOKS or _AUTOCAST.key is not None or g.device.type != "cpu":
+            # a backward that records (create_graph), is traced or profiled: the composition's rules as ops
+            half, scaled = x * 0.5, x * _SQRT_HALF
+            ga = g * (1.0 + scaled.erf())
+            ge = g * half * (-scaled * scaled).exp() * _TWO_OVER_SQRT_PI
+            return ge * _SQRT_HALF + ga * 0.5
+        return jt.Tensor._fresh(_gelu_backward(np.ascontiguousarray(g._array()), x._array(), cdf._array()), x.dtype)
+
+
+def _gelu_backward(g, x, cdf):
+    """The input's gradient of the composition ``y = (x * 0.5) * cdf`` (``cdf = 1.0 + erf(x * c)``) given
+    ``g``: the composition's rules' kernels on chunks, mul's for y (``g * cdf``, ``g * half``), erf's
+    (``gd * exp(-s * s) * 2/sqrt(pi)``), mul's for ``x * c`` and ``x * 0.5``, and the sum of the two."""
+    shape = x.shape
+    g, x, cdf = g.reshape(-1), x.reshape(-1), cdf.reshape(-1)
+    n = x.size
+    grad = np.empty(n, x.dtype)
+    a, b, c, d = (np.empty(min(n, _GELU_CHUNK), x.dtype) for _ in range(4))
+    token = fp_errors.enter()
+    try:
+        for start in range(0, n, _GELU_CHUNK):
+            end = min(n, start + _GELU_CHUNK)
+            m = end - start
+            ga, gd, e, minus = a[:m], b[:m], c[:m], d[:m]
+            gs, xs = g[start:end], x[start:end]
+            np.multiply(gs, cdf[start:end], out=ga)
+            np.multiply(xs, 0.5, out=e)
+            np.multiply(gs, e, out=gd)
+            np.multiply(xs, _SQRT_HALF, out=e)  # erf's input s
+            np.multiply(np.negative(e, out=minus), e, out=e)
+            np.exp(e, out=e)
+            np.multiply(gd, e, out=gd)
+            np.multiply(gd, _TWO_OVER_SQRT_PI, out=gd)
+            np.multiply(gd, _SQRT_HALF, out=gd)
+            np.multiply(ga, 0.5, out=ga)
+            np.add(gd, ga, out=grad[start:end])
+    finally:
+        fp_errors.leave(token)
+    return grad.reshape(shape)
+
+
 def gelu(input, approximate="none"):
     """``x Phi(x)`` with the normal CDF exact (``erf``) or by torch's tanh approximation."""
     if approximate == "none":
-        if (not _HOOKS and _AUTOCAST.key is None and isinstance(input, jt.Tensor) and input.device.type == "cpu"
-                and input.dtype in (jt.float32, jt.float64) and input._storage._data is not None and input.ndim
-                and is_contiguous(input._shape, input._stride) and not (input._requires_grad and jt.is_grad_enabled())):
+        if _gelu_shortcut(input):
+            if input._requires_grad and jt.is_grad_enabled():
+                return _Gelu.apply(input)
             # no history to record: the composition's NumPy kernels in its order (the same bits), without
             # its four dispatches and two of its temporaries
-            x = input._array()
             token = fp_errors.enter()
             try:
-                half = np.multiply(x, 0.5)
-                cdf = _erf(np.multiply(x, 1.0 / math.sqrt(2.0)))
-                np.add(1.0, cdf, out=cdf)
+                half, cdf = _gelu_parts(input._array())
                 np.multiply(half, cdf, out=half)
             finally:
                 fp_errors.leave(token)
             return jt.Tensor._fresh(half, input.dtype)
-        return input * 0.5 * (1.0 + (input * (1.0 / math.sqrt(2.0))).erf())
+        return input * 0.5 * (1.0 + (input * _SQRT_HALF).erf())
     if approximate == "tanh":
         inner = math.sqrt(2.0 / math.pi) * (input + 0.044715 * input * input * input)
         return 0.5 * input * (1.0 + inner.tanh())
