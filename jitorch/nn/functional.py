@@ -560,8 +560,105 @@ def _lowest(dtype):
     return -math.inf if dtype.is_floating_point else jt.iinfo(dtype).min
 
 
+def _tiling_pool(input, geo):
+    """Whether the windows of pooling ``geo`` tile ``input``'s trailing dims without overlap or padding
+    (stride = kernel, the usual ``max_pool2d(x, 2)``), on a CPU float32 or float64 tensor with values, and no
+    dispatch hook (a trace or a profile sees the composition) or autocast: then `_tiled_max` may serve it."""
+    return (not _HOOKS and _AUTOCAST.key is None and input.device.type == "cpu"
+            and input.dtype in (jt.float32, jt.float64) and input._storage._data is not None
+            and geo.stride == geo.kernel and not any(geo.padding) and all(d == 1 for d in geo.dilation)
+            and all(o == n // k for o, n, k in zip(geo.out, geo.size, geo.kernel)))
+
+
+def _tiles(x, geo):
+    """The windows of a tiling pool over ``x``'s trailing dims as a view ``(*kernel, *lead, *out)``: kernel
+    positions first, in the row-major order of the composition's windows."""
+    nd = len(geo.kernel)
+    lead = x.shape[:-nd]
+    x = x[(Ellipsis,) + tuple(slice(0, o * k) for o, k in zip(geo.out, geo.kernel))]
+    split = x.reshape(lead + tuple(n for o, k in zip(geo.out, geo.kernel) for n in (o, k)))
+    first = len(lead)
+    kernel_axes = tuple(first + 2 * i + 1 for i in range(nd))
+    return split.transpose(kernel_axes + tuple(range(first)) + tuple(first + 2 * i for i in range(nd)))
+
+
+def _select_into(out, a, mask):
+    """``out |= (a where mask else +0.0)`` on the bits of float arrays: a selection by a random mask without
+    branches (``np.where`` and ``copyto(where=)`` mispredict on one: ten times slower)."""
+    bits = np.dtype(f"i{a.itemsize}")
+    ones = mask.astype(bits)
+    np.negative(ones, out=ones)  # all bits set where chosen
+    np.bitwise_and(ones, a.view(bits), out=ones)
+    np.bitwise_or(out.view(bits), ones, out=out.view(bits))
+
+
+def _tiled_max(x, geo):
+    """``(values, index)`` of each window's maximum (index: its kernel position), as max.dim picks it over the
+    composition's windows: the first maximum (-0.0 and 0.0 tie), the first NaN if any, and that element's bits.
+    One copy of the windows kernel-position-major, then branch-free passes over them: NumPy's argmax over a
+    last dim of 4, and its gathers, are several times slower."""
+    k = math.prod(geo.kernel)
+    windows = np.ascontiguousarray(_tiles(x, geo)).reshape((k,) + x.shape[:-len(geo.kernel)] + tuple(geo.out))
+    top = np.maximum.reduce(windows, axis=0)  # (NaN where a window holds one)
+    index = np.zeros(top.shape, np.int32)
+    values = np.zeros(top.shape, top.dtype)
+    found = None
+    for position in range(k):
+        hit = np.equal(windows[position], top)
+        if top.dtype.kind == "f":
+            hit |= np.isnan(windows[position])
+        first = hit if found is None else hit & ~found  # this position holds the window's first maximum
+        found = hit if found is None else found | hit
+        if position:
+            index += first * np.int32(position)
+        _select_into(values, windows[position], first)
+    return values, index.astype(np.int64)
+
+
+def _tiled_max_backward(g, index, shape, geo):
+    """The input's gradient of a tiling max pool: each window's gradient on the element it chose, +0.0 elsewhere
+    (the composition's ``where(positions == indices, g, 0)`` read back through the windows)."""
+    k = math.prod(geo.kernel)
+    windows = np.zeros((k,) + g.shape, g.dtype)
+    for position in range(k):
+        _select_into(windows[position], g, np.equal(index, position))
+    grad = np.zeros(shape, g.dtype)
+    _tiles(grad, geo)[...] = windows.reshape(tuple(geo.kernel) + g.shape)
+    return grad
+
+
+class _MaxPool(jt.autograd.Function):
+    """A tiling max pool (`_tiling_pool`) in grad mode as one backward node with the composition's bits."""
+
+    @staticmethod
+    def forward(ctx, x, geo):
+        values, index = _tiled_max(x._array(), geo)
+        ctx.geo, ctx.shape = geo, tuple(x.shape)
+        ctx.save_for_backward(jt.Tensor._fresh(index, jt.int64))
+        return jt.Tensor._fresh(values, x.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        (index,) = ctx.saved_tensors
+        geo = ctx.geo
+        if jt.is_grad_enabled() or _HOOKS or _AUTOCAST.key is not None or g.device.type != "cpu":
+            # a backward that records (create_graph), is traced or profiled: the composition's, on an input
+            # whose windows choose what these chose (one 1.0 each, at its index)
+            chosen = _tiled_max_backward(np.ones(index.shape, np.float32), index._array(), ctx.shape, geo)
+            with jt.enable_grad():
+                x = jt.from_numpy(chosen).to(g.dtype).requires_grad_()
+                values = geo.windows(x, _lowest(x.dtype)).max(-1)[0]
+                return jt.autograd.grad(values, x, g, create_graph=jt.is_grad_enabled())[0], None
+        grad = _tiled_max_backward(np.ascontiguousarray(g._array()), index._array(), ctx.shape, geo)
+        return jt.Tensor._fresh(grad, g.dtype), None
+
+
 def _max_pool(input, nd, kernel_size, stride, padding, dilation, ceil_mode, return_indices):
     geo = _Pool(input, f"max_pool{nd}d", nd, kernel_size, stride, padding, dilation, ceil_mode)
+    if not return_indices and _tiling_pool(input, geo):
+        if input._requires_grad and jt.is_grad_enabled():
+            return _MaxPool.apply(input, geo)
+        return jt.Tensor._fresh(_tiled_max(input._array(), geo)[0], input.dtype)
     values, argmax = geo.windows(input, _lowest(input.dtype)).max(-1)
     if not return_indices:
         return values

@@ -131,3 +131,65 @@ def test_gelu_backward_under_a_profiler_runs_as_ops_with_the_same_bits():
         y.sum().backward()
     assert any(e.key == "aten::erf" for e in prof.key_averages())
     assert x.grad.numpy().tobytes() == plain.numpy().tobytes()
+
+
+def _pool_grads(a, g, general, create_graph=False, **kw):
+    """(values, input gradient) of ``max_pool2d(a, **kw)`` for the values' gradient ``g``, by the shortcut or
+    (``general``) the composition; with ``create_graph`` the gradient records its history."""
+    with (general_path() if general else contextlib.nullcontext()):
+        x = jt.from_numpy(a.copy()).requires_grad_()
+        y = F.max_pool2d(x, **kw)
+        gt = jt.from_numpy(g).requires_grad_(create_graph)
+        (grad,) = jt.autograd.grad(y, x, gt, create_graph=create_graph)
+    return y, grad, gt
+
+
+def _pool_input(shape, dtype, seed):
+    """Values with ties (-0.0 against 0.0, repeated maxima), NaNs and infinities among random ones."""
+    rng = np.random.default_rng(seed)
+    a = rng.integers(-3, 3, shape).astype(dtype) * rng.choice([1.0, -1.0], shape).astype(dtype)
+    flat = a.reshape(-1)
+    flat[rng.integers(0, flat.size, 6)] = np.nan
+    flat[rng.integers(0, flat.size, 3)] = np.inf
+    flat[rng.integers(0, flat.size, 3)] = -np.inf
+    return a
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("shape, kw", [((2, 3, 8, 8), {"kernel_size": 2}), ((3, 7, 8), {"kernel_size": 3}),
+                                       ((2, 2, 9, 10), {"kernel_size": (2, 3), "stride": (2, 3)}),
+                                       ((1, 2, 4, 6), {"kernel_size": 2, "ceil_mode": True})])
+def test_max_pool2d_tiling_shortcut_gives_the_compositions_bits(dtype, shape, kw):
+    a = _pool_input(shape, dtype, sum(shape))
+    y_out = F.max_pool2d(jt.from_numpy(a), **kw)  # (no grad: values alone)
+    with general_path():
+        y0_out = F.max_pool2d(jt.from_numpy(a), **kw)
+    g = np.random.default_rng(1).standard_normal(tuple(y_out.shape)).astype(dtype)
+    g.reshape(-1)[:3] = [-0.0, np.nan, np.inf][:g.size]
+    y, grad, _ = _pool_grads(a, g, general=False, **kw)
+    y0, grad0, _ = _pool_grads(a, g, general=True, **kw)
+    assert y.grad_fn.name() == "_MaxPoolBackward" and y0.grad_fn.name() == "MaxBackward0"
+    for got, want in ((y_out, y0_out), (y, y0), (grad, grad0)):
+        assert got.shape == want.shape and got.dtype == want.dtype and got.is_contiguous()
+        assert got.detach().numpy().tobytes() == want.detach().numpy().tobytes()
+    t = torch.from_numpy(np.nan_to_num(a)).requires_grad_()
+    want = torch.nn.functional.max_pool2d(t, **kw)
+    np.testing.assert_array_equal(F.max_pool2d(jt.from_numpy(np.nan_to_num(a)), **kw).numpy(), want.detach().numpy())
+
+
+def test_max_pool2d_double_backward_and_profiled_backward_give_the_compositions_bits():
+    a = _pool_input((2, 2, 6, 6), "float32", 3)
+    g = np.random.default_rng(2).standard_normal((2, 2, 3, 3)).astype(np.float32)
+    _, grad, gt = _pool_grads(a, g, general=False, create_graph=True, kernel_size=2)
+    _, grad0, gt0 = _pool_grads(a, g, general=True, create_graph=True, kernel_size=2)
+    assert grad.grad_fn is not None and grad.detach().numpy().tobytes() == grad0.detach().numpy().tobytes()
+    w = np.arange(a.size, dtype=np.float32).reshape(a.shape)
+    (second,) = jt.autograd.grad((grad * jt.from_numpy(w)).sum(), gt)
+    (second0,) = jt.autograd.grad((grad0 * jt.from_numpy(w)).sum(), gt0)
+    assert second.numpy().tobytes() == second0.numpy().tobytes()
+    x = jt.from_numpy(a.copy()).requires_grad_()
+    y = F.max_pool2d(x, 2)
+    with jt.profiler.profile() as prof:
+        y.backward(jt.from_numpy(g))
+    assert any(e.key == "aten::max" for e in prof.key_averages())
+    assert x.grad.numpy().tobytes() == grad0.detach().numpy().tobytes()
