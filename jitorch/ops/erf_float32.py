@@ -40,12 +40,13 @@ def erf(x):
     a, t, q = (np.empty(min(n, CHUNK), np.float32) for _ in range(3))
     for start in range(0, n, CHUNK):
         m = min(n - start, CHUNK)
-        _erf_into(flat[start:start + m], out[start:start + m], a[:m], t[:m], q[:m])
+        erf_into(flat[start:start + m], out[start:start + m], a[:m], t[:m], q[:m])
     return out.reshape(x.shape)
 
 
-def _erf_into(x, r, a, t, q):
-    """``r = erf(x)`` for 1-d float32 arrays, with ``a``, ``t`` and ``q`` as scratch of their size."""
+def erf_into(x, r, a, t, q):
+    """``r = erf(x)`` for 1-d float32 arrays of one size (``x`` is left as it is), with ``a``, ``t`` and ``q`` as
+    scratch of that size: one chunk of `erf`, for callers that chunk a longer computation around it."""
     np.clip(x, -_CLAMP, _CLAMP, out=a)
     np.multiply(a, a, out=t)
     np.multiply(t, _Q[0], out=q)
