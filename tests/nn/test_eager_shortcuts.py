@@ -193,3 +193,16 @@ def test_max_pool2d_double_backward_and_profiled_backward_give_the_compositions_
         y.backward(jt.from_numpy(g))
     assert any(e.key == "aten::max" for e in prof.key_averages())
     assert x.grad.numpy().tobytes() == grad0.detach().numpy().tobytes()
+
+
+@pytest.mark.parametrize("pool, shape, k", [(F.max_pool1d, (2, 3, 9), 3), (F.max_pool3d, (1, 2, 4, 6, 5), 2)])
+def test_max_pool1d_and_3d_tiling_shortcut_gives_the_compositions_bits(pool, shape, k):
+    a = _pool_input(shape, "float32", 7)
+    outs = []
+    for general in (False, True):
+        with (general_path() if general else contextlib.nullcontext()):
+            x = jt.from_numpy(a.copy()).requires_grad_()
+            y = pool(x, k)
+            g = jt.from_numpy(np.random.default_rng(3).standard_normal(tuple(y.shape)).astype(np.float32))
+            outs.append((y.detach().numpy().tobytes(), jt.autograd.grad(y, x, g)[0].numpy().tobytes(), y.grad_fn.name()))
+    assert outs[0][:2] == outs[1][:2] and outs[0][2] == "_MaxPoolBackward" and outs[1][2] == "MaxBackward0"
