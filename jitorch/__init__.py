@@ -12,6 +12,9 @@ import sys as _sys
 import types as _types
 
 from .runtime.version import __version__  # noqa: F401
+from .runtime.allocator import keep_freed_memory as _keep_freed_memory
+
+_keep_freed_memory()  # eager ops' temporaries reuse freed memory instead of faulting in new pages
 
 from .runtime import dtypes as _dtypes
 from .runtime.dtypes import (  # noqa: F401

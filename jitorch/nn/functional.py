@@ -25,6 +25,7 @@ import jitorch as jt
 from jitorch.compiler import is_compiling
 from jitorch.ops.attention import attention_fast
 from jitorch.ops.autocast import autocasts
+from jitorch.ops import erf_float32
 from jitorch.ops.pointwise import _erf
 from jitorch.ops.registry import DISPATCH_HOOKS as _HOOKS, OPS as _OPS, scalar_name
 from jitorch.runtime import fp_errors
@@ -560,8 +561,105 @@ def _lowest(dtype):
     return -math.inf if dtype.is_floating_point else jt.iinfo(dtype).min
 
 
+def _tiling_pool(input, geo):
+    """Whether the windows of pooling ``geo`` tile ``input``'s trailing dims without overlap or padding
+    (stride = kernel, the usual ``max_pool2d(x, 2)``), on a CPU float32 or float64 tensor with values, and no
+    dispatch hook (a trace or a profile sees the composition) or autocast: then `_tiled_max` may serve it."""
+    return (not _HOOKS and _AUTOCAST.key is None and input.device.type == "cpu"
+            and input.dtype in (jt.float32, jt.float64) and input._storage._data is not None
+            and geo.stride == geo.kernel and not any(geo.padding) and all(d == 1 for d in geo.dilation)
+            and all(o == n // k for o, n, k in zip(geo.out, geo.size, geo.kernel)))
+
+
+def _tiles(x, geo):
+    """The windows of a tiling pool over ``x``'s trailing dims as a view ``(*kernel, *lead, *out)``: kernel
+    positions first, in the row-major order of the composition's windows."""
+    nd = len(geo.kernel)
+    lead = x.shape[:-nd]
+    x = x[(Ellipsis,) + tuple(slice(0, o * k) for o, k in zip(geo.out, geo.kernel))]
+    split = x.reshape(lead + tuple(n for o, k in zip(geo.out, geo.kernel) for n in (o, k)))
+    first = len(lead)
+    kernel_axes = tuple(first + 2 * i + 1 for i in range(nd))
+    return split.transpose(kernel_axes + tuple(range(first)) + tuple(first + 2 * i for i in range(nd)))
+
+
+def _select_into(out, a, mask):
+    """``out |= (a where mask else +0.0)`` on the bits of float arrays: a selection by a random mask without
+    branches (``np.where`` and ``copyto(where=)`` mispredict on one: ten times slower)."""
+    bits = np.dtype(f"i{a.itemsize}")
+    ones = mask.astype(bits)
+    np.negative(ones, out=ones)  # all bits set where chosen
+    np.bitwise_and(ones, a.view(bits), out=ones)
+    np.bitwise_or(out.view(bits), ones, out=out.view(bits))
+
+
+def _tiled_max(x, geo):
+    """``(values, index)`` of each window's maximum (index: its kernel position), as max.dim picks it over the
+    composition's windows: the first maximum (-0.0 and 0.0 tie), the first NaN if any, and that element's bits.
+    One copy of the windows kernel-position-major, then branch-free passes over them: NumPy's argmax over a
+    last dim of 4, and its gathers, are several times slower."""
+    k = math.prod(geo.kernel)
+    windows = np.ascontiguousarray(_tiles(x, geo)).reshape((k,) + x.shape[:-len(geo.kernel)] + tuple(geo.out))
+    top = np.maximum.reduce(windows, axis=0)  # (NaN where a window holds one)
+    index = np.zeros(top.shape, np.int32)
+    values = np.zeros(top.shape, top.dtype)
+    found = None
+    for position in range(k):
+        hit = np.equal(windows[position], top)
+        if top.dtype.kind == "f":
+            hit |= np.isnan(windows[position])
+        first = hit if found is None else hit & ~found  # this position holds the window's first maximum
+        found = hit if found is None else found | hit
+        if position:
+            index += first * np.int32(position)
+        _select_into(values, windows[position], first)
+    return values, index.astype(np.int64)
+
+
+def _tiled_max_backward(g, index, shape, geo):
+    """The input's gradient of a tiling max pool: each window's gradient on the element it chose, +0.0 elsewhere
+    (the composition's ``where(positions == indices, g, 0)`` read back through the windows)."""
+    k = math.prod(geo.kernel)
+    windows = np.zeros((k,) + g.shape, g.dtype)
+    for position in range(k):
+        _select_into(windows[position], g, np.equal(index, position))
+    grad = np.zeros(shape, g.dtype)
+    _tiles(grad, geo)[...] = windows.reshape(tuple(geo.kernel) + g.shape)
+    return grad
+
+
+class _MaxPool(jt.autograd.Function):
+    """A tiling max pool (`_tiling_pool`) in grad mode as one backward node with the composition's bits."""
+
+    @staticmethod
+    def forward(ctx, x, geo):
+        values, index = _tiled_max(x._array(), geo)
+        ctx.geo, ctx.shape = geo, tuple(x.shape)
+        ctx.save_for_backward(jt.Tensor._fresh(index, jt.int64))
+        return jt.Tensor._fresh(values, x.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        (index,) = ctx.saved_tensors
+        geo = ctx.geo
+        if jt.is_grad_enabled() or _HOOKS or _AUTOCAST.key is not None or g.device.type != "cpu":
+            # a backward that records (create_graph), is traced or profiled: the composition's, on an input
+            # whose windows choose what these chose (one 1.0 each, at its index)
+            chosen = _tiled_max_backward(np.ones(index.shape, np.float32), index._array(), ctx.shape, geo)
+            with jt.enable_grad():
+                x = jt.from_numpy(chosen).to(g.dtype).requires_grad_()
+                values = geo.windows(x, _lowest(x.dtype)).max(-1)[0]
+                return jt.autograd.grad(values, x, g, create_graph=jt.is_grad_enabled())[0], None
+        grad = _tiled_max_backward(np.ascontiguousarray(g._array()), index._array(), ctx.shape, geo)
+        return jt.Tensor._fresh(grad, g.dtype), None
+
+
 def _max_pool(input, nd, kernel_size, stride, padding, dilation, ceil_mode, return_indices):
     geo = _Pool(input, f"max_pool{nd}d", nd, kernel_size, stride, padding, dilation, ceil_mode)
+    if not return_indices and _tiling_pool(input, geo):
+        if input._requires_grad and jt.is_grad_enabled():
+            return _MaxPool.apply(input, geo)
+        return jt.Tensor._fresh(_tiled_max(input._array(), geo)[0], input.dtype)
     values, argmax = geo.windows(input, _lowest(input.dtype)).max(-1)
     if not return_indices:
         return values
@@ -1647,25 +1745,124 @@ def relu_(input):
     return input.relu_()
 
 
+_SQRT_HALF = 1.0 / math.sqrt(2.0)
+_TWO_OVER_SQRT_PI = 2 / math.sqrt(math.pi)
+# elements one pass of exact GELU works on: its forward's 7 operands and its backward's 8 (1 MiB in float32) stay
+# in the L2 cache
+_GELU_CHUNK = 32768
+
+
+def _gelu_shortcut(input):
+    """Whether exact `gelu` of ``input`` may skip the composition's dispatches: no dispatch hook (a trace or a
+    profile sees the composition) or autocast, a contiguous CPU float32 or float64 tensor with values."""
+    return (not _HOOKS and _AUTOCAST.key is None and isinstance(input, jt.Tensor) and input.device.type == "cpu"
+            and input.dtype in (jt.float32, jt.float64) and input._storage._data is not None and input.ndim
+            and is_contiguous(input._shape, input._stride))
+
+
+def _gelu_parts(x, keep_cdf):
+    """``(x * 0.5 * cdf, cdf)`` of an array, ``cdf = 1.0 + erf(x / sqrt(2))`` (None unless ``keep_cdf``), by the
+    composition's kernels in its order; float32 on cache-sized chunks, every pass of one chunk in turn."""
+    if x.dtype != np.float32:
+        half = np.multiply(x, 0.5)
+        cdf = _erf(np.multiply(x, _SQRT_HALF))
+        np.add(1.0, cdf, out=cdf)
+        return np.multiply(half, cdf, out=half), cdf
+    flat = x.reshape(-1)
+    n = flat.size
+    out = np.empty(n, np.float32)
+    cdf = np.empty(n, np.float32) if keep_cdf else None
+    scaled, part, a, t, q = (np.empty(min(n, _GELU_CHUNK), np.float32) for _ in range(5))
+    for start in range(0, n, _GELU_CHUNK):
+        end = min(n, start + _GELU_CHUNK)
+        m = end - start
+        xs, o, s = flat[start:end], out[start:end], scaled[:m]
+        c = cdf[start:end] if keep_cdf else part[:m]
+        np.multiply(xs, 0.5, out=o)
+        np.multiply(xs, _SQRT_HALF, out=s)
+        erf_float32.erf_into(s, c, a[:m], t[:m], q[:m])
+        np.add(1.0, c, out=c)
+        np.multiply(o, c, out=o)
+    return out.reshape(x.shape), None if cdf is None else cdf.reshape(x.shape)
+
+
+class _Gelu(jt.autograd.Function):
+    """Exact GELU in grad mode as one backward node, with the composition's bits forward and backward.
+
+    The composition ``x * 0.5 * (1.0 + (x * c).erf())`` records five nodes whose backward makes ten passes over
+    the tensor, each a dispatch and a new array; this node's backward makes the same NumPy calls on the same
+    values in the same order, on cache-sized chunks. Like torch's GeluBackward0 it saves the input, so a later
+    in-place write into it fails the backward."""
+
+    @staticmethod
+    def forward(ctx, x):
+        token = fp_errors.enter()
+        try:
+            out, cdf = _gelu_parts(x._array(), True)
+        finally:
+            fp_errors.leave(token)
+        ctx.save_for_backward(x, jt.Tensor._fresh(cdf, x.dtype))
+        return jt.Tensor._fresh(out, x.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, cdf = ctx.saved_tensors
+        if jt.is_grad_enabled() or _HOOKS or _AUTOCAST.key is not None or g.device.type != "cpu":
+            # a backward that records (create_graph), is traced or profiled: the composition's rules as ops
+            half, scaled = x * 0.5, x * _SQRT_HALF
+            ga = g * (1.0 + scaled.erf())
+            ge = g * half * (-scaled * scaled).exp() * _TWO_OVER_SQRT_PI
+            return ge * _SQRT_HALF + ga * 0.5
+        return jt.Tensor._fresh(_gelu_backward(np.ascontiguousarray(g._array()), x._array(), cdf._array()), x.dtype)
+
+
+def _gelu_backward(g, x, cdf):
+    """The input's gradient of the composition ``y = (x * 0.5) * cdf`` (``cdf = 1.0 + erf(x * c)``) given
+    ``g``: the composition's rules' kernels on chunks, mul's for y (``g * cdf``, ``g * half``), erf's
+    (``gd * exp(-s * s) * 2/sqrt(pi)``), mul's for ``x * c`` and ``x * 0.5``, and the sum of the two."""
+    shape = x.shape
+    g, x, cdf = g.reshape(-1), x.reshape(-1), cdf.reshape(-1)
+    n = x.size
+    grad = np.empty(n, x.dtype)
+    a, b, c, d = (np.empty(min(n, _GELU_CHUNK), x.dtype) for _ in range(4))
+    token = fp_errors.enter()
+    try:
+        for start in range(0, n, _GELU_CHUNK):
+            end = min(n, start + _GELU_CHUNK)
+            m = end - start
+            ga, gd, e, minus = a[:m], b[:m], c[:m], d[:m]
+            gs, xs = g[start:end], x[start:end]
+            np.multiply(gs, cdf[start:end], out=ga)
+            np.multiply(xs, 0.5, out=e)
+            np.multiply(gs, e, out=gd)
+            np.multiply(xs, _SQRT_HALF, out=e)  # erf's input s
+            np.multiply(np.negative(e, out=minus), e, out=e)
+            np.exp(e, out=e)
+            np.multiply(gd, e, out=gd)
+            np.multiply(gd, _TWO_OVER_SQRT_PI, out=gd)
+            np.multiply(gd, _SQRT_HALF, out=gd)
+            np.multiply(ga, 0.5, out=ga)
+            np.add(gd, ga, out=grad[start:end])
+    finally:
+        fp_errors.leave(token)
+    return grad.reshape(shape)
+
+
 def gelu(input, approximate="none"):
     """``x Phi(x)`` with the normal CDF exact (``erf``) or by torch's tanh approximation."""
     if approximate == "none":
-        if (not _HOOKS and _AUTOCAST.key is None and isinstance(input, jt.Tensor) and input.device.type == "cpu"
-                and input.dtype in (jt.float32, jt.float64) and input._storage._data is not None and input.ndim
-                and is_contiguous(input._shape, input._stride) and not (input._requires_grad and jt.is_grad_enabled())):
+        if _gelu_shortcut(input):
+            if input._requires_grad and jt.is_grad_enabled():
+                return _Gelu.apply(input)
             # no history to record: the composition's NumPy kernels in its order (the same bits), without
             # its four dispatches and two of its temporaries
-            x = input._array()
             token = fp_errors.enter()
             try:
-                half = np.multiply(x, 0.5)
-                cdf = _erf(np.multiply(x, 1.0 / math.sqrt(2.0)))
-                np.add(1.0, cdf, out=cdf)
-                np.multiply(half, cdf, out=half)
+                out = _gelu_parts(input._array(), False)[0]
             finally:
                 fp_errors.leave(token)
-            return jt.Tensor._fresh(half, input.dtype)
-        return input * 0.5 * (1.0 + (input * (1.0 / math.sqrt(2.0))).erf())
+            return jt.Tensor._fresh(out, input.dtype)
+        return input * 0.5 * (1.0 + (input * _SQRT_HALF).erf())
     if approximate == "tanh":
         inner = math.sqrt(2.0 / math.pi) * (input + 0.044715 * input * input * input)
         return 0.5 * input * (1.0 + inner.tanh())

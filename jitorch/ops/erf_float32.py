@@ -10,7 +10,8 @@ The ``1 +`` is kept apart from ``Q`` so that 2/sqrt(pi) (``Q(0) + 1``) is not ro
 and the rounding of ``g``'s last addition is carried into ``tanh`` as a first-order correction. Measured
 against float64 ``math.erf`` over every 211th float32 in [2**-126, 4.5) and 3M evenly spaced points of
 [0, 4.5], both signs: at most 1.83 ulp, 0.31 on average (torch's Sleef erff: 0.78 and 0.24). It costs 20
-float32 ufunc passes: 0.9 ms for 393k elements, where the float64 rational approximation took 19 ms.
+float32 ufunc passes, run on chunks that stay in cache: 0.9 ms for 393k elements before chunking, where the
+float64 rational approximation took 19 ms.
 """
 
 from __future__ import annotations
@@ -26,23 +27,41 @@ _CLAMP = np.float32(4.5)
 _ONE = np.float32(1.0)
 
 
+# elements one pass works on: its four buffers (512 KiB) stay in the L2 cache through the 20 passes, which on a
+# whole 393k-element array each went to memory (2.4x the time; the bits are the same, every pass is elementwise)
+CHUNK = 32768
+
+
 def erf(x):
     """``erf`` of a float32 array, as a new float32 array (at most 1.83 ulp from the exact value)."""
-    a = np.clip(x.reshape(-1), -_CLAMP, _CLAMP)  # (1-d, so that every ufunc below returns an array)
-    t = a * a
-    q = t * _Q[0]
+    flat = x.reshape(-1)
+    n = flat.size
+    out = np.empty(n, np.float32)
+    a, t, q = (np.empty(min(n, CHUNK), np.float32) for _ in range(3))
+    for start in range(0, n, CHUNK):
+        m = min(n - start, CHUNK)
+        erf_into(flat[start:start + m], out[start:start + m], a[:m], t[:m], q[:m])
+    return out.reshape(x.shape)
+
+
+def erf_into(x, r, a, t, q):
+    """``r = erf(x)`` for 1-d float32 arrays of one size (``x`` is left as it is), with ``a``, ``t`` and ``q`` as
+    scratch of that size: one chunk of `erf`, for callers that chunk a longer computation around it."""
+    np.clip(x, -_CLAMP, _CLAMP, out=a)
+    np.multiply(a, a, out=t)
+    np.multiply(t, _Q[0], out=q)
     for c in _Q[1:-1]:
         np.add(q, c, out=q)
         np.multiply(q, t, out=q)
     np.add(q, _Q[-1], out=q)
     np.multiply(q, a, out=q)
-    g = a + q
+    g = np.add(a, q, out=r)
     # g's rounding error, exact (Fast2Sum, |a| >= |q|); written q - (g - a) so that erf(-0.0) stays -0.0
     np.subtract(g, a, out=a)
     np.subtract(q, a, out=q)
-    r = np.tanh(g, out=g)
+    np.tanh(g, out=r)
     # tanh(g + d) = tanh(g) + d (1 - tanh(g)**2) to first order
     np.multiply(r, r, out=t)
     np.subtract(_ONE, t, out=t)
     np.multiply(t, q, out=t)
-    return np.add(r, t, out=r).reshape(x.shape)
+    np.add(r, t, out=r)

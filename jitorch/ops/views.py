@@ -67,15 +67,25 @@ def _view_as(x, other):
     return _view(x, other.shape)
 
 
+_CONTIGUOUS_VIEWS: dict = {}  # (shape, new shape) -> the new strides, of a view of a contiguous tensor
+
+
 def _reshape_view(x, shape):
     """The geometry of ``x.reshape(shape)`` when it is a view of ``x``, else None."""
     old = x._shape
-    if (shape.__class__ is tuple and shape and min(shape) >= 0 and prod(shape) == prod(old)
-            and CONTIGUOUS_STRIDES.get(old) == x._stride):
+    if shape.__class__ is tuple and CONTIGUOUS_STRIDES.get(old) == x._stride:
         # the commonest: every size given, of a contiguous tensor (`infer_size` and `view_strides`' first
-        # cases, without their calls: an eager reshape's cost is its calls)
-        strides = CONTIGUOUS_STRIDES.get(shape)
-        return shape, strides if strides is not None else contiguous_strides_cached(shape), x._offset
+        # cases, without their calls: an eager reshape's cost is its calls), remembered per pair of shapes
+        # (a dict lookup costs half the checks)
+        strides = _CONTIGUOUS_VIEWS.get((old, shape))
+        if strides is not None:
+            return shape, strides, x._offset
+        if shape and min(shape) >= 0 and prod(shape) == prod(old):
+            strides = contiguous_strides_cached(shape)
+            if len(_CONTIGUOUS_VIEWS) > 4096:
+                _CONTIGUOUS_VIEWS.clear()
+            _CONTIGUOUS_VIEWS[(old, shape)] = strides
+            return shape, strides, x._offset
     shape = infer_size(shape, prod(old))
     strides = view_strides(x._shape, x._stride, shape)
     return None if strides is None else (shape, strides, x._offset)

@@ -80,3 +80,16 @@ def test_exact_gelu_forward_and_backward_against_torch():
     ya.backward(jt.tensor(g))
     yb.backward(torch.tensor(g))
     np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("n", [0, 1, 47, 48, 49, 1000])
+def test_chunks_give_the_bits_of_one_pass(monkeypatch, n):
+    # erf runs its passes on cache-sized chunks: chunk ends anywhere (48 elements, then the whole array
+    # in one chunk) give the same bits, of every shape
+    x = (np.random.default_rng(n).standard_normal(n) * 3).astype(np.float32)
+    x[:4] = np.array([np.nan, -0.0, np.inf, 3.9], np.float32)[:min(n, 4)]
+    whole = erf_float32.erf(x)
+    monkeypatch.setattr(erf_float32, "CHUNK", 48)
+    chunked = erf_float32.erf(x.reshape(-1, 1) if n else x)
+    assert chunked.shape == ((n, 1) if n else (0,)) and chunked.dtype == np.float32
+    np.testing.assert_array_equal(chunked.reshape(-1).view(np.int32), whole.view(np.int32))

@@ -486,3 +486,15 @@ def test_view_dtype_errors_are_torchs(make, dtype):
     with pytest.raises(RuntimeError) as got:
         eval(make, {"torch": jt}).view(getattr(jt, dtype))
     assert str(got.value) == str(expected.value)
+
+
+def test_a_remembered_contiguous_view_geometry_serves_only_contiguous_tensors_of_that_shape():
+    # the geometry of x.view(shape) is remembered per (x's shape, shape) for contiguous x: a transposed or
+    # offset tensor of the same shape gets its own geometry (or torch's error), never the remembered one
+    x = jt.arange(12.0).view(3, 4)
+    assert x.view(4, 3).stride() == (3, 1) and x.view(4, 3).stride() == (3, 1)
+    assert x[1:].reshape(8).storage_offset() == 4 and x[1:].reshape(8).tolist() == list(range(4, 12))
+    t = jt.arange(12.0).view(4, 3).t()  # (3, 4) too, strides (1, 3)
+    with pytest.raises(RuntimeError, match="view size is not compatible"):
+        t.view(4, 3)
+    assert t.reshape(4, 3).tolist() == torch.arange(12.0).view(4, 3).t().reshape(4, 3).tolist()

@@ -1,8 +1,13 @@
 """The caching allocator: large buffers are reused after their tensor dies, never while referenced."""
 
 import gc
+import os
+import platform
+import subprocess
+import sys
 
 import numpy as np
+import pytest
 
 import jitorch as jt
 from jitorch.runtime import allocator
@@ -59,3 +64,28 @@ def test_compiled_outputs_reuse_buffers_across_calls():
     assert f(x).data_ptr() == first
     kept = f(x)
     assert f(x).data_ptr() != kept.data_ptr()
+
+
+_FAULTS = """
+import resource, numpy as np, jitorch
+a = np.ones(1 << 20, np.float32); del a   # the first one faults its pages in either way
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(20):
+    a = np.ones(1 << 20, np.float32); del a
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+def _faults(env):
+    out = subprocess.run([sys.executable, "-c", _FAULTS], env={**os.environ, **env}, capture_output=True, text=True,
+                         check=True)
+    return int(out.stdout)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc", reason="glibc's malloc")
+def test_freed_memory_is_reused_without_page_faults():
+    # a 4 MiB temporary freed and allocated again reuses its pages after `import jitorch`; glibc's defaults
+    # (kept by JITORCH_KEEP_FREED_MEMORY=0) unmap it, and each of the 20 allocations faults pages in again
+    assert _faults({"JITORCH_KEEP_FREED_MEMORY": "1"}) < 5
+    assert _faults({"JITORCH_KEEP_FREED_MEMORY": "0"}) >= 20
+    assert allocator.keep_freed_memory()
