@@ -945,8 +945,14 @@ def _check_polygamma(spec, x, n):
 
 
 # x.polygamma(n) and x.polygamma_(n) take self first; the function torch.polygamma(n, x) is below
-defpointwise("_polygamma(Tensor self, int n) -> Tensor", lambda x, n: _in_float64(
-    lambda v: special_math.polygamma(n, v))(x), INT_TO_FLOAT, variants=("function", "method", "inplace"), method_name="polygamma",
+def _polygamma(x, n):
+    if n == 1 and x.dtype != np.float64:
+        # torch computes trigamma in float32 for float32 and the half types (its values at the poles show it)
+        return convert(special_math.trigamma(convert(x, np.float32), np.float32), x.dtype)
+    return _in_float64(lambda v: special_math.polygamma(n, v))(x)
+
+
+defpointwise("_polygamma(Tensor self, int n) -> Tensor", _polygamma, INT_TO_FLOAT, variants=("function", "method", "inplace"), method_name="polygamma",
     check=_check_polygamma, doc="The ``n``-th derivative of digamma (``n >= 0``).")
 defop("polygamma(int n, Tensor self) -> Tensor", composite=lambda n, x: registry.METHODS["polygamma"](x, n),
       variants=("function", "out"), doc="The ``n``-th derivative of digamma (``n >= 0``).")
