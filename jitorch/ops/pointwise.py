@@ -232,9 +232,11 @@ def _dtype_of(a, b):
     return (a if a.__class__ is np.ndarray else b).dtype
 
 
-def _nonzero_divisor(b):
-    """torch raises for integer division by zero; NumPy would give 0 with a warning."""
-    if not (b.all() if b.__class__ is np.ndarray else b):
+def _nonzero_divisor(a, b):
+    """torch raises for integer division by zero; NumPy would give 0 with a warning. An empty result divides
+    nothing, and so raises nothing, whatever the divisor (broadcasting uses every element of a non-empty
+    operand, so a zero anywhere in ``b`` is divided by where the result is not empty)."""
+    if not (b.all() if b.__class__ is np.ndarray else b) and np.size(a) and np.size(b):
         raise RuntimeError("ZeroDivisionError")
 
 
@@ -272,13 +274,13 @@ def _rsub(a, b, alpha):
 
 def _floor_divide(a, b):
     if _dtype_of(a, b).kind in "iu":
-        _nonzero_divisor(b)
+        _nonzero_divisor(a, b)
     return np.floor_divide(a, b)
 
 
 def _div_trunc(a, b):
     if _dtype_of(a, b).kind in "iu":
-        _nonzero_divisor(b)
+        _nonzero_divisor(a, b)
         q = np.floor_divide(a, b)
         # floor and truncation differ by one when the signs differ and the division is inexact
         return q + ((np.remainder(a, b) != 0) & (np.less(a, 0) != np.less(b, 0)))
@@ -287,7 +289,7 @@ def _div_trunc(a, b):
 
 def _remainder(a, b):
     if _dtype_of(a, b).kind in "iu":
-        _nonzero_divisor(b)
+        _nonzero_divisor(a, b)
         return np.remainder(a, b)
     # torch adds the divisor to fmod's result; a zero keeps the dividend's sign (NumPy gives it the divisor's)
     m = np.fmod(a, b)
@@ -296,7 +298,7 @@ def _remainder(a, b):
 
 def _fmod(a, b):
     if _dtype_of(a, b).kind in "iu":
-        _nonzero_divisor(b)
+        _nonzero_divisor(a, b)
     return np.fmod(a, b)
 
 

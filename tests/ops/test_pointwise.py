@@ -553,6 +553,28 @@ def test_integer_division_by_zero_raises_before_writing():
     assert (jt.tensor([4.0]) // 0).tolist() == [INF]
 
 
+EMPTY_DIVISIONS = {  # integer division by zero of an empty tensor: nothing is divided, torch gives it empty
+    "floordiv": lambda T, x, z: x // 0, "remainder": lambda T, x, z: x % 0, "fmod": lambda T, x, z: T.fmod(x, 0),
+    "trunc": lambda T, x, z: T.div(x, 0, rounding_mode="trunc"),
+    "floor": lambda T, x, z: T.div(x, 0, rounding_mode="floor"),
+    "broadcast": lambda T, x, z: x.unsqueeze(1) // T.stack([z, z + 1]),
+    "0d": lambda T, x, z: T.floor_divide(x, z), "reflected": lambda T, x, z: 5 % (x * z),
+    "inplace": lambda T, x, z: x.floor_divide_(z), "inplace_remainder": lambda T, x, z: x.remainder_(0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EMPTY_DIVISIONS))
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+def test_integer_division_by_zero_of_an_empty_tensor_is_empty_as_torch(name, mode):
+    fn = EMPTY_DIVISIONS[name]
+    expected = fn(torch, torch.zeros(0, dtype=torch.int32), torch.tensor(0, dtype=torch.int32))
+    run = (lambda x, z: fn(jt, x, z)) if mode == "eager" else jt.compile(lambda x, z: fn(jt, x, z))
+    got = run(jt.zeros(0, dtype=jt.int32), jt.tensor(0, dtype=jt.int32))
+    assert tuple(got.shape) == tuple(expected.shape) and got.dtype.name == str(expected.dtype).split(".")[1]
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):  # a non-empty one still raises
+        run(jt.ones(2, dtype=jt.int32), jt.tensor(0, dtype=jt.int32))
+
+
 # In-place and out= ---------------------------------------------------------------------------------
 
 INPLACE = [  # (method, its arguments)
