@@ -152,8 +152,14 @@ def _check_relu(spec, x):
         raise RuntimeError("Boolean inputs not supported for relu")
 
 
+def _by_fill_or_copy(base, exponent):
+    """Whether torch computes ``base ** exponent`` without its pow kernel: a number exponent 0 fills ones and 1
+    copies the base (pow_Tensor_Scalar_out), so bools raise to them too."""
+    return isinstance(exponent, Number) and not isinstance(base, Number) and exponent in (0, 1)
+
+
 def _check_pow(spec, base, exponent):
-    if spec.dtype is _dt.bool:
+    if spec.dtype is _dt.bool and not _by_fill_or_copy(base, exponent):
         raise NotImplementedError("\"pow\" not implemented for 'Bool'")
     if isinstance(exponent, Number) and not isinstance(base, Number) and spec.dtype not in (_dt.float32, _dt.float64):
         _check_fits(exponent, spec.dtype)  # torch checks a number exponent's cast, except to float and double
@@ -339,6 +345,9 @@ def _c_pow_half(a):
 
 
 def _pow(a, b, dtype=None):
+    if a.__class__ is np.ndarray and a.dtype == np.bool_:
+        # only by a number 0 or 1 (`_check_pow`), which NumPy's power() has no bool loop for
+        return np.ones_like(a) if b == 0 else a.copy()
     if b.__class__ is np.ndarray and b.dtype.kind in "iu":
         negative = b < 0
         if negative.any():

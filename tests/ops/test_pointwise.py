@@ -575,6 +575,25 @@ def test_integer_division_by_zero_of_an_empty_tensor_is_empty_as_torch(name, mod
         run(jt.ones(2, dtype=jt.int32), jt.tensor(0, dtype=jt.int32))
 
 
+BOOL_POWERS = {  # torch fills ones for a number exponent 0 and copies for 1, with no pow kernel: bools pass
+    "true": lambda T, b: b ** True, "false": lambda T, b: b ** False, "function": lambda T, b: T.pow(b, True),
+    "inplace": lambda T, b: b.clone().pow_(True), "one": lambda T, b: b ** 1, "zero_float": lambda T, b: b ** 0.0,
+    "out": lambda T, b: T.pow(b, False, out=T.empty(2, dtype=T.bool)), "fused": lambda T, b: (b ** True) ^ b,
+}
+
+
+@pytest.mark.parametrize("name", sorted(BOOL_POWERS))
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+def test_bool_tensor_to_a_number_power_0_or_1_as_torch(name, mode):
+    fn = BOOL_POWERS[name]
+    expected = fn(torch, torch.tensor([True, False]))
+    run = (lambda b: fn(jt, b)) if mode == "eager" else jt.compile(lambda b: fn(jt, b))
+    got = run(jt.tensor([True, False]))
+    assert got.dtype.name == str(expected.dtype).split(".")[1] and got.tolist() == expected.tolist()
+    with pytest.raises(NotImplementedError, match="\"pow\" not implemented for 'Bool'"):  # a tensor exponent
+        jt.tensor([True, False]) ** jt.tensor(True)
+
+
 # In-place and out= ---------------------------------------------------------------------------------
 
 INPLACE = [  # (method, its arguments)
