@@ -494,7 +494,9 @@ def _signbit(e, x):
 def _logit(e, x, eps):
     if eps is not None and eps >= 0:
         lo = e.const(eps, x.dtype)
-        x = _minimum(e, e.sub(e.const(1, x.dtype), lo), _maximum(e, x, lo))
+        hi = e.sub(e.const(1, x.dtype), lo)
+        # eager's (torch's) clamp: lo below lo, else hi above hi, so an eps over 1/2 (lo > hi) gives both
+        x = e.select(e.compare("<", x, lo), lo, e.select(e.compare(">", x, hi), hi, x))
     return e.math("log", e.div(x, e.sub(e.const(1, x.dtype), x)))
 
 

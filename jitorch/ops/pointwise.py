@@ -824,7 +824,9 @@ def _sinc(x):
 def _logit(x, eps):
     if eps is not None and eps >= 0:  # bounds in x's dtype: NumPy's clip would widen bfloat16 to float32
         lo = convert(np.array(eps), x.dtype)
-        x = np.minimum(np.maximum(x, lo), np.subtract(x.dtype.type(1), lo))
+        # torch's clamp: below lo gives lo, else above hi gives hi (an eps over 1/2 makes lo > hi)
+        hi = np.subtract(x.dtype.type(1), lo)
+        x = np.where(x < lo, lo, np.where(x > hi, hi, x))
     z = x
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.log(z / (1 - z))

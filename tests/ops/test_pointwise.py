@@ -594,6 +594,24 @@ def test_bool_tensor_to_a_number_power_0_or_1_as_torch(name, mode):
         jt.tensor([True, False]) ** jt.tensor(True)
 
 
+@pytest.mark.parametrize("eps", [None, -1.0, 0.0, 0.2, 0.5, 0.6, 1.0, 2.0])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
+def test_logit_clamps_as_torch_for_every_eps(eps, dtype):
+    # torch clamps x < eps to eps and else x > 1 - eps to 1 - eps: for eps over 1/2 every x is moved, to one or
+    # the other (a min/max clamp moves them all to 1 - eps); a negative eps clamps nothing
+    x = [0.0, 0.1, 0.5, 0.9, 1.0, 1.5, -0.5, math.nan, 0.6, 0.4]
+    expected = torch.logit(torch.tensor(x, dtype=getattr(torch, dtype)), eps=eps)
+    t = jt.tensor(x, dtype=getattr(jt, dtype))
+    for got in (jt.logit(t, eps=eps), jt.compile(lambda v: jt.logit(v * 1, eps=eps))(t)):
+        assert got.dtype.name == dtype
+        np.testing.assert_allclose(got.float().numpy(), expected.float().numpy(), rtol=1e-6)
+    if dtype == "float32":
+        tx, jx = torch.tensor(x, requires_grad=True), jt.tensor(x, requires_grad=True)
+        torch.logit(tx, eps=eps).backward(torch.ones(len(x)))
+        jt.logit(jx, eps=eps).backward(jt.ones(len(x)))
+        np.testing.assert_allclose(jx.grad.numpy(), tx.grad.numpy(), rtol=1e-6)
+
+
 # In-place and out= ---------------------------------------------------------------------------------
 
 INPLACE = [  # (method, its arguments)

@@ -216,10 +216,10 @@ def _kept(g, x, other, wins):
 
 def _logit(g, a, out):
     """``g / (x (1 - x))``; with ``eps``, 0 outside ``[eps, 1 - eps]`` (the clamp's flat parts), and without
-    it NaN outside ``[0, 1]``, as torch's logit_backward."""
+    it (or with a negative one, which clamps nothing) NaN outside ``[0, 1]``, as torch's logit_backward."""
     x = a.self
     d = g / (x * (1 - x))
-    if a.eps is None:
+    if a.eps is None or a.eps < 0:
         return jt.where((x < 0) | (x > 1), math.nan, d)
     return jt.where((x < a.eps) | (x > 1 - a.eps), 0, d)
 
