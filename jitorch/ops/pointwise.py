@@ -278,13 +278,39 @@ def _rsub(a, b, alpha):
     return _sub(b, a, alpha)
 
 
-def _floor_divide(a, b):
+def _floor_divide(a, b, dtype=None):
     if _dtype_of(a, b).kind in "iu":
         _nonzero_divisor(a, b)
+    elif (dtype is _dt.float16 or dtype is _dt.bfloat16) and np.size(b) != 1:
+        return _floor_divide_in_half(a, b, dtype)
     return np.floor_divide(a, b)
 
 
-def _div_trunc(a, b):
+def _floor_divide_in_half(a, b, dtype):
+    """torch's CPU floor division of a half type by a tensor of several elements: c10's div_floor_floating in
+    the half type, every step rounded to it (276 // 3.3125 is 82 in bfloat16: 276 - fmod rounds up to 276).
+    By one divisor for every element (a number, a 0-d or one-element tensor) torch computes in float32 and
+    rounds once (83), as NumPy's floor_divide on the float32 operands does."""
+    def r(v):
+        return _rounded(v, dtype)
+
+    a, b = np.broadcast_arrays(np.asarray(a, np.float32), np.asarray(b, np.float32))
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        quotient = r(a / b)
+        mod = np.fmod(a, b)  # exact
+        div = r(r(a - mod) / b)
+        div = np.where((mod != 0) & ((b < 0) != (mod < 0)), r(div - 1), div)
+        down = np.floor(div)
+        down = np.where(r(div - down) > 0.5, r(down + 1), down)
+        result = np.where(div != 0, down, np.copysign(np.float32(0), quotient))
+        return np.where(b == 0, quotient, result)
+
+
+def _div_trunc(a, b, dtype=None):
+    if (dtype is _dt.float16 or dtype is _dt.bfloat16) and np.size(b) != 1:
+        # torch's CPU kernel truncates the quotient rounded to the half type (as `_floor_divide_in_half`)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            return np.trunc(_rounded(np.true_divide(a, b), dtype))
     if _dtype_of(a, b).kind in "iu":
         _nonzero_divisor(a, b)
         q = np.floor_divide(a, b)
@@ -464,7 +490,7 @@ _UNROUNDED = {"mul multiply": "scalars", "true_divide": "scalars", "floor_divide
 for _names, _signature, _formula, _promotion, _variants, _check, _doc in _ARITHMETIC:
     _declare(_names, _signature, _formula, _promotion, _doc, variants=_variants, check=_check,
              plain=_PLAIN.get(_names.split()[0]), into=_INTO.get(_names.split()[0]),
-             unrounded=_UNROUNDED.get(_names), typed=_names == "pow",
+             unrounded=_UNROUNDED.get(_names), typed=_names in ("pow", "floor_divide", "_div_trunc"),
              check_others_only=_names in _CHECKS_OTHERS_ONLY, **_OUT_FALLBACK.get(_names, {}))
 
 

@@ -612,6 +612,29 @@ def test_logit_clamps_as_torch_for_every_eps(eps, dtype):
         np.testing.assert_allclose(jx.grad.numpy(), tx.grad.numpy(), rtol=1e-6)
 
 
+@pytest.mark.parametrize("rounding_mode", ["floor", "trunc"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_half_division_rounded_by_a_tensor_rounds_steps_to_the_half_type_as_torch(dtype, rounding_mode):
+    # torch's CPU kernels divide a half type by a tensor of several elements in the half type (floor: c10's
+    # div_floor_floating, each step rounded; trunc: the rounded quotient), by one divisor for every element in
+    # float32: bfloat16 276 // 3.3125 is 82 by a tensor (276 - fmod rounds up to 276) and 83 by a number
+    rng = np.random.default_rng(0)
+    a = np.concatenate([[276.0, 0.0, -0.0, 5.0, INF, -INF, math.nan, 1.0], rng.standard_normal(2000) * 300])
+    b = np.concatenate([[3.3125, -2.0, 2.0, 0.0, 3.0, 0.0, 1.0, -0.0], rng.standard_normal(2000) * 3])
+    ta, tb = (torch.tensor(v, dtype=torch.float32).to(getattr(torch, dtype)) for v in (a, b))
+    ja, jb = (jt.tensor(v, dtype=jt.float32).to(getattr(jt, dtype)) for v in (a, b))
+    forms = {"tensor": lambda T, x, y: T.div(x, y, rounding_mode=rounding_mode),
+             "0-d": lambda T, x, y: T.div(x, y[0], rounding_mode=rounding_mode),
+             "one element": lambda T, x, y: T.div(x, y[:1], rounding_mode=rounding_mode),
+             "number": lambda T, x, y: T.div(x, 3.3125, rounding_mode=rounding_mode)}
+    for name, fn in forms.items():
+        expected = fn(torch, ta, tb).float().numpy()
+        for got in (fn(jt, ja, jb), jt.compile(lambda x, y: fn(jt, x * 1, y))(ja, jb)):
+            np.testing.assert_array_equal(got.float().numpy(), expected, err_msg=name)
+    if dtype == "bfloat16" and rounding_mode == "floor":  # (the case the half-type rounding decides)
+        assert (ja // jb)[0].item() == 82 and (ja // 3.3125)[0].item() == 83
+
+
 # In-place and out= ---------------------------------------------------------------------------------
 
 INPLACE = [  # (method, its arguments)
