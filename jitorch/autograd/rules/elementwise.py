@@ -259,7 +259,8 @@ _MORE_UNARY = (
     ("rad2deg", "", lambda g, x, y: g * (180 / _PI)),
     ("lgamma", "self", lambda g, x, y: g * x.digamma()),
     ("digamma", "self", lambda g, x, y: g * x.polygamma(1)),
-    ("erfinv", "result", lambda g, x, y: g * _SQRT_PI_OVER_2 * (y * y).exp()),
+    # (from self, as torch's, which saves no result: a write into erfinv's result leaves its backward valid)
+    ("erfinv", "self", lambda g, x, y: g * _SQRT_PI_OVER_2 * x.erfinv().square().exp()),
     ("i0", "self", lambda g, x, y: g * jt.special_i1(x)),
     ("special_i0e", "self result", lambda g, x, y: g * (jt.special_i1e(x) - x.sign() * y)),
     ("nan_to_num", "self", lambda g, x, y: g * x.isfinite()),
