@@ -240,3 +240,17 @@ def test_erfinv_backward_reads_its_input_so_a_write_into_its_result_is_allowed(l
     y[0:1][lib.tensor([0])] = -2
     y.sum().backward()
     np.testing.assert_allclose(x.grad.tolist(), [0.0, 1.1126], rtol=1e-4)
+
+
+@pytest.mark.parametrize("other", [-2.5, 0.0, -1.0, 2.0])
+@pytest.mark.parametrize("name", ["xlogy", "special_xlog1py"])
+def test_xlogy_backward_by_a_number_outside_logs_domain_as_torch(name, other):
+    """Fuzz seed 7102598: ``x.xlogy_(-2.5)``'s backward raised Python's ValueError (math.log of a negative
+    number); torch's gradient is NaN there (-inf at the domain's edge)."""
+    grads = []
+    for lib in (torch, jt):
+        x = lib.tensor([0.5, 2.0], requires_grad=True)
+        fn = lib.xlogy if name == "xlogy" else lib.special.xlog1py
+        fn(x, other).sum().backward()
+        grads.append(x.grad.tolist())
+    np.testing.assert_array_equal(grads[1], grads[0])
