@@ -129,6 +129,10 @@ def norm(A, ord=None, dim=None, keepdim=False, *, dtype=None, out=None):
 def cond(A, p=None, *, out=None):
     """Condition number of ``A`` in the norm ``p`` (2 by default: the ratio of its extreme singular values)."""
     check_matrix("linalg.cond", A)
+    if isinstance(p, str):
+        check_square(f"linalg.cond(ord={p})", A)
+    if A.numel() == 0:  # torch's: zeros, checked no further (a non-square empty matrix's too, but for 'fro', 'nuc')
+        return _written("norm", _jt.zeros(tuple(A.shape[:-2]), dtype=A.dtype, device=A.device), out)
     if p in (None, 2, -2):
         s = svdvals(A)
         r = s[..., 0] / s[..., -1] if p != -2 else s[..., -1] / s[..., 0]
@@ -237,7 +241,7 @@ def lu(A, *, pivot=True, out=None):
 def lu_solve(LU, pivots, B, *, left=True, adjoint=False, out=None):
     """X with ``A @ X = B`` (``X @ A = B`` with ``left=False``; A^T with ``adjoint``) from ``lu_factor``'s results."""
     check_floating("torch.linalg.lu_solve", LU)
-    check_square("torch.linalg.lu_solve", LU, "LU")
+    check_square("torch.linalg.lu_solve", LU)
     return _written("lu_solve", _lu_solve(LU, pivots, B, left, adjoint), out)
 
 

@@ -149,3 +149,38 @@ def test_torch_cross_without_dim_takes_the_first_dim_of_size_3_with_torchs_warni
     np.testing.assert_allclose(got.numpy(), torch.cross(torch.tensor(a), torch.tensor(b), dim=0).numpy())
     with pytest.raises(RuntimeError, match="no dimension of size 3 in input"), pytest.warns(UserWarning):
         jt.cross(jt.ones(2, 4), jt.ones(2, 4))
+
+
+EMPTY_CALLS = {  # empty matrices: torch's results (or errors), many reaching no kernel and so no dtype check
+    "cholesky": lambda T, a: T.cholesky(a), "linalg.cholesky": lambda T, a: T.linalg.cholesky(a),
+    "cholesky_ex": lambda T, a: T.linalg.cholesky_ex(a), "eigh": lambda T, a: T.linalg.eigh(a),
+    "svd": lambda T, a: T.linalg.svd(a), "lu_factor": lambda T, a: T.linalg.lu_factor(a),
+    "lu": lambda T, a: T.linalg.lu(a), "lu_unpack": lambda T, a: T.lu_unpack(*T.linalg.lu_factor(a)),
+    "solve": lambda T, a: T.linalg.solve(a, a), "det": lambda T, a: T.linalg.det(a),
+    "cond": lambda T, a: T.linalg.cond(a), "cond 1": lambda T, a: T.linalg.cond(a, 1),
+    "cond fro": lambda T, a: T.linalg.cond(a, "fro"), "cholesky_inverse": lambda T, a: T.cholesky_inverse(a),
+    "cholesky_solve": lambda T, a: T.cholesky_solve(a, a), "geqrf": lambda T, a: T.geqrf(a),
+    "lu_solve": lambda T, a: T.linalg.lu_solve(a, T.zeros(a.shape[:-2] + (min(a.shape[-2:]),), dtype=T.int32), a),
+}
+
+
+def _outcome(fn, T, shape, dtype):
+    try:
+        r = fn(T, T.empty(shape, dtype=getattr(T, dtype)))
+    except Exception as e:  # noqa: BLE001  (the error is what is compared)
+        return f"{type(e).__name__}: {e}"
+    return [(tuple(x.shape), str(x.dtype).split(".")[-1]) for x in (r if isinstance(r, tuple) else (r,))]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int64", "bool", "float16", "bfloat16"])
+@pytest.mark.parametrize("name", sorted(EMPTY_CALLS))
+def test_empty_matrices_give_torchs_results_and_errors(name, dtype):
+    """torch.cholesky of an empty int64 tensor gives it back (jitorch raised "cholesky_cpu" not implemented), and
+    an empty matrix reaches no LAPACK kernel in linalg.cholesky, eigh, svd, lu and solve (half types passed);
+    lu_factor, lu and lu_unpack of any empty matrix raised ValueError, cond IndexError; cholesky_inverse's,
+    cholesky_solve's and lu_solve's errors now name A as torch's."""
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (torch.cholesky's deprecation)
+        for shape in ((0, 0), (2, 0, 0), (0, 3), (2, 3, 0)):
+            assert _outcome(EMPTY_CALLS[name], jt, shape, dtype) == _outcome(EMPTY_CALLS[name], torch, shape, dtype)

@@ -671,12 +671,14 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
         counted_loop(b, kernel.args[0], kernel.args[1], I64(units), chunk, "chunk")
         return bld.finish(b, kernel, KernelSource(name, "reduction", ops, bld.roots, outputs,
                                                   bld.target.outer(k_sizes), n))
-    if not k_sizes and len(r_sizes) == 1 and n >= SPLIT_MIN_WORK and not epilogue and not pro_outs \
+    parts = bld.target.split_parts
+    # (only into fewer partial results than elements: the caller's combining reduction over the parts would
+    # otherwise be split again, and so on without end, when SPLIT_MIN_WORK is below the target's split_parts)
+    if not k_sizes and len(r_sizes) == 1 and n >= SPLIT_MIN_WORK and n > parts and not epilogue and not pro_outs \
             and outputs == [out_value] and red.op.name in SPLITTABLE:
         # A full reduction of a large contiguous input: partial results, each over a slice, that
         # threads compute apart and the caller combines. Their count is fixed, so the result does
         # not depend on the number of threads.
-        parts = bld.target.split_parts
         step = -(-n // parts)
 
         def part_body(b, pidx):

@@ -366,6 +366,19 @@ def _integer_divisor_known_nonzero(node):
     return not isinstance(divisor, Value) and convert(np.array(divisor), dtype.np).item() != 0
 
 
+def _rounded_divisor_lowers(node):
+    """floor_divide's and div(rounding_mode='trunc')'s rule: `_integer_divisor_known_nonzero`, and on the CPU
+    a half-type result only by one divisor for every element (a number or a one-element tensor): torch's CPU
+    kernels divide a half type by a tensor of several elements rounding steps to the half type (eager's
+    formulas), which a kernel computing in float32 would not; on CUDA torch computes in float32 throughout."""
+    out = node.outputs[0].type
+    divisor = node.args[1]
+    if out.dtype in _HALVES and out.device.type == "cpu" and isinstance(divisor, Value) \
+            and math.prod(divisor.type.shape) != 1:
+        return False
+    return _integer_divisor_known_nonzero(node)
+
+
 def _fill_value_converts(node):
     """Whether eager converts the Python fill value (else eager raises, and the op stays eager's)."""
     try:
@@ -419,8 +432,8 @@ pointwise("bitwise_not", _bitwise_not)
 pointwise("isnan", lambda e, x: e.isnan(x))
 pointwise("isinf", _isinf)
 pointwise("isfinite", _isfinite)
-pointwise("floor_divide", _floor_divide, when=_integer_divisor_known_nonzero)
-pointwise("_div_trunc", _div_trunc, when=_integer_divisor_known_nonzero)
+pointwise("floor_divide", _floor_divide, when=_rounded_divisor_lowers)
+pointwise("_div_trunc", _div_trunc, when=_rounded_divisor_lowers)
 pointwise("remainder", _remainder, when=_integer_divisor_known_nonzero)
 pointwise("fmod", _fmod, when=_integer_divisor_known_nonzero)
 pointwise("hypot", _hypot)
@@ -494,7 +507,9 @@ def _signbit(e, x):
 def _logit(e, x, eps):
     if eps is not None and eps >= 0:
         lo = e.const(eps, x.dtype)
-        x = _minimum(e, e.sub(e.const(1, x.dtype), lo), _maximum(e, x, lo))
+        hi = e.sub(e.const(1, x.dtype), lo)
+        # eager's (torch's) clamp: lo below lo, else hi above hi, so an eps over 1/2 (lo > hi) gives both
+        x = e.select(e.compare("<", x, lo), lo, e.select(e.compare(">", x, hi), hi, x))
     return e.math("log", e.div(x, e.sub(e.const(1, x.dtype), x)))
 
 

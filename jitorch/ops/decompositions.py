@@ -67,6 +67,13 @@ def check_kernel(kernel, A):
         raise NotImplementedError(f"\"{kernel}\" not implemented for '{scalar_name(A.dtype)}'")
 
 
+def check_kernel_unless_empty(kernel, A):
+    """`check_kernel` for the functions whose empty ``A`` reaches no kernel in torch (det, solve, cholesky, lu,
+    svd, eigh): their empty results come in any dtype that passes the function's own checks."""
+    if math.prod(A.shape):
+        check_kernel(kernel, A)
+
+
 def check_same_dtype(fn, A, B):
     if A.dtype is not B.dtype:
         raise RuntimeError(f"{fn}: Expected A and B to have the same dtype, but found A of type "
@@ -117,7 +124,7 @@ def lu_factor_array(a):
     the 1-based index of the first zero pivot (0: none); a zero column is left as it is, as LAPACK does."""
     *batch, m, n = a.shape
     k = min(m, n)
-    lu = np.array(a, copy=True).reshape(-1, m, n)
+    lu = np.array(a, copy=True).reshape(math.prod(batch), m, n)  # (-1 is ambiguous for an empty matrix)
     count = lu.shape[0]
     pivots = np.zeros((count, k), np.int32)
     info = np.zeros(count, np.int32)
@@ -142,7 +149,8 @@ def permutation_array(pivots, m, dtype):
     """The permutation matrices P (A = P L U) of LAPACK's 1-based row interchanges ``pivots`` (..., k)."""
     batch = pivots.shape[:-1]
     order = np.broadcast_to(np.arange(m), batch + (m,)).copy()
-    flat, piv = order.reshape(-1, m), pivots.reshape(-1, pivots.shape[-1]).astype(np.int64) - 1
+    count = math.prod(batch)  # (-1 is ambiguous for empty matrices)
+    flat, piv = order.reshape(count, m), pivots.reshape(count, pivots.shape[-1]).astype(np.int64) - 1
     rows = np.arange(flat.shape[0])
     for j in range(piv.shape[1]):
         p = piv[:, j]
@@ -182,8 +190,7 @@ def lu_solve_array(lu, pivots, b):
 def _det_meta(A):
     check_square("linalg.det", A)
     check_floating("linalg.det", A)
-    if math.prod(A.shape):  # an empty matrix reaches no kernel: its determinant is 1
-        check_kernel("lu_cpu", A)
+    check_kernel_unless_empty("lu_cpu", A)
     return _spec(A, A.shape[:-2])
 
 
@@ -271,8 +278,8 @@ def solve_is_vector(A, B):
 
 def _solve_ex_meta(A, B, left, check_errors):
     fn = "linalg.solve"
-    check_square(fn, A)
     check_floating(fn, A)
+    check_square(fn, A)
     check_same_dtype(fn, A, B)
     vector = solve_is_vector(A, B)
     n = A.shape[-1]
@@ -284,13 +291,15 @@ def _solve_ex_meta(A, B, left, check_errors):
     if vector and not left:
         raise RuntimeError("linalg.solve: Vector broadcasting of the left hand side is not supported for left=False. "
                            "In this case linalg.solve is equivalent to B / A.squeeze(-1)")
-    check_kernel("lu_cpu", A)
+    check_kernel_unless_empty("lu_cpu", A)
     batch = broadcast_shapes(A.shape[:-2], B.shape[:-1] if vector else B.shape[:-2])
     shape = batch + ((n,) if vector else tuple(B.shape[-2:]))
     return _spec(A, shape), _int_spec(A, batch)
 
 
 def _solve_ex_cpu(spec, a, b, left, check_errors):
+    if a.size == 0 or b.size == 0:  # (in any dtype: an empty system reaches no kernel)
+        return np.zeros(spec[0].shape, a.dtype), np.zeros(spec[1].shape, np.int32)
     vector = spec[0].ndim == spec[1].ndim + 1
     if vector:
         b = b[..., None]
@@ -366,7 +375,7 @@ defop("triangular_solve(Tensor self, Tensor A, bool upper=True, bool transpose=F
 def _cholesky_ex_meta(A, upper, check_errors):
     check_square("linalg.cholesky", A)
     check_floating("linalg.cholesky", A)
-    check_kernel("cholesky_cpu", A)
+    check_kernel_unless_empty("cholesky_cpu", A)
     return _spec(A, A.shape), _int_spec(A, A.shape[:-2])
 
 
@@ -375,7 +384,7 @@ def cholesky_array(a):
     order of the first leading minor that is not positive-definite, where the factor stops (its diagonal
     element left as computed, what follows as in A)."""
     *batch, n, _ = a.shape
-    lo = np.tril(np.array(a, copy=True)).reshape(-1, n, n)
+    lo = np.tril(np.array(a, copy=True)).reshape(math.prod(batch), n, n)  # (-1 is ambiguous for an empty one)
     info = np.zeros(lo.shape[0], np.int32)
     with np.errstate(invalid="ignore", divide="ignore"):
         for j in range(n):
@@ -393,6 +402,8 @@ def cholesky_array(a):
 
 
 def _cholesky_ex_cpu(spec, a, upper, check_errors):
+    if a.size == 0:  # (in any dtype: an empty matrix reaches no kernel)
+        return np.zeros(spec[0].shape, a.dtype), np.zeros(spec[1].shape, np.int32)
     try:
         lo, info = np.linalg.cholesky(a), np.zeros(a.shape[:-2], np.int32)
     except np.linalg.LinAlgError:
@@ -418,6 +429,9 @@ def cholesky_as(fn, A, upper):
 
 
 def _cholesky(A, upper):
+    if A.numel() == 0:  # torch.cholesky gives an empty input's copy unchecked: any shape and dtype
+        return functions.empty(tuple(A.shape), dtype=A.dtype, device=A.device)
+    check_square("cholesky", A)
     check_kernel("cholesky_cpu", A)
     return cholesky_as("cholesky", A, upper)
 
@@ -428,13 +442,16 @@ defop("cholesky(Tensor self, bool upper=False) -> Tensor", composite=_cholesky,
 
 
 def _cholesky_solve(B, L, upper):
-    check_kernel("cholesky_solve_cpu", L)
     fn = "torch.cholesky_solve"
     check_matrix(fn, B, "B")
     check_matrix(fn, L)
+    if L.shape[-1] != L.shape[-2]:  # (torch's words have no function name here)
+        raise RuntimeError(f"A must be batches of square matrices, but they are {L.shape[-2]} by {L.shape[-1]} "
+                           "matrices")
     if L.dtype is not B.dtype:
         raise RuntimeError(f"Expected b and A to have the same dtype, but found b of type {scalar_name(B.dtype)} "
                            f"and A of type {scalar_name(L.dtype)} instead.")
+    check_kernel("cholesky_solve_cpu", L)
     solve = OPS["linalg_solve_triangular"]
     if upper:  # A = U^T U
         return solve(L, solve(L.mT, B, False, True, False), True, True, False)
@@ -447,8 +464,8 @@ defop("cholesky_solve(Tensor self, Tensor input2, bool upper=False) -> Tensor", 
 
 
 def _cholesky_inverse(L, upper):
+    check_square("cholesky_inverse", L)
     check_kernel("cholesky_inverse_out_cpu", L)
-    check_square("cholesky_inverse", L, "input")
     eye = functions.eye(L.shape[-1], dtype=L.dtype, device=L.device)
     return _cholesky_solve(eye.expand(tuple(L.shape)), L, upper)
 
@@ -464,7 +481,7 @@ def _lu_factor_ex_meta(A, pivot, check_errors):
     fn = "torch.lu_factor"
     if A.ndim < 2:
         raise RuntimeError(f"{fn}: Expected tensor with 2 or more dimensions. Got size: {list(A.shape)} instead")
-    check_kernel("lu_cpu", A)
+    check_kernel_unless_empty("lu_cpu", A)
     if not pivot:
         raise RuntimeError("linalg.lu_factor: LU without pivoting is not implemented on the CPU")
     m, n = A.shape[-2:]
@@ -533,6 +550,10 @@ defop("lu_unpack(Tensor LU_data, Tensor LU_pivots, bool unpack_data=True, bool u
 def lu_solve(LU, pivots, B, left=True, adjoint=False):
     """X with ``A @ X = B`` (``X @ A = B`` with ``left=False``; A's transpose with ``adjoint``) from A's LU
     factors: a permutation and two triangular solves."""
+    if LU.dtype not in _LAPACK_DTYPES and (LU.numel() == 0 or B.numel() == 0):
+        # an empty system reaches no kernel in torch, which then takes the half types too (triangular solves not)
+        shape = broadcast_shapes(tuple(LU.shape[:-2]), tuple(B.shape[:-2])) + tuple(B.shape[-2:])
+        return functions.zeros(shape, dtype=B.dtype, device=B.device)
     P = OPS["_lu_permutation"](pivots, LU.shape[-1], LU.dtype)
     solve = OPS["linalg_solve_triangular"]
     if left != adjoint:  # A = P L U: X = U^-1 L^-1 P^T B, or for X A = B, (A^T X^T = B^T) with A^T = U^T L^T P^T
@@ -551,7 +572,7 @@ def _lu_solve(B, LU, pivots):
         raise RuntimeError(f"torch.linalg.lu_solve: Expected a floating point or complex tensor as input. Got "
                            f"{scalar_name(LU.dtype)}")
     check_kernel("linalg.lu_solve_cpu", LU)
-    check_square("torch.linalg.lu_solve", LU, "LU")
+    check_square("torch.linalg.lu_solve", LU)
     return lu_solve(LU, pivots, B)
 
 
@@ -561,7 +582,7 @@ defop("lu_solve(Tensor self, Tensor LU_data, Tensor LU_pivots) -> Tensor", compo
 
 
 def _lu(A, pivot, get_infos):
-    check_kernel("lu_cpu", A)
+    check_kernel_unless_empty("lu_cpu", A)
     LU, pivots, info = OPS["linalg_lu_factor_ex"](A, pivot, False)
     return (LU, pivots, info) if get_infos else (LU, pivots)
 
@@ -716,7 +737,7 @@ def _svd_meta(A, full_matrices, compute_uv, driver):
     if driver is not None:
         raise RuntimeError("torch.linalg.svd: keyword argument `driver=` is only supported on CUDA inputs with "
                            "cuSOLVER backend.")
-    check_kernel("linalg_svd_cpu", A)
+    check_kernel_unless_empty("linalg_svd_cpu", A)
     *batch, m, n = A.shape
     k = min(m, n)
     if not compute_uv:
@@ -761,7 +782,7 @@ def _eigh_meta(A, UPLO, compute_v):
     check_square("linalg.eigh", A)
     if UPLO not in ("L", "U"):
         raise RuntimeError(f"Expected UPLO argument to be 'L' or 'U', but got {UPLO}")
-    check_kernel("linalg_eigh_cpu", A)
+    check_kernel_unless_empty("linalg_eigh_cpu", A)
     return _spec(A, A.shape[:-1]), _spec(A, A.shape if compute_v else (0,))
 
 

@@ -63,8 +63,11 @@ def _diag(x, diagonal):
     return _diagonal_scatter(functions.zeros((n, n), dtype=x.dtype, device=x.device), x, diagonal, 0, 1)
 
 
+# torch's diag(out=) is diag_embed's (a vector) or diagonal_copy's (a matrix) out= form, which its autograd
+# fallback serves: inputs that require grad give a result whose backward raises
 defop("diag(Tensor self, int diagonal=0) -> Tensor", composite=_diag, kind="shape",
-      variants=("function", "method", "out"),
+      variants=("function", "method", "out"), out_autograd_fallback=lambda args: True,
+      out_guard_name=lambda args: "diag_embed" if args[0].ndim == 1 else "diagonal_copy",
       doc="A vector's square matrix with it on the ``diagonal``-th diagonal, or a copy of a matrix's diagonal.")
 
 

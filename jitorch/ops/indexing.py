@@ -28,7 +28,7 @@ from . import registry
 from . import creation
 from .creation import check_scalar_fits
 from .meta import opmath
-from .registry import OPS, TensorSpec, cpp_name, defop, scalar_name
+from .registry import OPS, TensorSpec, cpp_name, defop, preserved_strides, scalar_name
 from .views import _type_str
 
 _INDEX_DTYPES = (_dt.int64, _dt.int32, _dt.uint8, _dt.bool)
@@ -450,7 +450,7 @@ defop("index(Tensor self, Tensor?[] indices) -> Tensor", meta=_index_meta, cpu=_
       doc="``self`` indexed by integer or bool tensors, one per dim (None: the whole dim); a copy.")
 defop("index_put(Tensor self, Tensor?[] indices, Tensor values, bool accumulate=False) -> Tensor",
       meta=_index_put_meta, cpu=_index_put_cpu, kind="index", variants=("function", "method", "inplace"),
-      overlap=_index_put_overlap,
+      overlap=_index_put_overlap, layout=preserved_strides,
       doc="``self`` with ``values`` (broadcast) written at ``self[indices]``, or added there with ``accumulate``.")
 
 
@@ -785,12 +785,14 @@ def _index_fill_cpu(spec, x, dim, index, value):
 
 
 _INDEX_FILL_DOC = "``self`` with the entries at positions ``index`` along ``dim`` set to ``value``."
+# index_fill, index_put and put out of place are torch's clone(preserve_format) written in place: the result
+# keeps a dense self's strides (preserved_strides)
 defop("index_fill(Tensor self, int dim, Tensor index, Scalar value) -> Tensor", meta=_index_fill_meta,
       cpu=_index_fill_cpu, kind="index", variants=("function", "method", "inplace"), overlap={"index": "any"},
-      doc=_INDEX_FILL_DOC)
+      layout=preserved_strides, doc=_INDEX_FILL_DOC)
 defop("index_fill.Tensor(Tensor self, int dim, Tensor index, Tensor value) -> Tensor", meta=_index_fill_meta,
       cpu=_index_fill_cpu, kind="index", variants=("function", "method", "inplace"), overlap={"index": "any"},
-      doc=_INDEX_FILL_DOC)
+      layout=preserved_strides, doc=_INDEX_FILL_DOC)
 
 
 def _index_copy_meta(x, dim, index, source):
@@ -955,5 +957,5 @@ def _put_cpu(spec, x, index, source, accumulate):
 
 
 defop("put(Tensor self, Tensor index, Tensor source, bool accumulate=False) -> Tensor", meta=_put_meta,
-      cpu=_put_cpu, kind="index", variants=("function", "method", "inplace"),
+      cpu=_put_cpu, kind="index", variants=("function", "method", "inplace"), layout=preserved_strides,
       doc="``self`` with ``source`` written (or added, with ``accumulate``) at flat (row-major) positions ``index``.")

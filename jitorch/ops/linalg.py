@@ -777,6 +777,10 @@ def _tensordot(a, b, dims):
 
 
 defop("tensordot(Tensor a, Tensor b, Any dims=2) -> Tensor", composite=_tensordot, variants=("function", "out"),
+      out_copies=lambda args: True,  # (torch's out= form: the result copy_-ed)
+      out_resize_error="tensordot(): the 'out' tensor was specified and requires gradients, and its shape does not "
+                       "match the expected result. Either remove the 'out' argument, ensure it does not require "
+                       "gradients, or make sure its shape matches the expected output.",
       doc="Contraction of ``a``'s last ``dims`` dims with ``b``'s first (``dims`` a count), or of the dims two "
           "lists name.")
 
@@ -790,7 +794,10 @@ def _inner(a, b):
     return _tensordot(a, b, ([-1], [-1]))
 
 
+# torch's out= forms: inner's a 0-d operand's mul, else tensordot's result copy_-ed; matrix_power's matmul, and
+# its power 0 or 1 copy_-ed
 defop("inner(Tensor self, Tensor other) -> Tensor", composite=_inner, variants=("function", "method", "out"),
+      out_copies=lambda args: args[0].ndim > 0 and args[1].ndim > 0, out_guard_name=lambda args: "mul",
       doc="Sum of products over the last dims (a product with a 0-d tensor when one is 0-d).")
 
 
@@ -809,6 +816,7 @@ def _chain_matmul(matrices):
 
 
 defop("chain_matmul(Tensor... matrices) -> Tensor", composite=_chain_matmul, variants=("function", "out"),
+      out_copies=lambda args: len(args[0]) == 1, out_guard_name=lambda args: "mm",  # (torch's: one matrix copied)
       doc="Product of two or more matrices, left to right.")
 
 
@@ -835,6 +843,7 @@ def _matrix_power(a, n):
 
 
 defop("matrix_power(Tensor self, int n) -> Tensor", composite=_matrix_power, variants=("function", "method", "out"),
+      out_copies=lambda args: args[1] in (0, 1),
       doc="``n``-th power of a square matrix (or of each of a batch); 0 gives the identity, a negative ``n`` a "
           "power of the inverse.")
 

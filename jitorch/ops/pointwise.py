@@ -152,8 +152,14 @@ def _check_relu(spec, x):
         raise RuntimeError("Boolean inputs not supported for relu")
 
 
+def _by_fill_or_copy(base, exponent):
+    """Whether torch computes ``base ** exponent`` without its pow kernel: a number exponent 0 fills ones and 1
+    copies the base (pow_Tensor_Scalar_out), so bools raise to them too."""
+    return isinstance(exponent, Number) and not isinstance(base, Number) and exponent in (0, 1)
+
+
 def _check_pow(spec, base, exponent):
-    if spec.dtype is _dt.bool:
+    if spec.dtype is _dt.bool and not _by_fill_or_copy(base, exponent):
         raise NotImplementedError("\"pow\" not implemented for 'Bool'")
     if isinstance(exponent, Number) and not isinstance(base, Number) and spec.dtype not in (_dt.float32, _dt.float64):
         _check_fits(exponent, spec.dtype)  # torch checks a number exponent's cast, except to float and double
@@ -232,9 +238,11 @@ def _dtype_of(a, b):
     return (a if a.__class__ is np.ndarray else b).dtype
 
 
-def _nonzero_divisor(b):
-    """torch raises for integer division by zero; NumPy would give 0 with a warning."""
-    if not (b.all() if b.__class__ is np.ndarray else b):
+def _nonzero_divisor(a, b):
+    """torch raises for integer division by zero; NumPy would give 0 with a warning. An empty result divides
+    nothing, and so raises nothing, whatever the divisor (broadcasting uses every element of a non-empty
+    operand, so a zero anywhere in ``b`` is divided by where the result is not empty)."""
+    if not (b.all() if b.__class__ is np.ndarray else b) and np.size(a) and np.size(b):
         raise RuntimeError("ZeroDivisionError")
 
 
@@ -270,15 +278,41 @@ def _rsub(a, b, alpha):
     return _sub(b, a, alpha)
 
 
-def _floor_divide(a, b):
+def _floor_divide(a, b, dtype=None):
     if _dtype_of(a, b).kind in "iu":
-        _nonzero_divisor(b)
+        _nonzero_divisor(a, b)
+    elif (dtype is _dt.float16 or dtype is _dt.bfloat16) and np.size(b) != 1:
+        return _floor_divide_in_half(a, b, dtype)
     return np.floor_divide(a, b)
 
 
-def _div_trunc(a, b):
+def _floor_divide_in_half(a, b, dtype):
+    """torch's CPU floor division of a half type by a tensor of several elements: c10's div_floor_floating in
+    the half type, every step rounded to it (276 // 3.3125 is 82 in bfloat16: 276 - fmod rounds up to 276).
+    By one divisor for every element (a number, a 0-d or one-element tensor) torch computes in float32 and
+    rounds once (83), as NumPy's floor_divide on the float32 operands does."""
+    def r(v):
+        return _rounded(v, dtype)
+
+    a, b = np.broadcast_arrays(np.asarray(a, np.float32), np.asarray(b, np.float32))
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        quotient = r(a / b)
+        mod = np.fmod(a, b)  # exact
+        div = r(r(a - mod) / b)
+        div = np.where((mod != 0) & ((b < 0) != (mod < 0)), r(div - 1), div)
+        down = np.floor(div)
+        down = np.where(r(div - down) > 0.5, r(down + 1), down)
+        result = np.where(div != 0, down, np.copysign(np.float32(0), quotient))
+        return np.where(b == 0, quotient, result)
+
+
+def _div_trunc(a, b, dtype=None):
+    if (dtype is _dt.float16 or dtype is _dt.bfloat16) and np.size(b) != 1:
+        # torch's CPU kernel truncates the quotient rounded to the half type (as `_floor_divide_in_half`)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            return np.trunc(_rounded(np.true_divide(a, b), dtype))
     if _dtype_of(a, b).kind in "iu":
-        _nonzero_divisor(b)
+        _nonzero_divisor(a, b)
         q = np.floor_divide(a, b)
         # floor and truncation differ by one when the signs differ and the division is inexact
         return q + ((np.remainder(a, b) != 0) & (np.less(a, 0) != np.less(b, 0)))
@@ -287,7 +321,7 @@ def _div_trunc(a, b):
 
 def _remainder(a, b):
     if _dtype_of(a, b).kind in "iu":
-        _nonzero_divisor(b)
+        _nonzero_divisor(a, b)
         return np.remainder(a, b)
     # torch adds the divisor to fmod's result; a zero keeps the dividend's sign (NumPy gives it the divisor's)
     m = np.fmod(a, b)
@@ -296,7 +330,7 @@ def _remainder(a, b):
 
 def _fmod(a, b):
     if _dtype_of(a, b).kind in "iu":
-        _nonzero_divisor(b)
+        _nonzero_divisor(a, b)
     return np.fmod(a, b)
 
 
@@ -337,6 +371,9 @@ def _c_pow_half(a):
 
 
 def _pow(a, b, dtype=None):
+    if a.__class__ is np.ndarray and a.dtype == np.bool_:
+        # only by a number 0 or 1 (`_check_pow`), which NumPy's power() has no bool loop for
+        return np.ones_like(a) if b == 0 else a.copy()
     if b.__class__ is np.ndarray and b.dtype.kind in "iu":
         negative = b < 0
         if negative.any():
@@ -453,7 +490,7 @@ _UNROUNDED = {"mul multiply": "scalars", "true_divide": "scalars", "floor_divide
 for _names, _signature, _formula, _promotion, _variants, _check, _doc in _ARITHMETIC:
     _declare(_names, _signature, _formula, _promotion, _doc, variants=_variants, check=_check,
              plain=_PLAIN.get(_names.split()[0]), into=_INTO.get(_names.split()[0]),
-             unrounded=_UNROUNDED.get(_names), typed=_names == "pow",
+             unrounded=_UNROUNDED.get(_names), typed=_names in ("pow", "floor_divide", "_div_trunc"),
              check_others_only=_names in _CHECKS_OTHERS_ONLY, **_OUT_FALLBACK.get(_names, {}))
 
 
@@ -813,7 +850,9 @@ def _sinc(x):
 def _logit(x, eps):
     if eps is not None and eps >= 0:  # bounds in x's dtype: NumPy's clip would widen bfloat16 to float32
         lo = convert(np.array(eps), x.dtype)
-        x = np.minimum(np.maximum(x, lo), np.subtract(x.dtype.type(1), lo))
+        # torch's clamp: below lo gives lo, else above hi gives hi (an eps over 1/2 makes lo > hi)
+        hi = np.subtract(x.dtype.type(1), lo)
+        x = np.where(x < lo, lo, np.where(x > hi, hi, x))
     z = x
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.log(z / (1 - z))
@@ -945,8 +984,14 @@ def _check_polygamma(spec, x, n):
 
 
 # x.polygamma(n) and x.polygamma_(n) take self first; the function torch.polygamma(n, x) is below
-defpointwise("_polygamma(Tensor self, int n) -> Tensor", lambda x, n: _in_float64(
-    lambda v: special_math.polygamma(n, v))(x), INT_TO_FLOAT, variants=("function", "method", "inplace"), method_name="polygamma",
+def _polygamma(x, n):
+    if n == 1 and x.dtype != np.float64:
+        # torch computes trigamma in float32 for float32 and the half types (its values at the poles show it)
+        return convert(special_math.trigamma(convert(x, np.float32), np.float32), x.dtype)
+    return _in_float64(lambda v: special_math.polygamma(n, v))(x)
+
+
+defpointwise("_polygamma(Tensor self, int n) -> Tensor", _polygamma, INT_TO_FLOAT, variants=("function", "method", "inplace"), method_name="polygamma",
     check=_check_polygamma, doc="The ``n``-th derivative of digamma (``n >= 0``).")
 defop("polygamma(int n, Tensor self) -> Tensor", composite=lambda n, x: registry.METHODS["polygamma"](x, n),
       variants=("function", "out"), doc="The ``n``-th derivative of digamma (``n >= 0``).")

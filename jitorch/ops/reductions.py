@@ -569,6 +569,7 @@ def _norm_cpu(spec, x, p, dim, keepdim, dtype):
 
 defop("norm(Tensor self, Any p=\"fro\", int[]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor",
       meta=_norm_meta, cpu=_norm_cpu, kind="reduction", variants=_ALL_FORMS,
+      out_copies=lambda args: args[1] == "nuc",  # (torch's out= form of the nuclear norm: its result copy_-ed)
       doc="The ``p``-norm over ``dim`` as torch.norm: a number ``p`` (incl. inf, -inf, 0) or 'fro' is the vector "
           "norm of the elements over ``dim`` (all by default); 'nuc' the nuclear norm over two dims.")
 

@@ -539,24 +539,57 @@ def out_grad(op, args, out, result):
     raises (`AUTOGRAD.record_unimplemented`), and the out tensor its history by the copy into it."""
     if AUTOGRAD is None or not AUTOGRAD.is_grad_enabled() or not _differentiable(op, result):
         return result
+    if _out_copies(op, args):
+        return result  # `write_out` copies it into out with copy_'s autograd
     fallback = op.attrs.get("out_autograd_fallback") or op.attrs.get("autograd_fallback")
     fallback = fallback is not None and fallback(args)
     inputs = AUTOGRAD.needs_grad(op, args)
+    name = _out_guard_name(op, args)
     if (inputs and not fallback) or any(o._requires_grad for o in (out if isinstance(out, (tuple, list)) else (out,))
                                         if isinstance(o, Tensor)):
-        raise RuntimeError(f"{'aten::' * fallback}{op.public_name}(): functions with out=... arguments don't support "
+        raise RuntimeError(f"{'aten::' * fallback}{name}(): functions with out=... arguments don't support "
                            "automatic differentiation, but one of the arguments requires grad.")
-    return AUTOGRAD.record_unimplemented(op, args, result) if inputs else result
+    return AUTOGRAD.record_unimplemented(op, args, result, name) if inputs else result
+
+
+# The op whose out= form torch runs for these (its composite's last op, or the ATen op of a Python name), which
+# the autograd guard's error names; an alias names the op it is an alias of (``absolute``: abs).
+_OUT_GUARD_NAMES = {
+    **dict.fromkeys(("column_stack", "concat", "concatenate", "dstack", "hstack", "row_stack", "vstack"), "cat"),
+    **dict.fromkeys(("divide", "true_divide"), "div"), **dict.fromkeys(("float_power", "square"), "pow"),
+    **dict.fromkeys(("ger", "kron", "outer"), "mul"), "cross": "linalg_cross", "diff": "sub",
+    "inverse": "linalg_inv_ex", "lu_solve": "linalg_lu_solve", "max.other": "maximum", "min.other": "minimum",
+    "matrix_power": "matmul", "msort": "sort", "nanmean": "nansum", "norm": "linalg_vector_norm", "sgn": "sgn", "orgqr": "linalg_householder_product", "qr": "linalg_qr",
+    "slogdet": "_linalg_slogdet", "svd": "_linalg_svd", "take_along_dim": "gather",
+}
+
+
+def _out_copies(op, args):
+    """Whether torch's out= form of ``op`` on ``args`` computes the result and copy_-s it into out (a composite:
+    quantile; ``out_copies(args)``), so that copy_'s autograd serves it rather than the out= guard."""
+    copies = op.attrs.get("out_copies")
+    return copies is not None and copies(args)
+
+
+def _out_guard_name(op, args):
+    name = op.attrs.get("out_guard_name") or _OUT_GUARD_NAMES.get(op.name)
+    if callable(name):
+        return name(args)
+    if name is not None:
+        return name
+    return op.aliases[0].public_name
 
 
 def _differentiable(op, result):
     """Whether torch's autograd guards ``op``'s out= form on these results: a floating result, or an integer one
     of an op it differentiates on floating inputs (``add`` of integers into a float out that requires grad);
-    comparisons (bool results) and the ops declared nondifferentiable (``argmax``) have no guard."""
+    comparisons (bool results) and the ops declared nondifferentiable (``argmax``, ``histc``'s float counts) have
+    no guard, unless torch's autograd fallback serves their out= form (``histogram``: out tensors that require
+    grad are refused)."""
+    if "nondifferentiable" in op.pieces:
+        return op.attrs.get("out_autograd_fallback") is not None
     results = (result,) if isinstance(result, Tensor) else [r for r in result if isinstance(r, Tensor)]
-    if any(r.dtype.is_floating_point for r in results):
-        return True
-    return "nondifferentiable" not in op.pieces and any(r.dtype is not _dt.bool for r in results)
+    return any(r.dtype is not _dt.bool for r in results)
 
 
 def execute(op, args, spec=None):
@@ -721,7 +754,10 @@ def _make_views(op, args):
 
 
 def check_no_internal_overlap(t):
-    """torch's refusal to write into a tensor whose elements share memory (an expanded one)."""
+    """torch's refusal to write into a tensor whose elements share memory (an expanded one); an empty tensor has
+    no elements to share it (fuzz seed 7100708: ``nonzero``'s (0, 2) result, of strides (1, 0))."""
+    if 0 in t.shape:
+        return
     for n, st in zip(t.shape, t._stride):
         if st == 0 and n > 1:
             raise RuntimeError(
@@ -828,9 +864,15 @@ def write_out(op, out, result, args):
             f"{scalar_name(out.dtype)}"
         )
     check_no_internal_overlap(out)
+    copies = out._requires_grad and AUTOGRAD is not None and AUTOGRAD.is_grad_enabled() and _out_copies(op, args)
     if out.shape != result.shape:
+        if copies and op.attrs.get("out_resize_error"):  # (tensordot's own refusal)
+            raise RuntimeError(op.attrs["out_resize_error"])
         resize_out(out, result.shape, out_strides(op, args, result.shape))
-    if result._requires_grad:  # with history (`out_grad`'s fallback): the out tensor's history is the copy of it
+    # with history (`out_grad`'s fallback, an ``out_copies`` op's result): the out tensor's history is the copy of
+    # it; an ``out_copies`` op copies even a result without, as torch's copy_ (which refuses a leaf out that
+    # requires grad)
+    if result._requires_grad or copies:
         check_inplace(op, out, result)
         return call_inplace(OPS["copy"], (out, result, False))
     for hook in DISPATCH_HOOKS:  # a trace records the write (a stand-in has no memory), outside autograd as here

@@ -310,9 +310,10 @@ def _histogram_bins_cpu(spec, x, bins, weight, density):
     return _histogram_result(x.reshape(-1), bins.astype(x.dtype), weight, density, x.dtype)
 
 
+# histogram's out= form is served by torch's autograd fallback, which refuses out tensors that require grad
 defop("histogram.bins_tensor(Tensor self, Tensor bins, *, Tensor? weight=None, bool density=False) "
       "-> (Tensor hist, Tensor bin_edges)", meta=_histogram_bins_meta, cpu=_histogram_bins_cpu, kind="reduction",
-      variants=("function", "method", "out"),
+      variants=("function", "method", "out"), out_autograd_fallback=lambda args: True,
       doc="A histogram over the bins between consecutive edges ``bins`` (the last bin includes its right edge), "
           "weighted by ``weight``, normalised to a density with ``density``; and the edges.")
 
@@ -341,6 +342,6 @@ def _histogram_count_cpu(spec, x, bins, range, weight, density):
 
 defop("histogram.bin_ct(Tensor self, int bins=100, *, Any? range=None, Tensor? weight=None, bool density=False) "
       "-> (Tensor hist, Tensor bin_edges)", meta=_histogram_count_meta, cpu=_histogram_count_cpu, kind="reduction",
-      variants=("function", "method", "out"),
+      variants=("function", "method", "out"), out_autograd_fallback=lambda args: True,
       doc="A histogram of ``bins`` equal bins over ``range`` (the data's range by default), weighted by "
           "``weight``, normalised to a density with ``density``; and the bin edges.")

@@ -15,10 +15,7 @@ from .registry import TensorSpec, defop, scalar_name
 
 
 def _take_along_dim(x, indices, dim):
-    if dim is None:
-        if indices.dtype is not _dt.int64:
-            raise RuntimeError(f"torch.take_along_dim(): dtype of indices should be Long but got "
-                               f"{scalar_name(indices.dtype)}")
+    if dim is None:  # (torch checks no index dtype here: gather's rule, int32 taken too)
         return x.reshape(-1).gather(0, indices.reshape(-1))
     if x.ndim != indices.ndim:
         raise RuntimeError("torch.take_along_dim(): input and indices should have the same number of dimensions, but "

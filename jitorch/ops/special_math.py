@@ -171,21 +171,26 @@ def digamma(x):
     return out
 
 
-def trigamma(x):
+def trigamma(x, dtype=np.float64):
     """The derivative of digamma (torch's algorithm: reflection below 1/2, six steps up, the asymptotic
-    series)."""
-    x = np.asarray(x, np.float64)
-    reflected = x < 0.5
-    sign = np.where(reflected, -1.0, 1.0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        s = np.sin(np.pi * x)
-        result = np.where(reflected, -(np.pi * np.pi) / (s * s), 0.0)
-        v = np.where(reflected, 1 - x, x)
+    series), computed in ``dtype`` (np.float32 or np.float64) as torch computes it in its operand's: its
+    float32 values at the poles below 0 are large and finite (the float32 sine of pi times a negative integer
+    is not 0), float64's far larger."""
+    f = np.dtype(dtype).type
+    x = np.asarray(x, f)
+    reflected = x < f(0.5)
+    sign = np.where(reflected, f(-1), f(1))
+    pi = f(np.pi)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        # the sine in float64 rounded to dtype: the correctly rounded sine that the C library's sinf gives
+        s = np.sin((pi * x).astype(np.float64)).astype(f)
+        result = np.where(reflected, -(pi * pi) / (s * s), f(0)).astype(f)
+        v = np.where(reflected, f(1) - x, x)
         for _ in range(6):
-            result = result + 1 / (v * v)
-            v = v + 1
-        ixx = 1 / (v * v)
-        result = result + (1 + 1 / (2 * v) + ixx * (1 / 6 - ixx * (1 / 30 - ixx * (1 / 42)))) / v
+            result = result + f(1) / (v * v)
+            v = v + f(1)
+        ixx = f(1) / (v * v)
+        result = result + (f(1) + f(1) / (f(2) * v) + ixx * (f(1 / 6) - ixx * (f(1 / 30) - ixx * f(1 / 42)))) / v
     return sign * result
 
 

@@ -207,7 +207,7 @@ for _name, _ignore in (("quantile", False), ("nanquantile", True)):
     for _q in ("Tensor q", "float q"):
         defop(f"{_name}{'.scalar' * (_q == 'float q')}(Tensor self, {_q}, int? dim=None, bool keepdim=False, *, "
               "str interpolation='linear') -> Tensor", composite=_quantile_form(_ignore), kind="sort",
-              variants=_ALL_FORMS, doc=_doc)
+              variants=_ALL_FORMS, out_copies=lambda args: True, doc=_doc)  # (torch's out=: the result copy_-ed)
 
 
 # Covariance and correlation ---------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 import pytest
+import torch
 
 import jitorch as jt
 from jitorch.autograd import gradcheck, gradgradcheck
@@ -228,3 +229,28 @@ def test_nuclear_norm_has_no_derivative():
     x = leaf(np.eye(3))
     with pytest.raises(NotImplementedError, match="derivative for 'norm' with p='nuc' is not implemented"):
         x.norm("nuc").backward()
+
+
+@pytest.mark.parametrize("lib", [torch, jt], ids=["torch", "jitorch"])
+def test_erfinv_backward_reads_its_input_so_a_write_into_its_result_is_allowed(lib):
+    """Fuzz seed 7100028: erfinv's backward read its result, so writing into the result raised jitorch's version
+    error; torch's formula recomputes erfinv from the input (its gradient there: 0 where the write went)."""
+    x = lib.tensor([0.3, -0.5], requires_grad=True)
+    y = x.erfinv()
+    y[0:1][lib.tensor([0])] = -2
+    y.sum().backward()
+    np.testing.assert_allclose(x.grad.tolist(), [0.0, 1.1126], rtol=1e-4)
+
+
+@pytest.mark.parametrize("other", [-2.5, 0.0, -1.0, 2.0])
+@pytest.mark.parametrize("name", ["xlogy", "special_xlog1py"])
+def test_xlogy_backward_by_a_number_outside_logs_domain_as_torch(name, other):
+    """Fuzz seed 7102598: ``x.xlogy_(-2.5)``'s backward raised Python's ValueError (math.log of a negative
+    number); torch's gradient is NaN there (-inf at the domain's edge)."""
+    grads = []
+    for lib in (torch, jt):
+        x = lib.tensor([0.5, 2.0], requires_grad=True)
+        fn = lib.xlogy if name == "xlogy" else lib.special.xlog1py
+        fn(x, other).sum().backward()
+        grads.append(x.grad.tolist())
+    np.testing.assert_array_equal(grads[1], grads[0])

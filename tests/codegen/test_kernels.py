@@ -213,6 +213,16 @@ def edge_pairs(dtype, rng, random=2000):
 def test_float_division_family_is_exact(name, dtype, rng):
     a, b = edge_pairs(dtype, rng)
     fn = FUNCTIONS[name]
+    if dtype in (jt.float16, jt.bfloat16) and name in ("floor_divide", "_div_trunc"):
+        # by a tensor of several divisors eager rounds steps to the half type (torch's CPU kernel): no kernel
+        # does; by one divisor it computes in float32, as the kernel does (every edge divisor, one at a time)
+        assert name not in kernel_ops(lambda x, y: fn(x, y), a, b)
+        assert_identical(jt.compile(lambda x, y: fn(x, y))(a, b), fn(a, b))
+        assert name in kernel_ops(lambda x, y: fn(x, y), a, b[0])
+        compiled = jt.compile(lambda x, y: fn(x, y))
+        for divisor in np.array(EDGE_FLOATS).astype(dtype.np):
+            assert_identical(compiled(a, jt.tensor(divisor)), fn(a, jt.tensor(divisor)))
+        return
     assert_identical(fused_result(lambda x, y: fn(x, y), a, b, ops=[name]), fn(a, b))
 
 

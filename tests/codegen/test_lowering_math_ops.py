@@ -45,9 +45,10 @@ def test_binary_math_ops_fuse_and_equal_eager(name, dtype):
     assert_matches(fused_result(lambda p, q: fn(p * 1, q), a, b, ops=[name]), fn(a, b), name)
 
 
-def test_logit_with_eps_fuses_and_equals_eager():
+@pytest.mark.parametrize("eps", [0.1, 0.6, 1.0])  # over 1/2, lo > hi: torch's clamp gives lo below lo, hi above hi
+def test_logit_with_eps_fuses_and_equals_eager(eps):
     x = jt.tensor(np.linspace(-0.5, 1.5, 101))
-    assert_matches(fused_result(lambda t: jt.logit(t * 1, eps=0.1), x, ops=["logit"]), jt.logit(x, eps=0.1))
+    assert_matches(fused_result(lambda t: jt.logit(t * 1, eps=eps), x, ops=["logit"]), jt.logit(x, eps=eps))
 
 
 def test_half_logit_stays_an_external_op():

@@ -238,3 +238,35 @@ def test_the_tiled_matmul_reads_any_layout_and_matches_the_cpu_at_tile_edges(m, 
     expected = np.matmul(a_values.astype(np.float32), b_values.astype(np.float32)).astype(dtype.np)
     np.testing.assert_allclose(out.numpy().astype(np.float32), expected, rtol=2e-3 if half else 1e-5,
                                atol=2e-2 if half else 1e-5)
+
+
+_SPLIT_WITH_EMPTY_PARTS = """
+import numpy as np, jitorch as jt
+from jitorch.codegen import kernel
+from jitorch.backends.cuda.fake import FakeBackend
+from jitorch.runtime.cuda_backend import use_backend
+kernel.SPLIT_MIN_WORK = 64  # (the shipped value is far above the CUDA target's 512 parts)
+with use_backend(FakeBackend()):
+    for n in (65, 600):  # no split (fewer elements than parts), then a split whose last 212 parts are empty
+        x = np.random.default_rng(n).standard_normal(n).astype(np.float32)
+        t = jt.tensor(x, device="cuda")
+        for op in ("max", "mean") if n < 512 else ("mean",):
+            got = float(jt.compile(lambda t: getattr(t, op)())(t).cpu())
+            want = float(getattr(x.astype(np.float64), op)())
+            assert abs(got - want) <= 1e-5 * max(1.0, abs(want)), (n, op, got, want)
+print("ok")
+"""
+
+
+def test_split_full_reduction_with_empty_parts_finishes_on_the_emulator():
+    """A full reduction split into the CUDA target's 512 parts, at a SPLIT_MIN_WORK below 512 (65 elements:
+    447 empty parts), never finished: the kernel combining the 512 partials was itself a full reduction of 512
+    elements, split again into 512 parts, and so on. A reduction now splits only into fewer parts than it has
+    elements. Run in a subprocess with a timeout, so that a regression fails fast rather than hanging."""
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (os.getcwd(), os.environ.get("PYTHONPATH")) if p))
+    done = subprocess.run([sys.executable, "-c", _SPLIT_WITH_EMPTY_PARTS], capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]

@@ -372,6 +372,15 @@ class Generator:
             if entry.name == "sort" and "stable=True" in text:
                 choices = (0, 1)
             pick = f"[{self.rng.choice(choices)}]"
+        if entry.name == "svd" and pick == "[0]" and primary is not None and 0 not in primary.shape:
+            # U's columns are singular vectors, each up to its sign (which LAPACK builds and sign conventions
+            # decide): compared with each column's largest element made positive; with some=False only the
+            # first min(m, n) columns, the others spanning the complement in any basis
+            k = min(primary.shape[-2:])
+            pick = f"{pick}[..., :{k}]"
+            wrap = "(lambda u: u * T.where(u.gather(-2, u.abs().argmax(-2, keepdim=True)) < 0, -1, 1).to(u.dtype))"
+        else:
+            wrap = ""
         if form == "inplace":
             if not exact and not primary.is_float:  # an integer or bool made of inexact floats
                 return None
@@ -389,6 +398,8 @@ class Generator:
             return self.out_form(env, entry, text, name, exact and entry.name in EXACT_OPS)
         else:
             expr = f"T.{entry.name}({text}){pick}"
+        if wrap:
+            expr = f"{wrap}({expr})"
         result = self.evaluate(env, expr)
         if result is None or not (exact or _is_float(result)):
             return None
@@ -851,6 +862,21 @@ def _hint_gather(g, env, tensors, v, entry):
     return args, kwargs, v.facts.exact and name == "scatter"
 
 
+def _hint_copysign(g, env, tensors, v, entry):
+    """copysign's arguments, a sign operand holding NaN taken with the NaNs' sign bits cleared (``abs``): the
+    sign of a NaN an operation makes is not defined (x86's default NaN is negative, NumPy's and LLVM's
+    constant NaN positive), and copysign makes it the sign of a number."""
+    made = g.generic_args(env, tensors, v, entry.schema)
+    if made is None:
+        return None
+    args, kwargs, exact = made
+    other = env.get(args[1]) if len(args) > 1 else None
+    if isinstance(other, Var) and isinstance(other.value, torch.Tensor) and other.value.is_floating_point() \
+            and bool(other.value.isnan().any()):
+        args[1] = f"T.where({other.ref}.isnan(), {other.ref}.abs(), {other.ref})"
+    return args, kwargs, exact
+
+
 def _hint_index_1d(g, env, tensors, v, entry):
     if v.ndim == 0 or 0 in v.shape:
         return None
@@ -1043,7 +1069,7 @@ ARG_HINTS = {
     "broadcast_to": _hint_expand, "view": _hint_view, "reshape": _hint_view, "view_as": _hint_view,
     "reshape_as": _hint_view, "as_strided": _hint_as_strided, "diagonal": _hint_diagonal, "unfold": _hint_unfold,
     "narrow": _hint_narrow, "select": _hint_select, "split": _hint_split, "split_with_sizes": _hint_split,
-    "gather": _hint_gather, "scatter": _hint_gather, "scatter_add": _hint_gather, "scatter_reduce": _hint_gather,
+    "copysign": _hint_copysign, "gather": _hint_gather, "scatter": _hint_gather, "scatter_add": _hint_gather, "scatter_reduce": _hint_gather,
     "index_select": _hint_index_1d, "index_add": _hint_index_1d, "index_fill": _hint_index_1d,
     "index_copy": _hint_index_1d, "take": _hint_take, "put": _hint_take, "index_put": _hint_index_put,
     "masked_fill": _hint_masked_fill, "masked_select": _hint_masked_fill, "where": _hint_where,

@@ -724,3 +724,18 @@ def test_add_rows_at_adds_as_np_add_at_does_bit_for_bit(dtype, rows, n, width, s
     out = jt.from_numpy(x).index_add(0, jt.from_numpy(idx), jt.from_numpy(v), alpha=2)
     reference = torch.from_numpy(x).index_add(0, torch.from_numpy(idx), torch.from_numpy(v), alpha=2)
     np.testing.assert_allclose(out.numpy(), reference.numpy(), rtol=1e-4, atol=1e-30 if dtype is np.float64 else 1e-6)
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int16", "int64"])
+def test_take_along_dim_without_dim_takes_gathers_index_dtypes(dtype):
+    """Fuzz seed 7103560: take_along_dim(x, int32 indices) over the flattened tensor raised torch's error of the
+    dim= form; torch flattens and gathers, which takes int32 indices (and refuses int16 in gather's words)."""
+    outcomes = []
+    for T in (torch, jt):
+        try:
+            r = T.tensor([[5, 6], [7, 8]]).take_along_dim(T.tensor([3, 0], dtype=getattr(T, dtype)))
+            outcomes.append(r.tolist())
+        except RuntimeError as e:
+            outcomes.append(str(e))
+    assert outcomes[0] == outcomes[1]
+    assert jt.tensor([5, 6, 7]).take_along_dim(jt.tensor([], dtype=jt.int32)).tolist() == []

@@ -168,3 +168,14 @@ def test_setitem_of_a_basic_index_judges_the_value_as_torchs_copy_to():
         assert w.tolist() == [0.0, 1.0, 2.0, 2.0, 4.0, 5.0]
         with pytest.raises(RuntimeError, match="single memory location"):
             w[0:2] = w[1:3]
+
+
+def test_an_empty_tensor_with_a_zero_stride_may_be_written():
+    """Fuzz seed 7100708: ``nonzero`` of a (1, 0) result is (0, 2) with strides (1, 0); writing into it raised
+    the internal-overlap error, which torch gives only where elements share memory (an empty tensor has none)."""
+    for T in (torch, jt):
+        v = T.tensor(1.0).nonzero().nonzero()
+        assert tuple(v.shape) == (0, 2) and tuple(v.stride()) == (1, 0)
+        v[:, ::1] = 2
+    with pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
+        jt.zeros(1).expand(3).add_(1)

@@ -553,6 +553,88 @@ def test_integer_division_by_zero_raises_before_writing():
     assert (jt.tensor([4.0]) // 0).tolist() == [INF]
 
 
+EMPTY_DIVISIONS = {  # integer division by zero of an empty tensor: nothing is divided, torch gives it empty
+    "floordiv": lambda T, x, z: x // 0, "remainder": lambda T, x, z: x % 0, "fmod": lambda T, x, z: T.fmod(x, 0),
+    "trunc": lambda T, x, z: T.div(x, 0, rounding_mode="trunc"),
+    "floor": lambda T, x, z: T.div(x, 0, rounding_mode="floor"),
+    "broadcast": lambda T, x, z: x.unsqueeze(1) // T.stack([z, z + 1]),
+    "0d": lambda T, x, z: T.floor_divide(x, z), "reflected": lambda T, x, z: 5 % (x * z),
+    "inplace": lambda T, x, z: x.floor_divide_(z), "inplace_remainder": lambda T, x, z: x.remainder_(0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EMPTY_DIVISIONS))
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+def test_integer_division_by_zero_of_an_empty_tensor_is_empty_as_torch(name, mode):
+    fn = EMPTY_DIVISIONS[name]
+    expected = fn(torch, torch.zeros(0, dtype=torch.int32), torch.tensor(0, dtype=torch.int32))
+    run = (lambda x, z: fn(jt, x, z)) if mode == "eager" else jt.compile(lambda x, z: fn(jt, x, z))
+    got = run(jt.zeros(0, dtype=jt.int32), jt.tensor(0, dtype=jt.int32))
+    assert tuple(got.shape) == tuple(expected.shape) and got.dtype.name == str(expected.dtype).split(".")[1]
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):  # a non-empty one still raises
+        run(jt.ones(2, dtype=jt.int32), jt.tensor(0, dtype=jt.int32))
+
+
+BOOL_POWERS = {  # torch fills ones for a number exponent 0 and copies for 1, with no pow kernel: bools pass
+    "true": lambda T, b: b ** True, "false": lambda T, b: b ** False, "function": lambda T, b: T.pow(b, True),
+    "inplace": lambda T, b: b.clone().pow_(True), "one": lambda T, b: b ** 1, "zero_float": lambda T, b: b ** 0.0,
+    "out": lambda T, b: T.pow(b, False, out=T.empty(2, dtype=T.bool)), "fused": lambda T, b: (b ** True) ^ b,
+}
+
+
+@pytest.mark.parametrize("name", sorted(BOOL_POWERS))
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+def test_bool_tensor_to_a_number_power_0_or_1_as_torch(name, mode):
+    fn = BOOL_POWERS[name]
+    expected = fn(torch, torch.tensor([True, False]))
+    run = (lambda b: fn(jt, b)) if mode == "eager" else jt.compile(lambda b: fn(jt, b))
+    got = run(jt.tensor([True, False]))
+    assert got.dtype.name == str(expected.dtype).split(".")[1] and got.tolist() == expected.tolist()
+    with pytest.raises(NotImplementedError, match="\"pow\" not implemented for 'Bool'"):  # a tensor exponent
+        jt.tensor([True, False]) ** jt.tensor(True)
+
+
+@pytest.mark.parametrize("eps", [None, -1.0, 0.0, 0.2, 0.5, 0.6, 1.0, 2.0])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
+def test_logit_clamps_as_torch_for_every_eps(eps, dtype):
+    # torch clamps x < eps to eps and else x > 1 - eps to 1 - eps: for eps over 1/2 every x is moved, to one or
+    # the other (a min/max clamp moves them all to 1 - eps); a negative eps clamps nothing
+    x = [0.0, 0.1, 0.5, 0.9, 1.0, 1.5, -0.5, math.nan, 0.6, 0.4]
+    expected = torch.logit(torch.tensor(x, dtype=getattr(torch, dtype)), eps=eps)
+    t = jt.tensor(x, dtype=getattr(jt, dtype))
+    for got in (jt.logit(t, eps=eps), jt.compile(lambda v: jt.logit(v * 1, eps=eps))(t)):
+        assert got.dtype.name == dtype
+        np.testing.assert_allclose(got.float().numpy(), expected.float().numpy(), rtol=1e-6)
+    if dtype == "float32":
+        tx, jx = torch.tensor(x, requires_grad=True), jt.tensor(x, requires_grad=True)
+        torch.logit(tx, eps=eps).backward(torch.ones(len(x)))
+        jt.logit(jx, eps=eps).backward(jt.ones(len(x)))
+        np.testing.assert_allclose(jx.grad.numpy(), tx.grad.numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("rounding_mode", ["floor", "trunc"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_half_division_rounded_by_a_tensor_rounds_steps_to_the_half_type_as_torch(dtype, rounding_mode):
+    # torch's CPU kernels divide a half type by a tensor of several elements in the half type (floor: c10's
+    # div_floor_floating, each step rounded; trunc: the rounded quotient), by one divisor for every element in
+    # float32: bfloat16 276 // 3.3125 is 82 by a tensor (276 - fmod rounds up to 276) and 83 by a number
+    rng = np.random.default_rng(0)
+    a = np.concatenate([[276.0, 0.0, -0.0, 5.0, INF, -INF, math.nan, 1.0], rng.standard_normal(2000) * 300])
+    b = np.concatenate([[3.3125, -2.0, 2.0, 0.0, 3.0, 0.0, 1.0, -0.0], rng.standard_normal(2000) * 3])
+    ta, tb = (torch.tensor(v, dtype=torch.float32).to(getattr(torch, dtype)) for v in (a, b))
+    ja, jb = (jt.tensor(v, dtype=jt.float32).to(getattr(jt, dtype)) for v in (a, b))
+    forms = {"tensor": lambda T, x, y: T.div(x, y, rounding_mode=rounding_mode),
+             "0-d": lambda T, x, y: T.div(x, y[0], rounding_mode=rounding_mode),
+             "one element": lambda T, x, y: T.div(x, y[:1], rounding_mode=rounding_mode),
+             "number": lambda T, x, y: T.div(x, 3.3125, rounding_mode=rounding_mode)}
+    for name, fn in forms.items():
+        expected = fn(torch, ta, tb).float().numpy()
+        for got in (fn(jt, ja, jb), jt.compile(lambda x, y: fn(jt, x * 1, y))(ja, jb)):
+            np.testing.assert_array_equal(got.float().numpy(), expected, err_msg=name)
+    if dtype == "bfloat16" and rounding_mode == "floor":  # (the case the half-type rounding decides)
+        assert (ja // jb)[0].item() == 82 and (ja // 3.3125)[0].item() == 83
+
+
 # In-place and out= ---------------------------------------------------------------------------------
 
 INPLACE = [  # (method, its arguments)

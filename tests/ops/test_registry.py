@@ -261,6 +261,56 @@ def test_out_that_requires_grad_is_refused_for_an_integer_result_of_a_differenti
     lib.argmax(lib.ones(2, 3, requires_grad=True), 1, out=lib.zeros(2, dtype=lib.int64))
 
 
+OUT_GUARDS = {  # out= calls whose autograd torch serves otherwise than by the out= guard of the op's own name
+    "quantile": lambda T, x, o: T.quantile(x, 0.5, out=o),  # its result copy_-ed into out
+    "nanquantile by a tensor q": lambda T, x, o: T.nanquantile(x, T.tensor([0.25, 0.5]), out=o),
+    "tensordot": lambda T, x, o: T.tensordot(x, x, dims=1, out=o),
+    "matrix_power 1": lambda T, x, o: T.matrix_power(x.reshape(2, 2), 1, out=o),
+    "diag of a vector": lambda T, x, o: T.diag(x, out=o),  # diag_embed's, served by the autograd fallback
+    "diag of a matrix": lambda T, x, o: T.diag(x.reshape(2, 2), out=o),  # diagonal_copy's
+    "histc": lambda T, x, o: T.histc(x, 3, out=o),  # declared nondifferentiable: no guard
+    "bucketize": lambda T, x, o: T.bucketize(x, x.detach(), out=o.long()),
+    "divide (div)": lambda T, x, o: T.divide(x, 2, out=o),
+    "negative (neg)": lambda T, x, o: T.negative(x, out=o),
+    "vstack (cat)": lambda T, x, o: T.vstack([x, x], out=o),
+    "sgn": lambda T, x, o: T.sgn(x, out=o),
+}
+
+
+def _outcome(lib, name, x_grad, out_grad):
+    x = lib.tensor([1.0, 3.0, 2.0, 4.0], requires_grad=x_grad)
+    o = lib.empty(0, requires_grad=out_grad)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            r = OUT_GUARDS[name](lib, x, o)
+        except RuntimeError as e:
+            return f"RuntimeError: {e}"
+    if not r.requires_grad:
+        return ("no history", r.tolist())
+    try:
+        r.sum().backward()
+    except RuntimeError as e:
+        return ("history", r.tolist(), f"backward: {e}")
+    return ("history", r.tolist(), None if x.grad is None else x.grad.tolist())
+
+
+@pytest.mark.parametrize("name", sorted(OUT_GUARDS))
+@pytest.mark.parametrize("x_grad, out_grad", [(True, False), (False, True), (True, True)])
+def test_out_calls_with_grad_raise_or_record_as_torch(name, x_grad, out_grad):
+    """quantile(out=) and diag(out=) refused inputs that require grad with the op's own name: torch copies
+    quantile's result into out (its gradient flows; a leaf out that requires grad is refused by copy_) and
+    serves diag by diag_embed's or diagonal_copy's out= form (its autograd fallback: a result whose backward
+    raises); a guard's error names the op torch's out= form is (``divide``: div)."""
+    assert _outcome(jt, name, x_grad, out_grad) == _outcome(torch, name, x_grad, out_grad)
+
+
+@pytest.mark.parametrize("lib", [torch, jt], ids=["torch", "jitorch"])
+def test_histogram_refuses_out_tensors_that_require_grad_by_the_autograd_fallbacks_guard(lib):
+    with pytest.raises(RuntimeError, match=r"^aten::histogram\(\): functions with out=\.\.\. arguments don't"):
+        lib.histogram(lib.tensor([1.0, 3.0]), 3, out=(lib.empty(0, requires_grad=True), lib.empty(0)))
+
+
 def test_out_of_a_composite_op_is_traced():
     """Found by the fuzzer: ``min(a, b, out=o)`` (a composite overload) inside a compiled function wrote
     into the tracer's stand-in for ``o``: the graph returned ``o``'s old zeros."""

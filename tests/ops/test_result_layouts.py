@@ -36,6 +36,11 @@ RESULTS = {
     "index through a mask": lambda T, x, y: x[:, y[0, :, 0] > -10],
     "index by an int32 and a transposed index": lambda T, x, y: x[:, T.tensor([[0], [0]], dtype=T.int32),
                                                                   T.tensor([[1, 2], [3, 0]]).t()],
+    # torch's clone(preserve_format) written in place
+    "index_fill": lambda T, x, y: x.index_fill(-1, T.tensor([0, 2], device=x.device), -1.0),
+    "index_fill by a 0-d tensor": lambda T, x, y: x.index_fill(0, T.tensor([1], device=x.device), T.tensor(5.0)),
+    "index_put": lambda T, x, y: x.index_put((T.tensor([1, 0], device=x.device),), T.tensor(0.0)),
+    "put": lambda T, x, y: x.put(T.tensor([1, 5], device=x.device), T.tensor([0.0, 0.0], device=x.device)),
 }
 
 
@@ -83,3 +88,21 @@ def test_index_of_a_comparison_with_an_index_of_a_permuted_tensor_has_torchs_str
     assert [t.stride() for t in got] == [t.stride() for t in want] == [(9, 1, 3), (9, 1, 3)]
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g.numpy(), w.numpy())
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+@pytest.mark.parametrize("layout", ["transposed", "permuted", "expanded"])
+def test_compiled_index_fill_keeps_a_dense_inputs_strides_as_torch(layout, device):
+    """index_fill of a transposed or permuted tensor keeps its strides (torch's clone(preserve_format)), in
+    every mode: it was contiguous in eager, compiled and CUDA runs."""
+    from jitorch.backends.cuda.fake import FakeBackend
+    from jitorch.runtime.cuda_backend import use_backend
+    a = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
+    want = laid_out(torch, layout, a).index_fill(1, torch.tensor([2, 0]), 7.0)
+    with use_backend(FakeBackend()):
+        x = laid_out(jt, layout, a).to(device)
+        for fn in (lambda t: t.index_fill(1, jt.tensor([2, 0], device=device), 7.0),
+                   jt.compile(lambda t: t.index_fill(1, jt.tensor([2, 0], device=device), 7.0))):
+            got = fn(x)
+            assert got.stride() == want.stride()
+            np.testing.assert_array_equal(got.cpu().numpy(), want.numpy())

@@ -49,8 +49,32 @@ def test_special_functions_float32_match_torch(name, rng):
     mine, theirs = UNARY[name]
     x = wide(rng).astype(np.float32)
     x = x[np.abs(x) < 1e4]
-    expected = theirs(torch.from_numpy(x).double()).float()  # torch's float32 digamma is far off near its root
+    if name == "trigamma":  # computed in float32 as torch does: its finite values at the poles are float32's
+        expected = theirs(torch.from_numpy(x))
+    else:
+        expected = theirs(torch.from_numpy(x).double()).float()  # torch's float32 digamma is far off near its root
     assert_close_to_torch(mine(jt.tensor(x)), expected, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
+def test_trigamma_at_the_poles_matches_torch_in_each_dtype(dtype):
+    # torch's trigamma computes in float32 for float32 and the half types: pi * x at a negative integer is not
+    # a multiple of pi there, so its values at the poles are finite and float32's (1.29e15 at -1), not float64's
+    x = [0.0, -0.0, -1.0, -2.0, -3.0, -17.0, -0.5, 0.25, 1.0, -1e6, 3.5]
+    expected = torch.polygamma(1, torch.tensor(x, dtype=getattr(torch, dtype)))
+    eager = jt.polygamma(1, jt.tensor(x, dtype=getattr(jt, dtype)))
+    compiled = jt.compile(lambda t: t.polygamma(1))(jt.tensor(x, dtype=getattr(jt, dtype)))
+    for got in (eager, compiled):
+        assert got.dtype.name == dtype
+        assert_close_to_torch(got.float(), expected.float(), rtol=4e-7, atol=0)
+    if dtype in ("float32", "bfloat16"):  # (float16's overflows to inf)
+        assert 1e15 < float(expected[2]) < 2e15
+
+
+def test_trigamma_of_integers_computes_in_float32_at_the_poles():
+    got, expected = jt.polygamma(1, jt.tensor([0, -1, -2, 3])), torch.polygamma(1, torch.tensor([0, -1, -2, 3]))
+    assert got.dtype == jt.float32
+    assert_close_to_torch(got, expected, rtol=4e-7, atol=0)
 
 
 def test_lgamma_is_accurate_relative_to_its_zeros_at_1_and_2():

@@ -216,10 +216,10 @@ def _kept(g, x, other, wins):
 
 def _logit(g, a, out):
     """``g / (x (1 - x))``; with ``eps``, 0 outside ``[eps, 1 - eps]`` (the clamp's flat parts), and without
-    it NaN outside ``[0, 1]``, as torch's logit_backward."""
+    it (or with a negative one, which clamps nothing) NaN outside ``[0, 1]``, as torch's logit_backward."""
     x = a.self
     d = g / (x * (1 - x))
-    if a.eps is None:
+    if a.eps is None or a.eps < 0:
         return jt.where((x < 0) | (x > 1), math.nan, d)
     return jt.where((x < a.eps) | (x > 1 - a.eps), 0, d)
 
@@ -259,7 +259,8 @@ _MORE_UNARY = (
     ("rad2deg", "", lambda g, x, y: g * (180 / _PI)),
     ("lgamma", "self", lambda g, x, y: g * x.digamma()),
     ("digamma", "self", lambda g, x, y: g * x.polygamma(1)),
-    ("erfinv", "result", lambda g, x, y: g * _SQRT_PI_OVER_2 * (y * y).exp()),
+    # (from self, as torch's, which saves no result: a write into erfinv's result leaves its backward valid)
+    ("erfinv", "self", lambda g, x, y: g * _SQRT_PI_OVER_2 * x.erfinv().square().exp()),
     ("i0", "self", lambda g, x, y: g * jt.special_i1(x)),
     ("special_i0e", "self result", lambda g, x, y: g * (jt.special_i1e(x) - x.sign() * y)),
     ("nan_to_num", "self", lambda g, x, y: g * x.isfinite()),
@@ -278,9 +279,18 @@ def _xlog_self(log):
     """xlogy's (``log``) or xlog1py's gradient for ``self``: ``g * log(other)``, 0 where ``self`` is 0."""
     def formula(g, a, out):
         y = a.other
-        factor = getattr(math, log)(y) if isinstance(y, Number) else getattr(y, log)()
+        factor = _log_of_number(log, y) if isinstance(y, Number) else getattr(y, log)()
         return jt.where(a.self == 0, 0, g * factor)
     return formula
+
+
+def _log_of_number(log, y):
+    """``math.log(y)`` or ``math.log1p(y)``, with torch's values outside the domain, where math raises (fuzz seed
+    7102598: ``x.xlogy_(-2.5)``'s backward raised ValueError): -inf at its edge, NaN below it."""
+    edge = 0 if log == "log" else -1
+    if y > edge:
+        return getattr(math, log)(y)
+    return -math.inf if y == edge else math.nan
 
 
 defgrad("xlogy", per_input(self=reads("self other", _xlog_self("log")), other=reads("self other", _xlog_other(0))))

@@ -4,5 +4,5 @@ from __future__ import annotations
 
 from ..rule import nondifferentiable
 
-nondifferentiable("searchsorted.Tensor", "isin.Tensor_Tensor", "_unique_consecutive", "bincount", "histc",
-                  "histogram.bins_tensor", "histogram.bin_ct")
+nondifferentiable("searchsorted.Tensor", "bucketize.Tensor", "bucketize.Scalar", "isin.Tensor_Tensor",
+                  "_unique_consecutive", "bincount", "histc", "histogram.bins_tensor", "histogram.bin_ct")
