@@ -193,9 +193,10 @@ class Tracer:
 
     def fake(self, t):
         """The fake tensor standing for ``t``: itself, or the constant a real tensor becomes."""
-        if self.is_ours(t):
-            return t
-        if isinstance(t._storage, TraceStorage):
+        st = t._storage
+        if isinstance(st, TraceStorage):  # (tested inline: a trace asks this of every tensor argument, often)
+            if st.tracer is self:
+                return t
             raise TraceError("a tensor from another trace was used in this one")
         entry = self.lifted.get(id(t))
         if entry is None and not t.requires_grad:
