@@ -106,6 +106,10 @@ def _fresh_edge(t):
         return t.grad_fn
 
 
+# (what `Tracer._module_names` holds of a name not read yet: no object the function sees is it)
+_NOT_READ = object()
+
+
 class Tracer:
     """Records the ops a function calls; `trace` drives it."""
 
@@ -356,7 +360,7 @@ class Tracer:
         for name, value in objects:
             if isinstance(value, Tensor):
                 continue
-            held, members = self._module_names.get(name, (None, None))
+            held, members = self._module_names.get(name, (_NOT_READ, None))
             if held is not value:
                 members = [(p, f"{name}.{qualified}" if name != "self" else qualified)
                            for method in ("named_parameters", "named_buffers") if callable(getattr(value, method, None))

@@ -61,9 +61,10 @@ def test_state_an_optimizer_makes_while_traced_is_named_without_walking_the_modu
 
     model = Counted(*[jt.nn.Linear(3, 3) for _ in range(4)])
     opt = jt.optim.Adam(model.parameters(), lr=0.1)
+    scale = None  # a name the function sees that holds None, as a module's does: read with the rest
 
     def step(x):
-        loss = model(x).square().mean()
+        loss = model(x).square().mean() * (1.0 if scale is None else scale)
         opt.zero_grad()
         loss.backward()
         opt.step()
