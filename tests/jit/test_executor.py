@@ -353,8 +353,8 @@ def test_the_generated_call_binds_many_constants_in_a_loop_and_equals_eager(monk
 
 def test_a_large_graph_calls_its_steps_as_functions_shared_by_equal_steps(monkeypatch):
     """From `SHARED_STEPS_FROM` steps, each step's lines are a function of the objects they name, one for
-    the steps whose lines differ only in those (equal layers): the call has a line per step, fewer
-    functions than steps, and it computes what the straight lines compute."""
+    the steps whose lines differ only in those (equal layers), which the call runs from a table, a row per
+    step: fewer functions than steps, and the call computes what the straight lines compute."""
     from jitorch.jit import executor
     g = jt.Generator().manual_seed(2)
     layers = [(jt.randn(8, 8, generator=g, requires_grad=True), jt.randn(8, generator=g)) for _ in range(4)]
@@ -378,10 +378,11 @@ def test_a_large_graph_calls_its_steps_as_functions_shared_by_equal_steps(monkey
     straight, shared = runs[10_000], runs[0]
     ex = shared[2]
     functions = re.findall(r"^def (_step\d+)\(env, arena, inplace", ex.source, re.M)
-    calls = re.findall(r"^ +(_step\d+)\(env, arena, inplace", ex.source, re.M)
-    assert len(calls) == sum(hasattr(s, "emit") for s in ex.steps) and set(calls) == set(functions)
-    assert len(functions) < len(calls) / 2  # the layers' steps share their functions
-    assert "def _step" not in straight[2].source
+    (table,) = re.findall(r"for _f, _a in (calls\d+):\n +_f\(env, arena, inplace, \*_a\)", ex.source)
+    rows = ex._body.namespace[table]
+    assert len(rows) == len(ex.steps) and {f.__name__ for f, _ in rows} == set(functions)
+    assert len(functions) < len(rows) / 2  # the layers' steps share their functions
+    assert "def _step" not in straight[2].source and "calls" not in straight[2].source
     assert shared[0] == straight[0]
     for a, b in zip(shared[1], straight[1]):
         np.testing.assert_array_equal(a, b)
