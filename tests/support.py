@@ -172,3 +172,12 @@ def general_path():
         yield
     finally:
         registry.DISPATCH_HOOKS.pop()
+
+
+def load_script(path, name):
+    """The Python file at ``path`` (a benchmark or example script) imported as module ``name``."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

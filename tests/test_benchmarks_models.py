@@ -2,23 +2,20 @@
 compiled whole step computes eager's first loss, and a profile of a first call is split into the compile stages."""
 
 import cProfile
-import importlib.util
 import math
 from pathlib import Path
 
 import pytest
 
 import jitorch as jt
+from tests.support import load_script
 
 SCRIPT = Path(__file__).parents[1] / "benchmarks" / "models.py"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("models_benchmark", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT, "models_benchmark")
 
 
 def test_quick_gpt_step_table_has_every_system_and_the_compiled_step_matches_eager(bench, capsys):

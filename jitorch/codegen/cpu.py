@@ -7,19 +7,18 @@ compiled kernels that use it: dropping the last compiled function that holds
 it removes it from the JIT. Object code is cached keyed by the kernel's LLVM
 IR and the target, so relinking a dropped kernel, or a second process, loads
 machine code without running LLVM's optimiser. Calls go through ctypes, which
-releases the GIL, so chunks of a kernel's outer loop run in parallel on a
-thread pool (``runtime.threads.pool``, which matrix products' parts share).
+releases the GIL, so chunks of a kernel's outer loop run in parallel on the
+threads of ``runtime.threads.run_parts`` (which matrix products' parts share).
 """
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import threading
 import weakref
 
 from ..runtime import logs
-from ..runtime.threads import get_num_threads, pool
+from ..runtime.threads import KERNEL_ENTRY, get_num_threads, run_chunks, run_parts
 from .errors import CompileError
 from .linker import Linker
 from .llvm_module import optimise_module, optimised_module
@@ -28,11 +27,16 @@ from .machine import selected
 _lock = threading.Lock()
 _state = {}
 
-ENTRY = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+ENTRY = KERNEL_ENTRY
 
-# Below this many elements a kernel runs on the calling thread: handing chunks to
-# a pool costs tens of microseconds.
-PARALLEL_MIN_WORK = 1 << 18
+# Below this many elements a kernel runs on the calling thread. Split on two threads (`threads.run_chunks`,
+# with spinning workers), a GELU chain of 2**15 float32 elements took 26-34 µs against 41-50 whole, one of
+# 2**17 87-91 against 158-170; a plain add breaks even near 2**16 (the old pool of futures, 2**18 here, was
+# slower split than whole up to 2**17 on this 2-core machine).
+PARALLEL_MIN_WORK = 1 << 15
+# Each chunk gets at least this many elements: on a machine of many cores, a kernel just over
+# PARALLEL_MIN_WORK splits in two, not in as many chunks as there are threads.
+CHUNK_MIN_WORK = PARALLEL_MIN_WORK // 2
 
 
 def num_threads():
@@ -79,6 +83,7 @@ class CompiledKernel:
         self._code = code  # keeps the machine code alive as long as this kernel
         # Valid while this kernel lives: generated calls bind it beside the steps that hold the kernel.
         self.fn = ENTRY(code.address)
+        self.address = code.address
         self.outer = source.outer
         self.parallel = source.work >= PARALLEL_MIN_WORK and source.outer > 1
 
@@ -88,18 +93,18 @@ class CompiledKernel:
 
     def run_chunks(self, fn, args_array):
         """Run ``fn(args_array, lo, hi)`` over the chunks of the outer loop: all on the calling thread when
-        the kernel does not split, else the first chunk there and the others on the pool (``fn`` is the
+        the kernel does not split, else the first chunk there and the others on the workers (``fn`` is the
         machine code, or a profiler's wrapper that times it)."""
-        if not self.parallel or num_threads() == 1:
+        n = min(num_threads(), self.source.work // CHUNK_MIN_WORK)
+        if not self.parallel or n <= 1:
             fn(args_array, 0, self.outer)
             return
-        n = num_threads()
         step = -(-self.outer // n)
         bounds = [(i, min(i + step, self.outer)) for i in range(0, self.outer, step)]
-        futures = [pool().submit(fn, args_array, lo, hi) for lo, hi in bounds[1:]]
-        fn(args_array, *bounds[0])
-        for f in futures:
-            f.result()
+        if fn is self.fn:
+            run_chunks(self.address, args_array, bounds)
+        else:
+            run_parts(fn, [(args_array, lo, hi) for lo, hi in bounds])
 
     def __repr__(self):
         return f"<kernel {self.name}: {' '.join(self.ops)}>"

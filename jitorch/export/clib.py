@@ -137,9 +137,10 @@ class _CWriter:
             self.buf[v] = f"in[{i}]"
         for i, v in enumerate(self.g.constants.values()):
             self.buf[v] = f"(char *){name}_c{i}"
+        self.geometry = compiled.view_geometry
         for step in compiled.steps:
             if hasattr(step, "kernel"):
-                self.kernel_step(step.kernel)
+                self.kernel_step(step.kernel, getattr(step, "views", {}))
             else:
                 for node in step.nodes:
                     self.eager(node)
@@ -158,12 +159,15 @@ class _CWriter:
 
     # steps
 
-    def kernel_step(self, kernel):
+    def kernel_step(self, kernel, views):
+        """A kernel's call. An input in ``views`` (an eager view the kernel reads through its strides) is read
+        where it lies in its root's compact buffer, not from the view's compact copy."""
         src = kernel.source
         self.kernels.append(kernel)
         for v in src.inputs + src.outputs:
             _c_type(v.type)
-        ins = [self.buf[v] for v in src.inputs]
+        ins = [f"((char *){self.buf[self.geometry[v][0]]} + {views[v][1] * v.type.dtype.itemsize})" if v in views
+               else self.buf[v] for v in src.inputs]
         if src.split is None:
             outs = [self.alloc(v) for v in src.outputs]
             args = ", ".join(f"(void *){b}" for b in ins + outs)

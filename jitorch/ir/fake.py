@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from math import prod
 
+from ..ops import registry
 from ..runtime.storage import Storage
 from ..runtime.strided import contiguous_strides
 from ..tensor import Tensor
-from .graph import Value
+from .graph import TensorType, Value
 
 
 def fake_tensor(shape, dtype, device, strides=None, offset=0, storage_size=None):
@@ -40,3 +41,13 @@ def fake_args(args):
         return a
     return [one(a) for a in args]
 
+
+
+def add_op(g, name, *given):
+    """The value of op ``name`` on the ``given`` leading arguments (the schema's defaults after them), added
+    to graph ``g`` with the type its meta rule gives: a small graph built by hand (a kernel's)."""
+    op = registry.OPS[name]
+    args = given + tuple(a.default for a in op.schema.args[len(given):])
+    spec = registry.quiet_meta(op, [fake_tensor(a.type.shape, a.type.dtype, a.type.device) if isinstance(a, Value)
+                                    else a for a in args])
+    return g.add_node(op, args, [TensorType(tuple(spec.shape), spec.dtype, spec.device)]).outputs[0]

@@ -5,7 +5,8 @@ and compiles each pointwise or reduction group to a CPU kernel. Groups the
 code generator cannot lower (matmul, sorting, indexing, half types, ...) run
 their nodes with the eager kernels, as the interpreter does; matrix products
 write straight into their arena buffer, and views whose geometry the plan
-knows are tensor headers only.
+knows are tensor headers only, which kernels read where they lie, through their
+strides and offset (a convolution's product permuted to ``[N, C, H, W]``).
 
 Memory is planned once, when the graph is built (see `_plan`):
 
@@ -18,7 +19,9 @@ Memory is planned once, when the graph is built (see `_plan`):
 * an in-place update of an input (``p.sub_(lr * g)`` in a training step)
   whose old value nothing reads afterwards is computed straight into the
   input's memory by its pointwise kernel, instead of into a fresh buffer that
-  is then copied back.
+  is then copied back;
+* a padded input or a col2im, which copies zeros and then writes part of
+  them, takes the zeros' buffer when nothing reads them later.
 
 A call takes a free arena (a new one when another thread holds them all), so
 concurrent calls of one compiled graph never share buffers.
@@ -61,7 +64,8 @@ from ..runtime.storage import Storage
 from ..runtime.strided import contiguous_strides
 from ..tensor import Tensor
 from ..runtime.pytree import tree_leaves, tree_map
-from ..codegen import cpu, mathlib  # noqa: F401  (mathlib: loaded with the backend, not on the first call)
+# (mathlib: loaded with the backend, not on the first call; recurrence: registers ops.recurrences' fused cells)
+from ..codegen import cpu, mathlib, recurrence  # noqa: F401
 from ..codegen.kernel import CompileError, build_many, build_shared, built_or_refused, composes, is_row_softmax
 from ..codegen.straightline import Source
 from ..codegen.lowering import kind_of
@@ -105,6 +109,7 @@ class KernelStep:
         self.eager_made = set()    # inputs computed by eager steps
         self.compacted = set()     # inputs laid out otherwise than this kernel reads them (see _kernel_layouts)
         self.layouts = {}          # value -> strides of the buffers it reads and writes that are not compact
+        self.views = {}            # eager views it reads in place: value -> (strides, offset, root's size)
 
     def reads(self):
         return self.inputs
@@ -128,7 +133,12 @@ class KernelStep:
             # graph inputs and kernel outputs are compact (offset 0): their address is their storage's,
             # which is cached; what an eager step made (a view) may need compacting first
             value = src.name(v, "v")
-            if v in self.eager_made:
+            if v in self.views:  # an eager view read where it lies, through its strides
+                strides, offset, size = self.views[v]
+                src.emit(f"env[{value}] = t = _strided(env[{value}], {src.name(strides, 'g')}, {offset}, {size})",
+                         indent)
+                src.emit(f"a[{i}] = t._storage.data_ptr() + {offset * v.type.dtype.itemsize}", indent)
+            elif v in self.eager_made:
                 src.emit(f"env[{value}] = t = _compact(env[{value}])", indent)
                 src.emit(f"a[{i}] = t._storage.data_ptr()", indent)
             elif v in self.compacted:  # laid out for its other readers: a compact copy, held until the call
@@ -165,7 +175,16 @@ class KernelStep:
         """A full reduction computed in parts: combine the partial results here."""
         parts, name, count, acc_dtype = self.kernel.source.split
         partials = np.empty(parts, acc_dtype.np)
-        self.kernel(self.args_type(*[env[v]._storage.data_ptr() for v in self.inputs], _address(partials)))
+        addresses = []
+        for v in self.inputs:
+            t = env[v]
+            if v in self.views:
+                strides, offset, size = self.views[v]
+                t = _strided(t, strides, offset, size)
+                addresses.append(t._storage.data_ptr() + offset * v.type.dtype.itemsize)
+            else:
+                addresses.append((compact(t) if v in self.eager_made else t)._storage.data_ptr())
+        self.kernel(self.args_type(*addresses, _address(partials)))
         total = _COMBINE[name](partials)
         if name == "mean":
             total = total / acc_dtype.np.type(count)
@@ -213,6 +232,20 @@ def _host_tensors(node):
         a.type.dtype == out.dtype for a in node.args if isinstance(a, Value))
 
 
+def _host_cat(node):
+    """Whether a ``cat`` joins CPU arrays of its result's dtype, all of its number of dims (none the 1-D empty
+    tensor cat skips), along an int dim: NumPy's concatenate writes them into the arena buffer as they are."""
+    tensors, dim = node.args[0], node.args[1] if len(node.args) > 1 else 0
+    out = node.outputs[0].type
+    return _host_tensors(node) and isinstance(dim, int) and isinstance(tensors, (list, tuple)) and all(
+        isinstance(t, Value) and t.type.dtype == out.dtype and len(t.type.shape) == len(out.shape) for t in tensors)
+
+
+def _cat_into(args, out):
+    tensors, dim = args[0], args[1] if len(args) > 1 else 0
+    np.concatenate(tensors, axis=dim % out.ndim, out=out)
+
+
 def _zeros_into(args, out):
     out.fill(0)
 
@@ -232,7 +265,7 @@ def _as_strided_scatter_into(args, out):
 _WRITERS_INTO = {name: (_blas_product, _matmul_into) for name in ("matmul", "mm", "bmm")}
 _WRITERS_INTO.update({"zeros": (_host_tensors, _zeros_into), "new_zeros": (_host_tensors, _zeros_into),
                       "_as_strided_add": (_host_tensors, _as_strided_add_into),
-                      "as_strided_scatter": (_host_tensors, _as_strided_scatter_into)})
+                      "as_strided_scatter": (_host_tensors, _as_strided_scatter_into), "cat": (_host_cat, _cat_into)})
 
 # Graphs with this many constants or more bind them in a loop over a table (as fast per constant as two
 # straight lines each, and the generated call's source compiles in less time: a GPT training step binds 210).
@@ -279,8 +312,7 @@ class EagerStep:
     def _emit_node(self, src, node, indent):
         out = node.outputs[0]
         if out in self.into_arena:
-            arrays = ", ".join(f"env[{src.name(a, 'v')}]._array()" if isinstance(a, Value) else src.name(a, "c")
-                               for a in node.args)
+            arrays = ", ".join(_array_expression(src, a) for a in node.args)
             writer = src.name(_WRITERS_INTO[node.op.name][1], "writer")
             src.emit(f"{writer}([{arrays}], env[{src.name(out, 'v')}]._array())", indent)
             return
@@ -307,6 +339,16 @@ class EagerStep:
 
     def __repr__(self):
         return f"<eager {' '.join(n.op.name for n in self.nodes)}>"
+
+
+def _array_expression(src, arg):
+    """The generated call's expression of an eager node's argument as a writer into the arena takes it: a
+    tensor as its array, a list of tensors (cat's) as a list of arrays, anything else as it is."""
+    if isinstance(arg, Value):
+        return f"env[{src.name(arg, 'v')}]._array()"
+    if isinstance(arg, (list, tuple)) and any(isinstance(a, Value) for a in arg):
+        return "[" + ", ".join(_array_expression(src, a) for a in arg) + "]"
+    return src.name(arg, "c")
 
 
 def _static_views(nodes, by_value, layouts):
@@ -336,6 +378,16 @@ def _static_views(nodes, by_value, layouts):
             by_value[v] = (root, shape, strides, offset)
         geometry[node] = (root, views, _strides(root, layouts))
     return geometry
+
+
+def _strided(t, strides, offset, size):
+    """``t`` if it lies at ``strides`` from ``offset`` in its storage (what a kernel built to read an eager view
+    in place reads), else a copy of its values laid out so in new memory of ``size`` elements."""
+    if t._stride == strides and t._offset == offset:
+        return t
+    out = Tensor._make(Storage.empty(size, t.dtype, t.device), t._shape, strides, offset)
+    out._array()[...] = t._array()
+    return out
 
 
 def _compute(node, env):
@@ -448,6 +500,11 @@ class Plan:
                 arena_candidates.update(step.writers())
         free, ends = {}, {}
         for j, step in enumerate(steps):
+            taken = _updated_operand(step, j, root, last_use, escaping)
+            if taken in self.slots and taken in ends.get(j, ()):
+                # its result takes the operand's buffer, which it copies first (a no-op there): freed before
+                ends[j].remove(taken)
+                free.setdefault(self.slot_bytes[self.slots[taken]], []).append(self.slots[taken])
             for v in step.writes():
                 if (v in arena_candidates and root.get(v, v) is v and v not in escaping and v not in self.inplace
                         and v not in inputs and v not in layouts and last_use.get(v) is not None):
@@ -528,6 +585,33 @@ def _warning_as_traced(graph, run):
     return run_warning
 
 
+def _lowered(group):
+    """Whether a group has a kernel form (else its nodes run as an eager step)."""
+    return group.kind in ("pointwise", "reduction", "view") or (len(group.nodes) == 1 and is_row_softmax(group.nodes[0]))
+
+
+def _updated_operand(step, j, root, last_use, escaping):
+    """The operand whose arena buffer eager step ``j``'s result may take, or None: a single
+    `as_strided_scatter` or `_as_strided_add` that a writer computes into the arena (it copies its first
+    operand into the result, then changes part of it: where they are one buffer, the copy is skipped), whose
+    first operand is no view, leaves the call no other way, and is read by no later step (the zeros a
+    convolution's padded input or col2im's sums start from: megabytes filled, then copied, per call)."""
+    if not isinstance(step, EagerStep) or len(step.nodes) != 1:
+        return None
+    (node,) = step.nodes
+    if node.op.name not in _COPIES_FIRST or not step.writers():
+        return None
+    x, out = node.args[0], node.outputs[0]
+    if not isinstance(x, Value) or x in root or x in escaping or last_use.get(x) != j \
+            or x.type.dtype != out.type.dtype or _numel(x) != _numel(out) \
+            or any(root.get(a, a) is x for a in iter_values(node.args[1:])):
+        return None
+    return x
+
+
+_COPIES_FIRST = ("as_strided_scatter", "_as_strided_add")
+
+
 def _alone(node):
     """A fusion group of one node (what a refused group splits into)."""
     kind = kind_of(node)
@@ -557,8 +641,12 @@ class CompiledGraph:
         self._wanted = self._wanted_layouts()
         # the buffers laid out as eager's (see the module docstring): inputs, and what kernels write
         self.layouts = {v: self._wanted[v] for v in self.graph.inputs if v in self._wanted}
+        # views made by eager steps: their geometry over their root (`_static_views`), and those a CPU kernel
+        # reads through their strides rather than compacted (`_note_eager_views`)
+        self.view_geometry, self._eager_views = {}, {}
         requests = [(group, f"jitorch_k{i}", None, self._kernel_layouts(group)) for i, group in enumerate(self.groups)]
         self._prebuilt_sources, _codes = self._prebuilt(requests, split=True)
+        self.view_geometry, self._eager_views = {}, {}  # (`_lower` records the views as they turn out)
         for i, group in enumerate(self.groups):
             self._lower(group, f"jitorch_k{i}", split=True)
         self._prebuilt_sources = {}
@@ -591,8 +679,27 @@ class CompiledGraph:
         a softmax kernel reads)."""
         softmax = group.kind not in ("pointwise", "reduction", "view")
         layouts = {v: self.layouts[v] for v in group.inputs if v in self.layouts and not softmax}
+        if not softmax:
+            layouts.update((v, self._eager_views[v][0]) for v in group.inputs if v in self._eager_views)
         layouts.update((v, self._wanted[v]) for v in group.outputs if v in self._wanted)
         return layouts
+
+    def _note_eager_views(self, nodes):
+        """Record the views an eager step makes whose geometry over their root's buffer is known before any
+        call (`_static_views`) and is not that buffer itself: a CPU kernel reads them where they lie, through
+        their strides and offset (`_eager_views`), rather than from a compact copy made before each kernel
+        that reads them. (DCGAN's step made one per batch norm, in NumPy's strided copy: a convolution's
+        ``[C, N, H, W]`` product permuted to ``[N, C, H, W]``, a transposed convolution's output cropped.)"""
+        if self._backend[2] is not KernelStep:
+            return
+        _static_views(nodes, self.view_geometry, self.layouts)
+        for node in nodes:
+            for v in node.outputs:
+                root, shape, strides, offset = self.view_geometry.get(v, (None, None, None, None))
+                if root is None or min(strides, default=0) < 0 or v.type.dtype is not root.type.dtype:
+                    continue
+                if offset or tuple(strides) != contiguous_strides(shape) or _numel(root) != _numel(v):
+                    self._eager_views[v] = (tuple(strides), offset, _numel(root))
 
     def _unvouched_layouts(self):
         """The storages of `Graph.output_layouts` whose layout the plan does not make eager's by itself:
@@ -623,6 +730,11 @@ class CompiledGraph:
         if split:
             refused = [(group, name[:-len(group.kind) - 1]) for (group, name, _, _), source in zip(requests, sources)
                        if source is None and len(group.nodes) > 1]
+            self._foresee_eager_views(requests, sources)
+            stale = [k for k, (group, _, _, layouts) in enumerate(requests) if self._kernel_layouts(group) != layouts]
+            for k, source in zip(stale, self._sources([(requests[k][0], requests[k][1], None,
+                                                        self._kernel_layouts(requests[k][0])) for k in stale])):
+                requests[k], sources[k] = (*requests[k][:3], self._kernel_layouts(requests[k][0])), source
             parts = [(_alone(node), f"{base}_{j}") for group, base in refused for j, node in enumerate(group.nodes)]
             parts = [(part, f"{base}_{part.kind}", None, self._kernel_layouts(part)) for part, base in parts]
             requests, sources = requests + parts, sources + self._sources(parts)
@@ -634,6 +746,21 @@ class CompiledGraph:
         except (CompileError, RuntimeError) as e:
             logs.log("codegen", "kernels linked one by one: together they failed: %s", e)
             return built, []
+
+    def _foresee_eager_views(self, requests, sources):
+        """Note (`_note_eager_views`), in graph order, the views that `_lower` will make eager steps of, given
+        the first sources of the groups: those of view groups that need no kernel, of groups without a kernel
+        form, and the view nodes of groups the builder refused (split into one group per node). The batch then
+        builds the kernels that read them for the layouts `_lower` asks for (where it foresaw wrong, `_lower`
+        builds the kernel alone)."""
+        for (group, _, _, _), source in zip(requests, sources):
+            if not _lowered(group) or (source is None and group.kind == "view"):
+                self._note_eager_views(group.nodes)
+            elif source is None and len(group.nodes) > 1:
+                for node in group.nodes:
+                    part = _alone(node)
+                    if part.kind == "view" or not _lowered(part):
+                        self._note_eager_views(part.nodes)
 
     def _sources(self, requests):
         """The kernel sources of ``requests`` ((group, kernel name, aliases, layouts)), None where refused."""
@@ -649,10 +776,9 @@ class CompiledGraph:
         node, so that most of it still runs compiled. A source `_prebuilt` made is used if the layouts
         it was built for are still the group's (a group an eager step ran before reads compact inputs)."""
         target, make_kernel, step_type, _ = self._backend
-        lowered = group.kind in ("pointwise", "reduction", "view") or (
-            len(group.nodes) == 1 and is_row_softmax(group.nodes[0]))
-        if not lowered:
+        if not _lowered(group):
             self.steps.append(EagerStep(group.nodes, group.kind))
+            self._note_eager_views(group.nodes)
             return
         layouts = self._kernel_layouts(group)
         prebuilt, built_for = self._prebuilt_sources.get(f"{name}_{group.kind}", (None, None))
@@ -663,6 +789,7 @@ class CompiledGraph:
         except CompileError as e:
             if group.kind == "view":  # views that need no copy: tensor headers, made by an eager step
                 self.steps.append(EagerStep(group.nodes, group.kind))
+                self._note_eager_views(group.nodes)
                 return
             if split and len(group.nodes) > 1:
                 logs.log("codegen", "%s: the group is split into one group per node: %s", name, e)
@@ -681,6 +808,7 @@ class CompiledGraph:
         self.layouts.update((v, layouts[v]) for v in group.outputs if v in layouts)
         step = step_type(kernel, group.nodes)
         step.group, step.name, step.layouts = group, f"{name}_{group.kind}", layouts
+        step.views = {v: self._eager_views[v] for v in group.inputs if v in layouts and v in self._eager_views}
         self.steps.append(step)
 
     def _build_inplace_kernels(self):
@@ -794,7 +922,7 @@ class CompiledGraph:
                              _arenas=self._arenas, _Arena=Arena, _plan=self.plan, _steps=self.steps,
                              _graph=g, _constants=g.constant_tensors, _unshared=self._unshared,
                              _outputs=self._outputs, _finish=self._finish, _set_grads=set_grads,
-                             _view=returned_view, _laid_out=laid_out, _compute=_compute, _view_of=Tensor._view_of,
+                             _view=returned_view, _laid_out=laid_out, _strided=_strided, _compute=_compute, _view_of=Tensor._view_of,
                              _compute_one=_compute_one,
                              _profiling=profiling, _profiled=self._profiled_run, _clock=time.perf_counter_ns)
         if g.grad_constants or g.refreshers:

@@ -2129,7 +2129,7 @@ def _picked_weights(target, weight, ignore_index, classes, dtype):
 
 def _class_last(input):
     """``input`` (``(C,)``, ``(N, C)`` or ``(N, C, d1, ...)``) with the class dim last."""
-    return input if input.ndim == 1 else input.movedim(1, -1)
+    return input if input.ndim <= 2 else input.movedim(1, -1)
 
 
 @autocasts("nll_loss")

@@ -12,6 +12,12 @@ The forward returns, besides output, h_n and c_n, a ``reserve`` of what the back
 cuDNN's reserve space: LSTM's gate activations and cell states, GRU's gates and ``W_hn h + b_hn``, in
 the compute dtype, stored as bytes (uint8) so that, as torch's reserve, it carries no gradient.
 ``_rnn_layer_backward`` has no derivative of its own: a double backward raises, as torch's cuDNN RNN.
+
+LSTM and GRU steps (without LSTM's projection) run their gate arithmetic as one generated kernel per
+step where the code generator has registered ``CELL_KERNEL`` (jitorch/codegen/recurrence.py, loaded with
+the compiler): the loop is then one product and one kernel call per step, the kernel reading and writing
+the step's slices in place through addresses laid out for every step ahead of the loop. Elsewhere (no
+code generator, or a cell it cannot build) the NumPy cells below run.
 """
 
 from __future__ import annotations
@@ -25,6 +31,11 @@ from .registry import TensorSpec, defop, scalar_name
 
 _GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
 _RESERVED = {"RNN_TANH": 0, "RNN_RELU": 0, "LSTM": 5, "GRU": 4}  # reserve width in units of hidden_size
+
+# (direction, mode, NumPy dtype, hidden, bias) -> a compiled cell for any batch (codegen/recurrence.py's
+# `CellKernel`: ``names``, ``table(columns)``, ``rows(table)``, ``run(row, batch)``) or None; set by the
+# code generator
+CELL_KERNEL = None
 
 
 def _layer_meta(mode, x, hx, cx, w_hh, b_hh, w_hr, reverse):
@@ -75,6 +86,36 @@ def _steps(length, reverse):
     return range(length - 1, -1, -1) if reverse else range(length)
 
 
+def _cell(direction, mode, dtype, batch, hidden, bias):
+    """The registered compiled cell for these sizes, or None (the NumPy cell runs)."""
+    if CELL_KERNEL is None or batch == 0 or mode not in ("LSTM", "GRU"):
+        return None
+    return CELL_KERNEL(direction, mode, dtype, hidden, bias)
+
+
+def _address(a):
+    return a.__array_interface__["data"][0]
+
+
+def _per_step(a, order, offset=0):
+    """The address of ``a[t]`` (plus ``offset`` elements) for each step ``t`` of ``order``."""
+    return _address(a) + (order * a.strides[0] + offset * a.itemsize).astype(np.uint64)
+
+
+def _after(a, first, order, offset=0):
+    """Per step of ``order``, the address of the previous step's ``a[t]`` (``first`` for the first step)."""
+    addresses = np.empty(len(order), np.uint64)
+    addresses[0] = _address(first)
+    addresses[1:] = _per_step(a, order[:-1], offset)
+    return addresses
+
+
+def _blocks(names, a, order, width, start=0):
+    """{name: addresses per step} of column blocks ``width`` wide of ``a[t]``, the k-th named from column
+    ``start + k * width``."""
+    return {name: _per_step(a, order, start + k * width) for k, name in enumerate(names)}
+
+
 def _hidden_product(h, w_t, b_hh, out):
     """``out = h @ w_t + b_hh``, ``w_t`` being ``W_hh.T`` made contiguous (NumPy's matmul of a transposed
     operand runs about half as fast at these sizes) and ``out`` contiguous."""
@@ -120,6 +161,44 @@ def _lstm_forward(x, h, c, w_t, b_hh, w_hr_t, output, reserve, reverse):
     return c
 
 
+def _lstm_forward_cells(kernel, x, h, c, w_t, b_hh, output, reserve, reverse):
+    """`_lstm_forward` (no projection) with the compiled cell: per step, a product into ``hh``, then the
+    kernel from ``hh``, ``x[t]`` and the previous cell to the reserve's gates and cell and ``output[t]``."""
+    batch, hidden = x.shape[1], reserve.shape[-1] // 5
+    order = np.fromiter(_steps(len(x), reverse), np.int64)
+    hh = np.empty((batch, 4 * hidden), output.dtype)
+    first = np.empty((batch, 5 * hidden), output.dtype)  # cx, strided as the reserve's cells
+    first[:, 4 * hidden:] = c
+    _forward_steps(kernel, {"c_prev": _after(reserve, first[:, 4 * hidden:], order, 4 * hidden),
+                            **_blocks("ifgoc", reserve, order, hidden)}, x, h, w_t, b_hh, hh, output, order)
+    return reserve[order[-1], :, 4 * hidden:]
+
+
+def _forward_steps(kernel, columns, x, h, w_t, b_hh, hh, output, order):
+    """The forward loop of a compiled cell: per step of ``order``, ``hh = h W_hh^T``, then the kernel on
+    ``columns`` (the cell's own buffers) and the buffers every cell reads: ``hh``, ``x[t]``, ``b_hh``, and
+    ``output[t]``, the next step's ``h``."""
+    columns.update(hh=_address(hh), x=_per_step(x, order), h=_per_step(output, order))
+    if b_hh is not None:
+        columns["b"] = _address(b_hh)
+    table = kernel.table(columns)
+    for row, t in zip(kernel.rows(table), order.tolist()):
+        np.matmul(h, w_t, out=hh)
+        kernel.run(row, len(hh))
+        h = output[t]
+
+
+def _gru_forward_cells(kernel, x, h, w_t, b_hh, output, reserve, reverse):
+    """`_gru_forward` with the compiled cell: per step, a product into ``hh``, then the kernel from
+    ``hh``, ``x[t]`` and the previous output to the reserve's r, z, n, W_hn h + b_hn and ``output[t]``."""
+    batch, hidden = x.shape[1], reserve.shape[-1] // 4
+    order = np.fromiter(_steps(len(x), reverse), np.int64)
+    hh = np.empty((batch, 3 * hidden), output.dtype)
+    h = np.ascontiguousarray(h)  # (held while the kernel reads it)
+    _forward_steps(kernel, {"h_prev": _after(output, h, order), **_blocks(("r", "z", "n", "h_n"), reserve, order,
+                                                                           hidden)}, x, h, w_t, b_hh, hh, output, order)
+
+
 def _gru_forward(x, h, w_t, b_hh, output, reserve, reverse):
     hidden = reserve.shape[-1] // 4
     hh = np.empty((x.shape[1], 3 * hidden), output.dtype)
@@ -150,9 +229,16 @@ def _layer_cpu(spec, mode, x, hx, cx, w_hh, b_hh, w_hr, reverse):
     c_n = np.empty(spec[2].shape, ct)
     if x.shape[0] == 0:
         return output, hx.copy(), (cx.astype(ct) if mode == "LSTM" else c_n), reserve.view(np.uint8)
-    if mode == "LSTM":
+    kernel = None if w_hr is not None else _cell("forward", mode, ct, batch, w_hh.shape[1], b_hh is not None)
+    if kernel is not None:
+        x, b_hh = np.ascontiguousarray(x), None if b_hh is None else np.ascontiguousarray(b_hh)
+    if mode == "LSTM" and kernel is not None:
+        c_n[...] = _lstm_forward_cells(kernel, x, hx, cx.astype(ct, copy=False), w_t, b_hh, output, reserve, reverse)
+    elif mode == "LSTM":
         w_hr_t = None if w_hr is None else np.ascontiguousarray(w_hr.T, ct)
         c_n[...] = _lstm_forward(x, hx, cx.astype(ct, copy=False), w_t, b_hh, w_hr_t, output, reserve, reverse)
+    elif mode == "GRU" and kernel is not None:
+        _gru_forward_cells(kernel, x, hx, w_t, b_hh, output, reserve, reverse)
     elif mode == "GRU":
         _gru_forward(x, hx, w_t, b_hh, output, reserve, reverse)
     else:
@@ -239,6 +325,57 @@ def _lstm_backward(grad_output, grad_hy, grad_cy, cx, w_hh, w_hr, reserve, rever
     return d_gates.reshape(length, batch, 4 * hidden), dh, dc, d_out
 
 
+def _lstm_backward_cells(kernel, grad_output, grad_hy, grad_cy, cx, w_hh, reserve, reverse):
+    """`_lstm_backward` (no projection) with the compiled cell: per step, the kernel from the product
+    ``dh``, ``grad_output[t]``, the cell gradient and the reserve to ``d_gates[t]`` and the previous cell
+    gradient, then the product ``dh = d_gates[t] W_hh``."""
+    length, batch = reserve.shape[:2]
+    hidden = reserve.shape[-1] // 5
+    order = np.fromiter(_steps(length, not reverse), np.int64)
+    before = order[::-1]  # the steps in the forward's order, whose previous cells the kernel reads
+    first = np.empty((batch, 5 * hidden), reserve.dtype)  # cx, strided as the reserve's cells
+    first[:, 4 * hidden:] = cx
+    c_prev = _after(reserve, first[:, 4 * hidden:], before, 4 * hidden)[::-1]
+    d_gates = np.empty((length, batch, 4 * hidden), reserve.dtype)
+    dh = np.array(grad_hy, order="C")
+    dc = (np.array(grad_cy, order="C"), np.empty_like(dh))  # the cell gradient, in and out by turns
+    grad_output = np.ascontiguousarray(grad_output)
+    table = kernel.table({"dh": _address(dh), "go": _per_step(grad_output, order), "c_prev": c_prev,
+                          "dc": np.array([_address(dc[k % 2]) for k in range(length)], np.uint64),
+                          "dc_out": np.array([_address(dc[(k + 1) % 2]) for k in range(length)], np.uint64),
+                          **_blocks("ifgoc", reserve, order, hidden),
+                          **_blocks(("d_i", "d_f", "d_g", "d_o"), d_gates, order, hidden)})
+    for row, t in zip(kernel.rows(table), order.tolist()):
+        kernel.run(row, batch)
+        np.matmul(d_gates[t], w_hh, out=dh)
+    return d_gates, dh, dc[length % 2], None
+
+
+def _gru_backward_cells(kernel, grad_output, grad_hy, w_hh, reserve, prev, reverse):
+    """`_gru_backward` with the compiled cell: per step, the kernel from the carry ``dh z``, the product
+    ``prod`` and ``grad_output[t]`` to the gate gradients and the next carry, then the product
+    ``prod = d_hh[t] W_hh``."""
+    length, batch = reserve.shape[:2]
+    hidden = reserve.shape[-1] // 4
+    order = np.fromiter(_steps(length, not reverse), np.int64)
+    d_x = np.empty((length, batch, 3 * hidden), reserve.dtype)
+    d_hh = np.empty_like(d_x)
+    carry = (np.array(grad_hy, order="C"), np.empty((batch, hidden), reserve.dtype))
+    prod = np.zeros_like(carry[1])
+    grad_output = np.ascontiguousarray(grad_output)
+    table = kernel.table({"prod": _address(prod), "go": _per_step(grad_output, order), "h_prev": _per_step(prev, order),
+                          "carry": np.array([_address(carry[k % 2]) for k in range(length)], np.uint64),
+                          "carry_out": np.array([_address(carry[(k + 1) % 2]) for k in range(length)], np.uint64),
+                          "d_xn": _per_step(d_x, order, 2 * hidden),
+                          **_blocks(("r", "z", "n", "h_n"), reserve, order, hidden),
+                          **_blocks(("d_r", "d_z", "d_n"), d_hh, order, hidden)})
+    for row, t in zip(kernel.rows(table), order.tolist()):
+        kernel.run(row, batch)
+        np.matmul(d_hh[t], w_hh, out=prod)
+    d_x[:, :, :2 * hidden] = d_hh[:, :, :2 * hidden]
+    return d_x, d_hh, carry[length % 2] + prod
+
+
 def _gru_backward(grad_output, grad_hy, w_hh, output, reserve, prev, reverse):
     """Gradients of the input projection and of ``h W_hh^T + b_hh``, and of ``hx``; the activations'
     derivatives are computed for every step at once, ahead of the loop."""
@@ -280,7 +417,13 @@ def _backward_cpu(spec, mode, grad_output, grad_hy, grad_cy, hx, cx, w_hh, w_hr,
         return (np.zeros(spec[0].shape, ct), grad_hy.copy(), grad_cy.astype(ct), np.zeros(spec[3].shape, ct),
                 np.zeros(spec[4].shape, ct), grad_w_hr)
     prev = _previous(output, hx, reverse)
-    if mode == "LSTM":
+    length, batch = output.shape[:2]
+    kernel = None if w_hr is not None else _cell("backward", mode, ct, batch, w_hh.shape[1], False)
+    if mode == "LSTM" and kernel is not None:
+        d_x, grad_hx, grad_cx, _ = _lstm_backward_cells(kernel, grad_output, grad_hy, grad_cy.astype(ct, copy=False),
+                                                        cx.astype(ct, copy=False), w_hh, reserve, reverse)
+        d_hh = d_x
+    elif mode == "LSTM":
         w_hr = None if w_hr is None else np.ascontiguousarray(w_hr, ct)
         d_x, grad_hx, grad_cx, d_out = _lstm_backward(grad_output, grad_hy, grad_cy.astype(ct, copy=False),
                                                          cx.astype(ct, copy=False), w_hh, w_hr, reserve, reverse)
@@ -289,6 +432,8 @@ def _backward_cpu(spec, mode, grad_output, grad_hy, grad_cy, hx, cx, w_hh, w_hr,
             hidden = reserve.shape[-1] // 5
             shaped = np.tanh(reserve[..., 4 * hidden:]) * reserve[..., 3 * hidden:4 * hidden]
             grad_w_hr = _flat_product(d_out, shaped)
+    elif mode == "GRU" and kernel is not None:
+        d_x, d_hh, grad_hx = _gru_backward_cells(kernel, grad_output, grad_hy, w_hh, reserve, prev, reverse)
     elif mode == "GRU":
         d_x, d_hh, grad_hx = _gru_backward(grad_output, grad_hy, w_hh, output, reserve, prev, reverse)
     else:

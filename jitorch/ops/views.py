@@ -680,10 +680,18 @@ def _as_strided_scatter_meta(x, src, size, stride, storage_offset):
     return TensorSpec(tuple(x.shape), x.dtype, x.device)
 
 
+def _same_buffer(out, x):
+    """Whether arrays ``out`` and ``x`` are the same elements of the same memory (a compiled graph's result
+    computed in its operand's buffer), so that copying one into the other would change nothing."""
+    return out.__array_interface__["data"][0] == x.__array_interface__["data"][0] and out.shape == x.shape \
+        and out.strides == x.strides
+
+
 def as_strided_scatter_into(out, x, src, size, stride, storage_offset):
     """`as_strided_scatter` written into ``out``, a C-contiguous array of ``x``'s shape and dtype (its eager
-    kernel's new memory, or a compiled graph's arena buffer)."""
-    np.copyto(out, x)
+    kernel's new memory, or a compiled graph's arena buffer, which may be ``x``'s own)."""
+    if not _same_buffer(out, x):
+        np.copyto(out, x)
     flat = out.reshape(-1)
     offset = 0 if storage_offset is None else storage_offset
     item = flat.itemsize
@@ -730,8 +738,9 @@ def _as_strided_add_cpu(spec, x, src, size, stride, storage_offset):
 def as_strided_add_into(out, x, src, size, stride, storage_offset):
     """`_as_strided_add` written into ``out``, a contiguous 1-D array of ``x``'s shape and dtype (its eager
     kernel's new memory, or a compiled graph's arena buffer, whose pages a call finds already mapped: a
-    col2im's output is megabytes, and faulting fresh memory in was a third of its time)."""
-    np.copyto(out, x)
+    col2im's output is megabytes, and faulting fresh memory in was a third of its time; it may be ``x``'s own)."""
+    if not _same_buffer(out, x):
+        np.copyto(out, x)
     if 0 in tuple(size):
         return
     offset = 0 if storage_offset is None else storage_offset

@@ -1,31 +1,44 @@
 """Process-wide settings torch exposes as functions: thread counts and warn-always.
 
 ``set_num_threads`` governs how many threads a compiled CPU kernel splits its work across
-(`codegen.cpu`: kernels of at least ``PARALLEL_MIN_WORK`` elements run in chunks on `pool`, of that many
-threads) and how many parts a large matrix product splits into (`ops.linalg`: eager and compiled products
-run their parts on the same pool, each part a one-thread BLAS call). It sets NumPy's BLAS pool (through
-threadpoolctl, which finds the BLAS library NumPy loaded whichever it is) to one thread: OpenBLAS's own
-threads spin-wait at the barriers of each product, so on cores that other work shares, a product on two of
-them took 5 to 7 times the CPU time of one thread (a GPT training step: 534 ms of CPU against 85), and they
-spun against the kernels' pool as well. Until ``set_num_threads`` is called, products do not split and BLAS
-keeps its own thread count. Other eager ops run NumPy on the calling thread. jitorch has no inter-op
-pool (torch's, for ``torch.jit.fork``): ``set_num_interop_threads`` records its number, once, under torch's
-rule, and nothing reads it. ``set_warn_always`` makes the warnings jitorch gives
-once per compiled function (the recompile limit) come at each occurrence, as torch's TORCH_WARN_ONCE does.
+(`codegen.cpu`: kernels of at least ``PARALLEL_MIN_WORK`` elements run in chunks through `run_chunks`) and
+how many parts a large matrix product splits into (`ops.linalg`: eager and compiled products run their parts
+through `run_parts`, each part a one-thread BLAS call). Both fork and join on a team of ``n - 1`` worker
+threads that wait in native code (`_Team`): spinning on a word for ``SPIN_US``, then asleep on a futex. A
+kernel's chunks go to the workers and come back without the GIL on either side; a product's parts come back
+to Python for NumPy's matmul. On this project's 2-core machine a pool of ``concurrent.futures`` made a split
+kernel slower than a whole one up to 2**17 elements (each part paid a thread's wake-up and the GIL's
+hand-over, 20 to 60 µs); the team halves a 2**17-element GELU chain. ``set_num_threads`` also sets NumPy's
+BLAS pool (through threadpoolctl, which finds the BLAS library NumPy loaded whichever it is) to one
+thread: OpenBLAS's own threads spin-wait at the barriers of each product, so on cores that other work
+shares, a product on two of them took 5 to 7 times the CPU time of one thread (a GPT training step: 534 ms
+of CPU against 85), and they spun against the kernels' threads as well. Until ``set_num_threads`` is
+called, products do not split and BLAS keeps its own thread count. Other eager ops run NumPy on the calling
+thread. jitorch has no inter-op pool (torch's, for ``torch.jit.fork``): ``set_num_interop_threads`` records
+its number, once, under torch's rule, and nothing reads it. ``set_warn_always`` makes the warnings jitorch
+gives once per compiled function (the recompile limit) come at each occurrence, as torch's TORCH_WARN_ONCE does.
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import os
+import platform
+import sys
 import threading
-from concurrent.futures import ThreadPoolExecutor
+import time
 
 _settings = {"threads": None, "interop": None, "interop_fixed": False, "warn_always": False,
              "split_products": False}
-_pools: dict = {}  # thread count -> its pool
-_pools_lock = threading.Lock()
-# A forked child (a DataLoader worker) has none of its parent's pool threads: work queued there would wait forever
-os.register_at_fork(after_in_child=_pools.clear)
+_teams: dict = {}  # thread count -> its team of workers
+_teams_lock = threading.Lock()
+# A forked child (a DataLoader worker) has none of its parent's worker threads: parts handed to them would wait
+# forever
+os.register_at_fork(after_in_child=_teams.clear)
+# What `run_parts` did, for tests and benchmarks to see what split: "forks" (calls that ran parts on workers),
+# "parts" (parts run by workers), "inline" (calls whose parts all ran on the calling thread: the team was busy)
+counters = {"forks": 0, "parts": 0, "inline": 0}
 
 
 def _positive(name, n):
@@ -44,36 +57,347 @@ def get_num_threads() -> int:
 
 
 def set_num_threads(n) -> None:
-    """Let compiled CPU kernels and large matrix products use ``n`` threads (a positive int), on one pool; NumPy's
-    BLAS gets one thread (see the module docstring)."""
+    """Let compiled CPU kernels and large matrix products use ``n`` threads (a positive int), the calling one and
+    ``n - 1`` workers; NumPy's BLAS gets one thread (see the module docstring)."""
     _settings["threads"] = _positive("set_num_threads", n)
-    # BLAS threads spin against the rest of the process (see the module docstring): products split on `pool`
+    # BLAS threads spin against the rest of the process (see the module docstring): products split in `run_parts`
     from threadpoolctl import threadpool_limits
     threadpool_limits(limits=1, user_api="blas")
     _settings["split_products"] = True
 
 
 def product_parts() -> int:
-    """How many parts a large matrix product splits into on `pool`: 1 until ``set_num_threads`` has set
+    """How many parts a large matrix product splits into (`run_parts`): 1 until ``set_num_threads`` has set
     NumPy's BLAS to one thread (before that, BLAS splits products with threads of its own)."""
     return get_num_threads() if _settings["split_products"] else 1
 
 
-def pool() -> ThreadPoolExecutor:
-    """The pool of ``get_num_threads()`` threads that compiled kernels' chunks and matrix products' parts
-    run on (calls through ctypes and NumPy's matmul release the GIL)."""
-    n = get_num_threads()
-    found = _pools.get(n)
+# How long a worker keeps watching for its next part, and the calling thread for the parts' end, before it
+# sleeps. Waking a sleeping thread costs 10 to 60 µs (on a virtual machine the idle core must be woken too),
+# as much as a kernel's chunk in a training step, whose splits come tens of µs apart; a thread that watches
+# a word in memory starts in under a microsecond. torch's OpenMP threads spin for milliseconds; this bound
+# catches the gaps between a training step's splits and little more.
+SPIN_US = 100
+
+# The team's native code (Linux: it sleeps on futexes). A team's state is four int32 words: go (raised once
+# per fork), go's sleepers flag, done (raised once per part a worker finished), done's sleepers flag; each
+# worker has a row of four int64 in the part table: the part's entry (0: a Python part, -1: no part in this
+# fork), its argument array, lo, hi. A raiser adds one and, if the flag says a thread may sleep, clears it
+# and wakes the sleepers; a waiter spins, then sets the flag, looks again and sleeps (the futex call returns
+# at once if the word has moved since). Every 16th turn of the spin yields the core: where the machine has
+# more runnable threads than cores, the thread being waited for may be queued behind the spinner.
+_TEAM_IR = """
+declare i64 @syscall(i64, ...)
+{declare_pause}
+
+define internal void @futex(i32* %word, i64 %op, i64 %value) {{
+  %a = ptrtoint i32* %word to i64
+  %r = call i64 (i64, ...) @syscall(i64 {futex}, i64 %a, i64 %op, i64 %value, i64 0, i64 0, i64 0)
+  ret void
+}}
+
+define void @jitorch_raise(i32* %word, i32* %flag) {{
+  %old = atomicrmw add i32* %word, i32 1 seq_cst
+  %f = atomicrmw xchg i32* %flag, i32 0 seq_cst
+  %any = icmp ne i32 %f, 0
+  br i1 %any, label %wake, label %done
+wake:
+  call void @futex(i32* %word, i64 129, i64 2147483647)
+  br label %done
+done:
+  ret void
+}}
+
+define i32 @jitorch_wait(i32* %word, i32 %old, i64 %spins, i32* %flag) {{
+entry:
+  br label %spin
+spin:
+  %i = phi i64 [0, %entry], [%next, %again]
+  %v = load atomic i32, i32* %word seq_cst, align 4
+  %moved = icmp ne i32 %v, %old
+  br i1 %moved, label %seen, label %turn
+turn:
+  {pause}
+  %next = add i64 %i, 1
+  %sixteenth = and i64 %next, 15
+  %yield = icmp eq i64 %sixteenth, 0
+  br i1 %yield, label %give, label %again
+give:
+  %y = call i64 (i64, ...) @syscall(i64 {sched_yield})
+  br label %again
+again:
+  %more = icmp ult i64 %next, %spins
+  br i1 %more, label %spin, label %tired
+tired:
+  %calibrating = icmp eq i32* %flag, null
+  br i1 %calibrating, label %seen, label %sleep
+sleep:
+  store atomic i32 1, i32* %flag seq_cst, align 4
+  %w = load atomic i32, i32* %word seq_cst, align 4
+  %moved2 = icmp ne i32 %w, %old
+  br i1 %moved2, label %woken, label %block
+block:
+  %o = zext i32 %old to i64
+  call void @futex(i32* %word, i64 128, i64 %o)
+  br label %sleep
+woken:
+  ret i32 %w
+seen:
+  ret i32 %v
+}}
+
+define void @jitorch_wait_for(i32* %word, i32 %target, i64 %spins, i32* %flag) {{
+entry:
+  br label %loop
+loop:
+  %v = load atomic i32, i32* %word seq_cst, align 4
+  %there = icmp eq i32 %v, %target
+  br i1 %there, label %done, label %wait
+wait:
+  %w = call i32 @jitorch_wait(i32* %word, i32 %v, i64 %spins, i32* %flag)
+  br label %loop
+done:
+  ret void
+}}
+
+define i32 @jitorch_work(i32* %state, i64* %row, i32 %seen, i64 %spins, i32 %finished) {{
+entry:
+  %goflag = getelementptr i32, i32* %state, i64 1
+  %done = getelementptr i32, i32* %state, i64 2
+  %doneflag = getelementptr i32, i32* %state, i64 3
+  %pargs = getelementptr i64, i64* %row, i64 1
+  %plo = getelementptr i64, i64* %row, i64 2
+  %phi = getelementptr i64, i64* %row, i64 3
+  %report = icmp ne i32 %finished, 0
+  br i1 %report, label %finish, label %loop
+finish:
+  call void @jitorch_raise(i32* %done, i32* %doneflag)
+  br label %loop
+loop:
+  %s = phi i32 [%seen, %entry], [%seen, %finish], [%now, %next]
+  %now = call i32 @jitorch_wait(i32* %state, i32 %s, i64 %spins, i32* %goflag)
+  %entry_ = load i64, i64* %row, align 8
+  %python = icmp eq i64 %entry_, 0
+  br i1 %python, label %back, label %check
+check:
+  %none = icmp eq i64 %entry_, -1
+  br i1 %none, label %next, label %run
+run:
+  %fn = inttoptr i64 %entry_ to void (i8*, i64, i64)*
+  %a = load i64, i64* %pargs, align 8
+  %args = inttoptr i64 %a to i8*
+  %lo = load i64, i64* %plo, align 8
+  %hi = load i64, i64* %phi, align 8
+  call void %fn(i8* %args, i64 %lo, i64 %hi)
+  call void @jitorch_raise(i32* %done, i32* %doneflag)
+  br label %next
+next:
+  br label %loop
+back:
+  ret i32 %now
+}}
+
+define void @jitorch_fork(i32* %state, i32 %target, i64 %entry_, i64 %a, i64 %lo, i64 %hi, i64 %spins) {{
+  %goflag = getelementptr i32, i32* %state, i64 1
+  %done = getelementptr i32, i32* %state, i64 2
+  %doneflag = getelementptr i32, i32* %state, i64 3
+  call void @jitorch_raise(i32* %state, i32* %goflag)
+  %fn = inttoptr i64 %entry_ to void (i8*, i64, i64)*
+  %args = inttoptr i64 %a to i8*
+  call void %fn(i8* %args, i64 %lo, i64 %hi)
+  call void @jitorch_wait_for(i32* %done, i32 %target, i64 %spins, i32* %doneflag)
+  ret void
+}}
+"""
+# the futex and sched_yield system calls' numbers
+_FUTEX = {"x86_64": 202, "aarch64": 98}
+_SCHED_YIELD = {"x86_64": 24, "aarch64": 124}
+
+
+class _Native:
+    """The team's native functions (ctypes, so each call but ``raise_holding_gil`` releases the GIL), compiled
+    once with llvmlite (MCJIT, as `runtime.dlpack` compiles its deleters; the engine lives as long as the process), and
+    ``spins``: how many turns of a waiter's loop take about ``SPIN_US``."""
+
+    def __init__(self, arch):
+        import llvmlite.binding as llvm
+
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        x86 = arch == "x86_64"
+        # x86's pause saves power and lets a hyperthread sibling run while the loop waits
+        text = _TEAM_IR.format(futex=_FUTEX[arch], sched_yield=_SCHED_YIELD[arch],
+                               pause="call void @llvm.x86.sse2.pause()" if x86 else "",
+                               declare_pause="declare void @llvm.x86.sse2.pause()" if x86 else "")
+        llvm.add_symbol("syscall", ctypes.cast(ctypes.CDLL(None).syscall, ctypes.c_void_p).value)
+        module = llvm.parse_assembly(text)
+        module.triple = llvm.get_process_triple()
+        module.verify()
+        self.engine = llvm.create_mcjit_compiler(
+            module, llvm.Target.from_triple(module.triple).create_target_machine())
+        self.engine.finalize_object()
+        word, i32, i64 = ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64
+
+        def fn(name, restype, *argtypes):
+            return ctypes.CFUNCTYPE(restype, *argtypes)(self.engine.get_function_address(name))
+        # (PYFUNCTYPE: called with the GIL held, see `_Team.fork`)
+        self.raise_holding_gil = ctypes.PYFUNCTYPE(None, word, word)(
+            self.engine.get_function_address("jitorch_raise"))
+        self.wait_for = fn("jitorch_wait_for", None, word, i32, i64, word)
+        self.work = fn("jitorch_work", i32, word, word, i32, i64, i32)
+        self.fork = fn("jitorch_fork", None, word, i32, i64, i64, i64, i64, i64)
+        wait = fn("jitorch_wait", i32, word, i32, i64, word)
+        probe = ctypes.c_int32(0)
+        turns = 1 << 16
+        t0 = time.perf_counter()
+        wait(ctypes.addressof(probe), 0, turns, None)  # (no flag: it returns after its turns instead of sleeping)
+        self.spins = max(1, int(turns * SPIN_US / max((time.perf_counter() - t0) * 1e6, 1e-3)))
+
+
+@functools.cache
+def _native():
+    """The `_Native` code, or None where there is none (not Linux on x86-64 or AArch64): parts then run one
+    after another on the calling thread."""
+    arch = platform.machine().lower().replace("amd64", "x86_64").replace("arm64", "aarch64")
+    if sys.platform != "linux" or arch not in _FUTEX:
+        return None
+    return _Native(arch)
+
+
+def _i32(n):
+    """``n`` as the int32 word holds it (the counts wrap)."""
+    return (n + (1 << 31)) % (1 << 32) - (1 << 31)
+
+
+class _Team:
+    """``n - 1`` worker threads, the state and part table they watch, and the lock that one fork at a time
+    holds while it uses them. A worker spends its life in `_Native.work`, without the GIL, running native
+    parts (kernels' chunks); it comes back to Python for a Python part (a product's `np.matmul`)."""
+
+    def __init__(self, n, native):
+        self.native = native
+        self.busy = threading.Lock()
+        self.state = (ctypes.c_int32 * 4)()
+        self.table = (ctypes.c_int64 * (4 * max(n - 1, 1)))()
+        self.python = [None] * (n - 1)  # per worker: (fn, args) of its Python part, then its exception or None
+        self.done = 0  # parts finished by the workers, as of the last join
+        self.workers = n - 1
+        for i in range(n - 1):
+            threading.Thread(target=self._loop, args=(i,), name=f"jitorch-{i + 1}", daemon=True).start()
+
+    def _loop(self, i):
+        native, state = self.native, ctypes.addressof(self.state)
+        row = ctypes.addressof(self.table) + 32 * i
+        seen, finished = 0, 0
+        while True:
+            # a Python part's end is reported from the native loop, once this thread has let the GIL go: the
+            # forking thread, woken by it, takes the GIL at once instead of sleeping until this one drops it
+            seen = native.work(state, row, seen, native.spins, finished)
+            try:
+                fn, args = self.python[i]
+                fn(*args)
+                self.python[i] = None
+            except BaseException as e:  # noqa: BLE001 - re-raised on the thread that forked
+                self.python[i] = e
+            finished = 1
+
+    def fork(self, parts, entry=None):
+        """Run ``parts`` (the first here): native chunks ``(args_address, lo, hi)`` of the machine code at
+        ``entry``, else Python parts ``(fn, args)``."""
+        native, table = self.native, self.table
+        helpers = len(parts) - 1
+        for i in range(self.workers):
+            if i >= helpers:
+                table[4 * i] = -1
+            elif entry is None:
+                table[4 * i] = 0
+                self.python[i] = parts[i + 1]
+            else:
+                table[4 * i:4 * i + 4] = [entry, *parts[i + 1]]
+        self.done += helpers
+        target = _i32(self.done)
+        state = ctypes.addressof(self.state)
+        counters["forks"] += 1
+        counters["parts"] += helpers
+        if entry is not None:
+            native.fork(state, target, entry, *parts[0], native.spins)
+            return
+        # raised holding the GIL: a worker that sees it waits for the GIL until this thread's part lets it go
+        # in NumPy's matmul; raised through a call that let the GIL go, a worker could take it in that moment
+        # and keep this thread asleep until its own part let it go
+        native.raise_holding_gil(state, state + 4)
+        error = None
+        fn, args = parts[0]
+        try:
+            fn(*args)
+        except BaseException as e:  # noqa: BLE001 - raised once the workers are done with the buffers
+            error = e
+        native.wait_for(state + 8, target, native.spins, state + 12)
+        for i in range(helpers):
+            error, self.python[i] = error or self.python[i], None
+        if error is not None:
+            raise error
+
+
+def _team(n):
+    """The team of ``n`` threads (None where there is no native code)."""
+    found = _teams.get(n)
     if found is None:
-        with _pools_lock:
-            found = _pools.get(n)
+        native = _native()
+        if native is None:
+            return None
+        with _teams_lock:
+            found = _teams.get(n)
             if found is None:
-                found = _pools[n] = ThreadPoolExecutor(max_workers=n, thread_name_prefix="jitorch")
+                found = _teams[n] = _Team(n, native)
     return found
 
 
+def _forked(parts, entry):
+    """Run ``parts`` on the team if it is free, else one after another here; whether the team ran them."""
+    team = _team(get_num_threads()) if len(parts) > 1 else None
+    if team is None or len(parts) - 1 > team.workers or not team.busy.acquire(blocking=False):
+        if team is not None:
+            counters["inline"] += 1
+        return False
+    try:
+        team.fork(parts, entry)
+    finally:
+        team.busy.release()
+    return True
+
+
+def run_parts(fn, parts):
+    """Run ``fn(*args)`` for each ``args`` of ``parts`` (at most ``get_num_threads()`` of them): the first on
+    the calling thread, the others at the same time on the workers, and return when all have run; the first
+    exception a part raised is raised here, after every part has finished. ``fn`` must release the GIL for
+    the parts to overlap (NumPy's matmul does). Where another call holds the workers (two threads running
+    compiled functions, or a part that splits again), the parts run one after another here: a part never
+    waits for a worker, and what it computes does not depend on where it runs."""
+    if not _forked([(fn, args) for args in parts], None):
+        for args in parts:
+            fn(*args)
+
+
+def run_chunks(entry, args_array, bounds):
+    """Run the machine code at address ``entry`` (a kernel's ``(args, lo, hi)`` entry point) over each
+    ``(lo, hi)`` of ``bounds`` as `run_parts` does, but without the GIL on either side: the calling thread
+    hands the chunks over, runs its own and waits for the others in one native call, and the workers run
+    theirs from the native loop they wait in, so neither waits for the other to give the GIL back (a woken
+    thread that must take the GIL sleeps again until it gets it, and that wake-up was the cost of a split)."""
+    address = ctypes.addressof(args_array)
+    if not _forked([(address, lo, hi) for lo, hi in bounds], entry):
+        fn = KERNEL_ENTRY(entry)
+        for lo, hi in bounds:
+            fn(args_array, lo, hi)
+
+
+# A CPU kernel's entry point: (argument array, lo, hi) of its outer loop
+KERNEL_ENTRY = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+
+
 def init_num_threads() -> None:
-    """torch's per-thread initialisation of its thread pools: jitorch's pool needs none."""
+    """torch's per-thread initialisation of its thread pools: jitorch's workers need none."""
 
 
 def get_num_interop_threads() -> int:

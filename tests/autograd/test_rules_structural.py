@@ -297,3 +297,41 @@ def test_linear_weight_gradient_is_contiguous_as_the_weight(batch):
     assert w.grad.is_contiguous()
     rows = x.detach().numpy().reshape(-1, 3)
     np.testing.assert_allclose(w.grad.numpy(), g.numpy().reshape(-1, 6).T @ rows, rtol=1e-12)
+
+
+@pytest.mark.parametrize("shape,dim,index_shape", [
+    ((5, 7), 1, (5, 1)), ((5, 7), 0, (1, 7)), ((3, 4, 6), -1, (3, 4, 1)), ((3, 4, 6), 1, (3, 1, 6)),
+    ((5, 7), 1, (5, 2)), ((5, 7), 1, (3, 1)),  # several picks per line, and lines left out: the scatter
+])
+def test_gather_gradients_one_pick_per_line_and_general(shape, dim, index_shape, rng):
+    import torch
+    x = rng.normal(size=shape)
+    index = rng.integers(0, shape[dim], size=index_shape)
+    g = rng.normal(size=index_shape)
+    got = jt.tensor(x, requires_grad=True)
+    got.gather(dim, jt.tensor(index)).backward(jt.tensor(g))
+    expected = torch.tensor(x, requires_grad=True)
+    expected.gather(dim, torch.tensor(index)).backward(torch.tensor(g))
+    np.testing.assert_array_equal(got.grad.numpy(), expected.grad.numpy())
+    assert gradcheck(lambda t: t.gather(dim, jt.tensor(index)), [jt.tensor(x, requires_grad=True)])
+
+
+def test_nll_loss_backward_compiles_without_a_scatter_into_zeros():
+    """The pick of each row's target: its gradient is a comparison of positions with the targets, fused
+    into the kernels of log_softmax's backward, not a (rows, classes) zero tensor scattered into."""
+    logits = jt.randn(6, 50, requires_grad=True)
+    targets = jt.randint(0, 50, (6,))
+
+    def step(x, y):
+        loss = jt.nn.functional.cross_entropy(x, y)
+        loss.backward()
+        return loss
+    compiled = jt.compile(step)
+    compiled(logits, targets)
+    expected = logits.grad.clone()
+    logits.grad = None
+    step(logits, targets)
+    np.testing.assert_allclose(expected.numpy(), logits.grad.numpy(), rtol=1e-6, atol=1e-7)
+    names = [n.op.name for n in compiled.lower(logits, targets).graph.nodes]
+    assert "scatter_add" not in names and "new_zeros" not in names and "movedim" not in names
+    assert names.count("eq") == 2, names  # ignore_index's mask, and the positions compared with the targets

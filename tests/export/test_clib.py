@@ -114,3 +114,31 @@ def test_library_name_must_be_an_identifier(tmp_path):
     ep = jt.export(lambda x: x + 1, (jt.randn(4),))
     with pytest.raises(ValueError, match="must be a C identifier, got 'a-b'"):
         ep.to_c_library(tmp_path, "a-b")
+
+
+def test_kernels_reading_an_eager_view_through_its_strides_read_its_root_buffer(tmp_path):
+    """A product permuted (an eager view) that kernels read where it lies, through its strides: the C library
+    hands them its root's buffer, as the Python executor does, and matches jitorch."""
+    import ctypes
+    from jitorch.jit.executor import KernelStep
+
+    rng = np.random.default_rng(2)
+    w = jt.tensor(rng.standard_normal((4, 6)).astype(np.float32))
+
+    def f(x):
+        y = (x @ w).view(2, 3, 2, 3).permute(3, 0, 1, 2)
+        return y.mean((1, 2, 3)), (y - y.mean((1, 2, 3), keepdim=True)).relu()
+    x = rng.standard_normal((6, 4)).astype(np.float32)
+    ex = jt.compile(f).lower(jt.tensor(x)).executable
+    assert any(s.views for s in ex.steps if isinstance(s, KernelStep)), "no kernel reads the view in place"
+    ep = jt.export(f, (jt.tensor(x),))
+    lib = ctypes.CDLL(ep.to_c_library(tmp_path, "perm"))
+    mean, centred = np.zeros(3, np.float32), np.zeros((3, 2, 3, 2), np.float32)
+    P, I64 = ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64)
+    shape = (ctypes.c_int64 * 2)(6, 4)
+    status = lib.perm_run((P * 1)(x.ctypes.data), (I64 * 1)(shape), None,
+                          (P * 2)(mean.ctypes.data, centred.ctypes.data), None)
+    assert status == 0
+    expected = f(jt.tensor(x))
+    np.testing.assert_allclose(mean, expected[0].numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(centred, expected[1].numpy(), rtol=1e-5, atol=1e-6)

@@ -194,7 +194,8 @@ def test_a_group_the_builder_refuses_is_split_and_still_compiles_its_reduction(r
     np.testing.assert_allclose(jt.compile(f)(x).numpy(), f(x).numpy(), rtol=1e-6, atol=1e-6)
     assert not [w for w in recwarn if "failed to compile" in str(w.message)]
     kernels = jt.compile(f).lower(x).kernels
-    assert [k.ops for k in kernels] == [["sum"]]
+    # the transpose is a tensor header; the reshape copies it, reading it through its strides
+    assert [k.ops for k in kernels] == [["view"], ["sum"]]
 
 
 def test_a_call_is_generated_straight_line_python_that_calls_the_machine_code():
@@ -386,3 +387,123 @@ def test_a_large_graph_calls_its_steps_as_functions_shared_by_equal_steps(monkey
     assert shared[0] == straight[0]
     for a, b in zip(shared[1], straight[1]):
         np.testing.assert_array_equal(a, b)
+
+
+def _strided_reads(ex):
+    """(kernel step, value) for each input a kernel reads that an eager step made: read in place or compacted."""
+    return [(s, v) for s in ex.steps if isinstance(s, KernelStep) for v in s.eager_made]
+
+
+def test_kernels_read_permuted_and_cropped_eager_views_in_place_through_their_strides():
+    """A convolution's product ``[C, N*H*W]`` seen as ``[N, C, H, W]`` (a permute) and a transposed convolution's
+    output cropped by its padding (an ``as_strided`` at an offset) are tensor headers made by eager steps: the
+    batch norm kernels that read them are built for their strides and offset and read them where they lie, with
+    no compact copy per reader (DCGAN's step made one per batch norm). Values equal torch's."""
+    import torch
+
+    def step(conv, up, bn1, bn2, x, z):
+        return bn1(conv(x)).relu().square().mean() + bn2(up(z)).tanh().mean()
+
+    def modules(lib):
+        lib.manual_seed(0)
+        nn = lib.nn
+        return nn.Conv2d(3, 8, 3, 2, 1, bias=False), nn.ConvTranspose2d(4, 8, 4, 2, 1, bias=False), \
+            nn.BatchNorm2d(8), nn.BatchNorm2d(8)
+
+    ours, theirs = modules(jt), modules(torch)
+    for a, b in zip(ours, theirs):
+        for p, q in zip(a.parameters(), b.parameters()):
+            p.data.copy_(jt.from_numpy(q.detach().numpy().copy()))
+    g = np.random.default_rng(0)
+    x, z = g.standard_normal((4, 3, 10, 10), np.float32), g.standard_normal((4, 4, 5, 5), np.float32)
+    compiled = jt.compile(step)
+    ex = compiled.lower(*ours, jt.from_numpy(x), jt.from_numpy(z)).executable
+    reads = _strided_reads(ex)
+    viewed = {v: s.views[v] for s, v in reads if v in s.views}
+    assert {v.node.op.name for v in viewed} == {"permute"}
+    # the conv's product permuted (offset 0), the transposed conv's output cropped (its padding: an offset)
+    assert sorted(offset > 0 for _, offset, _ in viewed.values()) == [False, True]
+    for s, v in reads:  # every other view a kernel reads lies compactly over all of its root: nothing is copied
+        if v not in s.views and v.node.op.view is not None:
+            root, shape, strides, offset = ex.view_geometry[v]
+            assert offset == 0 and strides == jt.empty(shape).stride() and root.type.shape == shape
+    assert "_strided(" in ex.source
+    loss = compiled(*ours, jt.from_numpy(x), jt.from_numpy(z))
+    expected = step(*theirs, torch.from_numpy(x), torch.from_numpy(z))
+    np.testing.assert_allclose(loss.item(), expected.item(), rtol=1e-5)
+    for a, b in zip(ours[2:], theirs[2:]):  # the running statistics, from the views' means and variances
+        np.testing.assert_allclose(a.running_mean.numpy(), b.running_mean.numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(a.running_var.numpy(), b.running_var.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_an_eager_view_laid_out_otherwise_at_run_time_is_copied_into_the_layout_the_kernel_reads():
+    """`_strided`, the generated call's guard on a view read in place: a tensor already at the strides and offset
+    the kernel was built for is passed as it is; any other is copied into new memory laid out so."""
+    from jitorch.jit.executor import _strided
+    base = jt.arange(24.0)
+    view = base.as_strided((2, 3), (1, 4), 5)
+    assert _strided(view, (1, 4), 5, 24) is view
+    copy = _strided(view.contiguous(), (1, 4), 5, 24)
+    assert copy.stride() == (1, 4) and copy.storage_offset() == 5 and copy._storage.size == 24
+    np.testing.assert_array_equal(copy.numpy(), view.numpy())
+
+
+def test_cat_writes_into_its_arena_buffer_and_equals_eager():
+    """An intermediate ``cat`` (attention's q, k, v gradients joined) is NumPy's concatenate straight into its
+    arena buffer: no fresh result per call, whose megabytes the copy would fault in page by page."""
+    f = lambda a, b: jt.cat([a.t() * 2, b.t() + 1], 1).relu().sum(0)  # noqa: E731
+    g = jt.Generator().manual_seed(0)
+    a, b = jt.randn(5, 4, generator=g), jt.randn(3, 4, generator=g)
+    ex = executable(f, a, b)
+    (step,) = [s for s in ex.steps if isinstance(s, EagerStep)]
+    (cat,) = step.nodes
+    assert cat.op.name == "cat" and step.into_arena == {cat.outputs[0]} and cat.outputs[0] in ex.plan.slots
+    compiled = jt.compile(f)
+    for _ in range(2):  # the second call reuses the arena
+        np.testing.assert_allclose(compiled(a, b).numpy(), f(a, b).numpy(), rtol=1e-6)
+    # a cat the plan cannot write as it is (mixed dtypes: eager promotes) runs eagerly, into fresh memory
+    h = lambda a, i: jt.cat([a, i], 0).relu().sum(0)  # noqa: E731
+    i = jt.arange(8).reshape(2, 4)
+    ex = executable(h, a, i)
+    assert not [s for s in ex.steps if isinstance(s, EagerStep) and s.into_arena]
+    np.testing.assert_allclose(jt.compile(h)(a, i).numpy(), h(a, i).numpy(), rtol=1e-6)
+
+
+def test_col2im_results_take_their_zeros_buffer_and_skip_copying_it():
+    """A transposed convolution's col2im (``_as_strided_add`` of the columns into zeros; so is a convolution's
+    input gradient) copies its first operand, then adds into part of it: where nothing reads the zeros later, its
+    result takes their arena buffer and the copy is skipped (as for a padded input, ``as_strided_scatter``, whose
+    zeros are not a graph constant). Values and gradients equal torch's."""
+    import torch
+
+    def step(conv, up, x):
+        loss = up(conv(x).relu()).tanh().sum()
+        loss.backward()
+        return loss
+
+    def modules(lib):
+        lib.manual_seed(0)
+        return lib.nn.Conv2d(3, 4, 3, 1, 1), lib.nn.ConvTranspose2d(4, 2, 4, 2, 1)
+
+    ours, theirs = modules(jt), modules(torch)
+    for a, b in zip(ours, theirs):
+        for p, q in zip(a.parameters(), b.parameters()):
+            p.data.copy_(jt.from_numpy(q.detach().numpy().copy()))
+    x = np.random.default_rng(0).standard_normal((2, 3, 6, 6), np.float32)
+    ex = executable(step, *ours, jt.from_numpy(x))
+    updates = [n for s in ex.steps if isinstance(s, EagerStep) for n in s.nodes
+               if n.op.name in ("as_strided_scatter", "_as_strided_add") and n.args[0].node is not None]
+    assert "_as_strided_add" in {n.op.name for n in updates}
+    for n in updates:
+        assert n.args[0].node.op.name in ("zeros", "new_zeros")
+        assert ex.plan.slots[n.outputs[0]] == ex.plan.slots[n.args[0]], f"{n.op.name} copies its operand"
+    compiled = jt.compile(step)
+    for _ in range(2):  # the second call finds the buffers as the first left them: the zeros are written anew
+        for m in ours + theirs:
+            m.zero_grad()
+        loss = compiled(*ours, jt.from_numpy(x))
+        expected = step(*theirs, torch.from_numpy(x))
+        np.testing.assert_allclose(loss.item(), expected.item(), rtol=1e-5)
+        for a, b in zip(ours, theirs):
+            for p, q in zip(a.parameters(), b.parameters()):
+                np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-4, atol=1e-5)

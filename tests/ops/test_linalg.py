@@ -119,18 +119,23 @@ def test_out_resizes_and_returns_out(op, sa, sb):
     assert_close(out, np.matmul(a, b))
 
 
-def test_float_products_hand_the_tensors_memory_to_numpy(monkeypatch):
-    """A large float32 product must cost what np.matmul costs: no copy on the way,
-    transposed operands included (BLAS reads them as they are)."""
-    a, b = jt.ones(64, 32), jt.ones(32, 16)
+def _spy_matmul(monkeypatch):
+    """The operands of every np.matmul call from now on."""
     seen = []
     real = np.matmul
 
     def spy(x, y, *args, **kwargs):
         seen.append((x, y))
         return real(x, y, *args, **kwargs)
-
     monkeypatch.setattr(np, "matmul", spy)
+    return seen
+
+
+def test_float_products_hand_the_tensors_memory_to_numpy(monkeypatch):
+    """A large float32 product must cost what np.matmul costs: no copy on the way,
+    transposed matrices included (BLAS reads them as they are)."""
+    a, b = jt.ones(64, 32), jt.ones(32, 16)
+    seen = _spy_matmul(monkeypatch)
     calls = [(a, b, lambda: a @ b), (a, b, lambda: jt.mm(a, b)), (a, a, lambda: a.transpose(0, 1) @ a)]
     for x, y, call in calls:
         seen.clear()
@@ -405,19 +410,18 @@ def test_einsum_errors(call, exc, message):
     ((64, 1024), (1024, 256)),            # more columns than rows: split by columns
 ])
 @pytest.mark.parametrize("compiled", [False, True])
-def test_large_products_split_on_the_threads_pool(monkeypatch, sa, sb, compiled):
+def test_large_products_split_on_the_workers(monkeypatch, sa, sb, compiled):
     from threadpoolctl import threadpool_info
     from jitorch.runtime import threads
     monkeypatch.setitem(threads._settings, "threads", None)
     monkeypatch.setitem(threads._settings, "split_products", False)
-    submitted = []
-    real_pool = threads.pool
+    parts = []
+    real_run_parts = threads.run_parts
 
-    class Counting:
-        def submit(self, fn, *args, **kwargs):
-            submitted.append(fn)
-            return real_pool().submit(fn, *args, **kwargs)
-    monkeypatch.setattr(threads, "pool", Counting)
+    def counting(fn, args):
+        parts.append((fn, len(args)))
+        return real_run_parts(fn, args)
+    monkeypatch.setattr(threads, "run_parts", counting)
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal(sa).astype(np.float32), rng.standard_normal(sb).astype(np.float32)
     f = jt.compile(lambda x, y: x @ y) if compiled else (lambda x, y: x @ y)
@@ -425,17 +429,19 @@ def test_large_products_split_on_the_threads_pool(monkeypatch, sa, sb, compiled)
     try:
         jt.set_num_threads(2)
         assert {lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"} == {1}
+        forks = threads.counters["forks"]
         got = f(jt.from_numpy(a), jt.from_numpy(b))
+        assert threads.counters["forks"] == forks + 1  # a worker ran the second part
     finally:
         jt.set_num_threads(blas[0])
     np.testing.assert_allclose(got.numpy(), np.matmul(a, b), rtol=1e-5, atol=1e-4)
-    assert submitted == [linalg._matmul]  # two parts: one on the pool, one on the calling thread
+    assert parts == [(linalg._matmul, 2)]  # two parts: one on a worker, one on the calling thread
 
 
 def test_small_products_and_products_before_set_num_threads_run_whole(monkeypatch):
     from jitorch.runtime import threads
     monkeypatch.setitem(threads._settings, "split_products", False)
-    monkeypatch.setattr(threads, "pool", lambda: pytest.fail("a product split"))
+    monkeypatch.setattr(threads, "run_parts", lambda fn, parts: pytest.fail("a product split"))
     a = jt.randn(768, 128)
     assert threads.product_parts() == 1
     assert_close(a @ a.t(), a.numpy() @ a.numpy().T, rtol=1e-5, atol=1e-4)
@@ -451,7 +457,7 @@ def test_small_products_and_products_before_set_num_threads_run_whole(monkeypatc
 def test_products_meeting_inf_times_zero_warn_nothing(monkeypatch, split, compiled):
     # torch neither warns nor raises where a product multiplies inf by 0; NumPy 2's matmul warned
     # ("invalid value encountered in matmul") from eager's product, a compiled graph's product written into
-    # its arena, and the parts of a split product on the pool's threads (whose error state is their own)
+    # its arena, and the parts of a split product on the workers (whose error state is their own)
     from jitorch.runtime import threads
     monkeypatch.setitem(threads._settings, "threads", 2)
     monkeypatch.setitem(threads._settings, "split_products", split)
@@ -468,15 +474,15 @@ def test_products_meeting_inf_times_zero_warn_nothing(monkeypatch, split, compil
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX's")
-def test_a_forked_child_splits_products_on_a_pool_of_its_own(monkeypatch):
-    # the parent's pool threads do not exist in a forked child (a DataLoader worker): work queued on the
-    # parent's pool object there would wait forever
+def test_a_forked_child_splits_products_on_workers_of_its_own(monkeypatch):
+    # the parent's worker threads do not exist in a forked child (a DataLoader worker): a part handed to
+    # the parent's team there would wait forever
     from jitorch.runtime import threads
     monkeypatch.setitem(threads._settings, "threads", 2)
     monkeypatch.setitem(threads._settings, "split_products", True)
     a, w = jt.randn(768, 128), jt.randn(128, 512)
     want = a.numpy() @ w.numpy()
-    a @ w  # the parent's pool starts
+    a @ w  # the parent's workers start
     pid = os.fork()
     if pid == 0:  # (the child leaves through os._exit, never through pytest)
         os._exit(0 if np.allclose((a @ w).numpy(), want, rtol=1e-5, atol=1e-4) else 3)
@@ -490,3 +496,64 @@ def test_a_forked_child_splits_products_on_a_pool_of_its_own(monkeypatch):
     os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
     pytest.fail("the forked child's product never finished")
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("dtype", [jt.float32, jt.float64, jt.int64])
+def test_one_term_products_multiply_without_numpys_matmul(monkeypatch, compiled, dtype):
+    # a column times a row (DCGAN's first transposed convolution's gradient: (1, 4096, 1) @ (1, 1, 64), the
+    # column a transposed view): NumPy's matmul runs it in a plain C loop, 4-5x slower than its multiply
+    col = jt.from_numpy(small_values((2, 1, 300), dtype, 1)).transpose(1, 2)  # (2, 300, 1), not contiguous
+    row = jt.from_numpy(small_values((1, 5), dtype, 2))  # broadcast over the batch
+    f = jt.compile(lambda x, y: x @ y) if compiled else (lambda x, y: x @ y)
+    seen = _spy_matmul(monkeypatch)
+    got = f(col, row)
+    assert seen == []
+    want = torch.from_numpy(col.numpy()) @ torch.from_numpy(row.numpy())
+    assert got.dtype is dtype and tuple(got.shape) == (2, 300, 5)
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+    if dtype.is_floating_point:  # inf times 0 is NaN without a warning, as torch gives it
+        a = np.full((64, 1), np.inf, dtype.np)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            out = f(jt.from_numpy(a), jt.zeros(1, 3, dtype=dtype)).numpy()
+        assert np.isnan(out).all()
+    with pytest.raises(RuntimeError, match=r"cannot be multiplied \(4x1 and 4x5\)"):  # not a broadcast multiply
+        jt.ones(4, 1, dtype=dtype) @ jt.ones(4, 5, dtype=dtype)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_small_transposed_batches_reach_blas_in_rows(monkeypatch, compiled):
+    # attention's q @ k.transpose(-2, -1): OpenBLAS's small-matrix kernel for a transposed right operand
+    # runs at about half speed, so a batch of them is copied into rows first; the values stay torch's
+    rng = np.random.default_rng(0)
+    qkv = jt.from_numpy(rng.standard_normal((12, 64, 3 * 128)).astype(np.float32))
+
+    def heads(x):
+        q, k, _ = x.split(128, dim=2)
+        return [t.view(12, 64, 4, 32).transpose(1, 2) for t in (q, k)]
+
+    def scores(x):
+        q, k = heads(x)
+        return q @ k.transpose(-2, -1)
+    f = jt.compile(scores) if compiled else scores
+    eager = scores(qkv)
+    q, k = heads(qkv)
+    seen = _spy_matmul(monkeypatch)
+    got = f(qkv)
+    assert len(seen) == 1
+    a, b = seen[0]
+    assert np.shares_memory(a, qkv._array()) and b.flags.c_contiguous and not np.shares_memory(b, qkv._array())
+    tq, tk = (torch.from_numpy(t.numpy()) for t in (q, k))
+    np.testing.assert_allclose(got.numpy(), (tq @ tk.transpose(-2, -1)).numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(got.numpy(), eager.numpy())
+    # few rows of q per matrix, or large matrices: the copy would cost more than it saves; a batch broadcast
+    # by stride 0: the copy would hold each repeat
+    seen.clear()
+    big, one = jt.randn(2, 1152, 384), jt.randn(64, 32)
+    q[:, :, :8] @ k.transpose(-2, -1)
+    jt.randn(2, 256, 384) @ big.transpose(1, 2)
+    got = q @ one.t().expand(12, 4, 32, 64)
+    assert [np.shares_memory(y, t._array()) for (_, y), t in zip(seen, (qkv, big, one))] == [True] * 3
+    assert [y.strides[-2] for _, y in seen] == [4, 4, 4]  # handed to BLAS as the transposed views they are
+    np.testing.assert_allclose(got.numpy(), (tq @ torch.from_numpy(one.numpy()).t()).numpy(), rtol=1e-5, atol=1e-5)

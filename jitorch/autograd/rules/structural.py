@@ -461,7 +461,22 @@ defgrad("index", _self(lambda g, a: g.new_zeros(a.self.shape).index_put(a.indice
 defgrad("index_put", per_input(
     self=reads("indices", lambda g, a, out: g if a.accumulate else g.index_put(a.indices, g.new_zeros(()), False)),
     values=reads("indices", lambda g, a, out: sum_to(OPS["index"](g, a.indices), a.values.shape))))
-defgrad("gather", _self(lambda g, a: g.new_zeros(a.self.shape).scatter_add(a.dim, a.index, g), "index"))
+def _gather_grad(g, a):
+    """gather's gradient: ``g`` scattered (added) into zeros of ``self``'s shape. Where the index picks one
+    element of every line along ``dim`` (nll_loss's pick of each row's target class), that is ``g`` where
+    the line's position equals the index, else 0: pointwise, so a compiled graph fuses it into the kernels
+    that read it, where the scatter writes a zero tensor of ``self``'s size first and scatters into it
+    (a language model's one-hot of tokens by vocabulary, twice the size of its logits' gradient in traffic)."""
+    shape, index = a.self.shape, a.index
+    d = wrap_dim(a.dim, len(shape)) if shape else 0
+    if shape and index.shape[d] == 1 and all(index.shape[k] == n for k, n in enumerate(shape) if k != d):
+        positions = functions.arange(shape[d], device=index.device).view([-1 if k == d else 1 for k in
+                                                                          range(len(shape))])
+        return functions.where(positions == index, g, 0)
+    return g.new_zeros(shape).scatter_add(a.dim, a.index, g)
+
+
+defgrad("gather", _self(_gather_grad, "index"))
 # (with reduce=, torch has no derivative: its autograd fallback's node raises in backward, as jitorch's)
 defgrad("scatter", per_input(self=reads("index", _scattered), src=reads("index", _gathered)))
 defgrad("scatter.value", per_input(self=reads("index", _scattered)))

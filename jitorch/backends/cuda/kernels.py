@@ -13,10 +13,9 @@ from ...codegen.errors import CompileError
 from ...codegen.kernel import build, is_row_softmax
 from ...codegen.nvptx.ptx import ptx_kernel
 from ...codegen.nvptx.target import NVPTX
-from ...ir.fake import fake_tensor
-from ...ir.graph import Graph, TensorType, Value
+from ...ir.fake import add_op
+from ...ir.graph import Graph, TensorType
 from ...ir.passes.fusion import fuse
-from ...ops import registry
 
 _COMBINERS: dict = {}   # (split, result dtype, device) -> (kernel, group) of the combining graph
 
@@ -60,23 +59,13 @@ def combining_kernel(split, dtype, device):
 def _combining(parts, name, count, acc_dtype, dtype, device):
     g = Graph()
     v = g.add_input(TensorType((parts,), acc_dtype, device))
-    v = _add(g, "sum" if name == "mean" else name, v)
+    v = add_op(g, "sum" if name == "mean" else name, v)
     if name == "mean":
-        v = _add(g, "true_divide", v, count)
+        v = add_op(g, "true_divide", v, count)
     if v.type.dtype is not dtype:
-        v = _add(g, "_to_copy", v, dtype, device)
+        v = add_op(g, "_to_copy", v, dtype, device)
     g.outputs = v
     made = graph_kernel(g, v.node, f"jitorch_combine_{name}", {})
     if made is None:
         raise RuntimeError(f"no CUDA kernel combines the parts of a split {name} into {dtype}")
     return made
-
-
-def _add(g, name, *given):
-    """The value of op ``name`` on the ``given`` leading arguments (the schema's defaults after them), added
-    to ``g`` with the type its meta rule gives."""
-    op = registry.OPS[name]
-    args = given + tuple(a.default for a in op.schema.args[len(given):])
-    spec = registry.quiet_meta(op, [fake_tensor(a.type.shape, a.type.dtype, a.type.device) if isinstance(a, Value)
-                                    else a for a in args])
-    return g.add_node(op, args, [TensorType(tuple(spec.shape), spec.dtype, spec.device)]).outputs[0]

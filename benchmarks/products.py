@@ -1,0 +1,186 @@
+"""The matrix products of compiled training steps, timed under jitorch, NumPy and torch at 1 thread.
+
+    python benchmarks/products.py [--models gpt-4x128,gpt-6x384,cnn,dcgan,lstm] [--quick] [--rounds N]
+
+First every product a compiled step of ``benchmarks/models.py`` runs is collected (NumPy's ``matmul`` watched
+during two steps): its operands' shapes and strides, the output's strides (an arena buffer when the step
+writes into one) and the caller, with its count per step. Then each distinct product is rebuilt from a
+buffer with the same strides and timed, the three systems taking turns in one process (process CPU time,
+median of rounds), as
+
+    jitorch   the call the step makes: ``array_product(a, b, out)`` (or NumPy's matmul where the step calls
+              it directly, as the recurrences do)
+    numpy     ``np.matmul(a, b, out=out)`` on the same operands
+    torch     ``torch.matmul`` on tensors over the same memory and strides (a measuring stick only)
+
+and printed as GFLOP/s with the ratios jitorch/torch and jitorch/numpy of the times, plus per model the
+step's product milliseconds under each system. torch is imported here only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import statistics
+import sys
+import time
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(__file__))
+import numpy as np  # noqa: E402
+
+import jitorch  # noqa: E402
+from jitorch.ops import linalg  # noqa: E402
+import models  # noqa: E402
+
+DEFAULT_MODELS = ("gpt-4x128", "gpt-6x384", "cnn", "dcgan", "lstm")
+
+
+def collect(name, quick):
+    """{(dtype, a shape, a strides, b shape, b strides, out strides or None, caller): calls per step} of a
+    compiled step of model ``name`` (strides in elements), from its third and fourth calls. The caller is
+    'jitorch' for the products of ``linalg.array_product`` (seen as its BLAS call gets them, after any fold
+    of a batch into rows), 'numpy' for a module calling NumPy's matmul itself (the recurrences)."""
+    w = models.workload(jitorch, name, quick)
+    call = models.whole_step(jitorch, w)
+    for _ in range(2):
+        call()
+    seen = collections.Counter()
+    matmul, product = np.matmul, linalg._matmul
+    inside = []
+
+    def record(a, b, out, caller):
+        a, b = np.asarray(a), np.asarray(b)
+        seen[(a.dtype.name, a.shape, _elements(a), b.shape, _elements(b),
+              None if out is None else _elements(out), caller)] += 1
+
+    def watched_product(a, b, out=None):
+        record(a, b, out, "jitorch")
+        inside.append(True)
+        try:
+            return product(a, b, out)
+        finally:
+            inside.pop()
+
+    def watched(a, b, *args, out=None, **kwargs):
+        out = args[0] if args else out
+        if not inside:
+            record(a, b, out, "numpy")
+        return matmul(a, b, out=out, **kwargs)
+    np.matmul, linalg._matmul = watched, watched_product
+    try:
+        call()
+        call()
+    finally:
+        np.matmul, linalg._matmul = matmul, product
+    return {k: n / 2 for k, n in seen.items()}
+
+
+def _elements(x):
+    return tuple(s // x.itemsize for s in x.strides)
+
+
+def strided(shape, strides, dtype, rng):
+    """A random array of ``shape`` and element ``strides`` over a buffer of its own."""
+    size = 1 + sum((n - 1) * s for n, s in zip(shape, strides)) if all(shape) else 0
+    base = rng.standard_normal(max(size, 1)).astype(dtype)
+    return np.lib.stride_tricks.as_strided(base, shape, tuple(s * base.itemsize for s in strides))
+
+
+def product_shape(sa, sb):
+    batch = np.broadcast_shapes(sa[:-2], sb[:-2])
+    return batch + sa[-2:-1] + sb[-1:]
+
+
+def flops(sa, sb):
+    """2 * multiply-adds of ``a @ b`` (both at least 2-D)."""
+    return 2 * int(np.prod(product_shape(sa, sb))) * sa[-1]
+
+
+def time_case(key, torch, rounds):
+    """Seconds per call of the case under each system: {'jitorch', 'numpy', 'torch'}."""
+    dtype, sa, ta, sb, tb, to, caller = key
+    rng = np.random.default_rng(0)
+    a, b = strided(sa, ta, dtype, rng), strided(sb, tb, dtype, rng)
+    shape = product_shape(sa, sb)
+    out = None if to is None else strided(shape, to, dtype, rng)
+    fresh = out is None
+
+    def jit():
+        if caller == "numpy":
+            return np.matmul(a, b) if fresh else np.matmul(a, b, out=out)
+        return linalg.array_product(a, b) if fresh else linalg.array_product(a, b, out)
+
+    def numpy():
+        return np.matmul(a, b) if fresh else np.matmul(a, b, out=out)
+    calls = {"jitorch": jit, "numpy": numpy}
+    if torch is not None:
+        x, y = torch.from_numpy(a), torch.from_numpy(b)
+        calls["torch"] = lambda: torch.matmul(x, y)
+        np.testing.assert_allclose(jit(), torch.matmul(x, y).numpy(), rtol=2e-3, atol=2e-3 * np.sqrt(sa[-1]))
+    reps = max(1, int(2e7 / max(flops(sa, sb), 1)))  # about 0.2-20 ms per turn
+    for fn in calls.values():
+        fn()
+    times = {s: [] for s in calls}
+    for i in range(rounds):  # (the order turns round each round: the first turn after a switch runs colder)
+        for s, fn in list(calls.items())[::1 if i % 2 else -1]:
+            t0 = time.process_time()
+            for _ in range(reps):
+                fn()
+            times[s].append((time.process_time() - t0) / reps)
+    return {s: statistics.median(t) for s, t in times.items()}
+
+
+def describe(shape, strides):
+    """A shape with its layout: C (contiguous rows), T (a transposed matrix: unit stride on rows),
+    or the element strides."""
+    if len(shape) >= 2 and strides[-1] == 1 and strides[-2] == shape[-1] and all(
+            strides[i] == strides[i + 1] * shape[i + 1] for i in range(len(shape) - 2)):
+        return f"{'x'.join(map(str, shape))} C"
+    if len(shape) >= 2 and strides[-2] == 1 and strides[-1] == shape[-2] and len(shape) == 2:
+        return f"{'x'.join(map(str, shape))} T"
+    return f"{'x'.join(map(str, shape))} {strides}"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(DEFAULT_MODELS))
+    parser.add_argument("--quick", action="store_true", help="the models' small sizes, 3 rounds")
+    parser.add_argument("--rounds", type=int, default=None)
+    args = parser.parse_args(argv)
+    rounds = args.rounds or (3 if args.quick else 9)
+    torch = models.real_torch()
+    jitorch.set_num_threads(1)
+    if torch is not None:
+        torch.set_num_threads(1)
+    per_model = {name: collect(name, args.quick) for name in args.models.split(",")}
+    cases = list(dict.fromkeys(k for c in per_model.values() for k in c))
+    timed = {k: time_case(k, torch, rounds) for k in cases}
+    systems = ["jitorch", "numpy"] + (["torch"] if torch is not None else [])
+    print("1 thread, GFLOP/s per product (jitorch = the step's call; ratios are of times: >1 means jitorch slower)")
+    head = f"{'calls/step':>14}  {'A':<28} {'B':<28} {'out':<8} {'MFLOP':>8}  " + "".join(
+        f"{s:>8}" for s in systems) + f"  {'jit/np':>7}" + (f"  {'jit/torch':>9}" if torch else "")
+    print(head)
+    for key in sorted(cases, key=lambda k: -sum(c.get(k, 0) * flops(k[1], k[3]) for c in per_model.values())):
+        dtype, sa, ta, sb, tb, to, caller = key
+        counts = "+".join(f"{c[key]:g}" for c in per_model.values() if key in c)
+        t = timed[key]
+        f = flops(sa, sb)
+        line = (f"{counts:>14}  {describe(sa, ta):<28} {describe(sb, tb):<28} {'new' if to is None else 'arena':<8} "
+                f"{f / 1e6:8.2f}  " + "".join(f"{f / t[s] / 1e9:8.1f}" for s in systems)
+                + f"  {t['jitorch'] / t['numpy']:7.2f}" + (f"  {t['jitorch'] / t['torch']:9.2f}" if torch else ""))
+        print(line + ("  (recurrence: NumPy directly)" if caller == "numpy" else ""))
+    print("\nms of products per step")
+    print(f"{'model':<12} {'products':>8} {'GFLOP':>7}  " + "".join(f"{s:>8}" for s in systems)
+          + f"  {'jit/np':>7}" + (f"  {'jit/torch':>9}" if torch else ""))
+    for name, counts in per_model.items():
+        ms = {s: 1e3 * sum(n * timed[k][s] for k, n in counts.items()) for s in systems}
+        gf = sum(n * flops(k[1], k[3]) for k, n in counts.items()) / 1e9
+        print(f"{name:<12} {sum(counts.values()):8g} {gf:7.2f}  " + "".join(f"{ms[s]:8.2f}" for s in systems)
+              + f"  {ms['jitorch'] / ms['numpy']:7.2f}" + (f"  {ms['jitorch'] / ms['torch']:9.2f}" if torch else ""))
+
+
+if __name__ == "__main__":
+    main()

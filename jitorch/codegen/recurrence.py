@@ -1,0 +1,214 @@
+"""Fused cell kernels of the recurrences (jitorch/ops/recurrences.py): one time step's pointwise math of an
+LSTM or GRU, forward or backward, as one generated kernel.
+
+The loops of ``_rnn_layer`` and ``_rnn_layer_backward`` run, per time step, one BLAS product and the
+cell's gate arithmetic; in NumPy that arithmetic is a dozen or more ufunc calls, each a pass over the
+step's buffers with its call overhead, several times the product's time at a language model's sizes.
+Here each cell is a small graph of registry ops (views of the gate columns, sigmoid, tanh, products and
+sums), fused into one pointwise kernel by the usual passes and built by the usual kernel builder, so it
+rounds and vectorises as a compiled graph's kernels do. The kernel reads the product and the step's
+slices in place and writes the gates into the reserve (strided buffers: ``layouts``), so a step is one
+kernel call between two products, as cuDNN's and torch's CPU kernels run it.
+
+Importing this module registers `cell_kernel` in ``ops.recurrences.CELL_KERNEL``: the ops layer cannot
+import the code generator, and runs its NumPy cells where no kernel is registered or one cannot be built.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+
+import numpy as np
+
+from ..ir.fake import add_op
+from ..ir.graph import Graph, TensorType
+from ..ir.passes.fusion import fuse
+from ..ops import recurrences
+from ..runtime import dtypes as _dt
+from ..runtime.device import device as _device
+from . import cpu
+from .cache import default_cache
+from .errors import CompileError
+from .kernel import build
+
+_CPU = _device("cpu")
+_lock = threading.Lock()
+_kernels: dict = {}  # (direction, mode, dtype name, hidden, bias) -> CellKernel, or None: not buildable
+# The batch the kernels are built for: their outer loop runs over the rows (the batch), whose bounds each
+# call gives, and no buffer's strides depend on the batch, so one kernel serves every batch size. (Two,
+# not one: the builder drops dims of size one, and the rows' loop with them.)
+_ROWS = 2
+
+
+class CellKernel:
+    """A compiled cell: ``names`` are its buffers in the kernel's argument order. `table` lays out their
+    addresses for every step ahead of the loop, `rows` the addresses of its rows; `run` then runs one step
+    from one row, one ctypes call of about a microsecond. The kernel's outer loop runs over the batch's
+    rows, whatever their number."""
+
+    def __init__(self, compiled, names):
+        self._compiled = compiled  # keeps the machine code alive
+        self._fn = compiled.fn
+        self.names = names
+
+    def table(self, columns):
+        """The (steps, buffers) array of addresses: ``columns`` maps each buffer's name to its address,
+        an int (the same every step) or an int64 array of one address per step."""
+        steps = max((len(c) for c in columns.values() if isinstance(c, np.ndarray)), default=1)
+        table = np.empty((steps, len(self.names)), np.uint64)
+        for k, name in enumerate(self.names):
+            table[:, k] = columns[name]
+        return table
+
+    @staticmethod
+    def rows(table):
+        """The address of each row of ``table`` (which the caller holds while it runs them)."""
+        base = table.__array_interface__["data"][0]
+        return [base + row * table.strides[0] for row in range(len(table))]
+
+    def run(self, row, batch):
+        """One step of ``batch`` rows: the kernel over the buffers whose addresses ``row`` (an address from
+        `rows`) holds."""
+        self._fn(row, 0, batch)
+
+
+def cell_kernel(direction, mode, dtype, hidden, bias):
+    """The `CellKernel` of ``mode``'s ("LSTM" or "GRU") ``direction`` ("forward" or "backward") cell for
+    float ``dtype`` (a NumPy dtype) and ``hidden`` units, with or without the hidden bias (forward only),
+    for any batch; None where it cannot be built (the caller runs its NumPy cell). Built once per key."""
+    key = (direction, mode, np.dtype(dtype).name, hidden, bias)
+    with _lock:
+        if key not in _kernels:
+            if len(_kernels) > 256:  # (programs of ever new sizes: the code stays cached on disk)
+                _kernels.clear()
+            _kernels[key] = _build(*key)
+        return _kernels[key]
+
+
+def _build(direction, mode, dtype, hidden, bias):
+    g = Graph()
+    dt = _dt.from_numpy_dtype(np.dtype(dtype))
+    inputs, outputs = _CELLS[direction, mode](_Cell(g, dt, _ROWS, hidden), bias)
+    g.outputs = tuple(v for v, _ in outputs.values())
+    groups = fuse(g)
+    if len(groups) != 1 or groups[0].kind != "pointwise":
+        return None
+    layouts = {v: strides for v, strides in [*inputs.values(), *outputs.values()] if strides is not None}
+    name = f"jitorch_{mode.lower()}_{direction}_cell"
+    try:
+        compiled = cpu.link_kernel(build(groups[0], name, layouts=layouts), default_cache())
+    except CompileError:
+        return None
+    if compiled.outer != _ROWS:  # (the loop nest's outer loop is not the rows: no call could size it)
+        return None
+    by_value = {v: n for n, (v, _) in [*inputs.items(), *outputs.items()]}
+    source = compiled.source
+    return CellKernel(compiled, [by_value[v] for v in [*source.inputs, *source.outputs]])
+
+
+class _Cell:
+    """Builds a cell's graph: inputs (each with its strides, None where compact) and op nodes."""
+
+    def __init__(self, g, dtype, batch, hidden):
+        self.g, self.dtype, self.batch, self.hidden = g, dtype, batch, hidden
+
+    def input(self, width, strides=None, shape=None):
+        """A buffer of ``batch`` rows of ``width`` (``shape`` instead where given), strided as ``strides``."""
+        v = self.g.add_input(TensorType(shape or (self.batch, width), self.dtype, _CPU))
+        return v, strides
+
+    def __call__(self, name, *args):
+        return add_op(self.g, name, *args)
+
+    def gate(self, v, k):
+        """Column block ``k`` (``hidden`` wide) of ``v``: a view, folded into the kernel's index maths."""
+        return self("narrow", v, v.type.ndim - 1, k * self.hidden, self.hidden)
+
+    def pre(self, hh, b, x, k):
+        """Gate ``k``'s pre-activation ``(h W_hh^T + b_hh) + x W_ih^T`` (the NumPy cells' order)."""
+        v = self.gate(hh, k)
+        if b is not None:
+            v = self("add", v, self.gate(b, k))
+        return self("add", v, self.gate(x, k))
+
+    def one_minus(self, v):
+        return self("rsub", v, 1)
+
+
+def _lstm_forward(c, bias):
+    h = c.hidden
+    reserve = (5 * h, 1)  # the gates i, f, g, o and the cell of a step, side by side in the reserve
+    hh, x, cp = c.input(4 * h), c.input(4 * h), c.input(h, reserve)
+    b = c.input(0, shape=(4 * h,)) if bias else (None, None)
+    i, f, g, o = (c(act, c.pre(hh[0], b[0], x[0], k))
+                  for k, act in enumerate(("sigmoid", "sigmoid", "tanh", "sigmoid")))
+    cell = c("add", c("mul", f, cp[0]), c("mul", i, g))
+    out = c("mul", o, c("tanh", cell))
+    inputs = {"hh": hh, "x": x, "c_prev": cp}
+    if bias:
+        inputs["b"] = b
+    return inputs, {"i": (i, reserve), "f": (f, reserve), "g": (g, reserve), "o": (o, reserve),
+                    "c": (cell, reserve), "h": (out, None)}
+
+
+def _lstm_backward(c, bias):
+    """``dh`` (the product of the next step's gate gradients, or ``grad_hy``) plus the step's output
+    gradient, through ``h = o tanh(c)`` and ``c = f c_prev + i g`` to the pre-activations' gradients."""
+    h = c.hidden
+    reserve = (5 * h, 1)
+    dh, go, dc = c.input(h), c.input(h), c.input(h)
+    i, f, g, o, cell, cp = (c.input(h, reserve) for _ in range(6))
+    ds = c("add", dh[0], go[0])
+    tc = c("tanh", cell[0])
+    d_o = c("mul", c("mul", ds, tc), c("mul", o[0], c.one_minus(o[0])))
+    dcc = c("add", dc[0], c("mul", ds, c("mul", o[0], c.one_minus(c("mul", tc, tc)))))
+    d_i = c("mul", dcc, c("mul", g[0], c("mul", i[0], c.one_minus(i[0]))))
+    d_f = c("mul", dcc, c("mul", cp[0], c("mul", f[0], c.one_minus(f[0]))))
+    d_g = c("mul", dcc, c("mul", i[0], c.one_minus(c("mul", g[0], g[0]))))
+    gates = (4 * h, 1)
+    return ({"dh": dh, "go": go, "dc": dc, "i": i, "f": f, "g": g, "o": o, "c": cell, "c_prev": cp},
+            {"d_i": (d_i, gates), "d_f": (d_f, gates), "d_g": (d_g, gates), "d_o": (d_o, gates),
+             "dc_out": (c("mul", dcc, f[0]), None)})
+
+
+def _gru_forward(c, bias):
+    h = c.hidden
+    reserve = (4 * h, 1)  # r, z, n and W_hn h + b_hn of a step
+    hh, x, hp = c.input(3 * h), c.input(3 * h), c.input(h)
+    b = c.input(0, shape=(3 * h,)) if bias else (None, None)
+    r = c("sigmoid", c.pre(hh[0], b[0], x[0], 0))
+    z = c("sigmoid", c.pre(hh[0], b[0], x[0], 1))
+    # (without a bias, a product by one: the reserve needs the column block written, not a view of it)
+    h_n = c("add", c.gate(hh[0], 2), c.gate(b[0], 2)) if bias else c("mul", c.gate(hh[0], 2), 1)
+    n = c("tanh", c("add", c.gate(x[0], 2), c("mul", r, h_n)))
+    out = c("add", n, c("mul", c("sub", hp[0], n), z))  # torch's form of (1 - z) n + z h, and its rounding
+    inputs = {"hh": hh, "x": x, "h_prev": hp}
+    if bias:
+        inputs["b"] = b
+    return inputs, {"r": (r, reserve), "z": (z, reserve), "n": (n, reserve), "h_n": (h_n, reserve),
+                    "h": (out, None)}
+
+
+def _gru_backward(c, bias):
+    """``dh = carry + prod + go`` (the part of the next step's gradient through ``z h``, through
+    ``W_hh``, and the step's output gradient) to the gradients of ``W_hh h + b_hh``'s gates and of the
+    input projection's n gate, and the next carry ``dh z``."""
+    h = c.hidden
+    reserve = (4 * h, 1)
+    carry, prod, go, hp = c.input(h), c.input(h), c.input(h), c.input(h)
+    r, z, n, h_n = (c.input(h, reserve) for _ in range(4))
+    dh = c("add", c("add", carry[0], prod[0]), go[0])
+    d_z = c("mul", dh, c("mul", c("sub", hp[0], n[0]), c("mul", z[0], c.one_minus(z[0]))))
+    d_xn = c("mul", dh, c("mul", c.one_minus(z[0]), c.one_minus(c("mul", n[0], n[0]))))
+    d_r = c("mul", d_xn, c("mul", h_n[0], c("mul", r[0], c.one_minus(r[0]))))
+    gates = (3 * h, 1)
+    return ({"carry": carry, "prod": prod, "go": go, "h_prev": hp, "r": r, "z": z, "n": n, "h_n": h_n},
+            {"d_r": (d_r, gates), "d_z": (d_z, gates), "d_n": (c("mul", d_xn, r[0]), gates),
+             "d_xn": (d_xn, gates), "carry_out": (c("mul", dh, z[0]), None)})
+
+
+_CELLS = {("forward", "LSTM"): _lstm_forward, ("backward", "LSTM"): _lstm_backward,
+          ("forward", "GRU"): _gru_forward, ("backward", "GRU"): _gru_backward}
+
+recurrences.CELL_KERNEL = cell_kernel

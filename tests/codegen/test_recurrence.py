@@ -1,0 +1,141 @@
+"""The fused cell kernels of LSTM and GRU (jitorch/codegen/recurrence.py): values and gradients against
+torch and against the NumPy cells, eager and compiled, and what runs per time step."""
+
+import numpy as np
+import pytest
+
+import jitorch as jt
+from jitorch.codegen import recurrence
+from jitorch.ops import recurrences
+
+torch = pytest.importorskip("torch")
+
+# (mode, layers, bidirectional, batch_first, bias)
+CASES = [("LSTM", 2, False, False, True), ("LSTM", 2, True, True, False), ("LSTM", 1, True, False, True),
+         ("GRU", 2, False, True, True), ("GRU", 2, True, False, False), ("GRU", 1, False, False, True)]
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """{(mode, direction): kernel steps run} while the test runs, counted through `CellKernel.run`."""
+    counts = {}
+    run = recurrence.CellKernel.run
+
+    def counting(self, row, batch):
+        key = next(k[1::-1] for k, v in recurrence._kernels.items() if v is self)
+        counts[key] = counts.get(key, 0) + 1
+        run(self, row, batch)
+    monkeypatch.setattr(recurrence.CellKernel, "run", counting)
+    return counts
+
+
+def _modules(mode, layers, bidirectional, batch_first, bias, dtype):
+    """A jitorch module and its torch twin with the same weights."""
+    kwargs = dict(num_layers=layers, bidirectional=bidirectional, batch_first=batch_first, bias=bias)
+    t = getattr(torch.nn, mode)(3, 5, dtype=getattr(torch, dtype), **kwargs)
+    m = getattr(jt.nn, mode)(3, 5, dtype=getattr(jt, dtype), **kwargs)
+    for name, p in t.named_parameters():
+        getattr(m, name).data.copy_(jt.tensor(p.detach().numpy()))
+    return m, t
+
+
+def _loss_and_grads(lib, module, mode, x, states, weight, step=None):
+    """(output, final states, gradients of input, states and parameters) of a weighted sum of the outputs
+    and the squares of the final states; ``step``: the function to run it (a compiled one)."""
+    xs = lib.tensor(x, requires_grad=True)
+    hs = [lib.tensor(s, requires_grad=True) for s in states]
+
+    def loss_of(xs, *hs):
+        out, final = module(xs, tuple(hs) if mode == "LSTM" else hs[0])
+        final = final if mode == "LSTM" else (final,)
+        return (out * lib.tensor(weight)).sum() + sum((f * f).sum() for f in final), out, final
+    loss, out, final = (step or loss_of)(xs, *hs)
+    loss.backward()
+    grads = [xs.grad, *(h.grad for h in hs), *(p.grad for p in module.parameters())]
+    return [v.detach().numpy() for v in (out, *final, *grads)]
+
+
+def _inputs(rng, mode, layers, bidirectional, batch_first, dtype, length=6, batch=4):
+    dirs = 2 if bidirectional else 1
+    x = rng.normal(size=(batch, length, 3) if batch_first else (length, batch, 3)).astype(dtype)
+    states = [rng.normal(size=(layers * dirs, batch, 5)).astype(dtype) for _ in range(2 if mode == "LSTM" else 1)]
+    weight = rng.normal(size=x.shape[:2] + (dirs * 5,)).astype(dtype)
+    return x, states, weight
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("mode,layers,bidirectional,batch_first,bias", CASES)
+def test_fused_cells_match_torch_eager_and_compiled(mode, layers, bidirectional, batch_first, bias, dtype, rng,
+                                                     counted):
+    m, t = _modules(mode, layers, bidirectional, batch_first, bias, dtype)
+    x, states, weight = _inputs(rng, mode, layers, bidirectional, batch_first, dtype)
+    expected = _loss_and_grads(torch, t, mode, x, states, weight)
+    tol = dict(rtol=1e-9, atol=1e-11) if dtype == "float64" else dict(rtol=2e-5, atol=2e-6)
+    eager = _loss_and_grads(jt, m, mode, x, states, weight)
+    for g, e in zip(eager, expected, strict=True):
+        np.testing.assert_allclose(g, e, **tol)
+    # one kernel call per time step, layer and direction, forward and backward
+    calls = x.shape[0 if not batch_first else 1] * layers * (2 if bidirectional else 1)
+    assert counted == {(mode, "forward"): calls, (mode, "backward"): calls}
+    if dtype == "float64":  # (the compiled graphs run the same op as eager: once is enough)
+        return
+    m.zero_grad()
+    compiled = jt.compile(lambda xs, *hs: _compiled_loss(m, mode, xs, hs, weight))
+    got = _loss_and_grads(jt, m, mode, x, states, weight, compiled)
+    for g, e in zip(got, expected, strict=True):
+        np.testing.assert_allclose(g, e, **tol)
+    # the compiled graphs run the same cells (a first call may also run the function eagerly while tracing)
+    assert counted[mode, "backward"] == 2 * calls and counted[mode, "forward"] in (2 * calls, 3 * calls)
+
+
+def _compiled_loss(m, mode, xs, hs, weight):
+    out, final = m(xs, tuple(hs) if mode == "LSTM" else hs[0])
+    final = final if mode == "LSTM" else (final,)
+    return (out * jt.tensor(weight)).sum() + sum((f * f).sum() for f in final), out, final
+
+
+@pytest.mark.parametrize("mode", ["LSTM", "GRU"])
+@pytest.mark.parametrize("reverse,batch", [(False, 3), (True, 1), (False, 17)])
+def test_fused_cells_match_the_numpy_cells(mode, reverse, batch, rng, monkeypatch):
+    """The layer op and its backward, with and without the compiled cells, in float64; one kernel serves
+    every batch size (its outer loop runs over the rows the call names)."""
+    gates, hidden, length = (4 if mode == "LSTM" else 3), 6, 5
+    x, hx, cx, w_hh, b_hh, g_out, g_hy, g_cy = (jt.tensor(rng.normal(size=s)) for s in [
+        (length, batch, gates * hidden), (batch, hidden), (batch, hidden), (gates * hidden, hidden),
+        (gates * hidden,), (length, batch, hidden), (batch, hidden), (batch, hidden)])
+    cx = cx if mode == "LSTM" else None
+    ops = jt.ops.registry.OPS
+
+    def run():
+        output, h_n, c_n, reserve = ops["_rnn_layer"](mode, x, hx, cx, w_hh, b_hh, None, reverse)
+        grads = ops["_rnn_layer_backward"](mode, g_out, g_hy, g_cy, hx, cx, w_hh, None, output, reserve, reverse)
+        return [v.numpy() for v in (output, h_n, c_n, *grads)]
+    fused = run()
+    assert recurrence._kernels[("forward", mode, "float64", hidden, True)] is not None
+    monkeypatch.setattr(recurrences, "CELL_KERNEL", None)
+    for got, expected in zip(fused, run(), strict=True):
+        np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-14)
+
+
+def test_compiled_lstm_step_runs_one_product_and_one_kernel_per_time_step(monkeypatch, counted):
+    """The structure of a compiled LSTM training step: the input projections of all time steps are one
+    product per layer ahead of the recurrence, each layer one ``_rnn_layer`` node, and inside it one
+    product and one cell kernel per time step (no unrolled loop, no per-step ufuncs)."""
+    m = jt.nn.LSTM(4, 8, 2)
+    x = jt.randn(7, 3, 4)
+    products = []
+    matmul = np.matmul
+
+    def counting(a, b, *args, **kwargs):
+        products.append((a.shape, b.shape))
+        return matmul(a, b, *args, **kwargs)
+    step = jt.compile(lambda x: m(x)[0].pow(2).sum())
+    step(x).backward()  # (compiled and linked before counting)
+    nodes = [n.op.name for n in step.lower(x).graph.nodes]
+    assert nodes.count("_rnn_layer") == 2 and nodes.count("matmul") == 2
+    counted.clear()
+    monkeypatch.setattr(recurrences.np, "matmul", counting)
+    step(x)
+    assert counted == {("LSTM", "forward"): 14}
+    # each layer's input projection x W_ih^T for all steps, then h W_hh^T per step
+    assert products == [((21, 4), (4, 32))] + [((3, 8), (8, 32))] * 7 + [((21, 8), (8, 32))] + [((3, 8), (8, 32))] * 7

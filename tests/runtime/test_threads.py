@@ -1,0 +1,122 @@
+"""The workers that split compiled kernels' chunks and large products' parts (`runtime.threads`): what ran
+where, counted, and results that do not depend on the thread count."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import jitorch as jt
+from jitorch.codegen import cpu
+from jitorch.runtime import threads
+
+
+@pytest.fixture
+def two_threads(monkeypatch):
+    monkeypatch.setitem(threads._settings, "threads", 2)
+    yield
+
+
+def test_parts_run_on_the_calling_thread_and_a_worker(two_threads):
+    ran = []
+    forks, parts = threads.counters["forks"], threads.counters["parts"]
+    threads.run_parts(lambda i: ran.append((i, threading.current_thread().name)), [(0,), (1,)])
+    assert sorted(ran) == [(0, threading.current_thread().name), (1, "jitorch-1")]
+    assert (threads.counters["forks"], threads.counters["parts"]) == (forks + 1, parts + 1)
+
+
+def test_a_sleeping_worker_wakes_for_the_next_part(two_threads):
+    ran = []
+    threads.run_parts(ran.append, [(0,), (1,)])
+    time.sleep(20 * threads.SPIN_US * 1e-6)  # past its spin: it sleeps on the futex
+    threads.run_parts(ran.append, [(2,), (3,)])
+    assert sorted(ran) == [0, 1, 2, 3]
+
+
+def test_a_parts_exception_is_raised_after_every_part_has_run(two_threads):
+    ran = []
+
+    def part(i):
+        if i == 1:
+            raise ValueError("part 1")
+        time.sleep(0.01)
+        ran.append(i)
+    with pytest.raises(ValueError, match="part 1"):
+        threads.run_parts(part, [(0,), (1,)])
+    assert ran == [0]
+    threads.run_parts(ran.append, [(2,), (3,)])  # the team is free again
+    assert sorted(ran) == [0, 2, 3]
+
+
+def test_a_part_that_splits_again_runs_its_parts_inline(two_threads):
+    ran = []
+    inline = threads.counters["inline"]
+
+    def outer(i):
+        threads.run_parts(lambda j: ran.append((i, j)), [(0,), (1,)])
+    threads.run_parts(outer, [(0,), (1,)])
+    assert sorted(ran) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert threads.counters["inline"] == inline + 2  # the workers were busy: nothing waited for them
+
+
+def test_kernel_chunks_run_natively_on_the_workers_and_match_one_thread(monkeypatch, two_threads):
+    # 2**16 elements: below the old threshold of 2**18, a kernel now worth splitting
+    x = jt.randn(256, 256)
+    f = jt.compile(lambda t: (t * 0.7978 * (1 + 0.0447 * t * t)).tanh() * t + 1)
+    monkeypatch.setitem(threads._settings, "threads", 1)
+    one = f(x).numpy()
+    monkeypatch.setitem(threads._settings, "threads", 2)
+    (kernel,) = f.lower(x).executable.kernels
+    assert kernel.parallel and kernel.source.work >= cpu.PARALLEL_MIN_WORK
+    forks, parts = threads.counters["forks"], threads.counters["parts"]
+    two = f(x).numpy()
+    assert (threads.counters["forks"], threads.counters["parts"]) == (forks + 1, parts + 1)
+    np.testing.assert_array_equal(one, two)
+
+
+def test_row_reductions_split_by_rows_match_one_thread(monkeypatch, two_threads):
+    x = jt.randn(512, 300)
+    f = jt.compile(lambda t: (t.exp() * t).sum(1))
+    monkeypatch.setitem(threads._settings, "threads", 1)
+    one = f(x).numpy()
+    monkeypatch.setitem(threads._settings, "threads", 2)
+    forks = threads.counters["forks"]
+    two = f(x).numpy()
+    assert threads.counters["forks"] == forks + 1
+    np.testing.assert_array_equal(one, two)
+
+
+def test_compiled_calls_from_two_threads_share_the_workers(two_threads):
+    x = jt.randn(256, 256)
+    f = jt.compile(lambda t: (t * 2 + 1).exp())
+    want = np.exp(x.numpy() * 2 + 1)
+    results, errors = [], []
+
+    def calls():
+        try:
+            for _ in range(50):
+                results.append(f(x).numpy())
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+    runners = [threading.Thread(target=calls) for _ in range(2)]
+    for t in runners:
+        t.start()
+    for t in runners:
+        t.join(60)
+    assert not errors and len(results) == 100
+    for r in results:
+        np.testing.assert_allclose(r, want, rtol=1e-6)
+
+
+def test_a_kernel_just_over_the_threshold_splits_in_two_on_many_threads(monkeypatch):
+    monkeypatch.setitem(threads._settings, "threads", 8)
+    x = jt.randn(1 << 15)
+    f = jt.compile(lambda t: (t * 3).exp())
+    got = f(x)
+    (kernel,) = f.lower(x).executable.kernels
+    assert kernel.parallel
+    forks, parts = threads.counters["forks"], threads.counters["parts"]
+    f(x)
+    assert (threads.counters["forks"], threads.counters["parts"]) == (forks + 1, parts + 1)  # 2 chunks, not 8
+    np.testing.assert_allclose(got.numpy(), np.exp(x.numpy() * 3), rtol=1e-6)
