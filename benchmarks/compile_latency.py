@@ -1,11 +1,14 @@
 """Compile latency of a nanoGPT training step (forward + backward + AdamW in one compiled function).
 
-    python benchmarks/compile_latency.py [--layers 4] [--profile out.prof] [--repeat 5]
+    python benchmarks/compile_latency.py [--layers 4] [--profile out.prof] [--repeat 5] [--threads 1]
 
 Times the first call with an empty disk kernel cache (cold) and the second and third calls, then
 the first call in a new process over the disk cache the first process filled (warm), in ``--repeat``
 new processes (their median and minimum: a shared machine's load moves single runs by a third). Times
 are CPU seconds of the process (compilation is single-threaded), steadier than wall time there.
+``--threads`` (default 1, as `benchmarks/models.py` times first calls) is `jitorch.set_num_threads`'s: the
+first call also runs the step, whose products, left to BLAS's own threads (``--threads 0``), spin-wait on a
+shared machine and cost that run 0.1-0.3 s of CPU more than the step's work on one thread.
 """
 
 from __future__ import annotations
@@ -60,9 +63,11 @@ def timed(fn, *args, profile=None):
     return out, time.process_time() - start
 
 
-def measure(layers, profile=None):
-    """(first, second, third call seconds, first two losses) in this process."""
+def measure(layers, profile=None, threads=1):
+    """(first, second, third call seconds, first three losses) in this process."""
     import jitorch as jt
+    if threads:
+        jt.set_num_threads(threads)
     step, x, y = make_step(jt, load_gpt(), layers)
     loss1, first = timed(step, x, y, profile=profile)
     loss2, second = timed(step, x, y)
@@ -77,14 +82,16 @@ def main(argv=None):
     parser.add_argument("--profile", help="write cProfile stats of the cold first call here")
     parser.add_argument("--profile-warm", help="write cProfile stats of the warm first call here")
     parser.add_argument("--repeat", type=int, default=1, help="warm first calls, each in a new process")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="jitorch.set_num_threads for every process (0: not called, BLAS keeps its threads)")
     parser.add_argument("--warm", action="store_true", help=argparse.SUPPRESS)  # the second process
     args = parser.parse_args(argv)
     if args.warm:
-        print(measure(args.layers, args.profile_warm)[0])
+        print(measure(args.layers, args.profile_warm, args.threads)[0])
         return
     os.environ["JITORCH_CACHE_DIR"] = tempfile.mkdtemp(prefix="jitorch-cold-")
-    cold, second, third, *losses = measure(args.layers, args.profile)
-    command = [sys.executable, __file__, "--warm", "--layers", str(args.layers)]
+    cold, second, third, *losses = measure(args.layers, args.profile, args.threads)
+    command = [sys.executable, __file__, "--warm", "--layers", str(args.layers), "--threads", str(args.threads)]
     if args.profile_warm:
         command += ["--profile-warm", args.profile_warm]
     warm = sorted(float(subprocess.run(command, check=True, capture_output=True, text=True).stdout.split()[-1])

@@ -184,8 +184,9 @@ def link_batch(sources, cache=None):
         todo = {key: source for key, source in zip(keys, sources) if _linked.get(key) is None}
         if len(todo) < 2:
             return []
+        unnamed = {key: _unnamed(source) for key, source in todo.items()}
         # canonical text -> the position of its entry in the batch module
-        bodies = {text: j for j, text in enumerate(dict.fromkeys(_unnamed(s) for s in todo.values()))}
+        bodies = {text: j for j, text in enumerate(dict.fromkeys(unnamed.values()))}
         texts = list(bodies)
         names = [f"jitorch_batch_{j}" for j in range(len(texts))]
         batch_key = cache_key(*texts, target_id())
@@ -200,8 +201,8 @@ def link_batch(sources, cache=None):
             logs.log("codegen", "compiled %d kernels (%d distinct) in one module", len(todo), len(texts))
         library = linker.link(obj, names)
         codes = [_Code(library[name], library, None) for name in names]
-        for key, source in todo.items():
-            _linked[key] = codes[bodies[_unnamed(source)]]
+        for key, text in unnamed.items():
+            _linked[key] = codes[bodies[text]]
         return codes
 
 

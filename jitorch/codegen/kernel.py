@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import collections
 import threading
+import weakref
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 from math import prod
@@ -935,9 +936,43 @@ def _signature(group, aliases, layouts, flat=True):
     CPU's), a pointwise group over compact values of its space's shape, or of one element, is one loop
     whatever its shape (see `_flat_length`): its description says which values are 0-d, of one element or
     of the space's shape, not their sizes."""
+    described = _described.get(group)
+    if described is None:
+        described = _described[group] = _nodes_described(group)
+    values, labels, nodes = described
+    if nodes is None:  # a value from outside the group, or an argument without an exact repr
+        return None, values, None
+    length = _flat_length(group, values, layouts) if flat else None
+
+    def shape(v):
+        if length is None:
+            return tuple(v.type.shape)
+        # (type promotion tells 0-d tensors from others, and the loop a broadcast element from the rest)
+        return ("flat", "0-d" if not v.type.shape else "one" if prod(v.type.shape) == 1 else "all")
+    try:
+        description = (
+            group.kind, tuple(group.shape) if length is None else "flat",
+            tuple((str(v.type.dtype), shape(v), str(v.type.device)) for v in values),
+            nodes,
+            tuple(labels[v] for v in group.outputs),
+            tuple(sorted((labels[o], labels[i]) for o, i in (aliases or {}).items())),
+            tuple(sorted((labels[v], tuple(st)) for v, st in (layouts or {}).items())))
+    except KeyError:  # an alias or layout of a value from outside the group
+        return None, values, None
+    return description, values, length
+
+
+# group -> `_nodes_described` of it: a group's kernel is asked for again with the outputs it computes in
+# place (`build_many`), and describing its nodes is most of a signature's time. Groups are not changed
+# once fusion has made them.
+_described = weakref.WeakKeyDictionary()
+
+
+def _nodes_described(group):
+    """(the group's values in `_signature`'s order, value -> its number, the description of its nodes, or
+    None where one reads a value from outside the group or an argument without an exact repr)."""
     values = list(group.inputs) + [v for node in group.nodes for v in node.outputs]
     labels = {v: i for i, v in enumerate(values)}
-    length = _flat_length(group, values, layouts) if flat else None
 
     def arg(a):
         if isinstance(a, Value):
@@ -951,23 +986,11 @@ def _signature(group, aliases, layouts, flat=True):
         if isinstance(a, _device):
             return ("device", a.type, a.index)
         raise _Unsignable(type(a).__name__)
-
-    def shape(v):
-        if length is None:
-            return tuple(v.type.shape)
-        # (type promotion tells 0-d tensors from others, and the loop a broadcast element from the rest)
-        return ("flat", "0-d" if not v.type.shape else "one" if prod(v.type.shape) == 1 else "all")
     try:
-        description = (
-            group.kind, tuple(group.shape) if length is None else "flat",
-            tuple((str(v.type.dtype), shape(v), str(v.type.device)) for v in values),
-            tuple((node.op.name, tuple(arg(a) for a in node.args), len(node.outputs)) for node in group.nodes),
-            tuple(labels[v] for v in group.outputs),
-            tuple(sorted((labels[o], labels[i]) for o, i in (aliases or {}).items())),
-            tuple(sorted((labels[v], tuple(st)) for v, st in (layouts or {}).items())))
-    except (KeyError, _Unsignable):  # a value from outside the group, or an argument without an exact repr
-        return None, values, None
-    return description, values, length
+        nodes = tuple((node.op.name, tuple(arg(a) for a in node.args), len(node.outputs)) for node in group.nodes)
+    except (KeyError, _Unsignable):
+        nodes = None
+    return values, labels, nodes
 
 
 def _flat_length(group, values, layouts):

@@ -106,6 +106,10 @@ def _fresh_edge(t):
         return t.grad_fn
 
 
+# (what `Tracer._module_names` holds of a name not read yet: no object the function sees is it)
+_NOT_READ = object()
+
+
 class Tracer:
     """Records the ops a function calls; `trace` drives it."""
 
@@ -118,6 +122,11 @@ class Tracer:
         self.grad_owners: dict = {}  # id -> [real tensor, constant name, .grad before the trace, touched]
         self.one_shot = False      # see jitorch.compiler.eager_state
         self._visible_names = None  # id(tensor) -> (tensor, its name_for), as the visible objects were when read
+        # name -> (visible object, [(tensor, its name)] of its modules' parameters and buffers), and
+        # id(an optimizer's per-parameter state) -> (that dict, its size, the optimizer's name, its position),
+        # as the reads of the names since the last full one found them
+        self._module_names: dict = {}
+        self._states_read: dict = {}
         self.real_inputs = set()   # ids of the call's tensors (they have fakes of their own)
         self.input_fakes: list = []  # the fakes standing for the call's tensors, in graph-input order
         self.python_guards: list = []  # see jitorch.compiler.guard
@@ -190,9 +199,10 @@ class Tracer:
 
     def fake(self, t):
         """The fake tensor standing for ``t``: itself, or the constant a real tensor becomes."""
-        if self.is_ours(t):
-            return t
-        if isinstance(t._storage, TraceStorage):
+        st = t._storage
+        if isinstance(st, TraceStorage):  # (tested inline: a trace asks this of every tensor argument, often)
+            if st.tracer is self:
+                return t
             raise TraceError("a tensor from another trace was used in this one")
         entry = self.lifted.get(id(t))
         if entry is None and not t.requires_grad:
@@ -326,16 +336,25 @@ class Tracer:
         """A readable constant name: the variable that holds ``t`` in the traced function, or
         ``model.0.weight`` for a parameter or buffer of a module it holds; ``c`` otherwise. The names
         are read once for all tensors (a search per tensor made tracing a model quadratic in its size),
-        and read again when ``t`` is not among them (state the trace made since)."""
-        if self._visible_names is None or id(t) not in self._visible_names:
-            self._visible_names = self._read_visible_names()
-        held, name = self._visible_names.get(id(t), (t, "c"))
+        and read again when ``t`` is not among them (state the trace made since): first only what is new
+        (an optimizer's first step makes its state a tensor at a time, and walking a GPT's modules and
+        state for each of them was a sixth of its trace), then, where that does not find ``t``, in full."""
+        names = self._visible_names
+        if names is None or id(t) not in names:
+            names = self._visible_names = self._read_visible_names(since_last=names is not None)
+            if id(t) not in names:
+                names = self._visible_names = self._read_visible_names()
+        held, name = names.get(id(t), (t, "c"))
         return name if held is t else "c"
 
-    def _read_visible_names(self):
+    def _read_visible_names(self, since_last=False):
         """id(tensor) -> (tensor, name) of every tensor `name_for` can name, the first way found winning
-        (the tensor held, so that its id stays its own)."""
-        names = {}
+        (the tensor held, so that its id stays its own). ``since_last``: the last read's names, with those
+        of what is new since: tensors and module parameters of names bound to other objects (the modules'
+        of the names bound to the same objects not walked again) and an optimizer's new state."""
+        names = dict(self._visible_names) if since_last else {}
+        if not since_last:
+            self._module_names, self._states_read = {}, {}
         objects = list(self._visible_objects())
         for name, value in objects:
             if isinstance(value, Tensor):
@@ -343,15 +362,23 @@ class Tracer:
         for name, value in objects:
             if isinstance(value, Tensor):
                 continue
-            for method in ("named_parameters", "named_buffers"):
-                named = getattr(value, method, None)
-                if callable(named):
-                    for qualified, p in named():
-                        names.setdefault(id(p), (p, f"{name}.{qualified}" if name != "self" else qualified))
+            if self._module_names.get(name, (_NOT_READ,))[0] is not value:
+                members = [(p, f"{name}.{qualified}" if name != "self" else qualified)
+                           for method in ("named_parameters", "named_buffers") if callable(getattr(value, method, None))
+                           for qualified, p in getattr(value, method)()]
+                self._module_names[name] = (value, members)
+                for p, qualified in members:
+                    names.setdefault(id(p), (p, qualified))
             state = getattr(value, "state", None)  # an optimizer: its per-parameter buffers
             if isinstance(state, dict):
                 for i, per_param in enumerate(state.values()):
-                    for key, held in per_param.items() if isinstance(per_param, dict) else ():
+                    if not isinstance(per_param, dict):
+                        continue
+                    seen = self._states_read.get(id(per_param))
+                    if seen is not None and seen[0] is per_param and seen[1:] == (len(per_param), name, i):
+                        continue  # (read as it is now)
+                    self._states_read[id(per_param)] = (per_param, len(per_param), name, i)
+                    for key, held in per_param.items():
                         if isinstance(held, Tensor):
                             names.setdefault(id(held), (held, f"{name}.{key}_{i}"))
         return names

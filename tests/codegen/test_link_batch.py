@@ -197,3 +197,30 @@ def test_the_nodes_of_a_group_the_builder_refuses_join_the_batch(fresh_kernels, 
     got = jitorch.compile(lambda t: ((t * 2.0).exp() + 1.0).tanh())(x)
     np.testing.assert_allclose(got.numpy(), np.tanh(np.exp(x.numpy() * 2.0) + 1.0), rtol=1e-5)
     assert alone == [] and batches == [4]  # mul, exp, add, tanh: one module
+
+
+def test_a_groups_nodes_are_described_once_for_its_kernel_and_its_in_place_kernel(fresh_kernels, monkeypatch):
+    """A parameter update computed in place asks for its group's kernel twice (`build_many`), with and without
+    the output's memory as its input's: the group's nodes are described once, and the two signatures differ
+    in the aliases alone, so each has a kernel of its own."""
+    fresh_kernels()
+    described = []
+    real = kernel_mod._nodes_described
+    monkeypatch.setattr(kernel_mod, "_nodes_described", lambda group: described.append(group) or real(group))
+
+    def update(w, g):  # (w itself not returned: its new value is written into its memory)
+        with jitorch.no_grad():
+            w.sub_(g * 0.5)
+        return g.sum()
+
+    w, g = jitorch.ones(64), jitorch.full((64,), 2.0)
+    ex = jitorch.compile(update).lower(w, g).executable
+    (step,) = [s for s in ex.steps if getattr(s, "inplace_kernel", None) is not None]
+    assert described.count(step.group) == 1
+    aliases = {v: t for _, v, t in step.inplace_outputs}
+    plain, values, _ = kernel_mod._signature(step.group, None, step.layouts)
+    in_place, same_values, _ = kernel_mod._signature(step.group, aliases, step.layouts)
+    assert described.count(step.group) == 1 and values is same_values
+    assert plain[:5] == in_place[:5] and plain[5] == () and in_place[5] != ()
+    jitorch.compile(update)(w, g)
+    np.testing.assert_array_equal(w.numpy(), np.zeros(64, np.float32))

@@ -14,13 +14,13 @@ def executable(fn, *args):
     return jt.compile(fn).lower(*args).executable
 
 
-def sgd_step(loss, w1, w2):
-    """``loss``'s backward and an SGD update of ``w1`` and ``w2`` in place; returns ``loss``."""
+def sgd_step(loss, *params):
+    """``loss``'s backward and an SGD update of ``params`` in place; returns ``loss``."""
     loss.backward()
     with jt.no_grad():
-        w1.sub_(0.1 * w1.grad)
-        w2.sub_(0.1 * w2.grad)
-        w1.grad = w2.grad = None
+        for w in params:
+            w.sub_(0.1 * w.grad)
+            w.grad = None
     return loss
 
 
@@ -350,6 +350,43 @@ def test_the_generated_call_binds_many_constants_in_a_loop_and_equals_eager(monk
     np.testing.assert_array_equal(looped[2], straight[2])
     w1.data, w2.data = start[0].clone(), start[1].clone()
     np.testing.assert_allclose(looped[0], [step(x).item() for _ in range(3)], rtol=1e-5)
+
+
+def test_a_large_graph_calls_its_steps_as_functions_shared_by_equal_steps(monkeypatch):
+    """From `SHARED_STEPS_FROM` steps, each step's lines are a function of the objects they name, one for
+    the steps whose lines differ only in those (equal layers), which the call runs from a table, a row per
+    step: fewer functions than steps, and the call computes what the straight lines compute."""
+    from jitorch.jit import executor
+    g = jt.Generator().manual_seed(2)
+    layers = [(jt.randn(8, 8, generator=g, requires_grad=True), jt.randn(8, generator=g)) for _ in range(4)]
+    start = [w.detach().clone() for w, _ in layers]
+
+    def step(x):  # four equal layers: products, views, pointwise kernels, in-place updates
+        for w, b in layers:
+            x = (x @ w.t() + b).tanh().reshape(2, 2, 8).reshape(4, 8)
+        return sgd_step(x.square().mean(), *[w for w, _ in layers])
+
+    x = jt.randn(4, 8, generator=g)
+    runs = {}
+    for shared_from in (10_000, 0):
+        monkeypatch.setattr(executor, "SHARED_STEPS_FROM", shared_from)
+        for (w, _), w0 in zip(layers, start):
+            w.data = w0.clone()
+        compiled = jt.compile(step)
+        losses = [compiled(x).item() for _ in range(3)]
+        ex = compiled.lower(x).executable
+        runs[shared_from] = (losses, [w.detach().numpy().copy() for w, _ in layers], ex)
+    straight, shared = runs[10_000], runs[0]
+    ex = shared[2]
+    functions = re.findall(r"^def (_step\d+)\(env, arena, inplace", ex.source, re.M)
+    (table,) = re.findall(r"for _f, _a in (calls\d+):\n +_f\(env, arena, inplace, \*_a\)", ex.source)
+    rows = ex._body.namespace[table]
+    assert len(rows) == len(ex.steps) and {f.__name__ for f, _ in rows} == set(functions)
+    assert len(functions) < len(rows) / 2  # the layers' steps share their functions
+    assert "def _step" not in straight[2].source and "calls" not in straight[2].source
+    assert shared[0] == straight[0]
+    for a, b in zip(shared[1], straight[1]):
+        np.testing.assert_array_equal(a, b)
 
 
 def _strided_reads(ex):

@@ -48,6 +48,38 @@ def test_closure_tensors_become_named_constants_read_at_call_time():
     assert out.tolist() == [2.0, 2.0, 2.0]
 
 
+
+def test_state_an_optimizer_makes_while_traced_is_named_without_walking_the_modules_again():
+    """The first step of Adam makes its state a parameter at a time inside the trace: each new state tensor
+    is named after the optimizer, and the model's parameters are read once, not again per state tensor."""
+    class Counted(jt.nn.Sequential):
+        walks = 0
+
+        def named_parameters(self, *args, **kwargs):
+            Counted.walks += 1
+            return super().named_parameters(*args, **kwargs)
+
+    model = Counted(*[jt.nn.Linear(3, 3) for _ in range(4)])
+    opt = jt.optim.Adam(model.parameters(), lr=0.1)
+    scale = None  # a name the function sees that holds None, as a module's does: read with the rest
+
+    def step(x):
+        loss = model(x).square().mean() * (1.0 if scale is None else scale)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss
+
+    Counted.walks = 0
+    g, _ = trace_with_inputs(step, (jt.ones(2, 3),), {})
+    names = set(g.constants)
+    assert {"model.0.weight", "model.3.bias"} <= names
+    # Adam's buffers of each of the 8 parameters, named by the optimizer's state
+    assert {f"opt.{key}_{i}" for key in ("exp_avg", "exp_avg_sq") for i in range(8)} <= names
+    # the first name read, and one more for the tensor that nothing names ("c": one of Adam's scalars); it
+    # was a read per parameter
+    assert Counted.walks == 2
+
 def test_pytrees_keywords_and_methods():
     def f(pair, scale=1.0, *, extra):
         a, b = pair
