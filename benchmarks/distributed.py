@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import statistics
 import subprocess
 import sys
@@ -199,11 +200,22 @@ def worker(args):
     dist.destroy_process_group()
 
 
+def free_port():
+    """A TCP port no one listens on now (a fixed one may be another job's: tests run in parallel)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def launch(nproc, quick):
     cmd = [sys.executable, "-m", "jitorch.distributed.run", "--nproc-per-node", str(nproc),
-           "--master-port", str(29500 + nproc), os.path.join(HERE, "distributed.py"), "--worker"]
+           "--master-port", str(free_port()), os.path.join(HERE, "distributed.py"), "--worker"]
     cmd += ["--quick"] if quick else []
-    done = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        # the ranks' own output says why (the launcher names the rank that failed)
+        raise RuntimeError(f"{' '.join(cmd)} exited with {done.returncode}:\n{done.stdout[-4000:]}\n"
+                           f"{done.stderr[-8000:]}")
     line = done.stdout[done.stdout.index("RESULT ") + 7:]
     return json.loads(line[:line.index("\n")] if "\n" in line else line)
 
