@@ -2310,10 +2310,11 @@ def _check_targets(input, target):
 
 def _picked_weights(target, weight, ignore_index, classes, dtype):
     """Per target, its class weight (1 without weights) and 0 where ignored; and the safe targets
-    (ignored ones replaced by class 0), checked to be in range when they hold data."""
+    (ignored ones replaced by class 0), checked to be in range when they hold data (in a trace they do not,
+    even for a target the traced function captured: the graph's gather checks them at each call)."""
     ignored = target == ignore_index
     safe = jt.where(ignored, 0, target)
-    if _has_data(target) and target.numel():
+    if _has_data(safe) and target.numel():
         bad = (safe < 0) | (safe >= classes)
         if bool(bad.any()):
             raise IndexError(f"Target {int(target[bad].reshape(-1)[0])} is out of bounds.")

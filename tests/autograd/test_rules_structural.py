@@ -335,3 +335,48 @@ def test_nll_loss_backward_compiles_without_a_scatter_into_zeros():
     names = [n.op.name for n in compiled.lower(logits, targets).graph.nodes]
     assert "scatter_add" not in names and "new_zeros" not in names and "movedim" not in names
     assert names.count("eq") == 2, names  # ignore_index's mask, and the positions compared with the targets
+
+
+@pytest.mark.parametrize("bad", [10, -1])
+@pytest.mark.parametrize("captured", [False, True])
+def test_out_of_range_target_raises_in_a_compiled_step_that_drops_the_loss(bad, captured):
+    """Regression: with gather's gradient a comparison of positions, a compiled step that does not return the
+    loss had no gather left (the forward's is dead), and an out-of-range target gave a wrong gradient silently
+    where eager (and the scatter before) raise. The positions' index_select checks the targets now."""
+    model = jt.nn.Linear(8, 10)
+    x, y = jt.randn(4, 8), jt.randint(0, 10, (4,))
+
+    def step(*batch):
+        model.zero_grad()
+        jt.nn.functional.cross_entropy(model(batch[0] if batch else x), batch[1] if batch else y).backward()
+
+    compiled = jt.compile(step)
+    batch = () if captured else (x, y)
+    compiled(*batch)
+    y[2] = bad
+    with pytest.raises((IndexError, RuntimeError), match="out of"):
+        compiled(*batch)
+    with pytest.raises(IndexError, match=f"Target {bad} is out of bounds"):
+        step(*batch)
+
+
+def test_a_step_capturing_its_targets_compiles_into_one_graph():
+    """Regression: cross-entropy checked the targets' range in Python whenever the target tensor held data, so a
+    compiled step reading its batch from a closure (benchmarks/distributed.py's DDP step) fell back to eager."""
+    model = jt.nn.Linear(8, 10)
+    x, y = jt.randn(4, 8), jt.randint(0, 10, (4,))
+
+    def step():
+        model.zero_grad()
+        loss = jt.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        return loss
+    compiled = jt.compile(step)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = compiled()
+    want_grad = model.weight.grad.clone()
+    np.testing.assert_allclose(got.item(), step().item(), rtol=1e-6)
+    np.testing.assert_allclose(want_grad.numpy(), model.weight.grad.numpy(), rtol=1e-5, atol=1e-7)
+    names = [n.op.name for n in compiled.lower().graph.nodes]
+    assert "log_softmax" in names and "index_select" in names, names

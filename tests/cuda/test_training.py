@@ -57,6 +57,9 @@ def test_a_compiled_step_runs_on_the_device_without_waiting_for_it(fake):
     fake.launches.clear()
     step(*batch)
     assert {kind for kind, _, _ in fake.copies} == {"htod", "dtod"}
-    assert all(non_blocking and n == 4 for kind, n, non_blocking in fake.copies if kind == "htod")
+    # the learning rate (4 bytes) and the class positions' arange parameters (48 bytes: the pick's gradient
+    # checks the targets through them), each queued without waiting
+    assert sorted(n for kind, n, non_blocking in fake.copies if kind == "htod" and non_blocking) == [4, 4, 4, 4, 48]
+    assert all(non_blocking for kind, _, non_blocking in fake.copies if kind == "htod")
     ops = [op for launch in fake.launches for op in launch.ops]
     assert {"gather", "eq", "where.self", "matmul"} <= set(ops) and "scatter_add" not in ops

@@ -466,13 +466,16 @@ def _gather_grad(g, a):
     element of every line along ``dim`` (nll_loss's pick of each row's target class), that is ``g`` where
     the line's position equals the index, else 0: pointwise, so a compiled graph fuses it into the kernels
     that read it, where the scatter writes a zero tensor of ``self``'s size first and scatters into it
-    (a language model's one-hot of tokens by vocabulary, twice the size of its logits' gradient in traffic)."""
+    (a language model's one-hot of tokens by vocabulary, twice the size of its logits' gradient in traffic).
+    The index goes through the positions' ``index_select`` first, which is the index itself or gather's bounds
+    error: a compiled step that does not return the loss drops the forward's gather, and an out-of-range target
+    would otherwise give a silently wrong gradient where the scatter raised."""
     shape, index = a.self.shape, a.index
     d = wrap_dim(a.dim, len(shape)) if shape else 0
     if shape and index.shape[d] == 1 and all(index.shape[k] == n for k, n in enumerate(shape) if k != d):
-        positions = functions.arange(shape[d], device=index.device).view([-1 if k == d else 1 for k in
-                                                                          range(len(shape))])
-        return functions.where(positions == index, g, 0)
+        positions = functions.arange(shape[d], device=index.device)
+        checked = positions.index_select(0, index.reshape(-1)).view(index.shape)
+        return functions.where(positions.view([-1 if k == d else 1 for k in range(len(shape))]) == checked, g, 0)
     return g.new_zeros(shape).scatter_add(a.dim, a.index, g)
 
 
