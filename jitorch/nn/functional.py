@@ -67,8 +67,10 @@ def _tuple(value, n):
 
 
 def _has_data(t):
-    """Whether ``t`` holds values (False for the fake tensors of a trace)."""
-    return t._storage.data is not None or t._storage.on_device
+    """Whether a check may read ``t``'s values now: False for the fake tensors of a trace, and for every tensor
+    while tracing (a captured one holds values, but what the trace's ops make of it does not, and a check on
+    them would send the whole function back to eager; the graph's indexing steps check at each call)."""
+    return not is_compiling() and (t._storage.data is not None or t._storage.on_device)
 
 
 def _sizes(shape):
@@ -2310,11 +2312,10 @@ def _check_targets(input, target):
 
 def _picked_weights(target, weight, ignore_index, classes, dtype):
     """Per target, its class weight (1 without weights) and 0 where ignored; and the safe targets
-    (ignored ones replaced by class 0), checked to be in range when they hold data (in a trace they do not,
-    even for a target the traced function captured: the graph's gather checks them at each call)."""
+    (ignored ones replaced by class 0), checked to be in range when they hold data."""
     ignored = target == ignore_index
     safe = jt.where(ignored, 0, target)
-    if _has_data(safe) and target.numel():
+    if _has_data(target) and target.numel():
         bad = (safe < 0) | (safe >= classes)
         if bool(bad.any()):
             raise IndexError(f"Target {int(target[bad].reshape(-1)[0])} is out of bounds.")

@@ -380,3 +380,20 @@ def test_a_step_capturing_its_targets_compiles_into_one_graph():
     np.testing.assert_allclose(want_grad.numpy(), model.weight.grad.numpy(), rtol=1e-5, atol=1e-7)
     names = [n.op.name for n in compiled.lower().graph.nodes]
     assert "log_softmax" in names and "index_select" in names, names
+
+
+@pytest.mark.parametrize("loss", ["multi_margin_loss", "multilabel_margin_loss", "gaussian_nll_loss"])
+def test_losses_over_captured_targets_compile(loss):
+    """Regression: the losses' data checks ran on captured tensors inside a trace and sent it back to eager."""
+    x = jt.rand(4, 5, requires_grad=True)
+    y = {"multi_margin_loss": jt.randint(0, 5, (4,)), "multilabel_margin_loss": jt.tensor([[1, 3, -1, 0, 0]] * 4),
+         "gaussian_nll_loss": jt.rand(4, 5)}[loss]
+    var = jt.rand(4, 5) + 0.5
+    fn = getattr(jt.nn.functional, loss)
+
+    def f(t):
+        return fn(t, y, var) if loss == "gaussian_nll_loss" else fn(t, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = jt.compile(f)(x)
+    np.testing.assert_allclose(got.item(), f(x).item(), rtol=1e-5)
