@@ -274,12 +274,16 @@ class _WorkerIterator:
             try:
                 return (self._pinning or self._results).get(timeout=wait)
             except Exception as error:  # also a batch whose sender died before this process mapped its memory
-                if not isinstance(error, queue.Empty):  # give a dying sender the moment it takes to be reaped
+                dead = self._dead_workers()
+                if not dead and not isinstance(error, queue.Empty):
+                    # a sender that dropped the connection is exiting: give it the time that takes under load
+                    # (seconds on a busy machine), watching only the active workers: an exhausted one's sentinel
+                    # is ready already and cut the wait short
                     from multiprocessing import connection
 
-                    # (a sender that dropped the connection is exiting: under load that can take seconds)
-                    connection.wait([w.sentinel for w in self._workers], max(5.0, self._worker.STATUS_CHECK_INTERVAL))
-                dead = [w for w, active in zip(self._workers, self._active) if active and not w.is_alive()]
+                    living = [w.sentinel for w, active in zip(self._workers, self._active) if active]
+                    connection.wait(living, max(30.0, self._worker.STATUS_CHECK_INTERVAL))
+                    dead = self._dead_workers()
                 if dead:
                     self._shutdown()
                     raise RuntimeError(f"DataLoader worker (pid(s) {', '.join(str(w.pid) for w in dead)}) exited "
@@ -289,6 +293,9 @@ class _WorkerIterator:
                 if self._timeout > 0:
                     self._shutdown()
                     raise RuntimeError(f"DataLoader timed out after {self._timeout} seconds") from None
+
+    def _dead_workers(self):
+        return [w for w, active in zip(self._workers, self._active) if active and not w.is_alive()]
 
     def _shutdown(self):
         if self._shut:
