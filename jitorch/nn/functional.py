@@ -563,13 +563,25 @@ def _lowest(dtype):
     return -math.inf if dtype.is_floating_point else jt.iinfo(dtype).min
 
 
+def _numpy_shortcut(input):
+    """Whether an op may compute on ``input``'s NumPy array instead of through its composition: a CPU float32 or
+    float64 tensor with values, and no dispatch hook (a trace or a profile sees the composition) or autocast."""
+    return (not _HOOKS and _AUTOCAST.key is None and input.device.type == "cpu"
+            and input.dtype in (jt.float32, jt.float64) and input._storage._data is not None)
+
+
+def _backward_records(g):
+    """Whether a shortcut's backward must run its composition's rules as ops: the backward records a graph
+    (create_graph), is traced or profiled, runs under autocast, or ``g`` is not on the CPU."""
+    return jt.is_grad_enabled() or bool(_HOOKS) or _AUTOCAST.key is not None or g.device.type != "cpu"
+
+
 def _tiling_pool(input, geo):
     """Whether the windows of pooling ``geo`` tile ``input``'s trailing dims without overlap or padding
-    (stride = kernel, the usual ``max_pool2d(x, 2)``), on a CPU float32 or float64 tensor with values, and no
-    dispatch hook (a trace or a profile sees the composition) or autocast: then `_tiled_max` may serve it."""
-    return (not _HOOKS and _AUTOCAST.key is None and input.device.type == "cpu"
-            and input.dtype in (jt.float32, jt.float64) and input._storage._data is not None
-            and geo.stride == geo.kernel and not any(geo.padding) and all(d == 1 for d in geo.dilation)
+    (stride = kernel, the usual ``max_pool2d(x, 2)``), where `_numpy_shortcut` allows: then `_tiled_max` may
+    serve it."""
+    return (_numpy_shortcut(input) and geo.stride == geo.kernel and not any(geo.padding)
+            and all(d == 1 for d in geo.dilation)
             and all(o == n // k for o, n, k in zip(geo.out, geo.size, geo.kernel)))
 
 
@@ -644,7 +656,7 @@ class _MaxPool(jt.autograd.Function):
     def backward(ctx, g):
         (index,) = ctx.saved_tensors
         geo = ctx.geo
-        if jt.is_grad_enabled() or _HOOKS or _AUTOCAST.key is not None or g.device.type != "cpu":
+        if _backward_records(g):
             # a backward that records (create_graph), is traced or profiled: the composition's, on an input
             # whose windows choose what these chose (one 1.0 each, at its index)
             chosen = _tiled_max_backward(np.ones(index.shape, np.float32), index._array(), ctx.shape, geo)
@@ -1757,8 +1769,7 @@ _GELU_CHUNK = 32768
 def _gelu_shortcut(input):
     """Whether exact `gelu` of ``input`` may skip the composition's dispatches: no dispatch hook (a trace or a
     profile sees the composition) or autocast, a contiguous CPU float32 or float64 tensor with values."""
-    return (not _HOOKS and _AUTOCAST.key is None and isinstance(input, jt.Tensor) and input.device.type == "cpu"
-            and input.dtype in (jt.float32, jt.float64) and input._storage._data is not None and input.ndim
+    return (isinstance(input, jt.Tensor) and _numpy_shortcut(input) and input.ndim
             and is_contiguous(input._shape, input._stride))
 
 
@@ -1809,7 +1820,7 @@ class _Gelu(jt.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         x, cdf = ctx.saved_tensors
-        if jt.is_grad_enabled() or _HOOKS or _AUTOCAST.key is not None or g.device.type != "cpu":
+        if _backward_records(g):
             # a backward that records (create_graph), is traced or profiled: the composition's rules as ops
             half, scaled = x * 0.5, x * _SQRT_HALF
             ga = g * (1.0 + scaled.erf())
