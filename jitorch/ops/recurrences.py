@@ -267,8 +267,9 @@ def _backward_meta(mode, grad_output, grad_hy, grad_cy, hx, cx, w_hh, w_hr, outp
 
 
 def _previous(output, hx, reverse):
-    """The state each step started from: ``hx``, then the outputs shifted by one step."""
-    prev = np.empty_like(output)
+    """The state each step started from: ``hx``, then the outputs shifted by one step (C-contiguous, as the
+    compiled cells read a step's rows by address)."""
+    prev = np.empty(output.shape, output.dtype)
     if reverse:
         prev[:-1], prev[-1] = output[1:], hx
     else:
