@@ -281,9 +281,15 @@ def _rsub(a, b, alpha):
 def _floor_divide(a, b, dtype=None):
     if _dtype_of(a, b).kind in "iu":
         _nonzero_divisor(a, b)
-    elif (dtype is _dt.float16 or dtype is _dt.bfloat16) and np.size(b) != 1:
+    elif _rounds_in_half(dtype, b):
         return _floor_divide_in_half(a, b, dtype)
     return np.floor_divide(a, b)
+
+
+def _rounds_in_half(dtype, b):
+    """Whether torch's CPU division kernels round each step to the half type ``dtype``: by a divisor of several
+    elements (by one divisor for every element they compute in float32)."""
+    return (dtype is _dt.float16 or dtype is _dt.bfloat16) and np.size(b) != 1
 
 
 def _floor_divide_in_half(a, b, dtype):
@@ -307,7 +313,7 @@ def _floor_divide_in_half(a, b, dtype):
 
 
 def _div_trunc(a, b, dtype=None):
-    if (dtype is _dt.float16 or dtype is _dt.bfloat16) and np.size(b) != 1:
+    if _rounds_in_half(dtype, b):
         # torch's CPU kernel truncates the quotient rounded to the half type (as `_floor_divide_in_half`)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             return np.trunc(_rounded(np.true_divide(a, b), dtype))

@@ -559,7 +559,8 @@ _OUT_GUARD_NAMES = {
     **dict.fromkeys(("divide", "true_divide"), "div"), **dict.fromkeys(("float_power", "square"), "pow"),
     **dict.fromkeys(("ger", "kron", "outer"), "mul"), "cross": "linalg_cross", "diff": "sub",
     "inverse": "linalg_inv_ex", "lu_solve": "linalg_lu_solve", "max.other": "maximum", "min.other": "minimum",
-    "matrix_power": "matmul", "msort": "sort", "nanmean": "nansum", "norm": "linalg_vector_norm", "sgn": "sgn", "orgqr": "linalg_householder_product", "qr": "linalg_qr",
+    "matrix_power": "matmul", "msort": "sort", "nanmean": "nansum", "norm": "linalg_vector_norm", "sgn": "sgn",
+    "orgqr": "linalg_householder_product", "qr": "linalg_qr",
     "slogdet": "_linalg_slogdet", "svd": "_linalg_svd", "take_along_dim": "gather",
 }
 
