@@ -96,6 +96,15 @@ def dynamic_scalars(read, names, dtype):
     return holders
 
 
+def scalars_refreshed():
+    """While tracing: whether the graph's captured scalars are set again before each of its calls, as
+    `jitorch.compile` sets them (an export, or `jitorch.jit.trace`, keeps the values they hold now), so that
+    library code may hand the graph numbers it computes per call (`dynamic_scalars`) instead of ops. False
+    outside a trace."""
+    tracer = current_tracer()
+    return tracer is not None and tracer.refreshed
+
+
 def counted_increments(counter):
     """While tracing: k where the traced value of the captured tensor ``counter`` is, at this point of
     the trace, its value before the call plus k increments by 1 that the traced code made

@@ -132,6 +132,7 @@ class Tracer:
         self.input_fakes: list = []  # the fakes standing for the call's tensors, in graph-input order
         self.python_guards: list = []  # see jitorch.compiler.guard
         self.refreshers: list = []     # see jitorch.compiler.dynamic_scalar
+        self.refreshed = False         # whether the graph's caller runs the refreshers (see trace_with_inputs)
         self.made: dict = {}           # id -> tensor the traced code made from Python data (new at each call)
         self.values_guarded: set = set()  # ids of captured tensors whose values Python read: guarded
         self.reshaped: dict = {}  # id -> (captured tensor, its geometry before an in-place view op changed it)
@@ -1019,9 +1020,13 @@ def trace(fn, *args, **kwargs):
 
 
 @collector_paused()
-def trace_with_inputs(fn, args, kwargs):
-    """(graph, flat list of the real input tensors in graph-input order)."""
+def trace_with_inputs(fn, args, kwargs, refreshed=False):
+    """(graph, flat list of the real input tensors in graph-input order). ``refreshed``: the caller runs the
+    graph's refreshers before each call (`jitorch.compile` does; an export or `trace` keeps the captured values
+    as they are now), so library code may hand the graph numbers set per call instead of ops
+    (`jitorch.compiler.scalars_refreshed`)."""
     tracer = Tracer(fn)
+    tracer.refreshed = refreshed
     leaves, spec = tree_flatten((args, kwargs))
     names = input_names(fn, args, kwargs)
     if len(names) != len(leaves):

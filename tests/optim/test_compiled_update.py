@@ -141,3 +141,20 @@ def test_a_count_where_python_raises_gives_the_ieee_values():
     compiled()
     holders, _ = _bias_correction_holders(compiled)
     assert [float(h) for h in holders] == [math.inf, 0.0]
+
+
+def test_an_exported_step_keeps_the_bias_correction_ops():
+    # an export keeps its captured values as they are (nothing sets them before each call): a bias correction
+    # handed over as a number would stay the first step's
+    w = jt.tensor(np.ones((2, 2), np.float32), requires_grad=True)
+    opt = optim.AdamW([w], lr=0.1)
+    w.grad = jt.full((2, 2), 0.5)
+    opt.step()
+
+    def update(g):
+        w.grad = g
+        opt.step()
+    program = jt.export(update, (jt.full((2, 2), 0.25),))
+    ops = [n.op.name for n in program.graph.nodes]
+    assert ops.count("pow") == 2 and not any(name.startswith("step_size") for name in program.constants)
+    assert jt.compiler.scalars_refreshed() is False
