@@ -330,7 +330,7 @@ def _traced_bias_corrections(counter, lr, beta1, beta2):
     the count ``counter`` held before the call plus the k increments the trace made up to here
     (`compiler.counted_increments`), each rounded to float32 as the graph's ``add`` rounds it, and the
     float32 learning rate ``lr`` (the group's captured scalar); then float64 arithmetic as the graph's ops
-    (``pow`` correctly rounded, as Python's and torch's: the kernels' is within 1 ulp of it). None where
+    (``pow`` the C library's, as Python's and so torch's: the kernels' SLEEF pow is within 1 ulp of it). None where
     this does not apply: a graph whose captured scalars are not set again before each call (an export's,
     `compiler.scalars_refreshed`), numbers other than Python ones, a count or rate other than a 0-d float32
     CPU tensor, or a count the traced code changed in another way."""

@@ -81,7 +81,7 @@ def _bias_correction_holders(compiled):
 @pytest.mark.parametrize("opt_class", [optim.Adam, optim.AdamW])
 def test_bias_corrections_are_set_before_each_call_as_torch_computes_them(opt_class):
     # The compiled step takes lr / (1 - beta1**t) and sqrt(1 - beta2**t) from the step count at each call,
-    # by Python's arithmetic as torch does (correctly rounded pow), not 7 ops per parameter in the graph.
+    # by Python's arithmetic as torch does (the C library's pow), not 7 ops per parameter in the graph.
     lr, betas = 0.01, (0.9, 0.999)
     compiled, w, opt, (eager, w_eager, _) = _adam_step_from_the_first_call(opt_class, lr=lr, betas=betas)
     compiled()  # (its graph makes the state and serves this call only: the next traces again)
