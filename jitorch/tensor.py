@@ -843,8 +843,7 @@ class Tensor:
 
     # Indexing --------------------------------------------------------------------
 
-    def __getitem__(self, index):
-        return _indexing.getitem(self, index)
+    __getitem__ = _indexing.getitem  # (not a method that calls it: a frame is a share of a small view's cost)
 
     def __setitem__(self, index, value):
         _indexing.setitem(self, index, value)

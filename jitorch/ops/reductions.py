@@ -615,14 +615,19 @@ for _name, _fn, _what in (("cumsum", np.cumsum, "sums"), ("cumprod", np.cumprod,
           doc=f"Cumulative {_what} along ``dim``; integers and bools accumulate as int64.")
 
 
+# ``np.max`` and ``np.sum`` of an array are these ufuncs' reductions, called through Python wrappers that cost
+# more than softmax's arithmetic on a small tensor
+_max_of, _sum_of = np.maximum.reduce, np.add.reduce
+
+
 def _softmax(a, axis):
-    e = np.exp(a - np.max(a, axis=axis, keepdims=True, initial=-np.inf))
-    return e / np.sum(e, axis=axis, keepdims=True)
+    e = np.exp(a - _max_of(a, axis=axis, keepdims=True, initial=-np.inf))
+    return e / _sum_of(e, axis=axis, keepdims=True)
 
 
 def _log_softmax(a, axis):
-    shifted = a - np.max(a, axis=axis, keepdims=True, initial=-np.inf)
-    norm = np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
+    shifted = a - _max_of(a, axis=axis, keepdims=True, initial=-np.inf)
+    norm = np.log(_sum_of(np.exp(shifted), axis=axis, keepdims=True))
     return np.subtract(shifted, norm, out=shifted) if shifted.ndim else shifted - norm  # (0-d: a NumPy scalar)
 
 
