@@ -1003,8 +1003,8 @@ def install_operators(functions):
         if fname in functions:
             setattr(Tensor, f"__{dunder}__", forward(fname))
     for dunder, fname in _UNARY.items():
-        if fname in functions:
-            setattr(Tensor, f"__{dunder}__", (lambda f: lambda self: functions[f](self))(fname))
+        if fname in functions:  # the op's function itself, as the operator's method: no frame of its own
+            setattr(Tensor, f"__{dunder}__", functions[fname])
     Tensor.__invert__ = _invert
     Tensor.__pos__ = _pos
 

@@ -122,9 +122,9 @@ def defpointwise(schema, formula, promotion=M.DEFAULT, *, variants=("function", 
     defaults = tuple(op.schema.args[i].default for i in others)
     if into is None and isinstance(formula, np.ufunc):
         into = formula
-    op.fast, op.fast_into, op.fast_pair = _fast_path(op, formula, promotion, positions, others, check, plain,
-                                                     defaults, into, masked=keep == {0},
-                                                     check_others_only=check_others_only)
+    op.fast, op.fast_into, op.fast_pair, op.fast_one = _fast_path(
+        op, formula, promotion, positions, others, check, plain, defaults, into, masked=keep == {0},
+        check_others_only=check_others_only)
     op.attrs.setdefault("promotion", promotion)
     return op
 
@@ -165,7 +165,7 @@ _HALVES = (_dt.float16, _dt.bfloat16)
 
 def _fast_path(op, formula, promotion, positions, others, check, plain, defaults, into, masked=False,
                check_others_only=False):
-    """``(fast, fast_into, fast_pair)`` for the commonest eager calls, or ``(None, None, None)``. ``masked``: the first
+    """``(fast, fast_into, fast_pair, fast_one)`` for the commonest eager calls, or four Nones. ``masked``: the first
     operand is a mask the formula takes as it is (``where``'s condition), served when it is a bool tensor.
 
     ``fast(args, record=True) -> Tensor | None``: the result, or None to take the general path. ``args``
@@ -183,6 +183,10 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
     backward node, whose result is the operands' layout: no test that case passes, one frame less; any
     other call goes on to ``fast``. None for ops that take other than two operands.
 
+    ``fast_one(x) -> Tensor | None``: ``fast((x,))`` of an op whose one argument is its operand (``relu``,
+    ``exp``), written flat in the same way for a CPU tensor of a C-contiguous layout that needs no backward
+    node. None for other ops.
+
     The op's ``check`` runs first, given the spec of the result (shape None: a check reads dtypes) and the
     arguments as the caller passed them; NumPy scalars and the like then fail the dtype test of `finish`.
 
@@ -197,7 +201,7 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
     n = len(positions)
     first = 1 if masked else 0  # the first operand whose dtype the result follows
     if positions != tuple(range(n)) or n - first not in (1, 2):
-        return None, None, None
+        return None, None, None, None
     rest = n < len(others) + n  # the op has arguments besides its operands
 
     fast_dtypes = frozenset(d for d in _dt.ALL if d.kind in kinds and d not in _HALVES)
@@ -355,5 +359,27 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
                     return Tensor._fresh(r, out)
         return fast((x, y))
 
+    def fast_one(x):
+        Tensor = registry.Tensor
+        if isinstance(x, Tensor):
+            dtype, xa = x.dtype, x._arr
+            if (dtype in fast_dtypes and x.device is cpu and xa is not None and not x._requires_grad
+                    and (len(x._shape) < 2 or xa.flags.c_contiguous)):  # (NumPy then lays the result out as torch)
+                if not unchecked:
+                    check(specs[dtype], x)
+                token = enter()
+                try:
+                    r = plain_call(xa)
+                except (ValueError, OverflowError, TypeError):  # (NumPy refuses: the general path decides)
+                    return None
+                finally:
+                    leave(token)
+                out = _dt.bool if always_bool else dtype
+                if r.__class__ is not np.ndarray:  # (a 0-d result is a NumPy scalar)
+                    r = np.asarray(r)
+                if r.dtype is out.np and r.flags.c_contiguous:
+                    return Tensor._fresh(r, out)
+        return fast((x,))
+
     return (fast, (fast_into if into is not None and not masked else None),
-            fast_pair if n == 2 and not masked else None)
+            fast_pair if n == 2 and not masked else None, fast_one if n == 1 and not rest else None)
