@@ -58,7 +58,7 @@ def _is_bool(x):
 
 
 def _require_tensor(op_name, position, name, value):
-    if isinstance(value, Number):
+    if not isinstance(value, registry.Tensor) and isinstance(value, Number):  # (a tensor skips the ABC's check)
         raise TypeError(f"{op_name}(): argument '{name}' (position {position}) must be Tensor, "
                         f"not {type(value).__name__}")
 

@@ -184,8 +184,8 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
     other call goes on to ``fast``. None for ops that take other than two operands.
 
     ``fast_one(x) -> Tensor | None``: ``fast((x,))`` of an op whose one argument is its operand (``relu``,
-    ``exp``), written flat in the same way for a CPU tensor of a C-contiguous layout that needs no backward
-    node. None for other ops.
+    ``exp``), written flat in the same way for a contiguous CPU tensor that needs no backward node. None for
+    other ops.
 
     The op's ``check`` runs first, given the spec of the result (shape None: a check reads dtypes) and the
     arguments as the caller passed them; NumPy scalars and the like then fail the dtype test of `finish`.
@@ -355,16 +355,16 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
                 out = _dt.bool if always_bool else dtype
                 if r.__class__ is not np.ndarray:  # (a 0-d result is a NumPy scalar)
                     r = np.asarray(r)
-                if r.dtype is out.np:  # (C-contiguous, as its operands)
-                    return Tensor._fresh(r, out)
+                if r.dtype is out.np and r.shape == shape:  # (C-contiguous, as its operands)
+                    return Tensor._fresh(r, out, shape, x._stride)
         return fast((x, y))
 
     def fast_one(x):
         Tensor = registry.Tensor
         if isinstance(x, Tensor):
-            dtype, xa = x.dtype, x._arr
+            dtype, shape, xa = x.dtype, x._shape, x._arr
             if (dtype in fast_dtypes and x.device is cpu and xa is not None and not x._requires_grad
-                    and (len(x._shape) < 2 or xa.flags.c_contiguous)):  # (NumPy then lays the result out as torch)
+                    and x._stride == contiguous.get(shape)):
                 if not unchecked:
                     check(specs[dtype], x)
                 token = enter()
@@ -377,8 +377,8 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
                 out = _dt.bool if always_bool else dtype
                 if r.__class__ is not np.ndarray:  # (a 0-d result is a NumPy scalar)
                     r = np.asarray(r)
-                if r.dtype is out.np and r.flags.c_contiguous:
-                    return Tensor._fresh(r, out)
+                if r.dtype is out.np and r.shape == shape and r.flags.c_contiguous:
+                    return Tensor._fresh(r, out, shape, x._stride)
         return fast((x,))
 
     return (fast, (fast_into if into is not None and not masked else None),

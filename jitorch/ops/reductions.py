@@ -98,7 +98,7 @@ def _int_to_float(name, x, dtype):
 # NumPy reductions in the compute dtype: fn(a, axis=, keepdims=) ------------------
 
 def _mean(a, axis, keepdims):
-    return np.sum(a, axis=axis, keepdims=keepdims) / reduced_count(a.shape, axis)
+    return np.add.reduce(a, axis=axis, keepdims=keepdims) / reduced_count(a.shape, axis)  # (np.sum's reduction)
 
 
 def _nanmean(a, axis, keepdims):
