@@ -115,6 +115,7 @@ def _operand_kinds(op_name, signature, check):
             _check_bound_kinds(op_name, *args)
         if check is not None:
             check(spec, *args)
+    checked.tensors_only = check is None and not bounds  # (it refuses numbers and nothing else: `_fast_path`)
     return checked
 
 

@@ -275,6 +275,8 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
     # computes with: the plain NumPy function, else the formula given the defaults.
     plain_call = formula if not rest else plain if plain is not None else lambda *v: formula(*v, *defaults)
     unchecked = check is None or check_others_only  # whether such a call skips the check
+    # whether a call on two tensors skips it: a check that refuses only numbers where the op takes tensors
+    pair_unchecked = unchecked or getattr(check, "tensors_only", False)
 
     def fast(args, record=True):
         got = operands(args)
@@ -343,7 +345,7 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
             if (y.dtype is dtype and y._shape == shape and dtype in fast_dtypes and x.device is cpu
                     and y.device is cpu and xa is not None and ya is not None and not x._requires_grad
                     and not y._requires_grad and x._stride == y._stride == contiguous.get(shape)):
-                if not unchecked:
+                if not pair_unchecked:
                     check(specs[dtype], x, y, *defaults)
                 token = enter()
                 try:

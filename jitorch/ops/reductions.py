@@ -199,6 +199,8 @@ def _fast_axis(dim, ndim):
     if dim is None:
         return None
     if dim.__class__ is int:
+        if -ndim <= dim < ndim:  # the commonest: one dim in range (what the loop below gives)
+            return (dim % ndim,)
         dim = (dim,)
     elif dim.__class__ is not tuple and dim.__class__ is not list:
         return False
