@@ -337,41 +337,28 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
     contiguous = registry.CONTIGUOUS_STRIDES
     enter, leave = fp_errors.enter, fp_errors.leave
 
-    def fast_pair(x, y):
-        Tensor = registry.Tensor
-        if isinstance(x, Tensor) and isinstance(y, Tensor):
-            dtype, shape = x.dtype, x._shape
-            xa, ya = x._arr, y._arr
-            if (y.dtype is dtype and y._shape == shape and dtype in fast_dtypes and x.device is cpu
-                    and y.device is cpu and xa is not None and ya is not None and not x._requires_grad
-                    and not y._requires_grad and x._stride == y._stride == contiguous.get(shape)):
-                if not pair_unchecked:
-                    check(specs[dtype], x, y, *defaults)
-                token = enter()
-                try:
-                    r = plain_call(xa, ya)
-                except (ValueError, OverflowError, TypeError):  # (NumPy refuses: the general path decides)
-                    return None
-                finally:
-                    leave(token)
-                out = _dt.bool if always_bool else dtype
-                if r.__class__ is not np.ndarray:  # (a 0-d result is a NumPy scalar)
-                    r = np.asarray(r)
-                if r.dtype is out.np and r.shape == shape:  # (C-contiguous, as its operands)
-                    return Tensor._fresh(r, out, shape, x._stride)
-        return fast((x, y))
-
-    def fast_one(x):
+    def flat(x, y=None):
+        """`fast_pair` (``y`` a tensor) or `fast_one` (``y`` None): one function, which a binary op's
+        operator calls with two tensors only."""
         Tensor = registry.Tensor
         if isinstance(x, Tensor):
             dtype, shape, xa = x.dtype, x._shape, x._arr
             if (dtype in fast_dtypes and x.device is cpu and xa is not None and not x._requires_grad
                     and x._stride == contiguous.get(shape)):
-                if not unchecked:
-                    check(specs[dtype], x)
+                if y is None:
+                    if not unchecked:
+                        check(specs[dtype], x)
+                    operands = (xa,)
+                elif (isinstance(y, Tensor) and y.dtype is dtype and y._shape == shape and y.device is cpu
+                        and y._arr is not None and not y._requires_grad and y._stride == x._stride):
+                    if not pair_unchecked:
+                        check(specs[dtype], x, y, *defaults)
+                    operands = (xa, y._arr)
+                else:
+                    return fast((x, y))
                 token = enter()
                 try:
-                    r = plain_call(xa)
+                    r = plain_call(*operands)
                 except (ValueError, OverflowError, TypeError):  # (NumPy refuses: the general path decides)
                     return None
                 finally:
@@ -379,9 +366,10 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
                 out = _dt.bool if always_bool else dtype
                 if r.__class__ is not np.ndarray:  # (a 0-d result is a NumPy scalar)
                     r = np.asarray(r)
-                if r.dtype is out.np and r.shape == shape and r.flags.c_contiguous:
+                # (C-contiguous as its operands: a ufunc's result is; a one-operand formula's is checked)
+                if r.dtype is out.np and r.shape == shape and (y is not None or r.flags.c_contiguous):
                     return Tensor._fresh(r, out, shape, x._stride)
-        return fast((x,))
+        return fast((x,) if y is None else (x, y))
 
     return (fast, (fast_into if into is not None and not masked else None),
-            fast_pair if n == 2 and not masked else None, fast_one if n == 1 and not rest else None)
+            flat if n == 2 and not masked else None, flat if n == 1 and not rest else None)
