@@ -50,6 +50,7 @@ def _unsupported(kernel, kinds):
     def check(spec, *args):
         if spec.dtype.kind in kinds or "h" in kinds and spec.dtype in (_dt.float16, _dt.bfloat16):
             raise NotImplementedError(f"\"{kernel}\" not implemented for '{scalar_name(spec.dtype)}'")
+    check.reads_dtype_only = True  # (the eager shortcut runs it once per dtype: `pointwise_base._fast_path`)
     return check
 
 
@@ -151,6 +152,9 @@ def _check_neg(spec, x):
 def _check_relu(spec, x):
     if spec.dtype is _dt.bool:
         raise RuntimeError("Boolean inputs not supported for relu")
+
+
+_check_neg.reads_dtype_only = _check_relu.reads_dtype_only = True
 
 
 def _by_fill_or_copy(base, exponent):

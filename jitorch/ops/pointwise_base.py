@@ -163,6 +163,15 @@ _FAST_KINDS = {M.DEFAULT: "biuf", M.INT_TO_FLOAT: "f", M.ALWAYS_BOOL: "biuf", M.
 _HALVES = (_dt.float16, _dt.bfloat16)
 
 
+def _passes(check, spec, nargs):
+    """Whether ``check`` lets a result of ``spec`` through (given no argument values: it reads none)."""
+    try:
+        check(spec, *([None] * nargs))
+    except Exception:  # noqa: BLE001 (any refusal: the shortcut then runs the check, which raises it again)
+        return False
+    return True
+
+
 def _fast_path(op, formula, promotion, positions, others, check, plain, defaults, into, masked=False,
                check_others_only=False):
     """``(fast, fast_into, fast_pair, fast_one)`` for the commonest eager calls, or four Nones. ``masked``: the first
@@ -277,6 +286,10 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
     unchecked = check is None or check_others_only  # whether such a call skips the check
     # whether a call on two tensors skips it: a check that refuses only numbers where the op takes tensors
     pair_unchecked = unchecked or getattr(check, "tensors_only", False)
+    # the dtypes a check that reads only the result's dtype (``reads_dtype_only``) lets through: `flat` skips
+    # it for them, and runs it (which raises) for the others
+    passing = frozenset(d for d in fast_dtypes if _passes(check, specs[d], len(op.schema.args))) \
+        if getattr(check, "reads_dtype_only", False) else frozenset()
 
     def fast(args, record=True):
         got = operands(args)
@@ -346,12 +359,12 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
             if (dtype in fast_dtypes and x.device is cpu and xa is not None and not x._requires_grad
                     and x._stride == contiguous.get(shape)):
                 if y is None:
-                    if not unchecked:
+                    if not unchecked and dtype not in passing:
                         check(specs[dtype], x)
                     operands = (xa,)
                 elif (isinstance(y, Tensor) and y.dtype is dtype and y._shape == shape and y.device is cpu
                         and y._arr is not None and not y._requires_grad and y._stride == x._stride):
-                    if not pair_unchecked:
+                    if not pair_unchecked and dtype not in passing:
                         check(specs[dtype], x, y, *defaults)
                     operands = (xa, y._arr)
                 else:
