@@ -222,7 +222,7 @@ def _reduction_fast(op, fn):
         if (not isinstance(x, registry.Tensor) or x.device is not CPU or x.dtype not in _FAST_DTYPES
                 or dtype is not None or keepdim.__class__ is not bool):
             return None
-        axis = _fast_axis(dim, len(x._shape))
+        axis = None if dim is None else _fast_axis(dim, len(x._shape))
         if axis is False:
             return None
         grad = x._requires_grad and registry.records_grad()
@@ -236,7 +236,10 @@ def _reduction_fast(op, fn):
             fp_errors.leave(token)
         if r.dtype != a.dtype:
             return None
-        result = registry.contiguous_result(r, x.dtype)
+        if r.ndim:
+            result = registry.contiguous_result(r, x.dtype)
+        else:  # (a full reduction's 0-d result: its shape and strides are known)
+            result = registry.Tensor._fresh(r, x.dtype, (), ())
         return registry.record_fast(op, args, result) if grad else result
     return fast
 

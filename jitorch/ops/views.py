@@ -9,6 +9,7 @@ a view changes the base. Ops that are views only when the strides allow one
 from __future__ import annotations
 
 from math import prod
+from operator import itemgetter
 
 import numpy as np
 
@@ -146,24 +147,32 @@ def _unflatten(x, dim, sizes):
 
 # Reordering dims ------------------------------------------------------------------
 
-_PERMUTATIONS: dict = {}  # (dims as given, ndim) -> the dims wrapped and checked: an eager permute's cost is its calls
+# dims as given -> (ndim, a getter of the wrapped and checked dims, two or more, from a shape or strides): an
+# eager permute's cost is its calls
+_PERMUTATIONS: dict = {}
 
 
 def _permute(x, dims):
     shape, strides = x._shape, x._stride
-    order = _PERMUTATIONS.get((dims, len(shape))) if dims.__class__ is tuple else None
-    if order is None:
-        if len(dims) != len(shape):
+    ndim = len(shape)
+    cached = _PERMUTATIONS.get(dims) if dims.__class__ is tuple else None
+    if cached is not None and cached[0] == ndim:
+        pick = cached[1]
+    else:
+        if len(dims) != ndim:
             raise RuntimeError(
                 f"permute(): number of dimensions in the tensor input does not match the length of the desired "
                 f"ordering of dimensions i.e. input.dim() = {x.ndim} is not equal to len(dims) = {len(dims)}"
             )
-        order = wrap_dims(dims, len(shape))
+        order = wrap_dims(dims, ndim)
+        if ndim < 2:  # (the one order there is)
+            return shape, strides, x._offset
+        pick = itemgetter(*order)
         if dims.__class__ is tuple and all(d.__class__ is int for d in dims):  # (a key equal only to itself)
             if len(_PERMUTATIONS) > 4096:
                 _PERMUTATIONS.clear()
-            _PERMUTATIONS[(dims, len(shape))] = order
-    return tuple(map(shape.__getitem__, order)), tuple(map(strides.__getitem__, order)), x._offset
+            _PERMUTATIONS[dims] = ndim, pick
+    return pick(shape), pick(strides), x._offset
 
 
 def _transpose(x, dim0, dim1):
