@@ -1383,7 +1383,7 @@ def _overloaded(name, ops, kind):
             attempts.extend(_generate(op, kind, attempt=True) for op in ops)
         for attempt in attempts:
             try:
-                result = attempt(*args, **kwargs)
+                result = attempt(*args, **kwargs) if kwargs else attempt(*args)  # (no dict to unpack: ``x.view(2, 3)``)
             except BindError:
                 continue
             except TypeError as e:
