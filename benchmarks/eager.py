@@ -85,6 +85,18 @@ OVERHEAD_OPS = {
     "x.unsqueeze(0)": (lambda lib, x, y: x.unsqueeze(0), lambda x, y: x[None]),
     "x.transpose(0, 1)": (lambda lib, x, y: x.transpose(0, 1), lambda x, y: x.swapaxes(0, 1)),
     "cat([x, y])": (lambda lib, x, y: lib.cat([x, y]), lambda x, y: np.concatenate([x, y])),
+    "x[:, 0]": (lambda lib, x, y: x[:, 0], lambda x, y: x[:, 0]),
+    "x.permute(1, 0)": (lambda lib, x, y: x.permute(1, 0), lambda x, y: x.transpose(1, 0)),
+    "x.expand(3, 1)": (lambda lib, x, y: x.expand(3, 1), lambda x, y: np.broadcast_to(x, (3, 1))),
+    "x.flatten()": (lambda lib, x, y: x.flatten(), lambda x, y: x.reshape(-1)),
+    "-x": (lambda lib, x, y: -x, lambda x, y: -x),
+    "x.exp()": (lambda lib, x, y: x.exp(), lambda x, y: np.exp(x)),
+    "x < y": (lambda lib, x, y: x < y, lambda x, y: x < y),
+    "x.mean()": (lambda lib, x, y: x.mean(), lambda x, y: x.mean()),
+    "softmax(x, -1)": (lambda lib, x, y: lib.softmax(x, -1),
+                       lambda x, y: np.exp(x - x.max(-1, keepdims=True)) / np.exp(x - x.max(-1, keepdims=True)).sum(
+                           -1, keepdims=True)),
+    "x.item()": (lambda lib, x, y: x.item(), lambda x, y: x.item()),
 }
 
 

@@ -124,12 +124,15 @@ class Tensor:
         return t
 
     @classmethod
-    def _fresh(cls, arr, dtype):
-        """A new tensor owning ``arr``, a C-contiguous array of ``dtype``'s NumPy type (a kernel's result)."""
-        shape = arr.shape
-        strides = _CONTIGUOUS.get(shape)
-        if strides is None:
-            strides = contiguous_strides_cached(shape)
+    def _fresh(cls, arr, dtype, shape=None, strides=None):
+        """A new tensor owning ``arr``, a C-contiguous array of ``dtype``'s NumPy type (a kernel's result).
+        ``shape`` and ``strides``, if given, are ``arr``'s shape (as a tuple equal to it) and its contiguous
+        strides, which a caller that holds them already spares it working out."""
+        if shape is None:
+            shape = arr.shape
+            strides = _CONTIGUOUS.get(shape)
+            if strides is None:
+                strides = contiguous_strides_cached(shape)
         # Storage(arr, dtype) written out, as the constructors below are: every op's result pays for it
         storage = _new_object(Storage)
         storage._data = arr
@@ -617,6 +620,9 @@ class Tensor:
 
     def item(self):
         """The single value of a one-element tensor as a Python number."""
+        arr = self._arr
+        if arr is not None and arr.size == 1 and not VALUE_WATCHERS and self.dtype is not _dt.bfloat16:
+            return arr.item()  # (what the lines below give, without their calls)
         n = self.numel()
         if n != 1:
             raise RuntimeError(f"a Tensor with {n} elements cannot be converted to Scalar")
@@ -843,8 +849,7 @@ class Tensor:
 
     # Indexing --------------------------------------------------------------------
 
-    def __getitem__(self, index):
-        return _indexing.getitem(self, index)
+    __getitem__ = _indexing.getitem  # (not a method that calls it: a frame is a share of a small view's cost)
 
     def __setitem__(self, index, value):
         _indexing.setitem(self, index, value)
@@ -1004,8 +1009,8 @@ def install_operators(functions):
         if fname in functions:
             setattr(Tensor, f"__{dunder}__", forward(fname))
     for dunder, fname in _UNARY.items():
-        if fname in functions:
-            setattr(Tensor, f"__{dunder}__", (lambda f: lambda self: functions[f](self))(fname))
+        if fname in functions:  # the op's function itself, as the operator's method: no frame of its own
+            setattr(Tensor, f"__{dunder}__", functions[fname])
     Tensor.__invert__ = _invert
     Tensor.__pos__ = _pos
 

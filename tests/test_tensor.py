@@ -172,6 +172,28 @@ def test_scalar_conversions(dtype):
         assert [10, 20, 30][jt.tensor([1], dtype=dtype)] == 20
 
 
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_item_of_a_cached_array_gives_torchs_value_and_tells_the_value_watchers(dtype):
+    """``item()`` reads a one-element tensor's cached array at once, unless a value watcher (a tracer) listens."""
+    value = 0.1 if dtype.is_floating_point else True if dtype is jt.bool else 3
+    t, want = jt.tensor([[value]], dtype=dtype), torch.tensor([[value]], dtype=getattr(torch, str(dtype).split(".")[1]))
+    t._array()
+    assert t.item() == want.item() and type(t.item()) is type(want.item())
+
+    class Watcher:
+        read = []
+
+        def values_read(self, tensor):
+            self.read.append(tensor)
+
+    from jitorch.tensor import VALUE_WATCHERS
+    VALUE_WATCHERS.append(Watcher())
+    try:
+        assert t.item() == want.item() and Watcher.read == [t]
+    finally:
+        VALUE_WATCHERS.pop()
+
+
 def test_scalar_conversion_values():
     assert int(jt.tensor(2.7)) == 2 and int(jt.tensor(-2.7)) == -2
     assert float(jt.tensor(True)) == 1.0

@@ -156,19 +156,15 @@ def _refresh_view_history(view, version):
     return view.grad_fn
 
 
-class _ViewRefs:
+class _ViewRefs(list):
     """Weak references to the views of a base made while it recorded no history (`track_views`),
-    pruned of dead ones whenever their number doubles."""
+    pruned of dead ones whenever their number reaches ``limit`` (then twice the live ones)."""
 
-    __slots__ = ("refs", "limit")
-
-    def __init__(self):
-        self.refs = []
-        self.limit = 64
+    __slots__ = ("limit",)
 
     def prune(self):
-        self.refs = [r for r in self.refs if r() is not None]
-        self.limit = max(64, 2 * len(self.refs))
+        self[:] = [r for r in self if r() is not None]
+        self.limit = max(64, 2 * len(self))
 
 
 def track_views(base, views):
@@ -187,14 +183,15 @@ def track_views(base, views):
     tracked = root.__dict__.get("_views")
     if tracked is None:
         tracked = root._views = _ViewRefs()
-    elif len(tracked.refs) >= tracked.limit:
+        tracked.limit = 64
+    elif len(tracked) >= tracked.limit:
         tracked.prune()
     if views.__class__ is tuple or views.__class__ is list:  # (`_multi`)
         for v in views:
-            tracked.refs.append(_weakref(v))
+            tracked.append(_weakref(v))
             v._creation_meta = MULTI_OUTPUT_VIEW
         return
-    tracked.refs.append(_weakref(views))
+    tracked.append(_weakref(views))
     meta = base.__dict__.get("_creation_meta")
     if meta is not None:
         views._creation_meta = meta
@@ -209,7 +206,7 @@ def _views_catch_up(root):
     if tracked is None:
         return
     version = root._storage._version
-    for ref in tracked.refs:
+    for ref in tracked:
         v = ref()
         if v is None or v._requires_grad:
             continue

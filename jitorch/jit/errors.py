@@ -41,6 +41,7 @@ def user_frame(skip=1):
 CALLS = {
     "__bool__": "bool()", "__int__": "int()", "__float__": "float()", "__index__": "using a tensor as an index",
     "__array__": "conversion to a NumPy array", "__format__": "formatting", "__getitem__": "indexing",
+    "getitem": "indexing",  # (``Tensor.__getitem__`` is `ops.indexing.getitem` itself)
     "__setitem__": "index assignment", "__iter__": "iteration", "__len__": "len()", "data": "assigning to .data",
 }
 

@@ -172,10 +172,87 @@ def _split_index(x, index):
     return view, indices
 
 
+def _basic_geometry(x, items):
+    """(shape, strides, offset) of the view ``x[items]`` for a tuple of Python ints and slices of Python ints
+    within range, None and at most one Ellipsis: what `_apply_basic`'s chain of ``select``, ``slice`` and
+    ``unsqueeze`` gives, computed without making its intermediate tensors. None for anything else (other
+    items, an index out of range, a step that is not positive), which the chain serves or refuses."""
+    shape, strides, offset = x._shape, x._stride, x._offset
+    ndim = len(shape)
+    taken, ellipsis = 0, False
+    for item in items:
+        kind = item.__class__
+        if kind is int or kind is slice:
+            taken += 1
+        elif item is Ellipsis:
+            if ellipsis:
+                return None
+            ellipsis = True
+        elif item is not None:
+            return None
+    if taken > ndim:
+        return None
+    sizes, steps, d = [], [], 0  # the view's dims so far, and the next dim of ``x`` the items reach
+    for item in items:
+        kind = item.__class__
+        if kind is int:
+            n = shape[d]
+            if not -n <= item < n:
+                return None
+            offset += (item + n if item < 0 else item) * strides[d]
+            d += 1
+        elif kind is slice:
+            n, stride = shape[d], strides[d]
+            d += 1
+            start, stop, step = item.start, item.stop, item.step
+            if start is None and stop is None and (step is None or step.__class__ is int and step == 1):
+                sizes.append(n)  # ``:`` keeps the dim as it is
+                steps.append(stride)
+                continue
+            if step is None:
+                step = 1
+            if (step.__class__ is not int or step <= 0 or start is not None and start.__class__ is not int
+                    or stop is not None and stop.__class__ is not int):
+                return None
+            # `views._slice`'s bounds
+            start = 0 if start is None else start + n if start < 0 else start
+            stop = n if stop is None else stop + n if stop < 0 else stop
+            start = min(max(start, 0), n)
+            stop = min(max(stop, start), n)
+            sizes.append((stop - start + step - 1) // step)
+            steps.append(stride * step)
+            offset += start * stride
+        elif item is None:  # `views._unsqueeze` before dim ``d`` of ``x``
+            sizes.append(1)
+            steps.append(shape[d] * strides[d] if d < ndim else 1)
+        else:  # Ellipsis
+            skip = ndim - taken
+            sizes.extend(shape[d:d + skip])
+            steps.extend(strides[d:d + skip])
+            d += skip
+    return tuple(sizes) + shape[d:], tuple(steps) + strides[d:], offset
+
+
 def getitem(x, index):
     """``x[index]``: a view for basic indices, a copy once advanced indices take part."""
-    if index.__class__ is int and x._shape and -x._shape[0] <= index < x._shape[0]:  # as `_split_index`, a call sooner
-        return registry.FUNCTIONS["select"](x, 0, index)
+    kind = index.__class__
+    if (kind is int or kind is tuple or kind is slice) and not registry.DISPATCH_HOOKS and not (
+            x._requires_grad and registry.records_grad()):
+        # a view that records no history, made at once (a dispatch hook sees the general path's ops)
+        shape = x._shape
+        if kind is int:
+            if not shape or not -shape[0] <= index < shape[0]:
+                geometry = None
+            else:  # `views._select` of dim 0
+                strides = x._stride
+                geometry = shape[1:], strides[1:], x._offset + (index + shape[0] if index < 0 else index) * strides[0]
+        else:
+            geometry = _basic_geometry(x, (index,) if kind is slice else index)
+        if geometry is not None:
+            view = registry.Tensor._view_of(x, geometry[0], geometry[1], geometry[2])
+            if registry.AUTOGRAD is not None:
+                registry.AUTOGRAD.track_views(x, view)
+            return view
     view, indices = _split_index(x, index)
     return view if indices is None else _op("index", view, indices)
 

@@ -296,8 +296,16 @@ def _fast_path(op, ndims):
             return None
         if ndims is not None and ((len(sa), len(sb)) != ndims or sa[:-2] != sb[:-2]):
             return None
+        xa, ya = a._arr, b._arr
+        if xa is None:
+            xa = a._array()
+        if ya is None:
+            ya = b._array()
         try:
-            r = array_product(a._array(), b._array())
+            if len(sa) < 3 and (len(sa) < 2 or len(sb) < 2 or len(sb) == 2 and sa[0] * sa[1] * sb[1] < SPLIT_MIN_WORK):
+                r = _matmul(xa, ya)  # (`array_product`'s choice for these operands, without its calls)
+            else:
+                r = array_product(xa, ya)
         except ValueError:
             return None
         r = registry.contiguous_result(np.asarray(r), dtype)

@@ -50,6 +50,7 @@ def _unsupported(kernel, kinds):
     def check(spec, *args):
         if spec.dtype.kind in kinds or "h" in kinds and spec.dtype in (_dt.float16, _dt.bfloat16):
             raise NotImplementedError(f"\"{kernel}\" not implemented for '{scalar_name(spec.dtype)}'")
+    check.reads_dtype_only = True  # (the eager shortcut runs it once per dtype: `pointwise_base._fast_path`)
     return check
 
 
@@ -58,7 +59,7 @@ def _is_bool(x):
 
 
 def _require_tensor(op_name, position, name, value):
-    if isinstance(value, Number):
+    if not isinstance(value, registry.Tensor) and isinstance(value, Number):  # (a tensor skips the ABC's check)
         raise TypeError(f"{op_name}(): argument '{name}' (position {position}) must be Tensor, "
                         f"not {type(value).__name__}")
 
@@ -115,6 +116,7 @@ def _operand_kinds(op_name, signature, check):
             _check_bound_kinds(op_name, *args)
         if check is not None:
             check(spec, *args)
+    checked.tensors_only = check is None and not bounds  # (it refuses numbers and nothing else: `_fast_path`)
     return checked
 
 
@@ -150,6 +152,9 @@ def _check_neg(spec, x):
 def _check_relu(spec, x):
     if spec.dtype is _dt.bool:
         raise RuntimeError("Boolean inputs not supported for relu")
+
+
+_check_neg.reads_dtype_only = _check_relu.reads_dtype_only = True
 
 
 def _by_fill_or_copy(base, exponent):

@@ -122,9 +122,9 @@ def defpointwise(schema, formula, promotion=M.DEFAULT, *, variants=("function", 
     defaults = tuple(op.schema.args[i].default for i in others)
     if into is None and isinstance(formula, np.ufunc):
         into = formula
-    op.fast, op.fast_into, op.fast_pair = _fast_path(op, formula, promotion, positions, others, check, plain,
-                                                     defaults, into, masked=keep == {0},
-                                                     check_others_only=check_others_only)
+    op.fast, op.fast_into, op.fast_pair, op.fast_one = _fast_path(
+        op, formula, promotion, positions, others, check, plain, defaults, into, masked=keep == {0},
+        check_others_only=check_others_only)
     op.attrs.setdefault("promotion", promotion)
     return op
 
@@ -163,9 +163,18 @@ _FAST_KINDS = {M.DEFAULT: "biuf", M.INT_TO_FLOAT: "f", M.ALWAYS_BOOL: "biuf", M.
 _HALVES = (_dt.float16, _dt.bfloat16)
 
 
+def _passes(check, spec, nargs):
+    """Whether ``check`` lets a result of ``spec`` through (given no argument values: it reads none)."""
+    try:
+        check(spec, *([None] * nargs))
+    except Exception:  # noqa: BLE001 (any refusal: the shortcut then runs the check, which raises it again)
+        return False
+    return True
+
+
 def _fast_path(op, formula, promotion, positions, others, check, plain, defaults, into, masked=False,
                check_others_only=False):
-    """``(fast, fast_into, fast_pair)`` for the commonest eager calls, or ``(None, None, None)``. ``masked``: the first
+    """``(fast, fast_into, fast_pair, fast_one)`` for the commonest eager calls, or four Nones. ``masked``: the first
     operand is a mask the formula takes as it is (``where``'s condition), served when it is a bool tensor.
 
     ``fast(args, record=True) -> Tensor | None``: the result, or None to take the general path. ``args``
@@ -183,6 +192,10 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
     backward node, whose result is the operands' layout: no test that case passes, one frame less; any
     other call goes on to ``fast``. None for ops that take other than two operands.
 
+    ``fast_one(x) -> Tensor | None``: ``fast((x,))`` of an op whose one argument is its operand (``relu``,
+    ``exp``), written flat in the same way for a contiguous CPU tensor that needs no backward node. None for
+    other ops.
+
     The op's ``check`` runs first, given the spec of the result (shape None: a check reads dtypes) and the
     arguments as the caller passed them; NumPy scalars and the like then fail the dtype test of `finish`.
 
@@ -197,7 +210,7 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
     n = len(positions)
     first = 1 if masked else 0  # the first operand whose dtype the result follows
     if positions != tuple(range(n)) or n - first not in (1, 2):
-        return None, None, None
+        return None, None, None, None
     rest = n < len(others) + n  # the op has arguments besides its operands
 
     fast_dtypes = frozenset(d for d in _dt.ALL if d.kind in kinds and d not in _HALVES)
@@ -271,6 +284,12 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
     # computes with: the plain NumPy function, else the formula given the defaults.
     plain_call = formula if not rest else plain if plain is not None else lambda *v: formula(*v, *defaults)
     unchecked = check is None or check_others_only  # whether such a call skips the check
+    # whether a call on two tensors skips it: a check that refuses only numbers where the op takes tensors
+    pair_unchecked = unchecked or getattr(check, "tensors_only", False)
+    # the dtypes a check that reads only the result's dtype (``reads_dtype_only``) lets through: `flat` skips
+    # it for them, and runs it (which raises) for the others
+    passing = frozenset(d for d in fast_dtypes if _passes(check, specs[d], len(op.schema.args))) \
+        if getattr(check, "reads_dtype_only", False) else frozenset()
 
     def fast(args, record=True):
         got = operands(args)
@@ -331,19 +350,28 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
     contiguous = registry.CONTIGUOUS_STRIDES
     enter, leave = fp_errors.enter, fp_errors.leave
 
-    def fast_pair(x, y):
+    def flat(x, y=None):
+        """`fast_pair` (``y`` a tensor) or `fast_one` (``y`` None): one function, which a binary op's
+        operator calls with two tensors only."""
         Tensor = registry.Tensor
-        if isinstance(x, Tensor) and isinstance(y, Tensor):
-            dtype, shape = x.dtype, x._shape
-            xa, ya = x._arr, y._arr
-            if (y.dtype is dtype and y._shape == shape and dtype in fast_dtypes and x.device is cpu
-                    and y.device is cpu and xa is not None and ya is not None and not x._requires_grad
-                    and not y._requires_grad and x._stride == y._stride == contiguous.get(shape)):
-                if not unchecked:
-                    check(specs[dtype], x, y, *defaults)
+        if isinstance(x, Tensor):
+            dtype, shape, xa = x.dtype, x._shape, x._arr
+            if (dtype in fast_dtypes and x.device is cpu and xa is not None and not x._requires_grad
+                    and x._stride == contiguous.get(shape)):
+                if y is None:
+                    if not unchecked and dtype not in passing:
+                        check(specs[dtype], x)
+                    operands = (xa,)
+                elif (isinstance(y, Tensor) and y.dtype is dtype and y._shape == shape and y.device is cpu
+                        and y._arr is not None and not y._requires_grad and y._stride == x._stride):
+                    if not pair_unchecked and dtype not in passing:
+                        check(specs[dtype], x, y, *defaults)
+                    operands = (xa, y._arr)
+                else:
+                    return fast((x, y))
                 token = enter()
                 try:
-                    r = plain_call(xa, ya)
+                    r = plain_call(*operands)
                 except (ValueError, OverflowError, TypeError):  # (NumPy refuses: the general path decides)
                     return None
                 finally:
@@ -351,9 +379,10 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
                 out = _dt.bool if always_bool else dtype
                 if r.__class__ is not np.ndarray:  # (a 0-d result is a NumPy scalar)
                     r = np.asarray(r)
-                if r.dtype is out.np:  # (C-contiguous, as its operands)
-                    return Tensor._fresh(r, out)
-        return fast((x, y))
+                # (C-contiguous as its operands: a ufunc's result is; a one-operand formula's is checked)
+                if r.dtype is out.np and r.shape == shape and (y is not None or r.flags.c_contiguous):
+                    return Tensor._fresh(r, out, shape, x._stride)
+        return fast((x,) if y is None else (x, y))
 
     return (fast, (fast_into if into is not None and not masked else None),
-            fast_pair if n == 2 and not masked else None)
+            flat if n == 2 and not masked else None, flat if n == 1 and not rest else None)

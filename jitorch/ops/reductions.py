@@ -98,7 +98,7 @@ def _int_to_float(name, x, dtype):
 # NumPy reductions in the compute dtype: fn(a, axis=, keepdims=) ------------------
 
 def _mean(a, axis, keepdims):
-    return np.sum(a, axis=axis, keepdims=keepdims) / reduced_count(a.shape, axis)
+    return np.add.reduce(a, axis=axis, keepdims=keepdims) / reduced_count(a.shape, axis)  # (np.sum's reduction)
 
 
 def _nanmean(a, axis, keepdims):
@@ -199,6 +199,8 @@ def _fast_axis(dim, ndim):
     if dim is None:
         return None
     if dim.__class__ is int:
+        if -ndim <= dim < ndim:  # the commonest: one dim in range (what the loop below gives)
+            return (dim % ndim,)
         dim = (dim,)
     elif dim.__class__ is not tuple and dim.__class__ is not list:
         return False
@@ -220,7 +222,7 @@ def _reduction_fast(op, fn):
         if (not isinstance(x, registry.Tensor) or x.device is not CPU or x.dtype not in _FAST_DTYPES
                 or dtype is not None or keepdim.__class__ is not bool):
             return None
-        axis = _fast_axis(dim, len(x._shape))
+        axis = None if dim is None else _fast_axis(dim, len(x._shape))
         if axis is False:
             return None
         grad = x._requires_grad and registry.records_grad()
@@ -234,7 +236,10 @@ def _reduction_fast(op, fn):
             fp_errors.leave(token)
         if r.dtype != a.dtype:
             return None
-        result = registry.contiguous_result(r, x.dtype)
+        if r.ndim:
+            result = registry.contiguous_result(r, x.dtype)
+        else:  # (a full reduction's 0-d result: its shape and strides are known)
+            result = registry.Tensor._fresh(r, x.dtype, (), ())
         return registry.record_fast(op, args, result) if grad else result
     return fast
 
@@ -615,14 +620,19 @@ for _name, _fn, _what in (("cumsum", np.cumsum, "sums"), ("cumprod", np.cumprod,
           doc=f"Cumulative {_what} along ``dim``; integers and bools accumulate as int64.")
 
 
+# ``np.max`` and ``np.sum`` of an array are these ufuncs' reductions, called through Python wrappers that cost
+# more than softmax's arithmetic on a small tensor
+_max_of, _sum_of = np.maximum.reduce, np.add.reduce
+
+
 def _softmax(a, axis):
-    e = np.exp(a - np.max(a, axis=axis, keepdims=True, initial=-np.inf))
-    return e / np.sum(e, axis=axis, keepdims=True)
+    e = np.exp(a - _max_of(a, axis=axis, keepdims=True, initial=-np.inf))
+    return e / _sum_of(e, axis=axis, keepdims=True)
 
 
 def _log_softmax(a, axis):
-    shifted = a - np.max(a, axis=axis, keepdims=True, initial=-np.inf)
-    norm = np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
+    shifted = a - _max_of(a, axis=axis, keepdims=True, initial=-np.inf)
+    norm = np.log(_sum_of(np.exp(shifted), axis=axis, keepdims=True))
     return np.subtract(shifted, norm, out=shifted) if shifted.ndim else shifted - norm  # (0-d: a NumPy scalar)
 
 

@@ -128,6 +128,7 @@ class OpDef:
         self.fast = None
         self.fast_into = None  # optional fast_into(args) -> bool: an in-place call computed straight into self
         self.fast_pair = None  # optional fast_pair(x, y) -> result | None: ``fast((x, y))`` for an operator
+        self.fast_one = None  # optional fast_one(x) -> result | None: ``fast((x,))`` of an op whose one argument is x
         self.variants = frozenset(variants)
         self.doc = doc
         self.method_name = method_name or schema.name
@@ -1168,13 +1169,14 @@ def _view_fast(op):
     if geometry is None or op.multi_tensor or op.attrs.get("reinterprets"):
         return None
     # Arguments the converter leaves as they are when they have their normal form already, which `fast`
-    # tests inline: ints (``transpose(0, 1)``) and tuples of ints (``reshape(2, 3)``), after the tensor.
-    # Ops with arguments of other types convert them.
+    # tests inline: ints (``transpose(0, 1)``), bools (``expand``'s ``implicit``) and tuples of ints
+    # (``reshape(2, 3)``), after the tensor. Ops with arguments of other types convert them.
     later = op.schema.args[1:]
     ints = tuple(i + 1 for i, a in enumerate(later) if a.type == "int" and not a.list and not a.varargs)
     sizes = tuple(i + 1 for i, a in enumerate(later) if a.type == "int" and (a.list or a.varargs))
+    bools = tuple(i + 1 for i, a in enumerate(later) if a.type == "bool" and not a.list and not a.optional)
     plain_args = op.schema.args[0].type == "Tensor" and not op.schema.args[0].list and \
-        len(ints) + len(sizes) == len(later)
+        len(ints) + len(sizes) + len(bools) == len(later)
 
     def fast(args):
         x = args[0]
@@ -1183,6 +1185,9 @@ def _view_fast(op):
         normal = plain_args  # whether `op.convert` would give ``args`` back (checked inline: a frame costs)
         for i in ints:
             if args[i].__class__ is not int:
+                normal = False
+        for i in bools:  # (``expand``'s ``implicit``)
+            if args[i].__class__ is not bool:
                 normal = False
         for i in sizes:
             v = args[i]
@@ -1234,8 +1239,11 @@ def _generate(op, kind, attempt=False, env=None):
         # The fast path is tried here rather than in `call` to spare small ops a frame.
         fast_path = op.fast if op.fast is not None else _view_fast(op)
         autocast = " and _autocast.key is None" if op.public_name in AUTOCAST_NAMES else ""
+        # (an op of one argument calls its shortcut with it alone: no tuple to build and unpack)
+        shortcut = f"_fast1({sig.names[0]})" if op.fast_one is not None and len(sig.names) == 1 else \
+            f"_fast(({argnames}))"
         fast = f"    if not _hooks{' and out is None' * with_out}{autocast}:\n" \
-               f"        r = _fast(({argnames}))\n" \
+               f"        r = {shortcut}\n" \
                f"        if r is not None:\n" \
                f"            return r\n" if fast_path is not None else ""
         body = fast + f"    return _call(_op, ({argnames}){', out' * with_out})"
@@ -1244,7 +1252,7 @@ def _generate(op, kind, attempt=False, env=None):
     src = f"def {name}({', '.join(sig.parts)}):\n" + "".join(line + "\n" for line in sig.prologue) + body + "\n"
     env = {} if env is None else env
     env.update({"_call": call, "_call_inplace": call_inplace, "_op": op, "_int": (int, np.integer), "_seq": (list, tuple),
-           "_fast": fast_path, "_hooks": DISPATCH_HOOKS, "_autocast": _AUTOCAST_STATE, "_A": ABSENT, "_M": MISSING,
+           "_fast": fast_path, "_fast1": op.fast_one, "_hooks": DISPATCH_HOOKS, "_autocast": _AUTOCAST_STATE, "_A": ABSENT, "_M": MISSING,
            "_resolve": sig.resolver(op), "_D": [a.default if a.has_default else None for a in s.args], "_NO": NO_MATCH,
            "_BindError": BindError, "_Tensor": Tensor, "_sizes": (list, tuple, Tensor),
            **{f"_p{i}": pred for i, pred in checks}})
@@ -1389,7 +1397,7 @@ def _overloaded(name, ops, kind):
             attempts.extend(_generate(op, kind, attempt=True) for op in ops)
         for attempt in attempts:
             try:
-                result = attempt(*args, **kwargs)
+                result = attempt(*args, **kwargs) if kwargs else attempt(*args)  # (no dict to unpack: ``x.view(2, 3)``)
             except BindError:
                 continue
             except TypeError as e:

@@ -89,7 +89,7 @@ def _cat_fast(args):
                 or t._shape == (0,)):
             return None
         grad = grad or t._requires_grad
-        arrays.append(t._array())
+        arrays.append(t._arr if t._arr is not None else t._array())
     if not -ndim <= dim < ndim or grad and registry.records_grad():
         return None
     try:

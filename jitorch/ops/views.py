@@ -9,6 +9,7 @@ a view changes the base. Ops that are views only when the strides allow one
 from __future__ import annotations
 
 from math import prod
+from operator import itemgetter
 
 import numpy as np
 
@@ -102,6 +103,21 @@ def _reshape_as(x, other):
     return x.reshape(other.shape)
 
 
+def _flatten_view(x, start_dim, end_dim):
+    """``flatten``'s ``view_when``: the geometry of the view its body makes when it merges two dims or more
+    of a tensor whose strides allow a view, else None (the body then gives ``x`` itself, a copy, or the
+    error)."""
+    shape = x._shape
+    ndim = len(shape)
+    if start_dim.__class__ is not int or end_dim.__class__ is not int:
+        return None
+    start = start_dim + ndim if start_dim < 0 else start_dim
+    end = end_dim + ndim if end_dim < 0 else end_dim
+    if not 0 <= start < end < ndim:
+        return None
+    return _reshape_view(x, shape[:start] + (prod(shape[start:end + 1]),) + shape[end + 1:])
+
+
 def _flatten(x, start_dim, end_dim):
     if x.ndim == 0:
         return x.reshape(1)
@@ -131,14 +147,32 @@ def _unflatten(x, dim, sizes):
 
 # Reordering dims ------------------------------------------------------------------
 
+# dims as given -> (ndim, a getter of the wrapped and checked dims, two or more, from a shape or strides): an
+# eager permute's cost is its calls
+_PERMUTATIONS: dict = {}
+
+
 def _permute(x, dims):
-    if len(dims) != x.ndim:
-        raise RuntimeError(
-            f"permute(): number of dimensions in the tensor input does not match the length of the desired "
-            f"ordering of dimensions i.e. input.dim() = {x.ndim} is not equal to len(dims) = {len(dims)}"
-        )
-    dims = wrap_dims(dims, x.ndim)
-    return tuple(x.shape[d] for d in dims), tuple(x._stride[d] for d in dims), x._offset
+    shape, strides = x._shape, x._stride
+    ndim = len(shape)
+    cached = _PERMUTATIONS.get(dims) if dims.__class__ is tuple else None
+    if cached is not None and cached[0] == ndim:
+        pick = cached[1]
+    else:
+        if len(dims) != ndim:
+            raise RuntimeError(
+                f"permute(): number of dimensions in the tensor input does not match the length of the desired "
+                f"ordering of dimensions i.e. input.dim() = {x.ndim} is not equal to len(dims) = {len(dims)}"
+            )
+        order = wrap_dims(dims, ndim)
+        if ndim < 2:  # (the one order there is)
+            return shape, strides, x._offset
+        pick = itemgetter(*order)
+        if dims.__class__ is tuple and all(d.__class__ is int for d in dims):  # (a key equal only to itself)
+            if len(_PERMUTATIONS) > 4096:
+                _PERMUTATIONS.clear()
+            _PERMUTATIONS[dims] = ndim, pick
+    return pick(shape), pick(strides), x._offset
 
 
 def _transpose(x, dim0, dim1):
@@ -155,9 +189,13 @@ def _transpose(x, dim0, dim1):
 
 
 def _t(x):
-    if x.ndim > 2:
+    shape = x._shape
+    if len(shape) == 2:  # (`_transpose` of dims 0 and 1, without its call)
+        strides = x._stride
+        return (shape[1], shape[0]), (strides[1], strides[0]), x._offset
+    if len(shape) > 2:
         raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {x.ndim}D")
-    return _transpose(x, 0, x.ndim - 1 if x.ndim else 0)
+    return shape, x._stride, x._offset
 
 
 def _movedim(x, source, destination):
@@ -184,9 +222,19 @@ def _movedim(x, source, destination):
 # Adding and removing dims ---------------------------------------------------------
 
 def _squeeze(x, dim):
-    dims = range(x.ndim) if dim is None else wrap_dims(dim, x.ndim)
-    keep = [i for i in range(x.ndim) if not (i in dims and x.shape[i] == 1)]
-    return tuple(x.shape[i] for i in keep), tuple(x._stride[i] for i in keep), x._offset
+    shape, strides = x._shape, x._stride
+    ndim = len(shape)
+    if dim is None:
+        dims = range(ndim)
+    elif dim.__class__ is tuple and len(dim) == 1 and dim[0].__class__ is int and 0 <= dim[0] < ndim:
+        d = dim[0]  # the commonest: one dim, in range (`wrap_dims` without its calls)
+        if shape[d] != 1:
+            return shape, strides, x._offset
+        return shape[:d] + shape[d + 1:], strides[:d] + strides[d + 1:], x._offset
+    else:
+        dims = wrap_dims(dim, ndim)
+    keep = [i for i in range(ndim) if not (i in dims and shape[i] == 1)]
+    return tuple(shape[i] for i in keep), tuple(strides[i] for i in keep), x._offset
 
 
 def _unsqueeze(x, dim):
@@ -197,12 +245,15 @@ def _unsqueeze(x, dim):
 
 
 def _expand(x, size, implicit=False):
+    if size == x._shape:  # (a tuple of the same sizes: the geometry stays)
+        return x._shape, x._stride, x._offset
     if len(size) < x.ndim:
         raise RuntimeError(
             f"expand({_type_str(x)}{{{list_str(x.shape)}}}, size={list_str(size)}): the number of sizes provided "
             f"({len(size)}) must be greater or equal to the number of dimensions in the tensor ({x.ndim})"
         )
-    lead = len(size) - x.ndim
+    have_shape, have_strides = x._shape, x._stride
+    lead = len(size) - len(have_shape)
     shape, strides = list(size), [0] * len(size)
     for i, n in enumerate(size):
         if i < lead:
@@ -210,14 +261,14 @@ def _expand(x, size, implicit=False):
                 raise RuntimeError(f"The expanded size of the tensor ({n}) isn't allowed in a leading, "
                                    f"non-existing dimension {i}")
             continue
-        have = x.shape[i - lead]
+        have = have_shape[i - lead]
         if n == -1:
             shape[i] = n = have
         if n < 0:
             raise RuntimeError(f"expand: invalid size {n} at dimension {i} (sizes are non-negative, or -1 to keep "
                                f"a dim).  Target sizes: {list_str(size)}.  Tensor sizes: {list_str(x.shape)}")
         if have == n:
-            strides[i] = x._stride[i - lead]
+            strides[i] = have_strides[i - lead]
         elif have != 1:
             raise RuntimeError(
                 f"The expanded size of the tensor ({n}) must match the existing size ({have}) at non-singleton "
@@ -253,10 +304,10 @@ def _dim_of(x, dim, op_name):
 
 def _part(x, d, start, length, step=1):
     """The view keeping ``length`` elements of dim ``d`` from ``start`` every ``step``."""
-    shape, strides = list(x.shape), list(x._stride)
-    shape[d] = length
-    strides[d] *= step
-    return tuple(shape), tuple(strides), x._offset + start * x._stride[d]
+    shape, strides = x._shape, x._stride
+    stride = strides[d]
+    return (shape[:d] + (length,) + shape[d + 1:], strides[:d] + (stride * step,) + strides[d + 1:],
+            x._offset + start * stride)
 
 
 def _narrow(x, dim, start, length):
@@ -274,12 +325,13 @@ def _narrow(x, dim, start, length):
 
 
 def _slice(x, dim, start, end, step):
-    if x.ndim == 0:
+    ndim = len(x._shape)
+    if ndim == 0:
         raise IndexError("slice() cannot be applied to a 0-dim tensor.")
     if step <= 0:
         raise ValueError("step must be greater than zero")
-    d = wrap_dim(dim, x.ndim)
-    n = x.shape[d]
+    d = dim if dim.__class__ is int and 0 <= dim < ndim else wrap_dim(dim, ndim)
+    n = x._shape[d]
     start = 0 if start is None else start + n if start < 0 else start
     end = n if end is None else end + n if end < 0 else end
     start = min(max(start, 0), n)
@@ -568,7 +620,7 @@ def _contiguous_fast(args, record=True):
     x, fmt = args
     if not isinstance(x, registry.Tensor) or fmt is not None and fmt is not contiguous_format:
         return None
-    if is_contiguous(x._shape, x._stride):
+    if x._stride == CONTIGUOUS_STRIDES.get(x._shape) or is_contiguous(x._shape, x._stride):  # (a lookup first)
         return x
     if x.device is not CPU or x._storage._data is None or x._requires_grad and registry.records_grad():
         return None
@@ -585,7 +637,7 @@ defop("reshape(Tensor self, int... shape) -> Tensor", composite=_reshape, view_w
       doc="``self`` with another shape: a view when the strides allow one, else a contiguous copy.")
 defop("reshape_as(Tensor self, Tensor other) -> Tensor", composite=_reshape_as, variants=("method",),
       doc="``self.reshape(other.shape)``.")
-defop("flatten(Tensor self, int start_dim=0, int end_dim=-1) -> Tensor", composite=_flatten,
+defop("flatten(Tensor self, int start_dim=0, int end_dim=-1) -> Tensor", composite=_flatten, view_when=_flatten_view,
       doc="``self`` with dims ``start_dim..end_dim`` merged into one (a view when the strides allow).")
 
 # (schema, view transform, variants, doc); the rest of every declaration is the same.

@@ -557,3 +557,16 @@ def test_small_transposed_batches_reach_blas_in_rows(monkeypatch, compiled):
     assert [np.shares_memory(y, t._array()) for (_, y), t in zip(seen, (qkv, big, one))] == [True] * 3
     assert [y.strides[-2] for _, y in seen] == [4, 4, 4]  # handed to BLAS as the transposed views they are
     np.testing.assert_allclose(got.numpy(), (tq @ torch.from_numpy(one.numpy()).t()).numpy(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("shapes", [((3, 4), (4, 5)), ((4,), (4,)), ((3, 4), (4,)), ((4,), (4, 2)), ((1, 1), (1, 1)),
+                                    ((2, 3, 4), (4,)), ((2, 3, 4), (4, 2)), ((3, 4), (2, 4, 5)), ((0, 4), (4, 3))])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64])
+def test_small_products_give_array_products_bits(shapes, dtype):
+    """A small product's shortcut skips `array_product`'s split decision: the same NumPy call, the same bits."""
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal(s).astype(dtype) if dtype != np.int64 else rng.integers(-9, 9, s) for s in shapes)
+    got = jt.from_numpy(a) @ jt.from_numpy(b)
+    want = np.asarray(linalg.array_product(a, b))
+    assert got.shape == want.shape and got.dtype.np == want.dtype
+    np.testing.assert_array_equal(got.numpy(), want)

@@ -205,3 +205,63 @@ def test_operator_shortcut_is_off_while_a_dispatch_hook_is_installed():
     x, y = jt.ones(2, 2), jt.ones(2, 2)
     graph = trace(lambda a, b: (a + b) * b - a, x, y)
     assert [n.op.name for n in graph.nodes] == ["add", "mul", "sub"]
+
+
+ONE_OPS = sorted(name for name, op in registry.OPS.items() if op.fast_one is not None)
+
+
+def test_one_argument_pointwise_ops_have_a_shortcut_given_the_tensor_alone():
+    assert {"relu", "exp", "neg", "abs", "sigmoid", "tanh", "logical_not", "isnan"} <= set(ONE_OPS)
+    assert registry.OPS["add"].fast_one is None and registry.OPS["clamp"].fast_one is None
+    assert jt.Tensor.__neg__ is jt.neg and jt.Tensor.__abs__ is jt.abs
+
+
+@given(name=st.sampled_from(ONE_OPS), dtype=st.sampled_from(FAST_DTYPES), layout=st.sampled_from(LAYOUTS),
+       shape=st.lists(st.integers(0, 3), max_size=3).map(tuple), seed=st.integers(0, 2**16))
+def test_one_argument_shortcut_gives_the_general_paths_bits_and_layout(name, dtype, layout, shape, seed):
+    a, _ = tensor_and_array(random_array(shape, dtype, np.random.default_rng(seed)), layout)
+    function = registry.FUNCTIONS[name]
+    try:
+        with general_path():
+            want = function(a)
+    except (RuntimeError, TypeError, NotImplementedError) as e:  # (relu of bools, sqrt of ints in torch...)
+        with pytest.raises(type(e), match=re.escape(str(e))):
+            if registry.OPS[name].fast_one(a) is None:
+                raise type(e)(str(e))
+        return
+    method = registry.METHODS.get(name)
+    for got in (registry.OPS[name].fast_one(a), function(a), method(a) if method else None):
+        if got is None:
+            continue
+        # (an empty result's strides: the shortcuts lay it out as torch does, the general path may not)
+        assert got.dtype is want.dtype and got.shape == want.shape and (got.stride() == want.stride() or not a.numel())
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+        assert got._base is None and (a.numel() == 0 or got.data_ptr() != a.data_ptr())
+
+
+def test_one_argument_shortcut_records_the_node_of_a_tensor_that_requires_grad():
+    x = jt.tensor([[-1.0, 2.0]], requires_grad=True)
+    y = registry.OPS["relu"].fast_one(x)
+    assert y.grad_fn.name() == "ReluBackward0"
+    (-y).sum().backward()
+    assert x.grad.tolist() == [[0.0, -1.0]]
+    with jt.no_grad():
+        assert x.exp().grad_fn is None and not (-x).requires_grad
+
+
+def test_one_argument_shortcut_is_off_while_a_dispatch_hook_is_installed():
+    graph = trace(lambda a: (-a).relu().exp(), jt.ones(2, 2))
+    assert [n.op.name for n in graph.nodes] == ["neg", "relu", "exp"]
+
+
+def test_comparison_shortcut_on_two_tensors_gives_the_general_paths_bits_and_refuses_a_number_first():
+    x, y = jt.tensor([[1.0, float("nan")], [3.0, -0.0]]), jt.tensor([[2.0, 1.0], [3.0, 0.0]])
+    for name in ("lt", "le", "eq", "ne", "gt", "ge", "maximum", "logical_and"):
+        got = registry.OPS[name].fast_pair(x, y)
+        with general_path():
+            want = getattr(jt, name)(x, y)
+        assert got.dtype is want.dtype
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+        assert np.signbit(got.numpy()).tolist() == np.signbit(want.numpy()).tolist()
+    with pytest.raises(TypeError, match=r"maximum\(\): argument 'input' \(position 1\) must be Tensor, not int"):
+        jt.maximum(1, y)

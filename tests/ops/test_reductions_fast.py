@@ -93,3 +93,39 @@ def test_log_softmax_of_a_tensor_requiring_grad_records_its_node():
     y[0, 0].backward()
     p = np.exp(_log_softmax_ref(np.array([[1.0, 2.0, 3.0]]), -1))
     np.testing.assert_allclose(x.grad.numpy(), np.array([[1.0, 0.0, 0.0]]) - p)
+
+
+def _softmax_by_wrappers(a, axis, log):
+    """softmax and log_softmax as written with NumPy's np.max/np.sum wrappers (their reductions' bits)."""
+    shifted = a - np.max(a, axis=axis, keepdims=True, initial=-np.inf)
+    if log:
+        return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
+    e = np.exp(shifted)
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+@given(shape=st.lists(st.integers(0, 5), min_size=1, max_size=3).map(tuple), data=st.data(),
+       dtype=st.sampled_from([jt.float32, jt.float64]), log=st.booleans(), seed=st.integers(0, 2**16))
+def test_softmax_and_mean_give_the_bits_of_numpys_wrappers(shape, data, dtype, log, seed):
+    dim = data.draw(st.integers(-len(shape), len(shape) - 1))
+    a = random_array(shape, dtype, np.random.default_rng(seed), low=-30, high=30)
+    got = getattr(jt.tensor(a), "log_softmax" if log else "softmax")(dim).numpy()
+    np.testing.assert_array_equal(got, _softmax_by_wrappers(a, dim % len(shape), log))
+    if a.size:
+        mean = jt.tensor(a).mean(dim).numpy()
+        np.testing.assert_array_equal(mean, np.sum(a, axis=dim % len(shape)) / a.shape[dim])
+
+
+def test_a_reduction_over_one_int_dim_gives_the_general_paths_result_and_errors():
+    from tests.support import general_path
+    x = jt.tensor(np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32))
+    for dim in (0, 1, -1, -2):
+        got = x.sum(dim)
+        with general_path():
+            want = x.sum(dim)
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+    for dim in (2, -3):
+        with pytest.raises(IndexError, match=r"Dimension out of range \(expected to be in range of \[-2, 1\]"):
+            x.sum(dim)
+    with pytest.raises(IndexError, match=r"Dimension out of range"):
+        jt.tensor(1.0).sum(1)

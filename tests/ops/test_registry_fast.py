@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import jitorch as jt
+from tests.support import general_path
 
 
 def test_a_view_shares_storage_and_records_its_node_in_grad_mode():
@@ -90,3 +91,52 @@ def test_view_shortcut_leaves_sizes_past_int64_to_the_converter():
         x.reshape(2 ** 63, 0)
     with pytest.raises(TypeError, match="Overflow when unpacking long long"):
         x.view(-2 ** 63 - 1, 0)
+
+
+# (call, whether torch raises): view ops whose geometry reads the shape tuple directly, on a (2, 1, 3) tensor,
+# contiguous or transposed
+_VIEW_CALLS = [
+    lambda x: x.permute(2, 0, 1), lambda x: x.permute(-1, -3, 1), lambda x: x.permute((1, 0, 2)),
+    lambda x: x.permute(0, 0, 1), lambda x: x.permute(0, 1), lambda x: x.permute(0, 1, 3),
+    lambda x: x.squeeze(1), lambda x: x.squeeze(0), lambda x: x.squeeze(-2), lambda x: x.squeeze(3),
+    lambda x: x.squeeze(), lambda x: x.squeeze((0, 1)),
+    lambda x: x.expand(2, 1, 3), lambda x: x.expand(4, 2, 5, 3), lambda x: x.expand(-1, 4, -1),
+    lambda x: x.expand(2, 1, 4), lambda x: x.expand(3), lambda x: x.expand(2, 2, 3, implicit=True),
+    lambda x: x[0].t(), lambda x: x[0, 0].t(), lambda x: x[0, 0, 0].t(), lambda x: x.t(),
+    lambda x: x.flatten(), lambda x: x.flatten(1), lambda x: x.flatten(0, 1), lambda x: x.flatten(-2, -1),
+    lambda x: x.flatten(2, 2), lambda x: x.flatten(2, 0), lambda x: x.flatten(0, 3), lambda x: x[0, 0, 0].flatten(),
+    lambda x: x.narrow(2, 1, 2), lambda x: x.narrow(-1, -2, 1), lambda x: x.narrow(2, 2, 2),
+    lambda x: x.chunk(2, -1), lambda x: x.split(1, 0), lambda x: x.unbind(2),
+]
+
+
+def _view_outcome(lib, call, transposed):
+    x = lib.arange(6.0).reshape(2, 1, 3)
+    if transposed:
+        x = lib.arange(6.0).reshape(3, 1, 2).permute(2, 1, 0)
+    try:
+        r = call(x)
+    except Exception as e:  # noqa: BLE001 (the error type is compared)
+        return type(e)
+    parts = r if isinstance(r, tuple) else (r,)
+    return [(tuple(p.shape), p.stride(), p.storage_offset(), p.tolist()) for p in parts]
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+@pytest.mark.parametrize("call", _VIEW_CALLS)
+def test_view_geometries_match_torch_and_the_general_path(call, transposed):
+    got = _view_outcome(jt, call, transposed)
+    with general_path():
+        assert _view_outcome(jt, call, transposed) == got
+    assert got == _view_outcome(torch, call, transposed)
+
+
+def test_flatten_is_a_view_where_the_strides_allow_else_a_copy_or_the_tensor_itself():
+    x = jt.arange(24.0).reshape(2, 3, 4)
+    y = x.flatten(1)
+    assert y._base is x._base and y.data_ptr() == x.data_ptr() and y.shape == (2, 12)
+    z = x.transpose(0, 2).flatten()
+    assert z.data_ptr() != x.data_ptr() and z.tolist() == torch.arange(24.0).reshape(2, 3, 4).transpose(0, 2).flatten().tolist()
+    assert x.flatten(1, 1) is x and jt.tensor(2.0).flatten().shape == (1,)
+    w = jt.arange(6.0, requires_grad=True).reshape(2, 3)
+    assert w.flatten().grad_fn.name() == "ViewBackward0"
