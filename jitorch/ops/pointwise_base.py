@@ -18,6 +18,7 @@ import numpy as np
 
 from ..runtime import dtypes as _dt
 from ..runtime import fp_errors
+from ..runtime import ufunc_parts
 from ..runtime.casts import convert
 from ..runtime.strided import is_contiguous, memory_order_strides
 from . import meta as M
@@ -158,6 +159,49 @@ def _in_torch_order(r, tensors):
     return registry.laid_out(r, memory_order_strides(shape, [(t._shape, t._stride) for t in tensors]))
 
 
+def split_ufunc(ufunc, vals, out_np):
+    """``ufunc(*vals)`` of a large result computed on the thread team (`runtime.ufunc_parts`: NumPy's own loop
+    on each thread's range, the same bits), or None to call it here: a small result, an operand that is not a
+    C-contiguous array of the result's shape, or a Python number NumPy would not take as ``out_np``'s kind."""
+    arrays = [v for v in vals if v.__class__ is np.ndarray]
+    first = arrays[0]
+    if first.size < ufunc_parts.SPLIT_MIN:
+        return None
+    operands = []
+    for v in vals:
+        if v.__class__ is np.ndarray:
+            if v.shape != first.shape:
+                return None
+            operands.append(v)
+        else:
+            # NumPy's own promotion of the number against the array (NumPy 1.x casts by value)
+            if np.result_type(first, v) != first.dtype:
+                return None
+            operands.append(first.dtype.type(v))
+    out = np.empty(first.shape, out_np)
+    return out if ufunc_parts.split_call(ufunc, operands, out) else None
+
+
+def _split_into(ufunc, vals, out):
+    """``ufunc(*vals, out=out)`` (an in-place op's call: ``out`` is ``vals[0]``) on the thread team, as
+    `split_ufunc`; False to call it here."""
+    operands = []
+    for v in vals:
+        if v.__class__ is np.ndarray:
+            if v.shape != out.shape:  # (broadcast operands: NumPy's call)
+                return False
+            # an operand overlapping ``out`` other than element for element: NumPy's call, which buffers it
+            if v is not out and np.may_share_memory(v, out) and (
+                    v.__array_interface__["data"][0] != out.__array_interface__["data"][0] or v.strides != out.strides):
+                return False
+            operands.append(v)
+        else:
+            if np.result_type(out, v) != out.dtype:
+                return False
+            operands.append(out.dtype.type(v))
+    return ufunc_parts.split_call(ufunc, operands, out)
+
+
 # dtype kinds whose results NumPy computes exactly as torch does, per promotion kind
 _FAST_KINDS = {M.DEFAULT: "biuf", M.INT_TO_FLOAT: "f", M.ALWAYS_BOOL: "biuf", M.KEEP_INT: "biu"}
 _HALVES = (_dt.float16, _dt.bfloat16)
@@ -271,6 +315,8 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
     # computes with: the plain NumPy function, else the formula given the defaults.
     plain_call = formula if not rest else plain if plain is not None else lambda *v: formula(*v, *defaults)
     unchecked = check is None or check_others_only  # whether such a call skips the check
+    split = isinstance(plain_call, np.ufunc)  # whether a large call may split (`split_ufunc`)
+    split_min = ufunc_parts.SPLIT_MIN
 
     def fast(args, record=True):
         got = operands(args)
@@ -289,7 +335,13 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
             compute = None
         token = fp_errors.enter()
         try:
-            r = compute(*vals) if compute is not None else formula(*vals, *args[n:])
+            r = None
+            if split and compute is not None:
+                big = vals[0] if vals[0].__class__ is np.ndarray else vals[-1]
+                if big.size >= split_min:  # (NumPy's loop on the team's threads)
+                    r = split_ufunc(compute, vals, _dt.bool.np if always_bool else dtype.np)
+            if r is None:
+                r = compute(*vals) if compute is not None else formula(*vals, *args[n:])
         except (ValueError, OverflowError, TypeError):
             return None
         finally:
@@ -320,7 +372,9 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
             check(specs[dtype], *args)
         token = fp_errors.enter()
         try:
-            into(*vals, *args[n:], out=out)
+            if not (split and out.size >= split_min and (len(args) == n or args[n:] == defaults)
+                    and _split_into(plain_call, vals, out)):
+                into(*vals, *args[n:], out=out)
         except (ValueError, TypeError):  # NumPy checks broadcasting and casting before it writes
             return False
         finally:
@@ -343,7 +397,11 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
                     check(specs[dtype], x, y, *defaults)
                 token = enter()
                 try:
-                    r = plain_call(xa, ya)
+                    r = None
+                    if split and xa.size >= split_min:  # (NumPy's loop on the team's threads)
+                        r = split_ufunc(plain_call, (xa, ya), _dt.bool.np if always_bool else dtype.np)
+                    if r is None:
+                        r = plain_call(xa, ya)
                 except (ValueError, OverflowError, TypeError):  # (NumPy refuses: the general path decides)
                     return None
                 finally:

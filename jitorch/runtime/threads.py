@@ -208,6 +208,92 @@ define void @jitorch_fork(i32* %state, i32 %target, i64 %entry_, i64 %a, i64 %lo
   call void @jitorch_wait_for(i32* %done, i32 %target, i64 %spins, i32* %doneflag)
   ret void
 }}
+
+; A sequence of NumPy strided loops (`runtime.ufunc_parts`) over elements [lo, hi), in chunks. The argument array
+; (int64): steps, chunk, then per step: loop, context, auxdata, operand count (at most 4), and per operand:
+; address, stride, relative (1: the address is of the chunk's first element, a part's scratch buffer; 0: of
+; element 0). A loop is NumPy's ``int (context, char **data, npy_intp *n, npy_intp *strides, auxdata)``.
+define void @jitorch_ufunc_program(i8* %a, i64 %lo, i64 %hi) {{
+entry:
+  %args = bitcast i8* %a to i64*
+  %data = alloca [4 x i64], align 8
+  %strides = alloca [4 x i64], align 8
+  %dims = alloca i64, align 8
+  %nsteps = load i64, i64* %args, align 8
+  %pchunk = getelementptr i64, i64* %args, i64 1
+  %chunk = load i64, i64* %pchunk, align 8
+  %data0 = getelementptr [4 x i64], [4 x i64]* %data, i64 0, i64 0
+  %strides0 = getelementptr [4 x i64], [4 x i64]* %strides, i64 0, i64 0
+  %datap = bitcast i64* %data0 to i8**
+  br label %chunks
+chunks:
+  %c = phi i64 [%lo, %entry], [%cnext, %chunkdone]
+  %cmore = icmp slt i64 %c, %hi
+  br i1 %cmore, label %chunkbody, label %exit
+chunkbody:
+  %left = sub i64 %hi, %c
+  %small = icmp slt i64 %left, %chunk
+  %m = select i1 %small, i64 %left, i64 %chunk
+  store i64 %m, i64* %dims, align 8
+  br label %steps
+steps:
+  %s = phi i64 [0, %chunkbody], [%snext, %call]
+  %p = phi i64 [2, %chunkbody], [%pnext, %call]
+  %smore = icmp slt i64 %s, %nsteps
+  br i1 %smore, label %stepbody, label %chunkdone
+stepbody:
+  %ploop = getelementptr i64, i64* %args, i64 %p
+  %loopi = load i64, i64* %ploop, align 8
+  %p1 = add i64 %p, 1
+  %pctx = getelementptr i64, i64* %args, i64 %p1
+  %ctxi = load i64, i64* %pctx, align 8
+  %p2 = add i64 %p, 2
+  %paux = getelementptr i64, i64* %args, i64 %p2
+  %auxi = load i64, i64* %paux, align 8
+  %p3 = add i64 %p, 3
+  %pnops = getelementptr i64, i64* %args, i64 %p3
+  %nops = load i64, i64* %pnops, align 8
+  %first = add i64 %p, 4
+  br label %ops
+ops:
+  %k = phi i64 [0, %stepbody], [%knext, %opbody]
+  %q = phi i64 [%first, %stepbody], [%qnext, %opbody]
+  %kmore = icmp slt i64 %k, %nops
+  br i1 %kmore, label %opbody, label %call
+opbody:
+  %paddr = getelementptr i64, i64* %args, i64 %q
+  %addr = load i64, i64* %paddr, align 8
+  %q1 = add i64 %q, 1
+  %pstride = getelementptr i64, i64* %args, i64 %q1
+  %stride = load i64, i64* %pstride, align 8
+  %q2 = add i64 %q, 2
+  %prel = getelementptr i64, i64* %args, i64 %q2
+  %rel = load i64, i64* %prel, align 8
+  %isrel = icmp ne i64 %rel, 0
+  %index = select i1 %isrel, i64 0, i64 %c
+  %off = mul i64 %index, %stride
+  %at = add i64 %addr, %off
+  %pd = getelementptr i64, i64* %data0, i64 %k
+  store i64 %at, i64* %pd, align 8
+  %ps = getelementptr i64, i64* %strides0, i64 %k
+  store i64 %stride, i64* %ps, align 8
+  %knext = add i64 %k, 1
+  %qnext = add i64 %q, 3
+  br label %ops
+call:
+  %fn = inttoptr i64 %loopi to i32 (i8*, i8**, i64*, i64*, i8*)*
+  %ctx = inttoptr i64 %ctxi to i8*
+  %aux = inttoptr i64 %auxi to i8*
+  %r = call i32 %fn(i8* %ctx, i8** %datap, i64* %dims, i64* %strides0, i8* %aux)
+  %snext = add i64 %s, 1
+  %pnext = add i64 %q, 0
+  br label %steps
+chunkdone:
+  %cnext = add i64 %c, %m
+  br label %chunks
+exit:
+  ret void
+}}
 """
 # the futex and sched_yield system calls' numbers
 _FUTEX = {"x86_64": 202, "aarch64": 98}
@@ -246,6 +332,7 @@ class _Native:
         self.wait_for = fn("jitorch_wait_for", None, word, i32, i64, word)
         self.work = fn("jitorch_work", i32, word, word, i32, i64, i32)
         self.fork = fn("jitorch_fork", None, word, i32, i64, i64, i64, i64, i64)
+        self.ufunc_program = self.engine.get_function_address("jitorch_ufunc_program")
         wait = fn("jitorch_wait", i32, word, i32, i64, word)
         probe = ctypes.c_int32(0)
         turns = 1 << 16
