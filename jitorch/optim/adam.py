@@ -6,11 +6,11 @@ import math
 
 import numpy as np
 
-from ..ops.pointwise import _add, _add_into
+from ..ops.pointwise import _add_into
 from ..ops.pointwise_scaled import multiplier
 from ..runtime import fp_errors
 from ..tensor import Tensor
-from .optimizer import (Optimizer, _check_nonnegative, _check_unsupported, bump, numpy_counter, numpy_operands,
+from .optimizer import (Optimizer, _check_nonnegative, _check_unsupported, bump, numpy_begin, numpy_grad, numpy_lerp,
                         numpy_step_allowed, step_grad)
 
 __all__ = ["Adam", "AdamW"]
@@ -78,36 +78,19 @@ class Adam(Optimizer):
         kernels compute each op (the same NumPy calls, the same result bit for bit), each write counted
         on the tensor's version as the op counts it; False, having done nothing, where `numpy_operands`
         refuses. It spares the ops' dispatch, about ten calls per parameter."""
-        tensors = [p, p.grad] + [state[name] for name in buffers]
-        arrays = numpy_operands(tensors, written=(0, 2, 3, 4))
-        counter = numpy_counter(state["step"])
-        if arrays is None or counter is None:
+        begun = numpy_begin(p, state, buffers, written=(0, 2, 3, 4))
+        if begun is None:
             return False
+        arrays, step = begun
         lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
-        weight_decay = group["weight_decay"]
         param, grad, exp_avg, exp_avg_sq = arrays[:4]
         token = fp_errors.enter()
         try:
-            np.add(counter, 1, out=counter)
-            step = counter.item()
-            if group["maximize"]:
-                grad = np.negative(grad)
-            if weight_decay != 0:
-                if group.get("decoupled_weight_decay"):
-                    np.multiply(param, 1 - lr * weight_decay, out=param)
-                    bump(p)
-                else:
-                    grad = _add(grad, param, weight_decay)
+            grad = numpy_grad(p, param, grad, group)
             # Each op's NumPy calls as its kernel makes them, written over two scratch arrays and the state
             # rather than into new ones (a result is rounded the same wherever it is stored).
             scratch, other = np.empty_like(param), np.empty_like(param)
-            # lerp_ (`_lerp`): start + w * (end - start) for |w| < 0.5, else end - (end - start) * (1 - w)
-            weight = 1 - beta1
-            diff = np.subtract(grad, exp_avg, out=scratch)
-            if abs(weight) < 0.5:
-                np.add(exp_avg, np.multiply(diff, weight, out=diff), out=exp_avg)
-            else:
-                np.subtract(grad, np.multiply(diff, 1 - weight, out=diff), out=exp_avg)
+            numpy_lerp(exp_avg, grad, 1 - beta1, scratch)
             np.multiply(exp_avg_sq, beta2, out=exp_avg_sq)
             _add_into(exp_avg_sq, np.multiply(grad, grad, out=scratch), 1 - beta2, out=exp_avg_sq)
             step_size = lr / (1 - beta1 ** step)
@@ -123,7 +106,7 @@ class Adam(Optimizer):
             np.add(param, np.true_divide(scaled, denom, out=scaled), out=param)
         finally:
             fp_errors.leave(token)
-        bump(state["step"], p, state["exp_avg"], state["exp_avg_sq"], state["exp_avg_sq"])
+        bump(p, state["exp_avg"], state["exp_avg_sq"], state["exp_avg_sq"])
         return True
 
 
