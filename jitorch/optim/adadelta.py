@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ops.pointwise import _add_into
-from ..runtime import fp_errors
-from .optimizer import (Optimizer, _check_nonnegative, _check_unsupported, bump, numpy_begin, numpy_grad,
-                        numpy_step_allowed, step_down, step_grad)
+from ..runtime import fp_errors, ufunc_parts
+from .optimizer import (Optimizer, _check_nonnegative, _check_unsupported, add_passes, bump, numpy_begin,
+                        numpy_grad, numpy_step_allowed, step_down, step_grad)
 
 __all__ = ["Adadelta"]
 
@@ -63,14 +62,15 @@ class Adadelta(Optimizer):
         try:
             grad = numpy_grad(p, param, grad, group)
             scratch, std = np.empty_like(param), np.empty_like(param)
-            np.multiply(square_avg, rho, out=square_avg)
-            _add_into(square_avg, np.multiply(grad, grad, out=scratch), 1 - rho, out=square_avg)
-            np.sqrt(np.add(square_avg, eps, out=std), out=std)
-            delta = np.sqrt(np.add(acc_delta, eps, out=scratch), out=scratch)
-            np.multiply(np.true_divide(delta, std, out=delta), grad, out=delta)
-            np.multiply(acc_delta, rho, out=acc_delta)
-            _add_into(acc_delta, np.multiply(delta, delta, out=std), 1 - rho, out=acc_delta)
-            _add_into(param, delta, -lr, out=param)
+            number = param.dtype.type
+            passes = [(np.multiply, (square_avg, number(rho), square_avg)), (np.multiply, (grad, grad, scratch))]
+            passes += add_passes(square_avg, scratch, 1 - rho, square_avg)
+            passes += [(np.add, (square_avg, number(eps), std)), (np.sqrt, (std, std)),
+                       (np.add, (acc_delta, number(eps), scratch)), (np.sqrt, (scratch, scratch)),  # delta
+                       (np.true_divide, (scratch, std, scratch)), (np.multiply, (scratch, grad, scratch)),
+                       (np.multiply, (acc_delta, number(rho), acc_delta)), (np.multiply, (scratch, scratch, std))]
+            passes += add_passes(acc_delta, std, 1 - rho, acc_delta) + add_passes(param, scratch, -lr, param)
+            ufunc_parts.run_passes(param.size, passes)
         finally:
             fp_errors.leave(token)
         bump(p, state["square_avg"], state["square_avg"], state["acc_delta"], state["acc_delta"])

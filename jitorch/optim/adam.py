@@ -6,12 +6,11 @@ import math
 
 import numpy as np
 
-from ..ops.pointwise import _add_into
 from ..ops.pointwise_scaled import multiplier
-from ..runtime import fp_errors
+from ..runtime import fp_errors, ufunc_parts
 from ..tensor import Tensor
-from .optimizer import (Optimizer, _check_nonnegative, _check_unsupported, bump, numpy_begin, numpy_grad, numpy_lerp,
-                        numpy_step_allowed, step_grad)
+from .optimizer import (Optimizer, _check_nonnegative, _check_unsupported, add_passes, bump, lerp_passes, numpy_begin,
+                        numpy_grad, numpy_step_allowed, step_grad)
 
 __all__ = ["Adam", "AdamW"]
 
@@ -88,22 +87,27 @@ class Adam(Optimizer):
         try:
             grad = numpy_grad(p, param, grad, group)
             # Each op's NumPy calls as its kernel makes them, written over two scratch arrays and the state
-            # rather than into new ones (a result is rounded the same wherever it is stored).
+            # rather than into new ones (a result is rounded the same wherever it is stored); Python numbers
+            # as the NumPy scalars of the parameter's dtype that NumPy converts them to.
             scratch, other = np.empty_like(param), np.empty_like(param)
-            numpy_lerp(exp_avg, grad, 1 - beta1, scratch)
-            np.multiply(exp_avg_sq, beta2, out=exp_avg_sq)
-            _add_into(exp_avg_sq, np.multiply(grad, grad, out=scratch), 1 - beta2, out=exp_avg_sq)
+            number = param.dtype.type
+            passes = lerp_passes(exp_avg, grad, 1 - beta1, scratch)
+            passes += [(np.multiply, (exp_avg_sq, number(beta2), exp_avg_sq)), (np.multiply, (grad, grad, scratch))]
+            passes += add_passes(exp_avg_sq, scratch, 1 - beta2, exp_avg_sq)
             step_size = lr / (1 - beta1 ** step)
             bias_correction2_sqrt = math.sqrt(1 - beta2 ** step)
             second = exp_avg_sq
             if group["amsgrad"]:
-                second = np.maximum(arrays[4], exp_avg_sq, out=arrays[4])
+                second = arrays[4]
+                passes.append((np.maximum, (second, exp_avg_sq, second)))
                 bump(state["max_exp_avg_sq"])
-            denom = np.sqrt(second, out=scratch)
-            np.add(np.true_divide(denom, bias_correction2_sqrt, out=denom), eps, out=denom)
-            # addcdiv_ (`_addcdiv`): param + value * exp_avg / denom, value in the parameter's dtype
-            scaled = np.multiply(multiplier(-step_size, p.dtype), exp_avg, out=other)
-            np.add(param, np.true_divide(scaled, denom, out=scaled), out=param)
+            passes += [(np.sqrt, (second, scratch)),
+                       (np.true_divide, (scratch, number(bias_correction2_sqrt), scratch)),
+                       (np.add, (scratch, number(eps), scratch)),
+                       # addcdiv_ (`_addcdiv`): param + value * exp_avg / denom, value in the parameter's dtype
+                       (np.multiply, (multiplier(-step_size, p.dtype), exp_avg, other)),
+                       (np.true_divide, (other, scratch, other)), (np.add, (param, other, param))]
+            ufunc_parts.run_passes(param.size, passes)
         finally:
             fp_errors.leave(token)
         bump(p, state["exp_avg"], state["exp_avg_sq"], state["exp_avg_sq"])

@@ -28,6 +28,7 @@ from ..ops import registry
 from ..ops.pointwise import _add
 from ..runtime import fp_errors
 from ..runtime import profiling
+from ..runtime import ufunc_parts
 from ..runtime.autocast_mode import STATE as _AUTOCAST_STATE
 from ..runtime.device import CPU
 from ..runtime.dtypes import float32, float64
@@ -362,13 +363,27 @@ def numpy_grad(p, param, grad, group):
 
 
 def numpy_lerp(start, end, weight, scratch):
-    """``start.lerp_(end, weight)`` (a Python number ``weight``) on arrays, as `ops.pointwise._lerp` computes it:
-    ``start + w * d`` for ``|w| < 0.5``, else ``end - d * (1 - w)``, ``d = end - start`` written in ``scratch``."""
-    diff = np.subtract(end, start, out=scratch)
+    """``start.lerp_(end, weight)`` (a Python number ``weight``) on arrays (`lerp_passes`)."""
+    ufunc_parts.run_passes(start.size, lerp_passes(start, end, weight, scratch))
+
+
+def lerp_passes(start, end, weight, scratch):
+    """The NumPy passes (`runtime.ufunc_parts.run_passes`) of ``start.lerp_(end, weight)``, a Python number
+    ``weight``, as `ops.pointwise._lerp` computes it: ``start + w * d`` for ``|w| < 0.5``, else
+    ``end - d * (1 - w)``, ``d = end - start`` written in ``scratch``."""
+    number = start.dtype.type
+    passes = [(np.subtract, (end, start, scratch))]
     if abs(weight) < 0.5:
-        np.add(start, np.multiply(diff, weight, out=diff), out=start)
-    else:
-        np.subtract(end, np.multiply(diff, 1 - weight, out=diff), out=start)
+        return passes + [(np.multiply, (scratch, number(weight), scratch)), (np.add, (start, scratch, start))]
+    return passes + [(np.multiply, (scratch, number(1 - weight), scratch)), (np.subtract, (end, scratch, start))]
+
+
+def add_passes(a, b, alpha, out):
+    """The NumPy passes of ``out = a + alpha * b`` as `ops.pointwise._add_into` computes it (``b`` times
+    ``alpha`` unless it is 1, then the sum), the product written over ``b``."""
+    if alpha == 1:
+        return [(np.add, (a, b, out))]
+    return [(np.multiply, (b, a.dtype.type(alpha), b)), (np.add, (a, b, out))]
 
 
 def numpy_power(base, exponent):

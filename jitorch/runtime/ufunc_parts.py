@@ -217,3 +217,28 @@ def split_call(ufunc, operands, out):
             _calls.clear()
         program = _calls[key] = Program([(ufunc, spec)], [a.dtype for a in arrays] + [out.dtype])
     return program.run(n, *arrays, out)
+
+
+def run_passes(n, passes):
+    """Run ``passes`` ``(ufunc, (*inputs, output))`` over the ``n`` elements of their operands (arrays of ``n``
+    elements, or NumPy scalars: every element) one after another: on the thread team where they split
+    (`Program`: C-contiguous arrays, each part's elements through every pass in turn, so distinct arrays must
+    not share memory), else as NumPy calls here, each pass over all elements before the next."""
+    if parts_of(n) > 1:
+        arrays, index, spec = [], {}, []
+        for ufunc, operands in passes:
+            placed = []
+            for a in operands:
+                if a.__class__ is np.ndarray and a.ndim:
+                    i = index.get(id(a))
+                    if i is None:
+                        i = index[id(a)] = len(arrays)
+                        arrays.append(a)
+                    placed.append(("arg", i))
+                else:
+                    placed.append(a)
+            spec.append((ufunc, tuple(placed)))
+        if Program(spec, [a.dtype for a in arrays]).run(n, *arrays):
+            return
+    for ufunc, operands in passes:
+        ufunc(*operands[:-1], out=operands[-1])

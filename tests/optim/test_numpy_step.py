@@ -220,3 +220,31 @@ def test_numpy_step_follows_torch(cls, options, dtype):
     tolerance = dict(rtol=2e-5, atol=2e-6) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-13)
     for p, q in zip(fast, params):
         np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), **tolerance)
+
+
+SPLIT_CASES = [CASES[1], CASES[5], (optim.Adadelta, dict(lr=0.5, rho=0.3, weight_decay=0.1)),
+               (optim.RMSprop, dict(lr=0.05, alpha=0.8, centered=True))]
+
+
+@pytest.mark.parametrize("cls,options", SPLIT_CASES, ids=[c.__name__ for c, _ in SPLIT_CASES])
+def test_large_parameters_split_across_two_threads_give_the_ops_bits(monkeypatch, cls, options):
+    """A parameter of `ufunc_parts.SPLIT_MIN` elements or more is updated on the thread team (the same passes
+    on each thread's range of elements): the bits of the step through the ops."""
+    from jitorch.runtime import threads, ufunc_parts
+    monkeypatch.setitem(threads._settings, "threads", 2)
+    rng = np.random.default_rng(3)
+    start = rng.standard_normal(ufunc_parts.SPLIT_MIN + 77).astype(np.float32)
+    grads = [rng.standard_normal(start.shape).astype(np.float32) for _ in range(3)]
+    results = []
+    for allow in (True, False):
+        w = jt.tensor(start, requires_grad=True)
+        opt = cls([w], **options)
+        counts = _spy(opt, allow)
+        forks = threads.counters["forks"]
+        for g in grads:
+            w.grad = jt.tensor(g)
+            opt.step()
+        results.append((w.detach().numpy().tobytes(), {k: v.numpy().tobytes() for k, v in opt.state[w].items()}))
+        if allow:
+            assert counts["taken"] == 3 and threads.counters["forks"] > forks
+    assert results[0] == results[1]
