@@ -13,6 +13,9 @@ SHAPE = (12, 64, 86)  # 66,048 elements: just over the threshold
 
 @pytest.fixture
 def threads_to(monkeypatch):
+    monkeypatch.setattr(ufunc_parts, "BACKOFF", 0)  # every large call asks the team, even on a loaded machine
+    monkeypatch.setitem(ufunc_parts._backoff, "calls", 0)
+
     def to(n):
         monkeypatch.setitem(threads._settings, "threads", n)
     return to

@@ -13,6 +13,9 @@ N = ufunc_parts.SPLIT_MIN + 4099  # (the parts' bound falls mid-array; the last 
 @pytest.fixture
 def two_threads(monkeypatch):
     monkeypatch.setitem(threads._settings, "threads", 2)
+    # every call asks the team, even where a loaded machine's workers came late to the last one
+    monkeypatch.setattr(ufunc_parts, "BACKOFF", 0)
+    monkeypatch.setitem(ufunc_parts._backoff, "calls", 0)
     yield
 
 
@@ -108,3 +111,26 @@ def test_a_program_refuses_arrays_of_other_dtypes_or_sizes(two_threads):
     assert not program.run(N, x[:-1], out)
     assert not (out != 0).any()
     assert program.run(N, x, out) and out.tobytes() == (x + np.float32(1)).tobytes()
+
+
+def test_calls_after_one_no_worker_came_to_run_here_for_a_while(two_threads, monkeypatch):
+    monkeypatch.setattr(ufunc_parts, "BACKOFF", 3)
+
+    def late(parts, entry):  # the workers asleep or off the cores: the calling thread took every part back
+        run = threads.KERNEL_ENTRY(entry)
+        for address, lo, hi in parts:
+            run(address, lo, hi)
+        threads.counters["taken back"] += len(parts) - 1
+        return True
+    x = _values(np.float32)
+    out = np.empty_like(x)
+    forked = []
+    monkeypatch.setattr(threads, "_forked", lambda parts, entry: forked.append(1) or late(parts, entry))
+    # asks, then 3 calls leave it to the caller (False: nothing written), then asks again
+    split = []
+    for _ in range(5):
+        out[:] = 0
+        split.append(ufunc_parts.split_call(np.exp, [x], out))
+        assert out.tobytes() == (np.exp(x) if split[-1] else np.zeros_like(x)).tobytes()
+    assert split == [True, False, False, False, True]
+    assert len(forked) == 2 and ufunc_parts._backoff["calls"] == 3
