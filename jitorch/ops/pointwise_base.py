@@ -163,21 +163,12 @@ def split_ufunc(ufunc, vals, out_np):
     """``ufunc(*vals)`` of a large result computed on the thread team (`runtime.ufunc_parts`: NumPy's own loop
     on each thread's range, the same bits), or None to call it here: a small result, an operand that is not a
     C-contiguous array of the result's shape, or a Python number NumPy would not take as ``out_np``'s kind."""
-    arrays = [v for v in vals if v.__class__ is np.ndarray]
-    first = arrays[0]
+    first = next(v for v in vals if v.__class__ is np.ndarray)
     if first.size < ufunc_parts.SPLIT_MIN:
         return None
-    operands = []
-    for v in vals:
-        if v.__class__ is np.ndarray:
-            if v.shape != first.shape:
-                return None
-            operands.append(v)
-        else:
-            # NumPy's own promotion of the number against the array (NumPy 1.x casts by value)
-            if np.result_type(first, v) != first.dtype:
-                return None
-            operands.append(first.dtype.type(v))
+    operands = _team_operands(vals, first, None)
+    if operands is None:
+        return None
     out = np.empty(first.shape, out_np)
     return out if ufunc_parts.split_call(ufunc, operands, out) else None
 
@@ -185,21 +176,29 @@ def split_ufunc(ufunc, vals, out_np):
 def _split_into(ufunc, vals, out):
     """``ufunc(*vals, out=out)`` (an in-place op's call: ``out`` is ``vals[0]``) on the thread team, as
     `split_ufunc`; False to call it here."""
+    operands = _team_operands(vals, out, out)
+    return operands is not None and ufunc_parts.split_call(ufunc, operands, out)
+
+
+def _team_operands(vals, like, out):
+    """The operands `ufunc_parts.split_call` takes for ``vals``: arrays of ``like``'s shape, Python numbers as
+    NumPy scalars of its dtype (where NumPy's own promotion keeps that dtype: NumPy 1.x casts by value); None
+    for a broadcast operand, or one overlapping ``out`` other than element for element (NumPy's call buffers
+    it)."""
     operands = []
     for v in vals:
         if v.__class__ is np.ndarray:
-            if v.shape != out.shape:  # (broadcast operands: NumPy's call)
-                return False
-            # an operand overlapping ``out`` other than element for element: NumPy's call, which buffers it
-            if v is not out and np.may_share_memory(v, out) and (
+            if v.shape != like.shape:
+                return None
+            if out is not None and v is not out and np.may_share_memory(v, out) and (
                     v.__array_interface__["data"][0] != out.__array_interface__["data"][0] or v.strides != out.strides):
-                return False
+                return None
             operands.append(v)
         else:
-            if np.result_type(out, v) != out.dtype:
-                return False
-            operands.append(out.dtype.type(v))
-    return ufunc_parts.split_call(ufunc, operands, out)
+            if np.result_type(like, v) != like.dtype:
+                return None
+            operands.append(like.dtype.type(v))
+    return operands
 
 
 # dtype kinds whose results NumPy computes exactly as torch does, per promotion kind

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from .. import compiler, float32, float64, full_like
-from .. import tensor as _tensor
 import numpy as np
 
+from .. import compiler, float32, float64, full_like
+from .. import tensor as _tensor
 from ..runtime import fp_errors
 from .optimizer import (Optimizer, _check_nonnegative, _check_unsupported, bump, numpy_begin, numpy_grad,
                         numpy_step_allowed, step_grad)
@@ -72,9 +72,7 @@ class Adagrad(Optimizer):
         """`_update_one` on the NumPy arrays of ``p``, its gradient and state, as the ops' CPU kernels compute
         each op (the same bits, the same version counts); False, having done nothing, where `numpy_begin`
         refuses or ``p`` is 0-d (where ``clr``, a 0-d float64 tensor, would promote the product)."""
-        if not p._shape:
-            return False
-        begun = numpy_begin(p, state, ["sum"], written=(0, 2))
+        begun = numpy_begin(p, state, ["sum"], written=(0, 2), zero_dim=False)
         if begun is None:
             return False
         (param, grad, state_sum), step = begun

@@ -9,8 +9,8 @@ import numpy as np
 from ..ops.pointwise_scaled import multiplier
 from ..runtime import fp_errors, ufunc_parts
 from ..tensor import Tensor
-from .optimizer import (Optimizer, _check_nonnegative, _check_unsupported, add_passes, bump, lerp_passes, numpy_begin,
-                        numpy_grad, numpy_step_allowed, step_grad)
+from .optimizer import (Optimizer, _check_nonnegative, _check_unsupported, bump, moment_passes, numpy_begin, numpy_grad,
+                        numpy_step_allowed, step_grad)
 
 __all__ = ["Adam", "AdamW"]
 
@@ -91,9 +91,7 @@ class Adam(Optimizer):
             # as the NumPy scalars of the parameter's dtype that NumPy converts them to.
             scratch, other = np.empty_like(param), np.empty_like(param)
             number = param.dtype.type
-            passes = lerp_passes(exp_avg, grad, 1 - beta1, scratch)
-            passes += [(np.multiply, (exp_avg_sq, number(beta2), exp_avg_sq)), (np.multiply, (grad, grad, scratch))]
-            passes += add_passes(exp_avg_sq, scratch, 1 - beta2, exp_avg_sq)
+            passes = moment_passes(exp_avg, exp_avg_sq, grad, beta1, beta2, scratch)
             step_size = lr / (1 - beta1 ** step)
             bias_correction2_sqrt = math.sqrt(1 - beta2 ** step)
             second = exp_avg_sq

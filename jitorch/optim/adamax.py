@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from .. import float64
 import numpy as np
 
+from .. import float64
 from ..runtime import fp_errors
 from .optimizer import (Optimizer, _check_nonnegative, _check_unsupported, bump, numpy_begin, numpy_grad, numpy_lerp,
                         numpy_power, numpy_step_allowed, step_grad)
@@ -58,9 +58,7 @@ class Adamax(Optimizer):
         """`_update_one` on the NumPy arrays of ``p``, its gradient and state, as the ops' CPU kernels compute
         each op (the same bits, the same version counts); False, having done nothing, where `numpy_begin`
         refuses or ``p`` is 0-d (where ``clr``, a 0-d float64 tensor, would promote the product)."""
-        if not p._shape:
-            return False
-        begun = numpy_begin(p, state, ["exp_avg", "exp_inf"], written=(0, 2, 3))
+        begun = numpy_begin(p, state, ["exp_avg", "exp_inf"], written=(0, 2, 3), zero_dim=False)
         if begun is None:
             return False
         (param, grad, exp_avg, exp_inf), step = begun

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from .. import float64
-from .adamax import _check_betas
 import numpy as np
 
-from .. import float32
-from ..ops.pointwise import _add_into
-from ..runtime import fp_errors
-from .optimizer import (Optimizer, _check_nonnegative, _check_unsupported, bump, numpy_begin, numpy_counter,
-                        numpy_grad, numpy_lerp, numpy_power, numpy_step_allowed, step_grad)
+from .. import float32, float64
+from ..runtime import fp_errors, ufunc_parts
+from .adamax import _check_betas
+from .optimizer import (Optimizer, _check_nonnegative, _check_unsupported, bump, moment_passes, numpy_begin,
+                        numpy_counter, numpy_grad, numpy_power, numpy_step_allowed, step_grad)
 
 __all__ = ["NAdam"]
 
@@ -76,9 +74,9 @@ class NAdam(Optimizer):
         refuses, ``mu_product`` is not a 0-d float CPU tensor, or ``p`` is 0-d (where the schedule's 0-d
         float64 tensors would promote the products)."""
         product = numpy_counter(state["mu_product"], (float32, float64))
-        if not p._shape or product is None:
+        if product is None:
             return False
-        begun = numpy_begin(p, state, ["exp_avg", "exp_avg_sq"], written=(0, 2, 3))
+        begun = numpy_begin(p, state, ["exp_avg", "exp_avg_sq"], written=(0, 2, 3), zero_dim=False)
         if begun is None:
             return False
         (param, grad, exp_avg, exp_avg_sq), step = begun
@@ -94,9 +92,7 @@ class NAdam(Optimizer):
         try:
             grad = numpy_grad(p, param, grad, group)
             scratch, denom = np.empty_like(param), np.empty_like(param)
-            numpy_lerp(exp_avg, grad, 1 - beta1, scratch)
-            np.multiply(exp_avg_sq, beta2, out=exp_avg_sq)
-            _add_into(exp_avg_sq, np.multiply(grad, grad, out=scratch), 1 - beta2, out=exp_avg_sq)
+            ufunc_parts.run_passes(param.size, moment_passes(exp_avg, exp_avg_sq, grad, beta1, beta2, scratch))
             np.true_divide(exp_avg_sq, number(1 - numpy_power(beta2, step)), out=denom)
             np.add(np.sqrt(denom, out=denom), eps, out=denom)
             update = np.true_divide(grad, denom, out=scratch)

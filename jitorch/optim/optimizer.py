@@ -334,10 +334,14 @@ def step_down(p, update, lr):
         p.add_(update, alpha=-lr)
 
 
-def numpy_begin(p, state, buffers, written):
+def numpy_begin(p, state, buffers, written, zero_dim=True):
     """The first part of a `_numpy_update`: the arrays of ``p``, its gradient and its state's ``buffers`` (see
     `numpy_operands`), with ``state["step"]`` incremented as ``_step_counter`` increments it; ``(arrays, step)``,
-    the step a Python float, or None, having done nothing, where the ops must take the step."""
+    the step a Python float, or None, having done nothing, where the ops must take the step (and, unless
+    ``zero_dim``, for a 0-d ``p``: an update whose general step multiplies by 0-d float64 tensors of the step,
+    which promote a 0-d parameter's products)."""
+    if not zero_dim and not p._shape:
+        return None
     arrays = numpy_operands([p, p.grad] + [state[name] for name in buffers], written)
     counter = numpy_counter(state["step"])
     if arrays is None or counter is None:
@@ -376,6 +380,15 @@ def lerp_passes(start, end, weight, scratch):
     if abs(weight) < 0.5:
         return passes + [(np.multiply, (scratch, number(weight), scratch)), (np.add, (start, scratch, start))]
     return passes + [(np.multiply, (scratch, number(1 - weight), scratch)), (np.subtract, (end, scratch, start))]
+
+
+def moment_passes(exp_avg, exp_avg_sq, grad, beta1, beta2, scratch):
+    """The NumPy passes of Adam's moments, ``exp_avg.lerp_(grad, 1 - beta1)`` and
+    ``exp_avg_sq.mul_(beta2).add_(grad * grad, alpha=1 - beta2)``, ``scratch`` written."""
+    return (lerp_passes(exp_avg, grad, 1 - beta1, scratch)
+            + [(np.multiply, (exp_avg_sq, exp_avg_sq.dtype.type(beta2), exp_avg_sq)),
+               (np.multiply, (grad, grad, scratch))]
+            + add_passes(exp_avg_sq, scratch, 1 - beta2, exp_avg_sq))
 
 
 def add_passes(a, b, alpha, out):

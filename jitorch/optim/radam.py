@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from .. import float64, where
-from .adamax import _check_betas
 import math
 
 import numpy as np
 
-from ..ops.pointwise import _add_into
-from ..runtime import fp_errors
-from .optimizer import (Optimizer, _check_nonnegative, _check_unsupported, bump, numpy_begin, numpy_grad, numpy_lerp,
-                        numpy_power, numpy_step_allowed, step_grad)
+from .. import float64, where
+from ..runtime import fp_errors, ufunc_parts
+from .adamax import _check_betas
+from .optimizer import (Optimizer, _check_nonnegative, _check_unsupported, bump, moment_passes, numpy_begin,
+                        numpy_grad, numpy_power, numpy_step_allowed, step_grad)
 
 __all__ = ["RAdam"]
 
@@ -68,9 +67,7 @@ class RAdam(Optimizer):
         """`_update_one` on the NumPy arrays of ``p``, its gradient and state, as the ops' CPU kernels compute
         each op (the same bits, the same version counts); False, having done nothing, where `numpy_begin`
         refuses or ``p`` is 0-d (where the step's 0-d float64 tensors would promote the products)."""
-        if not p._shape:
-            return False
-        begun = numpy_begin(p, state, ["exp_avg", "exp_avg_sq"], written=(0, 2, 3))
+        begun = numpy_begin(p, state, ["exp_avg", "exp_avg_sq"], written=(0, 2, 3), zero_dim=False)
         if begun is None:
             return False
         (param, grad, exp_avg, exp_avg_sq), step = begun
@@ -84,9 +81,7 @@ class RAdam(Optimizer):
         try:
             grad = numpy_grad(p, param, grad, group)
             scratch, adaptive = np.empty_like(param), np.empty_like(param)
-            numpy_lerp(exp_avg, grad, 1 - beta1, scratch)
-            np.multiply(exp_avg_sq, beta2, out=exp_avg_sq)
-            _add_into(exp_avg_sq, np.multiply(grad, grad, out=scratch), 1 - beta2, out=exp_avg_sq)
+            ufunc_parts.run_passes(param.size, moment_passes(exp_avg, exp_avg_sq, grad, beta1, beta2, scratch))
             update = np.true_divide(exp_avg, number(1 - numpy_power(beta1, step)), out=scratch)
             if rho_t > 5.0:  # (else `where` picks 1.0, and the product by it changes nothing)
                 rect = math.sqrt((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t))
