@@ -60,7 +60,8 @@ def _loop(ufunc, dtypes, strides):
         found = None
         try:
             resolved, capsule = ufunc._resolve_dtypes_and_context(dtypes)
-            if resolved == dtypes:
+            # numeric loops only: their auxdata, if any, is read-only, so two threads may run one loop at once
+            if resolved == dtypes and all(d.kind in "biuf" for d in dtypes):
                 ufunc._get_strided_loop(capsule, fixed_strides=strides)
                 info = _CallInfo.from_address(_capsule_pointer(capsule, _CAPSULE))
                 if info.loop and not info.requires_pyapi:

@@ -132,6 +132,7 @@ def test_chunks_no_worker_claimed_are_taken_back_by_the_forking_thread(monkeypat
     team.state, team.table, team.python = (threads.ctypes.c_int32 * 4)(), (threads.ctypes.c_int64 * 4)(), [None]
     monkeypatch.setattr(threads, "_team", lambda n: team)
     monkeypatch.setattr(ufunc_parts, "BACKOFF", 0)
+    monkeypatch.setitem(ufunc_parts._backoff, "calls", 0)
     x = np.linspace(-3, 3, ufunc_parts.SPLIT_MIN * 2, dtype=np.float32)
     out = np.empty_like(x)
     taken, forks = threads.counters["taken back"], threads.counters["forks"]
