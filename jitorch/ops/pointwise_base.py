@@ -115,7 +115,18 @@ def defpointwise(schema, formula, promotion=M.DEFAULT, *, variants=("function", 
             unrounded = reads_unrounded(op, k, number, None if number else a.ndim)
             vals.append(_operand_in(a, c, None if unrounded else common))
         rest = [args[i] for i in others]
-        return formula(*vals, *rest, dtype=spec.dtype) if typed else formula(*vals, *rest)
+        if typed:
+            return formula(*vals, *rest, dtype=spec.dtype)
+        # a large call of a NumPy ufunc (the formula, or ``plain`` at the other arguments' defaults: an autograd
+        # rule's ``grad * other``) on the thread team (`split_ufunc`)
+        split = formula if not rest else plain if rest == list(defaults) else None
+        if isinstance(split, np.ufunc):
+            big = next((v for v in vals if v.__class__ is np.ndarray), None)
+            if big is not None and big.size >= ufunc_parts.SPLIT_MIN:
+                r = split_ufunc(split, vals, None)
+                if r is not None:
+                    return r
+        return formula(*vals, *rest)
 
     op.meta = meta
     op.kernels["cpu"] = kernel
@@ -161,14 +172,17 @@ def _in_torch_order(r, tensors):
 
 def split_ufunc(ufunc, vals, out_np):
     """``ufunc(*vals)`` of a large result computed on the thread team (`runtime.ufunc_parts`: NumPy's own loop
-    on each thread's range, the same bits), or None to call it here: a small result, an operand that is not a
-    C-contiguous array of the result's shape, or a Python number NumPy would not take as ``out_np``'s kind."""
+    on each thread's range, the same bits), of dtype ``out_np`` (None: the one NumPy resolves), or None to call
+    it here: a small result, an operand that is not a C-contiguous array of the result's shape, or a Python
+    number NumPy would not take as the arrays' kind."""
     first = next(v for v in vals if v.__class__ is np.ndarray)
     if first.size < ufunc_parts.SPLIT_MIN:
         return None
     operands = _team_operands(vals, first, None)
     if operands is None:
         return None
+    if out_np is None:  # (what NumPy's call would give)
+        out_np = ufunc.resolve_dtypes(tuple(v.dtype for v in operands) + (None,))[-1]
     out = np.empty(first.shape, out_np)
     return out if ufunc_parts.split_call(ufunc, operands, out) else None
 

@@ -90,3 +90,21 @@ def test_a_split_result_records_its_backward(threads_to):
     t = torch.tensor(x.detach().numpy(), requires_grad=True)
     (t * t).exp().sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [jt.float32, jt.int32])
+def test_the_general_paths_kernels_split_too(threads_to, dtype):
+    """The ops' CPU kernels (autograd rules' ``grad * other``, traced-then-eager calls, any call the shortcuts
+    refuse) split their large ufunc calls: the one-thread bits, the dtype NumPy resolves (bool for ``>``)."""
+    from tests.support import general_path
+    rng = np.random.default_rng(4)
+    x, y = (jt.tensor(rng.standard_normal(SHAPE) * 3, dtype=dtype) for _ in range(2))
+    results = {}
+    for n in (2, 1):
+        threads_to(n)
+        forks = threads.counters["forks"]
+        with general_path():
+            got = [x + y, x * y, x * 2, x > y, -x, x.add(y, alpha=2)]
+        results[n] = ([t.dtype for t in got], [t.numpy().tobytes() for t in got], threads.counters["forks"] - forks)
+    assert results[2][:2] == results[1][:2]
+    assert results[1][2] == 0 and results[2][2] == 5  # (add with alpha 2 is two NumPy calls in its formula)
