@@ -1782,11 +1782,13 @@ def _gelu_forward_passes(x, out, cdf, scaled, a, t, q):
 
 
 _HALF32, _SQRT_HALF32, _ONE32 = np.float32(0.5), np.float32(_SQRT_HALF), np.float32(1.0)
-# exact GELU of a large float32 array on the thread team, each thread its chunks (`runtime.ufunc_parts`):
-# input, output and cdf; or input and output, the cdf a scratch buffer
-_GELU_PROGRAMS = {keep: ufunc_parts.Program(
-    _gelu_forward_passes(("arg", 0), ("arg", 1), ("arg", 2) if keep else 4, 0, 1, 2, 3),
-    (np.float32,) * (3 if keep else 2), (np.float32,) * (4 if keep else 5), _GELU_CHUNK) for keep in (True, False)}
+@functools.cache
+def _gelu_program(keep):
+    """Exact GELU of a large float32 array on the thread team, each thread its chunks (`runtime.ufunc_parts`):
+    input, output and cdf; or, unless ``keep``, input and output, the cdf a scratch buffer."""
+    return ufunc_parts.Program(
+        _gelu_forward_passes(("arg", 0), ("arg", 1), ("arg", 2) if keep else 4, 0, 1, 2, 3),
+        (np.float32,) * (3 if keep else 2), (np.float32,) * (4 if keep else 5), _GELU_CHUNK)
 
 
 def _gelu_parts(x, keep_cdf):
@@ -1801,7 +1803,8 @@ def _gelu_parts(x, keep_cdf):
     n = flat.size
     out = np.empty(n, np.float32)
     cdf = np.empty(n, np.float32) if keep_cdf else None
-    if not _GELU_PROGRAMS[keep_cdf].run(n, flat, out, *(cdf,) * keep_cdf):  # (large: on the thread team)
+    if not (ufunc_parts.parts_of(n) > 1  # (large: on the thread team)
+            and _gelu_program(keep_cdf).run(n, flat, out, *(cdf,) * keep_cdf)):
         scaled, part, a, t, q = (np.empty(min(n, _GELU_CHUNK), np.float32) for _ in range(5))
         for start in range(0, n, _GELU_CHUNK):
             end = min(n, start + _GELU_CHUNK)
@@ -1856,10 +1859,13 @@ def _gelu_backward_passes(g, x, cdf, grad, ga, gd, e, minus, dtype):
             (np.multiply, (ga, half, ga)), (np.add, (gd, ga, grad))]
 
 
-# `_gelu_backward` of a large array on the thread team (`runtime.ufunc_parts`): g, x, cdf, grad; four scratch
-_GELU_BACKWARD_PROGRAMS = {d: ufunc_parts.Program(
-    _gelu_backward_passes(("arg", 0), ("arg", 1), ("arg", 2), ("arg", 3), 0, 1, 2, 3, np.dtype(d)), (d,) * 4,
-    (d,) * 4, _GELU_CHUNK) for d in (np.float32, np.float64)}
+@functools.cache
+def _gelu_backward_program(dtype):
+    """`_gelu_backward` of a large array of ``dtype`` on the thread team (`runtime.ufunc_parts`): g, x, cdf,
+    grad; four scratch buffers per part."""
+    return ufunc_parts.Program(
+        _gelu_backward_passes(("arg", 0), ("arg", 1), ("arg", 2), ("arg", 3), 0, 1, 2, 3, dtype), (dtype,) * 4,
+        (dtype,) * 4, _GELU_CHUNK)
 
 
 def _gelu_backward(g, x, cdf):
@@ -1869,8 +1875,7 @@ def _gelu_backward(g, x, cdf):
     g, x, cdf = g.reshape(-1), x.reshape(-1), cdf.reshape(-1)
     n = x.size
     grad = np.empty(n, x.dtype)
-    program = _GELU_BACKWARD_PROGRAMS.get(x.dtype.type)
-    if program is not None and program.run(n, g, x, cdf, grad):
+    if ufunc_parts.parts_of(n) > 1 and _gelu_backward_program(x.dtype).run(n, g, x, cdf, grad):
         return grad.reshape(shape)
     a, b, c, d = (np.empty(min(n, _GELU_CHUNK), x.dtype) for _ in range(4))
     token = fp_errors.enter()

@@ -16,6 +16,8 @@ float64 rational approximation took 19 ms.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..runtime import ufunc_parts
@@ -44,7 +46,7 @@ def erf(x):
     flat = x.reshape(-1)
     n = flat.size
     out = np.empty(n, np.float32)
-    if _ERF_PROGRAM.run(n, flat, out):  # (large: each thread its chunks)
+    if ufunc_parts.parts_of(n) > 1 and _erf_program().run(n, flat, out):  # (large: each thread its chunks)
         return out.reshape(x.shape)
     a, t, q = (np.empty(min(n, CHUNK), np.float32) for _ in range(3))
     for start in range(0, n, CHUNK):
@@ -76,6 +78,9 @@ def erf_into(x, r, a, t, q):
         ufunc(*operands[:-1], out=operands[-1])
 
 
-# `erf` of a large array on the thread team: input, output; three scratch buffers per part
-_ERF_PROGRAM = ufunc_parts.Program(erf_passes(("arg", 0), ("arg", 1), 0, 1, 2), (np.float32, np.float32),
-                                   (np.float32,) * 3, CHUNK)
+@functools.cache
+def _erf_program():
+    """`erf` of a large array on the thread team: input, output; three scratch buffers per part (made at first
+    use: nothing at import)."""
+    return ufunc_parts.Program(erf_passes(("arg", 0), ("arg", 1), 0, 1, 2), (np.float32, np.float32),
+                               (np.float32,) * 3, CHUNK)
