@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 
+from .ir.graph import Value
 from .jit.tracer import current_tracer
 
 __all__ = ["is_compiling", "eager_state", "dynamic_scalar", "guard"]
@@ -63,8 +64,75 @@ def dynamic_scalar(read, dtype=None):
     from .ops.creation import tensor as make_tensor
     with _untraced(tracer):
         holder = make_tensor(read(), dtype=dtype)
+    tracer.give_name(holder, "c")
     tracer.refreshers.append(lambda: holder.fill_(read()))
     return holder
+
+
+def dynamic_scalars(read, names, dtype):
+    """`dynamic_scalar` for numbers that one ``read()`` returns together (a sequence, one per name in
+    ``names``), each held in a 0-d CPU tensor of ``dtype`` that the graph captures as a constant of that
+    name. One refresher writes them all before each call, straight into their memory (as NumPy assigns a
+    Python number to an element of the dtype: ``fill_``'s rounding), counting the write on each tensor's
+    version. Outside a trace: ``read()``."""
+    tracer = current_tracer()
+    if tracer is None:
+        return read()
+    from .ops.creation import tensor as make_tensor
+    with _untraced(tracer):  # (what read() reads is read for real: not recorded, nor guarded on)
+        values = read()
+        if len(values) != len(names):
+            raise ValueError(f"dynamic_scalars: read() gave {len(values)} numbers for {len(names)} names")
+        holders = [make_tensor(v, dtype=dtype) for v in values]
+    arrays = [h._array() for h in holders]  # (0-d views of the holders' memory)
+    for holder, name in zip(holders, names):
+        tracer.give_name(holder, name)
+
+    def refresh():
+        for holder, array, value in zip(holders, arrays, read(), strict=True):
+            array[()] = value
+            holder._bump_version()
+    tracer.refreshers.append(refresh)
+    return holders
+
+
+def scalars_refreshed():
+    """While tracing: whether the graph's captured scalars are set again before each of its calls, as
+    `jitorch.compile` sets them (an export, or `jitorch.jit.trace`, keeps the values they hold now), so that
+    library code may hand the graph numbers it computes per call (`dynamic_scalars`) instead of ops. False
+    outside a trace."""
+    tracer = current_tracer()
+    return tracer is not None and tracer.refreshed
+
+
+def counted_increments(counter):
+    """While tracing: k where the traced value of the captured tensor ``counter`` is, at this point of
+    the trace, its value before the call plus k increments by 1 that the traced code made
+    (``counter.add_(1)``, each in the counter's dtype); None where it is anything else (an input,
+    another write, a view of other memory) or outside a trace. Read off the graph: the chain of ``add``
+    nodes from the counter's current value back to its constant. An optimizer's bias corrections then
+    come from the counter's value at each call (`dynamic_scalars`) instead of ops in the graph."""
+    tracer = current_tracer()
+    if tracer is None:
+        return None
+    value = tracer.value_of(counter)
+    k = 0
+    while value.node is not None:
+        node = value.node
+        if node.op.name != "add" or len(node.args) != 3 or not _is_one(node.args[1]) or not _is_one(node.args[2]) \
+                or not isinstance(node.args[0], Value):
+            return None
+        value = node.args[0]
+        k += 1
+    graph = tracer.graph
+    name = value.name
+    if graph.constants.get(name) is not value or graph.constant_tensors.get(name) is not counter:
+        return None
+    return k
+
+
+def _is_one(v):
+    return type(v) in (int, float) and v == 1
 
 
 def guard(check, description=None):

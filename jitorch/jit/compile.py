@@ -449,7 +449,7 @@ class CompiledFunction:
         return entry
 
     def _trace(self, args, kwargs):
-        graph, _ = trace_with_inputs(self.fn, args, kwargs)
+        graph, _ = trace_with_inputs(self.fn, args, kwargs, refreshed=True)
         # (0-d CPU tensors join CUDA operands, as torch lets them)
         devices = sorted({str(v.type.device) for v in graph.values() if v.type.ndim or v.type.device.type != "cpu"}
                          or {"cpu"})

@@ -122,6 +122,7 @@ class Tracer:
         self.grad_owners: dict = {}  # id -> [real tensor, constant name, .grad before the trace, touched]
         self.one_shot = False      # see jitorch.compiler.eager_state
         self._visible_names = None  # id(tensor) -> (tensor, its name_for), as the visible objects were when read
+        self._given_names: dict = {}  # id(tensor) -> (tensor, name) of tensors named by `give_name`
         # name -> (visible object, [(tensor, its name)] of its modules' parameters and buffers), and
         # id(an optimizer's per-parameter state) -> (that dict, its size, the optimizer's name, its position),
         # as the reads of the names since the last full one found them
@@ -131,6 +132,7 @@ class Tracer:
         self.input_fakes: list = []  # the fakes standing for the call's tensors, in graph-input order
         self.python_guards: list = []  # see jitorch.compiler.guard
         self.refreshers: list = []     # see jitorch.compiler.dynamic_scalar
+        self.refreshed = False         # whether the graph's caller runs the refreshers (see trace_with_inputs)
         self.made: dict = {}           # id -> tensor the traced code made from Python data (new at each call)
         self.values_guarded: set = set()  # ids of captured tensors whose values Python read: guarded
         self.reshaped: dict = {}  # id -> (captured tensor, its geometry before an in-place view op changed it)
@@ -332,13 +334,22 @@ class Tracer:
                           "function captures), which a graph cannot repeat at each call; register the hook "
                           "once, outside the compiled function")
 
+    def give_name(self, t, name):
+        """Name the constant ``t`` will become ``name`` (`name_for` then does not search for it): for tensors
+        the trace makes itself (`jitorch.compiler.dynamic_scalar`'s), which no visible object holds, and whose
+        search read every visible name twice."""
+        self._given_names[id(t)] = (t, name)
+
     def name_for(self, t):
-        """A readable constant name: the variable that holds ``t`` in the traced function, or
-        ``model.0.weight`` for a parameter or buffer of a module it holds; ``c`` otherwise. The names
+        """A readable constant name: the name `give_name` gave ``t``, the variable that holds ``t`` in the traced
+        function, or ``model.0.weight`` for a parameter or buffer of a module it holds; ``c`` otherwise. The names
         are read once for all tensors (a search per tensor made tracing a model quadratic in its size),
         and read again when ``t`` is not among them (state the trace made since): first only what is new
         (an optimizer's first step makes its state a tensor at a time, and walking a GPT's modules and
         state for each of them was a sixth of its trace), then, where that does not find ``t``, in full."""
+        given = self._given_names.get(id(t))
+        if given is not None and given[0] is t:
+            return given[1]
         names = self._visible_names
         if names is None or id(t) not in names:
             names = self._visible_names = self._read_visible_names(since_last=names is not None)
@@ -1009,9 +1020,13 @@ def trace(fn, *args, **kwargs):
 
 
 @collector_paused()
-def trace_with_inputs(fn, args, kwargs):
-    """(graph, flat list of the real input tensors in graph-input order)."""
+def trace_with_inputs(fn, args, kwargs, refreshed=False):
+    """(graph, flat list of the real input tensors in graph-input order). ``refreshed``: the caller runs the
+    graph's refreshers before each call (`jitorch.compile` does; an export or `trace` keeps the captured values
+    as they are now), so library code may hand the graph numbers set per call instead of ops
+    (`jitorch.compiler.scalars_refreshed`)."""
     tracer = Tracer(fn)
+    tracer.refreshed = refreshed
     leaves, spec = tree_flatten((args, kwargs))
     names = input_names(fn, args, kwargs)
     if len(names) != len(leaves):

@@ -1110,11 +1110,19 @@ class _Signature:
 
     def public(self, fn):
         """``fn``'s signature as the schema gives it (what ``inspect`` and ``help`` show): without the guard
-        and alias parameters, and with the required arguments required."""
+        and alias parameters, and with the required arguments required. Worked out when first asked for
+        (`_DeferredSignature`): inspect's reading of a variant cost more than generating it, and a program's
+        first call generates the dozens of variants it runs."""
         hidden = {alias for _, alias in self.aliases}
-        params = [p.replace(default=inspect.Parameter.empty) if p.default is MISSING else p
-                  for name, p in inspect.signature(fn).parameters.items() if name not in hidden]
-        return inspect.Signature(params)
+
+        def make():
+            # (read off a twin without ``__signature__``, which inspect would otherwise return)
+            twin = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__)
+            twin.__kwdefaults__ = fn.__kwdefaults__
+            params = [p.replace(default=inspect.Parameter.empty) if p.default is MISSING else p
+                      for name, p in inspect.signature(twin).parameters.items() if name not in hidden]
+            return inspect.Signature(params)
+        return _DeferredSignature(make)
 
     def resolver(self, op):
         """``resolve(values, extra, alias_values) -> values``: `resolve_aliases` for this variant."""
@@ -1270,7 +1278,8 @@ def _lazy_variant(op, kind):
     env = {"__builtins__": builtins, "_materialize": _materialize, "_variant": (op, kind)}
     fn = env["_self"] = types.FunctionType(_stub.__code__, env, name)
     _describe(fn, op, name)
-    fn.__signature__ = _LazySignature(fn)
+    # (what inspect.signature and help show is the variant's from the start: asked for, it generates it)
+    fn.__signature__ = _DeferredSignature(lambda: _materialize(fn).__signature__)
     return fn
 
 
@@ -1289,28 +1298,33 @@ def _materialize(fn):
     return fn
 
 
-class _LazySignature(inspect.Signature):
-    """A stub's signature (`_lazy_variant`): asked for its parameters, it generates the variant and gives
-    the variant's (what ``inspect.signature`` and ``help`` show is the variant's from the start)."""
+class _DeferredSignature(inspect.Signature):
+    """A signature ``make()`` works out when its parameters are first asked for (`_Signature.public`)."""
 
-    __slots__ = ("_fn",)
+    __slots__ = ("_make", "_made")
 
-    def __init__(self, fn):  # noqa: no super().__init__: the parameters are the variant's, read lazily
-        self._fn = fn
+    def __init__(self, make):  # noqa: no super().__init__: the parameters are make()'s, read lazily
+        self._make = make
+        self._made = None
         self._return_annotation = inspect.Signature.empty
+
+    def _signature(self):
+        if self._made is None:
+            self._made = self._make()
+        return self._made
 
     @property
     def parameters(self):
-        return _materialize(self._fn).__signature__.parameters
+        return self._signature().parameters
 
     def replace(self, **changes):
-        return _materialize(self._fn).__signature__.replace(**changes)
+        return self._signature().replace(**changes)
 
     def __repr__(self):
-        return repr(_materialize(self._fn).__signature__)
+        return repr(self._signature())
 
     def __reduce__(self):
-        return _materialize(self._fn).__signature__.__reduce__()
+        return self._signature().__reduce__()
 
 
 def operator_fast_path(fn):

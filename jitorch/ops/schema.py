@@ -106,20 +106,26 @@ class Schema:
 
 
 def _split_top(text, sep=","):
-    parts, depth, cur = [], 0, []
-    for ch in text:
-        if ch in "([":
-            depth += 1
-        elif ch in ")]":
-            depth -= 1
-        if ch == sep and depth == 0:
-            parts.append("".join(cur))
+    """``text`` split at the ``sep`` outside brackets (an empty last part dropped). By pieces between
+    separators, not character by character: ``import jitorch`` parses every op's schema."""
+    parts, cur, depth = [], [], 0
+    for piece in text.split(sep):
+        cur.append(piece)
+        depth += piece.count("(") + piece.count("[") - piece.count(")") - piece.count("]")
+        if depth == 0:
+            parts.append(sep.join(cur))
             cur = []
-        else:
-            cur.append(ch)
-    if "".join(cur).strip():
-        parts.append("".join(cur))
+    if cur:
+        parts.append(sep.join(cur))
+    if parts and not parts[-1].strip():
+        parts.pop()
     return parts
+
+
+# Defaults that are plain decimal numbers, read without `ast.literal_eval` (which compiles its text): what
+# it reads them as (no leading zeros in an integer, as Python's literals)
+_INT_DEFAULT = re.compile(r"-?(?:0|[1-9][0-9]*)")
+_FLOAT_DEFAULT = re.compile(r"-?[0-9]+(?:\.[0-9]*(?:e[-+]?[0-9]+)?|e[-+]?[0-9]+)")
 
 
 def _parse_default(text, arg_type):
@@ -129,6 +135,10 @@ def _parse_default(text, arg_type):
         return text == "True"
     if arg_type == "str":
         return ast.literal_eval(text) if text[0] in "\"'" else text
+    if _INT_DEFAULT.fullmatch(text):
+        return int(text)
+    if _FLOAT_DEFAULT.fullmatch(text):
+        return float(text)
     value = ast.literal_eval(text)
     if isinstance(value, list):
         value = tuple(value)

@@ -22,8 +22,8 @@ class Adam(Optimizer):
     beta2) * g * g``, ``p -= lr / (1 - beta1**t) * m / (sqrt(v) / sqrt(1 -
     beta2**t) + eps)`` with ``v`` replaced by its running maximum under
     ``amsgrad``. ``state["step"]`` is a 0-d float32 tensor; the bias
-    corrections are Python floats from its value in eager steps, as torch's,
-    and float64 tensor ops on it in a traced step, which reads no tensor value.
+    corrections are Python floats from its value, as torch's: in eager steps
+    at once, in a compiled step before each call (`Optimizer._bias_corrections`).
     """
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0, amsgrad=False, *,
@@ -51,16 +51,12 @@ class Adam(Optimizer):
 
     def _update_one(self, p, state, group):
         """The step of parameter ``p`` through jitorch's ops (traced in a compiled step)."""
-        lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
-        step = self._step_number(p)
+        (beta1, beta2), eps = group["betas"], group["eps"]
+        step_size, bias_correction2_sqrt = self._bias_corrections(p, group)
         grad = step_grad(p, group)
         exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
         exp_avg.lerp_(grad, 1 - beta1)
         exp_avg_sq.mul_(beta2).add_(grad * grad, alpha=1 - beta2)
-        step_size = lr / (1 - beta1 ** step)
-        bias_correction2 = 1 - beta2 ** step
-        bias_correction2_sqrt = (bias_correction2.sqrt() if isinstance(bias_correction2, Tensor)
-                                 else math.sqrt(bias_correction2))
         if group["amsgrad"]:
             second = state["max_exp_avg_sq"]
             second.copy_(second.maximum(exp_avg_sq))

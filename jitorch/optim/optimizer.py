@@ -17,6 +17,7 @@ is installed (a trace records the ops; a profiler sees them) or autocast is on.
 from __future__ import annotations
 
 import copy
+import math
 from collections import defaultdict
 from itertools import chain
 
@@ -180,13 +181,25 @@ class Optimizer:
         step.add_(1)
         return step
 
-    def _step_number(self, p):
-        """The incremented step count as the bias corrections use it: a Python float in eager steps (torch's
-        ``_get_value``, so that they cost no tensor ops), a 0-d float64 tensor in a traced step (which must
-        not read tensor values)."""
+    def _bias_corrections(self, p, group):
+        """Adam's ``(lr / (1 - beta1**t), sqrt(1 - beta2**t))`` for the parameter's step count t, which this
+        increments. Eagerly Python floats from the count's value (torch's ``_get_value``: no tensor ops). A
+        traced step must not read tensor values: there they are 0-d float64 tensors that the compiled step
+        sets before each call by the same Python arithmetic (`_traced_bias_corrections`), or, where that
+        does not apply, float64 tensor ops on the count."""
         from .. import compiler
+        lr, (beta1, beta2) = group["lr"], group["betas"]
         step = self._step_counter(p)
-        return step.to(float64) if compiler.is_compiling() else step.item()
+        if compiler.is_compiling():
+            held = _traced_bias_corrections(step, lr, beta1, beta2)
+            if held is not None:
+                return held
+            t = step.to(float64)
+        else:
+            t = step.item()
+        bias_correction2 = 1 - beta2 ** t
+        return lr / (1 - beta1 ** t), (bias_correction2.sqrt() if isinstance(bias_correction2, Tensor)
+                                       else math.sqrt(bias_correction2))
 
     # State dicts ---------------------------------------------------------------------
 
@@ -310,6 +323,47 @@ def bump(*tensors):
     autograd's checks of saved tensors see it."""
     for t in tensors:
         t._storage._version += 1
+
+
+def _traced_bias_corrections(counter, lr, beta1, beta2):
+    """While tracing: Adam's bias corrections (`Optimizer._bias_corrections`) as two captured 0-d float64
+    tensors that the compiled step sets before each call (`compiler.dynamic_scalars`), rather than the 7
+    ops per parameter that computing them in the graph took (a sixth of a GPT step's traced nodes, each
+    traced, optimised and fused at every compile). Each call they take the values the graph sees there:
+    the count ``counter`` held before the call plus the k increments the trace made up to here
+    (`compiler.counted_increments`), each rounded to float32 as the graph's ``add`` rounds it, and the
+    float32 learning rate ``lr`` (the group's captured scalar); then float64 arithmetic as the graph's ops
+    (``pow`` the C library's, as Python's and so torch's: the kernels' SLEEF pow is within 1 ulp of it). None where
+    this does not apply: a graph whose captured scalars are not set again before each call (an export's,
+    `compiler.scalars_refreshed`), numbers other than Python ones, a count or rate other than a 0-d float32
+    CPU tensor, or a count the traced code changed in another way."""
+    from .. import compiler
+    if not compiler.scalars_refreshed() or type(beta1) not in (float, int) or type(beta2) not in (float, int) \
+            or not _cpu_float32_scalar(lr) or not _cpu_float32_scalar(counter):
+        return None
+    increments = compiler.counted_increments(counter)
+    if increments is None:
+        return None
+    one = np.float32(1)
+
+    def read():
+        array = numpy_counter(counter)
+        t = array[()] if array is not None else np.float32(counter.item())
+        for _ in range(increments):
+            t = t + one  # (NumPy float32 arithmetic: the graph's add)
+        t, rate = float(t), float(lr._array())
+        try:
+            return rate / (1.0 - beta1 ** t), math.sqrt(1.0 - beta2 ** t)
+        except (ArithmeticError, ValueError):  # Python raises where the graph's IEEE arithmetic gives inf or NaN
+            with np.errstate(all="ignore"):
+                t = np.float64(t)
+                return (float(np.float64(rate) / (1.0 - np.float64(beta1) ** t)),
+                        float(np.sqrt(1.0 - np.float64(beta2) ** t)))
+    return compiler.dynamic_scalars(read, ("step_size", "bias_correction2_sqrt"), float64)
+
+
+def _cpu_float32_scalar(t):
+    return isinstance(t, Tensor) and t.device is CPU and t.dtype is float32 and t._shape == ()
 
 
 def step_grad(p, group):

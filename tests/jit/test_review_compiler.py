@@ -238,3 +238,35 @@ def test_a_graph_is_reused_when_the_python_state_it_assumed_comes_back():
             graphs.update(id(e.graph) for e in forward.cache.values())
     assert len(graphs) == 2  # one graph per mode, each reused at every flip
     assert forward._stale == 1
+
+
+def test_counted_increments_reads_the_counter_chain_off_the_graph():
+    from jitorch import compiler
+    counter, other = jt.tensor(3.0), jt.tensor(1.0)
+    assert compiler.counted_increments(counter) is None  # outside a trace
+    seen = {}
+
+    def f(x, given):
+        seen["none yet"] = compiler.counted_increments(counter)
+        counter.add_(1)
+        counter.add_(1)
+        seen["two"] = compiler.counted_increments(counter)
+        other.mul_(2)
+        seen["multiplied"] = compiler.counted_increments(other)
+        given.add_(1)
+        seen["an input"] = compiler.counted_increments(given)
+        return x + counter
+    jt.compile(f)(jt.ones(2), jt.tensor(0.0))
+    assert seen == {"none yet": 0, "two": 2, "multiplied": None, "an input": None}
+
+
+def test_dynamic_scalars_are_written_before_every_call():
+    from jitorch import compiler
+    box = {"a": 1.5, "b": 2.0}
+    assert compiler.dynamic_scalars(lambda: (box["a"], box["b"]), ("a", "b"), jt.float64) == (1.5, 2.0)
+    f = jt.compile(lambda x: x * compiler.dynamic_scalars(lambda: (box["a"], box["b"]), ("a", "b"), jt.float64)[0]
+                   + compiler.dynamic_scalars(lambda: (box["a"], box["b"]), ("a", "b"), jt.float64)[1])
+    np.testing.assert_array_equal(f(jt.ones(2)).numpy(), [3.5, 3.5])
+    box.update(a=-1.0, b=0.25)
+    np.testing.assert_array_equal(f(jt.ones(2)).numpy(), [-0.75, -0.75])
+    assert {"a", "b"} <= set(f.lower(jt.ones(2)).graph.constant_tensors)

@@ -6,6 +6,8 @@ first step, and a state tensor created inside a trace would be a traced value.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -45,3 +47,114 @@ def test_compiled_update_equals_eager(make):
     assert sorted(state_compiled) == sorted(state_eager)
     for key, value in state_eager.items():
         np.testing.assert_allclose(state_compiled[key].numpy(), value.numpy(), rtol=1e-6, atol=1e-7)
+
+
+def _adam_step_from_the_first_call(opt_class, steps_per_call=1, **options):
+    """A compiled step whose first call makes the state (as a training step's does), and its eager twin:
+    (compiled function, its parameter and optimizer, the eager ones)."""
+    rng = np.random.default_rng(1)
+    start = rng.standard_normal((5, 3)).astype(np.float32)
+    grads = [jt.tensor(rng.standard_normal((5, 3)).astype(np.float32)) for _ in range(steps_per_call)]
+
+    def make():
+        w = jt.tensor(start.copy(), requires_grad=True)
+        opt = opt_class([w], **options)
+
+        def update():
+            for g in grads:
+                w.grad = g
+                opt.step()
+        return update, w, opt
+    compiled, w, opt = make()
+    return jt.compile(compiled), w, opt, make()
+
+
+def _bias_correction_holders(compiled):
+    """The captured bias corrections of the graph the last call ran (and that graph)."""
+    (entry,) = compiled.cache.values()
+    graph = entry.executable.graph
+    named = {kind: [t for name, t in graph.constant_tensors.items() if name.split("_")[:2] == kind.split("_")[:2]]
+             for kind in ("step_size", "bias_correction2_sqrt")}
+    return [t for pair in zip(*named.values()) for t in pair], graph
+
+
+@pytest.mark.parametrize("opt_class", [optim.Adam, optim.AdamW])
+def test_bias_corrections_are_set_before_each_call_as_torch_computes_them(opt_class):
+    # The compiled step takes lr / (1 - beta1**t) and sqrt(1 - beta2**t) from the step count at each call,
+    # by Python's arithmetic as torch does (the C library's pow), not 7 ops per parameter in the graph.
+    lr, betas = 0.01, (0.9, 0.999)
+    compiled, w, opt, (eager, w_eager, _) = _adam_step_from_the_first_call(opt_class, lr=lr, betas=betas)
+    compiled()  # (its graph makes the state and serves this call only: the next traces again)
+    eager()
+    for call in range(2, 5):
+        compiled()
+        eager()
+        holders, graph = _bias_correction_holders(compiled)
+        assert [n.op.name for n in graph.nodes].count("pow") == 0
+        t = float(opt.state[w]["step"])
+        assert t == call
+        lr32 = float(np.float32(lr))  # (the graph's learning rate is a float32 scalar, refreshed per call)
+        assert [float(h) for h in holders] == [lr32 / (1 - betas[0] ** t), math.sqrt(1 - betas[1] ** t)]
+        np.testing.assert_allclose(w.detach().numpy(), w_eager.detach().numpy(), rtol=1e-6, atol=1e-7)
+
+
+def test_two_steps_in_one_call_count_both_increments():
+    compiled, w, opt, (eager, w_eager, opt_eager) = _adam_step_from_the_first_call(optim.AdamW, 2, lr=0.05)
+    for _ in range(3):
+        compiled()
+        eager()
+    holders, graph = _bias_correction_holders(compiled)
+    assert len(holders) == 4 and not any(n.op.name == "pow" for n in graph.nodes)
+    assert float(opt.state[w]["step"]) == float(opt_eager.state[w_eager]["step"]) == 6
+    assert float(holders[3]) == math.sqrt(1 - 0.999 ** 6)  # the second step of the last call: t = 6
+    np.testing.assert_allclose(w.detach().numpy(), w_eager.detach().numpy(), rtol=1e-6, atol=1e-7)
+
+
+def test_a_step_count_written_otherwise_in_the_trace_keeps_the_ops():
+    # A count the traced code changes itself is not "its value before the call plus increments": the bias
+    # corrections are then the graph's ops on it, as before.
+    w = jt.tensor(np.ones((2, 2), np.float32), requires_grad=True)
+    w_eager = jt.tensor(np.ones((2, 2), np.float32), requires_grad=True)
+    opts = [optim.Adam([p], lr=0.1) for p in (w, w_eager)]
+    for p, opt in zip((w, w_eager), opts):
+        p.grad = jt.full((2, 2), 0.5)
+        opt.step()
+
+    def update(p, opt):
+        opt.state[p]["step"].add_(2.0)
+        p.grad = jt.full((2, 2), 0.25)
+        opt.step()
+    compiled = jt.compile(lambda: update(w, opts[0]))
+    compiled()
+    update(w_eager, opts[1])
+    holders, graph = _bias_correction_holders(compiled)
+    assert holders == [] and [n.op.name for n in graph.nodes].count("pow") == 2
+    assert float(opts[0].state[w]["step"]) == 4
+    np.testing.assert_allclose(w.detach().numpy(), w_eager.detach().numpy(), rtol=1e-6, atol=1e-7)
+
+
+def test_a_count_where_python_raises_gives_the_ieee_values():
+    # t = 0 (a count set to -1): 1 - beta1**0 is 0, and the graph's division gives inf where Python's raises
+    compiled, w, opt, _ = _adam_step_from_the_first_call(optim.Adam, lr=0.1)
+    compiled()
+    opt.state[w]["step"].fill_(-1.0)
+    compiled()
+    holders, _ = _bias_correction_holders(compiled)
+    assert [float(h) for h in holders] == [math.inf, 0.0]
+
+
+def test_an_exported_step_keeps_the_bias_correction_ops():
+    # an export keeps its captured values as they are (nothing sets them before each call): a bias correction
+    # handed over as a number would stay the first step's
+    w = jt.tensor(np.ones((2, 2), np.float32), requires_grad=True)
+    opt = optim.AdamW([w], lr=0.1)
+    w.grad = jt.full((2, 2), 0.5)
+    opt.step()
+
+    def update(g):
+        w.grad = g
+        opt.step()
+    program = jt.export(update, (jt.full((2, 2), 0.25),))
+    ops = [n.op.name for n in program.graph.nodes]
+    assert ops.count("pow") == 2 and not any(name.startswith("step_size") for name in program.constants)
+    assert jt.compiler.scalars_refreshed() is False

@@ -13,6 +13,11 @@ def literal_key(a):
     """A hashable key equal for two arguments exactly when the op cannot tell them apart:
     values by identity, literals by type and value (``1``, ``1.0`` and ``True`` differ, and so
     do ``0.0`` and ``-0.0``; NaN equals NaN)."""
+    cls = a.__class__
+    if cls is Value:
+        return a
+    if cls is int or cls is bool or a is None:  # (most arguments: the tests below, by class, give the same)
+        return (cls, a)
     if isinstance(a, Value):
         return a
     if isinstance(a, (list, tuple)):

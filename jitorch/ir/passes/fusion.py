@@ -126,6 +126,8 @@ def _broadcast(a, b):
     """The broadcast of two shapes (either may be None: no shape), or False if they do not broadcast."""
     if a is None or b is None:
         return a if b is None else b
+    if a == b:  # (the common case, without NumPy's broadcast: a sixth of adopting a cached plan)
+        return tuple(a)
     try:
         return tuple(np.broadcast_shapes(a, b))
     except ValueError:
