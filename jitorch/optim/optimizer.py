@@ -445,12 +445,13 @@ def moment_passes(exp_avg, exp_avg_sq, grad, beta1, beta2, scratch):
             + add_passes(exp_avg_sq, scratch, 1 - beta2, exp_avg_sq))
 
 
-def add_passes(a, b, alpha, out):
+def add_passes(a, b, alpha, out, scratch=None):
     """The NumPy passes of ``out = a + alpha * b`` as `ops.pointwise._add_into` computes it (``b`` times
-    ``alpha`` unless it is 1, then the sum), the product written over ``b``."""
+    ``alpha`` unless it is 1, then the sum), the product written in ``scratch``, or over ``b`` if None."""
     if alpha == 1:
         return [(np.add, (a, b, out))]
-    return [(np.multiply, (b, a.dtype.type(alpha), b)), (np.add, (a, b, out))]
+    product = b if scratch is None else scratch
+    return [(np.multiply, (b, a.dtype.type(alpha), product)), (np.add, (a, product, out))]
 
 
 def numpy_power(base, exponent):

@@ -223,7 +223,7 @@ def test_numpy_step_follows_torch(cls, options, dtype):
 
 
 SPLIT_CASES = [CASES[1], CASES[5], (optim.Adadelta, dict(lr=0.5, rho=0.3, weight_decay=0.1)),
-               (optim.RMSprop, dict(lr=0.05, alpha=0.8, centered=True))]
+               (optim.RMSprop, dict(lr=0.05, alpha=0.8, centered=True)), CASES[8], CASES[9]]
 
 
 @pytest.mark.parametrize("cls,options", SPLIT_CASES, ids=[c.__name__ for c, _ in SPLIT_CASES])
@@ -247,6 +247,6 @@ def test_large_parameters_split_across_two_threads_give_the_ops_bits(monkeypatch
             w.grad = jt.tensor(g)
             opt.step()
         results.append((w.detach().numpy().tobytes(), {k: v.numpy().tobytes() for k, v in opt.state[w].items()}))
-        if allow:
-            assert counts["taken"] == 3 and threads.counters["forks"] > forks
+        if allow:  # (SGD's first step with momentum makes its buffer through the ops)
+            assert counts["taken"] == 3 - (cls is optim.SGD) and threads.counters["forks"] > forks
     assert results[0] == results[1]
