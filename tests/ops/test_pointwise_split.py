@@ -8,7 +8,7 @@ import torch
 import jitorch as jt
 from jitorch.runtime import threads, ufunc_parts
 
-SHAPE = (12, 64, 86)  # 66,048 elements: just over the threshold
+SHAPE = (12, 64, 172)  # 132,096 elements: just over the threshold
 
 
 @pytest.fixture
