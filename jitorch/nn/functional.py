@@ -28,7 +28,7 @@ from jitorch.ops.autocast import autocasts
 from jitorch.ops import erf_float32
 from jitorch.ops.pointwise import _erf
 from jitorch.ops.registry import DISPATCH_HOOKS as _HOOKS, OPS as _OPS, scalar_name
-from jitorch.runtime import fp_errors
+from jitorch.runtime import fp_errors, ufunc_parts
 from jitorch.runtime.autocast_mode import STATE as _AUTOCAST
 from jitorch.runtime.strided import contiguous_strides, is_contiguous
 
@@ -1773,6 +1773,24 @@ def _gelu_shortcut(input):
             and is_contiguous(input._shape, input._stride))
 
 
+def _gelu_forward_passes(x, out, cdf, scaled, a, t, q):
+    """``out = x * 0.5 * cdf``, ``cdf = 1.0 + erf(x / sqrt(2))`` of float32 operands as NumPy ufunc passes (see
+    `erf_float32.erf_passes`), the composition's kernels in its order; ``scaled``, ``a``, ``t``, ``q`` scratch."""
+    return [(np.multiply, (x, _HALF32, out)), (np.multiply, (x, _SQRT_HALF32, scaled)),
+            *erf_float32.erf_passes(scaled, cdf, a, t, q),
+            (np.add, (_ONE32, cdf, cdf)), (np.multiply, (out, cdf, out))]
+
+
+_HALF32, _SQRT_HALF32, _ONE32 = np.float32(0.5), np.float32(_SQRT_HALF), np.float32(1.0)
+@functools.cache
+def _gelu_program(keep):
+    """Exact GELU of a large float32 array on the thread team, each thread its chunks (`runtime.ufunc_parts`):
+    input, output and cdf; or, unless ``keep``, input and output, the cdf a scratch buffer."""
+    return ufunc_parts.Program(
+        _gelu_forward_passes(("arg", 0), ("arg", 1), ("arg", 2) if keep else 4, 0, 1, 2, 3),
+        (np.float32,) * (3 if keep else 2), (np.float32,) * (4 if keep else 5), _GELU_CHUNK)
+
+
 def _gelu_parts(x, keep_cdf):
     """``(x * 0.5 * cdf, cdf)`` of an array, ``cdf = 1.0 + erf(x / sqrt(2))`` (None unless ``keep_cdf``), by the
     composition's kernels in its order; float32 on cache-sized chunks, every pass of one chunk in turn."""
@@ -1785,17 +1803,16 @@ def _gelu_parts(x, keep_cdf):
     n = flat.size
     out = np.empty(n, np.float32)
     cdf = np.empty(n, np.float32) if keep_cdf else None
-    scaled, part, a, t, q = (np.empty(min(n, _GELU_CHUNK), np.float32) for _ in range(5))
-    for start in range(0, n, _GELU_CHUNK):
-        end = min(n, start + _GELU_CHUNK)
-        m = end - start
-        xs, o, s = flat[start:end], out[start:end], scaled[:m]
-        c = cdf[start:end] if keep_cdf else part[:m]
-        np.multiply(xs, 0.5, out=o)
-        np.multiply(xs, _SQRT_HALF, out=s)
-        erf_float32.erf_into(s, c, a[:m], t[:m], q[:m])
-        np.add(1.0, c, out=c)
-        np.multiply(o, c, out=o)
+    if not (ufunc_parts.parts_of(n) > 1  # (large: on the thread team)
+            and _gelu_program(keep_cdf).run(n, flat, out, *(cdf,) * keep_cdf)):
+        scaled, part, a, t, q = (np.empty(min(n, _GELU_CHUNK), np.float32) for _ in range(5))
+        for start in range(0, n, _GELU_CHUNK):
+            end = min(n, start + _GELU_CHUNK)
+            m = end - start
+            c = cdf[start:end] if keep_cdf else part[:m]
+            for ufunc, operands in _gelu_forward_passes(flat[start:end], out[start:end], c, scaled[:m], a[:m],
+                                                        t[:m], q[:m]):
+                ufunc(*operands[:-1], out=operands[-1])
     return out.reshape(x.shape), None if cdf is None else cdf.reshape(x.shape)
 
 
@@ -1829,33 +1846,46 @@ class _Gelu(jt.autograd.Function):
         return jt.Tensor._fresh(_gelu_backward(np.ascontiguousarray(g._array()), x._array(), cdf._array()), x.dtype)
 
 
+def _gelu_backward_passes(g, x, cdf, grad, ga, gd, e, minus, dtype):
+    """The input's gradient ``grad`` of the composition ``y = (x * 0.5) * cdf`` (``cdf = 1.0 + erf(x * c)``)
+    given ``g``, as NumPy ufunc passes: the composition's rules' kernels, mul's for y (``g * cdf``, ``g * half``),
+    erf's (``gd * exp(-s * s) * 2/sqrt(pi)``), mul's for ``x * c`` and ``x * 0.5``, and the sum of the two;
+    ``ga``, ``gd``, ``e``, ``minus`` scratch. Python floats are ``dtype``'s numbers, as NumPy takes them."""
+    half, sqrt_half, two_over_sqrt_pi = dtype.type(0.5), dtype.type(_SQRT_HALF), dtype.type(_TWO_OVER_SQRT_PI)
+    return [(np.multiply, (g, cdf, ga)), (np.multiply, (x, half, e)), (np.multiply, (g, e, gd)),
+            (np.multiply, (x, sqrt_half, e)),  # erf's input s
+            (np.negative, (e, minus)), (np.multiply, (minus, e, e)), (np.exp, (e, e)),
+            (np.multiply, (gd, e, gd)), (np.multiply, (gd, two_over_sqrt_pi, gd)), (np.multiply, (gd, sqrt_half, gd)),
+            (np.multiply, (ga, half, ga)), (np.add, (gd, ga, grad))]
+
+
+@functools.cache
+def _gelu_backward_program(dtype):
+    """`_gelu_backward` of a large array of ``dtype`` on the thread team (`runtime.ufunc_parts`): g, x, cdf,
+    grad; four scratch buffers per part."""
+    return ufunc_parts.Program(
+        _gelu_backward_passes(("arg", 0), ("arg", 1), ("arg", 2), ("arg", 3), 0, 1, 2, 3, dtype), (dtype,) * 4,
+        (dtype,) * 4, _GELU_CHUNK)
+
+
 def _gelu_backward(g, x, cdf):
-    """The input's gradient of the composition ``y = (x * 0.5) * cdf`` (``cdf = 1.0 + erf(x * c)``) given
-    ``g``: the composition's rules' kernels on chunks, mul's for y (``g * cdf``, ``g * half``), erf's
-    (``gd * exp(-s * s) * 2/sqrt(pi)``), mul's for ``x * c`` and ``x * 0.5``, and the sum of the two."""
+    """The input's gradient of the composition ``y = (x * 0.5) * cdf`` given ``g`` (`_gelu_backward_passes`), on
+    cache-sized chunks; large arrays on the thread team."""
     shape = x.shape
     g, x, cdf = g.reshape(-1), x.reshape(-1), cdf.reshape(-1)
     n = x.size
     grad = np.empty(n, x.dtype)
+    if ufunc_parts.parts_of(n) > 1 and _gelu_backward_program(x.dtype).run(n, g, x, cdf, grad):
+        return grad.reshape(shape)
     a, b, c, d = (np.empty(min(n, _GELU_CHUNK), x.dtype) for _ in range(4))
     token = fp_errors.enter()
     try:
         for start in range(0, n, _GELU_CHUNK):
             end = min(n, start + _GELU_CHUNK)
             m = end - start
-            ga, gd, e, minus = a[:m], b[:m], c[:m], d[:m]
-            gs, xs = g[start:end], x[start:end]
-            np.multiply(gs, cdf[start:end], out=ga)
-            np.multiply(xs, 0.5, out=e)
-            np.multiply(gs, e, out=gd)
-            np.multiply(xs, _SQRT_HALF, out=e)  # erf's input s
-            np.multiply(np.negative(e, out=minus), e, out=e)
-            np.exp(e, out=e)
-            np.multiply(gd, e, out=gd)
-            np.multiply(gd, _TWO_OVER_SQRT_PI, out=gd)
-            np.multiply(gd, _SQRT_HALF, out=gd)
-            np.multiply(ga, 0.5, out=ga)
-            np.add(gd, ga, out=grad[start:end])
+            for ufunc, operands in _gelu_backward_passes(g[start:end], x[start:end], cdf[start:end],
+                                                         grad[start:end], a[:m], b[:m], c[:m], d[:m], x.dtype):
+                ufunc(*operands[:-1], out=operands[-1])
     finally:
         fp_errors.leave(token)
     return grad.reshape(shape)

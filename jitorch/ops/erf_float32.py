@@ -16,7 +16,11 @@ float64 rational approximation took 19 ms.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
+
+from ..runtime import ufunc_parts
 
 # Q(t), highest power first; Q(0) = 2 / sqrt(pi) - 1
 _Q = tuple(np.float32(c) for c in (
@@ -31,12 +35,19 @@ _ONE = np.float32(1.0)
 # whole 393k-element array each went to memory (2.4x the time; the bits are the same, every pass is elementwise)
 CHUNK = 32768
 
+try:  # the ufunc np.clip calls
+    from numpy._core.umath import clip as _clip
+except ImportError:  # NumPy 1.x
+    from numpy.core.umath import clip as _clip
+
 
 def erf(x):
     """``erf`` of a float32 array, as a new float32 array (at most 1.83 ulp from the exact value)."""
     flat = x.reshape(-1)
     n = flat.size
     out = np.empty(n, np.float32)
+    if ufunc_parts.parts_of(n) > 1 and _erf_program().run(n, flat, out):  # (large: each thread its chunks)
+        return out.reshape(x.shape)
     a, t, q = (np.empty(min(n, CHUNK), np.float32) for _ in range(3))
     for start in range(0, n, CHUNK):
         m = min(n - start, CHUNK)
@@ -44,24 +55,32 @@ def erf(x):
     return out.reshape(x.shape)
 
 
+def erf_passes(x, r, a, t, q):
+    """``r = erf(x)`` as NumPy ufunc passes ``(ufunc, (*inputs, output))``, ``a``, ``t`` and ``q`` scratch: run one
+    after another on arrays (`erf_into`), or on the thread team (`runtime.ufunc_parts.Program`)."""
+    passes = [(_clip, (x, -_CLAMP, _CLAMP, a)), (np.multiply, (a, a, t)), (np.multiply, (t, _Q[0], q))]
+    for c in _Q[1:-1]:
+        passes += [(np.add, (q, c, q)), (np.multiply, (q, t, q))]
+    return passes + [
+        (np.add, (q, _Q[-1], q)), (np.multiply, (q, a, q)),
+        (np.add, (a, q, r)),  # g
+        # g's rounding error, exact (Fast2Sum, |a| >= |q|); written q - (g - a) so that erf(-0.0) stays -0.0
+        (np.subtract, (r, a, a)), (np.subtract, (q, a, q)),
+        (np.tanh, (r, r)),
+        # tanh(g + d) = tanh(g) + d (1 - tanh(g)**2) to first order
+        (np.multiply, (r, r, t)), (np.subtract, (_ONE, t, t)), (np.multiply, (t, q, t)), (np.add, (r, t, r))]
+
+
 def erf_into(x, r, a, t, q):
     """``r = erf(x)`` for 1-d float32 arrays of one size (``x`` is left as it is), with ``a``, ``t`` and ``q`` as
     scratch of that size: one chunk of `erf`, for callers that chunk a longer computation around it."""
-    np.clip(x, -_CLAMP, _CLAMP, out=a)
-    np.multiply(a, a, out=t)
-    np.multiply(t, _Q[0], out=q)
-    for c in _Q[1:-1]:
-        np.add(q, c, out=q)
-        np.multiply(q, t, out=q)
-    np.add(q, _Q[-1], out=q)
-    np.multiply(q, a, out=q)
-    g = np.add(a, q, out=r)
-    # g's rounding error, exact (Fast2Sum, |a| >= |q|); written q - (g - a) so that erf(-0.0) stays -0.0
-    np.subtract(g, a, out=a)
-    np.subtract(q, a, out=q)
-    np.tanh(g, out=r)
-    # tanh(g + d) = tanh(g) + d (1 - tanh(g)**2) to first order
-    np.multiply(r, r, out=t)
-    np.subtract(_ONE, t, out=t)
-    np.multiply(t, q, out=t)
-    np.add(r, t, out=r)
+    for ufunc, operands in erf_passes(x, r, a, t, q):
+        ufunc(*operands[:-1], out=operands[-1])
+
+
+@functools.cache
+def _erf_program():
+    """`erf` of a large array on the thread team: input, output; three scratch buffers per part (made at first
+    use: nothing at import)."""
+    return ufunc_parts.Program(erf_passes(("arg", 0), ("arg", 1), 0, 1, 2), (np.float32, np.float32),
+                               (np.float32,) * 3, CHUNK)

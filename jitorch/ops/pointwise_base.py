@@ -18,6 +18,7 @@ import numpy as np
 
 from ..runtime import dtypes as _dt
 from ..runtime import fp_errors
+from ..runtime import ufunc_parts
 from ..runtime.casts import convert
 from ..runtime.strided import is_contiguous, memory_order_strides
 from . import meta as M
@@ -114,7 +115,18 @@ def defpointwise(schema, formula, promotion=M.DEFAULT, *, variants=("function", 
             unrounded = reads_unrounded(op, k, number, None if number else a.ndim)
             vals.append(_operand_in(a, c, None if unrounded else common))
         rest = [args[i] for i in others]
-        return formula(*vals, *rest, dtype=spec.dtype) if typed else formula(*vals, *rest)
+        if typed:
+            return formula(*vals, *rest, dtype=spec.dtype)
+        # a large call of a NumPy ufunc (the formula, or ``plain`` at the other arguments' defaults: an autograd
+        # rule's ``grad * other``) on the thread team (`split_ufunc`)
+        split = formula if not rest else plain if rest == list(defaults) else None
+        if isinstance(split, np.ufunc):
+            big = next((v for v in vals if v.__class__ is np.ndarray), None)
+            if big is not None and big.size >= ufunc_parts.SPLIT_MIN:
+                r = split_ufunc(split, vals, None)
+                if r is not None:
+                    return r
+        return formula(*vals, *rest)
 
     op.meta = meta
     op.kernels["cpu"] = kernel
@@ -156,6 +168,51 @@ def _in_torch_order(r, tensors):
     if all(t._shape == shape and t._stride == strides for t in tensors):
         return r
     return registry.laid_out(r, memory_order_strides(shape, [(t._shape, t._stride) for t in tensors]))
+
+
+def split_ufunc(ufunc, vals, out_np):
+    """``ufunc(*vals)`` of a large result computed on the thread team (`runtime.ufunc_parts`: NumPy's own loop
+    on each thread's range, the same bits), of dtype ``out_np`` (None: the one NumPy resolves), or None to call
+    it here: a small result, an operand that is not a C-contiguous array of the result's shape, or a Python
+    number NumPy would not take as the arrays' kind."""
+    first = next(v for v in vals if v.__class__ is np.ndarray)
+    if first.size < ufunc_parts.SPLIT_MIN:
+        return None
+    operands = _team_operands(vals, first, None)
+    if operands is None:
+        return None
+    if out_np is None:  # (what NumPy's call would give)
+        out_np = ufunc.resolve_dtypes(tuple(v.dtype for v in operands) + (None,))[-1]
+    out = np.empty(first.shape, out_np)
+    return out if ufunc_parts.split_call(ufunc, operands, out) else None
+
+
+def _split_into(ufunc, vals, out):
+    """``ufunc(*vals, out=out)`` (an in-place op's call: ``out`` is ``vals[0]``) on the thread team, as
+    `split_ufunc`; False to call it here."""
+    operands = _team_operands(vals, out, out)
+    return operands is not None and ufunc_parts.split_call(ufunc, operands, out)
+
+
+def _team_operands(vals, like, out):
+    """The operands `ufunc_parts.split_call` takes for ``vals``: arrays of ``like``'s shape, Python numbers as
+    NumPy scalars of its dtype (where NumPy's own promotion keeps that dtype: NumPy 1.x casts by value); None
+    for a broadcast operand, or one overlapping ``out`` other than element for element (NumPy's call buffers
+    it)."""
+    operands = []
+    for v in vals:
+        if v.__class__ is np.ndarray:
+            if v.shape != like.shape:
+                return None
+            if out is not None and v is not out and np.may_share_memory(v, out) and (
+                    v.__array_interface__["data"][0] != out.__array_interface__["data"][0] or v.strides != out.strides):
+                return None
+            operands.append(v)
+        else:
+            if np.result_type(like, v) != like.dtype:
+                return None
+            operands.append(like.dtype.type(v))
+    return operands
 
 
 # dtype kinds whose results NumPy computes exactly as torch does, per promotion kind
@@ -290,6 +347,8 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
     # it for them, and runs it (which raises) for the others
     passing = frozenset(d for d in fast_dtypes if _passes(check, specs[d], len(op.schema.args))) \
         if getattr(check, "reads_dtype_only", False) else frozenset()
+    split = isinstance(plain_call, np.ufunc)  # whether a large call may split (`split_ufunc`)
+    split_min = ufunc_parts.SPLIT_MIN
 
     def fast(args, record=True):
         got = operands(args)
@@ -308,7 +367,13 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
             compute = None
         token = fp_errors.enter()
         try:
-            r = compute(*vals) if compute is not None else formula(*vals, *args[n:])
+            r = None
+            if split and compute is not None:
+                big = vals[0] if vals[0].__class__ is np.ndarray else vals[-1]
+                if big.size >= split_min:  # (NumPy's loop on the team's threads)
+                    r = split_ufunc(compute, vals, _dt.bool.np if always_bool else dtype.np)
+            if r is None:
+                r = compute(*vals) if compute is not None else formula(*vals, *args[n:])
         except (ValueError, OverflowError, TypeError):
             return None
         finally:
@@ -339,7 +404,9 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
             check(specs[dtype], *args)
         token = fp_errors.enter()
         try:
-            into(*vals, *args[n:], out=out)
+            if not (split and out.size >= split_min and (len(args) == n or args[n:] == defaults)
+                    and _split_into(plain_call, vals, out)):
+                into(*vals, *args[n:], out=out)
         except (ValueError, TypeError):  # NumPy checks broadcasting and casting before it writes
             return False
         finally:
@@ -371,7 +438,11 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
                     return fast((x, y))
                 token = enter()
                 try:
-                    r = plain_call(*operands)
+                    r = None
+                    if split and xa.size >= split_min:  # (NumPy's loop on the team's threads)
+                        r = split_ufunc(plain_call, operands, _dt.bool.np if always_bool else dtype.np)
+                    if r is None:
+                        r = plain_call(*operands)
                 except (ValueError, OverflowError, TypeError):  # (NumPy refuses: the general path decides)
                     return None
                 finally:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from .. import compiler, float32, float64, full_like
 from .. import tensor as _tensor
-from .optimizer import Optimizer, _check_nonnegative, _check_unsupported, step_grad
+from ..runtime import fp_errors
+from .optimizer import (Optimizer, _check_nonnegative, _check_unsupported, bump, numpy_begin, numpy_grad,
+                        numpy_step_allowed, step_grad)
 
 __all__ = ["Adagrad"]
 
@@ -46,14 +50,45 @@ class Adagrad(Optimizer):
         return state
 
     def _update(self, group, params):
-        lr, lr_decay, eps = group["lr"], group["lr_decay"], group["eps"]
+        numpy = numpy_step_allowed(group["lr"], group["lr_decay"], group["eps"], group["weight_decay"])
         for p in params:
             state = self._init_state(p, group)
-            step = self._step_counter(p).to(float64)
-            grad = step_grad(p, group)
-            # a tensor of the step (float64, as torch's Python-float arithmetic), so a trace reads no value
-            clr = lr / (1 + (step - 1) * lr_decay)
-            state_sum = state["sum"]
-            state_sum.add_(grad * grad)
-            std = state_sum.sqrt().add_(eps)
-            p.sub_((grad / std).mul_(clr))
+            if not (numpy and self._numpy_update(p, state, group)):
+                self._update_one(p, state, group)
+
+    def _update_one(self, p, state, group):
+        """The step of parameter ``p`` through jitorch's ops (traced in a compiled step)."""
+        lr, lr_decay, eps = group["lr"], group["lr_decay"], group["eps"]
+        step = self._step_counter(p).to(float64)
+        grad = step_grad(p, group)
+        # a tensor of the step (float64, as torch's Python-float arithmetic), so a trace reads no value
+        clr = lr / (1 + (step - 1) * lr_decay)
+        state_sum = state["sum"]
+        state_sum.add_(grad * grad)
+        std = state_sum.sqrt().add_(eps)
+        p.sub_((grad / std).mul_(clr))
+
+    def _numpy_update(self, p, state, group):
+        """`_update_one` on the NumPy arrays of ``p``, its gradient and state, as the ops' CPU kernels compute
+        each op (the same bits, the same version counts); False, having done nothing, where `numpy_begin`
+        refuses or ``p`` is 0-d (where ``clr``, a 0-d float64 tensor, would promote the product)."""
+        begun = numpy_begin(p, state, ["sum"], written=(0, 2), zero_dim=False)
+        if begun is None:
+            return False
+        (param, grad, state_sum), step = begun
+        lr, lr_decay, eps = group["lr"], group["lr_decay"], group["eps"]
+        # the float64 tensor ops' arithmetic (each exactly rounded) in Python floats; the product reads it in
+        # the parameter's dtype
+        clr = param.dtype.type(lr / (1 + (step - 1) * lr_decay))
+        token = fp_errors.enter()
+        try:
+            grad = numpy_grad(p, param, grad, group)
+            scratch, std = np.empty_like(param), np.empty_like(param)
+            np.add(state_sum, np.multiply(grad, grad, out=scratch), out=state_sum)
+            np.add(np.sqrt(state_sum, out=std), eps, out=std)
+            update = np.multiply(np.true_divide(grad, std, out=scratch), clr, out=scratch)
+            np.subtract(param, update, out=param)
+        finally:
+            fp_errors.leave(token)
+        bump(p, state["sum"])
+        return True

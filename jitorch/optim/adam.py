@@ -6,11 +6,10 @@ import math
 
 import numpy as np
 
-from ..ops.pointwise import _add, _add_into
 from ..ops.pointwise_scaled import multiplier
-from ..runtime import fp_errors
+from ..runtime import fp_errors, ufunc_parts
 from ..tensor import Tensor
-from .optimizer import (Optimizer, _check_nonnegative, _check_unsupported, bump, numpy_counter, numpy_operands,
+from .optimizer import (Optimizer, _check_nonnegative, _check_unsupported, bump, moment_passes, numpy_begin, numpy_grad,
                         numpy_step_allowed, step_grad)
 
 __all__ = ["Adam", "AdamW"]
@@ -74,52 +73,38 @@ class Adam(Optimizer):
         kernels compute each op (the same NumPy calls, the same result bit for bit), each write counted
         on the tensor's version as the op counts it; False, having done nothing, where `numpy_operands`
         refuses. It spares the ops' dispatch, about ten calls per parameter."""
-        tensors = [p, p.grad] + [state[name] for name in buffers]
-        arrays = numpy_operands(tensors, written=(0, 2, 3, 4))
-        counter = numpy_counter(state["step"])
-        if arrays is None or counter is None:
+        begun = numpy_begin(p, state, buffers, written=(0, 2, 3, 4))
+        if begun is None:
             return False
+        arrays, step = begun
         lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
-        weight_decay = group["weight_decay"]
         param, grad, exp_avg, exp_avg_sq = arrays[:4]
         token = fp_errors.enter()
         try:
-            np.add(counter, 1, out=counter)
-            step = counter.item()
-            if group["maximize"]:
-                grad = np.negative(grad)
-            if weight_decay != 0:
-                if group.get("decoupled_weight_decay"):
-                    np.multiply(param, 1 - lr * weight_decay, out=param)
-                    bump(p)
-                else:
-                    grad = _add(grad, param, weight_decay)
+            grad = numpy_grad(p, param, grad, group)
             # Each op's NumPy calls as its kernel makes them, written over two scratch arrays and the state
-            # rather than into new ones (a result is rounded the same wherever it is stored).
+            # rather than into new ones (a result is rounded the same wherever it is stored); Python numbers
+            # as the NumPy scalars of the parameter's dtype that NumPy converts them to.
             scratch, other = np.empty_like(param), np.empty_like(param)
-            # lerp_ (`_lerp`): start + w * (end - start) for |w| < 0.5, else end - (end - start) * (1 - w)
-            weight = 1 - beta1
-            diff = np.subtract(grad, exp_avg, out=scratch)
-            if abs(weight) < 0.5:
-                np.add(exp_avg, np.multiply(diff, weight, out=diff), out=exp_avg)
-            else:
-                np.subtract(grad, np.multiply(diff, 1 - weight, out=diff), out=exp_avg)
-            np.multiply(exp_avg_sq, beta2, out=exp_avg_sq)
-            _add_into(exp_avg_sq, np.multiply(grad, grad, out=scratch), 1 - beta2, out=exp_avg_sq)
+            number = param.dtype.type
+            passes = moment_passes(exp_avg, exp_avg_sq, grad, beta1, beta2, scratch)
             step_size = lr / (1 - beta1 ** step)
             bias_correction2_sqrt = math.sqrt(1 - beta2 ** step)
             second = exp_avg_sq
             if group["amsgrad"]:
-                second = np.maximum(arrays[4], exp_avg_sq, out=arrays[4])
+                second = arrays[4]
+                passes.append((np.maximum, (second, exp_avg_sq, second)))
                 bump(state["max_exp_avg_sq"])
-            denom = np.sqrt(second, out=scratch)
-            np.add(np.true_divide(denom, bias_correction2_sqrt, out=denom), eps, out=denom)
-            # addcdiv_ (`_addcdiv`): param + value * exp_avg / denom, value in the parameter's dtype
-            scaled = np.multiply(multiplier(-step_size, p.dtype), exp_avg, out=other)
-            np.add(param, np.true_divide(scaled, denom, out=scaled), out=param)
+            passes += [(np.sqrt, (second, scratch)),
+                       (np.true_divide, (scratch, number(bias_correction2_sqrt), scratch)),
+                       (np.add, (scratch, number(eps), scratch)),
+                       # addcdiv_ (`_addcdiv`): param + value * exp_avg / denom, value in the parameter's dtype
+                       (np.multiply, (multiplier(-step_size, p.dtype), exp_avg, other)),
+                       (np.true_divide, (other, scratch, other)), (np.add, (param, other, param))]
+            ufunc_parts.run_passes(param.size, passes)
         finally:
             fp_errors.leave(token)
-        bump(state["step"], p, state["exp_avg"], state["exp_avg_sq"], state["exp_avg_sq"])
+        bump(p, state["exp_avg"], state["exp_avg_sq"], state["exp_avg_sq"])
         return True
 
 

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from .. import float64
-from .optimizer import Optimizer, _check_nonnegative, _check_unsupported, step_grad
+from ..runtime import fp_errors
+from .optimizer import (Optimizer, _check_nonnegative, _check_unsupported, bump, numpy_begin, numpy_grad, numpy_lerp,
+                        numpy_power, numpy_step_allowed, step_grad)
 
 __all__ = ["Adamax"]
 
@@ -33,13 +37,43 @@ class Adamax(Optimizer):
         super().__init__(params, defaults)
 
     def _update(self, group, params):
-        lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
+        numpy = numpy_step_allowed(group["lr"], group["eps"], group["weight_decay"], *group["betas"])
         for p in params:
             state = self._lazy_state(p, ["exp_avg", "exp_inf"])
-            step = self._step_counter(p).to(float64)
-            grad = step_grad(p, group)
-            exp_avg, exp_inf = state["exp_avg"], state["exp_inf"]
-            exp_avg.lerp_(grad, 1 - beta1)
-            exp_inf.copy_(exp_inf.mul_(beta2).maximum(grad.abs().add_(eps)))
-            clr = lr / (1 - beta1 ** step)
-            p.sub_((exp_avg / exp_inf).mul_(clr))
+            if not (numpy and self._numpy_update(p, state, group)):
+                self._update_one(p, state, group)
+
+    def _update_one(self, p, state, group):
+        """The step of parameter ``p`` through jitorch's ops (traced in a compiled step)."""
+        lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
+        step = self._step_counter(p).to(float64)
+        grad = step_grad(p, group)
+        exp_avg, exp_inf = state["exp_avg"], state["exp_inf"]
+        exp_avg.lerp_(grad, 1 - beta1)
+        exp_inf.copy_(exp_inf.mul_(beta2).maximum(grad.abs().add_(eps)))
+        clr = lr / (1 - beta1 ** step)
+        p.sub_((exp_avg / exp_inf).mul_(clr))
+
+    def _numpy_update(self, p, state, group):
+        """`_update_one` on the NumPy arrays of ``p``, its gradient and state, as the ops' CPU kernels compute
+        each op (the same bits, the same version counts); False, having done nothing, where `numpy_begin`
+        refuses or ``p`` is 0-d (where ``clr``, a 0-d float64 tensor, would promote the product)."""
+        begun = numpy_begin(p, state, ["exp_avg", "exp_inf"], written=(0, 2, 3), zero_dim=False)
+        if begun is None:
+            return False
+        (param, grad, exp_avg, exp_inf), step = begun
+        lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
+        clr = param.dtype.type(lr / (1 - numpy_power(beta1, step)))
+        token = fp_errors.enter()
+        try:
+            grad = numpy_grad(p, param, grad, group)
+            scratch = np.empty_like(param)
+            numpy_lerp(exp_avg, grad, 1 - beta1, scratch)
+            np.multiply(exp_inf, beta2, out=exp_inf)
+            np.maximum(exp_inf, np.add(np.abs(grad, out=scratch), eps, out=scratch), out=exp_inf)
+            update = np.multiply(np.true_divide(exp_avg, exp_inf, out=scratch), clr, out=scratch)
+            np.subtract(param, update, out=param)
+        finally:
+            fp_errors.leave(token)
+        bump(p, state["exp_avg"], state["exp_inf"], state["exp_inf"])
+        return True

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from .. import float64
+import numpy as np
+
+from .. import float32, float64
+from ..runtime import fp_errors, ufunc_parts
 from .adamax import _check_betas
-from .optimizer import Optimizer, _check_nonnegative, _check_unsupported, step_grad
+from .optimizer import (Optimizer, _check_nonnegative, _check_unsupported, bump, moment_passes, numpy_begin,
+                        numpy_counter, numpy_grad, numpy_power, numpy_step_allowed, step_grad)
 
 __all__ = ["NAdam"]
 
@@ -36,23 +40,68 @@ class NAdam(Optimizer):
         super().__init__(params, defaults)
 
     def _update(self, group, params):
-        lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
-        momentum_decay = group["momentum_decay"]
+        numpy = numpy_step_allowed(group["lr"], group["eps"], group["weight_decay"], group["momentum_decay"],
+                                   *group["betas"])
         for p in params:
             state = self._lazy_state(p, ["exp_avg", "exp_avg_sq"], [("mu_product", 1.0)])
-            step = self._step_counter(p).to(float64)
-            grad = step_grad(p, group)
-            # The momentum schedule is a tensor of the step (float64, as torch's Python floats), so a
-            # trace reads no value. torch multiplies mu_product by mu in mu_product's dtype (float32
-            # unless loaded into a float64 parameter's): cast mu first to round as torch does.
-            mu = beta1 * (1.0 - 0.5 * 0.96 ** (step * momentum_decay))
-            mu_next = beta1 * (1.0 - 0.5 * 0.96 ** ((step + 1) * momentum_decay))
-            mu_product = state["mu_product"]
-            mu_product.mul_(mu.to(mu_product.dtype))
-            mu_product = mu_product.to(float64)
-            exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
-            exp_avg.lerp_(grad, 1 - beta1)
-            exp_avg_sq.mul_(beta2).add_(grad * grad, alpha=1 - beta2)
-            denom = (exp_avg_sq / (1 - beta2 ** step)).sqrt_().add_(eps)
-            p.sub_((grad / denom).mul_(lr * (1.0 - mu) / (1.0 - mu_product)))
-            p.sub_((exp_avg / denom).mul_(lr * mu_next / (1.0 - mu_product * mu_next)))
+            if not (numpy and self._numpy_update(p, state, group)):
+                self._update_one(p, state, group)
+
+    def _update_one(self, p, state, group):
+        """The step of parameter ``p`` through jitorch's ops (traced in a compiled step)."""
+        lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
+        momentum_decay = group["momentum_decay"]
+        step = self._step_counter(p).to(float64)
+        grad = step_grad(p, group)
+        # The momentum schedule is a tensor of the step (float64, as torch's Python floats), so a
+        # trace reads no value. torch multiplies mu_product by mu in mu_product's dtype (float32
+        # unless loaded into a float64 parameter's): cast mu first to round as torch does.
+        mu = beta1 * (1.0 - 0.5 * 0.96 ** (step * momentum_decay))
+        mu_next = beta1 * (1.0 - 0.5 * 0.96 ** ((step + 1) * momentum_decay))
+        mu_product = state["mu_product"]
+        mu_product.mul_(mu.to(mu_product.dtype))
+        mu_product = mu_product.to(float64)
+        exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+        exp_avg.lerp_(grad, 1 - beta1)
+        exp_avg_sq.mul_(beta2).add_(grad * grad, alpha=1 - beta2)
+        denom = (exp_avg_sq / (1 - beta2 ** step)).sqrt_().add_(eps)
+        p.sub_((grad / denom).mul_(lr * (1.0 - mu) / (1.0 - mu_product)))
+        p.sub_((exp_avg / denom).mul_(lr * mu_next / (1.0 - mu_product * mu_next)))
+
+    def _numpy_update(self, p, state, group):
+        """`_update_one` on the NumPy arrays of ``p``, its gradient and state, as the ops' CPU kernels compute
+        each op (the same bits, the same version counts); False, having done nothing, where `numpy_begin`
+        refuses, ``mu_product`` is not a 0-d float CPU tensor, or ``p`` is 0-d (where the schedule's 0-d
+        float64 tensors would promote the products)."""
+        product = numpy_counter(state["mu_product"], (float32, float64))
+        if product is None:
+            return False
+        begun = numpy_begin(p, state, ["exp_avg", "exp_avg_sq"], written=(0, 2, 3), zero_dim=False)
+        if begun is None:
+            return False
+        (param, grad, exp_avg, exp_avg_sq), step = begun
+        lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
+        momentum_decay = group["momentum_decay"]
+        # the float64 tensor ops' arithmetic in Python floats (each op exactly rounded; powers as `numpy_power`)
+        mu = beta1 * (1.0 - 0.5 * numpy_power(0.96, step * momentum_decay))
+        mu_next = beta1 * (1.0 - 0.5 * numpy_power(0.96, (step + 1) * momentum_decay))
+        np.multiply(product, product.dtype.type(mu), out=product)
+        mu_product = float(product)
+        number = param.dtype.type
+        token = fp_errors.enter()
+        try:
+            grad = numpy_grad(p, param, grad, group)
+            scratch, denom = np.empty_like(param), np.empty_like(param)
+            ufunc_parts.run_passes(param.size, moment_passes(exp_avg, exp_avg_sq, grad, beta1, beta2, scratch))
+            np.true_divide(exp_avg_sq, number(1 - numpy_power(beta2, step)), out=denom)
+            np.add(np.sqrt(denom, out=denom), eps, out=denom)
+            update = np.true_divide(grad, denom, out=scratch)
+            np.multiply(update, number(lr * (1.0 - mu) / (1.0 - mu_product)), out=update)
+            np.subtract(param, update, out=param)
+            update = np.true_divide(exp_avg, denom, out=scratch)
+            np.multiply(update, number(lr * mu_next / (1.0 - mu_product * mu_next)), out=update)
+            np.subtract(param, update, out=param)
+        finally:
+            fp_errors.leave(token)
+        bump(state["mu_product"], p, p, state["exp_avg"], state["exp_avg_sq"], state["exp_avg_sq"])
+        return True

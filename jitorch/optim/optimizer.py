@@ -6,8 +6,8 @@ subclass may override ``step`` instead, as in torch. Updates are written with ji
 in-place tensor ops and never read tensor values into Python, so a training
 step that calls ``optimizer.step()`` can be traced by ``jitorch.compile``.
 
-An eager step of Adam, AdamW or SGD on dense float32/float64 CPU tensors computes
-instead on their NumPy arrays (``_numpy_update``): the same NumPy calls as the
+An eager step of SGD, Adam, AdamW, RMSprop, Adagrad, Adamax, NAdam, RAdam or Adadelta on dense
+float32/float64 CPU tensors computes instead on their NumPy arrays (``_numpy_update``): the same NumPy calls as the
 ops' CPU kernels, so the same values bit for bit, and the same version counts,
 without the ops' dispatch, which cost several times the arithmetic on a small
 model's parameters. It steps aside (`numpy_step_allowed`) whenever a dispatch hook
@@ -26,8 +26,10 @@ import numpy as np
 from ..autograd import enable_grad, no_grad
 from ..autograd.gradients import zero_grad_
 from ..ops import registry
+from ..ops.pointwise import _add
 from ..runtime import fp_errors
 from ..runtime import profiling
+from ..runtime import ufunc_parts
 from ..runtime.autocast_mode import STATE as _AUTOCAST_STATE
 from ..runtime.device import CPU
 from ..runtime.dtypes import float32, float64
@@ -306,10 +308,11 @@ def numpy_operands(tensors, written):
     return arrays
 
 
-def numpy_counter(step):
-    """The NumPy array of a 0-d float32 CPU ``state["step"]`` tensor, which a NumPy step increments in
-    place; None for any other (a loaded state dict's), which the ops increment."""
-    if (not isinstance(step, Tensor) or step.device is not CPU or step.dtype is not float32 or step._shape
+def numpy_counter(step, dtypes=(float32,)):
+    """The NumPy array of a 0-d CPU ``state["step"]`` tensor of one of ``dtypes`` (or of another such state
+    scalar), which a NumPy step updates in place; None for any other (a loaded state dict's), which the ops
+    update."""
+    if (not isinstance(step, Tensor) or step.device is not CPU or step.dtype not in dtypes or step._shape
             or step._storage.data is None or step._storage.inference):
         return None
     return step._arr if step._arr is not None else step._array()
@@ -383,3 +386,75 @@ def step_down(p, update, lr):
         p.sub_(update * lr)
     else:
         p.add_(update, alpha=-lr)
+
+
+def numpy_begin(p, state, buffers, written, zero_dim=True):
+    """The first part of a `_numpy_update`: the arrays of ``p``, its gradient and its state's ``buffers`` (see
+    `numpy_operands`), with ``state["step"]`` incremented as ``_step_counter`` increments it; ``(arrays, step)``,
+    the step a Python float, or None, having done nothing, where the ops must take the step (and, unless
+    ``zero_dim``, for a 0-d ``p``: an update whose general step multiplies by 0-d float64 tensors of the step,
+    which promote a 0-d parameter's products)."""
+    if not zero_dim and not p._shape:
+        return None
+    arrays = numpy_operands([p, p.grad] + [state[name] for name in buffers], written)
+    counter = numpy_counter(state["step"])
+    if arrays is None or counter is None:
+        return None
+    np.add(counter, 1, out=counter)
+    bump(state["step"])
+    return arrays, counter.item()
+
+
+def numpy_grad(p, param, grad, group):
+    """`step_grad` on the arrays ``param`` (of ``p``, whose decoupled decay it counts) and ``grad``, as the ops'
+    kernels compute it."""
+    if group["maximize"]:
+        grad = np.negative(grad)
+    weight_decay = group["weight_decay"]
+    if weight_decay != 0:
+        if group.get("decoupled_weight_decay"):
+            np.multiply(param, 1 - group["lr"] * weight_decay, out=param)
+            bump(p)
+        else:
+            grad = _add(grad, param, weight_decay)
+    return grad
+
+
+def numpy_lerp(start, end, weight, scratch):
+    """``start.lerp_(end, weight)`` (a Python number ``weight``) on arrays (`lerp_passes`)."""
+    ufunc_parts.run_passes(start.size, lerp_passes(start, end, weight, scratch))
+
+
+def lerp_passes(start, end, weight, scratch):
+    """The NumPy passes (`runtime.ufunc_parts.run_passes`) of ``start.lerp_(end, weight)``, a Python number
+    ``weight``, as `ops.pointwise._lerp` computes it: ``start + w * d`` for ``|w| < 0.5``, else
+    ``end - d * (1 - w)``, ``d = end - start`` written in ``scratch``."""
+    number = start.dtype.type
+    passes = [(np.subtract, (end, start, scratch))]
+    if abs(weight) < 0.5:
+        return passes + [(np.multiply, (scratch, number(weight), scratch)), (np.add, (start, scratch, start))]
+    return passes + [(np.multiply, (scratch, number(1 - weight), scratch)), (np.subtract, (end, scratch, start))]
+
+
+def moment_passes(exp_avg, exp_avg_sq, grad, beta1, beta2, scratch):
+    """The NumPy passes of Adam's moments, ``exp_avg.lerp_(grad, 1 - beta1)`` and
+    ``exp_avg_sq.mul_(beta2).add_(grad * grad, alpha=1 - beta2)``, ``scratch`` written."""
+    return (lerp_passes(exp_avg, grad, 1 - beta1, scratch)
+            + [(np.multiply, (exp_avg_sq, exp_avg_sq.dtype.type(beta2), exp_avg_sq)),
+               (np.multiply, (grad, grad, scratch))]
+            + add_passes(exp_avg_sq, scratch, 1 - beta2, exp_avg_sq))
+
+
+def add_passes(a, b, alpha, out, scratch=None):
+    """The NumPy passes of ``out = a + alpha * b`` as `ops.pointwise._add_into` computes it (``b`` times
+    ``alpha`` unless it is 1, then the sum), the product written in ``scratch``, or over ``b`` if None."""
+    if alpha == 1:
+        return [(np.add, (a, b, out))]
+    product = b if scratch is None else scratch
+    return [(np.multiply, (b, a.dtype.type(alpha), product)), (np.add, (a, product, out))]
+
+
+def numpy_power(base, exponent):
+    """``base ** step`` of a Python float ``base`` and the step as a float64 tensor, as its op computes it (NumPy's
+    ``power`` loop on a 0-d array, which may differ from C's ``pow`` on Python floats), as a Python float."""
+    return float(np.power(base, np.array(exponent, np.float64)))

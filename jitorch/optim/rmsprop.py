@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from .optimizer import Optimizer, _check_nonnegative, _check_unsupported, step_down, step_grad
+import numpy as np
+
+from ..ops.pointwise import _add_into
+from ..runtime import fp_errors
+from .optimizer import (Optimizer, _check_nonnegative, _check_unsupported, bump, numpy_begin, numpy_grad, numpy_lerp,
+                        numpy_step_allowed, step_down, step_grad)
 
 __all__ = ["RMSprop"]
 
@@ -26,25 +31,77 @@ class RMSprop(Optimizer):
         super().__init__(params, defaults)
 
     def _update(self, group, params):
+        numpy = numpy_step_allowed(group["lr"], group["alpha"], group["eps"], group["momentum"],
+                                   group["weight_decay"])
+        for p in params:
+            state = self._lazy_state(p, self._buffers(group))
+            if not (numpy and self._numpy_update(p, state, group)):
+                self._update_one(p, state, group)
+
+    @staticmethod
+    def _buffers(group):
+        return ["square_avg"] + ["momentum_buffer"] * (group["momentum"] > 0) + ["grad_avg"] * group["centered"]
+
+    def _update_one(self, p, state, group):
+        """The step of parameter ``p`` through jitorch's ops (traced in a compiled step)."""
         lr, alpha, eps = group["lr"], group["alpha"], group["eps"]
         momentum = group["momentum"]
-        for p in params:
-            state = self._lazy_state(p, ["square_avg"] + ["momentum_buffer"] * (group["momentum"] > 0)
-                                     + ["grad_avg"] * group["centered"])
-            self._step_counter(p)
-            grad = step_grad(p, group)
-            square_avg = state["square_avg"]
-            square_avg.mul_(alpha).add_(grad * grad, alpha=1 - alpha)
+        self._step_counter(p)
+        grad = step_grad(p, group)
+        square_avg = state["square_avg"]
+        square_avg.mul_(alpha).add_(grad * grad, alpha=1 - alpha)
+        if group["centered"]:
+            grad_avg = state["grad_avg"]
+            grad_avg.lerp_(grad, 1 - alpha)
+            avg = (square_avg - grad_avg * grad_avg).sqrt_()
+        else:
+            avg = square_avg.sqrt()
+        avg.add_(eps)
+        if momentum > 0:
+            buf = state["momentum_buffer"]
+            buf.mul_(momentum).add_(grad / avg)
+            step_down(p, buf, lr)
+        else:
+            step_down(p, grad / avg, lr)
+
+    def _numpy_update(self, p, state, group):
+        """`_update_one` on the NumPy arrays of ``p``, its gradient and state, as the ops' CPU kernels compute
+        each op (the same NumPy calls, the same bits), each write counted on the tensor's version as the op
+        counts it; False, having done nothing, where `numpy_begin` refuses."""
+        buffers = self._buffers(group)
+        begun = numpy_begin(p, state, buffers, written=(0, 2, 3, 4))
+        if begun is None:
+            return False
+        arrays, _ = begun
+        param, grad, square_avg = arrays[:3]
+        named = dict(zip(buffers, arrays[2:]))
+        lr, alpha, eps, momentum = group["lr"], group["alpha"], group["eps"], group["momentum"]
+        token = fp_errors.enter()
+        try:
+            grad = numpy_grad(p, param, grad, group)
+            scratch = np.empty_like(param)
+            np.multiply(square_avg, alpha, out=square_avg)
+            _add_into(square_avg, np.multiply(grad, grad, out=scratch), 1 - alpha, out=square_avg)
+            bump(state["square_avg"], state["square_avg"])
             if group["centered"]:
-                grad_avg = state["grad_avg"]
-                grad_avg.lerp_(grad, 1 - alpha)
-                avg = (square_avg - grad_avg * grad_avg).sqrt_()
+                grad_avg = named["grad_avg"]
+                numpy_lerp(grad_avg, grad, 1 - alpha, scratch)
+                bump(state["grad_avg"])
+                avg = np.subtract(square_avg, np.multiply(grad_avg, grad_avg, out=scratch), out=scratch)
+                np.sqrt(avg, out=avg)
             else:
-                avg = square_avg.sqrt()
-            avg.add_(eps)
+                avg = np.sqrt(square_avg, out=scratch)
+            np.add(avg, eps, out=avg)
             if momentum > 0:
-                buf = state["momentum_buffer"]
-                buf.mul_(momentum).add_(grad / avg)
-                step_down(p, buf, lr)
+                buf = named["momentum_buffer"]
+                np.multiply(buf, momentum, out=buf)
+                np.add(buf, np.true_divide(grad, avg, out=avg), out=buf)
+                bump(state["momentum_buffer"], state["momentum_buffer"])
+                update = buf
             else:
-                step_down(p, grad / avg, lr)
+                update = np.true_divide(grad, avg, out=avg)
+            _add_into(param, update, -lr, out=param)
+        finally:
+            fp_errors.leave(token)
+        bump(p)
+        return True

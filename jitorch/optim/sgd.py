@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from .. import compiler, zeros_like
-from ..ops.pointwise import _add, _add_into
-from ..runtime import fp_errors
-from .optimizer import (Optimizer, _check_nonnegative, _check_unsupported, bump, numpy_operands, numpy_step_allowed,
-                        step_down, step_grad)
+from ..ops.pointwise import _add
+from ..runtime import fp_errors, ufunc_parts
+from .optimizer import (Optimizer, _check_nonnegative, _check_unsupported, add_passes, bump, numpy_operands,
+                        numpy_step_allowed, step_down, step_grad)
 
 __all__ = ["SGD"]
 
@@ -86,13 +86,22 @@ class SGD(Optimizer):
                 grad = np.negative(grad)
             if weight_decay != 0:
                 grad = _add(grad, param, weight_decay)
+            # the ops' NumPy calls as passes (large parameters split on the thread team), products in scratch
+            scratch = np.empty_like(param)
+            passes = []
             if momentum != 0:
                 buf = arrays[2]
-                np.multiply(buf, momentum, out=buf)
-                _add_into(buf, grad, 1 - group["dampening"], out=buf)
+                passes.append((np.multiply, (buf, param.dtype.type(momentum), buf)))
+                passes += add_passes(buf, grad, 1 - group["dampening"], buf, scratch)
                 bump(tensors[2], tensors[2])
-                grad = _add(grad, buf, momentum) if group["nesterov"] else buf
-            _add_into(param, grad, -lr, out=param)
+                if group["nesterov"]:  # (grad + momentum * buf, a new array as `_add` makes)
+                    nesterov = np.empty_like(param)
+                    passes += add_passes(grad, buf, momentum, nesterov, scratch)
+                    grad = nesterov
+                else:
+                    grad = buf
+            passes += add_passes(param, grad, -lr, param, scratch)
+            ufunc_parts.run_passes(param.size, passes)
         finally:
             fp_errors.leave(token)
         bump(p)

@@ -13,8 +13,9 @@ BLAS pool (through threadpoolctl, which finds the BLAS library NumPy loaded whic
 thread: OpenBLAS's own threads spin-wait at the barriers of each product, so on cores that other work
 shares, a product on two of them took 5 to 7 times the CPU time of one thread (a GPT training step: 534 ms
 of CPU against 85), and they spun against the kernels' threads as well. Until ``set_num_threads`` is
-called, products do not split and BLAS keeps its own thread count. Other eager ops run NumPy on the calling
-thread. jitorch has no inter-op pool (torch's, for ``torch.jit.fork``): ``set_num_interop_threads`` records
+called, products do not split and BLAS keeps its own thread count. Large eager pointwise ops, GELU and
+optimizer updates run NumPy's own ufunc loops on the team (`runtime.ufunc_parts`, through the native
+``jitorch_ufunc_program``, without the GIL); other eager ops run NumPy on the calling thread. jitorch has no inter-op pool (torch's, for ``torch.jit.fork``): ``set_num_interop_threads`` records
 its number, once, under torch's rule, and nothing reads it. ``set_warn_always`` makes the warnings jitorch
 gives once per compiled function (the recompile limit) come at each occurrence, as torch's TORCH_WARN_ONCE does.
 """
@@ -37,8 +38,9 @@ _teams_lock = threading.Lock()
 # forever
 os.register_at_fork(after_in_child=_teams.clear)
 # What `run_parts` did, for tests and benchmarks to see what split: "forks" (calls that ran parts on workers),
-# "parts" (parts run by workers), "inline" (calls whose parts all ran on the calling thread: the team was busy)
-counters = {"forks": 0, "parts": 0, "inline": 0}
+# "parts" (parts handed to workers), "inline" (calls whose parts all ran on the calling thread: the team was busy),
+# "taken back" (native parts no worker had claimed when the forking thread finished its own, which it then ran)
+counters = {"forks": 0, "parts": 0, "inline": 0, "taken back": 0}
 
 
 def _positive(name, n):
@@ -176,7 +178,9 @@ finish:
 loop:
   %s = phi i32 [%seen, %entry], [%seen, %finish], [%now, %next]
   %now = call i32 @jitorch_wait(i32* %state, i32 %s, i64 %spins, i32* %goflag)
-  %entry_ = load i64, i64* %row, align 8
+  ; claimed: a native part that the forking thread took back (`jitorch_fork`) is then -1 here, and one
+  ; this worker took cannot be taken back
+  %entry_ = atomicrmw xchg i64* %row, i64 -1 seq_cst
   %python = icmp eq i64 %entry_, 0
   br i1 %python, label %back, label %check
 check:
@@ -197,7 +201,12 @@ back:
   ret i32 %now
 }}
 
-define void @jitorch_fork(i32* %state, i32 %target, i64 %entry_, i64 %a, i64 %lo, i64 %hi, i64 %spins) {{
+; The forking thread runs its own chunk, then takes back every chunk no worker has claimed yet (a worker that is
+; asleep, or not on a core: on a machine with more runnable threads than cores it may wait milliseconds for one)
+; and runs it itself, raising done for it as the worker would have; then waits for the chunks the workers took.
+; Returns how many it took back.
+define i64 @jitorch_fork(i32* %state, i32 %target, i64 %entry_, i64 %a, i64 %lo, i64 %hi, i64 %spins, i64* %table, i64 %rows) {{
+entry:
   %goflag = getelementptr i32, i32* %state, i64 1
   %done = getelementptr i32, i32* %state, i64 2
   %doneflag = getelementptr i32, i32* %state, i64 3
@@ -205,7 +214,121 @@ define void @jitorch_fork(i32* %state, i32 %target, i64 %entry_, i64 %a, i64 %lo
   %fn = inttoptr i64 %entry_ to void (i8*, i64, i64)*
   %args = inttoptr i64 %a to i8*
   call void %fn(i8* %args, i64 %lo, i64 %hi)
+  br label %steal
+steal:
+  %i = phi i64 [0, %entry], [%inext, %next]
+  %taken = phi i64 [0, %entry], [%taken2, %next]
+  %more = icmp slt i64 %i, %rows
+  br i1 %more, label %try, label %wait
+try:
+  %off = mul i64 %i, 4
+  %prow = getelementptr i64, i64* %table, i64 %off
+  %pair = cmpxchg i64* %prow, i64 %entry_, i64 -1 seq_cst seq_cst
+  %won = extractvalue {{ i64, i1 }} %pair, 1
+  br i1 %won, label %run, label %next
+run:
+  %pa = getelementptr i64, i64* %prow, i64 1
+  %ra = load i64, i64* %pa, align 8
+  %rargs = inttoptr i64 %ra to i8*
+  %plo = getelementptr i64, i64* %prow, i64 2
+  %rlo = load i64, i64* %plo, align 8
+  %phi_ = getelementptr i64, i64* %prow, i64 3
+  %rhi = load i64, i64* %phi_, align 8
+  call void %fn(i8* %rargs, i64 %rlo, i64 %rhi)
+  call void @jitorch_raise(i32* %done, i32* %doneflag)
+  br label %next
+next:
+  %won64 = zext i1 %won to i64
+  %taken2 = add i64 %taken, %won64
+  %inext = add i64 %i, 1
+  br label %steal
+wait:
   call void @jitorch_wait_for(i32* %done, i32 %target, i64 %spins, i32* %doneflag)
+  ret i64 %taken
+}}
+; A sequence of NumPy strided loops (`runtime.ufunc_parts`) over elements [lo, hi), in chunks. The argument array
+; (int64): steps, chunk, then per step: loop, context, auxdata, operand count (at most 4), and per operand:
+; address, stride, relative (1: the address is of the chunk's first element, a part's scratch buffer; 0: of
+; element 0). A loop is NumPy's ``int (context, char **data, npy_intp *n, npy_intp *strides, auxdata)``.
+define void @jitorch_ufunc_program(i8* %a, i64 %lo, i64 %hi) {{
+entry:
+  %args = bitcast i8* %a to i64*
+  %data = alloca [4 x i64], align 8
+  %strides = alloca [4 x i64], align 8
+  %dims = alloca i64, align 8
+  %nsteps = load i64, i64* %args, align 8
+  %pchunk = getelementptr i64, i64* %args, i64 1
+  %chunk = load i64, i64* %pchunk, align 8
+  %data0 = getelementptr [4 x i64], [4 x i64]* %data, i64 0, i64 0
+  %strides0 = getelementptr [4 x i64], [4 x i64]* %strides, i64 0, i64 0
+  %datap = bitcast i64* %data0 to i8**
+  br label %chunks
+chunks:
+  %c = phi i64 [%lo, %entry], [%cnext, %chunkdone]
+  %cmore = icmp slt i64 %c, %hi
+  br i1 %cmore, label %chunkbody, label %exit
+chunkbody:
+  %left = sub i64 %hi, %c
+  %small = icmp slt i64 %left, %chunk
+  %m = select i1 %small, i64 %left, i64 %chunk
+  store i64 %m, i64* %dims, align 8
+  br label %steps
+steps:
+  %s = phi i64 [0, %chunkbody], [%snext, %call]
+  %p = phi i64 [2, %chunkbody], [%pnext, %call]
+  %smore = icmp slt i64 %s, %nsteps
+  br i1 %smore, label %stepbody, label %chunkdone
+stepbody:
+  %ploop = getelementptr i64, i64* %args, i64 %p
+  %loopi = load i64, i64* %ploop, align 8
+  %p1 = add i64 %p, 1
+  %pctx = getelementptr i64, i64* %args, i64 %p1
+  %ctxi = load i64, i64* %pctx, align 8
+  %p2 = add i64 %p, 2
+  %paux = getelementptr i64, i64* %args, i64 %p2
+  %auxi = load i64, i64* %paux, align 8
+  %p3 = add i64 %p, 3
+  %pnops = getelementptr i64, i64* %args, i64 %p3
+  %nops = load i64, i64* %pnops, align 8
+  %first = add i64 %p, 4
+  br label %ops
+ops:
+  %k = phi i64 [0, %stepbody], [%knext, %opbody]
+  %q = phi i64 [%first, %stepbody], [%qnext, %opbody]
+  %kmore = icmp slt i64 %k, %nops
+  br i1 %kmore, label %opbody, label %call
+opbody:
+  %paddr = getelementptr i64, i64* %args, i64 %q
+  %addr = load i64, i64* %paddr, align 8
+  %q1 = add i64 %q, 1
+  %pstride = getelementptr i64, i64* %args, i64 %q1
+  %stride = load i64, i64* %pstride, align 8
+  %q2 = add i64 %q, 2
+  %prel = getelementptr i64, i64* %args, i64 %q2
+  %rel = load i64, i64* %prel, align 8
+  %isrel = icmp ne i64 %rel, 0
+  %index = select i1 %isrel, i64 0, i64 %c
+  %off = mul i64 %index, %stride
+  %at = add i64 %addr, %off
+  %pd = getelementptr i64, i64* %data0, i64 %k
+  store i64 %at, i64* %pd, align 8
+  %ps = getelementptr i64, i64* %strides0, i64 %k
+  store i64 %stride, i64* %ps, align 8
+  %knext = add i64 %k, 1
+  %qnext = add i64 %q, 3
+  br label %ops
+call:
+  %fn = inttoptr i64 %loopi to i32 (i8*, i8**, i64*, i64*, i8*)*
+  %ctx = inttoptr i64 %ctxi to i8*
+  %aux = inttoptr i64 %auxi to i8*
+  %r = call i32 %fn(i8* %ctx, i8** %datap, i64* %dims, i64* %strides0, i8* %aux)
+  %snext = add i64 %s, 1
+  %pnext = add i64 %q, 0
+  br label %steps
+chunkdone:
+  %cnext = add i64 %c, %m
+  br label %chunks
+exit:
   ret void
 }}
 """
@@ -245,7 +368,8 @@ class _Native:
             self.engine.get_function_address("jitorch_raise"))
         self.wait_for = fn("jitorch_wait_for", None, word, i32, i64, word)
         self.work = fn("jitorch_work", i32, word, word, i32, i64, i32)
-        self.fork = fn("jitorch_fork", None, word, i32, i64, i64, i64, i64, i64)
+        self.fork = fn("jitorch_fork", i64, word, i32, i64, i64, i64, i64, i64, word, i64)
+        self.ufunc_program = self.engine.get_function_address("jitorch_ufunc_program")
         wait = fn("jitorch_wait", i32, word, i32, i64, word)
         probe = ctypes.c_int32(0)
         turns = 1 << 16
@@ -320,7 +444,8 @@ class _Team:
         counters["forks"] += 1
         counters["parts"] += helpers
         if entry is not None:
-            native.fork(state, target, entry, *parts[0], native.spins)
+            counters["taken back"] += native.fork(state, target, entry, *parts[0], native.spins,
+                                                    ctypes.addressof(table), helpers)
             return
         # raised holding the GIL: a worker that sees it waits for the GIL until this thread's part lets it go
         # in NumPy's matmul; raised through a call that let the GIL go, a worker could take it in that moment

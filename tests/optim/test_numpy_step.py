@@ -24,7 +24,26 @@ CASES = [
     (optim.SGD, dict(lr=0.1, momentum=0.9, weight_decay=0.01)),
     (optim.SGD, dict(lr=0.1, momentum=0.9, nesterov=True, maximize=True)),
     (optim.SGD, dict(lr=0.1, momentum=0.5, dampening=0.3, weight_decay=1)),
+    (optim.RMSprop, dict(lr=0.05)),
+    (optim.RMSprop, dict(lr=0.05, alpha=0.3, momentum=0.9, centered=True, weight_decay=0.1, maximize=True)),
+    (optim.RMSprop, dict(lr=0.05, alpha=0.8, centered=True)),  # lerp's first form, 1 - alpha < 0.5
+    (optim.Adagrad, dict(lr=0.1)),
+    (optim.Adagrad, dict(lr=0.1, lr_decay=0.3, weight_decay=0.1, initial_accumulator_value=0.5, maximize=True)),
+    (optim.Adamax, dict(lr=0.05)),
+    (optim.Adamax, dict(lr=0.05, betas=(0.1, 0.3), eps=1e-3, weight_decay=0.2, maximize=True)),
+    (optim.NAdam, dict(lr=0.05)),
+    (optim.NAdam, dict(lr=0.05, betas=(0.2, 0.6), weight_decay=0.1, momentum_decay=0.1, maximize=True)),
+    (optim.NAdam, dict(lr=0.05, weight_decay=0.1, decoupled_weight_decay=True)),
+    # rho_t is 1 at step 1 whatever beta2; with beta2 = 0.9 it passes 5 at step 6 (rectified), with 0.999 later
+    (optim.RAdam, dict(lr=0.05)),
+    (optim.RAdam, dict(lr=0.05, betas=(0.5, 0.9), weight_decay=0.1, maximize=True)),
+    (optim.RAdam, dict(lr=0.05, betas=(0.8, 0.9), eps=1e-3, weight_decay=0.1, decoupled_weight_decay=True)),
+    (optim.Adadelta, dict()),
+    (optim.Adadelta, dict(lr=0.5, rho=0.3, eps=1e-3, weight_decay=0.1, maximize=True)),
 ]
+# optimizers whose general step multiplies by 0-d float64 tensors of the step, which promote a 0-d parameter's
+# products: the ops take those parameters' steps
+ZERO_DIM_BY_OPS = (optim.Adagrad, optim.Adamax, optim.NAdam, optim.RAdam)
 
 
 def _spy(opt, allow):
@@ -65,11 +84,14 @@ def _train(cls, options, allow, dtype, steps=4, schedule=True):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("cls,options", CASES, ids=[f"{c.__name__}-{i}" for i, (c, _) in enumerate(CASES)])
 def test_numpy_step_equals_ops_bit_for_bit(cls, options, dtype):
-    fast, fast_opt, fast_counts = _train(cls, options, True, dtype)
-    slow, slow_opt, slow_counts = _train(cls, options, False, dtype)
+    steps = 8 if cls is optim.RAdam else 4  # (RAdam's rectified steps start at the 6th)
+    fast, fast_opt, fast_counts = _train(cls, options, True, dtype, steps)
+    slow, slow_opt, slow_counts = _train(cls, options, False, dtype, steps)
     # every parameter's step on its arrays, but an SGD momentum buffer's first (made by the ops)
-    first_by_ops = len(SHAPES) if options.get("momentum") else 0
-    assert fast_counts == {"calls": 4 * len(SHAPES), "taken": 4 * len(SHAPES) - first_by_ops}
+    first_by_ops = len(SHAPES) if options.get("momentum") and cls is optim.SGD else 0
+    zero_dim_by_ops = steps * SHAPES.count(()) if cls in ZERO_DIM_BY_OPS else 0
+    assert fast_counts == {"calls": steps * len(SHAPES),
+                           "taken": steps * len(SHAPES) - first_by_ops - zero_dim_by_ops}
     assert slow_counts["taken"] == 0
     for p, q in zip(fast, slow):
         assert p.detach().numpy().tobytes() == q.detach().numpy().tobytes()
@@ -172,3 +194,59 @@ def test_not_taken_for_cuda_tensors(cls, options):
         assert counts["taken"] == 0 and counts["calls"] > 0
         for p, q in zip(params, cpu_params):
             np.testing.assert_allclose(p.detach().cpu().numpy(), q.detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+NEW_CASES = [(cls, options) for cls, options in CASES if cls not in (optim.Adam, optim.AdamW, optim.SGD)]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("cls,options", NEW_CASES, ids=[f"{c.__name__}-{i}" for i, (c, _) in enumerate(NEW_CASES)])
+def test_numpy_step_follows_torch(cls, options, dtype):
+    """The steps on NumPy arrays follow torch.optim's on the same parameters, gradients and schedule."""
+    import torch
+    steps = 8
+    fast, _, counts = _train(cls, options, True, dtype, steps)
+    assert counts["taken"] > 0
+    rng = np.random.default_rng(0)
+    params = [torch.tensor(rng.standard_normal(s).astype(dtype), requires_grad=True) for s in SHAPES]
+    opt = getattr(torch.optim, cls.__name__)(params, **options)
+    scheduler = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.7)
+    for _ in range(steps):
+        for p in params:
+            p.grad = torch.tensor(rng.standard_normal(p.shape).astype(dtype))
+        params[0].grad = torch.tensor(rng.standard_normal((5, 6)).astype(dtype)).t()
+        opt.step()
+        scheduler.step()
+    tolerance = dict(rtol=2e-5, atol=2e-6) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-13)
+    for p, q in zip(fast, params):
+        np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), **tolerance)
+
+
+SPLIT_CASES = [CASES[1], CASES[5], (optim.Adadelta, dict(lr=0.5, rho=0.3, weight_decay=0.1)),
+               (optim.RMSprop, dict(lr=0.05, alpha=0.8, centered=True)), CASES[8], CASES[9]]
+
+
+@pytest.mark.parametrize("cls,options", SPLIT_CASES, ids=[c.__name__ for c, _ in SPLIT_CASES])
+def test_large_parameters_split_across_two_threads_give_the_ops_bits(monkeypatch, cls, options):
+    """A parameter of `ufunc_parts.SPLIT_MIN` elements or more is updated on the thread team (the same passes
+    on each thread's range of elements): the bits of the step through the ops."""
+    from jitorch.runtime import threads, ufunc_parts
+    monkeypatch.setitem(threads._settings, "threads", 2)
+    monkeypatch.setattr(ufunc_parts, "BACKOFF", 0)  # every large call asks the team, even on a loaded machine
+    monkeypatch.setitem(ufunc_parts._backoff, "calls", 0)
+    rng = np.random.default_rng(3)
+    start = rng.standard_normal(ufunc_parts.SPLIT_MIN + 77).astype(np.float32)
+    grads = [rng.standard_normal(start.shape).astype(np.float32) for _ in range(3)]
+    results = []
+    for allow in (True, False):
+        w = jt.tensor(start, requires_grad=True)
+        opt = cls([w], **options)
+        counts = _spy(opt, allow)
+        forks = threads.counters["forks"]
+        for g in grads:
+            w.grad = jt.tensor(g)
+            opt.step()
+        results.append((w.detach().numpy().tobytes(), {k: v.numpy().tobytes() for k, v in opt.state[w].items()}))
+        if allow:  # (SGD's first step with momentum makes its buffer through the ops)
+            assert counts["taken"] == 3 - (cls is optim.SGD) and threads.counters["forks"] > forks
+    assert results[0] == results[1]

@@ -120,3 +120,23 @@ def test_a_kernel_just_over_the_threshold_splits_in_two_on_many_threads(monkeypa
     f(x)
     assert (threads.counters["forks"], threads.counters["parts"]) == (forks + 1, parts + 1)  # 2 chunks, not 8
     np.testing.assert_allclose(got.numpy(), np.exp(x.numpy() * 3), rtol=1e-6)
+
+
+def test_chunks_no_worker_claimed_are_taken_back_by_the_forking_thread(monkeypatch, two_threads):
+    """A team whose worker never comes (asleep or off the cores): the forking thread runs the worker's chunk
+    too once its own is done, counts it as taken back, and the result is the whole call's."""
+    from jitorch.runtime import ufunc_parts
+    native = threads._native()
+    team = threads._Team.__new__(threads._Team)  # (no worker thread started)
+    team.native, team.busy, team.workers, team.done = native, threading.Lock(), 1, 0
+    team.state, team.table, team.python = (threads.ctypes.c_int32 * 4)(), (threads.ctypes.c_int64 * 4)(), [None]
+    monkeypatch.setattr(threads, "_team", lambda n: team)
+    monkeypatch.setattr(ufunc_parts, "BACKOFF", 0)
+    monkeypatch.setitem(ufunc_parts._backoff, "calls", 0)
+    x = np.linspace(-3, 3, ufunc_parts.SPLIT_MIN * 2, dtype=np.float32)
+    out = np.empty_like(x)
+    taken, forks = threads.counters["taken back"], threads.counters["forks"]
+    for _ in range(2):  # (the second fork finds the state the first left)
+        assert ufunc_parts.split_call(np.tanh, [x], out)
+    assert threads.counters["forks"] - forks == 2 and threads.counters["taken back"] - taken == 2
+    assert out.tobytes() == np.tanh(x).tobytes()
