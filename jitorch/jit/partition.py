@@ -24,7 +24,7 @@ import math
 from typing import NamedTuple
 
 from ..ir.graph import Graph, Node, Value
-from ..ir.passes import cse, simplify
+from ..ir.passes import cse, dce, simplify
 from ..runtime.pytree import tree_leaves
 
 
@@ -43,11 +43,16 @@ def split_joint(joint: Graph, n_inputs: int) -> Split:
     # a backward rule that computes forward work again (a layer norm's mean) reads the forward's instead, which
     # the cut then saves, or runs it once in the backward where the forward did not need it
     cse.run(joint)
+    # and what the joint traced but returns not (a view of an output it returns the base of), which the backward
+    # would otherwise save values for
+    dce.run(joint)
     outs, grads = joint.outputs
     outs, grads = list(outs), list(grads)
     primal = joint.inputs[:n_inputs]
     cotangents = joint.inputs[n_inputs:]
-    forward_nodes = _ancestors(joint.nodes, outs)
+    # the writes into captured buffers (a batch norm's running statistics) are the forward's: it makes them once
+    written = [v for _, v in joint.mutations]
+    forward_nodes = _ancestors(joint.nodes, outs + written)
     backward_nodes = [n for n in joint.nodes if id(n) not in forward_nodes]
     # views of the inputs and captured tensors cost nothing to make again: the backward makes its own
     # rather than the forward returning them (which would copy them out)
@@ -68,7 +73,7 @@ def split_joint(joint: Graph, n_inputs: int) -> Split:
     saved = [v for v in crossing if v.node is not None]
 
     forward = _subgraph(joint, list(primal), [n for n in joint.nodes if id(n) in forward_nodes],
-                        tuple(outs + saved))
+                        tuple(outs + saved), joint.mutations)
     forward.output_layouts = [(size, members) for size, members in joint.output_layouts
                               if all(k < len(outs) for k, _, _ in members)]
     # the backward reads the crossing values as its own inputs (fresh values: a graph's inputs have no node)
@@ -225,13 +230,16 @@ def _substituted(args, fresh):
     return tuple(sub(a) for a in args)
 
 
-def _subgraph(joint, inputs, nodes, outputs):
-    """A graph of ``nodes`` over ``inputs`` and the joint's constants and objects they use."""
+def _subgraph(joint, inputs, nodes, outputs, mutations=()):
+    """A graph of ``nodes`` over ``inputs`` and the joint's constants and objects they use, writing
+    ``mutations`` back."""
     g = Graph()
     g.inputs = inputs
     g.nodes = nodes
     g.outputs = outputs
-    used = {id(v) for n in nodes for v in n.input_values()} | {id(v) for v in tree_leaves(outputs)}
+    g.mutations = list(mutations)
+    used = ({id(v) for n in nodes for v in n.input_values()} | {id(v) for v in tree_leaves(outputs)}
+            | {id(v) for pair in mutations for v in pair})
     g.constants = {name: v for name, v in joint.constants.items() if id(v) in used}
     g.constant_tensors = {name: joint.constant_tensors[name] for name in g.constants}
     g.objects = dict(joint.objects)

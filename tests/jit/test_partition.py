@@ -141,3 +141,81 @@ def test_arithmetic_that_reads_a_captured_tensor_is_saved_not_computed_again():
     out.sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), expected.numpy(), rtol=1e-6)
     assert "add" in [v.node.op.name for v in _split(f).forward.graph.outputs[1:]]
+
+
+def _dcgan_like(lib):
+    """A generator block and a discriminator head: batch norms (running statistics written by the forward),
+    in-place activations, and a ``Flatten(0)`` output, a view of memory the call makes (`output_bases`)."""
+    nn_ = lib.nn
+    return (nn_.Sequential(nn_.ConvTranspose2d(6, 4, 4, 1, 0, bias=False), nn_.BatchNorm2d(4), nn_.ReLU(True)),
+            nn_.Sequential(nn_.Conv2d(4, 3, 2, 2, 0, bias=False), nn_.BatchNorm2d(3), nn_.LeakyReLU(0.2, True),
+                           nn_.Conv2d(3, 1, 2, 1, 0, bias=False), nn_.Flatten(0)))
+
+
+def _gan_steps(lib, G, D, noise, real, steps=3):
+    """DCGAN's step, as benchmarks/models.py runs it: D on real and detached fake images, then G through D."""
+    opt_d = lib.optim.Adam(D.parameters(), lr=0.01, betas=(0.5, 0.999))
+    opt_g = lib.optim.Adam(G.parameters(), lr=0.01, betas=(0.5, 0.999))
+    bce = lib.nn.BCEWithLogitsLoss()
+    ones, zeros = lib.ones(real.shape[0]), lib.zeros(real.shape[0])
+    losses = []
+    for _ in range(steps):
+        D.zero_grad()
+        err_real = bce(D(real), ones)
+        err_real.backward()
+        fake = G(noise)
+        err_fake = bce(D(fake.detach()), zeros)
+        err_fake.backward()
+        opt_d.step()
+        G.zero_grad()
+        err_g = bce(D(fake), ones)
+        err_g.backward()
+        opt_g.step()
+        losses.append([err_real.item(), err_fake.item(), err_g.item()])
+    return losses
+
+
+def test_a_compiled_model_that_updates_batch_norm_statistics_runs_split_forward_and_backward_graphs():
+    rng = np.random.default_rng(0)
+    noise = rng.standard_normal((5, 6, 1, 1)).astype(np.float32)
+    real = rng.standard_normal((5, 4, 4, 4)).astype(np.float32)
+    torch.manual_seed(0)
+    reference = _dcgan_like(torch)
+    models = _dcgan_like(jt)
+    for ours, theirs in zip(models, reference):
+        ours.load_state_dict({k: jt.tensor(v.numpy()) for k, v in theirs.state_dict().items()})
+    want = _gan_steps(torch, *reference, torch.from_numpy(noise), torch.from_numpy(real))
+    compiled = [jt.compile(m) for m in models]
+    got = _gan_steps(jt, *compiled, jt.tensor(noise), jt.tensor(real))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    for ours, theirs in zip(models, reference):  # parameters, running statistics and batch counts
+        for (name, a), b in zip(ours.state_dict().items(), theirs.state_dict().values()):
+            np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-5, err_msg=name)
+    # every call ran its forward graph and a backward graph cut from the joint trace, none recomputed the forward
+    entries = [e for c in compiled for f in c._by_mode.values() for e in f.cache.values()]
+    assert len(entries) == 3  # G; D on tensors without grad (real, detached fake); D on G's output
+    for entry in entries:
+        assert entry.split is not None and entry.backward is None
+        forward, backward = entry.split.forward.graph, entry.split.backward.graph
+        written = {target.name for target, _ in forward.mutations}
+        assert {n.rsplit(".", 1)[1] for n in written} == {"running_mean", "running_var", "num_batches_tracked"}
+        assert not written & set(backward.constants)
+
+
+def test_a_split_whose_backward_would_read_a_buffer_the_forward_writes_is_refused():
+    from jitorch.jit.compile import _backward_reads_writes
+    buf = jt.ones(3)
+
+    def joint(x, cotangent):
+        # as a backward reading ``buf`` would: after the forward's write, where eager's read the value before
+        grad = cotangent * buf
+        buf.add_(1)
+        return (x * 2,), (grad,)
+    graph, _ = trace_with_inputs(joint, (jt.randn(3), jt.randn(3)), {})
+    split = split_joint(graph, 1)
+    assert [t.name for t, _ in split.forward.mutations] == list(split.backward.constants)
+    assert _backward_reads_writes(split)
+    # the write alone, which the backward does not read, is the forward's
+    graph, _ = trace_with_inputs(lambda x, c: (buf.add_(1), ((x * 2,), (c * 2,)))[1], (jt.randn(3), jt.randn(3)), {})
+    split = split_joint(graph, 1)
+    assert split.forward.mutations and not split.backward.constants and not _backward_reads_writes(split)
