@@ -219,3 +219,48 @@ def test_a_split_whose_backward_would_read_a_buffer_the_forward_writes_is_refuse
     graph, _ = trace_with_inputs(lambda x, c: (buf.add_(1), ((x * 2,), (c * 2,)))[1], (jt.randn(3), jt.randn(3)), {})
     split = split_joint(graph, 1)
     assert split.forward.mutations and not split.backward.constants and not _backward_reads_writes(split)
+
+
+class _WritesBuffers(nn.Module):
+    """Writes into its buffers a value it also returns (detached), and counts its calls."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.register_buffer("last", jt.zeros(3, 4))
+        self.register_buffer("calls", jt.zeros((), dtype=jt.long))
+
+    def forward(self, x):
+        y = self.lin(x).tanh()
+        self.last.copy_(y.detach())
+        self.calls += 1
+        self.last.mul_(0.5)
+        return y * 2, y
+
+
+def test_a_split_call_writes_its_buffers_once_and_its_outputs_are_not_the_buffers():
+    jt.manual_seed(0)
+    model = _WritesBuffers()
+    compiled = jt.compile(model)
+    reference = torch.nn.Module()
+    reference.lin = torch.nn.Linear(4, 4)
+    with torch.no_grad():
+        reference.lin.weight.copy_(torch.from_numpy(model.lin.weight.detach().numpy()))
+        reference.lin.bias.copy_(torch.from_numpy(model.lin.bias.detach().numpy()))
+    x = np.random.default_rng(1).standard_normal((3, 4)).astype(np.float32)
+    ours, theirs = jt.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    for calls in (1, 2):
+        z, y = compiled(ours)
+        (z.sum() + (y * y).sum()).backward()
+        t = reference.lin(theirs).tanh()
+        (2 * t.sum() + (t * t).sum()).backward()
+        np.testing.assert_allclose(model.last.numpy(), t.detach().numpy() * 0.5, rtol=1e-6)
+        assert int(model.calls) == calls
+        y.add_(1)  # a write into an output after the call leaves the buffer as it is
+        np.testing.assert_allclose(model.last.numpy(), t.detach().numpy() * 0.5, rtol=1e-6)
+        np.testing.assert_allclose(ours.grad.numpy(), theirs.grad.numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(model.lin.weight.grad.numpy(), reference.lin.weight.grad.numpy(), rtol=1e-5,
+                                   atol=1e-6)
+    for entry in next(iter(compiled._by_mode.values())).cache.values():  # (x.grad None, then not: two traces)
+        assert entry.split is not None and sorted(t.name for t, _ in entry.split.forward.graph.mutations) == [
+            "fn.calls", "fn.last"]
