@@ -54,14 +54,18 @@ def split_joint(joint: Graph, n_inputs: int) -> Split:
     written = [v for _, v in joint.mutations]
     forward_nodes = _ancestors(joint.nodes, outs + written)
     backward_nodes = [n for n in joint.nodes if id(n) not in forward_nodes]
-    # views of the inputs and captured tensors cost nothing to make again: the backward makes its own
-    # rather than the forward returning them (which would copy them out)
+    # views cost nothing to make again: the backward makes its own views of the inputs and captured tensors
+    # rather than the forward returning them (which would copy them out), and of the values the forward
+    # computed, which it saves whole (compact: a saved view, attention's q, k and v split from one product,
+    # was copied compact again at the backward's start)
     forward_list = [n for n in joint.nodes if id(n) in forward_nodes]
     read = _crossing(backward_nodes, grads, cotangents, primal)
-    views = _views_of_inputs(forward_list, read)
+    views = _views_remade(forward_list, read)
+    roots = [v for n in forward_list if id(n) in views for v in n.input_values()
+             if v.node is not None and id(v.node) not in views]
     # and cheap arithmetic whose operands the backward has anyway costs less to redo than to save
-    again = views | _recomputed(forward_list, [v for v in read if v.node is not None and id(v.node) not in views],
-                                {id(v) for v in outs})
+    again = views | _recomputed(forward_list, _unique([v for v in read if v.node is not None and id(v.node) not in views]
+                                                      + roots), {id(v) for v in outs})
     remade = {}
     nodes = _rewired([n for n in joint.nodes if id(n) in again], remade, copy=True) + backward_nodes
     nodes = _rewired(nodes, remade)
@@ -93,24 +97,23 @@ def _crossing(nodes, grads, cotangents, primal):
     return [v for v in read if id(v) not in defined and (v.node is not None or id(v) in primal)]
 
 
-def _views_of_inputs(forward_nodes, crossing):
-    """The ids of the forward's view nodes that make ``crossing`` values from inputs and constants alone."""
+def _views_remade(forward_nodes, crossing):
+    """The ids of the forward's view nodes that make ``crossing`` values: chains of views over inputs,
+    constants and values the forward computes (which the backward then reads instead)."""
     found = set()
     by_output = {id(v): n for n in forward_nodes for v in n.outputs}
 
-    def view_of_inputs(v):
+    def view_chain(v):
         node = by_output.get(id(v))
-        if node is None:
-            return v.node is None  # an input or a constant
-        if id(node) in found:
-            return True
-        if node.op.kind == "view" and all(view_of_inputs(u) for u in node.input_values()):
+        if node is None or node.op.kind != "view":
+            return
+        if id(node) not in found:
             found.add(id(node))
-            return True
-        return False
+            for u in node.input_values():
+                view_chain(u)
 
     for v in crossing:
-        view_of_inputs(v)
+        view_chain(v)
     return found
 
 

@@ -264,3 +264,25 @@ def test_a_split_call_writes_its_buffers_once_and_its_outputs_are_not_the_buffer
     for entry in next(iter(compiled._by_mode.values())).cache.values():  # (x.grad None, then not: two traces)
         assert entry.split is not None and sorted(t.name for t, _ in entry.split.forward.graph.mutations) == [
             "fn.calls", "fn.last"]
+
+
+def test_the_forward_saves_a_value_whole_and_the_backward_makes_its_views_of_it():
+    # attention's q, k and v: views split from one product, which the backward had to copy compact at its start
+    def attention(T, x, w):
+        q, k, v = (x @ w).split(4, dim=-1)
+        q, k, v = (t.view(2, 3, 2, 2).transpose(1, 2) for t in (q, k, v))
+        return ((q @ k.transpose(-2, -1)).softmax(-1) @ v).sum(1)
+    rng = np.random.default_rng(2)
+    x, w = rng.standard_normal((2, 3, 5)).astype(np.float32), rng.standard_normal((5, 12)).astype(np.float32)
+    f = jt.compile(lambda x, w: attention(jt, x, w))
+    ours = [jt.tensor(x, requires_grad=True), jt.tensor(w, requires_grad=True)]
+    theirs = [torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)]
+    f(*ours).square().sum().backward()
+    attention(torch, *theirs).square().sum().backward()
+    for a, b in zip(ours, theirs):
+        np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-5, atol=1e-6)
+    split = _split(f)
+    saved = split.forward.graph.outputs[-split.saved:]
+    assert all(v.node.op.kind != "view" for v in saved), [v.node.op.name for v in saved]
+    assert "matmul" in [v.node.op.name for v in saved]  # x @ w, whole
+    assert {"split", "view", "transpose"} <= set(_ops(split.backward.graph))
