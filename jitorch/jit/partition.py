@@ -64,8 +64,8 @@ def split_joint(joint: Graph, n_inputs: int) -> Split:
     roots = [v for n in forward_list if id(n) in views for v in n.input_values()
              if v.node is not None and id(v.node) not in views]
     # and cheap arithmetic whose operands the backward has anyway costs less to redo than to save
-    again = views | _recomputed(forward_list, _unique([v for v in read if v.node is not None and id(v.node) not in views]
-                                                      + roots), {id(v) for v in outs})
+    kept = [v for v in read if v.node is not None and id(v.node) not in views]
+    again = views | _recomputed(forward_list, _unique(kept + roots), {id(v) for v in outs})
     remade = {}
     nodes = _rewired([n for n in joint.nodes if id(n) in again], remade, copy=True) + backward_nodes
     nodes = _rewired(nodes, remade)
