@@ -60,3 +60,25 @@ def test_quick_generation_runs_on_the_eager_systems_only(bench):
     row = tables[1]["generate"]
     assert "jitorch compiled" not in row  # the sampling loop is not compiled
     assert all(isinstance(row[s], float) and row[s] > 0 for s in ("jitorch eager", "torch eager")), row
+
+
+
+def test_a_compiled_model_gives_the_whole_compiled_steps_gradients_from_split_graphs(bench):
+    """jitorch.compile(model) with an eager backward: the call runs a forward graph and a backward graph cut
+    from one joint trace (it does not recompute its forward), and the gradients are those of forward and
+    backward compiled as one function, bit for bit. (DCGAN's batch norms: tests/jit/test_partition.py.)"""
+    grads = []
+    for compiled_model in (False, True):
+        w = bench.workload(jt, "gpt-1x32", quick=True)
+        model = jt.compile(w.nets[0]) if compiled_model else w.nets[0]
+
+        def forward_backward(x, y):
+            _, loss = model(x, y)
+            loss.backward()
+            return loss
+        (forward_backward if compiled_model else jt.compile(forward_backward))(*w.batch)
+        grads.append([p.grad for p in w.nets[0].parameters()])
+    (entry,) = next(iter(model._by_mode.values())).cache.values()
+    assert entry.split is not None and entry.backward is None
+    for whole, split in zip(*grads):
+        assert (whole == split).all()

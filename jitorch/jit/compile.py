@@ -343,10 +343,13 @@ class CompiledFunction:
 
     def _splittable(self, graph):
         """Whether a call's forward and backward may be cut from one joint trace: compiled graphs that
-        neither write into their inputs nor return memory two outputs share, with no Python state refreshed
-        per call. (The others recompute the forward in their backward, which replays those effects.)"""
-        return (self.backend == "llvm" and not graph.mutations and not graph.output_aliases
-                and not graph.output_bases and not graph.refreshers and not graph.one_shot
+        write only into captured buffers (`_writes_buffers_only`), return no inputs' or captured tensors'
+        memory (memory the call makes, its leaves views of one base, is returned as a base: `output_bases`)
+        and refresh no Python state per call. (The others recompute the forward in their backward, which
+        replays those effects.)"""
+        return (self.backend == "llvm" and _writes_buffers_only(graph)
+                and all(isinstance(owner, tuple) and owner[0] == "output" for owner, _ in graph.output_aliases.values())
+                and not graph.refreshers and not graph.one_shot
                 and not graph.geometry_changes and not graph.rewrites_history)
 
     def _split(self, entry, inputs, args, kwargs, params):
@@ -364,14 +367,19 @@ class CompiledFunction:
             cotangents = [zeros(v.type.shape, dtype=v.type.dtype, device=v.type.device)
                           for v in entry.graph.output_values()]
         try:
-            joint, _ = trace_with_inputs(_vjp_of(self.fn, args, kwargs, params, with_outputs=True),
-                                         (*primal, *cotangents), {})
+            # (at the slots of bases, the joint returns the base and takes its gradient, as the graph returns it)
+            joint, _ = trace_with_inputs(_vjp_of(self.fn, args, kwargs, params, base_groups(entry.graph),
+                                                 with_outputs=True), (*primal, *cotangents), {})
         except Exception as e:  # noqa: BLE001 (any error of the joint trace: see the docstring)
             logs.log("recompiles", "%s: the backward recomputes the forward: %s: %s", self.name, type(e).__name__, e)
             return None
-        if joint.mutations or joint.refreshers or joint.one_shot:
+        if not _writes_buffers_only(joint) or joint.refreshers or joint.one_shot:
             return None
         split = split_joint(joint, len(inputs))
+        if _backward_reads_writes(split):
+            logs.log("recompiles", "%s: the backward recomputes the forward: it reads a buffer the forward "
+                     "writes", self.name)
+            return None
         split.forward.meta_warnings = entry.graph.meta_warnings  # the forward's warnings, once a call
         logs.log("graph", "%s split into a forward graph:\n%s\nand a backward graph:\n%s", self.name,
                  split.forward, split.backward)
@@ -548,6 +556,28 @@ def _eager_for_autograd(entry):
     if g.outputs_require_grad and not g.grad_targets and outputs_read_overwritten(g):
         return "its outputs require grad and depend on values it overwrites, which its backward would recompute"
     return None
+
+
+def _writes_buffers_only(graph):
+    """Whether every write of ``graph`` goes into a captured tensor that does not require grad (a batch
+    norm's running statistics and batch count): the forward graph of a split call makes those writes,
+    and the backward graph, which must not read them (`_backward_reads_writes`), none."""
+    return all(target.node is None and target.name in graph.constant_tensors
+               and not getattr(graph.constant_tensors[target.name], "requires_grad", False)
+               for target, _ in graph.mutations)
+
+
+def _backward_reads_writes(split):
+    """Whether a split call's backward graph reads a buffer its forward graph writes, or a value written
+    into one: it would read the buffer after the write (or the buffer itself, which the next call rewrites),
+    where eager's backward read what the forward saved."""
+    forward = split.forward
+    if not forward.mutations:
+        return False
+    written = {target.name for target, _ in forward.mutations}
+    values = {id(v) for _, v in forward.mutations}
+    saved = forward.outputs[len(forward.outputs) - split.saved:]
+    return bool(written & set(split.backward.constants)) or any(id(v) in values for v in saved)
 
 
 def _has_hooks(t):

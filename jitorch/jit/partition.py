@@ -24,7 +24,7 @@ import math
 from typing import NamedTuple
 
 from ..ir.graph import Graph, Node, Value
-from ..ir.passes import cse, simplify
+from ..ir.passes import cse, dce, simplify
 from ..runtime.pytree import tree_leaves
 
 
@@ -43,20 +43,29 @@ def split_joint(joint: Graph, n_inputs: int) -> Split:
     # a backward rule that computes forward work again (a layer norm's mean) reads the forward's instead, which
     # the cut then saves, or runs it once in the backward where the forward did not need it
     cse.run(joint)
+    # and what the joint traced but returns not (a view of an output it returns the base of), which the backward
+    # would otherwise save values for
+    dce.run(joint)
     outs, grads = joint.outputs
     outs, grads = list(outs), list(grads)
     primal = joint.inputs[:n_inputs]
     cotangents = joint.inputs[n_inputs:]
-    forward_nodes = _ancestors(joint.nodes, outs)
+    # the writes into captured buffers (a batch norm's running statistics) are the forward's: it makes them once
+    written = [v for _, v in joint.mutations]
+    forward_nodes = _ancestors(joint.nodes, outs + written)
     backward_nodes = [n for n in joint.nodes if id(n) not in forward_nodes]
-    # views of the inputs and captured tensors cost nothing to make again: the backward makes its own
-    # rather than the forward returning them (which would copy them out)
+    # views cost nothing to make again: the backward makes its own views of the inputs and captured tensors
+    # rather than the forward returning them (which would copy them out), and of the values the forward
+    # computed, which it saves whole (compact: a saved view, attention's q, k and v split from one product,
+    # was copied compact again at the backward's start)
     forward_list = [n for n in joint.nodes if id(n) in forward_nodes]
     read = _crossing(backward_nodes, grads, cotangents, primal)
-    views = _views_of_inputs(forward_list, read)
+    views = _views_remade(forward_list, read)
+    roots = [v for n in forward_list if id(n) in views for v in n.input_values()
+             if v.node is not None and id(v.node) not in views]
     # and cheap arithmetic whose operands the backward has anyway costs less to redo than to save
-    again = views | _recomputed(forward_list, [v for v in read if v.node is not None and id(v.node) not in views],
-                                {id(v) for v in outs})
+    kept = [v for v in read if v.node is not None and id(v.node) not in views]
+    again = views | _recomputed(forward_list, _unique(kept + roots), {id(v) for v in outs})
     remade = {}
     nodes = _rewired([n for n in joint.nodes if id(n) in again], remade, copy=True) + backward_nodes
     nodes = _rewired(nodes, remade)
@@ -68,7 +77,7 @@ def split_joint(joint: Graph, n_inputs: int) -> Split:
     saved = [v for v in crossing if v.node is not None]
 
     forward = _subgraph(joint, list(primal), [n for n in joint.nodes if id(n) in forward_nodes],
-                        tuple(outs + saved))
+                        tuple(outs + saved), joint.mutations)
     forward.output_layouts = [(size, members) for size, members in joint.output_layouts
                               if all(k < len(outs) for k, _, _ in members)]
     # the backward reads the crossing values as its own inputs (fresh values: a graph's inputs have no node)
@@ -88,24 +97,23 @@ def _crossing(nodes, grads, cotangents, primal):
     return [v for v in read if id(v) not in defined and (v.node is not None or id(v) in primal)]
 
 
-def _views_of_inputs(forward_nodes, crossing):
-    """The ids of the forward's view nodes that make ``crossing`` values from inputs and constants alone."""
+def _views_remade(forward_nodes, crossing):
+    """The ids of the forward's view nodes that make ``crossing`` values: chains of views over inputs,
+    constants and values the forward computes (which the backward then reads instead)."""
     found = set()
     by_output = {id(v): n for n in forward_nodes for v in n.outputs}
 
-    def view_of_inputs(v):
+    def view_chain(v):
         node = by_output.get(id(v))
-        if node is None:
-            return v.node is None  # an input or a constant
-        if id(node) in found:
-            return True
-        if node.op.kind == "view" and all(view_of_inputs(u) for u in node.input_values()):
+        if node is None or node.op.kind != "view":
+            return
+        if id(node) not in found:
             found.add(id(node))
-            return True
-        return False
+            for u in node.input_values():
+                view_chain(u)
 
     for v in crossing:
-        view_of_inputs(v)
+        view_chain(v)
     return found
 
 
@@ -225,13 +233,16 @@ def _substituted(args, fresh):
     return tuple(sub(a) for a in args)
 
 
-def _subgraph(joint, inputs, nodes, outputs):
-    """A graph of ``nodes`` over ``inputs`` and the joint's constants and objects they use."""
+def _subgraph(joint, inputs, nodes, outputs, mutations=()):
+    """A graph of ``nodes`` over ``inputs`` and the joint's constants and objects they use, writing
+    ``mutations`` back."""
     g = Graph()
     g.inputs = inputs
     g.nodes = nodes
     g.outputs = outputs
-    used = {id(v) for n in nodes for v in n.input_values()} | {id(v) for v in tree_leaves(outputs)}
+    g.mutations = list(mutations)
+    used = ({id(v) for n in nodes for v in n.input_values()} | {id(v) for v in tree_leaves(outputs)}
+            | {id(v) for pair in mutations for v in pair})
     g.constants = {name: v for name, v in joint.constants.items() if id(v) in used}
     g.constant_tensors = {name: joint.constant_tensors[name] for name in g.constants}
     g.objects = dict(joint.objects)

@@ -337,6 +337,22 @@ def test_nll_loss_backward_compiles_without_a_scatter_into_zeros():
     assert names.count("eq") == 2, names  # ignore_index's mask, and the positions compared with the targets
 
 
+def test_an_eager_nll_loss_backward_scatters_into_zeros():
+    """Eagerly (an LSTM language model's loss after a compiled model) the pick's gradient is one scatter into
+    zeros, as torch's: the comparison of positions made two more tensors of the logits' size for no fusion."""
+    import torch
+    x = jt.randn(6, 50, requires_grad=True)
+    targets = jt.randint(0, 50, (6,))
+    loss = jt.nn.functional.nll_loss(x.log_softmax(1), targets)
+    with jt.profiler.profile() as prof:
+        loss.backward()
+    ops = {e.key for e in prof.key_averages()}
+    assert "aten::scatter_add" in ops and not {"aten::eq", "aten::where"} & ops
+    reference = torch.tensor(x.detach().numpy(), requires_grad=True)
+    torch.nn.functional.nll_loss(reference.log_softmax(1), torch.tensor(targets.numpy())).backward()
+    np.testing.assert_allclose(x.grad.numpy(), reference.grad.numpy(), rtol=1e-6, atol=1e-7)
+
+
 @pytest.mark.parametrize("bad", [10, -1])
 @pytest.mark.parametrize("captured", [False, True])
 def test_out_of_range_target_raises_in_a_compiled_step_that_drops_the_loss(bad, captured):

@@ -141,3 +141,148 @@ def test_arithmetic_that_reads_a_captured_tensor_is_saved_not_computed_again():
     out.sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), expected.numpy(), rtol=1e-6)
     assert "add" in [v.node.op.name for v in _split(f).forward.graph.outputs[1:]]
+
+
+def _dcgan_like(lib):
+    """A generator block and a discriminator head: batch norms (running statistics written by the forward),
+    in-place activations, and a ``Flatten(0)`` output, a view of memory the call makes (`output_bases`)."""
+    nn_ = lib.nn
+    return (nn_.Sequential(nn_.ConvTranspose2d(6, 4, 4, 1, 0, bias=False), nn_.BatchNorm2d(4), nn_.ReLU(True)),
+            nn_.Sequential(nn_.Conv2d(4, 3, 2, 2, 0, bias=False), nn_.BatchNorm2d(3), nn_.LeakyReLU(0.2, True),
+                           nn_.Conv2d(3, 1, 2, 1, 0, bias=False), nn_.Flatten(0)))
+
+
+def _gan_steps(lib, G, D, noise, real, steps=3):
+    """DCGAN's step, as benchmarks/models.py runs it: D on real and detached fake images, then G through D."""
+    opt_d = lib.optim.Adam(D.parameters(), lr=0.01, betas=(0.5, 0.999))
+    opt_g = lib.optim.Adam(G.parameters(), lr=0.01, betas=(0.5, 0.999))
+    bce = lib.nn.BCEWithLogitsLoss()
+    ones, zeros = lib.ones(real.shape[0]), lib.zeros(real.shape[0])
+    losses = []
+    for _ in range(steps):
+        D.zero_grad()
+        err_real = bce(D(real), ones)
+        err_real.backward()
+        fake = G(noise)
+        err_fake = bce(D(fake.detach()), zeros)
+        err_fake.backward()
+        opt_d.step()
+        G.zero_grad()
+        err_g = bce(D(fake), ones)
+        err_g.backward()
+        opt_g.step()
+        losses.append([err_real.item(), err_fake.item(), err_g.item()])
+    return losses
+
+
+def test_a_compiled_model_that_updates_batch_norm_statistics_runs_split_forward_and_backward_graphs():
+    rng = np.random.default_rng(0)
+    noise = rng.standard_normal((5, 6, 1, 1)).astype(np.float32)
+    real = rng.standard_normal((5, 4, 4, 4)).astype(np.float32)
+    torch.manual_seed(0)
+    reference = _dcgan_like(torch)
+    models = _dcgan_like(jt)
+    for ours, theirs in zip(models, reference):
+        ours.load_state_dict({k: jt.tensor(v.numpy()) for k, v in theirs.state_dict().items()})
+    want = _gan_steps(torch, *reference, torch.from_numpy(noise), torch.from_numpy(real))
+    compiled = [jt.compile(m) for m in models]
+    got = _gan_steps(jt, *compiled, jt.tensor(noise), jt.tensor(real))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    for ours, theirs in zip(models, reference):  # parameters, running statistics and batch counts
+        for (name, a), b in zip(ours.state_dict().items(), theirs.state_dict().values()):
+            np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-5, err_msg=name)
+    # every call ran its forward graph and a backward graph cut from the joint trace, none recomputed the forward
+    entries = [e for c in compiled for f in c._by_mode.values() for e in f.cache.values()]
+    assert len(entries) == 3  # G; D on tensors without grad (real, detached fake); D on G's output
+    for entry in entries:
+        assert entry.split is not None and entry.backward is None
+        forward, backward = entry.split.forward.graph, entry.split.backward.graph
+        written = {target.name for target, _ in forward.mutations}
+        assert {n.rsplit(".", 1)[1] for n in written} == {"running_mean", "running_var", "num_batches_tracked"}
+        assert not written & set(backward.constants)
+
+
+def test_a_split_whose_backward_would_read_a_buffer_the_forward_writes_is_refused():
+    from jitorch.jit.compile import _backward_reads_writes
+    buf = jt.ones(3)
+
+    def joint(x, cotangent):
+        # as a backward reading ``buf`` would: after the forward's write, where eager's read the value before
+        grad = cotangent * buf
+        buf.add_(1)
+        return (x * 2,), (grad,)
+    graph, _ = trace_with_inputs(joint, (jt.randn(3), jt.randn(3)), {})
+    split = split_joint(graph, 1)
+    assert [t.name for t, _ in split.forward.mutations] == list(split.backward.constants)
+    assert _backward_reads_writes(split)
+    # the write alone, which the backward does not read, is the forward's
+    graph, _ = trace_with_inputs(lambda x, c: (buf.add_(1), ((x * 2,), (c * 2,)))[1], (jt.randn(3), jt.randn(3)), {})
+    split = split_joint(graph, 1)
+    assert split.forward.mutations and not split.backward.constants and not _backward_reads_writes(split)
+
+
+class _WritesBuffers(nn.Module):
+    """Writes into its buffers a value it also returns (detached), and counts its calls."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.register_buffer("last", jt.zeros(3, 4))
+        self.register_buffer("calls", jt.zeros((), dtype=jt.long))
+
+    def forward(self, x):
+        y = self.lin(x).tanh()
+        self.last.copy_(y.detach())
+        self.calls += 1
+        self.last.mul_(0.5)
+        return y * 2, y
+
+
+def test_a_split_call_writes_its_buffers_once_and_its_outputs_are_not_the_buffers():
+    jt.manual_seed(0)
+    model = _WritesBuffers()
+    compiled = jt.compile(model)
+    reference = torch.nn.Module()
+    reference.lin = torch.nn.Linear(4, 4)
+    with torch.no_grad():
+        reference.lin.weight.copy_(torch.from_numpy(model.lin.weight.detach().numpy()))
+        reference.lin.bias.copy_(torch.from_numpy(model.lin.bias.detach().numpy()))
+    x = np.random.default_rng(1).standard_normal((3, 4)).astype(np.float32)
+    ours, theirs = jt.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    for calls in (1, 2):
+        z, y = compiled(ours)
+        (z.sum() + (y * y).sum()).backward()
+        t = reference.lin(theirs).tanh()
+        (2 * t.sum() + (t * t).sum()).backward()
+        np.testing.assert_allclose(model.last.numpy(), t.detach().numpy() * 0.5, rtol=1e-6)
+        assert int(model.calls) == calls
+        y.add_(1)  # a write into an output after the call leaves the buffer as it is
+        np.testing.assert_allclose(model.last.numpy(), t.detach().numpy() * 0.5, rtol=1e-6)
+        np.testing.assert_allclose(ours.grad.numpy(), theirs.grad.numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(model.lin.weight.grad.numpy(), reference.lin.weight.grad.numpy(), rtol=1e-5,
+                                   atol=1e-6)
+    for entry in next(iter(compiled._by_mode.values())).cache.values():  # (x.grad None, then not: two traces)
+        assert entry.split is not None and sorted(t.name for t, _ in entry.split.forward.graph.mutations) == [
+            "fn.calls", "fn.last"]
+
+
+def test_the_forward_saves_a_value_whole_and_the_backward_makes_its_views_of_it():
+    # attention's q, k and v: views split from one product, which the backward had to copy compact at its start
+    def attention(T, x, w):
+        q, k, v = (x @ w).split(4, dim=-1)
+        q, k, v = (t.view(2, 3, 2, 2).transpose(1, 2) for t in (q, k, v))
+        return ((q @ k.transpose(-2, -1)).softmax(-1) @ v).sum(1)
+    rng = np.random.default_rng(2)
+    x, w = rng.standard_normal((2, 3, 5)).astype(np.float32), rng.standard_normal((5, 12)).astype(np.float32)
+    f = jt.compile(lambda x, w: attention(jt, x, w))
+    ours = [jt.tensor(x, requires_grad=True), jt.tensor(w, requires_grad=True)]
+    theirs = [torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)]
+    f(*ours).square().sum().backward()
+    attention(torch, *theirs).square().sum().backward()
+    for a, b in zip(ours, theirs):
+        np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-5, atol=1e-6)
+    split = _split(f)
+    saved = split.forward.graph.outputs[-split.saved:]
+    assert all(v.node.op.kind != "view" for v in saved), [v.node.op.name for v in saved]
+    assert "matmul" in [v.node.op.name for v in saved]  # x @ w, whole
+    assert {"split", "view", "transpose"} <= set(_ops(split.backward.graph))
