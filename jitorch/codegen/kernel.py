@@ -275,7 +275,7 @@ class _Builder:
         self.target.add_entry(module, kernel, source.inputs + source.outputs, source.outer, mode)
         # (the text only: llvmlite's objects of the module weigh several times more, and a source lives as long
         # as its kernel)
-        source.llvm_ir, source.mode = str(module), mode
+        source.llvm_ir, source.mode = self.target.module_text(module, module.name), mode
         source.layouts = {v: tuple(s) for v, s in self.layouts.items() if v in source.inputs or v in source.outputs}
         return source
 
