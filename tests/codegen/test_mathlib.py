@@ -33,10 +33,10 @@ NAMES = sorted(mathlib.FUNCTIONS)
 # Largest error in ulps each function may make. The double-word algorithms measure under 1 ulp
 # (erfc 1.05 near 2.2 in float32) and sqrt is correctly rounded; tanh and sigmoid use one-word
 # arithmetic for speed (measured 1.5 and 2.2 ulp); rsqrt is 1/sqrt(x), bit-identical to the
-# eager op (1.5 ulp); float32 erf is float arithmetic for speed (1.09 ulp over every float32).
+# eager op (1.5 ulp); float32 erf is float arithmetic for speed (1.123 ulp over every float32).
 ULP_BOUND = {name: 1.0 for name in NAMES}
 ULP_BOUND.update({"sqrt": 0.5, "erfc": 1.5, "tanh": 2.0, "sigmoid": 2.5, "rsqrt": 1.5})
-ERF32_BOUND = 1.1
+ERF32_BOUND = 1.13
 
 
 # Compiling and running ------------------------------------------------------------------------
@@ -333,10 +333,11 @@ def test_any_float32_input_is_accurate(x):
 
 def test_float32_erf_over_strided_float32_inputs():
     """Every 1021st float32 below 4.5 (past it erf is +-1), and every float of [0.9, 1.0] around the switch
-    from x + x P(x**2) to 1 - exp(R(x)) where the error peaks (1.09 ulp at 0.959 over every float32;
+    from x + x P(x**2) to 1 - exp(R(x)) where the error peaks (1.123 ulp at 0.934 over every float32;
     its mean is a correctly rounded function's, 0.25)."""
     strided = np.arange(0, int(np.float32(4.5).view(np.uint32)), 1021, dtype=np.uint32).view(F32)
-    around_switch = np.arange(*np.array([0.9, 1.0], F32).view(np.uint32), 7, dtype=np.uint32).view(F32)
+    around_switch = np.append(np.arange(*np.array([0.9, 1.0], F32).view(np.uint32), 7, dtype=np.uint32).view(F32),
+                              F32(0.9342826))
     for x in (strided, around_switch):
         for signed in (x, -x):
             got = compiled("erf", F32)(signed)
