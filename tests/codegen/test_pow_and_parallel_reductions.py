@@ -1,7 +1,10 @@
 """The general pow in a fused kernel (a tensor exponent) runs vectorised, without a libm call, and gives
 torch's special values; pow by a number compiles to the ops eager computes it by, or for other float32
 integers and odd halves up to 16 to products and a square root in double; full sums and row maxima split
-over threads give torch's results on odd sizes, partial last blocks and NaN."""
+over threads give torch's results on odd sizes, partial last blocks and NaN; kernels of math functions ask
+for 512-bit vectors where no fast-math flag could make the width change a result."""
+
+import re
 
 import numpy as np
 import pytest
@@ -110,3 +113,18 @@ def test_parallel_row_max_matches_torch_with_nan_and_infinities(threads, monkeyp
     values[5, -1], values[7, 0], values[9, 500], values[11] = np.nan, np.inf, -np.inf, -np.inf
     got = jt.compile(lambda t: t.amax(1))(jt.tensor(values))
     np.testing.assert_array_equal(got.numpy(), torch.from_numpy(values).amax(1).numpy())
+
+
+def test_wide_vectors_only_where_math_runs_and_no_flag_reorders():
+    """The CPU target asks for 512-bit vectors in a kernel that evaluates math functions (erf, exp...) and
+    carries no fast-math flag; a reduction that may reorder its sum, and a kernel of plain arithmetic, keep
+    LLVM's own width (see `target.CpuTarget.module_text`)."""
+    x = jt.randn(4099)
+    wide = '"prefer-vector-width"="512"'
+    for fn, expected in ((lambda t: jt.nn.functional.gelu(t), True), (lambda t: t.tanh() * t.exp(), True),
+                         (lambda t: t.exp().sum(), False), (lambda t: t * 2 + 1, False)):
+        (kernel,) = jt.compile(fn).lower(x).kernels
+        text = kernel._kernel.source.llvm_ir
+        assert (wide in text) == expected, text[:300]
+        if expected:  # on the entry, where the loop lands once the body is inlined
+            assert re.search(rf'^define void @"[\w]+"\(.*\) {re.escape(wide)}$', text, flags=re.M)
