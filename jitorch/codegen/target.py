@@ -72,8 +72,9 @@ class CpuTarget:
 
         LLVM tunes recent Intel server cores (Skylake-X to Emerald Rapids) to vectorise with 256 bits although
         they have AVX-512, against the clock slowdown wide instructions cost older ones. Kernels evaluating
-        `mathlib` functions (erf, tanh, exp, pow...) are bound by arithmetic, not memory, and run 1.4-1.7x
-        faster with 512-bit vectors on this class of machine (GELU's erf 1.35 -> 0.80 ms per 1M floats).
+        `mathlib` functions (erf, tanh, exp, pow...) are bound by arithmetic, not memory, and run faster with
+        512-bit vectors on this class of machine: per 1M floats on one Emerald Rapids core, erf 1.35 -> 0.80 ms,
+        exp 0.73 -> 0.44, tanh 1.15 -> 0.67, pow 4.6 -> 3.2, log 1.30 -> 1.21.
         Every lane computes what a scalar would (no flag lets LLVM reorder a sum or a min/max across
         lanes), so the width changes no result; kernels with such flags keep LLVM's choice. Machines without
         AVX-512 ignore the attribute.
