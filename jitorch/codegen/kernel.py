@@ -26,11 +26,14 @@ one cheap call from Python.
 from __future__ import annotations
 
 import collections
+import functools
+import hashlib
 import threading
 import weakref
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 from math import prod
+from pathlib import Path
 
 import numpy as np
 from llvmlite import ir
@@ -275,7 +278,7 @@ class _Builder:
         self.target.add_entry(module, kernel, source.inputs + source.outputs, source.outer, mode)
         # (the text only: llvmlite's objects of the module weigh several times more, and a source lives as long
         # as its kernel)
-        source.llvm_ir, source.mode = str(module), mode
+        source.llvm_ir, source.mode = self.target.module_text(module, module.name), mode
         source.layouts = {v: tuple(s) for v, s in self.layouts.items() if v in source.inputs or v in source.outputs}
         return source
 
@@ -1055,6 +1058,21 @@ def _instance(template, old_name, name, values, length=None):
                    layouts={values[i]: st for i, st in template.layouts.items()}, **sized)
 
 
+@functools.cache
+def generator_fingerprint():
+    """SHA-256 (hex) of the sources that decide what IR a fused group becomes: the code generator's and the
+    ops' (their dtype and rounding rules). A kernel-sources entry is named by its groups, not by the IR built
+    for them, and jitorch's version does not change with an edit: without this, an entry written by another
+    build of the same version (before a merge that changed a lowering, or erf's formula) handed this one its
+    old kernels. Read once per process, when an entry is first looked up (2-3 ms for about 1 MB)."""
+    h = hashlib.sha256()
+    root = Path(__file__).resolve().parents[1]
+    for folder in ("codegen", "ops"):
+        for path in sorted((root / folder).rglob("*.py")):
+            h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
 def build_many(requests, cache=None):
     """CPU kernel sources of ``requests`` ((group, name, aliases, layouts)), None where the builder refuses
     a group: `build_shared`'s, or, where this process has built none of them, the sources an earlier
@@ -1070,7 +1088,7 @@ def build_many(requests, cache=None):
     if cache is None or known or len(signed) < 2 or any(d is None for d, _, _ in signed):
         return [built_or_refused(request) for request in requests]
     text = repr([CPU.triple] + [d for d, _, _ in signed])
-    key = cache_key("kernel sources", text)
+    key = cache_key("kernel sources", generator_fingerprint(), text)
     stored = cache.get(key, text)
     if stored is not None:
         try:

@@ -33,9 +33,10 @@ NAMES = sorted(mathlib.FUNCTIONS)
 # Largest error in ulps each function may make. The double-word algorithms measure under 1 ulp
 # (erfc 1.05 near 2.2 in float32) and sqrt is correctly rounded; tanh and sigmoid use one-word
 # arithmetic for speed (measured 1.5 and 2.2 ulp); rsqrt is 1/sqrt(x), bit-identical to the
-# eager op (1.5 ulp).
+# eager op (1.5 ulp); float32 erf is float arithmetic for speed (1.123 ulp over every float32).
 ULP_BOUND = {name: 1.0 for name in NAMES}
 ULP_BOUND.update({"sqrt": 0.5, "erfc": 1.5, "tanh": 2.0, "sigmoid": 2.5, "rsqrt": 1.5})
+ERF32_BOUND = 1.13
 
 
 # Compiling and running ------------------------------------------------------------------------
@@ -191,13 +192,17 @@ def ulp_errors(name, dtype, got, *args):
     return errors
 
 
+def ulp_bound(name, dtype):
+    return ERF32_BOUND if (name, dtype) == ("erf", F32) else ULP_BOUND[name]
+
+
 def assert_accurate(name, dtype, *args):
     got = compiled(name, dtype)(*args)
     errors = ulp_errors(name, dtype, got, *args)
     worst = int(np.argmax(errors))
-    assert errors[worst] <= ULP_BOUND[name], (
+    assert errors[worst] <= ulp_bound(name, dtype), (
         f"{name}({', '.join(repr(a[worst]) for a in args)}) = {got[worst]!r}: "
-        f"{errors[worst]:.3g} ulp (bound {ULP_BOUND[name]})")
+        f"{errors[worst]:.3g} ulp (bound {ulp_bound(name, dtype)})")
 
 
 # Inputs ---------------------------------------------------------------------------------------------
@@ -324,6 +329,48 @@ def test_any_float32_input_is_accurate(x):
     for name in ("exp", "log", "tanh", "sigmoid", "erf", "sin", "cos", "pow"):
         args = (x, x[::-1].copy()) if name == "pow" else (x,)
         assert_accurate(name, F32, *args)
+
+
+def test_float32_erf_over_strided_float32_inputs():
+    """Every 1021st float32 below 4.5 (past it erf is +-1), and every float of [0.9, 1.0] around the switch
+    from x + x P(x**2) to 1 - exp(R(x)) where the error peaks (1.123 ulp at 0.934 over every float32;
+    its mean is a correctly rounded function's, 0.25)."""
+    strided = np.arange(0, int(np.float32(4.5).view(np.uint32)), 1021, dtype=np.uint32).view(F32)
+    around_switch = np.append(np.arange(*np.array([0.9, 1.0], F32).view(np.uint32), 7, dtype=np.uint32).view(F32),
+                              F32(0.9342826))
+    for x in (strided, around_switch):
+        for signed in (x, -x):
+            got = compiled("erf", F32)(signed)
+            errors = ulp_errors("erf", F32, got, signed)
+            assert errors.max() <= ERF32_BOUND, signed[np.argmax(errors)]
+    assert errors.mean() < 0.3
+
+
+def _with_vector_width(text, bits):
+    """The map module ``text`` with its entry asking LLVM for ``bits``-bit vectors."""
+    return re.sub(r"^(define void @\"?map_[\w.]+\"?\(.*\))", rf'\1 "prefer-vector-width"="{bits}"', text, flags=re.M)
+
+
+@pytest.mark.parametrize("name", ["erf", "tanh", "exp", "log", "pow", "sin", "erfc"])
+def test_wider_vectors_change_no_bit(name):
+    """Every lane computes what a scalar would: the CPU target asks for 512-bit vectors in kernels of math
+    functions (cpu target's `module_text`), and the results are those of 256-bit and scalar code."""
+    rng = np.random.default_rng(5)
+    args = [sample(name, F32, rng, 4099), sample(name, F32, rng, 4099)][:mathlib.FUNCTIONS[name]]
+    text, symbol = _map_module(name, F32)
+    outs = []
+    for bits in (128, 256, 512):
+        mod = _optimised(_with_vector_width(text, bits))
+        widths = {int(w) for w in re.findall(r"<(\d+) x float>", str(mod))}
+        if "+avx512f" in llvm.get_host_cpu_features().flatten().split(","):
+            assert max(widths) == bits // 32, (bits, widths)
+        lib = llvm.JITLibraryBuilder().add_ir(mod).export_symbol(symbol).link(_jit(), f"{symbol}_{bits}")
+        cfunc = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * (len(args) + 1), ctypes.c_int64)(lib[symbol])
+        out = np.empty_like(args[0])
+        cfunc(*[a.ctypes.data for a in args], out.ctypes.data, out.size)
+        outs.append(out.view(np.uint32))
+    np.testing.assert_array_equal(outs[0], outs[1])
+    np.testing.assert_array_equal(outs[0], outs[2])
 
 
 def _vector_width(features):

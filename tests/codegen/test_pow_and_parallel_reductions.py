@@ -1,6 +1,10 @@
 """The general pow in a fused kernel (a tensor exponent) runs vectorised, without a libm call, and gives
-torch's special values; pow by a number compiles to the ops eager computes it by; full sums and row maxima
-split over threads give torch's results on odd sizes, partial last blocks and NaN."""
+torch's special values; pow by a number compiles to the ops eager computes it by, or for other float32
+integers and odd halves up to 16 to products and a square root in double; full sums and row maxima split
+over threads give torch's results on odd sizes, partial last blocks and NaN; kernels of math functions ask
+for 512-bit vectors where no fast-math flag could make the width change a result."""
+
+import re
 
 import numpy as np
 import pytest
@@ -63,6 +67,29 @@ def test_pow_by_a_number_compiles_to_other_ops_with_eagers_bits(exponent):
         assert_identical(f(x), (x * 1) ** exponent)
 
 
+@pytest.mark.parametrize("exponent", [4, 5, 16, -3, -16, 1.5, -1.5, 2.5, 15.5, -15.5])
+def test_float32_pow_by_an_integer_or_odd_half_is_products_in_double(exponent):
+    """No pow in the kernel (an odd half takes one sqrt); torch's NaNs, infinities, zeros and their signs;
+    within half an ulp of the exact power (rounded once from double), where torch's powf is 1-ulp SLEEF."""
+    rng = np.random.default_rng(11)
+    base = np.concatenate([np.array(BASES + [np.finfo(np.float32).max, 1e-40, 1.4e-45, 1.1e-38], np.float32),
+                           (rng.standard_normal(5000) * np.exp(rng.uniform(-25, 25, 5000))).astype(np.float32)])
+    x = jt.tensor(base)
+    f = jt.compile(lambda t: (t * 1) ** exponent)
+    (kernel,) = f.lower(x).kernels
+    text = kernel._kernel.source.llvm_ir
+    assert "jitorch.math.pow" not in text
+    assert ("llvm.sqrt" in text) == (exponent % 1 != 0)
+    got = f(x)
+    assert_torchs_pow(got, x, jt.full_like(x, exponent), ulps=1)
+    with np.errstate(all="ignore"):
+        exact = np.power(base.astype(np.float64), exponent)
+    g = got.numpy().astype(np.float64)
+    finite = np.isfinite(exact) & (exact != 0) & (np.abs(exact) < float(np.finfo(np.float32).max))
+    spacing = np.spacing(np.abs(exact[finite]).astype(np.float32)).astype(np.float64)
+    assert (np.abs(g[finite] - exact[finite]) / spacing).max() <= 0.5 + 1e-6
+
+
 # sizes over the split threshold that leave a short last part, and rows that are not whole vectors
 @pytest.mark.parametrize("n", [(1 << 18) + 1, 3 * (1 << 18) - 17])
 @pytest.mark.parametrize("threads", ["1", "2"])
@@ -86,3 +113,18 @@ def test_parallel_row_max_matches_torch_with_nan_and_infinities(threads, monkeyp
     values[5, -1], values[7, 0], values[9, 500], values[11] = np.nan, np.inf, -np.inf, -np.inf
     got = jt.compile(lambda t: t.amax(1))(jt.tensor(values))
     np.testing.assert_array_equal(got.numpy(), torch.from_numpy(values).amax(1).numpy())
+
+
+def test_wide_vectors_only_where_math_runs_and_no_flag_reorders():
+    """The CPU target asks for 512-bit vectors in a kernel that evaluates math functions (erf, exp...) and
+    carries no fast-math flag; a reduction that may reorder its sum, and a kernel of plain arithmetic, keep
+    LLVM's own width (see `target.CpuTarget.module_text`)."""
+    x = jt.randn(4099)
+    wide = '"prefer-vector-width"="512"'
+    for fn, expected in ((lambda t: jt.nn.functional.gelu(t), True), (lambda t: t.tanh() * t.exp(), True),
+                         (lambda t: t.exp().sum(), False), (lambda t: t * 2 + 1, False)):
+        (kernel,) = jt.compile(fn).lower(x).kernels
+        text = kernel._kernel.source.llvm_ir
+        assert (wide in text) == expected, text[:300]
+        if expected:  # on the entry, where the loop lands once the body is inlined
+            assert re.search(rf'^define void @"[\w]+"\(.*\) {re.escape(wide)}$', text, flags=re.M)

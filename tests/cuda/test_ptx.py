@@ -129,6 +129,16 @@ def test_fused_chains_assemble(dtype):
     assert_assembles(kernels)
 
 
+def test_float32_erf_and_powers_by_numbers_assemble():
+    """float32 erf (float arithmetic, llvm.minnum) and powers by integers and odd halves (products and sqrt in
+    double, no pow): ptxas accepts them."""
+    x = jt.randn(4, 17)
+    kernels = cuda_kernels(lambda t: jt.nn.functional.gelu(t) + t.abs() ** 1.5 + t ** -4 + t ** 7, x)
+    assert any("erf" in k.ops and "pow" in k.ops for k in kernels)
+    assert all("jitorch.math.pow" not in k.source_ir for k in kernels)
+    assert_assembles(kernels)
+
+
 @pytest.mark.parametrize("dtype", [jt.float32, jt.float64, jt.int32, jt.int64, jt.bool, jt.float16, jt.bfloat16])
 def test_reductions_over_every_dim_and_full(dtype):
     x = jt.ones(3, 4, 5, dtype=dtype)

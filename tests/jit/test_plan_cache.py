@@ -341,6 +341,19 @@ def test_the_kernel_sources_entry_holds_each_text_once_and_a_foreign_one_is_rebu
         assert (again.info().disk_hits, again.info().writes) == (1, 1)
 
 
+def test_a_kernel_sources_entry_of_another_code_generator_is_not_read(tmp_path, monkeypatch):
+    """The entry's key holds the code generator's fingerprint: sources built by another build of the same
+    version (an edited lowering) are built again, not handed over."""
+    from jitorch.codegen import kernel
+    graph = _graph()
+    built = _sources(graph, KernelCache(tmp_path), monkeypatch)
+    monkeypatch.setattr(kernel, "generator_fingerprint", lambda: "another code generator")
+    other = KernelCache(tmp_path)
+    assert _source_fields(_sources(graph, other, monkeypatch)) == _source_fields(built)
+    assert (other.info().disk_hits, other.info().writes) == (0, 1)
+    assert len(list(tmp_path.rglob("*.jitk"))) == 2
+
+
 def _traced(scale=0.5):
     """A graph whose first round of passes rewrites something (common subexpressions)."""
     x, w, b = jt.randn(8, 16), jt.randn(16, 16), jt.randn(16)
