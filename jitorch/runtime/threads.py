@@ -201,6 +201,20 @@ back:
   ret i32 %now
 }}
 
+; A native part's row, published: its arguments first, then its entry, which a worker claims by exchanging it
+; (`jitorch_work`). Since the forking thread takes back unclaimed parts and returns, a worker woken by an earlier
+; fork may claim a row the moment its entry is written: the entry must not be seen before the arguments.
+define void @jitorch_publish(i64* %row, i64 %entry_, i64 %a, i64 %lo, i64 %hi) {{
+  %pa = getelementptr i64, i64* %row, i64 1
+  store i64 %a, i64* %pa, align 8
+  %plo = getelementptr i64, i64* %row, i64 2
+  store i64 %lo, i64* %plo, align 8
+  %phi = getelementptr i64, i64* %row, i64 3
+  store i64 %hi, i64* %phi, align 8
+  store atomic i64 %entry_, i64* %row seq_cst, align 8
+  ret void
+}}
+
 ; The forking thread runs its own chunk, then takes back every chunk no worker has claimed yet (a worker that is
 ; asleep, or not on a core: on a machine with more runnable threads than cores it may wait milliseconds for one)
 ; and runs it itself, raising done for it as the worker would have; then waits for the chunks the workers took.
@@ -369,6 +383,7 @@ class _Native:
         self.wait_for = fn("jitorch_wait_for", None, word, i32, i64, word)
         self.work = fn("jitorch_work", i32, word, word, i32, i64, i32)
         self.fork = fn("jitorch_fork", i64, word, i32, i64, i64, i64, i64, i64, word, i64)
+        self.publish = fn("jitorch_publish", None, word, i64, i64, i64, i64)
         self.ufunc_program = self.engine.get_function_address("jitorch_ufunc_program")
         wait = fn("jitorch_wait", i32, word, i32, i64, word)
         probe = ctypes.c_int32(0)
@@ -433,11 +448,11 @@ class _Team:
         for i in range(self.workers):
             if i >= helpers:
                 table[4 * i] = -1
-            elif entry is None:
-                table[4 * i] = 0
+            elif entry is None:  # (the part before the row: the GIL may pass to a late worker in between)
                 self.python[i] = parts[i + 1]
+                table[4 * i] = 0
             else:
-                table[4 * i:4 * i + 4] = [entry, *parts[i + 1]]
+                native.publish(ctypes.addressof(table) + 32 * i, entry, *parts[i + 1])
         self.done += helpers
         target = _i32(self.done)
         state = ctypes.addressof(self.state)
