@@ -1,0 +1,415 @@
+"""Fused attention kernels (jitorch/ops/attention.py's ``_attention`` and ``_attention_backward``): scaled
+dot-product attention over one (batch, head) tile per iteration of the kernel's outer loop, forward and
+backward, with no mask or a causal one.
+
+The composition (``matmul``, ``mul``, ``masked_fill``, ``softmax``, ``matmul`` and their derivatives) runs
+a batched BLAS product per step over all tiles and passes the (L, S) scores through memory between them; a
+training step of a small GPT has 48 tiles of 64 x 64 x 32, where each product is a few microseconds of
+arithmetic and the step's products ran 2-2.7 times slower than alone. Here a tile's operands are laid out
+once in stack buffers (the keys transposed, rows padded to whole vectors: a few tens of KB that stay in
+L1), and each product is a register-blocked loop (``_product``: 4 rows by 2 vectors of accumulators, one
+broadcast operand and one vector load per FMA pair); the causal mask skips the key blocks after a row
+block's last query, about half the work. The softmax (max, exp of the differences, sum, division, as the
+softmax kernel's order) runs on the row in registers and L1. The tiles run in chunks on the thread team.
+
+Rounding differs from the composition's (sums in another order): results agree with torch within float
+tolerances, not bit for bit. Importing this module registers `attention_kernel` in
+``ops.attention.ATTENTION_KERNEL``: the ops layer cannot import the code generator, and composes NumPy
+products where no kernel is registered or one cannot be built (shapes whose buffers exceed ``STACK_LIMIT``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+
+import numpy as np
+from llvmlite import ir
+
+from ..ops import attention
+from ..runtime.threads import run_chunks
+from . import cpu, mathlib
+from .cache import default_cache
+from .errors import CompileError
+from .kernel import I64, KernelSource, counted_loop
+from .target import CPU
+
+_lock = threading.Lock()
+_kernels: dict = {}  # (direction, dtype name, L, S, D, causal, scale) -> CompiledKernel, or None
+# A tile's stack buffers may take this many bytes (8 MiB thread stacks; the GPT shapes take 16-80 KB).
+STACK_LIMIT = 256 * 1024
+_ROWS, _VECS = 4, 2  # a product's register block: rows by vectors of accumulators
+_BYTES = 64  # one vector: a cache line, an AVX-512 register (LLVM splits it for narrower targets)
+
+
+class AttentionKernel:
+    """A compiled tile kernel: `run_tiles` runs it over a call's buffers."""
+
+    def __init__(self, compiled, work):
+        self._compiled = compiled  # keeps the machine code alive
+        self._fn = compiled.fn
+        self._work = work  # multiply-adds of one tile
+
+    def run_tiles(self, arrays, tiles):
+        """The kernel over ``tiles`` tiles of ``arrays`` (C-contiguous, in the kernel's buffer order): on
+        the calling thread, or in chunks of tiles on the thread team when there are threads and work
+        enough for each (as a generated kernel splits its outer loop)."""
+        args = (ctypes.c_void_p * len(arrays))(*[a.__array_interface__["data"][0] for a in arrays])
+        n = min(cpu.num_threads(), tiles, tiles * self._work // cpu.CHUNK_MIN_WORK)
+        if n <= 1:
+            self._fn(args, 0, tiles)
+            return
+        step = -(-tiles // n)
+        run_chunks(self._compiled.address, args, [(i, min(i + step, tiles)) for i in range(0, tiles, step)])
+
+
+def attention_kernel(direction, dtype, L, S, D, causal, scale):
+    """The compiled ``direction`` ("forward" or "backward") kernel for float ``dtype`` (a NumPy dtype)
+    tiles of ``L`` queries, ``S`` keys and ``D`` dims (an `AttentionKernel`); None where it cannot be built
+    (the caller composes).
+    Forward buffers: q, k, v, then out and the softmax weights p; backward: q, k, v, p, grad_out, then
+    grad_q, grad_k, grad_v; each (tiles, rows, cols) C-contiguous. Built once per key."""
+    key = (direction, np.dtype(dtype).name, L, S, D, bool(causal), float(scale))
+    with _lock:
+        if key not in _kernels:
+            if len(_kernels) > 256:  # (programs of ever new sizes: the code stays cached on disk)
+                _kernels.clear()
+            _kernels[key] = _build(*key)
+        return _kernels[key]
+
+
+def _build(direction, dtype, L, S, D, causal, scale):
+    t = ir.FloatType() if dtype == "float32" else ir.DoubleType()
+    width = _BYTES // np.dtype(dtype).itemsize
+    tile = _Tile(t, width, L, S, D, causal, scale)
+    if tile.stack_bytes(direction) > STACK_LIMIT:
+        return None
+    name = f"jitorch_attention_{direction}_{dtype}_{L}x{S}x{D}{'_causal' if causal else ''}"
+    n_in, n_out = (3, 2) if direction == "forward" else (5, 3)
+    source = KernelSource(name, "attention", [f"attention_{direction}"], list(range(n_in)),
+                          list(range(n_in, n_in + n_out)), 0, 0)
+    module = ir.Module(name=name)
+    module.triple = CPU.triple
+    ptr = t.as_pointer()
+    body = ir.Function(module, ir.FunctionType(ir.VoidType(), [I64, I64] + [ptr] * (n_in + n_out)), name + "_body")
+    body.linkage = "internal"
+    body.attributes.add("alwaysinline")
+    for arg in body.args[2:]:
+        arg.add_attribute("noalias")
+    b = ir.IRBuilder(body.append_basic_block("entry"))
+    (tile.forward if direction == "forward" else tile.backward)(b, body.args[0], body.args[1], body.args[2:])
+    b.ret_void()
+    CPU.add_entry(module, body, source.inputs + source.outputs, 0, "thread")
+    source.llvm_ir = str(module)
+    try:
+        compiled = cpu.link_kernel(source, default_cache())
+    except CompileError:
+        return None
+    return AttentionKernel(compiled, L * S * D)
+
+
+def _ceil(n, m):
+    return -(-n // m) * m
+
+
+class _Tile:
+    """Emits one tile's loops; sizes are the kernel's constants."""
+
+    def __init__(self, t, width, L, S, D, causal, scale):
+        self.t, self.w, self.L, self.S, self.D, self.causal, self.scale = t, width, L, S, D, causal, scale
+        self.vt = ir.VectorType(t, width)
+        self.Sp, self.Dp = _ceil(S, width * _VECS), _ceil(D, width * _VECS)
+        self.Lp = _ceil(L, _ROWS)
+        self.item = _BYTES // width
+
+    def stack_bytes(self, direction):
+        item = self.item
+        if direction == "forward":
+            floats = self.D * self.Sp + self.S * self.Dp + _ROWS * self.Sp
+        else:  # keys, values transposed, queries, grad_out padded, the tile's weights' gradient
+            floats = self.S * self.Dp + self.D * self.Sp + 2 * self.Lp * self.Dp + self.Lp * self.Sp
+        return floats * item
+
+    # small helpers ------------------------------------------------------------------------------------
+
+    def const(self, x):
+        return ir.Constant(self.t, x)
+
+    def splat(self, x):
+        return ir.Constant(self.vt, [x] * self.w)
+
+    def buffer(self, b, n):
+        """A stack buffer of ``n`` elements (in the entry block, so it is one frame slot)."""
+        return b.gep(self.slot(b, ir.ArrayType(self.t, n)), [I64(0), I64(0)])
+
+    def at(self, b, base, *index):
+        """``base[sum of index]`` (terms are i64 values or ints)."""
+        off = I64(0)
+        for term in index:
+            off = b.add(off, term if isinstance(term, ir.Value) else I64(term))
+        return b.gep(base, [off])
+
+    def vload(self, b, p):
+        return b.load(b.bitcast(p, self.vt.as_pointer()), align=self.item)
+
+    def vstore(self, b, v, p):
+        b.store(v, b.bitcast(p, self.vt.as_pointer()), align=self.item)
+
+    def broadcast(self, b, x):
+        """A vector of ``x`` in every lane (an element value or an i64)."""
+        vt = self.vt if x.type == self.t else ir.VectorType(x.type, self.w)
+        v = b.insert_element(ir.Constant(vt, ir.Undefined), x, ir.Constant(ir.IntType(32), 0))
+        return b.shuffle_vector(v, ir.Constant(vt, ir.Undefined),
+                                ir.Constant(ir.VectorType(ir.IntType(32), self.w), [0] * self.w))
+
+    def slot(self, b, t):
+        """A stack slot of type ``t``, allocated in the entry block (a loop must not grow the stack)."""
+        with b.goto_entry_block():
+            return b.alloca(t)
+
+    def zero(self, b, base, n):
+        counted_loop(b, I64(0), I64(n), I64(1), lambda b, i: b.store(self.const(0.0), b.gep(base, [i])), "z")
+
+    def copy(self, b, dst, src, rows, cols, ld_dst, transpose=False):
+        """``dst[r, c] = src[r, c]`` (``dst[c, r]`` with ``transpose``) for a (rows, cols) C-contiguous
+        ``src``; ``dst`` rows ``ld_dst`` long."""
+        def row(b, r):
+            def col(b, c):
+                v = b.load(b.gep(src, [b.add(b.mul(r, I64(cols)), c)]))
+                at = b.add(b.mul(c, I64(ld_dst)), r) if transpose else b.add(b.mul(r, I64(ld_dst)), c)
+                b.store(v, b.gep(dst, [at]))
+            counted_loop(b, I64(0), I64(cols), I64(1), col, "cc")
+        counted_loop(b, I64(0), I64(rows), I64(1), row, "cr")
+
+    def last_key(self, b, i_last):
+        """The number of keys a row block whose last query is ``i_last`` reads (causal: the keys up to it)."""
+        if not self.causal:
+            return I64(self.S)
+        n = b.add(i_last, I64(1))
+        return b.select(b.icmp_signed("<", n, I64(self.S)), n, I64(self.S))
+
+    def _product(self, b, rows, a, a_rs, a_ks, bm, b_ks, k0, k1, c0, epilogue):
+        """``acc[r][c] = sum over k in [k0, k1) of a[r * a_rs + k * a_ks] * bm[k * b_ks + c0 + c * w]`` for
+        ``rows`` rows (``a`` points at the first) and `_VECS` vectors from column ``c0``, then
+        ``epilogue(b, r, c, acc)`` for each. The k loop carries the accumulators in registers."""
+        head = b.block
+        loop = b.function.append_basic_block("k")
+        done = b.function.append_basic_block("k.end")
+        b.branch(loop)
+        b.position_at_end(loop)
+        k = b.phi(I64)
+        k.add_incoming(k0, head)
+        accs = [[b.phi(self.vt) for _ in range(_VECS)] for _ in range(rows)]
+        for row in accs:
+            for acc in row:
+                acc.add_incoming(self.splat(0.0), head)
+        # (k0 < k1 always: a row block reads at least its first key, and every tile has a query)
+        cols = [self.vload(b, self.at(b, bm, b.mul(k, I64(b_ks)), c0, c * self.w)) for c in range(_VECS)]
+        new = []
+        for r in range(rows):
+            sv = self.broadcast(b, b.load(self.at(b, a, r * a_rs, b.mul(k, I64(a_ks)))))
+            new.append([b.fadd(b.fmul(sv, cols[c], flags=("contract",)), accs[r][c], flags=("contract",))
+                        for c in range(_VECS)])
+        k_next = b.add(k, I64(1))
+        for r in range(rows):
+            for c in range(_VECS):
+                accs[r][c].add_incoming(new[r][c], b.block)
+        k.add_incoming(k_next, b.block)
+        b.cbranch(b.icmp_signed("<", k_next, k1), loop, done)
+        b.position_at_end(done)
+        for r in range(rows):
+            for c in range(_VECS):
+                epilogue(b, r, c, new[r][c])
+
+    def row_blocks(self, b, n, body):
+        """``body(b, i, rows)`` over blocks of `_ROWS` rows of ``n``, then the rest one by one."""
+        full = n // _ROWS * _ROWS
+        if full:
+            counted_loop(b, I64(0), I64(full), I64(_ROWS), lambda b, i: body(b, i, _ROWS), "rb")
+        if full < n:
+            counted_loop(b, I64(full), I64(n), I64(1), lambda b, i: body(b, i, 1), "rr")
+
+    def column_blocks(self, b, ncols, body):
+        """``body(b, c0)`` over the blocks of `_VECS` vectors that cover ``ncols`` (an i64 value) columns."""
+        step = self.w * _VECS
+        end = b.mul(b.sdiv(b.add(ncols, I64(step - 1)), I64(step)), I64(step))
+        counted_loop(b, I64(0), end, I64(step), body, "cb")
+
+    def masked(self, b, v, i, c0):
+        """Lanes of columns ``c0 .. c0 + w`` of row ``i`` after its last key (or past S) set to -inf."""
+        j = b.add(self.broadcast(b, c0), ir.Constant(ir.VectorType(ir.IntType(64), self.w), list(range(self.w))))
+        limit = self.broadcast(b, self.last_key(b, i))
+        return b.select(b.icmp_signed("<", j, limit), v, self.splat(float("-inf")))
+
+    def hsum(self, b, v, op):
+        """The lanes of ``v`` combined by ``op`` (b, x, y) in order."""
+        out = b.extract_element(v, ir.Constant(ir.IntType(32), 0))
+        for lane in range(1, self.w):
+            out = op(b, out, b.extract_element(v, ir.Constant(ir.IntType(32), lane)))
+        return out
+
+    @staticmethod
+    def maxnum(b, x, y):
+        return b.select(b.fcmp_ordered(">", y, x), y, x)
+
+    def softmax_row(self, b, row, i):
+        """``row`` (Sp scores, masked past the row's keys to -inf) to its softmax weights (zeros there)."""
+        n = self.last_key(b, i)
+        nvec = b.sdiv(b.add(n, I64(self.w - 1)), I64(self.w))
+        # max
+        slot_m = self.slot(b, self.vt)
+        b.store(self.splat(float("-inf")), slot_m)
+        counted_loop(b, I64(0), nvec, I64(1), lambda b, c: b.store(
+            self.maxnum(b, b.load(slot_m), self.vload(b, self.at(b, row, b.mul(c, I64(self.w))))), slot_m), "mx")
+        m = self.hsum(b, b.load(slot_m), self.maxnum)
+        mv = self.broadcast(b, m)
+        slot_s = self.slot(b, self.vt)
+        b.store(self.splat(0.0), slot_s)
+
+        def exp_pass(b, c):
+            p = self.at(b, row, b.mul(c, I64(self.w)))
+            e = mathlib.emit(b, "exp", b.fsub(self.vload(b, p), mv))
+            self.vstore(b, e, p)
+            b.store(b.fadd(b.load(slot_s), e), slot_s)
+        counted_loop(b, I64(0), nvec, I64(1), exp_pass, "ex")
+        total = self.hsum(b, b.load(slot_s), lambda b, x, y: b.fadd(x, y))
+        tv = self.broadcast(b, total)
+        counted_loop(b, I64(0), nvec, I64(1), lambda b, c: self.vstore(
+            b, b.fdiv(self.vload(b, self.at(b, row, b.mul(c, I64(self.w)))), tv),
+            self.at(b, row, b.mul(c, I64(self.w)))), "dv")
+        # the weights after the row's last key vector are zero (masked lanes inside it are exp(-inf) = 0)
+        counted_loop(b, b.mul(nvec, I64(self.w)), I64(self.Sp), I64(1),
+                     lambda b, j: b.store(self.const(0.0), b.gep(row, [j])), "zz")
+
+    # the kernels ---------------------------------------------------------------------------------------
+
+    def forward(self, b, lo, hi, args):
+        q, k, v, out, p = args
+        L, S, D, Sp, Dp = self.L, self.S, self.D, self.Sp, self.Dp
+        kt, vp, srow = self.buffer(b, D * Sp), self.buffer(b, S * Dp), self.buffer(b, _ROWS * Sp)
+
+        def tile(b, t):
+            qt, kk, vv = (self.at(b, x, b.mul(t, I64(n))) for x, n in ((q, L * D), (k, S * D), (v, S * D)))
+            ot, pt = self.at(b, out, b.mul(t, I64(L * D))), self.at(b, p, b.mul(t, I64(L * S)))
+            self.zero(b, kt, D * Sp)
+            self.zero(b, vp, S * Dp)
+            self.copy(b, kt, kk, S, D, Sp, transpose=True)
+            self.copy(b, vp, vv, S, D, Dp)
+
+            def block(b, i, rows):
+                i_last = b.add(i, I64(rows - 1))
+                n = self.last_key(b, i_last)
+
+                def scores(b, c0):
+                    def store(b, r, c, acc):
+                        col = b.add(c0, I64(c * self.w))
+                        s = b.fmul(acc, self.splat(self.scale))
+                        s = self.masked(b, s, b.add(i, I64(r)), col)
+                        self.vstore(b, s, self.at(b, srow, r * Sp, col))
+                    self._product(b, rows, self.at(b, qt, b.mul(i, I64(D))), D, 1, kt, Sp, I64(0), I64(D), c0,
+                                  store)
+                self.column_blocks(b, n, scores)
+                for r in range(rows):
+                    row = self.at(b, srow, r * Sp)
+                    self.softmax_row(b, row, b.add(i, I64(r)))
+                    self.copy(b, self.at(b, pt, b.mul(b.add(i, I64(r)), I64(S))), row, 1, S, S)
+
+                def values(b, c0):
+                    def store(b, r, c, acc):
+                        dst = self.at(b, ot, b.mul(b.add(i, I64(r)), I64(D)))
+                        self.store_row_part(b, acc, dst, b.add(c0, I64(c * self.w)), D)
+                    self._product(b, rows, srow, Sp, 1, vp, Dp, I64(0), n, c0, store)
+                counted_loop(b, I64(0), I64(Dp), I64(self.w * _VECS), values, "vb")
+            self.row_blocks(b, L, block)
+        counted_loop(b, lo, hi, I64(1), tile, "tile")
+
+    def store_row_part(self, b, acc, dst, col, n):
+        """``dst[col + lane] = acc[lane]`` for the lanes before column ``n``."""
+        if n % (self.w * _VECS) == 0:  # (every block lies inside the row)
+            self.vstore(b, acc, b.gep(dst, [col]))
+            return
+        for lane in range(self.w):
+            j = b.add(col, I64(lane))
+            with b.if_then(b.icmp_signed("<", j, I64(n))):
+                b.store(b.extract_element(acc, ir.Constant(ir.IntType(32), lane)), b.gep(dst, [j]))
+
+    def backward(self, b, lo, hi, args):
+        q, k, v, p, go, gq, gk, gv = args
+        L, S, D, Sp, Dp, Lp = self.L, self.S, self.D, self.Sp, self.Dp, self.Lp
+        kp, vt, qp, gop, ds = (self.buffer(b, n) for n in (S * Dp, D * Sp, Lp * Dp, Lp * Dp, Lp * Sp))
+
+        def tile(b, t):
+            qt, gt, gqt = (self.at(b, x, b.mul(t, I64(L * D))) for x in (q, go, gq))
+            kk, vv, gkt, gvt = (self.at(b, x, b.mul(t, I64(S * D))) for x in (k, v, gk, gv))
+            pt = self.at(b, p, b.mul(t, I64(L * S)))
+            for buf, n in ((kp, S * Dp), (vt, D * Sp), (qp, Lp * Dp), (gop, Lp * Dp), (ds, Lp * Sp)):
+                self.zero(b, buf, n)
+            self.copy(b, kp, kk, S, D, Dp)
+            self.copy(b, vt, vv, S, D, Sp, transpose=True)
+            self.copy(b, qp, qt, L, D, Dp)
+            self.copy(b, gop, gt, L, D, Dp)
+
+            # dP = grad_out V^T into ds, then ds = P (dP - sum(P dP)) * scale, row by row
+            def block(b, i, rows):
+                n = self.last_key(b, b.add(i, I64(rows - 1)))
+
+                def dp(b, c0):
+                    def store(b, r, c, acc):
+                        self.vstore(b, acc, self.at(b, ds, b.mul(b.add(i, I64(r)), I64(Sp)), c0, c * self.w))
+                    self._product(b, rows, self.at(b, gt, b.mul(i, I64(D))), D, 1, vt, Sp, I64(0), I64(D), c0,
+                                  store)
+                self.column_blocks(b, n, dp)
+                for r in range(rows):
+                    self.softmax_grad_row(b, self.at(b, ds, b.mul(b.add(i, I64(r)), I64(Sp))),
+                                          self.at(b, pt, b.mul(b.add(i, I64(r)), I64(S))), b.add(i, I64(r)))
+            self.row_blocks(b, L, block)
+
+            # grad_q = ds K, over each row's keys
+            def gq_block(b, i, rows):
+                n = self.last_key(b, b.add(i, I64(rows - 1)))
+
+                def cols(b, c0):
+                    def store(b, r, c, acc):
+                        dst = self.at(b, gqt, b.mul(b.add(i, I64(r)), I64(D)))
+                        self.store_row_part(b, acc, dst, b.add(c0, I64(c * self.w)), D)
+                    self._product(b, rows, self.at(b, ds, b.mul(i, I64(Sp))), Sp, 1, kp, Dp, I64(0), n, c0, store)
+                counted_loop(b, I64(0), I64(Dp), I64(self.w * _VECS), cols, "qb")
+            self.row_blocks(b, L, gq_block)
+
+            # grad_k = ds^T Q and grad_v = P^T grad_out, over the queries at or after each key
+            def kv_block(b, j, rows):
+                first = j if self.causal else I64(0)
+                first = b.select(b.icmp_signed("<", first, I64(L)), first, I64(L - 1))
+
+                def cols(b, c0):
+                    def store_k(b, r, c, acc):
+                        dst = self.at(b, gkt, b.mul(b.add(j, I64(r)), I64(D)))
+                        self.store_row_part(b, acc, dst, b.add(c0, I64(c * self.w)), D)
+                    self._product(b, rows, self.at(b, ds, j), 1, Sp, qp, Dp, first, I64(L), c0, store_k)
+
+                    def store_v(b, r, c, acc):
+                        dst = self.at(b, gvt, b.mul(b.add(j, I64(r)), I64(D)))
+                        self.store_row_part(b, acc, dst, b.add(c0, I64(c * self.w)), D)
+                    self._product(b, rows, self.at(b, pt, j), 1, S, gop, Dp, first, I64(L), c0, store_v)
+                counted_loop(b, I64(0), I64(Dp), I64(self.w * _VECS), cols, "kb")
+            self.row_blocks(b, S, kv_block)
+        counted_loop(b, lo, hi, I64(1), tile, "tile")
+
+    def softmax_grad_row(self, b, row, prow, i):
+        """``row`` (dP, Sp long) to ``P (dP - sum(P dP)) * scale`` over the row's keys, zeros after them."""
+        n = self.last_key(b, i)
+        slot = self.slot(b, self.t)
+        b.store(self.const(0.0), slot)
+        counted_loop(b, I64(0), n, I64(1), lambda b, j: b.store(
+            b.fadd(b.load(slot), b.fmul(b.load(b.gep(prow, [j])), b.load(b.gep(row, [j])))), slot), "dl")
+        delta = b.load(slot)
+
+        def each(b, j):
+            pj = b.load(b.gep(prow, [j]))
+            g = b.fmul(b.fmul(pj, b.fsub(b.load(b.gep(row, [j])), delta)), self.const(self.scale))
+            b.store(g, b.gep(row, [j]))
+        counted_loop(b, I64(0), n, I64(1), each, "sg")
+        counted_loop(b, n, I64(self.Sp), I64(1), lambda b, j: b.store(self.const(0.0), b.gep(row, [j])), "sz")
+
+
+attention.ATTENTION_KERNEL = attention_kernel
