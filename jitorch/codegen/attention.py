@@ -63,13 +63,19 @@ class AttentionKernel:
         run_chunks(self._compiled.address, args, [(i, min(i + step, tiles)) for i in range(0, tiles, step)])
 
 
-def attention_kernel(direction, dtype, L, S, D, causal, scale):
+def attention_kernel(direction, dtype, L, S, D, causal, scale, batch=(), layouts=None):
     """The compiled ``direction`` ("forward" or "backward") kernel for float ``dtype`` (a NumPy dtype)
     tiles of ``L`` queries, ``S`` keys and ``D`` dims (an `AttentionKernel`); None where it cannot be built
-    (the caller composes).
-    Forward buffers: q, k, v, then out and the softmax weights p; backward: q, k, v, p, grad_out, then
-    grad_q, grad_k, grad_v; each (tiles, rows, cols) C-contiguous. Built once per key."""
-    key = (direction, np.dtype(dtype).name, L, S, D, bool(causal), float(scale))
+    (the caller composes). Forward buffers: q, k, v, then out and the softmax weights p; backward: q, k, v,
+    p, grad_out, then grad_q, grad_k, grad_v. Each holds the tiles of the ``batch`` shape; ``layouts`` gives,
+    per buffer, its element strides (one per batch dim, then the rows'; the columns' are 1), default
+    C-contiguous. Built once per key."""
+    if layouts is None:
+        n = 5 if direction == "forward" else 8
+        shapes = {"forward": "LDSDSDLDLS", "backward": "LDSDSDLSLDLDSDSD"}[direction]
+        sizes = {"L": L, "S": S, "D": D}
+        layouts = tuple(_contiguous(batch, sizes[shapes[2 * i]], sizes[shapes[2 * i + 1]]) for i in range(n))
+    key = (direction, np.dtype(dtype).name, L, S, D, bool(causal), float(scale), tuple(batch), tuple(layouts))
     with _lock:
         if key not in _kernels:
             if len(_kernels) > 256:  # (programs of ever new sizes: the code stays cached on disk)
@@ -78,10 +84,18 @@ def attention_kernel(direction, dtype, L, S, D, causal, scale):
         return _kernels[key]
 
 
-def _build(direction, dtype, L, S, D, causal, scale):
+def _contiguous(batch, rows, cols):
+    """The strides of a C-contiguous (*batch, rows, cols) buffer but the columns'."""
+    strides = [cols]
+    for n in reversed((*batch, rows)[1:]):
+        strides.insert(0, strides[0] * n)
+    return tuple(strides)
+
+
+def _build(direction, dtype, L, S, D, causal, scale, batch, layouts):
     t = ir.FloatType() if dtype == "float32" else ir.DoubleType()
     width = _BYTES // np.dtype(dtype).itemsize
-    tile = _Tile(t, width, L, S, D, causal, scale)
+    tile = _Tile(t, width, L, S, D, causal, scale, batch, layouts)
     if tile.stack_bytes(direction) > STACK_LIMIT:
         return None
     name = f"jitorch_attention_{direction}_{dtype}_{L}x{S}x{D}{'_causal' if causal else ''}"
@@ -94,7 +108,7 @@ def _build(direction, dtype, L, S, D, causal, scale):
     body = ir.Function(module, ir.FunctionType(ir.VoidType(), [I64, I64] + [ptr] * (n_in + n_out)), name + "_body")
     body.linkage = "internal"
     body.attributes.add("alwaysinline")
-    for arg in body.args[2:]:
+    for arg in body.args[2 + n_in:]:  # (the inputs may be one tensor: self-attention of x with itself)
         arg.add_attribute("noalias")
     b = ir.IRBuilder(body.append_basic_block("entry"))
     (tile.forward if direction == "forward" else tile.backward)(b, body.args[0], body.args[1], body.args[2:])
@@ -113,22 +127,25 @@ def _ceil(n, m):
 
 
 class _Tile:
-    """Emits one tile's loops; sizes are the kernel's constants."""
+    """Emits one tile's loops; sizes and strides are the kernel's constants."""
 
-    def __init__(self, t, width, L, S, D, causal, scale):
+    def __init__(self, t, width, L, S, D, causal, scale, batch, layouts):
         self.t, self.w, self.L, self.S, self.D, self.causal, self.scale = t, width, L, S, D, causal, scale
+        self.batch, self.layouts = batch, layouts
         self.vt = ir.VectorType(t, width)
-        self.Sp, self.Dp = _ceil(S, width * _VECS), _ceil(D, width * _VECS)
-        self.Lp = _ceil(L, _ROWS)
+        block = width * _VECS
+        self.Sp, self.Dp = _ceil(S, block), _ceil(D, block)
+        # rows of whole register blocks are read where they lie; others are copied into padded rows
+        self.direct = D % block == 0
         self.item = _BYTES // width
 
     def stack_bytes(self, direction):
-        item = self.item
-        if direction == "forward":
-            floats = self.D * self.Sp + self.S * self.Dp + _ROWS * self.Sp
-        else:  # keys, values transposed, queries, grad_out padded, the tile's weights' gradient
-            floats = self.S * self.Dp + self.D * self.Sp + 2 * self.Lp * self.Dp + self.Lp * self.Sp
-        return floats * item
+        padded = 0 if self.direct else self.Dp
+        if direction == "forward":  # keys transposed, values padded, a row block's scores
+            floats = self.D * self.Sp + self.S * padded + _ROWS * self.Sp
+        else:  # keys padded, values transposed, queries and grad_out padded, the scores' gradient
+            floats = self.S * padded + self.D * self.Sp + 2 * self.L * padded + self.L * self.Sp
+        return floats * self.item
 
     # small helpers ------------------------------------------------------------------------------------
 
@@ -140,7 +157,21 @@ class _Tile:
 
     def buffer(self, b, n):
         """A stack buffer of ``n`` elements (in the entry block, so it is one frame slot)."""
-        return b.gep(self.slot(b, ir.ArrayType(self.t, n)), [I64(0), I64(0)])
+        return b.gep(self.slot(b, ir.ArrayType(self.t, max(n, 1))), [I64(0), I64(0)])
+
+    def slot(self, b, t):
+        """A stack slot of type ``t``, allocated in the entry block (a loop must not grow the stack)."""
+        with b.goto_entry_block():
+            return b.alloca(t)
+
+    def tile(self, b, t, args, k):
+        """(buffer ``k``'s tile ``t``, its row stride): the tile's offset from its batch index."""
+        strides = self.layouts[k]
+        off, rest = I64(0), t
+        for n, stride in zip(reversed(self.batch), reversed(strides[:-1])):
+            off = b.add(off, b.mul(b.urem(rest, I64(n)), I64(stride)))
+            rest = b.udiv(rest, I64(n))
+        return b.gep(args[k], [off]), strides[-1]
 
     def at(self, b, base, *index):
         """``base[sum of index]`` (terms are i64 values or ints)."""
@@ -162,20 +193,12 @@ class _Tile:
         return b.shuffle_vector(v, ir.Constant(vt, ir.Undefined),
                                 ir.Constant(ir.VectorType(ir.IntType(32), self.w), [0] * self.w))
 
-    def slot(self, b, t):
-        """A stack slot of type ``t``, allocated in the entry block (a loop must not grow the stack)."""
-        with b.goto_entry_block():
-            return b.alloca(t)
-
-    def zero(self, b, base, n):
-        counted_loop(b, I64(0), I64(n), I64(1), lambda b, i: b.store(self.const(0.0), b.gep(base, [i])), "z")
-
-    def copy(self, b, dst, src, rows, cols, ld_dst, transpose=False):
-        """``dst[r, c] = src[r, c]`` (``dst[c, r]`` with ``transpose``) for a (rows, cols) C-contiguous
-        ``src``; ``dst`` rows ``ld_dst`` long."""
+    def copy(self, b, dst, ld_dst, src, ld_src, rows, cols, transpose=False):
+        """``dst[r, c] = src[r, c]`` (``dst[c, r]`` with ``transpose``) for ``rows`` by ``cols``; rows are
+        ``ld_dst`` and ``ld_src`` apart."""
         def row(b, r):
             def col(b, c):
-                v = b.load(b.gep(src, [b.add(b.mul(r, I64(cols)), c)]))
+                v = b.load(b.gep(src, [b.add(b.mul(r, I64(ld_src)), c)]))
                 at = b.add(b.mul(c, I64(ld_dst)), r) if transpose else b.add(b.mul(r, I64(ld_dst)), c)
                 b.store(v, b.gep(dst, [at]))
             counted_loop(b, I64(0), I64(cols), I64(1), col, "cc")
@@ -235,6 +258,26 @@ class _Tile:
         end = b.mul(b.sdiv(b.add(ncols, I64(step - 1)), I64(step)), I64(step))
         counted_loop(b, I64(0), end, I64(step), body, "cb")
 
+    def output_rows(self, b, rows, a, a_rs, a_ks, bm, b_ks, k0, k1, dst, ld_dst, i):
+        """Rows ``i ..`` of ``dst`` (D wide, ``ld_dst`` apart) = the `_product` over all of D's column
+        blocks."""
+        def cols(b, c0):
+            def store(b, r, c, acc):
+                self.store_row_part(b, acc, self.at(b, dst, b.mul(b.add(i, I64(r)), I64(ld_dst))),
+                                    b.add(c0, I64(c * self.w)))
+            self._product(b, rows, a, a_rs, a_ks, bm, b_ks, k0, k1, c0, store)
+        counted_loop(b, I64(0), I64(self.Dp), I64(self.w * _VECS), cols, "ob")
+
+    def store_row_part(self, b, acc, dst, col):
+        """``dst[col + lane] = acc[lane]`` for the lanes before column D."""
+        if self.direct:  # (every block lies inside the row)
+            self.vstore(b, acc, b.gep(dst, [col]))
+            return
+        for lane in range(self.w):
+            j = b.add(col, I64(lane))
+            with b.if_then(b.icmp_signed("<", j, I64(self.D))):
+                b.store(b.extract_element(acc, ir.Constant(ir.IntType(32), lane)), b.gep(dst, [j]))
+
     def masked(self, b, v, i, c0):
         """Lanes of columns ``c0 .. c0 + w`` of row ``i`` after its last key (or past S) set to -inf."""
         j = b.add(self.broadcast(b, c0), ir.Constant(ir.VectorType(ir.IntType(64), self.w), list(range(self.w))))
@@ -242,27 +285,30 @@ class _Tile:
         return b.select(b.icmp_signed("<", j, limit), v, self.splat(float("-inf")))
 
     def hsum(self, b, v, op):
-        """The lanes of ``v`` combined by ``op`` (b, x, y) in order."""
-        out = b.extract_element(v, ir.Constant(ir.IntType(32), 0))
-        for lane in range(1, self.w):
-            out = op(b, out, b.extract_element(v, ir.Constant(ir.IntType(32), lane)))
-        return out
+        """The lanes of ``v`` combined by ``op`` (b, x, y) pairwise, halves first: a tree of log2(w)
+        steps (a chain through the lanes one by one cost more than the row's arithmetic)."""
+        n = self.w
+        while n > 1:
+            n //= 2
+            lo = b.shuffle_vector(v, v, ir.Constant(ir.VectorType(ir.IntType(32), n), list(range(n))))
+            hi = b.shuffle_vector(v, v, ir.Constant(ir.VectorType(ir.IntType(32), n), list(range(n, 2 * n))))
+            v = op(b, lo, hi)
+        return b.extract_element(v, ir.Constant(ir.IntType(32), 0))
 
     @staticmethod
     def maxnum(b, x, y):
         return b.select(b.fcmp_ordered(">", y, x), y, x)
 
     def softmax_row(self, b, row, i):
-        """``row`` (Sp scores, masked past the row's keys to -inf) to its softmax weights (zeros there)."""
+        """``row`` (scores masked to -inf past the row's keys) to its softmax weights, zeros after its keys
+        up to the next whole register block (what the row block's product reads)."""
         n = self.last_key(b, i)
         nvec = b.sdiv(b.add(n, I64(self.w - 1)), I64(self.w))
-        # max
         slot_m = self.slot(b, self.vt)
         b.store(self.splat(float("-inf")), slot_m)
         counted_loop(b, I64(0), nvec, I64(1), lambda b, c: b.store(
             self.maxnum(b, b.load(slot_m), self.vload(b, self.at(b, row, b.mul(c, I64(self.w))))), slot_m), "mx")
-        m = self.hsum(b, b.load(slot_m), self.maxnum)
-        mv = self.broadcast(b, m)
+        mv = self.broadcast(b, self.hsum(b, b.load(slot_m), self.maxnum))
         slot_s = self.slot(b, self.vt)
         b.store(self.splat(0.0), slot_s)
 
@@ -272,82 +318,62 @@ class _Tile:
             self.vstore(b, e, p)
             b.store(b.fadd(b.load(slot_s), e), slot_s)
         counted_loop(b, I64(0), nvec, I64(1), exp_pass, "ex")
-        total = self.hsum(b, b.load(slot_s), lambda b, x, y: b.fadd(x, y))
-        tv = self.broadcast(b, total)
+        tv = self.broadcast(b, self.hsum(b, b.load(slot_s), lambda b, x, y: b.fadd(x, y)))
         counted_loop(b, I64(0), nvec, I64(1), lambda b, c: self.vstore(
             b, b.fdiv(self.vload(b, self.at(b, row, b.mul(c, I64(self.w)))), tv),
             self.at(b, row, b.mul(c, I64(self.w)))), "dv")
-        # the weights after the row's last key vector are zero (masked lanes inside it are exp(-inf) = 0)
-        counted_loop(b, b.mul(nvec, I64(self.w)), I64(self.Sp), I64(1),
-                     lambda b, j: b.store(self.const(0.0), b.gep(row, [j])), "zz")
+        # (masked lanes inside the last vector are exp(-inf) = 0)
+        counted_loop(b, nvec, I64(self.Sp // self.w), I64(1),
+                     lambda b, c: self.vstore(b, self.splat(0.0), self.at(b, row, b.mul(c, I64(self.w)))), "zz")
 
     # the kernels ---------------------------------------------------------------------------------------
 
     def forward(self, b, lo, hi, args):
-        q, k, v, out, p = args
-        L, S, D, Sp, Dp = self.L, self.S, self.D, self.Sp, self.Dp
-        kt, vp, srow = self.buffer(b, D * Sp), self.buffer(b, S * Dp), self.buffer(b, _ROWS * Sp)
+        L, S, D, Sp = self.L, self.S, self.D, self.Sp
+        kt, srow = self.buffer(b, D * Sp), self.buffer(b, _ROWS * Sp)
+        vp = None if self.direct else self.buffer(b, S * self.Dp)
 
         def tile(b, t):
-            qt, kk, vv = (self.at(b, x, b.mul(t, I64(n))) for x, n in ((q, L * D), (k, S * D), (v, S * D)))
-            ot, pt = self.at(b, out, b.mul(t, I64(L * D))), self.at(b, p, b.mul(t, I64(L * S)))
-            self.zero(b, kt, D * Sp)
-            self.zero(b, vp, S * Dp)
-            self.copy(b, kt, kk, S, D, Sp, transpose=True)
-            self.copy(b, vp, vv, S, D, Dp)
+            (qt, q_ld), (kk, k_ld), (vv, v_ld), (ot, o_ld), (pt, p_ld) = (self.tile(b, t, args, n) for n in range(5))
+            self.copy(b, kt, Sp, kk, k_ld, S, D, transpose=True)
+            if vp is not None:
+                self.copy(b, vp, self.Dp, vv, v_ld, S, D)
+            v_rows, v_rs = (vv, v_ld) if vp is None else (vp, self.Dp)
 
             def block(b, i, rows):
-                i_last = b.add(i, I64(rows - 1))
-                n = self.last_key(b, i_last)
+                n = self.last_key(b, b.add(i, I64(rows - 1)))
 
                 def scores(b, c0):
                     def store(b, r, c, acc):
                         col = b.add(c0, I64(c * self.w))
-                        s = b.fmul(acc, self.splat(self.scale))
-                        s = self.masked(b, s, b.add(i, I64(r)), col)
+                        s = self.masked(b, b.fmul(acc, self.splat(self.scale)), b.add(i, I64(r)), col)
                         self.vstore(b, s, self.at(b, srow, r * Sp, col))
-                    self._product(b, rows, self.at(b, qt, b.mul(i, I64(D))), D, 1, kt, Sp, I64(0), I64(D), c0,
-                                  store)
+                    self._product(b, rows, self.at(b, qt, b.mul(i, I64(q_ld))), q_ld, 1, kt, Sp, I64(0), I64(D),
+                                  c0, store)
                 self.column_blocks(b, n, scores)
                 for r in range(rows):
                     row = self.at(b, srow, r * Sp)
                     self.softmax_row(b, row, b.add(i, I64(r)))
-                    self.copy(b, self.at(b, pt, b.mul(b.add(i, I64(r)), I64(S))), row, 1, S, S)
-
-                def values(b, c0):
-                    def store(b, r, c, acc):
-                        dst = self.at(b, ot, b.mul(b.add(i, I64(r)), I64(D)))
-                        self.store_row_part(b, acc, dst, b.add(c0, I64(c * self.w)), D)
-                    self._product(b, rows, srow, Sp, 1, vp, Dp, I64(0), n, c0, store)
-                counted_loop(b, I64(0), I64(Dp), I64(self.w * _VECS), values, "vb")
+                    self.copy(b, self.at(b, pt, b.mul(b.add(i, I64(r)), I64(p_ld))), 0, row, 0, 1, S)
+                self.output_rows(b, rows, srow, Sp, 1, v_rows, v_rs, I64(0), n, ot, o_ld, i)
             self.row_blocks(b, L, block)
         counted_loop(b, lo, hi, I64(1), tile, "tile")
 
-    def store_row_part(self, b, acc, dst, col, n):
-        """``dst[col + lane] = acc[lane]`` for the lanes before column ``n``."""
-        if n % (self.w * _VECS) == 0:  # (every block lies inside the row)
-            self.vstore(b, acc, b.gep(dst, [col]))
-            return
-        for lane in range(self.w):
-            j = b.add(col, I64(lane))
-            with b.if_then(b.icmp_signed("<", j, I64(n))):
-                b.store(b.extract_element(acc, ir.Constant(ir.IntType(32), lane)), b.gep(dst, [j]))
-
     def backward(self, b, lo, hi, args):
-        q, k, v, p, go, gq, gk, gv = args
-        L, S, D, Sp, Dp, Lp = self.L, self.S, self.D, self.Sp, self.Dp, self.Lp
-        kp, vt, qp, gop, ds = (self.buffer(b, n) for n in (S * Dp, D * Sp, Lp * Dp, Lp * Dp, Lp * Sp))
+        L, S, D, Sp = self.L, self.S, self.D, self.Sp
+        vt, ds = self.buffer(b, D * Sp), self.buffer(b, L * Sp)
+        pads = None if self.direct else [self.buffer(b, n * self.Dp) for n in (S, L, L)]
 
         def tile(b, t):
-            qt, gt, gqt = (self.at(b, x, b.mul(t, I64(L * D))) for x in (q, go, gq))
-            kk, vv, gkt, gvt = (self.at(b, x, b.mul(t, I64(S * D))) for x in (k, v, gk, gv))
-            pt = self.at(b, p, b.mul(t, I64(L * S)))
-            for buf, n in ((kp, S * Dp), (vt, D * Sp), (qp, Lp * Dp), (gop, Lp * Dp), (ds, Lp * Sp)):
-                self.zero(b, buf, n)
-            self.copy(b, kp, kk, S, D, Dp)
-            self.copy(b, vt, vv, S, D, Sp, transpose=True)
-            self.copy(b, qp, qt, L, D, Dp)
-            self.copy(b, gop, gt, L, D, Dp)
+            (qt, q_ld), (kk, k_ld), (vv, v_ld), (pt, p_ld), (gt, g_ld), (gqt, gq_ld), (gkt, gk_ld), (gvt, gv_ld) = (
+                self.tile(b, t, args, n) for n in range(8))
+            self.copy(b, vt, Sp, vv, v_ld, S, D, transpose=True)
+            if pads is None:
+                (kp, kp_ld), (qp, qp_ld), (gop, gop_ld) = (kk, k_ld), (qt, q_ld), (gt, g_ld)
+            else:
+                for buf, src, ld, n in zip(pads, (kk, qt, gt), (k_ld, q_ld, g_ld), (S, L, L)):
+                    self.copy(b, buf, self.Dp, src, ld, n, D)
+                (kp, kp_ld), (qp, qp_ld), (gop, gop_ld) = ((buf, self.Dp) for buf in pads)
 
             # dP = grad_out V^T into ds, then ds = P (dP - sum(P dP)) * scale, row by row
             def block(b, i, rows):
@@ -356,60 +382,64 @@ class _Tile:
                 def dp(b, c0):
                     def store(b, r, c, acc):
                         self.vstore(b, acc, self.at(b, ds, b.mul(b.add(i, I64(r)), I64(Sp)), c0, c * self.w))
-                    self._product(b, rows, self.at(b, gt, b.mul(i, I64(D))), D, 1, vt, Sp, I64(0), I64(D), c0,
-                                  store)
+                    self._product(b, rows, self.at(b, gt, b.mul(i, I64(g_ld))), g_ld, 1, vt, Sp, I64(0), I64(D),
+                                  c0, store)
                 self.column_blocks(b, n, dp)
                 for r in range(rows):
-                    self.softmax_grad_row(b, self.at(b, ds, b.mul(b.add(i, I64(r)), I64(Sp))),
-                                          self.at(b, pt, b.mul(b.add(i, I64(r)), I64(S))), b.add(i, I64(r)))
+                    ir_ = b.add(i, I64(r))
+                    self.softmax_grad_row(b, self.at(b, ds, b.mul(ir_, I64(Sp))),
+                                          self.at(b, pt, b.mul(ir_, I64(p_ld))), ir_)
             self.row_blocks(b, L, block)
 
-            # grad_q = ds K, over each row's keys
-            def gq_block(b, i, rows):
-                n = self.last_key(b, b.add(i, I64(rows - 1)))
-
-                def cols(b, c0):
-                    def store(b, r, c, acc):
-                        dst = self.at(b, gqt, b.mul(b.add(i, I64(r)), I64(D)))
-                        self.store_row_part(b, acc, dst, b.add(c0, I64(c * self.w)), D)
-                    self._product(b, rows, self.at(b, ds, b.mul(i, I64(Sp))), Sp, 1, kp, Dp, I64(0), n, c0, store)
-                counted_loop(b, I64(0), I64(Dp), I64(self.w * _VECS), cols, "qb")
-            self.row_blocks(b, L, gq_block)
+            # grad_q = ds K, over each row block's keys
+            self.row_blocks(b, L, lambda b, i, rows: self.output_rows(
+                b, rows, self.at(b, ds, b.mul(i, I64(Sp))), Sp, 1, kp, kp_ld, I64(0),
+                self.last_key(b, b.add(i, I64(rows - 1))), gqt, gq_ld, i))
 
             # grad_k = ds^T Q and grad_v = P^T grad_out, over the queries at or after each key
             def kv_block(b, j, rows):
                 first = j if self.causal else I64(0)
                 first = b.select(b.icmp_signed("<", first, I64(L)), first, I64(L - 1))
-
-                def cols(b, c0):
-                    def store_k(b, r, c, acc):
-                        dst = self.at(b, gkt, b.mul(b.add(j, I64(r)), I64(D)))
-                        self.store_row_part(b, acc, dst, b.add(c0, I64(c * self.w)), D)
-                    self._product(b, rows, self.at(b, ds, j), 1, Sp, qp, Dp, first, I64(L), c0, store_k)
-
-                    def store_v(b, r, c, acc):
-                        dst = self.at(b, gvt, b.mul(b.add(j, I64(r)), I64(D)))
-                        self.store_row_part(b, acc, dst, b.add(c0, I64(c * self.w)), D)
-                    self._product(b, rows, self.at(b, pt, j), 1, S, gop, Dp, first, I64(L), c0, store_v)
-                counted_loop(b, I64(0), I64(Dp), I64(self.w * _VECS), cols, "kb")
+                self.output_rows(b, rows, self.at(b, ds, j), 1, Sp, qp, qp_ld, first, I64(L), gkt, gk_ld, j)
+                self.output_rows(b, rows, self.at(b, pt, j), 1, p_ld, gop, gop_ld, first, I64(L), gvt, gv_ld, j)
             self.row_blocks(b, S, kv_block)
         counted_loop(b, lo, hi, I64(1), tile, "tile")
 
     def softmax_grad_row(self, b, row, prow, i):
-        """``row`` (dP, Sp long) to ``P (dP - sum(P dP)) * scale`` over the row's keys, zeros after them."""
+        """``row`` (dP, Sp long) to ``P (dP - sum(P dP)) * scale`` over the row's keys, zeros after them
+        (``prow``: the row of P, zeros after its keys)."""
         n = self.last_key(b, i)
-        slot = self.slot(b, self.t)
-        b.store(self.const(0.0), slot)
-        counted_loop(b, I64(0), n, I64(1), lambda b, j: b.store(
-            b.fadd(b.load(slot), b.fmul(b.load(b.gep(prow, [j])), b.load(b.gep(row, [j])))), slot), "dl")
-        delta = b.load(slot)
+        if self.S % self.w:  # (whole vectors of P's row would read past it)
+            slot = self.slot(b, self.t)
+            b.store(self.const(0.0), slot)
+            counted_loop(b, I64(0), n, I64(1), lambda b, j: b.store(
+                b.fadd(b.load(slot), b.fmul(b.load(b.gep(prow, [j])), b.load(b.gep(row, [j])))), slot), "dl")
+            delta = b.load(slot)
 
-        def each(b, j):
-            pj = b.load(b.gep(prow, [j]))
-            g = b.fmul(b.fmul(pj, b.fsub(b.load(b.gep(row, [j])), delta)), self.const(self.scale))
-            b.store(g, b.gep(row, [j]))
-        counted_loop(b, I64(0), n, I64(1), each, "sg")
-        counted_loop(b, n, I64(self.Sp), I64(1), lambda b, j: b.store(self.const(0.0), b.gep(row, [j])), "sz")
+            def each(b, j):
+                g = b.fmul(b.load(b.gep(prow, [j])), b.fsub(b.load(b.gep(row, [j])), delta))
+                b.store(b.fmul(g, self.const(self.scale)), b.gep(row, [j]))
+            counted_loop(b, I64(0), n, I64(1), each, "sg")
+            counted_loop(b, n, I64(self.Sp), I64(1), lambda b, j: b.store(self.const(0.0), b.gep(row, [j])), "sz")
+            return
+        # whole vectors: the lanes after the row's keys hold P = 0 and dP of the row block's product
+        nvec = b.sdiv(b.add(n, I64(self.w - 1)), I64(self.w))
+        slot = self.slot(b, self.vt)
+        b.store(self.splat(0.0), slot)
+        counted_loop(b, I64(0), nvec, I64(1), lambda b, c: b.store(b.fadd(b.load(slot), b.fmul(
+            self.vload(b, self.vector(b, prow, c)), self.vload(b, self.vector(b, row, c)))), slot), "dl")
+        delta = self.broadcast(b, self.hsum(b, b.load(slot), lambda b, x, y: b.fadd(x, y)))
+
+        def each(b, c):
+            g = b.fmul(self.vload(b, self.vector(b, prow, c)), b.fsub(self.vload(b, self.vector(b, row, c)), delta))
+            self.vstore(b, b.fmul(g, self.splat(self.scale)), self.vector(b, row, c))
+        counted_loop(b, I64(0), nvec, I64(1), each, "sg")
+        counted_loop(b, nvec, I64(self.Sp // self.w), I64(1),
+                     lambda b, c: self.vstore(b, self.splat(0.0), self.vector(b, row, c)), "sz")
+
+    def vector(self, b, base, c):
+        """The address of vector ``c`` of the row at ``base``."""
+        return self.at(b, base, b.mul(c, I64(self.w)))
 
 
 attention.ATTENTION_KERNEL = attention_kernel

@@ -28,8 +28,9 @@ from .reductions import _softmax
 from .registry import TensorSpec, defop
 
 _FAST_DTYPES = (_dt.float32, _dt.float64)
-# (direction, NumPy dtype, L, S, D, causal, scale) -> a compiled kernel over tiles (codegen/attention.py:
-# ``fn(args, lo, hi)`` on the buffers' addresses, ``run_chunks``) or None; set by the code generator
+# (direction, NumPy dtype, L, S, D, causal, scale, batch shape, buffers' element strides but the columns') ->
+# a compiled kernel over the batch's tiles (codegen/attention.py's ``run_tiles(arrays, tiles)``) or None; set by
+# the code generator
 ATTENTION_KERNEL = None
 _FUTURES: dict = {}  # (L, S) -> the bool mask of the keys after each query (``triu(1)`` of ones)
 
@@ -93,14 +94,26 @@ def fused(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa):
             and 0 not in q and 0 not in k)
 
 
-def _tiles(*arrays):
-    """Each array as C-contiguous (tiles, rows, cols)."""
-    return [np.ascontiguousarray(a).reshape(-1, *a.shape[-2:]) for a in arrays]
+def _readable(a):
+    """``a`` as the kernels read it: rows of contiguous elements at any non-negative element strides (the
+    heads of a GPT's q, k and v are views into one product's rows), else a C-contiguous copy."""
+    item = a.itemsize
+    if a.strides[-1] != item or any(s < 0 or s % item for s in a.strides):
+        a = np.ascontiguousarray(a)
+    return a
 
 
-def _run(kernel, arrays):
-    """``kernel`` over the tiles of ``arrays`` (its buffers, C-contiguous), in chunks of tiles on the team."""
-    kernel.run_tiles(arrays, arrays[0].shape[0])
+def _run(direction, arrays, is_causal, scale):
+    """The registered kernel over ``arrays`` (inputs, then the outputs it fills), True; False where no
+    kernel serves them."""
+    q, k = arrays[0], arrays[1]
+    L, S, D = q.shape[-2], k.shape[-2], q.shape[-1]
+    layouts = tuple(tuple(s // a.itemsize for s in a.strides[:-1]) for a in arrays)
+    kernel = ATTENTION_KERNEL(direction, q.dtype, L, S, D, is_causal, scale, q.shape[:-2], layouts)
+    if kernel is None:
+        return False
+    kernel.run_tiles(arrays, int(np.prod(q.shape[:-2], dtype=np.int64)))
+    return True
 
 
 def _attention_meta(query, key, value, is_causal, scale):
@@ -110,9 +123,10 @@ def _attention_meta(query, key, value, is_causal, scale):
 
 def _attention_cpu(spec, query, key, value, is_causal, scale):
     dtype = spec[0].dtype.np
-    L, S, D = query.shape[-2], key.shape[-2], query.shape[-1]
-    kernel = None if ATTENTION_KERNEL is None else ATTENTION_KERNEL("forward", dtype, L, S, D, is_causal, scale)
-    if kernel is None:
+    out, weights = np.empty(spec[0].shape, dtype), np.empty(spec[1].shape, dtype)
+    if ATTENTION_KERNEL is None or not _run("forward", [*map(_readable, (query, key, value)), out, weights],
+                                            is_causal, scale):
+        L, S = query.shape[-2], key.shape[-2]
         token = fp_errors.enter()
         try:
             scores = array_product(query, key.swapaxes(-2, -1))
@@ -123,10 +137,7 @@ def _attention_cpu(spec, query, key, value, is_causal, scale):
             return array_product(weights, value), weights
         finally:
             fp_errors.leave(token)
-    q, k, v = _tiles(query, key, value)
-    out, weights = np.empty(q.shape, dtype), np.empty((q.shape[0], L, S), dtype)
-    _run(kernel, [q, k, v, out, weights])
-    return out.reshape(spec[0].shape), weights.reshape(spec[1].shape)
+    return out, weights
 
 
 defop("_attention(Tensor query, Tensor key, Tensor value, bool is_causal, float scale) -> "
@@ -143,9 +154,9 @@ def _backward_meta(grad_output, query, key, value, weights, is_causal, scale):
 
 def _backward_cpu(spec, grad_output, query, key, value, weights, is_causal, scale):
     dtype = spec[0].dtype.np
-    L, S, D = query.shape[-2], key.shape[-2], query.shape[-1]
-    kernel = None if ATTENTION_KERNEL is None else ATTENTION_KERNEL("backward", dtype, L, S, D, is_causal, scale)
-    if kernel is None:
+    grads = tuple(np.empty(s.shape, dtype) for s in spec)
+    inputs = map(_readable, (query, key, value, weights, grad_output))
+    if ATTENTION_KERNEL is None or not _run("backward", [*inputs, *grads], is_causal, scale):
         token = fp_errors.enter()
         try:
             # softmax's backward (torch's form: y (g - sum(g y))), then the products'
@@ -156,10 +167,7 @@ def _backward_cpu(spec, grad_output, query, key, value, weights, is_causal, scal
             return array_product(grad_s, key), array_product(grad_s.swapaxes(-2, -1), query), grad_v
         finally:
             fp_errors.leave(token)
-    q, k, v, w, g = _tiles(query, key, value, weights, grad_output)
-    grads = [np.empty(q.shape, dtype), np.empty(k.shape, dtype), np.empty(v.shape, dtype)]
-    _run(kernel, [q, k, v, w, g, *grads])
-    return tuple(a.reshape(s.shape) for a, s in zip(grads, spec))
+    return grads
 
 
 defop("_attention_backward(Tensor grad_output, Tensor query, Tensor key, Tensor value, Tensor weights, "
