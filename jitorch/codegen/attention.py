@@ -142,7 +142,7 @@ class _Tile:
     def stack_bytes(self, direction):
         padded = 0 if self.direct else self.Dp
         if direction == "forward":  # keys transposed, values padded, a row block's scores
-            floats = self.D * self.Sp + self.S * padded + _ROWS * self.Sp
+            floats = self.D * self.Sp + self.S * padded + (0 if self.S == self.Sp else _ROWS * self.Sp)
         else:  # keys padded, values transposed, queries and grad_out padded, the scores' gradient
             floats = self.S * padded + self.D * self.Sp + 2 * self.L * padded + self.L * self.Sp
         return floats * self.item
@@ -330,7 +330,9 @@ class _Tile:
 
     def forward(self, b, lo, hi, args):
         L, S, D, Sp = self.L, self.S, self.D, self.Sp
-        kt, srow = self.buffer(b, D * Sp), self.buffer(b, _ROWS * Sp)
+        kt = self.buffer(b, D * Sp)
+        # a row block's scores, then weights: in P's rows where those hold whole register blocks (no copy)
+        srow = None if S == Sp else self.buffer(b, _ROWS * Sp)
         vp = None if self.direct else self.buffer(b, S * self.Dp)
 
         def tile(b, t):
@@ -342,20 +344,22 @@ class _Tile:
 
             def block(b, i, rows):
                 n = self.last_key(b, b.add(i, I64(rows - 1)))
+                sr, s_ld = (self.at(b, pt, b.mul(i, I64(p_ld))), p_ld) if srow is None else (srow, Sp)
 
                 def scores(b, c0):
                     def store(b, r, c, acc):
                         col = b.add(c0, I64(c * self.w))
                         s = self.masked(b, b.fmul(acc, self.splat(self.scale)), b.add(i, I64(r)), col)
-                        self.vstore(b, s, self.at(b, srow, r * Sp, col))
+                        self.vstore(b, s, self.at(b, sr, r * s_ld, col))
                     self._product(b, rows, self.at(b, qt, b.mul(i, I64(q_ld))), q_ld, 1, kt, Sp, I64(0), I64(D),
                                   c0, store)
                 self.column_blocks(b, n, scores)
                 for r in range(rows):
-                    row = self.at(b, srow, r * Sp)
+                    row = self.at(b, sr, r * s_ld)
                     self.softmax_row(b, row, b.add(i, I64(r)))
-                    self.copy(b, self.at(b, pt, b.mul(b.add(i, I64(r)), I64(p_ld))), 0, row, 0, 1, S)
-                self.output_rows(b, rows, srow, Sp, 1, v_rows, v_rs, I64(0), n, ot, o_ld, i)
+                    if srow is not None:
+                        self.copy(b, self.at(b, pt, b.mul(b.add(i, I64(r)), I64(p_ld))), 0, row, 0, 1, S)
+                self.output_rows(b, rows, sr, s_ld, 1, v_rows, v_rs, I64(0), n, ot, o_ld, i)
             self.row_blocks(b, L, block)
         counted_loop(b, lo, hi, I64(1), tile, "tile")
 
