@@ -273,10 +273,14 @@ class _Tile:
         if self.direct:  # (every block lies inside the row)
             self.vstore(b, acc, b.gep(dst, [col]))
             return
-        for lane in range(self.w):
-            j = b.add(col, I64(lane))
-            with b.if_then(b.icmp_signed("<", j, I64(self.D))):
-                b.store(b.extract_element(acc, ir.Constant(ir.IntType(32), lane)), b.gep(dst, [j]))
+        if getattr(self, "_lanes", None) is None or self._lanes.parent.parent is not b.function:
+            self._lanes = self.slot(b, self.vt)  # (one per kernel: the lanes of the vector being stored)
+        b.store(acc, self._lanes)
+        first = b.bitcast(self._lanes, self.t.as_pointer())
+        end = b.sub(I64(self.D), col)
+        end = b.select(b.icmp_signed("<", end, I64(self.w)), end, I64(self.w))
+        counted_loop(b, I64(0), end, I64(1), lambda b, j: b.store(b.load(b.gep(first, [j])),
+                                                                    b.gep(dst, [b.add(col, j)])), "lane")
 
     def masked(self, b, v, i, c0):
         """Lanes of columns ``c0 .. c0 + w`` of row ``i`` after its last key (or past S) set to -inf."""
