@@ -358,11 +358,12 @@ class _Tile:
                     self._product(b, rows, self.at(b, qt, b.mul(i, I64(q_ld))), q_ld, 1, kt, Sp, I64(0), I64(D),
                                   c0, store)
                 self.column_blocks(b, n, scores)
-                for r in range(rows):
-                    row = self.at(b, sr, r * s_ld)
-                    self.softmax_row(b, row, b.add(i, I64(r)))
+                def weights(b, r):  # (a loop, not one copy of the softmax's code per row)
+                    row = self.at(b, sr, b.mul(r, I64(s_ld)))
+                    self.softmax_row(b, row, b.add(i, r))
                     if srow is not None:
-                        self.copy(b, self.at(b, pt, b.mul(b.add(i, I64(r)), I64(p_ld))), 0, row, 0, 1, S)
+                        self.copy(b, self.at(b, pt, b.mul(b.add(i, r), I64(p_ld))), 0, row, 0, 1, S)
+                counted_loop(b, I64(0), I64(rows), I64(1), weights, "sm")
                 self.output_rows(b, rows, sr, s_ld, 1, v_rows, v_rs, I64(0), n, ot, o_ld, i)
             self.row_blocks(b, L, block)
         counted_loop(b, lo, hi, I64(1), tile, "tile")
@@ -393,10 +394,11 @@ class _Tile:
                     self._product(b, rows, self.at(b, gt, b.mul(i, I64(g_ld))), g_ld, 1, vt, Sp, I64(0), I64(D),
                                   c0, store)
                 self.column_blocks(b, n, dp)
-                for r in range(rows):
-                    ir_ = b.add(i, I64(r))
-                    self.softmax_grad_row(b, self.at(b, ds, b.mul(ir_, I64(Sp))),
-                                          self.at(b, pt, b.mul(ir_, I64(p_ld))), ir_)
+                def grads(b, r):
+                    row = b.add(i, r)
+                    self.softmax_grad_row(b, self.at(b, ds, b.mul(row, I64(Sp))), self.at(b, pt, b.mul(row, I64(p_ld))),
+                                          row)
+                counted_loop(b, I64(0), I64(rows), I64(1), grads, "sg")
             self.row_blocks(b, L, block)
 
             # grad_q = ds K, over each row block's keys
