@@ -21,7 +21,6 @@ products where no kernel is registered or one cannot be built (shapes whose buff
 from __future__ import annotations
 
 import ctypes
-import threading
 
 import numpy as np
 from llvmlite import ir
@@ -32,10 +31,9 @@ from . import cpu, mathlib
 from .cache import default_cache
 from .errors import CompileError
 from .kernel import I64, KernelSource, counted_loop
+from .memo import BuiltOnce
 from .target import CPU
 
-_lock = threading.Lock()
-_kernels: dict = {}  # (direction, dtype name, L, S, D, causal, scale) -> CompiledKernel, or None
 # A tile's stack buffers may take this many bytes (8 MiB thread stacks; the GPT shapes take 16-80 KB).
 STACK_LIMIT = 256 * 1024
 _ROWS, _VECS = 4, 2  # a product's register block: rows by vectors of accumulators
@@ -75,13 +73,8 @@ def attention_kernel(direction, dtype, L, S, D, causal, scale, batch=(), layouts
         shapes = {"forward": "LDSDSDLDLS", "backward": "LDSDSDLSLDLDSDSD"}[direction]
         sizes = {"L": L, "S": S, "D": D}
         layouts = tuple(_contiguous(batch, sizes[shapes[2 * i]], sizes[shapes[2 * i + 1]]) for i in range(n))
-    key = (direction, np.dtype(dtype).name, L, S, D, bool(causal), float(scale), tuple(batch), tuple(layouts))
-    with _lock:
-        if key not in _kernels:
-            if len(_kernels) > 256:  # (programs of ever new sizes: the code stays cached on disk)
-                _kernels.clear()
-            _kernels[key] = _build(*key)
-        return _kernels[key]
+    return _kernels(direction, np.dtype(dtype).name, L, S, D, bool(causal), float(scale), tuple(batch),
+                    tuple(layouts))
 
 
 def _contiguous(batch, rows, cols):
@@ -120,6 +113,10 @@ def _build(direction, dtype, L, S, D, causal, scale, batch, layouts):
     except CompileError:
         return None
     return AttentionKernel(compiled, L * S * D)
+
+
+# (direction, dtype name, L, S, D, causal, scale, batch, layouts) -> AttentionKernel, or None
+_kernels = BuiltOnce(_build)
 
 
 def _ceil(n, m):
