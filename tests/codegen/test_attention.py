@@ -149,3 +149,16 @@ def test_cuda_keeps_the_composition():
         got = [out.detach().cpu().numpy(), *(t.grad.cpu().numpy() for t in (q, k, v))]
     for a, w in zip(got, _torch(arrays, True, None)):
         np.testing.assert_allclose(a, w, **TOLERANCE["float32"])
+
+
+def test_one_tensor_as_query_key_and_value_and_keys_broadcast_over_the_batch():
+    """The kernels read their inputs where they lie: one tensor three times (self-attention's q = k = v) and
+    keys and values expanded over the batch (stride 0), each gradient summed by autograd as torch's."""
+    a = np.random.default_rng(1).standard_normal((2, 3, 9, 8))
+    x, kv = jt.from_numpy(a).requires_grad_(), jt.from_numpy(a[:1].copy()).requires_grad_()
+    tx, tkv = torch.from_numpy(a).requires_grad_(), torch.from_numpy(a[:1].copy()).requires_grad_()
+    for lib, q, k in ((F, x, kv), (torch.nn.functional, tx, tkv)):
+        lib.scaled_dot_product_attention(q, q, q, is_causal=True).square().sum().backward()
+        lib.scaled_dot_product_attention(q, k.expand(2, 3, 9, 8), k.expand(2, 3, 9, 8)).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), **TOLERANCE["float64"])
+    np.testing.assert_allclose(kv.grad.numpy(), tkv.grad.numpy(), **TOLERANCE["float64"])
