@@ -5,9 +5,10 @@ backward, with no mask or a causal one.
 The composition (``matmul``, ``mul``, ``masked_fill``, ``softmax``, ``matmul`` and their derivatives) runs
 a batched BLAS product per step over all tiles and passes the (L, S) scores through memory between them; a
 training step of a small GPT has 48 tiles of 64 x 64 x 32, where each product is a few microseconds of
-arithmetic and the step's products ran 2-2.7 times slower than alone. Here a tile's operands are laid out
-once in stack buffers (the keys transposed, rows padded to whole vectors: a few tens of KB that stay in
-L1), and each product is a register-blocked loop (``_product``: 4 rows by 2 vectors of accumulators, one
+arithmetic and the step's products ran 2-2.7 times slower than alone. Here a tile's keys (and in the
+backward its values) are transposed once into a stack buffer, a few tens of KB that stay in L1; the other
+operands are read where they lie (a GPT's heads are strided views of one product), copied into padded rows
+only where the head dim is no whole number of register blocks. Each product is a register-blocked loop (``_product``: 4 rows by 2 vectors of accumulators, one
 broadcast operand and one vector load per FMA pair); the causal mask skips the key blocks after a row
 block's last query, about half the work. The softmax (max, exp of the differences, sum, division, as the
 softmax kernel's order) runs on the row in registers and L1. The tiles run in chunks on the thread team.
@@ -49,9 +50,10 @@ class AttentionKernel:
         self._work = work  # multiply-adds of one tile
 
     def run_tiles(self, arrays, tiles):
-        """The kernel over ``tiles`` tiles of ``arrays`` (C-contiguous, in the kernel's buffer order): on
-        the calling thread, or in chunks of tiles on the thread team when there are threads and work
-        enough for each (as a generated kernel splits its outer loop)."""
+        """The kernel over ``tiles`` tiles of ``arrays`` (laid out as the kernel was built for, in its buffer
+        order): on the calling thread, or in chunks of tiles on the thread team when there are threads and
+        work enough for each (as a generated kernel splits its outer loop). Each tile runs on one thread,
+        so the results do not depend on the number of threads."""
         args = (ctypes.c_void_p * len(arrays))(*[a.__array_interface__["data"][0] for a in arrays])
         n = min(cpu.num_threads(), tiles, tiles * self._work // cpu.CHUNK_MIN_WORK)
         if n <= 1:
@@ -135,6 +137,7 @@ class _Tile:
         # rows of whole register blocks are read where they lie; others are copied into padded rows
         self.direct = D % block == 0
         self.item = _BYTES // width
+        self._lanes = None  # the stack slot of a vector that `store_row_part` stores lane by lane
 
     def stack_bytes(self, direction):
         padded = 0 if self.direct else self.Dp
@@ -270,8 +273,8 @@ class _Tile:
         if self.direct:  # (every block lies inside the row)
             self.vstore(b, acc, b.gep(dst, [col]))
             return
-        if getattr(self, "_lanes", None) is None or self._lanes.parent.parent is not b.function:
-            self._lanes = self.slot(b, self.vt)  # (one per kernel: the lanes of the vector being stored)
+        if self._lanes is None:  # (one slot per kernel: a _Tile emits one kernel)
+            self._lanes = self.slot(b, self.vt)
         b.store(acc, self._lanes)
         first = b.bitcast(self._lanes, self.t.as_pointer())
         end = b.sub(I64(self.D), col)
