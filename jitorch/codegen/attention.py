@@ -137,7 +137,7 @@ class _Tile:
         # rows of whole register blocks are read where they lie; others are copied into padded rows
         self.direct = D % block == 0
         self.item = _BYTES // width
-        self._lanes = None  # the stack slot of a vector that `store_row_part` stores lane by lane
+        self._accs = None  # the stack slot of `_product`'s accumulators
 
     def stack_bytes(self, direction):
         padded = 0 if self.direct else self.Dp
@@ -153,11 +153,21 @@ class _Tile:
         return ir.Constant(self.t, x)
 
     def splat(self, x):
-        return ir.Constant(self.vt, [x] * self.w)
+        """A vector constant of ``x`` in every lane."""
+        return mathlib.splat(self.vt, float(x))
 
     def buffer(self, b, n):
-        """A stack buffer of ``n`` elements (in the entry block, so it is one frame slot)."""
-        return b.gep(self.slot(b, ir.ArrayType(self.t, max(n, 1))), [I64(0), I64(0)])
+        """A stack buffer of ``n`` elements (in the entry block, so it is one frame slot), zeroed once per
+        call: the copies write only the head dim's columns of padded rows, and stack garbage in the rest (NaN,
+        subnormals) made the products over those lanes, which stores mask off, ten times slower."""
+        first = b.gep(self.slot(b, ir.ArrayType(self.t, max(n, 1))), [I64(0), I64(0)])
+        i8p = ir.IntType(8).as_pointer()
+        name = "llvm.memset.p0.i64"
+        memset = b.module.globals.get(name) or ir.Function(b.module, ir.FunctionType(
+            ir.VoidType(), [i8p, ir.IntType(8), I64, ir.IntType(1)]), name)
+        with b.goto_entry_block():
+            b.call(memset, [b.bitcast(first, i8p), ir.IntType(8)(0), I64(max(n, 1) * self.item), ir.IntType(1)(0)])
+        return first
 
     def slot(self, b, t):
         """A stack slot of type ``t``, allocated in the entry block (a loop must not grow the stack)."""
@@ -169,16 +179,26 @@ class _Tile:
         strides = self.layouts[k]
         off, rest = I64(0), t
         for n, stride in zip(reversed(self.batch), reversed(strides[:-1])):
-            off = b.add(off, b.mul(b.urem(rest, I64(n)), I64(stride)))
+            off = b.add(off, self.times(b, b.urem(rest, I64(n)), stride))
             rest = b.udiv(rest, I64(n))
         return b.gep(args[k], [off]), strides[-1]
 
     def at(self, b, base, *index):
-        """``base[sum of index]`` (terms are i64 values or ints)."""
-        off = I64(0)
+        """``base[sum of index]`` (terms are i64 values or ints; the ints are summed here, not in the IR)."""
+        off, const = None, 0
         for term in index:
-            off = b.add(off, term if isinstance(term, ir.Value) else I64(term))
-        return b.gep(base, [off])
+            if isinstance(term, ir.Value):
+                off = term if off is None else b.add(off, term)
+            else:
+                const += term
+        if const:
+            off = I64(const) if off is None else b.add(off, I64(const))
+        return base if off is None else b.gep(base, [off])
+
+    @staticmethod
+    def times(b, v, n):
+        """``v * n`` (an i64 value times an int; ``v`` itself for 1)."""
+        return v if n == 1 else b.mul(v, I64(n))
 
     def vload(self, b, p):
         return b.load(b.bitcast(p, self.vt.as_pointer()), align=self.item)
@@ -189,17 +209,16 @@ class _Tile:
     def broadcast(self, b, x):
         """A vector of ``x`` in every lane (an element value or an i64)."""
         vt = self.vt if x.type == self.t else ir.VectorType(x.type, self.w)
-        v = b.insert_element(ir.Constant(vt, ir.Undefined), x, ir.Constant(ir.IntType(32), 0))
-        return b.shuffle_vector(v, ir.Constant(vt, ir.Undefined),
-                                ir.Constant(ir.VectorType(ir.IntType(32), self.w), [0] * self.w))
+        v = b.insert_element(mathlib.splat(vt, 0), x, ir.Constant(ir.IntType(32), 0))
+        return b.shuffle_vector(v, mathlib.splat(vt, 0), ir.Constant(ir.VectorType(ir.IntType(32), self.w), [0] * self.w))
 
     def copy(self, b, dst, ld_dst, src, ld_src, rows, cols, transpose=False):
         """``dst[r, c] = src[r, c]`` (``dst[c, r]`` with ``transpose``) for ``rows`` by ``cols``; rows are
         ``ld_dst`` and ``ld_src`` apart."""
         def row(b, r):
             def col(b, c):
-                v = b.load(b.gep(src, [b.add(b.mul(r, I64(ld_src)), c)]))
-                at = b.add(b.mul(c, I64(ld_dst)), r) if transpose else b.add(b.mul(r, I64(ld_dst)), c)
+                v = b.load(b.gep(src, [b.add(self.times(b, r, ld_src), c)]))
+                at = b.add(self.times(b, c, ld_dst), r) if transpose else b.add(self.times(b, r, ld_dst), c)
                 b.store(v, b.gep(dst, [at]))
             counted_loop(b, I64(0), I64(cols), I64(1), col, "cc")
         counted_loop(b, I64(0), I64(rows), I64(1), row, "cr")
@@ -214,7 +233,9 @@ class _Tile:
     def _product(self, b, rows, a, a_rs, a_ks, bm, b_ks, k0, k1, c0, epilogue):
         """``acc[r][c] = sum over k in [k0, k1) of a[r * a_rs + k * a_ks] * bm[k * b_ks + c0 + c * w]`` for
         ``rows`` rows (``a`` points at the first) and `_VECS` vectors from column ``c0``, then
-        ``epilogue(b, r, c, acc)`` for each. The k loop carries the accumulators in registers."""
+        ``epilogue(b, r, col, acc)`` for each (``r``, ``col``: i64 values of its row and first column). The k
+        loop carries the accumulators in registers; the epilogue is emitted once, in a loop over them through a
+        stack slot (LLVM unrolls it and keeps them in registers), not once per accumulator."""
         head = b.block
         loop = b.function.append_basic_block("k")
         done = b.function.append_basic_block("k.end")
@@ -227,10 +248,12 @@ class _Tile:
             for acc in row:
                 acc.add_incoming(self.splat(0.0), head)
         # (k0 < k1 always: a row block reads at least its first key, and every tile has a query)
-        cols = [self.vload(b, self.at(b, bm, b.mul(k, I64(b_ks)), c0, c * self.w)) for c in range(_VECS)]
+        row = self.at(b, bm, self.times(b, k, b_ks), c0)
+        cols = [self.vload(b, self.at(b, row, c * self.w)) for c in range(_VECS)]
+        ak = self.at(b, a, self.times(b, k, a_ks))
         new = []
         for r in range(rows):
-            sv = self.broadcast(b, b.load(self.at(b, a, r * a_rs, b.mul(k, I64(a_ks)))))
+            sv = self.broadcast(b, b.load(self.at(b, ak, r * a_rs)))
             new.append([b.fadd(b.fmul(sv, cols[c], flags=("contract",)), accs[r][c], flags=("contract",))
                         for c in range(_VECS)])
         k_next = b.add(k, I64(1))
@@ -240,9 +263,16 @@ class _Tile:
         k.add_incoming(k_next, b.block)
         b.cbranch(b.icmp_signed("<", k_next, k1), loop, done)
         b.position_at_end(done)
+        if self._accs is None:  # (one slot per kernel: a _Tile emits one kernel)
+            self._accs = self.slot(b, ir.ArrayType(self.vt, _ROWS * _VECS))
         for r in range(rows):
             for c in range(_VECS):
-                epilogue(b, r, c, new[r][c])
+                b.store(new[r][c], b.gep(self._accs, [I64(0), I64(r * _VECS + c)]))
+
+        def each(b, n):
+            col = b.add(c0, self.times(b, b.urem(n, I64(_VECS)), self.w))
+            epilogue(b, b.udiv(n, I64(_VECS)), col, b.load(b.gep(self._accs, [I64(0), n])))
+        counted_loop(b, I64(0), I64(rows * _VECS), I64(1), each, "acc")
 
     def row_blocks(self, b, n, body):
         """``body(b, i, rows)`` over blocks of `_ROWS` rows of ``n``, then the rest one by one."""
@@ -255,38 +285,41 @@ class _Tile:
     def column_blocks(self, b, ncols, body):
         """``body(b, c0)`` over the blocks of `_VECS` vectors that cover ``ncols`` (an i64 value) columns."""
         step = self.w * _VECS
-        end = b.mul(b.sdiv(b.add(ncols, I64(step - 1)), I64(step)), I64(step))
+        end = self.times(b, b.sdiv(b.add(ncols, I64(step - 1)), I64(step)), step)
         counted_loop(b, I64(0), end, I64(step), body, "cb")
 
     def output_rows(self, b, rows, a, a_rs, a_ks, bm, b_ks, k0, k1, dst, ld_dst, i):
         """Rows ``i ..`` of ``dst`` (D wide, ``ld_dst`` apart) = the `_product` over all of D's column
         blocks."""
         def cols(b, c0):
-            def store(b, r, c, acc):
-                self.store_row_part(b, acc, self.at(b, dst, b.mul(b.add(i, I64(r)), I64(ld_dst))),
-                                    b.add(c0, I64(c * self.w)))
+            def store(b, r, col, acc):
+                self.store_row_part(b, acc, self.at(b, dst, self.times(b, b.add(i, r), ld_dst)), col)
             self._product(b, rows, a, a_rs, a_ks, bm, b_ks, k0, k1, c0, store)
         counted_loop(b, I64(0), I64(self.Dp), I64(self.w * _VECS), cols, "ob")
 
     def store_row_part(self, b, acc, dst, col):
-        """``dst[col + lane] = acc[lane]`` for the lanes before column D."""
+        """``dst[col + lane] = acc[lane]`` for the lanes before column D (a masked store: a loop over the
+        lanes cost a tenth of the kernel's speed and most of its compile time)."""
+        p = b.bitcast(b.gep(dst, [col]), self.vt.as_pointer())
         if self.direct:  # (every block lies inside the row)
-            self.vstore(b, acc, b.gep(dst, [col]))
+            b.store(acc, p, align=self.item)
             return
-        if self._lanes is None:  # (one slot per kernel: a _Tile emits one kernel)
-            self._lanes = self.slot(b, self.vt)
-        b.store(acc, self._lanes)
-        first = b.bitcast(self._lanes, self.t.as_pointer())
-        end = b.sub(I64(self.D), col)
-        end = b.select(b.icmp_signed("<", end, I64(self.w)), end, I64(self.w))
-        counted_loop(b, I64(0), end, I64(1), lambda b, j: b.store(b.load(b.gep(first, [j])),
-                                                                    b.gep(dst, [b.add(col, j)])), "lane")
+        mask = b.icmp_signed("<", self.lanes, self.broadcast(b, b.sub(I64(self.D), col)))
+        name = f"llvm.masked.store.v{self.w}{'f32' if self.item == 4 else 'f64'}.p0"
+        store = b.module.globals.get(name) or ir.Function(b.module, ir.FunctionType(
+            ir.VoidType(), [self.vt, self.vt.as_pointer(), ir.IntType(32), mask.type]), name)
+        b.call(store, [acc, p, ir.IntType(32)(self.item), mask])
 
     def masked(self, b, v, i, c0):
         """Lanes of columns ``c0 .. c0 + w`` of row ``i`` after its last key (or past S) set to -inf."""
-        j = b.add(self.broadcast(b, c0), ir.Constant(ir.VectorType(ir.IntType(64), self.w), list(range(self.w))))
+        j = b.add(self.broadcast(b, c0), self.lanes)
         limit = self.broadcast(b, self.last_key(b, i))
         return b.select(b.icmp_signed("<", j, limit), v, self.splat(float("-inf")))
+
+    @property
+    def lanes(self):
+        """The vector of lane numbers 0 .. w - 1 (i64)."""
+        return ir.Constant(ir.VectorType(ir.IntType(64), self.w), list(range(self.w)))
 
     def hsum(self, b, v, op):
         """The lanes of ``v`` combined by ``op`` (b, x, y) pairwise, halves first: a tree of log2(w)
@@ -311,24 +344,24 @@ class _Tile:
         slot_m = self.slot(b, self.vt)
         b.store(self.splat(float("-inf")), slot_m)
         counted_loop(b, I64(0), nvec, I64(1), lambda b, c: b.store(
-            self.maxnum(b, b.load(slot_m), self.vload(b, self.at(b, row, b.mul(c, I64(self.w))))), slot_m), "mx")
+            self.maxnum(b, b.load(slot_m), self.vload(b, self.at(b, row, self.times(b, c, self.w)))), slot_m), "mx")
         mv = self.broadcast(b, self.hsum(b, b.load(slot_m), self.maxnum))
         slot_s = self.slot(b, self.vt)
         b.store(self.splat(0.0), slot_s)
 
         def exp_pass(b, c):
-            p = self.at(b, row, b.mul(c, I64(self.w)))
+            p = self.at(b, row, self.times(b, c, self.w))
             e = mathlib.emit(b, "exp", b.fsub(self.vload(b, p), mv))
             self.vstore(b, e, p)
             b.store(b.fadd(b.load(slot_s), e), slot_s)
         counted_loop(b, I64(0), nvec, I64(1), exp_pass, "ex")
         tv = self.broadcast(b, self.hsum(b, b.load(slot_s), lambda b, x, y: b.fadd(x, y)))
         counted_loop(b, I64(0), nvec, I64(1), lambda b, c: self.vstore(
-            b, b.fdiv(self.vload(b, self.at(b, row, b.mul(c, I64(self.w)))), tv),
-            self.at(b, row, b.mul(c, I64(self.w)))), "dv")
+            b, b.fdiv(self.vload(b, self.at(b, row, self.times(b, c, self.w))), tv),
+            self.at(b, row, self.times(b, c, self.w))), "dv")
         # (masked lanes inside the last vector are exp(-inf) = 0)
         counted_loop(b, nvec, I64(self.Sp // self.w), I64(1),
-                     lambda b, c: self.vstore(b, self.splat(0.0), self.at(b, row, b.mul(c, I64(self.w)))), "zz")
+                     lambda b, c: self.vstore(b, self.splat(0.0), self.at(b, row, self.times(b, c, self.w))), "zz")
 
     # the kernels ---------------------------------------------------------------------------------------
 
@@ -348,21 +381,20 @@ class _Tile:
 
             def block(b, i, rows):
                 n = self.last_key(b, b.add(i, I64(rows - 1)))
-                sr, s_ld = (self.at(b, pt, b.mul(i, I64(p_ld))), p_ld) if srow is None else (srow, Sp)
+                sr, s_ld = (self.at(b, pt, self.times(b, i, p_ld)), p_ld) if srow is None else (srow, Sp)
 
                 def scores(b, c0):
-                    def store(b, r, c, acc):
-                        col = b.add(c0, I64(c * self.w))
-                        s = self.masked(b, b.fmul(acc, self.splat(self.scale)), b.add(i, I64(r)), col)
-                        self.vstore(b, s, self.at(b, sr, r * s_ld, col))
-                    self._product(b, rows, self.at(b, qt, b.mul(i, I64(q_ld))), q_ld, 1, kt, Sp, I64(0), I64(D),
+                    def store(b, r, col, acc):
+                        s = self.masked(b, b.fmul(acc, self.splat(self.scale)), b.add(i, r), col)
+                        self.vstore(b, s, self.at(b, sr, self.times(b, r, s_ld), col))
+                    self._product(b, rows, self.at(b, qt, self.times(b, i, q_ld)), q_ld, 1, kt, Sp, I64(0), I64(D),
                                   c0, store)
                 self.column_blocks(b, n, scores)
                 def weights(b, r):  # (a loop, not one copy of the softmax's code per row)
-                    row = self.at(b, sr, b.mul(r, I64(s_ld)))
+                    row = self.at(b, sr, self.times(b, r, s_ld))
                     self.softmax_row(b, row, b.add(i, r))
                     if srow is not None:
-                        self.copy(b, self.at(b, pt, b.mul(b.add(i, r), I64(p_ld))), 0, row, 0, 1, S)
+                        self.copy(b, self.at(b, pt, self.times(b, b.add(i, r), p_ld)), 0, row, 0, 1, S)
                 counted_loop(b, I64(0), I64(rows), I64(1), weights, "sm")
                 self.output_rows(b, rows, sr, s_ld, 1, v_rows, v_rs, I64(0), n, ot, o_ld, i)
             self.row_blocks(b, L, block)
@@ -389,21 +421,21 @@ class _Tile:
                 n = self.last_key(b, b.add(i, I64(rows - 1)))
 
                 def dp(b, c0):
-                    def store(b, r, c, acc):
-                        self.vstore(b, acc, self.at(b, ds, b.mul(b.add(i, I64(r)), I64(Sp)), c0, c * self.w))
-                    self._product(b, rows, self.at(b, gt, b.mul(i, I64(g_ld))), g_ld, 1, vt, Sp, I64(0), I64(D),
+                    def store(b, r, col, acc):
+                        self.vstore(b, acc, self.at(b, ds, self.times(b, b.add(i, r), Sp), col))
+                    self._product(b, rows, self.at(b, gt, self.times(b, i, g_ld)), g_ld, 1, vt, Sp, I64(0), I64(D),
                                   c0, store)
                 self.column_blocks(b, n, dp)
                 def grads(b, r):
                     row = b.add(i, r)
-                    self.softmax_grad_row(b, self.at(b, ds, b.mul(row, I64(Sp))), self.at(b, pt, b.mul(row, I64(p_ld))),
+                    self.softmax_grad_row(b, self.at(b, ds, self.times(b, row, Sp)), self.at(b, pt, self.times(b, row, p_ld)),
                                           row)
                 counted_loop(b, I64(0), I64(rows), I64(1), grads, "sg")
             self.row_blocks(b, L, block)
 
             # grad_q = ds K, over each row block's keys
             self.row_blocks(b, L, lambda b, i, rows: self.output_rows(
-                b, rows, self.at(b, ds, b.mul(i, I64(Sp))), Sp, 1, kp, kp_ld, I64(0),
+                b, rows, self.at(b, ds, self.times(b, i, Sp)), Sp, 1, kp, kp_ld, I64(0),
                 self.last_key(b, b.add(i, I64(rows - 1))), gqt, gq_ld, i))
 
             # grad_k = ds^T Q and grad_v = P^T grad_out, over the queries at or after each key
@@ -449,7 +481,7 @@ class _Tile:
 
     def vector(self, b, base, c):
         """The address of vector ``c`` of the row at ``base``."""
-        return self.at(b, base, b.mul(c, I64(self.w)))
+        return self.at(b, base, self.times(b, c, self.w))
 
 
 attention.ATTENTION_KERNEL = attention_kernel
