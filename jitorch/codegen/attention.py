@@ -138,6 +138,7 @@ class _Tile:
         self.direct = D % block == 0
         self.item = _BYTES // width
         self._accs = None  # the stack slot of `_product`'s accumulators
+        self._keep = None  # the loop metadata of `kept_loop`
 
     def stack_bytes(self, direction):
         padded = 0 if self.direct else self.Dp
@@ -161,13 +162,19 @@ class _Tile:
         call: the copies write only the head dim's columns of padded rows, and stack garbage in the rest (NaN,
         subnormals) made the products over those lanes, which stores mask off, ten times slower."""
         first = b.gep(self.slot(b, ir.ArrayType(self.t, max(n, 1))), [I64(0), I64(0)])
-        i8p = ir.IntType(8).as_pointer()
-        name = "llvm.memset.p0.i64"
-        memset = b.module.globals.get(name) or ir.Function(b.module, ir.FunctionType(
-            ir.VoidType(), [i8p, ir.IntType(8), I64, ir.IntType(1)]), name)
         with b.goto_entry_block():
-            b.call(memset, [b.bitcast(first, i8p), ir.IntType(8)(0), I64(max(n, 1) * self.item), ir.IntType(1)(0)])
+            self.memcall(b, "memset", first, ir.IntType(8)(0), max(n, 1))
         return first
+
+    def memcall(self, b, which, dst, src, n):
+        """LLVM's ``memcpy`` (``src`` a pointer) or ``memset`` (``src`` an i8) of ``n`` elements at ``dst``."""
+        i8p = ir.IntType(8).as_pointer()
+        if which == "memcpy":
+            src = b.bitcast(src, i8p)
+        name = f"llvm.{which}.p0.{'p0.' if which == 'memcpy' else ''}i64"
+        fn = b.module.globals.get(name) or ir.Function(b.module, ir.FunctionType(
+            ir.VoidType(), [i8p, src.type, I64, ir.IntType(1)]), name)
+        b.call(fn, [b.bitcast(dst, i8p), src, I64(n * self.item), ir.IntType(1)(0)])
 
     def slot(self, b, t):
         """A stack slot of type ``t``, allocated in the entry block (a loop must not grow the stack)."""
@@ -214,14 +221,38 @@ class _Tile:
 
     def copy(self, b, dst, ld_dst, src, ld_src, rows, cols, transpose=False):
         """``dst[r, c] = src[r, c]`` (``dst[c, r]`` with ``transpose``) for ``rows`` by ``cols``; rows are
-        ``ld_dst`` and ``ld_src`` apart."""
+        ``ld_dst`` and ``ld_src`` apart. Untransposed rows are one ``memcpy`` each (LLVM lowers one of a
+        constant size to a few vector moves)."""
+        if not transpose:
+            counted_loop(b, I64(0), I64(rows), I64(1), lambda b, r: self.memcall(
+                b, "memcpy", self.at(b, dst, self.times(b, r, ld_dst)), self.at(b, src, self.times(b, r, ld_src)),
+                cols), "cr")
+            return
+
         def row(b, r):
             def col(b, c):
                 v = b.load(b.gep(src, [b.add(self.times(b, r, ld_src), c)]))
-                at = b.add(self.times(b, c, ld_dst), r) if transpose else b.add(self.times(b, r, ld_dst), c)
-                b.store(v, b.gep(dst, [at]))
-            counted_loop(b, I64(0), I64(cols), I64(1), col, "cc")
-        counted_loop(b, I64(0), I64(rows), I64(1), row, "cr")
+                b.store(v, b.gep(dst, [b.add(self.times(b, c, ld_dst), r)]))
+            self.kept_loop(b, cols, col, "cc")
+        self.kept_loop(b, rows, row, "cr")
+
+    def kept_loop(self, b, n, body, name):
+        """``counted_loop`` from 0 to the int ``n``, marked for LLVM to neither unroll nor vectorise: a
+        transposing copy of a short tile was unrolled over its rows, each row's loop vectorised with
+        scatters, which made half the optimised code and compile time of a ragged shape's kernel, for a
+        copy of a few KB per tile."""
+        func = b.function
+        first = len(func.basic_blocks)  # (the loop's header is the first block counted_loop appends)
+        counted_loop(b, I64(0), I64(n), I64(1), body, name)
+        if self._keep is None:
+            module = b.module
+            self._keep = module.add_metadata([])
+            self._keep.operands = (self._keep,
+                                   module.add_metadata([ir.MetaDataString(module, "llvm.loop.unroll.disable")]),
+                                   module.add_metadata([ir.MetaDataString(module, "llvm.loop.vectorize.width"),
+                                                        ir.IntType(32)(1)]))
+        latch = func.basic_blocks[first].instructions[0].incomings[-1][1]
+        latch.terminator.set_metadata("llvm.loop", self._keep)
 
     def last_key(self, b, i_last):
         """The number of keys a row block whose last query is ``i_last`` reads (causal: the keys up to it)."""
