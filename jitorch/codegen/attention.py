@@ -217,7 +217,8 @@ class _Tile:
         """A vector of ``x`` in every lane (an element value or an i64)."""
         vt = self.vt if x.type == self.t else ir.VectorType(x.type, self.w)
         v = b.insert_element(mathlib.splat(vt, 0), x, ir.Constant(ir.IntType(32), 0))
-        return b.shuffle_vector(v, mathlib.splat(vt, 0), ir.Constant(ir.VectorType(ir.IntType(32), self.w), [0] * self.w))
+        zeros = ir.Constant(ir.VectorType(ir.IntType(32), self.w), [0] * self.w)  # (llvmlite checks a mask's lanes)
+        return b.shuffle_vector(v, mathlib.splat(vt, 0), zeros)
 
     def copy(self, b, dst, ld_dst, src, ld_src, rows, cols, transpose=False):
         """``dst[r, c] = src[r, c]`` (``dst[c, r]`` with ``transpose``) for ``rows`` by ``cols``; rows are
@@ -329,8 +330,8 @@ class _Tile:
         counted_loop(b, I64(0), I64(self.Dp), I64(self.w * _VECS), cols, "ob")
 
     def store_row_part(self, b, acc, dst, col):
-        """``dst[col + lane] = acc[lane]`` for the lanes before column D (a masked store: a loop over the
-        lanes cost a tenth of the kernel's speed and most of its compile time)."""
+        """``dst[col + lane] = acc[lane]`` for the lanes before column D (one masked store, where a loop over
+        the lanes was one more loop per accumulator for LLVM to optimise)."""
         p = b.bitcast(b.gep(dst, [col]), self.vt.as_pointer())
         if self.direct:  # (every block lies inside the row)
             b.store(acc, p, align=self.item)
@@ -459,8 +460,8 @@ class _Tile:
                 self.column_blocks(b, n, dp)
                 def grads(b, r):
                     row = b.add(i, r)
-                    self.softmax_grad_row(b, self.at(b, ds, self.times(b, row, Sp)), self.at(b, pt, self.times(b, row, p_ld)),
-                                          row)
+                    self.softmax_grad_row(b, self.at(b, ds, self.times(b, row, Sp)),
+                                          self.at(b, pt, self.times(b, row, p_ld)), row)
                 counted_loop(b, I64(0), I64(rows), I64(1), grads, "sg")
             self.row_blocks(b, L, block)
 
