@@ -189,11 +189,9 @@ def test_the_kernels_ir_stays_small(monkeypatch, direction):
 
 
 def test_a_ragged_tiles_transposing_copies_stay_loops(monkeypatch):
-    """A short ragged tile (float64, 17 x 17 x 70) was unrolled over its transposing copy's rows, each row
-    vectorised with scatters: 350 KB of optimised IR, 1.2-1.9 s to compile both kernels. The copies are
-    marked to be kept as loops, and the ragged rows are stored with masked stores, not lane by lane."""
+    """A short ragged tile (float64, 17 x 17 x 70) was unrolled over its transposing copy's rows, each a copy
+    of the vectorised loop over the row: 350 KB of optimised IR, 1.2-1.9 s to compile both kernels. The row
+    loop is marked to be kept, and the ragged rows are stored with masked stores, not lane by lane."""
     text = _kernel_ir(monkeypatch, "backward", "float64", 17, 17, 70, False)
     assert "llvm.loop.unroll.disable" in text and "llvm.masked.store" in text
-    optimised = str(kernels.cpu.optimise(text))
-    assert "masked.scatter" not in optimised
-    assert len(optimised) < 200_000
+    assert len(str(kernels.cpu.optimise(text))) < 200_000  # (150 KB now)
