@@ -254,3 +254,25 @@ def test_xlogy_backward_by_a_number_outside_logs_domain_as_torch(name, other):
         fn(x, other).sum().backward()
         grads.append(x.grad.tolist())
     np.testing.assert_array_equal(grads[1], grads[0])
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_nextafter_passes_the_gradient_where_it_steps_as_torch(compiled):
+    """Fuzz seed 7100128: nextafter gave ``self`` the whole gradient; torch's passes none where self equals other
+    (0 and -0 too; NaN steps), and none to other, summed down over broadcasting."""
+    nan = math.nan
+    x_values, y_values = [[2.0, 0.0, 1.0, nan], [1.0, nan, 2.0, 3.0]], [[2.0, -0.0, 2.0, 1.0], [nan]]
+    weights = [[2.0, 3.0, 5.0, 7.0], [11.0, 13.0, 17.0, 19.0]]
+    grads = []
+    for lib in (torch, jt):
+        x = lib.tensor(x_values, requires_grad=True)
+        y0, y1 = (lib.tensor(v, requires_grad=True) for v in y_values)
+        def fn(x, y0, y1):
+            return lib.nextafter(x[0], y0), lib.nextafter(x[1], y1)
+        if lib is jt and compiled:
+            fn = jt.compile(fn)
+        outs = fn(x, y0, y1)
+        lib.autograd.backward(outs, [lib.tensor(w) for w in weights])
+        grads.append((x.grad.tolist(), y0.grad.tolist(), y1.grad.tolist()))
+    assert grads[1] == grads[0]
+    assert grads[0] == ([[0.0, 0.0, 5.0, 7.0], [11.0, 13.0, 17.0, 19.0]], [0.0] * 4, [0.0])

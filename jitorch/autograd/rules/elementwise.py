@@ -274,7 +274,10 @@ defgrad("fmax", per_input(self=reads("self other", lambda g, a, out: _kept(g, a.
                           other=reads("self other", lambda g, a, out: _kept(g, a.other, a.self, a.other > a.self))))
 defgrad("fmin", per_input(self=reads("self other", lambda g, a, out: _kept(g, a.self, a.other, a.self <= a.other)),
                           other=reads("self other", lambda g, a, out: _kept(g, a.other, a.self, a.other < a.self))))
-defgrad("nextafter", per_input(self=reads("", _g), other=reads("", lambda g, a, out: zeros(g.shape, g))))
+# torch's: the gradient passes to self where it steps (self != other, NaN included), none where self is other
+# (fuzz seed 7100128); other gets none
+defgrad("nextafter", per_input(self=reads("self other", lambda g, a, out: jt.where(a.self != a.other, g, 0)),
+                               other=reads("", lambda g, a, out: zeros(g.shape, g))))
 def _xlog_self(log):
     """xlogy's (``log``) or xlog1py's gradient for ``self``: ``g * log(other)``, 0 where ``self`` is 0."""
     def formula(g, a, out):
