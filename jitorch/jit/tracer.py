@@ -477,8 +477,7 @@ class Tracer:
                               "so it cannot be part of a graph of fixed shapes")
         outputs = self.add(op, self.node_args(op, args),
                            [TensorType(tuple(s.shape), s.dtype, s.device) for s in specs])
-        strides = registry.result_strides(op, spec, args)
-        fakes = [self.result_fake(v, strides) for v in outputs]
+        fakes = [self.result_fake(v, registry.result_strides(op, s, args)) for v, s in zip(outputs, specs)]
         if op.requires_grad_index is not None and args[op.requires_grad_index]:
             fakes[0]._requires_grad = True
         if isinstance(spec, registry.TensorSpec):

@@ -52,7 +52,7 @@ from ..runtime.device import DEVICE_BACKENDS, current_cuda_index, to_device
 from ..runtime.storage import Storage  # noqa: F401  (used by fast paths)
 from ..runtime.strided import (CONTIGUOUS_STRIDES, INT64_MAX, INT64_MIN, check_numel,  # noqa: F401 (hot paths')
                                contiguous_strides, contiguous_strides_cached, dense_strides, is_contiguous,
-                               memory_order_strides)
+                               is_non_overlapping_and_dense, memory_order_strides)
 from .overlap import check_write_overlap
 from .schema import parse_schema
 
@@ -628,8 +628,8 @@ def execute(op, args, spec=None):
 
 def _execute_on_device(backend, op, args, spec):
     """``op`` on ``backend``'s device, where its tensors live, its new results laid out as on the CPU
-    (`result_strides`, and contiguous for ops without a rule or with several results): its kernel is asked
-    to write them so, and a result a device implementation laid out otherwise is relaid."""
+    (`result_strides`; a kernel is asked to write a single result so), and a result a device implementation
+    laid out otherwise is relaid."""
     single = spec.__class__ is TensorSpec
     strides = result_strides(op, spec, args) if single and None not in spec.shape else None
     result = backend.execute(op, args, spec, strides)
@@ -638,7 +638,9 @@ def _execute_on_device(backend, op, args, spec):
             strides = result_strides(op, TensorSpec(result._shape, result.dtype, result.device), args)
         return backend.laid_out(result, strides)
     if isinstance(result, (tuple, list)):
-        relaid = [backend.laid_out(r, None) if isinstance(r, Tensor) else r for r in result]
+        specs = spec if isinstance(spec, (tuple, list)) else [None] * len(result)
+        relaid = [backend.laid_out(r, result_strides(op, s, args) if isinstance(s, TensorSpec) else None)
+                  if isinstance(r, Tensor) else r for r, s in zip(result, specs)]
         if isinstance(result, list):
             return relaid
         return type(result)(*relaid) if hasattr(result, "_fields") else tuple(relaid)
@@ -685,10 +687,10 @@ def contiguous_result(arr, dtype):
 
 
 def result_strides(op, spec, args):
-    """The strides of ``op``'s new result (a single tensor ``spec``) on ``args``, as eager lays it out:
-    the op's ``layout`` rule (pointwise ops follow their operands' memory order, copies and ``_like``
-    factories their input's, ``argwhere`` is column-major as torch's), or None for contiguous. The tracer
-    gives its results these strides too."""
+    """The strides of ``op``'s new result ``spec`` (a tensor's; each of several results asks for its own) on
+    ``args``, as eager lays it out: the op's ``layout`` rule (pointwise ops follow their operands' memory order,
+    copies and ``_like`` factories their input's, sort's results its input's, ``argwhere`` is column-major as
+    torch's), or None for contiguous. The tracer gives its results these strides too."""
     layout = op.layout
     if layout is None or spec.__class__ is not TensorSpec:
         return None
@@ -701,6 +703,14 @@ def preserved_strides(spec, x, *rest):
     if is_contiguous(x._shape, x._stride):
         return None
     return dense_strides(x._shape, x._stride)
+
+
+def kept_strides(spec, x, *rest):
+    """torch's layout for results made in ``x``'s image (clone's preserve_format, sort's values and indices):
+    ``x``'s own strides when it is non-overlapping and dense (size-1 dims' too), else `preserved_strides`."""
+    if is_contiguous(x._shape, x._stride):
+        return None
+    return x._stride if is_non_overlapping_and_dense(x._shape, x._stride) else dense_strides(x._shape, x._stride)
 
 
 def laid_out(t, strides):
@@ -725,7 +735,7 @@ def _wrap(op, spec, raw, args):
         return raw
     if isinstance(spec, list):
         return [_wrap_one(op, s, r) for s, r in zip(spec, raw)]
-    out = tuple(_wrap_one(op, s, r) if isinstance(s, TensorSpec) else r for s, r in zip(spec, raw))
+    out = tuple(_wrap_one(op, s, r, args) if isinstance(s, TensorSpec) else r for s, r in zip(spec, raw))
     return op.result_type(*out) if op.result_type else out
 
 

@@ -502,10 +502,8 @@ def compact(t):
 
 
 def _clone_strides(spec, x, fmt):
-    """``clone``'s layout rule: a dense layout's own strides, or `registry.preserved_strides`; contiguous when asked."""
-    if fmt is contiguous_format or is_contiguous(x._shape, x._stride):
-        return None
-    return x._stride if is_non_overlapping_and_dense(x._shape, x._stride) else dense_strides(x._shape, x._stride)
+    """``clone``'s layout rule: `registry.kept_strides`; contiguous when asked."""
+    return None if fmt is contiguous_format else registry.kept_strides(spec, x)
 
 
 def _clone_meta(x, fmt):
