@@ -28,7 +28,7 @@ from math import prod
 
 import numpy as np
 
-from ..autograd.engine import NodeHooks, gradient_edge
+from ..autograd.engine import NodeHooks, gradient_edge, passes_gradient
 from ..ir.passes import decompose
 from ..ir.graph import Graph, TensorType
 from ..ops import registry
@@ -700,15 +700,15 @@ class Tracer:
             if fake.requires_grad and fake._storage.origin is not None:
                 owners[id(fake.grad_fn or gradient_edge(fake))] = fake._storage.origin.name
         reached, seen = set(), set()
-        stack = [_fresh_edge(t) for t in outputs]
+        stack = [(_fresh_edge(t), getattr(t, "_output_nr", 0)) for t in outputs]
         while stack:
-            node = stack.pop()
-            if id(node) in seen:
+            node, output_nr = stack.pop()
+            if id(node) in seen or not passes_gradient(node, output_nr):
                 continue
             seen.add(id(node))
             if id(node) in owners:
                 reached.add(owners[id(node)])
-            stack.extend(nxt for nxt, _ in node.next_functions if nxt is not None)
+            stack.extend((nxt, nr) for nxt, nr in node.next_functions if nxt is not None)
         return reached
 
     def output_aliases(self, leaves):
