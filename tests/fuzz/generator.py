@@ -1032,6 +1032,16 @@ def _hint_sort(g, env, tensors, v, entry):
     return args, {"stable": "True"} if stable else {}, v.facts.exact
 
 
+def _hint_cov(g, env, tensors, v, entry):
+    """No weights for a single observation, where torch 2.13's cov writes zeros into its input
+    (docs/differences-from-torch.md)."""
+    made = g.generic_args(env, tensors, v, entry.schema)
+    if made is None or v.ndim and v.shape[-1] != 1:
+        return made
+    args, kwargs, exact = made
+    return args, {k: a for k, a in kwargs.items() if k not in ("fweights", "aweights")}, exact
+
+
 def _hint_creation(g, env, tensors, v, entry):
     r = g.rng
     name = entry.name
@@ -1082,7 +1092,7 @@ ARG_HINTS = {
     "zeros": _hint_creation, "ones": _hint_creation, "full": _hint_creation, "zeros_like": _hint_creation,
     "ones_like": _hint_creation, "full_like": _hint_creation, "new_zeros": _hint_creation,
     "new_ones": _hint_creation, "new_full": _hint_creation, "arange": _hint_creation, "linspace": _hint_creation,
-    "logspace": _hint_creation, "eye": _hint_creation,
+    "logspace": _hint_creation, "eye": _hint_creation, "cov": _hint_cov,
 }
 
 

@@ -480,3 +480,28 @@ def test_new_ops_run_on_the_emulated_cuda_device():
                 jt.cdist(x, x), jt.rot90(x), jt.histc(x, 4)]
     for got, want in zip(host, expected):
         np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("correction", [0, 1, 3])
+@pytest.mark.parametrize("weights", ["aweights", "fweights"])
+@pytest.mark.parametrize("shape", [(), (1,), (2, 1)])
+def test_cov_of_one_weighted_observation_has_torchs_values_and_keeps_its_input(shape, weights, correction):
+    """Fuzz seed 7100612: torch 2.13's cov of a single observation with weights writes zeros into its input
+    (its result is 0, or NaN without degrees of freedom); jitorch gives the same result and leaves the input
+    (docs/differences-from-torch.md; the fuzzer gives such a cov no weights)."""
+    values = np.arange(1.0, 1.0 + np.prod(shape, dtype=int)).reshape(shape)
+    results = []
+    for lib in (torch, jt):
+        x = lib.tensor(values, dtype=lib.float16)
+        w = lib.tensor([2.0] if shape else 2.0, dtype=lib.float16) if weights == "aweights" else \
+            lib.tensor([2] if shape else 2)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # (degrees of freedom <= 0)
+            results.append((x.cov(correction=correction, **{weights: w}).tolist(), x.tolist()))
+    (got, kept), (want, _) = results[1], results[0]
+    np.testing.assert_array_equal(got, want)
+    assert kept == values.tolist()
+    if shape:  # weights of a wider dtype: torch's product of the zeroed input (float16) refuses them
+        for lib in (torch, jt):
+            with pytest.raises(RuntimeError, match="expected m1 and m2 to have the same dtype"):
+                lib.tensor(values, dtype=lib.float16).cov(correction=correction, aweights=lib.tensor([2.0]))
