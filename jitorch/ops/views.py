@@ -619,7 +619,8 @@ _VIEWS = [
     ("unsqueeze(Tensor self, int dim) -> Tensor", _unsqueeze, ("function", "method", "inplace"),
      "A view with a size-1 dim inserted at ``dim``."),
     ("expand(Tensor self, int... size, *, bool implicit=False) -> Tensor", _expand, ("method",),
-     "A view broadcasting size-1 dims to ``size`` (stride 0; new dims in front, torch's strides); -1 keeps a dim's size."),
+     "A view broadcasting size-1 dims to ``size`` (stride 0; new dims in front, with torch's strides); -1 keeps "
+     "a dim's size."),
     ("expand_as(Tensor self, Tensor other) -> Tensor", _expand_as, ("method",), "``self.expand(other.shape)``."),
     ("broadcast_to(Tensor self, int[] size) -> Tensor", _broadcast_to, ("function", "method"),
      "``self.expand(size)``."),
