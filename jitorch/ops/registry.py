@@ -815,6 +815,8 @@ def call_inplace(op, args, recorded=False):
         return _profiling.RECORDER.op(op, args, lambda: call_inplace(op, args, True), inplace=True)
     if op.dtype_index is not None:
         check_inplace_dtype(op, args)
+        if op.attrs.get("dtype_from_out"):  # torch's cumsum_ is cumsum(self, out=self): in self's dtype (a
+            args = _dtype_from_out(op, args, args[0])  # bool self then has no kernel; fuzz seeds 7103413, 7200013)
     inplace_check = op.attrs.get("inplace_check")  # an error only the in-place form raises (float_power_)
     if inplace_check is not None:
         inplace_check(*args)

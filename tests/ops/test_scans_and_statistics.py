@@ -505,3 +505,21 @@ def test_cov_of_one_weighted_observation_has_torchs_values_and_keeps_its_input(s
         for lib in (torch, jt):
             with pytest.raises(RuntimeError, match="expected m1 and m2 to have the same dtype"):
                 lib.tensor(values, dtype=lib.float16).cov(correction=correction, aweights=lib.tensor([2.0]))
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("name", ["cumsum_", "cumprod_"])
+def test_inplace_scans_compute_in_self_dtype_as_torch(name, compiled):
+    """Fuzz seeds 7103413, 7200013: ``x.cumsum_(0)`` of a bool ``x`` raised jitorch's cast error (an int64 result
+    into bool); torch's in-place scan is the scan into ``out=self``, in self's dtype: a bool 0-d or empty ``x``
+    is copied, a longer one has no kernel (NotImplementedError); int8 wraps as its own dtype."""
+    def scan(x):
+        getattr(x, name)(0)
+        return x
+    run = jt.compile(scan) if compiled else scan
+    for values, dtype in ((False, "bool"), (True, "bool"), ([], "bool"), ([100, 27, 3, -7], "int8")):
+        want = scan(torch.tensor(values, dtype=getattr(torch, dtype)))
+        got = run(jt.tensor(values, dtype=getattr(jt, dtype)))
+        assert got.dtype is getattr(jt, dtype) and got.tolist() == want.tolist()
+    with pytest.raises(NotImplementedError, match=f"\"{name[:-1]}_out_cpu\" not implemented for 'Bool'"):
+        run(jt.tensor([True, False]))
