@@ -368,6 +368,18 @@ def meta_warn(message, category=UserWarning, stacklevel=2):
         warnings.warn(message, category, stacklevel=stacklevel + 1)
 
 
+# The messages `warn_once` has shown in this process.
+WARNED_ONCE: set = set()
+
+
+def warn_once(message, category=UserWarning, stacklevel=2):
+    """torch's TORCH_WARN_ONCE: the first call in the process that gives ``message`` shows it, eagerly or
+    while tracing, and no later call (eager or compiled) does."""
+    if message not in WARNED_ONCE:
+        WARNED_ONCE.add(message)
+        warnings.warn(message, category, stacklevel=stacklevel + 1)
+
+
 @contextlib.contextmanager
 def meta_warnings_into(sink):
     """While the block runs, meta rules' warnings go into the list ``sink`` as (category, message)."""
