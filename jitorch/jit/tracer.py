@@ -1042,7 +1042,8 @@ def trace_with_inputs(fn, args, kwargs):
             # warnings of the ops' Python code too (indexing's deprecations): each run of the graph gives them
             with registry.meta_warnings_into(tracer.graph.meta_warnings):
                 result = fn(*fargs, **fkwargs)
-            stored = state.stored_traced_values(_is_traced)
+            # (a tensor made from Python data too: eagerly each call stores a new one; fuzz seed 7200446)
+            stored = state.stored_traced_values(lambda v: _is_traced(v) or id(v) in tracer.made)
         except BaseException:
             state.restore()  # the call runs eagerly (or raises): it makes its changes itself
             raise
