@@ -523,3 +523,20 @@ def test_inplace_scans_compute_in_self_dtype_as_torch(name, compiled):
         assert got.dtype is getattr(jt, dtype) and got.tolist() == want.tolist()
     with pytest.raises(NotImplementedError, match=f"\"{name[:-1]}_out_cpu\" not implemented for 'Bool'"):
         run(jt.tensor([True, False]))
+
+
+@pytest.mark.parametrize("weight_shape", [(2, 1), (2,), (1, 2), (3,)])
+def test_histogram_takes_weights_of_as_many_elements_in_any_shape_as_torch(weight_shape):
+    """Fuzz seed 7200679: histogram of a [1, 1, 2] input with weights of shape [2, 1] raised; torch reads the
+    input and the weights flattened (a weight of another element count is refused, naming both as flat)."""
+    results = []
+    for lib in (torch, jt):
+        x = lib.tensor([[0.5], [1.5]]).unfold(0, 2, 2)
+        weight = lib.arange(1.0, 1.0 + np.prod(weight_shape)).reshape(weight_shape)
+        try:
+            hist, edges = lib.histogram(x, 2, weight=weight, density=True)
+            results.append((hist.tolist(), edges.tolist()))
+        except RuntimeError as e:
+            results.append(str(e))
+    assert results[1] == results[0]
+    assert isinstance(results[0], str) == (weight_shape == (3,))
