@@ -278,26 +278,24 @@ defgrad("fmin", per_input(self=reads("self other", lambda g, a, out: _kept(g, a.
 # (fuzz seed 7100128); other gets none
 defgrad("nextafter", per_input(self=reads("self other", lambda g, a, out: jt.where(a.self != a.other, g, 0)),
                                other=reads("", lambda g, a, out: zeros(g.shape, g))))
-def _xlog_self(log):
-    """xlogy's (``log``) or xlog1py's gradient for ``self``: ``g * log(other)``, 0 where ``self`` is 0."""
+def _xlog_self(fn, edge):
+    """torch's gradient for ``self`` of xlogy (``fn`` "xlogy", ``edge`` 0) or xlog1py ("special_xlog1py", -1):
+    ``fn(g, other)`` (``g * log(other)``, 0 where ``g`` is 0 unless ``other`` is NaN: a zero gradient stays zero
+    outside the log's domain, fuzz seed 7102598), 0 where ``self`` is 0 and ``other`` is at or below the edge of
+    that domain (a number not above it, NaN too). Where ``self`` is 0 and ``other`` inside, ``g * log(other)``
+    (jitorch gave 0 there)."""
     def formula(g, a, out):
         y = a.other
-        factor = _log_of_number(log, y) if isinstance(y, Number) else getattr(y, log)()
-        return jt.where(a.self == 0, 0, g * factor)
+        grad = getattr(jt, fn)(g, y)
+        if isinstance(y, Number):
+            return grad if y > edge else jt.where(a.self == 0, 0, grad)
+        return jt.where((a.self == 0) & (y <= edge), 0, grad)
     return formula
 
 
-def _log_of_number(log, y):
-    """``math.log(y)`` or ``math.log1p(y)``, with torch's values outside the domain, where math raises (fuzz seed
-    7102598: ``x.xlogy_(-2.5)``'s backward raised ValueError): -inf at its edge, NaN below it."""
-    edge = 0 if log == "log" else -1
-    if y > edge:
-        return getattr(math, log)(y)
-    return -math.inf if y == edge else math.nan
-
-
-defgrad("xlogy", per_input(self=reads("self other", _xlog_self("log")), other=reads("self other", _xlog_other(0))))
-defgrad("special_xlog1py", per_input(self=reads("self other", _xlog_self("log1p")),
+defgrad("xlogy", per_input(self=reads("self other", _xlog_self("xlogy", 0)),
+                           other=reads("self other", _xlog_other(0))))
+defgrad("special_xlog1py", per_input(self=reads("self other", _xlog_self("special_xlog1py", -1)),
                                      other=reads("self other", _xlog_other(1))))
 defgrad("logaddexp2", per_input(self=reads("self other", lambda g, a, out: _logaddexp2(g, a.self, a.other)),
                                 other=reads("self other", lambda g, a, out: _logaddexp2(g, a.other, a.self))))
