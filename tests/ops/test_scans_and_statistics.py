@@ -503,7 +503,9 @@ def test_cov_of_one_weighted_observation_has_torchs_values_and_keeps_its_input(s
     assert kept == values.tolist()
     if shape:  # weights of a wider dtype: torch's product of the zeroed input (float16) refuses them
         for lib in (torch, jt):
-            with pytest.raises(RuntimeError, match="expected m1 and m2 to have the same dtype"):
+            with pytest.raises(RuntimeError, match="expected m1 and m2 to have the same dtype"), \
+                    warnings.catch_warnings():
+                warnings.simplefilter("ignore")
                 lib.tensor(values, dtype=lib.float16).cov(correction=correction, aweights=lib.tensor([2.0]))
 
 
