@@ -303,3 +303,17 @@ def test_xlogy_gradient_for_self_is_torchs_where_self_is_zero_or_the_gradient_is
     for got, want in zip(grads[1], grads[0]):
         np.testing.assert_array_equal(np.array(got), np.array(want))
     assert grads[1][0][0] == pytest.approx(math.log(2.0) if name == "xlogy" else math.log(3.0))
+
+
+@pytest.mark.parametrize("lib", [torch, jt], ids=["torch", "jitorch"])
+def test_sinc_backward_reads_its_input_so_a_write_into_its_result_is_allowed(lib):
+    """Fuzz seed 7201848: sinc's backward read its result, so ``sinc(x).eq_(x)`` broke the backward with jitorch's
+    version error; torch's formula reads ``x`` alone (its gradient there: 0, the write took the history)."""
+    x = lib.tensor([0.5, 0.0, 1e-30, -1.7], requires_grad=True)
+    y = x.sinc()
+    y.eq_(x)
+    y.sum().backward()
+    assert x.grad.tolist() == [0.0] * 4
+    x.grad = None
+    x.sinc().backward(lib.ones(4))
+    np.testing.assert_allclose(x.grad.tolist(), [-1.27323954, 0.0, 0.0, -0.43486273], rtol=1e-6)
