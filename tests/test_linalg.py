@@ -4,6 +4,7 @@ dtypes, shapes; vectors of decompositions by magnitude), compiled and on the emu
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ import torch
 
 import jitorch as jt
 from jitorch.backends.cuda.fake import FakeBackend
+from jitorch.ops import registry
 from jitorch.runtime.cuda_backend import use_backend
 
 
@@ -142,13 +144,32 @@ def test_cuda_tensors_fall_back_to_the_host_kernels():
         assert A.grad.device.type == "cuda"
 
 
-def test_torch_cross_without_dim_takes_the_first_dim_of_size_3_with_torchs_warning():
+def test_torch_cross_without_dim_takes_the_first_dim_of_size_3_with_torchs_warning(monkeypatch):
+    monkeypatch.setattr(registry, "WARNED_ONCE", set())
     a, b = np.random.default_rng(1).standard_normal((2, 3, 4, 3))
     with pytest.warns(UserWarning, match="Using torch.cross without specifying the dim arg is deprecated"):
         got = jt.cross(jt.tensor(a), jt.tensor(b))
     np.testing.assert_allclose(got.numpy(), torch.cross(torch.tensor(a), torch.tensor(b), dim=0).numpy())
-    with pytest.raises(RuntimeError, match="no dimension of size 3 in input"), pytest.warns(UserWarning):
+    with pytest.raises(RuntimeError, match="no dimension of size 3 in input"):
         jt.cross(jt.ones(2, 4), jt.ones(2, 4))
+
+
+@pytest.mark.parametrize("compiled_first", [False, True], ids=["eager first", "compiled first"])
+def test_cross_without_dim_warns_once_per_process_as_torch(monkeypatch, compiled_first):
+    """Closing note 31: the deprecation warning came at every eager call but only at a compiled function's
+    first (its trace); torch's is TORCH_WARN_ONCE: the process's first call warns, eager or compiled, no other."""
+    monkeypatch.setattr(registry, "WARNED_ONCE", set())
+    compiled = jt.compile(lambda x, y: jt.cross(x, y) + 1)
+    calls = [lambda x, y: jt.cross(x, y) + 1, compiled] * 2
+    if compiled_first:
+        calls.reverse()
+    counts = []
+    for call in calls:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            call(jt.ones(3, 2), jt.ones(3, 2))
+        counts.append(sum("without specifying the dim" in str(w.message) for w in caught))
+    assert counts == [1, 0, 0, 0]
 
 
 EMPTY_CALLS = {  # empty matrices: torch's results (or errors), many reaching no kernel and so no dtype check

@@ -610,6 +610,16 @@ def _needed(roots, wanted):
     return {node for node, yes in needed.items() if yes}
 
 
+def passes_gradient(node, output_nr):
+    """Whether a gradient of ``node``'s output ``output_nr`` reaches its inputs: not where the op's rule
+    reads other outputs' alone (`rule.only_with_grads_of`: slogdet's sign)."""
+    if node.__class__ is not Node:
+        return True
+    rule = node.op.pieces.get("derivative")
+    needed = getattr(rule.backward, "grads_of", None) if rule is not None else None
+    return needed is None or output_nr in needed
+
+
 def _call_rule(node, grads, create_graph):
     """The rule of ``node``'s op on its outputs' gradients: per tensor input, its gradient summed
     down to the input's shape and dtype (or None). Runs in the grad mode the caller set."""
@@ -632,6 +642,9 @@ def _call_rule(node, grads, create_graph):
     if outs is None:
         g = grads[0]
     else:
+        needed = getattr(rule.backward, "grads_of", None)  # (`passes_gradient`)
+        if needed is not None and all(grads.get(k) is None for k in needed):
+            return [None] * len(node.input_specs)
         g = tuple(grads.get(k) if grads.get(k) is not None else
                   (registry.FUNCTIONS["zeros"](tuple(o.shape), dtype=o.dtype, device=o.device)
                    if isinstance(o, (Tensor, Unsaved)) else None)

@@ -57,6 +57,14 @@ def differentiates(names, rule):
     return rule
 
 
+def only_with_grads_of(outputs, rule):
+    """``rule`` (of an op with several outputs), which gives no gradient at all, as torch's undefined one,
+    when none of the outputs at ``outputs`` (indices) received a gradient: torch's slogdet passes nothing
+    back from its sign alone, where the zeros the engine fills in for it would give a zero gradient."""
+    rule.grads_of = tuple(outputs)
+    return rule
+
+
 def defgrad(names, backward):
     """Declare ``backward`` the derivative rule of the ops ``names`` (full names such as ``max.dim``,
     separated by spaces; an op's aliases share it). The rule says which arguments it differentiates

@@ -28,7 +28,7 @@ from math import prod
 
 import numpy as np
 
-from ..autograd.engine import NodeHooks, gradient_edge
+from ..autograd.engine import NodeHooks, gradient_edge, passes_gradient
 from ..ir.passes import decompose
 from ..ir.graph import Graph, TensorType
 from ..ops import registry
@@ -488,8 +488,7 @@ class Tracer:
                               "so it cannot be part of a graph of fixed shapes")
         outputs = self.add(op, self.node_args(op, args),
                            [TensorType(tuple(s.shape), s.dtype, s.device) for s in specs])
-        strides = registry.result_strides(op, spec, args)
-        fakes = [self.result_fake(v, strides) for v in outputs]
+        fakes = [self.result_fake(v, registry.result_strides(op, s, args)) for v, s in zip(outputs, specs)]
         if op.requires_grad_index is not None and args[op.requires_grad_index]:
             fakes[0]._requires_grad = True
         if isinstance(spec, registry.TensorSpec):
@@ -712,15 +711,15 @@ class Tracer:
             if fake.requires_grad and fake._storage.origin is not None:
                 owners[id(fake.grad_fn or gradient_edge(fake))] = fake._storage.origin.name
         reached, seen = set(), set()
-        stack = [_fresh_edge(t) for t in outputs]
+        stack = [(_fresh_edge(t), getattr(t, "_output_nr", 0)) for t in outputs]
         while stack:
-            node = stack.pop()
-            if id(node) in seen:
+            node, output_nr = stack.pop()
+            if id(node) in seen or not passes_gradient(node, output_nr):
                 continue
             seen.add(id(node))
             if id(node) in owners:
                 reached.add(owners[id(node)])
-            stack.extend(nxt for nxt, _ in node.next_functions if nxt is not None)
+            stack.extend((nxt, nr) for nxt, nr in node.next_functions if nxt is not None)
         return reached
 
     def output_aliases(self, leaves):
@@ -1058,7 +1057,8 @@ def trace_with_inputs(fn, args, kwargs, refreshed=False):
             # warnings of the ops' Python code too (indexing's deprecations): each run of the graph gives them
             with registry.meta_warnings_into(tracer.graph.meta_warnings):
                 result = fn(*fargs, **fkwargs)
-            stored = state.stored_traced_values(_is_traced)
+            # (a tensor made from Python data too: eagerly each call stores a new one; fuzz seed 7200446)
+            stored = state.stored_traced_values(lambda v: _is_traced(v) or id(v) in tracer.made)
         except BaseException:
             state.restore()  # the call runs eagerly (or raises): it makes its changes itself
             raise

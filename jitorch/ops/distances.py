@@ -46,7 +46,8 @@ def _renorm(x, p, dim, maxnorm):
     d = wrap_dim(dim, x.ndim)
     norms = x.norm(p, tuple(i for i in range(x.ndim) if i != d), keepdim=True)
     factor = functions.where(norms > maxnorm, maxnorm / (norms + 1e-7), 1.0)
-    return x * factor.to(x.dtype)
+    # contiguous, as torch's (whose output is allocated so, where the product follows x's layout; fuzz seed 7200068)
+    return (x * factor.to(x.dtype)).contiguous()
 
 
 defop("renorm(Tensor self, Scalar p, int dim, Scalar maxnorm) -> Tensor", composite=_renorm, kind="reduction",

@@ -117,7 +117,7 @@ def _apply_basic(x, items):
     taken = sum(_dims_taken(i) for i in items)
     if taken > x.ndim:
         raise IndexError(f"too many indices for tensor of dimension {x.ndim}")
-    result, dim, real = x, 0, 0  # real: the dim torch's error messages count
+    result, dim, real = x, 0, 0  # real: the "dimension" torch's error messages name: the item's place in the index
     indices, covered = [], 0     # advanced indices and how many dims of ``result`` they span
 
     def record(t):
@@ -131,7 +131,7 @@ def _apply_basic(x, items):
     for item in items:
         if item is Ellipsis:
             dim += x.ndim - taken
-            real += x.ndim - taken
+            real += 1  # (one place, however many dims it spans: ``a[..., 5]`` names dimension 1, as torch)
             continue
         real += 1
         if item is None:

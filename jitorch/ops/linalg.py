@@ -12,7 +12,6 @@ dispatches to: ``matmul`` of a vector and a matrix fails as ``mm`` would.
 
 from __future__ import annotations
 
-import warnings
 from collections import namedtuple
 from functools import lru_cache
 from math import prod
@@ -26,7 +25,7 @@ from ..runtime.device import CPU
 from ..runtime.strided import broadcast_shapes, contiguous_strides, list_str, wrap_dim
 from . import functions, registry
 from .meta import opmath
-from .registry import TensorSpec, cpp_name, defop, scalar_name
+from .registry import TensorSpec, cpp_name, defop, scalar_name, warn_once
 
 
 def _no_kernel(kernel, dtype, work=True):
@@ -857,12 +856,14 @@ defop("matrix_power(Tensor self, int n) -> Tensor", composite=_matrix_power, var
 
 
 def _cross_dim(x, other, dim):
-    """torch.cross's dim: the one given, else (deprecated, with torch's warning) the first of size 3."""
+    """torch.cross's dim: the one given, else (deprecated, with torch's warning once per process) the first of
+    size 3."""
     if dim is not None:
         return dim
-    warnings.warn("Using torch.cross without specifying the dim arg is deprecated.\nPlease either pass the dim "
-                  "explicitly or simply use torch.linalg.cross.\nThe default value of dim will change to agree with "
-                  "that of linalg.cross in a future release.", stacklevel=4)
+    # once per process, as torch's (its first call warned eagerly, but a compiled graph's only at its trace)
+    warn_once("Using torch.cross without specifying the dim arg is deprecated.\nPlease either pass the dim "
+              "explicitly or simply use torch.linalg.cross.\nThe default value of dim will change to agree with "
+              "that of linalg.cross in a future release.", stacklevel=4)
     shape = broadcast_shapes(tuple(x.shape), tuple(other.shape))
     found = next((d for d, n in enumerate(shape) if n == 3), None)
     if found is None:

@@ -968,13 +968,22 @@ def _in_float64(fn):
 
 _SPECIAL = (
     ("lgamma", special_math.lgamma, "``log |Gamma(x)|``: +inf at 0 and the negative integers"),
-    ("digamma", special_math.digamma, "digamma ``Gamma'(x) / Gamma(x)``: -inf at +0, NaN at negative integers"),
     ("erfinv", lambda y: special_math.erfinv(y, _erf, _erfc), "inverse error function (NaN outside [-1, 1])"),
     ("i0", special_math.i0, "modified Bessel function of the first kind of order 0"),
 )
 for _name, _fn, _what in _SPECIAL:
     _declare(_name, UNARY, _in_float64(_fn), INT_TO_FLOAT, f"Elementwise {_what}; integers give the default "
              "float dtype.")
+
+
+def _digamma(x):
+    if x.dtype != np.float64:  # torch computes digamma in float32 for float32 and the half types
+        return convert(special_math.digamma(convert(x, np.float32).ravel(), np.float32).reshape(x.shape), x.dtype)
+    return _in_float64(special_math.digamma)(x)
+
+
+_declare("digamma", UNARY, _digamma, INT_TO_FLOAT, "Elementwise digamma ``Gamma'(x) / Gamma(x)``: -inf at +0, NaN "
+         "at negative integers; integers give the default float dtype.")
 
 # torch.special's own (`jitorch.special`): public names special_*, as torch's ATen ops are named
 for _name, _fn, _what in (("i0e", special_math.i0e, "``exp(-|x|) I0(x)``"),

@@ -1,12 +1,13 @@
 """torch's ops that, on jitorch's real strided tensors, are another op or the tensor itself: the conjugation
 and lazy-negation family (the identity on real dtypes, as torch returns ``self``), ``positive``,
-``narrow_copy``, ``sum_to_size`` and the ``unsafe_`` splits (views, as torch's, with autograd's view tracking
-kept: torch drops it for speed, which changes no value)."""
+``narrow_copy``, ``sum_to_size`` and the ``unsafe_`` splits (sharing ``self``'s memory, but no views in
+autograd's sense, as torch's)."""
 
 from __future__ import annotations
 
 from ..runtime import dtypes as _dt
 from ..runtime.strided import list_str
+from . import registry
 from .registry import defop
 from .views import contiguous_format
 
@@ -56,9 +57,25 @@ defop("sum_to_size(Tensor self, int... size) -> Tensor", composite=_sum_to_size,
       variants=("method",), doc="``self`` summed down to ``size``, which it must expand from (self if equal).")
 
 
+def _untracked(view):
+    """``view``'s memory and history as a tensor that is no view in autograd's sense (no ``_base``): in-place
+    ops on it are allowed under grad and rebase no other tensor's history, as on torch's ``unsafe_`` splits'
+    outputs (fuzz seeds 7101099, 7101504, 7103254). It shares the storage's version counter, where torch
+    gives each output its own (docs/differences-from-torch.md)."""
+    t = registry.Tensor._make(view._storage, view._shape, view._stride, view._offset)
+    cached = view.__dict__.get("_trace_value")  # (a traced fake's value, as the view's)
+    if cached is not None:
+        t._trace_value = cached
+    if view._requires_grad:
+        t.grad_fn = view.grad_fn
+        t._requires_grad = True
+        t._output_nr = view._output_nr
+    return t
+
+
 def _unsafe(name):
     def split(x, *args):
-        return getattr(x, name)(*args)
+        return tuple(_untracked(v) for v in getattr(x, name)(*args))
     return split
 
 
@@ -67,4 +84,5 @@ for _schema, _base in (("unsafe_chunk(Tensor self, int chunks, int dim=0) -> Ten
                        ("unsafe_split_with_sizes(Tensor self, int[] split_sizes, int dim=0) -> Tensor[]",
                         "split_with_sizes")):
     defop(_schema, composite=_unsafe(_base), kind="view", variants=("function", "method"),
-          doc=f"``{_base}``: views of ``self`` (torch skips their autograd view tracking; jitorch keeps it).")
+          doc=f"``{_base}`` as tensors sharing ``self``'s memory that autograd does not track as views (in-place "
+              "ops on them are allowed under grad), as torch's.")

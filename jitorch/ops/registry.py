@@ -52,7 +52,7 @@ from ..runtime.device import DEVICE_BACKENDS, current_cuda_index, to_device
 from ..runtime.storage import Storage  # noqa: F401  (used by fast paths)
 from ..runtime.strided import (CONTIGUOUS_STRIDES, INT64_MAX, INT64_MIN, check_numel,  # noqa: F401 (hot paths')
                                contiguous_strides, contiguous_strides_cached, dense_strides, is_contiguous,
-                               memory_order_strides)
+                               is_non_overlapping_and_dense, memory_order_strides)
 from .overlap import check_write_overlap
 from .schema import parse_schema
 
@@ -369,6 +369,18 @@ def meta_warn(message, category=UserWarning, stacklevel=2):
         warnings.warn(message, category, stacklevel=stacklevel + 1)
 
 
+# The messages `warn_once` has shown in this process.
+WARNED_ONCE: set = set()
+
+
+def warn_once(message, category=UserWarning, stacklevel=2):
+    """torch's TORCH_WARN_ONCE: the first call in the process that gives ``message`` shows it, eagerly or
+    while tracing, and no later call (eager or compiled) does."""
+    if message not in WARNED_ONCE:
+        WARNED_ONCE.add(message)
+        warnings.warn(message, category, stacklevel=stacklevel + 1)
+
+
 @contextlib.contextmanager
 def meta_warnings_into(sink):
     """While the block runs, meta rules' warnings go into the list ``sink`` as (category, message)."""
@@ -629,8 +641,8 @@ def execute(op, args, spec=None):
 
 def _execute_on_device(backend, op, args, spec):
     """``op`` on ``backend``'s device, where its tensors live, its new results laid out as on the CPU
-    (`result_strides`, and contiguous for ops without a rule or with several results): its kernel is asked
-    to write them so, and a result a device implementation laid out otherwise is relaid."""
+    (`result_strides`; a kernel is asked to write a single result so), and a result a device implementation
+    laid out otherwise is relaid."""
     single = spec.__class__ is TensorSpec
     strides = result_strides(op, spec, args) if single and None not in spec.shape else None
     result = backend.execute(op, args, spec, strides)
@@ -639,7 +651,9 @@ def _execute_on_device(backend, op, args, spec):
             strides = result_strides(op, TensorSpec(result._shape, result.dtype, result.device), args)
         return backend.laid_out(result, strides)
     if isinstance(result, (tuple, list)):
-        relaid = [backend.laid_out(r, None) if isinstance(r, Tensor) else r for r in result]
+        specs = spec if isinstance(spec, (tuple, list)) else [None] * len(result)
+        relaid = [backend.laid_out(r, result_strides(op, s, args) if isinstance(s, TensorSpec) else None)
+                  if isinstance(r, Tensor) else r for r, s in zip(result, specs)]
         if isinstance(result, list):
             return relaid
         return type(result)(*relaid) if hasattr(result, "_fields") else tuple(relaid)
@@ -686,10 +700,10 @@ def contiguous_result(arr, dtype):
 
 
 def result_strides(op, spec, args):
-    """The strides of ``op``'s new result (a single tensor ``spec``) on ``args``, as eager lays it out:
-    the op's ``layout`` rule (pointwise ops follow their operands' memory order, copies and ``_like``
-    factories their input's, ``argwhere`` is column-major as torch's), or None for contiguous. The tracer
-    gives its results these strides too."""
+    """The strides of ``op``'s new result ``spec`` (a tensor's; each of several results asks for its own) on
+    ``args``, as eager lays it out: the op's ``layout`` rule (pointwise ops follow their operands' memory order,
+    copies and ``_like`` factories their input's, sort's results its input's, ``argwhere`` is column-major as
+    torch's), or None for contiguous. The tracer gives its results these strides too."""
     layout = op.layout
     if layout is None or spec.__class__ is not TensorSpec:
         return None
@@ -702,6 +716,14 @@ def preserved_strides(spec, x, *rest):
     if is_contiguous(x._shape, x._stride):
         return None
     return dense_strides(x._shape, x._stride)
+
+
+def kept_strides(spec, x, *rest):
+    """torch's layout for results made in ``x``'s image (clone's preserve_format, sort's values and indices):
+    ``x``'s own strides when it is non-overlapping and dense (size-1 dims' too), else `preserved_strides`."""
+    if is_contiguous(x._shape, x._stride):
+        return None
+    return x._stride if is_non_overlapping_and_dense(x._shape, x._stride) else dense_strides(x._shape, x._stride)
 
 
 def laid_out(t, strides):
@@ -726,7 +748,7 @@ def _wrap(op, spec, raw, args):
         return raw
     if isinstance(spec, list):
         return [_wrap_one(op, s, r) for s, r in zip(spec, raw)]
-    out = tuple(_wrap_one(op, s, r) if isinstance(s, TensorSpec) else r for s, r in zip(spec, raw))
+    out = tuple(_wrap_one(op, s, r, args) if isinstance(s, TensorSpec) else r for s, r in zip(spec, raw))
     return op.result_type(*out) if op.result_type else out
 
 
@@ -806,6 +828,8 @@ def call_inplace(op, args, recorded=False):
         return _profiling.RECORDER.op(op, args, lambda: call_inplace(op, args, True), inplace=True)
     if op.dtype_index is not None:
         check_inplace_dtype(op, args)
+        if op.attrs.get("dtype_from_out"):  # torch's cumsum_ is cumsum(self, out=self): in self's dtype (a
+            args = _dtype_from_out(op, args, args[0])  # bool self then has no kernel; fuzz seeds 7103413, 7200013)
     inplace_check = op.attrs.get("inplace_check")  # an error only the in-place form raises (float_power_)
     if inplace_check is not None:
         inplace_check(*args)

@@ -274,10 +274,12 @@ defop("histc(Tensor self, int bins=100, Scalar min=0, Scalar max=0) -> Tensor", 
 def _histogram_checks(x, weight):
     if x.dtype not in (_dt.float32, _dt.float64):
         raise NotImplementedError(f"\"histogramdd\" not implemented for '{scalar_name(x.dtype)}'")
-    if weight is not None and tuple(weight.shape) != tuple(x.shape):
+    # torch reads both flattened (the input as N points of one dimension): any weight of as many elements
+    # (fuzz seed 7200679: weights of shape [2, 1] for an input of [1, 1, 2] raised)
+    if weight is not None and weight.numel() != x.numel():
         raise RuntimeError("torch.histogramdd: if weight tensor is provided it should have the same shape as the "
                            f"input tensor excluding its innermost dimension, but got input with shape "
-                           f"{list_str(tuple(x.shape) + (1,))} and weight with shape {list_str(weight.shape)}")
+                           f"{list_str((x.numel(), 1))} and weight with shape {list_str((weight.numel(),))}")
 
 
 def _histogram_bins_meta(x, bins, weight, density):

@@ -254,7 +254,13 @@ def _cov(x, correction, fweights, aweights):
         meta_warn("cov(): degrees of freedom is <= 0. Correction should be strictly less than the number of "
                   "observations.")
         norm = norm * 0
-    centred = rows - mean.unsqueeze(1)
+    if w is not None and observations == 1:
+        # torch 2.13 zeroes its input's one observation in place here rather than subtracting the mean (which
+        # promotes): the product then keeps the input's dtype and refuses weights of a wider one, as torch's mm
+        # does (fuzz seed 7100612); the input itself jitorch leaves (docs/differences-from-torch.md)
+        centred = functions.zeros_like(rows)
+    else:
+        centred = rows - mean.unsqueeze(1)
     return functions.true_divide(centred.mm((centred if w is None else centred * w).t()), norm).squeeze()
 
 

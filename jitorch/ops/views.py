@@ -245,6 +245,9 @@ def _unsqueeze(x, dim):
 
 
 def _expand(x, size, implicit=False):
+    """torch's expand geometry (inferExpandGeometry): a dim broadcast from size 1 has stride 0; a new leading
+    dim of size 1 has the stride that spans the dims after it, so ``x[None]`` and ``x.expand(1, n)`` are the
+    same layout (``v = x[None]; v[:] = x`` is then a full overlap, as torch's, not a partial one)."""
     if size == x._shape:  # (a tuple of the same sizes: the geometry stays)
         return x._shape, x._stride, x._offset
     if len(size) < x.ndim:
@@ -274,6 +277,10 @@ def _expand(x, size, implicit=False):
                 f"The expanded size of the tensor ({n}) must match the existing size ({have}) at non-singleton "
                 f"dimension {i}.  Target sizes: {list_str(size)}.  Tensor sizes: {list_str(x.shape)}"
             )
+    if x.ndim:  # (a 0-d tensor's expansions have stride 0 throughout, as torch's)
+        for i in range(lead - 1, -1, -1):
+            if shape[i] == 1:
+                strides[i] = shape[i + 1] * strides[i + 1]
     return check_numel(tuple(shape)), tuple(strides), x._offset
 
 
@@ -554,10 +561,8 @@ def compact(t):
 
 
 def _clone_strides(spec, x, fmt):
-    """``clone``'s layout rule: a dense layout's own strides, or `registry.preserved_strides`; contiguous when asked."""
-    if fmt is contiguous_format or is_contiguous(x._shape, x._stride):
-        return None
-    return x._stride if is_non_overlapping_and_dense(x._shape, x._stride) else dense_strides(x._shape, x._stride)
+    """``clone``'s layout rule: `registry.kept_strides`; contiguous when asked."""
+    return None if fmt is contiguous_format else registry.kept_strides(spec, x)
 
 
 def _clone_meta(x, fmt):
@@ -666,7 +671,8 @@ _VIEWS = [
     ("unsqueeze(Tensor self, int dim) -> Tensor", _unsqueeze, ("function", "method", "inplace"),
      "A view with a size-1 dim inserted at ``dim``."),
     ("expand(Tensor self, int... size, *, bool implicit=False) -> Tensor", _expand, ("method",),
-     "A view broadcasting size-1 dims to ``size`` (stride 0); -1 keeps a dim's size."),
+     "A view broadcasting size-1 dims to ``size`` (stride 0; new dims in front, with torch's strides); -1 keeps "
+     "a dim's size."),
     ("expand_as(Tensor self, Tensor other) -> Tensor", _expand_as, ("method",), "``self.expand(other.shape)``."),
     ("broadcast_to(Tensor self, int[] size) -> Tensor", _broadcast_to, ("function", "method"),
      "``self.expand(size)``."),

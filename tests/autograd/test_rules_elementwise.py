@@ -254,3 +254,66 @@ def test_xlogy_backward_by_a_number_outside_logs_domain_as_torch(name, other):
         fn(x, other).sum().backward()
         grads.append(x.grad.tolist())
     np.testing.assert_array_equal(grads[1], grads[0])
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_nextafter_passes_the_gradient_where_it_steps_as_torch(compiled):
+    """Fuzz seed 7100128: nextafter gave ``self`` the whole gradient; torch's passes none where self equals other
+    (0 and -0 too; NaN steps), and none to other, summed down over broadcasting."""
+    nan = math.nan
+    x_values, y_values = [[2.0, 0.0, 1.0, nan], [1.0, nan, 2.0, 3.0]], [[2.0, -0.0, 2.0, 1.0], [nan]]
+    weights = [[2.0, 3.0, 5.0, 7.0], [11.0, 13.0, 17.0, 19.0]]
+    grads = []
+    for lib in (torch, jt):
+        x = lib.tensor(x_values, requires_grad=True)
+        y0, y1 = (lib.tensor(v, requires_grad=True) for v in y_values)
+        def fn(x, y0, y1):
+            return lib.nextafter(x[0], y0), lib.nextafter(x[1], y1)
+        if lib is jt and compiled:
+            fn = jt.compile(fn)
+        outs = fn(x, y0, y1)
+        lib.autograd.backward(outs, [lib.tensor(w) for w in weights])
+        grads.append((x.grad.tolist(), y0.grad.tolist(), y1.grad.tolist()))
+    assert grads[1] == grads[0]
+    assert grads[0] == ([[0.0, 0.0, 5.0, 7.0], [11.0, 13.0, 17.0, 19.0]], [0.0] * 4, [0.0])
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("name", ["xlogy", "special_xlog1py"])
+def test_xlogy_gradient_for_self_is_torchs_where_self_is_zero_or_the_gradient_is(name, compiled):
+    """Fuzz seed 7102598 (a full overwrite after ``x.xlogy_(-2.5)``): torch's gradient is ``xlogy(g, other)``, so a
+    zero gradient stays zero outside the log's domain (jitorch's was NaN); and at ``self`` = 0 it is
+    ``g * log(other)`` for ``other`` inside the domain (jitorch's was 0: a silently wrong gradient), 0 outside."""
+    nan = math.nan
+    selves, others, weights = [0.0, 0.0, 0.5, 0.5, 0.0, 2.0], [2.0, -1.0, -2.5, 3.0, 0.0, nan], [1, 1, 0, 0, 1, 0]
+    grads = []
+    for lib in (torch, jt):
+        fn = getattr(lib, name) if name == "xlogy" else lib.special.xlog1py
+        call = jt.compile(fn) if compiled and lib is jt else fn
+        x = lib.tensor(selves, requires_grad=True)
+        y = lib.tensor(others, requires_grad=True)
+        call(x, y).backward(lib.tensor(weights, dtype=lib.float32))
+        x0 = lib.tensor([0.0, 0.5, 0.5], requires_grad=True)
+        grads_by_number = []
+        for other in (2.0, -1.0, -2.5, 0.0, nan):
+            x0.grad = None
+            call(x0, other).backward(lib.tensor([1.0, 0.0, 1.0]))
+            grads_by_number.append(x0.grad.tolist())
+        grads.append((x.grad.tolist(), y.grad.tolist(), grads_by_number))
+    for got, want in zip(grads[1], grads[0]):
+        np.testing.assert_array_equal(np.array(got), np.array(want))
+    assert grads[1][0][0] == pytest.approx(math.log(2.0) if name == "xlogy" else math.log(3.0))
+
+
+@pytest.mark.parametrize("lib", [torch, jt], ids=["torch", "jitorch"])
+def test_sinc_backward_reads_its_input_so_a_write_into_its_result_is_allowed(lib):
+    """Fuzz seed 7201848: sinc's backward read its result, so ``sinc(x).eq_(x)`` broke the backward with jitorch's
+    version error; torch's formula reads ``x`` alone (its gradient there: 0, the write took the history)."""
+    x = lib.tensor([0.5, 0.0, 1e-30, -1.7], requires_grad=True)
+    y = x.sinc()
+    y.eq_(x)
+    y.sum().backward()
+    assert x.grad.tolist() == [0.0] * 4
+    x.grad = None
+    x.sinc().backward(lib.ones(4))
+    np.testing.assert_allclose(x.grad.tolist(), [-1.27323954, 0.0, 0.0, -0.43486273], rtol=1e-6)

@@ -90,3 +90,49 @@ def test_lstsq_singular_values_do_not_require_grad_as_torchs():
     A = jt.tensor(RNG.standard_normal((4, 2))).requires_grad_()
     solution, residuals, rank, singular_values = jt.linalg.lstsq(A, jt.ones(4, 1, dtype=jt.float64), driver="gelsd")
     assert solution.requires_grad and residuals.requires_grad and not singular_values.requires_grad
+
+
+def _maybe_compiled(fn, lib, compiled):
+    return jt.compile(fn) if compiled and lib is jt else fn
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_slogdet_sign_alone_gives_no_gradient_as_torch(compiled):
+    """Fuzz seed 7101169: a backward from slogdet's sign alone gave a zero gradient where torch gives none
+    (``.grad`` stays None); with the log too, the sign's gradient is ignored."""
+    for lib in (torch, jt):
+        a = lib.tensor([[2.0, 1.0], [1.0, -3.0]], requires_grad=True)
+        sign = _maybe_compiled(lambda a: lib.linalg.slogdet(a)[0] * 2, lib, compiled)(a)
+        assert sign.requires_grad
+        sign.sum().backward()
+        assert a.grad is None
+    grads = []
+    for lib in (torch, jt):
+        a = lib.tensor([[2.0, 1.0], [1.0, -3.0]], requires_grad=True)
+        sign, logabsdet = _maybe_compiled(lambda a: lib.slogdet(a), lib, compiled)(a)
+        (sign * 5 + logabsdet).backward()
+        grads.append(a.grad.tolist())
+    np.testing.assert_allclose(grads[1], grads[0], rtol=1e-6)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_logdet_of_a_singular_matrix_has_torchs_infinite_gradient(compiled):
+    """Fuzz seed 7100586: logdet's backward of a singular matrix raised LinAlgError (an inverse that checks);
+    torch's solves with the forward's LU: LAPACK's infinities, in a batch beside a regular matrix."""
+    results = []
+    for lib in (torch, jt):
+        a = lib.tensor([[[1.0, 2.0], [2.0, 4.0]], [[2.0, 0.0], [1.0, 3.0]]], requires_grad=True)
+        out = _maybe_compiled(lambda a: lib.logdet(a) * 1, lib, compiled)(a)
+        out.sum().backward()
+        results.append((out.tolist(), a.grad.tolist()))
+    np.testing.assert_allclose(results[1][0], results[0][0], rtol=1e-6)
+    np.testing.assert_allclose(results[1][1], results[0][1], rtol=1e-6)
+    assert results[0][1][0] == [[-np.inf, np.inf], [np.inf, -np.inf]]
+
+
+def test_logdet_of_a_singular_matrix_refuses_a_differentiable_backward_as_torch():
+    """With create_graph torch's slogdet backward solves with linalg.solve, which refuses a singular matrix."""
+    for lib, error in ((torch, torch.linalg.LinAlgError), (jt, jt.linalg.LinAlgError)):
+        a = lib.tensor([[1.0, 2.0], [2.0, 4.0]], requires_grad=True)
+        with pytest.raises(error, match="singular"):
+            lib.autograd.grad(lib.logdet(a), a, create_graph=True)

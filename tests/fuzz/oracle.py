@@ -35,6 +35,7 @@ import jitorch
 import torch
 
 from jitorch.backends.cuda.fake import FakeBackend
+from jitorch.ops import registry
 from jitorch.ops.overlap import ERROR as OVERLAP_ERROR
 from jitorch.runtime.cuda_backend import use_backend
 from tests.support import geometry
@@ -165,7 +166,7 @@ def record_call(T, inst, fn, inputs, bases):
         text = str(w.message)
         if text.startswith(COMPILE_NOTICE):
             rec.fallbacks += 1
-        else:
+        elif text not in registry.WARNED_ONCE:  # (those show once per process, as torch's: not the program's)
             rec.warnings.append(f"{w.category.__name__}: {text}")
     if rec.error:
         return rec

@@ -2,6 +2,8 @@
 served by a stale graph. Each case compares with eager after the change and checks what the compiled
 function did about it (a new trace, or the graph that fits again)."""
 
+import types
+
 import pytest
 
 import jitorch as jt
@@ -206,3 +208,22 @@ def test_a_class_attribute_read_through_a_global_class_is_guarded(monkeypatch):
     monkeypatch.setattr(Config, "S", 4.0)
     assert f(X).tolist() == (X * 4).tolist()
     assert fn.runs == 2
+
+
+def test_a_tensor_made_from_python_data_and_stored_in_python_state_runs_eagerly():
+    """Fuzz seed 7200446: ``M.t = jt.tensor(M.n.tolist()); return M.t`` compiled returned a copy of the tensor
+    its trace stored, so the output was no longer ``M.t`` (eagerly each call stores and returns a new tensor):
+    such a store sends the call back to eager, as one of a computed tensor does."""
+    M = types.SimpleNamespace(n=jt.tensor(3))
+
+    def fn(x):
+        M.t = jt.tensor(M.n.tolist())
+        return M.t
+
+    compiled = jt.compile(fn)
+    with pytest.warns(UserWarning, match=r"stores tensors it computes in Python state \(.*\.t\)"):
+        first = compiled(jt.ones(2))
+    assert first is M.t
+    with pytest.warns(UserWarning, match="stores tensors it computes"):
+        second = compiled(jt.ones(2))
+    assert second is M.t and second is not first and second.tolist() == 3

@@ -739,3 +739,21 @@ def test_take_along_dim_without_dim_takes_gathers_index_dtypes(dtype):
             outcomes.append(str(e))
     assert outcomes[0] == outcomes[1]
     assert jt.tensor([5, 6, 7]).take_along_dim(jt.tensor([], dtype=jt.int32)).tolist() == []
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_index_errors_name_the_items_place_in_the_index_as_torch(compiled):
+    """Closing note 31: with ``...`` in the index, an out-of-range int named the tensor's dim; torch's message
+    names the int's place in the index tuple (the ellipsis one place, ``None`` one too)."""
+    E = Ellipsis
+    for index in [(E, 5), (E, -5), (E, 1, 9, 0), (None, E, 5), (E, None, 5), (0, E, 7), (E, 9, torch.tensor([0]))]:
+        with pytest.raises(IndexError) as want:
+            torch.zeros(2, 3, 4)[index]
+        jt_index = tuple(jt.tensor(i.tolist()) if isinstance(i, torch.Tensor) else i for i in index)
+        fn = jt.compile(lambda a: a[jt_index] * 1) if compiled else (lambda a: a[jt_index])
+        with pytest.raises(IndexError) as got:
+            fn(jt.zeros(2, 3, 4))
+        assert str(got.value) == str(want.value)
+        with pytest.raises(IndexError) as got:
+            jt.zeros(2, 3, 4)[jt_index] = 1.0
+        assert str(got.value) == str(want.value)

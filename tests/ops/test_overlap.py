@@ -179,3 +179,25 @@ def test_an_empty_tensor_with_a_zero_stride_may_be_written():
         v[:, ::1] = 2
     with pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
         jt.zeros(1).expand(3).add_(1)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_setitem_of_a_tensor_through_a_new_leading_dim_of_itself_as_torch(compiled):
+    """Fuzz seed 7102279: ``v = x[None]; v[:, ::1] = x`` raised the partial-overlap error: torch expands the
+    value with a new size-1 dim spanning the dims after it (inferExpandGeometry), the view's own layout, a full
+    overlap; expand's strides are torch's."""
+    def write(T, x):
+        v = x[None]
+        v[:, ::1] = x
+        x.view(1, 4, 1)[:] = x.view(4, 1)
+        return x * 1
+    for T in (torch, jt):
+        fn = jt.compile(lambda x: write(jt, x)) if compiled and T is jt else lambda x: write(T, x)
+        assert fn(T.arange(4.0)).tolist() == [0.0, 1.0, 2.0, 3.0]
+        x = T.arange(4.0)
+        with pytest.raises(RuntimeError, match="single memory location"):
+            x[None].copy_(x)  # a copy without the expansion: partial, as torch's
+        with pytest.raises(RuntimeError, match="single memory location"):
+            x[None][:, 1:] = x[:3]
+    for shape, size in [((4,), (2, 1, 4)), ((3, 1), (1, 3, 4)), ((0, 2), (1, 0, 2)), ((), (1, 2))]:
+        assert jt.zeros(shape).expand(size).stride() == torch.zeros(shape).expand(size).stride()

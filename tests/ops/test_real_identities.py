@@ -60,6 +60,35 @@ def test_unsafe_splits_are_the_splits_sharing_memory(call):
     assert ours[0].data_ptr() == x.data_ptr()
 
 
+def _write_into_a_part(lib, split, a):
+    b = a * 2
+    parts = split(lib, b)
+    parts[0].mul_(2)
+    parts[1][0:] = parts[1] + 1
+    return b.sum() + (parts[0] * 3).sum() + (parts[1] * b[-1]).sum()
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("split", [lambda lib, x: lib.unsafe_split(x, 2), lambda lib, x: lib.unsafe_chunk(x, 2),
+                                   lambda lib, x: x.unsafe_split_with_sizes([2, 2])],
+                         ids=["unsafe_split", "unsafe_chunk", "unsafe_split_with_sizes"])
+def test_unsafe_split_outputs_take_in_place_writes_under_grad_as_torch(split, compiled):
+    """Fuzz seeds 7101099, 7101504, 7103254: in-place ops on an ``unsafe_`` split's output under grad raised the
+    multiple-views error; torch's outputs are no views to autograd, so the write is allowed and rebases nothing
+    (``b``'s gradient stays ``b``'s own)."""
+    results = []
+    for lib in (torch, jt):
+        a = lib.tensor([1.0, 2.0, 3.0, 4.0], requires_grad=True)
+        fn = jt.compile(_write_into_a_part) if compiled and lib is jt else _write_into_a_part
+        loss = fn(lib, split, a)
+        loss.backward()
+        results.append((loss.item(), a.grad.tolist()))
+    assert results[1] == results[0]
+    x = jt.arange(4.0)
+    part = split(jt, x)[1]
+    assert part._base is None and part.data_ptr() == x[2:].data_ptr()
+
+
 def test_contains_reversed_long():
     x, t = pair()
     for element in (3.0, 7, True):

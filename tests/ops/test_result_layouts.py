@@ -41,6 +41,13 @@ RESULTS = {
     "index_fill by a 0-d tensor": lambda T, x, y: x.index_fill(0, T.tensor([1], device=x.device), T.tensor(5.0)),
     "index_put": lambda T, x, y: x.index_put((T.tensor([1, 0], device=x.device),), T.tensor(0.0)),
     "put": lambda T, x, y: x.put(T.tensor([1, 5], device=x.device), T.tensor([0.0, 0.0], device=x.device)),
+    # sort's results are laid out as a dense self (fuzz seed 7100091)
+    "sort values": lambda T, x, y: x.sort(1).values,
+    "sort indices": lambda T, x, y: x.sort(-1, descending=True).indices,
+    "msort": lambda T, x, y: x.msort(),
+    "argsort": lambda T, x, y: x.argsort(0),
+    # torch allocates renorm's result contiguous (fuzz seed 7200068: it followed x's layout)
+    "renorm": lambda T, x, y: x.renorm(2, 1, 1.0),
 }
 
 
@@ -106,3 +113,24 @@ def test_compiled_index_fill_keeps_a_dense_inputs_strides_as_torch(layout, devic
             got = fn(x)
             assert got.stride() == want.stride()
             np.testing.assert_array_equal(got.cpu().numpy(), want.numpy())
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+@pytest.mark.parametrize("layout", ["transposed", "permuted", "expanded"])
+def test_sort_lays_out_its_results_as_torch_in_every_mode(layout, device):
+    """Fuzz seed 7100091: ``msort`` of a permuted tensor was contiguous where torch's keeps a dense input's
+    strides (a non-dense one's order), for values and indices, eager, compiled and on CUDA."""
+    from jitorch.backends.cuda.fake import FakeBackend
+    from jitorch.runtime.cuda_backend import use_backend
+    a = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
+    def run(T, x):
+        values, indices = x.sort(1)
+        return values, indices, x.msort()
+    want = run(torch, laid_out(torch, layout, a))
+    with use_backend(FakeBackend()):
+        x = laid_out(jt, layout, a).to(device)
+        for fn in (lambda t: run(jt, t), jt.compile(lambda t: run(jt, t))):
+            got = fn(x)
+            assert [g.stride() for g in got] == [w.stride() for w in want]
+            for g, w in zip(got, want):
+                np.testing.assert_array_equal(g.cpu().numpy(), w.numpy())

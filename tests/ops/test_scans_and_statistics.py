@@ -480,3 +480,65 @@ def test_new_ops_run_on_the_emulated_cuda_device():
                 jt.cdist(x, x), jt.rot90(x), jt.histc(x, 4)]
     for got, want in zip(host, expected):
         np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("correction", [0, 1, 3])
+@pytest.mark.parametrize("weights", ["aweights", "fweights"])
+@pytest.mark.parametrize("shape", [(), (1,), (2, 1)])
+def test_cov_of_one_weighted_observation_has_torchs_values_and_keeps_its_input(shape, weights, correction):
+    """Fuzz seed 7100612: torch 2.13's cov of a single observation with weights writes zeros into its input
+    (its result is 0, or NaN without degrees of freedom); jitorch gives the same result and leaves the input
+    (docs/differences-from-torch.md; the fuzzer gives such a cov no weights)."""
+    values = np.arange(1.0, 1.0 + np.prod(shape, dtype=int)).reshape(shape)
+    results = []
+    for lib in (torch, jt):
+        x = lib.tensor(values, dtype=lib.float16)
+        w = lib.tensor([2.0] if shape else 2.0, dtype=lib.float16) if weights == "aweights" else \
+            lib.tensor([2] if shape else 2)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # (degrees of freedom <= 0)
+            results.append((x.cov(correction=correction, **{weights: w}).tolist(), x.tolist()))
+    (got, kept), (want, _) = results[1], results[0]
+    np.testing.assert_array_equal(got, want)
+    assert kept == values.tolist()
+    if shape:  # weights of a wider dtype: torch's product of the zeroed input (float16) refuses them
+        for lib in (torch, jt):
+            with pytest.raises(RuntimeError, match="expected m1 and m2 to have the same dtype"), \
+                    warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                lib.tensor(values, dtype=lib.float16).cov(correction=correction, aweights=lib.tensor([2.0]))
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("name", ["cumsum_", "cumprod_"])
+def test_inplace_scans_compute_in_self_dtype_as_torch(name, compiled):
+    """Fuzz seeds 7103413, 7200013: ``x.cumsum_(0)`` of a bool ``x`` raised jitorch's cast error (an int64 result
+    into bool); torch's in-place scan is the scan into ``out=self``, in self's dtype: a bool 0-d or empty ``x``
+    is copied, a longer one has no kernel (NotImplementedError); int8 wraps as its own dtype."""
+    def scan(x):
+        getattr(x, name)(0)
+        return x
+    run = jt.compile(scan) if compiled else scan
+    for values, dtype in ((False, "bool"), (True, "bool"), ([], "bool"), ([100, 27, 3, -7], "int8")):
+        want = scan(torch.tensor(values, dtype=getattr(torch, dtype)))
+        got = run(jt.tensor(values, dtype=getattr(jt, dtype)))
+        assert got.dtype is getattr(jt, dtype) and got.tolist() == want.tolist()
+    with pytest.raises(NotImplementedError, match=f"\"{name[:-1]}_out_cpu\" not implemented for 'Bool'"):
+        run(jt.tensor([True, False]))
+
+
+@pytest.mark.parametrize("weight_shape", [(2, 1), (2,), (1, 2), (3,)])
+def test_histogram_takes_weights_of_as_many_elements_in_any_shape_as_torch(weight_shape):
+    """Fuzz seed 7200679: histogram of a [1, 1, 2] input with weights of shape [2, 1] raised; torch reads the
+    input and the weights flattened (a weight of another element count is refused, naming both as flat)."""
+    results = []
+    for lib in (torch, jt):
+        x = lib.tensor([[0.5], [1.5]]).unfold(0, 2, 2)
+        weight = lib.arange(1.0, 1.0 + np.prod(weight_shape)).reshape(weight_shape)
+        try:
+            hist, edges = lib.histogram(x, 2, weight=weight, density=True)
+            results.append((hist.tolist(), edges.tolist()))
+        except RuntimeError as e:
+            results.append(str(e))
+    assert results[1] == results[0]
+    assert isinstance(results[0], str) == (weight_shape == (3,))

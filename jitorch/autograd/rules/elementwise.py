@@ -225,9 +225,12 @@ def _logit(g, a, out):
 
 
 def _sinc(g, a, out):
-    """``(cos(pi x) - sinc(x)) / x``, and 0 at 0."""
+    """torch's ``(pi x cos(pi x) - sin(pi x)) / (pi x^2)``, 0 where ``pi x^2`` is 0: from ``self`` alone, as
+    torch's, which saves no result (fuzz seed 7201848: a write into sinc's result broke its backward)."""
     x = a.self
-    return jt.where(x == 0, 0, g * ((x * _PI).cos() - out) / x)
+    x_pi = x * _PI
+    x_squared_pi = x * x * _PI
+    return jt.where(x_squared_pi == 0, 0, g * (x_pi * x_pi.cos() - x_pi.sin()) / x_squared_pi)
 
 
 def _i1(g, a, out):
@@ -274,32 +277,33 @@ defgrad("fmax", per_input(self=reads("self other", lambda g, a, out: _kept(g, a.
                           other=reads("self other", lambda g, a, out: _kept(g, a.other, a.self, a.other > a.self))))
 defgrad("fmin", per_input(self=reads("self other", lambda g, a, out: _kept(g, a.self, a.other, a.self <= a.other)),
                           other=reads("self other", lambda g, a, out: _kept(g, a.other, a.self, a.other < a.self))))
-defgrad("nextafter", per_input(self=reads("", _g), other=reads("", lambda g, a, out: zeros(g.shape, g))))
-def _xlog_self(log):
-    """xlogy's (``log``) or xlog1py's gradient for ``self``: ``g * log(other)``, 0 where ``self`` is 0."""
+# torch's: the gradient passes to self where it steps (self != other, NaN included), none where self is other
+# (fuzz seed 7100128); other gets none
+defgrad("nextafter", per_input(self=reads("self other", lambda g, a, out: jt.where(a.self != a.other, g, 0)),
+                               other=reads("", lambda g, a, out: zeros(g.shape, g))))
+def _xlog_self(fn, edge):
+    """torch's gradient for ``self`` of xlogy (``fn`` "xlogy", ``edge`` 0) or xlog1py ("special_xlog1py", -1):
+    ``fn(g, other)`` (``g * log(other)``, 0 where ``g`` is 0 unless ``other`` is NaN: a zero gradient stays zero
+    outside the log's domain, fuzz seed 7102598), 0 where ``self`` is 0 and ``other`` is at or below the edge of
+    that domain (a number not above it, NaN too). Where ``self`` is 0 and ``other`` inside, ``g * log(other)``
+    (jitorch gave 0 there)."""
     def formula(g, a, out):
         y = a.other
-        factor = _log_of_number(log, y) if isinstance(y, Number) else getattr(y, log)()
-        return jt.where(a.self == 0, 0, g * factor)
+        grad = getattr(jt, fn)(g, y)
+        if isinstance(y, Number):
+            return grad if y > edge else jt.where(a.self == 0, 0, grad)
+        return jt.where((a.self == 0) & (y <= edge), 0, grad)
     return formula
 
 
-def _log_of_number(log, y):
-    """``math.log(y)`` or ``math.log1p(y)``, with torch's values outside the domain, where math raises (fuzz seed
-    7102598: ``x.xlogy_(-2.5)``'s backward raised ValueError): -inf at its edge, NaN below it."""
-    edge = 0 if log == "log" else -1
-    if y > edge:
-        return getattr(math, log)(y)
-    return -math.inf if y == edge else math.nan
-
-
-defgrad("xlogy", per_input(self=reads("self other", _xlog_self("log")), other=reads("self other", _xlog_other(0))))
-defgrad("special_xlog1py", per_input(self=reads("self other", _xlog_self("log1p")),
+defgrad("xlogy", per_input(self=reads("self other", _xlog_self("xlogy", 0)),
+                           other=reads("self other", _xlog_other(0))))
+defgrad("special_xlog1py", per_input(self=reads("self other", _xlog_self("special_xlog1py", -1)),
                                      other=reads("self other", _xlog_other(1))))
 defgrad("logaddexp2", per_input(self=reads("self other", lambda g, a, out: _logaddexp2(g, a.self, a.other)),
                                 other=reads("self other", lambda g, a, out: _logaddexp2(g, a.other, a.self))))
 defgrad("logit", per_input(self=reads("self", _logit)))
-defgrad("sinc", per_input(self=reads("self result", _sinc)))
+defgrad("sinc", per_input(self=reads("self", _sinc)))
 defgrad("_polygamma", per_input(self=reads("self", lambda g, a, out: g * a.self.polygamma(a.n + 1))))
 defgrad("special_i1", per_input(self=reads("self result", _i1)))
 defgrad("special_i1e", per_input(self=reads("self result", _i1e)))

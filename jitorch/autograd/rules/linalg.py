@@ -9,12 +9,13 @@ eigh and QR assume what torch assumes (distinct singular values or eigenvalues, 
 
 from __future__ import annotations
 
-from jitorch.autograd.rule import defgrad, differentiates, nondifferentiable, reads
+from jitorch.autograd.rule import defgrad, differentiates, nondifferentiable, only_with_grads_of, reads
 from jitorch.autograd.rules.common import per_input, wanted
 from jitorch.autograd.rules.structural import _scaled, sum_to
 from jitorch.ops import functions as jt
 from jitorch.ops.decompositions import solve_is_vector
 from jitorch.ops.registry import OPS
+from jitorch.runtime.grad_mode import is_grad_enabled
 
 
 def _solve_triangular(A, B, upper, left=True, unit=False):
@@ -52,7 +53,11 @@ def _det(g, a, out):
 
 
 def _slogdet(g, a, out):
-    return g[1].unsqueeze(-1).unsqueeze(-1) * jt.inverse(a.self).mT
+    """``g_logabsdet * A^-T``, as torch's: a singular ``A`` gives LAPACK's infinities (torch solves with the
+    forward's LU; fuzz seed 7100586 raised LinAlgError), but a backward that records its own graph
+    (create_graph) refuses it, as torch's linalg.solve there. The sign's gradient is none (real matrices)."""
+    inverse = jt.inverse(a.self) if is_grad_enabled() else OPS["linalg_inv_ex"](a.self, False)[0]
+    return g[1].unsqueeze(-1).unsqueeze(-1) * inverse.mT
 
 
 def _inverse(g, a, out):
@@ -113,7 +118,7 @@ def _triangular_solve(g, a, out):
 
 
 defgrad("det", per_input(self=reads("self", _det)))
-defgrad("slogdet", per_input(self=reads("self", _slogdet)))
+defgrad("slogdet", only_with_grads_of((1,), per_input(self=reads("self", _slogdet))))  # (fuzz seed 7101169)
 defgrad("linalg_inv_ex", per_input(A=reads("result", _inverse)))
 defgrad("linalg_solve_ex", differentiates("A B", reads("A result", _solve_ex)))
 defgrad("linalg_solve_triangular", differentiates("self B", reads("self result", _solve_triangular_rule)))
