@@ -282,7 +282,10 @@ class _WorkerIterator:
                     from multiprocessing import connection
 
                     living = [w.sentinel for w, active in zip(self._workers, self._active) if active]
-                    connection.wait(living, max(30.0, self._worker.STATUS_CHECK_INTERVAL))
+                    ended = connection.wait(living, max(30.0, self._worker.STATUS_CHECK_INTERVAL))
+                    for w in self._workers:
+                        if w.sentinel in ended:  # (its sentinel closes before the process can be reaped: a
+                            w.join(5.0)          # poll at once still found it alive and re-raised the reset)
                     dead = self._dead_workers()
                 if dead:
                     self._shutdown()
