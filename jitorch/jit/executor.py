@@ -66,7 +66,8 @@ from ..tensor import Tensor
 from ..runtime.pytree import tree_leaves, tree_map
 # (mathlib: loaded with the backend, not on the first call; recurrence: registers ops.recurrences' fused cells)
 from ..codegen import cpu, mathlib, recurrence  # noqa: F401
-from ..codegen.kernel import CompileError, build_many, build_shared, built_or_refused, composes, is_row_softmax
+from ..codegen.kernel import CompileError, build_many, build_shared, built_or_refused, composes, is_row_softmax, \
+    row_softmax_of
 from ..codegen.straightline import Source
 from ..codegen.lowering import kind_of
 
@@ -587,7 +588,45 @@ def _warning_as_traced(graph, run):
 
 def _lowered(group):
     """Whether a group has a kernel form (else its nodes run as an eager step)."""
-    return group.kind in ("pointwise", "reduction", "view") or (len(group.nodes) == 1 and is_row_softmax(group.nodes[0]))
+    return group.kind in ("pointwise", "reduction", "view") or row_softmax_of(group) is not None
+
+
+def softmax_prologues(graph, groups):
+    """``groups`` with each row softmax (`is_row_softmax`, an external call alone) merged with the pointwise
+    group that computes its input where that input is all the group writes and the softmax alone reads it:
+    a bias add before a log-softmax (a language model's decoder), an attention's scale and causal mask. The
+    softmax kernel evaluates that prologue where it reads its input (`kernel.build_softmax`), so the input is
+    never written and read back: one pass over memory less, and a kernel call less. The merged group
+    (kind "external", the prologue's nodes then the softmax) takes the softmax's place in the order; its
+    prologue's values are what the separate kernel computed, bit for bit (the same lowering of each node)."""
+    readers = {}
+    for node in graph.nodes:
+        for v in node.input_values():
+            readers[v] = readers.get(v, 0) + 1
+    sinks = set(graph.output_values()) | {v for _, v in graph.mutations}
+    producer = {v: i for i, group in enumerate(groups) for v in group.outputs}
+    prologue_of = {}  # softmax group's index -> its prologue group's
+    for k, group in enumerate(groups):
+        if group.kind != "external" or len(group.nodes) != 1 or not is_row_softmax(group.nodes[0]):
+            continue
+        x = group.nodes[0].args[0]
+        i = producer.get(x)
+        if i is None or readers.get(x) != 1 or x in sinks:
+            continue
+        pro = groups[i]
+        if pro.kind == "pointwise" and pro.outputs == [x] and tuple(pro.shape) == tuple(x.type.shape):
+            prologue_of[k] = i
+    if not prologue_of:
+        return groups
+    merged = []
+    taken = set(prologue_of.values())
+    for k, group in enumerate(groups):
+        if k in prologue_of:
+            pro = groups[prologue_of[k]]
+            group = Group("external", pro.nodes + group.nodes, pro.inputs, group.outputs, group.shape)
+        if k not in taken:
+            merged.append(group)
+    return merged
 
 
 def _updated_operand(step, j, root, last_use, escaping):
@@ -635,6 +674,7 @@ class CompiledGraph:
             # a group of parts that share only broadcast operands: a kernel per part, whose equal parts
             # the batch compiles once (a CUDA kernel is compiled and launched per kernel: it keeps its groups)
             self.groups = [part for group in self.groups for part in independent_parts(group)]
+            self.groups = softmax_prologues(self.graph, self.groups)
         self.steps = []
         self.kernels = []
         self._cache = cache
