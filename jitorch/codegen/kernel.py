@@ -45,7 +45,7 @@ from ..ops.pointwise_base import reads_unrounded, rounding_dtype
 from ..runtime import dtypes as _dt
 from ..runtime.casts import convert
 from ..runtime.device import device as _device
-from ..runtime.strided import contiguous_strides
+from ..runtime.strided import contiguous_strides, view_strides
 from . import lowering
 from .errors import CompileError
 from .emitter import I64, Emitter, Scalar, llvm_type
@@ -850,16 +850,43 @@ def row_softmax_of(group):
     return node
 
 
-def _row_reader(bld, b, e, ptr, x, ridx):
+# Views that keep their operand's elements in row-major order (a reshape): a prologue's value seen through them
+# is the same expression over the leaves' strides viewed likewise.
+RESHAPES = ("view", "reshape", "_unsafe_view", "flatten", "unflatten", "squeeze", "unsqueeze")
+
+
+def _reshaped_prologue(group, x):
+    """(the reshapes of ``group`` from the value its prologue computes to softmax input ``x``, in order, that
+    value); ([], x) where ``x`` is computed or read without one (views of the kernel's inputs fold as in any
+    kernel)."""
+    nodes, chain, v = set(group.nodes), [], x
+    while v.node in nodes and v.node.op.view is not None:
+        chain.insert(0, v.node)
+        v = v.node.args[0]
+    if v.node not in nodes:
+        return [], x
+    if any(n.op.name not in RESHAPES or n.op.attrs.get("reinterprets") for n in chain):
+        raise CompileError(f"softmax of a {chain[-1].op.name} of its prologue's value: only reshapes fold there")
+    return chain, v
+
+
+def _row_reader(bld, b, e, ptr, x, ridx, source):
     """``read(b, j)``: the Scalar of softmax input ``x`` at row ``ridx`` (flat over the leading dims), column
-    ``j``: a load where ``x`` is the kernel's input, else its prologue's expression over the leaves, each read
-    at its row's base (computed once per row) plus ``j`` times its column stride."""
+    ``j``: a load where ``x`` is the kernel's input, else its prologue's expression (of ``source``, which
+    ``x`` reshapes, or is) over the leaves, each read at its row's base (computed once per row) plus ``j``
+    times its column stride."""
     shape = tuple(x.type.shape)
     if x in bld.group.inputs:
         base = b.mul(ridx, I64(shape[-1]))
         return lambda b, j: e.load(b.gep(ptr[x], [b.add(base, j)]), x.type.dtype)
     leaves = [v for v in bld.geometry if _used(v, bld)]
-    reads = [_broadcast_strides(bld.geometry[v][2], bld.geometry[v][1], shape) for v in leaves]
+    reads = []
+    for v in leaves:
+        strides = _broadcast_strides(bld.geometry[v][2], bld.geometry[v][1], source.type.shape)
+        strides = view_strides(tuple(source.type.shape), tuple(strides), shape) if source is not x else strides
+        if strides is None:
+            raise CompileError(f"a leaf of a softmax's prologue is not linear over the reshaped {list(shape)}")
+        reads.append(list(strides))
     sizes, lead = _collapse(list(shape[:-1]), [r[:-1] for r in reads])
     index, rest = [], ridx
     for k in range(len(sizes) - 1, -1, -1):  # the row's index along each collapsed leading dim
@@ -872,24 +899,26 @@ def _row_reader(bld, b, e, ptr, x, ridx):
         def load(v):
             at = bases[v] if not columns[v] else b.add(bases[v], b.mul(j, I64(columns[v])) if columns[v] != 1 else j)
             return e.load(b.gep(ptr[bld.geometry[v][0]], [at]), v.type.dtype)
-        return bld.evaluate(e, x, {}, load)
+        return bld.evaluate(e, source, {}, load)
     return read
 
 
 def build_softmax(group, name, target=None, aliases=None, layouts=None):
     """Row softmax in one kernel: per row, a max pass, a pass writing exp(x - max) and summing
     it, and a pass normalising in place (the row stays in cache between passes). A pointwise prologue
-    that computes the softmax's input (a bias add, an attention's scale and mask) is evaluated in each
-    pass that reads the input, so that the input is never written to memory."""
+    that computes the softmax's input (a bias add, an attention's scale and mask), maybe through reshapes,
+    is evaluated in each pass that reads the input, so that the input is never written to memory."""
     node = row_softmax_of(group)
     x = node.args[0]
+    chain, source = _reshaped_prologue(group, x)
     if layouts and x in layouts:
         raise CompileError("softmax of a value that is not compact: its rows are not contiguous")
     dtype = x.type.dtype
     cols = x.type.shape[-1]
     rows = prod(x.type.shape[:-1])
     out = node.outputs[0]
-    bld = _Builder(group, name, target, aliases)
+    bld = _Builder(replace(group, nodes=[n for n in group.nodes if n not in chain]) if chain else group, name,
+                   target, aliases)
     module, kernel, ptr, b, e = bld.begin(bld.roots + [out])
     dst = ptr[out]
     t = llvm_type(dtype)
@@ -900,7 +929,7 @@ def build_softmax(group, name, target=None, aliases=None, layouts=None):
     add = lambda e, p, q: e.add(p, q, reassociate=True)  # noqa: E731
 
     def row(b, ridx):
-        read = _row_reader(bld, b, e, ptr, x, ridx[0])
+        read = _row_reader(bld, b, e, ptr, x, ridx[0], source)
         base = b.mul(ridx[0], I64(cols))
         at = lambda p, j: b.gep(p, [b.add(base, j[0])])  # noqa: E731
 

@@ -66,8 +66,8 @@ from ..tensor import Tensor
 from ..runtime.pytree import tree_leaves, tree_map
 # (mathlib: loaded with the backend, not on the first call; recurrence: registers ops.recurrences' fused cells)
 from ..codegen import cpu, mathlib, recurrence  # noqa: F401
-from ..codegen.kernel import CompileError, build_many, build_shared, built_or_refused, composes, is_row_softmax, \
-    row_softmax_of
+from ..codegen.kernel import RESHAPES, CompileError, build_many, build_shared, built_or_refused, composes, \
+    is_row_softmax, row_softmax_of
 from ..codegen.straightline import Source
 from ..codegen.lowering import kind_of
 
@@ -593,37 +593,56 @@ def _lowered(group):
 
 def softmax_prologues(graph, groups):
     """``groups`` with each row softmax (`is_row_softmax`, an external call alone) merged with the pointwise
-    group that computes its input where that input is all the group writes and the softmax alone reads it:
-    a bias add before a log-softmax (a language model's decoder), an attention's scale and causal mask. The
-    softmax kernel evaluates that prologue where it reads its input (`kernel.build_softmax`), so the input is
-    never written and read back: one pass over memory less, and a kernel call less. The merged group
-    (kind "external", the prologue's nodes then the softmax) takes the softmax's place in the order; its
-    prologue's values are what the separate kernel computed, bit for bit (the same lowering of each node)."""
+    group that computes its input, directly or through a group of reshapes (`kernel.RESHAPES`: a language
+    model's ``decoded.view(-1, ntoken)``), where that input is all the group writes and each value on the way
+    has the next as its only reader: a bias add before a log-softmax (a language model's decoder), an
+    attention's scale and causal mask. The softmax kernel evaluates that prologue where it reads its input
+    (`kernel.build_softmax`), so the input is never written and read back: one pass over memory less, and a
+    kernel call less. The merged group (kind "external", the prologue's nodes, the reshapes, then the softmax)
+    takes the softmax's place in the order; its prologue's values are what the separate kernel computed, bit
+    for bit (the same lowering of each node)."""
     readers = {}
     for node in graph.nodes:
         for v in node.input_values():
             readers[v] = readers.get(v, 0) + 1
     sinks = set(graph.output_values()) | {v for _, v in graph.mutations}
     producer = {v: i for i, group in enumerate(groups) for v in group.outputs}
-    prologue_of = {}  # softmax group's index -> its prologue group's
+
+    def only_read_once(v):
+        return readers.get(v) == 1 and v not in sinks
+
+    prologue_of = {}  # softmax group's index -> the indices of its prologue's groups
     for k, group in enumerate(groups):
         if group.kind != "external" or len(group.nodes) != 1 or not is_row_softmax(group.nodes[0]):
             continue
         x = group.nodes[0].args[0]
         i = producer.get(x)
-        if i is None or readers.get(x) != 1 or x in sinks:
+        if i is None or not only_read_once(x):
             continue
+        taken = [i]
+        if groups[i].kind == "view":  # reshapes of the prologue's value, one chain
+            views = groups[i]
+            chain = views.nodes[0].args[0] if views.nodes else None
+            if len(views.inputs) != 1 or views.outputs != [x] or views.inputs[0] is not chain or any(
+                    n.op.name not in RESHAPES or n.args[0] is not (chain if j == 0 else views.nodes[j - 1].outputs[0])
+                    or not only_read_once(n.args[0]) for j, n in enumerate(views.nodes)):
+                continue
+            x, i = chain, producer.get(chain)
+            if i is None:
+                continue
+            taken.insert(0, i)
         pro = groups[i]
         if pro.kind == "pointwise" and pro.outputs == [x] and tuple(pro.shape) == tuple(x.type.shape):
-            prologue_of[k] = i
+            prologue_of[k] = taken
     if not prologue_of:
         return groups
     merged = []
-    taken = set(prologue_of.values())
+    taken = {i for indices in prologue_of.values() for i in indices}
     for k, group in enumerate(groups):
         if k in prologue_of:
-            pro = groups[prologue_of[k]]
-            group = Group("external", pro.nodes + group.nodes, pro.inputs, group.outputs, group.shape)
+            first, *rest = (groups[i] for i in prologue_of[k])
+            nodes = [n for g in (first, *rest) for n in g.nodes]
+            group = Group("external", nodes + group.nodes, first.inputs, group.outputs, group.shape)
         if k not in taken:
             merged.append(group)
     return merged

@@ -104,3 +104,30 @@ def test_a_training_step_through_a_fused_attention_softmax_matches_torch():
     np.testing.assert_allclose(loss.item(), ref.item(), rtol=1e-5)
     for a, b in ((q, tq), (k, tk)):
         np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def _decoder_3d(x, w, b):
+    """A word language model's decoder: the projection over (time, batch) rows, reshaped to rows of logits."""
+    return jt.nn.functional.log_softmax((x @ w + b).view(-1, w.shape[1]), dim=1)
+
+
+def test_a_bias_add_reshaped_before_the_log_softmax_runs_inside_its_kernel(monkeypatch):
+    g = jt.Generator().manual_seed(4)
+    x, w, b = jt.randn(7, 5, 12, generator=g), jt.randn(12, 30, generator=g), jt.randn(30, generator=g)
+    ex, kernels, eager = _kernels(_decoder_3d, x, w, b)
+    assert kernels == [["add", "view", "log_softmax"]] and eager == ["matmul"]
+    out = ex.run([x, w, b])
+    before, kernels_before = _unfused(_decoder_3d, x, w, b, monkeypatch=monkeypatch)
+    assert kernels_before == [["add"], ["log_softmax"]]  # (the view: a tensor header between them)
+    assert np.array_equal(out.numpy(), before.numpy())
+    ref = torch.log_softmax((torch.from_numpy(x.numpy()) @ torch.from_numpy(w.numpy())
+                             + torch.from_numpy(b.numpy())).view(-1, 30), 1)
+    np.testing.assert_allclose(out.numpy(), ref.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_a_transpose_before_the_softmax_keeps_the_prologue_apart():
+    """A view that reorders elements is no reshape: the prologue's value stays in memory."""
+    g = jt.Generator().manual_seed(5)
+    x, b = jt.randn(6, 9, generator=g), jt.randn(9, generator=g)
+    _, kernels, _ = _kernels(lambda x, b: jt.nn.functional.softmax((x * 2 + b).t(), dim=-1), x, b)
+    assert ["softmax"] in kernels and not any("softmax" in k and len(k) > 1 for k in kernels)
