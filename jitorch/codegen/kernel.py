@@ -850,14 +850,10 @@ def row_softmax_of(group):
     return node
 
 
-# Views that keep their operand's elements in row-major order (a reshape): a prologue's value seen through them
-# is the same expression over the leaves' strides viewed likewise.
-RESHAPES = ("view", "reshape", "_unsafe_view", "flatten", "unflatten", "squeeze", "unsqueeze")
-
-
 def _reshaped_prologue(group, x):
-    """(the reshapes of ``group`` from the value its prologue computes to softmax input ``x``, in order, that
-    value); ([], x) where ``x`` is computed or read without one (views of the kernel's inputs fold as in any
+    """(the reshapes (`RESHAPES`: views that keep their operand's elements in row-major order, so that the
+    prologue's value seen through them is the same expression over its leaves' strides viewed likewise) of
+    ``group`` from the value its prologue computes to softmax input ``x``, in order, that value); ([], x) where ``x`` is computed or read without one (views of the kernel's inputs fold as in any
     kernel)."""
     nodes, chain, v = set(group.nodes), [], x
     while v.node in nodes and v.node.op.view is not None:
