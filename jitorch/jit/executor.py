@@ -648,6 +648,42 @@ def softmax_prologues(graph, groups):
     return merged
 
 
+def permuted_for_products(graph, groups, wanted):
+    """{value: strides} for the values a pointwise kernel writes that a view group then permutes and reshapes
+    (a copy: a convolution's gradient in ``[N, C, H, W]`` made ``[C, H * W * N]`` for its products): laid out so
+    that the permutation is dense, the kernel writes them in that order (its loops follow the written
+    strides) and the permute and reshape become tensor headers, so the copy's pass over memory is gone. Only
+    where every other reader is a kernel (which reads any strides) and the value leaves the call no other way
+    (a returned value keeps eager's layout), and not for the values eager's layout already fixes
+    (``wanted``)."""
+    group_of = {node: group for group in groups for node in group.nodes}
+    producer = {v: group for group in groups for v in group.outputs}
+    sinks = set(graph.output_values()) | {v for _, v in graph.mutations}
+    readers = {}
+    for node in graph.nodes:
+        for v in node.input_values():
+            readers.setdefault(v, []).append(node)
+    found = {}
+    for group in groups:
+        if group.kind != "view" or len(group.nodes) != 2:
+            continue
+        perm, reshape = group.nodes
+        v = perm.args[0]
+        if perm.op.name != "permute" or reshape.op.name not in RESHAPES or reshape.args[0] is not perm.outputs[0] \
+                or group.outputs != reshape.outputs or not isinstance(v, Value) or v in sinks or v in wanted \
+                or getattr(producer.get(v), "kind", None) != "pointwise":
+            continue
+        if any(n is not perm and group_of[n].kind not in ("pointwise", "reduction") for n in readers[v]):
+            continue
+        dims = [d % v.type.ndim for d in perm.args[1]]
+        dense = contiguous_strides([v.type.shape[d] for d in dims])
+        strides = [0] * v.type.ndim
+        for i, d in enumerate(dims):
+            strides[d] = dense[i]
+        found[v] = tuple(strides)
+    return found
+
+
 def _updated_operand(step, j, root, last_use, escaping):
     """The operand whose arena buffer eager step ``j``'s result may take, or None: a single
     `as_strided_scatter` or `_as_strided_add` that a writer computes into the arena (it copies its first
@@ -698,6 +734,8 @@ class CompiledGraph:
         self.kernels = []
         self._cache = cache
         self._wanted = self._wanted_layouts()
+        if self._backend[2] is KernelStep:
+            self._wanted.update(permuted_for_products(self.graph, self.groups, self._wanted))
         # the buffers laid out as eager's (see the module docstring): inputs, and what kernels write
         self.layouts = {v: self._wanted[v] for v in self.graph.inputs if v in self._wanted}
         # views made by eager steps: their geometry over their root (`_static_views`), and those a CPU kernel
