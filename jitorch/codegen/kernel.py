@@ -853,8 +853,8 @@ def row_softmax_of(group):
 def _reshaped_prologue(group, x):
     """(the reshapes (`RESHAPES`: views that keep their operand's elements in row-major order, so that the
     prologue's value seen through them is the same expression over its leaves' strides viewed likewise) of
-    ``group`` from the value its prologue computes to softmax input ``x``, in order, that value); ([], x) where ``x`` is computed or read without one (views of the kernel's inputs fold as in any
-    kernel)."""
+    ``group`` from the value its prologue computes to softmax input ``x``, in order, that value); ([], x)
+    where ``x`` is computed or read without one (views of the kernel's inputs fold as in any kernel)."""
     nodes, chain, v = set(group.nodes), [], x
     while v.node in nodes and v.node.op.view is not None:
         chain.insert(0, v.node)
