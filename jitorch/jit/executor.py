@@ -653,9 +653,11 @@ def permuted_for_products(graph, groups, wanted):
     (a copy: a convolution's gradient in ``[N, C, H, W]`` made ``[C, H * W * N]`` for its products): laid out so
     that the permutation is dense, the kernel writes them in that order (its loops follow the written
     strides) and the permute and reshape become tensor headers, so the copy's pass over memory is gone. Only
-    where every other reader is a kernel (which reads any strides) and the value leaves the call no other way
-    (a returned value keeps eager's layout), and not for the values eager's layout already fixes
-    (``wanted``)."""
+    where every other reader is a pointwise kernel (which reads any strides and computes each element alone:
+    a reduction's loops follow its operands' strides, and a reordered sum rounds otherwise), the producer is
+    a pointwise kernel (a reduction kernel writing its prologue's values in another order changes its loops
+    likewise) and the value leaves the call no other way (a returned value keeps eager's layout), and not for
+    the values eager's layout already fixes (``wanted``): the values are the copy's bit for bit."""
     group_of = {node: group for group in groups for node in group.nodes}
     producer = {v: group for group in groups for v in group.outputs}
     sinks = set(graph.output_values()) | {v for _, v in graph.mutations}
@@ -673,7 +675,7 @@ def permuted_for_products(graph, groups, wanted):
                 or group.outputs != reshape.outputs or not isinstance(v, Value) or v in sinks or v in wanted \
                 or getattr(producer.get(v), "kind", None) != "pointwise":
             continue
-        if any(n is not perm and group_of[n].kind not in ("pointwise", "reduction") for n in readers[v]):
+        if any(n is not perm and group_of[n].kind != "pointwise" for n in readers[v]):
             continue
         dims = [d % v.type.ndim for d in perm.args[1]]
         dense = contiguous_strides([v.type.shape[d] for d in dims])

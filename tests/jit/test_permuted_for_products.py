@@ -60,3 +60,17 @@ def test_a_returned_value_keeps_eager_layout():
     ex, kernels = _steps(returned, g, y, w)
     _, d = ex.run([g, y, w])
     assert d.is_contiguous() and ["permute", "view"] in [ops for _, ops in kernels]
+
+
+def test_a_gradient_a_reduction_kernel_also_sums_keeps_its_copy():
+    """Written in another order, the reduction kernel's loops (and its sum's rounding) would change: the value
+    stays compact and the copy before the product stays."""
+    gen = jt.Generator().manual_seed(2)
+    g, y, w = jt.randn(6, 4, 5, 3, generator=gen), jt.randn(6, 4, 5, 3, generator=gen), jt.randn(90, 7, generator=gen)
+
+    def summed(g, y, w):
+        d = g * (y > 0)
+        return d.permute(1, 2, 3, 0).reshape(4, -1) @ w, d.sum((0, 2, 3))
+    ex, kernels = _steps(summed, g, y, w)
+    assert kernels == [("reduction", ["gt", "mul", "sum"]), ("pointwise", ["permute", "view"])]
+    assert not any(v.node is not None and v.node.op.name == "mul" for v in ex.layouts)
