@@ -12,6 +12,7 @@ import builtins
 import copy
 from collections import OrderedDict
 import operator
+import weakref
 from math import prod
 
 import numpy as np
@@ -58,6 +59,7 @@ class Size(tuple):
 
 
 _new_object = object.__new__
+_weakref = weakref.ref
 
 # Objects told before a tensor's .grad is assigned (a tracer, while it records).
 GRAD_WATCHERS: list = []
@@ -71,6 +73,30 @@ VALUE_WATCHERS: list = []
 # go through `Tensor._set_geometry`. A compiled graph re-checks the captured tensors it was traced with only
 # when it moved since their check last held (`jit.captures.geometry_guard`), which keeps its calls cheap.
 GEOMETRY_EPOCH = [0]
+
+
+class _ViewRefs(list):
+    """Weak references to the views of a root base made while it recorded no history (`view_refs`), pruned of
+    dead ones whenever their number reaches ``limit`` (then twice the live ones)."""
+
+    __slots__ = ("limit",)
+
+    def prune(self):
+        self[:] = [r for r in self if r() is not None]
+        self.limit = max(64, 2 * len(self))
+
+
+def view_refs(root):
+    """The list of weak references to ``root``'s views made without history (``root._views``), made if it has
+    none, pruned if full: autograd's `track_views` and `Tensor._tracked_view` append to it, and its
+    `_views_catch_up` reads it once an in-place op gives ``root`` a history."""
+    tracked = root.__dict__.get("_views")
+    if tracked is None:
+        tracked = root._views = _ViewRefs()
+        tracked.limit = 64
+    elif len(tracked) >= tracked.limit:
+        tracked.prune()
+    return tracked
 
 
 class Tensor:
@@ -192,6 +218,40 @@ class Tensor:
         t.device = storage.device
         root = base._base
         t._base = base if root is None else root
+        return t
+
+    @staticmethod
+    def _tracked_view(base, shape, strides, offset):
+        """`_view_of` for a view that records no history (its base's, if any, is not recorded now): while grad
+        mode is on and its root base is a floating tensor without history, the root remembers it weakly
+        (`view_refs`), as autograd's `track_views` does, so that an in-place op that later gives the root a
+        history gives the view one too (torch regenerates a view's grad_fn from its base). One frame for
+        both: every eager view op on a tensor without history pays for it."""
+        storage = base._storage
+        t = _new_object(Tensor)
+        t._storage = storage
+        t._shape = shape
+        t._size = None
+        t._stride = strides
+        t._offset = offset
+        t._arr = None
+        t.dtype = storage.dtype
+        t.device = storage.device
+        root = base._base
+        if root is None:
+            t._base = root = base
+            meta = None
+        else:
+            t._base = root
+            meta = base.__dict__.get("_creation_meta")  # (only views carry one: `autograd.engine.record`)
+        if root._requires_grad or not _grad_state.enabled or not root.dtype.is_floating_point:
+            return t
+        tracked = root.__dict__.get("_views")
+        if tracked is None or len(tracked) >= tracked.limit:
+            tracked = view_refs(root)
+        tracked.append(_weakref(t))
+        if meta is not None:
+            t._creation_meta = meta
         return t
 
     @classmethod

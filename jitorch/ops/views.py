@@ -702,7 +702,11 @@ _VIEWS = [
 ]
 
 for _schema, _fn, _variants, _doc in _VIEWS:
-    defop(_schema, view=_fn, kind="view", variants=_variants, doc=_doc)
+    _op = defop(_schema, view=_fn, kind="view", variants=_variants, doc=_doc)
+    if _fn is _view:
+        # the eager shortcut's geometry (`registry._view_fast`): ``view``'s without the frame that raises for
+        # incompatible strides (its None sends those calls to the general path, which raises)
+        _op.attrs["view_when"] = _reshape_view
 
 
 def _view_dtype(x, dtype):
