@@ -348,6 +348,9 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
     passing = frozenset(d for d in fast_dtypes if _passes(check, specs[d], len(op.schema.args))) \
         if getattr(check, "reads_dtype_only", False) else frozenset()
     split = isinstance(plain_call, np.ufunc)  # whether a large call may split (`split_ufunc`)
+    # whether the result on C-contiguous operands of one shape is C-contiguous of that shape: a ufunc's, or a
+    # formula's that says so (``ufunc_result``: one ufunc on the operand and 0-d constants, relu's)
+    ufunc_result = split or getattr(plain_call, "ufunc_result", False)
     split_min = ufunc_parts.SPLIT_MIN
 
     def fast(args, record=True):
@@ -428,21 +431,22 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
                 if y is None:
                     if not unchecked and dtype not in passing:
                         check(specs[dtype], x)
-                    operands = (xa,)
+                    ya = None
                 elif (isinstance(y, Tensor) and y.dtype is dtype and y._shape == shape and y.device is cpu
                         and y._arr is not None and not y._requires_grad and y._stride == x._stride):
                     if not pair_unchecked and dtype not in passing:
                         check(specs[dtype], x, y, *defaults)
-                    operands = (xa, y._arr)
+                    ya = y._arr
                 else:
                     return fast((x, y))
                 token = enter()
                 try:
                     r = None
                     if split and xa.size >= split_min:  # (NumPy's loop on the team's threads)
-                        r = split_ufunc(plain_call, operands, _dt.bool.np if always_bool else dtype.np)
+                        r = split_ufunc(plain_call, (xa,) if ya is None else (xa, ya),
+                                        _dt.bool.np if always_bool else dtype.np)
                     if r is None:
-                        r = plain_call(*operands)
+                        r = plain_call(xa) if ya is None else plain_call(xa, ya)
                 except (ValueError, OverflowError, TypeError):  # (NumPy refuses: the general path decides)
                     return None
                 finally:
@@ -450,8 +454,9 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
                 out = _dt.bool if always_bool else dtype
                 if r.__class__ is not np.ndarray:  # (a 0-d result is a NumPy scalar)
                     r = np.asarray(r)
-                # (C-contiguous as its operands: a ufunc's result is; a one-operand formula's is checked)
-                if r.dtype is out.np and r.shape == shape and (y is not None or r.flags.c_contiguous):
+                # C-contiguous of the operands' shape: a ufunc's result on such operands is (which spares the
+                # tests, each a NumPy attribute made); another formula's is tested
+                if r.dtype is out.np and (ufunc_result or r.shape == shape and (ya is not None or r.flags.c_contiguous)):
                     return Tensor._fresh(r, out, shape, x._stride)
         return fast((x,) if y is None else (x, y))
 

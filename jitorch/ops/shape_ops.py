@@ -96,6 +96,8 @@ def _cat_fast(args):
         out = np.concatenate(arrays, axis=dim)
     except ValueError:  # sizes that do not match: the general path raises torch's error
         return None
+    if out.flags.c_contiguous:  # (NumPy's order follows the inputs': `contiguous_result` relays another)
+        return registry.Tensor._fresh(out, dtype)
     return registry.contiguous_result(out, dtype)
 
 
