@@ -149,11 +149,12 @@ class Tensor:
         t._base = None
         return t
 
-    @classmethod
-    def _fresh(cls, arr, dtype, shape=None, strides=None):
+    @staticmethod
+    def _fresh(arr, dtype, shape=None, strides=None):
         """A new tensor owning ``arr``, a C-contiguous array of ``dtype``'s NumPy type (a kernel's result).
         ``shape`` and ``strides``, if given, are ``arr``'s shape (as a tuple equal to it) and its contiguous
-        strides, which a caller that holds them already spares it working out."""
+        strides, which a caller that holds them already spares it working out. (A static method: a class
+        method's call costs a bound method, and every result is a plain Tensor.)"""
         if shape is None:
             shape = arr.shape
             strides = _CONTIGUOUS.get(shape)
@@ -170,7 +171,7 @@ class Tensor:
         storage.inference = _INFERENCE_OPEN[0] > 0 and _grad_state.inference
         if _profiling.RECORDER is not None:
             _profiling.RECORDER.allocated(storage)
-        t = _new_object(cls)
+        t = _new_object(Tensor)
         t._storage = storage
         t._shape = shape
         t._size = None
@@ -204,10 +205,11 @@ class Tensor:
         storage = Storage.empty(n, dtype, device)
         return cls._make(storage, tuple(shape), contiguous_strides(shape), 0)
 
-    @classmethod
-    def _view_of(cls, base, shape, strides, offset):
+    @staticmethod
+    def _view_of(base, shape, strides, offset):
+        """A view of ``base`` with this geometry (a plain Tensor; its root base is ``base``'s, if it is a view)."""
         storage = base._storage
-        t = _new_object(cls)
+        t = _new_object(Tensor)
         t._storage = storage
         t._shape = shape
         t._size = None

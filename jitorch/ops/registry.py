@@ -1430,8 +1430,18 @@ def _overloaded(name, ops, kind):
     """One callable over several overloads: the first whose arguments bind and have exactly its types runs,
     as its own variant (with its fast path)."""
     attempts = []  # generated at the first call (see `_stub`)
+    # A call of the first overload, ``(Tensor self, int... sizes)`` with a view shortcut, given plain ints
+    # (``x.view(2, 3)``) goes to its shortcut at once: the overload its variant would pick, without its frame.
+    first = ops[0]
+    sized = kind != "inplace" and len(first.schema.args) == 2 and first.schema.args[1].varargs and \
+        first.schema.args[1].type == "int" and first.schema.args[0].type == "Tensor" and first.fast is None and \
+        first.public_name not in AUTOCAST_NAMES and _view_fast(first)
 
     def resolve(*args, **kwargs):
+        if sized and not kwargs and len(args) > 1 and args[1].__class__ is int and not DISPATCH_HOOKS:
+            result = sized((args[0], args[1:]))
+            if result is not None:
+                return result
         if not attempts:
             attempts.extend(_generate(op, kind, attempt=True) for op in ops)
         for attempt in attempts:
