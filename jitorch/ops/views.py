@@ -115,12 +115,14 @@ def _flatten_view(x, start_dim, end_dim):
     end = end_dim + ndim if end_dim < 0 else end_dim
     if not 0 <= start < end < ndim:
         return None
-    merged = shape[:start] + (prod(shape[start:end + 1]),) + shape[end + 1:]
-    if x._stride == CONTIGUOUS_STRIDES.get(shape):  # (a contiguous tensor's is contiguous: two lookups, no frame)
+    if x._stride == CONTIGUOUS_STRIDES.get(shape):  # (a contiguous tensor's is contiguous: no frame)
+        if start == 0 and end == ndim - 1:  # (the commonest: every dim)
+            return (prod(shape),), (1,), x._offset
+        merged = shape[:start] + (prod(shape[start:end + 1]),) + shape[end + 1:]
         strides = CONTIGUOUS_STRIDES.get(merged)
         if strides is not None:
             return merged, strides, x._offset
-    return _reshape_view(x, merged)
+    return _reshape_view(x, shape[:start] + (prod(shape[start:end + 1]),) + shape[end + 1:])
 
 
 def _flatten(x, start_dim, end_dim):
