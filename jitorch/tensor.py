@@ -1022,13 +1022,12 @@ def install_operators(functions):
     def forward(fname):
         fn = functions[fname]
         fast = _registry.operator_fast_path(fn)
-        pair = fast is not None and fn._op.fast_pair  # (its shortcut of an operator's call, or None)
+        pair = fast is not None and fn._op.fast_pair  # (the maker of its method for two tensors, or None)
 
         def op(self, other):
             try:
                 if fast is not None and not hooks and autocast.key is None:
-                    # (a number, or a tensor of another class, goes straight to ``fast``)
-                    r = pair(self, other) if pair and other.__class__ is self.__class__ else fast((self, other))
+                    r = fast((self, other))
                     if r is not None:
                         return r
                 return fn(self, other)
@@ -1036,7 +1035,8 @@ def install_operators(functions):
                 if isinstance(other, (Tensor, builtins.int, builtins.float, builtins.bool, np.generic)):
                     raise
                 return NotImplemented
-        return op
+        # (two tensors of one class: the pointwise shortcut's own method, which hands ``op`` the rest)
+        return pair(op, fn) if pair else op
 
     def reflected(fname):
         fn = functions[fname]

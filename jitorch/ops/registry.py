@@ -128,7 +128,7 @@ class OpDef:
         # A pointwise op's takes its operands alone too, its other arguments then at their defaults.
         self.fast = None
         self.fast_into = None  # optional fast_into(args) -> bool: an in-place call computed straight into self
-        self.fast_pair = None  # optional fast_pair(x, y) -> result | None: ``fast((x, y))`` for an operator
+        self.fast_pair = None  # optional fast_pair(method, general) -> the method of the op's Python operator
         self.fast_one = None  # optional fast_one(x) -> result | None: ``fast((x,))`` of an op whose one argument is x
         self.variants = frozenset(variants)
         self.doc = doc
