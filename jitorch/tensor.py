@@ -88,7 +88,7 @@ class _ViewRefs(list):
 
 def view_refs(root):
     """The list of weak references to ``root``'s views made without history (``root._views``), made if it has
-    none, pruned if full: autograd's `track_views` and `Tensor._tracked_view` append to it, and its
+    none, pruned if full: autograd's `track_views` and `Tensor._view_of` append to it, and its
     `_views_catch_up` reads it once an in-place op gives ``root`` a history."""
     tracked = root.__dict__.get("_views")
     if tracked is None:
@@ -206,29 +206,13 @@ class Tensor:
         return cls._make(storage, tuple(shape), contiguous_strides(shape), 0)
 
     @staticmethod
-    def _view_of(base, shape, strides, offset):
-        """A view of ``base`` with this geometry (a plain Tensor; its root base is ``base``'s, if it is a view)."""
-        storage = base._storage
-        t = _new_object(Tensor)
-        t._storage = storage
-        t._shape = shape
-        t._size = None
-        t._stride = strides
-        t._offset = offset
-        t._arr = None
-        t.dtype = storage.dtype
-        t.device = storage.device
-        root = base._base
-        t._base = base if root is None else root
-        return t
-
-    @staticmethod
-    def _tracked_view(base, shape, strides, offset):
-        """`_view_of` for a view that records no history (its base's, if any, is not recorded now): while grad
-        mode is on and its root base is a floating tensor without history, the root remembers it weakly
-        (`view_refs`), as autograd's `track_views` does, so that an in-place op that later gives the root a
-        history gives the view one too (torch regenerates a view's grad_fn from its base). One frame for
-        both: every eager view op on a tensor without history pays for it."""
+    def _view_of(base, shape, strides, offset, track=False):
+        """A view of ``base`` with this geometry (a plain Tensor; its root base is ``base``'s, if it is a view).
+        ``track``: the view records no history (its base's, if any, is not recorded now); while grad mode is on
+        and its root base is a floating tensor without history, the root remembers it weakly (`view_refs`), as
+        autograd's `track_views` does, so that an in-place op that later gives the root a history gives the
+        view one too (torch regenerates a view's grad_fn from its base). One frame for both: every eager view
+        op on a tensor without history pays for it."""
         storage = base._storage
         t = _new_object(Tensor)
         t._storage = storage
@@ -242,9 +226,13 @@ class Tensor:
         root = base._base
         if root is None:
             t._base = root = base
+            if not track:
+                return t
             meta = None
         else:
             t._base = root
+            if not track:
+                return t
             meta = base.__dict__.get("_creation_meta")  # (only views carry one: `autograd.engine.record`)
         if root._requires_grad or not _grad_state.enabled or not root.dtype.is_floating_point:
             return t

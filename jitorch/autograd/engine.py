@@ -162,7 +162,7 @@ def track_views(base, views):
     base: torch regenerates such a view's grad_fn from its base once an in-place op gives the base a
     history (``b = zeros(3); v = b[1]; b.copy_(x)``: v requires grad), and so does `_views_catch_up`.
     Views made without grad mode are left out (torch forbids using them after such a write).
-    (The eager view shortcuts make and remember a view in one step: `Tensor._tracked_view`.)"""
+    (The eager view shortcuts make and remember a view in one step: `Tensor._view_of`'s ``track``.)"""
     if not _grad_state.enabled:
         return
     root = base._base

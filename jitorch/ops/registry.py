@@ -1240,14 +1240,13 @@ def _view_fast(op):
             "    elif x._requires_grad or autograd is None:",
             "        result = _view_of(x, geo[0], geo[1], geo[2])  # (a call with its arguments spread costs more)",
             "    else:  # (the commonest: made and remembered by its root base at once)",
-            "        return _tracked_view(x, geo[0], geo[1], geo[2])",
+            "        return _view_of(x, geo[0], geo[1], geo[2], True)",
             "    if autograd is not None:",
             "        if x._requires_grad and autograd.is_grad_enabled():",
             "            return autograd.record(_op, list(args), result)  # (the arguments as `convert` lists them)",
             "        autograd.track_views(x, result)",
             "    return result"]
     env = {"_Tensor": Tensor, "_convert": op.convert, "_geometry": geometry, "_view_of": Tensor._view_of,
-           "_tracked_view": Tensor._tracked_view,
            "_R": sys.modules[__name__], "_op": op}
     exec(compile("\n".join(src) + "\n", f"<jitorch view shortcut {op.name}>", "exec"), env)
     return env["fast"]
