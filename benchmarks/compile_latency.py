@@ -1,6 +1,6 @@
 """Compile latency of a nanoGPT training step (forward + backward + AdamW in one compiled function).
 
-    python benchmarks/compile_latency.py [--layers 4] [--profile out.prof] [--repeat 5] [--threads 1] [--stages]
+    python benchmarks/compile_latency.py [--layers 4] [--profile out.prof] [--repeat 5] [--threads 1] [--stages] [--steady N]
 
 Times the first call with an empty disk kernel cache (cold) and the second and third calls, then
 the first call in a new process over the disk cache the first process filled (warm), in ``--repeat``
@@ -9,7 +9,8 @@ are CPU seconds of the process (compilation is single-threaded), steadier than w
 ``--threads`` (default 1, as `benchmarks/models.py` times first calls) is `jitorch.set_num_threads`'s: the
 first call also runs the step, whose products, left to BLAS's own threads (``--threads 0``), spin-wait on a
 shared machine and cost that run 0.1-0.3 s of CPU more than the step's work on one thread.
-``--stages`` prints where each warm first call's CPU time went (`STAGES`), measured without a profiler (cProfile
+``--steady N`` compiles the step anew N times in one process instead (`steady`), for how compile work grows with
+--layers. ``--stages`` prints where each warm first call's CPU time went (`STAGES`), measured without a profiler (cProfile
 inflates the Python-heavy stages 3-5x and the native ones not at all); each warm process's line, then their medians.
 """
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import contextlib
 import importlib
 import importlib.util
 import json
@@ -70,15 +72,18 @@ STAGES = (
 )
 
 
+@contextlib.contextmanager
 def time_stages():
-    """Wrap each of `STAGES` to add its CPU seconds into the returned dict (by label) from now on."""
+    """Within the block, each of `STAGES` adds its CPU seconds to the dict this yields (by label); the
+    functions are put back after it."""
     seconds = dict.fromkeys([label for label, _, _ in STAGES], 0.0)
+    restore = []
     for label, module_name, path in STAGES:
         owner = importlib.import_module(module_name)
         *parents, name = path.split(".")
         for parent in parents:
             owner = getattr(owner, parent)
-        original = getattr(owner, name)
+        original = owner.__dict__[name]
         active = [0]
 
         def timed_stage(*args, _original=original, _label=label, _active=active, **kwargs):
@@ -92,7 +97,12 @@ def time_stages():
                 seconds[_label] += time.process_time() - start
                 _active[0] = 0
         setattr(owner, name, timed_stage)
-    return seconds
+        restore.append((owner, name, original))
+    try:
+        yield seconds
+    finally:
+        for owner, name, original in reversed(restore):
+            setattr(owner, name, original)
 
 
 def timed(fn, *args, profile=None):
@@ -114,8 +124,8 @@ def measure(layers, profile=None, threads=1, stages=None):
     if threads:
         jt.set_num_threads(threads)
     step, x, y = make_step(jt, load_gpt(), layers)
-    seconds = time_stages() if stages is not None else {}
-    loss1, first = timed(step, x, y, profile=profile)
+    with time_stages() if stages is not None else contextlib.nullcontext({}) as seconds:
+        loss1, first = timed(step, x, y, profile=profile)
     if stages is not None:
         stages.update(seconds)
     loss2, second = timed(step, x, y)
@@ -134,6 +144,25 @@ def print_stages(reports):
         print(f"  {label:<38}" + "".join(f"{v:7.0f}" for v in values) + f"   | {statistics.median(values):5.0f}")
 
 
+def steady(layers, repeat, threads=1):
+    """{stage: the least CPU seconds over ``repeat`` first calls of new compiled functions of one step}, and that
+    of the whole first call, in this process after an eager step (the optimizer's state exists, every cache is
+    warm): the work each graph costs, without a new process's one-time costs, and the minimum, which a loaded
+    machine moves little. Compared over --layers, it shows how compile work grows with the graph."""
+    import jitorch as jt
+    if threads:
+        jt.set_num_threads(threads)
+    step, x, y = make_step(jt, load_gpt(), layers)
+    step.fn(x, y)  # eagerly: the state Adam makes at its first step exists for every trace below
+    best = {}
+    for _ in range(repeat):
+        with time_stages() as seconds:
+            _, first = timed(jt.compile(step.fn), x, y)
+        for label, value in [*seconds.items(), ("whole first call", first)]:
+            best[label] = min(best.get(label, value), value)
+    return best
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, default=4)
@@ -143,8 +172,15 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=1,
                         help="jitorch.set_num_threads for every process (0: not called, BLAS keeps its threads)")
     parser.add_argument("--stages", action="store_true", help="where each warm first call's CPU time went")
+    parser.add_argument("--steady", type=int, metavar="N",
+                        help="instead: the least CPU ms by stage over N new compilations in one process")
     parser.add_argument("--warm", action="store_true", help=argparse.SUPPRESS)  # the second process
     args = parser.parse_args(argv)
+    if args.steady:
+        print(f"layers {args.layers}: least CPU ms of {args.steady} compilations of the step in one process:")
+        for label, value in steady(args.layers, args.steady, args.threads).items():
+            print(f"  {label:<38}{value * 1e3:7.1f}")
+        return
     if args.warm:
         stages = {} if args.stages else None
         first = measure(args.layers, args.profile_warm, args.threads, stages)[0]
