@@ -85,8 +85,8 @@ def _same(v, default):
         return len(v) == len(default) and all(_same(a, b) for a, b in zip(v, default))
     if type(v) is not type(default):
         return False
-    if type(v) is float:
-        return v == default and math.copysign(1.0, v) == math.copysign(1.0, default)
+    if type(v) in (float, complex):  # (repr tells the signs of zero apart)
+        return v == default and repr(v) == repr(default)
     return v == default
 
 
