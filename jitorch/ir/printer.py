@@ -80,7 +80,8 @@ def format_args(node, names):
 def _same(v, default):
     """Whether the argument ``v`` is its schema's ``default`` exactly, so that leaving it out of the text
     loses nothing: same types, element by element in lists, and for floats the same sign of zero (``nan=-0.0``
-    left out read back as ``0.0``: a program exported and loaded again wrote 0.0 where eager writes -0.0)."""
+    left out read back as ``0.0``: an exported program, and its file loaded again, wrote 0.0 where eager writes
+    -0.0)."""
     if isinstance(v, (list, tuple)) and isinstance(default, (list, tuple)):
         return len(v) == len(default) and all(_same(a, b) for a, b in zip(v, default))
     if type(v) is not type(default):
