@@ -1122,17 +1122,27 @@ def _instance(template, old_name, name, values, length=None):
                    layouts={values[i]: st for i, st in template.layouts.items()}, **sized)
 
 
+# The parts of the package whose code decides what IR a fused group becomes: the code generator and every
+# module it imports, directly or not (the ops' dtype and rounding rules, the IR's types, the runtime's dtypes,
+# casts and index maths), as tests/codegen/test_cache.py checks against the import graph.
+GENERATOR_SOURCES = ("codegen", "ops", "ir", "runtime", "tensor.py", "_tensor_str.py")
+
+
 @functools.cache
 def generator_fingerprint():
-    """SHA-256 (hex) of the sources that decide what IR a fused group becomes: the code generator's and the
-    ops' (their dtype and rounding rules). A kernel-sources entry is named by its groups, not by the IR built
-    for them, and jitorch's version does not change with an edit: without this, an entry written by another
-    build of the same version (before a merge that changed a lowering, or erf's formula) handed this one its
-    old kernels. Read once per process, when an entry is first looked up (2-3 ms for about 1 MB)."""
+    """SHA-256 (hex) of the sources that decide what IR a fused group becomes (`GENERATOR_SOURCES`). A
+    kernel-sources entry is named by its groups, not by the IR built for them, and jitorch's version does not
+    change with an edit: without this, an entry written by another build of the same version (before a merge
+    that changed a lowering, erf's formula or a cast's rounding) handed this one its old kernels. Read once per
+    process, when an entry is first looked up (3-4 ms for about 1.3 MB)."""
+    return sources_fingerprint(Path(__file__).resolve().parents[1])
+
+
+def sources_fingerprint(root):
+    """SHA-256 (hex) of the `GENERATOR_SOURCES` under ``root`` (a copy of the package's folder), with their paths."""
     h = hashlib.sha256()
-    root = Path(__file__).resolve().parents[1]
-    for folder in ("codegen", "ops"):
-        for path in sorted((root / folder).rglob("*.py")):
+    for part in GENERATOR_SOURCES:
+        for path in sorted((root / part).rglob("*.py")) if (root / part).is_dir() else [root / part]:
             h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()
 
