@@ -29,6 +29,7 @@ CHUNK = 1 << 20
 _REFERENCES = {
     "exp": np.exp, "expm1": np.expm1, "log": np.log, "tanh": np.tanh,
     "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
+    "erf": lambda x: __import__("scipy.special").special.erf(x),  # SciPy (not a jitorch dependency) for erf only
 }
 
 
