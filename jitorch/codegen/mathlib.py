@@ -545,39 +545,49 @@ def _expm1(m, a):
 
 
 def _expm1_moderate(m, x):
-    """e**x - 1 for 0 <= x <= 40 (NaN passes through) in one-word arithmetic, for tanh:
+    """Double e**x - 1 for 0 <= x <= 40 (NaN passes through) in one-word arithmetic, for tanh:
     2**q p + (2**q - 1) with p = e**s - 1, s = x - q ln2 kept as a double word."""
     q = m.rint(m.mul(x, _R_LN2))
-    s = m.dadd2_ff(m.fma(q, -m.pick(*_L2U), x), m.mul(q, -m.pick(*_L2L)))
-    u = m.poly(s[0], m.pick(_EXP[0], _EXP[1][:-1]))  # (e**s - 1 - s) / s**2
+    s = m.dadd2_ff(m.fma(q, -_L2U[1], x), m.mul(q, -_L2L[1]))
+    u = m.poly(s[0], _EXP[1][:-1])  # (e**s - 1 - s) / s**2
     p = m.add(s[0], m.fma(m.mul(s[0], s[0]), u, s[1]))
     scale = m.pow2i(m.f2i(q))
     return m.fma(scale, p, m.sub(scale, 1.0))
 
 
-# tanh x = x + x**3 P(x**2) for |x| < 0.625 (Cephes tanhf.c / tanh.c: a polynomial in single
-# precision, P/Q in double precision), highest power first.
-_TANH = (
-    (-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2, 1.33314422036e-1, -3.33332819422e-1),
-    ((-9.64399179425052238628e-1, -9.92877231001918586564e1, -1.61468768441708447952e3),
-     (1.0, 1.12811678491632931402e2, 2.23548839060100448583e3, 4.84406305325125486048e3)),
-)
+# double tanh x = x + x**3 P(x**2) / Q(x**2) for |x| < 0.625 (Cephes tanh.c), highest power first.
+_TANH = ((-9.64399179425052238628e-1, -9.92877231001918586564e1, -1.61468768441708447952e3),
+         (1.0, 1.12811678491632931402e2, 2.23548839060100448583e3, 4.84406305325125486048e3))
+
+
+# float tanh in float: |x| < 1: x + x**3 P(x**2), P fitted to (tanh x - x) / x**3 on [0, 1] as _LOG_SINGLE's Q
+# (weight x**3 / tanh x; approximation error 0.008 of a float ulp); from 1 on, 1 - 2 / (e**2|x| + 1), where
+# 2 / (e**2|x| + 1) < 0.24 keeps the cancellation's carry of exp's error under an ulp. Highest power first.
+_TANH_SINGLE = (0.00011620864097494632, -0.0008212039829231799, 0.0030481235589832067, -0.008571074344217777,
+                0.021774355322122574, -0.0539507158100605, 0.13333174586296082, -0.333333283662796)
+
+
+def _tanh_single(m, x):
+    """Float tanh in float arithmetic on |x|, the sign copied last (so -0.0 stays -0.0). Past 9 the result
+    is exactly 1 (from 44.4 e**2|x| is infinite); NaN fails ``|x| < 1`` and passes through exp."""
+    a = m.abs(x)
+    z = m.mul(a, a)
+    small = m.fma(m.mul(a, z), m.poly(z, _TANH_SINGLE), a)
+    big = m.sub(1.0, m.div(2.0, m.add(_exp_single(m, m.add(a, a)), 1.0)))
+    return m.copysign(m.sel(m.lt(a, 1.0), small, big), x)
 
 
 def _tanh(m, x):
-    # Beyond |x| = 0.625, tanh |x| = t / (t + 2) with t = e**2|x| - 1 (one word: tanh is on
-    # GELU's path); past 10 (20 in double precision) it is 1 to the last bit.
+    if not m.double:
+        return _tanh_single(m, x)
+    # Beyond |x| = 0.625, tanh |x| = t / (t + 2) with t = e**2|x| - 1 (one word); past 20 it is 1 to the
+    # last bit.
     a = m.abs(x)
-    a = m.sel(m.gt(a, m.pick(10.0, 20.0)), m.pick(10.0, 20.0), a)
+    a = m.sel(m.gt(a, 20.0), 20.0, a)
     t = _expm1_moderate(m, m.mul(a, 2.0))
     big = m.copysign(m.div(t, m.add(t, 2.0)), x)
     z = m.mul(x, x)
-    if m.double:
-        p, q = _TANH[1]
-        r = m.div(m.poly(z, p), m.poly(z, q))
-    else:
-        r = m.poly(z, _TANH[0])
-    small = m.fma(m.mul(r, z), x, x)
+    small = m.fma(m.mul(m.div(m.poly(z, _TANH[0]), m.poly(z, _TANH[1])), z), x, x)
     return m.sel(m.eq(x, 0.0), x, m.sel(m.lt(a, 0.625), small, big))
 
 
