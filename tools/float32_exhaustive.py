@@ -46,8 +46,8 @@ class Tally:
     def add(self, x, got, exact, mean=False):
         """Tally one chunk. Only results that differ from the correctly rounded one can hold the largest
         error; ``mean`` also sums every result's error (the slow part, so done on some chunks only)."""
-        rounded = exact.astype(np.float32)
         with np.errstate(all="ignore"):
+            rounded = exact.astype(np.float32)
             special = ~np.isfinite(rounded) | (exact == 0) | ~np.isfinite(got)
         ordinary = ~special
         self.count += int(np.count_nonzero(ordinary))
