@@ -786,8 +786,7 @@ def _pieces(size, stride, count):
     d = _disjoint_dim(size, stride)
     if d is None:
         return None
-    step = -(-size[d] // min(parts, size[d]))
-    return d, [(lo, min(lo + step, size[d])) for lo in range(0, size[d], step)]
+    return d, threads.bounds(size[d], parts)
 
 
 def _narrowed(a, d, lo, hi):
