@@ -830,7 +830,9 @@ def as_strided_scatter_into(out, x, src, size, stride, storage_offset):
     item = flat.itemsize
     size, stride = tuple(size), tuple(stride)
     region = np.lib.stride_tricks.as_strided(flat[offset:], size, tuple(s * item for s in stride))
-    pieces = None if may_overlap(size, stride) else _pieces(size, stride, prod(size))
+    pieces = _pieces(size, stride, prod(size))
+    if pieces is not None and may_overlap(size, stride):
+        pieces = None
     if pieces is None or src.shape != size:
         _copy(region, src)  # ``src`` of another dtype is cast to ``self``'s, as torch's copy_ does
         return
