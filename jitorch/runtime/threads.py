@@ -565,8 +565,11 @@ def bounds(size, parts):
 
 
 # Row-wise eager passes (softmax, log_softmax, layer_norm) over this many elements or more split their rows
-# across the team (`by_rows`). Python parts: a hand-over costs 10 to 60 µs, these passes 2 to 4 ns an element.
-ROWS_SPLIT_MIN = 1 << 16
+# across the team (`by_rows`). Python parts: a hand-over costs 10 to 60 µs, these passes 2 to 4 ns an element,
+# and each part pays NumPy's per-call cost for its 4 to 8 passes again. From 2**16 the eager GPT-4x128 step at
+# two threads was no faster on the loaded machine (CPU 0.98x, same run; its layer norms are 98k elements, its
+# softmaxes 196k), so only the larger ones split.
+ROWS_SPLIT_MIN = 1 << 18
 
 
 def by_rows(fn, rows, out, *args):

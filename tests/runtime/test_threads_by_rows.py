@@ -26,7 +26,7 @@ def _calls(lib, x, w, b):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_row_wise_ops_split_by_rows_with_one_threads_bits(threads_to, dtype):
     rng = np.random.default_rng(0)
-    a = (rng.standard_normal((3, 257, 97)) * 4).astype(dtype)  # 74,787 elements: 257 x 3 rows of 97
+    a = (rng.standard_normal((3, 1031, 97)) * 4).astype(dtype)  # 300,021 elements: 1031 x 3 rows of 97
     assert threads.ROWS_SPLIT_MIN <= a.size
     a[0, 5, :] = -np.inf  # a row of -inf: NaN through softmax, as torch
     a[1, 7, 3] = np.nan
@@ -58,7 +58,7 @@ def test_small_row_wise_ops_and_one_thread_run_whole(threads_to, monkeypatch):
     assert x.numel() < threads.ROWS_SPLIT_MIN
     np.testing.assert_allclose(x.softmax(-1).numpy(), torch.tensor(x.numpy()).softmax(-1).numpy(), rtol=1e-6)
     threads_to(1)
-    y = jt.randn(600, 200)
+    y = jt.randn(1500, 200)
     np.testing.assert_allclose(jt.nn.functional.layer_norm(y, (200,)).numpy(),
                                torch.nn.functional.layer_norm(torch.tensor(y.numpy()), (200,)).numpy(),
                                rtol=1e-5, atol=1e-5)
