@@ -597,7 +597,14 @@ class Tracer:
         fake = self.fake(target)
         autograd = registry.AUTOGRAD
         state = None
-        if autograd is not None and autograd.needs_grad(op, args):
+        grad = autograd is not None and autograd.needs_grad(op, args)
+        if registry.expanded_write(op, fake) is not None and (grad or op.attrs.get("expanded_warning")):
+            # torch writes these element by element into the shared memory (`registry.write_inplace`), where the
+            # last write to a location holds it, which a graph's scatter of the whole result does not order; with
+            # history, a backward raises (`autograd.engine.ExpandedWriteNode`)
+            raise TraceError(f"{op.public_name}_ writes into an expanded tensor of shape {list(fake.shape)} and "
+                             f"strides {list(fake._stride)}, which a graph does not do as eagerly")
+        if grad:
             state = autograd.prepare_inplace(op, self.fake_args(op, args), copy=self.history_copy)
         result = self._inplace(op, args, target, fake)
         if state is not None:
