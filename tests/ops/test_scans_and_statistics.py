@@ -140,6 +140,29 @@ def test_diff_orders_prepend_append_and_errors():
     same("diff", y, prepend=torch.zeros(4))
 
 
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_diff_of_order_zero_into_out_under_grad_copies_as_torch(compiled):
+    """Fuzz seed 7203191: ``diff(x, 0, out=o)`` with x requiring grad raised the out= autograd guard; torch's
+    order 0 copy_-s self into out (out requires grad, CopyBackwards), refused only when out itself requires grad
+    and must be resized. Orders above 0 keep the guard (sub's), as torch's."""
+    def program(T, x):
+        o = T.zeros(0)
+        r = T.diff(x[None], 0, out=o)
+        return r is o, o * 2
+    want = program(torch, torch.arange(6.0).view(2, 3).requires_grad_())
+    fn = jt.compile(lambda x: program(jt, x)) if compiled else lambda x: program(jt, x)
+    x = jt.arange(6.0).view(2, 3).requires_grad_()
+    got = fn(x)
+    assert got[0] is want[0] is True and got[1].tolist() == want[1].tolist() and got[1].requires_grad
+    got[1].sum().backward()
+    assert x.grad.tolist() == [[2.0] * 3] * 2
+    for T in (torch, jt):
+        with pytest.raises(RuntimeError, match="cannot resize variables that require grad"):
+            T.diff(T.ones(3, requires_grad=True), 0, out=T.zeros(1, requires_grad=True))
+        with pytest.raises(RuntimeError, match=r"sub\(\): functions with out=\.\.\. arguments"):
+            T.diff(T.ones(3, requires_grad=True), 1, out=T.zeros(0))
+
+
 @pytest.mark.parametrize("kwargs", [{}, {"spacing": 2.0}, {"spacing": [1.0, 2.0, 3.0]}, {"dim": 1, "edge_order": 2},
                                     {"spacing": [torch.tensor([0.0, 1, 3])], "dim": 0},
                                     {"spacing": [torch.tensor([0.0, 1, 3]), torch.tensor([0, 1, 3, 4.0])],
