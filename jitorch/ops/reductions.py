@@ -470,10 +470,8 @@ def _moment_with_mean(name, canonical):
         if not x.dtype.is_floating_point:
             raise RuntimeError(f"{name}_mean only support floating point and complex dtypes")
         dim, correction, keepdim = canonical(*rest)
-        with registry.meta_warnings_into([]) as warned:  # torch's warning names the function called
+        with registry.warnings_renamed(f"{name}():", f"{name}_mean():"):  # torch's names the function called
             spread, mean = moments(x, dim, correction, keepdim, name)
-        for category, message in warned:
-            registry.meta_warn(message.replace(f"{name}():", f"{name}_mean():", 1), category, stacklevel=3)
         return spread, _welford_infinities(x, dim, keepdim, mean)
     return composite
 

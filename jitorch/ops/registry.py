@@ -363,10 +363,29 @@ _WARNING_SINKS: list = []
 def meta_warn(message, category=UserWarning, stacklevel=2):
     """Warn from a meta rule, or from an op's Python code (``stacklevel`` counts from the caller): once per
     call of the op, as torch's eager ops do (its TORCH_WARN), and so once per run of a traced graph."""
+    for old, new in reversed(_WARNING_RENAMES):
+        if message.startswith(old):
+            message = new + message[len(old):]
+            break
     if _WARNING_SINKS:
         _WARNING_SINKS[-1].append((category, message))
     else:
         warnings.warn(message, category, stacklevel=stacklevel + 1)
+
+
+# (prefix, the prefix that replaces it) of the meta warnings the calls in a `warnings_renamed` block give
+_WARNING_RENAMES: list = []
+
+
+@contextlib.contextmanager
+def warnings_renamed(old, new):
+    """While the block runs, a meta rule's warning that starts with ``old`` starts with ``new`` instead, eagerly
+    and in a trace's graph: a composite's warning names the function called (var_mean's, where its var warns)."""
+    _WARNING_RENAMES.append((old, new))
+    try:
+        yield
+    finally:
+        _WARNING_RENAMES.pop()
 
 
 # The messages `warn_once` has shown in this process.
