@@ -126,6 +126,8 @@ class OpDef:
         # grad in grad mode it records the backward node (`record_fast`), or gives None if not ``record``.
         # A pointwise op's takes its operands alone too, its other arguments then at their defaults.
         self.fast = None
+        # how an in-place call writes through an expanded self, where torch lets it (`write_inplace`), or None
+        self.expanded_write = attrs.get("expanded_write")
         self.fast_into = None  # optional fast_into(args) -> bool: an in-place call computed straight into self
         self.fast_pair = None  # optional fast_pair(x, y) -> result | None: ``fast((x, y))`` for an operator
         self.fast_one = None  # optional fast_one(x) -> result | None: ``fast((x,))`` of an op whose one argument is x
@@ -819,7 +821,7 @@ def expanded_write(op, self):
     (every op but the few below), else the op's ``expanded_write`` declaration. torch lets ``fill_`` and
     ``zero_`` write through an expanded tensor, and lets index_put_ (so ``x[indices] = v``), masked_fill_ and
     index_fill_ do so with a deprecation warning (fuzz seed 7202545: a write through an expanded meshgrid output)."""
-    declared = op.attrs.get("expanded_write")
+    declared = op.expanded_write
     return declared if declared is not None and _expanded(self) else None
 
 
@@ -829,8 +831,8 @@ def write_inplace(op, self, args, result):
     ``b`` (self's values as a writeable NumPy view over a copy of its distinct memory) in order, so that the
     last element written to a memory location holds it, as torch's serial CPU loop leaves it; each element of
     self is then written with the value its memory location ends with, all alike."""
-    write = expanded_write(op, self)
-    if write is None:
+    write = op.expanded_write
+    if write is None or not _expanded(self):
         self._write(result)
         return
     warned = op.attrs.get("expanded_warning")
@@ -872,7 +874,7 @@ def write_where(mask_of):
 def check_inplace(op, self, spec):
     """An in-place or out= result must keep the target's shape and castable dtype; an expanded target only
     for the few ops torch writes through one (`expanded_write`)."""
-    if expanded_write(op, self) is None:
+    if op.expanded_write is None or not _expanded(self):
         check_no_internal_overlap(self)
     if spec.shape != self.shape:
         raise RuntimeError(
