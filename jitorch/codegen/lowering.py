@@ -581,9 +581,10 @@ pointwise("signbit", _signbit)
 def _ldexp_power_unrounded(node):
     """Whether ldexp's power, which a kernel computes in the result's compute dtype, is eager's: torch rounds it to
     `ldexp_power_dtype` (a narrower exponent dtype's power stays eager's)."""
-    other, out = node.args[1], node.outputs[0].type.dtype
-    power = ldexp_power_dtype(other.type.dtype if isinstance(other, Value) else _dt.get_default_dtype())
-    return power is opmath(out)
+    other, compute = node.args[1], opmath(node.outputs[0].type.dtype)
+    if not isinstance(other, Value):
+        return True  # (a number: 0-d, its power in the compute dtype)
+    return ldexp_power_dtype(other.type.dtype, len(other.type.shape), compute) is compute
 
 
 pointwise("ldexp", lambda e, x, other: e.mul(x, e.math("exp2", other)), when=_ldexp_power_unrounded, math=True)

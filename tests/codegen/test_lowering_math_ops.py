@@ -82,3 +82,18 @@ def test_ldexp_rounds_its_power_to_the_exponents_dtype_as_torch(x_dtype, other_d
         np.testing.assert_allclose(got.float().numpy(), want.float().numpy(), rtol=1.2e-7)
     fused = "ldexp" in kernel_ops(fn, a, b)
     assert fused == ((x_dtype, other_dtype) in ((torch.float32, torch.int8), (torch.float32, torch.float32)))
+
+
+@pytest.mark.parametrize("x_dtype, other_dtype", [(torch.float64, torch.float16), (torch.float64, torch.float32),
+                                                  (torch.float16, torch.bfloat16)], ids=str)
+def test_ldexp_by_a_0d_exponent_computes_its_power_unrounded_as_torch(x_dtype, other_dtype):
+    """Fuzz seed 101: torch 2.13's ldexp by a 0-d exponent does not round the power to the exponent's dtype
+    (``ldexp(float64 tensor, 0-d float16)`` is exact), eager and compiled."""
+    x = torch.tensor([1.5, 3.3, -2.0, 0.7]).to(x_dtype)
+    other = torch.tensor(0.3).to(other_dtype)
+    want = torch.ldexp(x, other)
+    a, b = (jt.tensor(t.double().numpy()).to(getattr(jt, str(t.dtype)[6:])) for t in (x, other))
+    fn = lambda p, q: jt.ldexp(p * 1, q)  # noqa: E731
+    for got in (fn(a, b), jt.compile(fn)(a, b)):
+        assert str(got.dtype) == str(want.dtype).replace("torch", "jitorch")
+        np.testing.assert_allclose(got.double().numpy(), want.double().numpy(), rtol=1e-15)
