@@ -486,8 +486,8 @@ def _welford_infinities(x, dim, keepdim, mean):
     if x.ndim == 0 or any(x.shape[d] == 0 for d in dims):
         return mean  # one element, or none: the sum over the count is Welford's
     f = FUNCTIONS
-    if not registry.DISPATCH_HOOKS and not bool(f["any"](f["isinf"](mean))):
-        return mean
+    if not registry.DISPATCH_HOOKS and (mean.device.type == "meta" or not bool(f["any"](f["isinf"](mean)))):
+        return mean  # (a meta tensor has no values to fix)
     last = x
     for d in dims:
         last = last.narrow(d, x.shape[d] - 1, 1)
