@@ -565,3 +565,26 @@ def test_histogram_takes_weights_of_as_many_elements_in_any_shape_as_torch(weigh
             results.append(str(e))
     assert results[1] == results[0]
     assert isinstance(results[0], str) == (weight_shape == (3,))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.int32, torch.float32])
+@pytest.mark.parametrize("density", [False, True])
+def test_histogram_by_edges_takes_half_types_as_torch(dtype, density):
+    """Fuzz seed 7300360: histogram of a bfloat16 tensor by a tensor of edges raised histogramdd's refusal; torch's
+    histogram_cpu takes the half types (a number of bins still refuses them, an integer input either way)."""
+    def run(T, x, bins):
+        try:
+            r = T.histogram(x, bins, density=density)
+        except NotImplementedError as e:
+            return str(e)
+        return [t.double().tolist() for t in r] + [str(r[0].dtype).split(".")[1]]
+    data = torch.tensor([[1.0, 2.0], [3.0, 4.0], [2.5, 1.125]]).to(dtype)
+    for edges in (torch.tensor([1.0, 2.0, 3.0]).to(dtype), torch.tensor([1.125, 1.125]).to(dtype), 3):
+        got = run(jt, jt.tensor(data.double().numpy()).to(getattr(jt, str(dtype)[6:])),
+                  edges if isinstance(edges, int) else jt.tensor(edges.double().numpy()).to(getattr(jt, str(dtype)[6:])))
+        want = run(torch, data, edges)
+        if isinstance(want, str):
+            assert got == want
+        else:
+            np.testing.assert_allclose(np.array(got[0], float), np.array(want[0], float))
+            assert got[1:] == want[1:]
