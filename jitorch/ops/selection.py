@@ -25,10 +25,10 @@ def _take_along_dim(x, indices, dim):
                            f"{scalar_name(indices.dtype)}")
     d = wrap_dim(dim, x.ndim)
     # torch 2.13 wraps the indices along ``dim`` modulo its size (``[5]`` of 3 elements is ``[2]``; of none, with
-    # indices, Python's ZeroDivisionError), where gather would refuse them (fuzz seed 7300457)
+    # indices, torch's integer remainder's error), where gather would refuse them (fuzz seed 7300457)
     if x.shape[d] == 0:
         if indices.numel():
-            raise ZeroDivisionError()
+            raise RuntimeError("ZeroDivisionError")
     else:
         indices = indices.remainder(x.shape[d])
     # broadcast every dim but ``d``, where each keeps its own size

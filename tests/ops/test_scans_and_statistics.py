@@ -594,7 +594,7 @@ def test_histogram_by_edges_takes_half_types_as_torch(dtype, density):
 def test_take_along_dim_wraps_indices_along_its_dim_as_torch(compiled):
     """Fuzz seed 7300457: torch 2.13's take_along_dim with a dim takes indices modulo the dim's size (``-4`` and
     ``5`` of 3 elements are 2, any index of one element 0); jitorch raised gather's out-of-bounds error. Without a
-    dim torch still refuses them (gather), and a dim of no elements with indices is Python's ZeroDivisionError."""
+    dim torch still refuses them (gather), and a dim of no elements with indices is torch's remainder error."""
     def program(T, x, i):
         return T.take_along_dim(x, i, 0), T.take_along_dim(x.view(1, 6), i.view(1, -1).clamp(-6, 5), 1)
     want = program(torch, torch.arange(6.0), torch.tensor([-4, 5, 3, -1, 0, 100]))
@@ -604,5 +604,5 @@ def test_take_along_dim_wraps_indices_along_its_dim_as_torch(compiled):
     for T in (torch, jt):
         with pytest.raises(RuntimeError, match="index 3 is out of bounds for dimension 0 with size 3"):
             T.take_along_dim(T.arange(3.0), T.tensor([3]))
-        with pytest.raises(ZeroDivisionError):
+        with pytest.raises(RuntimeError, match="^ZeroDivisionError$"):
             T.take_along_dim(T.zeros(0), T.tensor([1]), 0)
