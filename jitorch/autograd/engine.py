@@ -328,6 +328,20 @@ class UnimplementedNode(Node):
         raise RuntimeError(f"derivative for aten::{self.what} is not implemented")
 
 
+class ExpandedWriteNode(UnimplementedNode):
+    """The history of an in-place write through an expanded tensor (`registry.write_inplace`): torch's backward
+    through it raises its internal-overlap error (the written view's as_strided backward), so this one does."""
+
+    __slots__ = ()
+
+    def name(self):
+        return "AsStridedBackward0"
+
+    def apply(self, grads, create_graph):
+        raise RuntimeError("unsupported operation: more than one element of the written-to tensor refers to a "
+                           "single memory location. Please clone() the tensor before performing the operation.")
+
+
 def _served_by_fallback(op, args):
     """Whether torch's autograd fallback serves every form of this call (``autograd_fallback(args)``)."""
     fallback = op.attrs.get("autograd_fallback")
@@ -439,6 +453,7 @@ def finish_inplace(op, state, args, target):
     the view gets an as_strided_scatter node that puts the view's new values into its old ones."""
     before, base_before, versions = state
     record_inplace(op, before, args, target, versions)
+    expanded = registry.expanded_write(op, target) is not None
     if op.view is None and target._base is not None:
         target._view_version = target._storage._version  # its history is current: other views' is not
     if base_before is not None:
@@ -446,7 +461,19 @@ def finish_inplace(op, state, args, target):
         base_before, (strides, offset) = base_before
         scatter = registry.OPS["as_strided_scatter"]
         record_inplace(scatter, base_before, [base, target, tuple(target.shape), strides, offset], base)
+    if expanded:
+        for t in (target, target._base):
+            if t is not None:
+                _refuse_backward(t)
     _views_catch_up(target if target._base is None else target._base)
+
+
+def _refuse_backward(t):
+    """Give ``t`` an `ExpandedWriteNode` over its current history."""
+    node = ExpandedWriteNode(None, None, None, ((gradient_edge(t), getattr(t, "_output_nr", 0)),),
+                             ((0, 0, t._shape, t.dtype),))
+    t.grad_fn = node
+    t.__dict__.pop("_output_nr", None)
 
 
 def check_inplace_allowed(target):

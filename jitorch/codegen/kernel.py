@@ -1122,29 +1122,35 @@ def _instance(template, old_name, name, values, length=None):
                    layouts={values[i]: st for i, st in template.layouts.items()}, **sized)
 
 
-# The parts of the package whose code decides what IR a fused group becomes: the code generator and every
-# module it imports, directly or not (the ops' dtype and rounding rules, the IR's types, the runtime's dtypes,
-# casts and index maths), as tests/codegen/test_cache.py checks against the import graph.
-GENERATOR_SOURCES = ("codegen", "ops", "ir", "runtime", "tensor.py", "_tensor_str.py")
+# The package's sources that decide what IR a fused group becomes, relative to the package: the layers at and
+# below the code generator that a lowering reads (tests/codegen/test_generator_fingerprint.py checks that
+# every module codegen/ imports, directly or not, is here). Not autograd (it decides which graph is traced,
+# and a group's signature holds the graph; never how a group is lowered), nor the layers above.
+GENERATOR_SOURCES = ("runtime", "ops", "tensor.py", "_tensor_str.py", "ir", "codegen")
+
+
+def sources_digest(root, parts=GENERATOR_SOURCES):
+    """SHA-256 (hex) of the ``*.py`` files of ``parts`` (folders, searched recursively, or files) under
+    ``root``, each with its path."""
+    h = hashlib.sha256()
+    paths = []
+    for part in parts:
+        path = root / part
+        paths += sorted(path.rglob("*.py")) if path.is_dir() else [path]
+    for path in paths:
+        h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
 
 
 @functools.cache
 def generator_fingerprint():
-    """SHA-256 (hex) of the sources that decide what IR a fused group becomes (`GENERATOR_SOURCES`). A
-    kernel-sources entry is named by its groups, not by the IR built for them, and jitorch's version does not
-    change with an edit: without this, an entry written by another build of the same version (before a merge
-    that changed a lowering, erf's formula or a cast's rounding) handed this one its old kernels. Read once per
-    process, when an entry is first looked up (3-4 ms for about 1.3 MB)."""
-    return sources_fingerprint(Path(__file__).resolve().parents[1])
-
-
-def sources_fingerprint(root):
-    """SHA-256 (hex) of the `GENERATOR_SOURCES` under ``root`` (a copy of the package's folder), with their paths."""
-    h = hashlib.sha256()
-    for part in GENERATOR_SOURCES:
-        for path in sorted((root / part).rglob("*.py")) if (root / part).is_dir() else [root / part]:
-            h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
-    return h.hexdigest()
+    """SHA-256 (hex) of the sources that decide what IR a fused group becomes (`GENERATOR_SOURCES`): the code
+    generator's, the ops' (their dtype and rounding rules), the IR's (types, nodes) and the runtime's (dtypes,
+    casts, the thread team's IR). A kernel-sources entry is named by its groups, not by the IR built for them,
+    and jitorch's version does not change with an edit: without this, an entry written by another build of the
+    same version (before a merge that changed a lowering, or erf's formula) handed this one its old kernels.
+    Read once per process, when an entry is first looked up (about 1.3 MB: 3-4 ms)."""
+    return sources_digest(Path(__file__).resolve().parents[1])
 
 
 def build_many(requests, cache=None):

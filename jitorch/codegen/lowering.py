@@ -18,6 +18,8 @@ from llvmlite import ir
 
 from ..ir import lowerable
 from ..ir.graph import Value, iter_values
+from ..ops.meta import opmath
+from ..ops.pointwise import ldexp_power_dtype
 from ..ops.pointwise_scaled import multiplier
 from ..ops.reductions import reduces_nothing
 from ..ops.registry import attach
@@ -576,7 +578,16 @@ pointwise("angle", _angle)
 pointwise("isposinf", _equals(float("inf")))
 pointwise("isneginf", _equals(float("-inf")))
 pointwise("signbit", _signbit)
-pointwise("ldexp", lambda e, x, other: e.mul(x, e.math("exp2", other)), math=True)
+def _ldexp_power_unrounded(node):
+    """Whether ldexp's power, which a kernel computes in the result's compute dtype, is eager's: torch rounds it to
+    `ldexp_power_dtype` (a narrower exponent dtype's power stays eager's)."""
+    other, compute = node.args[1], opmath(node.outputs[0].type.dtype)
+    if not isinstance(other, Value):
+        return True  # (a number: 0-d, its power in the compute dtype)
+    return ldexp_power_dtype(other.type.dtype, len(other.type.shape), compute) is compute
+
+
+pointwise("ldexp", lambda e, x, other: e.mul(x, e.math("exp2", other)), when=_ldexp_power_unrounded, math=True)
 pointwise("logit", _logit, when=_not_half, math=True)
 pointwise("atan2", lambda e, a, b: e.math("atan2", a, b), math=True)
 pointwise("addcmul", _addcmul)

@@ -95,6 +95,9 @@ class Graph:
         # grad; the input indices and constant names a backward from the outputs reaches
         self.output_requires_grad = None
         self.gradient_reaches = None
+        # set by the tracer: the captured tensors as traced, by constant name (None: `constant_tensors`); a pass
+        # may fold a read of one away (``fill(c, -1)``), yet eager's backward still reaches it with zeros
+        self.traced_constants = None
         self.grad_constants: dict = {}   # constant name -> the tensor whose current .grad it is
         self.python_guards: list = []    # zero-argument checks of Python state the trace assumed
         self.refreshers: list = []       # run before each call: captured scalars take their new values

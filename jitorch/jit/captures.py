@@ -85,6 +85,7 @@ class CapturedState:
         self._namespaces = []
         self._covered = {}  # id(tensor) -> id of the guarded table or container that holds it
         self._tables = []         # (text, table, copy) for dicts and lists, (text, cell, contents) for cells
+        self._classes = set()     # ids of the user classes whose namespaces are in _tables (`_record_class`)
         self._tensor_paths = {}   # id(tensor) -> path, for the tensors reached through the namespaces
         self._contents = _Contents()
         self._local_attributes = set()  # attribute names the code reads from its local variables
@@ -151,6 +152,7 @@ class CapturedState:
             value = path.read()
             if key[0] != "fast" and value is not owner:
                 self._guard(path, value)
+            self._record_class(path.name, value)
             if _is_namespace(value):
                 # a global or closure variable is guarded by identity; the bound object and the arguments
                 # of the compiled call are fixed by its guard key (a helper's are not)
@@ -171,6 +173,7 @@ class CapturedState:
             return
         for attr in attrs:
             if _is_user_class(obj):  # ``Config.scale``: a class attribute
+                self._record_class(path.name, obj)
                 value = _read_step(_class_member, obj, attr)
                 if value is _MISSING or self._class_code(value, None, path):
                     return
@@ -191,6 +194,14 @@ class CapturedState:
                 self.guards.append(_identity_check(path, value))
             self._namespaces.append((path, value, _is_container(value), _is_container(value)))
             obj = value
+
+    def _record_class(self, name, value):
+        """Record a user class's namespace (reached by name, ``S`` or ``M.S``) as a table: traced code that stores
+        a tensor into a class attribute (``S.t = x + 1``) is then found, as a store into a global or an
+        instance attribute is (a traced tensor was left there), and its store undone before the eager call."""
+        if _is_user_class(value) and id(value) not in self._classes:
+            self._classes.add(id(value))
+            self._tables.append((name, _ClassTable(value), dict(vars(value))))
 
     def _missing_attribute(self, path, obj, attr):
         """``obj.attr`` is not in its instance dictionary: a method (whose code reads state of its own), a
@@ -348,6 +359,31 @@ class CapturedState:
                 for key, value in before.items():
                     if table.get(key, _MISSING) is not value:
                         table[key] = value
+
+
+class _ClassTable:
+    """A class's namespace as `CapturedState` records a table: read through its mapping proxy, written with
+    setattr and delattr (a proxy takes no assignment)."""
+
+    __slots__ = ("cls",)
+
+    def __init__(self, cls):
+        self.cls = cls
+
+    def items(self):
+        return vars(self.cls).items()
+
+    def get(self, key, default=None):
+        return vars(self.cls).get(key, default)
+
+    def __iter__(self):
+        return iter(list(vars(self.cls)))
+
+    def __setitem__(self, key, value):
+        setattr(self.cls, key, value)
+
+    def __delitem__(self, key):
+        delattr(self.cls, key)
 
 
 class _Contents:

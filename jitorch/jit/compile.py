@@ -324,7 +324,7 @@ class CompiledFunction:
         gives tensors only: the call's other arguments are fixed by the entry's guards, and the
         outputs' structure (and their non-tensor leaves) by its graph."""
         from .differentiable import CompiledCall
-        params = captured_parameters(entry.graph)
+        params = list(captured_parameters(entry.graph).values())
         if inputs is None:  # (the fast path's calls pass their tensors, which are all the arguments)
             inputs = _tensor_leaves(args, kwargs)
         if entry.backward is None and entry.split is None:

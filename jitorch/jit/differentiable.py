@@ -13,6 +13,7 @@ from ..runtime.grad_mode import no_grad
 from ..tensor import Tensor
 from ..runtime.pytree import tree_flatten
 from .output_bases import computed_bases
+from .results import captured_parameters
 
 
 class CompiledCall(Function):
@@ -110,7 +111,7 @@ def _unreached(graph, n):
     reaches = graph.gradient_reaches
     if reaches is None:
         return frozenset()
-    params = [name for name, t in graph.constant_tensors.items() if getattr(t, "requires_grad", False)]
+    params = list(captured_parameters(graph))
     return frozenset(k for k, key in enumerate([*range(n), *params]) if key not in reaches)
 
 

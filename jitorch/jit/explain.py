@@ -175,7 +175,7 @@ def explain(fn, *args, html=None, kernel_times=None, profile=None, **kwargs):
         # (decided now, under the grad mode of the call explained)
         def make_split():
             entry.split = compiled._split(entry, _tensor_leaves(args, kwargs), args, kwargs,
-                                          captured_parameters(entry.graph))
+                                          list(captured_parameters(entry.graph).values()))
             return entry.split
     explanation = Explanation(compiled.name, entry, compiled.cache, reused, executable, reason, traced, make_split)
     if html is not None:

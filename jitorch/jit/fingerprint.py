@@ -22,7 +22,8 @@ from ..runtime.pytree import tree_flatten
 
 # Graph attributes that hold the Python side of a trace (tensors, objects, closures): not compared but
 # handed over (`transplant`); or held by the fingerprint's parts; or bookkeeping.
-_HANDED_OVER = ("constant_tensors", "objects", "grad_constants", "python_guards", "refreshers", "one_shot")
+_HANDED_OVER = ("constant_tensors", "traced_constants", "objects", "grad_constants", "python_guards", "refreshers",
+                "one_shot")
 _HELD = ("inputs", "constants", "nodes", "outputs", "mutations")
 _BOOKKEEPING = ("_next_id", "_names", "_suffixes")
 # Argument classes compared by ``==`` (their printed text is a function of their value, and ``==`` of two
@@ -118,6 +119,7 @@ def transplant(new, compiled):
         # (constants the passes made, which the trace has not, keep their values)
         if name in new.constant_tensors:
             g.constant_tensors[name] = new.constant_tensors[name]
+    g.traced_constants = new.traced_constants
     g.grad_constants = new.grad_constants
     g.python_guards = new.python_guards
     g.refreshers = new.refreshers

@@ -149,5 +149,8 @@ def write_back(graph, inputs, mutations):
 
 
 def captured_parameters(graph):
-    """The captured tensors a graph reads that require grad (a module's parameters)."""
-    return [t for t in graph.constant_tensors.values() if t.requires_grad]
+    """The captured tensors the traced function read that require grad (a module's parameters), by constant
+    name, including those whose reads the graph's passes folded away (fuzz seed 7203079: ``fill(c0, -1)``
+    gives ``c0`` a zero gradient eagerly, None when the compiled call's node did not take it)."""
+    captured = graph.traced_constants if graph.traced_constants is not None else graph.constant_tensors
+    return {name: t for name, t in captured.items() if getattr(t, "requires_grad", False)}

@@ -130,6 +130,9 @@ class Tracer:
         self._states_read: dict = {}
         self.real_inputs = set()   # ids of the call's tensors (they have fakes of their own)
         self.input_fakes: list = []  # the fakes standing for the call's tensors, in graph-input order
+        # id(node) -> (node, input index or constant name): where a backward reaches an input or captured tensor
+        # that requires grad, as its history began (an in-place view op, ``x.t_()``, gives it a new one on top)
+        self.owner_edges: dict = {}
         self.python_guards: list = []  # see jitorch.compiler.guard
         self.refreshers: list = []     # see jitorch.compiler.dynamic_scalar
         self.refreshed = False         # whether the graph's caller runs the refreshers (see trace_with_inputs)
@@ -267,6 +270,8 @@ class Tracer:
         of all of them per captured tensor made tracing a model quadratic in its parameters)."""
         before = self.lifted.get(id(real))
         entry = self.lifted[id(real)] = (real, fake)
+        if fake.requires_grad and fake._storage.origin is not None:
+            self.own_edge(fake, fake._storage.origin.name)
         over = self._lifted_over.setdefault(id(real._storage), [])
         # (where `lifted` keeps the first's place, so does this; found by identity: tensors compare elementwise)
         at = next((i for i, e in enumerate(over) if e is before), None) if before is not None else None
@@ -597,7 +602,14 @@ class Tracer:
         fake = self.fake(target)
         autograd = registry.AUTOGRAD
         state = None
-        if autograd is not None and autograd.needs_grad(op, args):
+        grad = autograd is not None and autograd.needs_grad(op, args)
+        if registry.expanded_write(op, fake) is not None and (grad or op.attrs.get("expanded_warning")):
+            # torch writes these element by element into the shared memory (`registry.write_inplace`), where the
+            # last write to a location holds it, which a graph's scatter of the whole result does not order; with
+            # history, a backward raises (`autograd.engine.ExpandedWriteNode`)
+            raise TraceError(f"{op.public_name}_ writes into an expanded tensor of shape {list(fake.shape)} and "
+                             f"strides {list(fake._stride)}, which a graph does not do as eagerly")
+        if grad:
             state = autograd.prepare_inplace(op, self.fake_args(op, args), copy=self.history_copy)
         result = self._inplace(op, args, target, fake)
         if state is not None:
@@ -655,6 +667,12 @@ class Tracer:
         values = []
         for leaf in leaves:
             if isinstance(leaf, Tensor):
+                if leaf.requires_grad and leaf.grad_fn is None and isinstance(leaf._storage, TraceStorage) \
+                        and not any(leaf is t for t in self.input_fakes):
+                    # eagerly a leaf of its own (fuzz seed 7202672: ``hann_window(1, requires_grad=True)``;
+                    # ``x.detach().requires_grad_()``), which a graph's output, made without history, is not
+                    raise TraceError(f"the traced function returns a tensor of shape {list(leaf.shape)} it made "
+                                     "that requires grad (a leaf), which a graph's output cannot be")
                 values.append(self.value_of(leaf))
             elif isinstance(leaf, _LITERALS):
                 values.append(leaf)
@@ -670,6 +688,7 @@ class Tracer:
         # call must give its outputs a backward node)
         self.graph.outputs_require_grad = any(isinstance(leaf, Tensor) and leaf.requires_grad for leaf in leaves)
         self.graph.output_requires_grad = [leaf.requires_grad for leaf in leaves if isinstance(leaf, Tensor)]
+        self.graph.traced_constants = dict(self.graph.constant_tensors)
         self.graph.gradient_reaches = self.gradient_reaches([leaf for leaf in leaves
                                                              if isinstance(leaf, Tensor) and leaf.requires_grad])
         for st in self.watched:
@@ -700,10 +719,15 @@ class Tracer:
                 changes[owner] = geometry
         return changes
 
+    def own_edge(self, fake, owner):
+        """Record where a backward reaches ``fake`` (an input's or captured tensor's stand-in) now: `owner_edges`."""
+        node = fake.grad_fn or gradient_edge(fake)
+        self.owner_edges[id(node)] = (node, owner)
+
     def gradient_reaches(self, outputs):
         """The input indices and constant names whose gradient a backward from ``outputs`` reaches
         (eagerly the others' ``.grad`` stays None)."""
-        owners = {}
+        owners = {k: owner for k, (_, owner) in self.owner_edges.items()}
         for i, fake in enumerate(self.input_fakes):
             if fake.requires_grad:
                 owners[id(fake.grad_fn or gradient_edge(fake))] = i
@@ -1045,6 +1069,9 @@ def trace_with_inputs(fn, args, kwargs, refreshed=False):
     fargs, fkwargs = tree_unflatten(fake_leaves, spec)
     fakes = [f for f in fake_leaves if isinstance(f, Tensor)]
     tracer.input_fakes = fakes
+    for i, f in enumerate(fakes):
+        if f.requires_grad:
+            tracer.own_edge(f, i)
     # what the function reaches of Python state before it runs (it may rebind it: the next call must then
     # retrace; it may store traced tensors there: they are taken back)
     state = CapturedState(fn, args, kwargs)

@@ -27,6 +27,7 @@ from jitorch.ops.attention import attention_fast
 from jitorch.ops.autocast import autocasts
 from jitorch.ops import erf_float32
 from jitorch.ops.pointwise import _erf
+from jitorch.ops.reductions import moments  # (not var_mean: its mean carries torch's Welford infinities)
 from jitorch.ops.registry import DISPATCH_HOOKS as _HOOKS, OPS as _OPS, scalar_name
 from jitorch.runtime import fp_errors, ufunc_parts
 from jitorch.runtime.autocast_mode import STATE as _AUTOCAST
@@ -1347,7 +1348,7 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     if training:
         if count <= 1:
             raise ValueError(f"Expected more than 1 value per channel when training, got input size {input.shape!r}")
-        var, mean = jt.var_mean(input, dims, correction=0)
+        var, mean = moments(input, dims, 0, False)
         if running_mean is not None or running_var is not None:
             with jt.no_grad():
                 if running_mean is not None:
@@ -1380,7 +1381,7 @@ def _group_normalize(input, groups, eps):
     """
     n = input.shape[0]
     x = input.reshape(n, groups, math.prod(input.shape[1:]) // groups)
-    var, mean = jt.var_mean(x, 2, correction=0, keepdim=True)
+    var, mean = moments(x, 2, 0, True)
     out = ((x - mean) * (var + eps).rsqrt()).reshape(input.shape)
     return out, mean.squeeze(2), var.squeeze(2)
 
@@ -1442,7 +1443,7 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
             and all(t is None or (t.dtype is input.dtype and t.device.type == "cpu") for t in (weight, bias))):
         return _OPS["layer_norm"](input, list(normalized_shape), weight, bias, eps, True)
     dims = list(range(input.ndim - k, input.ndim))
-    var, mean = jt.var_mean(input, dims, correction=0, keepdim=True)
+    var, mean = moments(input, dims, 0, True)
     out = (input - mean) * (var + eps).rsqrt()
     if weight is not None:
         out = out * weight

@@ -19,7 +19,7 @@ from ..runtime.casts import convert
 from ..runtime.device import to_device
 from ..runtime.strided import broadcast_shapes, dense_strides, numel_overflows
 from . import registry
-from .registry import TensorSpec, defop, preserved_strides, scalar_name
+from .registry import TensorSpec, defop, preserved_strides, scalar_name, write_all
 
 # torch's "tensor options" keywords of every factory
 OPTIONS = "ScalarType? dtype=None, Device? device=None, bool requires_grad=False"
@@ -576,12 +576,13 @@ def _fill_tensor_meta(x, value):
 _FILL_DOC = "A tensor like ``self`` filled with ``value`` (cast to ``self``'s dtype); ``fill_`` writes in place."
 defop("fill.Scalar(Tensor self, Scalar value) -> Tensor", meta=_fill_scalar_meta,
       cpu=lambda spec, x, v: dense_like(x, spec.dtype.np, full_value(spec, v)), kind="creation",
-      variants=("function", "inplace"), layout=preserved_strides, doc=_FILL_DOC)
+      variants=("function", "inplace"), layout=preserved_strides, expanded_write=write_all, doc=_FILL_DOC)
 defop("fill.Tensor(Tensor self, Tensor value) -> Tensor", meta=_fill_tensor_meta,
       cpu=lambda spec, x, v: dense_like(x, spec.dtype.np, convert(v, spec.dtype.np)), kind="creation",
-      variants=("function", "inplace"), layout=preserved_strides, doc=_FILL_DOC)
+      variants=("function", "inplace"), layout=preserved_strides, expanded_write=write_all, doc=_FILL_DOC)
 defop("zero(Tensor self) -> Tensor", meta=_same_spec, cpu=lambda spec, x: np.zeros(spec.shape, spec.dtype.np),
-      kind="creation", variants=("inplace",), doc="``x.zero_()`` fills ``x`` with zeros in place.")
+      kind="creation", variants=("inplace",), expanded_write=write_all,
+      doc="``x.zero_()`` fills ``x`` with zeros in place.")
 
 
 def _copy_meta(x, src, non_blocking):

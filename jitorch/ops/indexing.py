@@ -28,7 +28,7 @@ from . import registry
 from . import creation
 from .creation import check_scalar_fits
 from .meta import opmath
-from .registry import OPS, TensorSpec, cpp_name, defop, preserved_strides, scalar_name
+from .registry import OPS, TensorSpec, cpp_name, defop, preserved_strides, scalar_name, write_where
 from .views import _type_str
 
 _INDEX_DTYPES = (_dt.int64, _dt.int32, _dt.uint8, _dt.bool)
@@ -519,12 +519,23 @@ def _index_put_overlap(x, indices, values, accumulate):
     return "any"
 
 
+def _index_put_expanded(b, new, indices, values, accumulate):
+    """index_put_ into an expanded self (`registry.write_inplace`): each add of ``accumulate`` reads what the last
+    one left in the shared memory (np.add.at is unbuffered), as torch's serial loop."""
+    key, target = _numpy_key(b.shape, indices)
+    if accumulate:
+        np.add.at(b, key, np.broadcast_to(values, target))
+    else:
+        b[key] = np.broadcast_to(values, target)
+
+
 defop("index(Tensor self, Tensor?[] indices) -> Tensor", meta=_index_meta, cpu=_index_cpu, kind="index",
       variants=(), layout=_index_layout,
       doc="``self`` indexed by integer or bool tensors, one per dim (None: the whole dim); a copy.")
 defop("index_put(Tensor self, Tensor?[] indices, Tensor values, bool accumulate=False) -> Tensor",
       meta=_index_put_meta, cpu=_index_put_cpu, kind="index", variants=("function", "method", "inplace"),
-      overlap=_index_put_overlap, layout=preserved_strides,
+      overlap=_index_put_overlap, layout=preserved_strides, expanded_write=_index_put_expanded,
+      expanded_warning="tensor[indices] = tensor",
       doc="``self`` with ``values`` (broadcast) written at ``self[indices]``, or added there with ``accumulate``.")
 
 
@@ -858,15 +869,24 @@ def _index_fill_cpu(spec, x, dim, index, value):
     return out.reshape(spec.shape)
 
 
+def _index_filled(shape, dim, index, value):
+    """The elements index_fill writes (`registry.write_inplace`)."""
+    mask = np.zeros(shape, bool)
+    _along(mask, wrap_dim(dim, len(shape)))[index.reshape(-1)] = True
+    return mask
+
+
 _INDEX_FILL_DOC = "``self`` with the entries at positions ``index`` along ``dim`` set to ``value``."
 # index_fill, index_put and put out of place are torch's clone(preserve_format) written in place: the result
 # keeps a dense self's strides (preserved_strides)
 defop("index_fill(Tensor self, int dim, Tensor index, Scalar value) -> Tensor", meta=_index_fill_meta,
       cpu=_index_fill_cpu, kind="index", variants=("function", "method", "inplace"), overlap={"index": "any"},
-      layout=preserved_strides, doc=_INDEX_FILL_DOC)
+      layout=preserved_strides, expanded_write=write_where(_index_filled),
+      expanded_warning="tensor[mask] = scalar", doc=_INDEX_FILL_DOC)
 defop("index_fill.Tensor(Tensor self, int dim, Tensor index, Tensor value) -> Tensor", meta=_index_fill_meta,
       cpu=_index_fill_cpu, kind="index", variants=("function", "method", "inplace"), overlap={"index": "any"},
-      layout=preserved_strides, doc=_INDEX_FILL_DOC)
+      layout=preserved_strides, expanded_write=write_where(_index_filled),
+      expanded_warning="tensor[mask] = scalar", doc=_INDEX_FILL_DOC)
 
 
 def _index_copy_meta(x, dim, index, source):
@@ -924,13 +944,18 @@ def _masked_fill_cpu(spec, x, mask, value):
     return out
 
 
+def _masked(shape, mask, value):
+    """The elements masked_fill writes (`registry.write_inplace`)."""
+    return np.broadcast_to(mask, shape)
+
+
 _MASKED_FILL_DOC = "``self`` (broadcast with ``mask``) with ``value`` where ``mask`` is True."
 defop("masked_fill(Tensor self, Tensor mask, Scalar value) -> Tensor", meta=_masked_fill_meta,
       cpu=_masked_fill_cpu, kind="index", variants=("function", "method", "inplace"), overlap={"mask": "partial"},
-      doc=_MASKED_FILL_DOC)
+      expanded_write=write_where(_masked), expanded_warning="tensor[mask] = scalar", doc=_MASKED_FILL_DOC)
 defop("masked_fill.Tensor(Tensor self, Tensor mask, Tensor value) -> Tensor", meta=_masked_fill_meta,
       cpu=_masked_fill_cpu, kind="index", variants=("function", "method", "inplace"), overlap={"mask": "partial"},
-      doc=_MASKED_FILL_DOC)
+      expanded_write=write_where(_masked), expanded_warning="tensor[mask] = scalar", doc=_MASKED_FILL_DOC)
 
 
 def _masked_select_meta(x, mask):

@@ -22,7 +22,7 @@ import numpy as np
 from ..runtime import dtypes as _dt
 from ..runtime.casts import convert
 from . import erf_float32, registry, special_math
-from .meta import ALWAYS_BOOL, DEFAULT, INT_TO_FLOAT, KEEP_INT
+from .meta import ALWAYS_BOOL, DEFAULT, INT_TO_FLOAT, KEEP_INT, opmath
 from .pointwise_base import defpointwise
 from .registry import cpp_name, defop, scalar_name
 from .schema import parse_schema
@@ -910,8 +910,27 @@ _declare("heaviside", "(Tensor self, Tensor values) -> Tensor", _heaviside, DEFA
          "The step function: 0 below zero (and for NaN), ``values`` at zero, 1 above; both of one dtype.",
          check=_check_same_dtype("heaviside", "heaviside is not yet implemented for tensors with different dtypes."),
          autograd_fallback=lambda args: True)
-_declare("ldexp", BINARY, lambda x, other: np.multiply(x, np.exp2(other)), INT_TO_FLOAT,
-         "``self * 2 ** other`` in the promoted dtype (integers give the default float dtype).")
+def ldexp_power_dtype(other_dtype, other_ndim, compute):
+    """The dtype torch's ldexp computes ``2 ** other`` in, for ``other`` of that dtype and ndim and a result
+    computed in ``compute``. Its ldexp is ``mul(self, pow(2.0, other))``: a tensor ``other``'s power is in its
+    floating dtype (rounded there: a bfloat16 exponent gives a bfloat16 power; fuzz seed 7300007), in the default
+    float dtype for integers; a 0-d ``other``'s is not rounded so (measured with torch 2.13: ``ldexp`` of a float64
+    tensor by a 0-d float16 is exact; fuzz seed 101): jitorch computes it in the result's compute dtype."""
+    if other_ndim == 0:
+        return compute
+    return other_dtype if other_dtype.is_floating_point else _dt.get_default_dtype()
+
+
+def _ldexp(x, other):
+    other = np.asarray(other)
+    power = ldexp_power_dtype(_dt.from_numpy_dtype(other.dtype), other.ndim, _dt.from_numpy_dtype(x.dtype))
+    p = np.exp2(other.astype(opmath(power).np)).astype(power.np)
+    return np.multiply(x, p.astype(x.dtype))
+
+
+_declare("ldexp", BINARY, _ldexp, INT_TO_FLOAT, "``self * 2 ** other`` in the promoted dtype, the power in "
+         "``other``'s dtype (integers: the default float dtype), as torch's ``mul(self, pow(2.0, other))``.",
+         uncast=("other",))
 _declare("xlogy", BINARY, _xlog(np.log), INT_TO_FLOAT,
          "``self * log(other)``, 0 where ``self`` is 0 (unless ``other`` is NaN).")
 _declare("logaddexp2", BINARY, np.logaddexp2, DEFAULT,

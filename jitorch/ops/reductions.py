@@ -459,13 +459,44 @@ def _legacy_moment(name, canonical):
     return composite
 
 
+def moments(x, dim, correction, keepdim, name="var"):
+    """``(var or std, mean)`` over ``dim``, two passes, the mean the sum over the count: what the normalisation
+    layers compute (`var_mean` adds torch's Welford infinities to the mean)."""
+    return OPS[f"{name}.correction"](x, dim, correction, keepdim), OPS["mean"](x, dim, keepdim, None)
+
+
 def _moment_with_mean(name, canonical):
     def composite(x, *rest):
         if not x.dtype.is_floating_point:
             raise RuntimeError(f"{name}_mean only support floating point and complex dtypes")
         dim, correction, keepdim = canonical(*rest)
-        return OPS[f"{name}.correction"](x, dim, correction, keepdim), OPS["mean"](x, dim, keepdim, None)
+        with registry.warnings_renamed(f"{name}():", f"{name}_mean():"):  # torch's names the function called
+            spread, mean = moments(x, dim, correction, keepdim, name)
+        return spread, _welford_infinities(x, dim, keepdim, mean)
     return composite
+
+
+def _welford_infinities(x, dim, keepdim, mean):
+    """``mean`` as torch's var_mean/std_mean give it: their CPU kernel accumulates the mean by Welford's update
+    ``mean += (v - mean) / k``, which is NaN once an infinity is followed by any element (``[inf, 1]``; ``[1, inf]``
+    is inf), where the sum over the count is infinite. Elements in index order: torch's for a contiguous input.
+    Eagerly the fix is made only where the mean has an infinity; a trace records it always. (A float32 sum past
+    the float range stays inf: torch's Welford mean is accumulated in double.)"""
+    dims = reduction_dims(x, dim) or tuple(range(x.ndim))
+    if x.ndim == 0 or any(x.shape[d] == 0 for d in dims):
+        return mean  # one element, or none: the sum over the count is Welford's
+    f = FUNCTIONS
+    if not registry.DISPATCH_HOOKS and (mean.device.type == "meta" or not bool(f["any"](f["isinf"](mean)))):
+        return mean  # (a meta tensor has no values to fix)
+    last = x
+    for d in dims:
+        last = last.narrow(d, x.shape[d] - 1, 1)
+    if not keepdim:
+        last = last.squeeze(dims)
+    count = f["sum"](f["isinf"](x), dims, keepdim)
+    welford_nan = f["logical_and"](count > 0, f["logical_not"](f["logical_and"](count == 1, f["isinf"](last))))
+    # (v + -0.0 is v, signed zeros too; the gradient stays the mean's)
+    return mean + f["where"](welford_nan, float("nan"), -0.0).to(mean.dtype).detach()
 
 
 for _name, _what in (("std", "Standard deviation"), ("var", "Variance")):

@@ -127,6 +127,8 @@ class OpDef:
         # grad in grad mode it records the backward node (`record_fast`), or gives None if not ``record``.
         # A pointwise op's takes its operands alone too, its other arguments then at their defaults.
         self.fast = None
+        # how an in-place call writes through an expanded self, where torch lets it (`write_inplace`), or None
+        self.expanded_write = attrs.get("expanded_write")
         self.fast_into = None  # optional fast_into(args) -> bool: an in-place call computed straight into self
         self.fast_pair = None  # optional fast_pair(method, general) -> the method of the op's Python operator
         self.fast_one = None  # optional fast_one(x) -> result | None: ``fast((x,))`` of an op whose one argument is x
@@ -364,10 +366,29 @@ _WARNING_SINKS: list = []
 def meta_warn(message, category=UserWarning, stacklevel=2):
     """Warn from a meta rule, or from an op's Python code (``stacklevel`` counts from the caller): once per
     call of the op, as torch's eager ops do (its TORCH_WARN), and so once per run of a traced graph."""
+    for old, new in reversed(_WARNING_RENAMES):
+        if message.startswith(old):
+            message = new + message[len(old):]
+            break
     if _WARNING_SINKS:
         _WARNING_SINKS[-1].append((category, message))
     else:
         warnings.warn(message, category, stacklevel=stacklevel + 1)
+
+
+# (prefix, the prefix that replaces it) of the meta warnings the calls in a `warnings_renamed` block give
+_WARNING_RENAMES: list = []
+
+
+@contextlib.contextmanager
+def warnings_renamed(old, new):
+    """While the block runs, a meta rule's warning that starts with ``old`` starts with ``new`` instead, eagerly
+    and in a trace's graph: a composite's warning names the function called (var_mean's, where its var warns)."""
+    _WARNING_RENAMES.append((old, new))
+    try:
+        yield
+    finally:
+        _WARNING_RENAMES.pop()
 
 
 # The messages `warn_once` has shown in this process.
@@ -791,9 +812,71 @@ def check_no_internal_overlap(t):
             )
 
 
+def _expanded(t):
+    """Whether ``t``'s elements share memory through a stride-0 dim (an expanded tensor's)."""
+    return 0 not in t._shape and any(st == 0 and n > 1 for n, st in zip(t._shape, t._stride))
+
+
+def expanded_write(op, self):
+    """How ``op`` writes in place into ``self`` where self is expanded (`_expanded`): None where torch refuses
+    (every op but the few below), else the op's ``expanded_write`` declaration. torch lets ``fill_`` and
+    ``zero_`` write through an expanded tensor, and lets index_put_ (so ``x[indices] = v``), masked_fill_ and
+    index_fill_ do so with a deprecation warning (fuzz seed 7202545: a write through an expanded meshgrid output)."""
+    declared = op.expanded_write
+    return declared if declared is not None and _expanded(self) else None
+
+
+def write_inplace(op, self, args, result):
+    """Write an in-place op's ``result`` into ``self``. An expanded self takes torch's element by element write
+    into the shared memory: the op's ``expanded_write(b, new, *args)`` writes ``new``'s written elements into
+    ``b`` (self's values as a writeable NumPy view over a copy of its distinct memory) in order, so that the
+    last element written to a memory location holds it, as torch's serial CPU loop leaves it; each element of
+    self is then written with the value its memory location ends with, all alike."""
+    write = op.expanded_write
+    if write is None or not _expanded(self):
+        self._write(result)
+        return
+    warned = op.attrs.get("expanded_warning")
+    if warned is not None:  # torch's own words (its index_put_'s, masked_fill_'s, index_fill_'s)
+        warnings.warn(f"Use of {op.name.split('.')[0]}_ on expanded tensors is deprecated. Please clone() the "
+                      f"tensor before performing this operation. This also applies to advanced indexing e.g. "
+                      f"{warned}", UserWarning, stacklevel=4)
+    old = self._host_array()
+    distinct = np.array(old[tuple(slice(0, 1) if st == 0 else slice(None) for st in self._stride)])
+    strides = tuple(0 if st == 0 else d for st, d in zip(self._stride, distinct.strides))
+    b = np.lib.stride_tricks.as_strided(distinct, old.shape, strides, writeable=True)
+    new = result._host_array() if isinstance(result, Tensor) else np.asarray(result)
+    write(b, new, *[_host_arrays(a) for a in args[1:]])
+    self._write(np.broadcast_to(distinct, old.shape))
+
+
+def _host_arrays(a):
+    """An argument as a kernel takes it: a tensor (or each of a list's) as its host array."""
+    if isinstance(a, Tensor):
+        return a._host_array()
+    if isinstance(a, (list, tuple)):
+        return [_host_arrays(x) for x in a]
+    return a
+
+
+def write_all(b, new, *args):
+    """`write_inplace`'s write of every element (fill_, zero_: all alike)."""
+    b[...] = new
+
+
+def write_where(mask_of):
+    """`write_inplace`'s write of the elements where ``mask_of(shape, *args)`` is True, in order."""
+    def write(b, new, *args):
+        mask = mask_of(b.shape, *args)
+        b[mask] = new[mask]
+    return write
+
+
 def check_inplace(op, self, spec):
-    """An in-place or out= result must keep the target's shape and castable dtype."""
-    check_no_internal_overlap(self)
+    """An in-place or out= result must keep the target's shape and castable dtype; an expanded target only
+    for the few ops torch writes through one (`expanded_write`)."""
+    if op.expanded_write is None or not _expanded(self):
+        check_no_internal_overlap(self)
     if spec.shape != self.shape:
         raise RuntimeError(
             f"output with shape {list(self.shape)} doesn't match the broadcast shape {list(spec.shape)}"
@@ -841,7 +924,7 @@ def call_inplace(op, args, recorded=False):
         result = op.fast(args, False)
         if result is not None:
             check_inplace(op, args[0], result)
-            args[0]._write(result)
+            write_inplace(op, args[0], args, result)
             return args[0]
     args = op.convert(args)
     if op.multi_tensor:
@@ -865,7 +948,7 @@ def call_inplace(op, args, recorded=False):
             spec = op.meta(*args)
             check_inplace(op, self, spec)
             result = execute(op, args, spec)
-        self._write(result)
+        write_inplace(op, self, args, result)
     if before is not None:
         AUTOGRAD.finish_inplace(op, before, args, self)
     return self

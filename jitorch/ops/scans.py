@@ -94,6 +94,9 @@ def _diff(x, n, dim, prepend, append):
 
 defop("diff(Tensor self, int n=1, int dim=-1, Tensor? prepend=None, Tensor? append=None) -> Tensor", composite=_diff,
       kind="scan", variants=_SCAN_FORMS,
+      # torch's diff_out of order 0 resizes out as self and copy_-s self into it (copy_'s autograd, no out= guard;
+      # fuzz seed 7203191)
+      out_copies=lambda args: args[1] == 0, out_resize_error="cannot resize variables that require grad",
       doc="The ``n``-th forward difference along ``dim`` (after joining ``prepend`` and ``append``); "
           "bools give their exclusive or.")
 

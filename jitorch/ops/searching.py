@@ -271,9 +271,11 @@ defop("histc(Tensor self, int bins=100, Scalar min=0, Scalar max=0) -> Tensor", 
           "elements outside are ignored.")
 
 
-def _histogram_checks(x, weight):
-    if x.dtype not in (_dt.float32, _dt.float64):
-        raise NotImplementedError(f"\"histogramdd\" not implemented for '{scalar_name(x.dtype)}'")
+def _histogram_checks(x, weight, kernel="histogramdd", dtypes=(_dt.float32, _dt.float64)):
+    """torch's checks of a histogram's input and weights; ``kernel`` and ``dtypes``: the CPU kernel it runs and the
+    dtypes that kernel has (given edges, torch's histogram_cpu takes the half types too: fuzz seed 7300360)."""
+    if x.dtype not in dtypes:
+        raise NotImplementedError(f"\"{kernel}\" not implemented for '{scalar_name(x.dtype)}'")
     # torch reads both flattened (the input as N points of one dimension): any weight of as many elements
     # (fuzz seed 7200679: weights of shape [2, 1] for an input of [1, 1, 2] raised)
     if weight is not None and weight.numel() != x.numel():
@@ -283,7 +285,7 @@ def _histogram_checks(x, weight):
 
 
 def _histogram_bins_meta(x, bins, weight, density):
-    _histogram_checks(x, weight)
+    _histogram_checks(x, weight, "histogram_cpu", (_dt.float16, _dt.bfloat16, _dt.float32, _dt.float64))
     if bins.ndim != 1:
         raise RuntimeError(f"torch.histogramdd: bins tensor should have one dimension, but got {bins.ndim} "
                            "dimensions in the bins tensor for dimension 0")
@@ -309,7 +311,11 @@ def _histogram_result(a, edges, weight, density, dtype):
 
 
 def _histogram_bins_cpu(spec, x, bins, weight, density):
-    return _histogram_result(x.reshape(-1), bins.astype(x.dtype), weight, density, x.dtype)
+    # (a half type searched and counted in float32, which holds its values exactly; the result rounded to it)
+    c = opmath(_dt.from_numpy_dtype(x.dtype)).np
+    hist, edges = _histogram_result(x.reshape(-1).astype(c), bins.astype(x.dtype).astype(c),
+                                    None if weight is None else weight.astype(c), density, c)
+    return hist.astype(x.dtype), edges.astype(x.dtype)
 
 
 # histogram's out= form is served by torch's autograd fallback, which refuses out tensors that require grad

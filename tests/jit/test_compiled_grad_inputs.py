@@ -251,3 +251,71 @@ def test_compiled_hook_on_a_non_leaf_input_runs_eagerly_once_per_call():
         jt.compile(fn)(leaf.clone()).sum().backward()
     assert any("adds a hook to a tensor that outlives the call" in str(w.message) for w in caught)
     assert len(seen) == 1
+
+
+@pytest.mark.parametrize("make", ["hann_window", "zeros", "detached input"])
+def test_compiled_returned_new_leaf_that_requires_grad_is_a_leaf_as_torchs(make):
+    """Fuzz seed 7202672: a tensor the function makes with requires_grad=True (``hann_window(1,
+    requires_grad=True)``, ``x.detach().requires_grad_()``) is returned eagerly as a leaf that requires grad; the
+    compiled call returned a graph output that did not. Such a call runs eagerly; returning an input or a captured
+    parameter as it is stays compiled."""
+    def program(T, x):
+        if make == "hann_window":
+            return T.hann_window(1, requires_grad=True), x + 1
+        if make == "zeros":
+            return T.zeros(3, requires_grad=True), x + 1
+        return x.detach().requires_grad_(), x + 1
+    want = program(torch, torch.ones(3))
+    for fn in (lambda x: program(jt, x), jt.compile(lambda x: program(jt, x))):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got = fn(jt.ones(3))
+        assert [(t.requires_grad, t.is_leaf, t.tolist()) for t in got] == \
+            [(t.requires_grad, t.is_leaf, t.tolist()) for t in want]
+    w = jt.ones(2, requires_grad=True)
+    kept = jt.compile(lambda x: (x, w, x * w))
+    x = jt.ones(2, requires_grad=True)
+    out = kept(x)
+    assert out[0] is x and out[1] is w and ran_compiled(kept)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_compiled_gradient_of_a_captured_parameter_read_only_by_a_folded_fill_is_zeros(compiled):
+    """Fuzz seed 7203079: ``fill(c0, -1).sqrt_()`` gives the captured ``c0`` a zero gradient (fill's derivative);
+    constant folding took the read of ``c0`` out of the compiled graph, whose node then did not take ``c0``: its
+    .grad stayed None (without the sqrt_, the output did not even require grad)."""
+    grads = []
+    for T in (torch, jt):
+        c0 = T.ones(4, requires_grad=True)
+
+        def fn(x):
+            v = T.fill(c0, -1)
+            v.sqrt_()
+            return v, v * 2
+        if compiled and T is jt:
+            fn = jt.compile(fn)
+        out = fn(T.tensor(0.5))
+        assert [o.requires_grad for o in out] == [True, True]
+        (out[0].sum() + out[1].sum()).backward()
+        grads.append(c0.grad.tolist())
+    assert grads[0] == grads[1] == [0.0] * 4
+
+
+@pytest.mark.parametrize("shape", [(), (2,), (2, 3)])
+def test_compiled_gradient_of_an_input_given_an_in_place_view_op_after_its_use(shape):
+    """Fuzz seed 7203530: ``v = remainder(x, c); x.swapaxes_(-1, 0); return v``: eagerly the backward from
+    ``v`` reaches ``x`` (through x's history before the swapaxes_); the compiled call looked for x's history as
+    it was at the end (the swapaxes_ node) and gave no gradient."""
+    def program(T, x):
+        v = T.remainder(x, T.tensor(1.875))
+        x.swapaxes_(-1, 0)
+        return v * 3
+    grads = []
+    for T, fn in ((torch, lambda x: program(torch, x)), (jt, lambda x: program(jt, x)),
+                  (jt, jt.compile(lambda x: program(jt, x)))):
+        x = T.full(shape, 2.5, requires_grad=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fn(x * 1).sum().backward()
+        grads.append(x.grad.tolist())
+    assert grads[0] == grads[1] == grads[2]

@@ -227,3 +227,33 @@ def test_a_tensor_made_from_python_data_and_stored_in_python_state_runs_eagerly(
     with pytest.warns(UserWarning, match="stores tensors it computes"):
         second = compiled(jt.ones(2))
     assert second is M.t and second is not first and second.tolist() == 3
+
+
+class _Stored:
+    t = None
+
+
+@pytest.mark.parametrize("where", ["local class", "global class", "class through a namespace"])
+def test_a_tensor_stored_into_a_class_attribute_runs_eagerly(where):
+    """Last stop's fuzzing: a store into a class's attribute (``S.t = x + 1``, S a class the function reaches by
+    name) was not seen as a store into Python state: the trace left a traced tensor there, whose values do not
+    exist. Such a store sends the call back to eager, as a store into a global or an attribute of an object."""
+    class Local:
+        t = None
+    holder = types.SimpleNamespace(S=Local)
+    S = {"local class": Local, "global class": _Stored, "class through a namespace": Local}[where]
+
+    def fn(x):
+        if where == "class through a namespace":
+            holder.S.t = x + 1
+        elif where == "local class":
+            Local.t = x + 1
+        else:
+            _Stored.t = x + 1
+        return x * 2
+
+    compiled = jt.compile(fn)
+    for k in (1.0, 2.0):
+        with pytest.warns(UserWarning, match=r"stores tensors it computes in Python state \(.*t\)"):
+            assert compiled(jt.full((2,), k)).tolist() == [2 * k] * 2
+        assert S.t.tolist() == [k + 1] * 2

@@ -7,6 +7,8 @@ where torch runs, jitorch's result is the one computed from the inputs' old valu
 whatever its kernel's order gives: docs/differences-from-torch.md).
 """
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -201,3 +203,71 @@ def test_setitem_of_a_tensor_through_a_new_leading_dim_of_itself_as_torch(compil
             x[None][:, 1:] = x[:3]
     for shape, size in [((4,), (2, 1, 4)), ((3, 1), (1, 3, 4)), ((0, 2), (1, 0, 2)), ((), (1, 2))]:
         assert jt.zeros(shape).expand(size).stride() == torch.zeros(shape).expand(size).stride()
+
+
+# name -> fn(lib, v): an in-place write torch makes through an expanded tensor v (3 rows over one row's memory)
+EXPANDED_WRITES = {
+    "index_put_ rows": lambda L, v: v.__setitem__(L.tensor([0]), L.tensor([1.0, 2.0, 3.0])),
+    "index_put_ last row written holds": lambda L, v: v.__setitem__(L.tensor([0, 2]), L.tensor([[1.0, 2, 3], [4, 5, 6]])),
+    "index_put_ accumulate adds each": lambda L, v: v.index_put_((L.tensor([0, 1]),), L.tensor(1.0), accumulate=True),
+    "index_put_ columns": lambda L, v: v.__setitem__((slice(None), L.tensor([1])), -4.0),
+    "bool mask": lambda L, v: v.__setitem__(L.tensor([True, False, True]), 9.0),
+    "masked_fill_": lambda L, v: v.masked_fill_(L.tensor([False, True, False]), -1.0),
+    "index_fill_": lambda L, v: v.index_fill_(0, L.tensor([1]), 7.0),
+    "fill_": lambda L, v: v.fill_(2.0),
+    "zero_": lambda L, v: v.zero_(),
+}
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("name", EXPANDED_WRITES)
+def test_a_write_through_an_expanded_tensor_as_torch(name, compiled):
+    """Fuzz seed 7202545: ``v9[indices] = -2`` into an expanded meshgrid output raised the internal-overlap error.
+    torch lets fill_/zero_ write through an expanded tensor, and index_put_, masked_fill_ and index_fill_ with a
+    deprecation warning, each element in turn into the shared memory (the last write to a location holds it,
+    accumulate adds every one); a compiled call runs such a write eagerly (a graph's scatter would not order it)."""
+    def program(L, x):
+        v = x.clone().expand(3, 3)
+        EXPANDED_WRITES[name](L, v)
+        return v * 1, x
+    with warnings.catch_warnings(record=True) as expected:
+        warnings.simplefilter("always")
+        want = program(torch, torch.tensor([1.0, 2.0, 3.0]))
+    fn = jt.compile(lambda x: program(jt, x)) if compiled else lambda x: program(jt, x)
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        result = fn(jt.tensor([1.0, 2.0, 3.0]))
+    assert [r.tolist() for r in result] == [w.tolist() for w in want]
+    deprecated = {str(w.message).split(" (Triggered")[0] for w in expected if "expanded tensors is" in str(w.message)}
+    assert bool(deprecated) == bool({str(w.message) for w in got} & deprecated)
+    if compiled and deprecated:
+        assert any("eagerly" in str(w.message) and "expanded tensor" in str(w.message) for w in got)
+    with pytest.raises(RuntimeError, match="single memory location"):  # others are refused as torch's
+        jt.zeros(3).expand(3, 3).index_copy_(0, jt.tensor([1]), jt.ones(1, 3))
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("write", ["index_put_", "fill_"])
+def test_a_backward_through_a_write_into_an_expanded_tensor_raises_as_torchs(write, compiled):
+    """Seed 7202545's write on a tensor with history: torch writes (the same values as without) and its backward
+    raises the internal-overlap error (its as_strided backward of the written view); jitorch's gave a gradient as
+    if the rows were distinct memory, which it is not (silently wrong)."""
+    def program(T, x):
+        v = T.meshgrid([x * 1, x * 2], indexing="ij")[-1]
+        if write == "fill_":
+            v.fill_(2.0)
+        else:
+            v[T.tensor([2, 1])] = -2.0
+        return v * 1
+    values = []
+    for T in (torch, jt):
+        x = T.tensor([1.0, 2.0, 3.0], requires_grad=True)
+        fn = jt.compile(lambda x: program(jt, x)) if compiled and T is jt else lambda x: program(T, x)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            v = fn(x)
+        values.append(v.tolist())
+        assert v.grad_fn.name() == "MulBackward0"
+        with pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
+            v.sum().backward()
+    assert values[0] == values[1]

@@ -140,6 +140,29 @@ def test_diff_orders_prepend_append_and_errors():
     same("diff", y, prepend=torch.zeros(4))
 
 
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_diff_of_order_zero_into_out_under_grad_copies_as_torch(compiled):
+    """Fuzz seed 7203191: ``diff(x, 0, out=o)`` with x requiring grad raised the out= autograd guard; torch's
+    order 0 copy_-s self into out (out requires grad, CopyBackwards), refused only when out itself requires grad
+    and must be resized. Orders above 0 keep the guard (sub's), as torch's."""
+    def program(T, x):
+        o = T.zeros(0)
+        r = T.diff(x[None], 0, out=o)
+        return r is o, o * 2
+    want = program(torch, torch.arange(6.0).view(2, 3).requires_grad_())
+    fn = jt.compile(lambda x: program(jt, x)) if compiled else lambda x: program(jt, x)
+    x = jt.arange(6.0).view(2, 3).requires_grad_()
+    got = fn(x)
+    assert got[0] is want[0] is True and got[1].tolist() == want[1].tolist() and got[1].requires_grad
+    got[1].sum().backward()
+    assert x.grad.tolist() == [[2.0] * 3] * 2
+    for T in (torch, jt):
+        with pytest.raises(RuntimeError, match="cannot resize variables that require grad"):
+            T.diff(T.ones(3, requires_grad=True), 0, out=T.zeros(1, requires_grad=True))
+        with pytest.raises(RuntimeError, match=r"sub\(\): functions with out=\.\.\. arguments"):
+            T.diff(T.ones(3, requires_grad=True), 1, out=T.zeros(0))
+
+
 @pytest.mark.parametrize("kwargs", [{}, {"spacing": 2.0}, {"spacing": [1.0, 2.0, 3.0]}, {"dim": 1, "edge_order": 2},
                                     {"spacing": [torch.tensor([0.0, 1, 3])], "dim": 0},
                                     {"spacing": [torch.tensor([0.0, 1, 3]), torch.tensor([0, 1, 3, 4.0])],
@@ -542,3 +565,44 @@ def test_histogram_takes_weights_of_as_many_elements_in_any_shape_as_torch(weigh
             results.append(str(e))
     assert results[1] == results[0]
     assert isinstance(results[0], str) == (weight_shape == (3,))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.int32, torch.float32])
+@pytest.mark.parametrize("density", [False, True])
+def test_histogram_by_edges_takes_half_types_as_torch(dtype, density):
+    """Fuzz seed 7300360: histogram of a bfloat16 tensor by a tensor of edges raised histogramdd's refusal; torch's
+    histogram_cpu takes the half types (a number of bins still refuses them, an integer input either way)."""
+    def run(T, x, bins):
+        try:
+            r = T.histogram(x, bins, density=density)
+        except NotImplementedError as e:
+            return str(e)
+        return [t.double().tolist() for t in r] + [str(r[0].dtype).split(".")[1]]
+    data = torch.tensor([[1.0, 2.0], [3.0, 4.0], [2.5, 1.125]]).to(dtype)
+    for edges in (torch.tensor([1.0, 2.0, 3.0]).to(dtype), torch.tensor([1.125, 1.125]).to(dtype), 3):
+        got = run(jt, jt.tensor(data.double().numpy()).to(getattr(jt, str(dtype)[6:])),
+                  edges if isinstance(edges, int) else jt.tensor(edges.double().numpy()).to(getattr(jt, str(dtype)[6:])))
+        want = run(torch, data, edges)
+        if isinstance(want, str):
+            assert got == want
+        else:
+            np.testing.assert_allclose(np.array(got[0], float), np.array(want[0], float))
+            assert got[1:] == want[1:]
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_take_along_dim_wraps_indices_along_its_dim_as_torch(compiled):
+    """Fuzz seed 7300457: torch 2.13's take_along_dim with a dim takes indices modulo the dim's size (``-4`` and
+    ``5`` of 3 elements are 2, any index of one element 0); jitorch raised gather's out-of-bounds error. Without a
+    dim torch still refuses them (gather), and a dim of no elements with indices is torch's remainder error."""
+    def program(T, x, i):
+        return T.take_along_dim(x, i, 0), T.take_along_dim(x.view(1, 6), i.view(1, -1).clamp(-6, 5), 1)
+    want = program(torch, torch.arange(6.0), torch.tensor([-4, 5, 3, -1, 0, 100]))
+    fn = jt.compile(lambda x, i: program(jt, x, i)) if compiled else lambda x, i: program(jt, x, i)
+    got = fn(jt.arange(6.0), jt.tensor([-4, 5, 3, -1, 0, 100]))
+    assert [g.tolist() for g in got] == [w.tolist() for w in want]
+    for T in (torch, jt):
+        with pytest.raises(RuntimeError, match="index 3 is out of bounds for dimension 0 with size 3"):
+            T.take_along_dim(T.arange(3.0), T.tensor([3]))
+        with pytest.raises(RuntimeError, match="^ZeroDivisionError$"):
+            T.take_along_dim(T.zeros(0), T.tensor([1]), 0)

@@ -14,6 +14,7 @@ import numpy as np
 
 from ...ops import functions as jt
 from ...ops import registry
+from ...ops.reductions import moments
 from ...runtime import dtypes as _dt
 from ...runtime import fp_errors
 from ...runtime.autocast_mode import STATE as _AUTOCAST
@@ -82,7 +83,7 @@ def _layer_norm(g, a, out):
         return {name: registry.Tensor._fresh(np.ascontiguousarray(v), x.dtype) for name, v in grads.items()}
     dims = list(range(x.ndim - len(a.normalized_shape), x.ndim))
     lead = list(range(x.ndim - len(a.normalized_shape)))
-    var, mean = jt.var_mean(x, dims, correction=0, keepdim=True)
+    var, mean = moments(x, dims, 0, True)
     rstd = (var + a.eps).rsqrt()
     xhat = (x - mean) * rstd
     grads = {}
