@@ -1,10 +1,18 @@
-"""Eager scaled dot-product attention without history: the arithmetic of ``nn.functional``'s composition.
+"""Scaled dot-product attention: the eager arithmetic of ``nn.functional``'s composition without history,
+and the fused op ``_attention`` (with its backward ``_attention_backward``) that training takes.
 
 ``scaled_dot_product_attention`` is composed of ops (``matmul``, ``mul``, ``masked_fill``, ``softmax``,
 ``matmul``) so that autograd differentiates it and a trace fuses it. Where no history is recorded (under
 ``no_grad``, as in sampling from a model) the composition's dispatch cost more than its arithmetic on a few
 rows: `attention_fast` runs the same NumPy kernels in the same order on the arrays, so its result is the
 composition's, bit for bit, and makes one tensor.
+
+Where history is recorded (a training step, eager or compiled), ``nn.functional`` calls the op
+``_attention`` for CPU float32/float64 attention without a mask or with the causal one: one node in the
+graph, whose derivative rule is the op ``_attention_backward``. Both run the code generator's fused kernels
+where it has registered ``ATTENTION_KERNEL`` (jitorch/codegen/attention.py: one (batch, head) tile per
+iteration, the scores in L1, the tiles on the thread team), else NumPy's products. The op also returns the
+softmax weights, which its backward reads (the composition saved them too); the weights carry no gradient.
 """
 
 from __future__ import annotations
@@ -17,8 +25,13 @@ from ..runtime.device import CPU
 from . import registry
 from .linalg import array_product
 from .reductions import _softmax
+from .registry import TensorSpec, defop
 
 _FAST_DTYPES = (_dt.float32, _dt.float64)
+# (direction, NumPy dtype, L, S, D, causal, scale, batch shape, buffers' element strides but the columns') ->
+# a compiled kernel over the batch's tiles (codegen/attention.py's ``run_tiles(arrays, tiles)``) or None; set by
+# the code generator
+ATTENTION_KERNEL = None
 _FUTURES: dict = {}  # (L, S) -> the bool mask of the keys after each query (``triu(1)`` of ones)
 
 
@@ -59,3 +72,105 @@ def attention_fast(query, key, value, is_causal, scale):
     finally:
         fp_errors.leave(token)
     return registry.contiguous_result(out, dtype)
+
+
+def fused(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa):
+    """Whether ``nn.functional.scaled_dot_product_attention`` takes the op ``_attention``: history is
+    recorded for one of the tensors, all three are CPU float32 or float64 tensors of one dtype and batch
+    shape with the query's and value's last dims equal and no empty dim, without a mask but the causal
+    one, dropout or grouped heads. (Under no_grad the composition's bits stay: `attention_fast`, ONNX
+    export.)"""
+    Tensor = registry.Tensor
+    if (attn_mask is not None or dropout_p != 0.0 or enable_gqa
+            or not (isinstance(query, Tensor) and isinstance(key, Tensor) and isinstance(value, Tensor))
+            or not (query._requires_grad or key._requires_grad or value._requires_grad)
+            or not registry.records_grad()):
+        return False
+    dtype = query.dtype
+    q, k, v = query._shape, key._shape, value._shape
+    return (dtype in _FAST_DTYPES and key.dtype is dtype and value.dtype is dtype and query.device is CPU
+            and key.device is CPU and value.device is CPU and len(q) >= 2 and len(k) == len(q) and len(v) == len(q)
+            and q[:-2] == k[:-2] == v[:-2] and q[-1] == k[-1] == v[-1] and k[-2] == v[-2]
+            and 0 not in q and 0 not in k)
+
+
+def _readable(a):
+    """``a`` as the kernels read it: rows of contiguous elements at any non-negative element strides (the
+    heads of a GPT's q, k and v are views into one product's rows), else a C-contiguous copy."""
+    item = a.itemsize
+    if a.strides[-1] != item or any(s < 0 or s % item for s in a.strides):
+        a = np.ascontiguousarray(a)
+    return a
+
+
+def _run(direction, arrays, is_causal, scale):
+    """The registered kernel over ``arrays`` (inputs, then the outputs it fills), True; False where no
+    kernel serves them."""
+    q, k = arrays[0], arrays[1]
+    L, S, D = q.shape[-2], k.shape[-2], q.shape[-1]
+    layouts = tuple(tuple(s // a.itemsize for s in a.strides[:-1]) for a in arrays)
+    kernel = ATTENTION_KERNEL(direction, q.dtype, L, S, D, is_causal, scale, q.shape[:-2], layouts)
+    if kernel is None:
+        return False
+    kernel.run_tiles(arrays, int(np.prod(q.shape[:-2], dtype=np.int64)))
+    return True
+
+
+def _attention_meta(query, key, value, is_causal, scale):
+    return (TensorSpec(query.shape, query.dtype, query.device),
+            TensorSpec((*query.shape[:-1], key.shape[-2]), query.dtype, query.device))
+
+
+def _attention_cpu(spec, query, key, value, is_causal, scale):
+    dtype = spec[0].dtype.np
+    out, weights = np.empty(spec[0].shape, dtype), np.empty(spec[1].shape, dtype)
+    if ATTENTION_KERNEL is None or not _run("forward", [*map(_readable, (query, key, value)), out, weights],
+                                            is_causal, scale):
+        L, S = query.shape[-2], key.shape[-2]
+        token = fp_errors.enter()
+        try:
+            scores = array_product(query, key.swapaxes(-2, -1))
+            scores *= scale
+            if is_causal:
+                np.copyto(scores, -np.inf, where=_future(L, S))
+            weights = _softmax(scores, scores.ndim - 1)
+            return array_product(weights, value), weights
+        finally:
+            fp_errors.leave(token)
+    return out, weights
+
+
+defop("_attention(Tensor query, Tensor key, Tensor value, bool is_causal, float scale) -> "
+      "(Tensor output, Tensor weights)",
+      meta=_attention_meta, cpu=_attention_cpu, variants=(),
+      doc="``softmax(query @ key^T * scale, masked to the past if is_causal) @ value`` and the softmax weights "
+          "(which ``_attention_backward`` reads), for tensors of one batch shape.")
+
+
+def _backward_meta(grad_output, query, key, value, weights, is_causal, scale):
+    return (TensorSpec(query.shape, query.dtype, query.device), TensorSpec(key.shape, key.dtype, key.device),
+            TensorSpec(value.shape, value.dtype, value.device))
+
+
+def _backward_cpu(spec, grad_output, query, key, value, weights, is_causal, scale):
+    dtype = spec[0].dtype.np
+    grads = tuple(np.empty(s.shape, dtype) for s in spec)
+    inputs = map(_readable, (query, key, value, weights, grad_output))
+    if ATTENTION_KERNEL is None or not _run("backward", [*inputs, *grads], is_causal, scale):
+        token = fp_errors.enter()
+        try:
+            # softmax's backward (torch's form: y (g - sum(g y))), then the products'
+            grad_v = array_product(weights.swapaxes(-2, -1), grad_output)
+            grad_w = array_product(grad_output, value.swapaxes(-2, -1))
+            grad_s = weights * (grad_w - (grad_w * weights).sum(-1, keepdims=True))
+            grad_s *= scale
+            return array_product(grad_s, key), array_product(grad_s.swapaxes(-2, -1), query), grad_v
+        finally:
+            fp_errors.leave(token)
+    return grads
+
+
+defop("_attention_backward(Tensor grad_output, Tensor query, Tensor key, Tensor value, Tensor weights, "
+      "bool is_causal, float scale) -> (Tensor grad_query, Tensor grad_key, Tensor grad_value)",
+      meta=_backward_meta, cpu=_backward_cpu, variants=(),
+      doc="The gradients of ``_attention``'s query, key and value from its output's and its softmax ``weights``.")
