@@ -64,8 +64,24 @@ class _Splat(ir.Constant):
 
 
 def splat(t, x):
-    """The constant ``x`` (a Python number of ``t``'s element type) in every lane of vector type ``t``."""
-    return _Splat(t, x)
+    """The constant ``x`` (a Python number of ``t``'s element type) in every lane of vector type ``t``: spelled
+    short where the LLVM that llvmlite carries reads ``splat (...)`` (LLVM 19 on; llvmlite 0.44's LLVM 15 does
+    not), else lane by lane."""
+    if _reads_splat():
+        return _Splat(t, x)
+    return ir.Constant(t, [x] * t.count)
+
+
+@lru_cache(maxsize=None)
+def _reads_splat():
+    """Whether LLVM's IR parser takes the ``splat (ty x)`` constant syntax (asked once: parsing a line)."""
+    from llvmlite import binding
+    try:
+        binding.parse_assembly("define <2 x float> @f(<2 x float> %x) {\n"
+                               "  %y = fadd <2 x float> %x, splat (float 1.0)\n  ret <2 x float> %y\n}\n")
+    except RuntimeError:
+        return False
+    return True
 
 
 def _f32(v):

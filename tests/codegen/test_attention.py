@@ -10,6 +10,7 @@ import jitorch as jt
 from jitorch import profiler
 from jitorch.backends.cuda.fake import FakeBackend
 from jitorch.codegen import attention as kernels
+from jitorch.codegen import mathlib
 from jitorch.nn import functional as F
 from jitorch.ops import attention
 from jitorch.runtime.cuda_backend import use_backend
@@ -183,9 +184,21 @@ def test_the_kernels_ir_stays_small(monkeypatch, direction):
     ``splat``/``zeroinitializer`` (llvmlite's lane-by-lane spelling was most of 60 KB) and each product's
     epilogue is emitted once, in a loop. GPT's tile's IR was 59-65 KB, now 26-34 KB."""
     text = _kernel_ir(monkeypatch, direction, "float32", 64, 64, 32, True)
-    assert len(text) < 40_000
-    assert "<float 0x" not in text and "splat (float" in text
+    if mathlib._reads_splat():
+        assert len(text) < 40_000
+        assert "<float 0x" not in text and "splat (float" in text
+    else:  # (llvmlite 0.44's LLVM 15: the long spelling, as in `test_vector_constants_are_spelled_lane_by_lane...`)
+        assert "splat" not in text
     assert text.count("fmul contract") == {"forward": 2, "backward": 4}[direction] * 4 * kernels._VECS
+
+
+def test_vector_constants_are_spelled_lane_by_lane_for_an_llvm_without_splat(monkeypatch):
+    """llvmlite 0.44 (the oldest jitorch takes) carries LLVM 15, whose parser refuses ``splat (...)``: the
+    kernels, built with the long spelling there, still link (regression: they failed to parse there)."""
+    monkeypatch.setattr(mathlib, "_reads_splat", lambda: False)
+    text = _kernel_ir(monkeypatch, "forward", "float32", 16, 16, 32, True)
+    assert "splat" not in text and "<float 0x" in text
+    kernels.cpu.optimise(text)
 
 
 def test_a_ragged_tiles_transposing_copies_stay_loops(monkeypatch):
@@ -194,4 +207,4 @@ def test_a_ragged_tiles_transposing_copies_stay_loops(monkeypatch):
     loop is marked to be kept, and the ragged rows are stored with masked stores, not lane by lane."""
     text = _kernel_ir(monkeypatch, "backward", "float64", 17, 17, 70, False)
     assert "llvm.loop.unroll.disable" in text and "llvm.masked.store" in text
-    assert len(str(kernels.cpu.optimise(text))) < 200_000  # (150 KB now)
+    assert len(str(kernels.cpu.optimise(text))) < 250_000  # (150 KB now; 224 KB on LLVM 15, constants spelled long)
