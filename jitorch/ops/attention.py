@@ -12,7 +12,8 @@ Where history is recorded (a training step, eager or compiled), ``nn.functional`
 graph, whose derivative rule is the op ``_attention_backward``. Both run the code generator's fused kernels
 where it has registered ``ATTENTION_KERNEL`` (jitorch/codegen/attention.py: one (batch, head) tile per
 iteration, the scores in L1, the tiles on the thread team), else NumPy's products. The op also returns the
-softmax weights, which its backward reads (the composition saved them too); the weights carry no gradient.
+softmax weights, which its backward reads (the composition saved them too), as bytes: a ``reserve`` that
+carries no gradient (torch's fused CPU attention returns its logsumexp so, not differentiable).
 """
 
 from __future__ import annotations
@@ -116,47 +117,84 @@ def _run(direction, arrays, is_causal, scale):
     return True
 
 
+def _check(query, key, value):
+    """Refuses (RuntimeError, before any output is made) what the kernels cannot read: tensors (or specs) of
+    one float32/float64 dtype and device, one number of dims (2 or more) and one batch shape, queries, keys and
+    values of one head dim, as many values as keys (broadcasting is ``nn.functional``'s, before the call)."""
+    q, k, v = tuple(query.shape), tuple(key.shape), tuple(value.shape)
+    if not (query.dtype is key.dtype is value.dtype and query.dtype in _FAST_DTYPES):
+        raise RuntimeError(f"_attention: expected query, key and value of one dtype, float32 or float64, got "
+                           f"{query.dtype}, {key.dtype} and {value.dtype}")
+    if not query.device == key.device == value.device:
+        raise RuntimeError(f"_attention: expected query, key and value on one device, got {query.device}, "
+                           f"{key.device} and {value.device}")
+    if not (len(q) >= 2 and len(k) == len(q) == len(v) and q[:-2] == k[:-2] == v[:-2] and q[-1] == k[-1] == v[-1]
+            and k[-2] == v[-2]):
+        raise RuntimeError(f"_attention: expected query (..., L, E), key (..., S, E) and value (..., S, E) of one "
+                           f"batch shape, got {list(q)}, {list(k)} and {list(v)}")
+
+
+def _reserve_shape(query, key):
+    """The shape of ``_attention``'s reserve: the (..., L, S) softmax weights as bytes."""
+    return (*query.shape[:-1], key.shape[-2] * query.dtype.itemsize)
+
+
 def _attention_meta(query, key, value, is_causal, scale):
+    _check(query, key, value)
     return (TensorSpec(query.shape, query.dtype, query.device),
-            TensorSpec((*query.shape[:-1], key.shape[-2]), query.dtype, query.device))
+            TensorSpec(_reserve_shape(query, key), _dt.uint8, query.device))
 
 
 def _attention_cpu(spec, query, key, value, is_causal, scale):
     dtype = spec[0].dtype.np
-    out, weights = np.empty(spec[0].shape, dtype), np.empty(spec[1].shape, dtype)
-    if ATTENTION_KERNEL is None or not _run("forward", [*map(_readable, (query, key, value)), out, weights],
-                                            is_causal, scale):
-        L, S = query.shape[-2], key.shape[-2]
+    L, S = query.shape[-2], key.shape[-2]
+    out, weights = np.empty(spec[0].shape, dtype), np.empty((*query.shape[:-1], S), dtype)
+    if (ATTENTION_KERNEL is None or out.size == 0 or key.size == 0
+            or not _run("forward", [*map(_readable, (query, key, value)), out, weights], is_causal, scale)):
         token = fp_errors.enter()
         try:
             scores = array_product(query, key.swapaxes(-2, -1))
             scores *= scale
             if is_causal:
                 np.copyto(scores, -np.inf, where=_future(L, S))
-            weights = _softmax(scores, scores.ndim - 1)
-            return array_product(weights, value), weights
+            weights = np.ascontiguousarray(_softmax(scores, scores.ndim - 1))
+            out = array_product(weights, value)
         finally:
             fp_errors.leave(token)
-    return out, weights
+    return out, weights.view(np.uint8)
 
 
 defop("_attention(Tensor query, Tensor key, Tensor value, bool is_causal, float scale) -> "
-      "(Tensor output, Tensor weights)",
-      meta=_attention_meta, cpu=_attention_cpu, variants=(),
-      doc="``softmax(query @ key^T * scale, masked to the past if is_causal) @ value`` and the softmax weights "
-          "(which ``_attention_backward`` reads), for tensors of one batch shape.")
+      "(Tensor output, Tensor reserve)",
+      meta=_attention_meta, cpu=_attention_cpu, kind="attention", variants=(),
+      doc="``softmax(query @ key^T * scale, masked to the past if is_causal) @ value`` for query (..., L, E), key "
+          "and value (..., S, E) of one batch shape; ``reserve`` holds the (..., L, S) softmax weights as bytes "
+          "(what ``_attention_backward`` reads: no gradient passes through it, as through ``_rnn_layer``'s).")
 
 
-def _backward_meta(grad_output, query, key, value, weights, is_causal, scale):
+def _backward_meta(grad_output, query, key, value, reserve, is_causal, scale):
+    _check(query, key, value)
+    if tuple(grad_output.shape) != tuple(query.shape) or grad_output.dtype is not query.dtype:
+        raise RuntimeError(f"_attention_backward: expected grad_output of the query's shape {list(query.shape)} "
+                           f"and dtype {query.dtype}, got {list(grad_output.shape)} and {grad_output.dtype}")
+    if reserve.dtype is not _dt.uint8 or tuple(reserve.shape) != _reserve_shape(query, key):
+        raise RuntimeError(f"_attention_backward: expected the reserve of _attention, uint8 of shape "
+                           f"{list(_reserve_shape(query, key))}, got {reserve.dtype} of shape {list(reserve.shape)}")
+    if not grad_output.device == reserve.device == query.device:
+        raise RuntimeError(f"_attention_backward: expected grad_output and reserve on the query's device "
+                           f"{query.device}, got {grad_output.device} and {reserve.device}")
     return (TensorSpec(query.shape, query.dtype, query.device), TensorSpec(key.shape, key.dtype, key.device),
             TensorSpec(value.shape, value.dtype, value.device))
 
 
-def _backward_cpu(spec, grad_output, query, key, value, weights, is_causal, scale):
+def _backward_cpu(spec, grad_output, query, key, value, reserve, is_causal, scale):
     dtype = spec[0].dtype.np
+    # (the bytes' rows are whole weights' rows: a view of them as floats needs their last dim compact)
+    weights = (reserve if reserve.strides[-1] == 1 else np.ascontiguousarray(reserve)).view(dtype)
     grads = tuple(np.empty(s.shape, dtype) for s in spec)
     inputs = map(_readable, (query, key, value, weights, grad_output))
-    if ATTENTION_KERNEL is None or not _run("backward", [*inputs, *grads], is_causal, scale):
+    if (ATTENTION_KERNEL is None or query.size == 0 or key.size == 0
+            or not _run("backward", [*inputs, *grads], is_causal, scale)):
         token = fp_errors.enter()
         try:
             # softmax's backward (torch's form: y (g - sum(g y))), then the products'
@@ -170,7 +208,8 @@ def _backward_cpu(spec, grad_output, query, key, value, weights, is_causal, scal
     return grads
 
 
-defop("_attention_backward(Tensor grad_output, Tensor query, Tensor key, Tensor value, Tensor weights, "
+defop("_attention_backward(Tensor grad_output, Tensor query, Tensor key, Tensor value, Tensor reserve, "
       "bool is_causal, float scale) -> (Tensor grad_query, Tensor grad_key, Tensor grad_value)",
-      meta=_backward_meta, cpu=_backward_cpu, variants=(),
-      doc="The gradients of ``_attention``'s query, key and value from its output's and its softmax ``weights``.")
+      meta=_backward_meta, cpu=_backward_cpu, kind="attention", variants=(),
+      doc="The gradients of ``_attention``'s query, key and value from its output's gradient and its "
+          "``reserve``.")

@@ -13,6 +13,7 @@ from jitorch.codegen import attention as kernels
 from jitorch.codegen import mathlib
 from jitorch.nn import functional as F
 from jitorch.ops import attention
+from jitorch.runtime import threads
 from jitorch.runtime.cuda_backend import use_backend
 
 TOLERANCE = {"float32": dict(rtol=1e-5, atol=2e-6), "float64": dict(rtol=1e-12, atol=1e-13)}
@@ -103,16 +104,17 @@ def test_shapes_no_kernel_serves_take_numpys_products(monkeypatch, causal):
         np.testing.assert_allclose(g, f, **TOLERANCE["float64"])
 
 
-def test_tiles_split_on_two_threads_give_one_threads_bits():
+def test_tiles_split_on_two_threads_give_one_threads_bits(monkeypatch):
+    # (the thread count set through the settings the test restores: set_num_threads would also leave products
+    # split for the tests after it)
     arrays = _arrays(((12, 4, 64, 32), (12, 4, 64, 32)), "float32")
-    before = jt.get_num_threads()
-    try:
-        jt.set_num_threads(1)
-        one, _ = _ours(arrays, True, 0.125, compiled=False)
-        jt.set_num_threads(2)
-        two, _ = _ours(arrays, True, 0.125, compiled=False)
-    finally:
-        jt.set_num_threads(before)
+    forks = threads.counters["forks"]
+    monkeypatch.setitem(threads._settings, "threads", 1)
+    one, _ = _ours(arrays, True, 0.125, compiled=False)
+    assert threads.counters["forks"] == forks
+    monkeypatch.setitem(threads._settings, "threads", 2)
+    two, _ = _ours(arrays, True, 0.125, compiled=False)
+    assert threads.counters["forks"] > forks
     for a, b in zip(one, two):
         assert np.array_equal(a, b)
 

@@ -1,7 +1,8 @@
 """Derivative rule of the fused attention ``_attention`` (jitorch/ops/attention.py): its backward op.
 
 ``_attention_backward`` has no rule, so a double backward through the fused attention raises, as through
-torch's fused CPU and CUDA attention kernels; its softmax ``weights`` output carries no gradient.
+torch's fused CPU and CUDA attention kernels; its ``reserve`` output (the softmax weights as bytes) carries no
+gradient.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ _ARGS = ("query", "key", "value")
 
 
 def _attention(g, a, out):
-    """The three gradients in one op, from the output's gradient and the saved softmax weights."""
+    """The three gradients in one op, from the output's gradient and the saved reserve (softmax weights)."""
     grads = OPS["_attention_backward"](g[0], a.query, a.key, a.value, out[1], a.is_causal, a.scale)
     return {name: grad for name, grad in zip(_ARGS, grads) if wanted(getattr(a, name))}
 
 
-defgrad("_attention", differentiates(" ".join(_ARGS), reads("query key value result", _attention)))
+defgrad("_attention", differentiates(" ".join(_ARGS), reads("query key value result1", _attention)))
