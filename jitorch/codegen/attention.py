@@ -29,9 +29,9 @@ from llvmlite import ir
 from ..ops import attention
 from ..runtime.threads import run_chunks
 from . import cpu, mathlib
-from .cache import default_cache
+from .cache import cache_key, default_cache
 from .errors import CompileError
-from .kernel import I64, KernelSource, counted_loop
+from .kernel import I64, KernelSource, counted_loop, generator_fingerprint
 from .memo import BuiltOnce
 from .target import CPU
 
@@ -39,6 +39,7 @@ from .target import CPU
 STACK_LIMIT = 256 * 1024
 _ROWS, _VECS = 4, 2  # a product's register block: rows by vectors of accumulators
 _BYTES = 64  # one vector: a cache line, an AVX-512 register (LLVM splits it for narrower targets)
+_IR_LIMIT = 1 << 20  # a cached kernel IR entry of more bytes is refused unread (GPT's tiles: 26-34 KB)
 
 
 class AttentionKernel:
@@ -97,9 +98,36 @@ def _build(direction, dtype, L, S, D, causal, scale, batch, layouts):
     n_in, n_out = (3, 2) if direction == "forward" else (5, 3)
     source = KernelSource(name, "attention", [f"attention_{direction}"], list(range(n_in)),
                           list(range(n_in, n_in + n_out)), 0, 0)
+    cache = default_cache()
+    # (what decides the IR: the tile's parameters, the generator's sources, the target, and the constants'
+    # spelling, which the LLVM that llvmlite carries decides)
+    text = repr(("attention", cpu.target_id(), mathlib._reads_splat(), direction, dtype, L, S, D, causal, scale,
+                 batch, layouts))
+    key = cache_key("attention kernel IR", generator_fingerprint(), text)
+    stored, llvm_ir = cache.get(key, text, limit=_IR_LIMIT), None
+    if stored is not None:
+        try:
+            llvm_ir = stored.decode("utf-8")
+        except UnicodeDecodeError:  # (a damaged entry: built again)
+            pass
+    if llvm_ir is None:
+        llvm_ir = _module(tile, direction, name, n_in, n_out)
+        cache.put(key, llvm_ir.encode("utf-8"), text)
+    source.llvm_ir = llvm_ir
+    try:
+        compiled = cpu.link_kernel(source, cache)
+    except CompileError:
+        return None
+    return AttentionKernel(compiled, L * S * D)
+
+
+def _module(tile, direction, name, n_in, n_out):
+    """The LLVM IR text of ``tile``'s ``direction`` kernel named ``name``. `_build` takes it from the kernel
+    cache where an earlier process made it for the same parameters: the IR's text keys the object code, and
+    building it here was 15-25 ms of Python in every process's first call."""
     module = ir.Module(name=name)
     module.triple = CPU.triple
-    ptr = t.as_pointer()
+    ptr = tile.t.as_pointer()
     body = ir.Function(module, ir.FunctionType(ir.VoidType(), [I64, I64] + [ptr] * (n_in + n_out)), name + "_body")
     body.linkage = "internal"
     body.attributes.add("alwaysinline")
@@ -108,13 +136,8 @@ def _build(direction, dtype, L, S, D, causal, scale, batch, layouts):
     b = ir.IRBuilder(body.append_basic_block("entry"))
     (tile.forward if direction == "forward" else tile.backward)(b, body.args[0], body.args[1], body.args[2:])
     b.ret_void()
-    CPU.add_entry(module, body, source.inputs + source.outputs, 0, "thread")
-    source.llvm_ir = str(module)
-    try:
-        compiled = cpu.link_kernel(source, default_cache())
-    except CompileError:
-        return None
-    return AttentionKernel(compiled, L * S * D)
+    CPU.add_entry(module, body, list(range(n_in + n_out)), 0, "thread")
+    return str(module)
 
 
 # (direction, dtype name, L, S, D, causal, scale, batch, layouts) -> AttentionKernel, or None

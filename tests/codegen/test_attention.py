@@ -210,3 +210,30 @@ def test_a_ragged_tiles_transposing_copies_stay_loops(monkeypatch):
     text = _kernel_ir(monkeypatch, "backward", "float64", 17, 17, 70, False)
     assert "llvm.loop.unroll.disable" in text and "llvm.masked.store" in text
     assert len(str(kernels.cpu.optimise(text))) < 250_000  # (150 KB now; 224 KB on LLVM 15, constants spelled long)
+
+
+def test_a_new_process_takes_the_kernels_ir_from_the_cache(monkeypatch, tmp_path):
+    """The IR's text keys the object code, and building it was 15-25 ms of Python in each process's first
+    call: a later process (a fresh cache object on the same folder) takes it from the cache by the tile's
+    parameters and builds none; other parameters or another constant spelling build their own."""
+    from jitorch.codegen.cache import KernelCache
+    monkeypatch.setattr(kernels, "default_cache", lambda: KernelCache(tmp_path))
+    layouts = tuple(kernels._contiguous((2,), *shape) for shape in ((9, 8), (7, 8), (7, 8), (9, 8), (9, 7)))
+    args = ("forward", "float32", 9, 7, 8, True, 0.25, (2,), layouts)
+    first = kernels._build(*args)
+    built = []
+    module = kernels._module
+    monkeypatch.setattr(kernels, "_module", lambda *a: built.append(a[1:]) or module(*a))
+    again = kernels._build(*args)
+    assert built == [] and again._compiled.source.llvm_ir == first._compiled.source.llvm_ir
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal(s).astype(np.float32) for s in ((2, 9, 8), (2, 7, 8), (2, 7, 8)))
+    outs = [(np.empty((2, 9, 8), np.float32), np.empty((2, 9, 7), np.float32)) for _ in range(2)]
+    for kernel, (out, p) in zip((first, again), outs):
+        kernel.run_tiles([q, k, v, out, p], 2)
+    assert np.array_equal(outs[0][0], outs[1][0]) and np.array_equal(outs[0][1], outs[1][1])
+    kernels._build(*args[:6], 0.5, *args[7:])
+    spelled_short = mathlib._reads_splat()
+    monkeypatch.setattr(mathlib, "_reads_splat", lambda: not spelled_short)
+    kernels._build(*args)
+    assert [a[0] for a in built] == ["forward", "forward"]
