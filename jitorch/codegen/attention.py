@@ -64,20 +64,19 @@ class AttentionKernel:
         run_chunks(self._compiled.address, args, [(i, min(i + step, tiles)) for i in range(0, tiles, step)])
 
 
-def attention_kernel(direction, dtype, L, S, D, causal, scale, batch=(), layouts=None):
+def attention_kernel(direction, dtype, L, S, D, causal, scale, batch=(), layouts=None, masked=False):
     """The compiled ``direction`` ("forward" or "backward") kernel for float ``dtype`` (a NumPy dtype)
     tiles of ``L`` queries, ``S`` keys and ``D`` dims (an `AttentionKernel`); None where it cannot be built
-    (the caller composes). Forward buffers: q, k, v, then out and the softmax weights p; backward: q, k, v,
-    p, grad_out, then grad_q, grad_k, grad_v. Each holds the tiles of the ``batch`` shape; ``layouts`` gives,
-    per buffer, its element strides (one per batch dim, then the rows'; the columns' are 1), default
-    C-contiguous. Built once per key."""
+    (the caller composes). Forward buffers: q, k, v, (with ``masked``) an additive (L, S) mask, then out and
+    the softmax weights p; backward: q, k, v, p, grad_out, then grad_q, grad_k, grad_v. Each holds the tiles
+    of the ``batch`` shape; ``layouts`` gives, per buffer, its element strides (one per batch dim, then the
+    rows'; the columns' are 1), default C-contiguous. Built once per key."""
     if layouts is None:
-        n = 5 if direction == "forward" else 8
-        shapes = {"forward": "LDSDSDLDLS", "backward": "LDSDSDLSLDLDSDSD"}[direction]
+        shapes = {"forward": "LDSDSD" + ("LS" if masked else "") + "LDLS", "backward": "LDSDSDLSLDLDSDSD"}[direction]
         sizes = {"L": L, "S": S, "D": D}
-        layouts = tuple(_contiguous(batch, sizes[shapes[2 * i]], sizes[shapes[2 * i + 1]]) for i in range(n))
+        layouts = tuple(_contiguous(batch, sizes[shapes[i]], sizes[shapes[i + 1]]) for i in range(0, len(shapes), 2))
     return _kernels(direction, np.dtype(dtype).name, L, S, D, bool(causal), float(scale), tuple(batch),
-                    tuple(layouts))
+                    tuple(layouts), bool(masked))
 
 
 def _contiguous(batch, rows, cols):
@@ -88,21 +87,22 @@ def _contiguous(batch, rows, cols):
     return tuple(strides)
 
 
-def _build(direction, dtype, L, S, D, causal, scale, batch, layouts):
+def _build(direction, dtype, L, S, D, causal, scale, batch, layouts, masked=False):
     t = ir.FloatType() if dtype == "float32" else ir.DoubleType()
     width = _BYTES // np.dtype(dtype).itemsize
-    tile = _Tile(t, width, L, S, D, causal, scale, batch, layouts)
+    tile = _Tile(t, width, L, S, D, causal, scale, batch, layouts, masked)
     if tile.stack_bytes(direction) > STACK_LIMIT:
         return None
-    name = f"jitorch_attention_{direction}_{dtype}_{L}x{S}x{D}{'_causal' if causal else ''}"
-    n_in, n_out = (3, 2) if direction == "forward" else (5, 3)
+    name = (f"jitorch_attention_{direction}_{dtype}_{L}x{S}x{D}{'_causal' if causal else ''}"
+            f"{'_masked' if masked else ''}")
+    n_in, n_out = (3 + masked, 2) if direction == "forward" else (5, 3)
     source = KernelSource(name, "attention", [f"attention_{direction}"], list(range(n_in)),
                           list(range(n_in, n_in + n_out)), 0, 0)
     cache = default_cache()
     # (what decides the IR: the tile's parameters, the generator's sources, the target, and the constants'
     # spelling, which the LLVM that llvmlite carries decides)
     text = repr(("attention", cpu.target_id(), mathlib._reads_splat(), direction, dtype, L, S, D, causal, scale,
-                 batch, layouts))
+                 batch, layouts, masked))
     key = cache_key("attention kernel IR", generator_fingerprint(), text)
     stored, llvm_ir = cache.get(key, text, limit=_IR_LIMIT), None
     if stored is not None:
@@ -140,7 +140,7 @@ def _module(tile, direction, name, n_in, n_out):
     return str(module)
 
 
-# (direction, dtype name, L, S, D, causal, scale, batch, layouts) -> AttentionKernel, or None
+# (direction, dtype name, L, S, D, causal, scale, batch, layouts, masked) -> AttentionKernel, or None
 _kernels = BuiltOnce(_build)
 
 
@@ -151,9 +151,10 @@ def _ceil(n, m):
 class _Tile:
     """Emits one tile's loops; sizes and strides are the kernel's constants."""
 
-    def __init__(self, t, width, L, S, D, causal, scale, batch, layouts):
+    def __init__(self, t, width, L, S, D, causal, scale, batch, layouts, masked=False):
         self.t, self.w, self.L, self.S, self.D, self.causal, self.scale = t, width, L, S, D, causal, scale
         self.batch, self.layouts = batch, layouts
+        self.additive = masked  # the forward adds a mask buffer to the scaled scores
         self.vt = ir.VectorType(t, width)
         block = width * _VECS
         self.Sp, self.Dp = _ceil(S, block), _ceil(D, block)
@@ -368,6 +369,18 @@ class _Tile:
             ir.VoidType(), [self.vt, self.vt.as_pointer(), ir.IntType(32), mask.type]), name)
         b.call(store, [acc, p, ir.IntType(32)(self.item), mask])
 
+    def load_row_part(self, b, src, col):
+        """``src[col + lane]`` for the lanes before column S, zeros after it (a masked load: the last column
+        block of a ragged S reaches past the row)."""
+        p = b.bitcast(b.gep(src, [col]), self.vt.as_pointer())
+        if self.S % (self.w * _VECS) == 0:  # (every block lies inside the row)
+            return b.load(p, align=self.item)
+        mask = b.icmp_signed("<", self.lanes, self.broadcast(b, b.sub(I64(self.S), col)))
+        name = f"llvm.masked.load.v{self.w}{'f32' if self.item == 4 else 'f64'}.p0"
+        load = b.module.globals.get(name) or ir.Function(b.module, ir.FunctionType(
+            self.vt, [self.vt.as_pointer(), ir.IntType(32), mask.type, self.vt]), name)
+        return b.call(load, [p, ir.IntType(32)(self.item), mask, self.splat(0.0)])
+
     def masked(self, b, v, i, c0):
         """Lanes of columns ``c0 .. c0 + w`` of row ``i`` after its last key (or past S) set to -inf."""
         j = b.add(self.broadcast(b, c0), self.lanes)
@@ -403,7 +416,10 @@ class _Tile:
         b.store(self.splat(float("-inf")), slot_m)
         counted_loop(b, I64(0), nvec, I64(1), lambda b, c: b.store(
             self.maxnum(b, b.load(slot_m), self.vload(b, self.at(b, row, self.times(b, c, self.w)))), slot_m), "mx")
-        mv = self.broadcast(b, self.hsum(b, b.load(slot_m), self.maxnum))
+        m = self.hsum(b, b.load(slot_m), self.maxnum)
+        if self.additive:  # (a row whose every key is masked: exp(-inf - 0) = 0 each, then 0 / 1 below)
+            m = b.select(b.fcmp_ordered("==", m, self.const(float("-inf"))), self.const(0.0), m)
+        mv = self.broadcast(b, m)
         slot_s = self.slot(b, self.vt)
         b.store(self.splat(0.0), slot_s)
 
@@ -413,7 +429,10 @@ class _Tile:
             self.vstore(b, e, p)
             b.store(b.fadd(b.load(slot_s), e), slot_s)
         counted_loop(b, I64(0), nvec, I64(1), exp_pass, "ex")
-        tv = self.broadcast(b, self.hsum(b, b.load(slot_s), lambda b, x, y: b.fadd(x, y)))
+        total = self.hsum(b, b.load(slot_s), lambda b, x, y: b.fadd(x, y))
+        if self.additive:  # (rows with every key masked give zeros, as the composition's safe softmax)
+            total = b.select(b.fcmp_ordered("==", total, self.const(0.0)), self.const(1.0), total)
+        tv = self.broadcast(b, total)
         counted_loop(b, I64(0), nvec, I64(1), lambda b, c: self.vstore(
             b, b.fdiv(self.vload(b, self.at(b, row, self.times(b, c, self.w))), tv),
             self.at(b, row, self.times(b, c, self.w))), "dv")
@@ -431,7 +450,9 @@ class _Tile:
         vp = None if self.direct else self.buffer(b, S * self.Dp)
 
         def tile(b, t):
-            (qt, q_ld), (kk, k_ld), (vv, v_ld), (ot, o_ld), (pt, p_ld) = (self.tile(b, t, args, n) for n in range(5))
+            bufs = [self.tile(b, t, args, n) for n in range(len(args))]
+            (qt, q_ld), (kk, k_ld), (vv, v_ld), (ot, o_ld), (pt, p_ld) = bufs[:3] + bufs[-2:]
+            mt, m_ld = bufs[3] if self.additive else (None, 0)
             self.copy(b, kt, Sp, kk, k_ld, S, D, transpose=True)
             if vp is not None:
                 self.copy(b, vp, self.Dp, vv, v_ld, S, D)
@@ -443,7 +464,10 @@ class _Tile:
 
                 def scores(b, c0):
                     def store(b, r, col, acc):
-                        s = self.masked(b, b.fmul(acc, self.splat(self.scale)), b.add(i, r), col)
+                        s = b.fmul(acc, self.splat(self.scale))
+                        if mt is not None:  # (the composition's order: scaled, then the mask added)
+                            s = b.fadd(s, self.load_row_part(b, self.at(b, mt, self.times(b, b.add(i, r), m_ld)), col))
+                        s = self.masked(b, s, b.add(i, r), col)
                         self.vstore(b, s, self.at(b, sr, self.times(b, r, s_ld), col))
                     self._product(b, rows, self.at(b, qt, self.times(b, i, q_ld)), q_ld, 1, kt, Sp, I64(0), I64(D),
                                   c0, store)

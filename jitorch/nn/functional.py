@@ -2725,8 +2725,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     whose allowed scores are all -inf, which only infinite inputs give, is NaN there where torch's CPU kernel
     gives zeros. ``dropout_p`` always applies, as in torch.
 
-    Recording history on the CPU (float32 or float64, no mask or the causal one, no dropout), it is one op,
-    ``_attention``, run by fused kernels forward and backward (jitorch/codegen/attention.py); its sums
+    Recording history on the CPU (float32 or float64, no mask, the causal one or a bool or additive mask that
+    broadcasts to the scores, no dropout), it is one op, ``_attention``, run by fused kernels forward and
+    backward (jitorch/codegen/attention.py; a mask that requires grad takes NumPy's products backward); its sums
     round in another order than the composition's (within float tolerance of torch, whose CPU kernel is
     fused too), and as torch's fused kernels it has no double backward.
     """
@@ -2740,7 +2741,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             return out
     if (_AUTOCAST.key is None and isinstance(scale, float)
             and _fused_attention(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)):
-        return _OPS["_attention"](query, key, value, is_causal, scale)[0]
+        return _OPS["_attention"](query, key, value, attn_mask, is_causal, scale)[0]
     if enable_gqa:
         if query.shape[-3] % key.shape[-3] or query.shape[-3] % value.shape[-3]:
             raise RuntimeError("Number of heads in key and value must divide the number of heads in query")

@@ -815,21 +815,24 @@ def _rnn_backward_samples(m):
 
 
 def _attention_args(m):
-    """Arguments of ``_attention`` (query, key, value, is_causal, scale): causal with more queries than keys
-    (every row keeps key 0) and strided, transposed keys and values; fewer queries than keys; one tile of
-    no batch dims with keys repeated (stride 0); no queries at all."""
-    return [(m.f((2, 2, 5, 3)), m.f((2, 2, 4, 3), "strided"), m.f((2, 2, 4, 3), "transposed"), True, 0.5),
-            (m.f((2, 3, 4)), m.f((2, 6, 4)), m.f((2, 6, 4)), False, 0.3),
-            (m.f((4, 8)), m.f((4, 8), "expanded"), m.f((4, 8)), True, 1.0),
-            (m.f((2, 0, 3)), m.f((2, 2, 3)), m.f((2, 2, 3)), False, 0.5)]
+    """Arguments of ``_attention`` (query, key, value, attn_mask, is_causal, scale): causal with more queries
+    than keys (every row keeps key 0) and strided, transposed keys and values; fewer queries than keys with an
+    additive mask broadcast over the batch; one tile of no batch dims with keys repeated (stride 0); a bool
+    mask broadcast over the heads; no queries at all."""
+    return [(m.f((2, 2, 5, 3)), m.f((2, 2, 4, 3), "strided"), m.f((2, 2, 4, 3), "transposed"), None, True, 0.5),
+            (m.f((2, 3, 4)), m.f((2, 6, 4)), m.f((2, 6, 4)), m.f((3, 6)), False, 0.3),
+            (m.f((4, 8)), m.f((4, 8), "expanded"), m.f((4, 8)), None, True, 1.0),
+            (m.f((2, 2, 5, 3)), m.f((2, 2, 7, 3)), m.f((2, 2, 7, 3)), m.b((2, 1, 5, 7)), False, 0.5),
+            (m.f((2, 0, 3)), m.f((2, 2, 3)), m.f((2, 2, 3)), None, False, 0.5)]
 
 
 def _attention_backward_samples(m):
-    """The output's gradient with each `_attention_args` sample and its forward's reserve."""
+    """The output's gradient with each `_attention_args` sample and its forward's reserve; the scores'
+    gradient asked for where the sample has a mask."""
     out = []
-    for q, k, v, causal, scale in _attention_args(m):
-        _, reserve = registry.OPS["_attention"](q, k, v, causal, scale)
-        out.append(S(m.f(tuple(q.shape)), q, k, v, reserve, causal, scale))
+    for q, k, v, mask, causal, scale in _attention_args(m):
+        _, reserve = registry.OPS["_attention"](q, k, v, mask, causal, scale)
+        out.append(S(m.f(tuple(q.shape)), q, k, v, reserve, causal, scale, mask is not None))
     return out
 
 
