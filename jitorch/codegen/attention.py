@@ -1,6 +1,6 @@
 """Fused attention kernels (jitorch/ops/attention.py's ``_attention`` and ``_attention_backward``): scaled
 dot-product attention over one (batch, head) tile per iteration of the kernel's outer loop, forward and
-backward, with no mask or a causal one.
+backward, with no mask, a causal one or an additive one (forward).
 
 The composition (``matmul``, ``mul``, ``masked_fill``, ``softmax``, ``matmul`` and their derivatives) runs
 a batched BLAS product per step over all tiles and passes the (L, S) scores through memory between them; a
@@ -8,8 +8,10 @@ training step of a small GPT has 48 tiles of 64 x 64 x 32, where each product is
 arithmetic and the step's products ran 2-2.7 times slower than alone. Here a tile's keys (and in the
 backward its values) are transposed once into a stack buffer, a few tens of KB that stay in L1; the other
 operands are read where they lie (a GPT's heads are strided views of one product), copied into padded rows
-only where the head dim is no whole number of register blocks. Each product is a register-blocked loop (``_product``: 4 rows by 2 vectors of accumulators, one
-broadcast operand and one vector load per FMA pair); the causal mask skips the key blocks after a row
+only where the head dim is no whole number of register blocks. Each product is a register-blocked loop
+(``_product``: 4 rows by 2 vectors of accumulators, one broadcast operand and one vector load per FMA pair);
+an additive mask (a bool one made -inf/0 by the op) is added to the scaled scores where they are stored, and
+in masked kernels a row with every key masked gives zero weights; the causal mask skips the key blocks after a row
 block's last query, about half the work. The softmax (max, exp of the differences, sum, division, as the
 softmax kernel's order) runs on the row in registers and L1. The tiles run in chunks on the thread team.
 

@@ -81,8 +81,9 @@ def fused(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa):
     recorded for one of the tensors, all three are CPU float32 or float64 tensors of one dtype and batch
     shape with the query's and value's last dims equal and no empty dim, with no mask, the causal one or a
     CPU bool or additive (the query's dtype) mask that broadcasts to the scores' shape, without dropout or
-    grouped heads. (An additive mask that requires grad gets the scores' gradient from the backward's NumPy
-    products: the kernels do not write it.) (Under no_grad the composition's bits stay: `attention_fast`, ONNX export.)"""
+    grouped heads. An additive mask that requires grad gets the scores' gradient from the backward's NumPy
+    products (the kernels do not write it). Under no_grad the composition's bits stay (`attention_fast`,
+    ONNX export)."""
     Tensor = registry.Tensor
     if (dropout_p != 0.0 or enable_gqa
             or not (isinstance(query, Tensor) and isinstance(key, Tensor) and isinstance(value, Tensor))
