@@ -12,6 +12,7 @@ import builtins
 import copy
 from collections import OrderedDict
 import operator
+import weakref
 from math import prod
 
 import numpy as np
@@ -58,6 +59,7 @@ class Size(tuple):
 
 
 _new_object = object.__new__
+_weakref = weakref.ref
 
 # Objects told before a tensor's .grad is assigned (a tracer, while it records).
 GRAD_WATCHERS: list = []
@@ -71,6 +73,30 @@ VALUE_WATCHERS: list = []
 # go through `Tensor._set_geometry`. A compiled graph re-checks the captured tensors it was traced with only
 # when it moved since their check last held (`jit.captures.geometry_guard`), which keeps its calls cheap.
 GEOMETRY_EPOCH = [0]
+
+
+class _ViewRefs(list):
+    """Weak references to the views of a root base made while it recorded no history (`view_refs`), pruned of
+    dead ones whenever their number reaches ``limit`` (then twice the live ones)."""
+
+    __slots__ = ("limit",)
+
+    def prune(self):
+        self[:] = [r for r in self if r() is not None]
+        self.limit = max(64, 2 * len(self))
+
+
+def view_refs(root):
+    """The list of weak references to ``root``'s views made without history (``root._views``), made if it has
+    none, pruned if full: autograd's `track_views` and `Tensor._view_of` append to it, and its
+    `_views_catch_up` reads it once an in-place op gives ``root`` a history."""
+    tracked = root.__dict__.get("_views")
+    if tracked is None:
+        tracked = root._views = _ViewRefs()
+        tracked.limit = 64
+    elif len(tracked) >= tracked.limit:
+        tracked.prune()
+    return tracked
 
 
 class Tensor:
@@ -123,11 +149,12 @@ class Tensor:
         t._base = None
         return t
 
-    @classmethod
-    def _fresh(cls, arr, dtype, shape=None, strides=None):
+    @staticmethod
+    def _fresh(arr, dtype, shape=None, strides=None):
         """A new tensor owning ``arr``, a C-contiguous array of ``dtype``'s NumPy type (a kernel's result).
         ``shape`` and ``strides``, if given, are ``arr``'s shape (as a tuple equal to it) and its contiguous
-        strides, which a caller that holds them already spares it working out."""
+        strides, which a caller that holds them already spares it working out. (A static method: a class
+        method's call costs a bound method, and every result is a plain Tensor.)"""
         if shape is None:
             shape = arr.shape
             strides = _CONTIGUOUS.get(shape)
@@ -144,7 +171,7 @@ class Tensor:
         storage.inference = _INFERENCE_OPEN[0] > 0 and _grad_state.inference
         if _profiling.RECORDER is not None:
             _profiling.RECORDER.allocated(storage)
-        t = _new_object(cls)
+        t = _new_object(Tensor)
         t._storage = storage
         t._shape = shape
         t._size = None
@@ -178,10 +205,16 @@ class Tensor:
         storage = Storage.empty(n, dtype, device)
         return cls._make(storage, tuple(shape), contiguous_strides(shape), 0)
 
-    @classmethod
-    def _view_of(cls, base, shape, strides, offset):
+    @staticmethod
+    def _view_of(base, shape, strides, offset, track=False):
+        """A view of ``base`` with this geometry (a plain Tensor; its root base is ``base``'s, if it is a view).
+        ``track``: the view records no history (its base's, if any, is not recorded now); while grad mode is on
+        and its root base is a floating tensor without history, the root remembers it weakly (`view_refs`), as
+        autograd's `track_views` does, so that an in-place op that later gives the root a history gives the
+        view one too (torch regenerates a view's grad_fn from its base). One frame for both: every eager view
+        op on a tensor without history pays for it."""
         storage = base._storage
-        t = _new_object(cls)
+        t = _new_object(Tensor)
         t._storage = storage
         t._shape = shape
         t._size = None
@@ -191,7 +224,24 @@ class Tensor:
         t.dtype = storage.dtype
         t.device = storage.device
         root = base._base
-        t._base = base if root is None else root
+        if root is None:
+            t._base = root = base
+            if not track:
+                return t
+            meta = None
+        else:
+            t._base = root
+            if not track:
+                return t
+            meta = base.__dict__.get("_creation_meta")  # (only views carry one: `autograd.engine.record`)
+        if root._requires_grad or not _grad_state.enabled or not root.dtype.is_floating_point:
+            return t
+        tracked = root.__dict__.get("_views")
+        if tracked is None or len(tracked) >= tracked.limit:
+            tracked = view_refs(root)
+        tracked.append(_weakref(t))
+        if meta is not None:
+            t._creation_meta = meta
         return t
 
     @classmethod
@@ -960,13 +1010,12 @@ def install_operators(functions):
     def forward(fname):
         fn = functions[fname]
         fast = _registry.operator_fast_path(fn)
-        pair = fast is not None and fn._op.fast_pair  # (its shortcut of an operator's call, or None)
+        pair = fast is not None and fn._op.fast_pair  # (the maker of its method for two tensors, or None)
 
         def op(self, other):
             try:
                 if fast is not None and not hooks and autocast.key is None:
-                    # (a number, or a tensor of another class, goes straight to ``fast``)
-                    r = pair(self, other) if pair and other.__class__ is self.__class__ else fast((self, other))
+                    r = fast((self, other))
                     if r is not None:
                         return r
                 return fn(self, other)
@@ -974,7 +1023,8 @@ def install_operators(functions):
                 if isinstance(other, (Tensor, builtins.int, builtins.float, builtins.bool, np.generic)):
                     raise
                 return NotImplemented
-        return op
+        # (two tensors of one class: the pointwise shortcut's own method, which hands ``op`` the rest)
+        return pair(op, fn) if pair else op
 
     def reflected(fname):
         fn = functions[fname]

@@ -28,6 +28,7 @@ from ..runtime import profiling as _profiling
 from ..runtime.grad_mode import _state as _grad_state, enable_grad, is_grad_enabled, no_grad
 from ..runtime.hooks import add_hook
 from ..runtime.strided import contiguous_strides, is_non_overlapping_and_dense
+from ..tensor import view_refs
 from .anomaly_mode import check_backward, forward_trace, warn_failure
 from .rule import EVERYTHING, Args, Unsaved
 
@@ -156,23 +157,12 @@ def _refresh_view_history(view, version):
     return view.grad_fn
 
 
-class _ViewRefs(list):
-    """Weak references to the views of a base made while it recorded no history (`track_views`),
-    pruned of dead ones whenever their number reaches ``limit`` (then twice the live ones)."""
-
-    __slots__ = ("limit",)
-
-    def prune(self):
-        self[:] = [r for r in self if r() is not None]
-        self.limit = max(64, 2 * len(self))
-
-
 def track_views(base, views):
     """Remember ``views`` (a view op's results on ``base``, which records no history) on their root
     base: torch regenerates such a view's grad_fn from its base once an in-place op gives the base a
     history (``b = zeros(3); v = b[1]; b.copy_(x)``: v requires grad), and so does `_views_catch_up`.
     Views made without grad mode are left out (torch forbids using them after such a write).
-    Every view op made without history pays for this: it is written without calls it can spare."""
+    (The eager view shortcuts make and remember a view in one step: `Tensor._view_of`'s ``track``.)"""
     if not _grad_state.enabled:
         return
     root = base._base
@@ -180,12 +170,7 @@ def track_views(base, views):
         root = base
     if root._requires_grad or not root.dtype.is_floating_point:
         return
-    tracked = root.__dict__.get("_views")
-    if tracked is None:
-        tracked = root._views = _ViewRefs()
-        tracked.limit = 64
-    elif len(tracked) >= tracked.limit:
-        tracked.prune()
+    tracked = view_refs(root)
     if views.__class__ is tuple or views.__class__ is list:  # (`_multi`)
         for v in views:
             tracked.append(_weakref(v))

@@ -45,7 +45,7 @@ from ..ops.pointwise_base import reads_unrounded, rounding_dtype
 from ..runtime import dtypes as _dt
 from ..runtime.casts import convert
 from ..runtime.device import device as _device
-from ..runtime.strided import contiguous_strides
+from ..runtime.strided import contiguous_strides, view_strides
 from . import lowering
 from .errors import CompileError
 from .emitter import I64, Emitter, Scalar, llvm_type
@@ -838,20 +838,85 @@ def is_row_softmax(node):
         t.dtype in (_dt.float32, _dt.float64) and t.shape[-1] > 0
 
 
+def row_softmax_of(group):
+    """The row softmax that ``group``'s softmax kernel computes: its last node, after the pointwise (and view)
+    nodes that compute its input where it has such a prologue (the executor's `softmax_prologues`); None
+    where the group is no such softmax."""
+    node = group.nodes[-1]
+    if not is_row_softmax(node):
+        return None
+    if any(lowering.kind_of(n) not in ("pointwise", "view") for n in group.nodes[:-1]):
+        return None
+    return node
+
+
+def _reshaped_prologue(group, x):
+    """(the reshapes (`RESHAPES`: views that keep their operand's elements in row-major order, so that the
+    prologue's value seen through them is the same expression over its leaves' strides viewed likewise) of
+    ``group`` from the value its prologue computes to softmax input ``x``, in order, that value); ([], x)
+    where ``x`` is computed or read without one (views of the kernel's inputs fold as in any kernel)."""
+    nodes, chain, v = set(group.nodes), [], x
+    while v.node in nodes and v.node.op.view is not None:
+        chain.insert(0, v.node)
+        v = v.node.args[0]
+    if v.node not in nodes:
+        return [], x
+    if any(n.op.name not in RESHAPES or n.op.attrs.get("reinterprets") for n in chain):
+        raise CompileError(f"softmax of a {chain[-1].op.name} of its prologue's value: only reshapes fold there")
+    return chain, v
+
+
+def _row_reader(bld, b, e, ptr, x, ridx, source):
+    """``read(b, j)``: the Scalar of softmax input ``x`` at row ``ridx`` (flat over the leading dims), column
+    ``j``: a load where ``x`` is the kernel's input, else its prologue's expression (of ``source``, which
+    ``x`` reshapes, or is) over the leaves, each read at its row's base (computed once per row) plus ``j``
+    times its column stride."""
+    shape = tuple(x.type.shape)
+    if x in bld.group.inputs:
+        base = b.mul(ridx, I64(shape[-1]))
+        return lambda b, j: e.load(b.gep(ptr[x], [b.add(base, j)]), x.type.dtype)
+    leaves = [v for v in bld.geometry if _used(v, bld)]
+    reads = []
+    for v in leaves:
+        strides = _broadcast_strides(bld.geometry[v][2], bld.geometry[v][1], source.type.shape)
+        strides = view_strides(tuple(source.type.shape), tuple(strides), shape) if source is not x else strides
+        if strides is None:
+            raise CompileError(f"a leaf of a softmax's prologue is not linear over the reshaped {list(shape)}")
+        reads.append(list(strides))
+    sizes, lead = _collapse(list(shape[:-1]), [r[:-1] for r in reads])
+    index, rest = [], ridx
+    for k in range(len(sizes) - 1, -1, -1):  # the row's index along each collapsed leading dim
+        index.insert(0, rest if k == 0 else b.urem(rest, I64(sizes[k])))
+        rest = b.udiv(rest, I64(sizes[k])) if k else rest
+    bases = {v: bld.offset(b, index, strides, bld.geometry[v][3]) for v, strides in zip(leaves, lead)}
+    columns = {v: r[-1] for v, r in zip(leaves, reads)}
+
+    def read(b, j):
+        def load(v):
+            at = bases[v] if not columns[v] else b.add(bases[v], b.mul(j, I64(columns[v])) if columns[v] != 1 else j)
+            return e.load(b.gep(ptr[bld.geometry[v][0]], [at]), v.type.dtype)
+        return bld.evaluate(e, source, {}, load)
+    return read
+
+
 def build_softmax(group, name, target=None, aliases=None, layouts=None):
     """Row softmax in one kernel: per row, a max pass, a pass writing exp(x - max) and summing
-    it, and a pass normalising in place (the row stays in cache between passes)."""
-    node = group.nodes[0]
+    it, and a pass normalising in place (the row stays in cache between passes). A pointwise prologue
+    that computes the softmax's input (a bias add, an attention's scale and mask), maybe through reshapes,
+    is evaluated in each pass that reads the input, so that the input is never written to memory."""
+    node = row_softmax_of(group)
     x = node.args[0]
+    chain, source = _reshaped_prologue(group, x)
     if layouts and x in layouts:
         raise CompileError("softmax of a value that is not compact: its rows are not contiguous")
     dtype = x.type.dtype
     cols = x.type.shape[-1]
     rows = prod(x.type.shape[:-1])
     out = node.outputs[0]
-    bld = _Builder(group, name, target, aliases)
-    module, kernel, ptr, b, e = bld.begin([x, out])
-    src, dst = ptr[x], ptr[out]
+    bld = _Builder(replace(group, nodes=[n for n in group.nodes if n not in chain]) if chain else group, name,
+                   target, aliases)
+    module, kernel, ptr, b, e = bld.begin(bld.roots + [out])
+    dst = ptr[out]
     t = llvm_type(dtype)
     s_slot = b.alloca(t)
     log = node.op.name == "log_softmax"
@@ -860,12 +925,12 @@ def build_softmax(group, name, target=None, aliases=None, layouts=None):
     add = lambda e, p, q: e.add(p, q, reassociate=True)  # noqa: E731
 
     def row(b, ridx):
+        read = _row_reader(bld, b, e, ptr, x, ridx[0], source)
         base = b.mul(ridx[0], I64(cols))
         at = lambda p, j: b.gep(p, [b.add(base, j[0])])  # noqa: E731
 
         if target is CPU:
-            m = float_extremum(b, "maxnum", dtype, I64(0), I64(cols), lambda b, j: e.load(at(src, [j]), dtype),
-                               streams_for(cols))
+            m = float_extremum(b, "maxnum", dtype, I64(0), I64(cols), read, streams_for(cols))
         else:  # a GPU block combines keys (see lowering.Reduction): one integer max carries NaN
             amax = lowering.AMAX
             key = amax.accumulator(dtype, dtype)
@@ -874,7 +939,7 @@ def build_softmax(group, name, target=None, aliases=None, layouts=None):
                 m_slot = b.alloca(llvm_type(key))
 
             def max_item(b, j, slot):
-                item = amax.enter(e, e.load(at(src, j), dtype), dtype, key)
+                item = amax.enter(e, read(b, j[0]), dtype, key)
                 e.store(amax.combine(e, e.load(slot, key), item), slot)
             e.store(lowest, m_slot)
             target.reduce_loops(bld, b, e, [cols], max_item, m_slot, key, amax.combine, lowest)
@@ -882,7 +947,7 @@ def build_softmax(group, name, target=None, aliases=None, layouts=None):
         b.store(ir.Constant(t, 0.0), s_slot)
 
         def exp_pass(b, j, slot):
-            shifted = e.sub(e.load(at(src, j), dtype), m)
+            shifted = e.sub(read(b, j[0]), m)
             ex = e.math("exp", shifted)
             if not log:
                 e.store(ex, at(dst, j))
@@ -891,15 +956,14 @@ def build_softmax(group, name, target=None, aliases=None, layouts=None):
         total = Scalar(b.load(s_slot), dtype)
         if log:
             shift = e.add(m, e.math("log", total))
-            target.map_loops(bld, b, [cols], lambda b, j: e.store(e.sub(e.load(at(src, j), dtype), shift),
-                                                                   at(dst, j)))
+            target.map_loops(bld, b, [cols], lambda b, j: e.store(e.sub(read(b, j[0]), shift), at(dst, j)))
         else:
             target.map_loops(bld, b, [cols], lambda b, j: e.store(e.div(e.load(at(dst, j), dtype), total),
                                                                    at(dst, j)))
 
     bld.loops(b, [rows], row, kernel.args[0], kernel.args[1])
-    return bld.finish(b, kernel, KernelSource(name, "softmax", [node.op.name], [x], [out], rows, rows * cols),
-                      "block")
+    return bld.finish(b, kernel, KernelSource(name, "softmax", [n.op.name for n in group.nodes], bld.roots, [out],
+                                              rows, rows * cols), "block")
 
 
 def build(group, name, target=None, aliases=None, layouts=None):
@@ -912,7 +976,7 @@ def build(group, name, target=None, aliases=None, layouts=None):
         return build_reduction(group, name, target, aliases, layouts)
     if group.kind == "view":
         return build_copy(group, name, target, aliases, layouts)
-    if len(group.nodes) == 1 and is_row_softmax(group.nodes[0]):
+    if row_softmax_of(group) is not None:
         return build_softmax(group, name, target, aliases, layouts)
     raise CompileError(f"a {group.kind} group has no kernel")
 
@@ -1058,17 +1122,27 @@ def _instance(template, old_name, name, values, length=None):
                    layouts={values[i]: st for i, st in template.layouts.items()}, **sized)
 
 
+# The parts of the package whose code decides what IR a fused group becomes: the code generator and every
+# module it imports, directly or not (the ops' dtype and rounding rules, the IR's types, the runtime's dtypes,
+# casts and index maths), as tests/codegen/test_cache.py checks against the import graph.
+GENERATOR_SOURCES = ("codegen", "ops", "ir", "runtime", "tensor.py", "_tensor_str.py")
+
+
 @functools.cache
 def generator_fingerprint():
-    """SHA-256 (hex) of the sources that decide what IR a fused group becomes: the code generator's and the
-    ops' (their dtype and rounding rules). A kernel-sources entry is named by its groups, not by the IR built
-    for them, and jitorch's version does not change with an edit: without this, an entry written by another
-    build of the same version (before a merge that changed a lowering, or erf's formula) handed this one its
-    old kernels. Read once per process, when an entry is first looked up (2-3 ms for about 1 MB)."""
+    """SHA-256 (hex) of the sources that decide what IR a fused group becomes (`GENERATOR_SOURCES`). A
+    kernel-sources entry is named by its groups, not by the IR built for them, and jitorch's version does not
+    change with an edit: without this, an entry written by another build of the same version (before a merge
+    that changed a lowering, erf's formula or a cast's rounding) handed this one its old kernels. Read once per
+    process, when an entry is first looked up (3-4 ms for about 1.3 MB)."""
+    return sources_fingerprint(Path(__file__).resolve().parents[1])
+
+
+def sources_fingerprint(root):
+    """SHA-256 (hex) of the `GENERATOR_SOURCES` under ``root`` (a copy of the package's folder), with their paths."""
     h = hashlib.sha256()
-    root = Path(__file__).resolve().parents[1]
-    for folder in ("codegen", "ops"):
-        for path in sorted((root / folder).rglob("*.py")):
+    for part in GENERATOR_SOURCES:
+        for path in sorted((root / part).rglob("*.py")) if (root / part).is_dir() else [root / part]:
             h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()
 

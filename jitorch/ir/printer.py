@@ -78,9 +78,17 @@ def format_args(node, names):
 
 
 def _same(v, default):
+    """Whether the argument ``v`` is its schema's ``default`` exactly, so that leaving it out of the text
+    loses nothing: same types, element by element in lists, and for floats the same sign of zero (``nan=-0.0``
+    left out read back as ``0.0``: an exported program, and its file loaded again, wrote 0.0 where eager writes
+    -0.0)."""
     if isinstance(v, (list, tuple)) and isinstance(default, (list, tuple)):
-        return list(v) == list(default)
-    return type(v) is type(default) and v == default or (v is None and default is None)
+        return len(v) == len(default) and all(_same(a, b) for a, b in zip(v, default))
+    if type(v) is not type(default):
+        return False
+    if type(v) in (float, complex):  # (repr tells the signs of zero apart)
+        return v == default and repr(v) == repr(default)
+    return v == default
 
 
 def format_output(tree, names):

@@ -67,7 +67,8 @@ from ..runtime.pytree import tree_leaves, tree_map
 # (mathlib: loaded with the backend, not on the first call; recurrence and attention: register ops.recurrences'
 # fused cells and ops.attention's fused kernels)
 from ..codegen import attention, cpu, mathlib, recurrence  # noqa: F401
-from ..codegen.kernel import CompileError, build_many, build_shared, built_or_refused, composes, is_row_softmax
+from ..codegen.kernel import RESHAPES, CompileError, build_many, build_shared, built_or_refused, composes, \
+    is_row_softmax, row_softmax_of
 from ..codegen.straightline import Source
 from ..codegen.lowering import kind_of
 
@@ -588,7 +589,102 @@ def _warning_as_traced(graph, run):
 
 def _lowered(group):
     """Whether a group has a kernel form (else its nodes run as an eager step)."""
-    return group.kind in ("pointwise", "reduction", "view") or (len(group.nodes) == 1 and is_row_softmax(group.nodes[0]))
+    return group.kind in ("pointwise", "reduction", "view") or row_softmax_of(group) is not None
+
+
+def softmax_prologues(graph, groups):
+    """``groups`` with each row softmax (`is_row_softmax`, an external call alone) merged with the pointwise
+    group that computes its input, directly or through a group of reshapes (`kernel.RESHAPES`: a language
+    model's ``decoded.view(-1, ntoken)``), where that input is all the group writes and each value on the way
+    has the next as its only reader: a bias add before a log-softmax (a language model's decoder), an
+    attention's scale and causal mask. The softmax kernel evaluates that prologue where it reads its input
+    (`kernel.build_softmax`), so the input is never written and read back: one pass over memory less, and a
+    kernel call less. The merged group (kind "external", the prologue's nodes, the reshapes, then the softmax)
+    takes the softmax's place in the order; its prologue's values are what the separate kernel computed, bit
+    for bit (the same lowering of each node)."""
+    readers = {}
+    for node in graph.nodes:
+        for v in node.input_values():
+            readers[v] = readers.get(v, 0) + 1
+    sinks = set(graph.output_values()) | {v for _, v in graph.mutations}
+    producer = {v: i for i, group in enumerate(groups) for v in group.outputs}
+
+    def only_read_once(v):
+        return readers.get(v) == 1 and v not in sinks
+
+    prologue_of = {}  # softmax group's index -> the indices of its prologue's groups
+    for k, group in enumerate(groups):
+        if group.kind != "external" or len(group.nodes) != 1 or not is_row_softmax(group.nodes[0]):
+            continue
+        x = group.nodes[0].args[0]
+        i = producer.get(x)
+        if i is None or not only_read_once(x):
+            continue
+        taken = [i]
+        if groups[i].kind == "view":  # reshapes of the prologue's value, one chain
+            views = groups[i]
+            chain = views.nodes[0].args[0] if views.nodes else None
+            if len(views.inputs) != 1 or views.outputs != [x] or views.inputs[0] is not chain or any(
+                    n.op.name not in RESHAPES or n.args[0] is not (chain if j == 0 else views.nodes[j - 1].outputs[0])
+                    or not only_read_once(n.args[0]) for j, n in enumerate(views.nodes)):
+                continue
+            x, i = chain, producer.get(chain)
+            if i is None:
+                continue
+            taken.insert(0, i)
+        pro = groups[i]
+        if pro.kind == "pointwise" and pro.outputs == [x] and tuple(pro.shape) == tuple(x.type.shape):
+            prologue_of[k] = taken
+    if not prologue_of:
+        return groups
+    merged = []
+    taken = {i for indices in prologue_of.values() for i in indices}
+    for k, group in enumerate(groups):
+        if k in prologue_of:
+            first, *rest = (groups[i] for i in prologue_of[k])
+            nodes = [n for g in (first, *rest) for n in g.nodes]
+            group = Group("external", nodes + group.nodes, first.inputs, group.outputs, group.shape)
+        if k not in taken:
+            merged.append(group)
+    return merged
+
+
+def permuted_for_products(graph, groups, wanted):
+    """{value: strides} for the values a pointwise kernel writes that a view group then permutes and reshapes
+    (a copy: a convolution's gradient in ``[N, C, H, W]`` made ``[C, H * W * N]`` for its products): laid out so
+    that the permutation is dense, the kernel writes them in that order (its loops follow the written
+    strides) and the permute and reshape become tensor headers, so the copy's pass over memory is gone. Only
+    where every other reader is a pointwise kernel (which reads any strides and computes each element alone:
+    a reduction's loops follow its operands' strides, and a reordered sum rounds otherwise), the producer is
+    a pointwise kernel (a reduction kernel writing its prologue's values in another order changes its loops
+    likewise) and the value leaves the call no other way (a returned value keeps eager's layout), and not for
+    the values eager's layout already fixes (``wanted``): the values are the copy's bit for bit."""
+    group_of = {node: group for group in groups for node in group.nodes}
+    producer = {v: group for group in groups for v in group.outputs}
+    sinks = set(graph.output_values()) | {v for _, v in graph.mutations}
+    readers = {}
+    for node in graph.nodes:
+        for v in node.input_values():
+            readers.setdefault(v, []).append(node)
+    found = {}
+    for group in groups:
+        if group.kind != "view" or len(group.nodes) != 2:
+            continue
+        perm, reshape = group.nodes
+        v = perm.args[0]
+        if perm.op.name != "permute" or reshape.op.name not in RESHAPES or reshape.args[0] is not perm.outputs[0] \
+                or group.outputs != reshape.outputs or not isinstance(v, Value) or v in sinks or v in wanted \
+                or getattr(producer.get(v), "kind", None) != "pointwise":
+            continue
+        if any(n is not perm and group_of[n].kind != "pointwise" for n in readers[v]):
+            continue
+        dims = [d % v.type.ndim for d in perm.args[1]]
+        dense = contiguous_strides([v.type.shape[d] for d in dims])
+        strides = [0] * v.type.ndim
+        for i, d in enumerate(dims):
+            strides[d] = dense[i]
+        found[v] = tuple(strides)
+    return found
 
 
 def _updated_operand(step, j, root, last_use, escaping):
@@ -636,10 +732,13 @@ class CompiledGraph:
             # a group of parts that share only broadcast operands: a kernel per part, whose equal parts
             # the batch compiles once (a CUDA kernel is compiled and launched per kernel: it keeps its groups)
             self.groups = [part for group in self.groups for part in independent_parts(group)]
+            self.groups = softmax_prologues(self.graph, self.groups)
         self.steps = []
         self.kernels = []
         self._cache = cache
         self._wanted = self._wanted_layouts()
+        if self._backend[2] is KernelStep:
+            self._wanted.update(permuted_for_products(self.graph, self.groups, self._wanted))
         # the buffers laid out as eager's (see the module docstring): inputs, and what kernels write
         self.layouts = {v: self._wanted[v] for v in self.graph.inputs if v in self._wanted}
         # views made by eager steps: their geometry over their root (`_static_views`), and those a CPU kernel

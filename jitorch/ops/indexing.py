@@ -249,10 +249,7 @@ def getitem(x, index):
         else:
             geometry = _basic_geometry(x, (index,) if kind is slice else index)
         if geometry is not None:
-            view = registry.Tensor._view_of(x, geometry[0], geometry[1], geometry[2])
-            if registry.AUTOGRAD is not None:
-                registry.AUTOGRAD.track_views(x, view)
-            return view
+            return registry.Tensor._view_of(x, geometry[0], geometry[1], geometry[2], True)
     view, indices = _split_index(x, index)
     return view if indices is None else _op("index", view, indices)
 

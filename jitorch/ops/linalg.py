@@ -210,7 +210,8 @@ def _matmul(a, b, out=None):
     matmul runs that case in a plain C loop, 4-5x slower (DCGAN's first transposed convolution's gradient)."""
     token = fp_errors.enter()
     try:
-        if a.ndim >= 2 and b.ndim >= 2 and a.shape[-1] == 1 == b.shape[-2] and a.dtype == b.dtype:
+        sa, sb = a.shape, b.shape  # (each read makes a tuple)
+        if len(sa) >= 2 and len(sb) >= 2 and sa[-1] == 1 == sb[-2] and a.dtype == b.dtype:
             return np.multiply(a, b) if out is None else np.multiply(a, b, out=out)
         b = _rows_first(a, b)
         return np.matmul(a, b) if out is None else np.matmul(a, b, out=out)
@@ -307,7 +308,9 @@ def _fast_path(op, ndims):
                 r = array_product(xa, ya)
         except ValueError:
             return None
-        r = registry.contiguous_result(np.asarray(r), dtype)
+        if r.__class__ is not np.ndarray:  # (a 0-d product is a NumPy scalar)
+            r = np.asarray(r)
+        r = registry.Tensor._fresh(r, dtype) if r.flags.c_contiguous else registry.contiguous_result(r, dtype)
         return registry.record_fast(op, args, r) if grad else r
     return fast
 

@@ -428,6 +428,9 @@ def _relu(x):
     return np.maximum(zero, x)  # -0.0 stays -0.0, as in torch
 
 
+_relu.ufunc_result = True  # (a ufunc's result on x: its shape and order, which `pointwise_base`'s shortcut then skips testing)
+
+
 def _clamp(x, lo, hi):
     # maximum/minimum propagate NaN from either side, as torch's clamp does
     if lo is not None:

@@ -244,10 +244,11 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
     copy), when the result has ``x``'s dtype and shape; False to take the general path, which
     raises the errors. None for ops without ``into``.
 
-    ``fast_pair(x, y) -> Tensor | None``: ``fast((x, y))`` for an operator's call (``x + y``), written flat
-    for its commonest case, two CPU tensors of one shape, dtype and contiguous layout that need no
-    backward node, whose result is the operands' layout: no test that case passes, one frame less; any
-    other call goes on to ``fast``. None for ops that take other than two operands.
+    ``fast_pair(method, general) -> operator``: the method of the op's Python operator (``x + y``), written
+    flat for its commonest case, two CPU tensors of one shape, dtype and contiguous layout that need no
+    backward node, whose result is the operands' layout: no test that case passes, one frame; other
+    tensors of the same class go on to ``fast``, then to ``general(x, y)`` (the op's function), and any
+    other call to ``method(x, y)`` (the operator's own). None for ops that take other than two operands.
 
     ``fast_one(x) -> Tensor | None``: ``fast((x,))`` of an op whose one argument is its operand (``relu``,
     ``exp``), written flat in the same way for a contiguous CPU tensor that needs no backward node. None for
@@ -348,6 +349,9 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
     passing = frozenset(d for d in fast_dtypes if _passes(check, specs[d], len(op.schema.args))) \
         if getattr(check, "reads_dtype_only", False) else frozenset()
     split = isinstance(plain_call, np.ufunc)  # whether a large call may split (`split_ufunc`)
+    # whether the result on C-contiguous operands of one shape is C-contiguous of that shape: a ufunc's, or a
+    # formula's that says so (``ufunc_result``: one ufunc on the operand and 0-d constants, relu's)
+    ufunc_result = split or getattr(plain_call, "ufunc_result", False)
     split_min = ufunc_parts.SPLIT_MIN
 
     def fast(args, record=True):
@@ -417,43 +421,58 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
     contiguous = registry.CONTIGUOUS_STRIDES
     enter, leave = fp_errors.enter, fp_errors.leave
 
-    def flat(x, y=None):
-        """`fast_pair` (``y`` a tensor) or `fast_one` (``y`` None): one function, which a binary op's
-        operator calls with two tensors only."""
-        Tensor = registry.Tensor
-        if isinstance(x, Tensor):
-            dtype, shape, xa = x.dtype, x._shape, x._arr
-            if (dtype in fast_dtypes and x.device is cpu and xa is not None and not x._requires_grad
-                    and x._stride == contiguous.get(shape)):
-                if y is None:
-                    if not unchecked and dtype not in passing:
-                        check(specs[dtype], x)
-                    operands = (xa,)
-                elif (isinstance(y, Tensor) and y.dtype is dtype and y._shape == shape and y.device is cpu
-                        and y._arr is not None and not y._requires_grad and y._stride == x._stride):
-                    if not pair_unchecked and dtype not in passing:
-                        check(specs[dtype], x, y, *defaults)
-                    operands = (xa, y._arr)
-                else:
-                    return fast((x, y))
-                token = enter()
-                try:
-                    r = None
-                    if split and xa.size >= split_min:  # (NumPy's loop on the team's threads)
-                        r = split_ufunc(plain_call, operands, _dt.bool.np if always_bool else dtype.np)
+    hooks, autocast = registry.DISPATCH_HOOKS, registry._AUTOCAST_STATE
+
+    def flat_for(method, general):
+        """`fast_one` (``method`` None), or `fast_pair`'s operator method (``x < y``) given the operator's
+        ``method`` for what `flat` does not serve (an operand of another class, a dispatch hook or autocast
+        on) and the op's ``general`` function for what neither shortcut serves: the operator's checks and
+        `flat` in one frame, the commonest binary call's."""
+        def flat(x, y=None):
+            if method is not None and (y.__class__ is not x.__class__ or hooks or autocast.key is not None):
+                return method(x, y)
+            Tensor = registry.Tensor
+            if isinstance(x, Tensor):
+                dtype, shape, xa = x.dtype, x._shape, x._arr
+                if (dtype in fast_dtypes and x.device is cpu and xa is not None and not x._requires_grad
+                        and x._stride == contiguous.get(shape)):
+                    if y is None:
+                        if not unchecked and dtype not in passing:
+                            check(specs[dtype], x)
+                        ya = None
+                    elif (y.dtype is dtype and y._shape == shape and y.device is cpu and y._arr is not None
+                            and not y._requires_grad and y._stride == x._stride):  # (y: a tensor, as x)
+                        if not pair_unchecked and dtype not in passing:
+                            check(specs[dtype], x, y, *defaults)
+                        ya = y._arr
+                    else:
+                        r = fast((x, y))
+                        return r if r is not None or general is None else general(x, y)
+                    token = enter()
+                    try:
+                        r = None
+                        if split and xa.size >= split_min:  # (NumPy's loop on the team's threads)
+                            r = split_ufunc(plain_call, (xa,) if ya is None else (xa, ya),
+                                            _dt.bool.np if always_bool else dtype.np)
+                        if r is None:
+                            r = plain_call(xa) if ya is None else plain_call(xa, ya)
+                    except (ValueError, OverflowError, TypeError):  # (NumPy refuses: the general path decides)
+                        r = None
+                    finally:
+                        leave(token)
                     if r is None:
-                        r = plain_call(*operands)
-                except (ValueError, OverflowError, TypeError):  # (NumPy refuses: the general path decides)
-                    return None
-                finally:
-                    leave(token)
-                out = _dt.bool if always_bool else dtype
-                if r.__class__ is not np.ndarray:  # (a 0-d result is a NumPy scalar)
-                    r = np.asarray(r)
-                # (C-contiguous as its operands: a ufunc's result is; a one-operand formula's is checked)
-                if r.dtype is out.np and r.shape == shape and (y is not None or r.flags.c_contiguous):
-                    return Tensor._fresh(r, out, shape, x._stride)
-        return fast((x,) if y is None else (x, y))
+                        return None if general is None else general(x, y)
+                    out = _dt.bool if always_bool else dtype
+                    if r.__class__ is not np.ndarray:  # (a 0-d result is a NumPy scalar)
+                        r = np.asarray(r)
+                    # C-contiguous of the operands' shape: a ufunc's result on such operands is (which spares
+                    # the tests, each a NumPy attribute made); another formula's is tested
+                    if r.dtype is out.np and (ufunc_result or r.shape == shape and
+                                              (ya is not None or r.flags.c_contiguous)):
+                        return Tensor._fresh(r, out, shape, x._stride)
+            r = fast((x,) if y is None else (x, y))
+            return r if r is not None or general is None else general(x, y)
+        return flat
 
     return (fast, (fast_into if into is not None and not masked else None),
-            flat if n == 2 and not masked else None, flat if n == 1 and not rest else None)
+            flat_for if n == 2 and not masked else None, flat_for(None, None) if n == 1 and not rest else None)

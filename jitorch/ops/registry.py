@@ -35,6 +35,7 @@ import contextlib
 import functools
 import inspect
 import operator
+import sys
 import types
 import warnings
 from collections import namedtuple
@@ -127,7 +128,7 @@ class OpDef:
         # A pointwise op's takes its operands alone too, its other arguments then at their defaults.
         self.fast = None
         self.fast_into = None  # optional fast_into(args) -> bool: an in-place call computed straight into self
-        self.fast_pair = None  # optional fast_pair(x, y) -> result | None: ``fast((x, y))`` for an operator
+        self.fast_pair = None  # optional fast_pair(method, general) -> the method of the op's Python operator
         self.fast_one = None  # optional fast_one(x) -> result | None: ``fast((x,))`` of an op whose one argument is x
         self.variants = frozenset(variants)
         self.doc = doc
@@ -1187,55 +1188,68 @@ def _view_fast(op):
     Also of a composite op declared with ``view_when(*args) -> (shape, strides, offset) | None``, the
     geometry of the one view of its first argument its body makes on these arguments (``reshape`` when
     the strides allow), or None: that view is made so on a tensor without history; else the body runs,
-    which autograd differentiates. None for other ops."""
+    which autograd differentiates. A view op may declare ``view_when`` too: a geometry that gives None
+    where the op's own raises (``view``'s incompatible strides), for the general path to raise it, which
+    spares the shortcut the op's frame around it. None for other ops.
+
+    Generated as source for each op, its argument tests written out: it runs on every eager view, where
+    each loop and Python call is a measurable share of the call."""
     composite = op.composite is not None
-    geometry = op.attrs.get("view_when") if composite else op.view
+    geometry = op.attrs.get("view_when") or (None if composite else op.view)
     if geometry is None or op.multi_tensor or op.attrs.get("reinterprets"):
         return None
     # Arguments the converter leaves as they are when they have their normal form already, which `fast`
     # tests inline: ints (``transpose(0, 1)``), bools (``expand``'s ``implicit``) and tuples of ints
     # (``reshape(2, 3)``), after the tensor. Ops with arguments of other types convert them.
     later = op.schema.args[1:]
-    ints = tuple(i + 1 for i, a in enumerate(later) if a.type == "int" and not a.list and not a.varargs)
-    sizes = tuple(i + 1 for i, a in enumerate(later) if a.type == "int" and (a.list or a.varargs))
-    bools = tuple(i + 1 for i, a in enumerate(later) if a.type == "bool" and not a.list and not a.optional)
-    plain_args = op.schema.args[0].type == "Tensor" and not op.schema.args[0].list and \
-        len(ints) + len(sizes) + len(bools) == len(later)
-
-    def fast(args):
-        x = args[0]
-        if not isinstance(x, Tensor) or composite and x._requires_grad:
-            return None
-        normal = plain_args  # whether `op.convert` would give ``args`` back (checked inline: a frame costs)
-        for i in ints:
-            if args[i].__class__ is not int:
-                normal = False
-        for i in bools:  # (``expand``'s ``implicit``)
-            if args[i].__class__ is not bool:
-                normal = False
-        for i in sizes:
-            v = args[i]
-            if v.__class__ is not tuple:
-                normal = False
-                break
-            for n in v:
-                if n.__class__ is not int or n > INT64_MAX or n < INT64_MIN:  # (past int64: no plain int)
-                    normal = False
-        if not normal:
-            args = op.convert(args)
-        geo = geometry(*args)
-        if geo is None:
-            return None
-        if geo.__class__ is list:
-            result = tuple(Tensor._view_of(x, *g) for g in geo)
+    names = ["x"] + [f"a{i}" for i in range(1, len(op.schema.args))]
+    tests = []  # statements that set ``normal`` False unless `op.convert` would give ``args`` back
+    for name, a in zip(names[1:], later):
+        if a.type == "int" and not a.list and not a.varargs:
+            tests.append(f"    if {name}.__class__ is not int:\n        normal = False")
+        elif a.type == "bool" and not a.list and not a.optional:  # (``expand``'s ``implicit``)
+            tests.append(f"    if {name}.__class__ is not bool:\n        normal = False")
+        elif a.type == "int" and (a.list or a.varargs):
+            tests.append(f"    if {name}.__class__ is not tuple:\n        normal = False\n"
+                         f"    else:\n        for n in {name}:\n"
+                         f"            if n.__class__ is not int or n > {INT64_MAX} or n < {INT64_MIN}:\n"
+                         f"                normal = False  # (past int64: no plain int)")
         else:
-            result = Tensor._view_of(x, geo[0], geo[1], geo[2])  # (a call with its arguments spread costs more)
-        if AUTOGRAD is not None:
-            if x._requires_grad and AUTOGRAD.is_grad_enabled():
-                return AUTOGRAD.record(op, list(args), result)  # (the arguments as `convert` lists them)
-            AUTOGRAD.track_views(x, result)
-        return result
-    return fast
+            tests = None
+            break
+    plain_args = op.schema.args[0].type == "Tensor" and not op.schema.args[0].list and tests is not None
+    src = ["def fast(args):",
+           f"    {', '.join(names)}, = args",
+           f"    if not isinstance(x, _Tensor){' or x._requires_grad' * composite}:",
+           "        return None"]
+    if plain_args:
+        src += ["    normal = True", *tests,
+                "    if normal:",
+                f"        geo = _geometry({', '.join(names)})",
+                "    else:",
+                "        args = _convert(args)",
+                "        geo = _geometry(*args)"]
+    else:
+        src += ["    args = _convert(args)",
+                "    geo = _geometry(*args)"]
+    src += ["    if geo is None:",
+            "        return None",
+            "    autograd = _R.AUTOGRAD",
+            "    if geo.__class__ is list:",
+            "        result = tuple([_view_of(x, *g) for g in geo])",
+            "    elif x._requires_grad or autograd is None:",
+            "        result = _view_of(x, geo[0], geo[1], geo[2])  # (a call with its arguments spread costs more)",
+            "    else:  # (the commonest: made and remembered by its root base at once)",
+            "        return _view_of(x, geo[0], geo[1], geo[2], True)",
+            "    if autograd is not None:",
+            "        if x._requires_grad and autograd.is_grad_enabled():",
+            "            return autograd.record(_op, list(args), result)  # (the arguments as `convert` lists them)",
+            "        autograd.track_views(x, result)",
+            "    return result"]
+    env = {"_Tensor": Tensor, "_convert": op.convert, "_geometry": geometry, "_view_of": Tensor._view_of,
+           "_R": sys.modules[__name__], "_op": op}
+    exec(compile("\n".join(src) + "\n", f"<jitorch view shortcut {op.name}>", "exec"), env)
+    return env["fast"]
 
 
 def _generate(op, kind, attempt=False, env=None):
@@ -1415,8 +1429,18 @@ def _overloaded(name, ops, kind):
     """One callable over several overloads: the first whose arguments bind and have exactly its types runs,
     as its own variant (with its fast path)."""
     attempts = []  # generated at the first call (see `_stub`)
+    # A call of the first overload, ``(Tensor self, int... sizes)`` with a view shortcut, given plain ints
+    # (``x.view(2, 3)``) goes to its shortcut at once: the overload its variant would pick, without its frame.
+    first = ops[0]
+    sized = kind != "inplace" and len(first.schema.args) == 2 and first.schema.args[1].varargs and \
+        first.schema.args[1].type == "int" and first.schema.args[0].type == "Tensor" and first.fast is None and \
+        first.public_name not in AUTOCAST_NAMES and _view_fast(first)
 
     def resolve(*args, **kwargs):
+        if sized and not kwargs and len(args) > 1 and args[1].__class__ is int and not DISPATCH_HOOKS:
+            result = sized((args[0], args[1:]))
+            if result is not None:
+                return result
         if not attempts:
             attempts.extend(_generate(op, kind, attempt=True) for op in ops)
         for attempt in attempts:

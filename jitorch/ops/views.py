@@ -15,7 +15,7 @@ import numpy as np
 
 from ..runtime.casts import copy_into
 from ..runtime.device import CPU
-from ..runtime.strided import (CONTIGUOUS_STRIDES, broadcast_shapes, check_numel, contiguous_strides,
+from ..runtime.strided import (CONTIGUOUS_STRIDES, INT64_MAX, broadcast_shapes, check_numel, contiguous_strides,
                                contiguous_strides_cached, dense_strides, infer_size,
                                is_contiguous, is_non_overlapping_and_dense, list_str, may_overlap,
                                view_strides, wrap_dim, wrap_dims)
@@ -115,6 +115,13 @@ def _flatten_view(x, start_dim, end_dim):
     end = end_dim + ndim if end_dim < 0 else end_dim
     if not 0 <= start < end < ndim:
         return None
+    if x._stride == CONTIGUOUS_STRIDES.get(shape):  # (a contiguous tensor's is contiguous: no frame)
+        if start == 0 and end == ndim - 1:  # (the commonest: every dim)
+            return (prod(shape),), (1,), x._offset
+        merged = shape[:start] + (prod(shape[start:end + 1]),) + shape[end + 1:]
+        strides = CONTIGUOUS_STRIDES.get(merged)
+        if strides is not None:
+            return merged, strides, x._offset
     return _reshape_view(x, shape[:start] + (prod(shape[start:end + 1]),) + shape[end + 1:])
 
 
@@ -248,14 +255,29 @@ def _expand(x, size, implicit=False):
     """torch's expand geometry (inferExpandGeometry): a dim broadcast from size 1 has stride 0; a new leading
     dim of size 1 has the stride that spans the dims after it, so ``x[None]`` and ``x.expand(1, n)`` are the
     same layout (``v = x[None]; v[:] = x`` is then a full overlap, as torch's, not a partial one)."""
-    if size == x._shape:  # (a tuple of the same sizes: the geometry stays)
-        return x._shape, x._stride, x._offset
+    have_shape, have_strides = x._shape, x._stride
+    if size == have_shape:  # (a tuple of the same sizes: the geometry stays)
+        return have_shape, have_strides, x._offset
+    if len(size) == len(have_shape) and size.__class__ is tuple:
+        # the commonest: no new dims, every size given as is or broadcast from 1 (the loop below without its
+        # lists and tests; anything else goes on to it)
+        strides = []
+        for n, have, stride in zip(size, have_shape, have_strides):
+            if n == have:
+                strides.append(stride)
+            elif have == 1 and n >= 0:
+                strides.append(0)
+            else:
+                break
+        else:
+            count = prod(size)
+            if count and count <= INT64_MAX:  # (else `check_numel` below decides, dim by dim)
+                return size, tuple(strides), x._offset
     if len(size) < x.ndim:
         raise RuntimeError(
             f"expand({_type_str(x)}{{{list_str(x.shape)}}}, size={list_str(size)}): the number of sizes provided "
             f"({len(size)}) must be greater or equal to the number of dimensions in the tensor ({x.ndim})"
         )
-    have_shape, have_strides = x._shape, x._stride
     lead = len(size) - len(have_shape)
     shape, strides = list(size), [0] * len(size)
     for i, n in enumerate(size):
@@ -702,7 +724,11 @@ _VIEWS = [
 ]
 
 for _schema, _fn, _variants, _doc in _VIEWS:
-    defop(_schema, view=_fn, kind="view", variants=_variants, doc=_doc)
+    _op = defop(_schema, view=_fn, kind="view", variants=_variants, doc=_doc)
+    if _fn is _view:
+        # the eager shortcut's geometry (`registry._view_fast`): ``view``'s without the frame that raises for
+        # incompatible strides (its None sends those calls to the general path, which raises)
+        _op.attrs["view_when"] = _reshape_view
 
 
 def _view_dtype(x, dtype):

@@ -650,3 +650,31 @@ def test_entries_that_others_could_write_are_misses(tmp_path, monkeypatch):
     with monkeypatch.context() as m:  # the same files seen by another user: not theirs
         m.setattr(os, "geteuid", lambda: os.stat(path).st_uid + 1)
         assert KernelCache(tmp_path).get(key, SOURCE) is None
+
+
+def test_the_generator_fingerprint_covers_every_module_the_code_generator_imports():
+    # a kernel-sources entry is keyed by this fingerprint, not by the IR: a module that shapes the IR (a cast's
+    # rounding in runtime/casts.py) left out of it let a build of the same version reuse another build's kernels
+    import networkx as nx
+    from jitorch.codegen import kernel
+    from tests.test_layers import import_graph
+    graph = import_graph()
+    codegen = [m for m in graph if m == "jitorch.codegen" or m.startswith("jitorch.codegen.")]
+    reached = set(codegen).union(*(nx.descendants(graph, m) for m in codegen))
+
+    def covered(module):
+        return any(module == f"jitorch.{part.removesuffix('.py')}" or module.startswith(f"jitorch.{part}.")
+                   for part in kernel.GENERATOR_SOURCES)
+    assert {"jitorch.runtime.casts", "jitorch.ops.registry", "jitorch.ir.graph"} <= reached
+    assert [m for m in sorted(reached) if not covered(m)] == []
+
+
+def test_the_generator_fingerprint_changes_with_any_of_its_sources(tmp_path):
+    from jitorch.codegen import kernel
+    package = Path(kernel.__file__).resolve().parents[1]
+    for part in kernel.GENERATOR_SOURCES:
+        (shutil.copytree if (package / part).is_dir() else shutil.copy)(package / part, tmp_path / part)
+    assert kernel.sources_fingerprint(tmp_path) == kernel.generator_fingerprint()
+    casts = tmp_path / "runtime" / "casts.py"
+    casts.write_bytes(casts.read_bytes() + b"\n# another build\n")
+    assert kernel.sources_fingerprint(tmp_path) != kernel.generator_fingerprint()

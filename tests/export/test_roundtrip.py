@@ -76,6 +76,23 @@ def test_artifacts_removed_are_rebuilt(saved, tmp_path):
     assert out.strip() == "{'used': 0, 'rebuilt': 2}"
 
 
+def test_a_negative_zero_argument_survives_export_and_load(tmp_path):
+    # the graph's text once left out nan=-0.0 as if it were the default 0.0: the program wrote +0.0 for NaN
+    def f(x):
+        return jt.nan_to_num(x, nan=-0.0)
+    x = jt.tensor([float("nan"), 1.0, -float("inf")])
+    path = tmp_path / "f.jitorch"
+    program = jt.export(f, (x,))
+    program.save(path)
+    expected = np.array([-0.0, 1.0, np.finfo(np.float32).min], np.float32)
+    torch = pytest.importorskip("torch")
+    np.testing.assert_array_equal(torch.nan_to_num(torch.tensor(x.numpy()), nan=-0.0).numpy(), expected)
+    for out in (f(x), program(x), jt.export.load(path)(x)):
+        got = out.numpy()
+        np.testing.assert_array_equal(got, expected)
+        assert np.signbit(got[0])
+
+
 def test_save_without_artifacts(tmp_path):
     _, args, ep = small_program()
     ep.save(tmp_path / "p.jtx", artifacts_for=())

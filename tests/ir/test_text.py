@@ -167,6 +167,22 @@ def test_special_values_devices_and_empty_results():
     assert g.outputs[1][3][2] == "it's"
 
 
+def test_an_argument_is_left_out_only_when_it_is_exactly_its_default():
+    # -0.0 equals nan_to_num's default nan=0.0 but is not it: left out, it read back as 0.0
+    text = """graph(%x: f32[2]):
+  %0 : f32[2] = nan_to_num(%x, nan=-0.0)
+  %1 : f32[2] = nan_to_num(%x)
+  return (%0, %1)"""
+    g = parse(text)
+    assert print_graph(g) == text
+    assert math.copysign(1.0, g.nodes[0].args[1]) == -1.0 and math.copysign(1.0, g.nodes[1].args[1]) == 1.0
+    # so the two programs print apart, and the caches keyed by the canonical text (fusion plans, the passes'
+    # fixed point) tell them apart too
+    other = parse(text.replace("nan=-0.0", "nan=0.0"))
+    assert print_graph(other, canonical=True) != print_graph(g, canonical=True)
+    assert "nan=" not in print_graph(other).splitlines()[1]
+
+
 def test_objects_are_named_generators_one_per_name():
     text = """graph(%x: f32[2]):
   %0 : f32[2] = rand(size=[2], generator=@g)

@@ -498,3 +498,50 @@ def test_a_remembered_contiguous_view_geometry_serves_only_contiguous_tensors_of
     with pytest.raises(RuntimeError, match="view size is not compatible"):
         t.view(4, 3)
     assert t.reshape(4, 3).tolist() == torch.arange(12.0).view(4, 3).t().reshape(4, 3).tolist()
+
+
+def _geometry_or_error(T, make):
+    """(shape, strides, storage offset, whether a view, values) of ``make(T)``, or the error's type and message."""
+    try:
+        t = make(T)
+    except (RuntimeError, TypeError) as e:
+        return type(e).__name__, str(e).replace("torch", "jitorch").replace("Long", "")
+    return tuple(t.shape), t.stride(), t.storage_offset(), t._base is not None, t.tolist()
+
+
+@pytest.mark.parametrize("shape, size", [((1, 1), (3, 1)), ((2, 1, 3), (2, 4, 3)), ((2, 3), (2, 3)), ((1, 3), (0, 3)),
+                                         ((2, 1), (2, -1)), ((2, 3), (4, 3)), ((0, 1), (0, 5)),
+                                         ((2, 1), (1, 2, 5))])
+def test_expand_shortcut_gives_torchs_geometry_and_errors(shape, size):
+    # same-rank sizes take `views._expand`'s loop-free branch; the rest its general loop
+    def make(T):
+        return T.arange(float(np.prod(shape))).reshape(shape).expand(*size)
+    assert _geometry_or_error(jt, make) == _geometry_or_error(torch, make)
+
+
+@pytest.mark.parametrize("shape, dims", [((2, 3, 4), (0, -1)), ((2, 3, 4), (1, 2)), ((2, 3, 4), (0, 1)), ((0, 3), (0, -1)),
+                                         ((5,), (0, -1)), ((), (0, -1)), ((2, 3), (1, 0))])
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "sliced"])
+def test_flatten_shortcut_gives_torchs_geometry(shape, dims, layout):
+    def make(T):
+        x = T.arange(float(np.prod(shape))).reshape(shape)
+        if layout == "transposed" and x.dim() > 1:
+            x = x.transpose(0, 1).contiguous().transpose(0, 1)
+        elif layout == "sliced" and x.dim() > 1 and x.shape[-1] > 1:
+            x = T.arange(float(np.prod(shape) * 2)).reshape(*shape[:-1], 2 * shape[-1])[..., ::2]
+        return x.flatten(*dims)
+    got, want = _geometry_or_error(jt, make), _geometry_or_error(torch, make)
+    # (a copy: jitorch's is a view of its copy where torch's is the copy itself; documented)
+    assert got[:3] + got[4:] == want[:3] + want[4:] if len(want) == 5 and not want[3] else got == want
+
+
+def test_view_of_plain_ints_takes_the_first_overload_and_keeps_its_errors():
+    x = jt.arange(6.0)
+    assert x.view(2, 3).stride() == (3, 1) and x.view((3, 2)).shape == (3, 2) and x.view(-1, 2).shape == (3, 2)
+    assert x.view(jt.int32).dtype is jt.int32 and x.view(size=(6,)).shape == (6,)
+    with pytest.raises(RuntimeError, match=r"shape '\[4\]' is invalid for input of size 6"):
+        x.view(4)
+    with pytest.raises(RuntimeError, match="view size is not compatible"):
+        x.view(2, 3).t().view(6)
+    with pytest.raises(TypeError, match="received an invalid combination of arguments"):
+        x.view(2.0)

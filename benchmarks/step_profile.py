@@ -1,0 +1,101 @@
+"""Where a compiled training step's time goes, by category, for the models of benchmarks/models.py.
+
+    python benchmarks/step_profile.py [--models cnn,lstm,gpt-4x128,dcgan] [--threads 1] [--steps 10] [--cpu-clock]
+
+Each model's whole step (forward, backward, optimizer: one jitorch.compile'd function) is warmed up, timed
+unprofiled (process CPU ms per step), then run under `jitorch.profiler.profile`, whose spans of the compiled
+call are summed per category:
+
+    products        BLAS products (matmul, mm, bmm) writing into their arena buffers
+    conv windows    a convolution's col2im sums, padded copies and the zeros they start from
+    copies          view kernels: a view that needs its elements copied (im2col, a permute then reshape)
+    softmax         row softmax/log-softmax kernels (with the prologue they evaluate)
+    fused kernels   every other generated kernel (pointwise and reduction groups; the optimizer's updates)
+    eager steps     other nodes run with the eager kernels (recurrences, dropout's random numbers, indexing)
+    Python          the compiled call's time outside those spans (its generated Python between them)
+
+``--cpu-clock`` times the spans in the calling thread's CPU time (``time.thread_time_ns``), for a shared
+machine: at more than one thread, other threads' chunks are then not counted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
+sys.path.insert(0, os.path.dirname(__file__))
+import jitorch  # noqa: E402
+from jitorch.profiler import profile  # noqa: E402
+import models  # noqa: E402
+
+PRODUCTS = frozenset({"matmul", "mm", "bmm"})
+WINDOWS = frozenset({"_as_strided_add", "as_strided_scatter", "new_zeros", "zeros"})
+CATEGORIES = ("products", "conv windows", "copies", "softmax", "fused kernels", "eager steps", "Python")
+
+
+def category(event):
+    """The category of a profiled span of a compiled call, or None for spans that are not a step of it."""
+    if event.kind in ("external", "eager_step"):
+        if event.name in PRODUCTS:
+            return "products"
+        return "conv windows" if event.name in WINDOWS else "eager steps"
+    if event.kind != "kernel":
+        return None
+    ops = event.args.get("ops") or ()
+    if event.name.endswith("_view"):
+        return "copies"
+    return "softmax" if "softmax" in ops or "log_softmax" in ops else "fused kernels"
+
+
+def profile_step(name, quick=False, steps=10, threads=1):
+    """(CPU ms per unprofiled step, {category: (ms per step, calls per step)}) of ``name``'s compiled step."""
+    jitorch.set_num_threads(threads)
+    w = models.workload(jitorch, name, quick)
+    call = models.whole_step(jitorch, w)
+    for _ in range(4):  # (compiles; Adam's first compiled call traces again)
+        call()
+    start = time.process_time()
+    for _ in range(steps):
+        call()
+    plain = (time.process_time() - start) / steps * 1e3
+    with profile() as prof:
+        for _ in range(steps):
+            call()
+    times, calls, whole = collections.Counter(), collections.Counter(), 0.0
+    for event in prof.events():
+        ms = event.cpu_time_total / 1e3 / steps
+        if event.kind == "compiled_call":
+            whole += ms
+            continue
+        kind = category(event)
+        if kind is not None:
+            times[kind] += ms
+            calls[kind] += 1 / steps
+    times["Python"] = max(0.0, whole - sum(times.values()))
+    return plain, {c: (times[c], calls[c]) for c in CATEGORIES}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", default="cnn,lstm,gpt-4x128,dcgan")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--quick", action="store_true", help="tiny sizes (for tests)")
+    p.add_argument("--cpu-clock", action="store_true", help="spans in the calling thread's CPU time")
+    args = p.parse_args(argv)
+    if args.cpu_clock:  # the recorder's and the compiled calls' clock (read when the profiled call is made)
+        time.perf_counter_ns = time.thread_time_ns
+    for name in args.models.split(","):
+        plain, by = profile_step(name, args.quick, args.steps, args.threads)
+        print(f"{name} ({args.threads} thread{'s' if args.threads > 1 else ''}): {plain:.2f} CPU ms per step unprofiled")
+        for kind in CATEGORIES:
+            ms, n = by[kind]
+            print(f"  {kind:14s} {ms:8.2f} ms  {n:6.0f} calls")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,133 @@
+"""A row softmax's pointwise prologue (a bias add, an attention's scale and causal mask) fused into its softmax
+kernel (`executor.softmax_prologues`, `kernel.build_softmax`): one kernel instead of two, the prologue's value
+never written, the result bit for bit what the separate kernels gave, and torch's within float rounding."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import jitorch as jt
+from jitorch.jit import executor
+from jitorch.jit.executor import EagerStep, KernelStep
+
+
+def _kernels(fn, *args):
+    """The ops of each kernel of ``fn``'s compiled graph, and the eager steps' ops, in order."""
+    ex = jt.compile(fn).lower(*args).executable
+    kernels = [list(step.kernel.source.ops) for step in ex.steps if isinstance(step, KernelStep)]
+    eager = [n.op.name for step in ex.steps if isinstance(step, EagerStep) for n in step.nodes]
+    return ex, kernels, eager
+
+
+def _unfused(fn, *args, monkeypatch):
+    """``fn(*args)`` compiled with the prologues left as kernels of their own (the behaviour before)."""
+    with monkeypatch.context() as m:
+        m.setattr(executor, "softmax_prologues", lambda graph, groups: groups)
+        ex, kernels, _ = _kernels(fn, *args)
+        return ex.run(list(args)), kernels
+
+
+def _decoder(x, w, b):
+    return jt.nn.functional.log_softmax(x @ w + b, dim=-1)
+
+
+def _attention(q, k, mask):
+    att = (q @ k.transpose(-2, -1)) * (1.0 / q.shape[-1] ** 0.5)
+    att = att.masked_fill(mask == 0, float("-inf"))
+    return jt.nn.functional.softmax(att, dim=-1)
+
+
+@pytest.mark.parametrize("dtype", [jt.float32, jt.float64])
+def test_a_bias_add_runs_inside_the_log_softmax_kernel(dtype, monkeypatch):
+    g = jt.Generator().manual_seed(0)
+    x, w, b = (jt.randn(*s, generator=g, dtype=dtype) * 3 for s in ((37, 20), (20, 101), (101,)))
+    ex, kernels, eager = _kernels(_decoder, x, w, b)
+    assert kernels == [["add", "log_softmax"]] and eager == ["matmul"]
+    assert [s.kernel.source.kind for s in ex.steps if isinstance(s, KernelStep)] == ["softmax"]
+    out = ex.run([x, w, b])
+    before, kernels_before = _unfused(_decoder, x, w, b, monkeypatch=monkeypatch)
+    assert kernels_before == [["add"], ["log_softmax"]]
+    assert np.array_equal(out.numpy(), before.numpy())
+    ref = torch.log_softmax(torch.from_numpy(x.numpy()) @ torch.from_numpy(w.numpy()) + torch.from_numpy(b.numpy()), -1)
+    np.testing.assert_allclose(out.numpy(), ref.numpy(), rtol=1e-5 if dtype is jt.float32 else 1e-12, atol=1e-5)
+
+
+@pytest.mark.parametrize("heads,t", [(3, 16), (1, 7), (4, 33)])
+def test_an_attention_scale_and_causal_mask_run_inside_the_softmax_kernel(heads, t, monkeypatch):
+    """The mask broadcasts over batch and heads (rows indexed through the leading dims), its rows are a slice
+    of a larger buffer (row stride 40, not t), and masked positions are -inf."""
+    g = jt.Generator().manual_seed(1)
+    q, k = jt.randn(2, heads, t, 8, generator=g), jt.randn(2, heads, t, 8, generator=g)
+    mask = jt.tril(jt.ones(40, 40)).view(1, 1, 40, 40)[:, :, :t, :t]
+    ex, kernels, _ = _kernels(_attention, q, k, mask)
+    assert kernels == [["mul", "eq", "masked_fill", "softmax"]]  # (the mask's == 0 too: the mask is an input)
+    out = ex.run([q, k, mask])
+    before, kernels_before = _unfused(_attention, q, k, mask, monkeypatch=monkeypatch)
+    assert kernels_before == [["mul", "eq", "masked_fill"], ["softmax"]]
+    assert np.array_equal(out.numpy(), before.numpy())
+    tq, tk, tm = (torch.from_numpy(a.numpy()) for a in (q, k, mask))
+    ref = torch.softmax((tq @ tk.transpose(-2, -1) / 8 ** 0.5).masked_fill(tm == 0, float("-inf")), -1)
+    np.testing.assert_allclose(out.numpy(), ref.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_a_prologue_value_read_elsewhere_stays_its_own_kernel():
+    g = jt.Generator().manual_seed(2)
+    x, w, b = jt.randn(5, 4, generator=g), jt.randn(4, 9, generator=g), jt.randn(9, generator=g)
+
+    def both(x, w, b):
+        y = x @ w + b
+        return jt.nn.functional.log_softmax(y, dim=-1), y
+    _, kernels, _ = _kernels(both, x, w, b)
+    assert ["log_softmax"] in kernels and ["add", "log_softmax"] not in kernels
+
+
+def test_a_training_step_through_a_fused_attention_softmax_matches_torch():
+    """Gradients flow through the fused kernel's output (softmax's backward reads it), as in a GPT step."""
+    rng = np.random.default_rng(3)
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in ((2, 2, 12, 8), (2, 2, 12, 8))]
+    mask = np.tril(np.ones((12, 12), np.float32))[None, None]
+
+    def step(lib, q, k, m):
+        loss = (lib.nn.functional.softmax((q @ k.transpose(-2, -1) * 0.3).masked_fill(m == 0, float("-inf")), -1)
+                * lib.arange(12.0)).sum()
+        loss.backward()
+        return loss
+    q, k = (jt.tensor(a, requires_grad=True) for a in arrays)
+    tq, tk = (torch.tensor(a, requires_grad=True) for a in arrays)
+    _, kernels, _ = _kernels(lambda q, k, m: step(jt, q, k, m), q, k, jt.tensor(mask))
+    assert ["mul", "masked_fill", "softmax"] in kernels  # (the mask's == 0 is saved for the backward)
+    q.grad = k.grad = None
+    loss = jt.compile(lambda q, k, m: step(jt, q, k, m))(q, k, jt.tensor(mask))
+    ref = step(torch, tq, tk, torch.tensor(mask))
+    np.testing.assert_allclose(loss.item(), ref.item(), rtol=1e-5)
+    for a, b in ((q, tq), (k, tk)):
+        np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def _decoder_3d(x, w, b):
+    """A word language model's decoder: the projection over (time, batch) rows, reshaped to rows of logits."""
+    return jt.nn.functional.log_softmax((x @ w + b).view(-1, w.shape[1]), dim=1)
+
+
+def test_a_bias_add_reshaped_before_the_log_softmax_runs_inside_its_kernel(monkeypatch):
+    g = jt.Generator().manual_seed(4)
+    x, w, b = jt.randn(7, 5, 12, generator=g), jt.randn(12, 30, generator=g), jt.randn(30, generator=g)
+    ex, kernels, eager = _kernels(_decoder_3d, x, w, b)
+    assert kernels == [["add", "view", "log_softmax"]] and eager == ["matmul"]
+    out = ex.run([x, w, b])
+    before, kernels_before = _unfused(_decoder_3d, x, w, b, monkeypatch=monkeypatch)
+    assert kernels_before == [["add"], ["log_softmax"]]  # (the view: a tensor header between them)
+    assert np.array_equal(out.numpy(), before.numpy())
+    ref = torch.log_softmax((torch.from_numpy(x.numpy()) @ torch.from_numpy(w.numpy())
+                             + torch.from_numpy(b.numpy())).view(-1, 30), 1)
+    np.testing.assert_allclose(out.numpy(), ref.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_a_transpose_before_the_softmax_keeps_the_prologue_apart():
+    """A view that reorders elements is no reshape: the prologue's value stays in memory."""
+    g = jt.Generator().manual_seed(5)
+    x, b = jt.randn(6, 9, generator=g), jt.randn(9, generator=g)
+    _, kernels, _ = _kernels(lambda x, b: jt.nn.functional.softmax((x * 2 + b).t(), dim=-1), x, b)
+    assert ["softmax"] in kernels and not any("softmax" in k and len(k) > 1 for k in kernels)

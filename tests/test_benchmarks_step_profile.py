@@ -1,0 +1,19 @@
+"""benchmarks/step_profile.py at --quick sizes: a compiled step's profile split into its categories."""
+
+from pathlib import Path
+
+from tests.support import load_script
+
+SCRIPT = Path(__file__).parents[1] / "benchmarks" / "step_profile.py"
+
+
+def test_a_quick_lstm_step_profile_has_products_softmax_and_eager_recurrences(capsys):
+    bench = load_script(SCRIPT, "step_profile_benchmark")
+    plain, by = bench.profile_step("lstm", quick=True, steps=2)
+    assert plain > 0 and set(by) == set(bench.CATEGORIES)
+    # the decoder's and the recurrences' products, the log-softmax (its bias add inside), the fused cells' layers
+    assert by["products"][1] >= 3 and by["softmax"][1] == 1 and by["eager steps"][1] >= 2
+    assert all(ms >= 0 for ms, _ in by.values()) and by["products"][0] > 0
+    bench.main(["--models", "cnn", "--quick", "--steps", "1"])
+    out = capsys.readouterr().out
+    assert "cnn (1 thread)" in out and "conv windows" in out and "copies" in out
