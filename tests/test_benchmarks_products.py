@@ -18,11 +18,11 @@ def bench():
 
 def test_a_compiled_gpt_steps_products_are_collected_with_layouts_and_counts(bench):
     found = bench.collect("gpt-1x32", quick=True)
-    # one layer: 4 linears (forward, input and weight gradients), the head's 3, attention's 2 + 4
-    assert sum(found.values()) == 4 * 3 + 3 + 6
+    # one layer: 4 linears (forward, input and weight gradients), the head's 3; attention's products are
+    # inside the fused ops _attention and _attention_backward (ops/attention.py), none of them a matmul
+    assert sum(found.values()) == 4 * 3 + 3
     assert all(caller == "jitorch" and out is not None for (*_, out, caller) in found)  # into the arena
-    batched = [k for k in found if len(k[1]) == 4]
-    assert sum(found[k] for k in batched) == 6 and all(k[1][:2] == (4, 2) for k in batched)  # (batch, heads, ..)
+    assert not [k for k in found if len(k[1]) == 4]  # no batched (batch, heads, ..) product left
 
 
 def test_a_case_is_timed_on_operands_of_its_strides_under_each_system(bench, capsys):

@@ -53,6 +53,41 @@ _INF = float("inf")
 _NAN = float("nan")
 
 
+class _Splat(ir.Constant):
+    """``x`` in every lane of the vector type ``t``, spelled ``splat (float x)`` (``zeroinitializer`` for 0):
+    llvmlite writes a vector constant lane by lane, and with 16 lanes those were most of a vectorised kernel's
+    IR text, which every process builds and hashes for its cache key."""
+
+    def __init__(self, t, x):  # (not Constant.__init__: it would take the text for lane values)
+        self.type = t
+        zero = x == 0 and not str(x).startswith("-")
+        self.constant = "zeroinitializer" if zero else f"splat ({t.element} {t.element.format_constant(x)})"
+
+    def _get_reference(self):
+        return self.constant
+
+
+def splat(t, x):
+    """The constant ``x`` (a Python number of ``t``'s element type) in every lane of vector type ``t``: spelled
+    short where the LLVM that llvmlite carries reads ``splat (...)`` (LLVM 19 on; llvmlite 0.44's LLVM 15 does
+    not), else lane by lane."""
+    if _reads_splat():
+        return _Splat(t, x)
+    return ir.Constant(t, [x] * t.count)
+
+
+@lru_cache(maxsize=None)
+def _reads_splat():
+    """Whether LLVM's IR parser takes the ``splat (ty x)`` constant syntax (asked once: parsing a line)."""
+    from llvmlite import binding
+    try:
+        binding.parse_assembly("define <2 x float> @f(<2 x float> %x) {\n"
+                               "  %y = fadd <2 x float> %x, splat (float 1.0)\n  ret <2 x float> %y\n}\n")
+    except RuntimeError:
+        return False
+    return True
+
+
 def _f32(v):
     return float(np.float32(v))
 
@@ -92,10 +127,10 @@ class _Math:
 
     def c(self, v):
         v = float(v) if self.double else _f32(v)
-        return ir.Constant(self.t, [v] * self.lanes if self.lanes else v)
+        return splat(self.t, v) if self.lanes else ir.Constant(self.t, v)
 
     def ic(self, v):
-        return ir.Constant(self.it, [int(v)] * self.lanes if self.lanes else int(v))
+        return splat(self.it, int(v)) if self.lanes else ir.Constant(self.it, int(v))
 
     def cd(self, pair):
         """A double-word constant from its (hi, lo) parts."""

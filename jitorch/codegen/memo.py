@@ -63,3 +63,29 @@ class BoundedMemo:
 
     def __contains__(self, key) -> bool:
         return key in self._entries
+
+
+class BuiltOnce:
+    """key -> what ``build(*key)`` made (None included: "cannot be built"), made once per key under a lock,
+    at most ``limit`` keys (past it, all go: programs of ever new sizes; the code stays cached on disk)."""
+
+    def __init__(self, build, limit=256):
+        self._build, self._limit = build, limit
+        self._made: dict = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, *key):
+        with self._lock:
+            if key not in self._made:
+                if len(self._made) > self._limit:
+                    self._made.clear()
+                self._made[key] = self._build(*key)
+            return self._made[key]
+
+    def __getitem__(self, key):
+        return self._made[key]
+
+    def items(self):
+        """(key, what was made) pairs, a snapshot."""
+        with self._lock:
+            return list(self._made.items())

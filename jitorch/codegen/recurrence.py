@@ -17,7 +17,6 @@ import the code generator, and runs its NumPy cells where no kernel is registere
 from __future__ import annotations
 
 import ctypes
-import threading
 
 import numpy as np
 
@@ -31,10 +30,9 @@ from . import cpu
 from .cache import default_cache
 from .errors import CompileError
 from .kernel import build
+from .memo import BuiltOnce
 
 _CPU = _device("cpu")
-_lock = threading.Lock()
-_kernels: dict = {}  # (direction, mode, dtype name, hidden, bias) -> CellKernel, or None: not buildable
 # The batch the kernels are built for: their outer loop runs over the rows (the batch), whose bounds each
 # call gives, and no buffer's strides depend on the batch, so one kernel serves every batch size. (Two,
 # not one: the builder drops dims of size one, and the rows' loop with them.)
@@ -77,13 +75,7 @@ def cell_kernel(direction, mode, dtype, hidden, bias):
     """The `CellKernel` of ``mode``'s ("LSTM" or "GRU") ``direction`` ("forward" or "backward") cell for
     float ``dtype`` (a NumPy dtype) and ``hidden`` units, with or without the hidden bias (forward only),
     for any batch; None where it cannot be built (the caller runs its NumPy cell). Built once per key."""
-    key = (direction, mode, np.dtype(dtype).name, hidden, bias)
-    with _lock:
-        if key not in _kernels:
-            if len(_kernels) > 256:  # (programs of ever new sizes: the code stays cached on disk)
-                _kernels.clear()
-            _kernels[key] = _build(*key)
-        return _kernels[key]
+    return _kernels(direction, mode, np.dtype(dtype).name, hidden, bias)
 
 
 def _build(direction, mode, dtype, hidden, bias):
@@ -105,6 +97,10 @@ def _build(direction, mode, dtype, hidden, bias):
     by_value = {v: n for n, (v, _) in [*inputs.items(), *outputs.items()]}
     source = compiled.source
     return CellKernel(compiled, [by_value[v] for v in [*source.inputs, *source.outputs]])
+
+
+# (direction, mode, dtype name, hidden, bias) -> CellKernel, or None: not buildable
+_kernels = BuiltOnce(_build)
 
 
 class _Cell:

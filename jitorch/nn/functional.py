@@ -23,7 +23,7 @@ import numpy as np
 
 import jitorch as jt
 from jitorch.compiler import is_compiling
-from jitorch.ops.attention import attention_fast
+from jitorch.ops.attention import attention_fast, fused as _fused_attention
 from jitorch.ops.autocast import autocasts
 from jitorch.ops import erf_float32
 from jitorch.ops.pointwise import _erf
@@ -2725,6 +2725,12 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     (torch's safe softmax). With ``is_causal`` every row allows key 0 and the softmax is a plain one: a row
     whose allowed scores are all -inf, which only infinite inputs give, is NaN there where torch's CPU kernel
     gives zeros. ``dropout_p`` always applies, as in torch.
+
+    Recording history on the CPU (float32 or float64, no mask, the causal one or a bool or additive mask that
+    broadcasts to the scores, no dropout), it is one op, ``_attention``, run by fused kernels forward and
+    backward (jitorch/codegen/attention.py; a mask that requires grad takes NumPy's products backward); its sums
+    round in another order than the composition's (within float tolerance of torch, whose CPU kernel is
+    fused too), and as torch's fused kernels it has no double backward.
     """
     if is_causal and attn_mask is not None:
         raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be set when is_causal=True")
@@ -2734,6 +2740,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         out = attention_fast(query, key, value, is_causal, scale)
         if out is not None:
             return out
+    if (_AUTOCAST.key is None and isinstance(scale, float)
+            and _fused_attention(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)):
+        return _OPS["_attention"](query, key, value, attn_mask, is_causal, scale)[0]
     if enable_gqa:
         if query.shape[-3] % key.shape[-3] or query.shape[-3] % value.shape[-3]:
             raise RuntimeError("Number of heads in key and value must divide the number of heads in query")

@@ -61,9 +61,9 @@ FULL_RANK = frozenset({"cholesky_solve", "cholesky_inverse", "lu_solve", "linalg
                        "linalg_lstsq", "_linalg_lstsq", "linalg_lu_factor_ex", "lu"})
 
 
-# Ops whose backward is an op without a derivative of its own (the fused RNN layer's, as torch's cuDNN RNN): their
-# gradgradcheck must raise.
-FIRST_ORDER_ONLY = frozenset({"_rnn_layer"})
+# Ops whose backward is an op without a derivative of its own (the fused RNN layer's, as torch's cuDNN RNN, and
+# the fused attention's, as torch's fused attention kernels): their gradgradcheck must raise.
+FIRST_ORDER_ONLY = frozenset({"_rnn_layer", "_attention"})
 
 
 # Composites that call one kernel checked here under its own name (torch's older spellings of torch.linalg's

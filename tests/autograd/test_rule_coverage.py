@@ -11,9 +11,9 @@ def served_by_fallback(op):
     return fallback is not None and fallback(None) is True
 
 
-# backward-only kernels whose own backward (a double backward) raises, as torch's cuDNN RNN's does
-# (tests/nn/test_rnn.py checks the error)
-FIRST_ORDER_ONLY_BACKWARDS = {"_rnn_layer_backward"}
+# backward-only kernels whose own backward (a double backward) raises, as torch's cuDNN RNN's and fused
+# attention's do (tests/nn/test_rnn.py and tests/codegen/test_attention.py check the error)
+FIRST_ORDER_ONLY_BACKWARDS = {"_rnn_layer_backward", "_attention_backward"}
 
 
 def test_every_differentiable_op_has_a_rule():

@@ -3,7 +3,7 @@ limit, so a long-running process that keeps compiling new kernels holds a fixed 
 
 import threading
 
-from jitorch.codegen.memo import BoundedMemo
+from jitorch.codegen.memo import BoundedMemo, BuiltOnce
 
 
 def test_least_recently_used_entries_go_first_when_the_limit_is_passed():
@@ -49,3 +49,19 @@ def test_threads_putting_and_getting_keep_the_total_exact():
     for th in threads:
         th.join()
     assert memo.total == sum(len(v) for v in memo._entries.values()) <= 1000
+
+
+def test_built_once_builds_each_key_once_remembers_none_and_clears_past_its_limit():
+    calls = []
+
+    def build(*key):
+        calls.append(key)
+        return None if key == ("no",) else "+".join(key)
+    made = BuiltOnce(build, limit=2)
+    assert made("a", "b") == "a+b" and made("a", "b") == "a+b" and made("no") is None and made("no") is None
+    assert calls == [("a", "b"), ("no",)] and made["a", "b"] == "a+b"
+    made("c")
+    made("d")  # a fourth key past the limit of 2: everything made so far goes, then "d" is made
+    assert [k for k, _ in made.items()] == [("d",)]
+    made("a", "b")
+    assert calls[-1] == ("a", "b") and len(calls) == 5

@@ -12,6 +12,7 @@ import zlib
 import pytest
 
 import jitorch as jt
+from jitorch.backends.cuda.fake import FakeBackend
 from jitorch.codegen.cache import KernelCache
 from jitorch.codegen.errors import CompileError
 from jitorch.codegen.memo import BoundedMemo
@@ -22,6 +23,7 @@ from jitorch.codegen.nvptx.ptxas import assemble
 from jitorch.codegen.nvptx.target import NVPTX
 from jitorch.jit import TraceError
 from jitorch.ops import registry
+from jitorch.runtime.cuda_backend import use_backend
 from tests.codegen.test_compiled import CHAINS
 from tests.jit.test_trace_ops import split_tensors
 from tests.ops.samples import bind, samples
@@ -121,6 +123,31 @@ def test_every_registry_op_that_lowers_assembles():
     # the math library, integer ops, casts and reductions all made it into kernels
     assert {"exp", "erf", "atan2", "bitwise_xor", "_to_copy", "sum", "amax", "softmax", "where"} <= lowered | {
         "where"}, sorted(lowered)
+    assert_assembles(kernels)
+
+
+def test_fused_attention_has_no_cuda_lowering_and_cuda_tensors_compose_it():
+    """The fused attention ops (CPU tile kernels, jitorch/codegen/attention.py) lower to no CUDA kernel, so
+    ``scaled_dot_product_attention`` never makes them for CUDA tensors: traced on CUDA tensors (the fake
+    device) a training step keeps the composition, whose products, masked scores and softmax (and its
+    backward) lower to kernels that assemble."""
+    for name in ("_attention", "_attention_backward"):
+        op = registry.OPS[name]
+        tensors, rebuild = split_tensors(bind(op, samples(name, seed=0)[0]))
+        assert cuda_kernels(lambda *ts: registry.call(op, rebuild(ts)), *tensors) == []
+
+    def step(q, k, v):
+        out = jt.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        out.sum().backward()
+        return out
+    with use_backend(FakeBackend()):
+        q, k, v = (jt.randn(2, 2, 9, 8).to("cuda").requires_grad_() for _ in range(3))
+        lowered = jt.compile(step, fullgraph=True).lower(q, k, v, device="cuda")
+    names = [node.op.name for node in lowered.graph.nodes]
+    assert "_attention" not in names and "_attention_backward" not in names
+    assert names.count("matmul") == 6 and "softmax" in names
+    kernels = lowered.executable.kernels
+    assert {"softmax", "masked_fill"} <= {op for k in kernels for op in k.ops}
     assert_assembles(kernels)
 
 

@@ -814,6 +814,28 @@ def _rnn_backward_samples(m):
     return out
 
 
+def _attention_args(m):
+    """Arguments of ``_attention`` (query, key, value, attn_mask, is_causal, scale): causal with more queries
+    than keys (every row keeps key 0) and strided, transposed keys and values; fewer queries than keys with an
+    additive mask broadcast over the batch; one tile of no batch dims with keys repeated (stride 0); a bool
+    mask broadcast over the heads; no queries at all."""
+    return [(m.f((2, 2, 5, 3)), m.f((2, 2, 4, 3), "strided"), m.f((2, 2, 4, 3), "transposed"), None, True, 0.5),
+            (m.f((2, 3, 4)), m.f((2, 6, 4)), m.f((2, 6, 4)), m.f((3, 6)), False, 0.3),
+            (m.f((4, 8)), m.f((4, 8), "expanded"), m.f((4, 8)), None, True, 1.0),
+            (m.f((2, 2, 5, 3)), m.f((2, 2, 7, 3)), m.f((2, 2, 7, 3)), m.b((2, 1, 5, 7)), False, 0.5),
+            (m.f((2, 0, 3)), m.f((2, 2, 3)), m.f((2, 2, 3)), None, False, 0.5)]
+
+
+def _attention_backward_samples(m):
+    """The output's gradient with each `_attention_args` sample and its forward's reserve; the scores'
+    gradient asked for where the sample has a mask."""
+    out = []
+    for q, k, v, mask, causal, scale in _attention_args(m):
+        _, reserve = registry.OPS["_attention"](q, k, v, mask, causal, scale)
+        out.append(S(m.f(tuple(q.shape)), q, k, v, reserve, causal, scale, mask is not None))
+    return out
+
+
 SHAPES_AND_STATISTICS = _by_names(
     ("cummax cummin", _running),
     ("logcumsumexp", lambda m: [S(m.mat(), 1), S(m.cube(), 0), S(m.scalar(), 0), S(m.f((0, 3)), 1)]),
@@ -911,6 +933,8 @@ SHAPES_AND_STATISTICS = _by_names(
     ("kaiser_window", _window_samples(6.0)),
     ("_rnn_layer", lambda m: [S(*args) for args in _rnn_layer_args(m)]),
     ("_rnn_layer_backward", _rnn_backward_samples),
+    ("_attention", lambda m: [S(*args) for args in _attention_args(m)]),
+    ("_attention_backward", _attention_backward_samples),
     ("linear", lambda m: [S(m.cube(), m.f((5, 4)), m.f((5,))), S(m.mat(), m.f((2, 4), "transposed")),
                           S(m.f((4,)), m.f((3, 4)), m.f(())), S(m.f((0, 4)), m.f((2, 4)), m.f((2,)))]),
     ("layer_norm", lambda m: [S(m.cube(), [4], m.f((4,)), m.f((4,))), S(m.mat(), [3, 4]), S(m.f((5, 3), "strided"), [3], None,

@@ -41,6 +41,10 @@ NO_TORCH_COUNTERPART = {
     # one layer of nn.RNN/LSTM/GRU and its backward (torch's fused RNN ops take flattened weight lists): compared
     # with torch through the modules in tests/nn/test_rnn.py
     "_rnn_layer", "_rnn_layer_backward",
+    # fused scaled-dot-product attention and its backward: compared with torch through
+    # F.scaled_dot_product_attention (values and gradients) in tests/ops/test_attention.py and
+    # tests/codegen/test_attention.py
+    "_attention", "_attention_backward",
 }
 
 # Ops that are torch ATen operators without a public function or method: jitorch runs them through the

@@ -1,0 +1,571 @@
+"""Fused attention kernels (jitorch/ops/attention.py's ``_attention`` and ``_attention_backward``): scaled
+dot-product attention over one (batch, head) tile per iteration of the kernel's outer loop, forward and
+backward, with no mask, a causal one or an additive one (forward).
+
+The composition (``matmul``, ``mul``, ``masked_fill``, ``softmax``, ``matmul`` and their derivatives) runs
+a batched BLAS product per step over all tiles and passes the (L, S) scores through memory between them; a
+training step of a small GPT has 48 tiles of 64 x 64 x 32, where each product is a few microseconds of
+arithmetic and the step's products ran 2-2.7 times slower than alone. Here a tile's keys (and in the
+backward its values) are transposed once into a stack buffer, a few tens of KB that stay in L1; the other
+operands are read where they lie (a GPT's heads are strided views of one product), copied into padded rows
+only where the head dim is no whole number of register blocks. Each product is a register-blocked loop
+(``_product``: 4 rows by 2 vectors of accumulators, one broadcast operand and one vector load per FMA pair);
+an additive mask (a bool one made -inf/0 by the op) is added to the scaled scores where they are stored, and
+in masked kernels a row with every key masked gives zero weights; the causal mask skips the key blocks after a row
+block's last query, about half the work. The softmax (max, exp of the differences, sum, division, as the
+softmax kernel's order) runs on the row in registers and L1. The tiles run in chunks on the thread team.
+
+Rounding differs from the composition's (sums in another order): results agree with torch within float
+tolerances, not bit for bit. Importing this module registers `attention_kernel` in
+``ops.attention.ATTENTION_KERNEL``: the ops layer cannot import the code generator, and composes NumPy
+products where no kernel is registered or one cannot be built (shapes whose buffers exceed ``STACK_LIMIT``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+from llvmlite import ir
+
+from ..ops import attention
+from ..runtime.threads import run_chunks
+from . import cpu, mathlib
+from .cache import cache_key, default_cache
+from .errors import CompileError
+from .kernel import I64, KernelSource, counted_loop, generator_fingerprint
+from .memo import BuiltOnce
+from .target import CPU
+
+# A tile's stack buffers may take this many bytes (8 MiB thread stacks; the GPT shapes take 16-80 KB).
+STACK_LIMIT = 256 * 1024
+_ROWS, _VECS = 4, 2  # a product's register block: rows by vectors of accumulators
+_BYTES = 64  # one vector: a cache line, an AVX-512 register (LLVM splits it for narrower targets)
+_IR_LIMIT = 1 << 20  # a cached kernel IR entry of more bytes is refused unread (GPT's tiles: 26-34 KB)
+
+
+class AttentionKernel:
+    """A compiled tile kernel: `run_tiles` runs it over a call's buffers."""
+
+    def __init__(self, compiled, work):
+        self._compiled = compiled  # keeps the machine code alive
+        self._fn = compiled.fn
+        self._work = work  # multiply-adds of one tile
+
+    def run_tiles(self, arrays, tiles):
+        """The kernel over ``tiles`` tiles of ``arrays`` (laid out as the kernel was built for, in its buffer
+        order): on the calling thread, or in chunks of tiles on the thread team when there are threads and
+        work enough for each (as a generated kernel splits its outer loop). Each tile runs on one thread,
+        so the results do not depend on the number of threads."""
+        args = (ctypes.c_void_p * len(arrays))(*[a.__array_interface__["data"][0] for a in arrays])
+        n = min(cpu.num_threads(), tiles, tiles * self._work // cpu.CHUNK_MIN_WORK)
+        if n <= 1:
+            self._fn(args, 0, tiles)
+            return
+        step = -(-tiles // n)
+        run_chunks(self._compiled.address, args, [(i, min(i + step, tiles)) for i in range(0, tiles, step)])
+
+
+def attention_kernel(direction, dtype, L, S, D, causal, scale, batch=(), layouts=None, masked=False):
+    """The compiled ``direction`` ("forward" or "backward") kernel for float ``dtype`` (a NumPy dtype)
+    tiles of ``L`` queries, ``S`` keys and ``D`` dims (an `AttentionKernel`); None where it cannot be built
+    (the caller composes). Forward buffers: q, k, v, (with ``masked``) an additive (L, S) mask, then out and
+    the softmax weights p; backward: q, k, v, p, grad_out, then grad_q, grad_k, grad_v. Each holds the tiles
+    of the ``batch`` shape; ``layouts`` gives, per buffer, its element strides (one per batch dim, then the
+    rows'; the columns' are 1), default C-contiguous. Built once per key."""
+    if layouts is None:
+        shapes = {"forward": "LDSDSD" + ("LS" if masked else "") + "LDLS", "backward": "LDSDSDLSLDLDSDSD"}[direction]
+        sizes = {"L": L, "S": S, "D": D}
+        layouts = tuple(_contiguous(batch, sizes[shapes[i]], sizes[shapes[i + 1]]) for i in range(0, len(shapes), 2))
+    return _kernels(direction, np.dtype(dtype).name, L, S, D, bool(causal), float(scale), tuple(batch),
+                    tuple(layouts), bool(masked))
+
+
+def _contiguous(batch, rows, cols):
+    """The strides of a C-contiguous (*batch, rows, cols) buffer but the columns'."""
+    strides = [cols]
+    for n in reversed((*batch, rows)[1:]):
+        strides.insert(0, strides[0] * n)
+    return tuple(strides)
+
+
+def _build(direction, dtype, L, S, D, causal, scale, batch, layouts, masked=False):
+    t = ir.FloatType() if dtype == "float32" else ir.DoubleType()
+    width = _BYTES // np.dtype(dtype).itemsize
+    tile = _Tile(t, width, L, S, D, causal, scale, batch, layouts, masked)
+    if tile.stack_bytes(direction) > STACK_LIMIT:
+        return None
+    name = (f"jitorch_attention_{direction}_{dtype}_{L}x{S}x{D}{'_causal' if causal else ''}"
+            f"{'_masked' if masked else ''}")
+    n_in, n_out = (3 + masked, 2) if direction == "forward" else (5, 3)
+    source = KernelSource(name, "attention", [f"attention_{direction}"], list(range(n_in)),
+                          list(range(n_in, n_in + n_out)), 0, 0)
+    cache = default_cache()
+    # (what decides the IR: the tile's parameters, the generator's sources, the target, and the constants'
+    # spelling, which the LLVM that llvmlite carries decides)
+    text = repr(("attention", cpu.target_id(), mathlib._reads_splat(), direction, dtype, L, S, D, causal, scale,
+                 batch, layouts, masked))
+    key = cache_key("attention kernel IR", generator_fingerprint(), text)
+    stored, llvm_ir = cache.get(key, text, limit=_IR_LIMIT), None
+    if stored is not None:
+        try:
+            llvm_ir = stored.decode("utf-8")
+        except UnicodeDecodeError:  # (a damaged entry: built again)
+            pass
+    if llvm_ir is None:
+        llvm_ir = _module(tile, direction, name, n_in, n_out)
+        cache.put(key, llvm_ir.encode("utf-8"), text)
+    source.llvm_ir = llvm_ir
+    try:
+        compiled = cpu.link_kernel(source, cache)
+    except CompileError:
+        return None
+    return AttentionKernel(compiled, L * S * D)
+
+
+def _module(tile, direction, name, n_in, n_out):
+    """The LLVM IR text of ``tile``'s ``direction`` kernel named ``name``. `_build` takes it from the kernel
+    cache where an earlier process made it for the same parameters: the IR's text keys the object code, and
+    building it here was 15-25 ms of Python in every process's first call."""
+    module = ir.Module(name=name)
+    module.triple = CPU.triple
+    ptr = tile.t.as_pointer()
+    body = ir.Function(module, ir.FunctionType(ir.VoidType(), [I64, I64] + [ptr] * (n_in + n_out)), name + "_body")
+    body.linkage = "internal"
+    body.attributes.add("alwaysinline")
+    for arg in body.args[2 + n_in:]:  # (the inputs may be one tensor: self-attention of x with itself)
+        arg.add_attribute("noalias")
+    b = ir.IRBuilder(body.append_basic_block("entry"))
+    (tile.forward if direction == "forward" else tile.backward)(b, body.args[0], body.args[1], body.args[2:])
+    b.ret_void()
+    CPU.add_entry(module, body, list(range(n_in + n_out)), 0, "thread")
+    return str(module)
+
+
+# (direction, dtype name, L, S, D, causal, scale, batch, layouts, masked) -> AttentionKernel, or None
+_kernels = BuiltOnce(_build)
+
+
+def _ceil(n, m):
+    return -(-n // m) * m
+
+
+class _Tile:
+    """Emits one tile's loops; sizes and strides are the kernel's constants."""
+
+    def __init__(self, t, width, L, S, D, causal, scale, batch, layouts, masked=False):
+        self.t, self.w, self.L, self.S, self.D, self.causal, self.scale = t, width, L, S, D, causal, scale
+        self.batch, self.layouts = batch, layouts
+        self.additive = masked  # the forward adds a mask buffer to the scaled scores
+        self.vt = ir.VectorType(t, width)
+        block = width * _VECS
+        self.Sp, self.Dp = _ceil(S, block), _ceil(D, block)
+        # rows of whole register blocks are read where they lie; others are copied into padded rows
+        self.direct = D % block == 0
+        self.item = _BYTES // width
+        self._accs = None  # the stack slot of `_product`'s accumulators
+        self._keep = None  # the loop metadata of `kept_loop`
+
+    def stack_bytes(self, direction):
+        padded = 0 if self.direct else self.Dp
+        if direction == "forward":  # keys transposed, values padded, a row block's scores
+            floats = self.D * self.Sp + self.S * padded + (0 if self.S == self.Sp else _ROWS * self.Sp)
+        else:  # keys padded, values transposed, queries and grad_out padded, the scores' gradient
+            floats = self.S * padded + self.D * self.Sp + 2 * self.L * padded + self.L * self.Sp
+        return floats * self.item
+
+    # small helpers ------------------------------------------------------------------------------------
+
+    def const(self, x):
+        return ir.Constant(self.t, x)
+
+    def splat(self, x):
+        """A vector constant of ``x`` in every lane."""
+        return mathlib.splat(self.vt, float(x))
+
+    def buffer(self, b, n):
+        """A stack buffer of ``n`` elements (in the entry block, so it is one frame slot), zeroed once per
+        call: the copies write only the head dim's columns of padded rows, and stack garbage in the rest (NaN,
+        subnormals) made the products over those lanes, which stores mask off, ten times slower."""
+        first = b.gep(self.slot(b, ir.ArrayType(self.t, max(n, 1))), [I64(0), I64(0)])
+        with b.goto_entry_block():
+            self.memcall(b, "memset", first, ir.IntType(8)(0), max(n, 1))
+        return first
+
+    def memcall(self, b, which, dst, src, n):
+        """LLVM's ``memcpy`` (``src`` a pointer) or ``memset`` (``src`` an i8) of ``n`` elements at ``dst``."""
+        i8p = ir.IntType(8).as_pointer()
+        if which == "memcpy":
+            src = b.bitcast(src, i8p)
+        name = f"llvm.{which}.p0.{'p0.' if which == 'memcpy' else ''}i64"
+        fn = b.module.globals.get(name) or ir.Function(b.module, ir.FunctionType(
+            ir.VoidType(), [i8p, src.type, I64, ir.IntType(1)]), name)
+        b.call(fn, [b.bitcast(dst, i8p), src, I64(n * self.item), ir.IntType(1)(0)])
+
+    def slot(self, b, t):
+        """A stack slot of type ``t``, allocated in the entry block (a loop must not grow the stack)."""
+        with b.goto_entry_block():
+            return b.alloca(t)
+
+    def tile(self, b, t, args, k):
+        """(buffer ``k``'s tile ``t``, its row stride): the tile's offset from its batch index."""
+        strides = self.layouts[k]
+        off, rest = I64(0), t
+        for n, stride in zip(reversed(self.batch), reversed(strides[:-1])):
+            off = b.add(off, self.times(b, b.urem(rest, I64(n)), stride))
+            rest = b.udiv(rest, I64(n))
+        return b.gep(args[k], [off]), strides[-1]
+
+    def at(self, b, base, *index):
+        """``base[sum of index]`` (terms are i64 values or ints; the ints are summed here, not in the IR)."""
+        off, const = None, 0
+        for term in index:
+            if isinstance(term, ir.Value):
+                off = term if off is None else b.add(off, term)
+            else:
+                const += term
+        if const:
+            off = I64(const) if off is None else b.add(off, I64(const))
+        return base if off is None else b.gep(base, [off])
+
+    @staticmethod
+    def times(b, v, n):
+        """``v * n`` (an i64 value times an int; ``v`` itself for 1)."""
+        return v if n == 1 else b.mul(v, I64(n))
+
+    def vload(self, b, p):
+        return b.load(b.bitcast(p, self.vt.as_pointer()), align=self.item)
+
+    def vstore(self, b, v, p):
+        b.store(v, b.bitcast(p, self.vt.as_pointer()), align=self.item)
+
+    def broadcast(self, b, x):
+        """A vector of ``x`` in every lane (an element value or an i64)."""
+        vt = self.vt if x.type == self.t else ir.VectorType(x.type, self.w)
+        v = b.insert_element(mathlib.splat(vt, 0), x, ir.Constant(ir.IntType(32), 0))
+        zeros = ir.Constant(ir.VectorType(ir.IntType(32), self.w), [0] * self.w)  # (llvmlite checks a mask's lanes)
+        return b.shuffle_vector(v, mathlib.splat(vt, 0), zeros)
+
+    def copy(self, b, dst, ld_dst, src, ld_src, rows, cols, transpose=False):
+        """``dst[r, c] = src[r, c]`` (``dst[c, r]`` with ``transpose``) for ``rows`` by ``cols``; rows are
+        ``ld_dst`` and ``ld_src`` apart. Untransposed rows are one ``memcpy`` each (LLVM lowers one of a
+        constant size to a few vector moves)."""
+        if not transpose:
+            counted_loop(b, I64(0), I64(rows), I64(1), lambda b, r: self.memcall(
+                b, "memcpy", self.at(b, dst, self.times(b, r, ld_dst)), self.at(b, src, self.times(b, r, ld_src)),
+                cols), "cr")
+            return
+
+        def row(b, r):
+            def col(b, c):
+                v = b.load(b.gep(src, [b.add(self.times(b, r, ld_src), c)]))
+                b.store(v, b.gep(dst, [b.add(self.times(b, c, ld_dst), r)]))
+            counted_loop(b, I64(0), I64(cols), I64(1), col, "cc")
+        if self.direct:  # (on GPT's tiles, LLVM's own unrolling of the copy ran the kernels 7-10% faster)
+            counted_loop(b, I64(0), I64(rows), I64(1), row, "cr")
+        else:
+            self.kept_loop(b, rows, row, "cr")
+
+    def kept_loop(self, b, n, body, name):
+        """``counted_loop`` from 0 to the int ``n``, marked for LLVM to neither unroll nor vectorise: a
+        transposing copy of a short tile was unrolled over its rows, each a copy of the vectorised loop over
+        the row (with scatters), which made half the optimised code and compile time of a ragged shape's
+        kernel."""
+        func = b.function
+        first = len(func.basic_blocks)  # (the loop's header is the first block counted_loop appends)
+        counted_loop(b, I64(0), I64(n), I64(1), body, name)
+        if self._keep is None:
+            module = b.module
+            self._keep = module.add_metadata([])
+            self._keep.operands = (self._keep,
+                                   module.add_metadata([ir.MetaDataString(module, "llvm.loop.unroll.disable")]),
+                                   module.add_metadata([ir.MetaDataString(module, "llvm.loop.vectorize.width"),
+                                                        ir.IntType(32)(1)]))
+        latch = func.basic_blocks[first].instructions[0].incomings[-1][1]
+        latch.terminator.set_metadata("llvm.loop", self._keep)
+
+    def last_key(self, b, i_last):
+        """The number of keys a row block whose last query is ``i_last`` reads (causal: the keys up to it)."""
+        if not self.causal:
+            return I64(self.S)
+        n = b.add(i_last, I64(1))
+        return b.select(b.icmp_signed("<", n, I64(self.S)), n, I64(self.S))
+
+    def _product(self, b, rows, a, a_rs, a_ks, bm, b_ks, k0, k1, c0, epilogue):
+        """``acc[r][c] = sum over k in [k0, k1) of a[r * a_rs + k * a_ks] * bm[k * b_ks + c0 + c * w]`` for
+        ``rows`` rows (``a`` points at the first) and `_VECS` vectors from column ``c0``, then
+        ``epilogue(b, r, col, acc)`` for each (``r``, ``col``: i64 values of its row and first column). The k
+        loop carries the accumulators in registers; the epilogue is emitted once, in a loop over them through a
+        stack slot (LLVM unrolls it and keeps them in registers), not once per accumulator."""
+        head = b.block
+        loop = b.function.append_basic_block("k")
+        done = b.function.append_basic_block("k.end")
+        b.branch(loop)
+        b.position_at_end(loop)
+        k = b.phi(I64)
+        k.add_incoming(k0, head)
+        accs = [[b.phi(self.vt) for _ in range(_VECS)] for _ in range(rows)]
+        for row in accs:
+            for acc in row:
+                acc.add_incoming(self.splat(0.0), head)
+        # (k0 < k1 always: a row block reads at least its first key, and every tile has a query)
+        row = self.at(b, bm, self.times(b, k, b_ks), c0)
+        cols = [self.vload(b, self.at(b, row, c * self.w)) for c in range(_VECS)]
+        ak = self.at(b, a, self.times(b, k, a_ks))
+        new = []
+        for r in range(rows):
+            sv = self.broadcast(b, b.load(self.at(b, ak, r * a_rs)))
+            new.append([b.fadd(b.fmul(sv, cols[c], flags=("contract",)), accs[r][c], flags=("contract",))
+                        for c in range(_VECS)])
+        k_next = b.add(k, I64(1))
+        for r in range(rows):
+            for c in range(_VECS):
+                accs[r][c].add_incoming(new[r][c], b.block)
+        k.add_incoming(k_next, b.block)
+        b.cbranch(b.icmp_signed("<", k_next, k1), loop, done)
+        b.position_at_end(done)
+        if self._accs is None:  # (one slot per kernel: a _Tile emits one kernel)
+            self._accs = self.slot(b, ir.ArrayType(self.vt, _ROWS * _VECS))
+        for r in range(rows):
+            for c in range(_VECS):
+                b.store(new[r][c], b.gep(self._accs, [I64(0), I64(r * _VECS + c)]))
+
+        def each(b, n):
+            col = b.add(c0, self.times(b, b.urem(n, I64(_VECS)), self.w))
+            epilogue(b, b.udiv(n, I64(_VECS)), col, b.load(b.gep(self._accs, [I64(0), n])))
+        counted_loop(b, I64(0), I64(rows * _VECS), I64(1), each, "acc")
+
+    def row_blocks(self, b, n, body):
+        """``body(b, i, rows)`` over blocks of `_ROWS` rows of ``n``, then the rest one by one."""
+        full = n // _ROWS * _ROWS
+        if full:
+            counted_loop(b, I64(0), I64(full), I64(_ROWS), lambda b, i: body(b, i, _ROWS), "rb")
+        if full < n:
+            counted_loop(b, I64(full), I64(n), I64(1), lambda b, i: body(b, i, 1), "rr")
+
+    def column_blocks(self, b, ncols, body):
+        """``body(b, c0)`` over the blocks of `_VECS` vectors that cover ``ncols`` (an i64 value) columns."""
+        step = self.w * _VECS
+        end = self.times(b, b.sdiv(b.add(ncols, I64(step - 1)), I64(step)), step)
+        counted_loop(b, I64(0), end, I64(step), body, "cb")
+
+    def output_rows(self, b, rows, a, a_rs, a_ks, bm, b_ks, k0, k1, dst, ld_dst, i):
+        """Rows ``i ..`` of ``dst`` (D wide, ``ld_dst`` apart) = the `_product` over all of D's column
+        blocks."""
+        def cols(b, c0):
+            def store(b, r, col, acc):
+                self.store_row_part(b, acc, self.at(b, dst, self.times(b, b.add(i, r), ld_dst)), col)
+            self._product(b, rows, a, a_rs, a_ks, bm, b_ks, k0, k1, c0, store)
+        counted_loop(b, I64(0), I64(self.Dp), I64(self.w * _VECS), cols, "ob")
+
+    def store_row_part(self, b, acc, dst, col):
+        """``dst[col + lane] = acc[lane]`` for the lanes before column D (one masked store, where a loop over
+        the lanes was one more loop per accumulator for LLVM to optimise)."""
+        p = b.bitcast(b.gep(dst, [col]), self.vt.as_pointer())
+        if self.direct:  # (every block lies inside the row)
+            b.store(acc, p, align=self.item)
+            return
+        mask = b.icmp_signed("<", self.lanes, self.broadcast(b, b.sub(I64(self.D), col)))
+        name = f"llvm.masked.store.v{self.w}{'f32' if self.item == 4 else 'f64'}.p0"
+        store = b.module.globals.get(name) or ir.Function(b.module, ir.FunctionType(
+            ir.VoidType(), [self.vt, self.vt.as_pointer(), ir.IntType(32), mask.type]), name)
+        b.call(store, [acc, p, ir.IntType(32)(self.item), mask])
+
+    def load_row_part(self, b, src, col):
+        """``src[col + lane]`` for the lanes before column S, zeros after it (a masked load: the last column
+        block of a ragged S reaches past the row)."""
+        p = b.bitcast(b.gep(src, [col]), self.vt.as_pointer())
+        if self.S % (self.w * _VECS) == 0:  # (every block lies inside the row)
+            return b.load(p, align=self.item)
+        mask = b.icmp_signed("<", self.lanes, self.broadcast(b, b.sub(I64(self.S), col)))
+        name = f"llvm.masked.load.v{self.w}{'f32' if self.item == 4 else 'f64'}.p0"
+        load = b.module.globals.get(name) or ir.Function(b.module, ir.FunctionType(
+            self.vt, [self.vt.as_pointer(), ir.IntType(32), mask.type, self.vt]), name)
+        return b.call(load, [p, ir.IntType(32)(self.item), mask, self.splat(0.0)])
+
+    def masked(self, b, v, i, c0):
+        """Lanes of columns ``c0 .. c0 + w`` of row ``i`` after its last key (or past S) set to -inf."""
+        j = b.add(self.broadcast(b, c0), self.lanes)
+        limit = self.broadcast(b, self.last_key(b, i))
+        return b.select(b.icmp_signed("<", j, limit), v, self.splat(float("-inf")))
+
+    @property
+    def lanes(self):
+        """The vector of lane numbers 0 .. w - 1 (i64)."""
+        return ir.Constant(ir.VectorType(ir.IntType(64), self.w), list(range(self.w)))
+
+    def hsum(self, b, v, op):
+        """The lanes of ``v`` combined by ``op`` (b, x, y) pairwise, halves first: a tree of log2(w)
+        steps (a chain through the lanes one by one cost more than the row's arithmetic)."""
+        n = self.w
+        while n > 1:
+            n //= 2
+            lo = b.shuffle_vector(v, v, ir.Constant(ir.VectorType(ir.IntType(32), n), list(range(n))))
+            hi = b.shuffle_vector(v, v, ir.Constant(ir.VectorType(ir.IntType(32), n), list(range(n, 2 * n))))
+            v = op(b, lo, hi)
+        return b.extract_element(v, ir.Constant(ir.IntType(32), 0))
+
+    @staticmethod
+    def maxnum(b, x, y):
+        return b.select(b.fcmp_ordered(">", y, x), y, x)
+
+    def softmax_row(self, b, row, i):
+        """``row`` (scores masked to -inf past the row's keys) to its softmax weights, zeros after its keys
+        up to the next whole register block (what the row block's product reads)."""
+        n = self.last_key(b, i)
+        nvec = b.sdiv(b.add(n, I64(self.w - 1)), I64(self.w))
+        slot_m = self.slot(b, self.vt)
+        b.store(self.splat(float("-inf")), slot_m)
+        counted_loop(b, I64(0), nvec, I64(1), lambda b, c: b.store(
+            self.maxnum(b, b.load(slot_m), self.vload(b, self.at(b, row, self.times(b, c, self.w)))), slot_m), "mx")
+        m = self.hsum(b, b.load(slot_m), self.maxnum)
+        if self.additive:  # (a row whose every key is masked: exp(-inf - 0) = 0 each, then 0 / 1 below)
+            m = b.select(b.fcmp_ordered("==", m, self.const(float("-inf"))), self.const(0.0), m)
+        mv = self.broadcast(b, m)
+        slot_s = self.slot(b, self.vt)
+        b.store(self.splat(0.0), slot_s)
+
+        def exp_pass(b, c):
+            p = self.at(b, row, self.times(b, c, self.w))
+            e = mathlib.emit(b, "exp", b.fsub(self.vload(b, p), mv))
+            self.vstore(b, e, p)
+            b.store(b.fadd(b.load(slot_s), e), slot_s)
+        counted_loop(b, I64(0), nvec, I64(1), exp_pass, "ex")
+        total = self.hsum(b, b.load(slot_s), lambda b, x, y: b.fadd(x, y))
+        if self.additive:  # (rows with every key masked give zeros, as the composition's safe softmax)
+            total = b.select(b.fcmp_ordered("==", total, self.const(0.0)), self.const(1.0), total)
+        tv = self.broadcast(b, total)
+        counted_loop(b, I64(0), nvec, I64(1), lambda b, c: self.vstore(
+            b, b.fdiv(self.vload(b, self.at(b, row, self.times(b, c, self.w))), tv),
+            self.at(b, row, self.times(b, c, self.w))), "dv")
+        # (masked lanes inside the last vector are exp(-inf) = 0)
+        counted_loop(b, nvec, I64(self.Sp // self.w), I64(1),
+                     lambda b, c: self.vstore(b, self.splat(0.0), self.at(b, row, self.times(b, c, self.w))), "zz")
+
+    # the kernels ---------------------------------------------------------------------------------------
+
+    def forward(self, b, lo, hi, args):
+        L, S, D, Sp = self.L, self.S, self.D, self.Sp
+        kt = self.buffer(b, D * Sp)
+        # a row block's scores, then weights: in P's rows where those hold whole register blocks (no copy)
+        srow = None if S == Sp else self.buffer(b, _ROWS * Sp)
+        vp = None if self.direct else self.buffer(b, S * self.Dp)
+
+        def tile(b, t):
+            bufs = [self.tile(b, t, args, n) for n in range(len(args))]
+            (qt, q_ld), (kk, k_ld), (vv, v_ld), (ot, o_ld), (pt, p_ld) = bufs[:3] + bufs[-2:]
+            mt, m_ld = bufs[3] if self.additive else (None, 0)
+            self.copy(b, kt, Sp, kk, k_ld, S, D, transpose=True)
+            if vp is not None:
+                self.copy(b, vp, self.Dp, vv, v_ld, S, D)
+            v_rows, v_rs = (vv, v_ld) if vp is None else (vp, self.Dp)
+
+            def block(b, i, rows):
+                n = self.last_key(b, b.add(i, I64(rows - 1)))
+                sr, s_ld = (self.at(b, pt, self.times(b, i, p_ld)), p_ld) if srow is None else (srow, Sp)
+
+                def scores(b, c0):
+                    def store(b, r, col, acc):
+                        s = b.fmul(acc, self.splat(self.scale))
+                        if mt is not None:  # (the composition's order: scaled, then the mask added)
+                            s = b.fadd(s, self.load_row_part(b, self.at(b, mt, self.times(b, b.add(i, r), m_ld)), col))
+                        s = self.masked(b, s, b.add(i, r), col)
+                        self.vstore(b, s, self.at(b, sr, self.times(b, r, s_ld), col))
+                    self._product(b, rows, self.at(b, qt, self.times(b, i, q_ld)), q_ld, 1, kt, Sp, I64(0), I64(D),
+                                  c0, store)
+                self.column_blocks(b, n, scores)
+                def weights(b, r):  # (a loop, not one copy of the softmax's code per row)
+                    row = self.at(b, sr, self.times(b, r, s_ld))
+                    self.softmax_row(b, row, b.add(i, r))
+                    if srow is not None:
+                        self.copy(b, self.at(b, pt, self.times(b, b.add(i, r), p_ld)), 0, row, 0, 1, S)
+                counted_loop(b, I64(0), I64(rows), I64(1), weights, "sm")
+                self.output_rows(b, rows, sr, s_ld, 1, v_rows, v_rs, I64(0), n, ot, o_ld, i)
+            self.row_blocks(b, L, block)
+        counted_loop(b, lo, hi, I64(1), tile, "tile")
+
+    def backward(self, b, lo, hi, args):
+        L, S, D, Sp = self.L, self.S, self.D, self.Sp
+        vt, ds = self.buffer(b, D * Sp), self.buffer(b, L * Sp)
+        pads = None if self.direct else [self.buffer(b, n * self.Dp) for n in (S, L, L)]
+
+        def tile(b, t):
+            (qt, q_ld), (kk, k_ld), (vv, v_ld), (pt, p_ld), (gt, g_ld), (gqt, gq_ld), (gkt, gk_ld), (gvt, gv_ld) = (
+                self.tile(b, t, args, n) for n in range(8))
+            self.copy(b, vt, Sp, vv, v_ld, S, D, transpose=True)
+            if pads is None:
+                (kp, kp_ld), (qp, qp_ld), (gop, gop_ld) = (kk, k_ld), (qt, q_ld), (gt, g_ld)
+            else:
+                for buf, src, ld, n in zip(pads, (kk, qt, gt), (k_ld, q_ld, g_ld), (S, L, L)):
+                    self.copy(b, buf, self.Dp, src, ld, n, D)
+                (kp, kp_ld), (qp, qp_ld), (gop, gop_ld) = ((buf, self.Dp) for buf in pads)
+
+            # dP = grad_out V^T into ds, then ds = P (dP - sum(P dP)) * scale, row by row
+            def block(b, i, rows):
+                n = self.last_key(b, b.add(i, I64(rows - 1)))
+
+                def dp(b, c0):
+                    def store(b, r, col, acc):
+                        self.vstore(b, acc, self.at(b, ds, self.times(b, b.add(i, r), Sp), col))
+                    self._product(b, rows, self.at(b, gt, self.times(b, i, g_ld)), g_ld, 1, vt, Sp, I64(0), I64(D),
+                                  c0, store)
+                self.column_blocks(b, n, dp)
+                def grads(b, r):
+                    row = b.add(i, r)
+                    self.softmax_grad_row(b, self.at(b, ds, self.times(b, row, Sp)),
+                                          self.at(b, pt, self.times(b, row, p_ld)), row)
+                counted_loop(b, I64(0), I64(rows), I64(1), grads, "sg")
+            self.row_blocks(b, L, block)
+
+            # grad_q = ds K, over each row block's keys
+            self.row_blocks(b, L, lambda b, i, rows: self.output_rows(
+                b, rows, self.at(b, ds, self.times(b, i, Sp)), Sp, 1, kp, kp_ld, I64(0),
+                self.last_key(b, b.add(i, I64(rows - 1))), gqt, gq_ld, i))
+
+            # grad_k = ds^T Q and grad_v = P^T grad_out, over the queries at or after each key
+            def kv_block(b, j, rows):
+                first = j if self.causal else I64(0)
+                first = b.select(b.icmp_signed("<", first, I64(L)), first, I64(L - 1))
+                self.output_rows(b, rows, self.at(b, ds, j), 1, Sp, qp, qp_ld, first, I64(L), gkt, gk_ld, j)
+                self.output_rows(b, rows, self.at(b, pt, j), 1, p_ld, gop, gop_ld, first, I64(L), gvt, gv_ld, j)
+            self.row_blocks(b, S, kv_block)
+        counted_loop(b, lo, hi, I64(1), tile, "tile")
+
+    def softmax_grad_row(self, b, row, prow, i):
+        """``row`` (dP, Sp long) to ``P (dP - sum(P dP)) * scale`` over the row's keys, zeros after them
+        (``prow``: the row of P, zeros after its keys)."""
+        n = self.last_key(b, i)
+        if self.S % self.w:  # (whole vectors of P's row would read past it)
+            slot = self.slot(b, self.t)
+            b.store(self.const(0.0), slot)
+            counted_loop(b, I64(0), n, I64(1), lambda b, j: b.store(
+                b.fadd(b.load(slot), b.fmul(b.load(b.gep(prow, [j])), b.load(b.gep(row, [j])))), slot), "dl")
+            delta = b.load(slot)
+
+            def each(b, j):
+                g = b.fmul(b.load(b.gep(prow, [j])), b.fsub(b.load(b.gep(row, [j])), delta))
+                b.store(b.fmul(g, self.const(self.scale)), b.gep(row, [j]))
+            counted_loop(b, I64(0), n, I64(1), each, "sg")
+            counted_loop(b, n, I64(self.Sp), I64(1), lambda b, j: b.store(self.const(0.0), b.gep(row, [j])), "sz")
+            return
+        # whole vectors: the lanes after the row's keys hold P = 0 and dP of the row block's product
+        nvec = b.sdiv(b.add(n, I64(self.w - 1)), I64(self.w))
+        slot = self.slot(b, self.vt)
+        b.store(self.splat(0.0), slot)
+        counted_loop(b, I64(0), nvec, I64(1), lambda b, c: b.store(b.fadd(b.load(slot), b.fmul(
+            self.vload(b, self.vector(b, prow, c)), self.vload(b, self.vector(b, row, c)))), slot), "dl")
+        delta = self.broadcast(b, self.hsum(b, b.load(slot), lambda b, x, y: b.fadd(x, y)))
+
+        def each(b, c):
+            g = b.fmul(self.vload(b, self.vector(b, prow, c)), b.fsub(self.vload(b, self.vector(b, row, c)), delta))
+            self.vstore(b, b.fmul(g, self.splat(self.scale)), self.vector(b, row, c))
+        counted_loop(b, I64(0), nvec, I64(1), each, "sg")
+        counted_loop(b, nvec, I64(self.Sp // self.w), I64(1),
+                     lambda b, c: self.vstore(b, self.splat(0.0), self.vector(b, row, c)), "sz")
+
+    def vector(self, b, base, c):
+        """The address of vector ``c`` of the row at ``base``."""
+        return self.at(b, base, self.times(b, c, self.w))
+
+
+attention.ATTENTION_KERNEL = attention_kernel
