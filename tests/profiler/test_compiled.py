@@ -10,6 +10,7 @@ import pytest
 import jitorch as jt
 from jitorch import nn
 from jitorch.profiler import profile
+from jitorch.runtime import threads
 from tests.support import classifier_step
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -86,6 +87,9 @@ def test_each_call_of_a_compiled_function_is_one_span():
 
 
 def test_a_kernel_split_across_threads_shows_each_threads_chunk():
+    # The forking thread takes back a chunk no worker has claimed by the time its own is done (a loaded
+    # machine), and runs every chunk itself where the team is busy ("inline"): each run's chunks must name the threads that ran them, and some run
+    # (of a bounded number) must show the worker's.
     before = jt.get_num_threads()
     jt.set_num_threads(2)
     try:
@@ -94,18 +98,27 @@ def test_a_kernel_split_across_threads_shows_each_threads_chunk():
         f(x)
         (kernel,) = f.lower(x).executable.kernels
         assert kernel.parallel
-        with profile() as prof:
-            f(x)
+        seen_worker = False
+        for _ in range(50):
+            counted = threads.counters["taken back"] + threads.counters["inline"]
+            with profile() as prof:
+                f(x)
+            taken = threads.counters["taken back"] + threads.counters["inline"] - counted
+            (span,) = [e for e in prof.events() if e.kind == "kernel"]
+            chunks = [e for e in prof.events() if e.kind == "kernel_chunk"]
+            assert span.name == kernel.name and {c.name for c in chunks} == {kernel.name}
+            assert len(chunks) == 2 and span.thread in {c.thread for c in chunks}
+            assert len({c.thread for c in chunks}) == (1 if taken else 2)
+            assert sorted(c.args["outer"] for c in chunks)[0][0] == 0
+            assert all(span.start_us <= c.start_us and c.end_us <= span.end_us for c in chunks)
+            # chunks are parts of the kernel's span, not calls of their own
+            assert [e.count for e in prof.key_averages() if e.key == kernel.name] == [1]
+            if not taken:
+                seen_worker = True
+                break
     finally:
         jt.set_num_threads(before)
-    (span,) = [e for e in prof.events() if e.kind == "kernel"]
-    chunks = [e for e in prof.events() if e.kind == "kernel_chunk"]
-    assert span.name == kernel.name and {c.name for c in chunks} == {kernel.name}
-    assert len(chunks) == 2 and len({c.thread for c in chunks}) == 2 and span.thread in {c.thread for c in chunks}
-    assert sorted(c.args["outer"] for c in chunks)[0][0] == 0
-    assert all(span.start_us <= c.start_us and c.end_us <= span.end_us for c in chunks)
-    # chunks are parts of the kernel's span, not calls of their own
-    assert [e.count for e in prof.key_averages() if e.key == kernel.name] == [1]
+    assert seen_worker
 
 
 def test_ops_traced_inside_a_profile_are_apart_from_ops_that_ran():
