@@ -275,14 +275,12 @@ class _WorkerIterator:
                 return (self._pinning or self._results).get(timeout=wait)
             except Exception as error:  # also a batch whose sender died before this process mapped its memory
                 dead = self._dead_workers()
-                if not dead and not isinstance(error, queue.Empty):
+                if not dead and isinstance(error, (OSError, EOFError)):
                     # a sender that dropped the connection is exiting: give it the time that takes under load
                     # (seconds on a busy machine), watching only the active workers: an exhausted one's sentinel
-                    # is ready already and cut the wait short
-                    from multiprocessing import connection
-
-                    living = [w.sentinel for w, active in zip(self._workers, self._active) if active]
-                    ended = connection.wait(living, max(30.0, self._worker.STATUS_CHECK_INTERVAL))
+                    # is ready already and cut the wait short. (Not for other errors, such as one the pinning
+                    # thread met pinning a batch: raised at once, not after this wait.)
+                    ended = self._exits([w.sentinel for w, active in zip(self._workers, self._active) if active])
                     for w in self._workers:
                         if w.sentinel in ended:  # (its sentinel closes before the process can be reaped: a
                             w.join(5.0)          # poll at once still found it alive and re-raised the reset)
@@ -296,6 +294,13 @@ class _WorkerIterator:
                 if self._timeout > 0:
                     self._shutdown()
                     raise RuntimeError(f"DataLoader timed out after {self._timeout} seconds") from None
+
+    def _exits(self, sentinels):
+        """Those of the workers' ``sentinels`` that are ready within the time a worker whose connection dropped
+        may take to exit."""
+        from multiprocessing import connection
+
+        return connection.wait(sentinels, max(30.0, self._worker.STATUS_CHECK_INTERVAL))
 
     def _dead_workers(self):
         return [w for w, active in zip(self._workers, self._active) if active and not w.is_alive()]

@@ -11,7 +11,7 @@ import warnings
 import pytest
 
 import jitorch as jt
-from jitorch.utils.data import DataLoader, TensorDataset
+from jitorch.utils.data import DataLoader, TensorDataset, dataloader
 from jitorch.utils.data import pin_memory as pinning
 
 from tests.cuda import fake_driver
@@ -63,5 +63,9 @@ def test_an_error_in_the_pinning_thread_reaches_the_loop(monkeypatch):
         raise ValueError("pinning failed")
     monkeypatch.setattr(pinning, "pin_memory", fail)
     loader = DataLoader(_dataset(), batch_size=5, pin_memory=True, num_workers=1)
+    # raised at once: not after the wait the loader gives a worker whose connection dropped (it waited 30 s)
+    waits = []
+    monkeypatch.setattr(dataloader._WorkerIterator, "_exits", lambda self, sentinels: waits.append(sentinels) or [])
     with pytest.raises(ValueError, match="pinning failed"):
         next(iter(loader))
+    assert waits == []
