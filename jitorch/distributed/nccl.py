@@ -389,8 +389,11 @@ class Watchdog:
                     return
             finished = [e for e in entries if self._finished(e)]
             with self.lock:
+                # an entry forgotten while its event was queried belongs to a destroyed communicator: its event
+                # is not offered again (its context may be gone with it)
+                followed = [e for e in finished if any(e is p for p in self.pending)]
                 self.pending = [e for e in self.pending if not any(e is f for f in finished)]
-                for e in finished:
+                for e in followed:
                     if e.done:
                         e.keep = None
                         self.free.setdefault(e.comm.device, []).append(e.event)

@@ -485,3 +485,27 @@ def test_events_are_recorded_again_once_the_watchdog_saw_them_complete(fake):
     run(2, body)
     # one event per rank served all six collectives (another may be made while the first is not yet seen done)
     assert fake.driver.calls.count("cuEventCreate") <= 4
+
+
+def test_an_event_whose_communicator_is_forgotten_while_the_watchdog_queries_it_is_not_offered_again():
+    """Regression (stop 33's CI): the watchdog put a destroyed communicator's event back in its free list when
+    `forget` came while it queried the event outside its lock; a later collective recorded that stale event."""
+    class Comm:
+        device, error, handle, timeout = 0, None, 1, 30.0
+
+        def check_async(self, what):
+            pass
+
+    class Event:
+        def query(self):
+            watchdog.forget(comm)  # the communicator is destroyed between the query and the bookkeeping
+            return True
+
+    watchdog = nccl.Watchdog(lambda index: None, lambda: "new event")
+    comm = Comm()
+    watchdog.watch(comm, Event(), "all_reduce", [])
+    deadline = time.monotonic() + 10
+    while watchdog.thread is not None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert watchdog.thread is None and not watchdog.pending
+    assert watchdog.free == {} and watchdog.event(0) == "new event"
