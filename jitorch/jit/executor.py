@@ -320,7 +320,8 @@ class EagerStep:
     def _emit_node(self, src, node, indent):
         out = node.outputs[0]
         if out in self.into_arena:
-            arrays = ", ".join("None" if a in self.unfilled else _array_expression(src, a) for a in node.args)
+            arrays = ", ".join("None" if isinstance(a, Value) and a in self.unfilled else _array_expression(src, a)
+                               for a in node.args)
             writer = src.name(_WRITERS_INTO[node.op.name][1], "writer")
             src.emit(f"{writer}([{arrays}], env[{src.name(out, 'v')}]._array())", indent)
             return
