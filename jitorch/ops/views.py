@@ -822,7 +822,7 @@ def window_plan(numel, size, stride, offset):
 def _window_kernel(out, x, src, size, stride, storage_offset, mode):
     """Run the registered gather kernel of ``mode`` ("add": `_as_strided_add`; "assign": `as_strided_scatter`)
     into the flat ``out``, starting from ``x`` (None: zeros); False where no kernel serves the call."""
-    if WINDOW_KERNEL is None or out.dtype not in _WINDOW_DTYPES or src.dtype != out.dtype \
+    if WINDOW_KERNEL is None or out.dtype not in _WINDOW_DTYPES or src.dtype != out.dtype or src.size == 0 \
             or any(s % src.itemsize for s in src.strides):
         return False
     offset = 0 if storage_offset is None else storage_offset

@@ -109,6 +109,12 @@ def test_signed_zeros_are_kept_by_a_copy_and_summed_as_numpy_sums_them(kernel_ca
     views.as_strided_add_into(summed, None, src, (2, 3), (5, 1), 6)  # 0.0 + -0.0 is +0.0
     assert not np.signbit(summed).any() and (summed == 0).all()
     assert kernel_calls == [("assign", "zero", True), ("add", "zero", True)]
+    # an empty view (a dim of 0, which the plan's dims of one element or more leave out) asks for no kernel
+    for into in (views.as_strided_add_into, views.as_strided_scatter_into):
+        out = np.full(20, 5, np.float32)
+        into(out, None, np.zeros((2, 0, 3), np.float32), (2, 0, 3), (5, 1, 1), 6)
+        assert (out == 0).all() and not np.signbit(out).any()
+    assert len(kernel_calls) == 2
 
 
 CASES = [  # (N, C_in, C_out, H, W, kernel, stride, padding, dilation, groups)
