@@ -243,23 +243,17 @@ def array_product(a, b, out=None):
     if batch and batch[0] >= parts:
         def piece(x, lo, hi):  # an operand's share of the first batch dim (a broadcast operand: all of it)
             return x[lo:hi] if x.ndim == out.ndim and x.shape[0] > 1 else x
-        bounds = _bounds(batch[0], parts)
+        bounds = threads.bounds(batch[0], parts)
         pieces = [(piece(a, lo, hi), piece(b, lo, hi), out[lo:hi]) for lo, hi in bounds]
     elif m >= n:
-        pieces = [(a[..., lo:hi, :], b, out[..., lo:hi, :]) for lo, hi in _bounds(m, parts)]
+        pieces = [(a[..., lo:hi, :], b, out[..., lo:hi, :]) for lo, hi in threads.bounds(m, parts)]
     else:
-        pieces = [(a, b[..., lo:hi], out[..., lo:hi]) for lo, hi in _bounds(n, parts)]
+        pieces = [(a, b[..., lo:hi], out[..., lo:hi]) for lo, hi in threads.bounds(n, parts)]
     threads.run_parts(_matmul, pieces)
     return out
 
 
 _SPLIT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
-
-
-def _bounds(size, parts):
-    """``size`` split into at most ``parts`` (lo, hi) ranges of near-equal length."""
-    step = -(-size // parts)
-    return [(lo, min(lo + step, size)) for lo in range(0, size, step)]
 
 
 def _matmul_cpu(spec, a, b):

@@ -13,6 +13,7 @@ from operator import itemgetter
 
 import numpy as np
 
+from ..runtime import threads
 from ..runtime.casts import copy_into
 from ..runtime.device import CPU
 from ..runtime.strided import (CONTIGUOUS_STRIDES, INT64_MAX, broadcast_shapes, check_numel, contiguous_strides,
@@ -781,16 +782,88 @@ def _same_buffer(out, x):
         and out.strides == x.strides
 
 
+# From this many elements, a convolution's strided passes (col2im's sums, the copy of its input into a padded
+# buffer, the zeros under both) split across the thread team: megabytes per call, several percent of a DCGAN
+# step, run on one thread where products and kernels split. Python parts (`threads.run_parts`: each NumPy call
+# lets the GIL go); a part's hand-over costs 10 to 60 µs, a pass over 2**18 float32 elements 0.1 to 0.3 ms.
+SPLIT_MIN = 1 << 18
+
+
+def _disjoint_dim(size, stride):
+    """A dim of the strided view ``(size, stride)`` whose slices lie in disjoint ranges of memory (its stride
+    exceeds the span of every other dim together, as a col2im's channels do), the longest such; None if none.
+    Threads that each write one range of it write no element in common, and each element's writes come in
+    the order they come in the whole pass."""
+    best = None
+    for d, (n, s) in enumerate(zip(size, stride)):
+        if n > 1 and (best is None or n > size[best]):
+            span = sum((m - 1) * abs(t) for e, (m, t) in enumerate(zip(size, stride)) if e != d)
+            if abs(s) > span:
+                best = d
+    return best
+
+
+def _pieces(size, stride, count):
+    """``(dim, [(lo, hi), ...])``: how a pass touching ``count`` elements through the view ``(size, stride)``
+    splits across the team (`_disjoint_dim`), or None where it runs whole."""
+    parts = min(threads.get_num_threads(), count // (SPLIT_MIN // 2))
+    if count < SPLIT_MIN or parts < 2:
+        return None
+    d = _disjoint_dim(size, stride)
+    if d is None:
+        return None
+    return d, threads.bounds(size[d], parts)
+
+
+def _narrowed(a, d, lo, hi):
+    return a[(slice(None),) * d + (slice(lo, hi),)]
+
+
+def copy_split(out, x):
+    """``np.copyto(out, x)`` for C-contiguous arrays of one shape and dtype, in ranges on the team where large."""
+    n = out.size
+    if n >= SPLIT_MIN and x.shape == out.shape and x.dtype == out.dtype and x.flags.c_contiguous \
+            and out.flags.c_contiguous:
+        _, bounds = _pieces((n,), (1,), n) or (0, [(0, n)])
+        if len(bounds) > 1:
+            dst, src = out.reshape(-1), x.reshape(-1)
+            threads.run_parts(np.copyto, [(dst[lo:hi], src[lo:hi]) for lo, hi in bounds])
+            return
+    np.copyto(out, x)
+
+
+def fill_split(out, value):
+    """``out.fill(value)``, in ranges on the team where ``out`` is a large C-contiguous array (a compiled
+    graph's zeros written into their arena buffer)."""
+    n = out.size
+    pieces = _pieces((n,), (1,), n) if out.flags.c_contiguous else None
+    if pieces is None:
+        out.fill(value)
+        return
+    flat = out.reshape(-1)
+    threads.run_parts(np.ndarray.fill, [(flat[lo:hi], value) for lo, hi in pieces[1]])
+
+
 def as_strided_scatter_into(out, x, src, size, stride, storage_offset):
     """`as_strided_scatter` written into ``out``, a C-contiguous array of ``x``'s shape and dtype (its eager
-    kernel's new memory, or a compiled graph's arena buffer, which may be ``x``'s own)."""
+    kernel's new memory, or a compiled graph's arena buffer, which may be ``x``'s own). A large scatter whose
+    view does not overlap itself splits across the team along a dim of disjoint ranges (`_pieces`); one
+    that overlaps runs whole (which write wins is the whole copy's)."""
     if not _same_buffer(out, x):
-        np.copyto(out, x)
+        copy_split(out, x)
     flat = out.reshape(-1)
     offset = 0 if storage_offset is None else storage_offset
     item = flat.itemsize
-    region = np.lib.stride_tricks.as_strided(flat[offset:], tuple(size), tuple(s * item for s in stride))
-    _copy(region, src)  # ``src`` of another dtype is cast to ``self``'s, as torch's copy_ does
+    size, stride = tuple(size), tuple(stride)
+    region = np.lib.stride_tricks.as_strided(flat[offset:], size, tuple(s * item for s in stride))
+    pieces = _pieces(size, stride, prod(size))
+    if pieces is not None and may_overlap(size, stride):
+        pieces = None
+    if pieces is None or src.shape != size:
+        _copy(region, src)  # ``src`` of another dtype is cast to ``self``'s, as torch's copy_ does
+        return
+    d, bounds = pieces
+    threads.run_parts(_copy, [(_narrowed(region, d, lo, hi), _narrowed(src, d, lo, hi)) for lo, hi in bounds])
 
 
 def _as_strided_scatter_cpu(spec, x, src, size, stride, storage_offset):
@@ -832,9 +905,11 @@ def _as_strided_add_cpu(spec, x, src, size, stride, storage_offset):
 def as_strided_add_into(out, x, src, size, stride, storage_offset):
     """`_as_strided_add` written into ``out``, a contiguous 1-D array of ``x``'s shape and dtype (its eager
     kernel's new memory, or a compiled graph's arena buffer, whose pages a call finds already mapped: a
-    col2im's output is megabytes, and faulting fresh memory in was a third of its time; it may be ``x``'s own)."""
+    col2im's output is megabytes, and faulting fresh memory in was a third of its time; it may be ``x``'s own).
+    A large one splits across the team along a dim of disjoint ranges (`_pieces`: a col2im's channels), each
+    element's shares added in the same order as on one thread."""
     if not _same_buffer(out, x):
-        np.copyto(out, x)
+        copy_split(out, x)
     if 0 in tuple(size):
         return
     offset = 0 if storage_offset is None else storage_offset
@@ -846,6 +921,18 @@ def as_strided_add_into(out, x, src, size, stride, storage_offset):
         for d in repeated:
             size[d] = 1
     looped = _looped_dims(size, stride)
+    pieces = _pieces(size, stride, src.size)
+    if pieces is None:
+        _add_windows(out, src, offset, size, stride, looped)
+        return
+    d, bounds = pieces
+    threads.run_parts(_add_windows, [(out, _narrowed(src, d, lo, hi), offset + lo * stride[d],
+                                      size[:d] + [hi - lo] + size[d + 1:], stride, looped) for lo, hi in bounds])
+
+
+def _add_windows(out, src, offset, size, stride, looped):
+    """``src`` added into the elements of the view ``(size, stride, offset)`` of the 1-D ``out``, a loop over
+    the ``looped`` dims (`_looped_dims`) of adds into distinct elements."""
     rest = [d for d in range(len(size)) if d not in looped]
     item = out.itemsize
     view_size, view_strides = tuple(size[d] for d in rest), tuple(stride[d] * item for d in rest)

@@ -21,7 +21,12 @@ def two_threads(monkeypatch):
 def test_parts_run_on_the_calling_thread_and_a_worker(two_threads):
     ran = []
     forks, parts = threads.counters["forks"], threads.counters["parts"]
-    threads.run_parts(lambda i: ran.append((i, threading.current_thread().name)), [(0,), (1,)])
+
+    def part(i):
+        if i == 0:  # (long enough for the worker to claim its part: one it has not claimed is taken back)
+            time.sleep(0.05)
+        ran.append((i, threading.current_thread().name))
+    threads.run_parts(part, [(0,), (1,)])
     assert sorted(ran) == [(0, threading.current_thread().name), (1, "jitorch-1")]
     assert (threads.counters["forks"], threads.counters["parts"]) == (forks + 1, parts + 1)
 
@@ -140,3 +145,33 @@ def test_chunks_no_worker_claimed_are_taken_back_by_the_forking_thread(monkeypat
         assert ufunc_parts.split_call(np.tanh, [x], out)
     assert threads.counters["forks"] - forks == 2 and threads.counters["taken back"] - taken == 2
     assert out.tobytes() == np.tanh(x).tobytes()
+
+
+def test_python_parts_no_worker_claimed_are_taken_back_by_the_forking_thread(monkeypatch, two_threads):
+    """The same for Python parts (a product's halves, a col2im's channels): the forking thread runs the part no
+    worker came for, on its own thread, and a taken-back part's exception is raised as a worker's would be."""
+    native = threads._native()
+    team = threads._Team.__new__(threads._Team)  # (no worker thread started)
+    team.native, team.busy, team.workers, team.done = native, threading.Lock(), 1, 0
+    team.state, team.table, team.python = (threads.ctypes.c_int32 * 4)(), (threads.ctypes.c_int64 * 4)(), [None]
+    monkeypatch.setattr(threads, "_team", lambda n: team)
+    ran = []
+    taken, forks = threads.counters["taken back"], threads.counters["forks"]
+    for k in range(2):  # (the second fork finds the state the first left)
+        threads.run_parts(lambda i: ran.append((i, threading.current_thread().name)), [(2 * k,), (2 * k + 1,)])
+    me = threading.current_thread().name
+    assert ran == [(0, me), (1, me), (2, me), (3, me)]
+    assert threads.counters["forks"] - forks == 2 and threads.counters["taken back"] - taken == 2
+
+    def part(i):
+        if i == 1:
+            raise ValueError("part 1")
+        ran.append(i)
+    with pytest.raises(ValueError, match="part 1"):
+        threads.run_parts(part, [(4,), (1,)])
+    threads.run_parts(ran.append, [(5,), (6,)])  # the team is free again
+    assert ran[4:] == [4, 5, 6] and team.python == [None]
+    a = np.random.default_rng(0).standard_normal((600, 300)).astype(np.float32)
+    monkeypatch.setitem(threads._settings, "split_products", True)
+    assert jt.from_numpy(a).matmul(jt.from_numpy(a.T)).numpy().tobytes() == np.matmul(a, a.T).tobytes()
+    assert threads.counters["taken back"] - taken == 5  # four forks above, and the product's second half
