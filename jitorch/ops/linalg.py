@@ -214,6 +214,8 @@ def _matmul(a, b, out=None):
         if len(sa) >= 2 and len(sb) >= 2 and sa[-1] == 1 == sb[-2] and a.dtype == b.dtype:
             return np.multiply(a, b) if out is None else np.multiply(a, b, out=out)
         b = _rows_first(a, b)
+        if _syrk(a, b):
+            a = a.copy()
         return np.matmul(a, b) if out is None else np.matmul(a, b, out=out)
     finally:
         fp_errors.leave(token)
@@ -224,7 +226,7 @@ def array_product(a, b, out=None):
     floating-point warnings. A batch of matrices times one matrix is one BLAS call over all rows rather than
     one per matrix, and a large product of two float matrices (or batches) splits into
     ``threads.product_parts()`` parts run at once (`threads.run_parts`): by batch, else by rows, else by columns; each
-    element is the same BLAS dot product either way."""
+    element is the same BLAS dot product either way (BLAS runs one thread once products split; `_syrk`)."""
     if a.ndim >= 3 and b.ndim <= 2 and a.flags.c_contiguous:
         rows = a.reshape(prod(a.shape[:-1]), a.shape[-1])
         if out is None:
@@ -254,6 +256,18 @@ def array_product(a, b, out=None):
 
 
 _SPLIT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _syrk(a, b):
+    """Whether NumPy's matmul would compute ``a @ b`` with BLAS syrk (one triangle, mirrored): float matrices, ``b``
+    being ``a`` with its last two dims swapped over the same memory (``x @ x.T``). syrk's sums may round otherwise
+    than gemm's (OpenBLAS 0.3.23's do on this machine: NumPy 1.26's wheel), and the row or column parts of a
+    split product (`array_product`) are gemm calls, so such a product's bits depended on the thread count;
+    `_matmul` computes it with gemm too, from a copy of ``a`` (m*k elements against m*m*k multiply-adds; one
+    thread, 1024x256: NumPy 2.4's OpenBLAS 6.4 ms syrk, 4.2 copy and gemm; NumPy 1.26's 14 and 19 ms)."""
+    return (a.ndim >= 2 and b.ndim >= 2 and a.dtype in _SPLIT_DTYPES and a.shape[-2:] == b.shape[-2:][::-1]
+            and a.strides[-2:] == b.strides[-2:][::-1]
+            and a.__array_interface__["data"][0] == b.__array_interface__["data"][0])
 
 
 def _matmul_cpu(spec, a, b):

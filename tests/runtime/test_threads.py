@@ -6,6 +6,7 @@ import time
 
 import numpy as np
 import pytest
+from threadpoolctl import threadpool_limits
 
 import jitorch as jt
 from jitorch.codegen import cpu
@@ -171,7 +172,11 @@ def test_python_parts_no_worker_claimed_are_taken_back_by_the_forking_thread(mon
         threads.run_parts(part, [(4,), (1,)])
     threads.run_parts(ran.append, [(5,), (6,)])  # the team is free again
     assert ran[4:] == [4, 5, 6] and team.python == [None]
-    a = np.random.default_rng(0).standard_normal((600, 300)).astype(np.float32)
-    monkeypatch.setitem(threads._settings, "split_products", True)
-    assert jt.from_numpy(a).matmul(jt.from_numpy(a.T)).numpy().tobytes() == np.matmul(a, a.T).tobytes()
+    # a product's second half, taken back: the bits of the whole product, which BLAS at one thread (as
+    # set_num_threads leaves it where products split) computes with gemm, as it does each half
+    a, b = (np.random.default_rng(k).standard_normal(s).astype(np.float32) for k, s in ((0, (600, 300)), (1, (300, 500))))
+    with threadpool_limits(limits=1, user_api="blas"):
+        whole = np.matmul(a, b)
+        monkeypatch.setitem(threads._settings, "split_products", True)
+        assert jt.from_numpy(a).matmul(jt.from_numpy(b)).numpy().tobytes() == whole.tobytes()
     assert threads.counters["taken back"] - taken == 5  # four forks above, and the product's second half
