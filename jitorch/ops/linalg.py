@@ -265,8 +265,9 @@ def _syrk(a, b):
     split product (`array_product`) are gemm calls, so such a product's bits depended on the thread count;
     `_matmul` computes it with gemm too, from a copy of ``a`` (m*k elements against m*m*k multiply-adds; one
     thread, 1024x256: NumPy 2.4's OpenBLAS 6.4 ms syrk, 4.2 copy and gemm; NumPy 1.26's 14 and 19 ms)."""
-    return (a.ndim >= 2 and b.ndim >= 2 and a.dtype in _SPLIT_DTYPES and a.shape[-2:] == b.shape[-2:][::-1]
-            and a.strides[-2:] == b.strides[-2:][::-1]
+    sa, sb = a.strides, b.strides  # (first: on every product, and most differ there)
+    return (len(sa) >= 2 and len(sb) >= 2 and sa[-1] == sb[-2] and sa[-2] == sb[-1]
+            and a.shape[-2:] == b.shape[-2:][::-1] and a.dtype in _SPLIT_DTYPES
             and a.__array_interface__["data"][0] == b.__array_interface__["data"][0])
 
 
