@@ -53,7 +53,8 @@ from .target import CPU
 
 
 def counted_loop(b, lo, hi, step, body, name="l"):
-    """``for (i = lo; i < hi; i += step) body(b, i)`` over i64 values, as basic blocks."""
+    """``for (i = lo; i < hi; i += step) body(b, i)`` over i64 values, as basic blocks. Returns the loop's
+    back-edge branch, which carries the loop's ``llvm.loop`` metadata where it is given some."""
     func = b.function
     head, loop, done = (func.append_basic_block(name + suffix) for suffix in ("", ".body", ".end"))
     pre = b.block
@@ -65,8 +66,9 @@ def counted_loop(b, lo, hi, step, body, name="l"):
     b.position_at_end(loop)
     body(b, i)
     i.add_incoming(b.add(i, step), b.block)
-    b.branch(head)
+    latch = b.branch(head)
     b.position_at_end(done)
+    return latch
 
 
 class Split(NamedTuple):
@@ -219,6 +221,9 @@ class _Builder:
             else:
                 self.computed.append(node)
         self.roots = list(dict.fromkeys(g[0] for g in self.geometry.values()))
+        # back-edge branches of the innermost loops the CPU target's map_loops made (independent iterations):
+        # the target may ask LLVM for a vector width there (`CpuTarget.module_text`)
+        self.maps = []
 
     def strides(self, value):
         """The strides of ``value``'s buffer."""
@@ -278,12 +283,15 @@ class _Builder:
         self.target.add_entry(module, kernel, source.inputs + source.outputs, source.outer, mode)
         # (the text only: llvmlite's objects of the module weigh several times more, and a source lives as long
         # as its kernel)
-        source.llvm_ir, source.mode = self.target.module_text(module, module.name), mode
+        source.llvm_ir, source.mode = self.target.module_text(module, module.name, self.maps), mode
         source.layouts = {v: tuple(s) for v, s in self.layouts.items() if v in source.inputs or v in source.outputs}
         return source
 
     def loops(self, b, sizes, body, start=None, end=None):
-        """Nested counted loops over ``sizes`` (the first from start to end); ``body(b, indices)``."""
+        """Nested counted loops over ``sizes`` (the first from start to end); ``body(b, indices)``. Returns the
+        innermost loop's back-edge branch (None without sizes: no loop)."""
+        innermost = []
+
         def nest(level, indices):
             lo = start if level == 0 and start is not None else I64(0)
             hi = end if level == 0 and end is not None else I64(sizes[level])
@@ -293,11 +301,14 @@ class _Builder:
                     nest(level + 1, indices + [i])
                 else:
                     body(b, indices + [i])
-            counted_loop(b, lo, hi, I64(1), inner, f"l{level}")
-        if sizes:
-            nest(0, [])
-        else:
+            latch = counted_loop(b, lo, hi, I64(1), inner, f"l{level}")
+            if level + 1 == len(sizes):
+                innermost.append(latch)
+        if not sizes:
             body(b, [])
+            return None
+        nest(0, [])
+        return innermost[0]
 
     @staticmethod
     def offset(b, indices, strides, base):

@@ -15,7 +15,8 @@ how its iteration space is split and how the kernel is entered:
   where ``mode`` is ``"thread"`` (outer iterations are independent items) or
   ``"block"`` (each outer iteration is a cooperative reduction);
 - ``split_parts``: into how many partial results a large full reduction is cut;
-- ``module_text(module, entry)``: the module's IR text as this target compiles it.
+- ``module_text(module, entry, maps)``: the module's IR text as this target compiles it, where ``maps``
+  are the back-edge branches of the innermost loops ``map_loops`` made (the CPU's own bookkeeping).
 
 `CPU` is the host target: a plain loop nest over a chunk of the outer loop,
 entered through ``entry(i8** buffers, i64 start, i64 end)``.
@@ -23,16 +24,13 @@ entered through ``entry(i8** buffers, i64 start, i64 end)``.
 
 from __future__ import annotations
 
-import re
-
 from llvmlite import ir
 
 from .machine import selected
 
 I64 = ir.IntType(64)
-# a float instruction with a fast-math flag: its result may depend on how many lanes a vector holds
-_FAST_MATH = re.compile(r"\b(?:fadd|fsub|fmul|fdiv|frem|fneg|fcmp|call|select|phi)\s+(?:fast|reassoc|nnan|ninf|nsz|arcp|"
-                        r"contract|afn)\b")
+# LLVM's fast-math flags: with one, a float instruction's result may depend on how many lanes a vector holds
+_FAST_MATH = frozenset({"fast", "reassoc", "nnan", "ninf", "nsz", "arcp", "contract", "afn"})
 
 
 class CpuTarget:
@@ -52,7 +50,9 @@ class CpuTarget:
         return sizes[0] if sizes else 1
 
     def map_loops(self, bld, b, sizes, body, start=None, end=None):
-        bld.loops(b, sizes, body, start, end)
+        latch = bld.loops(b, sizes, body, start, end)
+        if latch is not None:
+            bld.maps.append(latch)
 
     def reduce_loops(self, bld, b, e, sizes, item, slot, dtype, combine, identity, start=None, end=None):
         bld.loops(b, sizes, lambda b, idx: item(b, idx, slot), start, end)
@@ -67,25 +67,68 @@ class CpuTarget:
         b.call(body, [entry.args[1], entry.args[2]] + args)
         b.ret_void()
 
-    def module_text(self, module, entry):
-        """The module's text, its entry asking for 512-bit vectors where that pays and cannot change a bit.
+    def module_text(self, module, entry, maps=()):
+        """The module's text; a kernel evaluating `mathlib` functions (erf, tanh, exp, pow...) gets the target's
+        full vector width, where that pays and cannot change a bit.
 
-        LLVM tunes recent Intel server cores (Skylake-X to Emerald Rapids) to vectorise with 256 bits although
-        they have AVX-512, against the clock slowdown wide instructions cost older ones. Kernels evaluating
-        `mathlib` functions (erf, tanh, exp, pow...) are bound by arithmetic, not memory, and run faster with
-        512-bit vectors on this class of machine: per 1M floats on one Emerald Rapids core, erf 1.35 -> 0.80 ms,
-        exp 0.73 -> 0.44, tanh 1.15 -> 0.67, pow 4.6 -> 3.2, log 1.30 -> 1.21.
-        Every lane computes what a scalar would (no flag lets LLVM reorder a sum or a min/max across
-        lanes), so the width changes no result; kernels with such flags keep LLVM's choice. Machines without
-        AVX-512 ignore the attribute.
+        Such kernels are bound by arithmetic, not memory. LLVM tunes recent Intel server cores (Skylake-X to
+        Emerald Rapids) to vectorise with 256 bits although they have AVX-512, against the clock slowdown wide
+        instructions cost older ones; with 512-bit vectors, per 1M floats on one Emerald Rapids core, erf 1.35
+        -> 0.80 ms, exp 0.73 -> 0.44, tanh 1.15 -> 0.67, pow 4.6 -> 3.2, log 1.30 -> 1.21: the entry asks for
+        them (``prefer-vector-width``; machines without AVX-512 ignore it). And LLVM's cost model picks the
+        lanes from its price of each operation, which for a long function depends on the target: on the
+        x86-64-v2 baseline (SSE4.2, no FMA instruction: ``llvm.fma`` is a call of ``fmaf`` per lane) it
+        vectorised float exp at 2 lanes and left float erf and double exp, sin and cos scalar. So the
+        innermost loops of ``maps`` (independent iterations: nothing to reorder) are given the target's
+        register width in lanes of the widest mathlib type (`vector_lanes`) as ``llvm.loop.vectorize.width``:
+        4 floats with SSE, 8 with AVX, 16 with AVX-512. (A width alone is a hint, not a demand: where LLVM
+        cannot vectorise such a loop it leaves it as it was, silently.)
+        Every lane computes what a scalar would (no flag lets LLVM reorder a sum or a min/max across lanes),
+        so the width changes no result; kernels with such flags keep LLVM's choice.
         """
+        # (decided on the module's objects: llvmlite keeps each instruction's text once made, so metadata must
+        # be set before the module is first written out)
+        math = [f for f in module.functions if f.name.startswith("jitorch.math.")]
+        if not math or _fast_math(module):
+            return str(module)
+        lanes = vector_lanes(math)
+        if lanes and maps:
+            width = module.add_metadata([ir.MetaDataString(module, "llvm.loop.vectorize.width"), ir.IntType(32)(lanes)])
+            loop = module.add_metadata([width])
+            loop.operands = (loop, width)  # a loop's ID names itself first
+            for latch in maps:
+                latch.set_metadata("llvm.loop", loop)
         text = str(module)
-        if "@\"jitorch.math." not in text or _FAST_MATH.search(text):
-            return text
         head = f'define void @"{entry}"('
         start = text.index(head)
         end = text.index(")\n", start) + 1
         return text[:end] + ' "prefer-vector-width"="512"' + text[end:]
+
+
+def vector_bits(machine):
+    """The width in bits of the vector registers a math kernel uses on ``machine`` (None: not known here)."""
+    arch = machine.triple.split("-")[0]
+    if arch == "x86_64":
+        features = machine.required()
+        return 512 if "avx512f" in features else 256 if "avx" in features else 128
+    if arch == "aarch64":  # NEON (SVE's scalable vectors are not asked for)
+        return 128
+    return None
+
+
+def vector_lanes(math):
+    """Lanes of the selected machine's vector registers (`vector_bits`) for the widest float type of the
+    `mathlib` functions ``math`` (None where the registers' width is not known)."""
+    bits = vector_bits(selected())
+    widest = max(64 if isinstance(f.function_type.return_type, ir.DoubleType) else 32 for f in math)
+    return bits // widest if bits else None
+
+
+def _fast_math(module):
+    """Whether an instruction of ``module`` carries a fast-math flag (its result may then depend on how many
+    lanes a vector holds)."""
+    return any(_FAST_MATH.intersection(getattr(i, "flags", ())) or getattr(i, "fastmath", None)
+               for f in module.functions for block in f.blocks for i in block.instructions)
 
 
 CPU = CpuTarget()

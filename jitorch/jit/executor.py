@@ -249,7 +249,7 @@ def _cat_into(args, out):
 
 
 def _zeros_into(args, out):
-    out.fill(0)
+    views.fill_split(out, 0)
 
 
 def _as_strided_add_into(args, out):

@@ -224,7 +224,8 @@ def array_product(a, b, out=None):
     floating-point warnings. A batch of matrices times one matrix is one BLAS call over all rows rather than
     one per matrix, and a large product of two float matrices (or batches) splits into
     ``threads.product_parts()`` parts run at once (`threads.run_parts`): by batch, else by rows, else by columns; each
-    element is the same BLAS dot product either way."""
+    element is the same BLAS dot product either way (BLAS runs one thread once products split). A large product of a
+    matrix and its own transpose is computed in row parts on one thread too (`_syrk`)."""
     if a.ndim >= 3 and b.ndim <= 2 and a.flags.c_contiguous:
         rows = a.reshape(prod(a.shape[:-1]), a.shape[-1])
         if out is None:
@@ -232,34 +233,48 @@ def array_product(a, b, out=None):
         array_product(rows, b, out.reshape(rows.shape[0], *b.shape[1:]))
         return out
     parts = threads.product_parts()
-    if parts == 1 or a.ndim < 2 or b.ndim < 2 or a.dtype != b.dtype or a.dtype not in _SPLIT_DTYPES:
+    if a.ndim < 2 or b.ndim < 2 or a.dtype != b.dtype or a.dtype not in _SPLIT_DTYPES:
         return _matmul(a, b, out)
     batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
     (m, k), n = a.shape[-2:], b.shape[-1]
     if prod(batch) * m * n * k < SPLIT_MIN_WORK:
         return _matmul(a, b, out)
+    syrk = _syrk(a, b)  # (then in row parts, gemm calls, whatever the thread count: on one thread one by one)
+    if parts == 1 and not syrk:
+        return _matmul(a, b, out)
+    inline, parts = parts == 1, max(parts, 2)
     if out is None:
         out = np.empty(batch + (m, n), a.dtype)
-    if batch and batch[0] >= parts:
+    if batch and batch[0] >= parts and not syrk:
         def piece(x, lo, hi):  # an operand's share of the first batch dim (a broadcast operand: all of it)
             return x[lo:hi] if x.ndim == out.ndim and x.shape[0] > 1 else x
-        bounds = _bounds(batch[0], parts)
+        bounds = threads.bounds(batch[0], parts)
         pieces = [(piece(a, lo, hi), piece(b, lo, hi), out[lo:hi]) for lo, hi in bounds]
     elif m >= n:
-        pieces = [(a[..., lo:hi, :], b, out[..., lo:hi, :]) for lo, hi in _bounds(m, parts)]
+        pieces = [(a[..., lo:hi, :], b, out[..., lo:hi, :]) for lo, hi in threads.bounds(m, parts)]
     else:
-        pieces = [(a, b[..., lo:hi], out[..., lo:hi]) for lo, hi in _bounds(n, parts)]
-    threads.run_parts(_matmul, pieces)
+        pieces = [(a, b[..., lo:hi], out[..., lo:hi]) for lo, hi in threads.bounds(n, parts)]
+    if inline:
+        for piece in pieces:
+            _matmul(*piece)
+    else:
+        threads.run_parts(_matmul, pieces)
     return out
 
 
 _SPLIT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
-def _bounds(size, parts):
-    """``size`` split into at most ``parts`` (lo, hi) ranges of near-equal length."""
-    step = -(-size // parts)
-    return [(lo, min(lo + step, size)) for lo in range(0, size, step)]
+def _syrk(a, b):
+    """Whether NumPy's matmul computes ``a @ b`` (float matrices) with BLAS syrk (one triangle, mirrored): ``b`` is
+    ``a`` with its last two dims swapped over the same memory (``x @ x.T``). syrk's sums may round otherwise than
+    gemm's (OpenBLAS 0.3.23's do on this machine: NumPy 1.26's wheel), and the row parts of a split product are
+    gemm calls, so such a product's bits depended on the thread count; `array_product` computes a large one in
+    row parts whatever the thread count (a batch too), on one thread one after the other (the same multiply-adds as one gemm; one thread, 1024x256 float32: NumPy 2.4's
+    OpenBLAS 6.4 ms syrk, 3.9 two gemm halves; NumPy 1.26's 14 and 18 ms)."""
+    sa, sb = a.strides, b.strides
+    return (sa[-1] == sb[-2] and sa[-2] == sb[-1] and a.shape[-2:] == b.shape[-2:][::-1]
+            and a.__array_interface__["data"][0] == b.__array_interface__["data"][0])
 
 
 def _matmul_cpu(spec, a, b):

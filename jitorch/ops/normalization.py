@@ -15,7 +15,7 @@ import math
 import numpy as np
 
 from ..runtime import dtypes as _dt
-from ..runtime import fp_errors
+from ..runtime import fp_errors, threads
 from ..runtime.device import CPU
 from . import registry
 from .meta import opmath
@@ -54,15 +54,25 @@ def _layer_norm_cpu(spec, x, normalized_shape, weight, bias, eps, cudnn_enable):
     c = spec.compute.np
     n = c.type(math.prod(normalized_shape))
     rows = x.reshape(-1, math.prod(normalized_shape)).astype(c, copy=False)
-    # two passes, as eager's var_mean: the mean, then the mean square deviation from it
-    out = rows - np.add.reduce(rows, axis=1, keepdims=True) / n
-    var = np.einsum("ij,ij->i", out, out)[:, None] / n
-    out *= 1 / np.sqrt(var + c.type(eps))
-    if weight is not None:
-        out *= weight.reshape(-1).astype(c, copy=False)
-    if bias is not None:
-        out += bias.reshape(-1).astype(c, copy=False)
+    out = np.empty(rows.shape, c)
+    weight = None if weight is None else weight.reshape(-1).astype(c, copy=False)
+    bias = None if bias is None else bias.reshape(-1).astype(c, copy=False)
+    # (by rows on the thread team where large: each row's passes are the whole call's)
+    threads.by_rows(_normalized_rows, rows, out, n, c.type(eps), weight, bias)
     return out.reshape(x.shape).astype(spec.dtype.np, copy=False)
+
+
+def _normalized_rows(rows, out, n, eps, weight, bias):
+    """``out``: the rows of 2-D ``rows`` (of ``n`` elements each) normalised, scaled by ``weight`` and shifted by
+    ``bias`` (1-D, or None)."""
+    # two passes, as eager's var_mean: the mean, then the mean square deviation from it
+    np.subtract(rows, np.add.reduce(rows, axis=1, keepdims=True) / n, out=out)
+    var = np.einsum("ij,ij->i", out, out)[:, None] / n
+    out *= 1 / np.sqrt(var + eps)
+    if weight is not None:
+        out *= weight
+    if bias is not None:
+        out += bias
 
 
 _FAST_SPECS = {d: TensorSpec(None, d, CPU, d) for d in (_dt.float32, _dt.float64)}

@@ -16,7 +16,7 @@ from numbers import Number
 import numpy as np
 
 from ..runtime import dtypes as _dt
-from ..runtime import fp_errors
+from ..runtime import fp_errors, threads
 from ..runtime.casts import convert
 from ..runtime.device import CPU
 from . import registry
@@ -657,14 +657,43 @@ _max_of, _sum_of = np.maximum.reduce, np.add.reduce
 
 
 def _softmax(a, axis):
+    if a.size >= threads.ROWS_SPLIT_MIN and _split_rows(a, axis):
+        return _by_rows(_softmax_rows, a)
     e = np.exp(a - _max_of(a, axis=axis, keepdims=True, initial=-np.inf))
     return e / _sum_of(e, axis=axis, keepdims=True)
 
 
+def _softmax_rows(a, out):
+    """`_softmax`'s passes along the rows of 2-D ``a``, into ``out``."""
+    np.subtract(a, _max_of(a, axis=1, keepdims=True, initial=-np.inf), out=out)
+    np.exp(out, out=out)
+    np.divide(out, _sum_of(out, axis=1, keepdims=True), out=out)
+
+
 def _log_softmax(a, axis):
+    if a.size >= threads.ROWS_SPLIT_MIN and _split_rows(a, axis):
+        return _by_rows(_log_softmax_rows, a)
     shifted = a - _max_of(a, axis=axis, keepdims=True, initial=-np.inf)
     norm = np.log(_sum_of(np.exp(shifted), axis=axis, keepdims=True))
     return np.subtract(shifted, norm, out=shifted) if shifted.ndim else shifted - norm  # (0-d: a NumPy scalar)
+
+
+def _log_softmax_rows(a, out):
+    """`_log_softmax`'s passes along the rows of 2-D ``a``, into ``out``."""
+    np.subtract(a, _max_of(a, axis=1, keepdims=True, initial=-np.inf), out=out)
+    np.subtract(out, np.log(_sum_of(np.exp(out), axis=1, keepdims=True)), out=out)
+
+
+def _split_rows(a, axis):
+    """Whether a large (log-)softmax of ``a`` along ``axis`` runs by rows on the team (`threads.by_rows`): along
+    the last dim of a C-contiguous array, at more than one thread."""
+    return axis == a.ndim - 1 and a.ndim > 1 and a.flags.c_contiguous and threads.get_num_threads() > 1
+
+
+def _by_rows(fn, a):
+    out = np.empty(a.shape, a.dtype)
+    threads.by_rows(fn, a.reshape(-1, a.shape[-1]), out.reshape(-1, a.shape[-1]))
+    return out
 
 
 def _softmax_meta(name):

@@ -13,6 +13,7 @@ from operator import itemgetter
 
 import numpy as np
 
+from ..runtime import threads
 from ..runtime.casts import copy_into
 from ..runtime.device import CPU
 from ..runtime.strided import (CONTIGUOUS_STRIDES, INT64_MAX, broadcast_shapes, check_numel, contiguous_strides,
@@ -794,9 +795,10 @@ def window_plan(numel, size, stride, offset):
     where ``dims`` are the view dims ``(dim, factor, size)`` that move along it (``stride = factor * step``).
     A convolution's windows over a ``(C, H, W, N)`` buffer give four memory dims, H's and W's each moved by
     a kernel position and an output position. A memory dim's view dims are listed in their order but the
-    largest last (the one a gather solves for rather than loops over). None where the view does not decompose so: a dim of stride
-    0 or below, strides along one memory dim whose common step reaches into the dims inside it. The decomposition is
-    unique: each memory dim's step exceeds the farthest element the dims inside it reach."""
+    largest last (the one a gather solves for rather than loops over). None where the view does not decompose
+    so: a dim of stride 0 or below, strides along one memory dim whose common step reaches into the dims inside
+    it. The decomposition is unique: each memory dim's step exceeds the farthest element the dims inside it
+    reach."""
     dims = sorted((s, d, n) for d, (n, s) in enumerate(zip(size, stride)) if n > 1)
     memory, reach, inner = [], 0, 0  # (inner: the farthest element the memory dims inside the last one reach)
     for s, d, n in dims:
@@ -843,23 +845,95 @@ def _window_kernel(out, x, src, size, stride, storage_offset, mode):
 _WINDOW_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
+# From this many elements, a convolution's strided passes (col2im's sums, the copy of its input into a padded
+# buffer, the zeros under both) split across the thread team: megabytes per call, several percent of a DCGAN
+# step, run on one thread where products and kernels split. Python parts (`threads.run_parts`: each NumPy call
+# lets the GIL go); a part's hand-over costs 10 to 60 µs, a pass over 2**18 float32 elements 0.1 to 0.3 ms.
+SPLIT_MIN = 1 << 18
+
+
+def _disjoint_dim(size, stride):
+    """A dim of the strided view ``(size, stride)`` whose slices lie in disjoint ranges of memory (its stride
+    exceeds the span of every other dim together, as a col2im's channels do), the longest such; None if none.
+    Threads that each write one range of it write no element in common, and each element's writes come in
+    the order they come in the whole pass."""
+    best = None
+    for d, (n, s) in enumerate(zip(size, stride)):
+        if n > 1 and (best is None or n > size[best]):
+            span = sum((m - 1) * abs(t) for e, (m, t) in enumerate(zip(size, stride)) if e != d)
+            if abs(s) > span:
+                best = d
+    return best
+
+
+def _pieces(size, stride, count):
+    """``(dim, [(lo, hi), ...])``: how a pass touching ``count`` elements through the view ``(size, stride)``
+    splits across the team (`_disjoint_dim`), or None where it runs whole."""
+    parts = min(threads.get_num_threads(), count // (SPLIT_MIN // 2))
+    if count < SPLIT_MIN or parts < 2:
+        return None
+    d = _disjoint_dim(size, stride)
+    if d is None:
+        return None
+    return d, threads.bounds(size[d], parts)
+
+
+def _narrowed(a, d, lo, hi):
+    return a[(slice(None),) * d + (slice(lo, hi),)]
+
+
+def copy_split(out, x):
+    """``np.copyto(out, x)`` for C-contiguous arrays of one shape and dtype, in ranges on the team where large."""
+    n = out.size
+    if n >= SPLIT_MIN and x.shape == out.shape and x.dtype == out.dtype and x.flags.c_contiguous \
+            and out.flags.c_contiguous:
+        _, bounds = _pieces((n,), (1,), n) or (0, [(0, n)])
+        if len(bounds) > 1:
+            dst, src = out.reshape(-1), x.reshape(-1)
+            threads.run_parts(np.copyto, [(dst[lo:hi], src[lo:hi]) for lo, hi in bounds])
+            return
+    np.copyto(out, x)
+
+
+def fill_split(out, value):
+    """``out.fill(value)``, in ranges on the team where ``out`` is a large C-contiguous array (a compiled
+    graph's zeros written into their arena buffer)."""
+    n = out.size
+    pieces = _pieces((n,), (1,), n) if out.flags.c_contiguous else None
+    if pieces is None:
+        out.fill(value)
+        return
+    flat = out.reshape(-1)
+    threads.run_parts(np.ndarray.fill, [(flat[lo:hi], value) for lo, hi in pieces[1]])
+
+
 def as_strided_scatter_into(out, x, src, size, stride, storage_offset):
     """`as_strided_scatter` written into ``out``, a C-contiguous array of ``x``'s shape and dtype (its eager
     kernel's new memory, or a compiled graph's arena buffer, which may be ``x``'s own); ``x`` None: zeros (a
     compiled graph's padded input, whose zeros are not filled first). Where the view does not overlap,
-    float32/float64 run the code generator's gather kernel: each element is ``src``'s or ``x``'s, in one pass."""
+    float32/float64 run the code generator's gather kernel: each element is ``src``'s or ``x``'s, in one pass.
+    Otherwise a large scatter whose view does not overlap itself splits across the team along a dim of disjoint
+    ranges (`_pieces`); one that overlaps runs whole (which write wins is the whole copy's)."""
     if _window_kernel(out.reshape(-1), x if x is None else x.reshape(-1), src, size, stride, storage_offset,
                       "assign"):
         return
     if x is None:
-        out.fill(0)
+        fill_split(out, 0)
     elif not _same_buffer(out, x):
-        np.copyto(out, x)
+        copy_split(out, x)
     flat = out.reshape(-1)
     offset = 0 if storage_offset is None else storage_offset
     item = flat.itemsize
-    region = np.lib.stride_tricks.as_strided(flat[offset:], tuple(size), tuple(s * item for s in stride))
-    _copy(region, src)  # ``src`` of another dtype is cast to ``self``'s, as torch's copy_ does
+    size, stride = tuple(size), tuple(stride)
+    region = np.lib.stride_tricks.as_strided(flat[offset:], size, tuple(s * item for s in stride))
+    pieces = _pieces(size, stride, prod(size))
+    if pieces is not None and may_overlap(size, stride):
+        pieces = None
+    if pieces is None or src.shape != size:
+        _copy(region, src)  # ``src`` of another dtype is cast to ``self``'s, as torch's copy_ does
+        return
+    d, bounds = pieces
+    threads.run_parts(_copy, [(_narrowed(region, d, lo, hi), _narrowed(src, d, lo, hi)) for lo, hi in bounds])
 
 
 def _as_strided_scatter_cpu(spec, x, src, size, stride, storage_offset):
@@ -907,13 +981,15 @@ def as_strided_add_into(out, x, src, size, stride, storage_offset):
     float32/float64 views that `window_plan` decomposes (a convolution's windows: col2im) run the code
     generator's gather kernel: each element is ``x``'s plus its shares, added in a fixed order (by memory
     dim, outermost first, and within one by view dim: a convolution's kernel positions row-major), whatever
-    the number of threads. Other views add one slice of non-overlapping elements at a time with NumPy."""
+    the number of threads. Other views add one slice of non-overlapping elements at a time with NumPy; a large
+    one splits across the team along a dim of disjoint ranges (`_pieces`: a col2im's channels), each element's
+    shares added in the same order as on one thread."""
     if _window_kernel(out, x, src, size, stride, storage_offset, "add"):
         return
     if x is None:
-        out.fill(0)
+        fill_split(out, 0)
     elif not _same_buffer(out, x):
-        np.copyto(out, x)
+        copy_split(out, x)
     if 0 in tuple(size):
         return
     offset = 0 if storage_offset is None else storage_offset
@@ -928,6 +1004,18 @@ def as_strided_add_into(out, x, src, size, stride, storage_offset):
     # the same bits whether or not the code generator is loaded), else the fewest slices that do not overlap
     plan = window_plan(out.size, size, stride, offset)
     looped = [d for _, dims in plan for d, _, _ in dims[:-1]] if plan is not None else _looped_dims(size, stride)
+    pieces = _pieces(size, stride, src.size)
+    if pieces is None:
+        _add_windows(out, src, offset, size, stride, looped)
+        return
+    d, bounds = pieces
+    threads.run_parts(_add_windows, [(out, _narrowed(src, d, lo, hi), offset + lo * stride[d],
+                                      size[:d] + [hi - lo] + size[d + 1:], stride, looped) for lo, hi in bounds])
+
+
+def _add_windows(out, src, offset, size, stride, looped):
+    """``src`` added into the elements of the view ``(size, stride, offset)`` of the 1-D ``out``, a loop over
+    the ``looped`` dims (`_looped_dims`) of adds into distinct elements."""
     rest = [d for d in range(len(size)) if d not in looped]
     item = out.itemsize
     view_size, view_strides = tuple(size[d] for d in rest), tuple(stride[d] * item for d in rest)

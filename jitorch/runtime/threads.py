@@ -39,7 +39,7 @@ _teams_lock = threading.Lock()
 os.register_at_fork(after_in_child=_teams.clear)
 # What `run_parts` did, for tests and benchmarks to see what split: "forks" (calls that ran parts on workers),
 # "parts" (parts handed to workers), "inline" (calls whose parts all ran on the calling thread: the team was busy),
-# "taken back" (native parts no worker had claimed when the forking thread finished its own, which it then ran)
+# "taken back" (parts no worker had claimed when the forking thread finished its own, which it then ran)
 counters = {"forks": 0, "parts": 0, "inline": 0, "taken back": 0}
 
 
@@ -215,6 +215,15 @@ define void @jitorch_publish(i64* %row, i64 %entry_, i64 %a, i64 %lo, i64 %hi) {
   ret void
 }}
 
+; A Python part's row taken back by the forking thread (`_Team.fork`): 1 if no worker had claimed it (it is then
+; -1, which a worker passes over), else 0.
+define i32 @jitorch_claim(i64* %row) {{
+  %pair = cmpxchg i64* %row, i64 0, i64 -1 seq_cst seq_cst
+  %won = extractvalue {{ i64, i1 }} %pair, 1
+  %r = zext i1 %won to i32
+  ret i32 %r
+}}
+
 ; The forking thread runs its own chunk, then takes back every chunk no worker has claimed yet (a worker that is
 ; asleep, or not on a core: on a machine with more runnable threads than cores it may wait milliseconds for one)
 ; and runs it itself, raising done for it as the worker would have; then waits for the chunks the workers took.
@@ -384,6 +393,8 @@ class _Native:
         self.work = fn("jitorch_work", i32, word, word, i32, i64, i32)
         self.fork = fn("jitorch_fork", i64, word, i32, i64, i64, i64, i64, i64, word, i64)
         self.publish = fn("jitorch_publish", None, word, i64, i64, i64, i64)
+        # (PYFUNCTYPE: a test and set, called between Python parts with the GIL held)
+        self.claim = ctypes.PYFUNCTYPE(i32, word)(self.engine.get_function_address("jitorch_claim"))
         self.ufunc_program = self.engine.get_function_address("jitorch_ufunc_program")
         wait = fn("jitorch_wait", i32, word, i32, i64, word)
         probe = ctypes.c_int32(0)
@@ -472,6 +483,20 @@ class _Team:
             fn(*args)
         except BaseException as e:  # noqa: BLE001 - raised once the workers are done with the buffers
             error = e
+        # then the parts no worker has claimed (asleep, or off the cores where more threads are runnable than
+        # there are cores: it might start them milliseconds later), run here as native chunks are
+        # (`jitorch_fork`): at worst the time of one thread
+        rows = ctypes.addressof(table)
+        for i in range(helpers):
+            if native.claim(rows + 32 * i):
+                counters["taken back"] += 1
+                fn, args = self.python[i]
+                try:
+                    fn(*args)
+                    self.python[i] = None
+                except BaseException as e:  # noqa: BLE001 - raised below, as a worker's would be
+                    self.python[i] = e
+                native.raise_holding_gil(state + 8, state + 12)
         native.wait_for(state + 8, target, native.spins, state + 12)
         for i in range(helpers):
             error, self.python[i] = error or self.python[i], None
@@ -509,7 +534,8 @@ def _forked(parts, entry):
 
 def run_parts(fn, parts):
     """Run ``fn(*args)`` for each ``args`` of ``parts`` (at most ``get_num_threads()`` of them): the first on
-    the calling thread, the others at the same time on the workers, and return when all have run; the first
+    the calling thread, the others at the same time on the workers (one that no worker has claimed when the
+    first is done runs on the calling thread too), and return when all have run; the first
     exception a part raised is raised here, after every part has finished. ``fn`` must release the GIL for
     the parts to overlap (NumPy's matmul does). Where another call holds the workers (two threads running
     compiled functions, or a part that splits again), the parts run one after another here: a part never
@@ -530,6 +556,31 @@ def run_chunks(entry, args_array, bounds):
         fn = KERNEL_ENTRY(entry)
         for lo, hi in bounds:
             fn(args_array, lo, hi)
+
+
+def bounds(size, parts):
+    """``range(size)`` as at most ``parts`` ``(lo, hi)`` ranges of near-equal length, in order."""
+    step = -(-size // max(1, min(parts, size)))
+    return [(lo, min(lo + step, size)) for lo in range(0, size, step)]
+
+
+# Row-wise eager passes (softmax, log_softmax, layer_norm) over this many elements or more split their rows
+# across the team (`by_rows`). Python parts: a hand-over costs 10 to 60 µs, these passes 2 to 4 ns an element,
+# and each part pays NumPy's per-call cost for its 4 to 8 passes again. From 2**16 the eager GPT-4x128 step at
+# two threads was no faster on the loaded machine (CPU 0.98x, same run; its layer norms are 98k elements, its
+# softmaxes 196k), so only the larger ones split.
+ROWS_SPLIT_MIN = 1 << 18
+
+
+def by_rows(fn, rows, out, *args):
+    """``fn(rows, out, *args)`` for 2-D arrays of one row each per row (``out`` written), in parts of the rows on
+    the team where they hold `ROWS_SPLIT_MIN` elements or more (`run_parts`): each row's NumPy passes are then
+    the whole call's, so are its bits."""
+    parts = min(get_num_threads(), rows.size // (ROWS_SPLIT_MIN // 2), rows.shape[0])
+    if rows.size < ROWS_SPLIT_MIN or parts < 2:
+        fn(rows, out, *args)
+        return
+    run_parts(fn, [(rows[lo:hi], out[lo:hi], *args) for lo, hi in bounds(rows.shape[0], parts)])
 
 
 # A CPU kernel's entry point: (argument array, lo, hi) of its outer loop

@@ -134,6 +134,55 @@ def test_lowered_kernels_expose_ir_and_assembly():
     assert "ret" in k.asm
 
 
+# the functions LLVM's cost model vectorised narrower than the registers or not at all on the x86-64-v2 baseline
+# (float32 exp at 2 lanes; float32 erf, atan and float64 exp, sin, cos scalar), and two it did not
+FULL_WIDTH = {"exp": lambda a: a.exp(), "erf": lambda a: a.erf(), "sin": lambda a: a.sin(),
+              "atan": lambda a: a.atan(), "tanh": lambda a: a.tanh(), "pow": lambda a: a.pow(a + 1)}
+
+
+@pytest.mark.parametrize("dtype", [jt.float32, jt.float64])
+def test_math_kernels_vectorise_at_the_targets_full_width(dtype):
+    """A kernel of math functions is vectorised at the selected CPU's full register width, whatever LLVM's cost
+    model prices its operations at on that CPU (`CpuTarget.module_text`): 4 floats or 2 doubles with SSE, 8/4
+    with AVX, 16/8 with AVX-512; its one loop carries the width (the reduction and plain arithmetic, none)."""
+    from jitorch.codegen.machine import selected
+    from jitorch.codegen.target import vector_bits
+    lanes = vector_bits(selected()) // (32 if dtype is jt.float32 else 64)
+    scalar = "float" if dtype is jt.float32 else "double"
+    x = jt.rand(4099, dtype=dtype)
+    for name, fn in FULL_WIDTH.items():
+        (k,) = kernels_of(fn, x)
+        source = k._kernel.source.llvm_ir
+        assert re.findall(r'!"llvm.loop.vectorize.width", i32 (\d+)', source) == [str(lanes)], name
+        assert source.count("!llvm.loop ") == 1, name
+        assert {int(w) for w in re.findall(rf"<(\d+) x {scalar}>", k.llvm_ir)} == {lanes}, name
+    for fn in (lambda a: a.exp().sum(), lambda a: a * 2 + 1):
+        assert "llvm.loop" not in kernels_of(fn, x)[0]._kernel.source.llvm_ir
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_math_kernels_at_full_width_compute_the_bits_of_llvms_own_choice(dtype):
+    """Every lane computes what a scalar would: the compiled kernels (full width, a tail of 4099 % lanes
+    elements) give the bits of the same functions compiled with LLVM's own choice of width (test_mathlib's)."""
+    from tests.codegen.test_mathlib import compiled, sample
+    rng = np.random.default_rng(11)
+    for name, fn in FULL_WIDTH.items():
+        x = sample(name, dtype, rng, 4099)
+        got = jt.compile(fn)(jt.tensor(x)).numpy()
+        want = compiled(name, dtype)(x, x + 1) if name == "pow" else compiled(name, dtype)(x)
+        np.testing.assert_array_equal(got.view(f"u{x.itemsize}"), want.view(f"u{x.itemsize}"), err_msg=name)
+
+
+def test_vector_bits_of_machines():
+    from jitorch.codegen.machine import Machine, parse
+    from jitorch.codegen.target import vector_bits
+    assert [vector_bits(parse(cpu)) for cpu in ("x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4")] == [128, 128, 256,
+                                                                                                    512]
+    assert vector_bits(parse("x86-64-v4,-avx512f")) == 256
+    assert vector_bits(Machine("aarch64-unknown-linux-gnu", "generic", "+neon")) == 128
+    assert vector_bits(Machine("riscv64-unknown-linux-gnu", "generic-rv64", "+v")) is None
+
+
 def test_outputs_are_fresh_and_never_alias_inputs():
     f = jt.compile(lambda a: a * 1)
     x = jt.ones(4)

@@ -452,6 +452,33 @@ def test_small_products_and_products_before_set_num_threads_run_whole(monkeypatc
     assert_close(small @ small, small.numpy() @ small.numpy(), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("shape, operands", [((600, 300), lambda x: (x, x.t())), ((300, 600), lambda x: (x.t(), x)),
+                                             ((4, 200, 64), lambda x: (x, x.mT))])
+def test_a_product_with_its_own_transpose_has_the_bits_of_one_thread(monkeypatch, shape, operands):
+    """NumPy computes ``x @ x.T`` (its operands one memory) with BLAS syrk, whose sums round otherwise than gemm's
+    in some OpenBLAS builds (NumPy 1.26's wheel here), and the parts of a split product are gemm calls: such a
+    product is computed in row parts (gemm calls) on one thread too (`linalg._syrk`), so split on two threads it
+    has one thread's bits."""
+    from threadpoolctl import threadpool_limits
+    from jitorch.runtime import threads
+    x = jt.from_numpy(np.random.default_rng(0).standard_normal(shape).astype(np.float32))
+    a, b = operands(x)
+    assert linalg._syrk(a.numpy(), b.numpy()) and not linalg._syrk(a.numpy(), b.numpy().copy())
+    with threadpool_limits(limits=1, user_api="blas"):  # (as set_num_threads leaves BLAS where products split)
+        monkeypatch.setitem(threads._settings, "threads", 2)
+        monkeypatch.setitem(threads._settings, "split_products", False)  # (an earlier set_num_threads sets it)
+        forks = threads.counters["forks"]
+        whole = (a @ b).numpy()
+        assert threads.counters["forks"] == forks  # (split_products is off: one thread)
+        monkeypatch.setitem(threads._settings, "split_products", True)
+        forks = threads.counters["forks"]
+        split = (a @ b).numpy()
+    assert threads.counters["forks"] == forks + 1
+    assert split.tobytes() == whole.tobytes()
+    np.testing.assert_allclose(whole, (torch.from_numpy(a.numpy()) @ torch.from_numpy(b.numpy())).numpy(),
+                               rtol=1e-5, atol=1e-4)
+
+
 @pytest.mark.parametrize("split", [False, True])
 @pytest.mark.parametrize("compiled", [False, True])
 def test_products_meeting_inf_times_zero_warn_nothing(monkeypatch, split, compiled):

@@ -6,6 +6,7 @@ import time
 
 import numpy as np
 import pytest
+from threadpoolctl import threadpool_limits
 
 import jitorch as jt
 from jitorch.codegen import cpu
@@ -21,7 +22,12 @@ def two_threads(monkeypatch):
 def test_parts_run_on_the_calling_thread_and_a_worker(two_threads):
     ran = []
     forks, parts = threads.counters["forks"], threads.counters["parts"]
-    threads.run_parts(lambda i: ran.append((i, threading.current_thread().name)), [(0,), (1,)])
+
+    def part(i):
+        if i == 0:  # (long enough for the worker to claim its part: one it has not claimed is taken back)
+            time.sleep(0.05)
+        ran.append((i, threading.current_thread().name))
+    threads.run_parts(part, [(0,), (1,)])
     assert sorted(ran) == [(0, threading.current_thread().name), (1, "jitorch-1")]
     assert (threads.counters["forks"], threads.counters["parts"]) == (forks + 1, parts + 1)
 
@@ -140,3 +146,37 @@ def test_chunks_no_worker_claimed_are_taken_back_by_the_forking_thread(monkeypat
         assert ufunc_parts.split_call(np.tanh, [x], out)
     assert threads.counters["forks"] - forks == 2 and threads.counters["taken back"] - taken == 2
     assert out.tobytes() == np.tanh(x).tobytes()
+
+
+def test_python_parts_no_worker_claimed_are_taken_back_by_the_forking_thread(monkeypatch, two_threads):
+    """The same for Python parts (a product's halves, a col2im's channels): the forking thread runs the part no
+    worker came for, on its own thread, and a taken-back part's exception is raised as a worker's would be."""
+    native = threads._native()
+    team = threads._Team.__new__(threads._Team)  # (no worker thread started)
+    team.native, team.busy, team.workers, team.done = native, threading.Lock(), 1, 0
+    team.state, team.table, team.python = (threads.ctypes.c_int32 * 4)(), (threads.ctypes.c_int64 * 4)(), [None]
+    monkeypatch.setattr(threads, "_team", lambda n: team)
+    ran = []
+    taken, forks = threads.counters["taken back"], threads.counters["forks"]
+    for k in range(2):  # (the second fork finds the state the first left)
+        threads.run_parts(lambda i: ran.append((i, threading.current_thread().name)), [(2 * k,), (2 * k + 1,)])
+    me = threading.current_thread().name
+    assert ran == [(0, me), (1, me), (2, me), (3, me)]
+    assert threads.counters["forks"] - forks == 2 and threads.counters["taken back"] - taken == 2
+
+    def part(i):
+        if i == 1:
+            raise ValueError("part 1")
+        ran.append(i)
+    with pytest.raises(ValueError, match="part 1"):
+        threads.run_parts(part, [(4,), (1,)])
+    threads.run_parts(ran.append, [(5,), (6,)])  # the team is free again
+    assert ran[4:] == [4, 5, 6] and team.python == [None]
+    # a product's second half, taken back: the bits of the whole product, which BLAS at one thread (as
+    # set_num_threads leaves it where products split) computes with gemm, as it does each half
+    a, b = (np.random.default_rng(k).standard_normal(s).astype(np.float32) for k, s in ((0, (600, 300)), (1, (300, 500))))
+    with threadpool_limits(limits=1, user_api="blas"):
+        whole = np.matmul(a, b)
+        monkeypatch.setitem(threads._settings, "split_products", True)
+        assert jt.from_numpy(a).matmul(jt.from_numpy(b)).numpy().tobytes() == whole.tobytes()
+    assert threads.counters["taken back"] - taken == 5  # four forks above, and the product's second half

@@ -166,7 +166,7 @@ class NvptxTarget:
         strided_loop(b, first, I64(outer), step, lambda b, i: b.call(body, [i, b.add(i, I64(1))] + list(entry.args)))
         b.ret_void()
 
-    def module_text(self, module, entry):
+    def module_text(self, module, entry, maps=()):
         """The module's text as it is (a GPU thread computes scalars)."""
         return str(module)
 
