@@ -211,7 +211,8 @@ def _forward_steps(kernel, product, columns, x, h, w_t, b_hh, output, order):
     columns.update(hh=_address(hh), x=_per_step(x, order), h=_per_step(output, order))
     if b_hh is not None:
         columns["b"] = _address(b_hh)
-    rows = kernel.rows(kernel.table(columns))
+    table = kernel.table(columns)
+    rows = kernel.rows(table)  # (addresses in ``table``, held until the loop ends)
     if product is not None:
         products, held = _products(product, w_t, _after(output, h, order), hh)
         for p, row in zip(products, rows):
