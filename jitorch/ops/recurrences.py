@@ -40,8 +40,8 @@ _RESERVED = {"RNN_TANH": 0, "RNN_RELU": 0, "LSTM": 5, "GRU": 4}  # reserve width
 # code generator
 CELL_KERNEL = None
 # (NumPy dtype, k, n) -> a compiled product of a (rows, k) by a (k, n) operand for any rows
-# (codegen/recurrence.py's `ProductKernel`: as a `CellKernel`, with ``pack(w)`` and ``ld``, the row stride
-# of its output) or None; set by the code generator
+# (codegen/recurrence.py's `ProductKernel`: as a `CellKernel`, with ``pack(w)``, ``serves(rows)`` and ``ld``,
+# the row stride of its output) or None; set by the code generator
 PRODUCT_KERNEL = None
 
 
@@ -100,6 +100,8 @@ def _cell(direction, mode, dtype, batch, hidden, bias, k, n):
     if CELL_KERNEL is None or batch == 0 or mode not in ("LSTM", "GRU"):
         return None, None
     product = None if PRODUCT_KERNEL is None else PRODUCT_KERNEL(dtype, k, n)
+    if product is not None and not product.serves(batch):
+        product = None
     kernel = CELL_KERNEL(direction, mode, dtype, hidden, bias, None if product is None else product.ld)
     if kernel is None or product is None:
         return kernel, None

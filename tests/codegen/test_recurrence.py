@@ -185,3 +185,22 @@ def test_product_kernel_matches_numpy(dtype, k, n, rng):
         tol = dict(rtol=1e-12, atol=1e-12) if dtype == "float64" else dict(rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(out[:rows, :n], expected, **tol)
         assert (out[:rows, n:] == 0).all() and (out[rows:] == 7).all()
+
+
+def test_many_rows_of_a_long_weight_keep_numpys_product(rng, products, counted):
+    """A batch of more than 32 rows whose backward product has a long k (4 x 300 = 1200: 150 KB panels)
+    runs that product through NumPy (`ProductKernel.serves`) and the forward's through the kernel; the cells
+    then read compact and padded product rows, and values and gradients still match torch."""
+    t = torch.nn.LSTM(3, 300)
+    m = jt.nn.LSTM(3, 300)
+    for name, p in t.named_parameters():
+        getattr(m, name).data.copy_(jt.tensor(p.detach().numpy()))
+    x, states, weight = _inputs(rng, "LSTM", 1, False, False, "float32", length=3, batch=40)
+    states = [rng.normal(size=(1, 40, 300)).astype("float32") for _ in range(2)]
+    weight = rng.normal(size=(3, 40, 300)).astype("float32")
+    expected = _loss_and_grads(torch, t, "LSTM", x, states, weight)
+    got = _loss_and_grads(jt, m, "LSTM", x, states, weight)
+    for g, e in zip(got, expected, strict=True):
+        np.testing.assert_allclose(g, e, rtol=2e-5, atol=2e-5)
+    assert products == {(300, 1200): 3}
+    assert counted == {("LSTM", "forward"): 3, ("LSTM", "backward"): 3}
