@@ -15,8 +15,9 @@ The per-step products ``h W_hh^T`` (forward) and ``d_gates W_hh`` (backward) are
 a few tens of rows ran 20 x 200 @ 200 x 800 (a language model's step, float32, one AVX-512 core) in 73-100
 us where MKL (torch's) takes 46-62. Here the weight is packed once per layer call into panels of two
 vectors' columns, and each step is one register-blocked loop (`_PRODUCT_ROWS` rows by two vectors of
-accumulators, a sum over k in order with FMAs): 50-62 us at that size. Its sums round as any product's do:
-results agree with torch within float tolerances, as NumPy's product does, not bit for bit with it.
+accumulators, a sum over k in order with FMAs): 50-62 us at that size, on machines with AVX-512 only
+(`product_kernel`). Its sums round as any product's do: results agree with torch within float tolerances,
+as NumPy's product does, not bit for bit with it.
 
 Importing this module registers `cell_kernel` in ``ops.recurrences.CELL_KERNEL`` and `product_kernel` in
 ``ops.recurrences.PRODUCT_KERNEL``: the ops layer cannot import the code generator, and runs its NumPy cells
