@@ -274,6 +274,8 @@ def product_kernel(dtype, k, n):
 
 
 def _build_product(dtype, k, n):
+    if k == 0 or n == 0:  # (the k loop runs at least once: it would read past an empty operand)
+        return None
     t = ir.FloatType() if dtype == "float32" else ir.DoubleType()
     item = np.dtype(dtype).itemsize
     width = _BYTES // item

@@ -195,6 +195,11 @@ def test_product_kernel_matches_numpy(dtype, k, n, rng):
         assert (out[:rows, n:] == 0).all() and (out[rows:] == 7).all()
 
 
+def test_no_product_kernel_for_an_empty_operand():
+    """A product with k or n zero is left to NumPy (the kernel's k loop would read an element)."""
+    assert recurrence._products("float32", 0, 8) is None and recurrence._products("float64", 8, 0) is None
+
+
 def test_many_rows_of_a_long_weight_keep_numpys_product(rng, products, counted):
     """A batch of more than 32 rows whose backward product has a long k (4 x 300 = 1200: 150 KB panels)
     runs that product through NumPy (`ProductKernel.serves`) and the forward's through the kernel; the cells
