@@ -40,7 +40,7 @@ from ..runtime.device import device as _device
 from . import cpu, mathlib
 from .cache import default_cache
 from .errors import CompileError
-from .kernel import I64, KernelSource, build, counted_loop
+from .kernel import I64, KernelSource, build, counted_loop, fma_loop
 from .machine import selected
 from .memo import BuiltOnce
 from .target import CPU
@@ -342,32 +342,14 @@ class _Product:
         b, vt = self.b, self.vt
         a = b.gep(a, [b.mul(r0, I64(self.k))])
         w = b.gep(w, [b.mul(p, I64(self.k * self.panel))])
-        head = b.block
-        loop = b.function.append_basic_block("k")
-        done = b.function.append_basic_block("k.end")
-        b.branch(loop)
-        b.position_at_end(loop)
-        k = b.phi(I64)
-        k.add_incoming(I64(0), head)
-        accs = [[b.phi(vt) for _ in range(_PRODUCT_VECS)] for _ in range(rows)]
-        for row in accs:
-            for acc in row:
-                acc.add_incoming(mathlib.splat(vt, 0.0), head)
-        w_k = b.gep(w, [b.mul(k, I64(self.panel))])
-        cols = [self.load(b.gep(w_k, [I64(v * vt.count)])) for v in range(_PRODUCT_VECS)]
-        a_k = b.gep(a, [k])
-        new = []
-        for r in range(rows):
-            s = self.broadcast(b.load(b.gep(a_k, [I64(r * self.k)])))
-            new.append([b.fadd(b.fmul(s, col, flags=("contract",)), acc, flags=("contract",))
-                        for col, acc in zip(cols, accs[r])])
-            for acc, value in zip(accs[r], new[r]):
-                acc.add_incoming(value, loop)
-        k_next = b.add(k, I64(1))
-        k.add_incoming(k_next, loop)
-        latch = b.cbranch(b.icmp_signed("<", k_next, I64(self.k)), loop, done)
+
+        def operands(b, k):
+            w_k = b.gep(w, [b.mul(k, I64(self.panel))])
+            a_k = b.gep(a, [k])
+            return ([self.broadcast(b.load(b.gep(a_k, [I64(r * self.k)]))) for r in range(rows)],
+                    [self.load(b.gep(w_k, [I64(v * vt.count)])) for v in range(_PRODUCT_VECS)])
+        new, latch = fma_loop(b, I64(0), I64(self.k), mathlib.splat(vt, 0.0), rows, _PRODUCT_VECS, operands)
         latch.set_metadata("llvm.loop", self.kept())
-        b.position_at_end(done)
         first = b.gep(out, [b.add(b.mul(r0, I64(self.ld)), b.mul(p, I64(self.panel)))])
         for r in range(rows):
             for v, value in enumerate(new[r]):
