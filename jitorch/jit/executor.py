@@ -64,9 +64,9 @@ from ..runtime.storage import Storage
 from ..runtime.strided import contiguous_strides
 from ..tensor import Tensor
 from ..runtime.pytree import tree_leaves, tree_map
-# (mathlib: loaded with the backend, not on the first call; recurrence and attention: register ops.recurrences'
-# fused cells and ops.attention's fused kernels)
-from ..codegen import attention, cpu, mathlib, recurrence  # noqa: F401
+# (mathlib: loaded with the backend, not on the first call; recurrence, attention and windows: register
+# ops.recurrences' fused cells, ops.attention's fused kernels and ops.views' col2im and padding kernels)
+from ..codegen import attention, cpu, mathlib, recurrence, windows  # noqa: F401
 from ..codegen.kernel import RESHAPES, CompileError, build_many, build_shared, built_or_refused, composes, \
     is_row_softmax, row_softmax_of
 from ..codegen.straightline import Source
@@ -287,6 +287,7 @@ class EagerStep:
         # a view of a compact value has a geometry known now: at run time it is a tensor header only
         self.geometry = {}  # filled by the plan: see _static_views
         self.into_arena = set()  # filled by the plan: the outputs a writer computes into their arena buffer
+        self.unfilled = set()  # filled by the plan: zeros not filled, whose one reader starts from zeros itself
 
     def reads(self):
         return [v for node in self.nodes for v in iter_values(node.args)]
@@ -302,7 +303,12 @@ class EagerStep:
         """This step's lines of the generated call: a product into its arena buffer, a view of a planned
         geometry as a tensor header (unless its root is laid out otherwise at run time), else the eager
         kernel."""
+        if all(node.outputs[0] in self.unfilled for node in self.nodes):
+            src.emit("pass", indent)  # (the generated step's body, which may be a function's)
+            return
         for node in self.nodes:
+            if node.outputs[0] in self.unfilled:
+                continue
             if src.profiled:  # each node a span of its own: "external" where it writes into the arena (BLAS)
                 src.emit("_s = _clock()", indent)
                 self._emit_node(src, node, indent)
@@ -314,7 +320,8 @@ class EagerStep:
     def _emit_node(self, src, node, indent):
         out = node.outputs[0]
         if out in self.into_arena:
-            arrays = ", ".join(_array_expression(src, a) for a in node.args)
+            arrays = ", ".join("None" if isinstance(a, Value) and a in self.unfilled else _array_expression(src, a)
+                               for a in node.args)
             writer = src.name(_WRITERS_INTO[node.op.name][1], "writer")
             src.emit(f"{writer}([{arrays}], env[{src.name(out, 'v')}]._array())", indent)
             return
@@ -526,6 +533,10 @@ class Plan:
             if isinstance(step, EagerStep):
                 step.geometry = _static_views(step.nodes, views, layouts)
                 step.into_arena = {v for v in step.writers() if v in self.slots}
+        unfilled = self._unfilled(steps, root, last_use, escaping)
+        for step in steps:
+            if isinstance(step, EagerStep):
+                step.unfilled = unfilled & (set(step.reads()) | set(step.writes()))
         eager_made = {v for step in steps if isinstance(step, EagerStep) for v in step.writes()}
         for step in steps:
             if not isinstance(step, EagerStep):  # a kernel, of the CPU's or the CUDA device's
@@ -558,6 +569,26 @@ class Plan:
         leaving = set(graph.output_values()) | {v for _, v in graph.mutations}
         escaping = leaving | {root[v] for v in leaving if v in root}
         return root, last_use, escaping
+
+    def _unfilled(self, steps, root, last_use, escaping):
+        """The zeros (``zeros``, ``new_zeros`` written into the arena) that a call does not fill: their one
+        reader is a col2im or a padded copy (`_as_strided_add`, `as_strided_scatter` into the arena, whose
+        writer starts from zeros itself when given None: `views.as_strided_add_into`), and nothing else reads
+        them or a view of them, nor do they leave the call."""
+        made, readers = {}, {}
+        for step in steps:
+            for v in step.reads():
+                readers[v] = readers.get(v, 0) + 1
+            if isinstance(step, EagerStep):
+                made.update((n.outputs[0], (step, n)) for n in step.nodes
+                            if n.op.name in ("zeros", "new_zeros") and n.outputs[0] in step.into_arena)
+        viewed = {root[v] for v in root}
+        found = set()
+        for j, step in enumerate(steps):
+            x = _updated_operand(step, j, root, last_use, escaping)
+            if x in made and readers.get(x) == 1 and x not in viewed and step.nodes[0].outputs[0] in step.into_arena:
+                found.add(x)
+        return found
 
     @staticmethod
     def _can_update_in_place(step, j, value, target, root, last_use, escaping):
@@ -995,7 +1026,7 @@ class CompiledGraph:
         arguments' patching to its end, which covers the chunks other threads ran (those are also
         reported, each as a span of kind "kernel_chunk" on its thread); an eager step's nodes each as
         (op name, "external") when the op writes into its arena buffer (a BLAS product), else (op name,
-        "eager_step"); a CUDA kernel as (its name, "kernel"), its time on the device where the driver's
+        "eager_step"), but for zeros the call does not fill (`Plan._unfilled`); a CUDA kernel as (its name, "kernel"), its time on the device where the driver's
         events time it (the host's part then a "cuda_launch" span), else the emulator's time on the host."""
         spans = []
         for step in self.steps:
@@ -1003,7 +1034,7 @@ class CompiledGraph:
                 spans.append((step.kernel.name, "kernel"))
             else:
                 spans.extend((n.op.name, "external" if n.outputs[0] in step.into_arena else "eager_step")
-                             for n in step.nodes)
+                             for n in step.nodes if n.outputs[0] not in step.unfilled)
         return spans
 
     def _generate(self, profiled=False):

@@ -8,7 +8,7 @@ a view changes the base. Ops that are views only when the strides allow one
 
 from __future__ import annotations
 
-from math import prod
+from math import gcd, prod
 from operator import itemgetter
 
 import numpy as np
@@ -781,10 +781,79 @@ def _same_buffer(out, x):
         and out.strides == x.strides
 
 
+# The code generator's gather kernels for `_as_strided_add` and `as_strided_scatter` (jitorch/codegen/windows.py
+# registers ``window_kernel``): ``WINDOW_KERNEL(dtype, numel, offset, plan, src_strides, mode, init)`` -> a
+# callable of ``(x, src, out)`` arrays, or None where it builds none (the NumPy passes below then run).
+WINDOW_KERNEL = None
+
+
+def window_plan(numel, size, stride, offset):
+    """How each element of a flat buffer of ``numel`` elements finds the elements of the strided view
+    ``(size, stride, offset)`` that land on it, for a gather kernel (each output element sums its own
+    contributions: no scatter): the buffer read as memory dims, outermost first, each ``(step, dims)``
+    where ``dims`` are the view dims ``(dim, factor, size)`` that move along it (``stride = factor * step``).
+    A convolution's windows over a ``(C, H, W, N)`` buffer give four memory dims, H's and W's each moved by
+    a kernel position and an output position. A memory dim's view dims are listed in their order but the
+    largest last (the one a gather solves for rather than loops over). None where the view does not decompose so: a dim of stride
+    0 or below, strides along one memory dim whose common step reaches into the dims inside it. The decomposition is
+    unique: each memory dim's step exceeds the farthest element the dims inside it reach."""
+    dims = sorted((s, d, n) for d, (n, s) in enumerate(zip(size, stride)) if n > 1)
+    memory, reach, inner = [], 0, 0  # (inner: the farthest element the memory dims inside the last one reach)
+    for s, d, n in dims:
+        if s <= 0:
+            return None
+        if memory and s <= reach:  # it moves along the memory dim being built (windows overlap there)
+            step, views = memory[-1]
+            unit = gcd(step, s)  # (a stride 2 with a dilation 3: the memory dim steps by one row)
+            if unit <= inner:
+                return None
+            memory[-1] = (unit, [(e, f * step // unit, m) for e, f, m in views] + [(d, s // unit, n)])
+        else:
+            memory.append((s, [(d, 1, n)]))
+            inner = reach
+        reach += (n - 1) * s
+    if offset < 0 or offset + reach >= numel:
+        return None
+    # per memory dim, the view dims a gather loops over in their order, then the one it solves: the largest
+    return tuple((step, tuple(sorted(views, key=lambda v: (v == max(views, key=itemgetter(2)), v[0]))))
+                 for step, views in reversed(memory))
+
+
+def _window_kernel(out, x, src, size, stride, storage_offset, mode):
+    """Run the registered gather kernel of ``mode`` ("add": `_as_strided_add`; "assign": `as_strided_scatter`)
+    into the flat ``out``, starting from ``x`` (None: zeros); False where no kernel serves the call."""
+    if WINDOW_KERNEL is None or out.dtype not in _WINDOW_DTYPES or src.dtype != out.dtype or src.size == 0 \
+            or any(s % src.itemsize for s in src.strides):
+        return False
+    offset = 0 if storage_offset is None else storage_offset
+    plan = window_plan(out.size, size, stride, offset)
+    if plan is None or (mode == "assign" and any(len(views) > 1 for _, views in plan)):
+        return False  # (a scatter whose view overlaps writes one share of many: NumPy's order decides which)
+    init = "zero" if x is None else "none" if _same_buffer(out, x) else "copy"
+    if init == "copy" and not x.flags.c_contiguous:
+        x = np.ascontiguousarray(x)
+    kernel = WINDOW_KERNEL(out.dtype, out.size, offset, plan, tuple(s // src.itemsize for s in src.strides), mode,
+                           init)
+    if kernel is None:
+        return False
+    kernel(out if x is None else x, src, out)
+    return True
+
+
+_WINDOW_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
 def as_strided_scatter_into(out, x, src, size, stride, storage_offset):
     """`as_strided_scatter` written into ``out``, a C-contiguous array of ``x``'s shape and dtype (its eager
-    kernel's new memory, or a compiled graph's arena buffer, which may be ``x``'s own)."""
-    if not _same_buffer(out, x):
+    kernel's new memory, or a compiled graph's arena buffer, which may be ``x``'s own); ``x`` None: zeros (a
+    compiled graph's padded input, whose zeros are not filled first). Where the view does not overlap,
+    float32/float64 run the code generator's gather kernel: each element is ``src``'s or ``x``'s, in one pass."""
+    if _window_kernel(out.reshape(-1), x if x is None else x.reshape(-1), src, size, stride, storage_offset,
+                      "assign"):
+        return
+    if x is None:
+        out.fill(0)
+    elif not _same_buffer(out, x):
         np.copyto(out, x)
     flat = out.reshape(-1)
     offset = 0 if storage_offset is None else storage_offset
@@ -832,8 +901,18 @@ def _as_strided_add_cpu(spec, x, src, size, stride, storage_offset):
 def as_strided_add_into(out, x, src, size, stride, storage_offset):
     """`_as_strided_add` written into ``out``, a contiguous 1-D array of ``x``'s shape and dtype (its eager
     kernel's new memory, or a compiled graph's arena buffer, whose pages a call finds already mapped: a
-    col2im's output is megabytes, and faulting fresh memory in was a third of its time; it may be ``x``'s own)."""
-    if not _same_buffer(out, x):
+    col2im's output is megabytes, and faulting fresh memory in was a third of its time; it may be ``x``'s own).
+    ``x`` None: zeros (a compiled graph's col2im, whose zeros are not filled first).
+
+    float32/float64 views that `window_plan` decomposes (a convolution's windows: col2im) run the code
+    generator's gather kernel: each element is ``x``'s plus its shares, added in a fixed order (by memory
+    dim, outermost first, and within one by view dim: a convolution's kernel positions row-major), whatever
+    the number of threads. Other views add one slice of non-overlapping elements at a time with NumPy."""
+    if _window_kernel(out, x, src, size, stride, storage_offset, "add"):
+        return
+    if x is None:
+        out.fill(0)
+    elif not _same_buffer(out, x):
         np.copyto(out, x)
     if 0 in tuple(size):
         return
@@ -845,7 +924,10 @@ def as_strided_add_into(out, x, src, size, stride, storage_offset):
         src = src.sum(axis=repeated, keepdims=True, dtype=src.dtype)
         for d in repeated:
             size[d] = 1
-    looped = _looped_dims(size, stride)
+    # the slices in the gather kernel's order (each element gets its shares in the order the kernel adds them:
+    # the same bits whether or not the code generator is loaded), else the fewest slices that do not overlap
+    plan = window_plan(out.size, size, stride, offset)
+    looped = [d for _, dims in plan for d, _, _ in dims[:-1]] if plan is not None else _looped_dims(size, stride)
     rest = [d for d in range(len(size)) if d not in looped]
     item = out.itemsize
     view_size, view_strides = tuple(size[d] for d in rest), tuple(stride[d] * item for d in rest)

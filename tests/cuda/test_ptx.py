@@ -9,6 +9,7 @@ one parallel batch per architecture.
 import time
 import zlib
 
+import numpy as np
 import pytest
 
 import jitorch as jt
@@ -149,6 +150,35 @@ def test_fused_attention_has_no_cuda_lowering_and_cuda_tensors_compose_it():
     kernels = lowered.executable.kernels
     assert {"softmax", "masked_fill"} <= {op for k in kernels for op in k.ops}
     assert_assembles(kernels)
+
+
+def test_col2im_and_padded_copies_keep_their_composites_on_cuda():
+    """The gather kernels of col2im and padded copies (CPU, jitorch/codegen/windows.py) have no CUDA lowering:
+    on CUDA tensors (the fake device) ``_as_strided_add`` and ``as_strided_scatter`` stay eager steps that run
+    their composites (index_add, a copy and a write), each from zeros the call fills (the unfilled zeros are a
+    host writer's), and the step's values equal the CPU's, whose kernels gather."""
+    def step(conv, x):
+        loss = conv(x).tanh().sum()
+        loss.backward()
+        return loss
+
+    jt.manual_seed(0)
+    conv, x = jt.nn.Conv2d(3, 4, 3, 2, 1), jt.randn(2, 3, 9, 9, requires_grad=True)
+    expected = step(conv, x).item(), x.grad.numpy().copy(), conv.weight.grad.numpy().copy()
+    with use_backend(FakeBackend()):
+        conv.to("cuda")
+        conv.zero_grad()
+        xc = x.detach().to("cuda").requires_grad_()
+        compiled = jt.compile(step, fullgraph=True)
+        ex = compiled.lower(conv, xc, device="cuda").executable
+        names = [n.op.name for s in ex.steps for n in getattr(s, "nodes", ())]
+        assert "_as_strided_add" in names and "as_strided_scatter" in names
+        assert not any(getattr(s, "unfilled", None) for s in ex.steps)
+        loss = compiled(conv, xc)
+        got = loss.item(), xc.grad.to("cpu").numpy(), conv.weight.grad.to("cpu").numpy()
+    np.testing.assert_allclose(got[0], expected[0], rtol=1e-5)
+    for a, b in zip(got[1:], expected[1:]):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("dtype", [jt.float32, jt.float64])
