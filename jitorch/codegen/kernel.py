@@ -69,6 +69,21 @@ def counted_loop(b, lo, hi, step, body, name="l"):
     b.position_at_end(done)
 
 
+def kernel_body(name, t, buffers):
+    """(module, body, builder) of a kernel written with the IR builder: a module for the CPU target named
+    ``name``, its body ``void (i64 start, i64 end, t* buffer...)`` for ``buffers`` buffers, internal and
+    inlined into the entry `CpuTarget.add_entry` makes, the last buffer (the output) ``noalias``, and a
+    builder at the body's start."""
+    module = ir.Module(name=name)
+    module.triple = CPU.triple
+    ptr = t.as_pointer()
+    body = ir.Function(module, ir.FunctionType(ir.VoidType(), [I64, I64] + [ptr] * buffers), name + "_body")
+    body.linkage = "internal"
+    body.attributes.add("alwaysinline")
+    body.args[-1].add_attribute("noalias")
+    return module, body, ir.IRBuilder(body.append_basic_block("entry"))
+
+
 def fma_loop(b, lo, hi, zero, rows, vecs, operands):
     """The register block of a product: ``acc[r][c] = sum over k in [lo, hi), in order, of s[r] * v[c]``,
     one FMA each, where ``operands(b, k)`` gives k's ``rows`` scalars (broadcast to vectors) and ``vecs``

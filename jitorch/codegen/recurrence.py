@@ -40,7 +40,7 @@ from ..runtime.device import device as _device
 from . import cpu, mathlib
 from .cache import default_cache
 from .errors import CompileError
-from .kernel import I64, KernelSource, build, counted_loop, fma_loop
+from .kernel import I64, KernelSource, build, counted_loop, fma_loop, kernel_body
 from .machine import selected
 from .memo import BuiltOnce
 from .target import CPU
@@ -282,14 +282,7 @@ def _build_product(dtype, k, n):
     panel = width * _PRODUCT_VECS
     panels = -(-n // panel)
     name = f"jitorch_rnn_product_{dtype}_{k}x{n}"
-    module = ir.Module(name=name)
-    module.triple = CPU.triple
-    ptr = t.as_pointer()
-    body = ir.Function(module, ir.FunctionType(ir.VoidType(), [I64, I64, ptr, ptr, ptr]), name + "_body")
-    body.linkage = "internal"
-    body.attributes.add("alwaysinline")
-    body.args[4].add_attribute("noalias")
-    b = ir.IRBuilder(body.append_basic_block("entry"))
+    module, body, b = kernel_body(name, t, 3)
     _Product(b, ir.VectorType(t, width), item, k, panels * panel).emit(*body.args, panels)
     b.ret_void()
     CPU.add_entry(module, body, [0, 1, 2], 0, "thread")
