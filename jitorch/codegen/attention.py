@@ -33,7 +33,7 @@ from ..runtime.threads import run_chunks
 from . import cpu, mathlib
 from .cache import cache_key, default_cache
 from .errors import CompileError
-from .kernel import I64, KernelSource, counted_loop, generator_fingerprint
+from .kernel import I64, KernelSource, counted_loop, fma_loop, generator_fingerprint
 from .memo import BuiltOnce
 from .target import CPU
 
@@ -297,33 +297,13 @@ class _Tile:
         ``epilogue(b, r, col, acc)`` for each (``r``, ``col``: i64 values of its row and first column). The k
         loop carries the accumulators in registers; the epilogue is emitted once, in a loop over them through a
         stack slot (LLVM unrolls it and keeps them in registers), not once per accumulator."""
-        head = b.block
-        loop = b.function.append_basic_block("k")
-        done = b.function.append_basic_block("k.end")
-        b.branch(loop)
-        b.position_at_end(loop)
-        k = b.phi(I64)
-        k.add_incoming(k0, head)
-        accs = [[b.phi(self.vt) for _ in range(_VECS)] for _ in range(rows)]
-        for row in accs:
-            for acc in row:
-                acc.add_incoming(self.splat(0.0), head)
+        def operands(b, k):
+            row = self.at(b, bm, self.times(b, k, b_ks), c0)
+            cols = [self.vload(b, self.at(b, row, c * self.w)) for c in range(_VECS)]
+            ak = self.at(b, a, self.times(b, k, a_ks))
+            return [self.broadcast(b, b.load(self.at(b, ak, r * a_rs))) for r in range(rows)], cols
         # (k0 < k1 always: a row block reads at least its first key, and every tile has a query)
-        row = self.at(b, bm, self.times(b, k, b_ks), c0)
-        cols = [self.vload(b, self.at(b, row, c * self.w)) for c in range(_VECS)]
-        ak = self.at(b, a, self.times(b, k, a_ks))
-        new = []
-        for r in range(rows):
-            sv = self.broadcast(b, b.load(self.at(b, ak, r * a_rs)))
-            new.append([b.fadd(b.fmul(sv, cols[c], flags=("contract",)), accs[r][c], flags=("contract",))
-                        for c in range(_VECS)])
-        k_next = b.add(k, I64(1))
-        for r in range(rows):
-            for c in range(_VECS):
-                accs[r][c].add_incoming(new[r][c], b.block)
-        k.add_incoming(k_next, b.block)
-        b.cbranch(b.icmp_signed("<", k_next, k1), loop, done)
-        b.position_at_end(done)
+        new, _ = fma_loop(b, k0, k1, self.splat(0.0), rows, _VECS, operands)
         if self._accs is None:  # (one slot per kernel: a _Tile emits one kernel)
             self._accs = self.slot(b, ir.ArrayType(self.vt, _ROWS * _VECS))
         for r in range(rows):

@@ -71,6 +71,51 @@ def counted_loop(b, lo, hi, step, body, name="l"):
     return latch
 
 
+def kernel_body(name, t, buffers):
+    """(module, body, builder) of a kernel written with the IR builder: a module for the CPU target named
+    ``name``, its body ``void (i64 start, i64 end, t* buffer...)`` for ``buffers`` buffers, internal and
+    inlined into the entry `CpuTarget.add_entry` makes, the last buffer (the output) ``noalias``, and a
+    builder at the body's start."""
+    module = ir.Module(name=name)
+    module.triple = CPU.triple
+    ptr = t.as_pointer()
+    body = ir.Function(module, ir.FunctionType(ir.VoidType(), [I64, I64] + [ptr] * buffers), name + "_body")
+    body.linkage = "internal"
+    body.attributes.add("alwaysinline")
+    body.args[-1].add_attribute("noalias")
+    return module, body, ir.IRBuilder(body.append_basic_block("entry"))
+
+
+def fma_loop(b, lo, hi, zero, rows, vecs, operands):
+    """The register block of a product: ``acc[r][c] = sum over k in [lo, hi), in order, of s[r] * v[c]``,
+    one FMA each, where ``operands(b, k)`` gives k's ``rows`` scalars (broadcast to vectors) and ``vecs``
+    vectors; the accumulators start at ``zero`` and stay in registers (phis). The loop body runs at least
+    once (``lo < hi``). Returns (the accumulators' final values, by row, then vector; the loop's latch, for
+    loop metadata); the builder is left after the loop."""
+    head = b.block
+    loop = b.function.append_basic_block("k")
+    done = b.function.append_basic_block("k.end")
+    b.branch(loop)
+    b.position_at_end(loop)
+    k = b.phi(I64)
+    k.add_incoming(lo, head)
+    accs = [[b.phi(zero.type) for _ in range(vecs)] for _ in range(rows)]
+    for row in accs:
+        for acc in row:
+            acc.add_incoming(zero, head)
+    scalars, cols = operands(b, k)
+    new = [[b.fadd(b.fmul(s, col, flags=("contract",)), acc, flags=("contract",)) for col, acc in zip(cols, row)]
+           for s, row in zip(scalars, accs)]
+    k_next = b.add(k, I64(1))
+    for row, values in zip(accs, new):
+        for acc, value in zip(row, values):
+            acc.add_incoming(value, b.block)
+    k.add_incoming(k_next, b.block)
+    latch = b.cbranch(b.icmp_signed("<", k_next, hi), loop, done)
+    b.position_at_end(done)
+    return new, latch
+
+
 class Split(NamedTuple):
     """A full reduction computed in ``parts`` partial results, which the caller combines: ``reduction``'s
     name, the ``count`` of elements reduced (a mean divides by it), the partials' ``dtype``."""

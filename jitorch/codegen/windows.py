@@ -35,7 +35,7 @@ from llvmlite import ir
 from ..ops import views
 from .cache import default_cache
 from .errors import CompileError
-from .kernel import I64, KernelSource, counted_loop
+from .kernel import I64, KernelSource, counted_loop, kernel_body
 from .memo import BuiltOnce
 from .target import CPU
 from . import cpu
@@ -85,14 +85,7 @@ def _build(dtype, numel, offset, plan, src_strides, mode, init):
     # (entry points are named apart by their parameters: one process links many)
     key = hashlib.sha256(repr((dtype, numel, offset, plan, src_strides)).encode()).hexdigest()[:16]
     name = f"jitorch_window_{mode}_{init}_{dtype}_{key}"
-    module = ir.Module(name=name)
-    module.triple = CPU.triple
-    ptr = t.as_pointer()
-    body = ir.Function(module, ir.FunctionType(ir.VoidType(), [I64, I64, ptr, ptr, ptr]), name + "_body")
-    body.linkage = "internal"
-    body.attributes.add("alwaysinline")
-    body.args[4].add_attribute("noalias")  # (out: ``x`` is read only where it is another buffer)
-    b = ir.IRBuilder(body.append_basic_block("entry"))
+    module, body, b = kernel_body(name, t, 3)  # (out noalias: ``x`` is read only where it is another buffer)
     _Emitter(t, length, row, solved, src_strides, mode, init, offset).rows(b, *body.args)
     b.ret_void()
     CPU.add_entry(module, body, [0, 1, 2], 0, "thread")

@@ -16,8 +16,11 @@ the compute dtype, stored as bytes (uint8) so that, as torch's reserve, it carri
 LSTM and GRU steps (without LSTM's projection) run their gate arithmetic as one generated kernel per
 step where the code generator has registered ``CELL_KERNEL`` (jitorch/codegen/recurrence.py, loaded with
 the compiler): the loop is then one product and one kernel call per step, the kernel reading and writing
-the step's slices in place through addresses laid out for every step ahead of the loop. Elsewhere (no
-code generator, or a cell it cannot build) the NumPy cells below run.
+the step's slices in place through addresses laid out for every step ahead of the loop. Where the code
+generator has also registered ``PRODUCT_KERNEL``, the step's product is a generated kernel too, the weight
+packed for it once per call (faster than NumPy's BLAS at a few tens of rows; its sums round otherwise, within
+float tolerances). Elsewhere (no code generator, or a cell it cannot build) the NumPy cells and products
+below run.
 """
 
 from __future__ import annotations
@@ -36,6 +39,10 @@ _RESERVED = {"RNN_TANH": 0, "RNN_RELU": 0, "LSTM": 5, "GRU": 4}  # reserve width
 # `CellKernel`: ``names``, ``table(columns)``, ``rows(table)``, ``run(row, batch)``) or None; set by the
 # code generator
 CELL_KERNEL = None
+# (NumPy dtype, k, n) -> a compiled product of a (rows, k) by a (k, n) operand for any rows
+# (codegen/recurrence.py's `ProductKernel`: as a `CellKernel`, with ``pack(w)``, ``serves(rows)`` and ``ld``,
+# the row stride of its output) or None; set by the code generator
+PRODUCT_KERNEL = None
 
 
 def _layer_meta(mode, x, hx, cx, w_hh, b_hh, w_hr, reverse):
@@ -86,11 +93,36 @@ def _steps(length, reverse):
     return range(length - 1, -1, -1) if reverse else range(length)
 
 
-def _cell(direction, mode, dtype, batch, hidden, bias):
-    """The registered compiled cell for these sizes, or None (the NumPy cell runs)."""
+def _cell(direction, mode, dtype, batch, hidden, bias, k, n):
+    """(the registered compiled cell for these sizes or None (the NumPy cell runs), the registered
+    product kernel of the step's (k, n) weight or None (NumPy's product runs)). The cell reads the product
+    with the rows the product kernel writes."""
     if CELL_KERNEL is None or batch == 0 or mode not in ("LSTM", "GRU"):
-        return None
-    return CELL_KERNEL(direction, mode, dtype, hidden, bias)
+        return None, None
+    product = None if PRODUCT_KERNEL is None else PRODUCT_KERNEL(dtype, k, n)
+    if product is not None and not product.serves(batch):
+        product = None
+    kernel = CELL_KERNEL(direction, mode, dtype, hidden, bias, None if product is None else product.ld)
+    if kernel is None or product is None:
+        return kernel, None
+    return kernel, product
+
+
+def _product_buffer(batch, n, dtype, product, fill=None):
+    """The buffer a step's product of ``n`` columns is written into: ``product``'s rows (``ld`` apart)
+    where a product kernel writes it; ``fill`` (an array, or 0) its first value."""
+    out = np.zeros((batch, n if product is None else product.ld), dtype)
+    if fill is not None:
+        out[:, :n] = fill
+    return out
+
+
+def _products(product, w, a, out):
+    """The rows of `ProductKernel` calls ``out = a[k] @ w`` (``a``: an address per step) and what they
+    read, which the caller holds while it runs them."""
+    packed = product.pack(w)
+    table = product.table({"a": a, "w": _address(packed), "out": _address(out)})
+    return product.rows(table), (packed, table)
 
 
 def _address(a):
@@ -161,42 +193,48 @@ def _lstm_forward(x, h, c, w_t, b_hh, w_hr_t, output, reserve, reverse):
     return c
 
 
-def _lstm_forward_cells(kernel, x, h, c, w_t, b_hh, output, reserve, reverse):
+def _lstm_forward_cells(kernel, product, x, h, c, w_t, b_hh, output, reserve, reverse):
     """`_lstm_forward` (no projection) with the compiled cell: per step, a product into ``hh``, then the
     kernel from ``hh``, ``x[t]`` and the previous cell to the reserve's gates and cell and ``output[t]``."""
     batch, hidden = x.shape[1], reserve.shape[-1] // 5
     order = np.fromiter(_steps(len(x), reverse), np.int64)
-    hh = np.empty((batch, 4 * hidden), output.dtype)
     first = np.empty((batch, 5 * hidden), output.dtype)  # cx, strided as the reserve's cells
     first[:, 4 * hidden:] = c
-    _forward_steps(kernel, {"c_prev": _after(reserve, first[:, 4 * hidden:], order, 4 * hidden),
-                            **_blocks("ifgoc", reserve, order, hidden)}, x, h, w_t, b_hh, hh, output, order)
+    _forward_steps(kernel, product, {"c_prev": _after(reserve, first[:, 4 * hidden:], order, 4 * hidden),
+                                     **_blocks("ifgoc", reserve, order, hidden)}, x, h, w_t, b_hh, output, order)
     return reserve[order[-1], :, 4 * hidden:]
 
 
-def _forward_steps(kernel, columns, x, h, w_t, b_hh, hh, output, order):
-    """The forward loop of a compiled cell: per step of ``order``, ``hh = h W_hh^T``, then the kernel on
-    ``columns`` (the cell's own buffers) and the buffers every cell reads: ``hh``, ``x[t]``, ``b_hh``, and
-    ``output[t]``, the next step's ``h``."""
+def _forward_steps(kernel, product, columns, x, h, w_t, b_hh, output, order):
+    """The forward loop of a compiled cell: per step of ``order``, ``hh = h W_hh^T`` (by ``product`` where
+    given, else NumPy), then the kernel on ``columns`` (the cell's own buffers) and the buffers every cell
+    reads: ``hh``, ``x[t]``, ``b_hh``, and ``output[t]``, the next step's ``h`` (``h``: C-contiguous)."""
+    hh = _product_buffer(len(h), w_t.shape[1], output.dtype, product)
     columns.update(hh=_address(hh), x=_per_step(x, order), h=_per_step(output, order))
     if b_hh is not None:
         columns["b"] = _address(b_hh)
     table = kernel.table(columns)
-    for row, t in zip(kernel.rows(table), order.tolist()):
+    rows = kernel.rows(table)  # (addresses in ``table``, held until the loop ends)
+    if product is not None:
+        products, held = _products(product, w_t, _after(output, h, order), hh)
+        for p, row in zip(products, rows):
+            product.run(p, len(hh))
+            kernel.run(row, len(hh))
+        return
+    for row, t in zip(rows, order.tolist()):
         np.matmul(h, w_t, out=hh)
         kernel.run(row, len(hh))
         h = output[t]
 
 
-def _gru_forward_cells(kernel, x, h, w_t, b_hh, output, reserve, reverse):
+def _gru_forward_cells(kernel, product, x, h, w_t, b_hh, output, reserve, reverse):
     """`_gru_forward` with the compiled cell: per step, a product into ``hh``, then the kernel from
     ``hh``, ``x[t]`` and the previous output to the reserve's r, z, n, W_hn h + b_hn and ``output[t]``."""
     batch, hidden = x.shape[1], reserve.shape[-1] // 4
     order = np.fromiter(_steps(len(x), reverse), np.int64)
-    hh = np.empty((batch, 3 * hidden), output.dtype)
-    h = np.ascontiguousarray(h)  # (held while the kernel reads it)
-    _forward_steps(kernel, {"h_prev": _after(output, h, order), **_blocks(("r", "z", "n", "h_n"), reserve, order,
-                                                                           hidden)}, x, h, w_t, b_hh, hh, output, order)
+    _forward_steps(kernel, product, {"h_prev": _after(output, h, order),
+                                     **_blocks(("r", "z", "n", "h_n"), reserve, order, hidden)},
+                   x, h, w_t, b_hh, output, order)
 
 
 def _gru_forward(x, h, w_t, b_hh, output, reserve, reverse):
@@ -229,16 +267,19 @@ def _layer_cpu(spec, mode, x, hx, cx, w_hh, b_hh, w_hr, reverse):
     c_n = np.empty(spec[2].shape, ct)
     if x.shape[0] == 0:
         return output, hx.copy(), (cx.astype(ct) if mode == "LSTM" else c_n), reserve.view(np.uint8)
-    kernel = None if w_hr is not None else _cell("forward", mode, ct, batch, w_hh.shape[1], b_hh is not None)
+    kernel, product = (None, None) if w_hr is not None else _cell("forward", mode, ct, batch, w_hh.shape[1],
+                                                                  b_hh is not None, *w_t.shape)
     if kernel is not None:
         x, b_hh = np.ascontiguousarray(x), None if b_hh is None else np.ascontiguousarray(b_hh)
+        hx = np.ascontiguousarray(hx)  # (the kernels read its rows by address; held while they run)
     if mode == "LSTM" and kernel is not None:
-        c_n[...] = _lstm_forward_cells(kernel, x, hx, cx.astype(ct, copy=False), w_t, b_hh, output, reserve, reverse)
+        c_n[...] = _lstm_forward_cells(kernel, product, x, hx, cx.astype(ct, copy=False), w_t, b_hh, output, reserve,
+                                       reverse)
     elif mode == "LSTM":
         w_hr_t = None if w_hr is None else np.ascontiguousarray(w_hr.T, ct)
         c_n[...] = _lstm_forward(x, hx, cx.astype(ct, copy=False), w_t, b_hh, w_hr_t, output, reserve, reverse)
     elif mode == "GRU" and kernel is not None:
-        _gru_forward_cells(kernel, x, hx, w_t, b_hh, output, reserve, reverse)
+        _gru_forward_cells(kernel, product, x, hx, w_t, b_hh, output, reserve, reverse)
     elif mode == "GRU":
         _gru_forward(x, hx, w_t, b_hh, output, reserve, reverse)
     else:
@@ -326,10 +367,10 @@ def _lstm_backward(grad_output, grad_hy, grad_cy, cx, w_hh, w_hr, reserve, rever
     return d_gates.reshape(length, batch, 4 * hidden), dh, dc, d_out
 
 
-def _lstm_backward_cells(kernel, grad_output, grad_hy, grad_cy, cx, w_hh, reserve, reverse):
+def _lstm_backward_cells(kernel, product, grad_output, grad_hy, grad_cy, cx, w_hh, reserve, reverse):
     """`_lstm_backward` (no projection) with the compiled cell: per step, the kernel from the product
     ``dh``, ``grad_output[t]``, the cell gradient and the reserve to ``d_gates[t]`` and the previous cell
-    gradient, then the product ``dh = d_gates[t] W_hh``."""
+    gradient, then the product ``dh = d_gates[t] W_hh`` (by ``product`` where given, else NumPy)."""
     length, batch = reserve.shape[:2]
     hidden = reserve.shape[-1] // 5
     order = np.fromiter(_steps(length, not reverse), np.int64)
@@ -338,31 +379,37 @@ def _lstm_backward_cells(kernel, grad_output, grad_hy, grad_cy, cx, w_hh, reserv
     first[:, 4 * hidden:] = cx
     c_prev = _after(reserve, first[:, 4 * hidden:], before, 4 * hidden)[::-1]
     d_gates = np.empty((length, batch, 4 * hidden), reserve.dtype)
-    dh = np.array(grad_hy, order="C")
-    dc = (np.array(grad_cy, order="C"), np.empty_like(dh))  # the cell gradient, in and out by turns
+    dh = _product_buffer(batch, hidden, reserve.dtype, product, grad_hy)
+    dc = (np.array(grad_cy, order="C"), np.empty((batch, hidden), reserve.dtype))  # cell gradient, in and out by turns
     grad_output = np.ascontiguousarray(grad_output)
     table = kernel.table({"dh": _address(dh), "go": _per_step(grad_output, order), "c_prev": c_prev,
                           "dc": np.array([_address(dc[k % 2]) for k in range(length)], np.uint64),
                           "dc_out": np.array([_address(dc[(k + 1) % 2]) for k in range(length)], np.uint64),
                           **_blocks("ifgoc", reserve, order, hidden),
                           **_blocks(("d_i", "d_f", "d_g", "d_o"), d_gates, order, hidden)})
+    if product is not None:
+        products, held = _products(product, w_hh, _per_step(d_gates, order), dh)
+        for row, p in zip(kernel.rows(table), products):
+            kernel.run(row, batch)
+            product.run(p, batch)
+        return d_gates, np.ascontiguousarray(dh[:, :hidden]), dc[length % 2], None
     for row, t in zip(kernel.rows(table), order.tolist()):
         kernel.run(row, batch)
         np.matmul(d_gates[t], w_hh, out=dh)
     return d_gates, dh, dc[length % 2], None
 
 
-def _gru_backward_cells(kernel, grad_output, grad_hy, w_hh, reserve, prev, reverse):
+def _gru_backward_cells(kernel, product, grad_output, grad_hy, w_hh, reserve, prev, reverse):
     """`_gru_backward` with the compiled cell: per step, the kernel from the carry ``dh z``, the product
     ``prod`` and ``grad_output[t]`` to the gate gradients and the next carry, then the product
-    ``prod = d_hh[t] W_hh``."""
+    ``prod = d_hh[t] W_hh`` (by ``product`` where given, else NumPy)."""
     length, batch = reserve.shape[:2]
     hidden = reserve.shape[-1] // 4
     order = np.fromiter(_steps(length, not reverse), np.int64)
     d_x = np.empty((length, batch, 3 * hidden), reserve.dtype)
     d_hh = np.empty_like(d_x)
     carry = (np.array(grad_hy, order="C"), np.empty((batch, hidden), reserve.dtype))
-    prod = np.zeros_like(carry[1])
+    prod = _product_buffer(batch, hidden, reserve.dtype, product, 0)
     grad_output = np.ascontiguousarray(grad_output)
     table = kernel.table({"prod": _address(prod), "go": _per_step(grad_output, order), "h_prev": _per_step(prev, order),
                           "carry": np.array([_address(carry[k % 2]) for k in range(length)], np.uint64),
@@ -370,11 +417,17 @@ def _gru_backward_cells(kernel, grad_output, grad_hy, w_hh, reserve, prev, rever
                           "d_xn": _per_step(d_x, order, 2 * hidden),
                           **_blocks(("r", "z", "n", "h_n"), reserve, order, hidden),
                           **_blocks(("d_r", "d_z", "d_n"), d_hh, order, hidden)})
-    for row, t in zip(kernel.rows(table), order.tolist()):
-        kernel.run(row, batch)
-        np.matmul(d_hh[t], w_hh, out=prod)
+    if product is not None:
+        products, held = _products(product, w_hh, _per_step(d_hh, order), prod)
+        for row, p in zip(kernel.rows(table), products):
+            kernel.run(row, batch)
+            product.run(p, batch)
+    else:
+        for row, t in zip(kernel.rows(table), order.tolist()):
+            kernel.run(row, batch)
+            np.matmul(d_hh[t], w_hh, out=prod)
     d_x[:, :, :2 * hidden] = d_hh[:, :, :2 * hidden]
-    return d_x, d_hh, carry[length % 2] + prod
+    return d_x, d_hh, carry[length % 2] + prod[:, :hidden]
 
 
 def _gru_backward(grad_output, grad_hy, w_hh, output, reserve, prev, reverse):
@@ -419,10 +472,12 @@ def _backward_cpu(spec, mode, grad_output, grad_hy, grad_cy, hx, cx, w_hh, w_hr,
                 np.zeros(spec[4].shape, ct), grad_w_hr)
     prev = _previous(output, hx, reverse)
     length, batch = output.shape[:2]
-    kernel = None if w_hr is not None else _cell("backward", mode, ct, batch, w_hh.shape[1], False)
+    kernel, product = (None, None) if w_hr is not None else _cell("backward", mode, ct, batch, w_hh.shape[1],
+                                                                  False, *w_hh.shape)
     if mode == "LSTM" and kernel is not None:
-        d_x, grad_hx, grad_cx, _ = _lstm_backward_cells(kernel, grad_output, grad_hy, grad_cy.astype(ct, copy=False),
-                                                        cx.astype(ct, copy=False), w_hh, reserve, reverse)
+        d_x, grad_hx, grad_cx, _ = _lstm_backward_cells(kernel, product, grad_output, grad_hy,
+                                                        grad_cy.astype(ct, copy=False), cx.astype(ct, copy=False),
+                                                        w_hh, reserve, reverse)
         d_hh = d_x
     elif mode == "LSTM":
         w_hr = None if w_hr is None else np.ascontiguousarray(w_hr, ct)
@@ -434,7 +489,7 @@ def _backward_cpu(spec, mode, grad_output, grad_hy, grad_cy, hx, cx, w_hh, w_hr,
             shaped = np.tanh(reserve[..., 4 * hidden:]) * reserve[..., 3 * hidden:4 * hidden]
             grad_w_hr = _flat_product(d_out, shaped)
     elif mode == "GRU" and kernel is not None:
-        d_x, d_hh, grad_hx = _gru_backward_cells(kernel, grad_output, grad_hy, w_hh, reserve, prev, reverse)
+        d_x, d_hh, grad_hx = _gru_backward_cells(kernel, product, grad_output, grad_hy, w_hh, reserve, prev, reverse)
     elif mode == "GRU":
         d_x, d_hh, grad_hx = _gru_backward(grad_output, grad_hy, w_hh, output, reserve, prev, reverse)
     else:

@@ -1,5 +1,6 @@
-"""The fused cell kernels of LSTM and GRU (jitorch/codegen/recurrence.py): values and gradients against
-torch and against the NumPy cells, eager and compiled, and what runs per time step."""
+"""The fused cell kernels of LSTM and GRU and their per-step product kernels (jitorch/codegen/recurrence.py):
+values and gradients against torch and against the NumPy cells and products, eager and compiled, and what
+runs per time step."""
 
 import numpy as np
 import pytest
@@ -9,6 +10,8 @@ from jitorch.codegen import recurrence
 from jitorch.ops import recurrences
 
 torch = pytest.importorskip("torch")
+# the layers' products run as generated kernels where the selected machine has AVX-512 (JITORCH_CPU)
+AVX512 = recurrence.product_kernel("float32", 2, 2) is not None
 
 # (mode, layers, bidirectional, batch_first, bias)
 CASES = [("LSTM", 2, False, False, True), ("LSTM", 2, True, True, False), ("LSTM", 1, True, False, True),
@@ -26,6 +29,19 @@ def counted(monkeypatch):
         counts[key] = counts.get(key, 0) + 1
         run(self, row, batch)
     monkeypatch.setattr(recurrence.CellKernel, "run", counting)
+    return counts
+
+
+@pytest.fixture
+def products(monkeypatch):
+    """{(k, n): product kernel steps run} while the test runs, counted through `ProductKernel.run`."""
+    counts = {}
+    run = recurrence.ProductKernel.run
+
+    def counting(self, row, batch):
+        counts[self.k, self.n] = counts.get((self.k, self.n), 0) + 1
+        run(self, row, batch)
+    monkeypatch.setattr(recurrence.ProductKernel, "run", counting)
     return counts
 
 
@@ -66,7 +82,7 @@ def _inputs(rng, mode, layers, bidirectional, batch_first, dtype, length=6, batc
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("mode,layers,bidirectional,batch_first,bias", CASES)
 def test_fused_cells_match_torch_eager_and_compiled(mode, layers, bidirectional, batch_first, bias, dtype, rng,
-                                                     counted):
+                                                     counted, products):
     m, t = _modules(mode, layers, bidirectional, batch_first, bias, dtype)
     x, states, weight = _inputs(rng, mode, layers, bidirectional, batch_first, dtype)
     expected = _loss_and_grads(torch, t, mode, x, states, weight)
@@ -77,6 +93,9 @@ def test_fused_cells_match_torch_eager_and_compiled(mode, layers, bidirectional,
     # one kernel call per time step, layer and direction, forward and backward
     calls = x.shape[0 if not batch_first else 1] * layers * (2 if bidirectional else 1)
     assert counted == {(mode, "forward"): calls, (mode, "backward"): calls}
+    # and one product kernel call each: h W_hh^T (k hidden, n gates), d_gates W_hh (k gates, n hidden)
+    width = (4 if mode == "LSTM" else 3) * 5
+    assert products == ({(5, width): calls, (width, 5): calls} if AVX512 else {})
     if dtype == "float64":  # (the compiled graphs run the same op as eager: once is enough)
         return
     m.zero_grad()
@@ -94,11 +113,13 @@ def _compiled_loss(m, mode, xs, hs, weight):
     return (out * jt.tensor(weight)).sum() + sum((f * f).sum() for f in final), out, final
 
 
+@pytest.mark.parametrize("numpy_products", [False, True])
 @pytest.mark.parametrize("mode", ["LSTM", "GRU"])
 @pytest.mark.parametrize("reverse,batch", [(False, 3), (True, 1), (False, 17)])
-def test_fused_cells_match_the_numpy_cells(mode, reverse, batch, rng, monkeypatch):
-    """The layer op and its backward, with and without the compiled cells, in float64; one kernel serves
-    every batch size (its outer loop runs over the rows the call names)."""
+def test_fused_cells_match_the_numpy_cells(mode, reverse, batch, numpy_products, rng, monkeypatch):
+    """The layer op and its backward, with the compiled cells and products (or the compiled cells and
+    NumPy's products) and with NumPy's cells, in float64; one kernel serves every batch size (its outer
+    loop runs over the rows the call names)."""
     gates, hidden, length = (4 if mode == "LSTM" else 3), 6, 5
     x, hx, cx, w_hh, b_hh, g_out, g_hy, g_cy = (jt.tensor(rng.normal(size=s)) for s in [
         (length, batch, gates * hidden), (batch, hidden), (batch, hidden), (gates * hidden, hidden),
@@ -110,32 +131,89 @@ def test_fused_cells_match_the_numpy_cells(mode, reverse, batch, rng, monkeypatc
         output, h_n, c_n, reserve = ops["_rnn_layer"](mode, x, hx, cx, w_hh, b_hh, None, reverse)
         grads = ops["_rnn_layer_backward"](mode, g_out, g_hy, g_cy, hx, cx, w_hh, None, output, reserve, reverse)
         return [v.numpy() for v in (output, h_n, c_n, *grads)]
+    if numpy_products:
+        monkeypatch.setattr(recurrences, "PRODUCT_KERNEL", None)
     fused = run()
-    assert recurrence._kernels[("forward", mode, "float64", hidden, True)] is not None
+    ld = None if numpy_products or not AVX512 else recurrence.product_kernel("float64", hidden, gates * hidden).ld
+    assert recurrence._kernels[("forward", mode, "float64", hidden, True, ld)] is not None
     monkeypatch.setattr(recurrences, "CELL_KERNEL", None)
     for got, expected in zip(fused, run(), strict=True):
         np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-14)
 
 
-def test_compiled_lstm_step_runs_one_product_and_one_kernel_per_time_step(monkeypatch, counted):
+def test_compiled_lstm_step_runs_one_product_and_one_kernel_per_time_step(monkeypatch, counted, products):
     """The structure of a compiled LSTM training step: the input projections of all time steps are one
     product per layer ahead of the recurrence, each layer one ``_rnn_layer`` node, and inside it one
-    product and one cell kernel per time step (no unrolled loop, no per-step ufuncs)."""
+    product kernel and one cell kernel per time step (no unrolled loop, no per-step ufuncs)."""
     m = jt.nn.LSTM(4, 8, 2)
     x = jt.randn(7, 3, 4)
-    products = []
+    matmuls = []
     matmul = np.matmul
 
     def counting(a, b, *args, **kwargs):
-        products.append((a.shape, b.shape))
+        matmuls.append((a.shape, b.shape))
         return matmul(a, b, *args, **kwargs)
     step = jt.compile(lambda x: m(x)[0].pow(2).sum())
     step(x).backward()  # (compiled and linked before counting)
     nodes = [n.op.name for n in step.lower(x).graph.nodes]
     assert nodes.count("_rnn_layer") == 2 and nodes.count("matmul") == 2
     counted.clear()
+    products.clear()
     monkeypatch.setattr(recurrences.np, "matmul", counting)
     step(x)
     assert counted == {("LSTM", "forward"): 14}
-    # each layer's input projection x W_ih^T for all steps, then h W_hh^T per step
-    assert products == [((21, 4), (4, 32))] + [((3, 8), (8, 32))] * 7 + [((21, 8), (8, 32))] + [((3, 8), (8, 32))] * 7
+    # each layer's input projection x W_ih^T for all steps through NumPy, h W_hh^T per step by the kernel
+    # (by NumPy without AVX-512)
+    if AVX512:
+        assert matmuls == [((21, 4), (4, 32)), ((21, 8), (8, 32))] and products == {(8, 32): 14}
+    else:
+        steps = [((3, 8), (8, 32))] * 7
+        assert matmuls == [((21, 4), (4, 32))] + steps + [((21, 8), (8, 32))] + steps
+        assert products == {}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("k,n", [(200, 800), (7, 33), (24, 6), (1, 1)])
+def test_product_kernel_matches_numpy(dtype, k, n, rng):
+    """`ProductKernel` against NumPy's product (float64 sums of the float32 operands as the oracle) for
+    rows in whole register blocks and not, columns in whole panels and not; the padding columns it
+    writes are zeros and it writes nothing past them. (Built for any machine here: the layers use it only
+    with AVX-512.)"""
+    kernel = recurrence._products(dtype, k, n)
+    w = rng.normal(size=(n, k)).astype(dtype).T  # (a transposed view, as W_hh^T: packing reads any strides)
+    packed = kernel.pack(w)
+    assert kernel.ld % kernel.panel == 0 and kernel.ld - kernel.panel < n <= kernel.ld
+    for rows in (1, 4, 5, 7, 23):
+        a = rng.normal(size=(rows, k)).astype(dtype)
+        out = np.full((rows + 1, kernel.ld), 7.0, dtype)  # (one row more: must stay untouched)
+        table = kernel.table({"a": recurrences._address(a), "w": recurrences._address(packed),
+                              "out": recurrences._address(out)})
+        kernel.run(kernel.rows(table)[0], rows)
+        expected = a.astype(np.float64) @ w.astype(np.float64)
+        tol = dict(rtol=1e-12, atol=1e-12) if dtype == "float64" else dict(rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(out[:rows, :n], expected, **tol)
+        assert (out[:rows, n:] == 0).all() and (out[rows:] == 7).all()
+
+
+def test_no_product_kernel_for_an_empty_operand():
+    """A product with k or n zero is left to NumPy (the kernel's k loop would read an element)."""
+    assert recurrence._products("float32", 0, 8) is None and recurrence._products("float64", 8, 0) is None
+
+
+def test_many_rows_of_a_long_weight_keep_numpys_product(rng, products, counted):
+    """A batch of more than 32 rows whose backward product has a long k (4 x 300 = 1200: 150 KB panels)
+    runs that product through NumPy (`ProductKernel.serves`) and the forward's through the kernel; the cells
+    then read compact and padded product rows, and values and gradients still match torch."""
+    t = torch.nn.LSTM(3, 300)
+    m = jt.nn.LSTM(3, 300)
+    for name, p in t.named_parameters():
+        getattr(m, name).data.copy_(jt.tensor(p.detach().numpy()))
+    x, states, weight = _inputs(rng, "LSTM", 1, False, False, "float32", length=3, batch=40)
+    states = [rng.normal(size=(1, 40, 300)).astype("float32") for _ in range(2)]
+    weight = rng.normal(size=(3, 40, 300)).astype("float32")
+    expected = _loss_and_grads(torch, t, "LSTM", x, states, weight)
+    got = _loss_and_grads(jt, m, "LSTM", x, states, weight)
+    for g, e in zip(got, expected, strict=True):
+        np.testing.assert_allclose(g, e, rtol=2e-5, atol=2e-5)
+    assert products == ({(300, 1200): 3} if AVX512 else {})
+    assert counted == {("LSTM", "forward"): 3, ("LSTM", "backward"): 3}
