@@ -64,9 +64,9 @@ from ..runtime.storage import Storage
 from ..runtime.strided import contiguous_strides
 from ..tensor import Tensor
 from ..runtime.pytree import tree_leaves, tree_map
-# (mathlib: loaded with the backend, not on the first call; recurrence and attention: register ops.recurrences'
-# fused cells and ops.attention's fused kernels)
-from ..codegen import attention, cpu, mathlib, recurrence  # noqa: F401
+# (mathlib: loaded with the backend, not on the first call; recurrence, attention and rows: register
+# ops.recurrences' fused cells, ops.attention's fused kernels and ops.reductions' eager row softmax)
+from ..codegen import attention, cpu, mathlib, recurrence, rows  # noqa: F401
 from ..codegen.kernel import RESHAPES, CompileError, build_many, build_shared, built_or_refused, composes, \
     is_row_softmax, row_softmax_of
 from ..codegen.straightline import Source
