@@ -116,7 +116,14 @@ def _row_kernel(name, dtype, cols):
     return rows.row_kernel(name, dtype, cols)
 
 
+def _layer_norm_kernel(dtype, weight, bias):
+    """ops.normalization's layer norm kernel, loaded as `_row_kernel` is."""
+    from .codegen import rows
+    return rows.layer_norm_kernel(dtype, weight, bias)
+
+
 _ops.reductions.ROW_KERNEL = _row_kernel
+_ops.normalization.LAYER_NORM_KERNEL = _layer_norm_kernel
 
 # name -> (module, attribute of that module, or None for the module itself)
 _LAZY = {

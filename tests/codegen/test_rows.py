@@ -128,3 +128,90 @@ def test_compiled_log_softmax_keeps_small_results_beside_a_large_max():
     want = torch.from_numpy(a).log_softmax(-1).numpy()
     np.testing.assert_allclose(got, want, rtol=1e-6)
     assert got[0, 0] == pytest.approx(-np.log(64), rel=1e-6)
+
+
+@pytest.fixture
+def norm_calls(monkeypatch):
+    """[(dtype name, weight, bias, rows, cols)] of the layer norm kernels run while the test runs."""
+    seen = []
+    call = rows.LayerNormKernel.__call__
+
+    def counting(self, a, weight, bias, eps):
+        key = next(k for k, v in rows._layer_norm_kernels.items() if v is self)
+        seen.append((*key, *a.shape))
+        return call(self, a, weight, bias, eps)
+    monkeypatch.setattr(rows.LayerNormKernel, "__call__", counting)
+    return seen
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("shape,normalized", [((12, 64, 128), (128,)), ((4, 33, 65), (33, 65)), ((5000, 1), (1,))])
+@pytest.mark.parametrize("affine", [(False, False), (True, False), (True, True)])
+def test_layer_norm_runs_one_kernel_of_any_width_within_tolerance_of_torch(norm_calls, dtype, shape, normalized,
+                                                                           affine):
+    a = _array(shape, dtype) + 1
+    params = [_array(normalized, dtype, seed=i + 1) if on else None for i, on in enumerate(affine)]
+    got = jt.nn.functional.layer_norm(jt.tensor(a), normalized, *[p if p is None else jt.tensor(p) for p in params],
+                                      eps=1e-3)
+    want = torch.nn.functional.layer_norm(torch.from_numpy(a), normalized,
+                                          *[p if p is None else torch.from_numpy(p) for p in params], eps=1e-3)
+    width = int(np.prod(normalized))
+    assert norm_calls == [(dtype, *affine, a.size // width, width)]
+    assert got.dtype is getattr(jt, dtype) and tuple(got.shape) == shape
+    np.testing.assert_allclose(got.numpy(), want.numpy(), **TOL[dtype])
+
+
+def test_layer_norm_values_do_not_depend_on_the_number_of_threads(norm_calls):
+    a = _array((1024, 96), "float32")
+    before = jt.get_num_threads()
+    try:
+        jt.set_num_threads(1)
+        one = jt.nn.functional.layer_norm(jt.tensor(a), (96,)).numpy()
+        jt.set_num_threads(2)
+        two = jt.nn.functional.layer_norm(jt.tensor(a), (96,)).numpy()
+    finally:
+        jt.set_num_threads(before)
+    assert len(norm_calls) == 2
+    np.testing.assert_array_equal(one, two)
+
+
+def test_layer_norm_gradients_through_the_kernel_match_torch(norm_calls):
+    a, g = _array((64, 128), "float64"), _array((64, 128), "float64", seed=3)
+    w, b = _array((128,), "float64", seed=4), _array((128,), "float64", seed=5)
+    jx, jw, jb = (jt.tensor(v, requires_grad=True) for v in (a, w, b))
+    tx, tw, tb = (torch.tensor(v, requires_grad=True) for v in (a, w, b))
+    jy = jt.nn.functional.layer_norm(jx, (128,), jw, jb)
+    ty = torch.nn.functional.layer_norm(tx, (128,), tw, tb)
+    jy.backward(jt.tensor(g))
+    ty.backward(torch.from_numpy(g))
+    assert len(norm_calls) == 1 and jy.grad_fn is not None
+    np.testing.assert_allclose(jy.detach().numpy(), ty.detach().numpy(), **TOL["float64"])
+    for j, t in ((jx, tx), (jw, tw), (jb, tb)):
+        np.testing.assert_allclose(j.grad.numpy(), t.grad.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_layer_norm_special_values_are_torchs(norm_calls):
+    a = _array((64, 128), "float32")
+    a[1, 5] = np.inf
+    a[2, 6] = np.nan
+    a[3, :] = 7.0  # a constant row: zero variance, eps alone
+    got = jt.nn.functional.layer_norm(jt.tensor(a), (128,)).numpy()
+    want = torch.nn.functional.layer_norm(torch.from_numpy(a), (128,)).numpy()
+    assert len(norm_calls) == 1
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    finite = np.isfinite(want)
+    np.testing.assert_allclose(got[finite], want[finite], **TOL["float32"])
+
+
+def test_other_layer_norms_run_numpy(norm_calls):
+    a = _array((64, 128), "float32")
+    small = jt.nn.functional.layer_norm(jt.tensor(a[:8]), (128,))  # below LAYER_NORM_KERNEL_MIN elements
+    strided_weight = jt.tensor(_array((128, 2), "float32"))[:, 0]  # a weight that is not contiguous
+    strided = jt.nn.functional.layer_norm(jt.tensor(a), (128,), strided_weight)
+    half = jt.nn.functional.layer_norm(jt.tensor(a.astype(np.float16)), (128,))  # float32 rows: kernel
+    np.testing.assert_allclose(small.numpy(), torch.nn.functional.layer_norm(torch.from_numpy(a[:8]), (128,)).numpy(),
+                               **TOL["float32"])
+    want = torch.nn.functional.layer_norm(torch.from_numpy(a), (128,), torch.from_numpy(strided_weight.numpy()))
+    np.testing.assert_allclose(strided.numpy(), want.numpy(), **TOL["float32"])
+    assert half.dtype is jt.float16
+    assert norm_calls == [("float32", False, False, 64, 128)]
