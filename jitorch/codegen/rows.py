@@ -43,25 +43,34 @@ _ROWS = 2
 _ARGS = ctypes.c_void_p * 2
 
 
+def _address(a):
+    """An array's address (0 for None: a parameter the kernel does not read)."""
+    return 0 if a is None else a.__array_interface__["data"][0]
+
+
+def _run_rows(compiled, args, rows, size):
+    """``compiled`` over ``rows`` rows (``size`` elements) of ``args``: on the calling thread, or in chunks of
+    rows on the thread team from `cpu.PARALLEL_MIN_WORK` elements, as a compiled kernel's outer loop splits."""
+    n = min(cpu.num_threads(), rows, size // cpu.CHUNK_MIN_WORK) if size >= cpu.PARALLEL_MIN_WORK else 1
+    if n <= 1:
+        compiled.fn(args, 0, rows)
+        return
+    step = -(-rows // n)
+    run_chunks(compiled.address, args, [(i, min(i + step, rows)) for i in range(0, rows, step)])
+
+
 class RowKernel:
     """A compiled row softmax of one width: calling it on a C-contiguous 2-or-more-D float array of that
     width and its dtype returns a new array of the result."""
 
     def __init__(self, compiled, cols):
         self._compiled = compiled  # keeps the machine code alive
-        self._fn = compiled.fn
         self._cols = cols
 
     def __call__(self, a):
         out = np.empty(a.shape, a.dtype)
         rows = a.size // self._cols
-        args = _ARGS(a.__array_interface__["data"][0], out.__array_interface__["data"][0])
-        n = min(cpu.num_threads(), rows, a.size // cpu.CHUNK_MIN_WORK) if a.size >= cpu.PARALLEL_MIN_WORK else 1
-        if n <= 1:
-            self._fn(args, 0, rows)
-        else:
-            step = -(-rows // n)
-            run_chunks(self._compiled.address, args, [(i, min(i + step, rows)) for i in range(0, rows, step)])
+        _run_rows(self._compiled, _ARGS(_address(a), _address(out)), rows, a.size)
         return out
 
 
@@ -100,7 +109,6 @@ class LayerNormKernel:
 
     def __init__(self, compiled, dtype):
         self._compiled = compiled  # keeps the machine code alive
-        self._fn = compiled.fn
         # eps travels as its bits in an address slot, rounded to the compute dtype as the NumPy form rounds it
         self._bits = np.dtype(np.uint32 if dtype == "float32" else np.uint64)
         self._dtype = np.dtype(dtype)
@@ -108,15 +116,9 @@ class LayerNormKernel:
     def __call__(self, rows, weight, bias, eps):
         out = np.empty(rows.shape, rows.dtype)
         count, cols = rows.shape
-        address = lambda a: 0 if a is None else a.__array_interface__["data"][0]  # noqa: E731
         eps_bits = int(self._dtype.type(eps).view(self._bits))
-        args = (ctypes.c_void_p * 6)(address(rows), address(weight), address(bias), address(out), cols, eps_bits)
-        n = min(cpu.num_threads(), count, rows.size // cpu.CHUNK_MIN_WORK) if rows.size >= cpu.PARALLEL_MIN_WORK else 1
-        if n <= 1:
-            self._fn(args, 0, count)
-        else:
-            step = -(-count // n)
-            run_chunks(self._compiled.address, args, [(i, min(i + step, count)) for i in range(0, count, step)])
+        args = (ctypes.c_void_p * 6)(_address(rows), _address(weight), _address(bias), _address(out), cols, eps_bits)
+        _run_rows(self._compiled, args, count, rows.size)
         return out
 
 

@@ -738,6 +738,7 @@ def _softmax_fast(op, fn):
 for _name, _fn, _what in (("softmax", _softmax, "``exp(x) / sum(exp(x))``"),
                           ("log_softmax", _log_softmax, "``x - logsumexp(x)``")):
     _op = defop(f"{_name}(Tensor self, int dim, ScalarType? dtype=None) -> Tensor", meta=_softmax_meta(_name),
-                cpu=_softmax_kernel(_name, _fn), kind="softmax", variants=_ALL_FORMS, out_autograd_fallback=lambda args: True,
+                cpu=_softmax_kernel(_name, _fn), kind="softmax", variants=_ALL_FORMS,
+                out_autograd_fallback=lambda args: True,
                 doc=f"{_what} along ``dim``, shifted by the max for stability; ``dtype=`` casts the input first.")
     _op.fast = _softmax_fast(_op, _fn)
