@@ -107,6 +107,24 @@ def numel(input):
 # Submodules and names that load at first use, as torch loads torch.onnx: attribute access
 # (``jitorch.optim.SGD``, ``jitorch.utils.data``, ``jitorch.explain(f)``) imports them, so no program needs an import
 # of its own, while ``import jitorch`` stays quick (issue 19; tests/test_import.py lists what it must not load).
+
+
+def _row_kernel(name, dtype, cols):
+    """ops.reductions' row softmax kernel: the code generator loads at the first eager softmax large enough
+    to take it (an eager program need not load LLVM at ``import jitorch``), and registers its own."""
+    from .codegen import rows
+    return rows.row_kernel(name, dtype, cols)
+
+
+def _layer_norm_kernel(dtype, weight, bias):
+    """ops.normalization's layer norm kernel, loaded as `_row_kernel` is."""
+    from .codegen import rows
+    return rows.layer_norm_kernel(dtype, weight, bias)
+
+
+_ops.reductions.ROW_KERNEL = _row_kernel
+_ops.normalization.LAYER_NORM_KERNEL = _layer_norm_kernel
+
 # name -> (module, attribute of that module, or None for the module itself)
 _LAZY = {
     "multiprocessing": (".multiprocessing", None),  # the stdlib's multiprocessing and socket modules

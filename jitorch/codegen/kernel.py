@@ -1011,8 +1011,10 @@ def build_softmax(group, name, target=None, aliases=None, layouts=None):
         target.reduce_loops(bld, b, e, [cols], exp_pass, s_slot, dtype, add, 0.0)
         total = Scalar(b.load(s_slot), dtype)
         if log:
-            shift = e.add(m, e.math("log", total))
-            target.map_loops(bld, b, [cols], lambda b, j: e.store(e.sub(read(b, j[0]), shift), at(dst, j)))
+            # (x - max) - log(sum), as torch: x - (max + log(sum)) would round the shift at the max's scale
+            # and lose the result where the max is large against it (equal logits of 1e30 gave 0, not -log(n))
+            norm = e.math("log", total)
+            target.map_loops(bld, b, [cols], lambda b, j: e.store(e.sub(e.sub(read(b, j[0]), m), norm), at(dst, j)))
         else:
             target.map_loops(bld, b, [cols], lambda b, j: e.store(e.div(e.load(at(dst, j), dtype), total),
                                                                    at(dst, j)))

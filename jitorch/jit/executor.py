@@ -64,9 +64,10 @@ from ..runtime.storage import Storage
 from ..runtime.strided import contiguous_strides
 from ..tensor import Tensor
 from ..runtime.pytree import tree_leaves, tree_map
-# (mathlib: loaded with the backend, not on the first call; recurrence, attention and windows: register
-# ops.recurrences' fused cells, ops.attention's fused kernels and ops.views' col2im and padding kernels)
-from ..codegen import attention, cpu, mathlib, recurrence, windows  # noqa: F401
+# (mathlib: loaded with the backend, not on the first call; recurrence, attention, windows and rows: register
+# ops.recurrences' fused cells, ops.attention's fused kernels, ops.views' col2im and padding kernels and
+# ops.reductions' eager row softmax)
+from ..codegen import attention, cpu, mathlib, recurrence, rows, windows  # noqa: F401
 from ..codegen.kernel import RESHAPES, CompileError, build_many, build_shared, built_or_refused, composes, \
     is_row_softmax, row_softmax_of
 from ..codegen.straightline import Source

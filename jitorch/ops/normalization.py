@@ -48,12 +48,27 @@ def _layer_norm_meta(input, normalized_shape, weight, bias, eps, cudnn_enable):
     return TensorSpec(input.shape, input.dtype, input.device, opmath(input.dtype))
 
 
+# (NumPy dtype name, has a weight, has a bias) -> a compiled layer norm over rows of any width
+# (codegen/rows.py's `LayerNormKernel`: called with the (rows, cols) array, the weight, the bias and eps) or
+# None; set by the code generator, which the ops layer cannot import
+LAYER_NORM_KERNEL = None
+# From this many elements an eager layer norm runs that kernel: one kernel per dtype serves every shape, but
+# the first call loads the code generator, which a program of small tensors need not pay for.
+LAYER_NORM_KERNEL_MIN = 1 << 12
+
+
 def _layer_norm_cpu(spec, x, normalized_shape, weight, bias, eps, cudnn_enable):
     if x.size == 0:
         return np.empty(x.shape, spec.dtype.np)
     c = spec.compute.np
     n = c.type(math.prod(normalized_shape))
     rows = x.reshape(-1, math.prod(normalized_shape)).astype(c, copy=False)
+    if LAYER_NORM_KERNEL is not None and rows.size >= LAYER_NORM_KERNEL_MIN and rows.flags.c_contiguous and all(
+            t is None or (t.dtype == c and t.flags.c_contiguous) for t in (weight, bias)):
+        kernel = LAYER_NORM_KERNEL(c.name, weight is not None, bias is not None)
+        if kernel is not None:
+            flat = [None if t is None else t.reshape(-1) for t in (weight, bias)]
+            return kernel(rows, *flat, eps).reshape(x.shape).astype(spec.dtype.np, copy=False)
     out = np.empty(rows.shape, c)
     weight = None if weight is None else weight.reshape(-1).astype(c, copy=False)
     bias = None if bias is None else bias.reshape(-1).astype(c, copy=False)

@@ -229,6 +229,11 @@ def _passes(check, spec, nargs):
     return True
 
 
+# Comparisons are IEEE quiet predicates: NumPy's loops raise no floating-point error on NaN or infinite operands
+# (checked under ``np.errstate(all="raise")`` on NumPy 1.26 and 2.4, float16/32/64, tensors and numbers)
+_QUIET_UFUNCS = frozenset((np.equal, np.not_equal, np.less, np.less_equal, np.greater, np.greater_equal))
+
+
 def _fast_path(op, formula, promotion, positions, others, check, plain, defaults, into, masked=False,
                check_others_only=False):
     """``(fast, fast_into, fast_pair, fast_one)`` for the commonest eager calls, or four Nones. ``masked``: the first
@@ -420,6 +425,9 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
 
     contiguous = registry.CONTIGUOUS_STRIDES
     enter, leave = fp_errors.enter, fp_errors.leave
+    # whether the op's NumPy call can raise no floating-point error, so that `flat` calls it without silencing
+    # them (0.25-0.3 us of a 1.8 us ``x < y``)
+    quiet = plain_call in _QUIET_UFUNCS
 
     hooks, autocast = registry.DISPATCH_HOOKS, registry._AUTOCAST_STATE
 
@@ -448,7 +456,7 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
                     else:
                         r = fast((x, y))
                         return r if r is not None or general is None else general(x, y)
-                    token = enter()
+                    token = None if quiet else enter()
                     try:
                         r = None
                         if split and xa.size >= split_min:  # (NumPy's loop on the team's threads)
@@ -459,7 +467,8 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
                     except (ValueError, OverflowError, TypeError):  # (NumPy refuses: the general path decides)
                         r = None
                     finally:
-                        leave(token)
+                        if token is not None:
+                            leave(token)
                     if r is None:
                         return None if general is None else general(x, y)
                     out = _dt.bool if always_bool else dtype

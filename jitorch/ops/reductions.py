@@ -696,6 +696,30 @@ def _by_rows(fn, a):
     return out
 
 
+# (op name, NumPy dtype name, row width) -> a compiled row kernel (codegen/rows.py's `RowKernel`: called on a
+# C-contiguous float array, it returns the softmax of its rows) or None; set by the code generator, which the
+# ops layer cannot import
+ROW_KERNEL = None
+# From this many elements an eager softmax along the last dim runs the row kernel: at 2**14 float32 elements
+# NumPy's five passes took ~45 us against ~18, and a width's kernel costs ~50 ms to build once per process
+# (then it is read from the kernel cache), which smaller calls would take long to win back.
+ROW_KERNEL_MIN = 1 << 14
+
+
+def _softmax_through_kernel(name, fn, a, axis):
+    """``fn(a, axis)`` (NumPy's softmax or log_softmax), through the registered row kernel where ``a`` is a
+    large C-contiguous float32/float64 array taken along its last dim."""
+    if (ROW_KERNEL is not None and a.size >= ROW_KERNEL_MIN and axis == a.ndim - 1 and a.flags.c_contiguous
+            and a.dtype in _ROW_DTYPES):
+        kernel = ROW_KERNEL(name, a.dtype.name, a.shape[-1])
+        if kernel is not None:
+            return kernel(a)
+    return fn(a, axis)
+
+
+_ROW_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
 def _softmax_meta(name):
     def meta(x, dim, dtype):
         d = wrap_dim(dim, x.ndim)
@@ -707,12 +731,12 @@ def _softmax_meta(name):
     return meta
 
 
-def _softmax_kernel(fn):
+def _softmax_kernel(name, fn):
     def kernel(spec, x, dim, dtype):
         if x.size == 0:  # of any dtype (`_softmax_meta`)
             return np.empty(x.shape, spec.dtype.np)
         a = _through_dtype(x, spec)
-        return fn(a, wrap_dim(dim, x.ndim) if x.ndim else None)
+        return _softmax_through_kernel(name, fn, a, wrap_dim(dim, x.ndim) if x.ndim else None)
     return kernel
 
 
@@ -732,7 +756,7 @@ def _softmax_fast(op, fn):
             return None
         token = fp_errors.enter()
         try:
-            r = fn(x._arr if x._arr is not None else x._array(), axis[0])
+            r = _softmax_through_kernel(op.name, fn, x._arr if x._arr is not None else x._array(), axis[0])
         finally:
             fp_errors.leave(token)
         result = registry.contiguous_result(r, x.dtype)
@@ -743,6 +767,7 @@ def _softmax_fast(op, fn):
 for _name, _fn, _what in (("softmax", _softmax, "``exp(x) / sum(exp(x))``"),
                           ("log_softmax", _log_softmax, "``x - logsumexp(x)``")):
     _op = defop(f"{_name}(Tensor self, int dim, ScalarType? dtype=None) -> Tensor", meta=_softmax_meta(_name),
-                cpu=_softmax_kernel(_fn), kind="softmax", variants=_ALL_FORMS, out_autograd_fallback=lambda args: True,
+                cpu=_softmax_kernel(_name, _fn), kind="softmax", variants=_ALL_FORMS,
+                out_autograd_fallback=lambda args: True,
                 doc=f"{_what} along ``dim``, shifted by the max for stability; ``dtype=`` casts the input first.")
     _op.fast = _softmax_fast(_op, _fn)

@@ -2,6 +2,7 @@
 that serve tensors requiring grad (recording the backward node in grad mode), and where()'s bit select."""
 
 import re
+import warnings
 
 import numpy as np
 import pytest
@@ -300,3 +301,22 @@ def test_comparison_shortcut_on_two_tensors_gives_the_general_paths_bits_and_ref
         assert np.signbit(got.numpy()).tolist() == np.signbit(want.numpy()).tolist()
     with pytest.raises(TypeError, match=r"maximum\(\): argument 'input' \(position 1\) must be Tensor, not int"):
         jt.maximum(1, y)
+
+
+@pytest.mark.parametrize("dtype", [jt.float16, jt.float32, jt.float64])
+@pytest.mark.parametrize("op", ["__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__"])
+def test_comparisons_of_nan_and_infinities_raise_no_floating_point_error(op, dtype):
+    """The comparisons' operator shortcut calls NumPy without silencing floating-point errors: under NumPy's
+    strictest error state and warnings as errors, NaN and infinite operands still give torch's values."""
+    torch = pytest.importorskip("torch")
+    a = np.array([np.nan, 1, np.inf, -np.inf, np.nan, 0.0, -0.0] * 5, np.float64)
+    b = np.array([1, np.nan, np.inf, np.nan, -np.inf, -0.0, np.nan] * 5, np.float64)
+    x, y = (jt.tensor(v, dtype=dtype) for v in (a, b))
+    tx, ty = (torch.tensor(v, dtype=getattr(torch, str(dtype).split(".")[1])) for v in (a, b))
+    with np.errstate(all="raise"), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = [getattr(x, op)(y), getattr(x[:1], op)(y[:1]), getattr(x, op)(float("nan")), getattr(x, op)(1.0)]
+    want = [getattr(tx, op)(ty), getattr(tx[:1], op)(ty[:1]), getattr(tx, op)(float("nan")), getattr(tx, op)(1.0)]
+    for g, w in zip(got, want):
+        assert g.dtype is jt.bool
+        assert g.tolist() == w.tolist()

@@ -12,6 +12,11 @@ from jitorch.runtime import threads
 
 @pytest.fixture
 def threads_to(monkeypatch):
+    # NumPy's passes, as before the code generator loads (its row kernels split themselves: tests/codegen/test_rows.py)
+    from jitorch.ops import normalization, reductions
+    monkeypatch.setattr(reductions, "ROW_KERNEL", None)
+    monkeypatch.setattr(normalization, "LAYER_NORM_KERNEL", None)
+
     def to(n):
         monkeypatch.setitem(threads._settings, "threads", n)
     return to
