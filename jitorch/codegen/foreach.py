@@ -33,7 +33,8 @@ from .kernel import I64, KernelSource, counted_loop
 from .memo import BuiltOnce
 from .target import CPU
 
-__all__ = ["BLOCK", "ADAM_SCALARS", "SGD_SCALARS", "adam_kernel", "sgd_kernel", "StepKernel"]
+__all__ = ["BLOCK", "ADAM_SCALARS", "SGD_SCALARS", "adam_kernel", "sgd_kernel", "sum_squares_kernel", "run_blocks",
+           "StepKernel"]
 
 # A block's elements at most: 64K float32 are 256 KB per operand, and GPT-sized steps have tens of blocks
 # to share among threads.
@@ -57,8 +58,8 @@ class StepKernel:
 
     def run(self, tables, sizes, rows, work):
         """The kernel over the blocks described by ``tables`` (per role, a uint64 array of each block's first
-        element address), ``sizes`` (int64 elements per block) and ``rows`` (float64, `scalars` per block),
-        ``work`` elements in all: on the calling thread, or in chunks of blocks on the thread team when there
+        element address), ``sizes`` (int64 elements per block) and ``rows`` (float64, `scalars` per block; the
+        sum-of-squares kernel writes one per block there), ``work`` elements in all: on the calling thread, or in chunks of blocks on the thread team when there
         are threads and work enough for each. Each element's value does not depend on the split."""
         blocks = len(sizes)
         arrays = [*tables, sizes, rows]
@@ -69,6 +70,26 @@ class StepKernel:
             return
         step = -(-blocks // n)
         run_chunks(self._compiled.address, args, [(i, min(i + step, blocks)) for i in range(0, blocks, step)])
+
+
+def run_blocks(kernel, operands, rows):
+    """Run ``kernel`` over the parameters' ``operands`` (per parameter, its C-contiguous arrays in the
+    kernel's role order) with their float64 ``rows`` of numbers (each a sequence of the kernel's ``scalars``):
+    each parameter split into blocks of at most `BLOCK` elements, each block a row of the kernel's tables.
+    Returns the blocks' rows (float64, one row per block, in parameter order: where the sum-of-squares
+    kernel writes each block's sum) and the index of each block's parameter."""
+    sizes = np.fromiter((arrays[0].size for arrays in operands), np.int64, len(operands))
+    counts = -(-sizes // BLOCK)
+    which = np.repeat(np.arange(len(operands)), counts)
+    block_rows = np.ascontiguousarray(np.asarray(rows, np.float64).reshape(len(operands), kernel.scalars)[which])
+    if not len(which):
+        return block_rows, which
+    start = (np.arange(len(which)) - (np.cumsum(counts) - counts)[which]) * BLOCK
+    offsets = (start * operands[0][0].itemsize).astype(np.uint64)
+    tables = [np.fromiter((arrays[r].__array_interface__["data"][0] for arrays in operands), np.uint64,
+                          len(operands))[which] + offsets for r in range(kernel.roles)]
+    kernel.run(tables, np.minimum(sizes[which] - start, BLOCK), block_rows, int(sizes.sum()))
+    return block_rows, which
 
 
 def adam_kernel(dtype, maximize, weight_decay, decoupled, amsgrad, lerp_low):
@@ -86,8 +107,26 @@ def sgd_kernel(dtype, maximize, weight_decay, momentum, nesterov):
     return _kernels("sgd", dtype, (bool(maximize), bool(weight_decay), bool(momentum), bool(nesterov)))
 
 
+def sum_squares_kernel(dtype):
+    """The kernel that writes each block's sum of squares, in float64, into its row (one number), or None
+    where it cannot be built. Role: the tensor read. Each element is widened to float64 before it is
+    squared (exact for float32) and the block's sum is taken in a fixed order (lanes of `_LANES` bytes of
+    elements, then their tree, then the tail), so it does not depend on the thread count: clip_grad_norm_'s
+    per-gradient norms (`jitorch.nn.utils.clip_grad`), more accurate than torch's float32 sums."""
+    return _kernels("sum_squares", dtype, ())
+
+
 def _build(kind, dtype, flags):
     t = ir.FloatType() if dtype == "float32" else ir.DoubleType()
+    if kind == "sum_squares":
+        name = f"jitorch_sum_squares_{dtype}"
+        source = KernelSource(name, "foreach", ["sum_squares"], [0, 1, 2], [], 0, 0)
+        source.llvm_ir = _sum_squares_module(name, t)
+        try:
+            compiled = cpu.link_kernel(source, default_cache())
+        except CompileError:
+            return None
+        return StepKernel(compiled, 1, 1)
     if kind == "adam":
         roles = 4 + flags[3]
         element, scalars = _adam_element(*flags), ADAM_SCALARS
@@ -150,6 +189,61 @@ def _module(name, t, roles, scalars, element):
     counted_loop(b, body.args[0], body.args[1], I64(1), block, "k")
     b.ret_void()
     CPU.add_entry(module, body, list(range(roles + 2)), 0, "thread")
+    return str(module)
+
+
+_LANES = 128  # bytes of float64 accumulators in a sum of squares: 16 lanes, two AVX-512 registers
+
+
+def _sum_squares_module(name, t):
+    """``name``'s module: ``body(lo, hi, table, sizes, rows)`` writes each block's sum of squares into its
+    row: ``|x|`` widened to float64 and squared, added into a vector of float64 lanes (the elements before
+    the last whole vector), whose lanes are then summed as a tree, plus the tail's squares summed in order.
+    (Written as vectors because LLVM keeps a scalar float sum in order, one addition at a time.)"""
+    module = ir.Module(name=name)
+    module.triple = CPU.triple
+    f64 = ir.DoubleType()
+    lanes = _LANES // 8
+    vt, vd = ir.VectorType(t, lanes), ir.VectorType(f64, lanes)
+    fabs = ir.Function(module, ir.FunctionType(vd, [vd]), f"llvm.fabs.v{lanes}f64")  # (llvmlite names no vectors)
+    fabs1 = module.declare_intrinsic("llvm.fabs", [f64], ir.FunctionType(f64, [f64]))
+    body = ir.Function(module, ir.FunctionType(ir.VoidType(), [I64, I64, t.as_pointer().as_pointer(),
+                                                               I64.as_pointer(), f64.as_pointer()]), name + "_body")
+    body.linkage = "internal"
+    body.attributes.add("alwaysinline")
+    b = ir.IRBuilder(body.append_basic_block("entry"))
+    table, sizes, rows = body.args[2:]
+    acc = b.alloca(vd)
+    tail = b.alloca(f64)
+
+    def widen(b, x, to):
+        return x if t == f64 else b.fpext(x, to)
+
+    def block(b, k):
+        n, base = b.load(b.gep(sizes, [k])), b.load(b.gep(table, [k]))
+        b.store(ir.Constant(vd, None), acc)
+        b.store(ir.Constant(f64, 0.0), tail)
+        whole = b.and_(n, I64(-lanes))
+
+        def vector(b, i):
+            # (aligned as one element: a block starts anywhere in its tensor)
+            loaded = b.load(b.bitcast(b.gep(base, [i]), vt.as_pointer()), align=4 if t != f64 else 8)
+            x = b.call(fabs, [widen(b, loaded, vd)])
+            b.store(b.fadd(b.load(acc), b.fmul(x, x)), acc)
+        counted_loop(b, I64(0), whole, I64(lanes), vector, "v")
+
+        def scalar(b, i):
+            x = b.call(fabs1, [widen(b, b.load(b.gep(base, [i])), f64)])
+            b.store(b.fadd(b.load(tail), b.fmul(x, x)), tail)
+        counted_loop(b, whole, n, I64(1), scalar, "s")
+        total = b.load(acc)
+        parts = [b.extract_element(total, I64(j)) for j in range(lanes)]
+        while len(parts) > 1:
+            parts = [b.fadd(parts[j], parts[j + 1]) for j in range(0, len(parts), 2)]
+        b.store(b.fadd(parts[0], b.load(tail)), b.gep(rows, [k]))
+    counted_loop(b, body.args[0], body.args[1], I64(1), block, "k")
+    b.ret_void()
+    CPU.add_entry(module, body, [0, 1, 2], 0, "thread")
     return str(module)
 
 

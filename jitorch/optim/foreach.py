@@ -28,7 +28,7 @@ def adam_step(opt, group, params, buffers):
     entries, left = _operands(params, lambda p: opt._lazy_state(p, buffers), buffers)
     decay = 1 - lr * weight_decay if decoupled else weight_decay
     lerp = weight if abs(weight) < 0.5 else 1 - weight
-    from ..codegen.foreach import adam_kernel
+    from ..codegen.foreach import adam_kernel, run_blocks
     for dtype, chosen in entries.items():
         kernel = adam_kernel(dtype, group["maximize"], weight_decay != 0, decoupled, group["amsgrad"],
                              abs(weight) < 0.5)
@@ -42,7 +42,7 @@ def adam_step(opt, group, params, buffers):
             step = counter.item()
             rows.append((decay, lerp, beta2, 1 - beta2, math.sqrt(1 - beta2 ** step), eps,
                          -(lr / (1 - beta1 ** step))))
-        _run(kernel, [arrays for _, _, arrays, _ in chosen], rows)
+        run_blocks(kernel, [arrays for _, _, arrays, _ in chosen], rows)
         for p, state, _, _ in chosen:
             if weight_decay != 0 and decoupled:
                 bump(p)
@@ -61,13 +61,13 @@ def sgd_step(opt, group, params):
     ready = [p for p in params if not (buffers and "momentum_buffer" not in opt.state[p])]
     entries, left = _operands(ready, lambda p: opt.state[p] if buffers else {}, buffers)
     row = (weight_decay, momentum, 1 - group["dampening"], -lr)
-    from ..codegen.foreach import sgd_kernel
+    from ..codegen.foreach import run_blocks, sgd_kernel
     for dtype, chosen in entries.items():
         kernel = sgd_kernel(dtype, group["maximize"], weight_decay != 0, momentum != 0, group["nesterov"])
         if kernel is None:
             left.extend(p for p, _, _, _ in chosen)
             continue
-        _run(kernel, [arrays for _, _, arrays, _ in chosen], [row] * len(chosen))
+        run_blocks(kernel, [arrays for _, _, arrays, _ in chosen], [row] * len(chosen))
         for p, state, _, _ in chosen:
             if buffers:
                 bump(state["momentum_buffer"], state["momentum_buffer"])
@@ -104,21 +104,3 @@ def _operands(params, state_of, buffers):
 def _in_order(params, left):
     index = {id(p): i for i, p in enumerate(params)}
     return sorted(left, key=lambda p: index[id(p)])
-
-
-def _run(kernel, operands, rows):
-    """Run ``kernel`` over the parameters' ``operands`` (per parameter, its C-contiguous arrays in the
-    kernel's role order) with their float64 ``rows`` of numbers: each parameter split into blocks of at most
-    ``BLOCK`` elements, each block a row of the kernel's tables."""
-    from ..codegen.foreach import BLOCK
-    sizes = np.fromiter((arrays[0].size for arrays in operands), np.int64, len(operands))
-    counts = -(-sizes // BLOCK)
-    which = np.repeat(np.arange(len(operands)), counts)
-    if not len(which):
-        return
-    start = (np.arange(len(which)) - (np.cumsum(counts) - counts)[which]) * BLOCK
-    offsets = (start * operands[0][0].itemsize).astype(np.uint64)
-    tables = [np.fromiter((arrays[r].__array_interface__["data"][0] for arrays in operands), np.uint64,
-                          len(operands))[which] + offsets for r in range(kernel.roles)]
-    block_rows = np.ascontiguousarray(np.asarray(rows, np.float64)[which])
-    kernel.run(tables, np.minimum(sizes[which] - start, BLOCK), block_rows, int(sizes.sum()))
