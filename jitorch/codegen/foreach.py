@@ -110,9 +110,9 @@ def sgd_kernel(dtype, maximize, weight_decay, momentum, nesterov):
 def sum_squares_kernel(dtype):
     """The kernel that writes each block's sum of squares, in float64, into its row (one number), or None
     where it cannot be built. Role: the tensor read. Each element is widened to float64 before it is
-    squared (exact for float32) and the block's sum is taken in a fixed order (lanes of `_LANES` bytes of
-    elements, then their tree, then the tail), so it does not depend on the thread count: clip_grad_norm_'s
-    per-gradient norms (`jitorch.nn.utils.clip_grad`), more accurate than torch's float32 sums."""
+    squared (exact for float32) and the block's sum is taken in a fixed order (`_sum_squares_module`), so it
+    does not depend on the thread count: clip_grad_norm_'s per-gradient norms (`jitorch.nn.utils.clip_grad`),
+    more accurate than torch's float32 sums."""
     return _kernels("sum_squares", dtype, ())
 
 
@@ -192,28 +192,28 @@ def _module(name, t, roles, scalars, element):
     return str(module)
 
 
-_LANES = 128  # bytes of float64 accumulators in a sum of squares: 16 lanes, two AVX-512 registers
+_ACCUMULATORS, _LANES = 4, 8  # a sum of squares' float64 accumulators: four vectors of 8 (AVX-512 registers)
 
 
 def _sum_squares_module(name, t):
     """``name``'s module: ``body(lo, hi, table, sizes, rows)`` writes each block's sum of squares into its
-    row: ``|x|`` widened to float64 and squared, added into a vector of float64 lanes (the elements before
-    the last whole vector), whose lanes are then summed as a tree, plus the tail's squares summed in order.
-    (Written as vectors because LLVM keeps a scalar float sum in order, one addition at a time.)"""
+    row: each element widened to float64 and squared, added into `_ACCUMULATORS` vectors of `_LANES` float64
+    lanes (element ``i`` of each whole group of 32 into accumulator ``i // 8``, lane ``i % 8``), which are
+    then summed lane by lane as a tree, plus the tail's squares summed in order. (Written as vectors because
+    LLVM keeps a scalar float sum in order, one addition at a time; each vector loaded by itself so that
+    the load folds into the conversion.) A NaN's sign is left as the squares make it: the caller clears it."""
     module = ir.Module(name=name)
     module.triple = CPU.triple
     f64 = ir.DoubleType()
-    lanes = _LANES // 8
-    vt, vd = ir.VectorType(t, lanes), ir.VectorType(f64, lanes)
-    fabs = ir.Function(module, ir.FunctionType(vd, [vd]), f"llvm.fabs.v{lanes}f64")  # (llvmlite names no vectors)
-    fabs1 = module.declare_intrinsic("llvm.fabs", [f64], ir.FunctionType(f64, [f64]))
+    vt, vd = ir.VectorType(t, _LANES), ir.VectorType(f64, _LANES)
+    group = _ACCUMULATORS * _LANES
     body = ir.Function(module, ir.FunctionType(ir.VoidType(), [I64, I64, t.as_pointer().as_pointer(),
                                                                I64.as_pointer(), f64.as_pointer()]), name + "_body")
     body.linkage = "internal"
     body.attributes.add("alwaysinline")
     b = ir.IRBuilder(body.append_basic_block("entry"))
     table, sizes, rows = body.args[2:]
-    acc = b.alloca(vd)
+    accumulators = [b.alloca(vd) for _ in range(_ACCUMULATORS)]
     tail = b.alloca(f64)
 
     def widen(b, x, to):
@@ -221,23 +221,24 @@ def _sum_squares_module(name, t):
 
     def block(b, k):
         n, base = b.load(b.gep(sizes, [k])), b.load(b.gep(table, [k]))
-        b.store(ir.Constant(vd, None), acc)
+        for acc in accumulators:
+            b.store(ir.Constant(vd, None), acc)
         b.store(ir.Constant(f64, 0.0), tail)
-        whole = b.and_(n, I64(-lanes))
+        whole = b.and_(n, I64(-group))
 
-        def vector(b, i):
-            # (aligned as one element: a block starts anywhere in its tensor)
-            loaded = b.load(b.bitcast(b.gep(base, [i]), vt.as_pointer()), align=4 if t != f64 else 8)
-            x = b.call(fabs, [widen(b, loaded, vd)])
-            b.store(b.fadd(b.load(acc), b.fmul(x, x)), acc)
-        counted_loop(b, I64(0), whole, I64(lanes), vector, "v")
+        def vectors(b, i):
+            for j, acc in enumerate(accumulators):
+                # (aligned as one element: a block starts anywhere in its tensor)
+                address = b.bitcast(b.gep(base, [b.add(i, I64(j * _LANES))]), vt.as_pointer())
+                x = widen(b, b.load(address, align=4 if t != f64 else 8), vd)
+                b.store(b.fadd(b.load(acc), b.fmul(x, x)), acc)
+        counted_loop(b, I64(0), whole, I64(group), vectors, "v")
 
         def scalar(b, i):
-            x = b.call(fabs1, [widen(b, b.load(b.gep(base, [i])), f64)])
+            x = widen(b, b.load(b.gep(base, [i])), f64)
             b.store(b.fadd(b.load(tail), b.fmul(x, x)), tail)
         counted_loop(b, whole, n, I64(1), scalar, "s")
-        total = b.load(acc)
-        parts = [b.extract_element(total, I64(j)) for j in range(lanes)]
+        parts = [b.extract_element(b.load(acc), I64(j)) for acc in accumulators for j in range(_LANES)]
         while len(parts) > 1:
             parts = [b.fadd(parts[j], parts[j + 1]) for j in range(0, len(parts), 2)]
         b.store(b.fadd(parts[0], b.load(tail)), b.gep(rows, [k]))

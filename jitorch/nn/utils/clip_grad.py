@@ -83,7 +83,8 @@ def _kernel_norms(arrays):
         return None
     dense = [i for i, a in enumerate(arrays) if a.flags.c_contiguous]
     sums, which = run_blocks(kernel, [[arrays[i]] for i in dense], np.zeros(len(dense)))
-    squares = np.bincount(which, weights=sums[:, 0], minlength=len(dense))  # (block by block, in order)
+    # (block by block, in order; a NaN's sign cleared, as the norm op's abs clears it)
+    squares = np.abs(np.bincount(which, weights=sums[:, 0], minlength=len(dense)))
     wide = np.sqrt(squares)
     norms = np.empty(len(arrays), dtype)
     norms[dense] = np.where(np.isinf(squares.astype(dtype)), np.inf, wide).astype(dtype)
