@@ -25,6 +25,10 @@ class Adam(Optimizer):
     ``amsgrad``. ``state["step"]`` is a 0-d float32 tensor; the bias
     corrections are Python floats from its value, as torch's: in eager steps
     at once, in a compiled step before each call (`Optimizer._bias_corrections`).
+    An eager step updates the whole group in one generated kernel call per dtype
+    (`jitorch.optim.foreach`), whatever ``foreach`` and ``fused`` say: the same
+    values as the per-parameter step, bit for bit. ``capturable=True`` raises
+    on the CPU as torch's does, unless ``fused``.
     """
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0, amsgrad=False, *,

@@ -21,8 +21,9 @@ class SGD(Optimizer):
     momentum, ``buf = g`` on the first step and ``buf = momentum * buf +
     (1 - dampening) * g`` after, then ``g = g + momentum * buf`` (Nesterov)
     or ``g = buf``; finally ``p -= lr * g`` (``+=`` with ``maximize``).
-    ``foreach`` and ``fused`` are accepted for compatibility: jitorch has one
-    implementation (compile the training step to fuse it).
+    An eager step updates the whole group in one generated kernel call per dtype
+    (`jitorch.optim.foreach`), whatever ``foreach`` and ``fused`` say: the same
+    values as the per-parameter step, bit for bit.
     """
 
     def __init__(self, params, lr=1e-3, momentum=0, dampening=0, weight_decay=0, nesterov=False, *,
