@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from jitorch.codegen import foreach
+from jitorch.runtime import threads
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -19,8 +20,8 @@ def test_sum_squares_is_a_float64_sum_per_block(dtype, monkeypatch):
     rng = np.random.default_rng(0)
     arrays = [rng.standard_normal(n).astype(dtype) for n in [*range(0, 70), 1000, foreach.BLOCK + 45]]
     results = []
-    for threads in (1, 2):
-        monkeypatch.setattr(foreach.cpu, "num_threads", lambda: threads)
+    for count in (1, 2):  # (through the settings the test restores, as test_attention does)
+        monkeypatch.setitem(threads._settings, "threads", count)
         sums, which = foreach.run_blocks(kernel, [[a] for a in arrays], np.zeros(len(arrays)))
         results.append(sums.tobytes())
         totals = np.bincount(which, weights=sums[:, 0], minlength=len(arrays))
