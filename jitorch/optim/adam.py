@@ -9,6 +9,7 @@ import numpy as np
 from ..ops.pointwise_scaled import multiplier
 from ..runtime import fp_errors, ufunc_parts
 from ..tensor import Tensor
+from . import foreach
 from .optimizer import (Optimizer, _check_nonnegative, _check_unsupported, bump, moment_passes, numpy_begin, numpy_grad,
                         numpy_step_allowed, step_grad)
 
@@ -24,6 +25,10 @@ class Adam(Optimizer):
     ``amsgrad``. ``state["step"]`` is a 0-d float32 tensor; the bias
     corrections are Python floats from its value, as torch's: in eager steps
     at once, in a compiled step before each call (`Optimizer._bias_corrections`).
+    An eager step updates the whole group in one generated kernel call per dtype
+    (`jitorch.optim.foreach`), whatever ``foreach`` and ``fused`` say: the same
+    values as the per-parameter step, bit for bit. ``capturable=True`` raises
+    on the CPU as torch's does, unless ``fused``.
     """
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0, amsgrad=False, *,
@@ -41,13 +46,22 @@ class Adam(Optimizer):
         super().__init__(params, defaults)
 
     def _update(self, group, params):
+        if group["capturable"] and not group["fused"]:
+            _check_capturable(params)
         amsgrad = group["amsgrad"]
         buffers = ["exp_avg", "exp_avg_sq"] + ["max_exp_avg_sq"] * amsgrad
         numpy = numpy_step_allowed(group["lr"], group["eps"], group["weight_decay"], *group["betas"])
+        if numpy:  # (the group in one kernel call per dtype; what it leaves takes the per-parameter step)
+            params = self._foreach_update(group, params, buffers)
         for p in params:
             state = self._lazy_state(p, buffers)
             if not (numpy and self._numpy_update(p, state, group, buffers)):
                 self._update_one(p, state, group)
+
+    def _foreach_update(self, group, params, buffers):
+        """The step of the group's ``params`` in one generated kernel call per dtype (`foreach.adam_step`: the
+        values of `_numpy_update` bit for bit); returns the parameters it leaves to the per-parameter step."""
+        return foreach.adam_step(self, group, params, buffers)
 
     def _update_one(self, p, state, group):
         """The step of parameter ``p`` through jitorch's ops (traced in a compiled step)."""
@@ -106,6 +120,18 @@ class Adam(Optimizer):
             fp_errors.leave(token)
         bump(p, state["exp_avg"], state["exp_avg_sq"], state["exp_avg_sq"])
         return True
+
+
+_CAPTURABLE_DEVICES = ["cuda", "xpu", "hpu", "privateuseone", "xla"]
+
+
+def _check_capturable(params):
+    """torch's check of an eager ``capturable=True`` step (its fused kernels excepted): the parameters on a
+    device whose steps a graph may capture, which the CPU is not."""
+    from .. import compiler
+    if not compiler.is_compiling() and any(p.device.type not in _CAPTURABLE_DEVICES for p in params):
+        raise AssertionError(f"If capturable=True, params and state_steps must be on supported devices: "
+                             f"{_CAPTURABLE_DEVICES}.")
 
 
 class AdamW(Adam):

@@ -7,6 +7,7 @@ import numpy as np
 from .. import compiler, zeros_like
 from ..ops.pointwise import _add
 from ..runtime import fp_errors, ufunc_parts
+from . import foreach
 from .optimizer import (Optimizer, _check_nonnegative, _check_unsupported, add_passes, bump, numpy_operands,
                         numpy_step_allowed, step_down, step_grad)
 
@@ -20,8 +21,9 @@ class SGD(Optimizer):
     momentum, ``buf = g`` on the first step and ``buf = momentum * buf +
     (1 - dampening) * g`` after, then ``g = g + momentum * buf`` (Nesterov)
     or ``g = buf``; finally ``p -= lr * g`` (``+=`` with ``maximize``).
-    ``foreach`` and ``fused`` are accepted for compatibility: jitorch has one
-    implementation (compile the training step to fuse it).
+    An eager step updates the whole group in one generated kernel call per dtype
+    (`jitorch.optim.foreach`), whatever ``foreach`` and ``fused`` say: the same
+    values as the per-parameter step, bit for bit.
     """
 
     def __init__(self, params, lr=1e-3, momentum=0, dampening=0, weight_decay=0, nesterov=False, *,
@@ -37,9 +39,16 @@ class SGD(Optimizer):
 
     def _update(self, group, params):
         numpy = numpy_step_allowed(group["lr"], group["momentum"], group["dampening"], group["weight_decay"])
+        if numpy:  # (the group in one kernel call per dtype; what it leaves takes the per-parameter step)
+            params = self._foreach_update(group, params)
         for p in params:
             if not (numpy and self._numpy_update(p, group)):
                 self._update_one(p, group)
+
+    def _foreach_update(self, group, params):
+        """The step of the group's ``params`` in one generated kernel call per dtype (`foreach.sgd_step`: the
+        values of `_numpy_update` bit for bit); returns the parameters it leaves to the per-parameter step."""
+        return foreach.sgd_step(self, group, params)
 
     def _update_one(self, p, group):
         """The step of parameter ``p`` through jitorch's ops (traced in a compiled step)."""

@@ -1,6 +1,8 @@
 """clip_grad_norm_ on the gradients' NumPy arrays (`clip_grad._numpy_arrays`): the same total norm and
 clipped gradients bit for bit as through jitorch's ops (which test_module_clip_grad compares with NumPy),
-the same version counts, and the ops' path while a profiler or a trace is on, or for other tensors."""
+but the 2-norm, whose sums of squares a generated kernel takes in float64 (compared with the ops' within
+float tolerance, and with torch's), the same version counts, and the ops' path while a profiler or a trace
+is on, or for other tensors."""
 
 from __future__ import annotations
 
@@ -52,10 +54,43 @@ def test_numpy_clip_equals_ops_bit_for_bit(monkeypatch, dtype, norm_type, max_no
     # the norms on the arrays; the scaling too unless a gradient is not contiguous
     assert fast_calls == [True, not transposed] and slow_calls == [False, False]
     assert fast_total.dtype == slow_total.dtype == dtype and fast_total.shape == ()
-    assert fast_total.numpy().tobytes() == slow_total.numpy().tobytes()
+    if norm_type == 2.0:  # (float64 sums of squares in the kernel: within a rounding or two of the op's)
+        tolerance = dict(rtol=1e-6 if dtype is jt.float32 else 1e-14)
+        np.testing.assert_allclose(fast_total.numpy(), slow_total.numpy(), **tolerance)
+    else:
+        assert fast_total.numpy().tobytes() == slow_total.numpy().tobytes()
     for p, q in zip(fast, slow):
-        assert p.grad.numpy().tobytes() == q.grad.numpy().tobytes()
+        if norm_type == 2.0:
+            np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), **tolerance)
+        else:
+            assert p.grad.numpy().tobytes() == q.grad.numpy().tobytes()
         assert p.grad._version == q.grad._version == 1
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_two_norm_by_the_kernel_matches_torch(dtype):
+    """All gradients' squares in one kernel call (a gradient of more than one block, a transposed one, an
+    empty one): torch's total norm and clipped gradients within float tolerance; a sum of squares past
+    float32's range an infinite float32 norm, as torch's, and a NaN a NaN."""
+    import torch
+    from jitorch.codegen import foreach
+    assert foreach.BLOCK < 150000
+    rng = np.random.default_rng(3)
+    shapes = [(150000,), (30, 40), (), (0, 3), (7, 9)]
+    values = [np.asarray(rng.standard_normal(s) * 3, dtype) for s in shapes]  # (0-d too: NumPy 1.26 promotes)
+    values[-1] = np.ascontiguousarray(values[-1].T).T  # (read as laid out)
+    tolerance = dict(rtol=2e-6, atol=1e-7) if dtype == "float32" else dict(rtol=1e-13, atol=1e-15)
+    for scale in (1.0, 1e20, math.nan):
+        values[1][0, 0] = scale
+        ours = [jt.zeros(v.shape, dtype=getattr(jt, dtype), requires_grad=True) for v in values]
+        theirs = [torch.zeros(v.shape, dtype=getattr(torch, dtype), requires_grad=True) for v in values]
+        for p, q, v in zip(ours, theirs, values):
+            p.grad, q.grad = jt.tensor(v), torch.tensor(v)
+        total, expected = clip_grad_norm_(ours, 1.0), torch.nn.utils.clip_grad_norm_(theirs, 1.0)
+        np.testing.assert_allclose(total.numpy(), expected.numpy(), **tolerance)
+        assert (scale == 1e20 and dtype == "float32") == bool(jt.isinf(total))
+        for p, q in zip(ours, theirs):
+            np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), **tolerance)
 
 
 @pytest.mark.parametrize("norm_type", [math.inf, 0.0, -1.0])

@@ -2,8 +2,10 @@
 
 ``foreach`` is accepted for torch compatibility; one implementation serves both settings. In eager code
 on dense float32/float64 CPU gradients of one dtype, the norms and the scaling run on the gradients'
-NumPy arrays (the same NumPy calls as the ops' kernels, so the same values bit for bit), without an op
-dispatch per gradient; in a trace, under a profiler or autocast, and for other tensors, the ops run.
+arrays without an op dispatch per gradient: the 2-norm's sums of squares of all gradients in one call of a
+generated kernel (`_kernel_norms`: float64 sums, within a few float32 roundings of torch's), other orders
+with the same NumPy calls as the norm op's kernel (so its values bit for bit), the scaling as the ``mul_``
+op's kernel computes it; in a trace, under a profiler or autocast, and for other tensors, the ops run.
 """
 
 from __future__ import annotations
@@ -68,6 +70,30 @@ def _norm(a, norm_type):
     return total ** 0.5
 
 
+def _kernel_norms(arrays):
+    """The 2-norms of ``arrays`` (one float dtype), the C-contiguous ones from one call of the generated
+    sum-of-squares kernel over all of them (`codegen.foreach.sum_squares_kernel`: float64 sums, where torch
+    and the norm op sum float32 squares in float32, so within a few float32 roundings of theirs), the others by
+    `_norm`; None where the kernel cannot be built. A float32 norm is infinite where its sum of squares
+    exceeds float32's range, as torch's float32 sum overflows."""
+    from ...codegen.foreach import run_blocks, sum_squares_kernel
+    dtype = arrays[0].dtype
+    kernel = sum_squares_kernel(dtype.name)
+    if kernel is None:
+        return None
+    dense = [i for i, a in enumerate(arrays) if a.flags.c_contiguous]
+    sums, which = run_blocks(kernel, [[arrays[i]] for i in dense], np.zeros(len(dense)))
+    # (block by block, in order; a NaN's sign cleared, as the norm op's abs clears it)
+    squares = np.abs(np.bincount(which, weights=sums[:, 0], minlength=len(dense)))
+    wide = np.sqrt(squares)
+    norms = np.empty(len(arrays), dtype)
+    norms[dense] = np.where(np.isinf(squares.astype(dtype)), np.inf, wide).astype(dtype)
+    for i, a in enumerate(arrays):
+        if not a.flags.c_contiguous:
+            norms[i] = _norm(a, 2.0)
+    return norms
+
+
 def _total_norm(tensors, norm_type):
     """The norm of the norms of ``tensors`` (at least one, no None): for a finite positive ``norm_type``,
     on their arrays where `_numpy_arrays` allows (the norm kernel called as the op calls it, the same
@@ -80,7 +106,9 @@ def _total_norm(tensors, norm_type):
     dtype = tensors[0].dtype
     token = fp_errors.enter()
     try:
-        norms = np.array([_norm(a, norm_type) for a in arrays], dtype.np)
+        norms = _kernel_norms(arrays) if norm_type == 2.0 else None
+        if norms is None:
+            norms = np.array([_norm(a, norm_type) for a in arrays], dtype.np)
         total = _vector_norm(norms, norm_type, numpy_axis(norms, None), False)
     finally:
         fp_errors.leave(token)

@@ -1,0 +1,296 @@
+"""Optimizer steps over all of a group's parameters in one generated kernel (the optimizers' ``foreach`` and
+``fused`` paths: `jitorch.optim.foreach` calls them).
+
+An eager Adam or SGD step on NumPy arrays made about ten NumPy passes per parameter, each through memory,
+with two scratch arrays allocated per parameter (fresh pages on large ones): on a 10M-parameter GPT the step
+took 72 ms against torch's 55. Here one kernel call updates every parameter: its outer loop runs over
+blocks (a parameter's elements split into blocks of at most `BLOCK`, so that the thread team shares out a
+few large parameters evenly), and each block's inner loop reads the parameter, its gradient and its state
+once and writes them once.
+
+Each element goes through the same IEEE operations, in the same order and with the same float32 (or
+float64) roundings, as the NumPy passes the ops' CPU kernels make (`jitorch.optim.optimizer`'s
+``moment_passes``, ``add_passes``, ``lerp_passes``): no fused multiply-add (the IR has no ``contract``
+flags) and no reassociation, so the values are those of the per-op step bit for bit. The step's numbers
+(learning rate, betas, bias corrections, which change between steps and between parameters) are per-block
+float64 rows the kernel rounds to the element type as NumPy rounds a Python float; only the options that
+change which operations run (``maximize``, weight decay on or off, ``amsgrad``, the form of the lerp,
+momentum, Nesterov) are in the kernel, so a scheduler's new learning rate reuses it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+from llvmlite import ir
+
+from ..runtime.threads import run_chunks
+from . import cpu
+from .cache import default_cache
+from .errors import CompileError
+from .kernel import I64, KernelSource, counted_loop
+from .memo import BuiltOnce
+from .target import CPU
+
+__all__ = ["BLOCK", "ADAM_SCALARS", "SGD_SCALARS", "adam_kernel", "sgd_kernel", "sum_squares_kernel", "run_blocks",
+           "StepKernel"]
+
+# A block's elements at most: 64K float32 are 256 KB per operand, and GPT-sized steps have tens of blocks
+# to share among threads.
+BLOCK = 1 << 16
+
+# Per-block float64 row of an Adam kernel: the decay factor (decoupled: ``1 - lr * weight_decay``, else
+# ``weight_decay``), the lerp's factor (``w`` or ``1 - w`` by the lerp's form, ``w = 1 - beta1``), ``beta2``,
+# ``1 - beta2``, ``sqrt(1 - beta2 ** t)``, ``eps``, ``-lr / (1 - beta1 ** t)``.
+ADAM_SCALARS = 7
+# SGD's: ``weight_decay``, ``momentum``, ``1 - dampening``, ``-lr``.
+SGD_SCALARS = 4
+
+
+class StepKernel:
+    """A compiled step kernel over blocks: `run` calls it."""
+
+    def __init__(self, compiled, roles, scalars):
+        self._compiled = compiled  # keeps the machine code alive
+        self._fn = compiled.fn
+        self.roles, self.scalars = roles, scalars
+
+    def run(self, tables, sizes, rows, work):
+        """The kernel over the blocks described by ``tables`` (per role, a uint64 array of each block's first
+        element address), ``sizes`` (int64 elements per block) and ``rows`` (float64, `scalars` per block; the
+        sum-of-squares kernel writes one per block there), ``work`` elements in all: on the calling thread, or in chunks of blocks on the thread team when there
+        are threads and work enough for each. Each element's value does not depend on the split."""
+        blocks = len(sizes)
+        arrays = [*tables, sizes, rows]
+        args = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
+        n = min(cpu.num_threads(), blocks, work // cpu.CHUNK_MIN_WORK)
+        if n <= 1:
+            self._fn(args, 0, blocks)
+            return
+        step = -(-blocks // n)
+        run_chunks(self._compiled.address, args, [(i, min(i + step, blocks)) for i in range(0, blocks, step)])
+
+
+def run_blocks(kernel, operands, rows):
+    """Run ``kernel`` over the parameters' ``operands`` (per parameter, its C-contiguous arrays in the
+    kernel's role order) with their float64 ``rows`` of numbers (each a sequence of the kernel's ``scalars``):
+    each parameter split into blocks of at most `BLOCK` elements, each block a row of the kernel's tables.
+    Returns the blocks' rows (float64, one row per block, in parameter order: where the sum-of-squares
+    kernel writes each block's sum) and the index of each block's parameter."""
+    sizes = np.fromiter((arrays[0].size for arrays in operands), np.int64, len(operands))
+    counts = -(-sizes // BLOCK)
+    which = np.repeat(np.arange(len(operands)), counts)
+    block_rows = np.ascontiguousarray(np.asarray(rows, np.float64).reshape(len(operands), kernel.scalars)[which])
+    if not len(which):
+        return block_rows, which
+    start = (np.arange(len(which)) - (np.cumsum(counts) - counts)[which]) * BLOCK
+    offsets = (start * operands[0][0].itemsize).astype(np.uint64)
+    tables = [np.fromiter((arrays[r].__array_interface__["data"][0] for arrays in operands), np.uint64,
+                          len(operands))[which] + offsets for r in range(kernel.roles)]
+    kernel.run(tables, np.minimum(sizes[which] - start, BLOCK), block_rows, int(sizes.sum()))
+    return block_rows, which
+
+
+def adam_kernel(dtype, maximize, weight_decay, decoupled, amsgrad, lerp_low):
+    """The Adam/AdamW step kernel for float ``dtype`` (a NumPy dtype name, "float32" or "float64"), or None
+    where it cannot be built. Roles: param, grad, exp_avg, exp_avg_sq (and max_exp_avg_sq under
+    ``amsgrad``). ``weight_decay``: whether it is nonzero; ``decoupled``: AdamW's; ``lerp_low``: whether the
+    lerp weight ``1 - beta1`` is below 0.5 in magnitude (its first form)."""
+    return _kernels("adam", dtype, (bool(maximize), bool(weight_decay), bool(decoupled), bool(amsgrad),
+                                    bool(lerp_low)))
+
+
+def sgd_kernel(dtype, maximize, weight_decay, momentum, nesterov):
+    """The SGD step kernel for float ``dtype``, or None where it cannot be built. Roles: param, grad (and the
+    momentum buffer with ``momentum``, which must hold its first step's value already)."""
+    return _kernels("sgd", dtype, (bool(maximize), bool(weight_decay), bool(momentum), bool(nesterov)))
+
+
+def sum_squares_kernel(dtype):
+    """The kernel that writes each block's sum of squares, in float64, into its row (one number), or None
+    where it cannot be built. Role: the tensor read. Each element is widened to float64 before it is
+    squared (exact for float32) and the block's sum is taken in a fixed order (`_sum_squares_module`), so it
+    does not depend on the thread count: clip_grad_norm_'s per-gradient norms (`jitorch.nn.utils.clip_grad`),
+    more accurate than torch's float32 sums."""
+    return _kernels("sum_squares", dtype, ())
+
+
+def _build(kind, dtype, flags):
+    t = ir.FloatType() if dtype == "float32" else ir.DoubleType()
+    if kind == "sum_squares":
+        name = f"jitorch_sum_squares_{dtype}"
+        source = KernelSource(name, "foreach", ["sum_squares"], [0, 1, 2], [], 0, 0)
+        source.llvm_ir = _sum_squares_module(name, t)
+        try:
+            compiled = cpu.link_kernel(source, default_cache())
+        except CompileError:
+            return None
+        return StepKernel(compiled, 1, 1)
+    if kind == "adam":
+        roles = 4 + flags[3]
+        element, scalars = _adam_element(*flags), ADAM_SCALARS
+    else:
+        roles = 2 + flags[2]
+        element, scalars = _sgd_element(*flags), SGD_SCALARS
+    name = f"jitorch_{kind}_step_{dtype}_{''.join('01'[f] for f in flags)}"
+    source = KernelSource(name, "foreach", [f"{kind}_step"], list(range(roles + 2)), [], 0, 0)
+    source.llvm_ir = _module(name, t, roles, scalars, element)
+    try:
+        compiled = cpu.link_kernel(source, default_cache())
+    except CompileError:
+        return None
+    return StepKernel(compiled, roles, scalars)
+
+
+# (kind, dtype name, flags) -> StepKernel, or None
+_kernels = BuiltOnce(_build)
+
+
+def _module(name, t, roles, scalars, element):
+    """``name``'s module: ``body(lo, hi, tables..., sizes, rows)`` loops over blocks lo..hi, calling the
+    element loop (``element``'s per-element operations) on each block's operands, which it declares
+    ``noalias``: distinct parameters and state never share memory (the caller checks), so LLVM vectorises
+    the loop without run-time overlap checks."""
+    module = ir.Module(name=name)
+    module.triple = CPU.triple
+    ptr = t.as_pointer()
+    f64 = ir.DoubleType()
+    inner = ir.Function(module, ir.FunctionType(ir.VoidType(), [I64] + [ptr] * roles + [t] * scalars), name + "_block")
+    inner.linkage = "internal"
+    inner.attributes.add("alwaysinline")
+    for arg in inner.args[1:1 + roles]:
+        arg.add_attribute("noalias")
+    b = ir.IRBuilder(inner.append_basic_block("entry"))
+    n, ptrs, values = inner.args[0], inner.args[1:1 + roles], inner.args[1 + roles:]
+    sqrt = module.declare_intrinsic("llvm.sqrt", [t], ir.FunctionType(t, [t]))
+
+    def each(b, i):
+        addresses = [b.gep(p, [i]) for p in ptrs]
+        loaded = [b.load(a) for a in addresses]
+        for index, value in element(b, t, sqrt, loaded, values).items():
+            b.store(value, addresses[index])
+    counted_loop(b, I64(0), n, I64(1), each, "e")
+    b.ret_void()
+
+    body = ir.Function(module, ir.FunctionType(ir.VoidType(), [I64, I64] + [ptr.as_pointer()] * roles
+                                               + [I64.as_pointer(), f64.as_pointer()]), name + "_body")
+    body.linkage = "internal"
+    body.attributes.add("alwaysinline")
+    b = ir.IRBuilder(body.append_basic_block("entry"))
+    tables, sizes, rows = body.args[2:2 + roles], body.args[2 + roles], body.args[3 + roles]
+
+    def block(b, k):
+        row = b.mul(k, I64(scalars))
+        numbers = [b.load(b.gep(rows, [b.add(row, I64(j))])) for j in range(scalars)]
+        if t != f64:  # (round to nearest, as NumPy converts a Python float to float32)
+            numbers = [b.fptrunc(x, t) for x in numbers]
+        b.call(inner, [b.load(b.gep(sizes, [k]))] + [b.load(b.gep(table, [k])) for table in tables] + numbers)
+    counted_loop(b, body.args[0], body.args[1], I64(1), block, "k")
+    b.ret_void()
+    CPU.add_entry(module, body, list(range(roles + 2)), 0, "thread")
+    return str(module)
+
+
+_ACCUMULATORS, _LANES = 4, 8  # a sum of squares' float64 accumulators: four vectors of 8 (AVX-512 registers)
+
+
+def _sum_squares_module(name, t):
+    """``name``'s module: ``body(lo, hi, table, sizes, rows)`` writes each block's sum of squares into its
+    row: each element widened to float64 and squared, added into `_ACCUMULATORS` vectors of `_LANES` float64
+    lanes (element ``i`` of each whole group of 32 into accumulator ``i // 8``, lane ``i % 8``), which are
+    then summed lane by lane as a tree, plus the tail's squares summed in order. (Written as vectors because
+    LLVM keeps a scalar float sum in order, one addition at a time; each vector loaded by itself so that
+    the load folds into the conversion.) A NaN's sign is left as the squares make it: the caller clears it."""
+    module = ir.Module(name=name)
+    module.triple = CPU.triple
+    f64 = ir.DoubleType()
+    vt, vd = ir.VectorType(t, _LANES), ir.VectorType(f64, _LANES)
+    group = _ACCUMULATORS * _LANES
+    body = ir.Function(module, ir.FunctionType(ir.VoidType(), [I64, I64, t.as_pointer().as_pointer(),
+                                                               I64.as_pointer(), f64.as_pointer()]), name + "_body")
+    body.linkage = "internal"
+    body.attributes.add("alwaysinline")
+    b = ir.IRBuilder(body.append_basic_block("entry"))
+    table, sizes, rows = body.args[2:]
+    accumulators = [b.alloca(vd) for _ in range(_ACCUMULATORS)]
+    tail = b.alloca(f64)
+
+    def widen(b, x, to):
+        return x if t == f64 else b.fpext(x, to)
+
+    def block(b, k):
+        n, base = b.load(b.gep(sizes, [k])), b.load(b.gep(table, [k]))
+        for acc in accumulators:
+            b.store(ir.Constant(vd, None), acc)
+        b.store(ir.Constant(f64, 0.0), tail)
+        whole = b.and_(n, I64(-group))
+
+        def vectors(b, i):
+            for j, acc in enumerate(accumulators):
+                # (aligned as one element: a block starts anywhere in its tensor)
+                address = b.bitcast(b.gep(base, [b.add(i, I64(j * _LANES))]), vt.as_pointer())
+                x = widen(b, b.load(address, align=4 if t != f64 else 8), vd)
+                b.store(b.fadd(b.load(acc), b.fmul(x, x)), acc)
+        counted_loop(b, I64(0), whole, I64(group), vectors, "v")
+
+        def scalar(b, i):
+            x = widen(b, b.load(b.gep(base, [i])), f64)
+            b.store(b.fadd(b.load(tail), b.fmul(x, x)), tail)
+        counted_loop(b, whole, n, I64(1), scalar, "s")
+        parts = [b.extract_element(b.load(acc), I64(j)) for acc in accumulators for j in range(_LANES)]
+        while len(parts) > 1:
+            parts = [b.fadd(parts[j], parts[j + 1]) for j in range(0, len(parts), 2)]
+        b.store(b.fadd(parts[0], b.load(tail)), b.gep(rows, [k]))
+    counted_loop(b, body.args[0], body.args[1], I64(1), block, "k")
+    b.ret_void()
+    CPU.add_entry(module, body, [0, 1, 2], 0, "thread")
+    return str(module)
+
+
+def _adam_element(maximize, weight_decay, decoupled, amsgrad, lerp_low):
+    """The per-element operations of Adam's NumPy passes (`optimizer.numpy_grad`, ``moment_passes``, then
+    the denominator and ``addcdiv_``'s three passes): loaded values -> {role index: value stored}."""
+
+    def element(b, t, sqrt, loaded, s):
+        decay, lerp, beta2, one_minus_beta2, correction2, eps, neg_step = s
+        param, grad, exp_avg, exp_avg_sq = loaded[:4]
+        if maximize:
+            grad = b.fneg(grad)
+        if weight_decay:
+            if decoupled:
+                param = b.fmul(param, decay)
+            else:
+                grad = b.fadd(grad, b.fmul(param, decay))
+        d = b.fsub(grad, exp_avg)
+        exp_avg = (b.fadd(exp_avg, b.fmul(d, lerp)) if lerp_low else b.fsub(grad, b.fmul(d, lerp)))
+        exp_avg_sq = b.fadd(b.fmul(exp_avg_sq, beta2), b.fmul(b.fmul(grad, grad), one_minus_beta2))
+        out = {2: exp_avg, 3: exp_avg_sq}
+        second = exp_avg_sq
+        if amsgrad:  # NumPy's maximum: the first unless it is below the second (NaN from either side)
+            old = loaded[4]
+            keep = b.or_(b.fcmp_ordered(">=", old, exp_avg_sq), b.fcmp_unordered("uno", old, old))
+            second = out[4] = b.select(keep, old, exp_avg_sq)
+        denom = b.fadd(b.fdiv(b.call(sqrt, [second]), correction2), eps)
+        out[0] = b.fadd(param, b.fdiv(b.fmul(neg_step, exp_avg), denom))
+        return out
+    return element
+
+
+def _sgd_element(maximize, weight_decay, momentum, nesterov):
+    """The per-element operations of SGD's NumPy passes (`jitorch.optim.sgd.SGD._numpy_update`)."""
+
+    def element(b, t, sqrt, loaded, s):
+        decay, mom, one_minus_dampening, neg_lr = s
+        param, grad = loaded[:2]
+        if maximize:
+            grad = b.fneg(grad)
+        if weight_decay:
+            grad = b.fadd(grad, b.fmul(param, decay))
+        out = {}
+        if momentum:
+            buf = out[2] = b.fadd(b.fmul(loaded[2], mom), b.fmul(grad, one_minus_dampening))
+            grad = b.fadd(grad, b.fmul(buf, mom)) if nesterov else buf
+        out[0] = b.fadd(param, b.fmul(grad, neg_lr))
+        return out
+    return element
