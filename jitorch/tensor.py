@@ -211,8 +211,9 @@ class Tensor:
         ``track``: the view records no history (its base's, if any, is not recorded now); while grad mode is on
         and its root base is a floating tensor without history, the root remembers it weakly (`view_refs`), as
         autograd's `track_views` does, so that an in-place op that later gives the root a history gives the
-        view one too (torch regenerates a view's grad_fn from its base). One frame for both: every eager view
-        op on a tensor without history pays for it."""
+        view one too (torch regenerates a view's grad_fn from its base); without grad mode it is marked as
+        `track_views` marks such views. One frame for both: every eager view op on a tensor without history
+        pays for it."""
         storage = base._storage
         t = _new_object(Tensor)
         t._storage = storage
@@ -234,7 +235,11 @@ class Tensor:
             if not track:
                 return t
             meta = base.__dict__.get("_creation_meta")  # (only views carry one: `autograd.engine.record`)
-        if root._requires_grad or not _grad_state.enabled or not root.dtype.is_floating_point:
+        if not _grad_state.enabled:
+            if root.dtype.is_floating_point:  # torch's view made in no_grad mode (`autograd.engine.no_grad_views`)
+                _registry.AUTOGRAD.no_grad_views(base, t)
+            return t
+        if root._requires_grad or not root.dtype.is_floating_point:
             return t
         tracked = root.__dict__.get("_views")
         if tracked is None or len(tracked) >= tracked.limit:
@@ -633,7 +638,7 @@ class Tensor:
 
     def numpy(self, *, force=False):
         """A NumPy array sharing this tensor's memory (CPU only)."""
-        if self._requires_grad and not force:
+        if self._requires_grad and _grad_state.enabled and not force:  # (torch's check: grad mode too)
             raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
         if self.device.type != "cpu":
             raise TypeError(
