@@ -99,10 +99,7 @@ def run(T, base, steps):
         except (RuntimeError, IndexError) as e:
             seen.append(("error", type(e).__name__))
             continue
-        # (whether each is a view is left out: jitorch's reshape and flatten of a tensor they copy give a view of
-        # the copy, where torch's give the copy itself; documented)
-        seen.append([(u.requires_grad, has_grad_fn(u), u._version, tuple(u.shape),
-                      ) for u in pool])
+        seen.append([(u.requires_grad, has_grad_fn(u), u._version, tuple(u.shape), u._base is None) for u in pool])
         values.append([u.detach().numpy().astype(np.float64).copy() for u in pool])
     floats = [u for u in pool if u.dtype.is_floating_point]
     try:
