@@ -28,7 +28,7 @@ from ..runtime import profiling as _profiling
 from ..runtime.grad_mode import _state as _grad_state, enable_grad, is_grad_enabled, no_grad
 from ..runtime.hooks import add_hook
 from ..runtime.strided import contiguous_strides, is_non_overlapping_and_dense
-from ..tensor import view_refs
+from ..tensor import INFERENCE_VIEW, NO_GRAD_VIEW, view_refs
 from .anomaly_mode import check_backward, forward_trace, warn_failure
 from .rule import EVERYTHING, Args, Unsaved
 
@@ -204,14 +204,13 @@ def no_grad_views(base, views):
     if not root.dtype.is_floating_point:
         return
     meta = INFERENCE_VIEW if _grad_state.inference else NO_GRAD_VIEW
-    version = root._storage._version
     for v in (views if views.__class__ is tuple or views.__class__ is list else (views,)):  # (`_multi`)
         if v._base is None:  # (an op that returned its input itself, as ``x.view_as(x)`` may not)
             continue
         v._creation_meta = meta
-        v._view_version = version
         if root._requires_grad:
             v._requires_grad = True
+            v._view_version = root._storage._version  # (a view made unmarked never has one: stale at once)
         else:
             view_refs(root).append(_weakref(v))
 
@@ -525,11 +524,6 @@ CUSTOM_FUNCTION_VIEW = (
     "logic to handle view+inplace would override the custom backward associated with the custom Function, "
     "leading to incorrect gradients. This behavior is forbidden. You can fix this by cloning the output of the "
     "custom Function.")
-NO_GRAD_VIEW = (
-    " Given that this use case is ambiguous and error-prone, it is forbidden. You can clarify your code by moving "
-    "both the view and the inplace either both inside the no_grad block (if you don't want the inplace to be "
-    "tracked) or both outside (if you want the inplace to be tracked).")
-INFERENCE_VIEW = NO_GRAD_VIEW.replace("no_grad block", "inference_mode block")
 MULTI_OUTPUT_VIEW = (
     " This view is the output of a function that returns multiple views. Such functions do not allow the output "
     "views to be modified inplace. You should replace the inplace operation by an out-of-place one.")
