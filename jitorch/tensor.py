@@ -86,6 +86,16 @@ class _ViewRefs(list):
         self.limit = max(64, 2 * len(self))
 
 
+# Why a view made without grad mode may not have its history rebased after a write into its memory (torch's
+# CreationMeta NO_GRAD_MODE and INFERENCE_MODE): torch's messages after the one naming the view
+# (`autograd.engine._view_message`). Here, below autograd, because the eager view shortcuts mark such views.
+NO_GRAD_VIEW = (
+    " Given that this use case is ambiguous and error-prone, it is forbidden. You can clarify your code by moving "
+    "both the view and the inplace either both inside the no_grad block (if you don't want the inplace to be "
+    "tracked) or both outside (if you want the inplace to be tracked).")
+INFERENCE_VIEW = NO_GRAD_VIEW.replace("no_grad block", "inference_mode block")
+
+
 def view_refs(root):
     """The list of weak references to ``root``'s views made without history (``root._views``), made if it has
     none, pruned if full: autograd's `track_views` and `Tensor._view_of` append to it, and its
@@ -211,8 +221,9 @@ class Tensor:
         ``track``: the view records no history (its base's, if any, is not recorded now); while grad mode is on
         and its root base is a floating tensor without history, the root remembers it weakly (`view_refs`), as
         autograd's `track_views` does, so that an in-place op that later gives the root a history gives the
-        view one too (torch regenerates a view's grad_fn from its base). One frame for both: every eager view
-        op on a tensor without history pays for it."""
+        view one too (torch regenerates a view's grad_fn from its base); without grad mode it is marked as
+        `track_views` marks such views. One frame for both: every eager view op on a tensor without history
+        pays for it."""
         storage = base._storage
         t = _new_object(Tensor)
         t._storage = storage
@@ -234,7 +245,22 @@ class Tensor:
             if not track:
                 return t
             meta = base.__dict__.get("_creation_meta")  # (only views carry one: `autograd.engine.record`)
-        if root._requires_grad or not _grad_state.enabled or not root.dtype.is_floating_point:
+        if not _grad_state.enabled:
+            if root.dtype.is_floating_point:
+                # torch's view made in no_grad mode, as `autograd.engine.no_grad_views` marks one, written out:
+                # every eager view op on a floating tensor without grad mode pays for it
+                d = t.__dict__
+                d["_creation_meta"] = INFERENCE_VIEW if _grad_state.inference else NO_GRAD_VIEW
+                if root._requires_grad:
+                    t._requires_grad = True
+                    d["_view_version"] = storage._version
+                else:
+                    tracked = root.__dict__.get("_views")
+                    if tracked is None or len(tracked) >= tracked.limit:
+                        tracked = view_refs(root)
+                    tracked.append(_weakref(t))
+            return t
+        if root._requires_grad or not root.dtype.is_floating_point:
             return t
         tracked = root.__dict__.get("_views")
         if tracked is None or len(tracked) >= tracked.limit:
@@ -633,7 +659,7 @@ class Tensor:
 
     def numpy(self, *, force=False):
         """A NumPy array sharing this tensor's memory (CPU only)."""
-        if self._requires_grad and not force:
+        if self._requires_grad and _grad_state.enabled and not force:  # (torch's check: grad mode too)
             raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
         if self.device.type != "cpu":
             raise TypeError(

@@ -28,7 +28,7 @@ from ..runtime import profiling as _profiling
 from ..runtime.grad_mode import _state as _grad_state, enable_grad, is_grad_enabled, no_grad
 from ..runtime.hooks import add_hook
 from ..runtime.strided import contiguous_strides, is_non_overlapping_and_dense
-from ..tensor import view_refs
+from ..tensor import INFERENCE_VIEW, NO_GRAD_VIEW, view_refs
 from .anomaly_mode import check_backward, forward_trace, warn_failure
 from .rule import EVERYTHING, Args, Unsaved
 
@@ -135,7 +135,14 @@ def gradient_edge(t, version=None):
         return fn
     acc = t.__dict__.get("_accumulator")
     if acc is None:
-        if "_creation_meta" in t.__dict__:  # a multi-output view `_views_catch_up` could not give a history
+        meta = t.__dict__.get("_creation_meta")
+        if meta is not None:
+            # a view made without grad mode, whose memory is as it was then: it requires grad through its
+            # base, but a gradient for it goes nowhere, as torch's (no grad_fn and no accumulator). Else a
+            # write since, or a multi-output view `_views_catch_up` could not give a history: torch raises.
+            if (meta is NO_GRAD_VIEW or meta is INFERENCE_VIEW) and t.__dict__.get("_view_version") == (
+                    t._storage._version if version is None else version):
+                return None
             raise RuntimeError(_view_message(t, "its base or another view of its base has been"))
         acc = t._accumulator = AccumulateGrad(t)
     return acc
@@ -161,9 +168,10 @@ def track_views(base, views):
     """Remember ``views`` (a view op's results on ``base``, which records no history) on their root
     base: torch regenerates such a view's grad_fn from its base once an in-place op gives the base a
     history (``b = zeros(3); v = b[1]; b.copy_(x)``: v requires grad), and so does `_views_catch_up`.
-    Views made without grad mode are left out (torch forbids using them after such a write).
+    Views made without grad mode go to `no_grad_views`.
     (The eager view shortcuts make and remember a view in one step: `Tensor._view_of`'s ``track``.)"""
     if not _grad_state.enabled:
+        no_grad_views(base, views)
         return
     root = base._base
     if root is None:
@@ -180,6 +188,31 @@ def track_views(base, views):
     meta = base.__dict__.get("_creation_meta")
     if meta is not None:
         views._creation_meta = meta
+
+
+def no_grad_views(base, views):
+    """Mark ``views`` (a view op's results on ``base``, made without grad mode) as torch's views of creation
+    meta NO_GRAD_MODE (INFERENCE_MODE inside ``inference_mode``): each requires grad while its root base
+    does (its results then require grad, but no gradient reaches the base: `gradient_edge`), and once its
+    memory has been written since it was made (an in-place op on it, its base or another view, with or
+    without grad mode) an op that records history on it raises torch's error, as does an in-place op on it
+    that records history. A root that does not require grad yet remembers the views (`view_refs`), which
+    `_views_catch_up` makes require grad once an in-place op gives the root a history."""
+    root = base._base
+    if root is None:
+        root = base
+    if not root.dtype.is_floating_point:
+        return
+    meta = INFERENCE_VIEW if _grad_state.inference else NO_GRAD_VIEW
+    for v in (views if views.__class__ is tuple or views.__class__ is list else (views,)):  # (`_multi`)
+        if v._base is None:  # (an op that returned its input itself, as ``x.view_as(x)`` may not)
+            continue
+        v._creation_meta = meta
+        if root._requires_grad:
+            v._requires_grad = True
+            v._view_version = root._storage._version  # (a view made unmarked never has one: stale at once)
+        else:
+            view_refs(root).append(_weakref(v))
 
 
 def _views_catch_up(root):
@@ -500,7 +533,9 @@ def _view_message(view, modified):
     """torch's error for a write into ``view`` (``modified`` = "is being") or into its base or another
     view of it, where ``view._creation_meta`` forbids rebasing its history."""
     fn = view.grad_fn
-    if fn is None:  # (torch says so of every view without history, wherever it was made)
+    if view._creation_meta is INFERENCE_VIEW:
+        head = f"A view was created in inference mode and {modified} modified inplace in normal mode."
+    elif fn is None:  # (torch says so of every view without history, wherever it was made)
         head = f"A view was created in no_grad mode and {modified} modified inplace with grad mode enabled."
     else:
         name = fn.name()

@@ -299,8 +299,9 @@ def _write_entry(path: Path, key: str, data: bytes, digest: bytes) -> None:
     header = _HEADER.pack(MAGIC, FORMAT_VERSION, len(data), hashlib.sha256(data).digest(), digest, len(key))
     for folder in (path.parent.parent, path.parent):
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    # atomic: readers see the old entry or the new one, and the last rename wins
-    with atomic_write(path) as f:
+    # atomic: readers see the old entry or the new one, and the last rename wins; not flushed to disk first
+    # (no fsync): an entry a crash damaged fails its length or checksum and reads as a miss (`_read_entry`)
+    with atomic_write(path, durable=False) as f:
         f.write(header + key.encode("ascii"))
         f.write(data)
 

@@ -577,9 +577,11 @@ _FILL_DOC = "A tensor like ``self`` filled with ``value`` (cast to ``self``'s dt
 defop("fill.Scalar(Tensor self, Scalar value) -> Tensor", meta=_fill_scalar_meta,
       cpu=lambda spec, x, v: dense_like(x, spec.dtype.np, full_value(spec, v)), kind="creation",
       variants=("function", "inplace"), layout=preserved_strides, expanded_write=write_all, doc=_FILL_DOC)
+# (no expanded_write: torch's fill_ of a tensor value, and so ``x[...] = value`` with a basic index, refuses to
+# write through an expanded tensor, where its fill_ of a number writes)
 defop("fill.Tensor(Tensor self, Tensor value) -> Tensor", meta=_fill_tensor_meta,
       cpu=lambda spec, x, v: dense_like(x, spec.dtype.np, convert(v, spec.dtype.np)), kind="creation",
-      variants=("function", "inplace"), layout=preserved_strides, expanded_write=write_all, doc=_FILL_DOC)
+      variants=("function", "inplace"), layout=preserved_strides, doc=_FILL_DOC)
 defop("zero(Tensor self) -> Tensor", meta=_same_spec, cpu=lambda spec, x: np.zeros(spec.shape, spec.dtype.np),
       kind="creation", variants=("inplace",), expanded_write=write_all,
       doc="``x.zero_()`` fills ``x`` with zeros in place.")

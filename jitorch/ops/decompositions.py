@@ -750,9 +750,12 @@ def _svd_cpu(spec, a, full_matrices, compute_uv, driver):
     if not compute_uv:
         empty = np.zeros(0, a.dtype)
         return empty, np.linalg.svd(a, compute_uv=False), empty
-    if a.size == 0:  # NumPy's LAPACK refuses empty matrices: U and Vh are then identities (or empty)
-        u, vh = _eye_like(a[..., :, :0], spec[0].shape[-1]), _eye_like(a[..., :0, :], spec[2].shape[-2])
-        return u[..., :spec[0].shape[-1]], np.zeros(spec[1].shape, a.dtype), vh
+    if a.size == 0:  # NumPy's LAPACK refuses empty matrices: U and Vh are then the first columns or rows of
+        # identities of sizes m and n (fuzz seed 7301509: U of a 5 x 0 matrix is 5 x 0, not 0 x 0)
+        *_, m, n = a.shape
+        u = _eye_like(a[..., :, :0], m)[..., :spec[0].shape[-1]]
+        vh = _eye_like(a[..., :0, :], n)[..., :spec[2].shape[-2], :]
+        return u, np.zeros(spec[1].shape, a.dtype), vh
     return np.linalg.svd(a, full_matrices=full_matrices)
 
 

@@ -66,7 +66,7 @@ def _untracked(view):
     cached = view.__dict__.get("_trace_value")  # (a traced fake's value, as the view's)
     if cached is not None:
         t._trace_value = cached
-    if view._requires_grad:
+    if view.grad_fn is not None:  # (not a view made without grad mode, which requires grad with no history)
         t.grad_fn = view.grad_fn
         t._requires_grad = True
         t._output_nr = view._output_nr

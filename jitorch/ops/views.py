@@ -96,8 +96,18 @@ def _reshape_view(x, shape):
 def _reshape(x, shape):
     shape = infer_size(shape, prod(x._shape))
     if view_strides(x._shape, x._stride, shape) is None:
-        x = x.clone(memory_format=contiguous_format)
+        return _the_copy(x.clone(memory_format=contiguous_format).view(shape))
     return x.view(shape)
+
+
+def _the_copy(view):
+    """``view`` (of a copy no one else holds) as the copy itself, as torch's ``_unsafe_view`` gives a reshape that
+    copies: no view in autograd's sense (``_base`` None), so nothing of a view's bookkeeping stays on it (the
+    version its history was made at, why it may not be rebased: `autograd.engine`). Its history is the view's."""
+    view._base = None
+    view.__dict__.pop("_view_version", None)
+    view.__dict__.pop("_creation_meta", None)
+    return view
 
 
 def _reshape_as(x, other):
@@ -281,18 +291,18 @@ def _expand(x, size, implicit=False):
         )
     lead = len(size) - len(have_shape)
     shape, strides = list(size), [0] * len(size)
-    for i, n in enumerate(size):
+    # dims from the last, as torch's checks run: its first error is that of the last dim that has one; a size
+    # below -1 passes them (torch's numel check then refuses it)
+    for i in range(len(size) - 1, -1, -1):
+        n = size[i]
         if i < lead:
-            if n < 0:
+            if n == -1:
                 raise RuntimeError(f"The expanded size of the tensor ({n}) isn't allowed in a leading, "
                                    f"non-existing dimension {i}")
             continue
         have = have_shape[i - lead]
         if n == -1:
             shape[i] = n = have
-        if n < 0:
-            raise RuntimeError(f"expand: invalid size {n} at dimension {i} (sizes are non-negative, or -1 to keep "
-                               f"a dim).  Target sizes: {list_str(size)}.  Tensor sizes: {list_str(x.shape)}")
         if have == n:
             strides[i] = have_strides[i - lead]
         elif have != 1:
@@ -300,6 +310,8 @@ def _expand(x, size, implicit=False):
                 f"The expanded size of the tensor ({n}) must match the existing size ({have}) at non-singleton "
                 f"dimension {i}.  Target sizes: {list_str(size)}.  Tensor sizes: {list_str(x.shape)}"
             )
+    if min(shape, default=0) < 0:  # (torch's numel overflows; where another size is 0 it makes a negative size)
+        raise RuntimeError("numel: integer multiplication overflow")
     if x.ndim:  # (a 0-d tensor's expansions have stride 0 throughout, as torch's)
         for i in range(lead - 1, -1, -1):
             if shape[i] == 1:

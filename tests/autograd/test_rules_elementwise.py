@@ -317,3 +317,38 @@ def test_sinc_backward_reads_its_input_so_a_write_into_its_result_is_allowed(lib
     x.grad = None
     x.sinc().backward(lib.ones(4))
     np.testing.assert_allclose(x.grad.tolist(), [-1.27323954, 0.0, 0.0, -0.43486273], rtol=1e-6)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("form", ["pow_", "pow", "float16 ** float64"])
+def test_pow_exponent_gradient_takes_the_log_in_the_promoted_type_as_torch(form, compiled):
+    """Fuzz seed 7300167: ``v = c.to(bfloat16); v.pow_(c)`` gave ``c`` a gradient ~1e-3 relative off torch's: torch's
+    ``pow_backward_exponent`` takes the log of ``self`` cast to the operands' promoted type (float32), jitorch's
+    took it in bfloat16. Gradients of both operands, against torch's to the last bit of each dtype."""
+    low, high = (torch.float16, torch.float64) if form == "float16 ** float64" else (torch.bfloat16, torch.float32)
+
+    def program(T, c, e):
+        v = c.to(getattr(T, str(low).split(".")[1]))
+        if form == "pow_":
+            v = v * 1
+            v.pow_(e)
+            return v
+        return v.pow(e)
+
+    grads = []
+    for T in (torch, jt):
+        c = T.tensor([[0.5, 1.7, 2.9, 3.3], [0.0, 1.1, 4.25, 7.0]], dtype=getattr(T, str(high).split(".")[1]),
+                     requires_grad=True)
+        e = (c.detach() * 0.75 - 0.5).requires_grad_()
+        fn = jt.compile(lambda c, e: program(jt, c, e)) if compiled and T is jt else lambda c, e: program(T, c, e)
+        out = fn(c, e)
+        (out.float() * T.arange(1.0, 9.0).view(2, 4)).sum().backward()
+        grads.append((str(out.dtype).split(".")[1], out.detach().double().numpy(), c.grad.double().numpy(),
+                      e.grad.double().numpy()))
+    (got_dtype, *got), (want_dtype, *want) = grads
+    assert got_dtype == want_dtype
+    # (NumPy's float32 pow and torch's differ by an ulp at most, and a half result by its rounding of that; the
+    # bfloat16 log was 1e-3 relative off)
+    out_tolerance = 2e-6 if got_dtype in ("float32", "float64") else 1e-2
+    for g, w, rtol in zip(got, want, (out_tolerance, 2e-6, 2e-6)):
+        np.testing.assert_allclose(g, w, rtol=rtol)

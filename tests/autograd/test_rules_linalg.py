@@ -136,3 +136,25 @@ def test_logdet_of_a_singular_matrix_refuses_a_differentiable_backward_as_torch(
         a = lib.tensor([[1.0, 2.0], [2.0, 4.0]], requires_grad=True)
         with pytest.raises(error, match="singular"):
             lib.autograd.grad(lib.logdet(a), a, create_graph=True)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("shape", [(5, 5), (5, 3), (3, 5)], ids=["square", "tall", "wide"])
+def test_qr_backward_reads_no_input_so_a_later_write_into_it_is_no_error(shape, compiled):
+    """Fuzz seed 7301985: ``r = a.qr()[1]; a.acos_()`` then a backward through ``r``: torch's linalg_qr_backward
+    reads Q and R alone (a wide matrix's ``Y`` is ``Q V``), jitorch's rule also saved A and raised the
+    modified-by-an-inplace-operation error. Gradients against torch's."""
+    def program(T, x):
+        a = x * 0.5
+        q, r = T.linalg.qr(a)
+        a.acos_()
+        return q, r
+
+    grads = []
+    for T in (torch, jt):
+        x = T.tensor(np.random.default_rng(0).uniform(-0.9, 0.9, shape).tolist(), requires_grad=True)  # (full rank)
+        fn = jt.compile(lambda x: program(jt, x)) if compiled and T is jt else lambda x: program(T, x)
+        q, r = fn(x)
+        (q.sum() + (r * 2).sum()).backward()
+        grads.append(x.grad.numpy().astype(np.float64))
+    np.testing.assert_allclose(grads[1], grads[0], rtol=1e-4, atol=1e-5)

@@ -192,3 +192,17 @@ def test_products_of_integers_and_promotion_match_torch():
     out = jt.ones(2)
     jt.ones(2).addmv_(jt.ones(2, 3), jt.ones(3), beta=0)
     assert out.addmv_(jt.ones(2, 3), jt.ones(3), beta=0.5).tolist() == [3.5, 3.5]
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("shape", [(4, 5, 0), (4, 0, 5), (3, 0), (0, 3), (2, 0, 0)])
+def test_svd_of_an_empty_matrix_gives_torchs_shapes_and_identities(shape, compiled):
+    """Fuzz seed 7301509: ``svd`` of a 5 x 0 matrix raised jitorch's internal shape error (its U was 0 x 0, the meta
+    rule's 5 x 0); torch's U and Vh are the first columns and rows of identities of sizes m and n."""
+    def program(T, a):
+        return (*T.linalg.svd(a, full_matrices=False), *T.linalg.svd(a, full_matrices=True), *T.svd(a, some=True))
+
+    want = program(torch, torch.zeros(shape, dtype=torch.float64))
+    fn = jt.compile(lambda a: program(jt, a)) if compiled else lambda a: program(jt, a)
+    got = fn(jt.zeros(shape, dtype=jt.float64))
+    assert [(tuple(t.shape), t.tolist()) for t in got] == [(tuple(t.shape), t.tolist()) for t in want]

@@ -271,3 +271,33 @@ def test_a_backward_through_a_write_into_an_expanded_tensor_raises_as_torchs(wri
         with pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
             v.sum().backward()
     assert values[0] == values[1]
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("write", ["fill_ tensor", "setitem ellipsis", "setitem slice", "setitem value with grad",
+                                   "fill_ number", "setitem row"])
+def test_fill_of_a_tensor_value_and_basic_setitem_through_an_expanded_tensor_refuse_as_torch(write, compiled):
+    """Found by the view/in-place chains test once views were made without grad mode too: ``e[...] = s`` into an
+    expanded tensor wrote every row, where torch refuses it (its basic-index write is a ``fill_`` of the 0-d value,
+    and torch's fill_ of a tensor refuses an internal overlap; its fill_ of a number writes)."""
+    writes = {"fill_ tensor": lambda T, e, x: e.fill_(T.tensor(0.5)),
+              "setitem ellipsis": lambda T, e, x: e.__setitem__(..., 0.5),
+              "setitem slice": lambda T, e, x: e.__setitem__((slice(None), 0), 0.5),
+              "setitem value with grad": lambda T, e, x: e.__setitem__(..., x[1] * 0.5),
+              "fill_ number": lambda T, e, x: e.fill_(0.5),
+              "setitem row": lambda T, e, x: e.__setitem__(0, -1.0)}
+
+    def program(T, x):
+        e = T.zeros(3, 4).expand(2, 3, 4)
+        writes[write](T, e, x)
+        return e * 1
+
+    found = []
+    for T in (torch, jt):
+        fn = jt.compile(lambda x: program(jt, x)) if compiled and T is jt else lambda x: program(T, x)
+        try:
+            found.append(fn(T.ones(3, requires_grad=True)).tolist())
+        except RuntimeError as e:
+            found.append(str(e))
+    assert found[1] == found[0]
+    assert ("single memory location" in found[0]) == (write not in ("fill_ number", "setitem row"))

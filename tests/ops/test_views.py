@@ -545,3 +545,44 @@ def test_view_of_plain_ints_takes_the_first_overload_and_keeps_its_errors():
         x.view(2, 3).t().view(6)
     with pytest.raises(TypeError, match="received an invalid combination of arguments"):
         x.view(2.0)
+
+
+@pytest.mark.parametrize("grad", ["no history", "history", "no_grad"])
+@pytest.mark.parametrize("op", ["reshape", "flatten", "reshape_as"])
+def test_reshape_that_copies_gives_the_copy_itself_as_torch(op, grad):
+    """``reshape``/``flatten`` of a tensor whose strides allow no view return torch's ``_unsafe_view`` of a copy: no
+    view (``_base`` None); jitorch's was a view of the copy. An in-place write into it changes neither ``x`` nor
+    anything else, and the gradient through the write is torch's."""
+    calls = {"reshape": lambda t: t.reshape(12), "flatten": lambda t: t.flatten(),
+             "reshape_as": lambda t: t.reshape_as(t.new_zeros(2, 6))}
+    found = []
+    for T in (torch, jt):
+        x = T.arange(12.0).view(3, 4).requires_grad_(grad != "no history")
+        if grad == "no_grad":
+            with T.no_grad():
+                r = calls[op](x.t())
+        else:
+            r = calls[op](x.t())
+        if grad == "history":
+            r.mul_(2)
+            r.sum().backward()
+        else:
+            r.mul_(2)
+        found.append((r._base is None, r.requires_grad, r.is_leaf, r._version, r.tolist(), x.tolist(),
+                      None if x.grad is None else x.grad.tolist()))
+    assert found[1] == found[0]
+    assert found[0][0]
+
+
+@pytest.mark.parametrize("shape,size", [((3, 4), (-2, 2)), ((1,), (-2,)), ((3,), (-2, 3)), ((2, 1), (-2, 3)),
+                                        ((2, 1), (2, -5)), ((3,), (-1, 3)), ((3,), (0, -2)), ((2,), (5, -1, 2)),
+                                        ((), (-2,)), ((1, 1), (-2, -3))])
+def test_expand_with_negative_sizes_raises_torchs_error(shape, size):
+    """Sizes below -1: torch's checks run from the last dim (its first error is the last dim's), a size below -1
+    passes them and its numel check refuses it; jitorch's message named the first dim's size as invalid."""
+    found = []
+    for T in (torch, jt):
+        with pytest.raises(RuntimeError) as info:
+            T.zeros(shape).expand(*size)
+        found.append(str(info.value))
+    assert found[1] == found[0]

@@ -19,6 +19,7 @@ import math
 from numbers import Number
 
 from ...ops import functions as jt
+from ...runtime.dtypes import result_type
 from ...ops.pointwise import mvlgamma_shifts
 
 from ..rule import defgrad, differentiates, nondifferentiable, reads
@@ -85,13 +86,19 @@ def _pow_self(g, a, out):
 
 
 def _pow_exponent(g, a, out):
-    """``g * out * log(self)``, and 0 where self is 0 and the exponent non-negative (torch's convention)."""
+    """``g * out * log(self)``, and 0 where self is 0 and the exponent non-negative (torch's convention), as torch's
+    ``pow_backward_exponent`` computes it: ``self`` cast to the type the operands promote to before its log (a
+    bfloat16 base with a float32 exponent: the log in float32, not rounded to bfloat16; fuzz seed 7300167), and
+    ``g`` times the ``where`` (an infinite ``g`` where the gradient is 0 gives NaN)."""
     base, e = a.self, a.exponent
     if isinstance(base, Number):
         if base == 0:
-            return jt.where(e >= 0, 0, g * (out * -math.inf))
+            return g * jt.where(e >= 0, 0, out * -math.inf)
         return g * (out * (math.log(base) if base > 0 else math.nan))
-    return jt.where((base == 0) & (e >= 0), 0, g * (out * base.log()))
+    promoted = result_type(base, e)
+    if base.dtype is not promoted:
+        base = base.to(promoted)
+    return g * jt.where((base == 0) & (e >= 0), 0, out * base.log())
 
 
 def _extreme(g, x, other, loses):

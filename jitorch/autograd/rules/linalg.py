@@ -170,13 +170,14 @@ def _qr(g, a, out):
         raise RuntimeError("The derivative of linalg.qr depends on Q, which is not computed when mode='r'. Please use "
                            "linalg.qr(A, mode='reduced') if you are going to differentiate through linalg.qr.")
     (Q, R), (gQ, gR) = out, g
-    m, n = a.A.shape[-2:]
+    m, n = Q.shape[-2], R.shape[-1]
     if m >= n:
         if a.mode == "complete" and m > n:
             raise RuntimeError("The QR decomposition is not differentiable when mode='complete' and nrows > ncols.")
         return _qr_tall(Q, R, gQ, gR)
-    # m < n: A = [X | Y], R = [U | V] with X = Q U square
-    Y, U, gU, gV = a.A[..., m:], R[..., :m], gR[..., :m], gR[..., m:]
+    # m < n: A = [X | Y], R = [U | V] with X = Q U square and Y = Q V, which torch's linalg_qr_backward computes
+    # from Q and R as here: it saves no A, so a write into A after the call is no error (fuzz seed 7301985)
+    Y, U, gU, gV = Q.matmul(R[..., m:]), R[..., :m], gR[..., :m], gR[..., m:]
     gX = _qr_tall(Q, U, gQ + Y.matmul(gV.mT), gU)
     return jt.cat([gX, Q.matmul(gV)], -1)
 
@@ -223,7 +224,7 @@ def _eigh(g, a, out):
     return V.matmul(inner).matmul(V.mT)
 
 
-defgrad("linalg_qr", per_input(A=reads("A result", _qr)))
+defgrad("linalg_qr", per_input(A=reads("result", _qr)))
 defgrad("_linalg_svd", per_input(A=reads("result", _svd)))
 defgrad("_linalg_eigh", per_input(A=reads("result", _eigh)))
 
