@@ -22,7 +22,11 @@ def test_a_view_under_no_grad_has_no_history():
     x = jt.ones(2, 3, requires_grad=True)
     with jt.no_grad():
         y = x.view(3, 2)
-    assert y.grad_fn is None and not y.requires_grad
+    t = torch.ones(2, 3, requires_grad=True)
+    with torch.no_grad():
+        u = t.view(3, 2)
+    # torch's view made in no_grad mode: it requires grad, as a leaf without history
+    assert (y.grad_fn, y.requires_grad, y.is_leaf) == (u.grad_fn, u.requires_grad, u.is_leaf) == (None, True, True)
 
 
 def test_views_of_several_outputs_record_one_node():

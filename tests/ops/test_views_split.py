@@ -14,6 +14,10 @@ from jitorch.runtime import threads
 
 @pytest.fixture
 def threads_to(monkeypatch):
+    # NumPy's passes, as before the code generator loads (its gather kernels split rows themselves:
+    # tests/codegen/test_windows.py)
+    monkeypatch.setattr(views, "WINDOW_KERNEL", None)
+
     def to(n):
         monkeypatch.setitem(threads._settings, "threads", n)
     return to
