@@ -17,3 +17,16 @@ def test_a_quick_lstm_step_profile_has_products_softmax_and_eager_recurrences(ca
     bench.main(["--models", "cnn", "--quick", "--steps", "1"])
     out = capsys.readouterr().out
     assert "cnn (1 thread)" in out and "conv windows" in out and "copies" in out
+
+
+def test_cpu_clock_times_every_span_in_thread_cpu_time():
+    """Regression: --cpu-clock patched only ``time.perf_counter_ns``, while the recorder had bound its own clock at
+    import: spans mixed the two clocks and printed ~1e9 ms."""
+    import time
+    from jitorch.profiler import recorder
+    bench = load_script(SCRIPT, "step_profile_benchmark")
+    before = time.perf_counter_ns, recorder._clock
+    with bench.cpu_clock():
+        plain, by = bench.profile_step("cnn", quick=True, steps=2)
+    assert (time.perf_counter_ns, recorder._clock) == before
+    assert 0 <= sum(ms for ms, _ in by.values()) < 20 * plain + 50
