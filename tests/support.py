@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 
 import numpy as np
-import torch
 from hypothesis import strategies as st
 
 import jitorch as jt
@@ -92,6 +91,9 @@ def assert_close(actual, expected, dtype=None, rtol=None, atol=None, equal_nan=T
 def torch_forms(op):
     """The call forms of registry op ``op`` that torch has too, by the same name: of "function", "method",
     "inplace" (``op_``) and "out" (``out=``, with the function)."""
+    # torch imported here, not with the module: subprocesses that import these helpers (the CUDA selftest's
+    # samples, the plan cache's fresh processes) never need it, and it is 1.3 s of CPU to import
+    import torch
     forms = []
     if "function" in op.variants and hasattr(torch, op.public_name):
         forms.append("function")

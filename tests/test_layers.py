@@ -8,6 +8,7 @@ only the libraries may use (as ``torch.nn`` uses ``torch``). For cycles, a modul
 package is no dependency: the package was imported before the module, always."""
 
 import ast
+import functools
 import pathlib
 import re
 
@@ -54,13 +55,29 @@ def imported(name, package, node, known):
     return {m for m in runs if m in known and m != name}
 
 
+def statements(tree):
+    """Every statement of a parsed module, at any depth. An import is a statement, and statements sit only in
+    the statement lists of other statements (and of except and case clauses), never inside an expression:
+    walking those lists finds every import that walking every node finds, at a fifth of the nodes."""
+    stack = list(tree.body)
+    while stack:
+        node = stack.pop()
+        yield node
+        for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+            children = getattr(node, field, None)
+            if isinstance(children, list):
+                stack.extend(children)
+
+
+@functools.cache
 def import_graph():
-    """The directed graph of module -> module it imports; each edge has the line of its first import."""
+    """The directed graph of module -> module it imports; each edge has the line of its first import. Built
+    once per process (both tests read it: parsing the package is this file's whole cost); do not modify it."""
     known = modules()
     graph = nx.DiGraph()
     for name, (path, package) in known.items():
         graph.add_node(name)
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in sorted(statements(ast.parse(path.read_text())), key=lambda n: n.lineno):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 for target in imported(name, package, node, known):
                     if not graph.has_edge(name, target):
@@ -93,7 +110,7 @@ def test_no_module_imports_a_higher_layer():
 
 
 def test_no_import_cycles():
-    graph = import_graph()
+    graph = import_graph().copy()
     graph.remove_edges_from([(a, b) for a, b in list(graph.edges) if a.startswith(b + ".")])
     cycles = [sorted(c) for c in nx.strongly_connected_components(graph) if len(c) > 1]
     assert not cycles, cycles

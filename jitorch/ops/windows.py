@@ -54,11 +54,10 @@ def _bartlett(n, t):
 _I0_TERMS = 60  # enough for the series to converge in float64 at the arguments of usual betas (up to ~50)
 
 
-def _i0(x):
+def _i0(x, one):
     """The modified Bessel function of the first kind, order 0, by its power series
-    ``sum (x/2)^(2k) / (k!)^2``."""
-    term = functions.ones_like(x)
-    total = term
+    ``sum (x/2)^(2k) / (k!)^2``, for a float64 tensor or a Python float ``x`` (``one``: 1 of its kind)."""
+    term = total = one
     quarter_square = x * x / 4
     for k in range(1, _I0_TERMS):
         term = term * quarter_square / (k * k)
@@ -69,9 +68,12 @@ def _i0(x):
 def _kaiser(n, t, beta=12.0):
     """In float64, rounded once to ``t``'s dtype (torch's kernel computes each point in float or double)."""
     alpha = (n - 1) / 2.0
-    scale = _i0(functions.full((), beta, dtype=_dt.float64, device=t.device))
+    # I0(beta) in Python floats: the same float64 operations in the same order as on a tensor, so the same
+    # value, without a device launch per operation of the series (half of the op's launches on CUDA)
+    scale = _i0(float(beta), 1.0)
     wide = t.to(_dt.float64)
-    return (_i0(beta * (1 - ((wide - alpha) / alpha) ** 2).abs().sqrt()) / scale).to(t.dtype)
+    x = beta * (1 - ((wide - alpha) / alpha) ** 2).abs().sqrt()
+    return (_i0(x, functions.ones_like(x)) / scale).to(t.dtype)
 
 
 for _name, _shape, _params, _what in (
