@@ -29,7 +29,6 @@ import numpy as np
 from llvmlite import ir
 
 from ..ops import attention
-from ..runtime.threads import run_chunks
 from . import cpu, mathlib
 from .cache import cache_key, default_cache
 from .errors import CompileError
@@ -58,12 +57,8 @@ class AttentionKernel:
         work enough for each (as a generated kernel splits its outer loop). Each tile runs on one thread,
         so the results do not depend on the number of threads."""
         args = (ctypes.c_void_p * len(arrays))(*[a.__array_interface__["data"][0] for a in arrays])
-        n = min(cpu.num_threads(), tiles, tiles * self._work // cpu.CHUNK_MIN_WORK)
-        if n <= 1:
-            self._fn(args, 0, tiles)
-            return
-        step = -(-tiles // n)
-        run_chunks(self._compiled.address, args, [(i, min(i + step, tiles)) for i in range(0, tiles, step)])
+        cpu.run_split(self._fn, self._compiled.address, args, tiles,
+                      min(cpu.num_threads(), tiles, tiles * self._work // cpu.CHUNK_MIN_WORK))
 
 
 def attention_kernel(direction, dtype, L, S, D, causal, scale, batch=(), layouts=None, masked=False):

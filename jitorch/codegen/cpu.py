@@ -18,7 +18,7 @@ import threading
 import weakref
 
 from ..runtime import logs
-from ..runtime.threads import KERNEL_ENTRY, get_num_threads, run_chunks, run_parts
+from ..runtime.threads import KERNEL_ENTRY, bounds, get_num_threads, run_chunks, run_parts
 from .errors import CompileError
 from .linker import Linker
 from .llvm_module import optimise_module, optimised_module
@@ -42,6 +42,17 @@ CHUNK_MIN_WORK = PARALLEL_MIN_WORK // 2
 def num_threads():
     """``jitorch.set_num_threads``'s number, else ``JITORCH_NUM_THREADS``, else the number of cores."""
     return get_num_threads()
+
+
+def run_split(fn, address, args, count, parts):
+    """``fn(args, lo, hi)`` (the machine code at ``address``) over ``range(count)``: whole on the calling thread
+    where ``parts`` is at most 1, else in ``parts`` near-equal chunks on the thread team (`threads.run_chunks`).
+    The kernels inside ops (row softmax, optimizer blocks, attention tiles) split so, each row, block or tile
+    on one thread."""
+    if parts <= 1:
+        fn(args, 0, count)
+        return
+    run_chunks(address, args, bounds(count, parts))
 
 
 def _init():

@@ -25,7 +25,6 @@ import ctypes
 import numpy as np
 from llvmlite import ir
 
-from ..runtime.threads import run_chunks
 from . import cpu
 from .cache import default_cache
 from .errors import CompileError
@@ -64,12 +63,8 @@ class StepKernel:
         blocks = len(sizes)
         arrays = [*tables, sizes, rows]
         args = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
-        n = min(cpu.num_threads(), blocks, work // cpu.CHUNK_MIN_WORK)
-        if n <= 1:
-            self._fn(args, 0, blocks)
-            return
-        step = -(-blocks // n)
-        run_chunks(self._compiled.address, args, [(i, min(i + step, blocks)) for i in range(0, blocks, step)])
+        cpu.run_split(self._fn, self._compiled.address, args, blocks,
+                      min(cpu.num_threads(), blocks, work // cpu.CHUNK_MIN_WORK))
 
 
 def run_blocks(kernel, operands, rows):

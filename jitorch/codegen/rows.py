@@ -28,7 +28,6 @@ from ..ir.passes.fusion import fuse
 from ..ops import normalization, reductions
 from ..runtime import dtypes as _dt
 from ..runtime.device import device as _device
-from ..runtime.threads import run_chunks
 from . import cpu
 from .cache import default_cache
 from .errors import CompileError
@@ -52,11 +51,7 @@ def _run_rows(compiled, args, rows, size):
     """``compiled`` over ``rows`` rows (``size`` elements) of ``args``: on the calling thread, or in chunks of
     rows on the thread team from `cpu.PARALLEL_MIN_WORK` elements, as a compiled kernel's outer loop splits."""
     n = min(cpu.num_threads(), rows, size // cpu.CHUNK_MIN_WORK) if size >= cpu.PARALLEL_MIN_WORK else 1
-    if n <= 1:
-        compiled.fn(args, 0, rows)
-        return
-    step = -(-rows // n)
-    run_chunks(compiled.address, args, [(i, min(i + step, rows)) for i in range(0, rows, step)])
+    cpu.run_split(compiled.fn, compiled.address, args, rows, n)
 
 
 class RowKernel:
