@@ -657,7 +657,7 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
     # On the CPU, a run of reduced elements (the reduced dims collapse to one; no prologue output, no index)
     # is read in several streams at once (`streamed_run`); a float max or min there as `float_extremum` does.
     run = bld.target is CPU and len(r_sizes) == 1 and not pro_outs and index_of is None
-    extremum = EXTREMA.get(reduction) if run and compute in EXTREMUM_DTYPES else None
+    extremum = EXTREMA.get(reduction) if run and compute in EXTREMUM_DTYPES and not _carries_float16(bld) else None
 
     def streamed(count):
         """Whether a run of ``count`` elements reduces in streams, and in how many."""
@@ -829,6 +829,16 @@ def float_extremum(b, which, dtype, lo, hi, value, streams=2):
     return Scalar(b.select(b.load(nan), ir.Constant(t, float("nan")), total), dtype)
 
 
+def _carries_float16(bld):
+    """Whether any value of ``bld``'s kernel is float16. Then `float_extremum` is not used: LLVM narrows its
+    max of two float16 values widened to float32 to a max of halves, and LLVM 15's x86 back end aborts the
+    process on that vector max ("Cannot select: v16f16 = X86ISD::FMAX nnan nsz") on an AVX-512 host without
+    AVX512-FP16 (measured on an AMD EPYC, which LLVM 15 takes for a znver3). Keys (`lowering.Reduction`)
+    give the same max, NaN included."""
+    values = list(bld.geometry) + [v for n in bld.group.nodes for v in n.outputs]
+    return any(v.type.dtype is _dt.float16 for v in values)
+
+
 def _merged_reduced_dims(group, red, reduced):
     """The reshape in ``group`` that makes ``red``'s input by merging trailing dims into the one dim
     ``red`` reduces (a pool's windows, ``(..., kH, kW)`` seen as ``(..., kH * kW)``), read by ``red`` alone;
@@ -985,7 +995,7 @@ def build_softmax(group, name, target=None, aliases=None, layouts=None):
         base = b.mul(ridx[0], I64(cols))
         at = lambda p, j: b.gep(p, [b.add(base, j[0])])  # noqa: E731
 
-        if target is CPU:
+        if target is CPU and not _carries_float16(bld):
             m = float_extremum(b, "maxnum", dtype, I64(0), I64(cols), read, streams_for(cols))
         else:  # a GPU block combines keys (see lowering.Reduction): one integer max carries NaN
             amax = lowering.AMAX

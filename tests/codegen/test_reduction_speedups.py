@@ -283,6 +283,24 @@ def test_row_max_runs_several_vector_accumulators_and_one_nan_compare_per_pair(d
         assert not re.search(r"llvm\.[su](max|min)|icmp s[gl]t <", loop)
 
 
+@pytest.mark.parametrize("fn", [lambda t: t.amax(1), lambda t: t.amin(1), lambda t: t.relu().amax(1),
+                                lambda t: t.float().amax(1), lambda t: t.float().softmax(-1), lambda t: t.max()],
+                         ids=["amax", "amin", "relu_amax", "float_amax", "float_softmax", "full_max"])
+def test_float16_max_and_min_kernels_take_no_maxnum_which_llvm15_aborts_on_after_narrowing_to_halves(fn):
+    """Regression (AMD EPYC host, llvmlite 0.44 / LLVM 15): the float32 maxnum fold of `float_extremum` over
+    widened float16 values was narrowed by LLVM to a half vector max, whose x86 selection aborted the whole
+    process ("Cannot select: v16f16 = X86ISD::FMAX"). Such kernels now combine integer keys."""
+    values = np.random.default_rng(3).standard_normal((3, 1031)) * 10
+    values[1, 7] = np.nan
+    compiled = jt.compile(fn)
+    x = jt.tensor(values).to(jt.float16)
+    for k in compiled.lower(x).kernels:
+        assert "@llvm.maxnum" not in k.llvm_ir and "@llvm.minnum" not in k.llvm_ir, k.ops
+    got, want = compiled(x), fn(torch.from_numpy(values).half())
+    # maxima exactly; the softmax to its float32 rounding
+    np.testing.assert_allclose(got.double().numpy(), want.double().numpy(), rtol=1e-6, atol=0)
+
+
 @pytest.mark.parametrize("threads", ["1", "2"])
 def test_split_full_max_and_min_with_nan_inside_and_between_parts(threads, monkeypatch):
     monkeypatch.setenv("JITORCH_NUM_THREADS", threads)
