@@ -52,7 +52,7 @@ def _blocks():
     return model, twin
 
 
-def _train(lib, model, idx, targets, steps, on_step=None):
+def _train(lib, model, idx, targets, steps):
     """nanoGPT's step: AdamW, gradients clipped at norm 1; the losses and the last step's gradients."""
     opt = lib.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
     losses = []
@@ -63,8 +63,6 @@ def _train(lib, model, idx, targets, steps, on_step=None):
         lib.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         losses.append(loss.item())
-        if on_step is not None:
-            on_step()
     return losses, [p.grad.numpy().copy() for p in model.parameters()]
 
 
