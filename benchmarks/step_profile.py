@@ -1,6 +1,7 @@
 """Where a compiled training step's time goes, by category, for the models of benchmarks/models.py.
 
     python benchmarks/step_profile.py [--models cnn,lstm,gpt-4x128,dcgan] [--threads 1] [--steps 10] [--cpu-clock]
+                                      [--system "jitorch.compile(model)"]
 
 Each model's whole step (forward, backward, optimizer: one jitorch.compile'd function) is warmed up, timed
 unprofiled (process CPU ms per step), then run under `jitorch.profiler.profile`, whose spans of the compiled
@@ -13,6 +14,10 @@ call are summed per category:
     fused kernels   every other generated kernel (pointwise and reduction groups; the optimizer's updates)
     eager steps     other nodes run with the eager kernels (recurrences, dropout's random numbers, indexing)
     Python          the compiled call's time outside those spans (its generated Python between them)
+
+``--system "jitorch.compile(model)"`` profiles that system of benchmarks/models.py instead: the model compiled into a
+forward and a backward graph (whose spans are summed as above), the loss, autograd's engine, clipping and the
+optimizer eager (not counted: the profiler slows eager ops, whose fast paths step aside for it).
 
 ``--cpu-clock`` times the spans in the calling thread's CPU time (``time.thread_time_ns``), for a shared
 machine: at more than one thread, other threads' chunks are then not counted.
@@ -36,6 +41,7 @@ import models  # noqa: E402
 PRODUCTS = frozenset({"matmul", "mm", "bmm"})
 WINDOWS = frozenset({"_as_strided_add", "as_strided_scatter", "new_zeros", "zeros"})
 CATEGORIES = ("products", "conv windows", "copies", "softmax", "fused kernels", "eager steps", "Python")
+SYSTEMS = ("jitorch compiled", "jitorch.compile(model)")  # (of benchmarks/models.py)
 
 
 def category(event):
@@ -52,11 +58,11 @@ def category(event):
     return "softmax" if "softmax" in ops or "log_softmax" in ops else "fused kernels"
 
 
-def profile_step(name, quick=False, steps=10, threads=1):
-    """(CPU ms per unprofiled step, {category: (ms per step, calls per step)}) of ``name``'s compiled step."""
+def profile_step(name, quick=False, steps=10, threads=1, system="jitorch compiled"):
+    """(CPU ms per unprofiled step, {category: (ms per step, calls per step)}) of ``name``'s step under ``system``
+    (one of SYSTEMS)."""
     jitorch.set_num_threads(threads)
-    w = models.workload(jitorch, name, quick)
-    call = models.whole_step(jitorch, w)
+    call = models.system_call(system, name, quick)
     for _ in range(4):  # (compiles; Adam's first compiled call traces again)
         call()
     start = time.process_time()
@@ -99,11 +105,13 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--quick", action="store_true", help="tiny sizes (for tests)")
     p.add_argument("--cpu-clock", action="store_true", help="spans in the calling thread's CPU time")
+    p.add_argument("--system", default=SYSTEMS[0], choices=SYSTEMS)
     args = p.parse_args(argv)
     for name in args.models.split(","):
         with cpu_clock() if args.cpu_clock else contextlib.nullcontext():
-            plain, by = profile_step(name, args.quick, args.steps, args.threads)
-        print(f"{name} ({args.threads} thread{'s' if args.threads > 1 else ''}): {plain:.2f} CPU ms per step unprofiled")
+            plain, by = profile_step(name, args.quick, args.steps, args.threads, args.system)
+        print(f"{name}, {args.system} ({args.threads} thread{'s' if args.threads > 1 else ''}): {plain:.2f} CPU ms "
+              "per step unprofiled")
         for kind in CATEGORIES:
             ms, n = by[kind]
             print(f"  {kind:14s} {ms:8.2f} ms  {n:6.0f} calls")

@@ -16,7 +16,15 @@ def test_a_quick_lstm_step_profile_has_products_softmax_and_eager_recurrences(ca
     assert all(ms >= 0 for ms, _ in by.values()) and by["products"][0] > 0
     bench.main(["--models", "cnn", "--quick", "--steps", "1"])
     out = capsys.readouterr().out
-    assert "cnn (1 thread)" in out and "conv windows" in out and "copies" in out
+    assert "cnn, jitorch compiled (1 thread)" in out and "conv windows" in out and "copies" in out
+
+
+def test_a_compiled_model_step_profile_sums_the_spans_of_its_forward_and_backward_graphs():
+    bench = load_script(SCRIPT, "step_profile_benchmark")
+    plain, by = bench.profile_step("cnn", quick=True, steps=2, system="jitorch.compile(model)")
+    # the convolutions' and the linear layers' products of the forward graph and of the backward graph
+    assert plain > 0 and by["products"][1] >= 8 and by["fused kernels"][1] >= 1
+    assert set(by) == set(bench.CATEGORIES) and all(ms >= 0 for ms, _ in by.values())
 
 
 def test_cpu_clock_times_every_span_in_thread_cpu_time():

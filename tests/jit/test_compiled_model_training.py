@@ -1,0 +1,166 @@
+"""``jitorch.compile(model)`` trained with an eager backward and optimizer (torch.compile's habit): each step runs
+the model's forward graph once and its backward graph once (AOTAutograd's split, no recomputation), the node keeps
+only the values the partition saved and frees them after the backward, and losses, gradients and parameters equal
+torch's eager training of the same model."""
+
+import collections
+
+import numpy as np
+import pytest
+import torch
+
+import jitorch as jt
+from jitorch.profiler import profile
+
+
+def block_class(lib):
+    """A GPT block over token embeddings with its loss, as nanoGPT's model computes it inside forward (layer
+    norms, causal attention, a GELU MLP, a tied head and the cross entropy), as a ``lib`` module."""
+    F = lib.nn.functional
+
+    class Block(lib.nn.Module):
+        def __init__(self, vocab=11, dims=16, heads=2):
+            super().__init__()
+            self.wte = lib.nn.Embedding(vocab, dims)
+            self.ln1, self.ln2 = lib.nn.LayerNorm(dims), lib.nn.LayerNorm(dims)
+            # (without a bias: the keys' bias has a zero gradient up to rounding, which Adam would scale up to steps)
+            self.qkv, self.proj = lib.nn.Linear(dims, 3 * dims, bias=False), lib.nn.Linear(dims, dims)
+            self.fc, self.out = lib.nn.Linear(dims, 4 * dims), lib.nn.Linear(4 * dims, dims)
+            self.heads = heads
+
+        def forward(self, idx, targets):
+            x = self.wte(idx)
+            B, T, C = x.shape
+            q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)
+            q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).contiguous().view(B, T, C)
+            x = x + self.proj(y)
+            x = x + self.out(F.gelu(self.fc(self.ln2(x))))
+            logits = x @ self.wte.weight.t()
+            return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+    return Block
+
+
+def _blocks():
+    """(a jitorch block, its twin under torch with the same parameter values)."""
+    jt.manual_seed(0)
+    model = block_class(jt)()
+    twin = block_class(torch)()
+    with torch.no_grad():
+        for p, q in zip(model.parameters(), twin.parameters()):
+            q.copy_(torch.from_numpy(p.detach().numpy().copy()))
+    return model, twin
+
+
+def _train(lib, model, idx, targets, steps):
+    """nanoGPT's step: AdamW, gradients clipped at norm 1; the losses and the last step's gradients."""
+    opt = lib.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=True)
+        loss = model(idx, targets)
+        loss.backward()
+        lib.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(loss.item())
+    return losses, [p.grad.numpy().copy() for p in model.parameters()]
+
+
+def _batch():
+    g = jt.Generator().manual_seed(3)
+    return jt.randint(0, 11, (3, 8), generator=g), jt.randint(0, 11, (3, 8), generator=g)
+
+
+def _entry(compiled):
+    (function,) = compiled._by_mode.values()
+    (entry,) = function.cache.values()
+    return entry
+
+
+def test_a_compiled_model_step_runs_its_forward_graph_once_and_its_backward_graph_once_and_trains_as_torch():
+    model, twin = _blocks()
+    compiled = jt.compile(model)
+    idx, targets = _batch()
+    _train(jt, compiled, idx, targets, 1)  # (compiles)
+    with profile() as prof:
+        losses, grads = _train(jt, compiled, idx, targets, 3)
+    graph_calls = collections.Counter(e.name for e in prof.events() if e.kind == "compiled_call")
+    assert graph_calls == {"compiled: Block (forward)": 3, "compiled: Block (backward)": 3}
+    entry = _entry(compiled)
+    # the partition's two graphs: no compiled vector-Jacobian product that runs the forward again
+    assert entry.split is not None and entry.backward is None
+    torch_idx, torch_targets = (torch.from_numpy(t.numpy()) for t in (idx, targets))
+    _train(torch, twin, torch_idx, torch_targets, 1)
+    torch_losses, torch_grads = _train(torch, twin, torch_idx, torch_targets, 3)
+    np.testing.assert_allclose(losses, torch_losses, rtol=1e-5)
+    for g, tg in zip(grads, torch_grads):
+        np.testing.assert_allclose(g, tg, rtol=2e-4, atol=2e-6)
+    for p, q in zip(compiled.parameters(), twin.parameters()):
+        np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-4, atol=1e-6)
+
+
+def test_a_compiled_model_node_keeps_the_partitions_saved_values_and_frees_them_after_the_backward():
+    compiled = jt.compile(_blocks()[0])
+    idx, targets = _batch()
+    loss = compiled(idx, targets)
+    node = loss.grad_fn
+    split = _entry(compiled).split
+    captured = [t for t in split.backward.graph.constant_tensors.values() if isinstance(t, jt.Tensor)]
+    # what the backward reads of the call's tensors, the captured tensors it reads (by version), and the
+    # values the forward graph returned after the loss: nothing else is held until the backward
+    assert len(node.ctx._saved) == len(split.inputs_read) + len(captured) + split.saved
+    assert split.saved == len(split.forward.graph.outputs) - 1
+    loss.backward()
+    assert node.ctx._saved is None
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        loss.backward()
+
+
+def test_a_compiled_model_backward_retained_accumulates_as_torchs():
+    model, twin = _blocks()
+    compiled = jt.compile(model)
+    idx, targets = _batch()
+    torch_idx, torch_targets = (torch.from_numpy(t.numpy()) for t in (idx, targets))
+    for m, i, t in ((compiled, idx, targets), (twin, torch_idx, torch_targets)):
+        loss = m(i, t)
+        loss.backward(retain_graph=True)
+        loss.backward()
+    assert _entry(compiled).split is not None
+    for p, q in zip(compiled.parameters(), twin.parameters()):
+        np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=2e-4, atol=2e-6)
+
+
+def test_a_compiled_model_runs_parameter_hooks_once_per_backward_with_the_accumulated_gradient():
+    model, twin = _blocks()
+    compiled = jt.compile(model)
+    idx, targets = _batch()
+    torch_idx, torch_targets = (torch.from_numpy(t.numpy()) for t in (idx, targets))
+    seen = {"torch": [], "compiled": []}
+    for name, m, i, t in (("torch", twin, torch_idx, torch_targets), ("compiled", compiled, idx, targets)):
+        m.wte.weight.register_hook(lambda g, name=name: seen[name].append(("hook", g.numpy().copy())))
+        m.wte.weight.register_post_accumulate_grad_hook(
+            lambda p, name=name: seen[name].append(("after", p.grad.numpy().copy())))
+        for _ in range(2):  # (the second backward accumulates into .grad)
+            m(i, t).backward()
+    assert _entry(compiled).split is not None  # (the hooks run in the eager engine, around the backward graph)
+    assert [k for k, _ in seen["compiled"]] == [k for k, _ in seen["torch"]] == ["hook", "after"] * 2
+    for (_, a), (_, b) in zip(seen["compiled"], seen["torch"]):
+        np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-6)
+
+
+def test_a_compiled_model_backward_refuses_an_output_written_after_the_call_as_torch():
+    def logits(T):
+        return T.nn.Sequential(T.nn.Linear(5, 7), T.nn.LogSoftmax(-1))
+
+    messages = []
+    for T, wrap in ((torch, lambda m: m), (jt, jt.compile)):
+        T.manual_seed(0)
+        out = wrap(logits(T))(T.randn(4, 5))
+        node = out.grad_fn
+        out.mul_(2)  # log_softmax's backward reads its output, which the node saved
+        with pytest.raises(RuntimeError) as e:
+            out.sum().backward()
+        messages.append(str(e.value))
+    assert node.ctx.entry.split is not None
+    assert "modified by an inplace operation" in messages[0]
+    assert messages[1].startswith("one of the variables needed for gradient computation has been modified")
