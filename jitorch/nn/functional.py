@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import math
 import warnings
+from typing import NamedTuple
 
 import numpy as np
 
@@ -1915,17 +1916,17 @@ def _gelu_tanh_grad(x, g):
     return _composition_grad(_gelu_tanh, x, g)
 
 
-class _Form(tuple):
-    """An activation's composition: (name, its function of x, its gradient's function of x and g)."""
+class _Form(NamedTuple):
+    """An activation's composition: its kernels' name, its function of x, its gradient's function of x and g."""
 
-    name = property(lambda self: self[0])
-    fn = property(lambda self: self[1])
-    grad = property(lambda self: self[2])
+    name: str
+    fn: object
+    grad: object
 
 
-_GELU_FORMS = {"none": _Form(("gelu", _gelu_exact, _gelu_exact_grad)),
-               "tanh": _Form(("gelu_tanh", _gelu_tanh, _gelu_tanh_grad))}
-# From this many elements an eager GELU of a contiguous float32/float64 tensor (forward and backward) runs the
+_GELU_FORMS = {"none": _Form("gelu", _gelu_exact, _gelu_exact_grad),
+               "tanh": _Form("gelu_tanh", _gelu_tanh, _gelu_tanh_grad)}
+# From this many elements an eager GELU of a contiguous CPU float tensor (forward and backward) runs the
 # compiled path's kernel of its composition (`_gelu_kernel`). The NumPy passes took (1 thread, float32, µs,
 # exact forward / backward) 35 / 15 at 512 elements against the kernels' 5 / 6, 45 / 21 at 4096 against 8 / 10,
 # 1510 / 919 at 393216 (gpt-4x128's MLP) against 279 / 475; but the first call loads the code generator and
