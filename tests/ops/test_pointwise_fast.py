@@ -320,3 +320,33 @@ def test_comparisons_of_nan_and_infinities_raise_no_floating_point_error(op, dty
     for g, w in zip(got, want):
         assert g.dtype is jt.bool
         assert g.tolist() == w.tolist()
+
+
+@pytest.mark.parametrize("dtype", [jt.float16, jt.float32, jt.float64, jt.int8, jt.int64])
+def test_negation_and_relu_raise_no_floating_point_error(dtype):
+    """-x and relu's shortcut call NumPy without silencing floating-point errors (`_QUIET_UFUNCS`, relu's
+    ``quiet``): under NumPy's strictest error state and warnings as errors, NaN (a signalling one too),
+    infinities and integer minimums still give the general path's bits and torch's values."""
+    torch = pytest.importorskip("torch")
+    if dtype.is_floating_point:
+        a = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1.5, -2.5], dtype.np)
+        bits = np.array([0x7C01 if dtype is jt.float16 else 0x7F800001 if dtype is jt.float32 else 0x7FF0000000000001],
+                        {2: np.uint16, 4: np.uint32, 8: np.uint64}[a.itemsize])
+        a = np.concatenate([a, bits.view(dtype.np)] * 3)  # (with a signalling NaN)
+    else:
+        info = np.iinfo(dtype.np)
+        a = np.array([info.min, info.max, 0, -1, 1] * 3, dtype.np)
+    x = jt.tensor(a)
+    shortcut = registry.OPS["neg"].fast_one, registry.OPS["relu"].fast_one
+    with np.errstate(all="raise"), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = [shortcut[0](x), shortcut[1](x), -x, jt.relu(x), x[:1].neg(), x[1:2].relu()]
+    with general_path():
+        want = [-x, jt.relu(x), -x, jt.relu(x), x[:1].neg(), x[1:2].relu()]
+    assert (got[0] is None and got[1] is None) == (dtype is jt.float16)  # (float16: the general path's)
+    t = torch.from_numpy(a)
+    for g, w, tw in zip(got, want, [-t, torch.relu(t)] * 2 + [-t[:1], torch.relu(t[1:2])]):
+        if g is None:
+            continue
+        np.testing.assert_array_equal(g.numpy().view(np.uint8), w.numpy().view(np.uint8))
+        np.testing.assert_array_equal(g.numpy(), tw.numpy())
