@@ -350,3 +350,37 @@ def test_negation_and_relu_raise_no_floating_point_error(dtype):
             continue
         np.testing.assert_array_equal(g.numpy().view(np.uint8), w.numpy().view(np.uint8))
         np.testing.assert_array_equal(g.numpy(), tw.numpy())
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (1, 1)])
+@pytest.mark.parametrize("dtype", [jt.int8, jt.int64, jt.float32, jt.float64])
+def test_inplace_ops_on_one_element_give_the_general_paths_bits(dtype, shape):
+    """An in-place op on one element computes from a copy of its operand (`pointwise_base`'s ``fast_into``):
+    the general path's bits, its errors, the tensor's own memory written once (version + 1), torch's values;
+    ``x.add_(x)`` and an operand that is a view of the same memory too."""
+    torch = pytest.importorskip("torch")
+    info = np.iinfo(dtype.np) if dtype in (jt.int8, jt.int64) else np.finfo(dtype.np)
+    values = [int(info.min), int(info.max), 3] if info.dtype.kind == "i" else [-2.5, 0.1, float("nan"), float(info.max)]
+    for v, w in zip(values, values[1:] + values[:1]):
+        calls = [("add_", (w,), {"alpha": 2}), ("sub_", (w,), {}), ("mul_", (w,), {}), ("add_", ("self",), {}),
+                 ("mul_", ("view",), {})]
+        for name, others, kwargs in calls:
+            got, want = (jt.tensor(np.full(shape, v, dtype.np)) for _ in range(2))
+            t = torch.from_numpy(np.full(shape, v, dtype.np))
+            def operand(x, o):  # noqa: E306
+                return x if o == "self" else x.view(shape) if o == "view" else jt.tensor(np.full(shape, o, dtype.np))
+            ptr, version = got.data_ptr(), got._version
+            assert getattr(got, name)(operand(got, others[0]), **kwargs) is got
+            assert got.data_ptr() == ptr and got._version == version + 1
+            with general_path():
+                getattr(want, name)(operand(want, others[0]), **kwargs)
+            np.testing.assert_array_equal(got.numpy().reshape(-1).view(np.uint8), want.numpy().reshape(-1).view(np.uint8))
+            to = t if others[0] == "self" else t.view(shape) if others[0] == "view" else torch.from_numpy(
+                np.full(shape, others[0], dtype.np))
+            getattr(t, name)(to, **kwargs)
+            np.testing.assert_array_equal(got.numpy(), t.numpy())
+    if info.dtype.kind == "i":
+        x = jt.ones(shape, dtype=dtype)
+        with pytest.raises(RuntimeError, match="result type Float can't be cast to the desired output type"):
+            x.add_(jt.ones(shape))
+        assert x._version == 0 and x.tolist() == jt.ones(shape, dtype=dtype).tolist()
