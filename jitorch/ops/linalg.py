@@ -208,12 +208,17 @@ def _matmul(a, b, out=None):
     inf times 0 or a NaN): the error state is per thread, and the workers run parts of products too.
     A product over one term (a column times a row) is ``np.multiply``, the same single rounding: NumPy's
     matmul runs that case in a plain C loop, 4-5x slower (DCGAN's first transposed convolution's gradient)."""
+    sa, sb = a.shape, b.shape  # (each read makes a tuple)
+    one_term = len(sa) >= 2 and len(sb) >= 2 and sa[-1] == 1 == sb[-2] and a.dtype == b.dtype
+    return _product(a, b if one_term else _rows_first(a, b), one_term, out)
+
+
+def _product(a, b, one_term, out=None):
+    """`_matmul`'s NumPy call, its rule for a product over one term (``one_term``) taken."""
     token = fp_errors.enter()
     try:
-        sa, sb = a.shape, b.shape  # (each read makes a tuple)
-        if len(sa) >= 2 and len(sb) >= 2 and sa[-1] == 1 == sb[-2] and a.dtype == b.dtype:
+        if one_term:
             return np.multiply(a, b) if out is None else np.multiply(a, b, out=out)
-        b = _rows_first(a, b)
         return np.matmul(a, b) if out is None else np.matmul(a, b, out=out)
     finally:
         fp_errors.leave(token)
@@ -320,11 +325,13 @@ def _fast_path(op, ndims):
         if ya is None:
             ya = b._array()
         shape = None  # (the result's, where known here: two matrices')
-        try:
-            if len(sa) < 3 and (len(sa) < 2 or len(sb) < 2 or len(sb) == 2 and sa[0] * sa[1] * sb[1] < SPLIT_MIN_WORK):
-                r = _matmul(xa, ya)  # (`array_product`'s choice for these operands, without its calls)
-                if len(sa) == 2 == len(sb):
-                    shape = (sa[0], sb[1])
+        na, nb = len(sa), len(sb)
+        try:  # (`array_product`'s choice for these operands, without its calls)
+            if na == 2 == nb and sa[0] * sa[1] * sb[1] < SPLIT_MIN_WORK:
+                r = _product(xa, ya, sa[1] == 1 == sb[0])  # (`_matmul` on two matrices of one dtype)
+                shape = (sa[0], sb[1])
+            elif na < 3 and (na < 2 or nb < 2):
+                r = _matmul(xa, ya)
             else:
                 r = array_product(xa, ya)
         except ValueError:
