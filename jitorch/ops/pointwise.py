@@ -429,6 +429,7 @@ def _relu(x):
 
 
 _relu.ufunc_result = True  # (a ufunc's result on x: its shape and order, which `pointwise_base`'s shortcut then skips testing)
+_relu.quiet = True  # (raises no floating-point error: checked as `pointwise_base._QUIET_UFUNCS` are)
 
 
 def _clamp(x, lo, hi):
