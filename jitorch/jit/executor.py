@@ -821,6 +821,25 @@ def _alone(node):
     return Group(kind, [node], list(dict.fromkeys(values)), list(node.outputs), shape)
 
 
+def split_refused(group):
+    """The parts a group the kernel builder refuses is lowered as: its leading views (those that read no value
+    the group computes; each alone, a tensor header) apart and the rest as one group of the group's kind and
+    space, where there are both (a gradient clipping's ``as_strided`` of a bias's gradient, a group output, then
+    the square, sum and sqrt of its norm: one reduction kernel rather than three); else one group per node."""
+    computed, lead = set(), []
+    for node in group.nodes:
+        if node.op.view is not None and not any(v in computed for v in node.input_values()):
+            lead.append(node)
+        else:
+            computed.update(node.outputs)
+    rest = [node for node in group.nodes if node not in lead]
+    if not lead or not rest:
+        return [_alone(node) for node in group.nodes]
+    inputs = list(dict.fromkeys(v for n in rest for v in n.input_values() if v not in computed))
+    outputs = [v for v in group.outputs if v in computed]
+    return [_alone(node) for node in lead] + [Group(group.kind, rest, inputs, outputs, group.shape)]
+
+
 class CompiledGraph:
     """A graph's groups as kernels and eager steps, ready to run on input tensors.
 
@@ -941,7 +960,7 @@ class CompiledGraph:
             for k, source in zip(stale, self._sources([(requests[k][0], requests[k][1], None,
                                                         self._kernel_layouts(requests[k][0])) for k in stale])):
                 requests[k], sources[k] = (*requests[k][:3], self._kernel_layouts(requests[k][0])), source
-            parts = [(_alone(node), f"{base}_{j}") for group, base in refused for j, node in enumerate(group.nodes)]
+            parts = [(part, f"{base}_{j}") for group, base in refused for j, part in enumerate(split_refused(group))]
             parts = [(part, f"{base}_{part.kind}", None, self._kernel_layouts(part)) for part, base in parts]
             requests, sources = requests + parts, sources + self._sources(parts)
         built = {name: (source, layouts) for (_, name, _, layouts), source in zip(requests, sources)}
@@ -956,15 +975,14 @@ class CompiledGraph:
     def _foresee_eager_views(self, requests, sources):
         """Note (`_note_eager_views`), in graph order, the views that `_lower` will make eager steps of, given
         the first sources of the groups: those of view groups that need no kernel, of groups without a kernel
-        form, and the view nodes of groups the builder refused (split into one group per node). The batch then
+        form, and the views the groups the builder refused split into (`split_refused`). The batch then
         builds the kernels that read them for the layouts `_lower` asks for (where it foresaw wrong, `_lower`
         builds the kernel alone)."""
         for (group, _, _, _), source in zip(requests, sources):
             if not _lowered(group) or (source is None and group.kind == "view"):
                 self._note_eager_views(group.nodes)
             elif source is None and len(group.nodes) > 1:
-                for node in group.nodes:
-                    part = _alone(node)
+                for part in split_refused(group):
                     if part.kind == "view" or not _lowered(part):
                         self._note_eager_views(part.nodes)
 
@@ -978,8 +996,8 @@ class CompiledGraph:
     def _lower(self, group, name, split):
         """Append the steps of one fusion group: a kernel, or eager steps for what the code
         generator does not lower. A group the kernel builder refuses as a whole (a reduction with
-        an output of another shape, a reshape of a strided value) is ``split`` into one group per
-        node, so that most of it still runs compiled. A source `_prebuilt` made is used if the layouts
+        an output of another shape, a reshape of a strided value) is ``split`` into parts (`split_refused`),
+        so that most of it still runs compiled. A source `_prebuilt` made is used if the layouts
         it was built for are still the group's (a group an eager step ran before reads compact inputs)."""
         target, make_kernel, step_type, _ = self._backend
         if not _lowered(group):
@@ -998,9 +1016,10 @@ class CompiledGraph:
                 self._note_eager_views(group.nodes)
                 return
             if split and len(group.nodes) > 1:
-                logs.log("codegen", "%s: the group is split into one group per node: %s", name, e)
-                for j, node in enumerate(group.nodes):
-                    self._lower(_alone(node), f"{name}_{j}", split=False)
+                parts = split_refused(group)
+                logs.log("codegen", "%s: the group is split into %d parts: %s", name, len(parts), e)
+                for j, part in enumerate(parts):
+                    self._lower(part, f"{name}_{j}", split=len(part.nodes) > 1)
                 return
             logs.log("codegen", "%s runs eagerly: %s", name, e)
             self.steps.append(EagerStep(group.nodes, str(e)))
