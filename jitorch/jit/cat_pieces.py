@@ -16,6 +16,8 @@ from math import prod
 
 import numpy as np
 
+from ..ops.views import SPLIT_MIN
+from ..runtime import threads
 from ..runtime.strided import contiguous_strides, view_strides
 
 
@@ -53,8 +55,23 @@ def strided_read(t, geometry):
 
 
 def cat_pieces_into(arrays, out, slices):
-    """Each array into its slice of ``out`` (compact): `cat_slices`' places."""
+    """Each array into its slice of ``out`` (compact): `cat_slices`' places. A large result is written in parts
+    on the thread team (`views.SPLIT_MIN`, as a large copy is): each part the same range of each input's first
+    dim, disjoint places in ``out``."""
     item = out.itemsize
-    for arr, (shape, strides, offset) in zip(arrays, slices):
-        if prod(shape):
-            np.ndarray(shape, out.dtype, out, offset * item, tuple(s * item for s in strides))[...] = arr
+    pairs = [(np.ndarray(shape, out.dtype, out, offset * item, tuple(s * item for s in strides)), arr)
+             for arr, (shape, strides, offset) in zip(arrays, slices) if prod(shape)]
+    parts = min(threads.get_num_threads(), out.size // (SPLIT_MIN // 2))
+    if out.size < SPLIT_MIN or parts < 2:
+        _copy(pairs)
+        return
+    shares = [[] for _ in range(parts)]
+    for target, arr in pairs:
+        for share, (lo, hi) in zip(shares, threads.bounds(target.shape[0], parts)):
+            share.append((target[lo:hi], arr[lo:hi]))
+    threads.run_parts(_copy, [(share,) for share in shares if share])
+
+
+def _copy(pairs):
+    for target, arr in pairs:
+        np.copyto(target, arr)

@@ -122,3 +122,25 @@ def test_attention_backward_plan_has_no_head_copy_and_matches_eager():
     ty = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=True)
     (ty * ty).sum().backward()
     np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_a_large_cat_of_pieces_is_written_in_parts_on_the_team(monkeypatch):
+    """From `views.SPLIT_MIN` elements at 2 threads the pieces are written in parts on the team: the bytes of
+    the 1-thread call."""
+    from jitorch.jit import cat_pieces
+    args = _inputs(4, shape=(8, 4, 64, 64))
+    saved = jt.get_num_threads()
+    parts = []
+    run_parts = cat_pieces.threads.run_parts
+    monkeypatch.setattr(cat_pieces.threads, "run_parts",
+                        lambda fn, p: (parts.append(len(p)) if fn is cat_pieces._copy else None, run_parts(fn, p)))
+    try:
+        results = []
+        for threads in (1, 2):
+            jt.set_num_threads(threads)
+            ex, copies, (cat,) = _plan(_heads_joined, *args)
+            assert copies == [] and len(cat.pieces) == 3
+            results.append(ex.run(list(args)).numpy().tobytes())
+    finally:
+        jt.set_num_threads(saved)
+    assert parts == [2] and results[0] == results[1]
