@@ -53,7 +53,7 @@ from .collector import collector_paused
 from .parts import independent_parts
 from .plan_cache import fuse_cached, optimize_cached
 from .results import eager_layouts, refresh_captured_state, returned_view, set_grads, write_back
-from ..ops import registry, views
+from ..ops import indexing, registry, views
 from ..ops.registry import laid_out
 from ..ops.linalg import array_product
 from ..ops.views import compact
@@ -64,10 +64,10 @@ from ..runtime.storage import Storage
 from ..runtime.strided import contiguous_strides
 from ..tensor import Tensor
 from ..runtime.pytree import tree_leaves, tree_map
-# (mathlib: loaded with the backend, not on the first call; recurrence, attention, windows and rows: register
-# ops.recurrences' fused cells, ops.attention's fused kernels, ops.views' col2im and padding kernels and
-# ops.reductions' eager row softmax)
-from ..codegen import attention, cpu, mathlib, recurrence, rows, windows  # noqa: F401
+# (mathlib: loaded with the backend, not on the first call; recurrence, attention, windows, rows and scatter:
+# register ops.recurrences' fused cells, ops.attention's fused kernels, ops.views' col2im and padding kernels,
+# ops.reductions' eager row softmax and ops.indexing's scatter-add of rows)
+from ..codegen import attention, cpu, mathlib, recurrence, rows, scatter, windows  # noqa: F401
 from ..codegen.kernel import RESHAPES, CompileError, build_many, build_shared, built_or_refused, composes, \
     is_row_softmax, row_softmax_of
 from ..codegen.straightline import Source
@@ -253,6 +253,20 @@ def _zeros_into(args, out):
     views.fill_split(out, 0)
 
 
+def _host_index_add(node):
+    """Whether an ``index_add`` adds float32/float64 rows of its result's dtype on the CPU, by int32/int64
+    indices along an int dim: eager's formula (`indexing.index_add_into`) writes it into the arena buffer."""
+    x, dim, index, source = node.args[:4]
+    out = node.outputs[0].type
+    return out.device.type == "cpu" and out.dtype in (_dt.float32, _dt.float64) and isinstance(dim, int) \
+        and all(isinstance(v, Value) for v in (x, index, source)) and x.type.dtype == source.type.dtype == out.dtype \
+        and index.type.dtype in (_dt.int32, _dt.int64)
+
+
+def _index_add_into(args, out):
+    indexing.index_add_into(out, *args)
+
+
 def _as_strided_add_into(args, out):
     views.as_strided_add_into(out, *args)
 
@@ -268,7 +282,8 @@ def _as_strided_scatter_into(args, out):
 _WRITERS_INTO = {name: (_blas_product, _matmul_into) for name in ("matmul", "mm", "bmm")}
 _WRITERS_INTO.update({"zeros": (_host_tensors, _zeros_into), "new_zeros": (_host_tensors, _zeros_into),
                       "_as_strided_add": (_host_tensors, _as_strided_add_into),
-                      "as_strided_scatter": (_host_tensors, _as_strided_scatter_into), "cat": (_host_cat, _cat_into)})
+                      "as_strided_scatter": (_host_tensors, _as_strided_scatter_into), "cat": (_host_cat, _cat_into),
+                      "index_add": (_host_index_add, _index_add_into)})
 
 # Graphs with this many constants or more bind them in a loop over a table (as fast per constant as two
 # straight lines each, and the generated call's source compiles in less time: a GPT training step binds 210).
@@ -573,9 +588,10 @@ class Plan:
 
     def _unfilled(self, steps, root, last_use, escaping):
         """The zeros (``zeros``, ``new_zeros`` written into the arena) that a call does not fill: their one
-        reader is a col2im or a padded copy (`_as_strided_add`, `as_strided_scatter` into the arena, whose
-        writer starts from zeros itself when given None: `views.as_strided_add_into`), and nothing else reads
-        them or a view of them, nor do they leave the call."""
+        reader is a col2im, a padded copy or an embedding's backward (`_as_strided_add`, `as_strided_scatter`,
+        `index_add` into the arena, whose writer starts from zeros itself when given None:
+        `views.as_strided_add_into`, `indexing.index_add_into`), and nothing else reads them or a view of
+        them, nor do they leave the call."""
         made, readers = {}, {}
         for step in steps:
             for v in step.reads():
@@ -721,10 +737,11 @@ def permuted_for_products(graph, groups, wanted):
 
 def _updated_operand(step, j, root, last_use, escaping):
     """The operand whose arena buffer eager step ``j``'s result may take, or None: a single
-    `as_strided_scatter` or `_as_strided_add` that a writer computes into the arena (it copies its first
-    operand into the result, then changes part of it: where they are one buffer, the copy is skipped), whose
+    `as_strided_scatter`, `_as_strided_add` or `index_add` that a writer computes into the arena (it copies its
+    first operand into the result, then changes part of it: where they are one buffer, the copy is skipped), whose
     first operand is no view, leaves the call no other way, and is read by no later step (the zeros a
-    convolution's padded input or col2im's sums start from: megabytes filled, then copied, per call)."""
+    convolution's padded input, col2im's sums or an embedding's gradient start from: megabytes filled, then
+    copied, per call)."""
     if not isinstance(step, EagerStep) or len(step.nodes) != 1:
         return None
     (node,) = step.nodes
@@ -738,7 +755,7 @@ def _updated_operand(step, j, root, last_use, escaping):
     return x
 
 
-_COPIES_FIRST = ("as_strided_scatter", "_as_strided_add")
+_COPIES_FIRST = ("as_strided_scatter", "_as_strided_add", "index_add")
 
 
 def _alone(node):
