@@ -69,7 +69,7 @@ from ..runtime.pytree import tree_leaves, tree_map
 # ops.reductions' eager row softmax and ops.indexing's scatter-add of rows)
 from ..codegen import attention, cpu, mathlib, recurrence, rows, scatter, windows  # noqa: F401
 from ..codegen.kernel import RESHAPES, CompileError, build_many, build_shared, built_or_refused, composes, \
-    is_row_softmax, row_softmax_of
+    gather_checks, is_row_softmax, row_softmax_of
 from ..codegen.straightline import Source
 from ..codegen.lowering import kind_of
 
@@ -113,6 +113,8 @@ class KernelStep:
         self.compacted = set()     # inputs laid out otherwise than this kernel reads them (see _kernel_layouts)
         self.layouts = {}          # value -> strides of the buffers it reads and writes that are not compact
         self.views = {}            # eager views it reads in place: value -> (strides, offset, root's size)
+        # the indices its gathers read, checked before it runs: (tensor value, (size, op, dim, ndim))
+        self.checks = [(v, tuple(rest)) for v, *rest in gather_checks(nodes)]
 
     def reads(self):
         return self.inputs
@@ -127,6 +129,8 @@ class KernelStep:
     def emit(self, src, indent):
         """This step's lines of the generated call (see `straightline`): its argument array patched
         with the addresses that change per call, then the kernel."""
+        for v, check in self.checks:
+            src.emit(f"_check_gather(env[{src.name(v, 'v')}], *{src.name(check, 'g')})", indent)
         split = self.kernel.source.split
         if split is not None:
             src.emit(f"{src.name(self, 'step')}._run_split(env)", indent)
@@ -761,6 +765,7 @@ _COPIES_FIRST = ("as_strided_scatter", "_as_strided_add", "index_add")
 def _alone(node):
     """A fusion group of one node (what a refused group splits into)."""
     kind = kind_of(node)
+    kind = "pointwise" if kind in ("gather", "index") else kind  # (an indexed load or an arange alone)
     values = [a for a in node.input_values()]
     shape = tuple(values[0].type.shape) if kind == "reduction" else tuple(node.outputs[0].type.shape)
     return Group(kind, [node], list(dict.fromkeys(values)), list(node.outputs), shape)
@@ -1072,7 +1077,7 @@ class CompiledGraph:
                              _graph=g, _constants=g.constant_tensors, _unshared=self._unshared,
                              _outputs=self._outputs, _finish=self._finish, _set_grads=set_grads,
                              _view=returned_view, _laid_out=laid_out, _strided=_strided, _compute=_compute, _view_of=Tensor._view_of,
-                             _compute_one=_compute_one,
+                             _compute_one=_compute_one, _check_gather=indexing.check_gather_index,
                              _profiling=profiling, _profiled=self._profiled_run, _clock=time.perf_counter_ns)
         if g.grad_constants or g.refreshers:
             src.emit("_refresh(_graph)")

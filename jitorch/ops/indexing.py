@@ -743,12 +743,33 @@ def _index_select_meta(x, dim, index):
 def _index_select_cpu(spec, x, dim, index):
     d = wrap_dim(dim, x.ndim)
     idx = index.reshape(-1)
-    bad = _first_out_of_range(idx, x.shape[d] if x.ndim else 1, negative=False)
-    if bad is not None and x.ndim == 0:
-        raise IndexError("index out of range in self")
-    if bad is not None:
-        raise RuntimeError(f"INDICES element is out of DATA bounds, id={bad} axis_dim={x.shape[d]}")
+    _check_select_indices(idx, x.shape[d] if x.ndim else 1, d, x.ndim)
     return np.take(x.reshape(_nonempty(x.shape)), idx, axis=d).reshape(spec.shape)
+
+
+def _check_select_indices(idx, n, d, ndim):
+    """torch's CPU error for an index_select index outside ``[0, n)`` along dim ``d`` of ``ndim`` dims: its kernel
+    along dim 1 of a tensor of 2 dims or more reports the value and the size; every other checks 'out of range'."""
+    bad = _first_out_of_range(idx, n, negative=False)
+    if bad is None:
+        return
+    if d == 1 and ndim > 1:
+        raise RuntimeError(f"INDICES element is out of DATA bounds, id={bad} axis_dim={n}")
+    raise IndexError("index out of range in self")
+
+
+def check_gather_index(index, size, op, dim, ndim):
+    """Raise eager's error for ``op`` ("gather" or "index_select") along ``dim`` of a source of ``ndim`` dims and
+    ``size`` elements there where a value of the tensor ``index`` falls outside ``[0, size)``: a compiled
+    kernel's indexed loads, checked before the kernel runs, so that it never reads out of bounds."""
+    idx = index._array()
+    if not idx.size or (idx.min() >= 0 and idx.max() < size):
+        return
+    idx = idx.reshape(-1)
+    if op == "gather":
+        _check_dim_indices(idx, size, dim)
+    else:
+        _check_select_indices(idx, size, dim, ndim)
 
 
 defop("index_select(Tensor self, int dim, Tensor index) -> Tensor", meta=_index_select_meta,
