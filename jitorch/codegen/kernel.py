@@ -346,10 +346,13 @@ class _Builder:
                                                        if (s > 0) == high)) for high in (False, True)]
             if min(ends) < 0 or max(ends) >= shape[d]:
                 raise CompileError(f"{node.op.name}: an arange index outside the source's dim (eager raises)")
-        elif index_offset or prod(index_shape) != prod(index_root.type.shape) \
-                or not is_non_overlapping_and_dense(index_shape, index_strides):
-            # the executor checks the indices of the root's tensor, which must be the ones the kernel reads
-            raise CompileError(f"{node.op.name}: an index that is a part of another tensor")
+        else:
+            # the executor checks the indices of the root's tensor, which must be the ones the kernel reads: all
+            # of its elements, each once along the dims that do not broadcast (an expand's read it again)
+            spread = [(n, st) for n, st in zip(index_shape, index_strides) if st]
+            if index_offset or prod(n for n, _ in spread) != prod(index_root.type.shape) \
+                    or not is_non_overlapping_and_dense([n for n, _ in spread], [st for _, st in spread]):
+                raise CompileError(f"{node.op.name}: an index that is a part of another tensor")
         if node.op.name == "index_select":
             index_strides = tuple(index_strides[0] if k == d else 0 for k in range(len(out_shape)))
         self.geometry[out] = (root, out_shape, reads, offset)
