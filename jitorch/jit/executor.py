@@ -685,7 +685,9 @@ def softmax_prologues(graph, groups):
                 continue
             taken.insert(0, i)
         pro = groups[i]
-        if pro.kind == "pointwise" and pro.outputs == [x] and tuple(pro.shape) == tuple(x.type.shape):
+        # (a gather or an arange in it would have to be read as the softmax's row reader does not)
+        if pro.kind == "pointwise" and pro.outputs == [x] and tuple(pro.shape) == tuple(x.type.shape) \
+                and all(kind_of(n) in ("pointwise", "view") for n in pro.nodes):
             prologue_of[k] = taken
     if not prologue_of:
         return groups
