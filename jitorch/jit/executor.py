@@ -54,7 +54,7 @@ from .collector import collector_paused
 from .parts import independent_parts
 from .plan_cache import fuse_cached, optimize_cached
 from .results import eager_layouts, refresh_captured_state, returned_view, set_grads, write_back
-from ..ops import registry, views
+from ..ops import indexing, registry, views
 from ..ops.registry import laid_out
 from ..ops.linalg import array_product
 from ..ops.views import compact
@@ -65,12 +65,12 @@ from ..runtime.storage import Storage
 from ..runtime.strided import contiguous_strides
 from ..tensor import Tensor
 from ..runtime.pytree import tree_leaves, tree_map
-# (mathlib: loaded with the backend, not on the first call; recurrence, attention, windows and rows: register
-# ops.recurrences' fused cells, ops.attention's fused kernels, ops.views' col2im and padding kernels and
-# ops.reductions' eager row softmax)
-from ..codegen import attention, cpu, mathlib, recurrence, rows, windows  # noqa: F401
+# (mathlib: loaded with the backend, not on the first call; recurrence, attention, windows, rows and scatter:
+# register ops.recurrences' fused cells, ops.attention's fused kernels, ops.views' col2im and padding kernels,
+# ops.reductions' eager row softmax and ops.indexing's scatter-add of rows)
+from ..codegen import attention, cpu, mathlib, recurrence, rows, scatter, windows  # noqa: F401
 from ..codegen.kernel import RESHAPES, CompileError, build_many, build_shared, built_or_refused, composes, \
-    is_row_softmax, row_softmax_of
+    gather_checks, is_row_softmax, row_softmax_of
 from ..codegen.straightline import Source
 from ..codegen.lowering import kind_of
 
@@ -114,6 +114,8 @@ class KernelStep:
         self.compacted = set()     # inputs laid out otherwise than this kernel reads them (see _kernel_layouts)
         self.layouts = {}          # value -> strides of the buffers it reads and writes that are not compact
         self.views = {}            # eager views it reads in place: value -> (strides, offset, root's size)
+        # the indices its gathers read, checked before it runs: (tensor value, (size, op, dim, ndim))
+        self.checks = [(v, tuple(rest)) for v, *rest in gather_checks(nodes)]
 
     def reads(self):
         return self.inputs
@@ -128,6 +130,8 @@ class KernelStep:
     def emit(self, src, indent):
         """This step's lines of the generated call (see `straightline`): its argument array patched
         with the addresses that change per call, then the kernel."""
+        for v, check in self.checks:
+            src.emit(f"_check_gather(env[{src.name(v, 'v')}], *{src.name(check, 'g')})", indent)
         split = self.kernel.source.split
         if split is not None:
             src.emit(f"{src.name(self, 'step')}._run_split(env)", indent)
@@ -254,6 +258,20 @@ def _zeros_into(args, out):
     views.fill_split(out, 0)
 
 
+def _host_index_add(node):
+    """Whether an ``index_add`` adds float32/float64 rows of its result's dtype on the CPU, by int32/int64
+    indices along an int dim: eager's formula (`indexing.index_add_into`) writes it into the arena buffer."""
+    x, dim, index, source = node.args[:4]
+    out = node.outputs[0].type
+    return out.device.type == "cpu" and out.dtype in (_dt.float32, _dt.float64) and isinstance(dim, int) \
+        and all(isinstance(v, Value) for v in (x, index, source)) and x.type.dtype == source.type.dtype == out.dtype \
+        and index.type.dtype in (_dt.int32, _dt.int64)
+
+
+def _index_add_into(args, out):
+    indexing.index_add_into(out, *args)
+
+
 def _as_strided_add_into(args, out):
     views.as_strided_add_into(out, *args)
 
@@ -269,7 +287,8 @@ def _as_strided_scatter_into(args, out):
 _WRITERS_INTO = {name: (_blas_product, _matmul_into) for name in ("matmul", "mm", "bmm")}
 _WRITERS_INTO.update({"zeros": (_host_tensors, _zeros_into), "new_zeros": (_host_tensors, _zeros_into),
                       "_as_strided_add": (_host_tensors, _as_strided_add_into),
-                      "as_strided_scatter": (_host_tensors, _as_strided_scatter_into), "cat": (_host_cat, _cat_into)})
+                      "as_strided_scatter": (_host_tensors, _as_strided_scatter_into), "cat": (_host_cat, _cat_into),
+                      "index_add": (_host_index_add, _index_add_into)})
 
 # Graphs with this many constants or more bind them in a loop over a table (as fast per constant as two
 # straight lines each, and the generated call's source compiles in less time: a GPT training step binds 210).
@@ -586,9 +605,10 @@ class Plan:
 
     def _unfilled(self, steps, root, last_use, escaping):
         """The zeros (``zeros``, ``new_zeros`` written into the arena) that a call does not fill: their one
-        reader is a col2im or a padded copy (`_as_strided_add`, `as_strided_scatter` into the arena, whose
-        writer starts from zeros itself when given None: `views.as_strided_add_into`), and nothing else reads
-        them or a view of them, nor do they leave the call."""
+        reader is a col2im, a padded copy or an embedding's backward (`_as_strided_add`, `as_strided_scatter`,
+        `index_add` into the arena, whose writer starts from zeros itself when given None:
+        `views.as_strided_add_into`, `indexing.index_add_into`), and nothing else reads them or a view of
+        them, nor do they leave the call."""
         made, readers = {}, {}
         for step in steps:
             for v in step.reads():
@@ -678,7 +698,9 @@ def softmax_prologues(graph, groups):
                 continue
             taken.insert(0, i)
         pro = groups[i]
-        if pro.kind == "pointwise" and pro.outputs == [x] and tuple(pro.shape) == tuple(x.type.shape):
+        # (a gather or an arange in it would have to be read as the softmax's row reader does not)
+        if pro.kind == "pointwise" and pro.outputs == [x] and tuple(pro.shape) == tuple(x.type.shape) \
+                and all(kind_of(n) in ("pointwise", "view") for n in pro.nodes):
             prologue_of[k] = taken
     if not prologue_of:
         return groups
@@ -793,10 +815,11 @@ def fold_copies_into_cats(graph, steps, layouts):
 
 def _updated_operand(step, j, root, last_use, escaping):
     """The operand whose arena buffer eager step ``j``'s result may take, or None: a single
-    `as_strided_scatter` or `_as_strided_add` that a writer computes into the arena (it copies its first
-    operand into the result, then changes part of it: where they are one buffer, the copy is skipped), whose
+    `as_strided_scatter`, `_as_strided_add` or `index_add` that a writer computes into the arena (it copies its
+    first operand into the result, then changes part of it: where they are one buffer, the copy is skipped), whose
     first operand is no view, leaves the call no other way, and is read by no later step (the zeros a
-    convolution's padded input or col2im's sums start from: megabytes filled, then copied, per call)."""
+    convolution's padded input, col2im's sums or an embedding's gradient start from: megabytes filled, then
+    copied, per call)."""
     if not isinstance(step, EagerStep) or len(step.nodes) != 1:
         return None
     (node,) = step.nodes
@@ -810,12 +833,13 @@ def _updated_operand(step, j, root, last_use, escaping):
     return x
 
 
-_COPIES_FIRST = ("as_strided_scatter", "_as_strided_add")
+_COPIES_FIRST = ("as_strided_scatter", "_as_strided_add", "index_add")
 
 
 def _alone(node):
     """A fusion group of one node (what a refused group splits into)."""
     kind = kind_of(node)
+    kind = "pointwise" if kind in ("gather", "index") else kind  # (an indexed load or an arange alone)
     values = [a for a in node.input_values()]
     shape = tuple(values[0].type.shape) if kind == "reduction" else tuple(node.outputs[0].type.shape)
     return Group(kind, [node], list(dict.fromkeys(values)), list(node.outputs), shape)
@@ -1149,7 +1173,7 @@ class CompiledGraph:
                              _outputs=self._outputs, _finish=self._finish, _set_grads=set_grads,
                              _view=returned_view, _laid_out=laid_out, _strided=_strided, _compute=_compute, _view_of=Tensor._view_of,
                              _compute_one=_compute_one, _strided_read=strided_read,
-                             _cat_pieces_into=cat_pieces_into,
+                             _cat_pieces_into=cat_pieces_into, _check_gather=indexing.check_gather_index,
                              _profiling=profiling, _profiled=self._profiled_run, _clock=time.perf_counter_ns)
         if g.grad_constants or g.refreshers:
             src.emit("_refresh(_graph)")
