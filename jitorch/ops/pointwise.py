@@ -23,7 +23,7 @@ from ..runtime import dtypes as _dt
 from ..runtime.casts import convert
 from . import erf_float32, registry, special_math
 from .meta import ALWAYS_BOOL, DEFAULT, INT_TO_FLOAT, KEEP_INT, opmath
-from .pointwise_base import defpointwise
+from .pointwise_base import defpointwise, scalar_in
 from .registry import cpp_name, defop, scalar_name
 from .schema import parse_schema
 
@@ -140,7 +140,8 @@ def _check_sub(spec, a, b, alpha):
     if bools:
         raise RuntimeError("Subtraction, the `-` operator, with a bool tensor is not supported. "
                            "If you are trying to invert a mask, use the `~` or `logical_not()` operator instead.")
-    _check_alpha(spec, a, b, alpha)
+    # torch subtracts by adding ``-alpha``, the value its checked conversion sees (int8 takes 128, not -128)
+    _check_alpha(spec, a, b, -alpha if alpha.__class__ is int else alpha)
 
 
 def _check_neg(spec, x):
@@ -252,13 +253,12 @@ def _nonzero_divisor(a, b):
 
 
 def _alpha_times(b, alpha, like):
-    """``alpha * b`` in the compute dtype; a Python number ``b`` multiplies as that dtype, wrapping, and so
-    does ``alpha`` (a negative one for an unsigned dtype, as torch converts it)."""
+    """``alpha * b`` in the compute dtype; a number ``b`` (a NumPy scalar) multiplies as that dtype, wrapping, and
+    so does ``alpha``, converted to it as torch converts it (`scalar_in`: a negative one wraps for an unsigned
+    dtype)."""
     if b.__class__ is not np.ndarray:
         b = np.array(b, like.dtype)
-    if alpha.__class__ is int and b.dtype.kind == "u":
-        alpha = convert(np.array(alpha), b.dtype)[()]
-    return np.multiply(b, alpha)
+    return np.multiply(b, scalar_in(alpha, b.dtype))
 
 
 # Arithmetic -----------------------------------------------------------------------
@@ -391,6 +391,11 @@ def _pow(a, b, dtype=None):
             # an integer to a negative power is 0, except 1 and -1 (whose powers only need the parity)
             r = np.power(a, np.where(negative, b & 1, b))
             return np.where(negative & (np.abs(a) != 1), 0, r)
+    if b.__class__ is np.ndarray and b.ndim == 0 and b.dtype.kind == "f" and a.__class__ is np.ndarray \
+            and a.dtype.kind == "f" and b == 2:
+        # torch's pow by a 0-d tensor 2 gives the correctly rounded square, x * x's bits; NumPy's power() by
+        # a 0-d 2 does so from 2.1 on, and before is an ulp off for some (its AVX-512 loop)
+        return a * a
     exponent = _number_exponent(a, b)
     if exponent is not None:
         dtype = dtype or _dt.from_numpy_dtype(a.dtype)  # the fast path's: the operand's own

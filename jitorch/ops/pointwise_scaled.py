@@ -16,7 +16,7 @@ import numpy as np
 from ..runtime import dtypes as _dt
 from ..runtime.casts import convert
 from .meta import DEFAULT
-from .pointwise_base import defpointwise
+from .pointwise_base import defpointwise, scalar_in
 from .registry import scalar_name
 
 _ADDCDIV_INTEGERS = (
@@ -31,7 +31,7 @@ def multiplier(value, dtype):
     """``value`` as torch's kernels read it in the compute ``dtype`` (``Scalar.to<scalar_t>()``): a NumPy
     scalar, truncated toward zero and wrapped for integer dtypes."""
     if dtype.is_floating_point:
-        return dtype.np.type(value)
+        return scalar_in(value, dtype.np)  # (an int beyond 2**53 rounded once, as torch converts it)
     whole = value if isinstance(value, int) else math.trunc(value)
     return convert(np.array(whole), dtype.np)[()]
 
