@@ -1061,15 +1061,6 @@ def install_operators(functions):
             # torch's ``2.0 * x`` is ``x.mul(2.0)``: the tensor first, so a half type reads the number as
             # ``x * 2.0`` does (unrounded, `pointwise_base.reads_unrounded`)
             return forward(fname)
-        if fname == "true_divide":
-            # torch's ``2.0 / x`` is ``x.reciprocal() * 2.0``, not a division (other bits)
-            def divided(self, other):
-                try:
-                    return self.reciprocal() * other
-                except TypeError:
-                    return NotImplemented
-            return divided
-
         def op(self, other):
             if fname == "matmul":
                 return fn(_as_tensor_like(other, self), self)

@@ -728,7 +728,7 @@ def _bits(a, b):
 def _shift_count(b, limit, negative):
     """The count given to NumPy (which leaves counts past the width to the CPU): at most ``limit``,
     ``negative`` for negative counts."""
-    if b.__class__ is int:
+    if b.__class__ is not np.ndarray:  # (a number, as a NumPy scalar of the compute dtype)
         return negative if b < 0 else min(b, limit)
     return np.where(b < 0, negative, np.minimum(b, limit))
 

@@ -73,7 +73,7 @@ CALLS = [
     ("add", lambda m, x, w, y: x.add(w)), ("radd", lambda m, x, w, y: w + x),
     ("sub", lambda m, x, w, y: x.sub(w)), ("rsub", lambda m, x, w, y: w - x),
     ("mul", lambda m, x, w, y: x.mul(w)), ("rmul", lambda m, x, w, y: w * x),
-    ("div", lambda m, x, w, y: x.div(w)), ("rdiv", lambda m, x, w, y: w / x),
+    ("div", lambda m, x, w, y: x.div(w)),
     ("div_trunc", lambda m, x, w, y: x.div(w, rounding_mode="trunc")),
     ("div_floor", lambda m, x, w, y: x.div(w, rounding_mode="floor")),
     ("remainder", lambda m, x, w, y: x.remainder(w)), ("fmod", lambda m, x, w, y: x.fmod(w)),
