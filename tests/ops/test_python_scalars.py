@@ -121,3 +121,17 @@ def test_python_numbers_in_pointwise_ops_give_torchs_bits(dtype, shape):
                 wrong.append((name, w, got if isinstance(got, str) else got[:2],
                               want if isinstance(want, str) else want[:2]))
     assert not wrong, f"{len(wrong)} differ, e.g. {wrong[:8]}"
+
+
+@pytest.mark.parametrize("shape", [(), (6,)], ids=["0d", "1d"])
+def test_python_numbers_in_compiled_functions_give_torchs_bits(shape):
+    """A compiled function's Python numbers are constants of the kernel's dtype (typed when lowered, NumPy
+    takes no part): its bits are torch's eager ones under either NumPy."""
+    rng = np.random.default_rng(len(shape))
+    xv = _values(jt.float32, shape, rng)
+    for w in _numbers(rng)[:8]:
+        def f(x):
+            return (x * w - w) / 3.0 + 0.1
+
+        got = jt.compile(f)(jt.tensor(xv))
+        assert _bits(_as_torch(got)) == _bits(f(_to_torch(xv))), w
