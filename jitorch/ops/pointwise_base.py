@@ -334,18 +334,20 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
             else:
                 return None
             if xa.__class__ is not np.ndarray or ya.__class__ is not np.ndarray:
-                # the number as a NumPy scalar of the dtype, as torch converts it (`scalar_in`), where
-                # NumPy's conversion is exact or rounds once and cannot overflow; other numbers take the
-                # general path
-                number = ya if xa.__class__ is np.ndarray else xa
+                # A number the dtype holds (an int float64 holds exactly, a float that does not overflow it;
+                # others take the general path, `scalar_in`) is converted by NumPy as torch converts it, rounded
+                # once to the dtype, beside an array of at least one dim. Beside a 0-d array NumPy 1.x casts
+                # by value (float32 and a Python float compute in float64): it gets a NumPy scalar of the dtype.
+                array, number = (xa, ya) if xa.__class__ is np.ndarray else (ya, xa)
                 limits = (float_limits if number.__class__ is float else int_limits).get(dtype)
                 if limits is None or not limits[0] <= number <= limits[1]:
                     return None
-                number = dtype.np.type(number)
-                if xa.__class__ is np.ndarray:
-                    ya = number
-                else:
-                    xa = number
+                if not array.ndim:
+                    number = dtype.np.type(number)
+                    if xa is array:
+                        ya = number
+                    else:
+                        xa = number
             vals = (xa, ya)
         if dtype not in fast_dtypes:  # before computing: a formula need not handle dtypes its op rejects
             return None
