@@ -23,7 +23,7 @@ from ..runtime import dtypes as _dt
 from ..runtime.casts import convert
 from . import erf_float32, registry, special_math
 from .meta import ALWAYS_BOOL, DEFAULT, INT_TO_FLOAT, KEEP_INT, opmath
-from .pointwise_base import defpointwise, scalar_in
+from .pointwise_base import check_fits, defpointwise, scalar_in
 from .registry import cpp_name, defop, scalar_name
 from .schema import parse_schema
 
@@ -62,20 +62,6 @@ def _require_tensor(op_name, position, name, value):
     if not isinstance(value, registry.Tensor) and isinstance(value, Number):  # (a tensor skips the ABC's check)
         raise TypeError(f"{op_name}(): argument '{name}' (position {position}) must be Tensor, "
                         f"not {type(value).__name__}")
-
-
-def _check_fits(value, dtype):
-    """torch's checked conversion of a Python number to the dtype an op computes in (c10's ``overflows``:
-    an unsigned type takes negative integers down to ``-max``, which wrap as two's complement)."""
-    if dtype.kind in "iu" and value.__class__ is int:
-        lo, hi = _dt.iinfo_range(dtype)
-        fits = (-hi if dtype.kind == "u" else lo) <= value <= hi
-    elif dtype.kind == "f" and dtype is not _dt.float64 and value.__class__ is not bool:
-        fits = not math.isfinite(value) or abs(value) <= _dt.finfo(dtype).max
-    else:
-        return
-    if not fits:
-        raise RuntimeError(f"value cannot be converted to type {_dt.C_NAMES[dtype.name]} without overflow")
 
 
 def _by_name(*rows):
@@ -129,7 +115,7 @@ def _check_alpha(spec, a, b, alpha):
     elif isinstance(alpha, float) and not spec.dtype.is_floating_point:
         raise RuntimeError("For integral input tensors, argument alpha must not be a floating point number.")
     else:
-        _check_fits(alpha, spec.dtype)
+        check_fits(alpha, spec.dtype)
 
 
 def _check_sub(spec, a, b, alpha):
@@ -168,7 +154,7 @@ def _check_pow(spec, base, exponent):
     if spec.dtype is _dt.bool and not _by_fill_or_copy(base, exponent):
         raise NotImplementedError("\"pow\" not implemented for 'Bool'")
     if isinstance(exponent, Number) and not isinstance(base, Number) and spec.dtype not in (_dt.float32, _dt.float64):
-        _check_fits(exponent, spec.dtype)  # torch checks a number exponent's cast, except to float and double
+        check_fits(exponent, spec.dtype)  # torch checks a number exponent's cast, except to float and double
     if (exponent.__class__ is int and exponent < 0 and not isinstance(base, Number)
             and not base.dtype.is_floating_point):
         raise RuntimeError("Integers to negative integer powers are not allowed.")
@@ -190,7 +176,7 @@ def _check_clamp(spec, x, lo, hi):
         raise NotImplementedError(f"\"{kernel}\" not implemented for 'Bool'")
     for v in (lo, hi):
         if isinstance(v, Number):
-            _check_fits(v, spec.dtype)
+            check_fits(v, spec.dtype)
 
 
 def _check_lerp(spec, start, end, weight):
@@ -208,6 +194,8 @@ def _check_lerp(spec, start, end, weight):
     if not dtype.is_floating_point:
         kernel = "lerp_kernel_scalar" if number else "lerp_kernel_tensor"
         raise NotImplementedError(f"\"{kernel}\" not implemented for '{scalar_name(dtype)}'")
+    if number:
+        check_fits(weight, opmath(dtype))  # (torch converts the weight to the dtype its kernel computes in)
 
 
 def _check_where(spec, condition, a, b):
@@ -220,7 +208,7 @@ def _check_where(spec, condition, a, b):
                            f"{scalar_name(condition.dtype)}")
     for v in (a, b):
         if isinstance(v, Number) and spec.dtype not in (_dt.float16, _dt.bfloat16):  # torch's cast to them is unchecked
-            _check_fits(v, spec.dtype)
+            check_fits(v, spec.dtype)
 
 
 def _check_isclose_args(op_name, a, b, rtol, atol):

@@ -14,6 +14,8 @@ path through the meta rule.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..runtime import dtypes as _dt
@@ -39,6 +41,24 @@ def scalar_in(value, compute_np, via=None):
         return compute_np.type(value)  # (float64 rounded once to float32: NumPy's own conversion is torch's)
     number = convert(np.array(value), via or compute_np)
     return (number.astype(compute_np) if via is not None else number)[()]
+
+
+def check_fits(value, dtype):
+    """torch's checked conversion of a Python number to the dtype an op computes in (c10's ``overflows``:
+    an unsigned type takes negative integers down to ``-max``, which wrap as two's complement; a float
+    converts to an integer type when finite and within its range, from 0 for an unsigned one)."""
+    if dtype.kind in "iu" and value.__class__ in (int, float):
+        lo, hi = _dt.iinfo_range(dtype)
+        if value.__class__ is float:
+            fits = math.isfinite(value) and (0 if dtype.kind == "u" else lo) <= value <= hi
+        else:
+            fits = (-hi if dtype.kind == "u" else lo) <= value <= hi
+    elif dtype.kind == "f" and dtype is not _dt.float64 and value.__class__ is not bool:
+        fits = not math.isfinite(value) or abs(value) <= _dt.finfo(dtype).max
+    else:
+        return
+    if not fits:
+        raise RuntimeError(f"value cannot be converted to type {_dt.C_NAMES[dtype.name]} without overflow")
 
 
 def _operand_in(a, compute_np, via):

@@ -135,3 +135,23 @@ def test_python_numbers_in_compiled_functions_give_torchs_bits(shape):
 
         got = jt.compile(f)(jt.tensor(xv))
         assert _bits(_as_torch(got)) == _bits(f(_to_torch(xv))), w
+
+
+@pytest.mark.parametrize("name", ["addcmul", "addcdiv", "lerp"])
+def test_multipliers_the_compute_dtype_cannot_hold_raise_as_torch(name):
+    """torch converts addcmul's and addcdiv's ``value`` and lerp's number weight to the dtype its kernel
+    computes in (float32 for the half types) with a check: beyond its range (an integer type's: a float,
+    finite, from 0 for an unsigned one) it raises a RuntimeError; jitorch raises where torch does."""
+    def outcome(module, dtype, v):
+        x = module.ones(2, dtype=getattr(module, dtype))
+        try:
+            x.lerp(x, v) if name == "lerp" else getattr(x, name)(x, x, value=v)
+        except Exception as e:  # noqa: BLE001 (the type is compared with torch's)
+            return type(e).__name__
+        return "ok"
+
+    wrong = [(dtype, v, outcome(jt, dtype, v), outcome(torch, dtype, v))
+             for dtype in ("float32", "float16", "bfloat16", "float64", "int8", "uint8", "int32")
+             for v in (1e40, 3.5e38, 1e5, 2.5, -1.5, 127.5, -128.5, 128, -129, -255, 256, float("nan"), float("inf"))
+             if outcome(jt, dtype, v) != outcome(torch, dtype, v)]
+    assert not wrong
