@@ -508,10 +508,10 @@ def call(op, args, out=None, recorded=False):
     if op.multi_tensor:
         check_same_device(op, args)
     if out is not None:
-        check_write_overlap(op, out, args)
         out_check = op.attrs.get("out_check")  # an error only the out= form raises (float_power's out dtype)
-        if out_check is not None:
+        if out_check is not None:  # (before the overlap check, as the in-place form's `inplace_check`)
             out_check(out, *args)
+        check_write_overlap(op, out, args)
         if op.attrs.get("dtype_from_out"):
             args = _dtype_from_out(op, args, out)
         elif op.attrs.get("input_from_out"):
