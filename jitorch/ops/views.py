@@ -192,7 +192,9 @@ def _permute(x, dims):
                 f"permute(): number of dimensions in the tensor input does not match the length of the desired "
                 f"ordering of dimensions i.e. input.dim() = {x.ndim} is not equal to len(dims) = {len(dims)}"
             )
-        order = wrap_dims(dims, ndim)
+        order = tuple(wrap_dim(d, ndim) for d in dims)
+        if len(set(order)) != ndim:
+            raise RuntimeError("permute(): duplicate dims are not allowed.")
         if ndim < 2:  # (the one order there is)
             return shape, strides, x._offset
         pick = itemgetter(*order)
