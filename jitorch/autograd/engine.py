@@ -54,10 +54,10 @@ class NodeHooks:
         return add_hook(self.post_hooks, hook)
 
 
-# torch's node names that do not follow from an op's name: its split overloads, and chunk, which it makes
-# with split (a view's node name shows in the errors of writes into it)
+# torch's node names that do not follow from an op's name: its split overloads, chunk, which it makes with
+# split (a view's node name shows in the errors of writes into it), and copy_'s hand-written node
 _NODE_NAMES = {"chunk": "SplitBackward0", "split.sizes": "SplitWithSizesBackward0",
-               "split_with_sizes": "SplitWithSizesBackward0"}
+               "split_with_sizes": "SplitWithSizesBackward0", "copy": "torch::autograd::CopyBackwards"}
 
 
 class Node(NodeHooks):
@@ -511,6 +511,7 @@ def finish_inplace(op, state, args, target):
         base_before, (strides, offset) = base_before
         scatter = registry.OPS["as_strided_scatter"]
         record_inplace(scatter, base_before, [base, target, tuple(target.shape), strides, offset], base)
+        rename_history(base, "torch::autograd::CopySlices")
     if expanded:
         for t in (target, target._base):
             if t is not None:
