@@ -316,3 +316,25 @@ def test_scaled_dot_product_attention_gqa_and_gradcheck(rng):
     mask = jt.tensor(np.array([[True, False, True], [False, False, False]]))
     assert gradcheck(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, mask),
                      (t64(q[0, :2], True), t64(k[0], True), t64(v[0], True)))
+
+
+def test_batch_norm_refuses_a_momentum_that_is_no_number_as_torch():
+    """Found comparing with torch (stop 35): ``F.batch_norm(..., momentum=None)`` (BatchNorm's cumulative average is
+    the module's, not the function's) raised jitorch's ``1 - None`` TypeError; torch's binding names the argument.
+    Numbers, bools and tensors are taken, training or not."""
+    torch = pytest.importorskip("torch")
+
+    def outcomes(T):
+        out = []
+        for momentum in (None, "a", True, 1, 0.5):
+            for training in (True, False):
+                try:
+                    y = T.nn.functional.batch_norm(T.ones(2, 3), T.zeros(3), T.ones(3), momentum=momentum,
+                                                   training=training)
+                    out.append(y.tolist())
+                except TypeError as e:
+                    out.append(str(e))
+        return out
+    want = outcomes(torch)
+    assert outcomes(jt) == want
+    assert want[0] == want[1] == "batch_norm(): argument 'momentum' (position 7) must be float, not NoneType"
