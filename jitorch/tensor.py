@@ -597,6 +597,12 @@ class Tensor:
 
     @property
     def is_leaf(self):
+        """Whether this tensor has no history. As torch's, it raises for a view made in no_grad mode (or whose
+        base was) of a base that requires grad, once its memory was written since (its history may not be
+        rebased: `autograd.engine.gradient_edge` raises). (``grad_fn`` answers None there: a check on every
+        read of the attribute every op reads would cost them all; docs/differences-from-torch.md.)"""
+        if "_creation_meta" in self.__dict__ and self._requires_grad and _registry.AUTOGRAD is not None:
+            _registry.AUTOGRAD.gradient_edge(self)
         return self.grad_fn is None
 
     # backward() is installed by jitorch.autograd (`autograd.gradients.tensor_backward`), a layer above
@@ -919,6 +925,13 @@ class Tensor:
         return Tensor._make(self._storage, self._shape, self._stride, self._offset)
 
     def detach_(self):
+        """Take this tensor out of autograd's graph, in place; a view refuses, as torch's."""
+        if self._base is not None:
+            raise RuntimeError(
+                "Can't detach views in-place. Use detach() instead. If you are using DistributedDataParallel (DDP) "
+                "for training, and gradient_as_bucket_view is set as True, gradients are views of DDP buckets, and "
+                "hence detach_() cannot be called on these gradients. To fix this error, please refer to the "
+                "Optimizer.zero_grad() function in torch/optim/optimizer.py as the solution.")
         self.grad_fn = None
         self._requires_grad = False
         return self

@@ -54,10 +54,10 @@ class NodeHooks:
         return add_hook(self.post_hooks, hook)
 
 
-# torch's node names that do not follow from an op's name: its split overloads, and chunk, which it makes
-# with split (a view's node name shows in the errors of writes into it)
+# torch's node names that do not follow from an op's name: its split overloads, chunk, which it makes with
+# split (a view's node name shows in the errors of writes into it), and copy_'s hand-written node
 _NODE_NAMES = {"chunk": "SplitBackward0", "split.sizes": "SplitWithSizesBackward0",
-               "split_with_sizes": "SplitWithSizesBackward0"}
+               "split_with_sizes": "SplitWithSizesBackward0", "copy": "torch::autograd::CopyBackwards"}
 
 
 class Node(NodeHooks):
@@ -116,7 +116,7 @@ class AccumulateGrad:
         self.next_functions = ()
 
     def name(self):
-        return "AccumulateGrad"
+        return "torch::autograd::AccumulateGrad"
 
     def __repr__(self):
         return "<AccumulateGrad object>"
@@ -375,6 +375,23 @@ class ExpandedWriteNode(UnimplementedNode):
                            "single memory location. Please clone() the tensor before performing the operation.")
 
 
+_RENAMED: dict = {}  # node name -> the Node subclass that answers it
+
+
+def rename_history(t, name):
+    """Name ``t``'s history (the node of the op that made it, no other's) as torch's ``name`` where torch
+    makes ``t`` with an op of its own that jitorch makes with a more general one (a reshape's copy is
+    torch's ``_unsafe_view``, its view of a non-contiguous tensor ``_reshape_alias``): the name shows in
+    ``grad_fn.name()`` and in the errors that name a view's node."""
+    node = t.grad_fn
+    if node is None or node.__class__ is not Node:
+        return
+    cls = _RENAMED.get(name)
+    if cls is None:
+        cls = _RENAMED[name] = type(name, (Node,), {"__slots__": (), "name": lambda self: name})
+    node.__class__ = cls  # (no slot of its own: the same layout)
+
+
 def _served_by_fallback(op, args):
     """Whether torch's autograd fallback serves every form of this call (``autograd_fallback(args)``)."""
     fallback = op.attrs.get("autograd_fallback")
@@ -494,6 +511,7 @@ def finish_inplace(op, state, args, target):
         base_before, (strides, offset) = base_before
         scatter = registry.OPS["as_strided_scatter"]
         record_inplace(scatter, base_before, [base, target, tuple(target.shape), strides, offset], base)
+        rename_history(base, "torch::autograd::CopySlices")
     if expanded:
         for t in (target, target._base):
             if t is not None:
@@ -533,15 +551,20 @@ def _view_message(view, modified):
     """torch's error for a write into ``view`` (``modified`` = "is being") or into its base or another
     view of it, where ``view._creation_meta`` forbids rebasing its history."""
     fn = view.grad_fn
-    if view._creation_meta is INFERENCE_VIEW:
-        head = f"A view was created in inference mode and {modified} modified inplace in normal mode."
-    elif fn is None:  # (torch says so of every view without history, wherever it was made)
-        head = f"A view was created in no_grad mode and {modified} modified inplace with grad mode enabled."
+    meta = view._creation_meta
+    if fn is None:
+        subject = "A view was created in"
     else:
         name = fn.name()
         name = name[:-len("Backward0")] if name.endswith("Backward0") else name.removesuffix("Backward")
-        head = f"Output {getattr(view, '_output_nr', 0)} of {name} is a view and {modified} modified inplace."
-    return head + view._creation_meta
+        subject = f"Output {getattr(view, '_output_nr', 0)} of {name} is a view"
+        if meta is not NO_GRAD_VIEW and meta is not INFERENCE_VIEW:
+            return f"{subject} and {modified} modified inplace.{meta}"
+        subject += " of a view which was created in"  # (a view made with grad mode of a view made without)
+    if meta is INFERENCE_VIEW:
+        return f"{subject} inference mode and {modified} modified inplace in normal mode.{meta}"
+    # (torch says "no_grad mode" of every other view without history, wherever it was made)
+    return f"{subject} no_grad mode and {modified} modified inplace with grad mode enabled.{meta}"
 
 
 # Hooks ----------------------------------------------------------------------------------------

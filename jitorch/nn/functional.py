@@ -1337,6 +1337,8 @@ def _computed_in_float32(norm):
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
     """Normalise over every dim but the channel dim 1. In training, batch statistics are used and the
     running ones (if given) move toward them by ``momentum``, the variance unbiased, in place."""
+    if not isinstance(momentum, (int, float, np.number, jt.Tensor)):  # (torch's binding parses it as a double)
+        raise TypeError(f"batch_norm(): argument 'momentum' (position 7) must be float, not {type(momentum).__name__}")
     if input.ndim < 2:
         raise ValueError(f"Expected 2D or higher input (got {input.ndim}D input)")
     channels = input.shape[1]

@@ -106,12 +106,34 @@ def _slice_bound(v):
         raise TypeError("slice indices must be integers or None or have an __index__ method") from None
 
 
+def _check_0d_index(index):
+    """torch's refusals of an index of a 0-d tensor that is one int or one slice (its binding's shortcuts
+    for those, before the count of indexed dims that refuses everything else, ``x[(0,)]`` too)."""
+    if isinstance(index, slice):
+        raise IndexError("slice() cannot be applied to a 0-dim tensor.")
+    if isinstance(index, (int, np.integer)) and not isinstance(index, bool):
+        if index == 0:
+            raise IndexError("invalid index of a 0-dim tensor. Use `tensor.item()` in Python or `tensor.item<T>()` "
+                             "in C++ to convert a 0-dim tensor to a number")
+        raise IndexError(f"index {index} is out of bounds for dimension 0 with size 0")
+
+
+def _check_count(x, items):
+    """torch's count of the dims an index takes, before it reads any item: each item takes one dim but None,
+    Ellipsis and Python bools (none) and bool or byte tensors (their dims)."""
+    taken = 0
+    for i in items:
+        if isinstance(i, registry.Tensor):
+            taken += i.ndim if i.dtype in _MASK_DTYPES else 1
+        elif not (i is None or i is Ellipsis or i is True or i is False):
+            taken += 1
+    if taken > x.ndim:
+        raise IndexError(f"too many indices for tensor of dimension {x.ndim}")
+
+
 def _apply_basic(x, items):
     """(view, indices): the view of ``x`` the basic items select, and the advanced
     indices still to apply to it (``index`` op format), or None when there are none."""
-    if x.ndim == 0 and len(items) == 1 and isinstance(items[0], int) and not isinstance(items[0], bool):
-        raise IndexError("invalid index of a 0-dim tensor. Use `tensor.item()` in Python or `tensor.item<T>()` in "
-                         "C++ to convert a 0-dim tensor to a number")
     if sum(i is Ellipsis for i in items) > 1:
         raise IndexError("an index can only have a single ellipsis ('...')")
     taken = sum(_dims_taken(i) for i in items)
@@ -165,7 +187,11 @@ def _split_index(x, index):
     if index.__class__ is int and x._shape and -x._shape[0] <= index < x._shape[0]:
         # x[i], the commonest index, skips the parsing; the op's variant takes its eager fast path
         return registry.FUNCTIONS["select"](x, 0, index), None
-    view, indices = _apply_basic(x, [_normalize_item(i) for i in _index_items(index)])
+    if not x._shape:
+        _check_0d_index(index)
+    items = _index_items(index)
+    _check_count(x, items)
+    view, indices = _apply_basic(x, [_normalize_item(i) for i in items])
     if indices is not None and view.device.type != "cpu":
         indices = [t.to(view.device) if isinstance(t, registry.Tensor) and t.device != view.device else t
                    for t in indices]

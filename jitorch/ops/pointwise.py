@@ -924,7 +924,7 @@ def _ldexp(x, other):
 
 _declare("ldexp", BINARY, _ldexp, INT_TO_FLOAT, "``self * 2 ** other`` in the promoted dtype, the power in "
          "``other``'s dtype (integers: the default float dtype), as torch's ``mul(self, pow(2.0, other))``.",
-         uncast=("other",))
+         uncast=("other",), overlap={"self": "partial"})  # (torch's mul reads ``other``'s power, a new tensor)
 _declare("xlogy", BINARY, _xlog(np.log), INT_TO_FLOAT,
          "``self * log(other)``, 0 where ``self`` is 0 (unless ``other`` is NaN).")
 _declare("logaddexp2", BINARY, np.logaddexp2, DEFAULT,

@@ -431,12 +431,19 @@ def _moment_meta(name):
     return meta
 
 
+def moment_divisor(n, correction):
+    """What var and std divide the squared deviations' sum of ``n`` elements by: ``n - correction``, none
+    below 0 (a correction of ``n`` or more gives inf or NaN), and 0 for no elements, whatever the correction:
+    torch's variance of nothing is NaN (a negative correction does not make it 0)."""
+    return max(n - (1 if correction is None else correction), 0) if n else 0
+
+
 def _moment_kernel(root):
     def kernel(spec, x, dim, correction, keepdim):
         a = x.astype(spec.compute.np, copy=False)
         axis = numpy_axis(x, dim)
         n = reduced_count(a.shape, axis)
-        dof = max(n - (1 if correction is None else correction), 0)
+        dof = moment_divisor(n, correction)
         dev = a - np.sum(a, axis=axis, keepdims=True) / n
         var = np.sum(dev * dev, axis=axis, keepdims=keepdim) / dof
         return np.sqrt(var) if root else var

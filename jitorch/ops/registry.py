@@ -508,10 +508,10 @@ def call(op, args, out=None, recorded=False):
     if op.multi_tensor:
         check_same_device(op, args)
     if out is not None:
-        check_write_overlap(op, out, args)
         out_check = op.attrs.get("out_check")  # an error only the out= form raises (float_power's out dtype)
-        if out_check is not None:
+        if out_check is not None:  # (before the overlap check, as the in-place form's `inplace_check`)
             out_check(out, *args)
+        check_write_overlap(op, out, args)
         if op.attrs.get("dtype_from_out"):
             args = _dtype_from_out(op, args, out)
         elif op.attrs.get("input_from_out"):
@@ -872,16 +872,17 @@ def write_where(mask_of):
     return write
 
 
+def _unbroadcast_message(target, shape):
+    return f"output with shape {list(target.shape)} doesn't match the broadcast shape {list(shape)}"
+
+
 def check_inplace(op, self, spec):
     """An in-place or out= result must keep the target's shape and castable dtype; an expanded target only
     for the few ops torch writes through one (`expanded_write`)."""
     if op.expanded_write is None or not _expanded(self):
         check_no_internal_overlap(self)
     if spec.shape != self.shape:
-        raise RuntimeError(
-            f"output with shape {list(self.shape)} doesn't match the broadcast shape {list(spec.shape)}"
-            f" (in {op.public_name}_)"
-        )
+        raise RuntimeError(_unbroadcast_message(self, spec.shape))
     if not _dt.can_cast(spec.dtype, self.dtype):
         raise RuntimeError(
             f"result type {scalar_name(spec.dtype)} can't be cast to the desired output type "
@@ -976,6 +977,9 @@ def write_out(op, out, result, args):
     check_no_internal_overlap(out)
     copies = out._requires_grad and AUTOGRAD is not None and AUTOGRAD.is_grad_enabled() and _out_copies(op, args)
     if out.shape != result.shape:
+        if op.kind == "pointwise" and any(t is out for t in tensors_of(op, args)):
+            # TensorIterator resizes no output that is also an input (``add(x, y, out=x)``): as ``x.add_(y)``
+            raise RuntimeError(_unbroadcast_message(out, result.shape))
         if copies and op.attrs.get("out_resize_error"):  # (tensordot's own refusal)
             raise RuntimeError(op.attrs["out_resize_error"])
         resize_out(out, result.shape, out_strides(op, args, result.shape))

@@ -76,8 +76,9 @@ def _by_rows(pick):
 
 
 def _mode_index(row):
-    """The smallest of the most frequent values, at its last occurrence (torch's choice)."""
-    values, counts = np.unique(row, return_counts=True)
+    """The smallest of the most frequent values, at its last occurrence (torch's choice). NaNs count one by one,
+    as in torch's scan of its sorted row, where NaN equals nothing (``[1, nan, nan]``: 1)."""
+    values, counts = np.unique(row, return_counts=True, equal_nan=False)
     value = values[np.argmax(counts)]
     same = (row == value) | (np.isnan(row) & np.isnan(value)) if row.dtype.kind == "f" else row == value
     return len(row) - 1 - int(np.argmax(same[::-1]))

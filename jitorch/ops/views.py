@@ -96,8 +96,18 @@ def _reshape_view(x, shape):
 def _reshape(x, shape):
     shape = infer_size(shape, prod(x._shape))
     if view_strides(x._shape, x._stride, shape) is None:
-        return _the_copy(x.clone(memory_format=contiguous_format).view(shape))
-    return x.view(shape)
+        return _named(_the_copy(x.clone(memory_format=contiguous_format).view(shape)), "UnsafeViewBackward0")
+    view = x.view(shape)
+    return view if x.is_contiguous() else _named(view, "ReshapeAliasBackward0")
+
+
+def _named(t, name):
+    """``t`` with its history named as torch's reshape names it (torch makes with ``_unsafe_view`` and
+    ``_reshape_alias`` what jitorch makes with ``view``)."""
+    autograd = registry.AUTOGRAD
+    if autograd is not None and t._requires_grad:
+        autograd.rename_history(t, name)
+    return t
 
 
 def _the_copy(view):
@@ -182,7 +192,9 @@ def _permute(x, dims):
                 f"permute(): number of dimensions in the tensor input does not match the length of the desired "
                 f"ordering of dimensions i.e. input.dim() = {x.ndim} is not equal to len(dims) = {len(dims)}"
             )
-        order = wrap_dims(dims, ndim)
+        order = tuple(wrap_dim(d, ndim) for d in dims)
+        if len(set(order)) != ndim:
+            raise RuntimeError("permute(): duplicate dims are not allowed.")
         if ndim < 2:  # (the one order there is)
             return shape, strides, x._offset
         pick = itemgetter(*order)

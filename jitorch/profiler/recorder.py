@@ -151,8 +151,6 @@ class Recorder:
         """An autograd node's evaluation (``run()`` computes its gradients, or a leaf's accumulation), named
         as torch's engine names it."""
         name = node.name()
-        if name == "AccumulateGrad":
-            name = "torch::autograd::AccumulateGrad"
         start = _clock()
         try:
             return run()

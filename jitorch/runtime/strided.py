@@ -136,6 +136,9 @@ def infer_size(shape, numel):
         else:
             known *= n
     if infer is not None:
+        if known == 0 and numel == 0:
+            raise RuntimeError(f"cannot reshape tensor of 0 elements into shape {list_str(shape)} because the "
+                               "unspecified dimension size -1 can be any value and is ambiguous")
         if known == 0 or numel % known:
             raise RuntimeError(f"shape '{list_str(shape)}' is invalid for input of size {numel}")
         shape[infer] = numel // known

@@ -16,10 +16,9 @@ def grad_fn_name(t):
 
 def state(tensors):
     """What a program's tensors say about their history: requires_grad, grad_fn's name (for a view,
-    AsStridedBackward0 once regenerated from its base; whether there is one, for a base, whose node
-    names differ from torch's: CopySlices), version."""
-    return [(t.requires_grad, grad_fn_name(t) if t._base is not None else t.grad_fn is not None, t._version)
-            for t in tensors]
+    AsStridedBackward0 once regenerated from its base; for a base written through a view, torch's
+    CopySlices), version."""
+    return [(t.requires_grad, grad_fn_name(t), t._version) for t in tensors]
 
 
 def run(program):

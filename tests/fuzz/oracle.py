@@ -61,7 +61,7 @@ class Output:
     values: object = None      # NumPy array (float64 for floats) or the Python value
     strides: tuple = ()
     offset: int = 0
-    alias: object = None       # ("input", i) | ("captured", name) | ("output", j) | None
+    alias: object = None       # ("input", i) | ("captured", name) | ("stored", name) | ("output", j) | None
     requires_grad: bool = False
 
 
@@ -154,6 +154,7 @@ def _flatten(out):
 def record_call(T, inst, fn, inputs, bases):
     """Call ``fn`` and record what it gave and did."""
     rec = CallRecord()
+    held = {_storage_key(t) for t in inst.state().values() if t.numel()}  # memory the state held before
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -171,7 +172,10 @@ def record_call(T, inst, fn, inputs, bases):
     if rec.error:
         return rec
     owners = [(_storage_key(t), ("input", i)) for i, t in enumerate(inputs) if t.numel()]
-    owners += [(_storage_key(t), ("captured", name)) for name, t in inst.state().items() if t.numel()]
+    # a tensor the call stored (``M.s = y``) on memory the state did not hold is a new result ("stored"),
+    # whose layout, as any new result's, is compared among jitorch's modes only
+    owners += [(key, ("captured" if key in held else "stored", name))
+               for name, key in ((name, _storage_key(t)) for name, t in inst.state().items() if t.numel())]
     for j, leaf in enumerate(_flatten(result)):
         rec.outputs.append(record_value(T, leaf, owners))
         if isinstance(leaf, T.Tensor) and leaf.numel():
@@ -335,7 +339,7 @@ def compare_calls(got, want, mode, reference, against_torch=False, setitem_copie
             add("outputs", f"{len(g.outputs)} vs {len(w.outputs)}")
             continue
         for i, (a, b) in enumerate(zip(g.outputs, w.outputs)):
-            view = b.alias is not None and b.alias[0] != "output"
+            view = b.alias is not None and b.alias[0] in ("input", "captured")
             # the layouts of new results are torch's CPU rules, which torch does not promise
             # (docs/differences-from-torch.md): compared among jitorch's modes and devices only
             for what, detail in compare_output(a, b, table, strides=not against_torch or view):

@@ -1,11 +1,14 @@
 """The oracle's allowances for torch's accidents (docs/differences-from-torch.md) and for torch's rules that differ
 by device, each on what torch does."""
 
+from dataclasses import replace
+
 import torch
 
 import jitorch as jt
 from tests.fuzz.generator import SETITEM_0D, generate, op_table
 from tests.fuzz.oracle import CallRecord, _requires_grad, check, compare_calls, compare_grads, record_value, run_mode
+from tests.fuzz.program import source
 
 
 def _integer_tensor_left_requiring_grad(lib):
@@ -64,3 +67,23 @@ def test_a_cuda_setitem_from_an_overlapping_0d_tensor_may_raise_where_the_cpus_f
     assert compare_calls([refused], [filled], "cuda-eager", "eager")
     other = CallRecord(error="RuntimeError: something else")
     assert compare_calls([other], [filled], "cuda-eager", "eager", setitem_copies=True)
+
+
+def test_a_new_result_the_call_stores_is_no_view_whose_strides_torch_gives():
+    """Found by the fuzzer (seed 7400036): ``v1 = rot90(x0, 3, [1, 2]); M.stored1 = v1; return v1``. The output
+    shares memory with the module's state only because the call stored it there: a new result, whose strides
+    (torch's flip keeps a permuted input's order, jitorch's is contiguous: docs/differences-from-torch.md) are
+    not compared with torch's. Its aliasing is: it is recorded as "stored", in every mode alike."""
+    program, _ = generate(7400036, table=op_table())
+    assert "M.stored1 = v1" in source(program) and "rot90" in source(program)
+    records = {mode: run_mode(program, mode) for mode in ("eager", "torch")}
+    assert all(r.outputs[0].alias == ("stored", "M.stored1") for rs in records.values() for r in rs)
+    assert records["eager"][0].outputs[0].strides != records["torch"][0].outputs[0].strides  # (the layouts differ)
+    assert check(program, ("eager", "compiled")).mismatches == []
+    mine, theirs = (CallRecord(outputs=[records[m][0].outputs[0]]) for m in ("eager", "torch"))
+    assert compare_calls([mine], [theirs], "eager", "torch", against_torch=True) == []
+    # on memory the state held before the call, the same output is a view, whose strides are torch's
+    mine, theirs = (CallRecord(outputs=[replace(records[m][0].outputs[0], alias=("captured", "M.stored1"))])
+                    for m in ("eager", "torch"))
+    assert [m.what for m in compare_calls([mine], [theirs], "eager", "torch", against_torch=True)] == [
+        "output 0 strides"]

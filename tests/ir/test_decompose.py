@@ -270,3 +270,28 @@ def test_a_node_like_one_decomposed_before_takes_a_copy_of_its_nodes(monkeypatch
     got, _ = interpret(copied, list(args))
     for g, want in zip(got, f(*args)):
         np.testing.assert_allclose(g.numpy(), want.numpy(), rtol=1e-5)
+
+
+@pytest.mark.parametrize("correction", [-1, -2.5, 0, 1])
+def test_a_variance_over_no_elements_is_nan_whatever_the_correction(correction):
+    """Fuzz seed 7400138: var and std of no elements with a negative correction gave 0 (the sum of no
+    squared deviations over ``N - correction`` > 0) eagerly and compiled; torch's is NaN for any correction.
+    The compiled call decomposes the reductions (no eager step) and gives torch's values too."""
+    import torch
+
+    def f(x, T=jt):
+        return (x.var(correction=correction), x.std(0, correction=correction), x.var(1, correction=correction),
+                T.var_mean(x, 0, correction=correction)[0])
+
+    x = jt.zeros(0, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = [t.tolist() for t in f(torch.zeros(0, 3), torch)]
+        eager = f(x)
+        low = jt.compile(f).lower(x)
+        compiled = jt.compile(f)(x)
+    assert not eager_ops(low.steps)
+    assert math.isnan(want[0]) and want[2] == []
+    for got in (eager, compiled):
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(np.asarray(g.tolist(), float), np.asarray(w, float))

@@ -757,3 +757,32 @@ def test_index_errors_name_the_items_place_in_the_index_as_torch(compiled):
         with pytest.raises(IndexError) as got:
             jt.zeros(2, 3, 4)[jt_index] = 1.0
         assert str(got.value) == str(want.value)
+
+
+ZERO_D_INDICES = [0, -1, 3, np.int64(0), (0,), slice(None), slice(0, 1), (slice(None),), (None, 0), (Ellipsis, 0),
+                  [0], "tensor(0)", "tensor([0])", 1.5, "a", True, (True, 0), None, Ellipsis, ()]
+
+
+@pytest.mark.parametrize("index", ZERO_D_INDICES, ids=repr)
+def test_indexing_a_0d_tensor_raises_torchs_error(index):
+    """Known leftover of stop 34: torch's binding refuses one int of a 0-d tensor by its value (0: "invalid index
+    of a 0-dim tensor", another: out of bounds of a size 0), one slice with "slice() cannot be applied", and
+    every other index that takes a dim (``(0,)``, a 0-d integer tensor, a float) by its count of dims, before it
+    reads the items; jitorch gave the first message for ``(0,)`` and 0-d tensors, the count's for slices and
+    -1, and type errors for floats and strings. Reading and writing alike; the 0-d view of a tensor too."""
+    def outcome(T, z, write):
+        i = {"tensor(0)": T.tensor(0), "tensor([0])": T.tensor([0])}.get(index, index) if isinstance(index, str) \
+            and index.startswith("tensor") else index
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                if write:
+                    z[i] = 2.0
+                    return z.tolist()
+                return tuple(z[i].shape)
+        except Exception as e:
+            return type(e).__name__, str(e)
+    for write in (False, True):
+        want = outcome(torch, torch.tensor(5.0), write)
+        assert outcome(jt, jt.tensor(5.0), write) == want
+        assert outcome(jt, jt.arange(3.0)[1], write) == outcome(torch, torch.arange(3.0)[1], write)

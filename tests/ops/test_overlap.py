@@ -35,6 +35,12 @@ CASES = {
     "add out": lambda L, w, i: L.add(i, 1, out=w),
     "lerp_": lambda L, w, i: w.lerp_(i, 0.5),
     "where out": lambda L, w, i: L.where(i > 3, i, w.clone(), out=w),
+    # (fuzz seed 7400254: torch's ldexp multiplies by other's power, a new tensor: other is not checked)
+    "ldexp_": lambda L, w, i: w.ldexp_(i),
+    "ldexp out": lambda L, w, i: L.ldexp(i, w.clone(), out=w),
+    "ldexp out other": lambda L, w, i: L.ldexp(w.clone(), i, out=w),
+    "float_power_": lambda L, w, i: w.float_power_(i),
+    "float_power out": lambda L, w, i: L.float_power(i, 2, out=w),
     "clamp_ min tensor": lambda L, w, i: w.clamp_(min=i),
     "copy_": lambda L, w, i: w.copy_(i),
     "eq out": lambda L, w, i: L.eq(i, 3, out=w),
@@ -301,3 +307,12 @@ def test_fill_of_a_tensor_value_and_basic_setitem_through_an_expanded_tensor_ref
             found.append(str(e))
     assert found[1] == found[0]
     assert ("single memory location" in found[0]) == (write not in ("fill_ number", "setitem row"))
+
+
+def test_float_powers_out_dtype_is_refused_before_its_overlap():
+    """torch's float_power checks its out's dtype (float64 only) before pow's overlap check: jitorch checked the
+    overlap first, as an ``out=`` op's own check came after it (the in-place form's came before)."""
+    for lib in (torch, jt):
+        x = lib.arange(1.0, 9.0)
+        with pytest.raises(RuntimeError, match="the output given to float_power has dtype Float"):
+            lib.float_power(x[:6], x[2:], out=x[:6])

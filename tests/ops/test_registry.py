@@ -336,3 +336,27 @@ def test_operators_take_the_ops_fast_path_but_step_aside_for_autocast_and_tracin
         assert (x @ y).dtype is jt.bfloat16 and (x + y).dtype is jt.float32
     graph = trace(lambda a, b: a * b + a, x, y)  # the tracer's dispatch hook sees the operators' ops
     assert [n.op.name for n in graph.nodes] == ["mul", "add"]
+
+
+def test_an_out_tensor_that_is_an_input_is_not_resized_as_torchs():
+    """Found comparing with torch (stop 35): ``add(x, y, out=x)`` with a broadcast shape larger than ``x``'s resized
+    ``x`` (torch's TensorIterator resizes no output that is also an input: it raises as ``x.add_(y)``, whose message
+    had a ``(in add_)`` torch's has not); an out that is a view of an input, or a reduction's, is resized."""
+    import torch
+
+    def program(T):
+        out = []
+        for fn in (lambda x, b: T.add(x, b, out=x), lambda x, b: T.mul(b, x, out=x), lambda x, b: x.add_(b),
+                   lambda x, b: T.where(x > 0, x, b, out=x), lambda x, b: T.clamp(x, b, out=x),
+                   lambda x, b: T.add(x, b, out=x.view(12).view(3, 4)), lambda x, b: T.sum(x, 0, out=x)):
+            x, b = T.ones(3, 4), -T.ones(3, 1, 4)
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    out.append(tuple(fn(x, b).shape) + tuple(x.shape))
+            except RuntimeError as e:
+                out.append(str(e))
+        return out
+    want = program(torch)
+    assert program(jt) == want
+    assert want[0] == "output with shape [3, 4] doesn't match the broadcast shape [3, 3, 4]"

@@ -18,6 +18,7 @@ from jitorch.backends.cuda.fake import FakeBackend
 from jitorch.runtime.cuda_backend import use_backend
 
 NAN = float("nan")
+INF = float("inf")
 
 
 def _to_jt(v):
@@ -606,3 +607,14 @@ def test_take_along_dim_wraps_indices_along_its_dim_as_torch(compiled):
             T.take_along_dim(T.arange(3.0), T.tensor([3]))
         with pytest.raises(RuntimeError, match="^ZeroDivisionError$"):
             T.take_along_dim(T.zeros(0), T.tensor([1]), 0)
+
+
+@pytest.mark.parametrize("row", [[1.0, NAN, NAN], [1.0, NAN, 3.0, -INF, INF, NAN, 2.0], [NAN, 2.0, 2.0, NAN, NAN, 0.0],
+                                 [NAN, NAN, 1.0, 1.0], [2.0, 1.0, NAN, 1.0, 2.0, 2.0], [1.0, 1.0, 0.0, 0.0]])
+def test_mode_counts_nans_one_by_one_as_torch(row):
+    """Found comparing with torch (stop 35): torch's mode scans its sorted row for runs of equal values, and NaN
+    equals nothing, so NaNs never make a run; jitorch counted them together (``[1, nan, nan]``: NaN, torch's 1).
+    (Where NaNs lead torch's sorted row, or a row has more than 16 elements, torch's choice follows its unstable
+    sort: docs/differences-from-torch.md.)"""
+    got, want = jt.tensor(row).mode(), torch.tensor(row).mode()
+    assert (got.values.tolist(), got.indices.item()) == (want.values.tolist(), want.indices.item())

@@ -586,3 +586,23 @@ def test_expand_with_negative_sizes_raises_torchs_error(shape, size):
             T.zeros(shape).expand(*size)
         found.append(str(info.value))
     assert found[1] == found[0]
+
+
+def test_reshape_and_permute_refuse_with_torchs_messages():
+    """Found comparing with torch (stop 35): an inferred size over no elements (``zeros(0, 3).view(0, -1)``) is
+    torch's "can be any value and is ambiguous", not "is invalid for input of size 0"; permute's repeated dim is
+    "duplicate dims are not allowed" (a reduction's stays "appears multiple times")."""
+    def errors(T):
+        out = []
+        for fn in (lambda: T.zeros(0, 3).view(0, -1), lambda: T.zeros(0, 3).reshape(-1, 0),
+                   lambda: T.zeros(2, 0).reshape(3, -1), lambda: T.ones(6).view(0, -1), lambda: T.ones(6).view(4, -1),
+                   lambda: T.ones(2, 3, 4).permute(0, 0, 1), lambda: T.ones(2, 3, 4).permute(0, -3, 1),
+                   lambda: T.ones(2, 3).sum((0, 0))):
+            try:
+                out.append(tuple(fn().shape))
+            except RuntimeError as e:
+                out.append(str(e))
+        return out
+    want = errors(torch)
+    assert errors(jt) == want
+    assert "ambiguous" in want[0] and want[2] == (3, 0) and want[5] == "permute(): duplicate dims are not allowed."

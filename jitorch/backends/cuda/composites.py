@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from ...ops.reductions import norm_order, numpy_axis, reduced_count
+from ...ops.reductions import moment_divisor, norm_order, numpy_axis, reduced_count
 from ...ops.registry import FUNCTIONS, TensorSpec
 from ...runtime.grad_mode import no_grad
 from ...runtime.strided import wrap_dim
@@ -140,7 +140,7 @@ def _moment(op, args, spec):
     axis = numpy_axis(x, dim)
     dims = tuple(range(x.ndim)) if axis is None else tuple(axis)
     n = reduced_count(x._shape, axis)
-    dof = max(n - (1 if correction is None else correction), 0)
+    dof = moment_divisor(n, correction)
     with no_grad():
         a = x.to(spec.compute or spec.dtype)
         deviation = a - a.sum(dims, keepdim=True) / n

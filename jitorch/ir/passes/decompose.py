@@ -21,8 +21,8 @@ Numerics: each decomposition follows its eager kernel's formula in
 jitorch/ops/reductions.py step by step, in the same compute dtype (float32 for
 the half types, cast back at the end). The variance is eager's two passes: the
 mean, then the sum of squared deviations from it, divided by
-``max(N - correction, 0)`` (so ``correction >= N`` gives inf or NaN as eager
-does). Compiled sums add in another order than NumPy's pairwise sums, so
+`ops.reductions.moment_divisor` (``correction >= N`` or no elements give inf or NaN
+as eager does). Compiled sums add in another order than NumPy's pairwise sums, so
 results agree with eager to the rounding of a reassociated sum, not bit for bit.
 The interpreter backend runs the traced graph unoptimised, with the eager
 kernels themselves.
@@ -35,7 +35,7 @@ from math import inf
 from ..graph import Node, Value
 from ..lowerable import kind_of
 from ...ops.meta import opmath, reduced_shape, reduction_dims
-from ...ops.reductions import norm_order, reduced_count
+from ...ops.reductions import moment_divisor, norm_order, reduced_count
 from ...ops.registry import attach
 from ...runtime import dtypes as _dt
 from .rewrite import Rewriter, graph_pass, substitute
@@ -68,7 +68,7 @@ def _as_kept(t, x, dims):
 def _variance(x, dim, correction, keepdim):
     """var.correction in the compute dtype."""
     dims = reduction_dims(x, dim)
-    dof = max(_count(x, dims) - (1 if correction is None else correction), 0)
+    dof = moment_divisor(_count(x, dims), correction)
     a = x.to(opmath(x.dtype))
     # the mean as a reduction of its own with keepdim as asked: var_mean's mean is then the same node
     # (common subexpressions merge them) and one reduction serves both
