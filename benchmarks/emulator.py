@@ -4,7 +4,8 @@ threads of an emulator that runs CUDA threads as OS threads are counted too).
 Cases: generated kernels launched through the fake device (a row reduction, a full reduction split into 512
 blocks and its combining pass, the row softmax, the tiled matmul), and a hand-written block-wide tree
 reduction over shared memory (a barrier per halving) at 256 and 512 threads per block. Each case is launched
-``repeat`` times after a first launch that builds the kernel; the median CPU time per call is printed (a generated case's call also uploads nothing but downloads its result).
+``repeat`` times after a first launch that builds the kernel; the median CPU time per call is printed (a
+generated case's call is the compiled function's, its launches and the download of its result).
 
     python benchmarks/emulator.py [--quick]
 """

@@ -419,7 +419,8 @@ class EmulatedKernel:
         kernel = module.get_function(name)
         n_args = len(list(kernel.arguments))
         kernel.name = KERNEL
-        module.link_in(llvm.parse_assembly(_runtime_module(n_args, state["key"], state["machine"].triple.split("-")[0])))
+        arch = state["machine"].triple.split("-")[0]
+        module.link_in(llvm.parse_assembly(_runtime_module(n_args, state["key"], arch)))
         module.triple = state["machine"].triple
         module.data_layout = str(state["tm"].target_data)
         with _lock:
