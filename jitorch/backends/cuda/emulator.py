@@ -223,6 +223,10 @@ def _runtime_module(n_args, key, arch):
     def add(b, words, i, delta):
         b.store(b.add(word(b, words, i), I64(delta)), slot(b, words, i))
 
+    def to_scheduler(b, ctx, scheduler):
+        """Save this thread's place and switch to the scheduler, which resumes it here (or never)."""
+        b.call(switch, [slot(b, ctx, SAVED_SP), word(b, scheduler, SCHEDULER_SP)])
+
     def wait(b, ctx, barrier):
         """Arrive at ``barrier``; the last thread to arrive releases the others, which yield until released."""
         scheduler = words_at(b, ctx, SCHEDULER)
@@ -239,7 +243,7 @@ def _runtime_module(n_args, key, arch):
                 released = b.append_basic_block("released")
                 b.branch(waiting)
                 b.position_at_end(waiting)
-                b.call(switch, [slot(b, ctx, SAVED_SP), word(b, scheduler, SCHEDULER_SP)])
+                to_scheduler(b, ctx, scheduler)
                 b.cbranch(b.icmp_signed("==", word(b, barrier, GENERATION), generation), waiting, released)
                 b.position_at_end(released)
 
@@ -283,13 +287,13 @@ def _runtime_module(n_args, key, arch):
     b.store(I64(DONE), slot(b, ctx, STATE))
     scheduler = words_at(b, ctx, SCHEDULER)
     add(b, scheduler, PROGRESS, 1)
-    b.call(switch, [slot(b, ctx, SAVED_SP), word(b, scheduler, SCHEDULER_SP)])
+    to_scheduler(b, ctx, scheduler)
     b.unreachable()
 
     fn = ir.Function(m, ir.FunctionType(I64, [WORDS, I64, I64, WORDS]), "jitorch_emu_launch")
     contexts, threads, serial, scheduler = fn.args
     b = ir.IRBuilder(fn.append_basic_block())
-    first = contexts
+    first = contexts  # thread 0's: it holds the grid's size, and a block of a serial kernel runs in it
     running = b.alloca(I64)  # in the entry block: an alloca in a loop would take stack every time round
     frame_words, return_slot = FRAMES[arch]
     start_address = b.ptrtoint(start, I64)
