@@ -11,18 +11,22 @@ generated case's call is the compiled function's, its launches and the download 
 """
 
 import argparse
-import statistics
+import os
+import sys
 import time
 
 import numpy as np
 from llvmlite import ir
 
-import jitorch as jt
-from jitorch.backends.cuda import emulator
-from jitorch.backends.cuda.fake import FakeBackend
-from jitorch.codegen.nvptx.ptx import optimised_text
-from jitorch.codegen.nvptx.target import I64, SHARED, TRIPLE, _sreg, barrier
-from jitorch.runtime.cuda_backend import use_backend
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(__file__))
+import jitorch as jt  # noqa: E402
+from jitorch.backends.cuda import emulator  # noqa: E402
+from jitorch.backends.cuda.fake import FakeBackend  # noqa: E402
+from jitorch.codegen.nvptx.ptx import optimised_text  # noqa: E402
+from jitorch.codegen.nvptx.target import I64, SHARED, TRIPLE, _sreg, barrier  # noqa: E402
+from jitorch.runtime.cuda_backend import use_backend  # noqa: E402
+from timing import median_time  # noqa: E402
 
 
 def tree_sum(threads):
@@ -55,13 +59,7 @@ def tree_sum(threads):
 
 def measured(launch, repeat):
     """Median CPU seconds of the process per call of ``launch`` (after one untimed call)."""
-    launch()
-    times = []
-    for _ in range(repeat):
-        start = time.process_time()
-        launch()
-        times.append(time.process_time() - start)
-    return statistics.median(times)
+    return median_time(launch, repeat, clock=time.process_time)
 
 
 def generated_cases(quick):
