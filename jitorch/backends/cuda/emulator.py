@@ -57,14 +57,18 @@ SREGS = [f"{r}.{a}" for r in ("tid", "ntid", "ctaid", "nctaid") for a in "xyz"]
 SHUFFLE_BUFFER, WARP_BARRIERS, BLOCK_BARRIER, ARGUMENTS, SCHEDULER, SAVED_SP, STACK_TOP, STATE, CONTEXT_WORDS = \
     range(12, 21)
 RUNNING, DONE = 0, 1
-SCHEDULER_SP, PROGRESS, SCHEDULER_WORDS = range(3)  # the scheduler's saved stack pointer; arrivals and returns
+# The launch's scheduler record: the scheduler's saved stack pointer, arrivals and returns so far, and the
+# kernel's entry (``void entry(i8** arguments)``, made per kernel, which calls the kernel with its pointers).
+SCHEDULER_SP, PROGRESS, ENTRY, SCHEDULER_WORDS = range(4)
 ARRIVED, GENERATION, COUNT, BARRIER_WORDS = range(4)  # a barrier: threads waiting, times released, threads it takes
 WARP = 32
 # A CUDA thread's stack: the kernels' frames are small, but a signal handled while a thread runs pushes its frame
 # (with the vector registers' state) there too. Only the pages a thread touches take memory; below each stack a
 # page with no access turns an overflow into a crash instead of a write into the next thread's stack.
 STACK_BYTES = 64 * 1024
-KERNEL = "jitorch_emu_kernel"  # every kernel's name in its host module, so the runtime is built once per arity
+KERNEL = "jitorch_emu_kernel"  # every kernel's name in its host module, so that its entry is built once per arity
+CALLS = [f"jitorch_emu_sreg_{r.replace('.', '_')}" for r in SREGS] + [
+    "jitorch_emu_barrier0", "jitorch_emu_barrier_all", "jitorch_emu_shfl_bfly"]  # the runtime's, from kernels
 
 # The context switch, ``jitorch_emu_switch(i64 *save, i64 sp)``: push the callee-saved registers, store the stack
 # pointer at ``save``, load ``sp``, pop the registers saved there and return to the address below them. A new
@@ -161,22 +165,36 @@ def available():
 
 
 def _runtime():
-    """The JIT, the thread-context key, and the addresses of the C functions the kernels' runtime calls."""
-    if "linker" not in _state:
-        import llvmlite.binding as llvm
-        llvm.initialize_native_asmparser()  # for the context switch's assembly
-        # The selected CPU, as the CPU target uses: without F16C, half conversions are calls into jitorch's
-        # builtins, which the linker provides.
-        machine = selected()
-        libc = _libc()
-        key = ctypes.c_uint()
-        if libc.pthread_key_create(ctypes.byref(key), None):
-            raise RuntimeError("kernel emulator: pthread_key_create failed")
-        symbols = {name: ctypes.cast(getattr(libc, name), ctypes.c_void_p).value
-                   for name in ("pthread_getspecific", "pthread_setspecific")}
-        _state.update(linker=Linker(machine, opt=0, codemodel="jitdefault"), machine=machine,
-                      tm=machine.target_machine(opt=0, codemodel="jitdefault"), key=key.value, symbols=symbols)
+    """The JIT, and the runtime every kernel calls into: linked once per process (see `_runtime_text`), with the
+    addresses of the functions kernels call and the launch."""
+    with _lock:
+        if "linker" not in _state:
+            _state.update(_link_runtime())
     return _state
+
+
+def _link_runtime():
+    import llvmlite.binding as llvm
+    llvm.initialize_native_asmparser()  # for the context switch's assembly
+    # The selected CPU, as the CPU target uses: without F16C, half conversions are calls into jitorch's
+    # builtins, which the linker provides.
+    machine = selected()
+    libc = _libc()
+    key = ctypes.c_uint()
+    if libc.pthread_key_create(ctypes.byref(key), None):
+        raise RuntimeError("kernel emulator: pthread_key_create failed")
+    symbols = {name: ctypes.cast(getattr(libc, name), ctypes.c_void_p).value
+               for name in ("pthread_getspecific", "pthread_setspecific")}
+    linker = Linker(machine, opt=0, codemodel="jitdefault")
+    tm = machine.target_machine(opt=0, codemodel="jitdefault")
+    module = llvm.parse_assembly(_runtime_text(key.value, machine.triple.split("-")[0]))
+    module.triple = machine.triple
+    module.data_layout = str(tm.target_data)
+    library = linker.link(tm.emit_object(module), CALLS + ["jitorch_emu_launch"], symbols, fresh=True)
+    launch = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p)(
+        library["jitorch_emu_launch"])
+    return dict(linker=linker, machine=machine, tm=tm, runtime=library, launch=launch,
+                calls={name: library[name] for name in CALLS})
 
 
 def host_ir(nvptx_ir):
@@ -198,11 +216,11 @@ def _switch_asm(arch):
     return "".join(f'module asm "{line}"\n' for line in lines)
 
 
-@functools.lru_cache(maxsize=None)
-def _runtime_module(n_args, key, arch):
+def _runtime_text(key, arch):
     """The special registers, barriers and shuffle over the running thread's context, and the launch: every
     block in turn, its threads either called one after the other (a kernel with no barrier or shuffle) or
-    started on their stacks and resumed in turn until all have returned (see the module docstring)."""
+    started on their stacks and resumed in turn until all have returned (see the module docstring). The
+    kernel is called through its entry, found in the launch's scheduler record."""
     m = ir.Module(name="jitorch_emulator_runtime")
     getspecific = ir.Function(m, ir.FunctionType(PTR, [I32]), "pthread_getspecific")
     setspecific = ir.Function(m, ir.FunctionType(I32, [I32, PTR]), "pthread_setspecific")
@@ -273,19 +291,20 @@ def _runtime_module(n_args, key, arch):
     wait(b, ctx, warp_barrier)  # nobody overwrites the buffer before every lane has read it
     b.ret(result)
 
-    kernel = ir.Function(m, ir.FunctionType(ir.VoidType(), [PTR] * n_args), KERNEL)
+    entry_type = ir.FunctionType(ir.VoidType(), [PTR.as_pointer()])
 
-    def arguments(b, ctx):
-        array = b.bitcast(words_at(b, ctx, ARGUMENTS), PTR.as_pointer())
-        return [b.load(b.gep(array, [I64(i)])) for i in range(n_args)]
+    def run_kernel(b, ctx, scheduler):
+        entry = b.inttoptr(word(b, scheduler, ENTRY), entry_type.as_pointer())
+        b.call(entry, [b.inttoptr(word(b, ctx, ARGUMENTS), PTR.as_pointer())])
 
     # A thread's start: run the kernel, say so, and leave for the scheduler, never to be resumed.
     start = ir.Function(m, ir.FunctionType(ir.VoidType(), []), "jitorch_emu_start")
+    start.linkage = "internal"
     b = ir.IRBuilder(start.append_basic_block())
     ctx = context(b)
-    b.call(kernel, arguments(b, ctx))
-    b.store(I64(DONE), slot(b, ctx, STATE))
     scheduler = words_at(b, ctx, SCHEDULER)
+    run_kernel(b, ctx, scheduler)
+    b.store(I64(DONE), slot(b, ctx, STATE))
     add(b, scheduler, PROGRESS, 1)
     to_scheduler(b, ctx, scheduler)
     b.unreachable()
@@ -308,11 +327,10 @@ def _runtime_module(n_args, key, arch):
     def serial_block(b, ctaid):
         b.call(setspecific, [I32(key), b.bitcast(first, PTR)])
         set_block(b, first, ctaid)
-        args = arguments(b, first)
 
         def one_thread(b, t):
             b.store(t, slot(b, first, 0))
-            b.call(kernel, args)
+            run_kernel(b, first, scheduler)
         counted_loop(b, I64(0), serial, I64(1), one_thread, "serial")
 
     def scheduled_block(b, ctaid, flat):
@@ -369,6 +387,18 @@ def _runtime_module(n_args, key, arch):
     return str(m) + _switch_asm(arch)
 
 
+@functools.lru_cache(maxsize=None)
+def _entry_text(n_args):
+    """``jitorch_emu_entry(i8** arguments)``, which calls the kernel with its ``n_args`` pointers."""
+    m = ir.Module(name="jitorch_emulator_entry")
+    kernel = ir.Function(m, ir.FunctionType(ir.VoidType(), [PTR] * n_args), KERNEL)
+    entry = ir.Function(m, ir.FunctionType(ir.VoidType(), [PTR.as_pointer()]), "jitorch_emu_entry")
+    b = ir.IRBuilder(entry.append_basic_block())
+    b.call(kernel, [b.load(b.gep(entry.args[0], [I64(i)])) for i in range(n_args)])
+    b.ret_void()
+    return str(m)
+
+
 def _map_stacks(threads):
     """The base of ``threads`` fresh stacks (see STACK_BYTES), one after the other, each above its guard page."""
     libc = _libc()
@@ -423,19 +453,17 @@ class EmulatedKernel:
         kernel = module.get_function(name)
         n_args = len(list(kernel.arguments))
         kernel.name = KERNEL
-        arch = state["machine"].triple.split("-")[0]
-        module.link_in(llvm.parse_assembly(_runtime_module(n_args, state["key"], arch)))
+        module.link_in(llvm.parse_assembly(_entry_text(n_args)))
         module.triple = state["machine"].triple
         module.data_layout = str(state["tm"].target_data)
         with _lock:
             obj = state["tm"].emit_object(module)
-        self._library = state["linker"].link(obj, ["jitorch_emu_launch"], state["symbols"], fresh=True)
+        self._library = state["linker"].link(obj, ["jitorch_emu_entry"], state["calls"], fresh=True)
+        self._entry = self._library["jitorch_emu_entry"]
         self.name = name
         self.n_args = n_args
         # Threads that never wait for each other give the same results run one after the other.
         self.serial = "@jitorch_emu_barrier" not in text and "@jitorch_emu_shfl" not in text
-        self._launch = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
-                                        ctypes.c_void_p)(self._library["jitorch_emu_launch"])
         self._launch_lock = threading.Lock()  # one launch at a time: the shared memory is one global
 
     def __call__(self, pointers, grid, block):
@@ -453,6 +481,7 @@ class EmulatedKernel:
             barriers[:, COUNT] = WARP
             barriers[-1, COUNT] = block
             scheduler = np.zeros(SCHEDULER_WORDS, np.int64)
+            scheduler[ENTRY] = self._entry
             args = (ctypes.c_void_p * max(1, len(pointers)))(*pointers)
             contexts[:, 0] = np.arange(threads)
             contexts[:, 3:6] = (block, 1, 1)
@@ -465,7 +494,7 @@ class EmulatedKernel:
             with contextlib.nullcontext() if self.serial else _stacks(threads) as tops:
                 if tops is not None:
                     contexts[:, STACK_TOP] = tops
-                stuck = self._launch(contexts.ctypes.data, threads, block if self.serial else 0,
+                stuck = _state["launch"](contexts.ctypes.data, threads, block if self.serial else 0,
                                      scheduler.ctypes.data)
         if stuck:
             rows, x = divmod(stuck - 1, grid[0])
