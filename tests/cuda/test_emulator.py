@@ -10,6 +10,7 @@ the CPU.
 
 import gc
 import mmap
+import threading
 import weakref
 from types import SimpleNamespace
 
@@ -121,12 +122,8 @@ def _shared_tile(b, length):
     return lambda i: b.gep(g, [I64(0), i])
 
 
-def test_shared_memory_passes_values_across_barriers_in_every_block_of_a_3d_grid():
-    """Each thread writes its slot of a shared tile, and after a barrier reads another thread's; twice, so that
-    a barrier released too early, a block seeing another's tile, or a thread run to its end without waiting
-    would read a stale slot. 60 blocks in turn reuse the one tile."""
-    threads = 64
-
+def _tiles_kernel(name, threads):
+    """Each thread writes its slot of a shared tile, and after a barrier reads another thread's; twice."""
     def body(b, out):
         tid = _sreg(b, "tid.x")
         flat = b.add(b.mul(b.add(b.mul(_sreg(b, "ctaid.z"), _sreg(b, "nctaid.y")), _sreg(b, "ctaid.y")),
@@ -140,13 +137,40 @@ def test_shared_memory_passes_values_across_barriers_in_every_block_of_a_3d_grid
         barrier(b)
         b.store(b.load(tile(b.urem(b.add(tid, I64(1)), I64(threads)))), b.gep(out, [b.add(b.mul(flat, I64(threads)),
                                                                                       tid)]))
-    kernel = emulator.EmulatedKernel("tiles", hand_written("tiles", body))
-    assert not kernel.serial
-    out = np.zeros((60, threads), np.int64)
-    kernel([out.ctypes.data], (5, 4, 3), threads)
+    return emulator.EmulatedKernel(name, hand_written(name, body))
+
+
+def _tiles_result(blocks, threads):
     tid = np.arange(threads)
-    want = 2 * (np.arange(60)[:, None] * 1000 + (threads - 1 - (tid + 1) % threads)[None, :])
-    np.testing.assert_array_equal(out, want)
+    return 2 * (np.arange(blocks)[:, None] * 1000 + (threads - 1 - (tid + 1) % threads)[None, :])
+
+
+def test_shared_memory_passes_values_across_barriers_in_every_block_of_a_3d_grid():
+    """A barrier released too early, a block seeing another's tile, or a thread run to its end without waiting
+    would read a stale slot. 60 blocks in turn reuse the one tile."""
+    kernel = _tiles_kernel("tiles", 64)
+    assert not kernel.serial
+    out = np.zeros((60, 64), np.int64)
+    kernel([out.ctypes.data], (5, 4, 3), 64)
+    np.testing.assert_array_equal(out, _tiles_result(60, 64))
+
+
+def test_launches_on_two_os_threads_at_once_keep_their_own_threads_and_stacks():
+    """Each OS thread's launch schedules its own CUDA threads (the running one is per OS thread) on stacks of
+    its own: two kernels of as many threads, launched over and over at once, both give their results."""
+    kernels = [_tiles_kernel(f"tiles_{i}", 128) for i in range(2)]
+    outs = [np.zeros((20, 10, 128), np.int64) for _ in kernels]
+
+    def launches(kernel, out):
+        for repeat in range(20):
+            kernel([out[repeat].ctypes.data], (10,), 128)
+    workers = [threading.Thread(target=launches, args=pair) for pair in zip(kernels, outs)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    for out in outs:
+        np.testing.assert_array_equal(out, np.broadcast_to(_tiles_result(10, 128), out.shape))
 
 
 def _guard_pages():
