@@ -25,7 +25,9 @@ callee-saved registers and swaps stack pointers (a few instructions of assembly
 for x86-64 and AArch64, no system call), so a barrier costs a switch per thread.
 
 Machine code comes from llvmlite's JIT with no IR optimisation of its own, so
-what runs is what NVPTX was given. Linux on x86-64 or AArch64 only;
+what runs is what NVPTX was given. The runtime (special registers, barriers,
+shuffle, scheduler) is linked once per process; a kernel's object code holds
+the kernel and an entry that calls it with its pointers. Linux on x86-64 or AArch64 only;
 `available()` says whether this host is one. Kernels with no barrier or shuffle
 run their threads one after the other, on the caller's stack.
 """
@@ -70,7 +72,8 @@ KERNEL = "jitorch_emu_kernel"  # every kernel's name in its host module, so that
 CALLS = [f"jitorch_emu_sreg_{r.replace('.', '_')}" for r in SREGS] + [
     "jitorch_emu_barrier0", "jitorch_emu_barrier_all", "jitorch_emu_shfl_bfly"]  # the runtime's, from kernels
 
-# The context switch, ``jitorch_emu_switch(i64 *save, i64 sp)``: push the callee-saved registers, store the stack
+# The context switch, ``jitorch_emu_switch(i64 *save, i64 sp)`` (glibc's swapcontext would do as well, but it
+# makes a system call, for the signal mask, at every switch: a reduction switches thousands of times a block): push the callee-saved registers, store the stack
 # pointer at ``save``, load ``sp``, pop the registers saved there and return to the address below them. A new
 # thread's stack holds a frame of zeros with its start function in the return address's slot (FRAMES).
 _SWITCH = {
