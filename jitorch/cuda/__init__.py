@@ -43,8 +43,9 @@ def device_count() -> int:
 @contextlib.contextmanager
 def emulated(devices=1):
     """Inside the block, CUDA tensors live in host memory and every kernel launch runs the generated kernel's
-    own code (its NVPTX IR, retargeted to the host, a thread per CUDA thread): CUDA programs run, slowly, on a
-    machine without a GPU, with the results a GPU would give. Streams and events still need the driver.
+    own code (its NVPTX IR, retargeted to the host, a cooperative thread per CUDA thread): CUDA programs run,
+    slowly, on a machine without a GPU, with the results a GPU would give. Streams and events still need the
+    driver.
 
     >>> with jitorch.cuda.emulated():
     ...     y = jitorch.ones(3, device="cuda").cumsum(0).cpu()

@@ -367,8 +367,8 @@ def main(argv=None):
         if not emulator.available():
             print("no CUDA GPU and no kernel emulator on this host: running the checks that need neither")
         else:
-            print("no CUDA GPU in use: the kernels run on the host emulator (their NVPTX IR, one thread per "
-                  "CUDA thread)")
+            print("no CUDA GPU in use: the kernels run on the host emulator (their NVPTX IR, a cooperative "
+                  "thread per CUDA thread)")
             with use_backend(FakeBackend(emulate="ptx")):
                 rows += _run_checks(tuple((f"{name} (emulated)", check)
                                           for name, check in _tensor_checks(kernel_rows=EMULATED_ROWS)))

@@ -10,11 +10,12 @@ on a machine without a GPU:
 - each copy and launch is recorded (``copies``, ``launches``: which kernel, on
   which pointers, with which grid), for tests of the dispatch decisions;
 - a launch runs the kernel's own code: its optimised NVPTX IR, retargeted to the
-  host by the kernel emulator (`jitorch.backends.cuda.emulator`), with a thread
-  per CUDA thread, so grid-stride loops, shuffles, shared memory and barriers
-  are exercised as on a device. Where the host cannot emulate (no POSIX thread
-  barriers), the kernel's graph values are evaluated with the CPU kernels
-  instead, as the generated code would compute them (``emulate="graph"``).
+  host by the kernel emulator (`jitorch.backends.cuda.emulator`), with a
+  cooperative thread per CUDA thread, so grid-stride loops, shuffles, shared
+  memory and barriers are exercised as on a device. Where the host cannot
+  emulate (not Linux on x86-64 or AArch64), the kernel's graph values are
+  evaluated with the CPU kernels instead, as the generated code would compute
+  them (``emulate="graph"``).
 """
 
 from __future__ import annotations
@@ -191,7 +192,7 @@ def _evaluator(kernel):
     if getattr(kernel, "spec", (None,))[0] in FORMS:
         return _indexing
     raise RuntimeError(f"the fake device's graph mode cannot run kernel {kernel.name}: it runs on the kernel "
-                       "emulator only, which needs POSIX thread barriers")
+                       "emulator only, which needs Linux on x86-64 or AArch64")
 
 
 def _matmul(memory, kernel, pointers):
