@@ -19,6 +19,13 @@ Where the innermost memory dim is moved by one unit-stride view dim (the batch o
 ``_batch_last`` layout), the kernel works on rows of it: the coordinates are solved once per row, and each
 share is a vectorised pass over the row, which stays in L1.
 
+A copy ("assign") whose rows read ``src`` far apart along the row (a convolution's input, ``(N, C, H, W)``
+read as the padded ``(C, H, W, N)``: a transpose, its reads a batch image apart) works on blocks of `TILE`
+rows: each row's source offset is solved first, then the block is copied one row element at a time across
+its rows, whose reads are then adjacent (``W``'s unit stride): each line read is used whole while in cache,
+where row by row the reads of one row all fall in one cache set (the image size, a power of two apart) and
+evict each other. The same elements are copied: the bits do not change.
+
 Importing this module registers `window_kernel` in ``ops.views.WINDOW_KERNEL``: the ops layer cannot import
 the code generator, and runs NumPy's passes where no kernel is registered or one cannot be built.
 """
@@ -35,17 +42,18 @@ from llvmlite import ir
 from ..ops import views
 from .cache import default_cache
 from .errors import CompileError
-from .kernel import I64, KernelSource, counted_loop, kernel_body
+from .kernel import I64, TILE, TILE_MIN_STRIDE, KernelSource, counted_loop, kernel_body
 from .memo import BuiltOnce
 from .target import CPU
 from . import cpu
 
 
 class WindowKernel:
-    """A compiled gather kernel: call it on the arrays ``(x, src, out)``."""
+    """A compiled gather kernel: call it on the arrays ``(x, src, out)``. ``blocked``: whether it copies
+    blocks of rows (`_Emitter.blocked`)."""
 
-    def __init__(self, compiled):
-        self._compiled = compiled
+    def __init__(self, compiled, blocked):
+        self._compiled, self.blocked = compiled, blocked
 
     def __call__(self, x, src, out):
         args = (ctypes.c_void_p * 3)(*[a.__array_interface__["data"][0] for a in (x, src, out)])
@@ -86,14 +94,15 @@ def _build(dtype, numel, offset, plan, src_strides, mode, init):
     key = hashlib.sha256(repr((dtype, numel, offset, plan, src_strides)).encode()).hexdigest()[:16]
     name = f"jitorch_window_{mode}_{init}_{dtype}_{key}"
     module, body, b = kernel_body(name, t, 3)  # (out noalias: ``x`` is read only where it is another buffer)
-    _Emitter(t, length, row, solved, src_strides, mode, init, offset).rows(b, *body.args)
+    emitter = _Emitter(t, length, row, solved, src_strides, mode, init, offset)
+    emitter.rows(b, *body.args)
     b.ret_void()
     CPU.add_entry(module, body, [0, 1, 2], 0, "thread")
     rows = numel // length
     source = KernelSource(name, "window", ["_as_strided_add" if mode == "add" else "as_strided_scatter"], [0, 1],
                           [2], rows, numel * (1 + shares), str(module))
     try:
-        return WindowKernel(cpu.link_kernel(source, default_cache()))
+        return WindowKernel(cpu.link_kernel(source, default_cache()), emitter.blocked)
     except CompileError:
         return None
 
@@ -109,9 +118,18 @@ class _Emitter:
         self.t, self.length, self.row, self.solved = t, length, row, solved
         self.src_strides, self.mode, self.init, self.offset = src_strides, mode, init, offset
 
+    @property
+    def blocked(self):
+        """Whether rows are copied in blocks: a copy whose rows read ``src`` a transpose's distance apart."""
+        return self.mode == "assign" and self.row is not None and \
+            abs(self.src_strides[self.row[0]]) >= TILE_MIN_STRIDE
+
     def rows(self, b, start, end, x, src, out):
         """Rows ``start`` to ``end`` of the output: each initialised, then its shares gathered."""
-        self.src, self.out = src, out
+        self.src, self.out, self.share = src, out, self._add
+        if self.blocked:
+            self._blocks(b, start, end, x)
+            return
 
         def one_row(b, r):
             base = b.mul(r, I64(self.length))
@@ -129,6 +147,44 @@ class _Emitter:
 
         counted_loop(b, start, end, I64(1), one_row, "row")
 
+    def _blocks(self, b, start, end, x):
+        """A copy's rows ``start`` to ``end`` in blocks of `TILE` rows: each row's share's source offset (-1:
+        none) solved into ``at``, then per row element, the block's rows."""
+        at = b.alloca(I64, TILE)
+        n, step = self.row[2], I64(self.src_strides[self.row[0]])
+
+        def block(b, r0):
+            m = b.select(b.icmp_signed("<", b.sub(end, r0), I64(TILE)), b.sub(end, r0), I64(TILE))
+
+            def solve(b, j):
+                slot = b.gep(at, [j])
+                b.store(I64(-1), slot)
+                base = b.mul(b.add(r0, j), I64(self.length))
+                self.share = lambda b, _, offset: b.store(offset, slot)
+                q = b.sub(base, I64(self.offset))
+                with b.if_then(b.icmp_signed(">=", q, I64(0))):
+                    self._gather(b, base, q)
+            counted_loop(b, I64(0), m, I64(1), solve, "solve")
+
+            def element(b, i):
+                def one(b, j):
+                    offset = b.load(b.gep(at, [j]))
+                    index = b.add(b.mul(b.add(r0, j), I64(self.length)), i)
+                    dst = b.gep(self.out, [index])
+                    share = b.and_(b.icmp_signed(">=", offset, I64(0)), b.icmp_signed("<", i, I64(n)))
+                    with b.if_else(share) as (then, otherwise):
+                        with then:
+                            b.store(b.load(b.gep(self.src, [b.add(offset, b.mul(i, step))])), dst)
+                        with otherwise:
+                            if self.init == "zero":
+                                b.store(self.t(0), dst)
+                            elif self.init == "copy":
+                                b.store(b.load(b.gep(x, [index])), dst)
+                counted_loop(b, I64(0), m, I64(1), one, "block")
+            counted_loop(b, I64(0), I64(self.length), I64(1), element, "element")
+
+        counted_loop(b, start, end, I64(TILE), block, "blocks")
+
     def _gather(self, b, base, q):
         coords = []
         for step, _ in self.solved:  # the coordinates, outermost first (each step exceeds what is inside it)
@@ -145,7 +201,7 @@ class _Emitter:
         """Memory dim ``j``'s shares: its view dims but the last looped, the last solved; ``at`` is the offset
         into ``src`` of the view dims fixed so far."""
         if j == len(self.solved):
-            self._add(b, base, at)
+            self.share(b, base, at)
             return
         dims = self.solved[j][1]
         *looped, (d, factor, n) = dims

@@ -250,3 +250,42 @@ def test_a_compiled_step_fills_no_zeros_for_its_col2ims_and_padded_copies(kernel
                 for p, q in zip(a.parameters(), b.parameters()):
                     np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), **tol)
             assert sorted(kernel_calls) == [("add", "zero", True)] + [("assign", "zero", True)] * 2
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_padded_copy_of_a_transposed_input_copies_blocks_of_rows_bit_for_bit(dtype, monkeypatch):
+    """A convolution's ``(N, C, H, W)`` input copied into its padded ``(C, H, W, N)`` buffer reads each row (the
+    batch) an image apart: the kernel copies blocks of rows. Every init (zeros, another buffer's elements, the
+    output's own), row counts that do not divide into blocks, an offset, 1 and 2 threads: NumPy's copy, bit
+    for bit, and the same kernel asked for again is not blocked where the rows read adjacent elements."""
+    kernels = []
+
+    def recorded(*args):
+        kernels.append(windows.window_kernel(*args))
+        return kernels[-1]
+    monkeypatch.setattr(views, "WINDOW_KERNEL", recorded)
+    rng = np.random.default_rng(5)
+    before = jt.get_num_threads()
+    try:
+        for (n, c, h, w, p), threads in itertools.product([(64, 3, 5, 7, 1), (80, 2, 6, 6, 2)], (1, 2)):
+            jt.set_num_threads(threads)
+            src = rng.standard_normal((n, c, h, w)).astype(dtype).transpose(1, 2, 3, 0)
+            shape = (c, h + 2 * p, w + 2 * p, n)
+            strides = (shape[1] * shape[2] * n, shape[2] * n, n, 1)
+            offset = p * strides[1] + p * strides[2]
+            x = rng.standard_normal(shape).astype(dtype)
+            for start in ("zero", "copy", "none"):
+                out = x.copy() if start == "none" else np.full(shape, 7, dtype)
+                expected = np.zeros(shape, dtype) if start == "zero" else x.copy()
+                expected[:, p:p + h, p:p + w, :] = src
+                into = None if start == "zero" else out if start == "none" else x
+                views.as_strided_scatter_into(out, into, src, src.shape, strides, offset)
+                np.testing.assert_array_equal(out, expected)
+                assert kernels[-1] is not None and kernels[-1].blocked
+            # the batch-last source (rows of adjacent elements) is copied row by row
+            views.as_strided_scatter_into(out, None, np.ascontiguousarray(src), src.shape, strides, offset)
+            np.testing.assert_array_equal(out[:, p:p + h, p:p + w, :], src)
+            assert not kernels[-1].blocked
+    finally:
+        jt.set_num_threads(before)
+    assert len(kernels) == 16
