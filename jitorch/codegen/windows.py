@@ -148,42 +148,89 @@ class _Emitter:
         counted_loop(b, start, end, I64(1), one_row, "row")
 
     def _blocks(self, b, start, end, x):
-        """A copy's rows ``start`` to ``end`` in blocks of `TILE` rows: each row's share's source offset (-1:
-        none) solved into ``at``, then per row element, the block's rows."""
+        """A copy's rows ``start`` to ``end`` in blocks of up to `TILE` rows: each row's share's source offset
+        (-1: none) solved into ``at``, then per row element, the block's rows. A block starting a run of rows
+        whose shares are adjacent in ``src`` (a padded image row's interior) copies the run's first 16, 8 or 4
+        rows (`TILE` at most) in straight-line code, one vector read per element; other blocks test each of
+        their rows' shares and advance past the rows before the next run."""
         at = b.alloca(I64, TILE)
+        for j in range(TILE):
+            b.store(I64(-1), b.gep(at, [I64(j)]))
         n, step = self.row[2], I64(self.src_strides[self.row[0]])
+        runs = [w for w in (16, 8, 4) if w <= TILE] if n == self.length else []
+        func = b.function
+        head, body, done = (func.append_basic_block("blocks" + suffix) for suffix in ("", ".body", ".end"))
+        pre = b.block
+        b.branch(head)
+        b.position_at_end(head)
+        r0 = b.phi(I64)
+        r0.add_incoming(start, pre)
+        b.cbranch(b.icmp_signed("<", r0, end), body, done)
+        b.position_at_end(body)
+        m = b.select(b.icmp_signed("<", b.sub(end, r0), I64(TILE)), b.sub(end, r0), I64(TILE))
 
-        def block(b, r0):
-            m = b.select(b.icmp_signed("<", b.sub(end, r0), I64(TILE)), b.sub(end, r0), I64(TILE))
+        def solve(b, j):
+            slot = b.gep(at, [j])
+            b.store(I64(-1), slot)
+            base = b.mul(b.add(r0, j), I64(self.length))
+            self.share = lambda b, _, offset: b.store(offset, slot)
+            q = b.sub(base, I64(self.offset))
+            with b.if_then(b.icmp_signed(">=", q, I64(0))):
+                self._gather(b, base, q)
+        counted_loop(b, I64(0), m, I64(1), solve, "solve")
+        first = b.load(b.gep(at, [I64(0)]))
+        # the run's length: rows from the first whose shares follow its own, before the block ends
+        adjacent, length = b.icmp_signed(">=", first, I64(0)), I64(1)
+        for j in range(1, TILE):
+            adjacent = b.and_(adjacent, b.and_(b.icmp_signed("<", I64(j), m), b.icmp_signed(
+                "==", b.load(b.gep(at, [I64(j)])), b.add(first, I64(j)))))
+            length = b.add(length, b.zext(adjacent, I64))
+        advance = b.select(b.icmp_signed(">=", first, I64(0)), length, I64(1))
+        for w in reversed(runs):
+            advance = b.select(b.icmp_signed(">=", length, I64(w)), I64(w), advance)
+        self._copy_block(b, r0, advance, first, runs, at, x, n, step)
+        r0.add_incoming(b.add(r0, advance), b.block)
+        b.branch(head)
+        b.position_at_end(done)
 
-            def solve(b, j):
-                slot = b.gep(at, [j])
-                b.store(I64(-1), slot)
-                base = b.mul(b.add(r0, j), I64(self.length))
-                self.share = lambda b, _, offset: b.store(offset, slot)
-                q = b.sub(base, I64(self.offset))
-                with b.if_then(b.icmp_signed(">=", q, I64(0))):
-                    self._gather(b, base, q)
-            counted_loop(b, I64(0), m, I64(1), solve, "solve")
+    def _copy_block(self, b, r0, rows, first, runs, at, x, n, step):
+        """The ``rows`` rows from ``r0``: a run's straight-line copy where ``rows`` is one of ``runs``, else
+        `_mixed`."""
+        if not runs:
+            self._mixed(b, r0, rows, at, x, n, step)
+            return
+        w, *rest = runs
+        with b.if_else(b.icmp_signed("==", rows, I64(w))) as (whole, other):
+            with whole:
+                def element(b, i):
+                    row = b.add(b.mul(r0, I64(self.length)), i)
+                    read = b.add(first, b.mul(i, step))
+                    values = [b.load(b.gep(self.src, [b.add(read, I64(j))])) for j in range(w)]
+                    for j, value in enumerate(values):
+                        b.store(value, b.gep(self.out, [b.add(row, I64(j * self.length))]))
+                counted_loop(b, I64(0), I64(self.length), I64(1), element, f"run{w}")
+            with other:
+                self._copy_block(b, r0, rows, first, rest, at, x, n, step)
 
-            def element(b, i):
-                def one(b, j):
-                    offset = b.load(b.gep(at, [j]))
-                    index = b.add(b.mul(b.add(r0, j), I64(self.length)), i)
-                    dst = b.gep(self.out, [index])
-                    share = b.and_(b.icmp_signed(">=", offset, I64(0)), b.icmp_signed("<", i, I64(n)))
-                    with b.if_else(share) as (then, otherwise):
-                        with then:
-                            b.store(b.load(b.gep(self.src, [b.add(offset, b.mul(i, step))])), dst)
-                        with otherwise:
-                            if self.init == "zero":
-                                b.store(self.t(0), dst)
-                            elif self.init == "copy":
-                                b.store(b.load(b.gep(x, [index])), dst)
-                counted_loop(b, I64(0), m, I64(1), one, "block")
-            counted_loop(b, I64(0), I64(self.length), I64(1), element, "element")
-
-        counted_loop(b, start, end, I64(TILE), block, "blocks")
+    def _mixed(self, b, r0, m, at, x, n, step):
+        """The ``m`` rows from ``r0`` of a block that is not a run, per row element: each row's share, or its
+        initial value where it has none."""
+        def element(b, i):
+            def one(b, j):
+                offset = b.load(b.gep(at, [j]))
+                index = b.add(b.mul(b.add(r0, j), I64(self.length)), i)
+                dst = b.gep(self.out, [index])
+                share = b.and_(b.icmp_signed(">=", offset, I64(0)), b.icmp_signed("<", i, I64(n)))
+                with b.if_else(share) as (then, otherwise):
+                    with then:
+                        b.store(b.load(b.gep(self.src, [b.add(offset, b.mul(i, step))])), dst)
+                    with otherwise:
+                        if self.init == "zero":
+                            b.store(self.t(0), dst)
+                        elif self.init == "copy":
+                            b.store(b.load(b.gep(x, [index])), dst)
+            counted_loop(b, I64(0), m, I64(1), one, "block")
+        counted_loop(b, I64(0), I64(self.length), I64(1), element, "element")
 
     def _gather(self, b, base, q):
         coords = []
