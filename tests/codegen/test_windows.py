@@ -289,3 +289,49 @@ def test_a_padded_copy_of_a_transposed_input_copies_blocks_of_rows_bit_for_bit(d
     finally:
         jt.set_num_threads(before)
     assert len(kernels) == 16
+
+
+def test_a_compiled_convolution_step_copies_its_transposed_inputs_in_blocks(monkeypatch):
+    """A compiled step's padded input copies (the conv's input, the transposed conv's cropped gradient) read
+    ``(N, C, H, W)`` values as ``(C, H, W, N)``: blocked kernels, at 1 and 2 threads; values and gradients as
+    torch's, the same bits at both thread counts."""
+    kernels = []
+
+    def recorded(*args):
+        kernels.append((args[5], windows.window_kernel(*args)))
+        return kernels[-1][1]
+    monkeypatch.setattr(views, "WINDOW_KERNEL", recorded)
+
+    def step(conv, up, x):
+        loss = up(conv(x).relu()).tanh().sum()
+        loss.backward()
+        return loss
+
+    def modules(lib):
+        lib.manual_seed(0)
+        return lib.nn.Conv2d(3, 4, 3, 1, 1), lib.nn.ConvTranspose2d(4, 2, 4, 2, 1)
+    ours, theirs = modules(jt), modules(torch)
+    for a, b in zip(ours, theirs):
+        for p, q in zip(a.parameters(), b.parameters()):
+            p.data = jt.from_numpy(q.detach().numpy().copy())
+    x = np.random.default_rng(1).standard_normal((8, 3, 6, 6)).astype(np.float32)
+    expected = step(*theirs, torch.from_numpy(x))
+    compiled = jt.compile(step)
+    grads, before = [], jt.get_num_threads()
+    try:
+        for threads in (1, 2):
+            jt.set_num_threads(threads)
+            kernels.clear()
+            for m in ours:
+                m.zero_grad()
+            loss = compiled(*ours, jt.from_numpy(x))
+            np.testing.assert_allclose(loss.item(), expected.item(), rtol=1e-4, atol=1e-5)
+            grads.append([p.grad.numpy().copy() for m in ours for p in m.parameters()])
+            for g, q in zip(grads[-1], (q for m in theirs for q in m.parameters())):
+                np.testing.assert_allclose(g, q.grad.numpy(), rtol=1e-4, atol=1e-5)
+            copies = [kernel for mode, kernel in kernels if mode == "assign"]
+            assert len(copies) == 2 and all(k is not None and k.blocked for k in copies)
+    finally:
+        jt.set_num_threads(before)
+    for one, two in zip(*grads):
+        np.testing.assert_array_equal(one, two)
