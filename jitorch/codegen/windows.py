@@ -20,11 +20,12 @@ Where the innermost memory dim is moved by one unit-stride view dim (the batch o
 share is a vectorised pass over the row, which stays in L1.
 
 A copy ("assign") whose rows read ``src`` far apart along the row (a convolution's input, ``(N, C, H, W)``
-read as the padded ``(C, H, W, N)``: a transpose, its reads a batch image apart) works on blocks of `TILE`
-rows: each row's source offset is solved first, then the block is copied one row element at a time across
-its rows, whose reads are then adjacent (``W``'s unit stride): each line read is used whole while in cache,
-where row by row the reads of one row all fall in one cache set (the image size, a power of two apart) and
-evict each other. The same elements are copied: the bits do not change.
+read as the padded ``(C, H, W, N)``: a transpose, its reads a batch image apart) works on runs of up to
+`TILE` rows whose sources are adjacent (an image row's interior, ``W``'s unit stride): their offsets are
+solved first, then the run is copied one row element at a time across its rows, in straight-line code. Each
+line read is used whole while in cache, where row by row the reads of one row all fall in one cache set
+(the image size, a power of two apart) and evict each other. The same elements are copied: the bits do not
+change.
 
 Importing this module registers `window_kernel` in ``ops.views.WINDOW_KERNEL``: the ops layer cannot import
 the code generator, and runs NumPy's passes where no kernel is registered or one cannot be built.
@@ -111,6 +112,10 @@ def _build(dtype, numel, offset, plan, src_strides, mode, init):
 _kernels = BuiltOnce(_build)
 
 
+# The lengths of the runs of rows a blocked copy copies in straight-line code, longest first (`TILE` at most).
+RUNS = (TILE, TILE // 2, TILE // 4)
+
+
 class _Emitter:
     """Emits the loops of one kernel; sizes and strides are its constants."""
 
@@ -120,44 +125,45 @@ class _Emitter:
 
     @property
     def blocked(self):
-        """Whether rows are copied in blocks: a copy whose rows read ``src`` a transpose's distance apart."""
-        return self.mode == "assign" and self.row is not None and \
+        """Whether rows are copied in blocks: a copy whose rows read ``src`` a transpose's distance apart, the
+        whole row (a view dim moving along all of it)."""
+        return self.mode == "assign" and self.row is not None and self.row[2] == self.length and \
             abs(self.src_strides[self.row[0]]) >= TILE_MIN_STRIDE
 
     def rows(self, b, start, end, x, src, out):
         """Rows ``start`` to ``end`` of the output: each initialised, then its shares gathered."""
-        self.src, self.out, self.share = src, out, self._add
+        self.src, self.out, self.x = src, out, x
         if self.blocked:
-            self._blocks(b, start, end, x)
-            return
+            self._blocks(b, start, end)
+        else:
+            counted_loop(b, start, end, I64(1), self._row, "row")
 
-        def one_row(b, r):
-            base = b.mul(r, I64(self.length))
-            if self.init != "none":
-                def first(b, i):
-                    at = b.gep(out, [b.add(base, i)])
-                    b.store(self.t(0) if self.init == "zero" else b.load(b.gep(x, [b.add(base, i)])), at)
-                counted_loop(b, I64(0), I64(self.length), I64(1), first, "init")
-            q = b.sub(base, I64(self.offset))
-            if self.offset:
-                with b.if_then(b.icmp_signed(">=", q, I64(0))):
-                    self._gather(b, base, q)
-            else:
+    def _row(self, b, r):
+        """Row ``r``: initialised, then its shares gathered."""
+        self.share = self._add
+        base = b.mul(r, I64(self.length))
+        if self.init != "none":
+            def first(b, i):
+                at = b.gep(self.out, [b.add(base, i)])
+                b.store(self.t(0) if self.init == "zero" else b.load(b.gep(self.x, [b.add(base, i)])), at)
+            counted_loop(b, I64(0), I64(self.length), I64(1), first, "init")
+        q = b.sub(base, I64(self.offset))
+        if self.offset:
+            with b.if_then(b.icmp_signed(">=", q, I64(0))):
                 self._gather(b, base, q)
+        else:
+            self._gather(b, base, q)
 
-        counted_loop(b, start, end, I64(1), one_row, "row")
-
-    def _blocks(self, b, start, end, x):
+    def _blocks(self, b, start, end):
         """A copy's rows ``start`` to ``end`` in blocks of up to `TILE` rows: each row's share's source offset
         (-1: none) solved into ``at``, then per row element, the block's rows. A block starting a run of rows
         whose shares are adjacent in ``src`` (a padded image row's interior) copies the run's first 16, 8 or 4
-        rows (`TILE` at most) in straight-line code, one vector read per element; other blocks test each of
-        their rows' shares and advance past the rows before the next run."""
+        rows in straight-line code, one vector read per element; other rows (a padded image's borders, a run's
+        last few rows) are done one by one (`_row`)."""
         at = b.alloca(I64, TILE)
         for j in range(TILE):
             b.store(I64(-1), b.gep(at, [I64(j)]))
-        n, step = self.row[2], I64(self.src_strides[self.row[0]])
-        runs = [w for w in (16, 8, 4) if w <= TILE] if n == self.length else []
+        step = I64(self.src_strides[self.row[0]])
         func = b.function
         head, body, done = (func.append_basic_block("blocks" + suffix) for suffix in ("", ".body", ".end"))
         pre = b.block
@@ -186,18 +192,18 @@ class _Emitter:
                 "==", b.load(b.gep(at, [I64(j)])), b.add(first, I64(j)))))
             length = b.add(length, b.zext(adjacent, I64))
         advance = b.select(b.icmp_signed(">=", first, I64(0)), length, I64(1))
-        for w in reversed(runs):
+        for w in reversed(RUNS):
             advance = b.select(b.icmp_signed(">=", length, I64(w)), I64(w), advance)
-        self._copy_block(b, r0, advance, first, runs, at, x, n, step)
+        self._copy_block(b, r0, advance, first, RUNS, step)
         r0.add_incoming(b.add(r0, advance), b.block)
         b.branch(head)
         b.position_at_end(done)
 
-    def _copy_block(self, b, r0, rows, first, runs, at, x, n, step):
+    def _copy_block(self, b, r0, rows, first, runs, step):
         """The ``rows`` rows from ``r0``: a run's straight-line copy where ``rows`` is one of ``runs``, else
-        `_mixed`."""
+        row by row (`_row`)."""
         if not runs:
-            self._mixed(b, r0, rows, at, x, n, step)
+            counted_loop(b, r0, b.add(r0, rows), I64(1), self._row, "row")
             return
         w, *rest = runs
         with b.if_else(b.icmp_signed("==", rows, I64(w))) as (whole, other):
@@ -210,27 +216,7 @@ class _Emitter:
                         b.store(value, b.gep(self.out, [b.add(row, I64(j * self.length))]))
                 counted_loop(b, I64(0), I64(self.length), I64(1), element, f"run{w}")
             with other:
-                self._copy_block(b, r0, rows, first, rest, at, x, n, step)
-
-    def _mixed(self, b, r0, m, at, x, n, step):
-        """The ``m`` rows from ``r0`` of a block that is not a run, per row element: each row's share, or its
-        initial value where it has none."""
-        def element(b, i):
-            def one(b, j):
-                offset = b.load(b.gep(at, [j]))
-                index = b.add(b.mul(b.add(r0, j), I64(self.length)), i)
-                dst = b.gep(self.out, [index])
-                share = b.and_(b.icmp_signed(">=", offset, I64(0)), b.icmp_signed("<", i, I64(n)))
-                with b.if_else(share) as (then, otherwise):
-                    with then:
-                        b.store(b.load(b.gep(self.src, [b.add(offset, b.mul(i, step))])), dst)
-                    with otherwise:
-                        if self.init == "zero":
-                            b.store(self.t(0), dst)
-                        elif self.init == "copy":
-                            b.store(b.load(b.gep(x, [index])), dst)
-            counted_loop(b, I64(0), m, I64(1), one, "block")
-        counted_loop(b, I64(0), I64(self.length), I64(1), element, "element")
+                self._copy_block(b, r0, rows, first, rest, step)
 
     def _gather(self, b, base, q):
         coords = []
