@@ -164,40 +164,33 @@ class _Emitter:
         for j in range(TILE):
             b.store(I64(-1), b.gep(at, [I64(j)]))
         step = I64(self.src_strides[self.row[0]])
-        func = b.function
-        head, body, done = (func.append_basic_block("blocks" + suffix) for suffix in ("", ".body", ".end"))
-        pre = b.block
-        b.branch(head)
-        b.position_at_end(head)
-        r0 = b.phi(I64)
-        r0.add_incoming(start, pre)
-        b.cbranch(b.icmp_signed("<", r0, end), body, done)
-        b.position_at_end(body)
-        m = b.select(b.icmp_signed("<", b.sub(end, r0), I64(TILE)), b.sub(end, r0), I64(TILE))
 
-        def solve(b, j):
-            slot = b.gep(at, [j])
-            b.store(I64(-1), slot)
-            base = b.mul(b.add(r0, j), I64(self.length))
-            self.share = lambda b, _, offset: b.store(offset, slot)
-            q = b.sub(base, I64(self.offset))
-            with b.if_then(b.icmp_signed(">=", q, I64(0))):
-                self._gather(b, base, q)
-        counted_loop(b, I64(0), m, I64(1), solve, "solve")
-        first = b.load(b.gep(at, [I64(0)]))
-        # the run's length: rows from the first whose shares follow its own, before the block ends
-        adjacent, length = b.icmp_signed(">=", first, I64(0)), I64(1)
-        for j in range(1, TILE):
-            adjacent = b.and_(adjacent, b.and_(b.icmp_signed("<", I64(j), m), b.icmp_signed(
-                "==", b.load(b.gep(at, [I64(j)])), b.add(first, I64(j)))))
-            length = b.add(length, b.zext(adjacent, I64))
-        advance = b.select(b.icmp_signed(">=", first, I64(0)), length, I64(1))
-        for w in reversed(RUNS):
-            advance = b.select(b.icmp_signed(">=", length, I64(w)), I64(w), advance)
-        self._copy_block(b, r0, advance, first, RUNS, step)
-        r0.add_incoming(b.add(r0, advance), b.block)
-        b.branch(head)
-        b.position_at_end(done)
+        def block(b, r0):
+            m = b.select(b.icmp_signed("<", b.sub(end, r0), I64(TILE)), b.sub(end, r0), I64(TILE))
+
+            def solve(b, j):
+                slot = b.gep(at, [j])
+                b.store(I64(-1), slot)
+                base = b.mul(b.add(r0, j), I64(self.length))
+                self.share = lambda b, _, offset: b.store(offset, slot)
+                q = b.sub(base, I64(self.offset))
+                with b.if_then(b.icmp_signed(">=", q, I64(0))):
+                    self._gather(b, base, q)
+            counted_loop(b, I64(0), m, I64(1), solve, "solve")
+            first = b.load(b.gep(at, [I64(0)]))
+            # the run's length: rows from the first whose shares follow its own, before the block ends
+            adjacent, length = b.icmp_signed(">=", first, I64(0)), I64(1)
+            for j in range(1, TILE):
+                adjacent = b.and_(adjacent, b.and_(b.icmp_signed("<", I64(j), m), b.icmp_signed(
+                    "==", b.load(b.gep(at, [I64(j)])), b.add(first, I64(j)))))
+                length = b.add(length, b.zext(adjacent, I64))
+            advance = b.select(b.icmp_signed(">=", first, I64(0)), length, I64(1))
+            for w in reversed(RUNS):
+                advance = b.select(b.icmp_signed(">=", length, I64(w)), I64(w), advance)
+            self._copy_block(b, r0, advance, first, RUNS, step)
+            return advance
+
+        counted_loop(b, start, end, None, block, "blocks")
 
     def _copy_block(self, b, r0, rows, first, runs, step):
         """The ``rows`` rows from ``r0``: a run's straight-line copy where ``rows`` is one of ``runs``, else

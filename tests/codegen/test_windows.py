@@ -207,27 +207,35 @@ def test_threads_split_rows_and_give_one_threads_bits(kernel_calls):
     assert kernel_calls == [("add", "zero", True)] * 2
 
 
+def _step(conv, up, x):
+    """A convolution's and a transposed convolution's training step (``conv``, ``up``: jitorch's or torch's)."""
+    loss = up(conv(x).relu()).tanh().sum()
+    loss.backward()
+    return loss
+
+
+def _conv_pair(conv, up, dtype=torch.float32):
+    """(jitorch's, torch's) ``(Conv2d(*conv), ConvTranspose2d(*up))`` of ``dtype``, with torch's parameters."""
+    def modules(lib):
+        lib.manual_seed(0)
+        return lib.nn.Conv2d(*conv), lib.nn.ConvTranspose2d(*up)
+    ours, theirs = modules(jt), modules(torch)
+    for a, b in zip(ours, theirs):
+        b.to(dtype)
+        for p, q in zip(a.parameters(), b.parameters()):
+            p.data = jt.from_numpy(q.detach().numpy().copy())
+    return ours, theirs
+
+
 def test_a_compiled_step_fills_no_zeros_for_its_col2ims_and_padded_copies(kernel_calls):
     """Zeros whose one reader is a col2im or a padded copy written into the arena are not filled: the kernel
     starts from zeros itself. Values and gradients as torch's, twice (the second call finds the first's
     buffers), float32 and float64."""
-    def step(conv, up, x):
-        loss = up(conv(x).relu()).tanh().sum()
-        loss.backward()
-        return loss
-
     for dtype in (torch.float32, torch.float64):
-        def modules(lib):
-            lib.manual_seed(0)
-            return lib.nn.Conv2d(3, 8, 3, 2, 1), lib.nn.ConvTranspose2d(8, 4, 4, 2, 1)
-        ours, theirs = modules(jt), modules(torch)
-        for a, b in zip(ours, theirs):
-            b.to(dtype)
-            for p, q in zip(a.parameters(), b.parameters()):
-                p.data = jt.from_numpy(q.detach().numpy().copy())
+        ours, theirs = _conv_pair((3, 8, 3, 2, 1), (8, 4, 4, 2, 1), dtype)
         # (buffers of more than 4096 elements: smaller zeros fold into constants, which the add copies)
         x = np.random.default_rng(0).standard_normal((8, 3, 17, 17)).astype(str(dtype).split(".")[1])
-        compiled = jt.compile(step)
+        compiled = jt.compile(_step)
         ex = compiled.lower(*ours, jt.from_numpy(x)).executable
         steps = [s for s in ex.steps if isinstance(s, EagerStep)]
         zeros = [n for s in steps for n in s.nodes if n.op.name in ("zeros", "new_zeros")]
@@ -244,7 +252,7 @@ def test_a_compiled_step_fills_no_zeros_for_its_col2ims_and_padded_copies(kernel
             for m in ours + theirs:
                 m.zero_grad()
             loss = compiled(*ours, jt.from_numpy(x))
-            expected = step(*theirs, torch.from_numpy(x))
+            expected = _step(*theirs, torch.from_numpy(x))
             np.testing.assert_allclose(loss.item(), expected.item(), **tol)
             for a, b in zip(ours, theirs):
                 for p, q in zip(a.parameters(), b.parameters()):
@@ -301,22 +309,10 @@ def test_a_compiled_convolution_step_copies_its_transposed_inputs_in_blocks(monk
         kernels.append((args[5], windows.window_kernel(*args)))
         return kernels[-1][1]
     monkeypatch.setattr(views, "WINDOW_KERNEL", recorded)
-
-    def step(conv, up, x):
-        loss = up(conv(x).relu()).tanh().sum()
-        loss.backward()
-        return loss
-
-    def modules(lib):
-        lib.manual_seed(0)
-        return lib.nn.Conv2d(3, 4, 3, 1, 1), lib.nn.ConvTranspose2d(4, 2, 4, 2, 1)
-    ours, theirs = modules(jt), modules(torch)
-    for a, b in zip(ours, theirs):
-        for p, q in zip(a.parameters(), b.parameters()):
-            p.data = jt.from_numpy(q.detach().numpy().copy())
+    ours, theirs = _conv_pair((3, 4, 3, 1, 1), (4, 2, 4, 2, 1))
     x = np.random.default_rng(1).standard_normal((8, 3, 6, 6)).astype(np.float32)
-    expected = step(*theirs, torch.from_numpy(x))
-    compiled = jt.compile(step)
+    expected = _step(*theirs, torch.from_numpy(x))
+    compiled = jt.compile(_step)
     grads, before = [], jt.get_num_threads()
     try:
         for threads in (1, 2):
