@@ -97,18 +97,19 @@ OVERHEAD_OPS = {
                        lambda x, y: np.exp(x - x.max(-1, keepdims=True)) / np.exp(x - x.max(-1, keepdims=True)).sum(
                            -1, keepdims=True)),
     "x.item()": (lambda lib, x, y: x.item(), lambda x, y: x.item()),
+    "x.add_(y)": (lambda lib, x, y: x.add_(y), lambda x, y: np.add(x, y, out=x)),
 }
 
 
 def overhead(number, repeat):
     """Rows (label, jitorch, numpy, torch seconds per call) of `OVERHEAD_OPS` on 1x1 float32 tensors; each
     repeat times the systems in turn, so load on the machine weighs on them alike."""
-    a = np.ones((1, 1), np.float32)
-    b = np.full((1, 1), 2.0, np.float32)
     if torch is not None:
         torch.set_num_threads(1)
     rows = []
     for label, (call, numpy_call) in OVERHEAD_OPS.items():
+        a = np.ones((1, 1), np.float32)  # (each row's own: an in-place row writes it)
+        b = np.full((1, 1), 2.0, np.float32)
         ja, jb = jt.from_numpy(a), jt.from_numpy(b)
         fns = [lambda: call(jt, ja, jb), lambda: numpy_call(a, b)]
         if torch is not None:

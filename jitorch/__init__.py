@@ -122,7 +122,14 @@ def _layer_norm_kernel(dtype, weight, bias):
     return rows.layer_norm_kernel(dtype, weight, bias)
 
 
+def _scatter_rows_kernel(dtype):
+    """ops.indexing's scatter-add of rows (index_add, an embedding's backward), loaded as `_row_kernel` is."""
+    from .codegen import scatter
+    return scatter.scatter_rows_kernel(dtype)
+
+
 _ops.reductions.ROW_KERNEL = _row_kernel
+_ops.indexing.SCATTER_ROWS_KERNEL = _scatter_rows_kernel
 _ops.normalization.LAYER_NORM_KERNEL = _layer_norm_kernel
 
 # name -> (module, attribute of that module, or None for the module itself)

@@ -61,11 +61,25 @@ def dynamic_scalar(read, dtype=None):
     tracer = current_tracer()
     if tracer is None:
         return read()
-    from .ops.creation import tensor as make_tensor
+    from .ops.creation import scalar_overflows, tensor as make_tensor
+    from .runtime.dtypes import float32, float64
     with _untraced(tracer):
         holder = make_tensor(read(), dtype=dtype)
     tracer.give_name(holder, "c")
-    tracer.refreshers.append(lambda: holder.fill_(read()))
+    array = holder._array()  # (a 0-d view of the holder's memory)
+    direct = holder.dtype in (float32, float64)
+
+    def refresh():
+        value = read()
+        if direct and type(value) is float and not scalar_overflows(value, holder.dtype):
+            # straight into its memory, as `dynamic_scalars` writes (NumPy's rounding of a Python float to the
+            # dtype: fill_'s), its version counted; else fill_, which raises torch's error on overflow (its
+            # dispatch cost 25 us a call, twice per GPT step)
+            array[()] = value
+            holder._bump_version()
+        else:
+            holder.fill_(value)
+    tracer.refreshers.append(refresh)
     return holder
 
 

@@ -1024,6 +1024,8 @@ _BINARY = {
     "mod": "remainder", "pow": "pow", "matmul": "matmul", "and": "bitwise_and", "or": "bitwise_or",
     "xor": "bitwise_xor", "lshift": "bitwise_left_shift", "rshift": "bitwise_right_shift",
 }
+# the ops whose reflected operator torch computes with the tensor first (``x.add(other)``)
+_COMMUTING = frozenset(("add", "mul", "bitwise_and", "bitwise_or", "bitwise_xor"))
 _COMPARE = {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge"}
 _UNARY = {"neg": "neg", "abs": "abs"}
 
@@ -1055,7 +1057,10 @@ def install_operators(functions):
     def reflected(fname):
         fn = functions[fname]
         fast = _registry.operator_fast_path(fn)
-
+        if fname in _COMMUTING:
+            # torch's ``2.0 * x`` is ``x.mul(2.0)``: the tensor first, so a half type reads the number as
+            # ``x * 2.0`` does (unrounded, `pointwise_base.reads_unrounded`)
+            return forward(fname)
         def op(self, other):
             if fname == "matmul":
                 return fn(_as_tensor_like(other, self), self)

@@ -163,6 +163,9 @@ class _PassingHook:
     def call(self, op, args, out):
         return NotImplemented
 
+    def call_inplace(self, op, args):
+        return NotImplemented
+
 
 @contextlib.contextmanager
 def general_path():

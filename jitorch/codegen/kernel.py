@@ -39,13 +39,13 @@ import numpy as np
 from llvmlite import ir
 
 from ..ir.fake import fake_args, fake_tensor
-from ..ir.graph import Value, iter_values
+from ..ir.graph import TensorType, Value, iter_values
 from ..ops import registry
 from ..ops.pointwise_base import reads_unrounded, rounding_dtype
 from ..runtime import dtypes as _dt
 from ..runtime.casts import convert
 from ..runtime.device import device as _device
-from ..runtime.strided import contiguous_strides, view_strides
+from ..runtime.strided import contiguous_strides, is_non_overlapping_and_dense, view_strides
 from . import lowering
 from .errors import CompileError
 from .emitter import I64, Emitter, Scalar, llvm_type
@@ -260,13 +260,26 @@ class _Builder:
         self.geometry = {}     # Value -> (root Value, shape, strides, offset): readable leaves
         for v in group.inputs:
             self.geometry[v] = (v, v.type.shape, self.strides(v), 0)
+        # a gather's result is a leaf read at its source's geometry along every dim but the gathered one, plus
+        # the index there times the source's stride along it: result -> (its index's leaf, that stride); the
+        # index's leaf is read over the result's shape (index_select's vector along the gathered dim only)
+        self.gathers = {}
+        self.index_of = {}     # index leaf -> the gather result it serves
+        self.ranges = {}       # an index expression's result (a root without a buffer) -> (first, increment)
         self.computed = []     # nodes evaluated by expression
         for node in group.nodes:
+            lowered = node.op.pieces.get("lowering")
             if node.op.view is not None:
                 self._fold_view(node)
+            elif isinstance(lowered, lowering.Gather):
+                self._fold_gather(node)
+            elif isinstance(lowered, lowering.Index):
+                out = node.outputs[0]
+                self.geometry[out] = (out, out.type.shape, contiguous_strides(out.type.shape), 0)
+                self.ranges[out] = lowered.terms(node)
             else:
                 self.computed.append(node)
-        self.roots = list(dict.fromkeys(g[0] for g in self.geometry.values()))
+        self.roots = list(dict.fromkeys(g[0] for g in self.geometry.values() if g[0] not in self.ranges))
         # back-edge branches of the innermost loops the CPU target's map_loops made (independent iterations):
         # the target may ask LLVM for a vector width there (`CpuTarget.module_text`)
         self.maps = []
@@ -282,12 +295,24 @@ class _Builder:
                                "kernel")
         if src not in self.geometry:
             raise CompileError(f"{node.op.name}: a view of a value computed in the same kernel")
-        root, shape, strides, offset = self.geometry[src]
+        geos = self._viewed(node, src, self.geometry[src])
+        gathered = self.gathers.get(src)
+        # a view of a gather's result: its source's geometry and its index's, both viewed alike
+        keys = None if gathered is None else self._viewed(node, src, self.geometry[gathered[0]])
+        for j, (out, geo) in enumerate(zip(node.outputs, geos)):
+            self.geometry[out] = geo
+            if keys is not None:
+                self._gathered(out, keys[j], gathered[0].type.dtype, gathered[1])
+
+    @staticmethod
+    def _viewed(node, src, geometry):
+        """The (root, shape, strides, offset) of each output of view ``node`` of ``src``, which lies at
+        ``geometry``."""
+        root, shape, strides, offset = geometry
         if not composes(node, shape, strides, offset):
             geo = strided_as_strided(shape, strides, offset, *node.args[1:])
             if geo is not None:
-                self.geometry[node.outputs[0]] = (root, *geo)
-                return
+                return [(root, *geo)]
             raise CompileError(f"as_strided of a {list(shape)} value with strides {list(strides)}: it addresses "
                                "the value's elements in order, which are not its root's")
         fake = fake_tensor(shape, src.type.dtype, src.type.device, strides, offset, max(1, prod(root.type.shape)))
@@ -296,8 +321,63 @@ class _Builder:
             geo = node.op.view(fake, *fake_args(node.args[1:]))
         except RuntimeError as e:  # a reshape of a strided value: its elements need a copy first
             raise CompileError(f"{node.op.name} of a {list(shape)} value with strides {list(strides)}: {e}") from None
-        for out, (s, st, o) in zip(node.outputs, geo if isinstance(geo, list) else [geo]):
-            self.geometry[out] = (root, tuple(s), tuple(st), o)
+        return [(root, tuple(s), tuple(st), o) for s, st, o in (geo if isinstance(geo, list) else [geo])]
+
+    def _gathered(self, out, index_geometry, index_dtype, stride):
+        """Make leaf ``out`` a gather's result, whose index is read at ``index_geometry``."""
+        key = Value(f"{out.name}.index", TensorType(index_geometry[1], index_dtype, out.type.device))
+        self.geometry[key] = index_geometry
+        self.gathers[out] = (key, stride)
+        self.index_of[key] = out
+
+    def _fold_gather(self, node):
+        src, dim, index = node.args[:3]
+        out = node.outputs[0]
+        if src not in self.geometry or index not in self.geometry or src in self.gathers or index in self.gathers:
+            raise CompileError(f"{node.op.name}: an operand computed in the same kernel")
+        root, shape, strides, offset = self.geometry[src]
+        d = dim % len(shape)
+        out_shape = tuple(out.type.shape)
+        # (gather's result dims but the gathered one are at most the source's: its strides address them)
+        reads = tuple(0 if k == d else s for k, s in enumerate(strides))
+        index_root, index_shape, index_strides, index_offset = self.geometry[index]
+        if index_root in self.ranges:  # an arange's values, known now
+            first, step = self.ranges[index_root]
+            ends = [first + step * (index_offset + sum((n - 1) * s for n, s in zip(index_shape, index_strides)
+                                                       if (s > 0) == high)) for high in (False, True)]
+            if min(ends) < 0 or max(ends) >= shape[d]:
+                raise CompileError(f"{node.op.name}: an arange index outside the source's dim (eager raises)")
+        else:
+            # the executor checks the indices of the root's tensor, which must be the ones the kernel reads: all
+            # of its elements, each once along the dims that do not broadcast (an expand's read it again)
+            spread = [(n, st) for n, st in zip(index_shape, index_strides) if st]
+            if index_offset or prod(n for n, _ in spread) != prod(index_root.type.shape) \
+                    or not is_non_overlapping_and_dense([n for n, _ in spread], [st for _, st in spread]):
+                raise CompileError(f"{node.op.name}: an index that is a part of another tensor")
+        if node.op.name == "index_select":
+            index_strides = tuple(index_strides[0] if k == d else 0 for k in range(len(out_shape)))
+        self.geometry[out] = (root, out_shape, reads, offset)
+        self._gathered(out, (index_root, out_shape, tuple(index_strides), 0), index.type.dtype, strides[d])
+
+    def read(self, e, b, ptr, v, off, load):
+        """Leaf ``v``'s element at offset ``off`` of its root's buffer, or, for a gather's result, beyond it by
+        the index (``load(its index's leaf)``) times the source's stride along the gathered dim (the executor
+        checked the indices against the source's size there: `gather_checks`)."""
+        gathered = self.gathers.get(v)
+        if gathered is not None:
+            key, stride = gathered
+            i = load(key)
+            at = i.value if i.dtype is _dt.int64 else b.sext(i.value, I64)
+            off = b.add(off, b.mul(at, I64(stride)))
+        root = self.geometry[v][0]
+        if root in self.ranges:  # an index expression's element at that position
+            first, step = self.ranges[root]
+            return Scalar(b.add(I64(first), b.mul(off, I64(step))), _dt.int64)
+        return e.load(b.gep(ptr[root], [off]), v.type.dtype)
+
+    def with_indices(self, leaves):
+        """``leaves`` and, after them, the index leaves of the gathers among them."""
+        return leaves + [self.gathers[v][0] for v in leaves if v in self.gathers]
 
     # Emission ---------------------------------------------------------------------------
 
@@ -441,8 +521,7 @@ def build_pointwise(group, name, target=None, aliases=None, layouts=None):
 
     def body(b, idx):
         def load(v):
-            root, _, _, offset = bld.geometry[v]
-            return e.load(b.gep(ptr[root], [bld.offset(b, idx, leaf_strides[v], offset)]), v.type.dtype)
+            return bld.read(e, b, ptr, v, bld.offset(b, idx, leaf_strides[v], bld.geometry[v][3]), load)
         memo = {}
         for out in outputs:
             s = bld.evaluate(e, out, memo, load)
@@ -501,8 +580,30 @@ def build_copy(group, name, target=None, aliases=None, layouts=None):
                                               bld.target.outer(sizes), prod(space)))
 
 
+def gather_checks(nodes):
+    """Per gather among a kernel's ``nodes``: (the tensor whose values it reads as indices: its index, or the
+    root its views in the kernel fold onto, all of whose elements it reads (`_Builder._fold_gather`), the
+    source's size along the gathered dim, the op's name, that dim, the source's number of dims). The executor
+    checks these indices before the kernel runs (`ops.indexing.check_gather_index`); an arange's in the kernel
+    were checked when it was built."""
+    inside = {v for n in nodes for v in n.outputs}
+    checks = []
+    for node in nodes:
+        if isinstance(node.op.pieces.get("lowering"), lowering.Gather):
+            src, dim, index = node.args[:3]
+            while index in inside and index.node.op.view is not None:
+                index = index.node.args[0]
+            if index in inside:  # an arange's values, checked when the kernel was built
+                continue
+            shape = src.type.shape
+            d = dim % len(shape)
+            checks.append((index, shape[d], node.op.name, d, len(shape)))
+    return checks
+
+
 def _used(value, bld):
-    """Whether a leaf is read by a computed node or is itself an output."""
+    """Whether a leaf is read by a computed node or is itself an output (an index leaf: its gather's result)."""
+    value = bld.index_of.get(value, value)
     return any(value in list(iter_values(n.args)) for n in bld.computed) or value in bld.group.outputs
 
 
@@ -536,9 +637,9 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
     prologue = set(_upstream(red, bld))
     epilogue = [n for n in bld.computed if n is not red and n not in prologue]
 
-    inner_leaves = [v for v in bld.geometry if any(v in list(_args(n)) for n in prologue | {red})]
-    outer_leaves = [v for v in bld.geometry if any(v in list(_args(n)) for n in epilogue) or
-                    v in group.outputs]
+    inner_leaves = bld.with_indices([v for v in bld.geometry if any(v in list(_args(n)) for n in prologue | {red})])
+    outer_leaves = bld.with_indices([v for v in bld.geometry if any(v in list(_args(n)) for n in epilogue) or
+                                     v in group.outputs])
     order = kept + reduced
 
     def over_input(v):
@@ -601,9 +702,8 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
     def reduce_item(b, kidx, ridx, slot):
         """Fold the prologue's value at (kidx, ridx) into ``slot``; write the prologue's outputs there."""
         def load(v):
-            root, _, _, offset = bld.geometry[v]
-            off = bld.offset(b, kidx + ridx, list(inner_kept[v]) + list(inner_red[v]), offset)
-            return e.load(b.gep(ptr[root], [off]), v.type.dtype)
+            off = bld.offset(b, kidx + ridx, list(inner_kept[v]) + list(inner_red[v]), bld.geometry[v][3])
+            return bld.read(e, b, ptr, v, off, load)
         memo = {}
         item = reduction.enter(e, bld.evaluate(e, x, memo, load), compute, acc_dtype)
         if index_of is None:
@@ -628,8 +728,7 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
             total = finish(e, total, count)
 
         def load_outer(v):
-            root, _, _, offset = bld.geometry[v]
-            return e.load(b.gep(ptr[root], [bld.offset(b, kidx, outer_strides[v], offset)]), v.type.dtype)
+            return bld.read(e, b, ptr, v, bld.offset(b, kidx, outer_strides[v], bld.geometry[v][3]), load_outer)
         if index_of is None:
             memo = {out_value: e.cast(total, out_value.type.dtype)}
         else:  # the index is the last output (argmax's only one), the values the first (max.dim's)
@@ -650,9 +749,8 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
     def element(b, kidx, j):
         """The prologue's value at kept index ``kidx`` and flat reduced index ``j``, in the compute dtype."""
         def load(v):
-            root, _, _, offset = bld.geometry[v]
-            off = bld.offset(b, kidx + [j], list(inner_kept[v]) + list(inner_red[v]), offset)
-            return e.load(b.gep(ptr[root], [off]), v.type.dtype)
+            off = bld.offset(b, kidx + [j], list(inner_kept[v]) + list(inner_red[v]), bld.geometry[v][3])
+            return bld.read(e, b, ptr, v, off, load)
         return e.cast(bld.evaluate(e, x, {}, load), compute)
 
     # On the CPU, a run of reduced elements (the reduced dims collapse to one; no prologue output, no index)
@@ -1131,12 +1229,14 @@ def _nodes_described(group):
 
 def _flat_length(group, values, layouts):
     """The element count of a pointwise group whose kernel is one loop over it, the same text for every
-    shape: no views (their index maths is the shape's), every buffer compact, and every value of the
+    shape: no views or gathers (their index maths is the shape's), every buffer compact, and every value of the
     space's shape or of one element (read at stride 0), over at least two elements (one loop, not
     none). None for any other group."""
     space = tuple(group.shape)
     n = prod(space)
-    if group.kind != "pointwise" or layouts or n < 2 or any(node.op.view is not None for node in group.nodes):
+    if group.kind != "pointwise" or layouts or n < 2 or any(
+            node.op.view is not None or isinstance(node.op.pieces.get("lowering"), (lowering.Gather, lowering.Index))
+            for node in group.nodes):
         return None
     if all(tuple(v.type.shape) == space or prod(v.type.shape) == 1 for v in values):
         return n

@@ -18,6 +18,7 @@ from llvmlite import ir
 
 from ..ir import lowerable
 from ..ir.graph import Value, iter_values
+from ..ops.creation import arange_plan
 from ..ops.meta import opmath
 from ..ops.pointwise import ldexp_power_dtype
 from ..ops.pointwise_scaled import multiplier
@@ -596,6 +597,67 @@ attach("lowering", "_to_copy", Cast(when=lambda node: node.args[2] is None or no
 
 
 @dataclass(frozen=True)
+class Gather:
+    """An indexed load (``gather``, ``index_select``): each output element reads the source at its own position,
+    but along ``dim``, where it reads the position the index tensor holds there (see `kernel._Builder`'s
+    gathers). Both operands are read where they lie, as a view's are, so fusion keeps a gather in the group of
+    its consumers and out of its operands' (`ir.passes.fusion`); the index is checked against the source's
+    dim before the kernel runs (`ops.indexing.check_gather_index`), so a kernel never reads out of bounds.
+    ``when(node)`` says whether a node's arguments lower (else it runs as an eager step)."""
+
+    when: Callable
+    math = False
+    kind = "gather"
+
+
+def _gathers_on_cpu(node):
+    """A gather or index_select on the CPU along an int dim of a non-empty source, by a non-empty index of
+    gather's form (the source's number of dims) or index_select's (a vector). (On CUDA, eager's kernels check
+    the indices on the device; the CPU's check runs on the host before the kernel.)"""
+    src, dim, index = node.args[:3]
+    out = node.outputs[0].type
+    if out.device.type != "cpu" or not isinstance(dim, int) or not isinstance(src, Value) \
+            or not isinstance(index, Value) or not src.type.shape or not math.prod(out.shape) \
+            or index.type.dtype not in (_dt.int32, _dt.int64):
+        return False
+    if node.op.name == "gather":
+        return len(index.type.shape) == len(src.type.shape)
+    return len(index.type.shape) == 1
+
+
+attach("lowering", "gather index_select", Gather(when=_gathers_on_cpu))
+
+
+@dataclass(frozen=True)
+class Index:
+    """An index expression (``arange``): each element's value computed from its position alone, where a kernel
+    reads it: a leaf without a buffer, which views and gathers in the kernel read as they read a buffer's
+    leaves (`kernel._Builder.read`). ``terms(node)``: (first value, increment)."""
+
+    when: Callable
+    terms: Callable
+    math = False
+    kind = "index"
+
+
+def _arange_plan(node):
+    """(length, first value, increment) of an arange node, as eager computes them."""
+    start, end, step = node.args[:3]
+    if end is None:
+        start, end = 0, start
+    return arange_plan(start, end, step, node.outputs[0].type.dtype)
+
+
+def _integer_range_on_cpu(node):
+    """An int64 arange on the CPU from Python numbers: ``first + increment * position``, exactly eager's."""
+    out = node.outputs[0].type
+    return out.device.type == "cpu" and out.dtype is _dt.int64 and not any(isinstance(a, Value) for a in node.args)
+
+
+attach("lowering", "arange", Index(when=_integer_range_on_cpu, terms=lambda node: _arange_plan(node)[1:]))
+
+
+@dataclass(frozen=True)
 class Reduction:
     """How a reduction lowers: ``identity``, ``combine(e, acc, x)`` and ``finish(e, acc, count)`` (or
     None). ``item(e, x)`` maps each element (in the op's compute dtype) as it enters the accumulator
@@ -762,7 +824,7 @@ def can_lower(node):
 
 
 def kind_of(node):
-    """"pointwise", "reduction", "view" or "external": how fusion treats a node."""
+    """"pointwise", "reduction", "view", "gather", "index" or "external": how fusion treats a node."""
     if node.op.view is not None:
         return "view"
     return node.op.pieces["lowering"].kind if can_lower(node) else "external"

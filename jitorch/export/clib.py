@@ -139,6 +139,10 @@ class _CWriter:
             self.buf[v] = f"(char *){name}_c{i}"
         self.geometry = compiled.view_geometry
         for step in compiled.steps:
+            if getattr(step, "checks", None):
+                # (the executor checks a gather's indices in Python before its kernel reads through them)
+                raise ExportError("the C library cannot check the indices of "
+                                  f"{', '.join(sorted({check[1] for _, check in step.checks}))} in a kernel")
             if hasattr(step, "kernel"):
                 self.kernel_step(step.kernel, getattr(step, "views", {}))
             else:

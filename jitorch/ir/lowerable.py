@@ -1,5 +1,8 @@
 """How the code generator treats a node, as the passes need to know it (fusion groups, decompositions):
-"pointwise", "reduction", "view" or "external" (runs as an eager step, not in a kernel).
+"pointwise", "reduction", "view", "gather" (an indexed load, pointwise but for its operands, which it reads
+where they lie, as a view does), "index" (a value computed from each element's position, as ``arange``'s,
+which views and gathers in its kernel read as they read an input) or "external" (runs as an eager step, not
+in a kernel).
 
 The code generator, a layer above, registers its rule (`jitorch.codegen.lowering.kind_of`) when it is
 imported, so the passes ask here without importing it. Until then every node that is not a view is
@@ -17,7 +20,7 @@ def register(kind_of):
 
 
 def kind_of(node):
-    """"pointwise", "reduction", "view" or "external": how fusion treats ``node``."""
+    """"pointwise", "reduction", "view", "gather", "index" or "external": how fusion treats ``node``."""
     if _kind_of is not None:
         return _kind_of(node)
     return "view" if node.op.view is not None else "external"

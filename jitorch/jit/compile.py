@@ -94,11 +94,22 @@ def _tensor_args_key(args):
     return tuple(key)
 
 
-def _inputs_alias(leaves, graph):
+def _inputs_alias(leaves, graph, memo=None):
     """Whether a tensor the graph writes into shares memory with another tensor argument or captured
     tensor (or is passed twice). Tensors that are only read may share memory (inputs and targets sliced
-    from one sequence)."""
+    from one sequence). ``memo``: a one-item list holding the storages of the previous call (the arguments'
+    and the captured tensors', in order, None for a captured non-tensor) and its answer, which holds again
+    when they are the same storages: an optimizer's step writes hundreds of captured tensors, whose check
+    cost 0.17 ms per GPT step; comparing the storages, 0.04."""
     inputs = [a for a in leaves if isinstance(a, Tensor)]
+    if memo is not None:
+        storages = tuple(id(t._storage) for t in inputs) + tuple(
+            id(t._storage) if isinstance(t, Tensor) else None for t in graph.constant_tensors.values())
+        known = memo[0]
+        if known is not None and known[0] == storages:
+            return known[1]
+        memo[0] = (storages, _inputs_alias(leaves, graph))
+        return memo[0][1]
     by_value = dict(zip(graph.inputs, inputs))
     targets = [by_value[t] if t in by_value else graph.constant_tensors[t.name] for t, _ in graph.mutations]
     written = {id(t._storage) for t in targets if isinstance(t, Tensor)}
@@ -180,6 +191,7 @@ class CacheEntry:
     split: object = None  # or the forward and backward graphs cut from one joint trace (a SplitCall)
     plain: bool = False  # a graph without writes or Python-state guards: `reusable` always holds
     with_backward: bool = False  # calls of its fast path record a backward node (`_call_with_backward`)
+    alias_memo: list = field(default_factory=lambda: [None])  # `_inputs_alias`'s, for `reusable`
 
     def guards(self):
         lines = describe_guards(self.key, self.names)
@@ -191,7 +203,7 @@ class CacheEntry:
         """Whether this entry's graph may run on ``args`` as they are (the fast path's checks
         beyond the argument key)."""
         g = self.graph
-        return not (g.mutations and _inputs_alias(args, g)) and (not g.python_guards or python_guards_hold(g))
+        return not (g.mutations and _inputs_alias(args, g, self.alias_memo)) and (not g.python_guards or python_guards_hold(g))
 
 
 class CompiledFunction:

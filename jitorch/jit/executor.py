@@ -49,11 +49,12 @@ from ..ir.graph import Value, iter_values, warning_as_traced
 from ..ir.passes.fusion import Group
 from ..ir.printer import op_counts
 from ..runtime import logs, profiling
+from .cat_pieces import cat_pieces_into, cat_slices, strided_read
 from .collector import collector_paused
 from .parts import independent_parts
 from .plan_cache import fuse_cached, optimize_cached
 from .results import eager_layouts, refresh_captured_state, returned_view, set_grads, write_back
-from ..ops import registry, views
+from ..ops import indexing, registry, views
 from ..ops.registry import laid_out
 from ..ops.linalg import array_product
 from ..ops.views import compact
@@ -64,12 +65,12 @@ from ..runtime.storage import Storage
 from ..runtime.strided import contiguous_strides
 from ..tensor import Tensor
 from ..runtime.pytree import tree_leaves, tree_map
-# (mathlib: loaded with the backend, not on the first call; recurrence, attention, windows and rows: register
-# ops.recurrences' fused cells, ops.attention's fused kernels, ops.views' col2im and padding kernels and
-# ops.reductions' eager row softmax)
-from ..codegen import attention, cpu, mathlib, recurrence, rows, windows  # noqa: F401
+# (mathlib: loaded with the backend, not on the first call; recurrence, attention, windows, rows and scatter:
+# register ops.recurrences' fused cells, ops.attention's fused kernels, ops.views' col2im and padding kernels,
+# ops.reductions' eager row softmax and ops.indexing's scatter-add of rows)
+from ..codegen import attention, cpu, mathlib, recurrence, rows, scatter, windows  # noqa: F401
 from ..codegen.kernel import RESHAPES, CompileError, build_many, build_shared, built_or_refused, composes, \
-    is_row_softmax, row_softmax_of
+    gather_checks, is_row_softmax, row_softmax_of
 from ..codegen.straightline import Source
 from ..codegen.lowering import kind_of
 
@@ -113,6 +114,8 @@ class KernelStep:
         self.compacted = set()     # inputs laid out otherwise than this kernel reads them (see _kernel_layouts)
         self.layouts = {}          # value -> strides of the buffers it reads and writes that are not compact
         self.views = {}            # eager views it reads in place: value -> (strides, offset, root's size)
+        # the indices its gathers read, checked before it runs: (tensor value, (size, op, dim, ndim))
+        self.checks = [(v, tuple(rest)) for v, *rest in gather_checks(nodes)]
 
     def reads(self):
         return self.inputs
@@ -127,6 +130,8 @@ class KernelStep:
     def emit(self, src, indent):
         """This step's lines of the generated call (see `straightline`): its argument array patched
         with the addresses that change per call, then the kernel."""
+        for v, check in self.checks:
+            src.emit(f"_check_gather(env[{src.name(v, 'v')}], *{src.name(check, 'g')})", indent)
         split = self.kernel.source.split
         if split is not None:
             src.emit(f"{src.name(self, 'step')}._run_split(env)", indent)
@@ -253,6 +258,20 @@ def _zeros_into(args, out):
     views.fill_split(out, 0)
 
 
+def _host_index_add(node):
+    """Whether an ``index_add`` adds float32/float64 rows of its result's dtype on the CPU, by int32/int64
+    indices along an int dim: eager's formula (`indexing.index_add_into`) writes it into the arena buffer."""
+    x, dim, index, source = node.args[:4]
+    out = node.outputs[0].type
+    return out.device.type == "cpu" and out.dtype in (_dt.float32, _dt.float64) and isinstance(dim, int) \
+        and all(isinstance(v, Value) for v in (x, index, source)) and x.type.dtype == source.type.dtype == out.dtype \
+        and index.type.dtype in (_dt.int32, _dt.int64)
+
+
+def _index_add_into(args, out):
+    indexing.index_add_into(out, *args)
+
+
 def _as_strided_add_into(args, out):
     views.as_strided_add_into(out, *args)
 
@@ -268,7 +287,8 @@ def _as_strided_scatter_into(args, out):
 _WRITERS_INTO = {name: (_blas_product, _matmul_into) for name in ("matmul", "mm", "bmm")}
 _WRITERS_INTO.update({"zeros": (_host_tensors, _zeros_into), "new_zeros": (_host_tensors, _zeros_into),
                       "_as_strided_add": (_host_tensors, _as_strided_add_into),
-                      "as_strided_scatter": (_host_tensors, _as_strided_scatter_into), "cat": (_host_cat, _cat_into)})
+                      "as_strided_scatter": (_host_tensors, _as_strided_scatter_into), "cat": (_host_cat, _cat_into),
+                      "index_add": (_host_index_add, _index_add_into)})
 
 # Graphs with this many constants or more bind them in a loop over a table (as fast per constant as two
 # straight lines each, and the generated call's source compiles in less time: a GPT training step binds 210).
@@ -289,9 +309,12 @@ class EagerStep:
         self.geometry = {}  # filled by the plan: see _static_views
         self.into_arena = set()  # filled by the plan: the outputs a writer computes into their arena buffer
         self.unfilled = set()  # filled by the plan: zeros not filled, whose one reader starts from zeros itself
+        # filled by `fold_copies_into_cats`: a cat's inputs whose copy kernel is gone, each as (the copy's source,
+        # the copied value's geometry over it), and per such cat node, where each input goes (`cat_slices`)
+        self.pieces, self.slices = {}, {}
 
     def reads(self):
-        return [v for node in self.nodes for v in iter_values(node.args)]
+        return [self.pieces[v][0] if v in self.pieces else v for node in self.nodes for v in iter_values(node.args)]
 
     def writes(self):
         return [v for node in self.nodes for v in node.outputs]
@@ -320,6 +343,15 @@ class EagerStep:
 
     def _emit_node(self, src, node, indent):
         out = node.outputs[0]
+        if node in self.slices:  # a cat that reads its copied inputs' sources (its inputs are not computed)
+            arrays = ", ".join(f"_strided_read(_compact(env[{src.name(self.pieces[a][0], 'v')}]), "
+                               f"{src.name(self.pieces[a][1], 'g')})" if a in self.pieces else
+                               _array_expression(src, a) for a in node.args[0])
+            if out not in self.into_arena:  # (the plan gave it no arena buffer: new memory)
+                src.emit(f"env[{src.name(out, 'v')}] = _fresh({src.name(out, 'v')})", indent)
+            src.emit(f"_cat_pieces_into([{arrays}], env[{src.name(out, 'v')}]._array(), "
+                     f"{src.name(self.slices[node], 'g')})", indent)
+            return
         if out in self.into_arena:
             arrays = ", ".join("None" if isinstance(a, Value) and a in self.unfilled else _array_expression(src, a)
                                for a in node.args)
@@ -573,9 +605,10 @@ class Plan:
 
     def _unfilled(self, steps, root, last_use, escaping):
         """The zeros (``zeros``, ``new_zeros`` written into the arena) that a call does not fill: their one
-        reader is a col2im or a padded copy (`_as_strided_add`, `as_strided_scatter` into the arena, whose
-        writer starts from zeros itself when given None: `views.as_strided_add_into`), and nothing else reads
-        them or a view of them, nor do they leave the call."""
+        reader is a col2im, a padded copy or an embedding's backward (`_as_strided_add`, `as_strided_scatter`,
+        `index_add` into the arena, whose writer starts from zeros itself when given None:
+        `views.as_strided_add_into`, `indexing.index_add_into`), and nothing else reads them or a view of
+        them, nor do they leave the call."""
         made, readers = {}, {}
         for step in steps:
             for v in step.reads():
@@ -665,7 +698,9 @@ def softmax_prologues(graph, groups):
                 continue
             taken.insert(0, i)
         pro = groups[i]
-        if pro.kind == "pointwise" and pro.outputs == [x] and tuple(pro.shape) == tuple(x.type.shape):
+        # (a gather or an arange in it would have to be read as the softmax's row reader does not)
+        if pro.kind == "pointwise" and pro.outputs == [x] and tuple(pro.shape) == tuple(x.type.shape) \
+                and all(kind_of(n) in ("pointwise", "view") for n in pro.nodes):
             prologue_of[k] = taken
     if not prologue_of:
         return groups
@@ -719,12 +754,72 @@ def permuted_for_products(graph, groups, wanted):
     return found
 
 
+def copy_geometry(group, layouts):
+    """(source, shape, strides, offset): the value a copy group (`kernel.build_copy`: views that fold, one
+    reshape that copies, then reshapes of the copy) copies, as a strided view of the group's one input, whose
+    buffer is compact (or laid out as ``layouts`` says); None where the group is not of that form. The group's
+    output is that value's elements in row-major order."""
+    if len(group.inputs) != 1 or len(group.outputs) != 1:
+        return None
+    (source,) = group.inputs
+    by_value, copying = {}, None
+    for node in group.nodes:  # (views that fold, then the copying reshape and reshapes of its result)
+        if copying is None and node not in _static_views([node], by_value, layouts):
+            copying = node
+        if copying is not None and node.op.name not in RESHAPES:
+            return None
+    if copying is None:
+        return None
+    read = copying.args[0]
+    if read is source:
+        return source, tuple(source.type.shape), _strides(source, layouts), 0
+    root, shape, strides, offset = by_value.get(read, (None, None, None, None))
+    return (source, tuple(shape), tuple(strides), offset) if root is source else None
+
+
+def fold_copies_into_cats(graph, steps, layouts):
+    """``steps`` without the copy kernels whose one reader is a ``cat`` of CPU arrays of one dtype (`_host_cat`)
+    with a compact result: that cat reads each such copy's source where it lies and writes it into its slice of
+    the result (its arena buffer, or new memory where it leaves the call; see `cat_pieces`), noted on its step
+    (``pieces``, ``slices``). The copy leaves the call no other way, and its source is a compact buffer of the
+    copy's dtype."""
+    _, _, escaping = Plan._lifetimes(graph, steps)
+    readers = {}
+    for step in steps:
+        for v in step.reads():
+            readers[v] = readers.get(v, 0) + 1
+    copies = {}  # value -> (its copy kernel's step, (source, geometry))
+    for step in steps:
+        if type(step) is KernelStep and step.group.kind == "view" and step.kernel.source.split is None:
+            (v,) = step.outputs
+            geo = copy_geometry(step.group, layouts)
+            if geo is not None and readers.get(v) == 1 and v not in escaping and v not in layouts \
+                    and geo[0] not in layouts and geo[0].type.dtype == v.type.dtype:
+                copies[v] = (step, (geo[0], geo[1:]))
+    dropped = set()
+    for step in steps:
+        if not isinstance(step, EagerStep):
+            continue
+        for node in step.nodes:
+            if node.op.name != "cat" or not _host_cat(node) or node.outputs[0] in layouts:
+                continue
+            pieces = {v: copies[v][1] for v in node.args[0] if v in copies}
+            slices = cat_slices(node, {v: geo[0] for v, (_, geo) in pieces.items()}) if pieces else None
+            if slices is None:
+                continue
+            step.pieces.update(pieces)
+            step.slices[node] = slices
+            dropped.update(copies[v][0] for v in pieces)
+    return [step for step in steps if step not in dropped]
+
+
 def _updated_operand(step, j, root, last_use, escaping):
     """The operand whose arena buffer eager step ``j``'s result may take, or None: a single
-    `as_strided_scatter` or `_as_strided_add` that a writer computes into the arena (it copies its first
-    operand into the result, then changes part of it: where they are one buffer, the copy is skipped), whose
+    `as_strided_scatter`, `_as_strided_add` or `index_add` that a writer computes into the arena (it copies its
+    first operand into the result, then changes part of it: where they are one buffer, the copy is skipped), whose
     first operand is no view, leaves the call no other way, and is read by no later step (the zeros a
-    convolution's padded input or col2im's sums start from: megabytes filled, then copied, per call)."""
+    convolution's padded input, col2im's sums or an embedding's gradient start from: megabytes filled, then
+    copied, per call)."""
     if not isinstance(step, EagerStep) or len(step.nodes) != 1:
         return None
     (node,) = step.nodes
@@ -738,15 +833,35 @@ def _updated_operand(step, j, root, last_use, escaping):
     return x
 
 
-_COPIES_FIRST = ("as_strided_scatter", "_as_strided_add")
+_COPIES_FIRST = ("as_strided_scatter", "_as_strided_add", "index_add")
 
 
 def _alone(node):
     """A fusion group of one node (what a refused group splits into)."""
     kind = kind_of(node)
+    kind = "pointwise" if kind in ("gather", "index") else kind  # (an indexed load or an arange alone)
     values = [a for a in node.input_values()]
     shape = tuple(values[0].type.shape) if kind == "reduction" else tuple(node.outputs[0].type.shape)
     return Group(kind, [node], list(dict.fromkeys(values)), list(node.outputs), shape)
+
+
+def split_refused(group):
+    """The parts a group the kernel builder refuses is lowered as: its leading views (those that read no value
+    the group computes; each alone, a tensor header) apart and the rest as one group of the group's kind and
+    space, where there are both (a gradient clipping's ``as_strided`` of a bias's gradient, a group output, then
+    the square, sum and sqrt of its norm: one reduction kernel rather than three); else one group per node."""
+    computed, lead = set(), []
+    for node in group.nodes:
+        if node.op.view is not None and not any(v in computed for v in node.input_values()):
+            lead.append(node)
+        else:
+            computed.update(node.outputs)
+    rest = [node for node in group.nodes if node not in lead]
+    if not lead or not rest:
+        return [_alone(node) for node in group.nodes]
+    inputs = list(dict.fromkeys(v for n in rest for v in n.input_values() if v not in computed))
+    outputs = [v for v in group.outputs if v in computed]
+    return [_alone(node) for node in lead] + [Group(group.kind, rest, inputs, outputs, group.shape)]
 
 
 class CompiledGraph:
@@ -782,6 +897,8 @@ class CompiledGraph:
         for i, group in enumerate(self.groups):
             self._lower(group, f"jitorch_k{i}", split=True)
         self._prebuilt_sources = {}
+        if self._backend[2] is KernelStep:
+            self.steps = fold_copies_into_cats(self.graph, self.steps, self.layouts)
         self.plan = Plan(self.graph, self.steps, self.layouts)
         self._checked = self._unvouched_layouts()
         self._build_inplace_kernels()
@@ -867,7 +984,7 @@ class CompiledGraph:
             for k, source in zip(stale, self._sources([(requests[k][0], requests[k][1], None,
                                                         self._kernel_layouts(requests[k][0])) for k in stale])):
                 requests[k], sources[k] = (*requests[k][:3], self._kernel_layouts(requests[k][0])), source
-            parts = [(_alone(node), f"{base}_{j}") for group, base in refused for j, node in enumerate(group.nodes)]
+            parts = [(part, f"{base}_{j}") for group, base in refused for j, part in enumerate(split_refused(group))]
             parts = [(part, f"{base}_{part.kind}", None, self._kernel_layouts(part)) for part, base in parts]
             requests, sources = requests + parts, sources + self._sources(parts)
         built = {name: (source, layouts) for (_, name, _, layouts), source in zip(requests, sources)}
@@ -882,15 +999,14 @@ class CompiledGraph:
     def _foresee_eager_views(self, requests, sources):
         """Note (`_note_eager_views`), in graph order, the views that `_lower` will make eager steps of, given
         the first sources of the groups: those of view groups that need no kernel, of groups without a kernel
-        form, and the view nodes of groups the builder refused (split into one group per node). The batch then
+        form, and the views the groups the builder refused split into (`split_refused`). The batch then
         builds the kernels that read them for the layouts `_lower` asks for (where it foresaw wrong, `_lower`
         builds the kernel alone)."""
         for (group, _, _, _), source in zip(requests, sources):
             if not _lowered(group) or (source is None and group.kind == "view"):
                 self._note_eager_views(group.nodes)
             elif source is None and len(group.nodes) > 1:
-                for node in group.nodes:
-                    part = _alone(node)
+                for part in split_refused(group):
                     if part.kind == "view" or not _lowered(part):
                         self._note_eager_views(part.nodes)
 
@@ -904,8 +1020,8 @@ class CompiledGraph:
     def _lower(self, group, name, split):
         """Append the steps of one fusion group: a kernel, or eager steps for what the code
         generator does not lower. A group the kernel builder refuses as a whole (a reduction with
-        an output of another shape, a reshape of a strided value) is ``split`` into one group per
-        node, so that most of it still runs compiled. A source `_prebuilt` made is used if the layouts
+        an output of another shape, a reshape of a strided value) is ``split`` into parts (`split_refused`),
+        so that most of it still runs compiled. A source `_prebuilt` made is used if the layouts
         it was built for are still the group's (a group an eager step ran before reads compact inputs)."""
         target, make_kernel, step_type, _ = self._backend
         if not _lowered(group):
@@ -924,9 +1040,10 @@ class CompiledGraph:
                 self._note_eager_views(group.nodes)
                 return
             if split and len(group.nodes) > 1:
-                logs.log("codegen", "%s: the group is split into one group per node: %s", name, e)
-                for j, node in enumerate(group.nodes):
-                    self._lower(_alone(node), f"{name}_{j}", split=False)
+                parts = split_refused(group)
+                logs.log("codegen", "%s: the group is split into %d parts: %s", name, len(parts), e)
+                for j, part in enumerate(parts):
+                    self._lower(part, f"{name}_{j}", split=len(part.nodes) > 1)
                 return
             logs.log("codegen", "%s runs eagerly: %s", name, e)
             self.steps.append(EagerStep(group.nodes, str(e)))
@@ -1055,7 +1172,8 @@ class CompiledGraph:
                              _graph=g, _constants=g.constant_tensors, _unshared=self._unshared,
                              _outputs=self._outputs, _finish=self._finish, _set_grads=set_grads,
                              _view=returned_view, _laid_out=laid_out, _strided=_strided, _compute=_compute, _view_of=Tensor._view_of,
-                             _compute_one=_compute_one,
+                             _compute_one=_compute_one, _strided_read=strided_read,
+                             _cat_pieces_into=cat_pieces_into, _check_gather=indexing.check_gather_index,
                              _profiling=profiling, _profiled=self._profiled_run, _clock=time.perf_counter_ns)
         if g.grad_constants or g.refreshers:
             src.emit("_refresh(_graph)")

@@ -4,7 +4,8 @@ search for merges.
 Fusion was the largest part of compiling a warm-cache graph (a GPT training step's 2,000 nodes make
 5,000 merge attempts for 1,500 merges). Its plan, the partition it found (`fusion.fuse_with_plan`), is
 stored in the kernel cache's folder under a key of the optimised graph's canonical text, the device's
-target (the CPU's triple, name and features), `MAX_GROUP_NODES`, this format's number and, through
+target (the CPU's triple, name and features), `MAX_GROUP_NODES`, this format's number, the code generator's
+sources (`kernel.generator_fingerprint`: fusion's rules and the lowerings' kinds) and, through
 `cache_key`, the versions of jitorch and llvmlite. The graph's text holds every node's op, arguments
 (attributes and constants included), dtype, shape and device, the graph's outputs and the values written
 back: everything fusion reads.
@@ -31,6 +32,7 @@ import json
 import threading
 
 from ..codegen.cache import KernelCache, cache_key
+from ..codegen.kernel import generator_fingerprint
 from ..ir.passes import optimize
 from ..ir.passes.fusion import MAX_GROUP_NODES, fuse, fuse_with_plan
 from ..ir.printer import print_graph
@@ -76,7 +78,10 @@ def _graph_text(graph, target_id, printed=None):
     values laid out as eager lays them out."""
     names = {v: f"v{i}" for i, v in enumerate(graph.values())}
     layouts = sorted((names[v], tuple(strides)) for v, strides in graph.layouts.items() if v in names)
+    # (and the code generator's sources: fusion's rules and the lowerings' kinds decide the partition, and an
+    # edit of them, which does not change jitorch's version, would otherwise adopt the plans of the code before)
     return "\n".join([f"jitorch fusion plan {FORMAT}", f"max group nodes {MAX_GROUP_NODES}", f"target {target_id}",
+                      f"generator {generator_fingerprint()}",
                       printed if printed is not None else print_graph(graph, canonical=True), f"layouts {layouts}"])
 
 

@@ -29,7 +29,7 @@ from . import creation
 from .creation import check_scalar_fits
 from .meta import opmath
 from .registry import OPS, TensorSpec, cpp_name, defop, preserved_strides, scalar_name, write_where
-from .views import _type_str
+from .views import _same_buffer, _type_str
 
 _INDEX_DTYPES = (_dt.int64, _dt.int32, _dt.uint8, _dt.bool)
 _MASK_DTYPES = (_dt.uint8, _dt.bool)
@@ -743,12 +743,33 @@ def _index_select_meta(x, dim, index):
 def _index_select_cpu(spec, x, dim, index):
     d = wrap_dim(dim, x.ndim)
     idx = index.reshape(-1)
-    bad = _first_out_of_range(idx, x.shape[d] if x.ndim else 1, negative=False)
-    if bad is not None and x.ndim == 0:
-        raise IndexError("index out of range in self")
-    if bad is not None:
-        raise RuntimeError(f"INDICES element is out of DATA bounds, id={bad} axis_dim={x.shape[d]}")
+    _check_select_indices(idx, x.shape[d] if x.ndim else 1, d, x.ndim)
     return np.take(x.reshape(_nonempty(x.shape)), idx, axis=d).reshape(spec.shape)
+
+
+def _check_select_indices(idx, n, d, ndim):
+    """torch's CPU error for an index_select index outside ``[0, n)`` along dim ``d`` of ``ndim`` dims: its kernel
+    along dim 1 of a tensor of 2 dims or more reports the value and the size; every other checks 'out of range'."""
+    bad = _first_out_of_range(idx, n, negative=False)
+    if bad is None:
+        return
+    if d == 1 and ndim > 1:
+        raise RuntimeError(f"INDICES element is out of DATA bounds, id={bad} axis_dim={n}")
+    raise IndexError("index out of range in self")
+
+
+def check_gather_index(index, size, op, dim, ndim):
+    """Raise eager's error for ``op`` ("gather" or "index_select") along ``dim`` of a source of ``ndim`` dims and
+    ``size`` elements there where a value of the tensor ``index`` falls outside ``[0, size)``: a compiled
+    kernel's indexed loads, checked before the kernel runs, so that it never reads out of bounds."""
+    idx = index._array()
+    if not idx.size or (idx.min() >= 0 and idx.max() < size):
+        return
+    idx = idx.reshape(-1)
+    if op == "gather":
+        _check_dim_indices(idx, size, dim)
+    else:
+        _check_select_indices(idx, size, dim, ndim)
 
 
 defop("index_select(Tensor self, int dim, Tensor index) -> Tensor", meta=_index_select_meta,
@@ -787,12 +808,27 @@ def _dim_index(index, d, n):
 
 
 def _index_add_cpu(spec, x, dim, index, source, alpha):
-    d = wrap_dim(dim, x.ndim)
     out = _compute_copy(x)
-    idx = _dim_index(index, d, out.shape[d])
-    values = _along(convert(source, out.dtype), d) * convert(np.asarray(alpha), out.dtype)
-    add_rows_at(_along(out, d), idx, values)
+    index_add_into(out, out, dim, index, source, alpha)
     return out.reshape(spec.shape)
+
+
+def index_add_into(out, x, dim, index, source, alpha=1):
+    """`index_add` written into ``out``, a row-major array of ``x``'s shape in its compute dtype (eager's copy
+    of ``x``, or a compiled graph's arena buffer, which may be ``x``'s own); ``x`` None: zeros (a compiled
+    graph's embedding backward, whose zeros are not filled first). The indices are checked before anything
+    is written."""
+    d = wrap_dim(dim, len(out.shape))
+    flat = out.reshape(_nonempty(out.shape))
+    idx = _dim_index(index, d, flat.shape[d])
+    if x is None:
+        flat.fill(0)
+    elif not _same_buffer(out, x):
+        np.copyto(out, x.reshape(out.shape))
+    values = _along(convert(source, out.dtype), d)
+    if alpha != 1 or out.dtype.kind == "c":  # (times a real 1 is no change, sign of zero and NaN's bits kept)
+        values = values * convert(np.asarray(alpha), out.dtype)
+    add_rows_at(_along(flat, d), idx, values)
 
 
 # Rows at least this long (and this many of them) are added by rounds (`add_rows_at`); np.add.at, which adds
@@ -801,17 +837,38 @@ ROUNDS_FROM_ROW = 64
 ROUNDS_FROM_ROWS = 32
 
 
+# (NumPy dtype name) -> a compiled scatter-add of rows (codegen/scatter.py's `ScatterRowsKernel`: called on
+# ``(out, idx, values)``, 2-D with unit column strides and int64 indices, it adds each row of ``values`` in order
+# into its row of ``out``) or None; set by the code generator, which the ops layer cannot import
+SCATTER_ROWS_KERNEL = None
+
+
+def _scatter_rows_kernel(out, values):
+    """The registered kernel that adds ``values``' rows into ``out``'s as `add_rows_at` (both 2-D, rows whose
+    elements are contiguous, one float dtype), or None."""
+    if SCATTER_ROWS_KERNEL is None or out.ndim != 2 or values.ndim != 2 or out.dtype != values.dtype \
+            or out.strides[1] != out.itemsize or values.strides[1] != values.itemsize:
+        return None
+    return SCATTER_ROWS_KERNEL(out.dtype.name)
+
+
 def add_rows_at(out, idx, values):
     """``np.add.at(out, idx, values)`` (``out[idx[i]] += values[i]`` for each ``i`` in order) with the same
     bits, for rows of ``values``: a row that ``idx`` names several times gets its values in ``idx``'s order,
-    each added to the running sum, as np.add.at adds them. Long rows are added in rounds, the k-th of a
-    row's values in round k, every row's at once (the rows of one round are distinct: one vectorised add),
-    where np.add.at visits each element alone (an embedding's backward: 768 token rows of 128 floats into a
-    65-row table, 1.5 ms, by rounds 0.2-0.3 ms)."""
+    each added to the running sum, as np.add.at adds them. Long rows of contiguous elements go through the
+    code generator's kernel (`SCATTER_ROWS_KERNEL`: an embedding's backward, 768 token rows of 128 floats into
+    a 65-row table, np.add.at 1.5 ms, the rounds below 0.13 ms, the kernel 0.03 ms); other long rows are added
+    in rounds, the k-th of a row's values in round k, every row's at once (the rows of one round are distinct:
+    one vectorised add), where np.add.at visits each element alone."""
     n = len(idx)
     if values.dtype not in (np.float32, np.float64) or n < ROUNDS_FROM_ROWS or \
             prod(values.shape[1:]) < ROUNDS_FROM_ROW:
         np.add.at(out, idx, values)
+        return
+    rows = out.reshape(out.shape[0], -1)
+    kernel = _scatter_rows_kernel(rows, values.reshape(n, -1)) if np.may_share_memory(rows, out) else None
+    if kernel is not None:
+        kernel(rows, np.ascontiguousarray(idx, np.int64), values.reshape(n, -1))
         return
     rows, which, counts = np.unique(idx, return_inverse=True, return_counts=True)
     # the rows by how many values they get, most first: round k adds into the first `active[k]` of them

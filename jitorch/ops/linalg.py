@@ -208,12 +208,17 @@ def _matmul(a, b, out=None):
     inf times 0 or a NaN): the error state is per thread, and the workers run parts of products too.
     A product over one term (a column times a row) is ``np.multiply``, the same single rounding: NumPy's
     matmul runs that case in a plain C loop, 4-5x slower (DCGAN's first transposed convolution's gradient)."""
+    sa, sb = a.shape, b.shape  # (each read makes a tuple)
+    one_term = len(sa) >= 2 and len(sb) >= 2 and sa[-1] == 1 == sb[-2] and a.dtype == b.dtype
+    return _product(a, b if one_term else _rows_first(a, b), one_term, out)
+
+
+def _product(a, b, one_term, out=None):
+    """`_matmul`'s NumPy call, its rule for a product over one term (``one_term``) taken."""
     token = fp_errors.enter()
     try:
-        sa, sb = a.shape, b.shape  # (each read makes a tuple)
-        if len(sa) >= 2 and len(sb) >= 2 and sa[-1] == 1 == sb[-2] and a.dtype == b.dtype:
+        if one_term:
             return np.multiply(a, b) if out is None else np.multiply(a, b, out=out)
-        b = _rows_first(a, b)
         return np.matmul(a, b) if out is None else np.matmul(a, b, out=out)
     finally:
         fp_errors.leave(token)
@@ -296,6 +301,9 @@ def _fast_path(op, ndims):
     of one such dtype, shapes NumPy accepts: its product rules are torch's; the backward node
     recorded as `registry.record_fast` says), or None for the general path and its errors.
     ``ndims`` pins the operands' dims for mm, bmm, mv and dot, which do not broadcast."""
+    contiguous = registry.CONTIGUOUS_STRIDES
+    batched = ndims == (3, 3)  # (bmm's: its operands' batch sizes must be equal; no other such op has a batch)
+
     def fast(args, record=True):
         a, b = args
         Tensor = registry.Tensor
@@ -309,23 +317,33 @@ def _fast_path(op, ndims):
         grad = (a._requires_grad or b._requires_grad) and registry.records_grad()
         if grad and not record:
             return None
-        if ndims is not None and ((len(sa), len(sb)) != ndims or sa[:-2] != sb[:-2]):
+        if ndims is not None and (len(sa) != ndims[0] or len(sb) != ndims[1] or batched and sa[0] != sb[0]):
             return None
         xa, ya = a._arr, b._arr
         if xa is None:
             xa = a._array()
         if ya is None:
             ya = b._array()
-        try:
-            if len(sa) < 3 and (len(sa) < 2 or len(sb) < 2 or len(sb) == 2 and sa[0] * sa[1] * sb[1] < SPLIT_MIN_WORK):
-                r = _matmul(xa, ya)  # (`array_product`'s choice for these operands, without its calls)
+        shape = None  # (the result's, where known here: two matrices')
+        na, nb = len(sa), len(sb)
+        try:  # (`array_product`'s choice for these operands, without its calls)
+            if na == 2 == nb and sa[0] * sa[1] * sb[1] < SPLIT_MIN_WORK:
+                r = _product(xa, ya, sa[1] == 1 == sb[0])  # (`_matmul` on two matrices of one dtype)
+                shape = (sa[0], sb[1])
+            elif na < 3 and (na < 2 or nb < 2):
+                r = _matmul(xa, ya)
             else:
                 r = array_product(xa, ya)
         except ValueError:
             return None
         if r.__class__ is not np.ndarray:  # (a 0-d product is a NumPy scalar)
             r = np.asarray(r)
-        r = registry.Tensor._fresh(r, dtype) if r.flags.c_contiguous else registry.contiguous_result(r, dtype)
+        if not r.flags.c_contiguous:
+            r = registry.contiguous_result(r, dtype)
+        elif shape is None or (strides := contiguous.get(shape)) is None:
+            r = registry.Tensor._fresh(r, dtype)
+        else:  # (its geometry known: `_fresh` spares reading it from the array)
+            r = registry.Tensor._fresh(r, dtype, shape, strides)
         return registry.record_fast(op, args, r) if grad else r
     return fast
 

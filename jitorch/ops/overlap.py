@@ -107,6 +107,16 @@ def check_write_overlap(op, written, args, skip=None):
     """Raise torch's error if an input of ``op`` (``args`` in schema order; the argument at index ``skip``
     is the in-place ``self``, which the op reads and writes) shares memory with the tensor or tensors
     ``written`` in a way the op's rule refuses. Called before anything is written."""
+    if hasattr(written, "_storage"):  # (one tensor, the commonest: done at once where no input shares its storage)
+        storage = written._storage
+        for i, _ in op.tensor_args:
+            if i != skip:
+                v = args[i]
+                if (getattr(v, "_storage", None) is storage or isinstance(v, (list, tuple))
+                        and any(getattr(t, "_storage", None) is storage for t in v)):
+                    break
+        else:
+            return
     written = _tensors(written)
     storages = {id(w._storage) for w in written}
     shared = [(i, t) for i, _ in op.tensor_args if i != skip

@@ -23,7 +23,7 @@ from ..runtime import dtypes as _dt
 from ..runtime.casts import convert
 from . import erf_float32, registry, special_math
 from .meta import ALWAYS_BOOL, DEFAULT, INT_TO_FLOAT, KEEP_INT, opmath
-from .pointwise_base import defpointwise
+from .pointwise_base import check_fits, defpointwise, scalar_in
 from .registry import cpp_name, defop, scalar_name
 from .schema import parse_schema
 
@@ -62,20 +62,6 @@ def _require_tensor(op_name, position, name, value):
     if not isinstance(value, registry.Tensor) and isinstance(value, Number):  # (a tensor skips the ABC's check)
         raise TypeError(f"{op_name}(): argument '{name}' (position {position}) must be Tensor, "
                         f"not {type(value).__name__}")
-
-
-def _check_fits(value, dtype):
-    """torch's checked conversion of a Python number to the dtype an op computes in (c10's ``overflows``:
-    an unsigned type takes negative integers down to ``-max``, which wrap as two's complement)."""
-    if dtype.kind in "iu" and value.__class__ is int:
-        lo, hi = _dt.iinfo_range(dtype)
-        fits = (-hi if dtype.kind == "u" else lo) <= value <= hi
-    elif dtype.kind == "f" and dtype is not _dt.float64 and value.__class__ is not bool:
-        fits = not math.isfinite(value) or abs(value) <= _dt.finfo(dtype).max
-    else:
-        return
-    if not fits:
-        raise RuntimeError(f"value cannot be converted to type {_dt.C_NAMES[dtype.name]} without overflow")
 
 
 def _by_name(*rows):
@@ -129,7 +115,7 @@ def _check_alpha(spec, a, b, alpha):
     elif isinstance(alpha, float) and not spec.dtype.is_floating_point:
         raise RuntimeError("For integral input tensors, argument alpha must not be a floating point number.")
     else:
-        _check_fits(alpha, spec.dtype)
+        check_fits(alpha, spec.dtype)
 
 
 def _check_sub(spec, a, b, alpha):
@@ -140,7 +126,8 @@ def _check_sub(spec, a, b, alpha):
     if bools:
         raise RuntimeError("Subtraction, the `-` operator, with a bool tensor is not supported. "
                            "If you are trying to invert a mask, use the `~` or `logical_not()` operator instead.")
-    _check_alpha(spec, a, b, alpha)
+    # torch subtracts by adding ``-alpha``, the value its checked conversion sees (int8 takes 128, not -128)
+    _check_alpha(spec, a, b, -alpha if alpha.__class__ is int else alpha)
 
 
 def _check_neg(spec, x):
@@ -167,7 +154,7 @@ def _check_pow(spec, base, exponent):
     if spec.dtype is _dt.bool and not _by_fill_or_copy(base, exponent):
         raise NotImplementedError("\"pow\" not implemented for 'Bool'")
     if isinstance(exponent, Number) and not isinstance(base, Number) and spec.dtype not in (_dt.float32, _dt.float64):
-        _check_fits(exponent, spec.dtype)  # torch checks a number exponent's cast, except to float and double
+        check_fits(exponent, spec.dtype)  # torch checks a number exponent's cast, except to float and double
     if (exponent.__class__ is int and exponent < 0 and not isinstance(base, Number)
             and not base.dtype.is_floating_point):
         raise RuntimeError("Integers to negative integer powers are not allowed.")
@@ -189,7 +176,7 @@ def _check_clamp(spec, x, lo, hi):
         raise NotImplementedError(f"\"{kernel}\" not implemented for 'Bool'")
     for v in (lo, hi):
         if isinstance(v, Number):
-            _check_fits(v, spec.dtype)
+            check_fits(v, spec.dtype)
 
 
 def _check_lerp(spec, start, end, weight):
@@ -207,6 +194,8 @@ def _check_lerp(spec, start, end, weight):
     if not dtype.is_floating_point:
         kernel = "lerp_kernel_scalar" if number else "lerp_kernel_tensor"
         raise NotImplementedError(f"\"{kernel}\" not implemented for '{scalar_name(dtype)}'")
+    if number:
+        check_fits(weight, opmath(dtype))  # (torch converts the weight to the dtype its kernel computes in)
 
 
 def _check_where(spec, condition, a, b):
@@ -219,7 +208,7 @@ def _check_where(spec, condition, a, b):
                            f"{scalar_name(condition.dtype)}")
     for v in (a, b):
         if isinstance(v, Number) and spec.dtype not in (_dt.float16, _dt.bfloat16):  # torch's cast to them is unchecked
-            _check_fits(v, spec.dtype)
+            check_fits(v, spec.dtype)
 
 
 def _check_isclose_args(op_name, a, b, rtol, atol):
@@ -252,13 +241,12 @@ def _nonzero_divisor(a, b):
 
 
 def _alpha_times(b, alpha, like):
-    """``alpha * b`` in the compute dtype; a Python number ``b`` multiplies as that dtype, wrapping, and so
-    does ``alpha`` (a negative one for an unsigned dtype, as torch converts it)."""
+    """``alpha * b`` in the compute dtype; a number ``b`` (a NumPy scalar) multiplies as that dtype, wrapping, and
+    so does ``alpha``, converted to it as torch converts it (`scalar_in`: a negative one wraps for an unsigned
+    dtype)."""
     if b.__class__ is not np.ndarray:
         b = np.array(b, like.dtype)
-    if alpha.__class__ is int and b.dtype.kind == "u":
-        alpha = convert(np.array(alpha), b.dtype)[()]
-    return np.multiply(b, alpha)
+    return np.multiply(b, scalar_in(alpha, b.dtype))
 
 
 # Arithmetic -----------------------------------------------------------------------
@@ -391,6 +379,11 @@ def _pow(a, b, dtype=None):
             # an integer to a negative power is 0, except 1 and -1 (whose powers only need the parity)
             r = np.power(a, np.where(negative, b & 1, b))
             return np.where(negative & (np.abs(a) != 1), 0, r)
+    if b.__class__ is np.ndarray and b.ndim == 0 and b.dtype.kind == "f" and a.__class__ is np.ndarray \
+            and a.dtype.kind == "f" and b == 2:
+        # torch's pow by a 0-d tensor 2 gives the correctly rounded square, x * x's bits; NumPy's power() by
+        # a 0-d 2 does so from 2.1 on, and before is an ulp off for some (its AVX-512 loop)
+        return a * a
     exponent = _number_exponent(a, b)
     if exponent is not None:
         dtype = dtype or _dt.from_numpy_dtype(a.dtype)  # the fast path's: the operand's own
@@ -429,6 +422,7 @@ def _relu(x):
 
 
 _relu.ufunc_result = True  # (a ufunc's result on x: its shape and order, which `pointwise_base`'s shortcut then skips testing)
+_relu.quiet = True  # (raises no floating-point error: checked as `pointwise_base._QUIET_UFUNCS` are)
 
 
 def _clamp(x, lo, hi):
@@ -723,7 +717,7 @@ def _bits(a, b):
 def _shift_count(b, limit, negative):
     """The count given to NumPy (which leaves counts past the width to the CPU): at most ``limit``,
     ``negative`` for negative counts."""
-    if b.__class__ is int:
+    if b.__class__ is not np.ndarray:  # (a number, as a NumPy scalar of the compute dtype)
         return negative if b < 0 else min(b, limit)
     return np.where(b < 0, negative, np.minimum(b, limit))
 

@@ -14,6 +14,8 @@ path through the meta rule.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..runtime import dtypes as _dt
@@ -25,19 +27,38 @@ from . import meta as M
 from . import registry
 from .registry import defop
 
-_INT_RANGE = {d.np: _dt.iinfo_range(d) for d in _dt.INTEGRAL}
+_FLOAT_NP = frozenset((np.dtype(np.float32), np.dtype(np.float64)))
 
 
-def _scalar_in(value, compute_np, via=None):
-    """A Python number as the compute dtype sees it: integers wrap like torch's casts; a half type
-    (the compute dtype, or ``via``: the common dtype of a float32 computation) rounds it as torch does,
-    through float32 (NumPy would compare a bfloat16 array with a Python float in float32)."""
-    if via is not None:
-        return convert(np.array(float(value)), via).astype(compute_np)[()]
-    rng = _INT_RANGE.get(compute_np)
-    if (rng is not None and value.__class__ is int and not (rng[0] <= value <= rng[1])) or compute_np in _dt.HALF_NP:
-        return convert(np.array(value), compute_np)[()]
-    return value
+def scalar_in(value, compute_np, via=None):
+    """A Python number as the compute dtype holds it, a NumPy scalar of that dtype: converted as torch converts
+    a Scalar to the dtype it computes in (`casts.convert`: integers wrap, an int reaches a float dtype rounded
+    once, a float beyond the dtype's range is infinite), so that the NumPy call sees an operand of the compute
+    dtype whatever its own rules for Python numbers (NumPy 1.x casts by value: a float32 0-d array and a Python
+    float compute in float64). A half type (``via``: the common dtype of a float32 computation) rounds it
+    as torch does, through float32. Called inside a kernel, with floating-point errors silenced."""
+    if via is None and value.__class__ is float and compute_np in _FLOAT_NP:
+        return compute_np.type(value)  # (float64 rounded once to float32: NumPy's own conversion is torch's)
+    number = convert(np.array(value), via or compute_np)
+    return (number.astype(compute_np) if via is not None else number)[()]
+
+
+def check_fits(value, dtype):
+    """torch's checked conversion of a Python number to the dtype an op computes in (c10's ``overflows``:
+    an unsigned type takes negative integers down to ``-max``, which wrap as two's complement; a float
+    converts to an integer type when finite and within its range, from 0 for an unsigned one)."""
+    if dtype.kind in "iu" and value.__class__ in (int, float):
+        lo, hi = _dt.iinfo_range(dtype)
+        if value.__class__ is float:
+            fits = math.isfinite(value) and (0 if dtype.kind == "u" else lo) <= value <= hi
+        else:
+            fits = (-hi if dtype.kind == "u" else lo) <= value <= hi
+    elif dtype.kind == "f" and dtype is not _dt.float64 and value.__class__ is not bool:
+        fits = not math.isfinite(value) or abs(value) <= _dt.finfo(dtype).max
+    else:
+        return
+    if not fits:
+        raise RuntimeError(f"value cannot be converted to type {_dt.C_NAMES[dtype.name]} without overflow")
 
 
 def _operand_in(a, compute_np, via):
@@ -45,7 +66,7 @@ def _operand_in(a, compute_np, via):
     common dtype, a half type) unless None or its own dtype: torch's TensorIterator casts every operand to
     the common dtype, then its kernels widen half types to float32 (``half + int32(70000)`` is inf)."""
     if a.__class__ is not np.ndarray:
-        return a if a is None else _scalar_in(a, compute_np, via)
+        return a if a is None else scalar_in(a, compute_np, via)
     if a.dtype == compute_np:
         return a
     if via is not None and a.dtype != via:
@@ -230,8 +251,11 @@ def _passes(check, spec, nargs):
 
 
 # Comparisons are IEEE quiet predicates: NumPy's loops raise no floating-point error on NaN or infinite operands
-# (checked under ``np.errstate(all="raise")`` on NumPy 1.26 and 2.4, float16/32/64, tensors and numbers)
-_QUIET_UFUNCS = frozenset((np.equal, np.not_equal, np.less, np.less_equal, np.greater, np.greater_equal))
+# (checked under ``np.errstate(all="raise")`` on NumPy 1.26 and 2.4, float16/32/64, tensors and numbers);
+# negation flips a sign bit, on any dtype (checked the same way, signalling NaNs and integer minimums too). A
+# formula may say it is quiet itself (``quiet``: relu's maximum with 0, whose NaN NumPy's loops clear).
+_QUIET_UFUNCS = frozenset((np.equal, np.not_equal, np.less, np.less_equal, np.greater, np.greater_equal,
+                           np.negative))
 
 
 def _fast_path(op, formula, promotion, positions, others, check, plain, defaults, into, masked=False,
@@ -277,10 +301,14 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
     rest = n < len(others) + n  # the op has arguments besides its operands
 
     fast_dtypes = frozenset(d for d in _dt.ALL if d.kind in kinds and d not in _HALVES)
-    # Python ints a tensor's dtype holds; others take the general path: torch wraps them to the dtype
-    # (NumPy would compare them exactly), and with a bool tensor they promote to int64
+    # Python ints a tensor's dtype holds (a float dtype: those float64 holds, which NumPy's conversion rounds
+    # once); others take the general path: torch wraps them to the dtype (NumPy would compare them exactly),
+    # and with a bool tensor they promote to int64
     int_limits = {d: _dt.iinfo_range(d) for d in _dt.INTEGRAL}
     int_limits[_dt.bool] = (1, 0)
+    int_limits.update({d: (-2 ** 53, 2 ** 53) for d in (_dt.float32, _dt.float64)})
+    # Python floats a float tensor's dtype converts to a finite value without overflow (NumPy would warn)
+    float_limits = {d: (-float(_dt.finfo(d).max), float(_dt.finfo(d).max)) for d in (_dt.float32, _dt.float64)}
     specs = {d: registry.TensorSpec(None, _dt.bool if always_bool else d, cpu, d) for d in fast_dtypes}
 
     def operands(args):
@@ -328,11 +356,21 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
                     ya = y._array()
             else:
                 return None
-            limits = int_limits.get(dtype)
-            if limits is not None:
-                number = x if x.__class__ is int else y
-                if number.__class__ is int and not limits[0] <= number <= limits[1]:
+            if xa.__class__ is not np.ndarray or ya.__class__ is not np.ndarray:
+                # A number the dtype holds (an int float64 holds exactly, a float that does not overflow it;
+                # others take the general path, `scalar_in`) is converted by NumPy as torch converts it, rounded
+                # once to the dtype, beside an array of at least one dim. Beside a 0-d array NumPy 1.x casts
+                # by value (float32 and a Python float compute in float64): it gets a NumPy scalar of the dtype.
+                array, number = (xa, ya) if xa.__class__ is np.ndarray else (ya, xa)
+                limits = (float_limits if number.__class__ is float else int_limits).get(dtype)
+                if limits is None or not limits[0] <= number <= limits[1]:
                     return None
+                if not array.ndim:
+                    number = dtype.np.type(number)
+                    if xa is array:
+                        ya = number
+                    else:
+                        xa = number
             vals = (xa, ya)
         if dtype not in fast_dtypes:  # before computing: a formula need not handle dtypes its op rejects
             return None
@@ -413,8 +451,13 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
             check(specs[dtype], *args)
         token = fp_errors.enter()
         try:
-            if not (split and out.size >= split_min and (len(args) == n or args[n:] == defaults)
-                    and _split_into(plain_call, vals, out)):
+            if out.size == 1:
+                # NumPy runs a ufunc on one element whose output is one of its inputs through its general
+                # iterator (0.6 us more: its test that the two are iterated alike takes a single element's
+                # stride for 0); given a copy of that input, the same loop on the same values, directly
+                into(out.copy(), *vals[1:], *args[n:], out=out)
+            elif not (split and out.size >= split_min and (len(args) == n or args[n:] == defaults)
+                      and _split_into(plain_call, vals, out)):
                 into(*vals, *args[n:], out=out)
         except (ValueError, TypeError):  # NumPy checks broadcasting and casting before it writes
             return False
@@ -427,7 +470,7 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
     enter, leave = fp_errors.enter, fp_errors.leave
     # whether the op's NumPy call can raise no floating-point error, so that `flat` calls it without silencing
     # them (0.25-0.3 us of a 1.8 us ``x < y``)
-    quiet = plain_call in _QUIET_UFUNCS
+    quiet = plain_call in _QUIET_UFUNCS or getattr(plain_call, "quiet", False)
 
     hooks, autocast = registry.DISPATCH_HOOKS, registry._AUTOCAST_STATE
 

@@ -15,8 +15,8 @@ import numpy as np
 
 from ..runtime import dtypes as _dt
 from ..runtime.casts import convert
-from .meta import DEFAULT
-from .pointwise_base import defpointwise
+from .meta import DEFAULT, opmath
+from .pointwise_base import check_fits, defpointwise, scalar_in
 from .registry import scalar_name
 
 _ADDCDIV_INTEGERS = (
@@ -31,7 +31,7 @@ def multiplier(value, dtype):
     """``value`` as torch's kernels read it in the compute ``dtype`` (``Scalar.to<scalar_t>()``): a NumPy
     scalar, truncated toward zero and wrapped for integer dtypes."""
     if dtype.is_floating_point:
-        return dtype.np.type(value)
+        return scalar_in(value, dtype.np)  # (an int beyond 2**53 rounded once, as torch converts it)
     whole = value if isinstance(value, int) else math.trunc(value)
     return convert(np.array(whole), dtype.np)[()]
 
@@ -46,6 +46,7 @@ def _check(name):
             raise RuntimeError(_ADDCDIV_INTEGERS)
         if spec.dtype is _dt.bool:
             raise NotImplementedError(f"\"{name}_cpu_out\" not implemented for '{scalar_name(spec.dtype)}'")
+        check_fits(value, opmath(spec.dtype))  # (torch converts value to the dtype its kernel computes in)
     return check
 
 

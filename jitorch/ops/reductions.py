@@ -659,8 +659,20 @@ _max_of, _sum_of = np.maximum.reduce, np.add.reduce
 def _softmax(a, axis):
     if a.size >= threads.ROWS_SPLIT_MIN and _split_rows(a, axis):
         return _by_rows(_softmax_rows, a)
+    if _one_wide(a, axis):  # (the max and the sum of one element are the element: the same operations on it)
+        e = np.exp(a - a)
+        return e / e
     e = np.exp(a - _max_of(a, axis=axis, keepdims=True, initial=-np.inf))
     return e / _sum_of(e, axis=axis, keepdims=True)
+
+
+def _one_wide(a, axis):
+    """Whether (log-)softmax of ``a`` along ``axis`` takes rows of one element, in a C-contiguous array:
+    there NumPy's two reductions (0.9 us each on a tiny array, most of a tiny softmax) give each element
+    itself, bit for bit (``max(-inf, v)`` is ``v``, NaN included; a sum of one term ``e`` is ``e``), so the
+    formula uses the element for them. (C-contiguous: then ``a - a`` has the layout ``a - max`` has, and
+    NumPy's exp runs the same loop on it.)"""
+    return axis is not None and a.shape[axis] == 1 and a.flags.c_contiguous
 
 
 def _softmax_rows(a, out):
@@ -673,6 +685,10 @@ def _softmax_rows(a, out):
 def _log_softmax(a, axis):
     if a.size >= threads.ROWS_SPLIT_MIN and _split_rows(a, axis):
         return _by_rows(_log_softmax_rows, a)
+    if _one_wide(a, axis):  # (as in `_softmax`)
+        shifted = a - a
+        norm = np.log(np.exp(shifted))
+        return np.subtract(shifted, norm, out=shifted)
     shifted = a - _max_of(a, axis=axis, keepdims=True, initial=-np.inf)
     norm = np.log(_sum_of(np.exp(shifted), axis=axis, keepdims=True))
     return np.subtract(shifted, norm, out=shifted) if shifted.ndim else shifted - norm  # (0-d: a NumPy scalar)
@@ -742,24 +758,36 @@ def _softmax_kernel(name, fn):
 
 def _softmax_fast(op, fn):
     """``fast(args, record=True)``: softmax of a float tensor along a dim given as a Python int, without the
-    general path's conversion and meta rule; None for anything else (`registry.OpDef.fast`)."""
+    general path's conversion and meta rule; None for anything else (`registry.OpDef.fast`). Its tests are
+    written out and a small input goes to ``fn`` at once: on a tiny tensor each Python call is a measurable
+    share of the op."""
+    contiguous = registry.CONTIGUOUS_STRIDES
+    enter, leave = fp_errors.enter, fp_errors.leave
+
     def fast(args, record=True):
         x, dim, dtype = args
-        if (not isinstance(x, registry.Tensor) or x.device is not CPU or x.dtype not in _FAST_DTYPES
-                or dtype is not None or not x._shape):
+        if not isinstance(x, registry.Tensor) or dim.__class__ is not int or dtype is not None:
             return None
-        axis = _fast_axis(dim, len(x._shape))
-        if not axis or len(axis) != 1 or dim.__class__ is not int:
+        shape = x._shape
+        n = len(shape)
+        if x.device is not CPU or x.dtype not in _FAST_DTYPES or not -n <= dim < n:  # (n == 0: not served)
             return None
         grad = x._requires_grad and registry.records_grad()
         if grad and not record:
             return None
-        token = fp_errors.enter()
+        a = x._arr
+        if a is None:
+            a = x._array()
+        token = enter()
         try:
-            r = _softmax_through_kernel(op.name, fn, x._arr if x._arr is not None else x._array(), axis[0])
+            r = fn(a, dim % n) if a.size < ROW_KERNEL_MIN else _softmax_through_kernel(op.name, fn, a, dim % n)
         finally:
-            fp_errors.leave(token)
-        result = registry.contiguous_result(r, x.dtype)
+            leave(token)
+        strides = contiguous.get(shape)
+        if strides is not None and r.flags.c_contiguous:  # (r has a's shape)
+            result = registry.Tensor._fresh(r, x.dtype, shape, strides)
+        else:
+            result = registry.contiguous_result(r, x.dtype)
         return registry.record_fast(op, args, result) if grad else result
     return fast
 

@@ -70,6 +70,11 @@ def _cat_cpu(spec, arrays, dim):
     return np.concatenate(_promoted(kept, spec.dtype), axis=dim % kept[0].ndim)
 
 
+# np.concatenate's C function behind its __array_function__ dispatcher (NumPy 1.26 and 2 have it), which the
+# fast path's plain arrays need not go through: 0.25 us of a 1x1 cat
+_concatenate = getattr(np.concatenate, "_implementation", np.concatenate)
+
+
 def _cat_fast(args):
     """cat's eager fast path: CPU tensors of one dtype and one number of dims (none a skipped 1-D empty one,
     none requiring grad in grad mode) joined along an int dim; None for anything else, which the general
@@ -94,7 +99,7 @@ def _cat_fast(args):
     if not -ndim <= dim < ndim or grad and registry.records_grad():
         return None
     try:
-        out = np.concatenate(arrays, dim)  # (the axis as a keyword costs NumPy a parse)
+        out = _concatenate(arrays, dim)  # (the axis as a keyword costs NumPy a parse)
     except ValueError:  # sizes that do not match: the general path raises torch's error
         return None
     if out.flags.c_contiguous:  # (NumPy's order follows the inputs': `contiguous_result` relays another)

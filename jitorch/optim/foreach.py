@@ -27,7 +27,6 @@ def adam_step(opt, group, params, buffers):
     weight = 1 - beta1
     entries, left = _operands(params, lambda p: opt._lazy_state(p, buffers), buffers)
     decay = 1 - lr * weight_decay if decoupled else weight_decay
-    lerp = weight if abs(weight) < 0.5 else 1 - weight
     from ..codegen.foreach import adam_kernel, run_blocks
     for dtype, chosen in entries.items():
         kernel = adam_kernel(dtype, group["maximize"], weight_decay != 0, decoupled, group["amsgrad"],
@@ -35,6 +34,9 @@ def adam_step(opt, group, params, buffers):
         if kernel is None:
             left.extend(p for p, _, _, _ in chosen)
             continue
+        # lerp's second form multiplies by 1 - w computed in the dtype (torch converts the weight first)
+        number = np.dtype(dtype).type
+        lerp = weight if abs(weight) < 0.5 else float(number(1) - number(weight))
         rows = []
         for _, state, _, counter in chosen:
             np.add(counter, 1, out=counter)

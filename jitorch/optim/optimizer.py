@@ -430,12 +430,14 @@ def numpy_lerp(start, end, weight, scratch):
 def lerp_passes(start, end, weight, scratch):
     """The NumPy passes (`runtime.ufunc_parts.run_passes`) of ``start.lerp_(end, weight)``, a Python number
     ``weight``, as `ops.pointwise._lerp` computes it: ``start + w * d`` for ``|w| < 0.5``, else
-    ``end - d * (1 - w)``, ``d = end - start`` written in ``scratch``."""
+    ``end - d * (1 - w)``, ``d = end - start`` written in ``scratch``, ``w`` and ``1 - w`` in the dtype (as
+    torch converts the weight first)."""
     number = start.dtype.type
     passes = [(np.subtract, (end, start, scratch))]
     if abs(weight) < 0.5:
         return passes + [(np.multiply, (scratch, number(weight), scratch)), (np.add, (start, scratch, start))]
-    return passes + [(np.multiply, (scratch, number(1 - weight), scratch)), (np.subtract, (end, scratch, start))]
+    return passes + [(np.multiply, (scratch, number(1) - number(weight), scratch)),
+                     (np.subtract, (end, scratch, start))]
 
 
 def moment_passes(exp_avg, exp_avg_sq, grad, beta1, beta2, scratch):

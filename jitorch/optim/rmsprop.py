@@ -76,11 +76,12 @@ class RMSprop(Optimizer):
         param, grad, square_avg = arrays[:3]
         named = dict(zip(buffers, arrays[2:]))
         lr, alpha, eps, momentum = group["lr"], group["alpha"], group["eps"], group["momentum"]
+        number = param.dtype.type  # (Python numbers as the ops convert them: NumPy 1.x would cast a 0-d array's by value)
         token = fp_errors.enter()
         try:
             grad = numpy_grad(p, param, grad, group)
             scratch = np.empty_like(param)
-            np.multiply(square_avg, alpha, out=square_avg)
+            np.multiply(square_avg, number(alpha), out=square_avg)
             _add_into(square_avg, np.multiply(grad, grad, out=scratch), 1 - alpha, out=square_avg)
             bump(state["square_avg"], state["square_avg"])
             if group["centered"]:
@@ -91,10 +92,10 @@ class RMSprop(Optimizer):
                 np.sqrt(avg, out=avg)
             else:
                 avg = np.sqrt(square_avg, out=scratch)
-            np.add(avg, eps, out=avg)
+            np.add(avg, number(eps), out=avg)
             if momentum > 0:
                 buf = named["momentum_buffer"]
-                np.multiply(buf, momentum, out=buf)
+                np.multiply(buf, number(momentum), out=buf)
                 np.add(buf, np.true_divide(grad, avg, out=avg), out=buf)
                 bump(state["momentum_buffer"], state["momentum_buffer"])
                 update = buf

@@ -104,6 +104,14 @@ def test_eager_op_without_c_code_is_refused(tmp_path):
         ep.to_c_library(tmp_path, "s")
 
 
+def test_a_kernel_gathering_by_indices_it_cannot_check_is_refused(tmp_path):
+    """A gather's indices are checked in Python before its kernel reads through them (a bad one raises torch's
+    error, never reads out of bounds): the C library, which has no such check, refuses the program."""
+    ep = jt.export(lambda w, i: w.index_select(0, i) * 2, (jt.randn(5, 3), jt.tensor([0, 4])))
+    with pytest.raises(ExportError, match="the C library cannot check the indices of index_select in a kernel"):
+        ep.to_c_library(tmp_path, "g")
+
+
 def test_symbolic_dims_are_refused(tmp_path):
     ep = jt.export(lambda x: x + 1, (jt.randn(4),), dynamic_shapes={"x": {0: Dim("n")}})
     with pytest.raises(ExportError, match=r"dims \['n'\] are symbolic"):

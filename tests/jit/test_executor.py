@@ -110,6 +110,30 @@ def test_aliased_inputs_of_a_mutating_function_run_eagerly():
     np.testing.assert_array_equal(w.numpy(), w2.numpy())
 
 
+def test_inputs_that_alias_after_calls_that_did_not_run_eagerly():
+    """The fast path remembers the storages of its last call's arguments and captured tensors (`_inputs_alias`'s
+    memo): a call whose arguments share memory after calls that did not still runs eagerly, and later calls
+    without sharing run the graph again."""
+    def f(w, v):
+        w.mul_(2)
+        return v + 0
+
+    g = jt.compile(f)
+    w, v = jt.arange(4.0), jt.ones(4)
+    for _ in range(2):
+        np.testing.assert_array_equal(g(w, v).numpy(), np.ones(4))
+    (entry,) = g._fast.values()
+    assert entry.alias_memo[0][1] is False
+    w2 = jt.arange(4.0) * 4  # (w after two calls)
+    got = g(w, w)  # (the same shapes and layouts: the same fast-path entry, which must not serve it)
+    expected = f(w2, w2)
+    np.testing.assert_array_equal(got.numpy(), expected.numpy())
+    np.testing.assert_array_equal(w.numpy(), expected.numpy())
+    assert entry.alias_memo[0][1] is True  # (the fast path declined: the call ran eagerly)
+    np.testing.assert_array_equal(g(w, v).numpy(), np.ones(4))
+    assert entry.alias_memo[0][1] is False
+
+
 def test_outputs_are_fresh_per_call_while_intermediates_reuse_the_arena():
     f = jt.compile(lambda x: ((x * 2).exp() @ x).relu())
     x = jt.randn(8, 8)

@@ -270,3 +270,24 @@ def test_dynamic_scalars_are_written_before_every_call():
     box.update(a=-1.0, b=0.25)
     np.testing.assert_array_equal(f(jt.ones(2)).numpy(), [-0.75, -0.75])
     assert {"a", "b"} <= set(f.lower(jt.ones(2)).graph.constant_tensors)
+
+
+def test_a_dynamic_scalar_is_written_before_every_call_as_fill_writes_it():
+    """A float32 holder takes each new Python float straight into its memory, without a fill_ dispatch, rounded
+    as fill_ rounds it; a value that overflows float32 raises fill_'s error."""
+    from jitorch import compiler
+    from jitorch.profiler import profile
+    box = {"lr": 0.1}
+    g = jt.compile(lambda x: x * compiler.dynamic_scalar(lambda: box["lr"], dtype=jt.float32))
+    x = jt.ones(2, dtype=jt.float32)
+    g(x)
+    for lr in (1e-3 / 3, 3.4e38, float("inf"), 0.1):
+        box["lr"] = lr
+        expected = x * jt.zeros((), dtype=jt.float32).fill_(lr)
+        with profile() as prof:
+            out = g(x)
+        assert out.numpy().tobytes() == expected.numpy().tobytes()
+        assert not [e for e in prof.events() if e.name.startswith("aten::fill")]
+    box["lr"] = 1e39
+    with pytest.raises(RuntimeError, match="value cannot be converted to type float without overflow"):
+        g(x)

@@ -206,26 +206,3 @@ def test_max_pool1d_and_3d_tiling_shortcut_gives_the_compositions_bits(pool, sha
             g = jt.from_numpy(np.random.default_rng(3).standard_normal(tuple(y.shape)).astype(np.float32))
             outs.append((y.detach().numpy().tobytes(), jt.autograd.grad(y, x, g)[0].numpy().tobytes(), y.grad_fn.name()))
     assert outs[0][:2] == outs[1][:2] and outs[0][2] == "_MaxPoolBackward" and outs[1][2] == "MaxBackward0"
-
-
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_gelu_split_across_two_threads_gives_the_compositions_bits(monkeypatch, dtype):
-    from jitorch.runtime import threads, ufunc_parts
-    monkeypatch.setitem(threads._settings, "threads", 2)
-    monkeypatch.setattr(ufunc_parts, "BACKOFF", 0)  # every large call asks the team, even on a loaded machine
-    monkeypatch.setitem(ufunc_parts._backoff, "calls", 0)
-    rng = np.random.default_rng(5)
-    a = (rng.standard_normal(ufunc_parts.SPLIT_MIN + 999) * 4).astype(dtype)
-    a[:4] = [np.inf, -np.inf, np.nan, -0.0]
-    g = rng.standard_normal(a.shape).astype(dtype)
-    forks = threads.counters["forks"]
-    y, grad, _ = _gelu_grads(a, g, general=False)
-    # float32: the forward (erf's chunks) and the backward on the team; float64: the backward
-    assert threads.counters["forks"] - forks == (2 if dtype == "float32" else 1)
-    y0, grad0, _ = _gelu_grads(a, g, general=True)
-    for got, want in ((y, y0), (grad, grad0)):
-        np.testing.assert_array_equal(got.detach().numpy().view(np.uint8), want.detach().numpy().view(np.uint8))
-    with jt.no_grad():
-        forks = threads.counters["forks"]
-        assert F.gelu(jt.from_numpy(a)).numpy().tobytes() == y0.detach().numpy().tobytes()
-        assert threads.counters["forks"] - forks == (1 if dtype == "float32" else 0)

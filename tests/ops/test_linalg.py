@@ -597,3 +597,27 @@ def test_small_products_give_array_products_bits(shapes, dtype):
     want = np.asarray(linalg.array_product(a, b))
     assert got.shape == want.shape and got.dtype.np == want.dtype
     np.testing.assert_array_equal(got.numpy(), want)
+
+
+def test_product_shortcuts_give_the_general_paths_results_and_leave_it_their_errors():
+    """mm/bmm/mv/dot/matmul's shortcut (`linalg._fast_path`): served for their ranks (a one-term product and a
+    small matrix product made with their known geometry), the general path's bits and contiguous strides;
+    bmm of unequal batches and mm of other ranks go to the general path, which raises torch's errors."""
+    from jitorch.ops import registry
+    from tests.support import general_path
+    rng = np.random.default_rng(0)
+    f = lambda *s: jt.tensor(rng.standard_normal(s).astype(np.float32))  # noqa: E731
+    calls = [("mm", f(3, 1), f(1, 4)), ("mm", f(1, 1), f(1, 1)), ("mm", f(2, 3), f(3, 2)), ("matmul", f(2, 3), f(3, 2)),
+             ("matmul", f(1, 3).t(), f(1, 4)), ("bmm", f(2, 2, 3), f(2, 3, 1)), ("mv", f(2, 3), f(3)), ("dot", f(3), f(3))]
+    for name, a, b in calls:
+        got = registry.OPS[name].fast((a, b))
+        assert got is not None
+        with general_path():
+            want = getattr(jt, name)(a, b)
+        assert got.shape == want.shape and got.stride() == want.stride() == got.contiguous().stride()
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+    for name, a, b in [("bmm", f(2, 2, 3), f(3, 3, 2)), ("mm", f(2, 3), f(3)), ("mv", f(2, 3), f(3, 1))]:
+        assert registry.OPS[name].fast((a, b)) is None
+    message = "Expected size for first two dimensions of batch2 tensor to be: [2, 3] but got: [3, 3]."  # (torch's)
+    with pytest.raises(RuntimeError, match=re.escape(message)):
+        jt.bmm(f(2, 2, 3), f(3, 3, 2))

@@ -320,3 +320,67 @@ def test_comparisons_of_nan_and_infinities_raise_no_floating_point_error(op, dty
     for g, w in zip(got, want):
         assert g.dtype is jt.bool
         assert g.tolist() == w.tolist()
+
+
+@pytest.mark.parametrize("dtype", [jt.float16, jt.float32, jt.float64, jt.int8, jt.int64])
+def test_negation_and_relu_raise_no_floating_point_error(dtype):
+    """-x and relu's shortcut call NumPy without silencing floating-point errors (`_QUIET_UFUNCS`, relu's
+    ``quiet``): under NumPy's strictest error state and warnings as errors, NaN (a signalling one too),
+    infinities and integer minimums still give the general path's bits and torch's values."""
+    torch = pytest.importorskip("torch")
+    if dtype.is_floating_point:
+        a = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1.5, -2.5], dtype.np)
+        bits = np.array([0x7C01 if dtype is jt.float16 else 0x7F800001 if dtype is jt.float32 else 0x7FF0000000000001],
+                        {2: np.uint16, 4: np.uint32, 8: np.uint64}[a.itemsize])
+        a = np.concatenate([a, bits.view(dtype.np)] * 3)  # (with a signalling NaN)
+    else:
+        info = np.iinfo(dtype.np)
+        a = np.array([info.min, info.max, 0, -1, 1] * 3, dtype.np)
+    x = jt.tensor(a)
+    shortcut = registry.OPS["neg"].fast_one, registry.OPS["relu"].fast_one
+    with np.errstate(all="raise"), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = [shortcut[0](x), shortcut[1](x), -x, jt.relu(x), x[:1].neg(), x[1:2].relu()]
+    with general_path():
+        want = [-x, jt.relu(x), -x, jt.relu(x), x[:1].neg(), x[1:2].relu()]
+    assert (got[0] is None and got[1] is None) == (dtype is jt.float16)  # (float16: the general path's)
+    t = torch.from_numpy(a)
+    for g, w, tw in zip(got, want, [-t, torch.relu(t)] * 2 + [-t[:1], torch.relu(t[1:2])]):
+        if g is None:
+            continue
+        np.testing.assert_array_equal(g.numpy().view(np.uint8), w.numpy().view(np.uint8))
+        np.testing.assert_array_equal(g.numpy(), tw.numpy())
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (1, 1)])
+@pytest.mark.parametrize("dtype", [jt.int8, jt.int64, jt.float32, jt.float64])
+def test_inplace_ops_on_one_element_give_the_general_paths_bits(dtype, shape):
+    """An in-place op on one element computes from a copy of its operand (`pointwise_base`'s ``fast_into``):
+    the general path's bits, its errors, the tensor's own memory written once (version + 1), torch's values;
+    ``x.add_(x)`` and an operand that is a view of the same memory too."""
+    torch = pytest.importorskip("torch")
+    info = np.iinfo(dtype.np) if dtype in (jt.int8, jt.int64) else np.finfo(dtype.np)
+    values = [int(info.min), int(info.max), 3] if info.dtype.kind == "i" else [-2.5, 0.1, float("nan"), float(info.max)]
+    for v, w in zip(values, values[1:] + values[:1]):
+        calls = [("add_", (w,), {"alpha": 2}), ("sub_", (w,), {}), ("mul_", (w,), {}), ("add_", ("self",), {}),
+                 ("mul_", ("view",), {})]
+        for name, others, kwargs in calls:
+            got, want = (jt.tensor(np.full(shape, v, dtype.np)) for _ in range(2))
+            t = torch.from_numpy(np.full(shape, v, dtype.np))
+            def operand(x, o):  # noqa: E306
+                return x if o == "self" else x.view(shape) if o == "view" else jt.tensor(np.full(shape, o, dtype.np))
+            ptr, version = got.data_ptr(), got._version
+            assert getattr(got, name)(operand(got, others[0]), **kwargs) is got
+            assert got.data_ptr() == ptr and got._version == version + 1
+            with general_path():
+                getattr(want, name)(operand(want, others[0]), **kwargs)
+            np.testing.assert_array_equal(got.numpy().reshape(-1).view(np.uint8), want.numpy().reshape(-1).view(np.uint8))
+            to = t if others[0] == "self" else t.view(shape) if others[0] == "view" else torch.from_numpy(
+                np.full(shape, others[0], dtype.np))
+            getattr(t, name)(to, **kwargs)
+            np.testing.assert_array_equal(got.numpy(), t.numpy())
+    if info.dtype.kind == "i":
+        x = jt.ones(shape, dtype=dtype)
+        with pytest.raises(RuntimeError, match="result type Float can't be cast to the desired output type"):
+            x.add_(jt.ones(shape))
+        assert x._version == 0 and x.tolist() == jt.ones(shape, dtype=dtype).tolist()

@@ -7,7 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import jitorch as jt
-from tests.support import random_array, tensor_and_array
+from jitorch.ops import reductions, registry
+from tests.support import general_path, random_array, tensor_and_array
 
 REFS = {"sum": np.sum, "mean": np.mean, "nansum": np.nansum}
 
@@ -117,7 +118,6 @@ def test_softmax_and_mean_give_the_bits_of_numpys_wrappers(shape, data, dtype, l
 
 
 def test_a_reduction_over_one_int_dim_gives_the_general_paths_result_and_errors():
-    from tests.support import general_path
     x = jt.tensor(np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32))
     for dim in (0, 1, -1, -2):
         got = x.sum(dim)
@@ -129,3 +129,44 @@ def test_a_reduction_over_one_int_dim_gives_the_general_paths_result_and_errors(
             x.sum(dim)
     with pytest.raises(IndexError, match=r"Dimension out of range"):
         jt.tensor(1.0).sum(1)
+
+
+# values whose softmax rows of one element test the shortcut's bits: NaN (both signs), infinities, zeros of
+# both signs, the largest and the smallest (subnormal) magnitudes
+_EDGES = [np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1.5, -2.5, 3e38, -3e38, 1e-45, -1e-45]
+
+
+@pytest.mark.parametrize("log", [False, True])
+@pytest.mark.parametrize("dtype", [jt.float16, jt.float32, jt.float64])
+def test_softmax_of_rows_of_one_element_gives_the_reductions_bits(dtype, log):
+    """Rows of one element skip NumPy's max and sum (`reductions._one_wide`): bit for bit the reductions'
+    result, through the shortcut and the general path, NaN and infinities included; torch's values."""
+    torch = pytest.importorskip("torch")
+    name = "log_softmax" if log else "softmax"
+    with np.errstate(all="ignore"):
+        a = np.array(_EDGES, np.float64).astype(dtype.np).reshape(len(_EDGES), 1)
+        want = _softmax_by_wrappers(a.astype(np.float32) if dtype is jt.float16 else a, 1, log).astype(dtype.np)
+    x = jt.tensor(a)
+    assert reductions._one_wide(a, 1) and not reductions._one_wide(a.T, 1)
+    assert dtype is jt.float16 or registry.OPS[name].fast((x, -1, None)) is not None  # (the shortcut serves it)
+    with general_path():
+        general = getattr(x, name)(-1).numpy()
+    for got in (getattr(x, name)(-1).numpy(), general, getattr(jt, name)(x[:3], 1).numpy()):
+        np.testing.assert_array_equal(got.view(np.uint8), want[:len(got)].view(np.uint8))
+    t = getattr(torch, name)(torch.from_numpy(a), -1).numpy()
+    np.testing.assert_array_equal(want, t)  # (NaN where torch's is NaN; its NaN's sign may differ)
+
+
+def test_softmax_of_rows_of_one_element_not_contiguous_and_requiring_grad():
+    """A transposed column takes the reductions (its rows are not C-contiguous); a tensor that requires grad
+    records its node and gets torch's gradient."""
+    torch = pytest.importorskip("torch")
+    a = np.array([[0.5, -1.0, 2.0]], np.float32)
+    x = jt.tensor(a).t()
+    np.testing.assert_array_equal(x.softmax(-1).numpy(), np.ones((3, 1), np.float32))
+    w = jt.tensor(a.T.copy(), requires_grad=True)
+    tw = torch.tensor(a.T.copy(), requires_grad=True)
+    for lib, v in ((jt, w), (torch, tw)):
+        (lib.log_softmax(v, 1) * 2 + lib.softmax(v, 1)).sum().backward()
+    assert w.grad_fn is None and w.softmax(1).grad_fn.name() == "SoftmaxBackward0"
+    np.testing.assert_array_equal(w.grad.numpy(), tw.grad.numpy())

@@ -16,6 +16,11 @@ comes from `jitorch.ir.lowerable.kind_of` (the code generator's rule):
   group that consumes it as index maths; a view of a value computed in the
   group would need that value in memory, so it starts a later group; a view
   nobody can fold is a ``"view"`` group (a compact copy);
+* a gather (an indexed load: ``gather``, ``index_select``) is pointwise over
+  its output, but reads its source and its index where they lie, as a view
+  reads its input: both come from outside the group (or through views of such
+  values), and the gather joins the group of its consumers, where views of
+  its result fold as views of its operands do;
 * every other node (matmul, sort, indexing, anything the code generator
   cannot lower) is an ``"external"`` group of its own.
 
@@ -143,6 +148,21 @@ def _broadcast(a, b):
 MAX_GROUP_NODES = 128
 
 
+# The kinds that read their operands where they lie (in memory, through index maths: an operand computed in
+# the same kernel would have to be stored first). A gather's result is a leaf of its kernel, as a view's is:
+# its shape need not broadcast to the kernel's space (only the nodes reading it, or its views, evaluate there);
+# so is an index expression's (arange's), which views and gathers in its kernel read as if it lay in memory.
+_READS_IN_PLACE = ("view", "gather")
+_LEAVES = ("gather", "index")
+
+
+def _read_in_place(kind, by_gather):
+    """Whether a view or gather (``by_gather``) in a kernel may read a value a node of ``kind`` computes in it: a
+    view's or an index's result (index maths over their own leaves), or, by a view, a gather's (a view of its
+    source and index); any other value would have to be in memory."""
+    return kind in ("view", "index") or (kind == "gather" and not by_gather)
+
+
 class _Cluster:
     """A group being grown: its nodes and a summary that makes merging it cheap.
 
@@ -150,8 +170,8 @@ class _Cluster:
     between the two clusters rather than to their size (a traced backward's forward cluster has as many
     values needed outside as it has nodes)."""
 
-    __slots__ = ("first", "nodes", "reduction", "external", "pointwise", "escaping", "reads", "view_reads",
-                 "shapes", "space")
+    __slots__ = ("first", "nodes", "reduction", "external", "pointwise", "gather", "escaping", "reads",
+                 "view_reads", "gather_reads", "shapes", "space")
 
     def __init__(self, node, kind):
         self.first = node                    # its node of lowest graph order
@@ -160,9 +180,11 @@ class _Cluster:
         self.external = kind == "external"
         # the broadcast of its pointwise values' shapes (None: no pointwise node, or a reduction group)
         self.pointwise = _shape(node.outputs[0]) if kind == "pointwise" else None
+        self.gather = kind in _LEAVES        # it holds a gather or an index (a pointwise kernel, no view's copy)
         self.escaping = {}                   # value needed outside it -> its uses outside (+1 if a sink)
         self.reads = {}                      # value computed in another cluster -> its uses here
-        self.view_reads = set()              # the values of ``reads`` that a view node here reads
+        self.view_reads = set()              # the values of ``reads`` that a view or gather node here reads
+        self.gather_reads = set()            # the values of ``reads`` that a gather node here reads
         self.shapes = {}                     # shape -> how many values of ``escaping`` have it
         self.space = None                    # iteration space (None: none common to its outputs)
 
@@ -172,7 +194,7 @@ class _Cluster:
             return "external"
         if self.reduction is not None:
             return "reduction"
-        return "view" if self.pointwise is None else "pointwise"
+        return "view" if self.pointwise is None and not self.gather else "pointwise"
 
 
 @dataclass
@@ -290,8 +312,10 @@ class _Partition:
         for v in self.reads[node]:
             if v.node is not None:
                 c.reads[v] = c.reads.get(v, 0) + 1
-        if self.kind[node] == "view":
+        if self.kind[node] in _READS_IN_PLACE:
             c.view_reads = set(c.reads)
+        if self.kind[node] == "gather":
+            c.gather_reads = set(c.reads)
         c.space = self.single_space(c)
         return c
 
@@ -357,8 +381,8 @@ class _Partition:
         crossing, internal = [], []
         for x, y in ((a, b), (b, a)):
             for v in _common(x.escaping, y.reads):
-                if self.kind[v.node] != "view" and v in y.view_reads:
-                    return None  # a view of a value computed in the kernel would need it in memory
+                if v in y.view_reads and not _read_in_place(self.kind[v.node], v in y.gather_reads):
+                    return None
                 crossing.append((v, y.reads[v]))
                 if x.escaping[v] == y.reads[v]:  # every use outside x is in y, and v is no sink
                     internal.append(v)
@@ -382,13 +406,16 @@ class _Partition:
         keep.escaping = _add_counts(keep.escaping, gone.escaping)
         keep.reads = _add_counts(keep.reads, gone.reads)
         keep.view_reads = _union(keep.view_reads, gone.view_reads)
+        keep.gather_reads = _union(keep.gather_reads, gone.gather_reads)
         for v, uses in union.crossing:  # computed in one, read by the other: no longer read from outside
             left = keep.escaping.pop(v) - uses
             if left:
                 keep.escaping[v] = left
             del keep.reads[v]
             keep.view_reads.discard(v)
+            keep.gather_reads.discard(v)
         keep.pointwise, keep.space, keep.shapes = union.pointwise, union.space, union.shapes
+        keep.gather = keep.gather or gone.gather
 
     # Merging ---------------------------------------------------------------------------------------
 
@@ -525,6 +552,7 @@ class _Partition:
             return "holds two reductions"
         c = _Cluster(group[0], kinds[0])
         c.nodes, c.reduction = members, (reductions[0] if reductions else None)
+        c.gather = any(k in _LEAVES for k in kinds)
         pointwise = None
         for n, kind in zip(group, kinds):
             for v in n.outputs:
@@ -537,10 +565,12 @@ class _Partition:
                     continue
                 if v.node not in members:
                     c.reads[v] = c.reads.get(v, 0) + 1
-                    if kind == "view":
+                    if kind in _READS_IN_PLACE:
                         c.view_reads.add(v)
-                elif kind == "view" and self.kind[v.node] != "view":
-                    return "has a view of a value computed in it"
+                    if kind == "gather":
+                        c.gather_reads.add(v)
+                elif kind in _READS_IN_PLACE and not _read_in_place(self.kind[v.node], kind == "gather"):
+                    return f"has a {kind} of a value computed in it"
             if kind == "pointwise" and pointwise is not False:
                 pointwise = _broadcast(pointwise, _shape(n.outputs[0]))
         if c.reduction is not None:
