@@ -122,6 +122,7 @@ class _Emitter:
     def __init__(self, t, length, row, solved, src_strides, mode, init, offset):
         self.t, self.length, self.row, self.solved = t, length, row, solved
         self.src_strides, self.mode, self.init, self.offset = src_strides, mode, init, offset
+        self.share = self._add  # (what a share found does: a blocked copy's solving records its offset)
 
     @property
     def blocked(self):
@@ -157,11 +158,11 @@ class _Emitter:
     def _blocks(self, b, start, end):
         """A copy's rows ``start`` to ``end`` in blocks of up to `TILE` rows: each row's share's source offset
         (-1: none) solved into ``at``, then per row element, the block's rows. A block starting a run of rows
-        whose shares are adjacent in ``src`` (a padded image row's interior) copies the run's first 16, 8 or 4
-        rows in straight-line code, one vector read per element; other rows (a padded image's borders, a run's
+        whose shares are adjacent in ``src`` (a padded image row's interior) copies the run's first `RUNS` rows
+        in straight-line code, one vector read per element; other rows (a padded image's borders, a run's
         last few rows) are done one by one (`_row`)."""
         at = b.alloca(I64, TILE)
-        for j in range(TILE):
+        for j in range(TILE):  # (a short block's run test reads every slot: each holds a defined value)
             b.store(I64(-1), b.gep(at, [I64(j)]))
         step = I64(self.src_strides[self.row[0]])
 
