@@ -265,7 +265,8 @@ def test_a_padded_copy_of_a_transposed_input_copies_blocks_of_rows_bit_for_bit(d
     """A convolution's ``(N, C, H, W)`` input copied into its padded ``(C, H, W, N)`` buffer reads each row (the
     batch) an image apart: the kernel copies blocks of rows. Every init (zeros, another buffer's elements, the
     output's own), image rows of 21 and 9 (runs of 16, 8 and 4 rows, then rows one by one), row counts that do
-    not divide into blocks, an offset, 1 and 2 threads: NumPy's copy, bit for bit, and the same kernel asked for again is not blocked where the rows read adjacent elements."""
+    not divide into blocks, an offset, 1 and 2 threads: NumPy's copy, bit for bit. A batch-last source (rows
+    of adjacent elements) is copied row by row."""
     kernels = []
 
     def recorded(*args):
