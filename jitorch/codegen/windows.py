@@ -19,6 +19,14 @@ Where the innermost memory dim is moved by one unit-stride view dim (the batch o
 ``_batch_last`` layout), the kernel works on rows of it: the coordinates are solved once per row, and each
 share is a vectorised pass over the row, which stays in L1.
 
+A copy ("assign") whose rows read ``src`` far apart along the row (a convolution's input, ``(N, C, H, W)``
+read as the padded ``(C, H, W, N)``: a transpose, its reads a batch image apart) works on runs of up to
+`TILE` rows whose sources are adjacent (an image row's interior, ``W``'s unit stride): their offsets are
+solved first, then the run is copied one row element at a time across its rows, in straight-line code. Each
+line read is used whole while in cache, where row by row the reads of one row all fall in one cache set
+(the image size, a power of two apart) and evict each other. The same elements are copied: the bits do not
+change.
+
 Importing this module registers `window_kernel` in ``ops.views.WINDOW_KERNEL``: the ops layer cannot import
 the code generator, and runs NumPy's passes where no kernel is registered or one cannot be built.
 """
@@ -35,17 +43,18 @@ from llvmlite import ir
 from ..ops import views
 from .cache import default_cache
 from .errors import CompileError
-from .kernel import I64, KernelSource, counted_loop, kernel_body
+from .kernel import I64, TILE, TILE_MIN_STRIDE, KernelSource, counted_loop, kernel_body
 from .memo import BuiltOnce
 from .target import CPU
 from . import cpu
 
 
 class WindowKernel:
-    """A compiled gather kernel: call it on the arrays ``(x, src, out)``."""
+    """A compiled gather kernel: call it on the arrays ``(x, src, out)``. ``blocked``: whether it copies
+    blocks of rows (`_Emitter.blocked`)."""
 
-    def __init__(self, compiled):
-        self._compiled = compiled
+    def __init__(self, compiled, blocked):
+        self._compiled, self.blocked = compiled, blocked
 
     def __call__(self, x, src, out):
         args = (ctypes.c_void_p * 3)(*[a.__array_interface__["data"][0] for a in (x, src, out)])
@@ -86,14 +95,15 @@ def _build(dtype, numel, offset, plan, src_strides, mode, init):
     key = hashlib.sha256(repr((dtype, numel, offset, plan, src_strides)).encode()).hexdigest()[:16]
     name = f"jitorch_window_{mode}_{init}_{dtype}_{key}"
     module, body, b = kernel_body(name, t, 3)  # (out noalias: ``x`` is read only where it is another buffer)
-    _Emitter(t, length, row, solved, src_strides, mode, init, offset).rows(b, *body.args)
+    emitter = _Emitter(t, length, row, solved, src_strides, mode, init, offset)
+    emitter.rows(b, *body.args)
     b.ret_void()
     CPU.add_entry(module, body, [0, 1, 2], 0, "thread")
     rows = numel // length
     source = KernelSource(name, "window", ["_as_strided_add" if mode == "add" else "as_strided_scatter"], [0, 1],
                           [2], rows, numel * (1 + shares), str(module))
     try:
-        return WindowKernel(cpu.link_kernel(source, default_cache()))
+        return WindowKernel(cpu.link_kernel(source, default_cache()), emitter.blocked)
     except CompileError:
         return None
 
@@ -102,32 +112,105 @@ def _build(dtype, numel, offset, plan, src_strides, mode, init):
 _kernels = BuiltOnce(_build)
 
 
+# The lengths of the runs of rows a blocked copy copies in straight-line code, longest first (`TILE` at most).
+RUNS = (TILE, TILE // 2, TILE // 4)
+
+
 class _Emitter:
     """Emits the loops of one kernel; sizes and strides are its constants."""
 
     def __init__(self, t, length, row, solved, src_strides, mode, init, offset):
         self.t, self.length, self.row, self.solved = t, length, row, solved
         self.src_strides, self.mode, self.init, self.offset = src_strides, mode, init, offset
+        self.share = self._add  # (what a share found does: a blocked copy's solving records its offset)
+
+    @property
+    def blocked(self):
+        """Whether rows are copied in blocks: a copy whose rows read ``src`` a transpose's distance apart, the
+        whole row (a view dim moving along all of it)."""
+        return self.mode == "assign" and self.row is not None and self.row[2] == self.length and \
+            abs(self.src_strides[self.row[0]]) >= TILE_MIN_STRIDE
 
     def rows(self, b, start, end, x, src, out):
         """Rows ``start`` to ``end`` of the output: each initialised, then its shares gathered."""
-        self.src, self.out = src, out
+        self.src, self.out, self.x = src, out, x
+        if self.blocked:
+            self._blocks(b, start, end)
+        else:
+            counted_loop(b, start, end, I64(1), self._row, "row")
 
-        def one_row(b, r):
-            base = b.mul(r, I64(self.length))
-            if self.init != "none":
-                def first(b, i):
-                    at = b.gep(out, [b.add(base, i)])
-                    b.store(self.t(0) if self.init == "zero" else b.load(b.gep(x, [b.add(base, i)])), at)
-                counted_loop(b, I64(0), I64(self.length), I64(1), first, "init")
-            q = b.sub(base, I64(self.offset))
-            if self.offset:
+    def _row(self, b, r):
+        """Row ``r``: initialised, then its shares gathered."""
+        self.share = self._add
+        base = b.mul(r, I64(self.length))
+        if self.init != "none":
+            def first(b, i):
+                at = b.gep(self.out, [b.add(base, i)])
+                b.store(self.t(0) if self.init == "zero" else b.load(b.gep(self.x, [b.add(base, i)])), at)
+            counted_loop(b, I64(0), I64(self.length), I64(1), first, "init")
+        q = b.sub(base, I64(self.offset))
+        if self.offset:
+            with b.if_then(b.icmp_signed(">=", q, I64(0))):
+                self._gather(b, base, q)
+        else:
+            self._gather(b, base, q)
+
+    def _blocks(self, b, start, end):
+        """A copy's rows ``start`` to ``end`` in blocks of up to `TILE` rows: each row's share's source offset
+        (-1: none) solved into ``at``, then per row element, the block's rows. A block starting a run of rows
+        whose shares are adjacent in ``src`` (a padded image row's interior) copies the run's first `RUNS` rows
+        in straight-line code, one vector read per element; other rows (a padded image's borders, a run's
+        last few rows) are done one by one (`_row`)."""
+        at = b.alloca(I64, TILE)
+        for j in range(TILE):  # (a short block's run test reads every slot: each holds a defined value)
+            b.store(I64(-1), b.gep(at, [I64(j)]))
+        step = I64(self.src_strides[self.row[0]])
+
+        def block(b, r0):
+            m = b.select(b.icmp_signed("<", b.sub(end, r0), I64(TILE)), b.sub(end, r0), I64(TILE))
+
+            def solve(b, j):
+                slot = b.gep(at, [j])
+                b.store(I64(-1), slot)
+                base = b.mul(b.add(r0, j), I64(self.length))
+                self.share = lambda b, _, offset: b.store(offset, slot)
+                q = b.sub(base, I64(self.offset))
                 with b.if_then(b.icmp_signed(">=", q, I64(0))):
                     self._gather(b, base, q)
-            else:
-                self._gather(b, base, q)
+            counted_loop(b, I64(0), m, I64(1), solve, "solve")
+            first = b.load(b.gep(at, [I64(0)]))
+            # the run's length: rows from the first whose shares follow its own, before the block ends
+            adjacent, length = b.icmp_signed(">=", first, I64(0)), I64(1)
+            for j in range(1, TILE):
+                adjacent = b.and_(adjacent, b.and_(b.icmp_signed("<", I64(j), m), b.icmp_signed(
+                    "==", b.load(b.gep(at, [I64(j)])), b.add(first, I64(j)))))
+                length = b.add(length, b.zext(adjacent, I64))
+            advance = b.select(b.icmp_signed(">=", first, I64(0)), length, I64(1))
+            for w in reversed(RUNS):
+                advance = b.select(b.icmp_signed(">=", length, I64(w)), I64(w), advance)
+            self._copy_block(b, r0, advance, first, RUNS, step)
+            return advance
 
-        counted_loop(b, start, end, I64(1), one_row, "row")
+        counted_loop(b, start, end, None, block, "blocks")
+
+    def _copy_block(self, b, r0, rows, first, runs, step):
+        """The ``rows`` rows from ``r0``: a run's straight-line copy where ``rows`` is one of ``runs``, else
+        row by row (`_row`)."""
+        if not runs:
+            counted_loop(b, r0, b.add(r0, rows), I64(1), self._row, "row")
+            return
+        w, *rest = runs
+        with b.if_else(b.icmp_signed("==", rows, I64(w))) as (whole, other):
+            with whole:
+                def element(b, i):
+                    row = b.add(b.mul(r0, I64(self.length)), i)
+                    read = b.add(first, b.mul(i, step))
+                    values = [b.load(b.gep(self.src, [b.add(read, I64(j))])) for j in range(w)]
+                    for j, value in enumerate(values):
+                        b.store(value, b.gep(self.out, [b.add(row, I64(j * self.length))]))
+                counted_loop(b, I64(0), I64(self.length), I64(1), element, f"run{w}")
+            with other:
+                self._copy_block(b, r0, rows, first, rest, step)
 
     def _gather(self, b, base, q):
         coords = []
@@ -145,7 +228,7 @@ class _Emitter:
         """Memory dim ``j``'s shares: its view dims but the last looped, the last solved; ``at`` is the offset
         into ``src`` of the view dims fixed so far."""
         if j == len(self.solved):
-            self._add(b, base, at)
+            self.share(b, base, at)
             return
         dims = self.solved[j][1]
         *looped, (d, factor, n) = dims

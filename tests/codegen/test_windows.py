@@ -207,27 +207,35 @@ def test_threads_split_rows_and_give_one_threads_bits(kernel_calls):
     assert kernel_calls == [("add", "zero", True)] * 2
 
 
+def _step(conv, up, x):
+    """A convolution's and a transposed convolution's training step (``conv``, ``up``: jitorch's or torch's)."""
+    loss = up(conv(x).relu()).tanh().sum()
+    loss.backward()
+    return loss
+
+
+def _conv_pair(conv, up, dtype=torch.float32):
+    """(jitorch's, torch's) ``(Conv2d(*conv), ConvTranspose2d(*up))`` of ``dtype``, with torch's parameters."""
+    def modules(lib):
+        lib.manual_seed(0)
+        return lib.nn.Conv2d(*conv), lib.nn.ConvTranspose2d(*up)
+    ours, theirs = modules(jt), modules(torch)
+    for a, b in zip(ours, theirs):
+        b.to(dtype)
+        for p, q in zip(a.parameters(), b.parameters()):
+            p.data = jt.from_numpy(q.detach().numpy().copy())
+    return ours, theirs
+
+
 def test_a_compiled_step_fills_no_zeros_for_its_col2ims_and_padded_copies(kernel_calls):
     """Zeros whose one reader is a col2im or a padded copy written into the arena are not filled: the kernel
     starts from zeros itself. Values and gradients as torch's, twice (the second call finds the first's
     buffers), float32 and float64."""
-    def step(conv, up, x):
-        loss = up(conv(x).relu()).tanh().sum()
-        loss.backward()
-        return loss
-
     for dtype in (torch.float32, torch.float64):
-        def modules(lib):
-            lib.manual_seed(0)
-            return lib.nn.Conv2d(3, 8, 3, 2, 1), lib.nn.ConvTranspose2d(8, 4, 4, 2, 1)
-        ours, theirs = modules(jt), modules(torch)
-        for a, b in zip(ours, theirs):
-            b.to(dtype)
-            for p, q in zip(a.parameters(), b.parameters()):
-                p.data = jt.from_numpy(q.detach().numpy().copy())
+        ours, theirs = _conv_pair((3, 8, 3, 2, 1), (8, 4, 4, 2, 1), dtype)
         # (buffers of more than 4096 elements: smaller zeros fold into constants, which the add copies)
         x = np.random.default_rng(0).standard_normal((8, 3, 17, 17)).astype(str(dtype).split(".")[1])
-        compiled = jt.compile(step)
+        compiled = jt.compile(_step)
         ex = compiled.lower(*ours, jt.from_numpy(x)).executable
         steps = [s for s in ex.steps if isinstance(s, EagerStep)]
         zeros = [n for s in steps for n in s.nodes if n.op.name in ("zeros", "new_zeros")]
@@ -244,9 +252,83 @@ def test_a_compiled_step_fills_no_zeros_for_its_col2ims_and_padded_copies(kernel
             for m in ours + theirs:
                 m.zero_grad()
             loss = compiled(*ours, jt.from_numpy(x))
-            expected = step(*theirs, torch.from_numpy(x))
+            expected = _step(*theirs, torch.from_numpy(x))
             np.testing.assert_allclose(loss.item(), expected.item(), **tol)
             for a, b in zip(ours, theirs):
                 for p, q in zip(a.parameters(), b.parameters()):
                     np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), **tol)
             assert sorted(kernel_calls) == [("add", "zero", True)] + [("assign", "zero", True)] * 2
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_padded_copy_of_a_transposed_input_copies_blocks_of_rows_bit_for_bit(dtype, monkeypatch):
+    """A convolution's ``(N, C, H, W)`` input copied into its padded ``(C, H, W, N)`` buffer reads each row (the
+    batch) an image apart: the kernel copies blocks of rows. Every init (zeros, another buffer's elements, the
+    output's own), image rows of 21 and 9 (runs of 16, 8 and 4 rows, then rows one by one), row counts that do
+    not divide into blocks, an offset, 1 and 2 threads: NumPy's copy, bit for bit. A batch-last source (rows
+    of adjacent elements) is copied row by row."""
+    kernels = []
+
+    def recorded(*args):
+        kernels.append(windows.window_kernel(*args))
+        return kernels[-1]
+    monkeypatch.setattr(views, "WINDOW_KERNEL", recorded)
+    rng = np.random.default_rng(5)
+    before = jt.get_num_threads()
+    try:
+        for (n, c, h, w, p), threads in itertools.product([(64, 2, 3, 21, 1), (80, 2, 5, 9, 2)], (1, 2)):
+            jt.set_num_threads(threads)
+            src = rng.standard_normal((n, c, h, w)).astype(dtype).transpose(1, 2, 3, 0)
+            shape = (c, h + 2 * p, w + 2 * p, n)
+            strides = (shape[1] * shape[2] * n, shape[2] * n, n, 1)
+            offset = p * strides[1] + p * strides[2]
+            x = rng.standard_normal(shape).astype(dtype)
+            for start in ("zero", "copy", "none"):
+                out = x.copy() if start == "none" else np.full(shape, 7, dtype)
+                expected = np.zeros(shape, dtype) if start == "zero" else x.copy()
+                expected[:, p:p + h, p:p + w, :] = src
+                into = None if start == "zero" else out if start == "none" else x
+                views.as_strided_scatter_into(out, into, src, src.shape, strides, offset)
+                np.testing.assert_array_equal(out, expected)
+                assert kernels[-1] is not None and kernels[-1].blocked
+            # the batch-last source (rows of adjacent elements) is copied row by row
+            views.as_strided_scatter_into(out, None, np.ascontiguousarray(src), src.shape, strides, offset)
+            np.testing.assert_array_equal(out[:, p:p + h, p:p + w, :], src)
+            assert not kernels[-1].blocked
+    finally:
+        jt.set_num_threads(before)
+    assert len(kernels) == 16
+
+
+def test_a_compiled_convolution_step_copies_its_transposed_inputs_in_blocks(monkeypatch):
+    """A compiled step's padded input copies (the conv's input, the transposed conv's cropped gradient) read
+    ``(N, C, H, W)`` values as ``(C, H, W, N)``: blocked kernels, at 1 and 2 threads; values and gradients as
+    torch's, the same bits at both thread counts."""
+    kernels = []
+
+    def recorded(*args):
+        kernels.append((args[5], windows.window_kernel(*args)))
+        return kernels[-1][1]
+    monkeypatch.setattr(views, "WINDOW_KERNEL", recorded)
+    ours, theirs = _conv_pair((3, 4, 3, 1, 1), (4, 2, 4, 2, 1))
+    x = np.random.default_rng(1).standard_normal((8, 3, 6, 6)).astype(np.float32)
+    expected = _step(*theirs, torch.from_numpy(x))
+    compiled = jt.compile(_step)
+    grads, before = [], jt.get_num_threads()
+    try:
+        for threads in (1, 2):
+            jt.set_num_threads(threads)
+            kernels.clear()
+            for m in ours:
+                m.zero_grad()
+            loss = compiled(*ours, jt.from_numpy(x))
+            np.testing.assert_allclose(loss.item(), expected.item(), rtol=1e-4, atol=1e-5)
+            grads.append([p.grad.numpy().copy() for m in ours for p in m.parameters()])
+            for g, q in zip(grads[-1], (q for m in theirs for q in m.parameters())):
+                np.testing.assert_allclose(g, q.grad.numpy(), rtol=1e-4, atol=1e-5)
+            copies = [kernel for mode, kernel in kernels if mode == "assign"]
+            assert len(copies) == 2 and all(k is not None and k.blocked for k in copies)
+    finally:
+        jt.set_num_threads(before)
+    for one, two in zip(*grads):
+        np.testing.assert_array_equal(one, two)
