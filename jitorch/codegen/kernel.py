@@ -295,8 +295,12 @@ class _Builder:
                                "kernel")
         if src not in self.geometry:
             raise CompileError(f"{node.op.name}: a view of a value computed in the same kernel")
-        geos = self._viewed(node, src, self.geometry[src])
         gathered = self.gathers.get(src)
+        if gathered is not None and node.op.name == "as_strided":
+            # its strides address the gather's result in row-major order, which no geometry over the source
+            # and the index gives (avg_pool2d of a replicate pad read wrong elements)
+            raise CompileError("as_strided of a gather's result: a gather folds only views that compose")
+        geos = self._viewed(node, src, self.geometry[src])
         # a view of a gather's result: its source's geometry and its index's, both viewed alike
         keys = None if gathered is None else self._viewed(node, src, self.geometry[gathered[0]])
         for j, (out, geo) in enumerate(zip(node.outputs, geos)):

@@ -237,3 +237,20 @@ def test_eager_index_select_raises_torchs_error_type_for_each_dim(dim):
         except (IndexError, RuntimeError) as e:
             errors.append((type(e), str(e)))
     assert len(errors) == 2 and errors[0] == errors[1]
+
+
+def test_avg_pool_of_a_replicate_pad_reads_the_gathered_elements():
+    """Regression (tests/nn/test_functional_compile.py's CNN step, after gathers fused): avg_pool2d's windows are
+    an as_strided view of the padded value, whose strides address it in row-major order; folded into the gather's
+    kernel they were applied to the source's geometry and read other elements (loss 1.47 against 1.57). Such a
+    view no longer folds into a gather's kernel."""
+    def f(h, F=jt.nn.functional):
+        return F.avg_pool2d(F.pad(h, (0, 1, 0, 1), mode="replicate"), 2, stride=1)
+
+    x = jt.from_numpy(np.random.default_rng(0).standard_normal((2, 4, 3, 3)).astype(np.float32))
+    compiled = jt.compile(f)
+    kernels, eager = _steps(compiled, x)
+    assert not any("index_select" in k and "as_strided" in k for k in kernels), (kernels, eager)
+    assert _bits_equal(compiled(x).numpy(), f(x).numpy())
+    np.testing.assert_allclose(compiled(x).numpy(), f(torch.from_numpy(x.numpy()), torch.nn.functional).numpy(),
+                               rtol=1e-6)
