@@ -510,6 +510,26 @@ def _feeding_reductions(nodes):
     return seen
 
 
+def lifetimes(graph, steps):
+    """Per value: the value whose memory it shares (views), the last step reading that memory,
+    and the set of values that leave the call (through outputs, mutations or their views)."""
+    root = {}
+    for step in steps:
+        if isinstance(step, EagerStep):
+            for node in step.nodes:
+                if node.op.view is not None:
+                    base = next(iter_values(node.args))
+                    for v in node.outputs:
+                        root[v] = root.get(base, base)
+    last_use = {}
+    for j, step in enumerate(steps):
+        for v in step.reads():
+            last_use[root.get(v, v)] = j
+    leaving = set(graph.output_values()) | {v for _, v in graph.mutations}
+    escaping = leaving | {root[v] for v in leaving if v in root}
+    return root, last_use, escaping
+
+
 class Plan:
     """Where each value of a compiled graph lives; see the module docstring."""
 
@@ -517,7 +537,7 @@ class Plan:
         self.slots = {}          # value -> arena slot
         self.slot_bytes = []     # per slot: its size
         self.inplace = {}        # mutated value -> the input or constant value whose memory it reuses
-        root, last_use, escaping = self._lifetimes(graph, steps)
+        root, last_use, escaping = lifetimes(graph, steps)
         inputs = set(graph.inputs) | set(graph.constants.values())
         mutated = {value: target for target, value in graph.mutations}
         # a value that also leaves the call another way (returned, as a .grad, or written into a
@@ -582,26 +602,6 @@ class Plan:
                                       if i >= len(step.inputs) and v not in self.slots and v not in self.inplace]
                 step.inplace_outputs = [(i, v, self.inplace[v]) for i, v in enumerate(args)
                                         if i >= len(step.inputs) and v in self.inplace]
-
-    @staticmethod
-    def _lifetimes(graph, steps):
-        """Per value: the value whose memory it shares (views), the last step reading that memory,
-        and the set of values that leave the call (through outputs, mutations or their views)."""
-        root = {}
-        for step in steps:
-            if isinstance(step, EagerStep):
-                for node in step.nodes:
-                    if node.op.view is not None:
-                        base = next(iter_values(node.args))
-                        for v in node.outputs:
-                            root[v] = root.get(base, base)
-        last_use = {}
-        for j, step in enumerate(steps):
-            for v in step.reads():
-                last_use[root.get(v, v)] = j
-        leaving = set(graph.output_values()) | {v for _, v in graph.mutations}
-        escaping = leaving | {root[v] for v in leaving if v in root}
-        return root, last_use, escaping
 
     def _unfilled(self, steps, root, last_use, escaping):
         """The zeros (``zeros``, ``new_zeros`` written into the arena) that a call does not fill: their one
@@ -783,7 +783,7 @@ def fold_copies_into_cats(graph, steps, layouts):
     the result (its arena buffer, or new memory where it leaves the call; see `cat_pieces`), noted on its step
     (``pieces``, ``slices``). The copy leaves the call no other way, and its source is a compact buffer of the
     copy's dtype."""
-    _, _, escaping = Plan._lifetimes(graph, steps)
+    _, _, escaping = lifetimes(graph, steps)
     readers = {}
     for step in steps:
         for v in step.reads():
