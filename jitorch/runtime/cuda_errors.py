@@ -30,8 +30,9 @@ def error_code(op, dim, size):
 def message(code, value):
     """The CPU's message for the error a kernel reported."""
     op, dim, size = OPS[(code & 15) - 1], (code >> 4) & 255, code >> 12
-    if op == "index_select":
-        return f"INDICES element is out of DATA bounds, id={value} axis_dim={size}"
+    if op == "index_select":  # torch's CPU kernel gives the value and size along dim 1 only (`_check_select_indices`)
+        return f"INDICES element is out of DATA bounds, id={value} axis_dim={size}" if dim == 1 else \
+            "index out of range in self"
     if op in ("take", "put", "put_accumulate"):
         return f"out of range: tried to access index {value} on a tensor of {size} elements."
     prefix = "index_copy_(): " if op == "index_copy" else ""
