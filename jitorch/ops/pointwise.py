@@ -863,7 +863,8 @@ def _logit(x, eps):
         x = np.where(x < lo, lo, np.where(x > hi, hi, x))
     z = x
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.log(z / (1 - z))
+        # 1 in z's dtype: NumPy 1.x takes a 0-d array and a Python 1 to float64 (bfloat16 a ulp off torch)
+        return np.log(z / (z.dtype.type(1) - z))
 
 
 def _logit_kernel(spec, x, eps):
