@@ -57,8 +57,7 @@ class AttentionKernel:
         work enough for each (as a generated kernel splits its outer loop). Each tile runs on one thread,
         so the results do not depend on the number of threads."""
         args = (ctypes.c_void_p * len(arrays))(*[a.__array_interface__["data"][0] for a in arrays])
-        cpu.run_split(self._fn, self._compiled.address, args, tiles,
-                      min(cpu.num_threads(), tiles, tiles * self._work // cpu.CHUNK_MIN_WORK))
+        cpu.run_split(self._fn, self._compiled.address, args, tiles, tiles * self._work)
 
 
 def attention_kernel(direction, dtype, L, S, D, causal, scale, batch=(), layouts=None, masked=False):

@@ -44,11 +44,18 @@ def num_threads():
     return get_num_threads()
 
 
-def run_split(fn, address, args, count, parts):
-    """``fn(args, lo, hi)`` (the machine code at ``address``) over ``range(count)``: whole on the calling thread
-    where ``parts`` is at most 1, else in ``parts`` near-equal chunks on the thread team (`threads.run_chunks`).
-    The kernels inside ops (row softmax, optimizer blocks, attention tiles) split so, each row, block or tile
-    on one thread."""
+def address(a):
+    """An array's address (0 for None: a parameter the kernel does not read)."""
+    return 0 if a is None else a.__array_interface__["data"][0]
+
+
+def run_split(fn, address, args, count, work):
+    """``fn(args, lo, hi)`` (the machine code at ``address``) over ``range(count)``, ``work`` elements in all:
+    whole on the calling thread, else, where there are threads and work enough for each (`CHUNK_MIN_WORK`;
+    so never below `PARALLEL_MIN_WORK`), in near-equal chunks on the thread team (`threads.run_chunks`). The
+    kernels inside ops (row softmax, eager pointwise compositions, scatter-adds, optimizer blocks, attention
+    tiles) split so, each row, element, column, block or tile on one thread."""
+    parts = min(num_threads(), count, work // CHUNK_MIN_WORK)
     if parts <= 1:
         fn(args, 0, count)
         return

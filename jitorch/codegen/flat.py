@@ -42,10 +42,8 @@ class FlatKernel:
     def __call__(self, *arrays):
         n = arrays[0].size
         outs = [np.empty(arrays[0].shape, d) for d in self._dtypes]
-        args = self._args(*(arrays[i].__array_interface__["data"][0] for i in self._order),
-                          *(o.__array_interface__["data"][0] for o in outs))
-        parts = min(cpu.num_threads(), n // cpu.CHUNK_MIN_WORK) if n >= cpu.PARALLEL_MIN_WORK else 1
-        cpu.run_split(self._compiled.fn, self._compiled.address, args, n, parts)
+        args = self._args(*(cpu.address(arrays[i]) for i in self._order), *(cpu.address(o) for o in outs))
+        cpu.run_split(self._compiled.fn, self._compiled.address, args, n, n)
         return outs
 
 

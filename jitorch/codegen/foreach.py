@@ -58,13 +58,12 @@ class StepKernel:
     def run(self, tables, sizes, rows, work):
         """The kernel over the blocks described by ``tables`` (per role, a uint64 array of each block's first
         element address), ``sizes`` (int64 elements per block) and ``rows`` (float64, `scalars` per block; the
-        sum-of-squares kernel writes one per block there), ``work`` elements in all: on the calling thread, or in chunks of blocks on the thread team when there
-        are threads and work enough for each. Each element's value does not depend on the split."""
+        sum-of-squares kernel writes one per block there), ``work`` elements in all, split into chunks of blocks
+        as `cpu.run_split` splits. Each element's value does not depend on the split."""
         blocks = len(sizes)
         arrays = [*tables, sizes, rows]
         args = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
-        cpu.run_split(self._fn, self._compiled.address, args, blocks,
-                      min(cpu.num_threads(), blocks, work // cpu.CHUNK_MIN_WORK))
+        cpu.run_split(self._fn, self._compiled.address, args, blocks, work)
 
 
 def run_blocks(kernel, operands, rows):

@@ -42,18 +42,6 @@ _ROWS = 2
 _ARGS = ctypes.c_void_p * 2
 
 
-def _address(a):
-    """An array's address (0 for None: a parameter the kernel does not read)."""
-    return 0 if a is None else a.__array_interface__["data"][0]
-
-
-def _run_rows(compiled, args, rows, size):
-    """``compiled`` over ``rows`` rows (``size`` elements) of ``args``: on the calling thread, or in chunks of
-    rows on the thread team from `cpu.PARALLEL_MIN_WORK` elements, as a compiled kernel's outer loop splits."""
-    n = min(cpu.num_threads(), rows, size // cpu.CHUNK_MIN_WORK) if size >= cpu.PARALLEL_MIN_WORK else 1
-    cpu.run_split(compiled.fn, compiled.address, args, rows, n)
-
-
 class RowKernel:
     """A compiled row softmax of one width: calling it on a C-contiguous 2-or-more-D float array of that
     width and its dtype returns a new array of the result."""
@@ -65,7 +53,8 @@ class RowKernel:
     def __call__(self, a):
         out = np.empty(a.shape, a.dtype)
         rows = a.size // self._cols
-        _run_rows(self._compiled, _ARGS(_address(a), _address(out)), rows, a.size)
+        compiled = self._compiled
+        cpu.run_split(compiled.fn, compiled.address, _ARGS(cpu.address(a), cpu.address(out)), rows, a.size)
         return out
 
 
@@ -112,8 +101,8 @@ class LayerNormKernel:
         out = np.empty(rows.shape, rows.dtype)
         count, cols = rows.shape
         eps_bits = int(self._dtype.type(eps).view(self._bits))
-        args = (ctypes.c_void_p * 6)(_address(rows), _address(weight), _address(bias), _address(out), cols, eps_bits)
-        _run_rows(self._compiled, args, count, rows.size)
+        args = (ctypes.c_void_p * 6)(*map(cpu.address, (rows, weight, bias, out)), cols, eps_bits)
+        cpu.run_split(self._compiled.fn, self._compiled.address, args, count, rows.size)
         return out
 
 

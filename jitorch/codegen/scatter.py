@@ -31,10 +31,6 @@ from .target import CPU
 _ARGS = ctypes.c_void_p * 6
 
 
-def _address(a):
-    return a.__array_interface__["data"][0]
-
-
 class ScatterRowsKernel:
     """A compiled scatter-add of rows of one float dtype: `__call__` adds, in order, each row ``i`` of a 2-D
     ``values`` (unit column stride) into row ``idx[i]`` of a 2-D ``out`` (unit column stride)."""
@@ -45,11 +41,9 @@ class ScatterRowsKernel:
     def __call__(self, out, idx, values):
         rows, cols = values.shape
         item = out.itemsize
-        args = _ARGS(_address(out), _address(values), _address(idx), rows, out.strides[0] // item,
+        args = _ARGS(cpu.address(out), cpu.address(values), cpu.address(idx), rows, out.strides[0] // item,
                      values.strides[0] // item)
-        work = rows * cols
-        parts = min(cpu.num_threads(), cols, work // cpu.CHUNK_MIN_WORK) if work >= cpu.PARALLEL_MIN_WORK else 1
-        cpu.run_split(self._compiled.fn, self._compiled.address, args, cols, parts)
+        cpu.run_split(self._compiled.fn, self._compiled.address, args, cols, rows * cols)
 
 
 def scatter_rows_kernel(dtype):
