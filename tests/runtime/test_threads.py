@@ -22,10 +22,13 @@ def two_threads(monkeypatch):
 def test_parts_run_on_the_calling_thread_and_a_worker(two_threads):
     ran = []
     forks, parts = threads.counters["forks"], threads.counters["parts"]
+    started = threading.Event()
 
     def part(i):
-        if i == 0:  # (long enough for the worker to claim its part: one it has not claimed is taken back)
-            time.sleep(0.05)
+        if i == 0:  # (until the worker has claimed its part: one it has not claimed is taken back; a fixed
+            started.wait(30)  # sleep was too short on loaded machines)
+        else:
+            started.set()
         ran.append((i, threading.current_thread().name))
     threads.run_parts(part, [(0,), (1,)])
     assert sorted(ran) == [(0, threading.current_thread().name), (1, "jitorch-1")]
