@@ -311,6 +311,14 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
     float_limits = {d: (-float(_dt.finfo(d).max), float(_dt.finfo(d).max)) for d in (_dt.float32, _dt.float64)}
     specs = {d: registry.TensorSpec(None, _dt.bool if always_bool else d, cpu, d) for d in fast_dtypes}
 
+    def held(number, dtype, array):
+        """A Python ``number`` of a kind NumPy's rules give torch's result for beside ``array`` of ``dtype``
+        (see `operands`) as NumPy is to take it, or None where the general path decides."""
+        limits = (float_limits if number.__class__ is float else int_limits).get(dtype)
+        if limits is None or not limits[0] <= number <= limits[1]:
+            return None
+        return number if array.ndim else dtype.np.type(number)
+
     def operands(args):
         """(dtype, operand arrays or numbers, whether a tensor requires grad in grad mode) when NumPy's
         rules give torch's result, else None. Operands: one tensor, two of one dtype, or a tensor and
@@ -362,15 +370,13 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
                 # once to the dtype, beside an array of at least one dim. Beside a 0-d array NumPy 1.x casts
                 # by value (float32 and a Python float compute in float64): it gets a NumPy scalar of the dtype.
                 array, number = (xa, ya) if xa.__class__ is np.ndarray else (ya, xa)
-                limits = (float_limits if number.__class__ is float else int_limits).get(dtype)
-                if limits is None or not limits[0] <= number <= limits[1]:
+                number = held(number, dtype, array)
+                if number is None:
                     return None
-                if not array.ndim:
-                    number = dtype.np.type(number)
-                    if xa is array:
-                        ya = number
-                    else:
-                        xa = number
+                if xa is array:
+                    ya = number
+                else:
+                    xa = number
             vals = (xa, ya)
         if dtype not in fast_dtypes:  # before computing: a formula need not handle dtypes its op rejects
             return None
@@ -474,14 +480,17 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
 
     def flat_into(args):
         """``x.op_(...)`` (``x``: ``args[0]``) whole, called before the in-place path's checks
-        (`registry.call_inplace`), for its commonest call: the op's other arguments at their defaults, its
-        operands C-contiguous CPU tensors of one fast dtype and shape that need no backward node, the other
-        one (if any) of another storage, so that no overlap is to be checked. False: the general path decides
-        (`fast_into` among its steps). The op's ufunc writes ``x`` as `fast_into` would: the same loop."""
+        (`registry.call_inplace`), for its commonest calls: the op's other arguments at their defaults, ``x``
+        a C-contiguous CPU tensor of a fast dtype that needs no backward node, the other operand (if any) a
+        Python number `operands` takes or such a tensor of ``x``'s dtype and shape and of another storage, so
+        that no overlap is to be checked. False: the general path decides (`fast_into` among its steps). The
+        op's ufunc writes ``x`` as `fast_into` would: the same loop on the same operands."""
+        if len(args) > n and args[n:] != defaults:
+            return False
         x = args[0]
         dtype, shape, xa = x.dtype, x._shape, x._arr
         if (dtype not in fast_dtypes or xa is None or x._requires_grad or x.device is not cpu
-                or x._stride != contiguous.get(shape) or len(args) > n and args[n:] != defaults):
+                or x._stride != contiguous.get(shape)):
             return False
         if n == 1:
             if not unchecked and dtype not in passing:
@@ -489,13 +498,20 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
             ya = None
         else:
             y = args[1]
-            if not (isinstance(y, registry.Tensor) and y.dtype is dtype and y._shape == shape
+            if (y.__class__ is float and dtype.kind == "f") or y.__class__ is int:  # (`operands`' rule)
+                ya = held(y, dtype, xa)
+                if ya is None:
+                    return False
+                if not unchecked:
+                    check(specs[dtype], x, y, *defaults)
+            elif (isinstance(y, registry.Tensor) and y.dtype is dtype and y._shape == shape
                     and y._stride == x._stride and y._storage is not x._storage and y.device is cpu
                     and y._arr is not None and not y._requires_grad):
+                if not pair_unchecked and dtype not in passing:
+                    check(specs[dtype], x, y, *defaults)
+                ya = y._arr
+            else:
                 return False
-            if not pair_unchecked and dtype not in passing:
-                check(specs[dtype], x, y, *defaults)
-            ya = y._arr
         # (the ufunc called with its operands written out: a call with ``*vals`` and ``out=`` takes NumPy's
         # keyword-dict path, 0.3 us more)
         token = None if quiet else enter()

@@ -1,5 +1,5 @@
 """The in-place variant's first try (`pointwise_base`'s ``flat_into``): ``x.op_(y)`` on C-contiguous CPU tensors of
-one dtype and shape, no backward node, computed whole before `registry.call_inplace`'s checks. It must give the
+one dtype and shape or a Python number, no backward node, computed whole before `registry.call_inplace`'s checks. It must give the
 general path's bits, errors, version and memory, and leave every other call to the general path."""
 
 import re
@@ -43,6 +43,12 @@ def test_the_commonest_in_place_ops_have_the_flat_shortcut_and_their_variants_tr
         assert "_flat_into" in variant.__code__.co_names
 
 
+def _served(dtype, others):
+    """Whether the shortcut takes these operands (given a general path that does not raise)."""
+    return not others or isinstance(others[0], jt.Tensor) or (
+        isinstance(others[0], float) and dtype.is_floating_point or type(others[0]) is int and dtype is not jt.bool)
+
+
 @pytest.mark.parametrize("name", FLAT)
 def test_flat_shortcut_gives_the_general_paths_bits_errors_and_version(name):
     op = registry.OPS[name]
@@ -50,23 +56,27 @@ def test_flat_shortcut_gives_the_general_paths_bits_errors_and_version(name):
     defaults = tuple(a.default for a in op.schema.args[len(op.tensor_args):] if a.has_default)
     for k, dtype in enumerate(DTYPES):
         for shape in SHAPES:
-            x, *others = _operands(op, dtype, shape, k)
-            want = x.clone()
-            try:
-                with general_path():
-                    getattr(want, method)(*[o.clone() for o in others])
-            except (RuntimeError, TypeError, NotImplementedError) as e:
-                before, version = _bits(x), x._version
-                with pytest.raises(type(e), match=re.escape(str(e))):
-                    getattr(x, method)(*others)
-                assert _bits(x) == before and x._version == version  # (refused before anything is written)
-                continue
-            ptr, version = x.data_ptr(), x._version
-            twin = x.clone()
-            assert op.flat_into((twin, *others, *defaults)) is True, (name, dtype, shape)  # (the shortcut served it)
-            assert getattr(x, method)(*others) is x
-            assert x.data_ptr() == ptr and x._version == version + 1
-            assert _bits(x) == _bits(want) == _bits(twin), (name, dtype, shape)
+            x, *tensors = _operands(op, dtype, shape, k)
+            # the other operand a tensor, or a Python int or float (of both signs)
+            for others in [tensors] + ([[3], [-1.5], [2.0]] if tensors else []):
+                x = x.clone()
+                want = x.clone()
+                try:
+                    with general_path():
+                        getattr(want, method)(*[o.clone() if isinstance(o, jt.Tensor) else o for o in others])
+                except (RuntimeError, TypeError, NotImplementedError) as e:
+                    before, version = _bits(x), x._version
+                    with pytest.raises(type(e), match=re.escape(str(e))):
+                        getattr(x, method)(*others)
+                    assert _bits(x) == before and x._version == version  # (refused before anything is written)
+                    continue
+                ptr, version = x.data_ptr(), x._version
+                twin = x.clone()
+                # (the shortcut served it, or left it to the general path)
+                assert op.flat_into((twin, *others, *defaults)) is _served(dtype, others), (name, dtype, shape)
+                assert getattr(x, method)(*others) is x
+                assert x.data_ptr() == ptr and x._version == version + 1
+                assert _bits(x) == _bits(want) == _bits(twin), (name, dtype, shape, others)
 
 
 def test_flat_shortcut_leaves_other_calls_to_the_general_path():
@@ -75,7 +85,8 @@ def test_flat_shortcut_leaves_other_calls_to_the_general_path():
     leaf = jt.tensor([[1.0, 2.0]], requires_grad=True)
     refused = [
         (x, x, 1), (x, x.view(1, 2), 1), (x, x[:, :1].expand(1, 2), 1),  # memory shared with self: overlap checks
-        (x, y, 2), (x, 2.0, 1), (x, jt.tensor([3.0]), 1),  # alpha, a number, a broadcast operand
+        (x, y, 2), (x, jt.tensor([3.0]), 1),  # alpha, a broadcast operand
+        (x, 1e39, 1), (x, True, 1), (x, np.float32(2.0), 1), (x.int(), 2.0, 1),  # numbers `operands` refuses
         (x, y.double(), 1), (x.half(), y.half(), 1),  # another dtype, a half type
         (jt.ones(2, 2).t(), jt.ones(2, 2).t(), 1), (x, jt.ones(2, 1).t(), 1),  # another layout
         (leaf, y, 1), (x, leaf, 1),  # a tensor that requires grad
@@ -85,6 +96,7 @@ def test_flat_shortcut_leaves_other_calls_to_the_general_path():
         assert add(args) is False
         assert args[0].tolist() == before and args[0]._version == version
     assert add((x, y, 1)) is True and x.tolist() == [[4.0, 6.0]]
+    assert add((x, 2, 1)) is True and x.tolist() == [[6.0, 8.0]]
 
 
 def test_in_place_calls_the_shortcut_refuses_keep_their_errors_and_autograd():
