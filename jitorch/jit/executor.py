@@ -768,7 +768,9 @@ def permuted_for_products(graph, groups, wanted):
                 or group.outputs != reshape.outputs or not isinstance(v, Value) or v in sinks or v in wanted:
             continue
         if getattr(producer.get(v), "kind", None) == "pointwise":
-            if any(n is not perm and group_of[n].kind != "pointwise" for n in readers[v]):
+            # (a kernel's value transposed, not permuted, is left as before: the copies of a GPT's transposed
+            # heads that a cat joins are the cat's to read where they lie, `fold_copies_into_cats`)
+            if perm.op.name != "permute" or any(n is not perm and group_of[n].kind != "pointwise" for n in readers[v]):
                 continue
         elif not (laid_out_writer(producer.get(v)) and v is producer[v].nodes[0].outputs[0] and readers[v] == [perm]):
             continue
