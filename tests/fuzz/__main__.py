@@ -4,7 +4,7 @@ Generates and checks programs from consecutive seeds until the time is up; print
 checked per minute, and each new kind of failure with its minimised program, which it also appends to the
 report file (``fuzz-failures.txt`` by default), ready to become a named regression test. ``--chains 0.3``
 draws 30% of the statements from the view-of-gather chains (pad then pool, gather then views: see
-`generator.Generator.pad_windows`), besides their usual share.
+`generator.Generator.pad_windows`), which programs hold only where asked.
 """
 
 from __future__ import annotations
