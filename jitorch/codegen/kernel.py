@@ -38,8 +38,8 @@ from pathlib import Path
 import numpy as np
 from llvmlite import ir
 
-from ..ir.fake import fake_args, fake_tensor
 from ..ir import lowerable
+from ..ir.fake import fake_args, fake_tensor
 from ..ir.graph import TensorType, Value, iter_values
 from ..ir.passes.fusion import Group
 from ..ops import registry
