@@ -38,8 +38,10 @@ from pathlib import Path
 import numpy as np
 from llvmlite import ir
 
+from ..ir import lowerable
 from ..ir.fake import fake_args, fake_tensor
 from ..ir.graph import TensorType, Value, iter_values
+from ..ir.passes.fusion import Group
 from ..ops import registry
 from ..ops.pointwise_base import reads_unrounded, rounding_dtype
 from ..runtime import dtypes as _dt
@@ -502,6 +504,24 @@ class _Builder:
                 operands.append(self._operand(e, a, memo, load, via, compute))
         result = lowered.emit(e, *operands, *rest)
         return [e.cast(result, out_dtype)]
+
+
+def index_maths_folds(nodes):
+    """Whether `_Builder` folds ``nodes`` (views, gathers and index expressions, in dataflow order, each reading
+    values from outside them or the results of those before it) into one kernel's index maths, those outside
+    laid out compactly: the rule fusion asks (through `ir.lowerable.folds`) before it joins a view of a
+    gather's result to the gather's group, where an ``as_strided`` of it or a reshape across its gathered dim
+    would make the builder refuse the whole group (then split one kernel per node)."""
+    made = {v for n in nodes for v in n.outputs}
+    inputs = list(dict.fromkeys(v for n in nodes for v in n.input_values() if v not in made))
+    try:
+        _Builder(Group("pointwise", list(nodes), inputs, [], ()), "fold")
+    except CompileError:
+        return False
+    return True
+
+
+lowerable.register_folds(index_maths_folds)
 
 
 def build_pointwise(group, name, target=None, aliases=None, layouts=None):

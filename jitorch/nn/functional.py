@@ -178,13 +178,17 @@ def _check_edge_pad(input, pad, mode, k):
 
 
 def _constant_pad(x, pad, value):
-    for k in range(len(pad) // 2):
-        dim = x.ndim - 1 - k
-        left, right = pad[2 * k], pad[2 * k + 1]
+    """``x`` cropped by the negative widths, then grown by the positive ones: always a new tensor, as torch's
+    (a pad of zero or negative widths is a copy, not the input or a view of it, which a write would reach)."""
+    dims = [(x.ndim - 1 - k, pad[2 * k], pad[2 * k + 1]) for k in range(len(pad) // 2)]
+    for dim, left, right in dims:  # (cropped first: the last cat's result is compact, as torch's)
         if left < 0:
             x = x.narrow(dim, -left, x.shape[dim] + left)
         if right < 0:
             x = x.narrow(dim, 0, x.shape[dim] + right)
+    if all(w <= 0 for w in pad):
+        return x.clone()
+    for dim, left, right in dims:
         parts = []
         for width in (max(left, 0), max(right, 0)):
             shape = list(x.shape)

@@ -1,8 +1,10 @@
-"""The fuzzer's long mode: ``python -m tests.fuzz --hours 1 [--cuda] [--start SEED] [--report FILE]``.
+"""The fuzzer's long mode: ``python -m tests.fuzz --hours 1 [--cuda] [--start SEED] [--chains SHARE] [--report FILE]``.
 
 Generates and checks programs from consecutive seeds until the time is up; prints the programs and ops
 checked per minute, and each new kind of failure with its minimised program, which it also appends to the
-report file (``fuzz-failures.txt`` by default), ready to become a named regression test.
+report file (``fuzz-failures.txt`` by default), ready to become a named regression test. ``--chains 0.3``
+draws 30% of the statements from the view-of-gather chains (pad then pool, gather then views: see
+`generator.Generator.pad_windows`), which programs hold only where asked.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ def main(argv=None):
     parser.add_argument("--minutes", type=float, default=0.0)
     parser.add_argument("--start", type=int, default=1_000_000, help="the first seed")
     parser.add_argument("--cuda", action="store_true", help="also run on the emulated CUDA device")
+    parser.add_argument("--chains", type=float, default=0.0, help="the share of view-of-gather chain statements")
     parser.add_argument("--report", default="fuzz-failures.txt")
     args = parser.parse_args(argv)
     seconds = 3600 * args.hours + 60 * args.minutes or 60.0
@@ -55,7 +58,7 @@ def main(argv=None):
     seen: dict = {}
     seed = args.start
     while time.time() - started < seconds:
-        program, _ = generate(seed, table=table)
+        program, _ = generate(seed, table=table, chains=args.chains)
         outcome = check(program, modes)
         programs += 1
         ops += program.n_ops

@@ -6,7 +6,10 @@ torch has an op of that name. `ARG_HINTS` gives well-formed arguments where a sc
 make a valid call (a permutation, a matmul partner, a gather index). The structural features are a hand
 list: slicing with steps, index assignment, advanced indexing, casts, Python control flow on shapes,
 data-dependent ops that a compiled function must run eagerly (``item``, ``nonzero``, boolean masks,
-``if tensor:``), closures, globals and module attributes read, written and rebound between calls.
+``if tensor:``), closures, globals and module attributes read, written and rebound between calls, and chains
+of views over a gather's result (a pad, whose modes but ``constant`` are index_selects, then a pool's or an
+unfold's windows; an index_select, gather or embedding, then views, then a pointwise op), which a compiler
+fusing gathers with their consumers must keep apart where their index maths does not compose.
 
 A program is grown one statement at a time: a candidate statement is kept when torch runs the whole
 program with it in every call the oracle makes (so torch decides what a valid program is), and is dropped
@@ -141,8 +144,9 @@ def literal(values, dtype):
 class Generator:
     """``Generator(seed).program()``: one random program, valid on torch."""
 
-    def __init__(self, seed, max_statements=14, table=None):
+    def __init__(self, seed, max_statements=14, table=None, chains=0.0):
         self.seed = seed
+        self.chains = chains  # the share of statements that are view-of-gather chains
         self.rng = random.Random(seed)
         self.max_statements = max_statements
         self.table = table if table is not None else op_table()
@@ -253,12 +257,16 @@ class Generator:
         tensors = [v for v in env.values() if v.is_tensor]
         if not tensors:
             return None
-        r = self.rng.random()
         # data-dependent statements are rare: one makes the whole compiled function run eagerly
         kinds = [(0.47, self.registry_op), (0.57, self.slicing), (0.65, self.setitem), (0.70, self.index_read),
                  (0.77, self.cast), (0.84, self.shape_control), (0.87, self.data_dependent),
                  (0.89, self.attr_store), (1.0, self.registry_inplace)]
-        make = next(make for bound, make in kinds if r < bound)
+        # (the chains only where asked: without, a seed's program is what it was before they were added)
+        if self.chains and self.rng.random() < self.chains:
+            make = self.rng.choice((self.pad_windows, self.gather_views))
+        else:
+            r = self.rng.random()
+            make = next(make for bound, make in kinds if r < bound)
         try:
             return make(env, tensors)
         except (ValueError, IndexError):  # a statement that cannot be built on these shapes (a dim of size 0)
@@ -681,6 +689,141 @@ class Generator:
         else:
             stmt = Stmt((f"{name} = T.masked_select({v.ref}, {v.ref} != 0)",), (name,), "masked_select")
         return stmt, {name: Facts(True, True, name)}
+
+    def pad_windows(self, env, tensors):
+        """``F.pad`` of the last 1-3 dims in any mode, then windows over the padded value (avg or max pool,
+        ``F.unfold``, ``Tensor.unfold`` or ``as_strided``), sometimes then a pointwise op."""
+        v = self.pick(tensors, lambda v: v.is_float and v.ndim >= 2 and 0 not in v.shape)
+        if v is None:
+            return None
+        r = self.rng
+        nd = r.choice([k for k in (v.ndim - 2, v.ndim - 1) if 1 <= k <= 3] or [0])
+        if not nd:
+            return None
+        mode = r.choice(("reflect", "replicate", "circular", "constant"))
+        pad = []
+        for n in reversed(v.shape[-nd:]):  # (pad's pairs start at the last dim; reflect pads less than the size)
+            pad += [r.randint(0, min(2, n - (mode == "reflect"))) for _ in range(2)]
+        padded = f"T.nn.functional.pad({v.ref}, {tuple(pad)!r}, mode={mode!r})"
+        value = self.evaluate(env, padded)
+        if value is None:
+            return None
+        sizes = value.shape[-nd:]
+        c = r.random()
+        exact, writable = v.facts.exact, False
+        if c < 0.55:
+            kind = r.choice(("avg", "max"))
+            k = r.randint(1, min(3, *sizes))
+            expr = f"T.nn.functional.{kind}_pool{nd}d({padded}, {k}, stride={r.randint(1, 2)})"
+            exact, writable, tag = exact and kind == "max", True, f"pad {kind}_pool"
+        elif c < 0.7 and nd == 2:
+            expr = f"T.nn.functional.unfold({padded}, {r.randint(1, min(2, *sizes))})"
+            writable, tag = True, "pad F.unfold"
+        elif c < 0.85:
+            d = r.randrange(value.ndim)
+            expr = f"{padded}.unfold({d}, {r.randint(1, value.shape[d])}, {r.randint(1, 2)})"
+            tag = "pad unfold"
+        else:
+            expr, tag = self._as_strided_of(padded, value), "pad as_strided"
+            if expr is None:
+                return None
+        expr, exact, writable = self._pointwise_tail(env, tensors, expr, exact, writable)
+        name = self.fresh()
+        return Stmt((f"{name} = {expr}",), (name,), tag), {name: Facts(exact, writable, name)}
+
+    def gather_views(self, env, tensors):
+        """An ``index_select``, ``gather`` or ``embedding``, then one or two views of its result (a transpose,
+        permute, flatten, reshape, unfold, slice, expand or ``as_strided``) and sometimes an index_select of
+        that, then sometimes a pointwise op."""
+        v = self.pick(tensors, lambda v: v.ndim >= 1 and 0 not in v.shape)
+        if v is None:
+            return None
+        r = self.rng
+        d = r.randrange(v.ndim)
+        c = r.random()
+        if c < 0.45:
+            expr = f"T.index_select({v.ref}, {d}, {self._indices(v.shape[d], (r.randint(1, 5),))})"
+        elif c < 0.75:
+            shape = [r.randint(1, n) for n in v.shape]
+            expr = f"{v.ref}.gather({d}, {self._indices(v.shape[d], shape)})"
+        elif v.ndim == 2 and v.is_float:
+            index = self._indices(v.shape[0], (r.randint(1, 3), r.randint(1, 4)))
+            expr = f"T.nn.functional.embedding({index}, {v.ref})"
+        else:
+            return None
+        writable = True
+        for _ in range(r.randint(1, 2)):
+            value = self.evaluate(env, expr)
+            if value is None:
+                return None
+            viewed = self._view_of(expr, value)
+            if viewed is None:
+                return None
+            expr, overlaps = viewed
+            writable = writable and not overlaps
+        if r.random() < 0.25:
+            value = self.evaluate(env, expr)
+            if value is None or value.ndim == 0 or value.shape[0] == 0:
+                return None
+            expr = f"T.index_select({expr}, 0, {self._indices(value.shape[0], (r.randint(1, 4),))})"
+            writable = True
+        expr, exact, writable = self._pointwise_tail(env, tensors, expr, v.facts.exact, writable)
+        name = self.fresh()
+        return Stmt((f"{name} = {expr}",), (name,), "gather views"), {name: Facts(exact, writable, name)}
+
+    def _indices(self, n, shape):
+        """An int64 literal of ``shape`` holding indices below ``n``."""
+        return literal(np.random.default_rng(self.rng.randrange(1 << 30)).integers(0, n, size=shape), "int64")
+
+    def _as_strided_of(self, expr, value):
+        """``as_strided`` windows of ``expr`` (a fresh, contiguous ``value``) inside its elements, or None."""
+        r = self.rng
+        n = value.numel()
+        size = [r.randint(1, 3) for _ in range(r.randint(1, 3))]
+        stride = [r.randint(0, 4) for _ in size]
+        offset = r.randint(0, 2)
+        if not n or offset + sum((k - 1) * st for k, st in zip(size, stride)) >= n:
+            return None
+        return f"{expr}.as_strided({size!r}, {stride!r}, {offset})"
+
+    def _view_of(self, expr, value):
+        """(a view of ``expr``, whose value is ``value``, whether its elements may overlap), or None."""
+        r = self.rng
+        n = value.ndim
+        c = r.random()
+        if c < 0.2 and n >= 2:
+            i, j = r.sample(range(n), 2)
+            return f"{expr}.transpose({i}, {j})", False
+        if c < 0.3 and n >= 2:
+            return f"{expr}.permute({list(reversed(range(n)))!r})", False
+        if c < 0.45:
+            return (f"{expr}.flatten()" if r.random() < 0.5 else f"{expr}.reshape(-1)"), False
+        if c < 0.6 and n >= 1:
+            d = r.randrange(n)
+            size, step = r.randint(1, max(1, value.shape[d])), r.randint(1, 2)
+            return f"{expr}.unfold({d}, {size}, {step})", step < size
+        if c < 0.7 and n >= 1:
+            return f"{expr}[{', '.join([':'] * r.randrange(n) + ['::2'])}]", False
+        if c < 0.8:
+            return f"{expr}.unsqueeze(0).expand(2, *{list(value.shape)!r})", True
+        # (as_strided addresses storage: only a value that is all of its storage, in order, is windowed by it)
+        if not value.is_contiguous() or value.storage_offset() or \
+                value.numel() * value.element_size() != value.untyped_storage().nbytes():
+            return None
+        made = self._as_strided_of(expr, value)
+        return None if made is None else (made, True)
+
+    def _pointwise_tail(self, env, tensors, expr, exact, writable):
+        """``expr`` with, half the time, a pointwise op applied: (expression, exact, writable)."""
+        r = self.rng
+        if r.random() < 0.5:
+            return expr, exact, writable
+        op = r.choice(("neg", "abs", "mul", "add", "exp"))
+        if op in ("neg", "abs"):
+            return f"({expr}).{op}()", exact, True
+        if op == "exp":
+            return f"({expr}).float().exp()", False, True
+        return f"({expr}) {'*' if op == 'mul' else '+'} {self.number()}", False, True
 
     def attr_store(self, env, tensors):
         v = self.pick(tensors, lambda v: v.ref.startswith("v"))
@@ -1187,7 +1330,9 @@ def _with_grad(program):
     return replace(program, grad=has_float and trusted and grad_valid(program))
 
 
-def generate(seed, max_statements=14, table=None):
-    """The program of ``seed`` (the same on every machine: Python's and NumPy's seeded generators)."""
-    g = Generator(seed, max_statements, table)
+def generate(seed, max_statements=14, table=None, chains=0.0):
+    """The program of ``seed`` (the same on every machine: Python's and NumPy's seeded generators), with a
+    ``chains`` share of its statements drawn from the view-of-gather chains (`Generator.pad_windows`,
+    `Generator.gather_views`)."""
+    g = Generator(seed, max_statements, table, chains)
     return g.program(), g

@@ -2,7 +2,11 @@
 alike on torch, jitorch eager, compiled, the reference interpreter and, for every fourth seed, the emulated
 CUDA device; with a gradient run where torch can differentiate it. A failure shows the program minimised.
 
-``python -m tests.fuzz --hours 1`` runs the same check on new seeds for as long as asked.
+Every 30th seed's program (2, 32, 62, 92) draws 40% of its statements from the view-of-gather chains (a pad
+then a pool's windows, a gather then views: `generator.Generator.pad_windows`, `gather_views`).
+
+``python -m tests.fuzz --hours 1`` runs the same check on new seeds for as long as asked (``--chains 0.3``: with
+those chains).
 """
 
 import pytest
@@ -16,9 +20,13 @@ SEEDS = range(120)
 TABLE = op_table()
 
 
+def _chains(seed):
+    return 0.4 if seed % 30 == 2 else 0.0
+
+
 @pytest.mark.parametrize("seed", SEEDS)
 def test_program_runs_alike_in_every_mode(seed):
-    program, _ = generate(seed, table=TABLE)
+    program, _ = generate(seed, table=TABLE, chains=_chains(seed))
     modes = MODES if seed % 4 == 0 else CPU_MODES
     found = check(program, modes).mismatches
     if found:

@@ -58,6 +58,30 @@ def test_pad_with_negative_widths_matches_torch(mode, nd):
             np.testing.assert_array_equal(JF.pad(jt.tensor(x), pad, mode=mode).numpy(), expected, err_msg=str(pad))
 
 
+@pytest.mark.parametrize("pad", [(0, 0), (-1, 0), (0, 0, -1, 1), (1, 0, -1, 0), (0, -2, 0, 0)])
+@pytest.mark.parametrize("layout", ["contiguous", "permuted"])
+def test_a_constant_pad_is_a_new_tensor_with_torchs_strides(pad, layout):
+    """Found by the fuzzer's pad chains (seed 5150127: ``F.pad(x1, (0, 0)).as_strided([1], [4], 1)``): a constant
+    pad of zero or negative widths returned the input or a view of it (a write reached the input, as_strided
+    read its storage), and cropping after growing left a view; torch's result is always new memory, a clone
+    of the cropped input or the grown result, compact. Eager's and compiled."""
+    base = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+
+    def make(lib):
+        x = lib.tensor(base)
+        return x.permute(2, 0, 1) if layout == "permuted" else x
+
+    want = TF.pad(make(torch), pad)
+    for f in (JF.pad, jt.compile(JF.pad)):
+        x = make(jt)
+        got = f(x, pad)
+        assert got.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+        assert got.stride() == want.stride() and got.storage_offset() == 0
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+        got.fill_(-1)
+        np.testing.assert_array_equal(x.numpy(), make(torch).numpy())
+
+
 def test_circular_pad_with_one_negative_and_one_positive_width_trims_then_wraps():
     x = np.arange(1.0, 13.0, dtype=np.float32).reshape(1, 1, 3, 4)
     check(lambda F, x: F.pad(x, (-1, 2, 2, -1), mode="circular"), x)

@@ -20,7 +20,11 @@ comes from `jitorch.ir.lowerable.kind_of` (the code generator's rule):
   its output, but reads its source and its index where they lie, as a view
   reads its input: both come from outside the group (or through views of such
   values), and the gather joins the group of its consumers, where views of
-  its result fold as views of its operands do;
+  its result fold as views of its operands do, where they can: the kernel
+  builder's rule (`jitorch.ir.lowerable.folds`) says whether the index maths
+  around a gather folds; an ``as_strided`` of its result (a pool's windows of a
+  replicate pad), a reshape across its gathered dim or a gather of it does not,
+  and starts a later group, which reads the gather's result from memory;
 * every other node (matmul, sort, indexing, anything the code generator
   cannot lower) is an ``"external"`` group of its own.
 
@@ -45,7 +49,7 @@ from math import prod
 
 import numpy as np
 
-from ..lowerable import kind_of
+from ..lowerable import folds, kind_of
 from ...runtime.logs import log
 
 
@@ -156,6 +160,7 @@ MAX_GROUP_NODES = 128
 # so is an index expression's (arange's), which views and gathers in its kernel read as if it lay in memory.
 _READS_IN_PLACE = ("view", "gather")
 _LEAVES = ("gather", "index")
+_INDEX_MATHS = ("view", "gather", "index")
 
 
 def _read_in_place(kind, by_gather):
@@ -293,6 +298,7 @@ class _Partition:
                 self.users.setdefault(v, []).append(n)
         # values needed whatever the partition: graph outputs and values written back into inputs
         self.sinks = set(graph.output_values()) | {v for _, v in graph.mutations}
+        self.folded = {}   # the index-maths nodes asked of `folds` (in graph order) -> its answer
         if not searching:  # the clusters and their graph are `adopt`'s
             return
         self.owner = {n: self.single_cluster(n) for n in graph.nodes}
@@ -380,11 +386,13 @@ class _Partition:
         form (acyclicity is checked apart)."""
         if a.external or b.external or (a.reduction is not None and b.reduction is not None):
             return None
-        crossing, internal = [], []
+        crossing, internal, in_place = [], [], []
         for x, y in ((a, b), (b, a)):
             for v in _common(x.escaping, y.reads):
-                if v in y.view_reads and not _read_in_place(self.kind[v.node], v in y.gather_reads):
-                    return None
+                if v in y.view_reads:
+                    if not _read_in_place(self.kind[v.node], v in y.gather_reads):
+                        return None
+                    in_place += [u for u in self.users[v] if u in y.nodes and self.kind[u] in _READS_IN_PLACE]
                 crossing.append((v, y.reads[v]))
                 if x.escaping[v] == y.reads[v]:  # every use outside x is in y, and v is no sink
                     internal.append(v)
@@ -400,7 +408,36 @@ class _Partition:
         else:
             escaping = (a.escaping.keys() | b.escaping.keys()) - set(internal)
             form = self.reduction_form(red, a.nodes | b.nodes, escaping)
-        return None if form is None else _Union(*form, shapes, crossing)
+        if form is None or (in_place and not self.index_maths_folds(in_place, lambda n: n in a.nodes or n in b.nodes)):
+            return None
+        return _Union(*form, shapes, crossing)
+
+    def index_maths_folds(self, starts, inside):
+        """Whether the index maths that views or gathers ``starts`` join, in the group of the nodes for which
+        ``inside``, folds (`lowerable.folds`): they, the views and gathers reading them (and so on), and the
+        views, gathers and index expressions all those read (and so on). Asked only where a gather is among
+        them: a view of an input's view depends on the input's layout, which fusion does not know (the builder
+        decides; a group it refuses is split)."""
+        region, stack = set(), list(starts)
+        while stack:
+            n = stack.pop()
+            if n not in region:
+                region.add(n)
+                stack += [u for w in n.outputs for u in self.users.get(w, ())
+                          if self.kind[u] in _READS_IN_PLACE and inside(u)]
+        stack = list(region)
+        while stack:
+            for w in self.reads[stack.pop()]:
+                n = w.node
+                if n is not None and n not in region and self.kind.get(n) in _INDEX_MATHS and inside(n):
+                    region.add(n)
+                    stack.append(n)
+        if not any(self.kind[n] == "gather" for n in region):
+            return True
+        nodes = tuple(sorted(region, key=self.order.__getitem__))
+        if nodes not in self.folded:
+            self.folded[nodes] = folds(nodes)
+        return self.folded[nodes]
 
     @staticmethod
     def absorb(keep, gone, union):
@@ -595,6 +632,9 @@ class _Partition:
             form = self.pointwise_form(set(c.shapes), pointwise)
         if form is None:
             return "has no kernel form"
+        gathers = [n for n, kind in zip(group, kinds) if kind == "gather"]
+        if gathers and not self.index_maths_folds(gathers, members.__contains__):
+            return "has views of a gather's result whose index maths does not fold"
         c.pointwise, c.space = form
         return c
 
