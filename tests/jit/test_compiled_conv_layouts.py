@@ -52,8 +52,14 @@ def test_kernels_between_convolutions_run_batch_last():
     assert len([n for n in computed if n.outputs[0].type.shape in between]) > 20
     # and no copy kernel transposes an activation or its gradient between layers (the copies left: the windows
     # (im2col), the weights' reorderings, the returned output's gradient laid out batch-last)
-    copied = [n.args[0].type.shape for s in kernels if "_view" in repr(s) for n in s.nodes if n.op.name == "permute"]
+    copies = [s for s in kernels if "_view" in repr(s)]
+    copied = [n.args[0].type.shape for s in copies for n in s.nodes if n.op.name == "permute"]
     assert copied and not set(copied) & set(first + between), copied
+    # the products read the weights as they lie (channel-major windows): no kernel copies one, forward or backward
+    weights = {v for v in low.optimized_graph.constants.values() if v.name.endswith("weight") and v.type.ndim == 4}
+    assert len(weights) == 3 and not [s for s in copies for n in s.nodes if set(n.input_values()) & weights]
+    assert not [s for s in kernels if "pointwise" in repr(s) and any(
+        n.op.name in ("permute", "transpose", "as_strided") and set(n.input_values()) & weights for n in s.nodes)]
 
 
 @pytest.mark.parametrize("threads", [1, 2])
