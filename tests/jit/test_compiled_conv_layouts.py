@@ -118,3 +118,11 @@ def test_sink_keeps_returned_values_and_other_permutes():
     # a permute other than the batch-first rotation stays where it is
     g = trace(lambda x: x.permute(0, 3, 1, 2).relu().permute(0, 2, 3, 1) * 2.0, x)
     assert sink.run(g) == 0
+
+
+def test_sink_leaves_a_chain_that_ends_in_a_flatten():
+    """conv -> scale -> relu -> flatten (before a Linear layer): the flatten needs the activation compact, which
+    the relu's kernel makes it writing batch-first; run batch-last, the chain would need a transposing copy."""
+    x, w = jt.randn(C, H, W, N), jt.randn(C, 1, 1)
+    g = trace(lambda x, w: (x.permute(3, 0, 1, 2) * w).relu().flatten(1) @ jt.ones(C * H * W, 2), x, w)
+    assert sink.run(g) == 0

@@ -21,7 +21,9 @@ op's, element by element.
 
 Only that rotation sinks (rank 3 and up): other permutes (attention's heads, a matrix's transpose) keep the
 layouts their kernels are chosen for. A value the graph returns or writes back, or whose layout the graph
-records, keeps its node (its memory is eager's).
+records, keeps its node (its memory is eager's); so does one that a reader needs compact (a flatten before a
+Linear layer: its kernel writing batch-first saves a transposing copy), and every op whose result only such
+values read.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from ..graph import Node, Value
 from ..lowerable import kind_of
 from ..values import TensorType
 from .rewrite import Rewriter, graph_pass, has_effects
-from .simplify import permutation_chain
+from .simplify import permutation, permutation_chain
 
 
 _BROADCASTS = ("expand", "expand_as", "broadcast_to")
@@ -108,17 +110,36 @@ def _broadcast_operand(graph, w, ndim, emit):
     return _view(graph, "permute", w, [last], [shape[d] for d in last], emit)
 
 
+def _sinkable(graph, kept):
+    """The pointwise nodes that may run batch-last: each reader of each one's result reads a view where it lies
+    (a reduction, a permutation) or may itself run batch-last. Another reader (a flatten before a Linear layer)
+    needs the result compact, which a kernel writing it batch-first makes it; so does a returned value's or a
+    written-back one's memory (eager's)."""
+    readers = {}
+    for node in graph.nodes:
+        for v in node.input_values():
+            readers.setdefault(v, []).append(node)
+    sinkable = set()
+    for node in reversed(graph.nodes):  # (readers first)
+        if len(node.outputs) == 1 and node.outputs[0].type.ndim >= 3 and node.outputs[0] not in kept \
+                and _pointwise(node) and all(r in sinkable or kind_of(r) == "reduction" or permutation(r) is not None
+                                             for r in readers.get(node.outputs[0], ())):
+            sinkable.add(node)
+    return sinkable
+
+
 @graph_pass("sink", "ran %d pointwise nodes batch-last")
 def run(graph):
     """Sink batch-first views below the pointwise nodes that read them (see the module docstring)."""
     kept = set(graph.output_values()) | {v for pair in graph.mutations for v in pair} | set(graph.layouts)
+    sinkable = _sinkable(graph, kept)
     rw = Rewriter(graph)
     rewrites, nodes = 0, []
     for node in graph.nodes:
         rw.update_args(node)
-        out = node.outputs[0].type if len(node.outputs) == 1 else None
-        if out is not None and out.ndim >= 3 and node.outputs[0] not in kept and _pointwise(node) \
-                and (found := _operands(node, batch_first(out.ndim), True)) is not None and found[1]:
+        if node in sinkable and (found := _operands(node, batch_first(node.outputs[0].type.ndim), True)) \
+                is not None and found[1]:
+            out = node.outputs[0].type
             emitted = []
             inner = _batch_last(graph, node, found[0], emitted.append)
             view = _view(graph, "permute", inner, [batch_first(out.ndim)], out.shape, emitted.append)
