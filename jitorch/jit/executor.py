@@ -55,6 +55,7 @@ from .parts import independent_parts
 from .plan_cache import fuse_cached, optimize_cached
 from .results import eager_layouts, refresh_captured_state, returned_view, set_grads, write_back
 from ..ops import indexing, registry, views
+from ..ops.attention import attention_into
 from ..ops.registry import laid_out
 from ..ops.linalg import array_product
 from ..ops.views import compact
@@ -290,6 +291,23 @@ _WRITERS_INTO.update({"zeros": (_host_tensors, _zeros_into), "new_zeros": (_host
                       "as_strided_scatter": (_host_tensors, _as_strided_scatter_into), "cat": (_host_cat, _cat_into),
                       "index_add": (_host_index_add, _index_add_into)})
 
+# Eager ops whose first result the executor can have written in new memory of any dense layout (the order a
+# view after it reads, see `permuted_for_products`): name -> (whether a node qualifies, the writer of
+# ``(that result, a new tensor so laid out; the op's arguments as tensors and numbers)``, which returns the
+# op's other results).
+_WRITERS_LAID_OUT = {"_attention": (lambda node: node.outputs[0].type.device.type == "cpu", attention_into)}
+
+
+def _compute_laid_out(node, env, strides):
+    """`_compute` of a node of `_WRITERS_LAID_OUT`, its first result written in new memory with ``strides``."""
+    out = node.outputs[0]
+    t = Tensor._make(Storage.empty(_numel(out), out.type.dtype, out.type.device), out.type.shape, strides, 0)
+    env[out] = t
+    rest = _WRITERS_LAID_OUT[node.op.name][1](t, *[_substitute(a, env, False) for a in node.args])
+    for v, r in zip(node.outputs[1:], rest if isinstance(rest, (tuple, list)) else (rest,)):
+        env[v] = r
+
+
 # Graphs with this many constants or more bind them in a loop over a table (as fast per constant as two
 # straight lines each, and the generated call's source compiles in less time: a GPT training step binds 210).
 CONSTANTS_LOOP_FROM = 16
@@ -312,6 +330,7 @@ class EagerStep:
         # filled by `fold_copies_into_cats`: a cat's inputs whose copy kernel is gone, each as (the copy's source,
         # the copied value's geometry over it), and per such cat node, where each input goes (`cat_slices`)
         self.pieces, self.slices = {}, {}
+        self.laid_out = {}  # filled by the compiled graph: node -> strides its first result is written with
 
     def reads(self):
         return [self.pieces[v][0] if v in self.pieces else v for node in self.nodes for v in iter_values(node.args)]
@@ -357,6 +376,9 @@ class EagerStep:
                                for a in node.args)
             writer = src.name(_WRITERS_INTO[node.op.name][1], "writer")
             src.emit(f"{writer}([{arrays}], env[{src.name(out, 'v')}]._array())", indent)
+            return
+        if node in self.laid_out:
+            src.emit(f"_compute_laid_out({src.name(node, 'node')}, env, {src.name(self.laid_out[node], 'g')})", indent)
             return
         compute = f"_compute({src.name(node, 'node')}, env)"
         geo = self.geometry.get(node)
@@ -717,15 +739,17 @@ def softmax_prologues(graph, groups):
 
 
 def permuted_for_products(graph, groups, wanted):
-    """{value: strides} for the values a pointwise kernel writes that a view group then permutes and reshapes
-    (a copy: a convolution's gradient in ``[N, C, H, W]`` made ``[C, H * W * N]`` for its products): laid out so
-    that the permutation is dense, the kernel writes them in that order (its loops follow the written
-    strides) and the permute and reshape become tensor headers, so the copy's pass over memory is gone. Only
-    where every other reader is a pointwise kernel (which reads any strides and computes each element alone:
-    a reduction's loops follow its operands' strides, and a reordered sum rounds otherwise), the producer is
-    a pointwise kernel (a reduction kernel writing its prologue's values in another order changes its loops
-    likewise) and the value leaves the call no other way (a returned value keeps eager's layout), and not for
-    the values eager's layout already fixes (``wanted``): the values are the copy's bit for bit."""
+    """{value: strides} for the values that a view group then permutes and reshapes (a copy: a convolution's
+    gradient in ``[N, C, H, W]`` made ``[C, H * W * N]`` for its products, an attention's ``[B, H, T, D]`` output
+    made ``[B, T, H * D]``), written by a pointwise kernel or an eager op of `_WRITERS_LAID_OUT`: laid out so
+    that the permutation is dense, the kernel or op writes them in that order (a kernel's loops follow the
+    written strides) and the permutation and reshape become tensor headers, so the copy's pass over memory is
+    gone. Only where every other reader is a pointwise kernel (which reads any strides and computes each
+    element alone: a reduction's loops follow its operands' strides, and a reordered sum rounds otherwise; an
+    eager op's value has no other reader), the producer is a pointwise kernel (a reduction kernel writing its
+    prologue's values in another order changes its loops likewise) and the value leaves the call no other way
+    (a returned value keeps eager's layout), and not for the values eager's layout already fixes (``wanted``):
+    the values are the copy's bit for bit."""
     group_of = {node: group for group in groups for node in group.nodes}
     producer = {v: group for group in groups for v in group.outputs}
     sinks = set(graph.output_values()) | {v for _, v in graph.mutations}
@@ -739,19 +763,47 @@ def permuted_for_products(graph, groups, wanted):
             continue
         perm, reshape = group.nodes
         v = perm.args[0]
-        if perm.op.name != "permute" or reshape.op.name not in RESHAPES or reshape.args[0] is not perm.outputs[0] \
-                or group.outputs != reshape.outputs or not isinstance(v, Value) or v in sinks or v in wanted \
-                or getattr(producer.get(v), "kind", None) != "pointwise":
+        dims = _permutation(perm)
+        if dims is None or reshape.op.name not in RESHAPES or reshape.args[0] is not perm.outputs[0] \
+                or group.outputs != reshape.outputs or not isinstance(v, Value) or v in sinks or v in wanted:
             continue
-        if any(n is not perm and group_of[n].kind != "pointwise" for n in readers[v]):
+        if getattr(producer.get(v), "kind", None) == "pointwise":
+            # (a kernel's value transposed, not permuted, is left as before: the copies of a GPT's transposed
+            # heads that a cat joins are the cat's to read where they lie, `fold_copies_into_cats`)
+            if perm.op.name != "permute" or any(n is not perm and group_of[n].kind != "pointwise" for n in readers[v]):
+                continue
+        elif not (laid_out_writer(producer.get(v)) and v is producer[v].nodes[0].outputs[0] and readers[v] == [perm]):
             continue
-        dims = [d % v.type.ndim for d in perm.args[1]]
         dense = contiguous_strides([v.type.shape[d] for d in dims])
         strides = [0] * v.type.ndim
         for i, d in enumerate(dims):
             strides[d] = dense[i]
         found[v] = tuple(strides)
     return found
+
+
+def _permutation(node):
+    """The dims in the order a ``permute`` or ``transpose`` node puts its input's, else None."""
+    v = node.args[0]
+    if not isinstance(v, Value) or not v.type.ndim:
+        return None
+    if node.op.name == "permute":
+        return [d % v.type.ndim for d in node.args[1]]
+    if node.op.name == "transpose" and all(isinstance(d, int) for d in node.args[1:3]):
+        dims = list(range(v.type.ndim))
+        a, b = (d % v.type.ndim for d in node.args[1:3])
+        dims[a], dims[b] = dims[b], dims[a]
+        return dims
+    return None
+
+
+def laid_out_writer(group):
+    """Whether ``group`` is one eager node of `_WRITERS_LAID_OUT` that qualifies (its first result can be written
+    in any dense layout)."""
+    if group is None or group.kind != "external" or len(group.nodes) != 1:
+        return False
+    entry = _WRITERS_LAID_OUT.get(group.nodes[0].op.name)
+    return entry is not None and entry[0](group.nodes[0])
 
 
 def copy_geometry(group, layouts):
@@ -886,8 +938,11 @@ class CompiledGraph:
         self._wanted = self._wanted_layouts()
         if self._backend[2] is KernelStep:
             self._wanted.update(permuted_for_products(self.graph, self.groups, self._wanted))
-        # the buffers laid out as eager's (see the module docstring): inputs, and what kernels write
+        # the buffers laid out as eager's (see the module docstring): inputs, what eager ops write so (the
+        # permuted results of `_WRITERS_LAID_OUT`), and what kernels write
         self.layouts = {v: self._wanted[v] for v in self.graph.inputs if v in self._wanted}
+        self.layouts.update((g.nodes[0].outputs[0], self._wanted[g.nodes[0].outputs[0]]) for g in self.groups
+                            if laid_out_writer(g) and g.nodes[0].outputs[0] in self._wanted)
         # views made by eager steps: their geometry over their root (`_static_views`), and those a CPU kernel
         # reads through their strides rather than compacted (`_note_eager_views`)
         self.view_geometry, self._eager_views = {}, {}
@@ -1025,7 +1080,10 @@ class CompiledGraph:
         it was built for are still the group's (a group an eager step ran before reads compact inputs)."""
         target, make_kernel, step_type, _ = self._backend
         if not _lowered(group):
-            self.steps.append(EagerStep(group.nodes, group.kind))
+            step = EagerStep(group.nodes, group.kind)
+            step.laid_out = {n: self.layouts[n.outputs[0]] for n in group.nodes if laid_out_writer(group)
+                             and n.outputs[0] in self.layouts}
+            self.steps.append(step)
             self._note_eager_views(group.nodes)
             return
         layouts = self._kernel_layouts(group)
@@ -1172,7 +1230,7 @@ class CompiledGraph:
                              _graph=g, _constants=g.constant_tensors, _unshared=self._unshared,
                              _outputs=self._outputs, _finish=self._finish, _set_grads=set_grads,
                              _view=returned_view, _laid_out=laid_out, _strided=_strided, _compute=_compute, _view_of=Tensor._view_of,
-                             _compute_one=_compute_one, _strided_read=strided_read,
+                             _compute_one=_compute_one, _compute_laid_out=_compute_laid_out, _strided_read=strided_read,
                              _cat_pieces_into=cat_pieces_into, _check_gather=indexing.check_gather_index,
                              _profiling=profiling, _profiled=self._profiled_run, _clock=time.perf_counter_ns)
         if g.grad_constants or g.refreshers:

@@ -8,6 +8,8 @@ space, or one: the learning rate), the CPU executor lowers each part as a kernel
 kernels of equal parts are equal but for their names and sizes, and the code generator compiles
 them once (`codegen.cpu.link_batch` compiles one text per distinct kernel; a flat loop's length is
 its call's bounds), so the optimizer's update costs LLVM one kernel per pattern, not one per group.
+A group of one element stays whole (fusion merges the optimizer's step counters into one): its parts'
+calls would cost more than their arithmetic, and its kernel is cheap to compile whatever its size.
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ from ..ir.passes.fusion import Group
 
 def independent_parts(group):
     """The groups of ``group``'s parts that no dataflow inside the group connects, in the group's
-    node order; ``[group]`` where it is not pointwise, is one part, or its parts share an input as
-    large as the space (siblings reading one tensor: one kernel reads it once)."""
-    if group.kind != "pointwise" or len(group.outputs) < 2:
+    node order; ``[group]`` where it is not pointwise, is one part, is over one element, or its parts share
+    an input as large as the space (siblings reading one tensor: one kernel reads it once)."""
+    if group.kind != "pointwise" or len(group.outputs) < 2 or prod(group.shape) == 1:
         return [group]
     parent = {node: node for node in group.nodes}
 

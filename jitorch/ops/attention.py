@@ -181,13 +181,20 @@ def _attention_meta(query, key, value, attn_mask, is_causal, scale):
 
 
 def _attention_cpu(spec, query, key, value, attn_mask, is_causal, scale):
-    dtype = spec[0].dtype.np
+    out = np.empty(spec[0].shape, spec[0].dtype.np)
+    return out, _forward_into(out, query, key, value, attn_mask, is_causal, scale).view(np.uint8)
+
+
+def _forward_into(out, query, key, value, attn_mask, is_causal, scale):
+    """``_attention``'s output written into the array ``out`` (its shape and dtype, rows of contiguous elements
+    at any strides: the kernels write each tile where it lies); returns the softmax weights (a new array)."""
+    dtype = out.dtype
     L, S = query.shape[-2], key.shape[-2]
     scores_shape = (*query.shape[:-1], S)
     mask = None if attn_mask is None else _additive(attn_mask, dtype, scores_shape)
-    out, weights = np.empty(spec[0].shape, dtype), np.empty(scores_shape, dtype)
+    weights = np.empty(scores_shape, dtype)
     inputs = [*map(_readable, (query, key, value) if mask is None else (query, key, value, mask))]
-    if (ATTENTION_KERNEL is None or out.size == 0 or key.size == 0
+    if (ATTENTION_KERNEL is None or out.size == 0 or key.size == 0 or out.strides[-1] != out.itemsize
             or not _run("forward", [*inputs, out, weights], is_causal, scale, mask is not None)):
         token = fp_errors.enter()
         try:
@@ -203,10 +210,24 @@ def _attention_cpu(spec, query, key, value, attn_mask, is_causal, scale):
             weights = np.ascontiguousarray(_softmax(scores, scores.ndim - 1))
             if empty is not None:
                 weights[np.broadcast_to(empty, weights.shape)] = 0
-            out = array_product(weights, value)
+            np.copyto(out, array_product(weights, value))
         finally:
             fp_errors.leave(token)
-    return out, weights.view(np.uint8)
+    return weights
+
+
+def attention_into(out, query, key, value, attn_mask, is_causal, scale):
+    """``_attention`` on CPU tensors whose output goes into the tensor ``out`` (new memory of the output's shape
+    and dtype, laid out densely in any order: a compiled step has it written in the order the product after it
+    reads, ``[B, L, H, E]``, so that no copy moves it there), as its kernel computes it; returns the reserve.
+    The arguments are those the op's meta rule accepted."""
+    token = fp_errors.enter()
+    try:
+        arrays = [None if a is None else a._array() for a in (query, key, value, attn_mask)]
+        weights = _forward_into(out._array(), *arrays, is_causal, scale)
+    finally:
+        fp_errors.leave(token)
+    return registry.contiguous_result(weights.view(np.uint8), _dt.uint8)
 
 
 defop("_attention(Tensor query, Tensor key, Tensor value, Tensor? attn_mask, bool is_causal, float scale) -> "

@@ -155,7 +155,7 @@ def defpointwise(schema, formula, promotion=M.DEFAULT, *, variants=("function", 
     defaults = tuple(op.schema.args[i].default for i in others)
     if into is None and isinstance(formula, np.ufunc):
         into = formula
-    op.fast, op.fast_into, op.fast_pair, op.fast_one = _fast_path(
+    op.fast, op.fast_into, op.flat_into, op.fast_pair, op.fast_one = _fast_path(
         op, formula, promotion, positions, others, check, plain, defaults, into, masked=keep == {0},
         check_others_only=check_others_only)
     op.attrs.setdefault("promotion", promotion)
@@ -297,7 +297,7 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
     n = len(positions)
     first = 1 if masked else 0  # the first operand whose dtype the result follows
     if positions != tuple(range(n)) or n - first not in (1, 2):
-        return None, None, None, None
+        return None, None, None, None, None
     rest = n < len(others) + n  # the op has arguments besides its operands
 
     fast_dtypes = frozenset(d for d in _dt.ALL if d.kind in kinds and d not in _HALVES)
@@ -310,6 +310,14 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
     # Python floats a float tensor's dtype converts to a finite value without overflow (NumPy would warn)
     float_limits = {d: (-float(_dt.finfo(d).max), float(_dt.finfo(d).max)) for d in (_dt.float32, _dt.float64)}
     specs = {d: registry.TensorSpec(None, _dt.bool if always_bool else d, cpu, d) for d in fast_dtypes}
+
+    def held(number, dtype, array):
+        """A Python ``number`` of a kind NumPy's rules give torch's result for beside ``array`` of ``dtype``
+        (see `operands`) as NumPy is to take it, or None where the general path decides."""
+        limits = (float_limits if number.__class__ is float else int_limits).get(dtype)
+        if limits is None or not limits[0] <= number <= limits[1]:
+            return None
+        return number if array.ndim else dtype.np.type(number)
 
     def operands(args):
         """(dtype, operand arrays or numbers, whether a tensor requires grad in grad mode) when NumPy's
@@ -362,15 +370,13 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
                 # once to the dtype, beside an array of at least one dim. Beside a 0-d array NumPy 1.x casts
                 # by value (float32 and a Python float compute in float64): it gets a NumPy scalar of the dtype.
                 array, number = (xa, ya) if xa.__class__ is np.ndarray else (ya, xa)
-                limits = (float_limits if number.__class__ is float else int_limits).get(dtype)
-                if limits is None or not limits[0] <= number <= limits[1]:
+                number = held(number, dtype, array)
+                if number is None:
                     return None
-                if not array.ndim:
-                    number = dtype.np.type(number)
-                    if xa is array:
-                        ya = number
-                    else:
-                        xa = number
+                if xa is array:
+                    ya = number
+                else:
+                    xa = number
             vals = (xa, ya)
         if dtype not in fast_dtypes:  # before computing: a formula need not handle dtypes its op rejects
             return None
@@ -472,6 +478,63 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
     # them (0.25-0.3 us of a 1.8 us ``x < y``)
     quiet = plain_call in _QUIET_UFUNCS or getattr(plain_call, "quiet", False)
 
+    def flat_into(args):
+        """``x.op_(...)`` (``x``: ``args[0]``) whole, called before the in-place path's checks
+        (`registry.call_inplace`), for its commonest calls: the op's other arguments at their defaults, ``x``
+        a C-contiguous CPU tensor of a fast dtype that needs no backward node, the other operand (if any) a
+        Python number `operands` takes or such a tensor of ``x``'s dtype and shape and of another storage, so
+        that no overlap is to be checked. False: the general path decides (`fast_into` among its steps). The
+        op's ufunc writes ``x`` as `fast_into` would: the same loop on the same operands."""
+        if len(args) > n and args[n:] != defaults:
+            return False
+        x = args[0]
+        dtype, shape, xa = x.dtype, x._shape, x._arr
+        if (dtype not in fast_dtypes or xa is None or x._requires_grad or x.device is not cpu
+                or x._stride != contiguous.get(shape)):
+            return False
+        if n == 1:
+            if not unchecked and dtype not in passing:
+                check(specs[dtype], x)
+            ya = None
+        else:
+            y = args[1]
+            if (y.__class__ is float and dtype.kind == "f") or y.__class__ is int:  # (`operands`' rule)
+                ya = held(y, dtype, xa)
+                if ya is None:
+                    return False
+                if not unchecked:
+                    check(specs[dtype], x, y, *defaults)
+            elif (isinstance(y, registry.Tensor) and y.dtype is dtype and y._shape == shape
+                    and y._stride == x._stride and y._storage is not x._storage and y.device is cpu
+                    and y._arr is not None and not y._requires_grad):
+                if not pair_unchecked and dtype not in passing:
+                    check(specs[dtype], x, y, *defaults)
+                ya = y._arr
+            else:
+                return False
+        # (the ufunc called with its operands written out: a call with ``*vals`` and ``out=`` takes NumPy's
+        # keyword-dict path, 0.3 us more)
+        token = None if quiet else enter()
+        try:
+            size = xa.size
+            if size == 1:  # (a copy of ``x`` as the input: see `fast_into`)
+                if ya is None:
+                    plain_call(xa.copy(), out=xa)
+                else:
+                    plain_call(xa.copy(), ya, out=xa)
+            elif not (size >= split_min and _split_into(plain_call, (xa,) if ya is None else (xa, ya), xa)):
+                if ya is None:
+                    plain_call(xa, out=xa)
+                else:
+                    plain_call(xa, ya, out=xa)
+        except (ValueError, TypeError):  # (NumPy refuses before it writes: the general path decides)
+            return False
+        finally:
+            if token is not None:
+                leave(token)
+        x._storage._version += 1
+        return True
+
     hooks, autocast = registry.DISPATCH_HOOKS, registry._AUTOCAST_STATE
 
     def flat_for(method, general):
@@ -526,5 +589,6 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
             return r if r is not None or general is None else general(x, y)
         return flat
 
-    return (fast, (fast_into if into is not None and not masked else None),
+    into_ok = into is not None and not masked
+    return (fast, (fast_into if into_ok else None), (flat_into if into_ok and split and not always_bool else None),
             flat_for if n == 2 and not masked else None, flat_for(None, None) if n == 1 and not rest else None)

@@ -666,9 +666,8 @@ _max_of, _sum_of = np.maximum.reduce, np.add.reduce
 def _softmax(a, axis):
     if a.size >= threads.ROWS_SPLIT_MIN and _split_rows(a, axis):
         return _by_rows(_softmax_rows, a)
-    if _one_wide(a, axis):  # (the max and the sum of one element are the element: the same operations on it)
-        e = np.exp(a - a)
-        return e / e
+    if _one_wide(a, axis):
+        return _softmax_one_wide(a)
     e = np.exp(a - _max_of(a, axis=axis, keepdims=True, initial=-np.inf))
     return e / _sum_of(e, axis=axis, keepdims=True)
 
@@ -677,9 +676,22 @@ def _one_wide(a, axis):
     """Whether (log-)softmax of ``a`` along ``axis`` takes rows of one element, in a C-contiguous array:
     there NumPy's two reductions (0.9 us each on a tiny array, most of a tiny softmax) give each element
     itself, bit for bit (``max(-inf, v)`` is ``v``, NaN included; a sum of one term ``e`` is ``e``), so the
-    formula uses the element for them. (C-contiguous: then ``a - a`` has the layout ``a - max`` has, and
-    NumPy's exp runs the same loop on it.)"""
+    formula uses the element for them (`_softmax_one_wide`). (C-contiguous: then ``a - a`` has the layout
+    ``a - max`` has, and NumPy's exp runs the same loop on it.)"""
     return axis is not None and a.shape[axis] == 1 and a.flags.c_contiguous
+
+
+# Softmax and log_softmax of rows of one element, the general formulas with each row's max and sum the element
+# itself, and fewer NumPy calls than they take, bit for bit: ``a - a`` is +0 or a NaN, so ``e = exp(a - a)`` is 1
+# or a NaN and softmax's ``e / e`` is ``e`` (1 / 1; a NaN operand's NaN is the quotient, as x86 and Arm give the
+# first NaN operand); log_softmax's ``shifted - log(exp(shifted))`` is ``shifted`` (0 - 0; the first NaN).
+# tests/ops/test_softmax_one_wide.py compares both with the general formulas on every NaN payload class.
+def _softmax_one_wide(a):
+    return np.exp(a - a)
+
+
+def _log_softmax_one_wide(a):
+    return a - a
 
 
 def _softmax_rows(a, out):
@@ -692,10 +704,8 @@ def _softmax_rows(a, out):
 def _log_softmax(a, axis):
     if a.size >= threads.ROWS_SPLIT_MIN and _split_rows(a, axis):
         return _by_rows(_log_softmax_rows, a)
-    if _one_wide(a, axis):  # (as in `_softmax`)
-        shifted = a - a
-        norm = np.log(np.exp(shifted))
-        return np.subtract(shifted, norm, out=shifted)
+    if _one_wide(a, axis):
+        return _log_softmax_one_wide(a)
     shifted = a - _max_of(a, axis=axis, keepdims=True, initial=-np.inf)
     norm = np.log(_sum_of(np.exp(shifted), axis=axis, keepdims=True))
     return np.subtract(shifted, norm, out=shifted) if shifted.ndim else shifted - norm  # (0-d: a NumPy scalar)
@@ -763,11 +773,11 @@ def _softmax_kernel(name, fn):
     return kernel
 
 
-def _softmax_fast(op, fn):
+def _softmax_fast(op, fn, one_wide):
     """``fast(args, record=True)``: softmax of a float tensor along a dim given as a Python int, without the
     general path's conversion and meta rule; None for anything else (`registry.OpDef.fast`). Its tests are
-    written out and a small input goes to ``fn`` at once: on a tiny tensor each Python call is a measurable
-    share of the op."""
+    written out and a small input goes to ``fn`` at once (rows of one element to ``one_wide``, ``fn``'s own
+    formula for them): on a tiny tensor each Python call is a measurable share of the op."""
     contiguous = registry.CONTIGUOUS_STRIDES
     enter, leave = fp_errors.enter, fp_errors.leave
 
@@ -785,13 +795,17 @@ def _softmax_fast(op, fn):
         a = x._arr
         if a is None:
             a = x._array()
+        strides = contiguous.get(shape)
+        wide = shape[dim] == 1 and strides is not None and x._stride == strides  # (`_one_wide`, tested flat)
         token = enter()
         try:
-            r = fn(a, dim % n) if a.size < ROW_KERNEL_MIN else _softmax_through_kernel(op.name, fn, a, dim % n)
+            if wide:
+                r = one_wide(a)  # (ufuncs' result on C-contiguous ``a``: C-contiguous)
+            else:
+                r = fn(a, dim % n) if a.size < ROW_KERNEL_MIN else _softmax_through_kernel(op.name, fn, a, dim % n)
         finally:
             leave(token)
-        strides = contiguous.get(shape)
-        if strides is not None and r.flags.c_contiguous:  # (r has a's shape)
+        if wide or strides is not None and r.flags.c_contiguous:  # (r has a's shape)
             result = registry.Tensor._fresh(r, x.dtype, shape, strides)
         else:
             result = registry.contiguous_result(r, x.dtype)
@@ -799,10 +813,10 @@ def _softmax_fast(op, fn):
     return fast
 
 
-for _name, _fn, _what in (("softmax", _softmax, "``exp(x) / sum(exp(x))``"),
-                          ("log_softmax", _log_softmax, "``x - logsumexp(x)``")):
+for _name, _fn, _one, _what in (("softmax", _softmax, _softmax_one_wide, "``exp(x) / sum(exp(x))``"),
+                                ("log_softmax", _log_softmax, _log_softmax_one_wide, "``x - logsumexp(x)``")):
     _op = defop(f"{_name}(Tensor self, int dim, ScalarType? dtype=None) -> Tensor", meta=_softmax_meta(_name),
                 cpu=_softmax_kernel(_name, _fn), kind="softmax", variants=_ALL_FORMS,
                 out_autograd_fallback=lambda args: True,
                 doc=f"{_what} along ``dim``, shifted by the max for stability; ``dtype=`` casts the input first.")
-    _op.fast = _softmax_fast(_op, _fn)
+    _op.fast = _softmax_fast(_op, _fn, _one)

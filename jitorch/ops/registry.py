@@ -130,6 +130,8 @@ class OpDef:
         # how an in-place call writes through an expanded self, where torch lets it (`write_inplace`), or None
         self.expanded_write = attrs.get("expanded_write")
         self.fast_into = None  # optional fast_into(args) -> bool: an in-place call computed straight into self
+        # optional flat_into(args) -> bool: the commonest in-place calls whole, before `call_inplace`'s checks
+        self.flat_into = None
         self.fast_pair = None  # optional fast_pair(method, general) -> the method of the op's Python operator
         self.fast_one = None  # optional fast_one(x) -> result | None: ``fast((x,))`` of an op whose one argument is x
         self.variants = frozenset(variants)
@@ -1360,6 +1362,10 @@ def _generate(op, kind, attempt=False, env=None):
         guard = f"    if not ({tests}):\n        return _NO\n"
     if kind == "inplace":
         body = f"    return _call_inplace(_op, ({argnames}))"
+        # (an op with a dtype argument or an in-place check of its own runs them first: `call_inplace`)
+        if op.flat_into is not None and op.dtype_index is None and "inplace_check" not in op.attrs:
+            body = f"    if not _hooks and _profiling.RECORDER is None and _flat_into(({argnames})):\n" \
+                   f"        return {sig.names[0]}\n" + body
     else:
         # The fast path is tried here rather than in `call` to spare small ops a frame.
         fast_path = op.fast if op.fast is not None else _view_fast(op)
@@ -1377,7 +1383,7 @@ def _generate(op, kind, attempt=False, env=None):
     src = f"def {name}({', '.join(sig.parts)}):\n" + "".join(line + "\n" for line in sig.prologue) + body + "\n"
     env = {} if env is None else env
     env.update({"_call": call, "_call_inplace": call_inplace, "_op": op, "_int": (int, np.integer), "_seq": (list, tuple),
-           "_fast": fast_path, "_fast1": op.fast_one, "_hooks": DISPATCH_HOOKS, "_autocast": _AUTOCAST_STATE, "_A": ABSENT, "_M": MISSING,
+           "_fast": fast_path, "_fast1": op.fast_one, "_flat_into": op.flat_into, "_profiling": _profiling, "_hooks": DISPATCH_HOOKS, "_autocast": _AUTOCAST_STATE, "_A": ABSENT, "_M": MISSING,
            "_resolve": sig.resolver(op), "_D": [a.default if a.has_default else None for a in s.args], "_NO": NO_MATCH,
            "_BindError": BindError, "_Tensor": Tensor, "_sizes": (list, tuple, Tensor),
            **{f"_p{i}": pred for i, pred in checks}})

@@ -329,3 +329,26 @@ def test_random_programs_partition_validly_and_maximally(program):
 @given(graphs())
 def test_random_graphs_partition_validly_and_maximally(graph):
     check_maximal(graph, check(graph, fuse(graph)))
+
+
+def test_one_element_groups_that_share_nothing_are_one_kernel():
+    # an optimizer's step counters, one ``add_(1)`` per parameter: one kernel call, not one each
+    def f(*counts):
+        for c in counts:
+            c.add_(1)
+        return X * 2
+
+    groups = fused(f, *[jt.zeros(()) for _ in range(5)])
+    (one,) = [g for g in groups if g.shape == ()]
+    assert ops(one) == ["add"] * 5 and len(one.outputs) == 5
+    assert len(groups) == 2
+
+
+def test_one_element_groups_linked_through_other_groups_stay_apart():
+    # merging the count with the sum after it would close a cycle through the product and the dot product
+    def f(count, x, w):
+        c = count + 1
+        return c, (x * c) @ w + 1
+
+    groups = fused(f, jt.zeros(()), jt.randn(4), jt.randn(4))
+    assert [ops(g) for g in groups] == [["add"], ["mul"], ["matmul"], ["add"]]

@@ -89,3 +89,10 @@ def test_a_training_step_compiles_one_update_code_per_pattern_for_parameters_of_
     # through a view), and any whose gradient is laid out otherwise (a transposed matmul result)
     patterns = {(tuple(k.ops), tuple(k.source.layouts.values())) for k in updates}
     assert len({k._code.address for k in updates}) == len(patterns) < len(updates)
+
+
+def test_a_group_of_one_element_stays_one_kernel():
+    # step counters merged by fusion: each part's call would cost more than its arithmetic
+    counts = [jt.zeros(()) for _ in range(4)]
+    (group,) = fuse(trace(lambda lr, *cs: tuple(c + lr for c in cs), jt.tensor(1.0), *counts))
+    assert len(group.outputs) == 4 and independent_parts(group) == [group]

@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 import pytest
+import torch
 
 import jitorch as jt
 import jitorch.optim as optim
@@ -158,3 +159,52 @@ def test_an_exported_step_keeps_the_bias_correction_ops():
     ops = [n.op.name for n in program.graph.nodes]
     assert ops.count("pow") == 2 and not any(name.startswith("step_size") for name in program.constants)
     assert jt.compiler.scalars_refreshed() is False
+
+
+def _clipped_adamw_step(lib, arrays):
+    """A model of ``arrays``' weights (three Linear layers) and a compiled-or-eager-ready AdamW step with
+    gradient clipping, as nanoGPT trains: (step, model, optimizer)."""
+    layers = [lib.nn.Linear(a.shape[1], a.shape[0]) for a in arrays]
+    model = lib.nn.Sequential(layers[0], lib.nn.Tanh(), layers[1], lib.nn.Tanh(), layers[2])
+    with lib.no_grad():
+        for layer, a in zip(layers, arrays):
+            layer.weight.copy_(lib.tensor(a))
+            layer.bias.fill_(0.1)
+    opt = lib.optim.AdamW(model.parameters(), lr=0.01, betas=(0.9, 0.95), weight_decay=0.1)
+
+    def step(x, y):
+        opt.zero_grad(set_to_none=True)
+        loss = ((model(x) - y) ** 2).mean()
+        loss.backward()
+        lib.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+        opt.step()
+        return loss
+    return step, model, opt
+
+
+def test_a_compiled_adamw_step_counts_every_parameter_in_one_kernel():
+    # The step counters (one ``add_(1)`` per parameter) and AdamW's decay factor are one kernel of one element,
+    # not one kernel each; the parameters and state stay eager's, and torch's within float32 roundings.
+    rng = np.random.default_rng(3)
+    arrays = [rng.standard_normal(s).astype(np.float32) * 0.3 for s in ((16, 8), (12, 16), (4, 12))]
+    x, y = rng.standard_normal((10, 8)).astype(np.float32), rng.standard_normal((10, 4)).astype(np.float32)
+    runs = {}
+    for name, lib in (("compiled", jt), ("eager", jt), ("torch", torch)):
+        step, model, opt = _clipped_adamw_step(lib, arrays)
+        run = jt.compile(step) if name == "compiled" else step
+        for _ in range(4):
+            run(lib.tensor(x), lib.tensor(y))
+        runs[name] = (run, model, opt)
+    compiled, model, opt = runs["compiled"]
+    executable = compiled.lower(jt.tensor(x), jt.tensor(y)).executable
+    one_element = [s for s in executable.steps if getattr(s, "group", None) is not None and s.group.kind == "pointwise"
+                   and s.group.shape == ()]
+    (counters,) = one_element
+    states = [opt.state[p]["step"] for p in model.parameters()]
+    assert [n.op.name for n in counters.group.nodes].count("add") >= len(states) == 6
+    for _, m, o in (runs["eager"], runs["torch"]):
+        for p, q in zip(model.parameters(), m.parameters()):
+            np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-5, atol=1e-6)
+            assert float(opt.state[p]["step"]) == float(o.state[q]["step"]) == 4
+            np.testing.assert_allclose(opt.state[p]["exp_avg_sq"].numpy(), o.state[q]["exp_avg_sq"].numpy(),
+                                       rtol=1e-5, atol=1e-9)

@@ -27,7 +27,8 @@ comes from `jitorch.ir.lowerable.kind_of` (the code generator's rule):
 Groups grow by merging, most valuable first: producer and consumer over the
 same space, then reductions with their prologue and epilogue, then any other
 legal producer-consumer pair (broadcast inputs), then siblings over one space
-that read a common value. A merge happens when the merged group still has one
+that read a common value, then pointwise groups of one element that share nothing (an optimizer's step
+counters, one per parameter: a kernel call costs more than their arithmetic). A merge happens when the merged group still has one
 kernel form (`_Partition.union_form`) and at most `MAX_GROUP_NODES` nodes, and
 the graph of groups stays acyclic (checked against a topological order of the
 groups kept up to date, so a merge costs time in proportion to the groups
@@ -40,6 +41,7 @@ from dataclasses import dataclass
 
 import heapq
 import logging
+from math import prod
 
 import numpy as np
 
@@ -530,12 +532,26 @@ class _Partition:
                         merged |= self.try_merge(a, b)
         return merged
 
+    def merge_one_element(self):
+        """Merge the pointwise clusters over one space of one element (unrelated: ``step.add_(1)`` per
+        parameter), each into the first over its space that it may join."""
+        merged, first = False, {}
+        for c in list(self.pos):
+            if c not in self.pos or c.kind != "pointwise" or c.space is None or prod(c.space) != 1:
+                continue
+            into = first.setdefault(c.space, c)
+            if into is not c and self.try_merge(into, c):
+                merged = True
+                first[c.space] = self.owner[c.first]
+        return merged
+
     def grow(self):
         """One round of merges, most valuable first; returns whether anything merged."""
         merged = self.merge_edges(self.same_space)
         merged |= self.merge_edges(self.one_reduction)
         merged |= self.merge_edges(lambda a, b: True)
         merged |= self.merge_siblings()
+        merged |= self.merge_one_element()
         return merged
 
     def cluster_of(self, group):

@@ -1,0 +1,158 @@
+"""The in-place variant's first try (`pointwise_base`'s ``flat_into``): ``x.op_(y)`` on C-contiguous CPU tensors of
+one dtype and shape or a Python number, no backward node, computed whole before `registry.call_inplace`'s checks. It must give the
+general path's bits, errors, version and memory, and leave every other call to the general path."""
+
+import re
+
+import numpy as np
+import pytest
+
+import jitorch as jt
+from jitorch.ops import registry
+from jitorch.runtime import ufunc_parts
+from tests.support import general_path, random_array
+
+FLAT = sorted(name for name, op in registry.OPS.items()
+              if op.flat_into is not None and hasattr(jt.Tensor, op.public_name + "_"))
+DTYPES = [jt.bool, jt.uint8, jt.int8, jt.int16, jt.int32, jt.int64, jt.float32, jt.float64]
+SHAPES = [(), (1,), (1, 1), (2, 3), (0, 2)]
+
+
+def _operands(op, dtype, shape, seed):
+    """The in-place call's tensors: ``self`` and, for a binary op, the other operand (values of both signs,
+    zeros and, for floats, a NaN and an infinity where there is room)."""
+    rng = np.random.default_rng(seed)
+    arrays = [random_array(shape, dtype, rng, low=-3, high=4) for _ in op.tensor_args]
+    if dtype.is_floating_point and arrays[0].size >= 6:
+        arrays[0].reshape(-1)[:2] = [np.nan, np.inf]
+    return [jt.tensor(a, dtype=dtype) for a in arrays]
+
+
+def _bits(t):
+    return t.numpy().reshape(-1).view(np.uint8).tolist()
+
+
+def test_the_commonest_in_place_ops_have_the_flat_shortcut_and_their_variants_try_it_first():
+    assert {"add", "sub", "mul", "true_divide", "exp", "neg", "sqrt", "bitwise_and"} <= set(FLAT)
+    # (an op with a dtype argument or an in-place check of its own: the general path runs those first)
+    assert all(registry.OPS[n].dtype_index is None and "inplace_check" not in registry.OPS[n].attrs for n in FLAT)
+    for name in ("add", "exp"):
+        variant = getattr(jt.Tensor, name + "_")
+        variant(jt.ones(1), *([jt.ones(1)] if name == "add" else []))  # (generated at its first call)
+        assert variant.__globals__["_flat_into"] is registry.OPS[name].flat_into
+        assert "_flat_into" in variant.__code__.co_names
+
+
+def _served(dtype, others):
+    """Whether the shortcut takes these operands (given a general path that does not raise)."""
+    return not others or isinstance(others[0], jt.Tensor) or (
+        isinstance(others[0], float) and dtype.is_floating_point or type(others[0]) is int and dtype is not jt.bool)
+
+
+@pytest.mark.parametrize("name", FLAT)
+def test_flat_shortcut_gives_the_general_paths_bits_errors_and_version(name):
+    op = registry.OPS[name]
+    method = op.public_name + "_"
+    defaults = tuple(a.default for a in op.schema.args[len(op.tensor_args):] if a.has_default)
+    for k, dtype in enumerate(DTYPES):
+        for shape in SHAPES:
+            x, *tensors = _operands(op, dtype, shape, k)
+            # the other operand a tensor, or a Python int or float (of both signs)
+            for others in [tensors] + ([[3], [-1.5], [2.0]] if tensors else []):
+                x = x.clone()
+                want = x.clone()
+                try:
+                    with general_path():
+                        getattr(want, method)(*[o.clone() if isinstance(o, jt.Tensor) else o for o in others])
+                except (RuntimeError, TypeError, NotImplementedError) as e:
+                    before, version = _bits(x), x._version
+                    with pytest.raises(type(e), match=re.escape(str(e))):
+                        getattr(x, method)(*others)
+                    assert _bits(x) == before and x._version == version  # (refused before anything is written)
+                    continue
+                ptr, version = x.data_ptr(), x._version
+                twin = x.clone()
+                # (the shortcut served it, or left it to the general path)
+                assert op.flat_into((twin, *others, *defaults)) is _served(dtype, others), (name, dtype, shape)
+                assert getattr(x, method)(*others) is x
+                assert x.data_ptr() == ptr and x._version == version + 1
+                assert _bits(x) == _bits(want) == _bits(twin), (name, dtype, shape, others)
+
+
+def test_flat_shortcut_leaves_other_calls_to_the_general_path():
+    add = registry.OPS["add"].flat_into
+    x, y = jt.tensor([[1.0, 2.0]]), jt.tensor([[3.0, 4.0]])
+    leaf = jt.tensor([[1.0, 2.0]], requires_grad=True)
+    refused = [
+        (x, x, 1), (x, x.view(1, 2), 1), (x, x[:, :1].expand(1, 2), 1),  # memory shared with self: overlap checks
+        (x, y, 2), (x, jt.tensor([3.0]), 1),  # alpha, a broadcast operand
+        (x, 1e39, 1), (x, True, 1), (x, np.float32(2.0), 1), (x.int(), 2.0, 1),  # numbers `operands` refuses
+        (x, y.double(), 1), (x.half(), y.half(), 1),  # another dtype, a half type
+        (jt.ones(2, 2).t(), jt.ones(2, 2).t(), 1), (x, jt.ones(2, 1).t(), 1),  # another layout
+        (leaf, y, 1), (x, leaf, 1),  # a tensor that requires grad
+    ]
+    for args in refused:
+        before, version = args[0].tolist(), args[0]._version
+        assert add(args) is False
+        assert args[0].tolist() == before and args[0]._version == version
+    assert add((x, y, 1)) is True and x.tolist() == [[4.0, 6.0]]
+    assert add((x, 2, 1)) is True and x.tolist() == [[6.0, 8.0]]
+
+
+def test_in_place_calls_the_shortcut_refuses_keep_their_errors_and_autograd():
+    base = jt.tensor([1.0, 2.0, 3.0])
+    with pytest.raises(RuntimeError, match="unsupported operation: some elements of the input tensor and the "
+                                           "written-to tensor refer to a single memory location"):
+        base[:2].add_(base[1:])  # (both C-contiguous, of one storage)
+    assert base.tolist() == [1.0, 2.0, 3.0]
+    x = jt.tensor([[1.0, 2.0]])
+    leaf = jt.ones(1, 2, requires_grad=True)
+    with pytest.raises(RuntimeError, match="a leaf Variable that requires grad is being used in an in-place"):
+        leaf.add_(x)
+    with jt.no_grad():
+        leaf.add_(x)
+    assert leaf.tolist() == [[2.0, 3.0]] and leaf.grad_fn is None
+    y = leaf * 1.0
+    y.mul_(jt.full((1, 2), 3.0))
+    assert y.grad_fn is not None
+    y.sum().backward()
+    assert leaf.grad.tolist() == [[3.0, 3.0]]
+    z = jt.ones(1, 2)
+    z.add_(leaf)  # (the other operand requires grad: z gets a node)
+    assert z.requires_grad and z.grad_fn is not None
+
+
+def test_in_place_shortcut_is_recorded_by_the_profiler_and_off_under_a_dispatch_hook():
+    x, y = jt.ones(2, 2), jt.ones(2, 2)
+    with jt.profiler.profile() as prof:
+        x.add_(y)
+        x.exp_()
+    assert [(e.key, e.kind) for e in prof.events()] == [("aten::add_", "cpu_op"), ("aten::exp_", "cpu_op")]
+    from jitorch.jit.tracer import trace
+    graph = trace(lambda a, b: a.mul(1.0).add_(b), x, y)
+    assert [n.op.name for n in graph.nodes] == ["mul", "add"]
+
+
+def test_a_large_in_place_call_splits_on_the_team_with_the_same_bits():
+    n = ufunc_parts.SPLIT_MIN + 64 * 3
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    x, y = jt.tensor(a), jt.tensor(b)
+    assert registry.OPS["mul"].flat_into((x, y)) is True
+    np.testing.assert_array_equal(x.numpy().view(np.uint32), (a * b).view(np.uint32))
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (2, 3)])
+def test_in_place_shortcut_matches_torch(shape):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal(shape).astype(np.float32), rng.uniform(0.5, 2, shape).astype(np.float32)
+    for name, others in (("add_", (b,)), ("sub_", (b,)), ("mul_", (b,)), ("div_", (b,)), ("exp_", ()),
+                         ("neg_", ()), ("sqrt_", ())):
+        x, t = jt.tensor(np.abs(a)), torch.from_numpy(np.abs(a))
+        assert getattr(x, name)(*(jt.tensor(o) for o in others)) is x
+        getattr(t, name)(*(torch.from_numpy(o) for o in others))
+        if name == "exp_":  # (NumPy's exp, as the general path's, may differ from torch's in the last bit)
+            np.testing.assert_allclose(x.numpy(), t.numpy(), rtol=2e-7)
+        else:  # (correctly rounded: torch's bits)
+            np.testing.assert_array_equal(x.numpy(), t.numpy())
