@@ -290,13 +290,16 @@ def _batch_first(t):
 
 def _grouped_windows(shape, groups, kernel, stride, dilation, out):
     """The geometry ``(size, stride)`` of the windows of a contiguous ``(C, *spatial, N)`` tensor of ``shape`` as
-    ``(groups, *kernel, C / groups, *out, N)``: merged, these dims are the ``(groups, K * C / groups, L * N)``
-    columns of a grouped convolution's GEMM (im2col), and accumulating through them is col2im."""
+    ``(groups, C / groups, *kernel, *out, N)``: merged, these dims are the ``(groups, C / groups * K, L * N)``
+    columns of a grouped convolution's GEMM (im2col), and accumulating through them is col2im. Channel-major, as
+    a weight's ``(C / groups, *kernel)`` dims lie: the GEMM reads the weight as it is (a convolution's as a
+    matrix, a transposed convolution's as a transposed one), with no copy each call, and its gradient is the
+    weight's layout."""
     strides = contiguous_strides(shape)
     c, n = shape[0], shape[-1]
     offsets, steps = _window_steps(strides[1:-1], stride, dilation)
-    size = (groups, *kernel, c // groups, *out, n)
-    return size, ((c // groups) * strides[0], *offsets, strides[0], *steps, 1)
+    size = (groups, c // groups, *kernel, *out, n)
+    return size, ((c // groups) * strides[0], strides[0], *offsets, *steps, 1)
 
 
 def _check_spatial(value, n, what):
@@ -381,12 +384,12 @@ def _conv(input, weight, bias, stride, padding, dilation, groups, nd):
     out = [(p - s) // st + 1 for p, s, st in zip(padded, spans, stride)]
     n, c, o = x.shape[0], x.shape[1], weight.shape[0]
     k = math.prod(kernel)
-    # one GEMM per group over all images: (G, O/G, K * C/G) @ (G, K * C/G, L * N), the columns gathered with
-    # the batch innermost (``_batch_last``) and the weight's rows ordered to match (kernel position, channel)
+    # one GEMM per group over all images: (G, O/G, C/G * K) @ (G, C/G * K, L * N), the columns gathered with
+    # the batch innermost (``_batch_last``) in the weight's (channel, kernel position) order
     xt = _batch_last(x, pads)
     size, steps = _grouped_windows(tuple(xt.shape), groups, kernel, stride, dilation, out)
     cols = xt.as_strided(size, steps, xt.storage_offset()).reshape(groups, k * (c // groups), -1)
-    w = weight.reshape(groups, o // groups, c // groups, k).transpose(2, 3).reshape(groups, o // groups, -1)
+    w = weight.reshape(groups, o // groups, -1)
     y = _batch_first(jt.matmul(w, cols).reshape(o, *out, n))
     if bias is not None:
         y = y + bias.reshape(-1, *([1] * nd))
@@ -458,11 +461,11 @@ def _conv_transpose(input, weight, bias, stride, padding, output_padding, groups
                            "Output size is too small")
     n, c_in, c_out = x.shape[0], x.shape[1], weight.shape[1] * groups
     k = math.prod(kernel)
-    # (G, K * C_out/G, C_in/G) @ (G, C_in/G, L * N): every input position's kernel-sized contribution, laid out
-    # as the windows of a (C_out, *full, N) output (``_batch_last``'s layout) that one col2im sums up
+    # (G, C_out/G * K, C_in/G) @ (G, C_in/G, L * N): every input position's kernel-sized contribution, laid out
+    # as the windows of a (C_out, *full, N) output (``_batch_last``'s layout) that one col2im sums up; the
+    # weight read transposed as it lies
     xt = _batch_last(x).reshape(groups, c_in // groups, -1)
-    w = weight.reshape(groups, c_in // groups, c_out // groups, k).permute(0, 3, 2, 1)
-    w = w.reshape(groups, -1, c_in // groups)
+    w = weight.reshape(groups, c_in // groups, -1).transpose(1, 2)
     cols = jt.matmul(w, xt)
     shape = (c_out, *full, n)
     size, steps = _grouped_windows(shape, groups, kernel, stride, dilation, sizes)
