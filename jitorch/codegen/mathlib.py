@@ -184,6 +184,11 @@ class _Math:
     def fma(self, a, b, c):
         return self._intrinsic("llvm.fma", a, b, c)
 
+    def two_prod(self, a, b):
+        """``a * b`` exactly, as (product, error): `jitorch.ops.powers.two_prod_dekker`'s exact value."""
+        p = self.mul(a, b)
+        return p, self.fma(a, b, self.neg(p))
+
     def abs(self, a):
         return self._intrinsic("llvm.fabs", a)
 

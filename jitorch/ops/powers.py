@@ -20,6 +20,7 @@ SLEEF's powf) in `benchmarks/pow_accuracy.py`; see docs/differences-from-torch.m
 from __future__ import annotations
 
 import math
+import operator
 import struct
 
 import numpy as np
@@ -58,20 +59,16 @@ def _split(m, a):
     return hi, m.sub(a, hi)
 
 
-def _two_prod(m, a, b):
-    """``a * b`` exactly, as (product, error) (Dekker)."""
+def two_prod_dekker(m, a, b):
+    """``a * b`` exactly, as (product, error), by Dekker's products of Veltkamp's halves: the backends' ``two_prod``
+    without an FMA (`Arrays`, `Floats`). Exact while the halves neither overflow (``|a|, |b| < 2**996``, which
+    the algorithm's operands are) nor their products underflow (an error below 2**-969, where the product is
+    itself far below what the algorithm adds it to: `pow_double`'s result is 1 there whichever error is taken).
+    The code generator's ``fma(a, b, -p)`` is the same exact error, in fewer instructions."""
     p = m.mul(a, b)
     ah, al = _split(m, a)
     bh, bl = _split(m, b)
     err = m.add(m.add(m.add(m.sub(m.mul(ah, bh), p), m.mul(ah, bl)), m.mul(al, bh)), m.mul(al, bl))
-    return p, err
-
-
-def _two_square(m, a):
-    p = m.mul(a, a)
-    ah, al = _split(m, a)
-    t = m.mul(ah, al)
-    err = m.add(m.add(m.sub(m.mul(ah, ah), p), m.add(t, t)), m.mul(al, al))
     return p, err
 
 
@@ -111,24 +108,24 @@ def _add2_dd(m, x, y):
 
 
 def _mul_df(m, x, y):
-    p, e = _two_prod(m, x[0], y)
+    p, e = m.two_prod(x[0], y)
     return p, m.add(e, m.mul(x[1], y))
 
 
 def _mul_dd(m, x, y):
-    p, e = _two_prod(m, x[0], y[0])
+    p, e = m.two_prod(x[0], y[0])
     return p, m.add(e, m.add(m.mul(x[0], y[1]), m.mul(x[1], y[0])))
 
 
 def _square_d(m, x):
-    p, e = _two_square(m, x[0])
+    p, e = m.two_prod(x[0], x[0])
     return p, m.add(e, m.mul(m.add(x[0], x[0]), x[1]))
 
 
 def _div_fd(m, n, d):
     """A value over a double word, as a double word: the quotient and its remainder's quotient."""
     q = m.div(n, d[0])
-    p, e = _two_prod(m, q, d[0])
+    p, e = m.two_prod(q, d[0])
     r = m.sub(m.sub(m.sub(n, p), e), m.mul(q, d[1]))
     return q, m.div(r, d[0])
 
@@ -244,19 +241,11 @@ class Arrays:
     abs, trunc, rint, isnan, sqrt = np.abs, np.trunc, np.rint, np.isnan, np.sqrt
     lt, gt, eq = np.less, np.greater, np.equal
     sel = staticmethod(np.where)
-    signbit = np.signbit
+    signbit, isinf = np.signbit, np.isinf
+    any, all = np.logical_or, np.logical_and
 
-    @staticmethod
-    def any(*conds):
-        return np.logical_or.reduce(conds) if len(conds) > 2 else np.logical_or(*conds)
-
-    @staticmethod
-    def all(*conds):
-        return np.logical_and(*conds)
-
-    @staticmethod
-    def isinf(a):
-        return np.isinf(a)
+    def two_prod(self, a, b):
+        return two_prod_dekker(self, a, b)
 
     @staticmethod
     def mulsign(a, b):
@@ -296,24 +285,13 @@ def _pow2(q):
 class Floats:
     """The arithmetic interface over Python floats (one element: no array's per-call cost)."""
 
-    @staticmethod
-    def add(a, b):
-        return a + b
+    add, sub, mul, div = (staticmethod(f) for f in (operator.add, operator.sub, operator.mul, operator.truediv))
+    lt, gt, eq = (staticmethod(f) for f in (operator.lt, operator.gt, operator.eq))
 
-    @staticmethod
-    def sub(a, b):
-        return a - b
-
-    @staticmethod
-    def mul(a, b):
-        return a * b
-
-    @staticmethod
-    def div(a, b):
-        return a / b  # (the algorithm divides only by a double word's high part in [1.75, 2.5))
+    def two_prod(self, a, b):
+        return two_prod_dekker(self, a, b)
 
     abs = staticmethod(abs)
-    sqrt = staticmethod(math.sqrt)
     isnan = staticmethod(math.isnan)
     isinf = staticmethod(math.isinf)
 
@@ -326,28 +304,10 @@ class Floats:
         return math.copysign(round(a), a) if math.isfinite(a) else a  # (round: ties to even, as rint)
 
     @staticmethod
-    def lt(a, b):
-        return a < b
-
-    @staticmethod
-    def gt(a, b):
-        return a > b
-
-    @staticmethod
-    def eq(a, b):
-        return a == b
-
-    @staticmethod
     def sel(c, a, b):
         return a if c else b
 
-    @staticmethod
-    def any(*conds):
-        return any(conds)
-
-    @staticmethod
-    def all(*conds):
-        return all(conds)
+    any, all = staticmethod(operator.or_), staticmethod(operator.and_)
 
     @staticmethod
     def signbit(a):
@@ -384,6 +344,9 @@ def _pow2_float(q):
     return struct.unpack("<d", struct.pack("<Q", ((q + 1023) << 52) & 0xFFFFFFFFFFFFFFFF))[0]
 
 
+_ARRAYS, _FLOATS = Arrays(), Floats()
+
+
 # Eager entry points --------------------------------------------------------------------------------------
 
 # (op name: "pow" or "xlogy", NumPy dtype name) -> the compiled path's flat kernel of that op over two C-contiguous
@@ -391,10 +354,12 @@ def _pow2_float(q):
 # loads the code generator at the first call that needs it: the ops layer cannot import it, and a program of
 # small tensors need not load LLVM.
 KERNEL = None
-# From this many elements an eager pow or xlogy runs that kernel: the NumPy passes of `pow_double` (~300 of
-# them) cost more than a kernel call from here on (see benchmarks/pow_accuracy.py), and the kernel is the same
-# bits.
-KERNEL_MIN = 1 << 10
+# From this many elements an eager pow or xlogy runs that kernel (the same bits). `pow_double` is ~250 NumPy
+# passes: 150-200 us of CPU for 2 to 64 elements, where the kernel's call takes ~20 us (float32 and float64,
+# benchmarks/pow_accuracy.py); but the first such call loads the code generator and builds the kernel (~0.2 s,
+# then read from the kernel cache), which a program of tiny tensors need not pay. One element computes on
+# Python floats instead (~20 us).
+KERNEL_MIN = 64
 
 
 def through_kernel(name, dtype, *operands):
@@ -416,15 +381,15 @@ def power(a, b, dtype):
     `pow_double` (float32 operands are exact in float64, and the result is rounded once)."""
     dtype = np.dtype(dtype)
     if dtype == np.float32 and isinstance(b, (int, float)) and by_products(b):
-        return pow_by_products(Arrays, a.astype(np.float64), b).astype(dtype)
+        return pow_by_products(_ARRAYS, a.astype(np.float64), b).astype(dtype)
     r = through_kernel("pow", dtype, a, b)
     if r is not None:
         return r
     a64, b64 = np.broadcast_arrays(np.asarray(a, dtype).astype(np.float64), np.asarray(b, dtype).astype(np.float64))
     if a64.size == 1:
-        r = np.array(pow_double(Floats, float(a64.flat[0]), float(b64.flat[0])))
+        r = np.array(pow_double(_FLOATS, float(a64.flat[0]), float(b64.flat[0])))
     else:
-        r = pow_double(Arrays, a64, b64)
+        r = pow_double(_ARRAYS, a64, b64)
     return r.reshape(a64.shape).astype(dtype)
 
 
@@ -432,5 +397,5 @@ def log(x):
     """``log(x)`` of a float32 or float64 array by `log_double` (float32: computed in float64, rounded once)."""
     x = np.asarray(x)
     x64 = x.astype(np.float64)
-    r = np.array(log_double(Floats, float(x64.flat[0]))) if x64.size == 1 else log_double(Arrays, x64)
+    r = np.array(log_double(_FLOATS, float(x64.flat[0]))) if x64.size == 1 else log_double(_ARRAYS, x64)
     return r.reshape(x64.shape).astype(x.dtype)
