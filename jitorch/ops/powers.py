@@ -185,7 +185,7 @@ def pow_double(m, x, y):
 
 def log_double(m, d):
     """``log(d)`` of doubles: the double word of `_logk` rounded; -inf at 0, NaN below, inf at inf."""
-    lg = _logk(m, d)
+    lg = _logk(m, m.abs(d))  # (a negative d's NaN is selected below: its mantissa must not divide by 0 first)
     r = m.add(lg[0], lg[1])
     r = m.sel(m.eq(d, _INF), _INF, r)
     r = m.sel(m.any(m.lt(d, 0.0), m.isnan(d)), _NAN, r)
@@ -285,6 +285,7 @@ def _pow2(q):
 class Floats:
     """The arithmetic interface over Python floats (one element: no array's per-call cost)."""
 
+    # (truediv raises on a zero divisor: the algorithm divides only by a mantissa of |d| plus 1, never 0)
     add, sub, mul, div = (staticmethod(f) for f in (operator.add, operator.sub, operator.mul, operator.truediv))
     lt, gt, eq = (staticmethod(f) for f in (operator.lt, operator.gt, operator.eq))
 

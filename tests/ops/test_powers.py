@@ -83,18 +83,18 @@ def test_eager_pow_and_xlogy_are_the_compiled_bits(dtype, size, kernel_calls):
     kernel) and xlogy give a compiled function's bits, special values and every dtype included."""
     x, y = _operands(4000, 2)
     x, y = _tensor(x, dtype), _tensor(y, dtype)
-    pow_compiled = jt.compile(lambda a, b: a ** b)
-    xlogy_compiled = jt.compile(lambda a, b: jt.xlogy(a, b))
-    for start in range(0, x.numel() - size, max(size, x.numel() // 40)):
+    compiled = jt.compile(lambda a, b: (a ** b, jt.xlogy(b, a.abs())))
+    for start in range(0, x.numel() - size, max(size, x.numel() // 30)):
         a, b = x[start:start + size], y[start:start + size]
-        np.testing.assert_array_equal(_bits(_np(a ** b)), _bits(_np(pow_compiled(a, b))))
-        np.testing.assert_array_equal(_bits(_np(jt.xlogy(b, a.abs()))), _bits(_np(xlogy_compiled(b, a.abs()))))
+        pow_bits, xlogy_bits = (_bits(_np(r)) for r in compiled(a, b))
+        np.testing.assert_array_equal(_bits(_np(a ** b)), pow_bits)
+        np.testing.assert_array_equal(_bits(_np(jt.xlogy(b, a.abs()))), xlogy_bits)
     compute = "float64" if dtype is jt.float64 else "float32"
     assert set(kernel_calls) == ({("pow", compute), ("xlogy", compute)} if size >= powers.KERNEL_MIN else set())
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
-@pytest.mark.parametrize("exponent", [2.5, -1.5, 0.5, 7.0, -4.0, 16.0, 15.5, 17.0, 1.7, -0.3, 100.0, 1e-300])
+@pytest.mark.parametrize("exponent", [-1.5, 0.5, 7.0, 16.0, 15.5, 17.0, -0.3, 1e-300])
 def test_eager_pow_by_a_number_is_the_compiled_bits(dtype, exponent):
     """A Python-number exponent: float32's products and square root (`powers.pow_by_products`) or pow, the
     compiled path's choice too, the number rounded to the compute dtype as a compiled constant is."""
@@ -105,6 +105,7 @@ def test_eager_pow_by_a_number_is_the_compiled_bits(dtype, exponent):
         np.testing.assert_array_equal(_bits(_np(part ** exponent)), _bits(_np(compiled(part))))
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # (`powers.power` called outside an op's kernel)
 def test_float_power_and_rpow_and_in_place_forms_are_pow():
     """float_power is pow in float64, ``number ** t`` pow of the number, ``pow_`` pow written in place."""
     x, y = _operands(200, 4)
@@ -144,7 +145,7 @@ TORCH_ULPS_OF = {(jt.float32, "xlogy"): (2, 0.005), (jt.float16, "xlogy"): (1, 0
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
 def test_pow_and_xlogy_within_an_ulp_of_torch(dtype):
-    x, y = _operands(20000, 5)
+    x, y = _operands(8000, 5)
     tdt = getattr(torch, str(dtype).split(".")[1])
     tx, ty = torch.from_numpy(x).to(tdt), torch.from_numpy(y).to(tdt)
     jx, jy = _tensor(x, dtype), _tensor(y, dtype)
