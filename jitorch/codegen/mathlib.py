@@ -101,7 +101,7 @@ def _type_suffix(t):
     return t.intrinsic_name
 
 
-class _Math:
+class _Math(powers.DoubleWordSums):
     """Arithmetic on values of one float type (scalar or vector) through an IRBuilder.
 
     Methods accept Python numbers wherever a value is expected (they become splatted
@@ -310,69 +310,7 @@ class _Math:
         m = self.ldexp3k(d, self.isub(self.ic(0), e))
         return self.sel(tiny, self.isub(e, 64), e), m
 
-    # Double-word arithmetic (SLEEF dd.h / df.h, FMA forms) --------------------------------
-    # Suffixes say the operand kinds: f = one value, d = a double word. The plain forms
-    # assume |first| >= |second|; the "2" forms do not.
-
-    def dsum(self, x):
-        return self.add(x[0], x[1])
-
-    def dneg(self, x):
-        return self.neg(x[0]), self.neg(x[1])
-
-    def dnorm(self, x):
-        s = self.add(x[0], x[1])
-        return s, self.add(self.sub(x[0], s), x[1])
-
-    def dscale(self, x, s):
-        return self.mul(x[0], s), self.mul(x[1], s)
-
-    def dadd_ff(self, x, y):
-        s = self.add(x, y)
-        return s, self.add(self.sub(x, s), y)
-
-    def dadd2_ff(self, x, y):
-        s = self.add(x, y)
-        v = self.sub(s, x)
-        return s, self.add(self.sub(x, self.sub(s, v)), self.sub(y, v))
-
-    def dadd_df(self, x, y):
-        s = self.add(x[0], y)
-        return s, self.add(self.add(self.sub(x[0], s), y), x[1])
-
-    def dadd2_df(self, x, y):
-        s = self.add(x[0], y)
-        v = self.sub(s, x[0])
-        w = self.add(self.sub(x[0], self.sub(s, v)), self.sub(y, v))
-        return s, self.add(w, x[1])
-
-    def dsub_df(self, x, y):
-        s = self.sub(x[0], y)
-        return s, self.add(self.sub(self.sub(x[0], s), y), x[1])
-
-    def dadd_fd(self, x, y):
-        s = self.add(x, y[0])
-        return s, self.add(self.add(self.sub(x, s), y[0]), y[1])
-
-    def dadd2_fd(self, x, y):
-        s = self.add(x, y[0])
-        v = self.sub(s, x)
-        return s, self.add(self.add(self.sub(x, self.sub(s, v)), self.sub(y[0], v)), y[1])
-
-    def dadd_dd(self, x, y):
-        s = self.add(x[0], y[0])
-        return s, self.add(self.add(self.add(self.sub(x[0], s), y[0]), x[1]), y[1])
-
-    def dadd2_dd(self, x, y):
-        s = self.add(x[0], y[0])
-        v = self.sub(s, x[0])
-        t = self.add(self.sub(x[0], self.sub(s, v)), self.sub(y[0], v))
-        return s, self.add(t, self.add(x[1], y[1]))
-
-    def dsub_dd(self, x, y):
-        s = self.sub(x[0], y[0])
-        t = self.add(self.sub(self.sub(x[0], s), y[0]), x[1])
-        return s, self.sub(t, y[1])
+    # Double-word products (SLEEF dd.h / df.h, FMA forms; the sums are `powers.DoubleWordSums`') ----------
 
     def dmul_ff(self, x, y):
         s = self.mul(x, y)

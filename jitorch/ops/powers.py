@@ -51,7 +51,74 @@ _SPLITTER = 134217729.0  # 2**27 + 1: Veltkamp's split of a double into two 26-b
 _Y_CLAMP = 2.0 ** 60
 
 
-# Double words (an unevaluated sum hi + lo), FMA-free ------------------------------------------------------
+# Double words (an unevaluated sum hi + lo), FMA-free ----------------------------------------------------
+
+class DoubleWordSums:
+    """Sums of double words (SLEEF dd.h / df.h) for an arithmetic interface's ``add``, ``sub``, ``mul`` and
+    ``neg``: no FMA, so every backend (`Arrays`, `Floats`, `jitorch.codegen.mathlib`'s LLVM builder) computes
+    them alike. Suffixes say the operand kinds: f = one value, d = a double word. The plain forms assume
+    |first| >= |second|; the "2" forms do not."""
+
+    def dsum(self, x):
+        return self.add(x[0], x[1])
+
+    def dneg(self, x):
+        return self.neg(x[0]), self.neg(x[1])
+
+    def dnorm(self, x):
+        s = self.add(x[0], x[1])
+        return s, self.add(self.sub(x[0], s), x[1])
+
+    def dscale(self, x, s):
+        return self.mul(x[0], s), self.mul(x[1], s)
+
+    def dadd_ff(self, x, y):
+        s = self.add(x, y)
+        return s, self.add(self.sub(x, s), y)
+
+    def dadd2_ff(self, x, y):
+        s = self.add(x, y)
+        v = self.sub(s, x)
+        return s, self.add(self.sub(x, self.sub(s, v)), self.sub(y, v))
+
+    def dadd_df(self, x, y):
+        s = self.add(x[0], y)
+        return s, self.add(self.add(self.sub(x[0], s), y), x[1])
+
+    def dadd2_df(self, x, y):
+        s = self.add(x[0], y)
+        v = self.sub(s, x[0])
+        w = self.add(self.sub(x[0], self.sub(s, v)), self.sub(y, v))
+        return s, self.add(w, x[1])
+
+    def dsub_df(self, x, y):
+        s = self.sub(x[0], y)
+        return s, self.add(self.sub(self.sub(x[0], s), y), x[1])
+
+    def dadd_fd(self, x, y):
+        s = self.add(x, y[0])
+        return s, self.add(self.add(self.sub(x, s), y[0]), y[1])
+
+    def dadd2_fd(self, x, y):
+        s = self.add(x, y[0])
+        v = self.sub(s, x)
+        return s, self.add(self.add(self.sub(x, self.sub(s, v)), self.sub(y[0], v)), y[1])
+
+    def dadd_dd(self, x, y):
+        s = self.add(x[0], y[0])
+        return s, self.add(self.add(self.add(self.sub(x[0], s), y[0]), x[1]), y[1])
+
+    def dadd2_dd(self, x, y):
+        s = self.add(x[0], y[0])
+        v = self.sub(s, x[0])
+        t = self.add(self.sub(x[0], self.sub(s, v)), self.sub(y[0], v))
+        return s, self.add(t, self.add(x[1], y[1]))
+
+    def dsub_dd(self, x, y):
+        s = self.sub(x[0], y[0])
+        t = self.add(self.sub(self.sub(x[0], s), y[0]), x[1])
+        return s, self.sub(t, y[1])
+
 
 def _split(m, a):
     c = m.mul(a, _SPLITTER)
@@ -70,41 +137,6 @@ def two_prod_dekker(m, a, b):
     bh, bl = _split(m, b)
     err = m.add(m.add(m.add(m.sub(m.mul(ah, bh), p), m.mul(ah, bl)), m.mul(al, bh)), m.mul(al, bl))
     return p, err
-
-
-def _fast_two_sum(m, a, b):
-    s = m.add(a, b)
-    return s, m.add(m.sub(a, s), b)
-
-
-def _two_sum(m, a, b):
-    s = m.add(a, b)
-    v = m.sub(s, a)
-    return s, m.add(m.sub(a, m.sub(s, v)), m.sub(b, v))
-
-
-def _add_df(m, x, y):
-    """A double word plus a value, either larger."""
-    s, e = _two_sum(m, x[0], y)
-    return s, m.add(e, x[1])
-
-
-def _add_fd(m, x, y):
-    """A value plus a double word, |x| >= |y|."""
-    s = m.add(x, y[0])
-    return s, m.add(m.add(m.sub(x, s), y[0]), y[1])
-
-
-def _add_dd(m, x, y):
-    """Two double words, |x| >= |y|."""
-    s = m.add(x[0], y[0])
-    return s, m.add(m.add(m.add(m.sub(x[0], s), y[0]), x[1]), y[1])
-
-
-def _add2_dd(m, x, y):
-    """Two double words, either larger."""
-    s, e = _two_sum(m, x[0], y[0])
-    return s, m.add(e, m.add(x[1], y[1]))
 
 
 def _mul_df(m, x, y):
@@ -143,22 +175,22 @@ def _poly(m, x, coeffs):
 def _logk(m, d):
     """log of finite d > 0 as a double word (SLEEF logk): d = mant * 2**e, mant in [0.75, 1.5)."""
     e, mant = m.split_exponent(d)
-    x = _div_fd(m, m.sub(mant, 1.0), _two_sum(m, mant, 1.0))  # (mant - 1 is exact)
+    x = _div_fd(m, m.sub(mant, 1.0), m.dadd2_ff(mant, 1.0))  # (mant - 1 is exact)
     x2 = _square_d(m, x)
     t = _poly(m, x2[0], _LOGK)
     ef = m.i2f(e)
-    s = _add_dd(m, (m.mul(ef, _L2U), m.mul(ef, _L2L)), (m.add(x[0], x[0]), m.add(x[1], x[1])))  # (exact e * _L2U)
-    return _add_dd(m, s, _mul_dd(m, _mul_dd(m, x2, x), _add2_dd(m, (m.mul(x2[0], t), 0.0), _TWO_THIRDS)))
+    s = m.dadd_dd((m.mul(ef, _L2U), m.mul(ef, _L2L)), m.dscale(x, 2.0))  # (exact e * _L2U)
+    return m.dadd_dd(s, _mul_dd(m, _mul_dd(m, x2, x), m.dadd2_dd((m.mul(x2[0], t), 0.0), _TWO_THIRDS)))
 
 
 def _expk(m, d):
     """exp of a double word, rounded to one value (SLEEF expk); 0 below e**-1000."""
     q = m.rint(m.mul(m.add(d[0], d[1]), _R_LN2))
-    s = _add_df(m, d, m.mul(q, -_L2U))  # (exact product)
-    s = _fast_two_sum(m, *_add_df(m, s, m.mul(q, -_L2L)))
+    s = m.dadd2_df(d, m.mul(q, -_L2U))  # (exact product)
+    s = m.dnorm(m.dadd2_df(s, m.mul(q, -_L2L)))
     u = _poly(m, s[0], _EXPK)
-    t = _add_dd(m, _add_fd(m, 1.0, s), _mul_df(m, _square_d(m, s), u))
-    r = m.ldexp2k(m.add(t[0], t[1]), m.f2i(q))
+    t = m.dadd_dd(m.dadd_fd(1.0, s), _mul_df(m, _square_d(m, s), u))
+    r = m.ldexp2k(m.dsum(t), m.f2i(q))
     return m.sel(m.lt(d[0], -1000.0), 0.0, r)
 
 
@@ -185,8 +217,7 @@ def pow_double(m, x, y):
 
 def log_double(m, d):
     """``log(d)`` of doubles: the double word of `_logk` rounded; -inf at 0, NaN below, inf at inf."""
-    lg = _logk(m, m.abs(d))  # (a negative d's NaN is selected below: its mantissa must not divide by 0 first)
-    r = m.add(lg[0], lg[1])
+    r = m.dsum(_logk(m, m.abs(d)))  # (a negative d's NaN is selected below: its mantissa must not divide by 0)
     r = m.sel(m.eq(d, _INF), _INF, r)
     r = m.sel(m.any(m.lt(d, 0.0), m.isnan(d)), _NAN, r)
     return m.sel(m.eq(d, 0.0), -_INF, r)
@@ -233,19 +264,36 @@ def pow_by_products(m, x, n):
 
 # Backends ------------------------------------------------------------------------------------------------
 
-class Arrays:
-    """The arithmetic interface over float64 NumPy arrays (of one shape, or broadcasting with numbers):
-    exponents are int64 arrays, conditions bool arrays."""
-
-    add, sub, mul, div = np.add, np.subtract, np.multiply, np.true_divide
-    abs, trunc, rint, isnan, sqrt = np.abs, np.trunc, np.rint, np.isnan, np.sqrt
-    lt, gt, eq = np.less, np.greater, np.equal
-    sel = staticmethod(np.where)
-    signbit, isinf = np.signbit, np.isinf
-    any, all = np.logical_or, np.logical_and
+class _Host(DoubleWordSums):
+    """What the NumPy and Python-float interfaces share: Dekker's exact products, and the exponent steps of
+    `jitorch.codegen.mathlib._Math` by a backend's ``frexp`` and ``ldexp`` (both exact) and ``pow2i``."""
 
     def two_prod(self, a, b):
         return two_prod_dekker(self, a, b)
+
+    def ldexp2k(self, d, e):
+        """``d * 2**e`` in two exact steps (|e| <= 2046): at most the second rounds, as `mathlib`'s."""
+        half = e >> 1
+        return self.mul(self.mul(d, self.pow2i(half)), self.pow2i(e - half))
+
+    def split_exponent(self, d):
+        """(e, m) with d = m * 2**e, m in [0.75, 1.5), for finite d > 0 (`mathlib._Math.split_exponent`)."""
+        tiny = self.lt(d, 2.0 ** -1000)
+        d = self.sel(tiny, self.mul(d, 2.0 ** 64), d)
+        e = self.frexp_exponent(self.mul(d, 2.0 / 3.0))  # (frexp's exponent is ilogb's plus one)
+        return self.sel(tiny, e - 64, e), self.ldexp(d, -e)
+
+
+class Arrays(_Host):
+    """The arithmetic interface over float64 NumPy arrays (of one shape, or broadcasting with numbers):
+    exponents are int64 arrays, conditions bool arrays."""
+
+    add, sub, mul, div, neg = np.add, np.subtract, np.multiply, np.true_divide, np.negative
+    abs, trunc, rint, isnan, sqrt = np.abs, np.trunc, np.rint, np.isnan, np.sqrt
+    lt, gt, eq = np.less, np.greater, np.equal
+    signbit, isinf = np.signbit, np.isinf
+    any, all = np.logical_or, np.logical_and
+    sel, ldexp = staticmethod(np.where), np.ldexp
 
     @staticmethod
     def mulsign(a, b):
@@ -262,39 +310,26 @@ class Arrays:
         return np.where(np.abs(x) < 2.0 ** 62, x, 0.0).astype(np.int64)
 
     @staticmethod
-    def ldexp2k(d, e):
-        """``d * 2**e`` in two exact steps (|e| <= 2046): at most the second rounds, as `mathlib`'s."""
-        half = e >> 1
-        return d * _pow2(half) * _pow2(e - half)
+    def frexp_exponent(d):
+        return np.frexp(d)[1].astype(np.int64)
 
     @staticmethod
-    def split_exponent(d):
-        """(e, m) with d = m * 2**e, m in [0.75, 1.5), for finite d > 0 (`mathlib._Math.split_exponent`)."""
-        tiny = d < 2.0 ** -1000
-        d = np.where(tiny, d * 2.0 ** 64, d)
-        e = np.frexp(d * (2.0 / 3.0))[1].astype(np.int64)  # (frexp's exponent is ilogb's plus one)
-        return np.where(tiny, e - 64, e), np.ldexp(d, -e)
+    def pow2i(q):
+        """2**q of an int64 array as `mathlib`'s ``pow2i`` makes it: the exponent field of q + 1023, wrapping
+        outside the normal range (where the callers' results are selected away)."""
+        return ((q + 1023) << 52).view(np.float64)
 
 
-def _pow2(q):
-    """2**q of an int64 array as `mathlib`'s ``pow2i`` makes it: the exponent field of q + 1023, wrapping
-    outside the normal range (where the callers' results are selected away)."""
-    return ((q + 1023) << 52).view(np.float64)
-
-
-class Floats:
+class Floats(_Host):
     """The arithmetic interface over Python floats (one element: no array's per-call cost)."""
 
     # (truediv raises on a zero divisor: the algorithm divides only by a mantissa of |d| plus 1, never 0)
-    add, sub, mul, div = (staticmethod(f) for f in (operator.add, operator.sub, operator.mul, operator.truediv))
+    add, sub, mul, div, neg = (staticmethod(f) for f in (operator.add, operator.sub, operator.mul, operator.truediv,
+                                                         operator.neg))
     lt, gt, eq = (staticmethod(f) for f in (operator.lt, operator.gt, operator.eq))
-
-    def two_prod(self, a, b):
-        return two_prod_dekker(self, a, b)
-
-    abs = staticmethod(abs)
-    isnan = staticmethod(math.isnan)
-    isinf = staticmethod(math.isinf)
+    any, all = staticmethod(operator.or_), staticmethod(operator.and_)
+    abs, isnan, isinf, ldexp = staticmethod(abs), staticmethod(math.isnan), staticmethod(math.isinf), \
+        staticmethod(math.ldexp)
 
     @staticmethod
     def trunc(a):
@@ -307,8 +342,6 @@ class Floats:
     @staticmethod
     def sel(c, a, b):
         return a if c else b
-
-    any, all = staticmethod(operator.or_), staticmethod(operator.and_)
 
     @staticmethod
     def signbit(a):
@@ -327,22 +360,13 @@ class Floats:
         return int(x) if abs(x) < 2.0 ** 62 else 0
 
     @staticmethod
-    def ldexp2k(d, e):
-        half = e >> 1
-        return d * _pow2_float(half) * _pow2_float(e - half)
+    def frexp_exponent(d):
+        return math.frexp(d)[1]
 
     @staticmethod
-    def split_exponent(d):
-        tiny = d < 2.0 ** -1000
-        if tiny:
-            d = d * 2.0 ** 64
-        e = math.frexp(d * (2.0 / 3.0))[1]
-        return (e - 64 if tiny else e), math.ldexp(d, -e)
-
-
-def _pow2_float(q):
-    """`_pow2` of a Python int."""
-    return struct.unpack("<d", struct.pack("<Q", ((q + 1023) << 52) & 0xFFFFFFFFFFFFFFFF))[0]
+    def pow2i(q):
+        """`Arrays.pow2i` of a Python int."""
+        return struct.unpack("<d", struct.pack("<Q", ((q + 1023) << 52) & 0xFFFFFFFFFFFFFFFF))[0]
 
 
 _ARRAYS, _FLOATS = Arrays(), Floats()

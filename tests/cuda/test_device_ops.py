@@ -1,8 +1,9 @@
-"""Ops that used to run on the host for CUDA tensors, now on the device, against the CPU on the fake device
-running the kernels: the formula factories (arange, eye, linspace, logspace: bit for bit), repeat_interleave,
-index_fill with a tensor value, scatter_reduce (atomics and compare-and-swap loops), the data-dependent
-masked_select, argwhere/nonzero and unique (a device scan and one read-back of the count), and sorts of lines longer than a block sorts (runs, then merge passes). Each
-test also checks that nothing ran through ``on_host``, and the kernels they make assemble with ptxas."""
+"""Ops that used to run on the host for CUDA tensors, now on the device, against the CPU on the fake device running the
+kernels: the formula factories (arange, eye, linspace, logspace: bit for bit), repeat_interleave, index_fill with a
+tensor value, scatter_reduce (atomics and compare-and-swap loops), the data-dependent masked_select,
+argwhere/nonzero and unique (a device scan and one read-back of the count), and sorts of lines longer than a block
+sorts (runs, then merge passes). Each test also checks that nothing ran through ``on_host``, and the kernels they
+make assemble with ptxas."""
 
 import numpy as np
 import pytest
