@@ -404,23 +404,21 @@ def power(a, b, dtype):
     """``a ** b`` of float32 or float64 arrays (or numbers) broadcast together, as a new array of NumPy
     ``dtype`` (float32 or float64): a float32 power by a `by_products` number by `pow_by_products`, others by
     `pow_double` (float32 operands are exact in float64, and the result is rounded once)."""
-    dtype = np.dtype(dtype)
     if dtype == np.float32 and isinstance(b, (int, float)) and by_products(b):
         return pow_by_products(_ARRAYS, a.astype(np.float64), b).astype(dtype)
+    a, b = np.asarray(a, dtype), np.asarray(b, dtype)
+    if a.size == 1 and b.size == 1:  # (Python floats: no array's per-call cost)
+        return np.array(pow_double(_FLOATS, a.item(), b.item()), dtype).reshape(np.broadcast_shapes(a.shape, b.shape))
     r = through_kernel("pow", dtype, a, b)
     if r is not None:
         return r
-    a64, b64 = np.broadcast_arrays(np.asarray(a, dtype).astype(np.float64), np.asarray(b, dtype).astype(np.float64))
-    if a64.size == 1:
-        r = np.array(pow_double(_FLOATS, float(a64.flat[0]), float(b64.flat[0])))
-    else:
-        r = pow_double(_ARRAYS, a64, b64)
-    return r.reshape(a64.shape).astype(dtype)
+    a64, b64 = np.broadcast_arrays(a.astype(np.float64), b.astype(np.float64))
+    return pow_double(_ARRAYS, a64, b64).astype(dtype)
 
 
 def log(x):
     """``log(x)`` of a float32 or float64 array by `log_double` (float32: computed in float64, rounded once)."""
     x = np.asarray(x)
-    x64 = x.astype(np.float64)
-    r = np.array(log_double(_FLOATS, float(x64.flat[0]))) if x64.size == 1 else log_double(_ARRAYS, x64)
-    return r.reshape(x64.shape).astype(x.dtype)
+    if x.size == 1:
+        return np.array(log_double(_FLOATS, x.item()), x.dtype).reshape(x.shape)
+    return log_double(_ARRAYS, x.astype(np.float64)).astype(x.dtype)
