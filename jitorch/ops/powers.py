@@ -404,6 +404,7 @@ def power(a, b, dtype):
     """``a ** b`` of float32 or float64 arrays (or numbers) broadcast together, as a new array of NumPy
     ``dtype`` (float32 or float64): a float32 power by a `by_products` number by `pow_by_products`, others by
     `pow_double` (float32 operands are exact in float64, and the result is rounded once)."""
+    dtype = np.dtype(dtype)
     if dtype == np.float32 and isinstance(b, (int, float)) and by_products(b):
         return pow_by_products(_ARRAYS, a.astype(np.float64), b).astype(dtype)
     a, b = np.asarray(a, dtype), np.asarray(b, dtype)
