@@ -128,7 +128,15 @@ def _scatter_rows_kernel(dtype):
     return scatter.scatter_rows_kernel(dtype)
 
 
+def _power_kernel(name, dtype):
+    """ops.powers' kernel of pow or xlogy (jitorch's own pow and log, `_POWER_OPS`), loaded as `_row_kernel` is."""
+    from .jit import eager_kernels
+    return eager_kernels.kernel(_POWER_OPS[name], name, dtype, 2)
+
+
+_POWER_OPS = {"pow": Tensor.__pow__, "xlogy": Tensor.xlogy}
 _ops.reductions.ROW_KERNEL = _row_kernel
+_ops.powers.KERNEL = _power_kernel
 _ops.indexing.SCATTER_ROWS_KERNEL = _scatter_rows_kernel
 _ops.normalization.LAYER_NORM_KERNEL = _layer_norm_kernel
 

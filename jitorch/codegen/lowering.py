@@ -18,6 +18,7 @@ from llvmlite import ir
 
 from ..ir import lowerable
 from ..ir.graph import Value, iter_values
+from ..ops import powers
 from ..ops.creation import arange_plan
 from ..ops.meta import opmath
 from ..ops.pointwise import ldexp_power_dtype
@@ -26,6 +27,7 @@ from ..ops.reductions import reduces_nothing
 from ..ops.registry import attach
 from ..runtime import dtypes as _dt
 from ..runtime.casts import convert
+from . import mathlib
 from .emitter import Scalar, llvm_type
 
 # Element dtypes kernels handle (half types are computed in float32, as eager does).
@@ -392,49 +394,15 @@ def _fill_value_converts(node):
     return True
 
 
-# float32 powers by a number n with |n| up to this (integers) or half of twice it (odd halves: 1.5, -2.5...)
-# are products and a square root, not pow
-MAX_PRODUCT_POWER = 16
-
-
 def _pow_by_number(e, a, b):
-    """A float32 ``a ** n`` for a number ``n`` the simplification pass left (it writes eager's own formulas
-    for 2, 3, -1, -2 and +-0.5) where ``n`` is an integer or an odd half up to `MAX_PRODUCT_POWER`, else None.
-
-    It is computed in double and rounded once: ``a`` is exact in double, squaring and multiplying up to
-    ``a**16`` (and ``sqrt``) add a relative error under 2**-49, so the float32 result is within 0.5 ulp of the
-    exact power but for that (torch's ``pow`` by such numbers is SLEEF's 1-ulp powf; the general `mathlib` pow
-    takes 4-5x the time). The double range holds every power of a float32 up to the 16th that float32 can
-    hold, and reaches the true overflow to infinity or underflow to zero exactly where float32 does (an
-    intermediate power lies between 1 and the result). C's special values: a negative base (-inf included)
-    to an odd half is NaN, but -0.0 and -inf give pow of 0 and inf (+0.0 or +inf); an integer power keeps
-    the base's sign for odd n."""
+    """A float32 ``a ** n`` for a number ``n`` the simplification pass left where `powers.by_products` says so
+    (`powers.pow_by_products`, eager's formula: in double, rounded once), else None."""
     value = b.value
-    if a.dtype is not _dt.float32 or not isinstance(value, ir.Constant) or not isinstance(value.constant, float):
+    if a.dtype is not _dt.float32 or not isinstance(value, ir.Constant) or not isinstance(value.constant, float) \
+            or not powers.by_products(value.constant):
         return None
-    n = value.constant
-    twice = 2 * n
-    if not math.isfinite(n) or twice != int(twice) or not 0 < abs(twice) <= 2 * MAX_PRODUCT_POWER or n in (0, 1):
-        return None
-    odd_half = twice % 2 == 1
     x = e.cast(a, _dt.float64)
-    base = e.intrinsic("llvm.fabs", x) if odd_half else x
-    k = int(abs(n))
-    r = e.intrinsic("llvm.sqrt", base) if odd_half else None
-    power = None
-    for bit in bin(k)[2:] if k else "":  # base**k by squaring, highest bit first
-        power = base if power is None else e.mul(power, power)
-        if bit == "1" and power is not base:
-            power = e.mul(power, base)
-    if power is not None:
-        r = power if r is None else e.mul(r, power)
-    if n < 0:
-        r = e.div(e.const(1, _dt.float64), r)
-    if odd_half:  # a negative finite base: NaN (fabs and sqrt gave -0.0 and -inf pow's values already)
-        zero, inf = e.const(0, _dt.float64), e.const(-math.inf, _dt.float64)
-        negative = e.logical("and_", e.compare("<", x, zero), e.compare(">", x, inf))
-        r = e.select(negative, e.const(math.nan, _dt.float64), r)
-    return e.cast(r, _dt.float32)
+    return e.cast(Scalar(mathlib.run(e.b, powers.pow_by_products, x.value, value.constant), _dt.float64), _dt.float32)
 
 
 def _floating_result(node):
@@ -515,8 +483,9 @@ def _heaviside(e, x, values):
 
 
 def _xlogy(e, x, y):
-    """eager's xlogy: NaN where ``y`` is, else 0 where ``x`` is 0, else ``x log(y)``."""
-    product = e.mul(x, e.math("log", y))
+    """eager's xlogy: NaN where ``y`` is, else 0 where ``x`` is 0, else ``x log(y)`` (the log jitorch defines,
+    `powers.log_double`, as eager's)."""
+    product = e.mul(x, e.math("log_defined", y))
     zero = e.const(0, x.dtype)
     return e.select(e.isnan(y), e.const(float("nan"), x.dtype), e.select(e.compare("==", x, zero), zero, product))
 

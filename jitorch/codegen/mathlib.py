@@ -43,6 +43,8 @@ from functools import lru_cache
 import numpy as np
 from llvmlite import ir
 
+from ..ops import powers
+
 # The intrinsics this module may emit (it needs only some of them).
 ALLOWED_INTRINSICS = frozenset({
     "llvm.fma", "llvm.fabs", "llvm.floor", "llvm.ceil", "llvm.trunc", "llvm.rint", "llvm.nearbyint",
@@ -99,7 +101,7 @@ def _type_suffix(t):
     return t.intrinsic_name
 
 
-class _Math:
+class _Math(powers.DoubleWordSums):
     """Arithmetic on values of one float type (scalar or vector) through an IRBuilder.
 
     Methods accept Python numbers wherever a value is expected (they become splatted
@@ -181,6 +183,11 @@ class _Math:
 
     def fma(self, a, b, c):
         return self._intrinsic("llvm.fma", a, b, c)
+
+    def two_prod(self, a, b):
+        """``a * b`` exactly, as (product, error): `jitorch.ops.powers.two_prod_dekker`'s exact value."""
+        p = self.mul(a, b)
+        return p, self.fma(a, b, self.neg(p))
 
     def abs(self, a):
         return self._intrinsic("llvm.fabs", a)
@@ -303,69 +310,7 @@ class _Math:
         m = self.ldexp3k(d, self.isub(self.ic(0), e))
         return self.sel(tiny, self.isub(e, 64), e), m
 
-    # Double-word arithmetic (SLEEF dd.h / df.h, FMA forms) --------------------------------
-    # Suffixes say the operand kinds: f = one value, d = a double word. The plain forms
-    # assume |first| >= |second|; the "2" forms do not.
-
-    def dsum(self, x):
-        return self.add(x[0], x[1])
-
-    def dneg(self, x):
-        return self.neg(x[0]), self.neg(x[1])
-
-    def dnorm(self, x):
-        s = self.add(x[0], x[1])
-        return s, self.add(self.sub(x[0], s), x[1])
-
-    def dscale(self, x, s):
-        return self.mul(x[0], s), self.mul(x[1], s)
-
-    def dadd_ff(self, x, y):
-        s = self.add(x, y)
-        return s, self.add(self.sub(x, s), y)
-
-    def dadd2_ff(self, x, y):
-        s = self.add(x, y)
-        v = self.sub(s, x)
-        return s, self.add(self.sub(x, self.sub(s, v)), self.sub(y, v))
-
-    def dadd_df(self, x, y):
-        s = self.add(x[0], y)
-        return s, self.add(self.add(self.sub(x[0], s), y), x[1])
-
-    def dadd2_df(self, x, y):
-        s = self.add(x[0], y)
-        v = self.sub(s, x[0])
-        w = self.add(self.sub(x[0], self.sub(s, v)), self.sub(y, v))
-        return s, self.add(w, x[1])
-
-    def dsub_df(self, x, y):
-        s = self.sub(x[0], y)
-        return s, self.add(self.sub(self.sub(x[0], s), y), x[1])
-
-    def dadd_fd(self, x, y):
-        s = self.add(x, y[0])
-        return s, self.add(self.add(self.sub(x, s), y[0]), y[1])
-
-    def dadd2_fd(self, x, y):
-        s = self.add(x, y[0])
-        v = self.sub(s, x)
-        return s, self.add(self.add(self.sub(x, self.sub(s, v)), self.sub(y[0], v)), y[1])
-
-    def dadd_dd(self, x, y):
-        s = self.add(x[0], y[0])
-        return s, self.add(self.add(self.add(self.sub(x[0], s), y[0]), x[1]), y[1])
-
-    def dadd2_dd(self, x, y):
-        s = self.add(x[0], y[0])
-        v = self.sub(s, x[0])
-        t = self.add(self.sub(x[0], self.sub(s, v)), self.sub(y[0], v))
-        return s, self.add(t, self.add(x[1], y[1]))
-
-    def dsub_dd(self, x, y):
-        s = self.sub(x[0], y[0])
-        t = self.add(self.sub(self.sub(x[0], s), y[0]), x[1])
-        return s, self.sub(t, y[1])
+    # Double-word products (SLEEF dd.h / df.h, FMA forms; the sums are `powers.DoubleWordSums`') ----------
 
     def dmul_ff(self, x, y):
         s = self.mul(x, y)
@@ -757,27 +702,6 @@ def _log1p(m, d):
     return _odd_tiny(m, d, r, 1)  # log1p(d) = d - d**2/2 + ...: d itself when that is below half an ulp
 
 
-_LOGK = (
-    ((0.240320354700088500976562, 0.285112679004669189453125, 0.400007992982864379882812),
-     (0.66666662693023681640625, 3.69183861259614332084311e-09)),
-    ((0.116255524079935043668677, 0.103239680901072952701192, 0.117754809412463995466069,
-      0.13332981086846273921509, 0.153846227114512262845736, 0.181818180850050775676507,
-      0.222222222230083560345903, 0.285714285714249172087875, 0.400000000000000077715612),
-     (0.666666666666666629659233, 3.80554962542412056336616e-17)),
-)
-
-
-def _logk(m, d):
-    """log of d > 0 as a double word (SLEEF logk / logkf), for pow."""
-    e, mant = m.split_exponent(d)
-    coeffs, c = m.pick(*_LOGK)
-    x = m.ddiv(m.dadd2_ff(-1.0, mant), m.dadd2_ff(1.0, mant))
-    x2 = m.dsqu(x)
-    t = m.poly(x2[0], coeffs)
-    s = m.dadd_dd(m.dmul_df(m.cd(m.pick(*_LN2)), m.i2f(e)), m.dscale(x, 2.0))
-    return m.dadd_dd(s, m.dmul_dd(m.dmul_dd(x2, x), m.dadd2_dd(m.dmul_df(x2, t), m.cd(c))))
-
-
 _LOGK2 = (
     (0.2392828464508056640625, 0.28518211841583251953125, 0.400005877017974853515625,
      0.666666686534881591796875),
@@ -799,23 +723,16 @@ def _logk2(m, d):
     return m.dadd_dd(s, m.dmul_df(m.dmul_dd(x2, x), t))
 
 
-def _pow(m, x, y):
-    yisint = m.eq(m.trunc(y), y)
-    half = m.mul(y, 0.5)
-    yisodd = m.all(yisint, m.b.fcmp_unordered("!=", m.trunc(half), half))
-    d = m.dmul_df(_logk(m, m.abs(x)), y)
-    r = _expk(m, d)
-    # Above the overflow threshold the exponent would leave ldexp's range: saturate first.
-    r = m.sel(m.any(m.gt(d[0], m.pick(88.75, 709.79)), m.isnan(r)), _INF, r)
-    r = m.mul(r, m.sel(m.gt(x, 0.0), 1.0, m.sel(yisint, m.sel(yisodd, -1.0, 1.0), _NAN)))
-    efx = m.mulsign(m.sub(m.abs(x), 1.0), y)
-    inf_y = m.sel(m.lt(efx, 0.0), 0.0, m.sel(m.eq(efx, 0.0), 1.0, _INF))
-    r = m.sel(m.isinf(y), inf_y, r)
-    zero_x = m.eq(x, 0.0)
-    edge = m.sel(m.b.xor(m.signbit(y), zero_x), 0.0, _INF)
-    r = m.sel(m.any(m.isinf(x), zero_x), m.mulsign(edge, m.sel(yisodd, x, 1.0)), r)
-    r = m.sel(m.any(m.isnan(x), m.isnan(y)), _NAN, r)
-    return m.sel(m.any(m.eq(y, 0.0), m.eq(x, 1.0)), 1.0, r)
+def _in_double(algorithm):
+    """An algorithm of `jitorch.ops.powers` (written for doubles against this module's `_Math` interface, and
+    run by eager NumPy too) for this type: float arguments are widened exactly and the result rounded once,
+    as the eager op computes them."""
+    def impl(m, *args):
+        if m.double:
+            return algorithm(m, *args)
+        wide = _Math(m.b, m._shaped(ir.DoubleType()))
+        return m.b.fptrunc(algorithm(wide, *[m.b.fpext(a, wide.t) for a in args]), m.t)
+    return impl
 
 
 # Trigonometric functions ------------------------------------------------------------------------
@@ -1351,7 +1268,9 @@ _FUNCTIONS = {
     "asin": (1, _asin), "acos": (1, _acos), "atan": (1, _atan), "atan2": (2, _atan2),
     "sinh": (1, _sinh), "cosh": (1, _cosh), "tanh": (1, _tanh), "sigmoid": (1, _sigmoid),
     "asinh": (1, _asinh), "acosh": (1, _acosh), "atanh": (1, _atanh),
-    "erf": (1, _erf), "erfc": (1, _erfc), "pow": (2, _pow),
+    "erf": (1, _erf), "erfc": (1, _erfc),
+    # jitorch's own definitions (`jitorch.ops.powers`): eager pow and xlogy compute the same bits
+    "pow": (2, _in_double(powers.pow_double)), "log_defined": (1, _in_double(powers.log_double)),
 }
 FUNCTIONS = {name: arity for name, (arity, _) in _FUNCTIONS.items()}
 
@@ -1387,4 +1306,10 @@ def emit(builder, name, *args):
     return builder.call(_function(builder.module, name, t), list(args))
 
 
-__all__ = ["ALLOWED_INTRINSICS", "FUNCTIONS", "emit"]
+def run(builder, algorithm, *args):
+    """``algorithm(m, *args)`` emitted inline through ``builder``, ``m`` a `_Math` of the first argument's type:
+    for a `jitorch.ops.powers` algorithm that takes constants besides values (`powers.pow_by_products`)."""
+    return algorithm(_Math(builder, args[0].type), *args)
+
+
+__all__ = ["ALLOWED_INTRINSICS", "FUNCTIONS", "emit", "run"]

@@ -18,7 +18,7 @@ from ..runtime import dtypes as _dt
 from ..runtime.casts import convert
 from ..runtime.device import to_device
 from ..runtime.strided import broadcast_shapes, dense_strides, numel_overflows
-from . import registry
+from . import powers, registry
 from .registry import TensorSpec, defop, preserved_strides, scalar_name, write_all
 
 # torch's "tensor options" keywords of every factory
@@ -525,9 +525,10 @@ defop(f"linspace(Scalar start, Scalar end, int steps, *, {OPTIONS}) -> Tensor",
       cpu=lambda spec, start, end, steps, *a: lin_values(start, end, steps, spec.dtype), kind="creation",
       variants=("function",), doc="``steps`` evenly spaced values from ``start`` to ``end`` (both included).")
 def _logspace(base, exponents):
-    """``base ** exponents``, in float32 for the half types as torch computes them."""
+    """``base ** exponents``, in float32 for the half types as torch computes them (jitorch's own pow,
+    `powers.power`: not NumPy's, whose bits depend on its version)."""
     t = np.float64 if exponents.dtype == np.float64 else np.float32
-    return np.power(t(base), exponents.astype(t))
+    return powers.power(t(base), exponents.astype(t), t)
 
 
 defop(f"logspace(Scalar start, Scalar end, int steps, float base=10.0, *, {OPTIONS}) -> Tensor",

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..runtime import dtypes as _dt
 from ..runtime.casts import convert
-from . import erf_float32, registry, special_math
+from . import erf_float32, powers, registry, special_math
 from .meta import ALWAYS_BOOL, DEFAULT, INT_TO_FLOAT, KEEP_INT, opmath
 from .pointwise_base import check_fits, defpointwise, scalar_in
 from .registry import cpp_name, defop, scalar_name
@@ -364,11 +364,6 @@ def _number_exponent(a, b):
     return b.item() if isinstance(b, np.generic) else b
 
 
-def _c_pow_half(a):
-    # C's pow(x, 0.5): sqrt but for -0.0 and -inf (+0.0 and +inf); NumPy's power() by a number 0.5 is sqrt
-    return np.where((a == 0) | np.isneginf(a), np.abs(a), np.sqrt(a))
-
-
 def _pow(a, b, dtype=None):
     if a.__class__ is np.ndarray and a.dtype == np.bool_:
         # only by a number 0 or 1 (`_check_pow`), which NumPy's power() has no bool loop for
@@ -381,18 +376,20 @@ def _pow(a, b, dtype=None):
             return np.where(negative & (np.abs(a) != 1), 0, r)
     if b.__class__ is np.ndarray and b.ndim == 0 and b.dtype.kind == "f" and a.__class__ is np.ndarray \
             and a.dtype.kind == "f" and b == 2:
-        # torch's pow by a 0-d tensor 2 gives the correctly rounded square, x * x's bits; NumPy's power() by
-        # a 0-d 2 does so from 2.1 on, and before is an ulp off for some (its AVX-512 loop)
-        return a * a
+        return a * a  # torch's pow by a 0-d tensor 2 gives the correctly rounded square, x * x's bits
     exponent = _number_exponent(a, b)
     if exponent is not None:
         dtype = dtype or _dt.from_numpy_dtype(a.dtype)  # the fast path's: the operand's own
         dtypes, formula = POW_BY_OTHER_OPS.get(exponent, ((), None))
         if dtype in dtypes:
             return formula(a, dtype)
-        if exponent == 0.5:
-            return _c_pow_half(a)
-    return np.power(a, b)
+        b = exponent
+    floating = next(v.dtype for v in (a, b) if v.__class__ is np.ndarray)
+    if floating.kind == "f":
+        # jitorch's own pow (`powers`), not NumPy's: the same bits on every NumPy version and CPU, and the
+        # compiled path's
+        return powers.power(a, b, floating)
+    return np.power(a, b)  # integers: exact (wrapping as torch's)
 
 
 def _sign(x):
@@ -844,6 +841,17 @@ def _xlog(log):
     return formula
 
 
+_xlogy_by_numpy = _xlog(powers.log)
+
+
+def _xlogy(x, y):
+    """xlogy by jitorch's own log (`powers.log`, not NumPy's: the same bits on every NumPy version and CPU, and
+    the compiled path's), through the compiled kernel when large."""
+    dtype = next(v.dtype for v in (x, y) if v.__class__ is np.ndarray)
+    r = powers.through_kernel("xlogy", dtype, x, y)
+    return _xlogy_by_numpy(x, y) if r is None else r
+
+
 def _constant_times(c):
     """``x * c`` with ``c`` rounded to the compute dtype, as torch's ``deg2rad`` and ``rad2deg`` multiply."""
     return lambda x: np.multiply(x, x.dtype.type(c))
@@ -926,7 +934,7 @@ def _ldexp(x, other):
 _declare("ldexp", BINARY, _ldexp, INT_TO_FLOAT, "``self * 2 ** other`` in the promoted dtype, the power in "
          "``other``'s dtype (integers: the default float dtype), as torch's ``mul(self, pow(2.0, other))``.",
          uncast=("other",), overlap={"self": "partial"})  # (torch's mul reads ``other``'s power, a new tensor)
-_declare("xlogy", BINARY, _xlog(np.log), INT_TO_FLOAT,
+_declare("xlogy", BINARY, _xlogy, INT_TO_FLOAT,
          "``self * log(other)``, 0 where ``self`` is 0 (unless ``other`` is NaN).")
 _declare("logaddexp2", BINARY, np.logaddexp2, DEFAULT,
          "``log2(2 ** self + 2 ** other)`` without overflow; floating dtypes only.",

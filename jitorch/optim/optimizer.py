@@ -25,7 +25,7 @@ import numpy as np
 
 from ..autograd import enable_grad, no_grad
 from ..autograd.gradients import zero_grad_
-from ..ops import registry
+from ..ops import powers, registry
 from ..ops.pointwise import _add
 from ..runtime import fp_errors
 from ..runtime import profiling
@@ -459,6 +459,6 @@ def add_passes(a, b, alpha, out, scratch=None):
 
 
 def numpy_power(base, exponent):
-    """``base ** step`` of a Python float ``base`` and the step as a float64 tensor, as its op computes it (NumPy's
-    ``power`` loop on a 0-d array, which may differ from C's ``pow`` on Python floats), as a Python float."""
-    return float(np.power(base, np.array(exponent, np.float64)))
+    """``base ** step`` of a Python float ``base`` and the step as a float64 tensor, as its op computes it
+    (jitorch's own pow, `ops.powers`, which may differ from C's ``pow`` on Python floats), as a Python float."""
+    return float(powers.power(base, np.array(exponent, np.float64), np.float64))

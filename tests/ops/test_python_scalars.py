@@ -65,10 +65,10 @@ def _bits(t):
 
 # (name, call(module, x, number, y)) with ``y`` a tensor like ``x``: each op given a Python number whose result
 # torch rounds correctly (so NumPy computes its bits). Left out: pow, ``number ** x``, float_power and xlogy
-# (torch's math library and NumPy's differ by an ulp, and NumPy 1.26's AVX-512 power() from NumPy 2.4's on
-# the same operands), and the ops torch fuses into a multiply-add (add and sub with ``alpha``, addcmul's float64,
-# lerp; ``alpha`` is tested on integers), which jitorch's eager kernels compute unfused; addcmul and addcdiv, where
-# torch refuses a ``value`` beyond the dtype's range and jitorch does not.
+# (jitorch's own, `ops.powers`, within an ulp of torch's math library: tests/ops/test_powers.py), and the ops torch
+# fuses into a multiply-add (add and sub with ``alpha``, addcmul's float64, lerp; ``alpha`` is tested on integers),
+# which jitorch's eager kernels compute unfused; addcmul and addcdiv, where torch refuses a ``value`` beyond the
+# dtype's range and jitorch does not.
 CALLS = [
     ("add", lambda m, x, w, y: x.add(w)), ("radd", lambda m, x, w, y: w + x),
     ("sub", lambda m, x, w, y: x.sub(w)), ("rsub", lambda m, x, w, y: w - x),

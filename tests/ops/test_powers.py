@@ -1,0 +1,191 @@
+"""pow, float_power and xlogy as jitorch defines them (`jitorch.ops.powers`): the same bits eagerly (NumPy arrays,
+Python floats, the compiled kernel) and compiled, whatever NumPy's version or the CPU, and close to torch's."""
+
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+
+import jitorch as jt
+from jitorch.ops import powers
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+FLOATS = [jt.float16, jt.bfloat16, jt.float32, jt.float64]
+SPECIAL = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 0.5, -0.5, 2.0, -2.0, 3.0, -3.0, 2.5, -2.5, 1e-30, 1e30,
+           100.0, -100.0, 1e-310, -1e-310, 5e-324, 1.7976931348623157e308]
+
+
+def _operands(n, seed):
+    """(bases, exponents) as float64: special values crossed, then random bases over the whole range (both signs,
+    near 1, subnormal) with real, integral and half-integral exponents (tiny and huge too)."""
+    rng = np.random.default_rng(seed)
+    sx, sy = (a.ravel() for a in np.meshgrid(SPECIAL, SPECIAL))
+    x = np.exp2(rng.uniform(-1074, 1023, n)) * rng.choice([-1.0, 1.0], n)
+    x[::5] = 1 + rng.normal(0, 1e-3, n)[::5]
+    y = rng.uniform(-60, 60, n)
+    y[::3] = np.round(y[::3])
+    y[1::7] = np.round(y[1::7]) + 0.5
+    y[2::11] = np.exp2(rng.uniform(-1074, 100, n))[2::11] * rng.choice([-1.0, 1.0], n)[2::11]
+    return np.concatenate([sx, x]), np.concatenate([sy, y])
+
+
+def _bits(a):
+    """Float bits with every NaN made one (a NaN's sign and payload are not part of the definition)."""
+    a = np.asarray(a)
+    a = np.where(np.isnan(a), np.nan, a)
+    return a.view({2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize])
+
+
+def _tensor(a, dtype):
+    return jt.from_numpy(np.ascontiguousarray(a)).to(dtype)
+
+
+def _np(t):
+    return t.float().numpy() if t.dtype is jt.bfloat16 else t.numpy()
+
+
+@pytest.fixture
+def kernel_calls(monkeypatch):
+    """The ops `powers.KERNEL` served while the test runs, as (name, dtype) pairs."""
+    calls = []
+    real = powers.KERNEL
+
+    def recording(name, dtype):
+        calls.append((name, dtype))
+        return real(name, dtype)
+    monkeypatch.setattr(powers, "KERNEL", recording)
+    return calls
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # (selects discard the overflows and NaNs of lanes not taken)
+def test_numpy_arrays_python_floats_and_the_kernel_compute_the_same_bits():
+    """`pow_double` and `log_double` on NumPy arrays, on each element as Python floats (the reference that no
+    NumPy math function takes part in) and by the code generator's kernel are one definition: equal bits."""
+    x, y = _operands(3000, 1)
+    arrays = powers.pow_double(powers.Arrays(), x, y)
+    floats = np.array([powers.pow_double(powers.Floats(), a, b) for a, b in zip(x.tolist(), y.tolist())])
+    kernel = powers.KERNEL("pow", "float64")(x, y)[0]
+    np.testing.assert_array_equal(_bits(arrays), _bits(floats))
+    np.testing.assert_array_equal(_bits(kernel), _bits(floats))
+    logs = powers.log_double(powers.Arrays(), np.abs(x))
+    each = [powers.log_double(powers.Floats(), a) for a in np.abs(x).tolist()]
+    np.testing.assert_array_equal(_bits(logs), _bits(each))
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("size", [1, 5, 300], ids=["one", "few", "kernel"])
+def test_eager_pow_and_xlogy_are_the_compiled_bits(dtype, size, kernel_calls):
+    """Eager pow (one element: Python floats; a few: NumPy arrays; from `powers.KERNEL_MIN`: the compiled
+    kernel) and xlogy give a compiled function's bits, special values and every dtype included."""
+    x, y = _operands(4000, 2)
+    x, y = _tensor(x, dtype), _tensor(y, dtype)
+    compiled = jt.compile(lambda a, b: (a ** b, jt.xlogy(b, a.abs())))
+    for start in range(0, x.numel() - size, max(size, x.numel() // 30)):
+        a, b = x[start:start + size], y[start:start + size]
+        pow_bits, xlogy_bits = (_bits(_np(r)) for r in compiled(a, b))
+        np.testing.assert_array_equal(_bits(_np(a ** b)), pow_bits)
+        np.testing.assert_array_equal(_bits(_np(jt.xlogy(b, a.abs()))), xlogy_bits)
+    compute = "float64" if dtype is jt.float64 else "float32"
+    assert set(kernel_calls) == ({("pow", compute), ("xlogy", compute)} if size >= powers.KERNEL_MIN else set())
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("exponent", [-1.5, 0.5, 7.0, 16.0, 15.5, 17.0, -0.3, 1e-300])
+def test_eager_pow_by_a_number_is_the_compiled_bits(dtype, exponent):
+    """A Python-number exponent: float32's products and square root (`powers.pow_by_products`) or pow, the
+    compiled path's choice too, the number rounded to the compute dtype as a compiled constant is."""
+    x, _ = _operands(500, 3)
+    x = _tensor(x, dtype)
+    compiled = jt.compile(lambda a: a ** exponent)
+    for part in (x[:1], x[1:40], x):
+        np.testing.assert_array_equal(_bits(_np(part ** exponent)), _bits(_np(compiled(part))))
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # (`powers.power` called outside an op's kernel)
+def test_float_power_and_rpow_and_in_place_forms_are_pow():
+    """float_power is pow in float64, ``number ** t`` pow of the number, ``pow_`` pow written in place."""
+    x, y = _operands(200, 4)
+    for a, b in ((x, y), (x[:50], y[:50]), (x[:1], y[:1])):
+        a, b = a.astype(np.float32), b.astype(np.float32)
+        ta, tb = _tensor(a, jt.float32), _tensor(b, jt.float32)
+        want = _bits(powers.power(a.astype(np.float64), b.astype(np.float64), np.float64))
+        np.testing.assert_array_equal(_bits(jt.float_power(ta, tb).numpy()), want)
+        np.testing.assert_array_equal(_bits(ta.double().float_power_(tb).numpy()), want)
+        np.testing.assert_array_equal(_bits(ta.clone().pow_(tb).numpy()), _bits(powers.power(a, b, np.float32)))
+    t = _tensor(y[:300], jt.float64)
+    np.testing.assert_array_equal(_bits((2.0 ** t).numpy()), _bits(powers.power(2.0, y[:300], np.float64)))
+
+
+def _ulps(got, want):
+    """Ulps of ``got``'s dtype between two float arrays of one dtype, where both are finite; and whether their
+    NaNs and infinities agree."""
+    bits = {2: np.int16, 4: np.int32, 8: np.int64}[got.dtype.itemsize]
+    infinite = np.isinf(got)
+    same_kind = np.array_equal(np.isnan(got), np.isnan(want)) and np.array_equal(got[infinite], want[infinite])
+    finite = np.isfinite(got) & np.isfinite(want)
+
+    def ordered(a):
+        i = a[finite].view(bits).astype(np.int64)
+        return np.where(i < 0, np.iinfo(bits).min - i, i)
+    return np.abs(ordered(got) - ordered(want)), same_kind
+
+
+# torch's CPU pow: glibc's pow (float64), SLEEF's 1-ulp powf (float32, and the half types in float32); its xlogy
+# multiplies by glibc's log, which for the half types it rounds to the half type first (jitorch: to float32).
+# jitorch's pow is within an ulp of either, its xlogy within an ulp of torch's but for float32 (the product of
+# two logs an ulp apart), at most this share of elements differing (measured over 2e5 operands per dtype:
+# benchmarks/pow_accuracy.py; NumPy's own power() and log() were up to 4 ulps from torch's, on up to 26%).
+# op -> (largest difference in ulps of the dtype, largest share of elements that differ)
+TORCH_ULPS = {"pow": (1, 0.002), "pow by 2.7": (1, 0.01), "xlogy": (1, 0.0)}
+TORCH_ULPS_OF = {(jt.float32, "xlogy"): (2, 0.005), (jt.float16, "xlogy"): (1, 0.1), (jt.bfloat16, "xlogy"): (1, 0.1)}
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_pow_and_xlogy_within_an_ulp_of_torch(dtype):
+    x, y = _operands(8000, 5)
+    tdt = getattr(torch, str(dtype).split(".")[1])
+    tx, ty = torch.from_numpy(x).to(tdt), torch.from_numpy(y).to(tdt)
+    jx, jy = _tensor(x, dtype), _tensor(y, dtype)
+    for op, got, want in (("pow", jx ** jy, tx ** ty), ("pow by 2.7", jx ** 2.7, tx ** 2.7),
+                          ("xlogy", jt.xlogy(jy, jx.abs()), torch.xlogy(ty, tx.abs()))):
+        ulps, same_kind = _ulps(_np(got), want.float().numpy() if tdt is torch.bfloat16 else want.numpy())
+        ulps = ulps >> 16 if dtype is jt.bfloat16 else ulps  # (compared as float32)
+        most, share = TORCH_ULPS_OF.get((dtype, op), TORCH_ULPS[op])
+        assert same_kind and ulps.max() <= most and (ulps != 0).mean() <= share, (op, ulps.max(), (ulps != 0).mean())
+
+
+@pytest.mark.parametrize("dtype", [jt.int32, jt.int64, jt.uint8, jt.int8])
+def test_integer_pow_stays_exact_and_raises_as_torch(dtype):
+    rng = np.random.default_rng(6)
+    tdt = getattr(torch, str(dtype).split(".")[1])
+    x = rng.integers(-9 if dtype is not jt.uint8 else 0, 10, 300)
+    y = rng.integers(0, 9, 300)
+    want = torch.pow(torch.tensor(x, dtype=tdt), torch.tensor(y, dtype=tdt))
+    got = jt.pow(jt.tensor(x, dtype=dtype), jt.tensor(y, dtype=dtype))
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+    if dtype is not jt.uint8:
+        with pytest.raises(RuntimeError, match="Integers to negative integer powers are not allowed."):
+            jt.tensor([2], dtype=dtype) ** -1
+        with pytest.raises(RuntimeError, match="Integers to negative integer powers are not allowed."):
+            torch.tensor([2], dtype=tdt) ** -1
+
+
+def test_small_pow_and_xlogy_load_no_code_generator():
+    """Below `powers.KERNEL_MIN` elements pow and xlogy compute in NumPy and Python: ``import jitorch`` and a
+    program of tiny tensors never load LLVM."""
+    code = textwrap.dedent("""
+        import sys
+        import jitorch as jt
+        x = jt.tensor([0.5, 2.0, 3.0])
+        print((x ** x).tolist(), (x ** 2.7)[0].item(), jt.xlogy(x, x).tolist(), jt.float_power(x[:1], 0.3).item())
+        print("llvmlite" in sys.modules)
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "False"
