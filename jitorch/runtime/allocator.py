@@ -60,7 +60,8 @@ def empty(shape, dtype):
 
 
 def track(storage, buf):
-    """Return ``buf`` to the pool when ``storage`` (the tensor memory built on it) dies."""
+    """Return ``buf`` to the pool when ``storage`` (the tensor memory built on it, or the array a tensor's
+    storage holds as its data) dies."""
     if buf is not None:
         weakref.finalize(storage, _release, buf)
 

@@ -89,3 +89,31 @@ def test_freed_memory_is_reused_without_page_faults():
     assert _faults({"JITORCH_KEEP_FREED_MEMORY": "1"}) < 5
     assert _faults({"JITORCH_KEEP_FREED_MEMORY": "0"}) >= 20
     assert allocator.keep_freed_memory()
+
+
+@pytest.mark.parametrize("make_zeros", [lambda: jt.zeros(700, 1000), lambda g: g.new_zeros((700, 1000)),
+                                        lambda: jt.zeros_like(jt.empty(1000, 700).t()), lambda: jt.ones(700, 1000)],
+                         ids=["zeros", "new_zeros", "zeros_like", "ones"])
+def test_large_eager_factories_reuse_a_dead_tensors_buffer_never_a_live_ones(make_zeros):
+    # (an eager nll_loss's gradient: a large zero tensor each step, which came from fresh pages every few steps)
+    make = (lambda: make_zeros(jt.ones(1))) if make_zeros.__code__.co_argcount else make_zeros
+    allocator.empty_cache()
+    t = make()
+    value = float(t.reshape(-1)[0])
+    address = t.data_ptr()
+    t.fill_(7.0)
+    del t
+    gc.collect()
+    pooled = {b.ctypes.data for b in allocator._pool.get(700 * 1000 * 4, [])}
+    assert address in pooled
+    again = make()
+    assert again.data_ptr() in pooled
+    address = again.data_ptr()
+    assert np.all(again.numpy() == value)  # (filled anew)
+    seen = again.numpy()  # a NumPy view that outlives its tensor keeps the buffer from the next one
+    del again
+    gc.collect()
+    other = make()
+    assert other.data_ptr() != address
+    other.fill_(3.0)
+    assert np.all(seen == value)
