@@ -21,6 +21,7 @@ def make(n=1 << 19):
 
 
 def test_a_dead_tensors_buffer_is_reused():
+    gc.collect()  # (tensors of earlier tests that die in a collection would go to the pool after it)
     allocator.empty_cache()
     t = make()
     address = t.data_ptr()
@@ -33,6 +34,7 @@ def test_a_dead_tensors_buffer_is_reused():
 
 
 def test_a_buffer_still_seen_through_numpy_is_not_reused():
+    gc.collect()  # (tensors of earlier tests that die in a collection would go to the pool after it)
     allocator.empty_cache()
     t = make()
     view = t.numpy()
@@ -45,6 +47,7 @@ def test_a_buffer_still_seen_through_numpy_is_not_reused():
 
 
 def test_small_buffers_bypass_the_pool_and_the_pool_is_capped(monkeypatch):
+    gc.collect()  # (tensors of earlier tests that die in a collection would go to the pool after it)
     allocator.empty_cache()
     arr, buf = allocator.empty((10,), np.float32)
     assert buf is None and arr.shape == (10,)
@@ -56,6 +59,7 @@ def test_small_buffers_bypass_the_pool_and_the_pool_is_capped(monkeypatch):
 
 
 def test_compiled_outputs_reuse_buffers_across_calls():
+    gc.collect()  # (tensors of earlier tests that die in a collection would go to the pool after it)
     allocator.empty_cache()
     f = jt.compile(lambda x: x * 2)
     x = jt.ones(1 << 19)
@@ -97,6 +101,7 @@ def test_freed_memory_is_reused_without_page_faults():
 def test_large_eager_factories_reuse_a_dead_tensors_buffer_never_a_live_ones(make_zeros):
     # (an eager nll_loss's gradient: a large zero tensor each step, which came from fresh pages every few steps)
     make = (lambda: make_zeros(jt.ones(1))) if make_zeros.__code__.co_argcount else make_zeros
+    gc.collect()  # (tensors of earlier tests that die in a collection would go to the pool after it)
     allocator.empty_cache()
     t = make()
     value = float(t.reshape(-1)[0])
