@@ -24,6 +24,7 @@ from collections import OrderedDict
 from ..ops import registry
 from ..ops.factories import new_empty_strided
 from ..ops.views import compact_window, contiguous_format
+from ..runtime import allocator
 from ..runtime import profiling as _profiling
 from ..runtime.grad_mode import _state as _grad_state, enable_grad, is_grad_enabled, no_grad
 from ..runtime.hooks import add_hook
@@ -923,8 +924,10 @@ def _stolen(g):
         return None
     base = g._base
     memory = g._storage._data
-    if memory.base is not None or not (g._arr is None or g._arr is memory) or not (
-            base is None or base._arr is None or base._arr is memory):
+    # (a compiled call's large results, and large eager factories', are views of a caching allocator's buffer:
+    # taken when they are the only one)
+    if (memory.base is not None and not allocator.only_view(memory)) or not (
+            g._arr is None or g._arr is memory) or not (base is None or base._arr is None or base._arr is memory):
         return None  # NumPy views on the memory, whose holders are unknown
     slots = 1 + (g._arr is memory) + (base is not None and base._arr is memory)  # the storage's, the tensors'
     if sys.getrefcount(memory) != slots + 1 + _LOCAL_EXTRA:

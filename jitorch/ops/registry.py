@@ -921,9 +921,9 @@ def call_inplace(op, args, recorded=False):
     if inplace_check is not None:
         inplace_check(*args)
     check_write_overlap(op, args[0], args, skip=0)
+    if op.fast_into is not None and not DISPATCH_HOOKS and op.fast_into(args):
+        return args[0]
     if op.fast is not None and not DISPATCH_HOOKS:
-        if op.fast_into is not None and op.fast_into(args):
-            return args[0]
         result = op.fast(args, False)
         if result is not None:
             check_inplace(op, args[0], result)

@@ -33,6 +33,7 @@ MAX_CACHED_BYTES = 1 << 30   # beyond this the pool lets buffers go back to the 
 _lock = threading.Lock()
 _pool: dict = {}             # nbytes -> [flat uint8 arrays]
 _cached = [0]
+_tracked: set = set()        # ids of the buffers `track` tied to a storage (each held once by its finalizer)
 
 
 def empty(shape, dtype):
@@ -60,13 +61,28 @@ def empty(shape, dtype):
 
 
 def track(storage, buf):
-    """Return ``buf`` to the pool when ``storage`` (the tensor memory built on it) dies."""
+    """Return ``buf`` to the pool when ``storage`` (the tensor memory built on it, or the array a tensor's
+    storage holds as its data) dies."""
     if buf is not None:
+        with _lock:
+            _tracked.add(id(buf))
         weakref.finalize(storage, _release, buf)
+
+
+def only_view(memory):
+    """Whether ``memory`` (an array `empty` gave out, as a tensor's storage holds it) is the only NumPy array on
+    its pool buffer: its buffer is one `track` tied to a storage, and nothing refers to the buffer but
+    ``memory`` (as its base) and the finalizer (any other view of ``memory`` would have the buffer as its base
+    too). The autograd engine then takes a gradient for ``.grad`` without a copy, as it takes one that owns its
+    memory."""
+    buf = memory.base
+    # (the references: memory's base, the finalizer's, this frame's and getrefcount's argument)
+    return buf is not None and id(buf) in _tracked and sys.getrefcount(buf) == 4
 
 
 def _release(buf):
     with _lock:
+        _tracked.discard(id(buf))
         if _cached[0] + buf.nbytes > MAX_CACHED_BYTES:
             return
         _pool.setdefault(buf.nbytes, []).append(buf)

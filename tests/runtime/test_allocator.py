@@ -21,6 +21,7 @@ def make(n=1 << 19):
 
 
 def test_a_dead_tensors_buffer_is_reused():
+    gc.collect()  # (tensors of earlier tests that die in a collection would go to the pool after it)
     allocator.empty_cache()
     t = make()
     address = t.data_ptr()
@@ -33,6 +34,7 @@ def test_a_dead_tensors_buffer_is_reused():
 
 
 def test_a_buffer_still_seen_through_numpy_is_not_reused():
+    gc.collect()  # (tensors of earlier tests that die in a collection would go to the pool after it)
     allocator.empty_cache()
     t = make()
     view = t.numpy()
@@ -45,6 +47,7 @@ def test_a_buffer_still_seen_through_numpy_is_not_reused():
 
 
 def test_small_buffers_bypass_the_pool_and_the_pool_is_capped(monkeypatch):
+    gc.collect()  # (tensors of earlier tests that die in a collection would go to the pool after it)
     allocator.empty_cache()
     arr, buf = allocator.empty((10,), np.float32)
     assert buf is None and arr.shape == (10,)
@@ -56,6 +59,7 @@ def test_small_buffers_bypass_the_pool_and_the_pool_is_capped(monkeypatch):
 
 
 def test_compiled_outputs_reuse_buffers_across_calls():
+    gc.collect()  # (tensors of earlier tests that die in a collection would go to the pool after it)
     allocator.empty_cache()
     f = jt.compile(lambda x: x * 2)
     x = jt.ones(1 << 19)
@@ -89,3 +93,32 @@ def test_freed_memory_is_reused_without_page_faults():
     assert _faults({"JITORCH_KEEP_FREED_MEMORY": "1"}) < 5
     assert _faults({"JITORCH_KEEP_FREED_MEMORY": "0"}) >= 20
     assert allocator.keep_freed_memory()
+
+
+@pytest.mark.parametrize("make_zeros", [lambda: jt.zeros(700, 1000), lambda g: g.new_zeros((700, 1000)),
+                                        lambda: jt.zeros_like(jt.empty(1000, 700).t()), lambda: jt.ones(700, 1000)],
+                         ids=["zeros", "new_zeros", "zeros_like", "ones"])
+def test_large_eager_factories_reuse_a_dead_tensors_buffer_never_a_live_ones(make_zeros):
+    # (an eager nll_loss's gradient: a large zero tensor each step, which came from fresh pages every few steps)
+    make = (lambda: make_zeros(jt.ones(1))) if make_zeros.__code__.co_argcount else make_zeros
+    gc.collect()  # (tensors of earlier tests that die in a collection would go to the pool after it)
+    allocator.empty_cache()
+    t = make()
+    value = float(t.reshape(-1)[0])
+    address = t.data_ptr()
+    t.fill_(7.0)
+    del t
+    gc.collect()
+    pooled = {b.ctypes.data for b in allocator._pool.get(700 * 1000 * 4, [])}
+    assert address in pooled
+    again = make()
+    assert again.data_ptr() in pooled
+    address = again.data_ptr()
+    assert np.all(again.numpy() == value)  # (filled anew)
+    seen = again.numpy()  # a NumPy view that outlives its tensor keeps the buffer from the next one
+    del again
+    gc.collect()
+    other = make()
+    assert other.data_ptr() != address
+    other.fill_(3.0)
+    assert np.all(seen == value)

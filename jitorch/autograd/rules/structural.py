@@ -471,7 +471,8 @@ def _gather_grad(g, a):
     error: a compiled step that does not return the loss drops the forward's gather, and an out-of-range target
     would otherwise give a silently wrong gradient where the scatter raised. Eagerly (no tracer takes the
     calls) the scatter is the cheaper: one pass over the zeros, where the comparison and the selection each
-    make a tensor of ``self``'s size (an LSTM language model's loss outside a compiled model: 28 MB, ~5 passes)."""
+    make a tensor of ``self``'s size (an LSTM language model's loss outside a compiled model: 28 MB, ~5 passes),
+    and it scatters in place, into the zeros themselves (the functional scatter writes into a copy of them)."""
     shape, index = a.self.shape, a.index
     d = wrap_dim(a.dim, len(shape)) if shape else 0
     if (shape and index.shape[d] == 1 and all(index.shape[k] == n for k, n in enumerate(shape) if k != d)
@@ -479,7 +480,10 @@ def _gather_grad(g, a):
         positions = functions.arange(shape[d], device=index.device)
         checked = positions.index_select(0, index.reshape(-1)).view(index.shape)
         return functions.where(positions.view([-1 if k == d else 1 for k in range(len(shape))]) == checked, g, 0)
-    return g.new_zeros(shape).scatter_add(a.dim, a.index, g)
+    zeros = g.new_zeros(shape)
+    if hooks_take_calls():  # (a trace records the functional scatter)
+        return zeros.scatter_add(a.dim, a.index, g)
+    return zeros.scatter_add_(a.dim, a.index, g)
 
 
 defgrad("gather", _self(_gather_grad, "index"))
