@@ -2384,28 +2384,31 @@ def _check_class_weight(weight, classes):
 
 
 def _check_targets(input, target):
-    """torch's nll_loss shape and dtype checks of class-index targets; returns the target, a (1,) one
-    of a (C,) input read as the 0-d class index, as torch."""
+    """torch's nll_loss shape and dtype checks of class-index targets, in torch's order (the batch size
+    first, as its ``nll_loss_nd``); returns the target as int64, a (1,) one of a (C,) input read as the
+    0-d class index, as torch."""
     if input.ndim < 1:
         raise ValueError(f"Expected 1 or more dimensions (got {input.ndim})")
-    if target.dtype not in (jt.int64, jt.uint8):
-        raise RuntimeError(f"expected target dtype to be Long or Byte, but got {scalar_name(target.dtype)}")
-    if input.ndim <= 2:
-        if target.ndim > 1:
-            raise RuntimeError("0D or 1D target tensor expected, multi-target not supported")
+    if input.ndim != 1:
         batch = target.shape[0] if target.ndim else 0  # torch counts a 0-d target as batch size 0
-        if input.ndim == 2 and input.shape[0] != batch:
+        if input.shape[0] != batch:
             raise ValueError(f"Expected input batch_size ({input.shape[0]}) to match target batch_size "
                              f"({batch}).")
-        if input.ndim == 1 and target.ndim:
-            if batch != 1:
-                raise ValueError(f"For 1D input, 1D target must have size 1, but got target size: {batch}")
-            return target.reshape(())
-        return target
-    expected = [input.shape[0]] + list(input.shape[2:])
-    if list(target.shape) != expected:
-        raise RuntimeError(f"Expected target size {expected}, got {list(target.shape)}")
-    return target
+    if input.ndim > 2:
+        expected = [input.shape[0]] + list(input.shape[2:])
+        if list(target.shape) != expected:
+            raise RuntimeError(f"Expected target size {expected}, got {list(target.shape)}")
+    elif target.ndim > 1:
+        raise RuntimeError("0D or 1D target tensor expected, multi-target not supported")
+    if target.dtype not in (jt.int64, jt.uint8):
+        raise RuntimeError(f"expected target dtype to be Long or Byte, but got {scalar_name(target.dtype)}")
+    if input.ndim > 2 and target.dtype != jt.int64:  # torch's nll_loss2d takes Long targets only
+        raise RuntimeError(f"expected scalar type Long but found {scalar_name(target.dtype)}")
+    if input.ndim == 1 and target.ndim:
+        if target.shape[0] != 1:
+            raise ValueError(f"For 1D input, 1D target must have size 1, but got target size: {target.shape[0]}")
+        target = target.reshape(())
+    return target.to(jt.int64)
 
 
 def _picked_weights(target, weight, ignore_index, classes, dtype):
@@ -2464,7 +2467,12 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     class_dim = 0 if input.ndim == 1 else 1
     classes = input.shape[class_dim] if input.ndim else 0
     logp = log_softmax(input, class_dim)
-    if target.shape == input.shape and target.dtype.is_floating_point:
+    if target.shape == input.shape:
+        if not target.dtype.is_floating_point:
+            raise RuntimeError("Expected floating point type for target with class probabilities, got "
+                               f"{scalar_name(target.dtype)}")
+        if ignore_index >= 0:
+            raise RuntimeError("ignore_index is not supported for floating point target")
         _check_class_weight(weight, classes)
         if label_smoothing > 0:
             target = target * (1 - label_smoothing) + label_smoothing / classes
