@@ -281,6 +281,8 @@ def _batch_last(x, pads=()):
 
 def _batch_first(t):
     """A ``(C, *spatial, N)`` result as the contiguous ``(N, C, *spatial)`` tensor a convolution returns."""
+    if t.shape[-1] == 1:  # a batch of one: a view, whose batch stride is contiguous as torch's (permute's is 1)
+        return t.contiguous().view(1, *t.shape[:-1])
     return t.permute(t.ndim - 1, *range(t.ndim - 1)).contiguous()
 
 

@@ -107,7 +107,17 @@ CASES = [
     ("nll_loss_weight", lambda: F.nll_loss(randn(3, 5), idx(1, 2, 3), weight=jt.ones(4)), RuntimeError,
      "weight tensor should be defined either for all 5 classes or no classes but got weight tensor of shape: [4]"),
     ("cross_entropy_multi_target", lambda: F.cross_entropy(randn(3, 5), jt.rand(3, 4)), RuntimeError,
-     "expected target dtype to be Long or Byte, but got Float"),
+     "0D or 1D target tensor expected, multi-target not supported"),
+    # (found by hand against torch, session 36: torch checks the batch size first, and refuses class
+    # probabilities of an integer dtype or with a non-negative ignore_index)
+    ("cross_entropy_batch_before_dtype", lambda: F.cross_entropy(randn(4, 5), jt.rand(3, 5)), ValueError,
+     "Expected input batch_size (4) to match target batch_size (3)."),
+    ("cross_entropy_integer_probabilities", lambda: F.cross_entropy(randn(2, 3), jt.ones(2, 3, dtype=jt.int64)),
+     RuntimeError, "Expected floating point type for target with class probabilities, got Long"),
+    ("cross_entropy_probabilities_ignore_index", lambda: F.cross_entropy(randn(2, 3), jt.rand(2, 3), ignore_index=1),
+     RuntimeError, "ignore_index is not supported for floating point target"),
+    ("nll_loss_spatial_byte_target", lambda: F.nll_loss(randn(2, 3, 2), jt.zeros(2, 2, dtype=jt.uint8)),
+     RuntimeError, "expected scalar type Long but found Byte"),
     ("cross_entropy_reduction", lambda: F.cross_entropy(randn(3, 5), idx(1, 2, 3), reduction="avg"), ValueError,
      "avg is not a valid value for reduction"),
     ("mse_shapes", lambda: F.mse_loss(randn(3, 5), randn(3, 4)), RuntimeError,
