@@ -1952,6 +1952,7 @@ def gelu(input, approximate="none"):
     form = _GELU_FORMS.get(approximate) if isinstance(approximate, str) else None
     if form is None:
         raise RuntimeError("approximate argument must be either none or tanh.")
+    _check_floating(input, "GeluKernelImpl")
     if not _gelu_shortcut(input):
         return form.fn(input)
     kernel = _gelu_kernel(form, input.dtype) if input.numel() >= GELU_KERNEL_MIN else None
@@ -1973,6 +1974,7 @@ def gelu(input, approximate="none"):
 
 def silu(input, inplace=False):
     """``x * sigmoid(x)``."""
+    _check_floating(input, "silu_cpu")
     return input.mul_(input.sigmoid()) if inplace else input * input.sigmoid()
 
 
@@ -1987,9 +1989,11 @@ def sigmoid(input):
 
 
 def leaky_relu(input, negative_slope=0.01, inplace=False):
-    """``x`` where positive, ``negative_slope * x`` elsewhere."""
-    factor = jt.where(input > 0, 1.0, negative_slope).to(input.dtype)
-    return input.mul_(factor) if inplace else input * factor
+    """``x`` where positive, ``negative_slope * x`` elsewhere (the slope a Python number, as torch's kernel
+    reads it: a float64 input's product is float64's)."""
+    _check_floating(input, "leaky_relu_cpu")
+    out = jt.where(input > 0, input, input * negative_slope)
+    return input.copy_(out) if inplace else out
 
 
 def logsigmoid(input):
@@ -1997,6 +2001,7 @@ def logsigmoid(input):
 
     ``min(x, 0)`` is written ``(x - |x|) / 2`` so that the gradient at 0 is torch's 1/2.
     """
+    _check_floating(input, "log_sigmoid_cpu")
     magnitude = input.abs()
     return 0.5 * (input - magnitude) - (-magnitude).exp().log1p()
 
@@ -2004,6 +2009,7 @@ def logsigmoid(input):
 @autocasts("softplus")
 def softplus(input, beta=1.0, threshold=20.0):
     """``log(1 + exp(beta x)) / beta``, and ``x`` itself where ``beta x > threshold``."""
+    _check_floating(input, "softplus_cpu")
     scaled = input * beta
     return jt.where(scaled > threshold, input, -logsigmoid(-scaled) / beta)
 
@@ -2085,6 +2091,8 @@ def tanhshrink(input):
 
 
 def _threshold(input, bound, value, inplace):
+    if input.dtype is jt.bool:
+        _check_floating(input, "threshold_cpu")
     return _result(input, jt.where(input <= bound, value, input).to(input.dtype), inplace)
 
 
@@ -2144,6 +2152,10 @@ def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
     """``x`` clamped to ``[min_val, max_val]``; the gradient is 0 outside the open interval, as torch."""
     if min_val > max_val:
         raise ValueError("min_val cannot be greater than max_val")
+    if input.dtype is jt.bool:
+        raise RuntimeError("Bool inputs not supported for hardtanh")
+    if input.dtype is jt.uint8 and (min_val < 0 or max_val < 0):
+        raise RuntimeError("cannot do hardtanh on an unsigned type with negative limits")
     out = jt.where(input <= min_val, min_val, jt.where(input >= max_val, max_val, input)).to(input.dtype)
     return input.copy_(out) if inplace else out
 
@@ -2155,31 +2167,35 @@ def relu6(input, inplace=False):
 
 def hardsigmoid(input, inplace=False):
     """``relu6(x + 3) / 6``."""
+    _check_floating(input, "hardsigmoid_cpu")
     out = hardtanh(input + 3.0, 0.0, 6.0) / 6.0
     return input.copy_(out) if inplace else out
 
 
 def hardswish(input, inplace=False):
     """``x * relu6(x + 3) / 6``."""
+    _check_floating(input, "hardswish_cpu")
     out = input * hardsigmoid(input)
     return input.copy_(out) if inplace else out
 
 
 def mish(input, inplace=False):
     """``x * tanh(softplus(x))``."""
+    _check_floating(input, "mish_cpu")
     out = input * (-logsigmoid(-input)).tanh()
     return input.copy_(out) if inplace else out
 
 
 def softsign(input):
-    """``x / (1 + |x|)``."""
-    return input / (1.0 + input.abs())
+    """``x / (|x| + 1)``, the 1 an int as in torch's composition (a uint8 input's sum wraps there)."""
+    return input / (input.abs() + 1)
 
 
 def glu(input, dim=-1):
     """The gated linear unit: ``a * sigmoid(b)`` for the two halves ``a, b`` of ``input`` along ``dim``."""
     if input.ndim == 0:
         raise RuntimeError("glu does not support scalars because halving size must be even")
+    _check_floating(input, "glu_cpu")
     d = dim % input.ndim
     if input.shape[d] % 2:
         raise RuntimeError(f"Halving dimension must be even, but dimension {d} is size {input.shape[d]}")
