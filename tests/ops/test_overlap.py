@@ -79,6 +79,9 @@ CASES = {
     "masked_fill_ 0-d value": lambda L, w, i: w.masked_fill_(L.ones(N, dtype=L.bool), i[0]),
     "fill_ 0-d value": lambda L, w, i: w.fill_(i[0]),
     "put_": lambda L, w, i: w.put_(_long(L, [1, 0]), i[:2]),
+    # (last notes' leftover: torch's scans and sorts resize out= to the result's shape before they check it)
+    "cumsum into a resized out": lambda L, w, i: L.cumsum(i.view(2, 4), 0, out=w[:4]),
+    "sort into a resized out": lambda L, w, i: L.sort(i.view(2, 4), 0, out=(w[:4], L.empty(0, dtype=L.int64))),
     # (fuzz seed 7500064: torch's masked_scatter_ checks no overlap with its source or mask)
     "masked_scatter_": lambda L, w, i: w.masked_scatter_(L.tensor([True, False] * (N // 2)), i),
 }
