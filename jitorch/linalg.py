@@ -235,7 +235,7 @@ def lu_factor(A, *, pivot=True, out=None):
 def lu(A, *, pivot=True, out=None):
     """P, L, U with ``A = P @ L @ U``: L unit lower triangular, U upper triangular."""
     LU, pivots, _ = lu_factor_ex(A, pivot=pivot)
-    return _written("lu_unpack", _linalg_lu(*_jt.lu_unpack(LU, pivots)), out)
+    return _written("lu_unpack", _linalg_lu(*_jt.lu_unpack(LU, pivots, unpack_pivots=pivot)), out)
 
 
 def lu_solve(LU, pivots, B, *, left=True, adjoint=False, out=None):

@@ -109,6 +109,23 @@ def view_refs(root):
     return tracked
 
 
+def _check_grad(t, grad):
+    """torch's checks of a gradient assigned to ``t.grad`` (found by hand against torch, session 36: any
+    value was taken): a tensor, not ``t`` itself, of ``t``'s sizes and device type. (torch also requires the
+    tensor's ``grad_dtype``, which jitorch does not have: a gradient of another dtype is taken.)"""
+    if not isinstance(grad, Tensor):
+        raise TypeError(f"assigned grad expected to be a Tensor or None but got grad of type {type(grad).__name__}")
+    if grad is t:
+        raise RuntimeError("can't assign Variable as its own grad")
+    if grad.device.type != t.device.type:
+        raise RuntimeError(f"attempting to assign a gradient with device type '{grad.device.type}' to a tensor with "
+                           f"device type '{t.device.type}'. Please ensure that the gradient and the tensor are on "
+                           "the same device")
+    if tuple(grad._shape) != tuple(t._shape):
+        raise RuntimeError(f"attempting to assign a gradient of size '{list(grad._shape)}' to a tensor of size "
+                           f"'{list(t._shape)}'. Please ensure that the gradient and the tensor are the same size")
+
+
 class Tensor:
     """An n-dimensional strided array, PyTorch style."""
 
@@ -128,6 +145,8 @@ class Tensor:
 
     @grad.setter
     def grad(self, value):
+        if value is not None:
+            _check_grad(self, value)
         if GRAD_WATCHERS:
             for watcher in GRAD_WATCHERS:
                 watcher.grad_touched(self, False)

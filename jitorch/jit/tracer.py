@@ -557,7 +557,9 @@ class Tracer:
             return registry.write_out(op, out, registry.out_grad(op, fakes, out, result), fakes)
         autograd = registry.AUTOGRAD
         if autograd is not None:
-            if autograd.needs_grad(op, args):
+            # (the fakes decide: a tensor the code made from data has no history, its fake may have one from a
+            # write: ``v = jitorch.tensor([...]); v[0] = x.sum(); v * 2``, fuzz seed 7501246)
+            if autograd.needs_grad(op, fakes):
                 # the backward graph of traced ops is built too: a backward() inside the traced
                 # function then records its gradient ops into this same graph
                 autograd.record(op, fakes, result)
@@ -602,7 +604,8 @@ class Tracer:
         fake = self.fake(target)
         autograd = registry.AUTOGRAD
         state = None
-        grad = autograd is not None and autograd.needs_grad(op, args)
+        fakes = self.fake_args(op, args)
+        grad = autograd is not None and autograd.needs_grad(op, fakes)
         if registry.expanded_write(op, fake) is not None and (grad or op.attrs.get("expanded_warning")):
             # torch writes these element by element into the shared memory (`registry.write_inplace`), where the
             # last write to a location holds it, which a graph's scatter of the whole result does not order; with
@@ -610,7 +613,7 @@ class Tracer:
             raise TraceError(f"{op.public_name}_ writes into an expanded tensor of shape {list(fake.shape)} and "
                              f"strides {list(fake._stride)}, which a graph does not do as eagerly")
         if grad:
-            state = autograd.prepare_inplace(op, self.fake_args(op, args), copy=self.history_copy)
+            state = autograd.prepare_inplace(op, fakes, copy=self.history_copy)
         result = self._inplace(op, args, target, fake)
         if state is not None:
             # eagerly the real tensor gets a new history, which a graph's write-back cannot give it
@@ -666,6 +669,10 @@ class Tracer:
         leaves, spec = tree_flatten(result)
         values = []
         for leaf in leaves:
+            if isinstance(leaf, Tensor) and id(leaf) in self.made and self.fake(leaf).requires_grad:
+                # (its fake's history, from a write, does not reach the tensor a call returns: runs eagerly)
+                raise TraceError(f"the traced function returns a tensor of shape {list(leaf.shape)} it made from "
+                                 "data and then wrote values that require grad into")
             if isinstance(leaf, Tensor):
                 if leaf.requires_grad and leaf.grad_fn is None and isinstance(leaf._storage, TraceStorage) \
                         and not any(leaf is t for t in self.input_fakes):

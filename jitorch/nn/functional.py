@@ -285,6 +285,8 @@ def _batch_last(x, pads=()):
 
 def _batch_first(t):
     """A ``(C, *spatial, N)`` result as the contiguous ``(N, C, *spatial)`` tensor a convolution returns."""
+    if t.shape[-1] == 1:  # a batch of one: a view, whose batch stride is contiguous as torch's (permute's is 1)
+        return t.contiguous().view(1, *t.shape[:-1])
     return t.permute(t.ndim - 1, *range(t.ndim - 1)).contiguous()
 
 
@@ -1957,6 +1959,7 @@ def gelu(input, approximate="none"):
     form = _GELU_FORMS.get(approximate) if isinstance(approximate, str) else None
     if form is None:
         raise RuntimeError("approximate argument must be either none or tanh.")
+    _check_floating(input, "GeluKernelImpl")
     if not _gelu_shortcut(input):
         return form.fn(input)
     kernel = _gelu_kernel(form, input.dtype) if input.numel() >= GELU_KERNEL_MIN else None
@@ -1978,6 +1981,7 @@ def gelu(input, approximate="none"):
 
 def silu(input, inplace=False):
     """``x * sigmoid(x)``."""
+    _check_floating(input, "silu_cpu")
     return input.mul_(input.sigmoid()) if inplace else input * input.sigmoid()
 
 
@@ -1992,9 +1996,11 @@ def sigmoid(input):
 
 
 def leaky_relu(input, negative_slope=0.01, inplace=False):
-    """``x`` where positive, ``negative_slope * x`` elsewhere."""
-    factor = jt.where(input > 0, 1.0, negative_slope).to(input.dtype)
-    return input.mul_(factor) if inplace else input * factor
+    """``x`` where positive, ``negative_slope * x`` elsewhere (the slope a Python number, as torch's kernel
+    reads it: a float64 input's product is float64's)."""
+    _check_floating(input, "leaky_relu_cpu")
+    out = jt.where(input > 0, input, input * negative_slope)
+    return input.copy_(out) if inplace else out
 
 
 def logsigmoid(input):
@@ -2002,6 +2008,7 @@ def logsigmoid(input):
 
     ``min(x, 0)`` is written ``(x - |x|) / 2`` so that the gradient at 0 is torch's 1/2.
     """
+    _check_floating(input, "log_sigmoid_cpu")
     magnitude = input.abs()
     return 0.5 * (input - magnitude) - (-magnitude).exp().log1p()
 
@@ -2009,6 +2016,7 @@ def logsigmoid(input):
 @autocasts("softplus")
 def softplus(input, beta=1.0, threshold=20.0):
     """``log(1 + exp(beta x)) / beta``, and ``x`` itself where ``beta x > threshold``."""
+    _check_floating(input, "softplus_cpu")
     scaled = input * beta
     return jt.where(scaled > threshold, input, -logsigmoid(-scaled) / beta)
 
@@ -2090,6 +2098,8 @@ def tanhshrink(input):
 
 
 def _threshold(input, bound, value, inplace):
+    if input.dtype is jt.bool:
+        _check_floating(input, "threshold_cpu")
     return _result(input, jt.where(input <= bound, value, input).to(input.dtype), inplace)
 
 
@@ -2149,6 +2159,10 @@ def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
     """``x`` clamped to ``[min_val, max_val]``; the gradient is 0 outside the open interval, as torch."""
     if min_val > max_val:
         raise ValueError("min_val cannot be greater than max_val")
+    if input.dtype is jt.bool:
+        raise RuntimeError("Bool inputs not supported for hardtanh")
+    if input.dtype is jt.uint8 and (min_val < 0 or max_val < 0):
+        raise RuntimeError("cannot do hardtanh on an unsigned type with negative limits")
     out = jt.where(input <= min_val, min_val, jt.where(input >= max_val, max_val, input)).to(input.dtype)
     return input.copy_(out) if inplace else out
 
@@ -2160,31 +2174,35 @@ def relu6(input, inplace=False):
 
 def hardsigmoid(input, inplace=False):
     """``relu6(x + 3) / 6``."""
+    _check_floating(input, "hardsigmoid_cpu")
     out = hardtanh(input + 3.0, 0.0, 6.0) / 6.0
     return input.copy_(out) if inplace else out
 
 
 def hardswish(input, inplace=False):
     """``x * relu6(x + 3) / 6``."""
+    _check_floating(input, "hardswish_cpu")
     out = input * hardsigmoid(input)
     return input.copy_(out) if inplace else out
 
 
 def mish(input, inplace=False):
     """``x * tanh(softplus(x))``."""
+    _check_floating(input, "mish_cpu")
     out = input * (-logsigmoid(-input)).tanh()
     return input.copy_(out) if inplace else out
 
 
 def softsign(input):
-    """``x / (1 + |x|)``."""
-    return input / (1.0 + input.abs())
+    """``x / (|x| + 1)``, the 1 an int as in torch's composition (a uint8 input's sum wraps there)."""
+    return input / (input.abs() + 1)
 
 
 def glu(input, dim=-1):
     """The gated linear unit: ``a * sigmoid(b)`` for the two halves ``a, b`` of ``input`` along ``dim``."""
     if input.ndim == 0:
         raise RuntimeError("glu does not support scalars because halving size must be even")
+    _check_floating(input, "glu_cpu")
     d = dim % input.ndim
     if input.shape[d] % 2:
         raise RuntimeError(f"Halving dimension must be even, but dimension {d} is size {input.shape[d]}")
@@ -2391,28 +2409,31 @@ def _check_class_weight(weight, classes):
 
 
 def _check_targets(input, target):
-    """torch's nll_loss shape and dtype checks of class-index targets; returns the target, a (1,) one
-    of a (C,) input read as the 0-d class index, as torch."""
+    """torch's nll_loss shape and dtype checks of class-index targets, in torch's order (the batch size
+    first, as its ``nll_loss_nd``); returns the target as int64, a (1,) one of a (C,) input read as the
+    0-d class index, as torch."""
     if input.ndim < 1:
         raise ValueError(f"Expected 1 or more dimensions (got {input.ndim})")
-    if target.dtype not in (jt.int64, jt.uint8):
-        raise RuntimeError(f"expected target dtype to be Long or Byte, but got {scalar_name(target.dtype)}")
-    if input.ndim <= 2:
-        if target.ndim > 1:
-            raise RuntimeError("0D or 1D target tensor expected, multi-target not supported")
+    if input.ndim != 1:
         batch = target.shape[0] if target.ndim else 0  # torch counts a 0-d target as batch size 0
-        if input.ndim == 2 and input.shape[0] != batch:
+        if input.shape[0] != batch:
             raise ValueError(f"Expected input batch_size ({input.shape[0]}) to match target batch_size "
                              f"({batch}).")
-        if input.ndim == 1 and target.ndim:
-            if batch != 1:
-                raise ValueError(f"For 1D input, 1D target must have size 1, but got target size: {batch}")
-            return target.reshape(())
-        return target
-    expected = [input.shape[0]] + list(input.shape[2:])
-    if list(target.shape) != expected:
-        raise RuntimeError(f"Expected target size {expected}, got {list(target.shape)}")
-    return target
+    if input.ndim > 2:
+        expected = [input.shape[0]] + list(input.shape[2:])
+        if list(target.shape) != expected:
+            raise RuntimeError(f"Expected target size {expected}, got {list(target.shape)}")
+    elif target.ndim > 1:
+        raise RuntimeError("0D or 1D target tensor expected, multi-target not supported")
+    if target.dtype not in (jt.int64, jt.uint8):
+        raise RuntimeError(f"expected target dtype to be Long or Byte, but got {scalar_name(target.dtype)}")
+    if input.ndim > 2 and target.dtype != jt.int64:  # torch's nll_loss2d takes Long targets only
+        raise RuntimeError(f"expected scalar type Long but found {scalar_name(target.dtype)}")
+    if input.ndim == 1 and target.ndim:
+        if target.shape[0] != 1:
+            raise ValueError(f"For 1D input, 1D target must have size 1, but got target size: {target.shape[0]}")
+        target = target.reshape(())
+    return target.to(jt.int64)
 
 
 def _picked_weights(target, weight, ignore_index, classes, dtype):
@@ -2471,7 +2492,12 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     class_dim = 0 if input.ndim == 1 else 1
     classes = input.shape[class_dim] if input.ndim else 0
     logp = log_softmax(input, class_dim)
-    if target.shape == input.shape and target.dtype.is_floating_point:
+    if target.shape == input.shape:
+        if not target.dtype.is_floating_point:
+            raise RuntimeError("Expected floating point type for target with class probabilities, got "
+                               f"{scalar_name(target.dtype)}")
+        if ignore_index >= 0:
+            raise RuntimeError("ignore_index is not supported for floating point target")
         _check_class_weight(weight, classes)
         if label_smoothing > 0:
             target = target * (1 - label_smoothing) + label_smoothing / classes

@@ -530,10 +530,44 @@ def lin_values(start, end, steps, dtype, exponents=False):
         return np.full(1, first)
     step = (last - first) / t(steps - 1)
     idx = np.arange(steps)
+    if t in (np.float32, np.float64) and not exponents:  # torch's kernel: ``first + step * i``, one fma
+        return np.where(idx < steps // 2, fma(step, idx, first), fma(-step, steps - 1 - idx, last))
     up, down = step * idx.astype(t), step * (steps - 1 - idx).astype(t)
     if exponents and dtype in (_dt.float16, _dt.bfloat16):
         first, last, up, down = np.float32(first), np.float32(last), up.astype(np.float32), down.astype(np.float32)
     return np.where(idx < steps // 2, first + up, last - down)
+
+
+def fma(a, count, c):
+    """``a * count + c`` rounded once to ``a``'s type (float32 or float64), as C's ``fma``: torch's CPU and
+    CUDA ``linspace`` kernels compile ``start + step * i`` to fused multiply-adds, which can differ by an
+    ulp from the product and sum rounded apart (fuzz seed 7500962: a histogram's bin edge, and so which bin
+    a value on it fell in). ``count``: integers below 2**29. Exact by error-free transformations in float64
+    (Dekker's product, Knuth's sum); a float32 result from the float64 sum rounded to odd first, so that
+    rounding it again to float32 is the one rounding. Non-finite values are the plain product and sum's."""
+    t = np.dtype(type(a)) if np.isscalar(a) else a.dtype
+    a64, n, c64 = np.float64(a), count.astype(np.float64), np.float64(c)
+    with np.errstate(all="ignore"):
+        product = a64 * n
+        low = 0.0
+        if t == np.float64:  # (a float32 step times such a count is exact in float64)
+            split = 134217729.0 * a64  # Veltkamp's split of a: 2**27 + 1
+            a_hi = split - (split - a64)
+            a_lo = a64 - a_hi
+            n_hi = np.floor(n / 2 ** 26) * 2 ** 26  # (n < 2**52: its halves of 26 bits, exact)
+            n_lo = n - n_hi
+            low = ((a_hi * n_hi - product) + a_hi * n_lo + a_lo * n_hi) + a_lo * n_lo
+        total = product + c64
+        back = total - product
+        err = (product - (total - back)) + (c64 - back) + low
+        if t == np.float64:
+            result = total + err
+        else:
+            even = (total.view(np.int64) & 1) == 0
+            odd = np.nextafter(total, np.where(err > 0, np.inf, -np.inf))
+            result = np.where(even & (err != 0), odd, total).astype(np.float32)
+        plain = (a * count.astype(t) + c).astype(t)
+    return np.where(np.isfinite(result), result, plain)
 
 
 defop(f"linspace(Scalar start, Scalar end, int steps, *, {OPTIONS}) -> Tensor",

@@ -982,6 +982,14 @@ def _check_fill_value(op_name, x, value):
         check_scalar_fits(value, x.dtype)
 
 
+def _fill_value(value, spec, out):
+    """A fill value as the NumPy scalar of ``out``'s dtype; a 0-d tensor's is read as torch's CPU kernels
+    read it (``value.item()``), so one that does not fit ``spec``'s dtype raises as a number's does."""
+    if isinstance(value, np.ndarray):
+        check_scalar_fits(value.item(), spec.dtype)
+    return convert(np.asarray(value), out.dtype)
+
+
 def _index_fill_cpu(spec, x, dim, index, value):
     d = wrap_dim(dim, x.ndim)
     out = x.reshape(_nonempty(x.shape)).copy()
@@ -989,7 +997,7 @@ def _index_fill_cpu(spec, x, dim, index, value):
     bad = _first_out_of_range(idx, out.shape[d])
     if bad is not None:
         raise IndexError(f"index {bad} is out of bounds for dimension {d} with size {out.shape[d]}")
-    _along(out, d)[idx] = convert(np.asarray(value), out.dtype)
+    _along(out, d)[idx] = _fill_value(value, spec, out)
     return out.reshape(spec.shape)
 
 
@@ -1064,7 +1072,7 @@ def _masked_fill_meta(x, mask, value):
 
 def _masked_fill_cpu(spec, x, mask, value):
     out = np.array(np.broadcast_to(x, spec.shape))
-    out[np.broadcast_to(mask, spec.shape)] = convert(np.asarray(value), out.dtype)
+    out[np.broadcast_to(mask, spec.shape)] = _fill_value(value, spec, out)
     return out
 
 

@@ -34,6 +34,10 @@ NO, FULL, PARTIAL, TOO_HARD = "no", "full", "partial", "too hard"
 # every tensor argument, a dict by argument name, or a function of the arguments giving either; None:
 # unchecked).
 RULES = {"pointwise": "partial", "scan": "partial", "sort": "partial", "index": "any", "shape": "any"}
+# The kinds whose torch kernels resize an ``out=`` tensor of another shape before they check it (structured
+# kernels' meta functions); TensorIterator's ops check the tensor as given (``cumsum(y, 0, out=y[0])`` runs,
+# ``add(y, 1, out=y[0])`` raises).
+RESIZED_FIRST = frozenset({"scan", "sort"})
 
 ERROR = ("unsupported operation: some elements of the input tensor and the written-to tensor refer to a single "
          "memory location. Please clone() the tensor before performing the operation.")
@@ -68,17 +72,25 @@ class Footprint:
         return prod(self._shape)
 
 
+def written_resized(out, shape):
+    """Where a kernel writes ``out`` for a result of ``shape``: ``out`` resized to ``shape`` first, as torch's
+    ``resize_output`` (contiguous over the same memory when it fits; None: new memory, shared with nothing)."""
+    if tuple(out._shape) == tuple(shape):
+        return out
+    if out._offset + prod(shape) > out._storage.size:
+        return None
+    return Footprint(out._storage, out._offset, shape, contiguous_strides(tuple(shape)))
+
+
 def written_with_dim(out, shape, dim):
     """Where a kernel that writes its result with the reduced ``dim`` kept (torch's max/min/median.dim
-    kernels ``unsqueeze_`` their out tensors there) writes ``out``, for a result of ``shape``: ``out``
-    resized to ``shape`` first, as torch's ``resize_output`` (contiguous over the same memory when it fits;
-    None: new memory, shared with nothing), then a size-1 dim inserted at ``dim`` as ``unsqueeze``
-    inserts it (its stride: the next dim's extent, 1 at the end)."""
-    strides = out._stride
-    if tuple(out._shape) != tuple(shape):
-        if out._offset + prod(shape) > out._storage.size:
-            return None
-        strides = contiguous_strides(tuple(shape))
+    kernels ``unsqueeze_`` their out tensors there) writes ``out``, for a result of ``shape``: `written_resized`,
+    then a size-1 dim inserted at ``dim`` as ``unsqueeze`` inserts it (its stride: the next dim's extent, 1 at
+    the end)."""
+    resized = written_resized(out, shape)
+    if resized is None:
+        return None
+    strides = resized._stride
     step = shape[dim] * strides[dim] if dim < len(shape) else 1
     return Footprint(out._storage, out._offset, shape[:dim] + (1,) + tuple(shape[dim:]),
                      strides[:dim] + (step,) + tuple(strides[dim:]))
@@ -127,6 +139,10 @@ def check_write_overlap(op, written, args, skip=None):
     as_written = op.attrs.get("overlap_written")  # (tensor, *args) -> where the kernel writes it, or None
     if as_written is not None:
         written = [f for f in (as_written(w, *args) for w in written) if f is not None]
+    elif op.kind in RESIZED_FIRST:
+        spec = op.meta(*args)
+        specs = spec if isinstance(spec, (list, tuple)) else [spec]
+        written = [f for f in (written_resized(w, s.shape) for w, s in zip(written, specs)) if f is not None]
     for i, t in shared:
         rule = rules.get(i)
         if rule is None:

@@ -453,6 +453,10 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
         out = vals[0]
         if out.__class__ is not np.ndarray or 0 in x._stride:  # a number, or maybe an expanded tensor
             return False
+        if into is np.negative and 1 in out.shape and not out.flags.c_contiguous:
+            # NumPy 2.4's float32/int32 negative into a strided (n, 1) array steps by the size-1 dim's stride,
+            # writing outside the array (1.26's is right): the general path writes a new result (fuzz seed 7501690)
+            return False
         if check is not None:
             check(specs[dtype], *args)
         token = fp_errors.enter()

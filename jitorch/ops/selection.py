@@ -67,6 +67,7 @@ def _masked_scatter_cpu(spec, x, mask, source):
 
 defop("masked_scatter(Tensor self, Tensor mask, Tensor source) -> Tensor", meta=_masked_scatter_meta,
       cpu=_masked_scatter_cpu, kind="index", variants=("function", "method", "inplace"),
+      overlap=None,  # torch's kernel checks no overlap with mask or source (fuzz seed 7500064)
       doc="A copy of ``self`` (broadcast with the bool ``mask``) whose elements where ``mask`` is True are the "
           "first elements of ``source``, in order.")
 

@@ -98,7 +98,7 @@ def _lgamma_near_root(e, root):
     acc = np.zeros_like(e)
     for k in range(_ROOT_TERMS + 1, 1, -1):
         acc = acc * e + (-1) ** k * _ROOT_SERIES[root][k - 2] / k
-    return (root - 1 - _EULER + acc * e) * e
+    return (root - 1 - _EULER + acc * e) * e + 0.0  # (+ 0.0: lgamma(1) is +0.0, as C's; the product is -0.0)
 
 
 def lgamma(x):

@@ -376,3 +376,18 @@ def test_detach_in_place_refuses_views_and_written_bases_name_torchs_nodes():
     want = program(torch)
     assert program(jt) == want
     assert want[0] == "Can't detach views in-place. Use detach(" and want[3] is False
+
+
+@pytest.mark.parametrize("value, error, message", [
+    (lambda x: jt.zeros(1), RuntimeError, "attempting to assign a gradient of size '[1]' to a tensor of size '[2]'"),
+    (lambda x: 3.0, TypeError, "assigned grad expected to be a Tensor or None but got grad of type float"),
+    (lambda x: x, RuntimeError, "can't assign Variable as its own grad"),
+])
+def test_an_assigned_grad_is_checked_as_torch_checks_it(value, error, message):
+    """Found by hand against torch (session 36): ``x.grad = anything`` was taken."""
+    x = jt.zeros(2, requires_grad=True)
+    with pytest.raises(error, match=re.escape(message)):
+        x.grad = value(x)
+    assert x.grad is None
+    x.grad = jt.zeros(1).expand(2)  # torch compares sizes only
+    assert x.grad.shape == (2,)

@@ -941,6 +941,8 @@ def _hint_unfold(g, env, tensors, v, entry):
 
 
 def _hint_narrow(g, env, tensors, v, entry):
+    """A start from 0 (torch 2.13's narrow_copy gradient with a negative start ending at the dim's end is zeros:
+    docs/differences-from-torch.md, fuzz seed 7500944)."""
     if v.ndim == 0:
         return None
     d = g.rng.randrange(v.ndim)
@@ -1221,7 +1223,7 @@ ARG_HINTS = {
     "movedim": _hint_two_dims, "moveaxis": _hint_two_dims, "expand": _hint_expand, "expand_as": _hint_expand,
     "broadcast_to": _hint_expand, "view": _hint_view, "reshape": _hint_view, "view_as": _hint_view,
     "reshape_as": _hint_view, "as_strided": _hint_as_strided, "diagonal": _hint_diagonal, "unfold": _hint_unfold,
-    "narrow": _hint_narrow, "select": _hint_select, "split": _hint_split, "split_with_sizes": _hint_split,
+    "narrow": _hint_narrow, "narrow_copy": _hint_narrow, "select": _hint_select, "split": _hint_split, "split_with_sizes": _hint_split,
     "copysign": _hint_copysign, "gather": _hint_gather, "scatter": _hint_gather, "scatter_add": _hint_gather, "scatter_reduce": _hint_gather,
     "index_select": _hint_index_1d, "index_add": _hint_index_1d, "index_fill": _hint_index_1d,
     "index_copy": _hint_index_1d, "take": _hint_take, "put": _hint_take, "index_put": _hint_index_put,

@@ -154,7 +154,11 @@ def _flatten(out):
 def record_call(T, inst, fn, inputs, bases):
     """Call ``fn`` and record what it gave and did."""
     rec = CallRecord()
-    held = {_storage_key(t) for t in inst.state().values() if t.numel()}  # memory the state held before
+    # memory the state held before; the tensors kept alive through the call, so that no new result takes the
+    # memory of one the call drops (fuzz seed 7501628: the emulated device's allocator gave a result the address
+    # of a stored tensor the call replaced, which then read as that state's memory)
+    before = list(inst.state().values())
+    held = {_storage_key(t) for t in before if t.numel()}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:

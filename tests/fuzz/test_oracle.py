@@ -87,3 +87,14 @@ def test_a_new_result_the_call_stores_is_no_view_whose_strides_torch_gives():
                     for m in ("eager", "torch"))
     assert [m.what for m in compare_calls([mine], [theirs], "eager", "torch", against_torch=True)] == [
         "output 0 strides"]
+
+
+def test_a_result_stored_over_a_replaced_state_tensor_is_stored_not_captured():
+    """Found by the fuzzer (seed 7501628): ``M.stored0 = v3`` drops the tensor stored there by the call before;
+    the emulated device's allocator gave the next result (``v10 = full_like(...); M.stored1 = v10``) its
+    address, which the oracle read as memory the state held before the call ("captured"). The oracle keeps
+    the state's tensors alive through the call, so a new result is "stored" on every device."""
+    program, _ = generate(7501628, table=op_table())
+    assert "M.stored0 = v3" in source(program) and "M.stored1 = v10" in source(program)
+    for mode in ("eager", "cuda-eager"):
+        assert all(r.outputs[2].alias == ("stored", "M.stored1") for r in run_mode(program, mode))

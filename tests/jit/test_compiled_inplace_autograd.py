@@ -178,3 +178,31 @@ def test_an_in_place_view_op_that_keeps_an_inputs_geometry_differentiates_compil
         (run(leaf * 1, w) * jt.arange(4.0)).sum().backward()
         grads.append((leaf.grad.tolist(), w.grad.item()))
     assert grads[0] == grads[1] == ([0.0, 3.0, 6.0, 9.0], 14.0)
+
+
+def _made_from_data_then_written(lib, x, returned):
+    """A tensor made from Python data, a view of it taken, values that require grad written into it, then
+    scaled in place; returns the view or the tensor itself."""
+    v = lib.tensor([[0.0, 0.0]])
+    view = v.transpose(1, 1)
+    v[0] = x.log()
+    v.mul_(lib.tensor([[-1.375, -1.625]]))
+    return view if returned == "view" else v
+
+
+@pytest.mark.parametrize("returned", ["view", "itself"])
+def test_a_tensor_made_from_data_then_written_with_history_differentiates_compiled(returned):
+    """Fuzz seed 7501246: the tracer asked the real tensor (no history), not its fake (a history from the
+    write), whether later ops needed grad: the compiled gradient lost the ``mul_`` (the view returned), or
+    the output did not require grad (the tensor itself, which now runs eagerly: its fake's history cannot
+    reach the tensor a call returns)."""
+    want = torch.tensor([2.0, 3.0], requires_grad=True)
+    _made_from_data_then_written(torch, want, returned).sum().backward()
+    x = jt.tensor([2.0, 3.0], requires_grad=True)
+    step = jt.compile(lambda x: _made_from_data_then_written(jt, x, returned))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore" if returned == "itself" else "error")
+        out = step(x)
+    out.sum().backward()
+    assert np.allclose(x.grad.numpy(), want.grad.numpy())
+    assert ran_compiled(step) == (returned == "view")

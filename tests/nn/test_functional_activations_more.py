@@ -155,3 +155,16 @@ def test_prelu_module_learns_its_slope():
     m = jnn.PReLU()
     m(jt.tensor([-2.0, 1.0])).sum().backward()
     assert m.weight.grad.tolist() == [-2.0]
+
+
+@pytest.mark.parametrize("inplace", [False, True])
+def test_leaky_relu_of_float64_multiplies_by_the_slope_in_float64(inplace):
+    """The slope went through a float32 tensor (0.1 as 0.10000000149...), so float64 results and gradients were
+    off by 1.5e-8 relative (found by hand against torch, session 36)."""
+    values = [-0.3, 0.5, -7.0]
+    want = torch.nn.functional.leaky_relu(torch.tensor(values, dtype=torch.float64), 0.1)
+    x = jt.tensor(values, dtype=jt.float64, requires_grad=True)
+    out = JF.leaky_relu(x * 1, 0.1, inplace=inplace)
+    assert out.tolist() == want.tolist()
+    out.sum().backward()
+    assert x.grad.tolist() == [0.1, 1.0, 0.1]

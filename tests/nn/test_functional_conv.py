@@ -152,6 +152,23 @@ def test_conv1d_gradcheck(rng):
     assert gradcheck(lambda x, w: F.conv1d(x, w, stride=2, padding=1, dilation=2), (x, w))
 
 
+@pytest.mark.parametrize("padding", [0, 1])
+def test_a_batch_of_one_has_the_contiguous_strides_of_torchs_result(rng, padding):
+    """A convolution of one image returned a view whose batch stride was 1 (its layout's permute), where
+    torch's result has contiguous strides ((14, 7, 1), not (1, 7, 1)); a batch of two was right already."""
+    x, w = t64(rng.standard_normal((1, 4, 9)), True), t64(rng.standard_normal((2, 4, 3)))
+    y = F.conv1d(x, w, padding=padding)
+    length = 7 + 2 * padding
+    assert y.stride() == (2 * length, length, 1)
+    assert F.conv2d(t64(rng.standard_normal((1, 3, 5, 5))), t64(rng.standard_normal((2, 3, 3, 3))),
+                    padding=padding).stride() == (2 * (3 + 2 * padding) ** 2, (3 + 2 * padding) ** 2, 3 + 2 * padding, 1)
+    t = F.conv_transpose1d(t64(rng.standard_normal((1, 4, 5))), t64(rng.standard_normal((4, 2, 3))), padding=padding)
+    assert t.stride() == (2 * (7 - 2 * padding), 7 - 2 * padding, 1)
+    assert_close(y, np_conv(x.detach().numpy(), w.numpy(), None, (1,), [(padding, padding)], (1,), 1))
+    y.sum().backward()
+    assert x.grad.shape == x.shape
+
+
 # Padding ----------------------------------------------------------------------------------------------------
 
 NP_MODES = {"reflect": "reflect", "replicate": "edge", "circular": "wrap"}

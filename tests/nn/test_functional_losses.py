@@ -102,6 +102,18 @@ def test_nll_loss(rng, reduction):
                  np_nll(logp, target, None, 2, reduction))
 
 
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_byte_class_targets_are_class_indices(rng, reduction):
+    """torch takes Byte class targets (2-d inputs) as Long ones; jitorch's gather refused them (found by hand
+    against torch, session 36)."""
+    logp, target, w = rng.standard_normal((4, 3)), np.array([0, 2, 1, 2]), rng.random(3)
+    byte = jt.tensor(target.astype(np.uint8))
+    assert_close(F.nll_loss(t64(logp), byte, t64(w), ignore_index=1, reduction=reduction),
+                 np_nll(logp, target, w, 1, reduction))
+    assert_close(F.cross_entropy(t64(logp), byte, label_smoothing=0.2, reduction=reduction),
+                 np_cross_entropy(logp, target, None, -100, reduction, 0.2))
+
+
 def test_nll_loss_mean_of_only_ignored_targets_is_nan(rng):
     assert np.isnan(F.nll_loss(t64(rng.standard_normal((2, 3))), jt.tensor([-100, -100])).item())
 

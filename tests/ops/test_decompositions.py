@@ -206,3 +206,16 @@ def test_svd_of_an_empty_matrix_gives_torchs_shapes_and_identities(shape, compil
     fn = jt.compile(lambda a: program(jt, a)) if compiled else lambda a: program(jt, a)
     got = fn(jt.zeros(shape, dtype=jt.float64))
     assert [(tuple(t.shape), t.tolist()) for t in got] == [(tuple(t.shape), t.tolist()) for t in want]
+
+
+@pytest.mark.parametrize("shape", [(1, 0), (0, 0), (3, 0, 2)])
+def test_lu_without_pivoting_of_an_empty_matrix_returns_as_torch(shape):
+    """Fuzz seed 7501794: ``torch.lu(A, False)`` of an empty ``A`` returns (torch's CPU kernel checks pivoting
+    only for elements); jitorch raised. ``linalg.lu(pivot=False)`` gives an empty P, as torch's."""
+    for lib in (torch, jt):
+        LU, pivots = lib.linalg.lu_factor(lib.zeros(shape), pivot=False)
+        assert tuple(LU.shape) == shape and tuple(pivots.shape) == shape[:-2] + (min(shape[-2:]),)
+        P, L, U = lib.linalg.lu(lib.zeros(shape), pivot=False)
+        assert tuple(P.shape) == (0,)
+    with pytest.raises(RuntimeError, match="LU without pivoting is not implemented on the CPU"):
+        jt.linalg.lu_factor(jt.eye(2), pivot=False)

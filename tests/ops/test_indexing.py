@@ -558,6 +558,14 @@ ERRORS = [
      r"index_fill_ only supports a 0-dimensional value tensor, but got tensor with 1 dimension\(s\)\."),
     (lambda: _arange(2, 3).index_fill(1, jt.tensor([0]), 1e300), RuntimeError,
      "value cannot be converted to type float without overflow"),
+    # (found by hand against torch, session 36: torch's CPU kernels read a 0-d value tensor with item(), whose
+    # conversion checks the range as a number's; jitorch wrapped it around)
+    (lambda: _arange(3, dtype=np.uint8).index_fill(0, jt.tensor([0]), jt.tensor(300)), RuntimeError,
+     "value cannot be converted to type uint8_t without overflow"),
+    (lambda: _arange(3, dtype=np.int32).masked_fill(jt.tensor([True, False, True]), jt.tensor(float("nan"))),
+     RuntimeError, "value cannot be converted to type int without overflow"),
+    (lambda: _arange(3, dtype=np.float16).masked_fill(jt.tensor([True, False, True]), jt.tensor(1e10)),
+     RuntimeError, "value cannot be converted to type c10::Half without overflow"),
     (lambda: _arange(2, 3).index_copy(1, jt.tensor([0, 5]), jt.ones(2, 2)), IndexError,
      r"index_copy_\(\): index 5 is out of bounds for dimension 1 with size 3"),
     (lambda: _arange(2, 3).index_copy(1, jt.tensor([0, 1]), jt.ones(2, 3)), IndexError,

@@ -79,6 +79,11 @@ CASES = {
     "masked_fill_ 0-d value": lambda L, w, i: w.masked_fill_(L.ones(N, dtype=L.bool), i[0]),
     "fill_ 0-d value": lambda L, w, i: w.fill_(i[0]),
     "put_": lambda L, w, i: w.put_(_long(L, [1, 0]), i[:2]),
+    # (last notes' leftover: torch's scans and sorts resize out= to the result's shape before they check it)
+    "cumsum into a resized out": lambda L, w, i: L.cumsum(i.view(2, 4), 0, out=w[:4]),
+    "sort into a resized out": lambda L, w, i: L.sort(i.view(2, 4), 0, out=(w[:4], L.empty(0, dtype=L.int64))),
+    # (fuzz seed 7500064: torch's masked_scatter_ checks no overlap with its source or mask)
+    "masked_scatter_": lambda L, w, i: w.masked_scatter_(L.tensor([True, False] * (N // 2)), i),
 }
 
 
@@ -316,3 +321,13 @@ def test_float_powers_out_dtype_is_refused_before_its_overlap():
         x = lib.arange(1.0, 9.0)
         with pytest.raises(RuntimeError, match="the output given to float_power has dtype Float"):
             lib.float_power(x[:6], x[2:], out=x[:6])
+
+
+def test_masked_scatter_of_a_bool_tensor_by_itself_reads_old_values():
+    """Fuzz seed 7500064: ``x.masked_scatter_(x, x)`` (self, mask and source one bool tensor) runs in torch,
+    which checks no overlap there; jitorch's result is the one from the old values."""
+    values = [True, False, True, False, True]
+    x = jt.tensor(values)
+    x.masked_scatter_(x, x)
+    want = torch.tensor(values).masked_scatter_(torch.tensor(values), torch.tensor(values))
+    assert x.tolist() == want.tolist() == [True, False, False, False, True]

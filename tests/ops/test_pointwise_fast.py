@@ -384,3 +384,18 @@ def test_inplace_ops_on_one_element_give_the_general_paths_bits(dtype, shape):
         with pytest.raises(RuntimeError, match="result type Float can't be cast to the desired output type"):
             x.add_(jt.ones(shape))
         assert x._version == 0 and x.tolist() == jt.ones(shape, dtype=dtype).tolist()
+
+
+@pytest.mark.parametrize("dtype", [jt.float32, jt.int32, jt.float64])
+def test_neg_in_place_of_a_strided_column_writes_its_own_elements(dtype):
+    """Fuzz seed 7501690: NumPy 2.4's float32/int32 ``negative`` into a strided (n, 1) array steps by the
+    size-1 dim's stride, so ``x.neg_()`` of ``base[::2, ::2]`` (shape (3, 1)) negated the wrong elements and
+    wrote past the view; NumPy 1.26's is right. The in-place fast path leaves such an array to the general one."""
+    base = jt.full((6, 2), 9, dtype=dtype)
+    view = base[::2, ::2]
+    view.copy_(jt.tensor([[1], [-2], [7]], dtype=dtype))
+    view.neg_()
+    assert base.tolist() == [[-1, 9], [9, 9], [2, 9], [9, 9], [-7, 9], [9, 9]]
+    column = jt.arange(8, dtype=dtype)[::2].unsqueeze(1)
+    column.negative_()
+    assert column._base.tolist() == [0, 1, -2, 3, -4, 5, -6, 7]

@@ -185,3 +185,16 @@ def test_digamma_near_its_poles_is_torchs_in_float32(dtype, compiled):
         return t
     (jt.compile(thrice) if compiled else thrice)(got)
     np.testing.assert_array_equal(got.float().numpy(), want.float().numpy())
+
+
+@pytest.mark.parametrize("dtype", [jt.float32, jt.float64])
+def test_lgamma_of_one_and_two_is_positive_zero(dtype):
+    """Fuzz seed 7501476: the series at 1 gave -0.0 for ``lgamma(1)`` (torch's, C's: +0.0), so ``log2`` of it
+    had the gradient +inf where torch's is -inf (``x.lgamma_(); x.log2()``)."""
+    got = jt.lgamma(jt.tensor([1.0, 2.0], dtype=dtype)).numpy()
+    assert got.tolist() == [0.0, 0.0] and not np.signbit(got).any()
+    x = jt.tensor([1.0], dtype=dtype, requires_grad=True)
+    x.lgamma().log2().backward()
+    want = torch.tensor([1.0], dtype=getattr(torch, dtype.np.name), requires_grad=True)
+    want.lgamma().log2().backward()
+    assert x.grad.item() == want.grad.item() == -math.inf  # (1 / (+0.0 log 2) times digamma(1) < 0)

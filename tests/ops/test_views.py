@@ -606,3 +606,11 @@ def test_reshape_and_permute_refuse_with_torchs_messages():
     want = errors(torch)
     assert errors(jt) == want
     assert "ambiguous" in want[0] and want[2] == (3, 0) and want[5] == "permute(): duplicate dims are not allowed."
+
+
+def test_narrow_copy_from_a_negative_start_passes_the_gradient_of_the_elements_taken():
+    """Fuzz seed 7500944: torch 2.13 gives zeros for ``narrow_copy(-1, -1, 1)`` (its backward slices the
+    empty ``[-1, 0)``); jitorch's gradient is the one torch gives for the same elements from a start of 4."""
+    x = jt.arange(15.0).reshape(3, 5).requires_grad_()
+    x.narrow_copy(-1, -1, 1).mul(jt.tensor([[1.0], [2.0], [3.0]])).sum().backward()
+    assert x.grad.tolist() == [[0.0, 0.0, 0.0, 0.0, 1.0], [0.0, 0.0, 0.0, 0.0, 2.0], [0.0, 0.0, 0.0, 0.0, 3.0]]

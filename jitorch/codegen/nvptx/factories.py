@@ -13,8 +13,8 @@ The formulas are those of ``jitorch/ops/creation.py``:
   then converted to the dtype by the cast table (`jitorch/runtime/casts.py`), as on the CPU;
 - ``eye``: one where the row equals the column;
 - ``linspace`` from both ends: ``first + step * i`` for the first ``steps // 2`` points, ``last - step *
-  (steps - 1 - i)`` for the rest, the products in the "step" type (the dtype, float64 for integer
-  dtypes) and the sums in the "sum" type (the same, except float32 for a half type's ``logspace``
+  (steps - 1 - i)`` for the rest, in float32/float64 (float64 for integer dtypes) one fused multiply-add
+  as torch's kernels; for the half types the products in the "step" type (the dtype) and the sums in the "sum" type (the same, except float32 for a half type's ``logspace``
   exponents); ``first``, ``last`` and ``step`` come from the host, computed there exactly as the CPU does;
 - ``logspace``: ``base ** exponent`` of those exponents, in float64 for float64 and integer dtypes, float32
   otherwise, through the kernels' own ``pow`` (SLEEF's 1-ulp algorithm, as ``x.pow`` on CUDA), where the
@@ -90,9 +90,16 @@ def factory_kernel(op, dtype, cache=None):
         step = real(words[4], step_t)
         first_half = b.icmp_signed("<", i, words[1])
         times = b.select(first_half, i, b.sub(b.sub(count, I64(1)), i))
-        offset = e.cast(rounded(e.mul, step, e.cast(Scalar(times, _dt.int64), step_t)), sum_t)
-        up, down = rounded(e.add, real(words[2], sum_t), offset), rounded(e.sub, real(words[3], sum_t), offset)
-        result = Scalar(b.select(first_half, up.value, down.value), sum_t)
+        count_t = e.cast(Scalar(times, _dt.int64), step_t)
+        if op == "linspace" and step_t in (_dt.float32, _dt.float64):  # one fma, as the CPU (creation.fma)
+            half = Scalar(first_half, _dt.bool)
+            factor = e.select(half, step, e.neg(step))
+            base = e.select(half, real(words[2], step_t), real(words[3], step_t))
+            result = e.intrinsic("llvm.fma", factor, count_t, base)
+        else:
+            offset = e.cast(rounded(e.mul, step, count_t), sum_t)
+            up, down = rounded(e.add, real(words[2], sum_t), offset), rounded(e.sub, real(words[3], sum_t), offset)
+            result = Scalar(b.select(first_half, up.value, down.value), sum_t)
         if op == "logspace":
             power_t = _dt.float64 if sum_t is _dt.float64 else _dt.float32
             result = e.math("pow", real(words[5], power_t), e.cast(result, power_t))
