@@ -98,7 +98,10 @@ def _int_to_float(name, x, dtype):
 # NumPy reductions in the compute dtype: fn(a, axis=, keepdims=) ------------------
 
 def _mean(a, axis, keepdims):
-    return np.add.reduce(a, axis=axis, keepdims=keepdims) / reduced_count(a.shape, axis)  # (np.sum's reduction)
+    total = np.add.reduce(a, axis=axis, keepdims=keepdims)  # (np.sum's reduction)
+    # divided by the count in the sum's dtype, as torch divides: NumPy 1.x would divide a sum of one element
+    # (a NumPy scalar) by a Python int in float64, and not round a count above 2**24 to float32
+    return total / total.dtype.type(reduced_count(a.shape, axis))
 
 
 def _nanmean(a, axis, keepdims):

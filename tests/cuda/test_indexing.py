@@ -150,6 +150,23 @@ def test_vector_indexed_stores_and_reads(data, op):
             check(put, x, flat, jt.arange(float(flat.numel())).to(x.dtype))
 
 
+@pytest.mark.parametrize("value", [-2, "tensor"])
+@pytest.mark.parametrize("layout", ["transposed", "strided"])
+def test_index_fill_writes_its_result_in_the_cpus_layout_in_place(layout, value):
+    """index_fill's result is torch's clone in preserve_format (a transposed input's strides): the device copy
+    the kernel fills is made in that layout, not compacted and copied into it after the kernel (found by a
+    transposed example of test_vector_indexed_stores_and_reads: its last launch was that copy)."""
+    x, _ = tensor_and_array(support.random_array((2, 3), jt.float32, np.random.default_rng(0)), layout)
+    fill = jt.tensor(-2.0) if value == "tensor" else value
+    check(index_fill, x, 1, jt.tensor([2, 0]), fill)
+    with use_backend(FakeBackend(emulate="ptx")) as fake:
+        moved = on_device(x)
+        fake.launches.clear()
+        got = moved.index_fill(1, jt.tensor([2, 0]).to("cuda"), fill)
+        assert [launch.ops for launch in fake.launches] == [["copy"], ["index_fill"]]
+        assert got.stride() == x.index_fill(1, jt.tensor([2, 0]), fill).stride()
+
+
 def scatter(x, dim, index, src):
     return x.scatter(dim, index, src)
 
