@@ -40,7 +40,9 @@ def case(draw, vector):
 
 
 def check(fn, *args):
-    """``fn`` on the CPU arguments and on their CUDA copies: one launch of its own kernel, equal results."""
+    """``fn`` on the CPU arguments and on their CUDA copies: one launch of its own kernel (for a result the CPU
+    lays out in another order, a read's kernel then a copy into that order; hypothesis 6.100 draws a
+    transposed one), equal results."""
     with use_backend(FakeBackend(emulate="ptx")) as fake:
         moved = [on_device(a) if isinstance(a, jt.Tensor) else a for a in args]
         fake.launches.clear()
@@ -52,6 +54,8 @@ def check(fn, *args):
                    for kind, n, non_blocking in fake.copies)
         result = got.cpu()
     want = fn(*args)
+    if launched[-1] == ["copy"] and not want.is_contiguous():
+        launched.pop()  # a read kernel writes a compact result, copied into the CPU's order after it
     assert launched[-1] in ([fn.__name__.replace("_value", ".value")], [fn.__name__ + "_accumulate"])
     assert result.dtype == want.dtype and result.shape == want.shape
     np.testing.assert_allclose(result.numpy(), want.numpy(), rtol=1e-6)
