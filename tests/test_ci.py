@@ -25,6 +25,9 @@ def test_the_variants_rerun_existing_files_and_the_minimum_versions_run_covers_w
     missing = [p for p in baseline + oldest if not (ROOT / p).exists()]
     assert not missing
     assert {"tests/codegen", "tests/runtime"} <= set(oldest)
-    assert any(p.startswith("tests/ops/test_pointwise") for p in oldest)
-    assert any(p.startswith("tests/optim/") for p in oldest)
-    assert "code generator, runtime,\npointwise-op and optimizer-step tests on the oldest" in README
+    named = {"pointwise-op": "tests/ops/test_pointwise", "reduction": "tests/ops/test_reductions",
+             "special-function": "tests/ops/test_special_functions", "linear-algebra": "tests/test_linalg",
+             "FFT": "tests/test_fft", "CUDA code": "tests/cuda/test_ptx", "optimizer-step": "tests/optim/"}
+    assert all(any(p.startswith(prefix) for p in oldest) for prefix in named.values())
+    assert ("code generator, runtime,\npointwise-op, reduction, special-function, linear-algebra, FFT, CUDA code\n"
+            "and optimizer-step tests on the oldest") in README

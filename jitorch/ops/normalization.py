@@ -17,6 +17,7 @@ import numpy as np
 from ..runtime import dtypes as _dt
 from ..runtime import fp_errors, threads
 from ..runtime.device import CPU
+from ..runtime.summation import add_reduce
 from . import registry
 from .meta import opmath
 from .registry import TensorSpec, defop, scalar_name
@@ -81,7 +82,7 @@ def _normalized_rows(rows, out, n, eps, weight, bias):
     """``out``: the rows of 2-D ``rows`` (of ``n`` elements each) normalised, scaled by ``weight`` and shifted by
     ``bias`` (1-D, or None)."""
     # two passes, as eager's var_mean: the mean, then the mean square deviation from it
-    np.subtract(rows, np.add.reduce(rows, axis=1, keepdims=True) / n, out=out)
+    np.subtract(rows, add_reduce(rows, 1, True) / n, out=out)
     var = np.einsum("ij,ij->i", out, out)[:, None] / n
     out *= 1 / np.sqrt(var + eps)
     if weight is not None:

@@ -22,6 +22,7 @@ import numpy as np
 from ..runtime import dtypes as _dt
 from ..runtime.device import current_cuda_index, to_device
 from ..runtime.strided import broadcast_shapes
+from ..runtime.summation import add_reduce
 from .creation import OPTIONS, c_num, like_spec, sized_spec
 from .registry import TensorSpec, cpp_name, defop, scalar_name
 
@@ -470,7 +471,7 @@ def _multinomial_cpu(spec, x, num_samples, replacement, gen):
     probs = np.atleast_2d(x.astype(np.float64))
     if not np.all(np.isfinite(probs) & (probs >= 0)):
         raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
-    totals = probs.sum(axis=-1)
+    totals = add_reduce(probs, -1)
     if not np.all(totals > 0):
         raise RuntimeError("invalid multinomial distribution (sum of probabilities <= 0)")
     g = rng(gen)

@@ -19,6 +19,7 @@ from ..runtime import dtypes as _dt
 from ..runtime import fp_errors, threads
 from ..runtime.casts import convert
 from ..runtime.device import CPU
+from ..runtime.summation import add_reduce
 from . import registry
 from .meta import opmath, reduced_shape, reduction_dims, wrap_dim
 from .overlap import written_with_dim
@@ -98,18 +99,26 @@ def _int_to_float(name, x, dtype):
 # NumPy reductions in the compute dtype: fn(a, axis=, keepdims=) ------------------
 
 def _mean(a, axis, keepdims):
-    return np.add.reduce(a, axis=axis, keepdims=keepdims) / reduced_count(a.shape, axis)  # (np.sum's reduction)
+    total = add_reduce(a, axis, keepdims)
+    # divided by the count in the sum's dtype, as torch divides: NumPy 1.x would divide a sum of one element
+    # (a NumPy scalar) by a Python int in float64, and not round a count above 2**24 to float32
+    return total / total.dtype.type(reduced_count(a.shape, axis))
 
 
 def _nanmean(a, axis, keepdims):
-    return np.nansum(a, axis=axis, keepdims=keepdims) / np.sum(~np.isnan(a), axis=axis, keepdims=keepdims)
+    return _nansum(a, axis, keepdims) / np.sum(~np.isnan(a), axis=axis, keepdims=keepdims)
+
+
+def _nansum(a, axis=None, keepdims=False):
+    """``np.nansum`` (NaN read as zero) in `add_reduce`'s order."""
+    return add_reduce(np.where(np.isnan(a), a.dtype.type(0), a) if a.dtype.kind in "fc" else a, axis, keepdims)
 
 
 def _logsumexp(a, axis, keepdims):
     # Shift by the finite max only: rows of -inf stay -inf, rows holding +inf give +inf.
     m = np.max(a, axis=axis, keepdims=True, initial=-np.inf)
     m = np.where(np.isfinite(m), m, 0)
-    out = np.log(np.sum(np.exp(a - m), axis=axis, keepdims=True)) + m
+    out = np.log(add_reduce(np.exp(a - m), axis, True)) + m
     return out if keepdims else np.squeeze(out, axis)
 
 
@@ -123,9 +132,9 @@ _DIMS = "int[]? dim=None, bool keepdim=False"
 _DIMS_DTYPE = f"{_DIMS}, *, ScalarType? dtype=None"
 
 _REDUCTIONS = (
-    _Reduction(f"sum(Tensor self, {_DIMS_DTYPE}) -> Tensor", _accumulated, np.add.reduce, False,
+    _Reduction(f"sum(Tensor self, {_DIMS_DTYPE}) -> Tensor", _accumulated, add_reduce, False,
                "Sum over ``dim`` (all dims by default); integers and bools sum as int64."),
-    _Reduction(f"nansum(Tensor self, {_DIMS_DTYPE}) -> Tensor", _accumulated, np.nansum, False,
+    _Reduction(f"nansum(Tensor self, {_DIMS_DTYPE}) -> Tensor", _accumulated, _nansum, False,
                "Sum over ``dim`` treating NaN as zero."),
     _Reduction("prod(Tensor self, int? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor",
                _accumulated, np.multiply.reduce, False, "Product over one dim (all by default); integers multiply as int64."),
@@ -444,8 +453,8 @@ def _moment_kernel(root):
         axis = numpy_axis(x, dim)
         n = reduced_count(a.shape, axis)
         dof = moment_divisor(n, correction)
-        dev = a - np.sum(a, axis=axis, keepdims=True) / n
-        var = np.sum(dev * dev, axis=axis, keepdims=keepdim) / dof
+        dev = a - add_reduce(a, axis, True) / n
+        var = add_reduce(dev * dev, axis, keepdim) / dof
         return np.sqrt(var) if root else var
     return kernel
 
@@ -593,8 +602,8 @@ def _vector_norm(a, order, axis, keepdims):
     if order == 0:
         return np.asarray(np.count_nonzero(m, axis=axis, keepdims=keepdims), m.dtype)
     if order == 1:
-        return np.sum(m, axis=axis, keepdims=keepdims)
-    return np.sum(m ** order, axis=axis, keepdims=keepdims) ** (1 / order)
+        return add_reduce(m, axis, keepdims)
+    return add_reduce(m ** order, axis, keepdims) ** (1 / order)
 
 
 def _nuclear_norm(a, dims, keepdims):
@@ -660,7 +669,7 @@ for _name, _fn, _what in (("cumsum", np.cumsum, "sums"), ("cumprod", np.cumprod,
 
 # ``np.max`` and ``np.sum`` of an array are these ufuncs' reductions, called through Python wrappers that cost
 # more than softmax's arithmetic on a small tensor
-_max_of, _sum_of = np.maximum.reduce, np.add.reduce
+_max_of, _sum_of = np.maximum.reduce, add_reduce
 
 
 def _softmax(a, axis):

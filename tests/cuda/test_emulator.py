@@ -272,7 +272,10 @@ def test_fused_pointwise_chains_match_the_cpu(shape, layout, dtype, seed):
 def test_float_math_kernels_give_the_cpu_kernels_bits():
     """The generated kernels' float32 math (erf's two branches and their switch, GELU's forward and backward
     formulas, tanh, exp, a power by an odd half computed in double) is the same IR on both targets: the
-    emulated GPU's results are the CPU kernels' bit for bit, specials and a vector tail included."""
+    emulated GPU's results are the CPU kernels' bit for bit, specials and a vector tail included. But for a
+    NaN's sign and payload, which LLVM leaves unspecified (the CPU target picks: ``abs(-nan) ** 1.5 + (-nan)
+    ** 4`` is the first operand's +NaN on x86-64-v2, whose SSE add overwrites its first operand, and the
+    second's -NaN under AVX's three-operand add): there both are NaN."""
     rng = np.random.default_rng(4)
     edges = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, 0.921875, 0.92187506, 3.92, 4.0, 4.5, 20.0],
                      np.float32)
@@ -286,7 +289,13 @@ def test_float_math_kernels_give_the_cpu_kernels_bits():
             fake.launches.clear()
             cuda = jt.compile(fn)(on_device).cpu()
             assert fake.launches and all(k.name.startswith("jitorch") for k in fake.launches)
-            np.testing.assert_array_equal(cuda.numpy().view(np.uint32), jt.compile(fn)(x).numpy().view(np.uint32))
+            np.testing.assert_array_equal(_nan_bits_cleared(cuda), _nan_bits_cleared(jt.compile(fn)(x)))
+
+
+def _nan_bits_cleared(t):
+    """``t``'s float32 bits, with every NaN the one quiet NaN."""
+    a = t.numpy()
+    return np.where(np.isnan(a), np.float32(np.nan), a).view(np.uint32)
 
 
 @settings(max_examples=10)

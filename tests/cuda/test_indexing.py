@@ -40,7 +40,9 @@ def case(draw, vector):
 
 
 def check(fn, *args):
-    """``fn`` on the CPU arguments and on their CUDA copies: one launch of its own kernel, equal results."""
+    """``fn`` on the CPU arguments and on their CUDA copies: one launch of its own kernel (for a result the CPU
+    lays out in another order, a read's kernel then a copy into that order; hypothesis 6.100 draws a
+    transposed one), equal results."""
     with use_backend(FakeBackend(emulate="ptx")) as fake:
         moved = [on_device(a) if isinstance(a, jt.Tensor) else a for a in args]
         fake.launches.clear()
@@ -52,6 +54,8 @@ def check(fn, *args):
                    for kind, n, non_blocking in fake.copies)
         result = got.cpu()
     want = fn(*args)
+    if launched[-1] == ["copy"] and not want.is_contiguous():
+        launched.pop()  # a read kernel writes a compact result, copied into the CPU's order after it
     assert launched[-1] in ([fn.__name__.replace("_value", ".value")], [fn.__name__ + "_accumulate"])
     assert result.dtype == want.dtype and result.shape == want.shape
     np.testing.assert_allclose(result.numpy(), want.numpy(), rtol=1e-6)
@@ -148,6 +152,23 @@ def test_vector_indexed_stores_and_reads(data, op):
             check(take, x, flat)
         else:
             check(put, x, flat, jt.arange(float(flat.numel())).to(x.dtype))
+
+
+@pytest.mark.parametrize("value", [-2, "tensor"])
+@pytest.mark.parametrize("layout", ["transposed", "strided"])
+def test_index_fill_writes_its_result_in_the_cpus_layout_in_place(layout, value):
+    """index_fill's result is torch's clone in preserve_format (a transposed input's strides): the device copy
+    the kernel fills is made in that layout, not compacted and copied into it after the kernel (found by a
+    transposed example of test_vector_indexed_stores_and_reads: its last launch was that copy)."""
+    x, _ = tensor_and_array(support.random_array((2, 3), jt.float32, np.random.default_rng(0)), layout)
+    fill = jt.tensor(-2.0) if value == "tensor" else value
+    check(index_fill, x, 1, jt.tensor([2, 0]), fill)
+    with use_backend(FakeBackend(emulate="ptx")) as fake:
+        moved = on_device(x)
+        fake.launches.clear()
+        got = moved.index_fill(1, jt.tensor([2, 0]).to("cuda"), fill)
+        assert [launch.ops for launch in fake.launches] == [["copy"], ["index_fill"]]
+        assert got.stride() == x.index_fill(1, jt.tensor([2, 0]), fill).stride()
 
 
 def scatter(x, dim, index, src):

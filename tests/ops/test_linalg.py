@@ -553,6 +553,10 @@ def test_one_term_products_multiply_without_numpys_matmul(monkeypatch, compiled,
 def test_small_transposed_batches_reach_blas_in_rows(monkeypatch, compiled):
     # attention's q @ k.transpose(-2, -1): OpenBLAS's small-matrix kernel for a transposed right operand
     # runs at about half speed, so a batch of them is copied into rows first; the values stay torch's
+    from jitorch.runtime import threads
+    # one part (an earlier set_num_threads in the process splits products: CI's minimum-versions run, whose
+    # codegen and runtime tests come first in a worker, had two np.matmul calls here)
+    monkeypatch.setitem(threads._settings, "split_products", False)
     rng = np.random.default_rng(0)
     qkv = jt.from_numpy(rng.standard_normal((12, 64, 3 * 128)).astype(np.float32))
 

@@ -114,7 +114,20 @@ def test_softmax_and_mean_give_the_bits_of_numpys_wrappers(shape, data, dtype, l
     np.testing.assert_array_equal(got, _softmax_by_wrappers(a, dim % len(shape), log))
     if a.size:
         mean = jt.tensor(a).mean(dim).numpy()
-        np.testing.assert_array_equal(mean, np.sum(a, axis=dim % len(shape)) / a.shape[dim])
+        total = np.sum(a, axis=dim % len(shape))
+        np.testing.assert_array_equal(mean, total / total.dtype.type(a.shape[dim]))  # (torch's count in the dtype)
+
+
+def test_mean_divides_by_the_count_rounded_to_its_dtype_as_torch():
+    """torch divides a float32 sum by its count as a float32: 2**24 + 3 threes average to 2.9999998. jitorch's
+    mean divided a sum of one element (a NumPy scalar) by the Python count, which NumPy 1.26 does in float64
+    (3.0 there, torch's under NumPy 2); a sum over some dims (an array) was divided in float32 under both."""
+    torch = pytest.importorskip("torch")
+    n = 2**24 + 3
+    for keepdim in (False, True):
+        got = jt.tensor(3.0).expand(n).mean(0, keepdim=keepdim)
+        want = torch.tensor(3.0).expand(n).mean(0, keepdim=keepdim)
+        assert got.dtype is jt.float32 and got.tolist() == want.tolist() != ([3.0] if keepdim else 3.0)
 
 
 def test_a_reduction_over_one_int_dim_gives_the_general_paths_result_and_errors():

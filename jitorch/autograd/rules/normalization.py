@@ -19,6 +19,7 @@ from ...runtime import dtypes as _dt
 from ...runtime import fp_errors
 from ...runtime.autocast_mode import STATE as _AUTOCAST
 from ...runtime.grad_mode import is_grad_enabled
+from ...runtime.summation import add_reduce
 
 from ..rule import defgrad, differentiates, reads
 from .common import wanted
@@ -52,21 +53,21 @@ def _layer_norm_arrays(g, x, w, eps, k, want):
     axis = tuple(range(x.ndim - k, x.ndim))
     lead = tuple(range(x.ndim - k))
     n = math.prod(x.shape[d] for d in axis)
-    dev = x - np.sum(x, axis=axis, keepdims=True) / n  # var.correction's kernel, correction 0
-    var = np.sum(dev * dev, axis=axis, keepdims=True) / n
-    mean = np.sum(x, axis=axis, keepdims=True) / n
+    dev = x - add_reduce(x, axis, True) / n  # var.correction's kernel, correction 0
+    var = add_reduce(dev * dev, axis, True) / n
+    mean = add_reduce(x, axis, True) / n
     rstd = np.reciprocal(np.sqrt(np.add(var, eps)))
     xhat = np.multiply(np.subtract(x, mean), rstd)
     grads = {}
     if "input" in want:
         gy = g if w is None else np.multiply(g, w)
-        inner = np.subtract(gy, np.sum(gy, axis=axis, keepdims=True) / n)
-        inner = np.subtract(inner, np.multiply(xhat, np.sum(np.multiply(gy, xhat), axis=axis, keepdims=True) / n))
+        inner = np.subtract(gy, add_reduce(gy, axis, True) / n)
+        inner = np.subtract(inner, np.multiply(xhat, add_reduce(np.multiply(gy, xhat), axis, True) / n))
         grads["input"] = np.multiply(inner, rstd)
     if "weight" in want:
-        grads["weight"] = np.add.reduce(np.multiply(g, xhat), axis=lead) if lead else np.multiply(g, xhat)
+        grads["weight"] = add_reduce(np.multiply(g, xhat), lead) if lead else np.multiply(g, xhat)
     if "bias" in want:
-        grads["bias"] = np.add.reduce(g, axis=lead) if lead else g.copy()
+        grads["bias"] = add_reduce(g, lead) if lead else g.copy()
     return grads
 
 

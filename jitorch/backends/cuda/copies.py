@@ -81,8 +81,8 @@ def _broadcast_strides(t, shape):
     return (0,) * pad + tuple(0 if n == 1 and m != 1 else s for n, m, s in zip(t._shape, shape[pad:], t._stride))
 
 
-def copy_values(t):
-    """A compact copy of CUDA tensor ``t``'s values, with no autograd history."""
-    out = empty(t._shape, t.dtype, t.device)
+def copy_values(t, strides=None):
+    """A copy of CUDA tensor ``t``'s values, with no autograd history: compact, or with dense ``strides``."""
+    out = empty(t._shape, t.dtype, t.device, strides)
     write(out, t)
     return out

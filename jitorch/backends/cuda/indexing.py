@@ -15,7 +15,7 @@ from ...codegen.errors import CompileError
 from ...codegen.nvptx.indexing import ATOMIC_DTYPES, FORMS, INDEX_DTYPES, index_kernel, mean_kernel
 from ...ops.indexing import reduce_identity, scatter_reduce_combine
 from ...ops.meta import opmath
-from ...ops.registry import FUNCTIONS
+from ...ops.registry import FUNCTIONS, result_strides
 from ...runtime import cuda_backend, cuda_errors, dtypes
 from ...runtime.casts import convert
 from ...runtime.grad_mode import no_grad
@@ -105,7 +105,9 @@ def _indexing(op, args, spec):
         if form.mode == "read":
             out = empty(index._shape if flat or not vector else spec.shape, self.dtype, self.device)
         else:
-            out = self if flat else copy_values(self)  # compact, as the CPU's result
+            # laid out as the CPU's result (index_fill's and index_put's: torch's clone in preserve_format),
+            # so the kernel writes the result in place instead of a compact one copied into that layout
+            out = self if flat else copy_values(self, result_strides(op, spec, args))
     if form.mode == "read" or not vector:
         space = out._shape if form.mode == "read" else index._shape  # scatter's source may be larger
     else:

@@ -22,6 +22,7 @@ from ...runtime.autocast_mode import STATE as _AUTOCAST_STATE
 from ...runtime.device import CPU
 from ...runtime.dtypes import float32, float64
 from ...runtime.grad_mode import no_grad
+from ...runtime.summation import add_reduce
 from ...ops.registry import FUNCTIONS as _fn
 from ...tensor import Tensor
 
@@ -64,9 +65,9 @@ def _norm(a, norm_type):
         return _vector_norm(a, norm_type, axis, False)
     # (an array also when ``a`` is 0-d; laid out as np.abs lays it out, which sets the order of the sum)
     m = np.square(a, out=np.empty_like(a))
-    total = np.add.reduce(m, axis=axis)
+    total = add_reduce(m, axis)
     if total != total:
-        total = np.add.reduce(np.square(np.abs(a, out=m), out=m), axis=axis)
+        total = add_reduce(np.square(np.abs(a, out=m), out=m), axis)
     return total ** 0.5
 
 

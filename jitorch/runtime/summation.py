@@ -1,0 +1,53 @@
+"""Float sums in an order of jitorch's, the same under every NumPy version.
+
+NumPy sums the elements of a run whose stride is the array's smallest pairwise (blocks of 128, eight
+accumulators), but how long a run its reduction loop is handed is its iterator's business: NumPy 1.x hands
+over at most 8192 elements (its buffer size) and adds those runs' sums one after the other, NumPy 2.4 longer
+runs. A float32 sum of more than 8192 elements along its innermost dim differed between NumPy 1.26 and 2.4 in
+the last bits (8193 to 10**6 normal values: most sizes). Runs of at most 8192 elements, and reductions along
+dims that are not the innermost (element by element, one slice after the other), come out the same under
+both.
+
+`add_reduce` is ``np.add.reduce`` but for a float reduction whose reduced elements include the innermost
+dim's and number more than `BLOCK`: there the reduced dims are moved last (a copy where they are not
+contiguous), each output's elements are summed in blocks of `BLOCK` in C order (NumPy's pairwise sum within
+a block) and the blocks' sums are added in order: NumPy 1.x's own order for a contiguous run.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# Elements NumPy 1.x's reduction loop takes at once (its buffer size): a pairwise sum of at most this many is
+# the same under every NumPy version
+BLOCK = 8192
+
+
+def _innermost(a):
+    """The dim of ``a`` with the smallest stride among those of more than one element (None: no such)."""
+    dims = [d for d in range(a.ndim) if a.shape[d] > 1]
+    return min(dims, key=lambda d: abs(a.strides[d])) if dims else None
+
+
+def add_reduce(a, axis=None, keepdims=False):
+    """``np.add.reduce(a, axis=axis, keepdims=keepdims)`` in an order that does not depend on NumPy's version
+    (see the module docstring); ``axis`` an int, a tuple of ints or None (every dim)."""
+    if a.size <= BLOCK or a.dtype.kind not in "fc":  # (the commonest: no more than a block in all)
+        return np.add.reduce(a, axis=axis, keepdims=keepdims)
+    axes = tuple(range(a.ndim)) if axis is None else \
+        tuple(d % a.ndim for d in ((axis,) if isinstance(axis, int) else axis))
+    count = 1
+    for d in axes:
+        count *= a.shape[d]
+    if count <= BLOCK or _innermost(a) not in axes:
+        return np.add.reduce(a, axis=axis, keepdims=keepdims)
+    kept = [d for d in range(a.ndim) if d not in axes]
+    runs = np.transpose(a, kept + list(axes)).reshape([a.shape[d] for d in kept] + [count])
+    whole = count - count % BLOCK
+    partial = np.add.reduce(runs[..., :whole].reshape(runs.shape[:-1] + (whole // BLOCK, BLOCK)), axis=-1)
+    total = np.add.accumulate(partial, axis=-1)[..., -1]  # (an accumulation adds in order under every NumPy)
+    if whole < count:
+        total = total + np.add.reduce(runs[..., whole:], axis=-1)
+    if keepdims:
+        total = total.reshape([1 if d in axes else n for d, n in enumerate(a.shape)])
+    return total if total.ndim else total[()]
