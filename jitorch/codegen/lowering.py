@@ -394,6 +394,21 @@ def _fill_value_converts(node):
     return True
 
 
+def _largest(dtype):
+    return _dt.finfo(dtype).max if dtype.is_floating_point else _dt.iinfo_range(dtype)[1]
+
+
+def _fill_tensor_always_fits(node):
+    """Whether every value of the 0-d fill tensor's dtype fits the result's: eager (as torch's CPU kernel, which
+    reads ``value.item()``) raises for one that does not, which a kernel cannot, so such a fill stays eager's."""
+    value, out = node.args[-1].type.dtype, node.outputs[0].type.dtype
+    if value == out or _dt.bool in (value, out):  # (any number converts to a bool, as torch's check says)
+        return True
+    if not out.is_floating_point and (value.is_floating_point or _dt.iinfo_range(value)[0] < _dt.iinfo_range(out)[0]):
+        return False
+    return _largest(value) <= _largest(out)
+
+
 def _pow_by_number(e, a, b):
     """A float32 ``a ** n`` for a number ``n`` the simplification pass left where `powers.by_products` says so
     (`powers.pow_by_products`, eager's formula: in double, rounded once), else None."""
@@ -462,7 +477,7 @@ pointwise("fill.Scalar", _fill, when=_fill_value_converts)
 pointwise("fill.Tensor", _fill)
 pointwise("zero", lambda e, x: _fill(e, x, 0))
 pointwise("masked_fill", _masked_fill, when=_fill_value_converts)
-pointwise("masked_fill.Tensor", _masked_fill)
+pointwise("masked_fill.Tensor", _masked_fill, when=_fill_tensor_always_fits)
 for _name in ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "tanh", "erf",
               "erfc", "sigmoid", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh"):
     pointwise(_name, _math(_name), math=True)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import jitorch as jt
-from tests.codegen.test_kernels import assert_identical, fused_result
+from tests.codegen.test_kernels import assert_identical, fused_result, kernel_ops
 
 
 def wide_float64_pairs(rng, n=4000):
@@ -83,17 +83,39 @@ def test_float_to_integer_casts_give_eagers_values_for_nan_and_out_of_range(sour
             np.testing.assert_array_equal(compiled, eager, err_msg=f"{source} -> {dtype}")
 
 
-@pytest.mark.parametrize("op", ["fill", "masked_fill"])
-def test_fills_by_a_float_tensor_into_integers_fuse_and_convert_as_torch(op):
+def test_fills_by_a_float_tensor_into_integers_fuse_and_convert_as_torch():
     # fills converting a float 0-d tensor into an integer tensor stayed eager's while LLVM's conversion
     # of NaN and out-of-range values was undefined
     x = jt.zeros(40, dtype=jt.uint8)
-    mask = jt.arange(40) % 3 == 0
     for value in (300.7, -1.5, float("nan"), 1e10):
         v = jt.tensor(value)
 
         def fn(t, v):
-            return (t.masked_fill(mask, v) if op == "masked_fill" else t.fill_(v)) + 1
+            return t.fill_(v) + 1
         expected = fn(x.clone(), v)
-        assert_identical(fused_result(fn, x.clone(), v, ops=[f"{op}.Tensor"]), expected)
+        assert_identical(fused_result(fn, x.clone(), v, ops=["fill.Tensor"]), expected)
         assert expected[0].item() == (torch.tensor(value).to(torch.uint8) + 1).item()
+
+
+def test_a_masked_fill_by_a_tensor_the_dtype_cannot_hold_raises_compiled_as_eager_and_torch():
+    """torch's masked_fill reads a 0-d value with ``item()`` and refuses one the dtype cannot hold (its fill_
+    converts); eager jitorch raises so, and a kernel cannot raise: such a masked_fill stays an eager step (the
+    lowering's rule `_fill_tensor_always_fits`); one whose value dtype always fits stays in the kernel."""
+    x = jt.zeros(40, dtype=jt.uint8)
+    mask = jt.arange(40) % 3 == 0
+    def filled(t, v):
+        return t.masked_fill(mask, v) + 1
+    fn = jt.compile(filled)
+    t_mask = torch.from_numpy(mask.numpy())
+    two = torch.zeros(40, dtype=torch.uint8).masked_fill(t_mask, torch.tensor(2.0)) + 1  # (fits: the eager step's)
+    assert fn(x, jt.tensor(2.0)).tolist() == two.tolist()
+    assert "masked_fill.Tensor" not in kernel_ops(filled, x, jt.tensor(2.0))
+    for value in (300.7, -1.5, 1e10):
+        with pytest.raises(RuntimeError, match="value cannot be converted to type uint8_t without overflow"):
+            torch.zeros(40, dtype=torch.uint8).masked_fill(t_mask, torch.tensor(value))
+        with pytest.raises(RuntimeError, match="value cannot be converted to type uint8_t without overflow"):
+            fn(x, jt.tensor(value))
+        assert "masked_fill.Tensor" not in kernel_ops(filled, x, jt.tensor(value))
+    for v in (jt.tensor(7, dtype=jt.uint8), jt.tensor(True)):
+        assert "masked_fill.Tensor" in kernel_ops(filled, x, v)
+        assert fn(x, v).tolist() == x.masked_fill(mask, v).add(1).tolist()

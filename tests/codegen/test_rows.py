@@ -38,13 +38,15 @@ def test_large_last_dim_softmax_runs_the_kernel_within_tolerance_of_torch(calls,
     a = _array(shape, dtype)
     got = getattr(jt.tensor(a), name)(-1)
     want = getattr(torch.from_numpy(a), name)(-1).numpy()
-    assert calls == [(name, dtype, shape[-1], a.size // shape[-1])]
+    # (rows of one element take the one-wide formula, exp(x - x) or x - x: no kernel)
+    kernel_calls = [(name, dtype, shape[-1], a.size // shape[-1])] if shape[-1] > 1 else []
+    assert calls == kernel_calls
     assert got.dtype is getattr(jt, dtype) and tuple(got.shape) == shape and got.is_contiguous()
     np.testing.assert_allclose(got.numpy(), want, **TOL[dtype])
-    # the functional form and a dim given as its positive index take the same kernel
+    # the functional form and a dim given as its positive index take the same path
     np.testing.assert_array_equal(getattr(jt.nn.functional, name)(jt.tensor(a), dim=len(shape) - 1).numpy(),
                                   got.numpy())
-    assert len(calls) == 2
+    assert calls == kernel_calls * 2
 
 
 @pytest.mark.parametrize("name", ["softmax", "log_softmax"])
