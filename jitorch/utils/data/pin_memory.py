@@ -82,5 +82,8 @@ class PinThread:
         return item
 
     def stop(self):
+        """Stop the thread; wait for it unless this is that thread (an iterator collected by a garbage
+        collection that ran on it: its loop ends at its next poll)."""
         self._stop.set()
-        self._thread.join()
+        if self._thread is not threading.current_thread():
+            self._thread.join()

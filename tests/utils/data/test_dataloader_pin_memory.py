@@ -69,3 +69,25 @@ def test_an_error_in_the_pinning_thread_reaches_the_loop(monkeypatch):
     with pytest.raises(ValueError, match="pinning failed"):
         next(iter(loader))
     assert waits == []
+
+
+def test_a_pin_thread_stopped_from_itself_ends_without_joining_itself():
+    """CI of stop 35 warned "cannot join current thread" in ``_WorkerIterator.__del__``: a garbage collection
+    that ran on the pinning thread collected the loader's iterator, whose shutdown stopped (joined) that thread."""
+    import queue
+    source = queue.Queue()
+    pin = pinning.PinThread(source)
+    errors = []
+
+    def stop_from_inside(data):
+        try:
+            pin.stop()
+        except RuntimeError as error:
+            errors.append(error)
+        return data
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(pinning, "pin_memory", stop_from_inside)
+        source.put((0, "batch"))
+        assert pin.get(timeout=30) == (0, "batch")
+    pin._thread.join(30)
+    assert errors == [] and not pin._thread.is_alive()
