@@ -1999,6 +1999,12 @@ def leaky_relu(input, negative_slope=0.01, inplace=False):
     """``x`` where positive, ``negative_slope * x`` elsewhere (the slope a Python number, as torch's kernel
     reads it: a float64 input's product is float64's)."""
     _check_floating(input, "leaky_relu_cpu")
+    if input.dtype in (jt.float32, jt.float64):
+        # one product by a factor of 1 or the slope in input's dtype: the same bits and gradient as the select
+        # below in two eager ops instead of three, and a backward of one product instead of a select's
+        factor = jt.where(input > 0, 1.0, jt.tensor(negative_slope, dtype=input.dtype))
+        return input.mul_(factor) if inplace else input * factor
+    # (the half types: torch multiplies by the slope in float32, which a factor rounded to the half type is not)
     out = jt.where(input > 0, input, input * negative_slope)
     return input.copy_(out) if inplace else out
 
