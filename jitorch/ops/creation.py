@@ -548,15 +548,10 @@ def fma(a, count, c):
     t = np.dtype(type(a)) if np.isscalar(a) else a.dtype
     a64, n, c64 = np.float64(a), count.astype(np.float64), np.float64(c)
     with np.errstate(all="ignore"):
-        product = a64 * n
-        low = 0.0
-        if t == np.float64:  # (a float32 step times such a count is exact in float64)
-            split = 134217729.0 * a64  # Veltkamp's split of a: 2**27 + 1
-            a_hi = split - (split - a64)
-            a_lo = a64 - a_hi
-            n_hi = np.floor(n / 2 ** 26) * 2 ** 26  # (n < 2**52: its halves of 26 bits, exact)
-            n_lo = n - n_hi
-            low = ((a_hi * n_hi - product) + a_hi * n_lo + a_lo * n_hi) + a_lo * n_lo
+        if t == np.float64:
+            product, low = powers.two_prod_dekker(powers.Arrays(), a64, n)
+        else:  # (a float32 step times such a count is exact in float64)
+            product, low = a64 * n, 0.0
         total = product + c64
         back = total - product
         err = (product - (total - back)) + (c64 - back) + low
