@@ -524,20 +524,26 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
         token = None if quiet and plain else enter()
         try:
             size = xa.size
-            # NumPy runs a ufunc on one element whose output is one of its inputs through its general iterator
-            # (0.6 us more: its test that the two are iterated alike takes a single element's stride for 0);
-            # given a copy of that input, the same loop on the same values, directly
-            xin = xa.copy() if size == 1 else xa
-            if not plain:
-                if ya is None:
-                    into(xin, *args[n:], out=xa)
-                else:
-                    into(xin, ya, *args[n:], out=xa)
-            elif not (size >= split_min and _split_into(plain_call, (xa,) if ya is None else (xa, ya), xa)):
+            if size == 1:
+                # NumPy runs a ufunc on one element whose output is one of its inputs through its general iterator
+                # (0.6 us more: its test that the two are iterated alike takes a single element's stride for 0);
+                # given a copy of that input, the same loop on the same values, directly
+                xin = xa.copy()
+            elif plain and size >= split_min and _split_into(plain_call, (xa,) if ya is None else (xa, ya), xa):
+                xin = None  # (done on the team)
+            else:
+                xin = xa
+            if xin is None:
+                pass
+            elif plain:
                 if ya is None:
                     plain_call(xin, out=xa)
                 else:
                     plain_call(xin, ya, out=xa)
+            elif ya is None:
+                into(xin, *args[n:], out=xa)
+            else:
+                into(xin, ya, *args[n:], out=xa)
         except (ValueError, TypeError):  # (NumPy refuses before it writes: the general path decides)
             return False
         finally:
