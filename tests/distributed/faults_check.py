@@ -16,6 +16,8 @@ t = jt.ones(4)
 for step in range(3):
     dist.all_reduce(t)
 print(f"rank {rank}: trained 3 steps", flush=True)
+if fault in ("kill", "raise"):
+    dist.barrier()  # every rank has reported before one dies and mpiexec stops the others
 if fault == "mismatch":
     try:
         dist.all_reduce(jt.ones(2 + rank))

@@ -55,11 +55,11 @@ def test_a_rank_that_never_joins_times_the_others_out():
     assert "rank 0: jitorch.distributed: all_reduce timed out after 2 s" in done.stdout, done.stdout + done.stderr
 
 
-@pytest.mark.parametrize("fault", ["kill", "raise"])
-def test_a_rank_that_dies_or_raises_stops_the_run_with_an_error(fault):
-    done = launch(2, "faults_check.py", fault, timeout=60)
+@pytest.mark.parametrize("nproc,fault", [(2, "kill"), (4, "kill"), (2, "raise")])
+def test_a_rank_that_dies_or_raises_stops_the_run_with_an_error(nproc, fault):
+    done = launch(nproc, "faults_check.py", fault, timeout=60)
     assert done.returncode != 0
-    assert done.stdout.count("trained 3 steps") == 2
+    assert done.stdout.count("trained 3 steps") == nproc
     assert "jitorchrun: a rank failed" in done.stderr
     if fault == "raise":
         assert "ValueError: rank 1 gave up" in done.stderr
@@ -84,7 +84,8 @@ def test_init_errors_as_torch():
     assert dist.is_available() and not dist.is_initialized()
 
 
-@pytest.mark.parametrize("nproc,mode,thread", [(2, "eager", "1"), (4, "eager", "0"), (2, "compiled", "")])
+@pytest.mark.parametrize("nproc,mode,thread", [(2, "eager", "1"), (4, "eager", "0"), (2, "compiled", ""),
+                                               (4, "compiled", "")])
 def test_ddp_on_shards_equals_one_process_on_the_whole_batch(nproc, mode, thread):
     # thread "1": a thread advances the all-reduces during backward; "0": the gradient hooks do
     done = launch(nproc, "ddp_check.py", *(["--compile"] if mode == "compiled" else []),
@@ -92,6 +93,7 @@ def test_ddp_on_shards_equals_one_process_on_the_whole_batch(nproc, mode, thread
     assert done.returncode == 0, done.stderr
     if thread:
         assert len(re.findall(rf"rank \d: progress thread {thread == '1'}", done.stdout)) == nproc, done.stdout
+    assert len(re.findall(r"rank \d: unused parameters keep no gradient", done.stdout)) == nproc, done.stdout
     assert sorted(re.findall(rf"rank (\d+): ddp == whole batch \({mode}\)", done.stdout)) == \
         [str(r) for r in range(nproc)], done.stdout
     assert "eagerly" not in done.stderr  # the compiled step is one graph, collectives included
