@@ -10,8 +10,10 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+import jitorch as jt
 import jitorch.distributed as dist
 
 HERE = Path(__file__).parent
@@ -48,6 +50,27 @@ def test_mismatched_shapes_raise_on_every_rank_naming_each_ranks_shape():
     for rank in (0, 1):
         assert (f"rank {rank}: all_reduce: the ranks disagree on the collective or on the tensors' dtype and shape: "
                 "rank 0: all_reduce(float32[2]); rank 1: all_reduce(float32[3])") in done.stdout
+        assert (f"rank {rank}: all_reduce: the ranks disagree on the collective or on the tensors' dtype and shape: "
+                "rank 0: all_reduce(float32[2]); rank 1: all_reduce(float64[2])") in done.stdout
+
+
+def test_contiguous_tensors_are_mpis_buffers_themselves():
+    """Zero-copy: MPI reads and writes a contiguous tensor's own memory; other layouts and bfloat16 go through a
+    contiguous copy, written back when the collective has finished."""
+    from jitorch.distributed.collectives import _buffer
+
+    t = jt.arange(6.0)
+    array, _ = _buffer(t, reducing=True)
+    assert np.shares_memory(array, t.numpy()) and array.ctypes.data == t.data_ptr()
+    view = jt.zeros(3, 2).t()
+    array, write_back = _buffer(view, reducing=False)
+    assert not np.shares_memory(array, view.numpy())
+    array[...] = np.arange(6.0).reshape(2, 3)
+    write_back()
+    assert view.tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+    half = jt.ones(4, dtype=jt.bfloat16)
+    array, _ = _buffer(half, reducing=True)
+    assert array.dtype == np.float32 and not np.shares_memory(array, half.view(jt.int16).numpy())
 
 
 def test_a_rank_that_never_joins_times_the_others_out():
