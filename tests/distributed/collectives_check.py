@@ -10,6 +10,7 @@ import numpy as np
 
 import jitorch as jt
 import jitorch.distributed as dist
+from jitorch.distributed.process_group import group_by_id
 
 dist.init_process_group()
 rank, size = dist.get_rank(), dist.get_world_size()
@@ -162,4 +163,11 @@ else:
 dist.barrier()
 dist.destroy_process_group()
 assert not dist.is_initialized()
+if rank % 2 == 0:  # the default group took the others with it, as torch's does
+    try:
+        group_by_id(evens.id)
+    except RuntimeError:
+        checks += 1
+    else:
+        raise AssertionError("the even ranks' group outlived the default group")
 print(f"rank {rank} of {size}: {checks} checks passed", flush=True)
