@@ -153,3 +153,10 @@ def test_the_launcher_forwards_sigterm_to_every_rank(tmp_path):
             os.killpg(launcher.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def test_the_launcher_is_installed_as_jitorchrun():
+    from importlib.metadata import entry_points
+
+    (script,) = [e for e in entry_points(group="console_scripts") if e.name == "jitorchrun"]
+    assert script.value == "jitorch.distributed.run:main"
