@@ -78,7 +78,7 @@ def test_numpy_arrays_python_floats_and_the_kernel_compute_the_same_bits():
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
-@pytest.mark.parametrize("size", [1, 5, 300], ids=["one", "few", "kernel"])
+@pytest.mark.parametrize("size", [1, 5, 40, 300], ids=["one", "few", "some", "kernel"])
 def test_eager_pow_and_xlogy_are_the_compiled_bits(dtype, size, kernel_calls):
     """Eager pow (one element: Python floats; a few: NumPy arrays; from `powers.KERNEL_MIN`: the compiled
     kernel) and xlogy give a compiled function's bits, special values and every dtype included."""
