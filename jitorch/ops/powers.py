@@ -555,8 +555,10 @@ def _each(algorithm, dtype, *operands):
     """``algorithm`` on each element of ``operands`` (arrays of NumPy ``dtype``, broadcast together) as Python
     floats (`on_floats`), as a new array of ``dtype``."""
     fn = on_floats(algorithm, len(operands))
-    if all(v.size == 1 for v in operands):  # (one element: no broadcasting's cost)
-        return np.array(fn(*(v.item() for v in operands)), dtype).reshape(max((v.shape for v in operands), key=len))
+    first, last = operands[0], operands[-1]
+    if first.size == 1 and last.size == 1:  # (one element: no broadcasting's cost; the longer shape of ones)
+        r = fn(first.item()) if len(operands) == 1 else fn(first.item(), last.item())
+        return np.array(r, dtype).reshape(first.shape if first.ndim >= last.ndim else last.shape)
     arrays = np.broadcast_arrays(*operands)
     values = [fn(*args) for args in zip(*(v.ravel().tolist() for v in arrays))]
     return np.array(values, dtype).reshape(arrays[0].shape)
