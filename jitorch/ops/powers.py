@@ -542,13 +542,16 @@ def through_kernel(name, dtype, *operands):
     """Op ``name`` of ``operands`` (arrays of NumPy ``dtype``, or numbers, broadcast together) by its compiled
     kernel (`KERNEL`), or None where the result is smaller than `KERNEL_MIN` or no kernel is built."""
     operands = [np.asarray(v, dtype) for v in operands]
-    shape = np.broadcast_shapes(*(v.shape for v in operands))
+    shape = operands[0].shape
+    if any(v.shape != shape for v in operands):
+        shape = np.broadcast_shapes(*(v.shape for v in operands))
     if KERNEL is None or math.prod(shape) < KERNEL_MIN:
         return None
-    kernel = KERNEL(name, dtype.name)
+    kernel = KERNEL(name, dtype.type.__name__)
     if kernel is None:
         return None
-    return kernel(*(np.ascontiguousarray(np.broadcast_to(v, shape)) for v in operands))[0]
+    return kernel(*(v if v.shape == shape and v.flags.c_contiguous else np.ascontiguousarray(np.broadcast_to(v, shape))
+                    for v in operands))[0]
 
 
 def _each(algorithm, dtype, *operands):
