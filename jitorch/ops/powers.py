@@ -3,18 +3,20 @@
 NumPy's ``np.power`` and ``np.log`` are whatever its build and version pick (libm, SVML, its own SIMD loops):
 between NumPy 1.26 and 2.x, ``np.power`` of identical float64 operands differed in 3,408 of 25,200 elements.
 Eager ``pow`` (``**``, ``float_power``) and ``xlogy`` compute here instead, by an algorithm written once against a
-small arithmetic interface ``m``: `Arrays` (NumPy arrays) and `Floats` (Python floats, for one element) here, and
-`jitorch.codegen.mathlib`'s LLVM builder for compiled kernels (`pow_double`, `log_double`), so eager and compiled
-results are the same bits, on every NumPy version and CPU.
+small arithmetic interface ``m``: `Arrays` (NumPy arrays) and `Floats` (Python floats; `on_floats` traces an
+algorithm through it once into a Python function, for small tensors) here, and `jitorch.codegen.mathlib`'s LLVM
+builder for compiled kernels, so eager and compiled results are the same bits, on every NumPy version and CPU.
 
 Only operations IEEE 754 rounds exactly are used: ``+ - * /`` of float64 (each correctly rounded, the same in
 NumPy's loops, Python's floats and LLVM's instructions without fast-math flags), ``trunc``, ``rint``, comparisons,
 selection and scaling by powers of two. No fused multiply-add: NumPy has none, so the double-word products are
-Dekker's (Veltkamp's split), exact as an FMA's would be. The algorithm is SLEEF's ``xpow`` (``logk``, ``expk``:
-log as a double word, ``y log|x|`` as a double word, exp of it), Naoki Shibata and contributors, Boost Software
-License 1.0, in those FMA-free forms. float32 (and float16/bfloat16, which compute in float32) are computed in
-float64 and rounded once, so nearly always correctly rounded. Measured against torch (glibc's pow and log,
-SLEEF's powf) in `benchmarks/pow_accuracy.py`; see docs/differences-from-torch.md.
+Dekker's (Veltkamp's split), exact as an FMA's would be. float64 (`pow_double`, `log_double`) is SLEEF's ``xpow``
+(``logk``, ``expk``: log as a double word, ``y log|x|`` as a double word, exp of it), Naoki Shibata and
+contributors, Boost Software License 1.0, in those FMA-free forms. float32 (and float16/bfloat16, which compute
+in float32) needs no double word (`pow_single`, `log_single`): plain float64 with polynomials fitted here, a
+third of the operations, rounded once to float32, so correctly rounded but about once in a million random
+operands. Measured against torch (glibc's pow and log, SLEEF's powf) and mpmath in `benchmarks/pow_accuracy.py`;
+see docs/differences-from-torch.md.
 """
 
 from __future__ import annotations
@@ -558,10 +560,8 @@ def _each(algorithm, dtype, *operands):
     """``algorithm`` on each element of ``operands`` (arrays of NumPy ``dtype``, broadcast together) as Python
     floats (`on_floats`), as a new array of ``dtype``."""
     fn = on_floats(algorithm, len(operands))
-    first, last = operands[0], operands[-1]
-    if first.size == 1 and last.size == 1:  # (one element: no broadcasting's cost; the longer shape of ones)
-        r = fn(first.item()) if len(operands) == 1 else fn(first.item(), last.item())
-        return np.array(r, dtype).reshape(first.shape if first.ndim >= last.ndim else last.shape)
+    if all(v.size == 1 for v in operands):  # (one element: no broadcasting's cost; the longest shape of ones)
+        return np.array(fn(*[v.item() for v in operands]), dtype).reshape(max((v.shape for v in operands), key=len))
     arrays = np.broadcast_arrays(*operands)
     values = [fn(*args) for args in zip(*(v.ravel().tolist() for v in arrays))]
     return np.array(values, dtype).reshape(arrays[0].shape)

@@ -100,7 +100,7 @@ def test_numpy_arrays_python_floats_and_the_kernel_compute_the_same_bits(pow_alg
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_float32_pow_in_plain_double_rounds_as_the_double_word_pow():
     """float32's `pow_single` (plain double) rounds to the float32 that the double-word `pow_double` rounds to
-    (correctly rounded but where the exact power is within ~2**-20 ulp of a midpoint: about one in 500,000
+    (correctly rounded but where the exact power is within ~2**-20 ulp of a midpoint: about one in a million
     random operands, benchmarks/pow_accuracy.py --exact), over the whole range and near its ends."""
     x, y = (v.astype(np.float32).astype(np.float64) for v in _operands(20000, 7))
     rng = np.random.default_rng(7)
