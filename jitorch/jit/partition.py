@@ -24,7 +24,7 @@ import math
 from typing import NamedTuple
 
 from ..ir.graph import Graph, Node, Value
-from ..ir.passes import cse, dce, simplify
+from ..ir.passes import cse, dce, simplify, sink
 from ..runtime.pytree import tree_leaves
 
 
@@ -46,6 +46,12 @@ def split_joint(joint: Graph, n_inputs: int) -> Split:
     # and what the joint traced but returns not (a view of an output it returns the base of), which the backward
     # would otherwise save values for
     dce.run(joint)
+    # a convolution's batch-last layout flows through the pointwise ops after it here, before the cut, where the
+    # values the backward reads are the joint's own (as the forward graph's outputs, eager's layout would hold
+    # them batch-first: a transposing kernel writes each, and the next convolution's windows transpose back)
+    if sink.run(joint):
+        simplify.run(joint)
+        dce.run(joint)
     outs, grads = joint.outputs
     outs, grads = list(outs), list(grads)
     primal = joint.inputs[:n_inputs]
