@@ -24,7 +24,6 @@ from ..ops.meta import opmath
 from ..ops.pointwise import ldexp_power_dtype
 from ..ops.pointwise_scaled import multiplier
 from ..ops.reductions import reduces_nothing
-from ..ops.views import contiguous_format
 from ..ops.registry import attach
 from ..runtime import dtypes as _dt
 from ..runtime.casts import convert
@@ -582,7 +581,7 @@ attach("lowering", "_to_copy", Cast(when=lambda node: node.args[2] is None or no
 # a clone is a copy of each element into the layout the executor gives its result (eager's, `_clone_strides`): as a
 # kernel it reads a strided operand through the views folded into it (the saved im2col windows of a split call's
 # forward graph, whose clone is a graph output, were NumPy's strided copy)
-attach("lowering", "clone", Cast(when=lambda node: node.args[1] in (None, contiguous_format)))
+attach("lowering", "clone", Cast(when=None))
 
 
 @dataclass(frozen=True)

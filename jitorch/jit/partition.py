@@ -24,7 +24,7 @@ import math
 from typing import NamedTuple
 
 from ..ir.graph import Graph, Node, Value
-from ..ir.passes import cse, dce, simplify, sink
+from ..ir.passes import cse, dce, decompose, simplify, sink
 from ..runtime.pytree import tree_leaves
 
 
@@ -49,9 +49,11 @@ def split_joint(joint: Graph, n_inputs: int) -> Split:
     # a convolution's batch-last layout flows through the pointwise ops after it here, before the cut, where the
     # values the backward reads are the joint's own (as the forward graph's outputs, eager's layout would hold
     # them batch-first: a transposing kernel writes each, and the next convolution's windows transpose back)
+    decompose.run(joint)  # (a batch norm's var_mean: its reductions read views where they lie, as sink needs)
+    simplify.run(joint)
     if sink.run(joint):
         simplify.run(joint)
-        dce.run(joint)
+    dce.run(joint)
     outs, grads = joint.outputs
     outs, grads = list(outs), list(grads)
     primal = joint.inputs[:n_inputs]
