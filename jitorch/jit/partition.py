@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
+from ..ir import lowerable
 from ..ir.graph import Graph, Node, Value
 from ..ir.passes import cse, dce, decompose, simplify, sink
 from ..runtime.pytree import tree_leaves
@@ -113,8 +114,8 @@ def _views_remade(forward_nodes, crossing):
 
     def view_chain(v):
         node = by_output.get(id(v))
-        if node is None or node.op.kind != "view":
-            return
+        if node is None or node.op.kind != "view" or not lowerable.folds(_chain(node, by_output)):
+            return  # (a view that copies, a convolution's windows merged: the forward made it and saves it)
         if id(node) not in found:
             found.add(id(node))
             for u in node.input_values():
@@ -123,6 +124,15 @@ def _views_remade(forward_nodes, crossing):
     for v in crossing:
         view_chain(v)
     return found
+
+
+def _chain(node, by_output):
+    """View ``node`` and the views before it that it reads, from the first."""
+    nodes = []
+    while node is not None and node.op.kind == "view":
+        nodes.append(node)
+        node = by_output.get(id(node.args[0]))
+    return nodes[::-1]
 
 
 _RECOMPUTED = frozenset({"add", "sub", "mul", "true_divide", "neg"})  # (IEEE arithmetic: the same bits again)
