@@ -935,6 +935,22 @@ def split_refused(group):
     return [_alone(node) for node in lead] + [Group(group.kind, rest, inputs, outputs, group.shape)]
 
 
+def copy_then_views(group):
+    """The parts a view group the kernel builder refuses is lowered as, where a view follows its last reshape (a
+    convolution's windows merged, then transposed for a weight gradient's product): the views up to that reshape
+    (the copy a kernel makes), then each later view alone (a tensor header over the copy); None where no reshape
+    comes before the last view (the group's views then all run as one eager step)."""
+    last = max((i for i, n in enumerate(group.nodes[:-1]) if n.op.name in RESHAPES), default=None)
+    if last is None:
+        return None
+    head, tail = group.nodes[:last + 1], group.nodes[last + 1:]
+    computed = {v for n in head for v in n.outputs}
+    inputs = list(dict.fromkeys(v for n in head for v in n.input_values() if v not in computed))
+    read_after = {v for n in tail for v in n.input_values()}
+    outputs = [v for n in head for v in n.outputs if v in group.outputs or v in read_after]
+    return [Group("view", head, inputs, outputs, tuple(head[-1].outputs[0].type.shape))] + [_alone(n) for n in tail]
+
+
 class CompiledGraph:
     """A graph's groups as kernels and eager steps, ready to run on input tensors.
 
@@ -1112,6 +1128,11 @@ class CompiledGraph:
                 build_shared(group, f"{name}_{group.kind}", target, layouts=layouts)
             kernel = make_kernel(source, self._cache)
         except CompileError as e:
+            parts = copy_then_views(group) if group.kind == "view" and split else None
+            if parts is not None:
+                for j, part in enumerate(parts):
+                    self._lower(part, f"{name}_{j}", split=False)
+                return
             if group.kind == "view":  # views that need no copy: tensor headers, made by an eager step
                 self.steps.append(EagerStep(group.nodes, group.kind))
                 self._note_eager_views(group.nodes)
