@@ -77,7 +77,8 @@ def each_calls(monkeypatch):
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # (selects discard the overflows and NaNs of lanes not taken)
 @pytest.mark.parametrize("pow_algorithm, log_algorithm, dtype", [
-    (powers.pow_double, powers.log_double, "float64"), (powers.pow_single, powers.log_single, "float32")], ids=str)
+    (powers.pow_double, powers.log_double, "float64"), (powers.pow_single, powers.log_single, "float32")],
+    ids=["double", "single"])
 def test_numpy_arrays_python_floats_and_the_kernel_compute_the_same_bits(pow_algorithm, log_algorithm, dtype):
     """An algorithm on NumPy arrays, on each element as Python floats (the reference that no NumPy math function
     takes part in), traced into a Python function (`powers.on_floats`) and by the code generator's kernel is one
