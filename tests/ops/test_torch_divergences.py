@@ -21,3 +21,41 @@ def test_float32_logcumsumexp_carries_its_scan_in_float64_as_torch(dim):
     np.testing.assert_array_equal(j, t)
     f = jt.compile(lambda a: (a * 2).logcumsumexp(dim))
     np.testing.assert_array_equal(f(jt.tensor(x)).numpy(), (torch.from_numpy(x) * 2).logcumsumexp(dim).numpy())
+
+
+NAN, INF = float("nan"), float("inf")
+SEQUENCES = {
+    "nan_at_the_end": [-INF, -0.0, 0.0, 1.0, 1.0, 2.0, 3.0, INF, NAN, NAN],
+    "nan_inside": [1.0, NAN, 2.0, 3.0],
+    "unsorted": [5.0, 1.0, 3.0, 2.0, 9.0, 0.0, 4.0],
+    "sorted": [-1.0, 0.0, 0.0, 2.5, 7.0],
+}
+
+
+@pytest.mark.parametrize("sequence", SEQUENCES)
+@pytest.mark.parametrize("right", [False, True])
+def test_searchsorted_is_torchs_binary_search_with_nan_and_unsorted_sequences(sequence, right):
+    """torch searches by comparisons that are false for NaN (a NaN value goes past every element; a NaN in
+    the sequence sends the search right); NumPy's searchsorted ordered NaN last and gave other indices."""
+    values = [3.0, NAN, 1.0, -INF, 1.0, INF, -0.0, 0.0, 2.0, 0.5, 9.5, -1.0]
+    for dtype in ("float32", "float64", "float16"):
+        seq = torch.tensor(SEQUENCES[sequence], dtype=getattr(torch, dtype))
+        val = torch.tensor(values, dtype=getattr(torch, dtype))
+        expected = torch.searchsorted(seq, val, right=right)
+        got = jt.searchsorted(jt.tensor(SEQUENCES[sequence]).to(getattr(jt, dtype)),
+                              jt.tensor(values).to(getattr(jt, dtype)), right=right)
+        np.testing.assert_array_equal(got.numpy(), expected.numpy())
+        np.testing.assert_array_equal(jt.bucketize(jt.tensor(values), jt.tensor(SEQUENCES[sequence]), right=right).numpy(),
+                                      torch.bucketize(torch.tensor(values), torch.tensor(SEQUENCES[sequence]),
+                                                      right=right).numpy())
+
+
+def test_searchsorted_of_empty_and_batched_sequences_and_sorter_as_torch():
+    for seq, val, kw in [([], [1.0, 2.0], {}), ([[1, 3, 5, 7], [2, 4, 6, 8]], [[3, 6, 9], [3, 6, 9]], {"right": True}),
+                         ([3.0, 1.0, 7.0, 5.0], [4.0, 6.0], {"sorter": [1, 0, 3, 2]})]:
+        t_kw = {k: torch.tensor(v) if k == "sorter" else v for k, v in kw.items()}
+        j_kw = {k: jt.tensor(v) if k == "sorter" else v for k, v in kw.items()}
+        np.testing.assert_array_equal(jt.searchsorted(jt.tensor(seq), jt.tensor(val), **j_kw).numpy(),
+                                      torch.searchsorted(torch.tensor(seq), torch.tensor(val), **t_kw).numpy())
+    np.testing.assert_array_equal(jt.searchsorted(jt.zeros(2, 0), jt.zeros(2, 3)).numpy(),
+                                  torch.searchsorted(torch.zeros(2, 0), torch.zeros(2, 3)).numpy())
