@@ -171,8 +171,8 @@ def reduces_nothing(dim):
 
 def _reduction_meta(name, dtype_rule, nonempty, empty_is_none):
     def meta(x, dim=None, keepdim=False, dtype=None):
+        out, compute = dtype_rule(name, x, dtype)  # (torch refuses an integer mean before a dim out of range)
         dims = reduction_dims(x, dim)
-        out, compute = dtype_rule(name, x, dtype)
         if nonempty:
             _check_nonempty(name, x, dims)
         shape = tuple(x.shape) if empty_is_none and reduces_nothing(dim) else reduced_shape(x.shape, dims, keepdim)

@@ -59,3 +59,13 @@ def test_searchsorted_of_empty_and_batched_sequences_and_sorter_as_torch():
                                       torch.searchsorted(torch.tensor(seq), torch.tensor(val), **t_kw).numpy())
     np.testing.assert_array_equal(jt.searchsorted(jt.zeros(2, 0), jt.zeros(2, 3)).numpy(),
                                   torch.searchsorted(torch.zeros(2, 0), torch.zeros(2, 3)).numpy())
+
+
+@pytest.mark.parametrize("name", ["mean", "nanmean"])
+def test_an_integer_mean_over_a_dim_out_of_range_raises_the_dtype_error_first_as_torch(name):
+    for shape in [(), (0,)]:
+        with pytest.raises(RuntimeError) as t:
+            getattr(torch, name)(torch.zeros(shape, dtype=torch.int64), 1)
+        with pytest.raises(RuntimeError) as j:
+            getattr(jt, name)(jt.zeros(shape, dtype=jt.int64), 1)
+        assert str(j.value) == str(t.value)
