@@ -69,3 +69,11 @@ def test_an_integer_mean_over_a_dim_out_of_range_raises_the_dtype_error_first_as
         with pytest.raises(RuntimeError) as j:
             getattr(jt, name)(jt.zeros(shape, dtype=jt.int64), 1)
         assert str(j.value) == str(t.value)
+
+
+def test_autograd_grad_with_no_inputs_raises_as_torch():
+    for T in (torch, jt):
+        x = T.tensor([1.0, 2.0], requires_grad=True)
+        with pytest.raises(RuntimeError, match="`inputs` argument to `grad\\(\\)` cannot be empty."):
+            T.autograd.grad((x * 2).sum(), [])
+        assert x.grad is None
