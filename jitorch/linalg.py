@@ -19,6 +19,7 @@ from jitorch.ops.decompositions import (  # noqa: F401  (LinAlgError is part of 
     LinAlgError, check_floating, check_matrix, check_precision, check_square, cholesky_as, lu_solve as _lu_solve,
     renamed,
 )
+from jitorch.ops.out_dtypes import check_out_dtypes, linalg_message
 from jitorch.ops.registry import OPS as _OPS, cpp_name as _cpp_name, scalar_name as _scalar_name
 
 __all__ = [
@@ -88,6 +89,7 @@ def matrix_norm(A, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None, out=No
     """Matrix norm over the two ``dim``: 'fro', 'nuc', inf, -inf, 1, -1, 2 or -2."""
     d0, d1 = _matrix_dims(A, dim)
     check_floating("linalg.matrix_norm", A)
+    _check_norm_out("linalg.matrix_norm", A, dtype, out)
     if ord not in _MATRIX_ORDERS:
         raise RuntimeError(f"linalg.matrix_norm: Order {ord} not supported.")
     if dtype is not None:
@@ -109,9 +111,16 @@ def matrix_norm(A, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None, out=No
     return _written("norm", r if keepdim else r.squeeze((d0, d1)), out)
 
 
+def _check_norm_out(name, A, dtype, out):
+    """torch.linalg's error for an out tensor of another dtype than the norm's (the input's dtype checked first)."""
+    if A.dtype.is_floating_point:
+        check_out_dtypes(name, linalg_message(name), out, [dtype or A.dtype])
+
+
 def norm(A, ord=None, dim=None, keepdim=False, *, dtype=None, out=None):
     """A vector norm (``dim`` an int, or ``A`` 1-D) or a matrix norm (``dim`` two dims, or ``A`` 2-D, or ``ord``
     a string); with neither ``ord`` nor ``dim``, the 2-norm of all elements."""
+    _check_norm_out("linalg.norm", A, dtype, out)
     if isinstance(dim, int):
         dim = (dim,)
     if dim is not None and len(dim) == 2 or isinstance(ord, str) or (dim is None and ord is not None and A.ndim == 2):

@@ -53,6 +53,8 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
          materialize_grads=False):
     """The gradients of ``outputs`` with respect to ``inputs``, without touching any ``.grad``."""
     outputs, inputs = _as_tuple(outputs), _as_tuple(inputs)
+    if not inputs:  # (before any backward runs, as torch)
+        raise RuntimeError("`inputs` argument to `grad()` cannot be empty.")
     grads = _root_grads(outputs, _as_tuple(grad_outputs))
     retain = create_graph if retain_graph is None else retain_graph
     for i, t in enumerate(inputs):

@@ -740,7 +740,16 @@ attach("lowering", "sum", Reduction(0, _add_all))
 attach("lowering", "nansum", Reduction(0, _add_all, item=lambda e, x: e.select(e.isnan(x), e.const(0, x.dtype), x)))
 attach("lowering", "mean", Reduction(0, _add_all, lambda e, acc, n: e.div(acc, e.const(n, acc.dtype)),
                                      when=_floating_result))
-attach("lowering", "prod", Reduction(1, lambda e, acc, x: e.mul(acc, x, reassociate=True)))
+
+
+def _not_half_on_cpu(node):
+    """torch's CPU prod rounds every product of a half type to it, in its own order (eager's
+    `ops.half_products`); a kernel rounds once, as torch's CUDA prod does."""
+    out = node.outputs[0].type
+    return out.dtype not in _HALVES or out.device.type != "cpu"
+
+
+attach("lowering", "prod", Reduction(1, lambda e, acc, x: e.mul(acc, x, reassociate=True), when=_not_half_on_cpu))
 attach("lowering", "amax max", AMAX)
 attach("lowering", "amin min", AMIN)
 

@@ -642,7 +642,7 @@ def _vjp_of(fn, args, kwargs, params=(), bases=(), with_outputs=False):
             wanted = [t for t in inputs if t.requires_grad] + list(params)
             pairs = [(o, g) for o, g in zip(outs, grads) if o.requires_grad]
             grads = grad([o for o, _ in pairs], wanted, grad_outputs=[g for _, g in pairs], allow_unused=True,
-                         materialize_grads=True)
+                         materialize_grads=True) if wanted else ()  # (grad() refuses no inputs, as torch's)
             return (outs, grads) if with_outputs else grads
     return vjp
 

@@ -6,3 +6,4 @@ from . import (  # noqa: F401
     pointwise_scaled, scans, statistics, searching, arrangements, diagonals, selection, distances, windows,
     real_identities, recurrences, normalization, linear, attention,
 )
+from . import out_dtypes  # noqa: F401  (after the ops it checks)

@@ -767,7 +767,10 @@ def _scatter_reduce_cpu(spec, x, dim, index, src, reduce, include_self):
     _UFUNCS["sum" if reduce == "mean" else reduce].at(out, coords, values)
     if reduce == "mean":
         hit = count > 0
-        out[hit] = out[hit] // count[hit] if out.dtype.kind in "iub" else out[hit] / count[hit]
+        total, count = out[hit], count[hit]
+        if spec.dtype.np != out.dtype:  # a half type: torch divides its sum and count rounded to it
+            total, count = (convert(convert(a, spec.dtype.np), out.dtype) for a in (total, count))
+        out[hit] = total // count if out.dtype.kind in "iub" else total / count
     return out.reshape(spec.shape)
 
 

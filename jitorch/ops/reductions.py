@@ -21,6 +21,7 @@ from ..runtime.casts import convert
 from ..runtime.device import CPU
 from ..runtime.summation import add_reduce
 from . import registry
+from .half_products import rounded_prod
 from .meta import opmath, reduced_shape, reduction_dims, wrap_dim
 from .overlap import written_with_dim
 from .registry import FUNCTIONS, OPS, TensorSpec, defop, scalar_name
@@ -170,8 +171,8 @@ def reduces_nothing(dim):
 
 def _reduction_meta(name, dtype_rule, nonempty, empty_is_none):
     def meta(x, dim=None, keepdim=False, dtype=None):
+        out, compute = dtype_rule(name, x, dtype)  # (torch refuses an integer mean before a dim out of range)
         dims = reduction_dims(x, dim)
-        out, compute = dtype_rule(name, x, dtype)
         if nonempty:
             _check_nonempty(name, x, dims)
         shape = tuple(x.shape) if empty_is_none and reduces_nothing(dim) else reduced_shape(x.shape, dims, keepdim)
@@ -186,11 +187,15 @@ def _through_dtype(x, spec):
     return a.astype(spec.compute.np, copy=False)
 
 
-def _reduction_kernel(fn, casts_input, empty_is_none):
-    """``casts_input``: the rule's result dtype is the input's converted one (``sum(x, dtype=)``)."""
+def _reduction_kernel(fn, casts_input, empty_is_none, half_fn=None):
+    """``casts_input``: the rule's result dtype is the input's converted one (``sum(x, dtype=)``).
+    ``half_fn(x, axis, keepdims, dtype)``: computes a result of half type ``dtype`` from the input as given
+    (torch rounds prod's every step to it; mean reads the input in float32, never rounded to the half type)."""
     def kernel(spec, x, dim=None, keepdim=False, dtype=None):
-        a = _through_dtype(x, spec) if casts_input else x.astype(spec.compute.np, copy=False)
         axis = () if empty_is_none and reduces_nothing(dim) else numpy_axis(x, dim)  # NumPy's () reduces none
+        if half_fn is not None and spec.dtype.np in _dt.HALF_NP:
+            return half_fn(x, axis, keepdim, spec.dtype.np)
+        a = _through_dtype(x, spec) if casts_input else x.astype(spec.compute.np, copy=False)
         return fn(a, axis=axis, keepdims=keepdim)
     return kernel
 
@@ -200,6 +205,8 @@ def _reduction_kernel(fn, casts_input, empty_is_none):
 # they are also the rules whose result dtype is the input's, converted
 _KEEPS_FLOAT = (_accumulated, _floating_mean)
 _FAST_DTYPES = (_dt.float32, _dt.float64)
+# Rules under which the input is converted to the result dtype first (nanmean: torch's nansum with dtype=)
+_CASTS_INPUT = (*_KEEPS_FLOAT, _floating_nanmean)
 
 
 def _fast_axis(dim, ndim):
@@ -282,11 +289,30 @@ def _logsumexp_into(x, dim, keepdim, dtype):
 # Ops whose out= form is another computation, given the out tensor's dtype (`registry.call`)
 _OUT_COMPOSITES = {"logsumexp": _logsumexp_into}
 
+
+def _mean_to_half(x, axis, keepdims, dtype):
+    """torch's CPU mean into a half type (its dtype= or out= tensor): the input read in float32, summed and
+    divided in float32, rounded once."""
+    return _mean(convert(x, np.float32), axis, keepdims)
+
+
+def _nanmean_to_half(x, axis, keepdims, dtype):
+    """torch's CPU nanmean into a half type: the nansum of the input cast to it, rounded to it, then divided
+    by the count in float32 and rounded again."""
+    a = convert(convert(x, dtype), np.float32)
+    total = convert(convert(_nansum(a, axis, keepdims), dtype), np.float32)
+    return total / np.sum(~np.isnan(a), axis=axis, keepdims=keepdims).astype(np.float32)
+
+
+# Ops whose half-type results torch's CPU kernels compute otherwise than from the input cast to that type
+_HALF_STEPS = {"prod": rounded_prod, "mean": _mean_to_half, "nanmean": _nanmean_to_half}
+
 for _r in _REDUCTIONS:
     _name = _r.schema.split("(", 1)[0]
     _op = defop(_r.schema, meta=_reduction_meta(_name, _r.dtype_rule, _r.nonempty, _r.empty_is_none),
-                cpu=_reduction_kernel(_r.fn, _r.dtype_rule in _KEEPS_FLOAT, _r.empty_is_none), kind="reduction",
-                variants=_r.variants, doc=_r.doc, dtype_from_out=_name in _DTYPE_FROM_OUT,
+                cpu=_reduction_kernel(_r.fn, _r.dtype_rule in _CASTS_INPUT, _r.empty_is_none,
+                                      _HALF_STEPS.get(_name)),
+                kind="reduction", variants=_r.variants, doc=_r.doc, dtype_from_out=_name in _DTYPE_FROM_OUT,
                 input_from_out=_name in _INPUT_FROM_OUT, out_composite=_OUT_COMPOSITES.get(_name))
     if _r.dtype_rule in _KEEPS_FLOAT and not _r.nonempty and _r.schema.startswith(_name + "(Tensor self, int[]?"):
         _op.fast = _reduction_fast(_op, _r.fn)

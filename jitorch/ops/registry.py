@@ -517,7 +517,7 @@ def call(op, args, out=None, recorded=False):
         if op.attrs.get("dtype_from_out"):
             args = _dtype_from_out(op, args, out)
         elif op.attrs.get("input_from_out"):
-            args = _input_from_out(args, out)
+            args = _input_from_out(op, args, out)
         elif op.attrs.get("out_composite") and isinstance(out, Tensor):  # torch computes into out's dtype
             result = op.attrs["out_composite"](*args, out.dtype)
             return write_out(op, out, out_grad(op, args, out, result), args)
@@ -555,14 +555,17 @@ def _dtype_from_out(op, args, out):
     return args
 
 
-def _input_from_out(args, out):
-    """torch's ``make_reduction`` for ``std``, ``var`` and the like, which have no ``dtype=``: given ``out=``
-    of another floating dtype, a floating input is read cast to it (``var(halves, out=floats)`` computes in
-    float32 and is not rounded to float16 first)."""
+def _input_from_out(op, args, out):
+    """torch's ``make_reduction`` for ``std``, ``var`` and the like: given ``out=`` of another floating dtype,
+    a floating input is read cast to it (``var(halves, out=floats)`` computes in float32 and is not rounded
+    to float16 first); an op with ``dtype=`` (mean) is given the out's dtype there instead, and its kernel
+    reads the input as torch does for that dtype (mean into a half type reads it in float32)."""
     x = args[0]
     if (not isinstance(out, Tensor) or not isinstance(x, Tensor) or x.dtype is out.dtype
             or not (x.dtype.is_floating_point and out.dtype.is_floating_point)):
         return args
+    if op.dtype_index is not None and args[op.dtype_index] is None:
+        return _dtype_from_out(op, args, out)
     return (call(OPS["_to_copy"], (x, out.dtype, None)), *args[1:])
 
 

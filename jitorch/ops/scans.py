@@ -60,7 +60,8 @@ def _logcumsumexp_meta(x, dim):
 
 
 def _logcumsumexp_cpu(spec, x, dim):
-    a = x.astype(spec.compute.np, copy=False)
+    # torch's CPU kernel carries a float32 scan in double (its CPU accumulate type), a half type's in float
+    a = x.astype(np.float64 if spec.dtype is _dt.float32 else spec.compute.np, copy=False)
     if x.ndim == 0:
         return a.copy()
     return np.logaddexp.accumulate(a, axis=wrap_dim(dim, x.ndim))

@@ -7,6 +7,7 @@ They are NumPy kernels; their results are indices, masks or counts (no gradient)
 
 from __future__ import annotations
 
+import math
 from numbers import Number
 
 import numpy as np
@@ -65,10 +66,30 @@ def _searchsorted_cpu(spec, boundaries, x, out_int32, right, side, sorter):
     b, a = _sortable(boundaries), _sortable(x)
     if sorter is not None:
         b = np.take_along_axis(b, sorter, -1)
-    if b.ndim == 1:
-        return np.searchsorted(b, a, side)
-    rows_b, rows_a = b.reshape(-1, b.shape[-1]), a.reshape(-1, a.shape[-1])
-    return np.stack([np.searchsorted(rb, ra, side) for rb, ra in zip(rows_b, rows_a)]).reshape(a.shape)
+    rows = math.prod(b.shape[:-1])  # (1 for a 1-D sequence, which every value is searched in)
+    rows_a = a.reshape(rows, a.size // rows if rows else 0)
+    return _binary_search(b.reshape(rows, b.shape[-1]), rows_a, side == "right").reshape(a.shape)
+
+
+def _binary_search(rows_b, rows_a, right):
+    """torch's CPU binary search of each row of ``rows_a`` in the same row of ``rows_b``: the first index whose
+    value is not below (``right``: not at most) the value searched, by comparisons false for NaN, so that a
+    sequence holding NaN (or not sorted) gives torch's index, where NumPy's search orders NaN last and
+    narrows its range from the previous value's answer."""
+    n = rows_b.shape[1]
+    start = np.zeros(rows_a.shape, np.int64)
+    end = np.full(rows_a.shape, n, np.int64)
+    rows = np.arange(rows_b.shape[0])[:, None]
+    with np.errstate(invalid="ignore"):
+        while True:
+            active = start < end
+            if not active.any():
+                return start
+            mid = start + ((end - start) >> 1)
+            mid_value = rows_b[rows, np.minimum(mid, n - 1)]
+            onward = ~(mid_value > rows_a) if right else ~(mid_value >= rows_a)
+            start = np.where(active & onward, mid + 1, start)
+            end = np.where(active & ~onward, mid, end)
 
 
 _SEARCH_OPTIONS = "*, bool out_int32=False, bool right=False, str? side=None, Tensor? sorter=None"

@@ -119,15 +119,13 @@ _NO_OUT = Allowed("jitorch takes out= in every overload of an op; torch's Python
                   accepts=True)
 _OUT_CAST = Allowed("jitorch casts a result into an out= tensor of any dtype it can be cast to (torch's rule for "
                     "add, exp, sum...); torch refuses another dtype than the result's for these ops", accepts=True)
-# (the ops whose out= torch refuses in another dtype, in some or all of their samples)
+# (the ops whose out= torch refuses in another dtype, in some or all of their samples; the reductions, sorts
+# and scans among them raise as torch: `ops.out_dtypes`)
 _EXACT_OUT = ("abs absolute neg negative sign sgn floor ceil trunc fix round frac bitwise_not clamp clip clamp_min "
-              "clamp_max lerp where.self all any amax amin argmax argmin max.dim min.dim median.dim kthvalue topk "
-              "sort norm softmax log_softmax mm bmm mv dot vdot matmul addmm baddbmm gather index_add index_select "
-              "masked_select take scatter scatter.value scatter_add scatter_reduce tril triu frexp heaviside isposinf "
-              "isneginf signbit nan_to_num ldexp "
-              "aminmax cummax cummin logcumsumexp diff diag mode msort nanmedian.dim quantile quantile.scalar "
-              "nanquantile nanquantile.scalar searchsorted.Tensor bucketize.Tensor isin.Tensor_Tensor histc "
-              "histogram.bins_tensor histogram.bin_ct take_along_dim index_reduce renorm "
+              "clamp_max lerp where.self softmax log_softmax mm bmm mv dot vdot matmul addmm baddbmm gather index_add "
+              "index_select masked_select take scatter scatter.value scatter_add scatter_reduce tril triu frexp "
+              "heaviside isposinf isneginf signbit nan_to_num ldexp diff diag searchsorted.Tensor bucketize.Tensor "
+              "isin.Tensor_Tensor histc histogram.bins_tensor histogram.bin_ct take_along_dim index_reduce renorm "
               "addmv addbmm inner tensordot chain_matmul matrix_power inverse slogdet lu_unpack lu_solve qr svd ormqr "
               "triangular_solve cross").split()
 
@@ -161,8 +159,7 @@ ALLOWED = {
     # accumulate in float32 and round once: within an ulp of torch's on float32 copies, rounded once
     **{(name, form): _rounds_once(f"{what} in float32 and rounds once; torch's CPU kernel rounds each partial "
                                   "result to the half type")
-       for name, what, forms in (("prod", "prod multiplies half types", ("function",)),
-                                 ("nansum", "nansum sums half types over several dims", ("function",)),
+       for name, what, forms in (("nansum", "nansum sums half types over several dims", ("function",)),
                                  ("index_add", "index_add adds the sources of a repeated index of half type",
                                   ("function", "inplace")))
        for form in forms},

@@ -1,0 +1,112 @@
+"""The reductions, sorts and scans whose ``out=`` tensors must have the result's own dtype.
+
+Most ops write a result into an ``out=`` tensor of any dtype it can be cast to. These do not: torch
+refuses an out tensor of another dtype than the result's (values: the input's or the norm's dtype;
+indices: int64), each family with its own message, before anything is written. Each op here gets an
+``out_check`` (`registry.call` runs it before the overlap check and the kernel) comparing every out
+tensor with the dtypes of the results the op's meta rule gives, which also raises the input's own errors
+first, as torch checks the input first.
+"""
+
+from __future__ import annotations
+
+from ..runtime import dtypes as _dt
+from . import registry
+from .registry import OPS, cpp_name, scalar_name
+
+# torch's legacy type names of the dtypes that have no ``torch.XTensor`` class
+_TYPE_ONLY = (_dt.bool, _dt.bfloat16, _dt.uint16, _dt.uint32, _dt.uint64)
+
+
+def _legacy(d):
+    return f"CPU{scalar_name(d)}Type" if d in _TYPE_ONLY else f"jitorch.{scalar_name(d)}Tensor"
+
+
+def _exact(name, i, want, got):
+    return f"Expected out tensor to have dtype {cpp_name(want)}, but got {cpp_name(got)} instead"
+
+
+def _as_input(name, i, want, got):
+    return (f"Expected the dtype for input and out to match, but got {scalar_name(want)} for input's dtype and "
+            f"{scalar_name(got)} for out's dtype.")
+
+
+def _scan(name, i, want, got):
+    return f"expected scalar_type {scalar_name(want)} but found {scalar_name(got)}"
+
+
+def _mode(name, i, want, got):
+    return f"expected scalar type '{scalar_name(want)}' but got '{scalar_name(got)}' for {('values', 'indices')[i]} output"
+
+
+def _kthvalue(name, i, want, got):
+    return ("output values must be of same type as input", "output indices must be of scalar type Long")[i]
+
+
+def _quantile(name, i, want, got):
+    return "quantile() out tensor must be same dtype as the input tensor"
+
+
+def _median(name, i, want, got):  # (torch names median for nanmedian too)
+    if i == 0:
+        return (f"Expected tensor for 'values' to have the same type as tensor for argument #2 'self'; but type "
+                f"{_legacy(got)} does not equal {_legacy(want)} (while checking arguments for median)")
+    return (f"Expected tensor for argument #1 'indices' to have scalar type Long; but got {_legacy(got)} instead "
+            "(while checking arguments for median)")
+
+
+def linalg_message(name):
+    """torch.linalg's message for an out tensor of another dtype (``name``: "linalg.norm", ...)."""
+    def message(_, i, want, got):
+        return f"{name} expected out tensor dtype {scalar_name(want)} but got: {scalar_name(got)}"
+    return message
+
+
+def check_out_dtypes(name, message, out, wanted):
+    """Raise torch's RuntimeError (text from ``message(name, i, want, got)``) for the first out tensor whose
+    dtype is not the one wanted for it."""
+    for i, (o, want) in enumerate(zip(out if isinstance(out, (tuple, list)) else (out,), wanted)):
+        if isinstance(o, registry.Tensor) and o.dtype is not want:
+            raise RuntimeError(message(name, i, want, o.dtype))
+
+
+def _same_dtypes(op, name, message):
+    def out_check(out, *args):
+        if name == "quantile" or name == "nanquantile":  # (the input's dtype is checked first)
+            if args[0].dtype not in (_dt.float32, _dt.float64):
+                return
+            wanted = [args[0].dtype]
+        elif name == "aminmax":
+            wanted = [args[0].dtype] * 2
+        elif op.meta is None:  # a composite (msort): the input's values, and int64 indices
+            wanted = [args[0].dtype, _dt.int64]
+        else:
+            spec = op.meta(*args)
+            wanted = [s.dtype for s in spec] if isinstance(spec, tuple) else [spec.dtype]
+        check_out_dtypes(name, message, out, wanted)
+    return out_check
+
+
+def _truth_out(name):
+    """all/any: torch writes into a bool or uint8 out tensor only."""
+    def out_check(out, *args):
+        if isinstance(out, registry.Tensor) and out.dtype not in (_dt.bool, _dt.uint8):
+            raise RuntimeError(f"{name} only supports bool tensor for result, got: {scalar_name(out.dtype)}")
+    return out_check
+
+
+_FAMILIES = {
+    _exact: ("max.dim", "min.dim", "argmax", "argmin", "norm", "aminmax", "topk", "sort", "msort"),
+    _as_input: ("amax", "amin"),
+    _scan: ("logcumsumexp", "cummax", "cummin"),
+    _mode: ("mode",),
+    _kthvalue: ("kthvalue",),
+    _quantile: ("quantile", "quantile.scalar", "nanquantile", "nanquantile.scalar"),
+    _median: ("median.dim", "nanmedian.dim"),
+}
+
+for _message, _names in _FAMILIES.items():
+    for _name in _names:
+        OPS[_name].attrs["out_check"] = _same_dtypes(OPS[_name], _name.split(".")[0], _message)
+for _name in ("all", "any"):
+    OPS[_name].attrs["out_check"] = _truth_out(_name)
