@@ -1,7 +1,7 @@
 """Inter-op parallelism of compiled training steps (`jitorch.jit.interop`): the same compiled step with its
 independent products run at once, and with it off, against torch eager and torch.compile(model).
 
-    python benchmarks/interop.py [--models gpt-4x128,lstm,dcgan,cnn] [--threads 1,2] [--rounds 15] [--quick]
+    python benchmarks/interop.py [--models gpt-4x128,lstm,dcgan,cnn] [--threads 1,2] [--rounds 15] [--quick] [--no-torch]
 
 Per model and thread count, in one process: the jitorch compiled step (one function, compiled once; `threads.INTEROP`
 switched on or off before each of its turns), torch eager and torch.compile(model) take turns step by step for
@@ -37,10 +37,12 @@ def switched(call, on):
     return run
 
 
-def measure(name, n, rounds, quick):
-    """({system: [(wall s, CPU s) per round]}) of ``name``'s step at ``n`` threads."""
+def measure(name, n, rounds, quick, torch=True):
+    """({system: [(wall s, CPU s) per round]}) of ``name``'s step at ``n`` threads (without torch's where not
+    ``torch``)."""
     models.set_threads(n)
-    calls = models.system_calls(name, ("jitorch compiled", "torch eager", "torch.compile(model)"), quick)
+    calls = models.system_calls(name, ("jitorch compiled", "torch eager", "torch.compile(model)")[:3 if torch else 1],
+                                quick)
     compiled = calls.pop("jitorch compiled")
     calls = {ON: switched(compiled, True), OFF: switched(compiled, False), **calls}
     models.warm(calls, 4)
@@ -67,10 +69,11 @@ def main(argv=None):
     p.add_argument("--threads", default="1,2")
     p.add_argument("--rounds", type=int, default=15)
     p.add_argument("--quick", action="store_true", help="tiny sizes (for tests)")
+    p.add_argument("--no-torch", action="store_true", help="interop on and off only")
     args = p.parse_args(argv)
     for n in (int(t) for t in args.threads.split(",")):
         for name in args.models.split(","):
-            times = measure(name, n, args.rounds, args.quick)
+            times = measure(name, n, args.rounds, args.quick, not args.no_torch)
             print(f"{name}, {n} thread{'s' if n > 1 else ''}: median ms per step (wall / CPU)")
             for s, t in times.items():
                 print(f"  {s:32s} {statistics.median(x[0] for x in t) * 1e3:8.2f} / "
