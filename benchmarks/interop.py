@@ -1,7 +1,8 @@
 """Inter-op parallelism of compiled training steps (`jitorch.jit.interop`): the same compiled step with its
 independent products run at once, and with it off, against torch eager and torch.compile(model).
 
-    python benchmarks/interop.py [--models gpt-4x128,lstm,dcgan,cnn] [--threads 1,2] [--rounds 15] [--quick] [--no-torch]
+    python benchmarks/interop.py [--models gpt-4x128,lstm,dcgan,cnn] [--threads 1,2] [--rounds 15] [--quick]
+                                 [--no-torch]
 
 Per model and thread count, in one process: the jitorch compiled step (one function, compiled once; `threads.INTEROP`
 switched on or off before each of its turns), torch eager and torch.compile(model) take turns step by step for

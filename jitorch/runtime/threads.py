@@ -15,9 +15,10 @@ shares, a product on two of them took 5 to 7 times the CPU time of one thread (a
 of CPU against 85), and they spun against the kernels' threads as well. Until ``set_num_threads`` is
 called, products do not split and BLAS keeps its own thread count. Large eager pointwise ops, GELU and
 optimizer updates run NumPy's own ufunc loops on the team (`runtime.ufunc_parts`, through the native
-``jitorch_ufunc_program``, without the GIL); other eager ops run NumPy on the calling thread. jitorch has no inter-op pool (torch's, for ``torch.jit.fork``): a
-compiled call runs independent products at once on the same team (`run_calls`, see `jit.interop`), which
-``set_num_interop_threads(1)`` turns off; that is all its number (recorded once, under torch's rule) does. ``set_warn_always`` makes the warnings jitorch
+``jitorch_ufunc_program``, without the GIL); other eager ops run NumPy on the calling thread. jitorch has no
+inter-op pool (torch's, for ``torch.jit.fork``): a compiled call runs independent products at once on the same
+team (`run_calls`, see `jit.interop`), which ``set_num_interop_threads(1)`` turns off; that is all its number
+(recorded once, under torch's rule) does. ``set_warn_always`` makes the warnings jitorch
 gives once per compiled function (the recompile limit) come at each occurrence, as torch's TORCH_WARN_ONCE does.
 """
 

@@ -1,6 +1,7 @@
 """Independent products of a compiled call run at once, each on one thread (`jit.interop`): which steps pair, which
 thread runs each product, errors raised from the worker, and bits that do not depend on the thread count."""
 
+import contextlib
 import hashlib
 import threading
 from pathlib import Path
@@ -36,13 +37,9 @@ def _operands(n=64):
     return [jt.tensor(rng.standard_normal((n, n)).astype(np.float32)) for _ in range(3)]
 
 
-def _graph(compiled):
-    (entry,) = compiled._cache.values()
-    return entry.graph if hasattr(entry, "graph") else entry
-
-
-def _steps(fn, *args):
-    """The steps of the compiled graph that ``jt.compile(fn)(*args)`` runs, captured as it is built."""
+@contextlib.contextmanager
+def _built():
+    """The compiled graphs built inside the block, in a list."""
     built = []
     original = executor.CompiledGraph.__init__
 
@@ -51,10 +48,16 @@ def _steps(fn, *args):
         built.append(self)
     executor.CompiledGraph.__init__ = capture
     try:
-        compiled = jt.compile(fn)
-        compiled(*args)
+        yield built
     finally:
         executor.CompiledGraph.__init__ = original
+
+
+def _steps(fn, *args):
+    """The steps of the compiled graph that ``jt.compile(fn)(*args)`` runs."""
+    with _built() as built:
+        compiled = jt.compile(fn)
+        compiled(*args)
     (graph,) = built
     return compiled, graph.steps
 
@@ -134,8 +137,10 @@ def test_interop_off_runs_the_pair_one_after_the_other(two_threads, monkeypatch)
     monkeypatch.setattr(threads, "INTEROP", False)
     ran = []
     qualifies, write = executor._WRITERS_INTO["matmul"]
-    monkeypatch.setitem(executor._WRITERS_INTO, "matmul",
-                        (qualifies, lambda arrays, out: (ran.append(threading.current_thread().name), write(arrays, out))))
+    def writer(arrays, out):
+        ran.append(threading.current_thread().name)
+        write(arrays, out)
+    monkeypatch.setitem(executor._WRITERS_INTO, "matmul", (qualifies, writer))
     compiled = jt.compile(_two_products)
     assert np.array_equal(compiled(*args).numpy(), expected)
     assert ran == [threading.current_thread().name] * 2
@@ -176,9 +181,9 @@ class _Fake:
 
 
 def _paired(steps):
-    return interop.pair_products(steps, lambda s: s.work, lambda s: s.movable,
-                                 lambda a, b: _Fake(f"{a.name}+{b.name}", a.reads() + b.reads(), a.writes() + b.writes()),
-                                 1 << 22)
+    def pair(a, b):
+        return _Fake(f"{a.name}+{b.name}", a.reads() + b.reads(), a.writes() + b.writes())
+    return interop.pair_products(steps, lambda s: s.work, lambda s: s.movable, pair, 1 << 22)
 
 
 def test_the_second_product_moves_up_with_the_views_it_reads_and_other_steps_keep_their_order():
@@ -207,22 +212,14 @@ def test_unequal_large_products_are_not_paired():
 
 
 def _parameters_after_steps(bench, name, n_threads):
+    """(a digest of model ``name``'s parameters after two compiled steps at ``n_threads``, its product pairs)."""
     jt.set_num_threads(n_threads)
     try:
         w = bench.workload(jt, name, True)
-        built = []
-        original = executor.CompiledGraph.__init__
-
-        def capture(self, *a, **k):
-            original(self, *a, **k)
-            built.append(self)
-        executor.CompiledGraph.__init__ = capture
-        try:
+        with _built() as built:
             step = bench.whole_step(jt, w)
             for _ in range(2):  # (Adam's second call traces again: the step it compiles then runs)
                 step()
-        finally:
-            executor.CompiledGraph.__init__ = original
     finally:
         jt.set_num_threads(1)
     digest = hashlib.sha1()
