@@ -234,6 +234,7 @@ def _matmul_into(arrays, out):
     array_product(*arrays, out)  # (eager's product: split on the threads' pool where large)
 
 
+
 def _host_tensors(node):
     """Whether a node's tensor arguments and result are CPU arrays of one NumPy dtype (what a writer
     into an arena buffer takes as they are)."""
@@ -415,16 +416,13 @@ class ProductPair(EagerStep):
         if not all(node.outputs[0] in self.into_arena for node in self.nodes):
             super().emit(src, indent)
             return
-        calls = []
-        for node in self.nodes:
-            arrays = ", ".join(_array_expression(src, a) for a in node.args)
-            writer = src.name(_WRITERS_INTO[node.op.name][1], "writer")
-            calls.append(f"({writer}, ([{arrays}], env[{src.name(node.outputs[0], 'v')}]._array()))")
+        products = ", ".join(f"({', '.join(_array_expression(src, a) for a in node.args)}, "
+                             f"env[{src.name(node.outputs[0], 'v')}]._array())" for node in self.nodes)
         if src.profiled:
             names = src.name([node.op.name for node in self.nodes], "c")
-            src.emit(f"_at_once_profiled(_r, {names}, [{', '.join(calls)}])", indent)
+            src.emit(f"_at_once_profiled(_r, {names}, [{products}])", indent)
         else:
-            src.emit(f"_at_once([{', '.join(calls)}])", indent)
+            src.emit(f"_at_once([{products}])", indent)
 
     def __repr__(self):
         return f"<at once {' '.join(n.op.name for n in self.nodes)}>"
@@ -1275,7 +1273,7 @@ class CompiledGraph:
                              _view=returned_view, _laid_out=laid_out, _strided=_strided, _compute=_compute, _view_of=Tensor._view_of,
                              _compute_one=_compute_one, _compute_laid_out=_compute_laid_out, _strided_read=strided_read,
                              _cat_pieces_into=cat_pieces_into, _check_gather=indexing.check_gather_index,
-                             _at_once=interop.run_at_once, _at_once_profiled=interop.run_at_once_profiled,
+                             _at_once=interop.run_products, _at_once_profiled=interop.run_products_profiled,
                              _profiling=profiling, _profiled=self._profiled_run, _clock=time.perf_counter_ns)
         if g.grad_constants or g.refreshers:
             src.emit("_refresh(_graph)")

@@ -4,7 +4,7 @@ At two threads a large product splits into parts run on the team (`linalg.array_
 runs whole on the calling thread while the other core waits. A training step's backward computes, per linear
 layer, the gradient of its input and of its weight: two products of equal work, neither of which reads the
 other's result. `pair_products` makes each such pair, and pairs of small products, one step that runs the two
-at once on the team (`run_at_once`), each on one thread: no product is split in parts and none waits for the
+at once on the team (`run_products`), each whole on one thread: no product is split in parts and none waits for the
 other. A product's elements are the same BLAS dot products on whichever thread it runs, whole or in parts
 (`array_product`), so the call's bits do not depend on the pairing nor on the thread count.
 
@@ -22,6 +22,7 @@ from __future__ import annotations
 import time
 from math import prod
 
+from ..ops.linalg import array_product
 from ..runtime import threads
 
 # Products of fewer multiply-adds are not paired: handing one to a worker costs 10 to 60 µs when the worker has
@@ -106,24 +107,35 @@ def _needed_between(steps, i, k, made):
     return needed
 
 
-def run_at_once(calls):
-    """Run each ``fn(*args)`` of ``calls`` ((fn, args) pairs, as many as the team has threads): at once on the
-    team where inter-op parallelism is on (`threads.interop_enabled`), else one after the other here. The first
-    exception raised is raised here, after every call has finished."""
+def run_products(products):
+    """Compute each ``(a, b, out)`` of ``products`` (arrays: ``out = a @ b``, as `array_product` does): at once on
+    the team, each whole on one thread, where inter-op parallelism is on (`threads.interop_enabled`), else one after
+    the other here, each split as it would be alone. The first exception raised is raised here, after every product
+    has finished."""
     if threads.interop_enabled():
-        threads.run_calls(calls)
+        threads.run_calls([(_whole, product) for product in products])
     else:
-        for fn, args in calls:
-            fn(*args)
+        for a, b, out in products:
+            array_product(a, b, out)
 
 
-def run_at_once_profiled(recorder, names, calls):
-    """`run_at_once` in a profiled call: each call reported to ``recorder`` as a span of kind "external" named as
+def _whole(a, b, out):
+    array_product(a, b, out, whole=True)
+
+
+def run_products_profiled(recorder, names, products):
+    """`run_products` in a profiled call: each product reported to ``recorder`` as a span of kind "external" named as
     ``names`` says, on the thread that ran it."""
-    def timed(name, fn, args):
-        start = time.perf_counter_ns()  # (looked up per call: a benchmark may time spans in CPU time)
-        try:
-            fn(*args)
-        finally:
-            recorder.span(name, "external", start, {"reason": "product pair"})
-    run_at_once([(timed, (name, fn, args)) for name, (fn, args) in zip(names, calls)])
+    if not threads.interop_enabled():
+        for name, product in zip(names, products):
+            _timed(recorder, name, array_product, product)
+        return
+    threads.run_calls([(_timed, (recorder, name, _whole, product)) for name, product in zip(names, products)])
+
+
+def _timed(recorder, name, fn, args):
+    start = time.perf_counter_ns()  # (looked up per call: a benchmark may time spans in CPU time)
+    try:
+        fn(*args)
+    finally:
+        recorder.span(name, "external", start, {"reason": "product pair"})

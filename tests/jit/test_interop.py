@@ -63,16 +63,14 @@ def _steps(fn, *args):
 
 
 def _rendezvous(monkeypatch, fail_second=False):
-    """Replace the products' arena writer by one that records (its thread, whether the other product had started)
-    and whose first call waits until the second has started (a worker claims the second while the first waits: a
-    product the worker has not claimed would be run by the calling thread after its own); where ``fail_second``,
-    the second raises."""
+    """Replace the paired products' computation by one that records its thread, and whose first call waits until
+    the second has started (a worker claims the second while the first waits: a product the worker has not claimed
+    would be run by the calling thread after its own); where ``fail_second``, the second raises."""
     ran, started = [], threading.Event()
-    qualifies, write = executor._WRITERS_INTO["matmul"]
+    whole = interop._whole
 
-    def writer(arrays, out):
-        second = ran and not started.is_set() or threading.current_thread() is not threading.main_thread()
-        if second:
+    def product(a, b, out):
+        if threading.current_thread() is not threading.main_thread():
             started.set()
             ran.append(threading.current_thread().name)
             if fail_second:
@@ -80,8 +78,8 @@ def _rendezvous(monkeypatch, fail_second=False):
         else:
             ran.append(threading.current_thread().name)
             assert started.wait(30), "the second product never started"
-        write(arrays, out)
-    monkeypatch.setitem(executor._WRITERS_INTO, "matmul", (qualifies, writer))
+        whole(a, b, out)
+    monkeypatch.setattr(interop, "_whole", product)
     return ran
 
 
@@ -106,12 +104,13 @@ def test_small_products_are_not_paired(two_threads):
 
 def test_the_pair_runs_on_the_calling_thread_and_a_worker(two_threads, monkeypatch):
     args = _operands()
-    threads.INTEROP = False
-    expected = jt.compile(_two_products)(*args)  # (one after the other)
-    threads.INTEROP = True
+    compiled = jt.compile(_two_products)
+    monkeypatch.setattr(threads, "INTEROP", False)
+    expected = compiled(*args)  # (one after the other)
+    monkeypatch.setattr(threads, "INTEROP", True)
     ran = _rendezvous(monkeypatch)
     forks = threads.counters["forks"]
-    y = jt.compile(_two_products)(*args)
+    y = compiled(*args)
     assert sorted(ran) == sorted([threading.current_thread().name, "jitorch-1"])
     assert threads.counters["forks"] == forks + 1
     assert np.array_equal(y.numpy(), expected.numpy())
@@ -122,7 +121,6 @@ def test_a_profile_shows_each_product_on_its_thread(two_threads, monkeypatch):
     compiled = jt.compile(_two_products)
     compiled(*args)
     ran = _rendezvous(monkeypatch)
-    compiled = jt.compile(_two_products)  # (generated again: the writer is bound when the call is generated)
     with profile() as prof:
         compiled(*args)
     spans = [e for e in prof.events() if e.name == "matmul" and e.kind == "external"]
@@ -136,12 +134,12 @@ def test_interop_off_runs_the_pair_one_after_the_other(two_threads, monkeypatch)
     expected = compiled(*args).numpy()
     monkeypatch.setattr(threads, "INTEROP", False)
     ran = []
-    qualifies, write = executor._WRITERS_INTO["matmul"]
-    def writer(arrays, out):
+    split = interop.array_product
+
+    def product(a, b, out):
         ran.append(threading.current_thread().name)
-        write(arrays, out)
-    monkeypatch.setitem(executor._WRITERS_INTO, "matmul", (qualifies, writer))
-    compiled = jt.compile(_two_products)
+        split(a, b, out)
+    monkeypatch.setattr(interop, "array_product", product)
     assert np.array_equal(compiled(*args).numpy(), expected)
     assert ran == [threading.current_thread().name] * 2
 
@@ -157,14 +155,13 @@ def test_an_error_in_the_workers_product_is_raised_by_the_call(two_threads, monk
     compiled = jt.compile(_two_products)
     expected = compiled(*args).numpy()
     _rendezvous(monkeypatch, fail_second=True)
-    failing = jt.compile(_two_products)
     with pytest.raises(ValueError, match="the second product failed"):
-        failing(*args)
+        compiled(*args)
     monkeypatch.undo()
     with pytest.MonkeyPatch.context() as m:  # the team and the arena are free again
         m.setitem(threads._settings, "threads", 2)
         m.setitem(threads._settings, "split_products", True)
-        assert np.array_equal(jt.compile(_two_products)(*args).numpy(), expected)
+        assert np.array_equal(compiled(*args).numpy(), expected)
 
 
 class _Fake:
