@@ -144,9 +144,10 @@ def test_interop_off_runs_the_pair_one_after_the_other(two_threads, monkeypatch)
     assert ran == [threading.current_thread().name] * 2
 
 
-def test_one_interop_thread_turns_it_off(two_threads, monkeypatch):
+@pytest.mark.parametrize("off", [("interop", 1), ("threads", 1), ("split_products", False)])
+def test_interop_is_off_at_one_interop_thread_one_thread_or_products_unsplit(two_threads, monkeypatch, off):
     assert threads.interop_enabled()
-    monkeypatch.setitem(threads._settings, "interop", 1)
+    monkeypatch.setitem(threads._settings, *off)  # (unsplit: BLAS has its own threads, set_num_threads never called)
     assert not threads.interop_enabled()
 
 
