@@ -234,7 +234,6 @@ def _matmul_into(arrays, out):
     array_product(*arrays, out)  # (eager's product: split on the threads' pool where large)
 
 
-
 def _host_tensors(node):
     """Whether a node's tensor arguments and result are CPU arrays of one NumPy dtype (what a writer
     into an arena buffer takes as they are)."""
