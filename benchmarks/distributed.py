@@ -196,9 +196,7 @@ def worker(args):
                                          else 4, 2 if args.quick else 12)
     if dist.get_rank() == 0:
         print("RESULT " + json.dumps(result), flush=True)
-    # (every rank done with gloo before any tears it down: a rank destroying its pairs while the other's last
-    # operation was in flight aborted once, "terminate called without an active exception", in a CI run)
-    tdist.barrier()
+    tdist.barrier()  # every rank done with gloo before any tears it down
     tdist.destroy_process_group()
     dist.destroy_process_group()
 
@@ -230,9 +228,15 @@ def main(argv=None):
     args = p.parse_args(argv)
     if args.worker:
         worker(args)
-        # Both groups are destroyed and the results printed. torch's gloo or MPICH's threads still aborted a
-        # rank in the interpreter's exit about once in 15 runs ("terminate called without an active exception"),
-        # so the worker leaves without running C++ static destructors.
+        # torch's, not jitorch's: a rank aborted at exit about once in 15 runs, "terminate called without an
+        # active exception". torch's DDP keeps its gloo group alive after destroy_process_group (its worker
+        # threads still run after it and a gc.collect()), so the group is torn down during the interpreter's
+        # finalization, when CPython ends any other thread that takes the GIL with pthread_exit; a gloo thread
+        # doing so from a C++ destructor unwinds through a noexcept frame, and that message is libstdc++'s.
+        # Reproduced with torch alone (two gloo ranks, no jitorch, no MPI): a Python callback on an all-reduce
+        # that completes while rank 0 finalizes aborts every run, gdb showing pt_gloo_runloop -> take_gil ->
+        # pthread_exit -> std::terminate. jitorch's side has no C++ thread (MPICH, UCX and libfabric link no
+        # libstdc++), so the worker leaves without finalizing the interpreter.
         sys.stdout.flush()
         os._exit(0)
     results = {n: launch(n, args.quick) for n in (1, 2)}

@@ -98,6 +98,7 @@ OVERHEAD_OPS = {
                            -1, keepdims=True)),
     "x.item()": (lambda lib, x, y: x.item(), lambda x, y: x.item()),
     "x.add_(y)": (lambda lib, x, y: x.add_(y), lambda x, y: np.add(x, y, out=x)),
+    "x.add_(y, alpha=2)": (lambda lib, x, y: x.add_(y, alpha=2), lambda x, y: np.add(x, 2 * y, out=x)),  # (SGD's)
 }
 
 

@@ -821,7 +821,10 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
     ops = [nd.op.name for nd in group.nodes]
     # kept elements in one unit of the target's outer loop (the CPU's: a row of the first kept dim)
     per_unit = max(1, prod(k_sizes) // max(1, bld.target.outer(k_sizes)))
-    slots = max(1, bld.target.kept_chunk_bytes // acc_dtype.itemsize)
+    # (one kept dim that every operand lays along memory: a chunk is one run of each reduced row)
+    one_run = len(k_sizes) == 1 and all(inner_kept[v][0] in (0, 1) for v in inner_leaves)
+    chunk_bytes = bld.target.kept_run_bytes if one_run else bld.target.kept_chunk_bytes
+    slots = max(1, chunk_bytes // acc_dtype.itemsize)
     if kept and reduced and kept[-1] == len(in_shape) - 1 and in_shape[-1] > 1 \
             and per_unit * acc_dtype.itemsize <= KEPT_CHUNK_MAX_BYTES:
         # The input's innermost dim is kept (a sum over rows, as a bias gradient is): the accumulators

@@ -351,7 +351,7 @@ class Pointwise:
 
 @dataclass(frozen=True)
 class Cast:
-    """A dtype conversion on one device (``_to_copy``): the kernel converts each element."""
+    """A dtype conversion on one device (``_to_copy``) or a copy (``clone``): the kernel converts each element."""
 
     when: Callable
     math = False
@@ -578,6 +578,10 @@ pointwise("atan2", lambda e, a, b: e.math("atan2", a, b), math=True)
 pointwise("addcmul", _addcmul)
 pointwise("addcdiv", lambda e, x, a, b, value: e.add(x, e.div(e.mul(_multiplier(e, value, a.dtype), a), b)))
 attach("lowering", "_to_copy", Cast(when=lambda node: node.args[2] is None or node.args[2] == node.args[0].type.device))
+# a clone is a copy of each element into the layout the executor gives its result (eager's, `_clone_strides`): as a
+# kernel it reads a strided operand through the views folded into it (the saved im2col windows of a split call's
+# forward graph, whose clone is a graph output, were NumPy's strided copy)
+attach("lowering", "clone", Cast(when=None))
 
 
 @dataclass(frozen=True)

@@ -723,15 +723,15 @@ def _logk2(m, d):
     return m.dadd_dd(s, m.dmul_df(m.dmul_dd(x2, x), t))
 
 
-def _in_double(algorithm):
-    """An algorithm of `jitorch.ops.powers` (written for doubles against this module's `_Math` interface, and
-    run by eager NumPy too) for this type: float arguments are widened exactly and the result rounded once,
-    as the eager op computes them."""
+def _in_double(double, single):
+    """A definition of `jitorch.ops.powers` (written for doubles against this module's `_Math` interface, and
+    run by eager NumPy too) for this type: ``double`` for doubles; float arguments are widened exactly, computed
+    by ``single`` and rounded once, as the eager op computes them."""
     def impl(m, *args):
         if m.double:
-            return algorithm(m, *args)
+            return double(m, *args)
         wide = _Math(m.b, m._shaped(ir.DoubleType()))
-        return m.b.fptrunc(algorithm(wide, *[m.b.fpext(a, wide.t) for a in args]), m.t)
+        return m.b.fptrunc(single(wide, *[m.b.fpext(a, wide.t) for a in args]), m.t)
     return impl
 
 
@@ -1270,7 +1270,8 @@ _FUNCTIONS = {
     "asinh": (1, _asinh), "acosh": (1, _acosh), "atanh": (1, _atanh),
     "erf": (1, _erf), "erfc": (1, _erfc),
     # jitorch's own definitions (`jitorch.ops.powers`): eager pow and xlogy compute the same bits
-    "pow": (2, _in_double(powers.pow_double)), "log_defined": (1, _in_double(powers.log_double)),
+    "pow": (2, _in_double(powers.pow_double, powers.pow_single)),
+    "log_defined": (1, _in_double(powers.log_double, powers.log_single)),
 }
 FUNCTIONS = {name: arity for name, (arity, _) in _FUNCTIONS.items()}
 

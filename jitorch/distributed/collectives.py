@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import json
 import zlib
 
 import numpy as np
@@ -570,40 +569,3 @@ def irecv(tensor, src=None, group=None, tag=0, group_src=None):
     status = mpi().Status()
     return Work([_StatusRequest(request, status)], lambda: (_check_received(tensor, status), write_back()),
                 pg.timeout, "irecv", [tensor])
-
-
-def _encoded(obj, what):
-    try:
-        return json.dumps(obj, allow_nan=True).encode()
-    except TypeError as error:
-        raise TypeError(f"{what}: jitorch sends objects as JSON (no pickle): {error}") from None
-
-
-def _all_bytes(pg, data, what):
-    sizes = np.empty(pg.size(), np.int64)
-    wait(pg.comm.Iallgather(np.array([len(data)], np.int64), sizes), pg.timeout, what)
-    received = np.empty(int(sizes.sum()), np.uint8)
-    wait(pg.comm.Iallgatherv(np.frombuffer(data, np.uint8), [received, (sizes, _offsets(sizes))]), pg.timeout, what)
-    return [received[o:o + n].tobytes() for o, n in zip(_offsets(sizes), sizes)]
-
-
-def all_gather_object(object_list, obj, group=None):
-    """Every rank's ``obj`` into ``object_list[rank]``. Objects travel as JSON (numbers, strings, lists, dicts,
-    booleans, None), never pickled: another type raises TypeError."""
-    pg = resolve(group)
-    _agree(pg, "object", None, "all_gather_object")
-    for rank, data in enumerate(_all_bytes(pg, _encoded(obj, "all_gather_object"), "all_gather_object")):
-        object_list[rank] = json.loads(data)
-
-
-def broadcast_object_list(object_list, src=None, group=None, device=None, group_src=None):
-    """Rank ``src``'s ``object_list`` into every rank's (in place), as JSON: see `all_gather_object`."""
-    pg = resolve(group)
-    root = _root(pg, src, group_src)
-    _agree(pg, "object", None, "broadcast_object_list")
-    data = _encoded(list(object_list), "broadcast_object_list") if pg.rank() == root else b""
-    values = json.loads(_all_bytes(pg, data, "broadcast_object_list")[root])
-    if len(values) != len(object_list):
-        raise ValueError(f"broadcast_object_list: rank {pg.ranks[root]} sent {len(values)} objects into a list of "
-                         f"{len(object_list)}")
-    object_list[:] = values

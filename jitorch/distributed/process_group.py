@@ -257,10 +257,13 @@ def new_group(ranks=None, timeout=None, backend=None, pg_options=None, use_local
 
 
 def destroy_process_group(group=None):
-    """Leave ``group`` (the default one: every group)."""
+    """Leave ``group``; the default group (``group=None``) takes every group this process made with it, the
+    newest first, as torch's does: no communicator, MPI's or NCCL's, outlives the world it was split from."""
     pg = resolve(group)
-    nccl_ops.destroy(pg)
-    pg.comm.Free()
-    _GROUPS[pg.id] = None
+    doomed = [g for g in reversed(_GROUPS) if g is not None and g is not pg] if pg is World.WORLD else []
+    for g in [*doomed, pg]:
+        nccl_ops.destroy(g)
+        g.comm.Free()
+        _GROUPS[g.id] = None
     if pg is World.WORLD:
         World.WORLD = GroupMember.WORLD = None

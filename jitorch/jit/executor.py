@@ -50,7 +50,7 @@ from ..ir.passes.fusion import Group
 from ..ir.printer import op_counts
 from ..runtime import logs, profiling
 from . import interop
-from .cat_pieces import cat_pieces_into, cat_slices, strided_read
+from .cat_pieces import cat_pieces_into, cat_slices, fold_writers_into_cats, strided_read, write_pieces
 from .collector import collector_paused
 from .parts import independent_parts
 from .plan_cache import fuse_cached, optimize_cached
@@ -310,6 +310,12 @@ def _compute_laid_out(node, env, strides):
         env[v] = r
 
 
+def _compute_into_pieces(node, env, out, places):
+    """`_compute` of a node of `cat_pieces.WRITERS`, its written results going into their ``places`` in ``out``
+    (the array of the cat that joins them, see `fold_writers_into_cats`)."""
+    write_pieces(node, [_substitute(a, env, False) for a in node.args], out, places)
+
+
 # Graphs with this many constants or more bind them in a loop over a table (as fast per constant as two
 # straight lines each, and the generated call's source compiles in less time: a GPT training step binds 210).
 CONSTANTS_LOOP_FROM = 16
@@ -332,10 +338,15 @@ class EagerStep:
         # filled by `fold_copies_into_cats`: a cat's inputs whose copy kernel is gone, each as (the copy's source,
         # the copied value's geometry over it), and per such cat node, where each input goes (`cat_slices`)
         self.pieces, self.slices = {}, {}
+        # filled by `fold_writers_into_cats`: per such cat node whose pieces' sources one op writes straight into
+        # the cat's result, (that op's node, where each of its written results lies in that result)
+        self.producers = {}
         self.laid_out = {}  # filled by the compiled graph: node -> strides its first result is written with
 
     def reads(self):
-        return [self.pieces[v][0] if v in self.pieces else v for node in self.nodes for v in iter_values(node.args)]
+        return [v for node in self.nodes for v in
+                (iter_values(self.producers[node][0].args) if node in self.producers else
+                 (self.pieces[v][0] if v in self.pieces else v for v in iter_values(node.args)))]
 
     def writes(self):
         return [v for node in self.nodes for v in node.outputs]
@@ -358,12 +369,20 @@ class EagerStep:
                 src.emit("_s = _clock()", indent)
                 self._emit_node(src, node, indent)
                 kind = "external" if node.outputs[0] in self.into_arena else "eager_step"
-                src.emit(f"_r.span({node.op.name!r}, {kind!r}, _s, {src.name({'reason': self.reason}, 'c')})", indent)
+                name = (self.producers[node][0] if node in self.producers else node).op.name  # (what takes the time)
+                src.emit(f"_r.span({name!r}, {kind!r}, _s, {src.name({'reason': self.reason}, 'c')})", indent)
             else:
                 self._emit_node(src, node, indent)
 
     def _emit_node(self, src, node, indent):
         out = node.outputs[0]
+        if node in self.producers:  # a cat whose pieces an op writes into it (that op's results are not computed)
+            if out not in self.into_arena:
+                src.emit(f"env[{src.name(out, 'v')}] = _fresh({src.name(out, 'v')})", indent)
+            producer, places = self.producers[node]
+            src.emit(f"_compute_into_pieces({src.name(producer, 'node')}, env, env[{src.name(out, 'v')}]._array(), "
+                     f"{src.name(places, 'g')})", indent)
+            return
         if node in self.slices:  # a cat that reads its copied inputs' sources (its inputs are not computed)
             arrays = ", ".join(f"_strided_read(_compact(env[{src.name(self.pieces[a][0], 'v')}]), "
                                f"{src.name(self.pieces[a][1], 'g')})" if a in self.pieces else
@@ -899,7 +918,7 @@ def fold_copies_into_cats(graph, steps, layouts):
             step.pieces.update(pieces)
             step.slices[node] = slices
             dropped.update(copies[v][0] for v in pieces)
-    return [step for step in steps if step not in dropped]
+    return fold_writers_into_cats([step for step in steps if step not in dropped], escaping)
 
 
 def _updated_operand(step, j, root, last_use, escaping):
@@ -951,6 +970,22 @@ def split_refused(group):
     inputs = list(dict.fromkeys(v for n in rest for v in n.input_values() if v not in computed))
     outputs = [v for v in group.outputs if v in computed]
     return [_alone(node) for node in lead] + [Group(group.kind, rest, inputs, outputs, group.shape)]
+
+
+def copy_then_views(group):
+    """The parts a view group the kernel builder refuses is lowered as, where a view follows its last reshape (a
+    convolution's windows merged, then transposed for a weight gradient's product): the views up to that reshape
+    (the copy a kernel makes), then each later view alone (a tensor header over the copy); None where no reshape
+    comes before the last view (the group's views then all run as one eager step)."""
+    last = max((i for i, n in enumerate(group.nodes[:-1]) if n.op.name in RESHAPES), default=None)
+    if last is None:
+        return None
+    head, tail = group.nodes[:last + 1], group.nodes[last + 1:]
+    computed = {v for n in head for v in n.outputs}
+    inputs = list(dict.fromkeys(v for n in head for v in n.input_values() if v not in computed))
+    read_after = {v for n in tail for v in n.input_values()}
+    outputs = [v for n in head for v in n.outputs if v in group.outputs or v in read_after]
+    return [Group("view", head, inputs, outputs, tuple(head[-1].outputs[0].type.shape))] + [_alone(n) for n in tail]
 
 
 class CompiledGraph:
@@ -1133,6 +1168,11 @@ class CompiledGraph:
                 build_shared(group, f"{name}_{group.kind}", target, layouts=layouts)
             kernel = make_kernel(source, self._cache)
         except CompileError as e:
+            parts = copy_then_views(group) if group.kind == "view" and split else None
+            if parts is not None:
+                for j, part in enumerate(parts):
+                    self._lower(part, f"{name}_{j}", split=False)
+                return
             if group.kind == "view":  # views that need no copy: tensor headers, made by an eager step
                 self.steps.append(EagerStep(group.nodes, group.kind))
                 self._note_eager_views(group.nodes)
@@ -1271,6 +1311,7 @@ class CompiledGraph:
                              _outputs=self._outputs, _finish=self._finish, _set_grads=set_grads,
                              _view=returned_view, _laid_out=laid_out, _strided=_strided, _compute=_compute, _view_of=Tensor._view_of,
                              _compute_one=_compute_one, _compute_laid_out=_compute_laid_out, _strided_read=strided_read,
+                             _compute_into_pieces=_compute_into_pieces,
                              _cat_pieces_into=cat_pieces_into, _check_gather=indexing.check_gather_index,
                              _at_once=interop.run_products, _at_once_profiled=interop.run_products_profiled,
                              _profiling=profiling, _profiled=self._profiled_run, _clock=time.perf_counter_ns)

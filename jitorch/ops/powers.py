@@ -3,30 +3,33 @@
 NumPy's ``np.power`` and ``np.log`` are whatever its build and version pick (libm, SVML, its own SIMD loops):
 between NumPy 1.26 and 2.x, ``np.power`` of identical float64 operands differed in 3,408 of 25,200 elements.
 Eager ``pow`` (``**``, ``float_power``) and ``xlogy`` compute here instead, by an algorithm written once against a
-small arithmetic interface ``m``: `Arrays` (NumPy arrays) and `Floats` (Python floats, for one element) here, and
-`jitorch.codegen.mathlib`'s LLVM builder for compiled kernels (`pow_double`, `log_double`), so eager and compiled
-results are the same bits, on every NumPy version and CPU.
+small arithmetic interface ``m``: `Arrays` (NumPy arrays) and `Floats` (Python floats; `on_floats` traces an
+algorithm through it once into a Python function, for small tensors) here, and `jitorch.codegen.mathlib`'s LLVM
+builder for compiled kernels, so eager and compiled results are the same bits, on every NumPy version and CPU.
 
 Only operations IEEE 754 rounds exactly are used: ``+ - * /`` of float64 (each correctly rounded, the same in
 NumPy's loops, Python's floats and LLVM's instructions without fast-math flags), ``trunc``, ``rint``, comparisons,
 selection and scaling by powers of two. No fused multiply-add: NumPy has none, so the double-word products are
-Dekker's (Veltkamp's split), exact as an FMA's would be. The algorithm is SLEEF's ``xpow`` (``logk``, ``expk``:
-log as a double word, ``y log|x|`` as a double word, exp of it), Naoki Shibata and contributors, Boost Software
-License 1.0, in those FMA-free forms. float32 (and float16/bfloat16, which compute in float32) are computed in
-float64 and rounded once, so nearly always correctly rounded. Measured against torch (glibc's pow and log,
-SLEEF's powf) in `benchmarks/pow_accuracy.py`; see docs/differences-from-torch.md.
+Dekker's (Veltkamp's split), exact as an FMA's would be. float64 (`pow_double`, `log_double`) is SLEEF's ``xpow``
+(``logk``, ``expk``: log as a double word, ``y log|x|`` as a double word, exp of it), Naoki Shibata and
+contributors, Boost Software License 1.0, in those FMA-free forms. float32 (and float16/bfloat16, which compute
+in float32) needs no double word (`pow_single`, `log_single`): plain float64 with polynomials fitted here, a
+third of the operations, rounded once to float32, so correctly rounded but about once in a million random
+operands. Measured against torch (glibc's pow and log, SLEEF's powf) and mpmath in `benchmarks/pow_accuracy.py`;
+see docs/differences-from-torch.md.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 import struct
 
 import numpy as np
 
-__all__ = ["Arrays", "Floats", "MAX_PRODUCT_POWER", "by_products", "log", "log_double", "pow_by_products", "pow_double",
-           "power", "through_kernel"]
+__all__ = ["Arrays", "Floats", "MAX_PRODUCT_POWER", "by_products", "log", "log_double", "log_single", "on_floats",
+           "pow_by_products", "pow_double", "pow_single", "power", "through_kernel"]
 
 _INF = math.inf
 _NAN = math.nan
@@ -120,8 +123,10 @@ class DoubleWordSums:
         return s, self.sub(t, y[1])
 
 
-def _split(m, a):
-    c = m.mul(a, _SPLITTER)
+def _split(m, a, splitter=_SPLITTER):
+    """(hi, lo) with ``a = hi + lo`` exactly and ``hi`` ``a`` rounded to 53 - k bits, for ``splitter`` 2**k + 1
+    (Veltkamp)."""
+    c = m.mul(a, splitter)
     hi = m.sub(c, m.sub(c, a))
     return hi, m.sub(a, hi)
 
@@ -196,14 +201,20 @@ def _expk(m, d):
 
 def pow_double(m, x, y):
     """``x ** y`` of doubles with C99's special values (``pow(x, 0) = pow(1, y) = 1``, even for NaN)."""
-    yisint = m.eq(m.trunc(y), y)
-    half = m.mul(y, 0.5)
-    yisodd = m.all(yisint, m.any(m.lt(m.trunc(half), half), m.gt(m.trunc(half), half)))
     yc = m.sel(m.gt(m.abs(y), _Y_CLAMP), m.mulsign(_Y_CLAMP, y), y)
     d = _mul_df(m, _logk(m, m.abs(x)), yc)
     r = _expk(m, d)
     # above the overflow threshold the exponent would leave ldexp's range: saturate first
-    r = m.sel(m.any(m.gt(d[0], 709.79), m.isnan(r)), _INF, r)
+    return _signs_and_specials(m, x, y, m.sel(m.any(m.gt(d[0], 709.79), m.isnan(r)), _INF, r))
+
+
+def _signs_and_specials(m, x, y, r):
+    """``x ** y`` from ``r``, ``|x| ** y`` where x is finite and not 0 (any value elsewhere): ``x``'s sign for an
+    odd integer ``y``, NaN for a negative ``x`` to a non-integer, and C99's values where ``x`` or ``y`` is 0,
+    infinite or NaN."""
+    yisint = m.eq(m.trunc(y), y)
+    half = m.mul(y, 0.5)
+    yisodd = m.all(yisint, m.any(m.lt(m.trunc(half), half), m.gt(m.trunc(half), half)))
     r = m.mul(r, m.sel(m.gt(x, 0.0), 1.0, m.sel(yisint, m.sel(yisodd, -1.0, 1.0), _NAN)))
     efx = m.mulsign(m.sub(m.abs(x), 1.0), y)
     r = m.sel(m.isinf(y), m.sel(m.lt(efx, 0.0), 0.0, m.sel(m.eq(efx, 0.0), 1.0, _INF)), r)
@@ -217,10 +228,72 @@ def pow_double(m, x, y):
 
 def log_double(m, d):
     """``log(d)`` of doubles: the double word of `_logk` rounded; -inf at 0, NaN below, inf at inf."""
-    r = m.dsum(_logk(m, m.abs(d)))  # (a negative d's NaN is selected below: its mantissa must not divide by 0)
+    # (a negative d's NaN is selected below: its mantissa must not divide by 0)
+    return _log_specials(m, d, m.dsum(_logk(m, m.abs(d))))
+
+
+def _log_specials(m, d, r):
+    """``log(d)`` from ``r``, ``log|d|`` where d is finite and not 0: -inf at 0, NaN below 0 and at NaN, inf at
+    inf."""
     r = m.sel(m.eq(d, _INF), _INF, r)
     r = m.sel(m.any(m.lt(d, 0.0), m.isnan(d)), _NAN, r)
     return m.sel(m.eq(d, 0.0), -_INF, r)
+
+
+# float32 (and the half types, which compute in float32) -------------------------------------------------
+# A float32 pow or log needs no double word: computed in plain double, exp2(y log2|x|) and log2|x| ln 2 are
+# within ~2**-44 and ~2**-51 (relatively) of the exact values, where float32's half ulp is 2**-24 or more; the
+# rounding to float32 then gives the correctly rounded result but where the exact one lies that close to a
+# midpoint between two floats (measured in benchmarks/pow_accuracy.py --exact). Plain IEEE operations as above,
+# so NumPy, Python floats and LLVM compute the same bits. A third of `pow_double`'s operations.
+
+# log2(m) = s P(s**2), s = (m - 1) / (m + 1) for m in [0.75, 1.5) (|s| <= 0.2), highest power first: fitted here
+# (mpmath's chebyfit of 2 atanh(s) / (s ln 2)), relative error 2**-56 with the coefficients rounded to double
+_LOG2_SINGLE = (0.22198752919751308, 0.2199728043635776, 0.2623761241235996, 0.32059761439629403,
+                0.4121985962411068, 0.5770780162897531, 0.9617966939261012, 2.8853900817779268)
+# 2**f = 1 + f Q(f) for |f| <= 1/2, highest power first (chebyfit of (2**f - 1) / f): relative error 2**-55.5;
+# the constant 1 is exact, so an integer y log2|x| gives an exact power of two
+_EXP2_SINGLE = (4.4549605981865186e-10, 7.072585949269223e-09, 1.0178062445845774e-07, 1.321544258792169e-06,
+                1.525273382983612e-05, 0.0001540353044173605, 0.0013333558146416936, 0.009618129107606888,
+                0.0555041086648216, 0.24022650695910097, 0.6931471805599453, 1.0)
+_LN2 = 0.6931471805599453
+# y log2|x| clamped to this: 2**300 and 2**-300 are beyond float32's range (they round to inf and 0), and
+# 2**rint(t) stays a normal double
+_T_CLAMP = 300.0
+# `pow_single`'s relative error is below (|t| + 1) times this, t = y log2|x| (its rounding and log2's, 2**-53 and
+# ~2**-51 relatively, for all but 2**-52 of it; largest measured: 0.23 of this bound), and Veltkamp's splitter
+# that rounds a double to 25 bits: a float32's and its midpoints
+_POW_SINGLE_ERROR = 2.0 ** -50
+_SPLITTER_25 = 268435457.0  # 2**28 + 1
+
+
+def _log2_single(m, a):
+    """log2 of ``a`` > 0, a finite float32 widened to double, within 3 roundings (~2**-51, relatively)."""
+    e, mant = m.split_exponent(a)
+    # (mant - 1 and mant + 1 are exact: mant has a float32's 24 bits)
+    s = m.div(m.sub(mant, 1.0), m.add(mant, 1.0))
+    return m.add(m.i2f(e), m.mul(s, _poly(m, m.mul(s, s), _LOG2_SINGLE)))
+
+
+def pow_single(m, x, y):
+    """``x ** y`` of float32 values widened to double, as a double to be rounded once to float32: exp2 of
+    ``y log2|x|`` (its rounding, ~2**-53 of it, is the largest error: ~2**-44 relatively where the result is
+    near float32's range ends), C99's special values as `pow_double`'s."""
+    t = m.mul(y, _log2_single(m, m.abs(x)))
+    t = m.sel(m.gt(t, _T_CLAMP), _T_CLAMP, m.sel(m.lt(t, -_T_CLAMP), -_T_CLAMP, t))
+    q = m.rint(t)
+    r = m.mul(_poly(m, m.sub(t, q), _EXP2_SINGLE), m.pow2i(m.f2i(q)))  # (t - q is exact)
+    # An exact power halfway between two floats (4097 ** 2, 257 ** 3, 66049 ** 1.5) is a number of 25 bits: r is
+    # within the error bound of it, and is taken as it, so that it rounds to float32 as the exact power does
+    # (ties to even). Other results that close to a midpoint round either way (they would anyway).
+    hi, lo = _split(m, r, _SPLITTER_25)
+    near = m.lt(m.abs(lo), m.mul(m.mul(m.add(m.abs(t), 1.0), r), _POW_SINGLE_ERROR))
+    return _signs_and_specials(m, x, y, m.sel(near, hi, r))
+
+
+def log_single(m, d):
+    """``log(d)`` of a float32 value widened to double, as a double to be rounded once to float32."""
+    return _log_specials(m, d, m.mul(_log2_single(m, m.abs(d)), _LN2))
 
 
 # float32 powers by a number n that is an integer, or an odd half, with |n| up to this are products and a square
@@ -369,7 +442,85 @@ class Floats(_Host):
         return struct.unpack("<d", struct.pack("<Q", ((q + 1023) << 52) & 0xFFFFFFFFFFFFFFFF))[0]
 
 
-_ARRAYS, _FLOATS = Arrays(), Floats()
+class _Value:
+    """A value of an algorithm traced by `_Source`: a local name of the function written; exponents (integers)
+    take ``-`` and ``>>`` as `_Host`'s steps apply them."""
+
+    __slots__ = ("source", "name")
+
+    def __init__(self, source, name):
+        self.source, self.name = source, name
+
+    def __sub__(self, other):
+        return self.source.line("{} - {}", self, other)
+
+    def __rshift__(self, other):
+        return self.source.line("{} >> {}", self, other)
+
+    def __neg__(self):
+        return self.source.line("-{}", self)
+
+
+class _Source(_Host):
+    """The arithmetic interface of `Floats` written out as the lines of a Python function (`on_floats`): each
+    operation one line, Python's own operator where `Floats` takes it, else a call of `Floats`' function.
+    Python runs such lines several times faster than one method call per operation."""
+
+    _OPERATORS = {"add": "{} + {}", "sub": "{} - {}", "mul": "{} * {}", "div": "{} / {}", "neg": "-{}",
+                  "lt": "{} < {}", "gt": "{} > {}", "eq": "{} == {}", "any": "{} | {}", "all": "{} & {}",
+                  "sel": "{1} if {0} else {2}", "abs": "abs({})", "i2f": "float({})"}
+    _CALLED = ("trunc", "rint", "isnan", "isinf", "ldexp", "signbit", "mulsign", "f2i", "frexp_exponent", "pow2i")
+
+    def __init__(self):
+        self.lines = []
+        self.written = {}  # a line's right-hand side -> its value (operations are pure: each is written once)
+        self.names = {f"_{name}": getattr(Floats, name) for name in self._CALLED}
+        self.names.update(_inf=_INF, _nan=_NAN)
+
+    def operand(self, v):
+        if isinstance(v, _Value):
+            return v.name
+        if isinstance(v, float) and not math.isfinite(v):
+            return "_nan" if math.isnan(v) else "_inf" if v > 0 else "(-_inf)"
+        return f"({v!r})" if v < 0 or v == 0 and math.copysign(1.0, v) < 0 else repr(v)
+
+    def line(self, template, *args):
+        """The local name of ``template`` of ``args``' operands."""
+        text = template.format(*map(self.operand, args))
+        if text not in self.written:
+            self.written[text] = _Value(self, f"v{len(self.lines)}")
+            self.lines.append(f"{self.written[text].name} = {text}")
+        return self.written[text]
+
+
+def _writes(template):
+    return lambda self, *args: self.line(template, *args)
+
+
+def _calls(name):
+    return lambda self, *args: self.line(f"_{name}({', '.join(['{}'] * len(args))})", *args)
+
+
+for _name, _template in _Source._OPERATORS.items():
+    setattr(_Source, _name, _writes(_template))
+for _name in _Source._CALLED:
+    setattr(_Source, _name, _calls(_name))
+
+
+@functools.lru_cache(maxsize=None)
+def on_floats(algorithm, arity):
+    """``algorithm`` (of ``arity`` doubles) as a Python function of Python floats: the bits of
+    ``algorithm(Floats(), *args)``, traced once through `_Source` into straight-line code."""
+    source = _Source()
+    args = [_Value(source, f"a{i}") for i in range(arity)]
+    result = source.operand(algorithm(source, *args))
+    text = f"def {algorithm.__name__}({', '.join(a.name for a in args)}):\n" \
+        + "".join(f"    {line}\n" for line in source.lines) + f"    return {result}\n"
+    exec(compile(text, f"<jitorch.ops.powers.on_floats {algorithm.__name__}>", "exec"), source.names)
+    return source.names[algorithm.__name__]
+
+
+_ARRAYS = Arrays()
 
 
 # Eager entry points --------------------------------------------------------------------------------------
@@ -379,47 +530,67 @@ _ARRAYS, _FLOATS = Arrays(), Floats()
 # loads the code generator at the first call that needs it: the ops layer cannot import it, and a program of
 # small tensors need not load LLVM.
 KERNEL = None
-# From this many elements an eager pow or xlogy runs that kernel (the same bits). `pow_double` is ~250 NumPy
-# passes: 150-200 us of CPU for 2 to 64 elements, where the kernel's call takes ~20 us (float32 and float64,
-# benchmarks/pow_accuracy.py); but the first such call loads the code generator and builds the kernel (~0.2 s,
-# then read from the kernel cache), which a program of tiny tensors need not pay. One element computes on
-# Python floats instead (~20 us).
+# From this many elements an eager pow or xlogy runs that kernel (the same bits), where the call takes ~10-20 us;
+# but the first such call loads the code generator and builds the kernel (~0.2 s, then read from the kernel
+# cache), which a program of tiny tensors need not pay.
 KERNEL_MIN = 64
+# Up to this many elements pow and log compute each element on Python floats (`on_floats`: ~2.5 us of CPU per
+# element for `pow_single`, ~6 for `pow_double`), above it on NumPy arrays (~100 and ~290 NumPy calls: ~70 and
+# ~150 us whatever the size up to `KERNEL_MIN`); measured in benchmarks/pow_accuracy.py's timing.
+EACH_MAX = 24
 
 
 def through_kernel(name, dtype, *operands):
     """Op ``name`` of ``operands`` (arrays of NumPy ``dtype``, or numbers, broadcast together) by its compiled
     kernel (`KERNEL`), or None where the result is smaller than `KERNEL_MIN` or no kernel is built."""
     operands = [np.asarray(v, dtype) for v in operands]
-    shape = np.broadcast_shapes(*(v.shape for v in operands))
+    shape = operands[0].shape
+    if any(v.shape != shape for v in operands):
+        shape = np.broadcast_shapes(*(v.shape for v in operands))
     if KERNEL is None or math.prod(shape) < KERNEL_MIN:
         return None
-    kernel = KERNEL(name, dtype.name)
+    kernel = KERNEL(name, dtype.type.__name__)
     if kernel is None:
         return None
-    return kernel(*(np.ascontiguousarray(np.broadcast_to(v, shape)) for v in operands))[0]
+    return kernel(*(v if v.shape == shape and v.flags.c_contiguous else np.ascontiguousarray(np.broadcast_to(v, shape))
+                    for v in operands))[0]
+
+
+def _each(algorithm, dtype, *operands):
+    """``algorithm`` on each element of ``operands`` (arrays of NumPy ``dtype``, broadcast together) as Python
+    floats (`on_floats`), as a new array of ``dtype``."""
+    fn = on_floats(algorithm, len(operands))
+    if all(v.size == 1 for v in operands):  # (one element: no broadcasting's cost; the longest shape of ones)
+        return np.array(fn(*[v.item() for v in operands]), dtype).reshape(max((v.shape for v in operands), key=len))
+    arrays = np.broadcast_arrays(*operands)
+    values = [fn(*args) for args in zip(*(v.ravel().tolist() for v in arrays))]
+    return np.array(values, dtype).reshape(arrays[0].shape)
 
 
 def power(a, b, dtype):
     """``a ** b`` of float32 or float64 arrays (or numbers) broadcast together, as a new array of NumPy
     ``dtype`` (float32 or float64): a float32 power by a `by_products` number by `pow_by_products`, others by
-    `pow_double` (float32 operands are exact in float64, and the result is rounded once)."""
+    `pow_double`, or `pow_single` for float32 (whose operands are exact in double: the result is rounded once)."""
     dtype = np.dtype(dtype)
     if dtype == np.float32 and isinstance(b, (int, float)) and by_products(b):
         return pow_by_products(_ARRAYS, a.astype(np.float64), b).astype(dtype)
     a, b = np.asarray(a, dtype), np.asarray(b, dtype)
-    if a.size == 1 and b.size == 1:  # (Python floats: no array's per-call cost)
-        return np.array(pow_double(_FLOATS, a.item(), b.item()), dtype).reshape(np.broadcast_shapes(a.shape, b.shape))
+    algorithm = pow_double if dtype == np.float64 else pow_single
+    size = a.size if b.size == 1 else b.size if a.size == 1 else math.prod(np.broadcast_shapes(a.shape, b.shape))
+    if size <= EACH_MAX:
+        return _each(algorithm, dtype, a, b)
     r = through_kernel("pow", dtype, a, b)
     if r is not None:
         return r
     a64, b64 = np.broadcast_arrays(a.astype(np.float64), b.astype(np.float64))
-    return pow_double(_ARRAYS, a64, b64).astype(dtype)
+    return algorithm(_ARRAYS, a64, b64).astype(dtype)
 
 
 def log(x):
-    """``log(x)`` of a float32 or float64 array by `log_double` (float32: computed in float64, rounded once)."""
+    """``log(x)`` of a float32 or float64 array by `log_double`, or `log_single` for float32 (computed in
+    double, rounded once)."""
     x = np.asarray(x)
-    if x.size == 1:
-        return np.array(log_double(_FLOATS, x.item()), x.dtype).reshape(x.shape)
-    return log_double(_ARRAYS, x.astype(np.float64)).astype(x.dtype)
+    algorithm = log_double if x.dtype == np.float64 else log_single
+    if x.size <= EACH_MAX:
+        return _each(algorithm, x.dtype, x)
+    return algorithm(_ARRAYS, x.astype(np.float64)).astype(x.dtype)

@@ -240,10 +240,12 @@ def _reduction_fast(op, fn):
         a = x._arr if x._arr is not None else x._array()
         token = fp_errors.enter()
         try:
-            r = np.asarray(fn(a, axis=axis, keepdims=keepdim))
+            r = fn(a, axis, keepdim)  # (positional: NumPy parses no keywords)
         finally:
             fp_errors.leave(token)
-        if r.dtype != a.dtype:
+        if r.__class__ is not np.ndarray:  # (a full reduction's NumPy scalar)
+            r = np.asarray(r)
+        if r.dtype is not a.dtype:  # (builtin NumPy dtypes are singletons; a miss only costs the slow path)
             return None
         if r.ndim:
             result = registry.contiguous_result(r, x.dtype)

@@ -33,7 +33,7 @@ def add_reduce(a, axis=None, keepdims=False):
     """``np.add.reduce(a, axis=axis, keepdims=keepdims)`` in an order that does not depend on NumPy's version
     (see the module docstring); ``axis`` an int, a tuple of ints or None (every dim)."""
     if a.size <= BLOCK or a.dtype.kind not in "fc":  # (the commonest: no more than a block in all)
-        return np.add.reduce(a, axis=axis, keepdims=keepdims)
+        return np.add.reduce(a, axis, None, None, keepdims)  # (positional: NumPy parses no keywords)
     axes = tuple(range(a.ndim)) if axis is None else \
         tuple(d % a.ndim for d in ((axis,) if isinstance(axis, int) else axis))
     count = 1

@@ -114,11 +114,13 @@ def _two_results(m, u):
 
 
 SLOTS = CpuTarget.kept_chunk_bytes // 8        # float64 accumulators in a chunk
+RUN_SLOTS = CpuTarget.kept_run_bytes // 8      # ... in a chunk of one kept dim laid along memory
 STACK_LIMIT = kernel_module.KEPT_CHUNK_MAX_BYTES // 8
 
 
 @pytest.mark.parametrize("shape, dims", [
-    ((5, 2 * SLOTS + 3), 0),                 # more kept elements than one chunk holds
+    ((5, 2 * SLOTS + 3), 0),                 # more kept elements than a chunk of several kept dims holds: one run
+    ((3, 2 * RUN_SLOTS + 3), 0),             # more kept elements than one run holds
     ((30, 4, SLOTS // 10), 1),               # several rows of the outer kept dim per chunk, three chunks
     ((2, 3, 2 * SLOTS + 1), 1),              # a row of the outer kept dim bigger than a chunk: one per chunk
     ((2, 2, STACK_LIMIT + 1), 1),            # bigger than a stack array may be: kept dims outside instead
@@ -134,6 +136,21 @@ def test_leading_dim_reductions_with_epilogues_match_eager(shape, dims):
         assert len(compiled.lower(x, y).kernels) == 1
         for got, expected in zip(compiled(x, y), fn(x, y)):
             np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_a_wide_rows_sum_reads_each_row_in_one_run_and_a_transposed_one_in_chunks():
+    """A sum over rows that keeps one dim laid along memory (a bias gradient: the (700, 10000) logits' of a word
+    model) takes chunks of `kept_run_bytes`, a whole 10,000-wide row, so the rows' reads stay one stream; read
+    through a transpose, each kept element lies a row apart and the chunk stays `kept_chunk_bytes`. Each kept
+    element is summed in the same order: eager's bytes."""
+    x = jt.randn(7, 3, 10000)
+    (k,) = jt.compile(lambda t: t.sum((0, 1))).lower(x).kernels
+    assert f"alloca [{CpuTarget.kept_run_bytes // 4} x float]" in k.llvm_ir
+    assert np.array_equal(jt.compile(lambda t: t.sum((0, 1)))(x).numpy(), x.sum((0, 1)).numpy())
+    y = jt.randn(10000, 21)
+    (k,) = jt.compile(lambda t: t.t().sum(0)).lower(y).kernels
+    assert f"alloca [{CpuTarget.kept_chunk_bytes // 4} x float]" in k.llvm_ir
+    np.testing.assert_allclose(jt.compile(lambda t: t.t().sum(0))(y).numpy(), y.sum(1).numpy(), rtol=1e-5, atol=1e-4)
 
 
 def test_threads_split_kept_chunks_without_changing_results(monkeypatch):

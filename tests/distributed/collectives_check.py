@@ -10,6 +10,7 @@ import numpy as np
 
 import jitorch as jt
 import jitorch.distributed as dist
+from jitorch.distributed.process_group import group_by_id
 
 dist.init_process_group()
 rank, size = dist.get_rank(), dist.get_world_size()
@@ -51,6 +52,23 @@ t = jt.from_numpy(data(rank))
 work = dist.all_reduce(t, async_op=True)
 work.wait()
 check(t, np.sum(everyone, axis=0))
+# work handles of the other collectives: results written by wait(), and result() gives the output tensors
+t = jt.from_numpy(data(rank))
+work = dist.broadcast(t, src=0, async_op=True)
+assert work.wait() and work.is_completed() and work.result() == [t]
+check(t, everyone[0])
+out = [jt.zeros(2, 3) for _ in range(size)]
+work = dist.all_gather(out, jt.from_numpy(data(rank)), async_op=True)
+assert work.wait() and work.result() is not None
+for got, expected in zip(out, everyone):
+    check(got, expected)
+chunk = jt.zeros(2, 3)
+big = [data(r, shape=(size * 2, 3)) for r in range(size)]
+work = dist.reduce_scatter_tensor(chunk, jt.from_numpy(big[rank]), op=dist.ReduceOp.AVG, async_op=True)
+work.wait()
+check(chunk, np.mean(big, axis=0)[2 * rank:2 * rank + 2])
+work = dist.barrier(async_op=True)
+assert work.wait()
 
 t = jt.from_numpy(data(rank))
 dist.broadcast(t, src=size - 1)
@@ -102,6 +120,10 @@ request = dist.irecv(incoming, src=prev)
 dist.send(jt.from_numpy(data(rank)), dst=nxt)
 request.wait()
 check(incoming, data(prev))
+sending = dist.isend(jt.from_numpy(data(rank) * 2), dst=nxt)
+dist.recv(incoming, src=prev)
+assert sending.wait()
+check(incoming, data(prev) * 2)
 if rank == 0:
     source = dist.recv(incoming, tag=5)
     check(np.array(source), np.array(size - 1))
@@ -114,7 +136,19 @@ assert objects == [{"rank": r, "name": f"r{r}"} for r in range(size)]
 listing = [rank, "x"] if rank == 0 else [None, None]
 dist.broadcast_object_list(listing, src=0)
 assert listing == [0, "x"]
-checks += 2
+# without pickle, and each value arrives as the type it left as (plain JSON would give lists and "1" keys)
+gathered = [None] * size if rank == size - 1 else None
+dist.gather_object((rank, {rank: b"r"}), gathered, dst=size - 1)
+assert gathered == ([(r, {r: b"r"}) for r in range(size)] if rank == size - 1 else None)
+mine = [None]
+dist.scatter_object_list(mine, [{"to": (r,)} for r in range(size)] if rank == 0 else None, src=0)
+assert mine == [{"to": (rank,)}]
+if rank == 0:
+    dist.send_object_list([(1, 2), {3: None}], dst=size - 1)
+elif rank == size - 1:
+    received = [None, None]
+    assert dist.recv_object_list(received) == 0 and received == [(1, 2), {3: None}]
+checks += 5
 
 # a group of the even ranks
 evens = dist.new_group([r for r in range(size) if r % 2 == 0])
@@ -129,4 +163,11 @@ else:
 dist.barrier()
 dist.destroy_process_group()
 assert not dist.is_initialized()
+if rank % 2 == 0:  # the default group took the others with it, as torch's does
+    try:
+        group_by_id(evens.id)
+    except RuntimeError:
+        checks += 1
+    else:
+        raise AssertionError("the even ranks' group outlived the default group")
 print(f"rank {rank} of {size}: {checks} checks passed", flush=True)

@@ -11,6 +11,7 @@ import jitorch as jt
 import jitorch.distributed as dist
 from jitorch import nn
 from jitorch.nn.parallel import DistributedDataParallel as DDP
+from jitorch.nn.parallel.distributed import _is_view_of
 
 dist.init_process_group()
 rank, size = dist.get_rank(), dist.get_world_size()
@@ -78,6 +79,44 @@ for p, r in zip(ddp.parameters(), reference.parameters()):
     dist.all_reduce(r.grad, op=dist.ReduceOp.AVG)
     assert jt.allclose(p.grad, r.grad, atol=1e-6)
 print(f"rank {rank}: progress thread {ddp._progress.threaded}", flush=True)
+
+
+class Branches(nn.Module):
+    """A layer every rank uses, one only rank 0 uses, and one no rank uses."""
+
+    def __init__(self):
+        super().__init__()
+        self.shared, self.first, self.never = nn.Linear(3, 2), nn.Linear(3, 2), nn.Linear(3, 2)
+
+    def forward(self, x, first):
+        y = self.shared(x)
+        return y + self.first(x) if first else y
+
+
+# find_unused_parameters: a layer one rank used gets the average of its gradient and the others' zeros; one no
+# rank used keeps .grad None, as torch leaves it (a gradient of zeros would still move it under Adam or weight
+# decay); with gradient_as_bucket_view the averaged gradients are views of the buckets
+for as_view in (False, True):
+    jt.manual_seed(0)
+    branches = DDP(Branches(), find_unused_parameters=True, gradient_as_bucket_view=as_view, bucket_cap_mb=0.0001)
+    reference = Branches()
+    reference.load_state_dict(branches.module.state_dict())
+
+    def backward(model, x):
+        model(x, rank == 0).sum().backward()
+    x = jt.randn(4, 3, generator=gen) * (rank + 1)
+    (jt.compile(backward) if compiled else backward)(branches, x)
+    backward(reference, x)
+    for (name, p), r in zip(branches.module.named_parameters(), reference.parameters()):
+        if name.startswith("never"):
+            assert p.grad is None and r.grad is None, name
+            continue
+        expected = jt.zeros_like(r) if r.grad is None else r.grad
+        dist.all_reduce(expected, op=dist.ReduceOp.AVG)
+        assert jt.allclose(p.grad, expected, atol=1e-6), name
+        assert not as_view or compiled or any(_is_view_of(p.grad, part) for b in branches._buckets
+                                              for q, part in b.slices() if q is p), name
+print(f"rank {rank}: unused parameters keep no gradient", flush=True)
 
 # ranks whose models differ are told so at construction, on every rank (their buckets would not agree)
 try:

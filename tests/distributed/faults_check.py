@@ -16,11 +16,14 @@ t = jt.ones(4)
 for step in range(3):
     dist.all_reduce(t)
 print(f"rank {rank}: trained 3 steps", flush=True)
+if fault in ("kill", "raise"):
+    dist.barrier()  # every rank has reported before one dies and mpiexec stops the others
 if fault == "mismatch":
-    try:
-        dist.all_reduce(jt.ones(2 + rank))
-    except RuntimeError as error:
-        print(f"rank {rank}: {error}", flush=True)
+    for t in (jt.ones(2 + rank), jt.ones(2, dtype=jt.float64 if rank else jt.float32)):
+        try:
+            dist.all_reduce(t)
+        except RuntimeError as error:
+            print(f"rank {rank}: {error}", flush=True)
 elif fault == "silent":  # rank 1 stays alive but never joins: the others time out
     if rank == 1:
         time.sleep(3.5)

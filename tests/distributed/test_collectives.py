@@ -10,8 +10,10 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+import jitorch as jt
 import jitorch.distributed as dist
 
 HERE = Path(__file__).parent
@@ -48,6 +50,27 @@ def test_mismatched_shapes_raise_on_every_rank_naming_each_ranks_shape():
     for rank in (0, 1):
         assert (f"rank {rank}: all_reduce: the ranks disagree on the collective or on the tensors' dtype and shape: "
                 "rank 0: all_reduce(float32[2]); rank 1: all_reduce(float32[3])") in done.stdout
+        assert (f"rank {rank}: all_reduce: the ranks disagree on the collective or on the tensors' dtype and shape: "
+                "rank 0: all_reduce(float32[2]); rank 1: all_reduce(float64[2])") in done.stdout
+
+
+def test_contiguous_tensors_are_mpis_buffers_themselves():
+    """Zero-copy: MPI reads and writes a contiguous tensor's own memory; other layouts and bfloat16 go through a
+    contiguous copy, written back when the collective has finished."""
+    from jitorch.distributed.collectives import _buffer
+
+    t = jt.arange(6.0)
+    array, _ = _buffer(t, reducing=True)
+    assert np.shares_memory(array, t.numpy()) and array.ctypes.data == t.data_ptr()
+    view = jt.zeros(3, 2).t()
+    array, write_back = _buffer(view, reducing=False)
+    assert not np.shares_memory(array, view.numpy())
+    array[...] = np.arange(6.0).reshape(2, 3)
+    write_back()
+    assert view.tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+    half = jt.ones(4, dtype=jt.bfloat16)
+    array, _ = _buffer(half, reducing=True)
+    assert array.dtype == np.float32 and not np.shares_memory(array, half.view(jt.int16).numpy())
 
 
 def test_a_rank_that_never_joins_times_the_others_out():
@@ -55,11 +78,11 @@ def test_a_rank_that_never_joins_times_the_others_out():
     assert "rank 0: jitorch.distributed: all_reduce timed out after 2 s" in done.stdout, done.stdout + done.stderr
 
 
-@pytest.mark.parametrize("fault", ["kill", "raise"])
-def test_a_rank_that_dies_or_raises_stops_the_run_with_an_error(fault):
-    done = launch(2, "faults_check.py", fault, timeout=60)
+@pytest.mark.parametrize("nproc,fault", [(2, "kill"), (4, "kill"), (2, "raise")])
+def test_a_rank_that_dies_or_raises_stops_the_run_with_an_error(nproc, fault):
+    done = launch(nproc, "faults_check.py", fault, timeout=60)
     assert done.returncode != 0
-    assert done.stdout.count("trained 3 steps") == 2
+    assert done.stdout.count("trained 3 steps") == nproc
     assert "jitorchrun: a rank failed" in done.stderr
     if fault == "raise":
         assert "ValueError: rank 1 gave up" in done.stderr
@@ -84,7 +107,8 @@ def test_init_errors_as_torch():
     assert dist.is_available() and not dist.is_initialized()
 
 
-@pytest.mark.parametrize("nproc,mode,thread", [(2, "eager", "1"), (4, "eager", "0"), (2, "compiled", "")])
+@pytest.mark.parametrize("nproc,mode,thread", [(2, "eager", "1"), (4, "eager", "0"), (2, "compiled", ""),
+                                               (4, "compiled", "")])
 def test_ddp_on_shards_equals_one_process_on_the_whole_batch(nproc, mode, thread):
     # thread "1": a thread advances the all-reduces during backward; "0": the gradient hooks do
     done = launch(nproc, "ddp_check.py", *(["--compile"] if mode == "compiled" else []),
@@ -92,6 +116,7 @@ def test_ddp_on_shards_equals_one_process_on_the_whole_batch(nproc, mode, thread
     assert done.returncode == 0, done.stderr
     if thread:
         assert len(re.findall(rf"rank \d: progress thread {thread == '1'}", done.stdout)) == nproc, done.stdout
+    assert len(re.findall(r"rank \d: unused parameters keep no gradient", done.stdout)) == nproc, done.stdout
     assert sorted(re.findall(rf"rank (\d+): ddp == whole batch \({mode}\)", done.stdout)) == \
         [str(r) for r in range(nproc)], done.stdout
     assert "eagerly" not in done.stderr  # the compiled step is one graph, collectives included
@@ -128,3 +153,10 @@ def test_the_launcher_forwards_sigterm_to_every_rank(tmp_path):
             os.killpg(launcher.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def test_the_launcher_is_installed_as_jitorchrun():
+    from importlib.metadata import entry_points
+
+    (script,) = [e for e in entry_points(group="console_scripts") if e.name == "jitorchrun"]
+    assert script.value == "jitorch.distributed.run:main"

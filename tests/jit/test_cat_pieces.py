@@ -144,3 +144,137 @@ def test_a_large_cat_of_pieces_is_written_in_parts_on_the_team(monkeypatch):
     finally:
         jt.set_num_threads(saved)
     assert parts == [2] and results[0] == results[1]
+
+
+def _attention_step(B, T, H, D, is_causal=True, returned=None):
+    """A GPT attention's training step over ``x @ w`` split into q, k, v (``returned``: also return that head's
+    gradient of the attention's input, so that it leaves the call)."""
+    C = H * D
+
+    def step(x, w):
+        q, k, v = (x @ w).split(C, dim=2)
+        q, k, v = (t.view(B, T, H, D).transpose(1, 2) for t in (q, k, v))
+        if returned is not None:
+            for t in (q, k, v):
+                t.retain_grad()
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=is_causal).transpose(1, 2).contiguous().view(B, T, C)
+        loss = (y * y).sum()
+        loss.backward()
+        return loss if returned is None else (loss, (q, k, v)[returned].grad)
+    return step
+
+
+def _attention_args(seed, B, T, H, D, dtype=jt.float32):
+    gen = jt.Generator().manual_seed(seed)
+    C = H * D
+    return jt.randn(B, T, C, generator=gen, dtype=dtype), jt.randn(C, 3 * C, generator=gen, dtype=dtype) * 0.3
+
+
+def _folded(ex):
+    """The cat steps whose pieces an op writes into them, and the eager steps that compute an attention's
+    backward apart."""
+    folded = [s for s in ex.steps if isinstance(s, EagerStep) and s.producers]
+    apart = [s for s in ex.steps if isinstance(s, EagerStep) and any(n.op.name == "_attention_backward" for n in s.nodes)]
+    return folded, apart
+
+
+def _torch_grad(x, w0, B, T, H, D, is_causal):
+    C = H * D
+    tw = torch.from_numpy(w0.numpy()).requires_grad_()
+    tq, tk, tv = (torch.from_numpy(x.numpy()) @ tw).split(C, dim=2)
+    tq, tk, tv = (t.view(B, T, H, D).transpose(1, 2) for t in (tq, tk, tv))
+    ty = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=is_causal)
+    (ty * ty).sum().backward()
+    return tw.grad.numpy()
+
+
+@pytest.mark.parametrize("shape, is_causal, dtype, threads", [((2, 6, 2, 4), True, jt.float32, 1),
+                                                              ((2, 16, 2, 32), True, jt.float32, 2),
+                                                              ((1, 5, 3, 8), False, jt.float64, 1)])
+def test_attention_backward_writes_q_k_v_gradients_into_the_cats_buffer(monkeypatch, shape, is_causal, dtype, threads):
+    """The attention's backward is no step of its own: it runs as the cat's step (`fold_writers_into_cats`), its
+    kernel writing the gradients of q, k and v straight into their slices of the cat's result (head dims that
+    fill register blocks or not, causal or not, float32 and float64); the weight's gradient is the same bytes as
+    with the three gradients computed apart and joined, as eager's, and torch's within rounding."""
+    from jitorch.jit import cat_pieces
+    B, T, H, D = shape
+    saved = jt.get_num_threads()
+    jt.set_num_threads(threads)
+    try:
+        x, w0 = _attention_args(5, *shape, dtype=dtype)
+        step = _attention_step(*shape, is_causal=is_causal)
+        w = w0.clone().requires_grad_()
+        ex = jt.compile(step).lower(x, w).executable
+        folded, apart = _folded(ex)
+        assert apart == [] and len(folded) == 1
+        ((cat, (producer, places)),) = folded[0].producers.items()
+        assert cat.op.name == "cat" and producer.op.name == "_attention_backward" and len(places) == 3
+        assert [offset for _, _, offset in places] == [0, H * D, 2 * H * D]
+        assert all(strides == (T * 3 * H * D if B > 1 else 0, D, 3 * H * D, 1) for _, strides, _ in places)
+        jt.compile(step)(x, w)
+        with monkeypatch.context() as m:
+            m.setattr(cat_pieces, "WRITERS", {})
+            w_apart = w0.clone().requires_grad_()
+            compiled = jt.compile(step)
+            folded_apart, apart = _folded(compiled.lower(x, w_apart).executable)
+            assert folded_apart == [] and len(apart) == 1
+            compiled(x, w_apart)
+        w_eager = w0.clone().requires_grad_()
+        step(x, w_eager)
+    finally:
+        jt.set_num_threads(saved)
+    assert w.grad.numpy().tobytes() == w_apart.grad.numpy().tobytes() == w_eager.grad.numpy().tobytes()
+    expected = _torch_grad(x, w0, B, T, H, D, is_causal)
+    tol = (1e-5 if dtype is jt.float32 else 1e-12) * np.abs(expected).max()
+    np.testing.assert_allclose(w.grad.numpy(), expected, rtol=0, atol=tol)
+
+
+def test_an_attention_gradient_that_leaves_the_call_keeps_the_backward_apart():
+    """q's gradient also leaves the call (``retain_grad``): the backward writes its results as they are and the
+    cat reads them (no fold); the values are eager's."""
+    shape = (2, 6, 2, 4)
+    x, w0 = _attention_args(6, *shape)
+    step = _attention_step(*shape, returned=0)
+    w = w0.clone().requires_grad_()
+    compiled = jt.compile(step)
+    folded, apart = _folded(compiled.lower(x, w).executable)
+    assert folded == [] and len(apart) == 1
+    _, q_grad = compiled(x, w)
+    w_eager = w0.clone().requires_grad_()
+    _, q_grad_eager = step(x, w_eager)
+    assert np.array_equal(q_grad.numpy(), q_grad_eager.numpy())
+    assert np.array_equal(w.grad.numpy(), w_eager.grad.numpy())
+
+
+def test_without_the_kernel_the_numpy_gradients_go_into_the_cats_buffer(monkeypatch):
+    """Where no attention kernel is registered, the folded backward's NumPy products are copied into their
+    slices: the bytes of eager's NumPy backward."""
+    from jitorch.ops import attention
+    monkeypatch.setattr(attention, "ATTENTION_KERNEL", None)
+    shape = (2, 6, 2, 4)
+    x, w0 = _attention_args(7, *shape)
+    step = _attention_step(*shape)
+    w = w0.clone().requires_grad_()
+    compiled = jt.compile(step)
+    folded, apart = _folded(compiled.lower(x, w).executable)
+    assert len(folded) == 1 and apart == []
+    compiled(x, w)
+    w_eager = w0.clone().requires_grad_()
+    step(x, w_eager)
+    assert np.array_equal(w.grad.numpy(), w_eager.grad.numpy())
+    expected = _torch_grad(x, w0, *shape, True)
+    np.testing.assert_allclose(w.grad.numpy(), expected, rtol=0, atol=1e-5 * np.abs(expected).max())
+
+
+def test_a_source_place_needs_the_copy_to_be_a_permutation_of_the_source():
+    """`_source_place`: a transposed head's place in the cat's result, and None for a copied value that is not
+    its source's dims permuted (a strided slice)."""
+    from jitorch.ir.graph import Value
+    from jitorch.ir.values import TensorType
+    from jitorch.jit.cat_pieces import _source_place
+    source = Value("s", TensorType((2, 3, 5, 4), jt.float32, jt.device("cpu")))
+    copied = ((2, 5, 3, 4), (60, 4, 20, 1), 0)  # (its transpose(1, 2))
+    place = ((2, 5, 3, 4), (180, 36, 4, 1), 12)  # (its slice of a (2, 5, 36) result)
+    assert _source_place(source, copied, place) == ((2, 3, 5, 4), (180, 4, 36, 1), 12)
+    assert _source_place(source, ((2, 5, 3, 2), (60, 4, 20, 2), 0), ((2, 5, 3, 2), (90, 18, 2, 1), 0)) is None
+    assert _source_place(source, ((2, 5, 3, 4), (60, 4, 20, 1), 1), place) is None

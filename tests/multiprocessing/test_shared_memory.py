@@ -149,3 +149,26 @@ def test_the_elements_are_not_pickled():
     large = ForkingPickler.dumps(jt.zeros(1_000_000))
     assert len(small) < 1000 and len(large) < 1000
 
+
+
+def test_the_handle_names_only_the_rebuild_functions_the_tensor_classes_and_the_descriptor_passer():
+    """What a receiver's unpickler is asked to look up: nothing of the sender's choosing runs on loading."""
+    import io
+    import pickle
+    from multiprocessing.reduction import ForkingPickler
+
+    looked_up = []
+
+    class Recording(pickle.Unpickler):
+        def find_class(self, module, name):
+            looked_up.append(f"{module}.{name}")
+            return super().find_class(module, name)
+
+    x, p = jt.arange(6.0), jt.nn.Parameter(jt.ones(2))
+    data = bytes(ForkingPickler.dumps((x[1:4], x.view(jt.int32), p)))
+    view, ints, param = Recording(io.BytesIO(data)).load()  # this process maps its own memory file again
+    assert view.tolist() == [1.0, 2.0, 3.0] and ints.untyped_storage() is x.untyped_storage()
+    assert type(param) is jt.nn.Parameter and param.tolist() == [1.0, 1.0]
+    assert set(looked_up) == {"jitorch.multiprocessing.reductions.rebuild_tensor",
+                              "jitorch.multiprocessing.reductions.rebuild_storage", "jitorch.tensor.Tensor",
+                              "jitorch.nn.parameter.Parameter", "multiprocessing.resource_sharer.DupFd"}

@@ -242,3 +242,51 @@ def test_bce_with_logits_gradient_is_sigmoid_minus_target():
     y = np.array([0.3, 1.0, 0.0])
     F.binary_cross_entropy_with_logits(x, t64(y), reduction="sum").backward()
     assert_close(x.grad, 1 / (1 + np.exp(-x.detach().numpy())) - y)
+
+
+def _history(t):
+    """The names of the autograd nodes behind ``t``."""
+    names, stack = [], [t.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is not None and hasattr(node, "name"):
+            names.append(node.name())
+            stack += [n for n, _ in getattr(node, "next_functions", ())]
+    return names
+
+
+@pytest.mark.parametrize("dtype", [jt.float32, jt.float64])
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_nll_loss_without_weights_or_ignored_targets_skips_the_weights_with_the_general_formulas_bits(dtype, reduction):
+    import torch
+    g = jt.Generator().manual_seed(7)
+    x = jt.randn(70, 9, generator=g, dtype=dtype).log_softmax(1).detach()
+    t = jt.randint(0, 9, (70,), generator=g)
+    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+    fast = F.nll_loss(xa, t, reduction=reduction)
+    general = F.nll_loss(xb, t, weight=jt.ones(9, dtype=dtype), reduction=reduction)  # (the weighted formula)
+    assert "MulBackward0" not in _history(fast) and "MulBackward0" in _history(general)
+    assert fast.detach().numpy().tobytes() == general.detach().numpy().tobytes()
+    fast.sum().backward()
+    general.sum().backward()
+    assert xa.grad.numpy().tobytes() == xb.grad.numpy().tobytes()
+    tx = torch.from_numpy(x.numpy()).requires_grad_()
+    want = torch.nn.functional.nll_loss(tx, torch.from_numpy(t.numpy()), reduction=reduction)
+    want.sum().backward()
+    np.testing.assert_allclose(fast.detach().numpy(), want.detach().numpy(), rtol=1e-6)
+    np.testing.assert_allclose(xa.grad.numpy(), tx.grad.numpy(), rtol=1e-6)
+
+
+def test_nll_loss_with_an_ignored_or_out_of_range_target_takes_the_general_path():
+    import torch
+    x = jt.randn(6, 4, generator=jt.Generator().manual_seed(1), requires_grad=True).log_softmax(1)
+    t = jt.tensor([0, 3, 2, 2, 1, 3])  # (ignore_index 2 below: two targets ignored, the mean over the other four)
+    loss = F.nll_loss(x, t, ignore_index=2)
+    assert "MulBackward0" in _history(loss)
+    want = torch.nn.functional.nll_loss(torch.from_numpy(x.detach().numpy()), torch.from_numpy(t.numpy()),
+                                        ignore_index=2)
+    np.testing.assert_allclose(loss.item(), want.item(), rtol=1e-6)
+    with pytest.raises(IndexError, match="Target 4 is out of bounds."):
+        F.nll_loss(x, jt.tensor([0, 1, 4, 0, 0, 0]))
+    with pytest.raises(IndexError, match="Target -1 is out of bounds."):
+        F.nll_loss(x, jt.tensor([0, 1, -1, 0, 0, 0]))

@@ -85,7 +85,7 @@ def test_flat_shortcut_leaves_other_calls_to_the_general_path():
     leaf = jt.tensor([[1.0, 2.0]], requires_grad=True)
     refused = [
         (x, x, 1), (x, x.view(1, 2), 1), (x, x[:, :1].expand(1, 2), 1),  # memory shared with self: overlap checks
-        (x, y, 2), (x, jt.tensor([3.0]), 1),  # alpha, a broadcast operand
+        (x, jt.tensor([3.0]), 1),  # a broadcast operand
         (x, 1e39, 1), (x, True, 1), (x, np.float32(2.0), 1), (x.int(), 2.0, 1),  # numbers `operands` refuses
         (x, y.double(), 1), (x.half(), y.half(), 1),  # another dtype, a half type
         (jt.ones(2, 2).t(), jt.ones(2, 2).t(), 1), (x, jt.ones(2, 1).t(), 1),  # another layout
@@ -97,6 +97,65 @@ def test_flat_shortcut_leaves_other_calls_to_the_general_path():
         assert args[0].tolist() == before and args[0]._version == version
     assert add((x, y, 1)) is True and x.tolist() == [[4.0, 6.0]]
     assert add((x, 2, 1)) is True and x.tolist() == [[6.0, 8.0]]
+    assert add((x, y, 2)) is True and x.tolist() == [[12.0, 16.0]]  # (another alpha: the op's ``into``)
+
+
+ALPHAS = [2, -1, 0, 3.5, -0.25, True, False, 300, 2 ** 24 + 1, 2 ** 53 + 1, 1e39, float("nan")]
+
+
+@pytest.mark.parametrize("name", ["add_", "sub_"])
+@pytest.mark.parametrize("dtype", [jt.bool, jt.uint8, jt.int8, jt.int32, jt.int64, jt.float32, jt.float64])
+def test_flat_shortcut_with_an_alpha_gives_the_general_paths_bits_errors_and_version(name, dtype):
+    """``x.add_(y, alpha=a)`` (SGD's step) is served by the shortcut through the op's ``into`` after its alpha
+    check: the general path's bits, errors (before anything is written) and version, both paths of
+    `write_into` (before and after `registry.call_inplace`'s checks) alike, for a tensor or a number ``y``."""
+    op = registry.OPS[name[:-1]]
+    for shape in [(), (1,), (2, 3)]:
+        for k, alpha in enumerate(ALPHAS):
+            x, y = _operands(op, dtype, shape, k)
+            for other in (y, 3, -2.5):
+                got = x.clone()
+                try:
+                    with general_path():
+                        want = x.clone()
+                        getattr(want, name)(other, alpha=alpha)
+                except (RuntimeError, TypeError) as e:
+                    before, version = _bits(got), got._version
+                    with pytest.raises(type(e), match=re.escape(str(e))):
+                        getattr(got, name)(other, alpha=alpha)
+                    for call in (op.flat_into, op.fast_into):  # (each raises it, or leaves it to the general path)
+                        try:
+                            assert call((got, other, alpha)) is False
+                        except type(e) as raised:
+                            assert str(raised) == str(e)
+                        assert _bits(got) == before and got._version == version
+                    continue
+                served = op.flat_into((got.clone(), other, alpha))
+                assert served is _served(dtype, [other]), (name, dtype, shape, alpha, other)
+                checked = x.clone()
+                assert op.fast_into((checked, other, alpha)) is served
+                version = got._version
+                assert getattr(got, name)(other, alpha=alpha) is got and got._version == version + 1
+                assert _bits(got) == _bits(want), (name, dtype, shape, alpha, other)
+                if served:
+                    assert _bits(checked) == _bits(want)
+
+
+def test_an_alpha_step_matches_torch():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(3)
+    for dtype in (np.float32, np.float64):
+        a, b = rng.standard_normal((4, 5)).astype(dtype), rng.standard_normal((4, 5)).astype(dtype)
+        for alpha in (2, -0.01, 3):
+            x, t = jt.tensor(a), torch.from_numpy(a.copy())
+            x.add_(jt.tensor(b), alpha=alpha)
+            t.add_(torch.from_numpy(b), alpha=alpha)
+            # (torch fuses the multiply-add: within one rounding of jitorch's two, which are the general path's)
+            np.testing.assert_allclose(x.numpy(), t.numpy(), rtol=2 * np.finfo(dtype).eps, atol=1e-30)
+    x = jt.ones(3, dtype=jt.int32)
+    with pytest.raises(RuntimeError, match="For integral input tensors, argument alpha must not be a floating"):
+        x.add_(jt.ones(3, dtype=jt.int32), alpha=0.5)
+    assert x.tolist() == [1, 1, 1] and x._version == 0
 
 
 def test_in_place_calls_the_shortcut_refuses_keep_their_errors_and_autograd():
@@ -156,3 +215,26 @@ def test_in_place_shortcut_matches_torch(shape):
             np.testing.assert_allclose(x.numpy(), t.numpy(), rtol=2e-7)
         else:  # (correctly rounded: torch's bits)
             np.testing.assert_array_equal(x.numpy(), t.numpy())
+
+
+def test_an_alpha_equal_to_the_default_but_of_another_type_is_checked_as_torch_checks_it():
+    """Regression: the shortcuts took ``alpha=True`` and ``alpha=1.0`` (equal to add's default 1) for the default
+    and skipped the alpha check, so ``uint8.add(y, alpha=True)`` and ``int.add_(y, alpha=1.0)`` computed where
+    torch raises; now the check runs on them, in every form, before anything is written."""
+    torch = pytest.importorskip("torch")
+    calls = [lambda x, y: x.add(y, alpha=True), lambda lib, x, y: lib.add(x, y, alpha=True),
+             lambda x, y: x.add_(y, alpha=True), lambda x, y: x.sub_(y, alpha=True), lambda x, y: x.add(2, alpha=True),
+             lambda x, y: x.add(y, alpha=1.0), lambda x, y: x.add_(y, alpha=1.0), lambda x, y: x.sub(y, alpha=1.0),
+             lambda x, y: x.add_(3, alpha=1.0), lambda x, y: x.float().add_(y.float(), alpha=True)]
+    for call in calls:
+        results = []
+        for lib in (jt, torch):
+            x, y = lib.tensor([5, 6], dtype=lib.uint8), lib.tensor([1, 2], dtype=lib.uint8)
+            args = (lib, x, y) if call.__code__.co_argcount == 3 else (x, y)
+            with pytest.raises(RuntimeError) as info:
+                call(*args)
+            assert x.tolist() == [5, 6] and (lib is torch or x._version == 0)
+            results.append(str(info.value))
+        assert results[0] == results[1]
+    x, y = jt.tensor([True, False]), jt.tensor([True, True])
+    assert x.add(y, alpha=True).tolist() == [True, True] and x.add_(y, alpha=True).tolist() == [True, True]

@@ -62,26 +62,84 @@ def kernel_calls(monkeypatch):
     return calls
 
 
+@pytest.fixture
+def each_calls(monkeypatch):
+    """The algorithms that ran element by element on Python floats (`powers._each`) while the test runs."""
+    calls = []
+    real = powers._each
+
+    def recording(algorithm, dtype, *operands):
+        calls.append(algorithm.__name__)
+        return real(algorithm, dtype, *operands)
+    monkeypatch.setattr(powers, "_each", recording)
+    return calls
+
+
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # (selects discard the overflows and NaNs of lanes not taken)
-def test_numpy_arrays_python_floats_and_the_kernel_compute_the_same_bits():
-    """`pow_double` and `log_double` on NumPy arrays, on each element as Python floats (the reference that no
-    NumPy math function takes part in) and by the code generator's kernel are one definition: equal bits."""
-    x, y = _operands(3000, 1)
-    arrays = powers.pow_double(powers.Arrays(), x, y)
-    floats = np.array([powers.pow_double(powers.Floats(), a, b) for a, b in zip(x.tolist(), y.tolist())])
-    kernel = powers.KERNEL("pow", "float64")(x, y)[0]
-    np.testing.assert_array_equal(_bits(arrays), _bits(floats))
-    np.testing.assert_array_equal(_bits(kernel), _bits(floats))
-    logs = powers.log_double(powers.Arrays(), np.abs(x))
-    each = [powers.log_double(powers.Floats(), a) for a in np.abs(x).tolist()]
+@pytest.mark.parametrize("pow_algorithm, log_algorithm, dtype", [
+    (powers.pow_double, powers.log_double, "float64"), (powers.pow_single, powers.log_single, "float32")], ids=str)
+def test_numpy_arrays_python_floats_and_the_kernel_compute_the_same_bits(pow_algorithm, log_algorithm, dtype):
+    """An algorithm on NumPy arrays, on each element as Python floats (the reference that no NumPy math function
+    takes part in), traced into a Python function (`powers.on_floats`) and by the code generator's kernel is one
+    definition: equal bits. (float32's: operands float32 values, results rounded to float32.)"""
+    x, y = (v.astype(dtype).astype(np.float64) for v in _operands(3000, 1))
+    rounded = np.dtype(dtype).type
+    arrays = pow_algorithm(powers.Arrays(), x, y).astype(dtype)
+    floats = np.array([pow_algorithm(powers.Floats(), a, b) for a, b in zip(x.tolist(), y.tolist())]).astype(dtype)
+    traced = np.array([powers.on_floats(pow_algorithm, 2)(a, b) for a, b in zip(x.tolist(), y.tolist())], dtype)
+    kernel = powers.KERNEL("pow", dtype)(x.astype(dtype), y.astype(dtype))[0]
+    for got in (arrays, traced, kernel):
+        np.testing.assert_array_equal(_bits(got), _bits(floats))
+    logs = log_algorithm(powers.Arrays(), np.abs(x)).astype(dtype)
+    each = np.array([rounded(log_algorithm(powers.Floats(), a)) for a in np.abs(x).tolist()])
+    traced = np.array([rounded(powers.on_floats(log_algorithm, 1)(a)) for a in np.abs(x).tolist()])
     np.testing.assert_array_equal(_bits(logs), _bits(each))
+    np.testing.assert_array_equal(_bits(traced), _bits(each))
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_float32_pow_in_plain_double_rounds_as_the_double_word_pow():
+    """float32's `pow_single` (plain double) rounds to the float32 that the double-word `pow_double` rounds to
+    (correctly rounded but where the exact power is within ~2**-20 ulp of a midpoint: about one in a million
+    random operands, benchmarks/pow_accuracy.py --exact), over the whole range and near its ends."""
+    x, y = (v.astype(np.float32).astype(np.float64) for v in _operands(20000, 7))
+    rng = np.random.default_rng(7)
+    ends = np.exp2(rng.uniform(-20, 20, 20000)).astype(np.float32).astype(np.float64)
+    x = np.concatenate([x, ends])
+    y = np.concatenate([y, (rng.choice([-1, 1], 20000) * rng.uniform(110, 149, 20000)
+                            / np.abs(np.log2(ends))).astype(np.float32)])
+    plain = powers.pow_single(powers.Arrays(), x, y).astype(np.float32)
+    words = powers.pow_double(powers.Arrays(), x, y).astype(np.float32)
+    np.testing.assert_array_equal(_bits(plain), _bits(words))
+
+
+# float32 powers whose exact value is a number of 25 bits, halfway between two float32s (odd), as (x, y, x ** y)
+MIDPOINTS = [(4097.0, 2.0, 4097 ** 2), (5791.0 * 2.0 ** 20, 2.0, 5791 ** 2 * 2.0 ** 40),
+             (4099.0 * 2.0 ** -70, 2.0, 4099 ** 2 * 2.0 ** -140), (257.0, 3.0, 257 ** 3), (321.0, 3.0, 321 ** 3),
+             (11.0, 7.0, 11 ** 7), (257.0 ** 2, 1.5, 257 ** 3), (319.0 ** 2 * 2.0 ** -60, 1.5, 319 ** 3 * 2.0 ** -90),
+             (29.0 ** 2, 2.5, 29 ** 5), (31.0 ** 2, 2.5, 31 ** 5)]
+
+
+def test_float32_exact_powers_halfway_between_two_floats_round_to_even():
+    """A float32 power halfway between two floats (4097 ** 2 = 16785409) rounds to the even one, as the exact power
+    does (torch's powf rounds 297 of the 848 odd 13-bit squares the other way): eagerly on each path and
+    compiled. `pow_single` alone is within 2**-45 of the midpoint, either side: it takes the 25-bit value."""
+    x, y, exact = (np.array([case[i] for case in MIDPOINTS] * 10, np.float64) for i in range(3))
+    want = exact.astype(np.float32)
+    assert np.all(want != exact) and np.all(x.astype(np.float32) == x)  # (halfway; the operands are float32s)
+    compiled = jt.compile(lambda a, b: a ** b)
+    for n in (1, 5, 40, 100):
+        a, b = _tensor(x[:n], jt.float32), _tensor(y[:n], jt.float32)
+        np.testing.assert_array_equal((a ** b).numpy(), want[:n])
+        np.testing.assert_array_equal(compiled(a, b).numpy(), want[:n])
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
-@pytest.mark.parametrize("size", [1, 5, 300], ids=["one", "few", "kernel"])
-def test_eager_pow_and_xlogy_are_the_compiled_bits(dtype, size, kernel_calls):
-    """Eager pow (one element: Python floats; a few: NumPy arrays; from `powers.KERNEL_MIN`: the compiled
-    kernel) and xlogy give a compiled function's bits, special values and every dtype included."""
+@pytest.mark.parametrize("size", [1, 5, 40, 300], ids=["one", "few", "some", "kernel"])
+def test_eager_pow_and_xlogy_are_the_compiled_bits(dtype, size, kernel_calls, each_calls):
+    """Eager pow and xlogy (up to `powers.EACH_MAX` elements: each on Python floats; then NumPy arrays; from
+    `powers.KERNEL_MIN`: the compiled kernel) give a compiled function's bits, special values and every dtype
+    included; float32 and the half types by `pow_single` and `log_single`, float64 by the double-word ones."""
     x, y = _operands(4000, 2)
     x, y = _tensor(x, dtype), _tensor(y, dtype)
     compiled = jt.compile(lambda a, b: (a ** b, jt.xlogy(b, a.abs())))
@@ -92,6 +150,8 @@ def test_eager_pow_and_xlogy_are_the_compiled_bits(dtype, size, kernel_calls):
         np.testing.assert_array_equal(_bits(_np(jt.xlogy(b, a.abs()))), xlogy_bits)
     compute = "float64" if dtype is jt.float64 else "float32"
     assert set(kernel_calls) == ({("pow", compute), ("xlogy", compute)} if size >= powers.KERNEL_MIN else set())
+    width = "double" if dtype is jt.float64 else "single"
+    assert set(each_calls) == ({f"pow_{width}", f"log_{width}"} if size <= powers.EACH_MAX else set())
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)

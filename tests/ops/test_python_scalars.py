@@ -168,3 +168,16 @@ def test_logit_of_a_0d_tensor_keeps_its_dtype_under_either_numpy(dtype):
         got = jt.tensor(v).to(getattr(jt, dtype)).logit()
         want = torch.tensor(v).to(getattr(torch, dtype)).logit()
         assert _bits(_as_torch(got)) == _bits(want), v
+
+
+def test_an_int_reaches_a_float_compute_dtype_rounded_once_on_the_direct_path_as_through_convert():
+    """`scalar_in` converts an int of at most 2**53 in magnitude straight to float32/float64 (exact in float64,
+    then rounded once); larger ones go through `casts.convert`: the same values either way."""
+    from jitorch.ops.pointwise_base import scalar_in
+    from jitorch.runtime.casts import convert
+    for dtype in (np.dtype(np.float32), np.dtype(np.float64)):
+        for v in (0, 1, -1, 2, 300, 2 ** 24 + 1, -(2 ** 24 + 3), 2 ** 25 + 3, 2 ** 53 - 1, 2 ** 53, -2 ** 53,
+                  2 ** 53 + 1, 2 ** 62 + 2 ** 40 + 1, -(2 ** 63)):
+            got = scalar_in(v, dtype)
+            want = convert(np.array(v), dtype)[()]
+            assert got.dtype == dtype and got.tobytes() == want.tobytes(), (dtype, v)

@@ -128,7 +128,7 @@ class NvptxTarget:
     name = "cuda"
     triple = TRIPLE
     split_parts = 512  # blocks of a large full reduction: enough to fill any current GPU
-    kept_chunk_bytes = 0  # a thread's chunk of kept elements is one, its accumulator a register
+    kept_chunk_bytes = kept_run_bytes = 0  # a thread's chunk of kept elements is one, its accumulator a register
 
     def outer(self, sizes):
         return prod(sizes)

@@ -27,7 +27,7 @@ import numpy as np
 from ... import distributed as dist
 from ...compiler import is_compiling
 from ...distributed.collectives import started_all_reduce
-from ...distributed.mpi_backend import mpi
+from ...distributed.mpi_backend import mpi, op_of, wait
 from ...distributed.process_group import resolve
 from ... import bfloat16, cat, zeros_like
 from ...runtime.grad_mode import is_grad_enabled, no_grad
@@ -58,7 +58,8 @@ class DistributedDataParallel(Module):
     """Wrap ``module`` so that ``backward()`` averages its gradients over the process group's ranks.
 
     ``no_sync()`` skips the averaging (gradients accumulate locally); ``find_unused_parameters`` lets parameters
-    that a forward did not use count as ready with zero gradients; ``gradient_as_bucket_view`` makes ``.grad``
+    that a forward did not use count as ready with zero gradients, and those no rank used keep their ``.grad``
+    as it was (None stays None, as in torch); ``gradient_as_bucket_view`` makes ``.grad``
     views of the communication buffers, which saves a copy. ``module`` is the wrapped module.
     """
 
@@ -90,6 +91,8 @@ class DistributedDataParallel(Module):
         self._next = 0  # the next bucket to start: they start in order on every rank
         self._progress = _Progress(self._group)
         self._expecting = False
+        self._params = params
+        self._used, self._used_request, self._unused = None, None, frozenset()
         for p in params:
             p.register_post_accumulate_grad_hook(self._grad_ready)
 
@@ -155,11 +158,30 @@ class DistributedDataParallel(Module):
             self._next = 0
             if self.find_unused_parameters:
                 used = _leaves_reached(output)
+                self._exchange_used(used)
                 for bucket in self._buckets:
                     for p in bucket.params:
                         if id(p) not in used:
                             self._mark_ready(p)
         return output
+
+    def _exchange_used(self, used):
+        """Start finding out which parameters no rank's forward used (ids in ``used`` are this rank's): torch
+        leaves their gradients as they are (None stays None, so an optimizer skips them), where an average of
+        zeros would give them a gradient of zeros. One MAX all-reduce of a flag per parameter, started before
+        any bucket (in the same order on every rank) and waited for when the first gradient is written."""
+        self._globally_unused()  # the last forward's exchange, when no backward waited for it: its buffers go
+        mine = np.array([id(p) in used for p in self._params], np.uint8)
+        self._used = mine, np.empty_like(mine)  # both kept: MPI reads and writes them until the request is done
+        self._used_request = self._group.comm.Iallreduce(*self._used, op_of("MAX"))
+
+    def _globally_unused(self):
+        """ids of the parameters no rank's last forward used (empty without ``find_unused_parameters``)."""
+        if self._used_request is not None:
+            wait(self._used_request, self._group.timeout, "DistributedDataParallel's used parameters")
+            self._used_request = None
+            self._unused = frozenset(id(p) for p, u in zip(self._params, self._used[1]) if not u)
+        return self._unused
 
     def _grad_ready(self, param):
         if self._expecting and self.require_backward_grad_sync:
@@ -199,10 +221,13 @@ class DistributedDataParallel(Module):
         self._progress.add(bucket.work)
 
     def _reduce_in_graph(self, bucket):
+        unused = self._globally_unused()  # known when tracing: the graph leaves those gradients alone
         with no_grad():
             flat = cat([(zeros_like(p) if p.grad is None else p.grad).reshape(-1) for p in bucket.params])
             averaged = _graph_ops().all_reduce(flat, "AVG", self._group.id)
             for p, size, start in zip(bucket.params, bucket.sizes, _starts(bucket.sizes)):
+                if id(p) in unused:
+                    continue
                 part = averaged[start:start + size].view(p.shape)
                 if p.grad is None:
                     p.grad = part.clone()
@@ -214,10 +239,13 @@ class DistributedDataParallel(Module):
         if is_compiling():
             return  # each bucket's reduction wrote its gradients back already
         self._progress.stop()
+        unused = self._globally_unused()
         with no_grad():
             for bucket in self._buckets:
                 bucket.work.wait()
                 for p, part in bucket.slices():
+                    if id(p) in unused:
+                        continue
                     view = part.view(p.shape)
                     if self.gradient_as_bucket_view:
                         if p.grad is None or not _is_view_of(p.grad, part):

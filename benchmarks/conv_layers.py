@@ -1,0 +1,131 @@
+"""The convolutions of benchmarks/models.py's cnn and dcgan, layer by layer: jitorch's im2col + GEMM against torch's
+convolution on the same shapes, in one process, the two taking turns.
+
+    python benchmarks/conv_layers.py [--layers cnn,dcgan] [--repeat 20] [--quick]
+
+Per layer, the calling thread's CPU ms per call (median) at one thread:
+
+    torch fwd / jt fwd        the layer's forward (F.conv2d or F.conv_transpose2d), eager
+    torch f+b / jt f+b        forward and backward of ``(y * g).sum()`` with respect to input and weight
+    windows                   jitorch's im2col copy alone (a convolution's window view merged; none for a
+                              transposed one, whose col2im is the accumulation below)
+    gemm                      jitorch's product alone, on compact operands of the layer's shapes
+    col2im                    a transposed convolution's accumulation of its windows (``_as_strided_add``)
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
+import jitorch as jt  # noqa: E402
+import jitorch.nn.functional as F  # noqa: E402
+
+# (name, transposed, input shape, weight shape, stride, padding)
+LAYERS = {
+    "cnn": [("cnn conv1", False, (64, 1, 28, 28), (8, 1, 3, 3), 1, 0),
+            ("cnn conv2", False, (64, 8, 26, 26), (16, 8, 3, 3), 1, 0)],
+    "dcgan": [("G convT1", True, (64, 100, 1, 1), (100, 256, 4, 4), 1, 0),
+              ("G convT2", True, (64, 256, 4, 4), (256, 128, 4, 4), 2, 1),
+              ("G convT3", True, (64, 128, 8, 8), (128, 64, 4, 4), 2, 1),
+              ("G convT4", True, (64, 64, 16, 16), (64, 3, 4, 4), 2, 1),
+              ("D conv1", False, (64, 3, 32, 32), (64, 3, 4, 4), 2, 1),
+              ("D conv2", False, (64, 64, 16, 16), (128, 64, 4, 4), 2, 1),
+              ("D conv3", False, (64, 128, 8, 8), (256, 128, 4, 4), 2, 1),
+              ("D conv4", False, (64, 256, 4, 4), (1, 256, 4, 4), 1, 0)],
+}
+
+
+def cpu_ms(fn, repeat):
+    """Median calling-thread CPU ms per call of ``fn`` (one untimed call first)."""
+    fn()
+    times = []
+    for _ in range(repeat):
+        t0 = time.thread_time()
+        fn()
+        times.append(time.thread_time() - t0)
+    return statistics.median(times) * 1e3
+
+
+def layer_calls(torch, transposed, xshape, wshape, stride, padding):
+    """{column: callable} for one layer."""
+    g = jt.Generator().manual_seed(0)
+    x, w = jt.randn(*xshape, generator=g), jt.randn(*wshape, generator=g) * 0.1
+    conv = F.conv_transpose2d if transposed else F.conv2d
+    tconv = torch.nn.functional.conv_transpose2d if transposed else torch.nn.functional.conv2d
+    tx, tw = torch.from_numpy(x.numpy().copy()), torch.from_numpy(w.numpy().copy())
+    y = conv(x, w, stride=stride, padding=padding)
+    gy = jt.randn(*y.shape, generator=g)
+    tgy = torch.from_numpy(gy.numpy().copy())
+    xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
+    txg, twg = tx.clone().requires_grad_(), tw.clone().requires_grad_()
+
+    def jt_fb():
+        xg.grad = wg.grad = None
+        (conv(xg, wg, stride=stride, padding=padding) * gy).sum().backward()
+
+    def torch_fb():
+        txg.grad = twg.grad = None
+        (tconv(txg, twg, stride=stride, padding=padding) * tgy).sum().backward()
+
+    calls = {"torch fwd": lambda: tconv(tx, tw, stride=stride, padding=padding),
+             "jt fwd": lambda: conv(x, w, stride=stride, padding=padding),
+             "torch f+b": torch_fb, "jt f+b": jt_fb}
+    n, c = xshape[:2]
+    kernel = wshape[2:]
+    if transposed:
+        # (C_out * K, C_in) @ (C_in, L * N), then col2im into the (C_out, *full, N) output
+        c_out = wshape[1]
+        full = [(s - 1) * stride + k for s, k in zip(xshape[2:], kernel)]
+        a = jt.randn(c_out * math.prod(kernel), c, generator=g)
+        b = jt.randn(c, math.prod(xshape[2:]) * n, generator=g)
+        calls["gemm"] = lambda: jt.matmul(a, b)
+        shape = (c_out, *full, n)
+        size, steps = F._grouped_windows(shape, 1, kernel, (stride,) * 2, (1, 1), tuple(xshape[2:]))
+        cols = jt.matmul(a, b).reshape(size)
+        calls["col2im"] = lambda: F._OPS["_as_strided_add"](jt.zeros(math.prod(shape)), cols, size, steps, 0)
+    else:
+        pads = [(padding, padding)] * 2
+        xt = F._batch_last(x, pads)
+        out = [(p - k) // stride + 1 for p, k in zip(xt.shape[1:-1], kernel)]
+        size, steps = F._grouped_windows(tuple(xt.shape), 1, kernel, (stride,) * 2, (1, 1), out)
+        calls["windows"] = lambda: xt.as_strided(size, steps, 0).reshape(c * math.prod(kernel), -1)
+        a = jt.randn(wshape[0], c * math.prod(kernel), generator=g)
+        b = jt.randn(c * math.prod(kernel), math.prod(out) * n, generator=g)
+        calls["gemm"] = lambda: jt.matmul(a, b)
+    return calls
+
+
+COLUMNS = ("torch fwd", "jt fwd", "torch f+b", "jt f+b", "windows", "gemm", "col2im")
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--layers", default="cnn,dcgan")
+    p.add_argument("--repeat", type=int, default=20)
+    p.add_argument("--quick", action="store_true", help="the first layer of each set, 3 calls (for tests)")
+    args = p.parse_args(argv)
+    import torch
+    torch.set_num_threads(1)
+    jt.set_num_threads(1)
+    repeat = 3 if args.quick else args.repeat
+    print(f"{'layer':10s}" + "".join(f"{c:>11s}" for c in COLUMNS) + f"{'jt/torch f+b':>14s}")
+    for key in args.layers.split(","):
+        for name, *shape in LAYERS[key][:1 if args.quick else None]:
+            calls = layer_calls(torch, *shape)
+            times = {c: [] for c in calls}
+            for _ in range(3):  # (the systems take turns: a shared machine's load falls on both)
+                for c, fn in calls.items():
+                    times[c].append(cpu_ms(fn, max(1, repeat // 3)))
+            ms = {c: statistics.median(t) for c, t in times.items()}
+            cells = "".join(f"{ms[c]:11.3f}" if c in ms else f"{'-':>11s}" for c in COLUMNS)
+            print(f"{name:10s}{cells}{ms['jt f+b'] / ms['torch f+b']:14.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
