@@ -49,6 +49,7 @@ from ..ir.graph import Value, iter_values, warning_as_traced
 from ..ir.passes.fusion import Group
 from ..ir.printer import op_counts
 from ..runtime import logs, profiling
+from . import interop
 from .cat_pieces import cat_pieces_into, cat_slices, fold_writers_into_cats, strided_read, write_pieces
 from .collector import collector_paused
 from .parts import independent_parts
@@ -57,7 +58,7 @@ from .results import eager_layouts, refresh_captured_state, returned_view, set_g
 from ..ops import indexing, registry, views
 from ..ops.attention import attention_into
 from ..ops.registry import laid_out
-from ..ops.linalg import array_product
+from ..ops.linalg import SPLIT_MIN_WORK, array_product
 from ..ops.views import compact
 from ..runtime import allocator
 from ..runtime import dtypes as _dt
@@ -285,7 +286,8 @@ def _as_strided_scatter_into(args, out):
 # op's first writes fault in, page by page: a convolution's padded input, col2im's sums and the zeros
 # they start from are megabytes per call) and its wrapper: name -> (whether a node qualifies, the writer
 # of ``(arguments: tensors as arrays, the rest as they are), out``).
-_WRITERS_INTO = {name: (_blas_product, _matmul_into) for name in ("matmul", "mm", "bmm")}
+_PRODUCTS = ("matmul", "mm", "bmm")
+_WRITERS_INTO = {name: (_blas_product, _matmul_into) for name in _PRODUCTS}
 _WRITERS_INTO.update({"zeros": (_host_tensors, _zeros_into), "new_zeros": (_host_tensors, _zeros_into),
                       "_as_strided_add": (_host_tensors, _as_strided_add_into),
                       "as_strided_scatter": (_host_tensors, _as_strided_scatter_into), "cat": (_host_cat, _cat_into),
@@ -422,6 +424,41 @@ class EagerStep:
 
     def __repr__(self):
         return f"<eager {' '.join(n.op.name for n in self.nodes)}>"
+
+
+class ProductPair(EagerStep):
+    """Two independent matrix products run at once, each on one thread (`interop.pair_products`); one after the
+    other where either result has no arena buffer (its eager kernel makes it)."""
+
+    def emit(self, src, indent):
+        if not all(node.outputs[0] in self.into_arena for node in self.nodes):
+            super().emit(src, indent)
+            return
+        products = ", ".join(f"({', '.join(_array_expression(src, a) for a in node.args)}, "
+                             f"env[{src.name(node.outputs[0], 'v')}]._array())" for node in self.nodes)
+        if src.profiled:
+            names = src.name([node.op.name for node in self.nodes], "c")
+            src.emit(f"_at_once_profiled(_r, {names}, [{products}])", indent)
+        else:
+            src.emit(f"_at_once([{products}])", indent)
+
+    def __repr__(self):
+        return f"<at once {' '.join(n.op.name for n in self.nodes)}>"
+
+
+def _product_work(step):
+    """A step's multiply-adds if it is one matrix product that a writer computes into its arena buffer (what
+    `interop.pair_products` pairs), else None."""
+    if type(step) is not EagerStep or len(step.nodes) != 1:
+        return None
+    (node,) = step.nodes
+    return interop.product_work(node) if node.op.name in _PRODUCTS and _blas_product(node) else None
+
+
+def _movable(step):
+    """Whether a step computes only its outputs (a kernel, views, a product), so it may run before its place."""
+    return type(step) is KernelStep or isinstance(step, EagerStep) and not step.pieces and not step.laid_out and all(
+        node.op.view is not None or node.op.name in _PRODUCTS for node in step.nodes)
 
 
 def _array_expression(src, arg):
@@ -989,6 +1026,9 @@ class CompiledGraph:
         self._prebuilt_sources = {}
         if self._backend[2] is KernelStep:
             self.steps = fold_copies_into_cats(self.graph, self.steps, self.layouts)
+            self.steps = interop.pair_products(self.steps, _product_work, _movable,
+                                               lambda a, b: ProductPair(a.nodes + b.nodes, "product pair"),
+                                               SPLIT_MIN_WORK)
         self.plan = Plan(self.graph, self.steps, self.layouts)
         self._checked = self._unvouched_layouts()
         self._build_inplace_kernels()
@@ -1273,6 +1313,7 @@ class CompiledGraph:
                              _compute_one=_compute_one, _compute_laid_out=_compute_laid_out, _strided_read=strided_read,
                              _compute_into_pieces=_compute_into_pieces,
                              _cat_pieces_into=cat_pieces_into, _check_gather=indexing.check_gather_index,
+                             _at_once=interop.run_products, _at_once_profiled=interop.run_products_profiled,
                              _profiling=profiling, _profiled=self._profiled_run, _clock=time.perf_counter_ns)
         if g.grad_constants or g.refreshers:
             src.emit("_refresh(_graph)")

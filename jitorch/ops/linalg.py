@@ -224,20 +224,21 @@ def _product(a, b, one_term, out=None):
         fp_errors.leave(token)
 
 
-def array_product(a, b, out=None):
+def array_product(a, b, out=None, whole=False):
     """``np.matmul(a, b)``, into ``out`` if given (an array of the result's shape and dtype), without NumPy's
     floating-point warnings. A batch of matrices times one matrix is one BLAS call over all rows rather than
     one per matrix, and a large product of two float matrices (or batches) splits into
-    ``threads.product_parts()`` parts run at once (`threads.run_parts`): by batch, else by rows, else by columns; each
-    element is the same BLAS dot product either way (BLAS runs one thread once products split). A large product of a
-    matrix and its own transpose is computed in row parts on one thread too (`_syrk`)."""
+    ``threads.product_parts()`` parts run at once (`threads.run_parts`), unless ``whole`` (a product run beside another,
+    `jit.interop`): by batch, else by rows, else by columns; each element is the same BLAS dot product either way (BLAS
+    runs one thread once products split). A large product of a matrix and its own transpose is computed in row parts
+    on one thread too (`_syrk`)."""
     if a.ndim >= 3 and b.ndim <= 2 and a.flags.c_contiguous:
         rows = a.reshape(prod(a.shape[:-1]), a.shape[-1])
         if out is None:
-            return array_product(rows, b).reshape(a.shape[:-1] + b.shape[1:])
-        array_product(rows, b, out.reshape(rows.shape[0], *b.shape[1:]))
+            return array_product(rows, b, whole=whole).reshape(a.shape[:-1] + b.shape[1:])
+        array_product(rows, b, out.reshape(rows.shape[0], *b.shape[1:]), whole)
         return out
-    parts = threads.product_parts()
+    parts = 1 if whole else threads.product_parts()
     if a.ndim < 2 or b.ndim < 2 or a.dtype != b.dtype or a.dtype not in _SPLIT_DTYPES:
         return _matmul(a, b, out)
     batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])

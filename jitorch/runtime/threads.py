@@ -15,8 +15,10 @@ shares, a product on two of them took 5 to 7 times the CPU time of one thread (a
 of CPU against 85), and they spun against the kernels' threads as well. Until ``set_num_threads`` is
 called, products do not split and BLAS keeps its own thread count. Large eager pointwise ops, GELU and
 optimizer updates run NumPy's own ufunc loops on the team (`runtime.ufunc_parts`, through the native
-``jitorch_ufunc_program``, without the GIL); other eager ops run NumPy on the calling thread. jitorch has no inter-op pool (torch's, for ``torch.jit.fork``): ``set_num_interop_threads`` records
-its number, once, under torch's rule, and nothing reads it. ``set_warn_always`` makes the warnings jitorch
+``jitorch_ufunc_program``, without the GIL); other eager ops run NumPy on the calling thread. jitorch has no
+inter-op pool (torch's, for ``torch.jit.fork``): a compiled call runs independent products at once on the same
+team (`run_calls`, see `jit.interop`), which ``set_num_interop_threads(1)`` turns off; that is all its number
+(recorded once, under torch's rule) does. ``set_warn_always`` makes the warnings jitorch
 gives once per compiled function (the recompile limit) come at each occurrence, as torch's TORCH_WARN_ONCE does.
 """
 
@@ -533,16 +535,34 @@ def _forked(parts, entry):
 
 
 def run_parts(fn, parts):
-    """Run ``fn(*args)`` for each ``args`` of ``parts`` (at most ``get_num_threads()`` of them): the first on
+    """Run ``fn(*args)`` for each ``args`` of ``parts`` (at most ``get_num_threads()`` of them) as `run_calls`
+    runs its calls."""
+    run_calls([(fn, args) for args in parts])
+
+
+def run_calls(calls):
+    """Run ``fn(*args)`` for each ``(fn, args)`` of ``calls`` (at most ``get_num_threads()`` of them): the first on
     the calling thread, the others at the same time on the workers (one that no worker has claimed when the
     first is done runs on the calling thread too), and return when all have run; the first
-    exception a part raised is raised here, after every part has finished. ``fn`` must release the GIL for
-    the parts to overlap (NumPy's matmul does). Where another call holds the workers (two threads running
-    compiled functions, or a part that splits again), the parts run one after another here: a part never
+    exception a call raised is raised here, after every call has finished. Each ``fn`` must release the GIL for
+    the calls to overlap (NumPy's matmul does). Where another call holds the workers (two threads running
+    compiled functions, or a part that splits again), the calls run one after another here: a call never
     waits for a worker, and what it computes does not depend on where it runs."""
-    if not _forked([(fn, args) for args in parts], None):
-        for args in parts:
+    if not _forked(list(calls), None):
+        for fn, args in calls:
             fn(*args)
+
+
+# Inter-op parallelism of compiled calls (`jit.interop`: independent products at once): off where the environment
+# sets JITORCH_INTEROP=0 (read at import), or where this is set False
+INTEROP = os.environ.get("JITORCH_INTEROP", "1") != "0"
+
+
+def interop_enabled() -> bool:
+    """Whether a compiled call runs its independent products at once, each on one thread (`jit.interop`): where
+    products split (``set_num_threads`` called, with more than one thread), `INTEROP` is on and the inter-op thread
+    count is not 1 (``set_num_interop_threads(1)`` turns it off, as it makes torch's inter-op pool one thread)."""
+    return INTEROP and _settings["split_products"] and get_num_threads() > 1 and _settings["interop"] != 1
 
 
 def run_chunks(entry, args_array, bounds):
