@@ -158,3 +158,23 @@ def test_qr_backward_reads_no_input_so_a_later_write_into_it_is_no_error(shape, 
         (q.sum() + (r * 2).sum()).backward()
         grads.append(x.grad.numpy().astype(np.float64))
     np.testing.assert_allclose(grads[1], grads[0], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("n", [0, 1, -1, 2, -3])
+def test_matrix_power_result_requires_grad_and_its_gradient_as_torchs(n, compiled):
+    """Fuzz seed 7612221: ``matrix_power(0)`` of a tensor that requires grad gave a result that did not (a new
+    identity); torch copies the identity into a clone of the input: it requires grad, with a zero gradient. The
+    result's layout is torch's (contiguous, also of a transposed input's first power)."""
+    seen, array = [], _arrays()["A"]
+    for lib in (torch, jt):
+        a = lib.tensor(array, requires_grad=True)
+        y = _maybe_compiled(lambda a: a.mT.matrix_power(n), lib, compiled)(a)
+        assert y.requires_grad
+        _weighted(lib, y).backward()
+        seen.append((y.detach().numpy(), a.grad.numpy(), y.stride()))
+    if n >= 0:  # (torch's inverse is laid out column-major, jitorch's row-major: a known difference)
+        assert seen[1][2] == seen[0][2]
+    np.testing.assert_allclose(seen[1][0], seen[0][0], rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(seen[1][1], seen[0][1], rtol=1e-7, atol=1e-9)
+    assert seen[0][1].any() == (n != 0)
