@@ -1,6 +1,7 @@
-"""In-place view ops on a captured tensor (``c.as_strided_``, ``c.t_()``, ``c.resize_``...) across several calls:
-each call starts from the geometry the last one left, which the compiled and interpreted calls must see as eager
-does (a new trace where the geometry moved, or eager where a graph cannot hold the memory it addresses)."""
+"""In-place view ops on a captured tensor (``c.as_strided_``, ``c.t_()``, ``c.resize_``, ``c.set_``) across
+several calls: each call starts from the geometry the last one left, which the compiled and interpreted calls
+must see as eager does (a new trace where the geometry moved, or eager where a graph cannot hold the memory it
+addresses or give the capture another geometry)."""
 
 import warnings
 
@@ -19,6 +20,10 @@ PROGRAMS = {
     "squeeze_unsqueeze_": lambda c: c.unsqueeze_(0).squeeze_(0),
     "swapdims_then_add_": lambda c: c.swapdims_(0, 1).add_(1),
     "resize_same": lambda c: c.resize_(c.shape),
+    # a resize to another shape, a set_ onto a slice: the graph of the first call held the capture at the
+    # geometry the trace left it, and its later calls neither resized it again nor read it as eager
+    "resize_other": lambda c: c.resize_(2, 3) if c.numel() > 6 else c.resize_(3, 2),
+    "set_slice": lambda c: c.set_(c[1:]),
 }
 
 
