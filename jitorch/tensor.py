@@ -65,8 +65,9 @@ _weakref = weakref.ref
 GRAD_WATCHERS: list = []
 
 # Objects told when Python reads a tensor's values, makes a tensor from Python data or replaces a tensor's
-# data (a tracer, while it records: values read become constants of its graph, a tensor made from data is
-# new at each call, and a graph cannot replace the data of the caller's tensors).
+# data or geometry (``.data =``, ``set_``, ``resize_``): a tracer, while it records: values read become
+# constants of its graph, a tensor made from data is new at each call, and a graph cannot replace the data or
+# geometry of the caller's tensors.
 VALUE_WATCHERS: list = []
 
 # Moves at every change of any tensor's geometry or memory: in-place view ops, out= resizes and ``.data =`` all
@@ -327,6 +328,9 @@ class Tensor:
         if any(n < 0 for n in shape):
             raise RuntimeError(f"Trying to create tensor with negative dimension {min(shape)}: {list(shape)}")
         old, needed = self._storage, self._offset + prod(shape)
+        if (shape, contiguous_strides(shape)) != (self._shape, self._stride):
+            for watcher in VALUE_WATCHERS:  # (a graph cannot give the caller's tensors another geometry)
+                watcher.data_replaced(self)
         if needed > old.size:
             if old.is_shared() and self.device.type == "cpu":  # other processes map the old memory
                 raise RuntimeError("Trying to resize storage that is not resizable")
@@ -363,6 +367,8 @@ class Tensor:
                                f"and itemsize {self.dtype.itemsize} requiring a storage size of "
                                f"{extent * self.dtype.itemsize} are out of bounds for storage of size "
                                f"{storage.size * self.dtype.itemsize}")
+        for watcher in VALUE_WATCHERS:
+            watcher.data_replaced(self)
         self._storage = storage
         self._set_geometry(shape, strides, offset)
         self._bump_version()

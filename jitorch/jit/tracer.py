@@ -505,20 +505,20 @@ class Tracer:
     def record_view(self, op, args):
         """A view op: a node for readability and later view folding, and a fake view
         sharing the base's storage, so writes through either are seen by both."""
-        geo = op.view(*args)
         base = args[0]
+        if op.public_name == "as_strided" and not base._storage.compact:
+            # before the geometry is checked against the fake's storage, which is smaller than the real one
+            # (fuzz seed 7610840: a captured tensor ``as_strided_`` made a [1, 1] view at offset 1 re-traced)
+            raise trace_error("as_strided", "it addresses the storage of an input that does not fill it "
+                              "exactly (a slice, an expanded tensor), and a graph holds only the input's elements")
+        geo = op.view(*args)
         geos = geo if isinstance(geo, list) else [geo]
         if len(geos[0]) == 4:  # (shape, strides, offset, dtype): view(dtype)
             raise trace_error(op.public_name, "it reads the memory as another dtype, which a graph of typed values "
                               "does not express")
         node_args = self.node_args(op, args)
         if op.public_name == "as_strided":
-            # as_strided addresses the storage, not the tensor it is called on: read the whole base
-            st = base._storage
-            if not st.compact:
-                raise trace_error("as_strided", "it addresses the storage of an input that does not fill it "
-                                  "exactly (a slice, an expanded tensor), and a graph holds only the input's elements")
-            node_args[0] = st.value
+            node_args[0] = base._storage.value  # it addresses the storage, not the tensor: read the whole base
         outputs = self.add(op, node_args, [TensorType(tuple(g[0]), base.dtype, base.device) for g in geos])
         views = []
         for g, v in zip(geos, outputs):

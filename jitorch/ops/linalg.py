@@ -26,6 +26,7 @@ from ..runtime.strided import broadcast_shapes, contiguous_strides, list_str, wr
 from . import functions, registry
 from .meta import opmath
 from .registry import TensorSpec, cpp_name, defop, scalar_name, warn_once
+from .views import contiguous_format
 
 
 def _no_kernel(kernel, dtype, work=True):
@@ -871,8 +872,9 @@ def _matrix_power(a, n):
         raise RuntimeError(f"linalg.matrix_power: A must be batches of square matrices, but they are "
                            f"{a.shape[-2]} by {a.shape[-1]} matrices")
     if n == 0:
+        # torch copies the identity into a clone of ``a``: a result with ``a``'s history (a zero gradient)
         eye = registry.FUNCTIONS["eye"](a.shape[-1], dtype=a.dtype, device=a.device)
-        return eye.expand(tuple(a.shape)).clone()
+        return a.clone(memory_format=contiguous_format).copy_(eye.expand(tuple(a.shape)))
     if n < 0:
         a, n = registry.FUNCTIONS["inverse"](a), -n
     # binary powering: the squares of a, multiplied where n has a bit
@@ -882,7 +884,7 @@ def _matrix_power(a, n):
             result = square if result is None else result.matmul(square)
         n >>= 1
         if not n:
-            return result.clone() if result is a else result
+            return result.clone(memory_format=contiguous_format) if result is a else result  # (torch's layout)
         square = square.matmul(square)
 
 
