@@ -533,17 +533,16 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
                 xin = None  # (done on the team)
             else:
                 xin = xa
-            if xin is None:
-                pass
-            elif plain:
-                if ya is None:
-                    plain_call(xin, out=xa)
+            if xin is not None:
+                if plain:
+                    if ya is None:
+                        plain_call(xin, out=xa)
+                    else:
+                        plain_call(xin, ya, out=xa)
+                elif ya is None:
+                    into(xin, *args[n:], out=xa)
                 else:
-                    plain_call(xin, ya, out=xa)
-            elif ya is None:
-                into(xin, *args[n:], out=xa)
-            else:
-                into(xin, ya, *args[n:], out=xa)
+                    into(xin, ya, *args[n:], out=xa)
         except (ValueError, TypeError):  # (NumPy refuses before it writes: the general path decides)
             return False
         finally:
