@@ -30,6 +30,7 @@ from ...distributed.collectives import started_all_reduce
 from ...distributed.mpi_backend import mpi, op_of, wait
 from ...distributed.process_group import resolve
 from ... import bfloat16, cat, zeros_like
+from ...autograd.engine import when_backward_ends
 from ...runtime.grad_mode import is_grad_enabled, no_grad
 from ...runtime.threads import get_num_threads
 from ..modules.module import Module
@@ -285,9 +286,12 @@ class _Progress:
         self.threaded = MPI.Query_thread() == MPI.THREAD_MULTIPLE and (forced == "1" or spare and forced != "0")
 
     def add(self, work):
-        """Track a started all-reduce (and start the thread with the first)."""
+        """Track a started all-reduce (and start the thread with the first one a backward starts). The thread
+        stops when that backward ends, also when a later rule or hook raises: left running, it would still be
+        inside MPI when the interpreter's exit finalizes MPI (mpi4py's ``Py_AtExit``), or when the group is
+        destroyed."""
         self.works.append(work)
-        if self.threaded and self.thread is None:
+        if self.threaded and self.thread is None and when_backward_ends(self.stop):
             self.running = True
             self.thread = threading.Thread(target=self._run, daemon=True)
             self.thread.start()
@@ -308,7 +312,8 @@ class _Progress:
             time.sleep(self.INTERVAL)
 
     def stop(self):
-        """Stop the thread (backward's last hook then waits for the all-reduces itself)."""
+        """Stop the thread (backward's last hook then waits for the all-reduces itself; after a backward that
+        raised, the all-reduces are left as they are)."""
         if self.thread is not None:
             self.running = False
             self.thread.join()
