@@ -203,8 +203,17 @@ class DistributedDataParallel(Module):
         if is_compiling():
             self._reduce_in_graph(bucket)
             return
-        # each gradient divided by the world's size on its way in, as torch's mul_out, in one NumPy pass over
-        # the tensors' own memory (the bucket and the gradients are CPU tensors: MPI sends CPU tensors)
+        self._fill(bucket)
+        if bucket.buffer.dtype == bfloat16:  # MPI reduces it through float32 copies, which all_reduce makes
+            bucket.work = dist.all_reduce(bucket.buffer, group=self.process_group, async_op=True)
+        else:
+            bucket.work = started_all_reduce(bucket.buffer, self.process_group)
+        self._progress.add(bucket.work)
+
+    def _fill(self, bucket):
+        """Copy the bucket's gradients into its buffer, each divided by the world's size on its way in, as
+        torch's mul_out, in one NumPy pass over the tensors' own memory (the bucket and the gradients are CPU
+        tensors: MPI sends CPU tensors)."""
         scale = 1 / self._world
         for p, part in bucket.slices():
             grad, flat = p.grad, part._array()
@@ -215,11 +224,6 @@ class DistributedDataParallel(Module):
             else:
                 np.multiply(grad._array().reshape(-1), scale, out=flat, casting="unsafe")
             part._bump_version()
-        if bucket.buffer.dtype == bfloat16:  # MPI reduces it through float32 copies, which all_reduce makes
-            bucket.work = dist.all_reduce(bucket.buffer, group=self.process_group, async_op=True)
-        else:
-            bucket.work = started_all_reduce(bucket.buffer, self.process_group)
-        self._progress.add(bucket.work)
 
     def _reduce_in_graph(self, bucket):
         unused = self._globally_unused()  # known when tracing: the graph leaves those gradients alone
@@ -241,21 +245,26 @@ class DistributedDataParallel(Module):
             return  # each bucket's reduction wrote its gradients back already
         self._progress.stop()
         unused = self._globally_unused()
+        for bucket in self._buckets:
+            bucket.work.wait()
+            self._write_back(bucket, unused)
+
+    def _write_back(self, bucket, unused=frozenset()):
+        """The averaged gradients into ``.grad`` (their own memory, or views of the bucket with
+        ``gradient_as_bucket_view``), those of parameters in ``unused`` (ids) left as they are."""
         with no_grad():
-            for bucket in self._buckets:
-                bucket.work.wait()
-                for p, part in bucket.slices():
-                    if id(p) in unused:
-                        continue
-                    view = part.view(p.shape)
-                    if self.gradient_as_bucket_view:
-                        if p.grad is None or not _is_view_of(p.grad, part):
-                            p.grad = view
-                    elif p.grad is None:
-                        p.grad = view.clone()
-                    else:
-                        np.copyto(p.grad._array(), view._array(), casting="unsafe")
-                        p.grad._bump_version()
+            for p, part in bucket.slices():
+                if id(p) in unused:
+                    continue
+                view = part.view(p.shape)
+                if self.gradient_as_bucket_view:
+                    if p.grad is None or not _is_view_of(p.grad, part):
+                        p.grad = view
+                elif p.grad is None:
+                    p.grad = view.clone()
+                else:
+                    np.copyto(p.grad._array(), view._array(), casting="unsafe")
+                    p.grad._bump_version()
 
 
 class _Progress:
