@@ -523,7 +523,7 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
         else:
             dtype, shape, xa = x.dtype, x._shape, x._arr
             factor = None
-            if (dtype not in fast_dtypes or xa is None or x._requires_grad or x.device is not cpu
+            if (dtype not in fast_dtypes or xa is None or x._requires_grad and records_grad() or x.device is not cpu
                     or x._stride != contiguous.get(shape)):
                 return False
             if n == 1:
@@ -540,7 +540,7 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
                         check(specs[dtype], *args, *defaults[len(args) - n:])
                 elif (isinstance(y, registry.Tensor) and y.dtype is dtype and y._shape == shape
                         and y._stride == x._stride and y._storage is not x._storage and y.device is cpu
-                        and y._arr is not None and not y._requires_grad):
+                        and y._arr is not None and not (y._requires_grad and records_grad())):
                     if scaled is not None and not default and len(args) == n + 1:
                         factor = factor_of(dtype, args)
                     if check is not None and factor is None and not (default and (pair_unchecked or dtype in passing)):

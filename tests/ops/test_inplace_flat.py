@@ -308,3 +308,29 @@ def test_a_remembered_alpha_serves_no_other_call():
     p = jt.ones(2, requires_grad=True)
     with pytest.raises(RuntimeError, match="a leaf Variable that requires grad"):
         p.add_(jt.ones(2), alpha=2)
+
+
+def test_a_parameter_under_no_grad_takes_the_shortcut_and_in_grad_mode_the_general_path():
+    """An optimizer's step (``p.add_(g, alpha=-lr)`` under no_grad, ``p.data.add_(...)``) on a parameter that
+    requires grad records nothing: the shortcut serves it (before `registry.call_inplace`'s checks, which
+    find nothing to refuse there), with the general path's bits and version; in grad mode the general path
+    refuses the leaf as before. ``p.data`` (``detach``) shares the parameter's NumPy view."""
+    op = registry.OPS["add"]
+    rng = np.random.default_rng(9)
+    a, b = rng.standard_normal((3, 4)).astype(np.float32), rng.standard_normal((3, 4)).astype(np.float32)
+    with general_path():
+        want = jt.tensor(a).add_(jt.tensor(b), alpha=-0.01)
+    p, g = jt.tensor(a, requires_grad=True), jt.tensor(b, requires_grad=True)
+    assert op.flat_into((p, g, -0.01)) is False  # (grad mode: the general path decides, and refuses)
+    with jt.no_grad():
+        assert op.flat_into((p, g, -0.01)) is True and p._version == 1
+    assert _bits(p.detach()) == _bits(want) and p.requires_grad and p.is_leaf and p.grad is None
+    q = jt.tensor(a, requires_grad=True)
+    q.sum()  # (its NumPy view made)
+    data = q.data
+    assert data._arr is q._arr and not data.requires_grad and data.grad_fn is None
+    data.add_(jt.tensor(b), alpha=-0.01)
+    assert _bits(q.detach()) == _bits(want) and q._version == data._version == 1
+    with pytest.raises(RuntimeError, match="a leaf Variable that requires grad"):
+        q.add_(jt.tensor(b), alpha=-0.01)
+    assert _bits(q.detach()) == _bits(want) and q._version == 1
