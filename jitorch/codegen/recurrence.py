@@ -66,6 +66,7 @@ class StepKernel:
     def __init__(self, compiled, names):
         self._compiled = compiled  # keeps the machine code alive
         self._fn = compiled.fn
+        self.address = compiled.address  # (its entry point, for a program of calls: `threads.run_row_program`)
         self.names = names
 
     def table(self, columns):
