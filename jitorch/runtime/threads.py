@@ -4,7 +4,8 @@
 (`codegen.cpu`: kernels of at least ``PARALLEL_MIN_WORK`` elements run in chunks through `run_chunks`) and
 how many parts a large matrix product splits into (`ops.linalg`: eager and compiled products run their parts
 through `run_parts`, each part a one-thread BLAS call). Both fork and join on a team of ``n - 1`` worker
-threads that wait in native code (`_Team`): spinning on a word for ``SPIN_US``, then asleep on a futex. A
+threads that wait in native code (`_Team`): spinning on a word for ``SPIN_US`` (less where a yield shows
+another thread waiting for the core, ``CROWD_US``), then asleep on a futex. A
 kernel's chunks go to the workers and come back without the GIL on either side; a product's parts come back
 to Python for NumPy's matmul. On this project's 2-core machine a pool of ``concurrent.futures`` made a split
 kernel slower than a whole one up to 2**17 elements (each part paid a thread's wake-up and the GIL's
@@ -15,7 +16,8 @@ shares, a product on two of them took 5 to 7 times the CPU time of one thread (a
 of CPU against 85), and they spun against the kernels' threads as well. Until ``set_num_threads`` is
 called, products do not split and BLAS keeps its own thread count. Large eager pointwise ops, GELU and
 optimizer updates run NumPy's own ufunc loops on the team (`runtime.ufunc_parts`, through the native
-``jitorch_ufunc_program``, without the GIL); other eager ops run NumPy on the calling thread. jitorch has no
+``jitorch_ufunc_program``, without the GIL), and a recurrence's loop over time runs its kernels as one program
+per range of batch rows (`run_row_program`); other eager ops run NumPy on the calling thread. jitorch has no
 inter-op pool (torch's, for ``torch.jit.fork``): a compiled call runs independent products at once on the same
 team (`run_calls`, see `jit.interop`), which ``set_num_interop_threads(1)`` turns off; that is all its number
 (recorded once, under torch's rule) does. ``set_warn_always`` makes the warnings jitorch
