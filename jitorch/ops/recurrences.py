@@ -21,8 +21,8 @@ generator has also registered ``PRODUCT_KERNEL``, the step's product is a genera
 packed for it once per call (faster than NumPy's BLAS at a few tens of rows; its sums round otherwise, within
 float tolerances). The batch's rows are then independent recurrences, each row's product and cell reading only
 that row: the whole loop runs as one program of kernel calls over ranges of rows, split across the threads
-(`_run_steps`), each row's values the same whichever thread runs it. Elsewhere (no code generator, or a cell it cannot build) the NumPy cells and products
-below run.
+(`_run_steps`), each row's values the same whichever thread runs it. Elsewhere (no code generator, or a cell it
+cannot build) the NumPy cells and products below run.
 """
 
 from __future__ import annotations
@@ -39,9 +39,8 @@ _GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
 _RESERVED = {"RNN_TANH": 0, "RNN_RELU": 0, "LSTM": 5, "GRU": 4}  # reserve width in units of hidden_size
 
 # (direction, mode, NumPy dtype, hidden, bias) -> a compiled cell for any batch (codegen/recurrence.py's
-# `CellKernel`: ``names``, ``table(columns)``, ``rows(table)``, ``run(row, batch)``, ``address``, its entry
-# point) or None; set by the
-# code generator
+# `CellKernel`: ``names``, ``table(columns)``, ``rows(table)``, ``run(row, batch)``, ``address``: its entry
+# point) or None; set by the code generator
 CELL_KERNEL = None
 # (NumPy dtype, k, n) -> a compiled product of a (rows, k) by a (k, n) operand for any rows
 # (codegen/recurrence.py's `ProductKernel`: as a `CellKernel`, with ``pack(w)``, ``serves(rows)``, ``k``, ``n``
