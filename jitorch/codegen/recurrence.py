@@ -246,6 +246,7 @@ class ProductKernel(StepKernel):
         super().__init__(compiled, ["a", "w", "out"])
         self.k, self.n, self.panel, self.itemsize = k, n, panel, itemsize
         self.ld = -(-n // panel) * panel
+        self.block = _PRODUCT_ROWS  # rows per register block (fewer run as a slower block of their own)
 
     def serves(self, rows):
         """Whether this kernel runs a product of ``rows`` rows faster than NumPy's: it reads a panel from

@@ -43,8 +43,8 @@ _RESERVED = {"RNN_TANH": 0, "RNN_RELU": 0, "LSTM": 5, "GRU": 4}  # reserve width
 # point) or None; set by the code generator
 CELL_KERNEL = None
 # (NumPy dtype, k, n) -> a compiled product of a (rows, k) by a (k, n) operand for any rows
-# (codegen/recurrence.py's `ProductKernel`: as a `CellKernel`, with ``pack(w)``, ``serves(rows)``, ``k``, ``n``
-# and ``ld``, the row stride of its output) or None; set by the code generator
+# (codegen/recurrence.py's `ProductKernel`: as a `CellKernel`, with ``pack(w)``, ``serves(rows)``, ``k``, ``n``,
+# ``block`` (rows per register block) and ``ld``, the row stride of its output) or None; set by the code generator
 PRODUCT_KERNEL = None
 
 
@@ -137,7 +137,7 @@ def _run_steps(batch, product, *calls):
     over the ``batch`` rows. Every call reads and writes only its rows' slices, so the batch splits in ranges of
     rows, each running the whole loop on one thread (`threads.run_row_program`): where the loop's products
     (``product``'s, once per step) hold `linalg.SPLIT_MIN_WORK` multiply-adds per range or more, as a product that
-    large splits. A step's product on one AVX-512 core takes 50 to 70 µs at a language model's sizes (see
+    large splits, and each range a register block of the product's rows or more. A step's product on one AVX-512 core takes 50 to 70 µs at a language model's sizes (see
     codegen/recurrence.py); split per step, each step's hand-over and join would cost a tenth of that."""
     steps = len(calls[0][1])
     program = np.empty(1 + 2 * steps * len(calls), np.uint64)
@@ -146,7 +146,8 @@ def _run_steps(batch, product, *calls):
     for k, (kernel, rows) in enumerate(calls):
         body[:, k, 0] = kernel.address
         body[:, k, 1] = rows
-    parts = min(threads.get_num_threads(), batch * steps * product.k * product.n // SPLIT_MIN_WORK)
+    parts = min(threads.get_num_threads(), batch // product.block,
+                batch * steps * product.k * product.n // SPLIT_MIN_WORK)
     if threads.run_row_program(program, batch, parts):
         return
     for step in zip(*(rows for _, rows in calls)):

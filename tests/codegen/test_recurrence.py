@@ -231,13 +231,13 @@ def test_many_rows_of_a_long_weight_keep_numpys_product(rng, products, counted):
 
 
 @pytest.mark.parametrize("mode", ["LSTM", "GRU"])
-@pytest.mark.parametrize("batch", [2, 7])
+@pytest.mark.parametrize("batch", [10, 13])
 def test_a_layers_rows_split_across_threads_give_the_one_thread_bits(mode, batch, rng, monkeypatch):
-    """A layer's batch rows are independent recurrences: at two threads each range of rows runs the whole
-    loop of product and cell kernels on its own thread (one fork per layer and direction, forward and
-    backward, `recurrences._run_steps`), and every value and gradient has the one-thread bits (row ranges
-    not in whole register blocks included). Without AVX-512 the products are NumPy's, per step, and nothing
-    forks."""
+    """A layer's batch rows are independent recurrences: at two threads each range of rows (at least a register
+    block of the product's rows) runs the whole loop of product and cell kernels on its own thread (one fork per
+    layer and direction, forward and backward, `recurrences._run_steps`), and every value and gradient has the
+    one-thread bits (13 rows: ranges of 7 and 6, not whole blocks). Without AVX-512 the products are NumPy's,
+    per step, and nothing forks."""
     monkeypatch.setattr(recurrences, "SPLIT_MIN_WORK", 1)  # (split however small)
     m, _ = _modules(mode, 2, True, False, True, "float32")
     x, states, weight = _inputs(rng, mode, 2, True, False, "float32", batch=batch)
