@@ -225,6 +225,52 @@ def _product(a, b, one_term, out=None):
         fp_errors.leave(token)
 
 
+# A product of few rows and a short sum over long rows (a small convolution's: cnn's 16 x 72 by 72 x 36864, its
+# windows' gradient 72 x 16 by 16 x 36864), where OpenBLAS ran at 12-50 GFLOP/s on one core: the code generator's
+# kernel (`codegen.gemm`, registered here: the ops layer cannot import it) computes it, eager and compiled alike.
+# The rule, measured (benchmarks/conv_layers.py's shapes and a sweep, float32, one thread, the kernel against
+# NumPy's OpenBLAS in turns): 1.1-2.5x OpenBLAS's speed on 16x72, 72x16, 8x9, 64x48, 48x64, 16x16 and 4x64 by
+# about 16K-64K columns and on 32x256 and 128x64 by 8K-4K; level at 64x128 and 128x128 by 4K; behind at 256x128
+# by 2K (OpenBLAS's blocking pays once both dims are large). Below 2**20 multiply-adds the ctypes call and
+# Python checks weigh (and such products' eager path calls NumPy directly: `_DIRECT_MAX_WORK`).
+SKINNY_KERNEL = None
+SKINNY_MAX_ROWS, SKINNY_MAX_SUM, SKINNY_MAX_AREA, SKINNY_MIN_COLS, SKINNY_MIN_WORK = 128, 256, 8192, 1024, 1 << 20
+# 2-D products of fewer multiply-adds run as one NumPy call on eager's fast path, without `array_product`
+_DIRECT_MAX_WORK = min(SPLIT_MIN_WORK, SKINNY_MIN_WORK)
+
+
+def skinny_shape(dtype, m, k, n):
+    """Whether the rule above gives an ``(m, k) @ (k, n)`` product of ``dtype`` (a NumPy dtype) to the
+    generated kernel (its layout checked apart, in `_skinny`)."""
+    return (dtype in _SPLIT_DTYPES and m <= SKINNY_MAX_ROWS and k <= SKINNY_MAX_SUM and m * k <= SKINNY_MAX_AREA
+            and n >= SKINNY_MIN_COLS and m * k * n >= SKINNY_MIN_WORK)
+
+
+def _skinny(a, b, out, whole):
+    """``a @ b`` by the generated kernel (into ``out`` if given) where the rule takes it and the operands lie
+    as it reads them (unit stride along the rows of ``b`` and of the result, no batch but dims of 1, the
+    result apart from the operands), else None."""
+    if SKINNY_KERNEL is None or a.ndim < 2 or b.ndim < 2 or a.dtype != b.dtype:
+        return None
+    (m, k), n = a.shape[-2:], b.shape[-1]
+    if not skinny_shape(a.dtype, m, k, n) or prod(a.shape[:-2]) != 1 or prod(b.shape[:-2]) != 1:
+        return None
+    shape = (1,) * (max(a.ndim, b.ndim) - 2) + (m, n)
+    if out is None:
+        out = np.empty(shape, a.dtype)
+    item = a.itemsize
+    strides = (*a.strides[-2:], b.strides[-2], out.strides[-2])
+    if (b.strides[-1] != item or out.strides[-1] != item or any(s % item or s < 0 for s in strides)
+            or np.may_share_memory(out, a) or np.may_share_memory(out, b)):
+        return None
+    kernel = SKINNY_KERNEL(a.dtype, m, k, n, tuple(s // item for s in strides[:2]), strides[2] // item,
+                           strides[3] // item)
+    if kernel is None:
+        return None
+    kernel.run(a, b, out, 1 if whole else threads.get_num_threads())
+    return out
+
+
 def array_product(a, b, out=None, whole=False):
     """``np.matmul(a, b)``, into ``out`` if given (an array of the result's shape and dtype), without NumPy's
     floating-point warnings. A batch of matrices times one matrix is one BLAS call over all rows rather than
@@ -239,6 +285,9 @@ def array_product(a, b, out=None, whole=False):
             return array_product(rows, b, whole=whole).reshape(a.shape[:-1] + b.shape[1:])
         array_product(rows, b, out.reshape(rows.shape[0], *b.shape[1:]), whole)
         return out
+    skinny = _skinny(a, b, out, whole)
+    if skinny is not None:
+        return skinny
     parts = 1 if whole else threads.product_parts()
     if a.ndim < 2 or b.ndim < 2 or a.dtype != b.dtype or a.dtype not in _SPLIT_DTYPES:
         return _matmul(a, b, out)
@@ -329,7 +378,7 @@ def _fast_path(op, ndims):
         shape = None  # (the result's, where known here: two matrices')
         na, nb = len(sa), len(sb)
         try:  # (`array_product`'s choice for these operands, without its calls)
-            if na == 2 == nb and sa[0] * sa[1] * sb[1] < SPLIT_MIN_WORK:
+            if na == 2 == nb and sa[0] * sa[1] * sb[1] < _DIRECT_MAX_WORK:
                 r = _product(xa, ya, sa[1] == 1 == sb[0])  # (`_matmul` on two matrices of one dtype)
                 shape = (sa[0], sb[1])
             elif na < 3 and (na < 2 or nb < 2):

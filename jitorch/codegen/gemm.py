@@ -1,0 +1,216 @@
+"""A generated matrix product for the skinny products of small convolutions, where OpenBLAS is slow.
+
+A convolution is one GEMM over its im2col windows (``nn.functional._conv``): ``(O, C*K) @ (C*K, L*N)``
+forward and ``(C*K, O) @ (O, L*N)`` for its windows' gradient, with the batch innermost in ``L*N``. On a
+small CNN those products have few rows and a short sum (cnn's conv2: 16 x 72 by 72 x 36864) and a very long
+row; OpenBLAS, through NumPy, ran them at 12-50 GFLOP/s on one Zen 4 core, whose adds and multiplies
+peak near 110. Here ``C = A @ B`` for such shapes: the columns of ``B`` and ``C`` in tiles of `_VECS`
+vectors (unit stride along a row of each), each tile's rows in blocks of `_ROWS`, each block's
+``_ROWS x _VECS`` vector accumulators in registers over the whole sum, reading ``A`` one element at a time
+(broadcast) where it lies (a weight, or its transpose, at any strides). The tiles of a product are the
+kernel's outer loop, in chunks on the thread team.
+
+The bits are defined, whatever the thread count and the CPU target: every element of ``C`` is
+``(((0 + a0*b0) + a1*b1) + ...)`` over ``k`` in order, each product and each sum rounded once (no FMA
+contraction and no reassociation: no fast-math flag; the vectors are ``<16 x float>``, ``<8 x double>``
+in the IR, which a narrower target splits, lane for lane the same operations). A column is the same
+sequence of operations in a tile, in the tail's single vectors and in its last scalar columns, so where the
+tiles split between threads changes nothing. Eager and compiled products both run it (`ops.linalg`), so
+they agree bit for bit; against OpenBLAS (which blocks and fuses the sum otherwise) the results agree to
+float rounding.
+
+Importing this module registers `skinny_kernel` in ``ops.linalg.SKINNY_KERNEL`` (``import jitorch`` registers
+a loader that imports it at the first such product); ``ops.linalg`` decides which products take it
+(`ops.linalg.skinny_shape`'s rule, measured: see there).
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+from llvmlite import ir
+
+from ..ops import linalg
+from ..runtime import threads
+from . import cpu, mathlib
+from .cache import default_cache
+from .errors import CompileError
+from .kernel import I64, KernelSource, counted_loop, fma_loop, kernel_body
+from .memo import BuiltOnce
+from .target import CPU
+
+_BYTES = 64  # one vector: a cache line, an AVX-512 register (LLVM splits it for narrower targets)
+_ROWS, _VECS = 6, 4  # the register block: 6 x 4 accumulators, 4 loads and 6 broadcasts per step of the sum
+# products the kernel computed (tests assert which products took it)
+counters = {"calls": 0}
+
+
+class SkinnyKernel:
+    """A compiled product of one shape and layout: `run` computes ``out = a @ b``."""
+
+    def __init__(self, compiled, tiles, work):
+        self._compiled = compiled  # keeps the machine code alive
+        self.name = compiled.name
+        self._fn, self._address = compiled.fn, compiled.address
+        self._tiles, self._work = tiles, work
+
+    def run(self, a, b, out, parts):
+        """``out = a @ b`` (arrays of the shapes and strides the kernel was built for), its column tiles in
+        up to ``parts`` chunks on the thread team."""
+        args = (ctypes.c_void_p * 3)(*(x.__array_interface__["data"][0] for x in (a, b, out)))
+        parts = min(parts, self._tiles, self._work // cpu.CHUNK_MIN_WORK)
+        if parts <= 1:
+            self._fn(args, 0, self._tiles)
+        else:
+            threads.run_chunks(self._address, args, threads.bounds(self._tiles, parts))
+        counters["calls"] += 1
+
+
+def skinny_kernel(dtype, m, k, n, a_strides, b_rows, c_rows):
+    """The compiled product of an ``(m, k)`` matrix at element strides ``a_strides`` by a ``(k, n)`` one
+    whose rows are ``b_rows`` elements apart into an ``(m, n)`` one whose rows are ``c_rows`` apart (unit
+    stride along the rows of both), of float ``dtype`` (a NumPy dtype); a `SkinnyKernel`, or None where it
+    cannot be built. Built once per key."""
+    return _kernels(np.dtype(dtype).name, m, k, n, tuple(a_strides), b_rows, c_rows)
+
+
+def _build(dtype, m, k, n, a_strides, b_rows, c_rows):
+    shape = _Shape(dtype, m, k, n, a_strides, b_rows, c_rows)
+    source = KernelSource(shape.name, "product", ["matmul"], [0, 1], [2], 0, 0)
+    source.llvm_ir = shape.module()
+    try:
+        compiled = cpu.link_kernel(source, default_cache())
+    except CompileError:
+        return None
+    return SkinnyKernel(compiled, shape.tiles, m * n * k)
+
+
+_kernels = BuiltOnce(_build)
+
+
+class _Shape:
+    """Emits the product's loops; sizes and strides are the kernel's constants."""
+
+    def __init__(self, dtype, m, k, n, a_strides, b_rows, c_rows):
+        self.t = ir.FloatType() if dtype == "float32" else ir.DoubleType()
+        self.w = _BYTES // np.dtype(dtype).itemsize
+        self.vt = ir.VectorType(self.t, self.w)
+        self.item = np.dtype(dtype).itemsize
+        self.m, self.k, self.n = m, k, n
+        self.a_strides, self.b_rows, self.c_rows = a_strides, b_rows, c_rows
+        self.span = self.w * _VECS  # columns of one tile
+        # the full tiles, then (where the columns do not divide) one more index for the rest
+        self.tiles = n // self.span + (n % self.span > 0)
+        self.name = (f"jitorch_skinny_{dtype}_{m}x{k}x{n}_a{a_strides[0]}_{a_strides[1]}_b{b_rows}_c{c_rows}")
+
+    def module(self):
+        """The kernel's LLVM IR text."""
+        module, body, b = kernel_body(self.name, self.t, 3)
+        lo, hi, a, bm, c = body.args
+        full = self.n // self.span
+
+        with b.goto_entry_block():
+            panel = b.bitcast(b.alloca(ir.ArrayType(self.t, self.k * self.span)), self.t.as_pointer())
+
+        def tile(b, t):
+            if full == self.tiles:
+                self.packed(b, a, bm, c, b.mul(t, I64(self.span)), panel)
+                return
+            last = b.icmp_signed("==", t, I64(full))
+            with b.if_else(last) as (rest, whole):
+                with whole:
+                    self.packed(b, a, bm, c, b.mul(t, I64(self.span)), panel)
+                with rest:
+                    self.rest(b, a, bm, c, full * self.span)
+        counted_loop(b, lo, hi, I64(1), tile, "tile")
+        b.ret_void()
+        CPU.add_entry(module, body, [0, 1, 2], 0, "thread")
+        return str(module)
+
+    def rest(self, b, a, bm, c, j0):
+        """The columns after the last full tile: whole vectors one at a time, then single columns."""
+        left = self.n - j0
+        vectors = left // self.w
+        if vectors:
+            counted_loop(b, I64(j0), I64(j0 + vectors * self.w), I64(self.w),
+                         lambda b, j: self.columns(b, a, bm, c, j, 1, self.vt), "rv")
+        if left % self.w:
+            counted_loop(b, I64(j0 + vectors * self.w), I64(self.n), I64(1),
+                         lambda b, j: self.columns(b, a, bm, c, j, 1, self.t), "rs")
+
+    def columns(self, b, a, bm, c, j, vecs, vt, ld=None):
+        """Every row of ``C``'s ``vecs`` values of type ``vt`` (vectors or scalars) from column ``j``, where
+        ``bm`` points at ``B``'s column ``j`` with rows ``ld`` apart (default ``B``'s own): blocks of `_ROWS`
+        rows, then the last rows as one smaller block."""
+        ld = self.b_rows if ld is None else ld
+        full = self.m // _ROWS * _ROWS
+        if full:
+            counted_loop(b, I64(0), I64(full), I64(_ROWS),
+                         lambda b, i: self.block(b, a, bm, ld, c, i, _ROWS, j, vecs, vt), "rb")
+        if full < self.m:
+            self.block(b, a, bm, ld, c, I64(full), self.m - full, j, vecs, vt)
+
+    def packed(self, b, a, bm, c, j, panel):
+        """A full tile from column ``j``, its ``(k, span)`` panel of ``B`` copied first into ``panel`` (a
+        stack buffer), which every row block then reads: ``B``'s rows lie a long row apart (cnn's 144 KB,
+        a multiple of 4 KB), so a tile's rows fell on the same few L1 sets and each row block read them
+        again from L2."""
+        def copy(b, kk):
+            src = b.gep(bm, [b.add(b.mul(kk, I64(self.b_rows)), j)])
+            dst = b.gep(panel, [b.mul(kk, I64(self.span))])
+            for v in range(_VECS):
+                self.store(b, self.load(b, b.gep(src, [I64(v * self.w)]), self.vt),
+                           b.gep(dst, [I64(v * self.w)]), self.vt)
+                self.prefetch(b, b.gep(src, [I64(self.span + v * self.w)]))
+        counted_loop(b, I64(0), I64(self.k), I64(1), copy, "pk")
+        self.columns(b, a, b.gep(panel, [b.sub(I64(0), j)]), c, j, _VECS, self.vt, ld=self.span)
+
+    def block(self, b, a, bm, ld, c, i, rows, j, vecs, vt):
+        """``C[i + r, j + v*w + lane] = sum over k, in order, of A[i + r, k] * B[k, j + v*w + lane]``."""
+        sm, sk = self.a_strides
+        a0 = b.gep(a, [b.mul(i, I64(sm))])
+        step = vt.count if isinstance(vt, ir.VectorType) else 1
+
+        def operands(b, kk):
+            row = b.gep(bm, [b.add(b.mul(kk, I64(ld)), j)])
+            ak = b.gep(a0, [b.mul(kk, I64(sk))])
+            scalars = [b.load(b.gep(ak, [I64(r * sm)])) for r in range(rows)]
+            return ([self.broadcast(b, s, vt) for s in scalars],
+                    [self.load(b, b.gep(row, [I64(v * step)]), vt) for v in range(vecs)])
+        zero = mathlib.splat(vt, 0.0) if vt is not self.t else ir.Constant(self.t, 0.0)
+        accs, _ = fma_loop(b, I64(0), I64(self.k), zero, rows, vecs, operands, contract=False)
+        for r in range(rows):
+            out = b.gep(c, [b.add(b.mul(b.add(i, I64(r)), I64(self.c_rows)), j)])
+            for v in range(vecs):
+                self.store(b, accs[r][v], b.gep(out, [I64(v * step)]), vt)
+
+    def prefetch(self, b, p):
+        """A hint to read the cache line at ``p`` (the next tile's panel, while this tile computes: the
+        panel's rows are far apart, so no hardware prefetcher follows them, and their misses, one at a time,
+        took longer than the tile's arithmetic). Past the end of ``B`` it reads nothing."""
+        i8p = ir.IntType(8).as_pointer()
+        fn = b.module.globals.get("llvm.prefetch.p0") or ir.Function(b.module, ir.FunctionType(
+            ir.VoidType(), [i8p, ir.IntType(32), ir.IntType(32), ir.IntType(32)]), "llvm.prefetch.p0")
+        b.call(fn, [b.bitcast(p, i8p), ir.IntType(32)(0), ir.IntType(32)(3), ir.IntType(32)(1)])
+
+    def load(self, b, p, vt):
+        """A value of ``vt`` at ``p`` (vectors aligned as their elements only)."""
+        return b.load(p) if vt is self.t else b.load(b.bitcast(p, vt.as_pointer()), align=self.item)
+
+    def store(self, b, v, p, vt):
+        if vt is self.t:
+            b.store(v, p)
+        else:
+            b.store(v, b.bitcast(p, vt.as_pointer()), align=self.item)
+
+    def broadcast(self, b, x, vt):
+        """``x`` in every lane of ``vt`` (``x`` itself for a scalar type)."""
+        if vt is self.t:
+            return x
+        v = b.insert_element(mathlib.splat(vt, 0.0), x, ir.Constant(ir.IntType(32), 0))
+        zeros = ir.Constant(ir.VectorType(ir.IntType(32), vt.count), [0] * vt.count)
+        return b.shuffle_vector(v, mathlib.splat(vt, 0.0), zeros)
+
+
+linalg.SKINNY_KERNEL = skinny_kernel
