@@ -233,38 +233,54 @@ def _product(a, b, one_term, out=None):
 # about 16K-64K columns and on 32x256 and 128x64 by 8K-4K; level at 64x128 and 128x128 by 4K; behind at 256x128
 # by 2K (OpenBLAS's blocking pays once both dims are large). Below 2**20 multiply-adds the ctypes call and
 # Python checks weigh (and such products' eager path calls NumPy directly: `_DIRECT_MAX_WORK`).
-SKINNY_KERNEL = None
+# The weight gradient of such a convolution is the other skinny product: few rows and columns, a sum over every
+# window (cnn's 16 x 36864 by 36864 x 72, the windows read transposed: unit stride along the sum in both
+# operands), where OpenBLAS ran at 15-56 GFLOP/s: the code generator's long-sum kernel (`codegen.gemm._Dots`)
+# ran 1.2-5x faster on 16x36864x72, 8x43264x9, 64x16384x48 and 48x16384x64 (same measurement).
+SKINNY_KERNEL = LONG_SUM_KERNEL = None
 SKINNY_MAX_ROWS, SKINNY_MAX_SUM, SKINNY_MAX_AREA, SKINNY_MIN_COLS, SKINNY_MIN_WORK = 128, 256, 8192, 1024, 1 << 20
+LONG_SUM_MAX_ROWS, LONG_SUM_MAX_COLS, LONG_SUM_MAX_AREA, LONG_SUM_MIN_SUM = 64, 128, 4096, 8192
 # 2-D products of fewer multiply-adds run as one NumPy call on eager's fast path, without `array_product`
 _DIRECT_MAX_WORK = min(SPLIT_MIN_WORK, SKINNY_MIN_WORK)
 
 
 def skinny_shape(dtype, m, k, n):
-    """Whether the rule above gives an ``(m, k) @ (k, n)`` product of ``dtype`` (a NumPy dtype) to the
-    generated kernel (its layout checked apart, in `_skinny`)."""
-    return (dtype in _SPLIT_DTYPES and m <= SKINNY_MAX_ROWS and k <= SKINNY_MAX_SUM and m * k <= SKINNY_MAX_AREA
-            and n >= SKINNY_MIN_COLS and m * k * n >= SKINNY_MIN_WORK)
+    """Which generated kernel the rules above give an ``(m, k) @ (k, n)`` product of ``dtype`` (a NumPy
+    dtype): "columns", "long sum" or None (the layouts are checked apart, in `_skinny`)."""
+    if dtype not in _SPLIT_DTYPES or m * k * n < SKINNY_MIN_WORK:
+        return None
+    if m <= SKINNY_MAX_ROWS and k <= SKINNY_MAX_SUM and m * k <= SKINNY_MAX_AREA and n >= SKINNY_MIN_COLS:
+        return "columns"
+    if m <= LONG_SUM_MAX_ROWS and n <= LONG_SUM_MAX_COLS and m * n <= LONG_SUM_MAX_AREA and k >= LONG_SUM_MIN_SUM:
+        return "long sum"
+    return None
 
 
 def _skinny(a, b, out, whole):
-    """``a @ b`` by the generated kernel (into ``out`` if given) where the rule takes it and the operands lie
-    as it reads them (unit stride along the rows of ``b`` and of the result, no batch but dims of 1, the
-    result apart from the operands), else None."""
-    if SKINNY_KERNEL is None or a.ndim < 2 or b.ndim < 2 or a.dtype != b.dtype:
+    """``a @ b`` by a generated kernel (into ``out`` if given) where the rules take it and the operands lie as
+    it reads them (no batch but dims of 1, the result apart from the operands; "columns": unit stride along
+    the rows of ``b`` and of the result; "long sum": along the rows of ``a`` and the columns of ``b``), else
+    None."""
+    if a.ndim < 2 or b.ndim < 2 or a.dtype != b.dtype:
         return None
     (m, k), n = a.shape[-2:], b.shape[-1]
-    if not skinny_shape(a.dtype, m, k, n) or prod(a.shape[:-2]) != 1 or prod(b.shape[:-2]) != 1:
+    kind = skinny_shape(a.dtype, m, k, n)
+    make = SKINNY_KERNEL if kind == "columns" else LONG_SUM_KERNEL
+    if kind is None or make is None or prod(a.shape[:-2]) != 1 or prod(b.shape[:-2]) != 1:
         return None
-    shape = (1,) * (max(a.ndim, b.ndim) - 2) + (m, n)
     if out is None:
-        out = np.empty(shape, a.dtype)
+        out = np.empty((1,) * (max(a.ndim, b.ndim) - 2) + (m, n), a.dtype)
     item = a.itemsize
-    strides = (*a.strides[-2:], b.strides[-2], out.strides[-2])
-    if (b.strides[-1] != item or out.strides[-1] != item or any(s % item or s < 0 for s in strides)
+    strides = (*a.strides[-2:], *b.strides[-2:], *out.strides[-2:])
+    unit = (3, 5) if kind == "columns" else (1, 2)  # (the strides that must be one element)
+    if (any(strides[i] != item for i in unit) or any(s % item or s < 0 for s in strides)
             or np.may_share_memory(out, a) or np.may_share_memory(out, b)):
         return None
-    kernel = SKINNY_KERNEL(a.dtype, m, k, n, tuple(s // item for s in strides[:2]), strides[2] // item,
-                           strides[3] // item)
+    sa0, sa1, sb0, sb1, sc0, sc1 = (s // item for s in strides)
+    if kind == "columns":
+        kernel = make(a.dtype, m, k, n, (sa0, sa1), sb0, sc0)
+    else:
+        kernel = make(a.dtype, m, k, n, sa0, sb1, (sc0, sc1))
     if kernel is None:
         return None
     kernel.run(a, b, out, 1 if whole else threads.get_num_threads())

@@ -24,6 +24,27 @@ def _in_order(a, b):
     return out
 
 
+def _long_sum_in_order(a, bt):
+    """``a @ bt.T`` as the long-sum kernel defines it: lane ``l`` of each element sums the terms ``k = l mod w``
+    in chunks of ``gemm._CHUNK`` vectors (each chunk from 0, in order, then added to the lane's sum), the lanes
+    added by halves, then the last ``k mod w`` terms in order."""
+    w = gemm._BYTES // a.itemsize
+    whole = a.shape[1] // w
+    lanes = np.zeros((a.shape[0], bt.shape[0], w), a.dtype)
+    for c0 in range(0, whole, gemm._CHUNK):
+        part = np.zeros_like(lanes)
+        for v in range(c0, min(c0 + gemm._CHUNK, whole)):
+            part = part + a[:, None, v * w:(v + 1) * w] * bt[None, :, v * w:(v + 1) * w]
+        lanes = lanes + part
+    while lanes.shape[-1] > 1:
+        half = lanes.shape[-1] // 2
+        lanes = lanes[..., :half] + lanes[..., half:]
+    out = lanes[..., 0]
+    for k in range(whole * w, a.shape[1]):
+        out = out + a[:, None, k] * bt[None, :, k]
+    return out
+
+
 def _arrays(m, k, n, dtype, seed=0):
     rng = np.random.default_rng(seed)
     return rng.standard_normal((m, k)).astype(dtype), rng.standard_normal((k, n)).astype(dtype)
@@ -78,15 +99,47 @@ def test_two_threads_give_one_threads_bits(monkeypatch, calls):
     assert np.array_equal(one, two) and np.array_equal(one, _in_order(a, b))
 
 
+@pytest.mark.parametrize("dtype, m, k, n", [("float32", 5, 4096 + 7, 3), ("float64", 9, 2500, 6),
+                                             ("float32", 4, 15, 8), ("float32", 8, 2048, 4)])
+def test_long_sums_lanes_chunks_and_tail_in_their_defined_order(calls, dtype, m, k, n):
+    # (two chunks and part of a third, a tail of 7; float64's narrower vectors; a sum shorter than one chunk;
+    # row blocks whole and partial, column blocks whole and partial)
+    a, b = _arrays(m, k, n, dtype, seed=7)
+    bt = np.ascontiguousarray(b.T)
+    out = np.full((m, n), np.nan, dtype)
+    gemm.long_sum_kernel(dtype, m, k, n, k, k, (n, 1)).run(a, bt.T, out, 1)
+    assert np.array_equal(out, _long_sum_in_order(a, bt))
+    assert calls() == 1
+    np.testing.assert_allclose(out, a.astype(np.float64) @ b.astype(np.float64), rtol=1e-4, atol=1e-4)
+
+
+def test_long_sums_on_two_threads_give_one_threads_bits_into_a_transposed_result(monkeypatch):
+    a, b = _arrays(9, 3000, 5, "float32", seed=8)
+    bt = np.ascontiguousarray(b.T)
+    one, two = np.empty((5, 9), np.float32).T, np.empty((5, 9), np.float32).T  # (element strides (1, 9))
+    kernel = gemm.long_sum_kernel("float32", 9, 3000, 5, 3000, 3000, (1, 9))
+    monkeypatch.setitem(threads._settings, "threads", 2)
+    forks = threads.counters["forks"]
+    kernel.run(a, bt.T, one, 1)
+    kernel.run(a, bt.T, two, 2)
+    assert threads.counters["forks"] > forks
+    assert np.array_equal(one, two) and np.array_equal(one, _long_sum_in_order(a, bt))
+
+
 @pytest.mark.parametrize("m, k, n, takes", [
     (16, 72, 1024, True), (72, 16, 1024, True), (128, 64, 1024 * 8, True),
     (256, 128, 2048, False),  # OpenBLAS's blocking wins once both dims are large
     (64, 256, 1024 * 4, False),  # rows times sum past the rule's area
     (16, 72, 512, False),  # too few columns
     (8, 9, 1024, False),  # too little work for a call
+    (16, 8192, 9, True), (64, 16384, 48, True),  # long sums (the right operand read transposed)
+    (16, 4096, 72, False),  # too short a sum
+    (128, 8192, 16, False),  # too many rows
 ])
 def test_the_rule_decides_which_products_take_the_kernel(calls, m, k, n, takes):
     a, b = _arrays(m, k, n, "float32", seed=4)
+    if k > n:  # (a long sum's right operand is a transposed view, as a convolution's weight gradient reads it)
+        b = np.ascontiguousarray(b.T).T
     got = linalg.array_product(a, b)
     assert calls() == takes
     np.testing.assert_allclose(got, a.astype(np.float64) @ b.astype(np.float64), rtol=1e-4, atol=1e-4)
@@ -96,6 +149,8 @@ def test_layouts_the_kernel_does_not_read_take_blas(calls):
     a, b = _arrays(16, 72, 4096, "float32", seed=5)
     bt = np.ascontiguousarray(b.T).T  # unit stride down the columns
     assert np.array_equal(linalg.array_product(a, bt), a @ bt)
+    long_a, long_b = _arrays(16, 8192, 9, "float32", seed=9)  # a long sum whose right operand lies in rows
+    assert np.array_equal(linalg.array_product(long_a, long_b), long_a @ long_b)
     assert np.array_equal(linalg.array_product(a, b.astype(np.float64)), a @ b.astype(np.float64))  # mixed
     batch = np.stack([b, b])  # a batch of two: BLAS per matrix
     assert np.array_equal(linalg.array_product(a, batch), a @ batch)
@@ -104,18 +159,23 @@ def test_layouts_the_kernel_does_not_read_take_blas(calls):
     assert calls() == 1
 
 
-def test_convolution_through_the_kernel_matches_torch_and_compiled_gives_eagers_bits(calls):
-    # (16 x 72 by 72 x 1296 forward and the windows' gradient 72 x 16 by 16 x 1296 take the kernel; the
-    # weight's gradient, a long sum, stays with BLAS)
-    stride, padding = 2, 1
+@pytest.mark.parametrize("x_shape, w_shape, stride, padding, kernels", [
+    # 16 x 72 by 72 x 1296 forward and the windows' gradient 72 x 16 by 16 x 1296 take the columns kernel; the
+    # weight's gradient, 16 x 1296 by 1296 x 72, is too short a sum for the long-sum one
+    ((16, 8, 18, 18), (16, 8, 3, 3), 2, 1, 2),
+    # 4 x 18 by 18 x 16384 and 18 x 4 by 4 x 16384, and the weight's gradient 4 x 16384 by 16384 x 18
+    ((16, 2, 32, 32), (4, 2, 3, 3), 1, 1, 3),
+])
+def test_convolution_through_the_kernels_matches_torch_and_compiled_gives_eagers_bits(
+        calls, x_shape, w_shape, stride, padding, kernels):
     rng = np.random.default_rng(6)
-    xa = rng.standard_normal((16, 8, 18, 18)).astype(np.float32)
-    wa = (rng.standard_normal((16, 8, 3, 3)) * 0.2).astype(np.float32)
+    xa = rng.standard_normal(x_shape).astype(np.float32)
+    wa = (rng.standard_normal(w_shape) * 0.2).astype(np.float32)
     x, w = jt.tensor(xa, requires_grad=True), jt.tensor(wa, requires_grad=True)
     y = F.conv2d(x, w, stride=stride, padding=padding)
     y.square().sum().backward()
     eager_calls = calls()
-    assert eager_calls == 2
+    assert eager_calls == kernels
     tx, tw = torch.tensor(xa, requires_grad=True), torch.tensor(wa, requires_grad=True)
     ty = torch.nn.functional.conv2d(tx, tw, stride=stride, padding=padding)
     ty.square().sum().backward()
