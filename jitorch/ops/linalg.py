@@ -229,16 +229,17 @@ def _product(a, b, one_term, out=None):
 # windows' gradient 72 x 16 by 16 x 36864), where OpenBLAS ran at 12-50 GFLOP/s on one core: the code generator's
 # kernel (`codegen.gemm`, registered here: the ops layer cannot import it) computes it, eager and compiled alike.
 # The rule, measured (benchmarks/conv_layers.py's shapes and a sweep, float32, one thread, the kernel against
-# NumPy's OpenBLAS in turns): 1.1-2.5x OpenBLAS's speed on 16x72, 72x16, 8x9, 64x48, 48x64, 16x16 and 4x64 by
-# about 16K-64K columns and on 32x256 and 128x64 by 8K-4K; level at 64x128 and 128x128 by 4K; behind at 256x128
-# by 2K (OpenBLAS's blocking pays once both dims are large). Below 2**20 multiply-adds the ctypes call and
-# Python checks weigh (and such products' eager path calls NumPy directly: `_DIRECT_MAX_WORK`).
+# NumPy's OpenBLAS in turns, process CPU time): 1.1-2.5x OpenBLAS's speed on 16x72, 72x16, 8x9, 64x48, 48x64,
+# 16x16 and 4x64 by 16K-64K columns and on 32x256 by 8K; level at 64x128 and 128x128 by 4K; behind at 256x128
+# by 2K (OpenBLAS's blocking pays once both dims are large) and at 64x64 by 2304 (cnn's linear layer: 1.4-1.5x
+# slower), so it takes 8K columns and more. Below 2**20 multiply-adds the ctypes call and Python checks weigh
+# (and such products' eager path calls NumPy directly: `_DIRECT_MAX_WORK`).
 # The weight gradient of such a convolution is the other skinny product: few rows and columns, a sum over every
 # window (cnn's 16 x 36864 by 36864 x 72, the windows read transposed: unit stride along the sum in both
 # operands), where OpenBLAS ran at 15-56 GFLOP/s: the code generator's long-sum kernel (`codegen.gemm._Dots`)
 # ran 1.2-5x faster on 16x36864x72, 8x43264x9, 64x16384x48 and 48x16384x64 (same measurement).
 SKINNY_KERNEL = LONG_SUM_KERNEL = None
-SKINNY_MAX_ROWS, SKINNY_MAX_SUM, SKINNY_MAX_AREA, SKINNY_MIN_COLS, SKINNY_MIN_WORK = 128, 256, 8192, 1024, 1 << 20
+SKINNY_MAX_ROWS, SKINNY_MAX_SUM, SKINNY_MAX_AREA, SKINNY_MIN_COLS, SKINNY_MIN_WORK = 128, 256, 8192, 8192, 1 << 20
 LONG_SUM_MAX_ROWS, LONG_SUM_MAX_COLS, LONG_SUM_MAX_AREA, LONG_SUM_MIN_SUM = 64, 128, 4096, 8192
 # 2-D products of fewer multiply-adds run as one NumPy call on eager's fast path, without `array_product`
 _DIRECT_MAX_WORK = min(SPLIT_MIN_WORK, SKINNY_MIN_WORK)

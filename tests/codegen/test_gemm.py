@@ -127,11 +127,11 @@ def test_long_sums_on_two_threads_give_one_threads_bits_into_a_transposed_result
 
 
 @pytest.mark.parametrize("m, k, n, takes", [
-    (16, 72, 1024, True), (72, 16, 1024, True), (128, 64, 1024 * 8, True),
+    (16, 72, 8192, True), (72, 16, 8192, True), (128, 64, 1024 * 8, True), (8, 9, 16384, True),
     (256, 128, 2048, False),  # OpenBLAS's blocking wins once both dims are large
     (64, 256, 1024 * 4, False),  # rows times sum past the rule's area
-    (16, 72, 512, False),  # too few columns
-    (8, 9, 1024, False),  # too little work for a call
+    (16, 72, 4096, False), (64, 64, 2304, False),  # too few columns
+    (8, 9, 8192, False),  # too little work for a call
     (16, 8192, 9, True), (64, 16384, 48, True),  # long sums (the right operand read transposed)
     (16, 4096, 72, False),  # too short a sum
     (128, 8192, 16, False),  # too many rows
@@ -146,7 +146,7 @@ def test_the_rule_decides_which_products_take_the_kernel(calls, m, k, n, takes):
 
 
 def test_layouts_the_kernel_does_not_read_take_blas(calls):
-    a, b = _arrays(16, 72, 4096, "float32", seed=5)
+    a, b = _arrays(16, 72, 8192, "float32", seed=5)
     bt = np.ascontiguousarray(b.T).T  # unit stride down the columns
     assert np.array_equal(linalg.array_product(a, bt), a @ bt)
     long_a, long_b = _arrays(16, 8192, 9, "float32", seed=9)  # a long sum whose right operand lies in rows
@@ -155,14 +155,14 @@ def test_layouts_the_kernel_does_not_read_take_blas(calls):
     batch = np.stack([b, b])  # a batch of two: BLAS per matrix
     assert np.array_equal(linalg.array_product(a, batch), a @ batch)
     assert calls() == 0
-    assert linalg.array_product(a[None], b[None]).shape == (1, 16, 4096)  # a batch of one takes it
+    assert linalg.array_product(a[None], b[None]).shape == (1, 16, 8192)  # a batch of one takes it
     assert calls() == 1
 
 
 @pytest.mark.parametrize("x_shape, w_shape, stride, padding, kernels", [
-    # 16 x 72 by 72 x 1296 forward and the windows' gradient 72 x 16 by 16 x 1296 take the columns kernel; the
-    # weight's gradient, 16 x 1296 by 1296 x 72, is too short a sum for the long-sum one
-    ((16, 8, 18, 18), (16, 8, 3, 3), 2, 1, 2),
+    # 16 x 72 by 72 x 9248 forward and the windows' gradient 72 x 16 by 16 x 9248 take the columns kernel, the
+    # weight's gradient 16 x 9248 by 9248 x 72 the long-sum one
+    ((32, 8, 34, 34), (16, 8, 3, 3), 2, 1, 3),
     # 4 x 18 by 18 x 16384 and 18 x 4 by 4 x 16384, and the weight's gradient 4 x 16384 by 16384 x 18
     ((16, 2, 32, 32), (4, 2, 3, 3), 1, 1, 3),
 ])
