@@ -1,4 +1,4 @@
-"""A generated matrix product for the skinny products of small convolutions, where OpenBLAS is slow.
+"""Generated matrix products for the skinny products of small convolutions, where OpenBLAS is slow.
 
 A convolution is one GEMM over its im2col windows (``nn.functional._conv``): ``(O, C*K) @ (C*K, L*N)``
 forward and ``(C*K, O) @ (O, L*N)`` for its windows' gradient, with the batch innermost in ``L*N``. On a
@@ -19,9 +19,13 @@ tiles split between threads changes nothing. Eager and compiled products both ru
 they agree bit for bit; against OpenBLAS (which blocks and fuses the sum otherwise) the results agree to
 float rounding.
 
-Importing this module registers `skinny_kernel` in ``ops.linalg.SKINNY_KERNEL`` (``import jitorch`` registers
-a loader that imports it at the first such product); ``ops.linalg`` decides which products take it
-(`ops.linalg.skinny_shape`'s rule, measured: see there).
+The weight gradient ``(O, L*N) @ (L*N, C*K)`` is skinny the other way: a sum over every window into a few
+hundred elements; `long_sum_kernel` (`_Dots`) computes it with the sum along vector lanes, in an order as
+fixed (see there).
+
+Importing this module registers `skinny_kernel` and `long_sum_kernel` in ``ops.linalg.SKINNY_KERNEL`` and
+``LONG_SUM_KERNEL`` (``import jitorch`` registers loaders that import it at the first such product);
+``ops.linalg`` decides which products take them (`ops.linalg.skinny_shape`'s rules, measured: see there).
 """
 
 from __future__ import annotations
@@ -43,8 +47,8 @@ from .target import CPU
 _BYTES = 64  # one vector: a cache line, an AVX-512 register (LLVM splits it for narrower targets)
 _ROWS, _VECS = 6, 4  # the register block: 6 x 4 accumulators, 4 loads and 6 broadcasts per step of the sum
 _DOT_ROWS, _DOT_COLS = 4, 4  # the long-sum kernel's register block: 4 x 4 sums, 8 vector loads per step
-_CHUNK = 128  # vectors of the sum per pass over a row block's columns: a chunk of cnn's 72 x 36864 Bt is 590 KB, in L2
-# products the kernels computed (tests assert which products took it)
+_CHUNK = 128  # vectors of the sum per pass over a row block's columns (a chunk of cnn's 72-row Bt: 590 KB, in L2)
+# products the kernels computed (tests assert which products took one)
 counters = {"calls": 0}
 
 

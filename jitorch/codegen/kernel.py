@@ -92,8 +92,9 @@ def kernel_body(name, t, buffers):
 def fma_loop(b, lo, hi, zero, rows, vecs, operands, contract=True):
     """The register block of a product: ``acc[r][c] = sum over k in [lo, hi), in order, of s[r] * v[c]``,
     one FMA each where the target has FMA (``contract``; else a product and a sum, each rounded), where
-    ``operands(b, k)`` gives k's ``rows`` scalars (broadcast to vectors) and ``vecs`` vectors; the accumulators start at ``zero`` and stay in registers (phis). The loop body runs at least
-    once (``lo < hi``). Returns (the accumulators' final values, by row, then vector; the loop's latch, for
+    ``operands(b, k)`` gives k's ``rows`` scalars (broadcast to vectors) and ``vecs`` vectors; the
+    accumulators start at ``zero`` and stay in registers (phis). The loop body runs at least once
+    (``lo < hi``). Returns (the accumulators' final values, by row, then vector; the loop's latch, for
     loop metadata); the builder is left after the loop."""
     head = b.block
     loop = b.function.append_basic_block("k")
