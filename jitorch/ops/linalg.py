@@ -2,7 +2,8 @@
 
 Kernels hand the operands to NumPy's matmul as they are: NumPy passes
 transposed operands to BLAS without copying, so a float32 or float64 product
-costs what ``np.matmul`` costs. Half types compute in float32. Integer
+costs what ``np.matmul`` costs, except the skinny products of small convolutions, which the code generator's
+kernels compute (`skinny_shape`). Half types compute in float32. Integer
 products wrap like torch's; bool products raise like torch's CPU kernels.
 
 Each meta rule checks in torch's order (shapes, then dtypes, then dtypes
