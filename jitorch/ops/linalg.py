@@ -276,6 +276,7 @@ def _skinny(a, b, out, whole):
     strides = (*a.strides[-2:], *b.strides[-2:], *out.strides[-2:])
     unit = (3, 5) if kind == "columns" else (1, 2)  # (the strides that must be one element)
     if (any(strides[i] != item for i in unit) or any(s % item or s < 0 for s in strides)
+            or not (a.flags.aligned and b.flags.aligned and out.flags.aligned)
             or np.may_share_memory(out, a) or np.may_share_memory(out, b)):
         return None
     sa0, sa1, sb0, sb1, sc0, sc1 = (s // item for s in strides)

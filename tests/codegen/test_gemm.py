@@ -152,6 +152,10 @@ def test_layouts_the_kernel_does_not_read_take_blas(calls):
     long_a, long_b = _arrays(16, 8192, 9, "float32", seed=9)  # a long sum whose right operand lies in rows
     assert np.array_equal(linalg.array_product(long_a, long_b), long_a @ long_b)
     assert np.array_equal(linalg.array_product(a, b.astype(np.float64)), a @ b.astype(np.float64))  # mixed
+    raw = np.empty(b.nbytes + 1, np.uint8)  # an operand off its elements' alignment
+    unaligned = np.frombuffer(raw.data, np.float32, b.size, 1).reshape(b.shape)
+    unaligned[...] = b
+    assert np.array_equal(linalg.array_product(a, unaligned), a @ b)
     batch = np.stack([b, b])  # a batch of two: BLAS per matrix
     assert np.array_equal(linalg.array_product(a, batch), a @ batch)
     assert calls() == 0
