@@ -132,14 +132,14 @@ def _skinny_kernel(dtype, m, k, n, a_strides, b_rows, c_rows):
     """ops.linalg's generated product of few rows and a short sum (small convolutions), loaded as `_row_kernel`
     is."""
     from .codegen import gemm
-    return gemm.skinny_kernel(dtype, m, k, n, a_strides, b_rows, c_rows)
+    return gemm.skinny_product(dtype, m, k, n, a_strides, b_rows, c_rows)
 
 
 def _long_sum_kernel(dtype, m, k, n, a_rows, bt_rows, c_strides):
     """ops.linalg's generated product over a long sum (small convolutions' weight gradients), loaded as
     `_row_kernel` is."""
     from .codegen import gemm
-    return gemm.long_sum_kernel(dtype, m, k, n, a_rows, bt_rows, c_strides)
+    return gemm.long_sum_product(dtype, m, k, n, a_rows, bt_rows, c_strides)
 
 
 def _power_kernel(name, dtype):
