@@ -442,12 +442,68 @@ def _kthvalue_meta(x, k, dim, keepdim):
     return TensorSpec(shape, x.dtype, x.device), TensorSpec(shape, _dt.int64, x.device)
 
 
+def _greater_or_nan(a, b):
+    return (a != a and b == b) or a > b
+
+
+def _torch_select(row, k):
+    """The index of the element torch's kthvalue picks as the ``k``-th smallest (0-based) of the list ``row``:
+    its quickselect (ATen's ``quick_select_template``: median-of-three pivot, Hoare partition, NaN largest),
+    whose choice among equal elements (which index; -0.0 or 0.0) no sort reproduces."""
+    values, index = list(row), list(range(len(row)))
+
+    def swap(i, j):
+        values[i], values[j] = values[j], values[i]
+        index[i], index[j] = index[j], index[i]
+
+    left, right = 0, len(values) - 1
+    while right > left:
+        if right == left + 1:
+            if _greater_or_nan(values[left], values[right]):
+                swap(left, right)
+            break
+        swap(left + (right - left) // 2, left + 1)
+        for i, j in ((left + 1, right), (left, right), (left + 1, left)):
+            if _greater_or_nan(values[i], values[j]):
+                swap(i, j)
+        i, j, pivot = left + 1, right, values[left]
+        while True:
+            i += 1
+            while _greater_or_nan(pivot, values[i]):
+                i += 1
+            j -= 1
+            while _greater_or_nan(values[j], pivot):
+                j -= 1
+            if j < i:
+                break
+            swap(i, j)
+        swap(left, j)
+        if j <= k:
+            left = i
+        if j >= k:
+            right = j - 1
+    return index[k]
+
+
 def _kthvalue_cpu(spec, x, k, dim, keepdim):
     values, order = _sorted(x, dim, False)
     if x.ndim == 0:
         return values, order
     kth = [k - 1] if keepdim else k - 1
-    return np.take(values, kth, axis=dim), np.take(order, kth, axis=dim)
+    values, order = np.array(np.take(values, kth, axis=dim)), np.array(np.take(order, kth, axis=dim))
+    # where the k-th value has equals in its row, torch's quickselect decides which of them (and which zero)
+    rows = np.moveaxis(x, dim, -1)
+    picked = values if keepdim else np.expand_dims(values, dim)
+    same = rows == np.moveaxis(picked, dim, -1)
+    if x.dtype.kind not in "biu":  # (bfloat16's kind is "V")
+        same |= np.isnan(rows) & np.isnan(np.moveaxis(picked, dim, -1))
+    ties = np.count_nonzero(same, axis=-1) > 1
+    for at in map(tuple, np.argwhere(ties)):
+        row = rows[at]
+        j = _torch_select(row.tolist(), k - 1)
+        where = at[:dim % x.ndim] + ((0,) if keepdim else ()) + at[dim % x.ndim:]
+        values[where], order[where] = row[j], j
+    return values, order
 
 
 defop("kthvalue(Tensor self, int k, int dim=-1, bool keepdim=False) -> (Tensor values, Tensor indices)",

@@ -77,3 +77,23 @@ def test_autograd_grad_with_no_inputs_raises_as_torch():
         with pytest.raises(RuntimeError, match="`inputs` argument to `grad\\(\\)` cannot be empty."):
             T.autograd.grad((x * 2).sum(), [])
         assert x.grad is None
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int64"])
+def test_kthvalue_picks_torchs_element_among_equal_values_and_signed_zeros(dtype):
+    """torch's kthvalue is a quickselect: among equal values (-0.0 and 0.0 too) its choice of index, and of
+    zero, is no sort's; jitorch's stable sort gave ``kthvalue([0., -0., 1.], 1)`` as 0.0 at 0 where torch gives
+    -0.0 at 1. Rows with and without ties, NaN, every k, over each dim, keepdim or not, bit for bit."""
+    rng = np.random.default_rng(5)
+    pool = [0.0, -0.0, 1.0, -1.0, NAN, 2.0] if dtype != "int64" else [0, 1, 2, -1]
+    for trial in range(60):
+        shape = (2, int(rng.integers(1, 14)), 3)
+        x = torch.tensor(rng.choice(pool, size=shape).tolist(), dtype=getattr(torch, dtype))
+        y = jt.tensor(x.tolist(), dtype=getattr(jt, dtype))
+        dim = trial % 3
+        for k in range(1, shape[dim] + 1):
+            want = torch.kthvalue(x, k, dim, keepdim=trial % 2 == 0)
+            got = jt.kthvalue(y, k, dim, keepdim=trial % 2 == 0)
+            assert got.indices.tolist() == want.indices.tolist()
+            assert got.values.float().numpy().tobytes() == want.values.float().numpy().tobytes()
+    assert jt.kthvalue(jt.tensor([0.0, -0.0, 1.0]), 1).indices.item() == 1
