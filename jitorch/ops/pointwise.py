@@ -21,7 +21,7 @@ import numpy as np
 
 from ..runtime import dtypes as _dt
 from ..runtime.casts import convert
-from . import erf_float32, powers, registry, special_math
+from . import arc_functions, erf_float32, powers, registry, special_math
 from .meta import ALWAYS_BOOL, DEFAULT, INT_TO_FLOAT, KEEP_INT, opmath
 from .pointwise_base import check_fits, defpointwise, scalar_in
 from .registry import cpp_name, defop, scalar_name
@@ -612,6 +612,16 @@ def _rsqrt(x):
     return np.reciprocal(np.sqrt(x))
 
 
+def _single_or(name, numpy_fn):
+    """Op ``name``'s formula: jitorch's own float32 definition (`arc_functions`, the compiled kernels' too),
+    NumPy's function in the other dtypes."""
+    algorithm = arc_functions.ALGORITHMS[name]
+
+    def formula(x):
+        return powers.single(algorithm, name, x) if x.dtype == np.float32 else numpy_fn(x)
+    return formula
+
+
 _FLOAT_MATH = (
     ("exp", np.exp, "``e ** x``"),
     ("exp2", np.exp2, "``2 ** x``"),
@@ -626,15 +636,15 @@ _FLOAT_MATH = (
     ("sin", np.sin, "sine"),
     ("cos", np.cos, "cosine"),
     ("tan", np.tan, "tangent"),
-    ("asin arcsin", np.arcsin, "inverse sine"),
-    ("acos arccos", np.arccos, "inverse cosine"),
-    ("atan arctan", np.arctan, "inverse tangent"),
+    ("asin arcsin", _single_or("asin", np.arcsin), "inverse sine"),
+    ("acos arccos", _single_or("acos", np.arccos), "inverse cosine"),
+    ("atan arctan", _single_or("atan", np.arctan), "inverse tangent"),
     ("sinh", np.sinh, "hyperbolic sine"),
     ("cosh", np.cosh, "hyperbolic cosine"),
     ("tanh", np.tanh, "hyperbolic tangent"),
-    ("asinh arcsinh", np.arcsinh, "inverse hyperbolic sine"),
-    ("acosh arccosh", np.arccosh, "inverse hyperbolic cosine"),
-    ("atanh arctanh", np.arctanh, "inverse hyperbolic tangent"),
+    ("asinh arcsinh", _single_or("asinh", np.arcsinh), "inverse hyperbolic sine"),
+    ("acosh arccosh", _single_or("acosh", np.arccosh), "inverse hyperbolic cosine"),
+    ("atanh arctanh", _single_or("atanh", np.arctanh), "inverse hyperbolic tangent"),
     ("sigmoid", _sigmoid, "logistic function ``1 / (1 + e ** -x)``"),
     ("erf", _erf, "error function"),
     ("erfc", _erfc, "complementary error function ``1 - erf(x)``, accurate where erf(x) is near 1"),
