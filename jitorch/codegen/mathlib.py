@@ -17,7 +17,8 @@ file departs from SLEEF it says why (mostly to keep results finite and correct u
 very edge of the range, where SLEEF saturates early). float32 exp, log, tanh and erf are one-word
 float arithmetic instead, shaped for the vector units (`_exp_single`, `_log_single`, `_tanh_single`,
 `_erf_single`: no double words, no float-to-integer conversion, no division but tanh's one), with
-polynomials fitted here against mpmath where SLEEF's did not fit the reduction. The Payne-Hanek table for
+polynomials fitted here against mpmath where SLEEF's did not fit the reduction. float32 asin, acos, atan, asinh,
+acosh and atanh are `jitorch.ops.arc_functions`' double arithmetic, which eager runs too. The Payne-Hanek table for
 huge trig arguments is computed here from pi (Machin's formula), as SLEEF's mkrempitab.c does.
 
 Accuracy, measured against float64 NumPy (float32) and 100-bit mpmath (float64) on random
