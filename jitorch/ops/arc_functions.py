@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 
-from .powers import log2_plain
+from .powers import horner, log2_plain
 
 __all__ = ["ALGORITHMS", "acos", "acosh", "asin", "asinh", "atan", "atanh"]
 
@@ -46,16 +46,9 @@ _LN2 = 0.6931471805599453
 _NAN, _INF = math.nan, math.inf
 
 
-def _poly(m, x, coeffs):
-    u = coeffs[0]
-    for k in coeffs[1:]:
-        u = m.add(m.mul(u, x), k)
-    return u
-
-
 def _odd(m, a, z, coeffs):
     """``a + a z P(z)``: an odd function of ``a`` (``z = a**2``) whose series starts with ``a``."""
-    return m.add(a, m.mul(a, m.mul(z, _poly(m, z, coeffs))))
+    return m.add(a, m.mul(a, m.mul(z, horner(m, z, coeffs))))
 
 
 def _asin_half(m, a):
@@ -96,7 +89,7 @@ def atan(m, x):
     u = m.sel(high, m.div(-1.0, m.sel(high, a, 1.0)), middle)
     base = [m.sel(high, c2, m.sel(low, c4, 0.0)) for c2, c4 in zip(_PIO2, _PIO4)]
     w = m.mul(u, u)
-    r = m.add(base[0], m.add(u, m.add(m.mul(u, m.mul(w, _poly(m, w, _ATAN))), base[1])))
+    r = m.add(base[0], m.add(u, m.add(m.mul(u, m.mul(w, horner(m, w, _ATAN))), base[1])))
     return m.mulsign(r, x)
 
 

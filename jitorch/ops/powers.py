@@ -28,8 +28,9 @@ import struct
 
 import numpy as np
 
-__all__ = ["Arrays", "Floats", "MAX_PRODUCT_POWER", "by_products", "log", "log2_plain", "log_double", "log_single",
-           "on_floats", "pow_by_products", "pow_double", "pow_single", "power", "single", "through_kernel"]
+__all__ = ["Arrays", "Floats", "MAX_PRODUCT_POWER", "by_products", "horner", "log", "log2_plain", "log_double",
+           "log_single", "on_floats", "pow_by_products", "pow_double", "pow_single", "power", "single",
+           "through_kernel"]
 
 _INF = math.inf
 _NAN = math.nan
@@ -167,7 +168,7 @@ def _div_fd(m, n, d):
     return q, m.div(r, d[0])
 
 
-def _poly(m, x, coeffs):
+def horner(m, x, coeffs):
     """Horner's rule, highest power first (a multiply and an add each step: no FMA)."""
     u = coeffs[0]
     for k in coeffs[1:]:
@@ -182,7 +183,7 @@ def _logk(m, d):
     e, mant = m.split_exponent(d)
     x = _div_fd(m, m.sub(mant, 1.0), m.dadd2_ff(mant, 1.0))  # (mant - 1 is exact)
     x2 = _square_d(m, x)
-    t = _poly(m, x2[0], _LOGK)
+    t = horner(m, x2[0], _LOGK)
     ef = m.i2f(e)
     s = m.dadd_dd((m.mul(ef, _L2U), m.mul(ef, _L2L)), m.dscale(x, 2.0))  # (exact e * _L2U)
     return m.dadd_dd(s, _mul_dd(m, _mul_dd(m, x2, x), m.dadd2_dd((m.mul(x2[0], t), 0.0), _TWO_THIRDS)))
@@ -193,7 +194,7 @@ def _expk(m, d):
     q = m.rint(m.mul(m.add(d[0], d[1]), _R_LN2))
     s = m.dadd2_df(d, m.mul(q, -_L2U))  # (exact product)
     s = m.dnorm(m.dadd2_df(s, m.mul(q, -_L2L)))
-    u = _poly(m, s[0], _EXPK)
+    u = horner(m, s[0], _EXPK)
     t = m.dadd_dd(m.dadd_fd(1.0, s), _mul_df(m, _square_d(m, s), u))
     r = m.ldexp2k(m.dsum(t), m.f2i(q))
     return m.sel(m.lt(d[0], -1000.0), 0.0, r)
@@ -273,7 +274,7 @@ def log2_plain(m, a):
     e, mant = m.split_exponent(a)
     # (mant - 1 and mant + 1 are exact: mant has a float32's 24 bits)
     s = m.div(m.sub(mant, 1.0), m.add(mant, 1.0))
-    return m.add(m.i2f(e), m.mul(s, _poly(m, m.mul(s, s), _LOG2_SINGLE)))
+    return m.add(m.i2f(e), m.mul(s, horner(m, m.mul(s, s), _LOG2_SINGLE)))
 
 
 def pow_single(m, x, y):
@@ -283,7 +284,7 @@ def pow_single(m, x, y):
     t = m.mul(y, log2_plain(m, m.abs(x)))
     t = m.sel(m.gt(t, _T_CLAMP), _T_CLAMP, m.sel(m.lt(t, -_T_CLAMP), -_T_CLAMP, t))
     q = m.rint(t)
-    r = m.mul(_poly(m, m.sub(t, q), _EXP2_SINGLE), m.pow2i(m.f2i(q)))  # (t - q is exact)
+    r = m.mul(horner(m, m.sub(t, q), _EXP2_SINGLE), m.pow2i(m.f2i(q)))  # (t - q is exact)
     # An exact power halfway between two floats (4097 ** 2, 257 ** 3, 66049 ** 1.5) is a number of 25 bits: r is
     # within the error bound of it, and is taken as it, so that it rounds to float32 as the exact power does
     # (ties to even). Other results that close to a midpoint round either way (they would anyway).
