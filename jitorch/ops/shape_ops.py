@@ -486,24 +486,29 @@ def _torch_select(row, k):
 
 
 def _kthvalue_cpu(spec, x, k, dim, keepdim):
-    values, order = _sorted(x, dim, False)
+    ordered, order = _sorted(x, dim, False)
     if x.ndim == 0:
-        return values, order
-    kth = [k - 1] if keepdim else k - 1
-    values, order = np.array(np.take(values, kth, axis=dim)), np.array(np.take(order, kth, axis=dim))
-    # where the k-th value has equals in its row, torch's quickselect decides which of them (and which zero)
-    rows = np.moveaxis(x, dim, -1)
-    picked = values if keepdim else np.expand_dims(values, dim)
-    same = rows == np.moveaxis(picked, dim, -1)
-    if x.dtype.kind not in "biu":  # (bfloat16's kind is "V")
-        same |= np.isnan(rows) & np.isnan(np.moveaxis(picked, dim, -1))
-    ties = np.count_nonzero(same, axis=-1) > 1
-    for at in map(tuple, np.argwhere(ties)):
-        row = rows[at]
-        j = _torch_select(row.tolist(), k - 1)
-        where = at[:dim % x.ndim] + ((0,) if keepdim else ()) + at[dim % x.ndim:]
-        values[where], order[where] = row[j], j
-    return values, order
+        return ordered, order
+    axis = dim % x.ndim
+    values, indices = np.take(ordered, [k - 1], axis=axis), np.take(order, [k - 1], axis=axis)
+    # where the k-th value has equals in its row (beside it in the sorted row: -0.0 equals 0.0, NaNs sort last),
+    # torch's quickselect decides which of them, and which zero
+    ties = None
+    for j in (k - 2, k):
+        if 0 <= j < x.shape[axis]:
+            near = np.take(ordered, [j], axis=axis)
+            same = near == values
+            if x.dtype.kind not in "biu":  # (bfloat16's kind is "V")
+                same |= np.isnan(near) & np.isnan(values)
+            ties = same if ties is None else ties | same
+    if ties is not None and ties.any():
+        rows = np.moveaxis(x, axis, -1)
+        for at in map(tuple, np.argwhere(np.moveaxis(ties, axis, -1)[..., 0])):
+            row = rows[at]
+            j = _torch_select(row.tolist(), k - 1)
+            where = at[:axis] + (0,) + at[axis:]
+            values[where], indices[where] = row[j], j
+    return (values, indices) if keepdim else (np.squeeze(values, axis), np.squeeze(indices, axis))
 
 
 defop("kthvalue(Tensor self, int k, int dim=-1, bool keepdim=False) -> (Tensor values, Tensor indices)",
