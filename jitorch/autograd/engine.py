@@ -778,8 +778,26 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, capt
     """Propagate ``root_grads`` from ``roots`` (tensors). ``capture``: tensors whose gradient to return
     (autograd.grad) instead of accumulating into leaves. The rules and hooks run with grad mode
     set to ``create_graph``, as in torch's engine."""
-    with (enable_grad() if create_graph else no_grad()):
-        return _run(roots, root_grads, retain_graph, create_graph, capture, accumulate)
+    _ENDING.append([])
+    try:
+        with (enable_grad() if create_graph else no_grad()):
+            return _run(roots, root_grads, retain_graph, create_graph, capture, accumulate)
+    finally:
+        for fn in _ENDING.pop():
+            fn()
+
+
+_ENDING: list = []  # per running backward (innermost last): what `when_backward_ends` asked to call
+
+
+def when_backward_ends(fn):
+    """Call ``fn()`` once the backward now running (the innermost, when a hook runs another) ends, whether it
+    returns or raises: a hook that starts something, such as DDP's thread advancing its all-reduces, stops it
+    there also when a later rule or hook raises. Returns whether a backward is running (outside one nothing is
+    registered)."""
+    if _ENDING:
+        _ENDING[-1].append(fn)
+    return bool(_ENDING)
 
 
 def _run(roots, root_grads, retain_graph, create_graph, capture, accumulate):

@@ -268,6 +268,11 @@ def _sub_into(a, b, alpha, out):
     np.subtract(a, b if alpha == 1 else _alpha_times(b, alpha, a), out=out)
 
 
+# what `pointwise_base.write_into` calls for them on two arrays of one dtype, alpha converted once (`_alpha_times`)
+_add_into.scaled, _sub_into.scaled = np.add, np.subtract
+_add_into.factor_in = _sub_into.factor_in = scalar_in
+
+
 def _rsub(a, b, alpha):
     return _sub(b, a, alpha)
 
