@@ -143,12 +143,15 @@ def _long_sum_kernel(dtype, m, k, n, a_rows, bt_rows, c_strides):
 
 
 def _power_kernel(name, dtype):
-    """ops.powers' kernel of pow or xlogy (jitorch's own pow and log, `_POWER_OPS`), loaded as `_row_kernel` is."""
+    """ops.powers' kernel of pow, xlogy or a float32 arc function (jitorch's own definitions, `_POWER_OPS`), loaded
+    as `_row_kernel` is."""
     from .jit import eager_kernels
-    return eager_kernels.kernel(_POWER_OPS[name], name, dtype, 2)
+    fn, arity = _POWER_OPS[name]
+    return eager_kernels.kernel(fn, name, dtype, arity)
 
 
-_POWER_OPS = {"pow": Tensor.__pow__, "xlogy": Tensor.xlogy}
+_POWER_OPS = {"pow": (Tensor.__pow__, 2), "xlogy": (Tensor.xlogy, 2),
+              **{name: (getattr(Tensor, name), 1) for name in ("asin", "acos", "atan", "asinh", "acosh", "atanh")}}
 _ops.reductions.ROW_KERNEL = _row_kernel
 _ops.powers.KERNEL = _power_kernel
 _ops.indexing.SCATTER_ROWS_KERNEL = _scatter_rows_kernel

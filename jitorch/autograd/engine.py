@@ -683,12 +683,20 @@ def _needed(roots, wanted):
 
 def passes_gradient(node, output_nr):
     """Whether a gradient of ``node``'s output ``output_nr`` reaches its inputs: not where the op's rule
-    reads other outputs' alone (`rule.only_with_grads_of`: slogdet's sign)."""
+    reads other outputs' alone (`rule.only_with_grads_of`: slogdet's sign), nor where it gives none for
+    these arguments (`rule.only_if`)."""
     if node.__class__ is not Node:
         return True
     rule = node.op.pieces.get("derivative")
-    needed = getattr(rule.backward, "grads_of", None) if rule is not None else None
-    return needed is None or output_nr in needed
+    if rule is None:
+        return True
+    needed = getattr(rule.backward, "grads_of", None)
+    return (needed is None or output_nr in needed) and _gives_gradient(node, rule)
+
+
+def _gives_gradient(node, rule):
+    predicate = getattr(rule.backward, "gives_gradient", None)
+    return predicate is None or predicate(Args(node.op.schema, node.args, node.op.arg_names))
 
 
 def _call_rule(node, grads, create_graph):
@@ -709,6 +717,8 @@ def _call_rule(node, grads, create_graph):
     rule = op.pieces.get("derivative")
     if rule is None:
         raise NotImplementedError(f"the derivative for '{op.name}' is not implemented")
+    if not _gives_gradient(node, rule):
+        return [None] * len(node.input_specs)
     outs = node.out if isinstance(node.out, (tuple, list)) else None
     if outs is None:
         g = grads[0]

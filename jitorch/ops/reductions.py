@@ -376,9 +376,9 @@ def _unsupported_bool(kernel_name):
 
 def _select_meta(name, check):
     def meta(x, dim, keepdim):
-        check(x)
         d = wrap_dim(dim, x.ndim)
         _check_nonempty(name, x, (d,))
+        check(x)  # (after the dim's checks, as torch: median of an empty bool tensor over dim 0)
         shape = reduced_shape(x.shape, (d,), keepdim)
         return TensorSpec(shape, x.dtype, x.device, opmath(x.dtype)), TensorSpec(shape, _dt.int64, x.device)
     return meta

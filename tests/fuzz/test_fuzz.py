@@ -55,11 +55,12 @@ def test_half_types_reach_no_op_documented_to_differ_there_seed_7600518():
     assert not check(program, CPU_MODES).mismatches
 
 
-@pytest.mark.parametrize("seed", [7610840, 7610939, 7612221, 7612269])
+@pytest.mark.parametrize("seed", [7610840, 7610939, 7612221, 7612269, 7612101])
 def test_fixed_failures_run_alike_in_every_cpu_mode(seed):
     """Failures of helper 125's campaign, fixed: 7610840 (``as_strided_`` on a captured tensor past its
     elements, tests/jit/test_compiled_inplace_view_captures.py), 7610939 (``acosh`` of torch's float32 ``i0(0)``,
     `generator.DISCONTINUOUS`; tests/ops/test_special_functions.py), 7612221 (``matrix_power(0)`` requires grad),
-    7612269 (a kron operand written afterwards: `oracle.TORCH_UNVERSIONED`; tests/autograd/test_rules_linalg.py)."""
+    7612269 (a kron operand written afterwards: `oracle.TORCH_UNVERSIONED`; tests/autograd/test_rules_linalg.py),
+    7612101 (``orgqr``'s derivative; tests/autograd/test_rules_linalg.py)."""
     program, _ = generate(seed, table=TABLE)
     assert not check(program, CPU_MODES).mismatches
