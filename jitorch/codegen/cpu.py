@@ -47,14 +47,17 @@ def num_threads():
 
 def address(a):
     """An array's address (0 for None: a parameter the kernel does not read). A writable C-contiguous array's
-    through ctypes' view of its buffer (0.36 µs against 1.1 for ``__array_interface__``: eager kernels pass
-    three to six per call); any other (read-only, strided, empty) through ``__array_interface__``."""
+    through ctypes' view of its buffer (0.5 µs against 1.1 for ``__array_interface__``: eager kernels pass three
+    to six per call); any other (read-only, strided, empty) through ``__array_interface__`` (1.2 µs)."""
     if a is None:
         return 0
-    try:
-        return ctypes.addressof(ctypes.c_char.from_buffer(a))
-    except (TypeError, ValueError, BufferError):
-        return a.__array_interface__["data"][0]
+    flags = a.flags
+    if flags.c_contiguous and flags.writeable and a.size:
+        try:
+            return ctypes.addressof(ctypes.c_char.from_buffer(a))
+        except (TypeError, ValueError, BufferError):  # (a dtype the buffer protocol refuses)
+            pass
+    return a.__array_interface__["data"][0]
 
 
 def run_split(fn, address, args, count, work):
