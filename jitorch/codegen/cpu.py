@@ -13,6 +13,7 @@ threads of ``runtime.threads.run_parts`` (which matrix products' parts share).
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import threading
 import weakref
@@ -45,8 +46,18 @@ def num_threads():
 
 
 def address(a):
-    """An array's address (0 for None: a parameter the kernel does not read)."""
-    return 0 if a is None else a.__array_interface__["data"][0]
+    """An array's address (0 for None: a parameter the kernel does not read). A writable C-contiguous array's
+    through ctypes' view of its buffer (0.5 µs against 1.1 for ``__array_interface__``: eager kernels pass three
+    to six per call); any other (read-only, strided, empty) through ``__array_interface__`` (1.2 µs)."""
+    if a is None:
+        return 0
+    flags = a.flags
+    if flags.c_contiguous and flags.writeable and a.size:
+        try:
+            return ctypes.addressof(ctypes.c_char.from_buffer(a))
+        except (TypeError, ValueError, BufferError):  # (a dtype the buffer protocol refuses)
+            pass
+    return a.__array_interface__["data"][0]
 
 
 def run_split(fn, address, args, count, work):

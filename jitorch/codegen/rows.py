@@ -40,6 +40,7 @@ _CPU = _device("cpu")
 # with them); a call gives its own row bounds.
 _ROWS = 2
 _ARGS = ctypes.c_void_p * 2
+_LAYER_NORM_ARGS = ctypes.c_void_p * 6
 
 
 class RowKernel:
@@ -96,12 +97,18 @@ class LayerNormKernel:
         # eps travels as its bits in an address slot, rounded to the compute dtype as the NumPy form rounds it
         self._bits = np.dtype(np.uint32 if dtype == "float32" else np.uint64)
         self._dtype = np.dtype(dtype)
+        self._eps = {}  # eps -> its bits (a model's layers share one or two)
 
     def __call__(self, rows, weight, bias, eps):
         out = np.empty(rows.shape, rows.dtype)
         count, cols = rows.shape
-        eps_bits = int(self._dtype.type(eps).view(self._bits))
-        args = (ctypes.c_void_p * 6)(*map(cpu.address, (rows, weight, bias, out)), cols, eps_bits)
+        eps_bits = self._eps.get(eps)
+        if eps_bits is None:
+            if len(self._eps) >= 64:  # (a bound: eps values that vary without end)
+                self._eps.clear()
+            eps_bits = self._eps[eps] = int(self._dtype.type(eps).view(self._bits))
+        address = cpu.address
+        args = _LAYER_NORM_ARGS(address(rows), address(weight), address(bias), address(out), cols, eps_bits)
         cpu.run_split(self._compiled.fn, self._compiled.address, args, count, rows.size)
         return out
 

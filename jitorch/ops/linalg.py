@@ -205,6 +205,41 @@ def _rows_first(a, b):
     return b
 
 
+# A product of few rows times a transposed matrix (``x @ W.T``, as a linear layer computes it on a few tokens):
+# OpenBLAS's small-matrix kernel for that layout (gemm "TN" in its column-major terms) refuses a product of more
+# than `TRANSPOSED_SMALL_MAX` result elements, and its general kernel then packs all of ``W`` on every call.
+# Computed as ``(W @ x.T).T`` (``x.T`` copied into rows, the result copied back), the product takes the kernels
+# for plain rows: float32, one thread, 128-wide rows times a 128x512 weight, 4 rows 36 -> 9 µs, 8 rows 41 -> 15,
+# 16 rows 52 -> 31, 32 rows 73 -> 59 (200x800: 8 rows 111 -> 60); from about 48 rows, or 24 of few columns,
+# the copies cost more than the packing. Decided on the whole product's shape (never on a part of a split one),
+# so values do not depend on the thread count.
+SWAPPED_MAX_ROWS = 32
+TRANSPOSED_SMALL_MAX = 1200
+
+
+def _swapped(a, b):
+    """Whether ``a @ b`` (float matrices of one dtype) runs as ``(b.T @ a.T).T`` (see above): ``b`` laid out in
+    columns, ``a`` of at most `SWAPPED_MAX_ROWS` rows and the result of more than `TRANSPOSED_SMALL_MAX`
+    elements."""
+    if a.ndim != 2 or b.ndim != 2 or not b.flags.f_contiguous or b.flags.c_contiguous:
+        return False
+    (m, k), n = a.shape, b.shape[1]
+    return m <= SWAPPED_MAX_ROWS and m * n > TRANSPOSED_SMALL_MAX and (m <= 16 or k >= 64)
+
+
+def _swapped_product(a, b, out):
+    """``a @ b`` as ``(b.T @ a.T).T``, into ``out`` if given (`_swapped`)."""
+    token = fp_errors.enter()
+    try:
+        rows = np.matmul(b.T, np.ascontiguousarray(a.T))
+    finally:
+        fp_errors.leave(token)
+    if out is None:
+        return np.ascontiguousarray(rows.T)
+    np.copyto(out, rows.T)
+    return out
+
+
 def _matmul(a, b, out=None):
     """``np.matmul`` with NumPy's floating-point errors silenced (torch does not warn where a product meets
     inf times 0 or a NaN): the error state is per thread, and the workers run parts of products too.
@@ -313,7 +348,7 @@ def array_product(a, b, out=None, whole=False):
     batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
     (m, k), n = a.shape[-2:], b.shape[-1]
     if prod(batch) * m * n * k < SPLIT_MIN_WORK:
-        return _matmul(a, b, out)
+        return _swapped_product(a, b, out) if _swapped(a, b) else _matmul(a, b, out)
     syrk = _syrk(a, b)  # (then in row parts, gemm calls, whatever the thread count: on one thread one by one)
     if parts == 1 and not syrk:
         return _matmul(a, b, out)

@@ -423,10 +423,35 @@ def _topk_cpu(spec, x, k, dim, largest, sorted):
     return np.take(values, first_k, axis=dim), np.take(order, first_k, axis=dim)
 
 
-defop("topk(Tensor self, int k, int dim=-1, bool largest=True, bool sorted=True) -> (Tensor values, Tensor indices)",
-      meta=_topk_meta, cpu=_topk_cpu, kind="sort", variants=("function", "method", "out"),
-      doc="The ``k`` largest (or smallest) elements along ``dim`` and their indices, in sorted order; NaN counts "
-          "as the largest value.")
+_TOPK_FAST_DTYPES = (_dt.float32, _dt.float64)
+
+
+def _topk_fast(args, record=True):
+    """`registry.OpDef.fast` of ``topk``: a CPU float32 or float64 tensor of at least one dim and element, with
+    an int ``k`` in range and an int ``dim``, selected by `_topk_cpu` without the general path's conversion, meta
+    rule and wrapping (sampling from a language model calls it once per token); None (the general path, which
+    raises the errors and records the backward node) for anything else, and for a tensor that requires grad
+    while grad mode records it."""
+    x, k, dim, largest, ordered = args
+    if (not isinstance(x, registry.Tensor) or x.device is not CPU or x.dtype not in _TOPK_FAST_DTYPES
+            or k.__class__ is not int or dim.__class__ is not int or largest.__class__ is not bool
+            or ordered.__class__ is not bool or (x._requires_grad and registry.records_grad())):
+        return None
+    shape = x._shape
+    if not shape or 0 in shape or not -len(shape) <= dim < len(shape) or not 0 <= k <= shape[dim]:
+        return None
+    values, order = _topk_cpu(None, x._array(), k, dim, largest, ordered)
+    if order.dtype != np.int64:
+        return None
+    return _TOPK.result_type(registry.contiguous_result(values, x.dtype), registry.contiguous_result(order, _dt.int64))
+
+
+_TOPK = defop("topk(Tensor self, int k, int dim=-1, bool largest=True, bool sorted=True) -> (Tensor values, "
+              "Tensor indices)",
+              meta=_topk_meta, cpu=_topk_cpu, kind="sort", variants=("function", "method", "out"),
+              doc="The ``k`` largest (or smallest) elements along ``dim`` and their indices, in sorted order; NaN "
+                  "counts as the largest value.")
+_TOPK.fast = _topk_fast
 
 
 def _kthvalue_meta(x, k, dim, keepdim):

@@ -6,7 +6,7 @@ import pytest
 
 import jitorch as jt
 from jitorch.codegen import rows
-from jitorch.ops import reductions
+from jitorch.ops import normalization, reductions
 
 torch = pytest.importorskip("torch")
 
@@ -207,13 +207,23 @@ def test_layer_norm_special_values_are_torchs(norm_calls):
 
 def test_other_layer_norms_run_numpy(norm_calls):
     a = _array((64, 128), "float32")
-    small = jt.nn.functional.layer_norm(jt.tensor(a[:8]), (128,))  # below LAYER_NORM_KERNEL_MIN elements
+    small = jt.nn.functional.layer_norm(jt.tensor(a[:1, :64]), (64,))  # below LAYER_NORM_KERNEL_MIN elements
     strided_weight = jt.tensor(_array((128, 2), "float32"))[:, 0]  # a weight that is not contiguous
     strided = jt.nn.functional.layer_norm(jt.tensor(a), (128,), strided_weight)
     half = jt.nn.functional.layer_norm(jt.tensor(a.astype(np.float16)), (128,))  # float32 rows: kernel
-    np.testing.assert_allclose(small.numpy(), torch.nn.functional.layer_norm(torch.from_numpy(a[:8]), (128,)).numpy(),
+    np.testing.assert_allclose(small.numpy(), torch.nn.functional.layer_norm(torch.from_numpy(a[:1, :64]), (64,)).numpy(),
                                **TOL["float32"])
     want = torch.nn.functional.layer_norm(torch.from_numpy(a), (128,), torch.from_numpy(strided_weight.numpy()))
     np.testing.assert_allclose(strided.numpy(), want.numpy(), **TOL["float32"])
     assert half.dtype is jt.float16
     assert norm_calls == [("float32", False, False, 64, 128)]
+
+
+def test_a_layer_norm_of_one_row_runs_the_kernel(norm_calls):
+    # a GPT generating from a one-token prompt normalises one row of its width per layer norm
+    a = _array((1, 1, 128), "float32")
+    got = jt.nn.functional.layer_norm(jt.tensor(a), (128,))
+    want = torch.nn.functional.layer_norm(torch.from_numpy(a), (128,))
+    assert normalization.LAYER_NORM_KERNEL_MIN <= 128
+    assert norm_calls == [("float32", False, False, 1, 128)]
+    np.testing.assert_allclose(got.numpy(), want.numpy(), **TOL["float32"])
