@@ -2443,8 +2443,8 @@ def _check_targets(input, target):
 
 
 def _picked_weights(target, weight, ignore_index, classes, dtype):
-    """Per target, its class weight (1 without weights) and 0 where ignored; and the safe targets
-    (ignored ones replaced by class 0), checked to be in range when they hold data."""
+    """The safe targets (ignored ones replaced by class 0, checked to be in range when they hold data), per
+    target its class weight (1 without weights) and 0 where ignored, and where the targets are ignored."""
     ignored = target == ignore_index
     safe = jt.where(ignored, 0, target)
     if _has_data(target) and target.numel():
@@ -2455,7 +2455,7 @@ def _picked_weights(target, weight, ignore_index, classes, dtype):
         picked = ignored.logical_not().to(dtype)
     else:
         picked = jt.where(ignored, 0, weight.index_select(0, safe.reshape(-1)).reshape(safe.shape))
-    return safe, picked
+    return safe, picked, ignored
 
 
 def _all_picked(target, ignore_index, classes):
@@ -2488,9 +2488,11 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
         if reduction == "none":
             return loss
         return loss.sum() if reduction == "sum" else loss.sum() / target.numel()
-    safe, picked = _picked_weights(target, weight, ignore_index, classes, input.dtype)
+    safe, picked, ignored = _picked_weights(target, weight, ignore_index, classes, input.dtype)
     logp = _class_last(input).gather(-1, safe.unsqueeze(-1)).squeeze(-1)
-    loss = -(logp * picked)
+    # an ignored target's loss is a selected 0, not a product by a 0 weight: torch's loss there is +0 and its
+    # gradient 0, also when 'mean' divides by a total weight of 0 (every target ignored; a product gave NaN)
+    loss = jt.where(ignored, 0.0, -(logp if weight is None else logp * picked))
     if reduction == "none":
         return loss
     if reduction == "sum":
@@ -2535,7 +2537,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     nll = nll_loss(logp, target, weight, None, ignore_index, None, reduction)
     if label_smoothing == 0:
         return nll
-    _, picked = _picked_weights(target, weight, ignore_index, classes, input.dtype)
+    _, picked, _ = _picked_weights(target, weight, ignore_index, classes, input.dtype)
     terms = logp if weight is None else logp * _class_shape(weight, input)
     smooth = jt.where(target == ignore_index, 0, -terms.sum(class_dim))
     if reduction == "mean":
