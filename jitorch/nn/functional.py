@@ -1511,6 +1511,8 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
                            "(while checking arguments for embedding)")
     if sparse:
         raise RuntimeError("embedding(sparse=True): jitorch has no sparse tensors; use sparse=False")
+    if weight.ndim != 2:
+        raise RuntimeError("'weight' must be 2-D")
     rows = weight.shape[0]
     if padding_idx is not None:
         if not -rows <= padding_idx < rows:
@@ -1533,7 +1535,10 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
         with jt.no_grad():
             picked = weight.index_select(0, flat)
             norms = picked.norm(norm_type, 1, True)
-            scale = jt.where(norms > max_norm, max_norm / (norms + 1e-7), 1.0)
+            # torch's embedding_renorm_: the norm read as a double, the scale computed in double and rounded
+            # to the weight's dtype for the product
+            wide = norms.double()
+            scale = jt.where(wide > max_norm, max_norm / (wide + 1e-7), 1.0).to(weight.dtype)
             weight.index_copy_(0, flat, picked * scale)
     out = weight.index_select(0, flat)
     if scale_grad_by_freq:
