@@ -9,7 +9,9 @@ Per layer, the calling thread's CPU ms per call (median) at one thread:
     torch f+b / jt f+b        forward and backward of ``(y * g).sum()`` with respect to input and weight
     windows                   jitorch's im2col copy alone (a convolution's window view merged; none for a
                               transposed one, whose col2im is the accumulation below)
-    gemm                      jitorch's product alone, on compact operands of the layer's shapes
+    gemm                      jitorch's product alone, on compact operands of the layer's shapes (a generated kernel
+                              where ``ops.linalg.skinny_shape`` gives it one)
+    blas                      the same product through NumPy's matmul (OpenBLAS), as before the generated kernels
     col2im                    a transposed convolution's accumulation of its windows (``_as_strided_add``)
 """
 
@@ -21,6 +23,8 @@ import os
 import statistics
 import sys
 import time
+
+import numpy as np
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
 import jitorch as jt  # noqa: E402
@@ -85,6 +89,7 @@ def layer_calls(torch, transposed, xshape, wshape, stride, padding):
         a = jt.randn(c_out * math.prod(kernel), c, generator=g)
         b = jt.randn(c, math.prod(xshape[2:]) * n, generator=g)
         calls["gemm"] = lambda: jt.matmul(a, b)
+        calls["blas"] = lambda: np.matmul(a.numpy(), b.numpy())
         shape = (c_out, *full, n)
         size, steps = F._grouped_windows(shape, 1, kernel, (stride,) * 2, (1, 1), tuple(xshape[2:]))
         cols = jt.matmul(a, b).reshape(size)
@@ -98,10 +103,11 @@ def layer_calls(torch, transposed, xshape, wshape, stride, padding):
         a = jt.randn(wshape[0], c * math.prod(kernel), generator=g)
         b = jt.randn(c * math.prod(kernel), math.prod(out) * n, generator=g)
         calls["gemm"] = lambda: jt.matmul(a, b)
+        calls["blas"] = lambda: np.matmul(a.numpy(), b.numpy())
     return calls
 
 
-COLUMNS = ("torch fwd", "jt fwd", "torch f+b", "jt f+b", "windows", "gemm", "col2im")
+COLUMNS = ("torch fwd", "jt fwd", "torch f+b", "jt f+b", "windows", "gemm", "blas", "col2im")
 
 
 def main(argv=None):

@@ -32,26 +32,36 @@ def timed(fn, repeat):
     return median_time(fn, repeat)
 
 
-def interleaved(fns, repeat, barrier):
+def interleaved(fns, repeat, barrier, cpu=None):
     """Median seconds per call of each of ``fns``, called in turn ``repeat`` times after a barrier each (so
-    every rank starts together, and a change of the machine's load falls on all of them alike)."""
+    every rank starts together, and a change of the machine's load falls on all of them alike). With a dict
+    ``cpu``, also the median CPU seconds of this process per call (all its threads: a progress thread's too)
+    into ``cpu[name]``."""
     times = {name: [] for name in fns}
+    cpus = {name: [] for name in fns}
     for _ in range(repeat + 1):
         for name, fn in fns.items():
             barrier()
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - t0)
+            cpus[name].append(time.process_time() - c0)
+    if cpu is not None:
+        cpu.update({name: statistics.median(cs[1:]) for name, cs in cpus.items()})
     return {name: statistics.median(ts[1:]) for name, ts in times.items()}
 
 
 def allreduce_rows(sizes, repeat):
+    """Per size: raw mpi4py, jitorch's all_reduce, torch's gloo, and jitorch's agreement alone (the round trip
+    of 16 bytes each call makes first, so that ranks giving different dtypes or shapes raise)."""
     import torch
     import torch.distributed as tdist
     from mpi4py import MPI
 
     import jitorch as jt
     import jitorch.distributed as dist
+    from jitorch.distributed.collectives import _agree
+    from jitorch.distributed.process_group import resolve
 
     rows = []
     for nbytes in sizes:
@@ -60,6 +70,7 @@ def allreduce_rows(sizes, repeat):
         theirs_t = torch.ones(nbytes // 4)
         row = interleaved({"mpi4py": lambda: MPI.COMM_WORLD.Allreduce(MPI.IN_PLACE, array, op=MPI.SUM),
                            "jitorch": lambda: dist.all_reduce(t),
+                           "agreement": lambda: _agree(resolve(None), "all_reduce", t, "all_reduce"),
                            "torch": lambda: tdist.all_reduce(theirs_t)}, repeat, MPI.COMM_WORLD.Barrier)
         rows.append({"bytes": nbytes, **row})
     return rows
@@ -112,10 +123,32 @@ def deep_mlp(lib, width, layers):
     return nn.Sequential(*body, nn.Linear(width, 10))
 
 
+class Parts:
+    """CPU seconds (this thread's) spent in methods of an object, per label, while ``on``."""
+
+    def __init__(self):
+        self.seconds, self.on = {}, False
+
+    def wrap(self, obj, name, label):
+        method = getattr(obj, name)
+
+        def timed(*args, **kwargs):
+            if not self.on:
+                return method(*args, **kwargs)
+            c0 = time.thread_time()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                self.seconds[label] = self.seconds.get(label, 0.0) + time.thread_time() - c0
+        setattr(obj, name, timed)
+
+
 def overlap_rows(width, layers, batch, cap_mb, repeat):
-    """The share of the gradients' all-reduce hidden behind backward, on an MLP deep enough for many buckets:
-    1 - (synced step - step under no_sync) / (one all-reduce of every gradient), for jitorch with the gradient
-    hooks advancing MPI and with the progress thread, and for torch's DDP on gloo (same bucket cap)."""
+    """What a synced DDP step costs over a step under no_sync, on an MLP deep enough for many buckets, for
+    jitorch with the gradient hooks advancing MPI and with the progress thread, and for torch's DDP on gloo
+    (same bucket cap); against one all-reduce of every gradient, and (jitorch) against that all-reduce plus
+    the bucket copies a synced step makes (each gradient into its bucket, scaled, and the average back).
+    Also, for the hooks, where rank 0's main thread spends the difference (CPU time)."""
     import torch
     import torch.distributed as tdist
     from mpi4py import MPI
@@ -142,6 +175,11 @@ def overlap_rows(width, layers, batch, cap_mb, repeat):
         finished[model._progress.threaded].append(sum(all(r.Get_status() for r in w._requests) for w in works))
         finish()
     model._finish = counting_finish
+    parts = Parts()
+    for obj, name, label in ((model, "_fill", "copy in"), (model, "_write_back", "copy out"),
+                             (model, "_start", "start"), (model, "_finish", "finish"),
+                             (model._progress, "poke", "hooks' MPI tests")):
+        parts.wrap(obj, name, label)
 
     def step(threaded=None):
         default = model._progress.threaded
@@ -151,9 +189,19 @@ def overlap_rows(width, layers, batch, cap_mb, repeat):
         opt.step()
         model._progress.threaded = default
 
+    def hooks():
+        parts.on = True
+        step(False)
+        parts.on = False
+
     def local():
         with model.no_sync():
             step()
+
+    def copies():
+        for bucket in model._buckets:
+            model._fill(bucket)
+            model._write_back(bucket)
     tmodel = TorchDDP(deep_mlp(torch, width, layers), bucket_cap_mb=cap_mb)
     topt = torch.optim.SGD(tmodel.parameters(), lr=0.001)
     tx, ty = torch.randn(batch, 256), torch.randint(0, 10, (batch,))
@@ -167,13 +215,22 @@ def overlap_rows(width, layers, batch, cap_mb, repeat):
     def tlocal():
         with tmodel.no_sync():
             tstep()
-    t = interleaved({"hooks": lambda: step(False), "thread": lambda: step(True), "local": local,
-                     "comm": lambda: dist.all_reduce(grads), "torch": tstep, "torch local": tlocal,
-                     "torch comm": lambda: tdist.all_reduce(tgrads)}, repeat, MPI.COMM_WORLD.Barrier)
+    cpu = {}
+    t = interleaved({"hooks": hooks, "thread": lambda: step(True), "local": local,
+                     "comm": lambda: dist.all_reduce(grads), "copies": copies, "torch": tstep, "torch local": tlocal,
+                     "torch comm": lambda: tdist.all_reduce(tgrads)}, repeat, MPI.COMM_WORLD.Barrier, cpu)
+    steps = repeat + 1
+    spent = {label: seconds / steps for label, seconds in parts.seconds.items()}
+    # the parts nest: start holds copy in, finish holds copy out and the wait for the all-reduces
+    spent["start"] -= spent["copy in"]
+    spent["finish"] -= spent["copy out"]
     return {"buckets": len(model._buckets), "default thread": model._progress.threaded, **t,
+            "cpu": cpu, "parts": spent,
             **{f"finished {name}": statistics.mean(finished[threaded][1:]) for name, threaded in
                (("hooks", False), ("thread", True))},
             **{f"hidden {name}": 1 - (t[name] - t["local"]) / t["comm"] for name in ("hooks", "thread")},
+            **{f"hidden+copies {name}": 1 - (t[name] - t["local"]) / (t["comm"] + t["copies"])
+               for name in ("hooks", "thread")},
             "hidden torch": 1 - (t["torch"] - t["torch local"]) / t["torch comm"]}
 
 
@@ -188,7 +245,7 @@ def worker(args):
     torch.set_num_threads(1)
     dist.init_process_group()
     tdist.init_process_group("gloo")
-    sizes = [1 << 16, 1 << 20] if args.quick else [1 << 20, 16 << 20, 64 << 20]
+    sizes = [1 << 16, 1 << 20] if args.quick else [1 << 18, 1 << 20, 1 << 22, 16 << 20, 64 << 20]
     result = {"allreduce": allreduce_rows(sizes, 2 if args.quick else 30),
               "ddp": ddp_rows(32 if args.quick else 1024, 16 if args.quick else 128, 2 if args.quick else 20)}
     if dist.get_world_size() > 1:
@@ -239,28 +296,44 @@ def main(argv=None):
         # libstdc++), so the worker leaves without finalizing the interpreter.
         sys.stdout.flush()
         os._exit(0)
+    load = os.getloadavg()
     results = {n: launch(n, args.quick) for n in (1, 2)}
-    print("all-reduce of float32, 2 ranks (ms; bandwidth as a share of raw mpi4py's)")
-    print(f"{'size':>9} {'mpi4py':>9} {'jitorch':>9} {'torch gloo':>11} {'jitorch/mpi4py':>15}")
+    print(f"machine load (1-minute average) before and after: {load[0]:.1f} / {os.getloadavg()[0]:.1f}")
+    print("\nall-reduce of float32, 2 ranks (ms; bandwidth as a share of raw mpi4py's; agreement: jitorch's check "
+          "that the ranks' dtypes and shapes match, alone)")
+    print(f"{'size':>9} {'mpi4py':>9} {'jitorch':>9} {'torch gloo':>11} {'agreement':>10} {'jitorch/mpi4py':>15}")
     for row in results[2]["allreduce"]:
         print(f"{row['bytes'] / 2**20:>7.2f}MB {row['mpi4py'] * 1e3:>9.2f} {row['jitorch'] * 1e3:>9.2f} "
-              f"{row['torch'] * 1e3:>11.2f} {row['mpi4py'] / row['jitorch']:>14.0%}")
+              f"{row['torch'] * 1e3:>11.2f} {row['agreement'] * 1e3:>10.3f} {row['mpi4py'] / row['jitorch']:>14.0%}")
     print("\nDDP training step of an MLP, the same batch per rank (ms; efficiency = 1-rank time / 2-rank time)")
     print(f"{'system':>17} {'1 rank':>8} {'2 ranks':>8} {'efficiency':>11}")
     for system in ("jitorch eager", "jitorch compiled", "torch eager"):
         one, two = results[1]["ddp"][system], results[2]["ddp"][system]
         print(f"{system:>17} {one * 1e3:>8.2f} {two * 1e3:>8.2f} {one / two:>10.0%}")
     o = results[2]["overlap"]
-    print(f"\nOverlap on an 8-layer MLP, {o['buckets']} buckets, 2 ranks (ms per step; hidden = the share of one "
-          "all-reduce of every gradient that the synced step does not add to the no_sync step)")
-    print(f"{'system':>28} {'synced':>8} {'no_sync':>8} {'all-reduce':>11} {'hidden':>7} {'done by then':>13}")
+    print(f"\nOverlap on an 8-layer MLP, {o['buckets']} buckets, 2 ranks (ms per step, wall). hidden: the share of "
+          "one all-reduce of every gradient that the synced step does not add to the no_sync step; +copies: of that "
+          "all-reduce and the bucket copies together (every gradient into its bucket and the average back)")
+    print(f"{'system':>28} {'synced':>8} {'no_sync':>8} {'all-reduce':>11} {'copies':>7} {'hidden':>7} "
+          f"{'+copies':>8} {'done by then':>13}")
     for name, label in (("hooks", "jitorch, hooks advance MPI"), ("thread", "jitorch, progress thread")):
         print(f"{label:>28} {o[name] * 1e3:>8.2f} {o['local'] * 1e3:>8.2f} {o['comm'] * 1e3:>11.2f} "
-              f"{o['hidden ' + name]:>7.0%} {o['finished ' + name]:>6.1f} of {o['buckets']}")
+              f"{o['copies'] * 1e3:>7.2f} {o['hidden ' + name]:>7.0%} {o['hidden+copies ' + name]:>8.0%} "
+              f"{o['finished ' + name]:>6.1f} of {o['buckets']}")
     print(f"{'torch DDP on gloo':>28} {o['torch'] * 1e3:>8.2f} {o['torch local'] * 1e3:>8.2f} "
-          f"{o['torch comm'] * 1e3:>11.2f} {o['hidden torch']:>7.0%}")
+          f"{o['torch comm'] * 1e3:>11.2f} {'':>7} {o['hidden torch']:>7.0%}")
     print(f"(done by then: buckets whose all-reduce had finished when backward ended; jitorch's default here: "
           f"{'the thread' if o['default thread'] else 'the hooks'})")
+    c, parts = o["cpu"], o["parts"]
+    print(f"CPU of rank 0 per step (ms, process time): synced {c['hooks'] * 1e3:.2f} (progress thread "
+          f"{c['thread'] * 1e3:.2f}), no_sync {c['local'] * 1e3:.2f}, all-reduce {c['comm'] * 1e3:.2f}, copies "
+          f"{c['copies'] * 1e3:.2f}. Of the synced step (hooks, main thread): "
+          + ", ".join(f"{label} {seconds * 1e3:.2f}" for label, seconds in parts.items()))
+    print("On 2 cores both ranks compute backward on both cores, and MPICH's shared-memory all-reduce is CPU work "
+          "(copies and sums) on those same cores, as are the bucket copies: none of it can hide behind backward "
+          "here, so +copies near 0% is the best this machine can show (below: waiting for the other rank, Python "
+          "per bucket, or the progress thread taking a core from backward). A positive share needs a core to spare "
+          "per rank, or a network that moves the data without the CPU.")
 
 
 if __name__ == "__main__":

@@ -41,8 +41,8 @@ DEFAULT_MODELS = ("gpt-4x128", "gpt-6x384", "cnn", "dcgan", "lstm")
 def collect(name, quick):
     """{(dtype, a shape, a strides, b shape, b strides, out strides or None, caller): calls per step} of a
     compiled step of model ``name`` (strides in elements), from its third and fourth calls. The caller is
-    'jitorch' for the products of ``linalg.array_product`` (seen as its BLAS call gets them, after any fold
-    of a batch into rows), 'numpy' for a module calling NumPy's matmul itself (the recurrences)."""
+    'jitorch' for the products of ``linalg.array_product`` (seen as its BLAS call or generated kernel gets them,
+    after any fold of a batch into rows), 'numpy' for a module calling NumPy's matmul itself (the recurrences)."""
     w = models.workload(jitorch, name, quick)
     call = models.whole_step(jitorch, w)
     for _ in range(2):
@@ -69,12 +69,19 @@ def collect(name, quick):
         if not inside:
             record(a, b, out, "numpy")
         return matmul(a, b, out=out, **kwargs)
-    np.matmul, linalg._matmul = watched, watched_product
+    skinny = linalg._skinny
+
+    def watched_skinny(a, b, out, whole):  # (the products a generated kernel computes: no BLAS call to watch)
+        done = skinny(a, b, out, whole)
+        if done is not None:
+            record(a, b, out, "jitorch")
+        return done
+    np.matmul, linalg._matmul, linalg._skinny = watched, watched_product, watched_skinny
     try:
         call()
         call()
     finally:
-        np.matmul, linalg._matmul = matmul, product
+        np.matmul, linalg._matmul, linalg._skinny = matmul, product, skinny
     return {k: n / 2 for k, n in seen.items()}
 
 

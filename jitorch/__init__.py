@@ -128,17 +128,36 @@ def _scatter_rows_kernel(dtype):
     return scatter.scatter_rows_kernel(dtype)
 
 
+def _skinny_kernel(dtype, m, k, n, a_strides, b_rows, c_rows):
+    """ops.linalg's generated product of few rows and a short sum (small convolutions), loaded as `_row_kernel`
+    is."""
+    from .codegen import gemm
+    return gemm.skinny_product(dtype, m, k, n, a_strides, b_rows, c_rows)
+
+
+def _long_sum_kernel(dtype, m, k, n, a_rows, bt_rows, c_strides):
+    """ops.linalg's generated product over a long sum (small convolutions' weight gradients), loaded as
+    `_row_kernel` is."""
+    from .codegen import gemm
+    return gemm.long_sum_product(dtype, m, k, n, a_rows, bt_rows, c_strides)
+
+
 def _power_kernel(name, dtype):
-    """ops.powers' kernel of pow or xlogy (jitorch's own pow and log, `_POWER_OPS`), loaded as `_row_kernel` is."""
+    """ops.powers' kernel of pow, xlogy or a float32 arc function (jitorch's own definitions, `_POWER_OPS`), loaded
+    as `_row_kernel` is."""
     from .jit import eager_kernels
-    return eager_kernels.kernel(_POWER_OPS[name], name, dtype, 2)
+    fn, arity = _POWER_OPS[name]
+    return eager_kernels.kernel(fn, name, dtype, arity)
 
 
-_POWER_OPS = {"pow": Tensor.__pow__, "xlogy": Tensor.xlogy}
+_POWER_OPS = {"pow": (Tensor.__pow__, 2), "xlogy": (Tensor.xlogy, 2),
+              **{name: (getattr(Tensor, name), 1) for name in ("asin", "acos", "atan", "asinh", "acosh", "atanh")}}
 _ops.reductions.ROW_KERNEL = _row_kernel
 _ops.powers.KERNEL = _power_kernel
 _ops.indexing.SCATTER_ROWS_KERNEL = _scatter_rows_kernel
 _ops.normalization.LAYER_NORM_KERNEL = _layer_norm_kernel
+_ops.linalg.SKINNY_KERNEL = _skinny_kernel
+_ops.linalg.LONG_SUM_KERNEL = _long_sum_kernel
 
 # name -> (module, attribute of that module, or None for the module itself)
 _LAZY = {

@@ -951,8 +951,9 @@ class Tensor:
     def detach(self):
         """A view of the same data, cut from the autograd graph. As torch's, it is no view for
         autograd (no ``_base``): an in-place op on it, or through a view of it, gives history to it
-        alone, never to this tensor, and one on this tensor none to it."""
-        return Tensor._make(self._storage, self._shape, self._stride, self._offset)
+        alone, never to this tensor, and one on this tensor none to it. (It takes this tensor's NumPy view,
+        the same elements: ``p.data.add_(...)``'s shortcut wants one.)"""
+        return Tensor._make(self._storage, self._shape, self._stride, self._offset, self._arr)
 
     def detach_(self):
         """Take this tensor out of autograd's graph, in place; a view refuses, as torch's."""

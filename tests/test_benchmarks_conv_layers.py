@@ -34,7 +34,8 @@ def test_a_layers_calls_compute_torchs_convolution(bench):
     name, transposed, xshape, wshape, stride, padding = bench.LAYERS["dcgan"][3]
     calls = bench.layer_calls(torch, transposed, xshape, wshape, stride, padding)
     np.testing.assert_allclose(calls["jt fwd"]().numpy(), calls["torch fwd"]().numpy(), rtol=1e-4, atol=1e-5)
-    assert {"gemm", "col2im"} <= set(calls) and "windows" not in calls
+    assert {"gemm", "blas", "col2im"} <= set(calls) and "windows" not in calls
+    np.testing.assert_allclose(calls["gemm"]().numpy(), calls["blas"](), rtol=1e-4, atol=1e-4)
 
 
 def test_a_quick_run_prints_a_row_per_set(bench, capsys):

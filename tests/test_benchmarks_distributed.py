@@ -15,10 +15,14 @@ def test_quick_run_prints_the_three_tables():
                           capture_output=True, text=True, timeout=300, cwd=ROOT,
                           env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert done.returncode == 0, done.stderr
-    assert len(re.findall(r"^ *\d+\.\d+MB( +\d+\.\d+){3} +\d+%$", done.stdout, re.M)) == 2, done.stdout
+    assert len(re.findall(r"^ *\d+\.\d+MB( +\d+\.\d+){4} +\d+%$", done.stdout, re.M)) == 2, done.stdout
     for system in ("jitorch eager", "jitorch compiled", "torch eager"):
         assert re.search(rf"^ *{system} +\d+\.\d+ +\d+\.\d+ +\d+%$", done.stdout, re.M), done.stdout
     assert re.search(r"^Overlap on an 8-layer MLP, \d+ buckets, 2 ranks", done.stdout, re.M), done.stdout
     for system in ("jitorch, hooks advance MPI", "jitorch, progress thread"):
-        assert re.search(rf"^ *{system}( +\d+\.\d+){{3}} +-?\d+% +\d+\.\d of \d+ *$", done.stdout, re.M), done.stdout
+        assert re.search(rf"^ *{system}( +\d+\.\d+){{4}} +-?\d+% +-?\d+% +\d+\.\d of \d+ *$", done.stdout,
+                         re.M), done.stdout
     assert re.search(r"^ *torch DDP on gloo( +\d+\.\d+){3} +-?\d+%$", done.stdout, re.M), done.stdout
+    # where the synced step's CPU goes, part by part
+    assert re.search(r"^CPU of rank 0 per step .*: hooks' MPI tests \d+\.\d+, copy in \d+\.\d+, start \d+\.\d+, "
+                     r"copy out \d+\.\d+, finish \d+\.\d+$", done.stdout, re.M), done.stdout

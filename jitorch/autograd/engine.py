@@ -682,12 +682,20 @@ def _needed(roots, wanted):
 
 def passes_gradient(node, output_nr):
     """Whether a gradient of ``node``'s output ``output_nr`` reaches its inputs: not where the op's rule
-    reads other outputs' alone (`rule.only_with_grads_of`: slogdet's sign)."""
+    reads other outputs' alone (`rule.only_with_grads_of`: slogdet's sign), nor where it gives none for
+    these arguments (`rule.only_if`)."""
     if node.__class__ is not Node:
         return True
     rule = node.op.pieces.get("derivative")
-    needed = getattr(rule.backward, "grads_of", None) if rule is not None else None
-    return needed is None or output_nr in needed
+    if rule is None:
+        return True
+    needed = getattr(rule.backward, "grads_of", None)
+    return (needed is None or output_nr in needed) and _gives_gradient(node, rule)
+
+
+def _gives_gradient(node, rule):
+    predicate = getattr(rule.backward, "gives_gradient", None)
+    return predicate is None or predicate(Args(node.op.schema, node.args, node.op.arg_names))
 
 
 def _call_rule(node, grads, create_graph):
@@ -708,6 +716,8 @@ def _call_rule(node, grads, create_graph):
     rule = op.pieces.get("derivative")
     if rule is None:
         raise NotImplementedError(f"the derivative for '{op.name}' is not implemented")
+    if not _gives_gradient(node, rule):
+        return [None] * len(node.input_specs)
     outs = node.out if isinstance(node.out, (tuple, list)) else None
     if outs is None:
         g = grads[0]
@@ -767,8 +777,26 @@ def run_backward(roots, root_grads, retain_graph=False, create_graph=False, capt
     """Propagate ``root_grads`` from ``roots`` (tensors). ``capture``: tensors whose gradient to return
     (autograd.grad) instead of accumulating into leaves. The rules and hooks run with grad mode
     set to ``create_graph``, as in torch's engine."""
-    with (enable_grad() if create_graph else no_grad()):
-        return _run(roots, root_grads, retain_graph, create_graph, capture, accumulate)
+    _ENDING.append([])
+    try:
+        with (enable_grad() if create_graph else no_grad()):
+            return _run(roots, root_grads, retain_graph, create_graph, capture, accumulate)
+    finally:
+        for fn in _ENDING.pop():
+            fn()
+
+
+_ENDING: list = []  # per running backward (innermost last): what `when_backward_ends` asked to call
+
+
+def when_backward_ends(fn):
+    """Call ``fn()`` once the backward now running (the innermost, when a hook runs another) ends, whether it
+    returns or raises: a hook that starts something, such as DDP's thread advancing its all-reduces, stops it
+    there also when a later rule or hook raises. Returns whether a backward is running (outside one nothing is
+    registered)."""
+    if _ENDING:
+        _ENDING[-1].append(fn)
+    return bool(_ENDING)
 
 
 def _run(roots, root_grads, retain_graph, create_graph, capture, accumulate):

@@ -65,6 +65,14 @@ def only_with_grads_of(outputs, rule):
     return rule
 
 
+def only_if(predicate, rule):
+    """``rule``, which gives no gradient at all, as torch's undefined one, unless ``predicate(a)`` holds of
+    the op's arguments (from their geometry alone, which a compiled trace fixes): torch's
+    householder_product passes nothing back without reflectors, where the rule's zeros would be a gradient."""
+    rule.gives_gradient = predicate
+    return rule
+
+
 def defgrad(names, backward):
     """Declare ``backward`` the derivative rule of the ops ``names`` (full names such as ``max.dim``,
     separated by spaces; an op's aliases share it). The rule says which arguments it differentiates

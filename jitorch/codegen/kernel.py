@@ -89,11 +89,12 @@ def kernel_body(name, t, buffers):
     return module, body, ir.IRBuilder(body.append_basic_block("entry"))
 
 
-def fma_loop(b, lo, hi, zero, rows, vecs, operands):
+def fma_loop(b, lo, hi, zero, rows, vecs, operands, contract=True):
     """The register block of a product: ``acc[r][c] = sum over k in [lo, hi), in order, of s[r] * v[c]``,
-    one FMA each, where ``operands(b, k)`` gives k's ``rows`` scalars (broadcast to vectors) and ``vecs``
-    vectors; the accumulators start at ``zero`` and stay in registers (phis). The loop body runs at least
-    once (``lo < hi``). Returns (the accumulators' final values, by row, then vector; the loop's latch, for
+    one FMA each where the target has FMA (``contract``; else a product and a sum, each rounded), where
+    ``operands(b, k)`` gives k's ``rows`` scalars (broadcast to vectors) and ``vecs`` vectors; the
+    accumulators start at ``zero`` and stay in registers (phis). The loop body runs at least once
+    (``lo < hi``). Returns (the accumulators' final values, by row, then vector; the loop's latch, for
     loop metadata); the builder is left after the loop."""
     head = b.block
     loop = b.function.append_basic_block("k")
@@ -107,7 +108,8 @@ def fma_loop(b, lo, hi, zero, rows, vecs, operands):
         for acc in row:
             acc.add_incoming(zero, head)
     scalars, cols = operands(b, k)
-    new = [[b.fadd(b.fmul(s, col, flags=("contract",)), acc, flags=("contract",)) for col, acc in zip(cols, row)]
+    flags = ("contract",) if contract else ()
+    new = [[b.fadd(b.fmul(s, col, flags=flags), acc, flags=flags) for col, acc in zip(cols, row)]
            for s, row in zip(scalars, accs)]
     k_next = b.add(k, I64(1))
     for row, values in zip(accs, new):

@@ -17,7 +17,8 @@ file departs from SLEEF it says why (mostly to keep results finite and correct u
 very edge of the range, where SLEEF saturates early). float32 exp, log, tanh and erf are one-word
 float arithmetic instead, shaped for the vector units (`_exp_single`, `_log_single`, `_tanh_single`,
 `_erf_single`: no double words, no float-to-integer conversion, no division but tanh's one), with
-polynomials fitted here against mpmath where SLEEF's did not fit the reduction. The Payne-Hanek table for
+polynomials fitted here against mpmath where SLEEF's did not fit the reduction. float32 asin, acos, atan, asinh,
+acosh and atanh are `jitorch.ops.arc_functions`' double arithmetic, which eager runs too. The Payne-Hanek table for
 huge trig arguments is computed here from pi (Machin's formula), as SLEEF's mkrempitab.c does.
 
 Accuracy, measured against float64 NumPy (float32) and 100-bit mpmath (float64) on random
@@ -43,7 +44,7 @@ from functools import lru_cache
 import numpy as np
 from llvmlite import ir
 
-from ..ops import powers
+from ..ops import arc_functions, powers
 
 # The intrinsics this module may emit (it needs only some of them).
 ALLOWED_INTRINSICS = frozenset({
@@ -1265,9 +1266,10 @@ _FUNCTIONS = {
     "log": (1, _log_any("log")), "log2": (1, _log_any("log2")), "log10": (1, _log_any("log10")),
     "log1p": (1, _log1p), "sqrt": (1, _sqrt), "rsqrt": (1, _rsqrt),
     "sin": (1, _sin), "cos": (1, _cos), "tan": (1, _tan),
-    "asin": (1, _asin), "acos": (1, _acos), "atan": (1, _atan), "atan2": (2, _atan2),
-    "sinh": (1, _sinh), "cosh": (1, _cosh), "tanh": (1, _tanh), "sigmoid": (1, _sigmoid),
-    "asinh": (1, _asinh), "acosh": (1, _acosh), "atanh": (1, _atanh),
+    "atan2": (2, _atan2), "sinh": (1, _sinh), "cosh": (1, _cosh), "tanh": (1, _tanh), "sigmoid": (1, _sigmoid),
+    # float: jitorch's own float32 definitions (`jitorch.ops.arc_functions`), which eager runs too
+    **{name: (1, _in_double(double, arc_functions.ALGORITHMS[name])) for name, double in (
+        ("asin", _asin), ("acos", _acos), ("atan", _atan), ("asinh", _asinh), ("acosh", _acosh), ("atanh", _atanh))},
     "erf": (1, _erf), "erfc": (1, _erfc),
     # jitorch's own definitions (`jitorch.ops.powers`): eager pow and xlogy compute the same bits
     "pow": (2, _in_double(powers.pow_double, powers.pow_single)),

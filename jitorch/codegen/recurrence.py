@@ -66,6 +66,7 @@ class StepKernel:
     def __init__(self, compiled, names):
         self._compiled = compiled  # keeps the machine code alive
         self._fn = compiled.fn
+        self.address = compiled.address  # (its entry point, for a program of calls: `threads.run_row_program`)
         self.names = names
 
     def table(self, columns):
@@ -245,6 +246,7 @@ class ProductKernel(StepKernel):
         super().__init__(compiled, ["a", "w", "out"])
         self.k, self.n, self.panel, self.itemsize = k, n, panel, itemsize
         self.ld = -(-n // panel) * panel
+        self.block = _PRODUCT_ROWS  # rows per register block (fewer run as a slower block of their own)
 
     def serves(self, rows):
         """Whether this kernel runs a product of ``rows`` rows faster than NumPy's: it reads a panel from

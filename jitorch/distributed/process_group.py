@@ -42,7 +42,7 @@ class ProcessGroup:
         self.ranks = list(ranks)
         self.backend = backend
         self.timeout = timeout
-        self.signatures = None  # the buffers collectives compare their signatures in (`collectives.Agreement`)
+        self.signatures = None  # the buffer collectives compare their signatures in (`collectives.Agreement`)
         self.nccl = {}  # CUDA device index -> `nccl.Communicator` (backend "nccl"), made at its first collective
 
     def rank(self):

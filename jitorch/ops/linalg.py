@@ -2,7 +2,8 @@
 
 Kernels hand the operands to NumPy's matmul as they are: NumPy passes
 transposed operands to BLAS without copying, so a float32 or float64 product
-costs what ``np.matmul`` costs. Half types compute in float32. Integer
+costs what ``np.matmul`` costs, except the skinny products of small convolutions, which the code generator's
+kernels compute (`skinny_shape`). Half types compute in float32. Integer
 products wrap like torch's; bool products raise like torch's CPU kernels.
 
 Each meta rule checks in torch's order (shapes, then dtypes, then dtypes
@@ -225,6 +226,70 @@ def _product(a, b, one_term, out=None):
         fp_errors.leave(token)
 
 
+# A product of few rows and a short sum over long rows (a small convolution's: cnn's 16 x 72 by 72 x 36864, its
+# windows' gradient 72 x 16 by 16 x 36864), where OpenBLAS ran at 12-50 GFLOP/s on one core: the code generator's
+# kernel (`codegen.gemm`, registered here: the ops layer cannot import it) computes it, eager and compiled alike.
+# The rule, measured (benchmarks/conv_layers.py's shapes and a sweep, float32, one thread, the kernel against
+# NumPy's OpenBLAS in turns, process CPU time): 1.1-2.5x OpenBLAS's speed on 16x72, 72x16, 8x9, 64x48, 48x64,
+# 16x16 and 4x64 by 16K-64K columns and on 32x256 by 8K; level at 64x128 and 128x128 by 4K; behind at 256x128
+# by 2K (OpenBLAS's blocking pays once both dims are large) and at 64x64 by 2304 (cnn's linear layer: 1.4-1.5x
+# slower), so it takes 8K columns and more. Below 2**20 multiply-adds the ctypes call and Python checks weigh
+# (and such products' eager path calls NumPy directly: `_DIRECT_MAX_WORK`).
+# The weight gradient of such a convolution is the other skinny product: few rows and columns, a sum over every
+# window (cnn's 16 x 36864 by 36864 x 72, the windows read transposed: unit stride along the sum in both
+# operands), where OpenBLAS ran at 15-56 GFLOP/s: the code generator's long-sum kernel (`codegen.gemm._Dots`)
+# ran 1.2-5x faster on 16x36864x72, 8x43264x9, 64x16384x48 and 48x16384x64 (same measurement).
+SKINNY_KERNEL = LONG_SUM_KERNEL = None
+SKINNY_MAX_ROWS, SKINNY_MAX_SUM, SKINNY_MAX_AREA, SKINNY_MIN_COLS, SKINNY_MIN_WORK = 128, 256, 8192, 8192, 1 << 20
+LONG_SUM_MAX_ROWS, LONG_SUM_MAX_COLS, LONG_SUM_MAX_AREA, LONG_SUM_MIN_SUM = 64, 128, 4096, 8192
+# 2-D products of fewer multiply-adds run as one NumPy call on eager's fast path, without `array_product`
+_DIRECT_MAX_WORK = min(SPLIT_MIN_WORK, SKINNY_MIN_WORK)
+
+
+def skinny_shape(dtype, m, k, n):
+    """Which generated kernel the rules above give an ``(m, k) @ (k, n)`` product of ``dtype`` (a NumPy
+    dtype): "columns", "long sum" or None (the layouts are checked apart, in `_skinny`)."""
+    if dtype not in _SPLIT_DTYPES or m * k * n < SKINNY_MIN_WORK:
+        return None
+    if m <= SKINNY_MAX_ROWS and k <= SKINNY_MAX_SUM and m * k <= SKINNY_MAX_AREA and n >= SKINNY_MIN_COLS:
+        return "columns"
+    if m <= LONG_SUM_MAX_ROWS and n <= LONG_SUM_MAX_COLS and m * n <= LONG_SUM_MAX_AREA and k >= LONG_SUM_MIN_SUM:
+        return "long sum"
+    return None
+
+
+def _skinny(a, b, out, whole):
+    """``a @ b`` by a generated kernel (into ``out`` if given) where the rules take it and the operands lie as
+    it reads them (no batch but dims of 1, the result apart from the operands; "columns": unit stride along
+    the rows of ``b`` and of the result; "long sum": along the rows of ``a`` and the columns of ``b``), else
+    None."""
+    if a.ndim < 2 or b.ndim < 2 or a.dtype != b.dtype:
+        return None
+    (m, k), n = a.shape[-2:], b.shape[-1]
+    kind = skinny_shape(a.dtype, m, k, n)
+    make = SKINNY_KERNEL if kind == "columns" else LONG_SUM_KERNEL
+    if kind is None or make is None or prod(a.shape[:-2]) != 1 or prod(b.shape[:-2]) != 1:
+        return None
+    if out is None:
+        out = np.empty((1,) * (max(a.ndim, b.ndim) - 2) + (m, n), a.dtype)
+    item = a.itemsize
+    strides = (*a.strides[-2:], *b.strides[-2:], *out.strides[-2:])
+    unit = (3, 5) if kind == "columns" else (1, 2)  # (the strides that must be one element)
+    if (any(strides[i] != item for i in unit) or any(s % item or s < 0 for s in strides)
+            or not (a.flags.aligned and b.flags.aligned and out.flags.aligned)
+            or np.may_share_memory(out, a) or np.may_share_memory(out, b)):
+        return None
+    sa0, sa1, sb0, sb1, sc0, sc1 = (s // item for s in strides)
+    if kind == "columns":
+        kernel = make(a.dtype, m, k, n, (sa0, sa1), sb0, sc0)
+    else:
+        kernel = make(a.dtype, m, k, n, sa0, sb1, (sc0, sc1))
+    if kernel is None:
+        return None
+    kernel.run(a, b, out, 1 if whole else threads.get_num_threads())
+    return out
+
+
 def array_product(a, b, out=None, whole=False):
     """``np.matmul(a, b)``, into ``out`` if given (an array of the result's shape and dtype), without NumPy's
     floating-point warnings. A batch of matrices times one matrix is one BLAS call over all rows rather than
@@ -239,6 +304,9 @@ def array_product(a, b, out=None, whole=False):
             return array_product(rows, b, whole=whole).reshape(a.shape[:-1] + b.shape[1:])
         array_product(rows, b, out.reshape(rows.shape[0], *b.shape[1:]), whole)
         return out
+    skinny = _skinny(a, b, out, whole)
+    if skinny is not None:
+        return skinny
     parts = 1 if whole else threads.product_parts()
     if a.ndim < 2 or b.ndim < 2 or a.dtype != b.dtype or a.dtype not in _SPLIT_DTYPES:
         return _matmul(a, b, out)
@@ -329,7 +397,7 @@ def _fast_path(op, ndims):
         shape = None  # (the result's, where known here: two matrices')
         na, nb = len(sa), len(sb)
         try:  # (`array_product`'s choice for these operands, without its calls)
-            if na == 2 == nb and sa[0] * sa[1] * sb[1] < SPLIT_MIN_WORK:
+            if na == 2 == nb and sa[0] * sa[1] * sb[1] < _DIRECT_MAX_WORK:
                 r = _product(xa, ya, sa[1] == 1 == sb[0])  # (`_matmul` on two matrices of one dtype)
                 shape = (sa[0], sb[1])
             elif na < 3 and (na < 2 or nb < 2):

@@ -1,4 +1,5 @@
-"""The reductions, sorts and scans whose ``out=`` tensors must have the result's own dtype.
+"""The reductions, sorts and scans whose ``out=`` tensors must have the result's own dtype, and mean's and
+nanmean's errors for an integer out tensor.
 
 Most ops write a result into an ``out=`` tensor of any dtype it can be cast to. These do not: torch
 refuses an out tensor of another dtype than the result's (values: the input's or the norm's dtype;
@@ -78,6 +79,8 @@ def _same_dtypes(op, name, message):
             wanted = [args[0].dtype]
         elif name == "aminmax":
             wanted = [args[0].dtype] * 2
+        elif message is _scan:  # (torch compares the out tensors with the input before its dim and dtype checks)
+            wanted = [args[0].dtype, _dt.int64]
         elif op.meta is None:  # a composite (msort): the input's values, and int64 indices
             wanted = [args[0].dtype, _dt.int64]
         else:
@@ -105,6 +108,27 @@ _FAMILIES = {
     _median: ("median.dim", "nanmedian.dim"),
 }
 
+def _mean_out(out, x, dim=None, keepdim=False, dtype=None):
+    """torch's mean into an integer or bool out tensor: it sums into it, then divides it in place, which
+    raises for the division's Float result whatever the input's floating dtype (a half one too)."""
+    OPS["mean"].meta(x, dim, keepdim, dtype)
+    if dtype is None and isinstance(out, registry.Tensor) and not out.dtype.is_floating_point:
+        raise RuntimeError(f"result type Float can't be cast to the desired output type {scalar_name(out.dtype)}")
+
+
+def _nanmean_out(out, x, dim=None, keepdim=False, dtype=None):
+    """torch's nanmean with out= refuses integers with its own message, then sums into the out tensor, whose
+    dtype picks the sum's kernel: none for integers and bools."""
+    if not x.dtype.is_floating_point:
+        raise RuntimeError("nanmean(): integral types and 'Bool' are not supported for nanmean, even for empty "
+                           "tensors.")
+    OPS["nanmean"].meta(x, dim, keepdim, dtype)
+    if dtype is None and isinstance(out, registry.Tensor) and not out.dtype.is_floating_point:
+        raise NotImplementedError(f"\"nansum_cpu\" not implemented for '{scalar_name(out.dtype)}'")
+
+
+OPS["mean"].attrs["out_check"] = _mean_out
+OPS["nanmean"].attrs["out_check"] = _nanmean_out
 for _message, _names in _FAMILIES.items():
     for _name in _names:
         OPS[_name].attrs["out_check"] = _same_dtypes(OPS[_name], _name.split(".")[0], _message)

@@ -20,8 +20,9 @@ from numbers import Number
 import numpy as np
 
 from ..runtime import dtypes as _dt
+from ..runtime import fp_errors
 from ..runtime.casts import convert
-from . import erf_float32, powers, registry, special_math
+from . import arc_functions, erf_float32, powers, registry, special_math
 from .meta import ALWAYS_BOOL, DEFAULT, INT_TO_FLOAT, KEEP_INT, opmath
 from .pointwise_base import check_fits, defpointwise, scalar_in
 from .registry import cpp_name, defop, scalar_name
@@ -265,6 +266,11 @@ def _add_into(a, b, alpha, out):
 
 def _sub_into(a, b, alpha, out):
     np.subtract(a, b if alpha == 1 else _alpha_times(b, alpha, a), out=out)
+
+
+# what `pointwise_base.write_into` calls for them on two arrays of one dtype, alpha converted once (`_alpha_times`)
+_add_into.scaled, _sub_into.scaled = np.add, np.subtract
+_add_into.factor_in = _sub_into.factor_in = scalar_in
 
 
 def _rsub(a, b, alpha):
@@ -612,6 +618,16 @@ def _rsqrt(x):
     return np.reciprocal(np.sqrt(x))
 
 
+def _single_or(name, numpy_fn):
+    """Op ``name``'s formula: jitorch's own float32 definition (`arc_functions`, the compiled kernels' too),
+    NumPy's function in the other dtypes."""
+    algorithm = arc_functions.ALGORITHMS[name]
+
+    def formula(x):
+        return powers.single(algorithm, name, x) if x.dtype == np.float32 else numpy_fn(x)
+    return formula
+
+
 _FLOAT_MATH = (
     ("exp", np.exp, "``e ** x``"),
     ("exp2", np.exp2, "``2 ** x``"),
@@ -626,15 +642,15 @@ _FLOAT_MATH = (
     ("sin", np.sin, "sine"),
     ("cos", np.cos, "cosine"),
     ("tan", np.tan, "tangent"),
-    ("asin arcsin", np.arcsin, "inverse sine"),
-    ("acos arccos", np.arccos, "inverse cosine"),
-    ("atan arctan", np.arctan, "inverse tangent"),
+    ("asin arcsin", _single_or("asin", np.arcsin), "inverse sine"),
+    ("acos arccos", _single_or("acos", np.arccos), "inverse cosine"),
+    ("atan arctan", _single_or("atan", np.arctan), "inverse tangent"),
     ("sinh", np.sinh, "hyperbolic sine"),
     ("cosh", np.cosh, "hyperbolic cosine"),
     ("tanh", np.tanh, "hyperbolic tangent"),
-    ("asinh arcsinh", np.arcsinh, "inverse hyperbolic sine"),
-    ("acosh arccosh", np.arccosh, "inverse hyperbolic cosine"),
-    ("atanh arctanh", np.arctanh, "inverse hyperbolic tangent"),
+    ("asinh arcsinh", _single_or("asinh", np.arcsinh), "inverse hyperbolic sine"),
+    ("acosh arccosh", _single_or("acosh", np.arccosh), "inverse hyperbolic cosine"),
+    ("atanh arctanh", _single_or("atanh", np.arctanh), "inverse hyperbolic tangent"),
     ("sigmoid", _sigmoid, "logistic function ``1 / (1 + e ** -x)``"),
     ("erf", _erf, "error function"),
     ("erfc", _erfc, "complementary error function ``1 - erf(x)``, accurate where erf(x) is near 1"),
@@ -1089,10 +1105,46 @@ def mvlgamma_shifts(x, p):
     return registry.FUNCTIONS["arange"](-p / 2 + 0.5, 0.5, 0.5, dtype=x.dtype, device=x.device)
 
 
-defop("float_power(Tensor self, Tensor exponent) -> Tensor", composite=_float_power, kind="pointwise",
-      variants=ALL, inplace_check=_float_power_target("base given to float_power_"),
-      out_check=_float_power_target("output given to float_power"),
-      doc="``self ** exponent`` in float64 (either may be a number); the in-place form needs a float64 ``self``.")
+_WIDENED = frozenset({_dt.float16, _dt.bfloat16, _dt.float32})
+
+
+def _float_power_fast(args, record=True):
+    """float_power's eager fast path where it pays: C-contiguous CPU tensors of a narrower float dtype (whose
+    widening to float64 is exact) and Python numbers, none requiring grad in grad mode. The composite's bits
+    (`_pow` of the operands widened to float64, as its ``pow`` runs it) without its casts' two tensors (each
+    ~20 us of dispatch, and a pass over memory); None for anything else, which the composite serves."""
+    Tensor = registry.Tensor
+    operands, grad, shape = [], False, None
+    for v in args:
+        if isinstance(v, Tensor):
+            if v.dtype not in _WIDENED or v.device.type != "cpu" or not v.is_contiguous():
+                return None
+            grad = grad or v._requires_grad
+            a = v._arr if v._arr is not None else v._array()
+            operands.append(a.astype(np.float64))
+            shape = a.shape if shape is None else np.broadcast_shapes(shape, a.shape)
+        elif v.__class__ is float or v.__class__ is int:
+            operands.append(float(v))
+        else:
+            return None
+    if shape is None or grad and registry.records_grad():
+        return None
+    token = fp_errors.enter()
+    try:
+        r = np.asarray(_pow(*operands))
+    finally:
+        fp_errors.leave(token)
+    if r.shape != shape or not r.flags.c_contiguous:
+        r = np.array(np.broadcast_to(r, shape), order="C")
+    return Tensor._fresh(r, _dt.float64)
+
+
+_FLOAT_POWER = defop(
+    "float_power(Tensor self, Tensor exponent) -> Tensor", composite=_float_power, kind="pointwise",
+    variants=ALL, inplace_check=_float_power_target("base given to float_power_"),
+    out_check=_float_power_target("output given to float_power"),
+    doc="``self ** exponent`` in float64 (either may be a number); the in-place form needs a float64 ``self``.")
+_FLOAT_POWER.fast = _float_power_fast
 defop("mvlgamma(Tensor self, int p) -> Tensor", composite=_mvlgamma, kind="pointwise", variants=ALL,
       doc="The multivariate log-gamma function of dimension ``p``: ``sum(lgamma(self - j / 2) for j < p)`` plus "
           "``p (p - 1) / 4 log(pi)``.")

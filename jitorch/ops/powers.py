@@ -28,8 +28,9 @@ import struct
 
 import numpy as np
 
-__all__ = ["Arrays", "Floats", "MAX_PRODUCT_POWER", "by_products", "log", "log_double", "log_single", "on_floats",
-           "pow_by_products", "pow_double", "pow_single", "power", "through_kernel"]
+__all__ = ["Arrays", "Floats", "MAX_PRODUCT_POWER", "by_products", "horner", "log", "log2_plain", "log_double",
+           "log_single", "on_floats", "pow_by_products", "pow_double", "pow_single", "power", "single",
+           "through_kernel"]
 
 _INF = math.inf
 _NAN = math.nan
@@ -167,7 +168,7 @@ def _div_fd(m, n, d):
     return q, m.div(r, d[0])
 
 
-def _poly(m, x, coeffs):
+def horner(m, x, coeffs):
     """Horner's rule, highest power first (a multiply and an add each step: no FMA)."""
     u = coeffs[0]
     for k in coeffs[1:]:
@@ -182,7 +183,7 @@ def _logk(m, d):
     e, mant = m.split_exponent(d)
     x = _div_fd(m, m.sub(mant, 1.0), m.dadd2_ff(mant, 1.0))  # (mant - 1 is exact)
     x2 = _square_d(m, x)
-    t = _poly(m, x2[0], _LOGK)
+    t = horner(m, x2[0], _LOGK)
     ef = m.i2f(e)
     s = m.dadd_dd((m.mul(ef, _L2U), m.mul(ef, _L2L)), m.dscale(x, 2.0))  # (exact e * _L2U)
     return m.dadd_dd(s, _mul_dd(m, _mul_dd(m, x2, x), m.dadd2_dd((m.mul(x2[0], t), 0.0), _TWO_THIRDS)))
@@ -193,7 +194,7 @@ def _expk(m, d):
     q = m.rint(m.mul(m.add(d[0], d[1]), _R_LN2))
     s = m.dadd2_df(d, m.mul(q, -_L2U))  # (exact product)
     s = m.dnorm(m.dadd2_df(s, m.mul(q, -_L2L)))
-    u = _poly(m, s[0], _EXPK)
+    u = horner(m, s[0], _EXPK)
     t = m.dadd_dd(m.dadd_fd(1.0, s), _mul_df(m, _square_d(m, s), u))
     r = m.ldexp2k(m.dsum(t), m.f2i(q))
     return m.sel(m.lt(d[0], -1000.0), 0.0, r)
@@ -267,22 +268,23 @@ _POW_SINGLE_ERROR = 2.0 ** -50
 _SPLITTER_25 = 268435457.0  # 2**28 + 1
 
 
-def _log2_single(m, a):
-    """log2 of ``a`` > 0, a finite float32 widened to double, within 3 roundings (~2**-51, relatively)."""
+def log2_plain(m, a):
+    """log2 of ``a`` > 0, a finite float32 widened to double, within 3 roundings (~2**-51, relatively); of any
+    finite double > 0 within 4 (``mant + 1`` rounds too: `jitorch.ops.arc_functions`)."""
     e, mant = m.split_exponent(a)
     # (mant - 1 and mant + 1 are exact: mant has a float32's 24 bits)
     s = m.div(m.sub(mant, 1.0), m.add(mant, 1.0))
-    return m.add(m.i2f(e), m.mul(s, _poly(m, m.mul(s, s), _LOG2_SINGLE)))
+    return m.add(m.i2f(e), m.mul(s, horner(m, m.mul(s, s), _LOG2_SINGLE)))
 
 
 def pow_single(m, x, y):
     """``x ** y`` of float32 values widened to double, as a double to be rounded once to float32: exp2 of
     ``y log2|x|`` (its rounding, ~2**-53 of it, is the largest error: ~2**-44 relatively where the result is
     near float32's range ends), C99's special values as `pow_double`'s."""
-    t = m.mul(y, _log2_single(m, m.abs(x)))
+    t = m.mul(y, log2_plain(m, m.abs(x)))
     t = m.sel(m.gt(t, _T_CLAMP), _T_CLAMP, m.sel(m.lt(t, -_T_CLAMP), -_T_CLAMP, t))
     q = m.rint(t)
-    r = m.mul(_poly(m, m.sub(t, q), _EXP2_SINGLE), m.pow2i(m.f2i(q)))  # (t - q is exact)
+    r = m.mul(horner(m, m.sub(t, q), _EXP2_SINGLE), m.pow2i(m.f2i(q)))  # (t - q is exact)
     # An exact power halfway between two floats (4097 ** 2, 257 ** 3, 66049 ** 1.5) is a number of 25 bits: r is
     # within the error bound of it, and is taken as it, so that it rounds to float32 as the exact power does
     # (ties to even). Other results that close to a midpoint round either way (they would anyway).
@@ -293,7 +295,7 @@ def pow_single(m, x, y):
 
 def log_single(m, d):
     """``log(d)`` of a float32 value widened to double, as a double to be rounded once to float32."""
-    return _log_specials(m, d, m.mul(_log2_single(m, m.abs(d)), _LN2))
+    return _log_specials(m, d, m.mul(log2_plain(m, m.abs(d)), _LN2))
 
 
 # float32 powers by a number n that is an integer, or an odd half, with |n| up to this are products and a square
@@ -405,6 +407,10 @@ class Floats(_Host):
         staticmethod(math.ldexp)
 
     @staticmethod
+    def sqrt(a):
+        return _NAN if a < 0 else math.sqrt(a)  # (math.sqrt raises below 0; IEEE's sqrt is NaN there)
+
+    @staticmethod
     def trunc(a):
         return math.copysign(math.trunc(a), a) if math.isfinite(a) else a  # (-0.5 gives -0.0, as C's)
 
@@ -469,7 +475,8 @@ class _Source(_Host):
     _OPERATORS = {"add": "{} + {}", "sub": "{} - {}", "mul": "{} * {}", "div": "{} / {}", "neg": "-{}",
                   "lt": "{} < {}", "gt": "{} > {}", "eq": "{} == {}", "any": "{} | {}", "all": "{} & {}",
                   "sel": "{1} if {0} else {2}", "abs": "abs({})", "i2f": "float({})"}
-    _CALLED = ("trunc", "rint", "isnan", "isinf", "ldexp", "signbit", "mulsign", "f2i", "frexp_exponent", "pow2i")
+    _CALLED = ("trunc", "rint", "isnan", "isinf", "ldexp", "signbit", "mulsign", "f2i", "frexp_exponent", "pow2i",
+               "sqrt")
 
     def __init__(self):
         self.lines = []
@@ -540,14 +547,15 @@ KERNEL_MIN = 64
 EACH_MAX = 24
 
 
-def through_kernel(name, dtype, *operands):
+def through_kernel(name, dtype, *operands, least=None):
     """Op ``name`` of ``operands`` (arrays of NumPy ``dtype``, or numbers, broadcast together) by its compiled
-    kernel (`KERNEL`), or None where the result is smaller than `KERNEL_MIN` or no kernel is built."""
+    kernel (`KERNEL`), or None where the result is smaller than ``least`` (`KERNEL_MIN`) or no kernel is
+    built."""
     operands = [np.asarray(v, dtype) for v in operands]
     shape = operands[0].shape
     if any(v.shape != shape for v in operands):
         shape = np.broadcast_shapes(*(v.shape for v in operands))
-    if KERNEL is None or math.prod(shape) < KERNEL_MIN:
+    if KERNEL is None or math.prod(shape) < (KERNEL_MIN if least is None else least):
         return None
     kernel = KERNEL(name, dtype.type.__name__)
     if kernel is None:
@@ -584,6 +592,24 @@ def power(a, b, dtype):
         return r
     a64, b64 = np.broadcast_arrays(a.astype(np.float64), b.astype(np.float64))
     return algorithm(_ARRAYS, a64, b64).astype(dtype)
+
+
+# Up to this many elements a float32 arc function (`single`) computes on Python floats (~1 us of CPU per element),
+# above it by the kernel (~10 us a call up to a thousand elements), which NumPy arrays (~25-45 us: ~60 calls) take
+# over only where no kernel is built
+SINGLE_EACH_MAX = 8
+
+
+def single(algorithm, name, x):
+    """A float32 array's op ``name`` by jitorch's ``algorithm`` of one double (`jitorch.ops.arc_functions`),
+    rounded once to float32, as a new array: on Python floats up to `SINGLE_EACH_MAX` elements, else by the
+    compiled kernel of the op, or on NumPy arrays where there is none (the same bits each way)."""
+    if x.size <= SINGLE_EACH_MAX:
+        return _each(algorithm, x.dtype, x)
+    r = through_kernel(name, x.dtype, x, least=SINGLE_EACH_MAX + 1)
+    if r is not None:
+        return r.reshape(x.shape)
+    return algorithm(_ARRAYS, x.astype(np.float64)).astype(x.dtype)
 
 
 def log(x):

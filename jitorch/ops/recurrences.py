@@ -19,8 +19,10 @@ the compiler): the loop is then one product and one kernel call per step, the ke
 the step's slices in place through addresses laid out for every step ahead of the loop. Where the code
 generator has also registered ``PRODUCT_KERNEL``, the step's product is a generated kernel too, the weight
 packed for it once per call (faster than NumPy's BLAS at a few tens of rows; its sums round otherwise, within
-float tolerances). Elsewhere (no code generator, or a cell it cannot build) the NumPy cells and products
-below run.
+float tolerances). The batch's rows are then independent recurrences, each row's product and cell reading only
+that row: the whole loop runs as one program of kernel calls over ranges of rows, split across the threads
+(`_run_steps`), each row's values the same whichever thread runs it. Elsewhere (no code generator, or a cell it
+cannot build) the NumPy cells and products below run.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..runtime import dtypes as _dt
-from .linalg import array_product
+from ..runtime import threads
+from .linalg import SPLIT_MIN_WORK, array_product
 from .meta import opmath
 from .registry import TensorSpec, defop, scalar_name
 
@@ -36,12 +39,12 @@ _GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
 _RESERVED = {"RNN_TANH": 0, "RNN_RELU": 0, "LSTM": 5, "GRU": 4}  # reserve width in units of hidden_size
 
 # (direction, mode, NumPy dtype, hidden, bias) -> a compiled cell for any batch (codegen/recurrence.py's
-# `CellKernel`: ``names``, ``table(columns)``, ``rows(table)``, ``run(row, batch)``) or None; set by the
-# code generator
+# `CellKernel`: ``names``, ``table(columns)``, ``rows(table)``, ``run(row, batch)``, ``address``: its entry
+# point) or None; set by the code generator
 CELL_KERNEL = None
 # (NumPy dtype, k, n) -> a compiled product of a (rows, k) by a (k, n) operand for any rows
-# (codegen/recurrence.py's `ProductKernel`: as a `CellKernel`, with ``pack(w)``, ``serves(rows)`` and ``ld``,
-# the row stride of its output) or None; set by the code generator
+# (codegen/recurrence.py's `ProductKernel`: as a `CellKernel`, with ``pack(w)``, ``serves(rows)``, ``k``, ``n``,
+# ``block`` (rows per register block) and ``ld``, the row stride of its output) or None; set by the code generator
 PRODUCT_KERNEL = None
 
 
@@ -127,6 +130,29 @@ def _products(product, w, a, out):
 
 def _address(a):
     return a.__array_interface__["data"][0]
+
+
+def _run_steps(batch, product, *calls):
+    """Per time step, each ``(kernel, rows)`` of ``calls`` in turn (a `StepKernel` and its `rows`, one per step)
+    over the ``batch`` rows. Every call reads and writes only its rows' slices, so the batch splits in ranges of
+    rows, each running the whole loop on one thread (`threads.run_row_program`): where the loop's products
+    (``product``'s, once per step) hold `linalg.SPLIT_MIN_WORK` multiply-adds per range or more, as a product that
+    large splits, and each range a register block of the product's rows or more. A step's product on one AVX-512 core takes 50 to 70 µs at a language model's sizes (see
+    codegen/recurrence.py); split per step, each step's hand-over and join would cost a tenth of that."""
+    steps = len(calls[0][1])
+    program = np.empty(1 + 2 * steps * len(calls), np.uint64)
+    program[0] = steps * len(calls)
+    body = program[1:].reshape(steps, len(calls), 2)
+    for k, (kernel, rows) in enumerate(calls):
+        body[:, k, 0] = kernel.address
+        body[:, k, 1] = rows
+    parts = min(threads.get_num_threads(), batch // product.block,
+                batch * steps * product.k * product.n // SPLIT_MIN_WORK)
+    if threads.run_row_program(program, batch, parts):
+        return
+    for step in zip(*(rows for _, rows in calls)):
+        for (kernel, _), row in zip(calls, step):
+            kernel.run(row, batch)
 
 
 def _per_step(a, order, offset=0):
@@ -217,9 +243,7 @@ def _forward_steps(kernel, product, columns, x, h, w_t, b_hh, output, order):
     rows = kernel.rows(table)  # (addresses in ``table``, held until the loop ends)
     if product is not None:
         products, held = _products(product, w_t, _after(output, h, order), hh)
-        for p, row in zip(products, rows):
-            product.run(p, len(hh))
-            kernel.run(row, len(hh))
+        _run_steps(len(hh), product, (product, products), (kernel, rows))
         return
     for row, t in zip(rows, order.tolist()):
         np.matmul(h, w_t, out=hh)
@@ -389,9 +413,7 @@ def _lstm_backward_cells(kernel, product, grad_output, grad_hy, grad_cy, cx, w_h
                           **_blocks(("d_i", "d_f", "d_g", "d_o"), d_gates, order, hidden)})
     if product is not None:
         products, held = _products(product, w_hh, _per_step(d_gates, order), dh)
-        for row, p in zip(kernel.rows(table), products):
-            kernel.run(row, batch)
-            product.run(p, batch)
+        _run_steps(batch, product, (kernel, kernel.rows(table)), (product, products))
         return d_gates, np.ascontiguousarray(dh[:, :hidden]), dc[length % 2], None
     for row, t in zip(kernel.rows(table), order.tolist()):
         kernel.run(row, batch)
@@ -419,9 +441,7 @@ def _gru_backward_cells(kernel, product, grad_output, grad_hy, w_hh, reserve, pr
                           **_blocks(("d_r", "d_z", "d_n"), d_hh, order, hidden)})
     if product is not None:
         products, held = _products(product, w_hh, _per_step(d_hh, order), prod)
-        for row, p in zip(kernel.rows(table), products):
-            kernel.run(row, batch)
-            product.run(p, batch)
+        _run_steps(batch, product, (kernel, kernel.rows(table)), (product, products))
     else:
         for row, t in zip(kernel.rows(table), order.tolist()):
             kernel.run(row, batch)

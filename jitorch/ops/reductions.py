@@ -19,7 +19,7 @@ from ..runtime import dtypes as _dt
 from ..runtime import fp_errors, threads
 from ..runtime.casts import convert
 from ..runtime.device import CPU
-from ..runtime.summation import add_reduce
+from ..runtime.summation import add_reduce, add_reduce_all
 from . import registry
 from .half_products import rounded_prod
 from .meta import opmath, reduced_shape, reduction_dims, wrap_dim
@@ -230,9 +230,10 @@ def _fast_axis(dim, ndim):
     return tuple(axis) or None
 
 
-def _reduction_fast(op, fn):
+def _reduction_fast(op, fn, whole=None):
     """``fast(args, record=True)``: a float reduction over dims given as Python ints, without the
-    general path's conversion and meta rule; None for anything else (`registry.OpDef.fast`)."""
+    general path's conversion and meta rule; None for anything else (`registry.OpDef.fast`). ``whole(a)``, if
+    given, is ``fn(a, None, False)`` as a 0-d array."""
     def fast(args, record=True):
         x, dim, keepdim, dtype = args
         if (not isinstance(x, registry.Tensor) or x.device is not CPU or x.dtype not in _FAST_DTYPES
@@ -245,11 +246,15 @@ def _reduction_fast(op, fn):
         if grad and not record:
             return None
         a = x._arr if x._arr is not None else x._array()
+        full = whole is not None and axis is None and not keepdim
         token = fp_errors.enter()
         try:
-            r = fn(a, axis, keepdim)  # (positional: NumPy parses no keywords)
+            r = whole(a) if full else fn(a, axis, keepdim)  # (positional: NumPy parses no keywords)
         finally:
             fp_errors.leave(token)
+        if full:  # (a 0-d array of a's dtype)
+            result = registry.Tensor._fresh(r, x.dtype, (), ())
+            return registry.record_fast(op, args, result) if grad else result
         if r.__class__ is not np.ndarray:  # (a full reduction's NumPy scalar)
             r = np.asarray(r)
         if r.dtype is not a.dtype:  # (builtin NumPy dtypes are singletons; a miss only costs the slow path)
@@ -315,7 +320,7 @@ for _r in _REDUCTIONS:
                 kind="reduction", variants=_r.variants, doc=_r.doc, dtype_from_out=_name in _DTYPE_FROM_OUT,
                 input_from_out=_name in _INPUT_FROM_OUT, out_composite=_OUT_COMPOSITES.get(_name))
     if _r.dtype_rule in _KEEPS_FLOAT and not _r.nonempty and _r.schema.startswith(_name + "(Tensor self, int[]?"):
-        _op.fast = _reduction_fast(_op, _r.fn)
+        _op.fast = _reduction_fast(_op, _r.fn, add_reduce_all if _r.fn is add_reduce else None)
 
 
 # Index choices: argmax/argmin, and (values, indices) from max/min/median over one dim ----
@@ -371,9 +376,9 @@ def _unsupported_bool(kernel_name):
 
 def _select_meta(name, check):
     def meta(x, dim, keepdim):
-        check(x)
         d = wrap_dim(dim, x.ndim)
         _check_nonempty(name, x, (d,))
+        check(x)  # (after the dim's checks, as torch: median of an empty bool tensor over dim 0)
         shape = reduced_shape(x.shape, (d,), keepdim)
         return TensorSpec(shape, x.dtype, x.device, opmath(x.dtype)), TensorSpec(shape, _dt.int64, x.device)
     return meta

@@ -442,12 +442,73 @@ def _kthvalue_meta(x, k, dim, keepdim):
     return TensorSpec(shape, x.dtype, x.device), TensorSpec(shape, _dt.int64, x.device)
 
 
+def _greater_or_nan(a, b):
+    return (a != a and b == b) or a > b
+
+
+def _torch_select(row, k):
+    """The index of the element torch's kthvalue picks as the ``k``-th smallest (0-based) of the list ``row``:
+    its quickselect (ATen's ``quick_select_template``: median-of-three pivot, Hoare partition, NaN largest),
+    whose choice among equal elements (which index; -0.0 or 0.0) no sort reproduces."""
+    values, index = list(row), list(range(len(row)))
+
+    def swap(i, j):
+        values[i], values[j] = values[j], values[i]
+        index[i], index[j] = index[j], index[i]
+
+    left, right = 0, len(values) - 1
+    while right > left:
+        if right == left + 1:
+            if _greater_or_nan(values[left], values[right]):
+                swap(left, right)
+            break
+        swap(left + (right - left) // 2, left + 1)
+        for i, j in ((left + 1, right), (left, right), (left + 1, left)):
+            if _greater_or_nan(values[i], values[j]):
+                swap(i, j)
+        i, j, pivot = left + 1, right, values[left]
+        while True:
+            i += 1
+            while _greater_or_nan(pivot, values[i]):
+                i += 1
+            j -= 1
+            while _greater_or_nan(values[j], pivot):
+                j -= 1
+            if j < i:
+                break
+            swap(i, j)
+        swap(left, j)
+        if j <= k:
+            left = i
+        if j >= k:
+            right = j - 1
+    return index[k]
+
+
 def _kthvalue_cpu(spec, x, k, dim, keepdim):
-    values, order = _sorted(x, dim, False)
+    ordered, order = _sorted(x, dim, False)
     if x.ndim == 0:
-        return values, order
-    kth = [k - 1] if keepdim else k - 1
-    return np.take(values, kth, axis=dim), np.take(order, kth, axis=dim)
+        return ordered, order
+    axis = dim % x.ndim
+    values, indices = np.take(ordered, [k - 1], axis=axis), np.take(order, [k - 1], axis=axis)
+    # where the k-th value has equals in its row (beside it in the sorted row: -0.0 equals 0.0, NaNs sort last),
+    # torch's quickselect decides which of them, and which zero
+    ties = None
+    for j in (k - 2, k):
+        if 0 <= j < x.shape[axis]:
+            near = np.take(ordered, [j], axis=axis)
+            same = near == values
+            if x.dtype.kind not in "biu":  # (bfloat16's kind is "V")
+                same |= np.isnan(near) & np.isnan(values)
+            ties = same if ties is None else ties | same
+    if ties is not None and ties.any():
+        rows = np.moveaxis(x, axis, -1)
+        for at in map(tuple, np.argwhere(np.moveaxis(ties, axis, -1)[..., 0])):
+            row = rows[at]
+            j = _torch_select(row.tolist(), k - 1)
+            where = at[:axis] + (0,) + at[axis:]
+            values[where], indices[where] = row[j], j
+    return (values, indices) if keepdim else (np.squeeze(values, axis), np.squeeze(indices, axis))
 
 
 defop("kthvalue(Tensor self, int k, int dim=-1, bool keepdim=False) -> (Tensor values, Tensor indices)",

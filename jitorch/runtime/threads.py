@@ -4,7 +4,8 @@
 (`codegen.cpu`: kernels of at least ``PARALLEL_MIN_WORK`` elements run in chunks through `run_chunks`) and
 how many parts a large matrix product splits into (`ops.linalg`: eager and compiled products run their parts
 through `run_parts`, each part a one-thread BLAS call). Both fork and join on a team of ``n - 1`` worker
-threads that wait in native code (`_Team`): spinning on a word for ``SPIN_US``, then asleep on a futex. A
+threads that wait in native code (`_Team`): spinning on a word for ``SPIN_US`` (less where a yield shows
+another thread waiting for the core, ``CROWD_US``), then asleep on a futex. A
 kernel's chunks go to the workers and come back without the GIL on either side; a product's parts come back
 to Python for NumPy's matmul. On this project's 2-core machine a pool of ``concurrent.futures`` made a split
 kernel slower than a whole one up to 2**17 elements (each part paid a thread's wake-up and the GIL's
@@ -15,7 +16,8 @@ shares, a product on two of them took 5 to 7 times the CPU time of one thread (a
 of CPU against 85), and they spun against the kernels' threads as well. Until ``set_num_threads`` is
 called, products do not split and BLAS keeps its own thread count. Large eager pointwise ops, GELU and
 optimizer updates run NumPy's own ufunc loops on the team (`runtime.ufunc_parts`, through the native
-``jitorch_ufunc_program``, without the GIL); other eager ops run NumPy on the calling thread. jitorch has no
+``jitorch_ufunc_program``, without the GIL), and a recurrence's loop over time runs its kernels as one program
+per range of batch rows (`run_row_program`); other eager ops run NumPy on the calling thread. jitorch has no
 inter-op pool (torch's, for ``torch.jit.fork``): a compiled call runs independent products at once on the same
 team (`run_calls`, see `jit.interop`), which ``set_num_interop_threads(1)`` turns off; that is all its number
 (recorded once, under torch's rule) does. ``set_warn_always`` makes the warnings jitorch
@@ -30,7 +32,6 @@ import os
 import platform
 import sys
 import threading
-import time
 
 _settings = {"threads": None, "interop": None, "interop_fixed": False, "warn_always": False,
              "split_products": False}
@@ -82,6 +83,14 @@ def product_parts() -> int:
 # a word in memory starts in under a microsecond. torch's OpenMP threads spin for milliseconds; this bound
 # catches the gaps between a training step's splits and little more.
 SPIN_US = 100
+# ... unless the machine has more runnable threads than cores (other processes: a shared machine, a test run
+# beside a benchmark). The spin yields the core every 16th turn; a yield that kept the waiter off it this long
+# or more means another thread was waiting for the core, and then the waiter sleeps at once: spinning on,
+# it would take the core from the thread it waits for, or from this process's other thread (at 2 threads on
+# the 2-core machine under a load of 3 to 6, a GPT step's worker spent ~100 ms per step queued for a core and
+# ran 6, and the calling thread's own queueing grew from 30 ms at one thread to 44). A yield with no other
+# runnable thread takes about a microsecond.
+CROWD_US = 20
 
 # The team's native code (Linux: it sleeps on futexes). A team's state is four int32 words: go (raised once
 # per fork), go's sleepers flag, done (raised once per part a worker finished), done's sleepers flag; each
@@ -89,9 +98,11 @@ SPIN_US = 100
 # fork), its argument array, lo, hi. A raiser adds one and, if the flag says a thread may sleep, clears it
 # and wakes the sleepers; a waiter spins, then sets the flag, looks again and sleeps (the futex call returns
 # at once if the word has moved since). Every 16th turn of the spin yields the core: where the machine has
-# more runnable threads than cores, the thread being waited for may be queued behind the spinner.
+# more runnable threads than cores, the thread being waited for may be queued behind the spinner, and a
+# yield that took `CROWD_US` or more ends the spin.
 _TEAM_IR = """
 declare i64 @syscall(i64, ...)
+declare i32 @clock_gettime(i32, i8*)
 {declare_pause}
 
 define internal void @futex(i32* %word, i64 %op, i64 %value) {{
@@ -112,11 +123,34 @@ done:
   ret void
 }}
 
-define i32 @jitorch_wait(i32* %word, i32 %old, i64 %spins, i32* %flag) {{
+; CLOCK_MONOTONIC in ns
+define internal i64 @now() {{
+  %ts = alloca [2 x i64], align 8
+  %p = bitcast [2 x i64]* %ts to i8*
+  %r = call i32 @clock_gettime(i32 1, i8* %p)
+  %ps = getelementptr [2 x i64], [2 x i64]* %ts, i64 0, i64 0
+  %s = load i64, i64* %ps, align 8
+  %pn = getelementptr [2 x i64], [2 x i64]* %ts, i64 0, i64 1
+  %n = load i64, i64* %pn, align 8
+  %sn = mul i64 %s, 1000000000
+  %t = add i64 %sn, %n
+  ret i64 %t
+}}
+
+; A yield that kept the thread off its core this many ns or more (0: no bound) ends the spin (`CROWD_US`);
+; how many spins it ended
+@jitorch_crowd_ns = global i64 0
+@jitorch_crowded = global i64 0
+
+define i32 @jitorch_wait(i32* %word, i32 %old, i64 %spin_ns, i32* %flag) {{
 entry:
+  %start = call i64 @now()
+  %deadline = add i64 %start, %spin_ns
+  %crowd = load atomic i64, i64* @jitorch_crowd_ns monotonic, align 8
+  %watch = icmp ne i64 %crowd, 0
   br label %spin
 spin:
-  %i = phi i64 [0, %entry], [%next, %again]
+  %i = phi i64 [0, %entry], [%next, %turn], [%next, %again]
   %v = load atomic i32, i32* %word seq_cst, align 4
   %moved = icmp ne i32 %v, %old
   br i1 %moved, label %seen, label %turn
@@ -125,16 +159,23 @@ turn:
   %next = add i64 %i, 1
   %sixteenth = and i64 %next, 15
   %yield = icmp eq i64 %sixteenth, 0
-  br i1 %yield, label %give, label %again
+  br i1 %yield, label %give, label %spin
 give:
+  %t0 = call i64 @now()
   %y = call i64 (i64, ...) @syscall(i64 {sched_yield})
-  br label %again
+  %t1 = call i64 @now()
+  %off = sub i64 %t1, %t0
+  %long = icmp sge i64 %off, %crowd
+  %crowded = and i1 %watch, %long
+  br i1 %crowded, label %count, label %check
+count:
+  %c = atomicrmw add i64* @jitorch_crowded, i64 1 monotonic
+  br label %sleep
+check:
+  %late = icmp sge i64 %t1, %deadline
+  br i1 %late, label %sleep, label %again
 again:
-  %more = icmp ult i64 %next, %spins
-  br i1 %more, label %spin, label %tired
-tired:
-  %calibrating = icmp eq i32* %flag, null
-  br i1 %calibrating, label %seen, label %sleep
+  br label %spin
 sleep:
   store atomic i32 1, i32* %flag seq_cst, align 4
   %w = load atomic i32, i32* %word seq_cst, align 4
@@ -150,7 +191,7 @@ seen:
   ret i32 %v
 }}
 
-define void @jitorch_wait_for(i32* %word, i32 %target, i64 %spins, i32* %flag) {{
+define void @jitorch_wait_for(i32* %word, i32 %target, i64 %spin_ns, i32* %flag) {{
 entry:
   br label %loop
 loop:
@@ -158,13 +199,13 @@ loop:
   %there = icmp eq i32 %v, %target
   br i1 %there, label %done, label %wait
 wait:
-  %w = call i32 @jitorch_wait(i32* %word, i32 %v, i64 %spins, i32* %flag)
+  %w = call i32 @jitorch_wait(i32* %word, i32 %v, i64 %spin_ns, i32* %flag)
   br label %loop
 done:
   ret void
 }}
 
-define i32 @jitorch_work(i32* %state, i64* %row, i32 %seen, i64 %spins, i32 %finished) {{
+define i32 @jitorch_work(i32* %state, i64* %row, i32 %seen, i64 %spin_ns, i32 %finished) {{
 entry:
   %goflag = getelementptr i32, i32* %state, i64 1
   %done = getelementptr i32, i32* %state, i64 2
@@ -179,7 +220,7 @@ finish:
   br label %loop
 loop:
   %s = phi i32 [%seen, %entry], [%seen, %finish], [%now, %next]
-  %now = call i32 @jitorch_wait(i32* %state, i32 %s, i64 %spins, i32* %goflag)
+  %now = call i32 @jitorch_wait(i32* %state, i32 %s, i64 %spin_ns, i32* %goflag)
   ; claimed: a native part that the forking thread took back (`jitorch_fork`) is then -1 here, and one
   ; this worker took cannot be taken back
   %entry_ = atomicrmw xchg i64* %row, i64 -1 seq_cst
@@ -230,7 +271,7 @@ define i32 @jitorch_claim(i64* %row) {{
 ; asleep, or not on a core: on a machine with more runnable threads than cores it may wait milliseconds for one)
 ; and runs it itself, raising done for it as the worker would have; then waits for the chunks the workers took.
 ; Returns how many it took back.
-define i64 @jitorch_fork(i32* %state, i32 %target, i64 %entry_, i64 %a, i64 %lo, i64 %hi, i64 %spins, i64* %table, i64 %rows) {{
+define i64 @jitorch_fork(i32* %state, i32 %target, i64 %entry_, i64 %a, i64 %lo, i64 %hi, i64 %spin_ns, i64* %table, i64 %rows) {{
 entry:
   %goflag = getelementptr i32, i32* %state, i64 1
   %done = getelementptr i32, i32* %state, i64 2
@@ -268,8 +309,34 @@ next:
   %inext = add i64 %i, 1
   br label %steal
 wait:
-  call void @jitorch_wait_for(i32* %done, i32 %target, i64 %spins, i32* %doneflag)
+  call void @jitorch_wait_for(i32* %done, i32 %target, i64 %spin_ns, i32* %doneflag)
   ret i64 %taken
+}}
+; A sequence of kernel calls over the same rows [lo, hi) (`run_row_program`): the argument array (int64) holds
+; the count, then per call the kernel's entry (an ``(args, lo, hi)`` function) and its argument array.
+define void @jitorch_row_program(i8* %a, i64 %lo, i64 %hi) {{
+entry:
+  %program = bitcast i8* %a to i64*
+  %count = load i64, i64* %program, align 8
+  br label %loop
+loop:
+  %i = phi i64 [0, %entry], [%next, %body]
+  %more = icmp slt i64 %i, %count
+  br i1 %more, label %body, label %exit
+body:
+  %twice = shl i64 %i, 1
+  %pfn = getelementptr i64, i64* %program, i64 %twice
+  %pf = getelementptr i64, i64* %pfn, i64 1
+  %fni = load i64, i64* %pf, align 8
+  %pa = getelementptr i64, i64* %pfn, i64 2
+  %ai = load i64, i64* %pa, align 8
+  %fn = inttoptr i64 %fni to void (i8*, i64, i64)*
+  %args = inttoptr i64 %ai to i8*
+  call void %fn(i8* %args, i64 %lo, i64 %hi)
+  %next = add i64 %i, 1
+  br label %loop
+exit:
+  ret void
 }}
 ; A sequence of NumPy strided loops (`runtime.ufunc_parts`) over elements [lo, hi), in chunks. The argument array
 ; (int64): steps, chunk, then per step: loop, context, auxdata, operand count (at most 4), and per operand:
@@ -364,8 +431,9 @@ _SCHED_YIELD = {"x86_64": 24, "aarch64": 124}
 
 class _Native:
     """The team's native functions (ctypes, so each call but ``raise_holding_gil`` releases the GIL), compiled
-    once with llvmlite (MCJIT, as `runtime.dlpack` compiles its deleters; the engine lives as long as the process), and
-    ``spins``: how many turns of a waiter's loop take about ``SPIN_US``."""
+    once with llvmlite (MCJIT, as `runtime.dlpack` compiles its deleters; the engine lives as long as the process);
+    ``spin_ns``: how long a waiter spins (`SPIN_US`); ``crowd_ns``: the native word holding how long a yield
+    that ends the spin takes (`CROWD_US`; 0: none does), ``crowded``: how many spins it ended."""
 
     def __init__(self, arch):
         import llvmlite.binding as llvm
@@ -377,7 +445,9 @@ class _Native:
         text = _TEAM_IR.format(futex=_FUTEX[arch], sched_yield=_SCHED_YIELD[arch],
                                pause="call void @llvm.x86.sse2.pause()" if x86 else "",
                                declare_pause="declare void @llvm.x86.sse2.pause()" if x86 else "")
-        llvm.add_symbol("syscall", ctypes.cast(ctypes.CDLL(None).syscall, ctypes.c_void_p).value)
+        libc = ctypes.CDLL(None)
+        for name in ("syscall", "clock_gettime"):
+            llvm.add_symbol(name, ctypes.cast(getattr(libc, name), ctypes.c_void_p).value)
         module = llvm.parse_assembly(text)
         module.triple = llvm.get_process_triple()
         module.verify()
@@ -398,12 +468,11 @@ class _Native:
         # (PYFUNCTYPE: a test and set, called between Python parts with the GIL held)
         self.claim = ctypes.PYFUNCTYPE(i32, word)(self.engine.get_function_address("jitorch_claim"))
         self.ufunc_program = self.engine.get_function_address("jitorch_ufunc_program")
-        wait = fn("jitorch_wait", i32, word, i32, i64, word)
-        probe = ctypes.c_int32(0)
-        turns = 1 << 16
-        t0 = time.perf_counter()
-        wait(ctypes.addressof(probe), 0, turns, None)  # (no flag: it returns after its turns instead of sleeping)
-        self.spins = max(1, int(turns * SPIN_US / max((time.perf_counter() - t0) * 1e6, 1e-3)))
+        self.row_program = self.engine.get_function_address("jitorch_row_program")
+        self.spin_ns = SPIN_US * 1000
+        self.crowd_ns = ctypes.c_int64.from_address(self.engine.get_global_value_address("jitorch_crowd_ns"))
+        self.crowd_ns.value = CROWD_US * 1000
+        self.crowded = ctypes.c_int64.from_address(self.engine.get_global_value_address("jitorch_crowded"))
 
 
 @functools.cache
@@ -444,7 +513,7 @@ class _Team:
         while True:
             # a Python part's end is reported from the native loop, once this thread has let the GIL go: the
             # forking thread, woken by it, takes the GIL at once instead of sleeping until this one drops it
-            seen = native.work(state, row, seen, native.spins, finished)
+            seen = native.work(state, row, seen, native.spin_ns, finished)
             try:
                 fn, args = self.python[i]
                 fn(*args)
@@ -472,7 +541,7 @@ class _Team:
         counters["forks"] += 1
         counters["parts"] += helpers
         if entry is not None:
-            counters["taken back"] += native.fork(state, target, entry, *parts[0], native.spins,
+            counters["taken back"] += native.fork(state, target, entry, *parts[0], native.spin_ns,
                                                     ctypes.addressof(table), helpers)
             return
         # raised holding the GIL: a worker that sees it waits for the GIL until this thread's part lets it go
@@ -499,7 +568,7 @@ class _Team:
                 except BaseException as e:  # noqa: BLE001 - raised below, as a worker's would be
                     self.python[i] = e
                 native.raise_holding_gil(state + 8, state + 12)
-        native.wait_for(state + 8, target, native.spins, state + 12)
+        native.wait_for(state + 8, target, native.spin_ns, state + 12)
         for i in range(helpers):
             error, self.python[i] = error or self.python[i], None
         if error is not None:
@@ -576,6 +645,23 @@ def run_chunks(entry, args_array, bounds):
         fn = KERNEL_ENTRY(entry)
         for lo, hi in bounds:
             fn(args_array, lo, hi)
+
+
+def run_row_program(program, rows, parts):
+    """Run a program of kernel calls (``program``: a C-contiguous int64 array, its count of calls, then per call a
+    kernel's ``(args, lo, hi)`` entry point and its argument array's address) over ``rows`` rows, in at most
+    ``parts`` near-equal ranges of rows run as `run_chunks` runs chunks, each range's calls in order: for calls
+    whose rows are independent of each other's, as a recurrence's batch rows are over all its time steps (one
+    fork for the whole loop, rather than one per step). False where there is no native code to run it (the
+    caller then makes the calls itself)."""
+    native = _native()
+    if native is None:
+        return False
+    address = program.__array_interface__["data"][0]
+    if parts < 2 or rows < 2 or not _forked([(address, lo, hi) for lo, hi in bounds(rows, parts)],
+                                            native.row_program):
+        KERNEL_ENTRY(native.row_program)(address, 0, rows)
+    return True
 
 
 def bounds(size, parts):

@@ -279,3 +279,40 @@ def test_a_hook_on_an_intermediate_tensor_is_traced():
     x = jt.tensor([3.0, 4.0], dtype=jt.float64)
     loss, grad = jt.compile(step, fullgraph=True)(x)
     assert loss.item() == 11.0 and grad.tolist() == [15.0, 20.0]
+
+
+def test_when_backward_ends_calls_once_at_the_end_of_the_backward_running_also_when_it_raises():
+    from jitorch.autograd.engine import when_backward_ends
+
+    calls = []
+
+    def ends(label):
+        when_backward_ends(lambda: calls.append(label))
+    assert when_backward_ends(lambda: calls.append("outside")) is False  # no backward: nothing registered
+    w = jt.ones(3, requires_grad=True)
+
+    def hook(p):
+        assert when_backward_ends(lambda: calls.append(("ended", p.grad.tolist())))
+        inner = jt.ones(2, requires_grad=True)
+        inner.register_post_accumulate_grad_hook(lambda q: ends("inner"))
+        with jt.enable_grad():  # hooks run under no_grad
+            (inner * 2).sum().backward()  # a backward inside a hook: its callbacks end with it
+        calls.append("hook done")
+    w.register_post_accumulate_grad_hook(hook)
+    (w * 3).sum().backward()
+    assert calls == ["inner", "hook done", ("ended", [3.0, 3.0, 3.0])]
+
+    class Fails(jt.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, grad):
+            raise ValueError("gave up")
+    calls.clear()
+    v = jt.ones(3, requires_grad=True)
+    v.register_post_accumulate_grad_hook(lambda p: ends("ended"))
+    with pytest.raises(ValueError, match="gave up"):
+        (Fails.apply(w) + v).sum().backward()  # v's hook ran before the raise
+    assert calls == ["ended"]

@@ -48,8 +48,8 @@ LAYOUTS = ("transposed", "strided", "offset", "expanded")
 REFUSALS = (RuntimeError, IndexError, ValueError, TypeError)
 
 
-# The Householder ops, whose derivatives jitorch does not implement (torch has none for geqrf either): not checked.
-HOUSEHOLDER = frozenset({"geqrf", "orgqr", "linalg_householder_product", "ormqr"})
+# The Householder ops whose derivatives jitorch does not implement (torch has none for geqrf either): not checked.
+HOUSEHOLDER = frozenset({"geqrf", "ormqr"})
 # Ops of one symmetric matrix whose kernels read one triangle: checked on ``(A + A.mT) / 2``, as torch's OpInfos
 # do (their rules give the gradient with respect to the symmetric matrix).
 SYMMETRIC_INPUT = {"_linalg_eigh": lambda args: True, "linalg_cholesky_ex": lambda args: True,

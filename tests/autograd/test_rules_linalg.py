@@ -209,3 +209,28 @@ def test_kron_operand_written_afterwards_raises_where_torch_reads_new_values_see
     y = _maybe_compiled(lambda c0: program(jt, c0, True), jt, compiled)(c0)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         y.sum().backward()
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("shape, k", [((5, 3), 3), ((5, 3), 2), ((2, 4, 4), 3), ((4, 2), 1), ((3, 3), 0)])
+def test_householder_product_gradient_as_torchs_seed_7612101(shape, k, compiled):
+    """Fuzz seed 7612101: ``orgqr``/``linalg.householder_product`` had no derivative (torch has one). Both
+    gradients against torch's (only the reflector entries below the diagonal of the first k columns get one;
+    without reflectors torch gives none at all)."""
+    rng = np.random.default_rng(k)
+    a, tau, w = rng.standard_normal(shape), rng.standard_normal(shape[:-2] + (k,)), rng.standard_normal(shape)
+    seen = []
+    for lib in (torch, jt):
+        A, T = lib.tensor(a, requires_grad=True), lib.tensor(tau, requires_grad=True)
+        fns = (lib.linalg.householder_product, lib.orgqr)
+        for fn in fns:
+            A.grad = T.grad = None
+            (_maybe_compiled(lambda A, T: fn(A, T) * lib.tensor(w), lib, compiled)(A, T)).sum().backward()
+            seen.append((A.grad, T.grad))
+    for got in seen[2:]:
+        for mine, theirs in zip(got, seen[0]):
+            if theirs is None:
+                assert mine is None
+            else:
+                np.testing.assert_allclose(mine.numpy(), theirs.numpy(), rtol=1e-10, atol=1e-12)
+    assert k == 0 or not seen[2][0].numpy()[..., : k, : k].diagonal(0, -2, -1).any()

@@ -8,6 +8,7 @@ import pytest
 import jitorch as jt
 from jitorch.codegen import recurrence
 from jitorch.ops import recurrences
+from jitorch.runtime import threads
 
 torch = pytest.importorskip("torch")
 # the layers' products run as generated kernels where the selected machine has AVX-512 (JITORCH_CPU)
@@ -18,31 +19,41 @@ CASES = [("LSTM", 2, False, False, True), ("LSTM", 2, True, True, False), ("LSTM
          ("GRU", 2, False, True, True), ("GRU", 2, True, False, False), ("GRU", 1, False, False, True)]
 
 
-@pytest.fixture
-def counted(monkeypatch):
-    """{(mode, direction): kernel steps run} while the test runs, counted through `CellKernel.run`."""
+def _count(monkeypatch, kind, key):
+    """{key(kernel): steps run} of the ``kind`` kernels (`CellKernel` or `ProductKernel`) while the test runs,
+    counted through their ``run`` and through the row programs that run a whole loop's calls
+    (`threads.run_row_program`: per call an entry point and its arguments)."""
     counts = {}
-    run = recurrence.CellKernel.run
+    run = kind.run
 
     def counting(self, row, batch):
-        key = next(k[1::-1] for k, v in recurrence._kernels.items() if v is self)
-        counts[key] = counts.get(key, 0) + 1
+        counts[key(self)] = counts.get(key(self), 0) + 1
         run(self, row, batch)
-    monkeypatch.setattr(recurrence.CellKernel, "run", counting)
+    monkeypatch.setattr(kind, "run", counting)
+    program = threads.run_row_program
+
+    def counting_program(calls, rows, parts):
+        kernels = {k.address: k for _, k in [*recurrence._kernels.items(), *recurrence._products.items()]
+                   if isinstance(k, kind)}
+        for entry in calls[1::2][:int(calls[0])].tolist():
+            if entry in kernels:
+                counts[key(kernels[entry])] = counts.get(key(kernels[entry]), 0) + 1
+        return program(calls, rows, parts)
+    monkeypatch.setattr(threads, "run_row_program", counting_program)
     return counts
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """{(mode, direction): kernel steps run} while the test runs."""
+    return _count(monkeypatch, recurrence.CellKernel,
+                  lambda kernel: next(k[1::-1] for k, v in recurrence._kernels.items() if v is kernel))
 
 
 @pytest.fixture
 def products(monkeypatch):
-    """{(k, n): product kernel steps run} while the test runs, counted through `ProductKernel.run`."""
-    counts = {}
-    run = recurrence.ProductKernel.run
-
-    def counting(self, row, batch):
-        counts[self.k, self.n] = counts.get((self.k, self.n), 0) + 1
-        run(self, row, batch)
-    monkeypatch.setattr(recurrence.ProductKernel, "run", counting)
-    return counts
+    """{(k, n): product kernel steps run} while the test runs."""
+    return _count(monkeypatch, recurrence.ProductKernel, lambda kernel: (kernel.k, kernel.n))
 
 
 def _modules(mode, layers, bidirectional, batch_first, bias, dtype):
@@ -217,3 +228,31 @@ def test_many_rows_of_a_long_weight_keep_numpys_product(rng, products, counted):
         np.testing.assert_allclose(g, e, rtol=2e-5, atol=2e-5)
     assert products == ({(300, 1200): 3} if AVX512 else {})
     assert counted == {("LSTM", "forward"): 3, ("LSTM", "backward"): 3}
+
+
+@pytest.mark.parametrize("mode", ["LSTM", "GRU"])
+@pytest.mark.parametrize("batch", [10, 13])
+def test_a_layers_rows_split_across_threads_give_the_one_thread_bits(mode, batch, rng, monkeypatch):
+    """A layer's batch rows are independent recurrences: at two threads each range of rows (at least a register
+    block of the product's rows) runs the whole loop of product and cell kernels on its own thread (one fork per
+    layer and direction, forward and backward, `recurrences._run_steps`), and every value and gradient has the
+    one-thread bits (13 rows: ranges of 7 and 6, not whole blocks). Without AVX-512 the products are NumPy's,
+    per step, and nothing forks."""
+    monkeypatch.setattr(recurrences, "SPLIT_MIN_WORK", 1)  # (split however small)
+    m, _ = _modules(mode, 2, True, False, True, "float32")
+    x, states, weight = _inputs(rng, mode, 2, True, False, "float32", batch=batch)
+    before = jt.get_num_threads()
+    try:
+        jt.set_num_threads(1)
+        one = _loss_and_grads(jt, m, mode, x, states, weight)
+        jt.set_num_threads(2)
+        for p in m.parameters():
+            p.grad = None
+        forks, parts = threads.counters["forks"], threads.counters["parts"]
+        two = _loss_and_grads(jt, m, mode, x, states, weight)
+    finally:
+        jt.set_num_threads(before)
+    assert [a.tobytes() for a in one] == [b.tobytes() for b in two]
+    layer_calls = 2 * 2 * 2  # layers, directions, forward and backward
+    if AVX512:
+        assert threads.counters["forks"] - forks >= layer_calls and threads.counters["parts"] - parts >= layer_calls

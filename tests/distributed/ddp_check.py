@@ -6,6 +6,7 @@ each SGD step the two models must agree to float32 noise. Prints "rank R: ddp ==
 """
 
 import sys
+import threading
 
 import jitorch as jt
 import jitorch.distributed as dist
@@ -79,6 +80,43 @@ for p, r in zip(ddp.parameters(), reference.parameters()):
     dist.all_reduce(r.grad, op=dist.ReduceOp.AVG)
     assert jt.allclose(p.grad, r.grad, atol=1e-6)
 print(f"rank {rank}: progress thread {ddp._progress.threaded}", flush=True)
+
+
+class GiveUp(jt.autograd.Function):
+    """Identity whose backward raises: placed between the layers, after the last layer's buckets started."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise ValueError("backward gave up")
+
+
+class GivingUp(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.first, self.last = nn.Linear(6, 16), nn.Linear(16, 3)
+
+    def forward(self, x):
+        return self.last(GiveUp.apply(self.first(x)))
+
+
+# a backward that raises after some buckets started stops DDP's progress thread on its way out: left running it
+# would still be inside MPI when the interpreter's exit finalizes MPI
+if not compiled:
+    jt.manual_seed(0)
+    raising = DDP(GivingUp(), bucket_cap_mb=0.0001)
+    try:
+        raising(x1).sum().backward()
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("backward did not raise")
+    assert raising._buckets[0].work is not None and raising._buckets[-1].work is None  # some buckets started
+    assert raising._progress.thread is None and threading.active_count() == 1, threading.enumerate()
+    print(f"rank {rank}: a backward that raised left no thread", flush=True)
 
 
 class Branches(nn.Module):

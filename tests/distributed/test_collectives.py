@@ -117,6 +117,8 @@ def test_ddp_on_shards_equals_one_process_on_the_whole_batch(nproc, mode, thread
     if thread:
         assert len(re.findall(rf"rank \d: progress thread {thread == '1'}", done.stdout)) == nproc, done.stdout
     assert len(re.findall(r"rank \d: unused parameters keep no gradient", done.stdout)) == nproc, done.stdout
+    if mode == "eager":  # with the progress thread ("1") or without
+        assert len(re.findall(r"rank \d: a backward that raised left no thread", done.stdout)) == nproc, done.stdout
     assert sorted(re.findall(rf"rank (\d+): ddp == whole batch \({mode}\)", done.stdout)) == \
         [str(r) for r in range(nproc)], done.stdout
     assert "eagerly" not in done.stderr  # the compiled step is one graph, collectives included

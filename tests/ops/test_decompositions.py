@@ -158,7 +158,7 @@ def test_errors_name_shapes_and_dtypes_as_torch(call, exc, message):
     assert str(info.value).startswith(message)
 
 
-def test_householder_ops_match_torch_and_have_no_derivative():
+def test_householder_ops_match_torch_and_geqrf_has_no_derivative():
     A, tA = pair(2, 5, 3)
     h, tau = jt.geqrf(A)
     th, ttau = torch.geqrf(tA)

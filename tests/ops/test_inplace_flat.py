@@ -238,3 +238,99 @@ def test_an_alpha_equal_to_the_default_but_of_another_type_is_checked_as_torch_c
         assert results[0] == results[1]
     x, y = jt.tensor([True, False]), jt.tensor([True, True])
     assert x.add(y, alpha=True).tolist() == [True, True] and x.add_(y, alpha=True).tolist() == [True, True]
+
+
+def _factors(name):
+    return registry.OPS[name].flat_into.factors
+
+
+@pytest.mark.parametrize("name", ["add", "sub"])
+def test_an_alpha_is_checked_and_converted_once_per_dtype_and_value(name):
+    """``x.add_(y, alpha=a)`` on two tensors of one dtype remembers ``a`` checked and converted to the dtype (an
+    optimizer passes one ``-lr`` for every parameter): the general path's bits from the first call on and in
+    both of `write_into`'s paths (a parameter under no_grad takes the one after `registry.call_inplace`'s
+    checks), an alpha the check refuses raising on every call with nothing written or remembered."""
+    factors = _factors(name)
+    factors.clear()
+    rng = np.random.default_rng(5)
+    for dtype in (jt.float32, jt.float64, jt.int32, jt.uint8):
+        a = random_array((2, 3), dtype, rng, low=-3, high=4)
+        b = random_array((2, 3), dtype, rng, low=-3, high=4)
+        for alpha in (-0.01, 3, -0.01, 3, 2 ** 53 + 1, 1e39, 2.5, -5):
+            with general_path():
+                try:
+                    want = getattr(jt.tensor(a), name + "_")(jt.tensor(b), alpha=alpha)
+                except RuntimeError as e:
+                    want = e
+            for grad in (False, True):
+                x = jt.tensor(a, requires_grad=grad and dtype.is_floating_point)
+                if isinstance(want, RuntimeError):
+                    with jt.no_grad(), pytest.raises(RuntimeError, match=re.escape(str(want))):
+                        getattr(x, name + "_")(jt.tensor(b), alpha=alpha)
+                    assert x._version == 0 and np.array_equal(x.detach().numpy(), a)
+                    assert (dtype, type(alpha), alpha) not in factors
+                    continue
+                with jt.no_grad():
+                    getattr(x, name + "_")(jt.tensor(b), alpha=alpha)
+                assert _bits(x.detach()) == _bits(want) and x._version == 1, (dtype, alpha, grad)
+                held = factors[(dtype, type(alpha), alpha)]
+                assert held.shape == () and held.dtype == dtype.np and not held.flags.writeable
+
+
+def test_a_zero_or_nan_alpha_is_not_taken_for_another():
+    """-0.0 equals 0.0 (and 0 and False): a remembered zero would give ``-0.0 + 0.0 * y`` the bits of
+    ``-0.0 + -0.0 * y``; zeros are not remembered. NaNs (none equal to another) are, within a bounded table."""
+    factors = _factors("add")
+    for alpha, sign in ((-0.0, 1), (0.0, 0), (-0.0, 1), (0, 0)):
+        x = jt.tensor([-0.0, 1.0])
+        x.add_(jt.tensor([1.0, 1.0]), alpha=alpha)
+        assert np.signbit(x.numpy()[0]) == sign and x.tolist()[1] == 1.0
+    assert not any(k[2] == 0 for k in factors)
+    nan = np.array([0x7FC00001], np.uint32).view(np.float32)
+    for _ in range(70):  # (each float("nan") is a new key)
+        x = jt.tensor([1.0])
+        x.add_(jt.tensor(nan), alpha=float("nan"))
+        with general_path():
+            want = jt.tensor([1.0]).add_(jt.tensor(nan), alpha=float("nan"))
+        assert _bits(x) == _bits(want)
+    assert len(factors) <= 64
+
+
+def test_a_remembered_alpha_serves_no_other_call():
+    """A tensor ``y`` of another dtype, a number ``y`` or a tensor requiring grad in grad mode take the paths
+    they took before (the op's ``into`` converts alpha to ``y``'s dtype, not to the result's)."""
+    _factors("add").clear()
+    x, y = jt.ones(3, dtype=jt.float64), jt.full((3,), 0.1, dtype=jt.float32)
+    x.add_(y, alpha=-0.01)
+    with general_path():
+        want = jt.ones(3, dtype=jt.float64).add_(y, alpha=-0.01)
+    assert _bits(x) == _bits(want) and (jt.float64, float, -0.01) not in _factors("add")
+    p = jt.ones(2, requires_grad=True)
+    with pytest.raises(RuntimeError, match="a leaf Variable that requires grad"):
+        p.add_(jt.ones(2), alpha=2)
+
+
+def test_a_parameter_under_no_grad_takes_the_shortcut_and_in_grad_mode_the_general_path():
+    """An optimizer's step (``p.add_(g, alpha=-lr)`` under no_grad, ``p.data.add_(...)``) on a parameter that
+    requires grad records nothing: the shortcut serves it (before `registry.call_inplace`'s checks, which
+    find nothing to refuse there), with the general path's bits and version; in grad mode the general path
+    refuses the leaf as before. ``p.data`` (``detach``) shares the parameter's NumPy view."""
+    op = registry.OPS["add"]
+    rng = np.random.default_rng(9)
+    a, b = rng.standard_normal((3, 4)).astype(np.float32), rng.standard_normal((3, 4)).astype(np.float32)
+    with general_path():
+        want = jt.tensor(a).add_(jt.tensor(b), alpha=-0.01)
+    p, g = jt.tensor(a, requires_grad=True), jt.tensor(b, requires_grad=True)
+    assert op.flat_into((p, g, -0.01)) is False  # (grad mode: the general path decides, and refuses)
+    with jt.no_grad():
+        assert op.flat_into((p, g, -0.01)) is True and p._version == 1
+    assert _bits(p.detach()) == _bits(want) and p.requires_grad and p.is_leaf and p.grad is None
+    q = jt.tensor(a, requires_grad=True)
+    q.sum()  # (its NumPy view made)
+    data = q.data
+    assert data._arr is q._arr and not data.requires_grad and data.grad_fn is None
+    data.add_(jt.tensor(b), alpha=-0.01)
+    assert _bits(q.detach()) == _bits(want) and q._version == data._version == 1
+    with pytest.raises(RuntimeError, match="a leaf Variable that requires grad"):
+        q.add_(jt.tensor(b), alpha=-0.01)
+    assert _bits(q.detach()) == _bits(want) and q._version == 1

@@ -250,3 +250,41 @@ def test_small_pow_and_xlogy_load_no_code_generator():
                           env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == "False"
+
+
+def test_float_power_of_narrower_floats_skips_the_casts_with_the_composites_bits(monkeypatch):
+    """float_power of float32 (float16, bfloat16) CPU tensors and numbers runs `pointwise._float_power_fast`:
+    `_pow` of the operands widened, without the composite's two ``_to_copy`` tensors; the same bits, shape and
+    strides as the composite over tensors, broadcasting, 0-d and empty operands and torch's special powers (2,
+    -0.5...), NaN results included; grad mode with a tensor that requires grad takes the composite."""
+    from jitorch.ops import registry
+    copies = []  # (the ops `registry.execute` runs: the casts among them)
+    real_execute = registry.execute
+    monkeypatch.setattr(registry, "execute", lambda op, *a: copies.append(op.name) or real_execute(op, *a))
+    rng = np.random.default_rng(3)
+    op = registry.OPS["float_power"]
+    cases = []
+    for dtype in (jt.float32, jt.float16, jt.bfloat16):
+        def t(shape):
+            return jt.tensor(rng.uniform(-3, 3, shape).astype(np.float32)).to(dtype)
+        cases += [(t((5,)), t((5,))), (t((3, 1)), t((1, 4))), (t(()), t((4,))), (t(()), t(())), (t((0,)), t((0,))),
+                  (t((70,)), t((70,)))]
+        cases += [(t(shape), n) for n in (2, 3, -1, -2, 0.5, -0.5, 2.5, 0.1, 0) for shape in ((), (6,), (70,))]
+        cases += [(n, t((6,))) for n in (2, -1.5)]
+    for x, e in cases:
+        del copies[:]
+        fast = jt.float_power(x, e)
+        assert "_to_copy" not in copies
+        slow = _composite_result(op, x, e)
+        assert (fast.dtype, fast.shape, fast.stride()) == (slow.dtype, slow.shape, slow.stride())
+        assert fast.numpy().tobytes() == slow.numpy().tobytes()
+    x = jt.tensor([1.5, 2.0], requires_grad=True)
+    del copies[:]
+    jt.float_power(x, 2.5).sum().backward()
+    assert copies.count("_to_copy") >= 1 and x.grad is not None
+
+
+def _composite_result(op, x, e):
+    """float_power's composite (its casts and pow), through the registry's general path."""
+    from jitorch.ops import registry
+    return registry.call(op, (x, e))

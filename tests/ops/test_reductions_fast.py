@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 import jitorch as jt
 from jitorch.ops import reductions, registry
+from jitorch.runtime import summation
 from tests.support import general_path, random_array, tensor_and_array
 
 REFS = {"sum": np.sum, "mean": np.mean, "nansum": np.nansum}
@@ -183,3 +184,70 @@ def test_softmax_of_rows_of_one_element_not_contiguous_and_requiring_grad():
         (lib.log_softmax(v, 1) * 2 + lib.softmax(v, 1)).sum().backward()
     assert w.grad_fn is None and w.softmax(1).grad_fn.name() == "SoftmaxBackward0"
     np.testing.assert_array_equal(w.grad.numpy(), tw.grad.numpy())
+
+
+# float32/float64 bit patterns a sum must keep as the general path does: signed zeros, infinities of both signs,
+# quiet and signalling NaNs of both signs with payloads, subnormals, the largest finite values
+_SPECIAL_BITS = {np.float32: [0x80000000, 0x00000000, 0x7F800000, 0xFF800000, 0x7FC00001, 0xFFC12345, 0x7F800001,
+                              0xFF812345, 0x00000001, 0x807FFFFF, 0x7F7FFFFF, 0xFF7FFFFF, 0x3F800000],
+                 np.float64: [0x8000000000000000, 0, 0x7FF0000000000000, 0xFFF0000000000000, 0x7FF8000000000001,
+                              0xFFF8000000012345, 0x7FF0000000000001, 0x0000000000000001, 0x7FEFFFFFFFFFFFFF,
+                              0xFFEFFFFFFFFFFFFF, 0x3FF0000000000000]}
+
+
+def _special(dtype, size, rng):
+    bits = np.array(_SPECIAL_BITS[dtype], np.uint32 if dtype is np.float32 else np.uint64)
+    return bits[rng.integers(0, len(bits), size)].view(dtype)
+
+
+def _full_sum_inputs(dtype):
+    """(label, tensor): every shape class and layout the full sum takes, of special values and of normal ones."""
+    rng = np.random.default_rng(11)
+    for shape in [(), (1,), (1, 1), (3,), (2, 3), (0,), (4, 0), (8192,), (8193,), (3, 3000)]:
+        size = int(np.prod(shape))
+        yield f"normal {shape}", jt.from_numpy(rng.standard_normal(size).astype(dtype).reshape(shape))
+        for k in range(4 if size < 100 else 1):
+            yield f"special {shape} {k}", jt.from_numpy(_special(dtype, size, rng).reshape(shape))
+    for bits in _SPECIAL_BITS[dtype]:  # (each alone: a sum of one element is 0 + it)
+        yield f"one {bits:x}", jt.from_numpy(np.array([bits], _special(dtype, 0, rng).view(f"u{dtype(0).itemsize}").dtype)
+                                             .view(dtype))
+    for k in range(3):
+        base = jt.from_numpy(np.where(rng.random((6, 8)) < 0.3, _special(dtype, 48, rng).reshape(6, 8),
+                                      rng.standard_normal((6, 8)).astype(dtype)))
+        yield f"transposed {k}", base.T
+        yield f"strided {k}", base[::2, 1::3]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_full_sum_is_reduced_into_a_0d_array_with_the_general_paths_bits(dtype):
+    """``x.sum()`` of a float tensor reduces straight into a 0-d array (`summation.add_reduce_all`), not a NumPy
+    scalar made an array after: the general path's bits for every shape and layout, special values included
+    (signed zeros, NaN payloads, signalling NaNs, overflow), above `summation.BLOCK` elements too, and torch's."""
+    torch = pytest.importorskip("torch")
+    for label, x in _full_sum_inputs(dtype):
+        got = x.sum()
+        with general_path():
+            want = x.sum()
+        assert got.shape == () and got.stride() == () and got.is_contiguous() and got.dtype == want.dtype
+        assert got.numpy().tobytes() == want.numpy().tobytes(), label
+        if x.numel() <= summation.BLOCK:  # (beyond it `add_reduce` sums in blocks, under every NumPy alike)
+            assert got.numpy().tobytes() == np.asarray(np.add.reduce(x.numpy(), None)).tobytes(), label
+        t = torch.from_numpy(x.numpy().copy()).sum().numpy()
+        if np.isnan(t):  # (NaN payloads are each library's own)
+            assert np.isnan(got.item()), label
+        elif x.numel() <= 8:  # (beyond, torch adds in another order: within rounding)
+            assert got.numpy().tobytes() == t.tobytes(), label
+        else:
+            np.testing.assert_allclose(got.numpy(), t, rtol=8 * np.finfo(dtype).eps, err_msg=label)
+    assert np.float32(3).item() == jt.tensor([1.0, 2.0]).sum().item()
+
+
+def test_a_full_sum_of_a_tensor_requiring_grad_records_its_node_and_other_sums_take_their_paths():
+    x = jt.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    s = x.sum()
+    assert s.grad_fn is not None and s.item() == 10.0
+    s.backward()
+    assert x.grad.tolist() == [[1.0, 1.0], [1.0, 1.0]]
+    y = jt.tensor([[1.0, 2.0], [3.0, 4.0]])
+    assert y.sum(keepdim=True).shape == (1, 1) and y.sum((0, 1)).shape == () and y.sum(0).tolist() == [4.0, 6.0]
+    assert y.sum([]).item() == 10.0 and y.sum(dtype=jt.float64).dtype == jt.float64

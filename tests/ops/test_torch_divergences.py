@@ -77,3 +77,53 @@ def test_autograd_grad_with_no_inputs_raises_as_torch():
         with pytest.raises(RuntimeError, match="`inputs` argument to `grad\\(\\)` cannot be empty."):
             T.autograd.grad((x * 2).sum(), [])
         assert x.grad is None
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int64"])
+def test_kthvalue_picks_torchs_element_among_equal_values_and_signed_zeros(dtype):
+    """torch's kthvalue is a quickselect: among equal values (-0.0 and 0.0 too) its choice of index, and of
+    zero, is no sort's; jitorch's stable sort gave ``kthvalue([0., -0., 1.], 1)`` as 0.0 at 0 where torch gives
+    -0.0 at 1. Rows with and without ties, NaN, every k, over each dim, keepdim or not, bit for bit."""
+    rng = np.random.default_rng(5)
+    pool = [0.0, -0.0, 1.0, -1.0, NAN, 2.0] if dtype != "int64" else [0, 1, 2, -1]
+    for trial in range(60):
+        shape = (2, int(rng.integers(1, 14)), 3)
+        x = torch.tensor(rng.choice(pool, size=shape).tolist(), dtype=getattr(torch, dtype))
+        y = jt.tensor(x.tolist(), dtype=getattr(jt, dtype))
+        dim = trial % 3
+        for k in range(1, shape[dim] + 1):
+            want = torch.kthvalue(x, k, dim, keepdim=trial % 2 == 0)
+            got = jt.kthvalue(y, k, dim, keepdim=trial % 2 == 0)
+            assert got.indices.tolist() == want.indices.tolist()
+            assert got.values.float().numpy().tobytes() == want.values.float().numpy().tobytes()
+    assert jt.kthvalue(jt.tensor([0.0, -0.0, 1.0]), 1).indices.item() == 1
+
+
+ERROR_ORDER = {
+    "logcumsumexp_of_integers_into_a_float_out": lambda L: L.logcumsumexp(L.tensor([1, 2]), 0, out=L.empty(2)),
+    "logcumsumexp_out_dtype_before_the_dim": lambda L: L.logcumsumexp(L.tensor([1.0, 2]), 5,
+                                                                       out=L.empty(2, dtype=L.int64)),
+    "cummax_out_dtype_before_the_dim": lambda L: L.cummax(L.tensor([1, 2]), 5,
+                                                          out=(L.empty(2), L.empty(2, dtype=L.int64))),
+    "median_of_an_empty_bool_tensor_over_a_dim": lambda L: L.median(L.zeros(0, dtype=L.bool), 0),
+    "median_of_a_bool_tensor_over_a_dim_out_of_range": lambda L: L.median(L.tensor([True]), 5),
+    "half_mean_into_an_integer_out": lambda L: L.mean(L.ones(3, dtype=L.half), 0, out=L.empty((), dtype=L.int64)),
+    "double_mean_into_a_bool_out": lambda L: L.mean(L.ones(3, dtype=L.float64), 0, out=L.empty((), dtype=L.bool)),
+    "nanmean_into_an_integer_out": lambda L: L.nanmean(L.ones(3), 0, out=L.empty((), dtype=L.int32)),
+    "nanmean_of_integers_with_out": lambda L: L.nanmean(L.tensor([1, 2]), 0, out=L.empty(())),
+    "nanmean_with_out_dim_out_of_range": lambda L: L.nanmean(L.ones(3), 5, out=L.empty((), dtype=L.int64)),
+}
+
+
+@pytest.mark.parametrize("case", list(ERROR_ORDER))
+def test_out_errors_come_in_torchs_order_with_torchs_message(case):
+    """Session 37's leftovers: torch's first error (type and message) where several apply, before anything is
+    written: logcumsumexp compares its out tensor with the input before the dim and the dtype's kernel;
+    median over a dim checks the dim before refusing bool; mean into an integer out names the division's Float
+    (torch sums into the out tensor, then divides it in place); nanmean with out= has its own messages."""
+    errors = []
+    for lib in (torch, jt):
+        with pytest.raises(Exception) as info:
+            ERROR_ORDER[case](lib)
+        errors.append((type(info.value).__name__, str(info.value)))
+    assert errors[1] == errors[0]

@@ -183,3 +183,44 @@ def test_python_parts_no_worker_claimed_are_taken_back_by_the_forking_thread(mon
         monkeypatch.setitem(threads._settings, "split_products", True)
         assert jt.from_numpy(a).matmul(jt.from_numpy(b)).numpy().tobytes() == whole.tobytes()
     assert threads.counters["taken back"] - taken == 5  # four forks above, and the product's second half
+
+
+def test_a_row_program_runs_its_calls_in_order_over_each_range_of_rows(two_threads):
+    """`threads.run_row_program`: each range of rows runs every call of the program in order, one fork for all
+    of them (entry points here are ctypes callbacks, which take the GIL on whichever thread calls them)."""
+    seen = []
+    entry = threads.KERNEL_ENTRY(lambda args, lo, hi: seen.append((args, lo, hi)))
+    address = threads.ctypes.cast(entry, threads.ctypes.c_void_p).value
+    program = np.array([3, address, 11, address, 22, address, 33], np.uint64)
+    forks, parts = threads.counters["forks"], threads.counters["parts"]
+    assert threads.run_row_program(program, 10, 2)
+    assert sorted(seen) == sorted([(a, lo, hi) for a in (11, 22, 33) for lo, hi in ((0, 5), (5, 10))])
+    for lo in (0, 5):  # (each range's calls in the program's order)
+        assert [a for a, l, _ in seen if l == lo] == [11, 22, 33]
+    assert (threads.counters["forks"], threads.counters["parts"]) == (forks + 1, parts + 1)
+    seen.clear()
+    assert threads.run_row_program(program, 10, 1) and seen == [(11, 0, 10), (22, 0, 10), (33, 0, 10)]
+    assert threads.counters["forks"] == forks + 1  # (one part: no fork)
+
+
+def test_a_wait_whose_yield_found_the_core_crowded_sleeps_before_its_spin_ends():
+    """A waiter yields its core every 16th turn of its spin; where a yield takes `CROWD_US` or more (here any
+    yield, the bound set to 1 ns), another thread wanted the core and the waiter goes to sleep at once (it sets
+    its sleepers flag) instead of spinning on for its minute, and counts a crowded wait; raised, it returns."""
+    native = threads._native()
+    word, flag = threads.ctypes.c_int32(0), threads.ctypes.c_int32(0)
+    saved, crowded = native.crowd_ns.value, native.crowded.value
+    native.crowd_ns.value = 1
+    try:
+        waiter = threading.Thread(target=native.wait_for, args=(threads.ctypes.addressof(word), 1, 60 * 10**9,
+                                                                threads.ctypes.addressof(flag)))
+        waiter.start()
+        deadline = time.monotonic() + 30
+        while flag.value == 0 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert flag.value == 1 and waiter.is_alive()  # asleep long before its 60 s spin would end
+        native.raise_holding_gil(threads.ctypes.addressof(word), threads.ctypes.addressof(flag))
+        waiter.join(30)
+        assert not waiter.is_alive() and native.crowded.value > crowded
+    finally:
+        native.crowd_ns.value = saved

@@ -9,7 +9,7 @@ eigh and QR assume what torch assumes (distinct singular values or eigenvalues, 
 
 from __future__ import annotations
 
-from jitorch.autograd.rule import defgrad, differentiates, nondifferentiable, only_with_grads_of, reads
+from jitorch.autograd.rule import defgrad, differentiates, nondifferentiable, only_if, only_with_grads_of, reads
 from jitorch.autograd.rules.common import per_input, wanted
 from jitorch.autograd.rules.structural import _scaled, sum_to
 from jitorch.ops import functions as jt
@@ -288,9 +288,51 @@ def _matrix_exp(g, a, out):
 defgrad("linalg_pinv.atol_rtol_float", per_input(self=reads("self result", _pinv)))
 defgrad("_linalg_lstsq", differentiates("self b", reads("self b result", _lstsq)))
 defgrad("matrix_exp", per_input(self=reads("self", _matrix_exp)))
+
+
+def _householder_product(g, A, tau):
+    """The gradients of ``Q = H_0 ... H_{k-1} E`` (``H_j = I - tau_j v_j v_j^T``, E the first n columns of I)
+    with respect to A's reflector columns and tau: with ``P_j = (H_0 ... H_{j-1})^T gQ`` and
+    ``R_j = H_{j+1} ... H_{k-1} E``, the gradient of ``H_j`` is ``P_j R_j^T``, so ``gtau_j = -(P_j^T v_j)
+    (R_j^T v_j)`` and ``gv_j = -tau_j (P_j R_j^T v_j + R_j P_j^T v_j)``; only A's entries below the diagonal
+    of the first k columns are read, the others get zeros (as torch's householder_product_backward, which gives
+    no gradient at all without reflectors: `only_if` in `_householder_rule`)."""
+    m, n = A.shape[-2:]
+    k = tau.shape[-1]
+    V = A.tril(-1) + jt.eye(m, n, dtype=A.dtype, device=A.device)
+
+    def reflect(j, X):
+        v = V[..., :, j:j + 1]
+        return X - tau[..., j, None, None] * v.matmul(v.mT.matmul(X))
+
+    right = [jt.eye(m, n, dtype=A.dtype, device=A.device).expand(A.shape)]
+    for j in range(k - 1, 0, -1):
+        right.append(reflect(j, right[-1]))
+    right.reverse()
+    P, gv, gtau = g, [], []
+    for j in range(k):
+        v = V[..., :, j:j + 1]
+        Rv, Pv = right[j].mT.matmul(v), P.mT.matmul(v)
+        gtau.append(-(Pv * Rv).sum((-2, -1)))
+        gv.append(-tau[..., j, None, None] * (P.matmul(Rv) + right[j].matmul(Pv)))
+        P = reflect(j, P)
+    gA = jt.cat(gv + [jt.zeros_like(V[..., :, :1])] * (n - k), -1).tril(-1)
+    return gA, jt.stack(gtau, -1)
+
+
+def _householder_rule(names):
+    matrix, scales = names.split()
+
+    def rule(g, a, out):
+        A, tau = getattr(a, matrix), getattr(a, scales)
+        gA, gtau = _householder_product(g, A, tau)
+        return {name: grad for name, grad in ((matrix, gA), (scales, gtau)) if wanted(getattr(a, name))}
+    return only_if(lambda a: getattr(a, scales).shape[-1] > 0, differentiates(names, reads(names, rule)))
+
+
 defgrad("geqrf", differentiates("self", _not_implemented("geqrf")))
-defgrad("orgqr", differentiates("self input2", _not_implemented("orgqr")))
-defgrad("linalg_householder_product", differentiates("input tau", _not_implemented("linalg_householder_product")))
+defgrad("orgqr", _householder_rule("self input2"))
+defgrad("linalg_householder_product", _householder_rule("input tau"))
 defgrad("ormqr", differentiates("self input2 input3", _not_implemented("ormqr")))
 
 

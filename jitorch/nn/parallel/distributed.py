@@ -30,6 +30,7 @@ from ...distributed.collectives import started_all_reduce
 from ...distributed.mpi_backend import mpi, op_of, wait
 from ...distributed.process_group import resolve
 from ... import bfloat16, cat, zeros_like
+from ...autograd.engine import when_backward_ends
 from ...runtime.grad_mode import is_grad_enabled, no_grad
 from ...runtime.threads import get_num_threads
 from ..modules.module import Module
@@ -202,8 +203,17 @@ class DistributedDataParallel(Module):
         if is_compiling():
             self._reduce_in_graph(bucket)
             return
-        # each gradient divided by the world's size on its way in, as torch's mul_out, in one NumPy pass over
-        # the tensors' own memory (the bucket and the gradients are CPU tensors: MPI sends CPU tensors)
+        self._fill(bucket)
+        if bucket.buffer.dtype == bfloat16:  # MPI reduces it through float32 copies, which all_reduce makes
+            bucket.work = dist.all_reduce(bucket.buffer, group=self.process_group, async_op=True)
+        else:
+            bucket.work = started_all_reduce(bucket.buffer, self.process_group)
+        self._progress.add(bucket.work)
+
+    def _fill(self, bucket):
+        """Copy the bucket's gradients into its buffer, each divided by the world's size on its way in, as
+        torch's mul_out, in one NumPy pass over the tensors' own memory (the bucket and the gradients are CPU
+        tensors: MPI sends CPU tensors)."""
         scale = 1 / self._world
         for p, part in bucket.slices():
             grad, flat = p.grad, part._array()
@@ -214,11 +224,6 @@ class DistributedDataParallel(Module):
             else:
                 np.multiply(grad._array().reshape(-1), scale, out=flat, casting="unsafe")
             part._bump_version()
-        if bucket.buffer.dtype == bfloat16:  # MPI reduces it through float32 copies, which all_reduce makes
-            bucket.work = dist.all_reduce(bucket.buffer, group=self.process_group, async_op=True)
-        else:
-            bucket.work = started_all_reduce(bucket.buffer, self.process_group)
-        self._progress.add(bucket.work)
 
     def _reduce_in_graph(self, bucket):
         unused = self._globally_unused()  # known when tracing: the graph leaves those gradients alone
@@ -240,21 +245,26 @@ class DistributedDataParallel(Module):
             return  # each bucket's reduction wrote its gradients back already
         self._progress.stop()
         unused = self._globally_unused()
+        for bucket in self._buckets:
+            bucket.work.wait()
+            self._write_back(bucket, unused)
+
+    def _write_back(self, bucket, unused=frozenset()):
+        """The averaged gradients into ``.grad`` (their own memory, or views of the bucket with
+        ``gradient_as_bucket_view``), those of parameters in ``unused`` (ids) left as they are."""
         with no_grad():
-            for bucket in self._buckets:
-                bucket.work.wait()
-                for p, part in bucket.slices():
-                    if id(p) in unused:
-                        continue
-                    view = part.view(p.shape)
-                    if self.gradient_as_bucket_view:
-                        if p.grad is None or not _is_view_of(p.grad, part):
-                            p.grad = view
-                    elif p.grad is None:
-                        p.grad = view.clone()
-                    else:
-                        np.copyto(p.grad._array(), view._array(), casting="unsafe")
-                        p.grad._bump_version()
+            for p, part in bucket.slices():
+                if id(p) in unused:
+                    continue
+                view = part.view(p.shape)
+                if self.gradient_as_bucket_view:
+                    if p.grad is None or not _is_view_of(p.grad, part):
+                        p.grad = view
+                elif p.grad is None:
+                    p.grad = view.clone()
+                else:
+                    np.copyto(p.grad._array(), view._array(), casting="unsafe")
+                    p.grad._bump_version()
 
 
 class _Progress:
@@ -285,9 +295,12 @@ class _Progress:
         self.threaded = MPI.Query_thread() == MPI.THREAD_MULTIPLE and (forced == "1" or spare and forced != "0")
 
     def add(self, work):
-        """Track a started all-reduce (and start the thread with the first)."""
+        """Track a started all-reduce (and start the thread with the first one a backward starts). The thread
+        stops when that backward ends, also when a later rule or hook raises: left running, it would still be
+        inside MPI when the interpreter's exit finalizes MPI (mpi4py's ``Py_AtExit``), or when the group is
+        destroyed."""
         self.works.append(work)
-        if self.threaded and self.thread is None:
+        if self.threaded and self.thread is None and when_backward_ends(self.stop):
             self.running = True
             self.thread = threading.Thread(target=self._run, daemon=True)
             self.thread.start()
@@ -308,7 +321,8 @@ class _Progress:
             time.sleep(self.INTERVAL)
 
     def stop(self):
-        """Stop the thread (backward's last hook then waits for the all-reduces itself)."""
+        """Stop the thread (backward's last hook then waits for the all-reduces itself; after a backward that
+        raised, the all-reduces are left as they are)."""
         if self.thread is not None:
             self.running = False
             self.thread.join()

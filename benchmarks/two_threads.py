@@ -1,0 +1,155 @@
+"""How a compiled training step uses a second thread: per thread's CPU, its time queued for a core, the team's forks.
+
+    python benchmarks/two_threads.py [--models gpt-4x128,lstm,cnn] [--threads 1,2] [--steps 5] [--rounds 3]
+                                     [--system "jitorch.compile(model)"] [--spans] [--quick]
+
+Per model and thread count, the step of ``--system`` (a system of benchmarks/models.py) is warmed up, then run
+``--rounds`` times ``--steps`` steps; the round of median wall time is printed per step:
+
+    wall            wall ms
+    cpu             process CPU ms (every thread)
+    caller          the calling thread's CPU ms; its runqueue wait (ms runnable but not on a core: other
+                    processes' load, or this process's own worker spinning on a shared core) after "queued"
+    workers         the team's workers' CPU ms (their parts, and their spins between forks), and queued ms
+    forks ...       `runtime.threads.counters` per step: forks onto the team, parts handed over, forks run
+                    inline (the team busy), parts taken back (no worker had claimed them when the forking
+                    thread was done with its own), and waits whose spin a crowded core ended (`CROWD_US`)
+
+On a machine shared with other work, wall time says little; a thread's CPU and queueing times say where it went
+(Linux: /proc/self/task/<id>/schedstat; elsewhere the queued times are 0).
+
+``--spans`` also profiles the step at the highest thread count (``jitorch.profiler``, in the calling thread's CPU
+time, as ``step_profile.py --cpu-clock``) and sums its spans per category of step_profile.py, each split into
+the spans that forked onto the team (or ran inside a fork: a pair of products) and those that ran on the calling
+thread alone while the other threads had nothing to do: where the serial stretches are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import collections
+import os
+import statistics
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
+sys.path.insert(0, os.path.dirname(__file__))
+import jitorch  # noqa: E402
+from jitorch.profiler import _profiling, profile  # noqa: E402
+from jitorch.runtime import threads  # noqa: E402
+import models  # noqa: E402
+import step_profile  # noqa: E402
+
+COUNTERS = ("forks", "parts", "inline", "taken back", "crowded")
+_Span = collections.namedtuple("_Span", "name kind args")  # (what step_profile.category reads of an event)
+
+
+def _schedstat(native_id):
+    """(CPU ms, runqueue ms) of a thread of this process; (CPU ms, 0) where the kernel does not say."""
+    try:
+        with open(f"/proc/self/task/{native_id}/schedstat") as f:
+            run, queued = f.read().split()[:2]
+        return int(run) / 1e6, int(queued) / 1e6
+    except OSError:
+        return time.thread_time() * 1e3 if native_id == threading.get_native_id() else 0.0, 0.0
+
+
+def _counters():
+    native = threads._native()
+    return dict(threads.counters, crowded=native.crowded.value if native is not None else 0)
+
+
+def _threads_now():
+    """{"caller": (cpu, queued), "workers": (cpu, queued)} for this thread and the team's workers, in ms."""
+    workers = [_schedstat(t.native_id) for t in threading.enumerate() if t.name.startswith("jitorch-")]
+    return {"caller": _schedstat(threading.get_native_id()),
+            "workers": (sum(w[0] for w in workers), sum(w[1] for w in workers))}
+
+
+def measure(call, steps, rounds):
+    """The median-wall round of ``rounds`` runs of ``steps`` calls: {"wall", "cpu", "caller", "workers",
+    counters...} per step (caller and workers: (CPU ms, queued ms))."""
+    results = []
+    for _ in range(rounds):
+        c0, t0, p0, w0 = _counters(), _threads_now(), time.process_time(), time.perf_counter()
+        for _ in range(steps):
+            call()
+        w1, p1, t1, c1 = time.perf_counter(), time.process_time(), _threads_now(), _counters()
+        row = {"wall": (w1 - w0) * 1e3 / steps, "cpu": (p1 - p0) * 1e3 / steps}
+        for who in ("caller", "workers"):
+            row[who] = tuple((b - a) / steps for a, b in zip(t0[who], t1[who]))
+        row.update({k: (c1[k] - c0[k]) / steps for k in COUNTERS})
+        results.append(row)
+    results.sort(key=lambda r: r["wall"])
+    return results[len(results) // 2]
+
+
+def spans(call, steps):
+    """{(category, "forked" or "alone"): (calling thread's CPU ms, spans) per step} of a profiled run."""
+    forks = []  # (start, end) of each fork, in the calling thread's CPU ns
+    forked = threads._forked
+
+    def timed(parts, entry):
+        start = time.thread_time_ns()
+        try:
+            return forked(parts, entry)
+        finally:
+            forks.append((start, time.thread_time_ns()))
+    threads._forked = timed
+    try:
+        with step_profile.cpu_clock(), profile():
+            recorder = _profiling.RECORDER
+            for _ in range(steps):
+                call()
+    finally:
+        threads._forked = forked
+    me = threading.get_native_id()
+    forks.sort()
+    starts = [s for s, _ in forks]
+    times, counts = collections.Counter(), collections.Counter()
+    for name, kind, thread, start, end, args in recorder.spans:
+        what = step_profile.category(_Span(name, kind, args if isinstance(args, dict) else {}))
+        if what is None or thread != me:  # (a worker's spans are timed on its own clock)
+            continue
+        i = bisect.bisect_right(starts, end) - 1  # the last fork that started before the span ended
+        inside = i >= 0 and forks[i][1] > start
+        key = (what, "forked" if inside else "alone")
+        times[key] += (end - start) / 1e6 / steps
+        counts[key] += 1 / steps
+    return {k: (times[k], counts[k]) for k in times}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", default="gpt-4x128,lstm,cnn")
+    p.add_argument("--threads", default="1,2")
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--system", default=step_profile.SYSTEMS[0], choices=step_profile.SYSTEMS)
+    p.add_argument("--spans", action="store_true", help="per category: forked or alone (profiled)")
+    p.add_argument("--quick", action="store_true", help="tiny sizes (for tests)")
+    args = p.parse_args(argv)
+    counts = [int(n) for n in args.threads.split(",")]
+    for name in args.models.split(","):
+        jitorch.set_num_threads(max(counts))
+        call = models.system_call(args.system, name, args.quick)
+        for n in counts:
+            jitorch.set_num_threads(n)
+            for _ in range(4):  # (compiles; Adam's first compiled call traces again)
+                call()
+            r = measure(call, args.steps, args.rounds)
+            print(f"{name}, {args.system}, {n} thread{'s' if n > 1 else ''}: wall {r['wall']:.2f} cpu {r['cpu']:.2f} | "
+                  f"caller {r['caller'][0]:.2f} queued {r['caller'][1]:.2f} | workers {r['workers'][0]:.2f} "
+                  f"queued {r['workers'][1]:.2f} | " + " ".join(f"{k} {r[k]:.1f}" for k in COUNTERS), flush=True)
+        if args.spans:
+            by = spans(call, args.steps)
+            for (what, where), (ms, k) in sorted(by.items(), key=lambda kv: -kv[1][0]):
+                print(f"  {what:14s} {where:6s} {ms:8.2f} ms {k:6.0f} spans")
+    jitorch.set_num_threads(1)
+
+
+if __name__ == "__main__":
+    main()

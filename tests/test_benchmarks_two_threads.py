@@ -1,0 +1,36 @@
+"""benchmarks/two_threads.py at --quick sizes: per thread CPU and queueing, the team's counters, and the step's
+spans split into those that forked onto the team and those that ran alone."""
+
+from pathlib import Path
+
+import jitorch as jt
+from jitorch.runtime import threads
+from tests.support import load_script
+
+SCRIPT = Path(__file__).parents[1] / "benchmarks" / "two_threads.py"
+
+
+def test_a_quick_cnn_step_at_one_and_two_threads(capsys):
+    bench = load_script(SCRIPT, "two_threads_benchmark")
+    try:
+        bench.main(["--models", "cnn", "--quick", "--steps", "1", "--rounds", "1", "--spans"])
+    finally:
+        jt.set_num_threads(1)
+    out = capsys.readouterr().out
+    assert "cnn, jitorch compiled, 1 thread: wall" in out and "cnn, jitorch compiled, 2 threads: wall" in out
+    one = next(line for line in out.splitlines() if ", 1 thread:" in line)
+    assert "forks 0.0 parts 0.0" in one and "workers 0.00" in one  # (no team at one thread)
+    assert "products" in out and ("alone" in out or "forked" in out)
+
+
+def test_spans_split_by_whether_a_fork_ran_inside_them(monkeypatch):
+    """At two threads a split kernel's span holds a fork (the quick step's large products and kernels do
+    not split: a kernel made large enough here does), and every category's times are nonnegative."""
+    bench = load_script(SCRIPT, "two_threads_benchmark")
+    monkeypatch.setitem(threads._settings, "threads", 2)
+    step = jt.compile(lambda a: (a - 1).tanh())
+    x = jt.ones(1 << 20)
+    step(x)
+    by = bench.spans(lambda: step(x), 2)
+    assert by[("fused kernels", "forked")][1] == 1 and ("fused kernels", "alone") not in by
+    assert all(ms >= 0 for ms, _ in by.values())
