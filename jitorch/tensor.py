@@ -348,6 +348,11 @@ class Tensor:
     def set_(self, source=None, storage_offset=0, size=None, stride=None):
         """Make this tensor view ``source`` (a tensor, or a storage): with ``source``'s geometry, or the given
         one over its memory; ``set_()`` gives it empty memory of its own."""
+        if _grad_state.enabled:  # torch's in-place refusals for a leaf that requires grad and its views
+            base = self._base if self._base is not None else self
+            if base._requires_grad and base.grad_fn is None:
+                raise RuntimeError(f"a {'view of a ' if base is not self else ''}leaf Variable that requires grad "
+                                   "is being used in an in-place operation.")
         if source is None:
             storage, shape, strides, offset = Storage.empty(0, self.dtype, self.device), (0,), (1,), 0
         elif isinstance(source, Tensor):

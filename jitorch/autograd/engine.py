@@ -474,11 +474,10 @@ def prepare_inplace(op, args, copy=None):
     if target.grad_fn is not None:
         gradient_edge(target)  # a view whose base was written since: its history first catches up
     base = target._base
+    if base is not None and base._requires_grad and base.grad_fn is None:  # (in-place view ops too: t_, as_strided_)
+        raise RuntimeError("a view of a leaf Variable that requires grad is being used in an in-place operation.")
     base_before = None
     if base is not None and op.view is None:
-        if base._requires_grad and base.grad_fn is None:
-            raise RuntimeError("a view of a leaf Variable that requires grad is being used in an in-place "
-                               "operation.")
         window = compact_window(base, target)  # where the view is in the base, which need not fill its storage
         if window is None:
             raise RuntimeError("jitorch autograd: an in-place operation through a view that reaches memory outside "

@@ -716,6 +716,10 @@ class Plan:
         readers = [n for n in step.nodes if any(a is target for a in iter_values(n.args))]
         if not all(n.op.kind == "pointwise" and n.outputs[0].type.shape == shape for n in readers):
             return False
+        if any(n.op.view is not None for n in step.nodes if value in n.outputs):
+            # a view written into ``target``'s memory reached it before the group's other reads of ``target``
+            # (fuzz seed 7701876: ``v = x + 0; x[::3].mul_(2); return v - x`` on a strided x gave zeros)
+            return False
         if step.kernel.source.kind == "pointwise":
             # one iteration space: another output of a larger shape would revisit written positions
             return all(v.type.shape == shape for v in step.outputs)

@@ -1511,6 +1511,8 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
                            "(while checking arguments for embedding)")
     if sparse:
         raise RuntimeError("embedding(sparse=True): jitorch has no sparse tensors; use sparse=False")
+    if weight.ndim != 2:
+        raise RuntimeError("'weight' must be 2-D")
     rows = weight.shape[0]
     if padding_idx is not None:
         if not -rows <= padding_idx < rows:
@@ -1533,7 +1535,10 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
         with jt.no_grad():
             picked = weight.index_select(0, flat)
             norms = picked.norm(norm_type, 1, True)
-            scale = jt.where(norms > max_norm, max_norm / (norms + 1e-7), 1.0)
+            # torch's embedding_renorm_: the norm read as a double, the scale computed in double and rounded
+            # to the weight's dtype for the product
+            wide = norms.double()
+            scale = jt.where(wide > max_norm, max_norm / (wide + 1e-7), 1.0).to(weight.dtype)
             weight.index_copy_(0, flat, picked * scale)
     out = weight.index_select(0, flat)
     if scale_grad_by_freq:
@@ -2443,8 +2448,8 @@ def _check_targets(input, target):
 
 
 def _picked_weights(target, weight, ignore_index, classes, dtype):
-    """Per target, its class weight (1 without weights) and 0 where ignored; and the safe targets
-    (ignored ones replaced by class 0), checked to be in range when they hold data."""
+    """The safe targets (ignored ones replaced by class 0, checked to be in range when they hold data), per
+    target its class weight (1 without weights) and 0 where ignored, and where the targets are ignored."""
     ignored = target == ignore_index
     safe = jt.where(ignored, 0, target)
     if _has_data(target) and target.numel():
@@ -2455,7 +2460,7 @@ def _picked_weights(target, weight, ignore_index, classes, dtype):
         picked = ignored.logical_not().to(dtype)
     else:
         picked = jt.where(ignored, 0, weight.index_select(0, safe.reshape(-1)).reshape(safe.shape))
-    return safe, picked
+    return safe, picked, ignored
 
 
 def _all_picked(target, ignore_index, classes):
@@ -2488,9 +2493,11 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
         if reduction == "none":
             return loss
         return loss.sum() if reduction == "sum" else loss.sum() / target.numel()
-    safe, picked = _picked_weights(target, weight, ignore_index, classes, input.dtype)
+    safe, picked, ignored = _picked_weights(target, weight, ignore_index, classes, input.dtype)
     logp = _class_last(input).gather(-1, safe.unsqueeze(-1)).squeeze(-1)
-    loss = -(logp * picked)
+    # an ignored target's loss is a selected 0, not a product by a 0 weight: torch's loss there is +0 and its
+    # gradient 0, also when 'mean' divides by a total weight of 0 (every target ignored; a product gave NaN)
+    loss = jt.where(ignored, 0.0, -(logp if weight is None else logp * picked))
     if reduction == "none":
         return loss
     if reduction == "sum":
@@ -2535,7 +2542,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     nll = nll_loss(logp, target, weight, None, ignore_index, None, reduction)
     if label_smoothing == 0:
         return nll
-    _, picked = _picked_weights(target, weight, ignore_index, classes, input.dtype)
+    _, picked, _ = _picked_weights(target, weight, ignore_index, classes, input.dtype)
     terms = logp if weight is None else logp * _class_shape(weight, input)
     smooth = jt.where(target == ignore_index, 0, -terms.sum(class_dim))
     if reduction == "mean":

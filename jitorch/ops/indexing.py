@@ -329,14 +329,21 @@ def setitem(x, index, value):
     value = _value_tensor(x, value)
     if index is False:  # selects nothing; torch returns before writing
         return
+    if value.numel() == 1 and _one_byte_mask(index):  # (the mask becomes bool on its way to index_put_)
+        raise RuntimeError("masked_fill_ only supports boolean masks, but got mask with dtype unsigned char")
     view, indices = _split_index(x, index)
     if indices is None:
         _copy_to(view, value)
         return
-    value = _drop_leading_ones(value)
-    if _one_mask(indices) and value.numel() == 1 and value.dtype != view.dtype:
-        value = value.to(view.dtype)  # torch fills through one boolean mask, casting as masked_fill_
-    view.index_put_(indices, value, False)
+    view.index_put_(indices, _drop_leading_ones(value), False)
+
+
+def _one_byte_mask(index):
+    """Whether ``index``'s only index tensor (or list) is a uint8 mask: torch's index_put_ then writes one
+    value as ``masked_fill_`` (`_fill_mask`), which refuses byte masks."""
+    items = index if isinstance(index, tuple) else (index,)
+    given = [i for i in items if isinstance(i, (list, np.ndarray)) or isinstance(i, registry.Tensor) and i.ndim]
+    return len(given) == 1 and isinstance(given[0], registry.Tensor) and given[0].dtype is _dt.uint8
 
 
 def _copy_to(view, value):
@@ -516,21 +523,54 @@ def _check_values_fit(values_shape, target):
                            f"indexing result of shape {list_str(target)}")
 
 
+def _fill_mask(indices, values, accumulate):
+    """The mask of an index_put_ that torch runs as ``masked_fill_(mask, values.item())`` (its
+    canDispatchToMaskedFill): one value, not accumulated, one bool or uint8 index and no other index tensor;
+    else None. The mask must then be bool and the value, of any dtype, must fit ``self``'s as a number.
+    (torch does so for values on the CPU only; jitorch on every device, so that its devices agree.)"""
+    if accumulate or prod(values.shape) != 1:
+        return None
+    given = [t for t in indices if t is not None]
+    if len(given) != 1 or given[0].dtype not in (_dt.bool, _dt.uint8, np.bool_, np.uint8):
+        return None
+    return given[0]
+
+
 def _index_put_meta(x, indices, values, accumulate):
+    # torch's order: index tensors (dtypes, mask shapes), the masked_fill_ dispatch, then shape and dtype
+    target = _index_shape(x.shape, _index_entries(x, indices))
+    mask = _fill_mask(indices, values, accumulate)
+    if mask is not None:
+        if mask.dtype is not _dt.bool:
+            raise RuntimeError(f"masked_fill_ only supports boolean masks, but got mask with dtype "
+                               f"{cpp_name(mask.dtype)}")
+        return TensorSpec(x.shape, x.dtype, x.device)
+    if None not in target:  # (a mask's count is known only from its values: the CPU kernel checks then)
+        _check_values_fit(values.shape, target)
     if values.dtype is not x.dtype:
         raise RuntimeError(f"Index put requires the source and destination dtypes match, got "
                            f"{scalar_name(x.dtype)} for the destination and {scalar_name(values.dtype)} for the "
                            f"source.")
-    _check_values_fit(values.shape, _index_shape(x.shape, _index_entries(x, indices)))
     return TensorSpec(x.shape, x.dtype, x.device)
+
+
+def _put_values(x, indices, values, accumulate, target):
+    """The values index_put writes into ``x`` (an array) at an index of shape ``target``: one value through
+    a mask checked and converted as masked_fill_'s number (`_fill_mask`), else ``values`` broadcast."""
+    if _fill_mask(indices, values, accumulate) is not None:
+        value = values.reshape(())
+        check_scalar_fits(value.item(), _dt.from_numpy_dtype(x.dtype))
+        return convert(value, x.dtype)
+    _check_values_fit(values.shape, target)
+    return np.broadcast_to(values, target)
 
 
 def _index_put_cpu(spec, x, indices, values, accumulate):
     key, target = _numpy_key(x.shape, indices)
-    _check_values_fit(values.shape, target)
+    values = _put_values(x, indices, values, accumulate, target)
     out = x.copy()
     if accumulate:
-        np.add.at(out, key, np.broadcast_to(values, target))
+        np.add.at(out, key, values)
     else:
         out[key] = values
     return out
@@ -549,10 +589,11 @@ def _index_put_expanded(b, new, indices, values, accumulate):
     """index_put_ into an expanded self (`registry.write_inplace`): each add of ``accumulate`` reads what the last
     one left in the shared memory (np.add.at is unbuffered), as torch's serial loop."""
     key, target = _numpy_key(b.shape, indices)
+    values = _put_values(b, indices, values, accumulate, target)
     if accumulate:
-        np.add.at(b, key, np.broadcast_to(values, target))
+        np.add.at(b, key, values)
     else:
-        b[key] = np.broadcast_to(values, target)
+        b[key] = values
 
 
 defop("index(Tensor self, Tensor?[] indices) -> Tensor", meta=_index_meta, cpu=_index_cpu, kind="index",
@@ -861,19 +902,29 @@ def _index_add_meta(x, dim, index, source, alpha):
     if source.dtype is not x.dtype:
         raise RuntimeError(f"index_add_(): self ({scalar_name(x.dtype)}) and source ({scalar_name(source.dtype)}) "
                            "must have the same scalar type")
-    n, ns = prod(index.shape), (source.shape[d] if source.ndim else 1)
-    if n != ns:
-        raise RuntimeError(f"index_add_(): Number of indices ({n}) should be equal to source.size(dim): ({ns}), "
-                           f"for dim: {d}")
+    if d != 0 and d >= source.ndim:
+        raise RuntimeError(f"index_add_(): Indexing dim {d} is out of bounds of the source tensor with dim "
+                           f"{source.ndim}")
+    n = prod(index.shape)
+    if n != (source.shape[d] if source.ndim else 1):
+        if not source.ndim:  # torch's message asks a 0-d source for its size and raises that error instead
+            raise IndexError("Dimension specified as 0 but tensor has no dimensions")
+        raise RuntimeError(f"index_add_(): Number of indices ({n}) should be equal to source.size(dim): "
+                           f"({source.shape[d]}), for dim: {d}")
     if source.ndim != x.ndim or _sliced_shape(source.shape, d) != _sliced_shape(x.shape, d):
         raise RuntimeError("source tensor shape must match self tensor shape, excluding the specified dimension. "
                            f"Got self.shape = {list_str(x.shape)} source.shape = {list_str(source.shape)}")
     return TensorSpec(x.shape, x.dtype, x.device)
 
 
-def _dim_index(index, d, n):
+def _index_add_indices(index, d, shape, alpha):
+    """index_add's flat indices, checked: torch's CPU kernel for a 2-D self and alpha 1 (index_put's) raises
+    RuntimeError naming the index, every other one IndexError."""
     idx = index.reshape(-1)
-    _check_dim_indices(idx, n, d)
+    if len(shape) == 2 and alpha == 1:
+        _check_dim_indices(idx, shape[d], d)
+    elif _first_out_of_range(idx, shape[d], negative=False) is not None:
+        raise IndexError("index out of range in self")
     return idx
 
 
@@ -890,7 +941,7 @@ def index_add_into(out, x, dim, index, source, alpha=1):
     is written."""
     d = wrap_dim(dim, len(out.shape))
     flat = out.reshape(_nonempty(out.shape))
-    idx = _dim_index(index, d, flat.shape[d])
+    idx = _index_add_indices(index, d, flat.shape, alpha)
     if x is None:
         flat.fill(0)
     elif not _same_buffer(out, x):
@@ -1025,25 +1076,29 @@ defop("index_fill.Tensor(Tensor self, int dim, Tensor index, Tensor value) -> Te
 
 
 def _index_copy_meta(x, dim, index, source):
+    # torch's order: index rank, scalar/dimensionality (IndexError), index dtype, dtypes, slice shapes, count
     d = wrap_dim(dim, x.ndim)
     if index.ndim > 1:
         raise IndexError(f"index_copy_(): Index should have dimension 1 or 0 (got {index.ndim})")
+    n = prod(index.shape)
+    if not source.ndim and n != 1:
+        raise IndexError(f"index_copy_(): When source is scalar, index should have one element (got {n})")
+    if source.ndim and x.ndim and source.ndim != x.ndim:
+        raise IndexError(f"index_copy_(): When source and destination are not scalars, their dimensionality must "
+                         f"match. Source dimensionality ({source.ndim}), destination dimensionality ({x.ndim})")
     if index.dtype is not _dt.int64:
         raise RuntimeError(f"index_copy_(): Expected a long tensor for index, but got {scalar_name(index.dtype)}")
     if source.dtype is not x.dtype:
         raise RuntimeError(f"index_copy_(): self and source expected to have the same dtype, but got (self) "
                            f"{scalar_name(x.dtype)} and (source) {scalar_name(source.dtype)}")
-    n, ns = prod(index.shape), (source.shape[d] if source.ndim else 1)
-    if n != ns:
-        raise IndexError(f"index_copy_(): Number of indices ({n}) should be equal to source.size(dim) ({ns})")
-    if source.ndim and x.ndim and source.ndim != x.ndim:
-        raise IndexError(f"index_copy_(): When source and destination are not scalars, their dimensionality must "
-                         f"match. Source dimensionality ({source.ndim}), destination dimensionality ({x.ndim})")
-    if source.ndim and x.ndim and _sliced_shape(source.shape, d) != _sliced_shape(x.shape, d):
+    if _sliced_shape(source.shape, d) != _sliced_shape(x.shape, d):
         raise RuntimeError(
             f"index_copy_(): Source/destination tensor must have same slice shapes. Destination slice shape: "
             f"{' '.join(map(str, _sliced_shape(x.shape, d)))} at dimension {d} and source slice shape: "
             f"{' '.join(map(str, _sliced_shape(source.shape, d)))} at dimension 0.")
+    if source.ndim and n != source.shape[d]:
+        raise IndexError(f"index_copy_(): Number of indices ({n}) should be equal to source.size(dim) "
+                         f"({source.shape[d]})")
     return TensorSpec(x.shape, x.dtype, x.device)
 
 

@@ -391,3 +391,26 @@ def test_an_assigned_grad_is_checked_as_torch_checks_it(value, error, message):
     assert x.grad is None
     x.grad = jt.zeros(1).expand(2)  # torch compares sizes only
     assert x.grad.shape == (2,)
+
+
+IN_PLACE_VIEW_OPS = {"t_": lambda v: v.t_(), "transpose_": lambda v: v.transpose_(0, 1),
+                     "swapdims_": lambda v: v.swapdims_(0, 1), "unsqueeze_": lambda v: v.unsqueeze_(0),
+                     "squeeze_": lambda v: v.squeeze_(0), "as_strided_": lambda v: v.as_strided_((2,), (1,)),
+                     "set_": lambda v: v.set_(v.detach().clone())}
+
+
+@pytest.mark.parametrize("op", IN_PLACE_VIEW_OPS)
+def test_in_place_view_ops_on_a_view_of_a_leaf_that_requires_grad_raise_as_torch(op):
+    """torch refuses in-place view ops (and ``set_``) on a view of a leaf that requires grad, as every in-place
+    op; jitorch ran them (and ``set_`` on the leaf itself). On a view of a non-leaf they run, and in no_grad."""
+    import torch
+    for lib in (torch, jt):
+        leaf = lib.arange(6., requires_grad=True).reshape(2, 3).detach().requires_grad_()
+        with pytest.raises(RuntimeError, match="a view of a leaf Variable that requires grad is being used in an "
+                                               "in-place operation."):
+            IN_PLACE_VIEW_OPS[op](leaf[:1])
+        assert IN_PLACE_VIEW_OPS[op]((leaf * 1)[:1]).requires_grad
+        with pytest.raises(RuntimeError, match="^a leaf Variable that requires grad is being used"):
+            IN_PLACE_VIEW_OPS[op](leaf)
+        with lib.no_grad():
+            IN_PLACE_VIEW_OPS[op](leaf)

@@ -1329,14 +1329,19 @@ def grad_loss(T, outputs):
 # ``self`` the gradient of the positions ``src`` overwrote, zeros elsewhere (torch.autograd.gradcheck fails
 # on it); jitorch's passes tests/autograd/test_registry_gradcheck.py. torch's ldexp by an integer exponent
 # computes its gradient's ``2 ** other`` in the exponent's dtype (int8: 2 ** 7 wraps to -128, a negative
-# exponent gives 0; fuzz seed 7200296); jitorch's is ``2 ** other`` (docs/differences-from-torch.md).
+# exponent gives 0; fuzz seeds 7200296, and 7701141 by ``ldexp_``); jitorch's is ``2 ** other``
+# (docs/differences-from-torch.md). Their in-place forms (tag with a trailing underscore) likewise.
 TORCH_WRONG_GRADIENT = {"as_strided_scatter", "ldexp"}
+
+
+def _torch_gradient_wrong(tag):
+    return tag in TORCH_WRONG_GRADIENT or tag.endswith("_") and tag[:-1] in TORCH_WRONG_GRADIENT
 
 
 def _with_grad(program):
     has_float = any(t.is_float for t in program.inputs) or any(
         c.is_float and c.role == "param" for c in program.captured)
-    trusted = not any(s.tag in TORCH_WRONG_GRADIENT for s in program.body)
+    trusted = not any(_torch_gradient_wrong(s.tag) for s in program.body)
     return replace(program, grad=has_float and trusted and grad_valid(program))
 
 

@@ -282,7 +282,7 @@ def test_nll_loss_with_an_ignored_or_out_of_range_target_takes_the_general_path(
     x = jt.randn(6, 4, generator=jt.Generator().manual_seed(1), requires_grad=True).log_softmax(1)
     t = jt.tensor([0, 3, 2, 2, 1, 3])  # (ignore_index 2 below: two targets ignored, the mean over the other four)
     loss = F.nll_loss(x, t, ignore_index=2)
-    assert "MulBackward0" in _history(loss)
+    assert "WhereBackward0" in _history(loss)  # (the ignored targets' selected zeros)
     want = torch.nn.functional.nll_loss(torch.from_numpy(x.detach().numpy()), torch.from_numpy(t.numpy()),
                                         ignore_index=2)
     np.testing.assert_allclose(loss.item(), want.item(), rtol=1e-6)
@@ -290,3 +290,42 @@ def test_nll_loss_with_an_ignored_or_out_of_range_target_takes_the_general_path(
         F.nll_loss(x, jt.tensor([0, 1, 4, 0, 0, 0]))
     with pytest.raises(IndexError, match="Target -1 is out of bounds."):
         F.nll_loss(x, jt.tensor([0, 1, -1, 0, 0, 0]))
+
+
+@pytest.mark.parametrize("loss, reduction, weighted", [("nll_loss", "mean", False), ("nll_loss", "none", True),
+                                                       ("nll_loss", "sum", False), ("cross_entropy", "mean", True),
+                                                       ("cross_entropy", "none", False)])
+def test_ignored_targets_give_torchs_zero_loss_and_gradient_even_when_every_target_is_ignored(reduction, loss,
+                                                                                            weighted):
+    """An ignored target's loss was a product by a 0 weight: with 'mean' and every target ignored, the
+    division by a total weight of 0 made the input's gradient NaN where torch's is 0 (a batch of padding would
+    poison the weights through the optimizer), and the loss and gradient there had the sign of the input's
+    entry (torch: +0). Eager and compiled, bit for bit against torch, signs of zero included."""
+    import torch
+    x = np.array([[0.1, -0.2, 0.7], [0.3, 0.3, -0.4], [1.5, -2.0, 0.25]], np.float32)
+    w = np.array([1.0, 2.0, 0.5], np.float32)
+    for targets in ([-100, -100, -100], [-100, 2, -100]):
+        tx = torch.from_numpy(x).requires_grad_()
+        tw = {"weight": torch.from_numpy(w)} if weighted else {}
+        want = getattr(torch.nn.functional, loss)(tx, torch.tensor(targets), reduction=reduction, **tw)
+        want.sum().backward()
+
+        def f(a):
+            return getattr(F, loss)(a, jt.tensor(targets), reduction=reduction,
+                                    **({"weight": jt.tensor(w)} if weighted else {}))
+
+        for run in (f, jt.compile(f)):
+            jx = jt.tensor(x).requires_grad_()
+            got = run(jx)
+            got.sum().backward()
+            np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), rtol=1e-6)
+            np.testing.assert_allclose(jx.grad.numpy(), tx.grad.numpy(), rtol=1e-6)
+            ignored = np.array(targets) == -100  # (the rows of ignored targets: +0 exactly, as torch)
+            zeros = jx.grad.numpy()[ignored]
+            assert (zeros == 0).all() and not np.signbit(zeros).any()
+            if reduction == "none":
+                got_ignored = got.detach().numpy()[ignored]
+                assert (got_ignored == 0).all() and not np.signbit(got_ignored).any()
+            if loss == "nll_loss":  # (no softmax: torch's bits)
+                assert got.detach().numpy().tobytes() == want.detach().numpy().tobytes()
+                assert jx.grad.numpy().tobytes() == tx.grad.numpy().tobytes()

@@ -168,13 +168,18 @@ def _over_nonzero(t, d):
     return jt.where(zero, 0, t / jt.where(zero, 1, d))
 
 def _var(g, a, out):
-    """``2 (x - mean) / (N - correction)``; with no degrees of freedom left, torch's inf (NaN where x is the mean)."""
+    """torch's var_backward, ``2 (x - mean) / (N - correction)``. Over every element with no degrees of freedom
+    left: inf (NaN where x is the mean); over given dims torch takes ``N - correction`` as it is: an infinite
+    factor at 0 (its sign from the gradient and ``x - mean``), a negative one past it."""
     x = a.self
     centered = x - x.mean(a.dim, keepdim=True)
     g = unreduce(g, x, a.dim, a.keepdim)
     dof = _count(x, a.dim) - (1 if a.correction is None else a.correction)
-    if dof <= 0:
-        return g * jt.where(centered == 0, math.nan, math.inf)
+    if a.dim is None or x.ndim == 0:
+        if dof <= 0:
+            return g * jt.where(centered == 0, math.nan, math.inf)
+    elif dof == 0:
+        return math.inf * g * centered
     return (2.0 / dof) * g * centered
 
 

@@ -479,7 +479,9 @@ def _gather_grad(g, a):
             and hooks_take_calls()):
         positions = functions.arange(shape[d], device=index.device)
         checked = positions.index_select(0, index.reshape(-1)).view(index.shape)
-        return functions.where(positions.view([-1 if k == d else 1 for k in range(len(shape))]) == checked, g, 0)
+        # g + 0 is the scatter's add into zeros: a -0.0 of g becomes +0.0 there too (torch's gradient)
+        return functions.where(positions.view([-1 if k == d else 1 for k in range(len(shape))]) == checked,
+                               functions.add(g, 0), 0)
     zeros = g.new_zeros(shape)
     if hooks_take_calls():  # (a trace records the functional scatter)
         return zeros.scatter_add(a.dim, a.index, g)
