@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import threading
 import weakref
 
 from ..runtime import logs
@@ -24,8 +23,9 @@ from .errors import CompileError
 from .linker import Linker
 from .llvm_module import optimise_module, optimised_module
 from .machine import selected
+from ..runtime.forks import module_lock
 
-_lock = threading.Lock()
+_lock = module_lock(globals(), "_lock")
 _state = {}
 
 ENTRY = KERNEL_ENTRY

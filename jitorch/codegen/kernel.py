@@ -28,7 +28,6 @@ from __future__ import annotations
 import collections
 import functools
 import hashlib
-import threading
 import weakref
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
@@ -52,6 +51,7 @@ from . import lowering
 from .errors import CompileError
 from .emitter import I64, Emitter, Scalar, llvm_type
 from .target import CPU
+from ..runtime.forks import module_lock
 
 
 def counted_loop(b, lo, hi, step, body, name="l"):
@@ -1186,7 +1186,7 @@ _EXACT = (type(None), bool, int, float, complex, str)
 
 # signature -> (KernelSource with buffer positions for Values, a name), the most recently used last
 _built: collections.OrderedDict = collections.OrderedDict()
-_built_lock = threading.Lock()
+_built_lock = module_lock(globals(), "_built_lock")
 BUILT_LIMIT = 1024
 
 

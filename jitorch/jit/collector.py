@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import threading
+from ..runtime.forks import module_lock
 
-_lock = threading.Lock()
+_lock = module_lock(globals(), "_lock")
 _state = {"depth": 0, "was_enabled": False}
 
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import functools
 import json
-import threading
 
 from ..codegen.cache import KernelCache, cache_key
 from ..codegen.kernel import generator_fingerprint
@@ -37,6 +36,7 @@ from ..ir.passes import optimize
 from ..ir.passes.fusion import MAX_GROUP_NODES, fuse, fuse_with_plan
 from ..ir.printer import print_graph
 from ..runtime import logs
+from ..runtime.forks import module_lock
 
 FORMAT = 2
 # Graphs of fewer nodes fuse in a few milliseconds at most: no entry is written (nor read) for them.
@@ -50,7 +50,7 @@ FIXED_POINT = json.dumps({"format": FORMAT, "passes": "fixed point after one rou
 
 _counts = dict.fromkeys(("hits", "misses", "rejected", "writes", "fixed_point_hits",
                                  "fixed_point_writes"), 0)
-_lock = threading.Lock()
+_lock = module_lock(globals(), "_lock")
 
 
 @functools.cache

@@ -22,15 +22,15 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
-import threading
 import weakref
 
 import numpy as np
+from .forks import module_lock
 
 MIN_BYTES = 1 << 20          # smaller buffers are cheap to fault in: plain np.empty
 MAX_CACHED_BYTES = 1 << 30   # beyond this the pool lets buffers go back to the system
 
-_lock = threading.Lock()
+_lock = module_lock(globals(), "_lock")
 _pool: dict = {}             # nbytes -> [flat uint8 arrays]
 _cached = [0]
 _tracked: set = set()        # ids of the buffers `track` tied to a storage (each held once by its finalizer)

@@ -19,12 +19,12 @@ from __future__ import annotations
 import ctypes
 import enum
 import functools
-import threading
 import weakref
 
 import numpy as np
 
 from . import dtypes as _dt
+from .forks import module_lock
 
 
 
@@ -188,7 +188,7 @@ done:
 
 _PYTHON_SYMBOLS = ("PyErr_Fetch", "PyErr_Restore", "PyGILState_Ensure", "PyGILState_Release", "Py_DecRef",
                    "PyCapsule_IsValid", "PyCapsule_GetPointer")
-_lock = threading.Lock()
+_lock = module_lock(globals(), "_lock")
 
 
 @functools.cache

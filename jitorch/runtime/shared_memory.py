@@ -16,12 +16,12 @@ from __future__ import annotations
 import gc
 import mmap
 import os
-import threading
 import weakref
 
 import numpy as np
+from .forks import module_lock
 
-_lock = threading.Lock()
+_lock = module_lock(globals(), "_lock")
 # storage (a root, never a reinterpretation) -> the memory file its buffer lives in
 _SHARED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 # (device, inode) of a memory file -> the storage on it here, so a storage that comes back is the same object

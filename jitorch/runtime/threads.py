@@ -32,11 +32,12 @@ import os
 import platform
 import sys
 import threading
+from .forks import module_lock
 
 _settings = {"threads": None, "interop": None, "interop_fixed": False, "warn_always": False,
              "split_products": False}
 _teams: dict = {}  # thread count -> its team of workers
-_teams_lock = threading.Lock()
+_teams_lock = module_lock(globals(), "_teams_lock")
 # A forked child (a DataLoader worker) has none of its parent's worker threads: parts handed to them would wait
 # forever
 os.register_at_fork(after_in_child=_teams.clear)

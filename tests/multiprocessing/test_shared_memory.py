@@ -172,3 +172,63 @@ def test_the_handle_names_only_the_rebuild_functions_the_tensor_classes_and_the_
     assert set(looked_up) == {"jitorch.multiprocessing.reductions.rebuild_tensor",
                               "jitorch.multiprocessing.reductions.rebuild_storage", "jitorch.tensor.Tensor",
                               "jitorch.nn.parameter.Parameter", "multiprocessing.resource_sharer.DupFd"}
+
+
+
+def test_a_child_forked_while_other_threads_hold_the_runtimes_locks_finds_them_unheld():
+    # regression: a DataLoader worker hung at its first batch's shared storage: the fork copied the shared-memory
+    # lock while another thread of the parent held it (CI). Every module lock of `runtime.forks` is held here by
+    # a thread of the parent while the child is forked; the child shares a tensor, takes a buffer from the
+    # allocator's pool and starts a team of threads, and exits
+    import threading
+    import time
+
+    import jitorch.codegen.cpu
+    import jitorch.codegen.kernel
+    import jitorch.jit.collector
+    import jitorch.jit.plan_cache
+    import jitorch.runtime.dlpack  # noqa: F401 - (their locks exist once they are loaded)
+    from jitorch.runtime import forks, threads
+
+    locks = [namespace[name] for namespace, name in forks._renewed]
+    assert len(locks) >= 8  # (allocator, shared memory, threads, dlpack, collector, plan cache, cpu, kernel)
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        for lock in locks:
+            lock.acquire()
+        held.set()
+        release.wait()
+        for lock in locks:
+            lock.release()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait()
+    try:
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                unheld = not any(namespace[name].locked() for namespace, name in forks._renewed)
+                jt.empty(4).share_memory_()
+                jt.empty(1 << 19)  # 2 MB: from the allocator's pool
+                threads.set_num_threads(2)
+                threads.run_parts(lambda: None, [(), ()])
+                code = 0 if unheld else 2
+            finally:
+                os._exit(code)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.02)
+        else:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child hung on a lock held by another thread of its parent")
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        release.set()
+        holder.join()
