@@ -121,7 +121,16 @@ def test_sort_topk_kthvalue_and_median_give_the_cpus_stable_order(data, descendi
     assert ["sort"] in both(lambda t: t.sort(dim, descending), x)
     k = data.draw(st.integers(1, n))
     both(lambda t: t.topk(k, dim, largest=descending), x)
-    both(lambda t: t.kthvalue(k, dim, keepdim=descending), x)
+    # among equal values the CPU runs torch's quickselect and CUDA takes the stable order's first: the same
+    # value (-0.0 equal to 0.0), at an index holding it
+    with use_backend(FakeBackend(emulate="ptx")):
+        values, indices = (t.cpu() for t in copy_layout(x, "cuda").kthvalue(k, dim, keepdim=descending))
+    want = x.kthvalue(k, dim, keepdim=descending).values
+    assert (values.shape, values.dtype, indices.dtype) == (want.shape, want.dtype, jt.int64)
+    np.testing.assert_array_equal(values.numpy(), want.numpy())
+    at = indices.numpy() if descending else np.expand_dims(indices.numpy(), dim)
+    picked = np.take_along_axis(x.numpy(), at, dim)
+    np.testing.assert_array_equal(picked if descending else np.squeeze(picked, dim), want.numpy())
     both(lambda t: t.median(dim, keepdim=descending), x)  # the lower median; a line with NaN picks its first
     both(lambda t: t.median(), x)
 
@@ -148,3 +157,12 @@ def test_the_directly_written_kernels_assemble(fake, monkeypatch):
     assert {k.spec.phase for k in kernels if k.ops[0] in ("cumsum", "max.dim")} >= {"totals", "carries", "prefixes",
                                                                                "extremes", "pick"}
     assert_assembles(kernels)
+
+
+def test_kthvalue_among_equal_values_on_cuda_gives_the_cpus_value_at_an_index_holding_it():
+    # found by the property test above once the CPU took torch's quickselect: [0, 0, -3, 1], k = 2
+    x = jt.tensor([0.0, 0.0, -3.0, 1.0])
+    with use_backend(FakeBackend(emulate="ptx")):
+        value, index = (t.cpu() for t in copy_layout(x, "cuda").kthvalue(2))
+    assert x.kthvalue(2).indices.item() == 1  # torch's quickselect
+    assert value.item() == 0.0 and index.item() in (0, 1)
