@@ -13,6 +13,7 @@ threads of ``runtime.threads.run_parts`` (which matrix products' parts share).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import weakref
@@ -53,10 +54,8 @@ def address(a):
         return 0
     flags = a.flags
     if flags.c_contiguous and flags.writeable and a.size:
-        try:
+        with contextlib.suppress(TypeError, ValueError, BufferError):  # (a dtype the buffer protocol refuses)
             return ctypes.addressof(ctypes.c_char.from_buffer(a))
-        except (TypeError, ValueError, BufferError):  # (a dtype the buffer protocol refuses)
-            pass
     return a.__array_interface__["data"][0]
 
 

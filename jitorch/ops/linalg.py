@@ -229,11 +229,7 @@ def _swapped(a, b):
 
 def _swapped_product(a, b, out):
     """``a @ b`` as ``(b.T @ a.T).T``, into ``out`` if given (`_swapped`)."""
-    token = fp_errors.enter()
-    try:
-        rows = np.matmul(b.T, np.ascontiguousarray(a.T))
-    finally:
-        fp_errors.leave(token)
+    rows = _matmul(b.T, np.ascontiguousarray(a.T))
     if out is None:
         return np.ascontiguousarray(rows.T)
     np.copyto(out, rows.T)
