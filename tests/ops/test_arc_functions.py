@@ -95,3 +95,26 @@ def test_half_types_round_the_float32_definition_eager_and_compiled():
             eager = getattr(jt, name)(h)
             np.testing.assert_array_equal(c.float().numpy(), eager.float().numpy())
             np.testing.assert_array_equal(eager.float().numpy(), getattr(jt, name)(h.float()).to(dtype).float().numpy())
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_strided_offset_and_broadcast_inputs_give_the_contiguous_bits_eager_and_compiled(name):
+    rng = np.random.default_rng(3)
+    low = 1.0 if name == "acosh" else -1.0
+    base = np.float32(rng.uniform(low, low + 2.0, (9, 12)))
+    views = {
+        "transposed": lambda t: t.t(),
+        "offset and stepped": lambda t: t[1:, 2::3],
+        "broadcast": lambda t: t[2:3, :].expand(5, 12),
+    }
+    fn = lambda t: getattr(t, name)()  # noqa: E731
+    compiled = jt.compile(fn)
+    for label, view in views.items():
+        x = view(jt.tensor(base))
+        want = getattr(torch, name)(view(torch.tensor(base)).contiguous())
+        eager, graph = fn(x), compiled(x)
+        contiguous = fn(x.contiguous())
+        assert eager.shape == x.shape, label
+        assert np.array_equal(eager.numpy(), contiguous.numpy(), equal_nan=True), label
+        assert np.array_equal(graph.numpy(), contiguous.numpy(), equal_nan=True), label
+        np.testing.assert_allclose(eager.numpy(), want.numpy(), rtol=2.5e-7, atol=0, equal_nan=True, err_msg=label)
