@@ -18,6 +18,7 @@ from .adam import Adam, AdamW
 from .adamax import Adamax
 from .asgd import ASGD
 from .lbfgs import LBFGS
+from .muon import Muon
 from .nadam import NAdam
 from .optimizer import Optimizer
 from .radam import RAdam
@@ -26,4 +27,4 @@ from .rprop import Rprop
 from .sgd import SGD
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adamax", "NAdam", "RAdam", "Adadelta",
-           "ASGD", "Rprop", "LBFGS", "Adafactor", "lr_scheduler"]
+           "ASGD", "Rprop", "LBFGS", "Adafactor", "Muon", "lr_scheduler"]

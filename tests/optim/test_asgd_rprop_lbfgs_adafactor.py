@@ -282,3 +282,80 @@ def test_scheduler_errors_as_torch():
         with pytest.raises(ValueError, match="expects all schedulers to belong to the same optimizer"):
             lib.optim.lr_scheduler.ChainedScheduler([lib.optim.lr_scheduler.StepLR(opt, 2),
                                                      lib.optim.lr_scheduler.StepLR(other, 2)])
+
+
+# Muon ---------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("shape", [(5, 3), (3, 5), (4, 4)])
+def test_muon_newton_schulz_gives_torchs_bfloat16_bits(shape):
+    from jitorch.optim.muon import zeropower_via_newtonschulz
+    from torch.optim._muon import _zeropower_via_newtonschulz
+    g = np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32)
+    coefficients = (3.4445, -4.7750, 2.0315)
+    got = zeropower_via_newtonschulz(jt.tensor(g), coefficients, 5, 1e-7)
+    want = _zeropower_via_newtonschulz(torch.tensor(g), coefficients, 5, 1e-7)
+    assert got.dtype is jt.bfloat16 and tuple(got.shape) == shape
+    assert np.array_equal(got.float().numpy(), want.float().numpy())
+
+
+def _muon_run(lib, dtype, options, steps=3):
+    d = getattr(lib, dtype)
+    w = lib.tensor(W0, dtype=d, requires_grad=True)  # (4, 3): tall
+    v = lib.tensor(V0, dtype=d, requires_grad=True)  # (3, 5): wide
+    x = lib.tensor(X, dtype=d)
+    opt = lib.optim.Muon([w, v], **options)
+    out = []
+    for _ in range(steps):
+        opt.zero_grad()
+        (x @ w @ v).tanh().square().mean().backward()
+        opt.step()
+        out.append(np.concatenate([w.detach().numpy().ravel(), v.detach().numpy().ravel()]))
+    return np.array(out), opt, (w, v)
+
+
+V0 = np.random.default_rng(5).standard_normal((3, 5))
+
+
+@pytest.mark.parametrize("options", [{}, dict(lr=0.05, nesterov=False, weight_decay=0.0, adjust_lr_fn="match_rms_adamw",
+                                              momentum=0.8, ns_steps=3)], ids=["defaults", "options"])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_muon_trajectories_and_state_are_torchs(dtype, options):
+    got, opt, _ = _muon_run(jt, dtype, options)
+    want, torch_opt, _ = _muon_run(torch, dtype, options)
+    rtol = 1e-12 if dtype == "float64" else 2e-6
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol)
+    mine, theirs = opt.state_dict(), torch_opt.state_dict()
+    assert mine["param_groups"] == theirs["param_groups"]
+    for k in theirs["state"]:
+        _assert_state_close(mine["state"][k], theirs["state"][k], rtol)
+
+
+def test_muon_errors_as_torch():
+    for lib in (jt, torch):
+        with pytest.raises(ValueError, match="Muon only supports 2D parameters whereas we found a parameter"):
+            lib.optim.Muon([lib.zeros(3, requires_grad=True)])
+        with pytest.raises(ValueError, match="Adjust learning rate function other is not supported"):
+            lib.optim.Muon([lib.zeros(2, 2, requires_grad=True)], adjust_lr_fn="other")
+        with pytest.raises(ValueError, match="momentum should be >= 0 but is: -1"):
+            lib.optim.Muon([lib.zeros(2, 2, requires_grad=True)], momentum=-1)
+
+
+def test_muon_compiled_step_equals_eager():
+    results = []
+    for compiled in (False, True):
+        w = jt.tensor(W0, dtype=jt.float32, requires_grad=True)
+        opt = optim.Muon([w], lr=0.02)
+        x = jt.tensor(X, dtype=jt.float32)
+
+        def step(x):
+            opt.zero_grad()
+            loss = (x @ w).tanh().square().mean()
+            loss.backward()
+            opt.step()
+            return loss
+        fn = jt.compile(step, fullgraph=True) if compiled else step
+        for _ in range(3):
+            fn(x)
+        results.append(w.detach().numpy().copy())
+    assert next(iter(fn.cache.values())).graph is not None
+    np.testing.assert_allclose(results[1], results[0], rtol=1e-5, atol=1e-6)
