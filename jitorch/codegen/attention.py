@@ -412,35 +412,43 @@ class _Tile:
     def maxnum(b, x, y):
         return b.select(b.fcmp_ordered(">", y, x), y, x)
 
-    def softmax_row(self, b, row, i):
-        """``row`` (scores masked to -inf past the row's keys) to its softmax weights, zeros after its keys
-        up to the next whole register block (what the row block's product reads)."""
-        n = self.last_key(b, i)
-        nvec = b.sdiv(b.add(n, I64(self.w - 1)), I64(self.w))
-        slot_m = self.slot(b, self.vt)
-        b.store(self.splat(float("-inf")), slot_m)
-        counted_loop(b, I64(0), nvec, I64(1), lambda b, c: b.store(
-            self.maxnum(b, b.load(slot_m), self.vload(b, self.at(b, row, self.times(b, c, self.w)))), slot_m), "mx")
-        m = self.hsum(b, b.load(slot_m), self.maxnum)
-        if self.additive:  # (a row whose every key is masked: exp(-inf - 0) = 0 each, then 0 / 1 below)
-            m = b.select(b.fcmp_ordered("==", m, self.const(float("-inf"))), self.const(0.0), m)
-        mv = self.broadcast(b, m)
-        slot_s = self.slot(b, self.vt)
-        b.store(self.splat(0.0), slot_s)
+    def softmax_rows(self, b, rows):
+        """Each ``(row, i)`` of ``rows`` (row ``i``'s scores, masked to -inf past its keys) to its softmax
+        weights, zeros after its keys up to the next whole register block (what the row block's product
+        reads). Each pass is emitted for every row before the next pass: a row's passes are a chain of
+        dependent steps (its maximum, then its exponentials' sum, each ended by a tree over the lanes), and
+        one row after another kept the core waiting on each; the rows' arithmetic is that of one row at a time."""
+        nvecs = [b.sdiv(b.add(self.last_key(b, i), I64(self.w - 1)), I64(self.w)) for _, i in rows]
+        slots_m = [self.slot(b, self.vt) for _ in rows]
+        for (row, _), nvec, slot_m in zip(rows, nvecs, slots_m):
+            b.store(self.splat(float("-inf")), slot_m)
+            counted_loop(b, I64(0), nvec, I64(1), lambda b, c, row=row, slot_m=slot_m: b.store(self.maxnum(
+                b, b.load(slot_m), self.vload(b, self.vector(b, row, c))), slot_m), "mx")
+        mvs, slots_s = [], [self.slot(b, self.vt) for _ in rows]
+        for slot_m in slots_m:
+            m = self.hsum(b, b.load(slot_m), self.maxnum)
+            if self.additive:  # (a row whose every key is masked: exp(-inf - 0) = 0 each, then 0 / 1 below)
+                m = b.select(b.fcmp_ordered("==", m, self.const(float("-inf"))), self.const(0.0), m)
+            mvs.append(self.broadcast(b, m))
 
-        def exp_pass(b, c):
-            p = self.at(b, row, self.times(b, c, self.w))
+        def exp_pass(b, c, row, mv, slot_s):
+            p = self.vector(b, row, c)
             e = mathlib.emit(b, "exp", b.fsub(self.vload(b, p), mv))
             self.vstore(b, e, p)
             b.store(b.fadd(b.load(slot_s), e), slot_s)
-        counted_loop(b, I64(0), nvec, I64(1), exp_pass, "ex")
-        total = self.hsum(b, b.load(slot_s), lambda b, x, y: b.fadd(x, y))
-        if self.additive:  # (rows with every key masked give zeros, as the composition's safe softmax)
-            total = b.select(b.fcmp_ordered("==", total, self.const(0.0)), self.const(1.0), total)
-        tv = self.broadcast(b, total)
+        for (row, _), nvec, mv, slot_s in zip(rows, nvecs, mvs, slots_s):
+            b.store(self.splat(0.0), slot_s)
+            counted_loop(b, I64(0), nvec, I64(1), lambda b, c, a=(row, mv, slot_s): exp_pass(b, c, *a), "ex")
+        tvs = []
+        for slot_s in slots_s:
+            total = self.hsum(b, b.load(slot_s), lambda b, x, y: b.fadd(x, y))
+            if self.additive:  # (rows with every key masked give zeros, as the composition's safe softmax)
+                total = b.select(b.fcmp_ordered("==", total, self.const(0.0)), self.const(1.0), total)
+            tvs.append(self.broadcast(b, total))
 
         def divide(b, c):  # (masked lanes inside the last vector are exp(-inf) = 0)
-            self.vstore(b, b.fdiv(self.kept_vector(b, row, c, nvec), tv), self.vector(b, row, c))
+            for (row, _), nvec, tv in zip(rows, nvecs, tvs):
+                self.vstore(b, b.fdiv(self.kept_vector(b, row, c, nvec), tv), self.vector(b, row, c))
         counted_loop(b, I64(0), I64(self.Sp // self.w), I64(1), divide, "dv")
 
     # the kernels ---------------------------------------------------------------------------------------
@@ -476,12 +484,9 @@ class _Tile:
                     self._product(b, rows, self.at(b, qt, self.times(b, i, q_ld)), q_ld, 1, kt, Sp, I64(0), I64(D),
                                   c0, store)
                 self.column_blocks(b, n, scores)
-                def weights(b, r):  # (a loop, not one copy of the softmax's code per row)
-                    row = self.at(b, sr, self.times(b, r, s_ld))
-                    self.softmax_row(b, row, b.add(i, r))
-                    if srow is not None:
-                        self.copy(b, self.at(b, pt, self.times(b, b.add(i, r), p_ld)), 0, row, 0, 1, S)
-                counted_loop(b, I64(0), I64(rows), I64(1), weights, "sm")
+                self.softmax_rows(b, [(self.at(b, sr, r * s_ld), b.add(i, I64(r))) for r in range(rows)])
+                if srow is not None:
+                    self.copy(b, self.at(b, pt, self.times(b, i, p_ld)), p_ld, sr, s_ld, rows, S)
                 self.output_rows(b, rows, sr, s_ld, 1, v_rows, v_rs, I64(0), n, ot, o_ld, i)
             self.row_blocks(b, L, block)
         counted_loop(b, lo, hi, I64(1), tile, "tile")
