@@ -21,6 +21,14 @@ optimizer eager (not counted: the profiler slows eager ops, whose fast paths ste
 
 ``--cpu-clock`` times the spans in the calling thread's CPU time (``time.thread_time_ns``), for a shared
 machine: at more than one thread, other threads' chunks are then not counted.
+
+``--by-op`` also prints each category's spans by op kind (a kernel's ops, each once; an eager step's op), the
+most costly first. Each span costs the profiler some microseconds, which small kernels' figures carry; for
+figures without it, ``--perf-map`` writes ``/tmp/perf-<pid>.map`` naming every generated kernel's machine code
+(its name and ops) after the steps, which ``perf report`` reads for the process's JIT addresses:
+
+    perf record -D 8000 -o step.data python benchmarks/step_profile.py --models gpt-4x128 --steps 200 --perf-map
+    perf report -i step.data --sort sym
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import gc
 import os
 import sys
 import time
@@ -35,6 +44,7 @@ import time
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
 sys.path.insert(0, os.path.dirname(__file__))
 import jitorch  # noqa: E402
+from jitorch.codegen import cpu  # noqa: E402
 from jitorch.profiler import profile, recorder  # noqa: E402
 import models  # noqa: E402
 
@@ -58,9 +68,15 @@ def category(event):
     return "softmax" if "softmax" in ops or "log_softmax" in ops else "fused kernels"
 
 
-def profile_step(name, quick=False, steps=10, threads=1, system="jitorch compiled"):
+def op_kind(event):
+    """What a profiled step of a compiled call ran: a kernel's ops (each once, sorted), else the op's name."""
+    ops = event.args.get("ops") if event.kind == "kernel" else None
+    return "+".join(sorted(set(ops))) if ops else event.name
+
+
+def profile_step(name, quick=False, steps=10, threads=1, system="jitorch compiled", by_op=None):
     """(CPU ms per unprofiled step, {category: (ms per step, calls per step)}) of ``name``'s step under ``system``
-    (one of SYSTEMS)."""
+    (one of SYSTEMS); ``by_op``, a dict, gets {(category, `op_kind`): [ms per step, calls per step]}."""
     jitorch.set_num_threads(threads)
     call = models.system_call(system, name, quick)
     for _ in range(4):  # (compiles; Adam's first compiled call traces again)
@@ -82,6 +98,10 @@ def profile_step(name, quick=False, steps=10, threads=1, system="jitorch compile
         if kind is not None:
             times[kind] += ms
             calls[kind] += 1 / steps
+            if by_op is not None:
+                entry = by_op.setdefault((kind, op_kind(event)), [0.0, 0.0])
+                entry[0] += ms
+                entry[1] += 1 / steps
     times["Python"] = max(0.0, whole - sum(times.values()))
     return plain, {c: (times[c], calls[c]) for c in CATEGORIES}
 
@@ -98,6 +118,21 @@ def cpu_clock():
         time.perf_counter_ns, recorder._clock = saved
 
 
+def write_perf_map(path=None):
+    """Writes ``perf``'s map of this process's JIT code (``/tmp/perf-<pid>.map`` unless ``path``): each live
+    generated kernel's entry address, the span to the next one (the kernels' sizes are not kept) and its name
+    with its ops; returns the path."""
+    # (type(), not isinstance: that reads ``__class__``, which some of torch's deprecated module proxies warn on)
+    kernels = {k.address: f"{k.name}[{'+'.join(sorted(set(k.ops)))}]" for k in gc.get_objects()
+               if type(k) is cpu.CompiledKernel}
+    path = path or f"/tmp/perf-{os.getpid()}.map"
+    starts = sorted(kernels)
+    with open(path, "w") as f:
+        for start, end in zip(starts, starts[1:] + [starts[-1] + (1 << 16)] if starts else []):
+            f.write(f"{start:x} {min(end - start, 1 << 20):x} {kernels[start].replace(' ', '_')}\n")
+    return path
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default="cnn,lstm,gpt-4x128,dcgan")
@@ -106,15 +141,23 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true", help="tiny sizes (for tests)")
     p.add_argument("--cpu-clock", action="store_true", help="spans in the calling thread's CPU time")
     p.add_argument("--system", default=SYSTEMS[0], choices=SYSTEMS)
+    p.add_argument("--by-op", action="store_true", help="each category's spans by op kind")
+    p.add_argument("--perf-map", action="store_true", help="write perf's map of the generated kernels at the end")
     args = p.parse_args(argv)
     for name in args.models.split(","):
+        ops = {} if args.by_op else None
         with cpu_clock() if args.cpu_clock else contextlib.nullcontext():
-            plain, by = profile_step(name, args.quick, args.steps, args.threads, args.system)
+            plain, by = profile_step(name, args.quick, args.steps, args.threads, args.system, ops)
         print(f"{name}, {args.system} ({args.threads} thread{'s' if args.threads > 1 else ''}): {plain:.2f} CPU ms "
               "per step unprofiled")
         for kind in CATEGORIES:
             ms, n = by[kind]
             print(f"  {kind:14s} {ms:8.2f} ms  {n:6.0f} calls")
+            for (category, op), (op_ms, op_n) in sorted((ops or {}).items(), key=lambda item: -item[1][0]):
+                if category == kind:
+                    print(f"      {op_ms:8.3f} ms  {op_n:6.0f}  {op}")
+    if args.perf_map:
+        print(f"kernels named in {write_perf_map()}")
 
 
 if __name__ == "__main__":

@@ -38,3 +38,20 @@ def test_cpu_clock_times_every_span_in_thread_cpu_time():
         plain, by = bench.profile_step("cnn", quick=True, steps=2)
     assert (time.perf_counter_ns, recorder._clock) == before
     assert 0 <= sum(ms for ms, _ in by.values()) < 20 * plain + 50
+
+
+def test_by_op_splits_each_category_into_its_op_kinds_and_the_perf_map_names_the_kernels(capsys, tmp_path):
+    bench = load_script(SCRIPT, "step_profile_benchmark")
+    ops = {}
+    _, by = bench.profile_step("lstm", quick=True, steps=2, by_op=ops)
+    for kind in bench.CATEGORIES[:-1]:  # (the Python between spans has no op)
+        ms, calls = by[kind]
+        assert abs(sum(v[0] for (k, _), v in ops.items() if k == kind) - ms) < 1e-6
+        assert abs(sum(v[1] for (k, _), v in ops.items() if k == kind) - calls) < 1e-6
+    assert ("softmax", "log_softmax") in ops or any(k == "softmax" and "log_softmax" in op for k, op in ops)
+    text = Path(bench.write_perf_map(str(tmp_path / "perf.map"))).read_text()
+    lines = [line.split(" ", 2) for line in text.splitlines()]
+    assert lines and all(int(a, 16) > 0 and int(n, 16) > 0 and name.startswith("jitorch") for a, n, name in lines)
+    assert [int(a, 16) for a, _, _ in lines] == sorted(int(a, 16) for a, _, _ in lines)
+    bench.main(["--models", "lstm", "--quick", "--steps", "1", "--by-op"])
+    assert "log_softmax" in capsys.readouterr().out

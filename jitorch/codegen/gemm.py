@@ -40,7 +40,7 @@ from ..runtime import threads
 from . import cpu, mathlib
 from .cache import default_cache
 from .errors import CompileError
-from .kernel import I64, KernelSource, counted_loop, fma_loop, kernel_body
+from .kernel import I64, KernelSource, counted_loop, fma_loop, kernel_body, prefetch
 from .machine import selected
 from .memo import BuiltOnce
 from .target import CPU
@@ -131,14 +131,12 @@ class _Emitter:
         CPU.add_entry(module, body, [0, 1, 2], 0, "thread")
         return str(module)
 
-    def prefetch(self, b, p):
+    @staticmethod
+    def prefetch(b, p):
         """A hint to read the cache line at ``p`` (the next tile's panel, while this tile computes: the
         panel's rows are far apart, so no hardware prefetcher follows them, and their misses, one at a time,
         took longer than the tile's arithmetic). Past the end of ``B`` it reads nothing."""
-        i8p = ir.IntType(8).as_pointer()
-        fn = b.module.globals.get("llvm.prefetch.p0") or ir.Function(b.module, ir.FunctionType(
-            ir.VoidType(), [i8p, ir.IntType(32), ir.IntType(32), ir.IntType(32)]), "llvm.prefetch.p0")
-        b.call(fn, [b.bitcast(p, i8p), ir.IntType(32)(0), ir.IntType(32)(3), ir.IntType(32)(1)])
+        prefetch(b, p)
 
     def load(self, b, p, vt):
         """A value of ``vt`` at ``p`` (vectors aligned as their elements only)."""

@@ -89,6 +89,15 @@ def kernel_body(name, t, buffers):
     return module, body, ir.IRBuilder(body.append_basic_block("entry"))
 
 
+def prefetch(b, p, write=False, locality=3):
+    """A hint to bring the cache line at ``p`` (any pointer) into the cache, for a write with ``write``;
+    ``locality`` 0-3 as LLVM's (3: keep it in every level). It changes no value and never faults."""
+    i8p = ir.IntType(8).as_pointer()
+    fn = b.module.globals.get("llvm.prefetch.p0") or ir.Function(b.module, ir.FunctionType(
+        ir.VoidType(), [i8p, ir.IntType(32), ir.IntType(32), ir.IntType(32)]), "llvm.prefetch.p0")
+    b.call(fn, [b.bitcast(p, i8p), ir.IntType(32)(int(write)), ir.IntType(32)(locality), ir.IntType(32)(1)])
+
+
 def fma_loop(b, lo, hi, zero, rows, vecs, operands, contract=True):
     """The register block of a product: ``acc[r][c] = sum over k in [lo, hi), in order, of s[r] * v[c]``,
     one FMA each where the target has FMA (``contract``; else a product and a sum, each rounded), where
