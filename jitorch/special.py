@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import jitorch as _jt
 from jitorch.ops import registry as _registry
+from jitorch.ops.orthogonal_polynomials import NAMES as _POLYNOMIALS
+from jitorch.ops.special_ops import CEPHES as _CEPHES
 
 expit = _jt.sigmoid
 logit = _jt.logit
@@ -41,13 +43,6 @@ gammainc = _jt.igamma
 gammaincc = _jt.igammac
 
 _OWN = ("i0e", "i1", "i1e", "xlog1py", "zeta", "entr", "ndtr")
-_CEPHES = ("erfcx", "log_ndtr", "ndtri", "bessel_j0", "bessel_j1", "bessel_y0", "bessel_y1", "modified_bessel_k0",
-           "modified_bessel_k1", "scaled_modified_bessel_k0", "scaled_modified_bessel_k1", "spherical_bessel_j0",
-           "airy_ai")
-_POLYNOMIALS = ("chebyshev_polynomial_t", "chebyshev_polynomial_u", "chebyshev_polynomial_v", "chebyshev_polynomial_w",
-                "shifted_chebyshev_polynomial_t", "shifted_chebyshev_polynomial_u", "shifted_chebyshev_polynomial_v",
-                "shifted_chebyshev_polynomial_w", "hermite_polynomial_h", "hermite_polynomial_he",
-                "laguerre_polynomial_l", "legendre_polynomial_p")
 globals().update({name: _registry.FUNCTIONS[f"special_{name}"] for name in _OWN + _CEPHES + _POLYNOMIALS})
 modified_bessel_i1 = i1  # noqa: F821  (one of _OWN)
 

@@ -14,6 +14,8 @@ Loops that end per element (series, continued fractions) run over the elements s
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import math
 
 import numpy as np
@@ -21,38 +23,59 @@ import numpy as np
 from . import cephes_tables as T
 
 
-def _ieee(name):
-    """The C library function ``name`` of Python floats, IEEE's value where Python's ``math`` raises
-    (``log(0)``, ``exp(1000)``, ``cos(inf)``): NumPy's at those few arguments."""
-    fn = getattr(math, name)
-    fallback = getattr(np, _NUMPY_NAMES.get(name, name))
+def _load_c_library():
+    """The C library's math functions (torch's ``std::exp``, ``std::lgamma``, ``acosf`` ...), or None where
+    ctypes finds none."""
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
+    except OSError:
+        return None
 
+
+_C_LIBRARY = _load_c_library()
+_FUNCTIONS = {}
+
+
+def _c_function(name, f):
+    """The C library's ``name`` for ``f`` (``expf`` for float32, as torch's float kernels call), as a NumPy
+    function of object arrays; Python's ``math`` (double, then rounded) where there is no C library."""
+    key = (name, f)
+    if key not in _FUNCTIONS:
+        arity = 2 if name == "pow" else 1
+        if _C_LIBRARY is not None:
+            fn = getattr(_C_LIBRARY, name + ("f" if f is np.float32 else ""))
+            kind = ctypes.c_float if f is np.float32 else ctypes.c_double
+            fn.restype, fn.argtypes = kind, [kind] * arity
+        else:
+            fn = _ieee(getattr(math, name), getattr(np, _NUMPY_NAMES.get(name, name)))
+        _FUNCTIONS[key] = np.frompyfunc(fn, arity, 1)
+    return _FUNCTIONS[key]
+
+
+def _ieee(fn, fallback):
+    """``fn`` of Python floats, IEEE's value (NumPy's) where Python's ``math`` raises (``log(0)``)."""
     def value(*args):
         try:
             return fn(*args)
         except (ValueError, OverflowError):
             with np.errstate(all="ignore"):
                 return float(fallback(*(np.float64(v) for v in args)))
-    return np.frompyfunc(value, 2 if name == "pow" else 1, 1)
+    return value
 
 
-_NUMPY_NAMES = {"acos": "arccos", "pow": "power", "lgamma": "log", "erfc": "log"}  # (never raise: unused)
-_LIBM = {}
+_NUMPY_NAMES = {"acos": "arccos", "pow": "power"}
 
 
 def libm(name, x, f, y=None):
-    """The C library's double ``name`` ("exp", "log", "acos", "erfc", "lgamma", "pow" of ``x`` and ``y``
-    ...) of each element, rounded to ``f``: float64 is what torch's ``std::`` call gives with the same C
-    library (its last bit included: glibc's acos is not always correctly rounded, and the polynomials'
-    trigonometric forms multiply that bit by the degree); float32 is the double's rounding, which is the
-    float function's (torch's ``acosf``...) wherever that is correctly rounded."""
-    if name not in _LIBM:
-        _LIBM[name] = _ieee(name)
-    args = (x,) if y is None else (x, y)
-    wide = [np.asarray(v, np.float64) for v in args]
-    if not wide[0].size:
-        return np.zeros(np.broadcast_shapes(*(w.shape for w in wide)), f)
-    return _LIBM[name](*wide).astype(np.float64).astype(f)
+    """The C library's ``name`` ("exp", "log", "acos", "erfc", "lgamma", "pow" of ``x`` and ``y`` ...) of
+    each element in dtype ``f``: the function torch's kernel calls for that dtype (``acos`` for float64,
+    ``acosf`` for float32), so its last bit too (glibc's acos and acosf are not always correctly rounded,
+    and the polynomials' trigonometric forms multiply that bit by the degree)."""
+    args = [np.asarray(v, f) for v in ((x,) if y is None else (x, y))]
+    shape = np.broadcast_shapes(*(v.shape for v in args))
+    if not np.prod(shape, dtype=np.int64):
+        return np.zeros(shape, f)
+    return _c_function(name, f)(*args).astype(f)
 
 
 def fma(a, b, c, f):
@@ -162,8 +185,9 @@ def erfcx(x, f):
                                                                          * fma(xx, xx + 5, 3.75, np.float64))
         return np.where(v > f(5e7), ispi / v, fraction.astype(f))
 
-    def two_exp(v):
-        return f(2) * libm("exp", v * v, f)
+    def two_exp(v, minus=0.0):
+        # calc_erfcx's unqualified exp is C's double one: ``2 * exp(x * x) - y`` is double, rounded once
+        return (2 * libm("exp", v * v, np.float64) - np.asarray(minus, np.float64)).astype(f)
 
     return _by_case(x, f, [
         (np.isnan(x), lambda m: x[m]),
@@ -171,7 +195,7 @@ def erfcx(x, f):
         (x >= 0, lambda m: _erfcx_y100(f(400) / (f(4) + x[m]), f)),
         (x < f(-26.7), np.inf),
         (x < f(-6.1), lambda m: two_exp(x[m])),
-        (np.ones(x.shape, bool), lambda m: two_exp(x[m]) - _erfcx_y100(f(400) / (f(4) - x[m]), f)),
+        (np.ones(x.shape, bool), lambda m: two_exp(x[m], _erfcx_y100(f(400) / (f(4) - x[m]), f))),
     ], 0.0)
 
 
@@ -198,8 +222,10 @@ def ndtri(y, f):
         return x * f(2.50662827463100050242)
 
     def outer(m):
-        x = np.sqrt(f(-2) * libm("log", v[m], f))
-        x0 = x - libm("log", x, f) / x
+        # (torch's ::log and ::sqrt here are C's double functions: x and x0 are double, rounded once)
+        x = np.sqrt(-2.0 * libm("log", v[m], np.float64)).astype(f)
+        wide = x.astype(np.float64)
+        x0 = (wide - libm("log", wide, np.float64) / wide).astype(f)
         z = f(1) / x
         x1 = np.where(x < f(8), z * _horner(z, T.NDTRI_P1, f, True) / _horner(z, T.NDTRI_Q1, f, True),
                       z * _horner(z, T.NDTRI_P2, f, True) / _horner(z, T.NDTRI_Q2, f, True))
@@ -259,8 +285,10 @@ def _igam_fac(a, x, f):
         near = libm("exp", am - xm, f) * libm("pow", xm / fac, f, am)
         numfac = (xm - am - g + f(0.5)) / fac
         # (0.5 - lanczos_g) is a double: the exponent and its exp are double, res rounded once
-        exponent = (am * (libm("log1p", numfac, f) - numfac)).astype(np.float64) + \
-            xm.astype(np.float64) * (0.5 - float(g)) / fac.astype(np.float64)
+        # (a float32 product is rounded before the double sum: no contraction across the conversion)
+        log_term = libm("log1p", numfac, f) - numfac
+        exponent = fma(am if f is np.float64 else am * log_term, log_term if f is np.float64 else 1.0,
+                       xm.astype(np.float64) * (0.5 - float(g)) / fac.astype(np.float64), np.float64)
         far = (res.astype(np.float64) * libm("exp", exponent, np.float64)).astype(f)
         return np.where(small, res * near, far)
 
@@ -350,8 +378,9 @@ def _igam_asymptotic(a, x, lower, f):
         return (res.astype(np.float64) + tail).astype(f)
 
 
-def _igamc_fraction(a, x, f):
-    """DLMF 8.9.2's continued fraction times ``fac(a, x)``."""
+def _igamc_fraction(a, x, f, complement=False):
+    """DLMF 8.9.2's continued fraction times ``fac(a, x)`` (``complement``: one minus that, as igamma's
+    inlined ``1.0 - ans * ax`` contracts, rounded once)."""
     ax = _igam_fac(a, x, f)
     big, biginv = (f(v) for v in _BIG[f])
     eps = f(_MACHEP[f])
@@ -381,6 +410,8 @@ def _igamc_fraction(a, x, f):
 
     with np.errstate(all="ignore"):
         _until(s, ax != 0, step, 2000)
+        if complement:
+            return np.where(ax == 0, f(1), f(1) - s["ans"] * ax)
         return np.where(ax == 0, f(0), s["ans"] * ax)
 
 
@@ -404,7 +435,9 @@ def _with_boundaries(a, x, lower, general, f):
     return _by_case(a, f, cases + [(np.ones(a.shape, bool), lambda m: general(a[m], x[m], f))], 0.0)
 
 
-def _igammac_general(a, x, f):
+def _igammac_general(a, x, f, complement=False):
+    """igammac inside the boundaries (``complement``: igamma's ``1 - igammac``, outside the asymptotic region)."""
+    one = f(1)
     with np.errstate(all="ignore"):
         x64 = x.astype(np.float64)
         log_bound = -0.4 / libm("log", x, f).astype(np.float64)
@@ -412,16 +445,16 @@ def _igammac_general(a, x, f):
         fraction = (x64 > 1.1) & ~(x < a)
     return _by_case(a, f, [
         (_asymptotic_region(a, x, f), lambda m: _igam_asymptotic(a[m], x[m], False, f)),
-        (series, lambda m: f(1) - _igam_series(a[m], x[m], f)),
-        (fraction, lambda m: _igamc_fraction(a[m], x[m], f)),
-        (np.ones(a.shape, bool), lambda m: _igamc_series(a[m], x[m], f)),
+        (series, lambda m: one - (one - _igam_series(a[m], x[m], f)) if complement else one - _igam_series(a[m], x[m], f)),
+        (fraction, lambda m: _igamc_fraction(a[m], x[m], f, complement)),
+        (np.ones(a.shape, bool), lambda m: one - _igamc_series(a[m], x[m], f) if complement else _igamc_series(a[m], x[m], f)),
     ], 0.0)
 
 
 def _igamma_general(a, x, f):
     return _by_case(a, f, [
         (_asymptotic_region(a, x, f), lambda m: _igam_asymptotic(a[m], x[m], True, f)),
-        ((x > 1) & (x > a), lambda m: f(1) - _igammac_general(a[m], x[m], f)),
+        ((x > 1) & (x > a), lambda m: _igammac_general(a[m], x[m], f, complement=True)),
         (np.ones(a.shape, bool), lambda m: _igam_series(a[m], x[m], f)),
     ], 0.0)
 

@@ -76,6 +76,7 @@ _UNARY = {
     "spherical_bessel_j0": ("x", "The spherical Bessel function of the first kind of order 0, ``sin(x) / x``."),
     "airy_ai": ("x", "The Airy function Ai (NaN at +-inf)."),
 }
+CEPHES = tuple(_UNARY)  # torch.special's names of the one-operand functions here
 for _name, (_arg, _doc) in _UNARY.items():
     defpointwise(f"special_{_name}(Tensor {_arg}) -> Tensor", _flat(getattr(special_cephes, _name)), INT_TO_FLOAT,
                  variants=SPECIAL_ONLY, check=_refuse(f"{_name}_cpu", "h"),

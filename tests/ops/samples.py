@@ -29,6 +29,7 @@ import numpy as np
 import jitorch as jt
 from jitorch.ops import registry
 from jitorch.ops.meta import ALWAYS_BOOL, KEEP_INT
+from jitorch.ops.orthogonal_polynomials import NAMES as POLYNOMIALS
 from tests.support import tensor_and_array
 
 # Ops whose results are uninitialised memory: only their shapes and dtypes can be compared.
@@ -309,6 +310,12 @@ DOMAINS = _by_names(
     # bounds are two tensors or two numbers (torch's two overloads), either may be None
     ("clamp clip", Domain(scalar=None, extra=lambda m: [S(m.mat(), None, 0.5), S(m.f((3, 4)), -0.5, 0.5),
                                                         S(m.i((2, 3)), max=2)])),
+    # torch.special's Cephes-family functions and polynomials (jitorch/ops/special_ops.py)
+    ("igamma igammac", Domain(kinds="f", scalar=None, ranges=((0.5, 4.0), (0.25, 4.0)))),
+    ("special_ndtri", Domain(ranges=((0.05, 0.95),))),
+    ("special_bessel_y0 special_bessel_y1 special_modified_bessel_k0 special_modified_bessel_k1 "
+     "special_scaled_modified_bessel_k0 special_scaled_modified_bessel_k1", Domain(ranges=((0.25, 4.0),))),
+    (" ".join(f"special_{name}" for name in POLYNOMIALS), Domain(ranges=((-1.5, 1.5), (0.0, 9.0)))),
     ("addcmul", Domain(scalar=None, kwargs=({"value": 0.5},))),
     ("addcdiv", Domain(kinds="f", nonzero=True, scalar=None, kwargs=({"value": -2},))),
 )
