@@ -75,7 +75,8 @@ def libm(name, x, f, y=None):
     shape = np.broadcast_shapes(*(v.shape for v in args))
     if not np.prod(shape, dtype=np.int64):
         return np.zeros(shape, f)
-    return _c_function(name, f)(*args).astype(f)
+    with np.errstate(all="ignore"):  # (IEEE's values, as C's)
+        return _c_function(name, f)(*args).astype(f)
 
 
 def fma(a, b, c, f):
