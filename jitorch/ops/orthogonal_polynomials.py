@@ -25,7 +25,7 @@ def degrees(n):
         return np.where(fits, np.trunc(np.where(fits, n, 0)), -1).astype(np.int64)
 
 
-def _recurrence(x, k, p, q, steps, step, nan_stops=True):
+def _recurrence(x, p, q, steps, step, nan_stops=True):
     """Run ``r = step(x, q, p, j)`` for ``j`` in ``1 .. steps`` per element (``steps`` an int64 array), moving
     ``p, q = q, r``, stopping early where ``q`` is NaN (``nan_stops``); ``q`` at the end."""
     p, q = p.copy(), q.copy()
@@ -42,7 +42,7 @@ def _recurrence(x, k, p, q, steps, step, nan_stops=True):
     return q
 
 
-def _power_series(name, f):
+def _three_terms(name, f):
     """``(first(x), step(x, q, p, j))`` of the three-term recurrence run for ``k = j + 1`` (Chebyshev's from
     k = 2) or ``k = j`` (Laguerre, Legendre, He from k = 1); Hermite's H steps ``k = 2j``."""
     one = f(1)
@@ -71,11 +71,11 @@ def _power_series(name, f):
 
 def _run(name, x, k, f):
     """The recurrence from degree 0 (1) and 1 (``first``) up to ``k >= 2``."""
-    first, step = _power_series(name, f)
+    first, step = _three_terms(name, f)
     q = first(x)
     hermite = name.startswith("hermite")
     steps = k - 1
-    return _recurrence(x, k, np.ones_like(x), q, steps, step, nan_stops=not hermite)
+    return _recurrence(x, np.ones_like(x), q, steps, step, nan_stops=not hermite)
 
 
 def _trig(name, x, k, f):
@@ -145,7 +145,7 @@ def polynomial(name, x, n, f):
             s = x + x - f(1) if name.startswith("shifted_") else x
             cases.append(((k > _TRIG_FROM[name]) & (np.abs(s) < 1), lambda m: _trig(name, x[m], k[m], f)))
         cases += [(k == 0, 1.0), (k == 1, None)]
-    first, _ = _power_series(name, f)
+    first, _ = _three_terms(name, f)
     cases = [(mask, (lambda m: first(x[m])) if value is None else value) for mask, value in cases]
     cases.append((np.ones(x.shape, bool), lambda m: _run(name, x[m], k[m], f)))
     return _by_case(x, f, cases, 0.0)

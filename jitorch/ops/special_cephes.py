@@ -5,9 +5,12 @@ K0, K1 (and K's exponentially scaled forms), the spherical J0 and Airy's Ai.
 Each function takes a flat float32 or float64 array and computes in that dtype, as torch's templates do in
 their operand's (its float32 values show float32's roundings: a Bessel function near a zero, a recurrence),
 with the same branches, constants (rounded to the dtype as the templates' ``static const T`` tables are) and
-operation order. The C library's functions (exp, log, sin, erfc ...) are taken correctly rounded in the dtype
-(`special_math._c_library`), which glibc's nearly always are. Where torch's float template mixes in a double
-literal (``0.5 * std::erfc(...)``, erfcx's tables), C's promotion makes that part double: it is so here too.
+operation order. The C library's functions (exp, log, sin, erfc, lgamma ...) are the C library's own, for the
+dtype torch calls them in (`libm`: ``expf`` in float32); the products and sums GCC contracts in torch's
+build (for FMA machines) are rounded once (`fma`). Where torch's float template mixes in a double literal or
+C's double function (``0.5 * std::erfc(...)``, erfcx's tables and unqualified ``exp``, ndtri's ``::log``),
+C's promotion makes that part double: it is so here too. So float64 and float32 give torch's bits with the
+same C library (the few exceptions: docs/differences-from-torch.md).
 
 Loops that end per element (series, continued fractions) run over the elements still going (`_until`).
 """
@@ -130,8 +133,9 @@ def _chebyshev(z, table, f):
 
 
 def _by_case(x, f, cases, default):
-    """``out[i] = fn(x[mask])`` for the first ``(mask, fn)`` of ``cases`` that holds (as an if-else chain),
-    ``default`` (a value) elsewhere."""
+    """An array like ``x`` of dtype ``f`` holding, at each element, the value of the first of ``cases`` whose
+    mask holds there (an if-else chain): ``fn(mask)`` (the values at the mask's elements) or a value;
+    ``default`` elsewhere."""
     out = np.full(x.shape, default, f)
     taken = np.zeros(x.shape, bool)
     with np.errstate(all="ignore"):
@@ -143,14 +147,14 @@ def _by_case(x, f, cases, default):
     return out
 
 
-def _until(state, active, step, limit):
-    """Run ``step(state, idx) -> still`` (a bool per element of ``idx``) at most ``limit`` times over the
-    indices still active: a C loop with a ``break``, for each element at once."""
+def _until(active, step, limit):
+    """Run ``step(idx, k) -> going`` (a bool per element of ``idx``; ``k`` counts from 1) at most ``limit``
+    times over the indices still going: a C loop with a ``break``, for each element at once."""
     idx = np.flatnonzero(active)
-    for _ in range(limit):
+    for k in range(1, limit + 1):
         if not idx.size:
             break
-        idx = idx[step(state, idx)]
+        idx = idx[step(idx, k)]
 
 
 # erfcx, log_ndtr, ndtri ------------------------------------------------------------------------------------
@@ -171,7 +175,6 @@ def _erfcx_y100(y100, f):
     for j in range(5, -1, -1):
         acc = fma(acc, t, c[:, j], np.float64)
     return np.where(inside, acc, 1.0).astype(f)
-
 
 
 def erfcx(x, f):
@@ -303,14 +306,14 @@ def _igam_series(a, x, f):
     r, c, ans = a.copy(), np.ones_like(a), np.ones_like(a)
     eps = f(_MACHEP[f])
 
-    def step(_, i):
+    def step(i, _):
         r[i] += f(1)
         c[i] *= x[i] / r[i]
         ans[i] += c[i]
         return ~(c[i] <= eps * ans[i])
 
     with np.errstate(all="ignore"):
-        _until(None, ax != 0, step, 2000)
+        _until(ax != 0, step, 2000)
         return np.where(ax == 0, f(0), ans * ax / a)
 
 
@@ -318,21 +321,15 @@ def _igamc_series(a, x, f):
     """DLMF 8.7.3, kept from cancelling."""
     fac, total = np.ones_like(a), np.zeros_like(a)
     eps = f(_MACHEP[f])
-    n = [1]
 
-    def step(_, i):
-        fac[i] *= -x[i] / f(n[0])
-        term = fac[i] / (a[i] + f(n[0]))
+    def step(i, n):
+        fac[i] *= -x[i] / f(n)
+        term = fac[i] / (a[i] + f(n))
         total[i] += term
         return ~(np.abs(term) <= eps * np.abs(total[i]))
 
-    idx = np.flatnonzero(np.ones(a.shape, bool))
-    for k in range(1, 2000):
-        if not idx.size:
-            break
-        n[0] = k
-        idx = idx[step(None, idx)]
     with np.errstate(all="ignore"):
+        _until(np.ones(a.shape, bool), step, 1999)
         logx = libm("log", x, f)
         term = -libm("expm1", fma(a, logx, -_lgamma(f(1) + a, f), f), f)
         return fma(-libm("exp", fma(a, logx, -_lgamma(a, f), f), f), total, term, f)
@@ -391,7 +388,7 @@ def _igamc_fraction(a, x, f, complement=False):
     s["qkm1"] = s["z"] * x
     s["ans"] = s["pkm1"] / s["qkm1"]
 
-    def step(s, i):
+    def step(i, _):
         c = s["c"][i] + one
         y = s["y"][i] + one
         z = s["z"][i] + f(2)
@@ -410,7 +407,7 @@ def _igamc_fraction(a, x, f, complement=False):
         return ~(t <= eps)
 
     with np.errstate(all="ignore"):
-        _until(s, ax != 0, step, 2000)
+        _until(ax != 0, step, 2000)
         if complement:
             return np.where(ax == 0, f(1), f(1) - s["ans"] * ax)
         return np.where(ax == 0, f(0), s["ans"] * ax)
@@ -670,7 +667,7 @@ def airy_ai(x, f):
         z = v * v * v
         eps = f(np.finfo(f).eps)
 
-        def step(s, i):
+        def step(i, _):
             k = s["k"][i]
             mm = s["m"][i] * z[i]
             k = k + f(1)
@@ -686,7 +683,7 @@ def airy_ai(x, f):
             s["k"][i], s["m"][i], s["n"][i] = k, mm, nn
             return np.abs(mm / s["f"][i]) > eps
 
-        _until(s, np.ones(v.shape, bool), step, 10 ** 6)
+        _until(np.ones(v.shape, bool), step, 10 ** 6)
         return fma(f(_AIRY_C1), s["f"], -(f(_AIRY_C2) * s["g"]), f)
 
     return _by_case(x, f, [(np.isinf(x), np.nan), (x > f(103.892), 0.0), (x < f(-2.09), oscillating),
