@@ -226,6 +226,11 @@ class Maker:
         LU, pivots = jt.linalg.lu_factor(self.square(shape).to(self.wide))
         return LU.to(self.dtype), pivots
 
+    def ldl(self, shape):
+        """(LD, pivots) of a symmetric matrix of ``shape`` (factored in float32 or float64)."""
+        LD, pivots = jt.linalg.ldl_factor(self.square(shape, kind="sym").to(self.wide))
+        return LD.to(self.dtype), pivots
+
     def reflectors(self, shape):
         """geqrf's Householder reflectors and scales of a matrix of ``shape``."""
         h, tau = jt.geqrf(self.f(shape).to(self.wide))
@@ -722,6 +727,9 @@ HAND_WRITTEN = _by_names(
     ("linalg_lu_factor_ex", lambda m: [S(m.square((2, 2, 2))), S(m.f((3, 4), "transposed")), S(m.f((2, 2)),
                                                                                                  check_errors=True)]),
     ("lu", lambda m: [S(m.square((2, 2, 2))), S(m.f((4, 3)), True, True)]),
+    ("linalg_ldl_factor_ex", lambda m: [S(m.square((2, 3, 3), kind="sym")), S(m.f((4, 4), "transposed"), hermitian=True),
+                                        S(m.f((3, 3)), check_errors=True)]),
+    ("linalg_ldl_solve", lambda m: [S(*m.ldl((3, 3)), m.f((3, 2))), S(*m.ldl((2, 3, 3)), m.f((3, 1), "transposed"))]),
     ("lu_unpack", _lu_unpack),
     ("lu_solve", lambda m: [S(m.f((2, 2, 1)), *m.lu((2, 2))), S(m.f((2, 3)), *m.lu((2, 2, 2)))]),
     ("linalg_qr", _decomposition()),

@@ -56,7 +56,8 @@ ATEN = {"alias": torch.ops.aten.alias.default, "slice": torch.ops.aten.slice.Ten
         # the kernels behind torch.linalg's functions (jitorch.linalg calls them)
         **{name: getattr(torch.ops.aten, name).default for name in (
             "linalg_inv_ex", "linalg_solve_ex", "linalg_solve_triangular", "linalg_cholesky_ex", "linalg_lu_factor_ex",
-            "linalg_qr", "linalg_householder_product", "_linalg_svd", "_linalg_eigh", "linalg_lstsq")},
+            "linalg_qr", "linalg_householder_product", "_linalg_svd", "_linalg_eigh", "linalg_lstsq",
+            "linalg_ldl_factor_ex", "linalg_ldl_solve")},
         "linalg_pinv.atol_rtol_float": torch.ops.aten.linalg_pinv.atol_rtol_float,
         # nn.functional.linear's kernel in eager code
         "linear": torch.ops.aten.linear.default}
