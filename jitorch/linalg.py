@@ -4,8 +4,7 @@ Each is torch's function of the same name and signature, built on the registry's
 (jitorch/ops/decompositions.py) and products, so that autograd differentiates it and the tracer
 records it. A matrix a function cannot handle raises `LinAlgError` (a RuntimeError) with torch's message.
 
-Not here: ``eig`` and ``eigvals`` (their results are complex, and jitorch has no complex dtype), and
-``ldl_factor``, ``ldl_factor_ex`` and ``ldl_solve`` (LAPACK's Bunch-Kaufman pivoting, not reproduced).
+Not here: ``eig`` and ``eigvals`` (their results are complex, and jitorch has no complex dtype).
 """
 
 from __future__ import annotations
@@ -24,7 +23,8 @@ from jitorch.ops.registry import OPS as _OPS, cpp_name as _cpp_name, scalar_name
 
 __all__ = [
     "LinAlgError", "cholesky", "cholesky_ex", "cond", "cross", "det", "diagonal", "eigh", "eigvalsh",
-    "householder_product", "inv", "inv_ex", "lstsq", "lu", "lu_factor", "lu_factor_ex", "lu_solve", "matmul",
+    "householder_product", "inv", "inv_ex", "ldl_factor", "ldl_factor_ex", "ldl_solve", "lstsq", "lu", "lu_factor",
+    "lu_factor_ex", "lu_solve", "matmul",
     "matrix_exp", "matrix_norm", "matrix_power", "matrix_rank", "multi_dot", "norm", "pinv", "qr", "slogdet",
     "solve", "solve_ex", "solve_triangular", "svd", "svdvals", "tensorinv", "tensorsolve", "vander", "vecdot",
     "vector_norm",
@@ -35,6 +35,7 @@ _linalg_eigh = _registry._return_type("linalg_eigh", ("eigenvalues", "eigenvecto
 _linalg_lu = _registry._return_type("linalg_lu", ("P", "L", "U"))
 _linalg_lu_factor = _registry._return_type("linalg_lu_factor", ("LU", "pivots"))
 _linalg_slogdet = _registry._return_type("linalg_slogdet", ("sign", "logabsdet"))
+_linalg_ldl_factor = _registry._return_type("linalg_ldl_factor", ("LD", "pivots"))
 
 
 def _call(name, args, out=None):
@@ -239,6 +240,28 @@ def lu_factor(A, *, pivot=True, out=None):
     LU, pivots, _ = renamed("torch.linalg.lu_factor_ex", "torch.linalg.lu_factor",
                             lambda: lu_factor_ex(A, pivot=pivot, check_errors=True))
     return _written("linalg_lu_factor_ex", _linalg_lu_factor(LU, pivots), out)
+
+
+def ldl_factor_ex(A, *, hermitian=False, check_errors=False, out=None):
+    """Bunch-Kaufman LDL^T of symmetric matrices (lower triangles read), packed as LAPACK's sytrf; the
+    1-based interchanges; the index of a zero pivot (0: none)."""
+    return _call("linalg_ldl_factor_ex", (A, hermitian, check_errors), out)
+
+
+def ldl_factor(A, *, hermitian=False, out=None):
+    """``ldl_factor_ex``'s LD and pivots; a zero pivot raises."""
+    try:
+        LD, pivots, _ = ldl_factor_ex(A, hermitian=hermitian, check_errors=True)
+    except RuntimeError as e:  # (torch names itself in the zero pivot's error only: its other checks are _ex's)
+        if "Unknown error code" not in str(e):
+            raise
+        raise RuntimeError(str(e).replace("ldl_factor_ex", "ldl_factor")) from None
+    return _written("linalg_ldl_factor_ex", _linalg_ldl_factor(LD, pivots), out)
+
+
+def ldl_solve(LD, pivots, B, *, hermitian=False, out=None):
+    """X with ``A @ X = B`` from ``ldl_factor``'s LD and pivots."""
+    return _call("linalg_ldl_solve", (LD, pivots, B, hermitian), out)
 
 
 def lu(A, *, pivot=True, out=None):

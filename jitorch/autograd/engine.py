@@ -402,16 +402,19 @@ def _served_by_fallback(op, args):
 
 
 def record_unimplemented(op, args, result, what=None):
-    """Give ``result`` (one tensor) an `UnimplementedNode` over ``op``'s inputs that require grad; ``what``:
-    the name its backward's error gives (the op's, by default)."""
+    """Give ``result`` (one tensor, or a tuple of which the floating-point ones: ``ldl_factor_ex``'s LD) an
+    `UnimplementedNode` over ``op``'s inputs that require grad; ``what``: the name its backward's error gives
+    (the op's, by default)."""
     inputs = list(_tensor_inputs(op, args))
     edges = tuple((gradient_edge(t), getattr(t, "_output_nr", 0)) if t._requires_grad else (None, 0)
                   for _, _, t in inputs)
     node = UnimplementedNode(op, None, None, edges, tuple((i, j, t._shape, t.dtype) for i, j, t in inputs))
     node.what = what or op.public_name
-    result.grad_fn = node
-    result._requires_grad = True
-    result._output_nr = 0
+    for nr, t in enumerate(result if isinstance(result, tuple) else (result,)):
+        if t is result or t.dtype.is_floating_point:
+            t.grad_fn = node
+            t._requires_grad = True
+            t._output_nr = nr
     return result
 
 

@@ -29,6 +29,7 @@ import numpy as np
 import jitorch as jt
 from jitorch.ops import registry
 from jitorch.ops.meta import ALWAYS_BOOL, KEEP_INT
+from jitorch.ops.orthogonal_polynomials import NAMES as POLYNOMIALS
 from tests.support import tensor_and_array
 
 # Ops whose results are uninitialised memory: only their shapes and dtypes can be compared.
@@ -225,6 +226,11 @@ class Maker:
         LU, pivots = jt.linalg.lu_factor(self.square(shape).to(self.wide))
         return LU.to(self.dtype), pivots
 
+    def ldl(self, shape):
+        """(LD, pivots) of a symmetric matrix of ``shape`` (factored in float32 or float64)."""
+        LD, pivots = jt.linalg.ldl_factor(self.square(shape, kind="sym").to(self.wide))
+        return LD.to(self.dtype), pivots
+
     def reflectors(self, shape):
         """geqrf's Householder reflectors and scales of a matrix of ``shape``."""
         h, tau = jt.geqrf(self.f(shape).to(self.wide))
@@ -309,6 +315,12 @@ DOMAINS = _by_names(
     # bounds are two tensors or two numbers (torch's two overloads), either may be None
     ("clamp clip", Domain(scalar=None, extra=lambda m: [S(m.mat(), None, 0.5), S(m.f((3, 4)), -0.5, 0.5),
                                                         S(m.i((2, 3)), max=2)])),
+    # torch.special's Cephes-family functions and polynomials (jitorch/ops/special_ops.py)
+    ("igamma igammac", Domain(kinds="f", scalar=None, ranges=((0.5, 4.0), (0.25, 4.0)))),
+    ("special_ndtri", Domain(ranges=((0.05, 0.95),))),
+    ("special_bessel_y0 special_bessel_y1 special_modified_bessel_k0 special_modified_bessel_k1 "
+     "special_scaled_modified_bessel_k0 special_scaled_modified_bessel_k1", Domain(ranges=((0.25, 4.0),))),
+    (" ".join(f"special_{name}" for name in POLYNOMIALS), Domain(ranges=((-1.5, 1.5), (0.0, 9.0)))),
     ("addcmul", Domain(scalar=None, kwargs=({"value": 0.5},))),
     ("addcdiv", Domain(kinds="f", nonzero=True, scalar=None, kwargs=({"value": -2},))),
 )
@@ -715,6 +727,9 @@ HAND_WRITTEN = _by_names(
     ("linalg_lu_factor_ex", lambda m: [S(m.square((2, 2, 2))), S(m.f((3, 4), "transposed")), S(m.f((2, 2)),
                                                                                                  check_errors=True)]),
     ("lu", lambda m: [S(m.square((2, 2, 2))), S(m.f((4, 3)), True, True)]),
+    ("linalg_ldl_factor_ex", lambda m: [S(m.square((2, 3, 3), kind="sym")), S(m.f((4, 4), "transposed"), hermitian=True),
+                                        S(m.f((3, 3)), check_errors=True)]),
+    ("linalg_ldl_solve", lambda m: [S(*m.ldl((3, 3)), m.f((3, 2))), S(*m.ldl((2, 3, 3)), m.f((3, 1), "transposed"))]),
     ("lu_unpack", _lu_unpack),
     ("lu_solve", lambda m: [S(m.f((2, 2, 1)), *m.lu((2, 2))), S(m.f((2, 3)), *m.lu((2, 2, 2)))]),
     ("linalg_qr", _decomposition()),

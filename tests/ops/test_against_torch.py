@@ -28,6 +28,8 @@ import torch
 
 import jitorch as jt
 from jitorch.ops import registry
+from jitorch.ops.orthogonal_polynomials import NAMES as POLYNOMIALS
+from jitorch.ops.special_ops import CEPHES
 from tests.ops.samples import VALUES_UNDEFINED, Sample, bind, method_call, samples
 from tests.support import geometry, torch_forms
 
@@ -54,7 +56,8 @@ ATEN = {"alias": torch.ops.aten.alias.default, "slice": torch.ops.aten.slice.Ten
         # the kernels behind torch.linalg's functions (jitorch.linalg calls them)
         **{name: getattr(torch.ops.aten, name).default for name in (
             "linalg_inv_ex", "linalg_solve_ex", "linalg_solve_triangular", "linalg_cholesky_ex", "linalg_lu_factor_ex",
-            "linalg_qr", "linalg_householder_product", "_linalg_svd", "_linalg_eigh", "linalg_lstsq")},
+            "linalg_qr", "linalg_householder_product", "_linalg_svd", "_linalg_eigh", "linalg_lstsq",
+            "linalg_ldl_factor_ex", "linalg_ldl_solve")},
         "linalg_pinv.atol_rtol_float": torch.ops.aten.linalg_pinv.atol_rtol_float,
         # nn.functional.linear's kernel in eager code
         "linear": torch.ops.aten.linear.default}
@@ -64,6 +67,7 @@ TORCH_SPELLING = {
     # the method x.polygamma(n) as a function of the registry's argument order
     "_polygamma": lambda x, n: torch.polygamma(n, x),
     **{f"special_{name}": getattr(torch.special, name) for name in ("i0e", "i1", "i1e", "xlog1py", "zeta", "entr", "ndtr")},
+    **{f"special_{name}": getattr(torch.special, name) for name in (*CEPHES, *POLYNOMIALS)},
     "_div_trunc": lambda a, b: torch.div(a, b, rounding_mode="trunc"),
     # unique's kernel: always the three results, of which `unique` returns those asked for
     "_unique": lambda x, sorted=True, return_inverse=False, return_counts=False, dim=None: torch.unique(

@@ -2,4 +2,4 @@
 
 from . import (  # noqa: F401
     attention, elementwise, linalg, linear, normalization, pointwise_scaled, recurrences, reductions, sampling, scans,
-    searching, selection, structural)
+    searching, selection, special, structural)
