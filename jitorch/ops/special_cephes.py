@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import math
 
 import numpy as np
@@ -26,16 +27,17 @@ import numpy as np
 from . import cephes_tables as T
 
 
-def _load_c_library():
+@functools.cache
+def _c_library():
     """The C library's math functions (torch's ``std::exp``, ``std::lgamma``, ``acosf`` ...), or None where
-    ctypes finds none."""
+    ctypes finds none. Loaded on first use: ``find_library`` runs a subprocess, which ``import jitorch`` should
+    not pay."""
     try:
         return ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
     except OSError:
         return None
 
 
-_C_LIBRARY = _load_c_library()
 _FUNCTIONS = {}
 
 
@@ -45,8 +47,9 @@ def _c_function(name, f):
     key = (name, f)
     if key not in _FUNCTIONS:
         arity = 2 if name == "pow" else 1
-        if _C_LIBRARY is not None:
-            fn = getattr(_C_LIBRARY, name + ("f" if f is np.float32 else ""))
+        library = _c_library()
+        if library is not None:
+            fn = getattr(library, name + ("f" if f is np.float32 else ""))
             kind = ctypes.c_float if f is np.float32 else ctypes.c_double
             fn.restype, fn.argtypes = kind, [kind] * arity
         else:
