@@ -248,13 +248,11 @@ def _matmul(a, b, out=None):
 
 def _product(a, b, one_term, out=None):
     """`_matmul`'s NumPy call, its rule for a product over one term (``one_term``) taken."""
-    token = fp_errors.enter()
+    fn = np.multiply if one_term else np.matmul
     try:
-        if one_term:
-            return np.multiply(a, b) if out is None else np.multiply(a, b, out=out)
-        return np.matmul(a, b) if out is None else np.matmul(a, b, out=out)
-    finally:
-        fp_errors.leave(token)
+        return fp_errors.silenced(fn, a, b) if out is None else fp_errors.silenced(fn, a, b, out=out)
+    except RuntimeError as e:
+        return fp_errors.when_busy(e, fn, a, b) if out is None else fp_errors.when_busy(e, fn, a, b, out=out)
 
 
 # A product of few rows and a short sum over long rows (a small convolution's: cnn's 16 x 72 by 72 x 36864, its
