@@ -581,10 +581,11 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
                     return False
         plain = default and split  # (the op's ufunc, else ``into`` given the other arguments)
         try:
-            if ya is not None and (factor is not None or plain and not quiet) and xa.size < split_min:
+            size = xa.size
+            if ya is not None and (factor is not None or plain and not quiet) and size < split_min:
                 # `compute_into`'s commonest calls (``x.add_(y)``, an optimizer's ``p.add_(g, alpha=-lr)``) written
                 # out: its frame is a share of a small op
-                xin = xa.copy() if xa.size == 1 else xa
+                xin = xa.copy() if size == 1 else xa
                 try:
                     if factor is None:
                         silenced(plain_call, xin, ya, out=xa)
