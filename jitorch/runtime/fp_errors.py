@@ -30,7 +30,8 @@ try:
     # NumPy's error state, silenced. A context is entered by one caller at a time: a second (another thread's
     # call while the first is inside, or a call nested in ``fn``) raises RuntimeError before ``fn`` runs,
     # which its caller hands to `when_busy`. ``fn`` reads no other context variable: NumPy calls, or Python
-    # code of jitorch's that makes them (jitorch keeps no context variables).
+    # code of jitorch's that makes them (jitorch keeps no context variables). A child forked while another
+    # thread of its parent was inside finds the context taken for good: its calls all go to `when_busy`.
     _SILENCED = contextvars.Context()
     _SILENCED.run(_extobj_contextvar.set, _IGNORE)
     silenced = _SILENCED.run
