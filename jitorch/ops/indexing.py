@@ -22,6 +22,7 @@ import numpy as np
 from ..runtime import dtypes as _dt
 from ..runtime import fp_errors
 from ..runtime.casts import convert
+from ..runtime.device import CPU
 from ..runtime.strided import (broadcast_shapes, contiguous_strides, is_contiguous, is_non_overlapping_and_dense,
                                list_str, memory_order_strides, view_strides, wrap_dim)
 from . import registry
@@ -276,8 +277,47 @@ def getitem(x, index):
             geometry = _basic_geometry(x, (index,) if kind is slice else index)
         if geometry is not None:
             return registry.Tensor._view_of(x, geometry[0], geometry[1], geometry[2], True)
+    if kind is tuple or kind is list:
+        taken = _take_fast(x, index)
+        if taken is not None:
+            return taken
     view, indices = _split_index(x, index)
     return view if indices is None else _op("index", view, indices)
+
+
+_ALL = slice(None)
+
+
+def _take_fast(x, index):
+    """``x[index]`` for an index of whole-dim slices and one list of Python ints in range (``v[:, [-1]]``, as
+    sampling code takes each row's last kept value), of a C-contiguous CPU tensor that records no history: the
+    general path's copy (`_index_cpu`'s NumPy indexing of one dim, which is ``np.take``'s), made at once; None
+    for anything else, which the general path serves (and raises its errors for)."""
+    if registry.DISPATCH_HOOKS or x.device is not CPU or x._requires_grad and registry.records_grad():
+        return None
+    items = (index,) if index.__class__ is list else index
+    shape = x._shape
+    if len(items) > len(shape):
+        return None
+    dim = None
+    for d, item in enumerate(items):
+        if item.__class__ is list:
+            if dim is not None or not item:
+                return None
+            dim = d
+        elif item.__class__ is not slice or item != _ALL:
+            return None
+    if dim is None or x._stride != contiguous_strides(shape):
+        return None
+    chosen = items[dim]
+    for i in chosen:
+        if i.__class__ is not int:  # (bools are masks; NumPy's ints and tensors take the general path)
+            return None
+    n = shape[dim]
+    if not -n <= min(chosen) or not max(chosen) < n:
+        return None
+    out = np.take(x._arr if x._arr is not None else x._array(), np.array(chosen, np.intp), dim)
+    return registry.contiguous_result(out, x.dtype)
 
 
 def _value_tensor(target, value):

@@ -433,19 +433,20 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
             if check is not None:
                 check(specs[dtype], *args)
             compute = None
-        token = fp_errors.enter()
         try:
             r = None
             if split and compute is not None:
                 big = vals[0] if vals[0].__class__ is np.ndarray else vals[-1]
                 if big.size >= split_min:  # (NumPy's loop on the team's threads)
-                    r = split_ufunc(compute, vals, _dt.bool.np if always_bool else dtype.np)
+                    r = silenced_call(split_ufunc, compute, vals, _dt.bool.np if always_bool else dtype.np)
             if r is None:
-                r = compute(*vals) if compute is not None else formula(*vals, *args[n:])
+                fn, inputs = (compute, vals) if compute is not None else (formula, vals + args[n:])
+                try:
+                    r = silenced(fn, *inputs)
+                except RuntimeError as e:
+                    r = when_busy(e, fn, *inputs)
         except (ValueError, OverflowError, TypeError):
             return None
-        finally:
-            fp_errors.leave(token)
         out = _dt.bool if always_bool else dtype
         if r.__class__ is not np.ndarray:
             r = np.asarray(r)
@@ -461,6 +462,8 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
 
     contiguous = registry.CONTIGUOUS_STRIDES
     enter, leave = fp_errors.enter, fp_errors.leave
+    silenced, silenced_call, when_busy = fp_errors.silenced, fp_errors.call_silenced, fp_errors.when_busy
+    multiply = np.multiply
     # whether the op's NumPy call can raise no floating-point error, so that `flat` calls it without silencing
     # them (0.25-0.3 us of a 1.8 us ``x < y``)
     quiet = plain_call in _QUIET_UFUNCS or getattr(plain_call, "quiet", False)
@@ -489,6 +492,34 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
             held = factors[key] = np.array(into.factor_in(factor, dtype.np))
             held.flags.writeable = False
         return held
+
+    def compute_into(xa, ya, factor, plain, args):
+        """`write_into`'s NumPy calls: ``x.op_(...)`` into ``x``'s array ``xa``, ``ya`` the other operand's array or
+        number (None: none), ``factor`` a remembered factor (`factor_of`) or None, ``plain``: the call is the op's
+        ufunc with its other arguments at their defaults."""
+        # (calls with their operands written out: a call with ``*vals`` and ``out=`` takes NumPy's keyword-dict
+        # path, 0.3 us more)
+        size = xa.size
+        if size == 1:
+            # NumPy runs a ufunc on one element whose output is one of its inputs through its general iterator
+            # (0.6 us more: its test that the two are iterated alike takes a single element's stride for 0);
+            # given a copy of that input, the same loop on the same values, directly
+            xin = xa.copy()
+        elif plain and size >= split_min and _split_into(plain_call, (xa,) if ya is None else (xa, ya), xa):
+            return  # (done on the team)
+        else:
+            xin = xa
+        if factor is not None:  # (``into``'s two calls, its conversion of the factor done)
+            scaled(xin, np.multiply(ya, factor), out=xa)
+        elif plain:
+            if ya is None:
+                plain_call(xin, out=xa)
+            else:
+                plain_call(xin, ya, out=xa)
+        elif ya is None:
+            into(xin, *args[n:], out=xa)
+        else:
+            into(xin, ya, *args[n:], out=xa)
 
     def write_into(args, checked=False):
         """``x.op_(...)`` (``x``: ``args[0]``) computed straight into ``x``'s array, the result having ``x``'s dtype
@@ -549,37 +580,28 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
                 else:
                     return False
         plain = default and split  # (the op's ufunc, else ``into`` given the other arguments)
-        # (calls with their operands written out: a call with ``*vals`` and ``out=`` takes NumPy's keyword-dict
-        # path, 0.3 us more)
-        token = None if quiet and plain else enter()
         try:
             size = xa.size
-            if size == 1:
-                # NumPy runs a ufunc on one element whose output is one of its inputs through its general iterator
-                # (0.6 us more: its test that the two are iterated alike takes a single element's stride for 0);
-                # given a copy of that input, the same loop on the same values, directly
-                xin = xa.copy()
-            elif plain and size >= split_min and _split_into(plain_call, (xa,) if ya is None else (xa, ya), xa):
-                xin = None  # (done on the team)
-            else:
-                xin = xa
-            if xin is not None:
-                if factor is not None:  # (``into``'s two calls, its conversion of the factor done)
-                    scaled(xin, np.multiply(ya, factor), out=xa)
-                elif plain:
-                    if ya is None:
-                        plain_call(xin, out=xa)
+            if ya is not None and (factor is not None or plain and not quiet) and size < split_min:
+                # `compute_into`'s commonest calls (``x.add_(y)``, an optimizer's ``p.add_(g, alpha=-lr)``) written
+                # out: its frame is a share of a small op
+                xin = xa.copy() if size == 1 else xa
+                try:
+                    if factor is None:
+                        silenced(plain_call, xin, ya, out=xa)
                     else:
-                        plain_call(xin, ya, out=xa)
-                elif ya is None:
-                    into(xin, *args[n:], out=xa)
-                else:
-                    into(xin, ya, *args[n:], out=xa)
+                        silenced(scaled, xin, silenced(multiply, ya, factor), out=xa)
+                except RuntimeError as e:  # (nothing written yet)
+                    when_busy(e, compute_into, xa, ya, factor, plain, args)
+            elif quiet and plain:
+                compute_into(xa, ya, factor, plain, args)
+            else:
+                try:
+                    silenced(compute_into, xa, ya, factor, plain, args)
+                except RuntimeError as e:
+                    when_busy(e, compute_into, xa, ya, factor, plain, args)
         except (ValueError, TypeError):  # (NumPy refuses before it writes: the general path decides)
             return False
-        finally:
-            if token is not None:
-                leave(token)
         x._storage._version += 1
         return True
     write_into.factors = factors  # (what a test reads)
@@ -611,19 +633,22 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
                     else:
                         r = fast((x, y))
                         return r if r is not None or general is None else general(x, y)
-                    token = None if quiet else enter()
                     try:
                         r = None
                         if split and xa.size >= split_min:  # (NumPy's loop on the team's threads)
-                            r = split_ufunc(plain_call, (xa,) if ya is None else (xa, ya),
-                                            _dt.bool.np if always_bool else dtype.np)
-                        if r is None:
+                            r = silenced_call(split_ufunc, plain_call, (xa,) if ya is None else (xa, ya),
+                                              _dt.bool.np if always_bool else dtype.np)
+                        if r is not None:
+                            pass
+                        elif quiet:
                             r = plain_call(xa) if ya is None else plain_call(xa, ya)
+                        else:  # (the calls written out: a call with ``*args`` costs more)
+                            try:
+                                r = silenced(plain_call, xa) if ya is None else silenced(plain_call, xa, ya)
+                            except RuntimeError as e:
+                                r = when_busy(e, plain_call, xa) if ya is None else when_busy(e, plain_call, xa, ya)
                     except (ValueError, OverflowError, TypeError):  # (NumPy refuses: the general path decides)
                         r = None
-                    finally:
-                        if token is not None:
-                            leave(token)
                     if r is None:
                         return None if general is None else general(x, y)
                     out = _dt.bool if always_bool else dtype

@@ -234,6 +234,8 @@ def _reduction_fast(op, fn, whole=None):
     """``fast(args, record=True)``: a float reduction over dims given as Python ints, without the
     general path's conversion and meta rule; None for anything else (`registry.OpDef.fast`). ``whole(a)``, if
     given, is ``fn(a, None, False)`` as a 0-d array."""
+    silenced = fp_errors.silenced
+
     def fast(args, record=True):
         x, dim, keepdim, dtype = args
         if (not isinstance(x, registry.Tensor) or x.device is not CPU or x.dtype not in _FAST_DTYPES
@@ -247,11 +249,10 @@ def _reduction_fast(op, fn, whole=None):
             return None
         a = x._arr if x._arr is not None else x._array()
         full = whole is not None and axis is None and not keepdim
-        token = fp_errors.enter()
-        try:
-            r = whole(a) if full else fn(a, axis, keepdim)  # (positional: NumPy parses no keywords)
-        finally:
-            fp_errors.leave(token)
+        try:  # (positional: NumPy parses no keywords)
+            r = silenced(whole, a) if full else silenced(fn, a, axis, keepdim)
+        except RuntimeError as e:
+            r = fp_errors.when_busy(e, whole, a) if full else fp_errors.when_busy(e, fn, a, axis, keepdim)
         if full:  # (a 0-d array of a's dtype)
             result = registry.Tensor._fresh(r, x.dtype, (), ())
             return registry.record_fast(op, args, result) if grad else result
@@ -729,11 +730,16 @@ def _one_wide(a, axis):
 # first NaN operand); log_softmax's ``shifted - log(exp(shifted))`` is ``shifted`` (0 - 0; the first NaN).
 # tests/ops/test_softmax_one_wide.py compares both with the general formulas on every NaN payload class.
 def _softmax_one_wide(a):
-    return np.exp(a - a)
+    return np.exp(np.subtract(a, a))
 
 
 def _log_softmax_one_wide(a):
-    return a - a
+    return np.subtract(a, a)
+
+
+# Whether a one-wide formula ends with an exp (softmax's) after ``a - a``: the fast path makes the same calls
+# one by one, each `fp_errors.silenced`, which costs less than one silenced Python call making them both
+_ONE_WIDE_EXP = {_softmax_one_wide: True, _log_softmax_one_wide: False}
 
 
 def _softmax_rows(a, out):
@@ -821,15 +827,18 @@ def _softmax_fast(op, fn, one_wide):
     written out and a small input goes to ``fn`` at once (rows of one element to ``one_wide``, ``fn``'s own
     formula for them): on a tiny tensor each Python call is a measurable share of the op."""
     contiguous = registry.CONTIGUOUS_STRIDES
-    enter, leave = fp_errors.enter, fp_errors.leave
+    silenced, when_busy = fp_errors.silenced, fp_errors.when_busy
+    subtract, exp, then_exp = np.subtract, np.exp, _ONE_WIDE_EXP[one_wide]
 
     def fast(args, record=True):
         x, dim, dtype = args
-        if not isinstance(x, registry.Tensor) or dim.__class__ is not int or dtype is not None:
+        Tensor = registry.Tensor
+        if not isinstance(x, Tensor) or dim.__class__ is not int or dtype is not None:
             return None
         shape = x._shape
         n = len(shape)
-        if x.device is not CPU or x.dtype not in _FAST_DTYPES or not -n <= dim < n:  # (n == 0: not served)
+        out = x.dtype
+        if x.device is not CPU or out not in _FAST_DTYPES or not -n <= dim < n:  # (n == 0: not served)
             return None
         grad = x._requires_grad and registry.records_grad()
         if grad and not record:
@@ -838,19 +847,24 @@ def _softmax_fast(op, fn, one_wide):
         if a is None:
             a = x._array()
         strides = contiguous.get(shape)
-        wide = shape[dim] == 1 and strides is not None and x._stride == strides  # (`_one_wide`, tested flat)
-        token = enter()
-        try:
-            if wide:
-                r = one_wide(a)  # (ufuncs' result on C-contiguous ``a``: C-contiguous)
-            else:
-                r = fn(a, dim % n) if a.size < ROW_KERNEL_MIN else _softmax_through_kernel(op.name, fn, a, dim % n)
-        finally:
-            leave(token)
-        if wide or strides is not None and r.flags.c_contiguous:  # (r has a's shape)
-            result = registry.Tensor._fresh(r, x.dtype, shape, strides)
+        if shape[dim] == 1 and strides is not None and x._stride == strides:  # (`_one_wide`, tested flat)
+            try:  # (ufuncs' result on C-contiguous ``a``: C-contiguous)
+                r = silenced(subtract, a, a)
+                if then_exp:
+                    r = silenced(exp, r)
+            except RuntimeError as e:
+                r = when_busy(e, one_wide, a)
+            result = Tensor._fresh(r, out, shape, strides)
         else:
-            result = registry.contiguous_result(r, x.dtype)
+            token = fp_errors.enter()
+            try:
+                r = fn(a, dim % n) if a.size < ROW_KERNEL_MIN else _softmax_through_kernel(op.name, fn, a, dim % n)
+            finally:
+                fp_errors.leave(token)
+            if strides is not None and r.flags.c_contiguous:  # (r has a's shape)
+                result = Tensor._fresh(r, out, shape, strides)
+            else:
+                result = registry.contiguous_result(r, out)
         return registry.record_fast(op, args, result) if grad else result
     return fast
 

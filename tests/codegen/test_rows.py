@@ -227,3 +227,17 @@ def test_a_layer_norm_of_one_row_runs_the_kernel(norm_calls):
     assert normalization.LAYER_NORM_KERNEL_MIN <= 128
     assert norm_calls == [("float32", False, False, 1, 128)]
     np.testing.assert_allclose(got.numpy(), want.numpy(), **TOL["float32"])
+
+
+def test_a_layer_norm_of_a_strided_weight_runs_numpy_within_tolerance_of_torch(norm_calls):
+    """The kernel reads weights and biases C-contiguous of the compute dtype (`normalization._kernel_reads`):
+    a strided weight takes NumPy's passes."""
+    a = _array((3, 64), "float32")
+    w = _array((128,), "float32", seed=1)
+    got = jt.nn.functional.layer_norm(jt.tensor(a), (64,), jt.tensor(w)[::2], jt.tensor(w)[:64])
+    want = torch.nn.functional.layer_norm(torch.from_numpy(a), (64,), torch.from_numpy(w)[::2],
+                                          torch.from_numpy(w)[:64])
+    assert norm_calls == []
+    np.testing.assert_allclose(got.numpy(), want.numpy(), **TOL["float32"])
+    jt.nn.functional.layer_norm(jt.tensor(a), (64,), jt.tensor(w[::2]), jt.tensor(w)[:64])
+    assert norm_calls == [("float32", True, True, 3, 64)]

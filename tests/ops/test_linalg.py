@@ -625,3 +625,22 @@ def test_product_shortcuts_give_the_general_paths_results_and_leave_it_their_err
     message = "Expected size for first two dimensions of batch2 tensor to be: [2, 3] but got: [3, 3]."  # (torch's)
     with pytest.raises(RuntimeError, match=re.escape(message)):
         jt.bmm(f(2, 2, 3), f(3, 3, 2))
+
+
+@pytest.mark.parametrize("sa,sb", [((1, 4, 5, 8), (1, 4, 8, 5)), ((3, 2, 7), (3, 7, 1)), ((2, 0, 3, 4), (2, 0, 4, 2)),
+                                   ((2, 1, 3, 4), (1, 5, 4, 2))])  # (the last broadcasts: the rules' own path)
+def test_small_batched_products_are_one_matmul_with_its_bits(sa, sb, monkeypatch):
+    """A small product of batches of one shape goes to `_matmul` at once (`array_product`'s first rule for
+    them), as the later rules would: NumPy's matmul's bits, into ``out`` too."""
+    from jitorch.ops import linalg as L
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal(sa).astype(np.float32), rng.standard_normal(sb).astype(np.float32)
+    calls = []
+    matmul = L._matmul
+    monkeypatch.setattr(L, "_matmul", lambda *args: calls.append(1) or matmul(*args))
+    want = np.matmul(a, b)
+    np.testing.assert_array_equal(L.array_product(a, b).view(np.uint32), want.view(np.uint32))
+    out = np.empty_like(want)
+    assert L.array_product(a, b, out) is out
+    np.testing.assert_array_equal(out.view(np.uint32), want.view(np.uint32))
+    assert calls == [1, 1]

@@ -614,3 +614,29 @@ def test_narrow_copy_from_a_negative_start_passes_the_gradient_of_the_elements_t
     x = jt.arange(15.0).reshape(3, 5).requires_grad_()
     x.narrow_copy(-1, -1, 1).mul(jt.tensor([[1.0], [2.0], [3.0]])).sum().backward()
     assert x.grad.tolist() == [[0.0, 0.0, 0.0, 0.0, 1.0], [0.0, 0.0, 0.0, 0.0, 2.0], [0.0, 0.0, 0.0, 0.0, 3.0]]
+
+
+def test_views_of_strided_tensors_remembered_per_layout_give_torchs_geometry_and_errors():
+    """A view of a tensor of another layout than the contiguous one is remembered per (shape, strides, new
+    shape) (`views._STRIDED_VIEWS`): a second call gives the first's geometry at its own offset, and the same
+    shapes over other strides get their own geometry, or torch's error."""
+    torch = pytest.importorskip("torch")
+    from jitorch.ops import views
+    views._STRIDED_VIEWS.clear()
+    a = np.arange(2 * 5 * 12, dtype=np.float32).reshape(2, 5, 12)
+    x, t = jt.tensor(a), torch.from_numpy(a)
+    for _ in range(2):  # (the second round from what the first remembered)
+        for lo in (0, 4, 8):  # (a GPT's q, k and v: slices of one product's rows, each at its offset)
+            got, want = x[:, :, lo:lo + 4].view(2, 5, 2, -1), t[:, :, lo:lo + 4].view(2, 5, 2, -1)
+            assert (got.shape, got.stride(), got.storage_offset()) == (tuple(want.shape), want.stride(),
+                                                                       want.storage_offset())
+            np.testing.assert_array_equal(got.numpy(), want.numpy())
+    assert ((2, 5, 4), (60, 12, 1), (2, 5, 2, -1)) in views._STRIDED_VIEWS
+    # the same shapes over other strides: their own geometry, or the error
+    y, u = x.transpose(0, 1)[:, :, :4], t.transpose(0, 1)[:, :, :4]
+    got, want = y.reshape(5, 2, 2, 2), u.reshape(5, 2, 2, 2)
+    assert got.stride() == want.stride()
+    with pytest.raises(RuntimeError, match="view size is not compatible"):
+        x.transpose(1, 2)[:, :4].view(2, -1)
+    with pytest.raises(RuntimeError, match="view size is not compatible"):
+        x.transpose(1, 2)[:, :4].view(2, -1)
