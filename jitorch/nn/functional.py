@@ -28,6 +28,7 @@ from jitorch.ops.attention import attention_fast, fused as _fused_attention
 from jitorch.ops.autocast import autocasts
 from jitorch.ops import erf_float32
 from jitorch.ops.pointwise import _erf
+from jitorch.nn.sampling import affine_grid, cubic_taps, grid_sample
 from jitorch.ops.reductions import moments  # (not var_mean: its mean carries torch's Welford infinities)
 from jitorch.ops.registry import DISPATCH_HOOKS as _HOOKS, OPS as _OPS, scalar_name
 from jitorch.runtime import fp_errors
@@ -55,6 +56,7 @@ __all__ = [
     "upsample", "upsample_nearest", "upsample_bilinear", "rms_norm", "local_response_norm", "dropout3d",
     "alpha_dropout", "feature_alpha_dropout", "gumbel_softmax", "pdist", "multilabel_margin_loss",
     "triplet_margin_with_distance_loss", "embedding_bag",
+    "affine_grid", "grid_sample",
 ]
 
 
@@ -1018,7 +1020,7 @@ def max_unpool3d(input, indices, kernel_size, stride=None, padding=0, output_siz
 # Resampling --------------------------------------------------------------------------------------------------
 
 _INTERPOLATE_MODES = "nearest | linear | bilinear | bicubic | trilinear | lanczos | area | nearest-exact"
-_LINEAR_MODES = {"linear": 3, "bilinear": 4, "trilinear": 5}
+_LINEAR_MODES = {"linear": 3, "bilinear": 4, "trilinear": 5, "bicubic": 4}
 
 
 def _interpolate_geometry(input, size, scale_factor, recompute_scale_factor):
@@ -1057,11 +1059,13 @@ def _check_blendable(input, mode):
     cast to the input's dtype, would be 0 or 1), named by the kernel torch refuses it in."""
     if input.dtype.is_floating_point:
         return
-    if mode == "bilinear" and input.dtype == jt.uint8:
-        # torch has a rounding uint8 kernel for this one case
-        raise NotImplementedError("interpolate: jitorch does not implement mode='bilinear' for uint8 input")
+    if mode in ("bilinear", "bicubic") and input.dtype == jt.uint8:
+        # torch has a rounding uint8 kernel for these cases
+        raise NotImplementedError(f"interpolate: jitorch does not implement mode='{mode}' for uint8 input")
     if mode == "area":
         kernel = "adaptive_avg_pool3d_cpu" if input.ndim == 5 else "adaptive_avg_pool2d"
+    elif mode == "bicubic":
+        kernel = "compute_indices_weights_cubic"
     else:
         kernel = "upsample_bilinear2d_channels_last" if mode == "bilinear" else "compute_indices_weights_linear"
     raise NotImplementedError(f"\"{kernel}\" not implemented for '{scalar_name(input.dtype)}'")
@@ -1107,11 +1111,12 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
 
     ``mode`` 'nearest' / 'nearest-exact' pick a source element, 'linear' / 'bilinear' / 'trilinear' (3-, 4-,
     5-D input) blend the two nearest along each dim in turn (``align_corners`` maps the corner pixels'
-    centres onto each other), 'area' averages as ``adaptive_avg_pool``. Each dim is an ``index_select``
-    (and a weighted sum): autograd and the compiler need nothing of their own.
+    centres onto each other), 'bicubic' (4-D) the four nearest by torch's cubic convolution (A = -0.75,
+    taps clamped to the edge), 'area' averages as ``adaptive_avg_pool``. Each dim is an ``index_select``
+    per tap (and a weighted sum): autograd and the compiler need nothing of their own.
     """
     if mode not in ("nearest", "nearest-exact", "area", *_LINEAR_MODES):
-        if mode in ("bicubic", "lanczos"):
+        if mode == "lanczos":
             raise NotImplementedError(f"interpolate: jitorch does not implement mode='{mode}'")
         raise NotImplementedError(f"Input Error: Only 3D, 4D and 5D input Tensors supported (got {input.ndim}D) for "
                                   f"the modes: {_INTERPOLATE_MODES} (got {mode})")
@@ -1140,11 +1145,16 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
     out = input
     for dim, (n, m, scale) in enumerate(zip(input.shape[2:], sizes, scales), 2):
         if mode in _LINEAR_MODES:
-            low, high, w_low, w_high = _linear_source(n, m, scale, bool(align_corners))
+            if mode == "bicubic":
+                indices, weights = cubic_taps(n, m, scale, bool(align_corners), input.dtype)
+            else:
+                low, high, w_low, w_high = _linear_source(n, m, scale, bool(align_corners))
+                indices, weights = (low, high), (w_low, w_high)
             shape = [m] + [1] * (input.ndim - 1 - dim)
-            weights = [jt.tensor(w.reshape(shape), dtype=input.dtype, device=input.device) for w in (w_low, w_high)]
-            out = (out.index_select(dim, jt.tensor(low, device=input.device)) * weights[0]
-                   + out.index_select(dim, jt.tensor(high, device=input.device)) * weights[1])
+            taps = [out.index_select(dim, jt.tensor(index, device=input.device))
+                    * jt.tensor(w.reshape(shape), dtype=input.dtype, device=input.device)
+                    for index, w in zip(indices, weights)]
+            out = functools.reduce(jt.add, taps)
         else:
             index = _nearest_index(n, m, scale, mode == "nearest-exact")
             out = out.index_select(dim, jt.tensor(index, device=input.device))
