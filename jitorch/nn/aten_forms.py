@@ -153,6 +153,11 @@ def embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sp
         return output, bag.to(kind), sizes, argmax.to(kind)
 
 
+def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reduction=0, zero_infinity=False):
+    """``torch.ctc_loss``: `nn.functional.ctc_loss` with ``reduction`` as an int."""
+    return F.ctc_loss(log_probs, targets, input_lengths, target_lengths, blank, _reduction(reduction), zero_infinity)
+
+
 def binary_cross_entropy_with_logits(input, target, weight=None, pos_weight=None, reduction=0):
     """``torch.binary_cross_entropy_with_logits``: the functional loss with ``reduction`` as an int."""
     return F.binary_cross_entropy_with_logits(input, target, weight, reduction=_reduction(reduction),
