@@ -29,6 +29,8 @@ from jitorch.ops.autocast import autocasts
 from jitorch.ops import erf_float32
 from jitorch.ops.pointwise import _erf
 from jitorch.nn.ctc import ctc_loss
+from jitorch.nn.fractional import (fractional_max_pool2d, fractional_max_pool2d_with_indices, fractional_max_pool3d,
+                                   fractional_max_pool3d_with_indices)
 from jitorch.nn.sampling import affine_grid, cubic_taps, grid_sample
 from jitorch.ops.reductions import moments  # (not var_mean: its mean carries torch's Welford infinities)
 from jitorch.ops.registry import DISPATCH_HOOKS as _HOOKS, OPS as _OPS, scalar_name
@@ -57,7 +59,8 @@ __all__ = [
     "upsample", "upsample_nearest", "upsample_bilinear", "rms_norm", "local_response_norm", "dropout3d",
     "alpha_dropout", "feature_alpha_dropout", "gumbel_softmax", "pdist", "multilabel_margin_loss",
     "triplet_margin_with_distance_loss", "embedding_bag",
-    "affine_grid", "grid_sample", "ctc_loss",
+    "affine_grid", "grid_sample", "ctc_loss", "fractional_max_pool2d", "fractional_max_pool2d_with_indices",
+    "fractional_max_pool3d", "fractional_max_pool3d_with_indices",
 ]
 
 
