@@ -146,7 +146,7 @@ def _ctc_cpu(spec, log_probs, targets, input_lengths, target_lengths, blank, zer
 
 defop("_ctc_loss(Tensor log_probs, Tensor targets, Tensor input_lengths, Tensor target_lengths, int blank=0, "
       "bool zero_infinity=False) -> Tensor",
-      meta=_meta, cpu=_ctc_cpu, variants=(),
+      meta=_meta, cpu=_ctc_cpu, kind="loss", variants=(),
       doc="Each sample's CTC negative log likelihood ``(N,)`` of its target (rows of a padded ``(N, S)`` "
           "``targets`` or runs of a concatenated 1-D one) under ``log_probs`` ``(T, N, C)``, by torch's log-space "
           "alpha recursion: inf for a target no alignment reaches (``zero_infinity`` acts in the backward).")
@@ -212,7 +212,7 @@ def _ctc_backward_cpu(spec, grad, log_probs, targets, input_lengths, target_leng
 
 defop("_ctc_loss_backward(Tensor grad, Tensor log_probs, Tensor targets, Tensor input_lengths, "
       "Tensor target_lengths, Tensor neg_log_likelihood, int blank, bool zero_infinity) -> Tensor",
-      meta=_backward_meta, cpu=_ctc_backward_cpu, variants=(),
+      meta=_backward_meta, cpu=_ctc_backward_cpu, kind="loss", variants=(),
       doc="torch's gradient of ``_ctc_loss`` from the per-sample loss gradient ``grad``: "
           "``exp(lp) - exp(log(sum alpha beta) + nll - lp)`` times ``grad`` (the logits' gradient through "
           "log_softmax, as torch's CPU and CUDA kernels give it), zero past each input length and, with "
