@@ -22,6 +22,7 @@ conv1d, conv2d, conv3d = F.conv1d, F.conv2d, F.conv3d
 conv_transpose1d, conv_transpose2d, conv_transpose3d = F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d
 bilinear, pixel_shuffle, pixel_unshuffle, channel_shuffle = F.bilinear, F.pixel_shuffle, F.pixel_unshuffle, \
     F.channel_shuffle
+conv_tbc = F.conv_tbc
 prelu, rrelu, selu, celu, threshold, hardshrink = F.prelu, F.rrelu, F.selu, F.celu, F.threshold, F.hardshrink
 rrelu_, selu_, celu_, threshold_ = F.rrelu_, F.selu_, F.celu_, F.threshold_
 max_pool1d, max_pool2d, max_pool3d, avg_pool1d = F.max_pool1d, F.max_pool2d, F.max_pool3d, F.avg_pool1d

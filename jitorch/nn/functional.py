@@ -61,7 +61,7 @@ __all__ = [
     "alpha_dropout", "feature_alpha_dropout", "gumbel_softmax", "pdist", "multilabel_margin_loss",
     "triplet_margin_with_distance_loss", "embedding_bag",
     "affine_grid", "grid_sample", "ctc_loss", "fractional_max_pool2d", "fractional_max_pool2d_with_indices",
-    "fractional_max_pool3d", "fractional_max_pool3d_with_indices", "multi_head_attention_forward",
+    "fractional_max_pool3d", "fractional_max_pool3d_with_indices", "multi_head_attention_forward", "conv_tbc",
 ]
 
 
@@ -3045,3 +3045,29 @@ def _mha_weights(q, k, v, attn_mask, dropout_p, is_causal):
     if dropout_p > 0.0:
         weights = dropout(weights, p=dropout_p)
     return jt.bmm(weights, v), weights
+
+
+# Time-batch-channel convolution ----------------------------------------------------------------------------
+
+def conv_tbc(input, weight, bias, pad=0):
+    """A 1-D convolution of ``(time, batch, in_channels)`` input by ``(kernel_width, in_channels,
+    out_channels)`` weights plus ``bias`` ``(out_channels,)``, ``pad`` steps of zeros at both ends: `conv1d` in
+    (batch, channels, time) layout (torch's ``conv_tbc``)."""
+    if not isinstance(bias, jt.Tensor):
+        raise TypeError(f"conv_tbc(): argument 'bias' (position 3) must be Tensor, not {type(bias).__name__}")
+    if input.ndim != 3:
+        raise RuntimeError("Input must have 3 dims: time, batch, in_channel")
+    if weight.ndim != 3:
+        raise RuntimeError("Weight tensor must have 3 dims: kernel_width, in_channels, out_channels.")
+    if bias.ndim != 1:
+        raise RuntimeError("Bias must be 1-D")
+    if input.shape[2] != weight.shape[1]:
+        raise RuntimeError("Input dim 2 (input channels) is not == dim 1 in the weight tensor")
+    if weight.shape[2] != bias.shape[0]:
+        raise RuntimeError("Bias size must equal dim 2 in the weight tensor (output channels).")
+    steps = input.shape[0] + 2 * pad - weight.shape[0] + 1
+    if steps < 0:
+        raise RuntimeError(f"Trying to create tensor with negative dimension {steps}: "
+                           f"[{steps}, {input.shape[1]}, {weight.shape[2]}]")
+    out = conv1d(input.permute(1, 2, 0), weight.permute(2, 1, 0), bias, padding=pad)
+    return out.permute(2, 0, 1)

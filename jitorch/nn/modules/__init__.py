@@ -5,6 +5,7 @@ from .activation import (
     PReLU, ReLU, ReLU6, RReLU, Sigmoid, SiLU, Softmax, Softmax2d, Softmin, Softplus, Softshrink, Softsign, Tanh,
     Tanhshrink, Threshold,
 )
+from .adaptive import AdaptiveLogSoftmaxWithLoss
 from .attention import MultiheadAttention
 from .compiled import OptimizedModule  # noqa: F401  (registers how jitorch.compile compiles a Module)
 from .container import ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
@@ -21,8 +22,8 @@ from .loss import (
 )
 from .module import Module
 from .normalization import (
-    BatchNorm1d, BatchNorm2d, BatchNorm3d, GroupNorm, InstanceNorm1d, InstanceNorm2d, InstanceNorm3d, LayerNorm,
-    LocalResponseNorm, RMSNorm,
+    BatchNorm1d, BatchNorm2d, BatchNorm3d, CrossMapLRN2d, GroupNorm, InstanceNorm1d, InstanceNorm2d, InstanceNorm3d,
+    LayerNorm, LocalResponseNorm, RMSNorm,
 )
 from .padding import (
     CircularPad1d, CircularPad2d, CircularPad3d, ConstantPad1d, ConstantPad2d, ConstantPad3d, ReflectionPad1d,
@@ -66,5 +67,5 @@ __all__ = [
     "TripletMarginLoss", "PoissonNLLLoss", "GaussianNLLLoss", "MultiMarginLoss",
     "RNNBase", "RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell",
     "Transformer", "TransformerEncoder", "TransformerDecoder", "TransformerEncoderLayer", "TransformerDecoderLayer",
-    "CTCLoss", "FractionalMaxPool2d", "FractionalMaxPool3d",
+    "CTCLoss", "FractionalMaxPool2d", "FractionalMaxPool3d", "AdaptiveLogSoftmaxWithLoss", "CrossMapLRN2d",
 ]
