@@ -35,7 +35,8 @@ def _check(input, kernel, output, samples, nd, name):
         if input.shape[i] <= 0:
             raise RuntimeError(f"{prefix}: Expected input to have non-zero size for non-batch dimensions, but got"
                                f"{list(input.shape)} with dimension {i} being empty.")
-    for dim, k, o, n in zip(_DIMS[-nd:], kernel, output, input.shape[-nd:]):
+    fits = list(zip(_DIMS[-nd:], kernel, output, input.shape[-nd:]))
+    for dim, k, o, n in fits if nd == 2 else [fits[0], fits[2], fits[1]]:  # (torch's 3-D order: time, width, height)
         # torch's 3-D kernel leaves one input past the last window's end; its 2-D kernel does not
         if o + k - 1 > n - (nd == 3):
             raise RuntimeError(f"{prefix}: pool {dim} {k} too large relative to input {dim} {n}")
@@ -73,7 +74,7 @@ def fractional_max_pool(input, kernel_size, output_size, output_ratio, return_in
     if output_size is None and output_ratio is None:
         raise ValueError(f"{name} requires specifying either an output_size or an output_ratio")
     if output_size is None:
-        if nd == 2 and not isinstance(output_ratio, (int, float)) and len(output_ratio) > 2:
+        if nd == 2 and len(output_ratio) > 2:  # (a number has no len(): TypeError, as torch's 2-D form)
             raise ValueError(f"{name} requires output_ratio to either be a single Int or tuple of Ints.")
         ratio = (output_ratio,) * nd if isinstance(output_ratio, (int, float)) else tuple(output_ratio)
         ratio = ratio * nd if len(ratio) == 1 else ratio

@@ -1133,6 +1133,9 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
     if input.ndim not in (3, 4, 5):
         raise NotImplementedError(f"Input Error: Only 3D, 4D and 5D input Tensors supported (got {input.ndim}D) for "
                                   f"the modes: {_INTERPOLATE_MODES} (got {mode})")
+    if mode == "bicubic" and input.ndim != 4:  # (torch has no bicubic 1-D or 3-D kernel to name)
+        raise NotImplementedError(f"Input Error: Only 3D, 4D and 5D input Tensors supported (got {input.ndim}D) for "
+                                  f"the modes: {_INTERPOLATE_MODES} (got {mode})")
     if mode in _LINEAR_MODES and input.ndim != _LINEAR_MODES[mode]:
         raise NotImplementedError(f"Got {input.ndim}D input, but {mode} mode needs {_LINEAR_MODES[mode]}D input")
     sizes, scales = _interpolate_geometry(input, size, scale_factor, recompute_scale_factor)

@@ -188,10 +188,7 @@ def _source(coord, n, padding_mode, align_corners, pad):
         return _clip(x, n)
     if pad and padding_mode == "reflection":
         return _reflect(x, n, align_corners)
-    if padding_mode == "reflection":
-        return x
-    # far and infinite coordinates brought near: every tap (up to 2 away) stays outside or on the border
-    return x.clamp(-4.0, n + 3.0)
+    return x  # (an infinite one gives NaN weights, as torch's kernels do)
 
 
 def _tap_index(x, n, padding_mode, align_corners):
