@@ -118,9 +118,9 @@ def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=
 def embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False, per_sample_weights=None,
                   include_last_offset=False, padding_idx=None):
     """``torch.embedding_bag``: ``(output, offset2bag, bag_size, max_indices)``, the output as
-    `nn.functional.embedding_bag` with ``mode`` 0 sum, 1 mean, 2 max (a negative ``padding_idx`` counts from the end), and
-    ATen's bookkeeping: each index's bag (empty for a sum without ``padding_idx``), each bag's count of
-    indices (zeros for a sum) and, for max, each bag's argmax row per column (else the bag sizes, or zeros)."""
+    `nn.functional.embedding_bag` with ``mode`` 0 sum, 1 mean, 2 max (a negative ``padding_idx`` counts from the end),
+    and ATen's bookkeeping: each index's bag (empty for a sum without ``padding_idx``), each bag's count of indices
+    (zeros for a sum) and, for max, each bag's argmax row per column (else the bag sizes, or zeros)."""
     if not isinstance(offsets, Tensor):
         raise TypeError(f"embedding_bag(): argument 'offsets' (position 3) must be Tensor, not "
                         f"{type(offsets).__name__}")

@@ -67,5 +67,6 @@ def static_heads(t, static, name, bsz, heads, head_dim):
 
 def extend_masks(attn_mask, key_padding_mask):
     """Both masks with one more (unmasked) key column, for bias_k/bias_v or the zero attention slot."""
-    return tuple(None if m is None else _fn["cat"]([m, _fn["zeros"]((*m.shape[:-1], 1), dtype=m.dtype, device=m.device)],
-                                                   -1) for m in (attn_mask, key_padding_mask))
+    def extended(m):
+        return _fn["cat"]([m, _fn["zeros"]((*m.shape[:-1], 1), dtype=m.dtype, device=m.device)], -1)
+    return tuple(None if m is None else extended(m) for m in (attn_mask, key_padding_mask))
