@@ -231,6 +231,17 @@ def test_adaptive_log_softmax_errors_as_torch():
         assert str(got.value) == str(want.value)
 
 
+def test_linear_of_batched_input_with_no_features_gives_the_bias():
+    """Regression: a 3-D input with no features (an adaptive softmax's tail of 0 hidden features) raised a NumPy
+    reshape error in linear's kernel; torch gives the bias in every row (found by the API coverage's
+    AdaptiveLogSoftmaxWithLoss(8, 10, [4, 8]) smoke call)."""
+    for shape in ((2, 3, 0), (2, 0, 0), (3, 0)):
+        for grad in (False, True):
+            (want, got) = _pair(lambda lib: lib.nn.functional.linear(lib.zeros(*shape, requires_grad=grad),
+                                                                     lib.ones(2, shape[-1]), lib.ones(2)))
+            _assert_same(got, want)
+
+
 # nn.CrossMapLRN2d ----------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("size", [2, 3, 4, 5, 9])
