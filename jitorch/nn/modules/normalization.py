@@ -265,8 +265,8 @@ class RMSNorm(Module):
         return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
 
 
-class LocalResponseNorm(Module):
-    """Each element divided by ``(k + alpha * mean of x^2 over size neighbouring channels)^beta``."""
+class _ResponseNorm(Module):
+    """The parameters of a cross-channel response normalisation: ``size`` channels, ``alpha``, ``beta``, ``k``."""
 
     def __init__(self, size, alpha=1e-4, beta=0.75, k=1.0):
         super().__init__()
@@ -275,11 +275,15 @@ class LocalResponseNorm(Module):
         self.beta = beta
         self.k = k
 
-    def forward(self, input):
-        return F.local_response_norm(input, self.size, self.alpha, self.beta, self.k)
-
     def extra_repr(self):
         return f"{self.size}, alpha={self.alpha}, beta={self.beta}, k={self.k}"
+
+
+class LocalResponseNorm(_ResponseNorm):
+    """Each element divided by ``(k + alpha * mean of x^2 over size neighbouring channels)^beta``."""
+
+    def forward(self, input):
+        return F.local_response_norm(input, self.size, self.alpha, self.beta, self.k)
 
 
 def _forward_sums(channels, size):
@@ -333,19 +337,12 @@ class _CrossMapLRN2d(jt.autograd.Function):
         return grad, None, None, None, None
 
 
-class CrossMapLRN2d(Module):
+class CrossMapLRN2d(_ResponseNorm):
     """torch's legacy (Lua torch) cross-channel local response normalisation of (N, C, H, W) input, with its
     window quirk and its backward formula (see `_forward_sums`)."""
 
     def __init__(self, size, alpha=1e-4, beta=0.75, k=1):
-        super().__init__()
-        self.size = size
-        self.alpha = alpha
-        self.beta = beta
-        self.k = k
+        super().__init__(size, alpha, beta, k)  # (torch's default k here is the int 1)
 
     def forward(self, input):
         return _CrossMapLRN2d.apply(input, self.size, self.alpha, self.beta, self.k)
-
-    def extra_repr(self):
-        return f"{self.size}, alpha={self.alpha}, beta={self.beta}, k={self.k}"
