@@ -227,6 +227,13 @@ def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corner
     flattened input weighted by the coordinates' fractions: differentiable in both input and grid."""
     align_corners = _align(align_corners)
     _check_grid_sample(input, grid, mode, padding_mode)
+    if input.dtype in (jt.float16, jt.bfloat16):  # torch's kernels compute in float32 and round once
+        return _sample(input.float(), grid.float(), mode, padding_mode, align_corners).to(input.dtype)
+    return _sample(input, grid, mode, padding_mode, align_corners)
+
+
+def _sample(input, grid, mode, padding_mode, align_corners):
+    """grid_sample of checked arguments."""
     spatial = input.shape[2:]
     nd = len(spatial)
     # grid's component k addresses spatial dim nd - 1 - k

@@ -157,6 +157,20 @@ def test_grid_sample_far_and_nan_coordinates_follow_torch():
         np.testing.assert_array_equal(got[..., kept], want[..., kept], err_msg=f"{mode}, {padding_mode}")
 
 
+@pytest.mark.parametrize("mode", ["bilinear", "nearest", "bicubic"])
+def test_grid_sample_of_16_bit_floats_computes_in_float32_and_rounds_once(mode):
+    """float16 and bfloat16 sampled in float32 and rounded once: torch's float32 result of the same (16-bit)
+    values, rounded to the 16-bit type, within one ulp (torch's own 16-bit kernel rounds every step: a few ulps
+    off both, documented)."""
+    x, g = _arr((1, 2, 5, 6)), _arr((1, 3, 4, 2), scale=1.2)
+    for torch_dtype, dtype, ulp in ((torch.float16, jt.float16, 2 ** -10), (torch.bfloat16, jt.bfloat16, 2 ** -7)):
+        tx, tg = (torch.tensor(a).to(torch_dtype).float() for a in (x, g))
+        want = torch.nn.functional.grid_sample(tx, tg, mode, "border", False).to(torch_dtype).float().numpy()
+        got = JF.grid_sample(jt.tensor(x).to(dtype), jt.tensor(g).to(dtype), mode, "border", False)
+        assert got.dtype == dtype
+        np.testing.assert_allclose(got.float().numpy(), want, rtol=ulp, atol=ulp)
+
+
 @pytest.mark.parametrize("x_shape,g_shape,kwargs", [
     ((2, 1, 3, 3), (3, 2, 2, 2), {}), ((2, 1, 3, 3), (2, 2, 2, 3), {}), ((2, 1, 3, 3), (2, 2, 2, 2, 3), {}),
     ((2, 1, 0, 3), (2, 2, 2, 2), {}), ((2, 1, 3, 3, 3), (2, 1, 1, 1, 3), {"mode": "bicubic"}),
