@@ -30,6 +30,7 @@ from ..runtime.grad_mode import _state as _grad_state, enable_grad, is_grad_enab
 from ..runtime.hooks import add_hook
 from ..runtime.strided import contiguous_strides, is_non_overlapping_and_dense
 from ..tensor import INFERENCE_VIEW, NO_GRAD_VIEW, view_refs
+from . import saved_hooks
 from .anomaly_mode import check_backward, forward_trace, warn_failure
 from .rule import EVERYTHING, Args, Unsaved
 
@@ -65,7 +66,7 @@ class Node(NodeHooks):
     """A backward function: ``grad_fn`` of an op's outputs."""
 
     __slots__ = ("op", "args", "versions", "out", "next_functions", "input_specs", "freed", "hooks", "retained",
-                 "pre_hooks", "post_hooks", "trace", "__weakref__")
+                 "pre_hooks", "post_hooks", "trace", "packed", "__weakref__")
 
     def __init__(self, op, args, out, next_functions, input_specs):
         self.op = op
@@ -80,6 +81,7 @@ class Node(NodeHooks):
         self.pre_hooks = None
         self.post_hooks = None
         self.trace = forward_trace()          # the forward call's stack, under anomaly detection
+        self.packed = False                   # its saved tensors went through saved_tensors_hooks (`_pack`)
 
     def name(self):
         known = _NODE_NAMES.get(self.op.name)
@@ -450,6 +452,33 @@ def _save(node, inputs, outs, saves, versions):
         stored.append(o)
     node.out = stored[0] if single else tuple(stored)
     node.versions = kept
+    if saved_hooks.OPEN[0] and kept:
+        pair = saved_hooks.active()
+        if pair is not None:
+            _pack(node, pair, single)
+
+
+def _pack(node, pair, single):
+    """Put the tensors ``node`` saved through ``pair``'s pack hook (torch's saved_tensors_hooks): an input
+    keeps its history for the unpacked tensor, an output the node itself; none is version-checked."""
+    op = node.op
+    names = op.arg_names
+    saved_hooks.pack_saved(node.args, pair, lambda k, t: saved_edge(t), lambda k: (op.name, names[k]))
+    outs = [node.out] if single else list(node.out)
+    mine = _weakref(node)  # (the node holds its outputs' packed values: no cycle through them)
+    saved_hooks.pack_saved(outs, pair, lambda k, t: (mine, k, False),
+                           lambda k: (op.name, "result" if single else f"result{k}"))
+    node.out = outs[0] if single else tuple(outs)
+    node.versions = ()
+    node.packed = True
+
+
+def saved_edge(t):
+    """Where a gradient for saved tensor ``t`` goes, as a `saved_hooks.Packed` edge, or None."""
+    if not t._requires_grad:
+        return None
+    edge = gradient_edge(t)
+    return None if edge is None else (edge, getattr(t, "_output_nr", 0), t.grad_fn is None)
 
 
 def record_inplace(op, before, args, target, versions=None):
@@ -664,6 +693,14 @@ def _graph(roots):
     return deps
 
 
+def capture_edge(t):
+    """(node, output index) whose gradient capturing ``t`` returns: a tensor's, or a ``GradientEdge``'s
+    (a tuple: torch.autograd.graph's)."""
+    if isinstance(t, tuple):
+        return t[0], t[1]
+    return gradient_edge(t), getattr(t, "_output_nr", 0)
+
+
 def _needed(roots, wanted):
     """The nodes reachable from ``roots`` through which a gradient reaches a ``wanted`` node (all a
     backward that captures gradients has to run)."""
@@ -718,7 +755,11 @@ def _call_rule(node, grads, create_graph):
         raise NotImplementedError(f"the derivative for '{op.name}' is not implemented")
     if not _gives_gradient(node, rule):
         return [None] * len(node.input_specs)
-    outs = node.out if isinstance(node.out, (tuple, list)) else None
+    args, out = node.args, node.out
+    if node.packed:
+        args = saved_hooks.unpacked(args)
+        out = tuple(saved_hooks.unpacked(out)) if isinstance(out, tuple) else saved_hooks.unpacked([out])[0]
+    outs = out if isinstance(out, (tuple, list)) else None
     if outs is None:
         g = grads[0]
     else:
@@ -729,7 +770,7 @@ def _call_rule(node, grads, create_graph):
                   (registry.FUNCTIONS["zeros"](tuple(o.shape), dtype=o.dtype, device=o.device)
                    if isinstance(o, (Tensor, Unsaved)) else None)
                   for k, o in enumerate(outs))
-    result = rule.backward(g, Args(op.schema, node.args, op.arg_names), node.out)
+    result = rule.backward(g, Args(op.schema, args, op.arg_names), out)
     names = op.arg_names
     out = []
     for (pos, j, shape, dtype) in node.input_specs:
@@ -773,17 +814,49 @@ def _refcount_extras():
 _LOCAL_EXTRA, _ATTR_EXTRA = _refcount_extras()
 
 
-def run_backward(roots, root_grads, retain_graph=False, create_graph=False, capture=None, accumulate=True):
+def run_backward(roots, root_grads, retain_graph=False, create_graph=False, capture=None, accumulate=True,
+                 then=None):
     """Propagate ``root_grads`` from ``roots`` (tensors). ``capture``: tensors whose gradient to return
-    (autograd.grad) instead of accumulating into leaves. The rules and hooks run with grad mode
+    (autograd.grad) instead of accumulating into leaves; ``then(captured)``: called before the backward
+    ends (``backward(inputs=...)`` accumulates there, its leaves' hooks seeing the running backward). The rules and hooks run with grad mode
     set to ``create_graph``, as in torch's engine."""
     _ENDING.append([])
+    _TASKS.append(GraphTask())
     try:
         with (enable_grad() if create_graph else no_grad()):
-            return _run(roots, root_grads, retain_graph, create_graph, capture, accumulate)
+            captured = _run(roots, root_grads, retain_graph, create_graph, capture, accumulate)
+        if then is not None:
+            then(captured)
+        return captured
     finally:
+        _TASKS.pop()
         for fn in _ENDING.pop():
             fn()
+
+
+class GraphTask:
+    """One running backward, as torch's graph task: an id, and which nodes it runs (`will_execute`)."""
+
+    _count = 0
+
+    def __init__(self):
+        GraphTask._count += 1
+        self.id = GraphTask._count
+        self.reachable = {}            # the nodes an edge of the graph points at (`_graph`)
+        self.roots = set()             # the nodes the backward starts from
+        self.needed = None             # of those, the ones a capturing backward runs (None: all)
+
+    def will_execute(self, node):
+        """Whether this backward runs ``node`` (torch's ``_will_engine_execute_node``)."""
+        return (node in self.reachable or node in self.roots) and (self.needed is None or node in self.needed)
+
+
+_TASKS: list = []  # the running backwards, innermost last
+
+
+def current_graph_task():
+    """The innermost running backward's `GraphTask`, or None outside one."""
+    return _TASKS[-1] if _TASKS else None
 
 
 _ENDING: list = []  # per running backward (innermost last): what `when_backward_ends` asked to call
@@ -811,8 +884,11 @@ def _run(roots, root_grads, retain_graph, create_graph, capture, accumulate):
         slot = pending.setdefault(n, {})
         slot[k] = g if k not in slot else slot[k] + g
     captured = {}
-    wanted = {gradient_edge(t): t for t in capture} if capture is not None else None
+    wanted = dict(capture_edge(t) for t in capture) if capture is not None else None
     needed = _needed([n for n, _, _ in start], wanted) if wanted is not None else None
+    task = _TASKS[-1]
+    task.reachable, task.roots = deps, {n for n, _, _ in start}
+    task.needed = None if wanted is None else needed | set(wanted)
     # a gradient nothing else holds may become a leaf's .grad as it is; while tracing, the tracer owns .grad
     steal = not create_graph and not (registry.DISPATCH_HOOKS and registry.hooks_take_calls())
     ready = [n for n, _, _ in start if n not in deps]
@@ -848,7 +924,7 @@ def _run(roots, root_grads, retain_graph, create_graph, capture, accumulate):
                     g = grads[k].detach()
                     t.grad = g if t.grad is None else t.grad + g
         if wanted is not None and node in wanted:
-            captured[id(node)] = grads.get(getattr(wanted[node], "_output_nr", 0))
+            captured[id(node)] = grads.get(wanted[node])
             if node not in needed:
                 continue
         if node.pre_hooks:  # after tensor hooks, retain_grad and capture, as torch's engine

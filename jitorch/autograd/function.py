@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 from ..ops import registry
-from .engine import CUSTOM_FUNCTION_VIEW, NodeHooks, gradient_edge, sum_to
+from . import saved_hooks
+from .engine import CUSTOM_FUNCTION_VIEW, NodeHooks, gradient_edge, saved_edge, sum_to
 from ..runtime.grad_mode import enable_grad, is_grad_enabled, no_grad
 
 
@@ -19,8 +20,13 @@ class FunctionCtx:
         self.materialize_grads = True
 
     def save_for_backward(self, *tensors):
-        self._saved = tensors
         self._versions = tuple(t._version if t is not None else None for t in tensors)
+        pair = saved_hooks.active()
+        if pair is not None:  # (packed tensors are not version-checked, as torch's)
+            what = (type(self).__name__, "saved_tensors")
+            tensors = tuple(saved_hooks.Packed(t, pair, saved_edge(t), what) if t is not None else None
+                            for t in tensors)
+        self._saved = tensors
 
     @property
     def saved_tensors(self):
@@ -33,6 +39,8 @@ class FunctionCtx:
             raise RuntimeError("Trying to backward through the graph a second time (or directly access saved "
                                "tensors after they have already been freed). Specify retain_graph=True if you "
                                "need to backward through the graph a second time.")
+        if any(t.__class__ is saved_hooks.Packed for t in self._saved):
+            return tuple(saved_hooks.unpacked(self._saved))
         for i in positions:
             t, v = self._saved[i], self._versions[i]
             if t is not None and t._version != v:

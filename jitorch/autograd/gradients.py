@@ -9,7 +9,7 @@ from . import engine
 def _as_tuple(x):
     if x is None:
         return ()
-    return tuple(x) if isinstance(x, (tuple, list)) else (x,)
+    return tuple(x) if isinstance(x, (tuple, list)) and not hasattr(x, "_fields") else (x,)  # (a GradientEdge: one)
 
 
 def _root_grads(outputs, grad_outputs):
@@ -35,11 +35,12 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
     retain = create_graph if retain_graph is None else retain_graph
     if inputs is not None:
         inputs = _as_tuple(inputs)
-        captured = engine.run_backward(tensors, grads, retain, create_graph, capture=inputs)
-        for t in inputs:
-            g = captured.get(id(engine.gradient_edge(t)))
-            if g is not None:
-                engine._accumulate(t, g, create_graph)
+        def accumulate(captured):
+            for t in inputs:
+                g = captured.get(id(engine.capture_edge(t)[0]))
+                if g is not None:
+                    engine._accumulate(t, g, create_graph)
+        engine.run_backward(tensors, grads, retain, create_graph, capture=inputs, then=accumulate)
         return
     engine.run_backward(tensors, grads, retain, create_graph)
 
@@ -58,12 +59,12 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     grads = _root_grads(outputs, _as_tuple(grad_outputs))
     retain = create_graph if retain_graph is None else retain_graph
     for i, t in enumerate(inputs):
-        if not t.requires_grad:
+        if not isinstance(t, tuple) and not t.requires_grad:  # (a tuple: a GradientEdge)
             raise RuntimeError(f"One of the differentiated Tensors does not require grad")
     captured = engine.run_backward(outputs, grads, retain, create_graph, capture=inputs)
     result = []
     for i, t in enumerate(inputs):
-        g = captured.get(id(engine.gradient_edge(t)))
+        g = captured.get(id(engine.capture_edge(t)[0]))
         if g is None:
             if materialize_grads:
                 g = registry.FUNCTIONS["zeros_like"](t)

@@ -28,6 +28,7 @@ from ..tensor import Tensor
 from ..ir.graph import Value
 from ..runtime.pytree import tree_flatten, tree_unflatten
 from ..runtime import logs
+from ..autograd import saved_hooks as _saved_hooks
 from .differentiable import outputs_read_overwritten
 from .errors import StateWriteError, TraceError
 from .fingerprint import graph_fingerprint, transplant
@@ -252,6 +253,11 @@ class CompiledFunction:
         return f"_jitorch_compiled_{id(self)}"
 
     def __call__(self, *args, **kwargs):
+        if _saved_hooks.OPEN[0] and is_grad_enabled() and _saved_hooks.active() is not None:
+            # a graph's forward and backward keep their saved values inside it, out of the hooks' reach
+            logs.log("recompiles", "%s runs eagerly: saved_tensors_hooks are set, which its graph would bypass",
+                     self.name)
+            return self.fn(*args, **kwargs)
         if not kwargs:
             # the common call, positional tensors only: a flat guard key and no pytree work
             key = _tensor_args_key(args)

@@ -15,7 +15,7 @@ from collections import Counter
 
 from .optimizer import Optimizer
 
-__all__ = ["LRScheduler", "_LRScheduler", "LambdaLR", "StepLR", "MultiStepLR", "ExponentialLR", "CosineAnnealingLR",
+__all__ = ["LRScheduler", "_LRScheduler", "LambdaLR", "MultiplicativeLR", "ChainedScheduler", "StepLR", "MultiStepLR", "ExponentialLR", "CosineAnnealingLR",
            "LinearLR", "ConstantLR", "PolynomialLR", "SequentialLR", "OneCycleLR", "ReduceLROnPlateau",
            "CosineAnnealingWarmRestarts", "CyclicLR"]
 
@@ -121,6 +121,22 @@ class LambdaLR(LRScheduler):
 
     def get_lr(self):
         return [base * fn(self.last_epoch) for fn, base in zip(self.lr_lambdas, self.base_lrs)]
+
+
+class MultiplicativeLR(LambdaLR):
+    """``lr *= lr_lambda(epoch)`` at each step after the first; one function for all groups or a list, one
+    per group."""
+
+    def __init__(self, optimizer, lr_lambda, last_epoch=-1):
+        for fn in (lr_lambda if isinstance(lr_lambda, (list, tuple)) else (lr_lambda,)):
+            if not callable(fn):
+                raise TypeError(f"lr_lambda should be a function, but got {type(fn).__name__}")
+        super().__init__(optimizer, lr_lambda, last_epoch)
+
+    def get_lr(self):
+        if self._is_initial:
+            return self._group_lrs()
+        return [group["lr"] * fn(self.last_epoch) for fn, group in zip(self.lr_lambdas, self.optimizer.param_groups)]
 
 
 class StepLR(LRScheduler):
@@ -269,14 +285,15 @@ class PolynomialLR(LRScheduler):
                 for base in self.base_lrs]
 
 
-class SequentialLR(LRScheduler):
-    """Run ``schedulers[i]`` between ``milestones[i-1]`` and ``milestones[i]``; each one restarts from
-    epoch 0 (its closed form) at its milestone."""
+class _Wrapping(LRScheduler):
+    """A scheduler over other schedulers of the same optimizer (SequentialLR, ChainedScheduler): torch's
+    checks of them, and their state dicts inside its own."""
 
-    def __init__(self, optimizer, schedulers, milestones, last_epoch=-1):
+    def _check_schedulers(self, optimizer, schedulers, empty):
+        """torch's errors for ``schedulers`` (``empty``: the message's end when there is none)."""
         name = type(self).__name__
         if len(schedulers) < 1:
-            raise ValueError(f"{name} expects at least one scheduler, but got no scheduler.")
+            raise ValueError(f"{name} expects at least one scheduler{empty}, but got no scheduler.")
         for i, scheduler in enumerate(schedulers):
             if not hasattr(scheduler, "optimizer"):
                 raise TypeError(f"{name} at index {i} should have `optimizer` as its attribute.")
@@ -288,6 +305,45 @@ class SequentialLR(LRScheduler):
                 raise ValueError(f"{name} expects all schedulers to belong to the same optimizer, but got scheduler "
                                  f"{type(scheduler).__name__} at index {i} has {scheduler.optimizer}, which is "
                                  f"different from {type(optimizer).__name__}.")
+
+    def state_dict(self):
+        """Attributes but the optimizer, with each wrapped scheduler's own state dict."""
+        state = {k: v for k, v in self.__dict__.items() if k not in ("optimizer", "_schedulers")}
+        state["_schedulers"] = [s.state_dict() for s in self._schedulers]
+        return state
+
+    def load_state_dict(self, state_dict):
+        """Restore attributes and each wrapped scheduler's state."""
+        state = dict(state_dict)
+        inner = state.pop("_schedulers")
+        self.__dict__.update(state)
+        for scheduler, saved in zip(self._schedulers, inner):
+            scheduler.load_state_dict(saved)
+
+
+class ChainedScheduler(_Wrapping):
+    """Step every one of ``schedulers`` at each step, in order: their factors multiply (chainable forms)."""
+
+    def __init__(self, schedulers, optimizer=None):
+        optimizer = optimizer or schedulers[0].optimizer if schedulers else optimizer
+        self._check_schedulers(optimizer, schedulers, " to be chained")
+        self._schedulers = schedulers
+        self.optimizer = optimizer
+        self._last_lr = [group["lr"] for group in self._schedulers[-1].optimizer.param_groups]
+
+    def step(self):
+        """Step each scheduler."""
+        for scheduler in self._schedulers:
+            scheduler.step()
+        self._last_lr = [group["lr"] for group in self._schedulers[-1].optimizer.param_groups]
+
+
+class SequentialLR(_Wrapping):
+    """Run ``schedulers[i]`` between ``milestones[i-1]`` and ``milestones[i]``; each one restarts from
+    epoch 0 (its closed form) at its milestone."""
+
+    def __init__(self, optimizer, schedulers, milestones, last_epoch=-1):
+        self._check_schedulers(optimizer, schedulers, "")
         if len(milestones) != len(schedulers) - 1:
             raise ValueError("Sequential Schedulers expects number of schedulers provided to be one more than the "
                              f"number of milestone points, but got number of schedulers {len(schedulers)} and the "
@@ -324,20 +380,6 @@ class SequentialLR(LRScheduler):
         else:
             scheduler.step()
         self._last_lr = scheduler.get_last_lr()
-
-    def state_dict(self):
-        """Attributes but the optimizer, with each wrapped scheduler's own state dict."""
-        state = {k: v for k, v in self.__dict__.items() if k not in ("optimizer", "_schedulers")}
-        state["_schedulers"] = [s.state_dict() for s in self._schedulers]
-        return state
-
-    def load_state_dict(self, state_dict):
-        """Restore attributes and each wrapped scheduler's state."""
-        state = dict(state_dict)
-        inner = state.pop("_schedulers")
-        self.__dict__.update(state)
-        for scheduler, saved in zip(self._schedulers, inner):
-            scheduler.load_state_dict(saved)
 
 
 def _per_group(name, optimizer, value):

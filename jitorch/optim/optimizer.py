@@ -176,6 +176,11 @@ class Optimizer:
                     state[name] = zeros_like(p)
         return state
 
+    def _own_lr(self, p):
+        """The learning rate of ``p``'s group as set there (a traced step's group holds a captured tensor
+        instead): what a state made at the first step starts from."""
+        return next(g["lr"] for g in self.param_groups if any(q is p for q in g["params"]))
+
     def _step_counter(self, p):
         """The parameter's ``state["step"]`` (a 0-d float32 tensor, as torch keeps it), incremented."""
         state = self.state[p]

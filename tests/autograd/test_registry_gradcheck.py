@@ -48,8 +48,8 @@ LAYOUTS = ("transposed", "strided", "offset", "expanded")
 REFUSALS = (RuntimeError, IndexError, ValueError, TypeError)
 
 
-# The Householder ops whose derivatives jitorch does not implement (torch has none for geqrf either): not checked.
-HOUSEHOLDER = frozenset({"geqrf", "ormqr"})
+# The Householder op without a derivative (torch has none for geqrf either): not checked.
+HOUSEHOLDER = frozenset({"geqrf"})
 # Ops of one symmetric matrix whose kernels read one triangle: checked on ``(A + A.mT) / 2``, as torch's OpInfos
 # do (their rules give the gradient with respect to the symmetric matrix).
 SYMMETRIC_INPUT = {"_linalg_eigh": lambda args: True, "linalg_cholesky_ex": lambda args: True,
@@ -277,7 +277,7 @@ def _differentiable(name):
     without samples is left to tests/ops/test_op_contract.py, which asks for them). Rules that cut the
     gradient are checked by test_ops_that_cut_the_gradient_give_zeros_written_in_place instead."""
     if name in RULES:
-        # (HOUSEHOLDER raise: tests/ops/test_decompositions.py)
+        # (HOUSEHOLDER's raises: tests/ops/test_decompositions.py)
         return not _cuts(name) and name not in HOUSEHOLDER and name not in NOT_THE_INPUTS_DERIVATIVE
     return (registry.OPS[name].composite is not None and name not in NONDIFFERENTIABLE and name in SAMPLES
             and next(_cases(name), None) is not None)

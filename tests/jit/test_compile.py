@@ -245,7 +245,9 @@ def test_a_call_that_needs_a_backward_takes_the_fast_path_after_its_first(monkey
     assert keys == []  # no pytree guard key: the flat key of its tensors found the entry
     assert out.grad_fn.name() == "CompiledCallBackward"
     out.sum().backward()
-    np.testing.assert_array_equal(w.grad.numpy(), ((x * w.detach()).cos() * x).numpy())
+    # within float32 rounding, not bits: eager cos is NumPy's and the compiled one jitorch's math library, which
+    # differ in the last bit on some inputs (docs/differences-from-torch.md); this test is about the fast path
+    np.testing.assert_allclose(w.grad.numpy(), ((x * w.detach()).cos() * x).numpy(), rtol=1e-6, atol=1e-7)
     with jt.no_grad():  # grad mode is in the key: no backward node then
         assert f(x, w).grad_fn is None
     assert f(x, w.detach()).grad_fn is None  # nor for a w that does not require grad

@@ -333,7 +333,45 @@ def _householder_rule(names):
 defgrad("geqrf", differentiates("self", _not_implemented("geqrf")))
 defgrad("orgqr", _householder_rule("self input2"))
 defgrad("linalg_householder_product", _householder_rule("input tau"))
-defgrad("ormqr", differentiates("self input2 input3", _not_implemented("ormqr")))
+
+
+def _ormqr(g, a, out):
+    """``ormqr`` as the reflections it applies to ``input3`` one by one (``X <- X - tau_j v_j v_j^T X`` from the
+    left, ``X <- X - tau_j X v_j v_j^T`` from the right), differentiated in reverse: each reflection passes
+    ``H_j G`` (``G H_j``) back, and with X its input, ``gtau_j = -(G^T v)·(X^T v)`` and ``gv_j = -tau_j (G X^T v +
+    X G^T v)`` from the left (transposed from the right); A's reflector entries below the diagonal get gv."""
+    A, tau, C, left = a.self, a.input2, a.input3, a.left
+    m, n = A.shape[-2:]
+    k = tau.shape[-1]
+    V = A.tril(-1) + jt.eye(m, n, dtype=A.dtype, device=A.device)
+    order = list(range(k)) if left == a.transpose else list(range(k - 1, -1, -1))
+
+    def reflect(j, X):
+        v, t = V[..., :, j:j + 1], tau[..., j, None, None]
+        return X - t * v.matmul(v.mT.matmul(X)) if left else X - t * X.matmul(v).matmul(v.mT)
+
+    inputs = [C]  # the matrix each reflection applies to
+    for j in order[:-1]:
+        inputs.append(reflect(j, inputs[-1]))
+    G, gv, gtau = g, [None] * k, [None] * k
+    for j, X in zip(reversed(order), reversed(inputs)):
+        v, t = V[..., :, j:j + 1], tau[..., j, None, None]
+        Xt, Gt = (X, G) if left else (X.mT, G.mT)
+        Xv, Gv = Xt.mT.matmul(v), Gt.mT.matmul(v)
+        gtau[j] = -(Gv * Xv).sum((-2, -1))
+        gv[j] = -t * (Gt.matmul(Xv) + Xt.matmul(Gv))
+        G = reflect(j, G)
+    grads = {}
+    if wanted(a.self):
+        grads["self"] = jt.cat(gv + [jt.zeros_like(V[..., :, :1])] * (n - k), -1).tril(-1)
+    if wanted(a.input2):
+        grads["input2"] = jt.stack(gtau, -1) if k else jt.zeros_like(tau)
+    if wanted(a.input3):
+        grads["input3"] = G
+    return grads
+
+
+defgrad("ormqr", differentiates("self input2 input3", reads("self input2 input3", _ormqr)))
 
 
 # addmv, addr, addbmm ----------------------------------------------------------------------------------------------
