@@ -13,14 +13,7 @@ import jitorch.nn.functional as JF
 from jitorch.autograd import gradcheck
 from tests.nn.torch_oracle import check, same_error
 
-RNG = np.random.default_rng(1390)  # (module-level constants only: tests draw from `_rng`)
-
-
-def _rng(*key):
-    """A fresh generator per ``key``, so a test's values do not depend on which tests ran before it."""
-    return np.random.default_rng([1390, *key])
-
-
+RNG = np.random.default_rng(1390)  # (module-level constants only)
 T, N, C, S = 7, 4, 5, 4
 LOGITS = {dt: RNG.standard_normal((T, N, C)).astype(dt) for dt in (np.float32, np.float64)}
 PADDED = RNG.integers(1, C, (N, S))
@@ -54,7 +47,7 @@ def test_ctc_loss_gradient_with_respect_to_log_probs_is_torchs_formula():
     """torch's gradient of the loss with respect to ``log_probs`` itself is ``exp(lp) - exp(log(alpha beta) + nll
     - lp)``: the logits' gradient, not the log-probabilities' (they differ by ``exp(lp)``); jitorch's is the
     same, zero past each input length."""
-    lp = np.log(_rng(T, N).dirichlet(np.ones(C), (T, N))).astype(np.float64)
+    lp = np.log(np.random.default_rng([1390, T, N]).dirichlet(np.ones(C), (T, N))).astype(np.float64)
     got = check(lambda F, lp: F.ctc_loss(lp, (torch if F.__name__.startswith("torch") else jt).tensor(PADDED),
                                          [7, 6, 5, 4], [4, 3, 0, 3], reduction="sum"), lp, atol=1e-12, rtol=1e-12)
     assert got[0].numel() == 1

@@ -10,23 +10,8 @@ import torch
 
 import jitorch as jt
 import jitorch.nn.functional as JF
-from tests.nn.torch_oracle import check, same_error
+from tests.nn.torch_oracle import check, normal, uniform, same_error
 
-RNG = np.random.default_rng(13905)  # (module-level constants only: tests draw from `_rng`)
-
-
-def _rng(*key):
-    """A fresh generator per ``key``, so a test's values do not depend on which tests ran before it."""
-    return np.random.default_rng([13905, *key])
-
-
-def _normal(shape, key=0):
-    """Standard normal values of ``shape``, the same for the same shape and ``key`` in any test order."""
-    return _rng(key, *shape).standard_normal(shape)
-
-
-def _uniform(shape, key=0):
-    return _rng(key, *shape).random(shape)
 
 CASES = [  # (nd, input shape, kernel_size, output_size, output_ratio)
     (2, (2, 3, 9, 11), 3, (4, 5), None), (2, (3, 7, 7), (2, 3), (5, 3), None), (2, (1, 2, 6, 6), 2, (5, 5), None),
@@ -42,7 +27,7 @@ def _lib(F):
 
 def _samples(shape, nd, dtype):
     batch = 1 if len(shape) == nd + 1 else shape[0]
-    return _uniform((batch, shape[-nd - 1], nd)).astype(dtype)
+    return uniform((batch, shape[-nd - 1], nd)).astype(dtype)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -57,12 +42,12 @@ def test_fractional_max_pool_matches_torch_bit_for_bit(dtype, nd, shape, kernel,
         return pool(x, kernel, output_size=output, output_ratio=ratio, return_indices=True,
                     _random_samples=_lib(F).tensor(samples))
 
-    out, index = check(fn, _normal(shape).astype(dtype), atol=0, rtol=0)
+    out, index = check(fn, normal(shape).astype(dtype), atol=0, rtol=0)
     assert index.dtype == jt.int64
 
 
 def test_with_indices_forms_and_the_modules_match_torch():
-    x = _normal((2, 3, 7, 8)).astype(np.float32)
+    x = normal((2, 3, 7, 8)).astype(np.float32)
     samples = _samples(x.shape, 2, np.float32)
     want = torch.nn.functional.fractional_max_pool2d_with_indices(torch.tensor(x), 3, (4, 4),
                                                                   _random_samples=torch.tensor(samples))
@@ -73,7 +58,7 @@ def test_with_indices_forms_and_the_modules_match_torch():
     reference = torch.nn.FractionalMaxPool2d(3, output_ratio=0.5, _random_samples=torch.tensor(samples))
     np.testing.assert_array_equal(module(jt.tensor(x)).numpy(), reference(torch.tensor(x)).numpy())
     assert list(module.state_dict()) == list(reference.state_dict()) == ["_random_samples"]
-    x3 = _normal((1, 2, 5, 6, 7)).astype(np.float64)
+    x3 = normal((1, 2, 5, 6, 7)).astype(np.float64)
     samples3 = _samples(x3.shape, 3, np.float64)
     got3 = jt.nn.FractionalMaxPool3d(2, output_size=(3, 4, 5), return_indices=True,
                                      _random_samples=jt.tensor(samples3))(jt.tensor(x3))
@@ -84,7 +69,7 @@ def test_with_indices_forms_and_the_modules_match_torch():
 
 
 def test_without_samples_jitorchs_generator_draws_them_reproducibly():
-    x = jt.tensor(_normal((2, 3, 9, 9)).astype(np.float32))
+    x = jt.tensor(normal((2, 3, 9, 9)).astype(np.float32))
     jt.manual_seed(5)
     first = JF.fractional_max_pool2d(x, 2, output_size=(4, 4))
     jt.manual_seed(5)
@@ -97,7 +82,7 @@ def test_without_samples_jitorchs_generator_draws_them_reproducibly():
 
 
 def test_fractional_max_pool_compiles_to_one_graph_equal_to_eager():
-    x = _normal((2, 2, 7, 9)).astype(np.float32)
+    x = normal((2, 2, 7, 9)).astype(np.float32)
     samples = _samples(x.shape, 2, np.float32)
     check(lambda F, x: F.fractional_max_pool2d(x, 2, output_size=(4, 5), _random_samples=_lib(F).tensor(samples)), x,
           compiled=True)

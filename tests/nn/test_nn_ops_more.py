@@ -9,23 +9,9 @@ import torch
 
 import jitorch as jt
 import jitorch.nn.functional as JF
-from tests.nn.torch_oracle import check, same_error
+from tests.nn.torch_oracle import check, normal, uniform, same_error
 
-RNG = np.random.default_rng(139139)  # (module-level constants only: tests draw from `_rng`)
-
-
-def _rng(*key):
-    """A fresh generator per ``key``, so a test's values do not depend on which tests ran before it."""
-    return np.random.default_rng([139139, *key])
-
-
-def _normal(shape, key=0):
-    """Standard normal values of ``shape``, the same for the same shape and ``key`` in any test order."""
-    return _rng(key, *shape).standard_normal(shape)
-
-
-def _uniform(shape, key=0):
-    return _rng(key, *shape).random(shape)
+RNG = np.random.default_rng(139139)  # (module-level constants only)
 
 
 def _lib(F):
@@ -75,7 +61,7 @@ def test_torch_embedding_bag_gives_atens_four_results(offsets, mode, padding_idx
 
 
 def test_torch_embedding_bag_with_per_sample_weights_matches_torch():
-    weights = _uniform((len(INDICES),)).astype(np.float32)
+    weights = uniform((len(INDICES),)).astype(np.float32)
     (want, got) = _pair(lambda lib: lib.embedding_bag(lib.tensor(WEIGHT), lib.tensor(INDICES), lib.tensor([0, 3, 5]),
                                                       False, 0, False, lib.tensor(weights), False, None))
     for g, w in zip(got, want):
@@ -95,7 +81,7 @@ E, H, L, S, N = 8, 2, 3, 4, 2
 def _mha_arrays(dtype):
     shapes = {"q": (L, N, E), "k": (S, N, E), "v": (S, N, E), "w": (3 * E, E), "b": (3 * E,), "ow": (E, E),
               "ob": (E,), "bk": (1, 1, E), "bv": (1, 1, E)}
-    return {name: (_normal(shape, key) * 0.5).astype(dtype) for key, (name, shape) in enumerate(shapes.items())}
+    return {name: (normal(shape, key) * 0.5).astype(dtype) for key, (name, shape) in enumerate(shapes.items())}
 
 
 MASK = RNG.random((L, S)) < 0.3
@@ -127,8 +113,8 @@ def test_multi_head_attention_forward_matches_torch(dtype, tol, kwargs):
 
 def test_multi_head_attention_forward_with_separate_weights_and_static_kv_matches_torch():
     a = _mha_arrays(np.float64)
-    wq, wk, wv = (_normal((E, E), key) for key in range(3))
-    static = _normal((N * H, S + 1, E // H))
+    wq, wk, wv = (normal((E, E), key) for key in range(3))
+    static = normal((N * H, S + 1, E // H))
 
     def fn(F, q, k, v, wq, wk, wv, b, ow, ob, sk, sv):
         return F.multi_head_attention_forward(q, k, v, E, H, None, b, None, None, False, 0.0, ow, ob,
@@ -173,9 +159,9 @@ def test_the_module_runs_the_functional_form():
     """nn.MultiheadAttention is the functional form with its parameters: same outputs, batch first included."""
     jt.manual_seed(0)
     m = jt.nn.MultiheadAttention(E, H, batch_first=True, kdim=6, vdim=5)
-    x = jt.tensor(_normal((N, L, E)).astype(np.float32))
-    k = jt.tensor(_normal((N, S, 6)).astype(np.float32))
-    v = jt.tensor(_normal((N, S, 5)).astype(np.float32))
+    x = jt.tensor(normal((N, L, E)).astype(np.float32))
+    k = jt.tensor(normal((N, S, 6)).astype(np.float32))
+    v = jt.tensor(normal((N, S, 5)).astype(np.float32))
     out, weights = m(x, k, v)
     want, want_weights = JF.multi_head_attention_forward(
         x.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), E, H, None, m.in_proj_bias, None, None, False, 0.0,
@@ -196,7 +182,7 @@ def _adaptive():
 
 def test_adaptive_log_softmax_matches_torch_with_gradients():
     reference, mine = _adaptive()
-    x = _normal((7, 8)).astype(np.float32)
+    x = normal((7, 8)).astype(np.float32)
     y = np.array([0, 4, 9, 2, 7, 5, 1])
     tx, jx = torch.tensor(x, requires_grad=True), jt.tensor(x, requires_grad=True)
     want, got = reference(tx, torch.tensor(y)), mine(jx, jt.tensor(y))
@@ -249,8 +235,8 @@ def test_linear_of_batched_input_with_no_features_gives_the_bias():
 def test_cross_map_lrn2d_matches_torchs_legacy_forward_and_backward(size, dtype, tol):
     """torch's legacy window (channel 0 is never dropped from the running sum) and its own backward formula,
     which is not the forward's derivative: both as torch computes them."""
-    x = _normal((2, 7, 3, 2)).astype(dtype)
-    g = _normal((2, 7, 3, 2), 1).astype(dtype)
+    x = normal((2, 7, 3, 2)).astype(dtype)
+    g = normal((2, 7, 3, 2), 1).astype(dtype)
     (tx, want), (jx, got) = _pair(lambda lib: (lambda x: (x, lib.nn.CrossMapLRN2d(size, 0.3, 0.75, 1.5)(x)))(
         lib.tensor(x, requires_grad=True)))
     _assert_same(got, want, tol)
@@ -271,7 +257,7 @@ def test_cross_map_lrn2d_of_3d_input_raises_as_torch():
 @pytest.mark.parametrize("pad", [0, 1, 2])
 @pytest.mark.parametrize("dtype,tol", [(np.float32, 1e-5), (np.float64, 1e-12)])
 def test_conv_tbc_matches_torch_and_compiles(pad, dtype, tol):
-    arrays = [_normal(s).astype(dtype) for s in ((5, 2, 3), (3, 3, 4), (4,))]
+    arrays = [normal(s).astype(dtype) for s in ((5, 2, 3), (3, 3, 4), (4,))]
     check(lambda F, x, w, b: F.conv_tbc(x, w, b, pad), *arrays, atol=tol, rtol=tol, compiled=pad == 1)
     assert jt.conv_tbc is JF.conv_tbc
 

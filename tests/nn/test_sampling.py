@@ -11,25 +11,12 @@ import torch
 
 import jitorch as jt
 import jitorch.nn.functional as JF
-from tests.nn.torch_oracle import check, same_error
+from tests.nn.torch_oracle import check, normal, same_error
 from tests.support import assert_close
-
-RNG = np.random.default_rng(139)  # (module-level constants only: tests draw from `_rng`)
-
-
-def _rng(*key):
-    """A fresh generator per ``key``, so a test's values do not depend on which tests ran before it."""
-    return np.random.default_rng([139, *key])
-
-
-def _normal(shape, key=0):
-    """Standard normal values of ``shape``, the same for the same shape and ``key`` in any test order."""
-    return _rng(key, *shape).standard_normal(shape)
-
 
 
 def _arr(shape, dtype=np.float32, scale=1.0):
-    return (_normal(shape, int(scale * 10)) * scale).astype(dtype)
+    return (normal(shape, int(scale * 10)) * scale).astype(dtype)
 
 
 # Bicubic interpolate -----------------------------------------------------------------------------------
