@@ -10,6 +10,8 @@ function (the convolutions, ``bilinear``, the activations), jitorch exports it a
 
 from __future__ import annotations
 
+import jitorch as jt
+
 from ..tensor import Tensor
 from . import functional as F
 
@@ -20,6 +22,7 @@ conv1d, conv2d, conv3d = F.conv1d, F.conv2d, F.conv3d
 conv_transpose1d, conv_transpose2d, conv_transpose3d = F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d
 bilinear, pixel_shuffle, pixel_unshuffle, channel_shuffle = F.bilinear, F.pixel_shuffle, F.pixel_unshuffle, \
     F.channel_shuffle
+conv_tbc = F.conv_tbc
 prelu, rrelu, selu, celu, threshold, hardshrink = F.prelu, F.rrelu, F.selu, F.celu, F.threshold, F.hardshrink
 rrelu_, selu_, celu_, threshold_ = F.rrelu_, F.selu_, F.celu_, F.threshold_
 max_pool1d, max_pool2d, max_pool3d, avg_pool1d = F.max_pool1d, F.max_pool2d, F.max_pool3d, F.avg_pool1d
@@ -110,6 +113,50 @@ def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=
     """``torch.embedding``: the rows of ``weight`` at ``indices`` (weight first; ``padding_idx`` -1: none)."""
     return F.embedding(indices, weight, None if padding_idx == -1 else padding_idx,
                        scale_grad_by_freq=scale_grad_by_freq, sparse=sparse)
+
+
+def embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False, per_sample_weights=None,
+                  include_last_offset=False, padding_idx=None):
+    """``torch.embedding_bag``: ``(output, offset2bag, bag_size, max_indices)``, the output as
+    `nn.functional.embedding_bag` with ``mode`` 0 sum, 1 mean, 2 max (a negative ``padding_idx`` counts from the end),
+    and ATen's bookkeeping: each index's bag (empty for a sum without ``padding_idx``), each bag's count of indices
+    (zeros for a sum) and, for max, each bag's argmax row per column (else the bag sizes, or zeros)."""
+    if not isinstance(offsets, Tensor):
+        raise TypeError(f"embedding_bag(): argument 'offsets' (position 3) must be Tensor, not "
+                        f"{type(offsets).__name__}")
+    name = ("sum", "mean", "max")[mode]
+    pad = None if padding_idx is None else padding_idx % weight.shape[0] if weight.ndim == 2 else padding_idx
+    output = F.embedding_bag(indices, weight, offsets, None, 2, scale_grad_by_freq, name, sparse, per_sample_weights,
+                             include_last_offset, pad)
+    flat, _, starts, bags = F._bag_inputs(indices, offsets, per_sample_weights, include_last_offset)
+    kind, grad_on = flat.dtype, jt.is_grad_enabled()
+    with jt.no_grad():
+        bag = (jt.arange(flat.numel(), device=flat.device).unsqueeze(1) >= starts.unsqueeze(0)).long().sum(1) - 1
+        member = bag < bags if pad is None else (bag < bags) & (flat != pad)
+        if mode == 0:
+            # torch's forward-only kernel sizes these by the offsets, its differentiable one by the bags
+            graded = weight.requires_grad and grad_on
+            zeros = jt.zeros(bags if graded else offsets.numel(), dtype=kind, device=flat.device)
+            offset2bag = bag.to(kind) if padding_idx is not None else jt.zeros(0, dtype=kind, device=flat.device)
+            return output, offset2bag, zeros, zeros.clone()
+        safe = jt.where(member, bag, 0)
+        sizes = jt.zeros(bags, dtype=jt.int64, device=flat.device).index_add(0, safe, member.long()).to(kind)
+        if mode == 1:
+            return output, bag.to(kind), sizes, sizes.clone()
+        rows = weight.detach().index_select(0, flat)
+        best = output.detach().index_select(0, safe)
+        last = flat.numel()
+        first = jt.where(member.unsqueeze(1) & (rows == best), jt.arange(last, device=flat.device).unsqueeze(1), last)
+        first = jt.full(tuple(output.shape), last, dtype=jt.int64, device=flat.device).scatter_reduce(
+            0, safe.unsqueeze(1).expand(first.shape), first, "amin")
+        found = first < last
+        argmax = jt.where(found, flat.index_select(0, jt.where(found, first, 0).reshape(-1)).reshape(first.shape), 0)
+        return output, bag.to(kind), sizes, argmax.to(kind)
+
+
+def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reduction=0, zero_infinity=False):
+    """``torch.ctc_loss``: `nn.functional.ctc_loss` with ``reduction`` as an int."""
+    return F.ctc_loss(log_probs, targets, input_lengths, target_lengths, blank, _reduction(reduction), zero_infinity)
 
 
 def binary_cross_entropy_with_logits(input, target, weight=None, pos_weight=None, reduction=0):

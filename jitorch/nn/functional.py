@@ -28,6 +28,11 @@ from jitorch.ops.attention import attention_fast, fused as _fused_attention
 from jitorch.ops.autocast import autocasts
 from jitorch.ops import erf_float32
 from jitorch.ops.pointwise import _erf
+from jitorch.nn.ctc import ctc_loss
+from jitorch.nn.fractional import (fractional_max_pool2d, fractional_max_pool2d_with_indices, fractional_max_pool3d,
+                                   fractional_max_pool3d_with_indices)
+from jitorch.nn import mha
+from jitorch.nn.sampling import affine_grid, cubic_taps, grid_sample
 from jitorch.ops.reductions import moments  # (not var_mean: its mean carries torch's Welford infinities)
 from jitorch.ops.registry import DISPATCH_HOOKS as _HOOKS, OPS as _OPS, scalar_name
 from jitorch.runtime import fp_errors
@@ -55,6 +60,8 @@ __all__ = [
     "upsample", "upsample_nearest", "upsample_bilinear", "rms_norm", "local_response_norm", "dropout3d",
     "alpha_dropout", "feature_alpha_dropout", "gumbel_softmax", "pdist", "multilabel_margin_loss",
     "triplet_margin_with_distance_loss", "embedding_bag",
+    "affine_grid", "grid_sample", "ctc_loss", "fractional_max_pool2d", "fractional_max_pool2d_with_indices",
+    "fractional_max_pool3d", "fractional_max_pool3d_with_indices", "multi_head_attention_forward", "conv_tbc",
 ]
 
 
@@ -1018,7 +1025,7 @@ def max_unpool3d(input, indices, kernel_size, stride=None, padding=0, output_siz
 # Resampling --------------------------------------------------------------------------------------------------
 
 _INTERPOLATE_MODES = "nearest | linear | bilinear | bicubic | trilinear | lanczos | area | nearest-exact"
-_LINEAR_MODES = {"linear": 3, "bilinear": 4, "trilinear": 5}
+_LINEAR_MODES = {"linear": 3, "bilinear": 4, "trilinear": 5, "bicubic": 4}
 
 
 def _interpolate_geometry(input, size, scale_factor, recompute_scale_factor):
@@ -1057,11 +1064,13 @@ def _check_blendable(input, mode):
     cast to the input's dtype, would be 0 or 1), named by the kernel torch refuses it in."""
     if input.dtype.is_floating_point:
         return
-    if mode == "bilinear" and input.dtype == jt.uint8:
-        # torch has a rounding uint8 kernel for this one case
-        raise NotImplementedError("interpolate: jitorch does not implement mode='bilinear' for uint8 input")
+    if mode in ("bilinear", "bicubic") and input.dtype == jt.uint8:
+        # torch has a rounding uint8 kernel for these cases
+        raise NotImplementedError(f"interpolate: jitorch does not implement mode='{mode}' for uint8 input")
     if mode == "area":
         kernel = "adaptive_avg_pool3d_cpu" if input.ndim == 5 else "adaptive_avg_pool2d"
+    elif mode == "bicubic":
+        kernel = "compute_indices_weights_cubic"
     else:
         kernel = "upsample_bilinear2d_channels_last" if mode == "bilinear" else "compute_indices_weights_linear"
     raise NotImplementedError(f"\"{kernel}\" not implemented for '{scalar_name(input.dtype)}'")
@@ -1107,11 +1116,12 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
 
     ``mode`` 'nearest' / 'nearest-exact' pick a source element, 'linear' / 'bilinear' / 'trilinear' (3-, 4-,
     5-D input) blend the two nearest along each dim in turn (``align_corners`` maps the corner pixels'
-    centres onto each other), 'area' averages as ``adaptive_avg_pool``. Each dim is an ``index_select``
-    (and a weighted sum): autograd and the compiler need nothing of their own.
+    centres onto each other), 'bicubic' (4-D) the four nearest by torch's cubic convolution (A = -0.75,
+    taps clamped to the edge), 'area' averages as ``adaptive_avg_pool``. Each dim is an ``index_select``
+    per tap (and a weighted sum): autograd and the compiler need nothing of their own.
     """
     if mode not in ("nearest", "nearest-exact", "area", *_LINEAR_MODES):
-        if mode in ("bicubic", "lanczos"):
+        if mode == "lanczos":
             raise NotImplementedError(f"interpolate: jitorch does not implement mode='{mode}'")
         raise NotImplementedError(f"Input Error: Only 3D, 4D and 5D input Tensors supported (got {input.ndim}D) for "
                                   f"the modes: {_INTERPOLATE_MODES} (got {mode})")
@@ -1121,6 +1131,9 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
     if antialias:
         raise NotImplementedError("interpolate: jitorch does not implement antialias=True")
     if input.ndim not in (3, 4, 5):
+        raise NotImplementedError(f"Input Error: Only 3D, 4D and 5D input Tensors supported (got {input.ndim}D) for "
+                                  f"the modes: {_INTERPOLATE_MODES} (got {mode})")
+    if mode == "bicubic" and input.ndim != 4:  # (torch has no bicubic 1-D or 3-D kernel to name)
         raise NotImplementedError(f"Input Error: Only 3D, 4D and 5D input Tensors supported (got {input.ndim}D) for "
                                   f"the modes: {_INTERPOLATE_MODES} (got {mode})")
     if mode in _LINEAR_MODES and input.ndim != _LINEAR_MODES[mode]:
@@ -1140,11 +1153,16 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
     out = input
     for dim, (n, m, scale) in enumerate(zip(input.shape[2:], sizes, scales), 2):
         if mode in _LINEAR_MODES:
-            low, high, w_low, w_high = _linear_source(n, m, scale, bool(align_corners))
+            if mode == "bicubic":
+                indices, weights = cubic_taps(n, m, scale, bool(align_corners), input.dtype)
+            else:
+                low, high, w_low, w_high = _linear_source(n, m, scale, bool(align_corners))
+                indices, weights = (low, high), (w_low, w_high)
             shape = [m] + [1] * (input.ndim - 1 - dim)
-            weights = [jt.tensor(w.reshape(shape), dtype=input.dtype, device=input.device) for w in (w_low, w_high)]
-            out = (out.index_select(dim, jt.tensor(low, device=input.device)) * weights[0]
-                   + out.index_select(dim, jt.tensor(high, device=input.device)) * weights[1])
+            taps = [out.index_select(dim, jt.tensor(index, device=input.device))
+                    * jt.tensor(w.reshape(shape), dtype=input.dtype, device=input.device)
+                    for index, w in zip(indices, weights)]
+            out = functools.reduce(jt.add, taps)
         else:
             index = _nearest_index(n, m, scale, mode == "nearest-exact")
             out = out.index_select(dim, jt.tensor(index, device=input.device))
@@ -2884,3 +2902,175 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if dropout_p > 0.0:
         weights = dropout(weights, dropout_p, training=True)
     return jt.matmul(weights, value)
+
+
+# Multi-head attention (nn.MultiheadAttention runs this) ----------------------------------------------------
+
+def _mha_in_projection(query, key, value, w, b, separate):
+    """q, k, v by the packed projection ``w`` (one product for self-attention, as torch's
+    ``_in_projection_packed``) or by the three ``separate`` weights."""
+    if separate is not None:
+        bq, bk, bv = (None, None, None) if b is None else b.chunk(3)
+        return tuple(linear(x, wx, bx) for x, wx, bx in zip((query, key, value), separate, (bq, bk, bv)))
+    E = query.shape[-1]
+    if query is key and key is value:
+        q, k, v = linear(query, w, b).unflatten(-1, (3, E)).unbind(-2)
+        return q, k, v
+    bq, bk, bv = (None, None, None) if b is None else b.chunk(3)
+    wq, wk, wv = w.chunk(3)
+    return linear(query, wq, bq), linear(key, wk, bk), linear(value, wv, bv)
+
+
+def multi_head_attention_forward(query, key, value, embed_dim_to_check, num_heads, in_proj_weight, in_proj_bias,
+                                 bias_k, bias_v, add_zero_attn, dropout_p, out_proj_weight, out_proj_bias,
+                                 training=True, key_padding_mask=None, need_weights=True, attn_mask=None,
+                                 use_separate_proj_weight=False, q_proj_weight=None, k_proj_weight=None,
+                                 v_proj_weight=None, static_k=None, static_v=None, average_attn_weights=True,
+                                 is_causal=False):
+    """Attention of ``query`` (L, N, E) over ``key``/``value`` (S, N, *) (or unbatched (L, E), (S, *)) in
+    ``num_heads`` heads, with torch's projections, masks (bool: True is masked out), ``bias_k``/``bias_v``,
+    zero-attention slot and static keys/values; returns (output, weights averaged over heads, per head, or
+    None without ``need_weights``)."""
+    batched = mha.shape_check(query, key, value, key_padding_mask, attn_mask, num_heads)
+    if not batched:
+        query, key, value = mha.map_shared(lambda x: x.unsqueeze(1), (query, key, value))
+        if key_padding_mask is not None:
+            key_padding_mask = key_padding_mask.unsqueeze(0)
+    tgt_len, bsz, embed_dim = query.shape
+    key_padding_mask = mha.canonical_mask(key_padding_mask, "key_padding_mask", query.dtype)
+    if is_causal and attn_mask is None:
+        raise RuntimeError("Need attn_mask if specifying the is_causal hint. You may use the Transformer "
+                           "module method `generate_square_subsequent_mask` to create this mask.")
+    if is_causal and key_padding_mask is None and not need_weights:
+        attn_mask = None  # scaled_dot_product_attention applies the causal mask itself
+    else:
+        attn_mask = mha.canonical_mask(attn_mask, "attn_mask", query.dtype)
+        if key_padding_mask is not None:
+            is_causal = False  # the merged mask is no longer causal
+    if embed_dim != embed_dim_to_check:
+        raise AssertionError(f"was expecting embedding dimension of {embed_dim_to_check}, but got {embed_dim}")
+    heads, head_dim = num_heads, embed_dim // num_heads
+    if head_dim * num_heads != embed_dim:
+        raise AssertionError(f"embed_dim {embed_dim} not divisible by num_heads {num_heads}")
+    if use_separate_proj_weight:
+        if key.shape[:2] != value.shape[:2]:
+            raise AssertionError(f"key's sequence and batch dims {key.shape[:2]} do not match value's "
+                                 f"{value.shape[:2]}")
+        for name, w in (("q", q_proj_weight), ("k", k_proj_weight), ("v", v_proj_weight)):
+            if w is None:
+                raise AssertionError(f"use_separate_proj_weight is True but {name}_proj_weight is None")
+        separate = (q_proj_weight, k_proj_weight, v_proj_weight)
+    else:
+        if key.shape != value.shape:
+            raise AssertionError(f"key shape {key.shape} does not match value shape {value.shape}")
+        if in_proj_weight is None:
+            raise AssertionError("use_separate_proj_weight is False but in_proj_weight is None")
+        separate = None
+    q, k, v = _mha_in_projection(query, key, value, in_proj_weight, in_proj_bias, separate)
+    src_len = k.shape[0]
+    if attn_mask is not None:
+        if attn_mask.dim() == 2:
+            if tuple(attn_mask.shape) != (tgt_len, src_len):
+                raise RuntimeError(f"The shape of the 2D attn_mask is {attn_mask.shape}, but should be "
+                                   f"{(tgt_len, src_len)}.")
+            attn_mask = attn_mask.unsqueeze(0)
+        elif attn_mask.dim() == 3:
+            if tuple(attn_mask.shape) != (bsz * heads, tgt_len, src_len):
+                raise RuntimeError(f"The shape of the 3D attn_mask is {attn_mask.shape}, but should be "
+                                   f"{(bsz * heads, tgt_len, src_len)}.")
+        else:
+            raise RuntimeError(f"attn_mask's dimension {attn_mask.dim()} is not supported")
+    if bias_k is not None and bias_v is not None:
+        if static_k is not None:
+            raise AssertionError("bias cannot be added to static key.")
+        if static_v is not None:
+            raise AssertionError("bias cannot be added to static value.")
+        k = jt.cat([k, bias_k.repeat(1, bsz, 1)])
+        v = jt.cat([v, bias_v.repeat(1, bsz, 1)])
+        attn_mask, key_padding_mask = mha.extend_masks(attn_mask, key_padding_mask)
+    elif bias_k is not None or bias_v is not None:
+        raise AssertionError("bias_k is set but bias_v is None" if bias_k is not None
+                             else "bias_v is set but bias_k is None")
+    q = q.reshape(tgt_len, bsz * heads, head_dim).transpose(0, 1)
+    k = mha.static_heads(k, static_k, "static_k", bsz, heads, head_dim)
+    v = mha.static_heads(v, static_v, "static_v", bsz, heads, head_dim)
+    if add_zero_attn:
+        zeros = jt.zeros((bsz * heads, 1, head_dim), dtype=k.dtype, device=k.device)
+        k = jt.cat([k, zeros], dim=1)
+        v = jt.cat([v, zeros.to(v.dtype)], dim=1)
+        attn_mask, key_padding_mask = mha.extend_masks(attn_mask, key_padding_mask)
+    src_len = k.shape[1]
+    if key_padding_mask is not None:
+        if key_padding_mask.shape[0] != bsz:
+            raise AssertionError(f"Expected key_padded_mask.shape[0] to be {bsz}, but got "
+                                 f"{key_padding_mask.shape[0]}")
+        if key_padding_mask.shape[1] != src_len:
+            raise AssertionError(f"Expected key_padded_mask.shape[1] to be {src_len}, but got "
+                                 f"{key_padding_mask.shape[1]}")
+        kpm = key_padding_mask.view(bsz, 1, 1, src_len).expand(-1, heads, -1, -1).reshape(bsz * heads, 1, src_len)
+        attn_mask = kpm if attn_mask is None else attn_mask + kpm
+    if not training:
+        dropout_p = 0.0
+    if need_weights:
+        out, weights = _mha_weights(q, k, v, attn_mask, dropout_p, is_causal)
+        out = out.transpose(0, 1).reshape(tgt_len * bsz, embed_dim)
+        out = linear(out, out_proj_weight, out_proj_bias)
+        out = out.view(tgt_len, bsz, out.shape[1])
+        weights = weights.view(bsz, heads, tgt_len, src_len)
+        if average_attn_weights:
+            weights = weights.mean(dim=1)
+        return (out, weights) if batched else (out.squeeze(1), weights.squeeze(0))
+    if attn_mask is not None:
+        if attn_mask.shape[0] == 1 and attn_mask.dim() == 3:
+            attn_mask = attn_mask.unsqueeze(0)
+        else:
+            attn_mask = attn_mask.view(bsz, heads, -1, src_len)
+    q = q.reshape(bsz, heads, tgt_len, head_dim)
+    k = k.reshape(bsz, heads, src_len, head_dim)
+    v = v.reshape(bsz, heads, src_len, head_dim)
+    out = scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, is_causal)
+    out = out.permute(2, 0, 1, 3).reshape(bsz * tgt_len, embed_dim)
+    out = linear(out, out_proj_weight, out_proj_bias)
+    out = out.view(tgt_len, bsz, out.shape[1])
+    return (out, None) if batched else (out.squeeze(1), None)
+
+
+def _mha_weights(q, k, v, attn_mask, dropout_p, is_causal):
+    """The attention output (N * heads, L, head_dim) and its softmax weights, as torch's need_weights path."""
+    if is_causal and attn_mask is None:
+        raise AssertionError("FIXME: is_causal not implemented for need_weights")
+    q_scaled = q * math.sqrt(1.0 / float(q.shape[-1]))
+    if attn_mask is not None:
+        scores = jt.baddbmm(attn_mask, q_scaled, k.transpose(-2, -1))
+    else:
+        scores = jt.bmm(q_scaled, k.transpose(-2, -1))
+    weights = softmax(scores, dim=-1)
+    if dropout_p > 0.0:
+        weights = dropout(weights, p=dropout_p)
+    return jt.bmm(weights, v), weights
+
+
+# Time-batch-channel convolution ----------------------------------------------------------------------------
+
+def conv_tbc(input, weight, bias, pad=0):
+    """A 1-D convolution of ``(time, batch, in_channels)`` input by ``(kernel_width, in_channels,
+    out_channels)`` weights plus ``bias`` ``(out_channels,)``, ``pad`` steps of zeros at both ends: `conv1d` in
+    (batch, channels, time) layout (torch's ``conv_tbc``)."""
+    if not isinstance(bias, jt.Tensor):
+        raise TypeError(f"conv_tbc(): argument 'bias' (position 3) must be Tensor, not {type(bias).__name__}")
+    if input.ndim != 3:
+        raise RuntimeError("Input must have 3 dims: time, batch, in_channel")
+    if weight.ndim != 3:
+        raise RuntimeError("Weight tensor must have 3 dims: kernel_width, in_channels, out_channels.")
+    if bias.ndim != 1:
+        raise RuntimeError("Bias must be 1-D")
+    if input.shape[2] != weight.shape[1]:
+        raise RuntimeError("Input dim 2 (input channels) is not == dim 1 in the weight tensor")
+    if weight.shape[2] != bias.shape[0]:
+        raise RuntimeError("Bias size must equal dim 2 in the weight tensor (output channels).")
+    steps = input.shape[0] + 2 * pad - weight.shape[0] + 1
+    if steps < 0:
+        raise RuntimeError(f"Trying to create tensor with negative dimension {steps}: "
+                           f"[{steps}, {input.shape[1]}, {weight.shape[2]}]")
+    out = conv1d(input.permute(1, 2, 0), weight.permute(2, 1, 0), bias, padding=pad)
+    return out.permute(2, 0, 1)

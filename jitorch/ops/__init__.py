@@ -4,6 +4,6 @@ from . import registry  # noqa: F401
 from . import (  # noqa: F401
     creation, pointwise, reductions, views, linalg, decompositions, shape_ops, indexing, random_ops, casts, autocast,
     pointwise_scaled, scans, statistics, searching, arrangements, diagonals, selection, distances, windows,
-    real_identities, recurrences, normalization, linear, attention, special_ops, ldl,
+    real_identities, recurrences, normalization, linear, attention, special_ops, ldl, ctc,
 )
 from . import out_dtypes  # noqa: F401  (after the ops it checks)

@@ -9,6 +9,8 @@ where the bias add fuses into its consumers (the op has no lowering of its own).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..runtime import dtypes as _dt
@@ -41,7 +43,9 @@ def _linear_meta(input, weight, bias):
 
 def _linear_cpu(spec, x, weight, bias):
     c, result = spec.compute.np, spec.dtype.np
-    out = array_product(x.reshape(-1, x.shape[-1]).astype(c, copy=False), weight.T.astype(c, copy=False))
+    # (the rows counted: NumPy cannot infer -1 rows of an empty input with no features)
+    out = array_product(x.reshape(math.prod(x.shape[:-1]), x.shape[-1]).astype(c, copy=False),
+                        weight.T.astype(c, copy=False))
     if bias is not None:
         # half types: the product rounded, then the sum, as the composed matmul and add (torch's CPU linear
         # of a vector or a strided batch)
@@ -79,7 +83,7 @@ def _linear_fast(args, record=True):
     wa = weight._arr if weight._arr is not None else weight._array()
     token = fp_errors.enter()
     try:
-        out = array_product(xa if len(shape) == 2 else xa.reshape(-1, shape[-1]), wa.T)
+        out = array_product(xa if len(shape) == 2 else xa.reshape(math.prod(shape[:-1]), shape[-1]), wa.T)
         if bias is not None:
             out += bias._arr if bias._arr is not None else bias._array()
     finally:

@@ -61,6 +61,12 @@ FULL_RANK = frozenset({"cholesky_solve", "cholesky_inverse", "lu_solve", "linalg
                        "linalg_lstsq", "_linalg_lstsq", "linalg_lu_factor_ex", "lu"})
 
 
+# Ops whose rule is torch's gradient with respect to something other than the op's input: ``_ctc_loss``'s is the
+# gradient with respect to the logits its log-probabilities came from by log_softmax (torch's formula), checked by
+# gradcheck through log_softmax in tests/nn/test_ctc_loss.py.
+NOT_THE_INPUTS_DERIVATIVE = frozenset({"_ctc_loss"})
+
+
 # Ops whose backward is an op without a derivative of its own (the fused RNN layer's, as torch's cuDNN RNN, and
 # the fused attention's, as torch's fused attention kernels): their gradgradcheck must raise.
 FIRST_ORDER_ONLY = frozenset({"_rnn_layer", "_attention"})
@@ -273,7 +279,8 @@ def _differentiable(name):
     without samples is left to tests/ops/test_op_contract.py, which asks for them). Rules that cut the
     gradient are checked by test_ops_that_cut_the_gradient_give_zeros_written_in_place instead."""
     if name in RULES:
-        return not _cuts(name) and name not in HOUSEHOLDER  # (it raises: tests/ops/test_decompositions.py)
+        # (HOUSEHOLDER's raises: tests/ops/test_decompositions.py)
+        return not _cuts(name) and name not in HOUSEHOLDER and name not in NOT_THE_INPUTS_DERIVATIVE
     return (registry.OPS[name].composite is not None and name not in NONDIFFERENTIABLE and name in SAMPLES
             and next(_cases(name), None) is not None)
 

@@ -11,9 +11,10 @@ def served_by_fallback(op):
     return fallback is not None and fallback(None) is True
 
 
-# backward-only kernels whose own backward (a double backward) raises, as torch's cuDNN RNN's and fused
-# attention's do (tests/nn/test_rnn.py and tests/codegen/test_attention.py check the error)
-FIRST_ORDER_ONLY_BACKWARDS = {"_rnn_layer_backward", "_attention_backward"}
+# backward-only kernels whose own backward (a double backward) raises, as torch's cuDNN RNN's, fused
+# attention's and CTC loss's do (tests/nn/test_rnn.py, tests/codegen/test_attention.py and tests/nn/test_ctc_loss.py
+# check the error)
+FIRST_ORDER_ONLY_BACKWARDS = {"_rnn_layer_backward", "_attention_backward", "_ctc_loss_backward"}
 
 
 def test_every_differentiable_op_has_a_rule():

@@ -89,3 +89,14 @@ def same_error(fn, *arrays):
         fn(JF, *(jt.tensor(np.asarray(a)) for a in arrays))
     mine, theirs = (str(e.value).split("\n")[0] for e in (got, expected))
     assert mine.replace("jitorch", "torch") == theirs, f"jitorch: {mine}\n  torch: {theirs}"
+
+
+def normal(shape, key=0):
+    """Standard normal float64 values of ``shape``, the same for the same shape and ``key`` whichever tests ran
+    before (each call seeds its own generator)."""
+    return np.random.default_rng([139, key, *shape]).standard_normal(shape)
+
+
+def uniform(shape, key=0):
+    """Uniform [0, 1) values of ``shape``, reproducible as `normal`."""
+    return np.random.default_rng([139, key, *shape]).random(shape)

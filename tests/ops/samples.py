@@ -21,6 +21,7 @@ hand-written builder below.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -851,6 +852,23 @@ def _attention_backward_samples(m):
     return out
 
 
+def _ctc_args(m):
+    """Arguments of ``_ctc_loss`` (log_probs, targets, input_lengths, target_lengths, blank, zero_infinity): padded
+    targets with a repeated label and transposed log-probabilities, concatenated targets with another blank, an
+    empty target and an empty input."""
+    lengths = functools.partial(jt.tensor, dtype=jt.int64)
+    repeated = jt.tensor([[1, 1, 2], [3, 1, 0]])
+    return [(m.f((6, 2, 4), "transposed"), repeated, lengths([6, 5]), lengths([3, 2]), 0, False),
+            (m.f((5, 3, 4)), m.idx((5,), 3), lengths([5, 4, 3]), lengths([2, 0, 3]), 3, True),
+            (m.f((3, 2, 3)), jt.tensor([[1, 2]]).expand(2, 2), lengths([0, 3]), lengths([0, 1]), 0, False)]
+
+
+def _ctc_backward_samples(m):
+    """Each `_ctc_args` sample with a gradient of its losses and the losses."""
+    return [S(m.f((args[0].shape[1],)), *args[:4], registry.OPS["_ctc_loss"](*args), *args[4:])
+            for args in _ctc_args(m)]
+
+
 SHAPES_AND_STATISTICS = _by_names(
     ("cummax cummin", _running),
     ("logcumsumexp", lambda m: [S(m.mat(), 1), S(m.cube(), 0), S(m.scalar(), 0), S(m.f((0, 3)), 1)]),
@@ -950,6 +968,8 @@ SHAPES_AND_STATISTICS = _by_names(
     ("_rnn_layer_backward", _rnn_backward_samples),
     ("_attention", lambda m: [S(*args) for args in _attention_args(m)]),
     ("_attention_backward", _attention_backward_samples),
+    ("_ctc_loss", lambda m: [S(*args) for args in _ctc_args(m)]),
+    ("_ctc_loss_backward", _ctc_backward_samples),
     ("linear", lambda m: [S(m.cube(), m.f((5, 4)), m.f((5,))), S(m.mat(), m.f((2, 4), "transposed")),
                           S(m.f((4,)), m.f((3, 4)), m.f(())), S(m.f((0, 4)), m.f((2, 4)), m.f((2,)))]),
     ("layer_norm", lambda m: [S(m.cube(), [4], m.f((4,)), m.f((4,))), S(m.mat(), [3, 4]), S(m.f((5, 3), "strided"), [3], None,

@@ -47,6 +47,9 @@ NO_TORCH_COUNTERPART = {
     # F.scaled_dot_product_attention (values and gradients) in tests/ops/test_attention.py and
     # tests/codegen/test_attention.py
     "_attention", "_attention_backward",
+    # CTC loss's per-sample losses and torch's gradient (torch's aten._ctc_loss also returns its log alpha):
+    # compared with torch through F.ctc_loss in tests/nn/test_ctc_loss.py
+    "_ctc_loss", "_ctc_loss_backward",
 }
 
 # Ops that are torch ATen operators without a public function or method: jitorch runs them through the

@@ -363,6 +363,54 @@ def _pool_padding_error(name):
     return recipe
 
 
+# nn ops added by helper 139 (sampling, CTC, fractional pooling, multi-head attention's functional form) --------
+
+def _normal(lib, seed, *shape):
+    return lib.tensor(np.random.default_rng(seed).standard_normal(shape).astype(np.float32))
+
+
+def _bag_args(lib):
+    weight = _normal(lib, 1, 6, 3)
+    return weight, lib.root.tensor([1, 2, 4, 5, 4, 3, 2, 0]), lib.root.tensor([0, 2, 2, 5])
+
+
+def _ctc_args(lib):
+    return (_normal(lib, 2, 6, 2, 4).log_softmax(2), lib.root.tensor([[1, 2, 2], [3, 1, 0]]), [6, 5], [3, 2])
+
+
+def _fractional(nd, name):
+    def recipe(lib):
+        shape = (2, 3, 7, 8) if nd == 2 else (1, 2, 5, 6, 7)
+        samples = lib.tensor(np.random.default_rng(3).random((shape[0], shape[1], nd)).astype(np.float32))
+        pool = getattr(lib.root.nn.functional, name)
+        return pool(_normal(lib, 4, *shape), 2, (3,) * nd, return_indices=True, _random_samples=samples)
+    return recipe
+
+
+def _mha(lib):
+    q, w, ow = _normal(lib, 5, 3, 2, 8), _normal(lib, 6, 24, 8), _normal(lib, 7, 8, 8)
+    return lib.root.nn.functional.multi_head_attention_forward(q, q, q, 8, 2, w, None, None, None, False, 0.0, ow,
+                                                                None, need_weights=True)
+
+
+def _nn_op_recipes():
+    F = "torch.nn.functional."
+    return {
+        "torch.embedding_bag": [r(lambda lib: lib.root.embedding_bag(*_bag_args(lib), False, mode, False, None, False,
+                                                                     None)) for mode in (0, 1, 2)],
+        F + "embedding_bag": [r(lambda lib: (lambda w, i, o: lib.root.nn.functional.embedding_bag(
+            i, w, o, mode="max"))(*_bag_args(lib)))],
+        "torch.ctc_loss": [r(lambda lib: lib.root.ctc_loss(*_ctc_args(lib)))],
+        F + "affine_grid": [r(lambda lib: lib.root.nn.functional.affine_grid(_normal(lib, 8, 2, 2, 3), (2, 1, 3, 4),
+                                                                             align_corners=False))],
+        F + "conv_tbc": [r(lambda lib: lib.root.nn.functional.conv_tbc(
+            _normal(lib, 9, 5, 2, 3), _normal(lib, 10, 3, 3, 4), _normal(lib, 11, 4), 1))],
+        **{F + name: [r(_fractional(nd, name))] for nd in (2, 3)
+           for name in (f"fractional_max_pool{nd}d", f"fractional_max_pool{nd}d_with_indices")},
+        F + "multi_head_attention_forward": [r(_mha)],
+    }
+
+
 # Argument forms the issue found missing, tried besides an entry's own samples (they must match too).
 FORMS = {
     **_reduction_forms(),
@@ -384,4 +432,4 @@ UNCALLED = {f"torch.Tensor.{name}": "needs CUDA (torch here is CPU-only)" for na
                                                                                    "record_stream", "is_pinned")}
 
 RECIPES = {**_global_settings(), **_factories(), **_utilities(), **_tensor_methods(), **_init(),
-           **_more_recipes()}
+           **_more_recipes(), **_nn_op_recipes()}

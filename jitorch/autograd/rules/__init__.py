@@ -1,5 +1,5 @@
 """Derivative rules, one module per family of ops."""
 
 from . import (  # noqa: F401
-    attention, elementwise, linalg, linear, normalization, pointwise_scaled, recurrences, reductions, sampling, scans,
-    searching, selection, special, structural)
+    attention, ctc, elementwise, linalg, linear, normalization, pointwise_scaled, recurrences, reductions, sampling,
+    scans, searching, selection, special, structural)

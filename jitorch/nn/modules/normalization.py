@@ -6,6 +6,10 @@ from __future__ import annotations
 import numbers
 import warnings
 
+import numpy as np
+
+import jitorch as jt
+
 from ...runtime import dtypes as _dt
 from .. import init
 from ..parameter import Parameter
@@ -261,8 +265,8 @@ class RMSNorm(Module):
         return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
 
 
-class LocalResponseNorm(Module):
-    """Each element divided by ``(k + alpha * mean of x^2 over size neighbouring channels)^beta``."""
+class _ResponseNorm(Module):
+    """The parameters of a cross-channel response normalisation: ``size`` channels, ``alpha``, ``beta``, ``k``."""
 
     def __init__(self, size, alpha=1e-4, beta=0.75, k=1.0):
         super().__init__()
@@ -271,8 +275,74 @@ class LocalResponseNorm(Module):
         self.beta = beta
         self.k = k
 
+    def extra_repr(self):
+        return f"{self.size}, alpha={self.alpha}, beta={self.beta}, k={self.k}"
+
+
+class LocalResponseNorm(_ResponseNorm):
+    """Each element divided by ``(k + alpha * mean of x^2 over size neighbouring channels)^beta``."""
+
     def forward(self, input):
         return F.local_response_norm(input, self.size, self.alpha, self.beta, self.k)
 
-    def extra_repr(self):
-        return f"{self.size}, alpha={self.alpha}, beta={self.beta}, k={self.k}"
+
+def _forward_sums(channels, size):
+    """The (C, C) 0/1 matrix whose column c picks the channels torch's legacy CrossMapLRN2d sums for channel c:
+    its running sum adds channel ``c + pre - 1`` and drops ``c - pre`` only from ``c > pre`` on, so channel 0
+    is never dropped (``pre = (size - 1) // 2 + 1``)."""
+    pre = int((size - 1) / 2 + 1)
+    picks = np.zeros((channels, channels))
+    picks[0] = 1
+    for c in range(channels):
+        low = c - pre + 1 if c > pre else 1
+        picks[max(low, 1):min(c + pre - 1, channels - 1) + 1, c] = 1
+    return picks
+
+
+def _backward_sums(channels, size):
+    """The (C, C) 0/1 matrix of the ``size`` channels around each channel that torch's legacy backward sums
+    (a symmetric window starting ``size - (size - 1) // 2`` before: not the forward's, as in torch)."""
+    before = int(size - (size - 1) / 2)
+    picks = np.zeros((channels, channels))
+    for c in range(channels):
+        picks[max(c - before, 0):max(min(c + size - before, channels), 0), c] = 1
+    return picks
+
+
+def _channel_sums(x, picks):
+    """``x`` (N, C, H, W) summed over channels by the columns of ``picks``."""
+    weights = jt.tensor(picks, dtype=x.dtype, device=x.device)
+    return jt.matmul(x.movedim(1, -1), weights).movedim(-1, 1)
+
+
+class _CrossMapLRN2d(jt.autograd.Function):
+    """torch's legacy ``_cross_map_lrn2d``: its forward and its own backward formula, as registry ops."""
+
+    @staticmethod
+    def forward(ctx, input, size, alpha, beta, k):
+        if input.dim() != 4:
+            raise ValueError(f"CrossMapLRN2d: Expected input to be 4D, got {input.dim()}D instead.")
+        scale = _channel_sums(input * input, _forward_sums(input.shape[1], size)) * (alpha / size) + k
+        output = input * scale.pow(-beta)
+        ctx.save_for_backward(input, output, scale)
+        ctx.args = (size, alpha, beta)
+        return output
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        input, output, scale = ctx.saved_tensors
+        size, alpha, beta = ctx.args
+        ratio = _channel_sums(grad_output * output / scale, _backward_sums(input.shape[1], size))
+        grad = scale.pow(-beta) * grad_output - (2 * alpha * beta / size) * input * ratio
+        return grad, None, None, None, None
+
+
+class CrossMapLRN2d(_ResponseNorm):
+    """torch's legacy (Lua torch) cross-channel local response normalisation of (N, C, H, W) input, with its
+    window quirk and its backward formula (see `_forward_sums`)."""
+
+    def __init__(self, size, alpha=1e-4, beta=0.75, k=1):
+        super().__init__(size, alpha, beta, k)  # (torch's default k here is the int 1)
+
+    def forward(self, input):
+        return _CrossMapLRN2d.apply(input, self.size, self.alpha, self.beta, self.k)

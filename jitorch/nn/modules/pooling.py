@@ -247,3 +247,46 @@ class AdaptiveMaxPool3d(_AdaptiveMaxPoolNd):
     """Adaptive max pooling of the last three dims."""
 
     _function = "adaptive_max_pool3d"
+
+
+class _FractionalMaxPoolNd(Module):
+    """Max over windows at pseudo-random steps (``F.fractional_max_pool{2,3}d``); ``_random_samples``, a buffer
+    when given, fixes the steps."""
+
+    _nd = 2
+
+    def __init__(self, kernel_size, output_size=None, output_ratio=None, return_indices=False, _random_samples=None):
+        super().__init__()
+        ntuple = _pair if self._nd == 2 else _triple
+        name = type(self).__name__
+        if self._nd == 3 and (isinstance(kernel_size, int) and kernel_size <= 0 or not isinstance(kernel_size, int)
+                              and not all(k > 0 for k in kernel_size)):
+            raise ValueError(f"kernel_size must be greater than 0, but got {kernel_size}")
+        self.kernel_size = ntuple(kernel_size)
+        self.return_indices = return_indices
+        self.register_buffer("_random_samples", _random_samples)
+        self.output_size = ntuple(output_size) if output_size is not None else None
+        self.output_ratio = ntuple(output_ratio) if output_ratio is not None else None
+        if output_size is None and output_ratio is None:
+            raise ValueError(f"{name} requires specifying either an output size, or a pooling ratio")
+        if output_size is not None and output_ratio is not None:
+            raise ValueError("only one of output_size and output_ratio may be specified")
+        if self.output_ratio is not None and not all(0 < r < 1 for r in self.output_ratio):
+            raise ValueError(f"output_ratio must be between 0 and 1 (got {output_ratio})")
+
+    def forward(self, input):
+        pool = F.fractional_max_pool2d if self._nd == 2 else F.fractional_max_pool3d
+        return pool(input, self.kernel_size, self.output_size, self.output_ratio, self.return_indices,
+                    _random_samples=self._random_samples)
+
+
+class FractionalMaxPool2d(_FractionalMaxPoolNd):
+    """Fractional max pooling of (N, C, H, W) or (C, H, W) input."""
+
+    _nd = 2
+
+
+class FractionalMaxPool3d(_FractionalMaxPoolNd):
+    """Fractional max pooling of (N, C, T, H, W) or (C, T, H, W) input."""
+
+    _nd = 3
