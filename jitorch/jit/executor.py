@@ -726,6 +726,22 @@ class Plan:
         return not set(readers) & _feeding_reductions(step.nodes)
 
 
+def checks_early(steps):
+    """``steps`` with each step of value checks (``_check_values``: `ops.value_checks`) moved up to just after
+    the steps that make what it reads (and after the checks before it, whose error comes first as eagerly): a
+    bad value raises before the steps it need not wait for write an output, or an input in place."""
+    out, last_check = [], 0
+    for step in steps:
+        if isinstance(step, EagerStep) and all(n.op.kind == "check" for n in step.nodes):
+            reads = set(step.reads())
+            at = max([last_check] + [i + 1 for i, s in enumerate(out) if reads.intersection(s.writes())])
+            out.insert(at, step)
+            last_check = at + 1
+        else:
+            out.append(step)
+    return out
+
+
 def _warning_as_traced(graph, run):
     """``run`` that gives the warnings of ``graph``'s trace on every call (see `warning_as_traced`)."""
     def run_warning(inputs):
@@ -1033,6 +1049,7 @@ class CompiledGraph:
             self.steps = interop.pair_products(self.steps, _product_work, _movable,
                                                lambda a, b: ProductPair(a.nodes + b.nodes, "product pair"),
                                                SPLIT_MIN_WORK)
+        self.steps = checks_early(self.steps)
         self.plan = Plan(self.graph, self.steps, self.layouts)
         self._checked = self._unvouched_layouts()
         self._build_inplace_kernels()

@@ -1,0 +1,139 @@
+"""Checks of tensor values that raise eager's error, in eager code and in compiled graphs alike.
+
+A check that reads values (a class index out of range, a probability outside [0, 1]) cannot run while a
+function is traced: the trace has no values. `check` runs it at once in eager code and records it as the op
+``_check_values`` under a trace, so a compiled call runs it each time, with eager's exception type and message.
+The graph's passes never remove, merge or fold a check (its kind is "check": `ir.passes.rewrite.has_effects`),
+and the executor runs it before any step that writes an output or an input in place (`jit.executor`).
+
+An op that raises on its values (an index out of range, a matrix that is not positive-definite: `VALUE_CHECKED`)
+keeps its check when its result is unused: dead-code elimination replaces it by a ``_check_values`` node of rule
+"op", which replays the op on the same tensors and drops its result (`ir.passes.dce`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..runtime import dtypes as _dt
+from ..runtime.device import to_device
+from ..runtime.grad_mode import no_grad
+from .registry import DISPATCH_HOOKS, OPS, TensorSpec, defop
+
+# The ops whose eager call can raise on the values of its tensors (not on their shapes or dtypes)
+VALUE_CHECKED = frozenset((
+    "gather", "index", "index_add", "index_copy", "index_fill", "index_fill.Tensor", "index_put", "index_reduce",
+    "index_select", "put", "scatter", "scatter.value", "scatter_add", "scatter_reduce", "take", "take_along_dim",
+    "unravel_index", "masked_scatter", "bincount", "cholesky", "linalg_cholesky_ex", "inverse", "linalg_inv_ex",
+    "linalg_solve_ex", "cholesky_inverse",
+))
+_CPU = to_device("cpu")  # (where a check's 0-d result lies, whatever device its tensors are on)
+
+
+def _host(t):
+    """The values of tensor ``t`` as a NumPy array on the host."""
+    return (t if not t._storage.on_device else t.cpu())._array()
+
+
+def _first(array, bad):
+    return array[bad].reshape(-1)[0].item()
+
+
+def _probabilities(x):
+    # (NaN is outside [0, 1] too, as in torch's check)
+    if x.size and not ((x >= 0) & (x <= 1)).all():
+        raise RuntimeError("all elements of input should be between 0 and 1")
+
+
+def _class_targets(target, classes, ignore_index):
+    bad = (target != ignore_index) & ((target < 0) | (target >= classes))
+    if bad.any():
+        raise IndexError(f"Target {_first(target, bad)} is out of bounds.")
+
+
+def _one_hot_classes(t, classes):
+    if t.size and t.min() < 0:
+        raise RuntimeError("Class values must be non-negative.")
+    if t.size and t.max() >= classes:
+        raise RuntimeError("Class values must be smaller than num_classes.")
+
+
+def _nonnegative_variance(var):
+    if (var < 0).any():
+        raise ValueError("var has negative entry/entries")
+
+
+def _margin_targets(target, classes):
+    if ((target < 0) | (target >= classes)).any():
+        raise RuntimeError("target out of range")
+
+
+def _multilabel_targets(target, classes):
+    if ((target < -1) | (target >= classes)).any():
+        raise RuntimeError("argument #2 'target' is out of range")
+
+
+def _unpool_indices(indices, volume, sizes):
+    bad = (indices < 0) | (indices >= volume)
+    if bad.any():
+        raise RuntimeError(f"Found an invalid max index: {_first(indices, bad)} (output volumes are of size "
+                           f"{'x'.join(map(str, sizes))})")
+
+
+def _bag_indices(flat, rows):
+    bad = (flat < 0) | (flat >= rows)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise IndexError(f"Index {i} of input takes value {flat[i].item()} which is not in the valid range "
+                         f"[0, {rows})")
+
+
+# rule name -> check(*host arrays, *params): raises eager's error where the values are bad
+RULES = {
+    "probabilities": _probabilities,
+    "class_targets": _class_targets,
+    "one_hot_classes": _one_hot_classes,
+    "nonnegative_variance": _nonnegative_variance,
+    "margin_targets": _margin_targets,
+    "multilabel_targets": _multilabel_targets,
+    "unpool_indices": _unpool_indices,
+    "bag_indices": _bag_indices,
+}
+
+
+def check(rule, tensors, *params):
+    """Raise eager's error where the values of ``tensors`` break ``rule`` (a name in `RULES`, given ``params``,
+    Python literals): at once in eager code, at each call of a compiled graph when traced. Tensors without
+    values (meta tensors) are not checked."""
+    if DISPATCH_HOOKS:  # a trace (or a profile) takes the call: the check becomes a node
+        OPS["_check_values"](list(tensors), rule, list(params))
+    elif all(t._storage.data is not None or t._storage.on_device for t in tensors):
+        RULES[rule](*(_host(t) for t in tensors), *params)
+
+
+def _replay(tensors, name, template, places):
+    """Run op ``name`` as eagerly, for its checks: ``template`` is its arguments with None where
+    ``tensors`` go, at ``places`` (an argument's position, or its position and a position within it)."""
+    args = [list(a) if isinstance(a, (list, tuple)) else a for a in template]
+    for t, place in zip(tensors, places):
+        if len(place) == 1:
+            args[place[0]] = t
+        else:
+            args[place[0]][place[1]] = t
+    with no_grad():
+        OPS[name](*args)
+
+
+def _check_values_cpu(spec, tensors, rule, params):
+    if rule == "op":
+        _replay(tensors, *params)
+    elif all(t._storage.data is not None or t._storage.on_device for t in tensors):
+        RULES[rule](*(_host(t) for t in tensors), *params)
+    return np.ones((), bool)
+
+
+defop("_check_values(Any tensors, str rule, Any params) -> Tensor", kind="check", variants=("function",),
+      meta=lambda tensors, rule, params: TensorSpec((), _dt.bool, _CPU),
+      cpu=_check_values_cpu,
+      doc="Raises eager's error where the values of ``tensors`` break ``rule`` (`value_checks.RULES`, or \"op\": "
+          "replay an op whose result is unused); else a 0-d True. A graph's passes never remove it.")
