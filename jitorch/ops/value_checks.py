@@ -17,8 +17,10 @@ import numpy as np
 
 from ..runtime import dtypes as _dt
 from ..runtime.device import to_device
+from ..runtime.dtypes import from_numpy_dtype
 from ..runtime.grad_mode import no_grad
-from .registry import DISPATCH_HOOKS, OPS, TensorSpec, defop
+from . import registry
+from .registry import OPS, TensorSpec, defop
 
 # The ops whose eager call can raise on the values of its tensors (not on their shapes or dtypes)
 VALUE_CHECKED = frozenset((
@@ -27,7 +29,7 @@ VALUE_CHECKED = frozenset((
     "unravel_index", "masked_scatter", "bincount", "cholesky", "linalg_cholesky_ex", "inverse", "linalg_inv_ex",
     "linalg_solve_ex", "cholesky_inverse",
 ))
-_CPU = to_device("cpu")  # (where a check's 0-d result lies, whatever device its tensors are on)
+_CPU = to_device("cpu")
 
 
 def _host(t):
@@ -84,7 +86,7 @@ def _bag_indices(flat, rows):
     bad = (flat < 0) | (flat >= rows)
     if bad.any():
         i = int(np.argmax(bad))
-        raise IndexError(f"Index {i} of input takes value {flat[i].item()} which is not in the valid range "
+        raise RuntimeError(f"Index {i} of input takes value {flat[i].item()} which is not in the valid range "
                          f"[0, {rows})")
 
 
@@ -105,17 +107,18 @@ def check(rule, tensors, *params):
     """Raise eager's error where the values of ``tensors`` break ``rule`` (a name in `RULES`, given ``params``,
     Python literals): at once in eager code, at each call of a compiled graph when traced. Tensors without
     values (meta tensors) are not checked."""
-    if DISPATCH_HOOKS:  # a trace (or a profile) takes the call: the check becomes a node
+    if registry.DISPATCH_HOOKS:  # a trace (or a profile) takes the call: the check becomes a node
         OPS["_check_values"](list(tensors), rule, list(params))
     elif all(t._storage.data is not None or t._storage.on_device for t in tensors):
         RULES[rule](*(_host(t) for t in tensors), *params)
 
 
-def _replay(tensors, name, template, places):
-    """Run op ``name`` as eagerly, for its checks: ``template`` is its arguments with None where
-    ``tensors`` go, at ``places`` (an argument's position, or its position and a position within it)."""
+def _replay(arrays, name, template, places):
+    """Run op ``name`` as eagerly, for its checks: ``template`` is its arguments with None where the tensors
+    of ``arrays`` go, at ``places`` (an argument's position, or its position and a position within it)."""
     args = [list(a) if isinstance(a, (list, tuple)) else a for a in template]
-    for t, place in zip(tensors, places):
+    for arr, place in zip(arrays, places):
+        t = registry.Tensor._fresh(np.ascontiguousarray(arr), from_numpy_dtype(arr.dtype))
         if len(place) == 1:
             args[place[0]] = t
         else:
@@ -124,16 +127,19 @@ def _replay(tensors, name, template, places):
         OPS[name](*args)
 
 
-def _check_values_cpu(spec, tensors, rule, params):
+def _check_values_cpu(spec, arrays, rule, params):
     if rule == "op":
-        _replay(tensors, *params)
-    elif all(t._storage.data is not None or t._storage.on_device for t in tensors):
-        RULES[rule](*(_host(t) for t in tensors), *params)
+        _replay(arrays, *params)
+    else:
+        RULES[rule](*arrays, *params)
     return np.ones((), bool)
 
 
-defop("_check_values(Any tensors, str rule, Any params) -> Tensor", kind="check", variants=("function",),
-      meta=lambda tensors, rule, params: TensorSpec((), _dt.bool, _CPU),
-      cpu=_check_values_cpu,
+def _check_values_meta(tensors, rule, params):
+    return TensorSpec((), _dt.bool, tensors[0].device if tensors else _CPU)
+
+
+defop("_check_values(Tensor[] tensors, str rule, Any params) -> Tensor", kind="check", variants=("function",),
+      meta=_check_values_meta, cpu=_check_values_cpu,
       doc="Raises eager's error where the values of ``tensors`` break ``rule`` (`value_checks.RULES`, or \"op\": "
           "replay an op whose result is unused); else a 0-d True. A graph's passes never remove it.")

@@ -6,6 +6,7 @@ in its place, which raises as eager's call would."""
 from __future__ import annotations
 
 from ...ops.registry import OPS
+from ...runtime import dtypes as _dt
 from ...ops.value_checks import VALUE_CHECKED
 from ..graph import Node, Value
 from ..values import TensorType
@@ -61,6 +62,5 @@ def _check_of(graph, node):
             template.append(a)
     op = OPS["_check_values"]
     check = Node(op, (tensors, "op", [node.op.name, template, places]))
-    spec = op.meta(tensors, "op", None)
-    check.outputs.append(Value(graph._fresh(), TensorType(tuple(spec.shape), spec.dtype, spec.device), check, 0))
+    check.outputs.append(Value(graph._fresh(), TensorType((), _dt.bool, tensors[0].type.device), check, 0))
     return check
