@@ -81,6 +81,14 @@ CASES = {
     "multilabel_margin_target": (_multilabel_margin, [X45, np.int64([[1, 7, -1, 0, 0]] * 4)], "multilabel_targets"),
     "max_unpool_index": (_max_unpool, [X45[None, :2, :2], np.int64([[[0, 9], [1, 2]]])], "unpool_indices"),
     "embedding_bag_index": (_embedding_bag, [np.int64([0, 2, 9]), X45, np.int64([0, 2])], "bag_indices"),
+    "cholesky_not_positive_definite": (lambda lib, a: lib.linalg.cholesky(a) * 2, [-np.eye(3, dtype=np.float32)],
+                                       "linalg_failures"),
+    "cholesky_batch_element": (lambda lib, a: lib.cholesky(a), [np.float32([np.eye(2), -np.eye(2)])],
+                               "linalg_failures"),
+    "inv_singular": (lambda lib, a: lib.linalg.inv(a) + 1, [np.float32([[1, 2], [2, 4]])], "linalg_failures"),
+    "solve_singular": (lambda lib, a: lib.linalg.solve(a, a[0]), [np.float32([[1, 2], [2, 4]])], "linalg_failures"),
+    "lu_factor_zero_pivot": (lambda lib, a: lib.linalg.lu_factor(a)[0], [np.zeros((2, 2), np.float32)],
+                             "linalg_failures"),
     "dead_index_select": (_dead(None, lambda lib, x, i: x.index_select(0, i)), [X45, np.int64([0, 4])], "op"),
     "dead_gather": (_dead(None, lambda lib, x, i: x.gather(1, i)), [X45, np.int64([[0], [5], [1], [1]])], "op"),
     "dead_getitem": (_dead(None, lambda lib, x, i: x[i]), [X45, np.int64([1, 4])], "op"),
@@ -98,7 +106,7 @@ def _run(fn, lib, arrays):
     try:
         fn(lib, *tensors)
     except Exception as e:  # noqa: BLE001  (what each library raises is the subject)
-        return type(e).__name__, str(e)
+        return type(e).__name__.lstrip("_"), str(e)  # (torch.linalg.LinAlgError is torch._C._LinAlgError)
     return None
 
 
