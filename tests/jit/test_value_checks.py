@@ -104,7 +104,9 @@ CASES = {
 def _run(fn, lib, arrays):
     tensors = [lib.tensor(a.copy()) for a in arrays]
     try:
-        fn(lib, *tensors)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # (torch.cholesky's deprecation)
+            fn(lib, *tensors)
     except Exception as e:  # noqa: BLE001  (what each library raises is the subject)
         return type(e).__name__.lstrip("_"), str(e)  # (torch.linalg.LinAlgError is torch._C._LinAlgError)
     return None
@@ -186,3 +188,19 @@ def test_the_check_op_is_kept_by_every_pass_and_is_not_differentiable():
     loss = jt.nn.functional.binary_cross_entropy(x, jt.tensor([1.0]))
     loss.backward()
     assert x.grad is not None and re.fullmatch(r"-?[0-9.]+", str(float(x.grad[0])))
+
+
+def test_checks_of_cuda_tensors_read_them_on_the_host_eager_and_compiled():
+    """On the (fake) CUDA device a check's tensors are copied to the host: same errors, same good results."""
+    from jitorch.backends.cuda.fake import FakeBackend
+    from jitorch.runtime.cuda_backend import use_backend
+
+    with use_backend(FakeBackend()):
+        x = jt.tensor(X45, device="cuda")
+        for fn in (_cross_entropy, lambda lib, x, t: jt.compile(lambda x, t: _cross_entropy(lib, x, t))(x, t)):
+            with pytest.raises(IndexError, match=r"^Target 7 is out of bounds\.$"):
+                fn(jt, x, jt.tensor([1, 2, 7, 0], device="cuda"))
+        good = jt.tensor([1, 2, 3, 0], device="cuda")
+        want = _cross_entropy(jt, x, good)
+        got = jt.compile(lambda x, t: _cross_entropy(jt, x, t))(x, good)
+        assert got.device.type == "cuda" and float(got) == pytest.approx(float(want), rel=1e-6)
