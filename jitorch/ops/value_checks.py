@@ -4,7 +4,8 @@ A check that reads values (a class index out of range, a probability outside [0,
 function is traced: the trace has no values. `check` runs it at once in eager code and records it as the op
 ``_check_values`` under a trace, so a compiled call runs it each time, with eager's exception type and message.
 The graph's passes never remove, merge or fold a check (its kind is "check": `ir.passes.rewrite.has_effects`),
-and the executor runs it before any step that writes an output or an input in place (`jit.executor`).
+and the executor runs it as soon as what it reads is computed (`jit.executor.checks_early`), before the steps
+that write outputs or inputs in place without depending on it.
 
 An op that raises on its values (an index out of range, a matrix that is not positive-definite: `VALUE_CHECKED`)
 keeps its check when its result is unused: dead-code elimination replaces it by a ``_check_values`` node of rule
@@ -22,12 +23,12 @@ from ..runtime.grad_mode import no_grad
 from . import registry
 from .registry import OPS, TensorSpec, defop
 
-# The ops whose eager call can raise on the values of its tensors (not on their shapes or dtypes)
+# The ops a graph holds whose call can raise on the values of its tensors (not on their shapes or dtypes); the
+# composites built on them (take_along_dim, index_reduce, cholesky, inverse) are traced into them
 VALUE_CHECKED = frozenset((
-    "gather", "index", "index_add", "index_copy", "index_fill", "index_fill.Tensor", "index_put", "index_reduce",
-    "index_select", "put", "scatter", "scatter.value", "scatter_add", "scatter_reduce", "take", "take_along_dim",
-    "unravel_index", "masked_scatter", "bincount", "cholesky", "linalg_cholesky_ex", "inverse", "linalg_inv_ex",
-    "linalg_solve_ex", "cholesky_inverse",
+    "gather", "index", "index_add", "index_copy", "index_fill", "index_fill.Tensor", "index_put", "index_select",
+    "put", "scatter", "scatter.value", "scatter_add", "scatter_reduce", "take", "masked_scatter", "bincount",
+    "linalg_cholesky_ex", "linalg_inv_ex", "linalg_solve_ex", "linalg_lu_factor_ex",
 ))
 _CPU = to_device("cpu")
 
@@ -90,6 +91,11 @@ def _bag_indices(flat, rows):
                          f"[0, {rows})")
 
 
+def _indices_in_range(index, size):
+    if index.size and (index.min() < 0 or index.max() >= size):
+        raise IndexError("index out of range in self")
+
+
 # rule name -> check(*host arrays, *params): raises eager's error where the values are bad
 RULES = {
     "probabilities": _probabilities,
@@ -100,6 +106,7 @@ RULES = {
     "multilabel_targets": _multilabel_targets,
     "unpool_indices": _unpool_indices,
     "bag_indices": _bag_indices,
+    "indices_in_range": _indices_in_range,
 }
 
 

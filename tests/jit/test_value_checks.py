@@ -89,6 +89,8 @@ CASES = {
     "solve_singular": (lambda lib, a: lib.linalg.solve(a, a[0]), [np.float32([[1, 2], [2, 4]])], "linalg_failures"),
     "lu_factor_zero_pivot": (lambda lib, a: lib.linalg.lu_factor(a)[0], [np.zeros((2, 2), np.float32)],
                              "linalg_failures"),
+    "index_reduce_index": (lambda lib, x, i: x.index_reduce(0, i, x[:2], "prod"), [X45, np.int64([0, 4])],
+                           "indices_in_range"),
     "dead_index_select": (_dead(None, lambda lib, x, i: x.index_select(0, i)), [X45, np.int64([0, 4])], "op"),
     "dead_gather": (_dead(None, lambda lib, x, i: x.gather(1, i)), [X45, np.int64([[0], [5], [1], [1]])], "op"),
     "dead_getitem": (_dead(None, lambda lib, x, i: x[i]), [X45, np.int64([1, 4])], "op"),

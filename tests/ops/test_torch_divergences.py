@@ -153,3 +153,13 @@ def test_gcd_and_lcm_of_floats_raise_torchs_not_implemented_error(name):
             getattr(lib, name)(lib.tensor([4, 6]), lib.tensor([2.0, 3.0]))
         errors.append(str(info.value))
     assert errors[1] == errors[0] == f'"{name}_cpu" not implemented for \'Float\''
+
+
+def test_searchsorted_with_a_sorter_out_of_range_raises_torchs_error():
+    """NumPy's IndexError from take_along_axis leaked out; torch checks the sorter first."""
+    errors = []
+    for lib in (torch, jt):
+        with pytest.raises(RuntimeError) as info:
+            lib.searchsorted(lib.tensor([1.0, 2.0]), lib.tensor([1.5]), sorter=lib.tensor([7, 1]))
+        errors.append(str(info.value))
+    assert errors[1] == errors[0] == "torch.searchsorted(): sorter index out of range"
