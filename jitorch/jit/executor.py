@@ -623,9 +623,11 @@ class Plan:
         shared_values = {}
         for v in [value for _, value in graph.mutations] + list(graph.output_values()):
             shared_values[v] = shared_values.get(v, 0) + 1
+        # an input is written in place only after the last check of values (`checks_early`), which may raise
+        last_check = max((j for j, step in enumerate(steps) if _checks(step)), default=-1)
         for j, step in enumerate(steps):
             if isinstance(step, KernelStep) and step.kernel.source.kind in ("pointwise", "reduction") \
-                    and step.kernel.source.split is None:
+                    and step.kernel.source.split is None and j > last_check:
                 for v in step.outputs:
                     target = mutated.get(v)
                     if target is not None and shared_values.get(v, 0) == 1 and target not in layouts \
@@ -726,13 +728,18 @@ class Plan:
         return not set(readers) & _feeding_reductions(step.nodes)
 
 
+def _checks(step):
+    """Whether ``step`` is one of value checks (``_check_values``)."""
+    return isinstance(step, EagerStep) and all(n.op.kind == "check" for n in step.nodes)
+
+
 def checks_early(steps):
     """``steps`` with each step of value checks (``_check_values``: `ops.value_checks`) moved up to just after
     the steps that make what it reads (and after the checks before it, whose error comes first as eagerly): a
     bad value raises before the steps it need not wait for write an output, or an input in place."""
     out, last_check = [], 0
     for step in steps:
-        if isinstance(step, EagerStep) and all(n.op.kind == "check" for n in step.nodes):
+        if _checks(step):
             reads = set(step.reads())
             at = max([last_check] + [i + 1 for i, s in enumerate(out) if reads.intersection(s.writes())])
             out.insert(at, step)

@@ -206,3 +206,27 @@ def test_checks_of_cuda_tensors_read_them_on_the_host_eager_and_compiled():
         want = _cross_entropy(jt, x, good)
         got = jt.compile(lambda x, t: _cross_entropy(jt, x, t))(x, good)
         assert got.device.type == "cuda" and float(got) == pytest.approx(float(want), rel=1e-6)
+
+
+def test_an_input_updated_by_the_kernel_that_computes_a_checked_value_is_not_written_before_the_check():
+    """``s = 2 sigmoid(x); bce(s, y); x.add_(s)``: one kernel computes ``s`` and ``x + s``, which the plan would
+    write straight into ``x``; the check of ``s`` runs after that kernel, so ``x`` is updated through a buffer of
+    its own, written back after the checks (`Plan`), and a bad ``s`` leaves ``x`` as it was, as eagerly."""
+    def f(x, y):
+        s = x.sigmoid() * 2
+        loss = jt.nn.functional.binary_cross_entropy(s, y)
+        x.add_(s)
+        return loss
+
+    g = jt.compile(f)
+    for _ in range(2):
+        x = jt.tensor([0.5, -2.0, 3.0])
+        with pytest.raises(RuntimeError, match="between 0 and 1"):
+            g(x, jt.tensor([1.0, 0.0, 1.0]))
+        assert x.tolist() == [0.5, -2.0, 3.0]
+    low = g.lower(x, jt.tensor([1.0, 0.0, 1.0]))
+    assert low.executable.plan.inplace == {}
+    x = jt.tensor([-5.0, -6.0, -7.0])
+    g(x, jt.tensor([1.0, 0.0, 1.0]))
+    np.testing.assert_allclose(x.numpy(), np.float32([-5, -6, -7]) + 2 / (1 + np.exp(np.float32([5, 6, 7]))),
+                               rtol=1e-6)
