@@ -55,7 +55,7 @@ from .collector import collector_paused
 from .parts import independent_parts
 from .plan_cache import fuse_cached, optimize_cached
 from .results import eager_layouts, refresh_captured_state, returned_view, set_grads, write_back
-from ..ops import indexing, registry, views
+from ..ops import indexing, registry, value_checks, views
 from ..ops.attention import attention_into
 from ..ops.registry import laid_out
 from ..ops.linalg import SPLIT_MIN_WORK, array_product
@@ -376,6 +376,10 @@ class EagerStep:
 
     def _emit_node(self, src, node, indent):
         out = node.outputs[0]
+        if node.op.kind == "check":  # (its result, a constant True, is read by nothing)
+            tensors = ", ".join(f"env[{src.name(v, 'v')}]" for v in node.args[0])
+            src.emit(f"_check_values([{tensors}], {node.args[1]!r}, {src.name(node.args[2], 'g')})", indent)
+            return
         if node in self.producers:  # a cat whose pieces an op writes into it (that op's results are not computed)
             if out not in self.into_arena:
                 src.emit(f"env[{src.name(out, 'v')}] = _fresh({src.name(out, 'v')})", indent)
@@ -1341,6 +1345,7 @@ class CompiledGraph:
                              _compute_one=_compute_one, _compute_laid_out=_compute_laid_out, _strided_read=strided_read,
                              _compute_into_pieces=_compute_into_pieces,
                              _cat_pieces_into=cat_pieces_into, _check_gather=indexing.check_gather_index,
+                             _check_values=value_checks.run_check,
                              _at_once=interop.run_products, _at_once_profiled=interop.run_products_profiled,
                              _profiling=profiling, _profiled=self._profiled_run, _clock=time.perf_counter_ns)
         if g.grad_constants or g.refreshers:

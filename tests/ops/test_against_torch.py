@@ -45,6 +45,9 @@ NO_TORCH_COUNTERPART = {
     # F.scaled_dot_product_attention (values and gradients) in tests/ops/test_attention.py and
     # tests/codegen/test_attention.py
     "_attention", "_attention_backward",
+    # a check of values (ops.value_checks): its errors compared with torch's through the functions that check
+    # (nn.functional's losses, one_hot, linalg's failures, unused indexing ops) in tests/jit/test_value_checks.py
+    "_check_values",
 }
 
 # Ops that are torch ATen operators without a public function or method: jitorch runs them through the
