@@ -178,7 +178,8 @@ def inv_ex(A, *, check_errors=False, out=None):
 
 def solve(A, B, *, left=True, out=None):
     """X with ``A @ X = B`` (``X @ A = B`` with ``left=False``); a singular A raises LinAlgError."""
-    X, _ = renamed("torch.linalg.solve_ex", "torch.linalg.solve", lambda: _call("linalg_solve_ex", (A, B, left, True)))
+    X, _ = renamed("torch.linalg.solve_ex", "torch.linalg.solve",
+                   lambda check_errors: _call("linalg_solve_ex", (A, B, left, check_errors)))
     return _written("linalg_solve_ex", X, out)
 
 
@@ -238,7 +239,7 @@ def lu_factor_ex(A, *, pivot=True, check_errors=False, out=None):
 def lu_factor(A, *, pivot=True, out=None):
     """LU factors packed as LAPACK's getrf and the 1-based row interchanges; an exactly singular matrix raises."""
     LU, pivots, _ = renamed("torch.linalg.lu_factor_ex", "torch.linalg.lu_factor",
-                            lambda: lu_factor_ex(A, pivot=pivot, check_errors=True))
+                            lambda check_errors: lu_factor_ex(A, pivot=pivot, check_errors=check_errors))
     return _written("linalg_lu_factor_ex", _linalg_lu_factor(LU, pivots), out)
 
 

@@ -117,3 +117,22 @@ def test_report_headline_agrees_with_its_rows_and_the_readme():
                        r"([\d.]+%) exist and match", sentence).groups()
     readme = (ROOT / "README.md").read_text()
     assert all(value in readme.split("## API coverage")[1].split("\n## ")[0] for value in figure)
+
+
+def test_a_torch_module_argument_reaches_jitorch_as_jitorchs_module():
+    """OpInfo's triplet_margin_with_distance_loss samples pass ``distance_function=nn.PairwiseDistance()``, a torch
+    module, which reached jitorch as it was (a TypeError in torch's pairwise_distance on jitorch tensors)."""
+    import torch
+    from apicov.compare import Lib, SkipSample, difference, plain
+
+    own = Lib(jitorch).convert({"distance_function": torch.nn.PairwiseDistance(p=3.0, keepdim=True)})
+    module = own["distance_function"]
+    assert type(module) is jitorch.nn.PairwiseDistance and (module.norm, module.keepdim) == (3.0, True)
+    a, p, n = (torch.randn(4, 3) for _ in range(3))
+    want = torch.nn.functional.triplet_margin_with_distance_loss(a, p, n, distance_function=torch.nn.PairwiseDistance(),
+                                                                 swap=True)
+    j = Lib(jitorch).convert([a, p, n, torch.nn.PairwiseDistance()])
+    got = jitorch.nn.functional.triplet_margin_with_distance_loss(*j[:3], distance_function=j[3], swap=True)
+    assert difference(plain(want), plain(got)) is None
+    with pytest.raises(SkipSample):
+        Lib(jitorch).convert(torch.nn.Linear(2, 2))

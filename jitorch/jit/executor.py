@@ -55,7 +55,7 @@ from .collector import collector_paused
 from .parts import independent_parts
 from .plan_cache import fuse_cached, optimize_cached
 from .results import eager_layouts, refresh_captured_state, returned_view, set_grads, write_back
-from ..ops import indexing, registry, views
+from ..ops import indexing, registry, value_checks, views
 from ..ops.attention import attention_into
 from ..ops.registry import laid_out
 from ..ops.linalg import SPLIT_MIN_WORK, array_product
@@ -376,6 +376,10 @@ class EagerStep:
 
     def _emit_node(self, src, node, indent):
         out = node.outputs[0]
+        if node.op.kind == "check":  # (its result, a constant True, is read by nothing)
+            tensors = ", ".join(f"env[{src.name(v, 'v')}]" for v in node.args[0])
+            src.emit(f"_check_values([{tensors}], {node.args[1]!r}, {src.name(node.args[2], 'g')})", indent)
+            return
         if node in self.producers:  # a cat whose pieces an op writes into it (that op's results are not computed)
             if out not in self.into_arena:
                 src.emit(f"env[{src.name(out, 'v')}] = _fresh({src.name(out, 'v')})", indent)
@@ -623,9 +627,11 @@ class Plan:
         shared_values = {}
         for v in [value for _, value in graph.mutations] + list(graph.output_values()):
             shared_values[v] = shared_values.get(v, 0) + 1
+        # an input is written in place only after the last check of values (`checks_early`), which may raise
+        last_check = max((j for j, step in enumerate(steps) if _checks(step)), default=-1)
         for j, step in enumerate(steps):
             if isinstance(step, KernelStep) and step.kernel.source.kind in ("pointwise", "reduction") \
-                    and step.kernel.source.split is None:
+                    and step.kernel.source.split is None and j > last_check:
                 for v in step.outputs:
                     target = mutated.get(v)
                     if target is not None and shared_values.get(v, 0) == 1 and target not in layouts \
@@ -724,6 +730,27 @@ class Plan:
             # one iteration space: another output of a larger shape would revisit written positions
             return all(v.type.shape == shape for v in step.outputs)
         return not set(readers) & _feeding_reductions(step.nodes)
+
+
+def _checks(step):
+    """Whether ``step`` is one of value checks (``_check_values``)."""
+    return isinstance(step, EagerStep) and all(n.op.kind == "check" for n in step.nodes)
+
+
+def checks_early(steps):
+    """``steps`` with each step of value checks (``_check_values``: `ops.value_checks`) moved up to just after
+    the steps that make what it reads (and after the checks before it, whose error comes first as eagerly): a
+    bad value raises before the steps it need not wait for write an output, or an input in place."""
+    out, last_check = [], 0
+    for step in steps:
+        if _checks(step):
+            reads = set(step.reads())
+            at = max([last_check] + [i + 1 for i, s in enumerate(out) if reads.intersection(s.writes())])
+            out.insert(at, step)
+            last_check = at + 1
+        else:
+            out.append(step)
+    return out
 
 
 def _warning_as_traced(graph, run):
@@ -1033,6 +1060,7 @@ class CompiledGraph:
             self.steps = interop.pair_products(self.steps, _product_work, _movable,
                                                lambda a, b: ProductPair(a.nodes + b.nodes, "product pair"),
                                                SPLIT_MIN_WORK)
+        self.steps = checks_early(self.steps)
         self.plan = Plan(self.graph, self.steps, self.layouts)
         self._checked = self._unvouched_layouts()
         self._build_inplace_kernels()
@@ -1317,6 +1345,7 @@ class CompiledGraph:
                              _compute_one=_compute_one, _compute_laid_out=_compute_laid_out, _strided_read=strided_read,
                              _compute_into_pieces=_compute_into_pieces,
                              _cat_pieces_into=cat_pieces_into, _check_gather=indexing.check_gather_index,
+                             _check_values=value_checks.run_check,
                              _at_once=interop.run_products, _at_once_profiled=interop.run_products_profiled,
                              _profiling=profiling, _profiled=self._profiled_run, _clock=time.perf_counter_ns)
         if g.grad_constants or g.refreshers:

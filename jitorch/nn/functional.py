@@ -9,8 +9,8 @@ innermost, so that every image's windows are the columns of one GEMM per group a
 both copies move whole batch rows.
 
 Checks that need tensor values (a class index out of range, BCE inputs outside
-[0, 1]) run only when the tensors hold data: while tracing they are skipped and
-the ops' own bounds checks apply when the compiled graph runs.
+[0, 1]) go through `jitorch.ops.value_checks.check`: at once eagerly, and as a
+check node of the graph while tracing, which a compiled call runs at each call.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from jitorch.nn.fractional import (fractional_max_pool2d, fractional_max_pool2d_
 from jitorch.nn import mha
 from jitorch.nn.sampling import affine_grid, cubic_taps, grid_sample
 from jitorch.ops.reductions import moments  # (not var_mean: its mean carries torch's Welford infinities)
+from jitorch.ops.value_checks import check as _check_values
 from jitorch.ops.registry import DISPATCH_HOOKS as _HOOKS, OPS as _OPS, scalar_name
 from jitorch.runtime import fp_errors
 from jitorch.runtime.autocast_mode import STATE as _AUTOCAST
@@ -985,12 +986,7 @@ def _check_unpool(input, indices, out, nd):
         raise RuntimeError(f"Expected shape of indices to be same as that of the input tensor ({shapes[0]}) but got "
                            f"indices tensor with shape: {shapes[1]}")
     volume = math.prod(out)
-    if _has_data(indices) and indices.numel():
-        bad = (indices < 0) | (indices >= volume)
-        if bool(bad.any()):
-            sizes = list(out) + [1] * (nd == 1)
-            raise RuntimeError(f"Found an invalid max index: {int(indices[bad].reshape(-1)[0])} (output volumes are "
-                               f"of size {_sizes(sizes)})")
+    _check_values("unpool_indices", [indices], volume, list(out) + [1] * (nd == 1))
 
 
 def _max_unpool(input, indices, kernel_size, stride, padding, output_size, nd):
@@ -1641,10 +1637,7 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
         raise RuntimeError("Expected tensor for argument #1 'indices' to have one of the following scalar types: "
                            f"Long, Int; but got jitorch.{scalar_name(flat.dtype)}Tensor instead (while checking "
                            "arguments for embedding_bag)")
-    if _has_data(flat) and flat.numel() and (int(flat.min()) < 0 or int(flat.max()) >= weight.shape[0]):
-        bad = ((flat < 0) | (flat >= weight.shape[0])).long().argmax()
-        raise IndexError(f"Index {int(bad)} of input takes value {int(flat[bad])} which is not in the valid range "
-                         f"[0, {weight.shape[0]})")
+    _check_values("bag_indices", [flat], weight.shape[0])
     rows = embedding(flat, weight, None, max_norm, norm_type, scale_grad_by_freq, sparse)
     return _reduce_bags(rows, flat, sample_weights, starts, bags, mode, padding_idx)
 
@@ -2322,11 +2315,7 @@ def one_hot(tensor, num_classes=-1):
         if tensor.numel() == 0:
             raise RuntimeError("Can not infer total number of classes from empty tensor.")
         num_classes = int(tensor.max()) + 1
-    if _has_data(tensor) and tensor.numel():
-        if int(tensor.min()) < 0:
-            raise RuntimeError("Class values must be non-negative.")
-        if int(tensor.max()) >= num_classes:
-            raise RuntimeError("Class values must be smaller than num_classes.")
+    _check_values("one_hot_classes", [tensor], num_classes)
     return (tensor.unsqueeze(-1) == jt.arange(num_classes, device=tensor.device)).long()
 
 
@@ -2470,10 +2459,7 @@ def _picked_weights(target, weight, ignore_index, classes, dtype):
     target its class weight (1 without weights) and 0 where ignored, and where the targets are ignored."""
     ignored = target == ignore_index
     safe = jt.where(ignored, 0, target)
-    if _has_data(target) and target.numel():
-        bad = (safe < 0) | (safe >= classes)
-        if bool(bad.any()):
-            raise IndexError(f"Target {int(target[bad].reshape(-1)[0])} is out of bounds.")
+    _check_values("class_targets", [target], classes, ignore_index)
     if weight is None:
         picked = ignored.logical_not().to(dtype)
     else:
@@ -2581,8 +2567,7 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
     reduction = _reduction(size_average, reduce, reduction)
     _check_same_size(input, target, "Using a target size ({target}) that is different to the input size ({input}) "
                                     "is deprecated. Please ensure they have the same size.")
-    if _has_data(input) and input.numel() and bool(((input < 0) | (input > 1)).any()):
-        raise RuntimeError("all elements of input should be between 0 and 1")
+    _check_values("probabilities", [input])
     loss = -(target * input.log().clamp_min(-100) + (1 - target) * (1 - input).log().clamp_min(-100))
     if weight is not None:
         loss = loss * weight
@@ -2718,8 +2703,8 @@ def gaussian_nll_loss(input, target, var, full=False, eps=1e-6, reduction="mean"
         if var < 0:
             raise ValueError("var has negative entry/entries")
         var = var * jt.ones_like(input)
-    elif _has_data(var) and var.numel() and bool((var < 0).any()):
-        raise ValueError("var has negative entry/entries")
+    else:
+        _check_values("nonnegative_variance", [var])
     if var.shape != input.shape:
         if input.shape[:-1] == var.shape:
             var = var.unsqueeze(-1)
@@ -2749,8 +2734,7 @@ def _check_multi_margin(input, target, weight):
         raise RuntimeError(f"expected scalar type Long but found {scalar_name(target.dtype)}")
     if weight is not None and weight.numel() != classes:
         raise RuntimeError(f"inconsistent weight size, expected {classes} but got {list(weight.shape)}")
-    if _has_data(target) and target.numel() and bool(((target < 0) | (target >= classes)).any()):
-        raise RuntimeError("target out of range")
+    _check_values("margin_targets", [target], classes)
     return samples, classes
 
 
@@ -2790,8 +2774,7 @@ def _check_multilabel(input, target):
                            f"{list(input.shape)}")
     if target.dtype is not jt.int64:
         raise RuntimeError(f"expected scalar type Long but found {scalar_name(target.dtype)}")
-    if _has_data(target) and target.numel() and bool(((target < -1) | (target >= classes)).any()):
-        raise RuntimeError("argument #2 'target' is out of range")
+    _check_values("multilabel_targets", [target], classes)
     return input.reshape(-1, classes), target.reshape(-1, classes)
 
 

@@ -3,6 +3,7 @@
 from . import registry  # noqa: F401
 from . import (  # noqa: F401
     creation, pointwise, reductions, views, linalg, decompositions, shape_ops, indexing, random_ops, casts, autocast,
+    value_checks,
     pointwise_scaled, scans, statistics, searching, arrangements, diagonals, selection, distances, windows,
     real_identities, recurrences, normalization, linear, attention, special_ops, ldl, ctc,
 )

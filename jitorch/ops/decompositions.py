@@ -24,6 +24,7 @@ from ..runtime import dtypes as _dt
 from ..runtime.strided import broadcast_shapes
 from . import functions
 from .registry import OPS, TensorSpec, defop, scalar_name
+from .value_checks import RULES, check
 from .views import contiguous_format
 
 
@@ -88,24 +89,44 @@ def _int_spec(A, shape, dtype=_dt.int32):
     return TensorSpec(tuple(shape), dtype, A.device)
 
 
-def renamed(old, new, thunk):
-    """``thunk()``, whose errors raised as function ``old`` are raised as ``new``: a torch function built on
-    another names itself in its messages (``linalg.inv`` on ``linalg.inv_ex``'s singular matrix)."""
-    try:
-        return thunk()
-    except RuntimeError as e:
-        message = str(e)
-        if not message.startswith(old + ": "):
-            raise
-        raise type(e)(new + message[len(old):]) from None
+def renamed(old, new, call):
+    """``call(False)``, an ``_ex`` op run unchecked, whose last result (LAPACK's info) is then checked as ``old``
+    checks it, its error raised as function ``new``: a torch function built on another names itself in its
+    messages (``linalg.inv`` on ``linalg.inv_ex``'s singular matrix). The check is eager's at once, a compiled
+    graph's check node at each call (`value_checks.check`)."""
+    results = call(False)
+    check("linalg_failures", [results[-1]], new, old)
+    return results
+
+
+# the message of each ``_ex`` function's error for LAPACK's info k (`raise_failures`)
+_FAILURES = {
+    "linalg.inv_ex": lambda k: (f"The diagonal element {k} is zero, the inversion could not be completed because "
+                                "the input matrix is singular."),
+    "torch.linalg.solve_ex": lambda k: "The solver failed because the input matrix is singular.",
+    "linalg.cholesky_ex": lambda k: ("The factorization could not be completed because the input is not "
+                                     f"positive-definite (the leading minor of order {k} is not positive-definite)."),
+    "torch.linalg.lu_factor_ex": lambda k: (
+        f"U[{k},{k}] is zero and using it on lu_solve would result in a division by zero. If you still want to "
+        "perform the factorization, consider calling linalg.lu(A, pivot) or linalg.lu_factor_ex(A, pivot)"),
+}
+
+
+def _linalg_failures(info, fn, ex):
+    raise_failures(fn, info, _FAILURES[ex])
+
+
+RULES["linalg_failures"] = _linalg_failures
 
 
 def raise_failures(fn, info, message):
-    """Raise LinAlgError for the first matrix whose ``info`` is not 0, with ``message(info)``."""
+    """Raise LinAlgError for the first matrix whose ``info`` is not 0, with ``message(info)`` (a plain
+    RuntimeError for `lu_factor`'s zero pivot, as torch's)."""
     bad = np.flatnonzero(info)
     if bad.size:
         batch = f"(Batch element {bad[0]}): " if info.ndim else ""
-        raise LinAlgError(f"{fn}: {batch}{message(int(info.flat[bad[0]]))}")
+        error = RuntimeError if message is _FAILURES["torch.linalg.lu_factor_ex"] else LinAlgError
+        raise error(f"{fn}: {batch}{message(int(info.flat[bad[0]]))}")
 
 
 # Array helpers --------------------------------------------------------------------------------------------
@@ -245,15 +266,10 @@ def _solve_or_lu(a, b):
         return lu_solve_array(lu, pivots, b), info
 
 
-def _singular_inverse(k):
-    return (f"The diagonal element {k} is zero, the inversion could not be completed because the input matrix is "
-            "singular.")
-
-
 def _inv_ex_cpu(spec, a, check_errors):
     inverse, info = _solve_or_lu(a, _eye_like(a))
     if check_errors:
-        raise_failures("linalg.inv_ex", info, _singular_inverse)
+        raise_failures("linalg.inv_ex", info, _FAILURES["linalg.inv_ex"])
     return inverse, info
 
 
@@ -263,7 +279,7 @@ defop("linalg_inv_ex(Tensor A, *, bool check_errors=False) -> (Tensor inverse, T
 
 
 def _inverse(A):
-    inverse, _ = renamed("linalg.inv_ex", "linalg.inv", lambda: OPS["linalg_inv_ex"](A, True))
+    inverse, _ = renamed("linalg.inv_ex", "linalg.inv", lambda check_errors: OPS["linalg_inv_ex"](A, check_errors))
     return inverse
 
 
@@ -309,8 +325,7 @@ def _solve_ex_cpu(spec, a, b, left, check_errors):
         a, b = _mT(a), _mT(b)
     x, info = _solve_or_lu(a, np.broadcast_to(b, batch + b.shape[-2:]))
     if check_errors:
-        raise_failures("torch.linalg.solve_ex", info,
-                       lambda k: "The solver failed because the input matrix is singular.")
+        raise_failures("torch.linalg.solve_ex", info, _FAILURES["torch.linalg.solve_ex"])
     if not left:
         x = _mT(x)
     return (x[..., 0] if vector else x), info
@@ -409,9 +424,7 @@ def _cholesky_ex_cpu(spec, a, upper, check_errors):
     except np.linalg.LinAlgError:
         lo, info = cholesky_array(a)
     if check_errors:
-        raise_failures("linalg.cholesky_ex", info, lambda k: (
-            "The factorization could not be completed because the input is not positive-definite (the leading "
-            f"minor of order {k} is not positive-definite)."))
+        raise_failures("linalg.cholesky_ex", info, _FAILURES["linalg.cholesky_ex"])
     return (_mT(lo) if upper else lo), info
 
 
@@ -424,7 +437,7 @@ defop("linalg_cholesky_ex(Tensor self, *, bool upper=False, bool check_errors=Fa
 
 def cholesky_as(fn, A, upper):
     """The Cholesky factor, a matrix that is not positive-definite raising LinAlgError as function ``fn``."""
-    L, _ = renamed("linalg.cholesky_ex", fn, lambda: OPS["linalg_cholesky_ex"](A, upper, True))
+    L, _ = renamed("linalg.cholesky_ex", fn, lambda check_errors: OPS["linalg_cholesky_ex"](A, upper, check_errors))
     return L
 
 
@@ -492,9 +505,7 @@ def _lu_factor_ex_meta(A, pivot, check_errors):
 def _lu_factor_ex_cpu(spec, a, pivot, check_errors):
     lu, pivots, info = lu_factor_array(a)
     if check_errors:
-        raise_failures("torch.linalg.lu_factor_ex", info, lambda k: (
-            f"U[{k},{k}] is zero and using it on lu_solve would result in a division by zero. If you still want to "
-            "perform the factorization, consider calling linalg.lu(A, pivot) or linalg.lu_factor_ex(A, pivot)"))
+        raise_failures("torch.linalg.lu_factor_ex", info, _FAILURES["torch.linalg.lu_factor_ex"])
     return lu, pivots, info
 
 

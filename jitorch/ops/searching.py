@@ -65,6 +65,8 @@ def _searchsorted_cpu(spec, boundaries, x, out_int32, right, side, sorter):
     side = "right" if right or side == "right" else "left"
     b, a = _sortable(boundaries), _sortable(x)
     if sorter is not None:
+        if sorter.size and (sorter.min() < 0 or sorter.max() >= sorter.shape[-1]):
+            raise RuntimeError("torch.searchsorted(): sorter index out of range")
         b = np.take_along_axis(b, sorter, -1)
     rows = math.prod(b.shape[:-1])  # (1 for a 1-D sequence, which every value is searched in)
     rows_a = a.reshape(rows, a.size // rows if rows else 0)

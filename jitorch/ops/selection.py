@@ -12,6 +12,7 @@ import numpy as np
 from ..runtime import dtypes as _dt
 from ..runtime.strided import broadcast_shapes, wrap_dim
 from .registry import TensorSpec, defop, scalar_name
+from .value_checks import check
 
 
 def _take_along_dim(x, indices, dim):
@@ -88,6 +89,7 @@ def _index_reduce(x, dim, index, source, reduce, include_self):
     if x.dtype is not source.dtype:
         raise RuntimeError(f"index_reduce_(): self ({scalar_name(x.dtype)}) and source ({scalar_name(source.dtype)}) "
                            "must have the same scalar type")
+    check("indices_in_range", [index], x.shape[d] if x.ndim else 1)  # (torch's error, not scatter_reduce's)
     spread = index.to(_dt.int64).reshape([-1 if i == d else 1 for i in range(source.ndim)]).expand(source.shape)
     return x.scatter_reduce(d, spread, source, reduce, include_self=include_self)
 

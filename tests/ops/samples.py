@@ -913,6 +913,8 @@ SHAPES_AND_STATISTICS = _by_names(
     ("unique_consecutive _unique_consecutive",
      lambda m: [S(m.i((8,), low=0, high=2)), S(m.i((3, 4), low=0, high=1), True, True),
                 S(m.i((4, 2), low=0, high=1), True, True, 0), S(m.f((0, 3)))]),
+    ("_check_values", lambda m: [S([m.prob((3,))], "probabilities", []), S([m.idx((4,), 5)], "class_targets", [5, -100]),
+                                 S([m.mat(), m.idx((2,), 3)], "op", ["index_select", [None, 0, None], [[0], [2]]])]),
     ("bincount", lambda m: [S(m.idx((6,), 4)), S(m.idx((5,), 3), m.f((5,)), 6), S(m.idx((0,), 1))]),
     ("histc", lambda m: [S(m.mat()), S(m.f((10,)), 4, -1, 1), S(m.f((0,)), 3)]),
     ("histogram.bins_tensor", lambda m: [S(m.mat(), jt.tensor([-2.0, 0.0, 0.5, 3.0], dtype=m.dtype)),

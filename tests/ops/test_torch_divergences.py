@@ -127,3 +127,39 @@ def test_out_errors_come_in_torchs_order_with_torchs_message(case):
             ERROR_ORDER[case](lib)
         errors.append((type(info.value).__name__, str(info.value)))
     assert errors[1] == errors[0]
+
+
+@pytest.mark.parametrize("dtype, base, exponent", [("int64", 0, 1e-300), ("int32", 0, -1e-300),
+                                                   ("float32", -1.0, 3.0000000001), ("uint8", 0, 1e-50)])
+def test_a_power_by_a_python_float_takes_the_exponent_in_the_result_dtype_as_torchs_vector_loop(dtype, base,
+                                                                                                exponent):
+    """Session 38's leftover ``int_tensor ** 1e-300``: torch 2.13 takes the exponent rounded to float32 in its
+    vector loop and the float64 exponent for the elements that loop leaves over (its last partial chunk: a
+    tensor's position decides; documented). jitorch takes the rounded one everywhere: torch's answer on the
+    first 16 elements (a whole chunk on every CPU torch vectorises for), the same on the rest."""
+    theirs = (torch.full((40,), base, dtype=getattr(torch, dtype)) ** exponent).numpy()
+    ours = (jt.full((40,), base, dtype=getattr(jt, dtype)) ** exponent).numpy()
+    np.testing.assert_array_equal(ours[:16], theirs[:16])
+    assert (ours == ours[0]).all() and str(ours.dtype) == str(theirs.dtype)
+
+
+@pytest.mark.parametrize("name", ["gcd", "lcm"])
+def test_gcd_and_lcm_of_floats_raise_torchs_not_implemented_error(name):
+    """Session 38 listed these as raising NotImplementedError where torch raises TypeError: torch 2.13 raises
+    NotImplementedError too, with this message, as jitorch does."""
+    errors = []
+    for lib in (torch, jt):
+        with pytest.raises(NotImplementedError) as info:
+            getattr(lib, name)(lib.tensor([4, 6]), lib.tensor([2.0, 3.0]))
+        errors.append(str(info.value))
+    assert errors[1] == errors[0] == f'"{name}_cpu" not implemented for \'Float\''
+
+
+def test_searchsorted_with_a_sorter_out_of_range_raises_torchs_error():
+    """NumPy's IndexError from take_along_axis leaked out; torch checks the sorter first."""
+    errors = []
+    for lib in (torch, jt):
+        with pytest.raises(RuntimeError) as info:
+            lib.searchsorted(lib.tensor([1.0, 2.0]), lib.tensor([1.5]), sorter=lib.tensor([7, 1]))
+        errors.append(str(info.value))
+    assert errors[1] == errors[0] == "torch.searchsorted(): sorter index out of range"

@@ -76,11 +76,26 @@ class Lib:
             raise SkipSample("explicit generator")
         if isinstance(obj, complex):
             raise SkipSample("complex scalar")
+        if isinstance(obj, torch.nn.Module) and not self.is_torch:
+            return self._module(obj)
         if isinstance(obj, (list, tuple)) and not hasattr(obj, "_fields"):
             return type(obj)(self.convert(o) for o in obj)
         if isinstance(obj, dict):
             return {k: self.convert(v) for k, v in obj.items()}
         return obj
+
+
+    def _module(self, module):
+        """A torch module without parameters or buffers given as an argument (``distance_function=
+        nn.PairwiseDistance()``) as this library's module of that name, with its plain settings."""
+        cls = getattr(self.root.nn, type(module).__name__, None)
+        if cls is None or any(True for _ in module.parameters()) or any(True for _ in module.buffers()):
+            raise SkipSample(f"a torch module argument ({type(module).__name__})")
+        own = cls()
+        for name, value in vars(module).items():
+            if not name.startswith("_") and isinstance(value, (bool, int, float, str, type(None))):
+                setattr(own, name, value)
+        return own
 
 
 def _is_tensor(obj):

@@ -531,6 +531,8 @@ defgrad("fill.Tensor", per_input(self=_overwritten, value=reads("", lambda g, a,
 
 # Index and count outputs only; _unique's values have no derivative in torch either.
 nondifferentiable("argwhere", "_unique", "nonzero_static", "view.dtype", "repeat_interleave.Tensor")
+# A check of values (ops.value_checks): its result is a constant True.
+nondifferentiable("_check_values")
 # Factories that read only a tensor's shape, dtype and device (their results never require grad).
 nondifferentiable("zeros_like", "ones_like", "empty_like", "full_like", "rand_like", "randn_like", "randint_like",
                   "randint_like.low", "new_zeros", "new_ones", "new_empty", "new_full")

@@ -19,8 +19,12 @@ def graph_pass(name, message):
 
 def has_effects(node):
     """Whether running ``node`` matters beyond its outputs: a random op advances its
-    generator, so removing, merging or folding it would change later draws."""
-    return node.op.kind == "random"
+    generator, so removing, merging or folding it would change later draws; a check
+    (``_check_values``) raises eager's error on bad values."""
+    return node.op.kind in _EFFECTS
+
+
+_EFFECTS = ("random", "check")
 
 
 def substitute(args, resolve):
