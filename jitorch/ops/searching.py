@@ -158,11 +158,22 @@ defop("isin.Scalar_Tensor(Scalar element, Tensor test_elements, *, bool assume_u
 
 # unique_consecutive -----------------------------------------------------------------------------------------
 
+def unique_dim(x, dim):
+    """``dim`` of ``x`` wrapped, for unique and unique_consecutive over slices; torch's errors where another
+    dimension is empty (there would be no slices to compare, yet as many of them as ``dim`` is long)."""
+    d = wrap_dim(dim, x.ndim)
+    if sum(n == 0 for n in x.shape) > 1:
+        raise RuntimeError("Number of zero sized dimensions is more than one, so unique cannot be applied ")
+    if any(n == 0 for i, n in enumerate(x.shape) if i != d):
+        raise RuntimeError("There are 0 sized dimensions, and they aren't selected, so unique cannot be applied")
+    return d
+
+
 def _unique_consecutive_meta(x, return_inverse, return_counts, dim):
     if dim is None:
         values, inverse = (None,), x.shape
     else:
-        d = wrap_dim(dim, x.ndim)
+        d = unique_dim(x, dim)
         values = tuple(None if i == d else n for i, n in enumerate(x.shape))
         inverse = (x.shape[d],)
     return (TensorSpec(values, x.dtype, x.device), TensorSpec(inverse, _dt.int64, x.device),
@@ -175,7 +186,7 @@ def _unique_consecutive_cpu(spec, x, return_inverse, return_counts, dim):
     else:
         d = wrap_dim(dim, x.ndim)
         moved = np.moveaxis(x, d, 0)
-        slices = moved.reshape(moved.shape[0], -1)
+        slices = moved.reshape(moved.shape[0], math.prod(moved.shape[1:]))
     starts = np.ones(len(slices), bool)
     if len(slices) > 1:
         starts[1:] = np.any(slices[1:] != slices[:-1], axis=1)

@@ -1,0 +1,107 @@
+"""Divergences from torch found by hand in session 39's hunt, each fixed and checked against torch, eagerly and
+compiled."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import jitorch as jt
+
+
+@pytest.mark.parametrize("shape, dim", [((3, 0), 0), ((2, 0, 3), 0), ((0, 0), 0), ((0, 0), 1)])
+@pytest.mark.parametrize("name", ["unique", "unique_consecutive"])
+def test_unique_over_a_dim_refuses_other_empty_dims_as_torch(name, shape, dim):
+    """With another dim empty there are as many slices as ``dim`` is long and nothing to compare: torch refuses;
+    jitorch gave one slice of shape (1, 0) (3 rows counted as equal)."""
+    with pytest.raises(RuntimeError) as expected:
+        getattr(torch, name)(torch.zeros(shape), dim=dim, return_counts=True)
+    with pytest.raises(RuntimeError) as got:
+        getattr(jt, name)(jt.zeros(shape), dim=dim, return_counts=True)
+    assert str(got.value) == str(expected.value)
+    with pytest.raises(RuntimeError):
+        jt.compile(lambda x: getattr(jt, name)(x * 2, dim=dim))(jt.zeros(shape))
+
+
+@pytest.mark.parametrize("shape, dim", [((0, 2), 0), ((3, 0), 1), ((2, 0, 3), 1), ((0,), 0)])
+@pytest.mark.parametrize("name", ["unique", "unique_consecutive"])
+def test_unique_over_an_empty_dim_gives_empty_results_as_torch(name, shape, dim):
+    """unique_consecutive over an empty dim raised NumPy's "cannot reshape array of size 0"."""
+    t = getattr(torch, name)(torch.zeros(shape), dim=dim, return_inverse=True, return_counts=True)
+    j = getattr(jt, name)(jt.zeros(shape), dim=dim, return_inverse=True, return_counts=True)
+    assert [tuple(v.shape) for v in j] == [tuple(v.shape) for v in t]
+    assert [v.dtype for v in j] == [jt.float32, jt.int64, jt.int64]
+
+
+@pytest.mark.parametrize("include_self", [True, False])
+@pytest.mark.parametrize("reduce", ["amax", "amin"])
+def test_scatter_reduce_gradient_into_a_nan_result_is_nan_as_torch(reduce, include_self):
+    """A NaN result equals no element, so its share of the gradient is g / 0: torch's products give NaN to every
+    element reduced into it; jitorch's masked fill gave zeros, hiding the NaN from the optimizer."""
+    def run(lib, compiled=False):
+        b = lib.tensor([1.0, 2.0, -3.0], requires_grad=True)
+        s = lib.tensor([float("nan"), 3.0, -1.0, 0.5], requires_grad=True)
+        index = lib.tensor([0, 0, 1, 2])
+        weights = lib.tensor([-1.0, 1.0, 2.0])
+
+        def f(b, s):
+            return b.scatter_reduce(0, index, s, reduce, include_self=include_self) * weights
+        out = jt.compile(f)(b, s) if compiled else f(b, s)
+        out.sum().backward()
+        return [v.detach().numpy() for v in (out, b.grad, s.grad)]
+    expected = run(torch)
+    for got in (run(jt), run(jt, compiled=True)):
+        for g, e in zip(got, expected):
+            np.testing.assert_array_equal(g, e)
+            np.testing.assert_array_equal(np.signbit(g), np.signbit(e))
+
+
+@pytest.mark.parametrize("other", [2, 3, True, 2.5, -1])
+def test_float64_xlogy_by_a_python_int_logs_it_in_float64(other):
+    """``xlogy(x_float64, 2)`` gave zeros: the eager fast path hands the formula the Python int, whose log jitorch's
+    own log computed in int64 (log(2) = 0, log(3) = 1). float32 was right (its fast path refused the float64
+    result and fell back)."""
+    x = np.array([0.3, -1.2, 2.0, 0.0, 7.5, -0.0] * 3)
+    for wide in (x[:4], x):
+        expected = torch.xlogy(torch.from_numpy(wide), other).numpy()
+        np.testing.assert_array_equal(jt.xlogy(jt.tensor(wide), other).numpy(), expected)
+        np.testing.assert_array_equal(jt.special.xlogy(jt.tensor(wide), other).numpy(), expected)
+        np.testing.assert_array_equal(jt.tensor(wide).xlogy_(other).numpy(), expected)
+        np.testing.assert_array_equal(jt.compile(lambda a: jt.xlogy(a, other))(jt.tensor(wide)).numpy(), expected)
+
+
+HALF_VALUES = np.array([0.3291015625, 1.0, -2.40625, 3.408203125, -0.0, 65000.0], np.float16)
+ZERO_DIM = np.float32(-0.5526473)  # not a half: rounding it to float16 first changes 0.3291 + it
+
+
+@pytest.mark.parametrize("half", ["float16", "bfloat16"])
+@pytest.mark.parametrize("op", ["add", "sub", "remainder", "fmod", "atan2", "lt"])
+def test_a_half_tensor_with_a_0d_float32_tensor_rounds_it_to_the_half_type_as_torch(op, half):
+    """torch casts a 0-d float32 operand to the half common dtype before computing in float32; eager jitorch
+    skipped that rounding when the operand already had the compute dtype (float32), so ``half + f32(0-d)``
+    added the unrounded value (0.3291 + -0.5526473 gave -0.22351 where torch gives -0.22363)."""
+    def run(lib, fn):
+        return fn(lib.tensor(HALF_VALUES).to(getattr(lib, half)), lib.tensor(ZERO_DIM))
+    expected = run(torch, getattr(torch, op)).double().numpy()
+    np.testing.assert_array_equal(run(jt, getattr(jt, op)).double().numpy(), expected)
+    compiled = jt.compile(lambda a, b: getattr(jt, op)(a, b))
+    np.testing.assert_array_equal(run(jt, compiled).double().numpy(), expected)
+    if op in ("add", "sub", "remainder", "atan2"):  # the in-place forms
+        inplace = run(jt, lambda a, b: getattr(a, op + "_")(b)).double().numpy()
+        np.testing.assert_array_equal(inplace, expected)
+
+
+@pytest.mark.parametrize("half", ["float16", "bfloat16"])
+@pytest.mark.parametrize("exponent_dtype", ["float32", "float64"])
+def test_compiled_ldexp_of_a_half_tensor_by_a_0d_exponent_keeps_the_power_unrounded_as_eager(half, exponent_dtype):
+    """torch's ldexp multiplies by ``pow(2.0, other)``, a 0-d tensor of ``other``'s dtype that mul reads as it is;
+    the compiled kernel rounded a 0-d float32 exponent to the half type before its exp2 (1 ulp off on most
+    elements); eager was right."""
+    x = (np.random.default_rng(2).standard_normal(64) * 3).astype(np.float32)
+    f = jt.compile(lambda a, b: jt.ldexp(a, b))
+    for e in (1.9496089, -3.199019, 0.22138008):
+        t = torch.ldexp(torch.from_numpy(x).to(getattr(torch, half)), torch.tensor(e, dtype=getattr(torch, exponent_dtype)))
+        a, b = jt.tensor(x).to(getattr(jt, half)), jt.tensor(e, dtype=getattr(jt, exponent_dtype))
+        np.testing.assert_array_equal(f(a, b).double().numpy(), t.double().numpy())
+        np.testing.assert_array_equal(jt.ldexp(a, b).double().numpy(), t.double().numpy())
