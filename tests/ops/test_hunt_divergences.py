@@ -105,3 +105,44 @@ def test_compiled_ldexp_of_a_half_tensor_by_a_0d_exponent_keeps_the_power_unroun
         a, b = jt.tensor(x).to(getattr(jt, half)), jt.tensor(e, dtype=getattr(jt, exponent_dtype))
         np.testing.assert_array_equal(f(a, b).double().numpy(), t.double().numpy())
         np.testing.assert_array_equal(jt.ldexp(a, b).double().numpy(), t.double().numpy())
+
+
+@pytest.mark.parametrize("name", ["erf", "erfc"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_erf_gradient_of_a_half_type_rounds_in_torchs_order_seed_7802351(name, dtype):
+    """torch's rule is ``2/sqrt(pi) * exp(-x**2) * grad``, each product rounded to the half type; jitorch's
+    multiplied by ``grad`` first and was 1 ulp off on gradients other than 1 (fuzz seed 7802351)."""
+    x = np.random.default_rng(0).standard_normal(300).astype(np.float32)
+    w = (1 + np.arange(300) % 3).astype(np.float32)
+    grads = []
+    for lib in (torch, jt):
+        t = lib.tensor(x).to(getattr(lib, dtype)).requires_grad_()
+        (getattr(lib, name)(t) * lib.tensor(w).to(getattr(lib, dtype))).sum().backward()
+        grads.append(t.grad.double().numpy())
+    np.testing.assert_array_equal(grads[1], grads[0])
+
+
+SATURATED = ([0.0, 1.0, 0.0, 1.0, 0.5, 0.3, 1e-30], [0.0, 1.0, 1.0, 0.0, 0.5, 0.2, 0.7])
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("compiled", [False, True])
+def test_binary_cross_entropy_at_probabilities_0_and_1_has_torchs_finite_gradient(reduction, compiled):
+    """A sigmoid saturates to exactly 0.0 or 1.0 in float32; the composition's clamped logs gave NaN input
+    gradients there (0 * inf), even for a perfect prediction, and ±20 for the target; torch's derivative gives
+    ``(x - y) / max((1 - x) x, 1e-12)`` (0 where y = x) and ``-logit(x)`` (±inf)."""
+    def run(lib):
+        x, y = (lib.tensor(v, requires_grad=True) for v in SATURATED)
+        weight = lib.tensor([1.0, 2, 3, 4, 5, 6, 7])
+
+        def f(x, y):
+            return lib.nn.functional.binary_cross_entropy(x, y, weight, reduction=reduction).sum()
+        loss = (jt.compile(f) if compiled and lib is jt else f)(x, y)
+        loss.backward()
+        return loss.item(), x.grad.numpy(), y.grad.numpy()
+    (tl, tx, ty), (jl, jx, jy) = run(torch), run(jt)
+    assert jl == pytest.approx(tl, rel=1e-6)
+    assert not np.isnan(jx).any()
+    np.testing.assert_allclose(jx, tx, rtol=1e-6)
+    np.testing.assert_array_equal(jy[:5], ty[:5])
+    np.testing.assert_allclose(jy, ty, rtol=1e-6)
