@@ -1195,6 +1195,17 @@ def _hint_cov(g, env, tensors, v, entry):
     return args, {k: a for k, a in kwargs.items() if k not in ("fweights", "aweights")}, exact
 
 
+def _hint_fill_diagonal(g, env, tensors, v, entry):
+    """No wrap on a tall matrix: torch 2.13 steps the wrapped diagonal by the sum of the strides from the
+    storage offset, so on a strided input it writes elements outside the tensor (fuzz seed 7802475;
+    docs/differences-from-torch.md)."""
+    made = g.generic_args(env, tensors, v, entry.schema)
+    if made is None or not (v.ndim == 2 and v.shape[0] > v.shape[1] + 1):
+        return made
+    args, kwargs, exact = made
+    return args[:2], {k: a for k, a in kwargs.items() if k != "wrap"}, exact
+
+
 def _hint_creation(g, env, tensors, v, entry):
     r = g.rng
     name = entry.name
@@ -1245,7 +1256,7 @@ ARG_HINTS = {
     "zeros": _hint_creation, "ones": _hint_creation, "full": _hint_creation, "zeros_like": _hint_creation,
     "ones_like": _hint_creation, "full_like": _hint_creation, "new_zeros": _hint_creation,
     "new_ones": _hint_creation, "new_full": _hint_creation, "arange": _hint_creation, "linspace": _hint_creation,
-    "logspace": _hint_creation, "eye": _hint_creation, "cov": _hint_cov,
+    "logspace": _hint_creation, "eye": _hint_creation, "cov": _hint_cov, "fill_diagonal": _hint_fill_diagonal,
 }
 
 
