@@ -68,7 +68,8 @@ def test_fixed_failures_run_alike_in_every_cpu_mode(seed, chains):
     `generator.TORCH_WRONG_GRADIENT` now names the in-place forms too), 7701876 (a compiled call wrote a written-back
     view into a strided input's compact copy before a fused read of it: tests/jit/test_inplace_write_back.py).
     Session 39's: 7802351 (erf's gradient of a bfloat16 tensor 1 ulp off torch's: its rule multiplied by g before
-    the constant, where torch's rounds the constant's product first; tests/ops/test_hunt_divergences.py), 7802475 (torch's ``fill_diagonal_`` with
-    ``wrap`` writes outside a strided tall input: `generator._hint_fill_diagonal` passes no wrap there)."""
+    the constant, where torch's rounds the constant's product first; tests/ops/test_hunt_divergences.py),
+    7802475 (torch's ``fill_diagonal_`` with ``wrap`` writes outside a strided tall input:
+    `generator._hint_fill_diagonal` passes no wrap there)."""
     program, _ = generate(seed, table=TABLE, chains=chains)
     assert not check(program, CPU_MODES).mismatches
