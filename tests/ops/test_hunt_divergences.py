@@ -101,7 +101,8 @@ def test_compiled_ldexp_of_a_half_tensor_by_a_0d_exponent_keeps_the_power_unroun
     x = (np.random.default_rng(2).standard_normal(64) * 3).astype(np.float32)
     f = jt.compile(lambda a, b: jt.ldexp(a, b))
     for e in (1.9496089, -3.199019, 0.22138008):
-        t = torch.ldexp(torch.from_numpy(x).to(getattr(torch, half)), torch.tensor(e, dtype=getattr(torch, exponent_dtype)))
+        t = torch.ldexp(torch.from_numpy(x).to(getattr(torch, half)),
+                        torch.tensor(e, dtype=getattr(torch, exponent_dtype)))
         a, b = jt.tensor(x).to(getattr(jt, half)), jt.tensor(e, dtype=getattr(jt, exponent_dtype))
         np.testing.assert_array_equal(f(a, b).double().numpy(), t.double().numpy())
         np.testing.assert_array_equal(jt.ldexp(a, b).double().numpy(), t.double().numpy())
