@@ -147,3 +147,22 @@ def test_binary_cross_entropy_at_probabilities_0_and_1_has_torchs_finite_gradien
     np.testing.assert_allclose(jx, tx, rtol=1e-6)
     np.testing.assert_array_equal(jy[:5], ty[:5])
     np.testing.assert_allclose(jy, ty, rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["nanmean", "nansum"])
+@pytest.mark.parametrize("compiled", [False, True])
+def test_nan_reductions_gradient_is_torchs_product_by_the_number_mask(name, compiled):
+    """torch's nansum backward multiplies ``g`` by whether each element is a number: an all-NaN row's nanmean
+    (``g / 0``) gives NaN gradients there, and a negative ``g`` gives -0.0 at a NaN; jitorch selected 0 (+0.0)."""
+    values = [[float("nan")] * 3, [1.0, float("nan"), 3.0], [2.0, 3.0, 4.0]]
+
+    def run(lib):
+        x = lib.tensor(values, requires_grad=True)
+
+        def f(x):
+            return (getattr(x, name)(1) * lib.tensor([1.0, -2.0, 3.0])).sum()
+        (jt.compile(f) if compiled and lib is jt else f)(x).backward()
+        return x.grad.numpy()
+    expected, got = run(torch), run(jt)
+    np.testing.assert_array_equal(got, expected)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(expected))

@@ -28,15 +28,20 @@ def _count(x, dim):
 
 # Sums and means ----------------------------------------------------------------------------------
 
+def _nansum(g, a, out):
+    """torch's nansum_backward: ``g`` times whether each element is a number, a product (not a selection), so
+    that an infinite or NaN ``g`` (an all-NaN row's nanmean divides by a count of 0) gives NaN at the NaNs."""
+    return expand_reduced(g, a.self, a.dim, a.keepdim) * a.self.isnan().logical_not()
+
+
 def _nanmean(g, a, out):
     x = a.self
     counted = x.isnan().logical_not().sum(a.dim, keepdim=True)
-    return jt.where(x.isnan(), 0, expand_reduced(g, x, a.dim, a.keepdim) / counted)
+    return expand_reduced(g, x, a.dim, a.keepdim) / counted * x.isnan().logical_not()
 
 
 defgrad("sum", per_input(self=reads("", lambda g, a, out: expand_reduced(g, a.self, a.dim, a.keepdim))))
-defgrad("nansum", per_input(self=reads("self", lambda g, a, out: jt.where(
-    a.self.isnan(), 0, expand_reduced(g, a.self, a.dim, a.keepdim)))))
+defgrad("nansum", per_input(self=reads("self", _nansum)))
 defgrad("mean", per_input(self=reads("", lambda g, a, out: expand_reduced(g, a.self, a.dim, a.keepdim)
                                       / _count(a.self, a.dim))))
 defgrad("nanmean", per_input(self=reads("self", _nanmean)))
