@@ -54,10 +54,12 @@ EXACT_OPS = {
 }
 # Ops whose float result jumps where the operand crosses a point: only for exact operands. acosh is NaN below 1,
 # the minimum of i0 and cosh, where a result an ulp off crosses (torch's float32 i0(0) is 1 - 2**-24, jitorch's
-# 1: fuzz seed 7610939, docs/differences-from-torch.md).
+# 1: fuzz seed 7610939, docs/differences-from-torch.md). signbit also reads a NaN's sign, which no library
+# defines: x86's default NaN (NumPy's, eager float16 log of a negative) is negative, torch's float32 SLEEF log
+# and jitorch's kernels give a positive one (fuzz seed 7802741).
 DISCONTINUOUS = {"floor", "ceil", "round", "trunc", "fix", "frac", "sign", "sgn", "remainder", "fmod",
                  "floor_divide", "div", "divide", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not",
-                 "bitwise_left_shift", "bitwise_right_shift", "unique", "acosh", "arccosh"}
+                 "bitwise_left_shift", "bitwise_right_shift", "unique", "acosh", "arccosh", "signbit"}
 # Results that share memory with their first argument (so writes through them reach it).
 VIEW_OPS = {"contiguous", "reshape", "reshape_as", "flatten", "to", "type_as"}
 # Views that are not writable: several elements in one memory location.
@@ -238,6 +240,8 @@ class Generator:
             prog, env = candidate, new_env
             for name, f in updates.items():
                 self.facts[name] = f
+                if name in env:  # (the probe read the facts before this statement's: an in-place op's taint)
+                    env[name] = replace(env[name], facts=f)
         prog = prog.with_body(prog.body, self.outputs(env))
         if not valid(prog):  # (outputs are plain references; this guards the rendering)
             prog = prog.with_body(prog.body, ())
