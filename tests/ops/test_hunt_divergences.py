@@ -166,3 +166,20 @@ def test_nan_reductions_gradient_is_torchs_product_by_the_number_mask(name, comp
     expected, got = run(torch), run(jt)
     np.testing.assert_array_equal(got, expected)
     np.testing.assert_array_equal(np.signbit(got), np.signbit(expected))
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_a_norm_of_order_0_gives_no_gradient_as_torch(compiled):
+    """torch's norm_backward returns an undefined gradient for ``p=0`` (a count): ``x.grad`` stays None, so an
+    optimizer skips ``x``; jitorch gave zeros, which Adam's momentum or weight decay would still apply."""
+    for lib in (torch, jt):
+        for norm in (lambda x: lib.linalg.vector_norm(x, 0), lambda x: lib.linalg.vector_norm(x, 0, dim=1).sum()):
+            x = lib.tensor([[1.0, 0.0, 3.0]], requires_grad=True)
+            f = jt.compile(norm) if compiled and lib is jt else norm
+            y = f(x)
+            assert y.requires_grad
+            y.backward()
+            assert x.grad is None
+        x = lib.tensor([[1.0, 0.0, 3.0]], requires_grad=True)
+        (lib.linalg.vector_norm(x, 0) + x.sum()).backward()
+        assert x.grad.tolist() == [[1.0, 1.0, 1.0]]

@@ -17,8 +17,8 @@ from ...ops import functions as jt
 from jitorch.ops.meta import wrap_dim
 from jitorch.ops.reductions import norm_order
 
-from ..rule import defgrad, nondifferentiable, reads
-from .common import expand_reduced, per_input, reduced_dims, unreduce, zeros
+from ..rule import defgrad, nondifferentiable, only_if, reads
+from .common import expand_reduced, per_input, reduced_dims, unreduce
 
 
 def _count(x, dim):
@@ -199,8 +199,6 @@ def _norm(g, a, out):
     if p == "matrix":
         raise NotImplementedError(f"the derivative for 'norm' with p={a.p!r} is not implemented")
     g, norm = unreduce(g, x, a.dim, a.keepdim), unreduce(out, x, a.dim, a.keepdim)
-    if p == 0:
-        return zeros(x.shape, g)
     if p == 1:
         return x.sign() * g
     if p == 2:
@@ -218,7 +216,9 @@ def _norm(g, a, out):
 
 defgrad("var.correction", per_input(self=reads("self", _var)))
 defgrad("std.correction", per_input(self=reads("self result", _std)))
-defgrad("norm", per_input(self=reads("self result", _norm)))
+# the order 0 (a count) gives no gradient at all, as torch's undefined one: zeros would still move a parameter
+# through an optimizer's momentum or weight decay, where torch's optimizers skip a parameter without one
+defgrad("norm", only_if(lambda a: norm_order(a.p, a.dim) != 0, per_input(self=reads("self result", _norm))))
 
 
 # Index and bool results -----------------------------------------------------------------------------
