@@ -61,9 +61,24 @@ def _searchsorted_meta(boundaries, x, out_int32, right, side, sorter):
     return TensorSpec(x.shape, _dt.int32 if out_int32 else _dt.int64, x.device)
 
 
+class _Geometry:
+    """An array's jitorch dtype and ndim: what `dtypes.result_type` reads of an operand."""
+
+    def __init__(self, a):
+        self.dtype, self.ndim = _dt.from_numpy_dtype(a.dtype), a.ndim
+
+
+def _in_common_dtype(boundaries, x):
+    """Both arrays in torch's result type of the two, as its search compares them: a 0-d value beside a
+    narrower integer sequence wraps into the sequence's dtype, an integer sequence beside float values is
+    rounded to their dtype."""
+    common = _dt.result_type(_Geometry(boundaries), _Geometry(x)).np
+    return tuple(v if v.dtype == common else convert(v, common) for v in (boundaries, x))
+
+
 def _searchsorted_cpu(spec, boundaries, x, out_int32, right, side, sorter):
     side = "right" if right or side == "right" else "left"
-    b, a = _sortable(boundaries), _sortable(x)
+    b, a = (_sortable(v) for v in _in_common_dtype(boundaries, x))
     if sorter is not None:
         b = np.take_along_axis(b, sorter, -1)
     rows = math.prod(b.shape[:-1])  # (1 for a 1-D sequence, which every value is searched in)
@@ -99,8 +114,14 @@ defop(f"searchsorted.Tensor(Tensor sorted_sequence, Tensor self, {_SEARCH_OPTION
           "``sorted_sequence`` to keep it sorted (after equal values with ``right=True`` or ``side='right'``).")
 
 
+def _wrapped_number(value, boundaries):
+    """A number searched for, as torch wraps it: a 0-d tensor of its result type with ``boundaries`` (an int
+    beside a uint8 sequence wraps into uint8: -2 is 254; a float beside float32 ones is rounded to float32)."""
+    return _as_tensor(value, boundaries).to(_dt.result_type(boundaries, value))
+
+
 def _searchsorted_scalar(boundaries, value, out_int32, right, side, sorter):
-    return functions.searchsorted(boundaries, _as_tensor(value, boundaries), out_int32=out_int32, right=right,
+    return functions.searchsorted(boundaries, _wrapped_number(value, boundaries), out_int32=out_int32, right=right,
                                   side=side, sorter=sorter)
 
 
@@ -112,7 +133,7 @@ defop(f"searchsorted.Scalar(Tensor sorted_sequence, Scalar self, {_SEARCH_OPTION
 def _bucketize(x, boundaries, out_int32, right):
     if boundaries.ndim != 1:
         raise RuntimeError(f"boundaries tensor must be 1 dimension, but got dim({boundaries.ndim})")
-    x = _as_tensor(x, boundaries) if isinstance(x, Number) else x
+    x = _wrapped_number(x, boundaries) if isinstance(x, Number) else x
     return functions.searchsorted(boundaries, x, out_int32=out_int32, right=right)
 
 

@@ -196,3 +196,23 @@ def test_a_compiled_function_calling_backward_through_a_norm_traces():
     x, y = (jt.tensor([[1.0, 0.0, 3.0]], requires_grad=True) for _ in range(2))
     np.testing.assert_array_equal(jt.compile(step)(x).detach().numpy(), step(y).detach().numpy())
     np.testing.assert_array_equal(x.grad.numpy(), y.grad.numpy())
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int8", "int64", "float32", "bool"])
+def test_searchsorted_compares_in_torchs_result_type_seed_7811027(dtype):
+    """torch searches in the result type of the sequence and the values: a number or a 0-d tensor beside a
+    uint8 sequence wraps into uint8 (-2 is 254: index 2), a float beside float32 ones is rounded to float32
+    (0.1 equals float32's 0.1 for ``right=True``), an int64 sequence beside float32 values is rounded to float32.
+    jitorch compared the exact values (fuzz seed 7811027: ``searchsorted(x.to(uint8), -2)``)."""
+    def calls(lib):
+        s = lib.tensor([0, 5]).to(getattr(lib, dtype))
+        f32 = lib.tensor([0.1, 0.3], dtype=lib.float32)
+        return ([lib.searchsorted(s, v).item() for v in (-2, 300, 2.5, -0.5, 5)]
+                + [lib.searchsorted(s, -2, right=True).item(), lib.bucketize(-2, s).item(),
+                   lib.searchsorted(s, lib.tensor(-2)).item(), lib.searchsorted(s, lib.tensor([-2, 300])).tolist(),
+                   lib.searchsorted(f32, 0.1, right=True).item(),
+                   lib.searchsorted(lib.tensor([16777217]), lib.tensor([16777216.0])).tolist()])
+    assert calls(jt) == calls(torch)
+    compiled = jt.compile(lambda s: jt.searchsorted(s, -2))
+    assert compiled(jt.tensor([0, 5]).to(getattr(jt, dtype))).item() == torch.searchsorted(
+        torch.tensor([0, 5]).to(getattr(torch, dtype)), -2).item()
