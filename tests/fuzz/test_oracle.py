@@ -101,3 +101,17 @@ def test_a_result_stored_over_a_replaced_state_tensor_is_stored_not_captured():
     assert "M.stored0 = v3" in source(program) and "M.stored1 = v10" in source(program)
     for mode in ("eager", "cuda-eager"):
         assert all(r.outputs[2].alias == ("stored", "M.stored1") for r in run_mode(program, mode))
+
+
+def test_a_float64_result_of_float32_data_is_compared_at_float32s_tolerance_seed_7811197():
+    """``x0.cosh_(); T.stack([x0, c0, x1], out=float64)`` with x0 float32: eager's cosh (NumPy) and the kernels'
+    differ by 2 float32 ulps, which the float64 output carried past float64's tolerance. A program with float32
+    data compares float64 results at float32's; one of float64 data alone keeps float64's."""
+    from tests.fuzz.oracle import TOLERANCE, tolerances
+    program, _ = generate(7811197, table=op_table(), chains=0.2)
+    assert {d.dtype for d in program.inputs} >= {"float32"}
+    assert tolerances(program, False)["float64"] == TOLERANCE["float32"]
+    wide = replace(program, inputs=tuple(replace(d, dtype="float64") for d in program.inputs if d.dtype == "float64"),
+                   captured=())
+    assert tolerances(wide, False)["float64"] == TOLERANCE["float64"]
+    assert not check(program).mismatches
