@@ -1345,8 +1345,11 @@ def grad_loss(T, outputs):
 # on it); jitorch's passes tests/autograd/test_registry_gradcheck.py. torch's ldexp by an integer exponent
 # computes its gradient's ``2 ** other`` in the exponent's dtype (int8: 2 ** 7 wraps to -128, a negative
 # exponent gives 0; fuzz seeds 7200296, and 7701141 by ``ldexp_``); jitorch's is ``2 ** other``
-# (docs/differences-from-torch.md). Their in-place forms (tag with a trailing underscore) likewise.
-TORCH_WRONG_GRADIENT = {"as_strided_scatter", "ldexp"}
+# (docs/differences-from-torch.md). torch's cholesky_solve and cholesky_inverse differentiate the whole factor
+# matrix, the triangle their forward ignores too, which then also enters the used triangle's gradient (fuzz
+# seeds 7803691, 7804472); jitorch's is the derivative of what the forward reads. Their in-place forms (a
+# trailing underscore) likewise.
+TORCH_WRONG_GRADIENT = {"as_strided_scatter", "ldexp", "cholesky_solve", "cholesky_inverse"}
 
 
 def _torch_gradient_wrong(tag):
