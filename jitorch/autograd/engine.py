@@ -735,7 +735,9 @@ def passes_gradient(node, output_nr):
 
 def _gives_gradient(node, rule):
     predicate = getattr(rule.backward, "gives_gradient", None)
-    return predicate is None or predicate(Args(node.op.schema, node.args, node.op.arg_names))
+    # a node a backward freed keeps no arguments to ask (a trace whose function called backward): answered as
+    # a rule without a predicate, since a second backward through it raises before any rule runs
+    return predicate is None or node.freed or predicate(Args(node.op.schema, node.args, node.op.arg_names))
 
 
 def _call_rule(node, grads, create_graph):

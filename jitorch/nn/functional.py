@@ -2561,6 +2561,22 @@ def _check_same_size(input, target, message):
         raise ValueError(message.format(target=repr(target.shape), input=repr(input.shape)))
 
 
+class _BinaryCrossEntropy(jt.autograd.Function):
+    """binary_cross_entropy's elementwise loss (logs clamped at -100) with torch's derivatives: the input's
+    ``g (x - y) / max((1 - x) x, 1e-12)``, finite where ``x`` is 0 or 1 (a saturated sigmoid; the clamped logs'
+    own derivative gave 0 * inf = NaN there, even where ``y`` equals ``x``), and the target's ``-logit(x) g``."""
+
+    @staticmethod
+    def forward(ctx, input, target):
+        ctx.save_for_backward(input, target)
+        return -(target * input.log().clamp_min(-100) + (1 - target) * (1 - input).log().clamp_min(-100))
+
+    @staticmethod
+    def backward(ctx, g):
+        x, y = ctx.saved_tensors
+        return g * (x - y) / ((1 - x) * x).clamp_min(1e-12), x.logit().neg() * g
+
+
 @autocasts("binary_cross_entropy")
 def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None, reduction="mean"):
     """``-w (y log x + (1 - y) log(1 - x))`` for probabilities ``x``, each log clamped at -100 as torch."""
@@ -2568,7 +2584,7 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
     _check_same_size(input, target, "Using a target size ({target}) that is different to the input size ({input}) "
                                     "is deprecated. Please ensure they have the same size.")
     _check_values("probabilities", [input])
-    loss = -(target * input.log().clamp_min(-100) + (1 - target) * (1 - input).log().clamp_min(-100))
+    loss = _BinaryCrossEntropy.apply(input, target)
     if weight is not None:
         loss = loss * weight
     return _reduce(loss, reduction)

@@ -864,6 +864,9 @@ def _xlogy(x, y):
     """xlogy by jitorch's own log (`powers.log`, not NumPy's: the same bits on every NumPy version and CPU, and
     the compiled path's), through the compiled kernel when large."""
     dtype = next(v.dtype for v in (x, y) if v.__class__ is np.ndarray)
+    # a number operand takes the array's dtype, as torch casts it: `powers.log` computes in its operand's dtype,
+    # and of an int (a float64 call's fast path passes ``xlogy(x, 2)``'s 2 as it is) gave log(2) = 0
+    x, y = (v if v.__class__ is np.ndarray else np.asarray(v, dtype) for v in (x, y))
     r = powers.through_kernel("xlogy", dtype, x, y)
     return _xlogy_by_numpy(x, y) if r is None else r
 
@@ -949,7 +952,8 @@ def _ldexp(x, other):
 
 _declare("ldexp", BINARY, _ldexp, INT_TO_FLOAT, "``self * 2 ** other`` in the promoted dtype, the power in "
          "``other``'s dtype (integers: the default float dtype), as torch's ``mul(self, pow(2.0, other))``.",
-         uncast=("other",), overlap={"self": "partial"})  # (torch's mul reads ``other``'s power, a new tensor)
+         uncast=("other",), overlap={"self": "partial"},  # (torch's mul reads ``other``'s power, a new tensor)
+         unrounded="scalars")  # (a 0-d exponent's power is mul's 0-d operand: a kernel must not round it to a half)
 _declare("xlogy", BINARY, _xlogy, INT_TO_FLOAT,
          "``self * log(other)``, 0 where ``self`` is 0 (unless ``other`` is NaN).")
 _declare("logaddexp2", BINARY, np.logaddexp2, DEFAULT,

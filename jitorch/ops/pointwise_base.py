@@ -76,10 +76,10 @@ def _operand_in(a, compute_np, via):
     the common dtype, then its kernels widen half types to float32 (``half + int32(70000)`` is inf)."""
     if a.__class__ is not np.ndarray:
         return a if a is None else scalar_in(a, compute_np, via)
-    if a.dtype == compute_np:
-        return a
-    if via is not None and a.dtype != via:
+    if via is not None and a.dtype != via:  # (a 0-d float32 tensor beside a half one too: ``half + f32(0-d)``)
         a = convert(a, via)
+    elif a.dtype == compute_np:
+        return a
     return convert(a, compute_np)
 
 

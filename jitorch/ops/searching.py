@@ -61,9 +61,24 @@ def _searchsorted_meta(boundaries, x, out_int32, right, side, sorter):
     return TensorSpec(x.shape, _dt.int32 if out_int32 else _dt.int64, x.device)
 
 
+class _Geometry:
+    """An array's jitorch dtype and ndim: what `dtypes.result_type` reads of an operand."""
+
+    def __init__(self, a):
+        self.dtype, self.ndim = _dt.from_numpy_dtype(a.dtype), a.ndim
+
+
+def _in_common_dtype(boundaries, x):
+    """Both arrays in torch's result type of the two, as its search compares them: a 0-d value beside a
+    narrower integer sequence wraps into the sequence's dtype, an integer sequence beside float values is
+    rounded to their dtype."""
+    common = _dt.result_type(_Geometry(boundaries), _Geometry(x)).np
+    return tuple(v if v.dtype == common else convert(v, common) for v in (boundaries, x))
+
+
 def _searchsorted_cpu(spec, boundaries, x, out_int32, right, side, sorter):
     side = "right" if right or side == "right" else "left"
-    b, a = _sortable(boundaries), _sortable(x)
+    b, a = (_sortable(v) for v in _in_common_dtype(boundaries, x))
     if sorter is not None:
         if sorter.size and (sorter.min() < 0 or sorter.max() >= sorter.shape[-1]):
             raise RuntimeError("torch.searchsorted(): sorter index out of range")
@@ -101,8 +116,14 @@ defop(f"searchsorted.Tensor(Tensor sorted_sequence, Tensor self, {_SEARCH_OPTION
           "``sorted_sequence`` to keep it sorted (after equal values with ``right=True`` or ``side='right'``).")
 
 
+def _wrapped_number(value, boundaries):
+    """A number searched for, as torch wraps it: a 0-d tensor of its result type with ``boundaries`` (an int
+    beside a uint8 sequence wraps into uint8: -2 is 254; a float beside float32 ones is rounded to float32)."""
+    return _as_tensor(value, boundaries).to(_dt.result_type(boundaries, value))
+
+
 def _searchsorted_scalar(boundaries, value, out_int32, right, side, sorter):
-    return functions.searchsorted(boundaries, _as_tensor(value, boundaries), out_int32=out_int32, right=right,
+    return functions.searchsorted(boundaries, _wrapped_number(value, boundaries), out_int32=out_int32, right=right,
                                   side=side, sorter=sorter)
 
 
@@ -114,7 +135,7 @@ defop(f"searchsorted.Scalar(Tensor sorted_sequence, Scalar self, {_SEARCH_OPTION
 def _bucketize(x, boundaries, out_int32, right):
     if boundaries.ndim != 1:
         raise RuntimeError(f"boundaries tensor must be 1 dimension, but got dim({boundaries.ndim})")
-    x = _as_tensor(x, boundaries) if isinstance(x, Number) else x
+    x = _wrapped_number(x, boundaries) if isinstance(x, Number) else x
     return functions.searchsorted(boundaries, x, out_int32=out_int32, right=right)
 
 
@@ -160,11 +181,22 @@ defop("isin.Scalar_Tensor(Scalar element, Tensor test_elements, *, bool assume_u
 
 # unique_consecutive -----------------------------------------------------------------------------------------
 
+def unique_dim(x, dim):
+    """``dim`` of ``x`` wrapped, for unique and unique_consecutive over slices; torch's errors where another
+    dimension is empty (there would be no slices to compare, yet as many of them as ``dim`` is long)."""
+    d = wrap_dim(dim, x.ndim)
+    if sum(n == 0 for n in x.shape) > 1:
+        raise RuntimeError("Number of zero sized dimensions is more than one, so unique cannot be applied ")
+    if any(n == 0 for i, n in enumerate(x.shape) if i != d):
+        raise RuntimeError("There are 0 sized dimensions, and they aren't selected, so unique cannot be applied")
+    return d
+
+
 def _unique_consecutive_meta(x, return_inverse, return_counts, dim):
     if dim is None:
         values, inverse = (None,), x.shape
     else:
-        d = wrap_dim(dim, x.ndim)
+        d = unique_dim(x, dim)
         values = tuple(None if i == d else n for i, n in enumerate(x.shape))
         inverse = (x.shape[d],)
     return (TensorSpec(values, x.dtype, x.device), TensorSpec(inverse, _dt.int64, x.device),
@@ -177,7 +209,7 @@ def _unique_consecutive_cpu(spec, x, return_inverse, return_counts, dim):
     else:
         d = wrap_dim(dim, x.ndim)
         moved = np.moveaxis(x, d, 0)
-        slices = moved.reshape(moved.shape[0], -1)
+        slices = moved.reshape(moved.shape[0], math.prod(moved.shape[1:]))
     starts = np.ones(len(slices), bool)
     if len(slices) > 1:
         starts[1:] = np.any(slices[1:] != slices[:-1], axis=1)

@@ -17,6 +17,7 @@ from .meta import reduced_shape
 from . import functions
 from . import registry
 from .registry import TensorSpec, defop, scalar_name
+from .searching import unique_dim
 
 
 def _require_tensors(op_name, tensors):
@@ -546,7 +547,7 @@ defop("kthvalue(Tensor self, int k, int dim=-1, bool keepdim=False) -> (Tensor v
 
 def _unique_meta(x, sorted, return_inverse, return_counts, dim):
     if dim is not None:
-        d = wrap_dim(dim, x.ndim)
+        d = unique_dim(x, dim)
         values = tuple(None if i == d else n for i, n in enumerate(x.shape))
         inverse = (x.shape[d],)
     else:

@@ -73,6 +73,8 @@ def main(argv=None):
                 print(f"\nnew failure ({sig[0]} vs {sig[1]}: {sig[2]}):\n{text}\n", flush=True)
                 with open(args.report, "a") as f:
                     f.write(text + "\n\n")
+            else:  # the seed of each later failure of a kind already shown, so that none is lost
+                print(f"failure again ({sig[0]} vs {sig[1]}: {sig[2]}): seed {seed}", flush=True)
         seed += 1
         if programs % 50 == 0:
             _progress(started, programs, ops, failing, len(seen))

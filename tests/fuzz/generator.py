@@ -54,10 +54,12 @@ EXACT_OPS = {
 }
 # Ops whose float result jumps where the operand crosses a point: only for exact operands. acosh is NaN below 1,
 # the minimum of i0 and cosh, where a result an ulp off crosses (torch's float32 i0(0) is 1 - 2**-24, jitorch's
-# 1: fuzz seed 7610939, docs/differences-from-torch.md).
+# 1: fuzz seed 7610939, docs/differences-from-torch.md). signbit also reads a NaN's sign, which no library
+# defines: x86's default NaN (NumPy's, eager float16 log of a negative) is negative, torch's float32 SLEEF log
+# and jitorch's kernels give a positive one (fuzz seed 7802741).
 DISCONTINUOUS = {"floor", "ceil", "round", "trunc", "fix", "frac", "sign", "sgn", "remainder", "fmod",
                  "floor_divide", "div", "divide", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not",
-                 "bitwise_left_shift", "bitwise_right_shift", "unique", "acosh", "arccosh"}
+                 "bitwise_left_shift", "bitwise_right_shift", "unique", "acosh", "arccosh", "signbit"}
 # Results that share memory with their first argument (so writes through them reach it).
 VIEW_OPS = {"contiguous", "reshape", "reshape_as", "flatten", "to", "type_as"}
 # Views that are not writable: several elements in one memory location.
@@ -238,6 +240,8 @@ class Generator:
             prog, env = candidate, new_env
             for name, f in updates.items():
                 self.facts[name] = f
+                if name in env:  # (the probe read the facts before this statement's: an in-place op's taint)
+                    env[name] = replace(env[name], facts=f)
         prog = prog.with_body(prog.body, self.outputs(env))
         if not valid(prog):  # (outputs are plain references; this guards the rendering)
             prog = prog.with_body(prog.body, ())
@@ -1195,6 +1199,17 @@ def _hint_cov(g, env, tensors, v, entry):
     return args, {k: a for k, a in kwargs.items() if k not in ("fweights", "aweights")}, exact
 
 
+def _hint_fill_diagonal(g, env, tensors, v, entry):
+    """No wrap on a tall matrix: torch 2.13 steps the wrapped diagonal by the sum of the strides from the
+    storage offset, so on a strided input it writes elements outside the tensor (fuzz seed 7802475;
+    docs/differences-from-torch.md)."""
+    made = g.generic_args(env, tensors, v, entry.schema)
+    if made is None or not (v.ndim == 2 and v.shape[0] > v.shape[1] + 1):
+        return made
+    args, kwargs, exact = made
+    return args[:2], {k: a for k, a in kwargs.items() if k != "wrap"}, exact
+
+
 def _hint_creation(g, env, tensors, v, entry):
     r = g.rng
     name = entry.name
@@ -1245,7 +1260,7 @@ ARG_HINTS = {
     "zeros": _hint_creation, "ones": _hint_creation, "full": _hint_creation, "zeros_like": _hint_creation,
     "ones_like": _hint_creation, "full_like": _hint_creation, "new_zeros": _hint_creation,
     "new_ones": _hint_creation, "new_full": _hint_creation, "arange": _hint_creation, "linspace": _hint_creation,
-    "logspace": _hint_creation, "eye": _hint_creation, "cov": _hint_cov,
+    "logspace": _hint_creation, "eye": _hint_creation, "cov": _hint_cov, "fill_diagonal": _hint_fill_diagonal,
 }
 
 
@@ -1330,8 +1345,11 @@ def grad_loss(T, outputs):
 # on it); jitorch's passes tests/autograd/test_registry_gradcheck.py. torch's ldexp by an integer exponent
 # computes its gradient's ``2 ** other`` in the exponent's dtype (int8: 2 ** 7 wraps to -128, a negative
 # exponent gives 0; fuzz seeds 7200296, and 7701141 by ``ldexp_``); jitorch's is ``2 ** other``
-# (docs/differences-from-torch.md). Their in-place forms (tag with a trailing underscore) likewise.
-TORCH_WRONG_GRADIENT = {"as_strided_scatter", "ldexp"}
+# (docs/differences-from-torch.md). torch's cholesky_solve and cholesky_inverse differentiate the whole factor
+# matrix, the triangle their forward ignores too, which then also enters the used triangle's gradient (fuzz
+# seeds 7803691, 7804472); jitorch's is the derivative of what the forward reads. Their in-place forms (a
+# trailing underscore) likewise.
+TORCH_WRONG_GRADIENT = {"as_strided_scatter", "ldexp", "cholesky_solve", "cholesky_inverse"}
 
 
 def _torch_gradient_wrong(tag):

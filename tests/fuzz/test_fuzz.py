@@ -56,7 +56,10 @@ def test_half_types_reach_no_op_documented_to_differ_there_seed_7600518():
 
 
 @pytest.mark.parametrize("seed, chains", [(7610840, 0.0), (7610939, 0.0), (7612221, 0.0), (7612269, 0.0),
-                                          (7612101, 0.0), (7701141, 0.2), (7701876, 0.2)])
+                                          (7612101, 0.0), (7701141, 0.2), (7701876, 0.2), (7802351, 0.0),
+                                          (7802475, 0.0), (7802741, 0.0),
+                                          (7811027, 0.2), (7811197, 0.2),
+                                          (7803691, 0.0), (7804472, 0.0)])
 def test_fixed_failures_run_alike_in_every_cpu_mode(seed, chains):
     """Failures of helper 125's campaign, fixed: 7610840 (``as_strided_`` on a captured tensor past its
     elements, tests/jit/test_compiled_inplace_view_captures.py), 7610939 (``acosh`` of torch's float32 ``i0(0)``,
@@ -65,6 +68,16 @@ def test_fixed_failures_run_alike_in_every_cpu_mode(seed, chains):
     7612101 (``orgqr``'s derivative; tests/autograd/test_rules_linalg.py).
     Session 38's (``--chains 0.2``): 7701141 (``ldexp_`` by an int32 exponent: torch's gradient is wrong, and
     `generator.TORCH_WRONG_GRADIENT` now names the in-place forms too), 7701876 (a compiled call wrote a written-back
-    view into a strided input's compact copy before a fused read of it: tests/jit/test_inplace_write_back.py)."""
+    view into a strided input's compact copy before a fused read of it: tests/jit/test_inplace_write_back.py).
+    Session 39's: 7802351 (erf's gradient of a bfloat16 tensor 1 ulp off torch's: its rule multiplied by g before
+    the constant, where torch's rounds the constant's product first; tests/ops/test_hunt_divergences.py),
+    7802475 (torch's ``fill_diagonal_`` with ``wrap`` writes outside a strided tall input:
+    `generator._hint_fill_diagonal` passes no wrap there), 7802741 (``signbit`` of a NaN from ``log_`` of a
+    negative: a NaN's sign is no library's contract; `generator.DISCONTINUOUS` now names signbit), 7811027
+    (``searchsorted`` of a number beside a uint8 sequence: torch wraps it into uint8; tests/ops/
+    test_hunt_divergences.py), 7811197 (a float32 ``cosh_`` stacked into a float64 ``out=``: float64 results
+    of narrower float data take that data's tolerance, `oracle.tolerances`), 7803691 and 7804472 (torch's
+    cholesky_solve and cholesky_inverse gradients read the factor's ignored triangle:
+    `generator.TORCH_WRONG_GRADIENT`)."""
     program, _ = generate(seed, table=TABLE, chains=chains)
     assert not check(program, CPU_MODES).mismatches

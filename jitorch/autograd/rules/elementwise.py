@@ -63,8 +63,9 @@ _UNARY = (
     ("acosh", "self", lambda g, x, y: g * (x * x - 1).rsqrt()),
     ("atanh", "self", lambda g, x, y: g / (1 - x * x)),
     ("sigmoid", "result", lambda g, x, y: g * (1 - y) * y),
-    ("erf", "self", lambda g, x, y: g * (-x * x).exp() * _TWO_OVER_SQRT_PI),
-    ("erfc", "self", lambda g, x, y: g * (-x * x).exp() * -_TWO_OVER_SQRT_PI),
+    # in torch's order, the constant's product before g's: a half type rounds each (fuzz seed 7802351)
+    ("erf", "self", lambda g, x, y: (-x * x).exp() * _TWO_OVER_SQRT_PI * g),
+    ("erfc", "self", lambda g, x, y: (-x * x).exp() * -_TWO_OVER_SQRT_PI * g),
     ("relu", "result", lambda g, x, y: jt.where(y <= 0, 0, g)),  # NaN passes, as torch's threshold_backward
     ("frac", "", lambda g, x, y: g),
 )

@@ -17,8 +17,8 @@ from ...ops import functions as jt
 from jitorch.ops.meta import wrap_dim
 from jitorch.ops.reductions import norm_order
 
-from ..rule import defgrad, nondifferentiable, reads
-from .common import expand_reduced, per_input, reduced_dims, unreduce, zeros
+from ..rule import defgrad, nondifferentiable, only_if, reads
+from .common import expand_reduced, per_input, reduced_dims, unreduce
 
 
 def _count(x, dim):
@@ -28,15 +28,20 @@ def _count(x, dim):
 
 # Sums and means ----------------------------------------------------------------------------------
 
+def _nansum(g, a, out):
+    """torch's nansum_backward: ``g`` times whether each element is a number, a product (not a selection), so
+    that an infinite or NaN ``g`` (an all-NaN row's nanmean divides by a count of 0) gives NaN at the NaNs."""
+    return expand_reduced(g, a.self, a.dim, a.keepdim) * a.self.isnan().logical_not()
+
+
 def _nanmean(g, a, out):
     x = a.self
     counted = x.isnan().logical_not().sum(a.dim, keepdim=True)
-    return jt.where(x.isnan(), 0, expand_reduced(g, x, a.dim, a.keepdim) / counted)
+    return expand_reduced(g, x, a.dim, a.keepdim) / counted * x.isnan().logical_not()
 
 
 defgrad("sum", per_input(self=reads("", lambda g, a, out: expand_reduced(g, a.self, a.dim, a.keepdim))))
-defgrad("nansum", per_input(self=reads("self", lambda g, a, out: jt.where(
-    a.self.isnan(), 0, expand_reduced(g, a.self, a.dim, a.keepdim)))))
+defgrad("nansum", per_input(self=reads("self", _nansum)))
 defgrad("mean", per_input(self=reads("", lambda g, a, out: expand_reduced(g, a.self, a.dim, a.keepdim)
                                       / _count(a.self, a.dim))))
 defgrad("nanmean", per_input(self=reads("self", _nanmean)))
@@ -194,8 +199,6 @@ def _norm(g, a, out):
     if p == "matrix":
         raise NotImplementedError(f"the derivative for 'norm' with p={a.p!r} is not implemented")
     g, norm = unreduce(g, x, a.dim, a.keepdim), unreduce(out, x, a.dim, a.keepdim)
-    if p == 0:
-        return zeros(x.shape, g)
     if p == 1:
         return x.sign() * g
     if p == 2:
@@ -213,7 +216,9 @@ def _norm(g, a, out):
 
 defgrad("var.correction", per_input(self=reads("self", _var)))
 defgrad("std.correction", per_input(self=reads("self result", _std)))
-defgrad("norm", per_input(self=reads("self result", _norm)))
+# the order 0 (a count) gives no gradient at all, as torch's undefined one: zeros would still move a parameter
+# through an optimizer's momentum or weight decay, where torch's optimizers skip a parameter without one
+defgrad("norm", only_if(lambda a: norm_order(a.p, a.dim) != 0, per_input(self=reads("self result", _norm))))
 
 
 # Index and bool results -----------------------------------------------------------------------------

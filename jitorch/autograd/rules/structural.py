@@ -427,8 +427,10 @@ def _scatter_reduced(g, x, dim, index, src, reduce, include_self, out):
             x_is = x_is.scatter(dim, index, False)
         s_is = s == out.gather(dim, index)
         share = g / x_is.to(g.dtype).scatter_add(dim, index, s_is.to(g.dtype))
-        gx = share.masked_fill(x_is.logical_not(), 0)
-        gs = share.gather(dim, index).masked_fill(s_is.logical_not(), 0)
+        # products, not a masked fill, as torch's: a NaN result equals no element, so its share is g / 0
+        # and every element reduced into it gets NaN (and an unequal one -0.0 where the share is negative)
+        gx = share * x_is.to(g.dtype)
+        gs = share.gather(dim, index) * s_is.to(g.dtype)
     else:  # torch's forward takes "max" and "min" as amax and amin, its backward does not
         raise RuntimeError(f"Expected 'reduce' to be one of 'sum', 'prod', 'mean', 'amax', 'amin' but got {reduce}.")
     grads = {}
