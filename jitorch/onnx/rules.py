@@ -193,6 +193,13 @@ def _identity(b, node, x, *_):
     return b.name(x)
 
 
+@rule("_check_values")
+def _check_values(b, node, *_):
+    """Not exported: an ONNX graph cannot raise, so the model skips the value checks a jitorch call makes (as
+    torch.onnx drops runtime asserts); its one result (a flag nothing reads) gets no ONNX value."""
+    return [None]
+
+
 # Shapes and views ------------------------------------------------------------------------------------------
 
 @rule("view", "reshape", "view_as", "unflatten", "flatten")

@@ -187,6 +187,17 @@ def test_losses_match_torch():
         close(got, [w.numpy() for w in want])
 
 
+def test_a_graph_with_value_checks_exports_without_them():
+    """Regression: the value checks compiled graphs keep (``_check_values``: here cross_entropy's target range)
+    stopped every ONNX export of a loss with UnsupportedOperatorError. An ONNX graph cannot raise: the checks are
+    left out, and the model computes the loss."""
+    loss = lambda x, labels: F.cross_entropy(x, labels)  # noqa: E731
+    x, labels = jitorch.randn(5, 4), jitorch.tensor([0, 3, 1, 2, 2])
+    proto, session = exported(loss, (x, labels))
+    assert not [n for n in proto.graph.node if "check" in n.op_type.lower()]
+    close(run(session, x, labels), [loss(x, labels).numpy()])
+
+
 class Layers(nn.Module):
     """Pools, a strided padded convolution, a transposed one, eval BatchNorm, GELU's two forms, softmax."""
 
