@@ -638,11 +638,9 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
                         if split and xa.size >= split_min:  # (NumPy's loop on the team's threads)
                             r = silenced_call(split_ufunc, plain_call, (xa,) if ya is None else (xa, ya),
                                               _dt.bool.np if always_bool else dtype.np)
-                        if r is not None:
-                            pass
-                        elif quiet:
+                        if r is None and quiet:
                             r = plain_call(xa) if ya is None else plain_call(xa, ya)
-                        else:  # (the calls written out: a call with ``*args`` costs more)
+                        elif r is None:  # (the calls written out: a call with ``*args`` costs more)
                             try:
                                 r = silenced(plain_call, xa) if ya is None else silenced(plain_call, xa, ya)
                             except RuntimeError as e:
