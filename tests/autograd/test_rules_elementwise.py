@@ -219,6 +219,25 @@ def test_atan2_has_torchs_zero_gradient_at_the_origin():
         np.testing.assert_array_equal(g, t.grad.numpy())  # 1e-30 squared underflows: 0 too, as torch
 
 
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_atan2_gradient_by_an_integer_operand_squares_it_in_float_seed_7805681(compiled):
+    """Fuzz seed 7805681: ``atan2`` of a uint8 tensor and a float32 one squared the uint8 operand in uint8 for the
+    gradient's ``1 / (self² + other²)`` (200² wrapped to 64: -3.02 for -0.005). torch's squares it so too and
+    also negates it in uint8 for ``other``'s gradient (-3 becomes 253), so the oracle is torch in float64."""
+    ints, floats = [3, 200, 7, 0, 255], [0.5, -1.5, 2.0, 0.0, 1e-3]
+    for int_first in (True, False):
+        expected_grad = torch.tensor(floats, dtype=torch.float64, requires_grad=True)
+        pair = (torch.tensor(ints, dtype=torch.float64), expected_grad)
+        torch.atan2(*(pair if int_first else pair[::-1])).sum().backward()
+        x = jt.tensor(floats, dtype=jt.float32, requires_grad=True)
+        pair = (jt.tensor(ints, dtype=jt.uint8), x)
+        fn = jt.compile(jt.atan2) if compiled else jt.atan2
+        out = fn(*(pair if int_first else pair[::-1]))
+        assert out.dtype == jt.float32
+        out.sum().backward()
+        np.testing.assert_allclose(x.grad.numpy(), expected_grad.grad.numpy(), rtol=1e-6, atol=0)
+
+
 def test_norms_and_deviations_of_zero_have_zero_gradients():
     zero = leaf([[0.0, 0.0], [1.0, 1.0]])
     for fn in (lambda x: x.norm(dim=1), lambda x: x.norm(3, dim=1), lambda x: x.std(1)):

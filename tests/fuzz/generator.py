@@ -69,8 +69,16 @@ OVERLAPPING_VIEWS = {"expand", "expand_as", "broadcast_to", "broadcast_tensors"}
 SETITEM_0D = "setitem 0-d"
 # Ops whose float16/bfloat16 results differ from torch's by design (docs/differences-from-torch.md: torch's
 # CPU kernels compute them in the half type, matrix_exp overflowing to NaN; jitorch in float32): not called on
-# half-type operands (fuzz seed 7600518)
-HALF_DIFFERS = {"matrix_exp", "addr"}
+# half-type operands (fuzz seed 7600518). torch's bfloat16 rsqrt rounds once in its vector loop and twice (the
+# square root to bfloat16 first) in its scalar tail, so an element's result depends on its place in the tensor;
+# jitorch's rounds once, and its gradient, which reads the result cubed, is then an ulp off (fuzz seed 7805075).
+HALF_DIFFERS = {"matrix_exp", "addr", "rsqrt"}
+# Ops whose torch gradient is wrong where an operand is an integer or bool tensor: torch's atan2_backward
+# squares (and, for ``other``'s, negates) that operand in its own dtype, which wraps (uint8 3 negated is 253,
+# 200 squared 64: fuzz seed 7805681; docs/differences-from-torch.md). Such a statement's tag ends in
+# INTEGER_OPERAND, and its program has no gradient run against torch.
+TORCH_WRONG_BY_AN_INTEGER = {"atan2"}
+INTEGER_OPERAND = " of an integer"
 # Of ops returning several tensors, which results are the same in every library (sort's indices only when
 # stable; topk, kthvalue and median only their values: ties make their indices unspecified).
 RESULT_CHOICES = {"sort": (0,), "topk": (0,), "kthvalue": (0,), "median": (0,)}
@@ -377,7 +385,9 @@ class Generator:
         if made is None:
             return None
         args, kwargs, operands_exact = made
-        overlapping = kwargs.pop("_", "") == "overlap"
+        marker = kwargs.pop("_", "")
+        overlapping = marker == "overlap"
+        tag = entry.name + (INTEGER_OPERAND if marker == "integer operand" else "")
         exact = operands_exact and (primary is None or not needs_self or primary.facts.exact)
         if entry.name in DISCONTINUOUS and not exact:
             return None
@@ -408,7 +418,7 @@ class Generator:
             taint = {}
             if not (exact and entry.name in EXACT_OPS):
                 taint = self.taint(env, primary.facts.group)
-            return Stmt((stmt,), (), entry.name + "_"), taint
+            return Stmt((stmt,), (), tag + "_"), taint
         name = self.fresh()
         if form == "method":
             expr = f"{primary.ref}.{entry.op.method_name}({text}){pick}"
@@ -430,7 +440,7 @@ class Generator:
                       group=primary.facts.group if is_view and primary is not None else name)
         if overlapping:
             facts.writable = False
-        return Stmt((f"{name} = {expr}",), (name,), entry.name), {name: facts}
+        return Stmt((f"{name} = {expr}",), (name,), tag), {name: facts}
 
     def out_form(self, env, entry, text, name, exact):
         """``T.op(..., out=buffer)``: mostly into a buffer of the result's shape and dtype; else into an
@@ -1210,6 +1220,17 @@ def _hint_fill_diagonal(g, env, tensors, v, entry):
     return args[:2], {k: a for k, a in kwargs.items() if k != "wrap"}, exact
 
 
+def _hint_integer_operand(g, env, tensors, v, entry):
+    """The schema's arguments, marked where one is an integer or bool tensor (`TORCH_WRONG_BY_AN_INTEGER`)."""
+    made = g.generic_args(env, tensors, v, entry.schema)
+    if made is None:
+        return None
+    args, kwargs, exact = made
+    if any(a in env and not env[a].is_float for a in args):
+        kwargs["_"] = "integer operand"
+    return args, kwargs, exact
+
+
 def _hint_creation(g, env, tensors, v, entry):
     r = g.rng
     name = entry.name
@@ -1261,6 +1282,7 @@ ARG_HINTS = {
     "ones_like": _hint_creation, "full_like": _hint_creation, "new_zeros": _hint_creation,
     "new_ones": _hint_creation, "new_full": _hint_creation, "arange": _hint_creation, "linspace": _hint_creation,
     "logspace": _hint_creation, "eye": _hint_creation, "cov": _hint_cov, "fill_diagonal": _hint_fill_diagonal,
+    **{name: _hint_integer_operand for name in TORCH_WRONG_BY_AN_INTEGER},
 }
 
 
@@ -1353,7 +1375,8 @@ TORCH_WRONG_GRADIENT = {"as_strided_scatter", "ldexp", "cholesky_solve", "choles
 
 
 def _torch_gradient_wrong(tag):
-    return tag in TORCH_WRONG_GRADIENT or tag.endswith("_") and tag[:-1] in TORCH_WRONG_GRADIENT
+    tag = tag.removesuffix("_")
+    return tag in TORCH_WRONG_GRADIENT or tag.endswith(INTEGER_OPERAND)
 
 
 def _with_grad(program):

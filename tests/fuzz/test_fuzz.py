@@ -12,7 +12,7 @@ those chains).
 import pytest
 
 from tests.fuzz.__main__ import describe
-from tests.fuzz.generator import generate, op_table
+from tests.fuzz.generator import INTEGER_OPERAND, generate, grad_valid, op_table
 from tests.fuzz.minimise import minimise
 from tests.fuzz.oracle import CPU_MODES, MODES, check
 
@@ -55,11 +55,19 @@ def test_half_types_reach_no_op_documented_to_differ_there_seed_7600518():
     assert not check(program, CPU_MODES).mismatches
 
 
+def test_atan2_of_an_integer_takes_no_gradient_run_against_torch():
+    """torch's atan2 gradient wraps an integer operand's square (fuzz seed 7805681): seed 7805400's program
+    calls atan2 on an integer tensor, and would otherwise have a gradient run."""
+    program, _ = generate(7805400, table=TABLE)
+    assert [s.tag for s in program.body if "atan2" in s.tag] == ["atan2" + INTEGER_OPERAND]
+    assert grad_valid(program) and not program.grad
+
+
 @pytest.mark.parametrize("seed, chains", [(7610840, 0.0), (7610939, 0.0), (7612221, 0.0), (7612269, 0.0),
                                           (7612101, 0.0), (7701141, 0.2), (7701876, 0.2), (7802351, 0.0),
                                           (7802475, 0.0), (7802741, 0.0),
                                           (7811027, 0.2), (7811197, 0.2),
-                                          (7803691, 0.0), (7804472, 0.0)])
+                                          (7803691, 0.0), (7804472, 0.0), (7805681, 0.0)])
 def test_fixed_failures_run_alike_in_every_cpu_mode(seed, chains):
     """Failures of helper 125's campaign, fixed: 7610840 (``as_strided_`` on a captured tensor past its
     elements, tests/jit/test_compiled_inplace_view_captures.py), 7610939 (``acosh`` of torch's float32 ``i0(0)``,
@@ -78,6 +86,9 @@ def test_fixed_failures_run_alike_in_every_cpu_mode(seed, chains):
     test_hunt_divergences.py), 7811197 (a float32 ``cosh_`` stacked into a float64 ``out=``: float64 results
     of narrower float data take that data's tolerance, `oracle.tolerances`), 7803691 and 7804472 (torch's
     cholesky_solve and cholesky_inverse gradients read the factor's ignored triangle:
-    `generator.TORCH_WRONG_GRADIENT`)."""
+    `generator.TORCH_WRONG_GRADIENT`), 7805681 (``atan2`` of a uint8 and a float32 tensor: jitorch's gradient
+    squared the uint8 operand in uint8, and torch's does too: tests/autograd/test_rules_elementwise.py; such
+    statements are `generator.TORCH_WRONG_BY_AN_INTEGER`; the op table has grown since, so today's program of
+    this seed holds no atan2: `test_atan2_of_an_integer_takes_no_gradient_run_against_torch`)."""
     program, _ = generate(seed, table=TABLE, chains=chains)
     assert not check(program, CPU_MODES).mismatches

@@ -216,3 +216,22 @@ def test_searchsorted_compares_in_torchs_result_type_seed_7811027(dtype):
     compiled = jt.compile(lambda s: jt.searchsorted(s, -2))
     assert compiled(jt.tensor([0, 5]).to(getattr(jt, dtype))).item() == torch.searchsorted(
         torch.tensor([0, 5]).to(getattr(torch, dtype)), -2).item()
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_bfloat16_rsqrt_rounds_once_wherever_the_element_is_seed_7805075(compiled):
+    """Fuzz seed 7805075: torch's bfloat16 rsqrt rounds the square root to bfloat16 first in its scalar tail loop
+    (a tensor of fewer than 32 elements), once in its vector loop; jitorch's rounds once at every length, as
+    torch's vector loop does (docs/differences-from-torch.md), and its gradient follows from that result."""
+    values = torch.arange(0x3E00, 0x3F00, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)  # [0.125, 0.5)
+    exact = (1 / values.double().sqrt()).to(torch.bfloat16)
+    assert torch.equal(values.rsqrt(), exact)  # 256 elements: torch's vector loop
+    assert not torch.equal(torch.stack([v.reshape(1).rsqrt()[0] for v in values]), exact)  # its scalar loop
+    fn = jt.compile(lambda x: (x * 1).rsqrt()) if compiled else jt.rsqrt
+    for n in (1, 31, 256):
+        x = jt.tensor(values[:n].float().numpy()).to(jt.bfloat16).requires_grad_()
+        out = fn(x)
+        np.testing.assert_array_equal(out.float().detach().numpy(), exact[:n].float().numpy())
+        out.backward(jt.ones_like(out))
+        y = exact[:n]
+        np.testing.assert_array_equal(x.grad.float().numpy(), (-0.5 * y.pow(3)).float().numpy())

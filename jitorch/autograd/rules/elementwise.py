@@ -107,9 +107,12 @@ def _extreme(g, x, other, loses):
     return jt.where(loses, 0, jt.where(x == other, g / 2, g))
 
 
-def _atan2_scale(a):
-    """``1 / (self² + other²)``, and 0 where that sum is 0 (torch's atan2_backward: no gradient at the origin)."""
-    squares = a.self * a.self + a.other * a.other
+def _atan2_scale(a, g):
+    """``1 / (self² + other²)``, and 0 where that sum is 0 (torch's atan2_backward: no gradient at the origin).
+    An integer operand is squared in the gradient's float type: in its own it wraps (uint8 200² is 64), as
+    torch's does (fuzz seed 7805681; docs/differences-from-torch.md)."""
+    y, x = (v if v.dtype.is_floating_point else v.to(g.dtype) for v in (a.self, a.other))
+    squares = y * y + x * x
     return jt.where(squares == 0, 0, squares.reciprocal())
 
 
@@ -177,8 +180,8 @@ defgrad("hypot", per_input(self=reads("self result", lambda g, a, out: g * a.sel
                            other=reads("other result", lambda g, a, out: g * a.other / out)))
 defgrad("logaddexp", per_input(self=reads("self other", lambda g, a, out: g / (1 + (a.other - a.self).exp())),
                                other=reads("self other", lambda g, a, out: g / (1 + (a.self - a.other).exp()))))
-defgrad("atan2", per_input(self=reads("self other", lambda g, a, out: g * a.other * _atan2_scale(a)),
-                                   other=reads("self other", lambda g, a, out: -g * a.self * _atan2_scale(a))))
+defgrad("atan2", per_input(self=reads("self other", lambda g, a, out: g * a.other * _atan2_scale(a, g)),
+                           other=reads("self other", lambda g, a, out: -g * a.self * _atan2_scale(a, g))))
 defgrad("lerp", per_input(self=reads("weight", lambda g, a, out: g * (1 - a.weight)),
                           end=reads("weight", lambda g, a, out: g * a.weight),
                           weight=reads("self end", lambda g, a, out: g * (a.end - a.self))))
