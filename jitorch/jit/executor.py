@@ -342,6 +342,7 @@ class EagerStep:
         # the cat's result, (that op's node, where each of its written results lies in that result)
         self.producers = {}
         self.laid_out = {}  # filled by the compiled graph: node -> strides its first result is written with
+        self.read_flags = set()  # filled by the plan: results of value checks that a step reads or the call returns
 
     def reads(self):
         return [v for node in self.nodes for v in
@@ -376,7 +377,7 @@ class EagerStep:
 
     def _emit_node(self, src, node, indent):
         out = node.outputs[0]
-        if node.op.kind == "check":  # (its result, a constant True, is read by nothing)
+        if node.op.kind == "check" and out not in self.read_flags:  # (its result, a constant True, is unread)
             tensors = ", ".join(f"env[{src.name(v, 'v')}]" for v in node.args[0])
             src.emit(f"_check_values([{tensors}], {node.args[1]!r}, {src.name(node.args[2], 'g')})", indent)
             return
@@ -674,6 +675,8 @@ class Plan:
         for step in steps:
             if isinstance(step, EagerStep):
                 step.unfilled = unfilled & (set(step.reads()) | set(step.writes()))
+                step.read_flags = {n.outputs[0] for n in step.nodes if n.op.kind == "check"
+                                   and (n.outputs[0] in last_use or n.outputs[0] in escaping)}
         eager_made = {v for step in steps if isinstance(step, EagerStep) for v in step.writes()}
         for step in steps:
             if not isinstance(step, EagerStep):  # a kernel, of the CPU's or the CUDA device's

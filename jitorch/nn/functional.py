@@ -1882,13 +1882,13 @@ class _Gelu(jt.autograd.Function):
 def _gelu_backward_passes(g, x, cdf, grad, ga, gd, e, minus, dtype):
     """The input's gradient ``grad`` of the composition ``y = (x * 0.5) * cdf`` (``cdf = 1.0 + erf(x * c)``)
     given ``g``, as NumPy ufunc passes: the composition's rules' kernels, mul's for y (``g * cdf``, ``g * half``),
-    erf's (``gd * exp(-s * s) * 2/sqrt(pi)``), mul's for ``x * c`` and ``x * 0.5``, and the sum of the two;
+    erf's (``exp(-s * s) * 2/sqrt(pi) * gd``, torch's order), mul's for ``x * c`` and ``x * 0.5``, and the sum of the two;
     ``ga``, ``gd``, ``e``, ``minus`` scratch. Python floats are ``dtype``'s numbers, as NumPy takes them."""
     half, sqrt_half, two_over_sqrt_pi = dtype.type(0.5), dtype.type(_SQRT_HALF), dtype.type(_TWO_OVER_SQRT_PI)
     return [(np.multiply, (g, cdf, ga)), (np.multiply, (x, half, e)), (np.multiply, (g, e, gd)),
             (np.multiply, (x, sqrt_half, e)),  # erf's input s
             (np.negative, (e, minus)), (np.multiply, (minus, e, e)), (np.exp, (e, e)),
-            (np.multiply, (gd, e, gd)), (np.multiply, (gd, two_over_sqrt_pi, gd)), (np.multiply, (gd, sqrt_half, gd)),
+            (np.multiply, (e, two_over_sqrt_pi, e)), (np.multiply, (e, gd, gd)), (np.multiply, (gd, sqrt_half, gd)),
             (np.multiply, (ga, half, ga)), (np.add, (gd, ga, grad))]
 
 
@@ -2264,7 +2264,23 @@ def pdist(input, p=2.0):
     rows, cols = np.triu_indices(input.shape[0], 1)
     first = input.index_select(0, jt.tensor(rows, dtype=jt.int64, device=input.device))
     second = input.index_select(0, jt.tensor(cols, dtype=jt.int64, device=input.device))
+    if p == 0:
+        return _PdistCount.apply(first - second)
     return (first - second).norm(p, 1)
+
+
+class _PdistCount(jt.autograd.Function):
+    """pdist of order 0 (each pair's count of differing elements) with torch's zero gradient: vector_norm of
+    order 0 gives none at all, as torch's, but torch's pdist backward gives zeros."""
+
+    @staticmethod
+    def forward(ctx, difference):
+        ctx.save_for_backward(difference)
+        return difference.norm(0, 1)
+
+    @staticmethod
+    def backward(ctx, g):
+        return jt.zeros_like(ctx.saved_tensors[0])
 
 
 def _softmax_dim(name, ndim, dim):
