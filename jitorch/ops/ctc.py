@@ -137,11 +137,7 @@ def _nll(alpha, il, tl):
 
 def _ctc_cpu(spec, log_probs, targets, input_lengths, target_lengths, blank, zero_infinity):
     ext, il, tl = _extended(log_probs, targets, input_lengths, target_lengths, blank)
-    token = fp_errors.enter()
-    try:
-        return _nll(_alphas(log_probs, ext, il, tl), il, tl)
-    finally:
-        fp_errors.leave(token)
+    return fp_errors.call_silenced(lambda: _nll(_alphas(log_probs, ext, il, tl), il, tl))
 
 
 defop("_ctc_loss(Tensor log_probs, Tensor targets, Tensor input_lengths, Tensor target_lengths, int blank=0, "
@@ -187,27 +183,28 @@ def _betas(lp, ext, il, tl):
 def _ctc_backward_cpu(spec, grad, log_probs, targets, input_lengths, target_lengths, neg_log_likelihood, blank,
                       zero_infinity):
     ext, il, tl = _extended(log_probs, targets, input_lengths, target_lengths, blank)
+    return fp_errors.call_silenced(_gradient, grad, log_probs, ext, il, tl, neg_log_likelihood, zero_infinity)
+
+
+def _gradient(grad, log_probs, ext, il, tl, neg_log_likelihood, zero_infinity):
+    """torch's gradient formula (see ``_ctc_loss_backward``), floating-point errors silenced by the caller."""
     steps, batch, labels = log_probs.shape
-    token = fp_errors.enter()
-    try:
-        both = _alphas(log_probs, ext, il, tl)[:steps] + _betas(log_probs, ext, il, tl)[:steps]
-        # log of the sum of alpha beta over the extended target's positions holding each class
-        at = (np.arange(steps)[:, None, None], np.arange(batch)[None, :, None], ext[None, :, :])
-        at = tuple(np.broadcast_to(a, both.shape) for a in at)
-        peak = np.full((steps, batch, labels), -np.inf, log_probs.dtype)
-        np.maximum.at(peak, at, both)
-        shift = np.where(peak == -np.inf, 0, peak).astype(log_probs.dtype)
-        total = np.zeros_like(peak)
-        np.add.at(total, at, np.exp(both - shift[at]))
-        collected = np.log(total) + shift
-        nll = neg_log_likelihood.astype(log_probs.dtype)[None, :, None]
-        out = (np.exp(log_probs) - np.exp(collected + nll - log_probs)) * grad.astype(log_probs.dtype)[None, :, None]
-        out[np.arange(steps)[:, None] >= il[None, :]] = 0
-        if zero_infinity:
-            out[:, neg_log_likelihood == np.inf] = 0
-        return out.astype(log_probs.dtype, copy=False)
-    finally:
-        fp_errors.leave(token)
+    both = _alphas(log_probs, ext, il, tl)[:steps] + _betas(log_probs, ext, il, tl)[:steps]
+    # log of the sum of alpha beta over the extended target's positions holding each class
+    at = (np.arange(steps)[:, None, None], np.arange(batch)[None, :, None], ext[None, :, :])
+    at = tuple(np.broadcast_to(a, both.shape) for a in at)
+    peak = np.full((steps, batch, labels), -np.inf, log_probs.dtype)
+    np.maximum.at(peak, at, both)
+    shift = np.where(peak == -np.inf, 0, peak).astype(log_probs.dtype)
+    total = np.zeros_like(peak)
+    np.add.at(total, at, np.exp(both - shift[at]))
+    collected = np.log(total) + shift
+    nll = neg_log_likelihood.astype(log_probs.dtype)[None, :, None]
+    out = (np.exp(log_probs) - np.exp(collected + nll - log_probs)) * grad.astype(log_probs.dtype)[None, :, None]
+    out[np.arange(steps)[:, None] >= il[None, :]] = 0
+    if zero_infinity:
+        out[:, neg_log_likelihood == np.inf] = 0
+    return out.astype(log_probs.dtype, copy=False)
 
 
 defop("_ctc_loss_backward(Tensor grad, Tensor log_probs, Tensor targets, Tensor input_lengths, "
