@@ -1273,7 +1273,7 @@ class CompiledGraph:
                 pending.append((target, env[value]))
         if pending:
             write_back(g, inputs, pending)
-        return set_grads(g, inputs, self._outputs(env))
+        return set_grads(g, inputs, self._outputs(env), True)
 
     def _outputs_source(self, src):
         """An expression of the call's outputs over ``env``; the leaves that are inputs or captured
@@ -1398,7 +1398,7 @@ class CompiledGraph:
         if g.mutations:
             tail = "return _finish(inputs, env)"
         elif g.grad_targets or g.geometry_changes or g.output_aliases and outputs == "_outputs(env)":
-            tail = "return _set_grads(_graph, inputs, _outputs(env))"
+            tail = "return _set_grads(_graph, inputs, _outputs(env), True)"
         else:
             tail = f"return {outputs}"
         if profiled:
