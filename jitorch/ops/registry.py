@@ -475,6 +475,19 @@ def tensors_of(op, args):
             yield v
 
 
+def map_tensors(op, args, fn):
+    """``args`` (a list) with ``fn(t)`` in place of each tensor argument ``t``, in tensor lists too (the
+    function transforms substitute their stand-ins this way)."""
+    out = list(args)
+    for i, is_list in op.tensor_args:
+        v = out[i]
+        if is_list and v is not None:
+            out[i] = [fn(x) if isinstance(x, Tensor) else x for x in v]
+        elif isinstance(v, Tensor):
+            out[i] = fn(v)
+    return out
+
+
 def check_same_device(op, args):
     """torch's rule: all tensor arguments on one device (0-dim CPU tensors excepted),
     unless the op moves data between devices (``cross_device=True``, as ``copy_``)."""

@@ -1,0 +1,130 @@
+"""vmap's batching rules: how an op runs on physical tensors (the batch dimension first) at once.
+
+A rule is ``rule(op, args, size, batched, physical) -> (op to call, its physical arguments)`` or None where
+it does not apply (the caller then runs the op once per sample). ``batched(t)`` says whether tensor
+argument ``t`` is batched at the level being run, ``physical(t)`` gives its ``[size, *t.shape]`` value;
+other tensor arguments are the same for every sample. One rule serves each kind of op (pointwise ops
+broadcast, ops along a ``dim`` shift it past the batch dimension), a few ops have their own. The caller
+checks that the call's meta rule gives the batch size before each result's per-sample shape and dtype,
+and falls back otherwise: a rule may be partial, never wrong.
+"""
+
+from __future__ import annotations
+
+from ..ops import registry
+
+
+def _tensors(op, args):
+    return list(registry.tensors_of(op, args))
+
+
+def _aligned(t, rank, batched, physical):
+    """``t`` for a broadcasting op of per-sample rank ``rank``: batched, ``[B, 1, ..., *t.shape]``; else ``t``."""
+    if not batched(t):
+        return t
+    p = physical(t)
+    missing = rank - t.ndim
+    return p.reshape((p.shape[0],) + (1,) * missing + tuple(t.shape)) if missing else p
+
+
+def _expanded(t, size, batched, physical):
+    """``t`` with the batch dimension in front: its physical value, or itself expanded to every sample."""
+    return physical(t) if batched(t) else t.expand((size,) + tuple(t.shape))
+
+
+def broadcasting(op, args, size, batched, physical):
+    """Pointwise ops: the batched operands' per-sample dimensions right-aligned with the others'. A batched
+    operand with no dimensions ranks lower in type promotion than its physical value would: declined where
+    promotion could see it (operands of several dtypes)."""
+    tensors = _tensors(op, args)
+    rank = max(t.ndim for t in tensors)
+    if rank and len({t.dtype for t in tensors}) > 1 and any(batched(t) and t.ndim == 0 for t in tensors):
+        return None
+    return op, registry.map_tensors(op, args, lambda t: _aligned(t, rank, batched, physical))
+
+
+def _shift(d):
+    return d + 1 if d >= 0 else d  # a negative dimension counts from the end, where the batch dimension is not
+
+
+def along_dim(op, args, size, batched, physical):
+    """Ops along ``dim`` (reductions, softmax, scans, sorts, gather/scatter, cat/stack): every tensor with the
+    batch dimension in front and ``dim`` moved past it. A reduction over every dimension (``dim`` None or
+    empty) names them all; other ops with no ``dim`` given are declined."""
+    i = op.arg_names.index("dim")
+    d = args[i]
+    first = _tensors(op, args)[0]
+    if d is None or (isinstance(d, (list, tuple)) and not d):
+        if op.kind != "reduction" or first.ndim == 0:
+            return None
+        d = list(range(1, first.ndim + 1))
+    elif isinstance(d, int):
+        d = _shift(d)
+    else:
+        d = [_shift(x) for x in d]
+    new = registry.map_tensors(op, args, lambda t: _expanded(t, size, batched, physical))
+    new[i] = d
+    return op, new
+
+
+def leading(*names):
+    """A rule for ops whose argument ``names`` may be batched (their leading dimensions are batch dimensions
+    to the op, as ``linear``'s input), the others not."""
+    def rule(op, args, size, batched, physical):
+        positions = [op.arg_names.index(n) for n in names]
+        if any(batched(t) for i, t in enumerate(args) if isinstance(t, registry.Tensor) and i not in positions):
+            return None
+        return op, registry.map_tensors(op, args, lambda t: physical(t) if batched(t) else t)
+    return rule
+
+
+def matmul(op, args, size, batched, physical):
+    """``matmul``, ``mm``, ``bmm`` as ``matmul`` of the physical operands: matrices (or stacks of them) align
+    their batch dimensions; a batched vector times an unbatched matrix is a matrix times it; a matrix times an
+    unbatched vector stays one."""
+    a, b = args[0], args[1]
+    target = registry.OPS["matmul"]
+    if a.ndim >= 2 and b.ndim >= 2:
+        rank = max(a.ndim, b.ndim)
+        return target, [_aligned(a, rank, batched, physical), _aligned(b, rank, batched, physical)]
+    if a.ndim == 1 and b.ndim == 2 and not batched(b):
+        return target, [physical(a), b]
+    if a.ndim >= 2 and b.ndim == 1 and not batched(b):
+        return target, [physical(a), b]
+    return None
+
+
+def like(op, args, size, batched, physical):
+    """Ops whose one tensor gives its shape to the result (``clone``, ``_to_copy``, ``zeros_like``)."""
+    return op, registry.map_tensors(op, args, physical)
+
+
+def sized(op, args, size, batched, physical):
+    """``new_zeros``-like ops (a shape argument, values independent of the tensor): the batch size in front."""
+    i = op.arg_names.index("size")
+    new = registry.map_tensors(op, args, physical)
+    new[i] = [size] + list(args[i])
+    return op, new
+
+
+RULES = {
+    "matmul": matmul, "mm": matmul, "bmm": matmul,
+    "linear": leading("input"),
+    "layer_norm": leading("input"),
+    "embedding": leading("indices"),
+    "copy": broadcasting,
+}
+
+
+def rule_for(op):
+    """The batching rule of ``op``, or None (it runs per sample)."""
+    rule = RULES.get(op.public_name)
+    if rule is not None:
+        return rule
+    if op.kind == "pointwise":
+        return broadcasting
+    if "dim" in op.arg_names:
+        return along_dim
+    if op.kind in ("copy", "cast", "creation") and len(op.tensor_args) == 1 and not op.tensor_args[0][1]:
+        return sized if "size" in op.arg_names else like
+    return None
