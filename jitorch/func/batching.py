@@ -36,11 +36,11 @@ STATS = {"batched": Counter(), "per_sample": Counter()}  # op name -> calls, by 
 _READ_ERROR = ("vmap: It looks like you're reading the values of a batched Tensor (.item(), bool(), .tolist(), "
                ".numpy(), or data-dependent control flow). We don't support vmap over reading a Tensor's values; "
                "please try to rewrite what you're doing with other operations.")
-_INPLACE_ERROR = ("vmap: {name}(self, *extra_args) is not possible because there exists a Tensor `other` in "
-                  "extra_args that has more elements than `self`. This happened due to `other` being vmapped over "
-                  "but `self` not being vmapped over in a vmap. Please try to use out-of-place operators instead "
-                  "of {name}. If said operator is being called inside the PyTorch framework, please file a bug "
-                  "report instead.")
+_INPLACE_ERROR = ("vmap: inplace arithmetic(self, *extra_args) is not possible because there exists a Tensor "
+                  "`other` in extra_args that has more elements than `self`. This happened due to `other` being "
+                  "vmapped over but `self` not being vmapped over in a vmap. Please try to use out-of-place "
+                  "operators instead of inplace arithmetic. If said operator is being called inside the PyTorch "
+                  "framework, please file a bug report instead.")
 _RANDOM_ERROR = ("vmap: called random operation while in randomness error mode. Please either use the 'same' or "
                  "'different' randomness flags on vmap or perform the randomness operation out of vmap")
 
@@ -48,10 +48,11 @@ _RANDOM_ERROR = ("vmap: called random operation while in randomness error mode. 
 class Level:
     """One running vmap: its batch size and randomness mode; ``active`` until it returns."""
 
-    __slots__ = ("depth", "size", "randomness", "active")
+    __slots__ = ("depth", "size", "randomness", "active", "drawing")
 
     def __init__(self, depth, size, randomness):
         self.depth, self.size, self.randomness, self.active = depth, size, randomness, True
+        self.drawing = False  # while a random op on no batched tensor is drawn once per sample
 
 
 class BatchedStorage(Storage):
@@ -67,6 +68,9 @@ class BatchedStorage(Storage):
 
     def no_data_error(self, tensor):
         return RuntimeError(_READ_ERROR)
+
+    def data_ptr(self):
+        raise RuntimeError(_READ_ERROR)  # (a kernel handed address 0 would crash the process)
 
 
 _STATE = threading.local()
@@ -206,7 +210,11 @@ def _random(op, args, level):
     batched = any(level_of(t) is level for t in _tensors(op, args))
     if level.randomness == "same" and not batched:
         return NotImplemented
-    results = _per_sample(op, args, level)
+    level.drawing = not batched
+    try:
+        results = _per_sample(op, args, level)
+    finally:
+        level.drawing = False
     wrapped = [wrap(r, level) for r in results]
     return wrapped[0] if len(wrapped) == 1 else tuple(wrapped)
 
@@ -253,7 +261,7 @@ class BatchingHook:
         top = _top_level(op, args)  # (raises for a tensor of a vmap that returned)
         if top is not None:
             return self.level if any(level_of(t) is self.level for t in _tensors(op, args)) else None
-        if op.kind == "random" and levels() and levels()[-1] is self.level:
+        if op.kind == "random" and levels() and levels()[-1] is self.level and not self.level.drawing:
             return self.level
         return None
 
@@ -281,7 +289,7 @@ class BatchingHook:
             return NotImplemented
         target = args[0]
         if level_of(target) is not level:
-            raise RuntimeError(_INPLACE_ERROR.format(name=op.public_name + "_"))
+            raise RuntimeError(_INPLACE_ERROR)
         if op.view is not None:  # ``t_()``: the tensor's per-sample geometry changes
             target._set_geometry(*op.view(*args)[:3])
             return target

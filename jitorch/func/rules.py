@@ -12,6 +12,7 @@ and falls back otherwise: a rule may be partial, never wrong.
 from __future__ import annotations
 
 from ..ops import registry
+from ..runtime.strided import contiguous_strides
 
 
 def _tensors(op, args):
@@ -55,8 +56,13 @@ def along_dim(op, args, size, batched, physical):
     d = args[i]
     first = _tensors(op, args)[0]
     if d is None or (isinstance(d, (list, tuple)) and not d):
-        if op.kind != "reduction" or first.ndim == 0:
+        if op.kind != "reduction" or len(_tensors(op, args)) != 1:
             return None
+        if first.ndim == 0:  # one element per sample: reduced over a dimension of one
+            new = list(args)
+            new[op.tensor_args[0][0]] = physical(first).reshape(size, 1)
+            new[i] = [1]
+            return op, new
         d = list(range(1, first.ndim + 1))
     elif isinstance(d, int):
         d = _shift(d)
@@ -107,7 +113,48 @@ def sized(op, args, size, batched, physical):
     return op, new
 
 
+def repeat(op, args, size, batched, physical):
+    """``repeat``: the tensor's dimensions right-aligned with the repeats (torch pads them on the left), the
+    batch dimension repeated once."""
+    reps = list(args[1])
+    return op, [_aligned(args[0], max(len(reps), args[0].ndim), batched, physical), [1] + reps]
+
+
+def as_strided_scatter(op, args, size, batched, physical):
+    """``as_strided_scatter`` of a compact tensor (a view's backward, padding): each sample's elements follow
+    one another in a compact physical tensor, so the batch is one more dimension of stride one sample."""
+    self, src, shape, strides, offset = args
+    compact = (self._offset == 0 and tuple(self._stride) == tuple(contiguous_strides(tuple(self.shape)))
+               and self._storage.size == self.numel())
+    if not compact:
+        return None
+    p = _expanded(self, size, batched, physical).contiguous()
+    if p.storage_offset() != 0:
+        p = p.clone()
+    return op, [p, _expanded(src, size, batched, physical), [size] + list(shape),
+                [self.numel()] + list(strides), offset]
+
+
+def index_select(op, args, size, batched, physical):
+    """``index_select``: an unbatched index selects along the shifted dimension; a batched one (each sample its
+    own) is a ``gather`` with the index spread over the other dimensions."""
+    self, d, index = args
+    d = d % max(self.ndim, 1)
+    if not batched(index):
+        return op, [physical(self), d + 1, index]
+    if self.ndim == 0:
+        return None
+    shape = list(self.shape)
+    spread = [size] + shape[:d] + [index.numel()] + shape[d + 1:]
+    view = [size] + [1] * d + [index.numel()] + [1] * (self.ndim - d - 1)
+    return registry.OPS["gather"], [_expanded(self, size, batched, physical), d + 1,
+                                    physical(index).reshape(view).expand(spread), False]
+
+
 RULES = {
+    "index_select": index_select,
+    "as_strided_scatter": as_strided_scatter,
+    "repeat": repeat,
     "matmul": matmul, "mm": matmul, "bmm": matmul,
     "linear": leading("input"),
     "layer_norm": leading("input"),

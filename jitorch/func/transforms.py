@@ -47,17 +47,19 @@ def value_and_grad(fn, argnums=0, has_aux=False):
     @functools.wraps(fn)
     def wrapped(*args, **kwargs):
         args = list(args)
+        flat, spec = tree_flatten(tuple(args[i] for i in nums))  # (each argument a tree of tensors)
         with enable_grad():
-            leaves, outer = _stand_ins([args[i] for i in nums])
-            for i, leaf in zip(nums, leaves):
-                args[i] = leaf
+            leaves, outer = _stand_ins(flat)
+            for i, arg in zip(nums, tree_unflatten(leaves, spec)):
+                args[i] = arg
             out = fn(*args, **kwargs)
             value, aux = out if has_aux else (out, None)
-            if value.numel() != 1:
-                raise RuntimeError(f"grad: expected fn to return a scalar tensor, got shape {list(value.shape)}")
+            if not isinstance(value, Tensor) or value.numel() != 1:
+                shape = list(value.shape) if isinstance(value, Tensor) else type(value).__name__
+                raise RuntimeError(f"grad: expected fn to return a scalar tensor, got shape {shape}")
             grads = _grad(value, leaves, allow_unused=True, materialize_grads=True, create_graph=outer)
-        grads = [_result(g, outer) for g in grads]
-        grads = grads[0] if isinstance(argnums, int) else tuple(grads)
+        grads = tree_unflatten([_result(g, outer) for g in grads], spec)
+        grads = grads[0] if isinstance(argnums, int) else grads
         value = _result(value, outer)
         return ((value, aux) if has_aux else value), grads
 
