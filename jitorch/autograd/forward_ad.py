@@ -26,7 +26,12 @@ from ..runtime.grad_mode import enable_grad, is_grad_enabled
 from ..tensor import Tensor
 from .gradients import grad
 
-_STATE = threading.local()
+class _State(threading.local):
+    def __init__(self):
+        self.levels = []  # the open forward-AD levels of this thread, outermost first
+
+
+_STATE = _State()
 
 
 class _Level:
@@ -39,10 +44,7 @@ class _Level:
 
 
 def _levels():
-    found = getattr(_STATE, "levels", None)
-    if found is None:
-        found = _STATE.levels = []
-    return found
+    return _STATE.levels
 
 
 def _tangents(t):
@@ -213,14 +215,8 @@ def _jvp(op, args, pairs, outer_grad):
     return [next(found) if any(o is x for x in live) else None for o in outs]
 
 
-class ForwardHook:
+class ForwardHook(registry.TransformHook):
     """The dispatch hook of an open forward-AD level (see the module's docstring)."""
-
-    transform = True  # a compiled function called while it is installed runs eagerly, through it
-
-    def __init__(self, level):
-        self.level = level
-        self.thread = threading.get_ident()
 
     def _top(self, op, args):
         if threading.get_ident() != self.thread:
@@ -264,15 +260,5 @@ class ForwardHook:
         elif found and lv in found:
             del found[lv]
         return target
-
-    def resize_out(self, out, shape, strides):
-        return NotImplemented
-
-    def write_out(self, out, result):
-        return NotImplemented
-
-    def hook_registered(self, t, method):
-        return None
-
 
 __all__ = ["dual_level", "enter_dual_level", "exit_dual_level", "make_dual", "unpack_dual", "UnpackedDualTensor"]

@@ -73,15 +73,17 @@ class BatchedStorage(Storage):
         raise RuntimeError(_READ_ERROR)  # (a kernel handed address 0 would crash the process)
 
 
-_STATE = threading.local()
+class _State(threading.local):
+    def __init__(self):
+        self.levels = []  # the running vmaps of this thread, outermost first
+
+
+_STATE = _State()
 
 
 def levels():
     """The running vmaps of this thread, outermost first."""
-    found = getattr(_STATE, "levels", None)
-    if found is None:
-        found = _STATE.levels = []
-    return found
+    return _STATE.levels
 
 
 def level_of(t):
@@ -195,12 +197,7 @@ def _compute(op, args, level):
             results = [result] if isinstance(result, Tensor) else list(result)
     if results is None:
         results = _per_sample(op, args, level)
-    wrapped = [wrap(r, level) for r in results]
-    if isinstance(spec, registry.TensorSpec):
-        return wrapped[0]
-    if isinstance(spec, list):
-        return wrapped
-    return op.result_type(*wrapped) if op.result_type else tuple(wrapped)
+    return registry.returned_as(op, spec, [wrap(r, level) for r in results])
 
 
 def _random(op, args, level):
@@ -219,19 +216,6 @@ def _random(op, args, level):
     return wrapped[0] if len(wrapped) == 1 else tuple(wrapped)
 
 
-def _record(op, args, result):
-    """The logical result's backward node (or view tracking), as the registry's own dispatch records it."""
-    autograd = registry.AUTOGRAD
-    if autograd is not None:
-        if autograd.needs_grad(op, args):
-            result = autograd.record(op, args, result)
-        elif op.view is not None and not op.attrs.get("reinterprets"):
-            autograd.track_views(args[0], result)
-    if op.requires_grad_index is not None and args[op.requires_grad_index]:
-        result.requires_grad_(True)
-    return result
-
-
 def _history_copy(t):
     """A batched tensor with ``t``'s history and a copy of its values (what the backward of an in-place op
     on ``t`` reads), copied physically: a batched tensor has no data of its own."""
@@ -244,16 +228,10 @@ def _history_copy(t):
     return copy
 
 
-class BatchingHook:
+class BatchingHook(registry.TransformHook):
     """The dispatch hook of one vmap level (see the module's docstring): it takes the ops on tensors batched
     at its level, and random ops while its level is the innermost. Hooks sit innermost first, with forward-AD
     levels' hooks between them, so that a level's tangents live on the tensors of its own vmap level."""
-
-    transform = True  # a compiled function called while it is installed runs eagerly, through it
-
-    def __init__(self, level):
-        self.level = level
-        self.thread = threading.get_ident()
 
     def _level(self, op, args):
         if threading.get_ident() != self.thread:
@@ -274,14 +252,14 @@ class BatchingHook:
             return registry.write_out(op, out, registry.out_grad(op, args, out, result), args)
         if op.view is not None and not op.attrs.get("reinterprets"):
             # a view of the storage, per sample: the registry's own path, here so that no later hook sees it
-            return _record(op, args, registry.execute(op, args))
+            return registry.with_history(op, args, registry.execute(op, args))
         if op.kind == "random":
             return self._random(op, args, level)
-        return _record(op, args, _compute(op, args, level))
+        return registry.with_history(op, args, _compute(op, args, level))
 
     def _random(self, op, args, level):
         result = _random(op, args, level)
-        return result if result is NotImplemented else _record(op, args, result)
+        return result if result is NotImplemented else registry.with_history(op, args, result)
 
     def call_inplace(self, op, args):
         level = self._level(op, args)
@@ -315,5 +293,3 @@ class BatchingHook:
             return NotImplemented
         return self.call_inplace(registry.OPS["copy"], (out, result, False))
 
-    def hook_registered(self, t, method):
-        return None

@@ -254,7 +254,7 @@ class CompiledFunction:
         return f"_jitorch_compiled_{id(self)}"
 
     def __call__(self, *args, **kwargs):
-        if registry.DISPATCH_HOOKS and any(getattr(h, "transform", False) for h in registry.DISPATCH_HOOKS):
+        if registry.DISPATCH_HOOKS and registry.transforms_active():
             # inside vmap or forward AD: their hooks must see every op (a graph would run on batched or dual
             # tensors as if they were plain ones), so the function runs eagerly through them
             return self.fn(*args, **kwargs)
