@@ -138,14 +138,17 @@ def _specs(spec):
     return [spec] if isinstance(spec, registry.TensorSpec) else list(spec)
 
 
-def _fits(op, args, specs, size):
-    """Whether ``op(*args)`` has the physical shapes and dtypes of ``specs`` (meta only)."""
+def _fitting(op, args, specs, size):
+    """``args`` converted for ``op`` if ``op(*args)`` has, by its meta rule, the batch size before the shapes and
+    the dtypes of ``specs``; else None."""
     try:
+        args = op.convert(args)
         got = _specs(registry.quiet_meta(op, args))
     except (RuntimeError, ValueError, TypeError, IndexError):
-        return False
-    return len(got) == len(specs) and all(
+        return None
+    fits = len(got) == len(specs) and all(
         g.dtype is s.dtype and tuple(g.shape) == (size,) + tuple(s.shape) for g, s in zip(got, specs))
+    return args if fits else None
 
 
 def _generator(op, args):
@@ -191,9 +194,10 @@ def _compute(op, args, level):
     rule = None if op.kind == "random" else rules.rule_for(op)
     if rule is not None:
         planned = rule(op, args, level.size, lambda t: level_of(t) is level, physical)
-        if planned is not None and _fits(planned[0], planned[1], specs, level.size):
+        fitting = planned and _fitting(planned[0], planned[1], specs, level.size)
+        if fitting is not None:
             STATS["batched"][op.name] += 1
-            result = registry.call(*planned)
+            result = registry.call(planned[0], fitting)
             results = [result] if isinstance(result, Tensor) else list(result)
     if results is None:
         results = _per_sample(op, args, level)

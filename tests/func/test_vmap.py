@@ -173,3 +173,27 @@ def test_vmap_inplace_writes_the_input_and_refuses_unbatched_self():
 
 def test_torch_vmap_alias():
     assert jt.vmap is jf.vmap
+
+
+OPS_UNDER_VMAP = {  # each function's ops run batched by a rule; the per-sample loop must agree
+    "full_reductions": lambda x: jt.stack([x.sum(), x.mean(), x.amax(), x.amin(), x.std(), x.var(), x.nansum(),
+                                           x.logsumexp((0, 1, 2))]),
+    "dim_reductions": lambda x: x.sum(1) + x.mean(-1, keepdim=True).sum(1, True) + x.amax((0, 1)) + x.std(0).sum(0),
+    "bool_reductions": lambda x: jt.stack([(x > 0).all(), (x > 0).any(), (x > 0).sum(dtype=jt.float64) > 3]),
+    "index_reductions": lambda x: x.argmax(1) + x.argmin(-1).sum(-1, keepdim=True) + x.max(0).indices.sum(0),
+    "scans_sorts": lambda x: x.cumsum(0) + x.cumprod(-1) + x.sort(1).values + x.topk(2, -1).values.sum(-1, True),
+    "gather_scatter": lambda x: x.gather(2, x.argsort(2)) + x.scatter(1, x.argmax(1, keepdim=True), 0.0),
+    "softmaxes": lambda x: x.softmax(0) + x.log_softmax(-1),
+    "cat_stack": lambda x: jt.cat([x, -x], 1).sum(1, keepdim=True) + jt.stack([x, x * 2], 0).mean(0),
+    "zero_dim": lambda x: x[0, 0, 0].sum() + x[1, 1].amax(0).mean(),
+}
+
+
+@pytest.mark.parametrize("name", OPS_UNDER_VMAP)
+def test_vmap_rules_agree_with_the_per_sample_loop(name, monkeypatch):
+    fn, x = OPS_UNDER_VMAP[name], jt.tensor(RNG.standard_normal((3, 4, 3, 5)))
+    got, paths = _paths(jf.vmap(fn), x)
+    assert paths["batched"] and not paths["per_sample"], paths
+    loop = jt.stack([fn(x[b]) for b in range(3)])
+    assert got.dtype == loop.dtype
+    np.testing.assert_allclose(got.numpy(), loop.numpy(), rtol=1e-12, atol=1e-12)
