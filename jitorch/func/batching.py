@@ -41,6 +41,8 @@ _INPLACE_ERROR = ("vmap: inplace arithmetic(self, *extra_args) is not possible b
                   "vmapped over but `self` not being vmapped over in a vmap. Please try to use out-of-place "
                   "operators instead of inplace arithmetic. If said operator is being called inside the PyTorch "
                   "framework, please file a bug report instead.")
+_ESCAPED_ERROR = ("vmap: a batched tensor was used after the vmap that made it returned (it escaped through a "
+                  "closure or a side effect); return it from the function instead")
 _RANDOM_ERROR = ("vmap: called random operation while in randomness error mode. Please either use the 'same' or "
                  "'different' randomness flags on vmap or perform the randomness operation out of vmap")
 
@@ -67,7 +69,7 @@ class BatchedStorage(Storage):
         self.physical = physical
 
     def no_data_error(self, tensor):
-        return RuntimeError(_READ_ERROR)
+        return RuntimeError(_READ_ERROR if self.level.active else _ESCAPED_ERROR)
 
     def data_ptr(self):
         raise RuntimeError(_READ_ERROR)  # (a kernel handed address 0 would crash the process)
@@ -127,8 +129,7 @@ def _top_level(op, args):
         if lv is None:
             continue
         if not lv.active:
-            raise RuntimeError("vmap: a batched tensor was used after the vmap that made it returned (it escaped "
-                               "through a closure or a side effect); return it from the function instead")
+            raise RuntimeError(_ESCAPED_ERROR)
         if top is None or lv.depth > top.depth:
             top = lv
     return top

@@ -197,3 +197,10 @@ def test_vmap_rules_agree_with_the_per_sample_loop(name, monkeypatch):
     loop = jt.stack([fn(x[b]) for b in range(3)])
     assert got.dtype == loop.dtype
     np.testing.assert_allclose(got.numpy(), loop.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_vmap_escaped_batched_tensor_raises():
+    kept = []
+    jf.vmap(lambda a: kept.append(a) or a * 1)(jt.tensor(X))
+    with pytest.raises(RuntimeError, match="vmap: a batched tensor was used after the vmap that made it returned"):
+        kept[0] + 1
