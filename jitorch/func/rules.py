@@ -49,9 +49,18 @@ def _shift(d):
 
 
 def along_dim(op, args, size, batched, physical):
-    """Ops along ``dim`` (reductions, softmax, scans, sorts, gather/scatter, cat/stack): every tensor with the
-    batch dimension in front and ``dim`` moved past it. A reduction over every dimension (``dim`` None or
-    empty) names them all; other ops with no ``dim`` given are declined."""
+    """Ops along ``dim`` (reductions, softmax, scans, sorts, gather/scatter, cat/stack, cross): every tensor
+    with the batch dimension in front and ``dim`` moved past it. Tensors of different per-sample ranks are
+    declined (a 1-D ``quantile`` q, ``trapezoid`` x or ``index_add`` index means something else than one
+    broadcast with a batch dimension in front); so is a reduction's absent ``dim`` for ops other than
+    reductions."""
+    if len({t.ndim for t in _tensors(op, args)}) > 1:
+        return None
+    return shifted_dim(op, args, size, batched, physical)
+
+
+def shifted_dim(op, args, size, batched, physical):
+    """`along_dim` whatever the tensors' ranks (``select_scatter``'s source has one dimension less)."""
     i = op.arg_names.index("dim")
     d = args[i]
     first = _tensors(op, args)[0]
@@ -152,6 +161,7 @@ def index_select(op, args, size, batched, physical):
 
 
 RULES = {
+    "select_scatter": shifted_dim,
     "index_select": index_select,
     "as_strided_scatter": as_strided_scatter,
     "repeat": repeat,

@@ -163,3 +163,17 @@ def test_compiled_function_inside_transforms_runs_eagerly_and_vmap_compiles():
     _close(g(x), got)
     _close(g(x), got)
     assert len(g.cache) == 1  # vmap inside a compiled function is traced into its graph
+
+
+def test_gradients_through_vmap():
+    """grad of a function that calls vmap, backward() through vmap's outputs, and jacrev by chunks of rows
+    differentiate through the physical ops (torch.func's values)."""
+    w, xs = RNG.standard_normal((3, 4)), RNG.standard_normal((5, 4))
+    f = lambda w, x: (w @ x).tanh().sum()  # noqa: E731
+    want = torch.func.grad(lambda v: torch.func.vmap(f, (None, 0))(v, torch.tensor(xs)).sum())(torch.tensor(w))
+    _close(jf.grad(lambda v: jf.vmap(f, (None, 0))(v, jt.tensor(xs)).sum())(jt.tensor(w)), want)
+    leaf = jt.tensor(w, requires_grad=True)
+    jf.vmap(f, (None, 0))(leaf, jt.tensor(xs)).sum().backward()
+    _close(leaf.grad, want)
+    _close(jf.jacrev(lambda v: jf.vmap(f, (None, 0))(v, jt.tensor(xs)), chunk_size=2)(jt.tensor(w)),
+           torch.func.jacrev(lambda v: torch.func.vmap(f, (None, 0))(v, torch.tensor(xs)))(torch.tensor(w)))

@@ -186,6 +186,7 @@ OPS_UNDER_VMAP = {  # each function's ops run batched by a rule; the per-sample 
     "softmaxes": lambda x: x.softmax(0) + x.log_softmax(-1),
     "cat_stack": lambda x: jt.cat([x, -x], 1).sum(1, keepdim=True) + jt.stack([x, x * 2], 0).mean(0),
     "zero_dim": lambda x: x[0, 0, 0].sum() + x[1, 1].amax(0).mean(),
+    "view_scatters": lambda x: jt.select_scatter(x, x[0] * 2, 0, 1) + jt.slice_scatter(x, x[:, :1] * 3, 1, 2, 3),
 }
 
 
@@ -204,3 +205,12 @@ def test_vmap_escaped_batched_tensor_raises():
     jf.vmap(lambda a: kept.append(a) or a * 1)(jt.tensor(X))
     with pytest.raises(RuntimeError, match="vmap: a batched tensor was used after the vmap that made it returned"):
         kept[0] + 1
+
+
+def test_vmap_dim_rule_declines_tensors_of_other_ranks():
+    """index_add's 1-D index beside 2-D samples is no broadcast with the batch dimension in front: per sample."""
+    x, src = RNG.standard_normal((3, 4, 5)), RNG.standard_normal((2, 5))
+    fn = lambda m: lambda a: a.index_add(0, m.tensor([3, 1]), m.tensor(src))  # noqa: E731
+    got, paths = _paths(jf.vmap(fn(jt)), jt.tensor(x))
+    assert paths["per_sample"]["index_add"] == 1
+    _close(got, torch.func.vmap(fn(torch))(torch.tensor(x)))
