@@ -192,7 +192,9 @@ def _compute(op, args, level):
         raise RuntimeError(_READ_ERROR)
     specs = _specs(spec)
     results = None
-    rule = None if op.kind == "random" else rules.rule_for(op)
+    # (a result whose size depends on the values, as unique's, is never batched: the batch would be one sample)
+    sized = all(n is not None for sp in specs for n in sp.shape)
+    rule = rules.rule_for(op) if sized and op.kind != "random" else None
     if rule is not None:
         planned = rule(op, args, level.size, lambda t: level_of(t) is level, physical)
         fitting = planned and _fitting(planned[0], planned[1], specs, level.size)

@@ -160,13 +160,27 @@ def index_select(op, args, size, batched, physical):
                                     physical(index).reshape(view).expand(spread), False]
 
 
+def linear(op, args, size, batched, physical):
+    """``linear``: a batched input alone is more leading dimensions; batched weights (an ensemble) make a
+    batch of matrix products, ``baddbmm`` with the bias (matrices of inputs only)."""
+    x, w, b = args
+    if not batched(w) and (b is None or not batched(b)):
+        return op, [physical(x), w, b]
+    if x.ndim != 2:
+        return None
+    inputs, weights = _expanded(x, size, batched, physical), _expanded(w, size, batched, physical).transpose(1, 2)
+    if b is None:
+        return registry.OPS["matmul"], [inputs, weights]
+    return registry.OPS["baddbmm"], [_expanded(b, size, batched, physical).unsqueeze(1), inputs, weights, 1, 1]
+
+
 RULES = {
     "select_scatter": shifted_dim,
     "index_select": index_select,
     "as_strided_scatter": as_strided_scatter,
     "repeat": repeat,
     "matmul": matmul, "mm": matmul, "bmm": matmul,
-    "linear": leading("input"),
+    "linear": linear,
     "layer_norm": leading("input"),
     "embedding": leading("indices"),
     "copy": broadcasting,

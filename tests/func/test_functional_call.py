@@ -66,7 +66,7 @@ def test_ensemble_with_stack_module_state_and_vmap():
     x = jt.tensor(RNG.standard_normal((6, 4)).astype(np.float32))
     before = batching.STATS["per_sample"].copy()
     got = jf.vmap(lambda p: jf.functional_call(models[0], p, (x,)))(params)
-    assert batching.STATS["per_sample"] - before  # (a batched weight in linear: the per-sample fallback)
+    assert batching.STATS["per_sample"] == before  # (linear with batched weights: a baddbmm)
     want = jt.stack([m(x) for m in models])
     np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), rtol=1e-6, atol=1e-6)
     with pytest.raises(RuntimeError, match="Expected at least one model, got 0"):
