@@ -203,7 +203,9 @@ def _jvp(op, args, pairs, outer_grad):
         inputs = [subs[id(t)] for t, _ in pairs if subs[id(t)].requires_grad]
         if not live or not inputs:
             return [None] * len(outs)
-        dummies = [registry.FUNCTIONS["zeros_like"](o.detach()).requires_grad_(True) for o in live]
+        # (any point of u serves, J^T u being linear in u; ones rather than zeros, where a rule's formula is
+        # singular: logcumsumexp's takes the log of the gradient's magnitude)
+        dummies = [registry.FUNCTIONS["ones_like"](o.detach()).requires_grad_(True) for o in live]
         firsts = grad(live, inputs, dummies, create_graph=True, allow_unused=True)
         used = [(g, tangent) for g, (t, tangent) in zip(firsts, [p for p in pairs if subs[id(p[0])].requires_grad])
                 if g is not None and g.requires_grad]

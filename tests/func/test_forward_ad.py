@@ -118,3 +118,23 @@ def test_enter_and_exit_level_functions():
         fw.exit_dual_level(level=level)
     with pytest.raises(RuntimeError, match="Dual level must be a positive number"):
         fw.exit_dual_level()
+
+
+def test_logcumsumexp_tangent_is_not_nan():
+    """Regression: the tangent, the derivative of the backward rule in its cotangent, was taken at a zero
+    cotangent, where logcumsumexp's rule takes the log of its magnitude: NaN (finite-difference sweep)."""
+    got, want = (_run(m, ad, lambda m, x: m.logcumsumexp(x, 1)) for m, ad in ((jt, fw), (torch, tfw)))
+    _close(got.tangent, want.tangent)
+
+
+def test_symmetric_input_rules_against_torch():
+    """eigh and cholesky read one triangle and take the input as symmetric: with a symmetric tangent, torch's."""
+    a = RNG.standard_normal((3, 3))
+    a, t = a @ a.T + 3 * np.eye(3), RNG.standard_normal((3, 3))
+    t = t + t.T
+    for fn in (lambda m, x: m.linalg.eigh(x)[0], lambda m, x: m.linalg.eigh(x)[1].abs(), lambda m, x: m.linalg.cholesky(x)):
+        tangents = []
+        for m, ad in ((jt, fw), (torch, tfw)):
+            with ad.dual_level():
+                tangents.append(ad.unpack_dual(fn(m, ad.make_dual(m.tensor(a), m.tensor(t)))).tangent)
+        _close(tangents[0], tangents[1], 1e-8)
