@@ -177,3 +177,14 @@ def test_gradients_through_vmap():
     _close(leaf.grad, want)
     _close(jf.jacrev(lambda v: jf.vmap(f, (None, 0))(v, jt.tensor(xs)), chunk_size=2)(jt.tensor(w)),
            torch.func.jacrev(lambda v: torch.func.vmap(f, (None, 0))(v, torch.tensor(xs)))(torch.tensor(w)))
+
+
+def test_grad_keeps_the_history_of_inputs_that_require_grad():
+    """As torch.func's: a gradient w.r.t. a tensor that requires grad outside is differentiable in it (the
+    eager grad(grad(f)) of plain autograd), one w.r.t. a plain tensor is plain."""
+    for m, transform in ((jt, jf), (torch, torch.func)):
+        w = m.tensor(V, requires_grad=True)
+        g = transform.grad(lambda v: (v ** 3).sum())(w)
+        assert g.requires_grad and not transform.grad(lambda v: (v ** 3).sum())(m.tensor(V)).requires_grad
+        (second,) = (jt.autograd if m is jt else torch.autograd).grad(g.sum(), w)
+        _close(second, torch.tensor(6 * V))
