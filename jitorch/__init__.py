@@ -68,6 +68,7 @@ from .autograd.anomaly_mode import (  # noqa: E402,F401
     is_anomaly_check_nan_enabled, is_anomaly_enabled, set_anomaly_enabled)
 from . import jit  # noqa: E402,F401
 from . import func  # noqa: E402,F401
+from .func import vmap  # noqa: E402,F401  (torch.vmap)
 from . import nn  # noqa: E402,F401
 from .nn.aten_forms import *  # noqa: E402,F401,F403  (torch.conv2d, torch.batch_norm, ...)
 from . import linalg  # noqa: E402,F401
