@@ -189,6 +189,8 @@ _ATEN_FORMS = (
     "threshold", "threshold_", "triplet_margin_loss",
 )
 _LAZY.update((name, (".nn.aten_forms", name)) for name in _ATEN_FORMS)
+for _name in _ATEN_FORMS:  # the aten form, not the registry op of that name (layer_norm), as torch's namespace has
+    globals().pop(_name, None)
 
 
 def _lazy_method(name, module):
