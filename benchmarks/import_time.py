@@ -3,9 +3,10 @@
     python benchmarks/import_time.py [--runs 20] [--against /path/to/other/checkout] [--importtime 5]
 
 Each run is a new interpreter (bytecode caches written beforehand, as an installed package has them) that imports
-NumPy, then jitorch, then calls ``x + y`` and ``softmax`` once each on small tensors (`PROBE`). Per run: the whole
-process's wall time and CPU time (user + system, from the parent's rusage), and inside it, the wall and process CPU
-time of ``import jitorch`` alone (NumPy already loaded) and of the two first ops. Printed: min and median of each.
+NumPy, then jitorch, then calls ``x + y`` and ``softmax`` once each on small tensors, then runs a first ``nn.Linear``
+forward and backward, which loads jitorch.nn (`PROBE`). Per run: the whole process's wall time and CPU time (user +
+system, from the parent's rusage), and inside it, the wall and process CPU time of ``import jitorch`` alone (NumPy
+already loaded) and of each first call. Printed: min and median of each.
 ``--against`` runs another checkout (the baseline) alternately with this one, so both see the same load on a
 shared machine. ``--importtime N`` adds the minimum over N runs of ``-X importtime``'s cumulative microseconds of
 ``jitorch`` (with NumPy imported first).
@@ -32,14 +33,18 @@ import numpy
 w0, c0 = w(), c()
 import jitorch as jt
 w1, c1 = w(), c()
+loaded = len(__import__("sys").modules)
 x, y = jt.ones(4, 8), jt.ones(4, 8)
 z = x + y
 w2, c2 = w(), c()
 s = jt.softmax(z, dim=-1)
 w3, c3 = w(), c()
-print(w1 - w0, c1 - c0, w2 - w1, c2 - c1, w3 - w2, c3 - c2, len(__import__("sys").modules))
+jt.nn.Linear(8, 4)(s).sum().backward()
+w4, c4 = w(), c()
+print(w1 - w0, c1 - c0, w2 - w1, c2 - c1, w3 - w2, c3 - c2, w4 - w3, c4 - c3, loaded)
 """
-FIELDS = ("import wall", "import cpu", "first x+y wall", "first x+y cpu", "first softmax wall", "first softmax cpu")
+FIELDS = ("import wall", "import cpu", "first x+y wall", "first x+y cpu", "first softmax wall", "first softmax cpu",
+          "first nn.Linear wall", "first nn.Linear cpu")
 
 
 def environment(root):
@@ -87,7 +92,7 @@ def main(argv=None):
             results[label].append(one_run(root))
     names = ("process wall", "process cpu", *FIELDS)
     for label, rows in results.items():
-        print(f"{label} ({roots[label]}), {len(rows)} fresh processes, {int(rows[0][-1])} modules loaded:")
+        print(f"{label} ({roots[label]}), {len(rows)} fresh processes, {int(rows[0][-1])} modules loaded by the import:")
         for i, name in enumerate(names):
             column = [row[i] * 1e3 for row in rows]
             print(f"  {name:20s} min {min(column):7.1f} ms   median {statistics.median(column):7.1f} ms")
