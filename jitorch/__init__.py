@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import importlib as _importlib
+import inspect as _inspect
 import sys as _sys
 import types as _types
 
@@ -195,11 +196,15 @@ for _name in _ATEN_FORMS:  # the aten form, not the registry op of that name (la
 
 def _lazy_method(name, module):
     """A Tensor method that ``module`` (a higher layer) defines and installs when imported: until then, this
-    stub, which imports it and calls what it installed."""
-    def load_and_call(self, *args, **kwargs):
+    stub, which imports it and calls what it installed. Its signature is the method's (asked for, it loads it)."""
+    def installed():
         _importlib.import_module(module, __name__)
-        return getattr(Tensor, name)(self, *args, **kwargs)
+        return getattr(Tensor, name)
+
+    def load_and_call(self, *args, **kwargs):
+        return installed()(self, *args, **kwargs)
     load_and_call.__name__ = load_and_call.__qualname__ = name
+    load_and_call.__signature__ = _registry._DeferredSignature(lambda: _inspect.signature(installed()))
     return load_and_call
 
 

@@ -170,17 +170,20 @@ def test_the_aten_forms_the_namespace_lists_are_those_of_nn_aten_forms():
 
 
 def test_lazy_names_behave_as_eager_ones_called_first_in_a_fresh_process():
-    """A method, an aten form and ``compile`` called before anything loads nn or jit: the method's stub loads
-    nn.aten_forms and is replaced by its method; values and gradients are those of nn.functional's forms,
+    """A method, an aten form and ``compile`` called before anything loads nn or jit: the method's stub gives the
+    method's signature and loads nn.aten_forms, which replaces it; values and gradients are those of nn.functional's forms,
     compiled as eager, every step a generated kernel."""
     out = run_fresh("""
+        import inspect
         import sys
         import jitorch as jt
 
         x = jt.tensor([[-2.0, -0.25, 0.5, 3.0]], requires_grad=True)
         w = jt.tensor([0.25])
         stub = jt.Tensor.prelu
-        y = x.prelu(w)  # a Tensor method nn installs: loads it
+        shown = str(inspect.signature(stub))  # the method's signature: shown, it loads nn
+        print(shown, "jitorch.nn" in sys.modules)
+        y = x.prelu(w)  # a Tensor method nn installs
         print(y.tolist(), stub is not jt.Tensor.prelu, jt.Tensor.prelu.__module__)
         y.sum().backward()
         print(x.grad.tolist())
@@ -191,7 +194,8 @@ def test_lazy_names_behave_as_eager_ones_called_first_in_a_fresh_process():
               [n.op.name for n in low.graph.nodes][-1], len(low.kernels) == len(low.steps) > 0)
         print(jt.compile is sys.modules["jitorch.jit.compile"].compile, jt.hardshrink(x, 1.0).tolist())
     """)
-    lines = out.splitlines()
+    first, *lines = out.splitlines()
+    assert first == "(self, weight) True"
     assert lines[0] == "[[-0.5, -0.0625, 0.5, 3.0]] True jitorch.nn.aten_forms"
     assert lines[1] == "[[0.25, 0.25, 1.0, 1.0]]"
     assert lines[2] == "True"
