@@ -30,7 +30,7 @@ NOT_AT_IMPORT = (
     "jitorch.codegen.cache", "jitorch.codegen.cpu", "jitorch.codegen.lower", "jitorch.jit.explain", "jitorch.jit.executor",
     "jitorch.optim", "jitorch.utils", "jitorch.utils.data", "jitorch.onnx", "jitorch.profiler", "jitorch.serialization",
     "jitorch.export", "jitorch.multiprocessing", "jitorch.distributed", "jitorch.safetensors",
-    # the tracer, the graph library, nn (functional alone is as large as the op declarations), torch.func
+    # the tracer, the graph library, nn (its modules and functional), torch.func
     "jitorch.jit", "jitorch.jit.tracer", "jitorch.ir", "jitorch.compiler", "jitorch.func", "jitorch.nn",
     "jitorch.nn.functional", "jitorch.nn.aten_forms", "jitorch.nn.modules", "logging",
     # ctypes.util (with subprocess, shutil, tempfile) comes with the C library's math functions
