@@ -257,3 +257,32 @@ def test_a_compiled_models_output_dies_with_the_step_without_the_cyclic_collecto
     finally:
         gc.enable()
     assert _entry(compiled).split is not None
+
+
+def test_a_compiled_models_gradients_under_create_graph_refuse_a_double_backward_as_torch_compiles():
+    # (they came without history: a gradient penalty added to the loss moved nothing, silently; torch.compile's
+    # AOTAutograd gives them a node whose backward raises "... does not currently support double backward", where a
+    # tensor its backward reads requires grad, and so does this)
+    def mlp(T):
+        T.manual_seed(0)
+        return T.nn.Sequential(T.nn.Linear(3, 4), T.nn.Tanh(), T.nn.Linear(4, 1))
+
+    model, twin = mlp(jt), mlp(torch)
+    with torch.no_grad():
+        for p, q in zip(model.parameters(), twin.parameters()):
+            q.copy_(torch.from_numpy(p.detach().numpy()))
+    compiled = jt.compile(model)
+    x = jt.linspace(-1, 1, 6).view(2, 3)
+    (g,) = jt.autograd.grad(compiled(x).square().sum(), [model[0].weight], create_graph=True)
+    (tg,) = torch.autograd.grad(twin(torch.from_numpy(x.numpy())).square().sum(), [twin[0].weight])
+    np.testing.assert_allclose(g.detach().numpy(), tg.numpy(), rtol=1e-5, atol=1e-7)
+    assert g.requires_grad and _entry(compiled).split is not None
+    with pytest.raises(RuntimeError, match="does not currently support double backward"):
+        jt.autograd.grad(g.square().sum(), [model[0].weight])
+    loss = compiled(x).square().sum()
+    (g,) = jt.autograd.grad(loss, [model[0].weight], create_graph=True)
+    with pytest.raises(RuntimeError, match="does not currently support double backward"):
+        (loss + g.square().sum()).backward()
+    # without create_graph the gradients are plain, as before
+    (g,) = jt.autograd.grad(compiled(x).square().sum(), [model[0].weight])
+    assert not g.requires_grad and g.grad_fn is None
