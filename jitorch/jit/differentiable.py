@@ -59,6 +59,8 @@ class CompiledCall(Function):
         ctx.saved_tensors_reading(_positions_read(ctx.entry.backward, vjp_args, saved, ctx.n))
         with replaying_generators(ctx.generators):
             gs = ctx.entry.backward(*vjp_args)
+        if is_grad_enabled():  # (as the split's: the compiled product gives them without history)
+            gs = _without_double_backward(gs, [*saved, *grads])
         return _node_grads(ctx, [t.requires_grad for t in inputs], gs)
 
 
@@ -101,7 +103,7 @@ def _backward_split(ctx, grads):
 
 
 def _without_double_backward(gradients, read):
-    """The backward graph's ``gradients`` given a history whose backward raises, as torch.compile's
+    """The backward graph's (or compiled vector-Jacobian product's) ``gradients`` given a history whose backward raises, as torch.compile's
     (AOTAutograd's) do, where a tensor the backward ``read`` requires grad (torch's test): differentiating
     them again would otherwise see constants and silently give no second-order term (a gradient penalty
     added to a loss would move nothing)."""

@@ -286,3 +286,24 @@ def test_a_compiled_models_gradients_under_create_graph_refuse_a_double_backward
     # without create_graph the gradients are plain, as before
     (g,) = jt.autograd.grad(compiled(x).square().sum(), [model[0].weight])
     assert not g.requires_grad and g.grad_fn is None
+
+
+def test_a_compiled_function_whose_backward_recomputes_refuses_a_double_backward_too():
+    # (returning an input's memory keeps it off the split: its backward is a compiled vector-Jacobian product that
+    # recomputes the forward, whose gradients came without history as well)
+    def f(x, w):
+        return (x @ w).tanh(), w.t()
+
+    compiled = jt.compile(f)
+    x = jt.linspace(-1, 1, 6).view(2, 3)
+    grads = []
+    for fn in (f, compiled):
+        w = jt.linspace(-0.5, 0.7, 12).view(3, 4).requires_grad_()
+        (g,) = jt.autograd.grad(fn(x, w)[0].square().sum(), [w], create_graph=True)
+        assert g.requires_grad
+        grads.append(g.detach().numpy())
+    (entry,) = compiled.cache.values()
+    assert entry.split is None and entry.backward is not None
+    np.testing.assert_allclose(grads[1], grads[0], rtol=1e-5, atol=1e-7)
+    with pytest.raises(RuntimeError, match="does not currently support double backward"):
+        jt.autograd.grad(g.square().sum(), [w])
