@@ -1,7 +1,7 @@
 """How a compiled training step uses a second thread: per thread's CPU, its time queued for a core, the team's forks.
 
     python benchmarks/two_threads.py [--models gpt-4x128,lstm,cnn] [--threads 1,2] [--steps 5] [--rounds 3]
-                                     [--system "jitorch.compile(model)"] [--spans] [--quick]
+                                     [--system "jitorch.compile(model)"] [--spans] [--in-turn] [--quick]
 
 Per model and thread count, the step of ``--system`` (a system of benchmarks/models.py) is warmed up, then run
 ``--rounds`` times ``--steps`` steps; the round of median wall time is printed per step:
@@ -22,6 +22,12 @@ On a machine shared with other work, wall time says little; a thread's CPU and q
 time, as ``step_profile.py --cpu-clock``) and sums its spans per category of step_profile.py, each split into
 the spans that forked onto the team (or ran inside a fork: a pair of products) and those that ran on the calling
 thread alone while the other threads had nothing to do: where the serial stretches are.
+
+``--in-turn`` runs the step at the highest thread count with each fork's parts run one after another on the calling
+thread (what is split, and how, stays that of the thread count), timing each part in thread CPU: the step's work
+outside forks is its serial stretch, and that plus each fork's largest part is its time on that many threads with
+workers that never wait for a core or a hand-over. Neither depends on other processes' load, which on a shared
+machine decides whether a worker gets a core at all (wall times at two threads then say little).
 """
 
 from __future__ import annotations
@@ -122,6 +128,38 @@ def spans(call, steps):
     return {k: (times[k], counts[k]) for k in times}
 
 
+def in_turn(call, steps):
+    """(thread CPU ms per step, of it the work inside forks, the sum of each fork's largest part, forks per step)
+    of ``steps`` calls whose forks run their parts one after another on the calling thread."""
+    forks = []  # per fork, each part's thread CPU ns
+
+    def one_by_one(parts, entry):
+        if len(parts) < 2:
+            return False
+        times = []
+        for part in parts:
+            start = time.thread_time_ns()
+            if entry is None:  # (a Python call, as `threads.run_calls` hands over)
+                fn, args = part
+                fn(*args)
+            else:  # (native code's (args, lo, hi), as `threads.run_chunks` hands over)
+                threads.KERNEL_ENTRY(entry)(*part)
+            times.append(time.thread_time_ns() - start)
+        forks.append(times)
+        return True
+    forked, threads._forked = threads._forked, one_by_one
+    try:
+        start = time.thread_time_ns()
+        for _ in range(steps):
+            call()
+        total = time.thread_time_ns() - start
+    finally:
+        threads._forked = forked
+    per_step = 1e6 * steps
+    return (total / per_step, sum(map(sum, forks)) / per_step, sum(map(max, forks)) / per_step,
+            len(forks) / steps)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default="gpt-4x128,lstm,cnn")
@@ -130,6 +168,7 @@ def main(argv=None):
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--system", default=step_profile.SYSTEMS[0], choices=step_profile.SYSTEMS)
     p.add_argument("--spans", action="store_true", help="per category: forked or alone (profiled)")
+    p.add_argument("--in-turn", action="store_true", help="each fork's parts one after another: the serial stretch")
     p.add_argument("--quick", action="store_true", help="tiny sizes (for tests)")
     args = p.parse_args(argv)
     counts = [int(n) for n in args.threads.split(",")]
@@ -148,6 +187,12 @@ def main(argv=None):
             by = spans(call, args.steps)
             for (what, where), (ms, k) in sorted(by.items(), key=lambda kv: -kv[1][0]):
                 print(f"  {what:14s} {where:6s} {ms:8.2f} ms {k:6.0f} spans")
+        if args.in_turn:
+            total, inside, largest, n_forks = in_turn(call, args.steps)
+            alone = total - inside
+            print(f"  in turn at {max(counts)} threads: {total:.2f} ms, forked {inside:.2f} in {n_forks:.0f} forks, "
+                  f"alone {alone:.2f} ({alone / total:.0%}); at best {alone + largest:.2f} "
+                  f"({(alone + largest) / total:.2f}x)", flush=True)
     jitorch.set_num_threads(1)
 
 

@@ -34,3 +34,20 @@ def test_spans_split_by_whether_a_fork_ran_inside_them(monkeypatch):
     by = bench.spans(lambda: step(x), 2)
     assert by[("fused kernels", "forked")][1] == 1 and ("fused kernels", "alone") not in by
     assert all(ms >= 0 for ms, _ in by.values())
+
+
+def test_in_turn_runs_each_forks_parts_on_the_calling_thread_and_times_them(monkeypatch):
+    """A kernel that splits at two threads: its fork's parts run one after another here (the team gets no part),
+    the work inside the fork is most of the step's, its largest part about half of it, and the result is the
+    split run's."""
+    bench = load_script(SCRIPT, "two_threads_benchmark")
+    monkeypatch.setitem(threads._settings, "threads", 2)
+    step = jt.compile(lambda a: (a - 1).tanh().sum())
+    x = jt.linspace(-3, 3, 1 << 20)
+    expected = step(x).item()
+    results = []
+    parts = threads.counters["parts"]
+    total, inside, largest, forks = bench.in_turn(lambda: results.append(step(x).item()), 3)
+    assert threads.counters["parts"] == parts and results == [expected] * 3
+    assert forks >= 1 and 0 < largest < inside <= total
+    assert largest <= 0.75 * inside

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from ..ops import registry
 from . import saved_hooks
 from .engine import CUSTOM_FUNCTION_VIEW, NodeHooks, gradient_edge, saved_edge, sum_to
@@ -56,6 +58,14 @@ class FunctionCtx:
         self.materialize_grads = bool(value)
 
 
+class _OutputInfo(NamedTuple):
+    """An output tensor's shape, dtype and device: a missing gradient is zeros of them (torch's VariableInfo)."""
+
+    shape: tuple
+    dtype: object
+    device: object
+
+
 class FunctionNode(NodeHooks):
     """The backward node of one ``Function.apply`` call."""
 
@@ -63,7 +73,12 @@ class FunctionNode(NodeHooks):
         self.cls = cls
         self.ctx = ctx
         self.inputs = inputs          # (position among apply's args, tensor shape, dtype) per tensor arg
-        self.outputs = outputs
+        # what a missing gradient's zeros are made from, as torch keeps each output's metadata: the node
+        # holding its output tensors, whose grad_fn it is, made a reference cycle that kept them (a compiled
+        # model's saved activations) alive until the cyclic collector ran, so their pooled memory was not
+        # reused and the next step faulted fresh pages in
+        self.outputs = [_OutputInfo(tuple(o.shape), o.dtype, o.device) if isinstance(o, registry.Tensor) else o
+                        for o in outputs]
         self.next_functions = tuple((gradient_edge(t), getattr(t, "_output_nr", 0)) if t.requires_grad
                                     else (None, 0) for _, t in inputs)
         self.hooks = {}
@@ -86,7 +101,8 @@ class FunctionNode(NodeHooks):
         for k, o in enumerate(self.outputs):
             g = grads.get(k)
             if g is None and self.ctx.materialize_grads:
-                g = registry.FUNCTIONS["zeros_like"](o)
+                g = (registry.FUNCTIONS["zeros"](o.shape, dtype=o.dtype, device=o.device)
+                     if isinstance(o, _OutputInfo) else registry.FUNCTIONS["zeros_like"](o))
             gs.append(g)
         with (enable_grad() if create_graph else no_grad()):
             result = self.cls.backward(self.ctx, *gs)

@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 from ..autograd.function import Function
 from ..ops.random_ops import Generator, generator_states, replaying_generators
-from ..runtime.grad_mode import no_grad
+from ..runtime.grad_mode import is_grad_enabled, no_grad
 from ..tensor import Tensor
 from ..runtime.pytree import tree_flatten
 from .output_bases import computed_bases
@@ -59,6 +59,8 @@ class CompiledCall(Function):
         ctx.saved_tensors_reading(_positions_read(ctx.entry.backward, vjp_args, saved, ctx.n))
         with replaying_generators(ctx.generators):
             gs = ctx.entry.backward(*vjp_args)
+        if is_grad_enabled():  # (as the split's: the compiled product gives them without history)
+            gs = _without_double_backward(gs, [*saved, *grads])
         return _node_grads(ctx, [t.requires_grad for t in inputs], gs)
 
 
@@ -94,7 +96,37 @@ def _backward_split(ctx, grads):
     saved = ctx.saved_tensors
     k = len(split.inputs_read)
     args = [t.contiguous() for t in saved[:k]] + list(saved[k + ctx.captured:]) + [g.contiguous() for g in grads]
-    return _node_grads(ctx, ctx.needs_grad, split.backward.run(args))
+    gradients = split.backward.run(args)
+    if is_grad_enabled():  # (backward(create_graph=True)): the graph computed the gradients without history
+        gradients = _without_double_backward(gradients, [*saved, *grads])
+    return _node_grads(ctx, ctx.needs_grad, gradients)
+
+
+def _without_double_backward(gradients, read):
+    """The backward graph's (or compiled vector-Jacobian product's) ``gradients`` given a history whose backward raises, as torch.compile's
+    (AOTAutograd's) do, where a tensor the backward ``read`` requires grad (torch's test): differentiating
+    them again would otherwise see constants and silently give no second-order term (a gradient penalty
+    added to a loss would move nothing)."""
+    anchors = [t for t in read if isinstance(t, Tensor) and t.requires_grad]
+    positions = [i for i, g in enumerate(gradients) if isinstance(g, Tensor)]
+    if not anchors or not positions:
+        return gradients
+    marked = iter(_NoDoubleBackward.apply(len(positions), *[gradients[i] for i in positions], *anchors))
+    return [next(marked) if isinstance(g, Tensor) else g for g in gradients]
+
+
+class _NoDoubleBackward(Function):
+    """``apply(n, *gradients, *anchors)``: the ``n`` gradients (the same memory), whose backward raises."""
+
+    @staticmethod
+    def forward(ctx, n, *tensors):
+        return tuple(t.detach() for t in tensors[:n])
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise RuntimeError("jitorch.compile does not currently support double backward: a compiled call's backward "
+                           "graph gives its gradients without history (torch.compile with aot_autograd raises "
+                           "the same)")
 
 
 def _node_grads(ctx, needs_grad, gradients):

@@ -1,11 +1,14 @@
 """Engine semantics, as PyTorch's: accumulation, graphs freed or retained, higher order, hooks,
 grad modes, leaf rules, version-counter errors, custom Functions, and an MLP against NumPy."""
 
+import gc
 import re
 import warnings
+import weakref
 
 import numpy as np
 import pytest
+import torch
 
 import jitorch as jt
 from jitorch.autograd import Function, gradcheck, gradgradcheck
@@ -156,6 +159,52 @@ def test_custom_function():
     y.sum().backward()
     assert x.grad.tolist() == [6.0, 24.0]
     assert gradcheck(lambda t: Cube.apply(t, 0.5), (leaf([0.3, -1.2]),))
+
+
+def _pair_class(lib):
+    """A Function of two outputs (the second transposed) whose backward records the gradients it receives."""
+
+    class Pair(lib.autograd.Function):
+        received = []
+
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2, (x * 3).t()
+
+        @staticmethod
+        def backward(ctx, g, h):
+            Pair.received.append((tuple(h.shape), h.dtype, h.is_contiguous(), h.abs().sum().item()))
+            return g * 2 + h.t() * 3
+    return Pair
+
+
+def test_a_custom_functions_outputs_die_with_their_last_reference_not_at_the_next_collection():
+    # (its node held the output tensors whose grad_fn it is: a reference cycle, so a compiled model's outputs and
+    # saved activations lived until the cyclic collector ran, their pooled memory unused by the next step)
+    Pair = _pair_class(jt)
+    x = leaf(np.arange(6.0).reshape(2, 3))
+    gc.disable()
+    try:
+        a, b = Pair.apply(x)
+        refs = [weakref.ref(a), weakref.ref(b), weakref.ref(a.grad_fn)]
+        a.sum().backward()
+        del a, b
+        assert [r() for r in refs] == [None, None, None]
+    finally:
+        gc.enable()
+    assert x.grad.tolist() == [[2.0] * 3] * 2
+
+
+def test_a_custom_functions_missing_gradient_is_contiguous_zeros_of_its_output_as_torchs():
+    seen = []
+    for lib, make in ((jt, leaf), (torch, lambda v: torch.tensor(v, requires_grad=True))):
+        Pair = _pair_class(lib)
+        x = make(np.arange(6.0).reshape(2, 3))
+        a, _ = Pair.apply(x)
+        a.sum().backward()
+        ((shape, dtype, contiguous, total),) = Pair.received
+        seen.append((shape, str(dtype).rsplit(".", 1)[-1], contiguous, total, x.grad.tolist()))
+    assert seen[0] == seen[1] == ((3, 2), "float64", True, 0.0, [[2.0] * 3] * 2)
 
 
 def test_gradcheck_and_gradgradcheck_catch_a_wrong_rule():
