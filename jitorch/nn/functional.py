@@ -63,6 +63,7 @@ __all__ = [
     "triplet_margin_with_distance_loss", "embedding_bag",
     "affine_grid", "grid_sample", "ctc_loss", "fractional_max_pool2d", "fractional_max_pool2d_with_indices",
     "fractional_max_pool3d", "fractional_max_pool3d_with_indices", "multi_head_attention_forward", "conv_tbc",
+    "linear_cross_entropy",
 ]
 
 
@@ -2570,6 +2571,37 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     else:
         smooth = _reduce(smooth, reduction)
     return (1 - label_smoothing) * nll + smooth * (label_smoothing / classes)
+
+
+def linear_cross_entropy(input, linear_weight, target, *, linear_bias=None, weight=None, reduction="mean",
+                         ignore_index=None, label_smoothing=0.0, options=None):
+    """``cross_entropy(linear(input, linear_weight, linear_bias), target, ...)`` with torch's checks; a
+    ``linear_weight`` of shape (C, d_1, ..., d_K, in_features) gives logits (N, C, d_1, ..., d_K) for a
+    K-dimensional loss. ``ignore_index`` None means -100 (and is refused with class probabilities). torch's
+    ``options`` choose a chunked computation that saves memory; jitorch computes the reference path for any
+    ``options`` (the same values up to rounding)."""
+    if input.dim() < 1 or input.dim() > 2:
+        raise RuntimeError(f"expected input with dimensionality 1 or 2, got {input.dim()}")
+    if linear_weight.dim() < 2:
+        raise RuntimeError(f"expected linear_weight with dimensionality at least 2, got {linear_weight.dim()}")
+    batches, in_features = tuple(input.shape[:-1]), input.shape[-1]
+    if in_features != linear_weight.shape[-1]:
+        raise RuntimeError("expected equal input and linear_weight last dimensions (in_features), "
+                           f"got {input.shape[-1]} and {linear_weight.shape[-1]}, respectively")
+    classes, out_features = linear_weight.shape[0], tuple(linear_weight.shape[1:-1])
+    if linear_bias is not None and tuple(linear_bias.shape) != (classes, *out_features):
+        raise RuntimeError(f"expected linear_bias shape {(classes, *out_features)}, got {tuple(linear_bias.shape)}")
+    if out_features and not batches:
+        raise RuntimeError(f"K-dimensional loss defined by linear_weight shape {tuple(linear_weight.shape)} requires "
+                           f"batched input, (N, {in_features}), got unbatched input with shape {tuple(input.shape)}")
+    logits_shape = (*batches, classes, *out_features)
+    if tuple(target.shape) == logits_shape and ignore_index is not None:
+        raise RuntimeError("ignore_index cannot be specified when target contains probabilities")
+    rows = math.prod(out_features, start=classes)
+    logits = linear(input, linear_weight.reshape(rows, in_features),
+                    None if linear_bias is None else linear_bias.reshape(rows))
+    return cross_entropy(logits.reshape(logits_shape), target, weight=weight, reduction=reduction,
+                         ignore_index=-100 if ignore_index is None else ignore_index, label_smoothing=label_smoothing)
 
 
 def _check_same_size(input, target, message):
