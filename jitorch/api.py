@@ -2,6 +2,7 @@
 
 import warnings
 
+from ._lowrank import pca_lowrank, svd_lowrank  # noqa: F401
 from .linalg import matrix_norm as _matrix_norm, vector_norm as _vector_norm
 from .ops.registry import FUNCTIONS as _FUNCTIONS
 from .ops.views import contiguous_format, memory_format, preserve_format
@@ -12,7 +13,7 @@ from .tensor import Size, Tensor
 
 __all__: list = ["memory_format", "preserve_format", "contiguous_format", "broadcast_shapes", "detach", "detach_",
                  "get_device", "layout", "strided", "is_inference_mode_enabled", "einsum", "nuclear_norm",
-                 "frobenius_norm"]
+                 "frobenius_norm", "svd_lowrank", "pca_lowrank"]
 
 
 def broadcast_shapes(*shapes):
@@ -94,12 +95,7 @@ def nuclear_norm(input, dim=None, keepdim=False, *, out=None):
                   UserWarning, stacklevel=2)
     if isinstance(dim, bool):  # the overload without dims: nuclear_norm(input, keepdim)
         dim, keepdim = None, dim
-    if dim is None:
-        return _matrix_norm(input, "nuc", (-2, -1), keepdim, out=out)
-    dim = (dim,) if isinstance(dim, int) else tuple(dim)
-    if len(dim) != 2:
-        raise RuntimeError("nuclear norm requires a 'dim' argument of size 2")
-    return _matrix_norm(input, "nuc", dim, keepdim, out=out)
+    return _matrix_norm(input, "nuc", (-2, -1) if dim is None else dim, keepdim, out=out)
 
 
 def frobenius_norm(input, dim, keepdim=False, *, out=None):
