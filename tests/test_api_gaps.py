@@ -295,3 +295,38 @@ def test_pca_lowrank_errors_are_torchs():
             T.pca_lowrank(T.ones(4, 3), q=5)
         with pytest.raises(ValueError, match=r"niter\(=-1\) must be non-negative integer"):
             T.pca_lowrank(T.ones(4, 3), niter=-1)
+
+
+# hash_tensor ---------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("values,dtype,kwargs", [
+    ([[1.5, -2.0], [3.0, 4.0]], "float32", {}), ([[1.5, -2.0], [3.0, 4.0]], "float32", {"dim": 1}),
+    ([[1.5, -2.0], [3.0, 4.0]], "float64", {"dim": 0, "keepdim": True}), ([[1.5, -2.0]], "float32", {"dim": []}),
+    ([float("nan"), -0.0, float("-nan")], "float32", {}), ([-1.0, 0.25], "float16", {}), ([1.0, 3.0], "bfloat16", {}),
+    ([-1, 7, 255], "int64", {}), ([-1, 5], "int8", {}), ([255, 1], "uint8", {}), ([True, False, True], "bool", {}),
+    (np.zeros((3, 0)), "float32", {"dim": 0}), (5.0, "float32", {"dim": 0}),
+])
+def test_hash_tensor_xors_the_64_bit_patterns_as_torch(values, dtype, kwargs):
+    t, j = torch.tensor(values, dtype=getattr(torch, dtype)), jt.tensor(values, dtype=getattr(jt, dtype))
+    expected, got = t.hash_tensor(**kwargs), j.hash_tensor(**kwargs)
+    assert got.dtype is jt.uint64 and tuple(got.shape) == tuple(expected.shape)
+    assert got.tolist() == expected.tolist() == jt.hash_tensor(j, **kwargs).tolist()
+
+
+@pytest.mark.parametrize("call", [
+    lambda T: T.ones(2).hash_tensor(mode=1), lambda T: T.zeros(0, 3).hash_tensor(0), lambda T: T.zeros(0).hash_tensor(),
+    lambda T: T.ones(2, dtype=T.uint16).hash_tensor(), lambda T: T.hash_tensor(T.ones(2), out=T.empty((), dtype=T.int64)),
+])
+def test_hash_tensor_errors_are_torchs(call):
+    with pytest.raises(Exception) as expected:
+        call(torch)
+    with pytest.raises(type(expected.value)) as got:
+        call(jt)
+    assert str(got.value) == str(expected.value)
+
+
+def test_hash_tensor_has_no_gradient_and_compiles_as_a_step_equal_to_eager():
+    x = jt.tensor([[1.0, 2.0], [3.0, 5.0]], requires_grad=True)
+    assert not x.hash_tensor().requires_grad
+    fn = jt.compile(lambda x: (x * 2).hash_tensor(1), fullgraph=True)
+    assert fn(x.detach()).tolist() == (x.detach() * 2).hash_tensor(1).tolist()

@@ -49,8 +49,11 @@ def cases(name):
 
 
 def outputs(result):
-    """A result as a flat list (a tuple, namedtuple or list of tensors, or one value)."""
-    return list(result) if isinstance(result, (tuple, list)) else [result]
+    """A result as a flat list (a tuple, namedtuple or list of tensors or of such lists, as histogramdd's
+    ``(hist, bin_edges)``, or one value)."""
+    if not isinstance(result, (tuple, list)):
+        return [result]
+    return [t for r in result for t in (outputs(r) if isinstance(r, (tuple, list)) else [r])]
 
 
 def assert_same(got, expected, what, values=True):
