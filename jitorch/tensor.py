@@ -366,6 +366,11 @@ class Tensor:
                                "preserving the number of elements. ")
         return self.contiguous().view(*sizes)
 
+    def module_load(self, other, assign=False):
+        """How ``load_state_dict`` transforms the state's ``other`` for this parameter or buffer: ``other``
+        detached when ``assign``, else this tensor with ``other`` copied in, detached (a new object either way)."""
+        return other.detach() if assign else self.copy_(other).detach()
+
     def as_subclass(self, cls):
         """A tensor of class ``cls`` (a subclass of Tensor) on this tensor's memory, in its autograd graph."""
         if not (isinstance(cls, type) and issubclass(cls, Tensor)):

@@ -330,3 +330,15 @@ def test_hash_tensor_has_no_gradient_and_compiles_as_a_step_equal_to_eager():
     assert not x.hash_tensor().requires_grad
     fn = jt.compile(lambda x: (x * 2).hash_tensor(1), fullgraph=True)
     assert fn(x.detach()).tolist() == (x.detach() * 2).hash_tensor(1).tolist()
+
+
+def test_module_load_copies_or_assigns_as_torchs():
+    for T in (torch, jt):
+        p, state = T.zeros(3, requires_grad=True), T.tensor([1.0, 2.0, 3.0], requires_grad=True)
+        with T.no_grad():
+            copied = p.module_load(state)
+        assert copied is not p and not copied.requires_grad and p.tolist() == [1.0, 2.0, 3.0]
+        assigned = p.module_load(state, assign=True)
+        assert assigned is not state and not assigned.requires_grad
+        assigned.add_(1)  # (detached: the same memory as the state's tensor)
+        assert state.tolist() == [2.0, 3.0, 4.0]
