@@ -2,6 +2,7 @@
 
 import warnings
 
+from ._lobpcg import lobpcg  # noqa: F401
 from ._lowrank import pca_lowrank, svd_lowrank  # noqa: F401
 from .linalg import matrix_norm as _matrix_norm, vector_norm as _vector_norm
 from .ops.registry import FUNCTIONS as _FUNCTIONS
@@ -13,7 +14,7 @@ from .tensor import Size, Tensor
 
 __all__: list = ["memory_format", "preserve_format", "contiguous_format", "broadcast_shapes", "detach", "detach_",
                  "get_device", "layout", "strided", "is_inference_mode_enabled", "einsum", "nuclear_norm",
-                 "frobenius_norm", "svd_lowrank", "pca_lowrank"]
+                 "frobenius_norm", "svd_lowrank", "pca_lowrank", "lobpcg"]
 
 
 def broadcast_shapes(*shapes):

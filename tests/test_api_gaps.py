@@ -342,3 +342,53 @@ def test_module_load_copies_or_assigns_as_torchs():
         assert assigned is not state and not assigned.requires_grad
         assigned.add_(1)  # (detached: the same memory as the state's tensor)
         assert state.tolist() == [2.0, 3.0, 4.0]
+
+
+# lobpcg ----------------------------------------------------------------------------------------------------------
+
+def _spd(m, key):
+    a = normal((m, m), key)
+    return a @ a.T + m * np.eye(m)
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"largest": False}, {"method": "basic"}, {"B": True}, {"n": 3}])
+def test_lobpcg_is_torchs_from_the_same_start(kwargs):
+    A, B = _spd(12, 50), _spd(12, 51)
+    start = normal((12, kwargs.get("n", 2)), 52)
+    out = []
+    for T in (torch, jt):
+        kw = {key: v for key, v in kwargs.items() if key not in ("B", "n")}
+        E, U = T.lobpcg(T.tensor(A), k=2, B=T.tensor(B) if kwargs.get("B") else None, X=T.tensor(start), **kw)
+        out.append((E.numpy(), U.numpy()))
+    (te, tu), (je, ju) = out
+    np.testing.assert_allclose(je, te, rtol=1e-12)
+    np.testing.assert_allclose(ju * np.sign((ju * tu).sum(0)), tu, atol=1e-10)
+    w = np.linalg.eigvalsh(A) if not kwargs.get("B") else None
+    if w is not None:
+        np.testing.assert_allclose(je, w[:2] if kwargs.get("largest") is False else w[::-1][:2], rtol=1e-9)
+
+
+def test_lobpcg_gradient_is_torchs_formula_and_batches_run_each_matrix():
+    A, start = _spd(10, 53), normal((10, 2), 54)
+    grads = []
+    for T in (torch, jt):
+        a = T.tensor(A, requires_grad=True)
+        E, U = T.lobpcg(a, X=T.tensor(start))
+        (E.sum() + (U ** 2 * T.arange(2.0)).sum()).backward()
+        grads.append(a.grad.numpy())
+    np.testing.assert_allclose(grads[1], grads[0], atol=1e-12)
+    batch = np.stack([_spd(9, 55), _spd(9, 56)])
+    jt.manual_seed(0)
+    E, U = jt.lobpcg(jt.tensor(batch), k=2)
+    assert tuple(E.shape) == (2, 2) and tuple(U.shape) == (2, 9, 2)
+    np.testing.assert_allclose(E.numpy(), np.linalg.eigvalsh(batch)[:, ::-1][:, :2], rtol=1e-9)
+
+
+def test_lobpcg_refuses_too_many_eigenpairs_and_calls_the_tracker():
+    for T in (torch, jt):
+        with pytest.raises(ValueError, match=r"number of A rows \(=5\) is smaller than 3 x the number of requested"):
+            T.lobpcg(T.eye(5, dtype=T.float64), k=2)
+    steps = []
+    jt.lobpcg(jt.tensor(_spd(12, 57)), X=jt.tensor(normal((12, 1), 58)), tracker=lambda w: steps.append(
+        w.ivars["istep"]))
+    assert steps == list(range(1, len(steps) + 1)) and len(steps) > 1
