@@ -186,3 +186,14 @@ def load_script(path, name):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def raises_as_torch(call):
+    """``call(torch)`` raises, and ``call(jitorch)`` raises the same exception type with the same message."""
+    import pytest
+    import torch
+    with pytest.raises(Exception) as expected:
+        call(torch)
+    with pytest.raises(type(expected.value)) as got:
+        call(jt)
+    assert str(got.value) == str(expected.value)
