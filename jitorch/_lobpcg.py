@@ -13,8 +13,9 @@ eigenvalues and eigenvectors of the symmetrised ``A`` (LOBPCGAutogradFunction), 
 
 from __future__ import annotations
 
+import functools
+
 import jitorch as _jt
-from jitorch.autograd import Function
 
 __all__ = ["lobpcg"]
 
@@ -123,27 +124,31 @@ def _symeig_backward(D_grad, U_grad, A, D, U, largest):
     return _symeig_backward_partial_eigenspace(D_grad, U_grad, A, D, U, largest)
 
 
-class _LOBPCGFunction(Function):
-    """lobpcg with torch's gradient of its eigenpairs with respect to A."""
+def _forward(ctx, A, k, B, X, n, iK, niter, tol, largest, method, tracker, ortho_iparams, ortho_fparams,
+             ortho_bparams):
+    A = A.contiguous()
+    B = None if B is None else B.contiguous()
+    D, U = _lobpcg(A, k, B, X, n, iK, niter, tol, largest, method, tracker, ortho_iparams, ortho_fparams,
+                   ortho_bparams)
+    ctx.save_for_backward(A, B, D, U)
+    ctx.largest = largest
+    return D, U
 
-    @staticmethod
-    def forward(ctx, A, k, B, X, n, iK, niter, tol, largest, method, tracker, ortho_iparams, ortho_fparams,
-                ortho_bparams):
-        A = A.contiguous()
-        B = None if B is None else B.contiguous()
-        D, U = _lobpcg(A, k, B, X, n, iK, niter, tol, largest, method, tracker, ortho_iparams, ortho_fparams,
-                       ortho_bparams)
-        ctx.save_for_backward(A, B, D, U)
-        ctx.largest = largest
-        return D, U
 
-    @staticmethod
-    def backward(ctx, D_grad, U_grad):
-        A, B, D, U = ctx.saved_tensors
-        if B is not None:
-            raise ValueError("lobpcg.backward does not support backward with B != I yet.")
-        largest = True if ctx.largest is None else ctx.largest
-        return (_symeig_backward(D_grad, U_grad, A, D, U, largest),) + (None,) * 13
+def _backward(ctx, D_grad, U_grad):
+    A, B, D, U = ctx.saved_tensors
+    if B is not None:
+        raise ValueError("lobpcg.backward does not support backward with B != I yet.")
+    largest = True if ctx.largest is None else ctx.largest
+    return (_symeig_backward(D_grad, U_grad, A, D, U, largest),) + (None,) * 13
+
+
+@functools.cache
+def _gradient_function():
+    """lobpcg as an autograd Function with torch's gradient of its eigenpairs with respect to A (made at the
+    first call that needs it: ``import jitorch`` loads this module before jitorch.autograd)."""
+    return type("LOBPCGAutogradFunction", (_jt.autograd.Function,),
+                {"forward": staticmethod(_forward), "backward": staticmethod(_backward)})
 
 
 def lobpcg(A, k=None, B=None, X=None, n=None, iK=None, niter=None, tol=None, largest=None, method=None,
@@ -156,7 +161,7 @@ def lobpcg(A, k=None, B=None, X=None, n=None, iK=None, niter=None, tol=None, lar
     if A.requires_grad or (B is not None and B.requires_grad):
         A_sym = (A + A.mT) / 2
         B_sym = (B + B.mT) / 2 if B is not None else None
-        return _LOBPCGFunction.apply(A_sym, k, B_sym, X, n, iK, niter, tol, largest, method, tracker,
+        return _gradient_function().apply(A_sym, k, B_sym, X, n, iK, niter, tol, largest, method, tracker,
                                      ortho_iparams, ortho_fparams, ortho_bparams)
     return _lobpcg(A, k, B, X, n, iK, niter, tol, largest, method, tracker, ortho_iparams, ortho_fparams,
                    ortho_bparams)
