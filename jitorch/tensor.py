@@ -111,10 +111,16 @@ def view_refs(root):
     return tracked
 
 
+# C++'s type names of the dtypes (typeid), which torch's gradient dtype messages print
+_CPP_TYPE_NAMES = {"float32": "float", "float64": "double", "float16": "c10::Half", "bfloat16": "c10::BFloat16",
+               "int64": "long int", "int32": "int", "int16": "short int", "int8": "signed char",
+               "uint8": "unsigned char", "bool": "bool", "uint16": "short unsigned int", "uint32": "unsigned int",
+               "uint64": "long unsigned int"}
+
+
 def _check_grad(t, grad):
     """torch's checks of a gradient assigned to ``t.grad`` (found by hand against torch, session 36: any
-    value was taken): a tensor, not ``t`` itself, of ``t``'s sizes and device type. (torch also requires the
-    tensor's ``grad_dtype``, which jitorch does not have: a gradient of another dtype is taken.)"""
+    value was taken): a tensor, not ``t`` itself, of ``t``'s sizes, device type and ``grad_dtype``."""
     if not isinstance(grad, Tensor):
         raise TypeError(f"assigned grad expected to be a Tensor or None but got grad of type {type(grad).__name__}")
     if grad is t:
@@ -126,6 +132,14 @@ def _check_grad(t, grad):
     if tuple(grad._shape) != tuple(t._shape):
         raise RuntimeError(f"attempting to assign a gradient of size '{list(grad._shape)}' to a tensor of size "
                            f"'{list(t._shape)}'. Please ensure that the gradient and the tensor are the same size")
+    want = t.__dict__.get("_grad_dtype", t.dtype)
+    if want is not None and grad.dtype is not want:
+        raise RuntimeError(f"attempting to assign a gradient with dtype '{_CPP_TYPE_NAMES[grad.dtype.name]}' to a "
+                           f"tensor with grad_dtype '{_registry.scalar_name(want)}'. The gradient must match the tensor's "
+                           "grad_dtype (defaults to the tensor's dtype). You can set the tensor's grad_dtype "
+                           "attribute with a specific dtype, or None to allow any dtype. Set grad_dtype with "
+                           "caution. Diverging the dtypes of a tensor and its gradient may break downstream "
+                           "systems that assume they match.")
 
 
 class Tensor:
@@ -157,6 +171,26 @@ class Tensor:
     @grad.deleter
     def grad(self):
         self.grad = None
+
+    @property
+    def grad_dtype(self):
+        """The dtype backward gives this leaf's ``.grad`` (incoming gradients are cast to it); None takes any.
+        Defaults to the tensor's dtype."""
+        if not self.is_leaf:
+            raise RuntimeError("grad_dtype can only be accessed on leaf tensors.")
+        return self.__dict__.get("_grad_dtype", self.dtype)
+
+    @grad_dtype.setter
+    def grad_dtype(self, value):
+        if not self.is_leaf:
+            raise RuntimeError("grad_dtype can only be set on leaf tensors.")
+        grad = self.__dict__.get("_grad")
+        if value is not None and grad is not None and grad.dtype is not value:
+            raise RuntimeError(f"Cannot set grad_dtype to '{_registry.scalar_name(value)}' because there is already "
+                               f"a gradient with dtype '{_CPP_TYPE_NAMES[grad.dtype.name]}'. Please clear the gradient "
+                               "(.grad = None) before changing grad_dtype, or ensure the new grad_dtype matches the "
+                               "existing gradient's dtype.")
+        self.__dict__["_grad_dtype"] = value
     grad_fn = None
 
     __array_priority__ = 1000  # numpy defers reflected operators to us
