@@ -12,6 +12,7 @@ import builtins
 import copy
 from collections import OrderedDict
 import operator
+import warnings
 import weakref
 from math import prod
 
@@ -110,10 +111,16 @@ def view_refs(root):
     return tracked
 
 
+# C++'s type names of the dtypes (typeid), which torch's gradient dtype messages print
+_CPP_TYPE_NAMES = {"float32": "float", "float64": "double", "float16": "c10::Half", "bfloat16": "c10::BFloat16",
+               "int64": "long int", "int32": "int", "int16": "short int", "int8": "signed char",
+               "uint8": "unsigned char", "bool": "bool", "uint16": "short unsigned int", "uint32": "unsigned int",
+               "uint64": "long unsigned int"}
+
+
 def _check_grad(t, grad):
     """torch's checks of a gradient assigned to ``t.grad`` (found by hand against torch, session 36: any
-    value was taken): a tensor, not ``t`` itself, of ``t``'s sizes and device type. (torch also requires the
-    tensor's ``grad_dtype``, which jitorch does not have: a gradient of another dtype is taken.)"""
+    value was taken): a tensor, not ``t`` itself, of ``t``'s sizes, device type and ``grad_dtype``."""
     if not isinstance(grad, Tensor):
         raise TypeError(f"assigned grad expected to be a Tensor or None but got grad of type {type(grad).__name__}")
     if grad is t:
@@ -125,6 +132,14 @@ def _check_grad(t, grad):
     if tuple(grad._shape) != tuple(t._shape):
         raise RuntimeError(f"attempting to assign a gradient of size '{list(grad._shape)}' to a tensor of size "
                            f"'{list(t._shape)}'. Please ensure that the gradient and the tensor are the same size")
+    want = t.__dict__.get("_grad_dtype", t.dtype)
+    if want is not None and grad.dtype is not want:
+        raise RuntimeError(f"attempting to assign a gradient with dtype '{_CPP_TYPE_NAMES[grad.dtype.name]}' to a "
+                           f"tensor with grad_dtype '{_registry.scalar_name(want)}'. The gradient must match the tensor's "
+                           "grad_dtype (defaults to the tensor's dtype). You can set the tensor's grad_dtype "
+                           "attribute with a specific dtype, or None to allow any dtype. Set grad_dtype with "
+                           "caution. Diverging the dtypes of a tensor and its gradient may break downstream "
+                           "systems that assume they match.")
 
 
 class Tensor:
@@ -156,6 +171,26 @@ class Tensor:
     @grad.deleter
     def grad(self):
         self.grad = None
+
+    @property
+    def grad_dtype(self):
+        """The dtype backward gives this leaf's ``.grad`` (incoming gradients are cast to it); None takes any.
+        Defaults to the tensor's dtype."""
+        if not self.is_leaf:
+            raise RuntimeError("grad_dtype can only be accessed on leaf tensors.")
+        return self.__dict__.get("_grad_dtype", self.dtype)
+
+    @grad_dtype.setter
+    def grad_dtype(self, value):
+        if not self.is_leaf:
+            raise RuntimeError("grad_dtype can only be set on leaf tensors.")
+        grad = self.__dict__.get("_grad")
+        if value is not None and grad is not None and grad.dtype is not value:
+            raise RuntimeError(f"Cannot set grad_dtype to '{_registry.scalar_name(value)}' because there is already "
+                               f"a gradient with dtype '{_CPP_TYPE_NAMES[grad.dtype.name]}'. Please clear the gradient "
+                               "(.grad = None) before changing grad_dtype, or ensure the new grad_dtype matches the "
+                               "existing gradient's dtype.")
+        self.__dict__["_grad_dtype"] = value
     grad_fn = None
 
     __array_priority__ = 1000  # numpy defers reflected operators to us
@@ -345,6 +380,40 @@ class Tensor:
         """``resize_`` to ``the_template``'s shape."""
         return self.resize_(the_template._shape, memory_format=memory_format)
 
+    def resize(self, *sizes):
+        """Deprecated: this tensor's elements (in order) in shape ``sizes``, which must hold as many (torch's
+        ``autograd._functions.Resize``: a reshape that autograd differentiates)."""
+        warnings.warn("non-inplace resize is deprecated", stacklevel=2)
+        return self._resized(sizes)
+
+    def resize_as(self, tensor):
+        """Deprecated: `resize` to ``tensor``'s shape."""
+        warnings.warn("non-inplace resize_as is deprecated", stacklevel=2)
+        return self._resized(tuple(tensor._shape))
+
+    def _resized(self, sizes):
+        n = prod(sizes)
+        if n != self.numel():
+            raise RuntimeError(f"requested resize to {'x'.join(map(str, sizes))} ({n} elements in total), but the "
+                               f"given tensor has a size of {'x'.join(map(str, self._shape))} ({self.numel()} "
+                               "elements). autograd's resize can only change the shape of a given tensor, while "
+                               "preserving the number of elements. ")
+        return self.contiguous().view(*sizes)
+
+    def module_load(self, other, assign=False):
+        """How ``load_state_dict`` transforms the state's ``other`` for this parameter or buffer: ``other``
+        detached when ``assign``, else this tensor with ``other`` copied in, detached (a new object either way)."""
+        return other.detach() if assign else self.copy_(other).detach()
+
+    def as_subclass(self, cls):
+        """A tensor of class ``cls`` (a subclass of Tensor) on this tensor's memory, in its autograd graph."""
+        if not (isinstance(cls, type) and issubclass(cls, Tensor)):
+            raise TypeError("Creating a Tensor subclass from a class that does not inherit from Tensor is not "
+                            "possible. Make sure your class inherits from Tensor.")
+        alias = self.view_as(self)
+        alias.__class__ = cls
+        return alias
+
     def set_(self, source=None, storage_offset=0, size=None, stride=None):
         """Make this tensor view ``source`` (a tensor, or a storage): with ``source``'s geometry, or the given
         one over its memory; ``set_()`` gives it empty memory of its own."""
@@ -363,6 +432,7 @@ class Tensor:
             shape, strides, offset = (source._shape, source._stride, source._offset) if size is None else \
                 (tuple(size), None, storage_offset)
         else:  # a storage: its memory read as this tensor's dtype, as torch's untyped storages are
+            source = getattr(source, "_untyped_storage", source)  # (a TypedStorage's)
             storage = source if source.dtype is self.dtype else source.reinterpret(self.dtype)
             shape, strides, offset = ((storage.size,), (1,), 0) if size is None else (tuple(size), None, storage_offset)
         strides = contiguous_strides(shape) if strides is None and stride is None else tuple(strides or stride)
@@ -489,6 +559,18 @@ class Tensor:
     def untyped_storage(self):
         """The storage of this tensor's memory (of the tensor it reinterprets, for ``x.view(dtype)``)."""
         return getattr(self._storage, "root", self._storage)
+
+    def storage(self):
+        """Deprecated: torch's TypedStorage of this tensor's memory (its size, data_ptr and elements are the
+        whole memory's, not this view's)."""
+        from .ops import typed_storage
+        typed_storage.warn_removal()
+        return typed_storage.typed_storage(self._storage, _flat_tensor)
+
+    def storage_type(self):
+        """torch's legacy storage class of this tensor's dtype (``FloatStorage``), None where torch has none."""
+        from .ops import typed_storage
+        return typed_storage.LEGACY_CLASSES.get(self.dtype.name)
 
     def is_floating_point(self):
         return self.dtype.is_floating_point
@@ -762,6 +844,8 @@ class Tensor:
                                else "Boolean value of Tensor with no values is ambiguous")
         return builtins.bool(self.item())
 
+    __nonzero__ = __bool__  # (Python 2's name, which torch keeps)
+
     def __long__(self):
         return self.__int__()
 
@@ -1010,6 +1094,11 @@ class Tensor:
         self.device = other.device
 
 
+def _flat_tensor(storage):
+    """The 1-D tensor over all of ``storage`` (a TypedStorage's elements)."""
+    return Tensor._make(storage, (storage.size,), (1,), 0)
+
+
 def _cast_method(name, dtype):
     def cast(self, memory_format=preserve_format):
         _check_memory_format(name, memory_format, (preserve_format, contiguous_format))
@@ -1064,7 +1153,8 @@ def _rebuild(values, dtype, shape):
 
 # Python operators, each the registry op of the same meaning.
 _BINARY = {
-    "add": "add", "sub": "sub", "mul": "mul", "truediv": "true_divide", "floordiv": "floor_divide",
+    "add": "add", "sub": "sub", "mul": "mul", "truediv": "true_divide", "div": "true_divide",  # (Python 2's name)
+    "floordiv": "floor_divide",
     "mod": "remainder", "pow": "pow", "matmul": "matmul", "and": "bitwise_and", "or": "bitwise_or",
     "xor": "bitwise_xor", "lshift": "bitwise_left_shift", "rshift": "bitwise_right_shift",
 }

@@ -186,3 +186,22 @@ def load_script(path, name):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def raises_as_torch(call):
+    """``call(torch)`` raises, and ``call(jitorch)`` raises the same exception type with the same message."""
+    import pytest
+    import torch
+    with pytest.raises(Exception) as expected:
+        call(torch)
+    with pytest.raises(type(expected.value)) as got:
+        call(jt)
+    assert str(got.value) == str(expected.value)
+
+
+def flat_results(result):
+    """An op's result as a flat list: a tuple, namedtuple or list of tensors, or of such lists (histogramdd's
+    ``(hist, bin_edges)``), or one value."""
+    if not isinstance(result, (tuple, list)):
+        return [result]
+    return [t for r in result for t in (flat_results(r) if isinstance(r, (tuple, list)) else [r])]

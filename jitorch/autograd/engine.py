@@ -971,6 +971,9 @@ def _run(roots, root_grads, retain_graph, create_graph, capture, accumulate):
 def _accumulate(leaf, g, create_graph, owned=False):
     """Add ``g`` into ``leaf.grad``. As torch's AccumulateGrad, a first gradient that nothing else
     holds (``owned``: the caller's reference to ``g`` is the only one) becomes ``.grad`` without a copy."""
+    want = leaf.__dict__.get("_grad_dtype", g.dtype)  # (a leaf's grad_dtype: the gradient cast to it, which its
+    if want is not None and g.dtype is not want:      # hooks then see, as torch's engine casts it on its way)
+        g = g.to(want)
     hooks = leaf.__dict__.get("_hooks")
     if hooks:
         owned = False  # a hook may keep the gradient it sees

@@ -14,9 +14,10 @@ from ..runtime.grad_mode import enable_grad
 from ..runtime.hooks import RemovableHandle
 from . import engine, saved_hooks
 from .function import FunctionNode
+from .mutation_on_saved import allow_mutation_on_saved_tensors
 
 __all__ = ["Node", "GradientEdge", "get_gradient_edge", "increment_version", "saved_tensors_hooks", "save_on_cpu",
-           "disable_saved_tensors_hooks", "register_multi_grad_hook"]
+           "disable_saved_tensors_hooks", "register_multi_grad_hook", "allow_mutation_on_saved_tensors"]
 
 
 class Node(abc.ABC):

@@ -605,7 +605,8 @@ def _backward_reads_writes(split):
 
 def _has_hooks(t):
     d = t.__dict__
-    return bool(d.get("_hooks") or d.get("_post_accumulate_grad_hooks"))
+    # (a grad_dtype, like a hook, changes what backward writes to .grad: the trace ran on a stand-in without it)
+    return bool(d.get("_hooks") or d.get("_post_accumulate_grad_hooks") or "_grad_dtype" in d)
 
 
 def _unseen_input_hooks(graph, args, kwargs):

@@ -924,10 +924,12 @@ def _grad_is_none_guard(tensor, name, was_none):
 
 def _leaf_hooks_guard(tensors):
     """A traced backward ran the ``register_hook`` and post-accumulate-grad hooks of the captured
-    leaves it accumulated into (a parameter's): adding or removing one must trace again."""
+    leaves it accumulated into (a parameter's) and cast to their grad_dtype: adding or removing a hook, or
+    changing the grad_dtype, must trace again."""
     def hooks_of(t):
         d = t.__dict__
-        return tuple(d.get("_hooks") or ()), tuple(d.get("_post_accumulate_grad_hooks") or ())
+        return tuple(d.get("_hooks") or ()), tuple(d.get("_post_accumulate_grad_hooks") or ()), \
+            d.get("_grad_dtype", t.dtype)
     seen = [hooks_of(t) for t in tensors]
 
     def check():

@@ -32,6 +32,7 @@ from jitorch.nn.ctc import ctc_loss
 from jitorch.nn.fractional import (fractional_max_pool2d, fractional_max_pool2d_with_indices, fractional_max_pool3d,
                                    fractional_max_pool3d_with_indices)
 from jitorch.nn import mha
+from jitorch.nn.antialias import resample as antialias_resample
 from jitorch.nn.sampling import affine_grid, cubic_taps, grid_sample
 from jitorch.ops.reductions import moments  # (not var_mean: its mean carries torch's Welford infinities)
 from jitorch.ops.value_checks import check as _check_values
@@ -63,6 +64,7 @@ __all__ = [
     "triplet_margin_with_distance_loss", "embedding_bag",
     "affine_grid", "grid_sample", "ctc_loss", "fractional_max_pool2d", "fractional_max_pool2d_with_indices",
     "fractional_max_pool3d", "fractional_max_pool3d_with_indices", "multi_head_attention_forward", "conv_tbc",
+    "linear_cross_entropy",
 ]
 
 
@@ -1058,11 +1060,8 @@ def _interpolate_geometry(input, size, scale_factor, recompute_scale_factor):
 def _check_blendable(input, mode):
     """torch's refusal of integer and bool input to the modes that weigh source elements (their weights,
     cast to the input's dtype, would be 0 or 1), named by the kernel torch refuses it in."""
-    if input.dtype.is_floating_point:
-        return
-    if mode in ("bilinear", "bicubic") and input.dtype == jt.uint8:
-        # torch has a rounding uint8 kernel for these cases
-        raise NotImplementedError(f"interpolate: jitorch does not implement mode='{mode}' for uint8 input")
+    if input.dtype.is_floating_point or mode in ("bilinear", "bicubic") and input.dtype == jt.uint8:
+        return  # (uint8: torch's rounding integer kernels, jitorch/nn/antialias.py)
     if mode == "area":
         kernel = "adaptive_avg_pool3d_cpu" if input.ndim == 5 else "adaptive_avg_pool2d"
     elif mode == "bicubic":
@@ -1124,17 +1123,18 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
     if align_corners is not None and mode not in _LINEAR_MODES:
         raise ValueError("align_corners option can only be set with the interpolating modes: "
                          "linear | bilinear | bicubic | trilinear")
-    if antialias:
-        raise NotImplementedError("interpolate: jitorch does not implement antialias=True")
     if input.ndim not in (3, 4, 5):
         raise NotImplementedError(f"Input Error: Only 3D, 4D and 5D input Tensors supported (got {input.ndim}D) for "
                                   f"the modes: {_INTERPOLATE_MODES} (got {mode})")
+    sizes, scales = _interpolate_geometry(input, size, scale_factor, recompute_scale_factor)
+    if antialias and not (mode in ("bilinear", "bicubic") and input.ndim == 4):
+        raise ValueError("Anti-alias option is restricted to bilinear, bicubic, and lanczos modes and requires a 4-D "
+                         "tensor as input")
     if mode == "bicubic" and input.ndim != 4:  # (torch has no bicubic 1-D or 3-D kernel to name)
         raise NotImplementedError(f"Input Error: Only 3D, 4D and 5D input Tensors supported (got {input.ndim}D) for "
                                   f"the modes: {_INTERPOLATE_MODES} (got {mode})")
     if mode in _LINEAR_MODES and input.ndim != _LINEAR_MODES[mode]:
         raise NotImplementedError(f"Got {input.ndim}D input, but {mode} mode needs {_LINEAR_MODES[mode]}D input")
-    sizes, scales = _interpolate_geometry(input, size, scale_factor, recompute_scale_factor)
     if mode != "area" and min(*input.shape[2:], *sizes) <= 0:
         # torch's upsample kernels' check ('area' pools adaptively, which allows an empty output)
         axes = ("D", "H", "W")[-len(sizes):]
@@ -1142,8 +1142,12 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
         joint = " and" if len(sizes) == 1 else ""  # torch's 1-D message alone says "and output"
         raise RuntimeError(f"Input and output sizes should be greater than 0, but got input ({shown[0]}){joint} "
                            f"output ({shown[1]})")
+    if antialias and input.dtype not in (jt.float32, jt.float64, jt.uint8):
+        raise NotImplementedError(f"\"compute_index_ranges_weights\" not implemented for '{scalar_name(input.dtype)}'")
     if mode in _LINEAR_MODES or mode == "area":
         _check_blendable(input, mode)  # in the kernels, after torch's checks of the sizes
+    if antialias or input.dtype == jt.uint8 and mode in ("bilinear", "bicubic"):
+        return antialias_resample(input, sizes, scales, mode == "bicubic", bool(align_corners), antialias)
     if mode == "area":
         return _adaptive_avg_pool(input, sizes, input.ndim - 2, f"adaptive_avg_pool{input.ndim - 2}d")
     out = input
@@ -2570,6 +2574,37 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     else:
         smooth = _reduce(smooth, reduction)
     return (1 - label_smoothing) * nll + smooth * (label_smoothing / classes)
+
+
+def linear_cross_entropy(input, linear_weight, target, *, linear_bias=None, weight=None, reduction="mean",
+                         ignore_index=None, label_smoothing=0.0, options=None):
+    """``cross_entropy(linear(input, linear_weight, linear_bias), target, ...)`` with torch's checks; a
+    ``linear_weight`` of shape (C, d_1, ..., d_K, in_features) gives logits (N, C, d_1, ..., d_K) for a
+    K-dimensional loss. ``ignore_index`` None means -100 (and is refused with class probabilities). torch's
+    ``options`` choose a chunked computation that saves memory; jitorch computes the reference path for any
+    ``options`` (the same values up to rounding)."""
+    if input.dim() < 1 or input.dim() > 2:
+        raise RuntimeError(f"expected input with dimensionality 1 or 2, got {input.dim()}")
+    if linear_weight.dim() < 2:
+        raise RuntimeError(f"expected linear_weight with dimensionality at least 2, got {linear_weight.dim()}")
+    batches, in_features = tuple(input.shape[:-1]), input.shape[-1]
+    if in_features != linear_weight.shape[-1]:
+        raise RuntimeError("expected equal input and linear_weight last dimensions (in_features), "
+                           f"got {input.shape[-1]} and {linear_weight.shape[-1]}, respectively")
+    classes, out_features = linear_weight.shape[0], tuple(linear_weight.shape[1:-1])
+    if linear_bias is not None and tuple(linear_bias.shape) != (classes, *out_features):
+        raise RuntimeError(f"expected linear_bias shape {(classes, *out_features)}, got {tuple(linear_bias.shape)}")
+    if out_features and not batches:
+        raise RuntimeError(f"K-dimensional loss defined by linear_weight shape {tuple(linear_weight.shape)} requires "
+                           f"batched input, (N, {in_features}), got unbatched input with shape {tuple(input.shape)}")
+    logits_shape = (*batches, classes, *out_features)
+    if tuple(target.shape) == logits_shape and ignore_index is not None:
+        raise RuntimeError("ignore_index cannot be specified when target contains probabilities")
+    rows = math.prod(out_features, start=classes)
+    logits = linear(input, linear_weight.reshape(rows, in_features),
+                    None if linear_bias is None else linear_bias.reshape(rows))
+    return cross_entropy(logits.reshape(logits_shape), target, weight=weight, reduction=reduction,
+                         ignore_index=-100 if ignore_index is None else ignore_index, label_smoothing=label_smoothing)
 
 
 def _check_same_size(input, target, message):

@@ -191,6 +191,23 @@ def orthogonal_(tensor, gain=1, generator=None):
         return tensor.mul_(gain)
 
 
+def sparse_(tensor, sparsity, std=0.01, generator=None):
+    """Fill the 2-D ``tensor`` from N(0, ``std``²), then set ``ceil(sparsity * rows)`` elements of each column,
+    at random rows, to zero (Martens 2010). As torch's, the rows come from the global generator (``randperm``
+    takes no ``generator``) and a meta tensor is left as it is."""
+    if tensor.dim() != 2:
+        raise ValueError("Only tensors with 2 dimensions are supported")
+    if tensor.is_meta:
+        return tensor
+    rows, cols = tensor.shape
+    num_zeros = math.ceil(sparsity * rows)
+    with no_grad():
+        tensor.normal_(0, std, generator=generator)
+        for col in range(cols):
+            tensor[_FUNCTIONS["randperm"](rows)[:num_zeros], col] = 0
+    return tensor
+
+
 def eye_(tensor):
     """Fill the 2-D ``tensor`` with the identity matrix (ones on the main diagonal)."""
     if tensor.dim() != 2:

@@ -7,4 +7,5 @@ from . import (  # noqa: F401
     pointwise_scaled, scans, statistics, searching, arrangements, diagonals, selection, distances, windows,
     real_identities, recurrences, normalization, linear, attention, special_ops, ldl, ctc,
 )
+from . import histogramdd, hash_tensor  # noqa: F401
 from . import out_dtypes  # noqa: F401  (after the ops it checks)

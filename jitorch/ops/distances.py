@@ -51,6 +51,6 @@ def _renorm(x, p, dim, maxnorm):
 
 
 defop("renorm(Tensor self, Scalar p, int dim, Scalar maxnorm) -> Tensor", composite=_renorm, kind="reduction",
-      variants=("function", "method", "out"),
+      variants=("function", "method", "inplace", "out"),
       doc="``self`` with each slice along ``dim`` whose ``p``-norm exceeds ``maxnorm`` scaled down to norm "
           "``maxnorm``.")

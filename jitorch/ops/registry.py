@@ -998,6 +998,12 @@ def call_inplace(op, args, recorded=False):
             return r
     before = None
     if AUTOGRAD is not None and AUTOGRAD.needs_grad(op, args):
+        if op.composite is not None and "derivative" not in op.pieces:
+            # a composite differentiated through its body (index_reduce_, renorm_): the body on a copy of self,
+            # whose history autograd then has, written back by copy_ (which the body's saved tensors outlive)
+            result = op.composite(self.clone(), *args[1:])
+            check_inplace(op, self, result)
+            return call_inplace(OPS["copy"], (self, result, False))
         before = AUTOGRAD.prepare_inplace(op, args)
     if op.view is not None:
         shape, strides, offset = op.view(*args)

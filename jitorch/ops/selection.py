@@ -95,7 +95,7 @@ def _index_reduce(x, dim, index, source, reduce, include_self):
 
 
 defop("index_reduce(Tensor self, int dim, Tensor index, Tensor source, str reduce, *, bool include_self=True) "
-      "-> Tensor", composite=_index_reduce, kind="index", variants=("function", "method", "out"),
+      "-> Tensor", composite=_index_reduce, kind="index", variants=("function", "method", "inplace", "out"),
       doc="A copy of ``self`` whose slices ``index[i]`` along ``dim`` are reduced (prod, mean, amax or amin) with "
           "slice ``i`` of ``source`` (and with their own values if ``include_self``).")
 

@@ -45,7 +45,7 @@ def _floating(sample):
 
 # Counts whose results torch's autograd fallback makes require grad (with a backward that raises) and jitorch
 # does not: docs/differences-from-torch.md
-COUNTS = {"bincount", "histogram.bins_tensor", "histogram.bin_ct"}
+COUNTS = {"bincount", "histogram.bins_tensor", "histogram.bin_ct", "histogramdd", "_histogramdd_from_bin_tensors"}
 SEVERAL = sorted(name for name, op in registry.OPS.items()
                  if _several_tensors(op) and name not in NO_TORCH_COUNTERPART and name not in COUNTS)
 # (the others, bitwise ops, take integers and bools only)

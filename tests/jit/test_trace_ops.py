@@ -18,6 +18,7 @@ from jitorch.jit.tracer import trace_with_inputs
 from jitorch.ops import registry
 from jitorch.runtime.strided import is_non_overlapping_and_dense
 from tests.ops.samples import SAMPLES, VALUES_UNDEFINED, bind, samples
+from tests.support import flat_results
 
 OPS = sorted(registry.OPS)
 
@@ -79,8 +80,7 @@ def split_tensors(args):
     return tensors, rebuild
 
 
-def flat(result):
-    return list(result) if isinstance(result, (tuple, list)) else [result]
+flat = flat_results
 
 
 @pytest.mark.parametrize("name", OPS)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import warnings
 
 import pytest
+import torch
 
 import jitorch as jt
 from jitorch import nn
@@ -64,11 +65,13 @@ def test_interpolate_that_blends_refuses_integer_input_as_torch(shape, mode, dty
         F.interpolate(jt.ones(*shape, dtype=dtype), scale_factor=1.5, mode=mode)
 
 
-def test_interpolate_bilinear_of_uint8_is_refused_not_truncated():
-    # torch rounds uint8 bilinear in a kernel of its own, which jitorch does not have
-    with pytest.raises(NotImplementedError, match="^interpolate: jitorch does not implement mode='bilinear' for "
-                                                  "uint8 input$"):
-        F.interpolate(jt.ones(1, 2, 4, 4, dtype=jt.uint8), scale_factor=1.5, mode="bilinear")
+def test_interpolate_bilinear_of_uint8_rounds_as_torchs_not_truncated():
+    # torch rounds uint8 bilinear in integer kernels of their own (jitorch/nn/antialias.py; before them jitorch
+    # refused uint8 rather than truncate blended weights)
+    x = jt.tensor([[[[0, 255, 7, 100], [1, 2, 3, 4], [200, 10, 0, 255], [9, 9, 9, 9]]]], dtype=jt.uint8)
+    expected = torch.nn.functional.interpolate(torch.tensor(x.tolist(), dtype=torch.uint8), scale_factor=1.5,
+                                               mode="bilinear")
+    assert F.interpolate(x, scale_factor=1.5, mode="bilinear").tolist() == expected.tolist()
     # picking a source element is exact for every dtype
     assert F.interpolate(jt.ones(1, 2, 4, 4, dtype=jt.uint8), scale_factor=1.5).tolist() == \
         jt.ones(1, 2, 6, 6, dtype=jt.uint8).tolist()

@@ -35,6 +35,9 @@ from tests.support import geometry, torch_forms
 
 # Registered ops that torch has no counterpart of, neither by name nor as one call.
 NO_TORCH_COUNTERPART = {
+    # one dim's bin edges of histogramdd (torch's _histogramdd_bin_edges gives every dim's): compared with torch
+    # through histogramdd in tests/ops/test_histogramdd.py and here
+    "_histogramdd_edges",
     # as_strided's backward: adds ``src`` through a (possibly overlapping) window of a copy of ``self``; an
     # internal helper, tested against NumPy in tests/ops/test_views.py
     "_as_strided_add",

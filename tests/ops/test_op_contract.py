@@ -20,7 +20,7 @@ import pytest
 import jitorch as jt
 from jitorch.ops import registry
 from tests.ops.samples import SAMPLES, VALUES_UNDEFINED, bind, method_call, missing_ops, samples, unknown_ops
-from tests.support import to_numpy
+from tests.support import flat_results, to_numpy
 
 # A sample that warns (a deprecated or degenerate input) is a bad sample.
 pytestmark = pytest.mark.filterwarnings("error")
@@ -48,9 +48,7 @@ def cases(name):
     return samples(name, seed=zlib.crc32(name.encode()))
 
 
-def outputs(result):
-    """A result as a flat list (a tuple, namedtuple or list of tensors, or one value)."""
-    return list(result) if isinstance(result, (tuple, list)) else [result]
+outputs = flat_results
 
 
 def assert_same(got, expected, what, values=True):

@@ -427,6 +427,66 @@ def _nn_op_recipes():
     }
 
 
+def _as_subclass(lib):
+    marked = type("Marked", (lib.root.Tensor,), {})
+    m = x(lib).as_subclass(marked)
+    return type(m).__name__, m * 2
+
+
+def _batch_stats(lib):
+    return _normal(lib, 12, 3), _normal(lib, 13, 3).abs() + 0.5
+
+
+def _aten_form_recipes():
+    """The ``torch.*`` forms of nn.functional ops (ATen's positional signatures, reductions as ints), which the
+    OpInfo samples (written for nn.functional) do not fit, and entries no OpInfo reaches."""
+    F, n = "torch.nn.functional.", _normal
+    return {
+        "torch.Tensor.as_subclass": [r(_as_subclass)],
+        "torch.alpha_dropout": [r(lambda lib: lib.root.alpha_dropout(x(lib), 0.5, False))],
+        "torch.dropout": [r(lambda lib: lib.root.dropout(x(lib), 0.5, False)),
+                          r(_seeded(lambda t: t.dropout(t.ones(4, 5), 0.3, True)), "meta")],
+        "torch.embedding": [r(lambda lib: lib.root.embedding(n(lib, 14, 6, 3), lib.root.tensor([[1, 5], [0, 2]])))],
+        "torch.threshold": [r(lambda lib: lib.root.threshold(x(lib), 0.1, -2.0))],
+        F + "threshold_": [r(lambda lib: lib.root.nn.functional.threshold_(x(lib), 0.1, -2.0))],
+        "torch.polygamma": [r(lambda lib: lib.root.polygamma(1, x(lib).abs() + 0.5))],
+        "torch.special.polygamma": [r(lambda lib: lib.root.special.polygamma(2, x(lib).abs() + 0.5))],
+        "torch.unsafe_split_with_sizes": [r(lambda lib: lib.root.unsafe_split_with_sizes(x(lib), [1, 3], 1))],
+        "torch.Tensor.unsafe_split_with_sizes": [r(lambda lib: x(lib).unsafe_split_with_sizes([2, 1]))],
+        "torch.max_pool1d_with_indices": [r(lambda lib: lib.root.max_pool1d_with_indices(n(lib, 15, 2, 7), 3, 2))],
+        **{F + f"max_pool{d}d_with_indices": [r(lambda lib, d=d: getattr(lib.root.nn.functional,
+                                                                           f"max_pool{d}d_with_indices")(
+            n(lib, 16, 2, *[5] * d), 2, 2))] for d in (1, 2, 3)},
+        **{F + f"adaptive_max_pool{d}d_with_indices": [r(lambda lib, d=d: getattr(
+            lib.root.nn.functional, f"adaptive_max_pool{d}d_with_indices")(n(lib, 17, 2, *[5] * d), 3))]
+           for d in (2, 3)},
+        **{F + f"lp_pool{d}d": [r(lambda lib, d=d: getattr(lib.root.nn.functional, f"lp_pool{d}d")(
+            n(lib, 18, 1, 2, *[4] * d), 2.0, 2))] for d in (1, 2, 3)},
+        F + "fold": [r(lambda lib: lib.root.nn.functional.fold(n(lib, 19, 1, 8, 4), (3, 3), 2))],
+        F + "rrelu_": [r(lambda lib: lib.root.nn.functional.rrelu_(x(lib), 0.1, 0.3, False))],
+        F + "upsample": [r(lambda lib: lib.root.nn.functional.upsample(n(lib, 20, 1, 2, 3, 3), scale_factor=2))],
+        "torch.batch_norm": [r(lambda lib: lib.root.batch_norm(n(lib, 21, 4, 3), None, None, *_batch_stats(lib),
+                                                               False, 0.1, 1e-5, False))],
+        "torch.instance_norm": [r(lambda lib: lib.root.instance_norm(n(lib, 22, 2, 3, 5), None, None, None, None,
+                                                                     True, 0.1, 1e-5, False))],
+        "torch.max_pool1d": [r(lambda lib: lib.root.max_pool1d(n(lib, 23, 2, 7), 3, 2, 1))],
+        "torch.max_pool2d": [r(lambda lib: lib.root.max_pool2d(n(lib, 24, 1, 2, 5, 5), 2, 2, 0, 1, True))],
+        "torch.max_pool3d": [r(lambda lib: lib.root.max_pool3d(n(lib, 25, 1, 1, 4, 4, 4), 2))],
+        "torch.adaptive_max_pool1d": [r(lambda lib: lib.root.adaptive_max_pool1d(n(lib, 26, 2, 7), 3))],
+        "torch.kl_div": [r(lambda lib: lib.root.kl_div(x(lib).log_softmax(1), (x(lib) * 2).softmax(1), 1,
+                                                       log_target=False))],
+        "torch.cosine_embedding_loss": [r(lambda lib: lib.root.cosine_embedding_loss(
+            x(lib), n(lib, 27, 3, 4), lib.root.tensor([1.0, -1.0, 1.0]), 0.1, 1))],
+        "torch.hinge_embedding_loss": [r(lambda lib: lib.root.hinge_embedding_loss(
+            x(lib), lib.root.tensor([[1.0, -1.0, 1.0, -1.0]] * 3), 1.0, 2))],
+        "torch.margin_ranking_loss": [r(lambda lib: lib.root.margin_ranking_loss(
+            n(lib, 28, 5), n(lib, 29, 5), lib.root.tensor([1.0, -1.0, 1.0, 1.0, -1.0]), 0.2, 1))],
+        "torch.poisson_nll_loss": [r(lambda lib: lib.root.poisson_nll_loss(x(lib), x(lib).abs(), True, False,
+                                                                           1e-8, 1))],
+        "torch.Tensor.float_power_": [r(lambda lib: lib.tensor(np.arange(4.0)).float_power_(2))],
+    }
+
+
 # Argument forms the issue found missing, tried besides an entry's own samples (they must match too).
 FORMS = {
     **_reduction_forms(),
@@ -448,4 +508,4 @@ UNCALLED = {f"torch.Tensor.{name}": "needs CUDA (torch here is CPU-only)" for na
                                                                                    "record_stream", "is_pinned")}
 
 RECIPES = {**_global_settings(), **_factories(), **_utilities(), **_tensor_methods(), **_init(),
-           **_more_recipes(), **_nn_op_recipes()}
+           **_more_recipes(), **_nn_op_recipes(), **_aten_form_recipes()}

@@ -1,14 +1,16 @@
 """Loss modules: MSELoss, L1Loss, SmoothL1Loss, HuberLoss, KLDivLoss, CrossEntropyLoss, NLLLoss, BCELoss,
 BCEWithLogitsLoss, MarginRankingLoss, HingeEmbeddingLoss, SoftMarginLoss, MultiLabelSoftMarginLoss,
 CosineEmbeddingLoss, TripletMarginLoss, TripletMarginWithDistanceLoss, PoissonNLLLoss, GaussianNLLLoss,
-MultiMarginLoss, MultiLabelMarginLoss."""
+MultiMarginLoss, MultiLabelMarginLoss, LinearCrossEntropyLoss."""
 
 from __future__ import annotations
 
+import math
 import warnings
 
 from ._functional import F
 from .distance import PairwiseDistance
+from .linear import Linear
 from .module import Module
 
 
@@ -106,6 +108,39 @@ class CrossEntropyLoss(_WeightedLoss):
     def forward(self, input, target):
         return F.cross_entropy(input, target, weight=self.weight, ignore_index=self.ignore_index,
                                reduction=self.reduction, label_smoothing=self.label_smoothing)
+
+
+class LinearCrossEntropyLoss(_WeightedLoss):
+    """Cross entropy of ``linear(input)`` (a Linear of ``in_features`` to ``num_classes`` times
+    ``out_features``, its weight stored flat as torch's) against class indices or probabilities."""
+
+    def __init__(self, in_features, num_classes, *, out_features=(), bias=False, device=None, dtype=None,
+                 reduction="mean", weight=None, ignore_index=None, label_smoothing=0.0, options=None):
+        if weight is not None and tuple(weight.shape) != (num_classes,):
+            raise RuntimeError(f"expected weight shape to be {(num_classes,)}, got {tuple(weight.shape)}")
+        if label_smoothing < 0 or label_smoothing > 1.0:
+            raise RuntimeError(f"expected label_smoothing to be in range [0, 1], got {label_smoothing}")
+        super().__init__(weight=weight, reduction=reduction)
+        self.num_classes = num_classes
+        self.out_features = out_features
+        self.ignore_index = ignore_index
+        self.label_smoothing = label_smoothing
+        self.linear = Linear(in_features, math.prod(out_features, start=num_classes), bias=bias, device=device,
+                             dtype=dtype)
+        self.options = options
+
+    def forward(self, input, target):
+        weight = self.linear.weight.reshape((self.num_classes, *self.out_features, self.linear.in_features))
+        bias = None if self.linear.bias is None else self.linear.bias.reshape((self.num_classes, *self.out_features))
+        return F.linear_cross_entropy(input, weight, target, linear_bias=bias, weight=self.weight,
+                                      reduction=self.reduction, ignore_index=self.ignore_index,
+                                      label_smoothing=self.label_smoothing, options=self.options)
+
+    def extra_repr(self):
+        return (f"in_features={self.linear.in_features}, num_classes={self.num_classes}, "
+                f"out_features={self.out_features}, bias={self.linear.bias is not None}, "
+                f"reduction={self.reduction}, ignore_index={self.ignore_index}, "
+                f"label_smoothing={self.label_smoothing}, options={self.options}")
 
 
 class BCELoss(_WeightedLoss):

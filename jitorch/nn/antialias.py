@@ -1,0 +1,150 @@
+"""Separable resampling as torch's CPU kernels do it for ``interpolate(..., antialias=True)`` (bilinear and
+bicubic) and for uint8 input (bilinear and bicubic, with or without antialias).
+
+Each resized dim (the last first, then the one before; a dim whose size does not change is left alone) takes,
+for each output position, a window of source elements and their weights. With antialias the window widens with
+the downscale factor and the weights are Pillow's filters (triangle; Keys cubic with a = -0.5) normalised to sum
+to 1, computed in the input's float type as torch's ``_compute_indices_min_size_weights_aa``. For uint8 the
+weights come in double (antialias: the same windows; without: torch's two or four taps, weights of taps past
+an edge added to the edge tap) and are scaled to integers with torch's precision (Pillow's "multiplication
+trick"), the sum rounded by adding half the scale, shifted back and clamped to [0, 255], each dim's result
+stored as uint8 before the next.
+
+Every dim is one ``index_select`` per tap and a weighted sum (registry ops), so autograd and the compiler need
+nothing of their own.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+import jitorch as jt
+
+CUBIC_AA_A = -0.5  # Pillow's (Keys'); torch's bicubic without antialias uses -0.75
+CUBIC_A = -0.75
+
+
+def _filter(x, cubic, a, ft):
+    """Pillow's triangle, or the cubic convolution kernel with ``a``, of the array ``x`` (in ``ft``)."""
+    x = np.abs(x).astype(ft)
+    if not cubic:
+        return np.where(x < 1, ft(1) - x, ft(0)).astype(ft)
+    a = ft(a)
+    near = ((a + ft(2)) * x - (a + ft(3))) * x * x + ft(1)
+    far = ((a * x - ft(5) * a) * x + ft(8) * a) * x - ft(4) * a
+    return np.where(x < 1, near, np.where(x < 2, far, ft(0))).astype(ft)
+
+
+def _scale(n, out, align_corners, scale, ft):
+    """torch's ``area_pixel_compute_scale`` in ``ft``."""
+    if align_corners:
+        return ft(ft(n - 1) / ft(out - 1)) if out > 1 else ft(0)
+    if scale is not None and scale > 0:
+        return ft(1.0 / scale)
+    return ft(ft(n) / ft(out))
+
+
+def aa_window(n, out, scale, align_corners, cubic, ft):
+    """The antialiasing window of each output position: (xmin, xsize, weights (out, taps)), the weights in
+    ``ft`` normalised to sum to 1 over the first xsize taps and 0 beyond, as torch computes them."""
+    s = _scale(n, out, align_corners, scale, ft)
+    interp = 4 if cubic else 2
+    support = ft((interp * 0.5) * float(s)) if s >= 1.0 else ft(interp * 0.5)
+    taps = int(math.ceil(support)) * 2 + 1
+    invscale = ft(1.0 / float(s)) if s >= 1.0 else ft(1.0)
+    i = np.arange(out)
+    center = (float(s) * (i + 0.5)).astype(ft)
+    xmin = np.maximum(((center - support).astype(np.float64) + 0.5).astype(np.int64), 0)
+    xsize = np.clip(np.minimum(((center + support).astype(np.float64) + 0.5).astype(np.int64), n) - xmin, 0, taps)
+    weights = np.zeros((out, taps), ft)
+    total = np.zeros(out, ft)
+    for j in range(taps):
+        arg = (((j + xmin).astype(ft) - center).astype(np.float64) + 0.5) * float(invscale)
+        w = np.where(j < xsize, _filter(arg.astype(ft), cubic, CUBIC_AA_A, ft), ft(0))
+        weights[:, j] = w
+        total = (total + w).astype(ft)
+    nonzero = total != 0
+    weights[nonzero] = (weights[nonzero] / total[nonzero, None]).astype(ft)
+    return xmin, xsize, weights
+
+
+def _edge_window(n, out, scale, align_corners, cubic):
+    """torch's uint8 window without antialias: two or four taps from the source index below (clamped into
+    the input), the weights (double) of taps past an edge added to the edge's tap."""
+    s = _scale(n, out, align_corners, scale, np.float64)
+    taps = 4 if cubic else 2
+    half = taps // 2
+    xmin, xsize = np.zeros(out, np.int64), np.zeros(out, np.int64)
+    weights = np.zeros((out, taps))
+    running_max = 0.0
+    for i in range(out):
+        src = float(s) * i if align_corners else float(s) * (i + 0.5) - 0.5
+        if not cubic and src < 0:
+            src = 0.0
+        index = min(int(math.floor(src)), n - 1)
+        lam = min(max(src - index, 0.0), 1.0)
+        low = index - half + 1
+        xmin[i] = max(low, 0)
+        xsize[i] = min(max(min(index + half + 1, n) - xmin[i], 0), taps)
+        at = 0
+        for j in range(taps):
+            w = float(_filter(np.array([j + 1 - half - lam]), cubic, CUBIC_A, np.float64)[0])
+            if low + j <= 0:
+                at = 0
+            elif low + j >= n - 1:
+                at = xsize[i] - 1
+            weights[i, at] += w
+            running_max = max(running_max, weights[i, at])
+            at += 1
+    return xmin, xsize, weights, running_max
+
+
+def uint8_window(n, out, scale, align_corners, cubic, antialias):
+    """(xmin, integer weights (out, taps), precision) of torch's uint8 resampling of one dim."""
+    if antialias:
+        xmin, xsize, weights = aa_window(n, out, scale, align_corners, cubic, np.float64)
+        largest = float(weights.max(initial=0.0))
+    else:
+        xmin, xsize, weights, largest = _edge_window(n, out, scale, align_corners, cubic)
+    precision = 0
+    while precision < 22 and int(0.5 + largest * (1 << (precision + 1))) < (1 << 15):
+        precision += 1
+    v = weights * (1 << precision)
+    scaled = np.where(v < 0, np.trunc(v - 0.5), np.trunc(v + 0.5)).astype(np.int64)
+    return xmin, np.where(np.arange(weights.shape[1]) < xsize[:, None], scaled, 0), precision
+
+
+def _taps_sum(x, dim, xmin, weights, valid):
+    """``sum_j x[xmin + j] * weights[:, j]`` along ``dim``, tap by tap in order; taps outside a window
+    (``valid`` False) add nothing, not even a NaN of the element they stand on."""
+    n, out = x.shape[dim], weights.shape[0]
+    shape = [out] + [1] * (x.ndim - 1 - dim)
+    total = None
+    for j in range(weights.shape[1]):
+        index = jt.tensor(np.minimum(xmin + j, n - 1), device=x.device)
+        tap = x.index_select(dim, index) * jt.tensor(weights[:, j].reshape(shape), dtype=x.dtype, device=x.device)
+        if not valid[:, j].all():
+            tap = jt.where(jt.tensor(valid[:, j].reshape(shape), device=x.device), tap, 0)
+        total = tap if total is None else total + tap
+    return total
+
+
+def resample(input, sizes, scales, cubic, align_corners, antialias):
+    """``input`` (N, C, H, W) resized to ``sizes`` as torch's separable CPU kernels do (see the module)."""
+    out = input
+    for dim in reversed(range(2, input.ndim)):
+        n, m, scale = input.shape[dim], sizes[dim - 2], scales[dim - 2]
+        if n == m:
+            continue
+        if input.dtype == jt.uint8:
+            xmin, weights, precision = uint8_window(n, m, scale, align_corners, cubic, antialias)
+            wide = _taps_sum(out.to(jt.int32), dim, xmin, weights, np.ones(weights.shape, bool))
+            rounded = (wide + (1 << (precision - 1))).bitwise_right_shift(precision)
+            out = rounded.clamp(0, 255).to(jt.uint8)
+        else:
+            ft = np.float64 if input.dtype == jt.float64 else np.float32
+            xmin, xsize, weights = aa_window(n, m, scale, align_corners, cubic, ft)
+            out = _taps_sum(out, dim, xmin, weights, np.arange(weights.shape[1]) < xsize[:, None])
+    return out if out is not input else input.clone()

@@ -1,0 +1,109 @@
+"""interpolate with antialias=True (bilinear, bicubic) and of uint8 input (jitorch/nn/antialias.py) against torch:
+uint8 bit for bit (torch's integer weights and rounding; channel counts that take torch's AVX kernel and its
+generic one), float values and gradients, torch's errors, and a compiled call equal to eager in one graph."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as TF
+
+import jitorch as jt
+import jitorch.nn.functional as JF
+from jitorch.nn.antialias import aa_window, uint8_window
+from tests.nn.torch_oracle import check, normal, same_error
+from tests.support import assert_close
+
+CASES = [
+    ((1, 3, 16, 16), {"size": (5, 7)}),  # a downscale in both dims
+    ((2, 5, 9, 13), {"size": (4, 20)}),  # one dim down, one up; 5 channels (torch's generic uint8 kernel)
+    ((1, 3, 30, 8), {"scale_factor": (0.3, 2.0)}),  # the scale given: 1 / scale, not in / out
+    ((1, 4, 7, 7), {"size": (7, 3)}),  # an unchanged dim is left alone
+    ((1, 2, 20, 20), {"size": (3, 3), "align_corners": True}),
+    ((1, 1, 9, 40), {"scale_factor": 0.13}),  # a wide window: 2 ceil(support) + 1 = 33 taps
+]
+
+
+@pytest.mark.parametrize("shape,kwargs", CASES)
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+@pytest.mark.parametrize("antialias", [True, False])
+def test_uint8_is_torchs_bit_for_bit(shape, kwargs, mode, antialias):
+    a = (np.random.default_rng([150, *shape]).random(shape) * 256).astype(np.uint8)
+    expected = TF.interpolate(torch.tensor(a), mode=mode, antialias=antialias, **kwargs).numpy()
+    got = JF.interpolate(jt.tensor(a), mode=mode, antialias=antialias, **kwargs)
+    assert got.dtype == jt.uint8
+    np.testing.assert_array_equal(got.numpy(), expected)
+
+
+def test_uint8_extremes_clamp_to_the_byte_range_as_torchs():
+    """Bicubic overshoots at a step between 0 and 255: the rounded sums fall outside [0, 255] and clamp."""
+    a = np.zeros((1, 1, 6, 12), np.uint8)
+    a[..., 6:] = 255
+    for antialias in (False, True):
+        expected = TF.interpolate(torch.tensor(a), size=(6, 17), mode="bicubic", antialias=antialias).numpy()
+        got = JF.interpolate(jt.tensor(a), size=(6, 17), mode="bicubic", antialias=antialias).numpy()
+        np.testing.assert_array_equal(got, expected)
+    assert got.max() == 255 and got.min() == 0
+
+
+@pytest.mark.parametrize("dtype,tol", [(np.float32, 2e-6), (np.float64, 1e-13)])
+@pytest.mark.parametrize("shape,kwargs", CASES)
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+def test_antialias_matches_torch_with_gradients(dtype, tol, shape, kwargs, mode):
+    check(lambda F, x: F.interpolate(x, mode=mode, antialias=True, **kwargs), normal(shape, 1).astype(dtype),
+          atol=tol, rtol=tol)
+
+
+def test_antialias_weights_sum_to_one_over_each_window_and_widen_with_the_downscale():
+    xmin, xsize, weights = aa_window(100, 10, None, False, False, np.float64)
+    assert xsize.max() == 20 and weights.shape[1] == 21  # support 10 each way; 2 * 10 + 1 taps
+    np.testing.assert_allclose(weights.sum(1), 1.0, rtol=1e-14)
+    assert (weights[np.arange(21) >= xsize[:, None]] == 0).all()
+    xmin, weights, precision = uint8_window(100, 10, None, False, True, True)
+    # the most bits that keep the largest weight, doubled, within int16; each window sums to 1 << precision, up
+    # to a rounding per tap
+    assert weights.max() < (1 << 15) <= 2 * weights.max() + 1
+    assert np.abs(weights.sum(1) - (1 << precision)).max() <= weights.shape[1]
+
+
+def test_a_nan_outside_an_output_window_does_not_reach_it():
+    """Each output sums only its window's taps (torch's loop stops at the window's size): a NaN next to a
+    window, where a zero-weight tap of the padded window stands, leaves that output finite."""
+    a = np.ones((1, 1, 1, 12), np.float32)
+    a[..., -1] = np.nan
+    t = TF.interpolate(torch.tensor(a), size=(1, 4), mode="bilinear", antialias=True).numpy()
+    j = JF.interpolate(jt.tensor(a), size=(1, 4), mode="bilinear", antialias=True).numpy()
+    np.testing.assert_array_equal(np.isnan(j), np.isnan(t))
+    assert np.isfinite(j[..., :3]).all()
+
+
+@pytest.mark.parametrize("call,dtype", [
+    (lambda F, x: F.interpolate(x, size=(3, 3), mode="bilinear", antialias=True), np.float16),
+    (lambda F, x: F.interpolate(x, size=(3, 3), mode="bicubic", antialias=True), np.int64),
+    (lambda F, x: F.interpolate(x, size=(3, 3), mode="nearest", antialias=True), np.float32),
+    (lambda F, x: F.interpolate(x[0], size=(3,), mode="linear", antialias=True), np.float32),
+    (lambda F, x: F.interpolate(x, size=(3, 3), mode="bilinear", antialias=True), np.bool_),
+])
+def test_antialias_errors_are_torchs(call, dtype):
+    same_error(call, np.ones((1, 2, 6, 6), dtype))
+
+
+def test_antialias_compiles_to_one_graph_equal_to_eager():
+    x = normal((1, 2, 12, 9), 2).astype(np.float32)
+    check(lambda F, x: F.interpolate(x, size=(4, 5), mode="bicubic", antialias=True), x, atol=2e-6, rtol=2e-6,
+          compiled=True)
+    fn = jt.compile(lambda x: JF.interpolate(x, size=(4, 5), mode="bilinear", antialias=True), fullgraph=True)
+    lowered = fn.lower(jt.tensor(x))
+    names = [node.op.name for node in lowered.graph.nodes]
+    taps = aa_window(9, 5, None, False, False, np.float32)[2].shape[1] + aa_window(12, 4, None, False, False,
+                                                                                    np.float32)[2].shape[1]
+    assert names.count("index_select") == taps and lowered.kernels
+    assert_close(fn(jt.tensor(x)), JF.interpolate(jt.tensor(x), size=(4, 5), mode="bilinear",
+                                                  antialias=True).numpy(), atol=0, rtol=0)
+
+
+def test_uint8_compiles_equal_to_eager():
+    a = jt.tensor((np.random.default_rng(3).random((1, 3, 9, 9)) * 256).astype(np.uint8))
+    fn = jt.compile(lambda x: JF.interpolate(x, size=(4, 13), mode="bicubic"), fullgraph=True)
+    np.testing.assert_array_equal(fn(a).numpy(), JF.interpolate(a, size=(4, 13), mode="bicubic").numpy())
