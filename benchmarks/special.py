@@ -1,7 +1,7 @@
 """torch.special's Cephes functions, eager: jitorch against torch, process CPU time per call.
 
     PYTHONPATH=$PWD python benchmarks/special.py [--sizes 100000 1000000] [--dtypes float32 float64]
-                                                 [--only NAME ...] [--repeat N] [--ctypes]
+                                                 [--only NAME ...] [--repeat N] [--threads N] [--before]
 
 Per function, dtype and size: the median process CPU time (``time.process_time``: all threads) of a call of
 torch's function and of jitorch's, interleaved in one process, and their ratio. ``--ctypes`` adds jitorch with
@@ -33,14 +33,14 @@ RANGES = {
 }
 
 
-def _ctypes_path(fn):
-    """``fn`` run with the ctypes calls of `special_cephes.libm` (no generated loop)."""
+def _without_loops(fn):
+    """``fn`` run without the generated loops (`special_cephes.LOOP_KERNEL` unset)."""
     def run():
-        kernel, special_cephes.C_CALL_KERNEL = special_cephes.C_CALL_KERNEL, None
+        kernel, special_cephes.LOOP_KERNEL = special_cephes.LOOP_KERNEL, None
         try:
             fn()
         finally:
-            special_cephes.C_CALL_KERNEL = kernel
+            special_cephes.LOOP_KERNEL = kernel
     return run
 
 
@@ -51,11 +51,14 @@ def main():
     parser.add_argument("--dtypes", nargs="+", default=["float32", "float64"])
     parser.add_argument("--only", nargs="+", default=list(RANGES))
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--ctypes", action="store_true", help="also time the ctypes path (before)")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--before", action="store_true", help="also time the path without generated loops")
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    jt.set_num_threads(args.threads)
     rng = np.random.default_rng(0)
     print(f"{'function':28} {'dtype':8} {'n':>8} {'torch ms':>9} {'jitorch ms':>10} {'ratio':>6}"
-          + (f" {'ctypes ms':>10} {'ratio':>6}" if args.ctypes else ""))
+          + (f" {'before ms':>10} {'ratio':>6}" if args.before else ""))
     for name in args.only:
         low, high = RANGES[name]
         for dtype in args.dtypes:
@@ -65,9 +68,9 @@ def main():
                 torch_fn = lambda: getattr(torch.special, name)(t)  # noqa: E731
                 jt_fn = lambda: getattr(jt.special, name)(j)  # noqa: E731
                 times = [median_time(fn, args.repeat, clock=time.process_time) * 1e3
-                         for fn in [torch_fn, jt_fn] + ([_ctypes_path(jt_fn)] if args.ctypes else [])]
+                         for fn in [torch_fn, jt_fn] + ([_without_loops(jt_fn)] if args.before else [])]
                 row = f"{name:28} {dtype:8} {n:>8} {times[0]:9.2f} {times[1]:10.2f} {times[1] / times[0]:6.1f}"
-                if args.ctypes:
+                if args.before:
                     row += f" {times[2]:10.2f} {times[2] / times[0]:6.1f}"
                 print(row, flush=True)
 
