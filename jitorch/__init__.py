@@ -150,11 +150,11 @@ def _power_kernel(name, dtype):
     return eager_kernels.kernel(fn, name, dtype, arity)
 
 
-def _loop_kernel(dtype, op):
+def _loop_kernel(dtype, op, scalars):
     """ops.special_cephes' loop calling a C function (``expf``, ``lgamma`` ...) or an fma on each element, loaded
     as `_row_kernel` is."""
     from .codegen import c_calls
-    return c_calls.loop_kernel(dtype, op)
+    return c_calls.loop_kernel(dtype, op, scalars)
 
 
 _POWER_OPS = {"pow": (Tensor.__pow__, 2), "xlogy": (Tensor.xlogy, 2),

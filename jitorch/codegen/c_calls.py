@@ -44,22 +44,24 @@ class LoopKernel:
 
     def __call__(self, out, *operands, function=0):
         """``out[i] = op(operands[0][i], ...)``: the C function at address ``function`` (a call loop) or
-        the fma; ``out`` and ``operands`` C-contiguous arrays of the kernel's dtype and one size."""
+        the fma; ``out`` and ``operands`` C-contiguous arrays of the kernel's dtype, of one size but for the
+        kernel's one-element operands, which every element reads."""
         addresses = [cpu.address(a) for a in (out, *operands)] + [0] * (3 - len(operands))
         self.calls += 1
         cpu.run_split(self._compiled.fn, self._compiled.address, _ARGS(*addresses, function), out.size, out.size)
 
 
-def loop_kernel(dtype, op):
+def loop_kernel(dtype, op, scalars=0):
     """The `LoopKernel` of float ``dtype`` (float32 or float64) for ``op``: 1 or 2 (a call of a C function of
-    that many arguments) or ``"fma"``; None where it cannot be built (the caller uses NumPy and ctypes). Built
-    once per process (then read from the kernel cache)."""
-    return _kernels(dtype, op)
+    that many arguments) or ``"fma"``; operand ``k`` one element where bit ``k`` of ``scalars`` is set (a
+    Horner step's coefficient: no array of copies to make). None where it cannot be built (the caller uses
+    NumPy and ctypes). Built once per process (then read from the kernel cache)."""
+    return _kernels(dtype, op, scalars)
 
 
-def _module(dtype, op, name):
+def _module(dtype, op, scalars, name):
     """The kernel's LLVM IR: ``body(lo, hi, out, a, b, c, fn)``: ``out[i] = fn(a[i] [, b[i]])`` for a call
-    loop, ``fma(a[i], b[i], c[i])`` for the fma one, for ``i`` in ``[lo, hi)``."""
+    loop, ``fma(a[i], b[i], c[i])`` for the fma one, for ``i`` in ``[lo, hi)`` (index 0 of the scalars)."""
     t = ir.FloatType() if dtype == "float32" else ir.DoubleType()
     module = ir.Module(name=name)
     module.triple = CPU.triple
@@ -78,7 +80,8 @@ def _module(dtype, op, name):
     b = ir.IRBuilder(body.append_basic_block("entry"))
 
     def element(b, i):
-        b.store(b.call(fn, [b.load(b.gep(a, [i])) for a in operands[:arity]]), b.gep(out, [i]))
+        values = [b.load(b.gep(a, [I64(0) if scalars >> k & 1 else i])) for k, a in enumerate(operands[:arity])]
+        b.store(b.call(fn, values), b.gep(out, [i]))
 
     counted_loop(b, lo, hi, I64(1), element, "i")
     b.ret_void()
@@ -89,18 +92,18 @@ def _module(dtype, op, name):
     return str(module)
 
 
-def _build(dtype, op):
-    name = f"jitorch_loop_{dtype}_{op}"
+def _build(dtype, op, scalars):
+    name = f"jitorch_loop_{dtype}_{op}_{scalars}"
     arity = 3 if op == FMA else op
     source = KernelSource(name, "loop", [str(op)], list(range(arity + 1)), [0], 0, 0)
-    source.llvm_ir = _module(dtype, op, name)
+    source.llvm_ir = _module(dtype, op, scalars, name)
     try:
         return LoopKernel(cpu.link_kernel(source, default_cache()), arity)
     except CompileError:
         return None
 
 
-# (dtype name, op) -> LoopKernel, or None: not buildable
+# (dtype name, op, scalars) -> LoopKernel, or None: not buildable
 _kernels = BuiltOnce(_build)
 
 special_cephes.LOOP_KERNEL = loop_kernel

@@ -72,9 +72,10 @@ def _ieee(fn, fallback):
 _NUMPY_NAMES = {"acos": "arccos", "pow": "power"}
 
 
-# The code generator's elementwise loops, registered by it: ``LOOP_KERNEL(dtype name, op)`` -> ``kernel(out,
-# *operands, function=address)`` calling the C function at ``address`` (``op``: its arity) or computing a
-# correctly rounded fma (``op`` "fma") on each element; None where none can be built. Unset (or None), `libm`
+# The code generator's elementwise loops, registered by it: ``LOOP_KERNEL(dtype name, op, scalars)`` ->
+# ``kernel(out, *operands, function=address)`` calling the C function at ``address`` (``op``: its arity) or
+# computing a correctly rounded fma (``op`` "fma") on each element, operand k one element where bit k of
+# ``scalars`` is set; None where none can be built. Unset (or None), `libm`
 # calls through ctypes, ~1 us per element (a 100k-element float32 Bessel function: 43 ms, not 3), and `fma`
 # emulates in NumPy passes.
 LOOP_KERNEL = None
@@ -91,13 +92,15 @@ def _c_address(name, f):
 
 def _loop(op, f, args, function=0):
     """``LOOP_KERNEL``'s ``op`` over ``args`` (arrays in ``f``) broadcast together, or None: no kernel."""
-    kernel = LOOP_KERNEL and LOOP_KERNEL(f.__name__, op)
+    shape = np.broadcast_shapes(*(v.shape for v in args))
+    scalars = sum(1 << k for k, v in enumerate(args) if v.size == 1 and math.prod(shape) > 1)
+    kernel = LOOP_KERNEL and LOOP_KERNEL(f.__name__, op, scalars)
     if kernel is None:
         return None
-    shape = np.broadcast_shapes(*(v.shape for v in args))
     out = np.empty(shape, f)
     if out.size:
-        kernel(out, *(np.ascontiguousarray(np.broadcast_to(v, shape)) for v in args), function=function)
+        kernel(out, *(np.ascontiguousarray(v if scalars >> k & 1 else np.broadcast_to(v, shape))
+                      for k, v in enumerate(args)), function=function)
     return out
 
 
