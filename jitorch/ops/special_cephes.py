@@ -216,7 +216,7 @@ def _until(active, step, limit):
 # erfcx, log_ndtr, ndtri ------------------------------------------------------------------------------------
 
 _ISPI = 0.56418958354775628694807945156  # 1 / sqrt(pi)
-_ERFCX_TABLES = np.array(T.ERFCX_Y100)
+_ERFCX_COLUMNS = np.array(T.ERFCX_Y100).T.copy()  # (a coefficient's values gathered contiguous, for the fma loop)
 
 
 def _erfcx_y100(y100, f):
@@ -225,11 +225,11 @@ def _erfcx_y100(y100, f):
     coefficients are double literals), 1 at ``y100 = 100``."""
     k = y100.astype(np.int64)
     inside = k < 100
-    c = _ERFCX_TABLES[np.where(inside, k, 0)]
+    c = np.take(_ERFCX_COLUMNS, np.where(inside, k, 0), axis=1)
     t = (f(2) * y100 - (2 * k + 1).astype(f)).astype(np.float64)
-    acc = c[:, 6]
+    acc = c[6]
     for j in range(5, -1, -1):
-        acc = fma(acc, t, c[:, j], np.float64)
+        acc = fma(acc, t, c[j], np.float64)
     return np.where(inside, acc, 1.0).astype(f)
 
 
