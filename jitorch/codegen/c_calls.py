@@ -32,6 +32,10 @@ from .target import CPU
 
 _ARGS = ctypes.c_void_p * 5
 FMA = "fma"
+HORNER = "horner"
+# Elements a Horner loop takes through all its steps at once: its values stay in the L1 cache between steps,
+# and each step's loop over them vectorises.
+HORNER_BLOCK = 512
 
 
 class LoopKernel:
@@ -42,48 +46,53 @@ class LoopKernel:
         self.operands = operands
         self.calls = 0  # (how many times it ran: tests check that the fast path did)
 
-    def __call__(self, out, *operands, function=0):
-        """``out[i] = op(operands[0][i], ...)``: the C function at address ``function`` (a call loop) or
-        the fma; ``out`` and ``operands`` C-contiguous arrays of the kernel's dtype, of one size but for the
-        kernel's one-element operands, which every element reads."""
+    def __call__(self, out, *operands, word=0):
+        """``out[i] = op(operands[0][i], ...)``: the C function at address ``word`` (a call loop), the fma,
+        or Horner's steps (operands ``z``, the ``word`` coefficients, the start value); ``out`` and
+        ``operands`` C-contiguous arrays of the kernel's dtype, of one size but for the kernel's one-element
+        operands (and Horner's coefficients), which every element reads."""
         addresses = [cpu.address(a) for a in (out, *operands)] + [0] * (3 - len(operands))
         self.calls += 1
-        cpu.run_split(self._compiled.fn, self._compiled.address, _ARGS(*addresses, function), out.size, out.size)
+        cpu.run_split(self._compiled.fn, self._compiled.address, _ARGS(*addresses, word), out.size, out.size)
 
 
 def loop_kernel(dtype, op, scalars=0):
     """The `LoopKernel` of float ``dtype`` (float32 or float64) for ``op``: 1 or 2 (a call of a C function of
-    that many arguments) or ``"fma"``; operand ``k`` one element where bit ``k`` of ``scalars`` is set (a
+    that many arguments), ``"fma"``, or ``"horner"`` (``acc = fma(acc, z[i], c[k])`` for each coefficient
+    ``c[k]`` in order, from a start value: Cephes' polevl, every step rounded once, as the fma loop would);
+    operand ``k`` one element where bit ``k`` of ``scalars`` is set (a
     Horner step's coefficient: no array of copies to make). None where it cannot be built (the caller uses
     NumPy and ctypes). Built once per process (then read from the kernel cache)."""
     return _kernels(dtype, op, scalars)
 
 
 def _module(dtype, op, scalars, name):
-    """The kernel's LLVM IR: ``body(lo, hi, out, a, b, c, fn)``: ``out[i] = fn(a[i] [, b[i]])`` for a call
-    loop, ``fma(a[i], b[i], c[i])`` for the fma one, for ``i`` in ``[lo, hi)`` (index 0 of the scalars)."""
+    """The kernel's LLVM IR: ``body(lo, hi, out, a, b, c, word)``: ``out[i] = word(a[i] [, b[i]])`` for a
+    call loop, ``fma(a[i], b[i], c[i])`` for the fma one (index 0 of the scalars), for ``i`` in ``[lo, hi)``;
+    `_horner` for Horner's."""
     t = ir.FloatType() if dtype == "float32" else ir.DoubleType()
     module = ir.Module(name=name)
     module.triple = CPU.triple
     p = t.as_pointer()
-    arity = 3 if op == FMA else op
+    arity = op if isinstance(op, int) else 3
     fn_type = ir.FunctionType(t, [t] * arity)
-    body = ir.Function(module, ir.FunctionType(ir.VoidType(), [I64, I64, p, p, p, p, fn_type.as_pointer()]),
-                       name + "_body")
+    word = ir.IntType(8).as_pointer() if op == HORNER else fn_type.as_pointer()
+    body = ir.Function(module, ir.FunctionType(ir.VoidType(), [I64, I64, p, p, p, p, word]), name + "_body")
     body.linkage = "internal"
     body.attributes.add("alwaysinline")
     lo, hi, out, *operands, fn = body.args
     for arg in (out, *operands):
         arg.add_attribute("noalias")
-    if op == FMA:
-        fn = module.declare_intrinsic("llvm.fma", [t], fn_type)
+    fma = module.declare_intrinsic("llvm.fma", [t], ir.FunctionType(t, [t] * 3)) if op in (FMA, HORNER) else None
     b = ir.IRBuilder(body.append_basic_block("entry"))
+    if op == HORNER:
+        _horner(b, fma, lo, hi, out, *operands, b.ptrtoint(fn, I64))
+    else:
+        def element(b, i):
+            values = [b.load(b.gep(a, [I64(0) if scalars >> k & 1 else i])) for k, a in enumerate(operands[:arity])]
+            b.store(b.call(fma or fn, values), b.gep(out, [i]))
 
-    def element(b, i):
-        values = [b.load(b.gep(a, [I64(0) if scalars >> k & 1 else i])) for k, a in enumerate(operands[:arity])]
-        b.store(b.call(fn, values), b.gep(out, [i]))
-
-    counted_loop(b, lo, hi, I64(1), element, "i")
+        counted_loop(b, lo, hi, I64(1), element, "i")
     b.ret_void()
     CPU.add_entry(module, body, list(range(5)), 0, "thread")
     for function in module.functions:  # (the C functions do not throw: no unwind tables, which kernels lack)
@@ -92,9 +101,31 @@ def _module(dtype, op, scalars, name):
     return str(module)
 
 
+def _horner(b, fma, lo, hi, out, z, coefficients, start, count):
+    """``out[i] = start; out[i] = fma(out[i], z[i], coefficients[k])`` for ``k < count``, for ``i`` in
+    ``[lo, hi)``, a block of `HORNER_BLOCK` elements through every step at once."""
+    first = b.load(start)
+
+    def block(b, begin):
+        stop = b.add(begin, I64(HORNER_BLOCK))
+        end = b.select(b.icmp_signed("<", stop, hi), stop, hi)
+        counted_loop(b, begin, end, I64(1), lambda b, i: b.store(first, b.gep(out, [i])), "fill")
+
+        def step(b, k):
+            c = b.load(b.gep(coefficients, [k]))
+
+            def element(b, i):
+                at = b.gep(out, [i])
+                b.store(b.call(fma, [b.load(at), b.load(b.gep(z, [i])), c]), at)
+            counted_loop(b, begin, end, I64(1), element, "i")
+        counted_loop(b, I64(0), count, I64(1), step, "k")
+
+    counted_loop(b, lo, hi, I64(HORNER_BLOCK), block, "block")
+
+
 def _build(dtype, op, scalars):
     name = f"jitorch_loop_{dtype}_{op}_{scalars}"
-    arity = 3 if op == FMA else op
+    arity = op if isinstance(op, int) else 3
     source = KernelSource(name, "loop", [str(op)], list(range(arity + 1)), [0], 0, 0)
     source.llvm_ir = _module(dtype, op, scalars, name)
     try:

@@ -73,9 +73,9 @@ _NUMPY_NAMES = {"acos": "arccos", "pow": "power"}
 
 
 # The code generator's elementwise loops, registered by it: ``LOOP_KERNEL(dtype name, op, scalars)`` ->
-# ``kernel(out, *operands, function=address)`` calling the C function at ``address`` (``op``: its arity) or
+# ``kernel(out, *operands, word=address)`` calling the C function at ``address`` (``op``: its arity),
 # computing a correctly rounded fma (``op`` "fma") on each element, operand k one element where bit k of
-# ``scalars`` is set; None where none can be built. Unset (or None), `libm`
+# ``scalars`` is set, or Horner's steps (``op`` "horner", `_horner`); None where none can be built. Unset (or None), `libm`
 # calls through ctypes, ~1 us per element (a 100k-element float32 Bessel function: 43 ms, not 3), and `fma`
 # emulates in NumPy passes.
 LOOP_KERNEL = None
@@ -100,7 +100,7 @@ def _loop(op, f, args, function=0):
     out = np.empty(shape, f)
     if out.size:
         kernel(out, *(np.ascontiguousarray(v if scalars >> k & 1 else np.broadcast_to(v, shape))
-                      for k, v in enumerate(args)), function=function)
+                      for k, v in enumerate(args)), word=function)
     return out
 
 
@@ -168,8 +168,17 @@ def _split(x):
 
 def _horner(z, table, f, start=None):
     """Cephes' loops ``acc = acc * z + C[i]`` from ``acc = 0`` (``start``: from the table's first instead),
-    the coefficients rounded to ``f`` as a ``static const T`` table is."""
+    the coefficients rounded to ``f`` as a ``static const T`` table is; one generated loop (`LOOP_KERNEL`) where
+    there is one, every step still rounded once."""
     coefficients = [f(c) for c in table]
+    kernel = LOOP_KERNEL and LOOP_KERNEL(f.__name__, "horner", 0)
+    if kernel is not None and np.asarray(z).dtype == f:
+        out = np.empty(np.shape(z), f)
+        if out.size:
+            steps = np.array(coefficients[1:] if start else coefficients, f)
+            kernel(out, np.ascontiguousarray(z), steps, np.array([coefficients[0] if start else 0], f),
+                   word=len(steps))
+        return out
     acc = np.full(np.shape(z), coefficients[0], f) if start else np.zeros(np.shape(z), f)
     for c in coefficients[1:] if start else coefficients:
         acc = fma(acc, z, c, f)

@@ -38,7 +38,7 @@ def special_values(f):
 
 def without_loops(monkeypatch, fn, *args):
     """``fn(*args)`` with no generated loop: the fallback's values."""
-    with monkeypatch.context() as m:
+    with monkeypatch.context() as m, np.errstate(all="ignore"):  # (as the ops call them: IEEE's values)
         m.setattr(special_cephes, "LOOP_KERNEL", None)
         return fn(*args)
 
@@ -191,3 +191,17 @@ def test_k0_just_above_one_half_is_torchs_through_the_fma_loop(monkeypatch):
     assert_same_bits(jt.special.modified_bessel_k0(jt.tensor(x)).numpy(), expected)
     assert differing_bits(without_loops(monkeypatch, lambda: jt.special.modified_bessel_k0(jt.tensor(x)).numpy()),
                           expected).all()
+
+
+@pytest.mark.parametrize("f", DTYPES)
+@pytest.mark.parametrize("start", [False, True])
+def test_horner_loop_gives_the_fma_steps_bits(f, start, monkeypatch):
+    """One loop through every step of Cephes' polevl (blocks of elements, across a block's end) rounds each
+    step once, as the steps' fma loops and the emulation do; 0 * inf in a first step from 0 stays NaN."""
+    z = np.concatenate([special_values(f), np.linspace(-3, 3, c_calls.HORNER_BLOCK + 7).astype(f)])
+    horner = c_calls.loop_kernel(f.__name__, c_calls.HORNER, 0)
+    before = horner.calls
+    got = special_cephes._horner(z, special_cephes.T.NDTRI_P0, f, start)
+    assert horner.calls == before + 1
+    assert_same_bits(got, without_loops(monkeypatch, special_cephes._horner, z, special_cephes.T.NDTRI_P0, f, start))
+    assert np.isnan(got[np.isinf(z)]).all() != start
