@@ -33,9 +33,10 @@ from .target import CPU
 _ARGS = ctypes.c_void_p * 5
 FMA = "fma"
 HORNER = "horner"
-# Elements a Horner loop takes through all its steps at once: its values stay in the L1 cache between steps,
+CLENSHAW = "clenshaw"
+# Elements a recurrence's loop (Horner's, Clenshaw's) takes through all its steps at once: its values stay in the L1 cache between steps,
 # and each step's loop over them vectorises.
-HORNER_BLOCK = 512
+RECURRENCE_BLOCK = 512
 
 
 class LoopKernel:
@@ -48,9 +49,9 @@ class LoopKernel:
 
     def __call__(self, out, *operands, word=0):
         """``out[i] = op(operands[0][i], ...)``: the C function at address ``word`` (a call loop), the fma,
-        or Horner's steps (operands ``z``, the ``word`` coefficients, the start value); ``out`` and
+        or a recurrence's steps (operands ``z``, the ``word`` coefficients, the start value); ``out`` and
         ``operands`` C-contiguous arrays of the kernel's dtype, of one size but for the kernel's one-element
-        operands (and Horner's coefficients), which every element reads."""
+        operands (and a recurrence's coefficients), which every element reads."""
         addresses = [cpu.address(a) for a in (out, *operands)] + [0] * (3 - len(operands))
         self.calls += 1
         cpu.run_split(self._compiled.fn, self._compiled.address, _ARGS(*addresses, word), out.size, out.size)
@@ -58,8 +59,9 @@ class LoopKernel:
 
 def loop_kernel(dtype, op, scalars=0):
     """The `LoopKernel` of float ``dtype`` (float32 or float64) for ``op``: 1 or 2 (a call of a C function of
-    that many arguments), ``"fma"``, or ``"horner"`` (``acc = fma(acc, z[i], c[k])`` for each coefficient
-    ``c[k]`` in order, from a start value: Cephes' polevl, every step rounded once, as the fma loop would);
+    that many arguments), ``"fma"``, or a recurrence over coefficients ``c[k]`` in order from a start value,
+    each step's roundings those of the NumPy steps: ``"horner"`` (Cephes' polevl: ``acc = fma(acc, z[i],
+    c[k])``) or ``"clenshaw"`` (its chbevl, `_clenshaw`);
     operand ``k`` one element where bit ``k`` of ``scalars`` is set (a
     Horner step's coefficient: no array of copies to make). None where it cannot be built (the caller uses
     NumPy and ctypes). Built once per process (then read from the kernel cache)."""
@@ -69,24 +71,24 @@ def loop_kernel(dtype, op, scalars=0):
 def _module(dtype, op, scalars, name):
     """The kernel's LLVM IR: ``body(lo, hi, out, a, b, c, word)``: ``out[i] = word(a[i] [, b[i]])`` for a
     call loop, ``fma(a[i], b[i], c[i])`` for the fma one (index 0 of the scalars), for ``i`` in ``[lo, hi)``;
-    `_horner` for Horner's."""
+    `_recurrence` for Horner's and Clenshaw's."""
     t = ir.FloatType() if dtype == "float32" else ir.DoubleType()
     module = ir.Module(name=name)
     module.triple = CPU.triple
     p = t.as_pointer()
     arity = op if isinstance(op, int) else 3
     fn_type = ir.FunctionType(t, [t] * arity)
-    word = ir.IntType(8).as_pointer() if op == HORNER else fn_type.as_pointer()
+    word = ir.IntType(8).as_pointer() if op in RECURRENCES else fn_type.as_pointer()
     body = ir.Function(module, ir.FunctionType(ir.VoidType(), [I64, I64, p, p, p, p, word]), name + "_body")
     body.linkage = "internal"
     body.attributes.add("alwaysinline")
     lo, hi, out, *operands, fn = body.args
     for arg in (out, *operands):
         arg.add_attribute("noalias")
-    fma = module.declare_intrinsic("llvm.fma", [t], ir.FunctionType(t, [t] * 3)) if op in (FMA, HORNER) else None
+    fma = module.declare_intrinsic("llvm.fma", [t], ir.FunctionType(t, [t] * 3)) if isinstance(op, str) else None
     b = ir.IRBuilder(body.append_basic_block("entry"))
-    if op == HORNER:
-        _horner(b, fma, lo, hi, out, *operands, b.ptrtoint(fn, I64))
+    if op in RECURRENCES:
+        _recurrence(b, t, RECURRENCES[op](t, fma), lo, hi, out, *operands, b.ptrtoint(fn, I64))
     else:
         def element(b, i):
             values = [b.load(b.gep(a, [I64(0) if scalars >> k & 1 else i])) for k, a in enumerate(operands[:arity])]
@@ -101,26 +103,59 @@ def _module(dtype, op, scalars, name):
     return str(module)
 
 
-def _horner(b, fma, lo, hi, out, z, coefficients, start, count):
-    """``out[i] = start; out[i] = fma(out[i], z[i], coefficients[k])`` for ``k < count``, for ``i`` in
-    ``[lo, hi)``, a block of `HORNER_BLOCK` elements through every step at once."""
+def _horner(t, fma):
+    """Horner's steps as `_recurrence` runs them: ``acc = start``, then ``acc = fma(acc, z, c)``."""
+    return 1, lambda b, first: [first], lambda b, acc, z, c: [b.call(fma, [acc[0], z, c])], lambda b, acc: acc[0]
+
+
+def _clenshaw(t, fma):
+    """Cephes' chbevl as `_recurrence` runs it: ``a = start, p = q = 0``, then ``p, q = q, a`` and
+    ``a = fma(z, q, -p) + c`` (the sum rounded apart: torch's build does not contract it), then
+    ``0.5 * (a - p)``."""
+    def step(b, state, z, c):
+        a, p, q = state
+        return [b.fadd(b.call(fma, [z, a, b.fneg(q)]), c), q, a]
+    return (3, lambda b, first: [first, t(0), t(0)], step,
+            lambda b, state: b.fmul(t(0.5), b.fsub(state[0], state[1])))
+
+
+RECURRENCES = {HORNER: _horner, CLENSHAW: _clenshaw}
+
+
+def _recurrence(b, t, form, lo, hi, out, z, coefficients, start, count):
+    """``form``'s recurrence over ``coefficients[:count]`` from ``start[0]`` at each ``z[i]``, into ``out[i]``
+    for ``i`` in ``[lo, hi)``: a block of `RECURRENCE_BLOCK` elements through every step at once, its state in
+    ``out`` and stack arrays (in the L1 cache), each step's loop over the block vectorised."""
+    width, init, step, finish = form
     first = b.load(start)
+    states = [out] + [b.gep(b.alloca(ir.ArrayType(t, RECURRENCE_BLOCK)), [I64(0), I64(0)]) for _ in range(width - 1)]
 
     def block(b, begin):
-        stop = b.add(begin, I64(HORNER_BLOCK))
+        stop = b.add(begin, I64(RECURRENCE_BLOCK))
         end = b.select(b.icmp_signed("<", stop, hi), stop, hi)
-        counted_loop(b, begin, end, I64(1), lambda b, i: b.store(first, b.gep(out, [i])), "fill")
 
-        def step(b, k):
+        def at(b, i):
+            return [b.gep(out, [i])] + [b.gep(s, [b.sub(i, begin)]) for s in states[1:]]
+
+        def store(b, places, values):
+            for place, value in zip(places, values):
+                b.store(value, place)
+
+        counted_loop(b, begin, end, I64(1), lambda b, i: store(b, at(b, i), init(b, first)), "init")
+
+        def each_coefficient(b, k):
             c = b.load(b.gep(coefficients, [k]))
 
             def element(b, i):
-                at = b.gep(out, [i])
-                b.store(b.call(fma, [b.load(at), b.load(b.gep(z, [i])), c]), at)
+                places = at(b, i)
+                store(b, places, step(b, [b.load(p) for p in places], b.load(b.gep(z, [i])), c))
             counted_loop(b, begin, end, I64(1), element, "i")
-        counted_loop(b, I64(0), count, I64(1), step, "k")
+        counted_loop(b, I64(0), count, I64(1), each_coefficient, "k")
+        if width > 1:
+            counted_loop(b, begin, end, I64(1),
+                         lambda b, i: b.store(finish(b, [b.load(p) for p in at(b, i)]), b.gep(out, [i])), "finish")
 
-    counted_loop(b, lo, hi, I64(HORNER_BLOCK), block, "block")
+    counted_loop(b, lo, hi, I64(RECURRENCE_BLOCK), block, "block")
 
 
 def _build(dtype, op, scalars):

@@ -75,7 +75,8 @@ _NUMPY_NAMES = {"acos": "arccos", "pow": "power"}
 # The code generator's elementwise loops, registered by it: ``LOOP_KERNEL(dtype name, op, scalars)`` ->
 # ``kernel(out, *operands, word=address)`` calling the C function at ``address`` (``op``: its arity),
 # computing a correctly rounded fma (``op`` "fma") on each element, operand k one element where bit k of
-# ``scalars`` is set, or Horner's steps (``op`` "horner", `_horner`); None where none can be built. Unset (or None), `libm`
+# ``scalars`` is set, or a recurrence's steps (``op`` "horner" or "clenshaw", `_recurrence`); None where none
+# can be built. Unset (or None), `libm`
 # calls through ctypes, ~1 us per element (a 100k-element float32 Bessel function: 43 ms, not 3), and `fma`
 # emulates in NumPy passes.
 LOOP_KERNEL = None
@@ -166,18 +167,25 @@ def _split(x):
     return high, x - high
 
 
+def _recurrence(form, z, steps, first, f):
+    """`LOOP_KERNEL`'s recurrence ``form`` ("horner", "clenshaw") at each ``z`` over the coefficients ``steps``
+    from ``first`` (values of ``f``), or None: no kernel, or ``z`` not of dtype ``f``."""
+    kernel = LOOP_KERNEL and LOOP_KERNEL(f.__name__, form, 0)
+    if kernel is None or np.asarray(z).dtype != f:
+        return None
+    out = np.empty(np.shape(z), f)
+    if out.size:
+        kernel(out, np.ascontiguousarray(z), np.array(steps, f), np.array([first], f), word=len(steps))
+    return out
+
+
 def _horner(z, table, f, start=None):
     """Cephes' loops ``acc = acc * z + C[i]`` from ``acc = 0`` (``start``: from the table's first instead),
     the coefficients rounded to ``f`` as a ``static const T`` table is; one generated loop (`LOOP_KERNEL`) where
     there is one, every step still rounded once."""
     coefficients = [f(c) for c in table]
-    kernel = LOOP_KERNEL and LOOP_KERNEL(f.__name__, "horner", 0)
-    if kernel is not None and np.asarray(z).dtype == f:
-        out = np.empty(np.shape(z), f)
-        if out.size:
-            steps = np.array(coefficients[1:] if start else coefficients, f)
-            kernel(out, np.ascontiguousarray(z), steps, np.array([coefficients[0] if start else 0], f),
-                   word=len(steps))
+    out = _recurrence("horner", z, coefficients[1:] if start else coefficients, coefficients[0] if start else 0, f)
+    if out is not None:
         return out
     acc = np.full(np.shape(z), coefficients[0], f) if start else np.zeros(np.shape(z), f)
     for c in coefficients[1:] if start else coefficients:
@@ -186,8 +194,12 @@ def _horner(z, table, f, start=None):
 
 
 def _chebyshev(z, table, f):
-    """``0.5 * (b0 - b2)`` of the Clenshaw recurrence over ``table`` at ``z`` (torch's unrolled chbevl)."""
+    """``0.5 * (b0 - b2)`` of the Clenshaw recurrence over ``table`` at ``z`` (torch's unrolled chbevl); one
+    generated loop where there is one (`_recurrence`)."""
     coefficients = [f(c) for c in table]
+    out = _recurrence("clenshaw", z, coefficients[1:], coefficients[0], f)
+    if out is not None:
+        return out
     p = np.zeros(np.shape(z), f)
     q = np.zeros(np.shape(z), f)
     a = np.full(np.shape(z), coefficients[0], f)

@@ -194,11 +194,23 @@ def test_k0_just_above_one_half_is_torchs_through_the_fma_loop(monkeypatch):
 
 
 @pytest.mark.parametrize("f", DTYPES)
+def test_clenshaw_loop_gives_the_numpy_steps_bits(f, monkeypatch):
+    """Cephes' chbevl in one loop: each step's fma and separate sum, and the last half difference, as NumPy's
+    steps round them (blocks across a block's end)."""
+    z = np.concatenate([special_values(f), np.linspace(-3, 3, c_calls.RECURRENCE_BLOCK + 7).astype(f)])
+    clenshaw = c_calls.loop_kernel(f.__name__, c_calls.CLENSHAW, 0)
+    before = clenshaw.calls
+    got = special_cephes._chebyshev(z, special_cephes.T.K0_A, f)
+    assert clenshaw.calls == before + 1
+    assert_same_bits(got, without_loops(monkeypatch, special_cephes._chebyshev, z, special_cephes.T.K0_A, f))
+
+
+@pytest.mark.parametrize("f", DTYPES)
 @pytest.mark.parametrize("start", [False, True])
 def test_horner_loop_gives_the_fma_steps_bits(f, start, monkeypatch):
     """One loop through every step of Cephes' polevl (blocks of elements, across a block's end) rounds each
     step once, as the steps' fma loops and the emulation do; 0 * inf in a first step from 0 stays NaN."""
-    z = np.concatenate([special_values(f), np.linspace(-3, 3, c_calls.HORNER_BLOCK + 7).astype(f)])
+    z = np.concatenate([special_values(f), np.linspace(-3, 3, c_calls.RECURRENCE_BLOCK + 7).astype(f)])
     horner = c_calls.loop_kernel(f.__name__, c_calls.HORNER, 0)
     before = horner.calls
     got = special_cephes._horner(z, special_cephes.T.NDTRI_P0, f, start)
