@@ -217,3 +217,18 @@ def test_horner_loop_gives_the_fma_steps_bits(f, start, monkeypatch):
     assert horner.calls == before + 1
     assert_same_bits(got, without_loops(monkeypatch, special_cephes._horner, z, special_cephes.T.NDTRI_P0, f, start))
     assert np.isnan(got[np.isinf(z)]).all() != start
+
+
+@pytest.mark.parametrize("name", ["bessel_y1", "modified_bessel_k1", "ndtri"])
+def test_loops_split_on_threads_give_one_threads_bits(name, rng):
+    """Past 2**15 elements the loops split on the thread team; an element's value does not depend on it."""
+    x = jt.tensor(rng.uniform(0, 1 if name == "ndtri" else 30, 70_000).astype(np.float32))
+    threads = jt.get_num_threads()
+    try:
+        jt.set_num_threads(1)
+        alone = getattr(jt.special, name)(x).numpy()
+        jt.set_num_threads(2)
+        split = getattr(jt.special, name)(x).numpy()
+    finally:
+        jt.set_num_threads(threads)
+    assert_same_bits(split, alone)
