@@ -1,5 +1,6 @@
 """Loops in machine code for torch.special's Cephes functions (`ops.special_cephes`): a C function of each element,
-``out[i] = fn(a[i])`` or ``fn(a[i], b[i])``, and the single-rounding ``fma(a[i], b[i], c[i])``.
+``out[i] = fn(a[i])`` or ``fn(a[i], b[i])``, the single-rounding ``fma(a[i], b[i], c[i])``, and Cephes' series
+(Horner's and Clenshaw's recurrences) with the fma's roundings.
 
 Those functions call the C library's ``expf``, ``lgamma``, ``erfc`` ... per element, for their last bits.
 Through ctypes that is ~1 µs per element (`np.frompyfunc` of a ctypes function); this loop costs the C
@@ -34,17 +35,16 @@ _ARGS = ctypes.c_void_p * 5
 FMA = "fma"
 HORNER = "horner"
 CLENSHAW = "clenshaw"
-# Elements a recurrence's loop (Horner's, Clenshaw's) takes through all its steps at once: its values stay in the L1 cache between steps,
-# and each step's loop over them vectorises.
+# Elements a recurrence's loop (Horner's, Clenshaw's) takes through all its steps at once: its values stay in
+# the L1 cache between steps, and each step's loop over them vectorises.
 RECURRENCE_BLOCK = 512
 
 
 class LoopKernel:
     """A compiled elementwise loop of one float dtype: `__call__`."""
 
-    def __init__(self, compiled, operands):
+    def __init__(self, compiled):
         self._compiled = compiled  # keeps the machine code alive
-        self.operands = operands
         self.calls = 0  # (how many times it ran: tests check that the fast path did)
 
     def __call__(self, out, *operands, word=0):
@@ -61,10 +61,9 @@ def loop_kernel(dtype, op, scalars=0):
     """The `LoopKernel` of float ``dtype`` (float32 or float64) for ``op``: 1 or 2 (a call of a C function of
     that many arguments), ``"fma"``, or a recurrence over coefficients ``c[k]`` in order from a start value,
     each step's roundings those of the NumPy steps: ``"horner"`` (Cephes' polevl: ``acc = fma(acc, z[i],
-    c[k])``) or ``"clenshaw"`` (its chbevl, `_clenshaw`);
-    operand ``k`` one element where bit ``k`` of ``scalars`` is set (a
-    Horner step's coefficient: no array of copies to make). None where it cannot be built (the caller uses
-    NumPy and ctypes). Built once per process (then read from the kernel cache)."""
+    c[k])``) or ``"clenshaw"`` (its chbevl, `_clenshaw`); operand ``k`` one element where bit ``k`` of
+    ``scalars`` is set (a constant: no array of copies to make). None where it cannot be built (the caller
+    uses NumPy and ctypes). Built once per process (then read from the kernel cache)."""
     return _kernels(dtype, op, scalars)
 
 
@@ -164,7 +163,7 @@ def _build(dtype, op, scalars):
     source = KernelSource(name, "loop", [str(op)], list(range(arity + 1)), [0], 0, 0)
     source.llvm_ir = _module(dtype, op, scalars, name)
     try:
-        return LoopKernel(cpu.link_kernel(source, default_cache()), arity)
+        return LoopKernel(cpu.link_kernel(source, default_cache()))
     except CompileError:
         return None
 
