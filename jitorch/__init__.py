@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import importlib as _importlib
+import inspect as _inspect
 import sys as _sys
 import types as _types
 
@@ -66,14 +67,8 @@ from . import autograd  # noqa: E402,F401
 from .autograd import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled  # noqa: E402,F401
 from .autograd.anomaly_mode import (  # noqa: E402,F401
     is_anomaly_check_nan_enabled, is_anomaly_enabled, set_anomaly_enabled)
-from . import jit  # noqa: E402,F401
-from . import func  # noqa: E402,F401
-from . import nn  # noqa: E402,F401
-from .nn.aten_forms import *  # noqa: E402,F401,F403  (torch.conv2d, torch.batch_norm, ...)
 from . import linalg  # noqa: E402,F401
 from . import fft  # noqa: E402,F401
-from .jit import compile  # noqa: E402,F401
-from . import compiler  # noqa: E402,F401
 from .codegen.errors import CompileError  # noqa: E402,F401
 from .legacy import types as _legacy_types  # noqa: E402
 
@@ -181,7 +176,51 @@ _LAZY = {
     "save": (".serialization", "save"),
     "load": (".serialization", "load"),
     "export": (".export", None),  # a callable package: jitorch.export(fn, args)
+    # the tracer, the graph library and the compiler's passes, with the logging module
+    "jit": (".jit", None),
+    "ir": (".ir", None),
+    "compiler": (".compiler", None),
+    "compile": (".jit", "compile"),
+    "func": (".func", None),
+    "vmap": (".func", "vmap"),  # torch.vmap
+    "nn": (".nn", None),  # modules, functional, aten forms: ~11 ms CPU, and jit through them
 }
+# torch's own names for nn ops (``torch.conv2d``, ``torch.batch_norm``): jitorch.nn.aten_forms, loaded with
+# jitorch.nn at the first of them (tests/test_import.py checks this list against that module's __all__)
+_ATEN_FORMS = (
+    "adaptive_avg_pool1d", "adaptive_max_pool1d", "alpha_dropout", "alpha_dropout_", "avg_pool1d", "batch_norm",
+    "bilinear", "binary_cross_entropy_with_logits", "celu", "celu_", "channel_shuffle", "conv1d", "conv2d", "conv3d",
+    "conv_tbc", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "cosine_embedding_loss",
+    "cosine_similarity", "ctc_loss", "dropout", "dropout_", "embedding", "embedding_bag", "feature_alpha_dropout",
+    "feature_alpha_dropout_", "feature_dropout", "feature_dropout_", "group_norm", "hardshrink",
+    "hinge_embedding_loss", "instance_norm", "kl_div", "layer_norm", "margin_ranking_loss", "max_pool1d",
+    "max_pool1d_with_indices", "max_pool2d", "max_pool3d", "native_layer_norm", "pairwise_distance", "pdist",
+    "pixel_shuffle", "pixel_unshuffle", "poisson_nll_loss", "prelu", "rms_norm", "rrelu", "rrelu_", "selu", "selu_",
+    "threshold", "threshold_", "triplet_margin_loss",
+)
+_LAZY.update((name, (".nn.aten_forms", name)) for name in _ATEN_FORMS)
+for _name in _ATEN_FORMS:  # the aten form, not the registry op of that name (layer_norm), as torch's namespace has
+    globals().pop(_name, None)
+
+
+def _lazy_method(name, module):
+    """A Tensor method that ``module`` (a higher layer) defines and installs when imported: until then, this
+    stub, which imports it and calls what it installed. Its signature is the method's (asked for, it loads it)."""
+    def installed():
+        _importlib.import_module(module, __name__)
+        return getattr(Tensor, name)
+
+    def load_and_call(self, *args, **kwargs):
+        return installed()(self, *args, **kwargs)
+    load_and_call.__name__ = load_and_call.__qualname__ = name
+    load_and_call.__signature__ = _registry._DeferredSignature(lambda: _inspect.signature(installed()))
+    return load_and_call
+
+
+# the Tensor methods torch has for nn ops, which jitorch.nn.aten_forms installs
+for _name in ("prelu", "hardshrink"):
+    setattr(Tensor, _name, _lazy_method(_name, ".nn.aten_forms"))
+del _name
 
 
 def __getattr__(name):

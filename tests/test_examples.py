@@ -104,8 +104,14 @@ def profile_training(done):
     assert json.loads(pathlib.Path(path).read_text())["traceEvents"]
 
 
+def per_sample_gradients(done):
+    assert "per-sample gradients equal the loop: True" in done.stdout
+    assert "per sample: ['_check_values']" in done.stdout  # every other op of the forward and backward batched
+
+
 CLAIMS = {check.__name__: check for check in (train_mlp, train_cnn, char_transformer, export_and_load,
-                                               export_onnx, eager_basics, hogwild, train_ddp, profile_training)}
+                                               export_onnx, eager_basics, hogwild, train_ddp, profile_training,
+                                               per_sample_gradients)}
 
 
 @pytest.mark.parametrize("script", EXAMPLES, ids=[p.stem for p in EXAMPLES])

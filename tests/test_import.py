@@ -3,9 +3,12 @@ come at first use (issue 19). Each test imports jitorch in a fresh interpreter, 
 
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import textwrap
+
+import jitorch
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -27,6 +30,11 @@ NOT_AT_IMPORT = (
     "jitorch.codegen.cache", "jitorch.codegen.cpu", "jitorch.codegen.lower", "jitorch.jit.explain", "jitorch.jit.executor",
     "jitorch.optim", "jitorch.utils", "jitorch.utils.data", "jitorch.onnx", "jitorch.profiler", "jitorch.serialization",
     "jitorch.export", "jitorch.multiprocessing", "jitorch.distributed", "jitorch.safetensors",
+    # the tracer, the graph library, nn (its modules and functional), torch.func
+    "jitorch.jit", "jitorch.jit.tracer", "jitorch.ir", "jitorch.compiler", "jitorch.func", "jitorch.nn",
+    "jitorch.nn.functional", "jitorch.nn.aten_forms", "jitorch.nn.modules", "logging",
+    # ctypes.util (with subprocess, shutil, tempfile) comes with the C library's math functions
+    "ctypes.util", "subprocess", "tempfile",
 )
 
 
@@ -124,3 +132,72 @@ def test_serialization_imported_directly_loads_exported_programs(tmp_path):
         print(load({str(path)!r})(jitorch.arange(3.0)).tolist())
     """)
     assert out.splitlines() == ["True", "[0.0, 2.0, 4.0]"]
+
+
+def test_every_name_resolves_from_the_start_and_loading_adds_none():
+    """``dir(jitorch)`` at import already holds every public name: loading the lazy libraries (all of them,
+    but distributed, which starts MPI) binds no name that was not listed, only the submodules they import.
+    Every entry docs/api-coverage.md says exists resolves in a fresh process, the lazy ones by attribute."""
+    rows = re.findall(r"^\| `torch\.([^`]+)` \| yes \|", (ROOT / "docs" / "api-coverage.md").read_text(), re.M)
+    assert len(rows) > 1400
+    out = run_fresh(f"""
+        import types
+        import jitorch as jt
+
+        listed = set(dir(jt))
+        missing = []
+        for path in {rows!r}:
+            owner = jt
+            try:
+                for part in path.split("."):
+                    owner = getattr(owner, part)
+            except AttributeError:
+                missing.append(path)
+        print(missing)
+        for name in sorted(listed - {{"distributed"}}):
+            getattr(jt, name)
+        added = {{name for name in set(dir(jt)) - listed if not isinstance(getattr(jt, name), types.ModuleType)}}
+        print(sorted(added), "jitorch.nn.functional" in __import__("sys").modules)
+    """)
+    assert out.splitlines() == ["[]", "[] True"]
+
+
+def test_the_aten_forms_the_namespace_lists_are_those_of_nn_aten_forms():
+    from jitorch.nn import aten_forms
+
+    assert sorted(jitorch._ATEN_FORMS) == sorted(aten_forms.__all__)
+    assert all(getattr(jitorch, name) is getattr(aten_forms, name) for name in aten_forms.__all__)
+
+
+def test_lazy_names_behave_as_eager_ones_called_first_in_a_fresh_process():
+    """A method, an aten form and ``compile`` called before anything loads nn or jit: the method's stub gives the
+    method's signature and loads nn.aten_forms, which replaces it; values and gradients are those of nn.functional's forms,
+    compiled as eager, every step a generated kernel."""
+    out = run_fresh("""
+        import inspect
+        import sys
+        import jitorch as jt
+
+        x = jt.tensor([[-2.0, -0.25, 0.5, 3.0]], requires_grad=True)
+        w = jt.tensor([0.25])
+        stub = jt.Tensor.prelu
+        shown = str(inspect.signature(stub))  # the method's signature: shown, it loads nn
+        print(shown, "jitorch.nn" in sys.modules)
+        y = x.prelu(w)  # a Tensor method nn installs
+        print(y.tolist(), stub is not jt.Tensor.prelu, jt.Tensor.prelu.__module__)
+        y.sum().backward()
+        print(x.grad.tolist())
+        print(jt.layer_norm is sys.modules["jitorch.nn.aten_forms"].layer_norm)
+        f = jt.compile(lambda a: jt.layer_norm(a * 2, (4,)).relu())
+        low = f.lower(x.detach())
+        print(jt.equal(f(x.detach()), jt.nn.functional.layer_norm(x.detach() * 2, (4,)).relu()),
+              [n.op.name for n in low.graph.nodes][-1], len(low.kernels) == len(low.steps) > 0)
+        print(jt.compile is sys.modules["jitorch.jit.compile"].compile, jt.hardshrink(x, 1.0).tolist())
+    """)
+    first, *lines = out.splitlines()
+    assert first == "(self, weight) True"
+    assert lines[0] == "[[-0.5, -0.0625, 0.5, 3.0]] True jitorch.nn.aten_forms"
+    assert lines[1] == "[[0.25, 0.25, 1.0, 1.0]]"
+    assert lines[2] == "True"
+    assert lines[3] == "True relu True"  # the same values, every step a generated kernel
+    assert lines[4] == "True [[-2.0, 0.0, 0.0, 3.0]]"

@@ -12,6 +12,7 @@ from .gradients import backward, grad, tensor_backward
 from ..runtime.grad_mode import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
 from .gradcheck import GradcheckError, gradcheck, gradgradcheck
 from . import functional  # noqa: F401  (torch.autograd.functional: jacobian, hessian, vjp, ...)
+from . import forward_ad  # noqa: F401  (torch.autograd.forward_ad: dual tensors)
 from . import graph  # noqa: F401  (torch.autograd.graph: saved-tensor hooks, Node, GradientEdge, ...)
 from .anomaly_mode import detect_anomaly, is_anomaly_check_nan_enabled, is_anomaly_enabled, set_detect_anomaly
 from .variable import Variable, set_multithreading_enabled
@@ -20,5 +21,5 @@ registry.AUTOGRAD = engine
 Tensor.backward = tensor_backward
 
 __all__ = ["Function", "FunctionCtx", "backward", "grad", "enable_grad", "inference_mode", "is_grad_enabled", "no_grad", "set_grad_enabled",
-           "gradcheck", "gradgradcheck", "GradcheckError", "functional", "graph", "detect_anomaly", "set_detect_anomaly",
+           "gradcheck", "gradgradcheck", "GradcheckError", "functional", "forward_ad", "graph", "detect_anomaly", "set_detect_anomaly",
            "is_anomaly_enabled", "is_anomaly_check_nan_enabled", "Variable", "set_multithreading_enabled"]

@@ -19,6 +19,7 @@ from ..runtime import grad_mode as _grad_mode
 from ..runtime.autocast_mode import STATE as _autocast, restored as _autocast_restored
 from ..runtime.grad_mode import is_grad_enabled, no_grad
 from ..runtime.threads import is_warn_always_enabled
+from ..ops import registry
 from ..ops.registry import contiguous_strides_cached
 from ..runtime import dtypes as _dtypes
 from ..runtime.dtypes import get_default_dtype
@@ -253,6 +254,10 @@ class CompiledFunction:
         return f"_jitorch_compiled_{id(self)}"
 
     def __call__(self, *args, **kwargs):
+        if registry.DISPATCH_HOOKS and registry.transforms_active():
+            # inside vmap or forward AD: their hooks must see every op (a graph would run on batched or dual
+            # tensors as if they were plain ones), so the function runs eagerly through them
+            return self.fn(*args, **kwargs)
         if _saved_hooks.OPEN[0] and is_grad_enabled() and _saved_hooks.active() is not None:
             # a graph's forward and backward keep their saved values inside it, out of the hooks' reach
             logs.log("recompiles", "%s runs eagerly: saved_tensors_hooks are set, which its graph would bypass",

@@ -496,11 +496,7 @@ class Tracer:
         fakes = [self.result_fake(v, registry.result_strides(op, s, args)) for v, s in zip(outputs, specs)]
         if op.requires_grad_index is not None and args[op.requires_grad_index]:
             fakes[0]._requires_grad = True
-        if isinstance(spec, registry.TensorSpec):
-            return fakes[0]
-        if isinstance(spec, list):
-            return fakes
-        return op.result_type(*fakes) if op.result_type else tuple(fakes)
+        return registry.returned_as(op, spec, fakes)
 
     def record_view(self, op, args):
         """A view op: a node for readability and later view folding, and a fake view

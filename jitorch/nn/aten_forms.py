@@ -223,4 +223,4 @@ def _hardshrink_method(self, lambd=0.5):
 Tensor.prelu = _prelu_method
 Tensor.hardshrink = _hardshrink_method
 
-__all__ = [name for name in dir() if not name.startswith("_") and name not in ("F", "Tensor", "annotations")]
+__all__ = [name for name in dir() if not name.startswith("_") and name not in ("F", "Tensor", "annotations", "jt")]

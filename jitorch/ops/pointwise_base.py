@@ -250,6 +250,24 @@ _FAST_KINDS = {M.DEFAULT: "biuf", M.INT_TO_FLOAT: "f", M.ALWAYS_BOOL: "biuf", M.
 _HALVES = (_dt.float16, _dt.bfloat16)
 
 
+# Python ints a tensor's dtype holds (a float dtype: those float64 holds, which NumPy's conversion rounds
+# once); others take the general path: torch wraps them to the dtype (NumPy would compare them exactly),
+# and with a bool tensor they promote to int64
+_INT_LIMITS = {**{d: _dt.iinfo_range(d) for d in _dt.INTEGRAL}, _dt.bool: (1, 0),
+               **{d: (-2 ** 53, 2 ** 53) for d in (_dt.float32, _dt.float64)}}
+# Python floats a float tensor's dtype converts to a finite value without overflow (NumPy would warn)
+_FLOAT_LIMITS = {d: (-float(_dt.finfo(d).max), float(_dt.finfo(d).max)) for d in (_dt.float32, _dt.float64)}
+
+
+@functools.cache
+def _fast_specs(kinds, always_bool):
+    """(the dtypes a fast path serves, the result spec its check reads per dtype), shared by the ops of one
+    promotion: made once, not per op at ``import jitorch``."""
+    fast_dtypes = frozenset(d for d in _dt.ALL if d.kind in kinds and d not in _HALVES)
+    cpu = registry.to_device("cpu")
+    return fast_dtypes, {d: registry.TensorSpec(None, _dt.bool if always_bool else d, cpu, d) for d in fast_dtypes}
+
+
 def _passes(check, spec, nargs):
     """Whether ``check`` lets a result of ``spec`` through (given no argument values: it reads none)."""
     try:
@@ -311,16 +329,8 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
         return None, None, None, None, None
     rest = n < len(others) + n  # the op has arguments besides its operands
 
-    fast_dtypes = frozenset(d for d in _dt.ALL if d.kind in kinds and d not in _HALVES)
-    # Python ints a tensor's dtype holds (a float dtype: those float64 holds, which NumPy's conversion rounds
-    # once); others take the general path: torch wraps them to the dtype (NumPy would compare them exactly),
-    # and with a bool tensor they promote to int64
-    int_limits = {d: _dt.iinfo_range(d) for d in _dt.INTEGRAL}
-    int_limits[_dt.bool] = (1, 0)
-    int_limits.update({d: (-2 ** 53, 2 ** 53) for d in (_dt.float32, _dt.float64)})
-    # Python floats a float tensor's dtype converts to a finite value without overflow (NumPy would warn)
-    float_limits = {d: (-float(_dt.finfo(d).max), float(_dt.finfo(d).max)) for d in (_dt.float32, _dt.float64)}
-    specs = {d: registry.TensorSpec(None, _dt.bool if always_bool else d, cpu, d) for d in fast_dtypes}
+    fast_dtypes, specs = _fast_specs(kinds, always_bool)
+    int_limits, float_limits = _INT_LIMITS, _FLOAT_LIMITS
 
     def held(number, dtype, array):
         """A Python ``number`` of a kind NumPy's rules give torch's result for beside ``array`` of ``dtype``

@@ -36,6 +36,7 @@ import functools
 import inspect
 import operator
 import sys
+import threading
 import types
 import warnings
 from collections import namedtuple
@@ -159,13 +160,16 @@ class OpDef:
         self.dtype_index = next(
             (i for i, a in enumerate(schema.args) if a.name == "dtype" and a.type == "ScalarType"), None)
         self.returns_tensor = all(r.type == "Tensor" for r in schema.returns)
-        names = [r.name for r in schema.returns]
-        self.result_type = None
-        if len(schema.returns) > 1 and all(names):
-            self.result_type = _return_type(schema.name, names)
 
     def __repr__(self):
         return f"<op {self.schema}>"
+
+    @functools.cached_property
+    def result_type(self):
+        """The named tuple type of a result of several named values (``max.dim``'s ``values, indices``), else
+        None. Made at first use: each costs ~60 µs, which ``import jitorch`` paid for 36 ops."""
+        names = [r.name for r in self.schema.returns]
+        return _return_type(self.schema.name, names) if len(names) > 1 and all(names) else None
 
     # Converters and the generated ``convert`` are made at an op's first use, not when it is declared,
     # which keeps ``import jitorch`` short (most programs use few of the ops).
@@ -435,6 +439,30 @@ def quiet_meta(op, args):
 DISPATCH_HOOKS: list = []
 
 
+class TransformHook:
+    """Base of the dispatch hooks of function transforms (a vmap level, a forward-AD level): installed for one
+    thread and one level. Compiled functions run eagerly while one is installed (`transforms_active`): a graph
+    would run on batched or dual tensors as on plain ones. Out= resizes and writes pass by default."""
+
+    def __init__(self, level):
+        self.level = level
+        self.thread = threading.get_ident()
+
+    def resize_out(self, out, shape, strides):
+        return NotImplemented
+
+    def write_out(self, out, result):
+        return NotImplemented
+
+    def hook_registered(self, t, method):
+        return None
+
+
+def transforms_active():
+    """Whether a function transform's hook is installed (in any thread)."""
+    return any(isinstance(hook, TransformHook) for hook in DISPATCH_HOOKS)
+
+
 def hooks_take_calls():
     """Whether a dispatch hook that may take calls (a tracer) is installed: the profiler's passes them all on."""
     return any(not getattr(hook, "passes_on", False) for hook in DISPATCH_HOOKS)
@@ -473,6 +501,19 @@ def tensors_of(op, args):
             yield from (t for t in v if isinstance(t, Tensor))
         elif isinstance(v, Tensor):
             yield v
+
+
+def map_tensors(op, args, fn):
+    """``args`` (a list) with ``fn(t)`` in place of each tensor argument ``t``, in tensor lists too (the
+    function transforms substitute their stand-ins this way)."""
+    out = list(args)
+    for i, is_list in op.tensor_args:
+        v = out[i]
+        if is_list and v is not None:
+            out[i] = [fn(x) if isinstance(x, Tensor) else x for x in v]
+        elif isinstance(v, Tensor):
+            out[i] = fn(v)
+    return out
 
 
 def check_same_device(op, args):
@@ -530,16 +571,31 @@ def call(op, args, out=None, recorded=False):
             return r
     result = execute(op, args)
     if out is not None:
-        result = out_grad(op, args, out, result)
-    elif AUTOGRAD is not None:
+        return write_out(op, out, with_history(op, args, out_grad(op, args, out, result), False), args)
+    return with_history(op, args, result)
+
+
+def returned_as(op, spec, results):
+    """``results`` (a list) as ``op`` returns them, by its meta rule's ``spec``: one tensor, a list, or a
+    (named) tuple."""
+    if isinstance(spec, TensorSpec):
+        return results[0]
+    if isinstance(spec, list):
+        return results
+    return op.result_type(*results) if op.result_type else tuple(results)
+
+
+def with_history(op, args, result, record=True):
+    """``result`` of ``op`` on ``args`` with its backward node (``record``) or, for a view, its view tracking,
+    and requires_grad where the op's ``requires_grad`` argument asks: what dispatch adds to a computed result
+    (a hook that computes results itself, as vmap's, adds it the same way)."""
+    if record and AUTOGRAD is not None:
         if AUTOGRAD.needs_grad(op, args):
             result = AUTOGRAD.record(op, args, result)
         elif op.view is not None and not op.attrs.get("reinterprets"):
             AUTOGRAD.track_views(args[0], result)
     if op.requires_grad_index is not None and args[op.requires_grad_index]:
         result.requires_grad_(True)
-    if out is not None:
-        return write_out(op, out, result, args)
     return result
 
 

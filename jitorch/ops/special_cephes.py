@@ -18,7 +18,6 @@ Loops that end per element (series, continued fractions) run over the elements s
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import functools
 import math
 
@@ -31,7 +30,8 @@ from . import cephes_tables as T
 def _c_library():
     """The C library's math functions (torch's ``std::exp``, ``std::lgamma``, ``acosf`` ...), or None where
     ctypes finds none. Loaded on first use: ``find_library`` runs a subprocess, which ``import jitorch`` should
-    not pay."""
+    not pay, nor the import of ``ctypes.util`` (subprocess, shutil, tempfile: 8 ms)."""
+    import ctypes.util
     try:
         return ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
     except OSError:

@@ -16,6 +16,7 @@ Loops that shift arguments (recurrences) run only over the elements that still n
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -96,8 +97,9 @@ def _lgamma_near_root(e, root):
     zeta(k) / k)`` at 1, ``(1 - gamma) e + sum((-e)^k (zeta(k) - 1) / k)`` at 2 (``zeta(k) - 1`` is the
     Hurwitz ``zeta(k, 2)``). 24 terms: 0.2^24 / 24 is far below an ulp of the first."""
     acc = np.zeros_like(e)
+    series = _root_series(root)
     for k in range(_ROOT_TERMS + 1, 1, -1):
-        acc = acc * e + (-1) ** k * _ROOT_SERIES[root][k - 2] / k
+        acc = acc * e + (-1) ** k * series[k - 2] / k
     return (root - 1 - _EULER + acc * e) * e + 0.0  # (+ 0.0: lgamma(1) is +0.0, as C's; the product is -0.0)
 
 
@@ -256,8 +258,11 @@ def _zeta_sum(x, q):
     return s
 
 
-# zeta(k) and zeta(k) - 1 for lgamma's Taylor series at 1 and 2
-_ROOT_SERIES = {root: zeta(np.arange(2.0, _ROOT_TERMS + 2), float(root)) for root in (1, 2)}
+@functools.cache
+def _root_series(root):
+    """zeta(k) (``root`` 1) or zeta(k) - 1 (2) for k = 2 .. 25: lgamma's Taylor series at its roots, made at first
+    use rather than at ``import jitorch``."""
+    return zeta(np.arange(2.0, _ROOT_TERMS + 2), float(root))
 
 
 def polygamma(n, x):

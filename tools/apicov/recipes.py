@@ -232,6 +232,20 @@ def _factories():
     }
 
 
+def _dual(lib):
+    """A dual tensor through ops, in a level entered by function and one by context manager: the primal and
+    tangent of ``sin(x) * x``, and whether the result is an UnpackedDualTensor."""
+    ad = lib.root.autograd.forward_ad
+    level = ad.enter_dual_level()
+    try:
+        first = ad.unpack_dual(lib.root.sin(ad.make_dual(x(lib), x(lib) * 0 + 1)) * x(lib))
+    finally:
+        ad.exit_dual_level(level=level)
+    with ad.dual_level():
+        second = ad.unpack_dual(ad.make_dual(x(lib), x(lib)).exp())
+    return first.primal, first.tangent, second.tangent, isinstance(first, ad.UnpackedDualTensor)
+
+
 def _utilities():
     """Recipes of the type queries, saving, compiling and vmap."""
     return {
@@ -246,6 +260,8 @@ def _utilities():
         "torch.compile": [r(_compile)],
         "torch.vmap": [r(lambda lib: lib.root.vmap(lambda row: (row * row).sum())(x(lib)))],
         "torch.numel": [r(lambda lib: lib.root.numel(x(lib)))],
+        **{"torch.autograd.forward_ad." + name: [r(_dual)] for name in
+           ("dual_level", "make_dual", "unpack_dual", "UnpackedDualTensor", "enter_dual_level", "exit_dual_level")},
         "torch.get_device": [r(lambda lib: lib.root.get_device(x(lib)))],
     }
 

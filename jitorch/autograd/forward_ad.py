@@ -1,0 +1,266 @@
+"""torch.autograd.forward_ad: dual tensors, whose tangents ops carry forward.
+
+A dual tensor is a tensor with a tangent at a forward-AD level (``dual_level``); levels nest (torch's public
+API allows one, its torch.func transforms nest them). While a level is open, a dispatch hook
+(`ForwardHook`, one per level, the innermost first) sees every primitive op: on operands with tangents at
+its level it runs the op as usual (with those tangents set aside, so the hooks of outer levels see it
+next, and vmap's between them: a level's tangents live on the tensors of its own vmap level) and computes
+the result's tangent from the op's reverse-mode derivative rule, by the transpose trick: ``u -> J^T u`` is
+linear in ``u``, so the gradient of ``<J^T u, t>`` with respect to ``u`` is ``J t``. Every op with a
+derivative rule thus has a forward derivative, at the cost of running the op again with history, its
+backward with history, and that backward's backward (about four times the op). The computations go
+through dispatch too, so tangents of outer levels reach the inner level's tangents (forward over forward),
+and they keep their history where the operands require grad (reverse over forward).
+
+An in-place op gives its target the tangent of the result; written through a view, the base's tangent is
+not updated (torch's is).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import NamedTuple
+
+from ..ops import registry
+from ..runtime.grad_mode import enable_grad, is_grad_enabled
+from ..tensor import Tensor
+from .gradients import grad
+
+class _State(threading.local):
+    def __init__(self):
+        self.levels = []  # the open forward-AD levels of this thread, outermost first
+
+
+_STATE = _State()
+
+
+class _Level:
+    """One open forward-AD level: its index (0 for the outermost) and its hook."""
+
+    __slots__ = ("index", "hook")
+
+    def __init__(self, index, hook):
+        self.index, self.hook = index, hook
+
+
+def _levels():
+    return _STATE.levels
+
+
+def _tangents(t):
+    return t.__dict__.get("_fw_tangents") if t.__dict__ else None
+
+
+def _level_at(level):
+    levels = _levels()
+    if not levels:
+        return None
+    if level is None:
+        return levels[-1]
+    return levels[level] if 0 <= level < len(levels) else None
+
+
+def _is_float(dtype):
+    return dtype.is_floating_point or dtype.is_complex
+
+
+def enter_dual_level():
+    """Open a new forward-AD level (inside any open one) and return its index."""
+    levels = _levels()
+    lv = _Level(len(levels), None)
+    lv.hook = ForwardHook(lv)
+    levels.append(lv)
+    registry.DISPATCH_HOOKS.insert(0, lv.hook)
+    return len(levels) - 1
+
+
+def exit_dual_level(*, level=None):
+    """Close the innermost forward-AD level (``level``, if given, must be its index); its tangents vanish."""
+    levels = _levels()
+    if not levels:
+        raise RuntimeError("Dual level must be a positive number.")
+    if level is not None and level != len(levels) - 1:
+        raise RuntimeError("Trying to exit a forward AD level that was not the last one that was created. This is "
+                           "not supported.")
+    registry.DISPATCH_HOOKS.remove(levels.pop().hook)
+
+
+class dual_level:
+    """Context manager of a forward-AD level: ``with dual_level(): ...`` (``as`` gives its index)."""
+
+    def __enter__(self):
+        return enter_dual_level()
+
+    def __exit__(self, *exc):
+        exit_dual_level()
+
+
+class UnpackedDualTensor(NamedTuple):
+    """`unpack_dual`'s result: the primal (a view without the tangent) and the tangent (or None)."""
+
+    primal: Tensor
+    tangent: Tensor | None
+
+
+def make_dual(tensor, tangent, *, level=None):
+    """A view of ``tensor`` with forward gradient ``tangent`` at ``level`` (by default the innermost)."""
+    lv = _level_at(level)
+    if lv is None:
+        raise RuntimeError("Trying to create a dual Tensor for forward AD but no level exists, make sure to "
+                           "enter_dual_level() first.")
+    if not _is_float(tensor.dtype):
+        raise ValueError(f"Expected primal to be floating point or complex, but got: {tensor.dtype}")
+    if not _is_float(tangent.dtype):
+        raise ValueError(f"Expected tangent to be floating point or complex, but got: {tangent.dtype}")
+    if tuple(tangent.shape) != tuple(tensor.shape):
+        raise RuntimeError(f"Trying to set a forward gradient that has a different size than that of the original "
+                           f"Tensor, this is not supported. Tensor is of size {list(tensor.shape)} while the given "
+                           f"forward gradient is of size {list(tangent.shape)}.")
+    if tangent.device != tensor.device:
+        raise RuntimeError(f"Trying to set a forward gradient on a Tensor on device {tensor.device} with a tangent "
+                           f"on device {tangent.device}; they must be on the same device.")
+    found = _tangents(tensor)
+    if found and lv in found:
+        raise RuntimeError(f"Making a dual Tensor based on a Tensor that already has a forward gradient at the same "
+                           f"level {lv.index} is not supported.")
+    with _set_aside(lv, [tensor]):
+        dual = tensor.view_as(tensor)
+    _attach(dual, lv, tangent)
+    return dual
+
+
+def unpack_dual(tensor, *, level=None):
+    """``(primal, tangent)`` of ``tensor`` at ``level``: a view without that tangent, and the tangent or None."""
+    lv = _level_at(level)
+    found = _tangents(tensor)
+    if lv is None or not found or lv not in found:
+        return UnpackedDualTensor(tensor, None)
+    with _set_aside(lv, [tensor]):
+        primal = tensor.view_as(tensor)
+    return UnpackedDualTensor(primal, found[lv])
+
+
+def _attach(t, lv, tangent):
+    found = t.__dict__.get("_fw_tangents")
+    if found is None:
+        found = t.__dict__["_fw_tangents"] = {}
+    found[lv] = tangent
+
+
+class _set_aside:
+    """While the block runs, ``tensors`` hold no tangent at level ``lv`` (they get them back after)."""
+
+    def __init__(self, lv, tensors):
+        self.lv, self.taken = lv, []
+        for t in tensors:
+            found = _tangents(t)
+            if found and lv in found:
+                self.taken.append((t, found.pop(lv)))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        for t, tangent in self.taken:
+            _attach(t, self.lv, tangent)
+
+
+def _pairs(op, args, lv):
+    """The (tensor, tangent) pairs of the tensor arguments with a tangent at level ``lv`` (each tensor once)."""
+    pairs, seen = [], set()
+    for t in registry.tensors_of(op, args):
+        found = _tangents(t)
+        if found and lv in found and id(t) not in seen:
+            seen.add(id(t))
+            pairs.append((t, found[lv]))
+    return pairs
+
+
+def detached(t):
+    """``t.detach()`` keeping ``t``'s tangents (a transform's result, cut from the history it was computed with)."""
+    d = t.detach()
+    if _tangents(t):
+        d.__dict__["_fw_tangents"] = dict(_tangents(t))
+    return d
+
+
+def stand_in(t, keep_history):
+    """``t`` as the input of a computation to differentiate: a view keeping its history (``keep_history``, for
+    reverse mode over it), else a new leaf; with its tangents either way (forward mode over it)."""
+    if keep_history and t.requires_grad:
+        return t.view_as(t)
+    return detached(t).requires_grad_(True)
+
+
+def _jvp(op, args, pairs, outer_grad):
+    """The tangents of ``op(*args)``'s outputs (None where an output has none) given the ``pairs``'s tangents."""
+    keep = outer_grad and any(t.requires_grad or tangent.requires_grad for t, tangent in pairs)
+    with enable_grad():
+        subs = {id(t): stand_in(t, keep) for t, _ in pairs}
+        result = registry.call(op, registry.map_tensors(op, args, lambda a: subs.get(id(a), a)))
+        outs = [result] if isinstance(result, Tensor) else list(result)
+        live = [o for o in outs if isinstance(o, Tensor) and o.requires_grad and _is_float(o.dtype)]
+        inputs = [subs[id(t)] for t, _ in pairs if subs[id(t)].requires_grad]
+        if not live or not inputs:
+            return [None] * len(outs)
+        # (any point of u serves, J^T u being linear in u; ones rather than zeros, where a rule's formula is
+        # singular: logcumsumexp's takes the log of the gradient's magnitude)
+        dummies = [registry.FUNCTIONS["ones_like"](o.detach()).requires_grad_(True) for o in live]
+        firsts = grad(live, inputs, dummies, create_graph=True, allow_unused=True)
+        used = [(g, tangent) for g, (t, tangent) in zip(firsts, [p for p in pairs if subs[id(p[0])].requires_grad])
+                if g is not None and g.requires_grad]
+        if not used:
+            return [None] * len(outs)
+        seconds = grad([g for g, _ in used], dummies, [tg.to(g.dtype) for g, tg in used], create_graph=keep,
+                       allow_unused=True, materialize_grads=True)
+    found = iter(seconds if keep else [detached(s) for s in seconds])
+    return [next(found) if any(o is x for x in live) else None for o in outs]
+
+
+class ForwardHook(registry.TransformHook):
+    """The dispatch hook of an open forward-AD level (see the module's docstring)."""
+
+    def _top(self, op, args):
+        if threading.get_ident() != self.thread:
+            return None, ()
+        pairs = _pairs(op, args, self.level)
+        return (self.level, pairs) if pairs else (None, ())
+
+    def call(self, op, args, out):
+        lv, pairs = self._top(op, args)
+        if lv is None or "nondifferentiable" in op.pieces:
+            return NotImplemented
+        if out is not None:
+            result = self.call(op, args, None)
+            tangent = _tangents(result).get(lv) if _tangents(result) else None
+            written = registry.write_out(op, out, registry.out_grad(op, args, out, result), args)
+            if tangent is not None:
+                _attach(out, lv, tangent)
+            return written
+        outer_grad = is_grad_enabled()
+        with _set_aside(lv, [t for t, _ in pairs]):
+            result = registry.call(op, args)
+            tangents = _jvp(op, args, pairs, outer_grad)
+        outs = [result] if isinstance(result, Tensor) else list(result)
+        for o, tangent in zip(outs, tangents):
+            if tangent is not None and isinstance(o, Tensor):
+                _attach(o, lv, tangent)
+        return result
+
+    def call_inplace(self, op, args):
+        lv, pairs = self._top(op, args)
+        if lv is None or "nondifferentiable" in op.pieces:
+            return NotImplemented
+        target = args[0]
+        outer_grad = is_grad_enabled()
+        with _set_aside(lv, [t for t, _ in pairs]):
+            tangent = _jvp(op, args, pairs, outer_grad)[0]
+            registry.call_inplace(op, args)
+        found = _tangents(target)
+        if tangent is not None:
+            _attach(target, lv, tangent.to(target.dtype) if _is_float(target.dtype) else tangent)
+        elif found and lv in found:
+            del found[lv]
+        return target
+
+__all__ = ["dual_level", "enter_dual_level", "exit_dual_level", "make_dual", "unpack_dual", "UnpackedDualTensor"]
