@@ -145,6 +145,13 @@ def _power_kernel(name, dtype):
     return eager_kernels.kernel(fn, name, dtype, arity)
 
 
+def _loop_kernel(dtype, op, scalars):
+    """ops.special_cephes' loop calling a C function (``expf``, ``lgamma`` ...) or an fma on each element, loaded
+    as `_row_kernel` is."""
+    from .codegen import c_calls
+    return c_calls.loop_kernel(dtype, op, scalars)
+
+
 _POWER_OPS = {"pow": (Tensor.__pow__, 2), "xlogy": (Tensor.xlogy, 2),
               **{name: (getattr(Tensor, name), 1) for name in ("asin", "acos", "atan", "asinh", "acosh", "atanh")}}
 _ops.reductions.ROW_KERNEL = _row_kernel
@@ -153,6 +160,7 @@ _ops.indexing.SCATTER_ROWS_KERNEL = _scatter_rows_kernel
 _ops.normalization.LAYER_NORM_KERNEL = _layer_norm_kernel
 _ops.linalg.SKINNY_KERNEL = _skinny_kernel
 _ops.linalg.LONG_SUM_KERNEL = _long_sum_kernel
+_ops.special_cephes.LOOP_KERNEL = _loop_kernel
 
 # name -> (module, attribute of that module, or None for the module itself)
 _LAZY = {
