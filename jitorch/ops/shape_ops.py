@@ -74,6 +74,7 @@ def _cat_cpu(spec, arrays, dim):
 # np.concatenate's C function behind its __array_function__ dispatcher (NumPy 1.26 and 2 have it), which the
 # fast path's plain arrays need not go through: 0.25 us of a 1x1 cat
 _concatenate = getattr(np.concatenate, "_implementation", np.concatenate)
+_CONTIGUOUS = registry.CONTIGUOUS_STRIDES
 
 
 def _cat_fast(args):
@@ -103,8 +104,11 @@ def _cat_fast(args):
         out = _concatenate(arrays, dim)  # (the axis as a keyword costs NumPy a parse)
     except ValueError:  # sizes that do not match: the general path raises torch's error
         return None
-    if out.flags.c_contiguous:  # (NumPy's order follows the inputs': `contiguous_result` relays another)
-        return registry.Tensor._fresh(out, dtype)
+    shape = out.shape
+    strides = _CONTIGUOUS.get(shape)
+    # (NumPy's order follows the inputs': `contiguous_result` relays another)
+    if strides is not None and out.flags.c_contiguous:
+        return Tensor._fresh(out, dtype, shape, strides)
     return registry.contiguous_result(out, dtype)
 
 
