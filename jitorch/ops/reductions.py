@@ -19,7 +19,7 @@ from ..runtime import dtypes as _dt
 from ..runtime import fp_errors, threads
 from ..runtime.casts import convert
 from ..runtime.device import CPU
-from ..runtime.summation import BLOCK, add_reduce, add_reduce_all
+from ..runtime.summation import BLOCK, add_reduce
 from . import registry
 from .half_products import rounded_prod
 from .meta import opmath, reduced_shape, reduction_dims, wrap_dim
@@ -232,9 +232,13 @@ def _fast_axis(dim, ndim):
 
 def _reduction_fast(op, fn, whole=None):
     """``fast(args, record=True)``: a float reduction over dims given as Python ints, without the
-    general path's conversion and meta rule; None for anything else (`registry.OpDef.fast`). ``whole(a)``, if
-    given, is ``fn(a, None, False)`` as a 0-d array."""
+    general path's conversion and meta rule; None for anything else (`registry.OpDef.fast`). ``whole``, if
+    given, is the ufunc whose reduction ``fn(a, None, False)`` is for a float array of at most
+    `summation.BLOCK` elements (sum's ``np.add``: `add_reduce` is NumPy's sum there): such a full reduction is
+    ``whole.reduce`` into a 0-d array of the dtype, called at once (the same loop; 0.35 µs less than making an
+    array of NumPy's scalar result, and no Python frame between)."""
     silenced = fp_errors.silenced
+    reduce = None if whole is None else whole.reduce
 
     def fast(args, record=True):
         x, dim, keepdim, dtype = args
@@ -248,11 +252,12 @@ def _reduction_fast(op, fn, whole=None):
         if grad and not record:
             return None
         a = x._arr if x._arr is not None else x._array()
-        full = whole is not None and axis is None and not keepdim
+        full = reduce is not None and axis is None and not keepdim and a.size <= BLOCK
         try:  # (positional: NumPy parses no keywords)
-            r = silenced(whole, a) if full else silenced(fn, a, axis, keepdim)
+            r = silenced(reduce, a, None, None, np.empty((), a.dtype)) if full else silenced(fn, a, axis, keepdim)
         except RuntimeError as e:
-            r = fp_errors.when_busy(e, whole, a) if full else fp_errors.when_busy(e, fn, a, axis, keepdim)
+            r = fp_errors.when_busy(e, reduce, a, None, None, np.empty((), a.dtype)) if full else \
+                fp_errors.when_busy(e, fn, a, axis, keepdim)
         if full:  # (a 0-d array of a's dtype)
             result = registry.Tensor._fresh(r, x.dtype, (), ())
             return registry.record_fast(op, args, result) if grad else result
@@ -321,7 +326,7 @@ for _r in _REDUCTIONS:
                 kind="reduction", variants=_r.variants, doc=_r.doc, dtype_from_out=_name in _DTYPE_FROM_OUT,
                 input_from_out=_name in _INPUT_FROM_OUT, out_composite=_OUT_COMPOSITES.get(_name))
     if _r.dtype_rule in _KEEPS_FLOAT and not _r.nonempty and _r.schema.startswith(_name + "(Tensor self, int[]?"):
-        _op.fast = _reduction_fast(_op, _r.fn, add_reduce_all if _r.fn is add_reduce else None)
+        _op.fast = _reduction_fast(_op, _r.fn, np.add if _r.fn is add_reduce else None)
 
 
 # Index choices: argmax/argmin, and (values, indices) from max/min/median over one dim ----
