@@ -2287,9 +2287,8 @@ class _PdistCount(jt.autograd.Function):
         return jt.zeros_like(ctx.saved_tensors[0])
 
 
-def _softmax_dim(name, ndim, dim):
-    if dim is not None:
-        return dim
+def _implicit_softmax_dim(name, ndim):
+    """torch's dim for a (log-)softmax called without one, with its warning."""
     warnings.warn(f"Implicit dimension choice for {name} has been deprecated. Change the call to include dim=X "
                   "as an argument.", stacklevel=3)
     return 0 if ndim in (0, 1, 3) else 1
@@ -2297,17 +2296,19 @@ def _softmax_dim(name, ndim, dim):
 
 def softmax(input, dim=None, _stacklevel=3, dtype=None):
     """``exp(x) / sum(exp(x))`` along ``dim`` (torch's implicit choice, with its warning, when None)."""
-    return jt.softmax(input, _softmax_dim("softmax", input.ndim, dim), dtype=dtype)
+    # (a given dim passed as it is: the implicit choice reads the dims, a property)
+    return jt.softmax(input, dim if dim is not None else _implicit_softmax_dim("softmax", input.ndim), dtype=dtype)
 
 
 def softmin(input, dim=None, _stacklevel=3, dtype=None):
     """``softmax(-x)`` along ``dim``."""
-    return jt.softmax(-input, _softmax_dim("softmin", input.ndim, dim), dtype=dtype)
+    return jt.softmax(-input, dim if dim is not None else _implicit_softmax_dim("softmin", input.ndim), dtype=dtype)
 
 
 def log_softmax(input, dim=None, _stacklevel=3, dtype=None):
     """``x - logsumexp(x)`` along ``dim``."""
-    return jt.log_softmax(input, _softmax_dim("log_softmax", input.ndim, dim), dtype=dtype)
+    return jt.log_softmax(input, dim if dim is not None else _implicit_softmax_dim("log_softmax", input.ndim),
+                          dtype=dtype)
 
 
 

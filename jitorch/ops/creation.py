@@ -17,7 +17,7 @@ import numpy as np
 from ..runtime import allocator
 from ..runtime import dtypes as _dt
 from ..runtime.casts import convert
-from ..runtime.device import to_device
+from ..runtime.device import CPU, get_default_device, to_device
 from ..runtime.strided import broadcast_shapes, dense_strides, numel_overflows
 from . import powers, registry
 from .registry import TensorSpec, defop, preserved_strides, scalar_name, write_all
@@ -498,10 +498,34 @@ def _arange_cpu(spec, start, end, step, *rest):
     return xstart + xstep * np.arange(length, dtype=np.float64)
 
 
-defop(f"arange(Scalar start=0, Scalar? end=None, Scalar step=1, *, {OPTIONS}) -> Tensor",
-      meta=_arange_meta, cpu=_arange_cpu, kind="creation", variants=("function",),
-      doc="Values from ``start`` (0 when only one bound is given) up to ``end`` (excluded) by ``step``: "
-          "int64 when every argument is an integer, else the default float dtype.")
+_op = defop(f"arange(Scalar start=0, Scalar? end=None, Scalar step=1, *, {OPTIONS}) -> Tensor",
+            meta=_arange_meta, cpu=_arange_cpu, kind="creation", variants=("function",),
+            doc="Values from ``start`` (0 when only one bound is given) up to ``end`` (excluded) by ``step``: "
+                "int64 when every argument is an integer, else the default float dtype.")
+
+# Bounds and steps the shortcut takes: NumPy's int64 arange counts its length in float64, exact this far
+_ARANGE_FAST_MAX = 1 << 31
+
+
+def _arange_fast(args, record=True):
+    """`registry.OpDef.fast` of ``arange``: int64 values from Python int bounds and step (a model's positions,
+    ``arange(0, t)``), on the CPU as the default device, without requires_grad: NumPy's int64 arange, whose values
+    are `_arange_cpu`'s ``start + step * arange(length)`` for bounds within `_ARANGE_FAST_MAX`; None for
+    anything else (the general path, which raises the errors: a zero step, bounds against the step's sign)."""
+    start, end, step, dtype, device, requires_grad = args
+    if end is None:
+        start, end = 0, start
+    if (start.__class__ is not int or end.__class__ is not int or step.__class__ is not int or device is not None
+            or dtype is not None and dtype is not _dt.int64 or requires_grad is not False
+            or get_default_device() is not CPU):
+        return None
+    if not (0 < step <= _ARANGE_FAST_MAX and start <= end or -_ARANGE_FAST_MAX <= step < 0 and end <= start) or \
+            not (-_ARANGE_FAST_MAX <= start <= _ARANGE_FAST_MAX and -_ARANGE_FAST_MAX <= end <= _ARANGE_FAST_MAX):
+        return None
+    return registry.Tensor._fresh(np.arange(start, end, step, dtype=np.int64), _dt.int64)
+
+
+_op.fast = _arange_fast
 
 
 def _steps_meta(op_name, start, end, steps, dtype, device):

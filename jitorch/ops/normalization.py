@@ -75,15 +75,20 @@ def _layer_norm_cpu(spec, x, normalized_shape, weight, bias, eps, cudnn_enable):
         return np.empty(x.shape, spec.dtype.np)
     c = spec.compute.np
     width = math.prod(normalized_shape)
-    rows = x.reshape(-1, width).astype(c, copy=False)
+    rows = x.reshape(-1, width)
+    if rows.dtype != c:  # (tested first: ``astype(copy=False)`` of the same dtype costs 0.15 µs)
+        rows = rows.astype(c)
     name = _KERNEL_DTYPES.get(c)
     if (LAYER_NORM_KERNEL is not None and name is not None and rows.size >= LAYER_NORM_KERNEL_MIN
             and rows.flags.c_contiguous and _kernel_reads(weight, c) and _kernel_reads(bias, c)):
         kernel = LAYER_NORM_KERNEL(name, weight is not None, bias is not None)
         if kernel is not None:
-            flat_weight = None if weight is None else weight.reshape(-1)
-            flat_bias = None if bias is None else bias.reshape(-1)
-            return kernel(rows, flat_weight, flat_bias, eps).reshape(x.shape).astype(spec.dtype.np, copy=False)
+            flat_weight = weight if weight is None or weight.ndim == 1 else weight.reshape(-1)
+            flat_bias = bias if bias is None or bias.ndim == 1 else bias.reshape(-1)
+            out = kernel(rows, flat_weight, flat_bias, eps)
+            if out.shape != x.shape:
+                out = out.reshape(x.shape)
+            return out if out.dtype == spec.dtype.np else out.astype(spec.dtype.np)
     n = c.type(width)
     out = np.empty(rows.shape, c)
     weight = None if weight is None else weight.reshape(-1).astype(c, copy=False)
@@ -121,20 +126,24 @@ def _layer_norm_fast(args, record=True):
     spec = _FAST_SPECS.get(x.dtype)
     if normalized.__class__ is int:
         normalized = (normalized,)
-    elif (normalized.__class__ is list or normalized.__class__ is tuple) and all(n.__class__ is int for n in normalized):
-        normalized = tuple(normalized)
-    else:  # (the converter refuses bools and takes NumPy's ints)
+    elif normalized.__class__ is list or normalized.__class__ is tuple:
+        for n in normalized:  # (a loop, not ``all`` of a generator: 0.3 µs less on a model's every layer norm)
+            if n.__class__ is not int:  # (the converter refuses bools and takes NumPy's ints)
+                return None
+        if normalized.__class__ is list:
+            normalized = tuple(normalized)
+    else:
         return None
     shape = x._shape
     k = len(normalized)
-    if spec is None or not k or len(shape) < k or tuple(shape[len(shape) - k:]) != normalized or 0 in shape:
+    if spec is None or not k or len(shape) < k or shape[len(shape) - k:] != normalized or 0 in shape:
         return None
     grad = x._requires_grad
     arrays = [x._arr if x._arr is not None else x._array()]
     for t in (weight, bias):
         if t is not None:
             if (not isinstance(t, Tensor) or t.dtype is not x.dtype or t.device is not CPU
-                    or tuple(t._shape) != normalized):
+                    or t._shape != normalized):
                 return None
             grad = grad or t._requires_grad
             arrays.append(t._arr if t._arr is not None else t._array())

@@ -74,12 +74,13 @@ def _cat_cpu(spec, arrays, dim):
 # np.concatenate's C function behind its __array_function__ dispatcher (NumPy 1.26 and 2 have it), which the
 # fast path's plain arrays need not go through: 0.25 us of a 1x1 cat
 _concatenate = getattr(np.concatenate, "_implementation", np.concatenate)
+_CONTIGUOUS = registry.CONTIGUOUS_STRIDES
 
 
 def _cat_fast(args):
-    """cat's eager fast path: CPU tensors of one dtype and one number of dims (none a skipped 1-D empty one,
-    none requiring grad in grad mode) joined along an int dim; None for anything else, which the general
-    path serves (and raises its errors for)."""
+    """cat's eager fast path: CPU tensors of one dtype (none requiring grad in grad mode) that NumPy joins along
+    an int dim (then as torch: one number of dims, the other sizes equal); None for anything else, which the
+    general path serves (and raises its errors for)."""
     tensors, dim = args
     if tensors.__class__ is not list and tensors.__class__ is not tuple or not tensors or dim.__class__ is not int:
         return None
@@ -91,20 +92,26 @@ def _cat_fast(args):
     arrays = []
     grad = False
     for t in tensors:
-        if (not isinstance(t, Tensor) or t.dtype is not dtype or t.device is not CPU or len(t._shape) != ndim
-                or t._shape == (0,)):
+        if not isinstance(t, Tensor) or t.dtype is not dtype or t.device is not CPU:
             return None
-        grad = grad or t._requires_grad
+        if t._requires_grad:
+            grad = True
         a = t._arr
         arrays.append(a if a is not None else t._array())
     if not -ndim <= dim < ndim or grad and registry.records_grad():
         return None
     try:
         out = _concatenate(arrays, dim)  # (the axis as a keyword costs NumPy a parse)
-    except ValueError:  # sizes that do not match: the general path raises torch's error
+    except ValueError:
+        # Sizes or numbers of dims that do not match, a 0-d tensor: the general path raises torch's error. (A
+        # 1-D empty tensor, which torch skips, among tensors of more dims is one of these; among 1-D tensors it
+        # adds nothing, as skipped.)
         return None
-    if out.flags.c_contiguous:  # (NumPy's order follows the inputs': `contiguous_result` relays another)
-        return registry.Tensor._fresh(out, dtype)
+    shape = out.shape
+    strides = _CONTIGUOUS.get(shape)
+    # (NumPy's order follows the inputs': `contiguous_result` relays another)
+    if strides is not None and out.flags.c_contiguous:
+        return Tensor._fresh(out, dtype, shape, strides)
     return registry.contiguous_result(out, dtype)
 
 

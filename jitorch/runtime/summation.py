@@ -29,15 +29,6 @@ def _innermost(a):
     return min(dims, key=lambda d: abs(a.strides[d])) if dims else None
 
 
-def add_reduce_all(a):
-    """`add_reduce` of every element of ``a`` as a 0-d array: a float array of at most `BLOCK` elements is reduced
-    by NumPy into a 0-d array of its dtype (the loop and order of the reduction without ``out``, whose NumPy
-    scalar result costs a small eager sum 0.35 us more to make an array of)."""
-    if a.size <= BLOCK and a.dtype.kind in "fc":  # (a float reduction computes in its own dtype)
-        return np.add.reduce(a, None, None, np.empty((), a.dtype))
-    return np.asarray(add_reduce(a))
-
-
 def add_reduce(a, axis=None, keepdims=False):
     """``np.add.reduce(a, axis=axis, keepdims=keepdims)`` in an order that does not depend on NumPy's version
     (see the module docstring); ``axis`` an int, a tuple of ints or None (every dim)."""

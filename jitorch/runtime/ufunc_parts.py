@@ -21,6 +21,7 @@ import ctypes
 import numpy as np
 
 from . import threads
+from .array_address import data_address
 
 # Elements from which a pass splits. Handing a part over and joining costs ~6 µs on this machine. Best of
 # 1,500 calls at two threads on the loaded 2-core machine, whole -> split: float32 ``x + y`` of 2**16 elements
@@ -80,22 +81,6 @@ def parts_of(n):
     return max(1, min(threads.get_num_threads(), n // (SPLIT_MIN // 2)))
 
 
-# An array's data pointer, read from its object (``PyArrayObject_fields.data``, the first field after the object
-# header, which NumPy's ``PyArray_DATA`` reads): 0.4 µs, where ``a.ctypes.data`` takes 2
-_DATA_OFFSET = object.__basicsize__
-_word = ctypes.c_void_p.from_address
-
-
-def _data(a):
-    return _word(id(a) + _DATA_OFFSET).value
-
-
-_probe = np.empty(4)
-if _data(_probe[1:]) != _probe[1:].ctypes.data:  # (a NumPy of another layout: use the slow, public way)
-    def _data(a):  # noqa: F811 - chosen once, at import
-        return a.ctypes.data
-
-
 class Program:
     """Passes of NumPy ufuncs over the elements of contiguous arrays, run on the thread team (`run`).
 
@@ -131,7 +116,7 @@ class Program:
                     dtype = a.dtype
                     self.constants.append(a)
                     strides.append(0)
-                    slots.append((None, _data(a), 0))
+                    slots.append((None, data_address(a), 0))
                 dtypes.append(dtype)
             found = _loop(ufunc, tuple(dtypes), tuple(strides))
             if found is None:
@@ -165,7 +150,7 @@ class Program:
             if (a.__class__ is not np.ndarray or a.dtype != dtype or a.size != n or not a.flags.c_contiguous
                     or not a.flags.aligned):
                 return False
-            addresses.append(_data(a))
+            addresses.append(data_address(a))
         step = -(-n // parts)
         step = -(-step // _ALIGN) * _ALIGN
         bounds = [(lo, min(n, lo + step)) for lo in range(0, n, step)]
@@ -185,7 +170,7 @@ class Program:
                 keep.append(buffers)
                 table = kind.from_buffer_copy(base)
                 for slot, k in self.scratch_slots:
-                    table[slot] = _data(buffers[k])
+                    table[slot] = data_address(buffers[k])
             tables.append(table)
         entry = native.ufunc_program
         work = [(ctypes.addressof(t), lo, hi) for t, (lo, hi) in zip(tables, bounds)]

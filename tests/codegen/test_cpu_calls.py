@@ -7,11 +7,13 @@ from jitorch.codegen import cpu
 
 
 @pytest.mark.parametrize("make", [
-    lambda: np.arange(12, dtype=np.float32),  # (writable C-contiguous: through ctypes' view of the buffer)
+    lambda: np.arange(12, dtype=np.float32),  # (writable C-contiguous)
     lambda: np.arange(12, dtype=np.float64).reshape(3, 4)[:, ::2],  # (strided)
     lambda: np.broadcast_to(np.float32(1), (4,)),  # (read-only)
     lambda: np.empty(0, np.float32),  # (empty)
     lambda: np.arange(4, dtype=np.int64).view("datetime64[s]"),  # (a dtype the buffer protocol refuses)
+    lambda: np.arange(12, dtype=np.float32)[3:],  # (an offset view)
+    lambda: np.arange(12, dtype=np.float32)[::-1],  # (negative strides: its first element's address)
 ])
 def test_an_arrays_address_is_its_datas(make):
     a = make()

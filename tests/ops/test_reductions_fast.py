@@ -220,8 +220,8 @@ def _full_sum_inputs(dtype):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_a_full_sum_is_reduced_into_a_0d_array_with_the_general_paths_bits(dtype):
-    """``x.sum()`` of a float tensor reduces straight into a 0-d array (`summation.add_reduce_all`), not a NumPy
-    scalar made an array after: the general path's bits for every shape and layout, special values included
+    """``x.sum()`` of a float tensor reduces straight into a 0-d array (``np.add.reduce`` with a 0-d ``out``), not
+    a NumPy scalar made an array after: the general path's bits for every shape and layout, special values included
     (signed zeros, NaN payloads, signalling NaNs, overflow), above `summation.BLOCK` elements too, and torch's."""
     torch = pytest.importorskip("torch")
     for label, x in _full_sum_inputs(dtype):
