@@ -1227,6 +1227,19 @@ def _hint_mode(g, env, tensors, v, entry):
     return made
 
 
+def _hint_full_rank(g, env, tensors, v, entry):
+    """qr, geqrf, svd: only of matrices of full rank. Past a matrix's rank, a factor's columns span the rest of the
+    space in a basis that rounding noise chooses, each library's its own (fuzz seed 7820783: ``qr`` of a matrix
+    with a repeated column)."""
+    made = g.generic_args(env, tensors, v, entry.schema)
+    if made is None or not v.is_float or v.ndim < 2 or 0 in v.shape:
+        return made
+    a = v.value.double()
+    if not bool(a.isfinite().all()) or bool((torch.linalg.matrix_rank(a, rtol=1e-4) < min(a.shape[-2:])).any()):
+        return None
+    return made
+
+
 def _hint_sort(g, env, tensors, v, entry):
     args = [v.ref, str(g.dim(v)), repr(g.rng.random() < 0.5)]
     stable = entry.name == "argsort" or g.rng.random() < 0.5
@@ -1311,7 +1324,8 @@ ARG_HINTS = {
     "baddbmm": _hint_matmul, "cat": _hint_cat, "concat": _hint_cat, "concatenate": _hint_cat, "stack": _hint_cat,
     "hstack": _hint_cat, "vstack": _hint_cat, "row_stack": _hint_cat, "dstack": _hint_cat,
     "column_stack": _hint_cat, "repeat": _hint_repeat, "tile": _hint_repeat, "repeat_interleave": _hint_repeat,
-    "roll": _hint_roll, "topk": _hint_k, "kthvalue": _hint_k, "mode": _hint_mode, "sort": _hint_sort, "argsort": _hint_sort,
+    "roll": _hint_roll, "topk": _hint_k, "kthvalue": _hint_k, "mode": _hint_mode,
+    "qr": _hint_full_rank, "geqrf": _hint_full_rank, "svd": _hint_full_rank, "sort": _hint_sort, "argsort": _hint_sort,
     "zeros": _hint_creation, "ones": _hint_creation, "full": _hint_creation, "zeros_like": _hint_creation,
     "ones_like": _hint_creation, "full_like": _hint_creation, "new_zeros": _hint_creation,
     "new_ones": _hint_creation, "new_full": _hint_creation, "arange": _hint_creation, "linspace": _hint_creation,

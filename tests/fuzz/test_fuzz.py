@@ -88,7 +88,8 @@ def test_ties_are_equal_neighbours_or_for_computed_values_near_ones():
                                           (7612101, 0.0), (7701141, 0.2), (7701876, 0.2), (7802351, 0.0),
                                           (7802475, 0.0), (7802741, 0.0),
                                           (7811027, 0.2), (7811197, 0.2),
-                                          (7803691, 0.0), (7804472, 0.0), (7805681, 0.0), (7805437, 0.0)])
+                                          (7803691, 0.0), (7804472, 0.0), (7805681, 0.0), (7805437, 0.0),
+                                          (7820309, 0.0), (7820783, 0.0)])
 def test_fixed_failures_run_alike_in_every_cpu_mode(seed, chains):
     """Failures of helper 125's campaign, fixed: 7610840 (``as_strided_`` on a captured tensor past its
     elements, tests/jit/test_compiled_inplace_view_captures.py), 7610939 (``acosh`` of torch's float32 ``i0(0)``,
@@ -111,6 +112,9 @@ def test_fixed_failures_run_alike_in_every_cpu_mode(seed, chains):
     squared the uint8 operand in uint8, and torch's does too: tests/autograd/test_rules_elementwise.py; such
     statements are `generator.TORCH_WRONG_BY_AN_INTEGER`; the op table has grown since, so today's program of
     this seed holds no atan2: `test_atan2_of_an_integer_takes_no_gradient_run_against_torch`), 7805437 (``topk``'s
-    gradient among ties goes to other equal elements than torch's: `generator.AMONG_TIES`)."""
+    gradient among ties goes to other equal elements than torch's: `generator.AMONG_TIES`).
+    Session 40's: 7820309 (a dead ``index_fill`` by a 0-d value left a check that replayed it with the value 1-d,
+    raising in the compiled call: tests/jit/test_value_checks.py), 7820783 (``qr`` of a matrix with a repeated
+    column: past the rank, Q's columns are rounding noise's choice; `generator._hint_full_rank`)."""
     program, _ = generate(seed, table=TABLE, chains=chains)
     assert not check(program, CPU_MODES).mismatches

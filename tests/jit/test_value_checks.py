@@ -236,3 +236,25 @@ def test_an_input_updated_by_the_kernel_that_computes_a_checked_value_is_not_wri
     g(x, jt.tensor([1.0, 0.0, 1.0]))
     np.testing.assert_allclose(x.numpy(), np.float32([-5, -6, -7]) + 2 / (1 + np.exp(np.float32([5, 6, 7]))),
                                rtol=1e-6)
+
+
+@pytest.mark.parametrize("index, error", [([2, 0, 2], None), ([2, 5], "index 5 is out of bounds for dimension 1 with size 5")])
+def test_a_dead_index_fill_by_a_0d_value_tensor_replays_with_the_value_0d_seed_7820309(index, error):
+    """Fuzz seed 7820309: the check left for an unused ``index_fill`` replayed it with its 0-d fill value made
+    1-d (``np.ascontiguousarray`` gives at least one dim), so a compiled call raised "only supports a
+    0-dimensional value tensor" where eager returns. Good indices now pass, bad ones raise eager's error."""
+    def f(x, i, v):
+        x.index_fill(1, i, v)
+        return x * 2
+
+    args = (jt.tensor(X45), jt.tensor(index), jt.tensor(2.0))
+    g = jt.compile(f)
+    low = g.lower(*args)
+    (check,) = [n for n in low.executable.graph.nodes if n.op.name == "_check_values"]
+    assert check.args[2][0] == "index_fill.Tensor"
+    for call in (f, g, g):
+        if error is None:
+            np.testing.assert_array_equal(call(*args).numpy(), X45 * 2)
+        else:
+            with pytest.raises(IndexError, match=error):
+                call(*args)
