@@ -1573,7 +1573,9 @@ def _bag_inputs(input, offsets, per_sample_weights, include_last_offset):
             kind = f"<class '{type(offsets).__module__.split('.')[0]}.{type(offsets).__name__}'>"
             raise ValueError("if input is 2D, then offsets has to be None, as input is treated is a mini-batch of "
                              f"fixed length sequences. However, found offsets of type {kind}")
-        starts = np.arange(0, input.numel(), max(input.shape[1], 1))
+        if input.shape[1] == 0:  # torch's bag starts are arange(0, numel, length)
+            raise RuntimeError("step must be nonzero")
+        starts = np.arange(0, input.numel(), input.shape[1])
         flat_weights = None if per_sample_weights is None else per_sample_weights.reshape(-1)
         return input.reshape(-1), flat_weights, jt.tensor(starts, device=input.device), len(starts)
     if input.ndim != 1:

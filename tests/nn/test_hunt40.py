@@ -1,0 +1,47 @@
+"""Divergences from torch found by hand in session 40's hunt (empty batches, zero-size dims), each fixed and
+checked against torch, eagerly and compiled."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import jitorch as jt
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "nearest", "bicubic"])
+def test_grid_sample_of_an_empty_batch_gives_an_empty_result(mode):
+    """grid_sample of N=0 raised "cannot reshape tensor of 0 elements into shape [0, 1, -1]" (its gather reshaped
+    by -1); torch returns (0, C, H_out, W_out). Its gradient is empty too."""
+    x, g = np.zeros((0, 2, 4, 4), np.float32), np.zeros((0, 3, 5, 2), np.float32)
+    want = torch.nn.functional.grid_sample(torch.tensor(x), torch.tensor(g), mode=mode, align_corners=False)
+
+    def f(a, b):
+        return jt.nn.functional.grid_sample(a, b, mode=mode, align_corners=False)
+    for call in (f, jt.compile(f)):
+        a = jt.tensor(x, requires_grad=True)
+        got = call(a, jt.tensor(g))
+        assert tuple(got.shape) == tuple(want.shape) == (0, 2, 3, 5)
+        got.sum().backward()
+        assert tuple(a.grad.shape) == (0, 2, 4, 4)
+
+
+def test_affine_grid_of_an_empty_size_names_it_as_a_list_as_torch():
+    theta = np.zeros((0, 2, 3), np.float32)
+    with pytest.raises(ValueError) as want:
+        torch.nn.functional.affine_grid(torch.tensor(theta), [0, 3, 4, 5], align_corners=False)
+    with pytest.raises(ValueError) as got:
+        jt.nn.functional.affine_grid(jt.tensor(theta), [0, 3, 4, 5], align_corners=False)
+    assert str(got.value) == str(want.value) == "Expected non-zero, positive output size. Got [0, 3, 4, 5]"
+
+
+@pytest.mark.parametrize("shape", [(2, 0), (0, 0)])
+def test_embedding_bag_of_2d_input_with_empty_bags_raises_as_torch(shape):
+    """torch's bags of a 2-D input start at arange(0, numel, length), which refuses length 0; jitorch returned
+    zero bags. (0, 3) gives no bags in both."""
+    for lib in (torch, jt):
+        with pytest.raises(RuntimeError, match="^step must be nonzero$"):
+            lib.nn.functional.embedding_bag(lib.zeros(shape, dtype=lib.int64), lib.ones(5, 3))
+    got = jt.nn.functional.embedding_bag(jt.zeros((0, 3), dtype=jt.int64), jt.ones(5, 3))
+    assert tuple(got.shape) == (0, 3)
