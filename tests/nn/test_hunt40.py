@@ -45,3 +45,26 @@ def test_embedding_bag_of_2d_input_with_empty_bags_raises_as_torch(shape):
             lib.nn.functional.embedding_bag(lib.zeros(shape, dtype=lib.int64), lib.ones(5, 3))
     got = jt.nn.functional.embedding_bag(jt.zeros((0, 3), dtype=jt.int64), jt.ones(5, 3))
     assert tuple(got.shape) == (0, 3)
+
+
+@pytest.mark.parametrize("name", ["modified_bessel_i0", "modified_bessel_i1"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_special_modified_bessel_i0_i1_refuse_half_types_as_torch(name, dtype):
+    """They were special.i0 and special.i1, which take half types; torch's own kernels refuse them."""
+    for lib in (torch, jt):
+        with pytest.raises(NotImplementedError) as caught:
+            getattr(lib.special, name)(lib.ones(2, dtype=getattr(lib, dtype)))
+        assert str(caught.value) == f"\"{name}_cpu\" not implemented for '{'Half' if dtype == 'float16' else 'BFloat16'}'"
+    with pytest.raises(NotImplementedError):
+        jt.compile(lambda x: getattr(jt.special, name)(x) * 2)(jt.ones(2, dtype=getattr(jt, dtype)))
+    x = np.linspace(-4, 4, 9)
+    np.testing.assert_allclose(getattr(jt.special, name)(jt.tensor(x)).numpy(),
+                               getattr(torch.special, name)(torch.tensor(x)).numpy(), rtol=1e-14)
+
+
+def test_special_round_takes_decimals_always_so_refuses_integers_as_torch():
+    """torch.special.round is the overload with ``decimals`` (default 0), which has no integer kernel."""
+    for lib in (torch, jt):
+        with pytest.raises(NotImplementedError, match="\"round_vml_cpu\" not implemented for 'Long'"):
+            lib.special.round(lib.tensor([1, 2]))
+        assert lib.special.round(lib.tensor([1.25, 2.5]), decimals=1).tolist() == [1.2000000476837158, 2.5]
