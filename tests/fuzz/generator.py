@@ -1228,9 +1228,11 @@ def _hint_mode(g, env, tensors, v, entry):
 
 
 def _hint_full_rank(g, env, tensors, v, entry):
-    """qr, geqrf, svd: only of matrices of full rank. Past a matrix's rank, a factor's columns span the rest of the
-    space in a basis that rounding noise chooses, each library's its own (fuzz seed 7820783: ``qr`` of a matrix
-    with a repeated column)."""
+    """qr, geqrf, svd, pinverse: only of matrices of full rank. Past a matrix's rank, a factor's columns span the
+    rest of the space in a basis that rounding noise chooses, each library's its own (fuzz seed 7820783: ``qr``
+    of a matrix with a repeated column), and pinverse's default cutoff (1e-15 of the largest singular value)
+    inverts a float32 SVD's noise (seed 7822517: torch's pinverse of a 3x4 matrix of ones is -4194304.5 where
+    the exact one is 1/12)."""
     made = g.generic_args(env, tensors, v, entry.schema)
     if made is None or not v.is_float or v.ndim < 2 or 0 in v.shape:
         return made
@@ -1325,7 +1327,7 @@ ARG_HINTS = {
     "hstack": _hint_cat, "vstack": _hint_cat, "row_stack": _hint_cat, "dstack": _hint_cat,
     "column_stack": _hint_cat, "repeat": _hint_repeat, "tile": _hint_repeat, "repeat_interleave": _hint_repeat,
     "roll": _hint_roll, "topk": _hint_k, "kthvalue": _hint_k, "mode": _hint_mode,
-    "qr": _hint_full_rank, "geqrf": _hint_full_rank, "svd": _hint_full_rank, "sort": _hint_sort, "argsort": _hint_sort,
+    "qr": _hint_full_rank, "geqrf": _hint_full_rank, "svd": _hint_full_rank, "pinverse": _hint_full_rank, "sort": _hint_sort, "argsort": _hint_sort,
     "zeros": _hint_creation, "ones": _hint_creation, "full": _hint_creation, "zeros_like": _hint_creation,
     "ones_like": _hint_creation, "full_like": _hint_creation, "new_zeros": _hint_creation,
     "new_ones": _hint_creation, "new_full": _hint_creation, "arange": _hint_creation, "linspace": _hint_creation,
