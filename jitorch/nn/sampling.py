@@ -90,14 +90,14 @@ def affine_grid(theta, size, align_corners=None):
     align_corners = _align(align_corners)
     if not theta.dtype.is_floating_point:
         raise ValueError(f"Expected theta to have floating point type, but got {theta.dtype}")
-    size = tuple(size)
+    given, size = size, tuple(size)  # (torch's messages show the size as given: a list, a tuple)
     nd = len(size) - 2
     if nd not in (2, 3):
         raise NotImplementedError("affine_grid only supports 4D and 5D sizes, for 2D and 3D affine transforms, "
-                                  f"respectively. Got size {size}.")
+                                  f"respectively. Got size {given}.")
     if theta.ndim != 3 or tuple(theta.shape[1:]) != (nd, nd + 1):
         kind = "2D" if nd == 2 else "3D"
-        raise ValueError(f"Expected a batch of {kind} affine matrices of shape Nx{nd}x{nd + 1} for size {size}. "
+        raise ValueError(f"Expected a batch of {kind} affine matrices of shape Nx{nd}x{nd + 1} for size {given}. "
                          f"Got {theta.shape}.")
     spatial = size[2:]
     if align_corners and min(spatial) == 1:
@@ -105,7 +105,7 @@ def affine_grid(theta, size, align_corners=None):
                       "align_corners=True. This is not an intended use case of affine_grid. See the documentation "
                       "of affine_grid for details.", stacklevel=2)
     elif min(size) <= 0:
-        raise ValueError(f"Expected non-zero, positive output size. Got {list(size)}")
+        raise ValueError(f"Expected non-zero, positive output size. Got {given}")
     n = size[0]
     # coordinate k of the grid runs along spatial dim nd - 1 - k (x along the last)
     axes = []
