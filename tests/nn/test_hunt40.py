@@ -68,3 +68,33 @@ def test_special_round_takes_decimals_always_so_refuses_integers_as_torch():
         with pytest.raises(NotImplementedError, match="\"round_vml_cpu\" not implemented for 'Long'"):
             lib.special.round(lib.tensor([1, 2]))
         assert lib.special.round(lib.tensor([1.25, 2.5]), decimals=1).tolist() == [1.2000000476837158, 2.5]
+
+
+@pytest.mark.parametrize("shape", [(0, 2, 5, 5), (0, 5, 5)])
+def test_adaptive_max_pool_of_an_empty_batch_gives_an_empty_result(shape):
+    """It raised "cannot reshape tensor of 0 elements into shape [0, 2, -1]"; torch's loop also lets dim 0 be
+    empty in an unbatched input, and names the empty dim by its place in the whole shape."""
+    want = torch.nn.functional.adaptive_max_pool2d(torch.zeros(shape), 3, return_indices=True)
+    for call in (jt.nn.functional.adaptive_max_pool2d, jt.compile(jt.nn.functional.adaptive_max_pool2d)):
+        got = call(jt.zeros(shape), 3, return_indices=True)
+        assert [tuple(g.shape) for g in got] == [tuple(w.shape) for w in want]
+    for lib in (torch, jt):
+        with pytest.raises(RuntimeError, match=r"sizes \[2, 0, 5, 5\] with dimension 1 being empty"):
+            lib.nn.functional.adaptive_max_pool2d(lib.zeros(2, 0, 5, 5), 3)
+
+
+def test_batch_norm_of_an_empty_batch_in_training_gives_an_empty_result_and_keeps_the_statistics():
+    """Only a single value per channel is refused (torch's check is size_prods == 1); jitorch refused none too."""
+    for lib in (torch, jt):
+        mean, var = lib.zeros(3), lib.ones(3)
+        out = lib.nn.functional.batch_norm(lib.zeros(0, 3, 5, 5), mean, var, training=True)
+        assert tuple(out.shape) == (0, 3, 5, 5) and mean.tolist() == [0.0] * 3 and var.tolist() == [1.0] * 3
+        with pytest.raises(ValueError, match="Expected more than 1 value per channel when training"):
+            lib.nn.functional.batch_norm(lib.zeros(1, 3), mean, var, training=True)
+
+
+def test_ctc_loss_of_empty_log_probs_raises_as_torch():
+    for lib in (torch, jt):
+        with pytest.raises(RuntimeError, match="^log_probs tensor must not be empty$"):
+            lib.nn.functional.ctc_loss(lib.zeros(3, 0, 4), lib.zeros(0, 2, dtype=lib.int64),
+                                       lib.zeros(0, dtype=lib.int64), lib.zeros(0, dtype=lib.int64))
