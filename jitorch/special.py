@@ -31,9 +31,8 @@ gammaln = _jt.lgamma
 digamma = psi = _jt.digamma
 polygamma = _jt.polygamma
 multigammaln = _jt.mvlgamma
-i0 = modified_bessel_i0 = _jt.i0
+i0 = _jt.i0
 sinc = _jt.sinc
-round = _jt.round
 softmax = _jt.softmax
 log_softmax = _jt.log_softmax
 logsumexp = _jt.logsumexp
@@ -44,7 +43,26 @@ gammaincc = _jt.igammac
 
 _OWN = ("i0e", "i1", "i1e", "xlog1py", "zeta", "entr", "ndtr")
 globals().update({name: _registry.FUNCTIONS[f"special_{name}"] for name in _OWN + _CEPHES + _POLYNOMIALS})
-modified_bessel_i1 = i1  # noqa: F821  (one of _OWN)
+
+
+def _full_precision_only(name, fn):
+    """``fn`` under torch's name for a kernel that has no half-type forms (torch's i0 and i1 have them)."""
+    def function(input, *, out=None):
+        if input.dtype in (_jt.float16, _jt.bfloat16):
+            raise NotImplementedError(f"\"{name}_cpu\" not implemented for '{_registry.scalar_name(input.dtype)}'")
+        return fn(input, out=out)
+    function.__name__ = function.__qualname__ = name
+    function.__doc__ = f"``{fn.__name__}`` of a float32 or float64 (or integer) tensor: torch's ``{name}``."
+    return function
+
+
+modified_bessel_i0 = _full_precision_only("modified_bessel_i0", _jt.i0)
+modified_bessel_i1 = _full_precision_only("modified_bessel_i1", i1)  # noqa: F821  (one of _OWN)
+
+
+def round(input, *, decimals=0, out=None):  # noqa: A001  (torch's name)
+    """``jitorch.round`` with ``decimals`` always given, as torch.special's: integer tensors are refused."""
+    return _jt.round(input, decimals=decimals, out=out)
 
 __all__ = ["expit", "logit", "erf", "erfc", "erfinv", "exp2", "expm1", "log1p", "gammaln", "digamma", "psi",
            "polygamma", "multigammaln", "i0", "modified_bessel_i0", "modified_bessel_i1", "sinc", "round", "softmax", "log_softmax", "logsumexp", "xlogy",

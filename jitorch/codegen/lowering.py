@@ -82,7 +82,7 @@ def _rounding(intrinsic):
 
 
 def _round(e, x, decimals):
-    # can_lower admits decimals == 0 only; rint rounds half to even, as NumPy and torch do
+    # can_lower admits decimals None or 0 only; rint rounds half to even, as NumPy and torch do
     return e.intrinsic("llvm.rint", x) if x.dtype.is_floating_point else x
 
 
@@ -450,7 +450,7 @@ pointwise("rsqrt", lambda e, x: e.div(e.const(1, x.dtype), e.intrinsic("llvm.sqr
 pointwise("floor", _rounding("llvm.floor"))
 pointwise("ceil", _rounding("llvm.ceil"))
 pointwise("trunc", _rounding("llvm.trunc"))
-pointwise("round", _round, when=lambda node: node.args[1] == 0)
+pointwise("round", _round, when=lambda node: not node.args[1])
 pointwise("frac", _frac)
 pointwise("lerp", _lerp)
 pointwise("where.self", lambda e, c, a, b: e.select(_truthy(e, c), a, b))

@@ -59,9 +59,11 @@ def split_joint(joint: Graph, n_inputs: int) -> Split:
     outs, grads = list(outs), list(grads)
     primal = joint.inputs[:n_inputs]
     cotangents = joint.inputs[n_inputs:]
-    # the writes into captured buffers (a batch norm's running statistics) are the forward's: it makes them once
+    # the writes into captured buffers (a batch norm's running statistics) are the forward's: it makes them once;
+    # and so are the checks of values the forward computes (a loss's targets), which must raise where eager's do,
+    # before the forward writes those buffers or runs a gather that would raise its own error
     written = [v for _, v in joint.mutations]
-    forward_nodes = _ancestors(joint.nodes, outs + written)
+    forward_nodes = _ancestors(joint.nodes, outs + written + _forward_checks(joint.nodes, cotangents))
     backward_nodes = [n for n in joint.nodes if id(n) not in forward_nodes]
     # views cost nothing to make again: the backward makes its own views of the inputs and captured tensors
     # rather than the forward returning them (which would copy them out), and of the values the forward
@@ -218,6 +220,18 @@ def _rewired(nodes, mapping, copy=False):
                 v.node = node
         rewired.append(node)
     return rewired
+
+
+def _forward_checks(nodes, cotangents):
+    """The flags of the value checks (``_check_values``) among ``nodes`` that read no cotangent."""
+    backward = {id(v) for v in cotangents}
+    flags = []
+    for node in nodes:
+        if any(id(v) in backward for v in node.input_values()):
+            backward.update(id(v) for v in node.outputs)
+        elif node.op.kind == "check":
+            flags += node.outputs
+    return flags
 
 
 def _ancestors(nodes, values):

@@ -547,8 +547,11 @@ class Tracer:
         if threading.get_ident() != self.thread:
             return NotImplemented
         fakes = self.fake_args(op, args)  # (once: the record, the write and autograd take the same)
-        result = self._record(op, fakes)
-        if out is not None:
+        if out is None:
+            result = self._record(op, fakes)
+        else:
+            with registry.cast_before_kernel(op, out, fakes):
+                result = self._record(op, fakes)
             # eager's rule and write: refused under grad as eagerly, resized and written through the hooks
             return registry.write_out(op, out, registry.out_grad(op, fakes, out, result), fakes)
         autograd = registry.AUTOGRAD
@@ -636,7 +639,8 @@ class Tracer:
             fake._set_geometry(view._shape, view._stride, view._offset)
             fake._trace_value = view._trace_value
             return target
-        result = op.composite(*args) if op.composite is not None else self.record(op, args)
+        with registry.cast_before_kernel(op, fake, args):
+            result = op.composite(*args) if op.composite is not None else self.record(op, args)
         registry.check_inplace(op, fake, result)
         self.write(fake, result)
         return target

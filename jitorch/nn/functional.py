@@ -876,13 +876,13 @@ def _adaptive_max_pool(input, output_size, return_indices, nd):
     sizes = _adaptive_sizes(output_size, nd, name)
     _check_floating(input, name)
     lead, size = tuple(input.shape[:-nd]), tuple(input.shape[-nd:])
-    for i, n in enumerate(input.shape[1:] if input.ndim == nd + 2 else input.shape):
-        if n == 0:
+    for i in range(1, input.ndim):  # (torch's loop: dim 0 may be empty, batched or not)
+        if input.shape[i] == 0:
             raise RuntimeError(f"{name}(): Expected input to have non-zero size for non-batch dimensions, but input "
                                f"has sizes {list(input.shape)} with dimension {i} being empty")
     out = tuple(n if o is None else o for n, o in zip(size, sizes))
     table = jt.tensor(_adaptive_windows(size, out), device=input.device)
-    windows = input.reshape(*lead, -1).index_select(-1, table.reshape(-1)).reshape(*lead, *out, table.shape[1])
+    windows = input.reshape(*lead, math.prod(size)).index_select(-1, table.reshape(-1)).reshape(*lead, *out, table.shape[1])
     values, arg = windows.max(-1)
     if not return_indices:
         return values
@@ -1376,8 +1376,10 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     dims = [0] + list(range(2, input.ndim))
     count = input.numel() // max(channels, 1)
     if training:
-        if count <= 1:
+        if count == 1:
             raise ValueError(f"Expected more than 1 value per channel when training, got input size {input.shape!r}")
+        if count == 0:  # an empty batch: torch's empty result, the running statistics left as they are
+            return input.clone()
         var, mean = moments(input, dims, 0, False)
         if running_mean is not None or running_var is not None:
             with jt.no_grad():
@@ -1577,7 +1579,9 @@ def _bag_inputs(input, offsets, per_sample_weights, include_last_offset):
             kind = f"<class '{type(offsets).__module__.split('.')[0]}.{type(offsets).__name__}'>"
             raise ValueError("if input is 2D, then offsets has to be None, as input is treated is a mini-batch of "
                              f"fixed length sequences. However, found offsets of type {kind}")
-        starts = np.arange(0, input.numel(), max(input.shape[1], 1))
+        if input.shape[1] == 0:  # torch's bag starts are arange(0, numel, length)
+            raise RuntimeError("step must be nonzero")
+        starts = np.arange(0, input.numel(), input.shape[1])
         flat_weights = None if per_sample_weights is None else per_sample_weights.reshape(-1)
         return input.reshape(-1), flat_weights, jt.tensor(starts, device=input.device), len(starts)
     if input.ndim != 1:

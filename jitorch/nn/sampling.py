@@ -10,6 +10,7 @@ the input's precision (float32 for float32 and 16-bit floats, as torch's ``opmat
 from __future__ import annotations
 
 import itertools
+import math
 import warnings
 
 import numpy as np
@@ -89,14 +90,14 @@ def affine_grid(theta, size, align_corners=None):
     align_corners = _align(align_corners)
     if not theta.dtype.is_floating_point:
         raise ValueError(f"Expected theta to have floating point type, but got {theta.dtype}")
-    size = tuple(size)
+    given, size = size, tuple(size)  # (torch's messages show the size as given: a list, a tuple)
     nd = len(size) - 2
     if nd not in (2, 3):
         raise NotImplementedError("affine_grid only supports 4D and 5D sizes, for 2D and 3D affine transforms, "
-                                  f"respectively. Got size {size}.")
+                                  f"respectively. Got size {given}.")
     if theta.ndim != 3 or tuple(theta.shape[1:]) != (nd, nd + 1):
         kind = "2D" if nd == 2 else "3D"
-        raise ValueError(f"Expected a batch of {kind} affine matrices of shape Nx{nd}x{nd + 1} for size {size}. "
+        raise ValueError(f"Expected a batch of {kind} affine matrices of shape Nx{nd}x{nd + 1} for size {given}. "
                          f"Got {theta.shape}.")
     spatial = size[2:]
     if align_corners and min(spatial) == 1:
@@ -104,7 +105,7 @@ def affine_grid(theta, size, align_corners=None):
                       "align_corners=True. This is not an intended use case of affine_grid. See the documentation "
                       "of affine_grid for details.", stacklevel=2)
     elif min(size) <= 0:
-        raise ValueError(f"Expected non-zero, positive output size. Got {size}")
+        raise ValueError(f"Expected non-zero, positive output size. Got {given}")
     n = size[0]
     # coordinate k of the grid runs along spatial dim nd - 1 - k (x along the last)
     axes = []
@@ -213,8 +214,9 @@ def _gather(input, coords):
         i = jt.where(ok, x, 0.0).long()
         flat = i if flat is None else flat * size + i
     out = tuple(coords[0].shape[1:])
-    index = flat.reshape(n, 1, -1).expand(n, c, -1)
-    values = input.reshape(n, c, -1).gather(2, index).reshape(n, c, *out)
+    # (sizes spelled out: -1 is ambiguous in an empty batch)
+    index = flat.reshape(n, 1, math.prod(out)).expand(n, c, math.prod(out))
+    values = input.reshape(n, c, math.prod(spatial)).gather(2, index).reshape(n, c, *out)
     # a coordinate requiring grad (nearest's) links in by a branch never taken: its gradient is zeros, as torch's
     filler = jt.where(inside, coords[0], 0.0).unsqueeze(1) if coords[0].requires_grad else 0.0
     return jt.where(inside.unsqueeze(1), values, filler)

@@ -63,9 +63,9 @@ for _name, _ops in {"neg": ("Neg",), "abs": ("Abs",), "exp": ("Exp",), "log": ("
 
 
 @rule("round")
-def _round(b, node, x, decimals=0):
+def _round(b, node, x, decimals=None):
     name = b.operand(x, out_dtype(node))
-    if b.static(decimals, "round's decimals") == 0:
+    if not b.static(decimals, "round's decimals"):
         return b.node("Round", [name])
     scale = b.scalar(10.0 ** decimals, out_dtype(node))
     return b.node("Div", [b.node("Round", [b.node("Mul", [name, scale])]), scale])

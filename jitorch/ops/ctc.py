@@ -46,6 +46,8 @@ def _check_shapes(log_probs, targets, input_lengths, target_lengths, blank):
     if targets.ndim == 2 and targets.shape[0] != batch:
         raise RuntimeError(f"Expected tensor to have size {batch} at dimension 0, but got size {targets.shape[0]} "
                            f"for argument #2 'targets'{_WHERE}")
+    if 0 in log_probs.shape:
+        raise RuntimeError("log_probs tensor must not be empty")
 
 
 def _meta(log_probs, targets, input_lengths, target_lengths, blank, zero_infinity):

@@ -106,6 +106,15 @@ def _require_ndim(t, ndim, message):
         raise RuntimeError(message.format(ndim=t.ndim))
 
 
+def _read_sizes(t, *dims):
+    """torch's ``t.size(d)`` for each of ``dims``, for its IndexError where ``t`` has too few dims: addbmm and
+    baddbmm read sizes before they check the operands are 3-D."""
+    for d in dims:
+        if t.ndim == 0:
+            raise IndexError(f"Dimension specified as {d} but tensor has no dimensions")
+        wrap_dim(d, t.ndim)
+
+
 # Meta rules -----------------------------------------------------------------------
 
 def _mm_meta(a, b):
@@ -515,6 +524,8 @@ def _addmm_meta(inp, m1, m2, beta, alpha):
 
 
 def _baddbmm_meta(inp, b1, b2, beta, alpha):
+    _read_sizes(b2, 2)
+    _read_sizes(b1, 0, 1)
     _require_ndim(b1, 3, "batch1 must be a 3D tensor")
     _require_ndim(b2, 3, "batch2 must be a 3D tensor")
     shape = (b1.shape[0], b1.shape[1], b2.shape[2])
@@ -819,6 +830,8 @@ def _addr_meta(inp, vec1, vec2, beta, alpha):
 
 
 def _addbmm_meta(inp, b1, b2, beta, alpha):
+    _read_sizes(b2, 2)
+    _read_sizes(b1, 1)
     _require_ndim(b1, 3, "batch1 must be a 3D tensor")
     _require_ndim(b2, 3, "batch2 must be a 3D tensor")
     if b1.shape[0] != b2.shape[0]:

@@ -162,8 +162,9 @@ def _check_pow(spec, base, exponent):
 
 
 def _check_round(spec, x, decimals):
-    if spec.dtype.kind == "b" or (decimals != 0 and spec.dtype.kind in "iu"):
-        kernel = "round_vml_cpu" if decimals == 0 else "round_cpu"
+    # torch rounds integers only in its overload without decimals: round(x, decimals=0) raises for them
+    if spec.dtype.kind == "b" or (decimals is not None and spec.dtype.kind in "iu"):
+        kernel = "round_vml_cpu" if not decimals else "round_cpu"
         raise NotImplementedError(f"\"{kernel}\" not implemented for '{scalar_name(spec.dtype)}'")
 
 
@@ -504,6 +505,8 @@ for _names, _signature, _formula, _promotion, _variants, _check, _doc in _ARITHM
              unrounded=_UNROUNDED.get(_names), typed=_names in ("pow", "floor_divide", "_div_trunc"),
              check_others_only=_names in _CHECKS_OTHERS_ONLY, **_OUT_FALLBACK.get(_names, {}))
 
+# torch's lerp checks its dtypes before any cast, and its number weight takes no part in its dtype
+del registry.OPS["lerp"].attrs["promoted_meta"]
 
 
 def _bounds_as_numbers(convert):
@@ -669,7 +672,7 @@ def _keeping_integers(fn):
 
 
 def _round(x, decimals):
-    if decimals == 0:
+    if not decimals:
         return np.rint(x)  # halves to even, like torch
     # torch scales by 10**|decimals| in the compute dtype (so large scales overflow to inf as in torch)
     scale = x.dtype.type(10.0 ** abs(decimals))
@@ -688,7 +691,7 @@ _ROUNDING = (
 for _names, _formula, _doc in _ROUNDING:
     _declare(_names, UNARY, _keeping_integers(_formula), DEFAULT, _doc,
              check=_unsupported(f"{_names.split()[0]}_vml_cpu", "b"))
-defpointwise("round(Tensor self, *, int decimals=0) -> Tensor", _keeping_integers(_round), DEFAULT,
+defpointwise("round(Tensor self, *, int? decimals=None) -> Tensor", _keeping_integers(_round), DEFAULT,
              check=_check_round, doc="Round half to even, to ``decimals`` decimal places (negative: tens, "
                                      "hundreds...); integers are returned unchanged.")
 defpointwise("frac" + UNARY, _frac, DEFAULT, check=_unsupported("frac_cpu", "biu"),

@@ -123,10 +123,13 @@ def defpointwise(schema, formula, promotion=M.DEFAULT, *, variants=("function", 
     name = op.public_name
     others = tuple(i for i in range(len(op.schema.args)) if i not in positions)
 
-    def meta(*args):
+    def promoted_meta(*args, common=promotion):
         # an optional operand (``Tensor? min``) left as None takes no part
-        spec = M.pointwise_meta(name, promotion, [args[i] for i in positions if args[i] is not None],
+        return M.pointwise_meta(name, common, [args[i] for i in positions if args[i] is not None],
                                 [args[i] for i in promoted if args[i] is not None])
+
+    def meta(*args):
+        spec = promoted_meta(*args)
         if check is not None:
             check(spec, *args)
         return spec
@@ -159,6 +162,10 @@ def defpointwise(schema, formula, promotion=M.DEFAULT, *, variants=("function", 
         return formula(*vals, *rest)
 
     op.meta = meta
+    # the operands' common dtype and shape, before ``check`` and a bitwise op's refusal of floats: what torch's
+    # TensorIterator checks an in-place result's cast by before it looks for a kernel (`registry._inplace_meta`)
+    op.attrs["promoted_meta"] = lambda *args: promoted_meta(*args, common=M.DEFAULT if promotion == M.KEEP_INT
+                                                            else promotion)
     op.kernels["cpu"] = kernel
     op.layout = _memory_order(positions, keep)
     defaults = tuple(op.schema.args[i].default for i in others)

@@ -569,7 +569,11 @@ def call(op, args, out=None, recorded=False):
         r = hook.call(op, args, out)
         if r is not NotImplemented:
             return r
-    result = execute(op, args)
+    if out is None:
+        result = execute(op, args)
+    else:
+        with cast_before_kernel(op, out, args):
+            result = execute(op, args)
     if out is not None:
         return write_out(op, out, with_history(op, args, out_grad(op, args, out, result), False), args)
     return with_history(op, args, result)
@@ -944,11 +948,14 @@ def check_inplace(op, self, spec):
         check_no_internal_overlap(self)
     if spec.shape != self.shape:
         raise RuntimeError(_unbroadcast_message(self, spec.shape))
-    if not _dt.can_cast(spec.dtype, self.dtype):
-        raise RuntimeError(
-            f"result type {scalar_name(spec.dtype)} can't be cast to the desired output type "
-            f"{scalar_name(self.dtype)}"
-        )
+    check_cast(spec.dtype, self)
+
+
+def check_cast(dtype, target):
+    """torch's error for a result of ``dtype`` that the in-place or out= tensor ``target`` cannot hold."""
+    if not _dt.can_cast(dtype, target.dtype):
+        raise RuntimeError(f"result type {scalar_name(dtype)} can't be cast to the desired output type "
+                           f"{scalar_name(target.dtype)}")
 
 
 def check_out_dtype(dtype, out):
@@ -1013,13 +1020,34 @@ def call_inplace(op, args, recorded=False):
             result = op.composite(*args)
             check_inplace(op, self, result)
         else:
-            spec = op.meta(*args)
+            spec = _inplace_meta(op, self, args)
             check_inplace(op, self, spec)
             result = execute(op, args, spec)
         write_inplace(op, self, args, result)
     if before is not None:
         AUTOGRAD.finish_inplace(op, before, args, self)
     return self
+
+
+def _inplace_meta(op, self, args):
+    """``op.meta(*args)``, with torch's order of errors for writing into ``self`` (`cast_before_kernel`)."""
+    with cast_before_kernel(op, self, args):
+        return op.meta(*args)
+
+
+@contextlib.contextmanager
+def cast_before_kernel(op, target, args):
+    """Where ``op`` finds no kernel for its result's dtype, torch's error for a result that the in-place or out=
+    tensor ``target`` cannot hold comes first (``int_tensor.bitwise_and_(2.5)``: RuntimeError, not
+    NotImplementedError): its TensorIterator checks the cast before it dispatches (`pointwise_base.defpointwise`'s
+    ``promoted_meta``)."""
+    try:
+        yield
+    except NotImplementedError:
+        promoted = op.attrs.get("promoted_meta")
+        if promoted is not None and isinstance(target, Tensor):
+            check_cast(promoted(*args).dtype, target)
+        raise
 
 
 def write_out(op, out, result, args):
@@ -1036,11 +1064,7 @@ def write_out(op, out, result, args):
         raise RuntimeError(
             f"Expected out tensor to have device {result.device}, but got {out.device} instead"
         )
-    if not _dt.can_cast(result.dtype, out.dtype):
-        raise RuntimeError(
-            f"result type {scalar_name(result.dtype)} can't be cast to the desired output type "
-            f"{scalar_name(out.dtype)}"
-        )
+    check_cast(result.dtype, out)
     check_no_internal_overlap(out)
     copies = out._requires_grad and AUTOGRAD is not None and AUTOGRAD.is_grad_enabled() and _out_copies(op, args)
     if out.shape != result.shape:

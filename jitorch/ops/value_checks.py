@@ -125,7 +125,8 @@ def _replay(arrays, name, template, places):
     of ``arrays`` go, at ``places`` (an argument's position, or its position and a position within it)."""
     args = [list(a) if isinstance(a, (list, tuple)) else a for a in template]
     for arr, place in zip(arrays, places):
-        t = registry.Tensor._fresh(np.ascontiguousarray(arr), from_numpy_dtype(arr.dtype))
+        # (asarray: ascontiguousarray would make a 0-d value, index_fill's fill value, 1-d)
+        t = registry.Tensor._fresh(np.asarray(arr, order="C"), from_numpy_dtype(arr.dtype))
         if len(place) == 1:
             args[place[0]] = t
         else:

@@ -36,12 +36,15 @@ class ASGD(Optimizer):
         step_t = self._step_counter(p)
         grad = step_grad(p, group)
         if compiler.is_compiling():
-            from .. import maximum, ones_like
-            p.mul_(1 - lambd * eta)
-            p.addcmul_(grad, eta, value=-1)
+            from .. import float64, maximum, ones_like
+            # in float64, as eager's Python floats: torch's capturable form computes ``1 - lambd * eta`` and the
+            # new eta in the float32 state's dtype, 1e-7 off eager's steps of a float64 parameter
+            eta64, step64 = eta.to(float64), step_t.to(float64)
+            p.mul_(1 - lambd * eta64)
+            p.addcmul_(grad, eta64, value=-1)
             ax.add_(p.sub(ax).mul_(mu))
-            eta.copy_(lr / ((1 + lambd * lr * step_t) ** alpha))
-            mu.copy_(1 / maximum(step_t - t0, ones_like(step_t)))
+            eta.copy_(lr / ((1 + lambd * lr * step64) ** alpha))
+            mu.copy_(1 / maximum(step64 - t0, ones_like(step64)))
             return
         eta_value = eta.item()
         p.mul_(1 - lambd * eta_value)

@@ -273,7 +273,9 @@ def _as_traced(group):
     traced = {k: v for k, v in group.items() if k not in ("params", "lr")}
     compiler.guard(lambda: all(group.get(k) == v for k, v in traced.items()),
                    "the optimizer's hyperparameters (momentum, betas, ...) are unchanged")
-    return dict(group, lr=compiler.dynamic_scalar(lambda: group["lr"], dtype=float32))
+    # float64 where a parameter is: a float32 rate moved float64 parameters 1e-8 off eager's steps (lr=0.1)
+    wide = any(getattr(p, "dtype", None) is float64 for p in group["params"])
+    return dict(group, lr=compiler.dynamic_scalar(lambda: group["lr"], dtype=float64 if wide else float32))
 
 
 def numpy_step_allowed(*numbers):

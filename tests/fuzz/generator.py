@@ -79,6 +79,13 @@ HALF_DIFFERS = {"matrix_exp", "addr", "rsqrt"}
 # INTEGER_OPERAND, and its program has no gradient run against torch.
 TORCH_WRONG_BY_AN_INTEGER = {"atan2"}
 INTEGER_OPERAND = " of an integer"
+# The tag's ending of a ``topk`` or ``kthvalue`` whose gradient lands on one of several tied elements: which one is
+# each library's choice for topk (torch's follows libstdc++'s partial sort; fuzz seed 7805437,
+# docs/differences-from-torch.md), and one rounding may swap near ties of computed values; so its program has no
+# gradient run against torch. Its values are compared, and so are the indices and gradients of max/min/median/
+# sort/cummax/kthvalue among exact ties, where jitorch picks the element torch does.
+AMONG_TIES = " among ties"
+MARKERS = {"integer operand": INTEGER_OPERAND, "ties": AMONG_TIES}
 # Of ops returning several tensors, which results are the same in every library (sort's indices only when
 # stable; topk, kthvalue and median only their values: ties make their indices unspecified).
 RESULT_CHOICES = {"sort": (0,), "topk": (0,), "kthvalue": (0,), "median": (0,)}
@@ -387,7 +394,7 @@ class Generator:
         args, kwargs, operands_exact = made
         marker = kwargs.pop("_", "")
         overlapping = marker == "overlap"
-        tag = entry.name + (INTEGER_OPERAND if marker == "integer operand" else "")
+        tag = entry.name + MARKERS.get(marker, "")
         exact = operands_exact and (primary is None or not needs_self or primary.facts.exact)
         if entry.name in DISCONTINUOUS and not exact:
             return None
@@ -1183,14 +1190,56 @@ def _hint_roll(g, env, tensors, v, entry):
 
 
 def _hint_k(g, env, tensors, v, entry):
-    """topk, kthvalue: a ``k`` within the chosen dim."""
+    """topk, kthvalue: a ``k`` within the chosen dim; marked `AMONG_TIES` where the selection ties."""
     if v.ndim == 0 or 0 in v.shape:
         return None
     d = g.rng.randrange(v.ndim)
     k = g.rng.randint(1, v.shape[d])
-    if entry.name == "topk":
-        return [v.ref, str(k), str(d), repr(g.rng.random() < 0.5)], {}, v.facts.exact
-    return [v.ref, str(k), str(d), repr(g.rng.random() < 0.5)], {}, v.facts.exact
+    flag = g.rng.random() < 0.5  # topk's largest, kthvalue's keepdim
+    n = v.shape[d]
+    if entry.name == "topk":  # a tie among the k selected values or with the next
+        tied = _ties(v.value.sort(d, descending=flag)[0].narrow(d, 0, min(k + 1, n)), d, v.facts.exact)
+    else:  # both libraries pick the same of exactly tied elements; near ties may swap by a rounding
+        start = max(k - 2, 0)
+        tied = not v.facts.exact and _ties(v.value.sort(d)[0].narrow(d, start, min(k + 1, n) - start), d, False)
+    return [v.ref, str(k), str(d), repr(flag)], {"_": "ties"} if tied else {}, v.facts.exact
+
+
+def _ties(order, dim, exact):
+    """Whether neighbours along ``dim`` of sorted values are equal (both NaN too), or for values of an inexact
+    computation (`Facts.exact`), so close that another library's roundings may order them otherwise."""
+    a, b = order.narrow(dim, 0, order.shape[dim] - 1), order.narrow(dim, 1, order.shape[dim] - 1)
+    if not a.is_floating_point():
+        return bool((a == b).any())
+    a, b = a.double(), b.double()
+    same = (a == b) | (a.isnan() & b.isnan())
+    if not exact:
+        same |= (a - b).abs() <= 1e-2 * torch.maximum(a.abs(), b.abs()) + 1e-6
+    return bool(same.any())
+
+
+def _hint_mode(g, env, tensors, v, entry):
+    """No ``mode`` of an operand holding NaN: torch 2.13's CPU kernel sorts with ``<``, which is no ordering
+    there, so its value and index are whatever its sort left (docs/differences-from-torch.md)."""
+    made = g.generic_args(env, tensors, v, entry.schema)
+    if made is None or v.is_float and bool(v.value.isnan().any()):
+        return None
+    return made
+
+
+def _hint_full_rank(g, env, tensors, v, entry):
+    """qr, geqrf, svd, pinverse: only of matrices of full rank. Past a matrix's rank, a factor's columns span the
+    rest of the space in a basis that rounding noise chooses, each library's its own (fuzz seed 7820783: ``qr``
+    of a matrix with a repeated column), and pinverse's default cutoff (1e-15 of the largest singular value)
+    inverts a float32 SVD's noise (seed 7822517: torch's pinverse of a 3x4 matrix of ones is -4194304.5 where
+    the exact one is 1/12)."""
+    made = g.generic_args(env, tensors, v, entry.schema)
+    if made is None or not v.is_float or v.ndim < 2 or 0 in v.shape:
+        return made
+    a = v.value.double()
+    if not bool(a.isfinite().all()) or bool((torch.linalg.matrix_rank(a, rtol=1e-4) < min(a.shape[-2:])).any()):
+        return None
+    return made
 
 
 def _hint_sort(g, env, tensors, v, entry):
@@ -1277,7 +1326,8 @@ ARG_HINTS = {
     "baddbmm": _hint_matmul, "cat": _hint_cat, "concat": _hint_cat, "concatenate": _hint_cat, "stack": _hint_cat,
     "hstack": _hint_cat, "vstack": _hint_cat, "row_stack": _hint_cat, "dstack": _hint_cat,
     "column_stack": _hint_cat, "repeat": _hint_repeat, "tile": _hint_repeat, "repeat_interleave": _hint_repeat,
-    "roll": _hint_roll, "topk": _hint_k, "kthvalue": _hint_k, "sort": _hint_sort, "argsort": _hint_sort,
+    "roll": _hint_roll, "topk": _hint_k, "kthvalue": _hint_k, "mode": _hint_mode,
+    "qr": _hint_full_rank, "geqrf": _hint_full_rank, "svd": _hint_full_rank, "pinverse": _hint_full_rank, "sort": _hint_sort, "argsort": _hint_sort,
     "zeros": _hint_creation, "ones": _hint_creation, "full": _hint_creation, "zeros_like": _hint_creation,
     "ones_like": _hint_creation, "full_like": _hint_creation, "new_zeros": _hint_creation,
     "new_ones": _hint_creation, "new_full": _hint_creation, "arange": _hint_creation, "linspace": _hint_creation,
@@ -1376,7 +1426,7 @@ TORCH_WRONG_GRADIENT = {"as_strided_scatter", "ldexp", "cholesky_solve", "choles
 
 def _torch_gradient_wrong(tag):
     tag = tag.removesuffix("_")
-    return tag in TORCH_WRONG_GRADIENT or tag.endswith(INTEGER_OPERAND)
+    return tag in TORCH_WRONG_GRADIENT or tag.endswith((INTEGER_OPERAND, AMONG_TIES))
 
 
 def _with_grad(program):

@@ -12,7 +12,9 @@ those chains).
 import pytest
 
 from tests.fuzz.__main__ import describe
-from tests.fuzz.generator import INTEGER_OPERAND, generate, grad_valid, op_table
+import torch
+
+from tests.fuzz.generator import AMONG_TIES, INTEGER_OPERAND, _ties, generate, grad_valid, op_table
 from tests.fuzz.minimise import minimise
 from tests.fuzz.oracle import CPU_MODES, MODES, check
 
@@ -63,11 +65,31 @@ def test_atan2_of_an_integer_takes_no_gradient_run_against_torch():
     assert grad_valid(program) and not program.grad
 
 
+def test_topk_among_ties_takes_no_gradient_run_against_torch_seed_7805437():
+    """Seed 7805437's ``x0.topk(3, 0, False)`` selects among equal values, whose gradient torch and jitorch give
+    to different ones of them; the program keeps its value runs and has no gradient run against torch."""
+    program, _ = generate(7805437, table=TABLE)
+    assert [s.tag for s in program.body if "topk" in s.tag] == ["topk" + AMONG_TIES]
+    assert grad_valid(program) and not program.grad
+    assert not check(program, CPU_MODES).mismatches
+
+
+def test_ties_are_equal_neighbours_or_for_computed_values_near_ones():
+    row = torch.tensor([[-1.0, 0.5, 0.5, 2.0]])
+    assert _ties(row, 1, exact=True) and not _ties(row[:, 2:], 1, exact=True)
+    assert _ties(torch.tensor([1.0, float("nan"), float("nan")]), 0, exact=True)
+    assert not _ties(torch.tensor([1.0, float("nan")]), 0, exact=True)
+    near = torch.tensor([1.0, 1.0 + 2 ** -20, 3.0])
+    assert _ties(near, 0, exact=False) and not _ties(near, 0, exact=True)
+    assert _ties(torch.tensor([[2, 2], [1, 3]]), 1, exact=True) and not _ties(torch.tensor([[1, 2]]), 1, True)
+
+
 @pytest.mark.parametrize("seed, chains", [(7610840, 0.0), (7610939, 0.0), (7612221, 0.0), (7612269, 0.0),
                                           (7612101, 0.0), (7701141, 0.2), (7701876, 0.2), (7802351, 0.0),
                                           (7802475, 0.0), (7802741, 0.0),
                                           (7811027, 0.2), (7811197, 0.2),
-                                          (7803691, 0.0), (7804472, 0.0), (7805681, 0.0)])
+                                          (7803691, 0.0), (7804472, 0.0), (7805681, 0.0), (7805437, 0.0),
+                                          (7820309, 0.0), (7820783, 0.0), (7822517, 0.0), (7822899, 0.0)])
 def test_fixed_failures_run_alike_in_every_cpu_mode(seed, chains):
     """Failures of helper 125's campaign, fixed: 7610840 (``as_strided_`` on a captured tensor past its
     elements, tests/jit/test_compiled_inplace_view_captures.py), 7610939 (``acosh`` of torch's float32 ``i0(0)``,
@@ -89,6 +111,11 @@ def test_fixed_failures_run_alike_in_every_cpu_mode(seed, chains):
     `generator.TORCH_WRONG_GRADIENT`), 7805681 (``atan2`` of a uint8 and a float32 tensor: jitorch's gradient
     squared the uint8 operand in uint8, and torch's does too: tests/autograd/test_rules_elementwise.py; such
     statements are `generator.TORCH_WRONG_BY_AN_INTEGER`; the op table has grown since, so today's program of
-    this seed holds no atan2: `test_atan2_of_an_integer_takes_no_gradient_run_against_torch`)."""
+    this seed holds no atan2: `test_atan2_of_an_integer_takes_no_gradient_run_against_torch`), 7805437 (``topk``'s
+    gradient among ties goes to other equal elements than torch's: `generator.AMONG_TIES`).
+    Session 40's: 7820309 (a dead ``index_fill`` by a 0-d value left a check that replayed it with the value 1-d,
+    raising in the compiled call: tests/jit/test_value_checks.py), 7820783 (``qr`` of a matrix with a repeated
+    column: past the rank, Q's columns are rounding noise's choice; `generator._hint_full_rank`), 7822899 (the
+    same), 7822517 (torch's ``pinverse`` of a rank-1 float32 matrix inverts its SVD's noise)."""
     program, _ = generate(seed, table=TABLE, chains=chains)
     assert not check(program, CPU_MODES).mismatches

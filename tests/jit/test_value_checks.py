@@ -236,3 +236,57 @@ def test_an_input_updated_by_the_kernel_that_computes_a_checked_value_is_not_wri
     g(x, jt.tensor([1.0, 0.0, 1.0]))
     np.testing.assert_allclose(x.numpy(), np.float32([-5, -6, -7]) + 2 / (1 + np.exp(np.float32([5, 6, 7]))),
                                rtol=1e-6)
+
+
+@pytest.mark.parametrize("index, error", [([2, 0, 2], None), ([2, 5], "index 5 is out of bounds for dimension 1 with size 5")])
+def test_a_dead_index_fill_by_a_0d_value_tensor_replays_with_the_value_0d_seed_7820309(index, error):
+    """Fuzz seed 7820309: the check left for an unused ``index_fill`` replayed it with its 0-d fill value made
+    1-d (``np.ascontiguousarray`` gives at least one dim), so a compiled call raised "only supports a
+    0-dimensional value tensor" where eager returns. Good indices now pass, bad ones raise eager's error."""
+    def f(x, i, v):
+        x.index_fill(1, i, v)
+        return x * 2
+
+    args = (jt.tensor(X45), jt.tensor(index), jt.tensor(2.0))
+    g = jt.compile(f)
+    low = g.lower(*args)
+    (check,) = [n for n in low.executable.graph.nodes if n.op.name == "_check_values"]
+    assert check.args[2][0] == "index_fill.Tensor"
+    for call in (f, g, g):
+        if error is None:
+            np.testing.assert_array_equal(call(*args).numpy(), X45 * 2)
+        else:
+            with pytest.raises(IndexError, match=error):
+                call(*args)
+
+
+def test_a_compiled_forward_with_a_backward_checks_targets_before_writing_running_statistics():
+    """A compiled call in grad mode runs the forward graph cut from its joint trace (`jit.partition`). The cut
+    put the target check, which no output reads, into the backward graph: a bad target then raised the gather's
+    RuntimeError where eager raises torch's IndexError, after the batch norm had updated its running statistics.
+    The check is the forward's now, and runs first; good targets train as eagerly."""
+    jt.manual_seed(0)
+    model = jt.nn.Sequential(jt.nn.Linear(3, 4), jt.nn.BatchNorm1d(4))
+    twin = jt.nn.Sequential(jt.nn.Linear(3, 4), jt.nn.BatchNorm1d(4))
+    twin.load_state_dict(model.state_dict())
+
+    def loss_of(net):
+        return lambda x, t: jt.nn.functional.cross_entropy(net(x), t)
+
+    g = jt.compile(loss_of(model))
+    x, good, bad = jt.tensor(X45[:, :3] * 3), jt.tensor([0, 1, 2, 3]), jt.tensor([0, 1, 9, 3])
+    for _ in range(2):
+        g(x, good).backward()
+        loss_of(twin)(x, good).backward()
+    (entry,) = g.cache.values()
+    forward_ops = [n.op.name for n in entry.split.forward.graph.nodes]
+    assert "_check_values" in forward_ops
+    assert "_check_values" not in [n.op.name for n in entry.split.backward.graph.nodes]
+    state = {k: v.numpy().copy() for k, v in model.state_dict().items()}
+    for _ in range(2):
+        with pytest.raises(IndexError, match=r"^Target 9 is out of bounds\.$"):
+            g(x, bad)
+    assert all(np.array_equal(state[k], v.numpy()) for k, v in model.state_dict().items())
+    for p, q in zip(model.parameters(), twin.parameters()):
+        np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(model[1].running_var.numpy(), twin[1].running_var.numpy(), rtol=1e-6)
