@@ -106,3 +106,20 @@ def test_make_dual_tangent_is_written_by_inplace_ops_as_torchs():
             d = ad.make_dual(T.ones(3, dtype=T.float64), t)
             d.mul_(2)
         assert t.tolist() == [2.0, 2.0, 2.0], T.__name__
+
+
+def test_a_tangent_copied_in_from_another_dtype_takes_its_primals_dtype_seed_7840174():
+    """Seed 7840174: a float64 tensor with no tangent takes a float32 input's in place. torch's tangent stays
+    float32 (the source's, as is); jitorch's has the primal's dtype, with the same values."""
+    def run(T):
+        t0 = T.zeros(4, 3, dtype=T.float64)
+
+        def f(x):
+            v = t0.clone()
+            v[::1] = x
+            return v
+        return T.func.jvp(f, (T.ones(4, 3),), (T.arange(12.0).reshape(4, 3),))
+
+    (p, t), (tp, tt) = run(jitorch), run(torch)
+    assert p.dtype == t.dtype == jitorch.float64 and tt.dtype == torch.float32
+    assert t.tolist() == tt.tolist() == torch.arange(12.0).reshape(4, 3).tolist()
