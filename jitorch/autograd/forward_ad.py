@@ -12,8 +12,12 @@ backward with history, and that backward's backward (about four times the op). T
 through dispatch too, so tangents of outer levels reach the inner level's tangents (forward over forward),
 and they keep their history where the operands require grad (reverse over forward).
 
-An in-place op gives its target the tangent of the result; written through a view, the base's tangent is
-not updated (torch's is).
+As torch's, a view's tangent is the same view of its base's tangent (when the tangent is laid out as the
+primal), and an in-place op writes its result's tangent into its target's tangent, so that the tangents of
+the target's views and base see the write as their primals do (and the tangent given to `make_dual` is
+written too). Written through a view of a base without a tangent, the base gets one (zeros but where
+written), as torch's. A target whose tangent overlaps itself (an expanded zero) gets the result's tangent
+as a new tensor.
 """
 
 from __future__ import annotations
@@ -217,6 +221,56 @@ def _jvp(op, args, pairs, outer_grad):
     return [next(found) if any(o is x for x in live) else None for o in outs]
 
 
+def _geometry(t):
+    return tuple(t.shape), tuple(t.stride()), t.storage_offset(), t.dtype
+
+
+def _viewed(op, args, pairs, outs):
+    """The tangents of a view op's results, the same view of the operand's tangent (sharing its memory, so
+    that writes to either reach the other's views), or None where the op is not such a view: its result
+    shares no memory with the one operand that has a tangent, or that tangent is laid out otherwise than
+    its primal (``as_strided`` reads the layout)."""
+    if len(pairs) != 1:
+        return None
+    t, tangent = pairs[0]
+    if _geometry(t) != _geometry(tangent) or not all(
+            isinstance(o, Tensor) and o._storage is t._storage for o in outs):
+        return None
+    result = registry.call(op, registry.map_tensors(op, args, lambda a: tangent if a is t else a))
+    viewed = [result] if isinstance(result, Tensor) else list(result)
+    if [_geometry(v)[:2] for v in viewed] != [_geometry(o)[:2] for o in outs]:
+        return None
+    return viewed
+
+
+def _own(tangents, pairs):
+    """``tangents`` with those that share memory with an operand's tangent (an op whose derivative passes
+    the tangent on, as clone's) copied: an in-place op writes a tangent, which only its views may see."""
+    shared = {id(tangent._storage) for _, tangent in pairs}
+    return [tg.clone() if tg is not None and id(tg._storage) in shared else tg for tg in tangents]
+
+
+def _through_base(t, lv):
+    """For a view ``t`` of a base that has no tangent at ``lv``: zeros as the base's tangent, laid out as the
+    base, and ``t``'s the same view of them (returned), so that a write into ``t``'s tangent reaches the
+    base's, as torch's; None where ``t`` is no such view."""
+    base = t._base
+    found = _tangents(base) if base is not None else None
+    if base is None or (found and lv in found) or not _is_float(base.dtype) or not base.numel() or not t.numel():
+        return None
+    extent = 1 + max(x.storage_offset() + sum((n - 1) * st for n, st in zip(x.shape, x.stride())) for x in (base, t))
+    memory = base.detach().new_zeros((extent,))
+    _attach(base, lv, memory.as_strided(base.shape, base.stride(), base.storage_offset()))
+    view = memory.as_strided(t.shape, t.stride(), t.storage_offset())
+    _attach(t, lv, view)
+    return view
+
+
+def _writable(t):
+    """Whether ``t`` can take a write in place: no element reached twice (an expanded tangent)."""
+    return all(st != 0 or n <= 1 for n, st in zip(t.shape, t.stride()))
+
+
 class ForwardHook(registry.TransformHook):
     """The dispatch hook of an open forward-AD level (see the module's docstring)."""
 
@@ -240,12 +294,20 @@ class ForwardHook(registry.TransformHook):
         outer_grad = is_grad_enabled()
         with _set_aside(lv, [t for t, _ in pairs]):
             result = registry.call(op, args)
-            tangents = _jvp(op, args, pairs, outer_grad)
-        outs = [result] if isinstance(result, Tensor) else list(result)
+            outs = [result] if isinstance(result, Tensor) else list(result)
+            tangents = _viewed(op, args, pairs, outs) or _own(_jvp(op, args, pairs, outer_grad), pairs)
         for o, tangent in zip(outs, tangents):
             if tangent is not None and isinstance(o, Tensor):
                 _attach(o, lv, tangent)
         return result
+
+    def write_out(self, out, result):
+        """A composite op's ``out=`` write of a result with a tangent at this level: a ``copy_``, which
+        gives ``out`` that tangent (a plain write would not)."""
+        found = _tangents(result)
+        if threading.get_ident() != self.thread or not found or self.level not in found:
+            return NotImplemented
+        return registry.call_inplace(registry.OPS["copy"], (out, result, False))
 
     def call_inplace(self, op, args):
         lv, pairs = self._top(op, args)
@@ -254,12 +316,20 @@ class ForwardHook(registry.TransformHook):
         target = args[0]
         outer_grad = is_grad_enabled()
         with _set_aside(lv, [t for t, _ in pairs]):
-            tangent = _jvp(op, args, pairs, outer_grad)[0]
+            tangent = _own(_jvp(op, args, pairs, outer_grad), pairs)[0]
             registry.call_inplace(op, args)
         found = _tangents(target)
-        if tangent is not None:
+        old = found.get(lv) if found else None
+        if old is None and tangent is not None:
+            old = _through_base(target, lv)
+        if old is not None and _writable(old) and _geometry(old)[:2] == _geometry(target)[:2]:
+            if tangent is None:
+                old.zero_()
+            else:
+                old.copy_(tangent)
+        elif tangent is not None:
             _attach(target, lv, tangent.to(target.dtype) if _is_float(target.dtype) else tangent)
-        elif found and lv in found:
+        elif old is not None:
             del found[lv]
         return target
 

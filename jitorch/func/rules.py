@@ -59,6 +59,9 @@ def along_dim(op, args, size, batched, physical):
     return shifted_dim(op, args, size, batched, physical)
 
 
+_RESULT_DIMS = {"stack", "unsqueeze"}  # their dim counts the result's dimensions, which a 0-d sample has
+
+
 def shifted_dim(op, args, size, batched, physical):
     """`along_dim` whatever the tensors' ranks (``select_scatter``'s source has one dimension less)."""
     i = op.arg_names.index("dim")
@@ -73,6 +76,8 @@ def shifted_dim(op, args, size, batched, physical):
             new[i] = [1]
             return op, new
         d = list(range(1, first.ndim + 1))
+    elif op.public_name not in _RESULT_DIMS and any(t.ndim == 0 for t in _tensors(op, args)):
+        return None  # a dim of a 0-d sample (0 or -1) would name the batch dimension (fuzz seed 7840825)
     elif isinstance(d, int):
         d = _shift(d)
     else:

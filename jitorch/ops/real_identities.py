@@ -63,9 +63,8 @@ def _untracked(view):
     outputs (fuzz seeds 7101099, 7101504, 7103254). It shares the storage's version counter, where torch
     gives each output its own (docs/differences-from-torch.md)."""
     t = registry.Tensor._make(view._storage, view._shape, view._stride, view._offset)
-    cached = view.__dict__.get("_trace_value")  # (a traced fake's value, as the view's)
-    if cached is not None:
-        t._trace_value = cached
+    if view.__dict__:  # what transforms keep on the view: a traced fake's value, forward-AD tangents (seed 7840219)
+        t.__dict__.update(view.__dict__)
     if view.grad_fn is not None:  # (not a view made without grad mode, which requires grad with no history)
         t.grad_fn = view.grad_fn
         t._requires_grad = True

@@ -1,0 +1,125 @@
+"""Tangents through views and in-place ops, as torch's: a view's tangent is the same view of its base's
+tangent, an in-place op writes its target's tangent in place (fuzz seeds of tests/fuzz/transforms.py)."""
+
+import torch
+
+import jitorch
+from jitorch.autograd import forward_ad as fwd
+
+
+def _jvp_both(build, x, t):
+    """``jvp`` of ``build(T)`` at float64 ``x`` along ``t`` in torch and jitorch: their flat results."""
+    found = []
+    for T in (torch, jitorch):
+        primals, tangents = T.func.jvp(build(T), (T.tensor(x, dtype=T.float64),), (T.tensor(t, dtype=T.float64),))
+        found.append([v.tolist() for v in (*primals, *tangents)])
+    return found
+
+
+def _close(got, want):
+    return torch.allclose(torch.tensor(got, dtype=torch.float64), torch.tensor(want, dtype=torch.float64),
+                          rtol=1e-12, atol=1e-12)
+
+
+def test_a_view_taken_before_an_inplace_write_sees_its_tangent_seed_7840014():
+    """Seed 7840014's kind (first seen as seed 5): ``v = x.movedim(..)`` then ``x.round_()``; v's tangent
+    stayed x's old one (2.70 where torch's is 0)."""
+    def build(T):
+        def f(x):
+            v = x.movedim(1, 0)
+            x[0] = 1.0
+            x.round_()
+            return (v,)
+        return f
+    x, t = [[0.3, -1.2], [2.6, 0.1]], [[1.0, 2.0], [-0.5, 3.0]]
+    got, want = _jvp_both(build, x, t)
+    assert got == want == [[[1.0, 3.0], [1.0, 0.0]], [[0.0, 0.0], [0.0, 0.0]]]
+
+
+def test_a_write_through_a_view_reaches_the_base_tangent_seed_7840006():
+    """Seed 7840006: ``v = x.movedim(-1, -2); x.reciprocal_(); v.erf_()``, then x's tangent ignored the erf."""
+    def build(T):
+        def f(x):
+            v = x.movedim(-1, -2)
+            x.reciprocal_()
+            v.erf_()
+            return (x,)
+        return f
+    got, want = _jvp_both(build, [[[0.4]]], [[[1.5]]])
+    assert _close(got, want)
+
+
+def test_the_view_tangent_shares_the_base_tangent_memory():
+    with fwd.dual_level():
+        x = fwd.make_dual(jitorch.ones(3, 2, dtype=jitorch.float64), jitorch.ones(3, 2, dtype=jitorch.float64))
+        v = x.t()[1]
+        x.mul_(3)
+        tv, tx = fwd.unpack_dual(v).tangent, fwd.unpack_dual(x).tangent
+        assert tv.untyped_storage().data_ptr() == tx.untyped_storage().data_ptr()
+        assert tv.tolist() == [3.0, 3.0, 3.0]
+
+
+def test_a_clone_tangent_is_not_written_by_a_later_inplace_op_seed_7840036():
+    """Seed 7840036: clone's tangent was its operand's own tensor (its derivative passes it on), so an in-place
+    op on the operand, now writing its tangent in place, would have changed the clone's."""
+    def build(T):
+        def f(x):
+            y = x * 1.0
+            c = y.clone()
+            y.atan_()
+            return c, y
+        return f
+    got, want = _jvp_both(build, [0.5, -2.0], [1.0, 3.0])
+    assert _close(got, want) and got[2] == [1.0, 3.0]
+
+
+def test_a_composite_op_out_gets_the_tangent_seed_7840036():
+    """Seed 7840036: ``tensordot(x, x, out=v)`` (a composite op; its out= write bypassed the hook) gave v
+    no tangent: 0 where torch's is 9."""
+    def build(T):
+        def f(x):
+            v = T.zeros((), dtype=T.float64)
+            T.tensordot(x, x, out=v)
+            return (v,)
+        return f
+    got, want = _jvp_both(build, [[1.0], [2.0], [-1.0]], [[0.5], [1.0], [2.0]])
+    assert got == want == [6.0, 1.0]
+
+
+def test_an_inplace_view_op_on_a_dual_seed_7840052():
+    """Seed 7840052: ``x.as_strided_([3, 2], [0, 0])`` changes x's shape: its tangent is not written in place
+    (a [5, 1] tangent cannot take the [3, 2] one), it is replaced."""
+    def build(T):
+        def f(x):
+            x.as_strided_([3, 2], [1, 0])
+            return (T.std_mean(x, True)[0],)
+        return f
+    got, want = _jvp_both(build, [[1.0], [2.0], [-1.0], [0.5], [3.0]], [[0.5], [1.0], [2.0], [-1.0], [1.5]])
+    assert _close(got, want)
+
+
+def test_make_dual_tangent_is_written_by_inplace_ops_as_torchs():
+    """torch's forward AD writes the tangent given to make_dual (and torch.func.jvp's) in place."""
+    for T, ad in ((torch, torch.autograd.forward_ad), (jitorch, fwd)):
+        t = T.ones(3, dtype=T.float64)
+        with ad.dual_level():
+            d = ad.make_dual(T.ones(3, dtype=T.float64), t)
+            d.mul_(2)
+        assert t.tolist() == [2.0, 2.0, 2.0], T.__name__
+
+
+def test_a_tangent_copied_in_from_another_dtype_takes_its_primals_dtype_seed_7840174():
+    """Seed 7840174: a float64 tensor with no tangent takes a float32 input's in place. torch's tangent stays
+    float32 (the source's, as is); jitorch's has the primal's dtype, with the same values."""
+    def run(T):
+        t0 = T.zeros(4, 3, dtype=T.float64)
+
+        def f(x):
+            v = t0.clone()
+            v[::1] = x
+            return v
+        return T.func.jvp(f, (T.ones(4, 3),), (T.arange(12.0).reshape(4, 3),))
+
+    (p, t), (tp, tt) = run(jitorch), run(torch)
+    assert p.dtype == t.dtype == jitorch.float64 and tt.dtype == torch.float32
+    assert t.tolist() == tt.tolist() == torch.arange(12.0).reshape(4, 3).tolist()

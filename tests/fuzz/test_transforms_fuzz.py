@@ -1,0 +1,27 @@
+"""The transform fuzzer (tests/fuzz/transforms.py) on a fixed set of seeds: each random program runs under
+`jitorch.func.vmap` against the per-sample loop and torch.func.vmap, under `jvp` against torch.func.jvp and
+finite differences, and under vmap(grad) against the loop and torch. The seeds it once failed on are kept
+as regression cases.
+
+``python -m tests.fuzz.transforms --minutes 10`` runs the same check on new seeds."""
+
+import warnings
+
+import pytest
+
+from tests.fuzz.generator import generate, op_table
+from tests.fuzz.transforms import check
+
+FIXED = [7840006, 7840014, 7840036, 7840052, 7840174, 7840219, 7840825]
+SEEDS = list(range(7840800, 7840810)) + FIXED
+TABLE = op_table()
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_program_runs_alike_under_the_transforms(seed):
+    program, _ = generate(seed, table=TABLE)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        outcome = check(program)
+    assert not outcome.mismatches, "\n".join(str(m) for m in outcome.mismatches)
+    assert sum(outcome.ran.values()) > 0, "no transform ran on this program"

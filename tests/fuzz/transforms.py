@@ -1,0 +1,432 @@
+"""The fuzzer's transform mode: each random program (`generator`) run through ``vmap``, ``jvp`` and
+``vmap(grad(.))`` of ``jitorch.func`` and compared with a loop over samples and with ``torch.func``.
+
+For a program ``f`` (its first call only: contiguous inputs, the first binding of its closure variables),
+with ``SAMPLES`` samples whose input values are drawn as the program's own with other seeds:
+
+* ``vmap``: random ``in_dims`` (an int, negative or not, or None: that input is shared by every sample) and
+  ``out_dims``. ``vmap(f)`` must give what ``f`` gives on each sample, stacked at ``out_dims``, and write into
+  the batched inputs what ``f`` writes into each sample; it must also give, write and raise what
+  ``torch.func.vmap`` does on the same program (outputs, inputs, captured tensors after the call). The
+  comparison with the loop takes the fuzzer's tolerance (`oracle.TOLERANCE`) rather than bits: a batching
+  rule runs one op on all samples, and a reduction or product over the larger physical tensor may sum in
+  another order (its vector lanes, BLAS's blocking) than the same op on one sample. `Outcome.inexact` counts
+  the float outputs that were not bit for bit those of the loop.
+* ``jvp``: tangents for the float inputs (the others closed over): primal and tangent outputs against
+  ``torch.func.jvp``; where torch has no forward derivative for an op, the tangents of a program whose float
+  inputs are all float64 against central finite differences.
+* ``vmap(grad(loss))`` (programs the gradient run takes: `generator.grad_loss` of the outputs): per-sample
+  gradients of the float inputs against a loop of ``grad`` and against torch's ``vmap(grad(loss))``.
+
+Where torch raises and jitorch does not, jitorch's result must still be the loop's: torch's vmap refuses some
+programs that have a meaning (`TORCH_LIMITS`: ops without a batching rule whose fallback cannot run); an
+error torch raises for a program that has none (an in-place write of batched values into an unbatched tensor,
+reading a batched value) must be raised by jitorch too, with the same exception type.
+"""
+
+from __future__ import annotations
+
+import random
+import warnings
+import dataclasses
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+import jitorch
+
+from .generator import grad_loss
+from .old_values import reads_old_values
+from .oracle import TOLERANCE, TORCH_TOLERANCE, Mismatch, compare_output, record_value
+from .program import Instance, make_tensor
+
+SAMPLES = 3
+# torch.func refusals of programs that have a meaning (jitorch runs them by its per-sample fallback);
+# torch.func's grad transforms refuse in-place writes into captured tensors.
+TORCH_LIMITS = ("Batching rule not implemented", "fallback path doesn't work", "does not support it",
+                "not implemented", "NYI", "vmap: We do not yet support", "not supported with vmap",
+                "We cannot support this", "dynamic shape", "would mutate a captured Tensor")
+MODES = ("vmap", "jvp", "vmap-grad")
+
+
+@dataclass
+class Outcome:
+    """Mismatches found; which checks ran; float outputs equal to the loop's only within tolerance."""
+
+    mismatches: list = field(default_factory=list)
+    ran: dict = field(default_factory=dict)
+    inexact: int = 0
+
+
+@dataclass
+class Run:
+    outputs: list = field(default_factory=list)   # oracle.Output records
+    inputs: list = field(default_factory=list)    # the (physical) inputs after the call
+    state: dict = field(default_factory=dict)     # captured tensors after the call
+    error: str = ""
+    error_type: str = ""
+
+
+def _flatten(out):
+    if isinstance(out, (tuple, list)):
+        return [leaf for item in out for leaf in _flatten(item)]
+    return [out]
+
+
+def _library(name):
+    return torch if name == "torch" else jitorch
+
+
+def _func(T):
+    return torch.func if T is torch else jitorch.func
+
+
+def _sample(T, program, b):
+    """The inputs of sample ``b`` (contiguous)."""
+    return [make_tensor(T, d, "cpu", seed_offset=b)[0] for d in program.inputs]
+
+
+def _batched(T, program, in_dims):
+    """The physical inputs: each batched input's samples stacked at its in_dim; sample 0 where None."""
+    samples = [_sample(T, program, b) for b in range(SAMPLES)]
+    out = []
+    for i, d in enumerate(in_dims):
+        out.append(samples[0][i].clone() if d is None else T.stack([s[i] for s in samples], dim=d))
+    return out
+
+
+def _effective(in_dims, b):
+    return [b if d is not None else 0 for d in in_dims]
+
+
+def _record(T, inst, result, inputs, error=None):
+    run = Run()
+    if error is not None:
+        run.error, run.error_type = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}", \
+            type(error).__name__
+        return run
+    owners = [(t.untyped_storage().data_ptr(), ("input", i)) for i, t in enumerate(inputs) if t.numel()]
+    run.outputs = [record_value(T, v, owners) for v in _flatten(result)]
+    run.inputs = [record_value(T, t, []) for t in inputs]
+    run.state = {name: record_value(T, t, []) for name, t in inst.state().items()}
+    return run
+
+
+def _call(T, program, wrap, inputs):
+    """Run ``wrap(fn)(*inputs)`` on a fresh instance: the Run record."""
+    inst = Instance(program, T)
+    fn, _ = inst.build()
+    bases = [t.view_as(t) for t in inputs]  # (an in-place view op, as ``as_strided_``, changes the input's shape)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            with reads_old_values(T):
+                result = wrap(fn)(*inputs)
+        except Exception as e:  # the record says which error; the comparison decides whether it is one
+            return _record(T, inst, None, bases, e)
+    return _record(T, inst, result, bases)
+
+
+def _tensor_outputs(T, program):
+    """Positions of the program's flattened outputs that are tensors (torch.func maps only tensors), or None
+    when the program fails on sample 0."""
+    inst = Instance(program, T)
+    fn, _ = inst.build()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            leaves = _flatten(fn(*_sample(T, program, 0)))
+    except Exception:
+        return None
+    return [i for i, v in enumerate(leaves) if isinstance(v, T.Tensor)], leaves
+
+
+def _selecting(fn, keep):
+    def selected(*xs):
+        leaves = _flatten(fn(*xs))
+        return tuple(leaves[i] for i in keep)
+    return selected
+
+
+def _compare(found, mode, reference, got, want, table, what="", copied=()):
+    """Compare two Runs' outputs and inputs; append Mismatches. ``copied``: inputs jitorch's vmap maps
+    through a copy (docs/func.md), whose views torch's results may be and jitorch's are not."""
+    for kind, g, w in (("output", got.outputs, want.outputs), ("input", got.inputs, want.inputs)):
+        if len(g) != len(w):
+            found.append(Mismatch(mode, reference, what, f"{kind}s", f"{len(g)} vs {len(w)}"))
+            continue
+        for j, (a, b) in enumerate(zip(g, w)):
+            for diff, detail in compare_output(a, b, table, strides=False):
+                if diff == "alias" and kind == "output" and (reference == "loop" or (
+                        a.alias is None and b.alias in {("input", i) for i in copied})):
+                    continue  # the loop stacks its outputs into new memory
+                found.append(Mismatch(mode, reference, what, f"{kind} {j} {diff}", detail))
+
+
+def _limit(run):
+    return any(s in run.error for s in TORCH_LIMITS)
+
+
+def _errors(found, mode, got, want):
+    """Both raised, only one raised, or neither: whether to go on comparing values."""
+    if got.error and want.error:
+        if got.error_type != want.error_type and not _limit(want):
+            found.append(Mismatch(mode, "torch", "", "error type", f"{got.error} vs {want.error}"))
+        return False
+    if got.error:
+        found.append(Mismatch(mode, "torch", "", "error", f"{got.error} (torch ran)"))
+        return False
+    if want.error and not _limit(want):
+        found.append(Mismatch(mode, "torch", "", "no error", f"torch raised {want.error}"))
+        return False
+    return not want.error
+
+
+def _mapped(T, fn, in_dims, out_dims):
+    """``vmap(fn, in_dims, out_dims)``; torch's with out_dims 0 and its results' dims moved after: its
+    ``out_dims`` mishandle an output that no sample's value reaches (a non-zero one raises, a negative one on
+    an empty tensor gives a wrong shape or crashes the process)."""
+    if T is jitorch:
+        return jitorch.func.vmap(fn, tuple(in_dims), tuple(out_dims))
+
+    def moved(*xs):
+        outs = torch.func.vmap(fn, tuple(in_dims))(*xs)
+        return tuple(o.movedim(0, d) for o, d in zip(outs, out_dims))
+    return moved
+
+
+def _stacked(T, runs, dims):
+    """The loop's Run: per-sample outputs stacked at ``dims`` (per output)."""
+    out = Run()
+    for j in range(len(runs[0].outputs)):
+        values = [r.outputs[j] for r in runs]
+        first = values[0]
+        stack = np.stack([v.values for v in values], axis=dims[j] % (len(first.shape) + 1))
+        out.outputs.append(type(first)("tensor", first.dtype, stack.shape, stack))
+    return out
+
+
+def check_vmap(program, rng, outcome):
+    kept = _tensor_outputs(jitorch, program)
+    if kept is None or not kept[0] or not program.inputs:
+        return
+    keep, leaves = kept
+    in_dims = [None if rng.random() < 0.25 else rng.randint(-(len(d.shape) + 1), len(d.shape))
+               for d in program.inputs]
+    if all(d is None for d in in_dims):
+        in_dims[0] = 0
+    out_dims = [rng.randint(-(leaves[i].dim() + 1), leaves[i].dim()) for i in keep]
+    outcome.ran["vmap"] = outcome.ran.get("vmap", 0) + 1
+    loop = []
+    for b in range(SAMPLES):
+        inputs = [_sample(jitorch, program, e)[i] for i, e in enumerate(_effective(in_dims, b))]
+        loop.append(_call(jitorch, program, lambda fn: _selecting(fn, keep), inputs))
+        if loop[-1].error:
+            return  # the program has no meaning on these values
+    runs = {}
+    for name in ("jitorch", "torch"):
+        T = _library(name)
+        inputs = _batched(T, program, in_dims)
+        runs[name] = _call(T, program, lambda fn: _mapped(T, _selecting(fn, keep), in_dims, out_dims), inputs)
+    got, want = runs["jitorch"], runs["torch"]
+    found = outcome.mismatches
+    n = len(found)
+    if _errors(found, "vmap", got, want):
+        copied = [i for i, (d, decl) in enumerate(zip(in_dims, program.inputs))
+                  if d is not None and d % (len(decl.shape) + 1)]
+        _compare(found, "vmap", "torch", got, want, TORCH_TOLERANCE, copied=copied)
+        if got.state.keys() == want.state.keys():
+            for name in got.state:
+                if got.state[name].kind.startswith("unreadable") and want.state[name].kind.startswith("unreadable"):
+                    continue  # a batched tensor the call stored, read after the vmap: neither library can
+                for diff, detail in compare_output(got.state[name], want.state[name], TORCH_TOLERANCE, False):
+                    found.append(Mismatch("vmap", "torch", "", f"state {name} {diff}", detail))
+    if got.error:
+        return
+    stacked = _stacked(jitorch, loop, out_dims)
+    written = Run(outputs=stacked.outputs,
+                  inputs=[_stacked_input(loop, i, d, got.inputs[i]) for i, d in enumerate(in_dims)])
+    _compare(found, "vmap", "loop", got, written, TOLERANCE)
+    if len(found) == n:
+        outcome.inexact += sum(a.kind == "tensor" and a.values.dtype.kind == "f" and b.values.shape == a.values.shape
+                               and not np.array_equal(a.values, b.values, equal_nan=True)
+                               for a, b in zip(got.outputs, stacked.outputs))
+
+
+def _stacked_input(loop, i, dim, got):
+    """Input ``i`` after the loop, as the batched call's physical input should be (sample 0's for None)."""
+    if dim is None:
+        return got if any(r.inputs[i].values.tolist() != loop[0].inputs[i].values.tolist() for r in loop) \
+            else loop[0].inputs[i]
+    first = loop[0].inputs[i]
+    stack = np.stack([r.inputs[i].values for r in loop], axis=dim % (len(first.shape) + 1))
+    return type(first)("tensor", first.dtype, stack.shape, stack)
+
+
+def _float_split(program):
+    floats = [i for i, d in enumerate(program.inputs) if d.is_float]
+    return floats, [i for i in range(len(program.inputs)) if i not in floats]
+
+
+def _closing(fn, program, fixed, floats):
+    """``fn`` as a function of the float inputs, the others fixed."""
+    def of_floats(*xs):
+        args = list(fixed)
+        for i, x in zip(floats, xs):
+            args[i] = x
+        return fn(*args)
+    return of_floats
+
+
+def check_jvp(program, outcome):
+    floats, _ = _float_split(program)
+    kept = _tensor_outputs(jitorch, program)
+    if not floats or kept is None or not kept[0]:
+        return
+    keep = kept[0]
+    outcome.ran["jvp"] = outcome.ran.get("jvp", 0) + 1
+    runs = {}
+    for name in ("jitorch", "torch"):
+        T = _library(name)
+        inputs = _sample(T, program, 0)
+        tangents = tuple(_sample(T, program, 100)[i] for i in floats)
+        runs[name] = _call(T, program, lambda fn: lambda *xs: _func(T).jvp(
+            _closing(_selecting(fn, keep), program, xs, floats), tuple(xs[i] for i in floats), tangents), inputs)
+    got, want = runs["jitorch"], runs["torch"]
+    found = outcome.mismatches
+    if want.error and _limit(want) and not got.error:
+        _finite_differences(program, keep, floats, got, found)
+        return
+    if _errors(found, "jvp", got, want):
+        table = {k: 4 * v for k, v in TORCH_TOLERANCE.items()}
+        _compare(found, "jvp", "torch", got, _primal_dtype_tangents(want), table)
+
+
+def _primal_dtype_tangents(run):
+    """``run`` with each tangent recorded in its primal's dtype. torch's tangent of a tensor that had none
+    and took an in-place copy of another dtype's is the source's tangent as is (a float64 primal with a
+    float32 tangent, seed 7840174); jitorch's has the primal's dtype (docs/func.md). The values are the
+    same: every float32 is a float64."""
+    half = len(run.outputs) // 2
+    primals, tangents = run.outputs[:half], run.outputs[half:]
+    return dataclasses.replace(run, outputs=primals + [
+        dataclasses.replace(t, dtype=p.dtype) if p.kind == t.kind == "tensor" and p.dtype.startswith("float")
+        and t.dtype.startswith("float") else t for p, t in zip(primals, tangents)])
+
+
+def _finite_differences(program, keep, floats, got, found, eps=1e-6):
+    """Tangents of an all-float64 program against central differences (torch has no forward derivative)."""
+    if any(program.inputs[i].dtype != "float64" for i in floats):
+        return
+    tangents = [_sample(jitorch, program, 100)[i] for i in floats]
+    sides = []
+    for sign in (1, -1):
+        inputs = _sample(jitorch, program, 0)
+        for i, t in zip(floats, tangents):
+            inputs[i] = inputs[i] + sign * eps * t
+        run = _call(jitorch, program, lambda fn: _selecting(fn, keep), inputs)
+        if run.error:
+            return
+        sides.append(run.outputs)
+    half = len(got.outputs) // 2
+    for j, (plus, minus, tangent) in enumerate(zip(sides[0], sides[1], got.outputs[half:])):
+        if plus.dtype != "float64":
+            continue
+        fd = (plus.values - minus.values) / (2 * eps)
+        if not np.allclose(tangent.values, fd, rtol=1e-4, atol=1e-4 * max(1.0, float(np.nanmax(np.abs(fd), initial=0))),
+                           equal_nan=True):
+            found.append(Mismatch("jvp", "finite differences", "", f"tangent {j} values", _worst_text(tangent.values, fd)))
+
+
+def _worst_text(a, b):
+    diff = np.abs(a - b)
+    i = np.unravel_index(int(np.nanargmax(diff)), diff.shape) if diff.size else ()
+    return f"at {i}: {a[i]!r} vs {b[i]!r}"
+
+
+def check_vmap_grad(program, outcome):
+    floats, _ = _float_split(program)
+    if not program.grad or not floats:
+        return
+    outcome.ran["vmap-grad"] = outcome.ran.get("vmap-grad", 0) + 1
+
+    def loss_of(T, fn, fixed):
+        def loss(*xs):
+            total = grad_loss(T, _flatten(_closing(fn, program, fixed, floats)(*xs)))
+            return total if total is not None else T.zeros((), dtype=T.float64)
+        return loss
+
+    argnums = tuple(range(len(floats)))
+    loop = []
+    for b in range(SAMPLES):
+        inputs = _sample(jitorch, program, b)
+        loop.append(_call(jitorch, program, lambda fn: lambda *xs: jitorch.func.grad(
+            loss_of(jitorch, fn, xs), argnums)(*(xs[i] for i in floats)), inputs))
+        if loop[-1].error:
+            return
+    runs = {}
+    for name in ("jitorch", "torch"):
+        T = _library(name)
+        fixed = _sample(T, program, 0)
+        inputs = _batched(T, program, [0 if i in floats else None for i in range(len(program.inputs))])
+        runs[name] = _call(T, program, lambda fn: lambda *xs: _func(T).vmap(_func(T).grad(
+            loss_of(T, fn, fixed), argnums))(*(xs[i] for i in floats)), inputs)
+    got, want = runs["jitorch"], runs["torch"]
+    found = outcome.mismatches
+    if _errors(found, "vmap-grad", got, want):
+        _compare(found, "vmap-grad", "torch", Run(outputs=got.outputs), Run(outputs=want.outputs),
+                 {k: 4 * v for k, v in TORCH_TOLERANCE.items()})
+    if not got.error:
+        _compare(found, "vmap-grad", "loop", Run(outputs=got.outputs), _stacked(jitorch, loop, [0] * len(floats)),
+                 TOLERANCE)
+
+
+def check(program):
+    """Run ``program`` through the transforms: an `Outcome`."""
+    outcome = Outcome()
+    rng = random.Random(program.seed * 7 + 1)
+    for step in (lambda: check_vmap(program, rng, outcome), lambda: check_jvp(program, outcome),
+                 lambda: check_vmap_grad(program, outcome)):
+        try:
+            step()
+        except Exception as e:  # the harness's own failure on a program is a finding too
+            outcome.mismatches.append(Mismatch("harness", "", "", "crash", f"{type(e).__name__}: {e}"))
+    return outcome
+
+
+def main(argv=None):
+    """``python -m tests.fuzz.transforms --minutes 10 --start 7840000``: programs from consecutive seeds
+    through the transforms until the time is up; prints each failing seed with its mismatches."""
+    import argparse
+    import time
+
+    from .generator import generate, op_table
+
+    parser = argparse.ArgumentParser(prog="python -m tests.fuzz.transforms", description=main.__doc__)
+    parser.add_argument("--minutes", type=float, default=1.0)
+    parser.add_argument("--start", type=int, default=7_840_000, help="the first seed")
+    args = parser.parse_args(argv)
+    warnings.simplefilter("ignore")
+    table = op_table()
+    started, seed, programs, failing, ran, inexact = time.time(), args.start, 0, 0, {}, 0
+    while time.time() - started < 60 * args.minutes:
+        program, _ = generate(seed, table=table)
+        outcome = check(program)
+        programs += 1
+        inexact += outcome.inexact
+        for k, n in outcome.ran.items():
+            ran[k] = ran.get(k, 0) + n
+        if outcome.mismatches:
+            failing += 1
+            print(f"seed {seed}: " + "; ".join(str(m)[:300] for m in outcome.mismatches[:3]), flush=True)
+        seed += 1
+        if programs % 50 == 0:
+            print(f"{programs} programs, up to seed {seed - 1}, {failing} failing", flush=True)
+    print(f"{programs} programs (seeds {args.start}-{seed - 1}), checks run {ran}, {failing} failing, "
+          f"{inexact} float outputs of vmap within tolerance of the loop but not bit for bit", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
