@@ -1,6 +1,7 @@
 """torch.linalg.ldl_factor, ldl_factor_ex and ldl_solve: LAPACK's unblocked Bunch-Kaufman (sytf2) step for
-step gives torch's LD and pivots bit for bit where MKL factors unblocked (these sizes), the same pivots
-beyond; solves close to torch's; torch's errors, zero pivots and missing derivative."""
+step gives torch's pivots, and its LD to the rounding of MKL's update kernels (bit for bit on an AMD host,
+where MKL runs its generic code; a few ulps of the largest factor on an Intel AVX-512 host); solves close to
+torch's; torch's errors, zero pivots and missing derivative."""
 
 import numpy as np
 import pytest
@@ -19,7 +20,10 @@ def symmetric(rng, shape, small_diagonal=False, dtype="float64"):
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
-def test_factors_are_torchs_bit_for_bit(dtype, rng):
+def test_factors_are_torchs_to_the_rounding_of_mkls_kernels(dtype, rng):
+    """The pivots equal torch's; the factors differ by at most 8 n ulps of the largest (measured on 20 seeds
+    per size on an Intel AVX-512 host: up to 1.03 n ulps in float64, 4.2 n in float32, where MKL's update
+    kernels fuse multiply-adds; 0 on AMD)."""
     cases = [symmetric(rng, batch + (n, n), small, dtype)
              for n, batch, small in [(1, (), False), (2, (), True), (5, (3,), True), (8, (), False),
                                      (11, (2,), True), (24, (), True), (40, (), False)]]
@@ -28,8 +32,9 @@ def test_factors_are_torchs_bit_for_bit(dtype, rng):
     for a in cases:
         LD, pivots = jt.linalg.ldl_factor(jt.tensor(a))
         expected = torch.linalg.ldl_factor(torch.from_numpy(a))
-        np.testing.assert_array_equal(LD.numpy(), expected.LD.numpy())
         np.testing.assert_array_equal(pivots.numpy(), expected.pivots.numpy())
+        ulp = np.finfo(dtype).eps * np.abs(expected.LD.numpy()).max()
+        np.testing.assert_allclose(LD.numpy(), expected.LD.numpy(), rtol=0, atol=8 * a.shape[-1] * ulp)
         assert pivots.dtype == jt.int32
         two_by_two += int((pivots.numpy() < 0).any())
     assert two_by_two >= 4
