@@ -68,7 +68,7 @@ class _AllowMutationOnSavedContext:
                 self.cloned[handle] = self.original.pop(handle).clone()
 
 
-class _CloneBeforeWrite:
+class _CloneBeforeWrite(registry.DispatchHook):
     """The dispatch hook: passes every call on, after cloning what an in-place op or out= write overwrites."""
 
     def __init__(self, ctx):
@@ -83,15 +83,6 @@ class _CloneBeforeWrite:
     def call_inplace(self, op, args):
         self.ctx.before_write(args[0])
         return NotImplemented
-
-    def resize_out(self, out, shape, strides):
-        return NotImplemented
-
-    def write_out(self, out, result):
-        return NotImplemented
-
-    def hook_registered(self, t, method):
-        return None
 
 
 @contextlib.contextmanager

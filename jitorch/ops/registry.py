@@ -428,8 +428,8 @@ def quiet_meta(op, args):
 
 # Execution ----------------------------------------------------------------
 
-# Hooks that take over dispatch (the tracer installs one; autograd will too). Each is
-# an object with ``call(op, args, out)``, ``call_inplace(op, args)`` and, for out= tensors,
+# Hooks that take over dispatch (the tracer installs one; autograd will too). Each is a `DispatchHook`,
+# with ``call(op, args, out)``, ``call_inplace(op, args)`` and, for out= tensors,
 # ``resize_out(out, shape, strides)`` and ``write_out(out, result)`` that return
 # NotImplemented to pass the call on; and ``hook_registered(t, method)``, told of a tensor hook
 # registered while it is installed. Composite ops run their bodies before the
@@ -439,14 +439,14 @@ def quiet_meta(op, args):
 DISPATCH_HOOKS: list = []
 
 
-class TransformHook:
-    """Base of the dispatch hooks of function transforms (a vmap level, a forward-AD level): installed for one
-    thread and one level. Compiled functions run eagerly while one is installed (`transforms_active`): a graph
-    would run on batched or dual tensors as on plain ones. Out= resizes and writes pass by default."""
+class DispatchHook:
+    """A dispatch hook that passes every call on: subclasses override what they take."""
 
-    def __init__(self, level):
-        self.level = level
-        self.thread = threading.get_ident()
+    def call(self, op, args, out):
+        return NotImplemented
+
+    def call_inplace(self, op, args):
+        return NotImplemented
 
     def resize_out(self, out, shape, strides):
         return NotImplemented
@@ -456,6 +456,16 @@ class TransformHook:
 
     def hook_registered(self, t, method):
         return None
+
+
+class TransformHook(DispatchHook):
+    """Base of the dispatch hooks of function transforms (a vmap level, a forward-AD level): installed for one
+    thread and one level. Compiled functions run eagerly while one is installed (`transforms_active`): a graph
+    would run on batched or dual tensors as on plain ones. Out= resizes and writes pass by default."""
+
+    def __init__(self, level):
+        self.level = level
+        self.thread = threading.get_ident()
 
 
 def transforms_active():

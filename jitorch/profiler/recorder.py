@@ -33,27 +33,12 @@ _clock = time.perf_counter_ns
 _thread = threading.get_native_id
 
 
-class _PassOn:
+class _PassOn(registry.DispatchHook):
     """A dispatch hook that takes no call: while installed, the eager fast paths step aside (see
     `registry.DISPATCH_HOOKS`), so every op comes through `registry.call` to the recorder; what asks
     whether a tracer is on (`registry.hooks_take_calls`) reads it as absent."""
 
     passes_on = True
-
-    def call(self, op, args, out):
-        return NotImplemented
-
-    def call_inplace(self, op, args):
-        return NotImplemented
-
-    def write_out(self, out, result):
-        return NotImplemented
-
-    def resize_out(self, out, shape, strides):
-        return NotImplemented
-
-    def hook_registered(self, t, method):
-        return None
 
 
 def _shapes(args):
