@@ -175,3 +175,19 @@ def test_model_steps_are_bit_identical_with_runs(name, monkeypatch):
         if min_run == 2:
             assert any(type(u) is KernelRun for u in executed(call.__closure__[0].cell_contents).runs)
     assert_same_bits(out[2], out[10**9])
+
+
+def test_a_kernel_copying_a_value_written_earlier_in_the_run_starts_a_new_run():
+    """The grouping rule on steps as `kernel_runs` reads them: a step that does not join ends the run before it; one
+    whose compact copy (`KernelStep.compacted`) is of a value an earlier kernel of the run writes starts a new run
+    (the copy is made while patching, before that kernel runs); a run of one kernel stays a step."""
+    from types import SimpleNamespace
+
+    def kernel(name, writes, copies=()):
+        return SimpleNamespace(name=name, outputs=list(writes), compacted=set(copies),
+                               kernel=SimpleNamespace(parallel=False))
+
+    a, b, c, d, e, f = (kernel("a", ["va"]), kernel("b", ["vb"]), kernel("c", ["vc"], copies=["vb"]),
+                        kernel("d", ["vd"], copies=["vx"]), SimpleNamespace(name="eager"), kernel("f", ["vf"]))
+    units = kernel_runs.kernel_runs([a, b, c, d, e, f], lambda step: step.name != "eager")
+    assert [u.steps if type(u) is KernelRun else u for u in units] == [[a, b], [c, d], e, f]
