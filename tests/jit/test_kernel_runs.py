@@ -76,6 +76,9 @@ def test_consecutive_kernels_run_as_one_native_call_with_the_bits_of_one_by_one(
     w, x = make()
     for loss in runs[0]:
         np.testing.assert_allclose(loss, sgd_chain(w, x).item(), rtol=1e-5)
+    counts = [len(u.steps) for u in ex.runs if type(u) is KernelRun]
+    assert (f"{sum(counts)} of its kernels run in {len(counts)} runs, one native call each (jit.kernel_runs): "
+            f"{len(ex.runs)} Python-level steps for {len(ex.steps)}") in str(jt.explain(sgd_chain, *make()))
 
 
 def test_a_run_keeps_in_place_updates_in_place(monkeypatch):
