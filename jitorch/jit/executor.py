@@ -583,7 +583,7 @@ class Arena:
                         for v, slot in plan.slots.items()}
         self.args = {s: s.bind(self) for s in steps if isinstance(s, KernelStep)}
         # per run of kernels (`kernel_runs`): its programs over these arrays, indexed by the call's ``inplace``
-        self.programs = {run: (run.program(self, False), run.program(self, True)) for run in runs}
+        self.programs = {run: (run.programs(self, False), run.programs(self, True)) for run in runs}
 
     def address(self, value):
         t = self.tensors.get(value)

@@ -14,8 +14,8 @@ A step joins a run when it is a CPU kernel over its whole loop (not a split redu
 indices (they are read before the kernel, and an earlier kernel of the run may write them), and copies no value
 that an earlier kernel of the run writes (a compact copy of a value laid out for other readers is made while
 patching). A kernel that splits its loop across threads runs in the program only while the call runs on one
-thread (``jitorch.get_num_threads() == 1``); otherwise the run's kernels are called one by one, after the same
-patching. Profiled calls run every kernel alone, so that each is a span.
+thread (``jitorch.get_num_threads() == 1``); otherwise each such kernel is called alone, after the same patching,
+and the kernels between them run in programs of their own. Profiled calls run every kernel alone, so that each is a span.
 """
 
 from __future__ import annotations
@@ -34,31 +34,48 @@ class KernelRun:
     def __init__(self, steps):
         self.steps = steps
         self.parallel = any(step.kernel.parallel for step in steps)
+        # at more than one thread: each kernel that splits across them alone, the others between them in programs
+        # of their own where there are `MIN_RUN` or more
+        self.segments = []
+        for step in steps:
+            if step.kernel.parallel or not self.segments or self.segments[-1][-1].kernel.parallel:
+                self.segments.append([step])
+            else:
+                self.segments[-1].append(step)
 
-    def program(self, arena, inplace):
-        """The run's program over ``arena``'s argument arrays (an int64 ctypes array, `threads.step_program`'s);
-        ``inplace``: with the kernels that write in place where the step has one (`executor.Plan.inplace`)."""
-        words = [len(self.steps)]
-        for step in self.steps:
-            kernel = step.inplace_kernel if inplace and step.inplace_kernel is not None else step.kernel
-            words += [kernel.address, ctypes.addressof(arena.args[step]), 0, kernel.outer]
-        return (ctypes.c_int64 * len(words))(*words)
+    def programs(self, arena, inplace):
+        """The run's programs over ``arena``'s argument arrays (int64 ctypes arrays, `threads.step_program`'s): the
+        whole run's, then, where a kernel splits across threads, each of `segments` 's that has `MIN_RUN` kernels
+        or more, else None; ``inplace``: with the kernels that write in place where the step has one
+        (`executor.Plan.inplace`)."""
+        def program(steps):
+            words = [len(steps)]
+            for step in steps:
+                kernel = step.inplace_kernel if inplace and step.inplace_kernel is not None else step.kernel
+                words += [kernel.address, ctypes.addressof(arena.args[step]), 0, kernel.outer]
+            return (ctypes.c_int64 * len(words))(*words)
+        segments = [program(seg) if len(seg) >= MIN_RUN else None for seg in self.segments] if self.parallel else []
+        return [program(self.steps), *segments]
 
     def emit(self, src, indent):
-        """The run's lines of the generated call: each step's argument patching, then the program (the kernels
-        one by one where one of them splits across threads and the call has more than one)."""
+        """The run's lines of the generated call: each step's argument patching, then the program; where a kernel
+        splits across threads and the call has more than one, that kernel alone and the programs of the others."""
         for k, step in enumerate(self.steps):
             step.emit_arguments(src, indent, tag=f"{k}_")
-        run = f"_step_program(arena.programs[{src.name(self, 'run')}][inplace], 0, 0)"
+        src.emit(f"programs = arena.programs[{src.name(self, 'run')}][inplace]", indent)
         if not self.parallel:
-            src.emit(run, indent)
+            src.emit("_step_program(programs[0], 0, 0)", indent)
             return
         src.emit("if _num_threads() == 1:", indent)
-        src.emit(run, indent + 1)
+        src.emit("_step_program(programs[0], 0, 0)", indent + 1)
         src.emit("else:", indent)
-        for step in self.steps:
-            src.emit("a = arena.args[" + src.name(step, "step") + "]", indent + 1)
-            step.emit_call(src, indent + 1)
+        for k, segment in enumerate(self.segments, 1):
+            if len(segment) >= MIN_RUN:
+                src.emit(f"_step_program(programs[{k}], 0, 0)", indent + 1)
+                continue
+            for step in segment:
+                src.emit("a = arena.args[" + src.name(step, "step") + "]", indent + 1)
+                step.emit_call(src, indent + 1)
 
     def __repr__(self):
         return f"<run of {len(self.steps)} kernels>"

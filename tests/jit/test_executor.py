@@ -255,7 +255,8 @@ def test_eager_steps_and_in_place_updates_appear_in_the_generated_call():
     # the parameter updates' kernels, in place or not by the call's inputs: the last kernels, run by one native call
     # whose program the call's inputs choose (see tests/jit/test_kernel_runs.py)
     assert isinstance(ex.runs[-1], KernelRun) and any(s.inplace_kernel for s in ex.runs[-1].steps)
-    assert re.search(r"_step_program\(arena\.programs\[run\d+\]\[inplace\], 0, 0\)", ex.source)
+    assert re.search(r"programs = arena\.programs\[run\d+\]\[inplace\]\n +_step_program\(programs\[0\], 0, 0\)",
+                     ex.source)
     assert ex.source.rstrip().endswith("return _finish(inputs, env)")
 
 

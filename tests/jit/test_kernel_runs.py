@@ -68,7 +68,8 @@ def test_consecutive_kernels_run_as_one_native_call_with_the_bits_of_one_by_one(
     assert in_runs and all(type(s) is KernelStep for s in in_runs)
     assert len(ex.runs) == len(ex.steps) - len(in_runs) + sum(type(u) is KernelRun for u in ex.runs)
     assert len(ex.runs) < len(ex.steps)
-    assert ex.source.count("_step_program(arena.programs[") == sum(type(u) is KernelRun for u in ex.runs)
+    assert ex.source.count("programs = arena.programs[") == sum(type(u) is KernelRun for u in ex.runs)
+    assert ex.source.count("_step_program(programs[0], 0, 0)") == sum(type(u) is KernelRun for u in ex.runs)
     assert not any(type(u) is KernelRun for u in alone[2].runs) and "_step_program" not in alone[2].source
     # the runs hold the kernels in the steps' order
     assert [s for u in ex.runs for s in (u.steps if type(u) is KernelRun else [u])] == ex.steps
@@ -91,7 +92,7 @@ def test_a_run_keeps_in_place_updates_in_place(monkeypatch):
     assert updating and all(s.inplace_kernel is not None for s in updating)
     arena = ex._arenas[0]
     for run in (u for u in ex.runs if type(u) is KernelRun and any(s in updating for s in u.steps)):
-        plain, inplace = (np.ctypeslib.as_array(p) for p in arena.programs[run])
+        plain, inplace = (np.ctypeslib.as_array(p[0]) for p in arena.programs[run])
         k = next(i for i, s in enumerate(run.steps) if s in updating)
         assert inplace[1 + 4 * k] == run.steps[k].inplace_kernel.address
         assert plain[1 + 4 * k] == run.steps[k].kernel.address
@@ -124,10 +125,11 @@ def test_gather_checks_stay_out_of_runs_and_still_raise_before_writing(monkeypat
     np.testing.assert_array_equal(w.detach().numpy(), before)
 
 
-def test_a_run_with_a_split_kernel_calls_kernels_one_by_one_on_more_threads(monkeypatch):
-    """A run holding a kernel that splits across threads runs its program only at one thread (the source's
-    ``_num_threads() == 1`` branch), else each kernel as a step would; the bits are those of runs off at one and
-    at two threads."""
+def test_a_run_with_a_split_kernel_calls_that_kernel_alone_on_more_threads(monkeypatch):
+    """A run holding a kernel that splits across threads runs its whole program only at one thread (the source's
+    ``_num_threads() == 1`` branch), else that kernel alone, split as a step would, and the kernels between such
+    kernels in programs of their own (`KernelRun.segments`); the bits are those of runs off at one and at two
+    threads."""
     n = 256  # (64K elements: above PARALLEL_MIN_WORK)
     results, saved = {}, jt.get_num_threads()
     try:
@@ -137,8 +139,11 @@ def test_a_run_with_a_split_kernel_calls_kernels_one_by_one_on_more_threads(monk
                 losses, values, ex = run_steps(sgd_chain, make(n=n), 3, min_run, monkeypatch)
                 results[count, min_run] = losses + values
                 if min_run == 2:
-                    assert any(type(u) is KernelRun and u.parallel for u in ex.runs)
-                    assert "if _num_threads() == 1:" in ex.source
+                    parallel = [u for u in ex.runs if type(u) is KernelRun and u.parallel]
+                    assert parallel and "if _num_threads() == 1:" in ex.source
+                    for run in parallel:
+                        assert [s for seg in run.segments for s in seg] == run.steps
+                        assert all(len(seg) == 1 or not any(s.kernel.parallel for s in seg) for seg in run.segments)
     finally:
         jt.set_num_threads(saved)
     for count in (1, 2):
