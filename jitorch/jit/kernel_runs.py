@@ -15,7 +15,8 @@ indices (they are read before the kernel, and an earlier kernel of the run may w
 that an earlier kernel of the run writes (a compact copy of a value laid out for other readers is made while
 patching). A kernel that splits its loop across threads runs in the program only while the call runs on one
 thread (``jitorch.get_num_threads() == 1``); otherwise each such kernel is called alone, after the same patching,
-and the kernels between them run in programs of their own. Profiled calls run every kernel alone, so that each is a span.
+and the kernels between them run in programs of their own. Profiled calls run every kernel alone, so that each
+is a span.
 """
 
 from __future__ import annotations

@@ -440,7 +440,8 @@ _OWN_RANGES = """  %pl = getelementptr i64, i64* %pf, i64 2
   %from = load i64, i64* %pl, align 8
   %ph = getelementptr i64, i64* %pf, i64 3
   %to = load i64, i64* %ph, align 8"""
-_PROGRAMS_IR = (_PROGRAM_IR.format(name="row_program", words=2, ranges="  %from = add i64 %lo, 0\n  %to = add i64 %hi, 0")
+_CALLS_RANGE = "  %from = add i64 %lo, 0\n  %to = add i64 %hi, 0"
+_PROGRAMS_IR = (_PROGRAM_IR.format(name="row_program", words=2, ranges=_CALLS_RANGE)
                 + _PROGRAM_IR.format(name="step_program", words=4, ranges=_OWN_RANGES))
 # the futex and sched_yield system calls' numbers
 _FUTEX = {"x86_64": 202, "aarch64": 98}
