@@ -1,7 +1,7 @@
 """Where a compiled training step's time goes, by category, for the models of benchmarks/models.py.
 
     python benchmarks/step_profile.py [--models cnn,lstm,gpt-4x128,dcgan] [--threads 1] [--steps 10] [--cpu-clock]
-                                      [--system "jitorch.compile(model)"]
+                                      [--system "jitorch.compile(model)"] [--runs [--reps 7]]
 
 Each model's whole step (forward, backward, optimizer: one jitorch.compile'd function) is warmed up, timed
 unprofiled (process CPU ms per step), then run under `jitorch.profiler.profile`, whose spans of the compiled
@@ -21,6 +21,10 @@ optimizer eager (not counted: the profiler slows eager ops, whose fast paths ste
 
 ``--cpu-clock`` times the spans in the calling thread's CPU time (``time.thread_time_ns``), for a shared
 machine: at more than one thread, other threads' chunks are then not counted.
+
+``--runs`` also times the unprofiled step with runs of kernels (`jit.kernel_runs`) against the same step without
+them, built in the same process and interleaved (``--reps`` turns of ``--steps`` steps each, the calling thread's CPU
+time at one thread, the process's at more): the median of the per-turn ratios, and how many kernels the runs hold.
 
 ``--by-op`` also prints each category's spans by op kind (a kernel's ops, each once; an eager step's op), the
 most costly first. Each span costs the profiler some microseconds, which small kernels' figures carry; for
@@ -106,6 +110,39 @@ def profile_step(name, quick=False, steps=10, threads=1, system="jitorch compile
     return plain, {c: (times[c], calls[c]) for c in CATEGORIES}
 
 
+def runs_ratio(name, quick=False, steps=10, threads=1, reps=7):
+    """(median of the per-turn ratios of CPU ms per step with runs of kernels to without, (kernels in runs, runs,
+    kernel steps)) of ``name``'s compiled step: both built here, then run in turns (see the module docstring)."""
+    from jitorch.jit import kernel_runs
+    from jitorch.jit.executor import KernelStep
+    from jitorch.jit.kernel_runs import KernelRun
+    jitorch.set_num_threads(threads)
+    calls, saved = {}, kernel_runs.MIN_RUN
+    try:
+        for label, min_run in (("without", float("inf")), ("with", saved)):
+            kernel_runs.MIN_RUN = min_run  # (read when a compiled graph generates its call)
+            calls[label] = models.system_call("jitorch compiled", name, quick)
+            for _ in range(4):
+                calls[label]()
+    finally:
+        kernel_runs.MIN_RUN = saved
+    clock = time.thread_time if threads == 1 else time.process_time
+    ratios = []
+    for _ in range(reps):
+        turn = {}
+        for label, call in calls.items():
+            start = clock()
+            for _ in range(steps):
+                call()
+            turn[label] = clock() - start
+        ratios.append(turn["with"] / turn["without"])
+    (compiled,) = [c.cell_contents for c in calls["with"].__closure__ if hasattr(c.cell_contents, "cache")]
+    graphs = [e.executable for e in compiled.cache.values() if e.executable is not None]
+    held = [len(u.steps) for g in graphs for u in g.runs if type(u) is KernelRun]
+    kernels = sum(type(st) is KernelStep for g in graphs for st in g.steps)
+    return sorted(ratios)[len(ratios) // 2], (sum(held), len(held), kernels)
+
+
 @contextlib.contextmanager
 def cpu_clock():
     """Spans timed in the calling thread's CPU time: the recorder's clock (bound when it was imported) and the one
@@ -143,6 +180,8 @@ def main(argv=None):
     p.add_argument("--system", default=SYSTEMS[0], choices=SYSTEMS)
     p.add_argument("--by-op", action="store_true", help="each category's spans by op kind")
     p.add_argument("--perf-map", action="store_true", help="write perf's map of the generated kernels at the end")
+    p.add_argument("--runs", action="store_true", help="the step with runs of kernels against without, interleaved")
+    p.add_argument("--reps", type=int, default=7, help="--runs' turns")
     args = p.parse_args(argv)
     for name in args.models.split(","):
         ops = {} if args.by_op else None
@@ -156,6 +195,10 @@ def main(argv=None):
             for (category, op), (op_ms, op_n) in sorted((ops or {}).items(), key=lambda item: -item[1][0]):
                 if category == kind:
                     print(f"      {op_ms:8.3f} ms  {op_n:6.0f}  {op}")
+        if args.runs:
+            ratio, (held, runs, kernels) = runs_ratio(name, args.quick, args.steps, args.threads, args.reps)
+            print(f"  runs of kernels: {held} of {kernels} kernels in {runs} runs; CPU time with/without "
+                  f"{ratio:.3f} (median of {args.reps} interleaved turns)")
     if args.perf_map:
         print(f"kernels named in {write_perf_map()}")
 

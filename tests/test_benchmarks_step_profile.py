@@ -55,3 +55,11 @@ def test_by_op_splits_each_category_into_its_op_kinds_and_the_perf_map_names_the
     assert [int(a, 16) for a, _, _ in lines] == sorted(int(a, 16) for a, _, _ in lines)
     bench.main(["--models", "lstm", "--quick", "--steps", "1", "--by-op"])
     assert "log_softmax" in capsys.readouterr().out
+
+
+def test_runs_times_a_step_with_runs_of_kernels_against_one_without(capsys):
+    bench = load_script(SCRIPT, "step_profile_benchmark")
+    ratio, (held, runs, kernels) = bench.runs_ratio("gpt-1x32", quick=True, steps=1, reps=3)
+    assert ratio > 0 and 0 < 2 * runs <= held <= kernels
+    bench.main(["--models", "lstm", "--quick", "--steps", "1", "--runs", "--reps", "1"])
+    assert "runs of kernels: " in capsys.readouterr().out

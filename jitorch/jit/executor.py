@@ -48,8 +48,9 @@ from ..ir.fake import fake_tensor
 from ..ir.graph import Value, iter_values, warning_as_traced
 from ..ir.passes.fusion import Group
 from ..ir.printer import op_counts
-from ..runtime import logs, profiling
+from ..runtime import logs, profiling, threads
 from . import interop
+from .kernel_runs import KernelRun, kernel_runs
 from .cat_pieces import cat_pieces_into, cat_slices, fold_writers_into_cats, strided_read, write_pieces
 from .collector import collector_paused
 from .parts import independent_parts
@@ -138,6 +139,12 @@ class KernelStep:
         if split is not None:
             src.emit(f"{src.name(self, 'step')}._run_split(env)", indent)
             return
+        self.emit_arguments(src, indent)
+        self.emit_call(src, indent)
+
+    def emit_arguments(self, src, indent, tag=""):
+        """The lines that patch this step's argument array (``a``) with the addresses that change per call;
+        ``tag`` names the compact copies they hold apart from another step's (`kernel_runs`)."""
         src.emit(f"a = arena.args[{src.name(self, 'step')}]", indent)
         for i, v in self.dynamic_inputs:
             # graph inputs and kernel outputs are compact (offset 0): their address is their storage's,
@@ -152,8 +159,8 @@ class KernelStep:
                 src.emit(f"env[{value}] = t = _compact(env[{value}])", indent)
                 src.emit(f"a[{i}] = t._storage.data_ptr()", indent)
             elif v in self.compacted:  # laid out for its other readers: a compact copy, held until the call
-                src.emit(f"held{i} = _compact(env[{value}])", indent)
-                src.emit(f"a[{i}] = held{i}._storage.data_ptr()", indent)
+                src.emit(f"held{tag}{i} = _compact(env[{value}])", indent)
+                src.emit(f"a[{i}] = held{tag}{i}._storage.data_ptr()", indent)
             else:
                 src.emit(f"a[{i}] = env[{value}]._storage.data_ptr()", indent)
         for i, v, strides in self.fresh_outputs:
@@ -176,6 +183,9 @@ class KernelStep:
             value = src.name(v, "v")
             src.emit(f"env[{value}] = t = env[{src.name(target, 'v')}] if inplace else _fresh({value})", indent)
             src.emit(f"a[{i}] = t._storage.data_ptr()", indent)
+
+    def emit_call(self, src, indent):
+        """The line that runs this step's kernel on its argument array ``a``."""
         if self.inplace_kernel is not None:  # (one line, as an expression: the call's source compiles faster)
             src.emit(f"{_call(src, self.inplace_kernel)} if inplace else {_call(src, self.kernel)}", indent)
         else:
@@ -451,6 +461,12 @@ class ProductPair(EagerStep):
         return f"<at once {' '.join(n.op.name for n in self.nodes)}>"
 
 
+def _joins_run(step):
+    """Whether a step may be a kernel of a `KernelRun`: a CPU kernel over its whole loop, checking no gather's indices
+    (see `kernel_runs`)."""
+    return type(step) is KernelStep and step.kernel.source.split is None and not step.checks
+
+
 def _product_work(step):
     """A step's multiply-adds if it is one matrix product that a writer computes into its arena buffer (what
     `interop.pair_products` pairs), else None."""
@@ -560,12 +576,14 @@ def _substitute(arg, env, compacted):
 class Arena:
     """The buffers of one in-flight call: one flat byte array per slot of the plan."""
 
-    def __init__(self, plan, steps):
+    def __init__(self, plan, steps, runs=()):
         self.buffers = [np.empty(nbytes, np.uint8) for nbytes in plan.slot_bytes]
         self.tensors = {v: _wrap(self.buffers[slot][:v.type.dtype.itemsize * _numel(v)]
                                  .view(v.type.dtype.np).reshape(v.type.shape), v)
                         for v, slot in plan.slots.items()}
         self.args = {s: s.bind(self) for s in steps if isinstance(s, KernelStep)}
+        # per run of kernels (`kernel_runs`): its programs over these arrays, indexed by the call's ``inplace``
+        self.programs = {run: (run.programs(self, False), run.programs(self, True)) for run in runs}
 
     def address(self, value):
         t = self.tensors.get(value)
@@ -1073,6 +1091,7 @@ class CompiledGraph:
         self._eager_steps = any(isinstance(step, EagerStep) for step in self.steps)
         self.label = "compiled graph"  # what a profile calls it (jitorch.compile: the function's name)
         self._profiled = None  # the call that reports its steps to a profiler (see `profiled_steps`)
+        self.runs = None  # the steps, with runs of kernels as one `KernelRun` each: set by `_generate`
         # run(inputs): the outputs, with in-place results written back into inputs and constants
         self._body, self.run, self.source = self._generate()
         self._execute = None  # compiled from the body on the first __call__: Python's compiler is slow on it
@@ -1338,10 +1357,14 @@ class CompiledGraph:
         g = self.graph
         src = Source()
         src.profiled = profiled
+        if self.runs is None:
+            self.runs = kernel_runs(self.steps, _joins_run)
         src.namespace.update(_np_empty=np.empty, _pool_empty=allocator.empty, _track=allocator.track,
                              _make=Tensor._make, _Storage=Storage, _address=_address, _compact=compact,
                              _fresh=_fresh, _no_grad=no_grad, _refresh=refresh_captured_state,
                              _arenas=self._arenas, _Arena=Arena, _plan=self.plan, _steps=self.steps,
+                             _runs=[u for u in self.runs if type(u) is KernelRun],
+                             _step_program=threads.step_program(), _num_threads=threads.get_num_threads,
                              _graph=g, _constants=g.constant_tensors, _unshared=self._unshared,
                              _outputs=self._outputs, _finish=self._finish, _set_grads=set_grads,
                              _view=returned_view, _laid_out=laid_out, _strided=_strided, _compute=_compute, _view_of=Tensor._view_of,
@@ -1375,7 +1398,7 @@ class CompiledGraph:
                          f"and t._stride == {contiguous_strides(v.type.shape)!r} else _compact(t)")
         # in place only into memory no other input shares (f(w, w) must not see w change midway)
         src.emit(f"inplace = {'_unshared(env)' if self._inplace_targets else 'True'}")
-        src.emit("arena = _arenas.pop() if _arenas else _Arena(_plan, _steps)")
+        src.emit("arena = _arenas.pop() if _arenas else _Arena(_plan, _steps, _runs)")
         src.emit("try:")
         if self.plan.slots:
             src.emit("env.update(arena.tensors)", 2)
@@ -1387,7 +1410,7 @@ class CompiledGraph:
         if not profiled and len(self.steps) >= SHARED_STEPS_FROM:
             params = ["env", "arena", "inplace"]
             src.calls([(step.run, ()) if getattr(step, "emit", None) is None else
-                       src.shared(lambda s, emit=step.emit: emit(s, 1), params) for step in self.steps], params, indent)
+                       src.shared(lambda s, emit=step.emit: emit(s, 1), params) for step in self.runs], params, indent)
         else:
             self._emit_steps(src, indent)
         if not self.steps:
@@ -1410,8 +1433,9 @@ class CompiledGraph:
         return src, run, text
 
     def _emit_steps(self, src, indent):
-        """Each step's lines of the generated call, in order (with a profiler's spans where ``src.profiled``)."""
-        for step in self.steps:
+        """Each step's lines of the generated call, in order: with a profiler's spans where ``src.profiled``,
+        else with runs of kernels as one native call each (`kernel_runs`)."""
+        for step in self.steps if src.profiled else self.runs:
             emit = getattr(step, "emit", None)
             kernel = getattr(step, "kernel", None) if src.profiled and emit is not None else None
             if kernel is not None:

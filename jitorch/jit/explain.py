@@ -76,6 +76,10 @@ class Explanation:
         if self.call_source is not None:
             lines.append(f"  a call runs {self.call_source.count(chr(10))} lines of generated Python "
                          "(.call_source; JITORCH_LOGS=codegen prints them)")
+        runs = [len(u.steps) for u in getattr(self.executable, "runs", None) or () if hasattr(u, "steps")]
+        if runs:
+            lines.append(f"  {sum(runs)} of its kernels run in {len(runs)} runs, one native call each "
+                         f"(jit.kernel_runs): {len(self.executable.runs)} Python-level steps for {len(self.steps)}")
         if self.kernel_cache is not None:
             c = self.kernel_cache
             lines.append(f"  kernel cache: {c.memory_hits} memory hits, {c.disk_hits} disk hits, {c.misses} "

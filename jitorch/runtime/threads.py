@@ -319,32 +319,6 @@ wait:
   call void @jitorch_wait_for(i32* %done, i32 %target, i64 %spin_ns, i32* %doneflag)
   ret i64 %taken
 }}
-; A sequence of kernel calls over the same rows [lo, hi) (`run_row_program`): the argument array (int64) holds
-; the count, then per call the kernel's entry (an ``(args, lo, hi)`` function) and its argument array.
-define void @jitorch_row_program(i8* %a, i64 %lo, i64 %hi) {{
-entry:
-  %program = bitcast i8* %a to i64*
-  %count = load i64, i64* %program, align 8
-  br label %loop
-loop:
-  %i = phi i64 [0, %entry], [%next, %body]
-  %more = icmp slt i64 %i, %count
-  br i1 %more, label %body, label %exit
-body:
-  %twice = shl i64 %i, 1
-  %pfn = getelementptr i64, i64* %program, i64 %twice
-  %pf = getelementptr i64, i64* %pfn, i64 1
-  %fni = load i64, i64* %pf, align 8
-  %pa = getelementptr i64, i64* %pfn, i64 2
-  %ai = load i64, i64* %pa, align 8
-  %fn = inttoptr i64 %fni to void (i8*, i64, i64)*
-  %args = inttoptr i64 %ai to i8*
-  call void %fn(i8* %args, i64 %lo, i64 %hi)
-  %next = add i64 %i, 1
-  br label %loop
-exit:
-  ret void
-}}
 ; A sequence of NumPy strided loops (`runtime.ufunc_parts`) over elements [lo, hi), in chunks. The argument array
 ; (int64): steps, chunk, then per step: loop, context, auxdata, operand count (at most 4), and per operand:
 ; address, stride, relative (1: the address is of the chunk's first element, a part's scratch buffer; 0: of
@@ -431,6 +405,44 @@ exit:
   ret void
 }}
 """
+# A sequence of kernel calls: the argument array (int64) holds the count, then per call the kernel's entry (an
+# ``(args, lo, hi)`` function), its argument array and, in a program of ranges, its lo and hi. Two of them, made
+# from this one text: the calls over the same rows [lo, hi) that the program itself is called over
+# (`run_row_program`), and the calls each over its own range (`step_program`).
+_PROGRAM_IR = """
+define void @jitorch_{name}(i8* %a, i64 %lo, i64 %hi) {{
+entry:
+  %program = bitcast i8* %a to i64*
+  %count = load i64, i64* %program, align 8
+  br label %loop
+loop:
+  %i = phi i64 [0, %entry], [%next, %body]
+  %more = icmp slt i64 %i, %count
+  br i1 %more, label %body, label %exit
+body:
+  %scaled = mul i64 %i, {words}
+  %base = add i64 %scaled, 1
+  %pf = getelementptr i64, i64* %program, i64 %base
+  %fni = load i64, i64* %pf, align 8
+  %pa = getelementptr i64, i64* %pf, i64 1
+  %ai = load i64, i64* %pa, align 8
+{ranges}
+  %fn = inttoptr i64 %fni to void (i8*, i64, i64)*
+  %args = inttoptr i64 %ai to i8*
+  call void %fn(i8* %args, i64 %from, i64 %to)
+  %next = add i64 %i, 1
+  br label %loop
+exit:
+  ret void
+}}
+"""
+_OWN_RANGES = """  %pl = getelementptr i64, i64* %pf, i64 2
+  %from = load i64, i64* %pl, align 8
+  %ph = getelementptr i64, i64* %pf, i64 3
+  %to = load i64, i64* %ph, align 8"""
+_CALLS_RANGE = "  %from = add i64 %lo, 0\n  %to = add i64 %hi, 0"
+_PROGRAMS_IR = (_PROGRAM_IR.format(name="row_program", words=2, ranges=_CALLS_RANGE)
+                + _PROGRAM_IR.format(name="step_program", words=4, ranges=_OWN_RANGES))
 # the futex and sched_yield system calls' numbers
 _FUTEX = {"x86_64": 202, "aarch64": 98}
 _SCHED_YIELD = {"x86_64": 24, "aarch64": 124}
@@ -451,7 +463,7 @@ class _Native:
         # x86's pause saves power and lets a hyperthread sibling run while the loop waits
         text = _TEAM_IR.format(futex=_FUTEX[arch], sched_yield=_SCHED_YIELD[arch],
                                pause="call void @llvm.x86.sse2.pause()" if x86 else "",
-                               declare_pause="declare void @llvm.x86.sse2.pause()" if x86 else "")
+                               declare_pause="declare void @llvm.x86.sse2.pause()" if x86 else "") + _PROGRAMS_IR
         libc = ctypes.CDLL(None)
         for name in ("syscall", "clock_gettime"):
             llvm.add_symbol(name, ctypes.cast(getattr(libc, name), ctypes.c_void_p).value)
@@ -476,6 +488,7 @@ class _Native:
         self.claim = ctypes.PYFUNCTYPE(i32, word)(self.engine.get_function_address("jitorch_claim"))
         self.ufunc_program = self.engine.get_function_address("jitorch_ufunc_program")
         self.row_program = self.engine.get_function_address("jitorch_row_program")
+        self.step_program = self.engine.get_function_address("jitorch_step_program")
         self.spin_ns = SPIN_US * 1000
         self.crowd_ns = ctypes.c_int64.from_address(self.engine.get_global_value_address("jitorch_crowd_ns"))
         self.crowd_ns.value = CROWD_US * 1000
@@ -669,6 +682,15 @@ def run_row_program(program, rows, parts):
                                             native.row_program):
         KERNEL_ENTRY(native.row_program)(address, 0, rows)
     return True
+
+
+def step_program():
+    """The native entry point (an ``(args, lo, hi)`` function, `KERNEL_ENTRY`'s type) that runs a program of kernel
+    calls on the calling thread, each over its own range: ``args`` an int64 array of the count of calls, then per
+    call a kernel's entry point, its argument array's address, lo and hi (lo and hi of the program's own call are
+    not read); None where there is no native code (the caller then makes the calls itself). See `jit.kernel_runs`."""
+    native = _native()
+    return None if native is None else KERNEL_ENTRY(native.step_program)
 
 
 def bounds(size, parts):

@@ -8,6 +8,7 @@ import numpy as np
 
 import jitorch as jt
 from jitorch.jit.executor import EagerStep, KernelStep
+from jitorch.jit.kernel_runs import KernelRun
 
 
 def executable(fn, *args):
@@ -251,8 +252,11 @@ def test_eager_steps_and_in_place_updates_appear_in_the_generated_call():
     # the products are lines of the call, writing into their arena buffers
     assert re.search(r"writer\d+\(\[env\[v\d+\]\._array\(\), env\[v\d+\]\._array\(\)\], env\[v\d+\]\._array\(\)\)",
                      ex.source)
-    # the parameter updates' kernels, in place or not by the call's inputs
-    assert re.search(r"fn\d+\(a, 0, \d+\) if inplace else fn\d+\(a, 0, \d+\)", ex.source)
+    # the parameter updates' kernels, in place or not by the call's inputs: the last kernels, run by one native call
+    # whose program the call's inputs choose (see tests/jit/test_kernel_runs.py)
+    assert isinstance(ex.runs[-1], KernelRun) and any(s.inplace_kernel for s in ex.runs[-1].steps)
+    assert re.search(r"programs = arena\.programs\[run\d+\]\[inplace\]\n +_step_program\(programs\[0\], 0, 0\)",
+                     ex.source)
     assert ex.source.rstrip().endswith("return _finish(inputs, env)")
 
 
@@ -344,8 +348,9 @@ def test_weight_gradients_are_computed_transposed_and_copied_nowhere():
 def test_the_generated_call_binds_many_constants_in_a_loop_and_equals_eager(monkeypatch):
     """A graph of `CONSTANTS_LOOP_FROM` constants or more binds them in a loop over a table; a view of a
     planned geometry and the choice of a kernel computing in place are one line each. The call computes
-    what the straight lines compute, which equals eager."""
-    from jitorch.jit import executor
+    what the straight lines compute, which equals eager. (Runs of kernels off: a kernel alone has that line.)"""
+    from jitorch.jit import executor, kernel_runs
+    monkeypatch.setattr(kernel_runs, "MIN_RUN", 10**9)
     g = jt.Generator().manual_seed(1)
     w1, w2 = jt.randn(6, 5, generator=g, requires_grad=True), jt.randn(5, 3, generator=g, requires_grad=True)
     b = jt.randn(3, generator=g)
@@ -405,7 +410,7 @@ def test_a_large_graph_calls_its_steps_as_functions_shared_by_equal_steps(monkey
     functions = re.findall(r"^def (_step\d+)\(env, arena, inplace", ex.source, re.M)
     (table,) = re.findall(r"for _f, _a in (calls\d+):\n +_f\(env, arena, inplace, \*_a\)", ex.source)
     rows = ex._body.namespace[table]
-    assert len(rows) == len(ex.steps) and {f.__name__ for f, _ in rows} == set(functions)
+    assert len(rows) == len(ex.runs) and {f.__name__ for f, _ in rows} == set(functions)  # (a row per step or run)
     assert len(functions) < len(rows) / 2  # the layers' steps share their functions
     assert "def _step" not in straight[2].source and "calls" not in straight[2].source
     assert shared[0] == straight[0]
