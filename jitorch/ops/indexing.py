@@ -469,10 +469,21 @@ def _index_shape(shape, entries):
     return b + tuple(n for i, n in enumerate(shape) if i not in pos)
 
 
+def _unbroadcast(a):
+    """``a`` without its broadcast copies: a view of size 1 along each dim of stride 0 (an expanded index)."""
+    if 0 not in a.strides:
+        return a
+    return a[tuple(slice(0, 1) if step == 0 else slice(None) for step in a.strides)]
+
+
 def _first_out_of_range(idx, n, negative=True):
-    """The first value of ``idx`` outside ``[-n, n)`` (``[0, n)`` without ``negative``), or None."""
-    bad = (idx < (-n if negative else 0)) | (idx >= n)
-    return int(idx[bad].flat[0]) if bad.any() else None
+    """The first value of ``idx`` outside ``[-n, n)`` (``[0, n)`` without ``negative``), or None. (The first
+    in C order of ``idx`` is the first of its `_unbroadcast` view: each broadcast copy comes after its first.)"""
+    low = -n if negative else 0
+    idx = _unbroadcast(idx)
+    if idx.size == 0 or (idx.min() >= low and idx.max() < n):
+        return None
+    return int(idx[(idx < low) | (idx >= n)].flat[0])
 
 
 def _numpy_key(shape, indices):
@@ -683,10 +694,27 @@ def _check_dim_indices(idx, n, d):
         raise RuntimeError(f"index {bad} is out of bounds for dimension {d} with size {n}")
 
 
+def flat_positions(shape, d, idx):
+    """The C-order positions in an array of ``shape`` that ``idx`` (checked, of ``shape``'s ndim, no larger
+    along any other dim) names along dim ``d``: ``idx``'s own coordinates elsewhere, as take_along_axis and
+    scatter read them. Built from `_unbroadcast` ``idx`` and each other dim's offsets: two passes over the
+    result, where take_along_axis indexes with one full array per dim."""
+    steps = [prod(shape[i + 1:]) for i in range(len(shape))]
+    base = 0
+    for i, n in enumerate(idx.shape):
+        if i != d and n > 1:
+            along = [n if j == i else 1 for j in range(idx.ndim)]
+            base = base + (np.arange(n, dtype=np.intp) * steps[i]).reshape(along)
+    lin = _unbroadcast(idx).astype(np.intp) * steps[d] + base
+    return np.broadcast_to(lin, idx.shape)
+
+
 def _gather_cpu(spec, x, dim, index, sparse_grad):
     d = wrap_dim(dim, x.ndim)
     x1, idx = x.reshape(_nonempty(x.shape)), _read_index(index, x.ndim)
     _check_dim_indices(idx, x1.shape[d], d)
+    if x1.flags.c_contiguous and idx.size:  # (a view: its elements at the positions, one flat take)
+        return x1.reshape(-1).take(flat_positions(x1.shape, d, idx)).reshape(spec.shape)
     part = x1[tuple(slice(None) if i == d else slice(0, n) for i, n in enumerate(idx.shape))]
     return np.take_along_axis(part, idx.astype(np.intp), axis=d).reshape(spec.shape)
 
