@@ -807,17 +807,32 @@ def _scatter_into(spec, x, dim, index, values, reduce, out=None):
     if reduce is None:
         out[coords] = values
         return out.reshape(spec.shape)
-    kernel = None
-    if (_UFUNCS[reduce] is np.add and values.size >= KERNEL_FROM_VALUES and out.flags.c_contiguous
-            and out.dtype in (np.float32, np.float64) and SCATTER_ROWS_KERNEL is not None):
-        kernel = SCATTER_ROWS_KERNEL(out.dtype.name)
-    if kernel is None:
-        _UFUNCS[reduce].at(out, coords, values)
-    else:  # (each value its own row, in C order: np.add.at's order, so its bits)
+    if _UFUNCS[reduce] is np.add and _element_kernel(out, values) is not None:
         d = wrap_dim(dim, out.ndim)
-        positions = np.ascontiguousarray(flat_positions(out.shape, d, coords[d]), np.int64).reshape(-1)
-        kernel(out.reshape(-1, 1), positions, np.ascontiguousarray(values).reshape(-1, 1))
+        add_at_positions(out, flat_positions(out.shape, d, coords[d]), values)
+    else:
+        _UFUNCS[reduce].at(out, coords, values)
     return out.reshape(spec.shape)
+
+
+def _element_kernel(out, values):
+    """The generated scatter-add that `add_at_positions` takes for these arrays, or None (NumPy's)."""
+    if (values.size < KERNEL_FROM_VALUES or not out.flags.c_contiguous or out.dtype not in (np.float32, np.float64)
+            or values.dtype != out.dtype or SCATTER_ROWS_KERNEL is None):
+        return None
+    return SCATTER_ROWS_KERNEL(out.dtype.name)
+
+
+def add_at_positions(out, positions, values):
+    """``np.add.at(out.reshape(-1), positions, values)`` into a C-contiguous ``out``, ``positions`` and
+    ``values`` of one shape, with its bits: each value added in C order, one rounding each. Many float values
+    go through the code generator's kernel (each value its own row of one element), others through NumPy."""
+    kernel = _element_kernel(out, values)
+    if kernel is None:
+        np.add.at(out.reshape(-1), positions, values)
+        return
+    kernel(out.reshape(-1, 1), np.ascontiguousarray(positions, np.int64).reshape(-1),
+           np.ascontiguousarray(values).reshape(-1, 1))
 
 
 def _scatter_in_place(op, reduce_of, src_is_tensor):
