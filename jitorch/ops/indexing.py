@@ -705,7 +705,8 @@ def flat_positions(shape, d, idx):
         if i != d and n > 1:
             along = [n if j == i else 1 for j in range(idx.ndim)]
             base = base + (np.arange(n, dtype=np.intp) * steps[i]).reshape(along)
-    lin = _unbroadcast(idx).astype(np.intp) * steps[d] + base
+    lin = _unbroadcast(idx).astype(np.intp, copy=False)
+    lin = (lin * steps[d] if steps[d] != 1 else lin) + base  # (a new array: idx itself is never written)
     return np.broadcast_to(lin, idx.shape)
 
 
