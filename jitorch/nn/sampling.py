@@ -203,27 +203,28 @@ def _tap_index(x, n, padding_mode, align_corners):
 def _gather(input, coords):
     """``input`` at whole pixel coordinates (float tensors, one per spatial dim, broadcasting to the batch
     then the output's dims), 0 outside; ``(N, C, *out)``. Each dim's test and integer part are taken before
-    the coordinates broadcast (a tap's row once for its four columns). A coordinate outside names a zero
-    appended to each flattened plane, so the choice happens on the coordinates, not on the C times larger
-    values (and a NaN or inf of the input at a clamped tap cannot leak in)."""
+    the coordinates broadcast (a tap's row once for its four columns). The input is padded with zeros after
+    each spatial dim's end, where a coordinate outside points, so nothing is chosen on the broadcast
+    positions or on the C times larger values (and a NaN or inf of the input at a clamped tap cannot leak in)."""
     n, c = input.shape[:2]
     spatial = input.shape[2:]
-    size = math.prod(spatial)
-    inside = None
-    flat = None
+    padded = jt.nn.functional.pad(input, (0, 1) * len(spatial))
+    flat, oks = None, []
     for x, extent in zip(coords, spatial):
         ok = (x >= 0) & (x < extent)
-        inside = ok if inside is None else inside & ok
-        i = jt.where(ok, x, 0.0).long()
-        flat = i if flat is None else flat * extent + i
+        oks.append(ok)
+        i = jt.where(ok, x, float(extent)).long()
+        flat = i if flat is None else flat * (extent + 1) + i
     out = tuple(flat.shape[1:])
     # (sizes spelled out: -1 is ambiguous in an empty batch)
-    index = jt.where(inside, flat, size).reshape(n, 1, math.prod(out)).expand(n, c, math.prod(out))
-    planes = jt.cat([input.reshape(n, c, size), input.new_zeros((n, c, 1))], 2)
-    values = planes.gather(2, index).reshape(n, c, *out)
+    index = flat.reshape(n, 1, math.prod(out)).expand(n, c, math.prod(out))
+    values = padded.reshape(n, c, math.prod(padded.shape[2:])).gather(2, index).reshape(n, c, *out)
     if not coords[0].requires_grad:
         return values
     # a coordinate requiring grad (nearest's) links in by a branch never taken: its gradient is zeros, as torch's
+    inside = oks[0]
+    for ok in oks[1:]:
+        inside = inside & ok
     return jt.where(inside.unsqueeze(1), values, jt.where(inside, coords[0], 0.0).unsqueeze(1))
 
 
