@@ -23,6 +23,9 @@ import numpy as np
 
 import jitorch as jt
 
+# uint8 sums go through the dense (n, out) weight matrix while n is at most this many times the taps per output:
+# BLAS does a product about 15 times faster than NumPy's gather, multiply and sum do a tap
+DENSE_PER_TAP = 16
 CUBIC_AA_A = -0.5  # Pillow's (Keys'); torch's bicubic without antialias uses -0.75
 CUBIC_A = -0.75
 
@@ -175,7 +178,10 @@ def resample(input, sizes, scales, cubic, align_corners, antialias):
             continue
         if input.dtype == jt.uint8:
             xmin, weights, precision = uint8_window(n, m, scale, align_corners, cubic, antialias)
-            wide = _integer_sums(out, dim, xmin, weights).to(jt.int64)
+            if n <= DENSE_PER_TAP * weights.shape[1]:
+                wide = _integer_sums(out, dim, xmin, weights).to(jt.int64)
+            else:  # (a wide input's dense matrix would be mostly zeros: the taps, in int32, summed in int64)
+                wide = _taps_sum(out.to(jt.int32), dim, xmin, weights, np.ones(weights.shape, bool))
             rounded = (wide + (1 << (precision - 1))).bitwise_right_shift(precision)
             out = rounded.clamp(0, 255).to(jt.uint8)
         else:

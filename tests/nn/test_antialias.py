@@ -129,3 +129,23 @@ def test_uint8_compiles_equal_to_eager():
     np.testing.assert_array_equal(fn(a).numpy(), TF.interpolate(torch.tensor(data), size=(4, 13), mode="bicubic"))
     names = [node.op.name for node in fn.lower(a).graph.nodes]
     assert names.count("matmul") == 2 and "index_select" not in names
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+@pytest.mark.parametrize("antialias", [False, True])
+def test_uint8_of_a_wide_input_sums_its_taps_where_the_dense_matrix_would_be_mostly_zeros(mode, antialias):
+    """A dim of more than `DENSE_PER_TAP` inputs per tap (300 columns to 100 with antialias: 7 or 13 taps;
+    300 to 290 without: 2 or 4) gathers its taps instead of the dense product; torch's bytes either way, the
+    narrow dim by the product."""
+    from jitorch.nn.antialias import DENSE_PER_TAP
+    data = (np.random.default_rng(4).random((1, 3, 9, 300)) * 256).astype(np.uint8)
+    size = (5, 100) if antialias else (5, 290)
+    taps = uint8_window(300, size[1], None, False, mode == "bicubic", antialias)[1].shape[1]
+    assert 300 > DENSE_PER_TAP * taps
+    fn = jt.compile(lambda x: JF.interpolate(x, size=size, mode=mode, antialias=antialias), fullgraph=True)
+    names = [node.op.name for node in fn.lower(jt.tensor(data)).graph.nodes]
+    assert names.count("index_select") == 1 and names.count("matmul") == 1
+    expected = TF.interpolate(torch.tensor(data), size=size, mode=mode, antialias=antialias).numpy()
+    np.testing.assert_array_equal(JF.interpolate(jt.tensor(data), size=size, mode=mode, antialias=antialias).numpy(),
+                                  expected)
+    np.testing.assert_array_equal(fn(jt.tensor(data)).numpy(), expected)
