@@ -4,8 +4,9 @@ Each plane (sample and channel) draws one number ``u`` in [0, 1) per pooled dim 
 jitorch's generator unless given); along a dim of ``n`` inputs pooled to ``o`` outputs by windows of ``k``,
 window ``i`` starts at ``int((i + u) * alpha) - int(u * alpha)`` with ``alpha = (n - k) / (o - 1)``, computed
 in the input's precision, and the last window ends at the input's end. The windows' elements are gathered
-(one gather of the flattened plane, the candidates in torch's scan order) and reduced by ``max``: autograd
-sends each output's gradient to its maximum, and the compiler fuses it, with nothing of its own here.
+(one gather of the flattened plane, the candidates in torch's scan order) and ``max`` picks each window's
+place; the output is a gather of those places, so autograd sends each output's gradient to its maximum (one
+scatter of the outputs), and the compiler fuses it, with nothing of its own here.
 """
 
 from __future__ import annotations
@@ -94,19 +95,20 @@ def fractional_max_pool(input, kernel_size, output_size, output_ratio, return_in
     order = (1, 0) if nd == 2 else (0, 1, 2)
     starts = [_starts(u[..., s], size, o, k) for s, size, o, k in zip(order, spatial, output, kernel)]
     strides = [int(np.prod(spatial[d + 1:])) for d in range(nd)]
-    candidates = []
-    for offsets in np.ndindex(*kernel):
-        flat = None
-        for d, (start, off) in enumerate(zip(starts, offsets)):
-            shape = [n, c] + [1] * nd
-            shape[2 + d] = output[d]
-            term = ((start + off) * strides[d]).reshape(shape)
-            flat = term if flat is None else flat + term
-        candidates.append(flat.expand(n, c, *output))
-    index = jt.stack(candidates, -1)
-    values = x.reshape(n, c, -1).gather(2, index.reshape(n, c, -1)).reshape(index.shape)
-    out, arg = values.max(-1)
-    where = index.gather(-1, arg.unsqueeze(-1)).squeeze(-1)
+    # the windows' elements (N, C, *output, K) in torch's scan order (np.ndindex of the kernel), as flat indices
+    offsets = np.array(list(np.ndindex(*kernel)), np.int64).reshape(-1, nd)
+    index = None
+    for d, start in enumerate(starts):
+        shape = [n, c] + [1] * nd + [1]
+        shape[2 + d] = output[d]
+        along = jt.tensor(offsets[:, d], device=x.device)
+        term = (start.reshape(shape) + along) * strides[d]
+        index = term if index is None else index + term
+    flat = x.reshape(n, c, -1)
+    with jt.no_grad():  # (the maxima's places: the values come from a gather of just those)
+        candidates = flat.gather(2, index.reshape(n, c, -1)).reshape(index.shape)
+        where = index.gather(-1, candidates.max(-1)[1].unsqueeze(-1)).squeeze(-1)
+    out = flat.gather(2, where.reshape(n, c, -1)).reshape(where.shape)
     if not batched:
         out, where = out.squeeze(0), where.squeeze(0)
     return (out, where) if return_indices else out

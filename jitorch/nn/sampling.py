@@ -9,7 +9,6 @@ the input's precision (float32 for float32 and 16-bit floats, as torch's ``opmat
 
 from __future__ import annotations
 
-import itertools
 import math
 import warnings
 
@@ -202,24 +201,31 @@ def _tap_index(x, n, padding_mode, align_corners):
 
 
 def _gather(input, coords):
-    """``input`` at whole pixel coordinates (float tensors, one per spatial dim, shaped as the output's
-    spatial dims with the batch first), 0 outside; ``(N, C, *out)``."""
+    """``input`` at whole pixel coordinates (float tensors, one per spatial dim, broadcasting to the batch
+    then the output's dims), 0 outside; ``(N, C, *out)``. Each dim's test and integer part are taken before
+    the coordinates broadcast (a tap's row once for its four columns). The input is padded with zeros after
+    each spatial dim's end, where a coordinate outside points, so nothing is chosen on the broadcast
+    positions or on the C times larger values (and a NaN or inf of the input at a clamped tap cannot leak in)."""
     n, c = input.shape[:2]
     spatial = input.shape[2:]
-    inside = None
-    flat = None
-    for x, size in zip(coords, spatial):
-        ok = (x >= 0) & (x < size)
-        inside = ok if inside is None else inside & ok
-        i = jt.where(ok, x, 0.0).long()
-        flat = i if flat is None else flat * size + i
-    out = tuple(coords[0].shape[1:])
+    padded = jt.nn.functional.pad(input, (0, 1) * len(spatial))
+    flat, oks = None, []
+    for x, extent in zip(coords, spatial):
+        ok = (x >= 0) & (x < extent)
+        oks.append(ok)
+        i = jt.where(ok, x, float(extent)).long()
+        flat = i if flat is None else flat * (extent + 1) + i
+    out = tuple(flat.shape[1:])
     # (sizes spelled out: -1 is ambiguous in an empty batch)
     index = flat.reshape(n, 1, math.prod(out)).expand(n, c, math.prod(out))
-    values = input.reshape(n, c, math.prod(spatial)).gather(2, index).reshape(n, c, *out)
+    values = padded.reshape(n, c, math.prod(padded.shape[2:])).gather(2, index).reshape(n, c, *out)
+    if not coords[0].requires_grad:
+        return values
     # a coordinate requiring grad (nearest's) links in by a branch never taken: its gradient is zeros, as torch's
-    filler = jt.where(inside, coords[0], 0.0).unsqueeze(1) if coords[0].requires_grad else 0.0
-    return jt.where(inside.unsqueeze(1), values, filler)
+    inside = oks[0]
+    for ok in oks[1:]:
+        inside = inside & ok
+    return jt.where(inside.unsqueeze(1), values, jt.where(inside, coords[0], 0.0).unsqueeze(1))
 
 
 def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corners=None):
@@ -245,34 +251,42 @@ def _sample(input, grid, mode, padding_mode, align_corners):
     xs = [_source(x, n, padding_mode, align_corners, True) for x, n in zip(coords, spatial)]
     if mode == "nearest":
         return _gather(input, [jt.round(x) for x in xs])
-    lows = [jt.floor(x).detach() for x in xs]
-    fracs = [x - low for x, low in zip(xs, lows)]
-    out = None
-    for corner in itertools.product((0, 1), repeat=nd):
-        weight = None
-        for f, bit in zip(fracs, corner):
-            w = f if bit else 1 - f
-            weight = w if weight is None else weight * w
-        term = _gather(input, [low + bit for low, bit in zip(lows, corner)]) * weight.unsqueeze(1)
-        out = term if out is None else out + term
-    return out
+    # the 2**nd corners in one gather, corner (b_0, ..., b_nd-1) along dims 2 to nd + 1 (C order: torch's order
+    # of the terms), weighted by the product of each dim's fraction (bit 1) or its complement (bit 0) in dim order
+    n, points = xs[0].shape[0], tuple(xs[0].shape[1:])
+    both = jt.stack(xs, 1)  # (N, nd, *points): every dim's floor and fractions at once
+    lows = jt.floor(both).detach()
+    f = both - lows
+    fractions = jt.stack([1 - f, f], 2)  # (N, nd, 2, *points)
+    bits = jt.tensor([0.0, 1.0], dtype=both.dtype, device=both.device)
+    corners, weights = [], None
+    for d in range(nd):
+        shape = [n] + [1] * nd + list(points)
+        shape[1 + d] = 2
+        corners.append(lows[:, d].reshape(n, *([1] * nd), *points) + bits.reshape([2 if i == 1 + d else 1
+                                                                                   for i in range(len(shape))]))
+        w = fractions[:, d].reshape(shape)
+        weights = w if weights is None else weights * w
+    terms = _gather(input, corners) * weights.unsqueeze(1)
+    return terms.reshape(n, input.shape[1], 2 ** nd, *points).sum(2)
 
 
 def _bicubic(input, coords, padding_mode, align_corners):
-    """grid_sample's bicubic mode: 4 x 4 taps around each point, weighted by torch's cubic coefficients of
-    the fractions, each tap's coordinate padded on its own."""
+    """grid_sample's bicubic mode: 4 x 4 taps around each point in one gather, each row's four weighted by
+    torch's cubic coefficients of the x fraction and added in order, then the rows by those of the y
+    fraction; each tap's coordinate padded on its own."""
     (h, w), (cy, cx) = input.shape[2:], coords
     ys, xs = (_source(c, n, padding_mode, align_corners, False) for c, n in ((cy, h), (cx, w)))
-    y0, x0 = jt.floor(ys).detach(), jt.floor(xs).detach()
-    wy, wx = cubic_weights(ys - y0), cubic_weights(xs - x0)
-    out = None
-    for i in range(4):
-        y = _tap_index(y0 + (i - 1), h, padding_mode, align_corners).detach()
-        row = None
-        for j in range(4):
-            x = _tap_index(x0 + (j - 1), w, padding_mode, align_corners).detach()
-            term = _gather(input, [y, x]) * wx[j].unsqueeze(1)
-            row = term if row is None else row + term
-        term = row * wy[i].unsqueeze(1)
-        out = term if out is None else out + term
-    return out
+    n, points = ys.shape[0], tuple(ys.shape[1:])
+    rest = [1] * len(points)
+    # both dims' weights at once (elementwise: the same values as dim by dim, half the ops)
+    both = jt.stack([ys, xs], 1)  # (N, 2, *points)
+    low = jt.floor(both).detach()
+    weights = jt.stack(cubic_weights(both - low), 2).unsqueeze(1)  # (N, 1, 2, 4, *points)
+    y0, x0 = low[:, 0], low[:, 1]
+    steps = jt.arange(-1, 3, dtype=ys.dtype, device=ys.device)
+    y = _tap_index(y0.unsqueeze(1).unsqueeze(1) + steps.reshape(1, 4, 1, *rest), h, padding_mode, align_corners)
+    x = _tap_index(x0.unsqueeze(1).unsqueeze(1) + steps.reshape(1, 1, 4, *rest), w, padding_mode, align_corners)
+    taps = _gather(input, [y.detach(), x.detach()])  # (N, C, 4, 4, *points)
+    wy, wx = weights[:, :, 0], weights[:, :, 1].unsqueeze(2)  # (N, 1, 4, *points), (N, 1, 1, 4, *points)
+    return ((taps * wx).sum(3) * wy).sum(2)

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..runtime import dtypes as _dt
 from ..runtime import fp_errors
+from .indexing import add_at_positions
 from .registry import TensorSpec, defop, scalar_name
 
 _WHERE = " (while checking arguments for ctc_loss_allocate_outputs)"
@@ -87,35 +88,54 @@ def _extended(log_probs, targets, input_lengths, target_lengths, blank):
     return ext, il, tl
 
 
-def _log_add3(a, b, c):
-    """torch's ``log(exp(a - m) + exp(b - m) + exp(c - m)) + m`` with ``m`` the largest (0 when all are -inf)."""
-    m = np.maximum(np.maximum(a, b), c)
-    m[m == -np.inf] = 0
-    return np.log(np.exp(a - m) + np.exp(b - m) + np.exp(c - m)) + m
+def _log_add3(three, noskip, extra):
+    """torch's ``log(exp(a - m) + exp(b - m) + exp(c - m)) + m + extra`` of ``three`` = (a, b, c) ``(3, N, W)``
+    (written over), ``c`` read as -inf where ``noskip``, with ``m`` the largest: the three exps summed over
+    the first dim, in order."""
+    np.copyto(three[2], -np.inf, where=noskip)
+    # m no lower than the lowest finite value: where all three are -inf, exp(-inf - m) is 0 and log(0) + m -inf,
+    # as with torch's 0 in that place; elsewhere it is their maximum
+    m = np.maximum(three.max(0), np.finfo(three.dtype).min)
+    three -= m
+    np.exp(three, out=three)
+    out = np.log(np.add.reduce(three, 0))
+    out += m
+    out += extra
+    return out
+
+
+def _tables(lp, ext, tl):
+    """(the log probabilities of each sample's extended target ``(T, N, W)``, inside its extended target
+    ``(N, W)``, a label like the one two before ``(N, W)``)."""
+    width = ext.shape[1]
+    inside = np.arange(width)[None, :] <= 2 * tl[:, None]
+    same = np.ones(ext.shape, bool)
+    same[:, 2:] = ext[:, 2:] == ext[:, :-2]
+    return lp[:, np.arange(ext.shape[0])[:, None], ext], inside, same
 
 
 def _alphas(lp, ext, il, tl):
-    """log alpha ``(T, N, W)`` of every step (-inf outside each sample's extended target and steps)."""
+    """log alpha ``(T, N, W)`` of every step (-inf outside each sample's extended target and steps). Each
+    step reads the last from a table padded with two -inf columns before position 0."""
     steps, batch, _ = lp.shape
     width = ext.shape[1]
-    rows = np.arange(batch)[:, None]
-    inside = np.arange(width)[None, :] <= 2 * tl[:, None]
-    skip = np.zeros((batch, width), bool)  # may come from s - 2: a label unlike the one two before
-    skip[:, 2:] = ext[:, 2:] != ext[:, :-2]
-    alpha = np.full((max(steps, 1), batch, width), -np.inf, lp.dtype)
+    at, inside, noskip = _tables(lp, ext, tl)  # (may come from s - 2: a label unlike the one two before)
+    padded = np.full((max(steps, 1), batch, width + 2), -np.inf, lp.dtype)
+    alpha = padded[:, :, 2:]
     if steps:
         alpha[0, :, 0] = lp[0, np.arange(batch), ext[:, 0]]
         if width > 1:
             first = tl > 0
             alpha[0, first, 1] = lp[0, np.arange(batch), ext[:, 1]][first]
         alpha[0][(il == 0)[:, None] | ~inside] = -np.inf
-    neg = np.full((batch, 2), -np.inf, lp.dtype)
+    three = np.empty((3, batch, width), lp.dtype)
     for t in range(1, steps):
-        prev = alpha[t - 1]
-        la2 = np.concatenate([neg[:, :1], prev[:, :-1]], 1)
-        la3 = np.where(skip, np.concatenate([neg, prev[:, :-2]], 1)[:, :width], -np.inf)
-        new = _log_add3(prev, la2, la3) + lp[t][rows, ext]
-        alpha[t] = np.where(((t < il)[:, None]) & inside, new, -np.inf)
+        prev = padded[t - 1]
+        three[0], three[1], three[2] = prev[:, 2:], prev[:, 1:-1], prev[:, :-2]
+        alpha[t] = _log_add3(three, noskip, at[t])
+    # (once, after the steps: a position past a target reads only positions past it, a step past an input's
+    # length only later steps, so neither reaches the values kept)
+    alpha[(np.arange(len(alpha))[:, None] >= il[None, :])[:, :, None] | ~inside[None]] = -np.inf
     return alpha
 
 
@@ -159,26 +179,25 @@ def _backward_meta(grad, log_probs, targets, input_lengths, target_lengths, neg_
 
 
 def _betas(lp, ext, il, tl):
-    """log beta ``(T, N, W)``: from each sample's last step back (-inf outside, as `_alphas`)."""
+    """log beta ``(T, N, W)``: from each sample's last step back (-inf outside, as `_alphas`; the table padded
+    after the last position)."""
     steps, batch, _ = lp.shape
     width = ext.shape[1]
-    rows = np.arange(batch)[:, None]
-    inside = np.arange(width)[None, :] <= 2 * tl[:, None]
-    skip = np.zeros((batch, width), bool)  # may come from s + 2: a label unlike the one two after
-    skip[:, :-2] = ext[:, :-2] != ext[:, 2:]
-    beta = np.full((max(steps, 1), batch, width), -np.inf, lp.dtype)
+    at, inside, _ = _tables(lp, ext, tl)
+    noskip = np.ones((batch, width), bool)  # may come from s + 2: a label unlike the one two after
+    noskip[:, :-2] = ext[:, :-2] == ext[:, 2:]
+    padded = np.full((max(steps, 1), batch, width + 2), -np.inf, lp.dtype)
+    beta = padded[:, :, :width]
     for i in np.nonzero(il > 0)[0]:
         last = il[i] - 1
         beta[last, i, 2 * tl[i]] = lp[last, i, ext[i, 0]]
         if tl[i] > 0:
             beta[last, i, 2 * tl[i] - 1] = lp[last, i, ext[i, 2 * tl[i] - 1]]
-    neg = np.full((batch, 2), -np.inf, lp.dtype)
+    three = np.empty((3, batch, width), lp.dtype)
     for t in range(steps - 2, -1, -1):
-        after = beta[t + 1]
-        lb2 = np.concatenate([after[:, 1:], neg[:, :1]], 1)
-        lb3 = np.where(skip, np.concatenate([after[:, 2:], neg], 1)[:, :width], -np.inf)
-        new = _log_add3(after, lb2, lb3) + lp[t][rows, ext]
-        beta[t] = np.where((t < il - 1)[:, None] & inside, new, beta[t])
+        after = padded[t + 1]
+        three[0], three[1], three[2] = after[:, :-2], after[:, 1:-1], after[:, 2:]
+        np.copyto(beta[t], _log_add3(three, noskip, at[t]), where=(t < il - 1)[:, None] & inside)
     return beta
 
 
@@ -199,7 +218,8 @@ def _gradient(grad, log_probs, ext, il, tl, neg_log_likelihood, zero_infinity):
     np.maximum.at(peak, at, both)
     shift = np.where(peak == -np.inf, 0, peak).astype(log_probs.dtype)
     total = np.zeros_like(peak)
-    np.add.at(total, at, np.exp(both - shift[at]))
+    positions = (at[0] * batch + at[1]) * labels + at[2]
+    add_at_positions(total, positions, np.exp(both - shift[at]))
     collected = np.log(total) + shift
     nll = neg_log_likelihood.astype(log_probs.dtype)[None, :, None]
     out = (np.exp(log_probs) - np.exp(collected + nll - log_probs)) * grad.astype(log_probs.dtype)[None, :, None]

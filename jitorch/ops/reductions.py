@@ -22,6 +22,7 @@ from ..runtime.device import CPU
 from ..runtime.summation import BLOCK, add_reduce
 from . import registry
 from .half_products import rounded_prod
+from .indexing import flat_positions
 from .meta import opmath, reduced_shape, reduction_dims, wrap_dim
 from .overlap import written_with_dim
 from .registry import FUNCTIONS, OPS, TensorSpec, defop, scalar_name
@@ -397,7 +398,10 @@ def _select_kernel(pick):
             return np.array(a), np.zeros((), np.int64)
         d = wrap_dim(dim, x.ndim)
         idx = pick(a, d)
-        values = np.take_along_axis(a, idx, axis=d)
+        if a.flags.c_contiguous and idx.size:  # (one flat take: take_along_axis indexes with a full array per dim)
+            values = a.reshape(-1).take(flat_positions(a.shape, d, idx))
+        else:
+            values = np.take_along_axis(a, idx, axis=d)
         return (values, idx) if keepdim else (np.squeeze(values, d), np.squeeze(idx, d))
     return kernel
 

@@ -224,14 +224,41 @@ def _by_case(x, f, cases, default):
     return out
 
 
-def _until(active, step, limit):
-    """Run ``step(idx, k) -> going`` (a bool per element of ``idx``; ``k`` counts from 1) at most ``limit``
-    times over the indices still going: a C loop with a ``break``, for each element at once."""
-    idx = np.flatnonzero(active)
+def _until(state, active, step, limit, given=None):
+    """Run ``step(s, k) -> going`` (a bool per element of ``s``'s arrays; ``k`` counts from 1) at most ``limit``
+    times over the elements of ``active``, each until its step says it stops: a C loop with a ``break``, for
+    each element at once. ``state`` maps names to full arrays; ``s`` holds their values at the elements still
+    running (compact copies the step updates), written back into ``state`` at the step that stops an element
+    (or at the limit), and those of the arrays ``given`` (read only). Stopped elements stay in the copies,
+    running on unused, until they are half of them: a step costs its arithmetic, not a gather and a scatter
+    of every array."""
+    where = np.flatnonzero(active)
+    s = {name: a[where] for name, a in {**state, **(given or {})}.items()}
+    live = np.ones(where.size, bool)
+    count = where.size
     for k in range(1, limit + 1):
-        if not idx.size:
+        if not count:
             break
-        idx = idx[step(idx, k)]
+        going = step(s, k)
+        stopped = live & ~going
+        if stopped.any():
+            _write_back(state, s, where, stopped)
+            live &= going
+            count = int(np.count_nonzero(live))
+            if count <= live.size // 2:
+                where = where[live]
+                s = {name: a[live] for name, a in s.items()}
+                live = np.ones(count, bool)
+    if count:
+        _write_back(state, s, where, live)
+
+
+def _write_back(state, s, where, mask):
+    """``state``'s arrays at ``where[mask]`` set to the compact copies' values at ``mask``."""
+    picked = np.flatnonzero(mask)  # (the few stopping elements: small gathers, not a pass per array)
+    at = where[picked]
+    for name, a in state.items():
+        a[at] = s[name][picked]
 
 
 # erfcx, log_ndtr, ndtri ------------------------------------------------------------------------------------
@@ -380,33 +407,34 @@ def _igam_fac(a, x, f):
 def _igam_series(a, x, f):
     """DLMF 8.11.4: ``fac(a, x) / a * sum(x^k / ((a + 1) ... (a + k)))``."""
     ax = _igam_fac(a, x, f)
-    r, c, ans = a.copy(), np.ones_like(a), np.ones_like(a)
+    state = {"r": a.copy(), "c": np.ones_like(a), "ans": np.ones_like(a)}
     eps = f(_MACHEP[f])
 
-    def step(i, _):
-        r[i] += f(1)
-        c[i] *= x[i] / r[i]
-        ans[i] += c[i]
-        return ~(c[i] <= eps * ans[i])
+    def step(s, _):
+        s["r"] += f(1)
+        s["c"] *= s["x"] / s["r"]
+        s["ans"] += s["c"]
+        return ~(s["c"] <= eps * s["ans"])
 
     with np.errstate(all="ignore"):
-        _until(ax != 0, step, 2000)
-        return np.where(ax == 0, f(0), ans * ax / a)
+        _until(state, ax != 0, step, 2000, {"x": x})
+        return np.where(ax == 0, f(0), state["ans"] * ax / a)
 
 
 def _igamc_series(a, x, f):
     """DLMF 8.7.3, kept from cancelling."""
-    fac, total = np.ones_like(a), np.zeros_like(a)
+    state = {"fac": np.ones_like(a), "total": np.zeros_like(a)}
     eps = f(_MACHEP[f])
 
-    def step(i, n):
-        fac[i] *= -x[i] / f(n)
-        term = fac[i] / (a[i] + f(n))
-        total[i] += term
-        return ~(np.abs(term) <= eps * np.abs(total[i]))
+    def step(s, n):
+        s["fac"] *= -s["x"] / f(n)
+        term = s["fac"] / (s["a"] + f(n))
+        s["total"] += term
+        return ~(np.abs(term) <= eps * np.abs(s["total"]))
 
     with np.errstate(all="ignore"):
-        _until(np.ones(a.shape, bool), step, 1999)
+        _until(state, np.ones(a.shape, bool), step, 1999, {"a": a, "x": x})
+        total = state["total"]
         logx = libm("log", x, f)
         term = -libm("expm1", fma(a, logx, -_lgamma(f(1) + a, f), f), f)
         return fma(-libm("exp", fma(a, logx, -_lgamma(a, f), f), f), total, term, f)
@@ -465,26 +493,26 @@ def _igamc_fraction(a, x, f, complement=False):
     s["qkm1"] = s["z"] * x
     s["ans"] = s["pkm1"] / s["qkm1"]
 
-    def step(i, _):
-        c = s["c"][i] + one
-        y = s["y"][i] + one
-        z = s["z"][i] + f(2)
+    def step(v, _):
+        c = v["c"] + one
+        y = v["y"] + one
+        z = v["z"] + f(2)
         yc = y * c
-        pk = fma(s["pkm1"][i], z, -(s["pkm2"][i] * yc), f)
-        qk = fma(s["qkm1"][i], z, -(s["qkm2"][i] * yc), f)
+        pk = fma(v["pkm1"], z, -(v["pkm2"] * yc), f)
+        qk = fma(v["qkm1"], z, -(v["qkm2"] * yc), f)
         nonzero = qk != 0
         r = pk / np.where(nonzero, qk, one)
-        t = np.where(nonzero, np.abs((s["ans"][i] - r) / r), one)
-        s["ans"][i] = np.where(nonzero, r, s["ans"][i])
-        pkm2, pkm1, qkm2, qkm1 = s["pkm1"][i], pk, s["qkm1"][i], qk
+        t = np.where(nonzero, np.abs((v["ans"] - r) / r), one)
+        v["ans"] = np.where(nonzero, r, v["ans"])
+        pkm2, pkm1, qkm2, qkm1 = v["pkm1"], pk, v["qkm1"], qk
         scale = np.where(np.abs(pk) > big, biginv, one)
-        for key, v in (("pkm2", pkm2), ("pkm1", pkm1), ("qkm2", qkm2), ("qkm1", qkm1)):
-            s[key][i] = v * scale
-        s["c"][i], s["y"][i], s["z"][i] = c, y, z
+        for key, w in (("pkm2", pkm2), ("pkm1", pkm1), ("qkm2", qkm2), ("qkm1", qkm1)):
+            v[key] = w * scale
+        v["c"], v["y"], v["z"] = c, y, z
         return ~(t <= eps)
 
     with np.errstate(all="ignore"):
-        _until(ax != 0, step, 2000)
+        _until(s, ax != 0, step, 2000)
         if complement:
             return np.where(ax == 0, f(1), f(1) - s["ans"] * ax)
         return np.where(ax == 0, f(0), s["ans"] * ax)
@@ -744,23 +772,23 @@ def airy_ai(x, f):
         z = v * v * v
         eps = f(np.finfo(f).eps)
 
-        def step(i, _):
-            k = s["k"][i]
-            mm = s["m"][i] * z[i]
+        def step(w, _):
+            k = w["k"]
+            mm = w["m"] * w["z"]
             k = k + f(1)
             mm = mm / k
-            nn = s["n"][i] * z[i]
+            nn = w["n"] * w["z"]
             k = k + f(1)
             nn = nn / k
             mm = mm / k
-            s["f"][i] += mm
+            w["f"] += mm
             k = k + f(1)
             nn = nn / k
-            s["g"][i] += nn
-            s["k"][i], s["m"][i], s["n"][i] = k, mm, nn
-            return np.abs(mm / s["f"][i]) > eps
+            w["g"] += nn
+            w["k"], w["m"], w["n"] = k, mm, nn
+            return np.abs(mm / w["f"]) > eps
 
-        _until(np.ones(v.shape, bool), step, 10 ** 6)
+        _until(s, np.ones(v.shape, bool), step, 10 ** 6, {"z": z})
         return fma(f(_AIRY_C1), s["f"], -(f(_AIRY_C2) * s["g"]), f)
 
     return _by_case(x, f, [(np.isinf(x), np.nan), (x > f(103.892), 0.0), (x < f(-2.09), oscillating),

@@ -108,6 +108,8 @@ def _float_to_integer(a, src, dst):
 def _truncated(a, wide):
     """Truncation toward zero into signed ``wide``; x86's smallest integer for NaN and out-of-range values."""
     limit = 2.0 ** (wide.itemsize * 8 - 1)
+    if a.size and a.min() >= -limit and a.max() < limit:  # (the common case in two reductions; NaN fails them)
+        return a.astype(wide)
     inside = (a >= -limit) & (a < limit)  # NaN compares false
     return np.where(inside, np.where(inside, a, 0).astype(wide), np.iinfo(wide).min)
 

@@ -145,3 +145,47 @@ def test_a_compiled_index_add_with_a_bad_index_raises_torchs_error_before_writin
     with pytest.raises(RuntimeError, match="index 50 is out of bounds for dimension 0 with size 50"):
         torch.zeros(50, 64).index_add_(0, torch.from_numpy(bad.numpy()), torch.ones(40, 64))
     assert np.array_equal(x.numpy(), before)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_scatter_add_of_many_values_takes_the_kernel_with_np_add_ats_bits(monkeypatch, dtype):
+    """scatter_add (a gather's backward) of at least `KERNEL_FROM_VALUES` values into a float self adds each
+    value as a row of one element, in C order: np.add.at's bits (values over 16 decades, repeated positions),
+    along the last dim, the first and a middle one, with an expanded (stride 0) index and a smaller index
+    than self; fewer values, and integers, go through np.add.at."""
+    calls = []
+    registered = indexing.SCATTER_ROWS_KERNEL
+
+    def counted(name):
+        kernel = registered(name)
+
+        def run(*args):
+            calls.append(name)
+            return kernel(*args)
+        return run
+
+    monkeypatch.setattr(indexing, "SCATTER_ROWS_KERNEL", counted)
+    rng = np.random.default_rng(3)
+    cases = (((8, 3, 600), 2, (8, 1, 900), (8, 3, 900)), ((50, 40, 7), 0, (60, 30, 7), None),
+             ((6, 40, 30), 1, (5, 70, 20), None))
+    for shape, d, index_shape, expand in cases:
+        x = _values(rng, shape, dtype)
+        idx = rng.integers(0, shape[d], index_shape)
+        full = np.broadcast_to(idx, expand) if expand else idx
+        src = _values(rng, full.shape, dtype)
+        expected = x.copy()
+        coords = list(np.indices(full.shape, sparse=True))
+        coords[d] = full
+        np.add.at(expected, tuple(coords), src)
+        index = jt.from_numpy(idx).expand(*expand) if expand else jt.from_numpy(idx)
+        got = jt.from_numpy(x).scatter_add(d, index, jt.from_numpy(src)).numpy()
+        assert np.array_equal(got.view(np.uint8), expected.view(np.uint8))
+        theirs = torch.from_numpy(x).scatter_add(d, torch.from_numpy(full.copy()), torch.from_numpy(src)).numpy()
+        assert np.array_equal(np.isnan(got), np.isnan(theirs))
+    assert calls == [np.dtype(dtype).name] * 3
+    calls.clear()
+    few = jt.from_numpy(np.ones((4, 10), dtype))
+    jt.zeros_like(few).scatter_add(1, jt.zeros(4, 10, dtype=jt.int64), few)
+    whole = jt.ones(100, 100, dtype=jt.int64)
+    assert jt.zeros_like(whole).scatter_add(1, jt.zeros_like(whole), whole)[:, 0].tolist() == [100] * 100
+    assert calls == []

@@ -78,6 +78,23 @@ def test_a_nan_outside_an_output_window_does_not_reach_it():
     assert np.isfinite(j[..., :3]).all()
 
 
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+def test_an_inf_inside_windows_gives_torchs_infs_and_nans_with_all_taps_gathered_at_once(mode):
+    """All of a dim's taps come from one index_select, a tap past a window reading an appended zero: an inf at
+    the last column and row give torch's infs (not a NaN from a tap past the window standing on the inf), a
+    NaN torch's NaNs; a transposed input and an empty batch give torch's values and shapes."""
+    a = normal((2, 3, 13, 17), 5).astype(np.float32)
+    a[0, 0, 4, -1], a[1, 2, -1, 8], a[1, 1, -1, 3] = np.inf, -np.inf, np.nan
+    for x in (a, np.ascontiguousarray(a.transpose(0, 1, 3, 2)).transpose(0, 1, 3, 2), a[:0]):
+        t = TF.interpolate(torch.tensor(x), size=(5, 6), mode=mode, antialias=True).numpy()
+        j = JF.interpolate(jt.tensor(x), size=(5, 6), mode=mode, antialias=True).numpy()
+        assert j.shape == t.shape
+        np.testing.assert_array_equal(np.isnan(j), np.isnan(t))
+        np.testing.assert_array_equal(np.isinf(j), np.isinf(t))
+        ok = np.isfinite(t)
+        np.testing.assert_allclose(j[ok], t[ok], rtol=2e-6, atol=2e-6)
+
+
 @pytest.mark.parametrize("call,dtype", [
     (lambda F, x: F.interpolate(x, size=(3, 3), mode="bilinear", antialias=True), np.float16),
     (lambda F, x: F.interpolate(x, size=(3, 3), mode="bicubic", antialias=True), np.int64),
@@ -96,14 +113,39 @@ def test_antialias_compiles_to_one_graph_equal_to_eager():
     fn = jt.compile(lambda x: JF.interpolate(x, size=(4, 5), mode="bilinear", antialias=True), fullgraph=True)
     lowered = fn.lower(jt.tensor(x))
     names = [node.op.name for node in lowered.graph.nodes]
-    taps = aa_window(9, 5, None, False, False, np.float32)[2].shape[1] + aa_window(12, 4, None, False, False,
-                                                                                    np.float32)[2].shape[1]
-    assert names.count("index_select") == taps and lowered.kernels
+    # one index_select of all its taps per resized dim
+    assert names.count("index_select") == 2 and names.count("sum") == 2 and lowered.kernels
     assert_close(fn(jt.tensor(x)), JF.interpolate(jt.tensor(x), size=(4, 5), mode="bilinear",
                                                   antialias=True).numpy(), atol=0, rtol=0)
 
 
 def test_uint8_compiles_equal_to_eager():
-    a = jt.tensor((np.random.default_rng(3).random((1, 3, 9, 9)) * 256).astype(np.uint8))
+    """uint8's integer sums are float64 products with each dim's weight matrix (exact): one matmul per resized
+    dim, compiled as eager and torch's bytes."""
+    data = (np.random.default_rng(3).random((1, 3, 9, 9)) * 256).astype(np.uint8)
+    a = jt.tensor(data)
     fn = jt.compile(lambda x: JF.interpolate(x, size=(4, 13), mode="bicubic"), fullgraph=True)
     np.testing.assert_array_equal(fn(a).numpy(), JF.interpolate(a, size=(4, 13), mode="bicubic").numpy())
+    np.testing.assert_array_equal(fn(a).numpy(), TF.interpolate(torch.tensor(data), size=(4, 13), mode="bicubic"))
+    names = [node.op.name for node in fn.lower(a).graph.nodes]
+    assert names.count("matmul") == 2 and "index_select" not in names
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+@pytest.mark.parametrize("antialias", [False, True])
+def test_uint8_of_a_wide_input_sums_its_taps_where_the_dense_matrix_would_be_mostly_zeros(mode, antialias):
+    """A dim of more than `DENSE_PER_TAP` inputs per tap (300 columns to 100 with antialias: 7 or 13 taps;
+    300 to 290 without: 2 or 4) gathers its taps instead of the dense product; torch's bytes either way, the
+    narrow dim by the product."""
+    from jitorch.nn.antialias import DENSE_PER_TAP
+    data = (np.random.default_rng(4).random((1, 3, 9, 300)) * 256).astype(np.uint8)
+    size = (5, 100) if antialias else (5, 290)
+    taps = uint8_window(300, size[1], None, False, mode == "bicubic", antialias)[1].shape[1]
+    assert 300 > DENSE_PER_TAP * taps
+    fn = jt.compile(lambda x: JF.interpolate(x, size=size, mode=mode, antialias=antialias), fullgraph=True)
+    names = [node.op.name for node in fn.lower(jt.tensor(data)).graph.nodes]
+    assert names.count("index_select") == 1 and names.count("matmul") == 1
+    expected = TF.interpolate(torch.tensor(data), size=size, mode=mode, antialias=antialias).numpy()
+    np.testing.assert_array_equal(JF.interpolate(jt.tensor(data), size=size, mode=mode, antialias=antialias).numpy(),
+                                  expected)
+    np.testing.assert_array_equal(fn(jt.tensor(data)).numpy(), expected)

@@ -794,3 +794,43 @@ def test_indexing_a_0d_tensor_raises_torchs_error(index):
         want = outcome(torch, torch.tensor(5.0), write)
         assert outcome(jt, jt.tensor(5.0), write) == want
         assert outcome(jt, jt.arange(3.0)[1], write) == outcome(torch, torch.arange(3.0)[1], write)
+
+
+@pytest.mark.parametrize("dim", [0, 1, 2, -1])
+def test_gather_of_a_contiguous_self_by_flat_positions_matches_torch(dim):
+    """gather of a C-contiguous self takes one flat take of its positions (`indexing.flat_positions`): an
+    index smaller than self along other dims, expanded (stride 0) and transposed indices, a transposed self
+    (take_along_axis) and 1-element dims give torch's values; an out-of-range value raises torch's error
+    naming the first such value in C order. An index expanded along other dims than the last gathers by one
+    take per row of the unexpanded index (`indexing.BLOCK_TAKES_MAX`), torch's values too."""
+    rng = np.random.default_rng(dim + 7)
+    x = rng.standard_normal((5, 6, 7)).astype(np.float32)
+    d = dim % 3
+    for self_ in (x, x.transpose(2, 1, 0).copy().transpose(2, 1, 0)):
+        longer = [1, 6, 7]
+        longer[d] = 9
+        for index_shape in ((5, 6, 7), (3, 1, 4), tuple(longer)):
+            idx = rng.integers(0, x.shape[d], index_shape)
+            for index in (jt.from_numpy(idx), jt.from_numpy(idx[:, :1]).expand(*idx[:, :1].shape[:1], 4,
+                                                                              *idx.shape[2:]),
+                          jt.from_numpy(np.ascontiguousarray(idx.T)).permute(2, 1, 0)):
+                got = jt.from_numpy(self_).gather(dim, index)
+                expected = torch.from_numpy(self_).gather(dim, torch.from_numpy(index.numpy()))
+                assert np.array_equal(got.numpy(), expected.numpy())
+    # expanded along other dims than the last (one take per unexpanded row), or along the gathered dim itself
+    line = jt.from_numpy(rng.standard_normal(9).astype(np.float32))
+    for index in (jt.tensor([3]).expand(5), jt.tensor([[2, 0, 1]]).expand(4, 3)[0]):
+        assert np.array_equal(line.gather(0, index).numpy(),
+                              torch.from_numpy(line.numpy()).gather(0, torch.from_numpy(index.numpy())).numpy())
+    idx = rng.integers(0, 7, (1, 1, 11))
+    for index in (jt.from_numpy(idx).expand(5, 6, 11), jt.from_numpy(idx[:, :, :1]).expand(5, 6, 11),
+                  jt.from_numpy(np.zeros((0, 6, 11), np.int64))):
+        got = jt.from_numpy(x).gather(-1, index)
+        expected = torch.from_numpy(x).gather(-1, torch.from_numpy(index.numpy()))
+        assert got.shape == tuple(expected.shape) and np.array_equal(got.numpy(), expected.numpy())
+    bad = np.zeros((2, 3, 4), np.int64)
+    bad[1, 0, 2], bad[1, 2, 0] = 40, -3
+    with pytest.raises(RuntimeError, match=f"index 40 is out of bounds for dimension {d} with size {x.shape[d]}"):
+        jt.from_numpy(x).gather(dim, jt.from_numpy(bad))
+    with pytest.raises(RuntimeError, match=f"index 40 is out of bounds for dimension {d} with size {x.shape[d]}"):
+        torch.from_numpy(x).gather(dim, torch.from_numpy(bad))

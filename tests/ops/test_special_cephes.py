@@ -258,3 +258,37 @@ def test_without_a_c_library_the_math_modules_functions_give_ieee_values(monkeyp
     np.testing.assert_array_equal(special_cephes.libm("exp", x, np.float64),
                                   [1.0, math.exp(-1.0), np.inf, np.inf, np.nan, math.exp(2.0)])
     np.testing.assert_array_equal(special_cephes.libm("cos", x, np.float32)[[0, 3, 4]], [1.0, np.nan, np.nan])
+
+
+def test_the_series_driver_keeps_each_elements_state_from_the_step_that_stops_it():
+    """`special_cephes._until` runs the steps on compact copies of the running elements (stopped ones running
+    on unused until they are half, then dropped): each element's state is the one of the step that stopped
+    it, the limit stops the rest, elements outside ``active`` are untouched and read-only arrays are only
+    read; as a per-element loop over 3000 elements stopping after 1 to 300 steps."""
+    rng = np.random.default_rng(41)
+    n = 3000
+    ratio = rng.uniform(0.01, 0.99, n)
+    active = rng.random(n) < 0.9
+    limit = 150
+    state = {"term": np.ones(n), "total": np.zeros(n), "steps": np.zeros(n)}
+    given = {"ratio": ratio}
+    given["ratio"].setflags(write=False)
+
+    def step(s, k):
+        s["term"] = s["term"] * s["ratio"]
+        s["total"] += s["term"] / k
+        s["steps"] += 1
+        return s["term"] > 1e-12
+
+    special_cephes._until(state, active, step, limit, given)
+    for i in range(n):
+        term, total, steps = 1.0, 0.0, 0.0
+        if active[i]:
+            for k in range(1, limit + 1):
+                term = term * ratio[i]
+                total += term / k
+                steps += 1
+                if not term > 1e-12:
+                    break
+        assert (state["term"][i], state["total"][i], state["steps"][i]) == (term, total, steps)
+    assert state["steps"].max() == limit and len(np.unique(state["steps"])) > 50
