@@ -591,7 +591,11 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
                         and y._stride == x._stride and y._storage is not x._storage and y.device is cpu
                         and y._arr is not None and not (y._requires_grad and records_grad())):
                     if scaled is not None and not default and len(args) == n + 1:
-                        factor = factor_of(dtype, args)
+                        # (a remembered factor read here: `factor_of`'s frame is a share of an optimizer's step)
+                        alpha = args[n]
+                        factor = factors.get((dtype, alpha.__class__, alpha))
+                        if factor is None:
+                            factor = factor_of(dtype, args)
                     if check is not None and factor is None and not (default and (pair_unchecked or dtype in passing)):
                         check(specs[dtype], *args, *defaults[len(args) - n:])
                     ya = y._arr
