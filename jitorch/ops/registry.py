@@ -1469,8 +1469,17 @@ def _generate(op, kind, attempt=False, env=None):
         body = f"    return _call_inplace(_op, ({argnames}))"
         # (an op with a dtype argument or an in-place check of its own runs them first: `call_inplace`)
         if op.flat_into is not None and op.dtype_index is None and "inplace_check" not in op.attrs:
-            body = f"    if not _hooks and _profiling.RECORDER is None and _flat_into(({argnames})):\n" \
-                   f"        return {sig.names[0]}\n" + body
+            # (its commonest call written out here, where the op gives it as source: `pointwise_base`'s ``inline``)
+            inline = getattr(op.flat_into, "inline", None)
+            inline = inline(sig.names) if inline is not None else None
+            head = ""
+            if inline is not None:
+                head = "".join(f"        {line}\n" for line in inline[0])
+                env = {} if env is None else env
+                env.update(inline[1])
+            body = f"    if not _hooks and _profiling.RECORDER is None:\n{head}" \
+                   f"        if _flat_into(({argnames})):\n" \
+                   f"            return {sig.names[0]}\n" + body
     else:
         # The fast path is tried here rather than in `call` to spare small ops a frame (an op with an entry
         # has tried it before its variant runs: `_entry_variant`).
