@@ -244,3 +244,12 @@ def test_cat_entry_keeps_versions_and_promotes_through_the_general_path(kernel_c
     r = jt.cat([x, x[:, :1].expand(2, 2)], 1)
     assert kernel_calls == [] and r.is_contiguous() and r._version == 0 and (x._version, y._version) == versions
     assert jt.cat([x, y]).dtype is jt.float64 and kernel_calls == ["cat"]
+
+
+def test_fresh_results_and_views_are_made_by_calling_the_tensor_class():
+    """`Tensor._fresh` and `Tensor._view_of` call ``Tensor()`` (cheaper than ``object.__new__``): the class takes no
+    arguments and runs no ``__init__`` of its own, and the results are plain tensors."""
+    assert jt.Tensor.__init__ is object.__init__ and jt.Tensor.__new__ is object.__new__
+    r = jt.softmax(jt.ones(2), 0)
+    v = r.view(2, 1)
+    assert type(r) is jt.Tensor and type(v) is jt.Tensor and v._base is r and r.tolist() == [0.5, 0.5]
