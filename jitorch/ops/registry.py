@@ -1482,8 +1482,9 @@ def _generate(op, kind, attempt=False, env=None):
                    f"            return {sig.names[0]}\n" + body
     else:
         # The fast path is tried here rather than in `call` to spare small ops a frame (an op with an entry
-        # has tried it before its variant runs: `_entry_variant`).
-        fast_path = None if op.entry is not None else op.fast if op.fast is not None else _view_fast(op)
+        # has tried it before its variant runs: `_entry_variant`; an overload's variant has no entry before it).
+        fast_path = None if op.entry is not None and not attempt else op.fast if op.fast is not None else \
+            _view_fast(op)
         autocast = " and _autocast.key is None" if op.public_name in AUTOCAST_NAMES else ""
         # (an op of one argument calls its shortcut with it alone: no tuple to build and unpack)
         shortcut = f"_fast1({sig.names[0]})" if op.fast_one is not None and len(sig.names) == 1 else \
