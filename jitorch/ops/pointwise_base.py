@@ -653,7 +653,7 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
             f"        if _i_factor is not None or {default}:",
             *([f"            if _i_factor is None and _i_dt not in _i_unchecked_dtypes:",
                f"                _i_check(_i_specs[_i_dt], {', '.join(names)})"] if check is not None else []),
-            "            # (NumPy's ufunc into one of its inputs of one element takes its general iterator: given a copy)",
+            "            # (NumPy's ufunc into one of its inputs of one element takes its general iterator: a copy)",
             "            _i_xin = _i_xa.copy() if _i_xa.size == 1 else _i_xa",
             "            try:",
             "                if _i_factor is None:",
