@@ -236,7 +236,7 @@ class Tensor:
         storage.inference = _INFERENCE_OPEN[0] > 0 and _grad_state.inference
         if _profiling.RECORDER is not None:
             _profiling.RECORDER.allocated(storage)
-        t = _new_object(Tensor)
+        t = Tensor()  # (a call of the class, which has no __init__, costs less than object.__new__(Tensor))
         t._storage = storage
         t._shape = shape
         t._size = None
@@ -280,7 +280,7 @@ class Tensor:
         `track_views` marks such views. One frame for both: every eager view op on a tensor without history
         pays for it."""
         storage = base._storage
-        t = _new_object(Tensor)
+        t = Tensor()  # (a call of the class, which has no __init__, costs less than object.__new__(Tensor))
         t._storage = storage
         t._shape = shape
         t._size = None

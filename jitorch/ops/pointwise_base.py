@@ -591,7 +591,11 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
                         and y._stride == x._stride and y._storage is not x._storage and y.device is cpu
                         and y._arr is not None and not (y._requires_grad and records_grad())):
                     if scaled is not None and not default and len(args) == n + 1:
-                        factor = factor_of(dtype, args)
+                        # (a remembered factor read here: `factor_of`'s frame is a share of an optimizer's step)
+                        alpha = args[n]
+                        factor = factors.get((dtype, alpha.__class__, alpha))
+                        if factor is None:
+                            factor = factor_of(dtype, args)
                     if check is not None and factor is None and not (default and (pair_unchecked or dtype in passing)):
                         check(specs[dtype], *args, *defaults[len(args) - n:])
                     ya = y._arr
@@ -623,6 +627,53 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
         x._storage._version += 1
         return True
     write_into.factors = factors  # (what a test reads)
+
+    def inline(names):
+        """`write_into`'s commonest call written out as source for the in-place variant (`registry._generate`) of a
+        two-operand op with at most one other argument: ``x.op_(y)`` (or with a remembered factor, ``x.add_(y,
+        alpha=a)``) on two C-contiguous CPU tensors of one fast dtype and shape, in different storages, neither
+        requiring grad, after the op's check where `write_into` runs it: one frame from the caller to NumPy (the
+        variant's call of `write_into` cost a frame and a tuple, a third of ``x.add_(y)`` on one element). The
+        lines fall through to the variant's `write_into` call for anything else. ``(lines, env)``, or None."""
+        extra = names[n:]
+        if n != 2 or masked or len(extra) > 1 or quiet:
+            return None
+        x, y = names[0], names[1]
+        default = f"{extra[0]} is _i_first_default" if extra else "True"
+        factor = f"_i_factors.get((_i_dt, {extra[0]}.__class__, {extra[0]}))" if extra and scaled is not None \
+            else "None"
+        lines = [
+            f"if isinstance({y}, _i_Tensor) and not {x}._requires_grad and not {y}._requires_grad:",
+            f"    _i_dt, _i_shape, _i_xa, _i_ya = {x}.dtype, {x}._shape, {x}._arr, {y}._arr",
+            f"    if (_i_dt in _i_fast_dtypes and {y}.dtype is _i_dt and _i_xa is not None and _i_ya is not None",
+            f"            and {x}.device is _i_cpu and {y}.device is _i_cpu and {y}._shape == _i_shape",
+            f"            and {x}._stride == _i_contiguous.get(_i_shape) and {y}._stride == {x}._stride",
+            f"            and {y}._storage is not {x}._storage and _i_xa.size < _i_split_min):",
+            f"        _i_factor = None if {default} else {factor}",
+            f"        if _i_factor is not None or {default}:",
+            *([f"            if _i_factor is None and _i_dt not in _i_unchecked_dtypes:",
+               f"                _i_check(_i_specs[_i_dt], {', '.join(names)})"] if check is not None else []),
+            "            # (NumPy's ufunc into one of its inputs of one element takes its general iterator: a copy)",
+            "            _i_xin = _i_xa.copy() if _i_xa.size == 1 else _i_xa",
+            "            try:",
+            "                if _i_factor is None:",
+            "                    _i_silenced(_i_plain, _i_xin, _i_ya, _i_xa)",
+            "                else:",
+            "                    _i_silenced(_i_scaled, _i_xin, _i_silenced(_i_multiply, _i_ya, _i_factor), _i_xa)",
+            "            except RuntimeError as _i_e:  # (nothing written yet)",
+            f"                _i_when_busy(_i_e, _i_compute_into, _i_xa, _i_ya, _i_factor, _i_factor is None, "
+            f"({', '.join(names)},))",
+            f"            {x}._storage._version += 1",
+            f"            return {x}",
+        ]
+        env = {"_i_Tensor": registry.Tensor, "_i_first_default": first_default, "_i_factors": factors,
+               "_i_fast_dtypes": fast_dtypes, "_i_unchecked_dtypes": fast_dtypes if pair_unchecked else passing,
+               "_i_check": check, "_i_specs": specs, "_i_cpu": cpu,
+               "_i_contiguous": contiguous, "_i_split_min": split_min, "_i_silenced": silenced,
+               "_i_plain": plain_call, "_i_scaled": scaled, "_i_multiply": multiply, "_i_when_busy": when_busy,
+               "_i_compute_into": compute_into}
+        return lines, env
+    write_into.inline = inline
 
     hooks, autocast = registry.DISPATCH_HOOKS, registry._AUTOCAST_STATE
 

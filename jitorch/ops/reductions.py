@@ -864,59 +864,83 @@ def _softmax_kernel(name, fn):
     return kernel
 
 
-def _softmax_fast(op, fn, one_wide, one_row):
-    """``fast(args, record=True)``: softmax of a float tensor along a dim given as a Python int, without the
-    general path's conversion and meta rule; None for anything else (`registry.OpDef.fast`). Its tests are
-    written out and a small input goes to ``fn`` at once (rows of one element to ``one_wide``, ``fn``'s own
-    formula for them, one row to ``one_row``): on a tiny tensor each Python call is a measurable share of the op."""
+def _softmax_entry(op, fn, one_wide, one_row):
+    """``entry(general)`` (`registry.OpDef.entry`): ``softmax(input, dim, dtype=None)`` of a CPU float tensor along a
+    dim given as a Python int, without the general path's conversion and meta rule, in the public variant's one
+    frame; every other call (a dispatch hook or autocast on, ``out=``, ``axis=``, ``dtype=``, other dtypes or
+    devices, a dim out of range) goes to ``general``, or, with ``general`` None, gives None. Its tests are written
+    out and a small input goes to ``fn`` at once (rows of one element to ``one_wide``, ``fn``'s own formula for
+    them, one row to ``one_row``): on a tiny tensor each Python call is a measurable share of the op."""
     contiguous = registry.CONTIGUOUS_STRIDES
+    hooks, autocast, absent, missing = registry.DISPATCH_HOOKS, registry._AUTOCAST_STATE, registry.ABSENT, \
+        registry.MISSING
     silenced, when_busy = fp_errors.silenced, fp_errors.when_busy
     subtract, exp, then_exp = np.subtract, np.exp, _ONE_WIDE_EXP[one_wide]
 
-    def fast(args, record=True):
-        x, dim, dtype = args
-        Tensor = registry.Tensor
-        if not isinstance(x, Tensor) or dim.__class__ is not int or dtype is not None:
-            return None
-        shape = x._shape
-        n = len(shape)
-        out = x.dtype
-        if x.device is not CPU or out not in _FAST_DTYPES or not -n <= dim < n:  # (n == 0: not served)
-            return None
-        grad = x._requires_grad and registry.records_grad()
-        if grad and not record:
-            return None
-        a = x._arr
-        if a is None:
-            a = x._array()
-        strides = contiguous.get(shape)
-        width = shape[dim]
-        flat = strides is not None and x._stride == strides  # (then `_one_wide` and `_one_row` are tested here)
-        if width == 1 and flat:
-            try:  # (ufuncs' result on C-contiguous ``a``: C-contiguous)
-                r = silenced(subtract, a, a)
-            except RuntimeError as e:
-                r = when_busy(e, subtract, a, a)
-            if then_exp:  # (of +0 or a quiet NaN, which raises no floating-point error: called as it is)
-                r = exp(r)
-            result = Tensor._fresh(r, out, shape, strides)
-        elif flat and width == a.size and width <= BLOCK:
-            try:  # (C-contiguous, ``a``'s shape)
-                r = silenced(one_row, a)
-            except RuntimeError as e:
-                r = when_busy(e, one_row, a)
-            result = Tensor._fresh(r, out, shape, strides)
-        else:
-            token = fp_errors.enter()
-            try:
-                r = fn(a, dim % n) if a.size < ROW_KERNEL_MIN else _softmax_through_kernel(op.name, fn, a, dim % n)
-            finally:
-                fp_errors.leave(token)
-            if strides is not None and r.flags.c_contiguous:  # (r has a's shape)
-                result = Tensor._fresh(r, out, shape, strides)
+    def entry(general):
+        miss = registry.entry_miss(general)
+        Tensor, cpu, fast_dtypes = registry.Tensor, CPU, _FAST_DTYPES  # (read from the closure: no global lookups)
+        fresh = Tensor._fresh
+
+        def softmax(input, dim=missing, dtype=None, *, axis=absent, out=None):
+            # (a plain tensor's class tested before isinstance, whose call is a measurable share here)
+            if (hooks or out is not None or axis is not absent or autocast.key is not None or dtype is not None
+                    or dim.__class__ is not int or input.__class__ is not Tensor and not isinstance(input, Tensor)):
+                return miss((input, dim, dtype), axis=axis, out=out)
+            shape = input._shape
+            n = len(shape)
+            dt = input.dtype
+            if input.device is not cpu or dt not in fast_dtypes or not -n <= dim < n:  # (n == 0: not served)
+                return miss((input, dim, dtype))
+            a = input._arr
+            if a is None:
+                a = input._array()
+            strides = contiguous.get(shape)
+            width = shape[dim]
+            flat = strides is not None and input._stride == strides  # (then `_one_wide` and `_one_row` hold here)
+            if width == 1 and flat:
+                try:  # (ufuncs' result on C-contiguous ``a``: C-contiguous)
+                    r = silenced(subtract, a, a)
+                except RuntimeError as e:
+                    r = when_busy(e, subtract, a, a)
+                if then_exp:  # (of +0 or a quiet NaN, which raises no floating-point error: called as it is)
+                    r = exp(r)
+                result = fresh(r, dt, shape, strides)
+            elif flat and width == a.size and width <= BLOCK:
+                try:  # (C-contiguous, ``a``'s shape)
+                    r = silenced(one_row, a)
+                except RuntimeError as e:
+                    r = when_busy(e, one_row, a)
+                result = fresh(r, dt, shape, strides)
             else:
-                result = registry.contiguous_result(r, out)
-        return registry.record_fast(op, args, result) if grad else result
+                token = fp_errors.enter()
+                try:
+                    r = fn(a, dim % n) if a.size < ROW_KERNEL_MIN else _softmax_through_kernel(op.name, fn, a, dim % n)
+                finally:
+                    fp_errors.leave(token)
+                if strides is not None and r.flags.c_contiguous:  # (r has a's shape)
+                    result = fresh(r, dt, shape, strides)
+                else:
+                    result = registry.contiguous_result(r, dt)
+            if input._requires_grad and registry.records_grad():
+                return registry.record_fast(op, (input, dim, None), result)
+            return result
+        return softmax
+    return entry
+
+
+def _softmax_fast(entry):
+    """`registry.OpDef.fast` of an op whose ``entry`` is `_softmax_entry`'s: the entry without its general path
+    (made at the first call: the entry reads the tensor class, which `registry.install` sets)."""
+    served = []
+
+    def fast(args, record=True):
+        x = args[0]
+        if not record and isinstance(x, registry.Tensor) and x._requires_grad and registry.records_grad():
+            return None
+        if not served:
+            served.append(entry(None))
+        return served[0](*args)
     return fast
 
 
@@ -927,4 +951,5 @@ for _name, _fn, _one, _row, _what in (
                 cpu=_softmax_kernel(_name, _fn), kind="softmax", variants=_ALL_FORMS,
                 out_autograd_fallback=lambda args: True,
                 doc=f"{_what} along ``dim``, shifted by the max for stability; ``dtype=`` casts the input first.")
-    _op.fast = _softmax_fast(_op, _fn, _one, _row)
+    _op.entry = _softmax_entry(_op, _fn, _one, _row)
+    _op.fast = _softmax_fast(_op.entry)

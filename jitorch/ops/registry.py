@@ -135,6 +135,9 @@ class OpDef:
         self.flat_into = None
         self.fast_pair = None  # optional fast_pair(method, general) -> the method of the op's Python operator
         self.fast_one = None  # optional fast_one(x) -> result | None: ``fast((x,))`` of an op whose one argument is x
+        # optional entry(general) -> the op's function and method variants (`_entry_variant`), each one frame
+        # that serves the commonest calls itself and hands every other to ``general``, the generated variant
+        self.entry = None
         self.variants = frozenset(variants)
         self.doc = doc
         self.method_name = method_name or schema.name
@@ -493,6 +496,19 @@ def record_fast(op, args, result):
     """The backward node of a fast path's ``result`` on tensors that require grad (in grad mode),
     as `call` records it: over the arguments in their normal form."""
     return AUTOGRAD.record(op, op.convert(args), result)
+
+
+def entry_miss(general):
+    """The fallback of an `OpDef.entry` made over ``general``: ``miss(args, **given)`` calls ``general(*args,
+    **given)`` with the keywords given as None left out (an entry's ``out=``, which a method variant does not
+    take, so that it raises the method's TypeError only when given); with ``general`` None (the entry as the op's
+    ``fast``) it gives None."""
+    if general is None:
+        return lambda args, **given: None
+
+    def miss(args, **given):
+        return general(*args, **{k: v for k, v in given.items() if v is not None})
+    return miss
 
 
 def records_grad():
@@ -1463,11 +1479,22 @@ def _generate(op, kind, attempt=False, env=None):
         body = f"    return _call_inplace(_op, ({argnames}))"
         # (an op with a dtype argument or an in-place check of its own runs them first: `call_inplace`)
         if op.flat_into is not None and op.dtype_index is None and "inplace_check" not in op.attrs:
-            body = f"    if not _hooks and _profiling.RECORDER is None and _flat_into(({argnames})):\n" \
-                   f"        return {sig.names[0]}\n" + body
+            # (its commonest call written out here, where the op gives it as source: `pointwise_base`'s ``inline``)
+            inline = getattr(op.flat_into, "inline", None)
+            inline = inline(sig.names) if inline is not None else None
+            head = ""
+            if inline is not None:
+                head = "".join(f"        {line}\n" for line in inline[0])
+                env = {} if env is None else env
+                env.update(inline[1])
+            body = f"    if not _hooks and _profiling.RECORDER is None:\n{head}" \
+                   f"        if _flat_into(({argnames})):\n" \
+                   f"            return {sig.names[0]}\n" + body
     else:
-        # The fast path is tried here rather than in `call` to spare small ops a frame.
-        fast_path = op.fast if op.fast is not None else _view_fast(op)
+        # The fast path is tried here rather than in `call` to spare small ops a frame (an op with an entry
+        # has tried it before its variant runs: `_entry_variant`; an overload's variant has no entry before it).
+        fast_path = None if op.entry is not None and not attempt else op.fast if op.fast is not None else \
+            _view_fast(op)
         autocast = " and _autocast.key is None" if op.public_name in AUTOCAST_NAMES else ""
         # (an op of one argument calls its shortcut with it alone: no tuple to build and unpack)
         shortcut = f"_fast1({sig.names[0]})" if op.fast_one is not None and len(sig.names) == 1 else \
@@ -1518,6 +1545,18 @@ def _lazy_variant(op, kind):
     _describe(fn, op, name)
     # (what inspect.signature and help show is the variant's from the start: asked for, it generates it)
     fn.__signature__ = _DeferredSignature(lambda: _materialize(fn).__signature__)
+    return fn
+
+
+def _entry_variant(op, kind):
+    """The function or method variant of ``op`` as its `OpDef.entry` makes it: one frame from the caller to
+    NumPy for the calls it serves (a generated variant that calls ``op.fast`` costs a frame and a tuple more,
+    a fifth of a small op), the rest handed to the generated variant, made at its first such call."""
+    general = _lazy_variant(op, kind)
+    fn = op.entry(general)
+    fn.__name__ = general.__name__
+    _describe(fn, op, general.__name__)
+    fn.__signature__ = general.__signature__
     return fn
 
 
@@ -1671,7 +1710,12 @@ def install(tensor_cls):
             if not chosen:
                 continue
             key = (chosen[0].method_name if kind != "function" else name) + ("_" if kind == "inplace" else "")
-            table[key] = _lazy_variant(chosen[0], kind) if len(chosen) == 1 else _overloaded(key, chosen, kind)
+            if len(chosen) > 1:
+                table[key] = _overloaded(key, chosen, kind)
+            elif chosen[0].entry is not None and kind != "inplace":
+                table[key] = _entry_variant(chosen[0], kind)
+            else:
+                table[key] = _lazy_variant(chosen[0], kind)
     for key, fn in METHODS.items():
         if key not in tensor_cls.__dict__:
             setattr(tensor_cls, key, fn)

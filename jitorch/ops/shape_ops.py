@@ -77,42 +77,60 @@ _concatenate = getattr(np.concatenate, "_implementation", np.concatenate)
 _CONTIGUOUS = registry.CONTIGUOUS_STRIDES
 
 
+def _cat_entry(general):
+    """`registry.OpDef.entry` of cat: CPU tensors of one dtype (none requiring grad in grad mode) that NumPy joins
+    along an int dim (then as torch: one number of dims, the other sizes equal), in the public function's one
+    frame; anything else (a dispatch hook or autocast on, ``out=``, ``axis=``) goes to ``general``, which serves
+    it (and raises its errors), or, with ``general`` None, gives None."""
+    miss = registry.entry_miss(general)
+    hooks, autocast, absent = registry.DISPATCH_HOOKS, registry._AUTOCAST_STATE, registry.ABSENT
+    Tensor, cpu = registry.Tensor, CPU  # (read from the closure: no global lookups)
+    fresh = Tensor._fresh
+
+    def cat(tensors, dim=0, *, axis=absent, out=None):
+        if (hooks or out is not None or axis is not absent or autocast.key is not None or dim.__class__ is not int
+                or tensors.__class__ is not list and tensors.__class__ is not tuple or not tensors):
+            return miss((tensors, dim), axis=axis, out=out)
+        first = tensors[0]
+        if not isinstance(first, Tensor):
+            return miss((tensors, dim))
+        dtype, ndim = first.dtype, len(first._shape)
+        arrays = []
+        grad = False
+        for t in tensors:
+            # (a plain tensor's class tested before isinstance, whose call is a measurable share here)
+            if t.__class__ is not Tensor and not isinstance(t, Tensor) or t.dtype is not dtype or t.device is not cpu:
+                return miss((tensors, dim))
+            if t._requires_grad:
+                grad = True
+            a = t._arr
+            arrays.append(a if a is not None else t._array())
+        if not -ndim <= dim < ndim or grad and registry.records_grad():
+            return miss((tensors, dim))
+        try:
+            r = _concatenate(arrays, dim)  # (the axis as a keyword costs NumPy a parse)
+        except ValueError:
+            # Sizes or numbers of dims that do not match, a 0-d tensor: the general path raises torch's error. (A
+            # 1-D empty tensor, which torch skips, among tensors of more dims is one of these; among 1-D tensors
+            # it adds nothing, as skipped.)
+            return miss((tensors, dim))
+        shape = r.shape
+        strides = _CONTIGUOUS.get(shape)
+        # (NumPy's order follows the inputs': `contiguous_result` relays another)
+        if strides is not None and r.flags.c_contiguous:
+            return fresh(r, dtype, shape, strides)
+        return registry.contiguous_result(r, dtype)
+    return cat
+
+
 def _cat_fast(args):
-    """cat's eager fast path: CPU tensors of one dtype (none requiring grad in grad mode) that NumPy joins along
-    an int dim (then as torch: one number of dims, the other sizes equal); None for anything else, which the
-    general path serves (and raises its errors for)."""
-    tensors, dim = args
-    if tensors.__class__ is not list and tensors.__class__ is not tuple or not tensors or dim.__class__ is not int:
-        return None
-    Tensor = registry.Tensor
-    first = tensors[0]
-    if not isinstance(first, Tensor):
-        return None
-    dtype, ndim = first.dtype, len(first._shape)
-    arrays = []
-    grad = False
-    for t in tensors:
-        if not isinstance(t, Tensor) or t.dtype is not dtype or t.device is not CPU:
-            return None
-        if t._requires_grad:
-            grad = True
-        a = t._arr
-        arrays.append(a if a is not None else t._array())
-    if not -ndim <= dim < ndim or grad and registry.records_grad():
-        return None
-    try:
-        out = _concatenate(arrays, dim)  # (the axis as a keyword costs NumPy a parse)
-    except ValueError:
-        # Sizes or numbers of dims that do not match, a 0-d tensor: the general path raises torch's error. (A
-        # 1-D empty tensor, which torch skips, among tensors of more dims is one of these; among 1-D tensors it
-        # adds nothing, as skipped.)
-        return None
-    shape = out.shape
-    strides = _CONTIGUOUS.get(shape)
-    # (NumPy's order follows the inputs': `contiguous_result` relays another)
-    if strides is not None and out.flags.c_contiguous:
-        return Tensor._fresh(out, dtype, shape, strides)
-    return registry.contiguous_result(out, dtype)
+    """`registry.OpDef.fast` of cat: its entry without its general path (None for what that serves)."""
+    if not _SERVED:
+        _SERVED.append(_cat_entry(None))  # (at the first call: the entry reads the tensor class `install` sets)
+    return _SERVED[0](*args)
+
+
+_SERVED = []
 
 
 for _name in ("cat", "concat", "concatenate"):
@@ -120,6 +138,7 @@ for _name in ("cat", "concat", "concatenate"):
                 variants=("function", "out"),
                 doc="Join tensors along an existing dim ``dim``; dtypes promote, other sizes must match. "
                     "1-D empty tensors are skipped.")
+    _op.entry = _cat_entry
     _op.fast = _cat_fast
 
 
