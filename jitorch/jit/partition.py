@@ -11,8 +11,9 @@ its vector-Jacobian product (`compile._vjp_of`) in one trace. Its nodes fall int
 
 Before the cut, repeated nodes of the joint trace are merged (a backward rule that takes its forward's
 mean again reads the forward's), and the backward reads a chain of dim permutations that gives its base back
-as that base (a Linear weight's gradient leaves compact, as autograd keeps ``.grad``). Cheap arithmetic of
-forward values is computed again in the backward where that saves fewer bytes than saving its result.
+as that base (a Linear weight's gradient leaves compact, as autograd keeps ``.grad``). Chains of cheap
+pointwise ops of forward values are computed again in the backward where that saves fewer bytes than saving
+their results.
 
 So the forward runs once per step, where recomputing it in the backward (`differentiable.CompiledCall`'s
 other mode) ran it twice; random ops draw once, in the forward, and the backward reads what they drew.
