@@ -11,8 +11,9 @@ its vector-Jacobian product (`compile._vjp_of`) in one trace. Its nodes fall int
 
 Before the cut, repeated nodes of the joint trace are merged (a backward rule that takes its forward's
 mean again reads the forward's), and the backward reads a chain of dim permutations that gives its base back
-as that base (a Linear weight's gradient leaves compact, as autograd keeps ``.grad``). Cheap arithmetic of
-forward values is computed again in the backward where that saves fewer bytes than saving its result.
+as that base (a Linear weight's gradient leaves compact, as autograd keeps ``.grad``). Chains of cheap
+pointwise ops of forward values are computed again in the backward where that saves fewer bytes than saving
+their results.
 
 So the forward runs once per step, where recomputing it in the backward (`differentiable.CompiledCall`'s
 other mode) ran it twice; random ops draw once, in the forward, and the backward reads what they drew.
@@ -137,41 +138,67 @@ def _chain(node, by_output):
     return nodes[::-1]
 
 
-_RECOMPUTED = frozenset({"add", "sub", "mul", "true_divide", "neg"})  # (IEEE arithmetic: the same bits again)
+# IEEE arithmetic, and the functions codegen/mathlib.py emits as one definition in every kernel (its own float
+# arithmetic and fmas, no fast-math flags; each vector lane computes what a scalar would): the same bits again
+_RECOMPUTED = frozenset({"add", "sub", "mul", "true_divide", "neg", "exp", "erf", "tanh", "sigmoid"})
 
 
 def _recomputed(forward_nodes, saved, outputs):
     """The ids of forward nodes the backward computes again rather than the forward saving their results
-    (``saved``, less the forward's ``outputs``, which it returns anyway): cheap arithmetic (`_RECOMPUTED`) of
-    forward values and literals whose operands the backward has (saved values), or whose one other operand,
-    saved instead, is smaller than the results it lets go (a GELU's ``x * 0.5`` and ``x * 0.7071``: save ``x``). Each choice
-    saves fewer bytes; the forward writes, and the backward reads, that much less memory per call."""
+    (``saved``, less the forward's ``outputs``, which it returns anyway): chains of cheap pointwise ops
+    (`_RECOMPUTED`) of forward values and literals, traced back from a saved value to the values the backward
+    has (saved ones) and those it would save instead, taken where those are fewer bytes than the results they
+    let go (a GELU's ``x * 0.5`` and ``1 + erf(x * 0.7071)``: save ``x``). Each choice saves fewer bytes; the
+    forward writes, and the backward reads, that much less memory per call."""
     by_output = {id(v): n for n in forward_nodes for v in n.outputs}
     saved = {id(v): v for v in saved}
     chosen = set()
+
+    def redone(node):
+        # (an input or captured tensor read again would be version-checked where eager's op saved nothing:
+        # a bias written between the forward and the backward would raise)
+        return node.op.name in _RECOMPUTED and len(node.outputs) == 1 and id(node.outputs[0]) not in outputs \
+            and all(id(u) in by_output for u in node.input_values())
+
+    def chain(v):
+        """The nodes that compute ``v`` again from saved values, and the values it would save instead."""
+        nodes, instead, seen = [], [], set()
+
+        def visit(u):
+            if id(u) in seen:
+                return
+            seen.add(id(u))
+            node = by_output.get(id(u))
+            if u is not v and id(u) in saved:
+                return
+            if u is not v and not redone(node):
+                instead.append(u)
+                return
+            nodes.append(node)
+            for w in node.input_values():
+                visit(w)
+        visit(v)
+        return nodes, instead
+
     while True:
-        groups = {}  # id of the one operand not at hand (None: all at hand) -> (it, the saved values it frees)
+        groups = {}  # the ids of the values saved instead -> (them, the saved values they free, the nodes)
         for v in saved.values():
-            node = by_output[id(v)]
-            # (an input or captured tensor read again would be version-checked where eager's op saved nothing:
-            # a bias written between the forward and the backward would raise)
-            if node.op.name not in _RECOMPUTED or len(node.outputs) != 1 or id(v) in outputs or \
-                    any(id(u) not in by_output for u in node.input_values()):
+            if not redone(by_output[id(v)]):
                 continue
-            missing = _unique([u for u in node.input_values() if id(u) in by_output and id(u) not in saved])
-            if len(missing) <= 1:
-                u = missing[0] if missing else None
-                groups.setdefault(None if u is None else id(u), (u, []))[1].append(v)
-        best = next(((u, freed) for u, freed in groups.values()
-                     if u is None or _nbytes(u) < sum(_nbytes(v) for v in freed)), None)
+            nodes, instead = chain(v)
+            key = frozenset(id(u) for u in instead)
+            group = groups.setdefault(key, (instead, [], []))
+            group[1].append(v)
+            group[2].extend(nodes)
+        best = next((g for g in groups.values()
+                     if sum(_nbytes(u) for u in g[0]) < sum(_nbytes(v) for v in g[1])), None)
         if best is None:
             return chosen
-        u, freed = best
+        instead, freed, nodes = best
+        chosen.update(id(n) for n in nodes)
         for v in freed:
-            chosen.add(id(by_output[id(v)]))
             del saved[id(v)]
-        if u is not None:
-            saved[id(u)] = u
+        saved.update((id(u), u) for u in instead)
 
 
 def _nbytes(v):

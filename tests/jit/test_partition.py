@@ -3,6 +3,7 @@
 import copy
 
 import numpy as np
+import pytest
 import torch
 
 import jitorch as jt
@@ -115,18 +116,55 @@ def test_split_joint_merges_repeated_nodes_of_the_joint_trace():
 
 
 def test_cheap_arithmetic_of_a_saved_value_is_computed_again_rather_than_saved():
-    # gelu(h) = (h * 0.5) * (1 + erf(h * 0.7071)): its backward reads h * 0.5 and h * 0.7071; saving h is half that
+    # gelu(h) = (h * 0.5) * (1 + erf(h * 0.7071)): its backward reads h * 0.5, h * 0.7071 and 1 + erf(...);
+    # saving h alone is a third of that, and the backward computes the chain again from it
     f = jt.compile(lambda x, w: nn.functional.gelu(x @ w))
     x, w = jt.randn(4, 3), jt.randn(3, 5, requires_grad=True)
     f(x, w).sum().backward()
     split = _split(f)
     forward = split.forward.graph
     saved = forward.outputs[1:]
-    assert sorted(v.node.op.name for v in saved) == ["add", "matmul"]  # h, and 1 + erf(...) (erf is not redone)
-    assert sorted(_ops(split.backward.graph)[:2]) == ["mul", "mul"]  # h * 0.5 and h * 0.7071, from h
+    assert [v.node.op.name for v in saved] == ["matmul"]
+    assert _ops(split.backward.graph)[:4] == ["mul", "mul", "erf", "add"]  # h * 0.5, h * 0.7071, 1 + erf(...)
     reference = torch.from_numpy(w.detach().numpy()).requires_grad_()
     torch.nn.functional.gelu(torch.from_numpy(x.numpy()) @ reference).sum().backward()
     np.testing.assert_allclose(w.grad.numpy(), reference.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def _saved_and_grads(f, *args):
+    """The ops of what ``f``'s forward graph saves, and the gradients of its arguments' sum of outputs."""
+    args = [jt.from_numpy(a).requires_grad_() for a in args]
+    f(*args).sum().backward()
+    return [v.node.op.name for v in _split(f).forward.graph.outputs[1:]], [a.grad.numpy() for a in args if a.grad is not None]
+
+
+def test_a_chain_of_transcendental_ops_over_saved_values_is_computed_again_with_the_same_bits():
+    """Seed 0. exp(a * b)'s result is what sin's backward reads, and a and b are what the product's reads:
+    the backward computes exp(a * b) again from them, to the forward's bits (the gradients equal those of a
+    split that saves it, the chain's ops taken out of the recomputed set)."""
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal((6, 5)).astype(np.float32) for _ in range(3)]
+
+    def fn(x, w1, w2):
+        return ((x @ w1.t()) * (x @ w2.t())).exp().sin()
+    saved, grads = _saved_and_grads(jt.compile(fn), *args)
+    assert sorted(saved) == ["matmul", "matmul"]
+    from jitorch.jit import partition
+    arithmetic = partition._RECOMPUTED - {"exp", "erf", "tanh", "sigmoid"}
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(partition, "_RECOMPUTED", arithmetic)
+        saved_before, grads_before = _saved_and_grads(jt.compile(fn), *args)
+    assert sorted(saved_before) == ["exp", "matmul", "matmul"]
+    for new, old in zip(grads, grads_before):
+        assert new.tobytes() == old.tobytes()
+
+
+def test_a_chain_whose_sources_are_more_bytes_than_its_result_is_saved():
+    # exp(a * b) is saved: computing it again would need a and b, which nothing else in the backward reads
+    f = jt.compile(lambda x, w1, w2: ((x @ w1.t()) * (x @ w2.t()).detach()).exp().sin())
+    rng = np.random.default_rng(1)
+    saved, _ = _saved_and_grads(f, *[rng.standard_normal((6, 5)).astype(np.float32) for _ in range(3)])
+    assert "exp" in saved
 
 
 def test_arithmetic_that_reads_a_captured_tensor_is_saved_not_computed_again():
