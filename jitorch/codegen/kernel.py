@@ -412,6 +412,11 @@ class _Builder:
         source.layouts = {v: tuple(s) for v, s in self.layouts.items() if v in source.inputs or v in source.outputs}
         return source
 
+    def map_loop(self, b, start, end, body):
+        """The target's map loop of ``body(b, [i])`` over i in [start, end) (i64 values): the loops over a
+        vector's lanes that `lanes.ordered_sum` runs."""
+        self.target.map_loops(self, b, [0], body, start, end)
+
     def loops(self, b, sizes, body, start=None, end=None):
         """Nested counted loops over ``sizes`` (the first from start to end); ``body(b, indices)``. Returns the
         innermost loop's back-edge branch (None without sizes: no loop)."""
@@ -1129,10 +1134,12 @@ def build_softmax(group, name, target=None, aliases=None, layouts=None):
             target.reduce_loops(bld, b, e, [cols], max_item, m_slot, key, amax.combine, lowest)
             m = amax.leave(e, e.load(m_slot, key), dtype)
         if target is CPU:  # the sum in the order `lanes` defines: the same bits whatever the prologue and target
-            total = Scalar(ordered_sum(
-                b, I64(0), cols, t, lambda b, j: e.math("exp", e.sub(read(b, j), m)).value,
-                lambda b, lo, hi, body: target.map_loops(bld, b, [cols], body, lo, hi),
-                None if log else b.gep(dst, [base])), dtype)
+            def term(b, j):
+                ex = e.math("exp", e.sub(read(b, j), m))
+                if not log:  # (the sum's last vector may compute a term again: it stores the same bits)
+                    e.store(ex, at(dst, [j]))
+                return ex.value
+            total = Scalar(ordered_sum(b, I64(0), cols, t, term, bld.map_loop), dtype)
         else:  # a GPU block's threads add their partial sums as `reduce_loops` does
             with b.goto_entry_block():
                 s_slot = b.alloca(t)
