@@ -46,6 +46,11 @@ def by_halves(b, v, op):
     return b.extract_element(v, ir.Constant(ir.IntType(32), 0))
 
 
+def plain_loop(b, start, end, body):
+    """``body(b, [i])`` for i in [start, end): a counted loop, vectorised as LLVM chooses."""
+    counted_loop(b, start, end, I64(1), lambda b, i: body(b, [i]), "lanes")
+
+
 def ordered_sum(b, lo, n, t, term, map_loop):
     """The sum (type ``t``, float or double) of ``term(b, j)`` over the ``n`` (an int) indices ``j`` from
     ``lo`` (an i64 value), in the module docstring's order. Each vector of terms is one run of
@@ -64,14 +69,15 @@ def ordered_sum(b, lo, n, t, term, map_loop):
     def vector(b, first, start, counted=0):
         """Terms ``first + l`` for the lanes ``l`` in [start, w) added to their lanes, but for the lanes below
         ``counted``, whose terms an earlier vector added: those add 0.0, which leaves any lane as it was (a
-        lane never holds -0.0: it starts at 0.0, and only -0.0 + -0.0 is -0.0)."""
+        lane never holds -0.0: it starts at 0.0, and only -0.0 + -0.0 is -0.0). A few lanes alone are a plain
+        loop (a vector width asked of it cost more than the lanes' work)."""
         def lane(b, ls):
             value = term(b, b.add(first, ls[0]))
             if counted:
                 value = b.select(b.icmp_signed("<", ls[0], I64(counted)), zero, value)
             partial = b.gep(acc, [ls[0]])
             b.store(b.fadd(b.load(partial), value), partial)
-        map_loop(b, I64(start), I64(w), lane)
+        (plain_loop if start else map_loop)(b, I64(start), I64(w), lane)
     rem = n % w
     if n >= w:
         counted_loop(b, lo, b.add(lo, I64(n - rem)), I64(w), lambda b, first: vector(b, first, 0), "vectors")

@@ -15,7 +15,7 @@ from llvmlite import ir
 
 from jitorch.codegen import cpu, lanes
 from jitorch.codegen.linker import Linker
-from jitorch.codegen.loops import I64, counted_loop
+from jitorch.codegen.loops import I64
 from jitorch.codegen.machine import host, missing_features, parse
 
 pytestmark = [pytest.mark.cpu_independent,
@@ -39,9 +39,7 @@ def _module(dtype, lo, n):
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [t.as_pointer(), t.as_pointer()]), "sum")
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     x, out = fn.args
-    total = lanes.ordered_sum(b, I64(lo), n, t, lambda b, j: b.load(b.gep(x, [j])),
-                              lambda b, start, end, body: counted_loop(b, start, end, I64(1),
-                                                                       lambda b, i: body(b, [i])))
+    total = lanes.ordered_sum(b, I64(lo), n, t, lambda b, j: b.load(b.gep(x, [j])), lanes.plain_loop)
     b.store(total, out)
     b.ret_void()
     return str(module)
