@@ -192,3 +192,17 @@ def test_a_transpose_before_the_softmax_keeps_the_prologue_apart():
     x, b = jt.randn(6, 9, generator=g), jt.randn(9, generator=g)
     _, kernels, _ = _kernels(lambda x, b: jt.nn.functional.softmax((x * 2 + b).t(), dim=-1), x, b)
     assert ["softmax"] in kernels and not any("softmax" in k and len(k) > 1 for k in kernels)
+
+
+@pytest.mark.parametrize("cols,wide", [(33, False), (64, True), (1000, True)])
+def test_the_softmax_kernel_sums_without_reassociation_and_wide_rows_get_the_full_width(cols, wide):
+    """No instruction of the kernel may reassociate (its sum is `lanes.ordered_sum`'s); on rows of 4 vectors of
+    lanes or more (64 float32) the lane loops ask for the target's register width, on shorter rows they do not."""
+    x, b = jt.randn(8, cols), jt.randn(cols)
+    ex, kernels, _ = _kernels(lambda x, b: jt.nn.functional.softmax(x * 0.5 + b, -1), x, b)
+    assert kernels == [["mul", "add", "softmax"]]
+    (step,) = [s for s in ex.steps if isinstance(s, KernelStep)]
+    text = step.kernel.source.llvm_ir
+    assert "reassoc" not in text and " fast " not in text
+    # (the normalising pass's loop asks for it in either case)
+    assert (text.count("!llvm.loop !") > 1) == wide and '"llvm.loop.vectorize.width"' in text
