@@ -22,8 +22,11 @@ def test_a_compiled_step_checks_each_unvouched_output_layout_once(monkeypatch):
     checks = []
     real = results._as_eager
     monkeypatch.setattr(results, "_as_eager", lambda *a: checks.append(len(a[0])) or real(*a))
-    x = jt.randn(4, 3)
-    w = jt.randn(3, 5, requires_grad=True)
+    # (integer values: the loss's sum is exact in any order, so compiled and eager agree bit for bit; with
+    # unseeded normal values the reassociated compiled sum and NumPy's differed for 18 of 60 seeds)
+    g = jt.Generator().manual_seed(0)
+    x = (jt.randn(4, 3, generator=g) * 3).round()
+    w = (jt.randn(3, 5, generator=g) * 3).round().requires_grad_()
     compiled = jt.compile(_step)
     first = compiled(x, w)  # (w.grad None: the trace sets it; its layout is the one storage left to check)
     assert checks == [1]
