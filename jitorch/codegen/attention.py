@@ -33,13 +33,13 @@ from . import cpu, mathlib
 from .cache import cache_key, default_cache
 from .errors import CompileError
 from .kernel import I64, KernelSource, counted_loop, fma_loop, generator_fingerprint, prefetch
+from .lanes import VECTOR_BYTES, by_halves
 from .memo import BuiltOnce
 from .target import CPU
 
 # A tile's stack buffers may take this many bytes (8 MiB thread stacks; the GPT shapes take 16-80 KB).
 STACK_LIMIT = 256 * 1024
 _ROWS, _VECS = 4, 2  # a product's register block: rows by vectors of accumulators
-_BYTES = 64  # one vector: a cache line, an AVX-512 register (LLVM splits it for narrower targets)
 _IR_LIMIT = 1 << 20  # a cached kernel IR entry of more bytes is refused unread (GPT's tiles: 26-34 KB)
 
 
@@ -91,7 +91,7 @@ def _contiguous(batch, rows, cols):
 
 def _build(direction, dtype, L, S, D, causal, scale, batch, layouts, masked=False):
     t = ir.FloatType() if dtype == "float32" else ir.DoubleType()
-    width = _BYTES // np.dtype(dtype).itemsize
+    width = VECTOR_BYTES // np.dtype(dtype).itemsize
     tile = _Tile(t, width, L, S, D, causal, scale, batch, layouts, masked)
     if tile.stack_bytes(direction) > STACK_LIMIT:
         return None
@@ -162,7 +162,7 @@ class _Tile:
         self.Sp, self.Dp = _ceil(S, block), _ceil(D, block)
         # rows of whole register blocks are read where they lie; others are copied into padded rows
         self.direct = D % block == 0
-        self.item = _BYTES // width
+        self.item = VECTOR_BYTES // width
         self._accs = None  # the stack slot of `_product`'s accumulators
         self._keep = None  # the loop metadata of `kept_loop`
 
@@ -397,17 +397,6 @@ class _Tile:
         """The vector of lane numbers 0 .. w - 1 (i64)."""
         return ir.Constant(ir.VectorType(ir.IntType(64), self.w), list(range(self.w)))
 
-    def hsum(self, b, v, op):
-        """The lanes of ``v`` combined by ``op`` (b, x, y) pairwise, halves first: a tree of log2(w)
-        steps (a chain through the lanes one by one cost more than the row's arithmetic)."""
-        n = self.w
-        while n > 1:
-            n //= 2
-            lo = b.shuffle_vector(v, v, ir.Constant(ir.VectorType(ir.IntType(32), n), list(range(n))))
-            hi = b.shuffle_vector(v, v, ir.Constant(ir.VectorType(ir.IntType(32), n), list(range(n, 2 * n))))
-            v = op(b, lo, hi)
-        return b.extract_element(v, ir.Constant(ir.IntType(32), 0))
-
     @staticmethod
     def maxnum(b, x, y):
         return b.select(b.fcmp_ordered(">", y, x), y, x)
@@ -426,7 +415,7 @@ class _Tile:
                 b, b.load(slot_m), self.vload(b, self.vector(b, row, c))), slot_m), "mx")
         mvs, slots_s = [], [self.slot(b, self.vt) for _ in rows]
         for slot_m in slots_m:
-            m = self.hsum(b, b.load(slot_m), self.maxnum)
+            m = by_halves(b, b.load(slot_m), self.maxnum)
             if self.additive:  # (a row whose every key is masked: exp(-inf - 0) = 0 each, then 0 / 1 below)
                 m = b.select(b.fcmp_ordered("==", m, self.const(float("-inf"))), self.const(0.0), m)
             mvs.append(self.broadcast(b, m))
@@ -441,7 +430,7 @@ class _Tile:
             counted_loop(b, I64(0), nvec, I64(1), lambda b, c, a=(row, mv, slot_s): exp_pass(b, c, *a), "ex")
         tvs = []
         for slot_s in slots_s:
-            total = self.hsum(b, b.load(slot_s), lambda b, x, y: b.fadd(x, y))
+            total = by_halves(b, b.load(slot_s), lambda b, x, y: b.fadd(x, y))
             if self.additive:  # (rows with every key masked give zeros, as the composition's safe softmax)
                 total = b.select(b.fcmp_ordered("==", total, self.const(0.0)), self.const(1.0), total)
             tvs.append(self.broadcast(b, total))
@@ -562,7 +551,7 @@ class _Tile:
         b.store(self.splat(0.0), slot)
         counted_loop(b, I64(0), nvec, I64(1), lambda b, c: b.store(b.fadd(b.load(slot), b.fmul(
             self.vload(b, self.vector(b, prow, c)), self.vload(b, self.vector(b, row, c)))), slot), "dl")
-        delta = self.broadcast(b, self.hsum(b, b.load(slot), lambda b, x, y: b.fadd(x, y)))
+        delta = self.broadcast(b, by_halves(b, b.load(slot), lambda b, x, y: b.fadd(x, y)))
 
         def each(b, c):  # (P's row is S long: its vectors past the keys are not read)
             g = b.fmul(self.kept_vector(b, prow, c, nvec), b.fsub(self.kept_vector(b, row, c, nvec), delta))

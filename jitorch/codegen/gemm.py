@@ -41,11 +41,11 @@ from . import cpu, mathlib
 from .cache import default_cache
 from .errors import CompileError
 from .kernel import I64, KernelSource, counted_loop, fma_loop, kernel_body, prefetch
+from .lanes import VECTOR_BYTES, by_halves
 from .machine import selected
 from .memo import BuiltOnce
 from .target import CPU
 
-_BYTES = 64  # one vector: a cache line, an AVX-512 register (LLVM splits it for narrower targets)
 _ROWS, _VECS = 6, 4  # the register block: 6 x 4 accumulators, 4 loads and 6 broadcasts per step of the sum
 _DOT_ROWS, _DOT_COLS = 4, 4  # the long-sum kernel's register block: 4 x 4 sums, 8 vector loads per step
 _CHUNK = 128  # vectors of the sum per pass over a row block's columns (a chunk of cnn's 72-row Bt: 590 KB, in L2)
@@ -120,7 +120,7 @@ class _Emitter:
     def __init__(self, dtype):
         self.t = ir.FloatType() if dtype == "float32" else ir.DoubleType()
         self.item = np.dtype(dtype).itemsize
-        self.w = _BYTES // self.item
+        self.w = VECTOR_BYTES // self.item
         self.vt = ir.VectorType(self.t, self.w)
 
     def entry(self, emit):
@@ -327,14 +327,7 @@ class _Dots(_Emitter):
 
     def finish(self, b, a, bt, c, sums, i, j):
         """``C[i, j]``: the lanes of its sum added by halves, then the terms after the last whole vector."""
-        v = b.load(b.gep(sums, [b.add(b.mul(i, I64(self.n)), j)]))
-        n = self.w
-        while n > 1:
-            n //= 2
-            halves = [b.shuffle_vector(v, v, ir.Constant(ir.VectorType(ir.IntType(32), n), list(range(lo, lo + n))))
-                      for lo in (0, n)]
-            v = b.fadd(*halves)
-        total = b.extract_element(v, ir.Constant(ir.IntType(32), 0))
+        total = by_halves(b, b.load(b.gep(sums, [b.add(b.mul(i, I64(self.n)), j)])), lambda b, x, y: b.fadd(x, y))
         arow, brow = b.mul(i, I64(self.a_rows)), b.mul(j, I64(self.bt_rows))
         for kk in range(self.kv * self.w, self.k):
             total = b.fadd(total, b.fmul(b.load(b.gep(a, [b.add(arow, I64(kk))])),

@@ -8,8 +8,9 @@ pass, a normalising pass, the row in cache between them), built from a one-op gr
 width is the input's last dim: its outer loop runs over the rows, whose bounds each call gives, so one
 kernel serves every number of rows. Rows split into chunks on the thread team as a compiled kernel's outer
 loop does; each row is computed whole by one thread, so the values do not depend on the number of threads.
-The values are the compiled graph's (the sums reassociate in vector lanes): within a few ulps of NumPy's and
-torch's, not bit for bit (docs/differences-from-torch.md).
+The values are the compiled graph's (the softmax's sum in the order `lanes` defines, the same on every CPU
+target; layer norm's sums reassociate in vector lanes): within a few ulps of NumPy's and torch's, not bit for
+bit (docs/differences-from-torch.md).
 
 Importing this module registers `row_kernel` in ``ops.reductions.ROW_KERNEL``: the ops layer cannot import
 the code generator, and runs NumPy's passes where no kernel is registered or one cannot be built.

@@ -9,6 +9,7 @@ import pytest
 import jitorch as jt
 import jitorch.nn.functional as F
 from jitorch.codegen import gemm
+from jitorch.codegen.lanes import VECTOR_BYTES
 from jitorch.ops import linalg
 from jitorch.runtime import threads
 
@@ -28,7 +29,7 @@ def _long_sum_in_order(a, bt):
     """``a @ bt.T`` as the long-sum kernel defines it: lane ``l`` of each element sums the terms ``k = l mod w``
     in chunks of ``gemm._CHUNK`` vectors (each chunk from 0, in order, then added to the lane's sum), the lanes
     added by halves, then the last ``k mod w`` terms in order."""
-    w = gemm._BYTES // a.itemsize
+    w = VECTOR_BYTES // a.itemsize
     whole = a.shape[1] // w
     lanes = np.zeros((a.shape[0], bt.shape[0], w), a.dtype)
     for c0 in range(0, whole, gemm._CHUNK):

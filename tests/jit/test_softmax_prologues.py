@@ -4,11 +4,15 @@ never written, the result bit for bit what the separate kernels gave, and torch'
 
 from __future__ import annotations
 
+import platform
+
 import numpy as np
 import pytest
 import torch
 
 import jitorch as jt
+from jitorch.codegen import cpu
+from jitorch.codegen.machine import missing_features, parse
 from jitorch.jit import executor
 from jitorch.jit.executor import EagerStep, KernelStep
 
@@ -72,6 +76,63 @@ def test_an_attention_scale_and_causal_mask_run_inside_the_softmax_kernel(heads,
     np.testing.assert_allclose(out.numpy(), ref.numpy(), rtol=1e-5, atol=1e-6)
 
 
+def _targets():
+    """The CPUs a kernel compiled in this process may be made for and run on: this host ("", native) and the
+    x86-64 levels it can run (JITORCH_CPU's names)."""
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return [""]
+    return [""] + [name for name in ("x86-64-v2", "x86-64-v3") if not missing_features(parse(name))]
+
+
+def _for_cpu(name, monkeypatch, fn):
+    """``fn()`` with the CPU backend compiling for ``name`` (JITORCH_CPU) from here on (its JIT made afresh;
+    compiled kernels are keyed by the target they were made for)."""
+    with monkeypatch.context() as m:
+        m.setenv("JITORCH_CPU", name)
+        m.setattr(cpu, "_state", {})
+        return fn()
+
+
+@pytest.mark.cpu_independent
+@pytest.mark.parametrize("heads,t", [(3, 16), (4, 33)])
+def test_the_attention_softmax_sums_its_rows_in_one_order_fused_or_not_on_every_target(heads, t, monkeypatch):
+    """Seed 1, the attention test's case. For the x86-64-v2 baseline LLVM vectorised the kernel's sum of
+    exponentials (a reassociable sum) 4 lanes by 2 with the scale and mask in its loop and 2 by 2 without: 92
+    elements of row 12 differed by an ulp between the fused and unfused kernels. The sum's order is now
+    jitorch's (`codegen.lanes`): the same bits fused or not, for every CPU this host can run."""
+    g = jt.Generator().manual_seed(1)
+    q, k = jt.randn(2, heads, t, 8, generator=g), jt.randn(2, heads, t, 8, generator=g)
+    mask = jt.tril(jt.ones(40, 40)).view(1, 1, 40, 40)[:, :, :t, :t]
+    results = {}
+    for name in _targets():
+        def run():
+            ex, kernels, _ = _kernels(_attention, q, k, mask)
+            assert kernels == [["mul", "eq", "masked_fill", "softmax"]]
+            assert cpu.target_id() == cpu._init()["machine"].id() and (not name or f"|{name}|" in cpu.target_id())
+            return ex.run([q, k, mask]).numpy(), _unfused(_attention, q, k, mask, monkeypatch=monkeypatch)[0].numpy()
+        results[name or "native"] = _for_cpu(name, monkeypatch, run)
+    first = results["native"][0]
+    assert all(a.tobytes() == first.tobytes() for pair in results.values() for a in pair), list(results)
+
+
+@pytest.mark.cpu_independent
+@pytest.mark.parametrize("dtype", [jt.float32, jt.float64])
+def test_softmax_kernels_give_the_same_bits_on_every_target(dtype, monkeypatch):
+    """Widths with and without a last partial vector of the sum's lanes (16 float32, 8 float64), shorter than
+    one, and long; softmax and log_softmax, with and without a prologue."""
+    F = jt.nn.functional
+    fns = [lambda x, b: F.softmax(x, -1), lambda x, b: F.log_softmax(x, -1),
+           lambda x, b: F.softmax(x * 0.3 + b, -1), lambda x, b: F.log_softmax(x + b, -1)]
+    inputs = []
+    for cols in (1, 7, 16, 19, 33, 100, 1003):
+        g = jt.Generator().manual_seed(cols)
+        inputs.append((jt.randn(5, cols, generator=g, dtype=dtype) * 4, jt.randn(cols, generator=g, dtype=dtype)))
+    results = {name: _for_cpu(name, monkeypatch, lambda: [jt.compile(f)(x, b).numpy().tobytes()
+                                                          for x, b in inputs for f in fns])
+               for name in _targets()}
+    assert all(r == results[""] for r in results.values())
+
+
 def test_a_prologue_value_read_elsewhere_stays_its_own_kernel():
     g = jt.Generator().manual_seed(2)
     x, w, b = jt.randn(5, 4, generator=g), jt.randn(4, 9, generator=g), jt.randn(9, generator=g)
@@ -131,3 +192,17 @@ def test_a_transpose_before_the_softmax_keeps_the_prologue_apart():
     x, b = jt.randn(6, 9, generator=g), jt.randn(9, generator=g)
     _, kernels, _ = _kernels(lambda x, b: jt.nn.functional.softmax((x * 2 + b).t(), dim=-1), x, b)
     assert ["softmax"] in kernels and not any("softmax" in k and len(k) > 1 for k in kernels)
+
+
+@pytest.mark.parametrize("cols,wide", [(33, False), (64, True), (1000, True)])
+def test_the_softmax_kernel_sums_without_reassociation_and_wide_rows_get_the_full_width(cols, wide):
+    """No instruction of the kernel may reassociate (its sum is `lanes.ordered_sum`'s); on rows of 4 vectors of
+    lanes or more (64 float32) the lane loops ask for the target's register width, on shorter rows they do not."""
+    x, b = jt.randn(8, cols), jt.randn(cols)
+    ex, kernels, _ = _kernels(lambda x, b: jt.nn.functional.softmax(x * 0.5 + b, -1), x, b)
+    assert kernels == [["mul", "add", "softmax"]]
+    (step,) = [s for s in ex.steps if isinstance(s, KernelStep)]
+    text = step.kernel.source.llvm_ir
+    assert "reassoc" not in text and " fast " not in text
+    # (the normalising pass's loop asks for it in either case)
+    assert (text.count("!llvm.loop !") > 1) == wide and '"llvm.loop.vectorize.width"' in text
