@@ -151,6 +151,11 @@ def test_uint8_of_a_wide_input_sums_its_taps_where_the_dense_matrix_would_be_mos
     np.testing.assert_array_equal(fn(jt.tensor(data)).numpy(), expected)
 
 
+# torch's CPU kernels fuse the cubic filter's multiply-adds in its AVX2/AVX512 builds, which jitorch follows
+# (docs/differences-from-torch.md); on a machine where torch runs its generic build, it rounds them apart.
+_TORCH_FUSES = torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
+
+
 def _torch_weights(n, m, mode, dtype, align_corners):
     """torch's (m, n) weights of one dim, read through one-hot inputs: output i of input ``eye[k]`` is the weight
     of input k in output i exactly (its other taps add zeros)."""
@@ -173,11 +178,13 @@ def test_antialias_window_weights_are_torchs_bit_for_bit_with_fused_cubic_multip
     for i in range(m):
         dense[i, xmin[i]:xmin[i] + xsize[i]] = w[i, :xsize[i]]
     expected = _torch_weights(n, m, mode, torch.float32 if dtype == np.float32 else torch.float64, align_corners)
-    np.testing.assert_array_equal(dense, expected, err_msg=f"torch CPU capability "
-                                  f"{torch.backends.cpu.get_cpu_capability()}")
     eye = np.eye(n, dtype=dtype).reshape(n, 1, 1, n)
     got = JF.interpolate(jt.tensor(eye), size=(1, m), mode=mode, antialias=True, align_corners=align_corners)
-    np.testing.assert_array_equal(got.numpy().reshape(n, m).T, expected)
+    for weights in (dense, got.numpy().reshape(n, m).T):
+        if _TORCH_FUSES:
+            np.testing.assert_array_equal(weights, expected)
+        else:  # torch's generic build rounds the cubic's products apart: up to 5 ulps from jitorch's (measured)
+            np.testing.assert_allclose(weights, expected, rtol=0, atol=8 * np.finfo(dtype).eps)
 
 
 @pytest.mark.parametrize("dtype,n,m,k", [(np.float32, 2, 14, 0), (np.float64, 5, 3, 2), (np.float64, 7, 5, 3)])
@@ -187,7 +194,8 @@ def test_bicubic_antialias_inf_inside_a_window_is_torchs_inf_not_nan(dtype, n, m
     output inf * 0 = NaN; torch gives +-inf."""
     a = np.ones((1, 1, 1, n), dtype)
     a[..., k] = np.inf
-    t = TF.interpolate(torch.tensor(a), size=(1, m), mode="bicubic", antialias=True).numpy()
     j = JF.interpolate(jt.tensor(a), size=(1, m), mode="bicubic", antialias=True).numpy()
-    np.testing.assert_array_equal(j, t)
-    assert np.isnan(t).sum() <= 1 and np.isinf(t).sum() >= 2
+    assert np.isnan(j).sum() <= 1 and np.isinf(j).sum() >= 2
+    if _TORCH_FUSES:  # (torch's generic build makes the weight 0 itself and gives NaN there)
+        np.testing.assert_array_equal(j, TF.interpolate(torch.tensor(a), size=(1, m), mode="bicubic",
+                                                        antialias=True).numpy())
