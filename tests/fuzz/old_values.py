@@ -65,6 +65,7 @@ class OldValues(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        args, kwargs = _materialized(args), _materialized(kwargs)
         if torch.Tag.nondeterministic_seeded in func.tags:  # a second run would draw other numbers
             return func(*args, **kwargs)
         written, read = [], []
@@ -80,6 +81,20 @@ class OldValues(TorchDispatchMode):
                 storage.copy_(copy)
         args, kwargs = _with_clones(func, args, kwargs, overlapping)
         return func(*args, **kwargs)
+
+
+def _materialized(values):
+    """``values`` (a list or dict) with torch's efficient zero tensors made ordinary zeros: redispatched from a
+    Python dispatch mode, an op on one can crash the process (torch 2.13: ``torch.func.jvp`` of
+    ``torch.add(x, 1.0, alpha=-1)`` under any such mode segfaults in the ``mul.Scalar`` of its zero tangent;
+    transform-fuzz seed 7870006). The values are the same."""
+    def real(v):
+        if isinstance(v, torch.Tensor) and v._is_zerotensor():
+            return torch.zeros(v.shape, dtype=v.dtype, device=v.device)
+        return v
+    if isinstance(values, dict):
+        return {k: real(v) for k, v in values.items()}
+    return [real(v) for v in values]
 
 
 def _is_write(arg):
