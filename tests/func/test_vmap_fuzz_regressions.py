@@ -31,3 +31,37 @@ def test_stacking_zero_dim_samples_stays_batched():
         assert got.tolist() == want.tolist()
         assert batching.STATS["per_sample"]["stack"] == before.get("stack", 0)
         assert batching.STATS["per_sample"]["unsqueeze"] == before.get("unsqueeze", 0)
+
+
+def _divide_in_place(T):
+    def f(x):
+        y = x * 1
+        y.div_(T.tensor(1.25))
+        y.div_(x + 3, rounding_mode="floor")
+        return y.square_() + x.div_(4)
+    return f
+
+
+def test_an_in_place_composite_runs_batched_under_vmap_jvp_and_grad_seed_7870054():
+    """Seed 7870054: ``x.div_(t)`` under vmap raised TypeError ("'NoneType' object is not callable"): the
+    registry calls a composite op's body before the hooks, an in-place composite's after them, and vmap's hook
+    asked ``div``'s meta (a composite has none). Its body now runs through the hook (``div`` by the batched
+    ``true_divide`` and ``floor_divide``); against torch.func and the per-sample loop."""
+    x = torch.tensor([[0.5, -1.25], [2.0, 3.5], [-0.75, 1.0]], dtype=torch.float64)
+    tangent = torch.tensor([[1.0, -2.0], [0.5, 0.25], [3.0, 1.5]], dtype=torch.float64)
+    before = dict(batching.STATS["batched"])
+    got = jitorch.func.vmap(_divide_in_place(jitorch))(jitorch.tensor(x.numpy()))
+    assert batching.STATS["batched"]["true_divide"] > before.get("true_divide", 0)
+    want = torch.func.vmap(_divide_in_place(torch))(x.clone())
+    loop = [_divide_in_place(jitorch)(jitorch.tensor(row.numpy())).tolist() for row in x]
+    assert got.tolist() == want.tolist() == loop
+    _, got = jitorch.func.jvp(_divide_in_place(jitorch), (jitorch.tensor(x.numpy()),),
+                              (jitorch.tensor(tangent.numpy()),))
+    _, want = torch.func.jvp(_divide_in_place(torch), (x.clone(),), (tangent,))
+    assert got.tolist() == want.tolist()
+
+    def loss(T):
+        return lambda x: (x * 1).div_(T.tensor(1.25)).square_().sum()
+    got = jitorch.func.vmap(jitorch.func.grad(loss(jitorch)))(jitorch.tensor(x.numpy()))
+    want = torch.func.vmap(torch.func.grad(loss(torch)))(x.clone())
+    torch.testing.assert_close(torch.tensor(got.numpy()), want, rtol=1e-15, atol=0)
