@@ -123,3 +123,25 @@ def test_a_tangent_copied_in_from_another_dtype_takes_its_primals_dtype_seed_784
     (p, t), (tp, tt) = run(jitorch), run(torch)
     assert p.dtype == t.dtype == jitorch.float64 and tt.dtype == torch.float32
     assert t.tolist() == tt.tolist() == torch.arange(12.0).reshape(4, 3).tolist()
+
+
+def test_an_inplace_op_reading_its_own_target_takes_the_old_tangent_seed_7870177():
+    """Transform-fuzz seed 7870177: ``x.lerp_(c, x)`` (the weight is the target). Its tangent is that of
+    ``x + x (c - x)``, ``t (1 + c - 2x)``, as jitorch's and central differences give; torch's in-place forward
+    formula reads the weight's tangent after writing the target's (docs/differences-from-torch.md), and the
+    fuzzer compares such programs with finite differences instead."""
+    x, c, t = [0.5, -1.25], [2.0, 0.75], [1.0, -0.5]
+
+    def build(T):
+        def f(x):
+            view = x.broadcast_to((-1,))
+            x.lerp_(T.tensor(c, dtype=T.float64), x)
+            return (view,)
+        return f
+    theirs, mine = _jvp_both(build, x, t)
+    analytic = [ti * (1 + ci - 2 * xi) for xi, ci, ti in zip(x, c, t)]
+    eps = 1e-6
+    f = [lambda h, i=i: (x[i] + h * t[i]) * (1 + c[i] - (x[i] + h * t[i])) for i in range(2)]
+    differences = [(fi(eps) - fi(-eps)) / (2 * eps) for fi in f]
+    assert _close(mine[1], analytic) and max(abs(d - a) for d, a in zip(differences, analytic)) < 1e-6
+    assert mine[0] == theirs[0] and not _close(theirs[1], analytic)

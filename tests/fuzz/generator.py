@@ -1426,9 +1426,13 @@ def grad_loss(T, outputs):
 TORCH_WRONG_GRADIENT = {"as_strided_scatter", "ldexp", "cholesky_solve", "cholesky_inverse", "as_strided_"}
 
 
+def torch_derivative_wrong(tag):
+    """Whether torch's derivative of a statement tagged ``tag`` is wrong everywhere (`TORCH_WRONG_GRADIENT`)."""
+    return tag in TORCH_WRONG_GRADIENT or tag.removesuffix("_") in TORCH_WRONG_GRADIENT
+
+
 def _torch_gradient_wrong(tag):
-    return (tag in TORCH_WRONG_GRADIENT or tag.removesuffix("_") in TORCH_WRONG_GRADIENT
-            or tag.endswith((INTEGER_OPERAND, AMONG_TIES)))
+    return torch_derivative_wrong(tag) or tag.endswith((INTEGER_OPERAND, AMONG_TIES))
 
 
 def _with_grad(program):

@@ -61,7 +61,12 @@ def reads_old_values(T):
 
 class OldValues(TorchDispatchMode):
     """While active, torch ops whose non-written inputs share memory with a written tensor compute from the
-    inputs' values before the call (or raise torch's error)."""
+    inputs' values before the call (or raise torch's error). ``overlaps`` counts those calls: the mode sits
+    below autograd, whose formulas (forward AD's in-place ones) still see the overlap."""
+
+    def __init__(self):
+        super().__init__()
+        self.overlaps = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -74,6 +79,7 @@ class OldValues(TorchDispatchMode):
         overlapping = {id(t) for t in read if any(_shares(t, w) for w in written)}
         if not overlapping:
             return func(*args, **kwargs)
+        self.overlaps += 1
         saved = [(w.untyped_storage(), w.untyped_storage().data_ptr(), w.untyped_storage().clone()) for w in written]
         func(*args, **kwargs)  # torch's own overlap checks raise here
         for storage, ptr, copy in saved:

@@ -12,7 +12,8 @@ import pytest
 from tests.fuzz.generator import generate, op_table
 from tests.fuzz.transforms import check
 
-FIXED = [7840006, 7840014, 7840036, 7840052, 7840174, 7840219, 7840825, 7840849]
+FIXED = [7840006, 7840014, 7840036, 7840052, 7840174, 7840219, 7840825, 7840849,
+         7870006, 7870054, 7870072, 7870101, 7870177, 7870409]
 SEEDS = list(range(7840800, 7840810)) + FIXED
 TABLE = op_table()
 
