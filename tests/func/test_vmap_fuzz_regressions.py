@@ -1,6 +1,7 @@
 """vmap failures the transform fuzzer found (tests/fuzz/transforms.py), each against the per-sample loop and
 torch.func.vmap, with the path that ran (`batching.STATS`)."""
 
+import pytest
 import torch
 
 import jitorch
@@ -65,3 +66,22 @@ def test_an_in_place_composite_runs_batched_under_vmap_jvp_and_grad_seed_7870054
     got = jitorch.func.vmap(jitorch.func.grad(loss(jitorch)))(jitorch.tensor(x.numpy()))
     want = torch.func.vmap(torch.func.grad(loss(torch)))(x.clone())
     torch.testing.assert_close(torch.tensor(got.numpy()), want, rtol=1e-15, atol=0)
+
+
+def test_a_mask_of_a_size_zero_dim_indexes_per_sample_where_torchs_vmap_refuses_seed_7840848():
+    """Seeds 7840848, 7870115: ``v[v > 2]`` with ``v`` of a dim of size 0. Each sample's call runs (an empty
+    result) in both libraries; torch's vmap raises IndexError ("The shape of the mask [3, 3, 0] at index 1 does
+    not match the shape of the indexed tensor [3, 3, 0] at index 2"), its batching rule's error, not the
+    program's. jitorch's vmap gives the per-sample loop's results stacked; the fuzzer reads torch's error as its
+    vmap's limit (`transforms.VMAP_LIMITS`) and compares with the loop."""
+    def f(v):
+        return v[v > 2]
+    for shape, in_dims in (((3, 3, 0), 0), ((3, 4, 0, 2), 1)):
+        loops = []
+        for T in (torch, jitorch):
+            x = T.zeros(shape)
+            loops.append([tuple(f(x.select(in_dims, i)).shape) for i in range(shape[in_dims])])
+        assert loops[0] == loops[1] == [(0,)] * shape[in_dims]
+        with pytest.raises(IndexError, match="does not match the shape of the indexed tensor"):
+            torch.func.vmap(f, in_dims=in_dims)(torch.zeros(shape))
+        assert tuple(jitorch.func.vmap(f, in_dims=in_dims)(jitorch.zeros(shape)).shape) == (shape[in_dims], 0)
