@@ -1,6 +1,8 @@
 """vmap failures the transform fuzzer found (tests/fuzz/transforms.py), each against the per-sample loop and
 torch.func.vmap, with the path that ran (`batching.STATS`)."""
 
+import warnings
+
 import pytest
 import torch
 
@@ -85,3 +87,23 @@ def test_a_mask_of_a_size_zero_dim_indexes_per_sample_where_torchs_vmap_refuses_
         with pytest.raises(IndexError, match="does not match the shape of the indexed tensor"):
             torch.func.vmap(f, in_dims=in_dims)(torch.zeros(shape))
         assert tuple(jitorch.func.vmap(f, in_dims=in_dims)(jitorch.zeros(shape)).shape) == (shape[in_dims], 0)
+
+
+def test_as_strided_in_place_on_a_batched_tensor_changes_each_samples_geometry_seed_7870731():
+    """Seed 7870731: ``x.as_strided_([2, 3], [3, 1])`` then ``x.tile((2, 1))`` under vmap. Each sample's call
+    gives (4, 3) and (2, 3); jitorch's vmap stacks those. torch's vmap (its fallback for ``as_strided_``) leaves
+    the batched tensor as it was and gives (3, 10, 4) and (3, 5, 4) without an error; the fuzzer compares such
+    programs with the loop alone (`transforms.TORCH_VMAP_WRONG`)."""
+    def f(x):
+        x.as_strided_([2, 3], [3, 1])
+        return x.tile((2, 1)), x
+    values = torch.arange(60.0).reshape(3, 5, 4)
+    loop = [f(jitorch.tensor(values[i].numpy().copy())) for i in range(3)]
+    got = jitorch.func.vmap(f)(jitorch.tensor(values.numpy().copy()))
+    for k in range(2):
+        assert got[k].tolist() == [sample[k].tolist() for sample in loop]
+    assert [tuple(t.shape) for t in got] == [(3, 4, 3), (3, 2, 3)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = torch.func.vmap(f)(values.clone())
+    assert [tuple(t.shape) for t in theirs] == [(3, 10, 4), (3, 5, 4)]

@@ -54,6 +54,10 @@ TORCH_LIMITS = ("Batching rule not implemented", "fallback path doesn't work", "
 # (``v[v > 2]``, where each sample's call runs: seeds 7840848, 7870115; tests/func/test_vmap_fuzz_regressions.py).
 # In vmap modes jitorch's result is judged by the per-sample loop.
 VMAP_LIMITS = ("does not match the shape of the indexed tensor",)
+# Statements whose result torch's vmap gets wrong without an error: its fallback for ``as_strided_`` leaves the
+# batched tensor's geometry as it was (seed 7870731; tests/func/test_vmap_fuzz_regressions.py). Programs with
+# one are compared with the loop alone.
+TORCH_VMAP_WRONG = ("as_strided_",)
 MODES = ("vmap", "jvp", "vmap-grad")
 
 
@@ -244,7 +248,8 @@ def check_vmap(program, rng, outcome):
     got, want = runs["jitorch"], runs["torch"]
     found = outcome.mismatches
     n = len(found)
-    if _errors(found, "vmap", got, want):
+    torch_wrong = any(st.tag in TORCH_VMAP_WRONG for st in program.body)
+    if not torch_wrong and _errors(found, "vmap", got, want):
         copied = [i for i, (d, decl) in enumerate(zip(in_dims, program.inputs))
                   if d is not None and d % (len(decl.shape) + 1)]
         _compare(found, "vmap", "torch", got, want, TORCH_TOLERANCE, copied=copied)
