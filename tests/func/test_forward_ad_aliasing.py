@@ -145,3 +145,21 @@ def test_an_inplace_op_reading_its_own_target_takes_the_old_tangent_seed_7870177
     differences = [(fi(eps) - fi(-eps)) / (2 * eps) for fi in f]
     assert _close(mine[1], analytic) and max(abs(d - a) for d, a in zip(differences, analytic)) < 1e-6
     assert mine[0] == theirs[0] and not _close(theirs[1], analytic)
+
+
+def test_a_write_through_a_view_reaches_a_base_tangent_of_another_dtype_seed_7872385():
+    """Transform-fuzz seed 7872385: ``v2 = addr(v0, c, x)`` (float64 of float32 operands) then ``v2[:, ::1] =
+    -0.75``: the tangent of ``v2`` kept its values. Its tangent was not laid out as ``v2`` (the float32 operand's
+    dtype), so the view's tangent was no view of it and the write's zero reached only the view. The base's
+    tangent is now copied into memory laid out as the base first, as for a base without one."""
+    found = []
+    for T in (torch, jitorch):
+        def f(x):
+            v2 = x + T.zeros(3, 3, dtype=T.float64)
+            v2[:, ::1] = -0.75
+            w = x + T.zeros(3, 3, dtype=T.float64)
+            w[1:, 1] = 2.0
+            return v2, w
+        found.append([t.tolist() for t in T.func.jvp(f, (T.tensor([1.0, 2.0, 3.0]),), (T.tensor([0.5, 1.0, -1.0]),))[1]])
+    assert found[1] == found[0]
+    assert found[0][0] == [[0.0] * 3] * 3 and found[0][1][1] == [0.5, 0.0, -1.0]
