@@ -57,7 +57,7 @@ defop("sum_to_size(Tensor self, int... size) -> Tensor", composite=_sum_to_size,
       variants=("method",), doc="``self`` summed down to ``size``, which it must expand from (self if equal).")
 
 
-_VIEW_BOOKKEEPING = frozenset({"_creation_meta", "_view_version"})
+_KEPT = ("_trace_value", "_fw_tangents")  # not a no-grad view's marks: the outputs are no views to autograd
 
 
 def _untracked(view):
@@ -66,10 +66,10 @@ def _untracked(view):
     outputs (fuzz seeds 7101099, 7101504, 7103254). It shares the storage's version counter, where torch
     gives each output its own (docs/differences-from-torch.md)."""
     t = registry.Tensor._make(view._storage, view._shape, view._stride, view._offset)
-    if view.__dict__:  # what transforms keep on the view: a traced fake's value, forward-AD tangents (seed 7840219),
-        # but not its bookkeeping as a view, which refuses writes into it and a gradient after a write into
-        # ``self`` (fuzz seed 7860540)
-        t.__dict__.update((k, v) for k, v in view.__dict__.items() if k not in _VIEW_BOOKKEEPING)
+    for kept in _KEPT:  # what transforms keep on the view: a traced fake's value, forward-AD tangents (seed 7840219)
+        found = view.__dict__.get(kept)
+        if found is not None:
+            t.__dict__[kept] = found
     if view.grad_fn is not None:  # (not a view made without grad mode, which requires grad with no history)
         t.grad_fn = view.grad_fn
         t._requires_grad = True
