@@ -98,6 +98,14 @@ NO_GRAD_VIEW = (
 INFERENCE_VIEW = NO_GRAD_VIEW.replace("no_grad block", "inference_mode block")
 
 
+# torch's refusals of requires_grad for an integer or bool tensor, by the way it was asked: they differ
+CANNOT_REQUIRE_GRAD = {
+    "factory": "Only Tensors of floating point and complex dtype can require gradients",
+    "setter": "only Tensors of floating point and complex dtype can require gradients",
+    "method": "only Tensors of floating point dtype can require gradients",
+}
+
+
 def view_refs(root):
     """The list of weak references to ``root``'s views made without history (``root._views``), made if it has
     none, pruned if full: autograd's `track_views` and `Tensor._view_of` append to it, and its
@@ -693,12 +701,17 @@ class Tensor:
 
     @requires_grad.setter
     def requires_grad(self, flag):
-        self.requires_grad_(flag)
+        self._require_grad(flag, "setter")
 
     def requires_grad_(self, requires_grad=True):
         """Mark this tensor as needing gradients (floating dtypes only)."""
+        return self._require_grad(requires_grad, "method")
+
+    def _require_grad(self, requires_grad, by):
+        """``requires_grad_``, refusing a dtype that cannot with torch's message for the way it was asked
+        (`CANNOT_REQUIRE_GRAD`: a factory's ``requires_grad=``, the ``requires_grad`` setter or the method)."""
         if requires_grad and not self.dtype.is_floating_point:
-            raise RuntimeError("only Tensors of floating point and complex dtype can require gradients")
+            raise RuntimeError(CANNOT_REQUIRE_GRAD[by])
         if not requires_grad and self.grad_fn is not None:
             raise RuntimeError(
                 "you can only change requires_grad flags of leaf variables. If you want to use a computed "

@@ -32,3 +32,12 @@ def test_ifftshift_undoes_fftshift_and_the_shift_differentiates():
 def test_a_0d_shift_is_torchs_error():
     with pytest.raises(RuntimeError, match="`shifts` required"):
         jt.fft.fftshift(jt.tensor(3.0))
+
+
+@pytest.mark.parametrize("name", ["fftfreq", "rfftfreq"])
+def test_frequencies_of_an_integer_dtype_are_torchs_error(name):
+    """torch refuses an integer or bool ``dtype``; jitorch divided integers into floats of another dtype."""
+    for dtype in (jt.int64, jt.bool):
+        with pytest.raises(RuntimeError, match=f"^{name} requires a floating point or complex dtype$"):
+            getattr(jt.fft, name)(4, dtype=dtype)
+    assert getattr(jt.fft, name)(4, dtype=jt.float16).dtype is jt.float16

@@ -250,20 +250,38 @@ def _own(tangents, pairs):
     return [tg.clone() if tg is not None and id(tg._storage) in shared else tg for tg in tangents]
 
 
-def _through_base(t, lv):
-    """For a view ``t`` of a base that has no tangent at ``lv``: zeros as the base's tangent, laid out as the
-    base, and ``t``'s the same view of them (returned), so that a write into ``t``'s tangent reaches the
-    base's, as torch's; None where ``t`` is no such view."""
+def _through_base(t, lv, create):
+    """For a view ``t`` about to be written: ``t``'s tangent at ``lv`` as the same view of its base's (returned),
+    the base's first laid out as the base where it is not (an expanded tangent, another dtype's, seed 7872385:
+    its values copied) or made (zeros, where ``create``), so that the write into ``t``'s tangent reaches the
+    base's, as torch's; None where ``t`` is no such view or its tangent is that view already."""
     base = t._base
-    found = _tangents(base) if base is not None else None
-    if base is None or (found and lv in found) or not _is_float(base.dtype) or not base.numel() or not t.numel():
+    if base is None or not _is_float(base.dtype) or not base.numel() or not t.numel():
         return None
-    extent = 1 + max(x.storage_offset() + sum((n - 1) * st for n, st in zip(x.shape, x.stride())) for x in (base, t))
-    memory = base.detach().new_zeros((extent,))
-    _attach(base, lv, memory.as_strided(base.shape, base.stride(), base.storage_offset()))
-    view = memory.as_strided(t.shape, t.stride(), t.storage_offset())
+    found, own = _tangents(base), _tangents(t)
+    old = found.get(lv) if found else None
+    if old is None and (not create or own and lv in own):  # (a dual made of the base: its tangent is its own)
+        return None
+    if old is None or not _fits(old, base):
+        extent = 1 + max(x.storage_offset() + sum((n - 1) * st for n, st in zip(x.shape, x.stride()))
+                         for x in (base, t))
+        memory = base.detach().new_zeros((extent,))
+        fresh = memory.as_strided(base.shape, base.stride(), base.storage_offset())
+        if old is not None:
+            fresh.copy_(old)
+        _attach(base, lv, fresh)
+        old = fresh
+    elif own and lv in own and own[lv]._storage is old._storage and _fits(own[lv], t):
+        return None
+    view = old.as_strided(t.shape, t.stride(), t.storage_offset())
     _attach(t, lv, view)
     return view
+
+
+def _fits(tangent, t):
+    """Whether ``tangent`` can take a write through ``t``'s geometry in place: laid out as ``t``, of its dtype,
+    no element reached twice."""
+    return _writable(tangent) and _geometry(tangent) == _geometry(t)
 
 
 def _writable(t):
@@ -320,8 +338,10 @@ class ForwardHook(registry.TransformHook):
             registry.call_inplace(op, args)
         found = _tangents(target)
         old = found.get(lv) if found else None
-        if old is None and tangent is not None:
-            old = _through_base(target, lv)
+        if old is None or not _fits(old, target) or target._base is not None:
+            viewed = _through_base(target, lv, tangent is not None)
+            if viewed is not None:
+                old, found = viewed, _tangents(target)
         if old is not None and _writable(old) and _geometry(old)[:2] == _geometry(target)[:2]:
             if tangent is None:
                 old.zero_()

@@ -278,6 +278,13 @@ class BatchingHook(registry.TransformHook):
         if op.view is not None:  # ``t_()``: the tensor's per-sample geometry changes
             target._set_geometry(*op.view(*args)[:3])
             return target
+        if op.composite is not None:
+            # the registry runs a composite's body before the hooks, an in-place composite's after them (``div_``,
+            # fuzz seed 7870054): its body runs here, each call through the hooks, on a copy of the target (a body
+            # may write into its first argument, as in the registry's own in-place path); copy_ writes it back
+            result = op.composite(target.clone(), *args[1:])
+            registry.check_inplace(op, target, result)
+            return registry.call_inplace(registry.OPS["copy"], (target, result, False))
         autograd = registry.AUTOGRAD
         state = (autograd.prepare_inplace(op, args, copy=_history_copy)
                  if autograd is not None and autograd.needs_grad(op, args) else None)

@@ -252,8 +252,6 @@ def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=Fal
     device = to_device(device)
     with np.errstate(all="ignore"):
         arr, shape, dtype = _to_array(data, dtype)
-    if requires_grad and not dtype.is_floating_point:
-        raise RuntimeError("Only Tensors of floating point and complex dtype can require gradients")
     if device.type == "meta":
         t = registry.Tensor._empty(shape, dtype, device)
     elif arr is None:
@@ -266,7 +264,7 @@ def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=Fal
         upload(t._storage.data_ptr(), arr, dtype)
     t = pinned(t, pin_memory)
     if requires_grad:
-        t.requires_grad_(True)
+        t._require_grad(True, "factory")
     t._made_from_data()
     return t
 

@@ -34,7 +34,7 @@ def empty_strided(size, stride, *, dtype=None, device=None, requires_grad=False,
     dtype = _dt.get_default_dtype() if dtype is None else _dt.to_dtype(dtype)
     extent = 0 if 0 in size else 1 + sum((n - 1) * s for n, s in zip(size, stride))
     t = pinned(registry.Tensor._make(Storage.empty(extent, dtype, to_device(device)), size, stride, 0), pin_memory)
-    return t.requires_grad_() if requires_grad else t
+    return t._require_grad(True, "factory") if requires_grad else t
 
 
 def empty(*size, pin_memory=False, **options):
@@ -43,7 +43,7 @@ def empty(*size, pin_memory=False, **options):
     if not pin_memory:
         return _F["empty"](*size, **options)
     requires_grad = options.pop("requires_grad", False)
-    return pinned(_F["empty"](*size, **options), True).requires_grad_(requires_grad)
+    return pinned(_F["empty"](*size, **options), True)._require_grad(requires_grad, "factory")
 
 
 def scalar_tensor(s, *, dtype=None, device=None, requires_grad=False, pin_memory=False):
@@ -91,7 +91,7 @@ def asarray(obj, *, dtype=None, device=None, copy=None, requires_grad=False):
         raise ValueError(f"can't alias {type(obj).__name__} into a tensor: it must be copied")
     else:
         out = tensor(obj, dtype=dtype, device=device)
-    return out.requires_grad_() if requires_grad else out
+    return out._require_grad(True, "factory") if requires_grad else out
 
 
 _RANGE_DEPRECATION = ("torch.range is deprecated and will be removed in a future release because its behavior is "
@@ -112,7 +112,7 @@ def range(start, end, step=1, *, dtype=None, device=None, requires_grad=False):
     # each value start + i * step computed in double (integers in int64), as torch's CPU kernel
     compute = _dt.float64 if dtype.is_floating_point else _dt.int64
     values = (_F["arange"](n, dtype=compute, device=device) * step + start).to(dtype)
-    return values.requires_grad_() if requires_grad else values
+    return values._require_grad(True, "factory") if requires_grad else values
 
 
 def new_empty_strided(self, size, stride, *, dtype=None, device=None, requires_grad=False, pin_memory=False):

@@ -625,7 +625,7 @@ def with_history(op, args, result, record=True):
         elif op.view is not None and not op.attrs.get("reinterprets"):
             AUTOGRAD.track_views(args[0], result)
     if op.requires_grad_index is not None and args[op.requires_grad_index]:
-        result.requires_grad_(True)
+        result._require_grad(True, "factory")
     return result
 
 

@@ -28,7 +28,7 @@ def _window(name, shape):
             n = length + 1 if periodic else length
             result = shape(n, functions.arange(n, dtype=dtype, device=device), *params)
             result = result[:length] if periodic else result
-        return result.requires_grad_() if requires_grad else result
+        return result._require_grad(True, "factory") if requires_grad else result
     return composite
 
 

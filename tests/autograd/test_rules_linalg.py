@@ -261,3 +261,27 @@ def test_ormqr_gradient_as_torchs(shape, other, left, transpose, compiled):
     assert jt.autograd.gradcheck(lambda A, T, C: jt.ormqr(A, T, C, left, transpose), args)
     if not compiled and transpose and left:  # (once: a few hundred backward calls)
         assert jt.autograd.gradgradcheck(lambda A, T, C: jt.ormqr(A, T, C, left, transpose), args)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("shape", [(5, 3), (3, 5), (2, 4, 1), (2, 1, 4), (3, 0), (0, 2)],
+                         ids=["tall", "wide", "column", "row", "no-columns", "no-rows"])
+def test_lu_factor_of_a_rectangular_matrix_differentiates_as_torchs_seed_7840849(shape, compiled):
+    """Transform-fuzz seed 7840849: ``jvp`` through ``T.lu`` of a (2, 1) matrix raised NotImplementedError (the
+    rule took square matrices alone); torch's lu_factor_ex_backward takes rectangular ones. Gradient and
+    tangent against torch's, gradcheck and gradgradcheck (the rule differentiates again)."""
+    rng = np.random.default_rng(7840849)
+    a, weights, tangent = (rng.standard_normal(shape) for _ in range(3))
+    got, want = [], []
+    for lib, seen in ((torch, want), (jt, got)):
+        def lu(x):
+            return lib.linalg.lu_factor_ex(x * 1)[0] * lib.tensor(weights)
+        x = lib.tensor(a, requires_grad=True)
+        _maybe_compiled(lu, lib, compiled)(x).sum().backward()
+        func = jt.func if lib is jt else torch.func
+        seen += [x.grad.numpy(), func.jvp(lu, (lib.tensor(a),), (lib.tensor(tangent),))[1].numpy()]
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-9, atol=1e-12)
+    x = jt.tensor(a, requires_grad=True)
+    assert jt.autograd.gradcheck(lambda x: jt.linalg.lu_factor_ex(x)[0], (x,))
+    assert jt.autograd.gradgradcheck(lambda x: jt.linalg.lu_factor_ex(x)[0], (x,))

@@ -138,3 +138,21 @@ def test_symmetric_input_rules_against_torch():
             with ad.dual_level():
                 tangents.append(ad.unpack_dual(fn(m, ad.make_dual(m.tensor(a), m.tensor(t)))).tangent)
         _close(tangents[0], tangents[1], 1e-8)
+
+
+def test_logit_tangent_outside_its_domain_is_torchs_nan_seed_7871667():
+    """Transform-fuzz seed 7871667: ``jvp`` of ``logit`` at 2.0 gave -0.0 where torch's is NaN. A forward
+    tangent is the derivative of the reverse rule's result in ``g`` (the transpose trick), and the rule returned
+    a constant NaN outside ``[0, 1]``, whose derivative is 0; it now divides ``g`` by a NaN there. The gradient
+    stays torch's, bit for bit."""
+    x = [2.0, -0.5, 0.5, 1.0, 0.0, 0.3, 0.9]
+    seen = []
+    for T in (torch, jt):
+        F = torch.func if T is torch else jt.func
+        tangent = F.jvp(T.logit, (T.tensor(x),), (T.full((7,), 0.75),))[1]
+        leaf = T.tensor(x, requires_grad=True)
+        T.logit(leaf).backward(T.full((7,), 0.75))
+        seen.append((tangent.numpy(), leaf.grad.numpy()))
+    for got, want in zip(seen[1], seen[0]):
+        np.testing.assert_array_equal(got, want)
+    assert np.isnan(seen[1][0][:2]).all() and np.isfinite(seen[1][0][2]) and np.isinf(seen[1][0][3:5]).all()

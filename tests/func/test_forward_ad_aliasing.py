@@ -123,3 +123,43 @@ def test_a_tangent_copied_in_from_another_dtype_takes_its_primals_dtype_seed_784
     (p, t), (tp, tt) = run(jitorch), run(torch)
     assert p.dtype == t.dtype == jitorch.float64 and tt.dtype == torch.float32
     assert t.tolist() == tt.tolist() == torch.arange(12.0).reshape(4, 3).tolist()
+
+
+def test_an_inplace_op_reading_its_own_target_takes_the_old_tangent_seed_7870177():
+    """Transform-fuzz seed 7870177: ``x.lerp_(c, x)`` (the weight is the target). Its tangent is that of
+    ``x + x (c - x)``, ``t (1 + c - 2x)``, as jitorch's and central differences give; torch's in-place forward
+    formula reads the weight's tangent after writing the target's (docs/differences-from-torch.md), and the
+    fuzzer compares such programs with finite differences instead."""
+    x, c, t = [0.5, -1.25], [2.0, 0.75], [1.0, -0.5]
+
+    def build(T):
+        def f(x):
+            view = x.broadcast_to((-1,))
+            x.lerp_(T.tensor(c, dtype=T.float64), x)
+            return (view,)
+        return f
+    theirs, mine = _jvp_both(build, x, t)
+    analytic = [ti * (1 + ci - 2 * xi) for xi, ci, ti in zip(x, c, t)]
+    eps = 1e-6
+    f = [lambda h, i=i: (x[i] + h * t[i]) * (1 + c[i] - (x[i] + h * t[i])) for i in range(2)]
+    differences = [(fi(eps) - fi(-eps)) / (2 * eps) for fi in f]
+    assert _close(mine[1], analytic) and max(abs(d - a) for d, a in zip(differences, analytic)) < 1e-6
+    assert mine[0] == theirs[0] and not _close(theirs[1], analytic)
+
+
+def test_a_write_through_a_view_reaches_a_base_tangent_of_another_dtype_seed_7872385():
+    """Transform-fuzz seed 7872385: ``v2 = addr(v0, c, x)`` (float64 of float32 operands) then ``v2[:, ::1] =
+    -0.75``: the tangent of ``v2`` kept its values. Its tangent was not laid out as ``v2`` (the float32 operand's
+    dtype), so the view's tangent was no view of it and the write's zero reached only the view. The base's
+    tangent is now copied into memory laid out as the base first, as for a base without one."""
+    found = []
+    for T in (torch, jitorch):
+        def f(x):
+            v2 = x + T.zeros(3, 3, dtype=T.float64)
+            v2[:, ::1] = -0.75
+            w = x + T.zeros(3, 3, dtype=T.float64)
+            w[1:, 1] = 2.0
+            return v2, w
+        found.append([t.tolist() for t in T.func.jvp(f, (T.tensor([1.0, 2.0, 3.0]),), (T.tensor([0.5, 1.0, -1.0]),))[1]])
+    assert found[1] == found[0]
+    assert found[0][0] == [[0.0] * 3] * 3 and found[0][1][1] == [0.5, 0.0, -1.0]

@@ -1420,13 +1420,19 @@ def grad_loss(T, outputs):
 # (docs/differences-from-torch.md). torch's cholesky_solve and cholesky_inverse differentiate the whole factor
 # matrix, the triangle their forward ignores too, which then also enters the used triangle's gradient (fuzz
 # seeds 7803691, 7804472); jitorch's is the derivative of what the forward reads. Their in-place forms (a
-# trailing underscore) likewise.
-TORCH_WRONG_GRADIENT = {"as_strided_scatter", "ldexp", "cholesky_solve", "cholesky_inverse"}
+# trailing underscore) likewise. ``as_strided_`` (the in-place form alone): torch regenerates the history of
+# the target's earlier views through its new geometry, losing the gradient of the elements it leaves out
+# (fuzz seed 7860971; tests/autograd/test_view_base_history.py).
+TORCH_WRONG_GRADIENT = {"as_strided_scatter", "ldexp", "cholesky_solve", "cholesky_inverse", "as_strided_"}
+
+
+def torch_derivative_wrong(tag):
+    """Whether torch's derivative of a statement tagged ``tag`` is wrong everywhere (`TORCH_WRONG_GRADIENT`)."""
+    return tag in TORCH_WRONG_GRADIENT or tag.removesuffix("_") in TORCH_WRONG_GRADIENT
 
 
 def _torch_gradient_wrong(tag):
-    tag = tag.removesuffix("_")
-    return tag in TORCH_WRONG_GRADIENT or tag.endswith((INTEGER_OPERAND, AMONG_TIES))
+    return torch_derivative_wrong(tag) or tag.endswith((INTEGER_OPERAND, AMONG_TIES))
 
 
 def _with_grad(program):

@@ -61,10 +61,16 @@ def reads_old_values(T):
 
 class OldValues(TorchDispatchMode):
     """While active, torch ops whose non-written inputs share memory with a written tensor compute from the
-    inputs' values before the call (or raise torch's error)."""
+    inputs' values before the call (or raise torch's error). ``overlaps`` counts those calls: the mode sits
+    below autograd, whose formulas (forward AD's in-place ones) still see the overlap."""
+
+    def __init__(self):
+        super().__init__()
+        self.overlaps = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        args, kwargs = _materialized(args), _materialized(kwargs)
         if torch.Tag.nondeterministic_seeded in func.tags:  # a second run would draw other numbers
             return func(*args, **kwargs)
         written, read = [], []
@@ -73,6 +79,7 @@ class OldValues(TorchDispatchMode):
         overlapping = {id(t) for t in read if any(_shares(t, w) for w in written)}
         if not overlapping:
             return func(*args, **kwargs)
+        self.overlaps += 1
         saved = [(w.untyped_storage(), w.untyped_storage().data_ptr(), w.untyped_storage().clone()) for w in written]
         func(*args, **kwargs)  # torch's own overlap checks raise here
         for storage, ptr, copy in saved:
@@ -80,6 +87,20 @@ class OldValues(TorchDispatchMode):
                 storage.copy_(copy)
         args, kwargs = _with_clones(func, args, kwargs, overlapping)
         return func(*args, **kwargs)
+
+
+def _materialized(values):
+    """``values`` (a list or dict) with torch's efficient zero tensors made ordinary zeros: redispatched from a
+    Python dispatch mode, an op on one can crash the process (torch 2.13: ``torch.func.jvp`` of
+    ``torch.add(x, 1.0, alpha=-1)`` under any such mode segfaults in the ``mul.Scalar`` of its zero tangent;
+    transform-fuzz seed 7870006). The values are the same."""
+    def real(v):
+        if isinstance(v, torch.Tensor) and v._is_zerotensor():
+            return torch.zeros(v.shape, dtype=v.dtype, device=v.device)
+        return v
+    if isinstance(values, dict):
+        return {k: real(v) for k, v in values.items()}
+    return [real(v) for v in values]
 
 
 def _is_write(arg):

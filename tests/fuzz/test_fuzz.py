@@ -89,7 +89,8 @@ def test_ties_are_equal_neighbours_or_for_computed_values_near_ones():
                                           (7802475, 0.0), (7802741, 0.0),
                                           (7811027, 0.2), (7811197, 0.2),
                                           (7803691, 0.0), (7804472, 0.0), (7805681, 0.0), (7805437, 0.0),
-                                          (7820309, 0.0), (7820783, 0.0), (7822517, 0.0), (7822899, 0.0)])
+                                          (7820309, 0.0), (7820783, 0.0), (7822517, 0.0), (7822899, 0.0),
+                                          (7860540, 0.0), (7861512, 0.0), (7860971, 0.0)])
 def test_fixed_failures_run_alike_in_every_cpu_mode(seed, chains):
     """Failures of helper 125's campaign, fixed: 7610840 (``as_strided_`` on a captured tensor past its
     elements, tests/jit/test_compiled_inplace_view_captures.py), 7610939 (``acosh`` of torch's float32 ``i0(0)``,
@@ -116,6 +117,10 @@ def test_fixed_failures_run_alike_in_every_cpu_mode(seed, chains):
     Session 40's: 7820309 (a dead ``index_fill`` by a 0-d value left a check that replayed it with the value 1-d,
     raising in the compiled call: tests/jit/test_value_checks.py), 7820783 (``qr`` of a matrix with a repeated
     column: past the rank, Q's columns are rounding noise's choice; `generator._hint_full_rank`), 7822899 (the
-    same), 7822517 (torch's ``pinverse`` of a rank-1 float32 matrix inverts its SVD's noise)."""
+    same), 7822517 (torch's ``pinverse`` of a rank-1 float32 matrix inverts its SVD's noise).
+    Session 41's: 7860540 and 7861512 (an ``unsafe_split`` output kept the split view's bookkeeping: a write
+    into its source made its backward raise the multiple-views error, a write into it was refused;
+    tests/ops/test_real_identities.py), 7860971 (torch loses the gradient of a view taken before ``as_strided_``
+    on its base: `generator.TORCH_WRONG_GRADIENT`; tests/autograd/test_view_base_history.py)."""
     program, _ = generate(seed, table=TABLE, chains=chains)
     assert not check(program, CPU_MODES).mismatches

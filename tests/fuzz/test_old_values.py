@@ -46,3 +46,19 @@ def test_a_torch_zero_tensor_gradient_is_recorded_as_zeros():
     assert leaf.grad._is_zerotensor()
     rec = record_value(torch, leaf.grad, [])
     assert rec.kind == "tensor" and rec.values.tolist() == [[0.0, 0.0]]
+
+
+def test_forward_ad_through_a_zero_tangent_runs_under_the_mode_seed_7870006():
+    """Transform-fuzz seed 7870006: ``torch.func.jvp`` of ``torch.subtract(x, -1, alpha=0)`` under `OldValues`
+    crashed the process (torch's ``mul.Scalar`` of the number's efficient zero tangent, redispatched from a Python
+    mode); the mode hands torch ordinary zeros. Run in a child process, so that a crash fails this test alone."""
+    import subprocess
+    import sys
+    code = ("import torch\nfrom tests.fuzz.old_values import OldValues\n"
+            "x, t = torch.tensor([1.0, -2.0]), torch.tensor([0.5, 3.0])\n"
+            "with OldValues():\n"
+            "    for alpha in (0, -1, 2):\n"
+            "        out, tangent = torch.func.jvp(lambda x: torch.subtract(x, -1, alpha=alpha), (x,), (t,))\n"
+            "        assert torch.equal(out, x + alpha) and torch.equal(tangent, t)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -12,7 +12,10 @@ import pytest
 from tests.fuzz.generator import generate, op_table
 from tests.fuzz.transforms import check
 
-FIXED = [7840006, 7840014, 7840036, 7840052, 7840174, 7840219, 7840825]
+FIXED = [7840006, 7840014, 7840036, 7840052, 7840174, 7840219, 7840825, 7840849,
+         7840848, 7870006, 7870054, 7870072, 7870101, 7870115, 7870121, 7870177, 7870409, 7870861,
+         7870928, 7870984, 7871973, 7870588, 7871258, 7871667, 7870731,
+         7870973, 7872385, 7872815, 7872468, 7873518, 7873747]
 SEEDS = list(range(7840800, 7840810)) + FIXED
 TABLE = op_table()
 
@@ -25,3 +28,27 @@ def test_program_runs_alike_under_the_transforms(seed):
         outcome = check(program)
     assert not outcome.mismatches, "\n".join(str(m) for m in outcome.mismatches)
     assert sum(outcome.ran.values()) > 0, "no transform ran on this program"
+
+
+def test_finite_differences_judge_the_tangents_of_a_float64_program():
+    """The oracle where torch's tangents are none (`transforms.finite_differences`): it passes jitorch's tangents
+    of a program in float64 throughout (seed 7870041) and catches them doubled."""
+    import dataclasses
+
+    import jitorch
+    from tests.fuzz.transforms import finite_differences, float_split, jvp_run, tensor_outputs
+
+    program, _ = generate(7870041, table=TABLE)
+    floats, _ = float_split(program)
+    keep = tensor_outputs(jitorch, program)[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = jvp_run(jitorch, program, keep, floats)
+        half = len(got.outputs) // 2
+        wrong = dataclasses.replace(got, outputs=got.outputs[:half] + [
+            dataclasses.replace(o, values=o.values * 2 + 1) for o in got.outputs[half:]])
+        found = []
+        finite_differences(program, keep, floats, got, found)
+        assert not found
+        finite_differences(program, keep, floats, wrong, found)
+    assert found and all(m.reference == "finite differences" for m in found)

@@ -7,6 +7,7 @@ import warnings
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
@@ -624,3 +625,35 @@ def test_int_tensor_data_round_trips(dtype):
     info = jt.iinfo(dtype)
     t = jt.tensor([info.min, info.max, 0], dtype=dtype)
     assert t.tolist() == [info.min, info.max, 0]
+
+
+REQUIRES_GRAD_OF_AN_INTEGER = [
+    ("arange", lambda T: T.arange(3, requires_grad=True)),
+    ("zeros", lambda T: T.zeros(3, dtype=T.long, requires_grad=True)),
+    ("tensor", lambda T: T.tensor([1, 2], requires_grad=True)),
+    ("full", lambda T: T.full((2,), 1, requires_grad=True)),
+    ("ones_like", lambda T: T.ones_like(T.zeros(2, dtype=T.long), requires_grad=True)),
+    ("empty bool", lambda T: T.empty(2, dtype=T.bool, requires_grad=True)),
+    ("empty_strided", lambda T: T.empty_strided((2,), (1,), dtype=T.int32, requires_grad=True)),
+    ("randint", lambda T: T.randint(3, (2,), requires_grad=True)),
+    ("asarray", lambda T: T.asarray([1], requires_grad=True)),
+    ("new_zeros", lambda T: T.zeros(2).new_zeros(2, dtype=T.long, requires_grad=True)),
+    ("scalar_tensor", lambda T: T.scalar_tensor(1, dtype=T.int64, requires_grad=True)),
+    ("requires_grad_", lambda T: T.zeros(2, dtype=T.long).requires_grad_()),
+    ("as_tensor requires_grad_", lambda T: T.as_tensor([1], dtype=T.long).requires_grad_()),
+    ("setter", lambda T: setattr(T.zeros(2, dtype=T.long), "requires_grad", True)),
+]
+
+
+@pytest.mark.parametrize("call", [c for _, c in REQUIRES_GRAD_OF_AN_INTEGER],
+                         ids=[n for n, _ in REQUIRES_GRAD_OF_AN_INTEGER])
+def test_an_integer_tensor_refuses_requires_grad_with_torchs_message_for_each_way_asked(call):
+    """torch's three messages differ: a factory's ``requires_grad=`` says "Only Tensors of floating point and
+    complex dtype", the ``requires_grad`` setter the same with a lower-case "only", ``requires_grad_()`` "only
+    Tensors of floating point dtype"; jitorch said the setter's for all."""
+    messages = []
+    for T in (torch, jt):
+        with pytest.raises(RuntimeError) as caught:
+            call(T)
+        messages.append(str(caught.value))
+    assert messages[1] == messages[0]

@@ -89,6 +89,27 @@ def test_unsafe_split_outputs_take_in_place_writes_under_grad_as_torch(split, co
     assert part._base is None and part.data_ptr() == x[2:].data_ptr()
 
 
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_unsafe_split_output_keeps_its_gradient_after_a_write_into_its_source_seed_7860540(compiled):
+    """Fuzz seed 7860540: ``v = x.unsafe_split(1)[0]; x[0:] = s`` then a backward through ``v`` raised the
+    multiple-views error (the output kept the split view's bookkeeping, which the write made stale); torch's
+    output is no view: it reads the written value and its gradient goes to ``x``'s history before the write."""
+    def program(lib, a):
+        x = a * 2
+        v = x.unsafe_split(1, 0)[0]
+        x[0:] = -1.0
+        return (v * 3).sum() + x.sum()
+
+    results = []
+    for lib in (torch, jt):
+        a = lib.tensor([1.5, 2.5], requires_grad=True)
+        fn = jt.compile(program) if compiled and lib is jt else program
+        loss = fn(lib, a)
+        loss.backward()
+        results.append((loss.item(), a.grad.tolist()))
+    assert results[1] == results[0] == (-5.0, [6.0, 0.0])
+
+
 def test_contains_reversed_long():
     x, t = pair()
     for element in (3.0, 7, True):

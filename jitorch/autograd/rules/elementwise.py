@@ -227,11 +227,13 @@ def _kept(g, x, other, wins):
 
 def _logit(g, a, out):
     """``g / (x (1 - x))``; with ``eps``, 0 outside ``[eps, 1 - eps]`` (the clamp's flat parts), and without
-    it (or with a negative one, which clamps nothing) NaN outside ``[0, 1]``, as torch's logit_backward."""
+    it (or with a negative one, which clamps nothing) NaN outside ``[0, 1]``, as torch's logit_backward: ``g``
+    over a NaN denominator there, linear in ``g`` as forward AD's transpose trick needs (a constant NaN gave
+    tangents 0 there, transform-fuzz seed 7871667)."""
     x = a.self
-    d = g / (x * (1 - x))
     if a.eps is None or a.eps < 0:
-        return jt.where((x < 0) | (x > 1), math.nan, d)
+        return g / jt.where((x < 0) | (x > 1), math.nan, x * (1 - x))
+    d = g / (x * (1 - x))
     return jt.where((x < a.eps) | (x > 1 - a.eps), 0, d)
 
 

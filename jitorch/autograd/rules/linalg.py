@@ -140,15 +140,27 @@ def _cholesky(g, a, out):
 
 
 def _lu_factor(g, a, out):
-    """Square A = P L U: gA = P L^-T (tril_-1(L^T gL) + triu(gU U^T)) U^-T (torch's linalg_lu_backward)."""
+    """A = P L U, L (m, k) unit lower, U (k, n) upper, k = min(m, n) (torch's lu_factor_ex_backward). With L1 and
+    U1 the leading k-by-k blocks: gA = P L1^-T phi U1^-T, phi = tril_-1(L^T gL) + triu(gU U^T), beside
+    P gL2 U1^-T below it (tall, phi less L2^T gL2) or P L1^-T gU2 right of it (wide, phi less gU2 U2^T): the
+    trailing rows of L and columns of U follow from the leading block's factors."""
     LU, pivots, gLU = out[0], out[1], g[0]
-    if LU.shape[-1] != LU.shape[-2]:
-        raise NotImplementedError("the derivative for 'linalg_lu_factor_ex' is not implemented for rectangular "
-                                  "matrices")
+    m, n = LU.shape[-2:]
+    k = min(m, n)
     P, L, U = jt.lu_unpack(LU, pivots)
-    phi = L.mT.matmul(gLU.tril(-1)).tril(-1) + gLU.triu().matmul(U.mT).triu()
-    X = _solve_triangular(U.mT, phi, False, left=False)
-    return P.matmul(_solve_triangular(L.mT, X, True, unit=True))
+    gL, gU = gLU[..., :k].tril(-1), gLU[..., :k, :].triu()
+    phi = L.mT.matmul(gL).tril(-1) + gU.matmul(U.mT).triu()
+    L1, U1 = L[..., :k, :], U[..., :k]
+    if m > n:
+        phi = phi - L[..., k:, :].mT.matmul(gL[..., k:, :])
+    elif m < n:
+        phi = phi - gU[..., k:].matmul(U[..., k:].mT)
+    gA = _solve_triangular(L1.mT, _solve_triangular(U1.mT, phi, False, left=False), True, unit=True)
+    if m > n:
+        gA = jt.cat([gA, _solve_triangular(U1.mT, gL[..., k:, :], False, left=False)], -2)
+    elif m < n:
+        gA = jt.cat([gA, _solve_triangular(L1.mT, gU[..., k:], True, unit=True)], -1)
+    return P.matmul(gA)
 
 
 defgrad("linalg_cholesky_ex", per_input(self=reads("result", _cholesky)))
