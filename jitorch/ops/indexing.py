@@ -28,6 +28,7 @@ from ..runtime.strided import (broadcast_shapes, contiguous_strides, is_contiguo
 from . import registry
 from . import creation
 from .creation import check_scalar_fits
+from .index_positions import flat_positions, unbroadcast
 from .meta import opmath
 from .registry import OPS, TensorSpec, cpp_name, defop, preserved_strides, scalar_name, write_where
 from .views import _same_buffer, _type_str
@@ -469,18 +470,11 @@ def _index_shape(shape, entries):
     return b + tuple(n for i, n in enumerate(shape) if i not in pos)
 
 
-def _unbroadcast(a):
-    """``a`` without its broadcast copies: a view of size 1 along each dim of stride 0 (an expanded index)."""
-    if 0 not in a.strides:
-        return a
-    return a[tuple(slice(0, 1) if step == 0 else slice(None) for step in a.strides)]
-
-
 def _first_out_of_range(idx, n, negative=True):
     """The first value of ``idx`` outside ``[-n, n)`` (``[0, n)`` without ``negative``), or None. (The first
-    in C order of ``idx`` is the first of its `_unbroadcast` view: each broadcast copy comes after its first.)"""
+    in C order of ``idx`` is the first of its `unbroadcast` view: each broadcast copy comes after its first.)"""
     low = -n if negative else 0
-    idx = _unbroadcast(idx)
+    idx = unbroadcast(idx)
     if idx.size == 0 or (idx.min() >= low and idx.max() < n):
         return None
     return int(idx[(idx < low) | (idx >= n)].flat[0])
@@ -694,22 +688,6 @@ def _check_dim_indices(idx, n, d):
         raise RuntimeError(f"index {bad} is out of bounds for dimension {d} with size {n}")
 
 
-def flat_positions(shape, d, idx):
-    """The C-order positions in an array of ``shape`` that ``idx`` (checked, of ``shape``'s ndim, no larger
-    along any other dim) names along dim ``d``: ``idx``'s own coordinates elsewhere, as take_along_axis and
-    scatter read them. Built from `_unbroadcast` ``idx`` and each other dim's offsets: two passes over the
-    result, where take_along_axis indexes with one full array per dim."""
-    steps = [prod(shape[i + 1:]) for i in range(len(shape))]
-    base = 0
-    for i, n in enumerate(idx.shape):
-        if i != d and n > 1:
-            along = [n if j == i else 1 for j in range(idx.ndim)]
-            base = base + (np.arange(n, dtype=np.intp) * steps[i]).reshape(along)
-    lin = _unbroadcast(idx).astype(np.intp, copy=False)
-    lin = (lin * steps[d] if steps[d] != 1 else lin) + base  # (a new array: idx itself is never written)
-    return np.broadcast_to(lin, idx.shape)
-
-
 # A gather along the last dim by an index expanded along other dims takes, for each of at most this many rows of
 # its unexpanded index, the same positions from every row those dims span (grid_sample's taps, one index per
 # sample for all channels: a row's 17 kB stays in cache, where one flat take of all 884k values hops over all)
@@ -721,7 +699,7 @@ def _gather_cpu(spec, x, dim, index, sparse_grad):
     x1, idx = x.reshape(_nonempty(x.shape)), _read_index(index, x.ndim)
     _check_dim_indices(idx, x1.shape[d], d)
     part = x1[tuple(slice(None) if i == d else slice(0, n) for i, n in enumerate(idx.shape))]
-    rows = _unbroadcast(idx)
+    rows = unbroadcast(idx)
     if (d == idx.ndim - 1 and rows is not idx and idx.size and rows.shape[-1] == idx.shape[-1]
             and prod(rows.shape[:-1]) <= BLOCK_TAKES_MAX):
         out = np.empty(idx.shape, x1.dtype)

@@ -22,7 +22,7 @@ from ..runtime.device import CPU
 from ..runtime.summation import BLOCK, add_reduce
 from . import registry
 from .half_products import rounded_prod
-from .indexing import flat_positions
+from .index_positions import flat_positions
 from .meta import opmath, reduced_shape, reduction_dims, wrap_dim
 from .overlap import written_with_dim
 from .registry import FUNCTIONS, OPS, TensorSpec, defop, scalar_name

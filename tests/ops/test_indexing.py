@@ -798,7 +798,7 @@ def test_indexing_a_0d_tensor_raises_torchs_error(index):
 
 @pytest.mark.parametrize("dim", [0, 1, 2, -1])
 def test_gather_of_a_contiguous_self_by_flat_positions_matches_torch(dim):
-    """gather of a C-contiguous self takes one flat take of its positions (`indexing.flat_positions`): an
+    """gather of a C-contiguous self takes one flat take of its positions (`index_positions.flat_positions`): an
     index smaller than self along other dims, expanded (stride 0) and transposed indices, a transposed self
     (take_along_axis) and 1-element dims give torch's values; an out-of-range value raises torch's error
     naming the first such value in C order. An index expanded along other dims than the last gathers by one
