@@ -550,8 +550,11 @@ class Tracer:
         if out is None:
             result = self._record(op, fakes)
         else:
-            with registry.cast_before_kernel(op, out, fakes):
+            try:
                 result = self._record(op, fakes)
+            except NotImplementedError:
+                registry.cast_before_kernel(op, out, fakes)
+                raise
             # eager's rule and write: refused under grad as eagerly, resized and written through the hooks
             return registry.write_out(op, out, registry.out_grad(op, fakes, out, result), fakes)
         autograd = registry.AUTOGRAD
@@ -639,8 +642,11 @@ class Tracer:
             fake._set_geometry(view._shape, view._stride, view._offset)
             fake._trace_value = view._trace_value
             return target
-        with registry.cast_before_kernel(op, fake, args):
+        try:
             result = op.composite(*args) if op.composite is not None else self.record(op, args)
+        except NotImplementedError:
+            registry.cast_before_kernel(op, fake, args)
+            raise
         registry.check_inplace(op, fake, result)
         self.write(fake, result)
         return target

@@ -595,11 +595,12 @@ def call(op, args, out=None, recorded=False):
         r = hook.call(op, args, out)
         if r is not NotImplemented:
             return r
-    if out is None:
+    try:
         result = execute(op, args)
-    else:
-        with cast_before_kernel(op, out, args):
-            result = execute(op, args)
+    except NotImplementedError:
+        if out is not None:
+            cast_before_kernel(op, out, args)
+        raise
     if out is not None:
         return write_out(op, out, with_history(op, args, out_grad(op, args, out, result), False), args)
     return with_history(op, args, result)
@@ -1057,23 +1058,22 @@ def call_inplace(op, args, recorded=False):
 
 def _inplace_meta(op, self, args):
     """``op.meta(*args)``, with torch's order of errors for writing into ``self`` (`cast_before_kernel`)."""
-    with cast_before_kernel(op, self, args):
-        return op.meta(*args)
-
-
-@contextlib.contextmanager
-def cast_before_kernel(op, target, args):
-    """Where ``op`` finds no kernel for its result's dtype, torch's error for a result that the in-place or out=
-    tensor ``target`` cannot hold comes first (``int_tensor.bitwise_and_(2.5)``: RuntimeError, not
-    NotImplementedError): its TensorIterator checks the cast before it dispatches (`pointwise_base.defpointwise`'s
-    ``promoted_meta``)."""
     try:
-        yield
+        return op.meta(*args)
     except NotImplementedError:
-        promoted = op.attrs.get("promoted_meta")
-        if promoted is not None and isinstance(target, Tensor):
-            check_cast(promoted(*args).dtype, target)
+        cast_before_kernel(op, self, args)
         raise
+
+
+def cast_before_kernel(op, target, args):
+    """Called where ``op`` found no kernel for its result's dtype (a NotImplementedError on its way out): torch's
+    error for a result that the in-place or out= tensor ``target`` cannot hold comes first
+    (``int_tensor.bitwise_and_(2.5)``: RuntimeError, not NotImplementedError), as its TensorIterator checks the
+    cast before it dispatches (`pointwise_base.defpointwise`'s ``promoted_meta``). A plain call in the handler,
+    not a context manager around the call: entering one cost 0.8 µs on every in-place and out= call."""
+    promoted = op.attrs.get("promoted_meta")
+    if promoted is not None and isinstance(target, Tensor):
+        check_cast(promoted(*args).dtype, target)
 
 
 def write_out(op, out, result, args):
