@@ -163,21 +163,20 @@ def _recomputed(forward_nodes, saved, outputs):
     def chain(v):
         """The nodes that compute ``v`` again from saved values, and the values it would save instead."""
         nodes, instead, seen = [], [], set()
-
-        def visit(u):
+        stack = [v]  # (depth first, operands in order, without recursion: a chain may be thousands of ops long)
+        while stack:
+            u = stack.pop()
             if id(u) in seen:
-                return
+                continue
             seen.add(id(u))
             node = by_output.get(id(u))
             if u is not v and id(u) in saved:
-                return
+                continue
             if u is not v and not redone(node):
                 instead.append(u)
-                return
+                continue
             nodes.append(node)
-            for w in node.input_values():
-                visit(w)
-        visit(v)
+            stack.extend(reversed(node.input_values()))
         return nodes, instead
 
     while True:
