@@ -52,3 +52,14 @@ def test_finite_differences_judge_the_tangents_of_a_float64_program():
         assert not found
         finite_differences(program, keep, floats, wrong, found)
     assert found and all(m.reference == "finite differences" for m in found)
+
+
+def test_the_readme_states_how_many_seeds_the_suite_runs():
+    """README's fuzzer section gives both fixed-seed counts: this file's and tests/fuzz/test_fuzz.py's."""
+    import pathlib
+
+    from tests.fuzz import test_fuzz
+
+    text = " ".join((pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text().split())
+    assert f"The suite runs {len(test_fuzz.SEEDS)} fixed seeds" in text
+    assert f"runs {len(SEEDS)} of its seeds, {len(FIXED)} of them seeds it once failed on" in text
