@@ -13,7 +13,8 @@ Per model and thread count, the step of ``--system`` (a system of benchmarks/mod
     workers         the team's workers' CPU ms (their parts, and their spins between forks), and queued ms
     forks ...       `runtime.threads.counters` per step: forks onto the team, parts handed over, forks run
                     inline (the team busy), parts taken back (no worker had claimed them when the forking
-                    thread was done with its own), and waits whose spin a crowded core ended (`CROWD_US`)
+                    thread was done with its own), waits whose spin a crowded core ended (`CROWD_US`), and
+                    products' parts run as native BLAS calls (`runtime.blas_calls`: no GIL hand-over)
 
 On a machine shared with other work, wall time says little; a thread's CPU and queueing times say where it went
 (Linux: /proc/self/task/<id>/schedstat; elsewhere the queued times are 0).
@@ -45,11 +46,11 @@ sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")
 sys.path.insert(0, os.path.dirname(__file__))
 import jitorch  # noqa: E402
 from jitorch.profiler import _profiling, profile  # noqa: E402
-from jitorch.runtime import threads  # noqa: E402
+from jitorch.runtime import blas_calls, threads  # noqa: E402
 import models  # noqa: E402
 import step_profile  # noqa: E402
 
-COUNTERS = ("forks", "parts", "inline", "taken back", "crowded")
+COUNTERS = ("forks", "parts", "inline", "taken back", "crowded", "gemm calls")
 _Span = collections.namedtuple("_Span", "name kind args")  # (what step_profile.category reads of an event)
 
 
@@ -65,7 +66,8 @@ def _schedstat(native_id):
 
 def _counters():
     native = threads._native()
-    return dict(threads.counters, crowded=native.crowded.value if native is not None else 0)
+    return dict(threads.counters, crowded=native.crowded.value if native is not None else 0,
+                **{"gemm calls": blas_calls.counters["gemm calls"]})
 
 
 def _threads_now():

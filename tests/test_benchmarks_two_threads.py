@@ -20,6 +20,7 @@ def test_a_quick_cnn_step_at_one_and_two_threads(capsys):
     assert "cnn, jitorch compiled, 1 thread: wall" in out and "cnn, jitorch compiled, 2 threads: wall" in out
     one = next(line for line in out.splitlines() if ", 1 thread:" in line)
     assert "forks 0.0 parts 0.0" in one and "workers 0.00" in one  # (no team at one thread)
+    assert "gemm calls 0.0" in one  # (nor products' native BLAS calls)
     assert "products" in out and ("alone" in out or "forked" in out)
 
 

@@ -71,13 +71,21 @@ def _operand(strides, rows, cols, item):
     return None
 
 
+def one_matrix(x):
+    """``x`` as a 2-D array where its dims before the last two are all 1 (NumPy's matmul loops once over such a
+    batch: the one gemm call of that matrix), else ``x``."""
+    return x.reshape(x.shape[-2:]) if x.ndim > 2 and x.size and x.size == x.shape[-2] * x.shape[-1] else x
+
+
 def gemm_call(a, b, out):
     """The 13 words of `threads.gemm_entry`'s argument array for the gemm call NumPy's matmul makes computing
-    ``out = a @ b`` (2-D arrays of one float dtype), or None where it computes it otherwise or ``out`` overlaps an
-    operand (NumPy would copy it first)."""
+    ``out = a @ b`` (matrices, or batches of one, of one float dtype), or None where it computes it otherwise or
+    ``out`` overlaps an operand (NumPy would copy it first)."""
     function = _gemm_functions().get(a.dtype)
-    if function is None or a.ndim != 2 or b.ndim != 2 or out is None or out.ndim != 2 or not (
-            a.dtype == b.dtype == out.dtype):
+    if function is None or out is None:
+        return None
+    a, b, out = one_matrix(a), one_matrix(b), one_matrix(out)
+    if a.ndim != 2 or b.ndim != 2 or out.ndim != 2 or not a.dtype == b.dtype == out.dtype:
         return None
     (m, k), n = a.shape, b.shape[1]
     if (b.shape[0] != k or out.shape != (m, n) or min(m, k, n) < 2 or max(m, k, n) > _INT_MAX

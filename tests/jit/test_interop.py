@@ -228,8 +228,10 @@ def test_unequal_large_products_are_not_paired():
 
 
 def _parameters_after_steps(bench, name, n_threads):
-    """(a digest of model ``name``'s parameters after two compiled steps at ``n_threads``, its product pairs)."""
+    """(a digest of model ``name``'s parameters after two compiled steps at ``n_threads``, its product pairs, the
+    products' native gemm calls)."""
     jt.set_num_threads(n_threads)
+    gemms = blas_calls.counters["gemm calls"]
     try:
         w = bench.workload(jt, name, True)
         with _built() as built:
@@ -242,7 +244,8 @@ def _parameters_after_steps(bench, name, n_threads):
     for net in w.nets:
         for p in net.parameters():
             digest.update(p.detach().numpy().tobytes())
-    return digest.hexdigest(), sum(isinstance(s, executor.ProductPair) for g in built for s in g.steps)
+    pairs = sum(isinstance(s, executor.ProductPair) for g in built for s in g.steps)
+    return digest.hexdigest(), pairs, blas_calls.counters["gemm calls"] - gemms
 
 
 @pytest.mark.parametrize("name", ["gpt-4x128", "lstm", "dcgan", "cnn"])
@@ -250,7 +253,10 @@ def test_model_steps_at_two_threads_equal_one_thread_bit_for_bit(name, monkeypat
     monkeypatch.setattr(interop, "PAIR_MIN_WORK", 0)  # (the quick sizes' products are small: pair them all the same)
     monkeypatch.setattr(threads, "INTEROP", True)
     bench = load_script(MODELS, "models_benchmark")
-    one, _ = _parameters_after_steps(bench, name, 1)
-    two, pairs = _parameters_after_steps(bench, name, 2)
+    one, _, one_gemms = _parameters_after_steps(bench, name, 1)
+    two, pairs, two_gemms = _parameters_after_steps(bench, name, 2)
     assert pairs > 0
     assert one == two
+    # at one thread no product runs as a native gemm call; at two, the pairs of plain products do (the convolutions'
+    # products too: batches of one matrix)
+    assert one_gemms == 0 and two_gemms > 0

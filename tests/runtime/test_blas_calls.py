@@ -86,3 +86,18 @@ def test_a_split_product_of_a_batch_of_rows_is_one_gemm_call_per_part(two_thread
     got = linalg.array_product(a, b)
     assert (blas_calls.counters["gemm forks"], blas_calls.counters["gemm calls"]) == (forks + 1, gemms + 2)
     assert got.tobytes() == np.matmul(a, b).tobytes()
+
+
+def test_a_batch_of_one_matrix_is_that_matrix_gemm_call(two_threads):
+    """A convolution's products are batches of one matrix (``(1, m, k) @ (1, k, n)``): NumPy's matmul loops once,
+    one gemm call, and so does the team."""
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((1, 16, 300)).astype(np.float32)
+    # (in columns: unit stride down the sum, as a convolution's weight gradient reads its windows)
+    b = rng.standard_normal((1, 72, 300)).astype(np.float32).transpose(0, 2, 1)
+    out = np.empty((1, 16, 72), np.float32)
+    words = blas_calls.gemm_call(a, b, out)
+    assert words[2:7] == [blas_calls.NO_TRANS, blas_calls.TRANS, 16, 72, 300]
+    assert blas_calls.run_gemm_calls([(a, b, out)])
+    assert out.tobytes() == np.matmul(a, b).tobytes()
+    assert blas_calls.gemm_call(np.stack([a[0], a[0]]), np.stack([b[0], b[0]]), np.empty((2, 16, 72), np.float32)) is None
