@@ -3,11 +3,12 @@
 ``set_num_threads`` governs how many threads a compiled CPU kernel splits its work across
 (`codegen.cpu`: kernels of at least ``PARALLEL_MIN_WORK`` elements run in chunks through `run_chunks`) and
 how many parts a large matrix product splits into (`ops.linalg`: eager and compiled products run their parts
-through `run_parts`, each part a one-thread BLAS call). Both fork and join on a team of ``n - 1`` worker
+at once, each part a one-thread BLAS call). Both fork and join on a team of ``n - 1`` worker
 threads that wait in native code (`_Team`): spinning on a word for ``SPIN_US`` (less where a yield shows
 another thread waiting for the core, ``CROWD_US``), then asleep on a futex. A
-kernel's chunks go to the workers and come back without the GIL on either side; a product's parts come back
-to Python for NumPy's matmul. On this project's 2-core machine a pool of ``concurrent.futures`` made a split
+kernel's chunks go to the workers and come back without the GIL on either side (`run_chunks`), and so do a
+product's parts that are one gemm call each (`run_native_parts`, `runtime.blas_calls`); other parts come back
+to Python for NumPy's matmul (`run_parts`). On this project's 2-core machine a pool of ``concurrent.futures`` made a split
 kernel slower than a whole one up to 2**17 elements (each part paid a thread's wake-up and the GIL's
 hand-over, 20 to 60 µs); the team halves a 2**17-element GELU chain. ``set_num_threads`` also sets NumPy's
 BLAS pool (through threadpoolctl, which finds the BLAS library NumPy loaded whichever it is) to one
