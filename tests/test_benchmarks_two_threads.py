@@ -52,3 +52,16 @@ def test_in_turn_runs_each_forks_parts_on_the_calling_thread_and_times_them(monk
     assert threads.counters["parts"] == parts and results == [expected] * 3
     assert forks >= 1 and 0 < largest < inside <= total
     assert largest <= 0.75 * inside
+
+
+def test_the_session_groups_scheduling_is_read_where_linux_groups_by_session(tmp_path):
+    """nice weighs a process only against its own session's where autogroup is on: the script says so."""
+    bench = load_script(SCRIPT, "two_threads_benchmark")
+    (tmp_path / "sys" / "kernel").mkdir(parents=True)
+    (tmp_path / "self").mkdir()
+    (tmp_path / "self" / "autogroup").write_text("/autogroup-642 nice 0\n")
+    assert bench.autogroup(str(tmp_path)) is None  # (no such setting: not grouped)
+    (tmp_path / "sys" / "kernel" / "sched_autogroup_enabled").write_text("0\n")
+    assert bench.autogroup(str(tmp_path)) is None
+    (tmp_path / "sys" / "kernel" / "sched_autogroup_enabled").write_text("1\n")
+    assert bench.autogroup(str(tmp_path)) == "autogroup-642 nice 0"
