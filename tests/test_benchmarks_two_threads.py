@@ -20,6 +20,7 @@ def test_a_quick_cnn_step_at_one_and_two_threads(capsys):
     assert "cnn, jitorch compiled, 1 thread: wall" in out and "cnn, jitorch compiled, 2 threads: wall" in out
     one = next(line for line in out.splitlines() if ", 1 thread:" in line)
     assert "forks 0.0 parts 0.0" in one and "workers 0.00" in one  # (no team at one thread)
+    assert "gemm calls 0.0" in one  # (nor products' native BLAS calls)
     assert "products" in out and ("alone" in out or "forked" in out)
 
 
@@ -51,3 +52,16 @@ def test_in_turn_runs_each_forks_parts_on_the_calling_thread_and_times_them(monk
     assert threads.counters["parts"] == parts and results == [expected] * 3
     assert forks >= 1 and 0 < largest < inside <= total
     assert largest <= 0.75 * inside
+
+
+def test_the_session_groups_scheduling_is_read_where_linux_groups_by_session(tmp_path):
+    """nice weighs a process only against its own session's where autogroup is on: the script says so."""
+    bench = load_script(SCRIPT, "two_threads_benchmark")
+    (tmp_path / "sys" / "kernel").mkdir(parents=True)
+    (tmp_path / "self").mkdir()
+    (tmp_path / "self" / "autogroup").write_text("/autogroup-642 nice 0\n")
+    assert bench.autogroup(str(tmp_path)) is None  # (no such setting: not grouped)
+    (tmp_path / "sys" / "kernel" / "sched_autogroup_enabled").write_text("0\n")
+    assert bench.autogroup(str(tmp_path)) is None
+    (tmp_path / "sys" / "kernel" / "sched_autogroup_enabled").write_text("1\n")
+    assert bench.autogroup(str(tmp_path)) == "autogroup-642 nice 0"

@@ -22,8 +22,8 @@ from __future__ import annotations
 import time
 from math import prod
 
-from ..ops.linalg import array_product
-from ..runtime import threads
+from ..ops.linalg import array_product, whole_gemm
+from ..runtime import blas_calls, threads
 
 # Products of fewer multiply-adds are not paired: handing one to a worker costs 10 to 60 µs when the worker has
 # fallen asleep (`threads.SPIN_US`), as much as such a product takes.
@@ -113,7 +113,9 @@ def run_products(products):
     the other here, each split as it would be alone. The first exception raised is raised here, after every product
     has finished."""
     if threads.interop_enabled():
-        threads.run_calls([(_whole, product) for product in products])
+        plain = [whole_gemm(*product) for product in products]
+        if None in plain or not blas_calls.run_gemm_calls(plain):
+            threads.run_calls([(_whole, product) for product in products])
     else:
         for a, b, out in products:
             array_product(a, b, out)

@@ -19,6 +19,7 @@ from math import prod
 
 import numpy as np
 
+from ..runtime import blas_calls
 from ..runtime import dtypes as _dt
 from ..runtime import fp_errors
 from ..runtime import threads
@@ -375,9 +376,27 @@ def array_product(a, b, out=None, whole=False):
     if inline:
         for piece in pieces:
             _matmul(*piece)
-    else:
+    elif not blas_calls.run_gemm_calls(pieces):
         threads.run_parts(_matmul, pieces)
     return out
+
+
+def whole_gemm(a, b, out):
+    """The operands ``(a, b, out)`` of the one NumPy matmul that ``array_product(a, b, out, whole=True)`` makes where
+    that is a product of two float matrices (batches of rows folded into rows) that no generated kernel, swap or
+    syrk rule takes, else None: such a product may run as `runtime.blas_calls.gemm_call` (`jit.interop`)."""
+    if out is None:
+        return None
+    if a.ndim >= 3 and b.ndim <= 2 and a.flags.c_contiguous and out.flags.c_contiguous:
+        a, out = a.reshape(prod(a.shape[:-1]), a.shape[-1]), out.reshape(prod(a.shape[:-1]), *b.shape[1:])
+    # (a batch of one: `_matmul` of that matrix, as neither `_rows_first` nor a split sees a batch there)
+    a, b, out = blas_calls.one_matrix(a), blas_calls.one_matrix(b), blas_calls.one_matrix(out)
+    if a.ndim != 2 or b.ndim != 2 or a.dtype != b.dtype or a.dtype not in _SPLIT_DTYPES:
+        return None
+    (m, k), n = a.shape, b.shape[1]
+    if skinny_shape(a.dtype, m, k, n) is not None or _syrk(a, b) or (m * k * n < SPLIT_MIN_WORK and _swapped(a, b)):
+        return None
+    return a, b, out
 
 
 _SPLIT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))

@@ -3,11 +3,12 @@
 ``set_num_threads`` governs how many threads a compiled CPU kernel splits its work across
 (`codegen.cpu`: kernels of at least ``PARALLEL_MIN_WORK`` elements run in chunks through `run_chunks`) and
 how many parts a large matrix product splits into (`ops.linalg`: eager and compiled products run their parts
-through `run_parts`, each part a one-thread BLAS call). Both fork and join on a team of ``n - 1`` worker
+at once, each part a one-thread BLAS call). Both fork and join on a team of ``n - 1`` worker
 threads that wait in native code (`_Team`): spinning on a word for ``SPIN_US`` (less where a yield shows
 another thread waiting for the core, ``CROWD_US``), then asleep on a futex. A
-kernel's chunks go to the workers and come back without the GIL on either side; a product's parts come back
-to Python for NumPy's matmul. On this project's 2-core machine a pool of ``concurrent.futures`` made a split
+kernel's chunks go to the workers and come back without the GIL on either side (`run_chunks`), and so do a
+product's parts that are one gemm call each (`run_native_parts`, `runtime.blas_calls`); other parts come back
+to Python for NumPy's matmul (`run_parts`). On this project's 2-core machine a pool of ``concurrent.futures`` made a split
 kernel slower than a whole one up to 2**17 elements (each part paid a thread's wake-up and the GIL's
 hand-over, 20 to 60 µs); the team halves a 2**17-element GELU chain. ``set_num_threads`` also sets NumPy's
 BLAS pool (through threadpoolctl, which finds the BLAS library NumPy loaded whichever it is) to one
@@ -441,8 +442,37 @@ _OWN_RANGES = """  %pl = getelementptr i64, i64* %pf, i64 2
   %ph = getelementptr i64, i64* %pf, i64 3
   %to = load i64, i64* %ph, align 8"""
 _CALLS_RANGE = "  %from = add i64 %lo, 0\n  %to = add i64 %hi, 0"
+# One BLAS gemm call (`runtime.blas_calls`), a part of a product run natively on the team: the argument array
+# (int64) holds the cblas function's address, its kind (0: sgemm, 1: dgemm), then its arguments after the
+# layout (row-major): transA, transB, M, N, K, A, lda, B, ldb, C, ldc (ILP64: 64-bit integers; alpha 1, beta 0).
+_GEMM_WORDS = 13
+_GEMM_IR = """
+define void @jitorch_gemm_call(i8* %a, i64 %lo, i64 %hi) {{
+entry:
+  %w = bitcast i8* %a to i64*
+{loads}
+  %ta = trunc i64 %w2 to i32
+  %tb = trunc i64 %w3 to i32
+  %pa = inttoptr i64 %w7 to i8*
+  %pb = inttoptr i64 %w9 to i8*
+  %pc = inttoptr i64 %w11 to i8*
+  %double = icmp ne i64 %w1, 0
+  br i1 %double, label %d, label %s
+s:
+  %sf = inttoptr i64 %w0 to void (i32, i32, i32, i64, i64, i64, float, i8*, i64, i8*, i64, float, i8*, i64)*
+  call void %sf(i32 101, i32 %ta, i32 %tb, i64 %w4, i64 %w5, i64 %w6, float 1.0, i8* %pa, i64 %w8, i8* %pb,
+                i64 %w10, float 0.0, i8* %pc, i64 %w12)
+  ret void
+d:
+  %df = inttoptr i64 %w0 to void (i32, i32, i32, i64, i64, i64, double, i8*, i64, i8*, i64, double, i8*, i64)*
+  call void %df(i32 101, i32 %ta, i32 %tb, i64 %w4, i64 %w5, i64 %w6, double 1.0, i8* %pa, i64 %w8, i8* %pb,
+                i64 %w10, double 0.0, i8* %pc, i64 %w12)
+  ret void
+}}
+""".format(loads="\n".join(f"  %p{j} = getelementptr i64, i64* %w, i64 {j}\n  %w{j} = load i64, i64* %p{j}, align 8"
+                           for j in range(_GEMM_WORDS)))
 _PROGRAMS_IR = (_PROGRAM_IR.format(name="row_program", words=2, ranges=_CALLS_RANGE)
-                + _PROGRAM_IR.format(name="step_program", words=4, ranges=_OWN_RANGES))
+                + _PROGRAM_IR.format(name="step_program", words=4, ranges=_OWN_RANGES) + _GEMM_IR)
 # the futex and sched_yield system calls' numbers
 _FUTEX = {"x86_64": 202, "aarch64": 98}
 _SCHED_YIELD = {"x86_64": 24, "aarch64": 124}
@@ -489,6 +519,7 @@ class _Native:
         self.ufunc_program = self.engine.get_function_address("jitorch_ufunc_program")
         self.row_program = self.engine.get_function_address("jitorch_row_program")
         self.step_program = self.engine.get_function_address("jitorch_step_program")
+        self.gemm_call = self.engine.get_function_address("jitorch_gemm_call")
         self.spin_ns = SPIN_US * 1000
         self.crowd_ns = ctypes.c_int64.from_address(self.engine.get_global_value_address("jitorch_crowd_ns"))
         self.crowd_ns.value = CROWD_US * 1000
@@ -665,6 +696,27 @@ def run_chunks(entry, args_array, bounds):
         fn = KERNEL_ENTRY(entry)
         for lo, hi in bounds:
             fn(args_array, lo, hi)
+
+
+def run_native_parts(entry, arrays):
+    """Run the machine code at address ``entry`` (an ``(args, lo, hi)`` entry point that reads only its argument
+    array) once per argument array of ``arrays`` (ctypes arrays), at once, as `run_chunks` runs chunks: on the team
+    and without the GIL on either side; False where there is no native code (nothing has run)."""
+    if _native() is None:
+        return False
+    parts = [(ctypes.addressof(args), 0, 0) for args in arrays]
+    if not _forked(parts, entry):
+        fn = KERNEL_ENTRY(entry)
+        for address, lo, hi in parts:
+            fn(address, lo, hi)
+    return True
+
+
+def gemm_entry():
+    """The native entry point of one BLAS gemm call (`_GEMM_IR`, `runtime.blas_calls`), None where there is no
+    native code."""
+    native = _native()
+    return None if native is None else native.gemm_call
 
 
 def run_row_program(program, rows, parts):

@@ -12,7 +12,7 @@ import pytest
 import jitorch as jt
 from jitorch.jit import executor, interop
 from jitorch.profiler import profile
-from jitorch.runtime import threads
+from jitorch.runtime import blas_calls, threads
 from tests.support import load_script
 
 MODELS = Path(__file__).parents[2] / "benchmarks" / "models.py"
@@ -65,7 +65,9 @@ def _steps(fn, *args):
 def _rendezvous(monkeypatch, fail_second=False):
     """Replace the paired products' computation by one that records its thread, and whose first call waits until
     the second has started (a worker claims the second while the first waits: a product the worker has not claimed
-    would be run by the calling thread after its own); where ``fail_second``, the second raises."""
+    would be run by the calling thread after its own); where ``fail_second``, the second raises. The products run as
+    Python parts (`interop._whole`): the native gemm calls that plain products run as (`blas_calls`) are turned off."""
+    monkeypatch.setattr(blas_calls, "run_gemm_calls", lambda products: False)
     ran, started = [], threading.Event()
     whole = interop._whole
 
@@ -114,6 +116,22 @@ def test_the_pair_runs_on_the_calling_thread_and_a_worker(two_threads, monkeypat
     assert sorted(ran) == sorted([threading.current_thread().name, "jitorch-1"])
     assert threads.counters["forks"] == forks + 1
     assert np.array_equal(y.numpy(), expected.numpy())
+
+
+def test_a_pair_of_plain_products_runs_as_native_gemm_calls_on_the_team(two_threads, monkeypatch):
+    """Each product of the pair is one gemm call NumPy's matmul would make: both go to the team as native BLAS calls
+    in one fork (no GIL hand-over), none as a Python part, with the bits of the products run one after the other."""
+    args = _operands()
+    compiled = jt.compile(_two_products)
+    monkeypatch.setattr(threads, "INTEROP", False)
+    expected = compiled(*args)
+    monkeypatch.setattr(threads, "INTEROP", True)
+    monkeypatch.setattr(interop, "_whole", lambda *a: pytest.fail("a product ran as a Python part"))
+    forks, parts, gemms = threads.counters["forks"], threads.counters["parts"], blas_calls.counters["gemm calls"]
+    y = compiled(*args)
+    assert (threads.counters["forks"], threads.counters["parts"]) == (forks + 1, parts + 1)
+    assert blas_calls.counters["gemm calls"] == gemms + 2
+    assert y.numpy().tobytes() == expected.numpy().tobytes()
 
 
 def test_a_profile_shows_each_product_on_its_thread(two_threads, monkeypatch):
@@ -210,8 +228,10 @@ def test_unequal_large_products_are_not_paired():
 
 
 def _parameters_after_steps(bench, name, n_threads):
-    """(a digest of model ``name``'s parameters after two compiled steps at ``n_threads``, its product pairs)."""
+    """(a digest of model ``name``'s parameters after two compiled steps at ``n_threads``, its product pairs, the
+    products' native gemm calls)."""
     jt.set_num_threads(n_threads)
+    gemms = blas_calls.counters["gemm calls"]
     try:
         w = bench.workload(jt, name, True)
         with _built() as built:
@@ -224,7 +244,8 @@ def _parameters_after_steps(bench, name, n_threads):
     for net in w.nets:
         for p in net.parameters():
             digest.update(p.detach().numpy().tobytes())
-    return digest.hexdigest(), sum(isinstance(s, executor.ProductPair) for g in built for s in g.steps)
+    pairs = sum(isinstance(s, executor.ProductPair) for g in built for s in g.steps)
+    return digest.hexdigest(), pairs, blas_calls.counters["gemm calls"] - gemms
 
 
 @pytest.mark.parametrize("name", ["gpt-4x128", "lstm", "dcgan", "cnn"])
@@ -232,7 +253,10 @@ def test_model_steps_at_two_threads_equal_one_thread_bit_for_bit(name, monkeypat
     monkeypatch.setattr(interop, "PAIR_MIN_WORK", 0)  # (the quick sizes' products are small: pair them all the same)
     monkeypatch.setattr(threads, "INTEROP", True)
     bench = load_script(MODELS, "models_benchmark")
-    one, _ = _parameters_after_steps(bench, name, 1)
-    two, pairs = _parameters_after_steps(bench, name, 2)
+    one, _, one_gemms = _parameters_after_steps(bench, name, 1)
+    two, pairs, two_gemms = _parameters_after_steps(bench, name, 2)
     assert pairs > 0
     assert one == two
+    # at one thread no product runs as a native gemm call; at two, the pairs of plain products do (the convolutions'
+    # products too: batches of one matrix)
+    assert one_gemms == 0 and two_gemms > 0

@@ -402,17 +402,20 @@ def test_einsum_errors(call, exc, message):
         call()
 
 
-@pytest.mark.parametrize("sa, sb", [
-    ((12, 4, 64, 32), (12, 4, 32, 64)),   # attention's batches: split by batch
-    ((1, 4, 64, 64), (3, 1, 64, 128)),    # a broadcast batch dim: the operand of size 1 goes whole
-    ((64, 32), (6, 32, 64 * 12)),          # an operand without batch dims
-    ((768, 128), (128, 512)),             # split by rows
-    ((64, 1024), (1024, 256)),            # more columns than rows: split by columns
+@pytest.mark.parametrize("sa, sb, native", [
+    ((12, 4, 64, 32), (12, 4, 32, 64), False),   # attention's batches: split by batch
+    ((1, 4, 64, 64), (3, 1, 64, 128), False),    # a broadcast batch dim: the operand of size 1 goes whole
+    ((64, 32), (6, 32, 64 * 12), False),         # an operand without batch dims
+    ((768, 128), (128, 512), True),              # split by rows
+    ((64, 1024), (1024, 256), True),             # more columns than rows: split by columns
+    ((6, 128, 128), (128, 512), True),           # a batch of rows times a matrix: one product of rows
 ])
 @pytest.mark.parametrize("compiled", [False, True])
-def test_large_products_split_on_the_workers(monkeypatch, sa, sb, compiled):
+def test_large_products_split_on_the_workers(monkeypatch, sa, sb, native, compiled):
+    """Parts that are one gemm call each (2-D) run as native BLAS calls on the team (`runtime.blas_calls`), others
+    as Python parts of NumPy's matmul."""
     from threadpoolctl import threadpool_info
-    from jitorch.runtime import threads
+    from jitorch.runtime import blas_calls, threads
     monkeypatch.setitem(threads._settings, "threads", None)
     monkeypatch.setitem(threads._settings, "split_products", False)
     parts = []
@@ -429,13 +432,18 @@ def test_large_products_split_on_the_workers(monkeypatch, sa, sb, compiled):
     try:
         jt.set_num_threads(2)
         assert {lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"} == {1}
-        forks = threads.counters["forks"]
+        forks, gemms = threads.counters["forks"], blas_calls.counters["gemm calls"]
         got = f(jt.from_numpy(a), jt.from_numpy(b))
         assert threads.counters["forks"] == forks + 1  # a worker ran the second part
     finally:
         jt.set_num_threads(blas[0])
     np.testing.assert_allclose(got.numpy(), np.matmul(a, b), rtol=1e-5, atol=1e-4)
-    assert parts == [(linalg._matmul, 2)]  # two parts: one on a worker, one on the calling thread
+    assert got.numpy().tobytes() == np.matmul(a, b).tobytes()  # (each element the same BLAS dot product)
+    # two parts: one on a worker, one on the calling thread
+    if native:
+        assert (parts, blas_calls.counters["gemm calls"]) == ([], gemms + 2)
+    else:
+        assert (parts, blas_calls.counters["gemm calls"]) == ([(linalg._matmul, 2)], gemms)
 
 
 def test_small_products_and_products_before_set_num_threads_run_whole(monkeypatch):

@@ -1,0 +1,122 @@
+"""Matrix products run at once on the team as native BLAS calls, without the GIL.
+
+A product's parts (`ops.linalg.array_product`) and a pair of products (`jit.interop`) used to reach the team's
+worker as Python parts: the worker took the GIL to call NumPy's matmul, and gave it back when the part ended. On
+this project's 2-core virtual machine each hand-over of the GIL put a thread to sleep on a condition variable and
+woke it again (tens to hundreds of µs: the idle core must be woken too), twice per fork: in the compiled
+gpt-4x128 step at two threads, its 34 forks of products took 26-29 ms of wall time where their larger parts, run
+one after the other, took 19 (benchmarks/two_threads.py, the machine otherwise idle).
+
+`gemm_call` gives the cblas gemm call that NumPy's matmul makes for a 2-D product of float32 or float64 (the same
+library, function, transposes, leading dimensions and pointers; NumPy's rules in ``matmul.c.src``: each operand
+laid out in rows or in columns with unit stride, the result in rows, no dim of 1), and `run_gemm_calls` runs such
+calls at once on the team through `threads.run_native_parts`, the calling thread's one included: the same BLAS
+call on one thread (``set_num_threads`` gives BLAS one), so the same bits as NumPy's matmul. A product that NumPy
+would compute otherwise (a vector product, syrk, its own loop, a copy first) is left to the Python parts.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+
+import numpy as np
+
+from . import threads
+
+ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
+_INT_MAX = (1 << 31) - 1  # (NumPy's BLAS_MAXSIZE for a 64-bit-integer BLAS is larger; the dims stay below both)
+# What ran natively: products whose parts ran as gemm calls on the team (tests and benchmarks read it)
+counters = {"gemm forks": 0, "gemm calls": 0}
+
+
+@functools.cache
+def _gemm_functions():
+    """{dtype: address} of the cblas sgemm and dgemm of the OpenBLAS that NumPy's wheel carries (64-bit integers:
+    the ``64_`` symbols), or {} where NumPy uses another BLAS (its calls then stay Python parts)."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return {}
+    home = os.path.dirname(os.path.realpath(np.__file__))
+    for info in threadpool_info():
+        path = os.path.realpath(info.get("filepath", ""))
+        if info.get("internal_api") != "openblas" or os.path.dirname(path) not in (home + ".libs",
+                                                                                   os.path.join(home, ".dylibs")):
+            continue
+        lib = ctypes.CDLL(path)
+        for prefix in ("scipy_", ""):
+            try:
+                s, d = getattr(lib, prefix + "cblas_sgemm64_"), getattr(lib, prefix + "cblas_dgemm64_")
+            except AttributeError:
+                continue
+            address = ctypes.cast(s, ctypes.c_void_p).value, ctypes.cast(d, ctypes.c_void_p).value
+            return {np.dtype(np.float32): address[0], np.dtype(np.float64): address[1]}
+    return {}
+
+
+def _blasable(outer, inner, cols, item):
+    """NumPy's ``is_blasable2d``: unit stride ``inner``, and ``outer`` a whole number of elements, at least
+    ``cols``."""
+    return inner == item and outer % item == 0 and cols <= outer // item <= _INT_MAX
+
+
+def _operand(strides, rows, cols, item):
+    """(transpose, leading dimension) NumPy's matmul passes for an operand, or None where it is in neither layout."""
+    if _blasable(strides[0], strides[1], cols, item):
+        return NO_TRANS, strides[0] // item
+    if _blasable(strides[1], strides[0], rows, item):
+        return TRANS, strides[1] // item
+    return None
+
+
+def one_matrix(x):
+    """``x`` as a 2-D array where its dims before the last two are all 1 (NumPy's matmul loops once over such a
+    batch: the one gemm call of that matrix), else ``x``."""
+    return x.reshape(x.shape[-2:]) if x.ndim > 2 and x.size and x.size == x.shape[-2] * x.shape[-1] else x
+
+
+def gemm_call(a, b, out):
+    """The 13 words of `threads.gemm_entry`'s argument array for the gemm call NumPy's matmul makes computing
+    ``out = a @ b`` (matrices, or batches of one, of one float dtype), or None where it computes it otherwise or
+    ``out`` overlaps an operand (NumPy would copy it first)."""
+    function = _gemm_functions().get(a.dtype)
+    if function is None or out is None:
+        return None
+    a, b, out = one_matrix(a), one_matrix(b), one_matrix(out)
+    if a.ndim != 2 or b.ndim != 2 or out.ndim != 2 or not a.dtype == b.dtype == out.dtype:
+        return None
+    (m, k), n = a.shape, b.shape[1]
+    if (b.shape[0] != k or out.shape != (m, n) or min(m, k, n) < 2 or max(m, k, n) > _INT_MAX
+            or not (a.flags.aligned and b.flags.aligned and out.flags.aligned)):
+        return None
+    item = a.itemsize
+    ta, tb = _operand(a.strides, m, k, item), _operand(b.strides, k, n, item)
+    if ta is None or tb is None or not _blasable(out.strides[0], out.strides[1], n, item):
+        return None
+    pa, pb, pc = (x.__array_interface__["data"][0] for x in (a, b, out))
+    if pa == pb and m == n and a.strides == b.strides[::-1] and ta[0] != tb[0]:
+        return None  # a matrix times its own transpose: NumPy calls syrk
+    if np.may_share_memory(out, a) or np.may_share_memory(out, b):
+        return None
+    return [function, int(item == 8), ta[0], tb[0], m, n, k, pa, ta[1], pb, tb[1], pc, out.strides[0] // item]
+
+
+def run_gemm_calls(products):
+    """Compute each ``(a, b, out)`` of ``products`` at once on the team, each as the gemm call NumPy's matmul makes
+    (`gemm_call`), and return True; False where one of them is not such a call or there is no native code (nothing
+    has run). ``out`` is written; the arrays must live until it returns (it does not keep them)."""
+    entry = threads.gemm_entry()
+    if entry is None:
+        return False
+    calls = []
+    for a, b, out in products:
+        words = gemm_call(a, b, out)
+        if words is None:
+            return False
+        calls.append((ctypes.c_int64 * len(words))(*words))
+    threads.run_native_parts(entry, calls)
+    counters["gemm forks"] += 1
+    counters["gemm calls"] += len(calls)
+    return True
