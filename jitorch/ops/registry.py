@@ -1712,13 +1712,11 @@ def _overloaded(name, ops, kind):
         first.schema.args[1].type == "int" and first.schema.args[0].type == "Tensor" and first.fast is None and \
         first.public_name not in AUTOCAST_NAMES and _view_shortcut(first, ("_v_x", "_v_sizes"))
     if sized:
-        src = ["def resolve(*args, **kwargs):",
-               "    if not kwargs and len(args) > 1 and args[1].__class__ is int and not _hooks:",
-               "        _v_x = args[0]",
-               "        _v_sizes = args[1:]",
+        src = ["def resolve(_v_x=_M, *_v_sizes, **kwargs):",  # (the sizes are the tuple the shortcut takes)
+               "    if not kwargs and _v_sizes and _v_sizes[0].__class__ is int and not _hooks:",
                *("        " + line for line in sized[0]),
-               "    return _overloads(*args, **kwargs)"]
-        env = {**sized[1], "_hooks": DISPATCH_HOOKS, "_overloads": resolve, "__name__": __name__}
+               "    return _overloads(*(() if _v_x is _M else (_v_x,)), *_v_sizes, **kwargs)"]
+        env = {**sized[1], "_hooks": DISPATCH_HOOKS, "_overloads": resolve, "_M": MISSING, "__name__": __name__}
         exec(compile("\n".join(src) + "\n", f"<jitorch overloads {name}>", "exec"), env)
         resolve = env["resolve"]
     resolve.__name__ = resolve.__qualname__ = name
