@@ -587,8 +587,7 @@ def call(op, args, out=None, recorded=False):
         if out_check is not None:  # (before the overlap check, as the in-place form's `inplace_check`)
             out_check(out, *args)
         check_write_overlap(op, out, args)
-        from_out = op.out_from_out
-        if from_out:
+        if op.out_from_out:
             if op.attrs.get("dtype_from_out"):
                 args = _dtype_from_out(op, args, out)
             elif op.attrs.get("input_from_out"):
@@ -605,8 +604,9 @@ def call(op, args, out=None, recorded=False):
             return r
     # An out= call computes its result as the plain call does: by the op's fast path (with ``record`` off, it
     # serves no input that requires grad in grad mode, which `out_grad` refuses), else the kernel; then writes it
-    result = op.fast(args, False) if out is not None and op.fast is not None and not from_out and not DISPATCH_HOOKS \
-        else None
+    result = None
+    if out is not None and op.fast is not None and not DISPATCH_HOOKS and not op.out_from_out:
+        result = op.fast(args, False)
     if result is None:
         try:
             result = execute(op, args)

@@ -40,6 +40,10 @@ def test_add_out_is_computed_by_the_fast_path_and_written_into_out():
         jt.lt(x, y, out=b)
         jt.mul(x, 3, out=o)
     assert b.tolist() == (torch.arange(12.0).view(4, 3) < 2).tolist()
+    c = jt.empty(8, 3)
+    with no_kernels():  # (cat's fast path, an entry's, records nothing: it takes ``record`` as the others)
+        jt.cat([x, y], out=c)
+    assert c.tolist() == torch.cat([torch.arange(12.0).view(4, 3), torch.full((4, 3), 2.0)]).tolist()
     assert o.tolist() == (torch.arange(12.0).view(4, 3) * 3).tolist()
 
 
