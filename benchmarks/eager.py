@@ -99,6 +99,7 @@ OVERHEAD_OPS = {
     "x.item()": (lambda lib, x, y: x.item(), lambda x, y: x.item()),
     "x.add_(y)": (lambda lib, x, y: x.add_(y), lambda x, y: np.add(x, y, out=x)),
     "x.add_(y, alpha=2)": (lambda lib, x, y: x.add_(y, alpha=2), lambda x, y: np.add(x, 2 * y, out=x)),  # (SGD's)
+    "add(x, y, out=x)": (lambda lib, x, y: lib.add(x, y, out=x), lambda x, y: np.add(x, y, out=x)),
 }
 
 

@@ -477,13 +477,14 @@ class Tensor:
 
     def _write(self, value):
         """Copy a tensor or array into this tensor's elements, casting; bumps the version."""
-        if self._storage.on_device:
+        storage = self._storage
+        if storage.on_device:
             from .runtime.device import DEVICE_BACKENDS
             DEVICE_BACKENDS[self.device.type].write(self, value)
-        elif self._storage.data is not None:  # a meta tensor has no elements to write
+        elif storage._data is not None:  # a meta tensor has no elements to write
             src = value._host_array() if isinstance(value, Tensor) else value
             copy_into(self._array(), src)
-        self._storage._version += 1
+        storage._version += 1
 
     def _host_array(self):
         """The elements as a NumPy array: the view itself on CPU, a host copy of a CUDA tensor's

@@ -676,6 +676,8 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
     write_into.inline = inline
 
     hooks, autocast = registry.DISPATCH_HOOKS, registry._AUTOCAST_STATE
+    result_dtype = _dt.bool if always_bool else None  # (None: the operands')
+    ndarray = np.ndarray
 
     def flat_for(method, general):
         """`fast_one` (``method`` None), or `fast_pair`'s operator method (``x < y``) given the operator's
@@ -718,8 +720,8 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
                         r = None
                     if r is None:
                         return None if general is None else general(x, y)
-                    out = _dt.bool if always_bool else dtype
-                    if r.__class__ is not np.ndarray:  # (a 0-d result is a NumPy scalar)
+                    out = result_dtype or dtype
+                    if r.__class__ is not ndarray:  # (a 0-d result is a NumPy scalar)
                         r = np.asarray(r)
                     # C-contiguous of the operands' shape: a ufunc's result on such operands is (which spares
                     # the tests, each a NumPy attribute made); another formula's is tested

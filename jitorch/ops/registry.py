@@ -168,6 +168,12 @@ class OpDef:
         return f"<op {self.schema}>"
 
     @functools.cached_property
+    def out_from_out(self):
+        """Whether an ``out=`` tensor's dtype changes what the op computes (``dtype_from_out``, ``input_from_out``,
+        ``out_composite``): such a call takes the general path, not the op's fast path (`call`)."""
+        return any(self.attrs.get(k) for k in ("dtype_from_out", "input_from_out", "out_composite"))
+
+    @functools.cached_property
     def result_type(self):
         """The named tuple type of a result of several named values (``max.dim``'s ``values, indices``), else
         None. Made at first use: each costs ~60 µs, which ``import jitorch`` paid for 36 ops."""
@@ -552,7 +558,7 @@ def check_same_device(op, args):
         d = t.device
         if first is None:
             first = d
-        elif d != first:
+        elif d is not first and d != first:
             if d.type == "cpu" and t.ndim == 0 or first.type == "cpu" and not t.ndim:
                 continue
             raise RuntimeError(
@@ -581,13 +587,14 @@ def call(op, args, out=None, recorded=False):
         if out_check is not None:  # (before the overlap check, as the in-place form's `inplace_check`)
             out_check(out, *args)
         check_write_overlap(op, out, args)
-        if op.attrs.get("dtype_from_out"):
-            args = _dtype_from_out(op, args, out)
-        elif op.attrs.get("input_from_out"):
-            args = _input_from_out(op, args, out)
-        elif op.attrs.get("out_composite") and isinstance(out, Tensor):  # torch computes into out's dtype
-            result = op.attrs["out_composite"](*args, out.dtype)
-            return write_out(op, out, out_grad(op, args, out, result), args)
+        if op.out_from_out:
+            if op.attrs.get("dtype_from_out"):
+                args = _dtype_from_out(op, args, out)
+            elif op.attrs.get("input_from_out"):
+                args = _input_from_out(op, args, out)
+            elif op.attrs.get("out_composite") and isinstance(out, Tensor):  # torch computes into out's dtype
+                result = op.attrs["out_composite"](*args, out.dtype)
+                return write_out(op, out, out_grad(op, args, out, result), args)
     if op.composite is not None:
         result = op.composite(*args)
         return result if out is None else write_out(op, out, out_grad(op, args, out, result), args)
@@ -595,12 +602,18 @@ def call(op, args, out=None, recorded=False):
         r = hook.call(op, args, out)
         if r is not NotImplemented:
             return r
-    try:
-        result = execute(op, args)
-    except NotImplementedError:
-        if out is not None:
-            cast_before_kernel(op, out, args)
-        raise
+    # An out= call computes its result as the plain call does: by the op's fast path (with ``record`` off, it
+    # serves no input that requires grad in grad mode, which `out_grad` refuses), else the kernel; then writes it
+    result = None
+    if out is not None and op.fast is not None and not DISPATCH_HOOKS and not op.out_from_out:
+        result = op.fast(args, False)
+    if result is None:
+        try:
+            result = execute(op, args)
+        except NotImplementedError:
+            if out is not None:
+                cast_before_kernel(op, out, args)
+            raise
     if out is not None:
         return write_out(op, out, with_history(op, args, out_grad(op, args, out, result), False), args)
     return with_history(op, args, result)
@@ -664,16 +677,21 @@ def out_grad(op, args, out, result):
     every form, ``autograd_fallback(args)``: scatter with reduce=)
     refuse only out tensors that require grad; on inputs that do, the result gets a node whose backward
     raises (`AUTOGRAD.record_unimplemented`), and the out tensor its history by the copy into it."""
-    if AUTOGRAD is None or not AUTOGRAD.is_grad_enabled() or not _differentiable(op, result):
+    if AUTOGRAD is None or not AUTOGRAD.is_grad_enabled():
         return result
-    if _out_copies(op, args):
-        return result  # `write_out` copies it into out with copy_'s autograd
+    inputs = AUTOGRAD.needs_grad(op, args)
+    outs_grad = False
+    for o in out if isinstance(out, (tuple, list)) else (out,):
+        if isinstance(o, Tensor) and o._requires_grad:
+            outs_grad = True
+    # (asked first: without a tensor that requires grad every rule below gives the result, and that is the commonest
+    # out= call's, where the rules cost as much as the op)
+    if not inputs and not outs_grad or not _differentiable(op, result) or _out_copies(op, args):
+        return result  # (an ``out_copies`` result: `write_out` copies it into out with copy_'s autograd)
     fallback = op.attrs.get("out_autograd_fallback") or op.attrs.get("autograd_fallback")
     fallback = fallback is not None and fallback(args)
-    inputs = AUTOGRAD.needs_grad(op, args)
     name = _out_guard_name(op, args)
-    if (inputs and not fallback) or any(o._requires_grad for o in (out if isinstance(out, (tuple, list)) else (out,))
-                                        if isinstance(o, Tensor)):
+    if (inputs and not fallback) or outs_grad:
         raise RuntimeError(f"{'aten::' * fallback}{name}(): functions with out=... arguments don't support "
                            "automatic differentiation, but one of the arguments requires grad.")
     return AUTOGRAD.record_unimplemented(op, args, result, name) if inputs else result
@@ -894,9 +912,10 @@ def _make_views(op, args):
 def check_no_internal_overlap(t):
     """torch's refusal to write into a tensor whose elements share memory (an expanded one); an empty tensor has
     no elements to share it (fuzz seed 7100708: ``nonzero``'s (0, 2) result, of strides (1, 0))."""
-    if 0 in t.shape:
+    shape = t._shape
+    if 0 in shape or 0 not in t._stride:  # (no stride 0: no dim broadcast, the commonest)
         return
-    for n, st in zip(t.shape, t._stride):
+    for n, st in zip(shape, t._stride):
         if st == 0 and n > 1:
             raise RuntimeError(
                 "unsupported operation: more than one element of the written-to tensor refers to a single memory "
@@ -1086,14 +1105,15 @@ def write_out(op, out, result, args):
         return op.result_type(*out) if op.result_type else tuple(out)
     if not isinstance(out, Tensor):
         raise TypeError(f"{op.public_name}(): argument 'out' must be Tensor, not {type(out).__name__}")
-    if out.device != result.device:
+    if out.device is not result.device and out.device != result.device:
         raise RuntimeError(
             f"Expected out tensor to have device {result.device}, but got {out.device} instead"
         )
-    check_cast(result.dtype, out)
+    if result.dtype is not out.dtype:
+        check_cast(result.dtype, out)
     check_no_internal_overlap(out)
     copies = out._requires_grad and AUTOGRAD is not None and AUTOGRAD.is_grad_enabled() and _out_copies(op, args)
-    if out.shape != result.shape:
+    if out._shape != result._shape:
         if op.kind == "pointwise" and any(t is out for t in tensors_of(op, args)):
             # TensorIterator resizes no output that is also an input (``add(x, y, out=x)``): as ``x.add_(y)``
             raise RuntimeError(_unbroadcast_message(out, result.shape))
@@ -1386,74 +1406,72 @@ def resolve_aliases(name, args, names, aliases, values, given):
     return values
 
 
-def _view_fast(op):
-    """``fast(args)`` of a view op with one tensor argument: the view made without the general
-    path's steps (a view has no kernel, and its backward node only when grad mode records it).
-    Also of a composite op declared with ``view_when(*args) -> (shape, strides, offset) | None``, the
-    geometry of the one view of its first argument its body makes on these arguments (``reshape`` when
-    the strides allow), or None: that view is made so on a tensor without history; else the body runs,
-    which autograd differentiates. A view op may declare ``view_when`` too: a geometry that gives None
-    where the op's own raises (``view``'s incompatible strides), for the general path to raise it, which
-    spares the shortcut the op's frame around it. None for other ops.
+def _view_shortcut(op, names):
+    """The eager shortcut of a view op with one tensor argument, as source lines for a variant whose arguments (in
+    schema order) are named ``names``: they return the view made without the general path's steps (a view has no
+    kernel, and its backward node only when grad mode records it), or fall through to the lines after them, the
+    general path (which raises the errors). Also of a composite op declared with ``view_when(*args) -> (shape,
+    strides, offset) | None``, the geometry of the one view of its first argument its body makes on these
+    arguments (``reshape`` when the strides allow), or None: that view is made so on a tensor without history;
+    else the body runs, which autograd differentiates. A view op may declare ``view_when`` too: a geometry that
+    gives None where the op's own raises (``view``'s incompatible strides), for the general path to raise it,
+    which spares the shortcut the op's frame around it. ``(lines, env)``, or None for other ops.
 
-    Generated as source for each op, its argument tests written out: it runs on every eager view, where
-    each loop and Python call is a measurable share of the call."""
+    Every view op's variants (`_generate`) and the overloads' resolver (`_overloaded`) run these lines in their
+    own frame, the one eager construction path of views: a view's cost is its Python calls, and a shortcut called
+    as a function cost a frame and an argument tuple more, a sixth of ``x.view(1)``."""
     composite = op.composite is not None
     geometry = op.attrs.get("view_when") or (None if composite else op.view)
     if geometry is None or op.multi_tensor or op.attrs.get("reinterprets"):
         return None
-    # Arguments the converter leaves as they are when they have their normal form already, which `fast`
-    # tests inline: ints (``transpose(0, 1)``), bools (``expand``'s ``implicit``) and tuples of ints
-    # (``reshape(2, 3)``), after the tensor. Ops with arguments of other types convert them.
-    later = op.schema.args[1:]
-    names = ["x"] + [f"a{i}" for i in range(1, len(op.schema.args))]
-    tests = []  # statements that set ``normal`` False unless `op.convert` would give ``args`` back
-    for name, a in zip(names[1:], later):
+    x = names[0]
+    given = ", ".join(names)
+    # Arguments the converter leaves as they are when they have their normal form already, tested here: ints
+    # (``transpose(0, 1)``), bools (``expand``'s ``implicit``) and tuples of ints (``reshape(2, 3)``), after the
+    # tensor. Ops with arguments of other types convert them.
+    tests = []  # lines that set ``_v_normal`` False unless `op.convert` would give the arguments back
+    for name, a in zip(names[1:], op.schema.args[1:]):
         if a.type == "int" and not a.list and not a.varargs:
-            tests.append(f"    if {name}.__class__ is not int:\n        normal = False")
+            tests += [f"if {name}.__class__ is not int:", "    _v_normal = False"]
         elif a.type == "bool" and not a.list and not a.optional:  # (``expand``'s ``implicit``)
-            tests.append(f"    if {name}.__class__ is not bool:\n        normal = False")
+            tests += [f"if {name}.__class__ is not bool:", "    _v_normal = False"]
         elif a.type == "int" and (a.list or a.varargs):
-            tests.append(f"    if {name}.__class__ is not tuple:\n        normal = False\n"
-                         f"    else:\n        for n in {name}:\n"
-                         f"            if n.__class__ is not int or n > {INT64_MAX} or n < {INT64_MIN}:\n"
-                         f"                normal = False  # (past int64: no plain int)")
+            tests += [f"if {name}.__class__ is not tuple:", "    _v_normal = False", "else:",
+                      f"    for _v_n in {name}:",
+                      f"        if _v_n.__class__ is not int or _v_n > {INT64_MAX} or _v_n < {INT64_MIN}:",
+                      "            _v_normal = False  # (past int64: no plain int)"]
         else:
             tests = None
             break
-    plain_args = op.schema.args[0].type == "Tensor" and not op.schema.args[0].list and tests is not None
-    src = ["def fast(args):",
-           f"    {', '.join(names)}, = args",
-           f"    if not isinstance(x, _Tensor){' or x._requires_grad' * composite}:",
-           "        return None"]
-    if plain_args:
-        src += ["    normal = True", *tests,
-                "    if normal:",
-                f"        geo = _geometry({', '.join(names)})",
-                "    else:",
-                "        args = _convert(args)",
-                "        geo = _geometry(*args)"]
+    if op.schema.args[0].type == "Tensor" and not op.schema.args[0].list and tests is not None:
+        body = ["_v_normal = True", *tests,
+                "if _v_normal:",
+                f"    _v_args = ({given},)",
+                f"    _v_geo = _v_geometry({given})",
+                "else:",
+                f"    _v_args = _v_convert(({given},))",
+                "    _v_geo = _v_geometry(*_v_args)"]
     else:
-        src += ["    args = _convert(args)",
-                "    geo = _geometry(*args)"]
-    src += ["    if geo is None:",
-            "        return None",
-            "    autograd = _R.AUTOGRAD",
-            "    if geo.__class__ is list:",
-            "        result = tuple([_view_of(x, *g) for g in geo])",
-            "    elif x._requires_grad or autograd is None:",
-            "        result = _view_of(x, geo[0], geo[1], geo[2])  # (a call with its arguments spread costs more)",
-            "    else:  # (the commonest: made and remembered by its root base at once)",
-            "        return _view_of(x, geo[0], geo[1], geo[2], True)",
-            "    if autograd is not None:",
-            "        if x._requires_grad and autograd.is_grad_enabled():",
-            "            return autograd.record(_op, list(args), result)  # (the arguments as `convert` lists them)",
-            "        autograd.track_views(x, result)",
-            "    return result"]
-    env = {"_Tensor": Tensor, "_convert": op.convert, "_geometry": geometry, "_view_of": Tensor._view_of,
-           "_R": sys.modules[__name__], "_op": op}
-    exec(compile("\n".join(src) + "\n", f"<jitorch view shortcut {op.name}>", "exec"), env)
-    return env["fast"]
+        body = [f"_v_args = _v_convert(({given},))",
+                "_v_geo = _v_geometry(*_v_args)"]
+    body += ["if _v_geo is not None:",
+             "    _v_autograd = _v_R.AUTOGRAD",
+             "    if _v_geo.__class__ is list:",
+             f"        _v_result = tuple([_v_view_of({x}, *_v_g) for _v_g in _v_geo])",
+             f"    elif {x}._requires_grad or _v_autograd is None:",
+             f"        _v_result = _v_view_of({x}, _v_geo[0], _v_geo[1], _v_geo[2])  # (spread arguments cost more)",
+             "    else:  # (the commonest: made and remembered by its root base at once)",
+             f"        return _v_view_of({x}, _v_geo[0], _v_geo[1], _v_geo[2], True)",
+             "    if _v_autograd is not None:",
+             f"        if {x}._requires_grad and _v_autograd.is_grad_enabled():",
+             "            return _v_autograd.record(_op, list(_v_args), _v_result)  # (as `convert` lists them)",
+             f"        _v_autograd.track_views({x}, _v_result)",
+             "    return _v_result"]
+    lines = [f"if isinstance({x}, _Tensor){f' and not {x}._requires_grad' * composite}:",
+             *("    " + line for line in body)]
+    env = {"_Tensor": Tensor, "_v_convert": op.convert, "_v_geometry": geometry, "_v_view_of": Tensor._view_of,
+           "_v_R": sys.modules[__name__], "_op": op}
+    return lines, env
 
 
 def _generate(op, kind, attempt=False, env=None):
@@ -1493,8 +1511,9 @@ def _generate(op, kind, attempt=False, env=None):
     else:
         # The fast path is tried here rather than in `call` to spare small ops a frame (an op with an entry
         # has tried it before its variant runs: `_entry_variant`; an overload's variant has no entry before it).
-        fast_path = None if op.entry is not None and not attempt else op.fast if op.fast is not None else \
-            _view_fast(op)
+        fast_path = None if op.entry is not None and not attempt else op.fast
+        view = None if op.entry is not None and not attempt or op.fast is not None else \
+            _view_shortcut(op, sig.names)
         autocast = " and _autocast.key is None" if op.public_name in AUTOCAST_NAMES else ""
         # (an op of one argument calls its shortcut with it alone: no tuple to build and unpack)
         shortcut = f"_fast1({sig.names[0]})" if op.fast_one is not None and len(sig.names) == 1 else \
@@ -1503,6 +1522,11 @@ def _generate(op, kind, attempt=False, env=None):
                f"        r = {shortcut}\n" \
                f"        if r is not None:\n" \
                f"            return r\n" if fast_path is not None else ""
+        if view is not None:  # (a view op's shortcut: lines of the variant itself)
+            fast = f"    if not _hooks{' and out is None' * with_out}{autocast}:\n" + \
+                "".join(f"        {line}\n" for line in view[0])
+            env = {} if env is None else env
+            env.update(view[1])
         body = fast + f"    return _call(_op, ({argnames}){', out' * with_out})"
     body = guard + body
     name = sig.name
@@ -1660,18 +1684,8 @@ def _overloaded(name, ops, kind):
     """One callable over several overloads: the first whose arguments bind and have exactly its types runs,
     as its own variant (with its fast path)."""
     attempts = []  # generated at the first call (see `_stub`)
-    # A call of the first overload, ``(Tensor self, int... sizes)`` with a view shortcut, given plain ints
-    # (``x.view(2, 3)``) goes to its shortcut at once: the overload its variant would pick, without its frame.
-    first = ops[0]
-    sized = kind != "inplace" and len(first.schema.args) == 2 and first.schema.args[1].varargs and \
-        first.schema.args[1].type == "int" and first.schema.args[0].type == "Tensor" and first.fast is None and \
-        first.public_name not in AUTOCAST_NAMES and _view_fast(first)
 
     def resolve(*args, **kwargs):
-        if sized and not kwargs and len(args) > 1 and args[1].__class__ is int and not DISPATCH_HOOKS:
-            result = sized((args[0], args[1:]))
-            if result is not None:
-                return result
         if not attempts:
             attempts.extend(_generate(op, kind, attempt=True) for op in ops)
         for attempt in attempts:
@@ -1690,6 +1704,21 @@ def _overloaded(name, ops, kind):
         raise TypeError(f"{name}() received an invalid combination of arguments - got ({got}), "
                         f"but expected one of:\n{expected}")
 
+    # A call of the first overload, ``(Tensor self, int... sizes)`` with a view shortcut, given plain ints
+    # (``x.view(2, 3)``) runs its shortcut's lines at once (`_view_shortcut`): the overload its variant would pick,
+    # without its frame; any other goes on to the overloads in turn.
+    first = ops[0]
+    sized = kind != "inplace" and len(first.schema.args) == 2 and first.schema.args[1].varargs and \
+        first.schema.args[1].type == "int" and first.schema.args[0].type == "Tensor" and first.fast is None and \
+        first.public_name not in AUTOCAST_NAMES and _view_shortcut(first, ("_v_x", "_v_sizes"))
+    if sized:
+        src = ["def resolve(_v_x=_M, *_v_sizes, **kwargs):",  # (the sizes are the tuple the shortcut takes)
+               "    if not kwargs and _v_sizes and _v_sizes[0].__class__ is int and not _hooks:",
+               *("        " + line for line in sized[0]),
+               "    return _overloads(*(() if _v_x is _M else (_v_x,)), *_v_sizes, **kwargs)"]
+        env = {**sized[1], "_hooks": DISPATCH_HOOKS, "_overloads": resolve, "_M": MISSING, "__name__": __name__}
+        exec(compile("\n".join(src) + "\n", f"<jitorch overloads {name}>", "exec"), env)
+        resolve = env["resolve"]
     resolve.__name__ = resolve.__qualname__ = name
     resolve.__doc__ = "\n\n".join((op.doc or "") + f"\n\nSchema: ``{op.schema}``" for op in ops)
     resolve._ops = ops

@@ -123,8 +123,9 @@ def _cat_entry(general):
     return cat
 
 
-def _cat_fast(args):
-    """`registry.OpDef.fast` of cat: its entry without its general path (None for what that serves)."""
+def _cat_fast(args, record=True):
+    """`registry.OpDef.fast` of cat: its entry without its general path (None for what that serves, tensors that
+    require grad in grad mode among it: it records no node, whatever ``record`` says)."""
     if not _SERVED:
         _SERVED.append(_cat_entry(None))  # (at the first call: the entry reads the tensor class `install` sets)
     return _SERVED[0](*args)

@@ -287,13 +287,31 @@ def _unsqueeze(x, dim):
     return shape[:d] + (1,) + shape[d:], strides[:d] + (stride,) + strides[d:], x._offset
 
 
+_EXPANSIONS: dict = {}  # (sizes as given, shape, strides) -> (the new shape, its strides) of an expansion
+
+
 def _expand(x, size, implicit=False):
     """torch's expand geometry (inferExpandGeometry): a dim broadcast from size 1 has stride 0; a new leading
     dim of size 1 has the stride that spans the dims after it, so ``x[None]`` and ``x.expand(1, n)`` are the
-    same layout (``v = x[None]; v[:] = x`` is then a full overlap, as torch's, not a partial one)."""
+    same layout (``v = x[None]; v[:] = x`` is then a full overlap, as torch's, not a partial one). Remembered
+    per sizes, shape and strides (a lookup costs a third of the checks; a refused expansion is not remembered)."""
     have_shape, have_strides = x._shape, x._stride
     if size == have_shape:  # (a tuple of the same sizes: the geometry stays)
         return have_shape, have_strides, x._offset
+    key = (size, have_shape, have_strides) if size.__class__ is tuple else None
+    made = _EXPANSIONS.get(key)
+    if made is None:
+        made = _expanded(x, size)
+        if key is not None:
+            if len(_EXPANSIONS) > 4096:
+                _EXPANSIONS.clear()
+            _EXPANSIONS[key] = made
+    return made[0], made[1], x._offset
+
+
+def _expanded(x, size):
+    """`_expand`'s (shape, strides), or torch's error."""
+    have_shape, have_strides = x._shape, x._stride
     if len(size) == len(have_shape) and size.__class__ is tuple:
         # the commonest: no new dims, every size given as is or broadcast from 1 (the loop below without its
         # lists and tests; anything else goes on to it)
@@ -308,7 +326,7 @@ def _expand(x, size, implicit=False):
         else:
             count = prod(size)
             if count and count <= INT64_MAX:  # (else `check_numel` below decides, dim by dim)
-                return size, tuple(strides), x._offset
+                return size, tuple(strides)
     if len(size) < x.ndim:
         raise RuntimeError(
             f"expand({_type_str(x)}{{{list_str(x.shape)}}}, size={list_str(size)}): the number of sizes provided "
@@ -341,7 +359,7 @@ def _expand(x, size, implicit=False):
         for i in range(lead - 1, -1, -1):
             if shape[i] == 1:
                 strides[i] = shape[i + 1] * strides[i + 1]
-    return check_numel(tuple(shape)), tuple(strides), x._offset
+    return check_numel(tuple(shape)), tuple(strides)
 
 
 def _expand_as(x, other):
@@ -764,7 +782,7 @@ _VIEWS = [
 for _schema, _fn, _variants, _doc in _VIEWS:
     _op = defop(_schema, view=_fn, kind="view", variants=_variants, doc=_doc)
     if _fn is _view:
-        # the eager shortcut's geometry (`registry._view_fast`): ``view``'s without the frame that raises for
+        # the eager shortcut's geometry (`registry._view_shortcut`): ``view``'s without the frame that raises for
         # incompatible strides (its None sends those calls to the general path, which raises)
         _op.attrs["view_when"] = _reshape_view
 
