@@ -1359,12 +1359,13 @@ class CompiledGraph:
         src.profiled = profiled
         if self.runs is None:
             self.runs = kernel_runs(self.steps, _joins_run)
+        runs = [u for u in self.runs if type(u) is KernelRun]
         src.namespace.update(_np_empty=np.empty, _pool_empty=allocator.empty, _track=allocator.track,
                              _make=Tensor._make, _Storage=Storage, _address=_address, _compact=compact,
                              _fresh=_fresh, _no_grad=no_grad, _refresh=refresh_captured_state,
                              _arenas=self._arenas, _Arena=Arena, _plan=self.plan, _steps=self.steps,
-                             _runs=[u for u in self.runs if type(u) is KernelRun],
-                             _step_program=threads.step_program(), _num_threads=threads.get_num_threads,
+                             _runs=runs, _step_program=cpu.step_program() if runs else None,
+                             _num_threads=threads.get_num_threads,
                              _graph=g, _constants=g.constant_tensors, _unshared=self._unshared,
                              _outputs=self._outputs, _finish=self._finish, _set_grads=set_grads,
                              _view=returned_view, _laid_out=laid_out, _strided=_strided, _compute=_compute, _view_of=Tensor._view_of,

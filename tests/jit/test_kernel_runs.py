@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 
 import jitorch as jt
+from jitorch.codegen import cpu
 from jitorch.jit import kernel_runs
 from jitorch.jit.executor import KernelStep
 from jitorch.jit.kernel_runs import KernelRun
-from jitorch.runtime import threads
 from tests.support import load_script
 
-pytestmark = pytest.mark.skipif(threads.step_program() is None, reason="no native code for programs here")
+pytestmark = pytest.mark.skipif(cpu.step_program() is None, reason="no native code for programs here")
 
 
 def sgd_chain(w, x):
