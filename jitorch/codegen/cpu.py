@@ -196,14 +196,28 @@ def _link_text(key, name, llvm_ir, what, cache):
 
 
 @functools.cache
-def _step_program_code():
-    """The `_Code` of `threads.STEP_PROGRAM_IR` (held for the process), or None where it cannot be linked here."""
+def program_cache():
+    """Where `step_program` keeps its object code: the kernel cache's folder, through a cache of its own, so that
+    `cache.default_cache` 's counts stay the kernels'."""
+    from .cache import KernelCache
+    return KernelCache()
+
+
+def link_step_program(cache):
+    """The `_Code` of `threads.STEP_PROGRAM_IR` for the selected machine, its object code from ``cache`` (checked as
+    a cached kernel's is: it defines that function alone and calls nothing) where an earlier process made it, else
+    made by LLVM and put there; CompileError where it cannot be linked."""
     from .cache import cache_key
-    from .linker import builtins_cache
+    return _link_text(cache_key("step program", STEP_PROGRAM_IR, target_id()), STEP_PROGRAM, STEP_PROGRAM_IR,
+                      "step program", cache)
+
+
+@functools.cache
+def _step_program_code():
+    """`link_step_program` 's code (held for the process), or None where it cannot be linked here."""
     try:
-        return _link_text(cache_key("step program", STEP_PROGRAM_IR, target_id()), STEP_PROGRAM, STEP_PROGRAM_IR,
-                          "step program", builtins_cache())
-    except CompileError as e:
+        return link_step_program(program_cache())
+    except (CompileError, RuntimeError) as e:
         logs.log("codegen", "no step program: a compiled call runs its kernels one by one: %s", e)
         return None
 
@@ -212,10 +226,9 @@ def _step_program_code():
 def step_program():
     """The native loop that runs a program of kernel calls on the calling thread, each over its own range
     (`threads.STEP_PROGRAM_IR`; `jit.kernel_runs` runs a compiled call's runs of kernels with it), as a
-    `KERNEL_ENTRY` function; None where it cannot be linked here. It is linked as a kernel is, its object code
-    from the kernel cache's folder where an earlier process made it (checked as a cached kernel's is: it defines
-    that function alone and calls nothing), so a warm process's first compiled call runs LLVM for none of its
-    code (MCJIT compiling it with the thread team's functions took 20-25 ms of that call)."""
+    `KERNEL_ENTRY` function; None where it cannot be linked here. It is linked as a kernel is, from the kernel
+    cache's folder where an earlier process made it (`link_step_program`), so a warm process's first compiled call
+    runs LLVM for none of its code (MCJIT compiling it with the thread team's functions took 20-25 ms of it)."""
     code = _step_program_code()
     return None if code is None else ENTRY(code.address)
 
