@@ -18,7 +18,7 @@ import weakref
 
 from ..runtime import logs
 from ..runtime.array_address import data_address
-from ..runtime.threads import KERNEL_ENTRY, bounds, get_num_threads, run_chunks, run_parts
+from ..runtime.threads import KERNEL_ENTRY, STEP_PROGRAM, STEP_PROGRAM_IR, bounds, get_num_threads, run_chunks, run_parts
 from .errors import CompileError
 from .linker import Linker
 from .llvm_module import optimise_module, optimised_module
@@ -174,19 +174,63 @@ def link_kernel(source, cache=None):
 
 
 def _link(key, source, cache):
+    return _link_text(key, source.name, source.llvm_ir, " ".join(source.ops), cache)
+
+
+def _link_text(key, name, llvm_ir, what, cache):
+    """The `_Code` of the function ``name`` of the module ``llvm_ir`` (``what``: what the log calls it), its
+    object code from ``cache`` under ``key`` (checked before anything is linked), else made and put there."""
     linker = _init()["linker"]
-    obj = _cached_object(key, source, cache, linker)
+    obj = _cached_object(key, name, llvm_ir, cache, linker)
     optimised = None
     if obj is None:
-        mod = optimise(source.llvm_ir)
+        mod = optimise(llvm_ir)
         optimised = str(mod)
         obj = _target_machines(_init()["machine"])[1].emit_object(mod)
         linker.resolve(obj)  # a kernel that cannot link is never cached
         if cache is not None:
-            cache.put(key, obj, source.llvm_ir)
-        logs.log("codegen", "compiled %s (%s)", source.name, " ".join(source.ops))
-    library = linker.link(obj, [source.name])
-    return _Code(library[source.name], library, optimised)
+            cache.put(key, obj, llvm_ir)
+        logs.log("codegen", "compiled %s (%s)", name, what)
+    library = linker.link(obj, [name])
+    return _Code(library[name], library, optimised)
+
+
+@functools.cache
+def program_cache():
+    """Where `step_program` keeps its object code: the kernel cache's folder, through a cache of its own, so that
+    `cache.default_cache` 's counts stay the kernels'."""
+    from .cache import KernelCache
+    return KernelCache()
+
+
+def link_step_program(cache):
+    """The `_Code` of `threads.STEP_PROGRAM_IR` for the selected machine, its object code from ``cache`` (checked as
+    a cached kernel's is: it defines that function alone and calls nothing) where an earlier process made it, else
+    made by LLVM and put there; CompileError where it cannot be linked."""
+    from .cache import cache_key
+    return _link_text(cache_key("step program", STEP_PROGRAM_IR, target_id()), STEP_PROGRAM, STEP_PROGRAM_IR,
+                      "step program", cache)
+
+
+@functools.cache
+def _step_program_code():
+    """`link_step_program` 's code (held for the process), or None where it cannot be linked here."""
+    try:
+        return link_step_program(program_cache())
+    except (CompileError, RuntimeError) as e:
+        logs.log("codegen", "no step program: a compiled call runs its kernels one by one: %s", e)
+        return None
+
+
+@functools.cache
+def step_program():
+    """The native loop that runs a program of kernel calls on the calling thread, each over its own range
+    (`threads.STEP_PROGRAM_IR`; `jit.kernel_runs` runs a compiled call's runs of kernels with it), as a
+    `KERNEL_ENTRY` function; None where it cannot be linked here. It is linked as a kernel is, from the kernel
+    cache's folder where an earlier process made it (`link_step_program`), so a warm process's first compiled call
+    runs LLVM for none of its code (MCJIT compiling it with the thread team's functions took 20-25 ms of it)."""
+    code = _step_program_code()
+    return None if code is None else ENTRY(code.address)
 
 
 def link_batch(sources, cache=None):
@@ -269,17 +313,17 @@ def _cached_batch(key, text, names, cache, linker):
     return obj
 
 
-def _cached_object(key, source, cache, linker):
+def _cached_object(key, name, llvm_ir, cache, linker):
     """The cache's object code for ``key``, if it passes the checks made before anything is linked."""
-    obj = cache.get(key, source.llvm_ir) if cache is not None else None
+    obj = cache.get(key, llvm_ir) if cache is not None else None
     if obj is None:
         return None
     try:
-        linker.check_object(obj, [source.name])
+        linker.check_object(obj, [name])
     except CompileError as e:
-        logs.log("codegen", "cached object code of %s rejected, recompiling: %s", source.name, e)
+        logs.log("codegen", "cached object code of %s rejected, recompiling: %s", name, e)
         return None
-    logs.log("codegen", "loaded %s from the kernel cache", source.name)
+    logs.log("codegen", "loaded %s from the kernel cache", name)
     return obj
 
 

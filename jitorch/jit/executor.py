@@ -146,9 +146,24 @@ class KernelStep:
         """The lines that patch this step's argument array (``a``) with the addresses that change per call;
         ``tag`` names the compact copies they hold apart from another step's (`kernel_runs`)."""
         src.emit(f"a = arena.args[{src.name(self, 'step')}]", indent)
+        plain = []  # consecutive (argument index, value) of inputs read where they lie, not emitted yet
+
+        def flush():
+            if len(plain) >= PATCH_LOOP_FROM:
+                src.emit(f"for i, v in {src.name(tuple(plain), 'patch')}:", indent)
+                src.emit("a[i] = env[v]._storage.data_ptr()", indent + 1)
+            else:
+                for i, v in plain:
+                    src.emit(f"a[{i}] = env[{src.name(v, 'v')}]._storage.data_ptr()", indent)
+            plain.clear()
+
         for i, v in self.dynamic_inputs:
             # graph inputs and kernel outputs are compact (offset 0): their address is their storage's,
             # which is cached; what an eager step made (a view) may need compacting first
+            if not (v in self.views or v in self.eager_made or v in self.compacted):
+                plain.append((i, v))
+                continue
+            flush()
             value = src.name(v, "v")
             if v in self.views:  # an eager view read where it lies, through its strides
                 strides, offset, size = self.views[v]
@@ -158,11 +173,10 @@ class KernelStep:
             elif v in self.eager_made:
                 src.emit(f"env[{value}] = t = _compact(env[{value}])", indent)
                 src.emit(f"a[{i}] = t._storage.data_ptr()", indent)
-            elif v in self.compacted:  # laid out for its other readers: a compact copy, held until the call
+            else:  # laid out for its other readers: a compact copy, held until the call
                 src.emit(f"held{tag}{i} = _compact(env[{value}])", indent)
                 src.emit(f"a[{i}] = held{tag}{i}._storage.data_ptr()", indent)
-            else:
-                src.emit(f"a[{i}] = env[{value}]._storage.data_ptr()", indent)
+        flush()
         for i, v, strides in self.fresh_outputs:
             shape, dtype = v.type.shape, v.type.dtype
             nbytes = _numel(v) * dtype.itemsize
@@ -179,6 +193,11 @@ class KernelStep:
                 src.emit(f"env[{src.name(v, 'v')}] = t = {made}", indent)
                 src.emit("_track(t._storage, buf)", indent)
             src.emit(f"a[{i}] = _address(arr)", indent)
+        if len(self.inplace_outputs) >= PATCH_LOOP_FROM:
+            src.emit(f"for i, v, target in {src.name(tuple(self.inplace_outputs), 'patch')}:", indent)
+            src.emit("env[v] = t = env[target] if inplace else _fresh(v)", indent + 1)
+            src.emit("a[i] = t._storage.data_ptr()", indent + 1)
+            return
         for i, v, target in self.inplace_outputs:
             value = src.name(v, "v")
             src.emit(f"env[{value}] = t = env[{src.name(target, 'v')}] if inplace else _fresh({value})", indent)
@@ -333,6 +352,10 @@ CONSTANTS_LOOP_FROM = 16
 # only in the objects they name, from a table (see `straightline`): a call per step costs a fraction of a
 # microsecond (0.2), and the source compiles in a sixth of the time (a GPT training step's 433 steps share 36).
 SHARED_STEPS_FROM = 128
+# A kernel step patches this many consecutive plain inputs (their storage's address) or in-place outputs, or more,
+# in a loop over a table rather than a line each: the optimizer's merged one-element kernel of a GPT training step
+# takes 53 of each, 440 lines, most of the generated call's source and of its compile time.
+PATCH_LOOP_FROM = 8
 
 
 class EagerStep:
@@ -1359,12 +1382,13 @@ class CompiledGraph:
         src.profiled = profiled
         if self.runs is None:
             self.runs = kernel_runs(self.steps, _joins_run)
+        runs = [u for u in self.runs if type(u) is KernelRun]
         src.namespace.update(_np_empty=np.empty, _pool_empty=allocator.empty, _track=allocator.track,
                              _make=Tensor._make, _Storage=Storage, _address=_address, _compact=compact,
                              _fresh=_fresh, _no_grad=no_grad, _refresh=refresh_captured_state,
                              _arenas=self._arenas, _Arena=Arena, _plan=self.plan, _steps=self.steps,
-                             _runs=[u for u in self.runs if type(u) is KernelRun],
-                             _step_program=threads.step_program(), _num_threads=threads.get_num_threads,
+                             _runs=runs, _step_program=cpu.step_program() if runs else None,
+                             _num_threads=threads.get_num_threads,
                              _graph=g, _constants=g.constant_tensors, _unshared=self._unshared,
                              _outputs=self._outputs, _finish=self._finish, _set_grads=set_grads,
                              _view=returned_view, _laid_out=laid_out, _strided=_strided, _compute=_compute, _view_of=Tensor._view_of,

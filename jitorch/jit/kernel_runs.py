@@ -5,7 +5,7 @@ array and calls its machine code through ctypes. In a training step that Python 
 and products have just filled, about three times slower than the same lines in a small step (gpt-4x128: the
 interpreter's samples, perf, 3.8 ms per step against 1.3 in the same step at tiny sizes). A *run* is a
 sequence of consecutive kernel steps whose argument arrays can all be patched before the first of them runs:
-the call patches them all, then hands the kernels, in order, to one native loop (`threads.step_program`) over a
+the call patches them all, then hands the kernels, in order, to one native loop (`codegen.cpu.step_program`) over a
 program held by the arena (each kernel's entry point, its argument array, its range), instead of one ctypes call
 per kernel. The kernels, their arguments and their order are the ones the steps would run, so the results are
 the same bits.
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import ctypes
 
-from ..runtime import threads
+from ..codegen import cpu
 
 # Runs shorter than this stay steps of their own (one kernel gains nothing from a program).
 MIN_RUN = 2
@@ -45,7 +45,7 @@ class KernelRun:
                 self.segments[-1].append(step)
 
     def programs(self, arena, inplace):
-        """The run's programs over ``arena``'s argument arrays (int64 ctypes arrays, `threads.step_program`'s): the
+        """The run's programs over ``arena``'s argument arrays (int64 ctypes arrays, `cpu.step_program`'s): the
         whole run's, then, where a kernel splits across threads, each of `segments` 's that has `MIN_RUN` kernels
         or more, else None; ``inplace``: with the kernels that write in place where the step has one
         (`executor.Plan.inplace`)."""
@@ -85,9 +85,7 @@ class KernelRun:
 def kernel_runs(steps, joins):
     """``steps`` with each maximal sequence of consecutive steps that ``joins`` takes (a predicate on a step) and
     that may be patched before any of them runs made one `KernelRun` (sequences of at least `MIN_RUN` steps);
-    the steps as they are where there is no native code to run a program."""
-    if threads.step_program() is None:
-        return list(steps)
+    the steps as they are where there is no native code to run a program (asked for only where a run forms)."""
     units, current, written = [], [], set()
 
     def close():
@@ -105,4 +103,6 @@ def kernel_runs(steps, joins):
         current.append(step)
         written.update(step.outputs)
     close()
+    if len(units) < len(steps) and cpu.step_program() is None:
+        return list(steps)
     return units

@@ -409,9 +409,9 @@ exit:
 # A sequence of kernel calls: the argument array (int64) holds the count, then per call the kernel's entry (an
 # ``(args, lo, hi)`` function), its argument array and, in a program of ranges, its lo and hi. Two of them, made
 # from this one text: the calls over the same rows [lo, hi) that the program itself is called over
-# (`run_row_program`), and the calls each over its own range (`step_program`).
+# (`run_row_program`, in the team's module), and the calls each over its own range (`STEP_PROGRAM_IR`).
 _PROGRAM_IR = """
-define void @jitorch_{name}(i8* %a, i64 %lo, i64 %hi) {{
+define void @jitorch_{name}(i8* %a, i64 %lo, i64 %hi) nounwind {{
 entry:
   %program = bitcast i8* %a to i64*
   %count = load i64, i64* %program, align 8
@@ -471,8 +471,12 @@ d:
 }}
 """.format(loads="\n".join(f"  %p{j} = getelementptr i64, i64* %w, i64 {j}\n  %w{j} = load i64, i64* %p{j}, align 8"
                            for j in range(_GEMM_WORDS)))
-_PROGRAMS_IR = (_PROGRAM_IR.format(name="row_program", words=2, ranges=_CALLS_RANGE)
-                + _PROGRAM_IR.format(name="step_program", words=4, ranges=_OWN_RANGES) + _GEMM_IR)
+_TEAM_PROGRAMS_IR = _PROGRAM_IR.format(name="row_program", words=2, ranges=_CALLS_RANGE) + _GEMM_IR
+# The step program, a module of its own that calls nothing: a compiled call runs its runs of kernels with it
+# (`jit.kernel_runs`) at any thread count, so the code generator links it as it links a kernel, its object code
+# kept in the kernel cache (`codegen.cpu.step_program`), rather than this module compiling the team's code for it.
+STEP_PROGRAM_IR = _PROGRAM_IR.format(name="step_program", words=4, ranges=_OWN_RANGES)
+STEP_PROGRAM = "jitorch_step_program"
 # the futex and sched_yield system calls' numbers
 _FUTEX = {"x86_64": 202, "aarch64": 98}
 _SCHED_YIELD = {"x86_64": 24, "aarch64": 124}
@@ -493,7 +497,7 @@ class _Native:
         # x86's pause saves power and lets a hyperthread sibling run while the loop waits
         text = _TEAM_IR.format(futex=_FUTEX[arch], sched_yield=_SCHED_YIELD[arch],
                                pause="call void @llvm.x86.sse2.pause()" if x86 else "",
-                               declare_pause="declare void @llvm.x86.sse2.pause()" if x86 else "") + _PROGRAMS_IR
+                               declare_pause="declare void @llvm.x86.sse2.pause()" if x86 else "") + _TEAM_PROGRAMS_IR
         libc = ctypes.CDLL(None)
         for name in ("syscall", "clock_gettime"):
             llvm.add_symbol(name, ctypes.cast(getattr(libc, name), ctypes.c_void_p).value)
@@ -518,7 +522,6 @@ class _Native:
         self.claim = ctypes.PYFUNCTYPE(i32, word)(self.engine.get_function_address("jitorch_claim"))
         self.ufunc_program = self.engine.get_function_address("jitorch_ufunc_program")
         self.row_program = self.engine.get_function_address("jitorch_row_program")
-        self.step_program = self.engine.get_function_address("jitorch_step_program")
         self.gemm_call = self.engine.get_function_address("jitorch_gemm_call")
         self.spin_ns = SPIN_US * 1000
         self.crowd_ns = ctypes.c_int64.from_address(self.engine.get_global_value_address("jitorch_crowd_ns"))
@@ -734,15 +737,6 @@ def run_row_program(program, rows, parts):
                                             native.row_program):
         KERNEL_ENTRY(native.row_program)(address, 0, rows)
     return True
-
-
-def step_program():
-    """The native entry point (an ``(args, lo, hi)`` function, `KERNEL_ENTRY`'s type) that runs a program of kernel
-    calls on the calling thread, each over its own range: ``args`` an int64 array of the count of calls, then per
-    call a kernel's entry point, its argument array's address, lo and hi (lo and hi of the program's own call are
-    not read); None where there is no native code (the caller then makes the calls itself). See `jit.kernel_runs`."""
-    native = _native()
-    return None if native is None else KERNEL_ENTRY(native.step_program)
 
 
 def bounds(size, parts):

@@ -381,6 +381,42 @@ def test_the_generated_call_binds_many_constants_in_a_loop_and_equals_eager(monk
     np.testing.assert_allclose(looped[0], [step(x).item() for _ in range(3)], rtol=1e-5)
 
 
+def test_a_kernel_patches_many_inputs_and_in_place_outputs_in_a_loop_with_the_bits_of_straight_lines(monkeypatch):
+    """A kernel step with `PATCH_LOOP_FROM` plain inputs or in-place outputs or more patches their addresses in a
+    loop over a table (an optimizer's merged update of one-element tensors: a line each made most of a GPT step's
+    generated call); the call computes the bits the straight lines compute, which equal eager's."""
+    from jitorch.jit import executor
+
+    def step(*xs):  # one kernel reading ten inputs; ten one-element updates in place, merged into one kernel
+        total = xs[0] * 1.5
+        for x in xs[1:10]:
+            total = total + x * 0.5
+        for c in xs[10:]:
+            c.mul_(1.25).add_(1)
+        return total
+
+    g = jt.Generator().manual_seed(3)
+    xs = [jt.randn(64, generator=g) for _ in range(10)]
+    counters = [jt.randn(1, generator=g) for _ in range(10)]
+    expected = step(*xs, *[c.clone() for c in counters])
+    runs = {}
+    for loop_from in (10_000, executor.PATCH_LOOP_FROM):
+        monkeypatch.setattr(executor, "PATCH_LOOP_FROM", loop_from)
+        cs = [c.clone() for c in counters]
+        compiled = jt.compile(step)
+        out = compiled(*xs, *cs)
+        runs[loop_from] = (out.numpy().copy(), [c.numpy().copy() for c in cs], compiled.lower(*xs, *cs).executable)
+    straight, looped = runs[10_000], runs[executor.PATCH_LOOP_FROM]
+    assert "for i, v in patch" in looped[2].source and "for i, v in patch" not in straight[2].source
+    assert "for i, v, target in patch" in looped[2].source and "for i, v, target in" not in straight[2].source
+    assert max(len(s.inplace_outputs) for s in looped[2].steps if isinstance(s, KernelStep)) == 10
+    np.testing.assert_array_equal(looped[0], straight[0])
+    np.testing.assert_array_equal(looped[0], expected.numpy())
+    for a, b, c in zip(looped[1], straight[1], counters):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(a, (c * 1.25 + 1).numpy())
+
+
 def test_a_large_graph_calls_its_steps_as_functions_shared_by_equal_steps(monkeypatch):
     """From `SHARED_STEPS_FROM` steps, each step's lines are a function of the objects they name, one for
     the steps whose lines differ only in those (equal layers), which the call runs from a table, a row per

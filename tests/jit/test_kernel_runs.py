@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 
 import jitorch as jt
+from jitorch.codegen import cpu
 from jitorch.jit import kernel_runs
 from jitorch.jit.executor import KernelStep
 from jitorch.jit.kernel_runs import KernelRun
-from jitorch.runtime import threads
 from tests.support import load_script
 
-pytestmark = pytest.mark.skipif(threads.step_program() is None, reason="no native code for programs here")
+pytestmark = pytest.mark.skipif(cpu.step_program() is None, reason="no native code for programs here")
 
 
 def sgd_chain(w, x):
@@ -199,3 +199,33 @@ def test_a_kernel_copying_a_value_written_earlier_in_the_run_starts_a_new_run():
                         kernel("d", ["vd"], copies=["vx"]), SimpleNamespace(name="eager"), kernel("f", ["vf"]))
     units = kernel_runs.kernel_runs([a, b, c, d, e, f], lambda step: step.name != "eager")
     assert [u.steps if type(u) is KernelRun else u for u in units] == [[a, b], [c, d], e, f]
+
+
+def test_the_step_program_is_read_from_the_kernel_cache_and_a_bad_entry_is_made_again(tmp_path):
+    """`cpu.link_step_program`: the first process makes the program's object code with LLVM and stores it; a new
+    process (a new cache over the same folder) links the stored code; a damaged entry, or one whose code checks out
+    as an entry but defines another function, is a miss that LLVM's code replaces (nothing unchecked is linked)."""
+    import llvmlite.binding as llvm
+    from jitorch.codegen.cache import KernelCache, cache_key
+    from jitorch.codegen.machine import selected
+    from jitorch.runtime.threads import STEP_PROGRAM_IR
+
+    def new_process():
+        cache = KernelCache(tmp_path)
+        code = cpu.link_step_program(cache)
+        info = cache.info()
+        return code, (info.disk_hits, info.misses, info.writes)
+
+    made, counts = new_process()
+    assert counts == (0, 1, 1) and made.address
+    (entry,) = tmp_path.rglob("*.jitk")
+    stored = entry.read_bytes()
+    assert new_process()[1] == (1, 0, 0)
+    entry.write_bytes(stored[:-8] + b"\0" * 8)  # damaged: its checksum fails
+    assert new_process()[1] == (0, 1, 1) and entry.read_bytes() == stored
+    host = selected()
+    other = llvm.parse_assembly("define void @not_the_step_program() nounwind {\n  ret void\n}\n")
+    other.triple = host.triple
+    KernelCache(tmp_path).put(cache_key("step program", STEP_PROGRAM_IR, cpu.target_id()),
+                              host.target_machine(opt=0, codemodel="jitdefault").emit_object(other), STEP_PROGRAM_IR)
+    assert new_process()[1] == (1, 0, 1) and entry.read_bytes() == stored  # read, refused, made and stored again

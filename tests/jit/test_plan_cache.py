@@ -251,16 +251,21 @@ def test_different_graphs_never_share_an_entry():
 
 STEP = """
 import jitorch as torch
+from jitorch.codegen import cpu
 from jitorch.jit import plan_cache
+from jitorch.runtime import threads
 from tests.support import classifier_step
 torch.manual_seed(0)
+torch.set_num_threads(1)
 model = torch.nn.Sequential(*[m for _ in range(2) for m in (torch.nn.Linear(16, 16), torch.nn.LayerNorm(16),
                                                               torch.nn.GELU())], torch.nn.Linear(16, 3))
 step = torch.compile(classifier_step(model, torch.optim.SGD(model.parameters(), lr=0.1)))
 x, y = torch.randn(32, 16), torch.randint(0, 3, (32,))
 losses = [step(x, y).numpy().tobytes().hex() for _ in range(3)]
 params = b"".join(p.detach().numpy().tobytes() for p in model.parameters()).hex()
-print(losses, params, plan_cache.info()["hits"], plan_cache.info()["writes"])
+program = cpu.program_cache().info()
+print(losses, params, threads._native.cache_info().currsize, program.disk_hits, program.writes,
+      plan_cache.info()["hits"], plan_cache.info()["writes"])
 """
 
 
@@ -272,14 +277,18 @@ def test_a_warm_fresh_process_computes_bitwise_what_a_cold_one_did(tmp_path):
         out = subprocess.run([sys.executable, "-c", STEP], env=env, cwd=ROOT, capture_output=True, text=True,
                              timeout=240)
         assert out.returncode == 0, out.stderr[-4000:]
-        losses, params, hits, writes = out.stdout.strip().rsplit(" ", 3)
-        return losses + params, int(hits), int(writes)
+        losses, params, *counts = out.stdout.strip().rsplit(" ", 6)
+        return losses + params, [int(n) for n in counts]
 
-    cold, cold_hits, cold_writes = run()
-    warm, warm_hits, warm_writes = run()
+    cold, (cold_team, cold_program_hits, cold_program_writes, cold_hits, cold_writes) = run()
+    warm, (warm_team, warm_program_hits, warm_program_writes, warm_hits, warm_writes) = run()
     # (the cold process may hit its own entries: a retrace of the same graph once .grad exists)
     assert cold_writes >= 1
     assert warm_writes == 0 and warm_hits == cold_hits + cold_writes  # every graph's plan came from the cache
+    # the step program that runs the runs of kernels: made by the cold process, read by the warm one; at one
+    # thread neither compiled the thread team's native module
+    assert (cold_program_hits, cold_program_writes) == (0, 1) and (warm_program_hits, warm_program_writes) == (1, 0)
+    assert cold_team == warm_team == 0
     assert warm == cold
 
 
