@@ -56,11 +56,13 @@ def cases(B, H, T, D):
                 tgo, tq, tk, tv, tout, lse, 0.0, True, scale=scale))
 
 
-def main():
+def main(argv=None):
+    """Prints the table; returns {(shape name, direction): (jitorch s, torch s, median ratio)}."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=40)
     parser.add_argument("--reps", type=int, default=20)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    results = {}
     torch.set_num_threads(1)
     jitorch.set_num_threads(1)
     print(f"{'shape':10s} {'direction':9s} {'jitorch us':>10s} {'torch us':>9s} {'jitorch/torch':>13s}  (quartiles)")
@@ -76,9 +78,11 @@ def main():
             ours, theirs = times[d], times[d + 2]
             ratios = sorted(a / b for a, b in zip(ours, theirs))
             n = len(ratios)
+            results[name, direction] = (statistics.median(ours), statistics.median(theirs), statistics.median(ratios))
             print(f"{name:10s} {direction:9s} {statistics.median(ours) * 1e6:10.1f} "
                   f"{statistics.median(theirs) * 1e6:9.1f} {statistics.median(ratios):13.3f}  "
                   f"({ratios[n // 4]:.3f} {ratios[3 * n // 4]:.3f})")
+    return results
 
 
 if __name__ == "__main__":
