@@ -402,6 +402,10 @@ def _reduce_ln2(m, d):
     return q, m.fma(q, -m.pick(*_L2L), s)
 
 
+# (float, double): exp of anything below is +0 (the float one is also `_exp_single`'s clamp; callers that
+# know many of their arguments lie there, -inf of a mask, may select those out: computing them rounds an
+# underflowing product, a microcode assist of ~100 cycles per vector on Intel cores)
+EXP_ZERO_BELOW = (-104.0, -1000.0)
 _ROUNDING_SHIFT = 12582912.0  # 1.5 * 2**23: adding it rounds a float of magnitude below 2**22 to an integer
 
 
@@ -413,7 +417,7 @@ def _exp_single(m, d):
     bits of ``fma(d, 1/ln2, 1.5 * 2**23)`` (no float-to-integer conversion and its out-of-range guard), SLEEF's
     polynomial, and the scaling by 2**q in two products (an exponent-field add would turn a NaN with some
     payloads into a number: q is garbage there)."""
-    d = m.sel(m.lt(d, -104.0), -104.0, d)
+    d = m.sel(m.lt(d, EXP_ZERO_BELOW[0]), EXP_ZERO_BELOW[0], d)
     d = m.sel(m.gt(d, 100.0), 100.0, d)
     z = m.fma(d, _R_LN2, _ROUNDING_SHIFT)
     q = m.sub(z, _ROUNDING_SHIFT)
@@ -434,7 +438,7 @@ def _exp(m, d):
         u = m.add(1.0, m.fma(m.mul(s, s), u, s))
     u = m.ldexp2k(u, m.f2i(q))
     u = m.sel(m.gt(d, m.pick(100.0, 709.79)), _INF, u)  # below these, 2**q overflows by itself
-    return m.sel(m.lt(d, m.pick(-104.0, -1000.0)), 0.0, u)
+    return m.sel(m.lt(d, m.pick(*EXP_ZERO_BELOW)), 0.0, u)
 
 
 _EXP2 = (
@@ -485,7 +489,7 @@ def _expk2_core(m, d):
 
 
 def _underflows(m, d):
-    return m.lt(d[0], m.pick(-104.0, -1000.0))
+    return m.lt(d[0], m.pick(*EXP_ZERO_BELOW))
 
 
 def _expk2(m, d, shift=0):
@@ -517,7 +521,7 @@ def _expk(m, d):
     else:
         t = m.dadd_fd(1.0, m.dadd_dd(s, m.dmul_df(m.dsqu(s), u)))
     u = m.ldexp2k(m.dsum(t), m.f2i(q))
-    return m.sel(m.lt(d[0], m.pick(-104.0, -1000.0)), 0.0, u)
+    return m.sel(m.lt(d[0], m.pick(*EXP_ZERO_BELOW)), 0.0, u)
 
 
 def _expm1(m, a):

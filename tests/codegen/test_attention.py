@@ -341,6 +341,35 @@ def test_the_weights_after_each_rows_keys_are_positive_zeros_over_whatever_the_b
         np.testing.assert_allclose(got, t.grad.numpy(), **TOLERANCE["float32"])
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_exponentials_of_differences_below_exps_zero_are_selected_out_as_positive_zeros(monkeypatch, dtype):
+    """The forward's exponential pass selects the lanes whose difference from the row's maximum lies below
+    ``mathlib.EXP_ZERO_BELOW`` (a causal row's -inf past its keys) to 0 before the exp and to +0 after it:
+    exp computed on them rounded an underflowing product, a microcode assist on Intel cores (GPT's float32
+    tile forward 420 -> 268 µs thread CPU on this Xeon; mathlib's exp gives +0 there too, so the same bits).
+    Scores here are exact (integer keys, one-hot queries, scale 1) and reach each side of the floor and the
+    subnormal range above it: weights +0 below the floor, torch's softmax (subnormals included) above it."""
+    floor = mathlib.EXP_ZERO_BELOW[dtype == "float64"]
+    S, D = 48, 16
+    k = np.zeros((1, S, D), dtype)
+    k[0, :, 0] = -np.linspace(0, 1.2 * -floor, S).round()  # differences 0 down past the floor
+    k[0, :, 1] = np.arange(S)  # (the second query's scores: all within range)
+    q = np.zeros((1, S, D), dtype)
+    q[0, ::2, 0] = 1
+    q[0, 1::2, 1] = 1
+    v = np.random.default_rng(0).standard_normal((1, S, D)).astype(dtype)
+    out, p = np.full_like(q, np.nan), np.full((1, S, S), np.nan, dtype)
+    kernels.attention_kernel("forward", dtype, S, S, D, False, 1.0, (1,)).run_tiles([q, k, v, out, p], 1)
+    scores = q[0] @ k[0].T
+    below = (scores - scores.max(axis=1, keepdims=True)) < floor
+    assert below.any() and (p[0][below] == 0).all() and not np.signbit(p[0][below]).any()
+    want = torch.softmax(torch.from_numpy(scores), dim=1).numpy()
+    assert ((want > 0) & (want < np.finfo(dtype).tiny)).any()  # (subnormal weights, computed as before)
+    np.testing.assert_allclose(p[0], want, rtol=TOLERANCE[dtype]["rtol"], atol=8 * np.finfo(dtype).smallest_subnormal)
+    text = _kernel_ir(monkeypatch, "forward", dtype, 64, 64, 32, True)
+    assert re.search(r"= fcmp olt .*\n.*= select .*\n.*call .*jitorch\.math\.exp", text)
+
+
 def test_vector_constants_are_spelled_lane_by_lane_for_an_llvm_without_splat(monkeypatch):
     """llvmlite 0.44 (the oldest jitorch takes) carries LLVM 15, whose parser refuses ``splat (...)``: the
     kernels, built with the long spelling there, still link (regression: they failed to parse there)."""
