@@ -364,6 +364,8 @@ class Tensor:
         """Give this tensor ``sizes`` (contiguous strides) from its offset: over its memory when that holds
         enough elements, else over new memory that starts with the old elements (other tensors on the old
         memory keep it: a strided view never moves)."""
+        if not sizes:
+            raise TypeError('resize_() missing 1 required positional arguments: "size"')
         if self._requires_grad:
             raise RuntimeError("cannot resize variables that require grad")
         _check_memory_format("resize_", memory_format, (preserve_format, contiguous_format))
@@ -406,7 +408,7 @@ class Tensor:
                                f"given tensor has a size of {'x'.join(map(str, self._shape))} ({self.numel()} "
                                "elements). autograd's resize can only change the shape of a given tensor, while "
                                "preserving the number of elements. ")
-        return self.contiguous().view(*sizes)
+        return self.contiguous().view(tuple(sizes))
 
     def module_load(self, other, assign=False):
         """How ``load_state_dict`` transforms the state's ``other`` for this parameter or buffer: ``other``
@@ -1078,7 +1080,7 @@ class Tensor:
             import warnings
             warnings.warn("The use of `x.T` on tensors of dimension other than 2 to reverse their shape is "
                           "deprecated", UserWarning, stacklevel=2)
-        return self.permute(*range(self.ndim - 1, -1, -1))
+        return self.permute(tuple(range(self.ndim - 1, -1, -1)))
 
     @property
     def mT(self):

@@ -1344,6 +1344,9 @@ class _Signature:
                 f"            {n} = {n}[0]\n")
         if not a.varargs:  # a spread int list given nothing takes its default
             code += f"        elif not {n}:\n            {n} = {f'_D[{i}]' if a.has_default else '_M'}\n"
+        elif a.type == "int":  # a size given nothing at all is missing (``x.view()``), as in torch; ``x.view(())`` is 0-d
+            code += (f"        elif not {n}:\n"
+                     f"            raise _BindError('{self.name}() missing 1 required positional arguments: \"{n}\"')\n")
         return code + (f"    elif _{n}:\n"
                        f"        raise _BindError(\"{self.name}() got multiple values for argument '{n}'\")")
 

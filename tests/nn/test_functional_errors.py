@@ -11,7 +11,7 @@ import jitorch.nn.functional as F
 
 
 def randn(*shape):
-    return jt.randn(*shape)
+    return jt.randn(shape)
 
 
 def idx(*values):

@@ -177,7 +177,7 @@ CONSTANT_FACTORIES = [("zeros", 0), ("ones", 1)]
 @given(shapes(max_dims=3), st.sampled_from(ALL_DTYPES))
 @pytest.mark.parametrize("name,value", CONSTANT_FACTORIES)
 def test_constant_factories_match_numpy(name, value, shape, dtype):
-    t = getattr(jt, name)(*shape, dtype=dtype)
+    t = getattr(jt, name)(*shape, dtype=dtype) if shape else getattr(jt, name)((), dtype=dtype)
     assert t.shape == shape and t.dtype is dtype and t.is_contiguous()
     assert_close(t, np.full(shape, value, dtype.np))
     assert getattr(jt, name)(shape).dtype is jt.float32

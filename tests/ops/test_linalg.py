@@ -171,7 +171,7 @@ def test_empty_bmm_of_two_dtypes_takes_the_second():
 
 
 def _t(*shape, dtype=jt.float32):
-    return jt.ones(*shape, dtype=dtype)
+    return jt.ones(shape, dtype=dtype)
 
 
 D = jt.float64

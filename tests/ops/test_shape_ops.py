@@ -269,7 +269,7 @@ def test_sort_out_and_namedtuple():
 # errors and meta rules ---------------------------------------------------------------------------
 
 def _t(*shape, dtype=jt.float32):
-    return jt.ones(*shape, dtype=dtype)
+    return jt.ones(shape, dtype=dtype)
 
 
 SHAPE_ERRORS = [
