@@ -16,7 +16,12 @@ with ``SAMPLES`` samples whose input values are drawn as the program's own with 
   ``torch.func.jvp``; where torch has no forward derivative for an op, the tangents of a program whose float
   inputs are all float64 against central finite differences.
 * ``vmap(grad(loss))`` (programs the gradient run takes: `generator.grad_loss` of the outputs): per-sample
-  gradients of the float inputs against a loop of ``grad`` and against torch's ``vmap(grad(loss))``.
+  gradients of the float inputs against a loop of ``grad`` and against torch's ``vmap(grad(loss))``; where
+  torch's differ, against ``torch.autograd.grad`` on each sample (`_torch_autograd`).
+
+A program whose meaning depends on the samples' layout (a write through ``x.ravel()`` of an input mapped at a
+dim other than 0: torch's sample is strided there, jitorch's compact; `_layout_dependent`) is judged by the loop
+alone in the vmap mode.
 
 Where torch raises and jitorch does not, jitorch's result must still be the loop's: torch's vmap refuses some
 programs that have a meaning (`TORCH_LIMITS`: ops without a batching rule whose fallback cannot run); an
@@ -26,6 +31,7 @@ reading a batched value) must be raised by jitorch too, with the same exception 
 
 from __future__ import annotations
 
+import contextlib
 import random
 import warnings
 import dataclasses
@@ -129,14 +135,15 @@ def _record(T, inst, result, inputs, error=None):
     return run
 
 
-def _call(T, program, wrap, inputs):
-    """Run ``wrap(fn)(*inputs)`` on a fresh instance: the Run record."""
+def _call(T, program, wrap, inputs, old_values=True):
+    """Run ``wrap(fn)(*inputs)`` on a fresh instance: the Run record; torch's run under `OldValues` unless
+    ``old_values`` is False."""
     inst = Instance(program, T)
     fn, _ = inst.build()
     bases = [t.view_as(t) for t in inputs]  # (an in-place view op, as ``as_strided_``, changes the input's shape)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        mode = reads_old_values(T)
+        mode = reads_old_values(T) if old_values else contextlib.nullcontext()
         try:
             with mode:
                 result = wrap(fn)(*inputs)
@@ -252,10 +259,13 @@ def check_vmap(program, rng, outcome):
     got, want = runs["jitorch"], runs["torch"]
     found = outcome.mismatches
     n = len(found)
-    torch_wrong = any(st.tag in TORCH_VMAP_WRONG for st in program.body)
+    copied = [i for i, (d, decl) in enumerate(zip(in_dims, program.inputs))
+              if d is not None and d % (len(decl.shape) + 1)]
+    written = None if got.error else [_stacked_input(loop, i, d, got.inputs[i]) for i, d in enumerate(in_dims)]
+    # (an error of jitorch's where the loop ran is one whatever torch's vmap does)
+    torch_wrong = any(st.tag in TORCH_VMAP_WRONG for st in program.body) or (
+        copied and written is not None and _layout_dependent(program, in_dims, keep, loop, written))
     if not torch_wrong and _errors(found, "vmap", got, want):
-        copied = [i for i, (d, decl) in enumerate(zip(in_dims, program.inputs))
-                  if d is not None and d % (len(decl.shape) + 1)]
         _compare(found, "vmap", "torch", got, want, TORCH_TOLERANCE, copied=copied)
         if got.state.keys() == want.state.keys():
             for name in got.state:
@@ -266,13 +276,32 @@ def check_vmap(program, rng, outcome):
     if got.error:
         return
     stacked = _stacked(jitorch, loop, out_dims)
-    written = Run(outputs=stacked.outputs,
-                  inputs=[_stacked_input(loop, i, d, got.inputs[i]) for i, d in enumerate(in_dims)])
-    _compare(found, "vmap", "loop", got, written, TOLERANCE)
+    _compare(found, "vmap", "loop", got, Run(outputs=stacked.outputs, inputs=written), TOLERANCE)
     if len(found) == n:
         outcome.inexact += sum(a.kind == "tensor" and a.values.dtype.kind == "f" and b.values.shape == a.values.shape
                                and not np.array_equal(a.values, b.values, equal_nan=True)
                                for a, b in zip(got.outputs, stacked.outputs))
+
+
+def _layout_dependent(program, in_dims, keep, loop, written):
+    """Whether the program gives or writes other values on samples that are views of the batched inputs (strided
+    where an input is mapped at a dimension other than 0, as torch's vmap sees them) than on compact samples (as
+    ``loop`` and jitorch's vmap see them; ``written``: the batched inputs as the loop leaves them): ``x.ravel()``
+    or ``x.contiguous()`` of a strided sample is a copy, of a compact one the sample itself, so writes through it
+    reach the input in one case only (seeds 7875053, 7875220; docs/differences-from-torch.md). Then torch's vmap
+    is no oracle; the loop stays one."""
+    physical = _batched(jitorch, program, in_dims)
+    found = []
+    for b in range(SAMPLES):
+        inputs = [_sample(jitorch, program, 0)[i] if d is None else p.select(d, b)
+                  for i, (d, p) in enumerate(zip(in_dims, physical))]
+        run = _call(jitorch, program, lambda fn: _selecting(fn, keep), inputs)
+        if run.error:
+            return True
+        _compare(found, "vmap", "loop", Run(outputs=run.outputs), Run(outputs=loop[b].outputs), TOLERANCE)
+    _compare(found, "vmap", "loop", Run(inputs=[record_value(jitorch, p, []) if d is not None else w for p, d, w in
+                                                zip(physical, in_dims, written)]), Run(inputs=written), TOLERANCE)
+    return bool(found)
 
 
 def _stacked_input(loop, i, dim, got):
@@ -428,11 +457,48 @@ def check_vmap_grad(program, outcome):
     got, want = runs["jitorch"], runs["torch"]
     found = outcome.mismatches
     if _errors(found, "vmap-grad", got, want):
-        _compare(found, "vmap-grad", "torch", Run(outputs=got.outputs), Run(outputs=want.outputs),
-                 {k: 4 * v for k, v in TORCH_TOLERANCE.items()})
+        table = {k: 4 * v for k, v in TORCH_TOLERANCE.items()}
+        differ = []
+        _compare(differ, "vmap-grad", "torch", Run(outputs=got.outputs), Run(outputs=want.outputs), table)
+        if differ:
+            autograd = _torch_autograd(program, floats)
+            second = []
+            if autograd is not None:
+                _compare(second, "vmap-grad", "torch.autograd", Run(outputs=got.outputs), autograd, table)
+            if autograd is None or second:
+                found.extend(differ)
     if not got.error:
         _compare(found, "vmap-grad", "loop", Run(outputs=got.outputs), _stacked(jitorch, loop, [0] * len(floats)),
                  TOLERANCE)
+
+
+def _torch_autograd(program, floats):
+    """The per-sample gradients of `check_vmap_grad`'s loss by torch's own autograd (``torch.autograd.grad`` on
+    each sample), stacked; None where a sample raises. The oracle where torch.func's differ: torch.func's
+    ``grad`` takes other backward formulas than ``torch.autograd`` for some ops (a full ``median``/``nanmedian``/
+    ``max``'s gradient is ``mask * g`` there, which spreads a NaN ``g`` over every element; torch.autograd's fills
+    the selected element alone: seed 7873440, docs/differences-from-torch.md)."""
+    def per_sample(fn):
+        def gradients(*xs):
+            leaves = [xs[i].detach().requires_grad_() for i in floats]
+            args = list(xs)
+            for i, leaf in zip(floats, leaves):
+                args[i] = leaf.clone()  # (not the leaf: the program may write its inputs)
+            total = grad_loss(torch, _flatten(fn(*args)))
+            if total is None:
+                return tuple(torch.zeros_like(leaf) for leaf in leaves)
+            return torch.autograd.grad(total, leaves, allow_unused=True, materialize_grads=True)
+        return gradients
+
+    runs = []
+    for b in range(SAMPLES):
+        inputs = [x if i in floats else fixed for i, (x, fixed) in
+                  enumerate(zip(_sample(torch, program, b), _sample(torch, program, 0)))]
+        # (outside `OldValues`: under any dispatch mode torch's autograd takes torch.func's formulas)
+        runs.append(_call(torch, program, per_sample, inputs, old_values=False))
+        if runs[-1].error:
+            return None
+    return _stacked(torch, runs, [0] * len(floats))
 
 
 def check(program):

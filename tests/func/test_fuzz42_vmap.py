@@ -1,0 +1,180 @@
+"""vmap, vmap(grad) and jvp failures the transform fuzzer (tests/fuzz/transforms.py) found in session 42, each
+against torch.func and a second oracle: the per-sample loop, torch.autograd, float64 values."""
+
+import warnings
+
+import pytest
+import torch
+
+import jitorch
+from jitorch.func import batching
+from tests.fuzz.generator import generate, op_table
+from tests.fuzz.transforms import _layout_dependent, _torch_autograd, check, float_split
+
+ROWS = [[0.5, -1.25, 2.0, 0.75], [3.0, 1.5, -0.5, -2.0], [-0.25, 4.0, 1.0, 2.5]]
+
+
+def _swapped_loss(T, swap):
+    weights = T.arange(4.0, dtype=T.float64).reshape(1, 4)
+
+    def loss(x):
+        v = T.cumsum(x, -1)
+        swap(v)
+        return (v * weights).sum()
+    return loss
+
+
+@pytest.mark.parametrize("swap", [lambda v: v.swapdims_(-1, -2), lambda v: v.t_(), lambda v: v.transpose_(0, 1)])
+def test_an_in_place_view_op_under_vmap_records_its_history_seed_7874509(swap):
+    """Seed 7874509: ``v = cumsum(x, -1); v.swapdims_(-1, -2)`` under vmap(grad) raised "shape '[4, 1]' is invalid
+    for input of size 1": vmap's hook changed the batched tensor's geometry but recorded no backward node, so the
+    swapped [1, 4] gradient reached cumsum's node, whose output is [4, 1]. The in-place view op now records its
+    node as the registry's own path does; cumsum still runs batched."""
+    x = torch.tensor(ROWS, dtype=torch.float64).unsqueeze(-1)
+    want = torch.func.vmap(torch.func.grad(_swapped_loss(torch, swap)))(x)
+    before = batching.STATS["batched"]["cumsum"]
+    got = jitorch.func.vmap(jitorch.func.grad(_swapped_loss(jitorch, swap)))(jitorch.tensor(x.numpy()))
+    assert batching.STATS["batched"]["cumsum"] > before
+    loop = [jitorch.func.grad(_swapped_loss(jitorch, swap))(jitorch.tensor(row.numpy())).tolist() for row in x]
+    assert got.tolist() == want.tolist() == loop
+
+
+def _quantiles(T):
+    return lambda x: (x + 1).nanquantile(T.sign(x).abs() * 0.5, keepdim=False)
+
+
+def test_a_tensor_q_of_quantile_is_checked_per_sample_under_vmap_seed_7875511():
+    """Seed 7875511: ``v.nanquantile(q)`` with a batched ``q`` raised vmap's "reading the values of a batched
+    Tensor": quantile's check that q is in [0, 1] read q with ``bool()``. It is now a value check
+    (`value_checks.check`, rule "quantiles"), which vmap runs per sample and a compiled graph at each call."""
+    x = torch.tensor([[0.5, 2.0, -1.0], [0.0, 3.0, 1.0], [-2.0, -0.5, 4.0]])
+    want = torch.func.vmap(_quantiles(torch))(x)
+    before = batching.STATS["per_sample"]["_check_values"]
+    got = jitorch.func.vmap(_quantiles(jitorch))(jitorch.tensor(x.numpy()))
+    assert batching.STATS["per_sample"]["_check_values"] == before + 1
+    loop = [_quantiles(jitorch)(jitorch.tensor(row.numpy())).tolist() for row in x]
+    assert got.tolist() == want.tolist() == loop
+    with pytest.raises(RuntimeError, match=r"quantile\(\) q values must be in the range \[0, 1\]"):
+        jitorch.func.vmap(lambda v: v.quantile(v))(jitorch.tensor(x.numpy()))
+
+
+@pytest.mark.parametrize("q", [[0.5, 1.5], [float("nan")], [-0.25]])
+def test_quantile_refuses_a_q_outside_0_1_or_nan_as_torch(q):
+    """The check as a value rule, eagerly and compiled: torch's RuntimeError for q outside [0, 1] and for a NaN q
+    (the ``bool()`` check it replaced let a NaN q through)."""
+    with pytest.raises(RuntimeError, match=r"q values must be in the range"):
+        torch.tensor([1.0, 2.0, 3.0]).quantile(torch.tensor(q))
+    compiled = jitorch.compile(lambda x, q: x.quantile(q))
+    for f in (lambda x, q: x.quantile(q), compiled):
+        with pytest.raises(RuntimeError, match=r"quantile\(\) q values must be in the range \[0, 1\]"):
+            f(jitorch.tensor([1.0, 2.0, 3.0]), jitorch.tensor(q))
+    assert compiled(jitorch.tensor([1.0, 2.0, 3.0]), jitorch.tensor([0.25])).tolist() == [1.5]
+
+
+def _write_through(T, make):
+    def f(x):
+        make(x)[::2] = 1
+        return x * 1
+    return f
+
+
+@pytest.mark.parametrize("make", [lambda x: x.contiguous(), lambda x: x.ravel()])
+def test_a_write_through_contiguous_of_a_sample_mapped_at_dim_1_reaches_the_input_seeds_7875053_7875220(make):
+    """Seeds 7875053 (``x.ravel()[::2] = 1``), 7875220 (``as_strided(x.contiguous(), ...)`` written): with
+    ``in_dims=1`` jitorch's sample is compact, so ``contiguous``/``ravel`` give the sample itself and
+    the write reaches the input, as in the per-sample loop over compact samples. torch's sample is a strided
+    view of the input, so they give a copy, and its vmap is the loop over ``x.select(1, b)`` (the second
+    oracle): the program means two things, by the layout (docs/differences-from-torch.md)."""
+    values = torch.tensor(ROWS).t().contiguous()  # [4, 3]: samples along dim 1
+    ours = jitorch.tensor(values.numpy().copy())
+    got = jitorch.func.vmap(_write_through(jitorch, make), in_dims=1, out_dims=1)(ours)
+    compact = [jitorch.tensor(values[:, b].numpy().copy()) for b in range(3)]
+    loop = [_write_through(jitorch, make)(s) for s in compact]
+    assert got.tolist() == jitorch.stack(loop, 1).tolist()
+    assert ours.tolist() == jitorch.stack(compact, 1).tolist() != values.tolist()  # the writes reached the input
+
+    theirs = values.clone()
+    want = torch.func.vmap(_write_through(torch, make), in_dims=1, out_dims=1)(theirs)
+    strided = values.clone()
+    loop = [_write_through(torch, make)(strided.select(1, b)) for b in range(3)]
+    assert want.tolist() == torch.stack(loop, 1).tolist()
+    assert theirs.tolist() == strided.tolist() == values.tolist()
+
+
+def test_the_fuzzer_finds_seed_7875053_layout_dependent_and_seed_7840800_not(monkeypatch):
+    """`transforms._layout_dependent`, which the vmap check asks where an input is mapped at a dim other than 0:
+    seed 7875053's program (written through ``ravel``) gives other inputs on strided samples than on compact
+    ones, and passes against the loop alone; seed 7840800's does not, so torch's vmap stays its oracle."""
+    import random
+
+    from tests.fuzz import transforms
+
+    answers = []
+
+    def recorded(*args):
+        answers.append(_layout_dependent(*args))
+        return answers[-1]
+    monkeypatch.setattr(transforms, "_layout_dependent", recorded)
+    table = op_table()
+    for seed in (7875053, 7840800):
+        program, _ = generate(seed, table=table)
+        outcome = transforms.Outcome()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            transforms.check_vmap(program, random.Random(program.seed * 7 + 1), outcome)
+        assert not outcome.mismatches
+    assert answers == [True, False]
+
+
+@pytest.mark.parametrize("build", [
+    lambda T: lambda x: T.copysign(T.square(x), T.fix(x)),
+    lambda T: lambda x: x.pow(T.tensor([0.0, 0.0, 2.0, 0.0], dtype=T.float64)),
+    lambda T: lambda x: T.sinc(x),
+])
+def test_tangents_of_copysign_pow_sinc_are_finite_where_their_gradient_is_masked_seed_7872750(build):
+    """Seed 7872750: jvp of ``copysign(square(x), fix(x))`` at x = 0 gave NaN (torch: 0). The reverse rules
+    masked ``g * (out / self)`` with ``where``; forward mode differentiates the rule in ``g``, and where's
+    derivative in its unused branch is 0 times that branch's NaN. The rules now multiply ``g`` by the masked
+    factor (copysign; pow's tensor exponent at 0 ** 0 and sinc at 0 had the same form). Against torch.func.jvp
+    and reverse mode (a row of the Jacobian: the function is elementwise)."""
+    x, t = [0.0, -0.0, 1.5, -2.0], [1.0, 1.0, 1.0, 1.0]
+    got = jitorch.func.jvp(build(jitorch), (jitorch.tensor(x, dtype=jitorch.float64),),
+                           (jitorch.tensor(t, dtype=jitorch.float64),))[1]
+    want = torch.func.jvp(build(torch), (torch.tensor(x, dtype=torch.float64),), (torch.tensor(t, dtype=torch.float64),))[1]
+    leaf = jitorch.tensor(x, dtype=jitorch.float64, requires_grad=True)
+    reverse, = jitorch.autograd.grad(build(jitorch)(leaf).sum(), leaf)
+    assert got.tolist() == want.tolist() == reverse.tolist()
+
+
+def _median_loss(T):
+    return lambda x: T.std_mean(x.nanmedian(), [], keepdim=True)[0].sum()
+
+
+def test_vmap_grad_of_a_full_median_with_a_nan_gradient_is_torch_autograds_seed_7873440():
+    """Seed 7873440: ``std_mean(x.nanmedian(), [])`` (the std of one value: NaN) under vmap(grad). jitorch's
+    per-sample gradient is NaN at the median's elements and 0 elsewhere, as torch.autograd.grad's and the loop's;
+    torch.func's is NaN everywhere: its ``grad`` (as torch.autograd's under any dispatch mode) takes the
+    backward formula ``mask * g`` for full median/max (docs/differences-from-torch.md). The fuzzer judges
+    torch.func's gradients against torch.autograd's where they differ (`transforms._torch_autograd`)."""
+    x = torch.tensor([[2.75, 0.875, 2.375, 0.875], [-0.375, -0.75, -1.5, 2.75]], dtype=torch.float64)
+    got = jitorch.func.vmap(jitorch.func.grad(_median_loss(jitorch)))(jitorch.tensor(x.numpy()))
+    eager = []
+    for row in x:
+        leaf = row.clone().requires_grad_()
+        eager.append(torch.autograd.grad(_median_loss(torch)(leaf), leaf)[0].tolist())
+    nan = float("nan")
+    want = torch.tensor([[0.0, nan, 0.0, nan], [0.0, nan, 0.0, 0.0]], dtype=torch.float64)
+    torch.testing.assert_close(torch.tensor(eager, dtype=torch.float64), want, equal_nan=True, rtol=0, atol=0)
+    torch.testing.assert_close(torch.tensor(got.tolist(), dtype=torch.float64), want, equal_nan=True, rtol=0, atol=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = torch.func.vmap(torch.func.grad(_median_loss(torch)))(x)
+    assert theirs.isnan().all()
+
+    program, _ = generate(7873440, table=op_table())
+    floats, _ = float_split(program)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        oracle = _torch_autograd(program, floats)
+        assert not check(program).mismatches
+    assert oracle is not None and not torch.tensor(oracle.outputs[0].values).isnan().all()
