@@ -178,3 +178,82 @@ def test_vmap_grad_of_a_full_median_with_a_nan_gradient_is_torch_autograds_seed_
         oracle = _torch_autograd(program, floats)
         assert not check(program).mismatches
     assert oracle is not None and not torch.tensor(oracle.outputs[0].values).isnan().all()
+
+
+def _vmap_and_loops(build, x, **kw):
+    """(jitorch's vmap, jitorch's loop, torch's vmap or its error, torch's loop) of ``build(T)`` over ``x``'s rows."""
+    found = []
+    for T in (jitorch, torch):
+        f = build(T)
+        batch = T.tensor(x.numpy().copy())
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                mapped = T.func.vmap(f, **kw)(batch)
+            except RuntimeError as e:
+                mapped = e
+        found += [mapped, T.stack([f(row) for row in T.tensor(x.numpy().copy())])]
+    return found
+
+
+@pytest.mark.parametrize("build", [lambda T: lambda x: T.clip(x, T.tensor(0.25, dtype=T.float64)),
+                                   lambda T: lambda x: T.clamp(x, max=T.tensor(0.25, dtype=T.float64)),
+                                   lambda T: lambda x: T.where(x > 0, x, T.tensor(0.25, dtype=T.float64))])
+def test_a_batched_0d_operand_promotes_as_a_0d_tensor_under_vmap_seed_7880456(build):
+    """Seed 7880456: ``clip(x, c)`` of float32 0-d samples and a float64 0-d ``c``. Each sample's result is
+    float64 (two 0-d tensors: the wider dtype); jitorch's vmap runs it per sample, as its broadcasting rule
+    declines a batched 0-d operand among dtypes. torch's vmap gives float32 (its rule promotes the batched operand
+    as one with a dimension) though its own loop gives float64: the fuzzer takes torch's loop as the oracle where
+    torch's vmap differs from jitorch's (`transforms._torch_loop_agrees`)."""
+    ours, our_loop, theirs, their_loop = _vmap_and_loops(build, torch.tensor([0.5, -1.0, 2.0]))
+    assert ours.dtype is our_loop.dtype is jitorch.float64 and their_loop.dtype is torch.float64
+    assert ours.tolist() == our_loop.tolist() == their_loop.tolist()
+    assert theirs.dtype is torch.float32
+
+
+def test_aminmax_without_dim_keeps_each_samples_dims_under_vmap_seed_7880116():
+    """Seed 7880116: ``aminmax(x, keepdim=True)`` of [4, 2] samples is [1, 1] per sample; jitorch's vmap gives
+    [3, 1, 1] (the loop's, stacked). torch's vmap gives [3, 1] (its rule drops a dimension; the fuzzer's
+    ``out_dims`` of 2 then raised IndexError)."""
+    x = torch.arange(24.0).reshape(3, 4, 2)
+    for k in (0, 1):
+        ours, our_loop, theirs, their_loop = _vmap_and_loops(lambda T: lambda v: T.aminmax(v, keepdim=True)[k], x)
+        assert tuple(ours.shape) == tuple(our_loop.shape) == tuple(their_loop.shape) == (3, 1, 1)
+        assert ours.tolist() == our_loop.tolist() == their_loop.tolist()
+        assert tuple(theirs.shape) == (3, 1)
+
+
+def test_a_sample_written_with_its_own_element_runs_under_vmap_seed_7880755():
+    """Seed 7880755: ``x[0:3][::2] = x[0]`` of one-element samples: each sample writes an element into itself,
+    which torch's loop runs; jitorch's vmap gives the loop's result. torch's vmap raises "some elements of the
+    input tensor and the written-to tensor refer to a single memory location" (its batched copy sees the [B]
+    source overlap the [B, 1] target partially)."""
+    def build(T):
+        def f(x):
+            x[0:3][::2] = x[0]
+            return x * 1
+        return f
+    ours, our_loop, theirs, their_loop = _vmap_and_loops(build, torch.tensor([[3], [-2], [5]], dtype=torch.int16))
+    assert ours.tolist() == our_loop.tolist() == their_loop.tolist() == [[3], [-2], [5]]
+    assert isinstance(theirs, RuntimeError) and "refer to a single memory location" in str(theirs)
+
+
+def test_vmap_grad_of_select_scatter_with_a_source_of_another_dtype_runs_seed_7881001():
+    """Seed 7881001: ``x.select_scatter(src, -1, 0)`` with a float32 ``x`` and a source of another dtype (bool
+    there, float64 here) under vmap(grad). jitorch gives each sample's gradient, torch.autograd's; torch's
+    vmap(grad) raises "scatter(): Expected self.dtype to be equal to src.dtype" (its backward's batched scatter),
+    though its grad and torch.autograd run: the fuzzer takes torch.autograd on each sample as the oracle."""
+    def loss(x, src):
+        return (x.select_scatter(src, -1, 0).double() * 1.5).sum()
+    x = torch.tensor([[[1.0, 2.0], [3.0, 4.0]], [[-1.0, 0.5], [2.5, 1.0]]])
+    src = torch.tensor([[5.0, 6.0], [7.0, 8.0]], dtype=torch.float64)
+    got = jitorch.func.vmap(jitorch.func.grad(loss, (0, 1)))(jitorch.tensor(x.numpy()), jitorch.tensor(src.numpy()))
+    eager = []
+    for b in range(2):
+        leaves = (x[b].clone().requires_grad_(), src[b].clone().requires_grad_())
+        eager.append(torch.autograd.grad(loss(*leaves), leaves))
+    for k in range(2):
+        assert got[k].tolist() == [e[k].tolist() for e in eager]
+    assert got[0].dtype is jitorch.float32 and got[1].dtype is jitorch.float64
+    with pytest.raises(RuntimeError, match="Expected self.dtype to be equal to src.dtype"):
+        torch.func.vmap(torch.func.grad(loss, (0, 1)))(x, src)
