@@ -257,3 +257,48 @@ def test_vmap_grad_of_select_scatter_with_a_source_of_another_dtype_runs_seed_78
     assert got[0].dtype is jitorch.float32 and got[1].dtype is jitorch.float64
     with pytest.raises(RuntimeError, match="Expected self.dtype to be equal to src.dtype"):
         torch.func.vmap(torch.func.grad(loss, (0, 1)))(x, src)
+
+
+def _central(f, x, t, eps=1e-6):
+    return (f(x + eps * t) - f(x - eps * t)) / (2 * eps)
+
+
+def test_the_tangent_of_frac_is_not_its_operands_after_a_write_into_it_seeds_7880016_7880503():
+    """Seeds 7880016 (``v = frac(x); x[idx] = -1``), 7880503 (``v = x.frac(); x.mvlgamma_(3)``): jitorch's tangent
+    of ``v`` is ``x``'s tangent when ``v`` was made, as central differences say; torch's is ``x``'s tangent
+    itself, so the later write changes it (2 t after ``x.mul_(2)``). The fuzzer compares such programs' tangents
+    with finite differences (`transforms.TORCH_ALIASED_TANGENT`)."""
+    def build(T):
+        def f(x):
+            v = T.frac(x)
+            x.mul_(2)
+            return v
+        return f
+    x, t = [0.5, 1.25, -2.375], [1.0, 2.0, 3.0]
+    got = jitorch.func.jvp(build(jitorch), (jitorch.tensor(x, dtype=jitorch.float64),),
+                           (jitorch.tensor(t, dtype=jitorch.float64),))[1]
+    want = _central(lambda v: build(torch)(v.clone()), torch.tensor(x, dtype=torch.float64),
+                    torch.tensor(t, dtype=torch.float64))
+    torch.testing.assert_close(torch.tensor(got.tolist(), dtype=torch.float64), want, rtol=1e-8, atol=1e-8)
+    theirs = torch.func.jvp(build(torch), (torch.tensor(x, dtype=torch.float64),), (torch.tensor(t, dtype=torch.float64),))[1]
+    assert theirs.tolist() == [2 * v for v in t]
+
+
+def test_atan2_of_a_bool_operand_has_a_tangent_seed_7881044():
+    """Seed 7881044: ``atan2(mask, v)`` with a bool ``mask``: torch.func.jvp raises "Negation, the `-` operator, on
+    a bool tensor is not supported" (its forward formula negates ``mask``), though eager atan2 takes it. jitorch's
+    tangent is that of ``atan2(mask.double(), v)`` in both libraries and central differences'; the fuzzer reads
+    torch's error as a limit (`transforms.TORCH_LIMITS`) and compares with finite differences."""
+    x, t = [0.5, 1.25, -2.5], [1.0, 2.0, 3.0]
+
+    def build(T, dtype=None):
+        return lambda v: T.arctan2(T.tensor([True, False, True], dtype=dtype), v)
+    primals, tangents = (torch.tensor(x, dtype=torch.float64),), (torch.tensor(t, dtype=torch.float64),)
+    got = jitorch.func.jvp(build(jitorch), (jitorch.tensor(x, dtype=jitorch.float64),),
+                           (jitorch.tensor(t, dtype=jitorch.float64),))[1]
+    as_double = torch.func.jvp(build(torch, torch.float64), primals, tangents)[1]
+    central = _central(build(torch), primals[0], tangents[0])
+    torch.testing.assert_close(torch.tensor(got.tolist(), dtype=torch.float64), as_double, rtol=1e-15, atol=0)
+    torch.testing.assert_close(as_double, central, rtol=1e-8, atol=1e-8)
+    with pytest.raises(RuntimeError, match="Negation, the `-` operator, on a bool tensor is not supported"):
+        torch.func.jvp(build(torch), primals, tangents)
