@@ -302,3 +302,39 @@ def test_atan2_of_a_bool_operand_has_a_tangent_seed_7881044():
     torch.testing.assert_close(as_double, central, rtol=1e-8, atol=1e-8)
     with pytest.raises(RuntimeError, match="Negation, the `-` operator, on a bool tensor is not supported"):
         torch.func.jvp(build(torch), primals, tangents)
+
+
+def test_the_tangent_of_fmax_at_a_tie_follows_the_reverse_rule_seed_7883129():
+    """Seed 7883129: ``fmax(x, 0)`` at ``x = 0``. jitorch's tangent is ``x``'s, the direction its gradient (and
+    torch's reverse rule, by ``torch.autograd.functional.jvp``'s double-vjp) takes; torch.func.jvp's forward formula
+    takes the other operand's (0) at a tie. The fuzzer takes torch's reverse-mode jvp as the oracle where
+    torch.func.jvp's tangents differ (`transforms._torch_reverse_jvp`)."""
+    x, t = [0.0, 1.5, -2.0], [0.125, 1.0, 1.0]
+    zero = 0.0
+
+    def build(T):
+        return lambda v: T.fmax(v, T.tensor(zero, dtype=T.float64))
+    primals, tangents = (torch.tensor(x, dtype=torch.float64),), (torch.tensor(t, dtype=torch.float64),)
+    got = jitorch.func.jvp(build(jitorch), (jitorch.tensor(x, dtype=jitorch.float64),),
+                           (jitorch.tensor(t, dtype=jitorch.float64),))[1]
+    reverse = torch.autograd.functional.jvp(build(torch), primals, tangents)[1]
+    forward = torch.func.jvp(build(torch), primals, tangents)[1]
+    assert got.tolist() == reverse.tolist()
+    assert got.tolist()[0] == 0.125 and forward.tolist()[0] == 0.0
+
+
+def test_the_fuzzer_judges_tangents_of_topk_among_ties_by_finite_differences_seed_7881654():
+    """Seed 7881654: ``topk`` of values with ties: each library's tangent is that of the tied element it picks
+    (jitorch 2.75, torch -2.375 at one place), as its gradients are (`generator.AMONG_TIES`). The fuzzer's jvp
+    check reads such a program's torch tangents as no oracle (`transforms._torch_tangent_wrong`)."""
+    from tests.fuzz.transforms import _torch_tangent_wrong, jvp_run, tensor_outputs
+
+    program, _ = generate(7881654, table=op_table())
+    assert program.body[0].tag.endswith(" among ties")
+    floats, _ = float_split(program)
+    keep = tensor_outputs(jitorch, program)[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = jvp_run(torch, program, keep, floats)
+        assert _torch_tangent_wrong(program, want)
+        assert not check(program).mismatches

@@ -13,8 +13,9 @@ with ``SAMPLES`` samples whose input values are drawn as the program's own with 
   another order (its vector lanes, BLAS's blocking) than the same op on one sample. `Outcome.inexact` counts
   the float outputs that were not bit for bit those of the loop.
 * ``jvp``: tangents for the float inputs (the others closed over): primal and tangent outputs against
-  ``torch.func.jvp``; where torch has no forward derivative for an op, the tangents of a program whose float
-  inputs are all float64 against central finite differences.
+  ``torch.func.jvp`` (where they differ, against ``torch.autograd.functional.jvp``: torch's reverse formulas);
+  where torch has no forward derivative for an op, the tangents of a program whose float inputs are all float64
+  against central finite differences.
 * ``vmap(grad(loss))`` (programs the gradient run takes: `generator.grad_loss` of the outputs): per-sample
   gradients of the float inputs against a loop of ``grad`` and against torch's ``vmap(grad(loss))``; where
   torch's differ, against ``torch.autograd.grad`` on each sample (`_torch_autograd`).
@@ -44,7 +45,7 @@ import torch
 
 import jitorch
 
-from .generator import grad_loss, torch_derivative_wrong
+from .generator import AMONG_TIES, grad_loss, torch_derivative_wrong
 from .old_values import reads_old_values
 from .oracle import TOLERANCE, TORCH_TOLERANCE, Mismatch, _worst, compare_output, record_value
 from .program import Instance, make_tensor
@@ -389,9 +390,35 @@ def check_jvp(program, outcome):
     if not got.error and (want.error and _limit(want, "jvp") or _torch_tangent_wrong(program, want)):
         finite_differences(program, keep, floats, got, found)
         return
-    if _errors(found, "jvp", got, want):
-        table = {k: 4 * v for k, v in TORCH_TOLERANCE.items()}
-        _compare(found, "jvp", "torch", got, _primal_dtype_tangents(want), table)
+    table = {k: 4 * v for k, v in TORCH_TOLERANCE.items()}
+    differ = []
+    if _errors(differ, "jvp", got, want):
+        _compare(differ, "jvp", "torch", got, _primal_dtype_tangents(want), table)
+    if differ and not got.error and not want.error:
+        second = []
+        _compare(second, "jvp", "torch.autograd", got, _primal_dtype_tangents(
+            _torch_reverse_jvp(program, keep, floats)), table)
+        differ = differ if second else []
+    found.extend(differ)
+
+
+def _torch_reverse_jvp(program, keep, floats):
+    """`jvp_run`'s Run by ``torch.autograd.functional.jvp``: the tangents from torch's reverse-mode formulas (the
+    double-vjp trick, as jitorch's forward mode computes them), the oracle where torch.func.jvp's differ. torch's
+    forward and reverse formulas take other sides of a kink: ``fmax(x, y)`` at ``x == y`` gives ``y``'s tangent
+    forward and ``x`` the gradient backward (seed 7883129; docs/differences-from-torch.md). Run outside `OldValues`
+    (under a dispatch mode torch's autograd takes other formulas) on copies of the inputs (the program may write
+    them; torch's functional jvp differentiates leaves)."""
+    inputs = _sample(torch, program, 0)
+    tangents = tuple(_sample(torch, program, 100)[i] for i in floats)
+
+    def wrap(fn):
+        def tangent_run(*xs):
+            f = _closing(_selecting(fn, keep), program, xs, floats)
+            return torch.autograd.functional.jvp(lambda *v: f(*(t.clone() for t in v)),
+                                                 tuple(xs[i] for i in floats), tangents)
+        return tangent_run
+    return _call(torch, program, wrap, inputs, old_values=False)
 
 
 def _torch_tangent_wrong(program, run):
@@ -399,10 +426,11 @@ def _torch_tangent_wrong(program, run):
     (`generator.TORCH_WRONG_GRADIENT`: torch's cholesky_inverse jvp, seed 7870101), an in-place op that read
     memory it wrote (``x.lerp_(c, x)``: torch's forward formula reads ``x``'s tangent after writing it, seed
     7870177; docs/differences-from-torch.md), or an in-place write after a statement whose torch tangent is its
-    operand's tangent itself (`TORCH_ALIASED_TANGENT`)."""
+    operand's tangent itself (`TORCH_ALIASED_TANGENT`), or a ``topk`` among ties (`generator.AMONG_TIES`: each
+    library's tangent is that of the tied element it picks, seed 7881654)."""
     tags = [s.tag for s in program.body]
     aliased = next((i for i, tag in enumerate(tags) if tag in TORCH_ALIASED_TANGENT), None)
-    return run.overlaps > 0 or any(torch_derivative_wrong(tag) for tag in tags) or (
+    return run.overlaps > 0 or any(torch_derivative_wrong(tag) or tag.endswith(AMONG_TIES) for tag in tags) or (
         aliased is not None and any(tag.endswith("_") or tag == "setitem" for tag in tags[aliased + 1:]))
 
 
