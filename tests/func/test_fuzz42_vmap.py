@@ -338,3 +338,19 @@ def test_the_fuzzer_judges_tangents_of_topk_among_ties_by_finite_differences_see
         want = jvp_run(torch, program, keep, floats)
         assert _torch_tangent_wrong(program, want)
         assert not check(program).mismatches
+
+
+def test_a_tangent_has_its_primals_dtype_where_torchs_is_bfloat16_seed_7883356():
+    """Seed 7883356: ``x1.nextafter(x0)`` of a bfloat16 ``x1`` and a float32 ``x0``, both with tangents: the result
+    is float32; jitorch's tangent too (docs/func.md: a tangent has its primal's dtype), torch's is bfloat16 (``x1``'s
+    tangent's dtype). The fuzzer's comparison reads torch's tangent in the primal's dtype
+    for bfloat16 as for float32 (`transforms._primal_dtype_tangents`)."""
+    primals = {T: (T.tensor([0.5, 1.0]), T.tensor([0.25, 2.0], dtype=T.bfloat16)) for T in (torch, jitorch)}
+    tangents = {T: (T.ones(2), T.ones(2, dtype=T.bfloat16)) for T in (torch, jitorch)}
+    (out, got), (_, want) = (T.func.jvp(lambda a, b: b.nextafter(a), primals[T], tangents[T]) for T in (jitorch, torch))
+    assert out.dtype is got.dtype is jitorch.float32 and want.dtype is torch.bfloat16
+    assert got.tolist() == want.tolist()
+    program, _ = generate(7883356, table=op_table())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert not check(program).mismatches
