@@ -27,6 +27,7 @@ reading a batched value) must be raised by jitorch too, with the same exception 
 from __future__ import annotations
 
 import random
+import re
 import warnings
 import dataclasses
 from dataclasses import dataclass, field
@@ -36,7 +37,7 @@ import torch
 
 import jitorch
 
-from .generator import grad_loss, torch_derivative_wrong
+from .generator import grad_loss, torch_gradient_untrusted
 from .old_values import reads_old_values
 from .oracle import TOLERANCE, TORCH_TOLERANCE, Mismatch, _worst, compare_output, record_value
 from .program import Instance, make_tensor
@@ -55,13 +56,19 @@ TORCH_LIMITS = ("Batching rule not implemented", "fallback path doesn't work", "
 # Refusals of torch's vmap alone: a boolean mask of a dim of size 0 indexing the tensor it was made of
 # (``v[v > 2]``, where each sample's call runs: seeds 7840848, 7870115; tests/func/test_vmap_fuzz_regressions.py),
 # ``view`` of a sample that is compact where its batched tensor is not (jitorch's batched tensors are laid out as
-# compact samples, docs/differences-from-torch.md; seed 7870973). In vmap modes jitorch's result is judged by
-# the per-sample loop.
-VMAP_LIMITS = ("does not match the shape of the indexed tensor", "view size is not compatible with input tensor")
-# Statements whose result torch's vmap gets wrong without an error: its fallback for ``as_strided_`` leaves the
-# batched tensor's geometry as it was (seed 7870731; tests/func/test_vmap_fuzz_regressions.py). Programs with
-# one are compared with the loop alone.
-TORCH_VMAP_WRONG = ("as_strided_",)
+# compact samples, docs/differences-from-torch.md; seed 7870973), a copy of a sample into itself (``v[:, -1] = x``
+# with ``v`` a view of all of ``x``: eagerly an allowed exact overlap; under torch's vmap, with the batch
+# dimension not in front, a partial one it refuses: seed 7873821, tests/func/test_fuzz42_tangents.py). In vmap
+# modes jitorch's result is judged by the per-sample loop.
+VMAP_LIMITS = ("does not match the shape of the indexed tensor", "view size is not compatible with input tensor",
+               "some elements of the input tensor and the written-to tensor refer to a single memory location")
+# Statements whose result torch's vmap gets wrong without an error, by tag and a pattern of the statement (None:
+# every one): its fallback for ``as_strided_`` leaves the batched tensor's geometry as it was (seed 7870731;
+# tests/func/test_vmap_fuzz_regressions.py); its rule for ``argmax``/``argmin`` with ``keepdim=True`` and no dim
+# gives each sample the shape [1] where its call gives all dims of size 1 (seed 7873003;
+# tests/func/test_fuzz42_tangents.py). Programs with one are compared with the loop alone.
+_NO_DIM_KEPT = re.compile(r"arg(?:max|min)\((?:[^,()]+, )?keepdim=True\)")
+TORCH_VMAP_WRONG = {"as_strided_": None, "argmax": _NO_DIM_KEPT, "argmin": _NO_DIM_KEPT}
 MODES = ("vmap", "jvp", "vmap-grad")
 
 
@@ -252,7 +259,7 @@ def check_vmap(program, rng, outcome):
     got, want = runs["jitorch"], runs["torch"]
     found = outcome.mismatches
     n = len(found)
-    torch_wrong = any(st.tag in TORCH_VMAP_WRONG for st in program.body)
+    torch_wrong = any(_torch_vmap_wrong(st) for st in program.body)
     if not torch_wrong and _errors(found, "vmap", got, want):
         copied = [i for i, (d, decl) in enumerate(zip(in_dims, program.inputs))
                   if d is not None and d % (len(decl.shape) + 1)]
@@ -273,6 +280,14 @@ def check_vmap(program, rng, outcome):
         outcome.inexact += sum(a.kind == "tensor" and a.values.dtype.kind == "f" and b.values.shape == a.values.shape
                                and not np.array_equal(a.values, b.values, equal_nan=True)
                                for a, b in zip(got.outputs, stacked.outputs))
+
+
+def _torch_vmap_wrong(stmt):
+    """Whether torch's vmap gets the statement wrong (`TORCH_VMAP_WRONG`)."""
+    if stmt.tag not in TORCH_VMAP_WRONG:
+        return False
+    pattern = TORCH_VMAP_WRONG[stmt.tag]
+    return pattern is None or any(pattern.search(line) for line in stmt.lines)
 
 
 def _stacked_input(loop, i, dim, got):
@@ -326,12 +341,24 @@ def check_jvp(program, outcome):
         _compare(found, "jvp", "torch", got, _primal_dtype_tangents(want), table)
 
 
+# Statements whose torch tangent alone is wrong, by tag and a text of the call: torch 2.13's forward AD of
+# ``scatter_reduce(..., 'prod')`` gives its result no tangent (seed 7875998; docs/differences-from-torch.md).
+TORCH_WRONG_TANGENT = {"scatter_reduce": "'prod'"}
+
+
 def _torch_tangent_wrong(program, run):
-    """Whether torch's tangents are no oracle for the program: a statement whose torch derivative is wrong
-    (`generator.TORCH_WRONG_GRADIENT`: torch's cholesky_inverse jvp, seed 7870101), or an in-place op that read
-    memory it wrote (``x.lerp_(c, x)``: torch's forward formula reads ``x``'s tangent after writing it, seed
-    7870177; docs/differences-from-torch.md)."""
-    return run.overlaps > 0 or any(torch_derivative_wrong(s.tag) for s in program.body)
+    """Whether torch's tangents are no oracle for the program: a statement whose torch derivative is no oracle
+    (`generator.torch_gradient_untrusted`: wrong, as torch's cholesky_inverse jvp, seed 7870101; wrong by an
+    integer operand, as atan2's, which squares it in its dtype or negates a bool, seed 7875982; topk's among
+    ties, whose tangent is the element torch's kernel happened to pick, seed 7875047), a statement of
+    `TORCH_WRONG_TANGENT`, or an in-place op that read memory it wrote (``x.lerp_(c, x)``: torch's forward
+    formula reads ``x``'s tangent after writing it, seed 7870177; docs/differences-from-torch.md)."""
+    return run.overlaps > 0 or any(torch_gradient_untrusted(s.tag) or _wrong_tangent(s) for s in program.body)
+
+
+def _wrong_tangent(stmt):
+    text = TORCH_WRONG_TANGENT.get(stmt.tag.removesuffix("_"))
+    return text is not None and any(text in line for line in stmt.lines)
 
 
 def _primal_dtype_tangents(run):

@@ -34,16 +34,21 @@ def _nansum(g, a, out):
     return expand_reduced(g, a.self, a.dim, a.keepdim) * a.self.isnan().logical_not()
 
 
+# The means divide ``g`` before broadcasting it back, as their results divide a sum: so that the forward-mode
+# tangent (the transpose of this rule, `jitorch.autograd.forward_ad`) is the tangents' sum over the count, NaN
+# over no elements as the mean is (0 / 0, torch's; transform-fuzz seeds 7871815, 7874133, 7875067), where
+# dividing after broadcasting would sum nothing into 0.
+
 def _nanmean(g, a, out):
     x = a.self
-    counted = x.isnan().logical_not().sum(a.dim, keepdim=True)
-    return expand_reduced(g, x, a.dim, a.keepdim) / counted * x.isnan().logical_not()
+    counted = x.isnan().logical_not().sum(a.dim, keepdim=a.keepdim)
+    return expand_reduced(g / counted, x, a.dim, a.keepdim) * x.isnan().logical_not()
 
 
 defgrad("sum", per_input(self=reads("", lambda g, a, out: expand_reduced(g, a.self, a.dim, a.keepdim))))
 defgrad("nansum", per_input(self=reads("self", _nansum)))
-defgrad("mean", per_input(self=reads("", lambda g, a, out: expand_reduced(g, a.self, a.dim, a.keepdim)
-                                      / _count(a.self, a.dim))))
+defgrad("mean", per_input(self=reads("", lambda g, a, out: expand_reduced(g / _count(a.self, a.dim), a.self, a.dim,
+                                                                          a.keepdim))))
 defgrad("nanmean", per_input(self=reads("self", _nanmean)))
 
 

@@ -1,0 +1,274 @@
+"""Forward-mode (jvp) failures the transform fuzzer found (tests/fuzz/transforms.py, session 42's tangent seeds),
+each against torch.func.jvp or, where torch is the wrong side, finite differences; and two vmap seeds where
+torch's vmap is the wrong side, against the per-sample loop."""
+
+import dataclasses
+import math
+import warnings
+
+import pytest
+import torch
+
+import jitorch
+from jitorch.autograd import forward_ad as fwd
+from tests.fuzz import transforms
+from tests.fuzz.generator import generate, op_table
+from tests.fuzz.program import Stmt
+
+TABLE = op_table()
+
+
+def _jvp(T, f, x, t):
+    """``jvp`` of ``f`` at ``x`` along ``t`` (float64 lists) in library ``T``: primal and tangent as lists."""
+    primal, tangent = T.func.jvp(f, (T.tensor(x, dtype=T.float64),), (T.tensor(t, dtype=T.float64),))
+    return primal.tolist(), tangent.tolist()
+
+
+def _same(a, b):
+    """Equal nested lists of floats, NaN equal to NaN."""
+    return torch.equal(torch.tensor(a, dtype=torch.float64).nan_to_num(7.5),
+                       torch.tensor(b, dtype=torch.float64).nan_to_num(7.5))
+
+
+def _statements(seed):
+    program, _ = generate(seed, table=TABLE)
+    return program
+
+
+# A view made before its base had a tangent -------------------------------------------------------------------
+
+def test_a_view_made_before_its_base_gets_a_tangent_sees_it_seed_7871961():
+    """Seeds 7871961, 7875987: ``v3 = v2[1:2]`` of a tensor without a tangent, then ``v3[0] = v0`` with ``v0``
+    dual. The write gave the base ``v2`` a tangent, and ``v3``'s stayed none (jvp's tangent 0 where torch's is
+    -6.77): torch's view takes the same view of its base's tangent when it has none of its own, however late the
+    base got it; jitorch's does now (`forward_ad._tangent`)."""
+    def build(T):
+        def f(x):
+            v2 = x.new_full((4,), -1.5)
+            v3 = v2[1:3]
+            w = v3[:1]            # a view of a view, made before too
+            v3[0] = x.sum()       # (a view of v3: its base is v2)
+            return v3, w, v2
+        return f
+    got, want = ([[v.tolist() for v in part] for part in T.func.jvp(
+        build(T), (T.tensor([0.5, 2.0], dtype=T.float64),), (T.tensor([1.0, -3.0], dtype=T.float64),))]
+        for T in (jitorch, torch))
+    assert got == want
+    assert want[1] == [[-2.0, 0.0], [-2.0], [0.0, -2.0, 0.0, 0.0]]
+
+
+def test_a_view_takes_its_bases_later_tangent_through_make_dual_level_api():
+    """The same through forward_ad: a view made first, then a dual written into the base through another view;
+    the first view's tangent is read by ``unpack_dual`` and by an op (a composite one, ``std_mean``, whose body
+    makes more views of it while its tangent is set aside, and must not take the base's then)."""
+    found = []
+    for T, fa in ((torch, torch.autograd.forward_ad), (jitorch, fwd)):
+        base = T.zeros(2, 3, dtype=T.float64)
+        early = base[:, 1:]
+        with fa.dual_level():
+            dual = fa.make_dual(T.tensor([1.0, 2.0, 3.0], dtype=T.float64), T.tensor([0.5, -1.0, 2.0],
+                                                                                      dtype=T.float64))
+            base[1].copy_(dual * 2)
+            tangent = fa.unpack_dual(early).tangent
+            spread, mean = T.std_mean(early, 1)
+            found.append([tangent.tolist(), fa.unpack_dual(spread).tangent.tolist(),
+                          fa.unpack_dual(mean).tangent.tolist(), fa.unpack_dual(base).tangent.tolist()])
+    assert found[1] == found[0]
+    assert found[0][0] == [[0.0, 0.0], [-2.0, 4.0]]
+
+
+def test_a_view_of_a_base_whose_tangent_is_expanded_reads_it_laid_out_as_the_base():
+    """A base whose tangent is not laid out as the base (``expand``'s, broadcast) gives an earlier view the
+    values of its tangent at the view's elements (the tangent is laid out as the base first)."""
+    found = []
+    for T, fa in ((torch, torch.autograd.forward_ad), (jitorch, fwd)):
+        with fa.dual_level():
+            x = fa.make_dual(T.tensor([[1.0, 2.0]], dtype=T.float64), T.tensor([[3.0, -4.0]], dtype=T.float64))
+            base = T.zeros(3, 2, dtype=T.float64)
+            early = base.t()[1]
+            base.copy_(x.expand(3, 2))
+            found.append(fa.unpack_dual(early).tangent.tolist())
+    assert found[1] == found[0] == [-4.0, -4.0, -4.0]
+
+
+# Means over no elements ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("reduce", ["mean", "nanmean", "std_mean", "var_mean"])
+def test_the_tangent_of_a_mean_over_no_elements_is_nan_seed_7871815(reduce):
+    """Seeds 7871815, 7874133 (``std_mean`` of an empty selection), 7875067 (``nanmean`` of an empty split): the
+    tangent was 0, torch's NaN. The mean of no elements is 0 / 0 = NaN, and torch's forward formula, the mean of
+    the tangents, is too; jitorch's mean rules now divide the gradient before broadcasting it back, so that the
+    transposed rule sums the tangents (0) and then divides by the count (0). Over some elements and in reverse
+    mode the values are as before, torch's."""
+    def build(T, dim):
+        def f(x):
+            result = getattr(T, reduce)(x, dim)
+            return result[1] if isinstance(result, tuple) else result
+        return f
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (std_mean's degrees of freedom)
+        for shape, dim in (((0,), None), ((2, 0), 1), ((0, 3), 0), ((2, 3), 1)):
+            x = torch.arange(math.prod(shape), dtype=torch.float64).reshape(shape).tolist() if 0 not in shape else \
+                torch.zeros(shape).tolist()
+            t = torch.full(shape, 0.5).tolist() if 0 not in shape else x
+            x = torch.tensor(x, dtype=torch.float64).reshape(shape)
+            t = torch.tensor(t, dtype=torch.float64).reshape(shape)
+            got = [v.tolist() for v in jitorch.func.jvp(build(jitorch, dim), (jitorch.tensor(x.numpy()),),
+                                                        (jitorch.tensor(t.numpy()),))]
+            want = [v.tolist() for v in torch.func.jvp(build(torch, dim), (x,), (t,))]
+            assert _same(got, want), (shape, dim, got, want)
+            if 0 in shape:
+                assert all(math.isnan(v) for v in torch.tensor(got[1]).flatten().tolist())
+            else:
+                xs = [jitorch.tensor(x.numpy()).requires_grad_(), x.clone().requires_grad_()]
+                grads = [T.autograd.grad(build(T, dim)(v).sum(), v)[0].tolist() for T, v in zip((jitorch, torch), xs)]
+                assert grads[0] == grads[1]
+
+
+def test_nanmean_of_a_row_of_nans_has_a_nan_tangent_and_gradient():
+    """The reordered nanmean rule keeps torch's NaN where a row has nothing to count (the count 0 divides)."""
+    x = [[math.nan, math.nan], [1.0, math.nan]]
+    t = [[1.0, 1.0], [2.0, 3.0]]
+    got, want = (_jvp(T, lambda v, T=T: T.nanmean(v, 1), x, t) for T in (jitorch, torch))
+    assert _same(got, want) and math.isnan(got[1][0]) and got[1][1] == 2.0
+    grads = []
+    for T in (jitorch, torch):
+        v = T.tensor(x, dtype=T.float64, requires_grad=True)
+        grads.append(T.autograd.grad(T.nanmean(v, 1).sum(), v)[0].tolist())
+    assert _same(grads[0], grads[1])
+
+
+# Ops whose derivative is zero ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("op", ["floor", "ceil", "round", "trunc", "fix", "sign"])
+def test_an_op_whose_derivative_is_zero_gives_a_zero_tangent_seed_7875465(op):
+    """Seed 7875465: ``v = fix(x); v.logit_()`` with ``fix(x)`` 0: torch's tangent is 0 * logit'(0) = 0 * inf =
+    NaN, jitorch's was 0. torch's ops of a zero derivative give a zero tangent, jitorch's gave none (so logit_
+    had nothing to scale); they give zeros now (`forward_ad._jvp`), and what follows sees them."""
+    found = []
+    for T, fa in ((torch, torch.autograd.forward_ad), (jitorch, fwd)):
+        with fa.dual_level():
+            x = fa.make_dual(T.tensor([0.25, 1.5, -2.5], dtype=T.float64), T.ones(3, dtype=T.float64))
+            y = getattr(T, op)(x)
+            plain = fa.unpack_dual(y).tangent.tolist()
+            y.logit_()
+            found.append([plain, fa.unpack_dual(y).tangent.tolist()])
+    assert _same(found[1], found[0])
+    assert found[1][0] == [0.0, 0.0, 0.0]
+
+
+def test_the_zero_tangent_of_fix_then_logit_is_nan_under_jvp_seed_7875465():
+    """The seed's program reduced: ``jvp`` of ``fix(x).logit_()`` at 0.5 (fix gives 0, logit -inf)."""
+    def build(T):
+        return lambda x: T.fix(x).logit_()
+    got, want = (_jvp(T, build(T), [[0.5]], [[1.0]]) for T in (jitorch, torch))
+    assert _same(got, want) and math.isnan(got[1][0][0])
+
+
+# torch's tangent is no oracle ------------------------------------------------------------------------------------
+
+def test_topk_among_ties_takes_the_tangent_of_the_element_its_index_names_seed_7875047():
+    """Seed 7875047: ``x.topk(2, 0, False)`` of a column holding -0.125 twice: torch's picks index 4 first, jitorch's
+    index 0 (each library's choice, docs/differences-from-torch.md), so their tangents differ (-0.875 vs -0.25).
+    Each library's tangent is that of the element its index names; the fuzzer compares a program whose topk
+    selects among ties (`generator.AMONG_TIES`) with finite differences rather than torch under jvp too."""
+    x = [[-0.125, 1.0], [1.125, 0.0], [-0.125, 2.0]]
+    t = [[1.0, 0.5], [2.0, 3.0], [-4.0, 1.0]]
+    for T in (jitorch, torch):
+        values, indices = T.tensor(x, dtype=T.float64).topk(2, 0, False)
+        _, tangent = _jvp(T, lambda v, T=T: v.topk(2, 0, False)[0], x, t)
+        assert tangent == T.tensor(t, dtype=T.float64).gather(0, indices).tolist()
+    program = _statements(7875047)
+    assert any(s.tag == "topk among ties" for s in program.body)
+    assert transforms._torch_tangent_wrong(program, transforms.Run())
+
+
+def test_scatter_reduce_prod_has_a_tangent_where_torchs_forward_ad_gives_none_seed_7875998():
+    """Seed 7875998: ``scatter_reduce(x, 0, [0], [-0.125], 'prod', include_self=True)``: jitorch's tangent is
+    -0.125 t, torch 2.13's result has no tangent at all (its jvp reads 0). The derivative is -0.125, as central
+    differences in float64 show, so torch is wrong (docs/differences-from-torch.md); the fuzzer compares programs
+    with such a statement with finite differences (`transforms.TORCH_WRONG_TANGENT`), and still with torch where
+    the reduction is another ('sum')."""
+    def build(T, reduce):
+        index, src = T.tensor([0, 0, 1]), T.tensor([-0.125, 2.0, 3.0], dtype=T.float64)
+        return lambda x: T.scatter_reduce(x, 0, index, src, reduce, include_self=True)
+    x, t, eps = [0.3, -0.7], [0.5, 2.0], 1e-6
+    f = build(jitorch, "prod")
+    at = [f(jitorch.tensor([a + s * b for a, b in zip(x, t)], dtype=jitorch.float64)).tolist() for s in (eps, -eps)]
+    differences = [(p - m) / (2 * eps) for p, m in zip(*at)]
+    _, tangent = _jvp(jitorch, f, x, t)
+    assert tangent == pytest.approx(differences, rel=1e-8) and tangent == pytest.approx([-0.125, 6.0])
+    with torch.autograd.forward_ad.dual_level():
+        dual = torch.autograd.forward_ad.make_dual(torch.tensor(x, dtype=torch.float64), torch.tensor(t))
+        assert torch.autograd.forward_ad.unpack_dual(build(torch, "prod")(dual)).tangent is None
+    assert _jvp(jitorch, build(jitorch, "sum"), x, t) == _jvp(torch, build(torch, "sum"), x, t)
+    program = _statements(7875998)
+    assert transforms._torch_tangent_wrong(program, transforms.Run())
+    summed = program.with_body([s if s.tag != "scatter_reduce" else dataclasses.replace(
+        s, lines=tuple(line.replace("'prod'", "'sum'") for line in s.lines)) for s in program.body])
+    assert not transforms._torch_tangent_wrong(summed, transforms.Run())
+
+
+def test_atan2_of_a_bool_has_a_tangent_where_torchs_jvp_negates_the_bool_seed_7875982():
+    """Seed 7875982: ``x0.atan2(x2)`` with ``x0`` bool and ``x2`` float64 dual: torch's forward formula negates
+    ``x0`` in its own dtype and raises its bool-negation error, though the program negates nothing; jitorch
+    computes the tangent, which central differences confirm (torch's formula with an integer operand is wrong
+    without the error too: uint8 200 squared wraps, docs/differences-from-torch.md). The fuzzer judges a
+    program whose atan2 has an integer operand (`generator.INTEGER_OPERAND`) by finite differences under jvp.
+    jitorch raises torch's error for a program's own ``-bool_tensor``."""
+    flags = [True, False]
+    x, t, eps = [0.75, -2.0], [1.0, 0.5], 1e-6
+
+    def f(T):
+        return lambda v: T.tensor(flags).atan2(v)
+    at = [f(jitorch)(jitorch.tensor([a + s * b for a, b in zip(x, t)], dtype=jitorch.float64)).tolist()
+          for s in (eps, -eps)]
+    _, tangent = _jvp(jitorch, f(jitorch), x, t)
+    assert tangent == pytest.approx([(p - m) / (2 * eps) for p, m in zip(*at)], rel=1e-8)
+    with pytest.raises(RuntimeError, match="Negation, the `-` operator, on a bool tensor is not supported"):
+        _jvp(torch, f(torch), x, t)
+    with pytest.raises(RuntimeError, match="Negation, the `-` operator, on a bool tensor is not supported"):
+        -jitorch.tensor(flags)
+    assert transforms._torch_tangent_wrong(_statements(7875982), transforms.Run())
+
+
+# vmap: torch's vmap is the wrong side -------------------------------------------------------------------------
+
+def test_argmax_with_keepdim_and_no_dim_keeps_every_sample_dim_under_vmap_seed_7873003():
+    """Seed 7873003: ``T.argmax(x, keepdim=True)`` of samples [5, 4, 1]: each sample's call gives shape [1, 1, 1]
+    in both libraries, jitorch's vmap stacks those ([3, 1, 1, 1]); torch's vmap gives [3, 1] (its batching rule
+    keeps one dim), so the fuzzer compares such programs with the loop alone (`transforms.TORCH_VMAP_WRONG`)."""
+    values = torch.arange(60.0).reshape(3, 5, 4, 1).flip(1)
+    for name in ("argmax", "argmin"):
+        loop = [getattr(jitorch, name)(jitorch.tensor(values[i].numpy()), keepdim=True).tolist() for i in range(3)]
+        got = jitorch.func.vmap(lambda x: getattr(jitorch, name)(x, keepdim=True))(jitorch.tensor(values.numpy()))
+        assert got.tolist() == loop and tuple(got.shape) == (3, 1, 1, 1)
+        assert tuple(getattr(torch, name)(values[0], keepdim=True).shape) == (1, 1, 1)
+        theirs = torch.func.vmap(lambda x: getattr(torch, name)(x, keepdim=True))(values)
+        assert tuple(theirs.shape) == (3, 1)
+    wrong = transforms._torch_vmap_wrong
+    program = _statements(7873003)
+    assert any(wrong(s) for s in program.body)
+    for tag, line, judged in (("argmin", "v0 = x0.argmin(keepdim=True)", True),
+                              ("argmax", "v2 = M.t0.argmax(-2, True)", False),
+                              ("argmax", "v0 = T.argmax(x1, keepdim=False)", False),
+                              ("argmax", "v1 = T.argmax(x1[0], keepdim=True)", True)):
+        assert wrong(Stmt((line,), ("v0",), tag)) == judged, line
+
+
+def test_a_sample_copied_into_itself_runs_under_vmap_where_torchs_refuses_seed_7873821():
+    """Seed 7873821: ``v = x[None, None]; v[:, :, -1] = x``, a copy of each sample into itself (eagerly an exact
+    overlap, allowed). With the batch dimension of ``x`` not in front, torch's vmap refuses it as a partial
+    overlap; jitorch's gives the loop's result, and the fuzzer reads torch's error as its vmap's limit
+    (`transforms.VMAP_LIMITS`)."""
+    def f(x):
+        v = x[None, None]
+        v[:, :, -1] = x
+        return v
+    samples = torch.arange(6.0).reshape(3, 1, 2)
+    physical = torch.stack(list(samples), dim=-2)
+    loop = [f(jitorch.tensor(s.numpy().copy())).tolist() for s in samples]
+    assert jitorch.func.vmap(f, in_dims=-2)(jitorch.tensor(physical.numpy())).tolist() == loop
+    with pytest.raises(RuntimeError, match=transforms.VMAP_LIMITS[-1]):
+        torch.func.vmap(f, in_dims=-2)(physical.clone())
+    assert f(samples[0].clone()).tolist() == loop[0]
