@@ -62,9 +62,25 @@ def _tangent(t, lv):
     found = _tangents(t)
     if found and lv in found:
         return found[lv]
-    if t._base is None or id(t) in lv.aside or id(t._base) in lv.aside:
+    if t._base is None or id(t) in lv.aside or id(t._base) in lv.aside or _cut(t, lv):
         return None
     return _through_base(t, lv, False)
+
+
+def _cut(t, lv):
+    """Whether ``t`` takes no tangent at ``lv`` from its base: `unpack_dual`'s primal and the views made of it
+    (torch's primal is a view that is not forward differentiable)."""
+    cut = t.__dict__.get("_fw_cut") if t.__dict__ else None
+    return cut is not None and lv in cut
+
+
+def _mark_cut(result, cuts, lv):
+    """Mark the outputs of an op on the tensors ``cuts`` (`_cut` at ``lv``) that are views of one of them and
+    have no tangent at ``lv``: they take none from their base either."""
+    storages = {id(c._storage) for c in cuts}
+    for o in [result] if isinstance(result, Tensor) else result:
+        if isinstance(o, Tensor) and id(o._storage) in storages and lv not in (_tangents(o) or ()):
+            o.__dict__.setdefault("_fw_cut", set()).add(lv)
 
 
 def _level_at(level):
@@ -152,6 +168,7 @@ def unpack_dual(tensor, *, level=None):
         return UnpackedDualTensor(tensor, None)
     with _set_aside(lv, [tensor]):
         primal = tensor.view_as(tensor)
+    primal.__dict__.setdefault("_fw_cut", set()).add(lv)
     return UnpackedDualTensor(primal, tangent)
 
 
@@ -187,14 +204,19 @@ class _set_aside:
 
 
 def _pairs(op, args, lv):
-    """The (tensor, tangent) pairs of the tensor arguments with a tangent at level ``lv`` (each tensor once)."""
-    pairs, seen = [], set()
+    """The (tensor, tangent) pairs of the tensor arguments with a tangent at level ``lv``, and the arguments
+    without one that are `_cut` there (each tensor once)."""
+    pairs, cuts, seen = [], [], set()
     for t in registry.tensors_of(op, args):
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
         tangent = _tangent(t, lv)
-        if tangent is not None and id(t) not in seen:
-            seen.add(id(t))
+        if tangent is not None:
             pairs.append((t, tangent))
-    return pairs
+        elif _cut(t, lv) and id(t) not in lv.aside:
+            cuts.append(t)
+    return pairs, cuts
 
 
 def detached(t):
@@ -276,7 +298,8 @@ def _through_base(t, lv, create):
     so that a write into ``t``'s tangent reaches the base's, as torch's; None where ``t`` is no such view, its
     base has no tangent and none is to be made, or its tangent is that view already."""
     base = t._base
-    if base is None or not _is_float(base.dtype) or not base.numel() or create and not t.numel():
+    if base is None or base.dtype != t.dtype or not _is_float(base.dtype) or not base.numel() or _cut(t, lv) \
+            or create and not t.numel():
         return None
     found, own = _tangents(base), _tangents(t)
     old = found.get(lv) if found else None
@@ -317,14 +340,20 @@ class ForwardHook(registry.TransformHook):
     """The dispatch hook of an open forward-AD level (see the module's docstring)."""
 
     def _top(self, op, args):
+        """The pairs and cuts (`_pairs`) of the op's arguments at this level (none from another thread)."""
         if threading.get_ident() != self.thread:
-            return None, ()
-        pairs = _pairs(op, args, self.level)
-        return (self.level, pairs) if pairs else (None, ())
+            return (), ()
+        return _pairs(op, args, self.level)
 
     def call(self, op, args, out):
-        lv, pairs = self._top(op, args)
-        if lv is None or "nondifferentiable" in op.pieces:
+        pairs, cuts = self._top(op, args)
+        lv = self.level
+        if cuts and out is None:
+            with _set_aside(lv, cuts):
+                result = self.call(op, args, None) if pairs else registry.call(op, args)
+            _mark_cut(result, cuts, lv)
+            return result
+        if not pairs or "nondifferentiable" in op.pieces:
             return NotImplemented
         if out is not None:
             result = self.call(op, args, None)
@@ -351,8 +380,9 @@ class ForwardHook(registry.TransformHook):
         return registry.call_inplace(registry.OPS["copy"], (out, result, False))
 
     def call_inplace(self, op, args):
-        lv, pairs = self._top(op, args)
-        if lv is None or "nondifferentiable" in op.pieces:
+        pairs, _ = self._top(op, args)
+        lv = self.level
+        if not pairs or "nondifferentiable" in op.pieces:
             return NotImplemented
         target = args[0]
         outer_grad = is_grad_enabled()

@@ -272,3 +272,24 @@ def test_a_sample_copied_into_itself_runs_under_vmap_where_torchs_refuses_seed_7
     with pytest.raises(RuntimeError, match=transforms.VMAP_LIMITS[-1]):
         torch.func.vmap(f, in_dims=-2)(physical.clone())
     assert f(samples[0].clone()).tolist() == loop[0]
+
+
+def test_unpack_duals_primal_and_its_views_take_no_tangent_from_the_base():
+    """The other side of the lazy view tangent: `unpack_dual`'s primal is a view of the dual tensor that is not
+    forward differentiable in torch, so neither it nor the views made of it take the tangent its base has; an
+    in-place op on it with a dual operand gives it its own tangent and leaves the base's. A view of another
+    dtype (``view(float32)`` of a float64 base) takes none either."""
+    found = []
+    for T, fa in ((torch, torch.autograd.forward_ad), (jitorch, fwd)):
+        with fa.dual_level():
+            x = fa.make_dual(T.tensor([1.0, 2.0]), T.tensor([3.0, 4.0]))
+            y = x * 2
+            primal = fa.unpack_dual(y).primal
+            taken = [fa.unpack_dual(v).tangent for v in (primal, primal[0:], primal.narrow(0, 1, 1), primal * 1)]
+            primal.add_(x)
+            wide = T.zeros(2, dtype=T.float64)
+            narrow = wide.view(T.float32)
+            wide.copy_(y)
+            found.append([taken, fa.unpack_dual(primal).tangent.tolist(), fa.unpack_dual(y).tangent.tolist(),
+                          fa.unpack_dual(narrow).tangent])
+    assert found[1] == found[0] == [[None] * 4, [3.0, 4.0], [6.0, 8.0], None]
