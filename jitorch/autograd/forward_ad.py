@@ -382,12 +382,15 @@ class ForwardHook(registry.TransformHook):
     def call_inplace(self, op, args):
         pairs, _ = self._top(op, args)
         lv = self.level
-        if not pairs or "nondifferentiable" in op.pieces:
-            return NotImplemented
         target = args[0]
+        # (a nondifferentiable op writes values of a zero derivative, `logical_and_`'s 0s and 1s: its target's
+        # tangent becomes 0, as central differences give, where torch's keeps the old one; seed 7892288)
+        constant = "nondifferentiable" in op.pieces
+        if not pairs or constant and not any(t is target for t, _ in pairs):
+            return NotImplemented
         outer_grad = is_grad_enabled()
         with _set_aside(lv, [t for t, _ in pairs]):
-            tangent = _own(_jvp(op, args, pairs, outer_grad), pairs)[0]
+            tangent = None if constant else _own(_jvp(op, args, pairs, outer_grad), pairs)[0]
             registry.call_inplace(op, args)
         found = _tangents(target)
         old = found.get(lv) if found else None

@@ -4,6 +4,7 @@ torch's vmap is the wrong side, against the per-sample loop."""
 
 import dataclasses
 import math
+import re
 import warnings
 
 import pytest
@@ -269,7 +270,9 @@ def test_a_sample_copied_into_itself_runs_under_vmap_where_torchs_refuses_seed_7
     physical = torch.stack(list(samples), dim=-2)
     loop = [f(jitorch.tensor(s.numpy().copy())).tolist() for s in samples]
     assert jitorch.func.vmap(f, in_dims=-2)(jitorch.tensor(physical.numpy())).tolist() == loop
-    with pytest.raises(RuntimeError, match=transforms.VMAP_LIMITS[-1]):
+    refusal = "some elements of the input tensor and the written-to tensor refer to a single memory location"
+    assert refusal in transforms.VMAP_LIMITS
+    with pytest.raises(RuntimeError, match=refusal):
         torch.func.vmap(f, in_dims=-2)(physical.clone())
     assert f(samples[0].clone()).tolist() == loop[0]
 
@@ -293,3 +296,169 @@ def test_unpack_duals_primal_and_its_views_take_no_tangent_from_the_base():
             found.append([taken, fa.unpack_dual(primal).tangent.tolist(), fa.unpack_dual(y).tangent.tolist(),
                           fa.unpack_dual(narrow).tangent])
     assert found[1] == found[0] == [[None] * 4, [3.0, 4.0], [6.0, 8.0], None]
+
+
+# Seeds from 7890000 ------------------------------------------------------------------------------------------
+
+def test_an_in_place_op_of_no_derivative_zeroes_its_targets_tangent_seed_7892288():
+    """Seed 7892288: ``v = c.pow(x); v.logical_and_(v)``: the target's values become 0s and 1s, constant near x,
+    so its tangent is 0 (central differences); jitorch's kept pow's tangent (NaN where c < 0), as torch 2.13's
+    does for the in-place logical ops (its comparisons' ``eq_`` give 0). jitorch's nondifferentiable in-place ops
+    now zero the target's tangent, through a view into its base's too; the fuzzer judges programs with an
+    in-place logical op by finite differences (`transforms.TORCH_WRONG_TANGENT`)."""
+    c = [2.0, 0.5, -1.0]
+    x, t, eps = [0.5, 1.5, 2.0], [1.0, 1.0, 1.0], 1e-6
+
+    def build(T, name):
+        def f(x):
+            v = T.tensor(c, dtype=T.float64).pow(x)
+            getattr(v, name)(v) if name != "logical_not_" else v.logical_not_()
+            return v
+        return f
+    for name in ("logical_and_", "logical_or_", "logical_xor_", "logical_not_"):
+        f = build(jitorch, name)
+        at = [f(jitorch.tensor([a + s * b for a, b in zip(x, t)], dtype=jitorch.float64)).tolist() for s in (eps, -eps)]
+        _, tangent = _jvp(jitorch, f, x, t)
+        assert tangent == [(p - m) / (2 * eps) for p, m in zip(*at)] == [0.0, 0.0, 0.0], name
+        _, theirs = _jvp(torch, build(torch, name), x, t)
+        assert not _same(theirs, tangent), name  # (torch's keeps pow's: docs/differences-from-torch.md)
+
+    def through_view(T):
+        def f(x):
+            v = x * 3
+            v[1:].logical_and_(T.tensor([True, False]))
+            return v
+        return f
+    got, want = _jvp(jitorch, through_view(jitorch), x, t), _jvp(torch, through_view(torch), x, t)
+    assert got[0] == want[0] and got[1] == [3.0, 0.0, 0.0]
+    program = _statements(7892288)
+    assert transforms._torch_tangent_wrong(program, transforms.Run())
+
+
+def test_frac_passes_on_a_copy_of_its_tangent_seed_7890199():
+    """Seed 7890199: ``v = x.frac(); v.sqrt_()`` (through ``v.to(bfloat16)``, the same tensor), returning ``x``:
+    ``x``'s tangent is the one given, whatever is written into ``v``. torch's ``frac`` passes its operand's tangent
+    on as its result's, the same tensor, so ``sqrt_`` rewrites ``x``'s (NaN at -1.25); jitorch's tangent of a
+    result never is an operand's (`forward_ad._own`). The fuzzer judges programs with ``frac`` by finite
+    differences under jvp (`transforms.TORCH_WRONG_TANGENT`)."""
+    def build(T):
+        def f(x):
+            v = x.frac()
+            v.sqrt_()
+            return x
+        return f
+    x, t = [0.5, -1.25, 2.25], [1.0, 2.0, 3.0]
+    assert _jvp(jitorch, build(jitorch), x, t)[1] == t
+    assert not _same(_jvp(torch, build(torch), x, t)[1], t)
+    assert transforms._torch_tangent_wrong(_statements(7890199), transforms.Run())
+
+
+def test_clamp_with_one_tensor_bound_at_a_tie_takes_the_inputs_tangent_seed_7891085():
+    """Seed 7891085: ``x1.clip(max=x0)`` with an element of ``x1`` equal to ``x0``: jitorch's tangent there is the
+    input's, as torch's gradient and its ``clamp_max``, two-bound and scalar-bound forms give; torch's forward
+    formula of ``clamp.Tensor`` with a None bound takes the bound's (0). A kink: the fuzzer judges such calls by
+    finite differences (`transforms.TORCH_WRONG_TANGENT`, which skip kinks)."""
+    x, t = [0.0, 1.5, -1.0], [1.0, 1.0, 1.0]
+    forms = (lambda T: (lambda a: a.clip(max=T.tensor(0.0, dtype=T.float64))),
+             lambda T: (lambda a: T.clamp_max(a, T.tensor(0.0, dtype=T.float64))),
+             lambda T: (lambda a: a.clip(max=0.0)))
+    for form in forms:
+        assert _jvp(jitorch, form(jitorch), x, t)[1] == [1.0, 0.0, 1.0]
+    assert [_jvp(torch, form(torch), x, t)[1] for form in forms] == [[0.0, 0.0, 1.0], [1.0, 0.0, 1.0],
+                                                                      [1.0, 0.0, 1.0]]
+    v = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.grad(forms[0](torch)(v).sum(), v)[0].tolist() == [1.0, 0.0, 1.0]
+    judged = transforms._one_tensor_bound
+    assert [judged(line) for line in ("v1 = x1.clip(max=x0)", "T.clip(v0, v0, None, out=v4)", "x1.clip_(c1)",
+                                      "v8 = v5.clip(v4, v4)", "x1.clip_(max=2.0)", "v1 = x0.clip(max=M.a0)",
+                                      "T.clip(v2, s0, out=v5)")] == [True, True, True, False, False, False, False]
+
+
+def test_a_half_types_std_without_degrees_of_freedom_has_a_tangent_of_its_dtype_seed_7890531():
+    """Seed 7890531: ``T.fill(T.std(x), 0)`` of a bfloat16 ``x`` of one element: torch's tangent of ``std`` there is
+    a float32 NaN (its primal bfloat16), jitorch's of the primal's dtype (docs/func.md); the fuzzer records
+    torch's tangents in their primals' dtypes for bfloat16 too, as it did for float16 and float32."""
+    for T in (torch, jitorch):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            _, tangent = T.func.jvp(lambda x: T.std(x), (T.tensor([0.7], dtype=T.bfloat16),),
+                                    (T.tensor([1.0], dtype=T.bfloat16),))
+        assert tangent.dtype == (T.float32 if T is torch else T.bfloat16) and math.isnan(tangent.item())
+    program = _statements(7890531)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        outcome = transforms.check(program)
+    assert not outcome.mismatches and outcome.ran["jvp"] == 1
+
+
+def test_torchs_vmap_refusals_of_programs_with_a_meaning_seed_7890743():
+    """Seeds 7890743, 7892217: ``t.select_scatter(src, 0, 0)`` with ``src`` of another dtype (eagerly cast); seed
+    7891294: ``median`` of an empty sample (eagerly NaN). torch's vmap refuses both (its rules scatter and reduce a
+    dim of size 0); jitorch's gives the loop's values, and the fuzzer reads torch's errors as its vmap's limits
+    (`transforms.VMAP_LIMITS`). Seed 7892174: ``x.remainder(-1).unsqueeze(-2)`` under jvp, where torch's forward
+    formula gives a tangent of another shape and raises; jitorch's tangent is torch's for the in-place
+    ``unsqueeze_`` form, which torch runs (`transforms.TORCH_LIMITS`)."""
+    x = torch.tensor([[1, 2, 3, 0, 0], [4, 9, 6, 0, 0], [7, 1, 2, 3, 3]], dtype=torch.uint8)
+
+    def scatter(T):
+        base = T.arange(5, dtype=T.float32)
+        return lambda v: base.select_scatter(T.amax(v), 0, 0)
+    loop = [scatter(torch)(row).tolist() for row in x]
+    assert jitorch.func.vmap(scatter(jitorch))(jitorch.tensor(x.numpy())).tolist() == loop
+    assert [scatter(jitorch)(jitorch.tensor(row.numpy())).tolist() for row in x] == loop
+    empty = torch.zeros(3, 1, 0)
+    assert math.isnan(torch.median(empty[0]).item())
+    assert all(math.isnan(v) for v in jitorch.func.vmap(jitorch.median)(jitorch.zeros(3, 1, 0)).tolist())
+    for call, message in ((lambda: torch.func.vmap(scatter(torch))(x),
+                           "scatter(): Expected self.dtype to be equal to src.dtype"),
+                          (lambda: torch.func.vmap(torch.median)(empty), "median(): Expected reduction dim")):
+        assert message in transforms.VMAP_LIMITS
+        with pytest.raises((RuntimeError, IndexError), match=re.escape(message)):
+            call()
+
+
+def test_remainder_by_a_number_passes_on_a_copy_of_its_tangent_seed_7892174():
+    """Seed 7892174: ``v = x.remainder(-1); v.unsqueeze_(-2)``, then ``x[1, 1:]``: torch's ``remainder`` (and
+    ``fmod``) by a number passes ``x``'s tangent on as ``v``'s, the same tensor, so ``unsqueeze_`` reshapes ``x``'s
+    tangent and the next view of ``x`` raises "Trying to set a forward gradient that has a different size" (a
+    ``mul_`` would rewrite it silently). jitorch's ``x`` keeps the tangent given; the fuzzer judges such calls by
+    finite differences (`transforms.TORCH_WRONG_TANGENT`) and reads that error as torch's limit."""
+    def build(T, name, write):
+        def f(x):
+            v = getattr(x, name)(-1)
+            v.unsqueeze_(-2) if write == "unsqueeze_" else v.mul_(2)
+            return x[1, 0:] * 1
+        return f
+    x, t = [[0.5], [1.5]], [[1.0], [2.0]]
+    for name in ("remainder", "fmod"):
+        for write in ("unsqueeze_", "mul_"):
+            assert _jvp(jitorch, build(jitorch, name, write), x, t) == ([1.5], [2.0])
+        with pytest.raises(RuntimeError, match="Trying to set a forward gradient that has a different size"):
+            _jvp(torch, build(torch, name, "unsqueeze_"), x, t)
+        assert _jvp(torch, build(torch, name, "mul_"), x, t) == ([1.5], [4.0])
+    assert "Trying to set a forward gradient that has a different size than that of the original Tensor" in \
+        transforms.TORCH_LIMITS
+    assert transforms._torch_tangent_wrong(_statements(7892174), transforms.Run())
+    assert [transforms._scalar_other(line) for line in ("v2 = x0.remainder(g1)", "v1 = T.fmod(x0, 1.5, out=v2)",
+                                                        "v3 = x0.remainder(v1)", "v4 = T.fmod(c0, x1)")] == \
+        [True, True, False, False]
+
+
+def test_ravel_of_a_sample_is_a_view_that_sees_a_later_write_under_vmap_seed_7890835():
+    """Seed 7890835: ``v = x.ravel()`` then an in-place write into ``x``, with ``x`` batched at dim 1: each
+    sample (compact in the loop) ravels to a view, which sees the write; jitorch's batched samples are compact,
+    so its vmap gives the loop's values. torch's sample there is strided, its ``ravel`` copies and misses the
+    write; the fuzzer compares programs with an op of `transforms.LAYOUT_DEPENDENT` and a write with the loop
+    alone."""
+    def f(x):
+        v = x.ravel()
+        x.mul_(2)
+        return v * 1
+    samples = torch.tensor([[3.0, -2.5], [0.5, 1.0], [2.0, 2.0]])
+    loop = [f(jitorch.tensor(s.numpy().copy())).tolist() for s in samples]
+    physical = samples.t().contiguous()
+    assert jitorch.func.vmap(f, in_dims=1)(jitorch.tensor(physical.numpy())).tolist() == loop
+    assert torch.func.vmap(f, in_dims=1)(physical.clone()).tolist() == samples.tolist() != loop
+    program = _statements(7890835)
+    assert any(s.tag in transforms.LAYOUT_DEPENDENT for s in program.body)
+    assert any(transforms._writes(s) for s in program.body)
