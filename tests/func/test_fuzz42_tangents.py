@@ -462,3 +462,35 @@ def test_ravel_of_a_sample_is_a_view_that_sees_a_later_write_under_vmap_seed_789
     program = _statements(7890835)
     assert any(s.tag in transforms.LAYOUT_DEPENDENT for s in program.body)
     assert any(transforms._writes(s) for s in program.body)
+
+
+def test_copysign_of_zero_has_a_finite_tangent_seed_7894073():
+    """Seed 7894073: ``copysign(v, v)`` with an element 0: jitorch's tangent there was NaN, torch's 0. The rule's
+    ``where(self == 0, 0, g * (out / self))`` is right in reverse mode, but its transpose differentiates the
+    branch not taken, 0 / 0; it is now torch's ``g * ratio`` with the ratio divided where ``self`` is not 0
+    (`common.over_nonzero`), whose every branch is finite."""
+    x, t = [0.0, 1.5, -2.0], [1.0, 1.0, 1.0]
+    for build in (lambda T: (lambda v: T.copysign(v, v)),
+                  lambda T: (lambda v: T.copysign(v, T.tensor(-1.0, dtype=T.float64)))):
+        assert _jvp(jitorch, build(jitorch), x, t) == _jvp(torch, build(torch), x, t)
+        grads = []
+        for T in (jitorch, torch):
+            v = T.tensor(x, dtype=T.float64, requires_grad=True)
+            grads.append(T.autograd.grad(build(T)(v).sum(), v)[0].tolist())
+        assert grads[0] == grads[1]
+    assert _jvp(jitorch, lambda v: jitorch.copysign(v, v), x, t)[1] == [0.0, 1.0, 1.0]
+
+
+def test_fmax_at_a_tie_takes_selfs_tangent_as_its_gradient_seed_7893400():
+    """Seed 7893400: ``fmax(y, c)`` with ``y == c`` at one element: jitorch's tangent there is ``y``'s (7), as torch's
+    gradient gives ``self`` the tie; torch's forward formula takes ``other``'s (0), and its ``fmin`` agrees with its
+    gradient. The fuzzer judges programs with ``fmax`` by finite differences under jvp."""
+    x, t, c = [1.0, 2.0, 3.0], [1.0, 1.0, 1.0], [1.0, 1.0, 4.0]
+    for name, want in (("fmax", [1.0, 1.0, 0.0]), ("fmin", [1.0, 0.0, 1.0])):
+        def build(T):
+            return lambda v: getattr(T, name)(v, T.tensor(c, dtype=T.float64))
+        assert _jvp(jitorch, build(jitorch), x, t)[1] == want
+        v = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+        assert torch.autograd.grad(build(torch)(v).sum(), v)[0].tolist() == want
+    assert _jvp(torch, lambda v: torch.fmax(v, torch.tensor(c, dtype=torch.float64)), x, t)[1] == [0.0, 1.0, 0.0]
+    assert transforms._torch_tangent_wrong(_statements(7893400), transforms.Run())

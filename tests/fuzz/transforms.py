@@ -408,12 +408,13 @@ def _scalar_other(line):
 # an in-place op on the result writes the operand's tangent (seed 7890199; seed 7892174, where ``unsqueeze_``
 # reshaped it and torch raised); its in-place logical ops keep their target's tangent where the values they
 # write (0 and 1) have none (seed 7892288); its ``clamp``/``clip`` with one tensor bound takes, at a tie with the
-# bound, the bound's tangent, where its backward and its other forms take the input's (seed 7891085).
+# bound, the bound's tangent, where its backward and its other forms take the input's (seed 7891085), and its
+# ``fmax`` at a tie takes ``other``'s, where its backward gives ``self`` the gradient (seed 7893400).
 # docs/differences-from-torch.md.
 TORCH_WRONG_TANGENT = {"scatter_reduce": lambda line: "'prod'" in line, "frac": None, "fmod": _scalar_other,
                        "remainder": _scalar_other, "logical_and": None,
                        "logical_or": None, "logical_xor": None, "logical_not": None, "clamp": _one_tensor_bound,
-                       "clip": _one_tensor_bound}
+                       "clip": _one_tensor_bound, "fmax": None}
 
 
 def _torch_tangent_wrong(program, run):

@@ -23,7 +23,7 @@ from ...runtime.dtypes import result_type
 from ...ops.pointwise import mvlgamma_shifts
 
 from ..rule import defgrad, differentiates, nondifferentiable, reads
-from .common import cut, per_input, zero_grad, zeros
+from .common import cut, over_nonzero, per_input, zero_grad, zeros
 
 _LN2 = math.log(2.0)
 _LN10 = math.log(10.0)
@@ -217,7 +217,7 @@ _SQRT_PI_OVER_2 = math.sqrt(math.pi) / 2
 
 def _copysign_self(g, a, out):
     """``g * sign`` of the flip: ``out / self``, and 0 where ``self`` is 0 (torch's copysign backward)."""
-    return jt.where(a.self == 0, 0, g * (out / a.self))
+    return g * over_nonzero(out, a.self)
 
 
 def _kept(g, x, other, wins):
