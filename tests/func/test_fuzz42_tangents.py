@@ -494,3 +494,26 @@ def test_fmax_at_a_tie_takes_selfs_tangent_as_its_gradient_seed_7893400():
         assert torch.autograd.grad(build(torch)(v).sum(), v)[0].tolist() == want
     assert _jvp(torch, lambda v: torch.fmax(v, torch.tensor(c, dtype=torch.float64)), x, t)[1] == [0.0, 1.0, 0.0]
     assert transforms._torch_tangent_wrong(_statements(7893400), transforms.Run())
+
+
+@pytest.mark.parametrize("name", ["pow", "float_power"])
+def test_pow_of_zero_by_a_zero_exponent_has_a_finite_tangent_seed_7894731(name):
+    """Seed 7894731: ``x.float_power(e)`` with ``x`` 0 (and its tangent 0, written by ``x[::3] = 0``) where ``e`` is 0:
+    jitorch's tangent was NaN, torch's 0. The rule's ``where(e == 0, 0, g * e * x ** (e - 1))`` is torch's, but its
+    transpose differentiates the branch not taken, 0 * 0 ** -1; that branch now raises x to 0 there."""
+    def build(T):
+        e = T.tensor([[0.5, -1.0, 0.0, 2.0]], dtype=T.float64)
+
+        def f(x):
+            x[::3] = 0
+            return getattr(x, name)(e)
+        return f
+    x, t = [[1.0, 2.0, 3.0, 4.0]], [[1.0, 1.0, 1.0, 1.0]]
+    got, want = _jvp(jitorch, build(jitorch), x, t), _jvp(torch, build(torch), x, t)
+    assert _same(got, want) and got[1][0][2:] == [0.0, 0.0]
+    grads = []
+    for T in (jitorch, torch):
+        v = T.tensor([[0.0, 2.0, 0.0, 4.0]], dtype=T.float64, requires_grad=True)
+        grads.append(T.autograd.grad(getattr(v, name)(T.tensor([[0.5, -1.0, 0.0, 2.0]], dtype=T.float64)).sum(),
+                                     v)[0].tolist())
+    assert _same(grads[0], grads[1])

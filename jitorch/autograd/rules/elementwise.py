@@ -79,11 +79,14 @@ defgrad("floor_divide _div_trunc", zero_grad("self", "other"))  # torch's div(ro
 # Binary and ternary ops --------------------------------------------------------------------------
 
 def _pow_self(g, a, out):
-    """``g * e * self ** (e - 1)``, and 0 where the exponent is 0 (even at self = 0)."""
+    """``g * e * self ** (e - 1)``, and 0 where the exponent is 0 (even at self = 0). The branch not taken there
+    raises self to 0, not -1: forward mode differentiates it too, and 0 ** -1 would make its 0 a NaN (seed
+    7894731)."""
     e = a.exponent
     if isinstance(e, Number):
         return zeros(g.shape, g) if e == 0 else g * (e * a.self.pow(e - 1))
-    return jt.where(e == 0, 0, g * (e * a.self.pow(e - 1)))
+    zero = e == 0
+    return jt.where(zero, 0, g * (e * a.self.pow(jt.where(zero, 1, e) - 1)))
 
 
 def _pow_exponent(g, a, out):
