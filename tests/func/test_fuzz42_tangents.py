@@ -393,11 +393,10 @@ def test_a_half_types_std_without_degrees_of_freedom_has_a_tangent_of_its_dtype_
 
 def test_torchs_vmap_refusals_of_programs_with_a_meaning_seed_7890743():
     """Seeds 7890743, 7892217: ``t.select_scatter(src, 0, 0)`` with ``src`` of another dtype (eagerly cast); seed
-    7891294: ``median`` of an empty sample (eagerly NaN). torch's vmap refuses both (its rules scatter and reduce a
-    dim of size 0); jitorch's gives the loop's values, and the fuzzer reads torch's errors as its vmap's limits
-    (`transforms.VMAP_LIMITS`). Seed 7892174: ``x.remainder(-1).unsqueeze(-2)`` under jvp, where torch's forward
-    formula gives a tangent of another shape and raises; jitorch's tangent is torch's for the in-place
-    ``unsqueeze_`` form, which torch runs (`transforms.TORCH_LIMITS`)."""
+    7891294: ``median`` of an empty sample (eagerly NaN); seed 7893879: ``v.slice_scatter(v, start=-1, step=3)``.
+    torch's vmap refuses them (its rules scatter, reduce a dim of size 0, take the start past the batch dim);
+    jitorch's gives the loop's values, and the fuzzer reads torch's errors as its vmap's limits
+    (`transforms.VMAP_LIMITS`)."""
     x = torch.tensor([[1, 2, 3, 0, 0], [4, 9, 6, 0, 0], [7, 1, 2, 3, 3]], dtype=torch.uint8)
 
     def scatter(T):
@@ -409,9 +408,15 @@ def test_torchs_vmap_refusals_of_programs_with_a_meaning_seed_7890743():
     empty = torch.zeros(3, 1, 0)
     assert math.isnan(torch.median(empty[0]).item())
     assert all(math.isnan(v) for v in jitorch.func.vmap(jitorch.median)(jitorch.zeros(3, 1, 0)).tolist())
+    def sliced(T):
+        return lambda v: v.slice_scatter(v, start=-1, step=3)
+    column = torch.tensor([[1], [2], [3]], dtype=torch.int8)
+    assert jitorch.func.vmap(sliced(jitorch))(jitorch.tensor(column.numpy())).tolist() == \
+        [sliced(torch)(row).tolist() for row in column] == [[1], [2], [3]]
     for call, message in ((lambda: torch.func.vmap(scatter(torch))(x),
                            "scatter(): Expected self.dtype to be equal to src.dtype"),
-                          (lambda: torch.func.vmap(torch.median)(empty), "median(): Expected reduction dim")):
+                          (lambda: torch.func.vmap(torch.median)(empty), "median(): Expected reduction dim"),
+                          (lambda: torch.func.vmap(sliced(torch))(column), "index -1 is out of bounds for dimension")):
         assert message in transforms.VMAP_LIMITS
         with pytest.raises((RuntimeError, IndexError), match=re.escape(message)):
             call()
