@@ -267,7 +267,7 @@ def test_the_tangent_of_frac_is_not_its_operands_after_a_write_into_it_seeds_788
     """Seeds 7880016 (``v = frac(x); x[idx] = -1``), 7880503 (``v = x.frac(); x.mvlgamma_(3)``): jitorch's tangent
     of ``v`` is ``x``'s tangent when ``v`` was made, as central differences say; torch's is ``x``'s tangent
     itself, so the later write changes it (2 t after ``x.mul_(2)``). The fuzzer compares such programs' tangents
-    with finite differences (`transforms.TORCH_ALIASED_TANGENT`)."""
+    with finite differences (`transforms.TORCH_WRONG_TANGENT`)."""
     def build(T):
         def f(x):
             v = T.frac(x)

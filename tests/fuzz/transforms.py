@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import re
 import warnings
 import dataclasses
 from dataclasses import dataclass, field
@@ -45,10 +46,10 @@ import torch
 
 import jitorch
 
-from .generator import AMONG_TIES, grad_loss, torch_derivative_wrong
+from .generator import grad_loss, torch_gradient_untrusted
 from .old_values import reads_old_values
 from .oracle import TOLERANCE, TORCH_TOLERANCE, Mismatch, _worst, compare_output, record_value
-from .program import Instance, make_tensor
+from .program import FLOAT_DTYPES, Instance, make_tensor
 
 SAMPLES = 3
 # torch.func refusals of programs that have a meaning (jitorch runs them by its per-sample fallback);
@@ -66,17 +67,36 @@ TORCH_LIMITS = ("Batching rule not implemented", "fallback path doesn't work", "
                 "Negation, the `-` operator, on a bool tensor is not supported",
                 # torch's forward formulas giving a tangent of another size than their result, which its forward AD
                 # then refuses (seeds 7882265: lu_unpack with unpack_data=False; 7886590: triangular_solve)
-                "Trying to set a forward gradient that has a different size")
+                "Trying to set a forward gradient that has a different size",
+                # (also where torch's own forward formula reshaped a tangent: an in-place view op on a result whose
+                # tangent is its operand's, `TORCH_WRONG_TANGENT`: seed 7892174)
+                )
 # Refusals of torch's vmap alone: a boolean mask of a dim of size 0 indexing the tensor it was made of
 # (``v[v > 2]``, where each sample's call runs: seeds 7840848, 7870115; tests/func/test_vmap_fuzz_regressions.py),
 # ``view`` of a sample that is compact where its batched tensor is not (jitorch's batched tensors are laid out as
-# compact samples, docs/differences-from-torch.md; seed 7870973). In vmap modes jitorch's result is judged by
-# the per-sample loop.
-VMAP_LIMITS = ("does not match the shape of the indexed tensor", "view size is not compatible with input tensor")
-# Statements whose result torch's vmap gets wrong without an error: its fallback for ``as_strided_`` leaves the
-# batched tensor's geometry as it was (seed 7870731; tests/func/test_vmap_fuzz_regressions.py). Programs with
-# one are compared with the loop alone.
-TORCH_VMAP_WRONG = ("as_strided_",)
+# compact samples, docs/differences-from-torch.md; seed 7870973), a copy of a sample into itself (``v[:, -1] = x``
+# with ``v`` a view of all of ``x``: eagerly an allowed exact overlap; under torch's vmap, with the batch
+# dimension not in front, a partial one it refuses: seed 7873821), ``select_scatter`` of a source of another dtype
+# (eagerly cast; torch's batching rule scatters, which refuses: seed 7890743), ``median`` of an empty sample (eagerly
+# NaN; torch's rule reduces a dim of size 0, which refuses: seed 7891294), ``slice_scatter`` with a negative start
+# (torch's rule takes it past the batch dim: seed 7893879; tests/func/test_fuzz42_tangents.py).
+# In vmap modes jitorch's result is judged by the per-sample loop.
+VMAP_LIMITS = ("does not match the shape of the indexed tensor", "view size is not compatible with input tensor",
+               "some elements of the input tensor and the written-to tensor refer to a single memory location",
+               "scatter(): Expected self.dtype to be equal to src.dtype",
+               "median(): Expected reduction dim", "index -1 is out of bounds for dimension")
+# Statements whose result torch's vmap gets wrong without an error, by tag and a pattern of the statement (None:
+# every one): its fallback for ``as_strided_`` leaves the batched tensor's geometry as it was (seed 7870731;
+# tests/func/test_vmap_fuzz_regressions.py); its rule for ``argmax``/``argmin`` with ``keepdim=True`` and no dim
+# gives each sample the shape [1] where its call gives all dims of size 1 (seed 7873003;
+# tests/func/test_fuzz42_tangents.py). Programs with one are compared with the loop alone, and so are programs that
+# write in place and call an op of `LAYOUT_DEPENDENT`, a view of a sample where the sample is compact and a copy
+# where not: jitorch's batched samples are compact (as each sample of the loop), torch's need not be, so its
+# ``ravel`` of a sample batched at dim 1 copies and misses a later write (seed 7890835;
+# docs/differences-from-torch.md).
+LAYOUT_DEPENDENT = ("ravel", "reshape", "reshape_as", "flatten", "contiguous")
+_NO_DIM_KEPT = re.compile(r"arg(?:max|min)\((?:[^,()]+, )?keepdim=True\)")
+TORCH_VMAP_WRONG = {"as_strided_": None, "argmax": _NO_DIM_KEPT, "argmin": _NO_DIM_KEPT}
 MODES = ("vmap", "jvp", "vmap-grad")
 
 
@@ -272,7 +292,8 @@ def check_vmap(program, rng, outcome):
               if d is not None and d % (len(decl.shape) + 1)]
     written = None if got.error else [_stacked_input(loop, i, d, got.inputs[i]) for i, d in enumerate(in_dims)]
     # (an error of jitorch's where the loop ran is one whatever torch's vmap does)
-    torch_wrong = any(st.tag in TORCH_VMAP_WRONG for st in program.body) or (
+    torch_wrong = any(_torch_vmap_wrong(st) for st in program.body) or (
+        any(st.tag in LAYOUT_DEPENDENT for st in program.body) and any(_writes(st) for st in program.body)) or (
         copied and written is not None and _layout_dependent(program, in_dims, keep, loop, written))
     if not torch_wrong:
         differ = _against_torch(got, want, copied)
@@ -345,6 +366,19 @@ def _layout_dependent(program, in_dims, keep, loop, written):
     _compare(found, "vmap", "loop", Run(inputs=[record_value(jitorch, p, []) if d is not None else w for p, d, w in
                                                 zip(physical, in_dims, written)]), Run(inputs=written), TOLERANCE)
     return bool(found)
+
+
+def _torch_vmap_wrong(stmt):
+    """Whether torch's vmap gets the statement wrong (`TORCH_VMAP_WRONG`)."""
+    if stmt.tag not in TORCH_VMAP_WRONG:
+        return False
+    pattern = TORCH_VMAP_WRONG[stmt.tag]
+    return pattern is None or any(pattern.search(line) for line in stmt.lines)
+
+
+def _writes(stmt):
+    """Whether the statement writes a tensor in place (an in-place op, ``out=``, an index assignment)."""
+    return stmt.tag.endswith(("_", "(out)")) or stmt.tag.startswith("setitem")
 
 
 def _stacked_input(loop, i, dim, got):
@@ -429,35 +463,92 @@ def _torch_reverse_jvp(program, keep, floats):
     return _call(torch, program, wrap, inputs, old_values=False)
 
 
+_TENSOR_REF = re.compile(r"(?:[vxc]\d|M\.t\d|T\.)")  # a program's tensor, not a number or scalar variable
+
+
+def _call_arguments(line, start):
+    """The top-level arguments of the call whose ``(`` is at ``line[start]``."""
+    found, depth, begin = [], 0, start + 1
+    for i, ch in enumerate(line[start:], start):
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+        if depth == 1 and ch == "," or depth == 0:
+            found.append(line[begin:i].strip())
+            begin = i + 1
+        if depth == 0:
+            break
+    return [a for a in found if a]
+
+
+def _operands(line, names):
+    """The arguments after ``self`` (keywords' values, ``out=`` left out) of the call of ``names`` (a regex
+    alternation) in ``line``, or None."""
+    call = re.search(rf"(T\.)?(?:{names})_?\(", line)
+    if call is None:
+        return None
+    args = [a for a in _call_arguments(line, call.end() - 1) if not a.startswith("out=")][1 if call.group(1) else 0:]
+    return [a.split("=", 1)[-1] for a in args]
+
+
+def _one_tensor_bound(line):
+    """Whether the ``clamp``/``clip`` call of ``line`` has a tensor bound and no other (torch's ``clamp.Tensor``
+    with a None bound)."""
+    given = [b for b in _operands(line, "clamp|clip") or () if b != "None"]
+    return len(given) == 1 and bool(_TENSOR_REF.match(given[0]))
+
+
+def _scalar_other(line):
+    """Whether the ``fmod``/``remainder`` call of ``line`` takes a number (torch's ``.Scalar`` overload)."""
+    others = _operands(line, "fmod|remainder")
+    return bool(others) and not _TENSOR_REF.match(others[0])
+
+
+# Statements whose torch tangent alone is wrong, by tag and a test of the statement's line (None: every call): torch
+# 2.13's forward AD of ``scatter_reduce(..., 'prod')`` gives its result no tangent (seed 7875998); its ``frac``
+# and its ``fmod``/``remainder`` by a number pass their operand's tangent on as the result's, the same tensor, so
+# an in-place op on the result writes the operand's tangent (seed 7890199; seed 7892174, where ``unsqueeze_``
+# reshaped it and torch raised); its in-place logical ops keep their target's tangent where the values they
+# write (0 and 1) have none (seed 7892288); its ``clamp``/``clip`` with one tensor bound takes, at a tie with the
+# bound, the bound's tangent, where its backward and its other forms take the input's (seed 7891085), and its
+# ``fmax`` at a tie takes ``other``'s, where its backward gives ``self`` the gradient (seed 7893400).
+# docs/differences-from-torch.md.
+TORCH_WRONG_TANGENT = {"scatter_reduce": lambda line: "'prod'" in line, "frac": None, "fmod": _scalar_other,
+                       "remainder": _scalar_other, "logical_and": None,
+                       "logical_or": None, "logical_xor": None, "logical_not": None, "clamp": _one_tensor_bound,
+                       "clip": _one_tensor_bound, "fmax": None}
+
+
 def _torch_tangent_wrong(program, run):
-    """Whether torch's tangents are no oracle for the program: a statement whose torch derivative is wrong
-    (`generator.TORCH_WRONG_GRADIENT`: torch's cholesky_inverse jvp, seed 7870101), an in-place op that read
-    memory it wrote (``x.lerp_(c, x)``: torch's forward formula reads ``x``'s tangent after writing it, seed
-    7870177; docs/differences-from-torch.md), or an in-place write after a statement whose torch tangent is its
-    operand's tangent itself (`TORCH_ALIASED_TANGENT`), or a ``topk`` among ties (`generator.AMONG_TIES`: each
-    library's tangent is that of the tied element it picks, seed 7881654)."""
-    tags = [s.tag for s in program.body]
-    aliased = next((i for i, tag in enumerate(tags) if tag in TORCH_ALIASED_TANGENT), None)
-    return run.overlaps > 0 or any(torch_derivative_wrong(tag) or tag.endswith(AMONG_TIES) for tag in tags) or (
-        aliased is not None and any(tag.endswith("_") or tag == "setitem" for tag in tags[aliased + 1:]))
+    """Whether torch's tangents are no oracle for the program: a statement whose torch derivative is no oracle
+    (`generator.torch_gradient_untrusted`: wrong, as torch's cholesky_inverse jvp, seed 7870101; wrong by an
+    integer operand, as atan2's, which squares it in its dtype or negates a bool, seed 7875982; topk's among
+    ties, whose tangent is the element torch's kernel happened to pick, seed 7875047), a statement of
+    `TORCH_WRONG_TANGENT`, or an in-place op that read memory it wrote (``x.lerp_(c, x)``: torch's forward
+    formula reads ``x``'s tangent after writing it, seed 7870177; docs/differences-from-torch.md)."""
+    return run.overlaps > 0 or any(torch_gradient_untrusted(s.tag) or _wrong_tangent(s) for s in program.body)
 
 
-# Ops whose torch tangent is their operand's tangent, the same memory, though their result is new memory: an
-# in-place write into the operand afterwards changes the result's tangent too (``v = x.frac(); x.mul_(2)``:
-# torch's v has x's new tangent, seeds 7880016, 7880503; docs/differences-from-torch.md)
-TORCH_ALIASED_TANGENT = ("frac",)
+def _wrong_tangent(stmt):
+    tag = stmt.tag.removesuffix("_").removesuffix("(out)")
+    if tag not in TORCH_WRONG_TANGENT:
+        return False
+    judge = TORCH_WRONG_TANGENT[tag]
+    return judge is None or any(judge(line) for line in stmt.lines)
 
 
 def _primal_dtype_tangents(run):
     """``run`` with each tangent recorded in its primal's dtype. torch's tangent of a tensor that had none
     and took an in-place copy of another dtype's is the source's tangent as is (a float64 primal with a
-    float32 tangent, seed 7840174; a float32 primal with a bfloat16 tangent, seed 7883356); jitorch's has the
-    primal's dtype (docs/func.md). The values are compared at the primal dtype's tolerance."""
+    float32 tangent, seed 7840174; a float32 primal with a bfloat16 tangent, seed 7883356), and its var/std of a half type with no degrees of freedom has a float32 NaN
+    tangent (seed 7890531); jitorch's has the primal's dtype (docs/func.md). The values are the same: every
+    float32 is a float64, and the narrower dtype's tolerance takes the rounding to it."""
     half = len(run.outputs) // 2
     primals, tangents = run.outputs[:half], run.outputs[half:]
     return dataclasses.replace(run, outputs=primals + [
-        dataclasses.replace(t, dtype=p.dtype) if p.kind == t.kind == "tensor" and "float" in p.dtype
-        and "float" in t.dtype else t for p, t in zip(primals, tangents)])
+        dataclasses.replace(t, dtype=p.dtype) if p.kind == t.kind == "tensor" and p.dtype in FLOAT_DTYPES
+        and t.dtype in FLOAT_DTYPES else t for p, t in zip(primals, tangents)])
 
 
 # Statements no tangent flows through (Python values), and dtypes whose rounding swamps a step of 1e-6
