@@ -441,8 +441,8 @@ def test_remainder_by_a_number_passes_on_a_copy_of_its_tangent_seed_7892174():
         with pytest.raises(RuntimeError, match="Trying to set a forward gradient that has a different size"):
             _jvp(torch, build(torch, name, "unsqueeze_"), x, t)
         assert _jvp(torch, build(torch, name, "mul_"), x, t) == ([1.5], [4.0])
-    assert "Trying to set a forward gradient that has a different size than that of the original Tensor" in \
-        transforms.TORCH_LIMITS
+    assert any(limit in "Trying to set a forward gradient that has a different size than that of the original Tensor"
+               for limit in transforms.TORCH_LIMITS)
     assert transforms._torch_tangent_wrong(_statements(7892174), transforms.Run())
     assert [transforms._scalar_other(line) for line in ("v2 = x0.remainder(g1)", "v1 = T.fmod(x0, 1.5, out=v2)",
                                                         "v3 = x0.remainder(v1)", "v4 = T.fmod(c0, x1)")] == \
@@ -453,8 +453,8 @@ def test_ravel_of_a_sample_is_a_view_that_sees_a_later_write_under_vmap_seed_789
     """Seed 7890835: ``v = x.ravel()`` then an in-place write into ``x``, with ``x`` batched at dim 1: each
     sample (compact in the loop) ravels to a view, which sees the write; jitorch's batched samples are compact,
     so its vmap gives the loop's values. torch's sample there is strided, its ``ravel`` copies and misses the
-    write; the fuzzer compares programs with an op of `transforms.LAYOUT_DEPENDENT` and a write with the loop
-    alone."""
+    write; the fuzzer runs such a program on strided samples too and, where they give other values or writes
+    than compact ones, compares jitorch's vmap with the loop alone (`transforms._layout_dependent`)."""
     def f(x):
         v = x.ravel()
         x.mul_(2)
@@ -465,8 +465,9 @@ def test_ravel_of_a_sample_is_a_view_that_sees_a_later_write_under_vmap_seed_789
     assert jitorch.func.vmap(f, in_dims=1)(jitorch.tensor(physical.numpy())).tolist() == loop
     assert torch.func.vmap(f, in_dims=1)(physical.clone()).tolist() == samples.tolist() != loop
     program = _statements(7890835)
-    assert any(s.tag in transforms.LAYOUT_DEPENDENT for s in program.body)
-    assert any(transforms._writes(s) for s in program.body)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert not transforms.check(program).mismatches
 
 
 def test_copysign_of_zero_has_a_finite_tangent_seed_7894073():

@@ -89,12 +89,7 @@ VMAP_LIMITS = ("does not match the shape of the indexed tensor", "view size is n
 # every one): its fallback for ``as_strided_`` leaves the batched tensor's geometry as it was (seed 7870731;
 # tests/func/test_vmap_fuzz_regressions.py); its rule for ``argmax``/``argmin`` with ``keepdim=True`` and no dim
 # gives each sample the shape [1] where its call gives all dims of size 1 (seed 7873003;
-# tests/func/test_fuzz42_tangents.py). Programs with one are compared with the loop alone, and so are programs that
-# write in place and call an op of `LAYOUT_DEPENDENT`, a view of a sample where the sample is compact and a copy
-# where not: jitorch's batched samples are compact (as each sample of the loop), torch's need not be, so its
-# ``ravel`` of a sample batched at dim 1 copies and misses a later write (seed 7890835;
-# docs/differences-from-torch.md).
-LAYOUT_DEPENDENT = ("ravel", "reshape", "reshape_as", "flatten", "contiguous")
+# tests/func/test_fuzz42_tangents.py). Programs with one are compared with the loop alone.
 _NO_DIM_KEPT = re.compile(r"arg(?:max|min)\((?:[^,()]+, )?keepdim=True\)")
 TORCH_VMAP_WRONG = {"as_strided_": None, "argmax": _NO_DIM_KEPT, "argmin": _NO_DIM_KEPT}
 MODES = ("vmap", "jvp", "vmap-grad")
@@ -293,7 +288,6 @@ def check_vmap(program, rng, outcome):
     written = None if got.error else [_stacked_input(loop, i, d, got.inputs[i]) for i, d in enumerate(in_dims)]
     # (an error of jitorch's where the loop ran is one whatever torch's vmap does)
     torch_wrong = any(_torch_vmap_wrong(st) for st in program.body) or (
-        any(st.tag in LAYOUT_DEPENDENT for st in program.body) and any(_writes(st) for st in program.body)) or (
         copied and written is not None and _layout_dependent(program, in_dims, keep, loop, written))
     if not torch_wrong:
         differ = _against_torch(got, want, copied)
@@ -375,10 +369,6 @@ def _torch_vmap_wrong(stmt):
     pattern = TORCH_VMAP_WRONG[stmt.tag]
     return pattern is None or any(pattern.search(line) for line in stmt.lines)
 
-
-def _writes(stmt):
-    """Whether the statement writes a tensor in place (an in-place op, ``out=``, an index assignment)."""
-    return stmt.tag.endswith(("_", "(out)")) or stmt.tag.startswith("setitem")
 
 
 def _stacked_input(loop, i, dim, got):
