@@ -39,12 +39,13 @@ _STATE = _State()
 
 
 class _Level:
-    """One open forward-AD level: its index (0 for the outermost) and its hook."""
+    """One open forward-AD level: its index (0 for the outermost), its hook, and the ids of the tensors whose
+    tangents at it are set aside and of their bases (`_set_aside`: their views take none from a base meanwhile)."""
 
-    __slots__ = ("index", "hook")
+    __slots__ = ("index", "hook", "aside")
 
     def __init__(self, index, hook):
-        self.index, self.hook = index, hook
+        self.index, self.hook, self.aside = index, hook, set()
 
 
 def _levels():
@@ -53,6 +54,33 @@ def _levels():
 
 def _tangents(t):
     return t.__dict__.get("_fw_tangents") if t.__dict__ else None
+
+
+def _tangent(t, lv):
+    """``t``'s tangent at level ``lv``, or None. A view without one takes the same view of its base's, once the
+    base has one (torch's lazy view tangent: a view made before its base got a tangent sees it, seed 7871961)."""
+    found = _tangents(t)
+    if found and lv in found:
+        return found[lv]
+    if t._base is None or id(t) in lv.aside or id(t._base) in lv.aside or _cut(t, lv):
+        return None
+    return _through_base(t, lv, False)
+
+
+def _cut(t, lv):
+    """Whether ``t`` takes no tangent at ``lv`` from its base: `unpack_dual`'s primal and the views made of it
+    (torch's primal is a view that is not forward differentiable)."""
+    cut = t.__dict__.get("_fw_cut") if t.__dict__ else None
+    return cut is not None and lv in cut
+
+
+def _mark_cut(result, cuts, lv):
+    """Mark the outputs of an op on the tensors ``cuts`` (`_cut` at ``lv``) that are views of one of them and
+    have no tangent at ``lv``: they take none from their base either."""
+    storages = {id(c._storage) for c in cuts}
+    for o in [result] if isinstance(result, Tensor) else result:
+        if isinstance(o, Tensor) and id(o._storage) in storages and lv not in (_tangents(o) or ()):
+            o.__dict__.setdefault("_fw_cut", set()).add(lv)
 
 
 def _level_at(level):
@@ -123,8 +151,7 @@ def make_dual(tensor, tangent, *, level=None):
     if tangent.device != tensor.device:
         raise RuntimeError(f"Trying to set a forward gradient on a Tensor on device {tensor.device} with a tangent "
                            f"on device {tangent.device}; they must be on the same device.")
-    found = _tangents(tensor)
-    if found and lv in found:
+    if _tangent(tensor, lv) is not None:
         raise RuntimeError(f"Making a dual Tensor based on a Tensor that already has a forward gradient at the same "
                            f"level {lv.index} is not supported.")
     with _set_aside(lv, [tensor]):
@@ -136,12 +163,13 @@ def make_dual(tensor, tangent, *, level=None):
 def unpack_dual(tensor, *, level=None):
     """``(primal, tangent)`` of ``tensor`` at ``level``: a view without that tangent, and the tangent or None."""
     lv = _level_at(level)
-    found = _tangents(tensor)
-    if lv is None or not found or lv not in found:
+    tangent = None if lv is None else _tangent(tensor, lv)
+    if tangent is None:
         return UnpackedDualTensor(tensor, None)
     with _set_aside(lv, [tensor]):
         primal = tensor.view_as(tensor)
-    return UnpackedDualTensor(primal, found[lv])
+    primal.__dict__.setdefault("_fw_cut", set()).add(lv)
+    return UnpackedDualTensor(primal, tangent)
 
 
 def _attach(t, lv, tangent):
@@ -155,34 +183,47 @@ class _set_aside:
     """While the block runs, ``tensors`` hold no tangent at level ``lv`` (they get them back after)."""
 
     def __init__(self, lv, tensors):
-        self.lv, self.taken = lv, []
+        self.lv, self.taken, self.marked = lv, [], []
         for t in tensors:
             found = _tangents(t)
             if found and lv in found:
                 self.taken.append((t, found.pop(lv)))
+            # (and its base: the views an op makes of ``t`` meanwhile take no tangent from the base either)
+            for i in {id(t), id(t._base)} - {id(None)}:
+                if i not in lv.aside:
+                    lv.aside.add(i)
+                    self.marked.append(i)
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
+        self.lv.aside.difference_update(self.marked)
         for t, tangent in self.taken:
             _attach(t, self.lv, tangent)
 
 
 def _pairs(op, args, lv):
-    """The (tensor, tangent) pairs of the tensor arguments with a tangent at level ``lv`` (each tensor once)."""
-    pairs, seen = [], set()
+    """The (tensor, tangent) pairs of the tensor arguments with a tangent at level ``lv``, and the arguments
+    without one that are `_cut` there (each tensor once)."""
+    pairs, cuts, seen = [], [], set()
     for t in registry.tensors_of(op, args):
-        found = _tangents(t)
-        if found and lv in found and id(t) not in seen:
-            seen.add(id(t))
-            pairs.append((t, found[lv]))
-    return pairs
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
+        tangent = _tangent(t, lv)
+        if tangent is not None:
+            pairs.append((t, tangent))
+        elif _cut(t, lv) and id(t) not in lv.aside:
+            cuts.append(t)
+    return pairs, cuts
 
 
 def detached(t):
     """``t.detach()`` keeping ``t``'s tangents (a transform's result, cut from the history it was computed with)."""
     d = t.detach()
+    for lv in _levels():
+        _tangent(t, lv)  # (a view's tangent taken from its base)
     if _tangents(t):
         d.__dict__["_fw_tangents"] = dict(_tangents(t))
     return d
@@ -213,8 +254,8 @@ def _jvp(op, args, pairs, outer_grad):
         firsts = grad(live, inputs, dummies, create_graph=True, allow_unused=True)
         used = [(g, tangent) for g, (t, tangent) in zip(firsts, [p for p in pairs if subs[id(p[0])].requires_grad])
                 if g is not None and g.requires_grad]
-        if not used:
-            return [None] * len(outs)
+        if not used:  # a derivative that is 0 everywhere (floor's, sign's): a zero tangent, as torch's (seed 7875465)
+            return [registry.FUNCTIONS["zeros_like"](o.detach()) if any(o is x for x in live) else None for o in outs]
         seconds = grad([g for g, _ in used], dummies, [tg.to(g.dtype) for g, tg in used], create_graph=keep,
                        allow_unused=True, materialize_grads=True)
     found = iter(seconds if keep else [detached(s) for s in seconds])
@@ -251,20 +292,21 @@ def _own(tangents, pairs):
 
 
 def _through_base(t, lv, create):
-    """For a view ``t`` about to be written: ``t``'s tangent at ``lv`` as the same view of its base's (returned),
-    the base's first laid out as the base where it is not (an expanded tangent, another dtype's, seed 7872385:
-    its values copied) or made (zeros, where ``create``), so that the write into ``t``'s tangent reaches the
-    base's, as torch's; None where ``t`` is no such view or its tangent is that view already."""
+    """For a view ``t`` about to be written (``create``) or read without a tangent of its own: ``t``'s tangent
+    at ``lv`` as the same view of its base's (returned), the base's first laid out as the base where it is not
+    (an expanded tangent, another dtype's, seed 7872385: its values copied) or made (zeros, where ``create``),
+    so that a write into ``t``'s tangent reaches the base's, as torch's; None where ``t`` is no such view, its
+    base has no tangent and none is to be made, or its tangent is that view already."""
     base = t._base
-    if base is None or not _is_float(base.dtype) or not base.numel() or not t.numel():
+    if base is None or base.dtype != t.dtype or not _is_float(base.dtype) or not base.numel() or _cut(t, lv) \
+            or create and not t.numel():
         return None
     found, own = _tangents(base), _tangents(t)
     old = found.get(lv) if found else None
     if old is None and (not create or own and lv in own):  # (a dual made of the base: its tangent is its own)
         return None
-    if old is None or not _fits(old, base):
-        extent = 1 + max(x.storage_offset() + sum((n - 1) * st for n, st in zip(x.shape, x.stride()))
-                         for x in (base, t))
+    if old is None or not _fits(old, base) or old._storage.size < _extent(t):
+        extent = max(_extent(base), _extent(t))
         memory = base.detach().new_zeros((extent,))
         fresh = memory.as_strided(base.shape, base.stride(), base.storage_offset())
         if old is not None:
@@ -276,6 +318,11 @@ def _through_base(t, lv, create):
     view = old.as_strided(t.shape, t.stride(), t.storage_offset())
     _attach(t, lv, view)
     return view
+
+
+def _extent(t):
+    """How many elements of its storage ``t`` spans from the storage's start."""
+    return 1 + t.storage_offset() + sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
 
 
 def _fits(tangent, t):
@@ -293,14 +340,20 @@ class ForwardHook(registry.TransformHook):
     """The dispatch hook of an open forward-AD level (see the module's docstring)."""
 
     def _top(self, op, args):
+        """The pairs and cuts (`_pairs`) of the op's arguments at this level (none from another thread)."""
         if threading.get_ident() != self.thread:
-            return None, ()
-        pairs = _pairs(op, args, self.level)
-        return (self.level, pairs) if pairs else (None, ())
+            return (), ()
+        return _pairs(op, args, self.level)
 
     def call(self, op, args, out):
-        lv, pairs = self._top(op, args)
-        if lv is None or "nondifferentiable" in op.pieces:
+        pairs, cuts = self._top(op, args)
+        lv = self.level
+        if cuts and out is None:
+            with _set_aside(lv, cuts):
+                result = self.call(op, args, None) if pairs else registry.call(op, args)
+            _mark_cut(result, cuts, lv)
+            return result
+        if not pairs or "nondifferentiable" in op.pieces:
             return NotImplemented
         if out is not None:
             result = self.call(op, args, None)
@@ -322,19 +375,22 @@ class ForwardHook(registry.TransformHook):
     def write_out(self, out, result):
         """A composite op's ``out=`` write of a result with a tangent at this level: a ``copy_``, which
         gives ``out`` that tangent (a plain write would not)."""
-        found = _tangents(result)
-        if threading.get_ident() != self.thread or not found or self.level not in found:
+        if threading.get_ident() != self.thread or _tangent(result, self.level) is None:
             return NotImplemented
         return registry.call_inplace(registry.OPS["copy"], (out, result, False))
 
     def call_inplace(self, op, args):
-        lv, pairs = self._top(op, args)
-        if lv is None or "nondifferentiable" in op.pieces:
-            return NotImplemented
+        pairs, _ = self._top(op, args)
+        lv = self.level
         target = args[0]
+        # (a nondifferentiable op writes values of a zero derivative, `logical_and_`'s 0s and 1s: its target's
+        # tangent becomes 0, as central differences give, where torch's keeps the old one; seed 7892288)
+        constant = "nondifferentiable" in op.pieces
+        if not pairs or constant and not any(t is target for t, _ in pairs):
+            return NotImplemented
         outer_grad = is_grad_enabled()
         with _set_aside(lv, [t for t, _ in pairs]):
-            tangent = _own(_jvp(op, args, pairs, outer_grad), pairs)[0]
+            tangent = None if constant else _own(_jvp(op, args, pairs, outer_grad), pairs)[0]
             registry.call_inplace(op, args)
         found = _tangents(target)
         old = found.get(lv) if found else None

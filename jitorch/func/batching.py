@@ -275,10 +275,7 @@ class BatchingHook(registry.TransformHook):
         target = args[0]
         if level_of(target) is not level:
             raise RuntimeError(_INPLACE_ERROR)
-        if op.view is not None:  # ``t_()``: the tensor's per-sample geometry changes
-            target._set_geometry(*op.view(*args)[:3])
-            return target
-        if op.composite is not None:
+        if op.composite is not None and op.view is None:
             # the registry runs a composite's body before the hooks, an in-place composite's after them (``div_``,
             # fuzz seed 7870054): its body runs here, each call through the hooks, on a copy of the target (a body
             # may write into its first argument, as in the registry's own in-place path); copy_ writes it back
@@ -288,10 +285,15 @@ class BatchingHook(registry.TransformHook):
         autograd = registry.AUTOGRAD
         state = (autograd.prepare_inplace(op, args, copy=_history_copy)
                  if autograd is not None and autograd.needs_grad(op, args) else None)
-        result = _random(op, args, level) if op.kind == "random" else _compute(op, args, level)
-        registry.check_inplace(op, target, result)
-        registry.call_inplace(registry.OPS["copy"], (physical(target), physical(result), False))
-        target._storage._version += 1
+        if op.view is not None:
+            # ``swapdims_()``: the tensor's per-sample geometry changes; its history records the view (fuzz seed
+            # 7874509: without it, the gradient reached the op before in the swapped shape)
+            target._set_geometry(*op.view(*args)[:3])
+        else:
+            result = _random(op, args, level) if op.kind == "random" else _compute(op, args, level)
+            registry.check_inplace(op, target, result)
+            registry.call_inplace(registry.OPS["copy"], (physical(target), physical(result), False))
+            target._storage._version += 1
         if state is not None:
             autograd.finish_inplace(op, state, args, target)
         return target

@@ -61,6 +61,11 @@ def _one_hot_classes(t, classes):
         raise RuntimeError("Class values must be smaller than num_classes.")
 
 
+def _quantiles(q):
+    if ((q < 0) | (q > 1) | np.isnan(q)).any():
+        raise RuntimeError("quantile() q values must be in the range [0, 1]")
+
+
 def _nonnegative_variance(var):
     if (var < 0).any():
         raise ValueError("var has negative entry/entries")
@@ -101,6 +106,7 @@ RULES = {
     "probabilities": _probabilities,
     "class_targets": _class_targets,
     "one_hot_classes": _one_hot_classes,
+    "quantiles": _quantiles,
     "nonnegative_variance": _nonnegative_variance,
     "margin_targets": _margin_targets,
     "multilabel_targets": _multilabel_targets,

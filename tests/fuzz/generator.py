@@ -1431,14 +1431,16 @@ def torch_derivative_wrong(tag):
     return tag in TORCH_WRONG_GRADIENT or tag.removesuffix("_") in TORCH_WRONG_GRADIENT
 
 
-def _torch_gradient_wrong(tag):
+def torch_gradient_untrusted(tag):
+    """Whether torch's derivative of a statement tagged ``tag`` is no oracle for this program: wrong everywhere,
+    wrong by an integer operand (`INTEGER_OPERAND`), or taken at another of tied elements (`AMONG_TIES`)."""
     return torch_derivative_wrong(tag) or tag.endswith((INTEGER_OPERAND, AMONG_TIES))
 
 
 def _with_grad(program):
     has_float = any(t.is_float for t in program.inputs) or any(
         c.is_float and c.role == "param" for c in program.captured)
-    trusted = not any(_torch_gradient_wrong(s.tag) for s in program.body)
+    trusted = not any(torch_gradient_untrusted(s.tag) for s in program.body)
     return replace(program, grad=has_float and trusted and grad_valid(program))
 
 

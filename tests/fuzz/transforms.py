@@ -13,10 +13,18 @@ with ``SAMPLES`` samples whose input values are drawn as the program's own with 
   another order (its vector lanes, BLAS's blocking) than the same op on one sample. `Outcome.inexact` counts
   the float outputs that were not bit for bit those of the loop.
 * ``jvp``: tangents for the float inputs (the others closed over): primal and tangent outputs against
-  ``torch.func.jvp``; where torch has no forward derivative for an op, the tangents of a program whose float
-  inputs are all float64 against central finite differences.
+  ``torch.func.jvp`` (where they differ, against ``torch.autograd.functional.jvp``: torch's reverse formulas);
+  where torch has no forward derivative for an op, the tangents of a program whose float inputs are all float64
+  against central finite differences.
 * ``vmap(grad(loss))`` (programs the gradient run takes: `generator.grad_loss` of the outputs): per-sample
-  gradients of the float inputs against a loop of ``grad`` and against torch's ``vmap(grad(loss))``.
+  gradients of the float inputs against a loop of ``grad`` and against torch's ``vmap(grad(loss))``; where
+  torch's differ, against ``torch.autograd.grad`` on each sample (`_torch_autograd`).
+
+Where torch's vmap differs from jitorch's (other than by one of vmap's own errors or in captured tensors),
+torch's per-sample loop is the oracle (`_torch_loop_agrees`): torch's batching rules are wrong for some ops.
+A program whose meaning depends on the samples' layout (a write through ``x.ravel()`` of an input mapped at a
+dim other than 0: torch's sample is strided there, jitorch's compact; `_layout_dependent`) is judged by the loop
+alone in the vmap mode.
 
 Where torch raises and jitorch does not, jitorch's result must still be the loop's: torch's vmap refuses some
 programs that have a meaning (`TORCH_LIMITS`: ops without a batching rule whose fallback cannot run); an
@@ -26,7 +34,9 @@ reading a batched value) must be raised by jitorch too, with the same exception 
 
 from __future__ import annotations
 
+import contextlib
 import random
+import re
 import warnings
 import dataclasses
 from dataclasses import dataclass, field
@@ -36,10 +46,10 @@ import torch
 
 import jitorch
 
-from .generator import grad_loss, torch_derivative_wrong
+from .generator import grad_loss, torch_gradient_untrusted
 from .old_values import reads_old_values
 from .oracle import TOLERANCE, TORCH_TOLERANCE, Mismatch, _worst, compare_output, record_value
-from .program import Instance, make_tensor
+from .program import FLOAT_DTYPES, Instance, make_tensor
 
 SAMPLES = 3
 # torch.func refusals of programs that have a meaning (jitorch runs them by its per-sample fallback);
@@ -51,17 +61,37 @@ TORCH_LIMITS = ("Batching rule not implemented", "fallback path doesn't work", "
                 # tensors torch lets require grad, docs/differences-from-torch.md; seed 7870121), and its
                 # functorch wrappers' internal failures under jvp (seeds 7872468, 7872936)
                 "INTERNAL ASSERT FAILED", "Cannot access data pointer of Tensor that doesn't have storage",
-                "Expected a proper Tensor but got None")
+                "Expected a proper Tensor but got None",
+                # torch's forward formula of atan2 negates its other operand, which it refuses for a bool one (an
+                # operand eager atan2 takes: seed 7881044)
+                "Negation, the `-` operator, on a bool tensor is not supported",
+                # torch's forward formulas giving a tangent of another size than their result, which its forward AD
+                # then refuses (seeds 7882265: lu_unpack with unpack_data=False; 7886590: triangular_solve)
+                "Trying to set a forward gradient that has a different size",
+                # (also where torch's own forward formula reshaped a tangent: an in-place view op on a result whose
+                # tangent is its operand's, `TORCH_WRONG_TANGENT`: seed 7892174)
+                )
 # Refusals of torch's vmap alone: a boolean mask of a dim of size 0 indexing the tensor it was made of
 # (``v[v > 2]``, where each sample's call runs: seeds 7840848, 7870115; tests/func/test_vmap_fuzz_regressions.py),
 # ``view`` of a sample that is compact where its batched tensor is not (jitorch's batched tensors are laid out as
-# compact samples, docs/differences-from-torch.md; seed 7870973). In vmap modes jitorch's result is judged by
-# the per-sample loop.
-VMAP_LIMITS = ("does not match the shape of the indexed tensor", "view size is not compatible with input tensor")
-# Statements whose result torch's vmap gets wrong without an error: its fallback for ``as_strided_`` leaves the
-# batched tensor's geometry as it was (seed 7870731; tests/func/test_vmap_fuzz_regressions.py). Programs with
-# one are compared with the loop alone.
-TORCH_VMAP_WRONG = ("as_strided_",)
+# compact samples, docs/differences-from-torch.md; seed 7870973), a copy of a sample into itself (``v[:, -1] = x``
+# with ``v`` a view of all of ``x``: eagerly an allowed exact overlap; under torch's vmap, with the batch
+# dimension not in front, a partial one it refuses: seed 7873821), ``select_scatter`` of a source of another dtype
+# (eagerly cast; torch's batching rule scatters, which refuses: seed 7890743), ``median`` of an empty sample (eagerly
+# NaN; torch's rule reduces a dim of size 0, which refuses: seed 7891294), ``slice_scatter`` with a negative start
+# (torch's rule takes it past the batch dim: seed 7893879; tests/func/test_fuzz42_tangents.py).
+# In vmap modes jitorch's result is judged by the per-sample loop.
+VMAP_LIMITS = ("does not match the shape of the indexed tensor", "view size is not compatible with input tensor",
+               "some elements of the input tensor and the written-to tensor refer to a single memory location",
+               "scatter(): Expected self.dtype to be equal to src.dtype",
+               "median(): Expected reduction dim", "index -1 is out of bounds for dimension")
+# Statements whose result torch's vmap gets wrong without an error, by tag and a pattern of the statement (None:
+# every one): its fallback for ``as_strided_`` leaves the batched tensor's geometry as it was (seed 7870731;
+# tests/func/test_vmap_fuzz_regressions.py); its rule for ``argmax``/``argmin`` with ``keepdim=True`` and no dim
+# gives each sample the shape [1] where its call gives all dims of size 1 (seed 7873003;
+# tests/func/test_fuzz42_tangents.py). Programs with one are compared with the loop alone.
+_NO_DIM_KEPT = re.compile(r"arg(?:max|min)\((?:[^,()]+, )?keepdim=True\)")
+TORCH_VMAP_WRONG = {"as_strided_": None, "argmax": _NO_DIM_KEPT, "argmin": _NO_DIM_KEPT}
 MODES = ("vmap", "jvp", "vmap-grad")
 
 
@@ -129,14 +159,15 @@ def _record(T, inst, result, inputs, error=None):
     return run
 
 
-def _call(T, program, wrap, inputs):
-    """Run ``wrap(fn)(*inputs)`` on a fresh instance: the Run record."""
+def _call(T, program, wrap, inputs, old_values=True):
+    """Run ``wrap(fn)(*inputs)`` on a fresh instance: the Run record; torch's run under `OldValues` unless
+    ``old_values`` is False."""
     inst = Instance(program, T)
     fn, _ = inst.build()
     bases = [t.view_as(t) for t in inputs]  # (an in-place view op, as ``as_strided_``, changes the input's shape)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        mode = reads_old_values(T)
+        mode = reads_old_values(T) if old_values else contextlib.nullcontext()
         try:
             with mode:
                 result = wrap(fn)(*inputs)
@@ -177,9 +208,9 @@ def _compare(found, mode, reference, got, want, table, what="", copied=()):
             continue
         for j, (a, b) in enumerate(zip(g, w)):
             for diff, detail in compare_output(a, b, table, strides=False):
-                if diff == "alias" and kind == "output" and (reference == "loop" or (
+                if diff == "alias" and kind == "output" and (reference in ("loop", "torch.autograd") or (
                         a.alias is None and b.alias in {("input", i) for i in copied})):
-                    continue  # the loop stacks its outputs into new memory
+                    continue  # the loop stacks its outputs into new memory; torch.autograd's runs on copies
                 found.append(Mismatch(mode, reference, what, f"{kind} {j} {diff}", detail))
 
 
@@ -252,27 +283,92 @@ def check_vmap(program, rng, outcome):
     got, want = runs["jitorch"], runs["torch"]
     found = outcome.mismatches
     n = len(found)
-    torch_wrong = any(st.tag in TORCH_VMAP_WRONG for st in program.body)
-    if not torch_wrong and _errors(found, "vmap", got, want):
-        copied = [i for i, (d, decl) in enumerate(zip(in_dims, program.inputs))
-                  if d is not None and d % (len(decl.shape) + 1)]
-        _compare(found, "vmap", "torch", got, want, TORCH_TOLERANCE, copied=copied)
-        if got.state.keys() == want.state.keys():
-            for name in got.state:
-                if got.state[name].kind.startswith("unreadable") and want.state[name].kind.startswith("unreadable"):
-                    continue  # a batched tensor the call stored, read after the vmap: neither library can
-                for diff, detail in compare_output(got.state[name], want.state[name], TORCH_TOLERANCE, False):
-                    found.append(Mismatch("vmap", "torch", "", f"state {name} {diff}", detail))
+    copied = [i for i, (d, decl) in enumerate(zip(in_dims, program.inputs))
+              if d is not None and d % (len(decl.shape) + 1)]
+    written = None if got.error else [_stacked_input(loop, i, d, got.inputs[i]) for i, d in enumerate(in_dims)]
+    # (an error of jitorch's where the loop ran is one whatever torch's vmap does)
+    torch_wrong = any(_torch_vmap_wrong(st) for st in program.body) or (
+        copied and written is not None and _layout_dependent(program, in_dims, keep, loop, written))
+    if not torch_wrong:
+        differ = _against_torch(got, want, copied)
+        if not (differ and written is not None and _torch_loop_agrees(program, in_dims, keep, out_dims, got, want,
+                                                                       differ)):
+            found.extend(differ)
     if got.error:
         return
     stacked = _stacked(jitorch, loop, out_dims)
-    written = Run(outputs=stacked.outputs,
-                  inputs=[_stacked_input(loop, i, d, got.inputs[i]) for i, d in enumerate(in_dims)])
-    _compare(found, "vmap", "loop", got, written, TOLERANCE)
+    _compare(found, "vmap", "loop", got, Run(outputs=stacked.outputs, inputs=written), TOLERANCE)
     if len(found) == n:
         outcome.inexact += sum(a.kind == "tensor" and a.values.dtype.kind == "f" and b.values.shape == a.values.shape
                                and not np.array_equal(a.values, b.values, equal_nan=True)
                                for a, b in zip(got.outputs, stacked.outputs))
+
+
+def _against_torch(got, want, copied):
+    """The Mismatches of jitorch's vmap Run against torch's: errors, outputs, inputs, captured state."""
+    differ = []
+    if not _errors(differ, "vmap", got, want):
+        return differ
+    _compare(differ, "vmap", "torch", got, want, TORCH_TOLERANCE, copied=copied)
+    if got.state.keys() == want.state.keys():
+        for name in got.state:
+            if got.state[name].kind.startswith("unreadable") and want.state[name].kind.startswith("unreadable"):
+                continue  # a batched tensor the call stored, read after the vmap: neither library can
+            for diff, detail in compare_output(got.state[name], want.state[name], TORCH_TOLERANCE, False):
+                differ.append(Mismatch("vmap", "torch", "", f"state {name} {diff}", detail))
+    return differ
+
+
+def _torch_loop_agrees(program, in_dims, keep, out_dims, got, want, differ):
+    """Whether torch's own per-sample loop (eager torch on each sample, stacked) gives jitorch's vmap outputs and
+    inputs, where torch's vmap differed (``differ``, no captured state among them) with an error that is not one
+    of vmap's own (reading a batched value, writing one into an unbatched tensor), or none. Then torch's vmap is
+    no oracle for the program: its batching rules for ``clamp``/``where`` promote a batched 0-dim operand as one
+    with dimensions (float32 where each sample's result is float64, seed 7880456); ``aminmax`` without ``dim``
+    drops a dimension (seed 7880116; docs/differences-from-torch.md)."""
+    if any(m.what.startswith("state") for m in differ) or "vmap" in want.error:
+        return False
+    loop = []
+    for b in range(SAMPLES):
+        inputs = [_sample(torch, program, e)[i] for i, e in enumerate(_effective(in_dims, b))]
+        loop.append(_call(torch, program, lambda fn: _selecting(fn, keep), inputs))
+        if loop[-1].error:
+            return False
+    stacked = Run(outputs=_stacked(torch, loop, out_dims).outputs,
+                  inputs=[_stacked_input(loop, i, d, got.inputs[i]) for i, d in enumerate(in_dims)])
+    disagree = []
+    _compare(disagree, "vmap", "loop", got, stacked, TORCH_TOLERANCE)
+    return not disagree
+
+
+def _layout_dependent(program, in_dims, keep, loop, written):
+    """Whether the program gives or writes other values on samples that are views of the batched inputs (strided
+    where an input is mapped at a dimension other than 0, as torch's vmap sees them) than on compact samples (as
+    ``loop`` and jitorch's vmap see them; ``written``: the batched inputs as the loop leaves them): ``x.ravel()``
+    or ``x.contiguous()`` of a strided sample is a copy, of a compact one the sample itself, so writes through it
+    reach the input in one case only (seeds 7875053, 7875220; docs/differences-from-torch.md). Then torch's vmap
+    is no oracle; the loop stays one."""
+    physical = _batched(jitorch, program, in_dims)
+    found = []
+    for b in range(SAMPLES):
+        inputs = [_sample(jitorch, program, 0)[i] if d is None else p.select(d, b)
+                  for i, (d, p) in enumerate(zip(in_dims, physical))]
+        run = _call(jitorch, program, lambda fn: _selecting(fn, keep), inputs)
+        if run.error:
+            return True
+        _compare(found, "vmap", "loop", Run(outputs=run.outputs), Run(outputs=loop[b].outputs), TOLERANCE)
+    _compare(found, "vmap", "loop", Run(inputs=[record_value(jitorch, p, []) if d is not None else w for p, d, w in
+                                                zip(physical, in_dims, written)]), Run(inputs=written), TOLERANCE)
+    return bool(found)
+
+
+def _torch_vmap_wrong(stmt):
+    """Whether torch's vmap gets the statement wrong (`TORCH_VMAP_WRONG`)."""
+    if stmt.tag not in TORCH_VMAP_WRONG:
+        return False
+    pattern = TORCH_VMAP_WRONG[stmt.tag]
+    return pattern is None or any(pattern.search(line) for line in stmt.lines)
+
 
 
 def _stacked_input(loop, i, dim, got):
@@ -321,29 +417,128 @@ def check_jvp(program, outcome):
     if not got.error and (want.error and _limit(want, "jvp") or _torch_tangent_wrong(program, want)):
         finite_differences(program, keep, floats, got, found)
         return
-    if _errors(found, "jvp", got, want):
-        table = {k: 4 * v for k, v in TORCH_TOLERANCE.items()}
-        _compare(found, "jvp", "torch", got, _primal_dtype_tangents(want), table)
+    table = {k: 4 * v for k, v in TORCH_TOLERANCE.items()}
+    differ = []
+    if _errors(differ, "jvp", got, want):
+        _compare(differ, "jvp", "torch", got, _primal_dtype_tangents(want), table)
+    if differ and not got.error and not want.error:
+        second = []
+        _compare(second, "jvp", "torch.autograd", got, _primal_dtype_tangents(
+            _torch_reverse_jvp(program, keep, floats)), table)
+        differ = differ if second else []
+    found.extend(differ)
+
+
+def _torch_reverse_jvp(program, keep, floats):
+    """`jvp_run`'s Run by ``torch.autograd.functional.jvp``: the tangents from torch's reverse-mode formulas (the
+    double-vjp trick, as jitorch's forward mode computes them), the oracle where torch.func.jvp's differ. torch's
+    forward and reverse formulas take other sides of a kink: ``fmax(x, y)`` at ``x == y`` gives ``y``'s tangent
+    forward and ``x`` the gradient backward (seed 7883129; docs/differences-from-torch.md). Run outside `OldValues`
+    (under a dispatch mode torch's autograd takes other formulas) on copies of the inputs (the program may write
+    them; torch's functional jvp differentiates leaves)."""
+    inputs = _sample(torch, program, 0)
+    tangents = tuple(_sample(torch, program, 100)[i] for i in floats)
+
+    def wrap(fn):
+        def tangent_run(*xs):
+            f = _closing(_selecting(fn, keep), program, xs, floats)
+            every = []
+
+            def floating(*v):  # (torch's functional jvp differentiates float outputs only; the others' are zeros)
+                every[:] = f(*(t.clone() for t in v))
+                return tuple(o for o in every if o.is_floating_point())
+            found = iter(torch.autograd.functional.jvp(floating, tuple(xs[i] for i in floats), tangents)[1])
+            return tuple(every), tuple(next(found) if o.is_floating_point() else torch.zeros_like(o) for o in every)
+        return tangent_run
+    return _call(torch, program, wrap, inputs, old_values=False)
+
+
+_TENSOR_REF = re.compile(r"(?:[vxc]\d|M\.t\d|T\.)")  # a program's tensor, not a number or scalar variable
+
+
+def _call_arguments(line, start):
+    """The top-level arguments of the call whose ``(`` is at ``line[start]``."""
+    found, depth, begin = [], 0, start + 1
+    for i, ch in enumerate(line[start:], start):
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+        if depth == 1 and ch == "," or depth == 0:
+            found.append(line[begin:i].strip())
+            begin = i + 1
+        if depth == 0:
+            break
+    return [a for a in found if a]
+
+
+def _operands(line, names):
+    """The arguments after ``self`` (keywords' values, ``out=`` left out) of the call of ``names`` (a regex
+    alternation) in ``line``, or None."""
+    call = re.search(rf"(T\.)?(?:{names})_?\(", line)
+    if call is None:
+        return None
+    args = [a for a in _call_arguments(line, call.end() - 1) if not a.startswith("out=")][1 if call.group(1) else 0:]
+    return [a.split("=", 1)[-1] for a in args]
+
+
+def _one_tensor_bound(line):
+    """Whether the ``clamp``/``clip`` call of ``line`` has a tensor bound and no other (torch's ``clamp.Tensor``
+    with a None bound)."""
+    given = [b for b in _operands(line, "clamp|clip") or () if b != "None"]
+    return len(given) == 1 and bool(_TENSOR_REF.match(given[0]))
+
+
+def _scalar_other(line):
+    """Whether the ``fmod``/``remainder`` call of ``line`` takes a number (torch's ``.Scalar`` overload)."""
+    others = _operands(line, "fmod|remainder")
+    return bool(others) and not _TENSOR_REF.match(others[0])
+
+
+# Statements whose torch tangent alone is wrong, by tag and a test of the statement's line (None: every call): torch
+# 2.13's forward AD of ``scatter_reduce(..., 'prod')`` gives its result no tangent (seed 7875998); its ``frac``
+# and its ``fmod``/``remainder`` by a number pass their operand's tangent on as the result's, the same tensor, so
+# an in-place op on the result writes the operand's tangent (seed 7890199; seed 7892174, where ``unsqueeze_``
+# reshaped it and torch raised); its in-place logical ops keep their target's tangent where the values they
+# write (0 and 1) have none (seed 7892288); its ``clamp``/``clip`` with one tensor bound takes, at a tie with the
+# bound, the bound's tangent, where its backward and its other forms take the input's (seed 7891085), and its
+# ``fmax`` at a tie takes ``other``'s, where its backward gives ``self`` the gradient (seed 7893400).
+# docs/differences-from-torch.md.
+TORCH_WRONG_TANGENT = {"scatter_reduce": lambda line: "'prod'" in line, "frac": None, "fmod": _scalar_other,
+                       "remainder": _scalar_other, "logical_and": None,
+                       "logical_or": None, "logical_xor": None, "logical_not": None, "clamp": _one_tensor_bound,
+                       "clip": _one_tensor_bound, "fmax": None}
 
 
 def _torch_tangent_wrong(program, run):
-    """Whether torch's tangents are no oracle for the program: a statement whose torch derivative is wrong
-    (`generator.TORCH_WRONG_GRADIENT`: torch's cholesky_inverse jvp, seed 7870101), or an in-place op that read
-    memory it wrote (``x.lerp_(c, x)``: torch's forward formula reads ``x``'s tangent after writing it, seed
-    7870177; docs/differences-from-torch.md)."""
-    return run.overlaps > 0 or any(torch_derivative_wrong(s.tag) for s in program.body)
+    """Whether torch's tangents are no oracle for the program: a statement whose torch derivative is no oracle
+    (`generator.torch_gradient_untrusted`: wrong, as torch's cholesky_inverse jvp, seed 7870101; wrong by an
+    integer operand, as atan2's, which squares it in its dtype or negates a bool, seed 7875982; topk's among
+    ties, whose tangent is the element torch's kernel happened to pick, seed 7875047), a statement of
+    `TORCH_WRONG_TANGENT`, or an in-place op that read memory it wrote (``x.lerp_(c, x)``: torch's forward
+    formula reads ``x``'s tangent after writing it, seed 7870177; docs/differences-from-torch.md)."""
+    return run.overlaps > 0 or any(torch_gradient_untrusted(s.tag) or _wrong_tangent(s) for s in program.body)
+
+
+def _wrong_tangent(stmt):
+    tag = stmt.tag.removesuffix("_").removesuffix("(out)")
+    if tag not in TORCH_WRONG_TANGENT:
+        return False
+    judge = TORCH_WRONG_TANGENT[tag]
+    return judge is None or any(judge(line) for line in stmt.lines)
 
 
 def _primal_dtype_tangents(run):
     """``run`` with each tangent recorded in its primal's dtype. torch's tangent of a tensor that had none
     and took an in-place copy of another dtype's is the source's tangent as is (a float64 primal with a
-    float32 tangent, seed 7840174); jitorch's has the primal's dtype (docs/func.md). The values are the
-    same: every float32 is a float64."""
+    float32 tangent, seed 7840174; a float32 primal with a bfloat16 tangent, seed 7883356), and its var/std of a half type with no degrees of freedom has a float32 NaN
+    tangent (seed 7890531); jitorch's has the primal's dtype (docs/func.md). The values are the same: every
+    float32 is a float64, and the narrower dtype's tolerance takes the rounding to it."""
     half = len(run.outputs) // 2
     primals, tangents = run.outputs[:half], run.outputs[half:]
     return dataclasses.replace(run, outputs=primals + [
-        dataclasses.replace(t, dtype=p.dtype) if p.kind == t.kind == "tensor" and p.dtype.startswith("float")
-        and t.dtype.startswith("float") else t for p, t in zip(primals, tangents)])
+        dataclasses.replace(t, dtype=p.dtype) if p.kind == t.kind == "tensor" and p.dtype in FLOAT_DTYPES
+        and t.dtype in FLOAT_DTYPES else t for p, t in zip(primals, tangents)])
 
 
 # Statements no tangent flows through (Python values), and dtypes whose rounding swamps a step of 1e-6
@@ -427,12 +622,50 @@ def check_vmap_grad(program, outcome):
             loss_of(T, fn, fixed), argnums))(*(xs[i] for i in floats)), inputs)
     got, want = runs["jitorch"], runs["torch"]
     found = outcome.mismatches
-    if _errors(found, "vmap-grad", got, want):
-        _compare(found, "vmap-grad", "torch", Run(outputs=got.outputs), Run(outputs=want.outputs),
-                 {k: 4 * v for k, v in TORCH_TOLERANCE.items()})
+    table = {k: 4 * v for k, v in TORCH_TOLERANCE.items()}
+    differ = []
+    if _errors(differ, "vmap-grad", got, want):
+        _compare(differ, "vmap-grad", "torch", Run(outputs=got.outputs), Run(outputs=want.outputs), table)
+    if differ and not got.error and "vmap" not in want.error:
+        autograd = _torch_autograd(program, floats)
+        if autograd is not None:
+            second = []
+            _compare(second, "vmap-grad", "torch.autograd", Run(outputs=got.outputs), autograd, table)
+            differ = differ if second else []
+    found.extend(differ)
     if not got.error:
         _compare(found, "vmap-grad", "loop", Run(outputs=got.outputs), _stacked(jitorch, loop, [0] * len(floats)),
                  TOLERANCE)
+
+
+def _torch_autograd(program, floats):
+    """The per-sample gradients of `check_vmap_grad`'s loss by torch's own autograd (``torch.autograd.grad`` on
+    each sample), stacked; None where a sample raises. The oracle where torch.func's differ: torch.func's
+    ``grad`` takes other backward formulas than ``torch.autograd`` for some ops (a full ``median``/``nanmedian``/
+    ``max``'s gradient is ``mask * g`` there, which spreads a NaN ``g`` over every element; torch.autograd's fills
+    the selected element alone: seed 7873440, docs/differences-from-torch.md), and torch's vmap(grad) raises for
+    some programs its loop runs (``select_scatter`` of a source of another dtype: seed 7881001)."""
+    def per_sample(fn):
+        def gradients(*xs):
+            leaves = [xs[i].detach().requires_grad_() for i in floats]
+            args = list(xs)
+            for i, leaf in zip(floats, leaves):
+                args[i] = leaf.clone()  # (not the leaf: the program may write its inputs)
+            total = grad_loss(torch, _flatten(fn(*args)))
+            if total is None:
+                return tuple(torch.zeros_like(leaf) for leaf in leaves)
+            return torch.autograd.grad(total, leaves, allow_unused=True, materialize_grads=True)
+        return gradients
+
+    runs = []
+    for b in range(SAMPLES):
+        inputs = [x if i in floats else fixed for i, (x, fixed) in
+                  enumerate(zip(_sample(torch, program, b), _sample(torch, program, 0)))]
+        # (outside `OldValues`: under any dispatch mode torch's autograd takes torch.func's formulas)
+        runs.append(_call(torch, program, per_sample, inputs, old_values=False))
+        if runs[-1].error:
+            return None
+    return _stacked(torch, runs, [0] * len(floats))
 
 
 def check(program):

@@ -75,6 +75,8 @@ CASES = {
     "cross_entropy_target": (_cross_entropy, [X45, np.int64([1, 2, 7, 0])], "class_targets"),
     "one_hot_class": (_one_hot, [np.int64([0, 3, 1])], "one_hot_classes"),
     "one_hot_negative": (_one_hot, [np.int64([0, -1, 1])], "one_hot_classes"),
+    "quantile_outside_0_1": (lambda lib, x, q: x.quantile(q) * 2, [X45[0], np.float32([0.5, 1.5])], "quantiles"),
+    "quantile_nan": (lambda lib, x, q: x.nanquantile(q), [X45[0], np.float32([np.nan])], "quantiles"),
     "gaussian_nll_variance": (_gaussian_nll, [X45[0], X45[1], np.float32([1, 1, -1, 1, 1])],
                               "nonnegative_variance"),
     "multi_margin_target": (_multi_margin, [X45, np.int64([1, 2, 5, 0])], "margin_targets"),

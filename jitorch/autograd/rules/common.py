@@ -75,3 +75,10 @@ def unreduce(t, x, dim, keepdim):
 def expand_reduced(g, x, dim, keepdim):
     """The gradient ``g`` of a reduction of ``x`` over ``dim``, broadcast back to ``x``'s shape."""
     return unreduce(g, x, dim, keepdim).expand(x.shape)
+
+
+def over_nonzero(t, d):
+    """``t / d``, and 0 where ``d`` is 0 (torch's masked_fill), dividing by 1 there so that the
+    gradient of this expression stays finite too (forward mode differentiates it: copysign's, seed 7894073)."""
+    zero = d == 0
+    return jt.where(zero, 0, t / jt.where(zero, 1, d))

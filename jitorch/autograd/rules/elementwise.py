@@ -23,7 +23,7 @@ from ...runtime.dtypes import result_type
 from ...ops.pointwise import mvlgamma_shifts
 
 from ..rule import defgrad, differentiates, nondifferentiable, reads
-from .common import cut, per_input, zero_grad, zeros
+from .common import cut, over_nonzero, per_input, zero_grad, zeros
 
 _LN2 = math.log(2.0)
 _LN10 = math.log(10.0)
@@ -79,11 +79,14 @@ defgrad("floor_divide _div_trunc", zero_grad("self", "other"))  # torch's div(ro
 # Binary and ternary ops --------------------------------------------------------------------------
 
 def _pow_self(g, a, out):
-    """``g * e * self ** (e - 1)``, and 0 where the exponent is 0 (even at self = 0)."""
+    """``g * e * self ** (e - 1)``, and 0 where the exponent is 0 (even at self = 0). The branch not taken there
+    raises self to 0, not -1: forward mode differentiates it too, and 0 ** -1 would make its 0 a NaN (seed
+    7894731)."""
     e = a.exponent
     if isinstance(e, Number):
         return zeros(g.shape, g) if e == 0 else g * (e * a.self.pow(e - 1))
-    return jt.where(e == 0, 0, g * (e * a.self.pow(e - 1)))
+    zero = e == 0
+    return jt.where(zero, 0, g * (e * a.self.pow(jt.where(zero, 1, e) - 1)))
 
 
 def _pow_exponent(g, a, out):
@@ -217,7 +220,7 @@ _SQRT_PI_OVER_2 = math.sqrt(math.pi) / 2
 
 def _copysign_self(g, a, out):
     """``g * sign`` of the flip: ``out / self``, and 0 where ``self`` is 0 (torch's copysign backward)."""
-    return jt.where(a.self == 0, 0, g * (out / a.self))
+    return g * over_nonzero(out, a.self)
 
 
 def _kept(g, x, other, wins):
@@ -243,7 +246,7 @@ def _sinc(g, a, out):
     x = a.self
     x_pi = x * _PI
     x_squared_pi = x * x * _PI
-    return jt.where(x_squared_pi == 0, 0, g * (x_pi * x_pi.cos() - x_pi.sin()) / x_squared_pi)
+    return g * jt.where(x_squared_pi == 0, 0, (x_pi * x_pi.cos() - x_pi.sin()) / x_squared_pi)
 
 
 def _i1(g, a, out):

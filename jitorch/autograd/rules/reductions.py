@@ -18,7 +18,7 @@ from jitorch.ops.meta import wrap_dim
 from jitorch.ops.reductions import norm_order
 
 from ..rule import defgrad, nondifferentiable, only_if, reads
-from .common import expand_reduced, per_input, reduced_dims, unreduce
+from .common import expand_reduced, over_nonzero, per_input, reduced_dims, unreduce
 
 
 def _count(x, dim):
@@ -34,16 +34,21 @@ def _nansum(g, a, out):
     return expand_reduced(g, a.self, a.dim, a.keepdim) * a.self.isnan().logical_not()
 
 
+# The means divide ``g`` before broadcasting it back, as their results divide a sum: so that the forward-mode
+# tangent (the transpose of this rule, `jitorch.autograd.forward_ad`) is the tangents' sum over the count, NaN
+# over no elements as the mean is (0 / 0, torch's; transform-fuzz seeds 7871815, 7874133, 7875067), where
+# dividing after broadcasting would sum nothing into 0.
+
 def _nanmean(g, a, out):
     x = a.self
-    counted = x.isnan().logical_not().sum(a.dim, keepdim=True)
-    return expand_reduced(g, x, a.dim, a.keepdim) / counted * x.isnan().logical_not()
+    counted = x.isnan().logical_not().sum(a.dim, keepdim=a.keepdim)
+    return expand_reduced(g / counted, x, a.dim, a.keepdim) * x.isnan().logical_not()
 
 
 defgrad("sum", per_input(self=reads("", lambda g, a, out: expand_reduced(g, a.self, a.dim, a.keepdim))))
 defgrad("nansum", per_input(self=reads("self", _nansum)))
-defgrad("mean", per_input(self=reads("", lambda g, a, out: expand_reduced(g, a.self, a.dim, a.keepdim)
-                                      / _count(a.self, a.dim))))
+defgrad("mean", per_input(self=reads("", lambda g, a, out: expand_reduced(g / _count(a.self, a.dim), a.self, a.dim,
+                                                                          a.keepdim))))
 defgrad("nanmean", per_input(self=reads("self", _nanmean)))
 
 
@@ -166,12 +171,6 @@ defgrad("log_softmax", per_input(self=reads("result", lambda g, a, out: g - out.
 
 # Moments and norms ------------------------------------------------------------------------------------
 
-def _over_nonzero(t, d):
-    """``t / d``, and 0 where ``d`` is 0 (torch's masked_fill), dividing by 1 there so that the
-    gradient of this expression stays finite too."""
-    zero = d == 0
-    return jt.where(zero, 0, t / jt.where(zero, 1, d))
-
 def _var(g, a, out):
     """torch's var_backward, ``2 (x - mean) / (N - correction)``. Over every element with no degrees of freedom
     left: inf (NaN where x is the mean); over given dims torch takes ``N - correction`` as it is: an infinite
@@ -189,7 +188,7 @@ def _var(g, a, out):
 
 
 def _std(g, a, out):
-    return _var(_over_nonzero(g, out * 2), a, out)
+    return _var(over_nonzero(g, out * 2), a, out)
 
 
 def _norm(g, a, out):
@@ -202,13 +201,13 @@ def _norm(g, a, out):
     if p == 1:
         return x.sign() * g
     if p == 2:
-        return g * _over_nonzero(x, norm)
+        return g * over_nonzero(x, norm)
     if math.isinf(p):
         magnitude = x.abs()
         return x.sign() * _evenly(g, (magnitude == norm) | magnitude.isnan(), a.dim)
     if p < 1:
         return x.sign() * jt.where(x == 0, 0, x.abs().pow(p - 1)) * g * norm.pow(1 - p)
-    scale = _over_nonzero(g, norm.pow(p - 1))
+    scale = over_nonzero(g, norm.pow(p - 1))
     if p < 2:
         return x.sign() * x.abs().pow(p - 1) * scale
     return x * x.abs().pow(p - 2) * scale
