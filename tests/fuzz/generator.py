@@ -398,7 +398,8 @@ class Generator:
             return None
         args, kwargs, operands_exact = made
         if entry.name in HALF_DIFFERS and any(
-                a in env and env[a].dtype in ("float16", "bfloat16") for a in (*args, *kwargs.values())):
+                a in env and env[a].is_tensor and env[a].dtype in ("float16", "bfloat16")
+                for a in (*args, *kwargs.values())):
             return None
         marker = kwargs.pop("_", "")
         overlapping = marker == "overlap"
