@@ -372,3 +372,64 @@ def test_pow_exponent_gradient_takes_the_log_in_the_promoted_type_as_torch(form,
     out_tolerance = 2e-6 if got_dtype in ("float32", "float64") else 1e-2
     for g, w, rtol in zip(got, want, (out_tolerance, 2e-6, 2e-6)):
         np.testing.assert_allclose(g, w, rtol=rtol)
+
+
+def _half_gradient(fn, x, g, dtype, compiled):
+    """(forward result, gradient of ``x``) of ``fn(x)`` backward from ``g``, eager or compiled, as NumPy float64."""
+    leaf = jt.tensor(x, dtype=getattr(jt, dtype), requires_grad=True)
+    y = (jt.compile(fn) if compiled else fn)(leaf)
+    y.backward(jt.tensor(g, dtype=y.dtype))
+    return y.detach().to(jt.float64).numpy(), leaf.grad.to(jt.float64).numpy()
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("op", ["tanh", "sigmoid"])
+def test_tanh_and_sigmoid_gradients_of_half_types_round_once_as_torchs_seed_7902920(op, dtype, compiled):
+    """Fuzz seed 7902920: the gradient of ``x.to(bfloat16).tanh_()`` rounded each op of ``g * (1 - y * y)`` to
+    bfloat16 (0.68359375 where torch's is 0.6875): torch's ``tanh_backward`` and bfloat16 ``sigmoid_backward``
+    compute in float32 and round once (float16 ``sigmoid_backward`` rounds each op), and so does jitorch's rule
+    now, bit for bit with torch's kernel on the same result."""
+    rng = np.random.default_rng(7902920)
+    x, g = rng.uniform(-3, 3, 500), rng.normal(size=500)
+    y, grad = _half_gradient(getattr(jt, op), x, g, dtype, compiled)
+    t = getattr(torch, dtype)
+    want = getattr(torch.ops.aten, f"{op}_backward")(torch.tensor(g).to(t), torch.tensor(y).to(t))
+    np.testing.assert_array_equal(grad, want.double().numpy())
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_addcmul_and_addcdiv_gradients_by_an_integer_operand_are_exact_seed_7901612(compiled):
+    """Fuzz seed 7901612: torch's gradient of ``addcmul(x0, x1, x2, value=-1)`` with uint8 ``x1`` multiplies
+    ``x1`` by ``value`` in uint8 (3 becomes 253), and addcdiv's for ``tensor2`` by an integer ``tensor1`` too;
+    jitorch's must not. The oracle is torch in float64."""
+    ints, floats = [3, 200, 7, 0, 255], [0.5, -1.5, 2.0, 0.25, 1e-3]
+    cases = {"addcmul": lambda T, i, x: T.addcmul(T.ones(5), i, x, value=-1),
+             "addcdiv": lambda T, i, x: T.addcdiv(T.ones(5), i, x + 4, value=-1)}
+    for name, f in cases.items():
+        expected = torch.tensor(floats, dtype=torch.float64, requires_grad=True)
+        f(torch, torch.tensor(ints, dtype=torch.float64), expected).sum().backward()
+        x = jt.tensor(floats, dtype=jt.float32, requires_grad=True)
+        fn = jt.compile(lambda i, v: f(jt, i, v)) if compiled else (lambda i, v: f(jt, i, v))
+        out = fn(jt.tensor(ints, dtype=jt.uint8), x)
+        assert out.dtype == jt.float32
+        out.sum().backward()
+        np.testing.assert_allclose(x.grad.numpy(), expected.grad.numpy(), rtol=1e-6, atol=0, err_msg=name)
+        wrapped = torch.tensor(floats, requires_grad=True)
+        f(torch, torch.tensor(ints, dtype=torch.uint8), wrapped).sum().backward()
+        assert not np.allclose(wrapped.grad.numpy(), expected.grad.numpy())  # torch's own, wrapped
+
+
+def test_addcdiv_gradient_by_an_integer_divisor_is_exact_where_torchs_raises():
+    """torch's addcdiv gradient for ``tensor1`` over a uint8 ``tensor2`` raises (its formula writes a float into
+    the uint8 operand's dtype); jitorch's is ``value / tensor2``, as torch's in float64."""
+    ints, floats = [3, 200, 7, 1, 255], [0.5, -1.5, 2.0, 0.25, 1e-3]
+    expected = torch.tensor(floats, dtype=torch.float64, requires_grad=True)
+    torch.addcdiv(torch.ones(5), expected, torch.tensor(ints, dtype=torch.float64), value=-1).sum().backward()
+    x = jt.tensor(floats, requires_grad=True)
+    jt.addcdiv(jt.ones(5), x, jt.tensor(ints, dtype=jt.uint8), value=-1).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), expected.grad.numpy(), rtol=1e-6, atol=0)
+    wrapped = torch.tensor(floats, requires_grad=True)
+    out = torch.addcdiv(torch.ones(5), wrapped, torch.tensor(ints, dtype=torch.uint8), value=-1).sum()
+    with pytest.raises(RuntimeError, match="can't be cast to the desired output type Byte"):
+        out.backward()

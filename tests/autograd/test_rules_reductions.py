@@ -41,3 +41,25 @@ def test_var_and_std_gradients_with_no_degrees_of_freedom_are_torchs(op, kwargs)
             f(jx).backward()
         np.testing.assert_allclose(jx.grad.numpy(), tx.grad.numpy(), rtol=1e-5)  # (the mean's rounding)
         np.testing.assert_array_equal(np.signbit(jx.grad.numpy()), np.signbit(tx.grad.numpy()))
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+def test_softmax_gradients_into_a_wider_input_round_once_as_torchs_seed_7902232(op, dtype, compiled):
+    """Fuzz seed 7902232: the float64 gradient of ``softmax(x, 2, bfloat16)`` rounded each op of the rule to
+    bfloat16 (-0.35546875 where torch's is -0.357421875, the exact value -0.35799): torch's
+    ``_softmax_backward_data`` (and log_softmax's) compute in float32 and round once, and so does jitorch's rule
+    now, bit for bit with torch's kernel on the same result; along the last dim and another."""
+    rng = np.random.default_rng(7902232)
+    x, g = rng.uniform(-3, 3, (4, 6, 5)), rng.normal(size=(4, 6, 5))
+    t = getattr(torch, dtype)
+    for dim in (2, 1):
+        leaf = jt.tensor(x, dtype=jt.float64, requires_grad=True)
+        fn = lambda v: getattr(jt, op)(v, dim, getattr(jt, dtype))  # noqa: E731
+        y = (jt.compile(fn) if compiled else fn)(leaf)
+        assert y.dtype == getattr(jt, dtype)
+        y.backward(jt.tensor(g, dtype=y.dtype))
+        kernel = getattr(torch.ops.aten, f"_{op}_backward_data")
+        want = kernel(torch.tensor(g).to(t), torch.tensor(y.detach().to(jt.float64).numpy()).to(t), dim, t)
+        np.testing.assert_array_equal(leaf.grad.numpy(), want.double().numpy())

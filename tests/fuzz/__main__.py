@@ -1,10 +1,14 @@
-"""The fuzzer's long mode: ``python -m tests.fuzz --hours 1 [--cuda] [--start SEED] [--chains SHARE] [--report FILE]``.
+"""The fuzzer's long mode: ``python -m tests.fuzz --hours 1 [--cuda] [--start SEED] [--chains SHARE] [--statements N]
+[--programs N] [--report FILE]``.
 
 Generates and checks programs from consecutive seeds until the time is up; prints the programs and ops
 checked per minute, and each new kind of failure with its minimised program, which it also appends to the
 report file (``fuzz-failures.txt`` by default), ready to become a named regression test. ``--chains 0.3``
 draws 30% of the statements from the view-of-gather chains (pad then pool, gather then views: see
-`generator.Generator.pad_windows`), which programs hold only where asked.
+`generator.Generator.pad_windows`), which programs hold only where asked. ``--statements 40`` draws programs of
+up to 40 statements (14 by default), whose later statements meet longer chains of views, writes and fused
+kernels. ``--programs N`` stops after N programs (within the time), so that two environments check the same
+seeds.
 """
 
 from __future__ import annotations
@@ -48,6 +52,8 @@ def main(argv=None):
     parser.add_argument("--start", type=int, default=1_000_000, help="the first seed")
     parser.add_argument("--cuda", action="store_true", help="also run on the emulated CUDA device")
     parser.add_argument("--chains", type=float, default=0.0, help="the share of view-of-gather chain statements")
+    parser.add_argument("--programs", type=int, default=0, help="stop after this many programs (0: only the time)")
+    parser.add_argument("--statements", type=int, default=14, help="the most statements a program holds")
     parser.add_argument("--report", default="fuzz-failures.txt")
     args = parser.parse_args(argv)
     seconds = 3600 * args.hours + 60 * args.minutes or 60.0
@@ -57,8 +63,8 @@ def main(argv=None):
     started, programs, ops, failing = time.time(), 0, 0, 0
     seen: dict = {}
     seed = args.start
-    while time.time() - started < seconds:
-        program, _ = generate(seed, table=table, chains=args.chains)
+    while time.time() - started < seconds and not (args.programs and programs >= args.programs):
+        program, _ = generate(seed, args.statements, table=table, chains=args.chains)
         outcome = check(program, modes)
         programs += 1
         ops += program.n_ops
@@ -69,7 +75,9 @@ def main(argv=None):
             seen[sig] = seen.get(sig, 0) + 1
             if seen[sig] == 1:
                 small = minimise(program, first, modes)
-                text = describe(small, check(small, modes).mismatches or [first])
+                # (the seed alone draws another program under other options than the defaults)
+                text = f"generate({seed}, {args.statements}, chains={args.chains}):\n" + describe(
+                    small, check(small, modes).mismatches or [first])
                 print(f"\nnew failure ({sig[0]} vs {sig[1]}: {sig[2]}):\n{text}\n", flush=True)
                 with open(args.report, "a") as f:
                     f.write(text + "\n\n")
@@ -79,6 +87,7 @@ def main(argv=None):
         if programs % 50 == 0:
             _progress(started, programs, ops, failing, len(seen))
     _progress(started, programs, ops, failing, len(seen))
+    print(f"seeds {args.start}..{seed - 1}", flush=True)
     for sig, n in sorted(seen.items(), key=lambda kv: -kv[1]):
         print(f"{n:6d}  {sig}")
     return 0

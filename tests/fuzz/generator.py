@@ -72,12 +72,17 @@ SETITEM_0D = "setitem 0-d"
 # half-type operands (fuzz seed 7600518). torch's bfloat16 rsqrt rounds once in its vector loop and twice (the
 # square root to bfloat16 first) in its scalar tail, so an element's result depends on its place in the tensor;
 # jitorch's rounds once, and its gradient, which reads the result cubed, is then an ulp off (fuzz seed 7805075).
-HALF_DIFFERS = {"matrix_exp", "addr", "rsqrt"}
+# torch's half-type xlogy rounds the log to the half type before the product, jitorch's rounds once; a half
+# ``other`` makes the result half even beside a float32 ``self`` of 0 dims, so no operand may be half there
+# (fuzz seed 7920026 of ``--chains 0.3``: ``T.xlogy(c1, x1, out=v2)`` of a 0-d float32 and a bfloat16 x1).
+HALF_DIFFERS = {"matrix_exp", "addr", "rsqrt", "xlogy"}
 # Ops whose torch gradient is wrong where an operand is an integer or bool tensor: torch's atan2_backward
 # squares (and, for ``other``'s, negates) that operand in its own dtype, which wraps (uint8 3 negated is 253,
-# 200 squared 64: fuzz seed 7805681; docs/differences-from-torch.md). Such a statement's tag ends in
-# INTEGER_OPERAND, and its program has no gradient run against torch.
-TORCH_WRONG_BY_AN_INTEGER = {"atan2"}
+# 200 squared 64: fuzz seed 7805681; docs/differences-from-torch.md); addcmul's and addcdiv's multiply an
+# integer tensor by ``value`` in its dtype (uint8 3 times -1 is 253: fuzz seed 7901612), and addcdiv's for an
+# integer ``tensor2`` raises. Such a statement's tag ends in INTEGER_OPERAND, and its program has no gradient
+# run against torch.
+TORCH_WRONG_BY_AN_INTEGER = {"atan2", "addcmul", "addcdiv"}
 INTEGER_OPERAND = " of an integer"
 # The tag's ending of a ``topk`` or ``kthvalue`` whose gradient lands on one of several tied elements: which one is
 # each library's choice for topk (torch's follows libstdc++'s partial sort; fuzz seed 7805437,
@@ -392,6 +397,10 @@ class Generator:
         if made is None:
             return None
         args, kwargs, operands_exact = made
+        if entry.name in HALF_DIFFERS and any(
+                a in env and env[a].is_tensor and env[a].dtype in ("float16", "bfloat16")
+                for a in (*args, *kwargs.values())):
+            return None
         marker = kwargs.pop("_", "")
         overlapping = marker == "overlap"
         tag = entry.name + MARKERS.get(marker, "")

@@ -57,12 +57,31 @@ def test_half_types_reach_no_op_documented_to_differ_there_seed_7600518():
     assert not check(program, CPU_MODES).mismatches
 
 
+def test_xlogy_takes_no_half_operand_in_any_place_seed_7920026():
+    """Seed 7920026 (``--chains 0.3``) drew ``T.xlogy(c1, x1, out=v2)`` of a 0-d float32 ``c1`` and a bfloat16
+    ``x1``: a bfloat16 result, whose log torch rounds to bfloat16 before the product (docs/differences-from-
+    torch.md), which ``.float().exp()`` then showed at float32's tolerance. Half operands of `HALF_DIFFERS` ops
+    were left out only as ``self``."""
+    program, _ = generate(7920026, table=TABLE, chains=0.3)
+    assert "xlogy" not in [s.tag for s in program.body]
+    assert not check(program, CPU_MODES).mismatches
+
+
 def test_atan2_of_an_integer_takes_no_gradient_run_against_torch():
     """torch's atan2 gradient wraps an integer operand's square (fuzz seed 7805681): seed 7805400's program
     calls atan2 on an integer tensor, and would otherwise have a gradient run."""
     program, _ = generate(7805400, table=TABLE)
     assert [s.tag for s in program.body if "atan2" in s.tag] == ["atan2" + INTEGER_OPERAND]
     assert grad_valid(program) and not program.grad
+
+
+def test_addcmul_of_an_integer_takes_no_gradient_run_against_torch_seed_7901612():
+    """Seed 7901612's ``x0.addcmul(x1, x2, value=-1)`` of uint8 x0, x1 and a float32 x2: torch's gradient of x2 is
+    ``x1 * value`` in uint8 (3 * -1 = 253); the program keeps its value runs and has no gradient run against torch."""
+    program, _ = generate(7901612, table=TABLE)
+    assert [s.tag for s in program.body if "addcmul" in s.tag] == ["addcmul" + INTEGER_OPERAND]
+    assert grad_valid(program) and not program.grad
+    assert not check(program, CPU_MODES).mismatches
 
 
 def test_topk_among_ties_takes_no_gradient_run_against_torch_seed_7805437():
@@ -90,7 +109,8 @@ def test_ties_are_equal_neighbours_or_for_computed_values_near_ones():
                                           (7811027, 0.2), (7811197, 0.2),
                                           (7803691, 0.0), (7804472, 0.0), (7805681, 0.0), (7805437, 0.0),
                                           (7820309, 0.0), (7820783, 0.0), (7822517, 0.0), (7822899, 0.0),
-                                          (7860540, 0.0), (7861512, 0.0), (7860971, 0.0)])
+                                          (7860540, 0.0), (7861512, 0.0), (7860971, 0.0),
+                                          (7901612, 0.0), (7902232, 0.0), (7902920, 0.0), (7920026, 0.3)])
 def test_fixed_failures_run_alike_in_every_cpu_mode(seed, chains):
     """Failures of helper 125's campaign, fixed: 7610840 (``as_strided_`` on a captured tensor past its
     elements, tests/jit/test_compiled_inplace_view_captures.py), 7610939 (``acosh`` of torch's float32 ``i0(0)``,
@@ -121,6 +141,14 @@ def test_fixed_failures_run_alike_in_every_cpu_mode(seed, chains):
     Session 41's: 7860540 and 7861512 (an ``unsafe_split`` output kept the split view's bookkeeping: a write
     into its source made its backward raise the multiple-views error, a write into it was refused;
     tests/ops/test_real_identities.py), 7860971 (torch loses the gradient of a view taken before ``as_strided_``
-    on its base: `generator.TORCH_WRONG_GRADIENT`; tests/autograd/test_view_base_history.py)."""
+    on its base: `generator.TORCH_WRONG_GRADIENT`; tests/autograd/test_view_base_history.py).
+    Session 42's: 7901612 (torch's ``addcmul`` gradient multiplies a uint8 operand by ``value=-1`` in uint8:
+    `generator.TORCH_WRONG_BY_AN_INTEGER` now names addcmul and addcdiv; tests/autograd/test_rules_elementwise.py),
+    7902232 and 7902920 (the gradient of a float input through ``softmax(x, 2, bfloat16)`` and a bfloat16
+    ``tanh_`` rounded each op of the rule to bfloat16, where torch's backward kernels round once:
+    tests/autograd/test_rules_reductions.py, test_rules_elementwise.py), 7920026 (``--chains 0.3``: torch's
+    ``xlogy`` of a 0-d float32 and a bfloat16 tensor rounds the log to bfloat16 first, a documented difference:
+    `generator.HALF_DIFFERS` now names xlogy, for a half operand in any place); 7950305 of 40 statements is
+    tests/fuzz/test_bessel_oracle.py's."""
     program, _ = generate(seed, table=TABLE, chains=chains)
     assert not check(program, CPU_MODES).mismatches

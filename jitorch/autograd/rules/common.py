@@ -5,6 +5,7 @@ from __future__ import annotations
 from ...ops import functions as jt
 from jitorch.ops import registry
 from jitorch.ops.meta import reduction_dims
+from jitorch.runtime import dtypes as _dt
 
 from ..rule import EVERYTHING, Unsaved, differentiates, reads
 
@@ -34,6 +35,25 @@ def per_input(**formulas):
         return names
     backward.saves = saves
     return differentiates(" ".join(formulas), backward)
+
+
+def rounded_once(formula, dtypes=None):
+    """``formula(g, ...)`` computed in float32 where ``g`` is a half type (of ``dtypes``, by default both; its
+    half-type tensor arguments widened) and rounded to ``g``'s dtype once, as torch's fused backward kernels
+    (``tanh_backward``, ``_softmax_backward_data``; ``sigmoid_backward`` for bfloat16 only, float16's rounds each
+    op) compute: each op of the formula rounding to the half type put the gradient an ulp or more off torch's
+    (fuzz seeds 7902232, 7902920)."""
+    dtypes = dtypes or _HALF
+
+    def rule(g, *args):
+        if g.dtype not in dtypes:
+            return formula(g, *args)
+        wide = [t.float() if isinstance(t, registry.Tensor) and t.dtype in _HALF else t for t in args]
+        return formula(g.float(), *wide).to(g.dtype)
+    return rule
+
+
+_HALF = (_dt.float16, _dt.bfloat16)
 
 
 def zeros(shape, like):

@@ -19,11 +19,12 @@ import math
 from numbers import Number
 
 from ...ops import functions as jt
+from ...runtime import dtypes as _dt
 from ...runtime.dtypes import result_type
 from ...ops.pointwise import mvlgamma_shifts
 
 from ..rule import defgrad, differentiates, nondifferentiable, reads
-from .common import cut, over_nonzero, per_input, zero_grad, zeros
+from .common import cut, over_nonzero, per_input, rounded_once, zero_grad, zeros
 
 _LN2 = math.log(2.0)
 _LN10 = math.log(10.0)
@@ -58,11 +59,11 @@ _UNARY = (
     ("atan", "self", lambda g, x, y: g / (x * x + 1)),
     ("sinh", "self", lambda g, x, y: g * x.cosh()),
     ("cosh", "self", lambda g, x, y: g * x.sinh()),
-    ("tanh", "result", lambda g, x, y: g * (1 - y * y)),
+    ("tanh", "result", rounded_once(lambda g, x, y: g * (1 - y * y))),
     ("asinh", "self", lambda g, x, y: g * (x * x + 1).rsqrt()),
     ("acosh", "self", lambda g, x, y: g * (x * x - 1).rsqrt()),
     ("atanh", "self", lambda g, x, y: g / (1 - x * x)),
-    ("sigmoid", "result", lambda g, x, y: g * (1 - y) * y),
+    ("sigmoid", "result", rounded_once(lambda g, x, y: g * (1 - y) * y, (_dt.bfloat16,))),
     # in torch's order, the constant's product before g's: a half type rounds each (fuzz seed 7802351)
     ("erf", "self", lambda g, x, y: (-x * x).exp() * _TWO_OVER_SQRT_PI * g),
     ("erfc", "self", lambda g, x, y: (-x * x).exp() * -_TWO_OVER_SQRT_PI * g),

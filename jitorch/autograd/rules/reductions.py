@@ -18,7 +18,7 @@ from jitorch.ops.meta import wrap_dim
 from jitorch.ops.reductions import norm_order
 
 from ..rule import defgrad, nondifferentiable, only_if, reads
-from .common import expand_reduced, over_nonzero, per_input, reduced_dims, unreduce
+from .common import expand_reduced, over_nonzero, per_input, reduced_dims, rounded_once, unreduce
 
 
 def _count(x, dim):
@@ -165,8 +165,10 @@ def _logsumexp(g, a, out):
 
 
 defgrad("logsumexp", per_input(self=reads("self result", _logsumexp)))
-defgrad("softmax", per_input(self=reads("result", lambda g, a, out: out * (g - (g * out).sum(a.dim, keepdim=True)))))
-defgrad("log_softmax", per_input(self=reads("result", lambda g, a, out: g - out.exp() * g.sum(a.dim, keepdim=True))))
+defgrad("softmax", per_input(self=reads("result", rounded_once(
+    lambda g, a, out: out * (g - (g * out).sum(a.dim, keepdim=True))))))
+defgrad("log_softmax", per_input(self=reads("result", rounded_once(
+    lambda g, a, out: g - out.exp() * g.sum(a.dim, keepdim=True)))))
 
 
 # Moments and norms ------------------------------------------------------------------------------------
