@@ -15,6 +15,7 @@ base (`eager_bases`).
 from __future__ import annotations
 
 from ..ir.graph import Value
+from ..ops.real_identities import history_root
 from ..runtime.strided import contiguous_strides
 from ..tensor import Tensor
 from ..runtime.pytree import tree_flatten, tree_unflatten
@@ -79,7 +80,7 @@ def eager_bases(leaves, groups):
     for slots, shape in groups:
         members = [leaves[k] for k in slots]
         t = next((m for m in members if m.requires_grad), members[0])
-        root = t if t._base is None else t._base
+        root = history_root(t)
         if tuple(root.shape) != tuple(shape) or root._offset != 0 or not root.is_contiguous():
             root = root.as_strided(tuple(shape), contiguous_strides(shape), 0)
         for k in slots:

@@ -5,10 +5,11 @@ Shared by both backends (`run_graph` for the interpreter, `jit.executor` for com
 
 from __future__ import annotations
 
+from ..ops.real_identities import untracked
 from ..runtime import grad_mode as _grad_mode
 from ..runtime.pytree import tree_flatten, tree_unflatten
 from ..tensor import Tensor
-from .tracer import ALIAS
+from .tracer import ALIAS, UNSAFE_SPLIT
 
 
 def run_graph(graph, args, kwargs, executable=None):
@@ -112,11 +113,14 @@ def returned_view(real, geometry):
     offset from ``real``'s own, its history: `tracer.alias_history`). A view that requires grad records
     its view in autograd, as eager's does, and so does one of a ``real`` that does not require grad (an
     in-place op on ``real`` may give both a history later); a view without history of a ``real`` that has
-    one, or one of a detached alias, is a view of ``real`` detached; an alias is ``real`` detached."""
+    one, or one of a detached alias, is a view of ``real`` detached; an alias is ``real`` detached; an
+    unsafe split's output is such a view that autograd does not track as one (`ops.real_identities.untracked`)."""
     shape, strides, offset, history = geometry
     offset += real._offset
     if history is True or history is False and not real._requires_grad:
         return real.as_strided(shape, strides, offset)
+    if history == UNSAFE_SPLIT:
+        return untracked(real.as_strided(shape, strides, offset))
     if history == ALIAS:
         return Tensor._make(real._storage, shape, strides, offset)
     return Tensor._view_of(real.detach(), shape, strides, offset)

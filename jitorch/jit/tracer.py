@@ -34,6 +34,7 @@ from ..ir.graph import Graph, TensorType
 from ..ops import registry
 from ..ops.registry import contiguous_strides_cached
 from ..ops.random_ops import Generator
+from ..ops.real_identities import history_root
 from ..runtime.storage import Storage
 from ..runtime.strided import contiguous_strides, is_non_overlapping_and_dense
 from ..tensor import GRAD_WATCHERS, VALUE_WATCHERS, Tensor
@@ -834,8 +835,9 @@ class Tracer:
             if lone or any(f.dtype is not st.dtype for f in fakes):
                 continue
             # the tensor eager made stands for the storage where it fills it, else any leaf: it is the root of
-            # the leaves that require grad (others may be detached from it), or of any
-            roots = [_autograd_root(f) for f in fakes]
+            # the leaves that require grad (others may be detached from it), or of any; an unsafe split's
+            # output counts as part of the tensor it was split from (its gradient reaches that one's inputs)
+            roots = [history_root(f) for f in fakes]
             root = next((r for k, r in zip(members, roots) if leaves[k].requires_grad), roots[0])
             j = next((k for k, f in zip(members, fakes) if k in whole and f is root), members[0])
             bases[j] = st.value
@@ -858,10 +860,11 @@ class Tracer:
                                  "one of them; a graph would not see the write through the other")
 
 
-# `alias_history` of a returned leaf that is a tensor of its own over another's memory (``y.detach()``), and
-# of a view of one
+# `alias_history` of a returned leaf that is a tensor of its own over another's memory (``y.detach()``), of a
+# view of one, and of an unsafe split's output (its own tensor, with a view's history)
 ALIAS = "alias"
 VIEW_OF_ALIAS = "view of alias"
+UNSAFE_SPLIT = "unsafe split"
 
 
 def _autograd_root(t):
@@ -873,10 +876,12 @@ def alias_history(leaf, fake, root):
     """How a returned leaf (``fake`` in the trace) over the memory of ``root`` (an input's or captured
     tensor's fake, or the tensor that made new memory) relates to it for autograd, for a call to
     rebuild it so (`jit.compile.returned_view`): True, an autograd view of it (the leaf requires grad);
-    False, a view of it without history (a later in-place op on it gives it one); `ALIAS`, a tensor of its
-    own over that memory (``root.detach()``); `VIEW_OF_ALIAS`, a view of such a tensor."""
+    `UNSAFE_SPLIT`, a tensor of its own with a view's history (an ``unsafe_`` split's output that requires
+    grad: an in-place op on it rewrites no other leaf's history, fuzz seed 7952220); False, a view of it
+    without history (a later in-place op on it gives it one); `ALIAS`, a tensor of its own over that memory
+    (``root.detach()``); `VIEW_OF_ALIAS`, a view of such a tensor."""
     if leaf.requires_grad:
-        return True
+        return UNSAFE_SPLIT if fake._base is None and fake is not root and history_root(fake) is root else True
     own = _autograd_root(fake)
     if own is root:
         return False

@@ -18,7 +18,9 @@ from ..runtime import allocator
 from ..runtime import dtypes as _dt
 from ..runtime.casts import convert
 from ..runtime.device import CPU, get_default_device, to_device
-from ..runtime.strided import broadcast_shapes, dense_strides, numel_overflows
+from ..runtime.storage import Storage
+from ..runtime.strided import (broadcast_shapes, contiguous_strides, dense_strides, is_non_overlapping_and_dense,
+                               numel_overflows, span)
 from . import powers, registry
 from .registry import TensorSpec, defop, preserved_strides, scalar_name, write_all
 
@@ -239,6 +241,26 @@ def _to_array(data, dtype):
     return _array_from_python(data, dtype, inferred), tuple(sizes), dtype
 
 
+def _source_strides(data):
+    """The element strides of the tensor or NumPy array ``data`` a tensor() copies (None for other data, and
+    for an array whose strides are negative or not whole elements)."""
+    if isinstance(data, registry.Tensor):
+        return tuple(data._stride)
+    if not isinstance(data, np.ndarray) or any(s < 0 or s % data.itemsize for s in data.strides):
+        return None
+    return tuple(s // data.itemsize for s in data.strides)
+
+
+def _copy_layout(shape, strides):
+    """The strides of torch.tensor's copy of data laid out with ``strides`` (its preserve_format copy): those
+    strides where they are non-overlapping and dense, size-1 dims' too (``np.ones((1, 5)).T`` gives (1, 5)),
+    else dense strides in their order; None for contiguous ones, and for an empty source (torch keeps its
+    strides too, which address nothing: a contiguous copy stays the eager fast paths' case)."""
+    if strides is None or strides == contiguous_strides(shape) or 0 in shape:
+        return None
+    return strides if is_non_overlapping_and_dense(shape, strides) else dense_strides(shape, strides)
+
+
 def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=False):
     """A new tensor holding a copy of ``data``: nested lists or tuples of numbers
     (and one-element tensors), NumPy arrays and scalars, or a tensor.
@@ -262,6 +284,12 @@ def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=Fal
         from ..runtime.cuda_memory import upload
         t = registry.Tensor._empty(arr.shape, dtype, device)
         upload(t._storage.data_ptr(), arr, dtype)
+    layout = _copy_layout(tuple(shape), _source_strides(data))
+    if layout is not None:  # (fuzz seed 7952488: overlap checks compare the strides of size-1 dims too)
+        laid_out = registry.Tensor._make(Storage.empty(span(shape, layout), dtype, t.device), tuple(shape), layout, 0)
+        laid_out._write(t)
+        laid_out._storage._version = 0  # (a new tensor's, as torch's: the copy is no write the caller made)
+        t = laid_out
     t = pinned(t, pin_memory)
     if requires_grad:
         t._require_grad(True, "factory")

@@ -60,7 +60,7 @@ defop("sum_to_size(Tensor self, int... size) -> Tensor", composite=_sum_to_size,
 _KEPT = ("_trace_value", "_fw_tangents")  # not a no-grad view's marks: the outputs are no views to autograd
 
 
-def _untracked(view):
+def untracked(view):
     """``view``'s memory and history as a tensor that is no view in autograd's sense (no ``_base``): in-place
     ops on it are allowed under grad and rebase no other tensor's history, as on torch's ``unsafe_`` splits'
     outputs (fuzz seeds 7101099, 7101504, 7103254). It shares the storage's version counter, where torch
@@ -74,12 +74,25 @@ def _untracked(view):
         t.grad_fn = view.grad_fn
         t._requires_grad = True
         t._output_nr = view._output_nr
+    t.__dict__["_split_from"] = view._base
     return t
+
+
+def history_root(t):
+    """The tensor whose value ``t`` is part of for gradients: its view base, and for an ``unsafe_`` split's
+    output (no view in autograd's sense) the root of the tensor it was split from. A gradient given to the
+    root at ``t``'s place reaches the inputs as one given to ``t`` does (a compiled call's outputs over one
+    storage get the gradient of its base there: `jit.output_bases`; fuzz seed 7952220)."""
+    while True:
+        source = t._base if t._base is not None else t.__dict__.get("_split_from")
+        if source is None:
+            return t
+        t = source
 
 
 def _unsafe(name):
     def split(x, *args):
-        return tuple(_untracked(v) for v in getattr(x, name)(*args))
+        return tuple(untracked(v) for v in getattr(x, name)(*args))
     return split
 
 

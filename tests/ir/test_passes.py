@@ -421,6 +421,29 @@ def test_simplify_leaves_returned_views_over_fresh_memory(fn):
         assert out._storage is not x._storage
 
 
+@pytest.mark.parametrize("program", [
+    lambda T, c0, x: (c0.ceil_(), c0.diag())[1],
+    lambda T, c0, x: (x.add_(1), x.diag())[1],
+    lambda T, c0, x: (x.mul_(2), x[0].clone())[1],
+], ids=["captured ceil_ then diag", "input add_ then diag", "input mul_ then select's clone"])
+def test_returned_copy_of_a_view_of_a_written_value_stays_a_copy_seed_7952461(program):
+    """Fuzz seed 7952461: ``c0.ceil_(); return c0.diag()`` on a captured 1x1 tensor returned a view of ``c0``
+    compiled (eager's ``diag`` of a matrix is a copy): simplify replaced the copy by the view of the value the
+    call writes into ``c0``, which the call computes in ``c0``'s memory. The copy stays, and the output is
+    memory of its own (a write into it leaves ``c0`` and ``x`` as they were), as eager's and torch's."""
+    results = []
+    for T, compiled in ((torch, False), (jt, False), (jt, True)):
+        c0, x = T.tensor([[2]]), T.tensor([[1.5]])
+        fn = jt.compile(lambda x: program(T, c0, x)) if compiled else lambda x: program(T, c0, x)
+        for _ in range(2):  # the trace's call and a cached one
+            out = fn(x)
+            out.fill_(7)
+            results.append((out.tolist(), c0.tolist(), x.tolist()))
+        if compiled:
+            assert "clone" in ops(fn.lower(x).optimized_graph)
+    assert results[4:] == results[2:4] == results[:2]
+
+
 def test_simplify_never_replaces_mutation_targets():
     def f(x, w):
         w.copy_(x * 1)

@@ -44,6 +44,16 @@ def _written_then_viewed(T, x):
     return y[1:], y.view(-1)
 
 
+def _unsafe_piece_and_source(T, x):  # seed 7952220 (its gather runs as an eager step, no kernel)
+    v1 = x[T.tensor([0, 2])]
+    return T.unsafe_chunk(v1, 2, -1)[-1], v1
+
+
+def _unsafe_piece_of_a_piece(T, x):
+    u = T.sin(x).unsafe_split_with_sizes([1, 2], 0)[1]
+    return u.reshape(-1).unsafe_split(3)[1], u
+
+
 # name -> (program over the namespace T, kernels its compiled form runs: as many as before the views were
 # rebuilt after the call, which only spared eager steps)
 PROGRAMS = {
@@ -60,6 +70,14 @@ PROGRAMS = {
     "the same view twice": (_same_view_twice, 1),
     "written, then two views": (_written_then_viewed, 2),
     "detached view": (lambda T, x: (lambda y: (y, y.detach()[0]))(x * 2), 1),
+    "unsafe_chunk piece and its source": (_unsafe_piece_and_source, 0),
+    "unsafe_split pieces of a result not returned": (lambda T, x: (x * 2).unsafe_split(1, 0)[::2], 1),
+    "unsafe piece of an unsafe piece": (_unsafe_piece_of_a_piece, 1),
+    "split pieces and their source": (lambda T, x: (lambda y: (*y.split(3, 1), y))(x + 1), 1),
+    "split_with_sizes pieces": (lambda T, x: (x * 3).split_with_sizes([2, 1], 0), 1),
+    "chunk pieces and their source": (lambda T, x: (lambda y: (y, *y.chunk(2, 1)))(T.exp(x)), 1),
+    "tensor_split pieces": (lambda T, x: T.tensor_split(x * 2, 3, 1), 1),
+    "unbind pieces and their source": (lambda T, x: (lambda y: (*y.unbind(1), y))(x - 1), 1),
 }
 
 
@@ -148,7 +166,7 @@ def test_compiled_outputs_over_new_memory_backpropagate_as_eager(backend, name):
 def test_compiled_graph_returns_each_new_storage_once(name):
     program, kernels = PROGRAMS[name]
     lowered = jt.compile(lambda x: program(jt, x)).lower(_x(jt))
-    storages = {id(_memory(o)) for o in _torch_flat(program(torch, _x(torch)))}
+    storages = {_memory(o) for o in _torch_flat(program(torch, _x(torch)))}  # (data pointers: ids of ints may differ)
     assert len(set(lowered.optimized_graph.output_values())) == len(storages)
     assert len(lowered.kernels) == kernels  # the views are rebuilt after the call: no kernel copies them
 
@@ -190,3 +208,34 @@ def test_compiled_graph_records_the_base_its_views_are_rebuilt_over():
     base, = graph.output_bases.values()
     assert isinstance(base, Value) and graph.output_values() == [base, base]
     assert graph.output_aliases == {0: (("output", 1), ((4,), (1,), 4, False)), 1: (("output", 1), None)}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("split", ["unsafe_chunk", "unsafe_split", "unsafe_split_with_sizes"])
+@pytest.mark.parametrize("written", [None, 0, 1], ids=["unwritten", "piece written", "source written"])
+def test_compiled_unsafe_split_piece_returned_with_its_source_gets_both_gradients_seed_7952220(backend, split,
+                                                                                             written):
+    """Fuzz seed 7952220: ``v1 = x0[T.tensor([0])]; v3 = T.unsafe_chunk(v1, 3, -1)[-1]; return v3, v1`` gave
+    x0 the gradient [0, 0, 5] compiled, [1, 1.25, 5] eagerly and in torch: the piece (no view in autograd's
+    sense) was taken as the root of the outputs' memory, so the gradient of ``v1`` outside it was lost. The
+    piece comes back as eager's (its own tensor, with a view's history): a write into it or into its source
+    after the call rewrites no other output's gradient."""
+    args = {"unsafe_chunk": (3, -1), "unsafe_split": (1, -1), "unsafe_split_with_sizes": ([2, 1], -1)}[split]
+
+    def program(T, x0):
+        v1 = x0[T.tensor([0])]
+        v3 = getattr(T, split)(v1, *args)[-1]
+        return v3, v1
+
+    results = []
+    for T, fn in ((torch, program), (jt, program), (jt, jt.compile(program, backend=backend))):
+        x0 = T.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], requires_grad=True)
+        v3, v1 = fn(T, x0)
+        if written is not None:
+            (v3, v1)[written].mul_(3.0)
+        weights = T.tensor([[1.0, 1.25, 1.0]])
+        grad, = T.autograd.grad((v3, v1), x0, grad_outputs=(T.full_like(v3, 4.0), weights))
+        results.append((v3._base is None, v1._base is None, v3.tolist(), v1.tolist(), grad.tolist()))
+    assert results[2] == results[1] == results[0]
+    if written is None:
+        assert results[0][4] == [[1.0, 1.25, 5.0], [0.0, 0.0, 0.0]]

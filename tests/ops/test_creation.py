@@ -86,6 +86,47 @@ def test_tensor_from_nested_lists_matches_numpy(shape, dtype):
     assert_close(t, arr.astype(np.float64) if dtype.is_floating_point else arr)
 
 
+SOURCES = {  # data a tensor() copies, from NumPy (``np``) or a library ``T``
+    "transposed array": lambda T: np.arange(12.0).reshape(3, 4).T,
+    "array column of a transposed row": lambda T: np.ascontiguousarray(np.arange(5, dtype=np.int32).reshape(1, 5).T),
+    "array row of a transposed column": lambda T: np.ascontiguousarray(np.arange(5, dtype=np.int32).reshape(5, 1).T),
+    "array with an inserted dim": lambda T: np.arange(6.0).reshape(2, 3)[:, None, :],
+    "strided transposed array": lambda T: np.arange(24.0).reshape(4, 6)[::2].T,
+    "broadcast array": lambda T: np.broadcast_to(np.arange(3.0)[:, None], (3, 4)),
+    "transposed tensor": lambda T: T.arange(12.0).reshape(3, 4).t(),
+    "strided tensor": lambda T: T.arange(20.0).reshape(5, 4)[::2].t(),
+}
+
+
+@pytest.mark.filterwarnings("ignore:To copy construct from a tensor")
+@pytest.mark.parametrize("dtype", [None, "float64", "int8"])
+@pytest.mark.parametrize("name", SOURCES)
+def test_tensor_copies_keep_the_source_layout_as_torch_seed_7952488(name, dtype):
+    """Fuzz seed 7952488: ``v0 = x1.reshape(1, 5); v0[0:] = x1`` on a [1, 5] int32 input made by permuting a
+    [5, 1] array raised the overlap error eagerly, not in torch: torch.tensor of that array keeps its strides
+    (1, 5), size-1 dim included (its preserve_format copy), where jitorch.tensor made a contiguous copy
+    (1, 1), whose view then differed from the reshape's (5, 1) by the size-1 dim's stride. torch keeps a
+    non-overlapping dense source's strides and gives another the dense strides in its order."""
+    results = []
+    for T in (torch, jt):
+        data = SOURCES[name](T)
+        t = T.tensor(data, **({} if dtype is None else {"dtype": getattr(T, dtype)}))
+        results.append((t.stride(), t.tolist(), t._version, t.data_ptr() != np.asarray(data).ctypes.data
+                        if isinstance(data, np.ndarray) else t.data_ptr() != data.data_ptr()))
+    assert results[1] == results[0]
+
+
+def test_reshape_of_a_permuted_input_copies_into_itself_as_torch_seed_7952488():
+    """The seed's program: a full overlap of the written view and the input (same strides) is allowed."""
+    results = []
+    for T in (torch, jt):
+        x1 = T.tensor(SOURCES["array column of a transposed row"](T)).permute(1, 0)  # (the fuzzer's "permuted")
+        v0 = x1.reshape(1, 5)
+        v0[0:] = x1
+        results.append((x1.stride(), v0.stride(), x1.tolist()))
+    assert results[1] == results[0] == ((5, 1), (5, 1), [[0, 1, 2, 3, 4]])
+
+
 @pytest.mark.parametrize("data,dtype,expected", [
     ([1.7, -1.7], jt.int64, [1, -1]),
     ([-1, -255], jt.uint8, [255, 1]),

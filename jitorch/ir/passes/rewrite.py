@@ -64,7 +64,9 @@ class Rewriter:
     every call) or a value the graph already returns elsewhere (``return x * 1,
     x`` must not give the same tensor twice), nor by a view of one of those; nor
     is the source of a returned view (``return x.clone().t()`` must not return a
-    view of ``x``). `can_replace` says so.
+    view of ``x``), nor by a view of a value written into an input or constant, which the call may compute
+    in that tensor's memory (``x.add_(1); return x[0].clone()`` returned a view of ``x``: fuzz seed
+    7952461). `can_replace` says so.
     """
 
     def __init__(self, graph):
@@ -89,8 +91,15 @@ class Rewriter:
         if old.type != new.type:
             return False
         # a view shares its source's memory: a returned value may not become a view of one either
-        root = self._viewed(self.resolve(new))
-        return old not in self.returned or not (root.node is None or root in self.returned)
+        new = self.resolve(new)
+        root = self._viewed(new)
+        return old not in self.returned or not (root.node is None or root in self.returned
+                                                or root is not new and self._written(root))
+
+    def _written(self, v):
+        """Whether the graph writes ``v`` into an input or constant (a returned ``v`` itself gets memory of
+        its own from the executor; a returned view of it would lie in the written tensor's)."""
+        return any(self.resolve(value) is v for _, value in self.graph.mutations)
 
     def _viewed(self, v):
         """The value whose memory ``v`` is in: ``v`` itself, or the source its chain of views starts from."""
