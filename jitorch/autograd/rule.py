@@ -57,6 +57,22 @@ def differentiates(names, rule):
     return rule
 
 
+class DerivativeNotImplemented(NotImplementedError):
+    """torch's ``not_implemented`` derivative formula, raised when a gradient reaches it: "the derivative for
+    '``what``' is not implemented.". ``forward`` is the op's name in torch's forward-mode error ("Trying to use
+    forward AD with ``forward`` ..."), which forward-mode AD raises instead (`forward_ad`); by default ``what``
+    up to its colon."""
+
+    def __init__(self, what, forward=None):
+        super().__init__(f"the derivative for '{what}' is not implemented.")
+        self.forward = forward or what.split(":")[0]
+
+
+def not_implemented(what, forward=None):
+    """Raise `DerivativeNotImplemented` (for a formula's body: a rule whose gradient torch does not implement)."""
+    raise DerivativeNotImplemented(what, forward)
+
+
 def only_with_grads_of(outputs, rule):
     """``rule`` (of an op with several outputs), which gives no gradient at all, as torch's undefined one,
     when none of the outputs at ``outputs`` (indices) received a gradient: torch's slogdet passes nothing

@@ -9,7 +9,8 @@ eigh and QR assume what torch assumes (distinct singular values or eigenvalues, 
 
 from __future__ import annotations
 
-from jitorch.autograd.rule import defgrad, differentiates, nondifferentiable, only_if, only_with_grads_of, reads
+from jitorch.autograd.rule import (defgrad, differentiates, nondifferentiable, not_implemented, only_if, only_with_grads_of,
+                                   reads)
 from jitorch.autograd.rules.common import per_input, wanted
 from jitorch.autograd.rules.structural import _scaled, sum_to
 from jitorch.ops import functions as jt
@@ -26,11 +27,9 @@ def _matrix_eye(n, like):
     return jt.eye(n, dtype=like.dtype, device=like.device)
 
 
-def _not_implemented(name, why=""):
+def _not_implemented(name):
     """The rule of an op whose derivative jitorch does not implement (torch has none for geqrf either)."""
-    def rule(g, a, out):
-        raise NotImplementedError(f"the derivative for '{name}' is not implemented{why}")
-    return rule
+    return lambda g, a, out: not_implemented(name)
 
 
 # Determinants, inverse, solves ---------------------------------------------------------------------------------
