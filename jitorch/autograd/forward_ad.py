@@ -29,7 +29,7 @@ from ..ops import registry
 from ..runtime.grad_mode import enable_grad, is_grad_enabled
 from ..tensor import Tensor
 from .gradients import grad
-from .rule import DerivativeNotImplemented
+from .rule import DerivativeNotImplemented, linearizing
 
 class _State(threading.local):
     def __init__(self):
@@ -253,7 +253,8 @@ def _jvp(op, args, pairs, outer_grad):
         # singular: logcumsumexp's takes the log of the gradient's magnitude)
         dummies = [registry.FUNCTIONS["ones_like"](o.detach()).requires_grad_(True) for o in live]
         try:
-            firsts = grad(live, inputs, dummies, create_graph=True, allow_unused=True)
+            with linearizing():
+                firsts = grad(live, inputs, dummies, create_graph=True, allow_unused=True)
         except DerivativeNotImplemented as e:  # (torch's forward-mode error names the op otherwise)
             raise NotImplementedError(f"Trying to use forward AD with {e.forward} that does not support it because "
                                       "it has not been implemented yet.") from None

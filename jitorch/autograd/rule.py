@@ -14,6 +14,8 @@ Only these make an op's results require grad, and only these are edges of its no
 
 from __future__ import annotations
 
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from ..ops.registry import Pieces, attach
@@ -55,6 +57,30 @@ def differentiates(names, rule):
     """``rule``, declared to give gradients for the arguments ``names`` ("self", "self src") and no others."""
     rule.differentiates = frozenset(names.split())
     return rule
+
+
+class _Linearizing(threading.local):
+    depth = 0
+
+
+_LINEARIZING = _Linearizing()
+
+
+@contextmanager
+def linearizing():
+    """Within: the backward pass by which forward-mode AD linearizes one op (`forward_ad._jvp`). It records a
+    graph, as create_graph does, but a rule that refuses what torch's double backward refuses (a singular
+    matrix) answers here as torch's forward-mode formula does."""
+    _LINEARIZING.depth += 1
+    try:
+        yield
+    finally:
+        _LINEARIZING.depth -= 1
+
+
+def is_linearizing():
+    """Whether the rules running now linearize an op for forward-mode AD (`linearizing`)."""
+    return _LINEARIZING.depth > 0
 
 
 class DerivativeNotImplemented(NotImplementedError):

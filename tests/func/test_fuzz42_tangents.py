@@ -564,3 +564,39 @@ def test_a_differentiated_unique_raises_torchs_not_implemented_error_seed_789501
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert not transforms.check(program).mismatches
+
+
+SINGULAR = [[[1.0, 2.0], [2.0, 4.0]], [[2.0, 0.5], [1.0, 3.0]], [[0.0, 0.0], [0.0, 0.0]], [[0.0, 1.0], [0.0, 1.0]],
+            [[1.0, 1.0], [0.0, 0.0]], [[0.0, 0.0], [1.0, 1.0]], [[-1.0, 2.0], [0.5, -1.0]]]
+
+
+@pytest.mark.parametrize("layout", [lambda a: a, lambda a: a.mT.contiguous().mT], ids=["contiguous", "transposed"])
+@pytest.mark.parametrize("build, output", [(lambda T: T.logdet, "logdet"),
+                                           (lambda T: lambda a: T.linalg.slogdet(a)[1], "logabsdet"),
+                                           (lambda T: lambda a: T.linalg.slogdet(a)[0], "sign")])
+def test_the_tangent_of_logdet_at_a_singular_matrix_is_torchs_seed_7882824(build, output, layout):
+    """Seed 7882824: jvp of ``x1.logdet()`` at a singular matrix raised LinAlgError (the slogdet rule refused a
+    singular matrix whenever its backward recorded a graph, and forward mode's always does); torch.func.jvp gives
+    ``trace(A^-1 dA)`` from the forward's LU: -inf, NaN or inf. The rule solves with A's LU as torch's forward
+    factors it (A^T where A is contiguous); forward mode runs it under `rule.linearizing`. torch's values (and
+    plain backward's gradient, also from the LU) bit for bit, per layout; create_graph still raises torch's error."""
+    outcomes = []
+    for T in (jitorch, torch):
+        a, t = layout(T.tensor(SINGULAR, dtype=T.float64)), T.ones(len(SINGULAR), 2, 2, dtype=T.float64).tril()
+        leaf = layout(T.tensor(SINGULAR, dtype=T.float64)).requires_grad_()
+        T.linalg.slogdet(leaf)[1].sum().backward()
+        outcomes.append((str(T.func.jvp(build(T), (a,), (t,))[1].tolist()), str(leaf.grad.tolist()),
+                         _raised(lambda: T.autograd.grad(build(T)(leaf).sum(), leaf, create_graph=True))))
+    ours, torchs = outcomes
+    assert ours[:2] == torchs[:2]
+    if output == "sign":  # (no gradient flows back from the sign: nothing to refuse)
+        assert torchs[0] == str([0.0] * len(SINGULAR))
+    else:
+        assert "inf" in torchs[0] and "nan" in torchs[0]
+        assert issubclass(ours[2][0], jitorch.linalg.LinAlgError) and issubclass(torchs[2][0], torch.linalg.LinAlgError)
+        assert ours[2][1] == torchs[2][1]
+    program, _ = generate(7882824, table=TABLE)
+    assert program.body[0].lines == ("v0 = x1.logdet()",)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert not transforms.check(program).mismatches
