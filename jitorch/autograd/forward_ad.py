@@ -29,6 +29,7 @@ from ..ops import registry
 from ..runtime.grad_mode import enable_grad, is_grad_enabled
 from ..tensor import Tensor
 from .gradients import grad
+from .rule import DerivativeNotImplemented, linearizing
 
 class _State(threading.local):
     def __init__(self):
@@ -251,7 +252,12 @@ def _jvp(op, args, pairs, outer_grad):
         # (any point of u serves, J^T u being linear in u; ones rather than zeros, where a rule's formula is
         # singular: logcumsumexp's takes the log of the gradient's magnitude)
         dummies = [registry.FUNCTIONS["ones_like"](o.detach()).requires_grad_(True) for o in live]
-        firsts = grad(live, inputs, dummies, create_graph=True, allow_unused=True)
+        try:
+            with linearizing():
+                firsts = grad(live, inputs, dummies, create_graph=True, allow_unused=True)
+        except DerivativeNotImplemented as e:  # (torch's forward-mode error names the op otherwise)
+            raise NotImplementedError(f"Trying to use forward AD with {e.forward} that does not support it because "
+                                      "it has not been implemented yet.") from None
         used = [(g, tangent) for g, (t, tangent) in zip(firsts, [p for p in pairs if subs[id(p[0])].requires_grad])
                 if g is not None and g.requires_grad]
         if not used:  # a derivative that is 0 everywhere (floor's, sign's): a zero tangent, as torch's (seed 7875465)

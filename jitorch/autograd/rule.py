@@ -14,6 +14,8 @@ Only these make an op's results require grad, and only these are edges of its no
 
 from __future__ import annotations
 
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from ..ops.registry import Pieces, attach
@@ -55,6 +57,46 @@ def differentiates(names, rule):
     """``rule``, declared to give gradients for the arguments ``names`` ("self", "self src") and no others."""
     rule.differentiates = frozenset(names.split())
     return rule
+
+
+class _Linearizing(threading.local):
+    depth = 0
+
+
+_LINEARIZING = _Linearizing()
+
+
+@contextmanager
+def linearizing():
+    """Within: the backward pass by which forward-mode AD linearizes one op (`forward_ad._jvp`). It records a
+    graph, as create_graph does, but a rule that refuses what torch's double backward refuses (a singular
+    matrix) answers here as torch's forward-mode formula does."""
+    _LINEARIZING.depth += 1
+    try:
+        yield
+    finally:
+        _LINEARIZING.depth -= 1
+
+
+def is_linearizing():
+    """Whether the rules running now linearize an op for forward-mode AD (`linearizing`)."""
+    return _LINEARIZING.depth > 0
+
+
+class DerivativeNotImplemented(NotImplementedError):
+    """torch's ``not_implemented`` derivative formula, raised when a gradient reaches it: "the derivative for
+    '``what``' is not implemented.". ``forward`` is the op's name in torch's forward-mode error ("Trying to use
+    forward AD with ``forward`` ..."), which forward-mode AD raises instead (`forward_ad`); by default ``what``
+    up to its colon."""
+
+    def __init__(self, what, forward=None):
+        super().__init__(f"the derivative for '{what}' is not implemented.")
+        self.forward = forward or what.split(":")[0]
+
+
+def not_implemented(what, forward=None):
+    """Raise `DerivativeNotImplemented` (for a formula's body: a rule whose gradient torch does not implement)."""
+    raise DerivativeNotImplemented(what, forward)
 
 
 def only_with_grads_of(outputs, rule):

@@ -566,16 +566,27 @@ def lu_solve(LU, pivots, B, left=True, adjoint=False):
         shape = broadcast_shapes(tuple(LU.shape[:-2]), tuple(B.shape[:-2])) + tuple(B.shape[-2:])
         return functions.zeros(shape, dtype=B.dtype, device=B.device)
     P = OPS["_lu_permutation"](pivots, LU.shape[-1], LU.dtype)
+    order = functions.arange(LU.shape[-1], dtype=LU.dtype, device=LU.device)
+    where, before = P.matmul(order).long(), P.mT.matmul(order).long()  # (P X's row i is X's row where[i])
     solve = OPS["linalg_solve_triangular"]
     if left != adjoint:  # A = P L U: X = U^-1 L^-1 P^T B, or for X A = B, (A^T X^T = B^T) with A^T = U^T L^T P^T
         if not left:
             B = B.mT
-        X = solve(LU, solve(LU, P.mT.matmul(B), False, True, True), True, True, False)
+        X = solve(LU, solve(LU, _permuted(B, before, -2), False, True, True), True, True, False)
         return X.mT if not left else X
     # A^T X = B: X = P L^-T U^-T B; X A = B: X = B U^-1 L^-1 P^T
     if left:
-        return P.matmul(solve(LU.mT, solve(LU.mT, B, False, True, False), True, True, True))
-    return solve(LU, solve(LU, B, True, False, False), False, False, True).matmul(P.mT)
+        return _permuted(solve(LU.mT, solve(LU.mT, B, False, True, False), True, True, True), where, -2)
+    return _permuted(solve(LU, solve(LU, B, True, False, False), False, False, True), where, -1)
+
+
+def _permuted(X, index, dim):
+    """X's rows (``dim`` -2) or columns (-1) in the order ``index`` (batch..., n) gives, batches broadcast: taken
+    rather than multiplied by a permutation matrix, whose zeros would turn an infinite entry (a singular U's)
+    into NaN where LAPACK's row swaps keep it (torch's jvp of logdet at a singular matrix, fuzz seed 7882824)."""
+    batch = broadcast_shapes(tuple(X.shape[:-2]), tuple(index.shape[:-1]))
+    index = index.broadcast_to(batch + tuple(index.shape[-1:])).unsqueeze(-2 if dim == -1 else -1)
+    return X.broadcast_to(batch + tuple(X.shape[-2:])).take_along_dim(index, dim)
 
 
 def _lu_solve(B, LU, pivots):

@@ -65,6 +65,8 @@ FULL_RANK = frozenset({"cholesky_solve", "cholesky_inverse", "lu_solve", "linalg
 # gradient with respect to the logits its log-probabilities came from by log_softmax (torch's formula), checked by
 # gradcheck through log_softmax in tests/nn/test_ctc_loss.py.
 NOT_THE_INPUTS_DERIVATIVE = frozenset({"_ctc_loss"})
+# Ops whose derivative torch does not implement at all (tests/func/test_fuzz42_tangents.py checks torch's errors)
+UNIQUE = frozenset({"_unique", "unique", "_unique_consecutive", "unique_consecutive"})
 
 
 # Ops whose backward is an op without a derivative of its own (the fused RNN layer's, as torch's cuDNN RNN, and
@@ -276,6 +278,8 @@ def _differentiable(name):
     """Has a derivative rule, or is a composite whose results carry a gradient on some sample (a composite
     without samples is left to tests/ops/test_op_contract.py, which asks for them). Rules that cut the
     gradient are checked by test_ops_that_cut_the_gradient_give_zeros_written_in_place instead."""
+    if name in UNIQUE:
+        return False
     if name in RULES:
         # (HOUSEHOLDER's raises: tests/ops/test_decompositions.py)
         return not _cuts(name) and name not in HOUSEHOLDER and name not in NOT_THE_INPUTS_DERIVATIVE

@@ -523,3 +523,80 @@ def test_pow_of_zero_by_a_zero_exponent_has_a_finite_tangent_seed_7894731(name):
         grads.append(T.autograd.grad(getattr(v, name)(T.tensor([[0.5, -1.0, 0.0, 2.0]], dtype=T.float64)).sum(),
                                      v)[0].tolist())
     assert _same(grads[0], grads[1])
+
+
+def _raised(run):
+    """The type and first line of what ``run()`` raises."""
+    with pytest.raises(Exception) as info:
+        run()
+    return info.type, str(info.value).splitlines()[0]
+
+
+@pytest.mark.parametrize("build", [
+    lambda T: lambda x: T.unique(x, False, return_counts=False),  # the fuzzer's (seed 7895016)
+    lambda T: lambda x: x.unique(return_inverse=True)[0], lambda T: lambda x: T.unique(x, dim=0),
+    lambda T: lambda x: T.unique_consecutive(x), lambda T: lambda x: x.unique_consecutive(return_counts=True, dim=0)[0],
+], ids=["unique", "unique_inverse", "unique_dim", "unique_consecutive", "unique_consecutive_dim"])
+def test_a_differentiated_unique_raises_torchs_not_implemented_error_seed_7895016(build):
+    """Seed 7895016: ``T.unique(x2, False)`` under jvp gave a zero tangent (jitorch declared unique
+    nondifferentiable); torch's values require grad, and its derivative is not implemented: backward raises
+    NotImplementedError "the derivative for '_unique2' is not implemented." (``unique_dim`` with ``dim``,
+    ``unique_consecutive``), forward AD "Trying to use forward AD with _unique2 that does not support it ...".
+    jitorch raises both (`rule.DerivativeNotImplemented`, `forward_ad._jvp`); a tangent-free call still runs."""
+    x = [[1.0, 2.0], [1.0, 2.0], [3.0, -1.0]]
+    outcomes = []
+    for T in (jitorch, torch):
+        leaf = T.tensor(x, dtype=T.float64, requires_grad=True)
+        primal, tangent = T.tensor(x, dtype=T.float64), T.ones(3, 2, dtype=T.float64)
+        values = build(T)(leaf)
+        outcomes.append((values.requires_grad, _raised(lambda: values.sum().backward()),
+                         _raised(lambda: T.func.grad(lambda x: build(T)(x).sum())(primal)),
+                         _raised(lambda: T.func.jvp(build(T), (primal,), (tangent,))),
+                         T.func.jvp(lambda x: build(T)(x.detach()), (primal,), (tangent,))[1].tolist()))
+    ours, torchs = outcomes
+    assert ours[0] is torchs[0] is True
+    for (our_type, our_message), (torch_type, torch_message) in zip(ours[1:4], torchs[1:4]):
+        assert issubclass(our_type, torch_type)
+        assert our_message == torch_message
+    assert ours[4] == torchs[4]
+    program, _ = generate(7895016, table=TABLE)
+    assert program.body[0].tag == "unique"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert not transforms.check(program).mismatches
+
+
+SINGULAR = [[[1.0, 2.0], [2.0, 4.0]], [[2.0, 0.5], [1.0, 3.0]], [[0.0, 0.0], [0.0, 0.0]], [[0.0, 1.0], [0.0, 1.0]],
+            [[1.0, 1.0], [0.0, 0.0]], [[0.0, 0.0], [1.0, 1.0]], [[-1.0, 2.0], [0.5, -1.0]]]
+
+
+@pytest.mark.parametrize("layout", [lambda a: a, lambda a: a.mT.contiguous().mT], ids=["contiguous", "transposed"])
+@pytest.mark.parametrize("build, output", [(lambda T: T.logdet, "logdet"),
+                                           (lambda T: lambda a: T.linalg.slogdet(a)[1], "logabsdet"),
+                                           (lambda T: lambda a: T.linalg.slogdet(a)[0], "sign")])
+def test_the_tangent_of_logdet_at_a_singular_matrix_is_torchs_seed_7882824(build, output, layout):
+    """Seed 7882824: jvp of ``x1.logdet()`` at a singular matrix raised LinAlgError (the slogdet rule refused a
+    singular matrix whenever its backward recorded a graph, and forward mode's always does); torch.func.jvp gives
+    ``trace(A^-1 dA)`` from the forward's LU: -inf, NaN or inf. The rule solves with A's LU as torch's forward
+    factors it (A^T where A is contiguous); forward mode runs it under `rule.linearizing`. torch's values (and
+    plain backward's gradient, also from the LU) bit for bit, per layout; create_graph still raises torch's error."""
+    outcomes = []
+    for T in (jitorch, torch):
+        a, t = layout(T.tensor(SINGULAR, dtype=T.float64)), T.ones(len(SINGULAR), 2, 2, dtype=T.float64).tril()
+        leaf = layout(T.tensor(SINGULAR, dtype=T.float64)).requires_grad_()
+        T.linalg.slogdet(leaf)[1].sum().backward()
+        outcomes.append((str(T.func.jvp(build(T), (a,), (t,))[1].tolist()), str(leaf.grad.tolist()),
+                         _raised(lambda: T.autograd.grad(build(T)(leaf).sum(), leaf, create_graph=True))))
+    ours, torchs = outcomes
+    assert ours[:2] == torchs[:2]
+    if output == "sign":  # (no gradient flows back from the sign: nothing to refuse)
+        assert torchs[0] == str([0.0] * len(SINGULAR))
+    else:
+        assert "inf" in torchs[0] and "nan" in torchs[0]
+        assert issubclass(ours[2][0], jitorch.linalg.LinAlgError) and issubclass(torchs[2][0], torch.linalg.LinAlgError)
+        assert ours[2][1] == torchs[2][1]
+    program, _ = generate(7882824, table=TABLE)
+    assert program.body[0].lines == ("v0 = x1.logdet()",)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert not transforms.check(program).mismatches

@@ -377,3 +377,38 @@ def test_a_nan_result_of_no_elements_or_a_zero_tangent_has_torch_func_jvps_nan_t
         forward = torch.func.jvp(build(torch), primals, tangents)[1]
     assert value.isnan().all() and got.isnan().all() and forward.isnan().all()
     assert reverse.tolist() == 0.0
+
+
+def _outer_then(T, reshape):
+    weights = T.tensor([0.25, -1.5, 2.0, 0.75], dtype=T.float64)
+
+    def loss(x):
+        v = x.outer(T.tensor([-0.875, 1.125, -1.25, 0.5], dtype=T.float64))
+        reshape(v)
+        return (v * v).reshape(-1).mul(weights).sum() + v[..., 0].sum()
+    return loss
+
+
+@pytest.mark.parametrize("reshape", [
+    lambda v: v.t_(), lambda v: v.transpose_(0, 1), lambda v: v.swapdims_(0, 1), lambda v: v.squeeze_(),
+    lambda v: v.squeeze_(0), lambda v: v.unsqueeze_(1), lambda v: v.as_strided_((4, 1), (1, 1)),
+], ids=["t_", "transpose_", "swapdims_", "squeeze_", "squeeze_dim", "unsqueeze_", "as_strided_"])
+def test_every_in_place_view_op_under_vmap_grad_gives_the_per_sample_gradient_seed_7894873(reshape):
+    """Seed 7894873: ``v = x.outer(c); v.t_()`` under vmap(grad) gave per-sample gradients unlike the loop's and
+    torch's on builds before vmapseeds' fix (seed 7874509: vmap's hook for an in-place view op changed the
+    geometry but recorded no backward node, so the gradient reached ``outer`` in the swapped shape); ``squeeze_``
+    raised "dim 0 appears multiple times". Every in-place view op takes that fixed path
+    (`batching.BatchingHook.call_inplace`); each is checked here against torch's per-sample gradients and jitorch's
+    loop (torch.func.vmap's fallback for ``as_strided_`` gives other values: `transforms.TORCH_VMAP_WRONG`)."""
+    rows = [[1.5], [-0.5], [2.0]]
+    want = torch.stack([torch.func.grad(_outer_then(torch, reshape))(torch.tensor(r, dtype=torch.float64))
+                        for r in rows])
+    got = jitorch.func.vmap(jitorch.func.grad(_outer_then(jitorch, reshape)))(jitorch.tensor(rows, dtype=jitorch.float64))
+    loop = [jitorch.func.grad(_outer_then(jitorch, reshape))(jitorch.tensor(r, dtype=jitorch.float64)).tolist()
+            for r in rows]
+    assert got.tolist() == want.tolist() == loop
+    program, _ = generate(7894873, table=op_table())
+    assert "v0.t_()" in [line for stmt in program.body for line in stmt.lines]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert not check(program).mismatches

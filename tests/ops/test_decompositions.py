@@ -219,3 +219,17 @@ def test_lu_without_pivoting_of_an_empty_matrix_returns_as_torch(shape):
         assert tuple(P.shape) == (0,)
     with pytest.raises(RuntimeError, match="LU without pivoting is not implemented on the CPU"):
         jt.linalg.lu_factor(jt.eye(2), pivot=False)
+
+
+@pytest.mark.parametrize("left, adjoint", [(True, False), (True, True), (False, False), (False, True)])
+def test_lu_solve_of_a_singular_matrix_keeps_lapacks_infinities(left, adjoint):
+    """lu_solve applied the pivots' permutation as a product with the permutation matrix, whose zeros turned an
+    infinity of the singular U's triangular solve into NaN where torch's (LAPACK's row swaps) keep it: this made
+    logdet's tangent at a singular matrix NaN where torch's is -inf (fuzz seed 7882824). It takes rows by index."""
+    A = [[[1.0, 2.0], [2.0, 4.0]], [[0.0, 0.0], [0.0, 0.0]], [[0.0, 1.0], [0.0, 1.0]], [[1.0, 1.0], [0.0, 0.0]],
+         [[0.0, 0.0], [1.0, 1.0]]]
+    B = [[[1.0, 0.5], [-0.25, 2.0]]] * len(A)
+    got, want = (str(T.linalg.lu_solve(*T.linalg.lu_factor_ex(T.tensor(A, dtype=T.float64))[:2],
+                                       T.tensor(B, dtype=T.float64), left=left, adjoint=adjoint).tolist())
+                 for T in (jt, torch))
+    assert "inf" in want and got == want

@@ -23,7 +23,7 @@ from ...runtime import dtypes as _dt
 from ...runtime.dtypes import result_type
 from ...ops.pointwise import mvlgamma_shifts
 
-from ..rule import defgrad, differentiates, nondifferentiable, reads
+from ..rule import defgrad, differentiates, nondifferentiable, not_implemented, reads
 from .common import cut, over_nonzero, per_input, rounded_once, zero_grad, zeros
 
 _LN2 = math.log(2.0)
@@ -326,15 +326,10 @@ defgrad("special_i1", per_input(self=reads("self result", _i1)))
 defgrad("special_i1e", per_input(self=reads("self result", _i1e)))
 defgrad("special_zeta", per_input(
     # torch's "not implemented" (an empty gradient has nothing to miss)
-    self=reads("", lambda g, a, out: zeros(g.shape, g) if 0 in g.shape else _not_implemented("zeta", "self")),
+    self=reads("", lambda g, a, out: zeros(g.shape, g) if 0 in g.shape else not_implemented("zeta", "special_zeta")),
     other=reads("self other", lambda g, a, out: g * -a.self * jt.special_zeta(a.self + 1, a.other))))
 defgrad("frexp", differentiates("self", reads("result1", lambda g, a, out: {"self": _frexp(g, a, out)})))
 nondifferentiable("isposinf", "isneginf", "signbit", "gcd", "lcm")
-
-
-def _not_implemented(op, argument):
-    """torch's ``not_implemented`` derivative: raised when the gradient is asked for."""
-    raise NotImplementedError(f"the derivative for '{op}: {argument}' is not implemented.")
 
 
 defgrad("ldexp", per_input(self=reads("other", lambda g, a, out: g * a.other.exp2()),

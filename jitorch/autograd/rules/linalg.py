@@ -9,11 +9,12 @@ eigh and QR assume what torch assumes (distinct singular values or eigenvalues, 
 
 from __future__ import annotations
 
-from jitorch.autograd.rule import defgrad, differentiates, nondifferentiable, only_if, only_with_grads_of, reads
+from jitorch.autograd.rule import (defgrad, differentiates, is_linearizing, nondifferentiable, not_implemented, only_if,
+                                   only_with_grads_of, reads)
 from jitorch.autograd.rules.common import per_input, wanted
 from jitorch.autograd.rules.structural import _scaled, sum_to
 from jitorch.ops import functions as jt
-from jitorch.ops.decompositions import solve_is_vector
+from jitorch.ops.decompositions import lu_solve, renamed, solve_is_vector
 from jitorch.ops.registry import OPS
 from jitorch.runtime.grad_mode import is_grad_enabled
 
@@ -26,11 +27,9 @@ def _matrix_eye(n, like):
     return jt.eye(n, dtype=like.dtype, device=like.device)
 
 
-def _not_implemented(name, why=""):
+def _not_implemented(name):
     """The rule of an op whose derivative jitorch does not implement (torch has none for geqrf either)."""
-    def rule(g, a, out):
-        raise NotImplementedError(f"the derivative for '{name}' is not implemented{why}")
-    return rule
+    return lambda g, a, out: not_implemented(name)
 
 
 # Determinants, inverse, solves ---------------------------------------------------------------------------------
@@ -53,11 +52,20 @@ def _det(g, a, out):
 
 
 def _slogdet(g, a, out):
-    """``g_logabsdet * A^-T``, as torch's: a singular ``A`` gives LAPACK's infinities (torch solves with the
-    forward's LU; fuzz seed 7100586 raised LinAlgError), but a backward that records its own graph
-    (create_graph) refuses it, as torch's linalg.solve there. The sign's gradient is none (real matrices)."""
-    inverse = jt.inverse(a.self) if is_grad_enabled() else OPS["linalg_inv_ex"](a.self, False)[0]
-    return g[1].unsqueeze(-1).unsqueeze(-1) * inverse.mT
+    """``g_logabsdet * A^-T``, as torch's: solved with A's LU (of ``A^T`` where A is contiguous, as torch's forward
+    factors it), so that a singular ``A`` gives LAPACK's infinities (fuzz seed 7100586 raised LinAlgError), and
+    forward mode's tangent, this rule's transpose, is torch's ``trace(A^-1 dA)`` there (seed 7882824). A backward
+    that records its own graph (create_graph, but not forward mode's `rule.linearizing`) refuses a singular
+    ``A``, as torch's linalg.solve there. The sign's gradient is none (real matrices)."""
+    A = a.self
+    # (on the diagonal, not times the identity: its zeros would make the tangent's infinities NaN)
+    scaled = jt.diag_embed(g[1].unsqueeze(-1).expand(*g[1].shape, A.shape[-1]))
+    if is_grad_enabled() and not is_linearizing():
+        return renamed("torch.linalg.solve_ex", "torch.linalg.solve",
+                       lambda check: OPS["linalg_solve_ex"](A.mT, scaled, True, check))[0]
+    transposed = A.is_contiguous()
+    LU, pivots = OPS["linalg_lu_factor_ex"](A.mT if transposed else A, True, False)[:2]
+    return lu_solve(LU, pivots, scaled, adjoint=not transposed)
 
 
 def _inverse(g, a, out):

@@ -10,9 +10,8 @@ import math
 from ...ops import functions as jt
 from ...ops import orthogonal_polynomials
 
-from ..rule import defgrad, nondifferentiable, reads
+from ..rule import defgrad, nondifferentiable, not_implemented, reads
 from .common import per_input, zeros
-from .elementwise import _not_implemented
 
 _SQRT_2PI = math.sqrt(2 * math.pi)
 
@@ -24,7 +23,7 @@ def _igamma_density(a, x):
 
 def _first_argument(name):
     """torch's not_implemented for igamma's ``self`` (an empty gradient has nothing to miss)."""
-    return reads("", lambda g, a, out: zeros(g.shape, g) if 0 in g.shape else _not_implemented(name, "input"))
+    return reads("", lambda g, a, out: zeros(g.shape, g) if 0 in g.shape else not_implemented(f"{name}: input"))
 
 
 defgrad("special_erfcx", per_input(self=reads("self result", lambda g, a, out: (2.0 * a.self * out

@@ -15,7 +15,7 @@ import math
 from jitorch.ops import functions
 from jitorch.ops.views import compact, contiguous_format
 from jitorch.runtime import dtypes as _dt
-from jitorch.autograd.rule import defgrad, differentiates, nondifferentiable, reads
+from jitorch.autograd.rule import defgrad, differentiates, nondifferentiable, not_implemented, reads
 from jitorch.autograd.rules.common import per_input, wanted
 from jitorch.ops.linalg import EINSUM_LETTERS, einsum_plan
 from jitorch.ops.registry import OPS, hooks_take_calls
@@ -531,8 +531,11 @@ defgrad("copy", per_input(self=_overwritten,
 defgrad("fill.Scalar zero", per_input(self=_overwritten))
 defgrad("fill.Tensor", per_input(self=_overwritten, value=reads("", lambda g, a, out: g.sum())))
 
-# Index and count outputs only; _unique's values have no derivative in torch either.
-nondifferentiable("argwhere", "_unique", "nonzero_static", "view.dtype", "repeat_interleave.Tensor")
+# Index and count outputs only.
+nondifferentiable("argwhere", "nonzero_static", "view.dtype", "repeat_interleave.Tensor")
+# unique's values require grad, as torch's, whose derivative is not implemented (nor its forward-mode one)
+defgrad("_unique", differentiates("self", reads("", lambda g, a, out: not_implemented(
+    "_unique2" if a.dim is None else "unique_dim"))))
 # A check of values (ops.value_checks): its result is a constant True.
 nondifferentiable("_check_values")
 # Factories that read only a tensor's shape, dtype and device (their results never require grad).
