@@ -165,8 +165,9 @@ defop("isin.Tensor_Tensor(Tensor elements, Tensor test_elements, *, bool assume_
 def _isin_scalar(position):
     def composite(elements, test_elements, assume_unique, invert):
         args = [elements, test_elements]
-        like = args[1 - position]
-        args[position] = _as_tensor(args[position], like)
+        # the number as torch wraps it (fuzz seed 7964168): in the result type with the tensor, so -1 beside uint8 is
+        # 255 and 0.1 beside float32 is float32's 0.1
+        args[position] = _wrapped_number(args[position], args[1 - position])
         return functions.isin(*args, assume_unique=assume_unique, invert=invert)
     return composite
 
