@@ -133,6 +133,9 @@ class OpDef:
         self.fast_into = None  # optional fast_into(args) -> bool: an in-place call computed straight into self
         # optional flat_into(args) -> bool: the commonest in-place calls whole, before `call_inplace`'s checks
         self.flat_into = None
+        # optional fast_out(args, out, checked=False) -> bool: an out= call computed straight into ``out``, before
+        # `call`'s checks (the function variant's first try, for calls that need none) or after them (``checked``)
+        self.fast_out = None
         self.fast_pair = None  # optional fast_pair(method, general) -> the method of the op's Python operator
         self.fast_one = None  # optional fast_one(x) -> result | None: ``fast((x,))`` of an op whose one argument is x
         # optional entry(general) -> the op's function and method variants (`_entry_variant`), each one frame
@@ -602,11 +605,15 @@ def call(op, args, out=None, recorded=False):
         r = hook.call(op, args, out)
         if r is not NotImplemented:
             return r
-    # An out= call computes its result as the plain call does: by the op's fast path (with ``record`` off, it
-    # serves no input that requires grad in grad mode, which `out_grad` refuses), else the kernel; then writes it
+    # An out= call is computed straight into out where the result has its dtype and shape (`OpDef.fast_out`),
+    # else as the plain call is: by the op's fast path (with ``record`` off, it serves no input that requires grad
+    # in grad mode, which `out_grad` refuses), else the kernel; then written into out
     result = None
-    if out is not None and op.fast is not None and not DISPATCH_HOOKS and not op.out_from_out:
-        result = op.fast(args, False)
+    if out is not None and not DISPATCH_HOOKS and not op.out_from_out:
+        if op.fast_out is not None and op.fast_out(args, out, True):
+            return out
+        if op.fast is not None:
+            result = op.fast(args, False)
     if result is None:
         try:
             result = execute(op, args)
@@ -1530,13 +1537,26 @@ def _generate(op, kind, attempt=False, env=None):
                 "".join(f"        {line}\n" for line in view[0])
             env = {} if env is None else env
             env.update(view[1])
+        if with_out and op.fast_out is not None and op.dtype_index is None and "out_check" not in op.attrs \
+                and not op.out_from_out:  # (an out= call that needs none of `call`'s checks: `OpDef.fast_out`)
+            # (its commonest call written out here, where the op gives it as source: `pointwise_base`'s ``inline``)
+            inline = getattr(op.fast_out, "inline", None)
+            inline = inline(sig.names, "out") if inline is not None else None
+            head = ""
+            if inline is not None:
+                head = "".join(f"        {line}\n" for line in inline[0])
+                env = {} if env is None else env
+                env.update(inline[1])
+            fast += f"    if out is not None and not _hooks and _profiling.RECORDER is None:\n{head}" \
+                    f"        if _fast_out(({argnames}), out):\n" \
+                    f"            return out\n"
         body = fast + f"    return _call(_op, ({argnames}){', out' * with_out})"
     body = guard + body
     name = sig.name
     src = f"def {name}({', '.join(sig.parts)}):\n" + "".join(line + "\n" for line in sig.prologue) + body + "\n"
     env = {} if env is None else env
     env.update({"_call": call, "_call_inplace": call_inplace, "_op": op, "_int": (int, np.integer), "_seq": (list, tuple),
-           "_fast": fast_path, "_fast1": op.fast_one, "_flat_into": op.flat_into, "_profiling": _profiling, "_hooks": DISPATCH_HOOKS, "_autocast": _AUTOCAST_STATE, "_A": ABSENT, "_M": MISSING,
+           "_fast": fast_path, "_fast1": op.fast_one, "_flat_into": op.flat_into, "_fast_out": op.fast_out, "_profiling": _profiling, "_hooks": DISPATCH_HOOKS, "_autocast": _AUTOCAST_STATE, "_A": ABSENT, "_M": MISSING,
            "_resolve": sig.resolver(op), "_D": [a.default if a.has_default else None for a in s.args], "_NO": NO_MATCH,
            "_BindError": BindError, "_Tensor": Tensor, "_sizes": (list, tuple, Tensor),
            **{f"_p{i}": pred for i, pred in checks}})
