@@ -1111,7 +1111,7 @@ def write_out(op, out, result, args):
             write_out(op, o, r, args)
         return op.result_type(*out) if op.result_type else tuple(out)
     if not isinstance(out, Tensor):
-        raise TypeError(f"{op.public_name}(): argument 'out' must be Tensor, not {type(out).__name__}")
+        raise TypeError(f"{op.public_name}(): argument 'out' must be Tensor, not {type_name(out)}")
     if out.device is not result.device and out.device != result.device:
         raise RuntimeError(
             f"Expected out tensor to have device {result.device}, but got {out.device} instead"
@@ -1138,6 +1138,13 @@ def write_out(op, out, result, args):
             return out
     out._write(result)
     return out
+
+
+def type_name(value):
+    """The name torch's argument errors give ``value``'s type: a builtin's alone, others with their module
+    (``numpy.ndarray``)."""
+    t = type(value)
+    return t.__name__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__name__}"
 
 
 def out_strides(op, args, shape):
