@@ -325,3 +325,15 @@ def test_every_served_op_writes_into_out_what_its_general_path_computes(name, dt
             assert fn(*operands, out=o) is o
         assert o._version == version + 1
         np.testing.assert_array_equal(o.numpy(), want.numpy())
+
+
+def test_a_two_operand_ops_flat_out_call_is_lines_of_its_function_variant():
+    """``add(x, y, out=o)``'s commonest call is written into add's variant (`pointwise_base`'s ``inline`` with
+    ``out``): one frame from the caller to NumPy, as ``x.add_(y)``'s; a one-operand op's variant calls
+    ``write_out``."""
+    x, y, o = jt.ones(2), jt.ones(2), jt.empty(2)
+    jt.add(x, y, out=o)
+    jt.neg(x, out=o)
+    x.add_(y)  # (variants are generated at their first call)
+    assert "_i_oa" in jt.add.__code__.co_varnames and "_i_oa" in jt.Tensor.add_.__code__.co_varnames
+    assert "_i_oa" not in jt.neg.__code__.co_varnames and "_fast_out" in jt.neg.__code__.co_names
