@@ -590,6 +590,8 @@ def call(op, args, out=None, recorded=False):
         if out_check is not None:  # (before the overlap check, as the in-place form's `inplace_check`)
             out_check(out, *args)
         check_write_overlap(op, out, args)
+        if op.kind == "pointwise" and isinstance(out, Tensor):
+            check_input_out_shape(op, out, args)
         if op.out_from_out:
             if op.attrs.get("dtype_from_out"):
                 args = _dtype_from_out(op, args, out)
@@ -609,21 +611,39 @@ def call(op, args, out=None, recorded=False):
     # else as the plain call is: by the op's fast path (with ``record`` off, it serves no input that requires grad
     # in grad mode, which `out_grad` refuses), else the kernel; then written into out
     result = None
-    if out is not None and not DISPATCH_HOOKS and not op.out_from_out:
-        if op.fast_out is not None and op.fast_out(args, out, True):
-            return out
-        if op.fast is not None:
-            result = op.fast(args, False)
-    if result is None:
-        try:
+    try:
+        if out is not None and not DISPATCH_HOOKS and not op.out_from_out:
+            if op.fast_out is not None and op.fast_out(args, out, True):
+                return out
+            if op.fast is not None:
+                result = op.fast(args, False)
+        if result is None:
             result = execute(op, args)
-        except NotImplementedError:
-            if out is not None:
-                cast_before_kernel(op, out, args)
-            raise
+    except NotImplementedError:  # (the op's check in a fast path too: ``hypot(ints, ints, out=bools)``)
+        if out is not None:
+            cast_before_kernel(op, out, args)
+        raise
     if out is not None:
         return write_out(op, out, with_history(op, args, out_grad(op, args, out, result), False), args)
     return with_history(op, args, result)
+
+
+def check_input_out_shape(op, out, args):
+    """torch's TensorIterator resizes no out tensor that is also an input (``add(y, x, out=y)`` with ``y``
+    smaller than the broadcast shape): it raises before it looks at dtypes or kernels (fuzz seed 1 of
+    tests/ops/test_out_into.py's cases: ``atan2(x, y, out=y)`` of a bool ``y`` raised the cast error first)."""
+    tensors = list(tensors_of(op, args))
+    if any(t is out for t in tensors):
+        try:  # (the op's own refusals come first, as torch's meta functions': ``sub`` of bools; its kernel's after)
+            op.meta(*args)
+        except NotImplementedError:
+            pass
+        try:
+            shape = np.broadcast_shapes(*(t._shape for t in tensors))
+        except ValueError:  # (operands that do not broadcast: the meta rule raises torch's error)
+            return
+        if shape != tuple(out._shape):
+            raise RuntimeError(_unbroadcast_message(out, shape))
 
 
 def returned_as(op, spec, results):

@@ -43,7 +43,7 @@ def no_copy():
     def write(self, value):
         raise AssertionError("a result was copied into out")
     Tensor._write = write
-    fasts = {name: registry.OPS[name].fast for name in ("add", "sub", "mul", "lt", "neg", "true_divide", "atan2")}
+    fasts = {name: registry.OPS[name].fast for name in ("add", "sub", "mul", "lt", "exp", "true_divide", "atan2")}
     for name in fasts:
         registry.OPS[name].fast = None
     try:
@@ -66,14 +66,14 @@ FLAT_CALLS = {  # calls the function variant serves before `registry.call`: no o
     "add alpha": lambda lib, x, y, o: lib.add(x, y, alpha=3, out=o),
     "sub alpha": lambda lib, x, y, o: lib.sub(x, y, alpha=0.5, out=o),
     "mul number": lambda lib, x, y, o: lib.mul(x, 3, out=o),
-    "neg": lambda lib, x, y, o: lib.neg(x, out=o),
+    "exp": lambda lib, x, y, o: lib.exp(x, out=o),
     "true_divide": lambda lib, x, y, o: lib.true_divide(x, y, out=o),
     "atan2": lambda lib, x, y, o: lib.atan2(x, y, out=o),
 }
 
 
 @pytest.mark.parametrize("name, target", [(name, target) for name in FLAT_CALLS for target in ("new", "x", "y")
-                                          if target != "y" or name not in ("neg", "mul number")])  # (y: no operand)
+                                          if target != "y" or name not in ("exp", "mul number")])  # (y: no operand)
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_out_of_the_results_dtype_and_shape_is_written_by_the_variant_alone(name, dtype, target):
     call = FLAT_CALLS[name]
@@ -333,7 +333,51 @@ def test_a_two_operand_ops_flat_out_call_is_lines_of_its_function_variant():
     ``write_out``."""
     x, y, o = jt.ones(2), jt.ones(2), jt.empty(2)
     jt.add(x, y, out=o)
-    jt.neg(x, out=o)
+    jt.exp(x, out=o)
     x.add_(y)  # (variants are generated at their first call)
     assert "_i_oa" in jt.add.__code__.co_varnames and "_i_oa" in jt.Tensor.add_.__code__.co_varnames
-    assert "_i_oa" not in jt.neg.__code__.co_varnames and "_fast_out" in jt.neg.__code__.co_names
+    assert "_i_oa" not in jt.exp.__code__.co_varnames and "_fast_out" in jt.exp.__code__.co_names
+
+
+@pytest.mark.parametrize("name", ["neg", "negative", "abs", "absolute", "ceil", "floor", "round", "trunc", "fix",
+                                  "sign", "sgn", "frac", "bitwise_not"])
+@pytest.mark.parametrize("dtypes", [("int32", "int64"), ("float32", "float64"), ("int64", "float32"),
+                                    ("float64", "float32")])
+def test_unary_out_of_another_dtype_raises_torchs_found_dtype_error_before_writing(name, dtypes):
+    """torch builds these as TensorIterator's borrowing unary op (one dtype throughout): ``neg(int32, out=int64)``
+    wrote the cast result where torch raises "Found dtype Long but expected Int", even before the kernel's own
+    refusal (``frac`` of ints) and before resizing (a wrong-sized out). Found by a random out= fuzzer, seed 1."""
+    src, dst = dtypes
+
+    def call(lib):
+        o = lib.zeros(5, dtype=getattr(lib, dst))
+        try:
+            getattr(lib, name)(lib.arange(1, 4).to(getattr(lib, src)), out=o)
+        finally:
+            assert o.tolist() == [0] * 5
+    raises_as_torch(call)
+
+
+def test_neg_of_bools_into_another_dtype_raises_negs_own_error_first():
+    raises_as_torch(lambda lib: lib.neg(lib.ones(3, dtype=lib.bool), out=lib.zeros(3)))
+
+
+@pytest.mark.parametrize("call", [
+    lambda lib: lib.atan2(lib.ones(3, dtype=lib.bool), (y := lib.ones((), dtype=lib.bool)), out=y),
+    lambda lib: lib.true_divide(lib.ones(2, 3, dtype=lib.bool), (y := lib.ones(3, dtype=lib.bool)), out=y),
+    lambda lib: lib.bitwise_and(lib.ones(3), (y := lib.ones(())), out=y),
+    lambda lib: lib.atan2(lib.ones(3, 1, dtype=lib.int64), (y := lib.ones((), dtype=lib.int64)), out=y),
+    lambda lib: lib.sub(lib.ones(3, 1, dtype=lib.bool), (y := lib.ones(1, dtype=lib.bool)), out=y),  # sub's own first
+])
+def test_out_that_is_an_input_of_another_shape_raises_the_shape_error_before_dtype_errors(call):
+    """TensorIterator refuses to resize an out tensor that is also an input before it checks dtypes or looks for a
+    kernel; jitorch raised the cast or not-implemented error first (fuzz seed 1: ``atan2(x, y, out=y)`` of a bool
+    ``y`` of shape ())."""
+    raises_as_torch(call)
+
+
+def test_a_kernel_missing_for_the_inputs_dtype_raises_the_cast_error_for_out_first():
+    """torch checks the cast into out before it looks for hypot's kernel; the fast path's check raised
+    NotImplementedError first (fuzz seed 1: ``hypot(int32, int32, out=bool)``)."""
+    raises_as_torch(lambda lib: lib.hypot(lib.ones(2, 3, dtype=lib.int32), lib.ones(2, 3, dtype=lib.int32),
+                                          out=lib.zeros(5, dtype=lib.bool)))
