@@ -198,6 +198,28 @@ def _memory_order(positions, keep):
     return layout
 
 
+def _broadcast_is(shape, shapes):
+    """Whether ``shapes`` that broadcast to ``shape`` (NumPy's call into an out tensor of ``shape`` raises where they
+    do not) broadcast to nothing smaller: each dim of ``shape`` is one operand's, or 1. (np.broadcast_shapes cost
+    3 us, more than the call it spares.)"""
+    n = len(shape)
+    longest = 0
+    for s in shapes:
+        if len(s) > longest:
+            longest = len(s)
+    if longest != n:
+        return False
+    for i in range(1, n + 1):
+        size = shape[-i]
+        if size != 1:
+            for s in shapes:
+                if len(s) >= i and s[-i] == size:
+                    break
+            else:
+                return False
+    return True
+
+
 def _in_torch_order(r, tensors):
     """The fast path's result ``r`` of operands ``tensors`` of its dtype, laid out as torch's: NumPy keeps
     the one dense layout all operands share, as torch does; otherwise see `memory_order_strides`."""
@@ -665,10 +687,7 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
                 oa = out._array()
             for v in vals:
                 if v.__class__ is ndarray and v.shape != shape:  # (broadcast operands: their shape must be out's)
-                    try:
-                        if np.broadcast_shapes(*(a.shape for a in vals if a.__class__ is ndarray)) != shape:
-                            return False
-                    except ValueError:  # (shapes that do not broadcast: the general path raises torch's error)
+                    if not _broadcast_is(shape, [a.shape for a in vals if a.__class__ is ndarray]):
                         return False
                     break
             if into is np.negative and not oa.flags.c_contiguous:  # (NumPy 2.4's strided negative: `write_into`)
@@ -710,20 +729,23 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
         plain = default and split
         size = oa.size
         try:
-            if n == 2 and (factor is not None or plain and not quiet) and size < split_min:
+            if (factor is not None or plain and not quiet) and size < split_min:
                 # (`compute_into`'s commonest calls written out, as `write_into`'s: its frames are a share of a
                 # small op)
-                xin, ya = vals
+                xin = vals[0]
+                ya = vals[1] if n == 2 else None
                 if size == 1:  # (see `compute_into`)
                     if xin is oa:
                         xin = xin.copy()
                     elif ya is oa:
                         ya = ya.copy()
                 try:
-                    if factor is None:
-                        silenced(plain_call, xin, ya, oa)
-                    else:
+                    if factor is not None:
                         silenced(scaled, xin, silenced(multiply, ya, factor), oa)
+                    elif ya is None:
+                        silenced(plain_call, xin, oa)
+                    else:
+                        silenced(plain_call, xin, ya, oa)
                 except RuntimeError as e:  # (nothing written yet)
                     when_busy(e, compute_into, oa, vals, factor, plain, args)
             else:

@@ -381,3 +381,19 @@ def test_a_kernel_missing_for_the_inputs_dtype_raises_the_cast_error_for_out_fir
     NotImplementedError first (fuzz seed 1: ``hypot(int32, int32, out=bool)``)."""
     raises_as_torch(lambda lib: lib.hypot(lib.ones(2, 3, dtype=lib.int32), lib.ones(2, 3, dtype=lib.int32),
                                           out=lib.zeros(5, dtype=lib.bool)))
+
+
+@pytest.mark.parametrize("shapes", [((3,), (3,), (4, 3)), ((1, 3), (3,), (4, 3)), ((0, 1), (1, 3), (0, 3)),
+                                    ((1, 1), (1,), (0, 1)), ((), (), (1,))])
+def test_operands_broadcasting_to_less_than_out_resize_it_as_torch(shapes):
+    """NumPy's call into an out tensor broadcasts its operands up to out's shape; torch resizes out to the operands'
+    broadcast shape instead (with its warning): `OpDef.fast_out` serves only an out of exactly that shape."""
+    a, b, o = shapes
+    got = []
+    for lib in (jt, torch):
+        out = lib.full(o, 7.0)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            lib.add(lib.ones(a), lib.full(b, 2.0), out=out)
+        got.append((tuple(out.shape), out.tolist(), [str(w.message).split(" This behavior")[0] for w in caught]))
+    assert got[0] == got[1]
