@@ -59,11 +59,6 @@ def _index_items(index):
     return (index,)
 
 
-def _type_name(value):
-    t = type(value)
-    return t.__name__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__name__}"
-
-
 def _tensor_item(t):
     """A tensor index: 0-d integers act as ints, 0-d bools as Python bools, byte masks as bool masks."""
     if t.ndim == 0 and t.dtype in _MASK_DTYPES:
@@ -92,7 +87,7 @@ def _normalize_item(item):
         t = creation.tensor(item)  # lists of numbers index as int64 (floats truncated), lists of bools as masks
         return _tensor_item(t if t.dtype in _MASK_DTYPES else t.to(_dt.int64))
     raise IndexError("only integers, slices (`:`), ellipsis (`...`), None and long or byte Variables are valid "
-                     f"indices (got {_type_name(item)})")
+                     f"indices (got {registry.type_name(item)})")
 
 
 def _dims_taken(item):
@@ -326,7 +321,7 @@ def _value_tensor(target, value):
     if isinstance(value, registry.Tensor):
         return value
     if not isinstance(value, (bool, int, float, np.bool_, np.integer, np.floating)):
-        raise TypeError(f"can't assign a {_type_name(value)} to a {_type_str(target)}")
+        raise TypeError(f"can't assign a {registry.type_name(value)} to a {_type_str(target)}")
     if isinstance(value, (int, np.integer)) and not _INT64_RANGE[0] <= value <= _INT64_RANGE[1]:
         raise ValueError("Overflow when unpacking long long")
     if target.dtype not in (_dt.float16, _dt.bfloat16):  # torch lets halves overflow to inf here

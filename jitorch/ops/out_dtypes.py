@@ -1,5 +1,5 @@
-"""The reductions, sorts and scans whose ``out=`` tensors must have the result's own dtype, and mean's and
-nanmean's errors for an integer out tensor.
+"""The reductions, sorts, scans and unary ops whose ``out=`` tensors must have the result's own dtype, and mean's
+and nanmean's errors for an integer out tensor.
 
 Most ops write a result into an ``out=`` tensor of any dtype it can be cast to. These do not: torch
 refuses an out tensor of another dtype than the result's (values: the input's or the norm's dtype;
@@ -127,6 +127,22 @@ def _nanmean_out(out, x, dim=None, keepdim=False, dtype=None):
         raise NotImplementedError(f"\"nansum_cpu\" not implemented for '{scalar_name(out.dtype)}'")
 
 
+def _found(name, i, want, got):
+    return f"Found dtype {scalar_name(got)} but expected {scalar_name(want)}"
+
+
+def _unary_same(name):
+    """The unary ops torch builds as TensorIterator's "borrowing unary op" (every operand of one dtype): an out
+    tensor of another dtype than the input's is refused, before its shape is looked at (``neg(int32, out=int64)``
+    wrote the cast result: tests/ops/test_out_into.py)."""
+    def out_check(out, x, *rest):
+        if isinstance(x, registry.Tensor):
+            if name in ("neg", "negative"):  # (torch's meta function refuses a bool input first)
+                OPS[name].meta(x, *rest)
+            check_out_dtypes(name, _found, out, [x.dtype])
+    return out_check
+
+
 OPS["mean"].attrs["out_check"] = _mean_out
 OPS["nanmean"].attrs["out_check"] = _nanmean_out
 for _message, _names in _FAMILIES.items():
@@ -134,3 +150,6 @@ for _message, _names in _FAMILIES.items():
         OPS[_name].attrs["out_check"] = _same_dtypes(OPS[_name], _name.split(".")[0], _message)
 for _name in ("all", "any"):
     OPS[_name].attrs["out_check"] = _truth_out(_name)
+for _name in ("neg", "negative", "abs", "absolute", "bitwise_not", "ceil", "floor", "frac", "round", "sgn", "sign",
+              "trunc", "fix"):
+    OPS[_name].attrs["out_check"] = _unary_same(_name)

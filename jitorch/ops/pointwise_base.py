@@ -171,7 +171,7 @@ def defpointwise(schema, formula, promotion=M.DEFAULT, *, variants=("function", 
     defaults = tuple(op.schema.args[i].default for i in others)
     if into is None and isinstance(formula, np.ufunc):
         into = formula
-    op.fast, op.fast_into, op.flat_into, op.fast_pair, op.fast_one = _fast_path(
+    op.fast, op.fast_into, op.flat_into, op.fast_pair, op.fast_one, op.fast_out = _fast_path(
         op, formula, promotion, positions, others, check, plain, defaults, into, masked=keep == {0},
         check_others_only=check_others_only)
     op.attrs.setdefault("promotion", promotion)
@@ -196,6 +196,28 @@ def _memory_order(positions, keep):
             operands.append((a._shape, strides))
         return memory_order_strides(spec.shape, operands)
     return layout
+
+
+def _broadcast_is(shape, shapes):
+    """Whether ``shapes`` that broadcast to ``shape`` (NumPy's call into an out tensor of ``shape`` raises where they
+    do not) broadcast to nothing smaller: each dim of ``shape`` is one operand's, or 1. (np.broadcast_shapes cost
+    3 us, more than the call it spares.)"""
+    n = len(shape)
+    longest = 0
+    for s in shapes:
+        if len(s) > longest:
+            longest = len(s)
+    if longest != n:
+        return False
+    for i in range(1, n + 1):
+        size = shape[-i]
+        if size != 1:
+            for s in shapes:
+                if len(s) >= i and s[-i] == size:
+                    break
+            else:
+                return False
+    return True
 
 
 def _in_torch_order(r, tensors):
@@ -294,7 +316,7 @@ _QUIET_UFUNCS = frozenset((np.equal, np.not_equal, np.less, np.less_equal, np.gr
 
 def _fast_path(op, formula, promotion, positions, others, check, plain, defaults, into, masked=False,
                check_others_only=False):
-    """``(fast, fast_into, flat_into, fast_pair, fast_one)`` for the commonest eager calls, or five Nones.
+    """``(fast, fast_into, flat_into, fast_pair, fast_one, fast_out)`` for the commonest eager calls, or six Nones.
     ``masked``: the first operand is a mask the formula takes as it is (``where``'s condition), served when it is
     a bool tensor.
 
@@ -333,7 +355,7 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
     n = len(positions)
     first = 1 if masked else 0  # the first operand whose dtype the result follows
     if positions != tuple(range(n)) or n - first not in (1, 2):
-        return None, None, None, None, None
+        return None, None, None, None, None, None
     rest = n < len(others) + n  # the op has arguments besides its operands
 
     fast_dtypes, specs = _fast_specs(kinds, always_bool)
@@ -478,6 +500,10 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
         return record_fast(op, args + defaults[len(args) - n:], r) if grad else r
 
     contiguous = registry.CONTIGUOUS_STRIDES
+    result_dtype = _dt.bool if always_bool else None  # (None: the operands')
+    ndarray = np.ndarray
+    # whether an ``out=`` tensor may be one of the operands itself: the op's overlap rule allows a full overlap
+    aliasable = "overlap" not in op.attrs and "overlap_written" not in op.attrs and op.kind == "pointwise"
     enter, leave = fp_errors.enter, fp_errors.leave
     silenced, silenced_call, when_busy = fp_errors.silenced, fp_errors.call_silenced, fp_errors.when_busy
     multiply = np.multiply
@@ -510,34 +536,45 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
             held.flags.writeable = False
         return held
 
-    def compute_into(xa, ya, factor, plain, args):
-        """`write_into`'s NumPy calls: ``x.op_(...)`` into ``x``'s array ``xa``, ``ya`` the other operand's array or
-        number (None: none), ``factor`` a remembered factor (`factor_of`) or None, ``plain``: the call is the op's
-        ufunc with its other arguments at their defaults."""
+    def compute_into(oa, vals, factor, plain, args):
+        """`write_into`'s and `write_out`'s NumPy calls: the op on ``vals`` (its operands' arrays or numbers, one or
+        two) into the array ``oa`` (an in-place call's ``x``, ``vals[0]``, or an ``out=`` tensor's), ``factor`` a
+        remembered factor (`factor_of`) or None, ``plain``: the call is the op's ufunc with its other arguments at
+        their defaults."""
         # (calls with their operands written out: a call with ``*vals`` and ``out=`` takes NumPy's keyword-dict
         # path, 0.3 us more; a ufunc's output given by position, as its last operand, spares a keyword dict
         # ``out=`` makes: 0.04 us)
-        size = xa.size
+        size = oa.size
         if size == 1:
             # NumPy runs a ufunc on one element whose output is one of its inputs through its general iterator
             # (0.6 us more: its test that the two are iterated alike takes a single element's stride for 0);
             # given a copy of that input, the same loop on the same values, directly
-            xin = xa.copy()
-        elif plain and size >= split_min and _split_into(plain_call, (xa,) if ya is None else (xa, ya), xa):
+            vals = tuple(v.copy() if v is oa else v for v in vals)
+        elif plain and size >= split_min and _split_into(plain_call, vals, oa):
             return  # (done on the team)
-        else:
-            xin = xa
+        xin = vals[0]
+        ya = vals[1] if len(vals) == 2 else None
         if factor is not None:  # (``into``'s two calls, its conversion of the factor done)
-            scaled(xin, np.multiply(ya, factor), xa)
+            scaled(xin, np.multiply(ya, factor), oa)
         elif plain:
             if ya is None:
-                plain_call(xin, xa)
+                plain_call(xin, oa)
             else:
-                plain_call(xin, ya, xa)
+                plain_call(xin, ya, oa)
         elif ya is None:
-            into(xin, *args[n:], out=xa)
+            into(xin, *args[n:], out=oa)
         else:
-            into(xin, ya, *args[n:], out=xa)
+            into(xin, ya, *args[n:], out=oa)
+
+    def compute_with(oa, vals, factor, plain, args):
+        """`compute_into` with NumPy's floating-point errors silenced (unless the call raises none: ``quiet``)."""
+        if quiet and plain:
+            compute_into(oa, vals, factor, plain, args)
+            return
+        try:
+            silenced(compute_into, oa, vals, factor, plain, args)
+        except RuntimeError as e:
+            when_busy(e, compute_into, oa, vals, factor, plain, args)
 
     def write_into(args, checked=False):
         """``x.op_(...)`` (``x``: ``args[0]``) computed straight into ``x``'s array, the result having ``x``'s dtype
@@ -614,70 +651,181 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
                     else:
                         silenced(scaled, xin, silenced(multiply, ya, factor), xa)
                 except RuntimeError as e:  # (nothing written yet)
-                    when_busy(e, compute_into, xa, ya, factor, plain, args)
-            elif quiet and plain:
-                compute_into(xa, ya, factor, plain, args)
+                    when_busy(e, compute_into, xa, (xa, ya), factor, plain, args)
             else:
-                try:
-                    silenced(compute_into, xa, ya, factor, plain, args)
-                except RuntimeError as e:
-                    when_busy(e, compute_into, xa, ya, factor, plain, args)
+                compute_with(xa, (xa,) if ya is None else (xa, ya), factor, plain, args)
         except (ValueError, TypeError):  # (NumPy refuses before it writes: the general path decides)
             return False
         x._storage._version += 1
         return True
     write_into.factors = factors  # (what a test reads)
 
-    def inline(names):
+    def write_out(args, out, checked=False):
+        """``op(*args, out=out)`` computed straight into ``out``'s array where the result has ``out``'s dtype and
+        shape (no new result and copy into out); False: the general path decides, and resizes, casts or raises.
+
+        ``checked``: called by `registry.call` after its checks (overlap, device), for any operands `operands`
+        takes (broadcasting ones too) and an ``out`` of any layout without a stride-0 dim. Otherwise the function
+        variant's first try, before those checks, for the calls that need none: ``out`` a C-contiguous CPU tensor,
+        each tensor operand of ``out``'s shape and strides, on the CPU, either ``out`` itself (torch's exact
+        aliasing, which the op's overlap rule allows: ``aliasable``) or in another storage, the other operand (if
+        any) a Python number `operands` takes. Neither serves an input or out tensor that requires grad in grad
+        mode (`registry.out_grad` refuses or records those), nor a result of another dtype than ``out``'s
+        (cast by the general path's copy)."""
+        Tensor = registry.Tensor
+        if not isinstance(out, Tensor) or out._requires_grad and records_grad():
+            return False
+        default = len(args) == n or args[n] is first_default and (len(args) == n + 1 or args[n:] == defaults)
+        shape = out._shape
+        if checked:
+            got = operands(args)
+            if got is None or got[2] or 0 in out._stride or out.device is not cpu:
+                return False
+            dtype, vals, _ = got
+            oa = out._arr
+            if oa is None:
+                oa = out._array()
+            for v in vals:
+                if v.__class__ is ndarray and v.shape != shape:  # (broadcast operands: their shape must be out's)
+                    if not _broadcast_is(shape, [a.shape for a in vals if a.__class__ is ndarray]):
+                        return False
+                    break
+            if into is np.negative and not oa.flags.c_contiguous:  # (NumPy 2.4's strided negative: `write_into`)
+                return False
+        else:
+            oa, strides, x = out._arr, out._stride, args[0]
+            if (oa is None or strides != contiguous.get(shape) or not isinstance(x, Tensor) or x._requires_grad
+                    or x._shape != shape or x._stride != strides or x.device is not cpu or x._arr is None
+                    or x._storage is out._storage and (x is not out or not aliasable)):
+                return False
+            dtype = x.dtype
+            if dtype not in fast_dtypes:
+                return False
+            if n == 1:
+                vals = (x._arr,)
+            else:
+                y = args[1]
+                if (y.__class__ is float and dtype.kind == "f") or y.__class__ is int:  # (`operands`' rule)
+                    ya = held(y, dtype, oa)
+                    if ya is None:
+                        return False
+                elif (isinstance(y, Tensor) and y.dtype is dtype and not y._requires_grad and y._shape == shape
+                        and y._stride == strides and y.device is cpu and y._arr is not None
+                        and (y._storage is not out._storage or y is out and aliasable)):
+                    ya = y._arr
+                else:
+                    return False
+                vals = (x._arr, ya)
+        if (result_dtype or dtype) is not out.dtype:
+            return False
+        factor = None
+        if scaled is not None and not default and len(args) == n + 1 and isinstance(args[1], Tensor) \
+                and args[1].dtype is dtype:
+            factor = factor_of(dtype, args)
+        elif not default and not checked:  # (other arguments the converter has not seen: the general path)
+            return False
+        if check is not None and factor is None and not (default and (unchecked or dtype in passing)):
+            check(specs[dtype], *args, *defaults[len(args) - n:])
+        plain = default and split
+        size = oa.size
+        try:
+            if (factor is not None or plain and not quiet) and size < split_min:
+                # (`compute_into`'s commonest calls written out, as `write_into`'s: its frames are a share of a
+                # small op)
+                xin = vals[0]
+                ya = vals[1] if n == 2 else None
+                if size == 1:  # (see `compute_into`)
+                    if xin is oa:
+                        xin = xin.copy()
+                    elif ya is oa:
+                        ya = ya.copy()
+                try:
+                    if factor is not None:
+                        silenced(scaled, xin, silenced(multiply, ya, factor), oa)
+                    elif ya is None:
+                        silenced(plain_call, xin, oa)
+                    else:
+                        silenced(plain_call, xin, ya, oa)
+                except RuntimeError as e:  # (nothing written yet)
+                    when_busy(e, compute_into, oa, vals, factor, plain, args)
+            else:
+                compute_with(oa, vals, factor, plain, args)
+        except (ValueError, TypeError):  # (NumPy refuses before it writes: the general path decides)
+            return False
+        out._storage._version += 1
+        return True
+
+    def inline(names, out=None):
         """`write_into`'s commonest call written out as source for the in-place variant (`registry._generate`) of a
         two-operand op with at most one other argument: ``x.op_(y)`` (or with a remembered factor, ``x.add_(y,
         alpha=a)``) on two C-contiguous CPU tensors of one fast dtype and shape, in different storages, neither
         requiring grad, after the op's check where `write_into` runs it: one frame from the caller to NumPy (the
         variant's call of `write_into` cost a frame and a tuple, a third of ``x.add_(y)`` on one element). The
-        lines fall through to the variant's `write_into` call for anything else. ``(lines, env)``, or None."""
+        lines fall through to the variant's `write_into` call for anything else. ``(lines, env)``, or None.
+
+        With ``out`` (the name of the function variant's ``out=`` parameter, given a tensor), `write_out`'s
+        commonest call the same way: ``op(x, y, out=o)``, ``o`` too of that shape and layout, not requiring grad,
+        of the result's dtype, and each operand either ``o`` itself (where the op allows it: ``aliasable``) or in
+        another storage. The lines fall through to the variant's `write_out` call."""
         extra = names[n:]
-        if n != 2 or masked or len(extra) > 1 or quiet:
+        if n != 2 or masked or len(extra) > 1 or quiet and out is None or always_bool and out is None:
             return None
         x, y = names[0], names[1]
         default = f"{extra[0]} is _i_first_default" if extra else "True"
         factor = f"_i_factors.get((_i_dt, {extra[0]}.__class__, {extra[0]}))" if extra and scaled is not None \
             else "None"
+        o = x if out is None else out
+        if out is None:
+            head = [f"if isinstance({y}, _i_Tensor) and not {x}._requires_grad and not {y}._requires_grad:",
+                    f"    _i_dt, _i_shape, _i_xa, _i_ya = {x}.dtype, {x}._shape, {x}._arr, {y}._arr",
+                    f"    _i_oa = _i_xa"]
+            apart = f"{y}._storage is not {x}._storage"
+        else:
+            head = [f"if (isinstance({out}, _i_Tensor) and isinstance({x}, _i_Tensor) and isinstance({y}, _i_Tensor)",
+                    f"        and not {x}._requires_grad and not {y}._requires_grad and not {out}._requires_grad):",
+                    f"    _i_dt, _i_shape, _i_xa, _i_ya, _i_oa = {x}.dtype, {x}._shape, {x}._arr, {y}._arr, {out}._arr",
+                    f"    if (_i_oa is None or {out}.dtype is not {'_i_bool' if always_bool else '_i_dt'}"
+                    f" or {out}._shape != _i_shape",
+                    f"            or {out}._stride != {x}._stride or {out}.device is not _i_cpu):",
+                    "        _i_dt = None"]
+            shared = " or {t} is {out} and _i_aliasable" if aliasable else ""
+            apart = " and ".join(f"({t}._storage is not {out}._storage{shared.format(t=t, out=out)})" for t in (x, y))
+        call = "_i_plain(_i_xin, _i_yin, _i_oa)" if quiet else "_i_silenced(_i_plain, _i_xin, _i_yin, _i_oa)"
         lines = [
-            f"if isinstance({y}, _i_Tensor) and not {x}._requires_grad and not {y}._requires_grad:",
-            f"    _i_dt, _i_shape, _i_xa, _i_ya = {x}.dtype, {x}._shape, {x}._arr, {y}._arr",
+            *head,
             f"    if (_i_dt in _i_fast_dtypes and {y}.dtype is _i_dt and _i_xa is not None and _i_ya is not None",
             f"            and {x}.device is _i_cpu and {y}.device is _i_cpu and {y}._shape == _i_shape",
             f"            and {x}._stride == _i_contiguous.get(_i_shape) and {y}._stride == {x}._stride",
-            f"            and {y}._storage is not {x}._storage and _i_xa.size < _i_split_min):",
+            f"            and {apart} and _i_xa.size < _i_split_min):",
             f"        _i_factor = None if {default} else {factor}",
             f"        if _i_factor is not None or {default}:",
             *([f"            if _i_factor is None and _i_dt not in _i_unchecked_dtypes:",
                f"                _i_check(_i_specs[_i_dt], {', '.join(names)})"] if check is not None else []),
             "            # (NumPy's ufunc into one of its inputs of one element takes its general iterator: a copy)",
-            "            _i_xin = _i_xa.copy() if _i_xa.size == 1 else _i_xa",
+            "            _i_xin = _i_xa.copy() if _i_xa is _i_oa and _i_xa.size == 1 else _i_xa",
+            "            _i_yin = _i_ya.copy() if _i_ya is _i_oa and _i_ya.size == 1 else _i_ya",
             "            try:",
             "                if _i_factor is None:",
-            "                    _i_silenced(_i_plain, _i_xin, _i_ya, _i_xa)",
+            f"                    {call}",
             "                else:",
-            "                    _i_silenced(_i_scaled, _i_xin, _i_silenced(_i_multiply, _i_ya, _i_factor), _i_xa)",
+            "                    _i_silenced(_i_scaled, _i_xin, _i_silenced(_i_multiply, _i_yin, _i_factor), _i_oa)",
             "            except RuntimeError as _i_e:  # (nothing written yet)",
-            f"                _i_when_busy(_i_e, _i_compute_into, _i_xa, _i_ya, _i_factor, _i_factor is None, "
+            f"                _i_when_busy(_i_e, _i_compute_into, _i_oa, (_i_xa, _i_ya), _i_factor, _i_factor is None, "
             f"({', '.join(names)},))",
-            f"            {x}._storage._version += 1",
-            f"            return {x}",
+            f"            {o}._storage._version += 1",
+            f"            return {o}",
         ]
         env = {"_i_Tensor": registry.Tensor, "_i_first_default": first_default, "_i_factors": factors,
                "_i_fast_dtypes": fast_dtypes, "_i_unchecked_dtypes": fast_dtypes if pair_unchecked else passing,
-               "_i_check": check, "_i_specs": specs, "_i_cpu": cpu,
+               "_i_check": check, "_i_specs": specs, "_i_cpu": cpu, "_i_bool": _dt.bool, "_i_aliasable": aliasable,
                "_i_contiguous": contiguous, "_i_split_min": split_min, "_i_silenced": silenced,
                "_i_plain": plain_call, "_i_scaled": scaled, "_i_multiply": multiply, "_i_when_busy": when_busy,
                "_i_compute_into": compute_into}
         return lines, env
+    write_out.inline = inline
     write_into.inline = inline
 
     hooks, autocast = registry.DISPATCH_HOOKS, registry._AUTOCAST_STATE
-    result_dtype = _dt.bool if always_bool else None  # (None: the operands')
-    ndarray = np.ndarray
 
     def flat_for(method, general):
         """`fast_one` (``method`` None), or `fast_pair`'s operator method (``x < y``) given the operator's
@@ -735,4 +883,5 @@ def _fast_path(op, formula, promotion, positions, others, check, plain, defaults
     into_ok = into is not None and not masked
     return (fast, (functools.partial(write_into, checked=True) if into_ok else None),
             (write_into if into_ok and split and not always_bool else None),
-            flat_for if n == 2 and not masked else None, flat_for(None, None) if n == 1 and not rest else None)
+            flat_for if n == 2 and not masked else None, flat_for(None, None) if n == 1 and not rest else None,
+            write_out if into_ok else None)

@@ -133,6 +133,9 @@ class OpDef:
         self.fast_into = None  # optional fast_into(args) -> bool: an in-place call computed straight into self
         # optional flat_into(args) -> bool: the commonest in-place calls whole, before `call_inplace`'s checks
         self.flat_into = None
+        # optional fast_out(args, out, checked=False) -> bool: an out= call computed straight into ``out``, before
+        # `call`'s checks (the function variant's first try, for calls that need none) or after them (``checked``)
+        self.fast_out = None
         self.fast_pair = None  # optional fast_pair(method, general) -> the method of the op's Python operator
         self.fast_one = None  # optional fast_one(x) -> result | None: ``fast((x,))`` of an op whose one argument is x
         # optional entry(general) -> the op's function and method variants (`_entry_variant`), each one frame
@@ -587,6 +590,8 @@ def call(op, args, out=None, recorded=False):
         if out_check is not None:  # (before the overlap check, as the in-place form's `inplace_check`)
             out_check(out, *args)
         check_write_overlap(op, out, args)
+        if op.kind == "pointwise" and isinstance(out, Tensor):
+            check_input_out_shape(op, out, args)
         if op.out_from_out:
             if op.attrs.get("dtype_from_out"):
                 args = _dtype_from_out(op, args, out)
@@ -602,21 +607,43 @@ def call(op, args, out=None, recorded=False):
         r = hook.call(op, args, out)
         if r is not NotImplemented:
             return r
-    # An out= call computes its result as the plain call does: by the op's fast path (with ``record`` off, it
-    # serves no input that requires grad in grad mode, which `out_grad` refuses), else the kernel; then writes it
+    # An out= call is computed straight into out where the result has its dtype and shape (`OpDef.fast_out`),
+    # else as the plain call is: by the op's fast path (with ``record`` off, it serves no input that requires grad
+    # in grad mode, which `out_grad` refuses), else the kernel; then written into out
     result = None
-    if out is not None and op.fast is not None and not DISPATCH_HOOKS and not op.out_from_out:
-        result = op.fast(args, False)
-    if result is None:
-        try:
+    try:
+        if out is not None and not DISPATCH_HOOKS and not op.out_from_out:
+            if op.fast_out is not None and op.fast_out(args, out, True):
+                return out
+            if op.fast is not None:
+                result = op.fast(args, False)
+        if result is None:
             result = execute(op, args)
-        except NotImplementedError:
-            if out is not None:
-                cast_before_kernel(op, out, args)
-            raise
+    except NotImplementedError:  # (the op's check in a fast path too: ``hypot(ints, ints, out=bools)``)
+        if out is not None:
+            cast_before_kernel(op, out, args)
+        raise
     if out is not None:
         return write_out(op, out, with_history(op, args, out_grad(op, args, out, result), False), args)
     return with_history(op, args, result)
+
+
+def check_input_out_shape(op, out, args):
+    """torch's TensorIterator resizes no out tensor that is also an input (``add(y, x, out=y)`` with ``y``
+    smaller than the broadcast shape): it raises before it looks at dtypes or kernels (fuzz seed 1 of
+    tests/ops/test_out_into.py's cases: ``atan2(x, y, out=y)`` of a bool ``y`` raised the cast error first)."""
+    tensors = list(tensors_of(op, args))
+    if any(t is out for t in tensors):
+        try:  # (the op's own refusals come first, as torch's meta functions': ``sub`` of bools; its kernel's after)
+            op.meta(*args)
+        except NotImplementedError:
+            pass
+        try:
+            shape = np.broadcast_shapes(*(t._shape for t in tensors))
+        except ValueError:  # (operands that do not broadcast: the meta rule raises torch's error)
+            return
+        if shape != tuple(out._shape):
+            raise RuntimeError(_unbroadcast_message(out, shape))
 
 
 def returned_as(op, spec, results):
@@ -1104,7 +1131,7 @@ def write_out(op, out, result, args):
             write_out(op, o, r, args)
         return op.result_type(*out) if op.result_type else tuple(out)
     if not isinstance(out, Tensor):
-        raise TypeError(f"{op.public_name}(): argument 'out' must be Tensor, not {type(out).__name__}")
+        raise TypeError(f"{op.public_name}(): argument 'out' must be Tensor, not {type_name(out)}")
     if out.device is not result.device and out.device != result.device:
         raise RuntimeError(
             f"Expected out tensor to have device {result.device}, but got {out.device} instead"
@@ -1131,6 +1158,13 @@ def write_out(op, out, result, args):
             return out
     out._write(result)
     return out
+
+
+def type_name(value):
+    """The name torch's argument errors give ``value``'s type: a builtin's alone, others with their module
+    (``numpy.ndarray``)."""
+    t = type(value)
+    return t.__name__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__name__}"
 
 
 def out_strides(op, args, shape):
@@ -1530,13 +1564,26 @@ def _generate(op, kind, attempt=False, env=None):
                 "".join(f"        {line}\n" for line in view[0])
             env = {} if env is None else env
             env.update(view[1])
+        if with_out and op.fast_out is not None and op.dtype_index is None and "out_check" not in op.attrs \
+                and not op.out_from_out:  # (an out= call that needs none of `call`'s checks: `OpDef.fast_out`)
+            # (its commonest call written out here, where the op gives it as source: `pointwise_base`'s ``inline``)
+            inline = getattr(op.fast_out, "inline", None)
+            inline = inline(sig.names, "out") if inline is not None else None
+            head = ""
+            if inline is not None:
+                head = "".join(f"        {line}\n" for line in inline[0])
+                env = {} if env is None else env
+                env.update(inline[1])
+            fast += f"    if out is not None and not _hooks and _profiling.RECORDER is None:\n{head}" \
+                    f"        if _fast_out(({argnames}), out):\n" \
+                    f"            return out\n"
         body = fast + f"    return _call(_op, ({argnames}){', out' * with_out})"
     body = guard + body
     name = sig.name
     src = f"def {name}({', '.join(sig.parts)}):\n" + "".join(line + "\n" for line in sig.prologue) + body + "\n"
     env = {} if env is None else env
     env.update({"_call": call, "_call_inplace": call_inplace, "_op": op, "_int": (int, np.integer), "_seq": (list, tuple),
-           "_fast": fast_path, "_fast1": op.fast_one, "_flat_into": op.flat_into, "_profiling": _profiling, "_hooks": DISPATCH_HOOKS, "_autocast": _AUTOCAST_STATE, "_A": ABSENT, "_M": MISSING,
+           "_fast": fast_path, "_fast1": op.fast_one, "_flat_into": op.flat_into, "_fast_out": op.fast_out, "_profiling": _profiling, "_hooks": DISPATCH_HOOKS, "_autocast": _AUTOCAST_STATE, "_A": ABSENT, "_M": MISSING,
            "_resolve": sig.resolver(op), "_D": [a.default if a.has_default else None for a in s.args], "_NO": NO_MATCH,
            "_BindError": BindError, "_Tensor": Tensor, "_sizes": (list, tuple, Tensor),
            **{f"_p{i}": pred for i, pred in checks}})
