@@ -155,30 +155,3 @@ def test_numpy_clip_of_nonfinite_gradients_equals_ops(monkeypatch, bad):
     assert fast_total.numpy().tobytes() == slow_total.numpy().tobytes()
     for p, q in zip(fast, slow):
         assert p.grad.numpy().tobytes() == q.grad.numpy().tobytes()
-
-
-@pytest.mark.parametrize("dtype", [jt.float32, jt.float64])
-@pytest.mark.parametrize("count", [1, 2])
-def test_scaling_in_one_kernel_call_gives_mul_bits(monkeypatch, dtype, count):
-    """The clipped gradients (one of two blocks, an empty one, a 0-d one, one holding NaN and inf) scaled in
-    one call of the generated scale kernel, at one thread and at two: each element ``g.mul_(coef)``'s bits."""
-    from jitorch.codegen import foreach
-    from jitorch.runtime import threads
-    monkeypatch.setitem(threads._settings, "threads", count)
-    rng = np.random.default_rng(5)
-    shapes = [(100000,), (30, 40), (), (0, 3)]
-    grads = [jt.tensor(rng.standard_normal(s) * 3, dtype=dtype) for s in shapes]
-    grads[1][0, :2] = jt.tensor([math.nan, -math.inf], dtype=dtype)
-    params = [jt.zeros(s, dtype=dtype, requires_grad=True) for s in shapes]
-    for p, g in zip(params, grads):
-        p.grad = g.clone()
-    total = jt.tensor(123.456, dtype=dtype)
-    coef = (1.0 / (total + 1e-6)).clamp(max=1.0)
-    runs = []
-    run_blocks = foreach.run_blocks
-    monkeypatch.setattr(foreach, "run_blocks", lambda kernel, *a: runs.append(kernel) or run_blocks(kernel, *a))
-    clip_grad.clip_grads_with_norm_(params, 1.0, total)
-    assert runs == [foreach.scale_kernel(dtype.np.name)]
-    for p, g in zip(params, grads):
-        assert p.grad.numpy().tobytes() == g.mul_(coef).numpy().tobytes()
-        assert p.grad._version == 1

@@ -4,8 +4,8 @@
 on dense float32/float64 CPU gradients of one dtype, the norms and the scaling run on the gradients'
 arrays without an op dispatch per gradient: the 2-norm's sums of squares of all gradients in one call of a
 generated kernel (`_kernel_norms`: float64 sums, within a few float32 roundings of torch's), other orders
-with the same NumPy calls as the norm op's kernel (so its values bit for bit), the scaling of all gradients in
-one call of another (`_scale_arrays`), as the ``mul_`` op's kernel computes it; in a trace, under a profiler or autocast, and for other tensors, the ops run.
+with the same NumPy calls as the norm op's kernel (so its values bit for bit), the scaling as the ``mul_``
+op's kernel computes it; in a trace, under a profiler or autocast, and for other tensors, the ops run.
 """
 
 from __future__ import annotations
@@ -145,27 +145,14 @@ def clip_grads_with_norm_(parameters, max_norm, total_norm, foreach=None):
             for g in grads:
                 g.mul_(coef.to(g.device))
             return
-        _scale_arrays(arrays[1:], arrays[0])
-        for g in grads:
-            g._storage._version += 1
-
-
-def _scale_arrays(arrays, coef):
-    """Each of ``arrays`` (C-contiguous, one float dtype, no two sharing memory) times the 0-d ``coef``, in
-    place, as the ``mul_`` op's kernel computes it (one rounding per element): all in one call of the
-    generated scale kernel (`codegen.foreach.scale_kernel`, split on the thread team like the norms' kernel),
-    or, where it cannot be built, one NumPy call per array."""
-    from ...codegen.foreach import run_blocks, scale_kernel
-    kernel = scale_kernel(coef.dtype.name)
-    if kernel is not None:
-        run_blocks(kernel, [[a] for a in arrays], np.full(len(arrays), float(coef)))
-        return
-    token = fp_errors.enter()
-    try:
-        for a in arrays:
-            np.multiply(a, coef, out=a)
-    finally:
-        fp_errors.leave(token)
+        # each g.mul_(coef) as its kernel computes it, with no op dispatch per gradient
+        token = fp_errors.enter()
+        try:
+            for g, a in zip(grads, arrays[1:]):
+                np.multiply(a, arrays[0], out=a)
+                g._storage._version += 1
+        finally:
+            fp_errors.leave(token)
 
 
 def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False, foreach=None):
