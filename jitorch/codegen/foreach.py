@@ -33,7 +33,7 @@ from .memo import BuiltOnce
 from .target import CPU
 
 __all__ = ["BLOCK", "ADAM_SCALARS", "SGD_SCALARS", "ADADELTA_SCALARS", "adam_kernel", "sgd_kernel", "adadelta_kernel",
-           "scale_kernel", "sum_squares_kernel", "run_blocks", "StepKernel"]
+           "sum_squares_kernel", "run_blocks", "StepKernel"]
 
 # A block's elements at most: 64K float32 are 256 KB per operand, and GPT-sized steps have tens of blocks
 # to share among threads.
@@ -107,13 +107,6 @@ def adadelta_kernel(dtype, maximize, weight_decay):
     """The Adadelta step kernel for float ``dtype``, or None where it cannot be built. Roles: param, grad,
     square_avg, acc_delta."""
     return _kernels("adadelta", dtype, (bool(maximize), bool(weight_decay)))
-
-
-def scale_kernel(dtype):
-    """The kernel that multiplies each element of its one role by its block's number (rounded to ``dtype``),
-    in place: ``clip_grads_with_norm_``'s ``g.mul_(coef)`` of every gradient in one call, or None where it
-    cannot be built."""
-    return _kernels("scale", dtype, ())
 
 
 def sum_squares_kernel(dtype):
@@ -299,11 +292,6 @@ def _adadelta_element(maximize, weight_decay):
     return element
 
 
-def _scale_element(b, t, sqrt, loaded, s):
-    """``x * number``: NumPy's ``np.multiply(x, number)`` of a number of x's dtype."""
-    return {0: b.fmul(loaded[0], s[0])}
-
-
 def _sgd_element(maximize, weight_decay, momentum, nesterov):
     """The per-element operations of SGD's NumPy passes (`jitorch.optim.sgd.SGD._numpy_update`)."""
 
@@ -328,5 +316,4 @@ _ELEMENTS = {
     "adam": lambda *flags: (4 + flags[3], _adam_element(*flags), ADAM_SCALARS),
     "sgd": lambda *flags: (2 + flags[2], _sgd_element(*flags), SGD_SCALARS),
     "adadelta": lambda *flags: (4, _adadelta_element(*flags), ADADELTA_SCALARS),
-    "scale": lambda: (1, _scale_element, 1),
 }

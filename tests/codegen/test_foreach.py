@@ -1,7 +1,7 @@
 """The optimizers' generated kernels over blocks of many tensors (`jitorch.codegen.foreach`): the sum of
 squares against exact sums (every tail length, blocks split across tensors, threads), the Adam, SGD and
-Adadelta kernels against the NumPy passes they replace, element for element, and the scale kernel against
-NumPy's multiply (the optimizers' own tests compare the steps with jitorch's ops and with torch)."""
+Adadelta kernels against the NumPy passes they replace, element for element (the optimizers' own tests
+compare the steps with jitorch's ops and with torch)."""
 
 from __future__ import annotations
 
@@ -103,17 +103,3 @@ def test_adadelta_kernel_is_the_numpy_passes(dtype):
     assert param.tobytes() == p.tobytes() and square_avg.tobytes() == v.tobytes()
     assert acc_delta.tobytes() == u.tobytes()
 
-
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_scale_kernel_is_one_multiply_per_element(dtype, monkeypatch):
-    """Each array times its own number rounded to the dtype, at one thread and two (a two-block array)."""
-    kernel = foreach.scale_kernel(dtype)
-    rng = np.random.default_rng(4)
-    for count in (1, 2):
-        monkeypatch.setitem(threads._settings, "threads", count)
-        arrays = [rng.standard_normal(n).astype(dtype) for n in (0, 1, 37, foreach.BLOCK + 45)]
-        arrays[2][:3] = [np.nan, np.inf, -0.0]
-        numbers = [0.1, 3.0, 1 / 3, 0.7]
-        expected = [a * np.dtype(dtype).type(c) for a, c in zip(arrays, numbers)]
-        foreach.run_blocks(kernel, [[a] for a in arrays], numbers)
-        assert [a.tobytes() for a in arrays] == [e.tobytes() for e in expected]
