@@ -82,8 +82,8 @@ def run_blocks(kernel, operands, rows):
         return block_rows, which
     start = (np.arange(len(which)) - (np.cumsum(counts) - counts)[which]) * BLOCK
     offsets = (start * operands[0][0].itemsize).astype(np.uint64)
-    tables = [np.fromiter((arrays[r].__array_interface__["data"][0] for arrays in operands), np.uint64,
-                          len(operands))[which] + offsets for r in range(kernel.roles)]
+    tables = [np.fromiter((cpu.address(arrays[r]) for arrays in operands), np.uint64, len(operands))[which] + offsets
+              for r in range(kernel.roles)]
     kernel.run(tables, np.minimum(sizes[which] - start, BLOCK), block_rows, int(sizes.sum()))
     return block_rows, which
 

@@ -108,7 +108,7 @@ def _operands(params, state_of, buffers):
     """``({dtype name: [(p, state, arrays, step counter array or None)]}, left)``: the parameters whose
     tensors (the parameter, its gradient, ``buffers`` of its state) a kernel may update, by dtype, and the
     others. A parameter whose tensors share memory with another's is left, as are all that share it."""
-    chosen, left, owners = [], [], {}
+    chosen, left, storages = [], [], []
     for p in params:
         state = state_of(p)
         tensors = [p, p.grad] + [state[name] for name in buffers]
@@ -117,17 +117,29 @@ def _operands(params, state_of, buffers):
         if arrays is None or ("step" in state and counter is None):
             left.append(p)
             continue
-        for t in tensors:
-            owners.setdefault(id(t._storage), []).append(p)
+        storages.append([id(t._storage) for t in tensors])
         chosen.append((p, state, arrays, counter))
-    shared = {id(p) for sharing in owners.values() if len(sharing) > 1 for p in sharing}
+    shared = _sharing(storages)
     entries = {}
-    for entry in chosen:
-        if id(entry[0]) in shared:
+    for k, entry in enumerate(chosen):
+        if k in shared:
             left.append(entry[0])
         else:
-            entries.setdefault(entry[2][0].dtype.name, []).append(entry)
-    return entries, left
+            entries.setdefault(entry[2][0].dtype, []).append(entry)
+    return {dtype.name: entry for dtype, entry in entries.items()}, left
+
+
+def _sharing(storages):
+    """The positions of the lists of storage ids in ``storages`` that share one with another list (the
+    lists themselves hold distinct ids, `numpy_operands` checks that)."""
+    every = [i for ids in storages for i in ids]
+    if len(set(every)) == len(every):
+        return set()
+    owners = {}
+    for k, ids in enumerate(storages):
+        for i in ids:
+            owners.setdefault(i, []).append(k)
+    return {k for sharing in owners.values() if len(sharing) > 1 for k in sharing}
 
 
 def _in_order(params, left):
