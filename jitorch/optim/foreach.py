@@ -2,9 +2,9 @@
 (`jitorch.codegen.foreach`): torch's ``foreach`` and ``fused`` paths, which jitorch takes whatever those flags
 say, because they give the per-parameter step's values bit for bit (the kernel makes the same operations
 as the NumPy passes of `Adam._numpy_update`, `SGD._numpy_update` and `Adadelta._numpy_update`, element by
-element). torch's own fused
-CPU kernels compute Adam's lerp with a fused multiply-add, so ``fused=True`` agrees with torch's within a
-float32 rounding per step rather than bit for bit; ``foreach`` and the default agree bit for bit.
+element). torch's own fused CPU kernels compute Adam's lerp with a fused multiply-add, so ``fused=True``
+agrees with torch's within a float32 rounding per step rather than bit for bit; ``foreach`` and the default
+agree bit for bit.
 
 A parameter goes to the kernel where the NumPy step would take it (`numpy_operands`), with every operand
 C-contiguous and no two parameters' tensors sharing memory; the others (and SGD's first step with momentum,
