@@ -19,6 +19,12 @@ call are summed per category:
 forward and a backward graph (whose spans are summed as above), the loss, autograd's engine, clipping and the
 optimizer eager (not counted: the profiler slows eager ops, whose fast paths step aside for it).
 
+``--phases`` (with ``--system "jitorch.compile(model)"``) times the step's parts in the calling thread's CPU time,
+unprofiled, each call timed where the step makes it (`PHASES`): the compiled call (its forward graph apart), the
+backward (the backward graph and the accumulation into ``.grad`` apart; the rest is the engine's walk and the eager
+loss's backward), clipping, the optimizer step and zero_grad; "outside" is the step's time that none of them holds
+(the eager loss, the step function's Python).
+
 ``--cpu-clock`` times the spans in the calling thread's CPU time (``time.thread_time_ns``), for a shared
 machine: at more than one thread, other threads' chunks are then not counted.
 
@@ -110,6 +116,58 @@ def profile_step(name, quick=False, steps=10, threads=1, system="jitorch compile
     return plain, {c: (times[c], calls[c]) for c in CATEGORIES}
 
 
+# (label, module path, owner's attribute path, function name): the calls `phase_times` times; nested ones are
+# parts of the one before them (the forward graph of the compiled call, the graph and accumulation of the backward)
+PHASES = (
+    ("compiled call", "jitorch.nn.modules.compiled", "OptimizedModule", "forward"),
+    ("  forward graph", "jitorch.jit.differentiable", "", "_forward_split"),
+    ("backward", "jitorch.tensor", "Tensor", "backward"),
+    ("  backward graph", "jitorch.jit.differentiable", "", "_backward_split"),
+    ("  accumulate .grad", "jitorch.autograd.engine", "", "_accumulate"),
+    ("clip_grad_norm_", "jitorch.nn.utils", "", "clip_grad_norm_"),
+    ("optimizer step", "jitorch.optim.optimizer", "Optimizer", "step"),
+    ("zero_grad", "jitorch.optim.optimizer", "Optimizer", "zero_grad"),
+)
+
+
+def phase_times(name, quick=False, steps=10, threads=1):
+    """(thread CPU ms per step, {`PHASES` label: thread CPU ms per step}) of ``name``'s jitorch.compile(model) step,
+    each phase's calls timed by a wrapper (restored after); "outside" gets the step's time outside the top-level
+    phases."""
+    import importlib
+    jitorch.set_num_threads(threads)
+    call = models.system_call("jitorch.compile(model)", name, quick)
+    for _ in range(4):
+        call()
+    spent = collections.Counter()
+    saved = []
+
+    def timed(fn, label):
+        def wrapper(*args, **kwargs):
+            start = time.thread_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[label] += time.thread_time() - start
+        return wrapper
+    try:
+        for label, module, owner, attr in PHASES:
+            holder = importlib.import_module(module)
+            holder = getattr(holder, owner) if owner else holder
+            saved.append((holder, attr, holder.__dict__[attr]))
+            setattr(holder, attr, timed(holder.__dict__[attr], label))
+        start = time.thread_time()
+        for _ in range(steps):
+            call()
+        total = (time.thread_time() - start) / steps * 1e3
+    finally:
+        for holder, attr, fn in reversed(saved):
+            setattr(holder, attr, fn)
+    by = {label: spent[label] / steps * 1e3 for label, *_ in PHASES}
+    by["outside"] = total - sum(ms for label, ms in by.items() if not label.startswith(" "))
+    return total, by
+
+
 def runs_ratio(name, quick=False, steps=10, threads=1, reps=7):
     """(median of the per-turn ratios of CPU ms per step with runs of kernels to without, (kernels in runs, runs,
     kernel steps)) of ``name``'s compiled step: both built here, then run in turns (see the module docstring)."""
@@ -182,8 +240,16 @@ def main(argv=None):
     p.add_argument("--perf-map", action="store_true", help="write perf's map of the generated kernels at the end")
     p.add_argument("--runs", action="store_true", help="the step with runs of kernels against without, interleaved")
     p.add_argument("--reps", type=int, default=7, help="--runs' turns")
+    p.add_argument("--phases", action="store_true", help="the compile(model) step's parts, thread CPU, unprofiled")
     args = p.parse_args(argv)
     for name in args.models.split(","):
+        if args.phases:
+            total, by = phase_times(name, args.quick, args.steps, args.threads)
+            print(f"{name}, jitorch.compile(model) ({args.threads} thread{'s' if args.threads > 1 else ''}): "
+                  f"{total:.2f} thread CPU ms per step")
+            for label, ms in by.items():
+                print(f"  {label:20s} {ms:8.2f} ms")
+            continue
         ops = {} if args.by_op else None
         with cpu_clock() if args.cpu_clock else contextlib.nullcontext():
             plain, by = profile_step(name, args.quick, args.steps, args.threads, args.system, ops)

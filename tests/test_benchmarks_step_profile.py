@@ -63,3 +63,22 @@ def test_runs_times_a_step_with_runs_of_kernels_against_one_without(capsys):
     assert ratio > 0 and 0 < 2 * runs <= held <= kernels
     bench.main(["--models", "lstm", "--quick", "--steps", "1", "--runs", "--reps", "1"])
     assert "runs of kernels: " in capsys.readouterr().out
+
+
+def test_phases_time_the_parts_of_a_compiled_model_step_and_put_the_functions_back(capsys):
+    from jitorch.autograd import engine
+    from jitorch.jit import differentiable
+    from jitorch.optim.optimizer import Optimizer
+    bench = load_script(SCRIPT, "step_profile_benchmark")
+    before = (engine._accumulate, differentiable._forward_split, Optimizer.step)
+    total, by = bench.phase_times("gpt-1x32", quick=True, steps=2)
+    assert (engine._accumulate, differentiable._forward_split, Optimizer.step) == before
+    assert list(by) == [label for label, *_ in bench.PHASES] + ["outside"]
+    # each phase the step makes was timed (gpt clips and zeroes with set_to_none), the graphs inside their calls
+    assert all(by[label] > 0 for label in ("compiled call", "  forward graph", "backward", "  backward graph",
+                                           "clip_grad_norm_", "optimizer step"))
+    assert by["  forward graph"] <= by["compiled call"] and by["  backward graph"] <= by["backward"]
+    assert total > by["compiled call"] + by["backward"]
+    bench.main(["--models", "cnn", "--quick", "--steps", "1", "--phases"])
+    out = capsys.readouterr().out
+    assert "cnn, jitorch.compile(model) (1 thread)" in out and "optimizer step" in out

@@ -32,8 +32,8 @@ from .kernel import I64, KernelSource, counted_loop
 from .memo import BuiltOnce
 from .target import CPU
 
-__all__ = ["BLOCK", "ADAM_SCALARS", "SGD_SCALARS", "adam_kernel", "sgd_kernel", "sum_squares_kernel", "run_blocks",
-           "StepKernel"]
+__all__ = ["BLOCK", "ADAM_SCALARS", "SGD_SCALARS", "ADADELTA_SCALARS", "adam_kernel", "sgd_kernel", "adadelta_kernel",
+           "sum_squares_kernel", "run_blocks", "StepKernel"]
 
 # A block's elements at most: 64K float32 are 256 KB per operand, and GPT-sized steps have tens of blocks
 # to share among threads.
@@ -45,6 +45,8 @@ BLOCK = 1 << 16
 ADAM_SCALARS = 7
 # SGD's: ``weight_decay``, ``momentum``, ``1 - dampening``, ``-lr``.
 SGD_SCALARS = 4
+# Adadelta's: ``weight_decay``, ``rho``, ``1 - rho``, ``eps``, ``-lr``.
+ADADELTA_SCALARS = 5
 
 
 class StepKernel:
@@ -80,8 +82,8 @@ def run_blocks(kernel, operands, rows):
         return block_rows, which
     start = (np.arange(len(which)) - (np.cumsum(counts) - counts)[which]) * BLOCK
     offsets = (start * operands[0][0].itemsize).astype(np.uint64)
-    tables = [np.fromiter((arrays[r].__array_interface__["data"][0] for arrays in operands), np.uint64,
-                          len(operands))[which] + offsets for r in range(kernel.roles)]
+    tables = [np.fromiter((cpu.address(arrays[r]) for arrays in operands), np.uint64, len(operands))[which] + offsets
+              for r in range(kernel.roles)]
     kernel.run(tables, np.minimum(sizes[which] - start, BLOCK), block_rows, int(sizes.sum()))
     return block_rows, which
 
@@ -99,6 +101,12 @@ def sgd_kernel(dtype, maximize, weight_decay, momentum, nesterov):
     """The SGD step kernel for float ``dtype``, or None where it cannot be built. Roles: param, grad (and the
     momentum buffer with ``momentum``, which must hold its first step's value already)."""
     return _kernels("sgd", dtype, (bool(maximize), bool(weight_decay), bool(momentum), bool(nesterov)))
+
+
+def adadelta_kernel(dtype, maximize, weight_decay):
+    """The Adadelta step kernel for float ``dtype``, or None where it cannot be built. Roles: param, grad,
+    square_avg, acc_delta."""
+    return _kernels("adadelta", dtype, (bool(maximize), bool(weight_decay)))
 
 
 def sum_squares_kernel(dtype):
@@ -121,12 +129,7 @@ def _build(kind, dtype, flags):
         except CompileError:
             return None
         return StepKernel(compiled, 1, 1)
-    if kind == "adam":
-        roles = 4 + flags[3]
-        element, scalars = _adam_element(*flags), ADAM_SCALARS
-    else:
-        roles = 2 + flags[2]
-        element, scalars = _sgd_element(*flags), SGD_SCALARS
+    roles, element, scalars = _ELEMENTS[kind](*flags)
     name = f"jitorch_{kind}_step_{dtype}_{''.join('01'[f] for f in flags)}"
     source = KernelSource(name, "foreach", [f"{kind}_step"], list(range(roles + 2)), [], 0, 0)
     source.llvm_ir = _module(name, t, roles, scalars, element)
@@ -271,6 +274,24 @@ def _adam_element(maximize, weight_decay, decoupled, amsgrad, lerp_low):
     return element
 
 
+def _adadelta_element(maximize, weight_decay):
+    """The per-element operations of Adadelta's NumPy passes (`jitorch.optim.adadelta.Adadelta._numpy_update`)."""
+
+    def element(b, t, sqrt, loaded, s):
+        decay, rho, one_minus_rho, eps, neg_lr = s
+        param, grad, square_avg, acc_delta = loaded
+        if maximize:
+            grad = b.fneg(grad)
+        if weight_decay:
+            grad = b.fadd(grad, b.fmul(param, decay))
+        square_avg = b.fadd(b.fmul(square_avg, rho), b.fmul(b.fmul(grad, grad), one_minus_rho))
+        std = b.call(sqrt, [b.fadd(square_avg, eps)])
+        delta = b.fmul(b.fdiv(b.call(sqrt, [b.fadd(acc_delta, eps)]), std), grad)
+        acc_delta = b.fadd(b.fmul(acc_delta, rho), b.fmul(b.fmul(delta, delta), one_minus_rho))
+        return {0: b.fadd(param, b.fmul(delta, neg_lr)), 2: square_avg, 3: acc_delta}
+    return element
+
+
 def _sgd_element(maximize, weight_decay, momentum, nesterov):
     """The per-element operations of SGD's NumPy passes (`jitorch.optim.sgd.SGD._numpy_update`)."""
 
@@ -288,3 +309,11 @@ def _sgd_element(maximize, weight_decay, momentum, nesterov):
         out[0] = b.fadd(param, b.fmul(grad, neg_lr))
         return out
     return element
+
+
+# kind -> flags -> (roles, the per-element operations, scalars per row)
+_ELEMENTS = {
+    "adam": lambda *flags: (4 + flags[3], _adam_element(*flags), ADAM_SCALARS),
+    "sgd": lambda *flags: (2 + flags[2], _sgd_element(*flags), SGD_SCALARS),
+    "adadelta": lambda *flags: (4, _adadelta_element(*flags), ADADELTA_SCALARS),
+}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..runtime import fp_errors, ufunc_parts
+from . import foreach
 from .optimizer import (Optimizer, _check_nonnegative, _check_unsupported, add_passes, bump, numpy_begin,
                         numpy_grad, numpy_step_allowed, step_down, step_grad)
 
@@ -17,6 +18,9 @@ class Adadelta(Optimizer):
     Per parameter: ``v = rho * v + (1 - rho) * g * g``, ``d = sqrt(u + eps) /
     sqrt(v + eps) * g``, ``u = rho * u + (1 - rho) * d * d`` and ``p -= lr * d``
     (``v`` is the state's ``square_avg``, ``u`` its ``acc_delta``).
+    An eager step updates the whole group in one generated kernel call per dtype
+    (`jitorch.optim.foreach`), whatever ``foreach`` says: the same values as the
+    per-parameter step, bit for bit.
     """
 
     def __init__(self, params, lr=1.0, rho=0.9, eps=1e-6, weight_decay=0, foreach=None, *, capturable=False,
@@ -32,10 +36,17 @@ class Adadelta(Optimizer):
 
     def _update(self, group, params):
         numpy = numpy_step_allowed(group["lr"], group["rho"], group["eps"], group["weight_decay"])
+        if numpy:  # (the group in one kernel call per dtype; what it leaves takes the per-parameter step)
+            params = self._foreach_update(group, params)
         for p in params:
             state = self._lazy_state(p, ["square_avg", "acc_delta"])
             if not (numpy and self._numpy_update(p, state, group)):
                 self._update_one(p, state, group)
+
+    def _foreach_update(self, group, params):
+        """The step of the group's ``params`` in one generated kernel call per dtype (`foreach.adadelta_step`: the
+        values of `_numpy_update` bit for bit); returns the parameters it leaves to the per-parameter step."""
+        return foreach.adadelta_step(self, group, params)
 
     def _update_one(self, p, state, group):
         """The step of parameter ``p`` through jitorch's ops (traced in a compiled step)."""

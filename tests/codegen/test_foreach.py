@@ -1,7 +1,7 @@
 """The optimizers' generated kernels over blocks of many tensors (`jitorch.codegen.foreach`): the sum of
-squares against exact sums (every tail length, blocks split across tensors, threads), and the Adam and SGD
-kernels against the NumPy passes they replace, element for element (the optimizers' own tests compare the
-steps with jitorch's ops and with torch)."""
+squares against exact sums (every tail length, blocks split across tensors, threads), the Adam, SGD and
+Adadelta kernels against the NumPy passes they replace, element for element (the optimizers' own tests
+compare the steps with jitorch's ops and with torch)."""
 
 from __future__ import annotations
 
@@ -82,3 +82,24 @@ def test_sgd_kernel_is_the_numpy_passes():
     kernel = foreach.sgd_kernel("float32", False, True, True, True)
     foreach.run_blocks(kernel, [[param, grad, buf]], [(wd, momentum, 1 - dampening, -lr)])
     assert param.tobytes() == p.tobytes() and buf.tobytes() == b.tobytes()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_adadelta_kernel_is_the_numpy_passes(dtype):
+    """Adadelta with maximize and weight decay: each element as `Adadelta._numpy_update`'s passes compute it."""
+    rng = np.random.default_rng(3)
+    n = 1037
+    param, grad = (rng.standard_normal(n).astype(dtype) for _ in range(2))
+    square_avg, acc_delta = (np.abs(rng.standard_normal(n)).astype(dtype) for _ in range(2))
+    lr, rho, eps, wd = 0.5, 0.3, 1e-3, 0.1
+    number = np.dtype(dtype).type
+    g = np.negative(grad) + param * number(wd)
+    v = square_avg * number(rho) + (g * g) * number(1 - rho)
+    delta = np.sqrt(acc_delta + number(eps)) / np.sqrt(v + number(eps)) * g
+    u = acc_delta * number(rho) + (delta * delta) * number(1 - rho)
+    p = param + delta * number(-lr)
+    kernel = foreach.adadelta_kernel(dtype, True, True)
+    foreach.run_blocks(kernel, [[param, grad, square_avg, acc_delta]], [(wd, rho, 1 - rho, eps, -lr)])
+    assert param.tobytes() == p.tobytes() and square_avg.tobytes() == v.tobytes()
+    assert acc_delta.tobytes() == u.tobytes()
+

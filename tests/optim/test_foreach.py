@@ -1,4 +1,4 @@
-"""Adam, AdamW and SGD steps of a whole group in one generated kernel call (`jitorch.optim.foreach`): against
+"""Adam, AdamW, SGD and Adadelta steps of a whole group in one generated kernel call (`jitorch.optim.foreach`): against
 torch's for-loop, ``foreach`` and ``fused`` optimizers over several steps (float32 and float64; torch's CPU
 kernels use fused multiply-adds, so within a few roundings, not bit for bit), the same bits whatever the
 flags and the thread count, one kernel per dtype and options, parameters sharing memory left to the
@@ -28,6 +28,13 @@ CASES = [
     ("SGD", dict(lr=0.1, momentum=0.5, dampening=0.3)),
 ]
 MODES = [dict(), dict(foreach=True), dict(fused=True)]  # (foreach=False: the default's path on the CPU)
+MODE_IDS = ["default", "foreach", "fused"]
+# (torch's Adadelta has no fused form)
+CASES += [("Adadelta", dict()), ("Adadelta", dict(lr=0.5, rho=0.3, eps=1e-3, weight_decay=0.1, maximize=True)),
+          ("Adadelta", dict(rho=0.0))]
+RUNS = [(cls, options, mode) for cls, options in CASES for mode, name in zip(MODES, MODE_IDS)
+        if not (cls == "Adadelta" and name == "fused")]
+RUN_IDS = [f"{cls}-{CASES.index((cls, options))}-{MODE_IDS[MODES.index(mode)]}" for cls, options, mode in RUNS]
 TOLERANCES = {np.float32: dict(rtol=2e-5, atol=2e-6), np.float64: dict(rtol=1e-12, atol=1e-13)}
 
 
@@ -43,8 +50,7 @@ def _train(lib, cls, options, dtype, steps=4, shapes=SHAPES):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("mode", MODES, ids=["default", "foreach", "fused"])
-@pytest.mark.parametrize("cls,options", CASES, ids=[f"{c}-{i}" for i, (c, _) in enumerate(CASES)])
+@pytest.mark.parametrize("cls,options,mode", RUNS, ids=RUN_IDS)
 def test_matches_torch(cls, options, mode, dtype):
     ours, opt = _train(jt, cls, {**options, **mode}, dtype)
     theirs, reference = _train(torch, cls, {**options, **mode}, dtype)
