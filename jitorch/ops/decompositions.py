@@ -228,10 +228,17 @@ def _det_cpu(spec, a):
 
 defop("det(Tensor self) -> Tensor", meta=_det_meta, cpu=_det_cpu, kind="linalg",
       doc="Determinant of a square matrix, or of each of a batch (``linalg.det``).")
+def _slogdet_cpu(spec, a):
+    """NumPy's sign skips a NaN pivot; torch's multiplies its sign, 0: a matrix whose log is NaN has sign 0, so
+    that ``logdet``, NaN there, takes the log's tangent (fuzz seed 7895132)."""
+    sign, logabsdet = np.linalg.slogdet(a)
+    return np.where(np.isnan(logabsdet), sign * 0, sign), logabsdet
+
+
 defop("slogdet(Tensor self) -> (Tensor sign, Tensor logabsdet)", meta=_slogdet_meta,
-      cpu=lambda spec, a: np.linalg.slogdet(a), kind="linalg", variants=("function", "method", "out"),
+      cpu=_slogdet_cpu, kind="linalg", variants=("function", "method", "out"),
       doc="Sign and log of the absolute value of the determinant (``linalg.slogdet``): the sign is 0 and "
-          "the log -inf for a singular matrix.")
+          "the log -inf for a singular matrix, the sign 0 and the log NaN for one holding NaN.")
 
 
 def _logdet(A):

@@ -25,7 +25,6 @@ last-bit difference into a different integer only to values that are exact in ev
 
 from __future__ import annotations
 
-import contextlib
 import re
 import warnings
 from dataclasses import dataclass, field
@@ -41,7 +40,7 @@ from jitorch.ops.overlap import ERROR as OVERLAP_ERROR
 from jitorch.runtime.cuda_backend import use_backend
 from tests.support import geometry
 
-from .bessel_oracle import Float64Bessel
+from .bessel_oracle import float64_bessel
 from .generator import SETITEM_0D, grad_loss
 from .old_values import reads_old_values
 from .program import Instance
@@ -167,7 +166,7 @@ def record_call(T, inst, fn, inputs, bases):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            with reads_old_values(T), _float64_bessel(T):
+            with reads_old_values(T), float64_bessel(T):
                 result = fn(*inputs)
         except Exception as e:  # the record says which error; the comparison decides whether it is one
             rec.error = f"{type(e).__name__}: {e}"
@@ -193,11 +192,6 @@ def record_call(T, inst, fn, inputs, bases):
     rec.input_views = [(tuple(t.shape), tuple(t.stride()), t.storage_offset()) for t in inputs]
     rec.state = {name: record_value(T, t, []) for name, t in inst.state().items()}
     return rec
-
-
-def _float64_bessel(T):
-    """`bessel_oracle.Float64Bessel` for torch's runs, nothing for jitorch's."""
-    return Float64Bessel() if T is torch else contextlib.nullcontext()
 
 
 def _library(mode):
@@ -246,14 +240,14 @@ def run_grad(program, mode):
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            with reads_old_values(T), _float64_bessel(T):
+            with reads_old_values(T), float64_bessel(T):
                 out = fn(*inputs)
             rec.outputs = [record_value(T, leaf, []) for leaf in _flatten(out)]
             loss = grad_loss(T, _flatten(out))
             if loss is None:
                 rec.error = "no output requires grad"
                 return rec, grads
-            with _float64_bessel(T):  # (the gradient of i0 is i1)
+            with float64_bessel(T):  # (the gradient of i0 is i1)
                 loss.backward()
     except Exception as e:
         rec.error = f"{type(e).__name__}: {e}"

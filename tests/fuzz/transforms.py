@@ -46,6 +46,7 @@ import torch
 
 import jitorch
 
+from .bessel_oracle import float64_bessel
 from .generator import grad_loss, torch_gradient_untrusted
 from .old_values import reads_old_values
 from .oracle import TOLERANCE, TORCH_TOLERANCE, Mismatch, _worst, compare_output, record_value
@@ -159,17 +160,18 @@ def _record(T, inst, result, inputs, error=None):
     return run
 
 
-def _call(T, program, wrap, inputs, old_values=True):
-    """Run ``wrap(fn)(*inputs)`` on a fresh instance: the Run record; torch's run under `OldValues` unless
-    ``old_values`` is False."""
+def _call(T, program, wrap, inputs, modes=True):
+    """Run ``wrap(fn)(*inputs)`` on a fresh instance: the Run record; torch's run under `OldValues` and
+    `bessel_oracle.Float64Bessel` (its float32 ``i0`` is an ulp off, which a discontinuity after it magnifies: seed
+    7998041) unless ``modes`` is False."""
     inst = Instance(program, T)
     fn, _ = inst.build()
     bases = [t.view_as(t) for t in inputs]  # (an in-place view op, as ``as_strided_``, changes the input's shape)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        mode = reads_old_values(T) if old_values else contextlib.nullcontext()
+        mode = reads_old_values(T) if modes else contextlib.nullcontext()
         try:
-            with mode:
+            with mode, float64_bessel(T) if modes else contextlib.nullcontext():
                 result = wrap(fn)(*inputs)
         except Exception as e:  # the record says which error; the comparison decides whether it is one
             return _record(T, inst, None, bases, e)
@@ -396,11 +398,11 @@ def _closing(fn, program, fixed, floats):
     return of_floats
 
 
-def jvp_run(T, program, keep, floats):
-    """``jvp`` of the program's ``keep`` outputs at sample 0 along the float inputs' sample 100: the Run
-    (primal outputs, then tangents)."""
+def jvp_run(T, program, keep, floats, zero=False):
+    """``jvp`` of the program's ``keep`` outputs at sample 0 along the float inputs' sample 100 (along zeros where
+    ``zero``): the Run (primal outputs, then tangents)."""
     inputs = _sample(T, program, 0)
-    tangents = tuple(_sample(T, program, 100)[i] for i in floats)
+    tangents = tuple(T.zeros_like(t) if zero else t for t in (_sample(T, program, 100)[i] for i in floats))
     return _call(T, program, lambda fn: lambda *xs: _func(T).jvp(
         _closing(_selecting(fn, keep), program, xs, floats), tuple(xs[i] for i in floats), tangents), inputs)
 
@@ -450,7 +452,7 @@ def _torch_reverse_jvp(program, keep, floats):
             found = iter(torch.autograd.functional.jvp(floating, tuple(xs[i] for i in floats), tangents)[1])
             return tuple(every), tuple(next(found) if o.is_floating_point() else torch.zeros_like(o) for o in every)
         return tangent_run
-    return _call(torch, program, wrap, inputs, old_values=False)
+    return _call(torch, program, wrap, inputs, modes=False)
 
 
 _TENSOR_REF = re.compile(r"(?:[vxc]\d|M\.t\d|T\.)")  # a program's tensor, not a number or scalar variable
@@ -555,15 +557,55 @@ def _float64_throughout(program):
         s.tag in NO_TANGENT or any(n in line for line in s.lines for n in NARROW) for s in program.body)
 
 
+def _of_itself(line):
+    """Whether the ``nextafter`` call of ``line`` steps a tensor towards itself (``x.nextafter(x)``)."""
+    call = re.search(r"(?:T\.nextafter_?\(([^,()]+), |([\w.]+)\.nextafter_?\()([^,()]+)\)", line)
+    return call is not None and (call.group(1) or call.group(2)) == call.group(3)
+
+
+# Statements whose derivative is a convention central differences do not see, by tag and a test of the line:
+# ``nextafter(x, x)`` is ``x``, whose differences are ``x``'s tangent; torch's derivative of nextafter is 0 where
+# ``self == other`` (forward and reverse), and jitorch's is torch's (seeds 7997322, 8003963;
+# docs/differences-from-torch.md).
+FD_BLIND = {"nextafter": _of_itself}
+
+
+def _fd_blind(program):
+    return any(s.tag.removesuffix("_") in FD_BLIND and any(FD_BLIND[s.tag.removesuffix("_")](line)
+                                                              for line in s.lines) for s in program.body)
+
+
+def _decided(value):
+    """What a value of the program decided: a tensor's shape and, not of a float dtype, its values; a Python int's
+    or bool's value; nothing of a Python float."""
+    if isinstance(value, jitorch.Tensor):
+        return tuple(value.shape), None if value.is_floating_point() else value.tolist()
+    if isinstance(value, (tuple, list)):
+        return [_decided(v) for v in value]
+    return value if isinstance(value, (bool, int)) else None
+
+
+def _decisions(program, inputs):
+    """`_decided` of each of the program's local variables after a call on ``inputs``."""
+    fn, _ = Instance(program, jitorch).build(probe=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        found = fn(*inputs)
+    return {name: _decided(v) for name, v in found.items()}
+
+
 def _outputs_at(program, keep, floats, step):
     """The kept outputs' values with the float inputs moved ``step`` along the tangents of sample 100 (None for
-    an output not of float64), or None where the program raises."""
+    an output not of float64) and what the program decided there (`_decisions`), or None where the program
+    raises."""
     tangents = [_sample(jitorch, program, 100)[i] for i in floats]
     inputs = _sample(jitorch, program, 0)
     for i, t in zip(floats, tangents):
         inputs[i] = inputs[i] + step * t
-    run = _call(jitorch, program, lambda fn: _selecting(fn, keep), inputs)
-    return None if run.error else [o.values if o.dtype == "float64" else None for o in run.outputs]
+    run = _call(jitorch, program, lambda fn: _selecting(fn, keep), [t.clone() for t in inputs])
+    if run.error:
+        return None
+    return [o.values if o.dtype == "float64" else None for o in run.outputs], _decisions(program, inputs)
 
 
 def _close_differences(a, b, rtol=1e-4):
@@ -573,13 +615,20 @@ def _close_differences(a, b, rtol=1e-4):
 def finite_differences(program, keep, floats, got, found, eps=1e-6):
     """Tangents against central differences at ``eps`` (where torch's are no oracle), for programs in float64
     throughout. An element is judged where the difference is finite (seed 7870928) and the one-sided
-    differences at ``100 eps`` agree with it (not at a kink: ``relu`` at 0, seed 7870984)."""
-    if not _float64_throughout(program):
+    differences at ``100 eps`` agree with it (not at a kink: ``relu`` at 0, seed 7870984). Not judged: a program
+    that decides otherwise at any of the steps than at the point (a mask, a shape, an integer: where ``x0 != 0``
+    selects an element that is 0 at the point, the selection moves the other elements' tangents without changing
+    a value, seed 8008279), a statement of `FD_BLIND`, and an element whose tangent is NaN along zero tangents too
+    (an infinite derivative times a zero tangent, ``sqrt`` of a constant 0: torch.func.jvp's forward formulas give
+    NaN there, as jitorch's, where the differences see a constant; seeds 8001568, 8003644, 8006090, 7897283)."""
+    if not _float64_throughout(program) or _fd_blind(program):
         return
     at = {step: _outputs_at(program, keep, floats, step) for step in (eps, -eps, 100 * eps, 0.0, -100 * eps)}
-    if any(v is None for v in at.values()):
+    if any(v is None for v in at.values()) or any(v[1] != at[0.0][1] for v in at.values()):
         return
+    at = {step: v[0] for step, v in at.items()}
     half = len(got.outputs) // 2
+    along_zero = None
     for j, tangent in enumerate(got.outputs[half:]):
         if at[0.0][j] is None or any(v[j].shape != tangent.values.shape for v in at.values()):
             continue  # (a shape that depends on the values: a boolean mask's selection, seed 7872815)
@@ -587,6 +636,10 @@ def finite_differences(program, keep, floats, got, found, eps=1e-6):
         sides = [(at[100 * eps][j] - at[0.0][j]) / (100 * eps), (at[0.0][j] - at[-100 * eps][j]) / (100 * eps)]
         with np.errstate(invalid="ignore"):
             judged = np.isfinite(fd) & np.all([np.isclose(d, fd, rtol=1e-2, atol=1e-2) for d in sides], axis=0)
+        if (judged & np.isnan(tangent.values)).any():
+            along_zero = along_zero or jvp_run(jitorch, program, keep, floats, zero=True)
+            if not along_zero.error:
+                judged &= ~(np.isnan(tangent.values) & np.isnan(along_zero.outputs[half + j].values))
         if not _close_differences(tangent.values[judged], fd[judged]):
             found.append(Mismatch("jvp", "finite differences", "", f"tangent {j} values", _worst(tangent.values, fd)))
 
@@ -662,7 +715,7 @@ def _torch_autograd(program, floats):
         inputs = [x if i in floats else fixed for i, (x, fixed) in
                   enumerate(zip(_sample(torch, program, b), _sample(torch, program, 0)))]
         # (outside `OldValues`: under any dispatch mode torch's autograd takes torch.func's formulas)
-        runs.append(_call(torch, program, per_sample, inputs, old_values=False))
+        runs.append(_call(torch, program, per_sample, inputs, modes=False))
         if runs[-1].error:
             return None
     return _stacked(torch, runs, [0] * len(floats))

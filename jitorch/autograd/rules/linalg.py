@@ -9,6 +9,8 @@ eigh and QR assume what torch assumes (distinct singular values or eigenvalues, 
 
 from __future__ import annotations
 
+import math
+
 from jitorch.autograd.rule import (defgrad, differentiates, is_linearizing, nondifferentiable, not_implemented, only_if,
                                    only_with_grads_of, reads)
 from jitorch.autograd.rules.common import per_input, wanted
@@ -44,10 +46,14 @@ def _other_products(S):
 
 def _det(g, a, out):
     """The cofactor matrix ``det(A) A^-T``, from the SVD so that singular matrices have theirs too:
-    ``det(U) det(Vh) U diag(prod_{j != i} s_j) Vh``."""
-    U, S, Vh = OPS["_linalg_svd"](a.self, False, True, None)
+    ``det(U) det(Vh) U diag(prod_{j != i} s_j) Vh``. A matrix holding NaN has NaN for its cofactors, as torch's
+    gradient and tangent are (the SVD, which refuses it, factors zeros in its place; fuzz seed 7895132)."""
+    A = a.self
+    finite = A.isnan().logical_not().all(-1, keepdim=True).all(-2, keepdim=True)
+    U, S, Vh = OPS["_linalg_svd"](jt.where(finite, A, 0), False, True, None)
     sign = jt.det(U.detach()) * jt.det(Vh.detach())
-    cofactor = (U * _other_products(S).unsqueeze(-2)).matmul(Vh)
+    # (times NaN, not replaced by it: the tangent, this rule's transpose in g, must be NaN too)
+    cofactor = (U * _other_products(S).unsqueeze(-2)).matmul(Vh) * jt.where(finite, 1.0, math.nan).to(A.dtype)
     return (g * sign).unsqueeze(-1).unsqueeze(-1) * cofactor
 
 
@@ -195,11 +201,14 @@ def _qr(g, a, out):
         if a.mode == "complete" and m > n:
             raise RuntimeError("The QR decomposition is not differentiable when mode='complete' and nrows > ncols.")
         return _qr_tall(Q, R, gQ, gR)
-    # m < n: A = [X | Y], R = [U | V] with X = Q U square and Y = Q V, which torch's linalg_qr_backward computes
-    # from Q and R as here: it saves no A, so a write into A after the call is no error (fuzz seed 7301985)
-    Y, U, gU, gV = Q.matmul(R[..., m:]), R[..., :m], gR[..., :m], gR[..., m:]
-    gX = _qr_tall(Q, U, gQ + Y.matmul(gV.mT), gU)
-    return jt.cat([gX, Q.matmul(gV)], -1)
+    # m < n: torch's linalg_qr_backward, from Q and R alone (it saves no A, so a write into A after the call is
+    # no error: fuzz seed 7301985). It is the transpose, op by op, of torch's forward formula (dX = tril_-1(Q^T dA_1
+    # R_1^-1), dQ = Q (dX - dX^T), dR = Q^T dA - (dX - dX^T) R), so forward mode's tangent, this rule's transpose,
+    # is torch's where R_1 is singular: the strict lower triangle drops what the solve made infinite (a 1-by-n A
+    # of zeros has dQ = 0 and dR = dA; fuzz seed 7892786)
+    K = Q.mT.matmul(gQ) - gR.matmul(R.mT)
+    gX = _solve_triangular(R[..., :m].mT, Q.matmul((K - K.mT).tril(-1)), False, left=False)
+    return jt.cat([gX, jt.zeros_like(R[..., m:])], -1) + Q.matmul(gR)
 
 
 def _svd(g, a, out):
