@@ -1,6 +1,6 @@
 """Roofline audit of a compiled training step's generated kernels (benchmarks/models.py's models).
 
-    python benchmarks/kernel_audit.py [--models gpt-4x128,lstm,dcgan] [--top 10] [--steps 10]
+    python benchmarks/kernel_audit.py [--models gpt-4x128,lstm,dcgan] [--top 10] [--steps 10] [--recompute]
 
 Each model's whole compiled step is warmed up, then run under `jitorch.profiler.profile` with spans timed in the
 calling thread's CPU time (1 thread). Each generated kernel's time per call (its spans, summed by kernel name) is
@@ -10,6 +10,9 @@ this machine's streaming bandwidth at the same size, measured here as NumPy's ``
 float32 arrays of the kernel's bytes split in three (two read, one written), timed alike. ``%bound`` is the
 kernel's GB/s over that. The top ``--top`` kernels by total time per step are printed, each with its ops,
 shapes (inputs -> outputs) and kind.
+
+``--recompute`` also times the whole step built with the recompute pass (`jitorch.ir.passes.recompute`)
+against the same step built without it (``MAX_CONE`` 0), in this process, interleaved.
 """
 
 from __future__ import annotations
@@ -94,13 +97,47 @@ def audit(name, steps=10, top=10):
     return rows[:top]
 
 
+def recompute_ratio(name, steps=5, reps=11, threads=1):
+    """Median over ``reps`` interleaved turns (each system first in every other turn) of the step's CPU time
+    with the recompute pass over without it (`recompute.MAX_CONE` 0), both compiled in this process: thread
+    CPU time at one thread, process CPU time at more."""
+    from jitorch.ir.passes import recompute
+    jitorch.set_num_threads(threads)
+    calls, saved = {}, recompute.MAX_CONE
+    try:
+        for label, cone in (("without", 0), ("with", saved)):
+            recompute.MAX_CONE = cone  # (read when the step compiles, in its first calls)
+            calls[label] = models.system_call("jitorch compiled", name, False)
+            for _ in range(4):
+                calls[label]()
+    finally:
+        recompute.MAX_CONE = saved
+    clock = time.thread_time if threads == 1 else time.process_time
+    ratios = []
+    for rep in range(reps):
+        turn = {}
+        for label, call in sorted(calls.items(), reverse=rep % 2 == 1):  # (each first in every other turn)
+            start = clock()
+            for _ in range(steps):
+                call()
+            turn[label] = clock() - start
+        ratios.append(turn["with"] / turn["without"])
+    return sorted(ratios)[len(ratios) // 2]
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default="gpt-4x128,lstm,dcgan")
     p.add_argument("--top", type=int, default=10)
     p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--recompute", action="store_true",
+                   help="also the step with the recompute pass against without, interleaved, at 1 and 2 threads")
     args = p.parse_args(argv)
     for name in args.models.split(","):
+        if args.recompute:
+            for threads in (1, 2):
+                print(f"{name}: CPU time with/without recompute at {threads} thread(s): "
+                      f"{recompute_ratio(name, threads=threads):.3f} (median of 11 interleaved turns)")
         print(f"{name} (thread CPU time, 1 thread)")
         print(f"  {'ms/step':>7} {'calls':>5} {'µs/call':>8} {'MB':>6} {'GB/s':>6} {'%bound':>6}  kind ops  shapes")
         for ops, kind, shapes, mb, us, calls, gbs, pct, ms in audit(name, args.steps, args.top):
