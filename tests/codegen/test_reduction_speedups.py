@@ -401,3 +401,22 @@ def test_split_full_integer_sum_is_exact_in_streams(threads, monkeypatch):
     compiled = jt.compile(lambda t: t.sum())
     assert compiled.lower(x).kernels[0]._kernel.source.split is not None
     assert compiled(x).item() == torch.from_numpy(values).sum().item()
+
+
+def test_channel_statistics_of_a_batch_last_buffer_loop_along_memory_innermost():
+    """A batch norm's channel mean over a convolution's batch-last buffer (C, H, W, N) seen as (N, C, H, W):
+    the reduced dims nest by decreasing stride, so H, W and N merge into one contiguous run of 1024 per
+    channel. In row-major order they were two loops, 64 (N) outside 16 (H and W, 64 floats apart), the inner
+    loop strided (DCGAN's step, session 43's audit)."""
+    from jitorch.jit.executor import KernelStep
+    base = jt.randn(256, 4, 4, 64)
+    x = base.permute(3, 0, 1, 2)
+
+    def f(x):
+        return x.mean((0, 2, 3))
+    ex = jt.compile(f).lower(x).executable
+    (k,) = [st.kernel.source for st in ex.steps if type(st) is KernelStep]
+    assert k.layouts[k.inputs[0]] == (1, 1024, 256, 64)
+    bounds = re.findall(r'icmp slt i64 %"\.\d+", (\d+)', k.llvm_ir)
+    assert bounds == ["1024"], bounds
+    np.testing.assert_allclose(jt.compile(f)(x).numpy(), f(x).numpy(), rtol=1e-6, atol=1e-7)
