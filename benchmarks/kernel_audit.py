@@ -31,7 +31,7 @@ import jitorch  # noqa: E402
 from jitorch.jit.executor import KernelStep  # noqa: E402
 from jitorch.profiler import profile  # noqa: E402
 import models  # noqa: E402
-from step_profile import cpu_clock  # noqa: E402
+from step_profile import cpu_clock, with_over_without  # noqa: E402
 
 
 def compiled_graphs(call):
@@ -63,10 +63,11 @@ def stream_seconds(total_bytes, reps=20):
     return sorted(times)[len(times) // 2]
 
 
-def audit(name, steps=10, top=10):
-    """Rows (ops, kind, shapes, MB moved, µs per call, calls per step, GB/s, % of the stream bound)."""
+def audit(name, steps=10, top=10, quick=False):
+    """Rows (ops, kind, shapes, MB moved, µs per call, calls per step, GB/s, % of the stream bound, ms per
+    step), the most costly ``top`` kernels first."""
     jitorch.set_num_threads(1)
-    call = models.system_call("jitorch compiled", name, False)
+    call = models.system_call("jitorch compiled", name, quick)
     for _ in range(4):
         call()
     sources = kernel_sources(call)
@@ -97,7 +98,7 @@ def audit(name, steps=10, top=10):
     return rows[:top]
 
 
-def recompute_ratio(name, steps=5, reps=11, threads=1):
+def recompute_ratio(name, steps=5, reps=11, threads=1, quick=False):
     """Median over ``reps`` interleaved turns (each system first in every other turn) of the step's CPU time
     with the recompute pass over without it (`recompute.MAX_CONE` 0), both compiled in this process: thread
     CPU time at one thread, process CPU time at more."""
@@ -107,22 +108,12 @@ def recompute_ratio(name, steps=5, reps=11, threads=1):
     try:
         for label, cone in (("without", 0), ("with", saved)):
             recompute.MAX_CONE = cone  # (read when the step compiles, in its first calls)
-            calls[label] = models.system_call("jitorch compiled", name, False)
+            calls[label] = models.system_call("jitorch compiled", name, quick)
             for _ in range(4):
                 calls[label]()
     finally:
         recompute.MAX_CONE = saved
-    clock = time.thread_time if threads == 1 else time.process_time
-    ratios = []
-    for rep in range(reps):
-        turn = {}
-        for label, call in sorted(calls.items(), reverse=rep % 2 == 1):  # (each first in every other turn)
-            start = clock()
-            for _ in range(steps):
-                call()
-            turn[label] = clock() - start
-        ratios.append(turn["with"] / turn["without"])
-    return sorted(ratios)[len(ratios) // 2]
+    return with_over_without(calls, steps, reps, threads)
 
 
 def main(argv=None):
@@ -130,6 +121,7 @@ def main(argv=None):
     p.add_argument("--models", default="gpt-4x128,lstm,dcgan")
     p.add_argument("--top", type=int, default=10)
     p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--quick", action="store_true", help="tiny sizes (for tests)")
     p.add_argument("--recompute", action="store_true",
                    help="also the step with the recompute pass against without, interleaved, at 1 and 2 threads")
     args = p.parse_args(argv)
@@ -137,10 +129,10 @@ def main(argv=None):
         if args.recompute:
             for threads in (1, 2):
                 print(f"{name}: CPU time with/without recompute at {threads} thread(s): "
-                      f"{recompute_ratio(name, threads=threads):.3f} (median of 11 interleaved turns)")
+                      f"{recompute_ratio(name, threads=threads, quick=args.quick):.3f} (median of 11 interleaved turns)")
         print(f"{name} (thread CPU time, 1 thread)")
         print(f"  {'ms/step':>7} {'calls':>5} {'µs/call':>8} {'MB':>6} {'GB/s':>6} {'%bound':>6}  kind ops  shapes")
-        for ops, kind, shapes, mb, us, calls, gbs, pct, ms in audit(name, args.steps, args.top):
+        for ops, kind, shapes, mb, us, calls, gbs, pct, ms in audit(name, args.steps, args.top, args.quick):
             print(f"  {ms:7.3f} {calls:5.0f} {us:8.1f} {mb:6.2f} {gbs:6.1f} {pct:6.0f}  {kind} {ops}  {shapes}")
 
 
