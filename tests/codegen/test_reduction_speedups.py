@@ -439,4 +439,5 @@ def test_channel_sum_through_a_folded_permute_loops_along_the_permuted_buffer():
     (k,) = reduction_kernels(f, y)
     assert k.ops == ["permute", "sum"]
     assert loop_bounds(k) == ["4096"]
-    np.testing.assert_allclose(jt.compile(f)(y).numpy(), f(y).numpy(), rtol=1e-5, atol=1e-5)
+    # (4096 float32 terms of about 0.8 in magnitude, reassociated: some 3300 in absolute sum, a few ulps of it)
+    np.testing.assert_allclose(jt.compile(f)(y).numpy(), f(y).numpy(), rtol=1e-5, atol=1e-3)
