@@ -184,21 +184,29 @@ def runs_ratio(name, quick=False, steps=10, threads=1, reps=7):
                 calls[label]()
     finally:
         kernel_runs.MIN_RUN = saved
-    clock = time.thread_time if threads == 1 else time.process_time
-    ratios = []
-    for _ in range(reps):
-        turn = {}
-        for label, call in calls.items():
-            start = clock()
-            for _ in range(steps):
-                call()
-            turn[label] = clock() - start
-        ratios.append(turn["with"] / turn["without"])
+    ratio = with_over_without(calls, steps, reps, threads)
     (compiled,) = [c.cell_contents for c in calls["with"].__closure__ if hasattr(c.cell_contents, "cache")]
     graphs = [e.executable for e in compiled.cache.values() if e.executable is not None]
     held = [len(u.steps) for g in graphs for u in g.runs if type(u) is KernelRun]
     kernels = sum(type(st) is KernelStep for g in graphs for st in g.steps)
-    return sorted(ratios)[len(ratios) // 2], (sum(held), len(held), kernels)
+    return ratio, (sum(held), len(held), kernels)
+
+
+def with_over_without(calls, steps, reps, threads):
+    """The median over ``reps`` turns of the CPU time of ``steps`` calls of ``calls["with"]`` over as many of
+    ``calls["without"]``, each first in every other turn (the calling thread's CPU time at one thread, the
+    process's at more)."""
+    clock = time.thread_time if threads == 1 else time.process_time
+    ratios = []
+    for rep in range(reps):
+        turn = {}
+        for label in ("with", "without") if rep % 2 == 0 else ("without", "with"):
+            start = clock()
+            for _ in range(steps):
+                calls[label]()
+            turn[label] = clock() - start
+        ratios.append(turn["with"] / turn["without"])
+    return sorted(ratios)[len(ratios) // 2]
 
 
 @contextlib.contextmanager

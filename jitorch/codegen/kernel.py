@@ -652,14 +652,16 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
         reduced = list(range(len(x.type.shape) - 1, len(in_shape)))
     elif merge is not None:
         bld = _Builder(group, name, target, aliases, layouts)
+    prologue = set(_upstream(red, bld))
+    inner_leaves = bld.with_indices([v for v in bld.geometry if any(v in list(_args(n)) for n in prologue | {red})])
+    if not red.op.pieces["lowering"].indexed:  # (an indexed reduction's index is row-major over them)
+        reduced = _memory_order([bld.geometry[v] for v in inner_leaves], in_shape, reduced)
     kept = [d for d in range(len(in_shape)) if d not in reduced]
     keepdim = bool(red.args[2]) if red.op.name not in ("max", "min") and len(red.args) > 2 else False
     out_value = red.outputs[0]
     out_shape = tuple(out_value.type.shape)
-    prologue = set(_upstream(red, bld))
     epilogue = [n for n in bld.computed if n is not red and n not in prologue]
 
-    inner_leaves = bld.with_indices([v for v in bld.geometry if any(v in list(_args(n)) for n in prologue | {red})])
     outer_leaves = bld.with_indices([v for v in bld.geometry if any(v in list(_args(n)) for n in epilogue) or
                                      v in group.outputs])
     order = kept + reduced
@@ -888,6 +890,19 @@ def build_reduction(group, name, target=None, aliases=None, layouts=None):
     bld.loops(b, k_sizes, kept_body, kernel.args[0] if k_sizes else None, kernel.args[1] if k_sizes else None)
     return bld.finish(b, kernel, KernelSource(name, "reduction", ops, bld.roots, outputs,
                                               k_sizes[0] if k_sizes else 1, n), "block")
+
+
+def _memory_order(leaves, in_shape, reduced):
+    """The ``reduced`` dims in the order their loops nest, outermost first: by decreasing stride in the widest
+    of ``leaves`` (the geometries, root, shape, strides and offset, that the prologue reads over ``in_shape``),
+    so the innermost loop walks memory (a batch norm's channel statistics over a batch-last buffer: strides
+    (1, 4096, 512, 64), reduced dims 0, 2, 3, read 64 elements apart in row-major order). Row-major where the
+    strides say nothing (ties keep it)."""
+    if not leaves:
+        return reduced
+    widest = max(leaves, key=lambda g: prod(g[1]))
+    strides = _broadcast_strides(widest[2], widest[1], in_shape)
+    return sorted(reduced, key=lambda d: -abs(strides[d]))
 
 
 # Runs of at least this many reduced elements are read in `STREAMS` streams (shorter float max and min runs:

@@ -46,6 +46,7 @@ import numpy as np
 from ..runtime.grad_mode import no_grad
 from ..ir.fake import fake_tensor
 from ..ir.graph import Value, iter_values, warning_as_traced
+from ..ir.passes import recompute
 from ..ir.passes.fusion import Group
 from ..ir.printer import op_counts
 from ..runtime import logs, profiling, threads
@@ -1072,6 +1073,8 @@ class CompiledGraph:
     @collector_paused()
     def __init__(self, graph, cache=None, device=None):
         self.graph, printed = optimize_cached(graph)
+        if recompute.run(self.graph):
+            printed = None  # (the text fusion's plan is keyed by is the graph's with the copies)
         self._backend = _backend(device or _device_of(self.graph))
         self.groups = fuse_cached(self.graph, self._backend[0], printed=printed)
         if self._backend[3] is not None:

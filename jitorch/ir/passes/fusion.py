@@ -2,7 +2,7 @@
 
 `fuse(graph)` returns `Group`s in an order that respects the dataflow: every
 group reads only graph inputs, constants and outputs of earlier groups. Each
-node is in exactly one group (nothing is recomputed). How a node is treated
+node is in exactly one group (nothing is recomputed here: `recompute` copies nodes before). How a node is treated
 comes from `jitorch.ir.lowerable.kind_of` (the code generator's rule):
 
 * pointwise nodes over one iteration space fuse into maximal groups; a node
