@@ -298,21 +298,33 @@ def _sgn_then_fill(T):
     return f
 
 
+def _matmul_into_empty(T):
+    m = T.tensor([[[1.0, 2.0], [3.0, 4.0]]], dtype=T.float64)
+
+    def f(v):
+        out = T.zeros(0, dtype=T.float64)
+        T.matmul(m, m, out=out)
+        return v * out.sum()
+    return f
+
+
 @pytest.mark.parametrize("build, oracle", [(_pow_bool, _pow_float), (_logcumsumexp_empty, None),
-                                           (_sgn_then_fill, None)])
+                                           (_sgn_then_fill, None), (_matmul_into_empty, None)])
 def test_jvp_runs_where_torchs_forward_formula_raises(build, oracle):
     """Seeds 7990257, 7993309, 7994203, 7994822, 7998673, 8001477, 8004508 (``x.pow(mask)`` with a bool exponent: torch's
     forward formula subtracts 1 from the exponent, which it refuses for a bool), 7993021, 8003646 (``logcumsumexp``
     over a dim of size 0: its formula takes the max there), 7990074 (``sgn`` of a 0-dim tensor, then ``fill_``: its
-    zero tangent is a ZeroTensor, which refuses the write). Eager torch runs each; jitorch's tangent is that of
-    ``x.pow(mask.double())`` (torch.func's), the empty one, and 0 (central differences). The fuzzer reads the errors
-    as torch's limits (`transforms.TORCH_LIMITS`) and judges such programs by finite differences."""
+    zero tangent is a ZeroTensor, which refuses the write), 8200271 (``matmul`` of 3-D constants into an empty
+    ``out=``: torch.func's wrapper of ``out`` cannot be resized). Eager torch runs each; jitorch's tangent is that of
+    ``x.pow(mask.double())`` (torch.func's), the empty one, 0 and ``t`` times the sum (central differences). The
+    fuzzer reads the errors as torch's limits (`transforms.TORCH_LIMITS`) and judges such programs by finite
+    differences."""
     x, t = [1.5, -2.0, 0.5], [1.0, 2.0, -3.0]
     with pytest.raises((RuntimeError, IndexError)) as raised:
         _jvp(torch, build, x, t)
     assert any(limit in str(raised.value) for limit in transforms.TORCH_LIMITS)
     got = _jvp(jitorch, build, x, t)
     assert _same(got[0], build(torch)(torch.tensor(x, dtype=torch.float64)).tolist())
-    assert got[1] == (_jvp(torch, oracle, x, t)[1] if oracle else _differences(build, x, t))
-    for seed in (7990257, 7993021, 7990074):
+    assert got[1] == (_jvp(torch, oracle, x, t)[1] if oracle else pytest.approx(_differences(build, x, t)))
+    for seed in (7990257, 7993021, 7990074, 8200271):
         assert not _check(seed)[1].mismatches
