@@ -274,14 +274,17 @@ def _geometry(t):
 
 def _viewed(op, args, pairs, outs):
     """The tangents of a view op's results, the same view of the operand's tangent (sharing its memory, so
-    that writes to either reach the other's views), or None where the op is not such a view: its result
-    shares no memory with the one operand that has a tangent, or that tangent is laid out otherwise than
-    its primal (``as_strided`` reads the layout)."""
-    if len(pairs) != 1:
+    that writes to either reach the other's views), or None where the op is not such a view: its results
+    share the memory of no operand with a tangent, or of several, or that tangent is laid out otherwise than
+    its primal (``as_strided`` reads the layout). The other operands give a view op only sizes (``view_as``'s
+    ``other``, whose tangent made ``v2.view_as(v1)`` a copy that missed later writes into ``v2``: transform-fuzz
+    seed 8201832)."""
+    sharing = [(t, tangent) for t, tangent in pairs if all(
+        isinstance(o, Tensor) and o._storage is t._storage for o in outs)]
+    if len(sharing) != 1:
         return None
-    t, tangent = pairs[0]
-    if _geometry(t) != _geometry(tangent) or not all(
-            isinstance(o, Tensor) and o._storage is t._storage for o in outs):
+    t, tangent = sharing[0]
+    if _geometry(t) != _geometry(tangent):
         return None
     result = registry.call(op, registry.map_tensors(op, args, lambda a: tangent if a is t else a))
     viewed = [result] if isinstance(result, Tensor) else list(result)

@@ -77,6 +77,26 @@ def test_a_view_of_a_tensor_an_in_place_view_op_reshaped_sees_later_writes_seed_
     assert all(e == 0 for e in torch.tensor(got[1][0]).flatten().tolist())
 
 
+@pytest.mark.parametrize("view", ["view_as", "expand_as", "reshape_as", "type_as"])
+def test_a_view_shaped_as_another_dual_tensor_sees_later_writes_seed_8201832(view):
+    """Seed 8201832: ``v5 = v2.view_as(v1); v2.acos_()`` with ``v1`` dual too: ``v5``'s tangent kept ``v2``'s old
+    one (0.375 where torch's is -inf). A view op's tangent is the same view of its operand's only where one
+    operand has a tangent, and ``other``, which gives the view its size alone, had one; so the tangent was a
+    copy (from the rule) that the write into ``v2`` missed. The operand whose memory the result shares is the
+    viewed one now (`forward_ad._viewed`)."""
+    def build(T):
+        def f(x):
+            v1 = x * 2
+            v2 = x.exp()
+            v5 = getattr(v2, view)(v1)
+            v2.sin_()
+            return v5
+        return f
+    got, want = (_jvp(T, build, [0.5, -1.0, 2.0], [1.0, 2.0, 3.0]) for T in (jitorch, torch))
+    assert got == want
+    assert got[1][0] == pytest.approx(math.cos(math.exp(0.5)) * math.exp(0.5))
+
+
 def test_an_in_place_view_op_keeps_its_targets_tangent_memory():
     """What the fix does: after ``v.swapaxes_(0, -1)`` ``v``'s tangent is a view of the same memory (so views of
     ``v`` made since share it), laid out as ``v``."""
