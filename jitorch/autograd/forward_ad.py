@@ -274,14 +274,17 @@ def _geometry(t):
 
 def _viewed(op, args, pairs, outs):
     """The tangents of a view op's results, the same view of the operand's tangent (sharing its memory, so
-    that writes to either reach the other's views), or None where the op is not such a view: its result
-    shares no memory with the one operand that has a tangent, or that tangent is laid out otherwise than
-    its primal (``as_strided`` reads the layout)."""
-    if len(pairs) != 1:
+    that writes to either reach the other's views), or None where the op is not such a view: its results
+    share the memory of no operand with a tangent, or of several, or that tangent is laid out otherwise than
+    its primal (``as_strided`` reads the layout). The other operands give a view op only sizes (``view_as``'s
+    ``other``, whose tangent made ``v2.view_as(v1)`` a copy that missed later writes into ``v2``: transform-fuzz
+    seed 8201832)."""
+    sharing = [(t, tangent) for t, tangent in pairs if all(
+        isinstance(o, Tensor) and o._storage is t._storage for o in outs)]
+    if len(sharing) != 1:
         return None
-    t, tangent = pairs[0]
-    if _geometry(t) != _geometry(tangent) or not all(
-            isinstance(o, Tensor) and o._storage is t._storage for o in outs):
+    t, tangent = sharing[0]
+    if _geometry(t) != _geometry(tangent):
         return None
     result = registry.call(op, registry.map_tensors(op, args, lambda a: tangent if a is t else a))
     viewed = [result] if isinstance(result, Tensor) else list(result)
@@ -328,7 +331,11 @@ def _through_base(t, lv, create):
 
 def _extent(t):
     """How many elements of its storage ``t`` spans from the storage's start."""
-    return 1 + t.storage_offset() + sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
+    return _extent_of(t.shape, t.stride(), t.storage_offset())
+
+
+def _extent_of(shape, strides, offset):
+    return 1 + offset + sum((n - 1) * st for n, st in zip(shape, strides))
 
 
 def _fits(tangent, t):
@@ -385,6 +392,22 @@ class ForwardHook(registry.TransformHook):
             return NotImplemented
         return registry.call_inplace(registry.OPS["copy"], (out, result, False))
 
+    def _regeometry(self, op, args, pairs):
+        """An in-place view op (``t_``, ``unsqueeze_``, ``as_strided_``) on a target whose tangent is laid out as
+        it: the target takes its new geometry, and its tangent the same geometry over the old tangent's memory,
+        which it keeps sharing with the tangents of the target's base and views, so that a later write into the
+        target reaches them as the primal's reaches their primals (a tangent computed by the transpose trick is
+        new memory: transform-fuzz seed 8008245). Whether it did so (otherwise nothing is done)."""
+        target, lv = args[0], self.level
+        old = next((tangent for t, tangent in pairs if t is target), None)
+        if old is None or _geometry(old) != _geometry(target) or \
+                old._storage.size < _extent_of(*op.view(*args)):
+            return False
+        with _set_aside(lv, [target]):
+            registry.call_inplace(op, args)
+        _attach(target, lv, old.as_strided(target.shape, target.stride(), target.storage_offset()))
+        return True
+
     def call_inplace(self, op, args):
         pairs, _ = self._top(op, args)
         lv = self.level
@@ -394,6 +417,8 @@ class ForwardHook(registry.TransformHook):
         constant = "nondifferentiable" in op.pieces
         if not pairs or constant and not any(t is target for t, _ in pairs):
             return NotImplemented
+        if op.view is not None and self._regeometry(op, args, pairs):
+            return target
         outer_grad = is_grad_enabled()
         with _set_aside(lv, [t for t, _ in pairs]):
             tangent = None if constant else _own(_jvp(op, args, pairs, outer_grad), pairs)[0]

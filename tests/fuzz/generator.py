@@ -1214,6 +1214,25 @@ def _hint_k(g, env, tensors, v, entry):
     return [v.ref, str(k), str(d), repr(flag)], {"_": "ties"} if tied else {}, v.facts.exact
 
 
+def _hint_quantile(g, env, tensors, v, entry):
+    """quantile, nanquantile: the schema's arguments, marked `AMONG_TIES` where the elements reduced tie (or, for
+    inexact values, nearly): the derivative at the rank read goes to one of the tied elements, torch's to the one
+    its unstable sort put there, jitorch's to the last in index order (fuzz seed 7994905, 36 elements with the
+    maximum twice; docs/differences-from-torch.md)."""
+    made = g.generic_args(env, tensors, v, entry.schema)
+    if made is None or not v.is_tensor:
+        return made
+    args, kwargs, exact = made
+    dim = args[2] if len(args) > 2 else kwargs.get("dim", "None")
+    try:
+        rows = v.value.reshape(-1) if dim == "None" else v.value.movedim(int(dim), -1)
+    except (IndexError, RuntimeError, ValueError):  # (a dim the call refuses: torch raises there too)
+        return made
+    if rows.ndim and rows.shape[-1] > 1 and _ties(rows.sort(-1)[0], -1, v.facts.exact):
+        kwargs["_"] = "ties"
+    return args, kwargs, exact
+
+
 def _ties(order, dim, exact):
     """Whether neighbours along ``dim`` of sorted values are equal (both NaN too), or for values of an inexact
     computation (`Facts.exact`), so close that another library's roundings may order them otherwise."""
@@ -1336,6 +1355,7 @@ ARG_HINTS = {
     "hstack": _hint_cat, "vstack": _hint_cat, "row_stack": _hint_cat, "dstack": _hint_cat,
     "column_stack": _hint_cat, "repeat": _hint_repeat, "tile": _hint_repeat, "repeat_interleave": _hint_repeat,
     "roll": _hint_roll, "topk": _hint_k, "kthvalue": _hint_k, "mode": _hint_mode,
+    "quantile": _hint_quantile, "nanquantile": _hint_quantile,
     "qr": _hint_full_rank, "geqrf": _hint_full_rank, "svd": _hint_full_rank, "pinverse": _hint_full_rank, "sort": _hint_sort, "argsort": _hint_sort,
     "zeros": _hint_creation, "ones": _hint_creation, "full": _hint_creation, "zeros_like": _hint_creation,
     "ones_like": _hint_creation, "full_like": _hint_creation, "new_zeros": _hint_creation,

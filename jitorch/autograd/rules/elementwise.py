@@ -233,12 +233,14 @@ def _logit(g, a, out):
     """``g / (x (1 - x))``; with ``eps``, 0 outside ``[eps, 1 - eps]`` (the clamp's flat parts), and without
     it (or with a negative one, which clamps nothing) NaN outside ``[0, 1]``, as torch's logit_backward: ``g``
     over a NaN denominator there, linear in ``g`` as forward AD's transpose trick needs (a constant NaN gave
-    tangents 0 there, transform-fuzz seed 7871667)."""
+    tangents 0 there, transform-fuzz seed 7871667). The flat parts divide by 1, not by ``x (1 - x)``: the
+    transpose sends 0 through the division, and 0 over 0 at ``x`` = 0 or 1 made the tangent NaN there
+    (transform-fuzz seed 7992359)."""
     x = a.self
     if a.eps is None or a.eps < 0:
         return g / jt.where((x < 0) | (x > 1), math.nan, x * (1 - x))
-    d = g / (x * (1 - x))
-    return jt.where((x < a.eps) | (x > 1 - a.eps), 0, d)
+    flat = (x < a.eps) | (x > 1 - a.eps)
+    return jt.where(flat, 0, g / jt.where(flat, 1, x * (1 - x)))
 
 
 def _sinc(g, a, out):
