@@ -953,9 +953,16 @@ def _ldexp(x, other):
     return np.multiply(x, p.astype(x.dtype))
 
 
+def _check_ldexp(spec, x, other):
+    """torch's ldexp of a floating ``self`` runs its own kernel, which has no bool exponent (an integer or bool
+    ``self`` goes through ``mul(self, pow(2.0, other))``, which takes one)."""
+    if getattr(x, "dtype", _dt.bool).is_floating_point and getattr(other, "dtype", None) is _dt.bool:
+        raise NotImplementedError("\"ldexp_cpu_exp\" not implemented for 'Bool'")
+
+
 _declare("ldexp", BINARY, _ldexp, INT_TO_FLOAT, "``self * 2 ** other`` in the promoted dtype, the power in "
          "``other``'s dtype (integers: the default float dtype), as torch's ``mul(self, pow(2.0, other))``.",
-         uncast=("other",), overlap={"self": "partial"},  # (torch's mul reads ``other``'s power, a new tensor)
+         check=_check_ldexp, uncast=("other",), overlap={"self": "partial"},  # (torch's mul reads ``other``'s power, a new tensor)
          unrounded="scalars")  # (a 0-d exponent's power is mul's 0-d operand: a kernel must not round it to a half)
 _declare("xlogy", BINARY, _xlogy, INT_TO_FLOAT,
          "``self * log(other)``, 0 where ``self`` is 0 (unless ``other`` is NaN).")

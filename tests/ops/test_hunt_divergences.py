@@ -235,3 +235,31 @@ def test_bfloat16_rsqrt_rounds_once_wherever_the_element_is_seed_7805075(compile
         out.backward(jt.ones_like(out))
         y = exact[:n]
         np.testing.assert_array_equal(x.grad.float().numpy(), (-0.5 * y.pow(3)).float().numpy())
+
+
+@pytest.mark.parametrize("self_dtype", ["float16", "bfloat16", "float32", "float64", "int32", "bool"])
+@pytest.mark.parametrize("call", ["function", "method_", "out"])
+def test_ldexp_of_a_floating_tensor_by_a_bool_exponent_raises_torchs_not_implemented(self_dtype, call):
+    """torch's ldexp of a floating ``self`` has no bool exponent ("ldexp_cpu_exp" not implemented for 'Bool');
+    an integer or bool ``self`` takes one (found by the transform fuzzer's tanvs helper, session 43: jitorch
+    computed where torch raises). Nothing is written before the error."""
+    def run(lib):
+        x = lib.tensor([1.5, -2.0], dtype=getattr(lib, self_dtype))
+        e = lib.tensor([True, False])
+        if call == "function":
+            return lib.ldexp(x, e)
+        if call == "method_":
+            return x.ldexp_(e) if x.dtype.is_floating_point else lib.ldexp(x, e)
+        out = lib.full((2,), 7.0)
+        try:
+            return lib.ldexp(x, e, out=out)
+        finally:
+            assert out.tolist() == [7.0, 7.0] or not x.dtype.is_floating_point
+    try:
+        expected = run(torch)
+    except NotImplementedError as err:
+        with pytest.raises(NotImplementedError, match=str(err).replace('"', '.')):
+            run(jt)
+        assert self_dtype.startswith(("float", "bfloat"))
+    else:
+        np.testing.assert_array_equal(run(jt).float().numpy(), expected.float().numpy())
