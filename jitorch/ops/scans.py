@@ -249,7 +249,8 @@ def _cumulative_trapezoid_x(y, x, dim):
     d = wrap_dim(dim, y.ndim)
     _no_bools(y, x)
     dx = _sample_spacing(y, x, d)
-    return (dx / 2.0 * (_part(y, d, 0, -1) + _part(y, d, 1))).cumsum(d)
+    # (halved after the product, as torch: integer operands multiply in their own dtype, wrapping; fuzz seed 7895898)
+    return (dx * (_part(y, d, 0, -1) + _part(y, d, 1)) / 2.0).cumsum(d)
 
 
 def _cumulative_trapezoid_dx(y, dx, dim):

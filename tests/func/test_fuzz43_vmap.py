@@ -1,0 +1,58 @@
+"""vmap, vmap(grad) and jvp failures of the transform fuzzer (tests/fuzz/transforms.py) triaged in session 43, each
+against torch and a second oracle: eager torch on each sample, the per-sample loop, float64 values."""
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import jitorch
+
+
+def _factors_with_a_zero_pivot():
+    """Three samples of two 3x3 lower factors; sample 1's first has a zero at diagonal place 2 (1-based)."""
+    a = np.tile(np.tril(np.arange(1.0, 10.0, dtype=np.float32).reshape(3, 3)), (3, 2, 1, 1))
+    a[1, 0, 1, 1] = 0.0
+    return a
+
+
+@pytest.mark.parametrize("upper", [False, True])
+def test_cholesky_inverse_of_a_factor_with_a_zero_pivot_raises_seed_7999141(upper):
+    """Seeds 7999141, 8007387: ``x.cholesky_inverse()`` of a factor with a zero on its diagonal gave infinities and
+    NaNs; torch (LAPACK's potri) raises LinAlgError "The diagonal element k is zero", eagerly on that sample and
+    under vmap. jitorch now raises the same, eager, vmapped and compiled. (Under vmap torch names the element of the
+    flattened physical batch, jitorch's per-sample check the element of the sample: the numbers differ.)"""
+    a = _factors_with_a_zero_pivot()
+    message = "The diagonal element 2 is zero, the inversion could not be completed because the input matrix is singular"
+    for T in (torch, jitorch):
+        with pytest.raises(T.linalg.LinAlgError, match=f"cholesky_inverse: {message}"):
+            T.cholesky_inverse(T.tensor(a[1, 0]), upper)
+        with pytest.raises(T.linalg.LinAlgError, match=r"cholesky_inverse: \(Batch element 2\): " + message):
+            T.cholesky_inverse(T.tensor(a.reshape(6, 3, 3)), upper)
+        with pytest.raises(T.linalg.LinAlgError, match=r"cholesky_inverse: \(Batch element \d\): " + message):
+            T.func.vmap(lambda x: T.cholesky_inverse(x, upper))(T.tensor(a))
+    with pytest.raises(jitorch.linalg.LinAlgError, match=message):
+        jitorch.compile(lambda x: jitorch.cholesky_inverse(x, upper) + 1)(jitorch.tensor(a[1]))
+    good = a[[0, 2]]
+    want = torch.func.vmap(lambda x: torch.cholesky_inverse(x, upper))(torch.tensor(good))
+    got = jitorch.func.vmap(lambda x: jitorch.cholesky_inverse(x, upper))(jitorch.tensor(good))
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int16", "float16", "float32"])
+def test_cumulative_trapezoid_of_integers_multiplies_in_their_dtype_seed_7895898(dtype):
+    """Seed 7895898: ``cumulative_trapezoid(v, v)`` of a uint8 ``v`` gave 3432 where torch gives 104: jitorch halved
+    the spacing first (a float, so the product did not wrap); torch multiplies spacing and sums in the operands'
+    dtype, wrapping, then halves. Eager, under vmap and against a NumPy evaluation of torch's formula."""
+    rows = [[200, 100, 7, 127], [3, 250, 9, 1], [9, 100, 70, 125]]
+    y, x = (np.array(r, dtype=dtype) for r in (rows[:2], rows[1:]))
+    with np.errstate(over="ignore"):
+        spacing = (x[:, 1:] - x[:, :-1]) * (y[:, :-1] + y[:, 1:])
+    want = np.cumsum(spacing.astype(np.float32) / 2, axis=-1)
+    theirs = torch.cumulative_trapezoid(torch.tensor(y), torch.tensor(x))
+    got = jitorch.cumulative_trapezoid(jitorch.tensor(y), jitorch.tensor(x))
+    mapped = jitorch.func.vmap(jitorch.cumulative_trapezoid)(jitorch.tensor(y), jitorch.tensor(x))
+    assert got.dtype == mapped.dtype == (jitorch.float16 if dtype == "float16" else jitorch.float32)
+    assert got.tolist() == mapped.tolist() == theirs.tolist()
+    np.testing.assert_allclose(got.numpy().astype(np.float32), want, rtol=1e-3 if dtype == "float16" else 1e-6)
