@@ -56,3 +56,35 @@ def test_cumulative_trapezoid_of_integers_multiplies_in_their_dtype_seed_7895898
     assert got.dtype == mapped.dtype == (jitorch.float16 if dtype == "float16" else jitorch.float32)
     assert got.tolist() == mapped.tolist() == theirs.tolist()
     np.testing.assert_allclose(got.numpy().astype(np.float32), want, rtol=1e-3 if dtype == "float16" else 1e-6)
+
+
+def test_histogram_bins_of_edges_that_do_not_increase_are_torchs_seed_7896234():
+    """Seed 7896234: ``x.histogram(x)`` (the data as its own edges, not increasing) counted [2, 0, 0, 3] where torch
+    counts [2, 1, 0, 2]: NumPy's searchsorted starts each search from the last key's place, torch's kernel bisects
+    afresh (std::upper_bound). Against torch on 200 random unordered edge lists, for histogram and histogramdd,
+    and under vmap."""
+    rng = np.random.default_rng(7896234)
+    for _ in range(200):
+        edges = (rng.integers(-4, 5, rng.integers(2, 12)) / 2).astype(np.float32)
+        x = (rng.integers(-5, 6, rng.integers(0, 20)) / 2).astype(np.float32)
+        want = torch.histogram(torch.tensor(x), torch.tensor(edges))[0].tolist()
+        assert jitorch.histogram(jitorch.tensor(x), jitorch.tensor(edges))[0].tolist() == want
+        got = jitorch.histogramdd(jitorch.tensor(x).reshape(-1, 1), [jitorch.tensor(edges)])[0]
+        assert got.tolist() == torch.histogramdd(torch.tensor(x).reshape(-1, 1), [torch.tensor(edges)])[0].tolist()
+    x = np.array([[0.0, 0.125, 3.0, 2.75, 1.5], [-1.75, -1.5, 0.625, -1.625, 2.375]], np.float32)
+    want = torch.func.vmap(lambda v: torch.histogram(v, v)[0])(torch.tensor(x))
+    assert want.tolist() == [[1, 2, 0, 0], [2, 1, 0, 2]]
+    assert jitorch.func.vmap(lambda v: jitorch.histogram(v, v)[0])(jitorch.tensor(x)).tolist() == want.tolist()
+
+
+@pytest.mark.parametrize("data, given", [([1.0, float("nan")], None), ([float("nan")], None),
+                                         ([1.0, float("inf")], None), ([1.0, 2.0], (0.0, float("inf")))])
+def test_histogram_of_a_range_that_is_not_finite_raises_seed_7892606(data, given):
+    """Seed 7892606: ``histogram(v, 10)`` of data holding a NaN gave NaN edges and no count; torch raises "range
+    [nan, nan] is not finite" (so did jitorch's histogramdd), eagerly and under vmap."""
+    for T in (torch, jitorch):
+        with pytest.raises(RuntimeError, match=r"torch.histogramdd: dimension 0's range \[.*\] is not finite"):
+            T.histogram(T.tensor(data), 3, range=given)
+        with pytest.raises(RuntimeError, match="is not finite"):
+            T.func.vmap(lambda v: T.histogram(v, 3, range=given)[0])(T.tensor([data, data]))
+    assert jitorch.histogram(jitorch.tensor([float("nan")]), 3, range=(0.0, 1.0))[0].tolist() == [0, 0, 0]
