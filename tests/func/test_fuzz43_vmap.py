@@ -88,3 +88,79 @@ def test_histogram_of_a_range_that_is_not_finite_raises_seed_7892606(data, given
         with pytest.raises(RuntimeError, match="is not finite"):
             T.func.vmap(lambda v: T.histogram(v, 3, range=given)[0])(T.tensor([data, data]))
     assert jitorch.histogram(jitorch.tensor([float("nan")]), 3, range=(0.0, 1.0))[0].tolist() == [0, 0, 0]
+
+
+def _fill_through_meshgrid(T, mask):
+    def fn(x):
+        grid = T.meshgrid([x, x])[0]  # (each sample's [4, 4] view of x, its columns one memory location)
+        grid.fill_(2.0)
+        y = x * 3
+        y.expand(2, 4).masked_fill_(mask, -1.0)
+        z = x + 1
+        z.expand(3, 4).zero_()
+        return grid * 1, x, y, z
+    return fn
+
+
+def test_fill_through_an_expanded_sample_writes_it_under_vmap_seed_7997433():
+    """Seed 7997433: ``v = meshgrid([x, x, x])[0]; v.fill_(2.0)`` under vmap raised "more than one element of the
+    written-to tensor refers to a single memory location": vmap wrote the batched result back with copy_, which
+    refuses an expanded target; eager torch and jitorch (and torch's vmap) let fill_, zero_ and masked_fill_
+    write through one; each sample now writes its own. Against torch's vmap and the per-sample loop, with a mask
+    that differs along the expanded dim."""
+    rows = np.array([[0.5, -1.0, 2.0, 3.0], [1.5, 0.0, -2.0, 4.0], [2.5, 1.0, 5.0, -3.0]], np.float64)
+    mask = [[True, False, True, False], [False, False, True, True]]
+    want = torch.func.vmap(_fill_through_meshgrid(torch, torch.tensor(mask)))(torch.tensor(rows))
+    got = jitorch.func.vmap(_fill_through_meshgrid(jitorch, jitorch.tensor(mask)))(jitorch.tensor(rows))
+    loop = [_fill_through_meshgrid(jitorch, jitorch.tensor(mask))(jitorch.tensor(r)) for r in rows]
+    for j, (g, w) in enumerate(zip(got, want)):
+        assert g.tolist() == w.tolist() == jitorch.stack([out[j] for out in loop]).tolist()
+    assert got[0].tolist() == [[[2.0] * 4] * 4] * 3 and got[3].tolist() == [[0.0] * 4] * 3
+
+
+def _expanded_writes(T):
+    mask = T.tensor([[True, False, True, False], [False, False, True, True]])
+    index = T.tensor([1, 3, 1])
+
+    def grid_fill(x, c):
+        x = x * 1
+        T.meshgrid([x, x])[0].fill_(2.0)
+        return x * 1
+
+    def zero(x, c):
+        x = x * 1
+        x.expand(2, 4).zero_()
+        return x * c
+
+    def masked(x, c):
+        x = x * 1
+        x.expand(2, 4).masked_fill_(mask, c)
+        return x * 1
+
+    def put(x, c):
+        x = x * 1
+        x.expand(2, 4)[mask] = c
+        return x * 1
+
+    def accumulate(x, c):
+        x = x * 1
+        x.expand(3, 4).index_put_((T.tensor([0, 1, 2]), index), c * T.ones(3, dtype=x.dtype), True)
+        return x * 1
+    return [grid_fill, zero, masked, put, accumulate]
+
+
+@pytest.mark.parametrize("k", range(5))
+def test_a_write_through_an_expanded_view_writes_its_tangent_into_the_base_seed_7997433(k):
+    """Seed 7997433: ``v = meshgrid([x, x, x])[0]; v.fill_(2.0)`` left x's tangent as it was (torch's: 0): the
+    tangent of the expanded target, which cannot take a write, was replaced by a new tensor and x's tangent never
+    saw the write. It is now written through x's tangent element by element as the primal is (fill_, zero_,
+    masked_fill_, index_put_ with and without accumulate). Against torch.func.jvp and float64 central differences."""
+    primal, direction = (np.arange(4.0) - 1.5, np.float64(5.0)), (np.array([1.0, -2.0, 0.5, 3.0]), np.float64(3.0))
+    want = torch.func.jvp(_expanded_writes(torch)[k], tuple(map(torch.tensor, primal)),
+                          tuple(map(torch.tensor, direction)))
+    fn = _expanded_writes(jitorch)[k]
+    got = jitorch.func.jvp(fn, tuple(map(jitorch.tensor, primal)), tuple(map(jitorch.tensor, direction)))
+    assert got[0].tolist() == want[0].tolist() and got[1].tolist() == want[1].tolist()
+    eps = 1e-6
+    ends = [fn(*(jitorch.tensor(p + s * eps * d) for p, d in zip(primal, direction))).numpy() for s in (1, -1)]
+    np.testing.assert_allclose(got[1].numpy(), (ends[0] - ends[1]) / (2 * eps), atol=1e-6)
