@@ -277,7 +277,11 @@ def _viewed(op, args, pairs, outs):
     """The tangents of a view op's results, the same view of the operand's tangent (sharing its memory, so
     that writes to either reach the other's views), or None where the op is not such a view: its result
     shares no memory with the one operand that has a tangent, or that tangent is laid out otherwise than
-    its primal (``as_strided`` reads the layout)."""
+    its primal (``as_strided`` reads the layout). A view op's other tensors (``expand_as``'s, ``view_as``'s ``other``)
+    give only a shape: their tangents take no part (fuzz seed 7887539: ``v1.expand_as(x0)`` with a tangent on x0
+    got a tangent of its own, which missed a later write into v1's)."""
+    if op.view is not None:
+        pairs = [(t, tangent) for t, tangent in pairs if t is args[0]]
     if len(pairs) != 1:
         return None
     t, tangent = pairs[0]

@@ -236,3 +236,33 @@ def test_aminmax_keeping_every_dim_under_vmap_is_the_loops_seed_7898675():
     assert got.tolist() == loop.tolist()
     with pytest.raises(RuntimeError, match="reading the values of a batched Tensor"):
         jitorch.func.vmap(lambda v: v.max().item() + v)(jitorch.tensor(x))
+
+
+def _write_after_view_as(T, view):
+    def fn(x0, x1):
+        v1 = x1[0] * 0 - x1[1]
+        v3 = view(v1, x0)
+        v1[-1] = 3
+        return v3 * 1, v1 * 1
+    return fn
+
+
+@pytest.mark.parametrize("view", [lambda v, x: v.expand_as(x), lambda v, x: v.view_as(x),
+                                  lambda v, x: v.reshape_as(x), lambda v, x: v.expand(x.shape)])
+def test_the_tangent_of_expand_as_is_a_view_of_its_operands_seed_7887539(view):
+    """Seed 7887539: ``v3 = v1.expand_as(x0); v1[-1] = 3`` left v3's tangent at its old value where torch's is 0:
+    with a tangent on ``other`` (x0) too, expand_as's tangent was computed afresh rather than as the same view of
+    v1's tangent, so the write into v1's tangent missed it (likewise view_as). Against torch.func.jvp and float64
+    central differences."""
+    primal = (np.array([1.0, 2.0, 3.0, 4.0]), np.array([[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0]]))
+    direction = (np.ones(4), np.array([[0.5, -1.0, 2.0, 1.5], [1.5, 1.0, -0.5, 3.0]]))
+    want = torch.func.jvp(_write_after_view_as(torch, view), tuple(map(torch.tensor, primal)),
+                          tuple(map(torch.tensor, direction)))[1]
+    fn = _write_after_view_as(jitorch, view)
+    got = jitorch.func.jvp(fn, tuple(map(jitorch.tensor, primal)), tuple(map(jitorch.tensor, direction)))[1]
+    assert [t.tolist() for t in got] == [t.tolist() for t in want]
+    assert got[0].tolist()[-1] == 0.0
+    eps = 1e-6
+    ends = [fn(*(jitorch.tensor(p + s * eps * d) for p, d in zip(primal, direction))) for s in (1, -1)]
+    for j in range(2):
+        np.testing.assert_allclose(got[j].numpy(), (ends[0][j].numpy() - ends[1][j].numpy()) / (2 * eps), atol=1e-6)
