@@ -266,3 +266,24 @@ def test_the_tangent_of_expand_as_is_a_view_of_its_operands_seed_7887539(view):
     ends = [fn(*(jitorch.tensor(p + s * eps * d) for p, d in zip(primal, direction))) for s in (1, -1)]
     for j in range(2):
         np.testing.assert_allclose(got[j].numpy(), (ends[0][j].numpy() - ends[1][j].numpy()) / (2 * eps), atol=1e-6)
+
+
+@pytest.mark.parametrize("write", [lambda v: v.fill_(3.0), lambda v: v.add_(2.0), lambda v: v.zero_()])
+def test_jvp_through_a_write_into_sgn_of_a_0d_tensor_runs_seed_7887190(write):
+    """Seed 7887190: ``v = x.sgn(); v.fill_(3)`` of a 0-d ``x``: torch.func.jvp raises "ZeroTensors are immutable"
+    (sgn's tangent is torch's immutable zero), a torch limit; jitorch's tangents are central differences' (x's
+    own, and v's 0: sgn is flat away from 0 and the writes add constants)."""
+    def fn(T):
+        def f(x):
+            v = x.sgn()
+            write(v)
+            return x * 2, v * 1
+        return f
+    with pytest.raises(RuntimeError, match="ZeroTensors are immutable"):
+        torch.func.jvp(fn(torch), (torch.tensor(1.5, dtype=torch.float64),), (torch.tensor(2.0, dtype=torch.float64),))
+    x, t = np.float64(1.5), np.float64(2.0)
+    _, got = jitorch.func.jvp(fn(jitorch), (jitorch.tensor(x),), (jitorch.tensor(t),))
+    eps = 1e-6
+    ends = [fn(jitorch)(jitorch.tensor(x + s * eps * t)) for s in (1, -1)]
+    assert [g.item() for g in got] == pytest.approx([(a - b).item() / (2 * eps) for a, b in zip(*ends)], abs=1e-6)
+    assert [g.item() for g in got] == [4.0, 0.0]
