@@ -287,3 +287,25 @@ def test_jvp_through_a_write_into_sgn_of_a_0d_tensor_runs_seed_7887190(write):
     ends = [fn(jitorch)(jitorch.tensor(x + s * eps * t)) for s in (1, -1)]
     assert [g.item() for g in got] == pytest.approx([(a - b).item() / (2 * eps) for a, b in zip(*ends)], abs=1e-6)
     assert [g.item() for g in got] == [4.0, 0.0]
+
+
+def test_the_tangent_of_clip_at_a_nan_input_is_the_reverse_rules_0_seed_7884625():
+    """Seed 7884625: ``v.sqrt_()`` of negative elements, then ``v.clip(x0, x1)``: jitorch's tangent is 0 at the NaN
+    results (its forward mode transposes the reverse rule), torch.func.jvp's forward formula NaN; torch's
+    reverse-mode jvp gives jitorch's 0 where the bounds do not broadcast the result, and raises where they do
+    ("doesn't match the broadcast shape"): no oracle there, so the fuzzer accepts 0 for NaN at NaN results."""
+    a, b = np.array([[-1.0, 4.0], [2.0, -0.5]]), np.array([[0.5, 1.0], [3.0, 1.0]])
+    ta, tb = np.array([[1.0, 2.0], [0.5, 3.0]]), np.full((2, 2), 2.0)
+
+    def fn(x, hi):
+        v = x * 1
+        v.sqrt_()
+        return v.clip(x, hi)
+    reverse = torch.autograd.functional.jvp(fn, (torch.tensor(a), torch.tensor(b)), (torch.tensor(ta), torch.tensor(tb)))
+    forward = torch.func.jvp(fn, (torch.tensor(a), torch.tensor(b)), (torch.tensor(ta), torch.tensor(tb)))
+    got = jitorch.func.jvp(fn, (jitorch.tensor(a), jitorch.tensor(b)), (jitorch.tensor(ta), jitorch.tensor(tb)))
+    assert np.isnan(got[0].numpy()).tolist() == [[True, False], [False, True]]
+    assert got[1].tolist() == reverse[1].tolist()
+    assert got[1].tolist()[0][0] == 0.0 and np.isnan(forward[1][0, 0].item())
+    with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
+        torch.autograd.functional.jvp(fn, (torch.tensor(a), torch.tensor(b[None])), (torch.tensor(ta), torch.tensor(tb[None])))

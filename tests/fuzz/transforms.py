@@ -441,11 +441,34 @@ def check_jvp(program, outcome):
     if _errors(differ, "jvp", got, want):
         _compare(differ, "jvp", "torch", got, _primal_dtype_tangents(want), table)
     if differ and not got.error and not want.error:
-        second = []
-        _compare(second, "jvp", "torch.autograd", got, _primal_dtype_tangents(
-            _torch_reverse_jvp(program, keep, floats)), table)
-        differ = differ if second else []
+        reverse = _torch_reverse_jvp(program, keep, floats)
+        if reverse.error:
+            differ = [] if _tangents_differ_at_nan_alone(got, want, differ) else differ
+        else:
+            second = []
+            _compare(second, "jvp", "torch.autograd", got, _primal_dtype_tangents(reverse), table)
+            differ = differ if second else []
     found.extend(differ)
+
+
+def _tangents_differ_at_nan_alone(got, want, differ):
+    """Whether jitorch's jvp Run differs from torch.func's (``differ``) only in tangents, at elements whose primal is
+    NaN, where jitorch's tangent is 0 and torch's NaN: a NaN result's tangent follows the reverse rule in jitorch
+    (docs/differences-from-torch.md, "A tangent at a kink follows the reverse rule"), and torch's forward formula
+    gives NaN. The judge where torch's reverse-mode jvp raises (its ``clamp`` with two tensor bounds whose result
+    broadcasts beyond ``self``: "output with shape [3, 5] doesn't match the broadcast shape [1, 3, 5]"; seed
+    7884625, ``x.sqrt_()`` of negative elements, then ``x.clip(x, y)``)."""
+    half = len(got.outputs) // 2
+    if any(not re.fullmatch(r"output (\d+) values", m.what) or int(m.what.split()[1]) < half for m in differ):
+        return False
+    for primal, g, w in zip(got.outputs[:half], got.outputs[half:], want.outputs[half:]):
+        if g.kind != "tensor":
+            continue
+        a, b = g.values.astype(np.float64), w.values.astype(np.float64)
+        off = ~np.isclose(a, b, equal_nan=True)
+        if not (np.isnan(primal.values[off]).all() and (a[off] == 0).all() and np.isnan(b[off]).all()):
+            return False
+    return True
 
 
 def _torch_reverse_jvp(program, keep, floats):
