@@ -410,6 +410,15 @@ class ForwardHook(registry.TransformHook):
         constant = "nondifferentiable" in op.pieces
         if not pairs or constant and not any(t is target for t, _ in pairs):
             return NotImplemented
+        own = next((tangent for t, tangent in pairs if t is target), None)
+        if op.view is not None and own is not None and _geometry(own) == _geometry(target):
+            # an in-place view op (``unsqueeze_``) takes the target's tangent along, the same view in place, so that
+            # it stays a view of its base's tangent, as torch's (fuzz seed 8300542: a write after ``unsqueeze_`` of
+            # a view of a jvp input missed the input's tangent)
+            with _set_aside(lv, [t for t, _ in pairs]):
+                registry.call_inplace(op, args)
+            registry.call_inplace(op, (own, *args[1:]))
+            return target
         outer_grad = is_grad_enabled()
         with _set_aside(lv, [t for t, _ in pairs]):
             tangent = None if constant else _own(_jvp(op, args, pairs, outer_grad), pairs)[0]

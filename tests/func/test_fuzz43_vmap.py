@@ -309,3 +309,25 @@ def test_the_tangent_of_clip_at_a_nan_input_is_the_reverse_rules_0_seed_7884625(
     assert got[1].tolist()[0][0] == 0.0 and np.isnan(forward[1][0, 0].item())
     with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
         torch.autograd.functional.jvp(fn, (torch.tensor(a), torch.tensor(b[None])), (torch.tensor(ta), torch.tensor(tb[None])))
+
+
+@pytest.mark.parametrize("reshape", [lambda v: v.unsqueeze_(-1), lambda v: v.t_(), lambda v: v.transpose_(0, 1),
+                                     lambda v: v.unsqueeze_(0).squeeze_(0), lambda v: v.swapdims_(0, 1),
+                                     lambda v: v.as_strided_((3, 1), (1, 3))])
+def test_an_in_place_view_op_keeps_the_tangent_a_view_of_the_inputs_seed_8300542(reshape):
+    """Seed 8300542 (a new seed of session 43): ``v = x[1:, :]; v.unsqueeze_(-1); v[:, 1:] = -1.75`` of the jvp input
+    ``x`` left the written elements' tangents (of v and of x) at their old values where torch's are 0: the in-place
+    view op gave v a new tangent, a copy, no longer a view of x's. The target's tangent now takes the same view
+    in place. Against torch.func.jvp."""
+    def fn(T):
+        def f(x):
+            v = x[1:, :]
+            reshape(v)
+            v.view(-1)[1:] = -1.75
+            return v * 1, x * 1
+        return f
+    x, t = np.array([[0.1, 0.2, 0.3], [0.4, 0.5, 0.6]]), np.full((2, 3), 2.875)
+    want = torch.func.jvp(fn(torch), (torch.tensor(x),), (torch.tensor(t),))
+    got = jitorch.func.jvp(fn(jitorch), (jitorch.tensor(x),), (jitorch.tensor(t),))
+    assert [g.tolist() for g in got[1]] == [w.tolist() for w in want[1]]
+    assert got[1][1].tolist() == [[2.875] * 3, [2.875, 0.0, 0.0]]
