@@ -331,3 +331,27 @@ def test_an_in_place_view_op_keeps_the_tangent_a_view_of_the_inputs_seed_8300542
     got = jitorch.func.jvp(fn(jitorch), (jitorch.tensor(x),), (jitorch.tensor(t),))
     assert [g.tolist() for g in got[1]] == [w.tolist() for w in want[1]]
     assert got[1][1].tolist() == [[2.875] * 3, [2.875, 0.0, 0.0]]
+
+
+def test_jvp_through_matmul_out_of_a_batch_by_a_matrix_runs_seed_8300898():
+    """Seed 8300898 (a new seed of session 43): ``T.matmul(c.asinh(), w, out=o)`` of a captured [2, 5, 1] batch by a
+    [1, 3] matrix inside a function under jvp: torch.func.jvp raises NotImplementedError "Cannot access storage of
+    TensorWrapper" (its matmul folds into an mm writing a view of ``o``), a torch limit; jitorch's primal and
+    tangent are those of the product without ``out=``, and torch's without ``out=``."""
+    w, c = np.array([[1.75, -0.625, -0.625]]), np.linspace(-1.0, 1.0, 10).reshape(2, 5, 1)
+    x, t = np.linspace(-2.0, 1.0, 30).reshape(2, 5, 3), np.linspace(0.5, 2.0, 30).reshape(2, 5, 3)
+
+    def fn(T, out):
+        def f(v):
+            if not out:
+                return T.matmul(T.tensor(c).asinh(), T.tensor(w)) * v
+            o = T.zeros(2, 5, 3, dtype=T.float64)
+            T.matmul(T.tensor(c).asinh(), T.tensor(w), out=o)
+            return o * v
+        return f
+    with pytest.raises(NotImplementedError, match="Cannot access storage of TensorWrapper"):
+        torch.func.jvp(fn(torch, True), (torch.tensor(x),), (torch.tensor(t),))
+    want = torch.func.jvp(fn(torch, False), (torch.tensor(x),), (torch.tensor(t),))
+    got = jitorch.func.jvp(fn(jitorch, True), (jitorch.tensor(x),), (jitorch.tensor(t),))
+    for g, w_ in zip(got, want):
+        np.testing.assert_allclose(g.numpy(), w_.numpy(), rtol=1e-12)
