@@ -355,3 +355,16 @@ def test_jvp_through_matmul_out_of_a_batch_by_a_matrix_runs_seed_8300898():
     got = jitorch.func.jvp(fn(jitorch, True), (jitorch.tensor(x),), (jitorch.tensor(t),))
     for g, w_ in zip(got, want):
         np.testing.assert_allclose(g.numpy(), w_.numpy(), rtol=1e-12)
+
+
+def test_jvp_of_pow_by_a_bool_exponent_runs_seed_8302179():
+    """Seed 8302179 (a new seed of session 43): ``x1.pow_(x0)`` with a bool 0-d ``x0``: torch.func.jvp raises
+    "Subtraction, the `-` operator, with a bool tensor is not supported" (its forward formula takes ``x0 - 1``), a
+    torch limit; jitorch's result and tangent are torch's for the same exponent as an integer."""
+    x, t = np.array([1.5, 2.0, -0.5]), np.array([1.0, 3.0, 0.25])
+    with pytest.raises(RuntimeError, match="Subtraction, the `-` operator, with a bool tensor"):
+        torch.func.jvp(lambda v: v.clone().pow_(torch.tensor(True)), (torch.tensor(x),), (torch.tensor(t),))
+    for flag in (True, False):
+        want = torch.func.jvp(lambda v: v.clone().pow_(torch.tensor(int(flag))), (torch.tensor(x),), (torch.tensor(t),))
+        got = jitorch.func.jvp(lambda v: v.clone().pow_(jitorch.tensor(flag)), (jitorch.tensor(x),), (jitorch.tensor(t),))
+        assert [g.tolist() for g in got] == [w.tolist() for w in want]

@@ -68,6 +68,8 @@ TORCH_LIMITS = ("Batching rule not implemented", "fallback path doesn't work", "
                 # torch's forward formula of atan2 negates its other operand, which it refuses for a bool one (an
                 # operand eager atan2 takes: seed 7881044)
                 "Negation, the `-` operator, on a bool tensor is not supported",
+                # (and its forward formula of ``pow`` subtracts 1 from a bool exponent: seed 8302179)
+                "Subtraction, the `-` operator, with a bool tensor is not supported",
                 # torch's forward formulas giving a tangent of another size than their result, which its forward AD
                 # then refuses (seeds 7882265: lu_unpack with unpack_data=False; 7886590: triangular_solve)
                 "Trying to set a forward gradient that has a different size",
@@ -695,14 +697,15 @@ def _torch_autodiff_inplace(program, floats, want, loss_of):
     on the same batched inputs, runs: then no write of the program raised it but one of torch's own, inside its
     differentiation (its ``vander`` writes its powers in place into a tensor the grad level leaves unbatched, seed
     8002504; its backward of an in-place op on an empty view, seed 7893180;
-    docs/differences-from-torch.md). The program's own writes raise alike under both."""
+    docs/differences-from-torch.md). The program's own writes raise alike under both. A plain vmap stopped by one of
+    torch's vmap limits passed every write before it (``vander``, then a mask of a batched tensor: seed 8302801)."""
     if _VMAP_INPLACE not in want.error:
         return False
     fixed = _sample(torch, program, 0)
     inputs = _batched(torch, program, [0 if i in floats else None for i in range(len(program.inputs))])
     plain = _call(torch, program, lambda fn: lambda *xs: torch.func.vmap(loss_of(torch, fn, fixed))(
         *(xs[i] for i in floats)), inputs)
-    return not plain.error
+    return not plain.error or _VMAP_INPLACE not in plain.error and _limit(plain, "vmap")
 
 
 def _torch_autograd(program, floats):
