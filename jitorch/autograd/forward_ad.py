@@ -16,8 +16,9 @@ As torch's, a view's tangent is the same view of its base's tangent (when the ta
 primal), and an in-place op writes its result's tangent into its target's tangent, so that the tangents of
 the target's views and base see the write as their primals do (and the tangent given to `make_dual` is
 written too). Written through a view of a base without a tangent, the base gets one (zeros but where
-written), as torch's. A target whose tangent overlaps itself (an expanded zero) gets the result's tangent
-as a new tensor.
+written), as torch's. A write through an expanded target (``fill_``, which torch allows) writes the tangent
+through the base's tangent alike. A target whose tangent overlaps itself (an expanded zero) gets the result's
+tangent as a new tensor.
 """
 
 from __future__ import annotations
@@ -329,6 +330,17 @@ def _through_base(t, lv, create):
     return view
 
 
+def _operand_tangents(op, args, pairs):
+    """``args`` with each float tensor replaced by its tangent (``pairs``), zeros where it has none."""
+    found = {id(t): tangent for t, tangent in pairs}
+
+    def tangent_of(a):
+        if not _is_float(a.dtype):
+            return a
+        return found[id(a)] if id(a) in found else a.detach().new_zeros(a.shape)
+    return registry.map_tensors(op, args, tangent_of)
+
+
 def _extent(t):
     """How many elements of its storage ``t`` spans from the storage's start."""
     return _extent_of(t.shape, t.stride(), t.storage_offset())
@@ -434,6 +446,12 @@ class ForwardHook(registry.TransformHook):
                 old.zero_()
             else:
                 old.copy_(tangent)
+        elif tangent is not None and old is not None and _geometry(old)[:2] == _geometry(target)[:2] and \
+                registry.expanded_write(op, target) is not None:
+            # an op torch lets write through an expanded target (``meshgrid(x, x)[0].fill_(2)``) writes its tangent
+            # through the base's tangent, element by element as the primal, from its operands' tangents (torch's
+            # ``self_t.index_put_(indices, values_t)``; fuzz seed 7997433: x kept its tangent)
+            registry.write_inplace(op, old, _operand_tangents(op, args, pairs), tangent)
         elif tangent is not None:
             _attach(target, lv, tangent.to(target.dtype) if _is_float(target.dtype) else tangent)
         elif old is not None:

@@ -289,6 +289,14 @@ class BatchingHook(registry.TransformHook):
             # ``swapdims_()``: the tensor's per-sample geometry changes; its history records the view (fuzz seed
             # 7874509: without it, the gradient reached the op before in the swapped shape)
             target._set_geometry(*op.view(*args)[:3])
+        elif registry.expanded_write(op, target) is not None:
+            # torch's fill_, zero_, masked_fill_ write through a sample whose elements share memory (an expanded
+            # meshgrid output), element by element, which copy_ refuses (fuzz seed 7997433): each sample's own write
+            phys = {id(t): physical(t) for t in _tensors(op, args) if level_of(t) is level}
+            for b in range(level.size):
+                registry.call_inplace(op, registry.map_tensors(op, args, lambda t: phys[id(t)][b] if id(t) in phys
+                                                               else t))
+            target._storage._version += 1
         else:
             result = _random(op, args, level) if op.kind == "random" else _compute(op, args, level)
             registry.check_inplace(op, target, result)

@@ -486,8 +486,14 @@ defop("cholesky_solve(Tensor self, Tensor input2, bool upper=False) -> Tensor", 
 def _cholesky_inverse(L, upper):
     check_square("cholesky_inverse", L)
     check_kernel("cholesky_inverse_out_cpu", L)
-    eye = functions.eye(L.shape[-1], dtype=L.dtype, device=L.device)
-    return _cholesky_solve(eye.expand(tuple(L.shape)), L, upper)
+    n = L.shape[-1]
+    eye = functions.eye(n, dtype=L.dtype, device=L.device)
+    inverse = _cholesky_solve(eye.expand(tuple(L.shape)), L, upper)
+    if n:  # LAPACK's potri reports a factor with a zero on its diagonal, which torch raises (fuzz seed 7999141)
+        place = functions.arange(1, n + 1, device=L.device)
+        info = functions.where(L.diagonal(0, -2, -1) == 0, place, n + 1).amin(-1)
+        check("linalg_failures", [functions.where(info > n, 0, info)], "cholesky_inverse", "linalg.inv_ex")
+    return inverse
 
 
 defop("cholesky_inverse(Tensor self, bool upper=False) -> Tensor", composite=_cholesky_inverse,

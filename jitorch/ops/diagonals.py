@@ -159,9 +159,12 @@ def _vander(x, n, increasing):
         raise RuntimeError("N must be non-negative.")
     dtype = _dt.promote_types(x.dtype, _dt.int64)
     rows = x.shape[0]
+    # (the ones made like x: under vmap every column is batched as x, as torch's, so that a batched value can be
+    # written into the result in place; fuzz seed 7991388: vander of a one-element sample was unbatched)
+    ones = functions.ones_like(x, dtype=dtype).unsqueeze(1)
     if n == 0:
-        return functions.empty((rows, 0), dtype=dtype, device=x.device)
-    powers = [functions.ones((rows, 1), dtype=dtype, device=x.device)]
+        return ones[:, :0]
+    powers = [ones]
     if n > 1:
         powers.append(x.to(dtype).unsqueeze(1).expand(rows, n - 1).cumprod(1))
     result = functions.cat(powers, 1)

@@ -18,7 +18,7 @@ from ..runtime.strided import list_str
 from . import functions
 from .creation import lin_values
 from .registry import TensorSpec, _return_type, cpp_name, defop
-from .searching import _counts, _histogram_checks, _searched_bins
+from .searching import _counts, _histogram_checks, _searched_bins, finite_range
 
 _HistogramddResult = _return_type("histogramdd", ("hist", "bin_edges"))
 
@@ -39,8 +39,7 @@ def _edges_cpu(spec, x, dim, bins, lo, hi):
     column = x.reshape(-1, x.shape[-1])[:, dim]
     if lo is None:  # the data's range (torch's aminmax), [0, 1] without data
         lo, hi = (float(column.min()), float(column.max())) if column.size else (0.0, 1.0)
-    if not (np.isfinite(lo) and np.isfinite(hi)):
-        raise RuntimeError(f"torch.histogramdd: dimension {dim}'s range [{lo:g}, {hi:g}] is not finite")
+    finite_range(lo, hi, dim)
     if lo > hi:
         raise RuntimeError(f"torch.histogramdd: min should not exceed max, but got min {lo:g} max {hi:g} for "
                            f"dimension {dim}")

@@ -349,12 +349,33 @@ def _histogram_bins_meta(x, bins, weight, density):
     return TensorSpec((n,), x.dtype, x.device), TensorSpec(bins.shape, x.dtype, x.device)
 
 
+def _upper_bound(edges, a):
+    """For each element of ``a``, the first place in ``edges`` whose edge exceeds it, by the bisection of torch's
+    kernel (std::upper_bound). Edges that do not increase give torch's bins, not NumPy's searchsorted's (which
+    starts each search from the last key's place: fuzz seed 7896234, ``histogram(x, x)``)."""
+    lo = np.zeros(a.shape, np.intp)
+    count = np.full(a.shape, len(edges), np.intp)
+    while count.any():
+        half = count // 2
+        middle = np.minimum(lo + half, len(edges) - 1)
+        right = (count > 0) & ~(a < edges[middle])
+        lo = np.where(right, middle + 1, lo)
+        count = np.where(right, count - half - 1, half)
+    return lo
+
+
 def _searched_bins(a, edges):
     """Each element's bin by binary search among ``edges`` (the last edge inclusive), -1 outside them."""
     bins = len(edges) - 1
     inside = (a >= edges[0]) & (a <= edges[-1])
-    pos = np.minimum(np.searchsorted(edges, a, "right") - 1, bins - 1)
+    pos = np.minimum(_upper_bound(edges, a) - 1, bins - 1)
     return np.where(inside, pos, -1)
+
+
+def finite_range(lo, hi, dim=0):
+    """torch's check of a histogram's outer edges (given, or the data's extremes)."""
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        raise RuntimeError(f"torch.histogramdd: dimension {dim}'s range [{lo:g}, {hi:g}] is not finite")
 
 
 def _histogram_result(a, edges, weight, density, dtype):
@@ -398,6 +419,7 @@ def _histogram_count_cpu(spec, x, bins, range, weight, density):
         lo, hi = float(range[0]), float(range[1])
     else:
         lo, hi = (float(a.min()), float(a.max())) if a.size else (0.0, 1.0)  # NumPy's range of no data
+    finite_range(lo, hi)  # (a NaN among the data raised nothing: fuzz seed 7892606)
     if lo == hi:
         lo, hi = lo - 0.5, hi + 0.5  # NumPy's widening of an empty range
     edges = lin_values(lo, hi, bins + 1, _dt.to_dtype(x.dtype))
