@@ -458,7 +458,10 @@ def check_jvp(program, outcome):
             second = []
             _compare(second, "jvp", "torch.autograd", Run(outputs=got.outputs),
                      Run(outputs=_primal_dtype_tangents(reverse).outputs), table)
-            differ = differ if second else [m for m in differ if m.what.startswith("input")]
+            # (each output judged alone: one may take torch's forward formula's convention, another its reverse
+            # formula's, as ``nanmedian`` of all NaN beside ``logit`` of a structurally zero tangent: seed 8102107)
+            reversed_too = {tuple(m.what.split()[:2]) for m in second}
+            differ = [m for m in differ if m.what.startswith("input") or tuple(m.what.split()[:2]) in reversed_too]
     found.extend(differ)
 
 
