@@ -1060,6 +1060,35 @@ def _hint_copysign(g, env, tensors, v, entry):
     return args, kwargs, exact
 
 
+def _hint_ldexp(g, env, tensors, v, entry):
+    """ldexp's arguments with an exponent of integers the same in every mode (an integer tensor or number, or an
+    exact float tensor of whole values), ldexp's use, exact in both libraries. By a fractional exponent torch's
+    power ``pow(2.0, other)`` and jitorch's ``exp2`` differ in the last bit (docs/differences-from-torch.md), and
+    the result may be of any size (2 ** 57.3 times x), where a later op with a period (tan, sin, remainder) turns
+    that last bit into any value at all, past every tolerance (fuzz seed 7952512 of 40 statements:
+    ``v8.ldexp(x1).tan()`` with x1 of ``rad2deg_``: 2.38 vs -5.02). The fractional exponent is tested against
+    torch within the documented bound in tests/ops (test_against_torch, test_hunt_divergences)."""
+    made = g.generic_args(env, tensors, v, entry.schema)
+    if made is None:
+        return None
+    args, kwargs, exact = made
+    other = args[1] if len(args) > 1 else kwargs.get("other")
+    return (args, kwargs, exact) if other is not None and _whole(g, env, other) else None
+
+
+def _whole(g, env, text):
+    """Whether the operand ``text`` holds whole numbers in every mode and call: an integer or bool tensor, a
+    Python int (a float variable may be rebound to a fraction), or an exact float tensor of whole values."""
+    var = env.get(text)
+    value = var.value if var is not None else g.evaluate(env, text)
+    if not isinstance(value, torch.Tensor):
+        return isinstance(value, int)
+    if not value.is_floating_point():
+        return True
+    exact = var.facts.exact if var is not None else True  # (a literal)
+    return exact and bool((value == value.round()).all())
+
+
 def _hint_index_1d(g, env, tensors, v, entry):
     if v.ndim == 0 or 0 in v.shape:
         return None
@@ -1337,6 +1366,7 @@ ARG_HINTS = {
     "column_stack": _hint_cat, "repeat": _hint_repeat, "tile": _hint_repeat, "repeat_interleave": _hint_repeat,
     "roll": _hint_roll, "topk": _hint_k, "kthvalue": _hint_k, "mode": _hint_mode,
     "qr": _hint_full_rank, "geqrf": _hint_full_rank, "svd": _hint_full_rank, "pinverse": _hint_full_rank, "sort": _hint_sort, "argsort": _hint_sort,
+    "ldexp": _hint_ldexp,
     "zeros": _hint_creation, "ones": _hint_creation, "full": _hint_creation, "zeros_like": _hint_creation,
     "ones_like": _hint_creation, "full_like": _hint_creation, "new_zeros": _hint_creation,
     "new_ones": _hint_creation, "new_full": _hint_creation, "arange": _hint_creation, "linspace": _hint_creation,
