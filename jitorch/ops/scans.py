@@ -249,7 +249,8 @@ def _cumulative_trapezoid_x(y, x, dim):
     d = wrap_dim(dim, y.ndim)
     _no_bools(y, x)
     dx = _sample_spacing(y, x, d)
-    return (dx / 2.0 * (_part(y, d, 0, -1) + _part(y, d, 1))).cumsum(d)
+    # torch's order: integer sums and products wrap in the operands' dtype before the halving (fuzz seed 8400204)
+    return ((_part(y, d, 0, -1) + _part(y, d, 1)) * dx).cumsum(d) / 2.0
 
 
 def _cumulative_trapezoid_dx(y, dx, dim):
