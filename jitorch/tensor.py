@@ -271,6 +271,16 @@ class Tensor:
         return cls._make(Storage(flat, dtype), arr.shape, strides, offset, arr)
 
     @classmethod
+    def _sharing(cls, arr, dtype):
+        """A tensor over ``arr``'s memory with its strides exactly (those of size-1 and empty dims too), as
+        torch.from_numpy: ``np.ones((1, 5)).T`` gives strides (1, 5), which overlap checks and a tensor()
+        copy of it see. ``arr``'s strides are non-negative multiples of its item size (the caller checks)."""
+        flat, offset, strides = storage_of_array(arr)
+        if arr.flags.c_contiguous and strides == contiguous_strides_cached(arr.shape):
+            return cls._fresh(arr, dtype, arr.shape, strides)
+        return cls._make(Storage(flat, dtype), arr.shape, strides, offset, arr)
+
+    @classmethod
     def _empty(cls, shape, dtype, device=CPU):
         n = 1
         for s in shape:

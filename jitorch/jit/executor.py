@@ -56,7 +56,7 @@ from .cat_pieces import cat_pieces_into, cat_slices, fold_writers_into_cats, str
 from .collector import collector_paused
 from .parts import independent_parts
 from .plan_cache import fuse_cached, optimize_cached
-from .results import eager_layouts, refresh_captured_state, returned_view, set_grads, write_back
+from .results import eager_layouts, refresh_captured_state, returned_view, set_grads, views_a_piece, write_back
 from ..ops import indexing, registry, value_checks, views
 from ..ops.attention import attention_into
 from ..ops.registry import laid_out
@@ -1331,7 +1331,8 @@ class CompiledGraph:
                 items = ", ".join(show(x) for x in leaf) + ("," if len(leaf) == 1 and type(leaf) is tuple else "")
                 return f"({items})" if type(leaf) is tuple else f"[{items}]"
             k = next(leaf_index)
-            if k in aliases and isinstance(aliases[k][0], tuple):  # leaves sharing memory: built together
+            if k in aliases and (isinstance(aliases[k][0], tuple) or aliases[k][1] is not None and
+                                 views_a_piece(aliases[k][1])):  # leaves sharing memory or a tensor: built together
                 return "_outputs(env)"
             if k in aliases:
                 return self._alias_source(src, *aliases[k])

@@ -9,7 +9,7 @@ from ..ops.real_identities import untracked
 from ..runtime import grad_mode as _grad_mode
 from ..runtime.pytree import tree_flatten, tree_unflatten
 from ..tensor import Tensor
-from .tracer import ALIAS, UNSAFE_SPLIT
+from .tracer import ALIAS, UNSAFE_SPLIT, VIEW_OF_UNSAFE_SPLIT
 
 
 def run_graph(graph, args, kwargs, executable=None):
@@ -85,8 +85,9 @@ def returned_aliases(graph, inputs, outputs):
     leaves over memory the call made, views of its base (see `jit.output_bases`); and a leaf that
     is another again, that one. Run after the call's writes into its inputs, which such a view shows."""
     leaves, spec = tree_flatten(outputs)
-    computed, bases = list(leaves), {}
-    for k, (owner, geometry) in sorted(graph.output_aliases.items()):
+    computed, bases, pieces = list(leaves), {}, {}
+    # (an unsafe split's output before the views of it, which view that tensor: `tracer.alias_history`)
+    for k, (owner, geometry) in sorted(graph.output_aliases.items(), key=_pieces_first):
         if isinstance(owner, tuple) and owner[0] == "leaf":
             leaves[k] = leaves[owner[1]]
             continue
@@ -96,8 +97,20 @@ def returned_aliases(graph, inputs, outputs):
             real = bases[owner[1]]
         else:
             real = inputs[owner] if isinstance(owner, int) else graph.constant_tensors[owner]
-        leaves[k] = real if geometry is None else returned_view(real, geometry)
+        leaves[k] = real if geometry is None else returned_view(real, geometry, pieces)
     return tree_unflatten(leaves, spec)
+
+
+def _pieces_first(item):
+    k, (_, geometry) = item
+    return geometry is not None and views_a_piece(geometry), k
+
+
+def views_a_piece(geometry):
+    """Whether an output leaf of this `returned_view` geometry is a view of an unsafe split's output (made
+    together with the other leaves over that one)."""
+    history = geometry[3]
+    return isinstance(history, tuple) and history[0] == VIEW_OF_UNSAFE_SPLIT
 
 
 def change_geometry(graph, inputs):
@@ -108,19 +121,30 @@ def change_geometry(graph, inputs):
         real._set_geometry(shape, strides, real._offset + offset)
 
 
-def returned_view(real, geometry):
+def returned_view(real, geometry, pieces=None):
     """The tensor over ``real``'s memory a traced function returned: ``geometry`` is (shape, strides,
     offset from ``real``'s own, its history: `tracer.alias_history`). A view that requires grad records
     its view in autograd, as eager's does, and so does one of a ``real`` that does not require grad (an
     in-place op on ``real`` may give both a history later); a view without history of a ``real`` that has
     one, or one of a detached alias, is a view of ``real`` detached; an alias is ``real`` detached; an
-    unsafe split's output is such a view that autograd does not track as one (`ops.real_identities.untracked`)."""
+    unsafe split's output is such a view that autograd does not track as one (`ops.real_identities.untracked`),
+    and a view of one an autograd view of it. ``pieces``: {number: the split output made} for the call's
+    leaves over one such output (one tensor for all, as eager's)."""
     shape, strides, offset, history = geometry
     offset += real._offset
     if history is True or history is False and not real._requires_grad:
         return real.as_strided(shape, strides, offset)
-    if history == UNSAFE_SPLIT:
-        return untracked(real.as_strided(shape, strides, offset))
+    if isinstance(history, tuple):
+        pieces = {} if pieces is None else pieces
+        if history[0] == UNSAFE_SPLIT:
+            piece = pieces[history[1]] = untracked(real.as_strided(shape, strides, offset))
+            return piece
+        piece = pieces.get(history[1])
+        if piece is None:
+            piece_shape, piece_strides, piece_offset = history[2]
+            piece = pieces[history[1]] = untracked(real.as_strided(piece_shape, piece_strides,
+                                                                   real._offset + piece_offset))
+        return piece.as_strided(shape, strides, offset)
     if history == ALIAS:
         return Tensor._make(real._storage, shape, strides, offset)
     return Tensor._view_of(real.detach(), shape, strides, offset)

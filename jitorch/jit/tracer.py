@@ -694,8 +694,9 @@ class Tracer:
                 raise TraceError(f"the traced function returned a {type(leaf).__name__}, which a graph cannot "
                                  "hold (outputs are tensors, numbers, strings and None in tuples, lists and dicts)")
         self.graph.outputs = tree_unflatten(values, spec)
-        self.graph.output_aliases = self.output_aliases(leaves)
-        self.graph.output_bases = self.shared_new_memory(leaves, self.graph.output_aliases)
+        pieces = []  # the unsafe split outputs the leaves are or view, once each (see `alias_history`)
+        self.graph.output_aliases = self.output_aliases(leaves, pieces)
+        self.graph.output_bases = self.shared_new_memory(leaves, self.graph.output_aliases, pieces)
         self.graph.output_layouts, layouts = self.output_layouts(leaves, self.graph.output_aliases)
         self.graph.layouts.update(layouts)
         # whether any output depends differentiably on inputs that require grad (then a compiled
@@ -760,7 +761,7 @@ class Tracer:
             stack.extend((nxt, nr) for nxt, nr in node.next_functions if nxt is not None)
         return reached
 
-    def output_aliases(self, leaves):
+    def output_aliases(self, leaves, pieces):
         """Output leaves over the memory of an input or captured tensor (``x.add_(1); return x``,
         ``return x.t()``): leaf index -> (input index or constant name, geometry), the geometry None
         for the tensor itself, else (shape, strides, offset, history: `alias_history`), the offset
@@ -792,7 +793,8 @@ class Tracer:
             if itself.get(id(leaf)) == owner and (unmoved or owner in reshaped):  # (reshaped after the call)
                 aliases[k] = (owner, None)
             else:
-                aliases[k] = (owner, (shape, strides, fake._offset, alias_history(leaf, fake, fake_of[owner])))
+                history = alias_history(leaf, fake, fake_of[owner], pieces)
+                aliases[k] = (owner, (shape, strides, fake._offset, history))
         return aliases
 
     def output_layouts(self, leaves, aliases):
@@ -812,7 +814,7 @@ class Tracer:
                 layouts[value] = strides
         return [(size, tuple(members)) for size, members in groups.values()], layouts
 
-    def shared_new_memory(self, leaves, aliases):
+    def shared_new_memory(self, leaves, aliases, pieces):
         """Output leaves over memory the call makes (``y = x * 2; return y, y[0]``), as AOTAutograd
         returns them: per storage, one leaf ``j`` stands for the storage's whole value (the base),
         which the graph returns once, and each leaf ``k`` over it gets ``aliases[k] = (("output", j),
@@ -842,7 +844,7 @@ class Tracer:
             j = next((k for k, f in zip(members, fakes) if k in whole and f is root), members[0])
             bases[j] = st.value
             for k, f in zip(members, fakes):
-                geometry = (tuple(f._shape), tuple(f._stride), f._offset, alias_history(leaves[k], f, root))
+                geometry = (tuple(f._shape), tuple(f._stride), f._offset, alias_history(leaves[k], f, root, pieces))
                 aliases[k] = (("output", j), None if f is root and k in whole else geometry)
         return bases
 
@@ -861,10 +863,11 @@ class Tracer:
 
 
 # `alias_history` of a returned leaf that is a tensor of its own over another's memory (``y.detach()``), of a
-# view of one, and of an unsafe split's output (its own tensor, with a view's history)
+# view of one, of an unsafe split's output (its own tensor, with a view's history), and of a view of one
 ALIAS = "alias"
 VIEW_OF_ALIAS = "view of alias"
 UNSAFE_SPLIT = "unsafe split"
+VIEW_OF_UNSAFE_SPLIT = "view of unsafe split"
 
 
 def _autograd_root(t):
@@ -872,20 +875,43 @@ def _autograd_root(t):
     return t if t._base is None else t._base
 
 
-def alias_history(leaf, fake, root):
+def _piece(fake, root):
+    """Whether ``fake`` is an ``unsafe_`` split's output of ``root``'s memory (no view in autograd's sense)."""
+    return fake._base is None and fake is not root and history_root(fake) is root
+
+
+def alias_history(leaf, fake, root, pieces):
     """How a returned leaf (``fake`` in the trace) over the memory of ``root`` (an input's or captured
     tensor's fake, or the tensor that made new memory) relates to it for autograd, for a call to
-    rebuild it so (`jit.compile.returned_view`): True, an autograd view of it (the leaf requires grad);
-    `UNSAFE_SPLIT`, a tensor of its own with a view's history (an ``unsafe_`` split's output that requires
-    grad: an in-place op on it rewrites no other leaf's history, fuzz seed 7952220); False, a view of it
-    without history (a later in-place op on it gives it one); `ALIAS`, a tensor of its own over that memory
-    (``root.detach()``); `VIEW_OF_ALIAS`, a view of such a tensor."""
+    rebuild it so (`jit.results.returned_view`): True, an autograd view of it (the leaf requires grad);
+    (`UNSAFE_SPLIT`, n), a tensor of its own with a view's history (an ``unsafe_`` split's output that requires
+    grad: an in-place op on it rewrites no other leaf's history, fuzz seed 7952220); (`VIEW_OF_UNSAFE_SPLIT`,
+    n, the piece's (shape, strides, offset)), an autograd view of such a piece, which eager's is (a write
+    into it rewrites the piece's history, not ``root``'s); n numbers the piece in ``pieces`` (the leaves over
+    one piece share it, as eager's); False, a view of it without history (a later in-place op on it gives it
+    one); `ALIAS`, a tensor of its own over that memory (``root.detach()``); `VIEW_OF_ALIAS`, a view of such
+    a tensor."""
     if leaf.requires_grad:
-        return UNSAFE_SPLIT if fake._base is None and fake is not root and history_root(fake) is root else True
+        if _piece(fake, root):
+            return UNSAFE_SPLIT, _number(pieces, fake)
+        piece = fake._base
+        if piece is not None and _piece(piece, root):
+            return VIEW_OF_UNSAFE_SPLIT, _number(pieces, piece), (tuple(piece._shape), tuple(piece._stride),
+                                                                  piece._offset)
+        return True
     own = _autograd_root(fake)
     if own is root:
         return False
     return ALIAS if own is fake else VIEW_OF_ALIAS
+
+
+def _number(pieces, piece):
+    """``piece``'s index in ``pieces``, added there if new."""
+    n = next((n for n, p in enumerate(pieces) if p is piece), None)
+    if n is None:
+        n = len(pieces)
+        pieces.append(piece)
+    return n
 
 
 def _is_whole(fake):

@@ -227,6 +227,8 @@ def _to_array(data, dtype):
         data._values_read()
         return _contiguous(data._host_array(), dtype), data.shape, dtype
     if isinstance(data, (np.ndarray, np.generic)):
+        if isinstance(data, np.ndarray):
+            check_numpy_layout(data)
         arr = np.asarray(data)
         dtype = dtype or _dt.from_numpy_dtype(arr.dtype)
         return _contiguous(arr, dtype), arr.shape, dtype
@@ -242,11 +244,11 @@ def _to_array(data, dtype):
 
 
 def _source_strides(data):
-    """The element strides of the tensor or NumPy array ``data`` a tensor() copies (None for other data, and
-    for an array whose strides are negative or not whole elements)."""
+    """The element strides of the tensor or NumPy array ``data`` a tensor() copies (None for other data; an
+    array's strides are checked whole and non-negative already)."""
     if isinstance(data, registry.Tensor):
         return tuple(data._stride)
-    if not isinstance(data, np.ndarray) or any(s < 0 or s % data.itemsize for s in data.strides):
+    if not isinstance(data, np.ndarray):
         return None
     return tuple(s // data.itemsize for s in data.strides)
 
@@ -254,11 +256,13 @@ def _source_strides(data):
 def _copy_layout(shape, strides):
     """The strides of torch.tensor's copy of data laid out with ``strides`` (its preserve_format copy): those
     strides where they are non-overlapping and dense, size-1 dims' too (``np.ones((1, 5)).T`` gives (1, 5)),
-    else dense strides in their order; None for contiguous ones, and for an empty source (torch keeps its
-    strides too, which address nothing: a contiguous copy stays the eager fast paths' case)."""
-    if strides is None or strides == contiguous_strides(shape) or 0 in shape:
+    else dense strides in their order; an empty source's whatever they are (torch counts it contiguous, so
+    ``np.zeros((0, 3))`` keeps (0, 0)); None for contiguous ones."""
+    if strides is None or strides == contiguous_strides(shape):
         return None
-    return strides if is_non_overlapping_and_dense(shape, strides) else dense_strides(shape, strides)
+    if 0 in shape or is_non_overlapping_and_dense(shape, strides):
+        return strides
+    return dense_strides(shape, strides)
 
 
 def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=False):
@@ -317,27 +321,33 @@ def as_tensor(data, dtype=None, device=None):
     if isinstance(data, Tensor):
         return data.to(dtype=dtype or data.dtype, device=device or data.device)
     if isinstance(data, np.ndarray) and (dtype is None or dtype.np == data.dtype) and \
-            to_device(device).type == "cpu" and all(s >= 0 for s in data.strides):
+            to_device(device).type == "cpu":
         return from_numpy(data)
     return tensor(data, dtype=dtype, device=device)
 
 
 def from_numpy(ndarray):
-    """A tensor sharing memory with ``ndarray``: writes to either show in both."""
+    """A tensor sharing memory with ``ndarray``: writes to either show in both. Its strides are the array's
+    (in elements), size-1 and empty dims' included, as torch's."""
     if not isinstance(ndarray, np.ndarray):
         raise TypeError(f"expected np.ndarray (got {type(ndarray).__name__})")
+    check_numpy_layout(ndarray)
+    return registry.Tensor._sharing(ndarray, _dt.from_numpy_dtype(ndarray.dtype))
+
+
+def check_numpy_layout(ndarray):
+    """torch's checks of a NumPy array it wraps, in its order (from_numpy, and tensor() and as_tensor() of an
+    array, which copy such a wrapping): native byte order, strides in whole elements, no negative stride."""
     if not ndarray.dtype.isnative:
         raise ValueError("given numpy array has byte order different from the native byte order. "
                          "Conversion between byte orders is currently not supported.")
-    dtype = _dt.from_numpy_dtype(ndarray.dtype)
+    if any(s % ndarray.itemsize for s in ndarray.strides):
+        raise ValueError("given numpy array strides not a multiple of the element byte size. "
+                         "Copy the numpy array to reallocate the memory.")
     if any(s < 0 for s in ndarray.strides):
         raise ValueError("At least one stride in the given numpy array is negative, and tensors with negative "
                          "strides are not currently supported. (You can probably work around this by making a "
                          "copy of your array  with array.copy().) ")
-    if any(s % ndarray.itemsize for s in ndarray.strides):
-        raise ValueError("given numpy array strides not a multiple of the element byte size. "
-                         "Copy the numpy array to reallocate the memory.")
-    return registry.Tensor._from_array(ndarray, dtype)
 
 
 # Sized factories: zeros, ones, empty, full and their _like / new_ forms --------------

@@ -23,11 +23,16 @@ def _cdist(x1, x2, p, compute_mode):
     for name, x in (("X1", x1), ("X2", x2)):
         if not x.dtype.is_floating_point:
             raise RuntimeError(f"cdist only supports floating-point dtypes, {name} got: {scalar_name(x.dtype)}")
-    if x1.dtype in (_dt.float16, _dt.bfloat16):
-        raise NotImplementedError(f"\"cdist\" not implemented for '{scalar_name(x1.dtype)}'")
     if p < 0:
         raise RuntimeError("cdist only supports non-negative p values")
-    return (x1.unsqueeze(-2) - x2.unsqueeze(-3)).norm(p, (-1,))
+    # torch's kernel, which has no half types, runs only where there are distances to compute from elements
+    # (no rows: an empty result; no columns: zeros; fuzz seed 8400604)
+    if x1.dtype in (_dt.float16, _dt.bfloat16) and x1.numel() and x2.numel():
+        raise NotImplementedError(f"\"cdist\" not implemented for '{scalar_name(x1.dtype)}'")
+    differences = x1.unsqueeze(-2) - x2.unsqueeze(-3)
+    if x1.shape[-1] == 0:  # zeros for every p, as torch's (an inf-norm of nothing would have no identity)
+        return differences.sum(-1)
+    return differences.norm(p, (-1,))
 
 
 defop("cdist(Tensor x1, Tensor x2, float p=2.0, str? compute_mode=None) -> Tensor", composite=_cdist,

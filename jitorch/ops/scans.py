@@ -249,8 +249,8 @@ def _cumulative_trapezoid_x(y, x, dim):
     d = wrap_dim(dim, y.ndim)
     _no_bools(y, x)
     dx = _sample_spacing(y, x, d)
-    # (torch's order: the product in the promoted type of y and x, a half-type y's with integer x's; halving an
-    # integer dx first made it float32, seed 7999678)
+    # (torch's order: integer sums and products wrap in the operands' dtype before the halving, seeds 8400204 and
+    # 7895898; the product is in the promoted type of y and x, a half-type y's with integer x's, seed 7999678)
     return ((_part(y, d, 0, -1) + _part(y, d, 1)) * dx).cumsum(d) / 2.0
 
 

@@ -149,12 +149,41 @@ for _overload, _type in (("Tensor", "Tensor"), ("Scalar", "Scalar")):
 
 # isin -----------------------------------------------------------------------------------------------------
 
+def _check_isin_dtypes(*dtypes):
+    """torch's isin refuses bool (and complex) inputs, a number's type included: ``isin(x, True)`` too."""
+    for d in dtypes:
+        if d is _dt.bool:
+            raise RuntimeError("Unsupported input type encountered for isin(): Bool")
+
+
+_WIDE_UNSIGNED = (_dt.uint16, _dt.uint32, _dt.uint64)
+
+
+def _compares_pairs(n, tests):
+    """Whether torch's isin of ``n`` elements among ``tests`` compares each pair (NumPy's size rule), rather
+    than sorting the two flattened together: the two promote differently."""
+    return tests < int(10.0 * n ** 0.145)
+
+
 def _isin_meta(elements, test_elements, assume_unique, invert):
-    return TensorSpec(elements.shape, _dt.bool, elements.device)
+    _check_isin_dtypes(elements.dtype, test_elements.dtype)
+    n = math.prod(elements.shape)
+    if not n:  # (torch runs nothing, so promotes nothing)
+        common = elements.dtype
+    elif _compares_pairs(n, math.prod(test_elements.shape)):
+        # the result type of the two (a 0-d one weighs less), in a kernel without the wide unsigned types
+        common = _dt.result_type(elements, test_elements)
+        if common in _WIDE_UNSIGNED:
+            raise NotImplementedError(f"\"isin_default_cpu\" not implemented for '{scalar_name(common)}'")
+    else:  # both flattened and concatenated: their dtypes promoted as any two (uint16 with int64 refused)
+        common = _dt.promote_types(elements.dtype, test_elements.dtype)
+    return TensorSpec(elements.shape, _dt.bool, elements.device, compute=common)
 
 
 def _isin_cpu(spec, elements, test_elements, assume_unique, invert):
-    return np.isin(_sortable(elements), _sortable(test_elements), invert=invert)
+    # both compared in their common dtype, as torch: int64 16777217 is in float32 [16777216.]
+    common = spec.compute.np
+    return np.isin(_sortable(convert(elements, common)), _sortable(convert(test_elements, common)), invert=invert)
 
 
 defop("isin.Tensor_Tensor(Tensor elements, Tensor test_elements, *, bool assume_unique=False, bool invert=False) "
@@ -162,21 +191,27 @@ defop("isin.Tensor_Tensor(Tensor elements, Tensor test_elements, *, bool assume_
       doc="Whether each element of ``elements`` is among ``test_elements`` (or not, with ``invert``).")
 
 
-def _isin_scalar(position):
-    def composite(elements, test_elements, assume_unique, invert):
-        args = [elements, test_elements]
-        # the number as torch wraps it (fuzz seed 7964168): in the result type with the tensor, so -1 beside uint8 is
-        # 255 and 0.1 beside float32 is float32's 0.1
-        args[position] = _wrapped_number(args[position], args[1 - position])
-        return functions.isin(*args, assume_unique=assume_unique, invert=invert)
-    return composite
+def _isin_tensor_scalar(elements, test_element, assume_unique, invert):
+    _check_isin_dtypes(elements.dtype, _dt.bool if isinstance(test_element, bool) else None)
+    # torch's eq/ne with the number, which wraps it in the result type with the tensor (fuzz seed 7964168: -1
+    # beside uint8 is 255, 0.1 beside float32 is float32's 0.1)
+    return (functions.ne if invert else functions.eq)(elements, test_element)
+
+
+def _isin_scalar_tensor(element, test_elements, assume_unique, invert):
+    _check_isin_dtypes(_dt.bool if isinstance(element, bool) else None, test_elements.dtype)
+    # torch wraps the number as a 0-d tensor that promotes as a number where pairs are compared (-1 beside
+    # uint8 tests is 255) and as its own dtype (int64, float64) where the two are sorted together
+    pairs = _compares_pairs(1, math.prod(test_elements.shape))
+    element = (_wrapped_number if pairs else _as_tensor)(element, test_elements)
+    return functions.isin(element, test_elements, assume_unique=assume_unique, invert=invert)
 
 
 defop("isin.Tensor_Scalar(Tensor elements, Scalar test_element, *, bool assume_unique=False, bool invert=False) "
-      "-> Tensor", composite=_isin_scalar(1), kind="index", variants=("function",),
+      "-> Tensor", composite=_isin_tensor_scalar, kind="index", variants=("function",),
       doc="Whether each element of ``elements`` equals ``test_element``.")
 defop("isin.Scalar_Tensor(Scalar element, Tensor test_elements, *, bool assume_unique=False, bool invert=False) "
-      "-> Tensor", composite=_isin_scalar(0), kind="index", variants=("function",),
+      "-> Tensor", composite=_isin_scalar_tensor, kind="index", variants=("function",),
       doc="Whether ``element`` is among ``test_elements``, as a 0-d bool tensor.")
 
 

@@ -131,28 +131,24 @@ _REINTERPRETED: dict = {}  # storage class -> its reinterpreting subclass
 
 
 def storage_of_array(arr):
-    """Wrap a NumPy array without copying: (storage array, offset, element strides).
+    """Wrap a NumPy array without copying: (storage array, offset, element strides), the strides exactly the
+    array's (a size-1 or empty dim's too, as torch.from_numpy keeps them).
 
     Works for any array whose strides are non-negative multiples of its item
     size; otherwise returns None and the caller copies.
     """
     item = arr.itemsize
     strides = arr.strides
-    if arr.flags.c_contiguous:
-        return arr.reshape(-1), 0, _contiguous(arr.shape)
     if any(s < 0 or s % item for s in strides):
         return None
+    elements = tuple(s // item for s in strides)
     if arr.size == 0:
-        return np.empty(0, arr.dtype), 0, _contiguous(arr.shape)
+        return np.empty(0, arr.dtype), 0, elements
+    if arr.flags.c_contiguous:
+        return arr.reshape(-1), 0, elements
     span = 1 + sum((n - 1) * s for n, s in zip(arr.shape, strides)) // item
     flat = np.lib.stride_tricks.as_strided(arr, shape=(span,), strides=(item,))
-    return flat, 0, tuple(s // item for s in strides)
-
-
-def _contiguous(shape):
-    from .strided import contiguous_strides
-
-    return contiguous_strides(shape)
+    return flat, 0, elements
 
 
 __all__ = ["Storage", "storage_of_array", "META"]

@@ -34,11 +34,12 @@ def contiguous_strides_cached(shape):
 
 
 def is_contiguous(shape, strides):
-    """torch's rule: dims of size 1 may have any stride; empty tensors are contiguous."""
+    """torch's rule: dims of size 1 may have any stride; empty tensors are contiguous (whatever the strides of
+    the dims inside the empty one: ``np.zeros((0, 3))`` wraps with strides (0, 0))."""
+    if 0 in shape:
+        return True
     expected = 1
     for n, s in zip(reversed(shape), reversed(strides)):
-        if n == 0:
-            return True
         if n != 1:
             if s != expected:
                 return False

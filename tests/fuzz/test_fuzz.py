@@ -152,3 +152,33 @@ def test_fixed_failures_run_alike_in_every_cpu_mode(seed, chains):
     tests/fuzz/test_bessel_oracle.py's."""
     program, _ = generate(seed, table=TABLE, chains=chains)
     assert not check(program, CPU_MODES).mismatches
+
+
+def test_ldexp_takes_only_whole_exponents_seed_7952512():
+    """Seed 7952512 of 40 statements: ``v26 = v8.ldexp(x1); v33 = v26.tan()`` with x1 a ``rad2deg_`` result:
+    the fractional power's last bit, a documented difference, times 2 ** 57 then made tan 2.38 against torch's
+    -5.02. `generator._hint_ldexp` gives ldexp whole exponents only (an integer tensor or int, or an exact float
+    tensor of whole values), exact in both libraries; the seed's program now holds none and runs alike."""
+    from tests.fuzz.generator import Facts, Generator, Var, _whole
+    g = Generator(0, table=TABLE)
+    env = {"i": Var("i", torch.tensor([3, -2]), Facts()),
+           "w": Var("w", torch.tensor([3.0, -2.0]), Facts()),
+           "f": Var("f", torch.tensor([0.5, 2.0]), Facts()),
+           "r": Var("r", torch.tensor([3.0, -2.0]), Facts(exact=False)),
+           "n": Var("n", 2, Facts()), "h": Var("h", 2.0, Facts())}
+    assert [_whole(g, env, ref) for ref in env] == [True, True, False, False, True, False]
+    assert _whole(g, env, "T.tensor([1, 4], dtype=T.int8, device=D)") and not _whole(g, env, "0.5")
+    program, _ = generate(7952512, 40, table=TABLE)
+    assert not [s for s in program.body if s.tag.startswith("ldexp")]
+    assert not check(program, CPU_MODES).mismatches
+
+
+def test_atanh_takes_only_exact_operands_seed_8400595():
+    """Seed 8400595 of 40 statements: ``T.arctanh(T.erf(x2), out=v11)`` with int16 x2 = 4: eager's float32 erf(4)
+    is 1 - 2**-24, torch's and the kernels' 1.0 (within the documented 4 ulps), and atanh's pole at 1 turned that
+    ulp into 8.7 against inf (then a variance of 0 against NaN). atanh is `generator.DISCONTINUOUS` (as acosh,
+    NaN past its end): called on exact operands only."""
+    from tests.fuzz.generator import DISCONTINUOUS
+    assert {"atanh", "arctanh"} <= DISCONTINUOUS
+    program, _ = generate(8400595, 40, table=TABLE)
+    assert not check(program, CPU_MODES).mismatches

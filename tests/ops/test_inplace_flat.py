@@ -25,7 +25,8 @@ def _operands(op, dtype, shape, seed):
     arrays = [random_array(shape, dtype, rng, low=-3, high=4) for _ in op.tensor_args]
     if dtype.is_floating_point and arrays[0].size >= 6:
         arrays[0].reshape(-1)[:2] = [np.nan, np.inf]
-    return [jt.tensor(a, dtype=dtype) for a in arrays]
+    # (C-contiguous: torch's and jitorch's tensor() keep NumPy's strides (0, 0) of an empty array)
+    return [jt.tensor(a, dtype=dtype).clone(memory_format=jt.contiguous_format) for a in arrays]
 
 
 def _bits(t):

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+import torch
 
 from jitorch.runtime.strided import (
     broadcast_shapes, contiguous_strides, infer_size, is_contiguous, is_non_overlapping_and_dense,
@@ -124,3 +125,10 @@ def test_memory_order_strides_are_torch_tensoriterators_for_a_pointwise_result(o
     got = memory_order_strides(tuple(result.shape), [(tuple(t.shape), t.stride()) for t in operands])
     assert [s for n, s in zip(result.shape, got) if n != 1] == [s for n, s in zip(result.shape, result.stride())
                                                                  if n != 1]
+
+
+@pytest.mark.parametrize("shape,strides", [((0, 3), (0, 0)), ((3, 0), (5, 7)), ((2, 0, 3), (0, 0, 0)), ((0,), (3,))])
+def test_empty_geometries_are_contiguous_whatever_their_strides(shape, strides):
+    """torch counts every empty tensor contiguous; the scan from the last dim called ``np.zeros((0, 3))``'s
+    wrapping (strides (0, 0)) non-contiguous at its stride-0 inner dim before reaching the empty one."""
+    assert is_contiguous(shape, strides) is torch.empty_strided(shape, strides).is_contiguous() is True
