@@ -25,6 +25,7 @@ last-bit difference into a different integer only to values that are exact in ev
 
 from __future__ import annotations
 
+import contextlib
 import re
 import warnings
 from dataclasses import dataclass, field
