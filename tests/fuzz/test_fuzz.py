@@ -84,6 +84,16 @@ def test_addcmul_of_an_integer_takes_no_gradient_run_against_torch_seed_7901612(
     assert not check(program, CPU_MODES).mismatches
 
 
+def test_in_place_addcdiv_of_an_integer_takes_no_gradient_run_against_torch_seed_8501812():
+    """Seed 8501812's ``v9.addcdiv_(v2, x1, value=-1)`` of a uint8 ``v2``: torch's gradient of x1 multiplies ``v2``
+    by ``value`` in uint8 (3 * -1 = 253: -1012 where the derivative, and jitorch's, is 12). An in-place statement's
+    tag ends in "_" after the marker, which `torch_gradient_untrusted` missed; the program keeps its value runs."""
+    program, _ = generate(8501812, table=TABLE)
+    assert [s.tag for s in program.body if "addcdiv" in s.tag] == ["addcdiv" + INTEGER_OPERAND + "_"]
+    assert grad_valid(program) and not program.grad
+    assert not check(program, CPU_MODES).mismatches
+
+
 def test_topk_among_ties_takes_no_gradient_run_against_torch_seed_7805437():
     """Seed 7805437's ``x0.topk(3, 0, False)`` selects among equal values, whose gradient torch and jitorch give
     to different ones of them; the program keeps its value runs and has no gradient run against torch."""
