@@ -246,7 +246,12 @@ def _jvp(op, args, pairs, outer_grad):
         subs = {id(t): stand_in(t, keep) for t, _ in pairs}
         result = registry.call(op, registry.map_tensors(op, args, lambda a: subs.get(id(a), a)))
         outs = [result] if isinstance(result, Tensor) else list(result)
-        live = [o for o in outs if isinstance(o, Tensor) and o.requires_grad and _is_float(o.dtype)]
+        rule = op.pieces.get("derivative")
+        # (outputs whose gradients the rule never reads take no tangent, as torch's undefined one: slogdet's sign,
+        # whose zero tangent times lgamma's pole gave NaN where torch's tangent is 0, transform-fuzz seed 8105088)
+        passing = getattr(getattr(rule, "backward", None), "grads_of", None)
+        live = [o for i, o in enumerate(outs) if isinstance(o, Tensor) and o.requires_grad and _is_float(o.dtype)
+                and (passing is None or i in passing)]
         inputs = [subs[id(t)] for t, _ in pairs if subs[id(t)].requires_grad]
         if not live or not inputs:
             return [None] * len(outs)

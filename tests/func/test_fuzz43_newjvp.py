@@ -104,3 +104,24 @@ def test_the_transform_fuzzer_judges_each_output_by_either_of_torchs_modes_seed_
         outcome = transforms.Outcome()
         transforms.check_jvp(program, outcome)
     assert outcome.ran["jvp"] == 1 and not outcome.mismatches, outcome.mismatches
+
+
+@pytest.mark.parametrize("linalg", [True, False])
+def test_slogdets_sign_takes_no_tangent_so_lgamma_of_it_has_torchs_zero_tangent_seed_8105088(linalg):
+    """Seed 8105088: ``slogdet(x)[0].lgamma_()`` at a matrix of sign -1. The sign is locally constant and its
+    gradient never read (`rule.only_with_grads_of`), so as torch's it takes no tangent at all: lgamma's rule
+    multiplied its zero tangent by digamma's pole (0 * inf = NaN), where both of torch's modes, and the
+    derivative, give 0. The log-determinant's tangent is unchanged (the trace of x^-1 t)."""
+    def sign_then_lgamma(T):
+        return lambda x: (T.linalg.slogdet(x) if linalg else T.slogdet(x))[0].lgamma()
+
+    x, t = [[0.0, 1.0], [1.0, 0.0]], [[1.0, 1.0], [1.0, 1.0]]
+    got = _jvp(jitorch, sign_then_lgamma(jitorch), [x], [t])
+    assert _same(got, np.array(0.0))
+    _, forward = torch.func.jvp(sign_then_lgamma(torch), (torch.tensor(x, dtype=torch.float64),),
+                                (torch.tensor(t, dtype=torch.float64),))
+    assert forward._is_zerotensor()  # (torch's undefined tangent: a zero that holds no memory)
+    assert _same(got, _reverse_jvp(sign_then_lgamma(torch), [x], [t]))
+    logabsdet = _jvp(jitorch, lambda m: jitorch.linalg.slogdet(m)[1], [x], [t])
+    assert _same(logabsdet, _jvp(torch, lambda m: torch.linalg.slogdet(m)[1], [x], [t]))
+    assert _same(logabsdet, np.array(2.0))
