@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import builtins
 import math
-import warnings
 
 import numpy as np
 

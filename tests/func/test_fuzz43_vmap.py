@@ -1,8 +1,6 @@
 """vmap, vmap(grad) and jvp failures of the transform fuzzer (tests/fuzz/transforms.py) triaged in session 43, each
 against torch and a second oracle: eager torch on each sample, the per-sample loop, float64 values."""
 
-import warnings
-
 import numpy as np
 import pytest
 import torch
