@@ -98,7 +98,9 @@ def _tensor_args_key(args):
 
 def _inputs_alias(leaves, graph, memo=None):
     """Whether a tensor the graph writes into shares memory with another tensor argument or captured
-    tensor (or is passed twice). Tensors that are only read may share memory (inputs and targets sliced
+    tensor (or is passed twice), or is over read-only memory (`from_numpy` of a non-writeable array, whose
+    eager write raises NumPy's ValueError: the compiled kernels would write through it, into an immutable
+    ``bytes`` too). Tensors that are only read may share memory (inputs and targets sliced
     from one sequence). ``memo``: a one-item list holding the storages of the previous call (the arguments'
     and the captured tensors', in order, None for a captured non-tensor) and its answer, which holds again
     when they are the same storages: an optimizer's step writes hundreds of captured tensors, whose check
@@ -114,10 +116,17 @@ def _inputs_alias(leaves, graph, memo=None):
         return memo[0][1]
     by_value = dict(zip(graph.inputs, inputs))
     targets = [by_value[t] if t in by_value else graph.constant_tensors[t.name] for t, _ in graph.mutations]
+    if any(isinstance(t, Tensor) and _read_only(t._storage) for t in targets):
+        return True
     written = {id(t._storage) for t in targets if isinstance(t, Tensor)}
     everything = inputs + [t for t in graph.constant_tensors.values() if isinstance(t, Tensor)]
     touching = [id(t._storage) for t in everything if id(t._storage) in written]
     return len(touching) != len(written)
+
+
+def _read_only(storage):
+    data = None if storage.on_device else storage._data
+    return data is not None and not data.flags.writeable
 
 
 def describe_guards(key, names):
@@ -291,8 +300,8 @@ class CompiledFunction:
         if entry.graph.mutations and _inputs_alias(tree_flatten((args, kwargs))[0], entry.graph):
             # the graph treats its inputs and captured tensors as separate memory: a write through one
             # would be missed by another
-            logs.log("recompiles", "%s runs eagerly: inputs share memory and the function writes into one",
-                     self.name)
+            logs.log("recompiles", "%s runs eagerly: inputs share memory, or one is read-only, and the function "
+                     "writes into one", self.name)
             return self.fn(*args, **kwargs)
         why = _eager_for_autograd(entry)
         if why is not None:

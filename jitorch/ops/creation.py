@@ -11,6 +11,8 @@ from __future__ import annotations
 import builtins
 import math
 
+import warnings
+
 import numpy as np
 
 from ..runtime import allocator
@@ -331,7 +333,25 @@ def from_numpy(ndarray):
     if not isinstance(ndarray, np.ndarray):
         raise TypeError(f"expected np.ndarray (got {type(ndarray).__name__})")
     check_numpy_layout(ndarray)
-    return registry.Tensor._sharing(ndarray, _dt.from_numpy_dtype(ndarray.dtype))
+    dtype = _dt.from_numpy_dtype(ndarray.dtype)
+    if not ndarray.flags.writeable:
+        warn_not_writable()
+    return registry.Tensor._sharing(ndarray, dtype)
+
+
+_NOT_WRITABLE = [False]
+
+
+def warn_not_writable():
+    """torch's UserWarning for wrapping a non-writeable array, once a process as torch's (TORCH_WARN_ONCE). The
+    tensor stays read-only: an eager write raises NumPy's ValueError, and a compiled function that writes it runs
+    eagerly to raise it, where torch writes through (undefined, and a crash for read-only mapped memory)."""
+    if not _NOT_WRITABLE[0]:
+        _NOT_WRITABLE[0] = True
+        warnings.warn("The given NumPy array is not writable, and PyTorch does not support non-writable tensors. "
+                      "This means writing to this tensor will result in undefined behavior. You may want to copy "
+                      "the array to protect its data or make it writable before converting it to a tensor. This "
+                      "type of warning will be suppressed for the rest of this program.", UserWarning, stacklevel=3)
 
 
 def check_numpy_layout(ndarray):

@@ -140,6 +140,15 @@ def _mT(a):
     return np.swapaxes(a, -1, -2)
 
 
+def _pivot_rows(columns):
+    """Each row's pivot as LAPACK's i?amax picks it: the first element of the largest magnitude, a later one only
+    if strictly larger than the first's (so a NaN is never picked after the first element, and a NaN first stays:
+    torch's getrf, MKL's, picks so)."""
+    magnitude = np.abs(columns)
+    later = np.argmax(np.where(np.isnan(magnitude), -1, magnitude), axis=1)
+    return np.where(np.isnan(magnitude[:, 0]), 0, later)
+
+
 def lu_factor_array(a):
     """LU with partial pivoting as LAPACK's getrf: (LU, 1-based pivots as int32, info), batched. ``info`` is
     the 1-based index of the first zero pivot (0: none); a zero column is left as it is, as LAPACK does."""
@@ -152,7 +161,7 @@ def lu_factor_array(a):
     rows = np.arange(count)
     with np.errstate(divide="ignore", invalid="ignore"):
         for j in range(k):
-            p = j + np.argmax(np.abs(lu[:, j:, j]), axis=1)
+            p = j + _pivot_rows(lu[:, j:, j])
             pivots[:, j] = p + 1
             row = lu[rows, j].copy()
             lu[rows, j] = lu[rows, p]
@@ -222,8 +231,36 @@ def _slogdet_meta(A):
     return _spec(A, A.shape[:-2]), _spec(A, A.shape[:-2])
 
 
+def _lu_diagonal(a):
+    """The diagonal of the LU factors torch's det and slogdet take of ``a`` (each of a batch) and the sign of
+    their permutation. torch factors the memory as LAPACK's column-major matrix: ``a``'s transpose when ``a`` is
+    C-contiguous (det(A) = det(A^T)), else a column-major copy of ``a``. For finite matrices the factors differ only
+    by rounding; where one holds inf or NaN, which of them is factored decides inf against NaN (inf - inf
+    appears in one elimination and not the other), so the caller takes these only there."""
+    factored = _mT(a) if a.flags.c_contiguous else a
+    lu, pivots, _ = lu_factor_array(factored)
+    swaps = np.count_nonzero(pivots != np.arange(1, a.shape[-1] + 1, dtype=np.int32), axis=-1)
+    return np.diagonal(lu, axis1=-2, axis2=-1), np.where(swaps % 2, -1, 1).astype(a.dtype)
+
+
+def _nonfinite(a):
+    """The matrices of a batch holding an inf or NaN, as a mask of the batch."""
+    return ~np.isfinite(a).all(axis=(-2, -1))
+
+
 def _det_cpu(spec, a):
-    return np.linalg.det(a) if a.size else np.ones(spec.shape, a.dtype)
+    """NumPy's det of finite matrices; a matrix holding inf or NaN takes torch's product of its LU's pivots, not
+    NumPy's ``sign * exp(sum(log|pivot|))``, which makes a zero pivot times an infinite one 0 (transform-fuzz seed
+    8300170: ``lgamma`` poles in a matrix, 0 against torch's inf)."""
+    if not a.size:
+        return np.ones(spec.shape, a.dtype)
+    det = np.asarray(np.linalg.det(a))
+    bad = _nonfinite(a)
+    if bad.any():
+        diagonal, sign = _lu_diagonal(a)
+        with np.errstate(invalid="ignore", over="ignore"):
+            det = np.where(bad, diagonal.prod(-1) * sign, det)
+    return det.astype(a.dtype, copy=False)
 
 
 defop("det(Tensor self) -> Tensor", meta=_det_meta, cpu=_det_cpu, kind="linalg",
@@ -232,6 +269,12 @@ def _slogdet_cpu(spec, a):
     """NumPy's sign skips a NaN pivot; torch's multiplies its sign, 0: a matrix whose log is NaN has sign 0, so
     that ``logdet``, NaN there, takes the log's tangent (fuzz seed 7895132)."""
     sign, logabsdet = np.linalg.slogdet(a)
+    bad = _nonfinite(a) if a.size else np.zeros(a.shape[:-2], bool)
+    if bad.any():
+        diagonal, swaps = _lu_diagonal(a)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            sign = np.where(bad, np.nan_to_num(np.sign(diagonal).prod(-1)) * swaps, sign)
+            logabsdet = np.where(bad, np.log(np.abs(diagonal)).sum(-1), logabsdet)
     return np.where(np.isnan(logabsdet), sign * 0, sign), logabsdet
 
 
@@ -714,12 +757,41 @@ def _reflect(h, tau, x, j, from_left=True):
     return x - t * np.matmul(x, v[..., :, None]) * v[..., None, :]
 
 
+def _last_nonzero(mask):
+    """Per row of ``mask``, one past the index of its last True (0 where none): LAPACK's ilaxlr/ilaxlc."""
+    n = mask.shape[-1]
+    return np.where(mask.any(-1), n - np.argmax(np.flip(mask, -1), axis=-1), 0)
+
+
 def _householder_cpu(spec, h, tau):
-    m, n = h.shape[-2:]
-    q = np.array(np.broadcast_to(np.eye(m, n, dtype=h.dtype), h.shape))
-    for j in range(tau.shape[-1] - 1, -1, -1):
-        q = _reflect(h, tau, q, j)
-    return q
+    """LAPACK's org2r, which torch's orgqr runs: Q's columns formed right to left in place, reflector i applied
+    (larf) only to the columns right of i, and only to the rows up to its vector's last nonzero element and the
+    columns up to the last one nonzero there, then column i set to ``e_i - tau_i v_i``. A NaN ``tau_i`` thus
+    makes column i NaN and the columns it reaches, not the columns left of it, which ``I - tau v v^T`` applied to
+    the whole matrix made NaN through ``NaN * 0`` (transform-fuzz seed 8302924). torch's BLAS (MKL) does not skip
+    a column whose product ``v^T c`` is 0, as reference BLAS's ger does: neither does this."""
+    a = np.array(h, copy=True)
+    m, n = a.shape[-2:]
+    k = tau.shape[-1]
+    a[..., :, k:] = np.eye(m, n, dtype=a.dtype)[:, k:]
+    with np.errstate(invalid="ignore", over="ignore"):
+        for i in range(k - 1, -1, -1):
+            t = tau[..., i]
+            if i < n - 1:
+                a[..., i, i] = 1
+                v, c = a[..., i:, i], a[..., i:, i + 1:]
+                rows = np.arange(m - i) < np.where(t != 0, _last_nonzero(v != 0), 0)[..., None]
+                cols = np.arange(n - i - 1) < _last_nonzero((rows[..., None] & (c != 0)).any(-2))[..., None]
+                touched = rows[..., :, None] & cols[..., None, :]
+                v = np.where(rows, v, 0)
+                w = np.matmul(v[..., None, :], np.where(touched, c, 0))
+                if a.dtype == np.float32:
+                    touched &= w != 0
+                a[..., i:, i + 1:] = np.where(touched, c - t[..., None, None] * v[..., :, None] * w, c)
+            a[..., i + 1:, i] *= -t[..., None]
+            a[..., i, i] = 1 - t
+            a[..., :i, i] = 0
+    return a
 
 
 defop("orgqr(Tensor self, Tensor input2) -> Tensor", meta=lambda A, tau: _householder_meta(A, tau, "torch.orgqr"),

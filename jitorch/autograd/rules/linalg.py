@@ -346,7 +346,12 @@ def _householder_product(g, A, tau):
         gv.append(-tau[..., j, None, None] * (P.matmul(Rv) + right[j].matmul(Pv)))
         P = reflect(j, P)
     gA = jt.cat(gv + [jt.zeros_like(V[..., :, :1])] * (n - k), -1).tril(-1)
-    return gA, jt.stack(gtau, -1)
+    # A matrix whose reflectors or scales hold inf or NaN has NaN for every gradient it reads, as torch's (fuzz
+    # seed 8302924: the partial derivative by a NaN tau_j does not read tau_j and was finite)
+    read = (jt.ones_like(A).tril(-1) != 0) & (jt.arange(n, device=A.device) < k)
+    finite = (tau.isfinite().all(-1) & (A.isfinite() | read.logical_not()).all(-1).all(-1))[..., None]
+    gA = jt.where(finite[..., None] | read.logical_not(), gA, math.nan)
+    return gA, jt.where(finite, jt.stack(gtau, -1), math.nan)
 
 
 def _householder_rule(names):
