@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import jitorch as jt
+from jitorch.ops import random_parts
 from jitorch.runtime import threads
 
 
@@ -162,3 +163,41 @@ def test_a_compiled_training_step_holds_the_team_and_matches_one_thread_bit_for_
     two, held_two = _train(2, monkeypatch)
     assert held_one == 0 and held_two >= 2  # (the first call may trace eagerly)
     assert one == two
+
+
+@pytest.mark.parametrize("n", [random_parts.SPLIT_DRAW_MIN, 3 * random_parts.SPLIT_DRAW_MIN + 5])
+def test_a_large_uniform_draw_splits_and_is_the_one_thread_stream_bit_for_bit(two_threads, n):
+    """`random_parts.random_doubles` at two threads: the doubles of one ``random`` call, and the generator left
+    where that call leaves it, its buffered 32-bit half too (a float32 drawn before, one after)."""
+    split, whole = (np.random.Generator(np.random.PCG64(44)) for _ in range(2))
+    assert split.random(dtype=np.float32) == whole.random(dtype=np.float32)  # (leaves half an output buffered)
+    calls = threads.counters["forks"] + threads.counters["inline"]
+    drawn = random_parts.random_doubles(split, (n,))
+    assert threads.counters["forks"] + threads.counters["inline"] == calls + 1
+    assert drawn.tobytes() == whole.random((n,)).tobytes()
+    assert split.bit_generator.state == whole.bit_generator.state
+    assert split.random(dtype=np.float32) == whole.random(dtype=np.float32) and split.random() == whole.random()
+
+
+def test_a_small_draw_runs_whole(two_threads):
+    calls = threads.counters["forks"] + threads.counters["inline"]
+    random_parts.random_doubles(np.random.Generator(np.random.PCG64(1)), (random_parts.SPLIT_DRAW_MIN - 1,))
+    assert threads.counters["forks"] + threads.counters["inline"] == calls
+
+
+def test_dropout_in_a_compiled_step_draws_in_parts_and_matches_one_thread(monkeypatch):
+    """A compiled function with dropout on 2**17 elements draws its mask in parts at two threads: the same output
+    as at one thread from the same seed, and the default generator left in the same state."""
+    f = jt.compile(lambda t: jt.nn.functional.dropout(t * 2, 0.3, training=True).sum(0))
+    x = jt.randn(512, 256)
+    fills, fill = [], random_parts._fill
+    monkeypatch.setattr(random_parts, "_fill", lambda g, out: fills.append(out.size) or fill(g, out))
+    results = {}
+    for n in (1, 2, 1, 2):  # (each thread count twice: the second call runs the compiled graph)
+        monkeypatch.setitem(threads._settings, "threads", n)
+        jt.manual_seed(7)
+        del fills[:]
+        out = f(x).numpy().tobytes()
+        results.setdefault(n, []).append((out, jt.rand(3).numpy().tobytes()))
+        assert fills == ([x.numel() // 2] * 2 if n == 2 else [])
+    assert results[1] == results[2] and results[1][0] == results[1][1]
