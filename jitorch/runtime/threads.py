@@ -5,7 +5,8 @@
 how many parts a large matrix product splits into (`ops.linalg`: eager and compiled products run their parts
 at once, each part a one-thread BLAS call). Both fork and join on a team of ``n - 1`` worker
 threads that wait in native code (`_Team`): spinning on a word for ``SPIN_US`` (less where a yield shows
-another thread waiting for the core, ``CROWD_US``), then asleep on a futex. A
+another thread waiting for the core, ``CROWD_US``; ``STEP_SPIN_US`` while a compiled call holds the team, `hold`),
+then asleep on a futex. A
 kernel's chunks go to the workers and come back without the GIL on either side (`run_chunks`), and so do a
 product's parts that are one gemm call each (`run_native_parts`, `runtime.blas_calls`); other parts come back
 to Python for NumPy's matmul (`run_parts`). On this project's 2-core machine a pool of ``concurrent.futures`` made a split
@@ -39,9 +40,16 @@ _settings = {"threads": None, "interop": None, "interop_fixed": False, "warn_alw
              "split_products": False}
 _teams: dict = {}  # thread count -> its team of workers
 _teams_lock = module_lock(globals(), "_teams_lock")
-# A forked child (a DataLoader worker) has none of its parent's worker threads: parts handed to them would wait
-# forever
-os.register_at_fork(after_in_child=_teams.clear)
+
+
+def _after_fork_in_child():
+    """A forked child (a DataLoader worker) has none of its parent's worker threads (parts handed to them would
+    wait forever), nor its calls that held them (`hold`)."""
+    _teams.clear()
+    if _native.cache_info().currsize:
+        native = _native()
+        if native is not None:
+            native.held.value = 0
 # What `run_parts` did, for tests and benchmarks to see what split: "forks" (calls that ran parts on workers),
 # "parts" (parts handed to workers), "inline" (calls whose parts all ran on the calling thread: the team was busy),
 # "taken back" (parts no worker had claimed when the forking thread finished its own, which it then ran), "holds"
@@ -583,6 +591,9 @@ def _native():
     if sys.platform != "linux" or arch not in _FUTEX:
         return None
     return _Native(arch)
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _i32(n):

@@ -3,6 +3,7 @@ instead of falling asleep after `SPIN_US`, the call wakes them as it begins, and
 end; the results do not depend on the thread count."""
 
 import ctypes
+import os
 import threading
 import time
 
@@ -201,3 +202,27 @@ def test_dropout_in_a_compiled_step_draws_in_parts_and_matches_one_thread(monkey
         results.setdefault(n, []).append((out, jt.rand(3).numpy().tobytes()))
         assert fills == ([x.numel() // 2] * 2 if n == 2 else [])
     assert results[1] == results[2] and results[1][0] == results[1][1]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_starts_with_no_hold(two_threads):
+    """A child forked while a call holds the team has neither the parent's workers nor its hold: its waits spin
+    `SPIN_US` again, and a call there holds and releases its own team."""
+    held = threads.hold()
+    try:
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # (the child reports what it sees through the pipe, then leaves at once)
+            os.close(r)
+            ok = threads._native().held.value == 0 and not threads._teams
+            state = threads.hold()
+            ok = ok and threads._native().held.value == 1
+            threads.release(state)
+            os.write(w, b"1" if ok and threads._native().held.value == 0 else b"0")
+            os._exit(0)
+        os.close(w)
+        assert os.read(r, 1) == b"1"
+        os.waitpid(pid, 0)
+        os.close(r)
+    finally:
+        threads.release(held)
