@@ -48,6 +48,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import collections
+import contextlib
 import os
 import statistics
 import sys
@@ -110,9 +111,10 @@ def measure(call, steps, rounds):
     return results[len(results) // 2]
 
 
-def spans(call, steps):
-    """{(category, "forked" or "alone"): (calling thread's CPU ms, spans) per step} of a profiled run."""
-    forks = []  # (start, end) of each fork, in the calling thread's CPU ns
+@contextlib.contextmanager
+def timed_forks():
+    """The list of (start, end) of each fork onto the team made inside, in the calling thread's CPU ns."""
+    forks = []
     forked = threads._forked
 
     def timed(parts, entry):
@@ -123,12 +125,17 @@ def spans(call, steps):
             forks.append((start, time.thread_time_ns()))
     threads._forked = timed
     try:
-        with step_profile.cpu_clock(), profile():
-            recorder = _profiling.RECORDER
-            for _ in range(steps):
-                call()
+        yield forks
     finally:
         threads._forked = forked
+
+
+def spans(call, steps):
+    """{(category, "forked" or "alone"): (calling thread's CPU ms, spans) per step} of a profiled run."""
+    with timed_forks() as forks, step_profile.cpu_clock(), profile():
+        recorder = _profiling.RECORDER
+        for _ in range(steps):
+            call()
     me = threading.get_native_id()
     forks.sort()
     starts = [s for s, _ in forks]
@@ -149,23 +156,12 @@ def gaps(call, steps):
     """(caller's thread CPU ms per step, of it inside forks, the serial rest, {stretch length: count per step}) of
     ``steps`` calls: the stretches between a step's start, its forks and its end, by their calling thread's CPU
     (`GAP_BOUNDS_US`); a worker whose spin is shorter than a stretch falls asleep in it, and the next fork wakes it."""
-    forks, calls = [], []
-    forked = threads._forked
-
-    def timed(parts, entry):
-        start = time.thread_time_ns()
-        try:
-            return forked(parts, entry)
-        finally:
-            forks.append((start, time.thread_time_ns()))
-    threads._forked = timed
-    try:
+    calls = []
+    with timed_forks() as forks:
         for _ in range(steps):
             start = time.thread_time_ns()
             call()
             calls.append((start, time.thread_time_ns()))
-    finally:
-        threads._forked = forked
     labels = [f"<{GAP_BOUNDS_US[0]}"] + [f"{a}-{b}" for a, b in zip(GAP_BOUNDS_US, GAP_BOUNDS_US[1:])] + \
         [f">={GAP_BOUNDS_US[-1]}"]
     counts, inside = collections.Counter(), 0
@@ -232,10 +228,10 @@ def measured(name, args, call, n, spin):
     finally:
         if native is not None:
             native.hold_ns.value = threads.STEP_SPIN_US * 1000
-    print(f"{name}, {args.system}, {n} thread{'s' if n > 1 else ''}, step spin {spin} µs: wall {r['wall']:.2f} "
+    print(f"{name}, {args.system}, {n} thread{'s' if n > 1 else ''}: wall {r['wall']:.2f} "
           f"cpu {r['cpu']:.2f} | caller {r['caller'][0]:.2f} queued {r['caller'][1]:.2f} | workers "
-          f"{r['workers'][0]:.2f} queued {r['workers'][1]:.2f} | " + " ".join(f"{k} {r[k]:.1f}" for k in COUNTERS),
-          flush=True)
+          f"{r['workers'][0]:.2f} queued {r['workers'][1]:.2f} | " + " ".join(f"{k} {r[k]:.1f}" for k in COUNTERS) +
+          (f" | step spin {spin} µs" if n > 1 else ""), flush=True)
 
 
 def main(argv=None):
