@@ -109,8 +109,9 @@ SPIN_US = 100
 # runnable thread takes about a microsecond.
 CROWD_US = 20
 # ... and while a compiled call that may fork runs (`hold`), this long: a training step's serial stretches between
-# forks (its Python, eager steps, kernels too small to split) last 100 to 500 µs for a third of its forks
-# (benchmarks/two_threads.py --gaps: cnn 9 of 21, gpt-4x128 27 of 146), and a worker asleep through each would be
+# forks (its Python, eager steps, kernels too small to split) last 100 µs or more before a quarter to a half of
+# its forks (benchmarks/two_threads.py --gaps at load 3-5: cnn 9-10 of 21, gpt-4x128 37-38 of 146; under 1 ms
+# but for 1-2 per step), and a worker asleep through each would be
 # woken for the next fork. The call wakes the team as it begins, and releases the hold at its end, after which a
 # wait's spin is `SPIN_US` again. The crowded rule above still ends a spin at once.
 STEP_SPIN_US = 1000
