@@ -1432,7 +1432,7 @@ class CompiledGraph:
         src.emit("arena = _arenas.pop() if _arenas else _Arena(_plan, _steps, _runs)")
         held = self._may_fork()
         if held:  # (the workers spin across the call's serial stretches: `threads.hold`)
-            src.emit("held = _hold()")
+            src.emit("held = _hold()" if held == "kernels" else "held = _hold(products_only=True)")
         src.emit("try:")
         if self.plan.slots:
             src.emit("env.update(arena.tensors)", 2)
@@ -1487,11 +1487,16 @@ class CompiledGraph:
                 src.emit(f"_r.span({kernel.name!r}, 'kernel', _s, {src.name(args, 'c')})", indent)
 
     def _may_fork(self):
-        """Whether a step of this CPU call may fork onto the thread team at more than one thread: a kernel that
-        splits, a product that splits (`linalg.SPLIT_MIN_WORK`) or a pair of products."""
-        return self._backend[2] is KernelStep and any(
-            type(step) is ProductPair or getattr(getattr(step, "kernel", None), "parallel", False)
-            or (_product_work(step) or 0) >= SPLIT_MIN_WORK for step in self.steps)
+        """What of this CPU call may fork onto the thread team at more than one thread: "kernels" where a kernel
+        splits, else "products" where a product splits (`linalg.SPLIT_MIN_WORK`) or a pair of products runs at
+        once (both only once ``set_num_threads`` lets products split), else None."""
+        if self._backend[2] is not KernelStep:
+            return None
+        if any(getattr(getattr(step, "kernel", None), "parallel", False) for step in self.steps):
+            return "kernels"
+        if any(type(step) is ProductPair or (_product_work(step) or 0) >= SPLIT_MIN_WORK for step in self.steps):
+            return "products"
+        return None
 
     def _unshared(self, env):
         """Whether no tensor the plan updates in place shares memory with another input or constant."""

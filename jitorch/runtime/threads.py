@@ -716,13 +716,14 @@ def _forked(parts, entry):
     return True
 
 
-def hold():
+def hold(products_only=False):
     """A compiled call that may fork begins: until `release`, the workers of the team of ``get_num_threads()`` and
     the forking thread spin `STEP_SPIN_US` after a part rather than `SPIN_US` (unless the machine is crowded), and
     workers asleep now are woken, so that the call's forks find them spinning. Returns what `release` takes: the
-    team's state word, 0 where there is no team to hold (one thread, or no native code)."""
+    team's state word, 0 where there is no team to hold (one thread, no native code, or ``products_only``, the
+    call's only forks being products', while products do not split: `product_parts`)."""
     n = get_num_threads()
-    team = _team(n) if n > 1 else None
+    team = _team(n) if n > 1 and (not products_only or _settings["split_products"]) else None
     if team is None:
         return 0
     state = ctypes.addressof(team.state)

@@ -9,6 +9,7 @@ import time
 
 import numpy as np
 import pytest
+from threadpoolctl import threadpool_limits
 
 import jitorch as jt
 from jitorch.ops import random_parts
@@ -226,3 +227,19 @@ def test_a_forked_child_starts_with_no_hold(two_threads):
         os.close(r)
     finally:
         threads.release(held)
+
+
+def test_a_call_whose_only_forks_are_products_holds_only_once_products_split(monkeypatch):
+    """A compiled product of 2**24 multiply-adds (over `linalg.SPLIT_MIN_WORK`) and no kernel that splits holds the
+    team at two threads only where products split (``set_num_threads`` called: `threads.product_parts`); the same
+    bits either way."""
+    f = jt.compile(lambda a, b: a @ b)
+    a, b = jt.randn(256, 256), jt.randn(256, 256)
+    monkeypatch.setitem(threads._settings, "threads", 2)
+    monkeypatch.setitem(threads._settings, "split_products", False)
+    with threadpool_limits(limits=1, user_api="blas"):  # (as ``set_num_threads`` leaves BLAS)
+        whole = f(a, b).numpy()
+        holds = threads.counters["holds"]
+        assert f(a, b).numpy().tobytes() == whole.tobytes() and threads.counters["holds"] == holds
+        monkeypatch.setitem(threads._settings, "split_products", True)
+        assert f(a, b).numpy().tobytes() == whole.tobytes() and threads.counters["holds"] == holds + 1
