@@ -219,7 +219,7 @@ def autogroup(proc="/proc"):
 
 
 def measured(name, args, call, n, spin):
-    """Print `measure`'s row of ``call`` at ``n`` threads with waits spinning ``spin`` µs while a call holds the team."""
+    """Print `measure`'s row of ``call`` at ``n`` threads, waits spinning ``spin`` µs while a call holds the team."""
     native = threads._native()
     if native is not None:
         native.hold_ns.value = spin * 1000
