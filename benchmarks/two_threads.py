@@ -1,7 +1,7 @@
 """How a compiled training step uses a second thread: per thread's CPU, its time queued for a core, the team's forks.
 
     python benchmarks/two_threads.py [--models gpt-4x128,lstm,cnn] [--threads 1,2] [--steps 5] [--rounds 3]
-                                     [--system "jitorch.compile(model)"] [--spans] [--in-turn] [--quick]
+                                     [--system "jitorch.compile(model)"] [--spans] [--gaps] [--in-turn] [--quick]
 
 Per model and thread count, the step of ``--system`` (a system of benchmarks/models.py) is warmed up, then run
 ``--rounds`` times ``--steps`` steps; the round of median wall time is printed per step:
@@ -13,7 +13,9 @@ Per model and thread count, the step of ``--system`` (a system of benchmarks/mod
     workers         the team's workers' CPU ms (their parts, and their spins between forks), and queued ms
     forks ...       `runtime.threads.counters` per step: forks onto the team, parts handed over, forks run
                     inline (the team busy), parts taken back (no worker had claimed them when the forking
-                    thread was done with its own), waits whose spin a crowded core ended (`CROWD_US`), and
+                    thread was done with its own), waits whose spin a crowded core ended (`CROWD_US`), waits
+                    that spun to their end and slept (the next raise wakes them), compiled calls that held the team
+                    (`threads.hold`: waits spin `STEP_SPIN_US` meanwhile), and
                     products' parts run as native BLAS calls (`runtime.blas_calls`: no GIL hand-over)
 
 On a machine shared with other work, wall time says little; a thread's CPU and queueing times say where it went
@@ -31,6 +33,9 @@ time, as ``step_profile.py --cpu-clock``) and sums its spans per category of ste
 the spans that forked onto the team (or ran inside a fork: a pair of products) and those that ran on the calling
 thread alone while the other threads had nothing to do: where the serial stretches are.
 
+``--gaps`` times the step's serial stretches (the calling thread's CPU between the step's start, its forks and its
+end) and counts them by length: a stretch longer than the workers' spin puts them to sleep.
+
 ``--in-turn`` runs the step at the highest thread count with each fork's parts run one after another on the calling
 thread (what is split, and how, stays that of the thread count), timing each part in thread CPU: the step's work
 outside forks is its serial stretch, and that plus each fork's largest part is its time on that many threads with
@@ -43,6 +48,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import collections
+import contextlib
 import os
 import statistics
 import sys
@@ -57,7 +63,9 @@ from jitorch.runtime import blas_calls, threads  # noqa: E402
 import models  # noqa: E402
 import step_profile  # noqa: E402
 
-COUNTERS = ("forks", "parts", "inline", "taken back", "crowded", "gemm calls")
+COUNTERS = ("forks", "parts", "inline", "taken back", "crowded", "slept", "holds", "gemm calls")
+# Bounds (µs of the calling thread's CPU) of the serial stretches `--gaps` counts
+GAP_BOUNDS_US = (20, threads.SPIN_US, 500, threads.STEP_SPIN_US)
 _Span = collections.namedtuple("_Span", "name kind args")  # (what step_profile.category reads of an event)
 
 
@@ -74,6 +82,7 @@ def _schedstat(native_id):
 def _counters():
     native = threads._native()
     return dict(threads.counters, crowded=native.crowded.value if native is not None else 0,
+                slept=native.slept.value if native is not None else 0,
                 **{"gemm calls": blas_calls.counters["gemm calls"]})
 
 
@@ -102,9 +111,10 @@ def measure(call, steps, rounds):
     return results[len(results) // 2]
 
 
-def spans(call, steps):
-    """{(category, "forked" or "alone"): (calling thread's CPU ms, spans) per step} of a profiled run."""
-    forks = []  # (start, end) of each fork, in the calling thread's CPU ns
+@contextlib.contextmanager
+def timed_forks():
+    """The list of (start, end) of each fork onto the team made inside, in the calling thread's CPU ns."""
+    forks = []
     forked = threads._forked
 
     def timed(parts, entry):
@@ -115,12 +125,17 @@ def spans(call, steps):
             forks.append((start, time.thread_time_ns()))
     threads._forked = timed
     try:
-        with step_profile.cpu_clock(), profile():
-            recorder = _profiling.RECORDER
-            for _ in range(steps):
-                call()
+        yield forks
     finally:
         threads._forked = forked
+
+
+def spans(call, steps):
+    """{(category, "forked" or "alone"): (calling thread's CPU ms, spans) per step} of a profiled run."""
+    with timed_forks() as forks, step_profile.cpu_clock(), profile():
+        recorder = _profiling.RECORDER
+        for _ in range(steps):
+            call()
     me = threading.get_native_id()
     forks.sort()
     starts = [s for s, _ in forks]
@@ -135,6 +150,28 @@ def spans(call, steps):
         times[key] += (end - start) / 1e6 / steps
         counts[key] += 1 / steps
     return {k: (times[k], counts[k]) for k in times}
+
+
+def gaps(call, steps):
+    """(caller's thread CPU ms per step, of it inside forks, the serial rest, {stretch length: count per step}) of
+    ``steps`` calls: the stretches between a step's start, its forks and its end, by their calling thread's CPU
+    (`GAP_BOUNDS_US`); a worker whose spin is shorter than a stretch falls asleep in it, and the next fork wakes it."""
+    calls = []
+    with timed_forks() as forks:
+        for _ in range(steps):
+            start = time.thread_time_ns()
+            call()
+            calls.append((start, time.thread_time_ns()))
+    labels = [f"<{GAP_BOUNDS_US[0]}"] + [f"{a}-{b}" for a, b in zip(GAP_BOUNDS_US, GAP_BOUNDS_US[1:])] + \
+        [f">={GAP_BOUNDS_US[-1]}"]
+    counts, inside = collections.Counter(), 0
+    for start, end in calls:
+        edges = [start] + [t for fork in forks if start <= fork[0] < end for t in fork] + [end]
+        for a, b in zip(edges[0::2], edges[1::2]):  # (a serial stretch, then a fork, ...)
+            counts[labels[bisect.bisect_right(GAP_BOUNDS_US, (b - a) / 1e3)]] += 1 / steps
+        inside += sum(b - a for a, b in zip(edges[1:-1:2], edges[2:-1:2]))
+    total = sum(b - a for a, b in calls)
+    return total / 1e6 / steps, inside / 1e6 / steps, (total - inside) / 1e6 / steps, {k: counts[k] for k in labels}
 
 
 def in_turn(call, steps):
@@ -181,6 +218,22 @@ def autogroup(proc="/proc"):
         return None
 
 
+def measured(name, args, call, n, spin):
+    """Print `measure`'s row of ``call`` at ``n`` threads, waits spinning ``spin`` µs while a call holds the team."""
+    native = threads._native()
+    if native is not None:
+        native.hold_ns.value = spin * 1000
+    try:
+        r = measure(call, args.steps, args.rounds)
+    finally:
+        if native is not None:
+            native.hold_ns.value = threads.STEP_SPIN_US * 1000
+    print(f"{name}, {args.system}, {n} thread{'s' if n > 1 else ''}: wall {r['wall']:.2f} "
+          f"cpu {r['cpu']:.2f} | caller {r['caller'][0]:.2f} queued {r['caller'][1]:.2f} | workers "
+          f"{r['workers'][0]:.2f} queued {r['workers'][1]:.2f} | " + " ".join(f"{k} {r[k]:.1f}" for k in COUNTERS) +
+          (f" | step spin {spin} µs" if n > 1 else ""), flush=True)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default="gpt-4x128,lstm,cnn")
@@ -190,6 +243,9 @@ def main(argv=None):
     p.add_argument("--system", default=step_profile.SYSTEMS[0], choices=step_profile.SYSTEMS)
     p.add_argument("--spans", action="store_true", help="per category: forked or alone (profiled)")
     p.add_argument("--in-turn", action="store_true", help="each fork's parts one after another: the serial stretch")
+    p.add_argument("--gaps", action="store_true", help="serial stretches between forks, by length")
+    p.add_argument("--step-spin", default=str(threads.STEP_SPIN_US),
+                   help="µs of spin while a compiled call holds the team, one row each (0: the short spin alone)")
     p.add_argument("--quick", action="store_true", help="tiny sizes (for tests)")
     args = p.parse_args(argv)
     counts = [int(n) for n in args.threads.split(",")]
@@ -203,14 +259,16 @@ def main(argv=None):
             jitorch.set_num_threads(n)
             for _ in range(4):  # (compiles; Adam's first compiled call traces again)
                 call()
-            r = measure(call, args.steps, args.rounds)
-            print(f"{name}, {args.system}, {n} thread{'s' if n > 1 else ''}: wall {r['wall']:.2f} cpu {r['cpu']:.2f} | "
-                  f"caller {r['caller'][0]:.2f} queued {r['caller'][1]:.2f} | workers {r['workers'][0]:.2f} "
-                  f"queued {r['workers'][1]:.2f} | " + " ".join(f"{k} {r[k]:.1f}" for k in COUNTERS), flush=True)
+            for spin in [int(us) for us in args.step_spin.split(",")] if n > 1 else [threads.STEP_SPIN_US]:
+                measured(name, args, call, n, spin)
         if args.spans:
             by = spans(call, args.steps)
             for (what, where), (ms, k) in sorted(by.items(), key=lambda kv: -kv[1][0]):
                 print(f"  {what:14s} {where:6s} {ms:8.2f} ms {k:6.0f} spans")
+        if args.gaps:
+            total, inside, serial, by_length = gaps(call, args.steps)
+            print(f"  caller CPU {total:.2f} ms: in forks {inside:.2f}, serial {serial:.2f} ({serial / total:.0%}) in "
+                  "stretches of µs " + ", ".join(f"{k} {v:.1f}" for k, v in by_length.items()), flush=True)
         if args.in_turn:
             total, inside, largest, n_forks = in_turn(call, args.steps)
             alone = total - inside

@@ -65,3 +65,31 @@ def test_the_session_groups_scheduling_is_read_where_linux_groups_by_session(tmp
     assert bench.autogroup(str(tmp_path)) is None
     (tmp_path / "sys" / "kernel" / "sched_autogroup_enabled").write_text("1\n")
     assert bench.autogroup(str(tmp_path)) == "autogroup-642 nice 0"
+
+
+def test_gaps_count_the_serial_stretches_around_each_fork(monkeypatch):
+    """`gaps`: a step whose one kernel splits (one fork per call) has two serial stretches per call, before and
+    after its fork; the fork's time is inside, and the stretches' counts by length add up to two."""
+    bench = load_script(SCRIPT, "two_threads_benchmark")
+    monkeypatch.setitem(threads._settings, "threads", 2)
+    step = jt.compile(lambda a: (a - 1).tanh().sum(0))
+    x = jt.ones(1 << 10, 1 << 8)
+    step(x)
+    total, inside, serial, by_length = bench.gaps(lambda: step(x), 3)
+    assert 0 < inside < total and abs(inside + serial - total) < 1e-9
+    assert abs(sum(by_length.values()) - 2) < 1e-9 and list(by_length)[0] == f"<{bench.GAP_BOUNDS_US[0]}"
+
+
+def test_step_spin_rows_set_the_held_spin_and_restore_it(capsys):
+    """``--step-spin 0,1000``: a row per value at two threads (one at one thread), and the team's held spin is
+    `STEP_SPIN_US` again afterwards."""
+    bench = load_script(SCRIPT, "two_threads_benchmark")
+    try:
+        bench.main(["--models", "cnn", "--quick", "--steps", "1", "--rounds", "1", "--step-spin", "0,1000"])
+    finally:
+        jt.set_num_threads(1)
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("cnn,")]
+    assert [r.split("| step spin")[-1].strip() if "step spin" in r else None for r in rows] == \
+        [None, "0 µs", "1000 µs"]
+    assert all("holds 1.0" in r for r in rows[1:]) and "holds 0.0" in rows[0]
+    assert threads._native().hold_ns.value == threads.STEP_SPIN_US * 1000

@@ -1395,7 +1395,7 @@ class CompiledGraph:
                              _fresh=_fresh, _no_grad=no_grad, _refresh=refresh_captured_state,
                              _arenas=self._arenas, _Arena=Arena, _plan=self.plan, _steps=self.steps,
                              _runs=runs, _step_program=cpu.step_program() if runs else None,
-                             _num_threads=threads.get_num_threads,
+                             _num_threads=threads.get_num_threads, _hold=threads.hold, _release=threads.release,
                              _graph=g, _constants=g.constant_tensors, _unshared=self._unshared,
                              _outputs=self._outputs, _finish=self._finish, _set_grads=set_grads,
                              _view=returned_view, _laid_out=laid_out, _strided=_strided, _compute=_compute, _view_of=Tensor._view_of,
@@ -1430,6 +1430,9 @@ class CompiledGraph:
         # in place only into memory no other input shares (f(w, w) must not see w change midway)
         src.emit(f"inplace = {'_unshared(env)' if self._inplace_targets else 'True'}")
         src.emit("arena = _arenas.pop() if _arenas else _Arena(_plan, _steps, _runs)")
+        held = self._may_fork()
+        if held:  # (the workers spin across the call's serial stretches: `threads.hold`)
+            src.emit("held = _hold()" if held == "kernels" else "held = _hold(products_only=True)")
         src.emit("try:")
         if self.plan.slots:
             src.emit("env.update(arena.tensors)", 2)
@@ -1448,6 +1451,8 @@ class CompiledGraph:
             src.emit("pass", indent)
         src.emit("finally:")
         src.emit("_arenas.append(arena)", 2)
+        if held:
+            src.emit("_release(held)", 2)
         outputs = "_outputs(env)" if self._checked else self._outputs_source(src)
         if g.mutations:
             tail = "return _finish(inputs, env)"
@@ -1480,6 +1485,18 @@ class CompiledGraph:
             if kernel is not None:
                 args = {"ops": list(kernel.ops), "kind": kernel.source.kind}
                 src.emit(f"_r.span({kernel.name!r}, 'kernel', _s, {src.name(args, 'c')})", indent)
+
+    def _may_fork(self):
+        """What of this CPU call may fork onto the thread team at more than one thread: "kernels" where a kernel
+        splits, else "products" where a product splits (`linalg.SPLIT_MIN_WORK`) or a pair of products runs at
+        once (both only once ``set_num_threads`` lets products split), else None."""
+        if self._backend[2] is not KernelStep:
+            return None
+        if any(getattr(getattr(step, "kernel", None), "parallel", False) for step in self.steps):
+            return "kernels"
+        if any(type(step) is ProductPair or (_product_work(step) or 0) >= SPLIT_MIN_WORK for step in self.steps):
+            return "products"
+        return None
 
     def _unshared(self, env):
         """Whether no tensor the plan updates in place shares memory with another input or constant."""

@@ -24,6 +24,7 @@ from ..runtime.device import current_cuda_index, to_device
 from ..runtime.strided import broadcast_shapes
 from ..runtime.summation import add_reduce
 from .creation import OPTIONS, c_num, like_spec, sized_spec
+from .random_parts import random_doubles
 from .registry import TensorSpec, cpp_name, defop, scalar_name
 
 _SEED_MASK = (1 << 64) - 1
@@ -238,8 +239,8 @@ def _check_expandable(shape, target):
 def _uniform01(gen, shape, dtype):
     """Uniform in [0, 1), exact in ``dtype``: a random integer of the dtype's
     mantissa width, scaled, so rounding never reaches 1."""
-    if dtype is _dt.float64:
-        return rng(gen).random(shape)
+    if dtype is _dt.float64:  # (in parts on the thread team where large: `random_parts`)
+        return random_doubles(rng(gen), shape)
     if dtype is _dt.float32:
         return rng(gen).random(shape, dtype=np.float32)
     digits = _DIGITS[dtype.name]

@@ -5,7 +5,8 @@
 how many parts a large matrix product splits into (`ops.linalg`: eager and compiled products run their parts
 at once, each part a one-thread BLAS call). Both fork and join on a team of ``n - 1`` worker
 threads that wait in native code (`_Team`): spinning on a word for ``SPIN_US`` (less where a yield shows
-another thread waiting for the core, ``CROWD_US``), then asleep on a futex. A
+another thread waiting for the core, ``CROWD_US``; ``STEP_SPIN_US`` while a compiled call holds the team, `hold`),
+then asleep on a futex. A
 kernel's chunks go to the workers and come back without the GIL on either side (`run_chunks`), and so do a
 product's parts that are one gemm call each (`run_native_parts`, `runtime.blas_calls`); other parts come back
 to Python for NumPy's matmul (`run_parts`). On this project's 2-core machine a pool of ``concurrent.futures`` made a split
@@ -39,13 +40,21 @@ _settings = {"threads": None, "interop": None, "interop_fixed": False, "warn_alw
              "split_products": False}
 _teams: dict = {}  # thread count -> its team of workers
 _teams_lock = module_lock(globals(), "_teams_lock")
-# A forked child (a DataLoader worker) has none of its parent's worker threads: parts handed to them would wait
-# forever
-os.register_at_fork(after_in_child=_teams.clear)
+
+
+def _after_fork_in_child():
+    """A forked child (a DataLoader worker) has none of its parent's worker threads (parts handed to them would
+    wait forever), nor its calls that held them (`hold`)."""
+    _teams.clear()
+    if _native.cache_info().currsize:
+        native = _native()
+        if native is not None:
+            native.held.value = 0
 # What `run_parts` did, for tests and benchmarks to see what split: "forks" (calls that ran parts on workers),
 # "parts" (parts handed to workers), "inline" (calls whose parts all ran on the calling thread: the team was busy),
-# "taken back" (parts no worker had claimed when the forking thread finished its own, which it then ran)
-counters = {"forks": 0, "parts": 0, "inline": 0, "taken back": 0}
+# "taken back" (parts no worker had claimed when the forking thread finished its own, which it then ran), "holds"
+# (compiled calls that held the team, `hold`)
+counters = {"forks": 0, "parts": 0, "inline": 0, "taken back": 0, "holds": 0}
 
 
 def _positive(name, n):
@@ -99,6 +108,13 @@ SPIN_US = 100
 # ran 6, and the calling thread's own queueing grew from 30 ms at one thread to 44). A yield with no other
 # runnable thread takes about a microsecond.
 CROWD_US = 20
+# ... and while a compiled call that may fork runs (`hold`), this long: a training step's serial stretches between
+# forks (its Python, eager steps, kernels too small to split) last 100 µs or more before a quarter to a half of
+# its forks (benchmarks/two_threads.py --gaps at load 3-5: cnn 9-10 of 21, gpt-4x128 37-38 of 146; under 1 ms
+# but for 1-2 per step), and a worker asleep through each would be
+# woken for the next fork. The call wakes the team as it begins, and releases the hold at its end, after which a
+# wait's spin is `SPIN_US` again. The crowded rule above still ends a spin at once.
+STEP_SPIN_US = 1000
 
 # The team's native code (Linux: it sleeps on futexes). A team's state is four int32 words: go (raised once
 # per fork), go's sleepers flag, done (raised once per part a worker finished), done's sleepers flag; each
@@ -149,6 +165,27 @@ define internal i64 @now() {{
 ; how many spins it ended
 @jitorch_crowd_ns = global i64 0
 @jitorch_crowded = global i64 0
+; How many compiled calls hold the teams now (`hold`), how long a wait spins while one does, and how many waits
+; spun to their end and slept (their gap was longer than the spin)
+@jitorch_held = global i64 0
+@jitorch_hold_ns = global i64 0
+@jitorch_slept = global i64 0
+
+; A compiled call that may fork begins (``delta`` 1) or ends (-1). The first hold wakes the team's sleeping workers
+; (a fork with no parts: every row is -1, see `_Team`), so the call's first fork finds them spinning.
+define void @jitorch_hold(i32* %state, i64 %delta) {{
+  %old = atomicrmw add i64* @jitorch_held, i64 %delta seq_cst
+  %first = icmp eq i64 %old, 0
+  %up = icmp sgt i64 %delta, 0
+  %wake = and i1 %first, %up
+  br i1 %wake, label %raise, label %done
+raise:
+  %goflag = getelementptr i32, i32* %state, i64 1
+  call void @jitorch_raise(i32* %state, i32* %goflag)
+  br label %done
+done:
+  ret void
+}}
 
 define i32 @jitorch_wait(i32* %word, i32 %old, i64 %spin_ns, i32* %flag) {{
 entry:
@@ -181,7 +218,19 @@ count:
   br label %sleep
 check:
   %late = icmp sge i64 %t1, %deadline
-  br i1 %late, label %sleep, label %again
+  br i1 %late, label %held, label %again
+held:
+  ; past its spin: while a compiled call holds the team (`hold`), a wait spins on to its step spin
+  %h = load atomic i64, i64* @jitorch_held monotonic, align 8
+  %isheld = icmp ne i64 %h, 0
+  %holdns = load atomic i64, i64* @jitorch_hold_ns monotonic, align 8
+  %longer = add i64 %start, %holdns
+  %within = icmp slt i64 %t1, %longer
+  %stay = and i1 %isheld, %within
+  br i1 %stay, label %again, label %expired
+expired:
+  %e = atomicrmw add i64* @jitorch_slept, i64 1 monotonic
+  br label %sleep
 again:
   br label %spin
 sleep:
@@ -527,6 +576,12 @@ class _Native:
         self.crowd_ns = ctypes.c_int64.from_address(self.engine.get_global_value_address("jitorch_crowd_ns"))
         self.crowd_ns.value = CROWD_US * 1000
         self.crowded = ctypes.c_int64.from_address(self.engine.get_global_value_address("jitorch_crowded"))
+        self.held = ctypes.c_int64.from_address(self.engine.get_global_value_address("jitorch_held"))
+        self.hold_ns = ctypes.c_int64.from_address(self.engine.get_global_value_address("jitorch_hold_ns"))
+        self.hold_ns.value = STEP_SPIN_US * 1000
+        self.slept = ctypes.c_int64.from_address(self.engine.get_global_value_address("jitorch_slept"))
+        # (PYFUNCTYPE: called with the GIL held, as `raise_holding_gil`)
+        self.hold = ctypes.PYFUNCTYPE(None, word, i64)(self.engine.get_function_address("jitorch_hold"))
 
 
 @functools.cache
@@ -537,6 +592,9 @@ def _native():
     if sys.platform != "linux" or arch not in _FUTEX:
         return None
     return _Native(arch)
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _i32(n):
@@ -553,7 +611,8 @@ class _Team:
         self.native = native
         self.busy = threading.Lock()
         self.state = (ctypes.c_int32 * 4)()
-        self.table = (ctypes.c_int64 * (4 * max(n - 1, 1)))()
+        # every row's entry -1 (no part) between forks, from the start: `hold` wakes the workers with no fork
+        self.table = (ctypes.c_int64 * (4 * max(n - 1, 1)))(*[-1, 0, 0, 0] * max(n - 1, 1))
         self.python = [None] * (n - 1)  # per worker: (fn, args) of its Python part, then its exception or None
         self.done = 0  # parts finished by the workers, as of the last join
         self.workers = n - 1
@@ -655,6 +714,28 @@ def _forked(parts, entry):
     finally:
         team.busy.release()
     return True
+
+
+def hold(products_only=False):
+    """A compiled call that may fork begins: until `release`, the workers of the team of ``get_num_threads()`` and
+    the forking thread spin `STEP_SPIN_US` after a part rather than `SPIN_US` (unless the machine is crowded), and
+    workers asleep now are woken, so that the call's forks find them spinning. Returns what `release` takes: the
+    team's state word, 0 where there is no team to hold (one thread, no native code, or ``products_only``, the
+    call's only forks being products', while products do not split: `product_parts`)."""
+    n = get_num_threads()
+    team = _team(n) if n > 1 and (not products_only or _settings["split_products"]) else None
+    if team is None:
+        return 0
+    state = ctypes.addressof(team.state)
+    team.native.hold(state, 1)
+    counters["holds"] += 1
+    return state
+
+
+def release(state):
+    """The end of a call that `hold` returned ``state`` to: waits spin `SPIN_US` again once no call holds."""
+    if state:
+        _native().hold(state, -1)
 
 
 def run_parts(fn, parts):
