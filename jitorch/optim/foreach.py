@@ -14,6 +14,7 @@ step with momentum, which makes the buffer) are left to the per-parameter step, 
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Callable
@@ -174,10 +175,12 @@ def adamax(opt, group):
     lr, (beta1, beta2) = group["lr"], group["betas"]
     flags = _grad_flags(group) + (abs(1 - beta1) < 0.5,)
 
-    def row(state, step, number):
+    @functools.cache  # (the parameters of a group mostly share their count: one power per step)
+    def row(step, number):
         return (group["weight_decay"], _lerp_factor(1 - beta1, number), beta2, group["eps"],
                 lr / (1 - numpy_power(beta1, step)))
-    return Plan("adamax", buffers, lambda p: opt._lazy_state(p, buffers), lambda step: flags, row,
+    return Plan("adamax", buffers, lambda p: opt._lazy_state(p, buffers), lambda step: flags,
+                lambda state, step, number: row(step, number),
                 lambda p, state: [p, state["exp_avg"], state["exp_inf"], state["exp_inf"]], zero_dim=False)
 
 
@@ -188,13 +191,17 @@ def nadam(opt, group):
     lr, (beta1, beta2), momentum_decay = group["lr"], group["betas"], group["momentum_decay"]
     flags = _grad_flags(group) + (_decoupled(group), abs(1 - beta1) < 0.5)
 
+    @functools.cache  # (the parameters of a group mostly share their count: its powers once per step)
+    def schedule(step):
+        return (beta1 * (1.0 - 0.5 * numpy_power(0.96, step * momentum_decay)),
+                beta1 * (1.0 - 0.5 * numpy_power(0.96, (step + 1) * momentum_decay)), 1 - numpy_power(beta2, step))
+
     def row(state, step, number):
-        mu = beta1 * (1.0 - 0.5 * numpy_power(0.96, step * momentum_decay))
-        mu_next = beta1 * (1.0 - 0.5 * numpy_power(0.96, (step + 1) * momentum_decay))
+        mu, mu_next, bias_correction2 = schedule(step)
         product = numpy_counter(state["mu_product"], _PRODUCT_DTYPES)
         np.multiply(product, product.dtype.type(mu), out=product)
         mu_product = float(product)
-        return (_decay(group), _lerp_factor(1 - beta1, number), beta2, 1 - beta2, 1 - numpy_power(beta2, step),
+        return (_decay(group), _lerp_factor(1 - beta1, number), beta2, 1 - beta2, bias_correction2,
                 group["eps"], lr * (1.0 - mu) / (1.0 - mu_product), lr * mu_next / (1.0 - mu_product * mu_next))
 
     def written(p, state):
@@ -216,21 +223,24 @@ def radam(opt, group):
     rho_inf = 2 / (1 - beta2) - 1
     flags = _grad_flags(group) + (_decoupled(group), abs(1 - beta1) < 0.5)
 
-    def rho(step):
+    @functools.cache  # (the parameters of a group mostly share their count: its powers once per step)
+    def rectification(step):
+        """Whether the step is rectified (``rho_t > 5``), and the adaptive term's factor."""
         bias_correction2 = 1 - numpy_power(beta2, step)
-        return rho_inf - 2 * step * numpy_power(beta2, step) / bias_correction2, bias_correction2
+        rho_t = rho_inf - 2 * step * numpy_power(beta2, step) / bias_correction2
+        if not rho_t > 5.0:
+            return False, 0.0
+        rect = math.sqrt((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t))
+        return True, math.sqrt(bias_correction2) * rect
 
-    def row(state, step, number):
-        rho_t, bias_correction2 = rho(step)
-        adaptive = 0.0
-        if rho_t > 5.0:
-            rect = math.sqrt((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t))
-            adaptive = math.sqrt(bias_correction2) * rect
+    @functools.cache
+    def row(step, number):
         return (_decay(group), _lerp_factor(1 - beta1, number), beta2, 1 - beta2, 1 - numpy_power(beta1, step),
-                group["eps"], adaptive, lr)
-    return Plan("radam", buffers, lambda p: opt._lazy_state(p, buffers), lambda step: flags + (rho(step)[0] > 5.0,),
-                row, lambda p, state: _decayed(p, group) + [p, state["exp_avg"], state["exp_avg_sq"],
-                                                            state["exp_avg_sq"]], zero_dim=False)
+                group["eps"], rectification(step)[1], lr)
+    return Plan("radam", buffers, lambda p: opt._lazy_state(p, buffers),
+                lambda step: flags + (rectification(step)[0],), lambda state, step, number: row(step, number),
+                lambda p, state: _decayed(p, group) + [p, state["exp_avg"], state["exp_avg_sq"], state["exp_avg_sq"]],
+                zero_dim=False)
 
 
 def _operands(params, plan):
