@@ -15,7 +15,9 @@ flags) and no reassociation, so the values are those of the per-op step bit for 
 (learning rate, betas, bias corrections, which change between steps and between parameters) are per-block
 float64 rows the kernel rounds to the element type as NumPy rounds a Python float; only the options that
 change which operations run (``maximize``, weight decay on or off, ``amsgrad``, the form of the lerp,
-momentum, Nesterov) are in the kernel, so a scheduler's new learning rate reuses it.
+momentum, Nesterov, RMSprop's centering, RAdam's rectification) are in the kernel, so a scheduler's new
+learning rate reuses it. Every optimizer's kernel is one element function over the shared operations
+(`_step_grad`, `_lerp`, `_second_moment`...) in `_ELEMENTS`, built by `step_kernel`.
 """
 
 from __future__ import annotations
