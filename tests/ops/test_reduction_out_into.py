@@ -183,7 +183,7 @@ def test_out_aliasing_the_input_computes_from_its_old_values(k):
 
 def test_a_strided_out_takes_the_general_path_with_the_same_values():
     x = _input(jt, (4, 6), np.float32)
-    out = jt.zeros(6, 4).t()[0]  # (4,) with stride 6
+    out = jt.zeros(4, 2)[:, 0]  # (4,) with stride 2
     jt.sum(x, 1, out=out)
     assert out.numpy().tobytes() == jt.sum(x, 1).numpy().tobytes()
 
