@@ -194,3 +194,18 @@ def test_under_a_profiler_or_trace_the_general_path_runs():
         jt.sum(x, 1, out=out)
     assert out.tolist() == [4.0] * 3
     assert any("sum" in e.name for e in prof.events())
+
+
+def test_a_traced_out_call_is_recorded():
+    """Under `jitorch.compile` the trace's dispatch hook sees the out= call (the variant's first try steps
+    aside): the compiled function's out holds the eager values."""
+    @jt.compile
+    def f(x, o):
+        jt.sum(x, 1, out=o)
+        return o * 2
+
+    x = _input(jt, (4, 5), np.float32, seed=3)
+    o = jt.zeros(4)
+    got = f(x, o)
+    np.testing.assert_allclose(got.numpy(), (jt.sum(x, 1) * 2).numpy(), rtol=1e-6, equal_nan=True)
+    np.testing.assert_allclose(o.numpy(), jt.sum(x, 1).numpy(), rtol=1e-6, equal_nan=True)
