@@ -48,7 +48,7 @@ ZERO_DIM_BY_OPS = (optim.Adagrad, optim.Adamax, optim.NAdam, optim.RAdam)
 
 
 def _spy(opt, allow):
-    """Count the parameters offered to ``opt``'s `_numpy_update` or, for `KERNEL_STEPS`, taken by the group's
+    """Count the parameters offered to ``opt``'s `_numpy_update` or taken by the group's
     generated kernel (`_foreach_update`, counted in both and in "kernel"), and those that took their step
     there; ``allow`` False makes every step take jitorch's ops."""
     counts = {"calls": 0, "taken": 0, "kernel": 0}
