@@ -100,6 +100,19 @@ OVERHEAD_OPS = {
     "x.add_(y)": (lambda lib, x, y: x.add_(y), lambda x, y: np.add(x, y, out=x)),
     "x.add_(y, alpha=2)": (lambda lib, x, y: x.add_(y, alpha=2), lambda x, y: np.add(x, 2 * y, out=x)),  # (SGD's)
     "add(x, y, out=x)": (lambda lib, x, y: lib.add(x, y, out=x), lambda x, y: np.add(x, y, out=x)),
+    # reductions into an out= tensor of the result's dtype and shape (here y)
+    "sum(x, 1, True, out=y)": (lambda lib, x, y: lib.sum(x, 1, True, out=y),
+                               lambda x, y: np.add.reduce(x, 1, None, y, True)),
+    "mean(x, 1, True, out=y)": (lambda lib, x, y: lib.mean(x, 1, True, out=y),
+                                lambda x, y: np.mean(x, 1, None, y, True)),
+    "nansum(x, 1, True, out=y)": (lambda lib, x, y: lib.nansum(x, 1, True, out=y),
+                                  lambda x, y: np.nansum(x, 1, None, y, True)),
+    "amax(x, 1, True, out=y)": (lambda lib, x, y: lib.amax(x, 1, True, out=y),
+                                lambda x, y: np.maximum.reduce(x, 1, None, y, True)),
+    "amin(x, 1, True, out=y)": (lambda lib, x, y: lib.amin(x, 1, True, out=y),
+                                lambda x, y: np.minimum.reduce(x, 1, None, y, True)),
+    "prod(x, 1, True, out=y)": (lambda lib, x, y: lib.prod(x, 1, True, out=y),
+                                lambda x, y: np.multiply.reduce(x, 1, None, y, True)),
 }
 
 

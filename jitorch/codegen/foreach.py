@@ -15,7 +15,9 @@ flags) and no reassociation, so the values are those of the per-op step bit for 
 (learning rate, betas, bias corrections, which change between steps and between parameters) are per-block
 float64 rows the kernel rounds to the element type as NumPy rounds a Python float; only the options that
 change which operations run (``maximize``, weight decay on or off, ``amsgrad``, the form of the lerp,
-momentum, Nesterov) are in the kernel, so a scheduler's new learning rate reuses it.
+momentum, Nesterov, RMSprop's centering, RAdam's rectification) are in the kernel, so a scheduler's new
+learning rate reuses it. Every optimizer's kernel is one element function over the shared operations
+(`_step_grad`, `_lerp`, `_second_moment`...) in `_ELEMENTS`, built by `step_kernel`.
 """
 
 from __future__ import annotations
@@ -32,21 +34,12 @@ from .kernel import I64, KernelSource, counted_loop
 from .memo import BuiltOnce
 from .target import CPU
 
-__all__ = ["BLOCK", "ADAM_SCALARS", "SGD_SCALARS", "ADADELTA_SCALARS", "adam_kernel", "sgd_kernel", "adadelta_kernel",
-           "sum_squares_kernel", "run_blocks", "StepKernel"]
+__all__ = ["BLOCK", "step_kernel", "adam_kernel", "sgd_kernel", "adadelta_kernel", "sum_squares_kernel",
+           "run_blocks", "StepKernel"]
 
 # A block's elements at most: 64K float32 are 256 KB per operand, and GPT-sized steps have tens of blocks
 # to share among threads.
 BLOCK = 1 << 16
-
-# Per-block float64 row of an Adam kernel: the decay factor (decoupled: ``1 - lr * weight_decay``, else
-# ``weight_decay``), the lerp's factor (``w`` or ``1 - w`` by the lerp's form, ``w = 1 - beta1``), ``beta2``,
-# ``1 - beta2``, ``sqrt(1 - beta2 ** t)``, ``eps``, ``-lr / (1 - beta1 ** t)``.
-ADAM_SCALARS = 7
-# SGD's: ``weight_decay``, ``momentum``, ``1 - dampening``, ``-lr``.
-SGD_SCALARS = 4
-# Adadelta's: ``weight_decay``, ``rho``, ``1 - rho``, ``eps``, ``-lr``.
-ADADELTA_SCALARS = 5
 
 
 class StepKernel:
@@ -88,25 +81,36 @@ def run_blocks(kernel, operands, rows):
     return block_rows, which
 
 
+def step_kernel(kind, dtype, flags):
+    """The step kernel of optimizer ``kind`` ("adam", "sgd", "adadelta", "rmsprop", "adagrad", "adamax",
+    "nadam", "radam") for float ``dtype`` (a NumPy dtype name, "float32" or "float64") with the options
+    ``flags`` (booleans, in the order of the kind's element function: `_adam_element`...), or None where it
+    cannot be built. Its roles are the parameter, its gradient, then the state buffers in the order the
+    optimizer's NumPy step lists them; each block's row holds the numbers that element function unpacks."""
+    return _kernels(kind, dtype, tuple(bool(f) for f in flags))
+
+
 def adam_kernel(dtype, maximize, weight_decay, decoupled, amsgrad, lerp_low):
-    """The Adam/AdamW step kernel for float ``dtype`` (a NumPy dtype name, "float32" or "float64"), or None
-    where it cannot be built. Roles: param, grad, exp_avg, exp_avg_sq (and max_exp_avg_sq under
-    ``amsgrad``). ``weight_decay``: whether it is nonzero; ``decoupled``: AdamW's; ``lerp_low``: whether the
-    lerp weight ``1 - beta1`` is below 0.5 in magnitude (its first form)."""
-    return _kernels("adam", dtype, (bool(maximize), bool(weight_decay), bool(decoupled), bool(amsgrad),
-                                    bool(lerp_low)))
+    """The Adam/AdamW step kernel (`step_kernel`). Roles: param, grad, exp_avg, exp_avg_sq (and
+    max_exp_avg_sq under ``amsgrad``). ``weight_decay``: whether it is nonzero; ``decoupled``: AdamW's;
+    ``lerp_low``: whether the lerp weight ``1 - beta1`` is below 0.5 in magnitude (its first form). Row:
+    the decay factor (decoupled: ``1 - lr * weight_decay``, else ``weight_decay``), the lerp's factor (``w``
+    or ``1 - w`` by the lerp's form, ``w = 1 - beta1``), ``beta2``, ``1 - beta2``, ``sqrt(1 - beta2 ** t)``,
+    ``eps``, ``-lr / (1 - beta1 ** t)``."""
+    return step_kernel("adam", dtype, (maximize, weight_decay, decoupled, amsgrad, lerp_low))
 
 
 def sgd_kernel(dtype, maximize, weight_decay, momentum, nesterov):
-    """The SGD step kernel for float ``dtype``, or None where it cannot be built. Roles: param, grad (and the
-    momentum buffer with ``momentum``, which must hold its first step's value already)."""
-    return _kernels("sgd", dtype, (bool(maximize), bool(weight_decay), bool(momentum), bool(nesterov)))
+    """The SGD step kernel (`step_kernel`). Roles: param, grad (and the momentum buffer with ``momentum``,
+    which must hold its first step's value already). Row: ``weight_decay``, ``momentum``, ``1 - dampening``,
+    ``-lr``."""
+    return step_kernel("sgd", dtype, (maximize, weight_decay, momentum, nesterov))
 
 
 def adadelta_kernel(dtype, maximize, weight_decay):
-    """The Adadelta step kernel for float ``dtype``, or None where it cannot be built. Roles: param, grad,
-    square_avg, acc_delta."""
-    return _kernels("adadelta", dtype, (bool(maximize), bool(weight_decay)))
+    """The Adadelta step kernel (`step_kernel`). Roles: param, grad, square_avg, acc_delta. Row:
+    ``weight_decay``, ``rho``, ``1 - rho``, ``eps``, ``-lr``."""
+    return step_kernel("adadelta", dtype, (maximize, weight_decay))
 
 
 def sum_squares_kernel(dtype):
@@ -160,12 +164,12 @@ def _module(name, t, roles, scalars, element):
         arg.add_attribute("noalias")
     b = ir.IRBuilder(inner.append_basic_block("entry"))
     n, ptrs, values = inner.args[0], inner.args[1:1 + roles], inner.args[1 + roles:]
-    sqrt = module.declare_intrinsic("llvm.sqrt", [t], ir.FunctionType(t, [t]))
+    math = _Math(module, t)
 
     def each(b, i):
         addresses = [b.gep(p, [i]) for p in ptrs]
         loaded = [b.load(a) for a in addresses]
-        for index, value in element(b, t, sqrt, loaded, values).items():
+        for index, value in element(b, t, math, loaded, values).items():
             b.store(value, addresses[index])
     counted_loop(b, I64(0), n, I64(1), each, "e")
     b.ret_void()
@@ -245,30 +249,77 @@ def _sum_squares_module(name, t):
     return str(module)
 
 
+class _Math:
+    """The intrinsics an element's operations call, declared in the kernel's module on first use."""
+
+    def __init__(self, module, t):
+        self._module, self._t, self._declared = module, t, {}
+
+    def _call(self, b, name, x):
+        if name not in self._declared:
+            self._declared[name] = self._module.declare_intrinsic(name, [self._t], ir.FunctionType(self._t, [self._t]))
+        return b.call(self._declared[name], [x])
+
+    def sqrt(self, b, x):
+        return self._call(b, "llvm.sqrt", x)
+
+    def fabs(self, b, x):  # (NumPy's abs clears the sign bit, a NaN's too)
+        return self._call(b, "llvm.fabs", x)
+
+
+# The operations that several optimizers' NumPy passes share, each as those passes compute it.
+
+def _step_grad(b, param, grad, decay, maximize, weight_decay, decoupled=False):
+    """`optimizer.numpy_grad`: ``(param, grad)`` after maximize's negation and the weight decay (L2:
+    ``grad + param * decay``; decoupled: ``param * decay``, decay being ``1 - lr * weight_decay``)."""
+    if maximize:
+        grad = b.fneg(grad)
+    if weight_decay:
+        if decoupled:
+            param = b.fmul(param, decay)
+        else:
+            grad = b.fadd(grad, b.fmul(param, decay))
+    return param, grad
+
+
+def _lerp(b, start, end, factor, low):
+    """`optimizer.lerp_passes`: ``start + d * w`` (``low``) or ``end - d * (1 - w)``, ``d = end - start``,
+    ``factor`` being ``w`` or ``1 - w`` (computed in the dtype) by the form."""
+    d = b.fsub(end, start)
+    return b.fadd(start, b.fmul(d, factor)) if low else b.fsub(end, b.fmul(d, factor))
+
+
+def _scaled_add(b, a, x, alpha):
+    """`optimizer.add_passes`' ``a + x * alpha`` (where the passes skip a product by alpha 1, multiplying by
+    1 changes no bit)."""
+    return b.fadd(a, b.fmul(x, alpha))
+
+
+def _second_moment(b, avg, grad, beta, one_minus_beta):
+    """``avg * beta + (grad * grad) * (1 - beta)`` (`optimizer.moment_passes`' second moment)."""
+    return _scaled_add(b, b.fmul(avg, beta), b.fmul(grad, grad), one_minus_beta)
+
+
+def _maximum(b, first, second):
+    """NumPy's maximum: the first unless it is below the second (NaN from either side)."""
+    keep = b.or_(b.fcmp_ordered(">=", first, second), b.fcmp_unordered("uno", first, first))
+    return b.select(keep, first, second)
+
+
 def _adam_element(maximize, weight_decay, decoupled, amsgrad, lerp_low):
     """The per-element operations of Adam's NumPy passes (`optimizer.numpy_grad`, ``moment_passes``, then
     the denominator and ``addcdiv_``'s three passes): loaded values -> {role index: value stored}."""
 
-    def element(b, t, sqrt, loaded, s):
+    def element(b, t, math, loaded, s):
         decay, lerp, beta2, one_minus_beta2, correction2, eps, neg_step = s
-        param, grad, exp_avg, exp_avg_sq = loaded[:4]
-        if maximize:
-            grad = b.fneg(grad)
-        if weight_decay:
-            if decoupled:
-                param = b.fmul(param, decay)
-            else:
-                grad = b.fadd(grad, b.fmul(param, decay))
-        d = b.fsub(grad, exp_avg)
-        exp_avg = (b.fadd(exp_avg, b.fmul(d, lerp)) if lerp_low else b.fsub(grad, b.fmul(d, lerp)))
-        exp_avg_sq = b.fadd(b.fmul(exp_avg_sq, beta2), b.fmul(b.fmul(grad, grad), one_minus_beta2))
+        param, grad = _step_grad(b, *loaded[:2], decay, maximize, weight_decay, decoupled)
+        exp_avg = _lerp(b, loaded[2], grad, lerp, lerp_low)
+        exp_avg_sq = _second_moment(b, loaded[3], grad, beta2, one_minus_beta2)
         out = {2: exp_avg, 3: exp_avg_sq}
         second = exp_avg_sq
-        if amsgrad:  # NumPy's maximum: the first unless it is below the second (NaN from either side)
-            old = loaded[4]
-            keep = b.or_(b.fcmp_ordered(">=", old, exp_avg_sq), b.fcmp_unordered("uno", old, old))
-            second = out[4] = b.select(keep, old, exp_avg_sq)
-        denom = b.fadd(b.fdiv(b.call(sqrt, [second]), correction2), eps)
+        if amsgrad:
+            second = out[4] = _maximum(b, loaded[4], exp_avg_sq)
+        denom = b.fadd(b.fdiv(math.sqrt(b, second), correction2), eps)
         out[0] = b.fadd(param, b.fdiv(b.fmul(neg_step, exp_avg), denom))
         return out
     return element
@@ -277,43 +328,122 @@ def _adam_element(maximize, weight_decay, decoupled, amsgrad, lerp_low):
 def _adadelta_element(maximize, weight_decay):
     """The per-element operations of Adadelta's NumPy passes (`jitorch.optim.adadelta.Adadelta._numpy_update`)."""
 
-    def element(b, t, sqrt, loaded, s):
+    def element(b, t, math, loaded, s):
         decay, rho, one_minus_rho, eps, neg_lr = s
-        param, grad, square_avg, acc_delta = loaded
-        if maximize:
-            grad = b.fneg(grad)
-        if weight_decay:
-            grad = b.fadd(grad, b.fmul(param, decay))
-        square_avg = b.fadd(b.fmul(square_avg, rho), b.fmul(b.fmul(grad, grad), one_minus_rho))
-        std = b.call(sqrt, [b.fadd(square_avg, eps)])
-        delta = b.fmul(b.fdiv(b.call(sqrt, [b.fadd(acc_delta, eps)]), std), grad)
-        acc_delta = b.fadd(b.fmul(acc_delta, rho), b.fmul(b.fmul(delta, delta), one_minus_rho))
-        return {0: b.fadd(param, b.fmul(delta, neg_lr)), 2: square_avg, 3: acc_delta}
+        param, grad = _step_grad(b, *loaded[:2], decay, maximize, weight_decay)
+        square_avg = _second_moment(b, loaded[2], grad, rho, one_minus_rho)
+        acc_delta = loaded[3]
+        std = math.sqrt(b, b.fadd(square_avg, eps))
+        delta = b.fmul(b.fdiv(math.sqrt(b, b.fadd(acc_delta, eps)), std), grad)
+        acc_delta = _second_moment(b, acc_delta, delta, rho, one_minus_rho)
+        return {0: _scaled_add(b, param, delta, neg_lr), 2: square_avg, 3: acc_delta}
     return element
 
 
 def _sgd_element(maximize, weight_decay, momentum, nesterov):
     """The per-element operations of SGD's NumPy passes (`jitorch.optim.sgd.SGD._numpy_update`)."""
 
-    def element(b, t, sqrt, loaded, s):
+    def element(b, t, math, loaded, s):
         decay, mom, one_minus_dampening, neg_lr = s
-        param, grad = loaded[:2]
-        if maximize:
-            grad = b.fneg(grad)
-        if weight_decay:
-            grad = b.fadd(grad, b.fmul(param, decay))
+        param, grad = _step_grad(b, *loaded[:2], decay, maximize, weight_decay)
         out = {}
         if momentum:
-            buf = out[2] = b.fadd(b.fmul(loaded[2], mom), b.fmul(grad, one_minus_dampening))
-            grad = b.fadd(grad, b.fmul(buf, mom)) if nesterov else buf
-        out[0] = b.fadd(param, b.fmul(grad, neg_lr))
+            buf = out[2] = _scaled_add(b, b.fmul(loaded[2], mom), grad, one_minus_dampening)
+            grad = _scaled_add(b, grad, buf, mom) if nesterov else buf
+        out[0] = _scaled_add(b, param, grad, neg_lr)
         return out
     return element
 
 
-# kind -> flags -> (roles, the per-element operations, scalars per row)
+def _rmsprop_element(maximize, weight_decay, momentum, centered, lerp_low):
+    """The per-element operations of RMSprop's NumPy passes (`jitorch.optim.rmsprop.RMSprop._numpy_update`).
+    Roles: param, grad, square_avg, then momentum_buffer and grad_avg where they are on."""
+
+    def element(b, t, math, loaded, s):
+        decay, alpha, one_minus_alpha, lerp, eps, mom, neg_lr = s
+        param, grad = _step_grad(b, *loaded[:2], decay, maximize, weight_decay)
+        square_avg = _second_moment(b, loaded[2], grad, alpha, one_minus_alpha)
+        out = {2: square_avg}
+        if centered:
+            index = 3 + momentum
+            grad_avg = out[index] = _lerp(b, loaded[index], grad, lerp, lerp_low)
+            avg = math.sqrt(b, b.fsub(square_avg, b.fmul(grad_avg, grad_avg)))
+        else:
+            avg = math.sqrt(b, square_avg)
+        avg = b.fadd(avg, eps)
+        update = b.fdiv(grad, avg)
+        if momentum:
+            update = out[3] = b.fadd(b.fmul(loaded[3], mom), update)
+        out[0] = _scaled_add(b, param, update, neg_lr)
+        return out
+    return element
+
+
+def _adagrad_element(maximize, weight_decay):
+    """The per-element operations of Adagrad's NumPy passes (`jitorch.optim.adagrad.Adagrad._numpy_update`)."""
+
+    def element(b, t, math, loaded, s):
+        decay, eps, clr = s
+        param, grad = _step_grad(b, *loaded[:2], decay, maximize, weight_decay)
+        state_sum = b.fadd(loaded[2], b.fmul(grad, grad))
+        std = b.fadd(math.sqrt(b, state_sum), eps)
+        return {0: b.fsub(param, b.fmul(b.fdiv(grad, std), clr)), 2: state_sum}
+    return element
+
+
+def _adamax_element(maximize, weight_decay, lerp_low):
+    """The per-element operations of Adamax's NumPy passes (`jitorch.optim.adamax.Adamax._numpy_update`)."""
+
+    def element(b, t, math, loaded, s):
+        decay, lerp, beta2, eps, clr = s
+        param, grad = _step_grad(b, *loaded[:2], decay, maximize, weight_decay)
+        exp_avg = _lerp(b, loaded[2], grad, lerp, lerp_low)
+        exp_inf = _maximum(b, b.fmul(loaded[3], beta2), b.fadd(math.fabs(b, grad), eps))
+        return {0: b.fsub(param, b.fmul(b.fdiv(exp_avg, exp_inf), clr)), 2: exp_avg, 3: exp_inf}
+    return element
+
+
+def _nadam_element(maximize, weight_decay, decoupled, lerp_low):
+    """The per-element operations of NAdam's NumPy passes (`jitorch.optim.nadam.NAdam._numpy_update`)."""
+
+    def element(b, t, math, loaded, s):
+        decay, lerp, beta2, one_minus_beta2, correction2, eps, grad_factor, avg_factor = s
+        param, grad = _step_grad(b, *loaded[:2], decay, maximize, weight_decay, decoupled)
+        exp_avg = _lerp(b, loaded[2], grad, lerp, lerp_low)
+        exp_avg_sq = _second_moment(b, loaded[3], grad, beta2, one_minus_beta2)
+        denom = b.fadd(math.sqrt(b, b.fdiv(exp_avg_sq, correction2)), eps)
+        param = b.fsub(param, b.fmul(b.fdiv(grad, denom), grad_factor))
+        param = b.fsub(param, b.fmul(b.fdiv(exp_avg, denom), avg_factor))
+        return {0: param, 2: exp_avg, 3: exp_avg_sq}
+    return element
+
+
+def _radam_element(maximize, weight_decay, decoupled, lerp_low, rectified):
+    """The per-element operations of RAdam's NumPy passes (`jitorch.optim.radam.RAdam._numpy_update`);
+    ``rectified``: whether the step's ``rho_t`` is above 5 (the adaptive term's passes run)."""
+
+    def element(b, t, math, loaded, s):
+        decay, lerp, beta2, one_minus_beta2, correction1, eps, adaptive_factor, lr = s
+        param, grad = _step_grad(b, *loaded[:2], decay, maximize, weight_decay, decoupled)
+        exp_avg = _lerp(b, loaded[2], grad, lerp, lerp_low)
+        exp_avg_sq = _second_moment(b, loaded[3], grad, beta2, one_minus_beta2)
+        update = b.fdiv(exp_avg, correction1)
+        if rectified:
+            adaptive = b.fdiv(ir.Constant(t, 1.0), b.fadd(math.sqrt(b, exp_avg_sq), eps))
+            update = b.fmul(update, b.fmul(adaptive, adaptive_factor))
+        param = b.fsub(param, b.fmul(update, lr))
+        return {0: param, 2: exp_avg, 3: exp_avg_sq}
+    return element
+
+
+# kind -> flags -> (roles, the per-element operations, numbers per row)
 _ELEMENTS = {
-    "adam": lambda *flags: (4 + flags[3], _adam_element(*flags), ADAM_SCALARS),
-    "sgd": lambda *flags: (2 + flags[2], _sgd_element(*flags), SGD_SCALARS),
-    "adadelta": lambda *flags: (4, _adadelta_element(*flags), ADADELTA_SCALARS),
+    "adam": lambda *flags: (4 + flags[3], _adam_element(*flags), 7),
+    "sgd": lambda *flags: (2 + flags[2], _sgd_element(*flags), 4),
+    "adadelta": lambda *flags: (4, _adadelta_element(*flags), 5),
+    "rmsprop": lambda *flags: (3 + flags[2] + flags[3], _rmsprop_element(*flags), 7),
+    "adagrad": lambda *flags: (3, _adagrad_element(*flags), 3),
+    "adamax": lambda *flags: (4, _adamax_element(*flags), 5),
+    "nadam": lambda *flags: (4, _nadam_element(*flags), 8),
+    "radam": lambda *flags: (4, _radam_element(*flags), 8),
 }

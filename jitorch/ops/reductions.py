@@ -100,20 +100,21 @@ def _int_to_float(name, x, dtype):
 
 # NumPy reductions in the compute dtype: fn(a, axis=, keepdims=) ------------------
 
-def _mean(a, axis, keepdims):
-    total = add_reduce(a, axis, keepdims)
+def _mean(a, axis, keepdims, out=None):
+    total = add_reduce(a, axis, keepdims, out)
     # divided by the count in the sum's dtype, as torch divides: NumPy 1.x would divide a sum of one element
     # (a NumPy scalar) by a Python int in float64, and not round a count above 2**24 to float32
-    return total / total.dtype.type(reduced_count(a.shape, axis))
+    count = total.dtype.type(reduced_count(a.shape, axis))
+    return total / count if out is None else np.true_divide(out, count, out=out)
 
 
 def _nanmean(a, axis, keepdims):
     return _nansum(a, axis, keepdims) / np.sum(~np.isnan(a), axis=axis, keepdims=keepdims)
 
 
-def _nansum(a, axis=None, keepdims=False):
+def _nansum(a, axis=None, keepdims=False, out=None):
     """``np.nansum`` (NaN read as zero) in `add_reduce`'s order."""
-    return add_reduce(np.where(np.isnan(a), a.dtype.type(0), a) if a.dtype.kind in "fc" else a, axis, keepdims)
+    return add_reduce(np.where(np.isnan(a), a.dtype.type(0), a) if a.dtype.kind in "fc" else a, axis, keepdims, out)
 
 
 def _logsumexp(a, axis, keepdims):
@@ -274,6 +275,74 @@ def _reduction_fast(op, fn, whole=None):
     return fast
 
 
+def _ufunc_into(ufunc):
+    """``ufunc.reduce(a, axis, keepdims=, out=)``, positional (NumPy parses no keywords)."""
+    reduce = ufunc.reduce
+    return lambda a, axis, keepdims, out: reduce(a, axis, None, out, keepdims)
+
+
+# A float reduction's NumPy function -> the same computation written into an ``out`` array
+_INTO = {add_reduce: add_reduce, _nansum: _nansum, _mean: _mean, np.multiply.reduce: _ufunc_into(np.multiply),
+         np.maximum.reduce: _ufunc_into(np.maximum), np.minimum.reduce: _ufunc_into(np.minimum)}
+
+
+def _reduction_out(into):
+    """``fast_out(args, out, checked=False)`` of a reduction (`registry.OpDef.fast_out`): its out= call computed
+    straight into ``out``'s array by ``into(a, axis, keepdims, out)`` (`_INTO`) where that is the plain call's
+    result as the general path would write it: no ``dtype=``, the input a non-empty C-contiguous float32/float64
+    CPU tensor of ``out``'s dtype, the dims Python ints in range (`_fast_axis`), ``out`` a C-contiguous CPU
+    tensor of the result's shape (NumPy's reduction loop follows its output's layout, which is then its own
+    result's) in another storage, neither requiring grad in grad mode. False otherwise, having written
+    nothing: the general path computes a new result (the input cast to out's dtype for sum/nansum/prod/mean),
+    resizes out with torch's warning, raises torch's errors and writes the result into out. The same function
+    serves the variant's first try, before `registry.call`'s checks, which the calls it serves pass (the op's
+    ``out_check``: amax's out of the input's dtype, mean's floating out; the overlap check: another storage;
+    `registry._dtype_from_out`: out's dtype the input's), and ``checked`` calls."""
+    silenced = fp_errors.silenced
+    contiguous, known = registry.contiguous_strides_cached, registry.CONTIGUOUS_STRIDES
+    fast_dtypes = frozenset(_FAST_DTYPES)
+
+    def fast_out(args, out, checked=False):
+        x, dim, keepdim = args[0], args[1], args[2]
+        Tensor = registry.Tensor
+        if (len(args) > 3 and args[3] is not None or not isinstance(out, Tensor) or not isinstance(x, Tensor)
+                or keepdim.__class__ is not bool):
+            return False
+        dtype, storage = x.dtype, out._storage
+        if (dtype is not out.dtype or dtype not in fast_dtypes or x.device is not CPU or out.device is not CPU
+                or x._storage is storage or storage.inference
+                or (x._requires_grad or out._requires_grad) and registry.records_grad()):
+            return False
+        shape = x._shape
+        ndim = len(shape)
+        if dim.__class__ is int and -ndim <= dim < ndim:  # (the commonest: one dim in range)
+            d = dim % ndim
+            axis, kept = (d,), shape[:d] + (1,) * keepdim + shape[d + 1:]
+        else:
+            axis = None if dim is None else _fast_axis(dim, ndim)
+            if axis is False:
+                return False
+            if axis is None:
+                kept = (1,) * ndim if keepdim else ()
+            else:
+                kept = tuple(1 if d in axis else n for d, n in enumerate(shape) if keepdim or d not in axis)
+        if (out._shape != kept or x._stride != (known.get(shape) or contiguous(shape))
+                or out._stride != (known.get(kept) or contiguous(kept))):
+            return False
+        a = x._arr if x._arr is not None else x._array()
+        if not a.size:  # (the general path: amax's error, an empty sum's zeros)
+            return False
+        oa = out._arr if out._arr is not None else out._array()
+        try:
+            silenced(into, a, axis, keepdim, oa)
+        except RuntimeError as e:
+            fp_errors.when_busy(e, into, a, axis, keepdim, oa)
+        storage._version += 1
+        return True
+    fast_out.own_out_rules = True  # (it applies the out tensor's dtype rules itself: `registry._variant`)
+    return fast_out
+
+
 # Ops that, given ``out=`` and no ``dtype=``, compute in the out tensor's dtype (torch's
 # ``infer_dtype_from_optional``): ``torch.sum(floats, out=longs)`` sums the floats cast to int64.
 _DTYPE_FROM_OUT = frozenset({"sum", "nansum", "prod", "cumsum", "cumprod"})
@@ -328,6 +397,8 @@ for _r in _REDUCTIONS:
                 input_from_out=_name in _INPUT_FROM_OUT, out_composite=_OUT_COMPOSITES.get(_name))
     if _r.dtype_rule in _KEEPS_FLOAT and not _r.nonempty and _r.schema.startswith(_name + "(Tensor self, int[]?"):
         _op.fast = _reduction_fast(_op, _r.fn, np.add if _r.fn is add_reduce else None)
+    if _r.fn in _INTO and _r.dtype_rule in (*_KEEPS_FLOAT, _same):
+        _op.fast_out = _reduction_out(_INTO[_r.fn])
 
 
 # Index choices: argmax/argmin, and (values, indices) from max/min/median over one dim ----

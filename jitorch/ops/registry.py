@@ -1564,8 +1564,10 @@ def _generate(op, kind, attempt=False, env=None):
                 "".join(f"        {line}\n" for line in view[0])
             env = {} if env is None else env
             env.update(view[1])
-        if with_out and op.fast_out is not None and op.dtype_index is None and "out_check" not in op.attrs \
-                and not op.out_from_out:  # (an out= call that needs none of `call`'s checks: `OpDef.fast_out`)
+        if with_out and op.fast_out is not None and (getattr(op.fast_out, "own_out_rules", False) or (
+                op.dtype_index is None and "out_check" not in op.attrs and not op.out_from_out)):
+            # (an out= call that needs none of `call`'s checks, or one whose fast_out serves only calls that pass
+            # the op's out check and dtype rules for out (a reduction's): `OpDef.fast_out`)
             # (its commonest call written out here, where the op gives it as source: `pointwise_base`'s ``inline``)
             inline = getattr(op.fast_out, "inline", None)
             inline = inline(sig.names, "out") if inline is not None else None

@@ -44,9 +44,9 @@ class Adadelta(Optimizer):
                 self._update_one(p, state, group)
 
     def _foreach_update(self, group, params):
-        """The step of the group's ``params`` in one generated kernel call per dtype (`foreach.adadelta_step`: the
+        """The step of the group's ``params`` in one generated kernel call per dtype (`foreach.group_step`: the
         values of `_numpy_update` bit for bit); returns the parameters it leaves to the per-parameter step."""
-        return foreach.adadelta_step(self, group, params)
+        return foreach.group_step(params, foreach.adadelta(self, group))
 
     def _update_one(self, p, state, group):
         """The step of parameter ``p`` through jitorch's ops (traced in a compiled step)."""

@@ -59,9 +59,9 @@ class Adam(Optimizer):
                 self._update_one(p, state, group)
 
     def _foreach_update(self, group, params, buffers):
-        """The step of the group's ``params`` in one generated kernel call per dtype (`foreach.adam_step`: the
+        """The step of the group's ``params`` in one generated kernel call per dtype (`foreach.group_step`: the
         values of `_numpy_update` bit for bit); returns the parameters it leaves to the per-parameter step."""
-        return foreach.adam_step(self, group, params, buffers)
+        return foreach.group_step(params, foreach.adam(self, group, buffers))
 
     def _update_one(self, p, state, group):
         """The step of parameter ``p`` through jitorch's ops (traced in a compiled step)."""

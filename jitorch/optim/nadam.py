@@ -7,6 +7,7 @@ import numpy as np
 from .. import float32, float64
 from ..runtime import fp_errors, ufunc_parts
 from .adamax import _check_betas
+from . import foreach
 from .optimizer import (Optimizer, _check_nonnegative, _check_unsupported, bump, moment_passes, numpy_begin,
                         numpy_counter, numpy_grad, numpy_power, numpy_step_allowed, step_grad)
 
@@ -42,11 +43,18 @@ class NAdam(Optimizer):
     def _update(self, group, params):
         numpy = numpy_step_allowed(group["lr"], group["eps"], group["weight_decay"], group["momentum_decay"],
                                    *group["betas"])
+        if numpy:  # (the group in one kernel call per dtype; what it leaves takes the per-parameter step)
+            params = self._foreach_update(group, params)
         for p in params:
             state = self._lazy_state(p, ["exp_avg", "exp_avg_sq"], [("mu_product", 1.0)])
             if not (numpy and self._numpy_update(p, state, group)):
                 self._update_one(p, state, group)
 
+
+    def _foreach_update(self, group, params):
+        """The step of the group's ``params`` in one generated kernel call per dtype (`foreach.group_step`: the
+        values of `_numpy_update` bit for bit); returns the parameters it leaves to the per-parameter step."""
+        return foreach.group_step(params, foreach.nadam(self, group))
     def _update_one(self, p, state, group):
         """The step of parameter ``p`` through jitorch's ops (traced in a compiled step)."""
         lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]

@@ -65,9 +65,9 @@ def _check_nonnegative(**values):
 
 
 def _check_unsupported(foreach, fused, differentiable):
-    """torch's checks of the flags that select an implementation: jitorch's eager Adam, AdamW and SGD take one
-    generated kernel per group whatever ``foreach``/``fused`` say (`jitorch.optim.foreach`), the other
-    optimizers one implementation; ``differentiable`` has none."""
+    """torch's checks of the flags that select an implementation: jitorch's eager steps take one generated
+    kernel per group (`jitorch.optim.foreach`) where they can, whatever ``foreach``/``fused`` say;
+    ``differentiable`` has none."""
     if differentiable:
         raise ValueError("differentiable=True is not supported by jitorch optimizers")
     if fused and foreach:

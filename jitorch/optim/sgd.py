@@ -46,9 +46,9 @@ class SGD(Optimizer):
                 self._update_one(p, group)
 
     def _foreach_update(self, group, params):
-        """The step of the group's ``params`` in one generated kernel call per dtype (`foreach.sgd_step`: the
+        """The step of the group's ``params`` in one generated kernel call per dtype (`foreach.group_step`: the
         values of `_numpy_update` bit for bit); returns the parameters it leaves to the per-parameter step."""
-        return foreach.sgd_step(self, group, params)
+        return foreach.group_step(params, foreach.sgd(self, group))
 
     def _update_one(self, p, group):
         """The step of parameter ``p`` through jitorch's ops (traced in a compiled step)."""

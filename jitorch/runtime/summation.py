@@ -29,18 +29,20 @@ def _innermost(a):
     return min(dims, key=lambda d: abs(a.strides[d])) if dims else None
 
 
-def add_reduce(a, axis=None, keepdims=False):
+def add_reduce(a, axis=None, keepdims=False, out=None):
     """``np.add.reduce(a, axis=axis, keepdims=keepdims)`` in an order that does not depend on NumPy's version
-    (see the module docstring); ``axis`` an int, a tuple of ints or None (every dim)."""
+    (see the module docstring); ``axis`` an int, a tuple of ints or None (every dim). ``out``: an array of the
+    result's shape and dtype it is written into (then returned), C-contiguous as NumPy's own result of a
+    C-contiguous ``a`` (NumPy's reduction loop follows the output's layout)."""
     if a.size <= BLOCK or a.dtype.kind not in "fc":  # (the commonest: no more than a block in all)
-        return np.add.reduce(a, axis, None, None, keepdims)  # (positional: NumPy parses no keywords)
+        return np.add.reduce(a, axis, None, out, keepdims)  # (positional: NumPy parses no keywords)
     axes = tuple(range(a.ndim)) if axis is None else \
         tuple(d % a.ndim for d in ((axis,) if isinstance(axis, int) else axis))
     count = 1
     for d in axes:
         count *= a.shape[d]
     if count <= BLOCK or _innermost(a) not in axes:
-        return np.add.reduce(a, axis=axis, keepdims=keepdims)
+        return np.add.reduce(a, axis=axis, keepdims=keepdims, out=out)
     kept = [d for d in range(a.ndim) if d not in axes]
     runs = np.transpose(a, kept + list(axes)).reshape([a.shape[d] for d in kept] + [count])
     whole = count - count % BLOCK
@@ -50,4 +52,7 @@ def add_reduce(a, axis=None, keepdims=False):
         total = total + np.add.reduce(runs[..., whole:], axis=-1)
     if keepdims:
         total = total.reshape([1 if d in axes else n for d, n in enumerate(a.shape)])
+    if out is not None:
+        out[...] = total
+        return out
     return total if total.ndim else total[()]

@@ -44,12 +44,11 @@ CASES = [
 # optimizers whose general step multiplies by 0-d float64 tensors of the step, which promote a 0-d parameter's
 # products: the ops take those parameters' steps
 ZERO_DIM_BY_OPS = (optim.Adagrad, optim.Adamax, optim.NAdam, optim.RAdam)
-# optimizers whose eager step takes the group in one generated kernel call (`jitorch.optim.foreach`)
-KERNEL_STEPS = (optim.Adam, optim.AdamW, optim.SGD, optim.Adadelta)
+# every optimizer here takes the group's eager step in one generated kernel call (`jitorch.optim.foreach`)
 
 
 def _spy(opt, allow):
-    """Count the parameters offered to ``opt``'s `_numpy_update` or, for `KERNEL_STEPS`, taken by the group's
+    """Count the parameters offered to ``opt``'s `_numpy_update` or taken by the group's
     generated kernel (`_foreach_update`, counted in both and in "kernel"), and those that took their step
     there; ``allow`` False makes every step take jitorch's ops."""
     counts = {"calls": 0, "taken": 0, "kernel": 0}
@@ -102,8 +101,9 @@ def test_numpy_step_equals_ops_bit_for_bit(cls, options, dtype):
     # every parameter's step on its arrays, but an SGD momentum buffer's first (made by the ops)
     first_by_ops = len(SHAPES) if options.get("momentum") and cls is optim.SGD else 0
     zero_dim_by_ops = steps * SHAPES.count(()) if cls in ZERO_DIM_BY_OPS else 0
-    # Adam's, SGD's and Adadelta's in the group's kernel, but the first parameter's (its gradient is transposed)
-    by_kernel = (steps - bool(first_by_ops)) * (len(SHAPES) - 1) if cls in KERNEL_STEPS else 0
+    # in the group's kernel, but the first parameter's (its gradient is transposed) and the 0-d one's where
+    # the ops take it
+    by_kernel = (steps - bool(first_by_ops)) * (len(SHAPES) - 1) - zero_dim_by_ops
     assert fast_counts == {"calls": steps * len(SHAPES),
                            "taken": steps * len(SHAPES) - first_by_ops - zero_dim_by_ops, "kernel": by_kernel}
     assert slow_counts["taken"] == 0
