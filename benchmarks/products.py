@@ -42,7 +42,18 @@ def collect(name, quick):
     """{(dtype, a shape, a strides, b shape, b strides, out strides or None, caller): calls per step} of a
     compiled step of model ``name`` (strides in elements), from its third and fourth calls. The caller is
     'jitorch' for the products of ``linalg.array_product`` (seen as its BLAS call or generated kernel gets them,
-    after any fold of a batch into rows), 'numpy' for a module calling NumPy's matmul itself (the recurrences)."""
+    after any fold of a batch into rows), 'numpy' for a module calling NumPy's matmul itself (the recurrences).
+    Collected at one thread: at more, once ``set_num_threads`` has run in the process, products are split into
+    parts or run in pairs by native gemm calls (`jit.interop`), which the watch does not see whole."""
+    threads = jitorch.get_num_threads()
+    jitorch.set_num_threads(1)
+    try:
+        return _collect(name, quick)
+    finally:
+        jitorch.set_num_threads(threads)
+
+
+def _collect(name, quick):
     w = models.workload(jitorch, name, quick)
     call = models.whole_step(jitorch, w)
     for _ in range(2):
