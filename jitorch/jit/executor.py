@@ -46,7 +46,6 @@ import numpy as np
 from ..runtime.grad_mode import no_grad
 from ..ir.fake import fake_tensor
 from ..ir.graph import Value, iter_values, warning_as_traced
-from ..ir.passes import recompute
 from ..ir.passes.fusion import Group
 from ..ir.printer import op_counts
 from ..runtime import logs, profiling, threads
@@ -1073,11 +1072,6 @@ class CompiledGraph:
     @collector_paused()
     def __init__(self, graph, cache=None, device=None):
         self.graph, printed = optimize_cached(graph)
-        if recompute.run(self.graph) and printed is not None:
-            # (the copies are a function of the optimised graph and of the IR's code, which the generator's
-            # fingerprint in the plan's key covers: the optimised graph's text, so marked, keys the plan of the
-            # graph with the copies, sparing a warm call the printing of that graph)
-            printed += "\nwith the copies of the recompute pass"
         self._backend = _backend(device or _device_of(self.graph))
         self.groups = fuse_cached(self.graph, self._backend[0], printed=printed)
         if self._backend[3] is not None:
