@@ -8,12 +8,19 @@ target (the CPU's triple, name and features), `MAX_GROUP_NODES`, this format's n
 sources (`kernel.generator_fingerprint`: fusion's rules and the lowerings' kinds) and, through
 `cache_key`, the versions of jitorch and llvmlite. The graph's text holds every node's op, arguments
 (attributes and constants included), dtype, shape and device, the graph's outputs and the values written
-back: everything fusion reads.
+back: everything fusion reads. The recompute pass (`ir.passes.recompute`) runs between the passes and fusion,
+and its copies are a function of that graph and of the IR's code, which the generator's fingerprint covers:
+the entry keyed by the graph before the copies holds them, as (reader, original) pairs of its node numbers in
+the order the pass makes them, and a compile that finds it makes those copies (`recompute.apply`) without the
+pass's search (`recompute.copies`: 10-12 ms of the GPT-4x128 step's warm first call), giving the graph, value
+names included, that the search gives.
 
 An entry is untrusted input: the kernel cache checks that it is a whole entry made for this key from this
 graph's text (so a foreign, truncated or damaged file is a miss), its size is bounded before it is read,
-it is JSON of integers only (nothing in it runs), and every group it names must pass fusion's own
-rules for a kernel, with no cycle between the groups. An entry that fails any of this is logged ("fusion"
+it is JSON of integers only (nothing in it runs), each copy must keep the graph's meaning
+(`recompute.refused`: a pointwise node without effects whose value the call does not keep, copied for a
+later node, each pair once), and every group it names must pass fusion's own rules for a kernel, with no
+cycle between the groups. An entry that fails any of this is logged ("fusion"
 stage), counted as rejected, and the graph is fused anew, which writes a good entry in its place.
 
 The optimisation passes' last round is skipped the same way (`optimize_cached`): they run in rounds until
@@ -174,7 +181,8 @@ def fuse_cached(graph, target, store=None, printed=None):
     ``target`` (None: the CPU): both from a stored entry when the cache (``store``, default: the kernel cache's
     folder) holds a valid one for this graph, else made anew and stored. ``printed``: the graph's canonical
     text, where the caller has it (`optimize_cached`). Graphs under `MIN_NODES` nodes are done without the
-    cache."""
+    cache. (An entry whose copies check out but whose plan does not leaves its copies made, which keep the
+    graph's meaning, and is written again with the plan fusion finds for them.)"""
     if len(graph.nodes) < MIN_NODES:
         recompute.run(graph)
         return fuse(graph)

@@ -233,3 +233,28 @@ def test_a_warm_process_replays_the_copies_and_computes_bitwise_what_a_cold_one_
     assert warm_searched == warm_writes == 0 and warm_hits == cold_hits + cold_writes
     # the same losses and parameters bitwise, and the same graphs (value names included) and kernels' IR
     assert warm == cold
+
+
+def test_an_entry_whose_copies_check_out_but_plan_does_not_keeps_the_copies_and_fuses_anew(tmp_path, fusion_logs,
+                                                                                           searches):
+    """Its copies are made without a search; fusion then refuses its groups (two products in one) and fuses
+    the graph anew, which gives the entry it would have written."""
+    text, groups = uncached()
+    plan_cache.fuse_cached(optimised(), None, KernelCache(tmp_path))
+    (entry,) = tmp_path.rglob("*.jitk")
+    good = entry.read_bytes()
+    payload = json.loads(good[HEADER.size + len(entry.stem):])
+    copied = optimised()
+    recompute.run(copied)  # (the graph the plan numbers: with the copies)
+    products = [i for i, n in enumerate(copied.nodes) if n.op.name == "matmul"]
+    payload["groups"][products[1]] = payload["groups"][products[0]]
+    payload_replaced(entry, json.dumps(payload, separators=(",", ":")).encode())
+    searched, before = len(searches), plan_cache.info()
+    graph = optimised()
+    assert described(plan_cache.fuse_cached(graph, None, KernelCache(tmp_path))) == groups
+    after = plan_cache.info()
+    assert len(searches) == searched  # the copies came from the entry
+    assert after["rejected"] - before["rejected"] == 1 and after["hits"] == before["hits"]
+    assert print_graph(graph) == text
+    assert "the fusion plan given does not apply" in fusion_logs.text and "holds an external call" in fusion_logs.text
+    assert entry.read_bytes() == good
