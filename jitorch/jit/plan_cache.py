@@ -87,7 +87,10 @@ def _graph_text(graph, target_id, printed=None):
     layouts = sorted((names[v], tuple(strides)) for v, strides in graph.layouts.items() if v in names)
     # (and the code generator's sources: fusion's rules and the lowerings' kinds decide the partition, and an
     # edit of them, which does not change jitorch's version, would otherwise adopt the plans of the code before)
+    # (and the recompute pass's bounds, read now: a process that sets them, as `benchmarks/kernel_audit.py`
+    # does to build a step without the pass, must not be handed the copies made under others)
     return "\n".join([f"jitorch fusion plan {FORMAT}", f"max group nodes {MAX_GROUP_NODES}", f"target {target_id}",
+                      f"recompute max cone {recompute.MAX_CONE} small leaf {recompute.SMALL_LEAF}",
                       f"generator {generator_fingerprint()}",
                       printed if printed is not None else print_graph(graph, canonical=True), f"layouts {layouts}"])
 

@@ -6,9 +6,7 @@ good entry in its place."""
 
 from __future__ import annotations
 
-import hashlib
 import json
-import logging
 import os
 import subprocess
 import sys
@@ -27,7 +25,7 @@ from jitorch.ir.printer import print_graph
 from jitorch.jit import executor, plan_cache  # noqa: F401 (executor: loads the code generator)
 from jitorch.jit.executor import KernelStep
 from jitorch.jit.tracer import trace
-from jitorch.runtime import logs
+from tests.jit.test_plan_cache import _payload_replaced as payload_replaced, fusion_logs  # noqa: F401 (a fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -78,16 +76,6 @@ def searches(monkeypatch):
     return calls
 
 
-@pytest.fixture
-def fusion_logs(caplog):
-    logs.set_logs("fusion")
-    try:
-        with caplog.at_level(logging.INFO, logger="jitorch"):
-            yield caplog
-    finally:
-        logs.set_logs("")
-
-
 def test_a_warm_compile_replays_the_stored_copies_without_searching(tmp_path, searches):
     text, groups = uncached()
     cold, warm = optimised(), optimised()
@@ -125,15 +113,6 @@ def test_a_warm_compiled_step_has_the_cold_ones_kernels_and_bits(tmp_path, monke
     for a, b, c in zip(cold, warm, eager, strict=True):
         assert jt.equal(a, b)  # bitwise
         np.testing.assert_allclose(b.detach().numpy(), c.detach().numpy(), rtol=1e-4, atol=1e-5)
-
-
-def payload_replaced(path, payload):
-    """The entry at ``path`` with ``payload``, its checksum and length made to match (as a writer of the folder
-    could): only plan_cache's own checks stand between it and the graph."""
-    raw = path.read_bytes()
-    magic, version, _, _, source, key_length = HEADER.unpack_from(raw)
-    header = HEADER.pack(magic, version, len(payload), hashlib.sha256(payload).digest(), source, key_length)
-    path.write_bytes(header + raw[HEADER.size:HEADER.size + key_length] + payload)
 
 
 def with_copies(raw, change):
@@ -258,3 +237,16 @@ def test_an_entry_whose_copies_check_out_but_plan_does_not_keeps_the_copies_and_
     assert print_graph(graph) == text
     assert "the fusion plan given does not apply" in fusion_logs.text and "holds an external call" in fusion_logs.text
     assert entry.read_bytes() == good
+
+
+def test_the_pass_bounds_are_in_the_key(tmp_path, monkeypatch, searches):
+    """A compile with other bounds (`MAX_CONE` 0: no copies, as `benchmarks/kernel_audit.py --recompute` builds
+    the step without the pass) finds no entry of the copies made under the defaults, and searches."""
+    plan_cache.fuse_cached(optimised(), None, KernelCache(tmp_path))
+    monkeypatch.setattr(recompute, "MAX_CONE", 0)
+    searched, before = len(searches), plan_cache.info()
+    graph = optimised()
+    nodes = len(graph.nodes)
+    plan_cache.fuse_cached(graph, None, KernelCache(tmp_path))
+    assert len(searches) == searched + 1 and plan_cache.info()["misses"] - before["misses"] == 1
+    assert len(graph.nodes) == nodes  # no copies
