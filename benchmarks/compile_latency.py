@@ -63,7 +63,7 @@ STAGES = (
     ("trace (forward, backward, optimizer)", "jitorch.jit.compile", "trace_with_inputs"),
     ("compile the graph (below)", "jitorch.jit.executor", "CompiledGraph.__init__"),
     ("  passes", "jitorch.jit.executor", "optimize_cached"),
-    ("  fusion", "jitorch.jit.executor", "fuse_cached"),
+    ("  recompute copies, fusion", "jitorch.jit.executor", "fuse_cached"),
     ("  kernel sources, keys, object code", "jitorch.jit.executor", "CompiledGraph._prebuilt"),
     ("  groups lowered to steps", "jitorch.jit.executor", "CompiledGraph._lower"),
     ("  memory plan", "jitorch.jit.executor", "Plan"),

@@ -8,12 +8,19 @@ target (the CPU's triple, name and features), `MAX_GROUP_NODES`, this format's n
 sources (`kernel.generator_fingerprint`: fusion's rules and the lowerings' kinds) and, through
 `cache_key`, the versions of jitorch and llvmlite. The graph's text holds every node's op, arguments
 (attributes and constants included), dtype, shape and device, the graph's outputs and the values written
-back: everything fusion reads.
+back: everything fusion reads. The recompute pass (`ir.passes.recompute`) runs between the passes and fusion,
+and its copies are a function of that graph and of the IR's code, which the generator's fingerprint covers:
+the entry keyed by the graph before the copies holds them, as (reader, original) pairs of its node numbers in
+the order the pass makes them, and a compile that finds it makes those copies (`recompute.apply`) without the
+pass's search (`recompute.copies`: 10-12 ms of the GPT-4x128 step's warm first call), giving the graph, value
+names included, that the search gives.
 
 An entry is untrusted input: the kernel cache checks that it is a whole entry made for this key from this
 graph's text (so a foreign, truncated or damaged file is a miss), its size is bounded before it is read,
-it is JSON of integers only (nothing in it runs), and every group it names must pass fusion's own
-rules for a kernel, with no cycle between the groups. An entry that fails any of this is logged ("fusion"
+it is JSON of integers only (nothing in it runs), each copy must keep the graph's meaning
+(`recompute.refused`: a pointwise node without effects whose value the call does not keep, copied for a
+later node, each pair once), and every group it names must pass fusion's own rules for a kernel, with no
+cycle between the groups. An entry that fails any of this is logged ("fusion"
 stage), counted as rejected, and the graph is fused anew, which writes a good entry in its place.
 
 The optimisation passes' last round is skipped the same way (`optimize_cached`): they run in rounds until
@@ -32,13 +39,13 @@ import json
 
 from ..codegen.cache import KernelCache, cache_key
 from ..codegen.kernel import generator_fingerprint
-from ..ir.passes import optimize
+from ..ir.passes import optimize, recompute
 from ..ir.passes.fusion import MAX_GROUP_NODES, fuse, fuse_with_plan
 from ..ir.printer import print_graph
 from ..runtime import logs
 from ..runtime.forks import module_lock
 
-FORMAT = 2
+FORMAT = 3
 # Graphs of fewer nodes fuse in a few milliseconds at most: no entry is written (nor read) for them.
 MIN_NODES = 64
 # A plan holds a number per node; a bound on the bytes read keeps a damaged or hostile entry from costing
@@ -80,7 +87,10 @@ def _graph_text(graph, target_id, printed=None):
     layouts = sorted((names[v], tuple(strides)) for v, strides in graph.layouts.items() if v in names)
     # (and the code generator's sources: fusion's rules and the lowerings' kinds decide the partition, and an
     # edit of them, which does not change jitorch's version, would otherwise adopt the plans of the code before)
+    # (and the recompute pass's bounds, read now: a process that sets them, as `benchmarks/kernel_audit.py`
+    # does to build a step without the pass, must not be handed the copies made under others)
     return "\n".join([f"jitorch fusion plan {FORMAT}", f"max group nodes {MAX_GROUP_NODES}", f"target {target_id}",
+                      f"recompute max cone {recompute.MAX_CONE} small leaf {recompute.SMALL_LEAF}",
                       f"generator {generator_fingerprint()}",
                       printed if printed is not None else print_graph(graph, canonical=True), f"layouts {layouts}"])
 
@@ -122,18 +132,23 @@ def optimize_cached(graph, store=None):
 
 
 def _decode(data, nodes):
-    """The plan of an entry's bytes, or why it is no plan: a JSON object of this format for a graph of
-    ``nodes`` nodes (`fuse_with_plan` checks the group numbers themselves)."""
+    """(the copies, the plan) of an entry's bytes, or (None, why it is none): a JSON object of this format for a
+    graph of ``nodes`` nodes, its copies pairs of node numbers (`recompute.refused` checks what they copy;
+    `fuse_with_plan` the group numbers)."""
     try:
         entry = json.loads(data)
     except (ValueError, UnicodeDecodeError) as e:
         return None, f"not JSON: {e}"
     if not isinstance(entry, dict) or entry.get("format") != FORMAT or entry.get("nodes") != nodes:
         return None, "another format or another graph's"
-    groups = entry.get("groups")
+    copies, groups = entry.get("copies"), entry.get("groups")
+    if not isinstance(copies, list) or not all(
+            type(pair) is list and len(pair) == 2 and all(type(k) is int and 0 <= k < nodes for k in pair)
+            for pair in copies):
+        return None, f"no list of pairs of node numbers below {nodes}"
     if not isinstance(groups, list):
         return None, "no list of group numbers"
-    return groups, None
+    return (copies, groups), None
 
 
 def target_id(target):
@@ -145,33 +160,56 @@ def target_id(target):
     return f"{target.name} {getattr(target, 'triple', '')}"
 
 
+def _stored(store, key, text, graph):
+    """(the copies as (reader, original) nodes, as node numbers, the plan) of the valid entry under ``key``,
+    or None: a miss, or an entry rejected (logged); counted either way."""
+    data = store.get(key, text, limit=MAX_ENTRY_BYTES)
+    if data is None:
+        _count("misses")
+        return None
+    entry, why = _decode(data, len(graph.nodes))
+    if entry is not None:
+        pairs, plan = entry
+        made = [(graph.nodes[r], graph.nodes[o]) for r, o in pairs]
+        why = recompute.refused(graph, made)
+        if why is None:
+            return made, pairs, plan
+    logs.log("fusion", "cached fusion plan %s rejected, fusing anew: %s", key[:16], why)
+    _count("rejected")
+    return None
+
+
 def fuse_cached(graph, target, store=None, printed=None):
-    """`fuse`'s groups of ``graph`` (optimised) for the kernel ``target`` (None: the CPU), made from a stored
-    plan when the cache (``store``, default: the kernel cache's folder) holds a valid one for this graph, else
-    fused anew and the plan stored. ``printed``: the graph's canonical text, where the caller has it
-    (`optimize_cached`). Graphs under `MIN_NODES` nodes are fused without the cache."""
+    """The recompute pass's copies made in ``graph`` (optimised), then `fuse`'s groups of it for the kernel
+    ``target`` (None: the CPU): both from a stored entry when the cache (``store``, default: the kernel cache's
+    folder) holds a valid one for this graph, else made anew and stored. ``printed``: the graph's canonical
+    text, where the caller has it (`optimize_cached`). Graphs under `MIN_NODES` nodes are done without the
+    cache. (An entry whose copies check out but whose plan does not leaves its copies made, which keep the
+    graph's meaning, and is written again with the plan fusion finds for them.)"""
     if len(graph.nodes) < MIN_NODES:
+        recompute.run(graph)
         return fuse(graph)
     store = store if store is not None else _store()
     text = _graph_text(graph, target_id(target), printed)
     key = cache_key("fusion plan", text)
-    data = store.get(key, text, limit=MAX_ENTRY_BYTES)
-    plan = None
-    if data is not None:
-        plan, why = _decode(data, len(graph.nodes))
-        if plan is None:
-            logs.log("fusion", "cached fusion plan %s rejected, fusing anew: %s", key[:16], why)
-            _count("rejected")
+    nodes, stored = len(graph.nodes), _stored(store, key, text, graph)
+    if stored is not None:
+        made, pairs, plan = stored
     else:
-        _count("misses")
-    groups, made, taken = fuse_with_plan(graph, plan=plan)
+        made, _ = recompute.copies(graph)
+        position = {node: i for i, node in enumerate(graph.nodes)}
+        pairs, plan = [[position[r], position[o]] for r, o in made], None
+    if made:
+        recompute.apply(graph, made)
+    groups, grouped, taken = fuse_with_plan(graph, plan=plan)
     if taken:
-        logs.log("fusion", "fusion plan %s loaded from the cache: %d groups", key[:16], len(groups))
+        logs.log("fusion", "fusion plan %s loaded from the cache: %d groups, %d copies", key[:16], len(groups),
+                 len(pairs))
         _count("hits")
         return groups
     if plan is not None:  # decoded, but refused (fuse_with_plan logged why)
         _count("rejected")
-    store.put(key, json.dumps({"format": FORMAT, "nodes": len(graph.nodes), "groups": made},
+    store.put(key, json.dumps({"format": FORMAT, "nodes": nodes, "copies": pairs, "groups": grouped},
                               separators=(",", ":")).encode(), text)
     _count("writes")
     return groups
