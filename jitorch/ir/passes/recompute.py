@@ -28,15 +28,22 @@ from __future__ import annotations
 
 from math import prod
 
+from ...ops import registry
 from ..graph import Node, Value
 from ..lowerable import kind_of
+from ..values import TensorType
 from . import dce
 from .rewrite import graph_pass, has_effects, substitute
+from .simplify import permutation_chain
 
 # The most pointwise nodes one recomputed value's cone may hold.
 MAX_CONE = 12
 # Leaves with fewer elements than the value's divided by this are broadcast operands, read from cache.
 SMALL_LEAF = 8
+# Whether a reduction computes the pointwise value it reads (its prologue) again rather than reading it.
+REDUCTIONS = True
+# A recomputed prologue's leaves may hold this many times the bytes of the value it computes.
+REDUCTION_LEAF_BYTES = 2
 
 
 def _elements(value):
@@ -83,6 +90,12 @@ def _pinned(graph):
     return pinned
 
 
+def _read_by_external(value, readers, kind):
+    """Whether an external node reads ``value`` or a view of it (a reshape a product reads)."""
+    return any(kind(r) == "external" or kind(r) == "view" and _read_by_external(r.outputs[0], readers, kind)
+               for r in readers.get(value, ()))
+
+
 def _in_memory(value, readers, pinned, kind):
     """Whether ``value`` lies in memory whatever fusion does: a graph input or constant, a result of an
     external node or a reduction, a value the call keeps or an external node reads, or a view of one."""
@@ -91,20 +104,23 @@ def _in_memory(value, readers, pinned, kind):
         value = node.args[0]
         node = value.node
     return node is None or kind(node) in ("external", "reduction") or value in pinned or \
-        any(kind(r) == "external" for r in readers.get(value, ()))
+        _read_by_external(value, readers, kind)
 
 
 def _cone(value, readers, pinned, kind):
-    """The pointwise nodes ``value`` is computed from and the values they read that lie in memory anyway (the
-    leaves, `_in_memory`); (None, None) where the cone holds more than `MAX_CONE` nodes or reads a value
-    computed otherwise (a gather's, a view's of a computed value: a copy could not fold them)."""
+    """The pointwise nodes ``value`` is computed from and the values they read that lie in memory anyway or
+    are small (the leaves: `_in_memory`, or fewer than an `SMALL_LEAF`th of ``value``'s elements, a broadcast
+    operand such as a batch norm's per-channel ``rsqrt(var + eps)``, which is read where its kernel writes it
+    rather than computed again per element); (None, None) where the cone holds more than `MAX_CONE` nodes or
+    reads a value computed otherwise (a gather's, a view's of a computed value: a copy could not fold them)."""
     nodes, leaves, stack, seen = [], [], [value], set()
+    small = _elements(value) / SMALL_LEAF
     while stack:
         v = stack.pop()
         if v in seen:
             continue
         seen.add(v)
-        if v is not value and _in_memory(v, readers, pinned, kind):
+        if v is not value and (_elements(v) < small or _in_memory(v, readers, pinned, kind)):
             leaves.append(v)
             continue
         if not _pointwise(v.node, kind) or len(nodes) == MAX_CONE:
@@ -129,7 +145,7 @@ def run(graph):
         if not _pointwise(node, kind):
             continue
         value = node.outputs[0]
-        if value in pinned or any(kind(r) == "external" for r in readers.get(value, ())):
+        if value in pinned or _read_by_external(value, readers, kind):
             continue
         cone, leaves = _cone(value, readers, pinned, kind)
         if cone is None:
@@ -149,8 +165,15 @@ def run(graph):
                     copy.outputs.append(Value(graph._fresh(), original.outputs[0].type, copy, 0))
                     own[original] = copy
         count += 1
-    if not count:
-        return 0
+    if count:
+        _place(graph, copies, position)
+    if REDUCTIONS:
+        count += _into_reductions(graph)
+    return count
+
+
+def _place(graph, copies, position):
+    """Put each reader's copies just before it, its arguments read from them; drop what no one reads."""
     nodes = []
     for node in graph.nodes:
         own = copies.get(node)
@@ -163,4 +186,160 @@ def run(graph):
         nodes.append(node)
     graph.nodes = nodes
     dce.run(graph)
+
+
+def _reduced_order(strides, shape, reduced):
+    """The reduced dims longer than one in the order the reduction kernel nests their loops: by decreasing
+    stride, ties in dim order (`jitorch.codegen.kernel._memory_order`)."""
+    return [d for d in sorted(reduced, key=lambda d: -abs(strides[d])) if shape[d] != 1]
+
+
+def _compact(shape):
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= n
+    return strides[::-1]
+
+
+def _strides(value, graph):
+    """``value``'s element strides where the IR says them (an input's recorded layout, a computed result
+    compact, a permutation or an ``as_strided`` of a compact value), else None."""
+    node = value.node
+    if node is None:
+        layout = graph.layouts.get(value)
+        return list(layout) if layout is not None else _compact(value.type.shape)
+    if node.op.view is None:
+        return _compact(value.type.shape)
+    base = _strides(node.args[0], graph) if node.args and isinstance(node.args[0], Value) else None
+    if node.op.name in ("view", "reshape") and base == _compact(node.args[0].type.shape):
+        return _compact(value.type.shape)
+    chain = permutation_chain(node)
+    if chain is not None:
+        base = _strides(chain[0], graph)
+        return None if base is None else [base[d] for d in chain[1]]
+    if node.op.name == "as_strided" and base == _compact(node.args[0].type.shape):
+        return list(node.args[2])
+    return None
+
+
+def _reduced_dims(reduction, ndim):
+    dims = reduction.args[1] if len(reduction.args) > 1 and reduction.op.name not in ("max", "min") else None
+    if dims is None or dims == [] or dims == ():
+        return list(range(ndim))
+    return sorted({d % ndim for d in ([dims] if isinstance(dims, int) else dims)})
+
+
+def _view_node(graph, op, x, arg, shape):
+    node = Node(registry.OPS[op], (x, arg))
+    node.outputs.append(Value(graph._fresh(), TensorType(tuple(shape), x.type.dtype, x.type.device), node, 0))
+    return node
+
+
+def _own_views(graph, leaf, kind, made):
+    """``leaf``, where it is a view (of a view ...) of a value, as a copy of those views appended to ``made``:
+    the reduction's kernel folds its own views as index maths, where the original views' kernel would write
+    the leaf for it."""
+    if leaf.node is None or kind(leaf.node) != "view":
+        return leaf
+    base = _own_views(graph, leaf.node.args[0], kind, made)
+    made.append(Node(leaf.node.op, (base,) + tuple(leaf.node.args[1:])))
+    made[-1].outputs.append(Value(graph._fresh(), leaf.type, made[-1], 0))
+    return made[-1].outputs[0]
+
+
+def _read_permuted(graph, leaf, dims, shape, kind, made):
+    """``leaf`` (of ``shape`` or broadcasting to it) as read where ``permute(., dims)`` of ``shape`` reads:
+    the view nodes to add, appended to ``made``; the value to read."""
+    if leaf.type.ndim == 0:
+        return leaf
+    leaf = _own_views(graph, leaf, kind, made)
+    if leaf.type.ndim < len(shape):
+        padded = (1,) * (len(shape) - leaf.type.ndim) + tuple(leaf.type.shape)
+        made.append(_view_node(graph, "view", leaf, list(padded), padded))
+        leaf = made[-1].outputs[0]
+    made.append(_view_node(graph, "permute", leaf, list(dims), [leaf.type.shape[d] for d in dims]))
+    return made[-1].outputs[0]
+
+
+def _prologue_copy(graph, cone, leaves, value, dims, position, kind):
+    """Copies of ``cone`` (computing ``value``) over ``permute(value, dims)``'s shape, each leaf read through
+    a permuting view: the nodes in dataflow order (views first) and the copy of ``value``; None where a node of
+    the cone is not over ``value``'s shape or takes a non-tensor list argument (a permuted copy could not
+    compute it)."""
+    shape = tuple(value.type.shape)
+    if any(n.outputs[0].type.shape != shape or any(isinstance(a, (list, tuple, dict)) for a in n.args)
+           for n in cone):
+        return None
+    made, views = {}, []
+    for leaf in leaves:
+        made[leaf] = _read_permuted(graph, leaf, dims, shape, kind, views)
+    copies = []
+    for original in sorted(cone, key=position.__getitem__):
+        out = original.outputs[0].type
+        copy = Node(original.op, substitute(original.args, lambda v: made.get(v, v)))
+        copy.outputs.append(Value(graph._fresh(), TensorType(tuple(out.shape[d] for d in dims), out.dtype,
+                                                             out.device), copy, 0))
+        made[original.outputs[0]] = copy.outputs[0]
+        copies.append(copy)
+    return views + copies, made[value]
+
+
+def _into_reductions(graph):
+    """Give each reduction that reads a pointwise value, or a permutation of one, that another kernel would
+    write (`_prologue_value`) its own copy of the value's cone, computed where the reduction reads it, so
+    fusion makes it the reduction's prologue; returns how many. See the module docstring."""
+    readers = _readers(graph)
+    kinds = {node: kind_of(node) for node in graph.nodes}
+    kind = kinds.__getitem__
+    pinned = _pinned(graph)
+    position = {node: i for i, node in enumerate(graph.nodes)}
+    before, count = {}, 0
+    for node in graph.nodes:
+        found = _prologue_value(graph, node, readers, pinned, kind, position)
+        if found is None:
+            continue
+        nodes, copy = found
+        before[node] = nodes
+        node.args = (copy,) + tuple(node.args[1:])
+        count += 1
+    if count:
+        graph.nodes = [m for node in graph.nodes for m in [*before.get(node, ()), node]]
+        dce.run(graph)
     return count
+
+
+def _prologue_value(graph, reduction, readers, pinned, kind, position):
+    """For a reduction reading ``permute(value, dims)`` (through a chain of permutations), ``value`` pointwise
+    and neither kept nor read by an external node (fusion cannot make ``value`` the reduction's prologue: the
+    view would need it in memory): (the nodes computing it again over the read shape, their last result), where its
+    cone (`_cone`) reads at most `REDUCTION_LEAF_BYTES` times the value's bytes in its leaves of at least an
+    `SMALL_LEAF`th of its elements (a value another kernel writes costs its bytes written and read again) and
+    the leaves of the value's size lie in memory as the value would (`_strides`), so the kernel sums in the
+    order it did; else None."""
+    if kind(reduction) != "reduction" or not reduction.args or not isinstance(reduction.args[0], Value):
+        return None
+    read = reduction.args[0]
+    chain = permutation_chain(read.node) if read.node is not None else None
+    if chain is None:
+        return None
+    value, dims = chain
+    if value.node is None or not _pointwise(value.node, kind) or value in pinned or \
+            _read_by_external(value, readers, kind):
+        return None
+    cone, leaves = _cone(value, readers, pinned, kind)
+    if cone is None:
+        return None
+    small = _elements(value) / SMALL_LEAF
+    if sum(_bytes(v) for v in leaves if _elements(v) >= small) > REDUCTION_LEAF_BYTES * _bytes(value):
+        return None
+    shape = read.type.shape
+    reduced = _reduced_dims(reduction, len(shape))
+    order = _reduced_order([_compact(value.type.shape)[d] for d in dims], shape, reduced)
+    for leaf in leaves:
+        if _elements(leaf) == _elements(value):
+            strides = _strides(leaf, graph)
+            if strides is None or tuple(leaf.type.shape) != tuple(value.type.shape) or \
+                    _reduced_order([strides[d] for d in dims], shape, reduced) != order:
+                return None
+    return _prologue_copy(graph, cone, leaves, value, dims, position, kind)
