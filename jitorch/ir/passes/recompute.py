@@ -8,8 +8,10 @@ by the backward's: four outputs of the whole size where GELU's forward makes one
 
 For a pointwise node ``n`` whose value some node ``c`` reads that ``n`` also reaches through an external node
 (so fusion could never put ``n`` and ``c`` in one group), this pass gives ``c`` a copy of ``n`` and of the
-pointwise nodes it is computed from (its cone), back to values that lie in memory anyway: graph inputs and
-constants, the results of nodes that are not pointwise, and values an external node reads. The copies sit
+pointwise nodes it is computed from (its cone), back to values that lie in memory anyway (graph inputs and
+constants, the results of nodes that are not pointwise, values an external node reads, directly or through a
+view) and small values (fewer than an eighth of the value's elements: a batch norm's per-channel
+``rsqrt(var + eps)``, read where its kernel writes it rather than computed per element). The copies sit
 just before the first such reader, where fusion joins them to its kernel; the original computes on for the
 readers before the external node, and is dropped where none is left. A cone is copied only when
 
@@ -22,6 +24,24 @@ readers before the external node, and is dropped where none is left. A cone is c
 Every copy computes the same ops on the same operands as the original, in the same dtypes (a kernel rounds
 each node's result to its dtype), so the values read are the same bits. All readers across external nodes
 share one copy of each node.
+
+Reductions (`REDUCTIONS`). A reduction that reads a permutation of a pointwise value (a batch norm's
+statistics and its backward's sums read the batch-first view of values the batch-last kernels between two
+convolutions compute, `sink`) cannot take the value as its prologue: the view needs the value in memory, so
+another kernel wrote it and the reduction read it back (the batch norm backward's kernel wrote five such
+products). Such a reduction gets its own copy of the value's cone computed over the permuted shape, each leaf
+read through the same permutation (a view of a leaf copied too, so the reduction's kernel folds it and no
+kernel writes it), where
+
+* the value is neither kept by the call nor read by an external node, and every node of its cone is over
+  the value's shape (a permuted copy computes nothing else),
+* its leaves of at least an eighth of its elements hold at most `REDUCTION_LEAF_BYTES` times its bytes (a
+  value another kernel writes costs its bytes written and read again), and
+* each leaf of its size lies in memory in the value's order over the reduced dims (`_strides`), so the
+  reduction's loops, nested by the widest leaf's strides, walk every leaf as they walked the value.
+
+The elements summed are the same bits; a sum's kernel may reassociate (the vectoriser's partial sums follow the
+loop body), so a sum is equal to the one without the copies within rounding, a max or min bit for bit.
 """
 
 from __future__ import annotations
@@ -130,10 +150,10 @@ def _cone(value, readers, pinned, kind):
     return nodes, leaves
 
 
-@graph_pass("recompute", "recomputed %d pointwise values across external nodes")
+@graph_pass("recompute", "recomputed %d pointwise values across external nodes or into reductions")
 def run(graph):
-    """Copy pointwise cones into their readers across external nodes (see the module docstring); returns
-    the number of values recomputed."""
+    """Copy pointwise cones into their readers across external nodes, and into reductions over their
+    permutations (see the module docstring); returns the number of values recomputed."""
     readers = _readers(graph)
     kinds = {node: kind_of(node) for node in graph.nodes}  # (asked ~10 times a node: 36 -> 12 ms on a GPT step)
     kind = kinds.__getitem__
