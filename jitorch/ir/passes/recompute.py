@@ -49,6 +49,7 @@ from __future__ import annotations
 from math import prod
 
 from ...ops import registry
+from ...runtime.strided import contiguous_strides
 from ..graph import Node, Value
 from ..lowerable import kind_of
 from ..values import TensorType
@@ -214,32 +215,25 @@ def _reduced_order(strides, shape, reduced):
     return [d for d in sorted(reduced, key=lambda d: -abs(strides[d])) if shape[d] != 1]
 
 
-def _compact(shape):
-    strides, step = [], 1
-    for n in reversed(shape):
-        strides.append(step)
-        step *= n
-    return strides[::-1]
-
-
 def _strides(value, graph):
-    """``value``'s element strides where the IR says them (an input's recorded layout, a computed result
-    compact, a permutation or an ``as_strided`` of a compact value), else None."""
+    """``value``'s element strides as the IR says them (the layout the graph records for it; an input or a
+    computed result otherwise compact; a reshape, a permutation or an ``as_strided`` of a compact value),
+    else None. (A guess at worst: the strides order the reduction's loops, never what it computes.)"""
+    layout = graph.layouts.get(value)
+    if layout is not None:
+        return tuple(layout)
     node = value.node
-    if node is None:
-        layout = graph.layouts.get(value)
-        return list(layout) if layout is not None else _compact(value.type.shape)
-    if node.op.view is None:
-        return _compact(value.type.shape)
+    if node is None or node.op.view is None:
+        return contiguous_strides(value.type.shape)
     base = _strides(node.args[0], graph) if node.args and isinstance(node.args[0], Value) else None
-    if node.op.name in ("view", "reshape") and base == _compact(node.args[0].type.shape):
-        return _compact(value.type.shape)
+    if node.op.name in ("view", "reshape") and base == contiguous_strides(node.args[0].type.shape):
+        return contiguous_strides(value.type.shape)
     chain = permutation_chain(node)
     if chain is not None:
         base = _strides(chain[0], graph)
-        return None if base is None else [base[d] for d in chain[1]]
-    if node.op.name == "as_strided" and base == _compact(node.args[0].type.shape):
-        return list(node.args[2])
+        return None if base is None else tuple(base[d] for d in chain[1])
+    if node.op.name == "as_strided" and base == contiguous_strides(node.args[0].type.shape):
+        return tuple(node.args[2])
     return None
 
 
@@ -355,7 +349,7 @@ def _prologue_value(graph, reduction, readers, pinned, kind, position):
         return None
     shape = read.type.shape
     reduced = _reduced_dims(reduction, len(shape))
-    order = _reduced_order([_compact(value.type.shape)[d] for d in dims], shape, reduced)
+    order = _reduced_order([contiguous_strides(value.type.shape)[d] for d in dims], shape, reduced)
     for leaf in leaves:
         if _elements(leaf) == _elements(value):
             strides = _strides(leaf, graph)
