@@ -200,3 +200,20 @@ def test_forward_kernel_writes_the_activation_alone(monkeypatch):
     assert full_size_writes([forward_kernel(kernels(batch_norm_step, *batch_norm_args(jt, 0, "float32")))]) == 1
     monkeypatch.setattr(recompute, "MAX_CONE", 0)
     assert full_size_writes([forward_kernel(kernels(batch_norm_step, *batch_norm_args(jt, 0, "float32")))]) == 4
+
+
+def leaf_permuted_over_size_one_dims(a, b):
+    """A leaf whose view chain permutes dims of one element (a transposed convolution's col2im view): compact."""
+    m = (a @ b).reshape(1, 8, 4, 4, 1, 1, 4).permute(1, 2, 3, 6, 0, 4, 5).reshape(8, 4, 4, 4)
+    return ((m - 1.5) * m).permute(3, 0, 1, 2).sum((0, 2, 3))
+
+
+def test_a_leaf_permuted_over_dims_of_one_element_is_compact():
+    """Its strides had been unknown (a reshape of a permuted value), which refused the cone: the batch norms
+    of the DCGAN generator's backward kept their kernel writing five products."""
+    a, b = jt.randn(32, 8, generator=gen(5)), jt.randn(8, 16, generator=gen(6))
+    assert reduction_groups(leaf_permuted_over_size_one_dims, a, b)["sum"][-3:] == ["sub", "mul", "sum"]
+    m = (torch.from_numpy(a.numpy()) @ torch.from_numpy(b.numpy())).reshape(8, 4, 4, 4)
+    want = ((m - 1.5) * m).permute(3, 0, 1, 2).sum((0, 2, 3))
+    np.testing.assert_allclose(jt.compile(leaf_permuted_over_size_one_dims)(a, b).numpy(), want.numpy(),
+                               rtol=1e-5, atol=1e-4)

@@ -215,6 +215,11 @@ def _reduced_order(strides, shape, reduced):
     return [d for d in sorted(reduced, key=lambda d: -abs(strides[d])) if shape[d] != 1]
 
 
+def _compact(strides, shape):
+    """Whether ``strides`` lay ``shape`` out row-major (dims of one element, which any stride steps, aside)."""
+    return all(s == c for s, c, n in zip(strides, contiguous_strides(shape), shape) if n != 1)
+
+
 def _strides(value, graph):
     """``value``'s element strides as the IR says them (the layout the graph records for it; an input or a
     computed result otherwise compact; a reshape, a permutation or an ``as_strided`` of a compact value),
@@ -226,13 +231,14 @@ def _strides(value, graph):
     if node is None or node.op.view is None:
         return contiguous_strides(value.type.shape)
     base = _strides(node.args[0], graph) if node.args and isinstance(node.args[0], Value) else None
-    if node.op.name in ("view", "reshape") and base == contiguous_strides(node.args[0].type.shape):
+    compact = base is not None and _compact(base, node.args[0].type.shape)
+    if node.op.name in ("view", "reshape") and compact:
         return contiguous_strides(value.type.shape)
     chain = permutation_chain(node)
     if chain is not None:
         base = _strides(chain[0], graph)
         return None if base is None else tuple(base[d] for d in chain[1])
-    if node.op.name == "as_strided" and base == contiguous_strides(node.args[0].type.shape):
+    if node.op.name == "as_strided" and compact:
         return tuple(node.args[2])
     return None
 
