@@ -10,8 +10,9 @@ For a pointwise node ``n`` whose value some node ``c`` reads that ``n`` also rea
 (so fusion could never put ``n`` and ``c`` in one group), this pass gives ``c`` a copy of ``n`` and of the
 pointwise nodes it is computed from (its cone), back to values that lie in memory anyway (graph inputs and
 constants, the results of nodes that are not pointwise, values an external node reads, directly or through a
-view) and small values (fewer than an eighth of the value's elements: a batch norm's per-channel
-``rsqrt(var + eps)``, read where its kernel writes it rather than computed per element). The copies sit
+view) and small views (of fewer than an eighth of the value's elements: a batch norm's per-channel
+``rsqrt(var + eps)`` viewed to broadcast, read where its kernel writes it; a view of a computed value
+refuses the cone otherwise). The copies sit
 just before the first such reader, where fusion joins them to its kernel; the original computes on for the
 readers before the external node, and is dropped where none is left. A cone is copied only when
 
@@ -130,10 +131,12 @@ def _in_memory(value, readers, pinned, kind):
 
 def _cone(value, readers, pinned, kind):
     """The pointwise nodes ``value`` is computed from and the values they read that lie in memory anyway or
-    are small (the leaves: `_in_memory`, or fewer than an `SMALL_LEAF`th of ``value``'s elements, a broadcast
-    operand such as a batch norm's per-channel ``rsqrt(var + eps)``, which is read where its kernel writes it
-    rather than computed again per element); (None, None) where the cone holds more than `MAX_CONE` nodes or
-    reads a value computed otherwise (a gather's, a view's of a computed value: a copy could not fold them)."""
+    are small views (the leaves: `_in_memory`, or a view of fewer than an `SMALL_LEAF`th of ``value``'s
+    elements, a batch norm's per-channel ``rsqrt(var + eps)`` viewed to broadcast, read where its kernel
+    writes it); (None, None) where the cone holds more than `MAX_CONE` nodes or reads a value computed
+    otherwise (a gather's, a larger view's of a computed value: a copy could not fold them). A small value
+    computed pointwise with no view between stays in the cone (a layer norm's ``rstd``: fusion joins its
+    copy to the reader's kernel as a broadcast node, where reading it would split the kernel)."""
     nodes, leaves, stack, seen = [], [], [value], set()
     small = _elements(value) / SMALL_LEAF
     while stack:
@@ -141,7 +144,8 @@ def _cone(value, readers, pinned, kind):
         if v in seen:
             continue
         seen.add(v)
-        if v is not value and (_elements(v) < small or _in_memory(v, readers, pinned, kind)):
+        if v is not value and (_in_memory(v, readers, pinned, kind) or
+                               _elements(v) < small and kind(v.node) == "view"):
             leaves.append(v)
             continue
         if not _pointwise(v.node, kind) or len(nodes) == MAX_CONE:
