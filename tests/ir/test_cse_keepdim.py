@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 import jitorch as jt
-from jitorch.ir import interpret, parse
 from jitorch.ir.passes import cse
 from tests.ir.test_passes import graph_of, text
 
