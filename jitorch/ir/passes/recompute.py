@@ -310,9 +310,9 @@ def _prologue_copy(graph, cone, leaves, value, dims, position, kind):
 
 
 def _into_reductions(graph):
-    """Give each reduction that reads a pointwise value, or a permutation of one, that another kernel would
-    write (`_prologue_value`) its own copy of the value's cone, computed where the reduction reads it, so
-    fusion makes it the reduction's prologue; returns how many. See the module docstring."""
+    """Give each reduction that reads a permutation of a pointwise value that another kernel would write
+    (`_prologue_value`) its own copy of the value's cone, computed over the permuted shape, so fusion makes
+    it the reduction's prologue; returns how many. See the module docstring."""
     readers = _readers(graph)
     kinds = {node: kind_of(node) for node in graph.nodes}
     kind = kinds.__getitem__
@@ -336,11 +336,11 @@ def _into_reductions(graph):
 def _prologue_value(graph, reduction, readers, pinned, kind, position):
     """For a reduction reading ``permute(value, dims)`` (through a chain of permutations), ``value`` pointwise
     and neither kept nor read by an external node (fusion cannot make ``value`` the reduction's prologue: the
-    view would need it in memory): (the nodes computing it again over the read shape, their last result), where its
-    cone (`_cone`) reads at most `REDUCTION_LEAF_BYTES` times the value's bytes in its leaves of at least an
-    `SMALL_LEAF`th of its elements (a value another kernel writes costs its bytes written and read again) and
-    the leaves of the value's size lie in memory as the value would (`_strides`), so the kernel sums in the
-    order it did; else None."""
+    view would need it in memory): (the nodes computing it again over the read shape, their last result),
+    where its cone (`_cone`) reads at most `REDUCTION_LEAF_BYTES` times the value's bytes in its leaves of at
+    least an `SMALL_LEAF`th of its elements (a value another kernel writes costs its bytes written and read
+    again) and the leaves of the value's size lie in memory in the value's order over the reduced dims
+    (`_strides`), so the reduction's loops walk each of them as they walked the value; else None."""
     if kind(reduction) != "reduction" or not reduction.args or not isinstance(reduction.args[0], Value):
         return None
     read = reduction.args[0]
