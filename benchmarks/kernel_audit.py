@@ -1,6 +1,7 @@
 """Roofline audit of a compiled training step's generated kernels (benchmarks/models.py's models).
 
     python benchmarks/kernel_audit.py [--models gpt-4x128,lstm,dcgan] [--top 10] [--steps 10] [--recompute]
+                                      [--reductions]
 
 Each model's whole compiled step is warmed up, then run under `jitorch.profiler.profile` with spans timed in the
 calling thread's CPU time (1 thread). Each generated kernel's time per call (its spans, summed by kernel name) is
@@ -12,7 +13,8 @@ kernel's GB/s over that. The top ``--top`` kernels by total time per step are pr
 shapes (inputs -> outputs) and kind.
 
 ``--recompute`` also times the whole step built with the recompute pass (`jitorch.ir.passes.recompute`)
-against the same step built without it (``MAX_CONE`` 0), in this process, interleaved.
+against the same step built without it (``MAX_CONE`` 0), in this process, interleaved; ``--reductions`` the
+step with the pass's copies into reductions' prologues against without them (``REDUCTIONS`` False).
 """
 
 from __future__ import annotations
@@ -98,21 +100,23 @@ def audit(name, steps=10, top=10, quick=False):
     return rows[:top]
 
 
-def recompute_ratio(name, steps=5, reps=11, threads=1, quick=False):
+def recompute_ratio(name, steps=5, reps=11, threads=1, quick=False, setting=("MAX_CONE", 0)):
     """Median over ``reps`` interleaved turns (each system first in every other turn) of the step's CPU time
-    with the recompute pass over without it (`recompute.MAX_CONE` 0), both compiled in this process: thread
-    CPU time at one thread, process CPU time at more."""
+    with the recompute pass over without it (``setting``: the pass's module attribute and the value that turns
+    it, or a part of it, off: `recompute.MAX_CONE` 0, the whole pass; `recompute.REDUCTIONS` False, its copies
+    into reductions), both compiled in this process: thread CPU time at one thread, process CPU time at more."""
     from jitorch.ir.passes import recompute
     jitorch.set_num_threads(threads)
-    calls, saved = {}, recompute.MAX_CONE
+    attribute, off = setting
+    calls, saved = {}, getattr(recompute, attribute)
     try:
-        for label, cone in (("without", 0), ("with", saved)):
-            recompute.MAX_CONE = cone  # (read when the step compiles, in its first calls)
+        for label, value in (("without", off), ("with", saved)):
+            setattr(recompute, attribute, value)  # (read when the step compiles, in its first calls)
             calls[label] = models.system_call("jitorch compiled", name, quick)
             for _ in range(4):
                 calls[label]()
     finally:
-        recompute.MAX_CONE = saved
+        setattr(recompute, attribute, saved)
     return with_over_without(calls, steps, reps, threads)
 
 
@@ -124,12 +128,18 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true", help="tiny sizes (for tests)")
     p.add_argument("--recompute", action="store_true",
                    help="also the step with the recompute pass against without, interleaved, at 1 and 2 threads")
+    p.add_argument("--reductions", action="store_true",
+                   help="also the step with the recompute pass's copies into reductions against without them")
     args = p.parse_args(argv)
     for name in args.models.split(","):
-        if args.recompute:
+        for flag, what, setting in ((args.recompute, "recompute", ("MAX_CONE", 0)),
+                                    (args.reductions, "copies into reductions", ("REDUCTIONS", False))):
+            if not flag:
+                continue
             for threads in (1, 2):
-                print(f"{name}: CPU time with/without recompute at {threads} thread(s): "
-                      f"{recompute_ratio(name, threads=threads, quick=args.quick):.3f} (median of 11 interleaved turns)")
+                ratio = recompute_ratio(name, threads=threads, quick=args.quick, setting=setting)
+                print(f"{name}: CPU time with/without {what} at {threads} thread(s): {ratio:.3f} "
+                      "(median of 11 interleaved turns)")
         print(f"{name} (thread CPU time, 1 thread)")
         print(f"  {'ms/step':>7} {'calls':>5} {'µs/call':>8} {'MB':>6} {'GB/s':>6} {'%bound':>6}  kind ops  shapes")
         for ops, kind, shapes, mb, us, calls, gbs, pct, ms in audit(name, args.steps, args.top, args.quick):

@@ -13,7 +13,8 @@ and its copies are a function of that graph and of the IR's code, which the gene
 the entry keyed by the graph before the copies holds them, as (reader, original) pairs of its node numbers in
 the order the pass makes them, and a compile that finds it makes those copies (`recompute.apply`) without the
 pass's search (`recompute.copies`: 10-12 ms of the GPT-4x128 step's warm first call), giving the graph, value
-names included, that the search gives.
+names included, that the search gives. Its copies into reductions (`recompute.into_reductions`, one walk over
+the reductions of the graph those copies give) are made anew on every compile.
 
 An entry is untrusted input: the kernel cache checks that it is a whole entry made for this key from this
 graph's text (so a foreign, truncated or damaged file is a miss), its size is bounded before it is read,
@@ -90,7 +91,8 @@ def _graph_text(graph, target_id, printed=None):
     # (and the recompute pass's bounds, read now: a process that sets them, as `benchmarks/kernel_audit.py`
     # does to build a step without the pass, must not be handed the copies made under others)
     return "\n".join([f"jitorch fusion plan {FORMAT}", f"max group nodes {MAX_GROUP_NODES}", f"target {target_id}",
-                      f"recompute max cone {recompute.MAX_CONE} small leaf {recompute.SMALL_LEAF}",
+                      f"recompute max cone {recompute.MAX_CONE} small leaf {recompute.SMALL_LEAF} "
+                      f"reductions {recompute.REDUCTIONS} leaf bytes {recompute.REDUCTION_LEAF_BYTES}",
                       f"generator {generator_fingerprint()}",
                       printed if printed is not None else print_graph(graph, canonical=True), f"layouts {layouts}"])
 
@@ -201,6 +203,8 @@ def fuse_cached(graph, target, store=None, printed=None):
         pairs, plan = [[position[r], position[o]] for r, o in made], None
     if made:
         recompute.apply(graph, made)
+    if recompute.REDUCTIONS:  # (not cached: one walk over the reductions, a function of the graph made so far)
+        recompute.into_reductions(graph)
     groups, grouped, taken = fuse_with_plan(graph, plan=plan)
     if taken:
         logs.log("fusion", "fusion plan %s loaded from the cache: %d groups, %d copies", key[:16], len(groups),

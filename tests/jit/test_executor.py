@@ -485,16 +485,21 @@ def test_kernels_read_permuted_and_cropped_eager_views_in_place_through_their_st
     ex = compiled.lower(*ours, jt.from_numpy(x), jt.from_numpy(z)).executable
     reads = _strided_reads(ex)
     viewed = {v: s.views[v] for s, v in reads if v in s.views}
-    # the transposed conv's output cropped (its padding: an offset); the conv's product is read batch-last as it
-    # lies, the batch norm kernels running batch-last (`ir.passes.sink`): no permuted view is left to read
-    assert {v.node.op.name for v in viewed} == {"as_strided"}
-    assert [offset > 0 for _, offset, _ in viewed.values()] == [True]
+    # the transposed conv's output cropped (its padding: an offset), read in place as an eager step's view, or
+    # folded as index maths by each batch norm kernel over the uncropped output (the recompute pass gives each
+    # statistics reduction its own copy of the crop); the conv's product is read batch-last as it lies, the
+    # batch norm kernels running batch-last (`ir.passes.sink`): no permuted view is left to read
+    assert {v.node.op.name for v in viewed} <= {"as_strided"}
+    assert [offset > 0 for _, offset, _ in viewed.values()] in ([True], [])
+    statistics = [[n.op.name for n in s.nodes] for s in ex.steps if isinstance(s, KernelStep)
+                  and s.kernel.source.kind == "reduction" and not {"relu", "tanh"} & {n.op.name for n in s.nodes}]
+    assert viewed or len([ops for ops in statistics if "as_strided" in ops]) == 2  # the second batch norm's
     for s, v in reads:  # every other view a kernel reads lies compactly over all of its root: nothing is copied
         if v not in s.views and v.node.op.view is not None:
             root, shape, strides, offset = ex.view_geometry[v]
             # (the conv's product read as (C, H, W, N): all of its root, compact)
             assert offset == 0 and strides == jt.empty(shape).stride() and root.type.shape in (shape, (1, 8, 100))
-    assert "_strided(" in ex.source
+    assert ("_strided(" in ex.source) == bool(viewed)  # (the guard on a view read in place)
     loss = compiled(*ours, jt.from_numpy(x), jt.from_numpy(z))
     expected = step(*theirs, torch.from_numpy(x), torch.from_numpy(z))
     np.testing.assert_allclose(loss.item(), expected.item(), rtol=1e-5)

@@ -250,3 +250,55 @@ def test_the_pass_bounds_are_in_the_key(tmp_path, monkeypatch, searches):
     plan_cache.fuse_cached(graph, None, KernelCache(tmp_path))
     assert len(searches) == searched + 1 and plan_cache.info()["misses"] - before["misses"] == 1
     assert len(graph.nodes) == nodes  # no copies
+
+
+def conv_bn_step(x, w1, gamma, beta, w2):
+    """Convolution, batch norm, leaky ReLU, convolution, forward and backward: the batch norm's statistics and
+    its backward's sums read permutations of pointwise values (`recompute.into_reductions`)."""
+    h = F.leaky_relu(F.batch_norm(F.conv2d(x, w1, padding=1), None, None, gamma, beta, training=True), 0.2)
+    y = F.conv2d(h, w2, padding=1)
+    (y * y).mean().backward()
+    return y, w1.grad, gamma.grad, beta.grad, w2.grad
+
+
+def conv_bn_args(seed=0):
+    g = jt.Generator().manual_seed(seed)
+    return [jt.randn(4, 3, 8, 8, generator=g)] + [
+        jt.randn(*shape, generator=g, requires_grad=True) for shape in [(8, 3, 3, 3), (8,), (8,), (4, 8, 3, 3)]]
+
+
+def test_a_warm_compile_makes_the_copies_into_reductions_anew_and_equals_the_cold_one(tmp_path, monkeypatch,
+                                                                                         searches):
+    """The copies into reductions are not stored: a warm compile replays the stored copies across external
+    nodes, makes those into reductions again and takes the stored plan, giving the cold compile's graph and
+    kernels bit for bit (the plan names groups of the graph both made)."""
+    monkeypatch.setattr(plan_cache, "_store", lambda: KernelCache(tmp_path))
+    into = recompute.into_reductions
+    made = []
+    monkeypatch.setattr(recompute, "into_reductions", lambda graph: made.append(into(graph)) or made[-1])
+
+    def compiled():
+        fn = jt.compile(conv_bn_step)
+        return fn(*conv_bn_args()), fn.lower(*conv_bn_args()).executable
+
+    before = plan_cache.info()
+    (cold, cold_ex), (warm, warm_ex) = compiled(), compiled()
+    assert made and made[0] > 0 and len(set(made)) == 1  # the same copies into reductions at every compile
+    assert plan_cache.info()["hits"] > before["hits"]
+    assert print_graph(warm_ex.graph) == print_graph(cold_ex.graph)
+    kernels = [[step.kernel.source.llvm_ir for step in ex.steps if type(step) is KernelStep] for ex in (cold_ex, warm_ex)]
+    assert kernels[0] == kernels[1]
+    for a, b in zip(cold, warm, strict=True):
+        assert jt.equal(a, b)
+
+
+def test_the_copies_into_reductions_settings_are_in_the_key(tmp_path, monkeypatch):
+    """A compile without the copies into reductions (`benchmarks/kernel_audit.py --reductions` builds one) finds
+    no entry of the plan made with them."""
+    graph = optimize(trace(conv_bn_step, *conv_bn_args()))
+    assert len(graph.nodes) >= plan_cache.MIN_NODES
+    plan_cache.fuse_cached(graph, None, KernelCache(tmp_path))
+    monkeypatch.setattr(recompute, "REDUCTIONS", False)
+    before = plan_cache.info()
+    plan_cache.fuse_cached(optimize(trace(conv_bn_step, *conv_bn_args())), None, KernelCache(tmp_path))
+    assert plan_cache.info()["misses"] - before["misses"] == 1

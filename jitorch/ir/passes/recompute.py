@@ -8,8 +8,11 @@ by the backward's: four outputs of the whole size where GELU's forward makes one
 
 For a pointwise node ``n`` whose value some node ``c`` reads that ``n`` also reaches through an external node
 (so fusion could never put ``n`` and ``c`` in one group), this pass gives ``c`` a copy of ``n`` and of the
-pointwise nodes it is computed from (its cone), back to values that lie in memory anyway: graph inputs and
-constants, the results of nodes that are not pointwise, and values an external node reads. The copies sit
+pointwise nodes it is computed from (its cone), back to values that lie in memory anyway (graph inputs and
+constants, the results of nodes that are not pointwise, values an external node reads, directly or through a
+view) and small views (of fewer than an eighth of the value's elements: a batch norm's per-channel
+``rsqrt(var + eps)`` viewed to broadcast, read where its kernel writes it; a view of a computed value
+refuses the cone otherwise). The copies sit
 just before the first such reader, where fusion joins them to its kernel; the original computes on for the
 readers before the external node, and is dropped where none is left. A cone is copied only when
 
@@ -22,21 +25,47 @@ readers before the external node, and is dropped where none is left. A cone is c
 Every copy computes the same ops on the same operands as the original, in the same dtypes (a kernel rounds
 each node's result to its dtype), so the values read are the same bits. All readers across external nodes
 share one copy of each node.
+
+Reductions (`REDUCTIONS`). A reduction that reads a permutation of a pointwise value (a batch norm's
+statistics and its backward's sums read the batch-first view of values the batch-last kernels between two
+convolutions compute, `sink`) cannot take the value as its prologue: the view needs the value in memory, so
+another kernel wrote it and the reduction read it back (the batch norm backward's kernel wrote five such
+products). Such a reduction gets its own copy of the value's cone computed over the permuted shape, each leaf
+read through the same permutation (a view of a leaf copied too, so the reduction's kernel folds it and no
+kernel writes it), where
+
+* the value is neither kept by the call nor read by an external node, and every node of its cone is over
+  the value's shape (a permuted copy computes nothing else),
+* its leaves of at least an eighth of its elements hold at most `REDUCTION_LEAF_BYTES` times its bytes (a
+  value another kernel writes costs its bytes written and read again), and
+* each leaf of its size lies in memory in the value's order over the reduced dims (`_strides`), so the
+  reduction's loops, nested by the widest leaf's strides, walk every leaf as they walked the value.
+
+The elements summed are the same bits; a sum's kernel may reassociate (the vectoriser's partial sums follow the
+loop body), so a sum is equal to the one without the copies within rounding, a max or min bit for bit.
 """
 
 from __future__ import annotations
 
 from math import prod
 
+from ...ops import registry
+from ...runtime.strided import contiguous_strides
 from ..graph import Node, Value
 from ..lowerable import kind_of
+from ..values import TensorType
 from . import dce
 from .rewrite import graph_pass, has_effects, substitute
+from .simplify import permutation_chain
 
 # The most pointwise nodes one recomputed value's cone may hold.
 MAX_CONE = 12
 # Leaves with fewer elements than the value's divided by this are broadcast operands, read from cache.
 SMALL_LEAF = 8
+# Whether a reduction computes the pointwise value it reads (its prologue) again rather than reading it.
+REDUCTIONS = True
+# A recomputed prologue's leaves may hold this many times the bytes of the value it computes.
+REDUCTION_LEAF_BYTES = 2
 
 
 def _elements(value):
@@ -83,6 +112,12 @@ def _pinned(graph):
     return pinned
 
 
+def _read_by_external(value, readers, kind):
+    """Whether an external node reads ``value`` or a view of it (a reshape a product reads)."""
+    return any(kind(r) == "external" or kind(r) == "view" and _read_by_external(r.outputs[0], readers, kind)
+               for r in readers.get(value, ()))
+
+
 def _in_memory(value, readers, pinned, kind):
     """Whether ``value`` lies in memory whatever fusion does: a graph input or constant, a result of an
     external node or a reduction, a value the call keeps or an external node reads, or a view of one."""
@@ -91,20 +126,26 @@ def _in_memory(value, readers, pinned, kind):
         value = node.args[0]
         node = value.node
     return node is None or kind(node) in ("external", "reduction") or value in pinned or \
-        any(kind(r) == "external" for r in readers.get(value, ()))
+        _read_by_external(value, readers, kind)
 
 
 def _cone(value, readers, pinned, kind):
-    """The pointwise nodes ``value`` is computed from and the values they read that lie in memory anyway (the
-    leaves, `_in_memory`); (None, None) where the cone holds more than `MAX_CONE` nodes or reads a value
-    computed otherwise (a gather's, a view's of a computed value: a copy could not fold them)."""
+    """The pointwise nodes ``value`` is computed from and the values they read that lie in memory anyway or
+    are small views (the leaves: `_in_memory`, or a view of fewer than an `SMALL_LEAF`th of ``value``'s
+    elements, a batch norm's per-channel ``rsqrt(var + eps)`` viewed to broadcast, read where its kernel
+    writes it); (None, None) where the cone holds more than `MAX_CONE` nodes or reads a value computed
+    otherwise (a gather's, a larger view's of a computed value: a copy could not fold them). A small value
+    computed pointwise with no view between stays in the cone (a layer norm's ``rstd``: fusion joins its
+    copy to the reader's kernel as a broadcast node, where reading it would split the kernel)."""
     nodes, leaves, stack, seen = [], [], [value], set()
+    small = _elements(value) / SMALL_LEAF
     while stack:
         v = stack.pop()
         if v in seen:
             continue
         seen.add(v)
-        if v is not value and _in_memory(v, readers, pinned, kind):
+        if v is not value and (_in_memory(v, readers, pinned, kind) or
+                               _elements(v) < small and kind(v.node) == "view"):
             leaves.append(v)
             continue
         if not _pointwise(v.node, kind) or len(nodes) == MAX_CONE:
@@ -114,19 +155,21 @@ def _cone(value, readers, pinned, kind):
     return nodes, leaves
 
 
-@graph_pass("recompute", "recomputed %d pointwise values across external nodes")
+@graph_pass("recompute", "recomputed %d pointwise values across external nodes or into reductions")
 def run(graph):
-    """Copy pointwise cones into their readers across external nodes (see the module docstring); returns
-    the number of values recomputed."""
+    """Copy pointwise cones into their readers across external nodes, and into reductions over their
+    permutations (see the module docstring); returns the number of values recomputed."""
     made, count = copies(graph)
     if count:
         apply(graph, made)
+    if REDUCTIONS:
+        count += into_reductions(graph)
     return count
 
 
 def copies(graph):
-    """(the copies `run` makes, the number of values they recompute): a list of (reader, original node),
-    one per copy, in the order `apply` makes them."""
+    """(the copies across external nodes `run` makes, the number of values they recompute): a list of
+    (reader, original node), one per copy, in the order `apply` makes them."""
     readers = _readers(graph)
     kinds = {node: kind_of(node) for node in graph.nodes}  # (asked ~10 times a node: 36 -> 12 ms on a GPT step)
     kind = kinds.__getitem__
@@ -138,7 +181,7 @@ def copies(graph):
         if not _pointwise(node, kind):
             continue
         value = node.outputs[0]
-        if value in pinned or any(kind(r) == "external" for r in readers.get(value, ())):
+        if value in pinned or _read_by_external(value, readers, kind):
             continue
         cone, leaves = _cone(value, readers, pinned, kind)
         if cone is None:
@@ -201,3 +244,159 @@ def apply(graph, made):
         nodes.append(node)
     graph.nodes = nodes
     dce.run(graph)
+
+
+def _reduced_order(strides, shape, reduced):
+    """The reduced dims longer than one in the order the reduction kernel nests their loops: by decreasing
+    stride, ties in dim order (`jitorch.codegen.kernel._memory_order`)."""
+    return [d for d in sorted(reduced, key=lambda d: -abs(strides[d])) if shape[d] != 1]
+
+
+def _compact(strides, shape):
+    """Whether ``strides`` lay ``shape`` out row-major (dims of one element, which any stride steps, aside)."""
+    return all(s == c for s, c, n in zip(strides, contiguous_strides(shape), shape) if n != 1)
+
+
+def _strides(value, graph):
+    """``value``'s element strides as the IR says them (the layout the graph records for it; an input or a
+    computed result otherwise compact; a reshape, a permutation or an ``as_strided`` of a compact value),
+    else None. (A guess at worst: the strides order the reduction's loops, never what it computes.)"""
+    layout = graph.layouts.get(value)
+    if layout is not None:
+        return tuple(layout)
+    node = value.node
+    if node is None or node.op.view is None:
+        return contiguous_strides(value.type.shape)
+    base = _strides(node.args[0], graph) if node.args and isinstance(node.args[0], Value) else None
+    compact = base is not None and _compact(base, node.args[0].type.shape)
+    if node.op.name in ("view", "reshape") and compact:
+        return contiguous_strides(value.type.shape)
+    chain = permutation_chain(node)
+    if chain is not None:
+        base = _strides(chain[0], graph)
+        return None if base is None else tuple(base[d] for d in chain[1])
+    if node.op.name == "as_strided" and compact:
+        return tuple(node.args[2])
+    return None
+
+
+def _reduced_dims(reduction, ndim):
+    dims = reduction.args[1] if len(reduction.args) > 1 and reduction.op.name not in ("max", "min") else None
+    if dims is None or dims == [] or dims == ():
+        return list(range(ndim))
+    return sorted({d % ndim for d in ([dims] if isinstance(dims, int) else dims)})
+
+
+def _view_node(graph, op, x, arg, shape):
+    node = Node(registry.OPS[op], (x, arg))
+    node.outputs.append(Value(graph._fresh(), TensorType(tuple(shape), x.type.dtype, x.type.device), node, 0))
+    return node
+
+
+def _own_views(graph, leaf, kind, made):
+    """``leaf``, where it is a view (of a view ...) of a value, as a copy of those views appended to ``made``:
+    the reduction's kernel folds its own views as index maths, where the original views' kernel would write
+    the leaf for it."""
+    if leaf.node is None or kind(leaf.node) != "view":
+        return leaf
+    base = _own_views(graph, leaf.node.args[0], kind, made)
+    made.append(Node(leaf.node.op, (base,) + tuple(leaf.node.args[1:])))
+    made[-1].outputs.append(Value(graph._fresh(), leaf.type, made[-1], 0))
+    return made[-1].outputs[0]
+
+
+def _read_permuted(graph, leaf, dims, shape, kind, made):
+    """``leaf`` (of ``shape`` or broadcasting to it) as read where ``permute(., dims)`` of ``shape`` reads:
+    the view nodes to add, appended to ``made``; the value to read."""
+    if leaf.type.ndim == 0:
+        return leaf
+    leaf = _own_views(graph, leaf, kind, made)
+    if leaf.type.ndim < len(shape):
+        padded = (1,) * (len(shape) - leaf.type.ndim) + tuple(leaf.type.shape)
+        made.append(_view_node(graph, "view", leaf, list(padded), padded))
+        leaf = made[-1].outputs[0]
+    made.append(_view_node(graph, "permute", leaf, list(dims), [leaf.type.shape[d] for d in dims]))
+    return made[-1].outputs[0]
+
+
+def _prologue_copy(graph, cone, leaves, value, dims, position, kind):
+    """Copies of ``cone`` (computing ``value``) over ``permute(value, dims)``'s shape, each leaf read through
+    a permuting view: the nodes in dataflow order (views first) and the copy of ``value``; None where a node of
+    the cone is not over ``value``'s shape or takes a non-tensor list argument (a permuted copy could not
+    compute it)."""
+    shape = tuple(value.type.shape)
+    if any(n.outputs[0].type.shape != shape or any(isinstance(a, (list, tuple, dict)) for a in n.args)
+           for n in cone):
+        return None
+    made, views = {}, []
+    for leaf in leaves:
+        made[leaf] = _read_permuted(graph, leaf, dims, shape, kind, views)
+    copies = []
+    for original in sorted(cone, key=position.__getitem__):
+        out = original.outputs[0].type
+        copy = Node(original.op, substitute(original.args, lambda v: made.get(v, v)))
+        copy.outputs.append(Value(graph._fresh(), TensorType(tuple(out.shape[d] for d in dims), out.dtype,
+                                                             out.device), copy, 0))
+        made[original.outputs[0]] = copy.outputs[0]
+        copies.append(copy)
+    return views + copies, made[value]
+
+
+def into_reductions(graph):
+    """Give each reduction that reads a permutation of a pointwise value that another kernel would write
+    (`_prologue_value`) its own copy of the value's cone, computed over the permuted shape, so fusion makes
+    it the reduction's prologue; returns how many. See the module docstring."""
+    readers = _readers(graph)
+    kinds = {node: kind_of(node) for node in graph.nodes}
+    kind = kinds.__getitem__
+    pinned = _pinned(graph)
+    position = {node: i for i, node in enumerate(graph.nodes)}
+    before, count = {}, 0
+    for node in graph.nodes:
+        found = _prologue_value(graph, node, readers, pinned, kind, position)
+        if found is None:
+            continue
+        nodes, copy = found
+        before[node] = nodes
+        node.args = (copy,) + tuple(node.args[1:])
+        count += 1
+    if count:
+        graph.nodes = [m for node in graph.nodes for m in [*before.get(node, ()), node]]
+        dce.run(graph)
+    return count
+
+
+def _prologue_value(graph, reduction, readers, pinned, kind, position):
+    """For a reduction reading ``permute(value, dims)`` (through a chain of permutations), ``value`` pointwise
+    and neither kept nor read by an external node (fusion cannot make ``value`` the reduction's prologue: the
+    view would need it in memory): (the nodes computing it again over the read shape, their last result),
+    where its cone (`_cone`) reads at most `REDUCTION_LEAF_BYTES` times the value's bytes in its leaves of at
+    least an `SMALL_LEAF`th of its elements (a value another kernel writes costs its bytes written and read
+    again) and the leaves of the value's size lie in memory in the value's order over the reduced dims
+    (`_strides`), so the reduction's loops walk each of them as they walked the value; else None."""
+    if kind(reduction) != "reduction" or not reduction.args or not isinstance(reduction.args[0], Value):
+        return None
+    read = reduction.args[0]
+    chain = permutation_chain(read.node) if read.node is not None else None
+    if chain is None:
+        return None
+    value, dims = chain
+    if value.node is None or not _pointwise(value.node, kind) or value in pinned or \
+            _read_by_external(value, readers, kind):
+        return None
+    cone, leaves = _cone(value, readers, pinned, kind)
+    if cone is None:
+        return None
+    small = _elements(value) / SMALL_LEAF
+    if sum(_bytes(v) for v in leaves if _elements(v) >= small) > REDUCTION_LEAF_BYTES * _bytes(value):
+        return None
+    shape = read.type.shape
+    reduced = _reduced_dims(reduction, len(shape))
+    order = _reduced_order([contiguous_strides(value.type.shape)[d] for d in dims], shape, reduced)
+    for leaf in leaves:
+        if _elements(leaf) == _elements(value):
+            strides = _strides(leaf, graph)
+            if strides is None or tuple(leaf.type.shape) != tuple(value.type.shape) or \
+                    _reduced_order([strides[d] for d in dims], shape, reduced) != order:
+                return None
+    return _prologue_copy(graph, cone, leaves, value, dims, position, kind)
