@@ -1,0 +1,62 @@
+"""vmap, vmap(grad) and jvp findings of the transform fuzzer (tests/fuzz/transforms.py) in session 44, each against
+torch and a second oracle: torch's autograd on each sample, the per-sample loop, float64 values."""
+
+import dataclasses
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import jitorch
+
+
+def _scatter_prod_loss(T, include_self):
+    index = T.tensor([3, 2, 0, 3])
+
+    def loss(x):
+        v = x[T.tensor([0, 0, 0, 0])].clone()
+        v.scatter_reduce_(0, index, x * T.tensor([-1.75, 0.0, 0.625, 1.875], dtype=x.dtype), "prod",
+                          include_self=include_self)
+        return (v * T.arange(1, 5, dtype=x.dtype)).sum()
+    return loss
+
+
+@pytest.mark.parametrize("include_self", [False, True])
+def test_vmap_grad_of_scatter_reduce_prod_runs_where_torch_raises_its_data_dependent_error_seed_8400167(include_self):
+    """Seed 8400167: ``v.scatter_reduce_(0, index, src, 'prod', include_self=False)`` under vmap(grad): torch's
+    backward of a 'prod' scatter asks whether the source holds a zero, which its vmap refuses ("vmap: It looks like
+    you're either (1) calling .item() on a Tensor ..."), while its plain vmap of the same function runs. jitorch's
+    vmap(grad) gives the gradients of torch's autograd on each sample and of its own per-sample loop; the transform
+    fuzzer now takes that refusal as torch's (`transforms._torch_differentiation_refused`)."""
+    rows = np.array([[0.5, -1.5, 2.0, 0.75], [1.0, 0.0, -0.25, 3.0], [2.0, 1.5, 0.5, -1.0]])
+    with pytest.raises(RuntimeError, match=r"vmap: It looks like you're either \(1\) calling \.item\(\)"):
+        torch.func.vmap(torch.func.grad(_scatter_prod_loss(torch, include_self)))(torch.tensor(rows))
+    torch.func.vmap(_scatter_prod_loss(torch, include_self))(torch.tensor(rows))
+    got = jitorch.func.vmap(jitorch.func.grad(_scatter_prod_loss(jitorch, include_self)))(jitorch.tensor(rows))
+    loop = [jitorch.func.grad(_scatter_prod_loss(jitorch, include_self))(jitorch.tensor(r)).tolist() for r in rows]
+    want = []
+    for r in rows:
+        x = torch.tensor(r, requires_grad=True)
+        want.append(torch.autograd.grad(_scatter_prod_loss(torch, include_self)(x), x)[0].numpy())
+    np.testing.assert_allclose(got.numpy(), loop, rtol=1e-12, atol=0)
+    np.testing.assert_allclose(got.numpy(), np.stack(want), rtol=1e-12, atol=1e-15)
+
+
+def test_the_transform_fuzzer_judges_seed_8400167_by_torch_autograd_on_each_sample(monkeypatch):
+    """The harness side of seed 8400167: its program passes, and its vmap(grad) check ran against torch.autograd
+    (a jitorch gradient made wrong there is caught, not waved through with torch's refusal)."""
+    from tests.fuzz import transforms
+    from tests.fuzz.generator import generate, op_table
+
+    program, _ = generate(8400167, table=op_table())
+    assert "scatter_reduce_" in [s.tag for s in program.body]
+    real = transforms._torch_autograd
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        outcome = transforms.check(program)
+        assert not outcome.mismatches and outcome.ran["vmap-grad"] == 1
+        monkeypatch.setattr(transforms, "_torch_autograd", lambda program, floats: transforms.Run(outputs=[
+            dataclasses.replace(o, values=o.values * 2 + 1) for o in real(program, floats).outputs]))
+        wrong = transforms.check(program).mismatches
+    assert wrong and all(m.mode == "vmap-grad" and m.reference == "torch.autograd" for m in wrong)
