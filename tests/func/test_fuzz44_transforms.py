@@ -60,3 +60,27 @@ def test_the_transform_fuzzer_judges_seed_8400167_by_torch_autograd_on_each_samp
             dataclasses.replace(o, values=o.values * 2 + 1) for o in real(program, floats).outputs]))
         wrong = transforms.check(program).mismatches
     assert wrong and all(m.mode == "vmap-grad" and m.reference == "torch.autograd" for m in wrong)
+
+
+@pytest.mark.parametrize("seed", [8410191, 8410202])
+def test_finite_differences_leave_out_programs_of_special_functions_torch_gives_no_derivative(seed):
+    """Seeds 8410191 and 8410202 of ``--namespaced``: ``T.special.hermite_polynomial_h(x0, 1.5)`` (and a Bessel-family
+    function) under jvp, where torch's jvp refused the program (it writes a captured tensor), so central differences
+    judged it: they see the polynomial's slope (0.75), where torch gives these functions no derivative (their results
+    take no tangent: torch.func.jvp's tangent is 0, and torch.autograd finds no graph) and jitorch does the same. The
+    differences now leave out programs of an op declared nondifferentiable (`transforms.NONDIFFERENTIABLE`)."""
+    from tests.fuzz import transforms
+    from tests.fuzz.generator import generate, op_table
+
+    assert {"special_hermite_polynomial_h", "special_bessel_j0", "special_modified_bessel_k1"} <= \
+        transforms.NONDIFFERENTIABLE and not {"view", "exp", "special_ndtr"} & transforms.NONDIFFERENTIABLE
+    for T in (torch, jitorch):
+        x, n = T.tensor(0.3, dtype=T.float64), T.tensor(1.5, dtype=T.float64)
+        primal, tangent = T.func.jvp(lambda x: T.special.hermite_polynomial_h(x, n), (x,), (T.ones_like(x),))
+        assert primal.item() == pytest.approx(0.6) and tangent.item() == 0.0
+        assert not T.special.hermite_polynomial_h(x.requires_grad_(), n).requires_grad
+    program, _ = generate(seed, table=op_table(True))
+    assert transforms._fd_blind(program)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert not transforms.check(program).mismatches

@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
+import jitorch
 from jitorch.ops.registry import OPS
 from tests.support import torch_forms
 
@@ -137,26 +138,51 @@ class Var:
         return self.is_tensor and self.value.is_floating_point()
 
 
-class OpEntry:
-    """A registry op the fuzzer calls, with the call forms torch has too."""
+# Namespaces of functions whose registry name is the namespace's and the function's joined by "_" (``special_i0e``
+# is ``T.special.i0e``): their function and ``out=`` forms.
+NAMESPACES = ("special",)
 
-    def __init__(self, op):
+
+class OpEntry:
+    """A registry op the fuzzer calls, with the call forms torch has too; ``call``, the name a program calls
+    it by (``special.i0e`` for ``special_i0e``)."""
+
+    def __init__(self, op, namespace=""):
         self.op = op
         self.name = op.public_name
         self.schema = op.schema
-        self.forms = torch_forms(op)
+        if namespace:
+            self.call = f"{namespace}.{op.public_name[len(namespace) + 1:]}"
+            self.forms = [f for f in ("function", "out") if f in op.variants]
+        else:
+            self.call = op.public_name
+            self.forms = torch_forms(op)
 
     def __repr__(self):
         return f"<fuzz op {self.op.name} {self.forms}>"
 
 
-def op_table():
-    """Every registry op the fuzzer calls: public, deterministic, and known to torch by the same name."""
+def _namespace(op):
+    """The namespace of `NAMESPACES` that both libraries call ``op`` in, or ""."""
+    for namespace in NAMESPACES:
+        short = op.public_name[len(namespace) + 1:]
+        if op.public_name.startswith(namespace + "_") and all(
+                hasattr(getattr(lib, namespace), short) for lib in (torch, jitorch)):
+            return namespace
+    return ""
+
+
+def op_table(namespaced=False):
+    """Every registry op the fuzzer calls: public, deterministic, and known to torch by the same name; with
+    ``namespaced``, also those torch and jitorch call in one of `NAMESPACES` (a seed draws another program with
+    them than without: the fixed seeds' programs are drawn without)."""
     table = []
     for op in OPS.values():
         if op.public_name.startswith("_") or op.kind == "random" or op.public_name in SKIPPED:
             continue
         entry = OpEntry(op)
+        if not entry.forms and namespaced and _namespace(op):
+            entry = OpEntry(op, _namespace(op))
         if entry.forms:
             table.append(entry)
     return table
@@ -175,9 +201,10 @@ def literal(values, dtype):
 class Generator:
     """``Generator(seed).program()``: one random program, valid on torch."""
 
-    def __init__(self, seed, max_statements=14, table=None, chains=0.0):
+    def __init__(self, seed, max_statements=14, table=None, chains=0.0, out_views=0.0):
         self.seed = seed
         self.chains = chains  # the share of statements that are view-of-gather chains
+        self.out_views = out_views  # the share of ``out=`` statements writing other memory (`out_view`)
         self.rng = random.Random(seed)
         self.max_statements = max_statements
         self.table = table if table is not None else op_table()
@@ -446,7 +473,7 @@ class Generator:
                 return None
             return self.out_form(env, entry, text, name, exact and entry.name in EXACT_OPS)
         else:
-            expr = f"T.{entry.name}({text}){pick}"
+            expr = f"T.{entry.call}({text}){pick}"
         if wrap:
             expr = f"{wrap}({expr})"
         result = self.evaluate(env, expr)
@@ -464,7 +491,7 @@ class Generator:
     def out_form(self, env, entry, text, name, exact):
         """``T.op(..., out=buffer)``: mostly into a buffer of the result's shape and dtype; else into an
         empty one, which the call resizes, or one of another dtype, which it casts into."""
-        result = self.evaluate(env, f"T.{entry.name}({text})")
+        result = self.evaluate(env, f"T.{entry.call}({text})")
         if not isinstance(result, torch.Tensor) or not (exact or _is_float(result)):
             return None
         shape, dtype = tuple(result.shape), str(result.dtype).split(".")[-1]
@@ -472,11 +499,47 @@ class Generator:
             shape = (0,)
         if self.rng.random() < 0.2:
             dtype = self.rng.choice(DTYPES)
+        if self.out_views and self.rng.random() < self.out_views:
+            return self.out_view(env, entry, text, name, exact, tuple(result.shape), dtype)
         buf = self.fresh()
-        lines = (f"{buf} = T.zeros({shape!r}, dtype=T.{dtype}, device=D)", f"T.{entry.name}({text}, out={buf})",
+        lines = (f"{buf} = T.zeros({shape!r}, dtype=T.{dtype}, device=D)", f"T.{entry.call}({text}, out={buf})",
                  f"{name} = {buf}")
         return Stmt(lines, (buf, name), entry.name + "(out)"), {buf: Facts(exact=exact, group=buf),
                                                                 name: Facts(exact=exact, group=buf)}
+
+    def out_view(self, env, entry, text, name, exact, shape, dtype):
+        """``out=`` into memory that is not a new compact tensor of the result's shape: a variable of the program
+        of that shape (an input, a view of one, a captured tensor: the write reaches all that share its memory), a
+        permuted, stepped or offset view of a new buffer (the program may return the buffer, whose other elements
+        must stay zeros), or a new buffer of another non-empty shape, which the call resizes."""
+        kind = self.rng.choice(("variable", "permuted", "stepped", "offset", "resized"))
+        call = f"T.{entry.call}({text}, out={{}})"
+        if kind == "variable":
+            target = self.pick([v for v in env.values() if v.is_tensor],
+                               lambda v: v.facts.writable and v.shape == shape)
+            if target is None:
+                return None
+            facts = {} if exact else self.taint(env, target.facts.group)
+            facts[name] = Facts(exact=exact, group=target.facts.group)
+            return Stmt((call.format(target.ref), f"{name} = {target.ref}"), (name,), entry.name + "(out)"), facts
+        n = len(shape)
+        if kind == "resized":
+            made, view = (*shape, 2) if n < 3 else (1,), ""
+        elif kind == "permuted":
+            if n < 2:
+                return None
+            made, view = shape[::-1], f".permute({tuple(range(n - 1, -1, -1))!r})"
+        elif n == 0:
+            return None
+        elif kind == "stepped":
+            made, view = (2 * shape[0], *shape[1:]), "[::2]"
+        else:
+            made, view = (shape[0] + 1, *shape[1:]), "[1:]"
+        base, buf = self.fresh(), self.fresh()
+        lines = (f"{base} = T.zeros({made!r}, dtype=T.{dtype}, device=D)", f"{buf} = {base}{view}",
+                 call.format(buf), f"{name} = {buf}")
+        return Stmt(lines, (base, buf, name), entry.name + "(out)"), {
+            ref: Facts(exact=exact, group=base) for ref in (base, buf, name)}
 
     def evaluate(self, env, expr):
         """``expr`` on torch with the variables' current values, or None if torch refuses it."""
@@ -1507,9 +1570,10 @@ def _with_grad(program):
     return replace(program, grad=has_float and trusted and grad_valid(program))
 
 
-def generate(seed, max_statements=14, table=None, chains=0.0):
+def generate(seed, max_statements=14, table=None, chains=0.0, out_views=0.0):
     """The program of ``seed`` (the same on every machine: Python's and NumPy's seeded generators), with a
     ``chains`` share of its statements drawn from the view-of-gather chains (`Generator.pad_windows`,
-    `Generator.gather_views`)."""
-    g = Generator(seed, max_statements, table, chains)
+    `Generator.gather_views`) and an ``out_views`` share of its ``out=`` statements writing memory other than a
+    new compact tensor (`Generator.out_view`)."""
+    g = Generator(seed, max_statements, table, chains, out_views)
     return g.program(), g

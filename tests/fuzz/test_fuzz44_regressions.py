@@ -3,6 +3,7 @@
 import warnings
 
 import numpy as np
+import pytest
 import torch
 
 import jitorch
@@ -39,3 +40,39 @@ def test_median_gradient_under_a_nan_is_torchs_plain_formula_not_its_dispatch_mo
         plain = plain_torch_grad(program, moded_run)[1]["x1"].values
         assert not check(program, CPU_MODES).mismatches
     assert plain[0] == 0.0 and np.isnan(plain[1])
+
+
+def test_the_namespaced_table_calls_torch_special_functions_in_their_namespace():
+    """``op_table(True)`` (``--namespaced``) adds the registry's ``special_*`` ops, which torch and jitorch call as
+    ``T.special.*`` (the default table, by top-level names, never drew them); the default table is unchanged, so the
+    fixed seeds draw the programs they drew."""
+    default, namespaced = op_table(), op_table(True)
+    calls = {e.call: e.forms for e in namespaced if e.call.startswith("special.")}
+    assert {"special.ndtr", "special.i0e", "special.zeta", "special.hermite_polynomial_h"} <= set(calls)
+    assert all(forms == ["function", "out"] for forms in calls.values())
+    assert [e.op.name for e in default] == [e.op.name for e in namespaced if not e.call.startswith("special.")]
+    assert not any(e.call.startswith("special.") for e in default)
+    program, _ = generate(8620152, table=namespaced)
+    assert "T.special.ndtr(x1, out=" in "\n".join(line for s in program.body for line in s.lines)
+
+
+def _out_kind(stmt):
+    if len(stmt.lines) == 2:
+        return "variable"
+    view = stmt.lines[1]
+    return next((k for k, mark in (("permuted", ".permute("), ("stepped", "[::2]"), ("offset", "[1:]")) if mark in view),
+                "resized")
+
+
+@pytest.mark.parametrize("seed, kind", [(9100000, "stepped"), (9100005, "variable"), (9100009, "permuted"),
+                                        (9100018, "resized"), (9100030, "offset")])
+def test_out_views_write_variables_views_and_resized_buffers_alike(seed, kind):
+    """``generate(..., out_views=1.0)`` (``--out-views``) writes each ``out=`` result into a variable of the program,
+    a permuted, stepped or offset view of a new buffer (which the program may return: its other elements stay
+    zeros), or a buffer of another shape, which the call resizes; a program of each kind runs alike in every CPU
+    mode."""
+    program, _ = generate(seed, table=TABLE, out_views=1.0)
+    assert kind in {_out_kind(s) for s in program.body if s.tag.endswith("(out)")}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert not check(program, CPU_MODES).mismatches

@@ -1,0 +1,78 @@
+"""``out=`` forms that differed from torch's, found by the fuzzer's namespaced ops (``--namespaced``) and a sweep of
+every fuzzed op's ``out=`` form with an input or an out tensor that requires grad (session 44)."""
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import jitorch as jt
+from tests.fuzz.generator import generate, op_table
+from tests.fuzz.oracle import CPU_MODES, check
+
+
+def _outs(T):
+    return {"same": T.zeros(2, dtype=T.float64), "float32": T.zeros(2, dtype=T.float32),
+            "resized": T.zeros(3, dtype=T.float64), "stepped": T.zeros(4, dtype=T.float64)[::2]}
+
+
+@pytest.mark.parametrize("kind", ["same", "float32", "resized", "stepped"])
+def test_special_ndtr_out_of_an_input_that_requires_grad_is_differentiable_seed_8620152(kind):
+    """Seed 8620152 (``--namespaced``): ``T.special.ndtr(x1, out=v1)`` of an ``x1`` that requires grad raised
+    "functions with out=... arguments don't support automatic differentiation"; torch's out= form of ndtr is a
+    composite that copy_-s the result into out, so out takes copy_'s history and the gradient flows to ``x``:
+    the normal density, as torch's."""
+    got = {}
+    for T in (torch, jt):
+        x = T.tensor([0.5, -1.0], dtype=T.float64, requires_grad=True)
+        out = _outs(T)[kind]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            result = T.special.ndtr(x, out=out)
+        assert result is out and out.requires_grad
+        (out * T.tensor([1.0, 3.0], dtype=T.float64)).sum().backward()
+        got[T] = (out.detach().double().numpy(), x.grad.numpy())
+    density = np.exp(-np.array([0.5, -1.0]) ** 2 / 2) / np.sqrt(2 * np.pi) * [1.0, 3.0]
+    np.testing.assert_allclose(got[jt][1], density, rtol=1e-12)
+    np.testing.assert_allclose(got[jt][1], got[torch][1], rtol=1e-12)
+    np.testing.assert_array_equal(got[jt][0], got[torch][0])
+
+
+def test_special_ndtr_into_an_out_that_requires_grad_is_refused_by_copy_as_torchs():
+    for T in (torch, jt):
+        with pytest.raises(RuntimeError, match="a leaf Variable that requires grad is being used in an in-place"):
+            T.special.ndtr(T.tensor([0.5]), out=T.zeros(1, requires_grad=True))
+
+
+def test_special_ndtr_out_compiled_keeps_the_gradient_seed_8620152():
+    fn = jt.compile(lambda x, o: jt.special.ndtr(x, out=o) * 2)
+    x = jt.tensor([0.5, -1.0], dtype=jt.float64, requires_grad=True)
+    o = jt.zeros(2, dtype=jt.float64)
+    fn(x, o).sum().backward()
+    tx = torch.tensor([0.5, -1.0], dtype=torch.float64, requires_grad=True)
+    (torch.special.ndtr(tx) * 2).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(o.detach().numpy(), torch.special.ndtr(tx).detach().numpy(), rtol=1e-15)
+
+
+def test_fuzz_seed_8620152_runs_alike_with_the_namespaced_ops():
+    program, _ = generate(8620152, table=op_table(True))
+    assert any(s.tag == "special_ndtr(out)" for s in program.body) and program.grad
+    assert not check(program, CPU_MODES).mismatches
+
+
+@pytest.mark.parametrize("name", ["isposinf", "isneginf", "signbit"])
+@pytest.mark.parametrize("dtype", ["float32", "int64", "uint8"])
+def test_isposinf_isneginf_signbit_refuse_an_out_that_is_not_bool_before_writing(name, dtype):
+    """``isposinf(x, out=float_tensor)`` wrote the cast booleans where torch raises "isposinf does not support
+    non-boolean outputs." (with an input that requires grad too); nothing is written."""
+    for T in (torch, jt):
+        out = T.full((3,), 7, dtype=getattr(T, dtype))
+        for grad in (False, True):
+            x = T.tensor([float("inf"), -float("inf"), -0.0], requires_grad=grad)
+            with pytest.raises(RuntimeError, match=f"^{name} does not support non-boolean outputs.$"):
+                getattr(T, name)(x, out=out)
+        assert out.tolist() == [7, 7, 7]
+        assert getattr(T, name)(x.detach(), out=T.zeros(3, dtype=T.bool)).tolist() == getattr(T, name)(
+            x.detach()).tolist()
