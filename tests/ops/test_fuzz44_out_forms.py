@@ -76,3 +76,18 @@ def test_isposinf_isneginf_signbit_refuse_an_out_that_is_not_bool_before_writing
         assert out.tolist() == [7, 7, 7]
         assert getattr(T, name)(x.detach(), out=T.zeros(3, dtype=T.bool)).tolist() == getattr(T, name)(
             x.detach()).tolist()
+
+
+@pytest.mark.parametrize("call", ["frexp", "aminmax", "mode", "sort", "max.dim", "kthvalue"])
+@pytest.mark.parametrize("grad", [False, True])
+def test_a_single_out_tensor_for_several_results_is_a_type_error_before_the_autograd_guard(call, grad):
+    """``frexp(x, out=t)`` (and the other ops of several results) with an ``x`` that requires grad raised the out=
+    autograd guard's RuntimeError, where torch's argument parser raises TypeError first (the sweep of session 44);
+    without grad jitorch's TypeError came from the write, after the op ran."""
+    for T in (torch, jt):
+        x = T.tensor([1.0, 2.0, 2.0], requires_grad=grad)
+        args = {"max.dim": (0,), "kthvalue": (1,)}.get(call, ())
+        with pytest.raises(TypeError) as e:
+            getattr(T, call.split(".")[0])(x, *args, out=T.zeros(3))
+        if call in ("frexp", "aminmax", "mode"):
+            assert str(e.value) == f"{call}(): argument 'out' must be tuple of Tensors, not Tensor"
