@@ -636,12 +636,13 @@ def _of_itself(line):
 # ``self == other`` (forward and reverse), and jitorch's is torch's (seeds 7997322, 8003963;
 # docs/differences-from-torch.md).
 FD_BLIND = {"nextafter": _of_itself}
-# Ops declared nondifferentiable (every registry op of the name), whose results take no tangent in torch and in
-# jitorch, where central differences see the function's slope: torch's ``special.hermite_polynomial_h`` and the
-# other special functions it gives no derivative (``T.special.hermite_polynomial_h(x0, 1.5)``: 0 against 0.75, seed
-# 8410191 of ``--namespaced``, tests/func/test_fuzz44_transforms.py).
-NONDIFFERENTIABLE = {name for name in {op.public_name for op in OPS.values()}
-                     if all("nondifferentiable" in op.pieces for op in OPS.values() if op.public_name == name)}
+# Functions declared nondifferentiable whose results are floats of float operands (pointwise, promoting integers to
+# float), which take no tangent in torch and in jitorch, where central differences see the function's slope:
+# torch's ``special.hermite_polynomial_h`` and the other special functions it gives no derivative
+# (``T.special.hermite_polynomial_h(x0, 1.5)``: 0 against 0.75, seed 8410191 of ``--namespaced``,
+# tests/func/test_fuzz44_transforms.py). (Those of integer or bool results, argmax or isnan, meet no float64 output.)
+NONDIFFERENTIABLE = {op.public_name for op in OPS.values()
+                     if "nondifferentiable" in op.pieces and op.attrs.get("promotion") == "int_to_float"}
 
 
 def _fd_blind(program):
@@ -693,9 +694,10 @@ def finite_differences(program, keep, floats, got, found, eps=1e-6):
     differences at ``100 eps`` agree with it (not at a kink: ``relu`` at 0, seed 7870984). Not judged: a program
     that decides otherwise at any of the steps than at the point (a mask, a shape, an integer: where ``x0 != 0``
     selects an element that is 0 at the point, the selection moves the other elements' tangents without changing
-    a value, seed 8008279), a statement of `FD_BLIND` or of `NONDIFFERENTIABLE`, and an element whose tangent is NaN along zero tangents too
-    (an infinite derivative times a zero tangent, ``sqrt`` of a constant 0: torch.func.jvp's forward formulas give
-    NaN there, as jitorch's, where the differences see a constant; seeds 8001568, 8003644, 8006090, 7897283)."""
+    a value, seed 8008279), a statement of `FD_BLIND` or of `NONDIFFERENTIABLE`, and an element whose tangent is NaN
+    along zero tangents too (an infinite derivative times a zero tangent, ``sqrt`` of a constant 0: torch.func.jvp's
+    forward formulas give NaN there, as jitorch's, where the differences see a constant; seeds 8001568, 8003644,
+    8006090, 7897283)."""
     if not _float64_throughout(program) or _fd_blind(program):
         return
     at = {step: _outputs_at(program, keep, floats, step) for step in (eps, -eps, 100 * eps, 0.0, -100 * eps)}
