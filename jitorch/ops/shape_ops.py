@@ -229,9 +229,9 @@ def _flipper(min_ndim, dim):
     return composite
 
 
-defop("fliplr(Tensor self) -> Tensor", composite=_flipper(2, 1), kind="shape", variants=("function", "method"),
+defop("fliplr(Tensor self) -> Tensor", composite=_flipper(2, 1), kind="shape", variants=("function", "method", "out"),
       doc="Reverse the columns (dim 1).")
-defop("flipud(Tensor self) -> Tensor", composite=_flipper(1, 0), kind="shape", variants=("function", "method"),
+defop("flipud(Tensor self) -> Tensor", composite=_flipper(1, 0), kind="shape", variants=("function", "method", "out"),
       doc="Reverse the rows (dim 0).")
 
 

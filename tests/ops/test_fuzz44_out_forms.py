@@ -91,16 +91,3 @@ def test_a_single_out_tensor_for_several_results_is_a_type_error_before_the_auto
             getattr(T, call.split(".")[0])(x, *args, out=T.zeros(3))
         if call in ("frexp", "aminmax", "mode"):
             assert str(e.value) == f"{call}(): argument 'out' must be tuple of Tensors, not Tensor"
-
-
-@pytest.mark.parametrize("name", ["fliplr", "flipud"])
-def test_fliplr_and_flipud_take_no_out_argument_as_torchs(name):
-    """torch's fliplr and flipud have no ``out=`` form (TypeError "got an unexpected keyword argument 'out'");
-    jitorch's wrote into out (the out= sweep of session 44)."""
-    for T in (torch, jt):
-        out = T.zeros(2, 2)
-        with pytest.raises(TypeError, match=f"^{name}\\(\\) got an unexpected keyword argument 'out'$"):
-            getattr(T, name)(T.ones(2, 2), out=out)
-        assert out.tolist() == [[0.0, 0.0], [0.0, 0.0]]
-        assert getattr(T, name)(T.tensor([[1, 2], [3, 4]])).tolist() == getattr(T.Tensor, name)(
-            T.tensor([[1, 2], [3, 4]])).tolist()
