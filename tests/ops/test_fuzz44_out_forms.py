@@ -91,3 +91,40 @@ def test_a_single_out_tensor_for_several_results_is_a_type_error_before_the_auto
             getattr(T, call.split(".")[0])(x, *args, out=T.zeros(3))
         if call in ("frexp", "aminmax", "mode"):
             assert str(e.value) == f"{call}(): argument 'out' must be tuple of Tensors, not Tensor"
+
+
+_SELF_OUT = {
+    "scatter": lambda T, v, x: T.scatter(v, 0, T.tensor([2, 0]), x, out=v),
+    "scatter.value": lambda T, v, x: T.scatter(v, 0, T.tensor([2, 0]), -0.75, out=v),
+    "scatter_add": lambda T, v, x: T.scatter_add(v, 0, T.tensor([2, 2]), x, out=v),
+    "scatter_reduce": lambda T, v, x: T.scatter_reduce(v, 0, T.tensor([2, 0]), x, "prod", out=v),
+    "index_add": lambda T, v, x: T.index_add(v, 0, T.tensor([2, 0]), x, alpha=2, out=v),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_SELF_OUT))
+def test_scatter_and_index_add_write_into_an_out_that_is_self_seed_8660185(name):
+    """Seed 8660185 (``--out-views 0.5 --namespaced``): ``T.scatter(v1, 0, index, -0.75, out=v1)`` raised the
+    memory-overlap error where torch writes in place (its kernels copy self into out unless they are the same
+    tensor); a partial overlap of self and out, or out as the source, is still refused, as torch's. Eager and
+    compiled, against torch."""
+    def run(T, fn):
+        v, x = T.tensor([1.0, 2.0, 3.0]), T.tensor([5.0, 7.0])
+        r = fn(v, x)
+        return r.tolist(), v.tolist()
+    want = run(torch, lambda v, x: _SELF_OUT[name](torch, v, x))
+    assert want[0] == want[1] != [1.0, 2.0, 3.0]
+    assert run(jt, lambda v, x: _SELF_OUT[name](jt, v, x)) == want
+    assert run(jt, jt.compile(lambda v, x: _SELF_OUT[name](jt, v, x) * 1)) == (want[0], want[1])
+    for T in (torch, jt):
+        v = T.tensor([1.0, 2.0, 3.0])
+        with pytest.raises(RuntimeError, match="some elements of the input tensor and the written-to tensor"):
+            T.scatter(v[:2], 0, T.tensor([0]), T.tensor([5.0]), out=v[1:])
+        with pytest.raises(RuntimeError, match="some elements of the input tensor and the written-to tensor"):
+            T.scatter_add(T.zeros(3), 0, T.tensor([0]), v, out=v)
+
+
+def test_fuzz_seed_8660185_runs_alike():
+    program, _ = generate(8660185, table=op_table(True), out_views=0.5)
+    assert any("out=v1" in line for s in program.body for line in s.lines if "T.scatter(" in line)
+    assert not check(program, CPU_MODES).mismatches
