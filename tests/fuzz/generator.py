@@ -40,6 +40,14 @@ from .program import (DTYPES, FLOAT_DTYPES, INT_DTYPES, LAYOUTS, Instance, Progr
 # Ops a fuzz program does not call: random numbers (no common stream with torch), uninitialised memory,
 # ops whose use here is hand-written (the cast op behind .to()), in-place fills tested through others.
 SKIPPED = {"empty", "empty_like", "new_empty", "unique_consecutive", "einsum"}
+# Ops whose torch result is no oracle where an operand is NaN, which a program's later calls may hold: torch's
+# orthogonal polynomials U, V, W, the shifted forms, Laguerre and Legendre return their recurrence's uninitialised
+# variable for a NaN ``x`` (``laguerre_polynomial_l``: 0.0 or a denormal, by the kernel's path; jitorch's is NaN, as
+# the polynomial's: fuzz seed 8660159 of ``--namespaced --out-views 0.5``, docs/differences-from-torch.md). Never
+# called.
+TORCH_UNDEFINED_AT_NAN = {f"special_{name}_polynomial_{kind}" for name, kind in (
+    ("chebyshev", "u"), ("chebyshev", "v"), ("chebyshev", "w"), ("shifted_chebyshev", "t"), ("shifted_chebyshev", "u"),
+    ("shifted_chebyshev", "v"), ("shifted_chebyshev", "w"), ("laguerre", "l"), ("legendre", "p"))}
 # Float results that are bit for bit the same in every mode when their operands are: selections, moves,
 # sign changes, casts. Everything else (arithmetic, transcendental functions, sums) may round differently
 # in a fused or reassociated kernel and is "inexact".
@@ -408,6 +416,8 @@ class Generator:
         return self.call(env, tensors, self.rng.choice(entries), "inplace")
 
     def call(self, env, tensors, entry, form):
+        if entry.name in TORCH_UNDEFINED_AT_NAN:  # (drawn, then dropped: the other statements are drawn as before)
+            return None
         schema = entry.schema
         first = schema.args[0] if schema.args else None
         needs_self = first is not None and first.type == "Tensor" and not (first.list or first.varargs)
