@@ -84,3 +84,31 @@ def test_finite_differences_leave_out_programs_of_special_functions_torch_gives_
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert not transforms.check(program).mismatches
+
+
+@pytest.mark.parametrize("values, correction", [([], 0), ([], 1), ([1.0, 3.0], 2), ([2.0], 1), ([1.0, 3.0], 1)])
+def test_var_tangent_with_no_degrees_of_freedom_over_a_dim_is_torchs_seed_8431497(values, correction):
+    """Seed 8431497 (``--namespaced --out-views 0.5``): ``v2.var([0], False, False)`` of an empty ``v2`` (a mask that
+    selected nothing) had tangent NaN where torch.func.jvp's (and torch.autograd's, through the program) is 0: the
+    backward rule for 0 degrees of freedom over a dim put the infinite factor on ``g``, so its transpose multiplied
+    the tangents' sum by inf (0 over no elements: NaN; 1 for [1, 3] with correction 2: inf where torch's sum of
+    -inf and 2 inf is NaN). The factor now scales each element, as torch's var_jvp; the backward is unchanged."""
+    t = np.arange(1.0, len(values) + 1)
+    got = jitorch.func.jvp(lambda x: x.var(0, correction=correction), (jitorch.tensor(values),), (jitorch.tensor(t),))
+    want = torch.func.jvp(lambda x: x.var(0, correction=correction), (torch.tensor(values),), (torch.tensor(t),))
+    np.testing.assert_array_equal(got[1].numpy(), want[1].numpy())
+    np.testing.assert_array_equal(got[0].numpy(), want[0].numpy())
+    x, tx = jitorch.tensor(values, requires_grad=True), torch.tensor(values, requires_grad=True)
+    x.var(0, correction=correction).backward()
+    tx.var(0, correction=correction).backward()
+    np.testing.assert_array_equal(x.grad.numpy(), tx.grad.numpy())
+
+
+def test_fuzz_seed_8431497_runs_alike_under_the_transforms():
+    from tests.fuzz import transforms
+    from tests.fuzz.generator import generate, op_table
+
+    program, _ = generate(8431497, table=op_table(True), out_views=0.5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert not transforms.check(program).mismatches
