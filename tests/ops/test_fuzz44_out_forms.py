@@ -128,3 +128,25 @@ def test_fuzz_seed_8660185_runs_alike():
     program, _ = generate(8660185, table=op_table(True), out_views=0.5)
     assert any("out=v1" in line for s in program.body for line in s.lines if "T.scatter(" in line)
     assert not check(program, CPU_MODES).mismatches
+
+
+@pytest.mark.parametrize("exponent", ["0-d int", "tensor"])
+def test_float_power_into_an_out_that_is_its_input_seed_8661034(exponent):
+    """Seed 8661034 (``--out-views 0.5 --namespaced``): ``T.float_power(x1, x0, out=x1)`` raised TypeError
+    "'NoneType' object is not callable": the check of an out= that is also an input called the op's meta rule,
+    which a composite (float_power, special.ndtr) has not. Now as torch: written in place; a smaller out and a
+    float32 one are refused with torch's errors."""
+    for T in (torch, jt):
+        e = T.tensor(2) if exponent == "0-d int" else T.tensor([2.0, 3.0], dtype=T.float64)
+        x = T.tensor([1.5, 2.0], dtype=T.float64)
+        assert T.float_power(x, e, out=x) is x
+        assert x.tolist() == ([2.25, 4.0] if exponent == "0-d int" else [2.25, 8.0])
+        small = T.tensor([1.5], dtype=T.float64)
+        with pytest.raises(RuntimeError, match=r"output with shape \[1\] doesn't match the broadcast shape \[2\]"):
+            T.float_power(small, T.tensor([2.0, 3.0], dtype=T.float64), out=small)
+        narrow = T.tensor([1.5])
+        with pytest.raises(RuntimeError, match="the output given to float_power has dtype Float"):
+            T.float_power(narrow, T.tensor(2), out=narrow)
+        y = T.tensor([0.5, -1.0])
+        T.special.ndtr(y, out=y)
+        np.testing.assert_allclose(y.numpy(), torch.special.ndtr(torch.tensor([0.5, -1.0])).numpy(), rtol=1e-6)
