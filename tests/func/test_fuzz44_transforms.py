@@ -112,3 +112,21 @@ def test_fuzz_seed_8431497_runs_alike_under_the_transforms():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert not transforms.check(program).mismatches
+
+
+@pytest.mark.parametrize("make, values", [
+    (lambda x: x[0:1:2, 0:1].view_as(x), [[-2.5]]), (lambda x: x[:, 1:].view_as(x[:, :1]), [[1.5, -2.5]]),
+    (lambda x: x[:, ::2].expand_as(x[:, 1:]), [[-2.5, 1.5]])], ids=["view_as base", "view_as sibling", "expand_as"])
+def test_an_in_place_write_through_view_as_of_a_view_reaches_the_base_tangent_seed_8405951(make, values):
+    """Seed 8405951: ``v5 = x0[0:1:2, 0:1].view_as(x0); v5.relu_()`` left x0's tangent at -0.25 where torch's (and
+    the central differences') is 0: ``view_as``'s ``other`` shares the viewed memory too, so the forward mode took
+    the view for a copy (two operands sharing its memory) and the write reached the copy's tangent alone. The
+    viewed operand is ``self``; ``other`` gives sizes only."""
+    got = []
+    for T in (torch, jitorch):
+        def f(x):
+            make(x).relu_()
+            return x * 1
+        x = T.tensor(values, dtype=T.float64)
+        got.append(T.func.jvp(f, (x,), (T.full_like(x, -0.25),))[1].tolist())
+    assert got[0] == got[1]
