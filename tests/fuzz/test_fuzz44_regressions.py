@@ -60,8 +60,8 @@ def _out_kind(stmt):
     if len(stmt.lines) == 2:
         return "variable"
     view = stmt.lines[1]
-    return next((k for k, mark in (("permuted", ".permute("), ("stepped", "[::2]"), ("offset", "[1:]")) if mark in view),
-                "resized")
+    marks = (("permuted", ".permute("), ("stepped", "[::2]"), ("offset", "[1:]"))
+    return next((k for k, mark in marks if mark in view), "resized")
 
 
 @pytest.mark.parametrize("seed, kind", [(9100000, "stepped"), (9100005, "variable"), (9100009, "permuted"),
