@@ -94,7 +94,8 @@ HALF_DIFFERS = {"matrix_exp", "addr", "rsqrt", "xlogy"}
 # integer tensor by ``value`` in its dtype (uint8 3 times -1 is 253: fuzz seed 7901612), and addcdiv's for an
 # integer ``tensor2`` raises. Such a statement's tag ends in INTEGER_OPERAND, and its program has no gradient
 # run against torch.
-TORCH_WRONG_BY_AN_INTEGER = {"atan2", "addcmul", "addcdiv"}
+# (atan2's alias arctan2 too: transform-fuzz seed 8442441 of ``--out-views 0.5``, ``v2.arctan2(x1)`` of a uint8 ``v2``)
+TORCH_WRONG_BY_AN_INTEGER = {"atan2", "arctan2", "addcmul", "addcdiv"}
 INTEGER_OPERAND = " of an integer"
 # The tag's ending of a ``topk`` or ``kthvalue`` whose gradient lands on one of several tied elements: which one is
 # each library's choice for topk (torch's follows libstdc++'s partial sort; fuzz seed 7805437,

@@ -96,3 +96,17 @@ def test_polynomials_torch_leaves_undefined_at_nan_are_never_called_seed_8660159
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert not check(generate(8660159, table=table, out_views=0.5)[0], CPU_MODES).mismatches
+
+
+def test_arctan2_of_an_integer_takes_no_gradient_run_against_torch_seed_8442441():
+    """Transform-fuzz seed 8442441 (``--out-views 0.5``): ``v2.arctan2(x1)`` of a uint8 ``v2``: torch's derivative of
+    atan2 squares the integer operand in its dtype (docs/differences-from-torch.md, seed 7805681), and its alias
+    arctan2 was not marked, so torch's tangents (-218.5 against 0.86) were taken as the oracle."""
+    from tests.fuzz import transforms
+    from tests.fuzz.generator import INTEGER_OPERAND
+
+    program, _ = generate(8442441, table=TABLE, out_views=0.5)
+    assert "arctan2" + INTEGER_OPERAND in [s.tag for s in program.body] and not program.grad
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert not transforms.check(program).mismatches
