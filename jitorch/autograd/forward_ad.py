@@ -287,6 +287,8 @@ def _viewed(op, args, pairs, outs):
     seed 8201832)."""
     sharing = [(t, tangent) for t, tangent in pairs if all(
         isinstance(o, Tensor) and o._storage is t._storage for o in outs)]
+    if len(sharing) > 1:  # (``x[::2].view_as(x)``: ``other`` shares the memory too, and gives only sizes; seed 8405951)
+        sharing = [(t, tangent) for t, tangent in sharing if t is args[0]]
     if len(sharing) != 1:
         return None
     t, tangent = sharing[0]

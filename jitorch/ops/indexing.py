@@ -862,20 +862,30 @@ def _scatter_in_place(op, reduce_of, src_is_tensor):
 
 # torch's scatter with reduce= has no derivative: its autograd fallback serves every form
 _REDUCE_FALLBACK = {"autograd_fallback": lambda args: args[4] is not None}
+# torch's scatter, scatter_add, scatter_reduce and index_add write into an ``out=`` that is ``self`` itself (its
+# kernels copy self into out unless they are the same tensor, then write in place: ``T.scatter(v, 0, i, x, out=v)``,
+# fuzz seed 8660185 of ``--out-views``), and refuse a partial overlap with it, as any with the index or the source
+def _self_may_be_out(source):
+    return {"self": "partial", "index": "any", source: "any"}
+
+
 defop("scatter(Tensor self, int dim, Tensor index, Tensor src, *, str? reduce=None) -> Tensor",
       meta=lambda x, dim, index, src, reduce: _scatter_checks(x, dim, index, src, reduce),
       cpu=lambda spec, x, dim, index, src, reduce: _scatter_into(spec, x, dim, index, _src_values(src, index), reduce),
-      kind="index", variants=("function", "method", "inplace", "out"), **_REDUCE_FALLBACK,
+      kind="index", overlap=_self_may_be_out("src"),
+      variants=("function", "method", "inplace", "out"), **_REDUCE_FALLBACK,
       doc="``self`` with ``src[i][j]`` written at ``index[i][j]`` along ``dim`` (added or multiplied with ``reduce``).")
 defop("scatter.value(Tensor self, int dim, Tensor index, Scalar value, *, str? reduce=None) -> Tensor",
       meta=lambda x, dim, index, value, reduce: _scatter_checks(x, dim, index, None, reduce),
       cpu=lambda spec, x, dim, index, value, reduce: _scatter_into(spec, x, dim, index, value, reduce),
-      kind="index", variants=("function", "method", "inplace", "out"), **_REDUCE_FALLBACK,
+      kind="index", overlap=_self_may_be_out("src"),
+      variants=("function", "method", "inplace", "out"), **_REDUCE_FALLBACK,
       doc="``self`` with ``value`` written at the positions ``index`` gives along ``dim``.")
 defop("scatter_add(Tensor self, int dim, Tensor index, Tensor src) -> Tensor",
       meta=lambda x, dim, index, src: _scatter_checks(x, dim, index, src),
       cpu=lambda spec, x, dim, index, src: _scatter_into(spec, x, dim, index, _src_values(src, index), "add"),
-      kind="index", variants=("function", "method", "inplace", "out"),
+      kind="index", overlap=_self_may_be_out("src"),
+      variants=("function", "method", "inplace", "out"),
       doc="``self`` with ``src[i][j]`` added at ``index[i][j]`` along ``dim`` (repeated indices accumulate).")
 _scatter_in_place(OPS["scatter"], lambda args: args[4], True)
 _scatter_in_place(OPS["scatter.value"], lambda args: args[4], False)
@@ -914,7 +924,8 @@ def reduce_identity(reduce, npd):
 
 defop("scatter_reduce(Tensor self, int dim, Tensor index, Tensor src, str reduce, *, bool include_self=True) -> Tensor",
       meta=lambda x, dim, index, src, reduce, inc: _scatter_checks(x, dim, index, src, reduce, _SCATTER_REDUCE_REDUCES),
-      cpu=_scatter_reduce_cpu, kind="index", variants=("function", "method", "inplace", "out"),
+      cpu=_scatter_reduce_cpu, kind="index", overlap=_self_may_be_out("src"),
+      variants=("function", "method", "inplace", "out"),
       doc="``self`` with ``src`` reduced (sum, prod, mean, amax, amin) into the positions ``index`` gives "
           "along ``dim``; ``include_self`` counts ``self``'s values in the reduction.")
 
@@ -1098,7 +1109,8 @@ def add_rows_at(out, idx, values):
 
 
 defop("index_add(Tensor self, int dim, Tensor index, Tensor source, *, Scalar alpha=1) -> Tensor",
-      meta=_index_add_meta, cpu=_index_add_cpu, kind="index", variants=("function", "method", "inplace", "out"),
+      meta=_index_add_meta, cpu=_index_add_cpu, kind="index", overlap=_self_may_be_out("source"),
+      variants=("function", "method", "inplace", "out"),
       doc="``self`` with ``alpha * source`` added at positions ``index`` along ``dim`` (repeats accumulate).")
 
 

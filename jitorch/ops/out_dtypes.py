@@ -1,5 +1,6 @@
 """The reductions, sorts, scans and unary ops whose ``out=`` tensors must have the result's own dtype, and mean's
-and nanmean's errors for an integer out tensor.
+and nanmean's errors for an integer out tensor, all's and any's for one not bool or uint8, isposinf's, isneginf's and
+signbit's for one not bool.
 
 Most ops write a result into an ``out=`` tensor of any dtype it can be cast to. These do not: torch
 refuses an out tensor of another dtype than the result's (values: the input's or the norm's dtype;
@@ -98,6 +99,15 @@ def _truth_out(name):
     return out_check
 
 
+def _bool_out(name):
+    """isposinf/isneginf/signbit: torch writes into a bool out tensor only (a float one took the cast result:
+    session 44's out= sweep, tests/ops/test_fuzz44_out_forms.py)."""
+    def out_check(out, *args):
+        if isinstance(out, registry.Tensor) and out.dtype is not _dt.bool:
+            raise RuntimeError(f"{name} does not support non-boolean outputs.")
+    return out_check
+
+
 _FAMILIES = {
     _exact: ("max.dim", "min.dim", "argmax", "argmin", "norm", "aminmax", "topk", "sort", "msort"),
     _as_input: ("amax", "amin"),
@@ -150,6 +160,8 @@ for _message, _names in _FAMILIES.items():
         OPS[_name].attrs["out_check"] = _same_dtypes(OPS[_name], _name.split(".")[0], _message)
 for _name in ("all", "any"):
     OPS[_name].attrs["out_check"] = _truth_out(_name)
+for _name in ("isposinf", "isneginf", "signbit"):
+    OPS[_name].attrs["out_check"] = _bool_out(_name)
 for _name in ("neg", "negative", "abs", "absolute", "bitwise_not", "ceil", "floor", "frac", "round", "sgn", "sign",
               "trunc", "fix"):
     OPS[_name].attrs["out_check"] = _unary_same(_name)

@@ -1179,4 +1179,5 @@ def _ndtr(x):
 _declare("special_entr", UNARY, _entr, INT_TO_FLOAT, "Elementwise entropy ``-x log(x)``: 0 at 0, -inf below 0.",
          variants=("function", "out"))
 defop("special_ndtr(Tensor self) -> Tensor", composite=_ndtr, variants=("function", "out"),
+      out_copies=lambda args: True,  # (torch's out= form: the result copy_-ed, differentiable)
       doc="The standard normal distribution function ``(1 + erf(x / sqrt(2))) / 2``.")

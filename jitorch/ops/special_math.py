@@ -220,7 +220,8 @@ def zeta(x, q):
     for ``q < 0`` with a non-integer ``x``."""
     x, q = np.broadcast_arrays(np.asarray(x, np.float64), np.asarray(q, np.float64))
     out = np.full(x.shape, np.nan)
-    pole = (x == 1) | ((x > 1) & (q <= 0) & (q == np.floor(q)))
+    # (Cephes asks ``x < 1`` before the poles of q: a NaN x at an integer q <= 0 is inf, as torch's; fuzz seed 8663583)
+    pole = (x == 1) | (~(x < 1) & (q <= 0) & (q == np.floor(q)))
     out[pole] = np.inf
     ok = (x > 1) & ~pole & ~((q <= 0) & (x != np.floor(x))) & ~np.isnan(q)
     out[ok] = _zeta_sum(x[ok], q[ok])

@@ -1,5 +1,5 @@
 """The fuzzer's long mode: ``python -m tests.fuzz --hours 1 [--cuda] [--start SEED] [--chains SHARE] [--statements N]
-[--programs N] [--report FILE]``.
+[--programs N] [--namespaced] [--out-views SHARE] [--report FILE]``.
 
 Generates and checks programs from consecutive seeds until the time is up; prints the programs and ops
 checked per minute, and each new kind of failure with its minimised program, which it also appends to the
@@ -8,7 +8,10 @@ draws 30% of the statements from the view-of-gather chains (pad then pool, gathe
 `generator.Generator.pad_windows`), which programs hold only where asked. ``--statements 40`` draws programs of
 up to 40 statements (14 by default), whose later statements meet longer chains of views, writes and fused
 kernels. ``--programs N`` stops after N programs (within the time), so that two environments check the same
-seeds.
+seeds. ``--namespaced`` also draws the registry's ops that both libraries call in a namespace (``T.special.i0e``):
+each seed then draws another program than without it. ``--out-views 0.3`` makes 30% of the ``out=`` statements write
+a variable of the program, a permuted, stepped or offset view of a new buffer, or a buffer the call resizes
+(`generator.Generator.out_view`).
 """
 
 from __future__ import annotations
@@ -54,17 +57,21 @@ def main(argv=None):
     parser.add_argument("--chains", type=float, default=0.0, help="the share of view-of-gather chain statements")
     parser.add_argument("--programs", type=int, default=0, help="stop after this many programs (0: only the time)")
     parser.add_argument("--statements", type=int, default=14, help="the most statements a program holds")
+    parser.add_argument("--namespaced", action="store_true",
+                        help="also draw the ops called in a namespace (torch.special's)")
+    parser.add_argument("--out-views", type=float, default=0.0,
+                        help="the share of out= statements writing a variable, a view or a buffer to resize")
     parser.add_argument("--report", default="fuzz-failures.txt")
     args = parser.parse_args(argv)
     seconds = 3600 * args.hours + 60 * args.minutes or 60.0
     modes = MODES if args.cuda else CPU_MODES
     warnings.simplefilter("ignore")
-    table = op_table()
+    table = op_table(args.namespaced)
     started, programs, ops, failing = time.time(), 0, 0, 0
     seen: dict = {}
     seed = args.start
     while time.time() - started < seconds and not (args.programs and programs >= args.programs):
-        program, _ = generate(seed, args.statements, table=table, chains=args.chains)
+        program, _ = generate(seed, args.statements, table=table, chains=args.chains, out_views=args.out_views)
         outcome = check(program, modes)
         programs += 1
         ops += program.n_ops
@@ -76,8 +83,9 @@ def main(argv=None):
             if seen[sig] == 1:
                 small = minimise(program, first, modes)
                 # (the seed alone draws another program under other options than the defaults)
-                text = f"generate({seed}, {args.statements}, chains={args.chains}):\n" + describe(
-                    small, check(small, modes).mismatches or [first])
+                text = (f"generate({seed}, {args.statements}, chains={args.chains}, out_views={args.out_views}, "
+                        f"table=op_table({args.namespaced})):\n"
+                        + describe(small, check(small, modes).mismatches or [first]))
                 print(f"\nnew failure ({sig[0]} vs {sig[1]}: {sig[2]}):\n{text}\n", flush=True)
                 with open(args.report, "a") as f:
                     f.write(text + "\n\n")

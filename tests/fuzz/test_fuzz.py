@@ -113,7 +113,8 @@ def test_ties_are_equal_neighbours_or_for_computed_values_near_ones():
     assert _ties(torch.tensor([[2, 2], [1, 3]]), 1, exact=True) and not _ties(torch.tensor([[1, 2]]), 1, True)
 
 
-@pytest.mark.parametrize("seed, chains", [(7610840, 0.0), (7610939, 0.0), (7612221, 0.0), (7612269, 0.0),
+@pytest.mark.parametrize("seed, chains", [(8601569, 0.0),  # session 44 fuzz
+                                          (7610840, 0.0), (7610939, 0.0), (7612221, 0.0), (7612269, 0.0),
                                           (7612101, 0.0), (7701141, 0.2), (7701876, 0.2), (7802351, 0.0),
                                           (7802475, 0.0), (7802741, 0.0),
                                           (7811027, 0.2), (7811197, 0.2),
@@ -122,7 +123,10 @@ def test_ties_are_equal_neighbours_or_for_computed_values_near_ones():
                                           (7860540, 0.0), (7861512, 0.0), (7860971, 0.0),
                                           (7901612, 0.0), (7902232, 0.0), (7902920, 0.0), (7920026, 0.3)])
 def test_fixed_failures_run_alike_in_every_cpu_mode(seed, chains):
-    """Failures of helper 125's campaign, fixed: 7610840 (``as_strided_`` on a captured tensor past its
+    """Session 44's: 8601569 (torch's gradient of a full ``median`` under a NaN is ``mask * (g / count)`` under the
+    oracle's dispatch modes, its plain formula's elsewhere: `oracle.TORCH_MODE_FORMULAS`;
+    tests/fuzz/test_fuzz44_regressions.py).
+    Failures of helper 125's campaign, fixed: 7610840 (``as_strided_`` on a captured tensor past its
     elements, tests/jit/test_compiled_inplace_view_captures.py), 7610939 (``acosh`` of torch's float32 ``i0(0)``,
     `generator.DISCONTINUOUS`; tests/ops/test_special_functions.py), 7612221 (``matrix_power(0)`` requires grad),
     7612269 (a kron operand written afterwards: `oracle.TORCH_UNVERSIONED`; tests/autograd/test_rules_linalg.py),

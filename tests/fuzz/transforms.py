@@ -45,6 +45,7 @@ import numpy as np
 import torch
 
 import jitorch
+from jitorch.ops.registry import OPS
 
 from .bessel_oracle import float64_bessel
 from .generator import grad_loss, torch_gradient_untrusted
@@ -600,9 +601,10 @@ def _wrong_tangent(stmt):
 def _primal_dtype_tangents(run):
     """``run`` with each tangent recorded in its primal's dtype. torch's tangent of a tensor that had none
     and took an in-place copy of another dtype's is the source's tangent as is (a float64 primal with a
-    float32 tangent, seed 7840174; a float32 primal with a bfloat16 tangent, seed 7883356), and its var/std of a half type with no degrees of freedom has a float32 NaN
-    tangent (seed 7890531); jitorch's has the primal's dtype (docs/func.md). The values are the same: every
-    float32 is a float64, and the narrower dtype's tolerance takes the rounding to it."""
+    float32 tangent, seed 7840174; a float32 primal with a bfloat16 tangent, seed 7883356), and its var/std of a
+    half type with no degrees of freedom has a float32 NaN tangent (seed 7890531); jitorch's has the primal's
+    dtype (docs/func.md). The values are the same: every float32 is a float64, and the narrower dtype's tolerance
+    takes the rounding to it."""
     half = len(run.outputs) // 2
     primals, tangents = run.outputs[:half], run.outputs[half:]
     return dataclasses.replace(run, outputs=primals + [
@@ -635,11 +637,19 @@ def _of_itself(line):
 # ``self == other`` (forward and reverse), and jitorch's is torch's (seeds 7997322, 8003963;
 # docs/differences-from-torch.md).
 FD_BLIND = {"nextafter": _of_itself}
+# Functions declared nondifferentiable whose results are floats of float operands (pointwise, promoting integers to
+# float), which take no tangent in torch and in jitorch, where central differences see the function's slope:
+# torch's ``special.hermite_polynomial_h`` and the other special functions it gives no derivative
+# (``T.special.hermite_polynomial_h(x0, 1.5)``: 0 against 0.75, seed 8410191 of ``--namespaced``,
+# tests/func/test_fuzz44_transforms.py). (Those of integer or bool results, argmax or isnan, meet no float64 output.)
+NONDIFFERENTIABLE = {op.public_name for op in OPS.values()
+                     if "nondifferentiable" in op.pieces and op.attrs.get("promotion") == "int_to_float"}
 
 
 def _fd_blind(program):
-    return any(s.tag.removesuffix("_") in FD_BLIND and any(FD_BLIND[s.tag.removesuffix("_")](line)
-                                                              for line in s.lines) for s in program.body)
+    tags = [s.tag.removesuffix("_").removesuffix("(out)") for s in program.body]
+    return any(tag in NONDIFFERENTIABLE for tag in tags) or any(
+        tag in FD_BLIND and any(FD_BLIND[tag](line) for line in s.lines) for tag, s in zip(tags, program.body))
 
 
 def _decided(value):
@@ -685,9 +695,10 @@ def finite_differences(program, keep, floats, got, found, eps=1e-6):
     differences at ``100 eps`` agree with it (not at a kink: ``relu`` at 0, seed 7870984). Not judged: a program
     that decides otherwise at any of the steps than at the point (a mask, a shape, an integer: where ``x0 != 0``
     selects an element that is 0 at the point, the selection moves the other elements' tangents without changing
-    a value, seed 8008279), a statement of `FD_BLIND`, and an element whose tangent is NaN along zero tangents too
-    (an infinite derivative times a zero tangent, ``sqrt`` of a constant 0: torch.func.jvp's forward formulas give
-    NaN there, as jitorch's, where the differences see a constant; seeds 8001568, 8003644, 8006090, 7897283)."""
+    a value, seed 8008279), a statement of `FD_BLIND` or of `NONDIFFERENTIABLE`, and an element whose tangent is NaN
+    along zero tangents too (an infinite derivative times a zero tangent, ``sqrt`` of a constant 0: torch.func.jvp's
+    forward formulas give NaN there, as jitorch's, where the differences see a constant; seeds 8001568, 8003644,
+    8006090, 7897283)."""
     if not _float64_throughout(program) or _fd_blind(program):
         return
     at = {step: _outputs_at(program, keep, floats, step) for step in (eps, -eps, 100 * eps, 0.0, -100 * eps)}
@@ -762,12 +773,15 @@ def check_vmap_grad(program, outcome):
         return
     table = _tangent_tolerances(program)
     differ = []
-    torch_own = _torch_autodiff_inplace(program, floats, want, loss_of)
+    torch_own = _torch_differentiation_refused(program, floats, want, loss_of)
     if torch_own:
-        if got.error and not (torch_own == "unknown" and _VMAP_INPLACE in got.error):
+        if got.error and not (torch_own == "unknown" and any(e in got.error for e in _VMAP_REFUSALS)):
             found.append(Mismatch("vmap-grad", "loop", "", "error", f"{got.error} (the loop ran)"))
-        else:
+        elif not got.error:  # torch's oracles are then central differences and its autograd on each sample
             gradient_differences(program, floats, loss_of, got, found)
+            autograd = _torch_autograd(program, floats)
+            if autograd is not None:
+                _compare(found, "vmap-grad", "torch.autograd", Run(outputs=got.outputs), autograd, table)
     elif _errors(differ, "vmap-grad", got, want):
         _compare(differ, "vmap-grad", "torch", Run(outputs=got.outputs), Run(outputs=want.outputs), table)
     if differ and not got.error and "vmap" not in want.error:
@@ -785,9 +799,10 @@ def check_vmap_grad(program, outcome):
 def gradient_differences(program, floats, loss_of, got, found, eps=1e-6):
     """Sample 0's gradients (``got``: vmap(grad)'s) against central differences of the loss along sample 100's
     values, ``sum(grad * d)`` being the loss's derivative along ``d``: the oracle where torch's gradients are none
-    (`_torch_autodiff_inplace`: torch's ``vander`` is not differentiable, seed 8104007; the loop alone is jitorch's
-    own). For programs in float64 throughout, judged as `finite_differences` judges tangents: where the difference
-    is finite, the one-sided ones at ``100 eps`` agree with it, and the program decides alike at every step."""
+    (`_torch_differentiation_refused`: torch's ``vander`` is not differentiable, seed 8104007; the loop alone is
+    jitorch's own). For programs in float64 throughout, judged as `finite_differences` judges tangents: where the
+    difference is finite, the one-sided ones at ``100 eps`` agree with it, and the program decides alike at every
+    step."""
     if not _float64_throughout(program) or _fd_blind(program):
         return
     point = _sample(jitorch, program, 0)
@@ -814,20 +829,24 @@ def gradient_differences(program, floats, loss_of, got, found, eps=1e-6):
         found.append(Mismatch("vmap-grad", "finite differences", "", "gradient along a direction", f"{along} vs {fd}"))
 
 
-# torch's vmap error for an in-place write of batched values into an unbatched tensor
+# torch's vmap errors for an in-place write of batched values into an unbatched tensor and for reading a batched
+# value (``item()``, data-dependent control flow)
 _VMAP_INPLACE = "vmap: inplace arithmetic(self, *extra_args) is not possible"
+_VMAP_DATA_DEPENDENT = "vmap: It looks like you're either (1) calling .item() on a Tensor"
+_VMAP_REFUSALS = (_VMAP_INPLACE, _VMAP_DATA_DEPENDENT)
 
 
-def _torch_autodiff_inplace(program, floats, want, loss_of):
-    """Whether torch's vmap(grad) raised its in-place error (`_VMAP_INPLACE`) where its plain vmap of the same loss,
-    on the same batched inputs, runs: then no write of the program raised it but one of torch's own, inside its
-    differentiation (its ``vander`` writes its powers in place into a tensor the grad level leaves unbatched, seed
-    8002504; its backward of an in-place op on an empty view, seed 7893180;
-    docs/differences-from-torch.md). The program's own writes raise alike under both. Where the plain vmap stops
-    at one of torch's vmap limits first (a write through a boolean mask, seed 8302801), torch cannot tell which
-    it is: "unknown", and jitorch may raise the same error (its own writes, seed 7840036) or run, judged by the
-    loop."""
-    if _VMAP_INPLACE not in want.error:
+def _torch_differentiation_refused(program, floats, want, loss_of):
+    """Whether torch's vmap(grad) raised its in-place error (`_VMAP_INPLACE`) or its data-dependent one
+    (`_VMAP_DATA_DEPENDENT`) where its plain vmap of the same loss, on the same batched inputs, runs: then no
+    statement of the program raised it but torch's own differentiation (its ``vander`` writes its powers in place
+    into a tensor the grad level leaves unbatched, seed 8002504; its backward of an in-place op on an empty view,
+    seed 7893180; its backward of ``scatter_reduce`` with ``'prod'`` asks whether the source holds a zero, seed
+    8400167; docs/differences-from-torch.md). The program's own writes and reads raise alike under both. Where the
+    plain vmap stops at one of torch's vmap limits first (a write through a boolean mask, seed 8302801), torch
+    cannot tell which it is: "unknown", and jitorch may raise the same error (its own writes, seed 7840036) or
+    run, judged by the others."""
+    if not any(e in want.error for e in _VMAP_REFUSALS):
         return False
     fixed = _sample(torch, program, 0)
     inputs = _batched(torch, program, [0 if i in floats else None for i in range(len(program.inputs))])
@@ -890,12 +909,16 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m tests.fuzz.transforms", description=main.__doc__)
     parser.add_argument("--minutes", type=float, default=1.0)
     parser.add_argument("--start", type=int, default=7_840_000, help="the first seed")
+    parser.add_argument("--namespaced", action="store_true",
+                        help="also draw the ops called in a namespace (torch.special's)")
+    parser.add_argument("--out-views", type=float, default=0.0,
+                        help="the share of out= statements writing a variable, a view or a buffer to resize")
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")
-    table = op_table()
+    table = op_table(args.namespaced)
     started, seed, programs, failing, ran, inexact = time.time(), args.start, 0, 0, {}, 0
     while time.time() - started < 60 * args.minutes:
-        program, _ = generate(seed, table=table)
+        program, _ = generate(seed, table=table, out_views=args.out_views)
         outcome = check(program)
         programs += 1
         inexact += outcome.inexact

@@ -185,7 +185,10 @@ def _var(g, a, out):
         if dof <= 0:
             return g * jt.where(centered == 0, math.nan, math.inf)
     elif dof == 0:
-        return math.inf * g * centered
+        # (the infinite factor on each element, not on ``g``: the forward tangent, this rule's transpose, then sums
+        # the scaled products, as torch's var_jvp: 0 over no elements, NaN where they cancel; transform-fuzz seed
+        # 8431497, tests/func/test_fuzz44_transforms.py)
+        return g * (centered * math.inf)
     return (2.0 / dof) * g * centered
 
 
