@@ -50,7 +50,6 @@ import bisect
 import collections
 import contextlib
 import os
-import statistics
 import sys
 import threading
 import time

@@ -25,7 +25,6 @@ from ..runtime.strided import broadcast_shapes
 from . import functions
 from .registry import OPS, TensorSpec, defop, scalar_name
 from .value_checks import RULES, check
-from .views import contiguous_format
 
 
 class LinAlgError(RuntimeError):

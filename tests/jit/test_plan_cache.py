@@ -269,15 +269,20 @@ print(losses, params, threads._native.cache_info().currsize, program.disk_hits, 
 """
 
 
-def test_a_warm_fresh_process_computes_bitwise_what_a_cold_one_did(tmp_path):
-    env = {**os.environ, "JITORCH_CACHE_DIR": str(tmp_path),
+def printed_by_a_fresh_process(script, cache_dir):
+    """What ``script`` prints, run by a new Python process on this checkout with the kernel cache in
+    ``cache_dir``."""
+    env = {**os.environ, "JITORCH_CACHE_DIR": str(cache_dir),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    out = subprocess.run([sys.executable, "-c", script], env=env, cwd=ROOT, capture_output=True, text=True,
+                         timeout=240)
+    assert out.returncode == 0, out.stderr[-4000:]
+    return out.stdout.strip()
 
+
+def test_a_warm_fresh_process_computes_bitwise_what_a_cold_one_did(tmp_path):
     def run():
-        out = subprocess.run([sys.executable, "-c", STEP], env=env, cwd=ROOT, capture_output=True, text=True,
-                             timeout=240)
-        assert out.returncode == 0, out.stderr[-4000:]
-        losses, params, *counts = out.stdout.strip().rsplit(" ", 6)
+        losses, params, *counts = printed_by_a_fresh_process(STEP, tmp_path).rsplit(" ", 6)
         return losses + params, [int(n) for n in counts]
 
     cold, (cold_team, cold_program_hits, cold_program_writes, cold_hits, cold_writes) = run()

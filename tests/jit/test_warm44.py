@@ -7,10 +7,6 @@ good entry in its place."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,9 +21,8 @@ from jitorch.ir.printer import print_graph
 from jitorch.jit import executor, plan_cache  # noqa: F401 (executor: loads the code generator)
 from jitorch.jit.executor import KernelStep
 from jitorch.jit.tracer import trace
-from tests.jit.test_plan_cache import _payload_replaced as payload_replaced, fusion_logs  # noqa: F401 (a fixture)
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.jit.test_plan_cache import (  # noqa: F401 (fusion_logs: a fixture)
+    _payload_replaced as payload_replaced, fusion_logs, printed_by_a_fresh_process)
 
 
 def mlp_step(x, w1, b1, w2, b2, w3):
@@ -196,14 +191,8 @@ print(losses, params, built.hexdigest(), len(searched), plan_cache.info()["hits"
 
 
 def test_a_warm_process_replays_the_copies_and_computes_bitwise_what_a_cold_one_did(tmp_path):
-    env = {**os.environ, "JITORCH_CACHE_DIR": str(tmp_path),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-
     def run():
-        out = subprocess.run([sys.executable, "-c", STEP], env=env, cwd=ROOT, capture_output=True, text=True,
-                             timeout=240)
-        assert out.returncode == 0, out.stderr[-4000:]
-        *values, searched, hits, writes = out.stdout.strip().rsplit(" ", 3)
+        *values, searched, hits, writes = printed_by_a_fresh_process(STEP, tmp_path).rsplit(" ", 3)
         return values, int(searched), int(hits), int(writes)
 
     cold, cold_searched, cold_hits, cold_writes = run()

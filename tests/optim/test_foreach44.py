@@ -13,6 +13,7 @@ import jitorch as jt
 import jitorch.optim as optim
 from jitorch.codegen import foreach as kernels
 from jitorch.runtime import threads
+from tests.optim.test_numpy_step import assert_follows_torch
 
 SHAPES = [(6, 5), (7,), (2, 3, 2), (), (40,)]
 
@@ -99,21 +100,9 @@ def test_kernel_step_is_the_per_parameter_step_bit_for_bit(cls, options, dtype):
 def test_kernel_step_follows_torch(cls, options, dtype):
     """Within docs/differences-from-torch.md's tolerance of torch.optim's steps on the same parameters,
     gradients and schedule (float32: relative 2e-5)."""
-    import torch
     fast, _, counts = _train(cls, options, True, dtype)
     assert counts["kernel"] > 0
-    rng = np.random.default_rng(0)
-    params = [torch.tensor(rng.standard_normal(s).astype(dtype), requires_grad=True) for s in SHAPES]
-    opt = getattr(torch.optim, cls.__name__)(params, **options)
-    scheduler = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.7)
-    for _ in range(STEPS):
-        for p in params:
-            p.grad = torch.tensor(rng.standard_normal(p.shape).astype(dtype))
-        opt.step()
-        scheduler.step()
-    tolerance = dict(rtol=2e-5, atol=2e-6) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-13)
-    for p, q in zip(fast, params):
-        np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), **tolerance)
+    assert_follows_torch(fast, cls, options, dtype, SHAPES, STEPS)
 
 
 @pytest.mark.parametrize("cls,options", [CASES[4], CASES[9], CASES[12], CASES[15], CASES[19]],
