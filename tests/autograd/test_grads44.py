@@ -84,3 +84,66 @@ def test_matrix_exp_gradient_of_a_non_finite_gradient_is_torchs():
         jt.matrix_exp(x).backward(jt.tensor(g))
         torch.matrix_exp(t).backward(torch.tensor(g))
         np.testing.assert_array_equal(np.isfinite(x.grad.numpy()), np.isfinite(t.grad.numpy()))
+
+
+def _renorm_grads(x, w, fn):
+    """The gradient of ``sum(fn(x) * w)`` by torch, eager jitorch and compiled jitorch."""
+    t = torch.tensor(x, requires_grad=True)
+    (fn(t) * torch.tensor(w)).sum().backward()
+    found = [t.grad.numpy()]
+    for run in (fn, jt.compile(fn)):
+        e = jt.tensor(x, requires_grad=True)
+        (run(e) * jt.tensor(w)).sum().backward()
+        found.append(e.grad.numpy())
+    return found
+
+
+_RENORMS = {"out-of-place": lambda p, dim, maxnorm: lambda x: x.renorm(p, dim, maxnorm),
+            "in-place": lambda p, dim, maxnorm: lambda x: (x * 1).renorm_(p, dim, maxnorm)}
+
+
+@pytest.mark.parametrize("form", sorted(_RENORMS))
+def test_renorm_gradient_passes_g_through_a_slice_whose_norm_is_nan_seed_8663642(form):
+    """Main fuzz seed 8663642 (``--namespaced --out-views 0.5``): ``erfinv(x1).renorm_(0.25, -3, 2)`` with NaNs
+    (erfinv beyond 1) and a 0 in each slice: the slices' norms are NaN, so renorm leaves them, and torch's
+    gradient is ``g`` there (-1.64 at the seed's element). jitorch's was NaN: it differentiated the composite's
+    body, whose unselected branch still multiplied a zero gradient by the NaN norm's derivative. Now renorm has
+    torch's rule, in each form, eager and compiled, for p = 0.25, 1, 2 and inf."""
+    x = np.array([[0.5, np.nan, 0.0], [3.0, 0.25, 1.0], [0.0, 0.0, 0.0], [np.inf, 1.0, 0.0]], dtype=np.float32)
+    w = np.arange(12, dtype=np.float32).reshape(4, 3) - 5
+    for p in (0.25, 1, 2, np.inf):
+        want, eager, compiled = _renorm_grads(x, w, _RENORMS[form](p, 0, 1.0))
+        assert np.isfinite(want[0]).all()
+        np.testing.assert_allclose(eager, want, rtol=1e-6)
+        np.testing.assert_array_equal(compiled, eager)
+
+
+def test_compiled_inplace_renorm_has_renorms_gradient_seed_8670237():
+    """Main fuzz seed 8670237 (``--cuda --chains 0.3``): ``x0.clip(a).renorm_(2, 1, b)`` in a compiled function
+    raised "the derivative for 'renorm' is not implemented" in backward, where eager differentiated the in-place
+    composite's body; both now take renorm's rule, and the compiled backward holds the rule's graph."""
+    x = np.array([[0.5, -2.0], [3.0, 0.25]], dtype=np.float32)
+    w = np.array([[1.0, -2.0], [0.5, 3.0]], dtype=np.float32)
+    want, eager, compiled = _renorm_grads(x, w, lambda x: x.clip(-1.5).renorm_(2, 1, 1.0))
+    np.testing.assert_array_equal(eager, want)
+    np.testing.assert_array_equal(compiled, want)
+
+
+@pytest.mark.parametrize("p", [0.5, 1, 2, 3.5, np.inf])
+def test_renorm_gradient_passes_gradcheck_and_is_torchs_at_the_edges(p):
+    """gradcheck in float64 with slices above ``maxnorm`` (scaled), below it (left), of zeros, gradgradcheck
+    without the zeros; and torch's gradient at a slice whose norm is exactly ``maxnorm`` (left alone: torch's
+    ``norm > maxnorm``)."""
+    rng = np.random.default_rng(int(p * 10) if np.isfinite(p) else 99)
+    x = rng.standard_normal((3, 4, 2)) * np.array([3.0, 0.1, 0.0])[:, None, None]
+    fn = lambda t: t.renorm(p, 0, 1.5)  # noqa: E731
+    assert jt.autograd.gradcheck(fn, (jt.tensor(x, requires_grad=True),))
+    # (not through the zero slice: the norm's second derivative is not finite at 0, torch's gradgradcheck fails)
+    assert jt.autograd.gradgradcheck(fn, (jt.tensor(x[:2], requires_grad=True),))
+    at = x.copy()
+    at[0] = 0
+    at[0, 1, 0] = -1.0  # (a norm of exactly 1 for every p)
+    w = rng.standard_normal(x.shape)
+    want, eager, compiled = _renorm_grads(at, w, lambda t: t.renorm(p, 0, 1.0))
+    np.testing.assert_allclose(eager, want, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(compiled, eager, rtol=1e-12, atol=1e-12)
