@@ -313,8 +313,8 @@ def _matrix_exp(g, a, out):
     rounding of the identity, losing ``A`` (torch's gradient has that error)."""
     At = a.self.mT
     n = At.shape[-1]
-    # (frexp's exponent of 0, inf and NaN is 0: those keep their scale 1)
-    scale = jt.frexp(g.detach().abs().amax((-2, -1), keepdim=True))[1].to(g.dtype).exp2()
+    # (frexp's exponent of 0, inf and NaN is 0: those keep their scale 1; no elements, no largest one)
+    scale = jt.frexp(g.detach().abs().amax((-2, -1), keepdim=True))[1].to(g.dtype).exp2() if g.numel() else 1
     top = jt.cat([At, g / scale], -1)
     bottom = jt.cat([jt.zeros_like(At), At], -1)
     return jt.matrix_exp(jt.cat([top, bottom], -2))[..., :n, n:] * scale
