@@ -1,5 +1,7 @@
-"""Main-fuzzer seeds of session 44 found only with options, whose programs differentiate ``renorm_``: each runs
-alike in torch, eager and compiled (tests/autograd/test_grads44.py holds their minimised cases)."""
+"""Fuzz seeds of session 44 whose gradients were silently wrong: main-fuzzer seeds found only with options, whose
+programs differentiate ``renorm_`` and now run alike in torch, eager and compiled, and a transform-fuzz seed
+through ``matrix_exp`` whose torch gradient is inexact (tests/autograd/test_grads44.py holds their minimised
+cases)."""
 
 import warnings
 
@@ -25,3 +27,34 @@ def test_renorm_gradient_programs_run_alike(seed, options, modes):
         warnings.simplefilter("ignore")
         found = check(program, modes).mismatches
     assert not found, "\n".join(str(m) for m in found)
+
+
+def test_matrix_exp_programs_whose_torch_gradient_is_inexact_are_judged_by_central_differences_seed_8409257():
+    """Transform fuzz seed 8409257: vmap(grad) of ``expm1(matrix_exp(x))`` on 3x3 samples, where torch.func's and
+    torch.autograd's gradients are both far off (2.2e17 against the exact 1.6e18 at one sample; tests/autograd/
+    test_grads44.py). Such a program (`transforms.TORCH_INEXACT_GRADIENT`) is judged by central differences at
+    every sample: they pass jitorch's gradients and catch them wrong at one sample alone."""
+    import dataclasses
+
+    import jitorch
+    from tests.fuzz import transforms
+    from tests.fuzz.test_transforms_vander import _loss_of
+
+    program, _ = generate(8409257, table=op_table())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        outcome = transforms.check(program)
+        assert outcome.ran.get("vmap-grad") and not outcome.mismatches
+        floats, _ = transforms.float_split(program)
+        loss_of = _loss_of(program, floats)
+        inputs = transforms._batched(jitorch, program, [0 if i in floats else None for i in range(2)])
+        fixed = transforms._sample(jitorch, program, 0)
+        got = transforms._call(jitorch, program, lambda fn: lambda *xs: jitorch.func.vmap(jitorch.func.grad(
+            loss_of(jitorch, fn, fixed), (0,)))(xs[1]), inputs)
+        found = []
+        assert transforms._torch_gradient_inexact(program, floats, loss_of, got, found) and not found
+        values = got.outputs[0].values.copy()
+        values[2] *= 0.9
+        wrong = dataclasses.replace(got, outputs=[dataclasses.replace(got.outputs[0], values=values)])
+        assert not transforms._torch_gradient_inexact(program, floats, loss_of, wrong, found)
+    assert found and found[0].reference == "finite differences"
