@@ -100,14 +100,18 @@ def test_renorm_inplace_matches_torch_with_gradients():
 
 
 def test_inplace_composite_without_rule_records_its_body_and_a_copy():
-    """renorm_ has no derivative of its own: the write is the body's result copied in, so the graph holds the
-    body's nodes and a copy_ node (not a node of renorm that backward could not run)."""
+    """index_reduce_ has no derivative of its own: the write is the body's result copied in, so the graph holds
+    the body's nodes and a copy_ node (not a node of index_reduce that backward could not run). renorm_, which
+    has torch's rule (`own_derivative`, tests/autograd/test_grads44.py), records its own node."""
     x = jt.tensor(normal((3, 4), 10), requires_grad=True)
     y = x * 1
-    y.renorm_(2, 0, 1.0)
+    y.index_reduce_(0, jt.tensor([2, 0]), jt.tensor(normal((2, 4), 11)), "amax")
     assert "Copy" in type(y.grad_fn).__name__ or "copy" in y.grad_fn.name().lower()
     y.sum().backward()
     assert x.grad is not None and x.grad.shape == x.shape
+    z = x * 1
+    z.renorm_(2, 0, 1.0)
+    assert "renorm" in z.grad_fn.name().lower()
 
 
 def test_index_reduce_inplace_without_grad_writes_self_and_bumps_its_version():

@@ -56,6 +56,6 @@ def _renorm(x, p, dim, maxnorm):
 
 
 defop("renorm(Tensor self, Scalar p, int dim, Scalar maxnorm) -> Tensor", composite=_renorm, kind="reduction",
-      variants=("function", "method", "inplace", "out"),
+      variants=("function", "method", "inplace", "out"), own_derivative=True,
       doc="``self`` with each slice along ``dim`` whose ``p``-norm exceeds ``maxnorm`` scaled down to norm "
           "``maxnorm``.")

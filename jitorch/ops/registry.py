@@ -13,7 +13,8 @@ An `OpDef` holds one schema and everything that derives from it:
 * ``composite(*args)`` for ops defined by other ops (``reshape`` is a view or
   a copy then a view): the body runs on the public API, so tracing records its
   parts and autograd differentiates them; such an op needs no meta or kernel.
-* ``attrs``: flags of the declaration (``cross_device``, ``layout``, ``overlap``, ...).
+* ``attrs``: flags of the declaration (``cross_device``, ``layout``, ``overlap``, ...); ``own_derivative``:
+  a composite differentiated by its derivative rule, not through its body.
 * ``pieces``: what the layers above attach to the op by `attach`, each under one name of `PIECES`:
   its derivative rule (autograd), decomposition (ir), lowering (codegen) and CUDA kernel (backends).
   A piece names its op by a string that must be in the registry, so a misspelt name fails when its
@@ -47,6 +48,7 @@ import numpy as np
 
 from ..runtime import dtypes as _dt
 from ..runtime import fp_errors
+from ..runtime import grad_mode as _grad_mode
 from ..runtime import profiling as _profiling
 from ..runtime.autocast_mode import STATE as _AUTOCAST_STATE
 from ..runtime.casts import convert
@@ -605,7 +607,14 @@ def call(op, args, out=None, recorded=False):
                 result = op.attrs["out_composite"](*args, out.dtype)
                 return write_out(op, out, out_grad(op, args, out, result), args)
     if op.composite is not None:
-        result = op.composite(*args)
+        if op.attrs.get("own_derivative") and AUTOGRAD is not None and AUTOGRAD.needs_grad(op, args):
+            # differentiated by its rule, not through its body (renorm: torch's backward selects ``g`` where the
+            # body's would multiply it by a NaN norm's derivative): the body computes without history
+            with _grad_mode.no_grad():
+                result = op.composite(*args)
+            result = AUTOGRAD.record(op, args, result)
+        else:
+            result = op.composite(*args)
         return result if out is None else write_out(op, out, out_grad(op, args, out, result), args)
     for hook in DISPATCH_HOOKS:
         r = hook.call(op, args, out)
@@ -1084,7 +1093,7 @@ def call_inplace(op, args, recorded=False):
     before = None
     if AUTOGRAD is not None and AUTOGRAD.needs_grad(op, args):
         if op.composite is not None and "derivative" not in op.pieces:
-            # a composite differentiated through its body (index_reduce_, renorm_): the body on a copy of self,
+            # a composite differentiated through its body (index_reduce_): the body on a copy of self,
             # whose history autograd then has, written back by copy_ (which the body's saved tensors outlive)
             result = op.composite(self.clone(), *args[1:])
             check_inplace(op, self, result)

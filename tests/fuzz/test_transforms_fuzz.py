@@ -12,7 +12,9 @@ import pytest
 from tests.fuzz.generator import generate, op_table
 from tests.fuzz.transforms import check
 
-FIXED = [  # session 44 fuzz
+FIXED = [  # session 44 grads (torch's matrix_exp gradient is inexact there: judged by central differences)
+         8409257,
+         # session 44 fuzz
          8400167, 8405951,
          7997322, 8003963, 8008279, 8001568, 8003644, 8006090, 7998041, 7897283, 7892786, 7895132,
          7875047, 7875987, 7875998, 7874133, 7875067, 7875465, 7871815, 7873003, 7873821, 7875982, 7871961,

@@ -789,23 +789,23 @@ def check_vmap_grad(program, outcome):
         if autograd is not None:
             second = []
             _compare(second, "vmap-grad", "torch.autograd", Run(outputs=got.outputs), autograd, table)
-            differ = differ if second else []
+            differ = differ if second and not _torch_gradient_inexact(program, floats, loss_of, got, found) else []
     found.extend(differ)
     if not got.error:
         _compare(found, "vmap-grad", "loop", Run(outputs=got.outputs), _stacked(jitorch, loop, [0] * len(floats)),
                  TOLERANCE)
 
 
-def gradient_differences(program, floats, loss_of, got, found, eps=1e-6):
-    """Sample 0's gradients (``got``: vmap(grad)'s) against central differences of the loss along sample 100's
-    values, ``sum(grad * d)`` being the loss's derivative along ``d``: the oracle where torch's gradients are none
-    (`_torch_differentiation_refused`: torch's ``vander`` is not differentiable, seed 8104007; the loop alone is
-    jitorch's own). For programs in float64 throughout, judged as `finite_differences` judges tangents: where the
-    difference is finite, the one-sided ones at ``100 eps`` agree with it, and the program decides alike at every
-    step."""
+def gradient_differences(program, floats, loss_of, got, found, eps=1e-6, sample=0):
+    """Sample ``sample``'s gradients (``got``: vmap(grad)'s) against central differences of the loss along
+    sample 100's values, ``sum(grad * d)`` being the loss's derivative along ``d``: the oracle where torch's
+    gradients are none (`_torch_differentiation_refused`: torch's ``vander`` is not differentiable, seed 8104007;
+    the loop alone is jitorch's own) or wrong (`_torch_gradient_inexact`). For programs in float64 throughout,
+    judged as `finite_differences` judges tangents: where the difference is finite, the one-sided ones at
+    ``100 eps`` agree with it, and the program decides alike at every step. Whether it judged."""
     if not _float64_throughout(program) or _fd_blind(program):
-        return
-    point = _sample(jitorch, program, 0)
+        return False
+    point = _sample(jitorch, program, sample)
     direction = [_sample(jitorch, program, 100)[i] for i in floats]
 
     def loss_at(step):
@@ -818,15 +818,32 @@ def gradient_differences(program, floats, loss_of, got, found, eps=1e-6):
 
     at = {step: loss_at(step) for step in (eps, -eps, 100 * eps, 0.0, -100 * eps)}
     if any(v is None for v in at.values()) or any(v[1] != at[0.0][1] for v in at.values()):
-        return
+        return False
     loss = {step: v[0] for step, v in at.items()}
     fd = (loss[eps] - loss[-eps]) / (2 * eps)
     sides = [(loss[100 * eps] - loss[0.0]) / (100 * eps), (loss[0.0] - loss[-100 * eps]) / (100 * eps)]
     if not (np.isfinite(fd) and np.allclose(sides, fd, rtol=1e-2, atol=1e-2)):
-        return
-    along = sum(float((g.values[0] * d.numpy()).sum()) for g, d in zip(got.outputs, direction))
+        return False
+    along = sum(float((g.values[sample] * d.numpy()).sum()) for g, d in zip(got.outputs, direction))
     if not _close_differences(np.array(along), np.array(fd)):
         found.append(Mismatch("vmap-grad", "finite differences", "", "gradient along a direction", f"{along} vs {fd}"))
+    return True
+
+
+# Ops whose torch gradient loses accuracy on some inputs: ``matrix_exp``'s block exponential under a gradient far
+# larger than the matrix (docs/differences-from-torch.md; transform fuzz seed 8409257).
+TORCH_INEXACT_GRADIENT = ("matrix_exp",)
+
+
+def _torch_gradient_inexact(program, floats, loss_of, got, found):
+    """Whether jitorch's vmap(grad) (``got``), which torch.func's and torch.autograd's gradients both differ from,
+    is the right one: the program calls an op of `TORCH_INEXACT_GRADIENT` and central differences judge every
+    sample's gradient (`gradient_differences`, which adds what they find to ``found``)."""
+    if not any(s.tag.removesuffix("_") in TORCH_INEXACT_GRADIENT for s in program.body):
+        return False
+    before = len(found)
+    judged = all([gradient_differences(program, floats, loss_of, got, found, sample=b) for b in range(SAMPLES)])
+    return judged and len(found) == before
 
 
 # torch's vmap errors for an in-place write of batched values into an unbatched tensor and for reading a batched

@@ -306,12 +306,18 @@ def _lstsq(g, a, out):
 
 
 def _matrix_exp(g, a, out):
-    """The upper right block of exp([[A^T, g], [0, A^T]])."""
+    """The upper right block of exp([[A^T, g], [0, A^T]]), with each matrix's ``g`` scaled by a power of two to
+    entries below 1 and the block scaled back (the block is linear in ``g``): the exponential's scaling and
+    squaring takes its number of squarings from the whole matrix's norm, and a ``g`` far larger than ``A`` (the
+    gradient of ``expm1(matrix_exp(x))``, transform fuzz seed 8409257) made it halve ``A`` to below the
+    rounding of the identity, losing ``A`` (torch's gradient has that error)."""
     At = a.self.mT
     n = At.shape[-1]
-    top = jt.cat([At, g], -1)
+    # (frexp's exponent of 0, inf and NaN is 0: those keep their scale 1; no elements, no largest one)
+    scale = jt.frexp(g.detach().abs().amax((-2, -1), keepdim=True))[1].to(g.dtype).exp2() if g.numel() else 1
+    top = jt.cat([At, g / scale], -1)
     bottom = jt.cat([jt.zeros_like(At), At], -1)
-    return jt.matrix_exp(jt.cat([top, bottom], -2))[..., :n, n:]
+    return jt.matrix_exp(jt.cat([top, bottom], -2))[..., :n, n:] * scale
 
 
 defgrad("linalg_pinv.atol_rtol_float", per_input(self=reads("self result", _pinv)))

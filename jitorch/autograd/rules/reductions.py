@@ -12,10 +12,12 @@ element their index chose; ``norm`` and ``std`` give 0 where the result is 0.
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 from ...ops import functions as jt
 from jitorch.ops.meta import wrap_dim
 from jitorch.ops.reductions import norm_order
+from jitorch.runtime import dtypes as _dt
 
 from ..rule import defgrad, nondifferentiable, only_if, reads
 from .common import expand_reduced, over_nonzero, per_input, reduced_dims, rounded_once, unreduce
@@ -223,6 +225,28 @@ defgrad("std.correction", per_input(self=reads("self result", _std)))
 # the order 0 (a count) gives no gradient at all, as torch's undefined one: zeros would still move a parameter
 # through an optimizer's momentum or weight decay, where torch's optimizers skip a parameter without one
 defgrad("norm", only_if(lambda a: norm_order(a.p, a.dim) != 0, per_input(self=reads("self result", _norm))))
+
+
+def _renorm(g, a, out):
+    """torch's renorm_backward: where a slice's norm exceeds ``maxnorm``, the derivative of ``x * maxnorm /
+    (norm + 1e-7)`` (the norm's by `_norm`), elsewhere ``g`` itself, selected (not multiplied), so that a slice
+    left alone passes ``g`` on whatever its norm's derivative is (NaN for a NaN norm, main fuzz seed 8663642 of
+    ``--namespaced --out-views 0.5``); in torch's accumulate dtype on CPU (float32 for half types, else
+    float64). A rule of its own, not the composite's body, so that a compiled trace of ``renorm_`` has one (seed
+    8670237 of ``--cuda --chains 0.3``)."""
+    x = a.self
+    d = wrap_dim(a.dim, x.ndim)
+    dims = tuple(i for i in range(x.ndim) if i != d)
+    acc = _dt.float32 if x.dtype in (_dt.float16, _dt.bfloat16) else _dt.float64
+    x, g = x.to(acc), g.to(acc)
+    norm = x.norm(a.p, dims, keepdim=True)
+    along = _norm((x * g).sum(dims, keepdim=True), SimpleNamespace(self=x, p=a.p, dim=dims, keepdim=True), norm)
+    inverse = 1 / (norm + 1e-7)
+    factor = inverse * a.maxnorm
+    return jt.where(norm > a.maxnorm, factor * g - factor * inverse * along, g)
+
+
+defgrad("renorm", per_input(self=reads("self", _renorm)))
 
 
 # Index and bool results -----------------------------------------------------------------------------
