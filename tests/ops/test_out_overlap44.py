@@ -77,3 +77,16 @@ def test_hstack_of_a_1d_empty_tensor_into_itself_runs_seed_8662059():
     """The fuzzer's statement: jitorch raised the overlap error where torch skips the 1-D empty operands."""
     e = jitorch.zeros(0)
     assert jitorch.hstack([e, e, e], out=e) is e and tuple(e.shape) == (0,)
+
+
+def test_the_fuzz_program_of_seed_8662059_runs_alike():
+    """The differential fuzzer's program of seed 8662059 (``--namespaced --out-views 0.5``) now passes its check
+    (jitorch raised the overlap error where torch ran)."""
+    from tests.fuzz.generator import generate, op_table
+    from tests.fuzz.oracle import CPU_MODES, check
+
+    program, _ = generate(8662059, table=op_table(True), out_views=0.5)
+    assert any(s.tag.startswith("hstack") for s in program.body)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert not check(program, CPU_MODES).mismatches
