@@ -18,7 +18,7 @@ from ..runtime.strided import list_str
 from . import functions
 from .creation import lin_values
 from .registry import TensorSpec, _return_type, cpp_name, defop
-from .searching import _counts, _histogram_checks, _searched_bins, finite_range
+from .searching import _counts, _searched_bins, check_weight_dtype, finite_range, kernel_dtype
 
 _HistogramddResult = _return_type("histogramdd", ("hist", "bin_edges"))
 
@@ -31,7 +31,7 @@ def _points(x):
 
 
 def _edges_meta(x, dim, bins, lo, hi):
-    _histogram_checks(x, None)
+    kernel_dtype(x)
     return TensorSpec((bins + 1,), x.dtype, x.device)
 
 
@@ -55,11 +55,9 @@ defop("_histogramdd_edges(Tensor self, int dim, int bins, float? min=None, float
 
 
 def _counts_meta(x, bins, weight, density):
-    _histogram_checks(x, None)
-    if weight is not None and weight.dtype is not x.dtype:
-        raise RuntimeError("torch.histogramdd: if weight tensor is provided, input tensor and weight tensor should "
-                           f"have the same dtype, but got input({cpp_name(x.dtype).lower()}), and "
-                           f"weight({cpp_name(weight.dtype).lower()})")
+    kernel_dtype(x)
+    if weight is not None:
+        check_weight_dtype(x, weight)
     if weight is not None and (tuple(weight.shape) or (1,)) != tuple(x.shape[:-1]):
         raise RuntimeError("torch.histogramdd: if weight tensor is provided it should have the same shape as the "
                            "input tensor excluding its innermost dimension, but got input with shape "

@@ -82,6 +82,13 @@ def written_resized(out, shape):
     return Footprint(out._storage, out._offset, shape, contiguous_strides(tuple(shape)))
 
 
+def _resized_or_new(out, shape):
+    """`written_resized`, or, where ``out``'s memory is too small, its storage grown (torch grows the storage in
+    place, so that the views of ``out`` see the new memory: ``stack([e, e], out=e)`` raises)."""
+    resized = written_resized(out, shape)
+    return Footprint(out._storage, out._offset, shape, contiguous_strides(tuple(shape))) if resized is None else resized
+
+
 def written_with_dim(out, shape, dim):
     """Where a kernel that writes its result with the reduced ``dim`` kept (torch's max/min/median.dim
     kernels ``unsqueeze_`` their out tensors there) writes ``out``, for a result of ``shape``: `written_resized`,
@@ -135,19 +142,30 @@ def check_write_overlap(op, written, args, skip=None):
               for t in _tensors(args[i]) if id(t._storage) in storages]
     if not shared:
         return
+    checked_as = op.attrs.get("overlap_as")  # (*args) -> (op, args): the op whose kernel torch checks (stack: cat)
+    if checked_as is not None:
+        inner, inner_args = checked_as(*args)
+        return check_write_overlap(inner, written, inner_args, skip)
     rules = _rules(op, args)
     as_written = op.attrs.get("overlap_written")  # (tensor, *args) -> where the kernel writes it, or None
+    # (pairs of the tensor written and where the kernel writes it: torch's status of a tensor with itself is FULL,
+    # resized or not)
     if as_written is not None:
-        written = [f for f in (as_written(w, *args) for w in written) if f is not None]
-    elif op.kind in RESIZED_FIRST:
+        written = [(w, f) for w, f in ((w, as_written(w, *args)) for w in written) if f is not None]
+    elif op.kind in RESIZED_FIRST or op.attrs.get("resized_first"):
         spec = op.meta(*args)
         specs = spec if isinstance(spec, (list, tuple)) else [spec]
-        written = [f for f in (written_resized(w, s.shape) for w, s in zip(written, specs)) if f is not None]
+        written = [(w, _resized_or_new(w, s.shape)) for w, s in zip(written, specs)]
+    else:
+        written = [(w, w) for w in written]
+    skipped = op.attrs.get("overlap_skips")  # (shape) -> whether torch's kernel leaves an input of it unchecked
     for i, t in shared:
         rule = rules.get(i)
         if rule is None:
             continue
-        for w in written:
-            status = overlap_status(w, t)
+        for w, at in written:
+            if skipped is not None and skipped(at._shape if t is w else t._shape):
+                continue
+            status = FULL if t is w else overlap_status(at, t)
             if status == PARTIAL or (status == FULL and rule == "any"):
                 raise RuntimeError(ERROR)

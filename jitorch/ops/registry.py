@@ -587,6 +587,8 @@ def call(op, args, out=None, recorded=False):
         result = AUTOCAST(op, args)
         if result is not NotImplemented:
             return result
+    if out is not None and op.composite is None and op.attrs.get("out_autograd_fallback") is not None:
+        _fallback_out_guard(op, args, out)
     if out is not None and op.dtype_index is not None:
         check_out_dtype(args[op.dtype_index], out)
     if op.multi_tensor:
@@ -733,9 +735,23 @@ def out_grad(op, args, out, result):
     fallback = fallback is not None and fallback(args)
     name = _out_guard_name(op, args)
     if (inputs and not fallback) or outs_grad:
-        raise RuntimeError(f"{'aten::' * fallback}{name}(): functions with out=... arguments don't support "
-                           "automatic differentiation, but one of the arguments requires grad.")
+        raise _out_guard_error(name, fallback)
     return AUTOGRAD.record_unimplemented(op, args, result, name) if inputs else result
+
+
+def _out_guard_error(name, fallback):
+    return RuntimeError(f"{'aten::' * fallback}{name}(): functions with out=... arguments don't support automatic "
+                        "differentiation, but one of the arguments requires grad.")
+
+
+def _fallback_out_guard(op, args, out):
+    """torch's autograd fallback refuses an out tensor that requires grad before the kernel's checks run
+    (``histogram(halves, 3, out=...)`` with a hist that requires grad: the guard's error, not the kernel's
+    NotImplementedError); a composite's own checks come first (``diag`` of 3 dims)."""
+    if (AUTOGRAD is not None and AUTOGRAD.is_grad_enabled() and op.attrs["out_autograd_fallback"](args)
+            and any(isinstance(o, Tensor) and o._requires_grad for o in (out if isinstance(out, (tuple, list))
+                                                                          else (out,)))):
+        raise _out_guard_error(_out_guard_name(op, args), True)
 
 
 # The op whose out= form torch runs for these (its composite's last op, or the ATen op of a Python name), which

@@ -18,7 +18,7 @@ from ..runtime.strided import list_str, wrap_dim
 from . import functions
 from .creation import lin_values
 from .meta import opmath
-from .registry import TensorSpec, defop, scalar_name
+from .registry import TensorSpec, cpp_name, defop, scalar_name
 
 
 def _sortable(a):
@@ -362,24 +362,70 @@ defop("histc(Tensor self, int bins=100, Scalar min=0, Scalar max=0) -> Tensor", 
           "elements outside are ignored.")
 
 
-def _histogram_checks(x, weight, kernel="histogramdd", dtypes=(_dt.float32, _dt.float64)):
-    """torch's checks of a histogram's input and weights; ``kernel`` and ``dtypes``: the CPU kernel it runs and the
-    dtypes that kernel has (given edges, torch's histogram_cpu takes the half types too: fuzz seed 7300360)."""
+def kernel_dtype(x, kernel="histogramdd", dtypes=(_dt.float32, _dt.float64)):
+    """torch's error for a histogram's input of a dtype its CPU kernel ``kernel`` lacks (given edges, torch's
+    histogram_cpu takes the half types too: fuzz seed 7300360), which torch dispatches on after its checks of the
+    arguments."""
     if x.dtype not in dtypes:
         raise NotImplementedError(f"\"{kernel}\" not implemented for '{scalar_name(x.dtype)}'")
+
+
+def _weight_checks(x, weight):
+    """torch's checks of a histogram's weight: its dtype, then its number of elements."""
+    if weight is None:
+        return
+    check_weight_dtype(x, weight)
     # torch reads both flattened (the input as N points of one dimension): any weight of as many elements
     # (fuzz seed 7200679: weights of shape [2, 1] for an input of [1, 1, 2] raised)
-    if weight is not None and weight.numel() != x.numel():
+    if weight.numel() != x.numel():
         raise RuntimeError("torch.histogramdd: if weight tensor is provided it should have the same shape as the "
                            f"input tensor excluding its innermost dimension, but got input with shape "
                            f"{list_str((x.numel(), 1))} and weight with shape {list_str((weight.numel(),))}")
 
 
-def _histogram_bins_meta(x, bins, weight, density):
-    _histogram_checks(x, weight, "histogram_cpu", (_dt.float16, _dt.bfloat16, _dt.float32, _dt.float64))
+def check_weight_dtype(x, weight):
+    """torch.histogramdd's (and histogram's) error for a weight of another dtype than the input."""
+    if weight.dtype is not x.dtype:
+        raise RuntimeError("torch.histogramdd: if weight tensor is provided, input tensor and weight tensor should "
+                           f"have the same dtype, but got input({cpp_name(x.dtype)}), and "
+                           f"weight({cpp_name(weight.dtype)})")
+
+
+def _histogram_out_dtypes(out, x):
+    """torch's error for an out tensor of histogram of another dtype than the input (it wrote into it after a cast:
+    ``histogram(x, 3, out=(h, e))`` with ``x`` float16 and ``h`` float32 raised the kernel's NotImplementedError)."""
+    for what, t, dim in zip(("hist", "bin_edges"), out, ("", " for dimension 0")):
+        if t.dtype is not x.dtype:
+            raise RuntimeError(f"torch.histogram: input tensor and {what} tensor should have the same dtype, but got "
+                               f"input {cpp_name(x.dtype)} and {what} {cpp_name(t.dtype)}{dim}")
+
+
+_HALVES_TOO = (_dt.float16, _dt.bfloat16, _dt.float32, _dt.float64)
+
+
+def _histogram_bins_inputs(x, bins, weight):
+    """torch's checks of histogram's edges and weight (those of its out tensors follow, then its kernel's dtypes)."""
+    if bins.dtype is not x.dtype:
+        raise RuntimeError("torch.histogramdd: input tensor and bins tensors should have the same dtype, but got "
+                           f"input with dtype {cpp_name(x.dtype)} and bins for dimension 0 with dtype "
+                           f"{cpp_name(bins.dtype)}")
     if bins.ndim != 1:
         raise RuntimeError(f"torch.histogramdd: bins tensor should have one dimension, but got {bins.ndim} "
                            "dimensions in the bins tensor for dimension 0")
+    if not bins.numel():
+        raise RuntimeError("torch.histogramdd: bins tensor should have at least 1 element, but got 0 elements in "
+                           "the bins tensor for dimension 0")
+    _weight_checks(x, weight)
+
+
+def _histogram_bins_out_check(out, x, bins, weight, density):
+    _histogram_bins_inputs(x, bins, weight)
+    _histogram_out_dtypes(out, x)
+
+
+def _histogram_bins_meta(x, bins, weight, density):
+    _histogram_bins_inputs(x, bins, weight)
+    kernel_dtype(x, "histogram_cpu", _HALVES_TOO)
     n = max(bins.shape[0] - 1, 0)
     return TensorSpec((n,), x.dtype, x.device), TensorSpec(bins.shape, x.dtype, x.device)
 
@@ -434,17 +480,21 @@ def _histogram_bins_cpu(spec, x, bins, weight, density):
 defop("histogram.bins_tensor(Tensor self, Tensor bins, *, Tensor? weight=None, bool density=False) "
       "-> (Tensor hist, Tensor bin_edges)", meta=_histogram_bins_meta, cpu=_histogram_bins_cpu, kind="reduction",
       variants=("function", "method", "out"), out_autograd_fallback=lambda args: True,
+      out_check=_histogram_bins_out_check,
       doc="A histogram over the bins between consecutive edges ``bins`` (the last bin includes its right edge), "
           "weighted by ``weight``, normalised to a density with ``density``; and the edges.")
 
 
 def _histogram_count_meta(x, bins, range, weight, density):
-    _histogram_checks(x, weight)
+    """torch's checks in its order (after its out tensors', `_histogram_out_dtypes`): the bin count, the range, the
+    input's dtype (torch finds the data's range by the kernel's dtypes), the weight."""
     if bins <= 0:
-        raise RuntimeError(f"torch.histogramdd: bins must be > 0, but got {bins} for dimension 0")
+        raise RuntimeError(f"torch.histogram(): bins must be > 0, but got {bins} for dimension 0")
     if range is not None and range[0] > range[1]:
         raise RuntimeError(f"torch.histogramdd: min should not exceed max, but got min {range[0]:g} max "
                            f"{range[1]:g} for dimension 0")
+    kernel_dtype(x)
+    _weight_checks(x, weight)
     return TensorSpec((bins,), x.dtype, x.device), TensorSpec((bins + 1,), x.dtype, x.device)
 
 
@@ -464,5 +514,6 @@ def _histogram_count_cpu(spec, x, bins, range, weight, density):
 defop("histogram.bin_ct(Tensor self, int bins=100, *, Any? range=None, Tensor? weight=None, bool density=False) "
       "-> (Tensor hist, Tensor bin_edges)", meta=_histogram_count_meta, cpu=_histogram_count_cpu, kind="reduction",
       variants=("function", "method", "out"), out_autograd_fallback=lambda args: True,
+      out_check=lambda out, x, *args: _histogram_out_dtypes(out, x),
       doc="A histogram of ``bins`` equal bins over ``range`` (the data's range by default), weighted by "
           "``weight``, normalised to a density with ``density``; and the bin edges.")

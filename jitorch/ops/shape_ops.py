@@ -134,9 +134,15 @@ def _cat_fast(args, record=True):
 _SERVED = []
 
 
+# torch's cat resizes ``out`` first, then checks each operand but a 1-D empty one (``out`` itself when it stays
+# so): ``hstack([e, e, e], out=e)`` of a 1-D empty ``e`` runs (fuzz seed 8662059); stack and the stackers are
+# checked as the cat of the operands they give it (`overlap.check_write_overlap`'s ``overlap_as``)
+_CAT_OVERLAP = {"resized_first": True, "overlap_skips": lambda shape: shape == (0,)}
+
+
 for _name in ("cat", "concat", "concatenate"):
     _op = defop(f"{_name}(Tensor[] tensors, int dim=0) -> Tensor", meta=_cat_meta, cpu=_cat_cpu, kind="shape",
-                variants=("function", "out"),
+                variants=("function", "out"), **_CAT_OVERLAP,
                 doc="Join tensors along an existing dim ``dim``; dtypes promote, other sizes must match. "
                     "1-D empty tensors are skipped.")
     _op.entry = _cat_entry
@@ -162,8 +168,15 @@ def _stack_cpu(spec, arrays, dim):
     return np.stack(_promoted(arrays, spec.dtype), axis=wrap_dim(dim, arrays[0].ndim + 1))
 
 
+def _stack_as_cat(tensors, dim):
+    """The cat torch's stack runs (of the tensors unsqueezed at ``dim``), after stack's own checks."""
+    _stack_meta(tensors, dim)
+    return registry.OPS["cat"], ([t.unsqueeze(wrap_dim(dim, t.ndim + 1)) for t in tensors], dim)
+
+
 defop("stack(Tensor[] tensors, int dim=0) -> Tensor", meta=_stack_meta, cpu=_stack_cpu, kind="shape",
-      variants=("function", "out"), doc="Join tensors of one shape along a new dim ``dim``; dtypes promote.")
+      variants=("function", "out"),
+      overlap_as=_stack_as_cat, doc="Join tensors of one shape along a new dim ``dim``; dtypes promote.")
 
 
 def at_least(t, ndim):
@@ -181,17 +194,27 @@ def at_least(t, ndim):
 
 def _stacker(name, ndim, dim, vector_dim=None):
     """cat along ``dim`` after ``atleast_{ndim}d``; along ``vector_dim`` when the inputs are vectors."""
+    def operands(tensors):
+        ts = [at_least(t, ndim) for t in tensors]
+        return ts, vector_dim if vector_dim is not None and ts[0].ndim == 1 else dim
+
     def composite(tensors):
         _require_tensors(name, tensors)
-        ts = [at_least(t, ndim) for t in tensors]
-        return functions.cat(ts, vector_dim if vector_dim is not None and ts[0].ndim == 1 else dim)
+        return functions.cat(*operands(tensors))
+    composite.operands = operands
     return composite
+
+
+def _column_operands(tensors):
+    return [t.view(t.numel(), 1) if t.ndim <= 1 else t for t in tensors], 1
 
 
 def _column_stack(tensors):
     _require_tensors("column_stack", tensors)
-    ts = [t.view(t.numel(), 1) if t.ndim <= 1 else t for t in tensors]
-    return functions.cat(ts, 1)
+    return functions.cat(*_column_operands(tensors))
+
+
+_column_stack.operands = _column_operands
 
 
 _STACKERS = [
@@ -202,7 +225,8 @@ _STACKERS = [
     ("column_stack", _column_stack, "Join tensors as columns: vectors and scalars become (n, 1) columns."),
 ]
 for _name, _fn, _doc in _STACKERS:
-    defop(f"{_name}(Tensor[] tensors) -> Tensor", composite=_fn, kind="shape", variants=("function", "out"), doc=_doc)
+    defop(f"{_name}(Tensor[] tensors) -> Tensor", composite=_fn, kind="shape", variants=("function", "out"), doc=_doc,
+          overlap_as=lambda tensors, operands=_fn.operands: (registry.OPS["cat"], operands(tensors)))
 
 
 # flip, roll --------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from ...runtime import dtypes as _dt
 from ...runtime.dtypes import result_type
 from ...ops.pointwise import mvlgamma_shifts
 
-from ..rule import defgrad, differentiates, nondifferentiable, not_implemented, reads
+from ..rule import defgrad, differentiates, is_linearizing, nondifferentiable, not_implemented, reads
 from .common import cut, over_nonzero, per_input, rounded_once, zero_grad, zeros
 
 _LN2 = math.log(2.0)
@@ -186,7 +186,19 @@ defgrad("logaddexp", per_input(self=reads("self other", lambda g, a, out: g / (1
                                other=reads("self other", lambda g, a, out: g / (1 + (a.self - a.other).exp()))))
 defgrad("atan2", per_input(self=reads("self other", lambda g, a, out: g * a.other * _atan2_scale(a, g)),
                            other=reads("self other", lambda g, a, out: -g * a.self * _atan2_scale(a, g))))
-defgrad("lerp", per_input(self=reads("weight", lambda g, a, out: g * (1 - a.weight)),
+
+
+def _lerp_self(g, a, out):
+    """``g * (1 - weight)``. A bool weight (0-d, which torch's lerp takes) is read as 0 or 1 in forward mode, as
+    torch's forward formula ``lerp(self_t, end_t, weight)`` reads it (transform-fuzz seed 8406632); torch's
+    backward formula subtracts it from a bool 1 and raises, and so does this rule outside forward mode."""
+    w = a.weight
+    if isinstance(w, Number) or w.dtype != _dt.bool:
+        return g * (1 - w)
+    return g * (1 - w.to(g.dtype)) if is_linearizing() else g * (jt.ones_like(w) - w)
+
+
+defgrad("lerp", per_input(self=reads("weight", _lerp_self),
                           end=reads("weight", lambda g, a, out: g * a.weight),
                           weight=reads("self end", lambda g, a, out: g * (a.end - a.self))))
 defgrad("clamp", per_input(self=reads("self min max", lambda g, a, out: _clamp_self(g, a)),
