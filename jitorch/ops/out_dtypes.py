@@ -1,6 +1,6 @@
-"""The reductions, sorts, scans and unary ops whose ``out=`` tensors must have the result's own dtype, and mean's
-and nanmean's errors for an integer out tensor, all's and any's for one not bool or uint8, isposinf's, isneginf's and
-signbit's for one not bool.
+"""The reductions, sorts, scans, softmaxes and unary ops whose ``out=`` tensors must have the result's own dtype,
+and mean's and nanmean's errors for an integer out tensor, all's and any's for one not bool or uint8, isposinf's,
+isneginf's and signbit's for one not bool.
 
 Most ops write a result into an ``out=`` tensor of any dtype it can be cast to. These do not: torch
 refuses an out tensor of another dtype than the result's (values: the input's or the norm's dtype;
@@ -82,6 +82,8 @@ def _same_dtypes(op, name, message):
             wanted = [args[0].dtype] * 2
         elif message is _scan:  # (torch compares the out tensors with the input before its dim and dtype checks)
             wanted = [args[0].dtype, _dt.int64]
+        elif name in ("softmax", "log_softmax"):  # (the result's dtype, before the kernel refuses an integer input)
+            wanted = [args[2] if len(args) > 2 and args[2] is not None else args[0].dtype]
         elif op.meta is None:  # a composite (msort): the input's values, and int64 indices
             wanted = [args[0].dtype, _dt.int64]
         else:
@@ -109,7 +111,8 @@ def _bool_out(name):
 
 
 _FAMILIES = {
-    _exact: ("max.dim", "min.dim", "argmax", "argmin", "norm", "aminmax", "topk", "sort", "msort"),
+    _exact: ("max.dim", "min.dim", "argmax", "argmin", "norm", "aminmax", "topk", "sort", "msort", "softmax",
+             "log_softmax"),
     _as_input: ("amax", "amin"),
     _scan: ("logcumsumexp", "cummax", "cummin"),
     _mode: ("mode",),
