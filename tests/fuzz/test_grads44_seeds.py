@@ -36,21 +36,15 @@ def test_matrix_exp_programs_whose_torch_gradient_is_inexact_are_judged_by_centr
     every sample: they pass jitorch's gradients and catch them wrong at one sample alone."""
     import dataclasses
 
-    import jitorch
     from tests.fuzz import transforms
-    from tests.fuzz.test_transforms_vander import _loss_of
+    from tests.fuzz.test_transforms_vander import vmap_grad_run
 
     program, _ = generate(8409257, table=op_table())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         outcome = transforms.check(program)
         assert outcome.ran.get("vmap-grad") and not outcome.mismatches
-        floats, _ = transforms.float_split(program)
-        loss_of = _loss_of(program, floats)
-        inputs = transforms._batched(jitorch, program, [0 if i in floats else None for i in range(2)])
-        fixed = transforms._sample(jitorch, program, 0)
-        got = transforms._call(jitorch, program, lambda fn: lambda *xs: jitorch.func.vmap(jitorch.func.grad(
-            loss_of(jitorch, fn, fixed), (0,)))(xs[1]), inputs)
+        floats, loss_of, got = vmap_grad_run(program)
         found = []
         assert transforms._torch_gradient_inexact(program, floats, loss_of, got, found) and not found
         values = got.outputs[0].values.copy()

@@ -51,6 +51,19 @@ def _loss_of(program, floats):
     return loss_of
 
 
+def vmap_grad_run(program):
+    """(the float inputs, `check_vmap_grad`'s loss, jitorch's vmap(grad) Run of it over the batched float inputs,
+    the others fixed at sample 0)."""
+    floats, _ = transforms.float_split(program)
+    loss_of = _loss_of(program, floats)
+    inputs = transforms._batched(jitorch, program, [0 if i in floats else None for i in range(len(program.inputs))])
+    fixed = transforms._sample(jitorch, program, 0)
+    argnums = tuple(range(len(floats)))
+    got = transforms._call(jitorch, program, lambda fn: lambda *xs: jitorch.func.vmap(jitorch.func.grad(
+        loss_of(jitorch, fn, fixed), argnums))(*(xs[i] for i in floats)), inputs)
+    return floats, loss_of, got
+
+
 def test_vmap_grad_of_vander_runs_against_the_loop_and_central_differences():
     """A program whose loss reads vander has no gradient run against torch (`generator.grad_valid`: torch raises),
     so the transform fuzzer had no oracle for it; its vmap(grad) now runs (`transforms.TORCH_NOT_DIFFERENTIABLE`)
@@ -62,12 +75,7 @@ def test_vmap_grad_of_vander_runs_against_the_loop_and_central_differences():
         warnings.simplefilter("ignore")
         outcome = transforms.check(program)
         assert outcome.ran.get("vmap-grad") and not outcome.mismatches
-        floats, _ = transforms.float_split(program)
-        loss_of = _loss_of(program, floats)
-        inputs = transforms._batched(jitorch, program, [0])
-        fixed = transforms._sample(jitorch, program, 0)
-        got = transforms._call(jitorch, program, lambda fn: lambda *xs: jitorch.func.vmap(jitorch.func.grad(
-            loss_of(jitorch, fn, fixed), (0,)))(*xs), inputs)
+        floats, loss_of, got = vmap_grad_run(program)
         found = []
         transforms.gradient_differences(program, floats, loss_of, got, found)
         assert not found

@@ -13,7 +13,7 @@ import jitorch as jt
 import jitorch.optim as optim
 from jitorch.codegen import foreach as kernels
 from jitorch.runtime import threads
-from tests.optim.test_numpy_step import assert_follows_torch
+from tests.optim.test_numpy_step import assert_follows_torch, assert_same_steps
 
 SHAPES = [(6, 5), (7,), (2, 3, 2), (), (40,)]
 
@@ -73,18 +73,6 @@ def _train(cls, options, allow, dtype, shapes=SHAPES, steps=STEPS):
     return params, opt, counts
 
 
-def _assert_same(fast, fast_opt, slow, slow_opt):
-    for p, q in zip(fast, slow):
-        assert p.detach().numpy().tobytes() == q.detach().numpy().tobytes()
-        assert p._version == q._version > 0
-        fast_state, slow_state = fast_opt.state[p], slow_opt.state[q]
-        assert sorted(fast_state) == sorted(slow_state)
-        for key, value in slow_state.items():
-            assert fast_state[key].dtype == value.dtype, key
-            assert fast_state[key].numpy().tobytes() == value.numpy().tobytes(), key
-            assert fast_state[key]._version == value._version, key
-
-
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("cls,options", CASES, ids=IDS)
 def test_kernel_step_is_the_per_parameter_step_bit_for_bit(cls, options, dtype):
@@ -92,7 +80,7 @@ def test_kernel_step_is_the_per_parameter_step_bit_for_bit(cls, options, dtype):
     slow, slow_opt, slow_counts = _train(cls, options, False, dtype)
     zero_dim_left = cls is not optim.RMSprop  # (their NumPy step leaves a 0-d parameter to the ops)
     assert counts["kernel"] == STEPS * (len(SHAPES) - zero_dim_left) and slow_counts["kernel"] == 0
-    _assert_same(fast, fast_opt, slow, slow_opt)
+    assert_same_steps(fast, fast_opt, slow, slow_opt)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -117,8 +105,8 @@ def test_kernel_step_does_not_depend_on_the_thread_count(monkeypatch, cls, optio
         params, opt, counts = _train(cls, options, allow, np.float32, shapes, steps=3)
         assert counts["kernel"] == 3 * len(shapes) * allow
         results.append((params, opt))
-    _assert_same(*results[0], *results[1])
-    _assert_same(*results[0], *results[2])
+    assert_same_steps(*results[0], *results[1])
+    assert_same_steps(*results[0], *results[2])
 
 
 def test_one_kernel_call_per_dtype(monkeypatch):
@@ -151,7 +139,7 @@ def test_radam_rectified_and_unrectified_parameters_in_one_step():
         assert [float(opt.state[p]["step"]) for p in params] == [9.0, 5.0, 1.0]
         assert counts["kernel"] == (9 + 5 + 1) * allow
         results.append((params, opt))
-    _assert_same(*results[0], *results[1])
+    assert_same_steps(*results[0], *results[1])
 
 
 def test_nadam_float64_mu_product_from_a_state_dict():
@@ -173,7 +161,7 @@ def test_nadam_float64_mu_product_from_a_state_dict():
             opt.step()
         assert counts["kernel"] == 3 * allow
         results.append(([w], opt))
-    _assert_same(*results[0], *results[1])
+    assert_same_steps(*results[0], *results[1])
 
 
 def test_parameters_sharing_memory_take_the_per_parameter_step():

@@ -107,13 +107,18 @@ def test_numpy_step_equals_ops_bit_for_bit(cls, options, dtype):
     assert fast_counts == {"calls": steps * len(SHAPES),
                            "taken": steps * len(SHAPES) - first_by_ops - zero_dim_by_ops, "kernel": by_kernel}
     assert slow_counts["taken"] == 0
+    assert_same_steps(fast, fast_opt, slow, slow_opt)
+
+
+def assert_same_steps(fast, fast_opt, slow, slow_opt):
+    """Two trainings' parameters, version counts and optimizer states bit for bit alike."""
     for p, q in zip(fast, slow):
         assert p.detach().numpy().tobytes() == q.detach().numpy().tobytes()
         assert p._version == q._version > 0
         fast_state, slow_state = fast_opt.state[p], slow_opt.state[q]
         assert sorted(fast_state) == sorted(slow_state)
         for key, value in slow_state.items():
-            assert fast_state[key].dtype == value.dtype
+            assert fast_state[key].dtype == value.dtype, key
             assert fast_state[key].numpy().tobytes() == value.numpy().tobytes(), key
             assert fast_state[key]._version == value._version, key
 
