@@ -34,7 +34,7 @@ from .kernel import I64, KernelSource, counted_loop
 from .memo import BuiltOnce
 from .target import CPU
 
-__all__ = ["BLOCK", "step_kernel", "adam_kernel", "sgd_kernel", "adadelta_kernel", "sum_squares_kernel",
+__all__ = ["BLOCK", "step_kernel", "sum_squares_kernel",
            "run_blocks", "StepKernel"]
 
 # A block's elements at most: 64K float32 are 256 KB per operand, and GPT-sized steps have tens of blocks
@@ -88,29 +88,6 @@ def step_kernel(kind, dtype, flags):
     cannot be built. Its roles are the parameter, its gradient, then the state buffers in the order the
     optimizer's NumPy step lists them; each block's row holds the numbers that element function unpacks."""
     return _kernels(kind, dtype, tuple(bool(f) for f in flags))
-
-
-def adam_kernel(dtype, maximize, weight_decay, decoupled, amsgrad, lerp_low):
-    """The Adam/AdamW step kernel (`step_kernel`). Roles: param, grad, exp_avg, exp_avg_sq (and
-    max_exp_avg_sq under ``amsgrad``). ``weight_decay``: whether it is nonzero; ``decoupled``: AdamW's;
-    ``lerp_low``: whether the lerp weight ``1 - beta1`` is below 0.5 in magnitude (its first form). Row:
-    the decay factor (decoupled: ``1 - lr * weight_decay``, else ``weight_decay``), the lerp's factor (``w``
-    or ``1 - w`` by the lerp's form, ``w = 1 - beta1``), ``beta2``, ``1 - beta2``, ``sqrt(1 - beta2 ** t)``,
-    ``eps``, ``-lr / (1 - beta1 ** t)``."""
-    return step_kernel("adam", dtype, (maximize, weight_decay, decoupled, amsgrad, lerp_low))
-
-
-def sgd_kernel(dtype, maximize, weight_decay, momentum, nesterov):
-    """The SGD step kernel (`step_kernel`). Roles: param, grad (and the momentum buffer with ``momentum``,
-    which must hold its first step's value already). Row: ``weight_decay``, ``momentum``, ``1 - dampening``,
-    ``-lr``."""
-    return step_kernel("sgd", dtype, (maximize, weight_decay, momentum, nesterov))
-
-
-def adadelta_kernel(dtype, maximize, weight_decay):
-    """The Adadelta step kernel (`step_kernel`). Roles: param, grad, square_avg, acc_delta. Row:
-    ``weight_decay``, ``rho``, ``1 - rho``, ``eps``, ``-lr``."""
-    return step_kernel("adadelta", dtype, (maximize, weight_decay))
 
 
 def sum_squares_kernel(dtype):
@@ -308,7 +285,12 @@ def _maximum(b, first, second):
 
 def _adam_element(maximize, weight_decay, decoupled, amsgrad, lerp_low):
     """The per-element operations of Adam's NumPy passes (`optimizer.numpy_grad`, ``moment_passes``, then
-    the denominator and ``addcdiv_``'s three passes): loaded values -> {role index: value stored}."""
+    the denominator and ``addcdiv_``'s three passes): loaded values -> {role index: value stored}. Roles:
+    param, grad, exp_avg, exp_avg_sq (and max_exp_avg_sq under ``amsgrad``). ``weight_decay``: whether it is
+    nonzero; ``decoupled``: AdamW's; ``lerp_low``: whether the lerp weight ``1 - beta1`` is below 0.5 in
+    magnitude (its first form). Row: the decay factor (decoupled: ``1 - lr * weight_decay``, else
+    ``weight_decay``), the lerp's factor (``w`` or ``1 - w`` by the lerp's form, ``w = 1 - beta1``),
+    ``beta2``, ``1 - beta2``, ``sqrt(1 - beta2 ** t)``, ``eps``, ``-lr / (1 - beta1 ** t)``."""
 
     def element(b, t, math, loaded, s):
         decay, lerp, beta2, one_minus_beta2, correction2, eps, neg_step = s
@@ -326,7 +308,8 @@ def _adam_element(maximize, weight_decay, decoupled, amsgrad, lerp_low):
 
 
 def _adadelta_element(maximize, weight_decay):
-    """The per-element operations of Adadelta's NumPy passes (`jitorch.optim.adadelta.Adadelta._numpy_update`)."""
+    """The per-element operations of Adadelta's NumPy passes (`jitorch.optim.adadelta.Adadelta._numpy_update`).
+    Roles: param, grad, square_avg, acc_delta. Row: ``weight_decay``, ``rho``, ``1 - rho``, ``eps``, ``-lr``."""
 
     def element(b, t, math, loaded, s):
         decay, rho, one_minus_rho, eps, neg_lr = s
@@ -341,7 +324,9 @@ def _adadelta_element(maximize, weight_decay):
 
 
 def _sgd_element(maximize, weight_decay, momentum, nesterov):
-    """The per-element operations of SGD's NumPy passes (`jitorch.optim.sgd.SGD._numpy_update`)."""
+    """The per-element operations of SGD's NumPy passes (`jitorch.optim.sgd.SGD._numpy_update`). Roles: param,
+    grad (and the momentum buffer with ``momentum``, which must hold its first step's value already). Row:
+    ``weight_decay``, ``momentum``, ``1 - dampening``, ``-lr``."""
 
     def element(b, t, math, loaded, s):
         decay, mom, one_minus_dampening, neg_lr = s

@@ -60,7 +60,7 @@ def test_adam_kernel_is_the_numpy_passes(dtype, amsgrad):
     np.maximum(mx, v, out=mx)
     denom = np.sqrt(mx if amsgrad else v) / number(math.sqrt(1 - beta2 ** step)) + number(eps)
     p += number(-(lr / (1 - beta1 ** step))) * m / denom
-    kernel = foreach.adam_kernel(dtype, True, True, True, amsgrad, False)
+    kernel = foreach.step_kernel("adam", dtype, (True, True, True, amsgrad, False))
     row = (1 - lr * wd, 1 - (1 - beta1), beta2, 1 - beta2, math.sqrt(1 - beta2 ** step), eps,
            -(lr / (1 - beta1 ** step)))
     operands = [param, grad, exp_avg, exp_avg_sq] + [most] * amsgrad
@@ -79,7 +79,7 @@ def test_sgd_kernel_is_the_numpy_passes():
     g = grad + param * f(wd)
     b = buf * f(momentum) + g * f(1 - dampening)
     p = param + (g + b * f(momentum)) * f(-lr)
-    kernel = foreach.sgd_kernel("float32", False, True, True, True)
+    kernel = foreach.step_kernel("sgd", "float32", (False, True, True, True))
     foreach.run_blocks(kernel, [[param, grad, buf]], [(wd, momentum, 1 - dampening, -lr)])
     assert param.tobytes() == p.tobytes() and buf.tobytes() == b.tobytes()
 
@@ -98,7 +98,7 @@ def test_adadelta_kernel_is_the_numpy_passes(dtype):
     delta = np.sqrt(acc_delta + number(eps)) / np.sqrt(v + number(eps)) * g
     u = acc_delta * number(rho) + (delta * delta) * number(1 - rho)
     p = param + delta * number(-lr)
-    kernel = foreach.adadelta_kernel(dtype, True, True)
+    kernel = foreach.step_kernel("adadelta", dtype, (True, True))
     foreach.run_blocks(kernel, [[param, grad, square_avg, acc_delta]], [(wd, rho, 1 - rho, eps, -lr)])
     assert param.tobytes() == p.tobytes() and square_avg.tobytes() == v.tobytes()
     assert acc_delta.tobytes() == u.tobytes()
