@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import jitorch as jt
+from jitorch.ir.passes import manager, sums
 from tests.support import assert_close, to_numpy
 
 
@@ -97,6 +98,21 @@ def test_compiled_step_matches_eager_and_torch(name, seed):
     for g, e, t in zip(got, expected, oracle):
         assert_close(g, to_numpy(e))
         assert_close(g, t.detach().numpy())
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_rewritten_step_gives_the_bits_of_the_step_without_the_sums_pass(name, monkeypatch):
+    """The one-hot's row sum becomes the picked value exactly, and the bias's sum adds the same elements in the
+    same order in the gradient's kernel as it did in a kernel of its own: every result has the same bits."""
+    fn, h, y = run_step(name, jt, compiled=True, seed=3)
+    with_pass = [t.numpy().copy() for t in fn(h, y)]
+    without = tuple(p for p in manager.DEFAULT_PASSES if p is not sums.run)
+    monkeypatch.setattr(manager.optimize, "__defaults__", (without,) + manager.optimize.__defaults__[1:])
+    fn, h, y = run_step(name, jt, compiled=True, seed=3)
+    # (the one-hot's row sum, which writes the one-hot, and the gradient's kernel reading it back)
+    assert sum("arange" in k.ops or "exp" in k.ops for k in fn.lower(h, y).kernels) == 2
+    for a, b in zip(with_pass, (t.numpy() for t in fn(h, y))):
+        assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
 
 
 def test_targets_out_of_range_raise_in_the_compiled_step():
