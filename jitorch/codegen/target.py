@@ -129,7 +129,8 @@ def _tail_folded(module, width):
     that is no multiple of the lanes: without it they run as a scalar loop of the mathlib functions, which at
     200 iterations of 16 lanes (a language model's LSTM cell, hidden 200, per batch row: 8 scalar iterations)
     took a quarter of the cell kernel's time (35 steps of a 20-row batch: 0.71 -> 0.54 ms thread CPU; the same
-    bits but for a NaN's sign, which LLVM keeps in neither form). Only with AVX-512, whose masked loads and stores are instructions (narrower targets emulate them)."""
+    bits but for a NaN's sign, which LLVM keeps in neither form). Only with AVX-512, whose masked loads and
+    stores are instructions (narrower targets emulate them)."""
     predicate = module.add_metadata([ir.MetaDataString(module, "llvm.loop.vectorize.predicate.enable"),
                                      ir.IntType(1)(1)])
     loop = module.add_metadata([width, predicate])
