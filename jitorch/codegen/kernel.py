@@ -275,8 +275,8 @@ class _Builder:
             else:
                 self.computed.append(node)
         self.roots = list(dict.fromkeys(g[0] for g in self.geometry.values() if g[0] not in self.ranges))
-        # back-edge branches of the innermost loops the CPU target's map_loops made (independent iterations):
-        # the target may ask LLVM for a vector width there (`CpuTarget.module_text`)
+        # (back-edge branch, fixed trip count or None) of the innermost loops the CPU target's map_loops made
+        # (independent iterations): the target may ask LLVM for a vector width there (`CpuTarget.module_text`)
         self.maps = []
 
     def strides(self, value):

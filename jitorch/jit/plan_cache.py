@@ -26,11 +26,12 @@ stage), counted as rejected, and the graph is fused anew, which writes a good en
 
 The optimisation passes' last round is skipped the same way (`optimize_cached`): they run in rounds until
 one rewrites nothing, and for a traced graph that is mostly the second round, which then only confirms the
-first's result at a third of the passes' time. The graph's canonical text after the first round keys an
-entry that says "the second round rewrote nothing", written when it did; a process that finds it stops
-after the first round. Its payload is one fixed JSON object, compared whole: nothing in it is read as a
-value, and a wrong entry could at worst leave a rewrite undone (each pass keeps the graph's meaning). The
-text is also fusion's key (`fuse_cached`), so printing it costs nothing extra.
+first's result at a third of the passes' time. The graph's canonical text after the first round and the code
+generator's sources (which hold the passes': a build with one pass more rewrites in its second round what
+another's did not) key an entry that says "the second round rewrote nothing", written when it did; a process
+that finds it stops after the first round. Its payload is one fixed JSON object, compared whole: nothing in
+it is read as a value, and a wrong entry could at worst leave a rewrite undone (each pass keeps the graph's
+meaning). The text is also fusion's key (`fuse_cached`), so printing it costs nothing extra.
 """
 
 from __future__ import annotations
@@ -98,7 +99,8 @@ def _graph_text(graph, target_id, printed=None):
 
 
 def _fixed_point_text(printed):
-    return f"jitorch passes fixed point {FORMAT}\n{printed}"
+    # (with the generator's sources, which hold the passes': another build's entry would skip this one's rewrites)
+    return f"jitorch passes fixed point {FORMAT}\ngenerator {generator_fingerprint()}\n{printed}"
 
 
 def optimize_cached(graph, store=None):

@@ -7,12 +7,13 @@ import os
 from ...runtime import logs
 from ...runtime.autocast_mode import excluded as autocast_excluded
 from ..verifier import VerifyError, verify as verify_graph
-from . import cse, dce, decompose, fold, simplify, sink, transpose
+from . import cse, dce, decompose, fold, simplify, sink, sums, transpose
 
 # decompose first, so the other passes clean up after it (the variance's mean merges with var_mean's);
+# sums takes the sums of a reshape or a one-hot to their sources (fusion then puts them where those are made);
 # sink runs a convolution's batch-last layout through the ops after it (simplify then drops the permutes that
 # undo each other); simplify, fold and transpose expose duplicates and dead nodes, which cse and dce then remove
-DEFAULT_PASSES = (decompose.run, simplify.run, fold.run, transpose.run, sink.run, cse.run, dce.run)
+DEFAULT_PASSES = (decompose.run, simplify.run, sums.run, fold.run, transpose.run, sink.run, cse.run, dce.run)
 MAX_ROUNDS = 4
 
 
