@@ -12,6 +12,7 @@ checked calls. Both compute with the same source (`_compute_lines`).
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -103,22 +104,29 @@ FINISH = {
 }
 
 
-def _compute_lines(finish, keepdim):
+def _compute_lines(finish, keepdim, whole, quiet):
     """Source lines computing the call into array ``_r_oa`` from array ``_r_xa`` by plan ``_r_p``: a small input's
-    ``_r_reduce(_r_xa, axis, None, _r_oa, keepdim)`` and the op's `FINISH` lines, a larger input's
-    ``_r_into(_r_xa, axis, keepdim, _r_oa)``, with NumPy's floating-point errors silenced (`fp_errors`)."""
+    (any input's, if ``whole``) ``_r_reduce(_r_xa, axis, None, _r_oa, keepdim)`` and the op's `FINISH` lines, a
+    larger input's ``_r_into(_r_xa, axis, keepdim, _r_oa)``, with NumPy's floating-point errors silenced
+    (`fp_errors`) unless the reduction raises none (``quiet``)."""
+    args = f"_r_xa, _r_p.axis, None, _r_oa, {keepdim}"  # (positional: NumPy parses no keywords)
+    if quiet:
+        return [f"_r_reduce({args})"]
+    small = [f"_r_silenced(_r_reduce, {args})", *(line.format(k=keepdim) for line in FINISH[finish])]
     return ["try:",
-            "    if _r_p.small:",
-            f"        _r_silenced(_r_reduce, _r_xa, _r_p.axis, None, _r_oa, {keepdim})  # (positional: NumPy "
-            "parses no keywords)",
-            *("        " + line.format(k=keepdim) for line in FINISH[finish]),
-            "    else:",
-            f"        _r_silenced(_r_into, _r_xa, _r_p.axis, {keepdim}, _r_oa)",
+            *(["    " + line for line in small] if whole else
+              ["    if _r_p.small:", *("        " + line for line in small),
+               "    else:", f"        _r_silenced(_r_into, _r_xa, _r_p.axis, {keepdim}, _r_oa)"]),
             "except RuntimeError as _r_e:  # (the silenced context taken: computed again whole)",
             f"    _r_when_busy(_r_e, _r_into, _r_xa, _r_p.axis, {keepdim}, _r_oa)"]
 
 
-def out_path(reduce, into, finish=None, zeroed=None):
+def _ufunc_into(reduce, a, axis, keepdims, out):
+    """``reduce(a, axis, keepdims=, out=)``, positional."""
+    return reduce(a, axis, None, out, keepdims)
+
+
+def out_path(reduce, into=None, finish=None, zeroed=None, quiet=False):
     """``fast_out(args, out, checked=False)`` of a reduction (`registry.OpDef.fast_out`): its out= call computed
     straight into ``out``'s array where that is the plain call's result as the general path would write it: no
     ``dtype=``, the input a non-empty C-contiguous float32/float64 CPU tensor of ``out``'s dtype, the dims Python
@@ -132,11 +140,15 @@ def out_path(reduce, into, finish=None, zeroed=None):
 
     ``reduce``: the ufunc reduction of an input of at most `summation.BLOCK` elements, followed by ``finish``'s
     lines (`FINISH`; ``zeroed``, nansum's sum of the input with its NaNs zeroed); ``into(a, axis, keepdims,
-    out)``: the whole computation, for larger inputs."""
+    out)``: the whole computation, for larger inputs (None: ``reduce`` serves every input; ``quiet``: it raises
+    no floating-point error, and is called as it is)."""
+    whole = into is None
+    if whole:
+        into = functools.partial(_ufunc_into, reduce)
     env = {"_r_silenced": fp_errors.silenced, "_r_when_busy": fp_errors.when_busy, "_r_reduce": reduce,
            "_r_into": into, "_r_divide": np.true_divide, "_r_isnan": np.isnan, "_r_zeroed": zeroed,
            "_r_plans": PLANS, "_r_cpu": CPU}
-    lines = _compute_lines(finish, "_r_k")
+    lines = _compute_lines(finish, "_r_k", whole, quiet)
     exec(compile("def _r_compute(_r_xa, _r_p, _r_k, _r_oa):\n" + "".join(f"    {line}\n" for line in lines),
                  "<jitorch reduction out>", "exec"), env)
     compute = env["_r_compute"]
@@ -178,7 +190,7 @@ def out_path(reduce, into, finish=None, zeroed=None):
             f"            and {x}.device is _r_cpu and {out}.device is _r_cpu and {x}._storage is not _r_s",
             f"            and not _r_s.inference and not {x}._requires_grad and not {out}._requires_grad",
             f"            and _r_xa is not None and _r_oa is not None):",
-            *("        " + line for line in _compute_lines(finish, keepdim)),
+            *("        " + line for line in _compute_lines(finish, keepdim, whole, quiet)),
             "        _r_s._version += 1",
             f"        return {out}"]
         return lines, {**{k: v for k, v in env.items() if k != "_r_compute"}, "_r_Tensor": registry.Tensor}
