@@ -270,3 +270,20 @@ def test_plans_stay_few():
         jt.sum(jt.ones(n, 2), 1, out=jt.empty(n))
     assert len(reduction_out.PLANS) <= reduction_out._PLANS_MAX
     assert registry.OPS["sum"].fast_out is _variant("sum").__globals__["_fast_out"]
+
+
+@pytest.mark.parametrize("in_dtype", ["float32", "float16", "int32", "bool"])
+@pytest.mark.parametrize("out_dtype", ["int64", "int32", "bool", "int8", "float64"])
+def test_nansum_of_floats_into_an_integer_out_raises_torchs_error(in_dtype, out_dtype):
+    """torch's nansum of a floating input into an integer or bool out tensor has no kernel (NotImplementedError,
+    before writing); jitorch wrote the sum (found by test_refusals_after_a_remembered_plan_are_torchs_and_write_nothing
+    [3-nansum]). An integer or bool input sums into them."""
+    results = []
+    for lib in (torch, jt):
+        out = lib.full((), 3, dtype=getattr(lib, out_dtype))
+        try:
+            lib.nansum(lib.ones(3, dtype=getattr(lib, in_dtype)), 0, out=out)
+            results.append(("ok", out.item()))
+        except NotImplementedError as e:
+            results.append((str(e), out.item()))
+    assert results[1] == results[0]
