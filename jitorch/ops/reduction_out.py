@@ -3,7 +3,7 @@
 A call such as ``jitorch.sum(x, 1, True, out=o)`` on a small tensor is a NumPy reduction (0.6 us) and
 Python's checks around it. What the checks work out from the input's geometry and the dims alone (NumPy's
 axis, the result's shape and strides, how many elements each result element reduces) is remembered per
-(shape, strides, dim, keepdim) in one table, `PLANS`, which every reduction served here shares; a call then
+(dtype, shape, strides, dim, keepdim) in one table, `PLANS`, which every reduction served here shares; a call then
 tests its tensors against the remembered plan. The commonest call (one dim as a Python int, or none) is
 written into the function variant itself (`fast_out`'s ``inline``: one frame from the caller to NumPy);
 `fast_out` serves the rest (a list of dims, an input that requires grad under ``no_grad``) and `registry.call`'s
@@ -108,9 +108,9 @@ def _compute_lines(finish, keepdim, whole, quiet):
     """Source lines computing the call into array ``_r_oa`` from array ``_r_xa`` by plan ``_r_p``: a small input's
     (any input's, if ``whole``) ``_r_reduce(_r_xa, axis, None, _r_oa, keepdim)`` and the op's `FINISH` lines, a
     larger input's ``_r_into(_r_xa, axis, keepdim, _r_oa)``, with NumPy's floating-point errors silenced
-    (`fp_errors`) unless the reduction raises none (``quiet``)."""
+    (`fp_errors`) unless the reduction raises none (``quiet``, with ``whole``)."""
     args = f"_r_xa, _r_p.axis, None, _r_oa, {keepdim}"  # (positional: NumPy parses no keywords)
-    if quiet:
+    if quiet and whole:
         return [f"_r_reduce({args})"]
     small = [f"_r_silenced(_r_reduce, {args})", *(line.format(k=keepdim) for line in FINISH[finish])]
     return ["try:",
