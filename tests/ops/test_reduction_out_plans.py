@@ -287,3 +287,21 @@ def test_nansum_of_floats_into_an_integer_out_raises_torchs_error(in_dtype, out_
         except NotImplementedError as e:
             results.append((str(e), out.item()))
     assert results[1] == results[0]
+
+
+@pytest.mark.parametrize("name", ["sum", "mean", "nansum", "prod"])
+def test_a_call_inside_the_silenced_context_computes_again_whole(name):
+    """Called where `fp_errors.silenced`'s context is taken (a kernel's own call, another thread's), the variant's
+    lines hand the whole call to `fp_errors.when_busy`: out holds the plain call's bits, with a NaN for nansum to
+    zero (its second pass) and mean's division done once."""
+    from jitorch.runtime import fp_errors
+    a = np.arange(12, dtype=np.float32).reshape(3, 4) * 0.3 - 1
+    a[1, 2] = np.nan
+    x = jt.tensor(a)
+    expected = getattr(jt, name)(x, 1, True)
+    out = jt.empty(3, 1)
+    getattr(jt, name)(x, 1, True, out=out)  # (the plan made)
+    out = jt.empty(3, 1)
+    with only_the_variants_lines(name):
+        fp_errors.silenced(lambda: getattr(jt, name)(x, 1, True, out=out))
+    assert out.numpy().tobytes() == expected.numpy().tobytes()
