@@ -98,8 +98,10 @@ FINISH = {
     # mean: the sum divided by the count in the sum's dtype (`reductions._mean`)
     "mean": ["_r_silenced(_r_divide, _r_oa, _r_p.count, _r_oa)"],
     # nansum: a sum with a NaN read is a NaN, so a result without NaNs read none and is nansum's; else the sum
-    # again, of the input with its NaNs zeroed (`reductions._nansum`)
-    "nansum": ["if ((_r_v := _r_oa.item()) != _r_v) if _r_p.single else _r_isnan(_r_oa).any():",
+    # again, of the input with its NaNs zeroed (`reductions._nansum`). The result's one element, or its max (a NaN
+    # where any element is one; quiet, as amax's), tells which.
+    "nansum": ["_r_v = _r_oa.item() if _r_p.single else _r_max(_r_oa, None)",
+               "if _r_v != _r_v:",
                "    _r_silenced(_r_zeroed, _r_xa, _r_p.axis, {k}, _r_oa)"],
 }
 
@@ -146,7 +148,7 @@ def out_path(reduce, into=None, finish=None, zeroed=None, quiet=False):
     if whole:
         into = functools.partial(_ufunc_into, reduce)
     env = {"_r_silenced": fp_errors.silenced, "_r_when_busy": fp_errors.when_busy, "_r_reduce": reduce,
-           "_r_into": into, "_r_divide": np.true_divide, "_r_isnan": np.isnan, "_r_zeroed": zeroed,
+           "_r_into": into, "_r_divide": np.true_divide, "_r_max": np.maximum.reduce, "_r_zeroed": zeroed,
            "_r_plans": PLANS, "_r_cpu": CPU}
     lines = _compute_lines(finish, "_r_k", whole, quiet)
     exec(compile("def _r_compute(_r_xa, _r_p, _r_k, _r_oa):\n" + "".join(f"    {line}\n" for line in lines),
