@@ -1,5 +1,5 @@
 """The reductions, sorts, scans, softmaxes and unary ops whose ``out=`` tensors must have the result's own dtype,
-and mean's and nanmean's errors for an integer out tensor, all's and any's for one not bool or uint8, isposinf's,
+and mean's, nanmean's and nansum's errors for an integer out tensor, all's and any's for one not bool or uint8, isposinf's,
 isneginf's and signbit's for one not bool.
 
 Most ops write a result into an ``out=`` tensor of any dtype it can be cast to. These do not: torch
@@ -140,6 +140,15 @@ def _nanmean_out(out, x, dim=None, keepdim=False, dtype=None):
         raise NotImplementedError(f"\"nansum_cpu\" not implemented for '{scalar_name(out.dtype)}'")
 
 
+def _nansum_out(out, x, dim=None, keepdim=False, dtype=None):
+    """torch's nansum of a floating input into an out tensor (without ``dtype=``) runs its floating kernel in the
+    out tensor's dtype: none for integers and bools (an integer input sums into them)."""
+    OPS["nansum"].meta(x, dim, keepdim, dtype)
+    if (dtype is None and x.dtype.is_floating_point and isinstance(out, registry.Tensor)
+            and not out.dtype.is_floating_point):
+        raise NotImplementedError(f"\"nansum_cpu\" not implemented for '{scalar_name(out.dtype)}'")
+
+
 def _found(name, i, want, got):
     return f"Found dtype {scalar_name(got)} but expected {scalar_name(want)}"
 
@@ -158,6 +167,7 @@ def _unary_same(name):
 
 OPS["mean"].attrs["out_check"] = _mean_out
 OPS["nanmean"].attrs["out_check"] = _nanmean_out
+OPS["nansum"].attrs["out_check"] = _nansum_out
 for _message, _names in _FAMILIES.items():
     for _name in _names:
         OPS[_name].attrs["out_check"] = _same_dtypes(OPS[_name], _name.split(".")[0], _message)

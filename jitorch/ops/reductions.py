@@ -25,6 +25,7 @@ from .half_products import rounded_prod
 from .index_positions import flat_positions
 from .meta import opmath, reduced_shape, reduction_dims, wrap_dim
 from .overlap import written_with_dim
+from .reduction_out import fast_axis, out_path
 from .registry import FUNCTIONS, OPS, TensorSpec, defop, scalar_name
 
 _ALL_FORMS = ("function", "method", "out")
@@ -113,8 +114,22 @@ def _nanmean(a, axis, keepdims):
 
 
 def _nansum(a, axis=None, keepdims=False, out=None):
-    """``np.nansum`` (NaN read as zero) in `add_reduce`'s order."""
-    return add_reduce(np.where(np.isnan(a), a.dtype.type(0), a) if a.dtype.kind in "fc" else a, axis, keepdims, out)
+    """``np.nansum`` (NaN read as zero) in `add_reduce`'s order. A small float input is summed as it is first: a
+    sum that read a NaN is a NaN, so a result without NaNs read none and is the same sum of the same elements
+    (checking the result costs less than zeroing the input's NaNs, which a larger input pays at once: its sum
+    would cost as much again where it holds a NaN); else `_nan_zeroed_sum`."""
+    if a.dtype.kind not in "fc":
+        return add_reduce(a, axis, keepdims, out)
+    if a.size <= BLOCK:
+        r = add_reduce(a, axis, keepdims, out)
+        if not np.isnan(r).any():
+            return r
+    return _nan_zeroed_sum(a, axis, keepdims, out)
+
+
+def _nan_zeroed_sum(a, axis, keepdims, out=None):
+    """The `add_reduce` of float ``a`` with its NaNs read as zero."""
+    return add_reduce(np.where(np.isnan(a), a.dtype.type(0), a), axis, keepdims, out)
 
 
 def _logsumexp(a, axis, keepdims):
@@ -211,27 +226,6 @@ _FAST_DTYPES = (_dt.float32, _dt.float64)
 _CASTS_INPUT = (*_KEEPS_FLOAT, _floating_nanmean)
 
 
-def _fast_axis(dim, ndim):
-    """NumPy's ``axis`` for a dim argument of Python ints within range and without repeats
-    (None: every dim), or False for anything else (the general path raises the errors)."""
-    if dim is None:
-        return None
-    if dim.__class__ is int:
-        if -ndim <= dim < ndim:  # the commonest: one dim in range (what the loop below gives)
-            return (dim % ndim,)
-        dim = (dim,)
-    elif dim.__class__ is not tuple and dim.__class__ is not list:
-        return False
-    axis = []
-    for d in dim:
-        if d.__class__ is not int or not -ndim <= d < ndim:
-            return False
-        axis.append(d % ndim)
-    if len(set(axis)) != len(axis):
-        return False
-    return tuple(axis) or None
-
-
 def _reduction_fast(op, fn, whole=None):
     """``fast(args, record=True)``: a float reduction over dims given as Python ints, without the
     general path's conversion and meta rule; None for anything else (`registry.OpDef.fast`). ``whole``, if
@@ -247,7 +241,7 @@ def _reduction_fast(op, fn, whole=None):
         if (not isinstance(x, registry.Tensor) or x.device is not CPU or x.dtype not in _FAST_DTYPES
                 or dtype is not None or keepdim.__class__ is not bool):
             return None
-        axis = None if dim is None else _fast_axis(dim, len(x._shape))
+        axis = None if dim is None else fast_axis(dim, len(x._shape))
         if axis is False:
             return None
         grad = x._requires_grad and registry.records_grad()
@@ -275,72 +269,15 @@ def _reduction_fast(op, fn, whole=None):
     return fast
 
 
-def _ufunc_into(ufunc):
-    """``ufunc.reduce(a, axis, keepdims=, out=)``, positional (NumPy parses no keywords)."""
-    reduce = ufunc.reduce
-    return lambda a, axis, keepdims, out: reduce(a, axis, None, out, keepdims)
-
-
-# A float reduction's NumPy function -> the same computation written into an ``out`` array
-_INTO = {add_reduce: add_reduce, _nansum: _nansum, _mean: _mean, np.multiply.reduce: _ufunc_into(np.multiply),
-         np.maximum.reduce: _ufunc_into(np.maximum), np.minimum.reduce: _ufunc_into(np.minimum)}
-
-
-def _reduction_out(into):
-    """``fast_out(args, out, checked=False)`` of a reduction (`registry.OpDef.fast_out`): its out= call computed
-    straight into ``out``'s array by ``into(a, axis, keepdims, out)`` (`_INTO`) where that is the plain call's
-    result as the general path would write it: no ``dtype=``, the input a non-empty C-contiguous float32/float64
-    CPU tensor of ``out``'s dtype, the dims Python ints in range (`_fast_axis`), ``out`` a C-contiguous CPU
-    tensor of the result's shape (NumPy's reduction loop follows its output's layout, which is then its own
-    result's) in another storage, neither requiring grad in grad mode. False otherwise, having written
-    nothing: the general path computes a new result (the input cast to out's dtype for sum/nansum/prod/mean),
-    resizes out with torch's warning, raises torch's errors and writes the result into out. The same function
-    serves the variant's first try, before `registry.call`'s checks, which the calls it serves pass (the op's
-    ``out_check``: amax's out of the input's dtype, mean's floating out; the overlap check: another storage;
-    `registry._dtype_from_out`: out's dtype the input's), and ``checked`` calls."""
-    silenced = fp_errors.silenced
-    contiguous, known = registry.contiguous_strides_cached, registry.CONTIGUOUS_STRIDES
-    fast_dtypes = frozenset(_FAST_DTYPES)
-
-    def fast_out(args, out, checked=False):
-        x, dim, keepdim = args[0], args[1], args[2]
-        Tensor = registry.Tensor
-        if (len(args) > 3 and args[3] is not None or not isinstance(out, Tensor) or not isinstance(x, Tensor)
-                or keepdim.__class__ is not bool):
-            return False
-        dtype, storage = x.dtype, out._storage
-        if (dtype is not out.dtype or dtype not in fast_dtypes or x.device is not CPU or out.device is not CPU
-                or x._storage is storage or storage.inference
-                or (x._requires_grad or out._requires_grad) and registry.records_grad()):
-            return False
-        shape = x._shape
-        ndim = len(shape)
-        if dim.__class__ is int and -ndim <= dim < ndim:  # (the commonest: one dim in range)
-            d = dim % ndim
-            axis, kept = (d,), shape[:d] + (1,) * keepdim + shape[d + 1:]
-        else:
-            axis = None if dim is None else _fast_axis(dim, ndim)
-            if axis is False:
-                return False
-            if axis is None:
-                kept = (1,) * ndim if keepdim else ()
-            else:
-                kept = tuple(1 if d in axis else n for d, n in enumerate(shape) if keepdim or d not in axis)
-        if (out._shape != kept or x._stride != (known.get(shape) or contiguous(shape))
-                or out._stride != (known.get(kept) or contiguous(kept))):
-            return False
-        a = x._arr if x._arr is not None else x._array()
-        if not a.size:  # (the general path: amax's error, an empty sum's zeros)
-            return False
-        oa = out._arr if out._arr is not None else out._array()
-        try:
-            silenced(into, a, axis, keepdim, oa)
-        except RuntimeError as e:
-            fp_errors.when_busy(e, into, a, axis, keepdim, oa)
-        storage._version += 1
-        return True
-    fast_out.own_out_rules = True  # (it applies the out tensor's dtype rules itself: `registry._variant`)
-    return fast_out
+# A float reduction's NumPy function -> `reduction_out.out_path`'s arguments: its ufunc reduction of an input of at
+# most `BLOCK` elements (where `add_reduce` is NumPy's own), the `reduction_out.FINISH` lines after it, and the
+# function computing any input into an ``out`` array
+_OUT_STEPS = {add_reduce: (np.add.reduce, add_reduce), _mean: (np.add.reduce, _mean, "mean"),
+              _nansum: (np.add.reduce, _nansum, "nansum", _nan_zeroed_sum)}
+# (the extremes raise no floating-point error: checked under ``np.errstate(all="raise")`` on NumPy 1.26 and 2.4,
+# float32/64, NaNs of both kinds, infinities, zeros of both signs, subnormals and the largest values)
+_OUT_STEPS.update({np.multiply.reduce: (np.multiply.reduce,), np.maximum.reduce: (np.maximum.reduce, None, None, None, True),
+                   np.minimum.reduce: (np.minimum.reduce, None, None, None, True)})
 
 
 # Ops that, given ``out=`` and no ``dtype=``, compute in the out tensor's dtype (torch's
@@ -397,8 +334,8 @@ for _r in _REDUCTIONS:
                 input_from_out=_name in _INPUT_FROM_OUT, out_composite=_OUT_COMPOSITES.get(_name))
     if _r.dtype_rule in _KEEPS_FLOAT and not _r.nonempty and _r.schema.startswith(_name + "(Tensor self, int[]?"):
         _op.fast = _reduction_fast(_op, _r.fn, np.add if _r.fn is add_reduce else None)
-    if _r.fn in _INTO and _r.dtype_rule in (*_KEEPS_FLOAT, _same):
-        _op.fast_out = _reduction_out(_INTO[_r.fn])
+    if _r.fn in _OUT_STEPS and _r.dtype_rule in (*_KEEPS_FLOAT, _same):
+        _op.fast_out = out_path(*_OUT_STEPS[_r.fn])
 
 
 # Index choices: argmax/argmin, and (values, indices) from max/min/median over one dim ----
