@@ -332,22 +332,38 @@ class _Tile:
                                                         ir.IntType(32)(1)]))
         return self._keep
 
-    def prefetch_next(self, b, t, hi, args, shapes):
-        """Hints to bring the next tile's rows of the inputs (their tile shapes ``shapes``, as `_shapes`) into
-        the cache while tile ``t`` computes; at the chunk's last tile (``hi`` its end) its own rows, already
-        there. A GPT's heads lie a row of q, k and v apart, where no hardware prefetcher ran ahead of the
-        tiles: in a training step, on data not in the cache, the kernels took 1.4-2x their warm time. (Hints
-        for the outputs' lines as well gained nothing.)"""
+    def next_tile(self, b, t, hi, args, shapes):
+        """The next tile's inputs (their tile shapes ``shapes``, as `_shapes`) as (first row, row stride, rows,
+        columns), for `prefetch_rows`; at the chunk's last tile (``hi`` its end) its own, already there."""
         nxt = b.add(t, I64(1))
         nxt = b.select(b.icmp_signed("<", nxt, hi), nxt, t)
         sizes = {"L": self.L, "S": self.S, "D": self.D}
-        for k, (rows, cols) in enumerate(shapes):
-            base, ld = self.tile(b, nxt, args, k)
+        return [(*self.tile(b, nxt, args, k), sizes[rows], sizes[cols]) for k, (rows, cols) in enumerate(shapes)]
 
-            def row(b, r, base=base, ld=ld, cols=sizes[cols]):
+    def prefetch_rows(self, b, tiles, i, count, limit=None):
+        """Hints to bring rows ``i .. i + count`` (``count`` an int) of each of ``tiles`` (`next_tile`'s) that
+        has them into the cache while this tile computes (``limit``: only tiles of more rows than it). A GPT's
+        heads lie a row of q, k and v apart, where no hardware prefetcher ran ahead of the tiles: in a training
+        step, on data not in the cache, the kernels took 1.4-2x their warm time. The hints go out a row block
+        at a time, from the first pass's row-block loop: all of them at the start of a tile (768 lines of a GPT
+        tile's backward, from L2 or L3) held the core waiting for fill buffers, 18% of the warm backward's time.
+        (Hints for the outputs' lines as well gained nothing.)"""
+        for base, ld, rows, cols in tiles:
+            if limit is not None and rows <= limit:
+                continue
+
+            def row(b, r, base=base, ld=ld, rows=rows, cols=cols):
+                r = b.add(i, r)
+                r = b.select(b.icmp_signed("<", r, I64(rows)), r, I64(rows - 1))
                 for off in range(0, cols, self.w):
                     prefetch(b, self.at(b, base, self.times(b, r, ld), off), locality=2)
-            self.kept_loop(b, sizes[rows], row, "pf")
+            self.kept_loop(b, count, row, "pf")
+
+    def prefetch_rest(self, b, tiles):
+        """`prefetch_rows` for the rows after the L that the row-block loop covered."""
+        for base, ld, rows, cols in tiles:
+            if rows > self.L:
+                self.prefetch_rows(b, [(base, ld, rows, cols)], I64(self.L), rows - self.L)
 
     def last_key(self, b, i_last):
         """The number of keys a row block whose last query is ``i_last`` reads (causal: the keys up to it)."""
@@ -356,32 +372,32 @@ class _Tile:
         n = b.add(i_last, I64(1))
         return b.select(b.icmp_signed("<", n, I64(self.S)), n, I64(self.S))
 
-    def _product(self, b, rows, a, a_rs, a_ks, bm, b_ks, k0, k1, c0, epilogue):
+    def _product(self, b, rows, a, a_rs, a_ks, bm, b_ks, k0, k1, c0, epilogue, vecs=_VECS):
         """``acc[r][c] = sum over k in [k0, k1) of a[r * a_rs + k * a_ks] * bm[k * b_ks + c0 + c * w]`` for
-        ``rows`` rows (``a`` points at the first) and `_VECS` vectors from column ``c0``, then
+        ``rows`` rows (``a`` points at the first) and ``vecs`` vectors from column ``c0``, then
         ``epilogue(b, r, col, acc)`` for each (``r``, ``col``: i64 values of its row and first column). The k
         loop carries the accumulators in registers; the epilogue is emitted once, in a loop over them through a
         stack slot (LLVM unrolls it and keeps them in registers), not once per accumulator."""
         def operands(b, k):
             row = self.at(b, bm, self.times(b, k, b_ks), c0)
-            cols = [self.vload(b, self.at(b, row, c * self.w)) for c in range(_VECS)]
+            cols = [self.vload(b, self.at(b, row, c * self.w)) for c in range(vecs)]
             ak = self.at(b, a, self.times(b, k, a_ks))
             return [self.broadcast(b, b.load(self.at(b, ak, r * a_rs))) for r in range(rows)], cols
         # (k0 < k1 always: a row block reads at least its first key, and every tile has a query)
-        new, latch = fma_loop(b, k0, k1, self.splat(0.0), rows, _VECS, operands)
+        new, latch = fma_loop(b, k0, k1, self.splat(0.0), rows, vecs, operands)
         # kept as a loop: LLVM 15 tuning for an AMD Zen host unrolled a ragged tile's k loops whole (1 MB of
         # optimised IR for a 17 x 17 x 70 float64 backward, against 150 KB); its FMAs stay in the same order
         latch.set_metadata("llvm.loop", self.kept(b.module))
         if self._accs is None:  # (one slot per kernel: a _Tile emits one kernel)
             self._accs = self.slot(b, ir.ArrayType(self.vt, self.rows * _VECS))
         for r in range(rows):
-            for c in range(_VECS):
-                b.store(new[r][c], b.gep(self._accs, [I64(0), I64(r * _VECS + c)]))
+            for c in range(vecs):
+                b.store(new[r][c], b.gep(self._accs, [I64(0), I64(r * vecs + c)]))
 
         def each(b, n):
-            col = b.add(c0, self.times(b, b.urem(n, I64(_VECS)), self.w))
-            epilogue(b, b.udiv(n, I64(_VECS)), col, b.load(b.gep(self._accs, [I64(0), n])))
-        counted_loop(b, I64(0), I64(rows * _VECS), I64(1), each, "acc")
+            col = b.add(c0, self.times(b, b.urem(n, I64(vecs)), self.w))
+            epilogue(b, b.udiv(n, I64(vecs)), col, b.load(b.gep(self._accs, [I64(0), n])))
+        counted_loop(b, I64(0), I64(rows * vecs), I64(1), each, "acc")
 
     def row_blocks(self, b, n, body):
         """``body(b, i, rows)`` over blocks of ``self.rows`` rows of ``n``, then the rest one by one."""
@@ -392,10 +408,16 @@ class _Tile:
             counted_loop(b, I64(full), I64(n), I64(1), lambda b, i: body(b, i, 1), "rr")
 
     def column_blocks(self, b, ncols, body):
-        """``body(b, c0)`` over the blocks of `_VECS` vectors that cover ``ncols`` (an i64 value) columns."""
+        """``body(b, c0, vecs)`` over blocks of ``vecs`` vectors from column ``c0`` that cover ``ncols`` (an
+        i64 value) columns: of `_VECS` vectors, the last of one where the columns end in its first vector.
+        A causal row block's scores end at its last query: blocks of 2 vectors computed 48 of a GPT tile's 64
+        columns on average for 8-row blocks, where 40 cover them (16% of that product's FMAs)."""
+        vecs = b.sdiv(b.add(ncols, I64(self.w - 1)), I64(self.w))
         step = self.w * _VECS
-        end = self.times(b, b.sdiv(b.add(ncols, I64(step - 1)), I64(step)), step)
-        counted_loop(b, I64(0), end, I64(step), body, "cb")
+        end = self.times(b, b.sdiv(vecs, I64(_VECS)), step)
+        counted_loop(b, I64(0), end, I64(step), lambda b, c0: body(b, c0, _VECS), "cb")
+        with b.if_then(b.icmp_signed("<", end, self.times(b, vecs, self.w))):
+            body(b, end, 1)
 
     def output_rows(self, b, rows, a, a_rs, a_ks, bm, b_ks, k0, k1, dst, ld_dst, i):
         """Rows ``i ..`` of ``dst`` (D wide, ``ld_dst`` apart) = the `_product` over all of D's column
@@ -505,7 +527,7 @@ class _Tile:
         vp = None if self.direct else self.buffer(b, S * self.Dp)
 
         def tile(b, t):
-            self.prefetch_next(b, t, hi, args, _shapes("forward", self.additive)[:len(args) - 2])
+            nxt = self.next_tile(b, t, hi, args, _shapes("forward", self.additive)[:len(args) - 2])
             bufs = [self.tile(b, t, args, n) for n in range(len(args))]
             (qt, q_ld), (kk, k_ld), (vv, v_ld), (ot, o_ld), (pt, p_ld) = bufs[:3] + bufs[-2:]
             mt, m_ld = bufs[3] if self.additive else (None, 0)
@@ -515,10 +537,11 @@ class _Tile:
             v_rows, v_rs = (vv, v_ld) if vp is None else (vp, self.Dp)
 
             def block(b, i, rows):
+                self.prefetch_rows(b, nxt, i, rows)
                 n = self.last_key(b, b.add(i, I64(rows - 1)))
                 sr, s_ld = (self.at(b, pt, self.times(b, i, p_ld)), p_ld) if srow is None else (srow, Sp)
 
-                def scores(b, c0):
+                def scores(b, c0, vecs):
                     def store(b, r, col, acc):
                         s = b.fmul(acc, self.splat(self.scale))
                         if mt is not None:  # (the composition's order: scaled, then the mask added)
@@ -526,7 +549,7 @@ class _Tile:
                         s = self.masked(b, s, b.add(i, r), col)
                         self.vstore(b, s, self.at(b, sr, self.times(b, r, s_ld), col))
                     self._product(b, rows, self.at(b, qt, self.times(b, i, q_ld)), q_ld, 1, kt, Sp, I64(0), I64(D),
-                                  c0, store)
+                                  c0, store, vecs)
                 self.column_blocks(b, n, scores)
                 # (the passes interleaved over `_ROWS` rows at a time, in a loop: over 8 they doubled the IR)
                 group = min(rows, _ROWS)
@@ -537,6 +560,7 @@ class _Tile:
                     self.copy(b, self.at(b, pt, self.times(b, i, p_ld)), p_ld, sr, s_ld, rows, S)
                 self.output_rows(b, rows, sr, s_ld, 1, v_rows, v_rs, I64(0), n, ot, o_ld, i)
             self.row_blocks(b, L, block)
+            self.prefetch_rest(b, nxt)
         counted_loop(b, lo, hi, I64(1), tile, "tile")
 
     def backward(self, b, lo, hi, args):
@@ -545,7 +569,7 @@ class _Tile:
         pads = None if self.direct else [self.buffer(b, n * self.Dp) for n in (S, L, L)]
 
         def tile(b, t):
-            self.prefetch_next(b, t, hi, args, _shapes("backward", False)[:5])
+            nxt = self.next_tile(b, t, hi, args, _shapes("backward", False)[:5])
             (qt, q_ld), (kk, k_ld), (vv, v_ld), (pt, p_ld), (gt, g_ld), (gqt, gq_ld), (gkt, gk_ld), (gvt, gv_ld) = (
                 self.tile(b, t, args, n) for n in range(8))
             self.copy(b, vt, Sp, vv, v_ld, S, D, transpose=True)
@@ -558,13 +582,14 @@ class _Tile:
 
             # dP = grad_out V^T into ds, then ds = P (dP - sum(P dP)) * scale, row by row
             def block(b, i, rows):
+                self.prefetch_rows(b, nxt, i, rows)
                 n = self.last_key(b, b.add(i, I64(rows - 1)))
 
-                def dp(b, c0):
+                def dp(b, c0, vecs):
                     def store(b, r, col, acc):
                         self.vstore(b, acc, self.at(b, ds, self.times(b, b.add(i, r), Sp), col))
                     self._product(b, rows, self.at(b, gt, self.times(b, i, g_ld)), g_ld, 1, vt, Sp, I64(0), I64(D),
-                                  c0, store)
+                                  c0, store, vecs)
                 self.column_blocks(b, n, dp)
                 def grads(b, r):
                     row = b.add(i, r)
@@ -572,6 +597,7 @@ class _Tile:
                                           self.at(b, pt, self.times(b, row, p_ld)), row)
                 counted_loop(b, I64(0), I64(rows), I64(1), grads, "sg")
             self.row_blocks(b, L, block)
+            self.prefetch_rest(b, nxt)
 
             # grad_q = ds K, over each row block's keys
             self.row_blocks(b, L, lambda b, i, rows: self.output_rows(

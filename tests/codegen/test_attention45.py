@@ -81,7 +81,8 @@ def test_whole_square_blocks_are_transposed_in_registers_others_element_by_eleme
 def test_register_blocks_take_8_rows_on_avx512_and_4_elsewhere(monkeypatch):
     """8 rows by 2 vectors of accumulators where the target has AVX-512's 32 vector registers; a narrower
     target (x86-64-v2, v3: a 64-byte vector in 2 or 4 registers) keeps 4 rows. The products' FMAs are
-    emitted once per block: rows x vectors of them per product (2 products forward, 4 backward)."""
+    emitted once per block: rows x vectors of them per product (2 products forward, 4 backward), and rows
+    x 1 for the scores' last block of one vector (`test_a_causal_row_blocks_scores_end_at_the_vector_of_its_last_key`)."""
     class Target:
         def __init__(self, features):
             self.features = features
@@ -93,7 +94,7 @@ def test_register_blocks_take_8_rows_on_avx512_and_4_elsewhere(monkeypatch):
         assert kernels.block_rows() == rows
         for direction, products in (("forward", 2), ("backward", 4)):
             text = _kernel_ir(monkeypatch, direction, "float32", 64, 64, 32, True)
-            assert text.count("fmul contract") == products * rows * kernels._VECS
+            assert text.count("fmul contract") == products * rows * kernels._VECS + rows
 
 
 def test_the_softmax_runs_each_pass_for_4_rows_of_an_8_row_block_in_a_loop(monkeypatch):
@@ -123,3 +124,20 @@ def test_the_weights_are_the_exponentials_times_the_rows_reciprocal(dtype):
     np.testing.assert_allclose(p, want, rtol=4 * eps, atol=4 * eps)
     np.testing.assert_allclose(p.sum(-1), 1, rtol=0, atol=L * eps)
     assert np.all(p[:, np.triu_indices(L, 1)[0], np.triu_indices(L, 1)[1]] == 0)
+
+
+@pytest.mark.parametrize("direction", ["forward", "backward"])
+@pytest.mark.parametrize("S, causal", [(64, True), (48, False), (17, True)])
+def test_the_scores_last_block_may_take_one_vector(monkeypatch, direction, S, causal):
+    """The scores (and the backward's dP) are computed in blocks of 2 vectors, then, behind a branch, one
+    block of 1 vector where the columns up to a row block's last key (all S without the causal mask) end in
+    its first vector: a causal GPT row block's scores end there half the time. (Values: the causal and ragged
+    cases above.)"""
+    blocks = []
+    real = kernels._Tile.column_blocks
+
+    def recording(self, b, ncols, body):
+        real(self, b, ncols, lambda b, c0, vecs: blocks.append(vecs) or body(b, c0, vecs))
+    monkeypatch.setattr(kernels._Tile, "column_blocks", recording)
+    _kernel_ir(monkeypatch, direction, "float32", 16, S, 16, causal)
+    assert blocks == [2, 1]
