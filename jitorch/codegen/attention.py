@@ -6,14 +6,16 @@ The composition (``matmul``, ``mul``, ``masked_fill``, ``softmax``, ``matmul`` a
 a batched BLAS product per step over all tiles and passes the (L, S) scores through memory between them; a
 training step of a small GPT has 48 tiles of 64 x 64 x 32, where each product is a few microseconds of
 arithmetic and the step's products ran 2-2.7 times slower than alone. Here a tile's keys (and in the
-backward its values) are transposed once into a stack buffer, a few tens of KB that stay in L1; the other
+backward its values) are transposed once into a stack buffer (by square blocks of a vector's lanes in
+registers where the sizes allow), a few tens of KB that stay in L1; the other
 operands are read where they lie (a GPT's heads are strided views of one product), copied into padded rows
 only where the head dim is no whole number of register blocks. Each product is a register-blocked loop
-(``_product``: 4 rows by 2 vectors of accumulators, one broadcast operand and one vector load per FMA pair);
+(``_product``: `block_rows()` rows, 8 on AVX-512 and 4 elsewhere, by 2 vectors of accumulators, one
+broadcast operand per row and one vector load per column of FMAs);
 an additive mask (a bool one made -inf/0 by the op) is added to the scaled scores where they are stored, and
 in masked kernels a row with every key masked gives zero weights; the causal mask skips the key blocks after a row
-block's last query, about half the work. The softmax (max, exp of the differences, sum, division, as the
-softmax kernel's order) runs on the row in registers and L1. The tiles run in chunks on the thread team.
+block's last query (to the vector that holds it), about half the work. The softmax (max, exp of the
+differences, sum, then the exponentials times the sum's reciprocal) runs on the row in registers and L1. The tiles run in chunks on the thread team.
 
 Rounding differs from the composition's (sums in another order): results agree with torch within float
 tolerances, not bit for bit. Importing this module registers `attention_kernel` in

@@ -141,3 +141,31 @@ def test_the_scores_last_block_may_take_one_vector(monkeypatch, direction, S, ca
     monkeypatch.setattr(kernels._Tile, "column_blocks", recording)
     _kernel_ir(monkeypatch, direction, "float32", 16, S, 16, causal)
     assert blocks == [2, 1]
+
+
+@pytest.mark.parametrize("D, dtype", [(32, "float32"), (16, "float64"), (12, "float32")])
+def test_heads_split_from_one_product_match_torch_eager_and_compiled(D, dtype):
+    """q, k and v as a GPT's step has them, views of one (B, T, 3 * H * D) product whose rows hold all heads:
+    the blocks of keys and values are transposed from rows 3 * H * D elements apart (D 12: element by
+    element), the gradients written into their slices of one tensor."""
+    B, T, H = 2, 40, 3
+    x = np.random.default_rng(45).standard_normal((B, T, 3 * H * D)).astype(dtype)
+    g = np.random.default_rng(46).standard_normal((B, H, T, D)).astype(dtype)
+
+    def heads(t):
+        return [t[:, :, n * H * D:(n + 1) * H * D].reshape(B, T, H, D).transpose(1, 2) for n in range(3)]
+    tx = torch.from_numpy(x).requires_grad_()
+    tout = torch.nn.functional.scaled_dot_product_attention(*heads(tx), is_causal=True)
+    tout.backward(torch.from_numpy(g))
+
+    def step(x, g):
+        out = F.scaled_dot_product_attention(*heads(x), is_causal=True)
+        (out * g).sum().backward()
+        return out
+    for run in (step, jt.compile(step)):
+        jx = jt.from_numpy(x.copy()).requires_grad_()
+        out = run(jx, jt.from_numpy(g))
+        if run is step:
+            assert out.grad_fn.name() == "AttentionBackward0"
+        np.testing.assert_allclose(out.detach().numpy(), tout.detach().numpy(), **TOLERANCE[dtype])
+        np.testing.assert_allclose(jx.grad.numpy(), tx.grad.numpy(), **TOLERANCE[dtype])
