@@ -13,8 +13,10 @@ preallocated arrays).
 
 ``--layout gpt`` lays q, k, v and the gradients out as a compiled GPT step does (views of one product's
 rows, the output in [B, T, H, D] order); ``--cold MIB`` writes that much memory before each call, untimed
-(each call then finds its data in L3, as in a step, not in L2). ``--threads N`` runs both at N threads (torch's intra-op pool, jitorch's team) and times the process's CPU
-(``time.process_time``: the team's threads count) instead of the calling thread's. ``--baseline OLD.py``
+(each call then finds its data in L3, as in a step, not in L2). ``--threads N`` runs both at N threads
+(torch's intra-op pool, jitorch's team) and times the process's CPU (``time.process_time``: the team's
+threads count) instead of the calling thread's; torch's idle pool threads spin, so its figures then count
+their waiting too. ``--baseline OLD.py``
 also times the kernels of another version of jitorch/codegen/attention.py (say ``git show
 main:jitorch/codegen/attention.py > /tmp/old.py``), loaded beside this one in the same process, interleaved
 with the others: the table then adds its time and the median ratio new / old per round.

@@ -15,7 +15,8 @@ broadcast operand per row and one vector load per column of FMAs);
 an additive mask (a bool one made -inf/0 by the op) is added to the scaled scores where they are stored, and
 in masked kernels a row with every key masked gives zero weights; the causal mask skips the key blocks after a row
 block's last query (to the vector that holds it), about half the work. The softmax (max, exp of the
-differences, sum, then the exponentials times the sum's reciprocal) runs on the row in registers and L1. The tiles run in chunks on the thread team.
+differences, sum, then the exponentials times the sum's reciprocal) runs on the row in registers and L1.
+The tiles run in chunks on the thread team.
 
 Rounding differs from the composition's (sums in another order): results agree with torch within float
 tolerances, not bit for bit. Importing this module registers `attention_kernel` in
@@ -46,7 +47,7 @@ STACK_LIMIT = 256 * 1024
 # target has 32 vector registers (AVX-512); elsewhere each 64-byte vector takes 2 or 4 registers, and 4 rows
 # already fill them.
 _ROWS_WIDE, _ROWS, _VECS = 8, 4, 2
-_IR_LIMIT = 1 << 20  # a cached kernel IR entry of more bytes is refused unread (GPT's tiles: 26-34 KB)
+_IR_LIMIT = 1 << 20  # a cached kernel IR entry of more bytes is refused unread (GPT's tiles: 78-80 KB)
 
 
 class AttentionKernel:
@@ -131,8 +132,8 @@ def _build(direction, dtype, L, S, D, causal, scale, batch, layouts, masked=Fals
 
 def block_rows():
     """The rows of a product's register block on the selected machine: `_ROWS_WIDE` where it has AVX-512's
-    32 vector registers (on gpt-4x128's and gpt-6x384's tiles 4-8% less time than 4 rows: half the operand
-    loads per FMA, more FMAs in flight), else `_ROWS` (8 rows by 2 vectors would spill)."""
+    32 vector registers (on gpt-4x128's and gpt-6x384's warm tiles 1-8% less time than 4 rows: fewer
+    operand loads per FMA, more FMAs in flight), else `_ROWS` (8 rows by 2 vectors would spill)."""
     return _ROWS_WIDE if "avx512f" in selected().required() else _ROWS
 
 
@@ -294,8 +295,8 @@ class _Tile:
         upper halves into row ``2i + 1``: that rotates an element's (row, column) bits left by one, so
         log2(w) rounds swap them. The rounds are a loop over a stack array of the rows (LLVM unrolls it and
         keeps the rows in registers), so their shuffles are emitted once. A GPT tile's element-by-element
-        transposing copy (64 x 32 float32: 2048 scalar loads and stores) was 11-13% of the forward's time and
-        8-12% of the backward's."""
+        transposing copy (64 x 32 float32: 2048 scalar loads and stores) was 11-17% of the warm forward's
+        time and 8-13% of the backward's; the blocks took 4-9% off the whole kernels."""
         w = self.w
         rows = self.slot(b, ir.ArrayType(self.vt, w))
         row = [b.gep(rows, [I64(0), I64(i)]) for i in range(w)]
@@ -342,18 +343,15 @@ class _Tile:
         sizes = {"L": self.L, "S": self.S, "D": self.D}
         return [(*self.tile(b, nxt, args, k), sizes[rows], sizes[cols]) for k, (rows, cols) in enumerate(shapes)]
 
-    def prefetch_rows(self, b, tiles, i, count, limit=None):
-        """Hints to bring rows ``i .. i + count`` (``count`` an int) of each of ``tiles`` (`next_tile`'s) that
-        has them into the cache while this tile computes (``limit``: only tiles of more rows than it). A GPT's
+    def prefetch_rows(self, b, tiles, i, count):
+        """Hints to bring rows ``i .. i + count`` (``count`` an int) of each of ``tiles`` (`next_tile`'s; a
+        tile's last row where it has fewer) into the cache while this tile computes. A GPT's
         heads lie a row of q, k and v apart, where no hardware prefetcher ran ahead of the tiles: in a training
         step, on data not in the cache, the kernels took 1.4-2x their warm time. The hints go out a row block
         at a time, from the first pass's row-block loop: all of them at the start of a tile (768 lines of a GPT
-        tile's backward, from L2 or L3) held the core waiting for fill buffers, 18% of the warm backward's time.
+        tile's backward, from L2 or L3) held the core waiting for fill buffers, 19% of the warm backward's time.
         (Hints for the outputs' lines as well gained nothing.)"""
         for base, ld, rows, cols in tiles:
-            if limit is not None and rows <= limit:
-                continue
-
             def row(b, r, base=base, ld=ld, rows=rows, cols=cols):
                 r = b.add(i, r)
                 r = b.select(b.icmp_signed("<", r, I64(rows)), r, I64(rows - 1))
@@ -510,8 +508,8 @@ class _Tile:
             total = by_halves(b, b.load(slot_s), lambda b, x, y: b.fadd(x, y))
             if self.additive:  # (rows with every key masked give zeros, as the composition's safe softmax)
                 total = b.select(b.fcmp_ordered("==", total, self.const(0.0)), self.const(1.0), total)
-            # (one division a row and a product per weight: 8-lane and 16-lane divisions were ~1/3 of the
-            # division pass's time; the weights are within an ulp of the quotients)
+            # (one division a row and a product per weight, where a vector division per vector was 3% of a
+            # GPT tile's forward; the weights lie within an ulp or two of the quotients)
             tvs.append(self.broadcast(b, b.fdiv(self.const(1.0), total)))
 
         def divide(b, c):  # (masked lanes inside the last vector are exp(-inf) = 0)

@@ -82,7 +82,7 @@ def test_register_blocks_take_8_rows_on_avx512_and_4_elsewhere(monkeypatch):
     """8 rows by 2 vectors of accumulators where the target has AVX-512's 32 vector registers; a narrower
     target (x86-64-v2, v3: a 64-byte vector in 2 or 4 registers) keeps 4 rows. The products' FMAs are
     emitted once per block: rows x vectors of them per product (2 products forward, 4 backward), and rows
-    x 1 for the scores' last block of one vector (`test_a_causal_row_blocks_scores_end_at_the_vector_of_its_last_key`)."""
+    x 1 for the scores' last block of one vector (`test_the_scores_last_block_may_take_one_vector`)."""
     class Target:
         def __init__(self, features):
             self.features = features
