@@ -6,14 +6,17 @@ The composition (``matmul``, ``mul``, ``masked_fill``, ``softmax``, ``matmul`` a
 a batched BLAS product per step over all tiles and passes the (L, S) scores through memory between them; a
 training step of a small GPT has 48 tiles of 64 x 64 x 32, where each product is a few microseconds of
 arithmetic and the step's products ran 2-2.7 times slower than alone. Here a tile's keys (and in the
-backward its values) are transposed once into a stack buffer, a few tens of KB that stay in L1; the other
+backward its values) are transposed once into a stack buffer (by square blocks of a vector's lanes in
+registers where the sizes allow), a few tens of KB that stay in L1; the other
 operands are read where they lie (a GPT's heads are strided views of one product), copied into padded rows
 only where the head dim is no whole number of register blocks. Each product is a register-blocked loop
-(``_product``: 4 rows by 2 vectors of accumulators, one broadcast operand and one vector load per FMA pair);
+(``_product``: `block_rows()` rows, 8 on AVX-512 and 4 elsewhere, by 2 vectors of accumulators, one
+broadcast operand per row and one vector load per column of FMAs);
 an additive mask (a bool one made -inf/0 by the op) is added to the scaled scores where they are stored, and
 in masked kernels a row with every key masked gives zero weights; the causal mask skips the key blocks after a row
-block's last query, about half the work. The softmax (max, exp of the differences, sum, division, as the
-softmax kernel's order) runs on the row in registers and L1. The tiles run in chunks on the thread team.
+block's last query (to the vector that holds it), about half the work. The softmax (max, exp of the
+differences, sum, then the exponentials times the sum's reciprocal) runs on the row in registers and L1.
+The tiles run in chunks on the thread team.
 
 Rounding differs from the composition's (sums in another order): results agree with torch within float
 tolerances, not bit for bit. Importing this module registers `attention_kernel` in
@@ -34,13 +37,17 @@ from .cache import cache_key, default_cache
 from .errors import CompileError
 from .kernel import I64, KernelSource, counted_loop, fma_loop, generator_fingerprint, prefetch
 from .lanes import VECTOR_BYTES, by_halves
+from .machine import selected
 from .memo import BuiltOnce
 from .target import CPU
 
 # A tile's stack buffers may take this many bytes (8 MiB thread stacks; the GPT shapes take 16-80 KB).
 STACK_LIMIT = 256 * 1024
-_ROWS, _VECS = 4, 2  # a product's register block: rows by vectors of accumulators
-_IR_LIMIT = 1 << 20  # a cached kernel IR entry of more bytes is refused unread (GPT's tiles: 26-34 KB)
+# A product's register block: rows by `_VECS` vectors of accumulators. 8 rows (16 accumulators) where the
+# target has 32 vector registers (AVX-512); elsewhere each 64-byte vector takes 2 or 4 registers, and 4 rows
+# already fill them.
+_ROWS_WIDE, _ROWS, _VECS = 8, 4, 2
+_IR_LIMIT = 1 << 20  # a cached kernel IR entry of more bytes is refused unread (GPT's tiles: 78-80 KB)
 
 
 class AttentionKernel:
@@ -92,7 +99,7 @@ def _contiguous(batch, rows, cols):
 def _build(direction, dtype, L, S, D, causal, scale, batch, layouts, masked=False):
     t = ir.FloatType() if dtype == "float32" else ir.DoubleType()
     width = VECTOR_BYTES // np.dtype(dtype).itemsize
-    tile = _Tile(t, width, L, S, D, causal, scale, batch, layouts, masked)
+    tile = _Tile(t, width, L, S, D, causal, scale, batch, layouts, masked, rows=block_rows())
     if tile.stack_bytes(direction) > STACK_LIMIT:
         return None
     name = (f"jitorch_attention_{direction}_{dtype}_{L}x{S}x{D}{'_causal' if causal else ''}"
@@ -101,10 +108,10 @@ def _build(direction, dtype, L, S, D, causal, scale, batch, layouts, masked=Fals
     source = KernelSource(name, "attention", [f"attention_{direction}"], list(range(n_in)),
                           list(range(n_in, n_in + n_out)), 0, 0)
     cache = default_cache()
-    # (what decides the IR: the tile's parameters, the generator's sources, the target, and the constants'
-    # spelling, which the LLVM that llvmlite carries decides)
-    text = repr(("attention", cpu.target_id(), mathlib._reads_splat(), direction, dtype, L, S, D, causal, scale,
-                 batch, layouts, masked))
+    # (what decides the IR: the tile's parameters, the generator's sources, the target and its register
+    # block's rows, and the constants' spelling, which the LLVM that llvmlite carries decides)
+    text = repr(("attention", cpu.target_id(), mathlib._reads_splat(), tile.rows, direction, dtype, L, S, D, causal,
+                 scale, batch, layouts, masked))
     key = cache_key("attention kernel IR", generator_fingerprint(), text)
     stored, llvm_ir = cache.get(key, text, limit=_IR_LIMIT), None
     if stored is not None:
@@ -121,6 +128,13 @@ def _build(direction, dtype, L, S, D, causal, scale, batch, layouts, masked=Fals
     except CompileError:
         return None
     return AttentionKernel(compiled, L * S * D)
+
+
+def block_rows():
+    """The rows of a product's register block on the selected machine: `_ROWS_WIDE` where it has AVX-512's
+    32 vector registers (on gpt-4x128's and gpt-6x384's warm tiles 1-8% less time than 4 rows: fewer
+    operand loads per FMA, more FMAs in flight), else `_ROWS` (8 rows by 2 vectors would spill)."""
+    return _ROWS_WIDE if "avx512f" in selected().required() else _ROWS
 
 
 def _module(tile, direction, name, n_in, n_out):
@@ -153,7 +167,8 @@ def _ceil(n, m):
 class _Tile:
     """Emits one tile's loops; sizes and strides are the kernel's constants."""
 
-    def __init__(self, t, width, L, S, D, causal, scale, batch, layouts, masked=False):
+    def __init__(self, t, width, L, S, D, causal, scale, batch, layouts, masked=False, rows=_ROWS):
+        self.rows = rows  # a product's register block: rows by `_VECS` vectors
         self.t, self.w, self.L, self.S, self.D, self.causal, self.scale = t, width, L, S, D, causal, scale
         self.batch, self.layouts = batch, layouts
         self.additive = masked  # the forward adds a mask buffer to the scaled scores
@@ -169,7 +184,7 @@ class _Tile:
     def stack_bytes(self, direction):
         padded = 0 if self.direct else self.Dp
         if direction == "forward":  # keys transposed, values padded, a row block's scores
-            floats = self.D * self.Sp + self.S * padded + (0 if self.S == self.Sp else _ROWS * self.Sp)
+            floats = self.D * self.Sp + self.S * padded + (0 if self.S == self.Sp else self.rows * self.Sp)
         else:  # keys padded, values transposed, queries and grad_out padded, the scores' gradient
             floats = self.S * padded + self.D * self.Sp + 2 * self.L * padded + self.L * self.Sp
         return floats * self.item
@@ -256,6 +271,13 @@ class _Tile:
                 cols), "cr")
             return
 
+        if rows % self.w == 0 and cols % self.w == 0:
+            counted_loop(b, I64(0), I64(rows), I64(self.w), lambda b, r0: counted_loop(
+                b, I64(0), I64(cols), I64(self.w), lambda b, c0: self.transpose_block(
+                    b, self.at(b, dst, self.times(b, c0, ld_dst), r0), ld_dst,
+                    self.at(b, src, self.times(b, r0, ld_src), c0), ld_src), "tc"), "tr")
+            return
+
         def row(b, r):
             def col(b, c):
                 v = b.load(b.gep(src, [b.add(self.times(b, r, ld_src), c)]))
@@ -265,6 +287,32 @@ class _Tile:
             counted_loop(b, I64(0), I64(rows), I64(1), row, "cr")
         else:
             self.kept_loop(b, rows, row, "cr")
+
+    def transpose_block(self, b, dst, ld_dst, src, ld_src):
+        """``dst[c, r] = src[r, c]`` for a square block of one vector's lanes (rows ``ld_src`` and ``ld_dst``
+        apart): its rows loaded as vectors, transposed in registers, stored as vectors. Each of log2(w)
+        rounds pairs row ``i`` with row ``i + w/2`` and interleaves their lower halves into row ``2i``, their
+        upper halves into row ``2i + 1``: that rotates an element's (row, column) bits left by one, so
+        log2(w) rounds swap them. The rounds are a loop over a stack array of the rows (LLVM unrolls it and
+        keeps the rows in registers), so their shuffles are emitted once. A GPT tile's element-by-element
+        transposing copy (64 x 32 float32: 2048 scalar loads and stores) was 11-17% of the warm forward's
+        time and 8-13% of the backward's; the blocks took 4-9% off the whole kernels."""
+        w = self.w
+        rows = self.slot(b, ir.ArrayType(self.vt, w))
+        row = [b.gep(rows, [I64(0), I64(i)]) for i in range(w)]
+        for i in range(w):
+            b.store(self.vload(b, self.at(b, src, i * ld_src)), row[i])
+        i32 = ir.IntType(32)
+        low = ir.Constant(ir.VectorType(i32, w), [j // 2 + (w if j % 2 else 0) for j in range(w)])
+        high = ir.Constant(ir.VectorType(i32, w), [w // 2 + j // 2 + (w if j % 2 else 0) for j in range(w)])
+
+        def round_(b, _):
+            vecs = [b.load(p) for p in row]
+            for i in range(w):
+                b.store(b.shuffle_vector(vecs[i // 2], vecs[i // 2 + w // 2], high if i % 2 else low), row[i])
+        counted_loop(b, I64(0), I64(w.bit_length() - 1), I64(1), round_, "tround")
+        for i in range(w):
+            self.vstore(b, b.load(row[i]), self.at(b, dst, i * ld_dst))
 
     def kept_loop(self, b, n, body, name):
         """``counted_loop`` from 0 to the int ``n``, marked for LLVM to neither unroll nor vectorise: a
@@ -287,22 +335,35 @@ class _Tile:
                                                         ir.IntType(32)(1)]))
         return self._keep
 
-    def prefetch_next(self, b, t, hi, args, shapes):
-        """Hints to bring the next tile's rows of the inputs (their tile shapes ``shapes``, as `_shapes`) into
-        the cache while tile ``t`` computes; at the chunk's last tile (``hi`` its end) its own rows, already
-        there. A GPT's heads lie a row of q, k and v apart, where no hardware prefetcher ran ahead of the
-        tiles: in a training step, on data not in the cache, the kernels took 1.4-2x their warm time. (Hints
-        for the outputs' lines as well gained nothing.)"""
+    def next_tile(self, b, t, hi, args, shapes):
+        """The next tile's inputs (their tile shapes ``shapes``, as `_shapes`) as (first row, row stride, rows,
+        columns), for `prefetch_rows`; at the chunk's last tile (``hi`` its end) its own, already there."""
         nxt = b.add(t, I64(1))
         nxt = b.select(b.icmp_signed("<", nxt, hi), nxt, t)
         sizes = {"L": self.L, "S": self.S, "D": self.D}
-        for k, (rows, cols) in enumerate(shapes):
-            base, ld = self.tile(b, nxt, args, k)
+        return [(*self.tile(b, nxt, args, k), sizes[rows], sizes[cols]) for k, (rows, cols) in enumerate(shapes)]
 
-            def row(b, r, base=base, ld=ld, cols=sizes[cols]):
+    def prefetch_rows(self, b, tiles, i, count):
+        """Hints to bring rows ``i .. i + count`` (``count`` an int) of each of ``tiles`` (`next_tile`'s; a
+        tile's last row where it has fewer) into the cache while this tile computes. A GPT's
+        heads lie a row of q, k and v apart, where no hardware prefetcher ran ahead of the tiles: in a training
+        step, on data not in the cache, the kernels took 1.4-2x their warm time. The hints go out a row block
+        at a time, from the first pass's row-block loop: all of them at the start of a tile (768 lines of a GPT
+        tile's backward, from L2 or L3) held the core waiting for fill buffers, 19% of the warm backward's time.
+        (Hints for the outputs' lines as well gained nothing.)"""
+        for base, ld, rows, cols in tiles:
+            def row(b, r, base=base, ld=ld, rows=rows, cols=cols):
+                r = b.add(i, r)
+                r = b.select(b.icmp_signed("<", r, I64(rows)), r, I64(rows - 1))
                 for off in range(0, cols, self.w):
                     prefetch(b, self.at(b, base, self.times(b, r, ld), off), locality=2)
-            self.kept_loop(b, sizes[rows], row, "pf")
+            self.kept_loop(b, count, row, "pf")
+
+    def prefetch_rest(self, b, tiles):
+        """`prefetch_rows` for the rows after the L that the row-block loop covered."""
+        for base, ld, rows, cols in tiles:
+            if rows > self.L:
+                self.prefetch_rows(b, [(base, ld, rows, cols)], I64(self.L), rows - self.L)
 
     def last_key(self, b, i_last):
         """The number of keys a row block whose last query is ``i_last`` reads (causal: the keys up to it)."""
@@ -311,46 +372,52 @@ class _Tile:
         n = b.add(i_last, I64(1))
         return b.select(b.icmp_signed("<", n, I64(self.S)), n, I64(self.S))
 
-    def _product(self, b, rows, a, a_rs, a_ks, bm, b_ks, k0, k1, c0, epilogue):
+    def _product(self, b, rows, a, a_rs, a_ks, bm, b_ks, k0, k1, c0, epilogue, vecs=_VECS):
         """``acc[r][c] = sum over k in [k0, k1) of a[r * a_rs + k * a_ks] * bm[k * b_ks + c0 + c * w]`` for
-        ``rows`` rows (``a`` points at the first) and `_VECS` vectors from column ``c0``, then
+        ``rows`` rows (``a`` points at the first) and ``vecs`` vectors from column ``c0``, then
         ``epilogue(b, r, col, acc)`` for each (``r``, ``col``: i64 values of its row and first column). The k
         loop carries the accumulators in registers; the epilogue is emitted once, in a loop over them through a
         stack slot (LLVM unrolls it and keeps them in registers), not once per accumulator."""
         def operands(b, k):
             row = self.at(b, bm, self.times(b, k, b_ks), c0)
-            cols = [self.vload(b, self.at(b, row, c * self.w)) for c in range(_VECS)]
+            cols = [self.vload(b, self.at(b, row, c * self.w)) for c in range(vecs)]
             ak = self.at(b, a, self.times(b, k, a_ks))
             return [self.broadcast(b, b.load(self.at(b, ak, r * a_rs))) for r in range(rows)], cols
         # (k0 < k1 always: a row block reads at least its first key, and every tile has a query)
-        new, latch = fma_loop(b, k0, k1, self.splat(0.0), rows, _VECS, operands)
+        new, latch = fma_loop(b, k0, k1, self.splat(0.0), rows, vecs, operands)
         # kept as a loop: LLVM 15 tuning for an AMD Zen host unrolled a ragged tile's k loops whole (1 MB of
         # optimised IR for a 17 x 17 x 70 float64 backward, against 150 KB); its FMAs stay in the same order
         latch.set_metadata("llvm.loop", self.kept(b.module))
         if self._accs is None:  # (one slot per kernel: a _Tile emits one kernel)
-            self._accs = self.slot(b, ir.ArrayType(self.vt, _ROWS * _VECS))
+            self._accs = self.slot(b, ir.ArrayType(self.vt, self.rows * _VECS))
         for r in range(rows):
-            for c in range(_VECS):
-                b.store(new[r][c], b.gep(self._accs, [I64(0), I64(r * _VECS + c)]))
+            for c in range(vecs):
+                b.store(new[r][c], b.gep(self._accs, [I64(0), I64(r * vecs + c)]))
 
         def each(b, n):
-            col = b.add(c0, self.times(b, b.urem(n, I64(_VECS)), self.w))
-            epilogue(b, b.udiv(n, I64(_VECS)), col, b.load(b.gep(self._accs, [I64(0), n])))
-        counted_loop(b, I64(0), I64(rows * _VECS), I64(1), each, "acc")
+            col = b.add(c0, self.times(b, b.urem(n, I64(vecs)), self.w))
+            epilogue(b, b.udiv(n, I64(vecs)), col, b.load(b.gep(self._accs, [I64(0), n])))
+        counted_loop(b, I64(0), I64(rows * vecs), I64(1), each, "acc")
 
     def row_blocks(self, b, n, body):
-        """``body(b, i, rows)`` over blocks of `_ROWS` rows of ``n``, then the rest one by one."""
-        full = n // _ROWS * _ROWS
+        """``body(b, i, rows)`` over blocks of ``self.rows`` rows of ``n``, then the rest one by one."""
+        full = n // self.rows * self.rows
         if full:
-            counted_loop(b, I64(0), I64(full), I64(_ROWS), lambda b, i: body(b, i, _ROWS), "rb")
+            counted_loop(b, I64(0), I64(full), I64(self.rows), lambda b, i: body(b, i, self.rows), "rb")
         if full < n:
             counted_loop(b, I64(full), I64(n), I64(1), lambda b, i: body(b, i, 1), "rr")
 
     def column_blocks(self, b, ncols, body):
-        """``body(b, c0)`` over the blocks of `_VECS` vectors that cover ``ncols`` (an i64 value) columns."""
+        """``body(b, c0, vecs)`` over blocks of ``vecs`` vectors from column ``c0`` that cover ``ncols`` (an
+        i64 value) columns: of `_VECS` vectors, the last of one where the columns end in its first vector.
+        A causal row block's scores end at its last query: blocks of 2 vectors computed 48 of a GPT tile's 64
+        columns on average for 8-row blocks, where 40 cover them (16% of that product's FMAs)."""
+        vecs = b.sdiv(b.add(ncols, I64(self.w - 1)), I64(self.w))
         step = self.w * _VECS
-        end = self.times(b, b.sdiv(b.add(ncols, I64(step - 1)), I64(step)), step)
-        counted_loop(b, I64(0), end, I64(step), body, "cb")
+        end = self.times(b, b.sdiv(vecs, I64(_VECS)), step)
+        counted_loop(b, I64(0), end, I64(step), lambda b, c0: body(b, c0, _VECS), "cb")
+        with b.if_then(b.icmp_signed("<", end, self.times(b, vecs, self.w))):
+            body(b, end, 1)
 
     def output_rows(self, b, rows, a, a_rs, a_ks, bm, b_ks, k0, k1, dst, ld_dst, i):
         """Rows ``i ..`` of ``dst`` (D wide, ``ld_dst`` apart) = the `_product` over all of D's column
@@ -441,11 +508,13 @@ class _Tile:
             total = by_halves(b, b.load(slot_s), lambda b, x, y: b.fadd(x, y))
             if self.additive:  # (rows with every key masked give zeros, as the composition's safe softmax)
                 total = b.select(b.fcmp_ordered("==", total, self.const(0.0)), self.const(1.0), total)
-            tvs.append(self.broadcast(b, total))
+            # (one division a row and a product per weight, where a vector division per vector was 3% of a
+            # GPT tile's forward; the weights lie within an ulp or two of the quotients)
+            tvs.append(self.broadcast(b, b.fdiv(self.const(1.0), total)))
 
         def divide(b, c):  # (masked lanes inside the last vector are exp(-inf) = 0)
             for (row, _), nvec, tv in zip(rows, nvecs, tvs):
-                self.vstore(b, b.fdiv(self.kept_vector(b, row, c, nvec), tv), self.vector(b, row, c))
+                self.vstore(b, b.fmul(self.kept_vector(b, row, c, nvec), tv), self.vector(b, row, c))
         counted_loop(b, I64(0), I64(self.Sp // self.w), I64(1), divide, "dv")
 
     # the kernels ---------------------------------------------------------------------------------------
@@ -454,11 +523,11 @@ class _Tile:
         L, S, D, Sp = self.L, self.S, self.D, self.Sp
         kt = self.buffer(b, D * Sp)
         # a row block's scores, then weights: in P's rows where those hold whole register blocks (no copy)
-        srow = None if S == Sp else self.buffer(b, _ROWS * Sp)
+        srow = None if S == Sp else self.buffer(b, self.rows * Sp)
         vp = None if self.direct else self.buffer(b, S * self.Dp)
 
         def tile(b, t):
-            self.prefetch_next(b, t, hi, args, _shapes("forward", self.additive)[:len(args) - 2])
+            nxt = self.next_tile(b, t, hi, args, _shapes("forward", self.additive)[:len(args) - 2])
             bufs = [self.tile(b, t, args, n) for n in range(len(args))]
             (qt, q_ld), (kk, k_ld), (vv, v_ld), (ot, o_ld), (pt, p_ld) = bufs[:3] + bufs[-2:]
             mt, m_ld = bufs[3] if self.additive else (None, 0)
@@ -468,10 +537,11 @@ class _Tile:
             v_rows, v_rs = (vv, v_ld) if vp is None else (vp, self.Dp)
 
             def block(b, i, rows):
+                self.prefetch_rows(b, nxt, i, rows)
                 n = self.last_key(b, b.add(i, I64(rows - 1)))
                 sr, s_ld = (self.at(b, pt, self.times(b, i, p_ld)), p_ld) if srow is None else (srow, Sp)
 
-                def scores(b, c0):
+                def scores(b, c0, vecs):
                     def store(b, r, col, acc):
                         s = b.fmul(acc, self.splat(self.scale))
                         if mt is not None:  # (the composition's order: scaled, then the mask added)
@@ -479,13 +549,18 @@ class _Tile:
                         s = self.masked(b, s, b.add(i, r), col)
                         self.vstore(b, s, self.at(b, sr, self.times(b, r, s_ld), col))
                     self._product(b, rows, self.at(b, qt, self.times(b, i, q_ld)), q_ld, 1, kt, Sp, I64(0), I64(D),
-                                  c0, store)
+                                  c0, store, vecs)
                 self.column_blocks(b, n, scores)
-                self.softmax_rows(b, [(self.at(b, sr, r * s_ld), b.add(i, I64(r))) for r in range(rows)])
+                # (the passes interleaved over `_ROWS` rows at a time, in a loop: over 8 they doubled the IR)
+                group = min(rows, _ROWS)
+                counted_loop(b, I64(0), I64(rows), I64(group), lambda b, r0: self.softmax_rows(b, [
+                    (self.at(b, sr, self.times(b, b.add(r0, I64(r)), s_ld)), b.add(i, b.add(r0, I64(r))))
+                    for r in range(group)]), "sm")
                 if srow is not None:
                     self.copy(b, self.at(b, pt, self.times(b, i, p_ld)), p_ld, sr, s_ld, rows, S)
                 self.output_rows(b, rows, sr, s_ld, 1, v_rows, v_rs, I64(0), n, ot, o_ld, i)
             self.row_blocks(b, L, block)
+            self.prefetch_rest(b, nxt)
         counted_loop(b, lo, hi, I64(1), tile, "tile")
 
     def backward(self, b, lo, hi, args):
@@ -494,7 +569,7 @@ class _Tile:
         pads = None if self.direct else [self.buffer(b, n * self.Dp) for n in (S, L, L)]
 
         def tile(b, t):
-            self.prefetch_next(b, t, hi, args, _shapes("backward", False)[:5])
+            nxt = self.next_tile(b, t, hi, args, _shapes("backward", False)[:5])
             (qt, q_ld), (kk, k_ld), (vv, v_ld), (pt, p_ld), (gt, g_ld), (gqt, gq_ld), (gkt, gk_ld), (gvt, gv_ld) = (
                 self.tile(b, t, args, n) for n in range(8))
             self.copy(b, vt, Sp, vv, v_ld, S, D, transpose=True)
@@ -507,13 +582,14 @@ class _Tile:
 
             # dP = grad_out V^T into ds, then ds = P (dP - sum(P dP)) * scale, row by row
             def block(b, i, rows):
+                self.prefetch_rows(b, nxt, i, rows)
                 n = self.last_key(b, b.add(i, I64(rows - 1)))
 
-                def dp(b, c0):
+                def dp(b, c0, vecs):
                     def store(b, r, col, acc):
                         self.vstore(b, acc, self.at(b, ds, self.times(b, b.add(i, r), Sp), col))
                     self._product(b, rows, self.at(b, gt, self.times(b, i, g_ld)), g_ld, 1, vt, Sp, I64(0), I64(D),
-                                  c0, store)
+                                  c0, store, vecs)
                 self.column_blocks(b, n, dp)
                 def grads(b, r):
                     row = b.add(i, r)
@@ -521,6 +597,7 @@ class _Tile:
                                           self.at(b, pt, self.times(b, row, p_ld)), row)
                 counted_loop(b, I64(0), I64(rows), I64(1), grads, "sg")
             self.row_blocks(b, L, block)
+            self.prefetch_rest(b, nxt)
 
             # grad_q = ds K, over each row block's keys
             self.row_blocks(b, L, lambda b, i, rows: self.output_rows(
