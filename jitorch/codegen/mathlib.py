@@ -1254,6 +1254,46 @@ def _erfc(m, s):
     return m.sel(m.isnan(s), s, r)
 
 
+# The normal distribution function Phi(x) = erfc(-x / sqrt(2)) / 2 (GELU's x Phi(x) and its derivative) ---------
+
+# float: Phi(-z) = exp(-z**2 / 2) t P(t), t = 1 / (1 + p z), z = |x| (Phi(x) = 1 - Phi(-z) for x > 0), one
+# branch-free formula: P (degree 9) fitted to erfcx(z / sqrt(2)) / (2 t) over z in [0, 14.5] (Phi(-z) and GELU
+# underflow to 0 from -14.2 on) by Lawson's weighted least squares towards minimax in relative error, highest
+# power first, each rounded to float before the lower ones were fitted again: approximation error 1.07e-8
+# relative (0.18 float ulp), so Phi(-z) keeps its relative accuracy all the way down, where 1 + erf(x / sqrt(2))
+# (torch's GELU, and this library's before) cancels. What shows is the float arithmetic's rounding; accuracy:
+# docs/codegen-design.md (tools/gelu_ulp.py).
+_NORMAL_CDF_P = 0.29499998688697815
+_NORMAL_CDF = (-0.019903836771845818, 0.1139775812625885, -0.24603833258152008, 0.22755561769008636,
+               -0.10486965626478195, 0.11074221879243851, 0.07378774881362915, 0.10955850780010223,
+               0.11749448627233505, 0.11769566684961319)
+
+
+def _normal_cdf_single(m, x):
+    """Float Phi(x) in float arithmetic: one division, one exp, no select but the last. exp(-x**2 / 2) is
+    ``exp(x * x * -0.5)`` exactly as GELU's derivative spells its pdf, so a kernel of both evaluates one exp (the
+    compiler merges the two); the rounding of x * x is put back as ``exp(-lo / 2) ~ 1 - lo / 2`` (lo = x*x - hi,
+    exact by fma; kept finite where x * x overflows and the result is 0 or 1 anyway). NaN stays NaN (t is
+    NaN); -inf gives 0, +inf gives 1."""
+    z = m.abs(x)
+    t = m.div(1.0, m.fma(z, _NORMAL_CDF_P, 1.0))
+    hi = m.mul(x, x)
+    minus_lo = m.min(m.fma(m.neg(x), x, hi), 1.0)
+    tp = m.mul(t, m.poly(t, _NORMAL_CDF))
+    tp = m.fma(tp, m.mul(minus_lo, 0.5), tp)
+    q = m.mul(_exp(m, m.mul(hi, -0.5)), tp)
+    return m.sel(m.gt(x, 0.0), m.sub(1.0, q), q)
+
+
+_SQRT_HALF = 0.7071067811865476
+
+
+def _normal_cdf(m, x):
+    if not m.double:
+        return _normal_cdf_single(m, x)
+    return m.mul(_erfc(m, m.mul(x, -_SQRT_HALF)), 0.5)
+
+
 # Square roots -----------------------------------------------------------------------------------
 
 def _sqrt(m, x):
@@ -1274,7 +1314,7 @@ _FUNCTIONS = {
     # float: jitorch's own float32 definitions (`jitorch.ops.arc_functions`), which eager runs too
     **{name: (1, _in_double(double, arc_functions.ALGORITHMS[name])) for name, double in (
         ("asin", _asin), ("acos", _acos), ("atan", _atan), ("asinh", _asinh), ("acosh", _acosh), ("atanh", _atanh))},
-    "erf": (1, _erf), "erfc": (1, _erfc),
+    "erf": (1, _erf), "erfc": (1, _erfc), "normal_cdf": (1, _normal_cdf),
     # jitorch's own definitions (`jitorch.ops.powers`): eager pow and xlogy compute the same bits
     "pow": (2, _in_double(powers.pow_double, powers.pow_single)),
     "log_defined": (1, _in_double(powers.log_double, powers.log_single)),

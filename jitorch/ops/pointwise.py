@@ -1176,8 +1176,17 @@ def _ndtr(x):
     return (registry.FUNCTIONS["erf"](x * math.sqrt(0.5)) + 1) * 0.5
 
 
+def _normal_cdf(x):
+    # float32 from float64 (within an ulp); the compiled kernels' float32 formula is its own (mathlib)
+    y = np.multiply(x, -math.sqrt(0.5), dtype=np.float64 if x.dtype == np.float32 else x.dtype)
+    return np.multiply(_erfc(y), 0.5).astype(x.dtype)
+
+
 _declare("special_entr", UNARY, _entr, INT_TO_FLOAT, "Elementwise entropy ``-x log(x)``: 0 at 0, -inf below 0.",
          variants=("function", "out"))
+_declare("_normal_cdf", UNARY, _normal_cdf, INT_TO_FLOAT, "The standard normal distribution function Phi(x) "
+         "``erfc(-x / sqrt(2)) / 2``, accurate relative to its value where it is small (`F.gelu`'s ``x Phi(x)``; "
+         "torch's ``special.ndtr`` is the composition with erf that cancels there).", variants=("function",))
 defop("special_ndtr(Tensor self) -> Tensor", composite=_ndtr, variants=("function", "out"),
       out_copies=lambda args: True,  # (torch's out= form: the result copy_-ed, differentiable)
       doc="The standard normal distribution function ``(1 + erf(x / sqrt(2))) / 2``.")
