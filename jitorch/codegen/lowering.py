@@ -482,6 +482,7 @@ for _name in ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "c
               "erfc", "sigmoid", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh"):
     pointwise(_name, _math(_name), math=True)
 pointwise("_normal_cdf", _math("normal_cdf"), math=True)
+pointwise("_normal_pdf", _math("normal_pdf"), math=True)
 pointwise("pow", lambda e, a, b: _pow_by_number(e, a, b) or e.math("pow", a, b), when=_floating_result, math=True)
 
 def _fmax(e, a, b):

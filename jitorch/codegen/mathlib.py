@@ -16,7 +16,8 @@ working precision) arithmetic where one rounding would cost more than an ulp. Wh
 file departs from SLEEF it says why (mostly to keep results finite and correct up to the
 very edge of the range, where SLEEF saturates early). float32 exp, log, tanh and erf are one-word
 float arithmetic instead, shaped for the vector units (`_exp_single`, `_log_single`, `_tanh_single`,
-`_erf_single`: no double words, no float-to-integer conversion, no division but tanh's one), with
+`_erf_single`: no double words, no float-to-integer conversion, no division but tanh's one), as are the normal
+distribution's Phi and phi (`_normal_cdf_single`, one division; GELU's x Phi(x) and its derivative), with
 polynomials fitted here against mpmath where SLEEF's did not fit the reduction. float32 asin, acos, atan, asinh,
 acosh and atanh are `jitorch.ops.arc_functions`' double arithmetic, which eager runs too. The Payne-Hanek table for
 huge trig arguments is computed here from pi (Machin's formula), as SLEEF's mkrempitab.c does.
@@ -1254,34 +1255,55 @@ def _erfc(m, s):
     return m.sel(m.isnan(s), s, r)
 
 
-# The normal distribution function Phi(x) = erfc(-x / sqrt(2)) / 2 (GELU's x Phi(x) and its derivative) ---------
+# The normal distribution: Phi(x) = erfc(-x / sqrt(2)) / 2 and phi(x) = exp(-x**2 / 2) / sqrt(2 pi), GELU's
+# x Phi(x) and its derivative Phi(x) + x phi(x) ----------------------------------------------------------------
 
-# float: Phi(-z) = exp(-z**2 / 2) t P(t), t = 1 / (1 + p z), z = |x| (Phi(x) = 1 - Phi(-z) for x > 0), one
-# branch-free formula: P (degree 9) fitted to erfcx(z / sqrt(2)) / (2 t) over z in [0, 14.5] (Phi(-z) and GELU
-# underflow to 0 from -14.2 on) by Lawson's weighted least squares towards minimax in relative error, highest
-# power first, each rounded to float before the lower ones were fitted again: approximation error 1.07e-8
-# relative (0.18 float ulp), so Phi(-z) keeps its relative accuracy all the way down, where 1 + erf(x / sqrt(2))
-# (torch's GELU, and this library's before) cancels. What shows is the float arithmetic's rounding; accuracy:
-# docs/codegen-design.md (tools/gelu_ulp.py).
+# float: Phi(-z) = exp(-z**2 / 2) t R(w), t = 1 / (1 + p z), w = p z t, z = |x| (Phi(x) = 1 - Phi(-z) for
+# x > 0), one branch-free formula: R (degree 9) fitted to erfcx(z / sqrt(2)) / (2 t) over z in [0, 14.5] (Phi(-z)
+# and GELU underflow to 0 from -14.1 on) by Lawson's weighted least squares towards minimax in relative error,
+# highest power first, each rounded to float before the lower ones were fitted again: approximation error
+# 1.12e-8 relative (0.19 float ulp), so Phi(-z) keeps its relative accuracy all the way down, where
+# 1 + erf(x / sqrt(2)) (torch's GELU, and this library's before) cancels. R in w, not in t: near 0 t sits on
+# the coarse grid below 1 (the rounding of 1 + p z moves z by up to 2**-24 / p: 5 ulp of GELU near 0 with P(t)),
+# w is relative-accurate, and R(w) = 1/2 + w (...) rounds little there. The coefficients are R's times 2**-24
+# (exactly): see `_scaled_half_square_exp`. Accuracy: docs/codegen-design.md (tools/gelu_ulp.py).
 _NORMAL_CDF_P = 0.29499998688697815
-_NORMAL_CDF = (-0.019903836771845818, 0.1139775812625885, -0.24603833258152008, 0.22755561769008636,
-               -0.10486965626478195, 0.11074221879243851, 0.07378774881362915, 0.10955850780010223,
-               0.11749448627233505, 0.11769566684961319)
+_NORMAL_CDF = tuple(c * 2.0 ** -24 for c in (
+    0.01990383490920067, -0.06515694409608841, 0.05075579881668091, 0.02473727986216545, 0.031479816883802414,
+    -0.14106617867946625, -0.11865304410457611, 0.6680419445037842, -0.8523468375205994, 0.5))
+_RSQRT_TWO_PI = 0.3989422804014327
+_HALF_SQUARE_CLAMP = 14.4  # exp(-14.4**2 / 2) t R(w) < 2**-150 and phi(14.4) < 2**-150: both round to 0 beyond
+
+
+def _clamped_abs(m, x):
+    """|x|, at most 14.4; NaN stays NaN (a ``select`` on ``>``: one ``minps`` on x86)."""
+    z = m.abs(x)
+    return m.sel(m.gt(z, _HALF_SQUARE_CLAMP), _HALF_SQUARE_CLAMP, z)
+
+
+def _scaled_half_square_exp(m, x):
+    """``2**24 exp(-x * x / 2)`` (|x| clamped to 14.4) in float: the scaling keeps it a normal float (2**q
+    takes one product, not exp's two), so Phi's and phi's last product is the one rounding into the denormals.
+    The rounding of x * x is put back in the reduced argument (lo = x*x - hi, exact by fma). Phi and phi
+    evaluate the same instructions, so a kernel of both (GELU's backward) computes it once."""
+    z = _clamped_abs(m, x)
+    hi = m.mul(z, z)
+    d = m.mul(hi, -0.5)
+    k = m.fma(d, _R_LN2, _ROUNDING_SHIFT)
+    q = m.sub(k, _ROUNDING_SHIFT)
+    s = m.fma(q, -_L2U[0], d)
+    s = m.fma(q, -_L2L[0], s)
+    s = m.fma(m.fma(m.neg(z), z, hi), 0.5, s)
+    u = m.add(1.0, m.fma(m.mul(s, s), m.poly(s, _EXP[0]), s))
+    return m.mul(u, m.pow2i(m.iadd(m.isub(m.bits(k), m.bits(_ROUNDING_SHIFT)), 24)))
 
 
 def _normal_cdf_single(m, x):
-    """Float Phi(x) in float arithmetic: one division, one exp, no select but the last. exp(-x**2 / 2) is
-    ``exp(x * x * -0.5)`` exactly as GELU's derivative spells its pdf, so a kernel of both evaluates one exp (the
-    compiler merges the two); the rounding of x * x is put back as ``exp(-lo / 2) ~ 1 - lo / 2`` (lo = x*x - hi,
-    exact by fma; kept finite where x * x overflows and the result is 0 or 1 anyway). NaN stays NaN (t is
-    NaN); -inf gives 0, +inf gives 1."""
-    z = m.abs(x)
-    t = m.div(1.0, m.fma(z, _NORMAL_CDF_P, 1.0))
-    hi = m.mul(x, x)
-    minus_lo = m.min(m.fma(m.neg(x), x, hi), 1.0)
-    tp = m.mul(t, m.poly(t, _NORMAL_CDF))
-    tp = m.fma(tp, m.mul(minus_lo, 0.5), tp)
-    q = m.mul(_exp(m, m.mul(hi, -0.5)), tp)
+    """Float Phi(x) in float arithmetic: one division, one exp, no select but the last (and the clamp). NaN
+    stays NaN; -inf gives 0, +inf gives 1 (|x| clamped to 14.4, where Phi(-|x|) rounds to 0)."""
+    t = m.div(1.0, m.fma(m.abs(x), _NORMAL_CDF_P, 1.0))
+    w = m.mul(m.mul(_clamped_abs(m, x), _NORMAL_CDF_P), t)  # (beyond the clamp t and exp(...) make q 0)
+    q = m.mul(_scaled_half_square_exp(m, x), m.mul(t, m.poly(w, _NORMAL_CDF)))
     return m.sel(m.gt(x, 0.0), m.sub(1.0, q), q)
 
 
@@ -1292,6 +1314,17 @@ def _normal_cdf(m, x):
     if not m.double:
         return _normal_cdf_single(m, x)
     return m.mul(_erfc(m, m.mul(x, -_SQRT_HALF)), 0.5)
+
+
+def _normal_pdf(m, x):
+    if not m.double:
+        return m.mul(_scaled_half_square_exp(m, x), _RSQRT_TWO_PI * 2.0 ** -24)
+    # exp(-hi / 2) (1 - lo / 2), lo = x*x - hi; |x| clamped to 40 (phi is 0 from 38.6 on) so hi stays finite
+    z = m.min(m.abs(x), 40.0)
+    hi = m.mul(z, z)
+    e = _exp(m, m.mul(hi, -0.5))
+    e = m.fma(e, m.mul(m.fma(m.neg(z), z, hi), 0.5), e)
+    return m.sel(m.isnan(x), x, m.mul(e, _RSQRT_TWO_PI))
 
 
 # Square roots -----------------------------------------------------------------------------------
@@ -1314,7 +1347,7 @@ _FUNCTIONS = {
     # float: jitorch's own float32 definitions (`jitorch.ops.arc_functions`), which eager runs too
     **{name: (1, _in_double(double, arc_functions.ALGORITHMS[name])) for name, double in (
         ("asin", _asin), ("acos", _acos), ("atan", _atan), ("asinh", _asinh), ("acosh", _acosh), ("atanh", _atanh))},
-    "erf": (1, _erf), "erfc": (1, _erfc), "normal_cdf": (1, _normal_cdf),
+    "erf": (1, _erf), "erfc": (1, _erfc), "normal_cdf": (1, _normal_cdf), "normal_pdf": (1, _normal_pdf),
     # jitorch's own definitions (`jitorch.ops.powers`): eager pow and xlogy compute the same bits
     "pow": (2, _in_double(powers.pow_double, powers.pow_single)),
     "log_defined": (1, _in_double(powers.log_double, powers.log_single)),

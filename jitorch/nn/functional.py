@@ -26,7 +26,7 @@ import jitorch as jt
 from jitorch.compiler import is_compiling
 from jitorch.ops.attention import attention_fast, fused as _fused_attention
 from jitorch.ops.autocast import autocasts
-from jitorch.ops.pointwise import _normal_cdf
+from jitorch.ops.pointwise import _normal_cdf, _normal_pdf
 from jitorch.nn.ctc import ctc_loss
 from jitorch.nn.fractional import (fractional_max_pool2d, fractional_max_pool2d_with_indices, fractional_max_pool3d,
                                    fractional_max_pool3d_with_indices)
@@ -1796,7 +1796,6 @@ def relu_(input):
     return input.relu_()
 
 
-_RSQRT_TWO_PI = 1 / math.sqrt(2 * math.pi)
 # elements one pass of exact GELU works on: its forward's and its backward's operands stay in the L2 cache
 _GELU_CHUNK = 32768
 
@@ -1865,20 +1864,16 @@ class _Gelu(jt.autograd.Function):
 
 def _gelu_backward(g, x, cdf):
     """The input's gradient of the composition ``y = x * cdf`` (``cdf = Phi(x)``) given ``g``, by its rules'
-    kernels in their order on cache-sized chunks: mul's (``g * cdf``, ``g * x``), Phi's (``exp(x * x * -0.5)
-    / sqrt(2 pi)`` times the latter) and the sum of the two. Python floats are ``x.dtype``'s numbers, as NumPy
-    takes them."""
-    shape, dtype = x.shape, x.dtype.type
+    kernels in their order on cache-sized chunks: mul's (``g * cdf``, ``g * x``), Phi's (phi(x) times the
+    latter) and the sum of the two."""
+    shape = x.shape
     g, x, cdf = g.reshape(-1), x.reshape(-1), cdf.reshape(-1)
     grad = np.empty_like(x)
     token = fp_errors.enter()
     try:
         for start in range(0, x.size, _GELU_CHUNK):
             part = slice(start, start + _GELU_CHUNK)
-            pdf = np.multiply(x[part], x[part])
-            np.multiply(pdf, dtype(-0.5), out=pdf)
-            np.exp(pdf, out=pdf)
-            np.multiply(pdf, dtype(_RSQRT_TWO_PI), out=pdf)
+            pdf = _normal_pdf(x[part])
             np.multiply(pdf, np.multiply(g[part], x[part]), out=pdf)
             np.add(pdf, np.multiply(g[part], cdf[part]), out=grad[part])
     finally:

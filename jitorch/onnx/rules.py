@@ -97,6 +97,14 @@ def _normal_cdf(b, node, x):
     return b.node("Mul", [b.node("Add", [erf, b.scalar(1, dt)]), b.scalar(0.5, dt)])
 
 
+@rule("_normal_pdf")
+def _normal_pdf(b, node, x):
+    dt = out_dtype(node)
+    name = b.operand(x, dt)
+    exp = b.node("Exp", [b.node("Mul", [b.node("Mul", [name, name]), b.scalar(-0.5, dt)])])
+    return b.node("Mul", [exp, b.scalar(1 / math.sqrt(2 * math.pi), dt)])
+
+
 @rule("logical_not")
 def _logical_not(b, node, x):
     return b.node("Not", [b.operand(x, _dt.bool)])

@@ -1182,11 +1182,24 @@ def _normal_cdf(x):
     return np.multiply(_erfc(y), 0.5).astype(x.dtype)
 
 
+def _normal_pdf(x):
+    # exp(-y*y / 2) as exp(-r*r / 2) exp(-(y-r)(y+r) / 2), r = y cut to 1/16ths (as `_cody`): r*r is exact and the
+    # rest is small, so the rounding of y*y does not reach the result; float32 from float64
+    y = np.abs(x.astype(np.float64) if x.dtype == np.float32 else x)
+    r = np.trunc(y * 16) / 16
+    with np.errstate(invalid="ignore"):  # (inf - inf: y infinite, where the result is 0)
+        rest = np.nan_to_num(np.exp(-(y - r) * (y + r) / 2), nan=0.0)
+    pdf = np.exp(-r * r / 2) * rest / math.sqrt(2 * math.pi)
+    return np.where(np.isnan(y), y, pdf).astype(x.dtype)
+
+
 _declare("special_entr", UNARY, _entr, INT_TO_FLOAT, "Elementwise entropy ``-x log(x)``: 0 at 0, -inf below 0.",
          variants=("function", "out"))
 _declare("_normal_cdf", UNARY, _normal_cdf, INT_TO_FLOAT, "The standard normal distribution function Phi(x) "
          "``erfc(-x / sqrt(2)) / 2``, accurate relative to its value where it is small (`F.gelu`'s ``x Phi(x)``; "
          "torch's ``special.ndtr`` is the composition with erf that cancels there).", variants=("function",))
+_declare("_normal_pdf", UNARY, _normal_pdf, INT_TO_FLOAT, "The standard normal density ``exp(-x**2 / 2) / sqrt(2 pi)``"
+         " (`_normal_cdf`'s derivative), accurate where x**2 does not round exactly.", variants=("function",))
 defop("special_ndtr(Tensor self) -> Tensor", composite=_ndtr, variants=("function", "out"),
       out_copies=lambda args: True,  # (torch's out= form: the result copy_-ed, differentiable)
       doc="The standard normal distribution function ``(1 + erf(x / sqrt(2))) / 2``.")

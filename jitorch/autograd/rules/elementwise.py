@@ -29,7 +29,6 @@ from .common import cut, over_nonzero, per_input, rounded_once, zero_grad, zeros
 _LN2 = math.log(2.0)
 _LN10 = math.log(10.0)
 _TWO_OVER_SQRT_PI = 2 / math.sqrt(math.pi)
-_RSQRT_TWO_PI = 1 / math.sqrt(2 * math.pi)
 
 
 def _times(g, c):
@@ -68,8 +67,8 @@ _UNARY = (
     # in torch's order, the constant's product before g's: a half type rounds each (fuzz seed 7802351)
     ("erf", "self", lambda g, x, y: (-x * x).exp() * _TWO_OVER_SQRT_PI * g),
     ("erfc", "self", lambda g, x, y: (-x * x).exp() * -_TWO_OVER_SQRT_PI * g),
-    # the pdf as torch's GELU backward spells it; the float32 kernels' Phi evaluates this very exp (mathlib)
-    ("_normal_cdf", "self", lambda g, x, y: (x * x * -0.5).exp() * _RSQRT_TWO_PI * g),
+    ("_normal_cdf", "self", lambda g, x, y: jt._normal_pdf(x) * g),
+    ("_normal_pdf", "self", lambda g, x, y: -x * jt._normal_pdf(x) * g),
     ("relu", "result", lambda g, x, y: jt.where(y <= 0, 0, g)),  # NaN passes, as torch's threshold_backward
     ("frac", "", lambda g, x, y: g),
 )
