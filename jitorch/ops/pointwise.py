@@ -1176,10 +1176,19 @@ def _ndtr(x):
     return (registry.FUNCTIONS["erf"](x * math.sqrt(0.5)) + 1) * 0.5
 
 
+_SQRT_HALF_WIDE = np.longdouble(1) / np.sqrt(np.longdouble(2))
+
+
 def _normal_cdf(x):
-    # float32 from float64 (within an ulp); the compiled kernels' float32 formula is its own (mathlib)
-    y = np.multiply(x, -math.sqrt(0.5), dtype=np.float64 if x.dtype == np.float32 else x.dtype)
-    return np.multiply(_erfc(y), 0.5).astype(x.dtype)
+    # float32 from float64 (within an ulp); the compiled kernels' float32 formula is its own (mathlib). In the
+    # tail (0 < y < 28; erfc is 0 beyond) erfc(y + dy) = erfc(y) (1 - 2 y dy) takes back the rounding of y = -x / sqrt(2) (2 y**2 ulp
+    # of float64), dy from the product in long double (as mathlib's from an fma)
+    wide = x.astype(np.float64)
+    y = wide * -math.sqrt(0.5)
+    with np.errstate(invalid="ignore"):  # (inf - inf)
+        dy = np.nan_to_num((wide.astype(np.longdouble) * -_SQRT_HALF_WIDE - y).astype(np.float64))
+    r = _erfc(y) * 0.5
+    return np.where((y > 0) & (y < 28), r * (1 - 2 * y * dy), r).astype(x.dtype)
 
 
 def _normal_pdf(x):
