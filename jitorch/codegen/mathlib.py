@@ -1313,9 +1313,9 @@ _SQRT_HALF = (0.7071067811865476, -4.833646656726457e-17)  # a double word
 def _normal_cdf(m, x):
     if not m.double:
         return _normal_cdf_single(m, x)
-    # erfc(y) / 2, y = -x / sqrt(2) rounded: where 0 < y < 28 (the tail; erfc is 0 beyond) erfc(y + dy) = erfc(y) (1 - 2 y dy) to
-    # well under an ulp, which takes back the rounding's 2 y**2 ulp; where y < 0 erfc is near 2 and the
-    # rounding reaches no bit
+    # erfc(y) / 2, y = -x / sqrt(2) rounded: where 0 < y < 28 (the tail; erfc is 0 beyond)
+    # erfc(y + dy) = erfc(y) (1 - 2 y dy) to well under an ulp, which takes back the rounding's 2 y**2 ulp;
+    # where y < 0 erfc is near 2 and the rounding reaches no bit
     y = m.mul(x, -_SQRT_HALF[0])
     dy = m.fma(x, -_SQRT_HALF[1], m.fma(x, -_SQRT_HALF[0], m.neg(y)))
     r = m.mul(_erfc(m, y), 0.5)

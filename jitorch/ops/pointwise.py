@@ -1181,8 +1181,8 @@ _SQRT_HALF_WIDE = np.longdouble(1) / np.sqrt(np.longdouble(2))
 
 def _normal_cdf(x):
     # float32 from float64 (within an ulp); the compiled kernels' float32 formula is its own (mathlib). In the
-    # tail (0 < y < 28; erfc is 0 beyond) erfc(y + dy) = erfc(y) (1 - 2 y dy) takes back the rounding of y = -x / sqrt(2) (2 y**2 ulp
-    # of float64), dy from the product in long double (as mathlib's from an fma)
+    # tail (0 < y < 28; erfc is 0 beyond) erfc(y + dy) = erfc(y) (1 - 2 y dy) takes back the rounding of
+    # y = -x / sqrt(2) (2 y**2 ulp of float64), dy from the product in long double (as mathlib's from an fma)
     wide = x.astype(np.float64)
     y = wide * -math.sqrt(0.5)
     with np.errstate(invalid="ignore"):  # (inf - inf)
