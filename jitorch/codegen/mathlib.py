@@ -45,7 +45,7 @@ from functools import lru_cache
 import numpy as np
 from llvmlite import ir
 
-from ..ops import arc_functions, powers
+from ..ops import arc_functions, normal_cdf, powers
 
 # The intrinsics this module may emit (it needs only some of them).
 ALLOWED_INTRINSICS = frozenset({
@@ -1258,19 +1258,9 @@ def _erfc(m, s):
 # The normal distribution: Phi(x) = erfc(-x / sqrt(2)) / 2 and phi(x) = exp(-x**2 / 2) / sqrt(2 pi), GELU's
 # x Phi(x) and its derivative Phi(x) + x phi(x) ----------------------------------------------------------------
 
-# float: Phi(-z) = exp(-z**2 / 2) t R(w), t = 1 / (1 + p z), w = p z t, z = |x| (Phi(x) = 1 - Phi(-z) for
-# x > 0), one branch-free formula: R (degree 9) fitted to erfcx(z / sqrt(2)) / (2 t) over z in [0, 14.5] (Phi(-z)
-# and GELU underflow to 0 from -14.1 on) by Lawson's weighted least squares towards minimax in relative error,
-# highest power first, each rounded to float before the lower ones were fitted again: approximation error
-# 1.12e-8 relative (0.19 float ulp), so Phi(-z) keeps its relative accuracy all the way down, where
-# 1 + erf(x / sqrt(2)) (torch's GELU, and this library's before) cancels. R in w, not in t: near 0 t sits on
-# the coarse grid below 1 (the rounding of 1 + p z moves z by up to 2**-24 / p: 5 ulp of GELU near 0 with P(t)),
-# w is relative-accurate, and R(w) = 1/2 + w (...) rounds little there. The coefficients are R's times 2**-24
-# (exactly): see `_scaled_half_square_exp`. Accuracy: docs/codegen-design.md (tools/gelu_ulp.py).
-_NORMAL_CDF_P = 0.29499998688697815
-_NORMAL_CDF = tuple(c * 2.0 ** -24 for c in (
-    0.01990383490920067, -0.06515694409608841, 0.05075579881668091, 0.02473727986216545, 0.031479816883802414,
-    -0.14106617867946625, -0.11865304410457611, 0.6680419445037842, -0.8523468375205994, 0.5))
+# float: `jitorch.ops.normal_cdf`'s formula (which eager evaluates in double), its coefficients times 2**-24
+# (exactly: see `_scaled_half_square_exp`). Accuracy: docs/codegen-design.md (tools/gelu_ulp.py).
+_NORMAL_CDF = tuple(c * 2.0 ** -24 for c in normal_cdf.R)
 _RSQRT_TWO_PI = 0.3989422804014327
 _HALF_SQUARE_CLAMP = 14.4  # exp(-14.4**2 / 2) t R(w) < 2**-150 and phi(14.4) < 2**-150: both round to 0 beyond
 
@@ -1301,8 +1291,8 @@ def _scaled_half_square_exp(m, x):
 def _normal_cdf_single(m, x):
     """Float Phi(x) in float arithmetic: one division, one exp, no select but the last (and the clamp). NaN
     stays NaN; -inf gives 0, +inf gives 1 (|x| clamped to 14.4, where Phi(-|x|) rounds to 0)."""
-    t = m.div(1.0, m.fma(m.abs(x), _NORMAL_CDF_P, 1.0))
-    w = m.mul(m.mul(_clamped_abs(m, x), _NORMAL_CDF_P), t)  # (beyond the clamp t and exp(...) make q 0)
+    t = m.div(1.0, m.fma(m.abs(x), normal_cdf.P, 1.0))
+    w = m.mul(m.mul(_clamped_abs(m, x), normal_cdf.P), t)  # (beyond the clamp t and exp(...) make q 0)
     q = m.mul(_scaled_half_square_exp(m, x), m.mul(t, m.poly(w, _NORMAL_CDF)))
     return m.sel(m.gt(x, 0.0), m.sub(1.0, q), q)
 

@@ -22,7 +22,7 @@ import numpy as np
 from ..runtime import dtypes as _dt
 from ..runtime import fp_errors
 from ..runtime.casts import convert
-from . import arc_functions, erf_float32, powers, registry, special_math
+from . import arc_functions, erf_float32, normal_cdf, powers, registry, special_math
 from .meta import ALWAYS_BOOL, DEFAULT, INT_TO_FLOAT, KEEP_INT, opmath
 from .pointwise_base import check_fits, defpointwise, scalar_in
 from .registry import cpp_name, defop, scalar_name
@@ -1180,21 +1180,24 @@ _SQRT_HALF_WIDE = np.longdouble(1) / np.sqrt(np.longdouble(2))
 
 
 def _normal_cdf(x):
-    # float32 from float64 (within an ulp); the compiled kernels' float32 formula is its own (mathlib). In the
-    # tail (0 < y < 28; erfc is 0 beyond) erfc(y + dy) = erfc(y) (1 - 2 y dy) takes back the rounding of
-    # y = -x / sqrt(2) (2 y**2 ulp of float64), dy from the product in long double (as mathlib's from an fma)
-    wide = x.astype(np.float64)
-    y = wide * -math.sqrt(0.5)
+    # float32: the kernels' formula (`normal_cdf`) in float64, rounded once. float64: in the tail (0 < y < 28; erfc is 0 beyond)
+    # erfc(y + dy) = erfc(y) (1 - 2 y dy) takes back the rounding of y = -x / sqrt(2) (2 y**2 ulp), dy from the
+    # product in long double (as mathlib's from an fma)
+    if x.dtype == np.float32:
+        return normal_cdf.float32(x)
+    y = x * -math.sqrt(0.5)
     with np.errstate(invalid="ignore"):  # (inf - inf)
-        dy = np.nan_to_num((wide.astype(np.longdouble) * -_SQRT_HALF_WIDE - y).astype(np.float64))
+        dy = np.nan_to_num((x.astype(np.longdouble) * -_SQRT_HALF_WIDE - y).astype(x.dtype))
     r = _erfc(y) * 0.5
-    return np.where((y > 0) & (y < 28), r * (1 - 2 * y * dy), r).astype(x.dtype)
+    return np.where((y > 0) & (y < 28), r * (1 - 2 * y * dy), r)
 
 
 def _normal_pdf(x):
-    # exp(-y*y / 2) as exp(-r*r / 2) exp(-(y-r)(y+r) / 2), r = y cut to 1/16ths (as `_cody`): r*r is exact and the
-    # rest is small, so the rounding of y*y does not reach the result; float32 from float64
-    y = np.abs(x.astype(np.float64) if x.dtype == np.float32 else x)
+    # float64: exp(-y*y / 2) as exp(-r*r / 2) exp(-(y-r)(y+r) / 2), r = y cut to 1/16ths (as `_cody`): r*r is
+    # exact and the rest is small, so the rounding of y*y does not reach the result
+    if x.dtype == np.float32:
+        return normal_cdf.pdf_float32(x)
+    y = np.abs(x)
     r = np.trunc(y * 16) / 16
     with np.errstate(invalid="ignore"):  # (inf - inf: y infinite, where the result is 0)
         rest = np.nan_to_num(np.exp(-(y - r) * (y + r) / 2), nan=0.0)

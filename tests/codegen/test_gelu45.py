@@ -92,6 +92,12 @@ def test_gelu_values_match_torch_float64_and_float32():
             np.testing.assert_allclose(xj.grad.numpy(), xt.grad.numpy(), rtol=rtol, atol=atol)
 
 
+def test_eager_float32_phi_is_the_kernels_formula_in_float64_within_an_ulp():
+    x = sample()
+    got = jt.ops.registry.FUNCTIONS["_normal_cdf"](jt.from_numpy(x)).numpy()
+    assert ulps(got, 0.5 * _erfc(-x.astype(np.float64) / math.sqrt(2))).max() <= 0.75
+
+
 def test_compiled_gelu_equals_eager_within_the_bound():
     """Small eager calls run the ops (float32 Phi from float64, within 1 ulp); the kernels' Phi is float
     arithmetic: at most 8 ulp apart (forward) on the sample."""
