@@ -481,6 +481,8 @@ pointwise("masked_fill.Tensor", _masked_fill, when=_fill_tensor_always_fits)
 for _name in ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "tanh", "erf",
               "erfc", "sigmoid", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh"):
     pointwise(_name, _math(_name), math=True)
+pointwise("_normal_cdf", _math("normal_cdf"), math=True)
+pointwise("_normal_pdf", _math("normal_pdf"), math=True)
 pointwise("pow", lambda e, a, b: _pow_by_number(e, a, b) or e.math("pow", a, b), when=_floating_result, math=True)
 
 def _fmax(e, a, b):

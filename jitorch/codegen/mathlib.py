@@ -16,7 +16,8 @@ working precision) arithmetic where one rounding would cost more than an ulp. Wh
 file departs from SLEEF it says why (mostly to keep results finite and correct up to the
 very edge of the range, where SLEEF saturates early). float32 exp, log, tanh and erf are one-word
 float arithmetic instead, shaped for the vector units (`_exp_single`, `_log_single`, `_tanh_single`,
-`_erf_single`: no double words, no float-to-integer conversion, no division but tanh's one), with
+`_erf_single`: no double words, no float-to-integer conversion, no division but tanh's one), as are the normal
+distribution's Phi and phi (`_normal_cdf_single`, one division; GELU's x Phi(x) and its derivative), with
 polynomials fitted here against mpmath where SLEEF's did not fit the reduction. float32 asin, acos, atan, asinh,
 acosh and atanh are `jitorch.ops.arc_functions`' double arithmetic, which eager runs too. The Payne-Hanek table for
 huge trig arguments is computed here from pi (Machin's formula), as SLEEF's mkrempitab.c does.
@@ -44,7 +45,7 @@ from functools import lru_cache
 import numpy as np
 from llvmlite import ir
 
-from ..ops import arc_functions, powers
+from ..ops import arc_functions, normal_cdf, powers
 
 # The intrinsics this module may emit (it needs only some of them).
 ALLOWED_INTRINSICS = frozenset({
@@ -1254,6 +1255,74 @@ def _erfc(m, s):
     return m.sel(m.isnan(s), s, r)
 
 
+# The normal distribution: Phi(x) = erfc(-x / sqrt(2)) / 2 and phi(x) = exp(-x**2 / 2) / sqrt(2 pi), GELU's
+# x Phi(x) and its derivative Phi(x) + x phi(x) ----------------------------------------------------------------
+
+# float: `jitorch.ops.normal_cdf`'s formula (which eager evaluates in double), its coefficients times 2**-24
+# (exactly: see `_scaled_half_square_exp`). Accuracy: docs/codegen-design.md (tools/gelu_ulp.py).
+_NORMAL_CDF = tuple(c * 2.0 ** -24 for c in normal_cdf.R)
+_RSQRT_TWO_PI = 0.3989422804014327
+_HALF_SQUARE_CLAMP = 14.4  # exp(-14.4**2 / 2) t R(w) < 2**-150 and phi(14.4) < 2**-150: both round to 0 beyond
+
+
+def _clamped_abs(m, x):
+    """|x|, at most 14.4; NaN stays NaN (a ``select`` on ``>``: one ``minps`` on x86)."""
+    z = m.abs(x)
+    return m.sel(m.gt(z, _HALF_SQUARE_CLAMP), _HALF_SQUARE_CLAMP, z)
+
+
+def _scaled_half_square_exp(m, x):
+    """``2**24 exp(-x * x / 2)`` (|x| clamped to 14.4) in float: the scaling keeps it a normal float (2**q
+    takes one product, not exp's two), so Phi's and phi's last product is the one rounding into the denormals.
+    The rounding of x * x is put back in the reduced argument (lo = x*x - hi, exact by fma). Phi and phi
+    evaluate the same instructions, so a kernel of both (GELU's backward) computes it once."""
+    z = _clamped_abs(m, x)
+    hi = m.mul(z, z)
+    d = m.mul(hi, -0.5)
+    k = m.fma(d, _R_LN2, _ROUNDING_SHIFT)
+    q = m.sub(k, _ROUNDING_SHIFT)
+    s = m.fma(q, -_L2U[0], d)
+    s = m.fma(q, -_L2L[0], s)
+    s = m.fma(m.fma(m.neg(z), z, hi), 0.5, s)
+    u = m.add(1.0, m.fma(m.mul(s, s), m.poly(s, _EXP[0]), s))
+    return m.mul(u, m.pow2i(m.iadd(m.isub(m.bits(k), m.bits(_ROUNDING_SHIFT)), 24)))
+
+
+def _normal_cdf_single(m, x):
+    """Float Phi(x) in float arithmetic: one division, one exp, no select but the last (and the clamp). NaN
+    stays NaN; -inf gives 0, +inf gives 1 (|x| clamped to 14.4, where Phi(-|x|) rounds to 0)."""
+    t = m.div(1.0, m.fma(m.abs(x), normal_cdf.P, 1.0))
+    w = m.mul(m.mul(_clamped_abs(m, x), normal_cdf.P), t)  # (beyond the clamp t and exp(...) make q 0)
+    q = m.mul(_scaled_half_square_exp(m, x), m.mul(t, m.poly(w, _NORMAL_CDF)))
+    return m.sel(m.gt(x, 0.0), m.sub(1.0, q), q)
+
+
+_SQRT_HALF = (0.7071067811865476, -4.833646656726457e-17)  # a double word
+
+
+def _normal_cdf(m, x):
+    if not m.double:
+        return _normal_cdf_single(m, x)
+    # erfc(y) / 2, y = -x / sqrt(2) rounded: where 0 < y < 28 (the tail; erfc is 0 beyond)
+    # erfc(y + dy) = erfc(y) (1 - 2 y dy) to well under an ulp, which takes back the rounding's 2 y**2 ulp;
+    # where y < 0 erfc is near 2 and the rounding reaches no bit
+    y = m.mul(x, -_SQRT_HALF[0])
+    dy = m.fma(x, -_SQRT_HALF[1], m.fma(x, -_SQRT_HALF[0], m.neg(y)))
+    r = m.mul(_erfc(m, y), 0.5)
+    return m.sel(m.all(m.gt(y, 0.0), m.lt(y, 28.0)), m.fma(r, m.mul(m.mul(y, dy), -2.0), r), r)  # (0 beyond)
+
+
+def _normal_pdf(m, x):
+    if not m.double:
+        return m.mul(_scaled_half_square_exp(m, x), _RSQRT_TWO_PI * 2.0 ** -24)
+    # exp(-hi / 2) (1 - lo / 2), lo = x*x - hi; |x| clamped to 40 (phi is 0 from 38.6 on) so hi stays finite
+    z = m.min(m.abs(x), 40.0)
+    hi = m.mul(z, z)
+    e = _exp(m, m.mul(hi, -0.5))
+    e = m.fma(e, m.mul(m.fma(m.neg(z), z, hi), 0.5), e)
+    return m.sel(m.isnan(x), x, m.mul(e, _RSQRT_TWO_PI))
+
+
 # Square roots -----------------------------------------------------------------------------------
 
 def _sqrt(m, x):
@@ -1274,7 +1343,7 @@ _FUNCTIONS = {
     # float: jitorch's own float32 definitions (`jitorch.ops.arc_functions`), which eager runs too
     **{name: (1, _in_double(double, arc_functions.ALGORITHMS[name])) for name, double in (
         ("asin", _asin), ("acos", _acos), ("atan", _atan), ("asinh", _asinh), ("acosh", _acosh), ("atanh", _atanh))},
-    "erf": (1, _erf), "erfc": (1, _erfc),
+    "erf": (1, _erf), "erfc": (1, _erfc), "normal_cdf": (1, _normal_cdf), "normal_pdf": (1, _normal_pdf),
     # jitorch's own definitions (`jitorch.ops.powers`): eager pow and xlogy compute the same bits
     "pow": (2, _in_double(powers.pow_double, powers.pow_single)),
     "log_defined": (1, _in_double(powers.log_double, powers.log_single)),

@@ -140,7 +140,8 @@ def _chain(node, by_output):
 
 # IEEE arithmetic, and the functions codegen/mathlib.py emits as one definition in every kernel (its own float
 # arithmetic and fmas, no fast-math flags; each vector lane computes what a scalar would): the same bits again
-_RECOMPUTED = frozenset({"add", "sub", "mul", "true_divide", "neg", "exp", "erf", "tanh", "sigmoid"})
+_RECOMPUTED = frozenset({"add", "sub", "mul", "true_divide", "neg", "exp", "erf", "_normal_cdf",
+                        "_normal_pdf", "tanh", "sigmoid"})
 
 
 def _recomputed(forward_nodes, saved, outputs):

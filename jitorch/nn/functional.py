@@ -26,8 +26,7 @@ import jitorch as jt
 from jitorch.compiler import is_compiling
 from jitorch.ops.attention import attention_fast, fused as _fused_attention
 from jitorch.ops.autocast import autocasts
-from jitorch.ops import erf_float32
-from jitorch.ops.pointwise import _erf
+from jitorch.ops.pointwise import _normal_cdf, _normal_pdf
 from jitorch.nn.ctc import ctc_loss
 from jitorch.nn.fractional import (fractional_max_pool2d, fractional_max_pool2d_with_indices, fractional_max_pool3d,
                                    fractional_max_pool3d_with_indices)
@@ -92,6 +91,7 @@ def _sizes(shape):
 # Linear layers -------------------------------------------------------------------------------------
 
 _LINEAR_FAST = _OPS["linear"].fast
+_NORMAL_CDF = _OPS["_normal_cdf"]
 _LAYER_NORM_FAST = _OPS["layer_norm"].fast
 
 @autocasts("linear")
@@ -1796,10 +1796,7 @@ def relu_(input):
     return input.relu_()
 
 
-_SQRT_HALF = 1.0 / math.sqrt(2.0)
-_TWO_OVER_SQRT_PI = 2 / math.sqrt(math.pi)
-# elements one pass of exact GELU works on: its forward's 7 operands and its backward's 8 (1 MiB in float32) stay
-# in the L2 cache
+# elements one pass of exact GELU works on: its forward's and its backward's operands stay in the L2 cache
 _GELU_CHUNK = 32768
 
 
@@ -1812,38 +1809,16 @@ def _gelu_shortcut(input):
             and is_contiguous(input._shape, input._stride))
 
 
-def _gelu_forward_passes(x, out, cdf, scaled, a, t, q):
-    """``out = x * 0.5 * cdf``, ``cdf = 1.0 + erf(x / sqrt(2))`` of float32 operands as NumPy ufunc passes (see
-    `erf_float32.erf_passes`), the composition's kernels in its order; ``scaled``, ``a``, ``t``, ``q`` scratch."""
-    return [(np.multiply, (x, _HALF32, out)), (np.multiply, (x, _SQRT_HALF32, scaled)),
-            *erf_float32.erf_passes(scaled, cdf, a, t, q),
-            (np.add, (_ONE32, cdf, cdf)), (np.multiply, (out, cdf, out))]
-
-
-_HALF32, _SQRT_HALF32, _ONE32 = np.float32(0.5), np.float32(_SQRT_HALF), np.float32(1.0)
-
-
 def _gelu_parts(x, keep_cdf):
-    """``(x * 0.5 * cdf, cdf)`` of an array, ``cdf = 1.0 + erf(x / sqrt(2))`` (None unless ``keep_cdf``), by the
-    composition's kernels in its order; float32 on cache-sized chunks, every pass of one chunk in turn."""
-    if x.dtype != np.float32:
-        half = np.multiply(x, 0.5)
-        cdf = _erf(np.multiply(x, _SQRT_HALF))
-        np.add(1.0, cdf, out=cdf)
-        return np.multiply(half, cdf, out=half), cdf
+    """``(x * cdf, cdf)`` of an array, ``cdf = Phi(x)`` (None unless ``keep_cdf``), by the composition's
+    kernels (`_gelu_exact`) on cache-sized chunks."""
     flat = x.reshape(-1)
-    n = flat.size
-    out = np.empty(n, np.float32)
-    cdf = np.empty(n, np.float32) if keep_cdf else None
-    scaled, part, a, t, q = (np.empty(min(n, _GELU_CHUNK), np.float32) for _ in range(5))
-    for start in range(0, n, _GELU_CHUNK):
-        end = min(n, start + _GELU_CHUNK)
-        m = end - start
-        c = cdf[start:end] if keep_cdf else part[:m]
-        for ufunc, operands in _gelu_forward_passes(flat[start:end], out[start:end], c, scaled[:m], a[:m], t[:m],
-                                                    q[:m]):
-            ufunc(*operands[:-1], out=operands[-1])
-    return out.reshape(x.shape), None if cdf is None else cdf.reshape(x.shape)
+    out, cdf = np.empty_like(flat), np.empty_like(flat)
+    for start in range(0, flat.size, _GELU_CHUNK):
+        part = slice(start, start + _GELU_CHUNK)
+        cdf[part] = _normal_cdf(flat[part])
+        np.multiply(flat[part], cdf[part], out=out[part])
+    return out.reshape(x.shape), cdf.reshape(x.shape) if keep_cdf else None
 
 
 class _Gelu(jt.autograd.Function):
@@ -1851,7 +1826,7 @@ class _Gelu(jt.autograd.Function):
     the compiled path's kernels of the composition and of its gradient (`_gelu_kernel`, from
     `GELU_KERNEL_MIN` elements).
 
-    The composition records five nodes (exact; nine with the tanh approximation) whose backward makes a pass
+    The composition records two nodes (exact; nine with the tanh approximation) whose backward makes a pass
     over the tensor per rule, each a dispatch and a new array; this node's backward computes the same rules
     on the same values, on cache-sized chunks or in one kernel. Like torch's GeluBackward0 it saves the input,
     so a later in-place write into it fails the backward."""
@@ -1887,44 +1862,30 @@ class _Gelu(jt.autograd.Function):
             return jt.autograd.grad(form.fn(x), x, g, create_graph=create_graph)[0], None, None
 
 
-def _gelu_backward_passes(g, x, cdf, grad, ga, gd, e, minus, dtype):
-    """The input's gradient ``grad`` of the composition ``y = (x * 0.5) * cdf`` (``cdf = 1.0 + erf(x * c)``)
-    given ``g``, as NumPy ufunc passes: the composition's rules' kernels, mul's for y (``g * cdf``, ``g * half``),
-    erf's (``exp(-s * s) * 2/sqrt(pi) * gd``, torch's order), mul's for ``x * c`` and ``x * 0.5``, and the sum of the two;
-    ``ga``, ``gd``, ``e``, ``minus`` scratch. Python floats are ``dtype``'s numbers, as NumPy takes them."""
-    half, sqrt_half, two_over_sqrt_pi = dtype.type(0.5), dtype.type(_SQRT_HALF), dtype.type(_TWO_OVER_SQRT_PI)
-    return [(np.multiply, (g, cdf, ga)), (np.multiply, (x, half, e)), (np.multiply, (g, e, gd)),
-            (np.multiply, (x, sqrt_half, e)),  # erf's input s
-            (np.negative, (e, minus)), (np.multiply, (minus, e, e)), (np.exp, (e, e)),
-            (np.multiply, (e, two_over_sqrt_pi, e)), (np.multiply, (e, gd, gd)), (np.multiply, (gd, sqrt_half, gd)),
-            (np.multiply, (ga, half, ga)), (np.add, (gd, ga, grad))]
-
-
 def _gelu_backward(g, x, cdf):
-    """The input's gradient of the composition ``y = (x * 0.5) * cdf`` given ``g`` (`_gelu_backward_passes`), on
-    cache-sized chunks."""
+    """The input's gradient of the composition ``y = x * cdf`` (``cdf = Phi(x)``) given ``g``, by its rules'
+    kernels in their order on cache-sized chunks: mul's (``g * cdf``, ``g * x``), Phi's (phi(x) times the
+    latter) and the sum of the two."""
     shape = x.shape
     g, x, cdf = g.reshape(-1), x.reshape(-1), cdf.reshape(-1)
-    n = x.size
-    grad = np.empty(n, x.dtype)
-    a, b, c, d = (np.empty(min(n, _GELU_CHUNK), x.dtype) for _ in range(4))
+    grad = np.empty_like(x)
     token = fp_errors.enter()
     try:
-        for start in range(0, n, _GELU_CHUNK):
-            end = min(n, start + _GELU_CHUNK)
-            m = end - start
-            for ufunc, operands in _gelu_backward_passes(g[start:end], x[start:end], cdf[start:end],
-                                                         grad[start:end], a[:m], b[:m], c[:m], d[:m], x.dtype):
-                ufunc(*operands[:-1], out=operands[-1])
+        for start in range(0, x.size, _GELU_CHUNK):
+            part = slice(start, start + _GELU_CHUNK)
+            pdf = _normal_pdf(x[part])
+            np.multiply(pdf, np.multiply(g[part], x[part]), out=pdf)
+            np.add(pdf, np.multiply(g[part], cdf[part]), out=grad[part])
     finally:
         fp_errors.leave(token)
     return grad.reshape(shape)
 
 
 def _gelu_exact(x):
-    """Exact GELU as a composition of ops: what small eager calls compute, what a trace records, and what the
-    eager kernels of large calls are made from."""
-    return x * 0.5 * (1.0 + (x * _SQRT_HALF).erf())
+    """Exact GELU ``x Phi(x)`` as a composition of ops (Phi accurate relative to itself, so the result is for
+    x far below 0 too): what small eager calls compute, what a trace records, and what the eager kernels of
+    large calls are made from."""
+    return x * _NORMAL_CDF(x)
 
 
 def _gelu_tanh(x):
@@ -1979,7 +1940,8 @@ def _gelu_kernel(form, dtype, backward=False):
 
 
 def gelu(input, approximate="none"):
-    """``x Phi(x)`` with the normal CDF exact (``erf``) or by torch's tanh approximation."""
+    """``x Phi(x)`` with the normal CDF exact (``Phi(x) = erfc(-x / sqrt(2)) / 2``) or by torch's tanh
+    approximation."""
     form = _GELU_FORMS.get(approximate) if isinstance(approximate, str) else None
     if form is None:
         raise RuntimeError("approximate argument must be either none or tanh.")
@@ -1993,8 +1955,8 @@ def gelu(input, approximate="none"):
         return _Gelu.apply(input, approximate, kernel)
     if kernel is not None:
         return jt.Tensor._fresh(kernel(input._array())[0], input.dtype)
-    # no history to record: the composition's NumPy kernels in its order (the same bits), without its four
-    # dispatches and two of its temporaries
+    # no history to record: the composition's NumPy kernels in its order (the same bits), without its
+    # dispatches
     token = fp_errors.enter()
     try:
         out = _gelu_parts(input._array(), False)[0]

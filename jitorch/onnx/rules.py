@@ -89,6 +89,22 @@ def _exp2(b, node, x):
     return b.node("Pow", [b.scalar(2, dt), b.operand(x, dt)])
 
 
+@rule("_normal_cdf")
+def _normal_cdf(b, node, x):
+    # ONNX has no Phi: (1 + Erf(x / sqrt(2))) / 2, torch's spelling of GELU's in its exports
+    dt = out_dtype(node)
+    erf = b.node("Erf", [b.node("Mul", [b.operand(x, dt), b.scalar(math.sqrt(0.5), dt)])])
+    return b.node("Mul", [b.node("Add", [erf, b.scalar(1, dt)]), b.scalar(0.5, dt)])
+
+
+@rule("_normal_pdf")
+def _normal_pdf(b, node, x):
+    dt = out_dtype(node)
+    name = b.operand(x, dt)
+    exp = b.node("Exp", [b.node("Mul", [b.node("Mul", [name, name]), b.scalar(-0.5, dt)])])
+    return b.node("Mul", [exp, b.scalar(1 / math.sqrt(2 * math.pi), dt)])
+
+
 @rule("logical_not")
 def _logical_not(b, node, x):
     return b.node("Not", [b.operand(x, _dt.bool)])

@@ -22,7 +22,7 @@ import numpy as np
 from ..runtime import dtypes as _dt
 from ..runtime import fp_errors
 from ..runtime.casts import convert
-from . import arc_functions, erf_float32, powers, registry, special_math
+from . import arc_functions, erf_float32, normal_cdf, powers, registry, special_math
 from .meta import ALWAYS_BOOL, DEFAULT, INT_TO_FLOAT, KEEP_INT, opmath
 from .pointwise_base import check_fits, defpointwise, scalar_in
 from .registry import cpp_name, defop, scalar_name
@@ -1176,8 +1176,42 @@ def _ndtr(x):
     return (registry.FUNCTIONS["erf"](x * math.sqrt(0.5)) + 1) * 0.5
 
 
+_SQRT_HALF_WIDE = np.longdouble(1) / np.sqrt(np.longdouble(2))
+
+
+def _normal_cdf(x):
+    # float32: the kernels' formula (`normal_cdf`) in float64, rounded once. float64: in the tail (0 < y < 28; erfc is 0 beyond)
+    # erfc(y + dy) = erfc(y) (1 - 2 y dy) takes back the rounding of y = -x / sqrt(2) (2 y**2 ulp), dy from the
+    # product in long double (as mathlib's from an fma)
+    if x.dtype == np.float32:
+        return normal_cdf.float32(x)
+    y = x * -math.sqrt(0.5)
+    with np.errstate(invalid="ignore"):  # (inf - inf)
+        dy = np.nan_to_num((x.astype(np.longdouble) * -_SQRT_HALF_WIDE - y).astype(x.dtype))
+    r = _erfc(y) * 0.5
+    return np.where((y > 0) & (y < 28), r * (1 - 2 * y * dy), r)
+
+
+def _normal_pdf(x):
+    # float64: exp(-y*y / 2) as exp(-r*r / 2) exp(-(y-r)(y+r) / 2), r = y cut to 1/16ths (as `_cody`): r*r is
+    # exact and the rest is small, so the rounding of y*y does not reach the result
+    if x.dtype == np.float32:
+        return normal_cdf.pdf_float32(x)
+    y = np.abs(x)
+    r = np.trunc(y * 16) / 16
+    with np.errstate(invalid="ignore"):  # (inf - inf: y infinite, where the result is 0)
+        rest = np.nan_to_num(np.exp(-(y - r) * (y + r) / 2), nan=0.0)
+    pdf = np.exp(-r * r / 2) * rest / math.sqrt(2 * math.pi)
+    return np.where(np.isnan(y), y, pdf).astype(x.dtype)
+
+
 _declare("special_entr", UNARY, _entr, INT_TO_FLOAT, "Elementwise entropy ``-x log(x)``: 0 at 0, -inf below 0.",
          variants=("function", "out"))
+_declare("_normal_cdf", UNARY, _normal_cdf, INT_TO_FLOAT, "The standard normal distribution function Phi(x) "
+         "``erfc(-x / sqrt(2)) / 2``, accurate relative to its value where it is small (`F.gelu`'s ``x Phi(x)``; "
+         "torch's ``special.ndtr`` is the composition with erf that cancels there).", variants=("function",))
+_declare("_normal_pdf", UNARY, _normal_pdf, INT_TO_FLOAT, "The standard normal density ``exp(-x**2 / 2) / sqrt(2 pi)``"
+         " (`_normal_cdf`'s derivative), accurate where x**2 does not round exactly.", variants=("function",))
 defop("special_ndtr(Tensor self) -> Tensor", composite=_ndtr, variants=("function", "out"),
       out_copies=lambda args: True,  # (torch's out= form: the result copy_-ed, differentiable)
       doc="The standard normal distribution function ``(1 + erf(x / sqrt(2))) / 2``.")

@@ -36,14 +36,14 @@ def without_recompute(monkeypatch):
     monkeypatch.setattr(recompute, "MAX_CONE", 0)
 
 
-def test_gelu_forward_kernel_writes_one_output_and_the_backward_recomputes_erf(monkeypatch):
-    made = [k for k in kernels(gelu_step, *tensors()) if "erf" in k.ops]
-    (forward,) = [k for k in made if "exp" not in k.ops]
+def test_gelu_forward_kernel_writes_one_output_and_the_backward_recomputes_phi(monkeypatch):
+    made = [k for k in kernels(gelu_step, *tensors()) if "_normal_cdf" in k.ops]
+    (forward,) = [k for k in made if "_normal_pdf" not in k.ops]
     assert len(forward.outputs) == 1  # the activation alone; its backward's factors were 3 more outputs
     backward = [k for k in made if k is not forward]
-    assert len(backward) == 1 and "exp" in backward[0].ops
+    assert len(backward) == 1 and "_normal_pdf" in backward[0].ops
     without_recompute(monkeypatch)
-    (saved,) = [k for k in kernels(gelu_step, *tensors()) if "erf" in k.ops]
+    (saved,) = [k for k in kernels(gelu_step, *tensors()) if "_normal_cdf" in k.ops]
     assert len(saved.outputs) == 4
 
 
@@ -54,7 +54,8 @@ def test_recomputed_gelu_gradients_keep_their_bits(monkeypatch):
     eager = gelu_step(*tensors())
     for a, b, c in zip(new, old, eager):
         assert jt.equal(a, b)
-        np.testing.assert_allclose(a.numpy(), c.numpy(), rtol=1e-5, atol=1e-5)
+        # (the kernels' float32 Phi is within 7 ulp of eager's, and the gradients are sums that cancel)
+        np.testing.assert_allclose(a.numpy(), c.numpy(), rtol=1e-5, atol=1e-6 * np.abs(c.numpy()).max())
 
 
 def layer_norm_step(x, w, b, w2):

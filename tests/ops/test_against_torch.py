@@ -78,6 +78,9 @@ TORCH_SPELLING = {
     **{f"special_{name}": getattr(torch.special, name) for name in ("i0e", "i1", "i1e", "xlog1py", "zeta", "entr", "ndtr")},
     **{f"special_{name}": getattr(torch.special, name) for name in (*CEPHES, *POLYNOMIALS)},
     "_div_trunc": lambda a, b: torch.div(a, b, rounding_mode="trunc"),
+    # F.gelu's Phi and its derivative phi (torch's GELU kernels spell them inline)
+    "_normal_cdf": torch.special.ndtr,
+    "_normal_pdf": lambda x: (x * x * -0.5).exp() * 0.3989422804014327,  # 1 / sqrt(2 pi)
     # unique's kernel: always the three results, of which `unique` returns those asked for
     "_unique": lambda x, sorted=True, return_inverse=False, return_counts=False, dim=None: torch.unique(
         x, sorted, True, True, dim),
@@ -181,6 +184,9 @@ ALLOWED = {
         "std and var of half types into out= of another floating dtype compute in its dtype over every dim too; "
         "torch raises 'std_var_all: Unsupported dtype Half' there (over some dims it computes)", accepts=True,
         when=_half_sample) for name in ("std.dim", "var.dim", "std.correction", "var.correction")},
+    **{(name, "function"): _rounds_once(f"{name} of a half type is computed in float32 and rounded once; torch's "
+                                        "spelling (ndtr's composite, GELU's inline pdf) rounds each step")
+       for name in ("_normal_cdf", "_normal_pdf")},
     ("bartlett_window", "function"): Allowed(
         "bartlett_window of a half type scales arange by its Python step as mul does (unrounded); torch's in-place "
         "mul_ rounds the step to the half type first", when=lambda s: s.kwargs.get("dtype") in HALF_DTYPES),

@@ -67,6 +67,8 @@ _UNARY = (
     # in torch's order, the constant's product before g's: a half type rounds each (fuzz seed 7802351)
     ("erf", "self", lambda g, x, y: (-x * x).exp() * _TWO_OVER_SQRT_PI * g),
     ("erfc", "self", lambda g, x, y: (-x * x).exp() * -_TWO_OVER_SQRT_PI * g),
+    ("_normal_cdf", "self", lambda g, x, y: jt._normal_pdf(x) * g),
+    ("_normal_pdf", "self", lambda g, x, y: -x * jt._normal_pdf(x) * g),
     ("relu", "result", lambda g, x, y: jt.where(y <= 0, 0, g)),  # NaN passes, as torch's threshold_backward
     ("frac", "", lambda g, x, y: g),
 )
