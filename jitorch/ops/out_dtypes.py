@@ -1,5 +1,5 @@
-"""The reductions, sorts, scans, softmaxes and unary ops whose ``out=`` tensors must have the result's own dtype,
-and mean's and nanmean's errors for an integer out tensor, all's and any's for one not bool or uint8, isposinf's,
+"""The reductions, sorts, scans, softmaxes, unary ops and ``diag`` whose ``out=`` tensors must have the result's own
+dtype, and mean's and nanmean's errors for an integer out tensor, all's and any's for one not bool or uint8, isposinf's,
 isneginf's and signbit's for one not bool.
 
 Most ops write a result into an ``out=`` tensor of any dtype it can be cast to. These do not: torch
@@ -156,7 +156,21 @@ def _unary_same(name):
     return out_check
 
 
+def _diag_out(out, x, diagonal=0):
+    """torch's diag(out=) checks the input's dims, in words without the ``diag(): `` its plain call's error starts
+    with; then, of a vector, that its dtype can be cast to out's; then that out has the input's dtype (a float32
+    matrix's diagonal into a float64 or int64 out raised nothing and wrote the cast values). (torch resizes out to
+    the result's shape before its last check; jitorch leaves it as it was.)"""
+    if x.ndim not in (1, 2):
+        raise RuntimeError(f"Supports 1D or 2D tensors. Got {x.ndim}D")
+    if x.ndim == 1 and isinstance(out, registry.Tensor) and not _dt.can_cast(x.dtype, out.dtype):
+        raise RuntimeError(f"diag: result type {scalar_name(x.dtype)} can't be cast to the desired out= type "
+                           f"{scalar_name(out.dtype)}")
+    check_out_dtypes("diag", _exact, out, [x.dtype])
+
+
 OPS["mean"].attrs["out_check"] = _mean_out
+OPS["diag"].attrs["out_check"] = _diag_out
 OPS["nanmean"].attrs["out_check"] = _nanmean_out
 for _message, _names in _FAMILIES.items():
     for _name in _names:

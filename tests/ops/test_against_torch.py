@@ -38,6 +38,9 @@ NO_TORCH_COUNTERPART = {
     # one dim's bin edges of histogramdd (torch's _histogramdd_bin_edges gives every dim's): compared with torch
     # through histogramdd in tests/ops/test_histogramdd.py and here
     "_histogramdd_edges",
+    # histogramdd's counts of the edges it made from bin counts: ``_histogramdd_from_bin_tensors``'s kernel under
+    # the name torch's backward error gives them (torch's op of that name takes the counts and range)
+    "_histogramdd_from_bin_cts",
     # as_strided's backward: adds ``src`` through a (possibly overlapping) window of a copy of ``self``; an
     # internal helper, tested against NumPy in tests/ops/test_views.py
     "_as_strided_add",
