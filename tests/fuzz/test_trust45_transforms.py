@@ -1,6 +1,6 @@
 """The transform fuzzer's judges taught in session 45 (tests/fuzz/transforms.py): torch.func.jvp's refusals that come
-from its own tangent of another dtype (`transforms.TORCH_TANGENT_DTYPE`), judged by torch's reverse formulas, and
-svd's singular vectors normalised by a projection rather than by their largest element (`generator.SVD_SIGN`)."""
+from its own tangent of another dtype (`transforms.TORCH_TANGENT_DTYPE`), judged by torch's reverse formulas; torch's
+ZeroTensor tangent of sgn of one element (`transforms._zero_tensor_of_sgn`); and svd's singular vectors normalised by a projection rather than by their largest element (`generator.SVD_SIGN`)."""
 
 from __future__ import annotations
 
@@ -28,18 +28,41 @@ def test_torchs_float64_tangent_of_a_0d_float32_times_a_float_is_judged_by_its_r
         refused = transforms.jvp_run(torch, program, keep, floats)
         assert any(e in refused.error for e in transforms.TORCH_TANGENT_DTYPE), refused.error
         assert not transforms.check(program).mismatches
-        real = transforms.jvp_run
-
-        def doubled(T, *args, **kwargs):
-            run = real(T, *args, **kwargs)
-            if T is not jitorch:
-                return run
-            half = len(run.outputs) // 2
-            return dataclasses.replace(run, outputs=run.outputs[:half] + [
-                dataclasses.replace(o, values=o.values * 2 + 1) for o in run.outputs[half:]])
-        monkeypatch.setattr(transforms, "jvp_run", doubled)
+        monkeypatch.setattr(transforms, "jvp_run", _doubling_jitorchs_tangents(transforms.jvp_run))
         found = transforms.check(program).mismatches
     assert found and all(m.reference == "torch.autograd" for m in found if m.mode == "jvp")
+
+
+def _doubling_jitorchs_tangents(real):
+    """`transforms.jvp_run` giving jitorch's tangents doubled plus one (a NaN made 0.5)."""
+    def doubled(T, *args, **kwargs):
+        run = real(T, *args, **kwargs)
+        if T is not jitorch:
+            return run
+        half = len(run.outputs) // 2
+        return dataclasses.replace(run, outputs=run.outputs[:half] + [
+            dataclasses.replace(o, values=np.where(np.isnan(o.values), 0.5, o.values * 2 + 1))
+            for o in run.outputs[half:]])
+    return doubled
+
+
+def test_torchs_zero_tensor_tangent_of_sgn_of_one_element_is_told_from_other_differences(monkeypatch):
+    """Seed 8480719 of ``--out-views 0.5``: ``x1.sgn()`` of a one-element ``x1``, then ``asin_``: torch.func's tangent
+    is its ZeroTensor, 0 through asin's infinite derivative at 1, and jitorch's NaN (documented; seed 8443740). The
+    fuzzer lets a program holding ``sgn`` differ there alone (jitorch's tangent NaN, torch's 0), and still finds
+    other tangents that differ."""
+    program, _ = generate(8480719, table=op_table(), out_views=0.5)
+    floats, _ = transforms.float_split(program)
+    keep = transforms.tensor_outputs(jitorch, program)[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got, want = (transforms.jvp_run(T, program, keep, floats) for T in (jitorch, torch))
+        half = len(got.outputs) // 2
+        assert any(np.isnan(g.values).any() and not np.isnan(w.values).any()
+                   for g, w in zip(got.outputs[half:], want.outputs[half:]))
+        assert not transforms.check(program).mismatches
+        monkeypatch.setattr(transforms, "jvp_run", _doubling_jitorchs_tangents(transforms.jvp_run))
+        assert any(m.mode == "jvp" for m in transforms.check(program).mismatches)
 
 
 def test_svd_vectors_whose_largest_elements_tie_take_one_sign_in_both_libraries():
