@@ -79,3 +79,21 @@ def test_svd_vectors_whose_largest_elements_tie_take_one_sign_in_both_libraries(
     flipped = normalised(torch, -torch.linalg.svd(torch.tensor(a), full_matrices=False)[0])
     np.testing.assert_allclose(flipped, want, rtol=1e-6)
     assert np.abs(np.abs(want[0, 0]) - np.abs(want[2, 0])) < 1e-6  # (the tie the old normalisation met)
+
+
+def test_logcumsumexps_forward_formula_over_an_empty_dim_1_is_a_torch_limit_seed_8482778():
+    """Seed 8482778 of ``--namespaced``: ``T.logcumsumexp(v1, 1)`` of a ``v1`` whose dim 1 is empty: torch.func.jvp
+    raised "max(): Expected reduction dim 1 to have non-zero size" from its forward formula, where eager torch and
+    jitorch's jvp run; the fuzzer knew it for dim 0 alone (`transforms.TORCH_LIMIT_PATTERNS`)."""
+    def tangent(T):
+        try:
+            return T.func.jvp(lambda x: T.logcumsumexp(x, 1), (T.zeros(3, 0),), (T.ones(3, 0),))[1].shape
+        except Exception as e:
+            return str(e)
+    limit = tangent(torch)
+    assert any(p.search(limit) for p in transforms.TORCH_LIMIT_PATTERNS), limit
+    assert tuple(tangent(jitorch)) == (3, 0)
+    program, _ = generate(8482778, table=op_table(True))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert not transforms.check(program).mismatches

@@ -241,9 +241,14 @@ def _compare(found, mode, reference, got, want, table, what="", copied=()):
                 found.append(Mismatch(mode, reference, what, f"{kind} {j} {diff}", detail))
 
 
+# torch's forward formula of logcumsumexp takes the max over its dim, which refuses a dim of size 0 whichever it is
+# (dim 0: seeds 7993021, 8003646; dim 1: seed 8482778 of ``--namespaced``)
+TORCH_LIMIT_PATTERNS = (re.compile(r"max\(\): Expected reduction dim \d+ to have non-zero size"),)
+
+
 def _limit(run, mode):
     limits = TORCH_LIMITS + VMAP_LIMITS if mode.startswith("vmap") else TORCH_LIMITS
-    return any(s in run.error for s in limits)
+    return any(s in run.error for s in limits) or any(p.search(run.error) for p in TORCH_LIMIT_PATTERNS)
 
 
 def _errors(found, mode, got, want):
