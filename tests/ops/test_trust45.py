@@ -47,3 +47,31 @@ def test_diag_into_an_out_of_another_dtype_or_of_a_3d_input_raises_torchs_words_
                     np.testing.assert_array_equal(got_values, want_values, err_msg=str((case, compiled)))
                 else:
                     assert not got_values.any(), (case, compiled)
+
+
+def _msort_into(T, case, compiled):
+    x = T.tensor([[3.0, 1.0], [2.0, 0.0]]) if case != "0-d" else T.tensor(1.5)
+    calls = {"0-d": lambda x: T.msort(x, out=x), "itself": lambda x: T.msort(x, out=x),
+             "its first row": lambda x: T.msort(x, out=x[0]),
+             "another column": lambda x: T.msort(x[:, 0], out=x[:, 1]),
+             "an overlapping slice": lambda x: T.msort(x.reshape(-1)[:3], out=x.reshape(-1)[1:])}
+
+    def fn(x):
+        calls[case](x)
+        return x
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # (the resize warning)
+            return (jitorch.compile(fn) if compiled else fn)(x).tolist()
+    except Exception as e:
+        return type(e).__name__, str(e)
+
+
+def test_msort_into_an_out_that_shares_its_inputs_memory_is_torchs_seed_8492305():
+    """Main fuzz seed 8492305 (``--out-views 0.5 --chains 0.3``): ``T.msort(x2, out=x2)`` raised TypeError ('NoneType'
+    object is not callable): the overlap check asked the composite for its meta rule to resize out as sort's kernel
+    does. msort now says where its out is written; each overlap is torch's result or error, eagerly and compiled."""
+    for case in ("0-d", "itself", "its first row", "another column", "an overlapping slice"):
+        want = _msort_into(torch, case, False)
+        for compiled in (False, True):
+            assert _msort_into(jitorch, case, compiled) == want, (case, compiled)
