@@ -1,5 +1,5 @@
-"""The reductions, sorts, scans, softmaxes, unary ops and ``diag`` whose ``out=`` tensors must have the result's own
-dtype, and mean's and nanmean's errors for an integer out tensor, all's and any's for one not bool or uint8, isposinf's,
+"""The reductions, sorts, scans, softmaxes and unary ops whose ``out=`` tensors must have the result's own dtype,
+and mean's and nanmean's errors for an integer out tensor, all's and any's for one not bool or uint8, isposinf's,
 isneginf's and signbit's for one not bool.
 
 Most ops write a result into an ``out=`` tensor of any dtype it can be cast to. These do not: torch
@@ -156,6 +156,20 @@ def _unary_same(name):
     return out_check
 
 
+OPS["mean"].attrs["out_check"] = _mean_out
+OPS["nanmean"].attrs["out_check"] = _nanmean_out
+for _message, _names in _FAMILIES.items():
+    for _name in _names:
+        OPS[_name].attrs["out_check"] = _same_dtypes(OPS[_name], _name.split(".")[0], _message)
+for _name in ("all", "any"):
+    OPS[_name].attrs["out_check"] = _truth_out(_name)
+for _name in ("isposinf", "isneginf", "signbit"):
+    OPS[_name].attrs["out_check"] = _bool_out(_name)
+for _name in ("neg", "negative", "abs", "absolute", "bitwise_not", "ceil", "floor", "frac", "round", "sgn", "sign",
+              "trunc", "fix"):
+    OPS[_name].attrs["out_check"] = _unary_same(_name)
+
+
 def _diag_out(out, x, diagonal=0):
     """torch's diag(out=) checks the input's dims, in words without the ``diag(): `` its plain call's error starts
     with; then, of a vector, that its dtype can be cast to out's; then that out has the input's dtype (a float32
@@ -169,16 +183,4 @@ def _diag_out(out, x, diagonal=0):
     check_out_dtypes("diag", _exact, out, [x.dtype])
 
 
-OPS["mean"].attrs["out_check"] = _mean_out
 OPS["diag"].attrs["out_check"] = _diag_out
-OPS["nanmean"].attrs["out_check"] = _nanmean_out
-for _message, _names in _FAMILIES.items():
-    for _name in _names:
-        OPS[_name].attrs["out_check"] = _same_dtypes(OPS[_name], _name.split(".")[0], _message)
-for _name in ("all", "any"):
-    OPS[_name].attrs["out_check"] = _truth_out(_name)
-for _name in ("isposinf", "isneginf", "signbit"):
-    OPS[_name].attrs["out_check"] = _bool_out(_name)
-for _name in ("neg", "negative", "abs", "absolute", "bitwise_not", "ceil", "floor", "frac", "round", "sgn", "sign",
-              "trunc", "fix"):
-    OPS[_name].attrs["out_check"] = _unary_same(_name)
