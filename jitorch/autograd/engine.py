@@ -32,7 +32,7 @@ from ..runtime.strided import contiguous_strides, is_non_overlapping_and_dense
 from ..tensor import INFERENCE_VIEW, NO_GRAD_VIEW, view_refs
 from . import saved_hooks
 from .anomaly_mode import check_backward, forward_trace, warn_failure
-from .rule import EVERYTHING, Args, Unsaved
+from .rule import EVERYTHING, Args, Unsaved, is_linearizing
 
 
 class NodeHooks:
@@ -302,7 +302,7 @@ def record(op, args, result, versions=None):
     if "nondifferentiable" in op.pieces:
         return result
     if op.attrs and _served_by_fallback(op, args):
-        return record_unimplemented(op, args, result)
+        return record_unimplemented(op, args, result, op.attrs.get("fallback_name"))
     if isinstance(result, Tensor):
         if not result.dtype.is_floating_point:
             return result
@@ -361,6 +361,8 @@ class UnimplementedNode(Node):
         return "torch::autograd::NotImplemented"
 
     def apply(self, grads, create_graph):
+        if is_linearizing():  # (forward-mode AD's linearization: torch's forward AD refuses the op itself)
+            raise NotImplementedError(f"Trying to use forward AD with aten::{self.what} that does not support it.")
         raise RuntimeError(f"derivative for aten::{self.what} is not implemented")
 
 

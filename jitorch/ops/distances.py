@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+
 from ..runtime import dtypes as _dt
 from ..runtime.strided import wrap_dim
 from . import functions
@@ -32,11 +34,18 @@ def _cdist(x1, x2, p, compute_mode):
     differences = x1.unsqueeze(-2) - x2.unsqueeze(-3)
     if x1.shape[-1] == 0:  # zeros for every p, as torch's (an inf-norm of nothing would have no identity)
         return differences.sum(-1)
+    # torch's kernel counts min(ceil(|d|), 1) for p = 0 (NaN where a difference is NaN), and takes the infinity
+    # norm as a running max from 0 that passes over NaN (norm's count and max gave 3 and NaN for [nan, 1, 2])
+    if p == 0:
+        return functions.clamp(differences.abs().ceil(), None, 1).sum(-1)
+    if math.isinf(p):
+        magnitudes = differences.abs()
+        return functions.where(magnitudes.isnan(), 0, magnitudes).amax(-1)
     return differences.norm(p, (-1,))
 
 
 defop("cdist(Tensor x1, Tensor x2, float p=2.0, str? compute_mode=None) -> Tensor", composite=_cdist,
-      kind="reduction", variants=("function",),
+      kind="reduction", variants=("function",), own_derivative=True,
       doc="The ``p``-norm distance between each row of ``x1`` and each row of ``x2`` (batch dims broadcast), computed "
           "from the differences whatever ``compute_mode`` says.")
 

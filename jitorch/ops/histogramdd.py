@@ -4,7 +4,10 @@ Two kernels: ``_histogramdd_edges`` (one dim's equal bins over the given range o
 the data's, torch's checks and NumPy's widening of an empty range) and ``_histogramdd_from_bin_tensors`` (the
 counts given every dim's edges: a point outside any dim's outer edges, or NaN, is not counted; the last bin of
 each dim includes its right edge). ``histogramdd`` composes them. Their results' shapes follow from the
-arguments, so a compiled call runs each kernel as an eager step. No gradient, as torch's.
+arguments, so a compiled call runs each kernel as an eager step. No gradient, as torch's: its autograd fallback
+serves them, so their results require grad where an input does and a backward (or a forward-mode tangent) through
+them raises, naming torch's ops (``_histogramdd_bin_edges``; ``_histogramdd_from_bin_cts`` for the counts of bin
+counts, ``_histogramdd_from_bin_tensors`` for those of given edges).
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ def _edges_cpu(spec, x, dim, bins, lo, hi):
 
 defop("_histogramdd_edges(Tensor self, int dim, int bins, float? min=None, float? max=None) -> Tensor",
       meta=_edges_meta, cpu=_edges_cpu, kind="reduction", variants=("function",),
+      autograd_fallback=lambda args: True, fallback_name="_histogramdd_bin_edges",
       doc="The ``bins + 1`` edges of dim ``dim`` of a histogramdd of ``self``: equal bins between ``min`` and "
           "``max``, or the data's extremes in that dim when they are None.")
 
@@ -94,10 +98,14 @@ def _counts_cpu(spec, x, bins, weight, density):
     return np.ascontiguousarray(hist, x.dtype)
 
 
-defop("_histogramdd_from_bin_tensors(Tensor self, Tensor[] bins, *, Tensor? weight=None, bool density=False) "
-      "-> Tensor", meta=_counts_meta, cpu=_counts_cpu, kind="reduction", variants=("function",),
-      doc="The counts (or summed ``weight``, or density) of a histogramdd of ``self`` between the edges ``bins`` "
-          "of each dim.")
+# (one kernel under torch's two names, which its backward's error gives: the counts of edges that
+# ``_histogramdd_edges`` made from bin counts, and of edges the caller gave)
+for _name in ("_histogramdd_from_bin_tensors", "_histogramdd_from_bin_cts"):
+    defop(f"{_name}(Tensor self, Tensor[] bins, *, Tensor? weight=None, bool density=False) -> Tensor",
+          meta=_counts_meta, cpu=_counts_cpu, kind="reduction", variants=("function",),
+          autograd_fallback=lambda args: True,
+          doc="The counts (or summed ``weight``, or density) of a histogramdd of ``self`` between the edges "
+              "``bins`` of each dim.")
 
 
 def _histogramdd(x, bins, range, weight, density):
@@ -117,6 +125,8 @@ def _histogramdd(x, bins, range, weight, density):
                 raise RuntimeError(f"torch.histogram(): bins must be > 0, but got {n} for dimension {i}")
         bounds = [(None, None) if range is None else range[2 * i:2 * i + 2] for i in builtins.range(d)]
         edges = tuple(functions._histogramdd_edges(x, i, n, *bounds[i]) for i, n in enumerate(counts))
+        hist = functions._histogramdd_from_bin_cts(x, [e.detach() for e in edges], weight=weight, density=density)
+        return _HistogramddResult(hist, edges)
     hist = functions._histogramdd_from_bin_tensors(x, list(edges), weight=weight, density=density)
     return _HistogramddResult(hist, edges)
 

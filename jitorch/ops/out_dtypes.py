@@ -178,3 +178,19 @@ for _name in ("isposinf", "isneginf", "signbit"):
 for _name in ("neg", "negative", "abs", "absolute", "bitwise_not", "ceil", "floor", "frac", "round", "sgn", "sign",
               "trunc", "fix"):
     OPS[_name].attrs["out_check"] = _unary_same(_name)
+
+
+def _diag_out(out, x, diagonal=0):
+    """torch's diag(out=) checks the input's dims, in words without the ``diag(): `` its plain call's error starts
+    with; then, of a vector, that its dtype can be cast to out's; then that out has the input's dtype (a float32
+    matrix's diagonal into a float64 or int64 out raised nothing and wrote the cast values). (torch resizes out to
+    the result's shape before its last check; jitorch leaves it as it was.)"""
+    if x.ndim not in (1, 2):
+        raise RuntimeError(f"Supports 1D or 2D tensors. Got {x.ndim}D")
+    if x.ndim == 1 and isinstance(out, registry.Tensor) and not _dt.can_cast(x.dtype, out.dtype):
+        raise RuntimeError(f"diag: result type {scalar_name(x.dtype)} can't be cast to the desired out= type "
+                           f"{scalar_name(out.dtype)}")
+    check_out_dtypes("diag", _exact, out, [x.dtype])
+
+
+OPS["diag"].attrs["out_check"] = _diag_out

@@ -302,6 +302,7 @@ def _bincount_cpu(spec, x, weights, minlength):
 
 defop("bincount(Tensor self, Tensor? weights=None, int minlength=0) -> Tensor", meta=_bincount_meta,
       cpu=_bincount_cpu, kind="reduction", variants=("function", "method"),
+      autograd_fallback=lambda args: True,  # (torch's: weights that require grad give a result whose backward raises)
       doc="How often each value ``0..max(self)`` occurs in the 1-D non-negative integer ``self`` (at least "
           "``minlength`` bins), or the sum of ``weights`` at those positions.")
 
@@ -476,10 +477,12 @@ def _histogram_bins_cpu(spec, x, bins, weight, density):
     return hist.astype(x.dtype), edges.astype(x.dtype)
 
 
-# histogram's out= form is served by torch's autograd fallback, which refuses out tensors that require grad
+# histogram is served by torch's autograd fallback (no derivative): its results require grad where an input does,
+# a backward or a tangent through them raises, and its out= form refuses out tensors that require grad
 defop("histogram.bins_tensor(Tensor self, Tensor bins, *, Tensor? weight=None, bool density=False) "
       "-> (Tensor hist, Tensor bin_edges)", meta=_histogram_bins_meta, cpu=_histogram_bins_cpu, kind="reduction",
       variants=("function", "method", "out"), out_autograd_fallback=lambda args: True,
+      autograd_fallback=lambda args: True,
       out_check=_histogram_bins_out_check,
       doc="A histogram over the bins between consecutive edges ``bins`` (the last bin includes its right edge), "
           "weighted by ``weight``, normalised to a density with ``density``; and the edges.")
@@ -514,6 +517,7 @@ def _histogram_count_cpu(spec, x, bins, range, weight, density):
 defop("histogram.bin_ct(Tensor self, int bins=100, *, Any? range=None, Tensor? weight=None, bool density=False) "
       "-> (Tensor hist, Tensor bin_edges)", meta=_histogram_count_meta, cpu=_histogram_count_cpu, kind="reduction",
       variants=("function", "method", "out"), out_autograd_fallback=lambda args: True,
+      autograd_fallback=lambda args: True,
       out_check=lambda out, x, *args: _histogram_out_dtypes(out, x),
       doc="A histogram of ``bins`` equal bins over ``range`` (the data's range by default), weighted by "
           "``weight``, normalised to a density with ``density``; and the bin edges.")

@@ -16,6 +16,7 @@ from ..runtime import dtypes as _dt
 from ..runtime.strided import wrap_dim
 from . import functions
 from .meta import opmath, reduced_shape
+from .overlap import _resized_or_new
 from .registry import TensorSpec, defop, meta_warn, scalar_name
 from .value_checks import check
 
@@ -123,7 +124,10 @@ def _msort(x):
     return x.sort(0).values
 
 
+# (its out= form checks overlap as sort's kernel, whose out is first resized to the input's shape: a composite has
+# no meta rule to give that shape; ``T.msort(x, out=x)`` raised TypeError, main fuzz seed 8492305)
 defop("msort(Tensor self) -> Tensor", composite=_msort, kind="sort", variants=_ALL_FORMS,
+      overlap_written=lambda out, x: _resized_or_new(out, x._shape),
       doc="``self`` sorted along dim 0 (``sort(self, 0).values``).")
 
 

@@ -39,14 +39,20 @@ FIXED = [  # session 44 grads (torch's matrix_exp gradient is inexact there: jud
          # session 44 trust
          8300170, 8302924, 8104007,
          # session 44 tangents
-         8406632]
-SEEDS = list(range(7840800, 7840810)) + FIXED
+         8406632,
+         # session 45 trust (jitorch's vmap refusal of a read of a batched value, in its own words, unrecognised)
+         8200120]
+# seeds it once failed on drawn with ``--out-views 0.5``: session 45 trust (a histogram's edges took a zero tangent;
+# an svd vector's sign by its largest element, two of which tied; torch.func's float64 tangent of a 0-d float32
+# times a Python float; torch.func's ZeroTensor tangent of sgn of one element; fmin of two NaNs' gradient)
+FIXED_OUT_VIEWS = [8470600, 8471469, 8471859, 8443740, 8480719, 8487236]
+SEEDS = [(seed, 0.0) for seed in list(range(7840800, 7840810)) + FIXED] + [(seed, 0.5) for seed in FIXED_OUT_VIEWS]
 TABLE = op_table()
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-def test_program_runs_alike_under_the_transforms(seed):
-    program, _ = generate(seed, table=TABLE)
+@pytest.mark.parametrize("seed, out_views", SEEDS)
+def test_program_runs_alike_under_the_transforms(seed, out_views):
+    program, _ = generate(seed, table=TABLE, out_views=out_views)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         outcome = check(program)
@@ -86,4 +92,5 @@ def test_the_readme_states_how_many_seeds_the_suite_runs():
 
     text = " ".join((pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text().split())
     assert f"The suite runs {len(test_fuzz.SEEDS)} fixed seeds" in text
-    assert f"runs {len(SEEDS)} of its seeds, {len(FIXED)} of them seeds it once failed on" in text
+    assert f"runs {len(SEEDS)} of its seeds, {len(FIXED) + len(FIXED_OUT_VIEWS)} of them seeds it once failed on" \
+        in text

@@ -924,7 +924,7 @@ SHAPES_AND_STATISTICS = _by_names(
                                                       density=True)] * (m.dtype in (jt.float32, jt.float64))),
     ("_histogramdd_edges", lambda m: [S(m.mat(), 1, 3), S(m.f((6, 2), "strided"), 0, 2, -1.0, 1.0),
                                       S(m.f((0, 2)), 1, 4)] * (m.dtype in (jt.float32, jt.float64))),
-    ("_histogramdd_from_bin_tensors",
+    ("_histogramdd_from_bin_tensors _histogramdd_from_bin_cts",
      lambda m: [S(m.mat(), [jt.tensor(e, dtype=m.dtype) for e in ([-2.0, 0.0, 3.0], [-1.0, 1.0], [0.0, 0.5, 1.0, 2.0],
                                                                     [-3.0, 3.0])]),
                 S(m.f((5, 2), "strided"), [jt.tensor([-1.0, 0.0, 1.0], dtype=m.dtype)] * 2, weight=m.prob((5,)),

@@ -38,6 +38,9 @@ NO_TORCH_COUNTERPART = {
     # one dim's bin edges of histogramdd (torch's _histogramdd_bin_edges gives every dim's): compared with torch
     # through histogramdd in tests/ops/test_histogramdd.py and here
     "_histogramdd_edges",
+    # histogramdd's counts of the edges it made from bin counts: ``_histogramdd_from_bin_tensors``'s kernel under
+    # the name torch's backward error gives them (torch's op of that name takes the counts and range)
+    "_histogramdd_from_bin_cts",
     # as_strided's backward: adds ``src`` through a (possibly overlapping) window of a copy of ``self``; an
     # internal helper, tested against NumPy in tests/ops/test_views.py
     "_as_strided_add",
@@ -136,12 +139,12 @@ _NO_OUT = Allowed("jitorch takes out= in every overload of an op; torch's Python
 _OUT_CAST = Allowed("jitorch casts a result into an out= tensor of any dtype it can be cast to (torch's rule for "
                     "add, exp, sum...); torch refuses another dtype than the result's for these ops", accepts=True)
 # (the ops whose out= torch refuses in another dtype, in some or all of their samples; the reductions, sorts,
-# scans and softmax/log_softmax among them, the unary ops torch builds with one dtype throughout, and
+# scans, softmax/log_softmax and diag among them, the unary ops torch builds with one dtype throughout, and
 # isposinf/isneginf/signbit, whose out must be bool, raise as torch: `ops.out_dtypes`)
 _EXACT_OUT = ("clamp clip clamp_min "
               "clamp_max lerp where.self mm bmm mv dot vdot matmul addmm baddbmm gather index_add "
               "index_select masked_select take scatter scatter.value scatter_add scatter_reduce tril triu frexp "
-              "heaviside nan_to_num ldexp diff diag searchsorted.Tensor bucketize.Tensor "
+              "heaviside nan_to_num ldexp diff searchsorted.Tensor bucketize.Tensor "
               "isin.Tensor_Tensor histc take_along_dim index_reduce renorm "
               "addmv addbmm inner tensordot chain_matmul matrix_power inverse slogdet lu_unpack lu_solve qr svd ormqr "
               "triangular_solve cross").split()

@@ -238,9 +238,12 @@ def _copysign_self(g, a, out):
     return g * over_nonzero(out, a.self)
 
 
-def _kept(g, x, other, wins):
-    """fmax/fmin's gradient for ``x``: all of ``g`` where ``x`` was taken (``wins``, or ``other`` is NaN)."""
-    return jt.where(wins | other.isnan(), g, 0)
+def _kept(g, a, self_wins, of_self):
+    """fmax/fmin's gradient, torch's: all of ``g`` to ``self`` where it was taken (``self_wins``, or ``other`` is
+    NaN), to ``other`` everywhere else (``of_self`` False). Both NaN: ``self``'s alone (``other``'s too gave a tie of
+    NaNs twice the gradient: ``v.fmin(v)``, transform-fuzz seed 8487236 of ``--out-views 0.5``)."""
+    taken = self_wins | a.other.isnan()
+    return jt.where(taken, g, 0) if of_self else jt.where(taken, 0, g)
 
 
 def _logit(g, a, out):
@@ -306,10 +309,10 @@ for _names, _reads, _d in _MORE_UNARY:
     defgrad(_names, per_input(self=reads(_reads, lambda g, a, out, d=_d: d(g, a.self, out))))
 defgrad("copysign", per_input(self=reads("self result", _copysign_self),
                               other=reads("", lambda g, a, out: zeros(g.shape, g))))
-defgrad("fmax", per_input(self=reads("self other", lambda g, a, out: _kept(g, a.self, a.other, a.self >= a.other)),
-                          other=reads("self other", lambda g, a, out: _kept(g, a.other, a.self, a.other > a.self))))
-defgrad("fmin", per_input(self=reads("self other", lambda g, a, out: _kept(g, a.self, a.other, a.self <= a.other)),
-                          other=reads("self other", lambda g, a, out: _kept(g, a.other, a.self, a.other < a.self))))
+defgrad("fmax", per_input(self=reads("self other", lambda g, a, out: _kept(g, a, a.self >= a.other, True)),
+                          other=reads("self other", lambda g, a, out: _kept(g, a, a.self >= a.other, False))))
+defgrad("fmin", per_input(self=reads("self other", lambda g, a, out: _kept(g, a, a.self <= a.other, True)),
+                          other=reads("self other", lambda g, a, out: _kept(g, a, a.self <= a.other, False))))
 # torch's: the gradient passes to self where it steps (self != other, NaN included), none where self is other
 # (fuzz seed 7100128); other gets none
 defgrad("nextafter", per_input(self=reads("self other", lambda g, a, out: jt.where(a.self != a.other, g, 0)),

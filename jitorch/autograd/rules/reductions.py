@@ -252,3 +252,33 @@ defgrad("renorm", per_input(self=reads("self", _renorm)))
 # Index and bool results -----------------------------------------------------------------------------
 
 nondifferentiable("argmax", "argmin", "count_nonzero", "all", "any")
+
+
+def _cdist_terms(g, a, out, x, y):
+    """Each element's part of torch's _cdist_backward for the rows of ``x`` against those of ``y`` (the
+    differences ``x - y`` of every pair): the norm's derivative by ``p`` with torch's conventions, which are not
+    those of `_norm` through the composite's body: every element at an infinity norm's value takes all of ``g``
+    (amax's backward split it evenly among ties), a NaN difference's sign is NaN (abs's backward gives 0), and
+    the order 0 gives zeros."""
+    diff = x.unsqueeze(-2) - y.unsqueeze(-3)
+    g, dist = g.unsqueeze(-1), out.unsqueeze(-1)
+    p = a.p
+    # (torch's sign by ceil and floor, which keeps NaN)
+    sign = jt.clamp(diff.ceil(), 0, 1) + jt.clamp(diff.floor(), -1, 0)
+    if p == 0:
+        return jt.zeros_like(diff)
+    if p == 1:
+        return g * sign
+    if math.isinf(p):
+        return g * sign * (1 - jt.minimum(jt.ones_like(diff), (diff.abs() - dist).abs().ceil()))
+    if p == 2:
+        return jt.where(dist == 0, 0, g * diff / dist)
+    if p < 2:
+        term = jt.where(dist == 0, 0, sign * diff.abs().pow(p - 1) * g / dist.pow(p - 1))
+        return jt.where((diff == 0) & (p < 1), 0, term)
+    return jt.where(dist == 0, 0, diff * diff.abs().pow(p - 2) * g / dist.pow(p - 1))
+
+
+# cdist's own rule (its op's ``own_derivative``: the composite's body runs without history)
+defgrad("cdist", per_input(x1=reads("x1 x2 result", lambda g, a, out: _cdist_terms(g, a, out, a.x1, a.x2).sum(-2)),
+                           x2=reads("x1 x2 result", lambda g, a, out: -_cdist_terms(g, a, out, a.x1, a.x2).sum(-3))))
