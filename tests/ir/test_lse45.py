@@ -165,3 +165,18 @@ def test_gradcheck_through_a_compiled_cross_entropy():
     y = jt.tensor(rng.integers(0, 9, (6,)))
     loss = jt.compile(lambda h, W, b: F.cross_entropy((jt.matmul(h, W.t()) + b).view(-1, 9), y))
     assert jt.autograd.gradcheck(loss, (h, W, b))
+
+
+def test_a_reshaped_graph_input_keeps_the_row_kernel():
+    """A reshape between log_softmax and a graph input: the input's memory may not be compact, so no copy reads
+    it reshaped and the row kernel (which folds the reshape itself) stays; a computed product is reshaped
+    (`test_the_lstm_shaped_step_writes_statistics_not_log_probs`)."""
+    x, b = jt.randn(3, 4, 10), jt.randn(10)
+
+    def f(x, b):
+        return F.log_softmax((x + b).view(-1, 10), 1).exp() * 2
+    fn = jt.compile(f)
+    kernels = kernel_ops(fn, x, b)
+    assert [ops for ops in kernels if "log_softmax" in ops] == [["add", "view", "log_softmax"]], kernels
+    assert not any("_log_softmax_stats" in ops for ops in kernels)
+    assert_close(fn(x, b), to_numpy(f(x, b)))
