@@ -50,7 +50,7 @@ def _row_log_softmax(node):
     x, dim, dtype = node.args
     t = x.type
     if t.ndim < 1 or dim % t.ndim != t.ndim - 1 or dtype not in (None, t.dtype) or \
-            t.dtype not in (_dt.float32, _dt.float64) or t.shape[-1] == 0 or getattr(t.device, "type", "cpu") != "cpu":
+            t.dtype not in (_dt.float32, _dt.float64) or t.shape[-1] == 0 or t.device.type != "cpu":
         return None
     return x, tuple(t.shape)
 
@@ -183,6 +183,7 @@ def run(graph):
         return 0
     rw = Rewriter(graph)
     stats = {}  # the log-probs -> (the copier of their input's cone, the input, m, n)
+    standing = {}  # the value standing for rewritten log-probs -> the log-probs
     nodes, count = [], 0
     for node in graph.nodes:
         rw.update_args(node)
@@ -194,11 +195,12 @@ def run(graph):
             copied = cone.copy(x, cone.over_rows, made.append)
             if copied is not None and rw.replace_node(node, [_normalised(graph, copied, m, n, made.append)]):
                 stats[node.outputs[0]] = (cone, x, m, n)
+                standing[rw.resolve(node.outputs[0])] = node.outputs[0]
                 nodes += made
                 count += 1
                 continue
-        elif node.op.name == "gather" and node.args[0] in _sources(stats, rw):
-            cone, x, m, n = stats[_sources(stats, rw)[node.args[0]]]
+        elif node.op.name == "gather" and rw.resolve(node.args[0]) in standing:
+            cone, x, m, n = stats[standing[rw.resolve(node.args[0])]]
             copied = cone.copy(x, partial(cone.picked, node.args[2]), made.append)
             if copied is not None and rw.replace_node(node, [_normalised(graph, copied, m, n, made.append)]):
                 nodes += made
@@ -208,8 +210,3 @@ def run(graph):
     rw.finish()
     dce.run(graph)  # (the log-probs' copy where only gathers read them)
     return count
-
-
-def _sources(stats, rw):
-    """{the value standing for rewritten log-probs: the log-probs}."""
-    return {rw.resolve(lp): lp for lp in stats}
