@@ -10,7 +10,7 @@ call are summed per category:
     products        BLAS products (matmul, mm, bmm) writing into their arena buffers
     conv windows    a convolution's col2im sums, padded copies and the zeros they start from
     copies          view kernels: a view that needs its elements copied (im2col, a permute then reshape)
-    softmax         row softmax/log-softmax kernels (with the prologue they evaluate)
+    softmax         row softmax/log-softmax kernels, log-softmax's statistics (with the prologue they evaluate)
     fused kernels   every other generated kernel (pointwise and reduction groups; the optimizer's updates)
     eager steps     other nodes run with the eager kernels (recurrences, dropout's random numbers, indexing)
     Python          the compiled call's time outside those spans (its generated Python between them)
@@ -75,7 +75,7 @@ def category(event):
     ops = event.args.get("ops") or ()
     if event.name.endswith("_view"):
         return "copies"
-    return "softmax" if "softmax" in ops or "log_softmax" in ops else "fused kernels"
+    return "softmax" if {"softmax", "log_softmax", "_log_softmax_stats"} & set(ops) else "fused kernels"
 
 
 def op_kind(event):

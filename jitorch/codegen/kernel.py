@@ -1030,14 +1030,15 @@ def _upstream(node, bld):
     return seen
 
 
-SOFTMAX_OPS = ("softmax", "log_softmax")
+# (``_log_softmax_stats``: log_softmax's row kernel writing each row's max and log-sum, not the row)
+SOFTMAX_OPS = ("softmax", "log_softmax", "_log_softmax_stats")
 
 
 def is_row_softmax(node):
-    """softmax/log_softmax over the last dim of a float32/float64 tensor, in its own dtype."""
+    """softmax/log_softmax (or its statistics) over the last dim of a float32/float64 tensor, in its own dtype."""
     if node.op.name not in SOFTMAX_OPS or not lowering.math_available():
         return False
-    x, dim, dtype = node.args
+    x, dim, dtype = (tuple(node.args) + (None,))[:3]
     t = x.type
     return t.ndim >= 1 and dim % t.ndim == t.ndim - 1 and dtype in (None, t.dtype) and \
         t.dtype in (_dt.float32, _dt.float64) and t.shape[-1] > 0
@@ -1112,7 +1113,9 @@ def build_softmax(group, name, target=None, aliases=None, layouts=None):
     """Row softmax in one kernel: per row, a max pass, a pass writing exp(x - max) and summing
     it, and a pass normalising in place (the row stays in cache between passes). A pointwise prologue
     that computes the softmax's input (a bias add, an attention's scale and mask), maybe through reshapes,
-    is evaluated in each pass that reads the input, so that the input is never written to memory."""
+    is evaluated in each pass that reads the input, so that the input is never written to memory.
+    ``_log_softmax_stats`` runs log_softmax's first two passes and writes the row's max and ``log(sum)`` in
+    place of the third: ``(x - max) - log(sum)`` computed elsewhere is log_softmax's result bit for bit."""
     node = row_softmax_of(group)
     x = node.args[0]
     chain, source = _reshaped_prologue(group, x)
@@ -1121,13 +1124,14 @@ def build_softmax(group, name, target=None, aliases=None, layouts=None):
     dtype = x.type.dtype
     cols = x.type.shape[-1]
     rows = prod(x.type.shape[:-1])
-    out = node.outputs[0]
+    stats = node.op.name == "_log_softmax_stats"
+    outs = list(node.outputs) if stats else node.outputs[:1]
     bld = _Builder(replace(group, nodes=[n for n in group.nodes if n not in chain]) if chain else group, name,
                    target, aliases)
-    module, kernel, ptr, b, e = bld.begin(bld.roots + [out])
-    dst = ptr[out]
+    module, kernel, ptr, b, e = bld.begin(bld.roots + outs)
+    dst = ptr[outs[0]]
     t = llvm_type(dtype)
-    log = node.op.name == "log_softmax"
+    log = node.op.name != "softmax"
 
     target = bld.target
     add = lambda e, p, q: e.add(p, q, reassociate=True)  # noqa: E731
@@ -1174,7 +1178,10 @@ def build_softmax(group, name, target=None, aliases=None, layouts=None):
                 b.store(add(e, Scalar(b.load(slot), dtype), ex).value, slot)
             target.reduce_loops(bld, b, e, [cols], exp_pass, s_slot, dtype, add, 0.0)
             total = Scalar(b.load(s_slot), dtype)
-        if log:
+        if stats:  # (the max and the log apart, for the same reason as below)
+            e.store(m, b.gep(dst, [ridx[0]]))
+            e.store(e.math("log", total), b.gep(ptr[outs[1]], [ridx[0]]))
+        elif log:
             # (x - max) - log(sum), as torch: x - (max + log(sum)) would round the shift at the max's scale
             # and lose the result where the max is large against it (equal logits of 1e30 gave 0, not -log(n))
             norm = e.math("log", total)
@@ -1184,7 +1191,7 @@ def build_softmax(group, name, target=None, aliases=None, layouts=None):
                                                                    at(dst, j)))
 
     bld.loops(b, [rows], row, kernel.args[0], kernel.args[1])
-    return bld.finish(b, kernel, KernelSource(name, "softmax", [n.op.name for n in group.nodes], bld.roots, [out],
+    return bld.finish(b, kernel, KernelSource(name, "softmax", [n.op.name for n in group.nodes], bld.roots, outs,
                                               rows, rows * cols), "block")
 
 

@@ -41,7 +41,7 @@ import json
 
 from ..codegen.cache import KernelCache, cache_key
 from ..codegen.kernel import generator_fingerprint
-from ..ir.passes import optimize, recompute
+from ..ir.passes import lse, optimize, recompute
 from ..ir.passes.fusion import MAX_GROUP_NODES, fuse, fuse_with_plan
 from ..ir.printer import print_graph
 from ..runtime import logs
@@ -189,7 +189,11 @@ def fuse_cached(graph, target, store=None, printed=None):
     folder) holds a valid one for this graph, else made anew and stored. ``printed``: the graph's canonical
     text, where the caller has it (`optimize_cached`). Graphs under `MIN_NODES` nodes are done without the
     cache. (An entry whose copies check out but whose plan does not leaves its copies made, which keep the
-    graph's meaning, and is written again with the plan fusion finds for them.)"""
+    graph's meaning, and is written again with the plan fusion finds for them.) The ``lse`` pass runs first, on
+    the optimised graph (its copies of a log-softmax input's cone are the original nodes again where no reshape
+    lies between: the passes' cse would merge them back), and the key is the text of the graph it gives."""
+    if lse.run(graph):
+        printed = None  # (the text of the graph before the pass)
     if len(graph.nodes) < MIN_NODES:
         recompute.run(graph)
         return fuse(graph)

@@ -961,3 +961,26 @@ for _name, _fn, _one, _row, _what in (
                 doc=f"{_what} along ``dim``, shifted by the max for stability; ``dtype=`` casts the input first.")
     _op.entry = _softmax_entry(_op, _fn, _one, _row)
     _op.fast = _softmax_fast(_op.entry)
+
+
+def _log_softmax_stats_meta(x, dim):
+    if not x.dtype.is_floating_point or x.ndim == 0 or x.shape[wrap_dim(dim, x.ndim)] == 0:
+        raise RuntimeError(f"_log_softmax_stats: expected a floating point tensor with elements along dim {dim}, "
+                           f"got {scalar_name(x.dtype)} of shape {list(x.shape)}")
+    spec = TensorSpec(reduced_shape(x.shape, (wrap_dim(dim, x.ndim),), True), x.dtype, x.device)
+    return spec, spec
+
+
+def _log_softmax_stats_kernel(spec, x, dim):
+    d = wrap_dim(dim, x.ndim)
+    with np.errstate(all="ignore"):  # (NaN and infinite rows give NaN log-probs, as log_softmax's kernel)
+        m = np.max(x, axis=d, keepdims=True)
+        return m, np.log(np.exp(x - m).sum(axis=d, keepdims=True)).astype(x.dtype)
+
+
+_LOG_SOFTMAX_STATS = defop("_log_softmax_stats(Tensor self, int dim) -> (Tensor max, Tensor log_sum)",
+                           meta=_log_softmax_stats_meta, cpu=_log_softmax_stats_kernel, kind="softmax",
+                           variants=(),
+                           doc="log_softmax's per-row statistics along ``dim`` (kept, of size one): the max ``m`` and "
+                               "``log(sum(exp(x - m)))``, so that ``(x - m) - log_sum`` is ``log_softmax(x, dim)``. "
+                               "The compiler's ``lse`` pass makes it where the log-probs need not be written.")

@@ -983,6 +983,7 @@ SHAPES_AND_STATISTICS = _by_names(
     ("_attention", lambda m: [S(*args) for args in _attention_args(m)]),
     ("_attention_backward", _attention_backward_samples),
     ("_ctc_loss", lambda m: [S(*args) for args in _ctc_args(m)]),
+    ("_log_softmax_stats", lambda m: [S(m.mat(), 1), S(m.cube(), -1), S(m.f((5, 3), "strided"), 0)]),
     ("_ctc_loss_backward", _ctc_backward_samples),
     ("linear", lambda m: [S(m.cube(), m.f((5, 4)), m.f((5,))), S(m.mat(), m.f((2, 4), "transposed")),
                           S(m.f((4,)), m.f((3, 4)), m.f(())), S(m.f((0, 4)), m.f((2, 4)), m.f((2,)))]),

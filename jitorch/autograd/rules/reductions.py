@@ -155,6 +155,15 @@ def _selected(g, a, out):
 
 
 defgrad("amax amin", per_input(self=reads("self result", _amax)))
+
+
+def _log_softmax_stats(g, a, out):
+    """The max's gradient as amax's (ties share it evenly); the log-sum's is ``softmax(x)`` less the max's."""
+    x, (m, n), (g_max, g_log_sum) = a.self, out, g
+    return g_log_sum * (x - m - n).exp() + _evenly(g_max - g_log_sum, x == m, a.dim)
+
+
+defgrad("_log_softmax_stats", per_input(self=reads("self result", _log_softmax_stats)))
 defgrad("max min median nanmedian", per_input(self=reads("self result", _whole)))
 defgrad("max.dim min.dim median.dim mode nanmedian.dim", per_input(self=reads("result1", _selected)))
 

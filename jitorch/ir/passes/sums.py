@@ -36,7 +36,7 @@ from .rewrite import Rewriter, graph_pass
 _RESHAPES = frozenset({"view", "reshape", "_unsafe_view", "unflatten", "unsqueeze", "squeeze", "flatten"})
 
 
-def _emit(graph, name, args, emit):
+def emit_op(graph, name, args, emit):
     """The value of op ``name`` on ``args`` (the schema's defaults after them), as a node passed to ``emit``."""
     op = registry.OPS[name]
     args = tuple(args) + tuple(a.default for a in op.schema.args[len(args):])
@@ -49,7 +49,7 @@ def _emit(graph, name, args, emit):
 
 
 def _reshaped_to(graph, value, shape, emit):
-    return value if tuple(value.type.shape) == tuple(shape) else _emit(graph, "view", [value, list(shape)], emit)
+    return value if tuple(value.type.shape) == tuple(shape) else emit_op(graph, "view", [value, list(shape)], emit)
 
 
 def _plain_sum(node):
@@ -124,7 +124,7 @@ def _through_reshape(graph, node, emit):
     if not dims:
         return None
     whole = len(dims) == x.type.ndim  # (a full sum stays one: the kernel splits it into parts as before)
-    summed = _emit(graph, "sum", [x, None, False] if whole else [x, dims, True], emit)
+    summed = emit_op(graph, "sum", [x, None, False] if whole else [x, dims, True], emit)
     return _reshaped_to(graph, summed, node.outputs[0].type.shape, emit)
 
 
@@ -181,14 +181,14 @@ def _one_hot_sum(graph, node, emit):
         if selected is not None and selected.op.name == "index_select" and selected.args[0] is base:
             kept = v  # (q is one of the positions: index_select raised otherwise)
         else:
-            inside = _emit(graph, "logical_and", [_emit(graph, "ge", [q, 0], emit), _emit(graph, "lt", [q, n], emit)],
+            inside = emit_op(graph, "logical_and", [emit_op(graph, "ge", [q, 0], emit), emit_op(graph, "lt", [q, n], emit)],
                            emit)
-            kept = _emit(graph, "where.self", [inside, v, 0], emit)
-        total = _emit(graph, "add", [kept, 0], emit)
+            kept = emit_op(graph, "where.self", [inside, v, 0], emit)
+        total = emit_op(graph, "add", [kept, 0], emit)
         shape = list(picked.type.shape)
         shape[d] = 1
         if _along(total.type.shape, ndim) != tuple(shape):
-            total = _emit(graph, "expand", [total, shape], emit)
+            total = emit_op(graph, "expand", [total, shape], emit)
         return _reshaped_to(graph, total, node.outputs[0].type.shape, emit)
     return None
 
