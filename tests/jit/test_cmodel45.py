@@ -2,8 +2,7 @@
 node after the reduction reads again is computed again there rather than written out and read back. In a
 ``jitorch.compile(model)`` step's backward graph (the partition's, which runs as its own compiled graph) a layer
 norm's backward wrote ``g * w``, ``g * w * rstd`` and its negation for the three kernels after the one computing
-them; in a whole-step compile a cross entropy's backward wrote its one-hot gradient for the log-softmax's. The
-copies compute the same ops on the same operands: the gradients keep their bits."""
+them. The copies compute the same ops on the same operands: the gradients keep their bits."""
 
 from __future__ import annotations
 
@@ -74,50 +73,6 @@ def test_a_compiled_models_layer_norm_backward_graph_writes_only_the_input_gradi
     for g, p, q in zip(grads, eager.parameters(), twin.parameters()):
         np.testing.assert_allclose(g, p.grad.numpy(), rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(g, q.grad.numpy(), rtol=1e-4, atol=1e-5)
-
-
-def cross_entropy_step(T):
-    """A whole training step of a linear classifier under cross entropy (SGD), as a function of ``T``'s ops."""
-    def step(model, opt, x, y):
-        opt.zero_grad()
-        loss = T.nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        return loss
-    return step
-
-
-def trained(T, compile_step, x, y, steps=3):
-    """(losses, final weight, the step's callable) of ``steps`` steps of a 12 -> 40 linear classifier under ``T``,
-    its parameters the same values under either library."""
-    model = T.nn.Linear(12, 40)
-    rng = np.random.default_rng(0)
-    with T.no_grad():
-        model.weight.copy_(T.from_numpy(rng.standard_normal((40, 12), dtype=np.float32) * 0.3))
-        model.bias.copy_(T.from_numpy(rng.standard_normal(40, dtype=np.float32) * 0.1))
-    opt = T.optim.SGD(model.parameters(), lr=0.5)
-    step = cross_entropy_step(T)
-    run = compile_step(lambda a, b: step(model, opt, a, b)) if compile_step else (lambda a, b: step(model, opt, a, b))
-    losses = [run(x, y).item() for _ in range(steps)]
-    return losses, model.weight.detach().numpy().copy(), run
-
-
-def test_a_whole_step_cross_entropy_backward_no_longer_writes_its_one_hot_gradient(monkeypatch):
-    g = jt.Generator().manual_seed(5)
-    x, y = jt.randn(30, 12, generator=g), jt.randint(0, 40, (30,), generator=g)
-    losses, weight, run = trained(jt, jt.compile, x, y)
-    (graph,) = [e.executable for e in run.cache.values() if e.executable is not None][-1:]
-    # the log-softmax's output (saved) and its gradient; the where(one-hot, -1/N, 0) between them is computed
-    # again in the gradient's kernel, after the sum over classes that reads it
-    assert whole_size_outputs(graph, (30, 40)) == 2
-    without_reduction_barriers(monkeypatch)
-    old_losses, old_weight, old_run = trained(jt, jt.compile, x, y)
-    (old_graph,) = [e.executable for e in old_run.cache.values() if e.executable is not None][-1:]
-    assert whole_size_outputs(old_graph, (30, 40)) == 3
-    assert losses == old_losses and np.array_equal(weight, old_weight)
-    torch_losses, torch_weight, _ = trained(torch, None, torch.from_numpy(x.numpy()), torch.from_numpy(y.numpy()))
-    np.testing.assert_allclose(losses, torch_losses, rtol=1e-5)
-    np.testing.assert_allclose(weight, torch_weight, rtol=1e-4, atol=1e-6)
 
 
 def traced(fn, *args):
