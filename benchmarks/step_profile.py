@@ -25,6 +25,10 @@ backward (the backward graph and the accumulation into ``.grad`` apart; the rest
 loss's backward), clipping, the optimizer step and zero_grad; "outside" is the step's time that none of them holds
 (the eager loss, the step function's Python).
 
+``--torch`` (with ``--phases``) times torch.compile(model)'s step alike beside it (`torch_phase_times`: its compiled
+modules' calls, backward, clipping, optimizer, zero_grad, and the matrix products its graphs call), and at one thread
+the NumPy matrix products of jitorch's graphs (`product_times`), each system built and timed after the other.
+
 ``--cpu-clock`` times the spans in the calling thread's CPU time (``time.thread_time_ns``), for a shared
 machine: at more than one thread, other threads' chunks are then not counted.
 
@@ -137,6 +141,17 @@ def phase_times(name, quick=False, steps=10, threads=1):
     import importlib
     jitorch.set_num_threads(threads)
     call = models.system_call("jitorch.compile(model)", name, quick)
+    targets = []
+    for label, module, owner, attr in PHASES:
+        holder = importlib.import_module(module)
+        targets.append((label, getattr(holder, owner) if owner else holder, attr))
+    return _timed_phases(call, targets, steps, [label for label, *_ in PHASES])
+
+
+def _timed_phases(call, targets, steps, labels):
+    """(thread CPU ms per step, {label: thread CPU ms per step}, "outside" added) of ``call`` run ``steps`` times
+    after 4 untimed calls, with each (label, holder, attribute) of ``targets`` wrapped by a timer while it runs
+    (the holder's own attribute, put back after); labels that start with a space are parts of the one before."""
     for _ in range(4):
         call()
     spent = collections.Counter()
@@ -151,21 +166,62 @@ def phase_times(name, quick=False, steps=10, threads=1):
                 spent[label] += time.thread_time() - start
         return wrapper
     try:
-        for label, module, owner, attr in PHASES:
-            holder = importlib.import_module(module)
-            holder = getattr(holder, owner) if owner else holder
-            saved.append((holder, attr, holder.__dict__[attr]))
-            setattr(holder, attr, timed(holder.__dict__[attr], label))
+        for label, holder, attr in targets:
+            fn = holder.__dict__[attr] if attr in getattr(holder, "__dict__", {}) else getattr(holder, attr)
+            saved.append((holder, attr, attr in getattr(holder, "__dict__", {}), fn))
+            setattr(holder, attr, timed(fn, label))
         start = time.thread_time()
         for _ in range(steps):
             call()
         total = (time.thread_time() - start) / steps * 1e3
     finally:
-        for holder, attr, fn in reversed(saved):
-            setattr(holder, attr, fn)
-    by = {label: spent[label] / steps * 1e3 for label, *_ in PHASES}
+        for holder, attr, own, fn in reversed(saved):
+            if own:
+                setattr(holder, attr, fn)
+            else:
+                delattr(holder, attr)
+    by = {label: spent[label] / steps * 1e3 for label in labels}
     by["outside"] = total - sum(ms for label, ms in by.items() if not label.startswith(" "))
     return total, by
+
+
+def torch_phase_times(name, quick=False, steps=10, threads=1, system="torch.compile(model)"):
+    """`phase_times` of ``name``'s step under torch (``system``: "torch.compile(model)" or "torch eager"), each in
+    the calling thread's CPU time: the compiled modules' calls, ``Tensor.backward``, ``clip_grad_norm_``, the
+    step's optimizers' ``step`` and ``Optimizer.zero_grad``; "products" (a part of the first two) sums the matrix
+    products the compiled graphs call (inductor's ``extern_kernels``: mm, addmm, bmm, baddbmm), the work that
+    jitorch's graphs give NumPy's BLAS, as `product_times` sums jitorch's (None where the graphs call none of
+    them). At one thread torch runs them all in the calling thread."""
+    torch = models.real_torch()
+    torch.set_num_threads(threads)
+    w = models.workload(torch, name, quick)
+    nets = tuple(torch.compile(m) for m in w.nets) if system == "torch.compile(model)" else w.nets
+    optimizers = [c.cell_contents for c in w.step.__closure__ or ()
+                  if isinstance(c.cell_contents, torch.optim.Optimizer)]
+    targets = [("compiled call", net, "forward") for net in nets]
+    targets += [("backward", torch.Tensor, "backward"), ("clip_grad_norm_", torch.nn.utils, "clip_grad_norm_")]
+    targets += [("optimizer step", opt, "step") for opt in optimizers]
+    targets += [("zero_grad", torch.optim.Optimizer, "zero_grad")]
+    if system == "torch.compile(model)":
+        from torch._inductor.select_algorithm import extern_kernels
+        targets += [("  products", extern_kernels, op) for op in ("mm", "addmm", "bmm", "baddbmm")
+                    if hasattr(extern_kernels, op)]
+    labels = list(dict.fromkeys(label for label, *_ in targets))
+    total, by = _timed_phases(lambda: w.step(nets, *w.batch), targets, steps, labels)
+    if by.get("  products") == 0:  # (none called: nn.LSTM's graph calls aten's lstm, its products inside)
+        by["  products"] = None
+    return total, by
+
+
+def product_times(name, quick=False, steps=10):
+    """(thread CPU ms per step, ms per step in the NumPy matrix products of its compiled graphs) of ``name``'s
+    jitorch.compile(model) step at one thread (where `ops.linalg._product` makes every product's BLAS call in the
+    calling thread)."""
+    from jitorch.ops import linalg
+    jitorch.set_num_threads(1)
+    call = models.system_call("jitorch.compile(model)", name, quick)
+    total, by = _timed_phases(call, [("  products", linalg, "_product")], steps, ["  products"])
+    return total, by["  products"]
 
 
 def runs_ratio(name, quick=False, steps=10, threads=1, reps=7):
@@ -236,6 +292,26 @@ def write_perf_map(path=None):
     return path
 
 
+def print_phases(name, args):
+    """``--phases``' lines for model ``name``: jitorch.compile(model)'s parts; with ``--torch``, torch.compile(model)'s
+    beside them and, at one thread, the NumPy products of jitorch's graphs (built and timed one after the other)."""
+    plural = "s" if args.threads > 1 else ""
+    total, by = phase_times(name, args.quick, args.steps, args.threads)
+    if not args.torch:
+        print(f"{name}, jitorch.compile(model) ({args.threads} thread{plural}): {total:.2f} thread CPU ms per step")
+        for label, ms in by.items():
+            print(f"  {label:20s} {ms:8.2f} ms")
+        return
+    torch_total, torch_by = torch_phase_times(name, args.quick, args.steps, args.threads)
+    if args.threads == 1:
+        by["  products"] = product_times(name, args.quick, args.steps)[1]
+    print(f"{name} ({args.threads} thread{plural}), thread CPU ms per step: jitorch.compile(model) {total:.2f}, "
+          f"torch.compile(model) {torch_total:.2f} ({total / torch_total:.2f}x)")
+    for label in dict.fromkeys([*by, *torch_by]):
+        mine, theirs = by.get(label), torch_by.get(label)
+        print(f"  {label:20s} {'-' if mine is None else f'{mine:.2f}':>8s} {'-' if theirs is None else f'{theirs:.2f}':>8s}")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default="cnn,lstm,gpt-4x128,dcgan")
@@ -249,14 +325,11 @@ def main(argv=None):
     p.add_argument("--runs", action="store_true", help="the step with runs of kernels against without, interleaved")
     p.add_argument("--reps", type=int, default=7, help="--runs' turns")
     p.add_argument("--phases", action="store_true", help="the compile(model) step's parts, thread CPU, unprofiled")
+    p.add_argument("--torch", action="store_true", help="with --phases: torch.compile(model)'s parts beside them")
     args = p.parse_args(argv)
     for name in args.models.split(","):
         if args.phases:
-            total, by = phase_times(name, args.quick, args.steps, args.threads)
-            print(f"{name}, jitorch.compile(model) ({args.threads} thread{'s' if args.threads > 1 else ''}): "
-                  f"{total:.2f} thread CPU ms per step")
-            for label, ms in by.items():
-                print(f"  {label:20s} {ms:8.2f} ms")
+            print_phases(name, args)
             continue
         ops = {} if args.by_op else None
         with cpu_clock() if args.cpu_clock else contextlib.nullcontext():

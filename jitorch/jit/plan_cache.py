@@ -93,7 +93,8 @@ def _graph_text(graph, target_id, printed=None):
     # does to build a step without the pass, must not be handed the copies made under others)
     return "\n".join([f"jitorch fusion plan {FORMAT}", f"max group nodes {MAX_GROUP_NODES}", f"target {target_id}",
                       f"recompute max cone {recompute.MAX_CONE} small leaf {recompute.SMALL_LEAF} "
-                      f"reductions {recompute.REDUCTIONS} leaf bytes {recompute.REDUCTION_LEAF_BYTES}",
+                      f"reductions {recompute.REDUCTIONS} leaf bytes {recompute.REDUCTION_LEAF_BYTES} "
+                      f"barriers {recompute.BARRIERS}",
                       f"generator {generator_fingerprint()}",
                       printed if printed is not None else print_graph(graph, canonical=True), f"layouts {layouts}"])
 

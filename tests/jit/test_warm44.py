@@ -26,7 +26,8 @@ from tests.jit.test_plan_cache import (  # noqa: F401 (fusion_logs: a fixture)
 
 
 def mlp_step(x, w1, b1, w2, b2, w3):
-    """Two GELU and layer-norm layers, forward and backward: 83 nodes, 16 values recomputed by 68 copies."""
+    """Two GELU and layer-norm layers, forward and backward: 83 nodes, 20 values recomputed by 106 copies (16 by 68
+    across products only, before reductions were barriers too)."""
     h = F.layer_norm(F.gelu(x @ w1 + b1), (32,))
     h = F.layer_norm(F.gelu(h @ w2 + b2), (32,))
     y = (h @ w3).tanh()
@@ -54,7 +55,7 @@ def described(groups):
 def uncached():
     """The graph with the pass's copies and its groups, made without any cache: (its text, its groups)."""
     graph = optimised()
-    assert recompute.run(graph) == 16
+    assert recompute.run(graph) == 20
     return print_graph(graph), described(fuse(graph))
 
 
@@ -88,7 +89,7 @@ def test_a_warm_compile_replays_the_stored_copies_without_searching(tmp_path, se
     assert described(warm_groups) == described(cold_groups) == groups
     (entry,) = tmp_path.rglob("*.jitk")
     payload = json.loads(entry.read_bytes()[HEADER.size + len(entry.stem):])
-    assert len(payload["copies"]) == 68 and payload["nodes"] == 83 and len(payload["groups"]) == len(warm.nodes)
+    assert len(payload["copies"]) == 106 and payload["nodes"] == 83 and len(payload["groups"]) == len(warm.nodes)
 
 
 def test_a_warm_compiled_step_has_the_cold_ones_kernels_and_bits(tmp_path, monkeypatch, searches):

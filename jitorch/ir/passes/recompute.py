@@ -1,4 +1,4 @@
-"""Recomputation: a pointwise value read across an external node is computed again where it is read.
+"""Recomputation: a pointwise value read across an external node or a reduction is computed again where it is read.
 
 In a training step compiled as one graph, the backward reads values the forward computed pointwise: GELU's
 backward reads ``0.5 * h``, ``1 + erf(h / sqrt 2)`` and ``exp(-h * h / 2)`` of its input ``h = x + b``. The
@@ -6,8 +6,15 @@ forward's kernel and the backward's cannot be one kernel (the products between t
 so without this pass each such value is one more output of the forward's kernel, written there and read back
 by the backward's: four outputs of the whole size where GELU's forward makes one.
 
-For a pointwise node ``n`` whose value some node ``c`` reads that ``n`` also reaches through an external node
-(so fusion could never put ``n`` and ``c`` in one group), this pass gives ``c`` a copy of ``n`` and of the
+The same holds across a reduction (`BARRIERS`): a kernel computes the nodes over a reduction's input before its
+result exists, so a value the reduction's prologue reads and a node after the reduction reads again is written out
+by one kernel and read back by the next. A layer norm's backward reads ``g * w`` in two row sums and in the
+gradient after them: one kernel wrote ``g * w``, ``g * w * rstd`` and its negation (three whole-size outputs) for
+the three kernels after it (a compile(model) GPT's backward graph, where the saved ``rstd`` is an input and no
+external node lies between); its forward wrote ``x - mean`` for the normalisation after the variance's sum.
+
+For a pointwise node ``n`` whose value some node ``c`` reads that ``n`` also reaches through an external node or a
+reduction (so fusion could never put ``n`` and ``c`` in one group), this pass gives ``c`` a copy of ``n`` and of the
 pointwise nodes it is computed from (its cone), back to values that lie in memory anyway (graph inputs and
 constants, the results of nodes that are not pointwise, values an external node reads, directly or through a
 view) and small views (of fewer than an eighth of the value's elements: a batch norm's per-channel
@@ -23,8 +30,8 @@ readers before the external node, and is dropped where none is left. A cone is c
   not counted, are at most the value's: the reader reads no more than it read before.
 
 Every copy computes the same ops on the same operands as the original, in the same dtypes (a kernel rounds
-each node's result to its dtype), so the values read are the same bits. All readers across external nodes
-share one copy of each node.
+each node's result to its dtype), so the values read are the same bits. All readers across external nodes and
+reductions share one copy of each node.
 
 Reductions (`REDUCTIONS`). A reduction that reads a permutation of a pointwise value (a batch norm's
 statistics and its backward's sums read the batch-first view of values the batch-last kernels between two
@@ -62,6 +69,9 @@ from .simplify import permutation_chain
 MAX_CONE = 12
 # Leaves with fewer elements than the value's divided by this are broadcast operands, read from cache.
 SMALL_LEAF = 8
+# The kinds of node that no kernel holds both sides of: an external call, and a reduction, whose result the nodes
+# over its input shape cannot read in its own kernel (a reduction's prologue value read after it is written out)
+BARRIERS = ("external", "reduction")
 # Whether a reduction computes the pointwise value it reads (its prologue) again rather than reading it.
 REDUCTIONS = True
 # A recomputed prologue's leaves may hold this many times the bytes of the value it computes.
@@ -89,16 +99,17 @@ def _readers(graph):
     return readers
 
 
-def _across_external(graph, readers, kind):
-    """{node: bit set (over node positions) of the nodes it reaches through at least one external node}."""
+def _across_barriers(graph, readers, kind):
+    """{node: bit set (over node positions) of the nodes it reaches through at least one external node or reduction
+    (`BARRIERS`)}."""
     position = {node: i for i, node in enumerate(graph.nodes)}
-    below, across = {}, {}  # below: every node reached; across: those reached through an external node
+    below, across = {}, {}  # below: every node reached; across: those reached through a barrier
     for node in reversed(graph.nodes):
         reach = through = 0
         for out in node.outputs:
             for reader in readers.get(out, ()):
                 reach |= (1 << position[reader]) | below[reader]
-                through |= ((1 << position[reader]) | below[reader]) if kind(reader) == "external" \
+                through |= ((1 << position[reader]) | below[reader]) if kind(reader) in BARRIERS \
                     else across[reader]
         below[node], across[node] = reach, through
     return across, position
@@ -173,7 +184,7 @@ def copies(graph):
     readers = _readers(graph)
     kinds = {node: kind_of(node) for node in graph.nodes}  # (asked ~10 times a node: 36 -> 12 ms on a GPT step)
     kind = kinds.__getitem__
-    across, position = _across_external(graph, readers, kind)
+    across, position = _across_barriers(graph, readers, kind)
     pinned = _pinned(graph)
     made, wanted = [], {}  # wanted: reader -> the originals it has a copy of
     count = 0
