@@ -17,7 +17,6 @@ the nodes on a path to what it captures.
 from __future__ import annotations
 
 import sys
-import weakref
 from weakref import ref as _weakref
 from collections import OrderedDict
 

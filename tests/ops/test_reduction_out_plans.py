@@ -15,7 +15,6 @@ import jitorch as jt
 from jitorch.ops import reduction_out, reductions, registry
 from jitorch.runtime import summation
 from tests.ops.test_reduction_out_into import no_copy
-from tests.support import raises_as_torch
 
 OPS = ["sum", "mean", "nansum", "amax", "amin", "prod"]
 
