@@ -12,6 +12,7 @@ import torch
 import jitorch as jt
 from jitorch.ops import linalg, shape_ops
 
+from tests.ops.test_generation_speedups import swapped_calls  # noqa: F401 (a fixture)
 from tests.support import general_path
 
 
@@ -62,17 +63,11 @@ def test_topk_of_the_sampling_step_takes_the_shortcut_with_torchs_result(monkeyp
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("rows", [4, 8])
-def test_matmul_shortcut_of_few_rows_times_a_transposed_weight_gives_the_general_paths_bits(monkeypatch, dtype, rows):
+def test_matmul_shortcut_of_few_rows_times_a_transposed_weight_gives_the_general_paths_bits(swapped_calls, dtype, rows):
     """``x @ w.t()`` of 4 or 8 rows times a 512x128 weight (seed 45): under 2**20 multiply-adds eager matmul's
     shortcut called NumPy's matmul directly, while the general path (and ``linear``) ran the swapped product:
     the last bits differed (4 rows float32: most elements)."""
-    swaps = []
-    run = linalg._swapped_product
-
-    def spy(a, b, out):
-        swaps.append((a.shape, b.shape))
-        return run(a, b, out)
-    monkeypatch.setattr(linalg, "_swapped_product", spy)
+    swaps = swapped_calls
     rng = np.random.default_rng(45)
     x, w = rng.standard_normal((rows, 128)).astype(dtype), rng.standard_normal((512, 128)).astype(dtype)
     got = jt.from_numpy(x) @ jt.from_numpy(w).t()
