@@ -460,7 +460,12 @@ def _fast_path(op, ndims):
         na, nb = len(sa), len(sb)
         try:  # (`array_product`'s choice for these operands, without its calls)
             if na == 2 == nb and sa[0] * sa[1] * sb[1] < _DIRECT_MAX_WORK:
-                r = _product(xa, ya, sa[1] == 1 == sb[0])  # (`_matmul` on two matrices of one dtype)
+                # (`_matmul` on two matrices of one dtype, or the swap `array_product` makes of few rows times a
+                # transposed float matrix: its bits, as ``linear`` and the general path give them)
+                if dtype in _BLAS_DTYPES and _swapped(xa, ya):
+                    r = _swapped_product(xa, ya, None)
+                else:
+                    r = _product(xa, ya, sa[1] == 1 == sb[0])
                 shape = (sa[0], sb[1])
             elif na < 3 and (na < 2 or nb < 2):
                 r = _matmul(xa, ya)

@@ -417,9 +417,11 @@ def _argsort(x, axis, descending):
     if not descending:
         return np.argsort(key, axis=axis, kind="stable")
     n = key.shape[axis]
-    # a stable ascending sort of the reversed data, reversed, keeps ties in their original order
-    order = np.argsort(np.flip(key, axis), axis=axis, kind="stable")
-    return (n - 1) - np.flip(order, axis)
+    # a stable ascending sort of the reversed data, reversed, keeps ties in their original order (reversed by a
+    # slice: ``np.flip`` builds the same view through Python code, 1.2 µs a call on topk's sampling step)
+    reverse = (slice(None),) * axis + (slice(None, None, -1),)
+    order = np.argsort(key[reverse], axis=axis, kind="stable")
+    return (n - 1) - order[reverse]
 
 
 def _sorted(x, dim, descending):
