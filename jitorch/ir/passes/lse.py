@@ -189,7 +189,8 @@ def run(graph):
         rw.update_args(node)
         made = []
         if node in found:
-            x, shape = found[node]
+            # (its input as updated: a gather an earlier log_softmax's rewrite replaced is gone from the graph)
+            x, shape = node.args[0], found[node][1]
             cone = _Cone(graph, shape, graph.layouts)
             m, n = _stats(graph, x, shape, made.append)
             copied = cone.copy(x, cone.over_rows, made.append)
