@@ -970,7 +970,9 @@ class Generator:
             expr = f"T.log_softmax({x}, {r.choice((-1, 1))}).gather(1, {self._indices(c, (rows, r.randint(1, 3)))})"
         elif kind == "pointwise":
             lp = f"T.log_softmax({x}, -1)"
-            read = r.choice((f"({lp}).exp()", f"({lp}).neg()", f"{lp} * {x}"))
+            # (probabilities scaled: a row's sum of them is 1 within rounding, an ill-conditioned argument of a later
+            # arcsin or atanh, where the kernels' exp and eager's differ by an ulp: fuzz seed 45300294)
+            read = r.choice((f"({lp}).exp() * 0.75", f"({lp}).neg()", f"{lp} * {x}"))
             expr = f"({read}).{r.choice(('sum', 'amax'))}({r.choice((0, -1, (0, 1)))!r})"
         elif kind == "one-hot":
             q = literal(np.random.default_rng(r.randrange(1 << 30)).integers(-1, c + 2, size=(rows, 1)), "int64")
