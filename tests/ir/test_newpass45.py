@@ -478,3 +478,54 @@ def test_gather_gradient_with_an_empty_index_of_fewer_dims_seed_45200343():
     x = torch.zeros(0, 1, requires_grad=True)
     fn(torch, x).backward()
     assert tuple(x.grad.shape) == (0, 1)
+
+
+# The recompute pass's reduction barriers ------------------------------------------------------------------------
+
+def _normalised_then_written(lib, x):
+    z = (x * 2 + 1).exp()
+    s = z.sum(-1, keepdim=True)
+    x.mul_(3)  # (a leaf of z's cone written before z's reader after the sum)
+    return z / s, x
+
+
+def _copy_written(lib, x):
+    w = x + 0
+    z = (w * 2).exp()
+    s = z.sum(0)
+    w.add_(1)
+    return z * s, w
+
+
+def _row_written(lib, x):
+    z = (x.sin() * 2).exp()
+    s = z.sum()
+    x[0] = 7
+    return z * s, x
+
+
+@pytest.mark.parametrize("fn", [_normalised_then_written, _copy_written, _row_written])
+def test_values_read_across_a_reduction_then_their_leaves_written(fn):
+    """A pointwise value read by a sum and after it (the pass computes it again after the sum, from its cone's
+    leaves) where the program writes a leaf in between: the reader after the sum sees the values before the write,
+    as eager and torch do. The first program's kernels compute ``exp`` twice (before the sum and after it)."""
+    a = np.random.default_rng(11).standard_normal((5, 7)).astype(np.float32)
+    compiled = jt.compile(lambda x: fn(jt, x))
+    if fn is _normalised_then_written:
+        kernels = [k.ops for k in compiled.lower(jt.tensor(a)).kernels]
+        assert sum("exp" in ops for ops in kernels) == 2, kernels
+    for got, eager, want in zip(compiled(jt.tensor(a)), fn(jt, jt.tensor(a)), fn(torch, torch.tensor(a))):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5)
+        np.testing.assert_allclose(got.numpy(), eager.numpy(), rtol=1e-5)
+
+
+def test_picked_log_probs_of_a_filled_value_keep_the_fill_value_0d_seed_45400072(monkeypatch):
+    """Fuzz seed 45400072 (``--losses 0.6``): ``v0[::1] = 1`` (``fill.Tensor(v0, c)``, ``c`` 0-d) in the cone of a
+    log_softmax whose log-probs a gather picks. The gather's copy of the cone gathered every leaf, the 0-d fill
+    value too (expanded, then gathered: 2-d), and the compiled call raised fill's error. A 0-d leaf is now read
+    as it is."""
+    def fn(lib, x):
+        v0 = (lib.log_softmax(x.reshape(1, 4) * 2, -1).exp() * 0.75).sum(0)
+        v0[::1] = 1
+        return lib.log_softmax(v0.reshape(1, 4) + 3, -1).gather(1, lib.tensor([[0, 0, 2]]))
+    check_lse(monkeypatch, lambda lib, x: fn(lib, x.clone()), [np.arange(4, dtype=np.float32)], 1)
