@@ -49,3 +49,14 @@ def test_gather_of_no_rows_by_an_empty_index_seed_45200343():
         program, _ = generate(45200343, losses=0.4)
         assert program.grad
         assert not check(program, CPU_MODES).mismatches
+
+
+def test_fill_in_the_cone_of_picked_log_probs_seeds_45400072_45400187():
+    """Fuzz seeds 45400072 and 45400187 (``--losses 0.6``): ``v0[::1] = 1`` then the log-probs of ``v0 + 3`` picked
+    by a gather; the compiled call raised fill's error on a 2-d value (the lse pass; its test is in
+    tests/ir/test_newpass45.py)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for seed in (45400072, 45400187):
+            program, _ = generate(seed, losses=0.6)
+            assert not check(program, CPU_MODES).mismatches, seed
