@@ -1,5 +1,5 @@
 """The fuzzer's long mode: ``python -m tests.fuzz --hours 1 [--cuda] [--start SEED] [--chains SHARE] [--statements N]
-[--programs N] [--namespaced] [--out-views SHARE] [--report FILE]``.
+[--programs N] [--namespaced] [--out-views SHARE] [--losses SHARE] [--report FILE]``.
 
 Generates and checks programs from consecutive seeds until the time is up; prints the programs and ops
 checked per minute, and each new kind of failure with its minimised program, which it also appends to the
@@ -11,7 +11,9 @@ kernels. ``--programs N`` stops after N programs (within the time), so that two 
 seeds. ``--namespaced`` also draws the registry's ops that both libraries call in a namespace (``T.special.i0e``):
 each seed then draws another program than without it. ``--out-views 0.3`` makes 30% of the ``out=`` statements write
 a variable of the program, a permuted, stepped or offset view of a new buffer, or a buffer the call resizes
-(`generator.Generator.out_view`).
+(`generator.Generator.out_view`). ``--losses 0.3`` draws 30% of the statements from the loss patterns the
+``sums`` and ``lse`` passes rewrite (cross-entropy, nll of a log-softmax, picked log-probs, one-hot sums, sums
+of a reshape: `generator.Generator.loss_pattern`).
 """
 
 from __future__ import annotations
@@ -61,6 +63,8 @@ def main(argv=None):
                         help="also draw the ops called in a namespace (torch.special's)")
     parser.add_argument("--out-views", type=float, default=0.0,
                         help="the share of out= statements writing a variable, a view or a buffer to resize")
+    parser.add_argument("--losses", type=float, default=0.0,
+                        help="the share of loss-pattern statements (cross-entropy, one-hot and reshape sums)")
     parser.add_argument("--report", default="fuzz-failures.txt")
     args = parser.parse_args(argv)
     seconds = 3600 * args.hours + 60 * args.minutes or 60.0
@@ -71,7 +75,8 @@ def main(argv=None):
     seen: dict = {}
     seed = args.start
     while time.time() - started < seconds and not (args.programs and programs >= args.programs):
-        program, _ = generate(seed, args.statements, table=table, chains=args.chains, out_views=args.out_views)
+        program, _ = generate(seed, args.statements, table=table, chains=args.chains, out_views=args.out_views,
+                              losses=args.losses)
         outcome = check(program, modes)
         programs += 1
         ops += program.n_ops
@@ -84,6 +89,7 @@ def main(argv=None):
                 small = minimise(program, first, modes)
                 # (the seed alone draws another program under other options than the defaults)
                 text = (f"generate({seed}, {args.statements}, chains={args.chains}, out_views={args.out_views}, "
+                        f"losses={args.losses}, "
                         f"table=op_table({args.namespaced})):\n"
                         + describe(small, check(small, modes).mismatches or [first]))
                 print(f"\nnew failure ({sig[0]} vs {sig[1]}: {sig[2]}):\n{text}\n", flush=True)

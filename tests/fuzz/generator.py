@@ -24,6 +24,7 @@ and applies such discontinuous ops only to exact values.
 from __future__ import annotations
 
 import random
+from math import prod
 import warnings
 from dataclasses import dataclass, replace
 
@@ -221,9 +222,10 @@ def literal(values, dtype):
 class Generator:
     """``Generator(seed).program()``: one random program, valid on torch."""
 
-    def __init__(self, seed, max_statements=14, table=None, chains=0.0, out_views=0.0):
+    def __init__(self, seed, max_statements=14, table=None, chains=0.0, out_views=0.0, losses=0.0):
         self.seed = seed
         self.chains = chains  # the share of statements that are view-of-gather chains
+        self.losses = losses  # the share of statements that are loss patterns (`loss_pattern`)
         self.out_views = out_views  # the share of ``out=`` statements writing other memory (`out_view`)
         self.rng = random.Random(seed)
         self.max_statements = max_statements
@@ -358,6 +360,8 @@ class Generator:
         # (the chains only where asked: without, a seed's program is what it was before they were added)
         if self.chains and self.rng.random() < self.chains:
             make = self.rng.choice((self.pad_windows, self.gather_views))
+        elif self.losses and self.rng.random() < self.losses:
+            make = self.loss_pattern
         else:
             r = self.rng.random()
             make = next(make for bound, make in kinds if r < bound)
@@ -939,6 +943,49 @@ class Generator:
         expr, exact, writable = self._pointwise_tail(env, tensors, expr, v.facts.exact, writable)
         name = self.fresh()
         return Stmt((f"{name} = {expr}",), (name,), "gather views"), {name: Facts(exact, writable, name)}
+
+    def loss_pattern(self, env, tensors):
+        """A pattern the ``sums`` and ``lse`` passes rewrite, over a float variable ``v`` seen as rows ``(r, c)``
+        (its last dim the classes): cross-entropy or nll of a log-softmax, log-probs picked by a gather or read
+        pointwise and summed, a sum of a one-hot ``where(arange(c) == q, w, 0)`` along the classes with targets
+        ``q`` partly out of range or negative, or a sum of a reshape of a computed value over merged or split
+        dims."""
+        v = self.pick(tensors, lambda v: v.ndim >= 1 and v.dtype in ("float32", "float64")
+                      and 0 not in v.shape[-1:])
+        if v is None:
+            return None
+        r = self.rng
+        c = v.shape[-1]
+        rows = prod(v.shape[:-1])
+        x = f"({v.ref}.reshape({rows}, {c}) {r.choice(('*', '+'))} {self.number()})"
+        kind = r.choice(("ce", "nll", "gather", "pointwise", "one-hot", "reshape sum"))
+        if kind == "ce":
+            smoothing = r.choice(("", ", label_smoothing=0.25"))
+            expr = f"T.nn.functional.cross_entropy({x}, {self._indices(c, (rows,))}" \
+                   f", reduction={r.choice(('mean', 'sum', 'none'))!r}{smoothing})"
+        elif kind == "nll":
+            expr = f"T.nn.functional.nll_loss(T.log_softmax({x}, -1), {self._indices(c, (rows,))}, " \
+                   f"reduction={r.choice(('mean', 'sum', 'none'))!r})"
+        elif kind == "gather":
+            expr = f"T.log_softmax({x}, {r.choice((-1, 1))}).gather(1, {self._indices(c, (rows, r.randint(1, 3)))})"
+        elif kind == "pointwise":
+            lp = f"T.log_softmax({x}, -1)"
+            # (probabilities scaled: a row's sum of them is 1 within rounding, an ill-conditioned argument of a later
+            # arcsin or atanh, where the kernels' exp and eager's differ by an ulp: fuzz seed 45300294)
+            read = r.choice((f"({lp}).exp() * 0.75", f"({lp}).neg()", f"{lp} * {x}"))
+            expr = f"({read}).{r.choice(('sum', 'amax'))}({r.choice((0, -1, (0, 1)))!r})"
+        elif kind == "one-hot":
+            q = literal(np.random.default_rng(r.randrange(1 << 30)).integers(-1, c + 2, size=(rows, 1)), "int64")
+            w = f"{x}.{r.choice(('sum', 'amax'))}(-1, keepdim=True)"
+            expr = f"T.where(T.arange({c}) == {q}, {w}, 0).sum({r.choice((-1, 1, (1,)))!r}, " \
+                   f"keepdim={r.random() < 0.5})"
+        else:  # (the source's dims split or merged: a reshape the reduced dims cross)
+            shape = list(v.shape[:-1]) + list(_factor(c, r)) if r.random() < 0.5 else [rows, c]
+            dims = [d for d in range(len(shape)) if r.random() < 0.5] or [0]
+            view = f"({v.ref} {r.choice(('*', '+'))} {self.number()}).reshape({shape!r})"
+            expr = f"{view}.sum({dims!r}, keepdim={r.random() < 0.5})"
+        name = self.fresh()
+        return Stmt((f"{name} = {expr}",), (name,), f"loss {kind}"), {name: Facts(False, True, name)}
 
     def _indices(self, n, shape):
         """An int64 literal of ``shape`` holding indices below ``n``."""
@@ -1629,10 +1676,11 @@ def _with_grad(program):
     return replace(program, grad=has_float and trusted and grad_valid(program))
 
 
-def generate(seed, max_statements=14, table=None, chains=0.0, out_views=0.0):
+def generate(seed, max_statements=14, table=None, chains=0.0, out_views=0.0, losses=0.0):
     """The program of ``seed`` (the same on every machine: Python's and NumPy's seeded generators), with a
     ``chains`` share of its statements drawn from the view-of-gather chains (`Generator.pad_windows`,
     `Generator.gather_views`) and an ``out_views`` share of its ``out=`` statements writing memory other than a
-    new compact tensor (`Generator.out_view`)."""
-    g = Generator(seed, max_statements, table, chains, out_views)
+    new compact tensor (`Generator.out_view`); a ``losses`` share of its statements are loss patterns
+    (`Generator.loss_pattern`)."""
+    g = Generator(seed, max_statements, table, chains, out_views, losses)
     return g.program(), g

@@ -477,7 +477,8 @@ def _gather_grad(g, a):
     and it scatters in place, into the zeros themselves (the functional scatter writes into a copy of them)."""
     shape, index = a.self.shape, a.index
     d = wrap_dim(a.dim, len(shape)) if shape else 0
-    if (shape and index.shape[d] == 1 and all(index.shape[k] == n for k, n in enumerate(shape) if k != d)
+    # (an empty index may have fewer dims than ``self``: torch's gather takes it, and it picks nothing)
+    if (shape and index.ndim == len(shape) and index.shape[d] == 1 and all(index.shape[k] == n for k, n in enumerate(shape) if k != d)
             and hooks_take_calls()):
         positions = functions.arange(shape[d], device=index.device)
         checked = positions.index_select(0, index.reshape(-1)).view(index.shape)

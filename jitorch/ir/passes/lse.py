@@ -111,6 +111,8 @@ class _Cone:
         gathered as it lies, its index reshaped to it: a view of the leaf read by this kernel and another
         would have to be written)."""
         last = len(self.shape) - 1
+        if v.type.ndim == 0:  # (every element's: an operand that must stay 0-d, fill.Tensor's value, stays so)
+            return v
         if _broadcasts(v.type.shape, self.shape):
             if tuple(v.type.shape) != self.shape:
                 v = emit_op(self.graph, "expand", [v, list(self.shape)], emit)
@@ -189,7 +191,8 @@ def run(graph):
         rw.update_args(node)
         made = []
         if node in found:
-            x, shape = found[node]
+            # (its input as updated: a gather an earlier log_softmax's rewrite replaced is gone from the graph)
+            x, shape = node.args[0], found[node][1]
             cone = _Cone(graph, shape, graph.layouts)
             m, n = _stats(graph, x, shape, made.append)
             copied = cone.copy(x, cone.over_rows, made.append)
