@@ -2477,6 +2477,10 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
     target = _check_targets(input, target)
     classes = input.shape[0] if input.ndim == 1 else input.shape[1]
     _check_class_weight(weight, classes)
+    if weight is not None and weight.requires_grad and jt.is_grad_enabled():
+        # (torch's nll_loss has no derivative for its weight and refuses one that requires grad, before computing)
+        raise RuntimeError("The function 'nll_loss_forward' is not differentiable with respect to argument "
+                           "'weight'. This input cannot have requires_grad True.")
     if weight is None and input.dtype in (jt.float32, jt.float64) and _all_picked(target, ignore_index, classes):
         # every target's weight is 1: the general formula's products by ones and their sum (exact counts) give
         # these bits, in five ops rather than a dozen (0.4 ms a step around the CNN benchmark's compiled model)
