@@ -64,6 +64,14 @@ def vmap_grad_run(program):
     return floats, loss_of, got
 
 
+
+def checked_vmap_grad_run(program):
+    """`vmap_grad_run` of ``program`` after the transform fuzzer's check has run its vmap(grad) and found no
+    mismatch (call it with warnings silenced, as the check's samples warn)."""
+    outcome = transforms.check(program)
+    assert outcome.ran.get("vmap-grad") and not outcome.mismatches
+    return vmap_grad_run(program)
+
 def test_vmap_grad_of_vander_runs_against_the_loop_and_central_differences():
     """A program whose loss reads vander has no gradient run against torch (`generator.grad_valid`: torch raises),
     so the transform fuzzer had no oracle for it; its vmap(grad) now runs (`transforms.TORCH_NOT_DIFFERENTIABLE`)
@@ -73,9 +81,7 @@ def test_vmap_grad_of_vander_runs_against_the_loop_and_central_differences():
     assert not program.grad
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        outcome = transforms.check(program)
-        assert outcome.ran.get("vmap-grad") and not outcome.mismatches
-        floats, loss_of, got = vmap_grad_run(program)
+        floats, loss_of, got = checked_vmap_grad_run(program)
         found = []
         transforms.gradient_differences(program, floats, loss_of, got, found)
         assert not found
