@@ -17,8 +17,8 @@ import numpy as np
 
 from .. import from_numpy
 from . import nccl_ops
-from .mpi_backend import is_bfloat16, mpi, op_of, reducible, wait
-from .process_group import ReduceOp, resolve
+from .mpi_backend import check_pairs, is_bfloat16, mpi, op_of, reducible, wait
+from .process_group import GroupMember, ReduceOp, members_only, outside, resolve
 
 _SIGNATURE = 12  # int64s per rank: kind, dtype, ndim, up to 9 dims
 _KINDS = ("all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter_tensor",
@@ -83,21 +83,26 @@ def _on_cuda(value):
 
 
 def _staged(*outputs):
-    """A collective that moves CUDA tensors through MPI when their group has no NCCL ("mpi", "gloo"): MPI works on
-    copies of them in host memory, and the arguments named ``outputs`` are copied back to the device once it has
-    finished (by ``wait()`` for a `Work`). Groups of backend "nccl", and CPU tensors, go straight through."""
+    """A collective that only warns on a rank outside the group it names (`outside`, as torch's), and that moves
+    CUDA tensors through MPI when their group has no NCCL ("mpi", "gloo"): MPI works on copies of them in host
+    memory, and the arguments named ``outputs`` are copied back to the device once it has finished (by
+    ``wait()`` for a `Work`). Groups of backend "nccl", and CPU tensors, go straight through."""
     def wrap(fn):
         signature = inspect.signature(fn)
 
         @functools.wraps(fn)
         def staged(*args, **kwargs):
             for value in (*args, *kwargs.values()) if kwargs else args:
+                if value is GroupMember.NON_GROUP_MEMBER:
+                    return outside(fn.__name__)
                 if _on_cuda(value):
                     break
             else:  # no CUDA tensor: the collective itself (a loop, not any(): this runs on every call)
                 return fn(*args, **kwargs)
             bound = signature.bind(*args, **kwargs)
             bound.apply_defaults()
+            if bound.arguments["group"] is GroupMember.NON_GROUP_MEMBER:
+                return outside(fn.__name__)
             if resolve(bound.arguments["group"]).backend == "nccl":
                 return fn(*args, **kwargs)
             back, originals = [], {}
@@ -241,7 +246,7 @@ def _averaging(op, tensor, what):
     if op.__class__ is not ReduceOp:
         op = ReduceOp(op.value if isinstance(op, ReduceOp) else op)
     if op is ReduceOp.AVG and not tensor.dtype.is_floating_point:
-        raise ValueError(f"{what}: ReduceOp.AVG needs floating point tensors, got {tensor.dtype}")
+        raise RuntimeError(f"{what}: ReduceOp.AVG needs floating point tensors, got {tensor.dtype}")
     return op
 
 
@@ -267,7 +272,7 @@ def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
         agreement.check()
         return nccl_ops.all_reduce(pg, tensor, op, async_op)
     array, write_back = _buffer(tensor, reducing=True)
-    mpi_op = op_of(op.value)
+    mpi_op = op_of(op.value, array.dtype)
     agreement.check()
     request = pg.comm.Iallreduce(mpi().IN_PLACE, array, mpi_op)
     return _run(pg, [request], _finisher(op, array, pg.size(), write_back), async_op, what, [tensor])
@@ -312,10 +317,10 @@ def reduce(tensor, dst=None, op=ReduceOp.SUM, group=None, async_op=False, group_
         return nccl_ops.reduce(pg, tensor, root, op, async_op)
     array, write_back = _buffer(tensor, reducing=True)
     if pg.rank() == root:
-        request = pg.comm.Ireduce(mpi().IN_PLACE, array, op_of(op.value), root=root)
+        request = pg.comm.Ireduce(mpi().IN_PLACE, array, op_of(op.value, array.dtype), root=root)
         finish = _finisher(op, array, pg.size(), write_back)
     else:
-        request = pg.comm.Ireduce(array, None, op_of(op.value), root=root)
+        request = pg.comm.Ireduce(array, None, op_of(op.value, array.dtype), root=root)
         finish = None
     return _run(pg, [request], finish, async_op, what, [tensor])
 
@@ -403,7 +408,7 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=F
         return nccl_ops.reduce_scatter_tensor(pg, output, input, op, async_op)
     array, _ = _buffer(input, reducing=True)
     out, write_back = _buffer(output, reducing=True)
-    request = pg.comm.Ireduce_scatter_block(array, out, op_of(op.value))
+    request = pg.comm.Ireduce_scatter_block(array, out, op_of(op.value, array.dtype))
     return _run(pg, [request], _finisher(op, out, pg.size(), write_back), async_op, what, [output])
 
 
@@ -452,36 +457,30 @@ def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=
     """Rank r sends its input's j-th chunk (of dim 0) to rank j, which puts it at its output's r-th chunk.
 
     Without split sizes the chunks are equal; otherwise they are ``input_split_sizes`` rows (sent) and
-    ``output_split_sizes`` rows (received)."""
+    ``output_split_sizes`` rows (received). The ranks check that they agree on the dtype and that each sends every
+    other as many bytes as that one expects (`check_pairs`), RuntimeError otherwise: MPI would leave part of an
+    output unwritten, or write past it."""
     what = "all_to_all_single"
     pg = resolve(group)
     size = pg.size()
+    sent = list(input_split_sizes) if input_split_sizes else [input.shape[0] // size] * size
+    received = list(output_split_sizes) if output_split_sizes else [output.shape[0] // size] * size
+    if sum(sent) != input.shape[0] or sum(received) != output.shape[0] or \
+            input.numel() * output.shape[0] != output.numel() * input.shape[0]:
+        raise ValueError(f"{what}: split sizes must add up to dim 0 of the input ({input.shape[0]}) and of the "
+                         f"output ({output.shape[0]}), whose rows must be alike (input {list(input.shape)}, output "
+                         f"{list(output.shape)}, sending {sent} rows, receiving {received})")
     if _on_nccl(pg, input, what):
-        sent = input_split_sizes or [input.shape[0] // size] * size
-        received = output_split_sizes or [output.shape[0] // size] * size
-        if sum(sent) != input.shape[0] or sum(received) != output.shape[0] or \
-                input.numel() * sum(received) != output.numel() * sum(sent):
-            raise ValueError(f"{what}: split sizes must add up to dim 0 of the input ({input.shape[0]}) and of the "
-                             f"output ({output.shape[0]}), whose rows must be alike")
         _agree(pg, what, input, what, shape=False)
         return nccl_ops.all_to_all_single(pg, output, input, sent, received, async_op)
     _agree(pg, what, input, what, shape=False)
+    row = input.numel() // max(input.shape[0], 1) if input.ndim else 1
+    sent, received = [n * row for n in sent], [n * row for n in received]
+    check_pairs(pg, [n * input.element_size() for n in sent], [n * input.element_size() for n in received], what)
     array, _ = _buffer(input, reducing=False)
     out, write_back = _buffer(output, reducing=False)
-    if output_split_sizes is None and input_split_sizes is None:
-        if input.shape[0] % size or output.numel() != input.numel():
-            raise ValueError(f"{what}: dim 0 ({input.shape[0]}) must split evenly over {size} ranks, and the output "
-                             "must hold as many elements as the input")
-        request = pg.comm.Ialltoall(array, out)
-    else:
-        row_in = input.numel() // max(input.shape[0], 1) if input.ndim else 1
-        row_out = output.numel() // max(output.shape[0], 1) if output.ndim else 1
-        sent = [n * row_in for n in (input_split_sizes or [input.shape[0] // size] * size)]
-        received = [n * row_out for n in (output_split_sizes or [output.shape[0] // size] * size)]
-        if sum(sent) != input.numel() or sum(received) != output.numel():
-            raise ValueError(f"{what}: split sizes must add up to dim 0 of the input and of the output")
-        request = pg.comm.Ialltoallv([array.reshape(-1), (sent, _offsets(sent))],
-                                     [out.reshape(-1), (received, _offsets(received))])
+    request = pg.comm.Ialltoallv([array.reshape(-1), (sent, _offsets(sent))],
+                                 [out.reshape(-1), (received, _offsets(received))])
     return _run(pg, [request], write_back, async_op, what, [output])
 
 
@@ -489,6 +488,7 @@ def _offsets(counts):
     return [int(x) for x in np.concatenate([[0], np.cumsum(counts)[:-1]])]
 
 
+@members_only
 def barrier(group=None, async_op=False, device_ids=None):
     """Wait until every rank of the group has called barrier."""
     pg = resolve(group)

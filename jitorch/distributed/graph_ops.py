@@ -25,7 +25,7 @@ def _all_reduce_cpu(spec, x, op, group):
     pg = group_by_id(group)
     agree(pg, "all_reduce", x.dtype.name, x.shape, "all_reduce (in a compiled graph)")
     out = np.ascontiguousarray(reducible(x)).copy()
-    wait(pg.comm.Iallreduce(mpi().IN_PLACE, out, op_of(op)), pg.timeout, "all_reduce")
+    wait(pg.comm.Iallreduce(mpi().IN_PLACE, out, op_of(op, out.dtype)), pg.timeout, "all_reduce")
     if op == "AVG":
         out /= pg.size()
     return out.astype(x.dtype, copy=False)

@@ -35,16 +35,22 @@ def broken():
     set_abort_status(1)
 
 
-def op_of(name):
-    """The MPI reduction for one of ReduceOp's names (AVG sums; the caller divides)."""
+def op_of(name, dtype=None):
+    """The MPI reduction for one of ReduceOp's names (AVG sums; the caller divides) on arrays of NumPy ``dtype``.
+
+    MPI's arithmetic reductions reject booleans (MPICH: "Invalid MPI_Op"), which torch reduces as logic: SUM and
+    MAX as OR, PRODUCT and MIN as AND (measured on torch's gloo), BXOR as XOR; those use MPI's logical ones."""
     if not _OPS:
         MPI = mpi()
         _OPS.update(SUM=MPI.SUM, AVG=MPI.SUM, PRODUCT=MPI.PROD, MIN=MPI.MIN, MAX=MPI.MAX, BAND=MPI.BAND,
                     BOR=MPI.BOR, BXOR=MPI.BXOR)
-    return _OPS[name]
+        _LOGICAL.update(SUM=MPI.LOR, MAX=MPI.LOR, BOR=MPI.LOR, PRODUCT=MPI.LAND, MIN=MPI.LAND, BAND=MPI.LAND,
+                        BXOR=MPI.LXOR)
+    return _LOGICAL[name] if dtype is not None and dtype.kind == "b" else _OPS[name]
 
 
 _OPS: dict = {}  # filled on first use: reading MPI's constants initialises MPI
+_LOGICAL: dict = {}  # the same for boolean arrays
 
 
 def is_bfloat16(dtype):
@@ -91,3 +97,17 @@ def reducible(array):
     if is_bfloat16(array.dtype):
         return array.astype(np.float32)
     return array
+
+
+def check_pairs(pg, sent, received, what):
+    """RuntimeError on every rank unless each rank sends each other as many bytes as that one receives from it
+    (``sent[j]``, ``received[j]``: this rank's bytes to and from group rank j), where MPI would leave part of an
+    output unwritten and NCCL would hang or mix data: one all-gather of every rank's counts on the group's MPI
+    communicator, which every rank then reads alike."""
+    n = pg.size()
+    counts = np.empty((n, 2 * n), np.int64)
+    wait(pg.comm.Iallgather(np.array([*sent, *received], np.int64), counts), pg.timeout, what)
+    wrong = [f"rank {pg.ranks[k]} sends {counts[k, j]} bytes to rank {pg.ranks[j]}, which receives {counts[j, n + k]}"
+             for k in range(n) for j in range(n) if counts[k, j] != counts[j, n + k]]
+    if wrong:
+        raise RuntimeError(f"{what}: the ranks' split sizes do not pair up: " + "; ".join(wrong))

@@ -24,7 +24,7 @@ import numpy as np
 from .. import cuda, empty
 from ..runtime import cuda_driver
 from . import nccl
-from .mpi_backend import wait
+from .mpi_backend import check_pairs, wait
 
 _watchdog = nccl.Watchdog(lambda index: cuda_driver.activate(index), lambda: cuda.Event())
 
@@ -306,21 +306,8 @@ def all_to_all_single(pg, output, input, sent_rows, received_rows, async_op):
         recvs.append((peer, out.data_ptr() + start_out, received_rows[peer] * row_out))
         start_in += sent_rows[peer] * row_in
         start_out += received_rows[peer] * row_out
-    _check_pairs(pg, [n for _, _, n in sends], [n for _, _, n in recvs], "all_to_all_single")
+    check_pairs(pg, [n for _, _, n in sends], [n for _, _, n in recvs], "all_to_all_single")
     return _exchange(pg, "all_to_all_single", sends, recvs, [input, output], call, async_op, [output])
-
-
-def _check_pairs(pg, sent, received, what):
-    """RuntimeError on every rank unless each rank sends each other as many bytes as that one receives from it
-    (``sent[j]``, ``received[j]``: this rank's bytes to and from group rank j), where NCCL would hang or mix
-    data: one all-gather of every rank's counts on the group's MPI communicator."""
-    n = pg.size()
-    counts = np.empty((n, 2 * n), np.int64)
-    wait(pg.comm.Iallgather(np.array([*sent, *received], np.int64), counts), pg.timeout, what)
-    wrong = [f"rank {pg.ranks[k]} sends {counts[k, j]} bytes to rank {pg.ranks[j]}, which receives {counts[j, n + k]}"
-             for k in range(n) for j in range(n) if counts[k, j] != counts[j, n + k]]
-    if wrong:
-        raise RuntimeError(f"{what}: the ranks' split sizes do not pair up: " + "; ".join(wrong))
 
 
 def send(pg, tensor, peer, async_op):

@@ -16,7 +16,7 @@ import numpy as np
 
 from .collectives import _StatusRequest, _agree, _offsets, _root
 from .mpi_backend import mpi, wait
-from .process_group import resolve
+from .process_group import members_only, resolve
 
 _SCALARS = (type(None), bool, int, float, str)
 _KINDS = "None, bool, int, float, str, bytes, list, tuple and dict"
@@ -81,6 +81,7 @@ def _all_bytes(pg, data, what):
     return [received[o:o + n].tobytes() for o, n in zip(_offsets(sizes), sizes)]
 
 
+@members_only
 def all_gather_object(object_list, obj, group=None):
     """Every rank's ``obj`` into ``object_list[rank]`` (see the module for the types that travel)."""
     what = "all_gather_object"
@@ -91,6 +92,7 @@ def all_gather_object(object_list, obj, group=None):
         object_list[rank] = decode(data)
 
 
+@members_only
 def gather_object(obj, object_gather_list=None, dst=None, group=None, group_dst=None):
     """Every rank's ``obj`` into ``object_gather_list[rank]`` on rank ``dst`` (which alone gives the list)."""
     what = "gather_object"
@@ -106,6 +108,7 @@ def gather_object(obj, object_gather_list=None, dst=None, group=None, group_dst=
             object_gather_list[rank] = decode(data)
 
 
+@members_only
 def broadcast_object_list(object_list, src=None, group=None, device=None, group_src=None):
     """Rank ``src``'s ``object_list`` into every rank's (in place)."""
     what = "broadcast_object_list"
@@ -120,6 +123,7 @@ def broadcast_object_list(object_list, src=None, group=None, device=None, group_
     object_list[:] = values
 
 
+@members_only
 def scatter_object_list(scatter_object_output_list, scatter_object_input_list=None, src=None, group=None,
                         group_src=None):
     """``scatter_object_input_list[r]`` of rank ``src`` into ``scatter_object_output_list[0]`` of rank r."""
@@ -138,6 +142,7 @@ def scatter_object_list(scatter_object_output_list, scatter_object_input_list=No
     scatter_object_output_list[0] = values[pg.rank()]
 
 
+@members_only
 def send_object_list(object_list, dst=None, group=None, device=None, group_dst=None):
     """Send ``object_list`` to rank ``dst``, whose ``recv_object_list`` takes it."""
     pg = resolve(group)
@@ -148,6 +153,7 @@ def send_object_list(object_list, dst=None, group=None, device=None, group_dst=N
     wait(pg.comm.Isend(data, dest=peer, tag=_TAG), pg.timeout, "send_object_list")
 
 
+@members_only
 def recv_object_list(object_list, src=None, group=None, device=None, group_src=None):
     """Receive a ``send_object_list`` from rank ``src`` (any rank when None) into ``object_list``, in place;
     returns the sender's rank."""

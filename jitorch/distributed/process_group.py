@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import datetime
 import enum
+import functools
 import os
 import urllib.parse
+import warnings
 
 from .. import cuda
 from . import nccl, nccl_ops, rendezvous
@@ -209,6 +211,24 @@ def is_gloo_available():
 def is_initialized():
     """Whether the default process group exists."""
     return World.WORLD is not None
+
+
+def outside(what):
+    """torch's answer to a call naming a group this rank is not in (``GroupMember.NON_GROUP_MEMBER``, which
+    ``new_group`` gives it): a warning, and nothing done (None)."""
+    warnings.warn(f"Running {what} on global rank {resolve(None).rank()} which does not belong to the given group.",
+                  stacklevel=3)
+
+
+def members_only(fn):
+    """``fn`` (a collective taking ``group``) that only `outside` runs when ``group`` is
+    ``GroupMember.NON_GROUP_MEMBER``."""
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        if kwargs.get("group") is GroupMember.NON_GROUP_MEMBER or any(a is GroupMember.NON_GROUP_MEMBER for a in args):
+            return outside(fn.__name__)
+        return fn(*args, **kwargs)
+    return call
 
 
 def resolve(group_arg):

@@ -10,24 +10,13 @@ import numpy as np
 
 import jitorch as jt
 import jitorch.distributed as dist
+from checking import check, data
 from jitorch.distributed.process_group import group_by_id
 
 dist.init_process_group()
 rank, size = dist.get_rank(), dist.get_world_size()
 # the launcher's RANK/WORLD_SIZE are the group's, also when several nodes' jobs joined through the rendezvous
 assert (rank, size) == (int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])), (rank, size, os.environ["RANK"])
-checks = 0
-
-
-def data(r, shape=(2, 3), dtype=np.float32):
-    return (np.arange(np.prod(shape)).reshape(shape) + 10 * r + 1).astype(dtype)
-
-
-def check(got, expected):
-    global checks
-    np.testing.assert_allclose(got.numpy() if isinstance(got, jt.Tensor) else got, expected, rtol=1e-6)
-    checks += 1
-
 
 everyone = [data(r) for r in range(size)]
 for op, fold in ((dist.ReduceOp.SUM, np.sum), (dist.ReduceOp.PRODUCT, np.prod), (dist.ReduceOp.MIN, np.min),
@@ -148,7 +137,7 @@ if rank == 0:
 elif rank == size - 1:
     received = [None, None]
     assert dist.recv_object_list(received) == 0 and received == [(1, 2), {3: None}]
-checks += 5
+check.passed += 5
 
 # a group of the even ranks
 evens = dist.new_group([r for r in range(size) if r % 2 == 0])
@@ -167,7 +156,7 @@ if rank % 2 == 0:  # the default group took the others with it, as torch's does
     try:
         group_by_id(evens.id)
     except RuntimeError:
-        checks += 1
+        check.passed += 1
     else:
         raise AssertionError("the even ranks' group outlived the default group")
-print(f"rank {rank} of {size}: {checks} checks passed", flush=True)
+print(f"rank {rank} of {size}: {check.passed} checks passed", flush=True)

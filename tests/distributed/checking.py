@@ -1,0 +1,20 @@
+"""What the launched check scripts share: rank r's data, which every rank can compute, and a NumPy comparison
+that counts the checks passed (``check.passed``)."""
+
+import numpy as np
+
+import jitorch as jt
+
+
+def data(r, shape=(2, 3), dtype=np.float32):
+    """Rank ``r``'s values: distinct per rank and per element."""
+    return (np.arange(np.prod(shape)).reshape(shape) + 10 * r + 1).astype(dtype)
+
+
+def check(got, expected):
+    """``got`` (a tensor or array) equals ``expected`` to float32 rounding; counts the check."""
+    np.testing.assert_allclose(got.numpy() if isinstance(got, jt.Tensor) else got, expected, rtol=1e-6)
+    check.passed += 1
+
+
+check.passed = 0
