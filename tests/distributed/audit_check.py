@@ -3,8 +3,8 @@
 Boolean reductions (torch's logic), the work handles of the rooted collectives, collectives in a group whose
 ranks are not the world's first, a rank outside a group, ranks that disagree (on the collective, the shapes, the
 dtypes, all_to_all_single's splits, a received message's size) raising on every rank and leaving the group usable,
-object collectives with pickle unusable, and last a DDP backward that a silent rank leaves waiting, which must end
-in the group's timeout error. Prints "rank R of N: K audit checks passed", then the timeout's error.
+DDP's buffers (rank 0's before each forward), object collectives with pickle unusable, and last a DDP backward
+that a silent rank leaves waiting, which must end in the group's timeout error. Prints "rank R of N: K audit checks passed", then the timeout's error.
 """
 
 import datetime
@@ -154,6 +154,20 @@ if rank in (0, 1):
                 raise AssertionError(message)
 dist.barrier()
 
+# buffers: rank 0's at construction, and again before every forward (broadcast_buffers), as torch's DDP
+norm = jt.nn.BatchNorm1d(3)
+norm.running_mean.fill_(float(rank))
+ddp = DDP(norm)
+check(ddp.module.running_mean, np.zeros(3, np.float32))
+ddp(jt.from_numpy(data(rank, shape=(4, 3))))  # training: each rank's running statistics move its own way
+assert not jt.equal(norm.running_mean, jt.zeros(3)) and ddp.module is norm
+ddp.eval()
+with jt.no_grad():
+    out = ddp(jt.ones(2, 3))  # normalised with rank 0's statistics on every rank
+outputs = [jt.zeros(2, 3) for _ in range(size)]
+dist.all_gather(outputs, out)
+for other in outputs:
+    check(other, outputs[0].numpy())
 
 # the object collectives never pickle: with pickle and mpi4py's pickler unusable, every one still works
 def unpicklable(*args, **kwargs):
