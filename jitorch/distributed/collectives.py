@@ -349,12 +349,24 @@ def _write_rows(tensors, rows, dtype):
         _write(t, row.view(dtype) if row.dtype != dtype else row)
 
 
-def _like(tensors, tensor, what, arg):
-    """RuntimeError unless every tensor of ``tensors`` (an output list) has ``tensor``'s dtype and shape."""
+def _like(tensors, tensor, what, arg, role="input"):
+    """Unless every tensor of ``tensors`` (a list of a rank's parts) has ``tensor``'s dtype (ValueError) and
+    shape (RuntimeError)."""
+    _one_dtype([tensor, *tensors], what)
     for t in tensors:
-        if tuple(t.shape) != tuple(tensor.shape) or t.dtype != tensor.dtype:
-            raise RuntimeError(f"{what}: {arg}'s tensors must match the input ({tensor.dtype}"
+        if tuple(t.shape) != tuple(tensor.shape):
+            raise RuntimeError(f"{what}: {arg}'s tensors must match the {role} ({tensor.dtype}"
                                f"{list(tensor.shape)}), got {t.dtype}{list(t.shape)}")
+
+
+def _one_dtype(tensors, what, error=ValueError):
+    """``error`` (torch's: ValueError where its Python checks, RuntimeError where its backend does) unless the
+    tensors one collective moves are all of one dtype, before anything moves: MPI would move the bytes as they
+    are, and the receiver read them as another dtype."""
+    first = tensors[0].dtype
+    for t in tensors[1:]:
+        if t.dtype != first:
+            raise error(f"{what}: Invalid usage of tensors with different dtypes: found {first} and {t.dtype}")
 
 
 @_staged("tensor_list")
@@ -386,6 +398,7 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=Fal
     what = "all_gather_into_tensor"
     pg = resolve(group)
     _whole(output_tensor, pg.size() * input_tensor.numel(), what, "output_tensor")
+    _one_dtype([input_tensor, output_tensor], what, RuntimeError)
     nccl = _on_nccl(pg, input_tensor, what)
     _agree(pg, what, input_tensor, what)
     if nccl:
@@ -402,6 +415,7 @@ def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=F
     op = _averaging(op, input, what)
     pg = resolve(group)
     _whole(input, pg.size() * output.numel(), what, "input")
+    _one_dtype([input, output], what, RuntimeError)
     nccl = _on_nccl(pg, input, what)
     _agree(pg, what, input, what)
     if nccl:
@@ -440,8 +454,8 @@ def scatter(tensor, scatter_list=None, src=None, group=None, async_op=False, gro
     pg = resolve(group)
     root = _root(pg, src, group_src)
     _check_root_list(pg, root, scatter_list, what, "source", "scatter_list")
-    if pg.rank() == root and any(tuple(t.shape) != tuple(tensor.shape) for t in scatter_list):
-        raise RuntimeError(f"{what}: scatter_list's tensors must have the output's shape {list(tensor.shape)}")
+    if pg.rank() == root:
+        _like(scatter_list, tensor, what, "scatter_list", "output")
     nccl = _on_nccl(pg, tensor, what)
     _agree(pg, what, tensor, what)
     if nccl:
@@ -465,6 +479,7 @@ def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=
     size = pg.size()
     sent = list(input_split_sizes) if input_split_sizes else [input.shape[0] // size] * size
     received = list(output_split_sizes) if output_split_sizes else [output.shape[0] // size] * size
+    _one_dtype([output, input], what)
     if sum(sent) != input.shape[0] or sum(received) != output.shape[0] or \
             input.numel() * output.shape[0] != output.numel() * input.shape[0]:
         raise ValueError(f"{what}: split sizes must add up to dim 0 of the input ({input.shape[0]}) and of the "

@@ -3,8 +3,10 @@
 Boolean reductions (torch's logic), the work handles of the rooted collectives, collectives in a group whose
 ranks are not the world's first, a rank outside a group, ranks that disagree (on the collective, the shapes, the
 dtypes, all_to_all_single's splits, a received message's size) raising on every rank and leaving the group usable,
-DDP's buffers (rank 0's before each forward), object collectives with pickle unusable, and last a DDP backward
-that a silent rank leaves waiting, which must end in the group's timeout error. Prints "rank R of N: K audit checks passed", then the timeout's error.
+a rank's own tensors of two dtypes, DDP's error for a parameter the forward left unused, DDP's buffers (rank 0's
+before each forward), object collectives with pickle unusable, and last a DDP backward that a silent rank leaves
+waiting, which must end in the group's timeout error. Prints "rank R of N: K audit checks passed", then the
+timeout's error.
 """
 
 import datetime
@@ -138,6 +140,27 @@ if rank == 0:
 raises(lambda: dist.all_to_all_single(jt.zeros(sum(received), 2), jt.ones(size, 2), output_split_sizes=received,
                                       input_split_sizes=[1] * size),
        "rank 1 sends 8 bytes to rank 0, which receives 16")
+# a rank's own tensors of different dtypes (regression: all_gather_into_tensor and scatter reinterpreted the bytes,
+# silently; reduce_scatter_tensor raised mpi4py's ValueError): torch's errors, before anything moves
+for call, error in ((lambda: dist.all_gather_into_tensor(jt.zeros(2 * size, dtype=jt.float64), jt.ones(2)),
+                     RuntimeError),
+                    (lambda: dist.reduce_scatter_tensor(jt.zeros(2, dtype=jt.float64), jt.ones(2 * size)),
+                     RuntimeError),
+                    (lambda: dist.all_gather([jt.zeros(2, dtype=jt.float64)] * size, jt.ones(2)), ValueError),
+                    (lambda: dist.all_to_all_single(jt.zeros(size), jt.ones(size, dtype=jt.float64)), ValueError)):
+    raises(call, "Invalid usage of tensors with different dtypes: found jitorch.float", error)
+alone = dist.new_group([0])  # only the root's list is wrong: the other ranks would wait for it
+if rank == 0:
+    for call in (lambda: dist.scatter(jt.zeros(2), [jt.ones(2, dtype=jt.float64)], src=0, group=alone),
+                 lambda: dist.gather(jt.ones(2), [jt.zeros(2, dtype=jt.int64)], dst=0, group=alone)):
+        try:
+            call()
+        except ValueError as error:
+            assert "Invalid usage of tensors with different dtypes: found jitorch.float32 and jitorch." in str(error)
+            check.passed += 1
+        else:
+            raise AssertionError("no error for a list of another dtype")
+
 # a message larger or smaller than the receiving tensor
 if rank in (0, 1):
     for sent, receiving, message in ((4, 2, "recv failed in MPI: Message truncated"),
@@ -153,6 +176,51 @@ if rank in (0, 1):
             else:
                 raise AssertionError(message)
 dist.barrier()
+
+
+
+class Half(jt.nn.Module):
+    """Two layers, one of which the forward leaves unused."""
+
+    def __init__(self):
+        super().__init__()
+        self.used, self.unused = jt.nn.Linear(3, 2), jt.nn.Linear(3, 2)
+
+    def forward(self, x):
+        return self.used(x)
+
+
+# a parameter the forward left unused, without find_unused_parameters: torch's error at the next forward, and
+# in a compiled step when its trace's backward ends (regression: its bucket never started, nor any after it, and
+# every rank kept its own gradients, silently)
+unfinished = ("Expected to have finished reduction in the prior iteration before starting a new one. This error "
+              "indicates that your module has parameters that were not used in producing loss.")
+half = DDP(Half())
+half(jt.ones(2, 3)).sum().backward()
+for attempt in range(2):  # every later forward too, as torch's
+    try:
+        half(jt.ones(2, 3))
+    except RuntimeError as error:
+        assert str(error).startswith(unfinished) and str(error).endswith(
+            "Parameters that received no gradient: unused.weight, unused.bias"), str(error)
+        check.passed += 1
+    else:
+        raise AssertionError("no error after a backward that left a bucket unreduced")
+half = DDP(Half())
+
+
+@jt.compile
+def half_step(x):
+    half(x).sum().backward()
+
+
+try:
+    half_step(jt.ones(2, 3))
+except RuntimeError as error:
+    assert str(error).startswith(unfinished), str(error)
+    check.passed += 1
+else:
+    raise AssertionError("a compiled step left a bucket unreduced")
 
 # buffers: rank 0's at construction, and again before every forward (broadcast_buffers), as torch's DDP
 norm = jt.nn.BatchNorm1d(3)

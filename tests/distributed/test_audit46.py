@@ -8,9 +8,9 @@ from .test_collectives import launch
 
 def test_audit_checks_on_four_ranks():
     """Boolean reductions, rooted collectives' work handles, a group without rank 0 and a rank outside it,
-    disagreeing ranks (collective, shape, dtype, all_to_all_single's splits, message sizes), DDP's buffers,
-    object collectives with pickle unusable, and a DDP backward that a silent rank leaves waiting
-    (audit_check.py)."""
+    disagreeing ranks (collective, shape, dtype, all_to_all_single's splits, message sizes), a rank's tensors of
+    two dtypes, DDP's error for an unused parameter (eager and compiled), DDP's buffers, object collectives with
+    pickle unusable, and a DDP backward that a silent rank leaves waiting (audit_check.py)."""
     done = launch(4, "audit_check.py", timeout=120)
     ranks = sorted(int(r) for r in re.findall(r"rank (\d) of 4: \d+ audit checks passed", done.stdout))
     assert ranks == [0, 1, 2, 3], done.stdout + done.stderr

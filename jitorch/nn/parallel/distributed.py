@@ -92,6 +92,7 @@ class DistributedDataParallel(Module):
         self._next = 0  # the next bucket to start: they start in order on every rank
         self._progress = _Progress(self._group)
         self._expecting = False
+        self._ready = set()  # ids of the parameters whose gradients this backward has counted ready
         self._params = params
         self._used, self._used_request, self._unused = None, None, frozenset()
         for p in params:
@@ -148,6 +149,8 @@ class DistributedDataParallel(Module):
             self.require_backward_grad_sync = previous
 
     def forward(self, *inputs, **kwargs):
+        if self._expecting and self._ready:
+            self._unfinished()
         if self.broadcast_buffers:
             with no_grad():
                 self._broadcast(list(self.module.buffers()))
@@ -157,6 +160,7 @@ class DistributedDataParallel(Module):
             for bucket in self._buckets:
                 bucket.ready, bucket.work = 0, None
             self._next = 0
+            self._ready = set()
             if self.find_unused_parameters:
                 used = _leaves_reached(output)
                 self._exchange_used(used)
@@ -186,9 +190,26 @@ class DistributedDataParallel(Module):
 
     def _grad_ready(self, param):
         if self._expecting and self.require_backward_grad_sync:
+            if not self._ready and is_compiling():
+                # a compiled step replays its graph without running this again: check when its trace's
+                # backward ends instead of at the next forward
+                when_backward_ends(lambda: self._expecting and self._unfinished())
             self._mark_ready(param)
 
+    def _unfinished(self):
+        """torch's RuntimeError for a backward that left buckets unreduced: some parameters got no gradient
+        (unused by the forward, without ``find_unused_parameters``), so the gradients were not averaged."""
+        names = [name for name, p in self.module.named_parameters()
+                 if id(p) in self._bucket_of and id(p) not in self._ready]
+        raise RuntimeError("Expected to have finished reduction in the prior iteration before starting a new one. "
+                           "This error indicates that your module has parameters that were not used in producing "
+                           "loss. You can enable unused parameter detection by passing the keyword argument "
+                           "`find_unused_parameters=True` to `jitorch.nn.parallel.DistributedDataParallel`, and by "
+                           "making sure all `forward` function outputs participate in calculating loss. "
+                           f"Parameters that received no gradient: {', '.join(names)}")
+
     def _mark_ready(self, param):
+        self._ready.add(id(param))
         self._progress.poke()
         bucket = self._bucket_of[id(param)]
         bucket.ready += 1
