@@ -131,6 +131,7 @@ def main():
         model = torch.compile(model)
     model = DDP(model, device_ids=[ddp_local_rank] if device != "cpu" else None)
     raw_model = model.module
+    assert type(raw_model).__name__ == ("OptimizedModule" if compile_model else "GPT")  # torch's name too
 
     whole = GPT()  # alone, on the micro-batches of every rank at once, from rank 0's weights
     whole.load_state_dict({k.removeprefix("_orig_mod."): v for k, v in raw_model.state_dict().items()})
