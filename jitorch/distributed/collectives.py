@@ -350,8 +350,8 @@ def _write_rows(tensors, rows, dtype):
 
 
 def _like(tensors, tensor, what, arg, role="input"):
-    """Unless every tensor of ``tensors`` (a list of a rank's parts) has ``tensor``'s dtype (ValueError) and
-    shape (RuntimeError)."""
+    """ValueError unless every tensor of ``tensors`` (a list of one rank's parts) has ``tensor``'s dtype, and
+    RuntimeError unless each has its shape."""
     _one_dtype([tensor, *tensors], what)
     for t in tensors:
         if tuple(t.shape) != tuple(tensor.shape):
