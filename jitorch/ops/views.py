@@ -660,6 +660,16 @@ _SMALL_BYTES = 1 << 16
 
 
 def _copy(dst, src):
+    """``dst[...] = src`` (cast to ``dst``'s dtype): a large copy in parts on the team (`_copy_pieces`), each part
+    as `_copy_whole` copies. Every element is copied (or cast) alone, so the bits are the whole copy's."""
+    pieces = _copy_pieces(dst, src)
+    if pieces is None:
+        _copy_whole(dst, src)
+    else:
+        threads.run_parts(_copy_whole, pieces)
+
+
+def _copy_whole(dst, src):
     """``dst[...] = src`` (cast to ``dst``'s dtype), blocked along ``dst``'s unit-stride dim where ``src``
     strides far across it."""
     if src.dtype == dst.dtype and src.shape == dst.shape and dst.ndim > 1 and dst.nbytes >= _SMALL_BYTES:
@@ -901,8 +911,10 @@ _WINDOW_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 # From this many elements, a convolution's strided passes (col2im's sums, the copy of its input into a padded
-# buffer, the zeros under both) split across the thread team: megabytes per call, several percent of a DCGAN
-# step, run on one thread where products and kernels split. Python parts (`threads.run_parts`: each NumPy call
+# buffer, the zeros under both) and every eager copy (`_copy`: clone, contiguous, a convolution's im2col and
+# batch-last copies) split across the thread team: megabytes per call, several percent of a DCGAN step (its
+# copies 65 of 630 ms of thread CPU per eager step, the cnn's 6 of 38), run on one thread where products and
+# kernels split. Python parts (`threads.run_parts`: each NumPy call
 # lets the GIL go); a part's hand-over costs 10 to 60 µs, a pass over 2**18 float32 elements 0.1 to 0.3 ms.
 SPLIT_MIN = 1 << 18
 
@@ -937,17 +949,33 @@ def _narrowed(a, d, lo, hi):
     return a[(slice(None),) * d + (slice(lo, hi),)]
 
 
-def copy_split(out, x):
-    """``np.copyto(out, x)`` for C-contiguous arrays of one shape and dtype, in ranges on the team where large."""
-    n = out.size
-    if n >= SPLIT_MIN and x.shape == out.shape and x.dtype == out.dtype and x.flags.c_contiguous \
-            and out.flags.c_contiguous:
-        _, bounds = _pieces((n,), (1,), n) or (0, [(0, n)])
-        if len(bounds) > 1:
-            dst, src = out.reshape(-1), x.reshape(-1)
-            threads.run_parts(np.copyto, [(dst[lo:hi], src[lo:hi]) for lo, hi in bounds])
-            return
-    np.copyto(out, x)
+def _copy_pieces(dst, src):
+    """``[(dst part, src part), ...]``: how a copy of ``src`` into ``dst`` (arrays of one shape, in memory they do not
+    share) splits across the team, or None where it runs whole: under `SPLIT_MIN` elements, one thread, a ``dst``
+    whose elements are not distinct (which write wins is the whole copy's), or arrays that may share memory (NumPy's
+    copy buffers them). Two C-contiguous arrays split as one run of elements; others along the outermost dim of
+    ``dst`` of ``4 * parts`` elements or more (else of ``parts``), so that each part writes whole rows of memory:
+    a convolution's windows gathered into its GEMM operand (im2col), a tensor into a convolution's batch-last
+    layout and back, any large ``contiguous()`` or ``clone()`` of a strided view."""
+    n = dst.size
+    if n < SPLIT_MIN or src.__class__ is not np.ndarray or src.shape != dst.shape:
+        return None
+    parts = min(threads.get_num_threads(), n // (SPLIT_MIN // 2))
+    if parts < 2 or np.may_share_memory(dst, src):
+        return None
+    if dst.flags.c_contiguous and src.flags.c_contiguous:
+        dst, src = dst.reshape(-1), src.reshape(-1)
+    item = dst.itemsize
+    strides = [s // item for s in dst.strides]
+    if may_overlap(dst.shape, strides):
+        return None
+    order = sorted(range(dst.ndim), key=lambda i: -abs(strides[i]))
+    d = next((i for i in order if dst.shape[i] >= 4 * parts), None)
+    if d is None:
+        d = next((i for i in order if dst.shape[i] >= parts), None)
+        if d is None:
+            return None
+    return [(_narrowed(dst, d, lo, hi), _narrowed(src, d, lo, hi)) for lo, hi in threads.bounds(dst.shape[d], parts)]
 
 
 def fill_split(out, value):
@@ -975,7 +1003,7 @@ def as_strided_scatter_into(out, x, src, size, stride, storage_offset):
     if x is None:
         fill_split(out, 0)
     elif not _same_buffer(out, x):
-        copy_split(out, x)
+        _copy(out, x)
     flat = out.reshape(-1)
     offset = 0 if storage_offset is None else storage_offset
     item = flat.itemsize
@@ -1044,7 +1072,7 @@ def as_strided_add_into(out, x, src, size, stride, storage_offset):
     if x is None:
         fill_split(out, 0)
     elif not _same_buffer(out, x):
-        copy_split(out, x)
+        _copy(out, x)
     if 0 in tuple(size):
         return
     offset = 0 if storage_offset is None else storage_offset
