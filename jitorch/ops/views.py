@@ -14,7 +14,7 @@ from operator import itemgetter
 import numpy as np
 
 from ..runtime import threads
-from ..runtime.casts import copy_into
+from ..runtime.copy_parts import SPLIT_MIN, copy as _copy
 from ..runtime.device import CPU
 from ..runtime.strided import (CONTIGUOUS_STRIDES, INT64_MAX, broadcast_shapes, check_numel, contiguous_strides,
                                contiguous_strides_cached, dense_strides, infer_size,
@@ -648,42 +648,6 @@ def _clone_meta(x, fmt):
     return TensorSpec(x.shape, x.dtype, x.device)
 
 
-# A copy that writes along a dim the source strides far across (a transpose: NCHW to the batch-last layout
-# of a convolution's windows) reads a new source cache line for each element written, and with
-# power-of-two strides those lines share cache sets; copying that dim BLOCK elements at a time reuses each
-# line for BLOCK elements. Measured with NumPy on float32: (64, 64, 16, 16) to batch-last 2.3 ms -> 0.5 ms,
-# a (4096, 1024) transpose 30 ms -> 4.3 ms; a source stride under FAR_BYTES gains nothing, and a copy under
-# SMALL_BYTES stays in cache anyway.
-_TRANSPOSE_BLOCK = 8
-_FAR_BYTES = 4096
-_SMALL_BYTES = 1 << 16
-
-
-def _copy(dst, src):
-    """``dst[...] = src`` (cast to ``dst``'s dtype): a large copy in parts on the team (`_copy_pieces`), each part
-    as `_copy_whole` copies. Every element is copied (or cast) alone, so the bits are the whole copy's."""
-    pieces = _copy_pieces(dst, src)
-    if pieces is None:
-        _copy_whole(dst, src)
-    else:
-        threads.run_parts(_copy_whole, pieces)
-
-
-def _copy_whole(dst, src):
-    """``dst[...] = src`` (cast to ``dst``'s dtype), blocked along ``dst``'s unit-stride dim where ``src``
-    strides far across it."""
-    if src.dtype == dst.dtype and src.shape == dst.shape and dst.ndim > 1 and dst.nbytes >= _SMALL_BYTES:
-        d = min(range(dst.ndim), key=lambda i: abs(dst.strides[i]))
-        n = dst.shape[d]
-        if dst.strides[d] == dst.itemsize and abs(src.strides[d]) >= _FAR_BYTES and n > _TRANSPOSE_BLOCK:
-            lead = (slice(None),) * d
-            for i in range(0, n, _TRANSPOSE_BLOCK):
-                part = lead + (slice(i, i + _TRANSPOSE_BLOCK),)
-                dst[part] = src[part]
-            return
-    copy_into(dst, src)
-
-
 def _clone_cpu(spec, x, fmt):
     item = x.itemsize
     shape, strides = x.shape, tuple(s // item for s in x.strides)
@@ -910,13 +874,6 @@ def _window_kernel(out, x, src, size, stride, storage_offset, mode):
 _WINDOW_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
-# From this many elements, a convolution's strided passes (col2im's sums, the copy of its input into a padded
-# buffer, the zeros under both) and every eager copy (`_copy`: clone, contiguous, a convolution's im2col and
-# batch-last copies) split across the thread team: megabytes per call, several percent of a DCGAN step (its
-# copies 65 of 630 ms of thread CPU per eager step, the cnn's 6 of 38), run on one thread where products and
-# kernels split. Python parts (`threads.run_parts`: each NumPy call
-# lets the GIL go); a part's hand-over costs 10 to 60 µs, a pass over 2**18 float32 elements 0.1 to 0.3 ms.
-SPLIT_MIN = 1 << 18
 
 
 def _disjoint_dim(size, stride):
@@ -947,35 +904,6 @@ def _pieces(size, stride, count):
 
 def _narrowed(a, d, lo, hi):
     return a[(slice(None),) * d + (slice(lo, hi),)]
-
-
-def _copy_pieces(dst, src):
-    """``[(dst part, src part), ...]``: how a copy of ``src`` into ``dst`` (arrays of one shape, in memory they do not
-    share) splits across the team, or None where it runs whole: under `SPLIT_MIN` elements, one thread, a ``dst``
-    whose elements are not distinct (which write wins is the whole copy's), or arrays that may share memory (NumPy's
-    copy buffers them). Two C-contiguous arrays split as one run of elements; others along the outermost dim of
-    ``dst`` of ``4 * parts`` elements or more (else of ``parts``), so that each part writes whole rows of memory:
-    a convolution's windows gathered into its GEMM operand (im2col), a tensor into a convolution's batch-last
-    layout and back, any large ``contiguous()`` or ``clone()`` of a strided view."""
-    n = dst.size
-    if n < SPLIT_MIN or src.__class__ is not np.ndarray or src.shape != dst.shape:
-        return None
-    parts = min(threads.get_num_threads(), n // (SPLIT_MIN // 2))
-    if parts < 2 or np.may_share_memory(dst, src):
-        return None
-    if dst.flags.c_contiguous and src.flags.c_contiguous:
-        dst, src = dst.reshape(-1), src.reshape(-1)
-    item = dst.itemsize
-    strides = [s // item for s in dst.strides]
-    if may_overlap(dst.shape, strides):
-        return None
-    order = sorted(range(dst.ndim), key=lambda i: -abs(strides[i]))
-    d = next((i for i in order if dst.shape[i] >= 4 * parts), None)
-    if d is None:
-        d = next((i for i in order if dst.shape[i] >= parts), None)
-        if d is None:
-            return None
-    return [(_narrowed(dst, d, lo, hi), _narrowed(src, d, lo, hi)) for lo, hi in threads.bounds(dst.shape[d], parts)]
 
 
 def fill_split(out, value):

@@ -1,5 +1,5 @@
 """Large eager copies (``clone``, ``contiguous``, a convolution's im2col and batch-last layouts, ``as_strided_scatter``)
-split across the thread team (`ops.views._copy_pieces`): which copies fork, and that their bits are the one-thread
+split across the thread team (`ops.copy_parts.pieces`): which copies fork, and that their bits are the one-thread
 copy's and torch's."""
 
 import numpy as np
@@ -8,8 +8,7 @@ import torch
 
 import jitorch as jt
 import jitorch.nn.functional as F
-from jitorch.ops import views
-from jitorch.runtime import threads
+from jitorch.runtime import copy_parts, threads, ufunc_parts
 
 
 def _forks(fn):
@@ -29,7 +28,7 @@ def test_a_large_clone_of_a_permuted_view_forks_once_with_the_one_thread_bits(mo
     """A batch-last copy (the layout a convolution gathers from): one fork of two parts at two threads, none at one,
     the same elements as NumPy's and torch's copy."""
     x = np.random.default_rng(46).standard_normal((64, 32, 12, 12)).astype(np.float32)
-    assert x.size >= views.SPLIT_MIN
+    assert x.size >= copy_parts.SPLIT_MIN
     monkeypatch.setitem(threads._settings, "threads", 1)
     one, forks, _ = _forks(lambda: jt.from_numpy(x).permute(1, 2, 3, 0).contiguous())
     assert forks == 0
@@ -42,7 +41,7 @@ def test_a_large_clone_of_a_permuted_view_forks_once_with_the_one_thread_bits(mo
 
 @pytest.mark.parametrize("dtype", ["float64", "int32", "bfloat16"])
 def test_clone_of_a_transposed_matrix_splits_for_every_dtype(two_threads, dtype):
-    """The transposed copy that `_copy_whole` blocks along the unit-stride dim: each part blocks its own rows."""
+    """The transposed copy that `copy_parts.copy_whole` blocks along the unit-stride dim: each part blocks its own rows."""
     x = jt.arange(600 * 700).reshape(600, 700).to(getattr(jt, dtype))
     t, forks, parts = _forks(lambda: x.t().clone(memory_format=jt.contiguous_format))
     assert (forks, parts) == (1, 1) and t.is_contiguous()
@@ -54,32 +53,32 @@ def test_contiguous_to_contiguous_copies_split_as_one_run(two_threads):
     """Two C-contiguous arrays split as one run of elements (a leading dim of 3 would give parts of 2 and 1)."""
     src = np.arange(3 * 100_000, dtype=np.float32).reshape(3, 100_000)
     dst = np.empty_like(src)
-    pieces = views._copy_pieces(dst, src)
+    pieces = copy_parts.pieces(dst, src)
     assert [p[0].shape for p in pieces] == [(150_000,), (150_000,)]
-    _, forks, _ = _forks(lambda: views._copy(dst, src))
+    _, forks, _ = _forks(lambda: copy_parts.copy(dst, src))
     assert forks == 1 and np.array_equal(dst, src)
 
 
 def test_copies_that_run_whole():
     """Under `SPLIT_MIN` elements, at one thread, into a destination that repeats an element, from memory the
     destination shares, or broadcast from another shape: no parts."""
-    big = np.zeros(views.SPLIT_MIN, np.float32)
+    big = np.zeros(copy_parts.SPLIT_MIN, np.float32)
     with pytest.MonkeyPatch.context() as m:
         m.setitem(threads._settings, "threads", 2)
-        assert views._copy_pieces(np.empty(views.SPLIT_MIN - 1, np.float32), big[1:]) is None
-        repeated = np.lib.stride_tricks.as_strided(np.empty(8, np.float32), (views.SPLIT_MIN,), (0,))
-        assert views._copy_pieces(repeated, big) is None
-        assert views._copy_pieces(big[::-1], big) is None
-        assert views._copy_pieces(np.empty((2, views.SPLIT_MIN), np.float32), big) is None
-        assert views._copy_pieces(np.empty_like(big), big) is not None
+        assert copy_parts.pieces(np.empty(copy_parts.SPLIT_MIN - 1, np.float32), big[1:]) is None
+        repeated = np.lib.stride_tricks.as_strided(np.empty(8, np.float32), (copy_parts.SPLIT_MIN,), (0,))
+        assert copy_parts.pieces(repeated, big) is None
+        assert copy_parts.pieces(big[::-1], big) is None
+        assert copy_parts.pieces(np.empty((2, copy_parts.SPLIT_MIN), np.float32), big) is None
+        assert copy_parts.pieces(np.empty_like(big), big) is not None
         m.setitem(threads._settings, "threads", 1)
-        assert views._copy_pieces(np.empty_like(big), big) is None
+        assert copy_parts.pieces(np.empty_like(big), big) is None
 
 
 def test_as_strided_scatter_into_a_view_that_overlaps_runs_whole(two_threads):
     """An as_strided_scatter whose view repeats elements: ``self``'s copy forks, the scatter runs whole (which write
     wins is the whole copy's: NumPy's, the last; torch leaves the order of overlapping writes undefined)."""
-    n = views.SPLIT_MIN + 10
+    n = copy_parts.SPLIT_MIN + 10
     src = np.random.default_rng(3).standard_normal((2, n)).astype(np.float32)
     base = np.zeros(n + 1, np.float32)
     ours, forks, _ = _forks(lambda: jt.as_strided_scatter(jt.from_numpy(base), jt.from_numpy(src), (2, n), (1, 1)))
@@ -114,3 +113,70 @@ def test_a_convolution_step_at_two_threads_is_the_one_thread_step_bit_for_bit(mo
     (ty * ty).sum().backward()
     for a, b in zip(two, (ty.detach(), tx.grad, tw.grad)):
         np.testing.assert_allclose(a, b.numpy(), rtol=1e-4, atol=1e-3)
+
+
+# Pointwise ops on operands laid out apart (`ops.pointwise_base._split_in_order`) -------------------------------
+
+_A = np.random.default_rng(46).standard_normal((64, 16, 16, 64)).astype(np.float32)  # (batch-last, as permuted)
+_B = np.random.default_rng(47).standard_normal((64, 64, 16, 16)).astype(np.float32)
+
+
+def _permuted(lib):
+    return lib.from_numpy(_A).permute(0, 3, 1, 2)
+
+
+LAID_APART = {
+    "permuted * contiguous": lambda lib: _permuted(lib) * lib.from_numpy(_B),
+    "contiguous + permuted": lambda lib: lib.from_numpy(_B) + _permuted(lib),
+    "permuted > contiguous": lambda lib: _permuted(lib) > lib.from_numpy(_B),
+    "contiguous - permuted": lambda lib: lib.from_numpy(_B) - _permuted(lib),
+    "a gradient's product": lambda lib: _permuted(lib).requires_grad_() * lib.from_numpy(_B),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LAID_APART))
+def test_an_exact_ufunc_on_operands_laid_out_apart_splits_with_the_one_thread_bits_and_torchs_layout(monkeypatch,
+                                                                                                    case):
+    """A convolution's input gradient (batch-last memory, NCHW shape) times a contiguous tensor: at two threads the
+    operand laid out apart is copied into the result's layout and the product runs on the team over memory order;
+    the bits are the one-thread call's (NumPy's strided loop) and torch's, the strides torch's."""
+    fn = LAID_APART[case]
+    monkeypatch.setitem(threads._settings, "threads", 1)
+    one, forks, _ = _forks(lambda: fn(jt))
+    assert forks == 0
+    monkeypatch.setitem(threads._settings, "threads", 2)
+    monkeypatch.setitem(ufunc_parts._backoff, "calls", 0)
+    two, forks, _ = _forks(lambda: fn(jt))
+    assert forks >= 1
+    theirs = fn(torch)
+    assert two.stride() == one.stride() == theirs.stride()
+    assert np.array_equal(two.detach().numpy(), one.detach().numpy())
+    assert np.array_equal(two.detach().numpy(), theirs.detach().numpy())
+
+
+def test_an_inexact_ufunc_on_operands_laid_out_apart_runs_whole(two_threads):
+    """atan2 rounds as its loop does: on operands laid out apart it stays NumPy's one call (no fork), the bits the
+    one-thread call's."""
+    x, y = _permuted(jt), jt.from_numpy(_B)
+    r, forks, _ = _forks(lambda: jt.atan2(x, y))
+    assert forks == 0
+    assert np.array_equal(r.numpy(), np.arctan2(_A.transpose(0, 3, 1, 2), _B))
+
+
+def test_a_product_laid_out_apart_in_a_backward_matches_one_thread(monkeypatch):
+    """The gradient of a leaky_relu after a convolution (its input gradient laid out batch-last) at two threads: the
+    one-thread gradient's bits."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((64, 16, 16, 16)).astype(np.float32)
+    w = rng.standard_normal((32, 16, 3, 3)).astype(np.float32) * 0.1
+
+    def grad():
+        xt = jt.from_numpy(x).requires_grad_()
+        y = F.conv2d(F.leaky_relu(xt * 1.5, 0.2), jt.from_numpy(w), padding=1)
+        (y * y).sum().backward()
+        return xt.grad.numpy()
+
+    monkeypatch.setitem(threads._settings, "threads", 1)
+    one = grad()
+    monkeypatch.setitem(threads._settings, "threads", 2)
+    assert np.array_equal(grad(), one)
