@@ -1,6 +1,10 @@
-"""Large eager copies (``clone``, ``contiguous``, a convolution's im2col and batch-last layouts, ``as_strided_scatter``)
-split across the thread team (`ops.copy_parts.pieces`): which copies fork, and that their bits are the one-thread
-copy's and torch's."""
+"""Eager ops that left the second thread idle at two threads, now split across the team: large copies (``clone``,
+``contiguous``, a convolution's im2col and batch-last layouts, ``as_strided_scatter``: `runtime.copy_parts`) and exact
+pointwise ufuncs on operands laid out apart (`ops.pointwise_base._split_in_order`). Which calls fork, and that their
+bits are the one-thread call's and torch's; and a worker that kept its last part's arguments alive."""
+
+import threading
+import weakref
 
 import numpy as np
 import pytest
@@ -181,3 +185,24 @@ def test_a_product_laid_out_apart_in_a_backward_matches_one_thread(monkeypatch):
     one = grad()
     monkeypatch.setitem(threads._settings, "threads", 2)
     assert np.array_equal(grad(), one)
+
+
+def test_a_workers_python_part_keeps_no_reference_to_its_arguments_after_the_fork(two_threads):
+    """A worker's frame held its last Python part's arguments until its next part: the source of a split copy
+    (a tensor already dead) kept its buffer out of the allocator's pool (tests/runtime/test_allocator.py's zeros_like
+    case failed once ``reshape`` copies split)."""
+    started = threading.Event()
+
+    def part(a, first):
+        if first:
+            started.wait(10)  # (until the worker has claimed the other part)
+        else:
+            started.set()
+
+    a = np.ones(1000)
+    ref = weakref.ref(a)
+    taken = threads.counters["taken back"]
+    threads.run_parts(part, [(a[:500], True), (a[500:], False)])
+    assert started.is_set() and threads.counters["taken back"] == taken  # (the worker ran its part)
+    del a
+    assert ref() is None
