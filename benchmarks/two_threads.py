@@ -1,4 +1,4 @@
-"""How a compiled training step uses a second thread: per thread's CPU, its time queued for a core, the team's forks.
+"""How a training step (compiled or eager) uses a second thread: per thread CPU, time queued for a core, forks.
 
     python benchmarks/two_threads.py [--models gpt-4x128,lstm,cnn] [--threads 1,2] [--steps 5] [--rounds 3]
                                      [--system "jitorch.compile(model)"] [--spans] [--gaps] [--in-turn] [--quick]
