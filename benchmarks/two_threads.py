@@ -1,10 +1,10 @@
-"""How a compiled training step uses a second thread: per thread's CPU, its time queued for a core, the team's forks.
+"""How a training step (compiled or eager) uses a second thread: per thread CPU, time queued for a core, forks.
 
     python benchmarks/two_threads.py [--models gpt-4x128,lstm,cnn] [--threads 1,2] [--steps 5] [--rounds 3]
                                      [--system "jitorch.compile(model)"] [--spans] [--gaps] [--in-turn] [--quick]
 
-Per model and thread count, the step of ``--system`` (a system of benchmarks/models.py) is warmed up, then run
-``--rounds`` times ``--steps`` steps; the round of median wall time is printed per step:
+Per model and thread count, the step of ``--system`` (a system of benchmarks/models.py, or "jitorch eager") is
+warmed up, then run ``--rounds`` times ``--steps`` steps; the round of median wall time is printed per step:
 
     wall            wall ms
     cpu             process CPU ms (every thread)
@@ -239,7 +239,7 @@ def main(argv=None):
     p.add_argument("--threads", default="1,2")
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--system", default=step_profile.SYSTEMS[0], choices=step_profile.SYSTEMS)
+    p.add_argument("--system", default=step_profile.SYSTEMS[0], choices=(*step_profile.SYSTEMS, "jitorch eager"))
     p.add_argument("--spans", action="store_true", help="per category: forked or alone (profiled)")
     p.add_argument("--in-turn", action="store_true", help="each fork's parts one after another: the serial stretch")
     p.add_argument("--gaps", action="store_true", help="serial stretches between forks, by length")

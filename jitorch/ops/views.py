@@ -14,7 +14,7 @@ from operator import itemgetter
 import numpy as np
 
 from ..runtime import threads
-from ..runtime.casts import copy_into
+from ..runtime.copy_parts import SPLIT_MIN, copy as _copy
 from ..runtime.device import CPU
 from ..runtime.strided import (CONTIGUOUS_STRIDES, INT64_MAX, broadcast_shapes, check_numel, contiguous_strides,
                                contiguous_strides_cached, dense_strides, infer_size,
@@ -648,32 +648,6 @@ def _clone_meta(x, fmt):
     return TensorSpec(x.shape, x.dtype, x.device)
 
 
-# A copy that writes along a dim the source strides far across (a transpose: NCHW to the batch-last layout
-# of a convolution's windows) reads a new source cache line for each element written, and with
-# power-of-two strides those lines share cache sets; copying that dim BLOCK elements at a time reuses each
-# line for BLOCK elements. Measured with NumPy on float32: (64, 64, 16, 16) to batch-last 2.3 ms -> 0.5 ms,
-# a (4096, 1024) transpose 30 ms -> 4.3 ms; a source stride under FAR_BYTES gains nothing, and a copy under
-# SMALL_BYTES stays in cache anyway.
-_TRANSPOSE_BLOCK = 8
-_FAR_BYTES = 4096
-_SMALL_BYTES = 1 << 16
-
-
-def _copy(dst, src):
-    """``dst[...] = src`` (cast to ``dst``'s dtype), blocked along ``dst``'s unit-stride dim where ``src``
-    strides far across it."""
-    if src.dtype == dst.dtype and src.shape == dst.shape and dst.ndim > 1 and dst.nbytes >= _SMALL_BYTES:
-        d = min(range(dst.ndim), key=lambda i: abs(dst.strides[i]))
-        n = dst.shape[d]
-        if dst.strides[d] == dst.itemsize and abs(src.strides[d]) >= _FAR_BYTES and n > _TRANSPOSE_BLOCK:
-            lead = (slice(None),) * d
-            for i in range(0, n, _TRANSPOSE_BLOCK):
-                part = lead + (slice(i, i + _TRANSPOSE_BLOCK),)
-                dst[part] = src[part]
-            return
-    copy_into(dst, src)
-
-
 def _clone_cpu(spec, x, fmt):
     item = x.itemsize
     shape, strides = x.shape, tuple(s // item for s in x.strides)
@@ -900,11 +874,6 @@ def _window_kernel(out, x, src, size, stride, storage_offset, mode):
 _WINDOW_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
-# From this many elements, a convolution's strided passes (col2im's sums, the copy of its input into a padded
-# buffer, the zeros under both) split across the thread team: megabytes per call, several percent of a DCGAN
-# step, run on one thread where products and kernels split. Python parts (`threads.run_parts`: each NumPy call
-# lets the GIL go); a part's hand-over costs 10 to 60 µs, a pass over 2**18 float32 elements 0.1 to 0.3 ms.
-SPLIT_MIN = 1 << 18
 
 
 def _disjoint_dim(size, stride):
@@ -937,19 +906,6 @@ def _narrowed(a, d, lo, hi):
     return a[(slice(None),) * d + (slice(lo, hi),)]
 
 
-def copy_split(out, x):
-    """``np.copyto(out, x)`` for C-contiguous arrays of one shape and dtype, in ranges on the team where large."""
-    n = out.size
-    if n >= SPLIT_MIN and x.shape == out.shape and x.dtype == out.dtype and x.flags.c_contiguous \
-            and out.flags.c_contiguous:
-        _, bounds = _pieces((n,), (1,), n) or (0, [(0, n)])
-        if len(bounds) > 1:
-            dst, src = out.reshape(-1), x.reshape(-1)
-            threads.run_parts(np.copyto, [(dst[lo:hi], src[lo:hi]) for lo, hi in bounds])
-            return
-    np.copyto(out, x)
-
-
 def fill_split(out, value):
     """``out.fill(value)``, in ranges on the team where ``out`` is a large C-contiguous array (a compiled
     graph's zeros written into their arena buffer)."""
@@ -975,7 +931,7 @@ def as_strided_scatter_into(out, x, src, size, stride, storage_offset):
     if x is None:
         fill_split(out, 0)
     elif not _same_buffer(out, x):
-        copy_split(out, x)
+        _copy(out, x)
     flat = out.reshape(-1)
     offset = 0 if storage_offset is None else storage_offset
     item = flat.itemsize
@@ -1044,7 +1000,7 @@ def as_strided_add_into(out, x, src, size, stride, storage_offset):
     if x is None:
         fill_split(out, 0)
     elif not _same_buffer(out, x):
-        copy_split(out, x)
+        _copy(out, x)
     if 0 in tuple(size):
         return
     offset = 0 if storage_offset is None else storage_offset

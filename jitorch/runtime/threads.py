@@ -633,6 +633,9 @@ class _Team:
                 self.python[i] = None
             except BaseException as e:  # noqa: BLE001 - re-raised on the thread that forked
                 self.python[i] = e
+            # the part's arguments must not outlive its fork in this frame while the worker waits: a split copy's
+            # source (a dead tensor's buffer) would stay out of the allocator's pool until the next part
+            fn = args = None
             finished = 1
 
     def fork(self, parts, entry=None):

@@ -9,7 +9,7 @@ import torch
 import jitorch as jt
 from jitorch.jit import executor
 from jitorch.ops import views
-from jitorch.runtime import threads
+from jitorch.runtime import copy_parts, threads
 
 
 @pytest.fixture
@@ -91,7 +91,7 @@ def test_fill_and_copy_split_by_ranges(threads_to):
     views.fill_split(out, 0)
     assert not out.any() and threads.counters["forks"] == forks + 1
     src = np.arange(out.size, dtype=np.float32)
-    views.copy_split(out, src)
+    copy_parts.copy(out, src)
     assert np.array_equal(out, src) and threads.counters["forks"] == forks + 2
     views.fill_split(out[::2], 7)  # not contiguous: whole
     assert threads.counters["forks"] == forks + 2 and (out[::2] == 7).all() and np.array_equal(out[1::2], src[1::2])
