@@ -95,22 +95,7 @@ _NORMAL_CDF = _OPS["_normal_cdf"]
 _LAYER_NORM_FAST = _OPS["layer_norm"].fast
 
 
-def _by_position(fast, required, defaults):
-    """`autocasts`' ``first`` for a function whose arguments are its registry op's: the op's ``fast`` path (a
-    function of every argument as a tuple, giving None where it does not serve them) on a call's positional
-    arguments, the omitted ones after the first ``required`` their ``defaults``."""
-    most = required + len(defaults)
-
-    def first(args):
-        n = len(args)
-        if n == most:
-            return fast(args)
-        if required <= n < most:
-            return fast(args + defaults[n - required:])
-        return None
-    return first
-
-@autocasts("linear", first=_by_position(_LINEAR_FAST, 2, (None,)))
+@autocasts("linear", first=_LINEAR_FAST, arity=3)  # (nn.Linear's call)
 def linear(input, weight, bias=None):
     """``input @ weight.T + bias``: the op ``linear`` in eager code (a 2-d weight, CPU float32 or float64 of one
     dtype); a matmul and an add in a traced step, where the add fuses."""
@@ -1473,7 +1458,7 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
     return _channel_affine(out, weight, bias)
 
 
-@autocasts("layer_norm", first=_by_position(_LAYER_NORM_FAST, 2, (None, None, 1e-5)))
+@autocasts("layer_norm", first=_LAYER_NORM_FAST, arity=5)  # (nn.LayerNorm's call)
 @_computed_in_float32
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     """Normalise over the trailing dims ``normalized_shape`` (biased variance), then scale and shift: the op
