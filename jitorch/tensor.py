@@ -22,7 +22,7 @@ from .runtime import dtypes as _dt
 from .runtime.autocast_mode import STATE as _AUTOCAST_STATE
 from .runtime.casts import copy_into
 from .runtime.device import CPU, to_device
-from .runtime.grad_mode import INFERENCE_OPEN as _INFERENCE_OPEN, _state as _grad_state
+from .runtime.grad_mode import GRAD_OFF as _GRAD_OFF, INFERENCE_OPEN as _INFERENCE_OPEN, _state as _grad_state
 from .runtime import profiling as _profiling
 from .runtime.layout import strided
 from .runtime.storage import Storage, storage_of_array
@@ -110,7 +110,7 @@ def view_refs(root):
     """The list of weak references to ``root``'s views made without history (``root._views``), made if it has
     none, pruned if full: autograd's `track_views` and `Tensor._view_of` append to it, and its
     `_views_catch_up` reads it once an in-place op gives ``root`` a history."""
-    tracked = root.__dict__.get("_views")
+    tracked = root._views
     if tracked is None:
         tracked = root._views = _ViewRefs()
         tracked.limit = 64
@@ -155,10 +155,11 @@ class Tensor:
 
     # Fields every tensor sets are slots; the autograd fields, rarely set, are
     # class defaults overridden in the instance dict, which keeps creation cheap.
+    # (``_views``: a root base's `view_refs`, None until its first view without history: a slot, read by every
+    # such view, which a dict lookup made a tenth of. ``_requires_grad``: a slot too, read by every op, which
+    # reads a class default several times slower)
     __slots__ = ("_storage", "_shape", "_size", "_stride", "_offset", "_arr", "dtype", "device", "_base",
-                 "__weakref__", "__dict__")
-
-    _requires_grad = False
+                 "_views", "_requires_grad", "__weakref__", "__dict__")
     @property
     def grad(self):
         """The gradient accumulated by backward() into this leaf (None until then)."""
@@ -220,6 +221,8 @@ class Tensor:
         t.dtype = storage.dtype
         t.device = storage.device
         t._base = None
+        t._views = None
+        t._requires_grad = False
         return t
 
     @staticmethod
@@ -254,6 +257,8 @@ class Tensor:
         t.dtype = dtype
         t.device = CPU
         t._base = None
+        t._views = None
+        t._requires_grad = False
         return t
 
     @classmethod
@@ -307,6 +312,8 @@ class Tensor:
         t._arr = None
         t.dtype = storage.dtype
         t.device = storage.device
+        t._views = None
+        t._requires_grad = False
         root = base._base
         if root is None:
             t._base = root = base
@@ -318,7 +325,7 @@ class Tensor:
             if not track:
                 return t
             meta = base.__dict__.get("_creation_meta")  # (only views carry one: `autograd.engine.record`)
-        if not _grad_state.enabled:
+        if _GRAD_OFF[0] and not _grad_state.enabled:  # (no thread counted: grad mode is on)
             if root.dtype.is_floating_point:
                 # torch's view made in no_grad mode, as `autograd.engine.no_grad_views` marks one, written out:
                 # every eager view op on a floating tensor without grad mode pays for it
@@ -328,14 +335,14 @@ class Tensor:
                     t._requires_grad = True
                     d["_view_version"] = storage._version
                 else:
-                    tracked = root.__dict__.get("_views")
+                    tracked = root._views
                     if tracked is None or len(tracked) >= tracked.limit:
                         tracked = view_refs(root)
                     tracked.append(_weakref(t))
             return t
         if root._requires_grad or not root.dtype.is_floating_point:
             return t
-        tracked = root.__dict__.get("_views")
+        tracked = root._views
         if tracked is None or len(tracked) >= tracked.limit:
             tracked = view_refs(root)
         tracked.append(_weakref(t))

@@ -222,7 +222,8 @@ def _views_catch_up(root):
     values from that history from now on (an ``as_strided`` of it), as torch's do."""
     if not root._requires_grad:
         return
-    tracked = root.__dict__.pop("_views", None)
+    tracked = root._views
+    root._views = None
     if tracked is None:
         return
     version = root._storage._version

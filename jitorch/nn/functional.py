@@ -94,7 +94,8 @@ _LINEAR_FAST = _OPS["linear"].fast
 _NORMAL_CDF = _OPS["_normal_cdf"]
 _LAYER_NORM_FAST = _OPS["layer_norm"].fast
 
-@autocasts("linear")
+
+@autocasts("linear", first=_LINEAR_FAST, arity=3)  # (nn.Linear's call)
 def linear(input, weight, bias=None):
     """``input @ weight.T + bias``: the op ``linear`` in eager code (a 2-d weight, CPU float32 or float64 of one
     dtype); a matmul and an add in a traced step, where the add fuses."""
@@ -1457,7 +1458,7 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
     return _channel_affine(out, weight, bias)
 
 
-@autocasts("layer_norm")
+@autocasts("layer_norm", first=_LAYER_NORM_FAST, arity=5)  # (nn.LayerNorm's call)
 @_computed_in_float32
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     """Normalise over the trailing dims ``normalized_shape`` (biased variance), then scale and shift: the op

@@ -173,13 +173,25 @@ def autocast_call(op, args):
         return registry.call(op, args)
 
 
-def autocasts(name):
+def autocasts(name, first=None, arity=None):
     """Decorate an op written as a Python function with autocast's policy for torch's op ``name`` (a
-    string, or a function of the call's arguments giving one, or None where the call is no such op)."""
+    string, or a function of the call's arguments giving one, or None where the call is no such op).
+
+    ``first``, if given (a registry op's ``fast``), serves the commonest calls before the function's own frame
+    and those of the decorators under this one: called with the arguments, as a tuple, of a call of ``arity``
+    positional arguments and no keyword ones while autocast and the dispatch hooks are off, it gives the
+    result, or None for the function to run. (nn.LayerNorm's call of ``F.layer_norm``: two frames fewer, each
+    repacking the arguments.)"""
+    hooks = registry.DISPATCH_HOOKS
+
     def decorate(fn):
         @functools.wraps(fn)
         def autocast_op(*args, **kwargs):
             if STATE.key is None:
+                if first is not None and len(args) == arity and not kwargs and not hooks:
+                    out = first(args)
+                    if out is not None:
+                        return out
                 return fn(*args, **kwargs)
             op_name = name(*args, **kwargs) if callable(name) else name
             found = None if op_name is None else _policy(op_name, list(_tensors([*args, *kwargs.values()])))

@@ -12,6 +12,12 @@ class _State(threading.local):
 
 _state = _State()
 
+# How many threads have grad mode off now (each one's switch from on to off adds one, back on takes it away):
+# while none has, grad mode is on in every thread, and the hot paths that ask (every eager view of a tensor
+# without history) skip reading the thread-local flag, which costs several times a list's item.
+GRAD_OFF = [0]
+_GRAD_OFF_LOCK = threading.Lock()  # (a lost update of the count would let a thread with grad mode off read on)
+
 # How many ``inference_mode(True)`` blocks are open, over all threads: while none is, no memory is allocated
 # for inference tensors, and the hot paths that allocate skip reading the thread-local flag.
 INFERENCE_OPEN = [0]
@@ -28,7 +34,19 @@ def is_inference_mode_enabled() -> bool:
 
 
 def _set(flag):
-    _state.enabled = bool(flag)
+    flag = bool(flag)
+    if flag is _state.enabled:
+        return
+    # (counted before the flag goes off and after it comes back on: a reader that finds no thread counted never
+    # meets a thread whose flag is off)
+    if not flag:
+        with _GRAD_OFF_LOCK:
+            GRAD_OFF[0] += 1
+        _state.enabled = False
+    else:
+        _state.enabled = True
+        with _GRAD_OFF_LOCK:
+            GRAD_OFF[0] -= 1
 
 
 class _Mode:
