@@ -223,29 +223,32 @@ def test_exp_of_a_product_whose_operand_the_backward_reads_is_computed_again_fro
 
 
 @pytest.mark.parametrize("name", ["gpt-4x128", "lstm"])
-def test_compiled_model_steps_of_the_benchmark_models_are_eager_within_rounding(name):
-    """benchmarks/models.py's quick workloads, three steps each, jitorch.compile(model) against eager from the
-    same seed: the losses and parameters within float32 rounding (the compiled kernels' sums associate
-    otherwise), with the GELU inputs and log-probs computed again in the backward."""
+def test_compiled_model_steps_of_the_benchmark_models_keep_their_bits(name):
+    """benchmarks/models.py's quick workloads, three steps each from the same seed: jitorch.compile(model)'s losses
+    and parameters are those of the cut saving everything bit for bit (the GELU inputs, dropout masks and log-probs
+    computed again in the backward), and eager's within float32 rounding (the kernels' sums associate otherwise)."""
     import os
     import sys
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks"))
     import models
-    results = []
-    for compiled in (False, True):
+
+    def steps(system):
         w = models.workload(jt, name, True)
-        nets = tuple(jt.compile(m) for m in w.nets) if compiled else w.nets
+        nets = w.nets if system == "eager" else tuple(jt.compile(m) for m in w.nets)
         jt.manual_seed(5)
-        losses = [float(w.step(nets, *w.batch)) for _ in range(3)]
-        results.append((losses, [p.detach().numpy().copy() for m in w.nets for p in m.parameters()]))
-        if compiled:
-            splits = [_split(n) for n in nets]
-    (eager_losses, eager_params), (losses, params) = results
+        with _everything_saved() if system == "everything saved" else contextlib.nullcontext():
+            losses = [float(w.step(nets, *w.batch)) for _ in range(3)]
+        return losses, [p.detach().numpy().copy() for m in w.nets for p in m.parameters()], nets
+    losses, params, nets = steps("compiled")
+    kept_losses, kept_params, _ = steps("everything saved")
+    eager_losses, eager_params, _ = steps("eager")
+    assert losses == kept_losses
+    for a, b, c in zip(params, kept_params, eager_params):
+        assert a.tobytes() == b.tobytes()
+        np.testing.assert_allclose(a, c, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(losses, eager_losses, rtol=1e-5)
-    for a, b in zip(params, eager_params):
-        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
-    saved = [v.node.op.name for s in splits for v in _saved(s)]
+    saved = [v.node.op.name for n in nets for v in _saved(_split(n))]
     if name == "lstm":  # (its decoder returns the log-probs)
-        assert "log_softmax" in saved and "bernoulli.float_" in saved
+        assert "log_softmax" in saved and "bernoulli.float_" in saved and "true_divide" not in saved
     else:
         assert "log_softmax" not in saved and "_log_softmax_stats" in saved and "clone" in saved
