@@ -252,3 +252,39 @@ def test_compiled_model_steps_of_the_benchmark_models_keep_their_bits(name):
         assert "log_softmax" in saved and "bernoulli.float_" in saved and "true_divide" not in saved
     else:
         assert "log_softmax" not in saved and "_log_softmax_stats" in saved and "clone" in saved
+
+
+def test_an_input_a_recomputed_chain_reads_is_copied_by_the_forward_and_may_be_written_before_the_backward():
+    """Seed 2. ``gelu(x @ w + b)`` with the bias an input of the call: the backward computes ``x @ w + b`` again from
+    the saved product and the forward's copy of ``b`` (eager's GELU saved its input, and nothing of ``b``), so a
+    write into ``b`` after the call changes no gradient."""
+    def fn(x, w, b):
+        return nn.functional.gelu(x @ w + b)
+    f = jt.compile(fn)
+    rng = np.random.default_rng(2)
+    x, w, b = (rng.standard_normal(shape).astype(np.float32) for shape in ((32, 6), (6, 16), (16,)))
+    grads = []
+    for run in (f, fn):
+        args = [jt.tensor(x), jt.tensor(w).requires_grad_(), jt.tensor(b)]
+        out = run(*args)
+        args[2].add_(1.0)
+        out.sum().backward()
+        grads.append(args[1].grad.numpy())
+    (entry,) = f.cache.values()
+    split = entry.split
+    clones = [v for v in _saved(split) if v.node.op.name == "clone"]
+    assert [c.node.args[0] for c in clones] == [split.forward.graph.inputs[2]]
+    assert "add" not in [v.node.op.name for v in _saved(split)] and 2 not in split.inputs_read
+    np.testing.assert_allclose(grads[0], grads[1], rtol=2e-5, atol=2e-6)
+    reference = torch.from_numpy(w).requires_grad_()
+    torch.nn.functional.gelu(torch.from_numpy(x) @ reference + torch.from_numpy(b)).sum().backward()
+    np.testing.assert_allclose(grads[0], reference.grad.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_a_bias_of_an_eighth_of_the_pre_activation_counts_as_saved_bytes():
+    """``gelu(x @ w + b)`` over 8 rows: the bias is no broadcast operand (`partition.SMALL_LEAF`), so the product
+    and the bias's copy would be more bytes than ``x @ w + b``, which stays saved."""
+    f = jt.compile(lambda x, w, b: nn.functional.gelu(x @ w + b))
+    f(jt.randn(8, 6), jt.randn(6, 16, requires_grad=True), jt.randn(16)).sum().backward()
+    (entry,) = f.cache.values()
+    assert [v.node.op.name for v in _saved(entry.split)] == ["add"]
