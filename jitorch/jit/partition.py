@@ -27,7 +27,7 @@ from typing import NamedTuple
 from ..ir import lowerable
 from ..ir.graph import Graph, Node, Value
 from ..ir.lowerable import kind_of
-from ..ir.passes import cse, dce, decompose, lse, simplify, sink
+from ..ir.passes import cse, dce, decompose, simplify, sink
 from ..ops import registry
 from ..runtime.pytree import tree_leaves
 
@@ -63,14 +63,10 @@ def split_joint(joint: Graph, n_inputs: int) -> Split:
     leaves = {id(v) for v in primal} | {id(v) for v in joint.constants.values()}
     # the inputs and captured tensors that eager's backward reads (its nodes saved them): the backward graph reads
     # any other only through a copy the forward saves (`_copied_leaves`)
-    eagerly_read = _leaves_read(_backward_side(joint, cotangents), leaves)
-    # a log_softmax's log-probs that only pointwise nodes and gathers read become its row statistics, which the
-    # forward saves in their place, and ``(x - m) - n`` computed again where they are read (`lse`): the forward writes
-    # no log-probs, and the backward reads the logits (a product's result, in memory anyway) and two small rows
-    lse.run(joint)
+    backward_nodes = _backward_side(joint, cotangents)
+    eagerly_read = _leaves_read(backward_nodes, leaves)
     outs, grads = joint.outputs
     outs, grads = list(outs), list(grads)
-    backward_nodes = _backward_side(joint, cotangents)
     forward_nodes = {id(n) for n in joint.nodes} - {id(n) for n in backward_nodes}
     # views cost nothing to make again: the backward makes its own views of the inputs and captured tensors
     # rather than the forward returning them (which would copy them out), and of the values the forward
@@ -83,9 +79,7 @@ def split_joint(joint: Graph, n_inputs: int) -> Split:
              if v.node is not None and id(v.node) not in views]
     # and cheap arithmetic whose operands the backward has anyway costs less to redo than to save
     kept = [v for v in read if v.node is not None and id(v.node) not in views]
-    backward_reads = {id(v) for n in backward_nodes for v in n.input_values()}
-    free = eagerly_read | (backward_reads & leaves)
-    again = views | _recomputed(forward_list, _unique(kept + roots), {id(v) for v in outs}, leaves, free,
+    again = views | _recomputed(forward_list, _unique(kept + roots), {id(v) for v in outs}, leaves, eagerly_read,
                                 _Traffic(joint.nodes, forward_nodes, {id(v) for v in outs}))
     remade = {}
     nodes = _rewired([n for n in joint.nodes if id(n) in again], remade, copy=True) + backward_nodes

@@ -1,10 +1,9 @@
 """jit.partition (session 46): what the cut of a compiled module's joint trace saves.
 
-A log_softmax that a loss gathers from saves its row statistics, not the log-probs (`lse` run on the joint
-trace); a recomputed chain reads the call's inputs and captured tensors (the forward saving a copy of those
-eager's backward does not read); a chain is computed again where that makes less memory traffic without
-saving more bytes (a GELU's pre-activation ``mm + b``). Each case checks the saved values, the graphs' ops, and
-the gradients against eager (bit for bit) and torch."""
+A recomputed chain reads the call's inputs and captured tensors (the forward saving a copy of those eager's
+backward does not read), and a chain is computed again where that makes less memory traffic without saving more
+bytes (a GELU's pre-activation ``mm + b``, dropout's scaled mask). Each case checks the saved values, the graphs'
+ops, and the gradients against the same cut saving everything (bit for bit), eager and torch."""
 
 import contextlib
 import copy
@@ -42,10 +41,9 @@ def _torch_copy(model, build):
 
 @contextlib.contextmanager
 def _everything_saved():
-    """Compiles inside cut their joint traces computing nothing again in the backward: no `lse` rewrite of the
-    joint, no chain recomputed (views are still made again)."""
+    """Compiles inside cut their joint traces computing no chain again in the backward (views are still made
+    again)."""
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(partition.lse, "run", lambda graph: 0)
         m.setattr(partition, "_recomputed", lambda *args: set())
         yield
 
@@ -56,7 +54,7 @@ def _run_saving_everything(model, *args):
     twin = jt.compile(copy.deepcopy(model))
     with _everything_saved():
         twin(*args).sum().backward()
-    assert not any(v.node.op.name == "_log_softmax_stats" for v in _saved(_split(twin)))
+    assert "clone" not in [v.node.op.name for v in _saved(_split(twin))]
     return [p.grad.numpy() for p in twin.parameters()]
 
 
@@ -113,33 +111,6 @@ def _classifier_case():
     return model, compiled, reference, x, y
 
 
-def test_a_log_softmax_a_loss_gathers_from_saves_its_row_statistics_and_the_logits_not_the_log_probs():
-    model, compiled, reference, x, y = _classifier_case()
-    model(jt.tensor(x), jt.tensor(y)).backward()
-    compiled(jt.tensor(x), jt.tensor(y)).backward()
-    reference(torch.from_numpy(x), torch.from_numpy(y)).backward()
-    split = _split(compiled)
-    forward, backward = split.forward.graph, split.backward.graph
-    saved = [v.node.op.name for v in _saved(split)]
-    # the forward computes the statistics and no log-probs; the backward reads the logits' product and m, n
-    assert "log_softmax" not in _ops(forward) and "_log_softmax_stats" in _ops(forward)
-    assert saved.count("_log_softmax_stats") == 2 and "log_softmax" not in saved
-    assert {"log_softmax", "_log_softmax_backward_data"}.isdisjoint(_ops(backward))
-    assert [n.op.name for n in backward.nodes if n.op.name in ("sub", "exp")][:3] == ["sub", "sub", "exp"]
-    _assert_grads(compiled, _run_saving_everything(model, jt.tensor(x), jt.tensor(y)), model, reference)
-
-
-def test_a_returned_log_softmax_is_saved_as_the_output_it_is():
-    """The word language model's decoder returns its log-probs: they are in memory anyway, and the backward
-    reads them (no statistics)."""
-    x, y = jt.randn(5, 6), jt.randint(0, 9, (5,))
-    compiled = _check_against_eager(nn.Sequential(nn.Linear(6, 9), nn.LogSoftmax(1)),
-                                    lambda m: nn.functional.nll_loss(m(x), y).backward())
-    split = _split(compiled)
-    assert [v.node.op.name for v in _saved(split)] == ["log_softmax"]
-    assert "_log_softmax_stats" not in _ops(split.forward.graph)
-
-
 def test_a_gelu_pre_activation_is_computed_again_from_the_product_and_a_copy_of_the_bias():
     model, compiled, reference, x, y = _classifier_case()
     model(jt.tensor(x), jt.tensor(y)).backward()
@@ -151,17 +122,15 @@ def test_a_gelu_pre_activation_is_computed_again_from_the_product_and_a_copy_of_
     # the first layer's product (16, 32) and a copy of its bias, not mm + b; the decoder's product is the logits
     assert ("matmul", (16, 32)) in kinds and ("clone", (32,)) in kinds
     assert ("add", (16, 32)) not in kinds
-    # copies of both biases: the GELU's, and the decoder's, which the log-probs ``(mm + b - m) - n`` read
-    constants = split.forward.graph.constants
-    clones = {v.node.args[0].name: v for v in saved if v.node.op.name == "clone"}
-    assert [constants[name] for name in sorted(clones)] == [constants["fn.fc.bias"], constants["fn.out.bias"]]
-    # the backward adds each saved copy to its saved product, and reads no captured bias
+    # a copy of the GELU's bias (the decoder's log-probs are saved: nothing reads its bias again)
+    (clone,) = [v for v in saved if v.node.op.name == "clone"]
+    assert clone.node.args[0] is split.forward.graph.constants["fn.fc.bias"]
+    # the backward adds the saved copy to the saved product, and reads no captured bias
     backward = split.backward.graph
-    for name, product in (("fn.fc.bias", (16, 32)), ("fn.out.bias", (16, 10))):
-        copy_input = backward.inputs[len(split.inputs_read) + list(saved).index(clones[name])]
-        (add,) = [n for n in backward.nodes if n.op.name == "add" and copy_input in n.input_values()]
-        assert add.args[0] in backward.inputs and tuple(add.args[0].type.shape) == product
-    assert not {"fn.fc.bias", "fn.out.bias"} & set(backward.constants)
+    copy_input = backward.inputs[len(split.inputs_read) + list(saved).index(clone)]
+    (add,) = [n for n in backward.nodes if n.op.name == "add" and copy_input in n.input_values()]
+    assert add.args[0] in backward.inputs and tuple(add.args[0].type.shape) == (16, 32)
+    assert "fn.fc.bias" not in backward.constants
     _assert_grads(compiled, _run_saving_everything(model, jt.tensor(x), jt.tensor(y)), model, reference)
 
 
@@ -225,8 +194,8 @@ def test_exp_of_a_product_whose_operand_the_backward_reads_is_computed_again_fro
 @pytest.mark.parametrize("name", ["gpt-4x128", "lstm"])
 def test_compiled_model_steps_of_the_benchmark_models_keep_their_bits(name):
     """benchmarks/models.py's quick workloads, three steps each from the same seed: jitorch.compile(model)'s losses
-    and parameters are those of the cut saving everything bit for bit (the GELU inputs, dropout masks and log-probs
-    computed again in the backward), and eager's within float32 rounding (the kernels' sums associate otherwise)."""
+    and parameters are those of the cut saving everything bit for bit (the GELU inputs and dropout masks computed
+    again in the backward), and eager's within float32 rounding (the kernels' sums associate otherwise)."""
     import os
     import sys
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks"))
@@ -248,10 +217,10 @@ def test_compiled_model_steps_of_the_benchmark_models_keep_their_bits(name):
         np.testing.assert_allclose(a, c, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(losses, eager_losses, rtol=1e-5)
     saved = [v.node.op.name for n in nets for v in _saved(_split(n))]
-    if name == "lstm":  # (its decoder returns the log-probs)
-        assert "log_softmax" in saved and "bernoulli.float_" in saved and "true_divide" not in saved
-    else:
-        assert "log_softmax" not in saved and "_log_softmax_stats" in saved and "clone" in saved
+    if name == "lstm":
+        assert "bernoulli.float_" in saved and "true_divide" not in saved
+    else:  # (a copy of each MLP's first bias, not its pre-activation)
+        assert saved.count("clone") == 4 and "_normal_cdf" not in saved
 
 
 def test_an_input_a_recomputed_chain_reads_is_copied_by_the_forward_and_may_be_written_before_the_backward():
