@@ -12,8 +12,9 @@ its vector-Jacobian product (`compile._vjp_of`) in one trace. Its nodes fall int
 Before the cut, repeated nodes of the joint trace are merged (a backward rule that takes its forward's
 mean again reads the forward's), and the backward reads a chain of dim permutations that gives its base back
 as that base (a Linear weight's gradient leaves compact, as autograd keeps ``.grad``). Chains of cheap
-pointwise ops of forward values are computed again in the backward where that saves fewer bytes than saving
-their results.
+pointwise ops of forward values, inputs and captured tensors are computed again in the backward where that saves
+fewer bytes than saving their results, or as many and less memory traffic (`_recomputed`); the backward reads an
+input or captured tensor only where eager's backward does, any other through a copy the forward saves.
 
 So the forward runs once per step, where recomputing it in the backward (`differentiable.CompiledCall`'s
 other mode) ran it twice; random ops draw once, in the forward, and the backward reads what they drew.
@@ -257,6 +258,7 @@ class _Traffic:
                                        or self._in_memory(v, True, ("pointwise", "reduction")))
 
     def saved(self, values):
+        """The traffic of saving ``values`` (an input or captured tensor: the forward's copy of it)."""
         return sum(_nbytes(v) * (1 if self._written(v) else 2) for v in values)
 
     def _across(self, v):
@@ -276,6 +278,7 @@ class _Traffic:
         return False
 
     def redone(self, instead, freed):
+        """The traffic of saving ``instead`` and computing ``freed`` again in the backward."""
         return self.saved(instead) + sum(2 * _nbytes(v) for v in freed
                                          if self._in_memory(v, False, ("pointwise", "reduction")) or self._across(v))
 
