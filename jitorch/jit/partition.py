@@ -12,8 +12,9 @@ its vector-Jacobian product (`compile._vjp_of`) in one trace. Its nodes fall int
 Before the cut, repeated nodes of the joint trace are merged (a backward rule that takes its forward's
 mean again reads the forward's), and the backward reads a chain of dim permutations that gives its base back
 as that base (a Linear weight's gradient leaves compact, as autograd keeps ``.grad``). Chains of cheap
-pointwise ops of forward values are computed again in the backward where that saves fewer bytes than saving
-their results.
+pointwise ops of forward values, inputs and captured tensors are computed again in the backward where that saves
+fewer bytes than saving their results, or as many and less memory traffic (`_recomputed`); the backward reads an
+input or captured tensor only where eager's backward does, any other through a copy the forward saves.
 
 So the forward runs once per step, where recomputing it in the backward (`differentiable.CompiledCall`'s
 other mode) ran it twice; random ops draw once, in the forward, and the backward reads what they drew.
@@ -26,7 +27,9 @@ from typing import NamedTuple
 
 from ..ir import lowerable
 from ..ir.graph import Graph, Node, Value
+from ..ir.lowerable import kind_of
 from ..ir.passes import cse, dce, decompose, simplify, sink
+from ..ops import registry
 from ..runtime.pytree import tree_leaves
 
 
@@ -56,16 +59,16 @@ def split_joint(joint: Graph, n_inputs: int) -> Split:
     if sink.run(joint):
         simplify.run(joint)
     dce.run(joint)
-    outs, grads = joint.outputs
-    outs, grads = list(outs), list(grads)
     primal = joint.inputs[:n_inputs]
     cotangents = joint.inputs[n_inputs:]
-    # the writes into captured buffers (a batch norm's running statistics) are the forward's: it makes them once;
-    # and so are the checks of values the forward computes (a loss's targets), which must raise where eager's do,
-    # before the forward writes those buffers or runs a gather that would raise its own error
-    written = [v for _, v in joint.mutations]
-    forward_nodes = _ancestors(joint.nodes, outs + written + _forward_checks(joint.nodes, cotangents))
-    backward_nodes = [n for n in joint.nodes if id(n) not in forward_nodes]
+    leaves = {id(v) for v in primal} | {id(v) for v in joint.constants.values()}
+    # the inputs and captured tensors that eager's backward reads (its nodes saved them): the backward graph reads
+    # any other only through a copy the forward saves (`_copied_leaves`)
+    backward_nodes = _backward_side(joint, cotangents)
+    eagerly_read = _leaves_read(backward_nodes, leaves)
+    outs, grads = joint.outputs
+    outs, grads = list(outs), list(grads)
+    forward_nodes = {id(n) for n in joint.nodes} - {id(n) for n in backward_nodes}
     # views cost nothing to make again: the backward makes its own views of the inputs and captured tensors
     # rather than the forward returning them (which would copy them out), and of the values the forward
     # computed, which it saves whole (compact: a saved view, attention's q, k and v split from one product,
@@ -77,10 +80,14 @@ def split_joint(joint: Graph, n_inputs: int) -> Split:
              if v.node is not None and id(v.node) not in views]
     # and cheap arithmetic whose operands the backward has anyway costs less to redo than to save
     kept = [v for v in read if v.node is not None and id(v.node) not in views]
-    again = views | _recomputed(forward_list, _unique(kept + roots), {id(v) for v in outs})
+    again = views | _recomputed(forward_list, _unique(kept + roots), {id(v) for v in outs}, leaves, eagerly_read,
+                                _Traffic(joint.nodes, forward_nodes, {id(v) for v in outs}))
     remade = {}
     nodes = _rewired([n for n in joint.nodes if id(n) in again], remade, copy=True) + backward_nodes
     nodes = _rewired(nodes, remade)
+    copies = _copied_leaves(joint, nodes, leaves - eagerly_read)
+    forward_nodes.update(id(n) for n in copies)
+    nodes = _rewired(nodes, {id(n.args[0]): n.outputs[0] for n in copies})
     grads = [remade.get(id(g), g) for g in grads]
     nodes, grads = _without_undone_permutes(nodes, grads)
     position = {id(v): i for i, v in enumerate(primal)}
@@ -142,24 +149,30 @@ def _chain(node, by_output):
 # arithmetic and fmas, no fast-math flags; each vector lane computes what a scalar would): the same bits again
 _RECOMPUTED = frozenset({"add", "sub", "mul", "true_divide", "neg", "exp", "erf", "_normal_cdf",
                         "_normal_pdf", "tanh", "sigmoid"})
+# Operands of fewer elements than the values a chain frees divided by this are broadcast operands (a bias): the
+# saved bytes may grow by them where the chain makes less traffic.
+SMALL_LEAF = 8
 
 
-def _recomputed(forward_nodes, saved, outputs):
+def _recomputed(forward_nodes, saved, outputs, leaves, free, traffic):
     """The ids of forward nodes the backward computes again rather than the forward saving their results
     (``saved``, less the forward's ``outputs``, which it returns anyway): chains of cheap pointwise ops
-    (`_RECOMPUTED`) of forward values and literals, traced back from a saved value to the values the backward
-    has (saved ones) and those it would save instead, taken where those are fewer bytes than the results they
-    let go (a GELU's ``x * 0.5`` and ``1 + erf(x * 0.7071)``: save ``x``). Each choice saves fewer bytes; the
-    forward writes, and the backward reads, that much less memory per call."""
+    (`_RECOMPUTED`) of forward values, the call's inputs and captured tensors (``leaves``) and literals, traced back
+    from a saved value to the values the backward has (saved ones, and the ``free`` leaves, which it reads anyway)
+    and those it would save instead. A chain is taken where those are fewer bytes than the results they let go and
+    make no more memory traffic (`_Traffic`: a GELU's ``x * 0.5`` and ``1 + erf(x * 0.7071)``, save ``x``; not a
+    layer norm's output ``xhat * w + b``, which a product reads in the forward and the backward, so that the backward
+    would write it again), and where they are no more bytes, small operands (`SMALL_LEAF`) not counted, and make
+    less traffic: a GELU's input ``mm + b`` (save the product, which is in memory anyway, and a copy of the bias: the
+    forward writes no pre-activation)."""
     by_output = {id(v): n for n in forward_nodes for v in n.outputs}
     saved = {id(v): v for v in saved}
     chosen = set()
 
     def redone(node):
-        # (an input or captured tensor read again would be version-checked where eager's op saved nothing:
-        # a bias written between the forward and the backward would raise)
-        return node.op.name in _RECOMPUTED and len(node.outputs) == 1 and id(node.outputs[0]) not in outputs \
-            and all(id(u) in by_output for u in node.input_values())
+        return node is not None and node.op.name in _RECOMPUTED and len(node.outputs) == 1 and \
+            id(node.outputs[0]) not in outputs and \
+            all(id(u) in by_output or id(u) in leaves for u in node.input_values())
 
     def chain(v):
         """The nodes that compute ``v`` again from saved values, and the values it would save instead."""
@@ -171,7 +184,7 @@ def _recomputed(forward_nodes, saved, outputs):
                 continue
             seen.add(id(u))
             node = by_output.get(id(u))
-            if u is not v and id(u) in saved:
+            if u is not v and (id(u) in saved or id(u) in free):
                 continue
             if u is not v and not redone(node):
                 instead.append(u)
@@ -180,18 +193,24 @@ def _recomputed(forward_nodes, saved, outputs):
             stack.extend(reversed(node.input_values()))
         return nodes, instead
 
+    def taken(instead, freed):
+        freed_bytes, most = sum(_nbytes(v) for v in freed), max(_numel(v) for v in freed)
+        redone, kept = traffic.redone(instead, freed), traffic.saved(freed)
+        if sum(_nbytes(u) for u in instead) < freed_bytes:
+            return redone <= kept
+        return sum(_nbytes(u) for u in instead if _numel(u) * SMALL_LEAF >= most) <= freed_bytes and redone < kept
+
     while True:
         groups = {}  # the ids of the values saved instead -> (them, the saved values they free, the nodes)
         for v in saved.values():
-            if not redone(by_output[id(v)]):
+            if not redone(by_output.get(id(v))):
                 continue
             nodes, instead = chain(v)
             key = frozenset(id(u) for u in instead)
             group = groups.setdefault(key, (instead, [], []))
             group[1].append(v)
             group[2].extend(nodes)
-        best = next((g for g in groups.values()
-                     if sum(_nbytes(u) for u in g[0]) < sum(_nbytes(v) for v in g[1])), None)
+        best = next((g for g in groups.values() if taken(g[0], g[1])), None)
         if best is None:
             return chosen
         instead, freed, nodes = best
@@ -201,8 +220,116 @@ def _recomputed(forward_nodes, saved, outputs):
         saved.update((id(u), u) for u in instead)
 
 
+class _Traffic:
+    """The bytes a saved value costs in memory traffic: the backward reads it, and the forward writes it unless it
+    is in memory anyway (the result of a node no kernel computes pointwise, a returned value, or one that such a
+    node reads); a value the backward computes again instead costs a write and a read there where such a node reads
+    it (a product's operand), or where a node reads it that waits for a reduction or an external node reading it: a
+    layer norm's ``x - mean``, which its backward's row sums read and the gradient after them (fusion wrote it there,
+    once for both layer norms of a block); GELU's ``mm + b`` goes into pointwise nodes before any."""
+
+    def __init__(self, nodes, forward_ids, outputs):
+        self.readers = {}
+        for node in nodes:
+            for v in dict.fromkeys(node.input_values()):
+                self.readers.setdefault(id(v), []).append(node)
+        self.forward_ids, self.outputs = forward_ids, outputs
+
+    def _in_memory(self, v, forward, computed):
+        """Whether a node of ``forward``'s side (or the other's) reads ``v``, through views, that is not of a kind in
+        ``computed`` (those whose kernels compute their operands)."""
+        stack, seen = [v], set()
+        while stack:
+            u = stack.pop()
+            for reader in self.readers.get(id(u), ()):
+                if (id(reader) in self.forward_ids) != forward or id(reader) in seen:
+                    continue
+                seen.add(id(reader))
+                kind = kind_of(reader)
+                if kind == "view":
+                    stack.extend(reader.outputs)
+                elif kind not in computed:
+                    return True
+        return False
+
+    def _written(self, v):
+        """Whether the forward writes ``v`` whether or not it is saved."""
+        return v.node is not None and (id(v) in self.outputs or kind_of(v.node) not in ("pointwise", "view")
+                                       or self._in_memory(v, True, ("pointwise", "reduction")))
+
+    def saved(self, values):
+        """The traffic of saving ``values`` (an input or captured tensor: the forward's copy of it)."""
+        return sum(_nbytes(v) * (1 if self._written(v) else 2) for v in values)
+
+    def _across(self, v):
+        """Whether a backward node reads ``v`` after a reduction or an external node that depends on it."""
+        readers = {id(r) for r in self.readers.get(id(v), ()) if id(r) not in self.forward_ids}
+        stack, seen = [(r, False) for r in self.readers.get(id(v), ()) if id(r) in readers], set()
+        while stack:
+            node, crossed = stack.pop()
+            if (id(node), crossed) in seen:
+                continue
+            seen.add((id(node), crossed))
+            if crossed and id(node) in readers:
+                return True
+            crossed = crossed or kind_of(node) not in ("pointwise", "view")
+            stack.extend((r, crossed) for u in node.outputs for r in self.readers.get(id(u), ())
+                         if id(r) not in self.forward_ids)
+        return False
+
+    def redone(self, instead, freed):
+        """The traffic of saving ``instead`` and computing ``freed`` again in the backward."""
+        return self.saved(instead) + sum(2 * _nbytes(v) for v in freed
+                                         if self._in_memory(v, False, ("pointwise", "reduction")) or self._across(v))
+
+
+def _numel(v):
+    return math.prod(v.type.shape)
+
+
 def _nbytes(v):
-    return math.prod(v.type.shape) * v.type.dtype.itemsize
+    return _numel(v) * v.type.dtype.itemsize
+
+
+def _backward_side(joint, cotangents):
+    """The joint's nodes that the backward graph holds: all but those its outputs, the writes into captured buffers
+    (a batch norm's running statistics: the forward makes them once) and the checks of values the forward computes
+    (a loss's targets, which must raise where eager's do, before the forward writes those buffers or runs a gather
+    that would raise its own error) depend on."""
+    written = [v for _, v in joint.mutations]
+    forward = _ancestors(joint.nodes, list(joint.outputs[0]) + written + _forward_checks(joint.nodes, cotangents))
+    return [n for n in joint.nodes if id(n) not in forward]
+
+
+def _leaves_read(nodes, leaves):
+    """The ids of the ``leaves`` that ``nodes`` read, directly or through chains of views (which the backward makes
+    of them itself: `_views_remade`)."""
+    found, stack, seen = set(), [v for n in nodes for v in n.input_values()], set()
+    while stack:
+        v = stack.pop()
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        if id(v) in leaves:
+            found.add(id(v))
+        elif v.node is not None and v.node.op.kind == "view":
+            stack.extend(v.node.input_values())
+    return found
+
+
+def _copied_leaves(joint, nodes, copied):
+    """Clones, put first among ``joint``'s nodes, of the inputs and captured tensors in ``copied`` that ``nodes``
+    (the backward's) read: the forward saves the copies (a bias that a recomputed chain adds), so that a write into
+    such a tensor between the forward and the backward changes no gradient and raises nothing, as eagerly, where
+    no node saved it."""
+    read = _unique([v for n in nodes for v in n.input_values() if id(v) in copied])
+    clones = []
+    for v in read:
+        node = Node(registry.OPS["clone"], (v, None))
+        node.outputs = [Value(joint._fresh(), v.type, node, 0)]
+        clones.append(node)
+    joint.nodes[:0] = clones
+    return clones
 
 
 def _without_undone_permutes(nodes, grads):
