@@ -138,3 +138,15 @@ def test_histogramdd_edges_of_bin_counts_require_grad_for_a_weight_that_does_as_
     assert out.requires_grad
     with pytest.raises(RuntimeError, match="derivative for aten::_histogramdd_bin_edges is not implemented"):
         out.sum().backward()
+
+
+def test_lu_unpack_reads_no_pivots_where_min_m_n_is_0_as_torch():
+    """torch's kernel reads no pivot where ``min(m, n)`` is 0 and checks no pivots' shape: P is the identity of
+    LU's batch (fuzz seed 9131043: jitorch raised its pivots-shape error for a (1, 0) LU and (1, 1) pivots)."""
+    for lu_shape, pivots in [((1, 0), [[0]]), ((3, 0), [5]), ((0, 2), [1, 1]), ((2, 0, 2), [[1, 1]]),
+                             ((2, 3, 0), [1, 1, 1, 1, 1])]:
+        got, want = [L.lu_unpack(L.zeros(lu_shape), L.tensor(pivots, dtype=L.int32)) for L in (jitorch, torch)]
+        for g, w in zip(got, want):
+            assert tuple(g.shape) == tuple(w.shape) and g.tolist() == w.tolist()
+    with pytest.raises(RuntimeError, match="Expected LU_pivots.size"):  # (a pivot to read: its shape checked)
+        jitorch.lu_unpack(jitorch.eye(2), jitorch.tensor([1, 2, 2], dtype=jitorch.int32))
