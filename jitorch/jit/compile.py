@@ -24,7 +24,6 @@ from ..ops.registry import contiguous_strides_cached
 from ..runtime import dtypes as _dtypes
 from ..runtime.dtypes import get_default_dtype
 from ..runtime.device import current_cuda_index, get_default_device
-from ..runtime.strided import is_contiguous
 from ..tensor import Tensor
 from ..ir.graph import Value
 from ..runtime.pytree import tree_flatten, tree_unflatten
@@ -49,9 +48,10 @@ BACKENDS = ("llvm", "interpreter")
 
 
 def _layout(shape, strides):
-    """True for a contiguous tensor, else its strides: a trace sees a non-contiguous tensor's real
-    strides (which decide whether ``reshape``, ``contiguous`` and ``view`` copy or alias)."""
-    return True if strides == contiguous_strides_cached(shape) or is_contiguous(shape, strides) else strides
+    """True for a tensor with exactly contiguous strides, else its strides: a trace sees any other tensor's real
+    strides (which decide whether ``reshape``, ``contiguous`` and ``view`` copy or alias, and, those of size-1
+    and empty dims too, the strides of copies, ``_like`` factories and pointwise results, as torch's)."""
+    return True if strides == contiguous_strides_cached(shape) else strides
 
 
 def _leaf_guard(leaf):

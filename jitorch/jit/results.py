@@ -67,8 +67,10 @@ def eager_layouts(graph, outputs, groups=None):
 
 
 def _as_eager(tensors, size, members):
-    """Whether ``tensors`` lie in one storage of ``size`` elements at eager's places (``members``), the
-    strides of size-1 dims aside."""
+    """Whether ``tensors`` lie in one storage of ``size`` elements at eager's places (``members``); those
+    that do with other strides only where they address nothing (size-1 dims, empty tensors) take eager's
+    strides there (torch's results keep them: a copy of ``ones(1, 5).t()`` has strides (1, 5)). The tensors
+    are new (the call made them), so no other tensor sees their geometry change."""
     storage = tensors[0]._storage
     for t, (_, strides, offset) in zip(tensors, members):
         if t._storage is not storage or t._storage.size != size:
@@ -76,6 +78,9 @@ def _as_eager(tensors, size, members):
         if t.numel() and (t._offset != offset or any(n != 1 and a != b for n, a, b in zip(t._shape, t._stride,
                                                                                              strides))):
             return False
+    for t, (_, strides, _) in zip(tensors, members):
+        if t._stride != strides:
+            t._stride, t._arr = tuple(strides), None
     return True
 
 

@@ -162,11 +162,12 @@ class Tracer:
 
     def outside_fake(self, value, real):
         """The fake standing for ``real``, an input or captured tensor whose elements are the graph
-        value ``value``. A contiguous one is compact, as graph values are. Any other keeps its real
-        strides, so the ops that copy or view by layout (``contiguous``, ``reshape``, ``view``,
+        value ``value``. One with exactly contiguous strides is compact, as graph values are. Any other keeps
+        its real strides (those of size-1 and empty dims too: copies and pointwise results keep them, as
+        torch's), so the ops that copy or view by layout (``contiguous``, ``reshape``, ``view``,
         ``is_contiguous``) decide as they do eagerly, and a write after them reaches ``real`` exactly
         when it would eagerly; its storage stands for the memory ``real`` spans."""
-        if real.is_contiguous():
+        if real._stride == _contiguous(real._shape):
             fake = self.new_fake(value, origin=value, requires_grad=real.requires_grad, compact=_is_compact(real))
         else:
             fake = self.strided_fake(value, tuple(real._stride), value, _is_compact(real), real.requires_grad)

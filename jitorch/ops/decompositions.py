@@ -580,7 +580,8 @@ def _check_unpack(LU, pivots, unpack_pivots):
             raise RuntimeError(f"{fn}: LU_pivots is expected to be a contiguous tensor of torch.int32 dtype.\n"
                                "Note: this function is intended to be used with the output produced by "
                                "torch.linalg.lu_factor")
-        if tuple(pivots.shape) != tuple(LU.shape[:-2]) + (min(LU.shape[-2:]),):
+        # (torch's kernel reads no pivot where min(m, n) is 0, and checks none of their shape then)
+        if min(LU.shape[-2:]) and tuple(pivots.shape) != tuple(LU.shape[:-2]) + (min(LU.shape[-2:]),):
             raise RuntimeError(f"{fn}: Expected LU_pivots.size(-1) == min(LU.size(-1), LU.size(-2)) and "
                                "LU_pivots.shape[:-1] == LU.shape[:-2]")
 
@@ -600,7 +601,12 @@ def _lu_unpack(LU, pivots, unpack_data, unpack_pivots):
     m, n = LU.shape[-2:]
     k = min(m, n)
     empty = functions.zeros((0,), dtype=LU.dtype, device=LU.device)
-    P = OPS["_lu_permutation"](pivots, m, LU.dtype) if unpack_pivots else empty
+    if not unpack_pivots:
+        P = empty
+    elif k == 0:  # no interchange to read: the identity of LU's batch
+        P = functions.eye(m, dtype=LU.dtype, device=LU.device).expand(*LU.shape[:-2], m, m).contiguous()
+    else:
+        P = OPS["_lu_permutation"](pivots, m, LU.dtype)
     if not unpack_data:
         return OPS["lu_unpack"].result_type(P, empty, empty.clone())
     eye = functions.eye(m, k, dtype=LU.dtype, device=LU.device)

@@ -33,12 +33,12 @@ def _points(x):
     return x.reshape(-1, x.shape[-1])
 
 
-def _edges_meta(x, dim, bins, lo, hi):
+def _edges_meta(x, dim, bins, lo, hi, weight):
     kernel_dtype(x)
     return TensorSpec((bins + 1,), x.dtype, x.device)
 
 
-def _edges_cpu(spec, x, dim, bins, lo, hi):
+def _edges_cpu(spec, x, dim, bins, lo, hi, weight):
     column = x.reshape(-1, x.shape[-1])[:, dim]
     if lo is None:  # the data's range (torch's aminmax), [0, 1] without data
         lo, hi = (float(column.min()), float(column.max())) if column.size else (0.0, 1.0)
@@ -51,7 +51,10 @@ def _edges_cpu(spec, x, dim, bins, lo, hi):
     return lin_values(lo, hi, bins + 1, _dt.to_dtype(x.dtype)).astype(x.dtype)
 
 
-defop("_histogramdd_edges(Tensor self, int dim, int bins, float? min=None, float? max=None) -> Tensor",
+# (``weight`` is not read: torch's ``_histogramdd_bin_edges`` takes it, so its autograd fallback makes the edges
+# require grad, and a backward through them raise, where the weight requires grad)
+defop("_histogramdd_edges(Tensor self, int dim, int bins, float? min=None, float? max=None, Tensor? weight=None) "
+      "-> Tensor",
       meta=_edges_meta, cpu=_edges_cpu, kind="reduction", variants=("function",),
       autograd_fallback=lambda args: True, fallback_name="_histogramdd_bin_edges",
       doc="The ``bins + 1`` edges of dim ``dim`` of a histogramdd of ``self``: equal bins between ``min`` and "
@@ -124,7 +127,7 @@ def _histogramdd(x, bins, range, weight, density):
             if n <= 0:
                 raise RuntimeError(f"torch.histogram(): bins must be > 0, but got {n} for dimension {i}")
         bounds = [(None, None) if range is None else range[2 * i:2 * i + 2] for i in builtins.range(d)]
-        edges = tuple(functions._histogramdd_edges(x, i, n, *bounds[i]) for i, n in enumerate(counts))
+        edges = tuple(functions._histogramdd_edges(x, i, n, *bounds[i], weight=weight) for i, n in enumerate(counts))
         hist = functions._histogramdd_from_bin_cts(x, [e.detach() for e in edges], weight=weight, density=density)
         return _HistogramddResult(hist, edges)
     hist = functions._histogramdd_from_bin_tensors(x, list(edges), weight=weight, density=density)

@@ -25,7 +25,7 @@ from ..runtime.strided import broadcast_shapes
 from ..runtime.summation import add_reduce
 from .creation import OPTIONS, c_num, like_spec, sized_spec
 from .random_parts import random_doubles
-from .registry import TensorSpec, cpp_name, defop, scalar_name
+from .registry import TensorSpec, cpp_name, defop, preserved_strides, scalar_name
 
 _SEED_MASK = (1 << 64) - 1
 _DEFAULT_SEED = 67280421310721  # torch's default_rng_seed_val: every generator's seed until one is given
@@ -286,7 +286,8 @@ def _float_factory(name, kernel_name, sampler, what):
           variants=("function",), doc=f"A tensor of the given size with {what} values.")
     defop(f"{name}_like(Tensor input, *, {_RANDOM}, {OPTIONS}) -> Tensor", meta=like_meta,
           cpu=lambda spec, x, gen, *a: sampler(gen, spec.shape, spec.dtype), kind="random",
-          variants=("function",), doc=f"A tensor with the shape (and dtype, device) of ``input`` with {what} values.")
+          variants=("function",), layout=preserved_strides,
+          doc=f"A tensor with the shape (and dtype, device) of ``input`` with {what} values.")
 
 
 for _entry in _FLOAT_FACTORIES:
@@ -321,11 +322,11 @@ _RANDINT_LIKE_DOC = "Uniform random integers in ``[low, high)`` with the shape (
 defop(f"randint_like(Tensor input, int high, *, {_RANDOM}, {OPTIONS}) -> Tensor",
       meta=lambda x, high, *rest: _randint_like_meta(x, 0, high, *rest),
       cpu=lambda spec, x, high, gen, *a: _integers(gen, spec.shape, 0, high), kind="random",
-      variants=("function",), doc=_RANDINT_LIKE_DOC)
+      variants=("function",), layout=preserved_strides, doc=_RANDINT_LIKE_DOC)
 defop(f"randint_like.low(Tensor input, int low, int high, *, {_RANDOM}, {OPTIONS}) -> Tensor",
       meta=_randint_like_meta,
       cpu=lambda spec, x, low, high, gen, *a: _integers(gen, spec.shape, low, high), kind="random",
-      variants=("function",), doc=_RANDINT_LIKE_DOC)
+      variants=("function",), layout=preserved_strides, doc=_RANDINT_LIKE_DOC)
 
 # The largest n whose permutation a floating dtype holds exactly, as torch words it.
 _RANDPERM_FLOAT_LIMITS = {"float16": (2049, "2049"), "float32": (2 ** 24 + 1, "2^24+1"),

@@ -56,7 +56,7 @@ from ..runtime.device import DEVICE_BACKENDS, current_cuda_index, to_device
 from ..runtime.storage import Storage  # noqa: F401  (used by fast paths)
 from ..runtime.strided import (CONTIGUOUS_STRIDES, INT64_MAX, INT64_MIN, check_numel,  # noqa: F401 (hot paths')
                                contiguous_strides, contiguous_strides_cached, dense_strides, is_contiguous,
-                               is_non_overlapping_and_dense, memory_order_strides)
+                               is_non_overlapping_and_dense, like_strides, memory_order_strides)
 from .overlap import check_write_overlap
 from .schema import parse_schema
 
@@ -900,19 +900,9 @@ def result_strides(op, spec, args):
 
 
 def preserved_strides(spec, x, *rest):
-    """The layout rule of copies and ``_like`` factories in torch's preserve_format: dense strides in the
-    order of ``x``'s (infer_dense_strides); None (contiguous) for a contiguous ``x``."""
-    if is_contiguous(x._shape, x._stride):
-        return None
-    return dense_strides(x._shape, x._stride)
-
-
-def kept_strides(spec, x, *rest):
-    """torch's layout for results made in ``x``'s image (clone's preserve_format, sort's values and indices):
-    ``x``'s own strides when it is non-overlapping and dense (size-1 dims' too), else `preserved_strides`."""
-    if is_contiguous(x._shape, x._stride):
-        return None
-    return x._stride if is_non_overlapping_and_dense(x._shape, x._stride) else dense_strides(x._shape, x._stride)
+    """The layout rule of copies, casts and ``_like`` factories in torch's preserve_format (torch's empty_like:
+    `runtime.strided.like_strides`); None (contiguous) for an exactly contiguous ``x``."""
+    return like_strides(x._shape, x._stride)
 
 
 def laid_out(t, strides):

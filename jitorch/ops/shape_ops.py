@@ -444,7 +444,7 @@ def _sort_cpu(spec, x, dim, descending, stable):
 
 defop("sort(Tensor self, int dim=-1, bool descending=False, *, bool? stable=False) -> (Tensor values, Tensor indices)",
       meta=_sort_meta, cpu=_sort_cpu, kind="sort", variants=("function", "method", "out"),
-      layout=registry.kept_strides,  # torch's: both results laid out as self (fuzz seed 7100091: msort)
+      layout=registry.preserved_strides,  # torch's: both results laid out as self (fuzz seed 7100091: msort)
       doc="Sorted values along ``dim`` and their indices. NaN sorts as the largest value; the order is stable.")
 
 

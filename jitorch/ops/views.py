@@ -639,8 +639,8 @@ def compact(t):
 
 
 def _clone_strides(spec, x, fmt):
-    """``clone``'s layout rule: `registry.kept_strides`; contiguous when asked."""
-    return None if fmt is contiguous_format else registry.kept_strides(spec, x)
+    """``clone``'s layout rule: `registry.preserved_strides`; contiguous when asked."""
+    return None if fmt is contiguous_format else registry.preserved_strides(spec, x)
 
 
 def _clone_meta(x, fmt):

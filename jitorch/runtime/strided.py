@@ -214,14 +214,16 @@ def check_numel(shape):
     return shape
 
 
-def memory_order_strides(shape, operands):
+def memory_order_strides(shape, operands, empty_steps=False):
     """Dense strides for a new tensor of ``shape`` whose memory order follows its ``operands`` ((shape,
     strides) pairs, broadcast to ``shape``), as torch's TensorIterator lays out a pointwise result.
 
     Dims sort innermost first by stride: the first operand with unequal nonzero strides in two dims decides
     their order; equal strides put the smaller dim inside (else the next operand decides); dims no operand
     orders (broadcast in all, or equal) keep their row-major order. With one operand this is
-    infer_dense_strides (torch's preserve_format)."""
+    infer_dense_strides (torch's preserve_format), which steps over a dim of size 0 as over one of size 1;
+    ``empty_steps``: TensorIterator's own strides, which multiply by it (the dims outside it get stride 0) where
+    the order is not row-major (a row-major one it allocates contiguous)."""
     ndim = len(shape)
     seen = []
     for op_shape, op_strides in operands:
@@ -252,11 +254,66 @@ def memory_order_strides(shape, operands):
                 j = k
             elif c < 0:
                 break
+    empty_steps = empty_steps and perm != list(range(ndim - 1, -1, -1))
     out, acc = [0] * ndim, 1
     for d in perm:
         out[d] = acc
-        acc *= max(shape[d], 1)
+        acc *= shape[d] if empty_steps else max(shape[d], 1)
     return tuple(out)
+
+
+def _channels_last(shape, strides):
+    """torch's ``is_contiguous(memory_format=channels_last)`` of a 4-d tensor (dims of size 1 not looked at)."""
+    expected = 1
+    for d in (1, 3, 2, 0):
+        if shape[d] != 1:
+            if strides[d] != expected:
+                return False
+            expected *= shape[d]
+    return True
+
+
+def iterator_strides(shape, operands, same_shape):
+    """The strides of torch's TensorIterator for a new pointwise result of ``shape`` from ``operands`` ((shape,
+    strides) pairs, an operand of another dtype than the computation's given as its `like_strides` copy).
+    ``same_shape``: every operand is a tensor of ``shape`` (a Python number is a 0-d operand), where torch's fast
+    setups decide: contiguous where all are contiguous by its test (size-1 dims' strides not looked at),
+    channels-last where all are (4-d), the operands' own strides where all share them and they are
+    non-overlapping and dense. Otherwise `memory_order_strides`. None for contiguous."""
+    if same_shape:
+        if all(is_contiguous(shape, s) for _, s in operands):
+            return None
+        if len(shape) == 4 and all(_channels_last(shape, s) for _, s in operands):
+            n, c, h, w = shape
+            return (h * w * c, 1, w * c, c)
+        first = tuple(operands[0][1])
+        if all(tuple(s) == first for _, s in operands) and torch_dense(shape, first):
+            return first
+    return memory_order_strides(shape, operands, empty_steps=True)
+
+
+def torch_dense(shape, strides):
+    """torch's ``is_non_overlapping_and_dense``: an empty tensor is (it is contiguous), else the dims of size 2 or
+    more, by stride, step densely (dims of size 1 are not looked at)."""
+    if 0 in shape:
+        return True
+    expected = 1
+    for s, n in sorted((s, n) for n, s in zip(shape, strides) if n > 1):
+        if s != expected:
+            return False
+        expected *= n
+    return True
+
+
+def like_strides(shape, strides):
+    """The strides of torch's ``empty_like`` in preserve_format (and so of clone, casts, ``.to`` and the ``_like``
+    factories): ``strides`` themselves where torch's test takes them as non-overlapping and dense, size-1 and
+    empty dims' included (``ones(1, 5).t()`` keeps (1, 5)); otherwise dense strides in their order
+    (infer_dense_strides). None for strides that are exactly contiguous."""
+    strides = tuple(strides)
+    if strides == contiguous_strides_cached(tuple(shape)):
+        return None
+    return strides if torch_dense(shape, strides) else dense_strides(shape, strides)
 
 
 def dense_strides(shape, strides):

@@ -1,8 +1,7 @@
 """Strides of copies, casts and ``_like`` factories (torch's preserve_format, empty_like's rule: the input's own
-strides where it is non-overlapping and dense, else dense strides in its order), eager and compiled, against torch,
-for the inputs where jitorch follows that rule. Inputs whose size-1 or empty dims have other strides than
-contiguous ones (``ones(1, 5).t()``) are a documented difference (docs/differences-from-torch.md, "Layouts not
-defined by torch"): compiled calls do not see those strides."""
+strides where it is non-overlapping and dense, else dense strides in its order), eager and compiled, against torch.
+Inputs whose size-1 or empty dims have other strides than contiguous ones (``ones(1, 5).t()``) are drawn by
+tests/ops/test_trust46.py."""
 
 import pytest
 import torch

@@ -19,12 +19,12 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from ...ops.registry import attach, spec_device, tensors_of
-from ...ops.views import contiguous_format, dense_strides
+from ...ops.views import contiguous_format
 from ...runtime import cuda_memory
 from ...runtime.casts import copy_into
 from ...runtime.cuda_memory import asynchronous, canonical, download, empty_storage, host_values, non_blocking
 from ...runtime.storage import Storage
-from ...runtime.strided import contiguous_strides, is_contiguous
+from ...runtime.strided import contiguous_strides, is_contiguous, like_strides
 from ...tensor import Tensor
 from . import composites, factories, indexing, lines, products
 from .copies import copy_values, empty, host_array, upload, write
@@ -95,7 +95,7 @@ def _cast(x, spec):
 
 
 def _preserved_strides(t):
-    return tuple(dense_strides(t._shape, t._stride))
+    return like_strides(t._shape, t._stride) or contiguous_strides(t._shape)
 
 
 for _name, _run in (("_to_copy", _to_copy), ("copy", _copy), ("clone", _clone)):
