@@ -908,8 +908,12 @@ def preserved_strides(spec, x, *rest):
 def laid_out(t, strides):
     """``t``, or a copy of it in new memory laid out with ``strides`` (dense), unless ``t`` fills its own
     storage with those strides already."""
-    if t._stride == strides and t._offset == 0 and t._storage.size == t.numel():
-        return t
+    if t._offset == 0 and t._storage.size == t.numel():
+        if t._stride == strides:
+            return t
+        if all(a == b for n, a, b in zip(t._shape, t._stride, strides) if n > 1):
+            # (only size-1 dims' strides differ: the same memory, restrided)
+            return Tensor._make(t._storage, t._shape, strides, 0)
     out = Tensor._make(Storage.empty(t.numel(), t.dtype, t.device), t._shape, strides, 0)
     out._array()[...] = t._array()
     return out
