@@ -257,12 +257,34 @@ def _matmul(a, b, out=None):
 
 
 def _product(a, b, one_term, out=None):
-    """`_matmul`'s NumPy call, its rule for a product over one term (``one_term``) taken."""
+    """`_matmul`'s NumPy call, its rule for a product over one term (``one_term``) taken; where the chosen BLAS is
+    not NumPy's (`runtime.blas_calls.routes_products`), a product that NumPy would compute as one gemm call is
+    that call of the chosen BLAS (`_chosen_gemm`)."""
+    if not one_term and a.dtype in _SPLIT_DTYPES and blas_calls.routes_products():
+        r = _chosen_gemm(a, b, out)
+        if r is not None:
+            return r
     fn = np.multiply if one_term else np.matmul
     try:
         return fp_errors.silenced(fn, a, b) if out is None else fp_errors.silenced(fn, a, b, out=out)
     except RuntimeError as e:
         return fp_errors.when_busy(e, fn, a, b) if out is None else fp_errors.when_busy(e, fn, a, b, out=out)
+
+
+def _chosen_gemm(a, b, out):
+    """``a @ b`` as the chosen BLAS's gemm call (`runtime.blas_calls.run_gemm`: NumPy's rules for when matmul
+    makes one), into ``out`` (a new array where None), else None (nothing has run)."""
+    if a.ndim < 2 or b.ndim < 2 or a.dtype != b.dtype:
+        return None
+    if out is None:
+        if a.ndim == 2 == b.ndim:
+            shape = (a.shape[0], b.shape[1])
+        elif a.size == prod(a.shape[-2:]) and b.size == prod(b.shape[-2:]):  # (batches of one)
+            shape = (1,) * (max(a.ndim, b.ndim) - 2) + (a.shape[-2], b.shape[-1])
+        else:
+            return None
+        out = np.empty(shape, a.dtype)
+    return out if blas_calls.run_gemm(a, b, out) else None
 
 
 # A product of few rows and a short sum over long rows (a small convolution's: cnn's 16 x 72 by 72 x 36864, its

@@ -19,41 +19,16 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import os
 
 import numpy as np
 
-from . import threads
+from . import blas_library, threads
 
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 _INT_MAX = (1 << 31) - 1  # (NumPy's BLAS_MAXSIZE for a 64-bit-integer BLAS is larger; the dims stay below both)
-# What ran natively: products whose parts ran as gemm calls on the team (tests and benchmarks read it)
-counters = {"gemm forks": 0, "gemm calls": 0}
-
-
-@functools.cache
-def _gemm_functions():
-    """{dtype: address} of the cblas sgemm and dgemm of the OpenBLAS that NumPy's wheel carries (64-bit integers:
-    the ``64_`` symbols), or {} where NumPy uses another BLAS (its calls then stay Python parts)."""
-    try:
-        from threadpoolctl import threadpool_info
-    except ImportError:
-        return {}
-    home = os.path.dirname(os.path.realpath(np.__file__))
-    for info in threadpool_info():
-        path = os.path.realpath(info.get("filepath", ""))
-        if info.get("internal_api") != "openblas" or os.path.dirname(path) not in (home + ".libs",
-                                                                                   os.path.join(home, ".dylibs")):
-            continue
-        lib = ctypes.CDLL(path)
-        for prefix in ("scipy_", ""):
-            try:
-                s, d = getattr(lib, prefix + "cblas_sgemm64_"), getattr(lib, prefix + "cblas_dgemm64_")
-            except AttributeError:
-                continue
-            address = ctypes.cast(s, ctypes.c_void_p).value, ctypes.cast(d, ctypes.c_void_p).value
-            return {np.dtype(np.float32): address[0], np.dtype(np.float64): address[1]}
-    return {}
+# What ran natively: products whose parts ran as gemm calls on the team, and products run as one call on the
+# calling thread (`run_gemm`; tests and benchmarks read them)
+counters = {"gemm forks": 0, "gemm calls": 0, "direct calls": 0}
 
 
 def _blasable(outer, inner, cols, item):
@@ -81,7 +56,7 @@ def gemm_call(a, b, out):
     """The 13 words of `threads.gemm_entry`'s argument array for the gemm call NumPy's matmul makes computing
     ``out = a @ b`` (matrices, or batches of one, of one float dtype), or None where it computes it otherwise or
     ``out`` overlaps an operand (NumPy would copy it first)."""
-    function = _gemm_functions().get(a.dtype)
+    function = blas_library.gemm_functions().get(a.dtype)
     if function is None or out is None:
         return None
     a, b, out = one_matrix(a), one_matrix(b), one_matrix(out)
@@ -119,4 +94,28 @@ def run_gemm_calls(products):
     threads.run_native_parts(entry, calls)
     counters["gemm forks"] += 1
     counters["gemm calls"] += len(calls)
+    return True
+
+
+@functools.cache
+def _entry_function():
+    entry = threads.gemm_entry()
+    return None if entry is None else threads.KERNEL_ENTRY(entry)
+
+
+def routes_products():
+    """Whether the products NumPy's matmul would compute with its own BLAS run as `gemm_call`s of the chosen one
+    instead (`blas_library.chosen`: MKL). With OpenBLAS chosen they stay NumPy's, whose gemm calls are the same."""
+    return blas_library.chosen() == blas_library.MKL and _entry_function() is not None
+
+
+def run_gemm(a, b, out):
+    """Compute ``out = a @ b`` on this thread as `gemm_call`'s call (without the GIL) and return True, or False
+    where it is no such call (nothing has run)."""
+    words = gemm_call(a, b, out)
+    if words is None:
+        return False
+    args = (ctypes.c_int64 * len(words))(*words)
+    _entry_function()(ctypes.addressof(args), 0, 0)
+    counters["direct calls"] += 1
     return True

@@ -6,9 +6,9 @@ import pytest
 
 import jitorch as jt
 from jitorch.ops import linalg
-from jitorch.runtime import blas_calls, threads
+from jitorch.runtime import blas_calls, blas_library, threads
 
-pytestmark = pytest.mark.skipif(not blas_calls._gemm_functions() or threads.gemm_entry() is None,
+pytestmark = pytest.mark.skipif(not blas_library.gemm_functions() or threads.gemm_entry() is None,
                                 reason="NumPy's BLAS is not the OpenBLAS of its wheel, or no native team")
 
 
