@@ -19,7 +19,7 @@ from math import prod
 
 import numpy as np
 
-from ..runtime import blas_calls
+from ..runtime import blas_calls, blas_library
 from ..runtime import dtypes as _dt
 from ..runtime import fp_errors
 from ..runtime import threads
@@ -246,24 +246,27 @@ def _swapped_product(a, b, out):
     return out
 
 
-def _matmul(a, b, out=None):
+def _matmul(a, b, out=None, work=None):
     """``np.matmul`` with NumPy's floating-point errors silenced (torch does not warn where a product meets
     inf times 0 or a NaN): the error state is per thread, and the workers run parts of products too.
     A product over one term (a column times a row) is ``np.multiply``, the same single rounding: NumPy's
-    matmul runs that case in a plain C loop, 4-5x slower (DCGAN's first transposed convolution's gradient)."""
+    matmul runs that case in a plain C loop, 4-5x slower (DCGAN's first transposed convolution's gradient).
+    ``work``: the multiply-adds of the product this one is a part of (`_product`)."""
     sa, sb = a.shape, b.shape  # (each read makes a tuple)
     one_term = len(sa) >= 2 and len(sb) >= 2 and sa[-1] == 1 == sb[-2] and a.dtype == b.dtype
-    return _product(a, b if one_term else _rows_first(a, b), one_term, out)
+    return _product(a, b if one_term else _rows_first(a, b), one_term, out, work)
 
 
-def _product(a, b, one_term, out=None):
-    """`_matmul`'s NumPy call, its rule for a product over one term (``one_term``) taken; where the chosen BLAS is
-    not NumPy's (`runtime.blas_calls.routes_products`), a product that NumPy would compute as one gemm call is
-    that call of the chosen BLAS (`_chosen_gemm`)."""
-    if not one_term and a.dtype in _SPLIT_DTYPES and blas_calls.routes_products():
-        r = _chosen_gemm(a, b, out)
-        if r is not None:
-            return r
+def _product(a, b, one_term, out=None, work=None):
+    """`_matmul`'s NumPy call, its rule for a product over one term (``one_term``) taken; where MKL runs a product
+    of its size (``work`` multiply-adds: the whole product's where this is a part of one, by default its own;
+    `runtime.blas_library.runs_mkl`), a product that NumPy would compute as one gemm call is MKL's gemm call
+    (`_mkl_gemm`), as a compiled step's products on the team are (`runtime.blas_calls.gemm_call`)."""
+    if not one_term and a.dtype in _SPLIT_DTYPES and len(sa := a.shape) >= 2 and len(sb := b.shape) >= 2:
+        if blas_library.runs_mkl(sa[-2] * sa[-1] * sb[-1] if work is None else work):
+            r = _mkl_gemm(a, b, out, work)
+            if r is not None:
+                return r
     fn = np.multiply if one_term else np.matmul
     try:
         return fp_errors.silenced(fn, a, b) if out is None else fp_errors.silenced(fn, a, b, out=out)
@@ -271,20 +274,20 @@ def _product(a, b, one_term, out=None):
         return fp_errors.when_busy(e, fn, a, b) if out is None else fp_errors.when_busy(e, fn, a, b, out=out)
 
 
-def _chosen_gemm(a, b, out):
-    """``a @ b`` as the chosen BLAS's gemm call (`runtime.blas_calls.run_gemm`: NumPy's rules for when matmul
-    makes one), into ``out`` (a new array where None), else None (nothing has run)."""
-    if a.ndim < 2 or b.ndim < 2 or a.dtype != b.dtype:
+def _mkl_gemm(a, b, out, work):
+    """``a @ b`` (matrices, or batches of one) as MKL's gemm call (`runtime.blas_calls.run_gemm`: NumPy's rules for
+    when matmul makes one), into ``out`` (a new array where None), else None (nothing has run)."""
+    if a.dtype != b.dtype:
         return None
     if out is None:
         if a.ndim == 2 == b.ndim:
             shape = (a.shape[0], b.shape[1])
-        elif a.size == prod(a.shape[-2:]) and b.size == prod(b.shape[-2:]):  # (batches of one)
+        elif a.size == prod(a.shape[-2:]) and b.size == prod(b.shape[-2:]):
             shape = (1,) * (max(a.ndim, b.ndim) - 2) + (a.shape[-2], b.shape[-1])
         else:
             return None
         out = np.empty(shape, a.dtype)
-    return out if blas_calls.run_gemm(a, b, out) else None
+    return out if blas_calls.run_gemm(a, b, out, work) else None
 
 
 # A product of few rows and a short sum over long rows (a small convolution's: cnn's 16 x 72 by 72 x 36864, its
@@ -395,11 +398,12 @@ def array_product(a, b, out=None, whole=False):
         pieces = [(a[..., lo:hi, :], b, out[..., lo:hi, :]) for lo, hi in threads.bounds(m, parts)]
     else:
         pieces = [(a, b[..., lo:hi], out[..., lo:hi]) for lo, hi in threads.bounds(n, parts)]
+    work = prod(batch) * m * n * k
     if inline:
         for piece in pieces:
-            _matmul(*piece)
-    elif not blas_calls.run_gemm_calls(pieces):
-        threads.run_parts(_matmul, pieces)
+            _matmul(*piece, work=work)
+    elif not blas_calls.run_gemm_calls(pieces, work):
+        threads.run_parts(_matmul, [(*piece, work) for piece in pieces])
     return out
 
 

@@ -128,16 +128,33 @@ def _openblas_gemms():
     return None
 
 
+# Products of fewer multiply-adds run as OpenBLAS's gemm where MKL is chosen: a call of MKL's costs about 4 µs more
+# (its checks and arguments in Python, where NumPy's matmul makes its call in C), which MKL's faster kernels
+# do not win back below about 2M multiply-adds (float32, one thread, thread CPU time: 128x64x128 1.03x, 128x128x128
+# 0.97x, 64x128x384 1.09x, 256x128x128 1.04x NumPy's time over MKL's; 64x64x64 0.43x).
+MKL_MIN_WORK = 1 << 21
+
+
 @functools.cache
-def gemm_functions():
-    """{dtype: address} of the chosen BLAS's cblas sgemm and dgemm (64-bit integers), or {} where the choice is
-    OpenBLAS and NumPy carries another BLAS (its products then stay NumPy's)."""
-    if chosen() == MKL:
-        lib = mkl_library()
-        functions = lib.cblas_sgemm_64, lib.cblas_dgemm_64
-    else:
-        functions = _openblas_gemms()
-        if functions is None:
-            return {}
-    s, d = (ctypes.cast(f, ctypes.c_void_p).value for f in functions)
-    return {np.dtype(np.float32): s, np.dtype(np.float64): d}
+def _functions():
+    """{dtype: (OpenBLAS's gemm or None, MKL's gemm or None)} addresses, MKL's only where it is chosen."""
+    openblas = _openblas_gemms() or (None, None)
+    mkl = (mkl_library().cblas_sgemm_64, mkl_library().cblas_dgemm_64) if chosen() == MKL else (None, None)
+    address = lambda f: None if f is None else ctypes.cast(f, ctypes.c_void_p).value  # noqa: E731
+    return {np.dtype(dt): (address(o), address(m)) for dt, o, m in zip((np.float32, np.float64), openblas, mkl)}
+
+
+def gemm_function(dtype, work):
+    """The address of the cblas gemm (64-bit integers) of ``dtype`` (a NumPy dtype) that runs a product of
+    ``work`` multiply-adds (that of the whole product a call is part of): MKL's where it is chosen and the
+    product has at least `MKL_MIN_WORK`, else the OpenBLAS of NumPy's wheel; None where that is to be NumPy's
+    matmul (no such OpenBLAS, or another dtype)."""
+    functions = _functions().get(dtype)
+    if functions is None:
+        return None
+    return functions[1] if functions[1] is not None and work >= MKL_MIN_WORK else functions[0]
+
+
+def runs_mkl(work):
+    """Whether a product of ``work`` multiply-adds that NumPy would make as one gemm call runs as MKL's."""
+    return work >= MKL_MIN_WORK and chosen() == MKL
