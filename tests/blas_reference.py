@@ -24,13 +24,14 @@ def _layout(x):
     return None
 
 
-def _gemm(a, b):
-    """``a @ b`` (2-D, one float dtype) as the LP64 cblas call, or NumPy's where NumPy makes no gemm call."""
+def _gemm(a, b, work=None):
+    """``a @ b`` (2-D, one float dtype) as the LP64 cblas call of MKL where it runs a product of ``work``
+    multiply-adds (by default this one's), or NumPy's where NumPy makes no gemm call."""
     (m, k), n = a.shape, b.shape[1]
     la, lb = _layout(a), _layout(b)
     own_transpose = (a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
                      and a.strides == b.strides[::-1])
-    if min(m, k, n) < 2 or la is None or lb is None or own_transpose or not blas_library.runs_mkl(m * k * n):
+    if min(m, k, n) < 2 or la is None or lb is None or own_transpose or not blas_library.runs_mkl(m * k * n if work is None else work):
         return np.matmul(a, b)
     lib = blas_library.mkl_library()
     real = ctypes.c_float if a.dtype == np.float32 else ctypes.c_double
@@ -43,11 +44,22 @@ def _gemm(a, b):
 
 
 def chosen_matmul(a, b):
-    """``np.matmul(a, b)`` as the chosen BLAS computes it (see the module's doc)."""
+    """``np.matmul(a, b)`` as the chosen BLAS computes it (see the module's doc); MKL's product of at least
+    ``SPLIT_MIN_WORK`` multiply-adds in the parts ``ops.linalg._mkl_parts`` gives, whatever the thread count: by
+    rows where it has as many rows as columns, else by columns, each part a gemm call of its own."""
+    from jitorch.ops.linalg import _mkl_parts
+    from jitorch.runtime.threads import bounds
     a, b = np.asarray(a), np.asarray(b)
     if (blas_library.chosen() == blas_library.OPENBLAS or a.ndim < 2 or b.ndim < 2 or a.dtype != b.dtype
             or a.dtype not in (np.float32, np.float64)
             or a.size != a.shape[-2] * a.shape[-1] or b.size != b.shape[-2] * b.shape[-1]):
         return np.matmul(a, b)
     shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
-    return _gemm(a.reshape(a.shape[-2:]), b.reshape(b.shape[-2:])).reshape(shape)
+    a, b = a.reshape(a.shape[-2:]), b.reshape(b.shape[-2:])
+    (m, k), n = a.shape, b.shape[1]
+    parts = _mkl_parts(a, b, m * k * n)
+    if parts is None:
+        return _gemm(a, b).reshape(shape)
+    if m >= n:
+        return np.concatenate([_gemm(a[lo:hi], b, m * k * n) for lo, hi in bounds(m, parts)]).reshape(shape)
+    return np.concatenate([_gemm(a, b[:, lo:hi], m * k * n) for lo, hi in bounds(n, parts)], 1).reshape(shape)

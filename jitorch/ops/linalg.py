@@ -376,13 +376,19 @@ def array_product(a, b, out=None, whole=False):
     skinny = _skinny(a, b, out, whole)
     if skinny is not None:
         return skinny
-    parts = 1 if whole else threads.product_parts()
     if a.ndim < 2 or b.ndim < 2 or a.dtype != b.dtype or a.dtype not in _SPLIT_DTYPES:
         return _matmul(a, b, out)
     batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
     (m, k), n = a.shape[-2:], b.shape[-1]
-    if prod(batch) * m * n * k < SPLIT_MIN_WORK:
+    work = prod(batch) * m * n * k
+    if work < SPLIT_MIN_WORK:
         return _swapped_product(a, b, out) if _swapped(a, b) else _matmul(a, b, out)
+    if _mkl_parts(a, b, work) is not None:
+        if out is None:
+            out = np.empty(batch + (m, n), a.dtype)
+        if blas_calls.run_gemm_parts(a, b, out, _mkl_parts(a, b, work), m >= n, work):
+            return out
+    parts = 1 if whole else threads.product_parts()
     syrk = _syrk(a, b)  # (then in row parts, gemm calls, whatever the thread count: on one thread one by one)
     if parts == 1 and not syrk:
         return _matmul(a, b, out)
@@ -398,7 +404,6 @@ def array_product(a, b, out=None, whole=False):
         pieces = [(a[..., lo:hi, :], b, out[..., lo:hi, :]) for lo, hi in threads.bounds(m, parts)]
     else:
         pieces = [(a, b[..., lo:hi], out[..., lo:hi]) for lo, hi in threads.bounds(n, parts)]
-    work = prod(batch) * m * n * k
     if inline:
         for piece in pieces:
             _matmul(*piece, work=work)
@@ -407,10 +412,31 @@ def array_product(a, b, out=None, whole=False):
     return out
 
 
+# A product that MKL runs (`runtime.blas_library.runs_mkl`) of `SPLIT_MIN_WORK` multiply-adds or more is computed
+# in parts of at least `MKL_PART_WORK`, at most `MKL_MAX_PARTS` of them (a power of two: they share any power of
+# two of threads evenly), whatever the thread count: MKL's gemm may round a part of a product otherwise than the
+# whole (its blocking depends on the shape: 32 of 348 random products of 64-1300 rows, cut in 2-8 row parts, did,
+# float32 and float64), so a product's bits must not depend on how many threads share it, nor on whether it runs
+# beside another (`jit.interop`), alone or in eager mode. One thread runs the parts one after another.
+MKL_PART_WORK = 1 << 21
+MKL_MAX_PARTS = 8
+
+
+def _mkl_parts(a, b, work):
+    """How many parts `array_product` computes ``a @ b`` in (see above), or None where MKL does not run it or it is
+    not one matrix times one."""
+    if work < SPLIT_MIN_WORK or prod(a.shape[:-2]) > 1 or prod(b.shape[:-2]) > 1 or not blas_library.runs_mkl(work):
+        return None
+    (m, n), parts = (a.shape[-2], b.shape[-1]), 1
+    while parts < MKL_MAX_PARTS and work >= 2 * parts * MKL_PART_WORK:
+        parts *= 2
+    return min(parts, max(m, n) // 2)
+
+
 def whole_gemm(a, b, out):
     """The operands ``(a, b, out)`` of the one NumPy matmul that ``array_product(a, b, out, whole=True)`` makes where
-    that is a product of two float matrices (batches of rows folded into rows) that no generated kernel, swap or
-    syrk rule takes, else None: such a product may run as `runtime.blas_calls.gemm_call` (`jit.interop`)."""
+    that is a product of two float matrices (batches of rows folded into rows) that no generated kernel, swap,
+    syrk or MKL split (`_mkl_parts`) rule takes, else None: such a product may run as `runtime.blas_calls.gemm_call` (`jit.interop`)."""
     if out is None:
         return None
     if a.ndim >= 3 and b.ndim <= 2 and a.flags.c_contiguous and out.flags.c_contiguous:
@@ -422,6 +448,8 @@ def whole_gemm(a, b, out):
     (m, k), n = a.shape, b.shape[1]
     if skinny_shape(a.dtype, m, k, n) is not None or _syrk(a, b) or (m * k * n < SPLIT_MIN_WORK and _swapped(a, b)):
         return None
+    if _mkl_parts(a, b, m * k * n) is not None:
+        return None  # (in its parts, as alone: MKL's whole may round otherwise)
     return a, b, out
 
 

@@ -103,6 +103,38 @@ def run_gemm_calls(products, work=None):
     return True
 
 
+def run_gemm_parts(a, b, out, parts, rows, work):
+    """Compute ``out = a @ b`` (matrices) as ``parts`` gemm calls, each of a near-equal range of the rows (``rows``)
+    or columns of ``out`` (`threads.bounds`): the calls of a product of ``work`` multiply-adds that `gemm_call`
+    makes for each part, whatever the thread count; at once in at most ``get_num_threads()`` runs of calls in
+    order on the team (one native call each, `threads.calls_entry`), or one after another here where the team is
+    busy. True, or False where the whole is no gemm call or there is no native code (nothing has run)."""
+    entry, program = threads.gemm_entry(), threads.calls_entry()
+    a, b, out = one_matrix(a), one_matrix(b), one_matrix(out)
+    words = None if entry is None else gemm_call(a, b, out, work)
+    if words is None:
+        return False
+    size, dim, operand = (words[4], 7, a.strides[0]) if rows else (words[5], 9, b.strides[1])
+    step = out.strides[0] if rows else out.strides[1]
+    calls = []
+    for lo, hi in threads.bounds(size, parts):
+        part = list(words)
+        part[4 if rows else 5] = hi - lo
+        part[dim] += lo * operand
+        part[11] += lo * step
+        calls.append((ctypes.c_int64 * len(part))(*part))
+    runs = []
+    for lo, hi in threads.bounds(len(calls), threads.get_num_threads()):
+        run = [hi - lo]
+        for call in calls[lo:hi]:
+            run += [entry, ctypes.addressof(call)]
+        runs.append((ctypes.c_int64 * len(run))(*run))
+    threads.run_native_parts(program, runs)
+    counters["gemm forks"] += len(runs) > 1
+    counters["gemm calls"] += len(calls)
+    return True
+
+
 @functools.cache
 def _entry_function():
     entry = threads.gemm_entry()
