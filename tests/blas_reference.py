@@ -31,7 +31,8 @@ def _gemm(a, b, work=None):
     la, lb = _layout(a), _layout(b)
     own_transpose = (a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
                      and a.strides == b.strides[::-1])
-    if min(m, k, n) < 2 or la is None or lb is None or own_transpose or not blas_library.runs_mkl(m * k * n if work is None else work):
+    work = m * k * n if work is None else work
+    if min(m, k, n) < 2 or la is None or lb is None or own_transpose or not blas_library.runs_mkl(work):
         return np.matmul(a, b)
     lib = blas_library.mkl_library()
     real = ctypes.c_float if a.dtype == np.float32 else ctypes.c_double
