@@ -436,7 +436,8 @@ def _mkl_parts(a, b, work):
 def whole_gemm(a, b, out):
     """The operands ``(a, b, out)`` of the one NumPy matmul that ``array_product(a, b, out, whole=True)`` makes where
     that is a product of two float matrices (batches of rows folded into rows) that no generated kernel, swap,
-    syrk or MKL split (`_mkl_parts`) rule takes, else None: such a product may run as `runtime.blas_calls.gemm_call` (`jit.interop`)."""
+    syrk or MKL split (`_mkl_parts`) rule takes, else None: such a product may run as
+    `runtime.blas_calls.gemm_call` (`jit.interop`)."""
     if out is None:
         return None
     if a.ndim >= 3 and b.ndim <= 2 and a.flags.c_contiguous and out.flags.c_contiguous:

@@ -111,7 +111,8 @@ _PRODUCTS = """
                         (200, 100, 150)):
             for transposed in (False, True):
                 a = rng.standard_normal((m, k)).astype(dtype)
-                b = rng.standard_normal((n, k)).astype(dtype).T if transposed else rng.standard_normal((k, n)).astype(dtype)
+                b = rng.standard_normal((n, k) if transposed else (k, n)).astype(dtype)
+                b = b.T if transposed else b
                 for threads in (1, 2):
                     jt.set_num_threads(threads)
                     got = (jt.from_numpy(a) @ jt.from_numpy(b)).numpy()
