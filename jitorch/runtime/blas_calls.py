@@ -13,6 +13,11 @@ laid out in rows or in columns with unit stride, the result in rows, no dim of 1
 calls at once on the team through `threads.run_native_parts`, the calling thread's one included: the same BLAS
 call on one thread (``set_num_threads`` gives BLAS one), so the same bits as NumPy's matmul. A product that NumPy
 would compute otherwise (a vector product, syrk, its own loop, a copy first) is left to the Python parts.
+
+The function called is the chosen BLAS's (`blas_library.gemm_function`): where that is MKL, a product of
+`blas_library.MKL_MIN_WORK` multiply-adds or more (the whole product's, for its parts) calls MKL's gemm, with the
+same transposes, leading dimensions and pointers; `run_gemm_parts` runs a product in fixed parts whatever the thread
+count (`ops.linalg._mkl_parts`) and `run_gemm` one call on the calling thread (`ops.linalg._product`).
 """
 
 from __future__ import annotations
