@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import glob
 import os
 import platform
 import sys
@@ -46,6 +45,7 @@ def intel_cpu():
 def _mkl_candidates():
     """Paths of ``libmkl_rt`` that the installed ``mkl`` distribution holds (its recorded files), then the
     environment's ``lib`` folder (where that wheel puts it)."""
+    import glob  # (here: ``import jitorch`` does not need it)
     paths = []
     try:
         from importlib import metadata

@@ -32,11 +32,6 @@ def _run(code, library=None, timeout=300):
     return done.stdout.strip().splitlines()[-1]
 
 
-def _loaded_mkl():
-    with open("/proc/self/maps") as f:
-        return any("libmkl" in line for line in f)
-
-
 def test_import_does_not_load_mkl():
     assert _run("""
         import jitorch, jitorch.backends.mkl
