@@ -32,9 +32,10 @@ from .array_address import data_address
 
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 _INT_MAX = (1 << 31) - 1  # (NumPy's BLAS_MAXSIZE for a 64-bit-integer BLAS is larger; the dims stay below both)
-# What ran natively: products whose parts ran as gemm calls on the team, and products run as one call on the
-# calling thread (`run_gemm`; tests and benchmarks read them)
-counters = {"gemm forks": 0, "gemm calls": 0, "direct calls": 0}
+# What ran natively (tests and benchmarks read it): products whose parts ran as gemm calls on the team
+# (`run_gemm_calls`), the calls of products in fixed parts (`run_gemm_parts`) and products run as one call on the
+# calling thread (`run_gemm`)
+counters = {"gemm forks": 0, "gemm calls": 0, "part calls": 0, "direct calls": 0}
 
 
 def _blasable(outer, inner, cols, item):
@@ -136,7 +137,7 @@ def run_gemm_parts(a, b, out, parts, rows, work):
         runs.append((ctypes.c_int64 * len(run))(*run))
     threads.run_native_parts(program, runs)
     counters["gemm forks"] += len(runs) > 1
-    counters["gemm calls"] += len(calls)
+    counters["part calls"] += len(calls)
     return True
 
 
