@@ -413,15 +413,16 @@ def array_product(a, b, out=None, whole=False):
 
 
 # A product that MKL runs (`runtime.blas_library.runs_mkl`) of `SPLIT_MIN_WORK` multiply-adds or more is computed
-# in parts of at least `MKL_PART_WORK`, at most `MKL_MAX_PARTS` of them (a power of two: they share any power of
-# two of threads evenly), whatever the thread count: MKL's gemm may round a part of a product otherwise than the
-# whole (its blocking depends on the shape: 32 of 348 random products of 64-1300 rows, cut in 2-8 row parts, did,
-# float32 and float64), so a product's bits must not depend on how many threads share it, nor on whether it runs
-# beside another (`jit.interop`), alone or in eager mode. One thread runs the parts one after another (at 1
-# thread, float32, thread CPU, on a loaded machine: 768x128x384, 768x128x512 and 768x512x128 in 2, 4 or 8 parts
-# ran within -7%..+13% of the whole call; more parts cost more at one thread, fewer use fewer threads).
-MKL_PART_WORK = 1 << 21
-MKL_MAX_PARTS = 4
+# in 2 parts, or more (a power of two, at most `MKL_MAX_PARTS`) where each still has `MKL_PART_WORK`, whatever the
+# thread count: MKL's gemm may round a part of a product otherwise than the whole (its blocking depends on the
+# shape: 32 of 348 random products of 64-1300 rows, cut in 2-8 row parts, did, float32 and float64), so a
+# product's bits must not depend on how many threads share it, nor on whether it runs beside another
+# (`jit.interop`), alone or in eager mode. One thread runs the parts one after another. Parts cost at one thread:
+# the GPT, LSTM and CNN models' products of 9M-1.4G multiply-adds in 1, 2 and 4 parts ran at 0.92-1.26, 0.99-1.24
+# and 0.87-1.11 times NumPy's (OpenBLAS's) speed (float32, thread CPU, taking turns in one process), so products
+# under 64M multiply-adds take 2 parts: at more than two threads they use two of them.
+MKL_PART_WORK = 1 << 24
+MKL_MAX_PARTS = 8
 
 
 def _mkl_parts(a, b, work):
@@ -429,7 +430,7 @@ def _mkl_parts(a, b, work):
     not one matrix times one."""
     if work < SPLIT_MIN_WORK or prod(a.shape[:-2]) > 1 or prod(b.shape[:-2]) > 1 or not blas_library.runs_mkl(work):
         return None
-    (m, n), parts = (a.shape[-2], b.shape[-1]), 1
+    (m, n), parts = (a.shape[-2], b.shape[-1]), 2
     while parts < MKL_MAX_PARTS and work >= 2 * parts * MKL_PART_WORK:
         parts *= 2
     return min(parts, max(m, n) // 2)
