@@ -9,7 +9,7 @@ buffer with the same strides and timed, the three systems taking turns in one pr
 median of rounds), as
 
     jitorch   the call the step makes: ``array_product(a, b, out)`` (or NumPy's matmul where the step calls
-              it directly, as the recurrences do)
+              it directly)
     numpy     ``np.matmul(a, b, out=out)`` on the same operands (NumPy's OpenBLAS: where jitorch's BLAS is MKL,
               `runtime.blas_library`, jitorch/numpy compares the two libraries in one process)
     torch     ``torch.matmul`` on tensors over the same memory and strides (a measuring stick only)
@@ -44,7 +44,8 @@ def collect(name, quick):
     """{(dtype, a shape, a strides, b shape, b strides, out strides or None, caller): calls per step} of a
     compiled step of model ``name`` (strides in elements), from its third and fourth calls. The caller is
     'jitorch' for the products of ``linalg.array_product`` (seen as its BLAS call or generated kernel gets them,
-    after any fold of a batch into rows), 'numpy' for a module calling NumPy's matmul itself (the recurrences).
+    after any fold of a batch into rows), 'numpy' for a module calling NumPy's matmul itself (none of these
+    models' steps: the recurrences call ``linalg._matmul``).
     Collected at one thread: at more, once ``set_num_threads`` has run in the process, products are split into
     parts or run in pairs by native gemm calls (`jit.interop`), which the watch does not see whole."""
     threads = jitorch.get_num_threads()
@@ -201,7 +202,7 @@ def main(argv=None):
         line = (f"{counts:>14}  {describe(sa, ta):<28} {describe(sb, tb):<28} {'new' if to is None else 'arena':<8} "
                 f"{f / 1e6:8.2f}  " + "".join(f"{f / t[s] / 1e9:8.1f}" for s in systems)
                 + f"  {t['jitorch'] / t['numpy']:7.2f}" + (f"  {t['jitorch'] / t['torch']:9.2f}" if torch else ""))
-        print(line + ("  (recurrence: NumPy directly)" if caller == "numpy" else ""))
+        print(line + ("  (NumPy directly)" if caller == "numpy" else ""))
     print("\nms of products per step")
     print(f"{'model':<12} {'products':>8} {'GFLOP':>7}  " + "".join(f"{s:>8}" for s in systems)
           + f"  {'jit/np':>7}" + (f"  {'jit/torch':>9}" if torch else ""))
