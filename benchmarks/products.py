@@ -189,8 +189,8 @@ def main(argv=None):
     cases = list(dict.fromkeys(k for c in per_model.values() for k in c))
     timed = {k: time_case(k, torch, rounds) for k in cases}
     systems = ["jitorch", "numpy"] + (["torch"] if torch is not None else [])
-    print(f"1 thread, GFLOP/s per product (jitorch = the step's call, its BLAS {blas_library.chosen()}; numpy = NumPy's "
-          "matmul; ratios are of times: >1 means jitorch slower)")
+    print(f"1 thread, GFLOP/s per product (jitorch = the step's call, its BLAS {blas_library.chosen()}; "
+          "numpy = NumPy's matmul; ratios are of times: >1 means jitorch slower)")
     head = f"{'calls/step':>14}  {'A':<28} {'B':<28} {'out':<8} {'MFLOP':>8}  " + "".join(
         f"{s:>8}" for s in systems) + f"  {'jit/np':>7}" + (f"  {'jit/torch':>9}" if torch else "")
     print(head)
