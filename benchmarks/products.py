@@ -9,8 +9,9 @@ buffer with the same strides and timed, the three systems taking turns in one pr
 median of rounds), as
 
     jitorch   the call the step makes: ``array_product(a, b, out)`` (or NumPy's matmul where the step calls
-              it directly, as the recurrences do)
-    numpy     ``np.matmul(a, b, out=out)`` on the same operands
+              it directly)
+    numpy     ``np.matmul(a, b, out=out)`` on the same operands (NumPy's OpenBLAS: where jitorch's BLAS is MKL,
+              `runtime.blas_library`, jitorch/numpy compares the two libraries in one process)
     torch     ``torch.matmul`` on tensors over the same memory and strides (a measuring stick only)
 
 and printed as GFLOP/s with the ratios jitorch/torch and jitorch/numpy of the times, plus per model the
@@ -33,6 +34,7 @@ import numpy as np  # noqa: E402
 
 import jitorch  # noqa: E402
 from jitorch.ops import linalg  # noqa: E402
+from jitorch.runtime import blas_calls, blas_library  # noqa: E402
 import models  # noqa: E402
 
 DEFAULT_MODELS = ("gpt-4x128", "gpt-6x384", "cnn", "dcgan", "lstm")
@@ -42,7 +44,8 @@ def collect(name, quick):
     """{(dtype, a shape, a strides, b shape, b strides, out strides or None, caller): calls per step} of a
     compiled step of model ``name`` (strides in elements), from its third and fourth calls. The caller is
     'jitorch' for the products of ``linalg.array_product`` (seen as its BLAS call or generated kernel gets them,
-    after any fold of a batch into rows), 'numpy' for a module calling NumPy's matmul itself (the recurrences).
+    after any fold of a batch into rows), 'numpy' for a module calling NumPy's matmul itself (none of these
+    models' steps: the recurrences call ``linalg._matmul``).
     Collected at one thread: at more, once ``set_num_threads`` has run in the process, products are split into
     parts or run in pairs by native gemm calls (`jit.interop`), which the watch does not see whole."""
     threads = jitorch.get_num_threads()
@@ -67,11 +70,11 @@ def _collect(name, quick):
         seen[(a.dtype.name, a.shape, _elements(a), b.shape, _elements(b),
               None if out is None else _elements(out), caller)] += 1
 
-    def watched_product(a, b, out=None):
+    def watched_product(a, b, out=None, work=None):
         record(a, b, out, "jitorch")
         inside.append(True)
         try:
-            return product(a, b, out)
+            return product(a, b, out, work)
         finally:
             inside.pop()
 
@@ -87,12 +90,21 @@ def _collect(name, quick):
         if done is not None:
             record(a, b, out, "jitorch")
         return done
+    parts = blas_calls.run_gemm_parts
+
+    def watched_parts(a, b, out, *args):  # (MKL's products in fixed parts: `linalg._mkl_parts`)
+        done = parts(a, b, out, *args)
+        if done:
+            record(a, b, out, "jitorch")
+        return done
     np.matmul, linalg._matmul, linalg._skinny = watched, watched_product, watched_skinny
+    blas_calls.run_gemm_parts = watched_parts
     try:
         call()
         call()
     finally:
         np.matmul, linalg._matmul, linalg._skinny = matmul, product, skinny
+        blas_calls.run_gemm_parts = parts
     return {k: n / 2 for k, n in seen.items()}
 
 
@@ -177,7 +189,8 @@ def main(argv=None):
     cases = list(dict.fromkeys(k for c in per_model.values() for k in c))
     timed = {k: time_case(k, torch, rounds) for k in cases}
     systems = ["jitorch", "numpy"] + (["torch"] if torch is not None else [])
-    print("1 thread, GFLOP/s per product (jitorch = the step's call; ratios are of times: >1 means jitorch slower)")
+    print(f"1 thread, GFLOP/s per product (jitorch = the step's call, its BLAS {blas_library.chosen()}; "
+          "numpy = NumPy's matmul; ratios are of times: >1 means jitorch slower)")
     head = f"{'calls/step':>14}  {'A':<28} {'B':<28} {'out':<8} {'MFLOP':>8}  " + "".join(
         f"{s:>8}" for s in systems) + f"  {'jit/np':>7}" + (f"  {'jit/torch':>9}" if torch else "")
     print(head)
@@ -189,7 +202,7 @@ def main(argv=None):
         line = (f"{counts:>14}  {describe(sa, ta):<28} {describe(sb, tb):<28} {'new' if to is None else 'arena':<8} "
                 f"{f / 1e6:8.2f}  " + "".join(f"{f / t[s] / 1e9:8.1f}" for s in systems)
                 + f"  {t['jitorch'] / t['numpy']:7.2f}" + (f"  {t['jitorch'] / t['torch']:9.2f}" if torch else ""))
-        print(line + ("  (recurrence: NumPy directly)" if caller == "numpy" else ""))
+        print(line + ("  (NumPy directly)" if caller == "numpy" else ""))
     print("\nms of products per step")
     print(f"{'model':<12} {'products':>8} {'GFLOP':>7}  " + "".join(f"{s:>8}" for s in systems)
           + f"  {'jit/np':>7}" + (f"  {'jit/torch':>9}" if torch else ""))

@@ -3,8 +3,8 @@ switches.
 
 Each backend registers itself for its device type (``runtime.device.DEVICE_BACKENDS``) when imported;
 ``import jitorch`` imports them all. `cuda` is the one there is; it also holds ``torch.backends.cuda``'s
-``matmul`` switches. `cudnn`, `mps`, `cpu`, `mkldnn` and `openmp` answer torch.backends' questions for
+``matmul`` switches. `cudnn`, `mps`, `cpu`, `mkl`, `mkldnn` and `openmp` answer torch.backends' questions for
 jitorch, `flags` holds the switches' machinery and `use_deterministic_algorithms`.
 """
 
-from . import cpu, cuda, cudnn, flags, mkldnn, mps, openmp  # noqa: F401
+from . import cpu, cuda, cudnn, flags, mkl, mkldnn, mps, openmp  # noqa: F401

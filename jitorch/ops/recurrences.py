@@ -31,7 +31,7 @@ import numpy as np
 
 from ..runtime import dtypes as _dt
 from ..runtime import threads
-from .linalg import SPLIT_MIN_WORK, array_product
+from .linalg import SPLIT_MIN_WORK, _matmul, array_product
 from .meta import opmath
 from .registry import TensorSpec, defop, scalar_name
 
@@ -177,7 +177,7 @@ def _blocks(names, a, order, width, start=0):
 def _hidden_product(h, w_t, b_hh, out):
     """``out = h @ w_t + b_hh``, ``w_t`` being ``W_hh.T`` made contiguous (NumPy's matmul of a transposed
     operand runs about half as fast at these sizes) and ``out`` contiguous."""
-    np.matmul(h, w_t, out=out)
+    _matmul(h, w_t, out)
     if b_hh is not None:
         out += b_hh
 
@@ -214,7 +214,7 @@ def _lstm_forward(x, h, c, w_t, b_hh, w_hr_t, output, reserve, reverse):
             np.multiply(o, shaped, out=output[t])
         else:
             shaped *= o
-            np.matmul(shaped, w_hr_t, out=output[t])
+            _matmul(shaped, w_hr_t, output[t])
         h, c = output[t], cell
     return c
 
@@ -246,7 +246,7 @@ def _forward_steps(kernel, product, columns, x, h, w_t, b_hh, output, order):
         _run_steps(len(hh), product, (product, products), (kernel, rows))
         return
     for row, t in zip(rows, order.tolist()):
-        np.matmul(h, w_t, out=hh)
+        _matmul(h, w_t, hh)
         kernel.run(row, len(hh))
         h = output[t]
 
@@ -351,7 +351,7 @@ def _simple_backward(mode, grad_output, grad_hy, w_hh, output, reverse):
     for t in _steps(len(output), not reverse):
         dh += grad_output[t]
         np.multiply(dh, slope[t], out=d_pre[t])
-        np.matmul(d_pre[t], w_hh, out=dh)
+        _matmul(d_pre[t], w_hh, dh)
     return d_pre, d_pre, dh
 
 
@@ -387,7 +387,7 @@ def _lstm_backward(grad_output, grad_hy, grad_cy, cx, w_hh, w_hr, reserve, rever
         dc += tmp
         np.multiply(dc[:, None], by_cell[t], out=d_gates[t, :, :3])
         dc *= f[t]
-        np.matmul(d_gates[t].reshape(batch, 4 * hidden), w_hh, out=dh)
+        _matmul(d_gates[t].reshape(batch, 4 * hidden), w_hh, dh)
     return d_gates.reshape(length, batch, 4 * hidden), dh, dc, d_out
 
 
@@ -417,7 +417,7 @@ def _lstm_backward_cells(kernel, product, grad_output, grad_hy, grad_cy, cx, w_h
         return d_gates, np.ascontiguousarray(dh[:, :hidden]), dc[length % 2], None
     for row, t in zip(kernel.rows(table), order.tolist()):
         kernel.run(row, batch)
-        np.matmul(d_gates[t], w_hh, out=dh)
+        _matmul(d_gates[t], w_hh, dh)
     return d_gates, dh, dc[length % 2], None
 
 
@@ -445,7 +445,7 @@ def _gru_backward_cells(kernel, product, grad_output, grad_hy, w_hh, reserve, pr
     else:
         for row, t in zip(kernel.rows(table), order.tolist()):
             kernel.run(row, batch)
-            np.matmul(d_hh[t], w_hh, out=prod)
+            _matmul(d_hh[t], w_hh, prod)
     d_x[:, :, :2 * hidden] = d_hh[:, :, :2 * hidden]
     return d_x, d_hh, carry[length % 2] + prod[:, :hidden]
 
@@ -470,7 +470,7 @@ def _gru_backward(grad_output, grad_hy, w_hh, output, reserve, prev, reverse):
         np.multiply(d_x[t, :, 2], by_r[t], out=d_hh[t, :, 0])
         np.multiply(d_x[t, :, 2], r[t], out=d_hh[t, :, 2])
         dh *= z[t]
-        dh += np.matmul(d_hh[t].reshape(batch, 3 * hidden), w_hh, out=tmp)
+        dh += _matmul(d_hh[t].reshape(batch, 3 * hidden), w_hh, tmp)
     d_x[:, :, :2] = d_hh[:, :, :2]
     return d_x.reshape(length, batch, 3 * hidden), d_hh.reshape(length, batch, 3 * hidden), dh
 

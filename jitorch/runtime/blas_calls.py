@@ -13,47 +13,29 @@ laid out in rows or in columns with unit stride, the result in rows, no dim of 1
 calls at once on the team through `threads.run_native_parts`, the calling thread's one included: the same BLAS
 call on one thread (``set_num_threads`` gives BLAS one), so the same bits as NumPy's matmul. A product that NumPy
 would compute otherwise (a vector product, syrk, its own loop, a copy first) is left to the Python parts.
+
+The function called is the chosen BLAS's (`blas_library.gemm_function`): where that is MKL, a product of
+`blas_library.MKL_MIN_WORK` multiply-adds or more (the whole product's, for its parts) calls MKL's gemm, with the
+same transposes, leading dimensions and pointers; `run_gemm_parts` runs a product in fixed parts whatever the thread
+count (`ops.linalg._mkl_parts`) and `run_gemm` one call on the calling thread (`ops.linalg._product`).
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
-import os
 
 import numpy as np
 
-from . import threads
+from . import blas_library, threads
+from .array_address import data_address
 
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 _INT_MAX = (1 << 31) - 1  # (NumPy's BLAS_MAXSIZE for a 64-bit-integer BLAS is larger; the dims stay below both)
-# What ran natively: products whose parts ran as gemm calls on the team (tests and benchmarks read it)
-counters = {"gemm forks": 0, "gemm calls": 0}
-
-
-@functools.cache
-def _gemm_functions():
-    """{dtype: address} of the cblas sgemm and dgemm of the OpenBLAS that NumPy's wheel carries (64-bit integers:
-    the ``64_`` symbols), or {} where NumPy uses another BLAS (its calls then stay Python parts)."""
-    try:
-        from threadpoolctl import threadpool_info
-    except ImportError:
-        return {}
-    home = os.path.dirname(os.path.realpath(np.__file__))
-    for info in threadpool_info():
-        path = os.path.realpath(info.get("filepath", ""))
-        if info.get("internal_api") != "openblas" or os.path.dirname(path) not in (home + ".libs",
-                                                                                   os.path.join(home, ".dylibs")):
-            continue
-        lib = ctypes.CDLL(path)
-        for prefix in ("scipy_", ""):
-            try:
-                s, d = getattr(lib, prefix + "cblas_sgemm64_"), getattr(lib, prefix + "cblas_dgemm64_")
-            except AttributeError:
-                continue
-            address = ctypes.cast(s, ctypes.c_void_p).value, ctypes.cast(d, ctypes.c_void_p).value
-            return {np.dtype(np.float32): address[0], np.dtype(np.float64): address[1]}
-    return {}
+# What ran natively (tests and benchmarks read it): products whose parts ran as gemm calls on the team
+# (`run_gemm_calls`), the calls of products in fixed parts (`run_gemm_parts`) and products run as one call on the
+# calling thread (`run_gemm`)
+counters = {"gemm forks": 0, "gemm calls": 0, "part calls": 0, "direct calls": 0}
 
 
 def _blasable(outer, inner, cols, item):
@@ -77,12 +59,13 @@ def one_matrix(x):
     return x.reshape(x.shape[-2:]) if x.ndim > 2 and x.size and x.size == x.shape[-2] * x.shape[-1] else x
 
 
-def gemm_call(a, b, out):
+def gemm_call(a, b, out, work=None):
     """The 13 words of `threads.gemm_entry`'s argument array for the gemm call NumPy's matmul makes computing
     ``out = a @ b`` (matrices, or batches of one, of one float dtype), or None where it computes it otherwise or
-    ``out`` overlaps an operand (NumPy would copy it first)."""
-    function = _gemm_functions().get(a.dtype)
-    if function is None or out is None:
+    ``out`` overlaps an operand (NumPy would copy it first). The call is the chosen BLAS's for a product of
+    ``work`` multiply-adds (`blas_library.gemm_function`: the whole product's, where this call is a part of one;
+    by default this call's)."""
+    if out is None:
         return None
     a, b, out = one_matrix(a), one_matrix(b), one_matrix(out)
     if a.ndim != 2 or b.ndim != 2 or out.ndim != 2 or not a.dtype == b.dtype == out.dtype:
@@ -91,11 +74,14 @@ def gemm_call(a, b, out):
     if (b.shape[0] != k or out.shape != (m, n) or min(m, k, n) < 2 or max(m, k, n) > _INT_MAX
             or not (a.flags.aligned and b.flags.aligned and out.flags.aligned)):
         return None
+    function = blas_library.gemm_function(a.dtype, m * n * k if work is None else work)
+    if function is None:
+        return None
     item = a.itemsize
     ta, tb = _operand(a.strides, m, k, item), _operand(b.strides, k, n, item)
     if ta is None or tb is None or not _blasable(out.strides[0], out.strides[1], n, item):
         return None
-    pa, pb, pc = (x.__array_interface__["data"][0] for x in (a, b, out))
+    pa, pb, pc = data_address(a), data_address(b), data_address(out)
     if pa == pb and m == n and a.strides == b.strides[::-1] and ta[0] != tb[0]:
         return None  # a matrix times its own transpose: NumPy calls syrk
     if np.may_share_memory(out, a) or np.may_share_memory(out, b):
@@ -103,20 +89,72 @@ def gemm_call(a, b, out):
     return [function, int(item == 8), ta[0], tb[0], m, n, k, pa, ta[1], pb, tb[1], pc, out.strides[0] // item]
 
 
-def run_gemm_calls(products):
+def run_gemm_calls(products, work=None):
     """Compute each ``(a, b, out)`` of ``products`` at once on the team, each as the gemm call NumPy's matmul makes
-    (`gemm_call`), and return True; False where one of them is not such a call or there is no native code (nothing
-    has run). ``out`` is written; the arrays must live until it returns (it does not keep them)."""
+    (`gemm_call`; ``work``: the multiply-adds of the product they are parts of, by default each call's own), and
+    return True; False where one of them is not such a call or there is no native code (nothing has run). ``out``
+    is written; the arrays must live until it returns (it does not keep them)."""
     entry = threads.gemm_entry()
     if entry is None:
         return False
     calls = []
     for a, b, out in products:
-        words = gemm_call(a, b, out)
+        words = gemm_call(a, b, out, work)
         if words is None:
             return False
         calls.append((ctypes.c_int64 * len(words))(*words))
     threads.run_native_parts(entry, calls)
     counters["gemm forks"] += 1
     counters["gemm calls"] += len(calls)
+    return True
+
+
+def run_gemm_parts(a, b, out, parts, rows, work):
+    """Compute ``out = a @ b`` (matrices) as ``parts`` gemm calls, each of a near-equal range of the rows (``rows``)
+    or columns of ``out`` (`threads.bounds`): the calls of a product of ``work`` multiply-adds that `gemm_call`
+    makes for each part, whatever the thread count; at once in at most ``get_num_threads()`` runs of calls in
+    order on the team (one native call each, `threads.calls_entry`), or one after another here where the team is
+    busy. True, or False where the whole is no gemm call or there is no native code (nothing has run)."""
+    entry, program = threads.gemm_entry(), threads.calls_entry()
+    a, b, out = one_matrix(a), one_matrix(b), one_matrix(out)
+    words = None if entry is None else gemm_call(a, b, out, work)
+    if words is None:
+        return False
+    size, dim, operand = (words[4], 7, a.strides[0]) if rows else (words[5], 9, b.strides[1])
+    step = out.strides[0] if rows else out.strides[1]
+    calls = []
+    for lo, hi in threads.bounds(size, parts):
+        part = list(words)
+        part[4 if rows else 5] = hi - lo
+        part[dim] += lo * operand
+        part[11] += lo * step
+        calls.append((ctypes.c_int64 * len(part))(*part))
+    runs = []
+    for lo, hi in threads.bounds(len(calls), threads.get_num_threads()):
+        run = [hi - lo]
+        for call in calls[lo:hi]:
+            run += [entry, ctypes.addressof(call)]
+        runs.append((ctypes.c_int64 * len(run))(*run))
+    threads.run_native_parts(program, runs)
+    counters["gemm forks"] += len(runs) > 1
+    counters["part calls"] += len(calls)
+    return True
+
+
+@functools.cache
+def _entry_function():
+    entry = threads.gemm_entry()
+    return None if entry is None else threads.KERNEL_ENTRY(entry)
+
+
+def run_gemm(a, b, out, work):
+    """Compute ``out = a @ b`` on this thread as `gemm_call`'s call for a product of ``work`` multiply-adds
+    (without the GIL) and return True, or False where it is no such call or no native code (nothing has run)."""
+    entry = _entry_function()
+    words = None if entry is None else gemm_call(a, b, out, work)
+    if words is None:
+        return False
+    args = np.array(words, np.int64)  # (0.9 µs, where a ctypes array of them took 3)
+    entry(data_address(args), 0, 0)
+    counters["direct calls"] += 1
     return True

@@ -806,6 +806,13 @@ def gemm_entry():
     return None if native is None else native.gemm_call
 
 
+def calls_entry():
+    """The native entry point that makes a program's calls in order (`_PROGRAM_IR`'s ``row_program``: the count,
+    then per call an ``(args, lo, hi)`` entry point and its argument array), None where there is no native code."""
+    native = _native()
+    return None if native is None else native.row_program
+
+
 def run_row_program(program, rows, parts):
     """Run a program of kernel calls (``program``: a C-contiguous int64 array, its count of calls, then per call a
     kernel's ``(args, lo, hi)`` entry point and its argument array's address) over ``rows`` rows, in at most

@@ -71,8 +71,8 @@ def test_a_gpt_steps_products_take_their_operands_as_they_lie(monkeypatch):
 
     calls = []
     product = linalg._product
-    monkeypatch.setattr(linalg, "_product", lambda a, b, one_term, out=None: calls.append(
-        (a, b, out, product(a, b, one_term, out))) or calls[-1][3])
+    monkeypatch.setattr(linalg, "_product", lambda a, b, one_term, out=None, work=None: calls.append(
+        (a, b, out, product(a, b, one_term, out, work))) or calls[-1][3])
     compiled(model, idx, targets)
     assert len(calls) == len(products)
     for a, b, out, result in calls:
