@@ -100,8 +100,10 @@ def test_backward_through_a_compiled_call_runs_the_backward_graph_cut_from_the_j
     np.testing.assert_allclose(w.grad.numpy(), reference.grad.numpy(), rtol=1e-5, atol=1e-5)
     entry = next(iter(f.cache.values()))
     assert entry.backward is None and entry.split is not None  # no vector-Jacobian product recomputing
-    # the forward saves tanh's result; the backward reads it rather than computing the forward again
-    assert "tanh" in _ops(entry.split.forward) and "tanh" not in _ops(entry.split.backward)
+    # the forward saves the product, not tanh's result: the same bytes, and the forward's kernel writes no tanh,
+    # which the backward's kernel computes again from the product (partition's traffic rule)
+    assert "tanh" in _ops(entry.split.forward) and "tanh" in _ops(entry.split.backward)
+    assert entry.split.saved == 1
     assert _ops(entry.split.backward).count("matmul") == 1  # the gradient of w only: x needs none
 
 
