@@ -222,8 +222,9 @@ def literal(values, dtype):
 class Generator:
     """``Generator(seed).program()``: one random program, valid on torch."""
 
-    def __init__(self, seed, max_statements=14, table=None, chains=0.0, out_views=0.0, losses=0.0):
+    def __init__(self, seed, max_statements=14, table=None, chains=0.0, out_views=0.0, losses=0.0, nets=0.0):
         self.seed = seed
+        self.nets = nets  # the share of statements that are network patterns (`net_pattern`)
         self.chains = chains  # the share of statements that are view-of-gather chains
         self.losses = losses  # the share of statements that are loss patterns (`loss_pattern`)
         self.out_views = out_views  # the share of ``out=`` statements writing other memory (`out_view`)
@@ -339,7 +340,9 @@ class Generator:
         picked = r.sample(body, min(len(body), r.randint(1, 4)))
         refs = [v.ref for v in picked]
         others = [v.ref for v in env.values() if v.ref.startswith(("x", "c", "M.t")) and v.is_tensor]
-        if others and r.random() < 0.3:
+        # (none with network patterns: a call returning an input's or captured tensor's memory is not cut into a
+        # forward and a backward graph, which those patterns are for)
+        if others and r.random() < 0.3 and not self.nets:
             refs.append(r.choice(others))
         return tuple(dict.fromkeys(refs))
 
@@ -362,6 +365,8 @@ class Generator:
             make = self.rng.choice((self.pad_windows, self.gather_views))
         elif self.losses and self.rng.random() < self.losses:
             make = self.loss_pattern
+        elif self.nets and self.rng.random() < self.nets:
+            make = self.net_pattern
         else:
             r = self.rng.random()
             make = next(make for bound, make in kinds if r < bound)
@@ -986,6 +991,171 @@ class Generator:
             expr = f"{view}.sum({dims!r}, keepdim={r.random() < 0.5})"
         name = self.fresh()
         return Stmt((f"{name} = {expr}",), (name,), f"loss {kind}"), {name: Facts(False, True, name)}
+
+    def net_pattern(self, env, tensors):
+        """A network's pattern over a float32/float64 variable ``v``, its values repeated to sizes past a vector's
+        lanes (17, 33, 200: `_spread`) and times fixed weights: a GELU MLP (``gelu(x @ w + b)``, a bias read of
+        ``v`` too, maybe a second layer, maybe summed over a reshape), scaled dot-product attention (no mask, the
+        causal one, a bool or an additive one broadcast to the scores, ``dropout_p=0.0``, odd lengths and head
+        dims), cross-entropy, nll or picked log-probs over odd class counts of a computed (maybe reshaped)
+        input, a normalisation whose input is computed pointwise and read again after its reduction (or reduced
+        through a permutation), a math function over a row of an odd length, or a reduction's ``out=`` call. In a gradient run, compiled, these
+        split into forward and backward graphs with saved values (`jit.partition`)."""
+        v = self.pick(tensors, lambda v: v.dtype in ("float32", "float64") and v.value.numel() > 0)
+        if v is None:
+            return None
+        r = self.rng
+        kind = r.choice(("gelu mlp", "attention", "wide ce", "norm", "wide map", "reduction out"))
+        made = getattr(self, "_net_" + kind.replace(" ", "_"))(env, v)
+        if made is None:
+            return None
+        lines, defines = made
+        return Stmt(lines, defines, f"net {kind}"), {name: Facts(False, True, name) for name in defines}
+
+    def _spread(self, v, shape, scale=True):
+        """``v``'s values repeated (in row-major order) to fill ``shape``, times a fixed pattern of weights."""
+        n = prod(shape)
+        flat = f"{v.ref}.reshape(-1).repeat({-(-n // v.value.numel())})[:{n}].reshape({tuple(shape)!r})"
+        return f"({flat} * {self._weights(shape, v.dtype)})" if scale else flat
+
+    def _weights(self, shape, dtype):
+        """Fixed weights of ``shape``: multiples of 1/8 in [-1, 1] from an integer pattern (exact in both libraries)."""
+        r = self.rng
+        a, m = r.choice((3, 5, 7, 11)), r.choice((9, 13, 17))
+        return f"((T.arange({prod(shape)}, device=D) * {a} % {m} - {m // 2}).to(T.{dtype}) / 8).reshape({tuple(shape)!r})"
+
+    def _net_gelu_mlp(self, env, v):
+        r = self.rng
+        # (21 rows of 200: past eager's GELU kernel's 4096 elements, `nn.functional.GELU_KERNEL_MIN`)
+        rows, c, h = r.choice((1, 2, 3, 5, 21)), r.choice((3, 8, 17)), r.choice((8, 17, 33, 200))
+        # (maybe (seq, batch, features): the product's rows merged, the bias's gradient summed over two dims)
+        x = self._spread(v, (rows, c) if r.random() < 0.7 else (rows, 2, c))
+        approximate = r.choice(("", "", ", approximate='tanh'"))
+        expr = f"T.nn.functional.gelu(T.matmul({x}, {self._weights((c, h), v.dtype)}) + " \
+               f"{self._spread(v, (h,), scale=False)} * 0.5{approximate})"
+        width = h
+        if r.random() < 0.4:
+            width = r.choice((1, 5, 17))
+            expr = f"T.matmul({expr}, {self._weights((h, width), v.dtype)})"
+        if r.random() < 0.3 and rows > 1:  # (the rows split: a sum whose reduced dims a reshape crosses)
+            split = (rows, 1) if r.random() < 0.5 else (1, rows)
+            expr = f"({expr}).reshape({split[0]}, {split[1]}, -1).sum({r.choice(((0, 1), (0,), (1,)))!r})"
+        elif r.random() < 0.3:  # (the rows merged: a sum over them of a reshape)
+            expr = f"({expr}).reshape(-1, {width}).sum(0)"
+        name = self.fresh()
+        return (f"{name} = {expr}",), (name,)
+
+    def _net_attention(self, env, v):
+        r = self.rng
+        batch = r.choice(((), (1,), (2,), (2, 3)))
+        L, S, D = r.choice((1, 3, 5, 17)), r.choice((1, 4, 17)), r.choice((1, 3, 8, 17))
+        Dv = D if r.random() < 0.8 else r.choice((2, 5))
+        lines = []
+        layout = r.choice(("compact", "compact", "heads", "transposed"))
+        if layout == "heads" and Dv == D and S == L:  # (split from one product, as a GPT's heads: strided views)
+            qkv = self.fresh()
+            lines.append(f"{qkv} = {self._spread(v, (*batch, L, 3 * D))}")
+            q, k, w = (f"{qkv}[..., {i * D}:{(i + 1) * D}]" for i in range(3))
+        elif layout == "transposed":  # (each a transposed view of a compact value)
+            q, k, w = (f"{self._spread(v, (*batch, d, n))}.transpose(-2, -1)" for n, d in ((L, D), (S, D), (S, Dv)))
+        else:
+            q, k, w = (self._spread(v, (*batch, n, d)) for n, d in ((L, D), (S, D), (S, Dv)))
+        kwargs = []
+        c = r.random()
+        if c < 0.25:
+            kwargs.append("is_causal=True")
+        elif c < 0.7:
+            shape = r.choice(((L, S), (S,), (1, S), (*batch, L, S)))
+            values = np.random.default_rng(r.randrange(1 << 30))
+            mask = r.choice(("bool", "additive", "computed"))
+            if mask == "bool":
+                kwargs.append(f"attn_mask={literal(values.random(shape) < 0.7, 'bool')}")
+            elif mask == "additive":
+                mask = values.choice((0.0, 0.0, -1.0, 0.5, -float('inf')), size=shape)
+                kwargs.append(f"attn_mask={literal(mask, v.dtype)}".replace("-inf", "-float('inf')"))
+            else:  # (of ``v``: a mask that requires grad in a gradient run)
+                kwargs.append(f"attn_mask={self._spread(v, shape)}")
+        if r.random() < 0.3:
+            kwargs.append("dropout_p=0.0")
+        if r.random() < 0.3:
+            kwargs.append(f"scale={r.choice((0.5, 0.125, 1.0))}")
+        name = self.fresh()
+        args = ", ".join([q, k, w] + kwargs)
+        lines.append(f"{name} = T.nn.functional.scaled_dot_product_attention({args})")
+        return tuple(lines), tuple(line.split(" = ")[0] for line in lines)
+
+    def _net_wide_ce(self, env, v):
+        r = self.rng
+        rows, c = r.choice((1, 3, 5, 7)), r.choice((5, 17, 33, 200))
+        if r.random() < 0.5:  # (computed pointwise, maybe a bias over the classes: the lse pass's cone)
+            x = f"({self._spread(v, (rows, c))} * 2 + {self._spread(v, (c,), scale=False)})"
+        else:  # (a product, then seen through a reshape of its rows)
+            inner = r.choice((3, 8))
+            x = f"T.matmul({self._spread(v, (rows, inner))}, {self._weights((inner, c), v.dtype)})"
+            if rows > 1 and r.random() < 0.5:
+                x = f"{x}.reshape(1, {rows}, {c}).reshape({rows}, {c})"
+        target = self._indices(c, (rows,))
+        kind = r.choice(("ce", "nll", "picked", "entropy"))
+        if kind == "ce":
+            smoothing = r.choice(("", ", label_smoothing=0.1"))
+            expr = f"T.nn.functional.cross_entropy({x}, {target}, reduction={r.choice(('mean', 'sum', 'none'))!r}" \
+                   f"{smoothing})"
+        elif kind == "nll":
+            expr = f"T.nn.functional.nll_loss(T.log_softmax({x}, -1), {target}, " \
+                   f"reduction={r.choice(('mean', 'sum'))!r})"
+        elif kind == "picked":
+            expr = f"T.log_softmax({x}, -1).gather(1, {self._indices(c, (rows, r.randint(1, 3)))}).sum()"
+        else:  # (rows of a language model's (seq, batch) logits: log-probs read pointwise and by a row sum)
+            lp = f"T.log_softmax({x}.reshape(1, {rows}, {c}), -1)"
+            expr = f"({lp}.exp() * {lp}).sum(-1) + {lp}.amax(-1)"
+        name = self.fresh()
+        return (f"{name} = {expr}",), (name,)
+
+    def _net_norm(self, env, v):
+        r = self.rng
+        rows, c = r.choice((1, 2, 5)), r.choice((3, 17, 33))
+        h, name = self.fresh(), self.fresh()
+        made = r.choice((f"{self._spread(v, (rows, c))} * 0.5 + 0.25", f"T.tanh({self._spread(v, (rows, c))})",
+                         f"T.nn.functional.gelu({self._spread(v, (rows, c))})"))
+        kind = r.choice(("layer_norm", "centred", "softmax", "max shifted", "permuted sum"))
+        if kind == "layer_norm":
+            expr = f"T.nn.functional.layer_norm({h}, ({c},), eps=1e-5) * {h}"
+        elif kind == "centred":
+            expr = f"({h} - {h}.mean(-1, keepdim=True)) * ({h}.var(-1, keepdim=True) + 1e-5).rsqrt()"
+        elif kind == "softmax":
+            expr = f"T.softmax({h}, -1) * {h}"
+        elif kind == "max shifted":
+            expr = f"({h} - {h}.amax(-1, keepdim=True)).exp() * {h}"
+        else:  # (a reduction over a permutation of the computed value: the recompute pass's prologue copy)
+            view = r.choice((f"{h}.permute(1, 0)", f"{h}.transpose(0, 1)"))
+            expr = f"{view}.{r.choice(('sum', 'mean', 'amax'))}(-1) + {h}.sum(0)"
+        return (f"{h} = {made}", f"{name} = {expr}"), (h, name)
+
+    def _net_wide_map(self, env, v):
+        r = self.rng
+        shape = r.choice(((17,), (33,), (200,), (3, 17), (2, 33)))
+        fn = r.choice(("exp", "tanh", "erf", "sigmoid", "sin", "expm1", "log1p"))
+        x = self._spread(v, shape)
+        arg = f"{x}.abs()" if fn == "log1p" else f"{x} * 0.5"
+        name = self.fresh()
+        return (f"{name} = T.{fn}({arg}) {r.choice(('*', '+'))} {self._spread(v, shape[-1:], scale=False)}",), (name,)
+
+    def _net_reduction_out(self, env, v):
+        r = self.rng
+        op = r.choice(("sum", "mean", "amax", "amin", "nansum", "prod"))
+        # (detached where it requires grad: an out= call of a value with history is no gradient program, and the
+        # fast path serves none)
+        x = r.choice((f"{v.ref}.detach()", f"({v.ref}.detach() * 0.5)", f"({v.ref} * 0.5)"))
+        dim = r.choice((None, self.dim(v))) if v.ndim else None
+        args = f"{x}" if dim is None else f"{x}, {dim}, {r.random() < 0.5}"
+        if op in ("amax", "amin") and dim is None:
+            args = f"{x}, ()" if v.ndim == 0 else f"{x}, {list(range(v.ndim))!r}"
+        result = self.evaluate(env, f"T.{op}({args})")
+        if not isinstance(result, torch.Tensor):
+            return None
+        buf = self.fresh()
+        lines = (f"{buf} = T.zeros({tuple(result.shape)!r}, dtype=T.{v.dtype}, device=D)", f"T.{op}({args}, out={buf})")
+        return lines, (buf,)
 
     def _indices(self, n, shape):
         """An int64 literal of ``shape`` holding indices below ``n``."""
@@ -1676,11 +1846,11 @@ def _with_grad(program):
     return replace(program, grad=has_float and trusted and grad_valid(program))
 
 
-def generate(seed, max_statements=14, table=None, chains=0.0, out_views=0.0, losses=0.0):
+def generate(seed, max_statements=14, table=None, chains=0.0, out_views=0.0, losses=0.0, nets=0.0):
     """The program of ``seed`` (the same on every machine: Python's and NumPy's seeded generators), with a
     ``chains`` share of its statements drawn from the view-of-gather chains (`Generator.pad_windows`,
     `Generator.gather_views`) and an ``out_views`` share of its ``out=`` statements writing memory other than a
     new compact tensor (`Generator.out_view`); a ``losses`` share of its statements are loss patterns
-    (`Generator.loss_pattern`)."""
-    g = Generator(seed, max_statements, table, chains, out_views, losses)
+    (`Generator.loss_pattern`), a ``nets`` share network patterns (`Generator.net_pattern`)."""
+    g = Generator(seed, max_statements, table, chains, out_views, losses, nets)
     return g.program(), g
