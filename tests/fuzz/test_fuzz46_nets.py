@@ -61,18 +61,25 @@ def test_reach_counts_the_parts_a_compiled_cross_entropy_gradient_reaches():
         assert jitorch.allclose(got.grad, want.grad, rtol=1e-6, atol=1e-7)
 
 
-# (seed, the parts its check reaches, the network statements it holds; ``--nets 0.5``). The AVX-512 tail folding is
-# not asserted: a kernel another test built first comes from the cache, unbuilt.
+# (seed, ``--nets`` share, most statements, the parts its check reaches, the network statements it holds). The
+# AVX-512 tail folding is not asserted: a kernel another test built first comes from the cache, unbuilt.
+SPLIT = {"gradient run", "split", "split saved", "split views"}
 SEEDS = [
-    (0, {"gradient run"}, ()),
+    (9670011, 0.9, 6, SPLIT | {"attention fwd", "attention bwd", "gelu traced grad", "recompute across",
+                               "split recomputed"}, ("attention", "gelu mlp", "norm")),
+    (9680011, 0.5, 14, SPLIT | {"gelu kernel", "gelu kernel bwd", "attention fwd", "reduction out", "split recomputed"},
+     ("attention", "gelu mlp", "reduction out")),
+    (9680017, 0.5, 14, SPLIT | {"lse", "sums one-hot", "recompute across", "gelu traced grad"},
+     ("wide ce", "wide map", "gelu mlp")),
+    (9680022, 0.5, 14, {"gradient run", "lse", "lse cone"}, ("wide ce",)),
 ]
 
 
-@pytest.mark.parametrize("seed, parts, kinds", SEEDS)
-def test_network_pattern_seeds_run_alike_and_reach_their_parts(seed, parts, kinds):
-    """Fixed seeds of ``--nets 0.5``: torch, eager, compiled and the interpreter agree, forward and gradients,
-    and the check reaches the parts listed."""
-    program, _ = generate(seed, nets=0.5)
+@pytest.mark.parametrize("seed, nets, statements, parts, kinds", SEEDS)
+def test_network_pattern_seeds_run_alike_and_reach_their_parts(seed, nets, statements, parts, kinds):
+    """Fixed seeds of ``--nets``: torch, eager, compiled and the interpreter agree, forward and gradients, and the
+    check reaches the parts listed."""
+    program, _ = generate(seed, statements, nets=nets)
     assert {s.tag for s in program.body} >= {f"net {k}" for k in kinds}
     with warnings.catch_warnings(), Reach() as reach:
         warnings.simplefilter("ignore")
