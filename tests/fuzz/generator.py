@@ -9,7 +9,9 @@ data-dependent ops that a compiled function must run eagerly (``item``, ``nonzer
 ``if tensor:``), closures, globals and module attributes read, written and rebound between calls, and chains
 of views over a gather's result (a pad, whose modes but ``constant`` are index_selects, then a pool's or an
 unfold's windows; an index_select, gather or embedding, then views, then a pointwise op), which a compiler
-fusing gathers with their consumers must keep apart where their index maths does not compose.
+fusing gathers with their consumers must keep apart where their index maths does not compose. Where asked, loss
+patterns (`Generator.loss_pattern`) and network patterns (`Generator.net_pattern`: GELU MLPs, attention, wide losses,
+normalisations, odd-length maps, reductions' ``out=``) over a variable's values.
 
 A program is grown one statement at a time: a candidate statement is kept when torch runs the whole
 program with it in every call the oracle makes (so torch decides what a valid program is), and is dropped
