@@ -16,8 +16,8 @@ The parts counted (`PARTS`), each by the function that does its work, wrapped wh
   call's joint trace; the forward saved values for the backward; the backward recomputes a chain of cheap ops;
   it remakes views of values;
 * ``attention fwd``, ``attention bwd``: the fused attention kernels (`ops.attention.ATTENTION_KERNEL`);
-* ``gelu traced``, ``gelu traced grad``: ``nn.functional.gelu`` traced by ``jitorch.compile`` (on a tensor
-  that requires grad: the joint trace of a gradient run); ``gelu kernel``, ``gelu kernel bwd``: eager's compiled
+* ``gelu traced``, ``gelu traced grad``: ``nn.functional.gelu`` traced by ``jitorch.compile`` (its result
+  requiring grad: the joint trace of a gradient run); ``gelu kernel``, ``gelu kernel bwd``: eager's compiled
   GELU kernel and its gradient's (`nn.functional._gelu_kernel`, past `nn.functional.GELU_KERNEL_MIN` elements);
 * ``reduction out``: a reduction's ``out=`` call served by `ops.reduction_out`'s fast path (its plans are
   forgotten at each program's start, so that each program's first call makes one).
@@ -82,8 +82,8 @@ class Reach:
         wrap(reduction_out, "plan_of", lambda out, *a: bool(out) and "reduction out")
         wrap(attention, "ATTENTION_KERNEL",
              lambda out, direction, *a: out is not None and f"attention {'fwd' if direction == 'forward' else 'bwd'}")
-        wrap(F, "gelu", lambda out, x, *a, **k: tracer.current_tracer() is not None and (
-            "gelu traced", bool(x.requires_grad) and "gelu traced grad"))
+        wrap(F, "gelu", lambda out, *a, **k: tracer.current_tracer() is not None and (
+            "gelu traced", bool(out.requires_grad) and "gelu traced grad"))
         wrap(F, "_gelu_kernel", lambda out, form, dtype, backward=False: out is not None and (
             "gelu kernel bwd" if backward else "gelu kernel"))
         return self
