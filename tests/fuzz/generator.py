@@ -1673,6 +1673,21 @@ def _hint_fill_diagonal(g, env, tensors, v, entry):
     return args[:2], {k: a for k, a in kwargs.items() if k != "wrap"}, exact
 
 
+def _hint_pow(g, env, tensors, v, entry):
+    """pow, float_power: no computed (inexact) exponent tensor of a base holding zeros, where the result jumps (``0 **
+    y`` is 0, 1 or inf by the sign of ``y``) and a ``y`` near 0 may take either sign in another library's roundings
+    (fuzz seed 9750373 of ``--nets 0.3 --losses 0.2 --out-views 0.3``: ``T.pow(v3, v4, out=v8)``, ``v3`` a tanh of
+    0 and ``v4`` a row's deviations from its mean, rounding noise about 0: torch 0, eager inf, compiled 1)."""
+    made = g.generic_args(env, tensors, v, entry.schema)
+    if made is None or not v.is_tensor:
+        return made
+    args, kwargs, _ = made
+    exponent = env.get(args[1] if len(args) > 1 else kwargs.get("exponent"))
+    if exponent is not None and exponent.is_tensor and not exponent.facts.exact and bool((v.value == 0).any()):
+        return None
+    return made
+
+
 def _hint_integer_operand(g, env, tensors, v, entry):
     """The schema's arguments, marked where one is an integer or bool tensor (`TORCH_WRONG_BY_AN_INTEGER`)."""
     made = g.generic_args(env, tensors, v, entry.schema)
@@ -1733,7 +1748,7 @@ ARG_HINTS = {
     "roll": _hint_roll, "topk": _hint_k, "kthvalue": _hint_k, "mode": _hint_mode,
     "quantile": _hint_quantile, "nanquantile": _hint_quantile,
     "qr": _hint_full_rank, "geqrf": _hint_full_rank, "svd": _hint_full_rank, "pinverse": _hint_full_rank, "sort": _hint_sort, "argsort": _hint_sort,
-    "ldexp": _hint_ldexp,
+    "ldexp": _hint_ldexp, "pow": _hint_pow, "float_power": _hint_pow,
     "zeros": _hint_creation, "ones": _hint_creation, "full": _hint_creation, "zeros_like": _hint_creation,
     "ones_like": _hint_creation, "full_like": _hint_creation, "new_zeros": _hint_creation,
     "new_ones": _hint_creation, "new_full": _hint_creation, "arange": _hint_creation, "linspace": _hint_creation,

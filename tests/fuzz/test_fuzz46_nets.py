@@ -100,3 +100,15 @@ def test_an_out_call_among_ties_is_no_gradient_oracle_seed_9720115():
         tags = [s.tag for s in program.body if s.tag.startswith("nanquantile")]
         assert tags == ["nanquantile(out) among ties"] and not program.grad
         assert not check(program, CPU_MODES).mismatches
+
+
+def test_no_computed_exponent_of_a_zero_base_seed_9750373():
+    """Fuzz seed 9750373 (``--nets 0.3 --losses 0.2 --out-views 0.3``): ``T.pow(v3, v4, out=v8)`` with ``v3`` holding
+    a tanh of 0 and ``v4`` a normalised row, rounding noise about 0: ``0 ** v4`` was 0 in torch, inf in eager and 1
+    compiled, each library's rounding right. The generator now draws no inexact exponent of a base holding zeros
+    (`generator._hint_pow`), and the seed's program runs alike."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program, g = generate(9750373, out_views=0.3, losses=0.2, nets=0.3)
+        assert g.attempts.get("pow(out)", 0) == 0 and not any("pow" in s.tag for s in program.body)
+        assert not check(program, CPU_MODES).mismatches
