@@ -36,7 +36,7 @@ from jitorch.nn.sampling import affine_grid, cubic_taps, grid_sample
 from jitorch.ops.reductions import moments  # (not var_mean: its mean carries torch's Welford infinities)
 from jitorch.ops.value_checks import check as _check_values
 from jitorch.ops.registry import DISPATCH_HOOKS as _HOOKS, OPS as _OPS, scalar_name
-from jitorch.runtime import fp_errors
+from jitorch.runtime import cuda_backend, fp_errors
 from jitorch.runtime.autocast_mode import STATE as _AUTOCAST
 from jitorch.runtime.strided import contiguous_strides, is_contiguous
 
@@ -2855,17 +2855,19 @@ def triplet_margin_with_distance_loss(anchor, positive, negative, *, distance_fu
 
 # Attention ------------------------------------------------------------------------------------------------------
 
-_FUTURES: dict = {}  # (L, S, device) -> the eager causal mask `_causal_future` made
+_FUTURES: dict = {}  # (L, S, device[, CUDA backend]) -> the eager causal mask `_causal_future` made
 
 
 def _causal_future(L, S, device):
     """The bool ``(L, S)`` mask of the keys after each query (``triu(1)`` of ones). Eager calls share one per
     size and device: each generated token's attention layers would otherwise make the same one again, two
     ops per layer. Nothing writes it (the attention only reads it). While a dispatch hook is installed a
-    call makes its own: a traced step's ops fuse with the softmax, and a profile sees the ops as before."""
+    call makes its own: a traced step's ops fuse with the softmax, and a profile sees the ops as before.
+    A CUDA mask is in the memory of the backend that made it: another backend's device of that index (each
+    `jitorch.cuda.emulated` block's) makes its own."""
     if _HOOKS:
         return jt.ones((L, S), dtype=jt.bool, device=device).triu(1)
-    key = (L, S, device)
+    key = (L, S, device) if device.type != "cuda" else (L, S, device, cuda_backend.current())
     mask = _FUTURES.get(key)
     if mask is None:
         if len(_FUTURES) >= 256:  # (a bound: sizes that vary without end make new ones)

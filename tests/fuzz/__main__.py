@@ -1,5 +1,5 @@
 """The fuzzer's long mode: ``python -m tests.fuzz --hours 1 [--cuda] [--start SEED] [--chains SHARE] [--statements N]
-[--programs N] [--namespaced] [--out-views SHARE] [--losses SHARE] [--report FILE]``.
+[--programs N] [--namespaced] [--out-views SHARE] [--losses SHARE] [--nets SHARE] [--reach] [--report FILE]``.
 
 Generates and checks programs from consecutive seeds until the time is up; prints the programs and ops
 checked per minute, and each new kind of failure with its minimised program, which it also appends to the
@@ -13,12 +13,19 @@ each seed then draws another program than without it. ``--out-views 0.3`` makes 
 a variable of the program, a permuted, stepped or offset view of a new buffer, or a buffer the call resizes
 (`generator.Generator.out_view`). ``--losses 0.3`` draws 30% of the statements from the loss patterns the
 ``sums`` and ``lse`` passes rewrite (cross-entropy, nll of a log-softmax, picked log-probs, one-hot sums, sums
-of a reshape: `generator.Generator.loss_pattern`).
+of a reshape: `generator.Generator.loss_pattern`). ``--nets 0.3`` draws 30% of the statements from network patterns
+over a float variable's values repeated to odd sizes past a vector's lanes (17, 33, 200): GELU MLPs, scaled dot-product
+attention with masks, cross-entropy and nll over odd class counts of computed logits, normalisations of computed
+values, math functions over odd rows, reductions' ``out=`` calls (`generator.Generator.net_pattern`); compiled with
+gradients, they split into forward and backward graphs with saved values. ``--reach`` counts, per 100 programs, those
+reaching each of the compiler's newest parts (the sums, lse and recompute passes, AVX-512 tail folding, the
+forward/backward cut, the attention kernels, GELU traced, reductions' ``out=`` fast path: `reach.PARTS`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import tempfile
 import time
@@ -37,6 +44,7 @@ from .generator import generate, op_table  # noqa: E402
 from .minimise import minimise  # noqa: E402
 from .oracle import CPU_MODES, MODES, check, signature  # noqa: E402
 from .program import source  # noqa: E402
+from .reach import Reach  # noqa: E402
 
 
 def describe(program, mismatches):
@@ -65,18 +73,37 @@ def main(argv=None):
                         help="the share of out= statements writing a variable, a view or a buffer to resize")
     parser.add_argument("--losses", type=float, default=0.0,
                         help="the share of loss-pattern statements (cross-entropy, one-hot and reshape sums)")
+    parser.add_argument("--nets", type=float, default=0.0,
+                        help="the share of network-pattern statements (GELU MLPs, attention, wide losses and maps)")
+    parser.add_argument("--reach", action="store_true",
+                        help="count the programs reaching each of the compiler's newest parts (tests/fuzz/reach.py)")
     parser.add_argument("--report", default="fuzz-failures.txt")
     args = parser.parse_args(argv)
     seconds = 3600 * args.hours + 60 * args.minutes or 60.0
     modes = MODES if args.cuda else CPU_MODES
     warnings.simplefilter("ignore")
     table = op_table(args.namespaced)
-    started, programs, ops, failing = time.time(), 0, 0, 0
+    started = time.time()
     seen: dict = {}
+    reach = Reach() if args.reach else None
+    with reach or contextlib.nullcontext():
+        seed = _burst(args, seconds, modes, table, seen, started, reach)
+    print(f"seeds {args.start}..{seed - 1}", flush=True)
+    for sig, n in sorted(seen.items(), key=lambda kv: -kv[1]):
+        print(f"{n:6d}  {sig}")
+    if reach is not None:
+        print(f"reached per 100 of {reach.programs} programs: "
+              + ", ".join(f"{part} {n:.1f}" for part, n in reach.per_hundred().items()), flush=True)
+    return 0
+
+
+def _burst(args, seconds, modes, table, seen, started, reach):
+    """Check programs from ``args.start`` on until the time or the count is up; returns the next seed."""
+    programs, ops, failing = 0, 0, 0
     seed = args.start
     while time.time() - started < seconds and not (args.programs and programs >= args.programs):
         program, _ = generate(seed, args.statements, table=table, chains=args.chains, out_views=args.out_views,
-                              losses=args.losses)
+                              losses=args.losses, nets=args.nets)
         outcome = check(program, modes)
         programs += 1
         ops += program.n_ops
@@ -89,7 +116,7 @@ def main(argv=None):
                 small = minimise(program, first, modes)
                 # (the seed alone draws another program under other options than the defaults)
                 text = (f"generate({seed}, {args.statements}, chains={args.chains}, out_views={args.out_views}, "
-                        f"losses={args.losses}, "
+                        f"losses={args.losses}, nets={args.nets}, "
                         f"table=op_table({args.namespaced})):\n"
                         + describe(small, check(small, modes).mismatches or [first]))
                 print(f"\nnew failure ({sig[0]} vs {sig[1]}: {sig[2]}):\n{text}\n", flush=True)
@@ -98,13 +125,12 @@ def main(argv=None):
             else:  # the seed of each later failure of a kind already shown, so that none is lost
                 print(f"failure again ({sig[0]} vs {sig[1]}: {sig[2]}): seed {seed}", flush=True)
         seed += 1
+        if reach is not None:
+            reach.program(program.grad)
         if programs % 50 == 0:
             _progress(started, programs, ops, failing, len(seen))
     _progress(started, programs, ops, failing, len(seen))
-    print(f"seeds {args.start}..{seed - 1}", flush=True)
-    for sig, n in sorted(seen.items(), key=lambda kv: -kv[1]):
-        print(f"{n:6d}  {sig}")
-    return 0
+    return seed
 
 
 def _progress(started, programs, ops, failing, kinds):

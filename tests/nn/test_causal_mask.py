@@ -31,3 +31,19 @@ def test_a_profile_sees_the_mask_made():
     with profile() as prof:
         F.scaled_dot_product_attention(x, x, x, is_causal=True)
     assert "aten::triu" in prof.key_averages().table() and not F._FUTURES
+
+
+def test_each_emulated_device_gets_its_own_mask_seed_9700040():
+    """Fuzz seed 9700040 (``--cuda --nets 0.5``): causal attention on an emulated device, then on a second one (the
+    fuzzer's CUDA modes each run on a new `jitorch.cuda.emulated` device). The first device's mask was shared with
+    the second, whose kernels read it outside its memory: "fake device: 1 bytes ... are outside device memory"."""
+    F._FUTURES.clear()
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.standard_normal((2, 3, 4)).astype(np.float32) for _ in range(3))
+    want = torch.nn.functional.scaled_dot_product_attention(*map(torch.from_numpy, (q, k, v)), is_causal=True)
+    for _ in range(2):
+        with jt.cuda.emulated():
+            args = [jt.from_numpy(a).to("cuda") for a in (q, k, v)]
+            got = F.scaled_dot_product_attention(*args, is_causal=True).cpu()
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
+    assert len(F._FUTURES) == 2
