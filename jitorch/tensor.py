@@ -11,7 +11,6 @@ from __future__ import annotations
 import builtins
 import copy
 from collections import OrderedDict
-import operator
 import warnings
 import weakref
 from math import prod

@@ -3,7 +3,6 @@ ranks as threads (one fake device each), every collective against NumPy; and the
 nvidia-nccl wheel is installed (no GPU needed for those calls). The real collectives run only on a GPU machine:
 ``python -m jitorch.cuda.selftest`` checks them there."""
 
-import datetime
 import json
 import os
 import subprocess
