@@ -15,7 +15,7 @@ from jitorch.runtime import blas_calls, blas_library, threads
 from tests.blas_reference import chosen_matmul
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-MKL_INSTALLED = bool(blas_library._mkl_candidates())
+MKL_INSTALLED = next(blas_library._mkl_candidates(), None) is not None
 LIBRARIES = [pytest.param("mkl", marks=pytest.mark.skipif(not MKL_INSTALLED, reason="no mkl wheel installed")),
              "openblas"]
 
@@ -238,3 +238,17 @@ def test_small_products_stay_numpys_and_large_ones_are_the_chosen_gemm(monkeypat
         got = jt.matmul(jt.from_numpy(a), jt.from_numpy(b)).numpy()
         assert blas_calls.counters["direct calls"] - before == expected, (shape, batch)
         assert got.tobytes() == chosen_matmul(a, b).tobytes()
+
+
+@pytest.mark.skipif(not MKL_INSTALLED, reason="no mkl wheel installed")
+def test_mkl_is_found_in_the_environments_lib_folder_first_and_else_through_the_wheels_file_list(monkeypatch,
+                                                                                                 tmp_path):
+    """The lib folder is looked in first (reading the wheel's file list cost 20 ms, half of MKL's load); an
+    installation elsewhere (``--target``, ``--user``) is found through that list."""
+    first = next(blas_library._mkl_candidates())
+    assert os.path.dirname(first) == os.path.join(sys.prefix, "lib")
+    monkeypatch.setattr(sys, "prefix", str(tmp_path))
+    monkeypatch.setattr(sys, "base_prefix", str(tmp_path))
+    found = list(blas_library._mkl_candidates())
+    assert found and all(os.path.basename(p).startswith("libmkl_rt.") for p in found)
+    assert os.path.realpath(found[0]) == os.path.realpath(first)
