@@ -383,10 +383,11 @@ def array_product(a, b, out=None, whole=False):
     work = prod(batch) * m * n * k
     if work < SPLIT_MIN_WORK:
         return _swapped_product(a, b, out) if _swapped(a, b) else _matmul(a, b, out)
-    if _mkl_parts(a, b, work) is not None:
+    mkl_parts = _mkl_parts(a, b, work)
+    if mkl_parts is not None:
         if out is None:
             out = np.empty(batch + (m, n), a.dtype)
-        if blas_calls.run_gemm_parts(a, b, out, _mkl_parts(a, b, work), m >= n, work):
+        if blas_calls.run_gemm_parts(a, b, out, mkl_parts, m >= n, work):
             return out
     parts = 1 if whole else threads.product_parts()
     syrk = _syrk(a, b)  # (then in row parts, gemm calls, whatever the thread count: on one thread one by one)

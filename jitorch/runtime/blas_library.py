@@ -34,12 +34,10 @@ def intel_cpu():
     """Whether the CPU's vendor is GenuineIntel (``/proc/cpuinfo``, else ``platform.processor()``)."""
     try:
         with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("vendor_id"):
-                    return line.split(":", 1)[1].strip() == "GenuineIntel"
-    except OSError:
-        pass
-    return "GenuineIntel" in platform.processor()
+            vendors = [line.split(":", 1)[1].strip() for line in f if line.startswith("vendor_id")]
+    except OSError:  # (no /proc: another system)
+        vendors = []
+    return vendors[0] == "GenuineIntel" if vendors else "GenuineIntel" in platform.processor()
 
 
 def _mkl_candidates():
