@@ -92,7 +92,7 @@ def _collect(name, quick):
         return done
     parts = blas_calls.run_gemm_parts
 
-    def watched_parts(a, b, out, *args):  # (MKL's products in fixed parts: `linalg._mkl_parts`)
+    def watched_parts(a, b, out, *args):  # (MKL's products in fixed parts: `linalg.mkl_parts`)
         done = parts(a, b, out, *args)
         if done:
             record(a, b, out, "jitorch")

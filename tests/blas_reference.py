@@ -1,9 +1,10 @@
 """The product the chosen BLAS computes (`jitorch.runtime.blas_library`), for tests that compare jitorch's products
 bit for bit: NumPy's matmul where OpenBLAS is chosen (NumPy's own), and where MKL is chosen for a product that
-MKL runs (a matrix product of at least ``MKL_MIN_WORK`` multiply-adds that NumPy would make as one gemm call), MKL's
-cblas gemm called here with ctypes through its LP64 entry points (32-bit integers: another entry than jitorch's),
-with the transposes NumPy's matmul would pass; NumPy's for the rest (a batch of several matrices, a vector or
-one-term product, a matrix times its own transpose, a small product)."""
+the rule gives MKL (a matrix product that NumPy would make as one gemm call, of a shape, dtype and transpose of ``a``
+that `blas_library.mkl_shape` takes), MKL's cblas gemm called here with ctypes through its LP64 entry points (32-bit
+integers: another entry than jitorch's), with the transposes NumPy's matmul would pass; NumPy's for the rest (a
+batch of several matrices, a vector or one-term product, a matrix times its own transpose, a small product, a shape
+the rule gives OpenBLAS)."""
 
 import ctypes
 
@@ -24,15 +25,14 @@ def _layout(x):
     return None
 
 
-def _gemm(a, b, work=None):
-    """``a @ b`` (2-D, one float dtype) as the LP64 cblas call of MKL where it runs a product of ``work``
-    multiply-adds (by default this one's), or NumPy's where NumPy makes no gemm call."""
+def _gemm(a, b, mkl):
+    """``a @ b`` (2-D, one float dtype) as the LP64 cblas call of MKL where ``mkl``, or NumPy's where not or where
+    NumPy makes no gemm call."""
     (m, k), n = a.shape, b.shape[1]
     la, lb = _layout(a), _layout(b)
     own_transpose = (a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
                      and a.strides == b.strides[::-1])
-    work = m * k * n if work is None else work
-    if min(m, k, n) < 2 or la is None or lb is None or own_transpose or not blas_library.runs_mkl(work):
+    if min(m, k, n) < 2 or la is None or lb is None or own_transpose or not mkl:
         return np.matmul(a, b)
     lib = blas_library.mkl_library()
     real = ctypes.c_float if a.dtype == np.float32 else ctypes.c_double
@@ -46,9 +46,9 @@ def _gemm(a, b, work=None):
 
 def chosen_matmul(a, b):
     """``np.matmul(a, b)`` as the chosen BLAS computes it (see the module's doc); MKL's product of at least
-    ``SPLIT_MIN_WORK`` multiply-adds in the parts ``ops.linalg._mkl_parts`` gives, whatever the thread count: by
+    ``SPLIT_MIN_WORK`` multiply-adds in the parts ``ops.linalg.mkl_parts`` gives, whatever the thread count: by
     rows where it has as many rows as columns, else by columns, each part a gemm call of its own."""
-    from jitorch.ops.linalg import _mkl_parts
+    from jitorch.ops.linalg import SPLIT_MIN_WORK, mkl_parts
     from jitorch.runtime.threads import bounds
     a, b = np.asarray(a), np.asarray(b)
     if (blas_library.chosen() == blas_library.OPENBLAS or a.ndim < 2 or b.ndim < 2 or a.dtype != b.dtype
@@ -58,9 +58,11 @@ def chosen_matmul(a, b):
     shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
     a, b = a.reshape(a.shape[-2:]), b.reshape(b.shape[-2:])
     (m, k), n = a.shape, b.shape[1]
-    parts = _mkl_parts(a, b, m * k * n)
-    if parts is None:
-        return _gemm(a, b).reshape(shape)
+    layout = _layout(a)
+    mkl = blas_library.mkl_shape(a.dtype, m, k, n, layout is not None and layout[0] == _TRANS)
+    if not mkl or m * k * n < SPLIT_MIN_WORK:
+        return _gemm(a, b, mkl).reshape(shape)
+    parts = mkl_parts(m, n, m * k * n)
     if m >= n:
-        return np.concatenate([_gemm(a[lo:hi], b, m * k * n) for lo, hi in bounds(m, parts)]).reshape(shape)
-    return np.concatenate([_gemm(a, b[:, lo:hi], m * k * n) for lo, hi in bounds(n, parts)], 1).reshape(shape)
+        return np.concatenate([_gemm(a[lo:hi], b, True) for lo, hi in bounds(m, parts)]).reshape(shape)
+    return np.concatenate([_gemm(a, b[:, lo:hi], True) for lo, hi in bounds(n, parts)], 1).reshape(shape)

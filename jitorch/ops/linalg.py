@@ -19,7 +19,7 @@ from math import prod
 
 import numpy as np
 
-from ..runtime import blas_calls, blas_library
+from ..runtime import blas_calls
 from ..runtime import dtypes as _dt
 from ..runtime import fp_errors
 from ..runtime import threads
@@ -246,25 +246,25 @@ def _swapped_product(a, b, out):
     return out
 
 
-def _matmul(a, b, out=None, work=None):
+def _matmul(a, b, out=None, mkl=None):
     """``np.matmul`` with NumPy's floating-point errors silenced (torch does not warn where a product meets
     inf times 0 or a NaN): the error state is per thread, and the workers run parts of products too.
     A product over one term (a column times a row) is ``np.multiply``, the same single rounding: NumPy's
     matmul runs that case in a plain C loop, 4-5x slower (DCGAN's first transposed convolution's gradient).
-    ``work``: the multiply-adds of the product this one is a part of (`_product`)."""
+    ``mkl``: whether MKL runs the product this one is a part of (`_product`)."""
     sa, sb = a.shape, b.shape  # (each read makes a tuple)
     one_term = len(sa) >= 2 and len(sb) >= 2 and sa[-1] == 1 == sb[-2] and a.dtype == b.dtype
-    return _product(a, b if one_term else _rows_first(a, b), one_term, out, work)
+    return _product(a, b if one_term else _rows_first(a, b), one_term, out, mkl)
 
 
-def _product(a, b, one_term, out=None, work=None):
-    """`_matmul`'s NumPy call, its rule for a product over one term (``one_term``) taken; where MKL runs a product
-    of its size (``work`` multiply-adds: the whole product's where this is a part of one, by default its own;
-    `runtime.blas_library.runs_mkl`), a product that NumPy would compute as one gemm call is MKL's gemm call
+def _product(a, b, one_term, out=None, mkl=None):
+    """`_matmul`'s NumPy call, its rule for a product over one term (``one_term``) taken; where MKL runs the product
+    (``mkl``: decided on the whole product where this is a part of one, by default, None, on this one:
+    `runtime.blas_calls.runs_mkl`), a product that NumPy would compute as one gemm call is MKL's gemm call
     (`_mkl_gemm`), as a compiled step's products on the team are (`runtime.blas_calls.gemm_call`)."""
-    if not one_term and a.dtype in _SPLIT_DTYPES and len(sa := a.shape) >= 2 and len(sb := b.shape) >= 2:
-        if blas_library.runs_mkl(sa[-2] * sa[-1] * sb[-1] if work is None else work):
-            r = _mkl_gemm(a, b, out, work)
+    if not one_term and a.dtype in _SPLIT_DTYPES and a.ndim >= 2 and b.ndim >= 2:
+        if blas_calls.runs_mkl(a, b) if mkl is None else mkl:
+            r = _mkl_gemm(a, b, out)
             if r is not None:
                 return r
     fn = np.multiply if one_term else np.matmul
@@ -274,7 +274,7 @@ def _product(a, b, one_term, out=None, work=None):
         return fp_errors.when_busy(e, fn, a, b) if out is None else fp_errors.when_busy(e, fn, a, b, out=out)
 
 
-def _mkl_gemm(a, b, out, work):
+def _mkl_gemm(a, b, out):
     """``a @ b`` (matrices, or batches of one) as MKL's gemm call (`runtime.blas_calls.run_gemm`: NumPy's rules for
     when matmul makes one), into ``out`` (a new array where None), else None (nothing has run)."""
     if a.dtype != b.dtype:
@@ -287,7 +287,7 @@ def _mkl_gemm(a, b, out, work):
         else:
             return None
         out = np.empty(shape, a.dtype)
-    return out if blas_calls.run_gemm(a, b, out, work) else None
+    return out if blas_calls.run_gemm(a, b, out, True) else None
 
 
 # A product of few rows and a short sum over long rows (a small convolution's: cnn's 16 x 72 by 72 x 36864, its
@@ -383,16 +383,16 @@ def array_product(a, b, out=None, whole=False):
     work = prod(batch) * m * n * k
     if work < SPLIT_MIN_WORK:
         return _swapped_product(a, b, out) if _swapped(a, b) else _matmul(a, b, out)
-    mkl_parts = _mkl_parts(a, b, work)
-    if mkl_parts is not None:
+    mkl = blas_calls.runs_mkl(a, b)  # (the whole product's library, its parts' too: `runtime.blas_library`)
+    if mkl:
         if out is None:
             out = np.empty(batch + (m, n), a.dtype)
-        if blas_calls.run_gemm_parts(a, b, out, mkl_parts, m >= n, work):
+        if blas_calls.run_gemm_parts(a, b, out, mkl_parts(m, n, work), m >= n):
             return out
     parts = 1 if whole else threads.product_parts()
     syrk = _syrk(a, b)  # (then in row parts, gemm calls, whatever the thread count: on one thread one by one)
     if parts == 1 and not syrk:
-        return _matmul(a, b, out)
+        return _matmul(a, b, out, mkl)
     inline, parts = parts == 1, max(parts, 2)
     if out is None:
         out = np.empty(batch + (m, n), a.dtype)
@@ -407,32 +407,34 @@ def array_product(a, b, out=None, whole=False):
         pieces = [(a, b[..., lo:hi], out[..., lo:hi]) for lo, hi in threads.bounds(n, parts)]
     if inline:
         for piece in pieces:
-            _matmul(*piece, work=work)
-    elif not blas_calls.run_gemm_calls(pieces, work):
-        threads.run_parts(_matmul, [(*piece, work) for piece in pieces])
+            _matmul(*piece, mkl)
+    elif not blas_calls.run_gemm_calls(pieces, mkl):
+        threads.run_parts(_matmul, [(*piece, mkl) for piece in pieces])
     return out
 
 
-# A product that MKL runs (`runtime.blas_library.runs_mkl`) of `SPLIT_MIN_WORK` multiply-adds or more is computed
-# in 2 parts, or more (a power of two, at most `MKL_MAX_PARTS`) where each still has `MKL_PART_WORK`, whatever the
-# thread count: MKL's gemm may round a part of a product otherwise than the whole (its blocking depends on the
-# shape: 32 of 348 random products of 64-1300 rows, cut in 2-8 row parts, did, float32 and float64), so a
-# product's bits must not depend on how many threads share it, nor on whether it runs beside another
-# (`jit.interop`), alone or in eager mode. One thread runs the parts one after another. Parts cost at one thread:
-# the GPT, LSTM and CNN models' products of 9M-1.4G multiply-adds in 1, 2 and 4 parts ran at 0.92-1.26, 0.99-1.24
-# and 0.87-1.11 times NumPy's (OpenBLAS's) speed (float32, thread CPU, taking turns in one process), so products
-# under 64M multiply-adds take 2 parts: at more than two threads they use two of them.
+# A product that MKL runs (`runtime.blas_calls.runs_mkl`) of `SPLIT_MIN_WORK` multiply-adds or more is computed
+# in 2 parts, or more (a power of two, at most `MKL_MAX_PARTS`) where each still has `MKL_PART_WORK` and spans
+# `MKL_PART_MIN` rows (or columns) or more, whatever the thread count: MKL's gemm may round a part of a product
+# otherwise than the whole (its blocking depends on the shape: 32 of 348 random products of 64-1300 rows, cut in
+# 2-8 row parts, did, float32 and float64), so a product's bits must not depend on how many threads share it, nor
+# on whether it runs beside another (`jit.interop`), alone or in eager mode. One thread runs the parts one after
+# another. Parts cost at one thread: the GPT, LSTM and CNN models' products of 9M-1.4G multiply-adds in 1, 2 and
+# 4 parts ran at 0.92-1.26, 0.99-1.24 and 0.87-1.11 times NumPy's (OpenBLAS's) speed (float32, thread CPU, taking
+# turns in one process), so products under 64M multiply-adds take 2 parts: at more than two threads they use two
+# of them. Narrow parts cost more: in 8 parts of 128 columns, DCGAN's 256x2048x1024 ran at 0.72x MKL's whole speed
+# (0.82x OpenBLAS's), in 4 of 256 at 0.93x; LSTM's 700x10000x200 (rows, "TN") in 8 parts of 88 rows at 0.70x, in
+# 2 at 0.94x; 2048x256x1024 in 8 parts of 256 rows at 0.92x (benchmarks/blas_shapes.py, one thread, thread CPU).
 MKL_PART_WORK = 1 << 24
 MKL_MAX_PARTS = 8
+MKL_PART_MIN = 256
 
 
-def _mkl_parts(a, b, work):
-    """How many parts `array_product` computes ``a @ b`` in (see above), or None where MKL does not run it or it is
-    not one matrix times one."""
-    if work < SPLIT_MIN_WORK or prod(a.shape[:-2]) > 1 or prod(b.shape[:-2]) > 1 or not blas_library.runs_mkl(work):
-        return None
-    (m, n), parts = (a.shape[-2], b.shape[-1]), 2
-    while parts < MKL_MAX_PARTS and work >= 2 * parts * MKL_PART_WORK:
+def mkl_parts(m, n, work):
+    """How many parts `array_product` computes an MKL product of ``work`` multiply-adds and an ``(m, n)`` result in
+    (see above): by rows where ``m >= n``, else by columns."""
+    parts = 2
+    while parts < MKL_MAX_PARTS and work >= 2 * parts * MKL_PART_WORK and max(m, n) >= 2 * parts * MKL_PART_MIN:
         parts *= 2
     return min(parts, max(m, n) // 2)
 
@@ -440,7 +442,7 @@ def _mkl_parts(a, b, work):
 def whole_gemm(a, b, out):
     """The operands ``(a, b, out)`` of the one NumPy matmul that ``array_product(a, b, out, whole=True)`` makes where
     that is a product of two float matrices (batches of rows folded into rows) that no generated kernel, swap,
-    syrk or MKL split (`_mkl_parts`) rule takes, else None: such a product may run as
+    syrk or MKL split (`mkl_parts`) rule takes, else None: such a product may run as
     `runtime.blas_calls.gemm_call` (`jit.interop`)."""
     if out is None:
         return None
@@ -453,7 +455,7 @@ def whole_gemm(a, b, out):
     (m, k), n = a.shape, b.shape[1]
     if skinny_shape(a.dtype, m, k, n) is not None or _syrk(a, b) or (m * k * n < SPLIT_MIN_WORK and _swapped(a, b)):
         return None
-    if _mkl_parts(a, b, m * k * n) is not None:
+    if m * k * n >= SPLIT_MIN_WORK and blas_calls.runs_mkl(a, b):
         return None  # (in its parts, as alone: MKL's whole may round otherwise)
     return a, b, out
 

@@ -14,10 +14,11 @@ calls at once on the team through `threads.run_native_parts`, the calling thread
 call on one thread (``set_num_threads`` gives BLAS one), so the same bits as NumPy's matmul. A product that NumPy
 would compute otherwise (a vector product, syrk, its own loop, a copy first) is left to the Python parts.
 
-The function called is the chosen BLAS's (`blas_library.gemm_function`): where that is MKL, a product of
-`blas_library.MKL_MIN_WORK` multiply-adds or more (the whole product's, for its parts) calls MKL's gemm, with the
-same transposes, leading dimensions and pointers; `run_gemm_parts` runs a product in fixed parts whatever the thread
-count (`ops.linalg._mkl_parts`) and `run_gemm` one call on the calling thread (`ops.linalg._product`).
+The function called is the chosen BLAS's (`blas_library.gemm_function`): where that is MKL, a product that
+`runs_mkl` gives it (its shape, dtype and the transpose of ``a``: `blas_library.mkl_shape`; for a part, the whole
+product's) calls MKL's gemm, with the same transposes, leading dimensions and pointers; `run_gemm_parts` runs a
+product in fixed parts whatever the thread count (`ops.linalg.mkl_parts`) and `run_gemm` one call on the calling
+thread (`ops.linalg._product`).
 """
 
 from __future__ import annotations
@@ -59,12 +60,29 @@ def one_matrix(x):
     return x.reshape(x.shape[-2:]) if x.ndim > 2 and x.size and x.size == x.shape[-2] * x.shape[-1] else x
 
 
-def gemm_call(a, b, out, work=None):
+def a_transposed(a):
+    """Whether NumPy's matmul passes the matrix ``a`` to gemm transposed: laid out in columns and not in rows."""
+    layout = _operand(a.strides[-2:], a.shape[-2], a.shape[-1], a.itemsize)
+    return layout is not None and layout[0] == TRANS
+
+
+def runs_mkl(a, b):
+    """Whether ``a @ b`` (float arrays of at least 2 dims) is MKL's gemm where NumPy would make it one gemm call
+    (`blas_library.runs_mkl` of its shape; never a batch of several matrices, which NumPy's matmul loops over)."""
+    if a.ndim < 2 or b.ndim < 2 or a.dtype != b.dtype:
+        return False
+    (m, k), n = a.shape[-2:], b.shape[-1]
+    if m * k * n < blas_library.MKL_MIN_WORK or a.size != m * k or b.size != k * n:
+        return False
+    return blas_library.runs_mkl(a.dtype, m, k, n, a_transposed(a))
+
+
+def gemm_call(a, b, out, mkl=None):
     """The 13 words of `threads.gemm_entry`'s argument array for the gemm call NumPy's matmul makes computing
     ``out = a @ b`` (matrices, or batches of one, of one float dtype), or None where it computes it otherwise or
-    ``out`` overlaps an operand (NumPy would copy it first). The call is the chosen BLAS's for a product of
-    ``work`` multiply-adds (`blas_library.gemm_function`: the whole product's, where this call is a part of one;
-    by default this call's)."""
+    ``out`` overlaps an operand (NumPy would copy it first). The call is MKL's where ``mkl`` (`runs_mkl` of the
+    whole product, where this call is a part of one; by default, None, of this call's), else OpenBLAS's
+    (`blas_library.gemm_function`)."""
     if out is None:
         return None
     a, b, out = one_matrix(a), one_matrix(b), one_matrix(out)
@@ -74,11 +92,13 @@ def gemm_call(a, b, out, work=None):
     if (b.shape[0] != k or out.shape != (m, n) or min(m, k, n) < 2 or max(m, k, n) > _INT_MAX
             or not (a.flags.aligned and b.flags.aligned and out.flags.aligned)):
         return None
-    function = blas_library.gemm_function(a.dtype, m * n * k if work is None else work)
-    if function is None:
-        return None
     item = a.itemsize
     ta, tb = _operand(a.strides, m, k, item), _operand(b.strides, k, n, item)
+    if mkl is None and ta is not None:
+        mkl = blas_library.runs_mkl(a.dtype, m, k, n, ta[0] == TRANS)
+    function = blas_library.gemm_function(a.dtype, mkl)
+    if function is None:
+        return None
     if ta is None or tb is None or not _blasable(out.strides[0], out.strides[1], n, item):
         return None
     pa, pb, pc = data_address(a), data_address(b), data_address(out)
@@ -89,9 +109,9 @@ def gemm_call(a, b, out, work=None):
     return [function, int(item == 8), ta[0], tb[0], m, n, k, pa, ta[1], pb, tb[1], pc, out.strides[0] // item]
 
 
-def run_gemm_calls(products, work=None):
+def run_gemm_calls(products, mkl=None):
     """Compute each ``(a, b, out)`` of ``products`` at once on the team, each as the gemm call NumPy's matmul makes
-    (`gemm_call`; ``work``: the multiply-adds of the product they are parts of, by default each call's own), and
+    (`gemm_call`; ``mkl``: `runs_mkl` of the product they are parts of, by default, None, each call's own), and
     return True; False where one of them is not such a call or there is no native code (nothing has run). ``out``
     is written; the arrays must live until it returns (it does not keep them)."""
     entry = threads.gemm_entry()
@@ -99,7 +119,7 @@ def run_gemm_calls(products, work=None):
         return False
     calls = []
     for a, b, out in products:
-        words = gemm_call(a, b, out, work)
+        words = gemm_call(a, b, out, mkl)
         if words is None:
             return False
         calls.append((ctypes.c_int64 * len(words))(*words))
@@ -109,15 +129,15 @@ def run_gemm_calls(products, work=None):
     return True
 
 
-def run_gemm_parts(a, b, out, parts, rows, work):
-    """Compute ``out = a @ b`` (matrices) as ``parts`` gemm calls, each of a near-equal range of the rows (``rows``)
-    or columns of ``out`` (`threads.bounds`): the calls of a product of ``work`` multiply-adds that `gemm_call`
-    makes for each part, whatever the thread count; at once in at most ``get_num_threads()`` runs of calls in
+def run_gemm_parts(a, b, out, parts, rows):
+    """Compute ``out = a @ b`` (matrices) as ``parts`` MKL gemm calls, each of a near-equal range of the rows
+    (``rows``) or columns of ``out`` (`threads.bounds`): the calls `gemm_call` makes for each part, whatever the
+    thread count; at once in at most ``get_num_threads()`` runs of calls in
     order on the team (one native call each, `threads.calls_entry`), or one after another here where the team is
     busy. True, or False where the whole is no gemm call or there is no native code (nothing has run)."""
     entry, program = threads.gemm_entry(), threads.calls_entry()
     a, b, out = one_matrix(a), one_matrix(b), one_matrix(out)
-    words = None if entry is None else gemm_call(a, b, out, work)
+    words = None if entry is None else gemm_call(a, b, out, True)
     if words is None:
         return False
     size, dim, operand = (words[4], 7, a.strides[0]) if rows else (words[5], 9, b.strides[1])
@@ -147,11 +167,11 @@ def _entry_function():
     return None if entry is None else threads.KERNEL_ENTRY(entry)
 
 
-def run_gemm(a, b, out, work):
-    """Compute ``out = a @ b`` on this thread as `gemm_call`'s call for a product of ``work`` multiply-adds
-    (without the GIL) and return True, or False where it is no such call or no native code (nothing has run)."""
+def run_gemm(a, b, out, mkl):
+    """Compute ``out = a @ b`` on this thread as `gemm_call`'s call (``mkl``: MKL's or not, as there), without the
+    GIL, and return True, or False where it is no such call or no native code (nothing has run)."""
     entry = _entry_function()
-    words = None if entry is None else gemm_call(a, b, out, work)
+    words = None if entry is None else gemm_call(a, b, out, mkl)
     if words is None:
         return False
     args = np.array(words, np.int64)  # (0.9 µs, where a ctypes array of them took 3)

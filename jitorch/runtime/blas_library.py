@@ -140,6 +140,32 @@ def _openblas_gemms():
 # do not win back below about 2M multiply-adds (float32, one thread, thread CPU time: 128x64x128 1.03x, 128x128x128
 # 0.97x, 64x128x384 1.09x, 256x128x128 1.04x NumPy's time over MKL's; 64x64x64 0.43x).
 MKL_MIN_WORK = 1 << 21
+# ... and so do float32 products of a transposed ``a`` (laid out in columns: NumPy passes it as "T") of at least
+# `TRANSPOSED_A_MIN_AREA` elements and a result of `TRANSPOSED_A_MIN_COLS` to `TRANSPOSED_A_MAX_COLS` columns, where
+# MKL's sgemm took 1.18-1.46x OpenBLAS's time (benchmarks/blas_shapes.py's sweep, one thread, thread CPU, whole
+# calls: m 1024-4096, k 2048-8192, n 64 and 128, "TN" and "TT"); at n 16-48, 192-256, or an ``a`` of 2M elements
+# or fewer, MKL's was 0.73-1.09x OpenBLAS's and under 1.0 for most; in rows ("NN", "NT") MKL's is the faster in
+# every such shape (0.59-0.96x). float64 differed less (TN 1.00-1.09x, TT 1.18-1.30x at n 128, 0.73-0.75x at 256).
+TRANSPOSED_A_MIN_AREA = 1 << 22
+TRANSPOSED_A_MIN_COLS, TRANSPOSED_A_MAX_COLS = 64, 128
+_FLOAT32 = np.dtype(np.float32)
+
+
+def mkl_shape(dtype, m, k, n, a_transposed):
+    """Whether the rule above gives MKL's gemm an ``(m, k) @ (k, n)`` product of ``dtype`` (a NumPy dtype) whose
+    ``a`` NumPy passes transposed (``a_transposed``) where MKL is chosen: at least `MKL_MIN_WORK` multiply-adds and
+    none of the transposed shapes where OpenBLAS is faster. A function of the shape alone: a product's bits must
+    not depend on anything measured while it runs."""
+    if m * k * n < MKL_MIN_WORK:
+        return False
+    return not (a_transposed and dtype == _FLOAT32 and m * k >= TRANSPOSED_A_MIN_AREA
+                and TRANSPOSED_A_MIN_COLS <= n <= TRANSPOSED_A_MAX_COLS)
+
+
+def runs_mkl(dtype, m, k, n, a_transposed):
+    """Whether an ``(m, k) @ (k, n)`` product of ``dtype`` (a NumPy dtype, ``a`` passed transposed where
+    ``a_transposed``) that NumPy would make as one gemm call runs as MKL's: MKL chosen, and `mkl_shape`."""
+    return mkl_shape(dtype, m, k, n, a_transposed) and chosen() == MKL
 
 
 @functools.cache
@@ -151,17 +177,11 @@ def _functions():
     return {np.dtype(dt): (address(o), address(m)) for dt, o, m in zip((np.float32, np.float64), openblas, mkl)}
 
 
-def gemm_function(dtype, work):
-    """The address of the cblas gemm (64-bit integers) of ``dtype`` (a NumPy dtype) that runs a product of
-    ``work`` multiply-adds (that of the whole product a call is part of): MKL's where it is chosen and the
-    product has at least `MKL_MIN_WORK`, else the OpenBLAS of NumPy's wheel; None where that is to be NumPy's
-    matmul (no such OpenBLAS, or another dtype)."""
+def gemm_function(dtype, mkl):
+    """The address of the cblas gemm (64-bit integers) of ``dtype`` (a NumPy dtype): MKL's where ``mkl`` (what
+    `runs_mkl` gave the whole product a call is part of) and it is chosen, else the OpenBLAS of NumPy's wheel; None
+    where that is to be NumPy's matmul (no such OpenBLAS, or another dtype)."""
     functions = _functions().get(dtype)
     if functions is None:
         return None
-    return functions[1] if functions[1] is not None and work >= MKL_MIN_WORK else functions[0]
-
-
-def runs_mkl(work):
-    """Whether a product of ``work`` multiply-adds that NumPy would make as one gemm call runs as MKL's."""
-    return work >= MKL_MIN_WORK and chosen() == MKL
+    return functions[1] if mkl and functions[1] is not None else functions[0]

@@ -260,5 +260,5 @@ def test_model_steps_at_two_threads_equal_one_thread_bit_for_bit(name, monkeypat
     assert one == two
     # at one thread no product runs as a native gemm call on the team; at two, the pairs of plain products do (the
     # convolutions' products too: batches of one matrix), or where MKL runs them, their fixed parts
-    # (`linalg._mkl_parts`, at any thread count)
+    # (`linalg.mkl_parts`, at any thread count)
     assert one_gemms == 0 and (two_gemms > 0 or two_part_calls > 0)

@@ -441,10 +441,11 @@ def test_large_products_split_on_the_workers(monkeypatch, sa, sb, native, compil
         jt.set_num_threads(blas[0])
     np.testing.assert_allclose(got.numpy(), np.matmul(a, b), rtol=1e-5, atol=1e-4)
     assert got.numpy().tobytes() == chosen_matmul(a, b).tobytes()  # (each element the same BLAS dot product)
-    # two parts: one on a worker, one on the calling thread (MKL: its fixed parts, `linalg._mkl_parts`, in two runs)
+    # two parts: one on a worker, one on the calling thread (MKL: its fixed parts, `linalg.mkl_parts`, in two runs)
     if native:
         rows = a.reshape(-1, a.shape[-1])
-        mkl_parts = linalg._mkl_parts(rows, b, rows.shape[0] * rows.shape[1] * b.shape[-1])
+        mkl_parts = (linalg.mkl_parts(rows.shape[0], b.shape[-1], rows.shape[0] * rows.shape[1] * b.shape[-1])
+                     if blas_calls.runs_mkl(rows, b) else None)
         counter = "gemm calls" if mkl_parts is None else "part calls"
         assert (parts, blas_calls.counters[counter]) == ([], (gemms if mkl_parts is None else part_calls)
                                                          + (mkl_parts or 2))
