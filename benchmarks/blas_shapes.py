@@ -13,12 +13,24 @@ transposes, leading dimensions and pointers), its function swapped between libra
 
 taking turns in one process (thread CPU time, median of rounds). ``--layouts`` also times each shape with its operands
 laid out the four ways (A and B each in rows, N, or transposed, T; the output in rows). Needs MKL installed.
+
+``--steps 1,2`` instead times each collected product as the step calls it (``array_product(a, b, out)``) at each
+thread count under three routings, swapped in one process, and torch's matmul, and prints per model the products'
+milliseconds per step (wall time, median of rounds taking turns; at one thread also thread CPU time; torch's
+timed after jitorch's, not in turns):
+
+    mkl        every product of MKL_MIN_WORK or more MKL's, in the fixed parts of the last stop (2, 4, 8 by work alone)
+    openblas   every product OpenBLAS's (as ``JITORCH_BLAS=openblas``)
+    rule       `runtime.blas_library.mkl_shape` and `ops.linalg.mkl_parts` as they are
+
+``--whole-steps --steps 2`` times each model's whole compiled training step (``models.whole_step``) under the three
+routings, taking turns in one process (wall and process CPU ms per step, medians of rounds of 5 steps each).
 """
 
 from __future__ import annotations
 
 import argparse
-import ctypes
+import os
 import statistics
 import sys
 import time
@@ -113,12 +125,125 @@ def laid_out(x, transposed):
     return np.asfortranarray(x) if transposed else np.ascontiguousarray(x)
 
 
+ROUTINGS = ("mkl", "openblas", "rule")
+
+
+def routed(routing):
+    """Patch the library rule and MKL's part size for ``routing`` (see the module's doc); returns the undo."""
+    shape, part_min = blas_library.mkl_shape, linalg.MKL_PART_MIN
+    if routing == "mkl":
+        blas_library.mkl_shape = lambda dtype, m, k, n, a_transposed: m * k * n >= blas_library.MKL_MIN_WORK
+        linalg.MKL_PART_MIN = 0
+    elif routing == "openblas":
+        blas_library.mkl_shape = lambda *args: False
+
+    def undo():
+        blas_library.mkl_shape, linalg.MKL_PART_MIN = shape, part_min
+    return undo
+
+
+def _turns(calls, reps, rounds):
+    """{name: (median wall s, median thread CPU s) per call} of ``calls`` ({name: (fn, routing or None)}), taking
+    turns for ``rounds`` rounds after one that warms each."""
+    times = {s: ([], []) for s in calls}
+    for i in range(rounds + 1):
+        for s, (fn, routing) in list(calls.items())[::1 if i % 2 else -1]:
+            undo = routed(routing) if routing else None
+            try:
+                w0, c0 = time.perf_counter(), time.thread_time()
+                for _ in range(reps):
+                    fn()
+                w, c = time.perf_counter() - w0, time.thread_time() - c0
+            finally:
+                if undo:
+                    undo()
+            if i:
+                times[s][0].append(w / reps)
+                times[s][1].append(c / reps)
+    return {s: (statistics.median(w), statistics.median(c)) for s, (w, c) in times.items()}
+
+
+def step_times(per_model, torch, n_threads, rounds):
+    """{model: {system: (wall ms, thread CPU ms) of its products per step}} at ``n_threads``. torch's products are
+    timed after all of jitorch's (its OpenMP threads spin for a while after each product, and at two threads on two
+    cores took the core from jitorch's team: products 100-1000x slower when the two took turns)."""
+    jitorch.set_num_threads(n_threads)
+    rng = np.random.default_rng(0)
+    timed, operands = {}, {}
+    keys = list(dict.fromkeys(k for c in per_model.values() for k in c))
+    for key in keys:
+        dtype, sa, ta, sb, tb, to, caller = key
+        a, b = products.strided(sa, ta, dtype, rng), products.strided(sb, tb, dtype, rng)
+        shape = products.product_shape(sa, sb)
+        out = None if to is None else products.strided(shape, to, dtype, rng)
+        operands[key] = a, b
+        call = (lambda: linalg.array_product(a, b)) if out is None else (lambda: linalg.array_product(a, b, out))
+        timed[key] = _turns({r: (call, r) for r in ROUTINGS}, max(1, int(2e7 / max(products.flops(sa, sb), 1))),
+                            rounds)
+    if torch is not None:
+        torch.set_num_threads(n_threads)
+        for key in keys:
+            x, y = (torch.from_numpy(v) for v in operands[key])
+            reps = max(1, int(2e7 / max(products.flops(key[1], key[3]), 1)))
+            timed[key].update(_turns({"torch": (lambda x=x, y=y: torch.matmul(x, y), None)}, reps, rounds))
+    return {name: {s: tuple(1e3 * sum(n * timed[k][s][i] for k, n in counts.items()) for i in (0, 1))
+                   for s in timed[next(iter(counts))]} for name, counts in per_model.items()}
+
+
+def print_whole_steps(names, thread_counts, rounds, quick):
+    for n in thread_counts:
+        jitorch.set_num_threads(n)
+        print(f"\n{n} thread{'s' * (n > 1)}: whole compiled step, wall ms (process CPU ms), median of {rounds} rounds of"
+              f" 5 steps taking turns, load {os.getloadavg()[0]:.1f}")
+        print(f"{'model':<12}" + "".join(f"{s:>18}" for s in ROUTINGS) + f"{'rule/mkl':>10}{'rule/ob':>9}")
+        for name in names:
+            call = models.whole_step(jitorch, models.workload(jitorch, name, quick))
+            for _ in range(3):
+                call()
+            times = {r: ([], []) for r in ROUTINGS}
+            for i in range(rounds + 1):
+                for r in ROUTINGS[::1 if i % 2 else -1]:
+                    undo = routed(r)
+                    try:
+                        call()
+                        w0, c0 = time.perf_counter(), time.process_time()
+                        for _ in range(5):
+                            call()
+                        w, c = (time.perf_counter() - w0) / 5, (time.process_time() - c0) / 5
+                    finally:
+                        undo()
+                    if i:
+                        times[r][0].append(w)
+                        times[r][1].append(c)
+            med = {r: (1e3 * statistics.median(w), 1e3 * statistics.median(c)) for r, (w, c) in times.items()}
+            print(f"{name:<12}" + "".join(f"{f'{med[r][0]:.2f} ({med[r][1]:.2f})':>18}" for r in ROUTINGS)
+                  + f"{med['rule'][0] / med['mkl'][0]:10.3f}{med['rule'][0] / med['openblas'][0]:9.3f}", flush=True)
+
+
+def print_steps(per_model, torch, thread_counts, rounds):
+    systems = list(ROUTINGS) + (["torch"] if torch is not None else [])
+    for n in thread_counts:
+        result = step_times(per_model, torch, n, rounds)
+        what = "wall ms (thread CPU ms)" if n == 1 else "wall ms"
+        what += f", load {os.getloadavg()[0]:.1f}"
+        print(f"\n{n} thread{'s' * (n > 1)}: products' {what} per step, median of {rounds} rounds taking turns")
+        print(f"{'model':<12}" + "".join(f"{s:>16}" for s in systems) + f"{'rule/mkl':>10}{'rule/ob':>9}"
+              + (f"{'rule/torch':>11}" if torch is not None else ""))
+        for name, t in result.items():
+            cell = lambda s: f"{t[s][0]:.2f}" + (f" ({t[s][1]:.2f})" if n == 1 and s != "torch" else "")  # noqa: E731
+            print(f"{name:<12}" + "".join(f"{cell(s):>16}" for s in systems)
+                  + f"{t['rule'][0] / t['mkl'][0]:10.3f}{t['rule'][0] / t['openblas'][0]:9.3f}"
+                  + (f"{t['rule'][0] / t['torch'][0]:11.3f}" if torch is not None else ""), flush=True)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(products.DEFAULT_MODELS))
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--layouts", action="store_true")
+    parser.add_argument("--steps", default=None, help="thread counts, e.g. 1,2: the per-step table instead")
+    parser.add_argument("--whole-steps", action="store_true", help="with --steps: whole compiled steps")
     args = parser.parse_args(argv)
     if blas_library.chosen() != blas_library.MKL:
         sys.exit("MKL is not chosen in this process (install the mkl wheel, or JITORCH_BLAS=mkl)")
@@ -126,7 +251,13 @@ def main(argv=None):
     jitorch.set_num_threads(1)
     if torch is not None:
         torch.set_num_threads(1)
+    if args.whole_steps:
+        print_whole_steps(args.models.split(","), [int(n) for n in args.steps.split(",")], args.rounds, args.quick)
+        return
     per_model = {name: products.collect(name, args.quick) for name in args.models.split(",")}
+    if args.steps:
+        print_steps(per_model, torch, [int(n) for n in args.steps.split(",")], args.rounds)
+        return
     cases = list(dict.fromkeys(k for c in per_model.values() for k in c))
     rng = np.random.default_rng(0)
     seen = set()

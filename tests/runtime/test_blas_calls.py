@@ -9,7 +9,8 @@ from jitorch.ops import linalg
 from jitorch.runtime import blas_calls, blas_library, threads
 from tests.blas_reference import chosen_matmul
 
-pytestmark = pytest.mark.skipif(blas_library.gemm_function(np.dtype(np.float32), False) is None or threads.gemm_entry() is None,
+pytestmark = pytest.mark.skipif(blas_library.gemm_function(np.dtype(np.float32), False) is None
+                                or threads.gemm_entry() is None,
                                 reason="NumPy's BLAS is not the OpenBLAS of its wheel, or no native team")
 
 
