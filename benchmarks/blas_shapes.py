@@ -16,8 +16,8 @@ laid out the four ways (A and B each in rows, N, or transposed, T; the output in
 
 ``--steps 1,2`` instead times each collected product as the step calls it (``array_product(a, b, out)``) at each
 thread count under three routings, swapped in one process, and torch's matmul, and prints per model the products'
-milliseconds per step (wall time, median of rounds taking turns; at one thread also thread CPU time; torch's
-timed after jitorch's, not in turns):
+milliseconds per step (median of rounds taking turns; at one thread thread CPU time, and wall; at more, wall;
+torch's timed after jitorch's, not in turns):
 
     mkl        every product of MKL_MIN_WORK or more MKL's, in the fixed parts of the last stop (2, 4, 8 by work alone)
     openblas   every product OpenBLAS's (as ``JITORCH_BLAS=openblas``)
@@ -54,16 +54,7 @@ def _runner(a, b, out, function, parts):
     whole = _words(a, b, out, function)
     if whole is None:
         return None
-    rows = whole[4] >= whole[5]
-    size, dim, operand = (whole[4], 7, a.strides[0]) if rows else (whole[5], 9, b.strides[1])
-    step = out.strides[0] if rows else out.strides[1]
-    arrays = []
-    for lo, hi in threads.bounds(size, parts):
-        part = list(whole)
-        part[4 if rows else 5] = hi - lo
-        part[dim] += lo * operand
-        part[11] += lo * step
-        arrays.append(np.array(part, np.int64))
+    arrays = [np.array(part, np.int64) for part in blas_calls.part_calls(whole, a, b, out, parts, whole[4] >= whole[5])]
     entry = threads.KERNEL_ENTRY(threads.gemm_entry())
     addresses = [x.ctypes.data for x in arrays]
 
@@ -221,19 +212,22 @@ def print_whole_steps(names, thread_counts, rounds, quick):
 
 
 def print_steps(per_model, torch, thread_counts, rounds):
+    """The per-step table: at one thread thread CPU ms (wall ms), its ratios of CPU; at more, wall ms and its
+    ratios (the workers' time is not the calling thread's)."""
     systems = list(ROUTINGS) + (["torch"] if torch is not None else [])
     for n in thread_counts:
         result = step_times(per_model, torch, n, rounds)
-        what = "wall ms (thread CPU ms)" if n == 1 else "wall ms"
-        what += f", load {os.getloadavg()[0]:.1f}"
-        print(f"\n{n} thread{'s' * (n > 1)}: products' {what} per step, median of {rounds} rounds taking turns")
-        print(f"{'model':<12}" + "".join(f"{s:>16}" for s in systems) + f"{'rule/mkl':>10}{'rule/ob':>9}"
+        what = "thread CPU ms (wall ms)" if n == 1 else "wall ms"
+        print(f"\n{n} thread{'s' * (n > 1)}: products' {what} per step, median of {rounds} rounds taking turns, "
+              f"load {os.getloadavg()[0]:.1f}")
+        print(f"{'model':<12}" + "".join(f"{s:>17}" for s in systems) + f"{'rule/mkl':>10}{'rule/ob':>9}"
               + (f"{'rule/torch':>11}" if torch is not None else ""))
+        i = 1 if n == 1 else 0
         for name, t in result.items():
-            cell = lambda s: f"{t[s][0]:.2f}" + (f" ({t[s][1]:.2f})" if n == 1 and s != "torch" else "")  # noqa: E731
-            print(f"{name:<12}" + "".join(f"{cell(s):>16}" for s in systems)
-                  + f"{t['rule'][0] / t['mkl'][0]:10.3f}{t['rule'][0] / t['openblas'][0]:9.3f}"
-                  + (f"{t['rule'][0] / t['torch'][0]:11.3f}" if torch is not None else ""), flush=True)
+            cell = lambda s: f"{t[s][1]:.2f} ({t[s][0]:.2f})" if n == 1 else f"{t[s][0]:.2f}"  # noqa: E731
+            print(f"{name:<12}" + "".join(f"{cell(s):>17}" for s in systems)
+                  + f"{t['rule'][i] / t['mkl'][i]:10.3f}{t['rule'][i] / t['openblas'][i]:9.3f}"
+                  + (f"{t['rule'][i] / t['torch'][i]:11.3f}" if torch is not None else ""), flush=True)
 
 
 def main(argv=None):

@@ -129,6 +129,21 @@ def run_gemm_calls(products, mkl=None):
     return True
 
 
+def part_calls(words, a, b, out, parts, rows):
+    """The `gemm_call` words of ``parts`` near-equal ranges of the rows (``rows``) or columns of ``out = a @ b``
+    (matrices), given the whole product's ``words``."""
+    size, dim, operand = (words[4], 7, a.strides[0]) if rows else (words[5], 9, b.strides[1])
+    step = out.strides[0] if rows else out.strides[1]
+    calls = []
+    for lo, hi in threads.bounds(size, parts):
+        part = list(words)
+        part[4 if rows else 5] = hi - lo
+        part[dim] += lo * operand
+        part[11] += lo * step
+        calls.append(part)
+    return calls
+
+
 def run_gemm_parts(a, b, out, parts, rows):
     """Compute ``out = a @ b`` (matrices) as ``parts`` MKL gemm calls, each of a near-equal range of the rows
     (``rows``) or columns of ``out`` (`threads.bounds`): the calls `gemm_call` makes for each part, whatever the
@@ -140,15 +155,7 @@ def run_gemm_parts(a, b, out, parts, rows):
     words = None if entry is None else gemm_call(a, b, out, True)
     if words is None:
         return False
-    size, dim, operand = (words[4], 7, a.strides[0]) if rows else (words[5], 9, b.strides[1])
-    step = out.strides[0] if rows else out.strides[1]
-    calls = []
-    for lo, hi in threads.bounds(size, parts):
-        part = list(words)
-        part[4 if rows else 5] = hi - lo
-        part[dim] += lo * operand
-        part[11] += lo * step
-        calls.append((ctypes.c_int64 * len(part))(*part))
+    calls = [(ctypes.c_int64 * len(part))(*part) for part in part_calls(words, a, b, out, parts, rows)]
     runs = []
     for lo, hi in threads.bounds(len(calls), threads.get_num_threads()):
         run = [hi - lo]
