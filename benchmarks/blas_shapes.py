@@ -37,6 +37,7 @@ import time
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import products  # noqa: E402  (benchmarks/products.py: sys.path and the collection of a step's products)
 import models  # noqa: E402
 import jitorch  # noqa: E402
