@@ -124,7 +124,7 @@ def routed(routing):
     """Patch the library rule and MKL's part size for ``routing`` (see the module's doc); returns the undo."""
     shape, part_min = blas_library.mkl_shape, linalg.MKL_PART_MIN
     if routing == "mkl":
-        blas_library.mkl_shape = lambda dtype, m, k, n, a_transposed: m * k * n >= blas_library.MKL_MIN_WORK
+        blas_library.mkl_shape = lambda dtype, m, k, n, *transposes: m * k * n >= blas_library.MKL_MIN_WORK
         linalg.MKL_PART_MIN = 0
     elif routing == "openblas":
         blas_library.mkl_shape = lambda *args: False

@@ -1,6 +1,6 @@
 """The product the chosen BLAS computes (`jitorch.runtime.blas_library`), for tests that compare jitorch's products
 bit for bit: NumPy's matmul where OpenBLAS is chosen (NumPy's own), and where MKL is chosen for a product that
-the rule gives MKL (a matrix product that NumPy would make as one gemm call, of a shape, dtype and transpose of ``a``
+the rule gives MKL (a matrix product that NumPy would make as one gemm call, of a shape, dtype and transposes
 that `blas_library.mkl_shape` takes), MKL's cblas gemm called here with ctypes through its LP64 entry points (32-bit
 integers: another entry than jitorch's), with the transposes NumPy's matmul would pass; NumPy's for the rest (a
 batch of several matrices, a vector or one-term product, a matrix times its own transpose, a small product, a shape
@@ -58,8 +58,9 @@ def chosen_matmul(a, b):
     shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
     a, b = a.reshape(a.shape[-2:]), b.reshape(b.shape[-2:])
     (m, k), n = a.shape, b.shape[1]
-    layout = _layout(a)
-    mkl = blas_library.mkl_shape(a.dtype, m, k, n, layout is not None and layout[0] == _TRANS)
+    la, lb = _layout(a), _layout(b)
+    mkl = blas_library.mkl_shape(a.dtype, m, k, n, la is not None and la[0] == _TRANS,
+                                 lb is not None and lb[0] == _TRANS)
     if not mkl or m * k * n < SPLIT_MIN_WORK:
         return _gemm(a, b, mkl).reshape(shape)
     parts = mkl_parts(m, n, m * k * n)

@@ -34,7 +34,7 @@ def test_each_routing_runs_its_library_and_is_undone(bench):
         finally:
             undo()
     assert bits["rule"] == bits["openblas"] == np.matmul(a, b).tobytes()
-    assert not blas_library.mkl_shape(a.dtype, 1024, 4096, 128, True) and linalg.MKL_PART_MIN == 256
+    assert not blas_library.mkl_shape(a.dtype, 1024, 4096, 128, True, False) and linalg.MKL_PART_MIN == 256
 
 
 def test_the_shape_and_step_tables_print(bench, capsys):

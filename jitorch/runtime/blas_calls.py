@@ -15,7 +15,7 @@ call on one thread (``set_num_threads`` gives BLAS one), so the same bits as Num
 would compute otherwise (a vector product, syrk, its own loop, a copy first) is left to the Python parts.
 
 The function called is the chosen BLAS's (`blas_library.gemm_function`): where that is MKL, a product that
-`runs_mkl` gives it (its shape, dtype and the transpose of ``a``: `blas_library.mkl_shape`; for a part, the whole
+`runs_mkl` gives it (its shape, dtype and operands' transposes: `blas_library.mkl_shape`; for a part, the whole
 product's) calls MKL's gemm, with the same transposes, leading dimensions and pointers; `run_gemm_parts` runs a
 product in fixed parts whatever the thread count (`ops.linalg.mkl_parts`) and `run_gemm` one call on the calling
 thread (`ops.linalg._product`).
@@ -60,9 +60,10 @@ def one_matrix(x):
     return x.reshape(x.shape[-2:]) if x.ndim > 2 and x.size and x.size == x.shape[-2] * x.shape[-1] else x
 
 
-def a_transposed(a):
-    """Whether NumPy's matmul passes the matrix ``a`` to gemm transposed: laid out in columns and not in rows."""
-    layout = _operand(a.strides[-2:], a.shape[-2], a.shape[-1], a.itemsize)
+def transposed(x):
+    """Whether NumPy's matmul passes the matrix ``x`` (its last two dims) to gemm transposed: laid out in columns
+    and not in rows."""
+    layout = _operand(x.strides[-2:], x.shape[-2], x.shape[-1], x.itemsize)
     return layout is not None and layout[0] == TRANS
 
 
@@ -74,7 +75,7 @@ def runs_mkl(a, b):
     (m, k), n = a.shape[-2:], b.shape[-1]
     if m * k * n < blas_library.MKL_MIN_WORK or a.size != m * k or b.size != k * n:
         return False
-    return blas_library.runs_mkl(a.dtype, m, k, n, a_transposed(a))
+    return blas_library.runs_mkl(a.dtype, m, k, n, transposed(a), transposed(b))
 
 
 def gemm_call(a, b, out, mkl=None):
@@ -94,8 +95,8 @@ def gemm_call(a, b, out, mkl=None):
         return None
     item = a.itemsize
     ta, tb = _operand(a.strides, m, k, item), _operand(b.strides, k, n, item)
-    if mkl is None and ta is not None:
-        mkl = blas_library.runs_mkl(a.dtype, m, k, n, ta[0] == TRANS)
+    if mkl is None and ta is not None and tb is not None:
+        mkl = blas_library.runs_mkl(a.dtype, m, k, n, ta[0] == TRANS, tb[0] == TRANS)
     function = blas_library.gemm_function(a.dtype, mkl)
     if function is None:
         return None

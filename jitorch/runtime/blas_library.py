@@ -140,32 +140,45 @@ def _openblas_gemms():
 # do not win back below about 2M multiply-adds (float32, one thread, thread CPU time: 128x64x128 1.03x, 128x128x128
 # 0.97x, 64x128x384 1.09x, 256x128x128 1.04x NumPy's time over MKL's; 64x64x64 0.43x).
 MKL_MIN_WORK = 1 << 21
-# ... and so do float32 products of a transposed ``a`` (laid out in columns: NumPy passes it as "T") of at least
-# `TRANSPOSED_A_MIN_AREA` elements and a result of `TRANSPOSED_A_MIN_COLS` to `TRANSPOSED_A_MAX_COLS` columns, where
-# MKL's sgemm took 1.18-1.46x OpenBLAS's time (benchmarks/blas_shapes.py's sweep, one thread, thread CPU, whole
-# calls: m 1024-4096, k 2048-8192, n 64 and 128, "TN" and "TT"); at n 16-48, 192-256, or an ``a`` of 2M elements
-# or fewer, MKL's was 0.73-1.09x OpenBLAS's and under 1.0 for most; in rows ("NN", "NT") MKL's is the faster in
-# every such shape (0.59-0.96x). float64 differed less (TN 1.00-1.09x, TT 1.18-1.30x at n 128, 0.73-0.75x at 256).
+# ... and so do two classes of float32 products where OpenBLAS's sgemm was the faster (benchmarks/blas_shapes.py's
+# sweeps, one thread, thread CPU, whole calls, the machine shared with other work: load 10-13 on 2 cores):
+# - a transposed ``a`` (laid out in columns: NumPy passes it as "T") of at least `TRANSPOSED_A_MIN_AREA` elements,
+#   and `TRANSPOSED_A_MIN_COLS` to `TRANSPOSED_A_MAX_COLS` result columns: MKL took 1.18-1.46x OpenBLAS's time
+#   (m 1024-4096, k 2048-8192, n 64 and 128, "TN" and "TT", also at load 2-4); at n 16-48, 192-256, or an ``a`` of
+#   2M elements or fewer, MKL's was 0.73-1.09x OpenBLAS's, under 1.0 for most; with ``a`` in rows MKL's is the
+#   faster in every such shape (0.59-0.96x). float64 differed less (TN 1.00-1.09x, TT 1.18-1.30x at n 128).
+# - `FEW_ROWS_MIN` to `FEW_ROWS_MAX` rows times a ``b`` in rows ("NN", "TN") of `FEW_ROWS_MIN_SUM` rows or more and
+#   `FEW_ROWS_MIN_COLS` columns or more (DCGAN's 128x1024 @ 1024x4096, its largest product): MKL took 0.94-1.86x
+#   OpenBLAS's time, over 1.08x in 30 of 36 shapes (m 96-160, k 1024 and 4096, n 2048 and 4096); at m 64, 192 and
+#   256, or ``b`` transposed, 0.77-0.93x. On the machine at load 1-4 the two were level there (128x1024x4096 and
+#   128x4096x1024: 0.96-1.01x), so OpenBLAS is the faster or level.
 TRANSPOSED_A_MIN_AREA = 1 << 22
 TRANSPOSED_A_MIN_COLS, TRANSPOSED_A_MAX_COLS = 64, 128
+FEW_ROWS_MIN, FEW_ROWS_MAX, FEW_ROWS_MIN_SUM, FEW_ROWS_MIN_COLS = 96, 160, 1024, 2048
 _FLOAT32 = np.dtype(np.float32)
 
 
-def mkl_shape(dtype, m, k, n, a_transposed):
+def mkl_shape(dtype, m, k, n, a_transposed, b_transposed):
     """Whether the rule above gives MKL's gemm an ``(m, k) @ (k, n)`` product of ``dtype`` (a NumPy dtype) whose
-    ``a`` NumPy passes transposed (``a_transposed``) where MKL is chosen: at least `MKL_MIN_WORK` multiply-adds and
-    none of the transposed shapes where OpenBLAS is faster. A function of the shape alone: a product's bits must
-    not depend on anything measured while it runs."""
+    operands NumPy passes transposed or not (``a_transposed``, ``b_transposed``) where MKL is chosen: at least
+    `MKL_MIN_WORK` multiply-adds and none of the shapes where OpenBLAS is the faster. A function of the shape alone:
+    a product's bits must not depend on anything measured while it runs."""
     if m * k * n < MKL_MIN_WORK:
         return False
-    return not (a_transposed and dtype == _FLOAT32 and m * k >= TRANSPOSED_A_MIN_AREA
-                and TRANSPOSED_A_MIN_COLS <= n <= TRANSPOSED_A_MAX_COLS)
+    if dtype != _FLOAT32:
+        return True
+    transposed_a = (a_transposed and m * k >= TRANSPOSED_A_MIN_AREA
+                    and TRANSPOSED_A_MIN_COLS <= n <= TRANSPOSED_A_MAX_COLS)
+    few_rows = (not b_transposed and FEW_ROWS_MIN <= m <= FEW_ROWS_MAX and k >= FEW_ROWS_MIN_SUM
+                and n >= FEW_ROWS_MIN_COLS)
+    return not (transposed_a or few_rows)
 
 
-def runs_mkl(dtype, m, k, n, a_transposed):
-    """Whether an ``(m, k) @ (k, n)`` product of ``dtype`` (a NumPy dtype, ``a`` passed transposed where
-    ``a_transposed``) that NumPy would make as one gemm call runs as MKL's: MKL chosen, and `mkl_shape`."""
-    return mkl_shape(dtype, m, k, n, a_transposed) and chosen() == MKL
+def runs_mkl(dtype, m, k, n, a_transposed, b_transposed):
+    """Whether an ``(m, k) @ (k, n)`` product of ``dtype`` (a NumPy dtype, its operands passed transposed or not:
+    ``a_transposed``, ``b_transposed``) that NumPy would make as one gemm call runs as MKL's: MKL chosen, and
+    `mkl_shape`."""
+    return mkl_shape(dtype, m, k, n, a_transposed, b_transposed) and chosen() == MKL
 
 
 @functools.cache

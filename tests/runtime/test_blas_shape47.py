@@ -16,13 +16,24 @@ F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
 
 def test_the_rule_gives_openblas_only_the_large_transposed_float32_shapes_with_64_to_128_columns():
     """The measured class (benchmarks/blas_shapes.py) and its edges: each one step outside it stays MKL's."""
-    assert not blas_library.mkl_shape(F32, 1024, 4096, 128, True)
-    assert not blas_library.mkl_shape(F32, 2048, 2048, 64, True)
-    assert blas_library.mkl_shape(F32, 1024, 4096, 128, False)  # (a in rows)
-    assert blas_library.mkl_shape(F64, 1024, 4096, 128, True)
-    assert blas_library.mkl_shape(F32, 1024, 4095, 128, True)  # (a under 2^22 elements)
-    assert blas_library.mkl_shape(F32, 1024, 4096, 63, True) and blas_library.mkl_shape(F32, 1024, 4096, 129, True)
-    assert not blas_library.mkl_shape(F32, 64, 64, 64, False)  # (under MKL_MIN_WORK)
+    def mkl(*args, a_transposed=True, dtype=F32):
+        return blas_library.mkl_shape(dtype, *args, a_transposed, True)
+    assert not mkl(1024, 4096, 128) and not mkl(2048, 2048, 64)
+    assert mkl(1024, 4096, 128, a_transposed=False) and mkl(1024, 4096, 128, dtype=F64)
+    assert mkl(1024, 4095, 128)  # (a under 2^22 elements)
+    assert mkl(1024, 4096, 63) and mkl(1024, 4096, 129)
+    assert not blas_library.mkl_shape(F32, 64, 64, 64, False, False)  # (under MKL_MIN_WORK)
+
+
+def test_the_rule_gives_openblas_96_to_160_rows_times_a_long_b_in_rows():
+    """DCGAN's largest product, 128x1024 @ 1024x4096 (``b`` in rows), and the class around it; one step outside
+    (95 or 161 rows, 1023 sums, 2047 columns, ``b`` transposed, float64) stays MKL's."""
+    def mkl(m, k, n, b_transposed=False, dtype=F32):
+        return blas_library.mkl_shape(dtype, m, k, n, False, b_transposed)
+    assert not mkl(128, 1024, 4096) and not mkl(96, 4096, 2048) and not mkl(160, 1024, 2048)
+    assert not blas_library.mkl_shape(F32, 128, 1024, 4096, True, False)  # (a transposed too: "TN")
+    assert mkl(95, 1024, 4096) and mkl(161, 1024, 4096) and mkl(128, 1023, 4096) and mkl(128, 1024, 2047)
+    assert mkl(128, 1024, 4096, b_transposed=True) and mkl(128, 1024, 4096, dtype=F64)
 
 
 def test_mkl_parts_keep_256_rows_or_columns_at_any_thread_count():
@@ -60,19 +71,21 @@ def test_a_batch_split_by_matrix_at_two_threads_keeps_its_one_thread_bits(librar
     assert _run(_SPLIT_BATCH, library) == "True True"
 
 
-_TRANSPOSED_A = """
+_RULE_SHAPES = """
     import numpy as np, torch, jitorch as jt
     from jitorch.runtime import blas_calls, blas_library
     from tests.blas_reference import chosen_matmul
     rng = np.random.default_rng(470)
     mkl = blas_library.chosen() == blas_library.MKL
     worst, results = 0.0, []
-    # (m, k, n, a transposed, whether the rule gives MKL its gemm where MKL is chosen)
-    for m, k, n, ta, rule in ((1024, 4096, 128, True, False), (1024, 4096, 128, False, True),
-                              (2048, 2048, 64, True, False), (1024, 4096, 160, True, True)):
+    # (m, k, n, a transposed, b transposed, whether the rule gives MKL its gemm where MKL is chosen)
+    for m, k, n, ta, tb, rule in ((1024, 4096, 128, True, False, False), (1024, 4096, 128, False, False, True),
+                                  (2048, 2048, 64, True, False, False), (1024, 4096, 160, True, False, True),
+                                  (128, 1024, 4096, False, False, False), (128, 1024, 4096, False, True, True)):
         a = rng.standard_normal((k, m) if ta else (m, k)).astype(np.float32)
         a = a.T if ta else a
-        b = rng.standard_normal((k, n)).astype(np.float32)
+        b = rng.standard_normal((n, k) if tb else (k, n)).astype(np.float32)
+        b = b.T if tb else b
         bits = set()
         for threads in (1, 2):
             jt.set_num_threads(threads)
@@ -92,13 +105,14 @@ _TRANSPOSED_A = """
 
 
 @pytest.mark.parametrize("library", LIBRARIES)
-def test_transposed_a_shapes_the_rule_gives_openblas_keep_its_bits_whole_and_in_parts(library):
+def test_shapes_the_rule_gives_openblas_keep_its_bits_whole_and_in_parts(library):
     """Under MKL, 1024x4096x128 and 2048x2048x64 float32 with ``a`` transposed are OpenBLAS's: NumPy's bits at one
     thread, and at two, where they split in two row parts by the thread count (each part, 512 or 1024 rows, under
-    the rule's 4M elements: the whole product's library decides); the same shapes with ``a`` in rows, or 160
-    columns, are MKL's fixed parts. Under OpenBLAS all are NumPy's. torch's and jitorch's within float rounding of
+    the rule's 4M elements: the whole product's library decides), and so is 128x1024x4096 with ``b`` in rows (split
+    by columns: parts of 2048); the same shapes with ``a`` in rows, 160 columns, or ``b`` transposed, are MKL's
+    fixed parts. Under OpenBLAS all are NumPy's. torch's and jitorch's within float rounding of
     the float64 product."""
-    assert _run(_TRANSPOSED_A, library) == "True True"
+    assert _run(_RULE_SHAPES, library) == "True True"
 
 
 _COMPILED = """
