@@ -16,7 +16,7 @@ laid out the four ways (A and B each in rows, N, or transposed, T; the output in
 
 ``--steps 1,2`` instead times each collected product as the step calls it (``array_product(a, b, out)``) at each
 thread count under three routings, swapped in one process, and torch's matmul, and prints per model the products'
-milliseconds per step (median of rounds taking turns; at one thread thread CPU time, and wall; at more, wall;
+milliseconds per step (median of rounds taking turns; at one thread thread CPU time, and wall; at more, wall,
 torch's timed after jitorch's, not in turns):
 
     mkl        every product of MKL_MIN_WORK or more MKL's, in the fixed parts of the last stop (2, 4, 8 by work alone)
@@ -156,10 +156,14 @@ def _turns(calls, reps, rounds):
 
 
 def step_times(per_model, torch, n_threads, rounds):
-    """{model: {system: (wall ms, thread CPU ms) of its products per step}} at ``n_threads``. torch's products are
-    timed after all of jitorch's (its OpenMP threads spin for a while after each product, and at two threads on two
-    cores took the core from jitorch's team: products 100-1000x slower when the two took turns)."""
+    """{model: {system: (wall ms, thread CPU ms) of its products per step}} at ``n_threads``. At more than one
+    thread torch's products are timed after all of jitorch's (its OpenMP threads spin for a while after each
+    product, and at two threads on two cores took the core from jitorch's team: products 100-1000x slower when the
+    two took turns); at one it takes turns with them."""
     jitorch.set_num_threads(n_threads)
+    together = torch is not None and n_threads == 1
+    if torch is not None:
+        torch.set_num_threads(n_threads)
     rng = np.random.default_rng(0)
     timed, operands = {}, {}
     keys = list(dict.fromkeys(k for c in per_model.values() for k in c))
@@ -170,10 +174,12 @@ def step_times(per_model, torch, n_threads, rounds):
         out = None if to is None else products.strided(shape, to, dtype, rng)
         operands[key] = a, b
         call = (lambda: linalg.array_product(a, b)) if out is None else (lambda: linalg.array_product(a, b, out))
-        timed[key] = _turns({r: (call, r) for r in ROUTINGS}, max(1, int(2e7 / max(products.flops(sa, sb), 1))),
-                            rounds)
-    if torch is not None:
-        torch.set_num_threads(n_threads)
+        calls = {r: (call, r) for r in ROUTINGS}
+        if together:
+            x, y = torch.from_numpy(a), torch.from_numpy(b)
+            calls["torch"] = (lambda x=x, y=y: torch.matmul(x, y), None)
+        timed[key] = _turns(calls, max(1, int(2e7 / max(products.flops(sa, sb), 1))), rounds)
+    if torch is not None and not together:
         for key in keys:
             x, y = (torch.from_numpy(v) for v in operands[key])
             reps = max(1, int(2e7 / max(products.flops(key[1], key[3]), 1)))
