@@ -5,7 +5,9 @@ On this project's Intel Xeon, OpenBLAS's sgemm took 1.05-1.25x the thread CPU ti
 GPT, LSTM and convolution models' shapes; benchmarks/products.py), and MKL's was within 0-7% of torch's (torch
 links its own MKL). MKL's code paths on other vendors' CPUs were not measured, so it is chosen on a GenuineIntel
 CPU only. ``JITORCH_BLAS=mkl`` or ``openblas`` forces one; the choice is made once per process, at its first
-product (never at ``import jitorch``: MKL's library is over 100 MB to map).
+product (never at ``import jitorch``: MKL's library is over 100 MB to map). Where MKL is chosen, a rule on a
+product's shape, dtype and operands' transposes (`mkl_shape`) still gives OpenBLAS the small products and the
+classes of shapes where its gemm was the faster.
 
 MKL comes from the ``mkl`` wheel (``pip install "jitorch[mkl]"``): its ``libmkl_rt`` (the single dynamic
 library that picks its threading and integer layers at run time) is loaded with ctypes, and its threading
