@@ -22,7 +22,7 @@ from .runtime.autocast_mode import STATE as _AUTOCAST_STATE
 from .runtime.casts import copy_into
 from .runtime.device import CPU, to_device
 from .runtime.grad_mode import GRAD_OFF as _GRAD_OFF, INFERENCE_OPEN as _INFERENCE_OPEN, _state as _grad_state
-from .runtime import profiling as _profiling
+from .runtime import profiling as _profiling, shared_memory as _shared_memory
 from .runtime.layout import strided
 from .runtime.storage import Storage, storage_of_array
 from .runtime.strided import contiguous_strides, is_contiguous, wrap_dim
@@ -354,7 +354,10 @@ class Tensor:
         """``base``'s memory read as ``dtype`` with this geometry (in elements of ``dtype``): a tensor that
         shares the storage and its version counter, but no view in autograd's sense (no ``_base``), as
         torch's ``view(dtype)``."""
-        return cls._make(base._storage.reinterpret(dtype), tuple(shape), tuple(strides), offset)
+        storage = base._storage.reinterpret(dtype)
+        t = cls._make(storage, tuple(shape), tuple(strides), offset)
+        _shared_memory.note_holder(storage, t)  # found when the memory moves into shared memory (no `_base` leads here)
+        return t
 
     def _set_geometry(self, shape, strides, offset):
         GEOMETRY_EPOCH[0] += 1
@@ -665,7 +668,7 @@ class Tensor:
     def share_memory_(self):
         """Move this tensor's storage into shared memory, where other processes (jitorch.multiprocessing) map it
         without a copy. A no-op when it is there already, and for CUDA tensors, which are shared when sent."""
-        self._storage.share_memory_()
+        _shared_memory.share_tensors([self])
         return self
 
     def is_shared(self):
