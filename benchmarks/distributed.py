@@ -56,16 +56,15 @@ def interleaved(fns, repeat, barrier, cpu=None):
 def allreduce_rows(sizes, repeat):
     """Per size: raw mpi4py, jitorch's all_reduce, torch's gloo, jitorch's agreement alone (the block every call
     exchanges first, so that ranks giving different collectives, dtypes, shapes or ops raise) and "separate":
-    the agreement, then MPI's all-reduce, as every size took before the data travelled in the agreement's block
-    (`collectives.INLINE` bytes and below)."""
+    jitorch's all_reduce with no tensor fitting in that block (the agreement, then MPI's all-reduce), as every size
+    went before the data of `collectives.INLINE` bytes and below travelled in the block."""
     import torch
     import torch.distributed as tdist
     from mpi4py import MPI
 
     import jitorch as jt
     import jitorch.distributed as dist
-    from jitorch.distributed.collectives import Agreement
-    from jitorch.distributed.mpi_backend import wait
+    from jitorch.distributed import collectives
     from jitorch.distributed.process_group import resolve
 
     pg = resolve(None)
@@ -76,11 +75,14 @@ def allreduce_rows(sizes, repeat):
         theirs_t = torch.ones(max(nbytes // 4, 1))
 
         def agreement():
-            Agreement(pg, "all_reduce", t.dtype, tuple(t.shape), "all_reduce", "SUM").check()
+            collectives.Agreement(pg, "all_reduce", t.dtype, tuple(t.shape), "all_reduce", "SUM").check()
 
         def separate():
-            agreement()
-            wait(pg.comm.Iallreduce(MPI.IN_PLACE, array, MPI.SUM), pg.timeout, "all_reduce")
+            inline, collectives.INLINE = collectives.INLINE, -1  # no tensor fits in the block
+            try:
+                dist.all_reduce(t)
+            finally:
+                collectives.INLINE = inline
         row = interleaved({"mpi4py": lambda: MPI.COMM_WORLD.Allreduce(MPI.IN_PLACE, array, op=MPI.SUM),
                            "jitorch": lambda: dist.all_reduce(t), "separate": separate, "agreement": agreement,
                            "torch": lambda: tdist.all_reduce(theirs_t)}, repeat, MPI.COMM_WORLD.Barrier)
@@ -259,9 +261,10 @@ def worker(args):
     tdist.init_process_group("gloo")
     sizes = [4, 1 << 16, 1 << 20] if args.quick else [4, 256, 4096, 1 << 16, 1 << 18, 1 << 20, 1 << 22, 16 << 20,
                                                      64 << 20]
-    result = {"allreduce": allreduce_rows(sizes, 2 if args.quick else 30),
-              "ddp": ddp_rows(32 if args.quick else 1024, 16 if args.quick else 128, 2 if args.quick else 20)}
-    if dist.get_world_size() > 1:
+    result = {"allreduce": allreduce_rows(sizes, args.allreduce or (2 if args.quick else 30))}
+    if not args.allreduce:
+        result["ddp"] = ddp_rows(32 if args.quick else 1024, 16 if args.quick else 128, 2 if args.quick else 20)
+    if dist.get_world_size() > 1 and not args.allreduce:
         result["overlap"] = overlap_rows(32 if args.quick else 1024, 8, 16 if args.quick else 64, 0.002 if args.quick
                                          else 4, 2 if args.quick else 12)
     if dist.get_rank() == 0:
@@ -278,10 +281,10 @@ def free_port():
         return s.getsockname()[1]
 
 
-def launch(nproc, quick):
+def launch(nproc, quick, allreduce=0):
     cmd = [sys.executable, "-m", "jitorch.distributed.run", "--nproc-per-node", str(nproc),
            "--master-port", str(free_port()), os.path.join(HERE, "distributed.py"), "--worker"]
-    cmd += ["--quick"] if quick else []
+    cmd += (["--quick"] if quick else []) + (["--allreduce", str(allreduce)] if allreduce else [])
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         # the ranks' own output says why (the launcher names the rank that failed)
@@ -294,6 +297,8 @@ def launch(nproc, quick):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="tiny sizes (for tests)")
+    p.add_argument("--allreduce", type=int, default=0, metavar="N",
+                   help="the all-reduce table alone, on 2 ranks, with N interleaved calls per size and system")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
@@ -310,7 +315,7 @@ def main(argv=None):
         sys.stdout.flush()
         os._exit(0)
     load = os.getloadavg()
-    results = {n: launch(n, args.quick) for n in (1, 2)}
+    results = {n: launch(n, args.quick, args.allreduce) for n in ((2,) if args.allreduce else (1, 2))}
     print(f"machine load (1-minute average) before and after: {load[0]:.1f} / {os.getloadavg()[0]:.1f}")
     print("\nall-reduce of float32, 2 ranks (ms, wall, median of interleaved calls after a barrier; share of raw "
           "mpi4py's bandwidth; separate: the agreement then MPI's all-reduce, as before the data travelled in the "
@@ -322,6 +327,8 @@ def main(argv=None):
         print(f"{size:>9} {row['mpi4py'] * 1e3:>9.3f} {row['jitorch'] * 1e3:>9.3f} {row['separate'] * 1e3:>9.3f} "
               f"{row['torch'] * 1e3:>11.3f} {row['agreement'] * 1e3:>10.3f} {row['mpi4py'] / row['jitorch']:>14.0%} "
               f"{row['mpi4py'] / row['separate']:>15.0%}")
+    if args.allreduce:
+        return
     print("\nDDP training step of an MLP, the same batch per rank (ms; efficiency = 1-rank time / 2-rank time)")
     print(f"{'system':>17} {'1 rank':>8} {'2 ranks':>8} {'efficiency':>11}")
     for system in ("jitorch eager", "jitorch compiled", "torch eager"):

@@ -178,8 +178,8 @@ def agree(pg, kind, dtype, shape, what):
 
 @functools.lru_cache(maxsize=256)
 def _header(kind, dtype, shape, op):
-    """The int64s describing a call: its kind, dtype (a jitorch dtype or its name), shape and reduce op (a name,
-    or None). Read-only: every call of this description shares it."""
+    """The bytes describing a call (`_HEADER` int64s): its kind, dtype (a jitorch dtype or its name), shape and
+    reduce op (a name, or None)."""
     row = np.zeros(_HEADER, np.int64)
     row[0] = _KINDS.index(kind)
     if dtype is not None:
@@ -187,16 +187,26 @@ def _header(kind, dtype, shape, op):
         row[2] = len(shape)
         row[3:3 + min(len(shape), 9)] = shape[:9]
     row[12] = 0 if op is None else 1 + _OPS.index(op)
-    row.flags.writeable = False
-    return row
+    return row.tobytes()
+
+
+class _Blocks:
+    """A group's agreement buffers: this rank's block, every rank's (a row each), and views of their headers."""
+
+    def __init__(self, size):
+        self.mine = np.zeros(BLOCK, np.uint8)
+        self.everyone = np.empty((size, BLOCK), np.uint8)
+        self.writable = memoryview(self.mine)
+        flat = memoryview(self.everyone).cast("B")
+        self.headers = [flat[r * BLOCK:r * BLOCK + 8 * _HEADER] for r in range(size)]
 
 
 class Agreement:
     """Whether every rank describes its call alike: one non-blocking all-gather of a `BLOCK` of bytes per rank,
-    its header (kind, dtype, shape, op) and, for an all-reduce of at most `INLINE` bytes, its data (``data``), so
-    that the check and the data take one message. The block's size is the same for every call, so ranks that
-    called different collectives, or gave different sizes, still exchange whole blocks and each sees every
-    other's header: all raise, naming each rank's call, and no rank's output is written.
+    its header (kind, dtype, shape, op) and, for an all-reduce of at most `INLINE` bytes, its data (``data``, a
+    1-D contiguous array), so that the check and the data take one message. The block's size is the same for
+    every call, so ranks that called different collectives, or gave different sizes, still exchange whole blocks
+    and each sees every other's header: all raise, naming each rank's call, and no rank's output is written.
 
     Every call needs it, and before its data moves: a rank that skipped it (say, for a signature the ranks
     agreed on before) while another called with a new one would pair one rank's data with the other's
@@ -205,23 +215,28 @@ class Agreement:
 
     def __init__(self, pg, kind, dtype, shape, what, op=None, data=None):
         self.pg, self.what = pg, what
-        self.row = _header(kind, dtype, shape, op)
+        self.header = _header(kind, dtype, shape, op)
         blocks = pg.signatures
         if blocks is None:  # one agreement at a time per group: each is checked before its call ends
-            blocks = pg.signatures = (np.zeros(BLOCK, np.uint8), np.empty((pg.size(), BLOCK), np.uint8))
-        mine, self.blocks = blocks
-        mine[:8 * _HEADER].view(np.int64)[:] = self.row
+            blocks = pg.signatures = _Blocks(pg.size())
+        self.blocks = blocks
+        blocks.writable[:8 * _HEADER] = self.header
         if data is not None:
-            mine[8 * _HEADER:8 * _HEADER + data.nbytes] = data.reshape(-1).view(np.uint8)
-        self.request = pg.comm.Iallgather(mine, self.blocks)
+            blocks.writable[8 * _HEADER:8 * _HEADER + data.nbytes] = memoryview(data).cast("B")
+        self.request = pg.comm.Iallgather(blocks.mine, blocks.everyone)
 
     def check(self):
         """Wait for the other ranks' blocks; RuntimeError naming each rank's call when they differ."""
         wait(self.request, self.pg.timeout, self.what)
-        headers = self.blocks[:, :8 * _HEADER].view(np.int64)
-        if (headers == self.row).all():
+        header = self.header
+        for other in self.blocks.headers:
+            if other != header:
+                break
+        else:
             return
-        ops_only = (headers[:, :12] == self.row[:12]).all()
+        headers = self.blocks.everyone[:, :8 * _HEADER].view(np.int64)
+        row = np.frombuffer(header, np.int64)
+        ops_only = (headers[:, :12] == row[:12]).all()
         described = []
         for rank, row in zip(self.pg.ranks, headers):
             name = _DTYPES[row[1] - 1] if row[1] else "-"
@@ -232,7 +247,7 @@ class Agreement:
 
     def data(self, dtype, count):
         """Every rank's inline data (``count`` elements of NumPy ``dtype``), a row per rank in rank order."""
-        return self.blocks[:, 8 * _HEADER:8 * _HEADER + count * dtype.itemsize].view(dtype)
+        return self.blocks.everyone[:, 8 * _HEADER:8 * _HEADER + count * dtype.itemsize].view(dtype)
 
 
 def _buffer(tensor, reducing):
@@ -292,29 +307,31 @@ def all_reduce_started(pg, array, op, dtype, shape, what):
     and reduce ``array`` (contiguous, MPI-reducible) in place over the ranks: here, from the agreement's blocks in
     rank order (every rank computes the same values) when it fits in one (`INLINE`), returning None; else
     returning MPI's started all-reduce, once the agreement has passed."""
-    inline = array.nbytes <= INLINE
-    agreement = Agreement(pg, "all_reduce", dtype, shape, what, op.value, array if inline else None)
-    if inline:
+    name = op.value
+    if array.nbytes <= INLINE:
+        flat = array.reshape(-1)
+        agreement = Agreement(pg, "all_reduce", dtype, shape, what, name, flat)
         agreement.check()
-        _reduce_rows(op, agreement.data(array.dtype, array.size), array.reshape(-1))
+        _reduce_rows(name, agreement.data(array.dtype, array.size), flat)
         return None
-    mpi_op = op_of(op.value, array.dtype)
+    agreement = Agreement(pg, "all_reduce", dtype, shape, what, name)
+    mpi_op = op_of(name, array.dtype)
     agreement.check()
     return pg.comm.Iallreduce(mpi().IN_PLACE, array, mpi_op)
 
 
-def _reduce_rows(op, rows, out):
-    """``op`` over ``rows`` (one per rank) into ``out``, first row to last, as MPI's all-reduce (`op_of`) reduces
-    them: booleans as logic, numbers as arithmetic (integers wrapping), MIN and MAX keeping a NaN of any rank."""
-    if op.value == "AVG":
-        op = ReduceOp.SUM
-    logical = rows.dtype.kind == "b"
-    ufunc = (_LOGICAL_UFUNCS if logical else _UFUNCS)[op.value]
-    ufunc.reduce(rows, axis=0, out=out, dtype=None if logical else rows.dtype)
+def _reduce_rows(name, rows, out):
+    """ReduceOp ``name`` over ``rows`` (one per rank) into ``out``, first row to last, as MPI's all-reduce
+    (`op_of`) reduces them: booleans as logic, numbers as arithmetic (integers wrapping), MIN and MAX keeping a
+    NaN of any rank. (AVG sums: the caller divides.)"""
+    if rows.dtype.kind == "b":
+        _LOGICAL_UFUNCS[name].reduce(rows, axis=0, out=out)
+    else:
+        _UFUNCS[name].reduce(rows, axis=0, out=out, dtype=rows.dtype)
 
 
-_UFUNCS = {"SUM": np.add, "PRODUCT": np.multiply, "MIN": np.minimum, "MAX": np.maximum, "BAND": np.bitwise_and,
-           "BOR": np.bitwise_or, "BXOR": np.bitwise_xor}
+_UFUNCS = {"SUM": np.add, "AVG": np.add, "PRODUCT": np.multiply, "MIN": np.minimum, "MAX": np.maximum,
+           "BAND": np.bitwise_and, "BOR": np.bitwise_or, "BXOR": np.bitwise_xor}
 _LOGICAL_UFUNCS = {"SUM": np.logical_or, "MAX": np.logical_or, "BOR": np.logical_or, "PRODUCT": np.logical_and,
                    "MIN": np.logical_and, "BAND": np.logical_and, "BXOR": np.logical_xor}
 
